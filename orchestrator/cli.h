@@ -1,0 +1,9 @@
+/* The `baton` command-line programs: one function per subcommand, each taking the
+ * arguments after the subcommand name and returning a process exit status
+ * (BT_EXIT_*). */
+#ifndef BATON_CLI_H
+#define BATON_CLI_H
+
+int cmd_plan(int argc, char **argv);
+
+#endif

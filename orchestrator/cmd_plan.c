@@ -1,0 +1,108 @@
+/* baton plan RECIPE [--json]: validates a recipe and prints, per stage, the
+ * parameter count, rank layout, memory per GPU, communication and step time. Needs
+ * neither data nor a GPU. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "plan.h"
+#include "recipe.h"
+
+static void plan_usage(FILE *f) {
+    fprintf(f, "usage: baton plan RECIPE [--json]\n\n"
+               "Checks RECIPE and shows, for every stage: exact parameter count, the rank\n"
+               "layout (rank -> node, gpu, tp/cp/ep/dp/pp), memory per GPU of the heaviest\n"
+               "rank with the formula behind each figure, communication per step by group,\n"
+               "FLOPs per step and the step time at the recipe's assumed MFU.\n\n"
+               "  --json   print the plan as one JSON object instead of text\n"
+               "  --help   show this help\n\n"
+               "Exit status: 0 planned (a stage that does not fit is reported, not an error),\n"
+               "2 invalid recipe or usage.\n");
+}
+
+typedef struct plan_all {
+    Baton__StageSpec **specs;
+    plan_stage *stages;
+    size_t n;
+} plan_all;
+
+static void plan_all_free(plan_all *pa) {
+    for (size_t i = 0; i < pa->n; i++)
+        if (pa->specs[i] != NULL)
+            protobuf_c_message_free_unpacked(&pa->specs[i]->base, NULL);
+    free(pa->specs);
+    free(pa->stages);
+}
+
+static int plan_build_all(const recipe_doc *doc, plan_all *pa, bt_diag *diag) {
+    size_t n = doc->recipe->n_stages;
+    pa->specs = calloc(n, sizeof *pa->specs);
+    pa->stages = calloc(n, sizeof *pa->stages);
+    pa->n = n;
+    if (pa->specs == NULL || pa->stages == NULL) {
+        bt_diag_set(diag, "out of memory");
+        return BT_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int rc = recipe_resolve_stage(doc, i, &pa->specs[i], diag);
+        if (rc == 0)
+            rc = plan_stage_build(pa->specs[i], &pa->stages[i], diag);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+static void plan_print_text(const recipe_doc *doc, const plan_all *pa) {
+    const Baton__Recipe *r = doc->recipe;
+    printf("recipe %s (%s): %zu stage%s, seed %llu\n", r->name ? r->name : "(unnamed)", doc->file,
+           pa->n, pa->n == 1 ? "" : "s", (unsigned long long)r->seed);
+    for (size_t i = 0; i < pa->n; i++) {
+        printf("\n");
+        plan_report_text(stdout, pa->specs[i], &pa->stages[i]);
+    }
+}
+
+int cmd_plan(int argc, char **argv) {
+    const char *path = NULL;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            plan_usage(stdout);
+            return BT_EXIT_OK;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+            fprintf(stderr, "baton plan: unknown option '%s'\n", argv[i]);
+            plan_usage(stderr);
+            return BT_EXIT_USAGE;
+        } else if (path == NULL) {
+            path = argv[i];
+        } else {
+            fprintf(stderr, "baton plan: one recipe at a time (got '%s' and '%s')\n", path,
+                    argv[i]);
+            return BT_EXIT_USAGE;
+        }
+    }
+    if (path == NULL) {
+        plan_usage(stderr);
+        return BT_EXIT_USAGE;
+    }
+    bt_diag diag;
+    bt_diag_init(&diag);
+    recipe_doc doc = {0};
+    plan_all pa = {0};
+    int rc = recipe_load_file(path, &doc, &diag);
+    rc = rc ? rc : recipe_validate(&doc, &diag);
+    rc = rc ? rc : plan_build_all(&doc, &pa, &diag);
+    if (rc == 0 && json)
+        plan_report_json(stdout, pa.specs, pa.stages, pa.n);
+    else if (rc == 0)
+        plan_print_text(&doc, &pa);
+    else
+        fprintf(stderr, "%s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
+    plan_all_free(&pa);
+    recipe_doc_free(&doc);
+    return rc == 0 ? BT_EXIT_OK : (rc == BT_ENOMEM ? BT_EXIT_FAILURE : BT_EXIT_USAGE);
+}

@@ -1,0 +1,52 @@
+/* baton: runs LLM training recipes as workflows of stages. This file only dispatches
+ * to the subcommands; each lives in its own cmd_*.c. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "util/err.h"
+
+#ifndef BATON_VERSION
+#define BATON_VERSION "0.1.0"
+#endif
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command commands[] = {
+    {"plan", cmd_plan, "check a recipe and show layout, memory, communication and step time"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: baton [--help] [--version] COMMAND [ARGS]\n\n"
+               "baton runs LLM training recipes as workflows of stages.\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nRun 'baton COMMAND --help' for a command's options.\n"
+               "Exit status: 0 success, 1 failure, 2 bad usage or invalid input.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return BT_EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return BT_EXIT_OK;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("baton %s\n", BATON_VERSION);
+        return BT_EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "baton: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return BT_EXIT_USAGE;
+}

@@ -1,0 +1,17 @@
+/* Generic, descriptor-driven operations on protobuf-c messages. */
+#ifndef BATON_PB_UTIL_H
+#define BATON_PB_UTIL_H
+
+#include <protobuf-c/protobuf-c.h>
+
+/* A deep copy (pack + unpack); free it with protobuf_c_message_free_unpacked(m, NULL).
+ * Returns NULL when out of memory. */
+ProtobufCMessage *pb_clone(const ProtobufCMessage *m);
+
+/* Overlays src onto dst, both of the same type: every field present in src replaces
+ * the one in dst, except singular message fields, which are merged recursively.
+ * Repeated fields present (non-empty) in src replace dst's. dst must own its memory
+ * in the free_unpacked sense. Returns 0 or BT_ENOMEM. */
+int pb_merge(ProtobufCMessage *dst, const ProtobufCMessage *src);
+
+#endif

@@ -1,0 +1,29 @@
+/* From a loaded recipe to what the rest of baton consumes: semantic validation and
+ * resolution of each stage into a self-contained StageSpec.
+ *
+ * Stage inheritance: stage i is defaults, overlaid by stages 0..i in order (each stage
+ * starts from the one before it). The effective RoPE is model.rope overlaid by the
+ * stages' rope; the effective data is the recipe's data overlaid likewise. */
+#ifndef BATON_RECIPE_H
+#define BATON_RECIPE_H
+
+#include "recipe_load.h"
+#include "stage_spec.pb-c.h"
+
+/* Checks everything that makes a recipe runnable (sizes, divisibility, layouts,
+ * precision, optimizer, RoPE). The first problem is reported in diag as
+ * "FILE:LINE:COL: PATH: message", pointing at the key that set the offending value
+ * (for inherited values: the stage or the defaults where it was written).
+ * Returns 0 or BT_ERECIPE. */
+int recipe_validate(const recipe_doc *doc, bt_diag *diag);
+
+/* Builds the StageSpec of stage i (0-based). The spec owns all its memory: free it with
+ * protobuf_c_message_free_unpacked(&spec->base, NULL). All sub-messages are present,
+ * n_kv_heads and parallel.dp are explicit. Call after recipe_validate succeeded. */
+int recipe_resolve_stage(const recipe_doc *doc, size_t i, Baton__StageSpec **out, bt_diag *diag);
+
+/* The effective (merged, not yet completed) Stage i: defaults then stages 0..i.
+ * Caller frees with protobuf_c_message_free_unpacked. */
+int recipe_effective_stage(const recipe_doc *doc, size_t i, Baton__Stage **out);
+
+#endif

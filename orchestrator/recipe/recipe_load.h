@@ -1,0 +1,59 @@
+/* Loading recipe files: YAML mapped onto the baton.Recipe protobuf through its
+ * descriptors (no code per field), with the source position of every key kept so that
+ * later (semantic) errors can point at file:line:column.
+ *
+ * Mapping rules (documented for users in the README):
+ *  - a YAML mapping key is a field name of the message at that place;
+ *  - a scalar given where a message is expected sets that message's field number 1
+ *    (so `precision: bf16` means `precision: {type: bf16}`);
+ *  - baton.ByteSize / baton.Bandwidth / baton.Duration fields take unit strings
+ *    ("80GB", "450GB/s", "5m");
+ *  - integer fields take K/M/G/T suffixes as powers of two ("8K" = 8192);
+ *  - enum values match the enum's value names case-insensitively, '-' standing for '_';
+ *  - repeated fields take a YAML sequence;
+ *  - bool fields take true/false/yes/no/on/off.
+ * Every message the loader builds can be released with
+ * protobuf_c_message_free_unpacked(msg, NULL). */
+#ifndef BATON_RECIPE_LOAD_H
+#define BATON_RECIPE_LOAD_H
+
+#include <stddef.h>
+
+#include "recipe.pb-c.h"
+#include "util/err.h"
+
+/* Where a value came from. path uses the field names with [i] for sequence items:
+ * "defaults.parallel.tp", "stages[1].rope.scaling.type". line:col is, for a field, the
+ * start of its key ("tp" in "tp: 8"); for a sequence item, the start of the item's node
+ * (the first key of a block mapping, the '{' of a flow mapping, the scalar itself; for an
+ * alias, the node it refers to); for the document root (path ""), the start of the root
+ * mapping. A scalar given for a message ("precision: fp8") records only the field's key. */
+typedef struct recipe_pos {
+    char *path;
+    int line; /* 1-based */
+    int col;  /* 1-based */
+} recipe_pos;
+
+typedef struct recipe_doc {
+    char *file;             /* the name errors use (as given by the caller) */
+    Baton__Recipe *recipe;  /* owned */
+    recipe_pos *pos;        /* one per mapping key, sequence item and document root */
+    size_t npos;
+} recipe_doc;
+
+/* Loads and maps a recipe file. On failure returns a negative BT_ code and sets diag
+ * to "FILE:LINE:COL: PATH: what is wrong (what would be valid)". */
+int recipe_load_file(const char *path, recipe_doc *doc, bt_diag *diag);
+
+/* The same for a buffer already in memory; name is used in messages. */
+int recipe_load_buffer(const char *name, const char *data, size_t len, recipe_doc *doc,
+                       bt_diag *diag);
+
+void recipe_doc_free(recipe_doc *doc);
+
+/* Finds the position of path, or of its longest recorded prefix ("stages[1].parallel.cp"
+ * falls back to "stages[1].parallel", then "stages[1]"). Returns 0 if something was
+ * found, else -1 with line = col = 0. */
+int recipe_doc_where(const recipe_doc *doc, const char *path, int *line, int *col);
+
+#endif

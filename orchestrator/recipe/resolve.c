@@ -1,0 +1,136 @@
+#include "recipe.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "pb_util.h"
+
+static void *new_message(const ProtobufCMessageDescriptor *d) {
+    ProtobufCMessage *m = calloc(1, d->sizeof_message);
+    if (m != NULL) d->message_init(m);
+    return m;
+}
+
+/* Makes sure *slot holds a message of type d (empty, i.e. all defaults, if absent). */
+static int ensure_message(void **slot, const ProtobufCMessageDescriptor *d) {
+    if (*slot == NULL) *slot = new_message(d);
+    return *slot ? 0 : BT_ENOMEM;
+}
+
+static int overlay(void **dst, const void *src, const ProtobufCMessageDescriptor *d) {
+    if (src == NULL) return 0;
+    if (ensure_message(dst, d) != 0) return BT_ENOMEM;
+    return pb_merge(*dst, src);
+}
+
+int recipe_effective_stage(const recipe_doc *doc, size_t i, Baton__Stage **out) {
+    const Baton__Recipe *r = doc->recipe;
+    Baton__Stage *st = new_message(&baton__stage__descriptor);
+    if (st == NULL) return BT_ENOMEM;
+    int rc = r->defaults ? pb_merge(&st->base, &r->defaults->base) : 0;
+    for (size_t k = 0; rc == 0 && k <= i && k < r->n_stages; k++)
+        rc = pb_merge(&st->base, &r->stages[k]->base);
+    if (rc != 0) {
+        protobuf_c_message_free_unpacked(&st->base, NULL);
+        return rc;
+    }
+    *out = st;
+    return 0;
+}
+
+/* Fills every optional sub-message of the stage so workers read defaults directly. */
+static int complete_stage(Baton__Stage *st) {
+    int rc = 0;
+    rc |= ensure_message((void **)&st->parallel, &baton__parallel__descriptor);
+    rc |= ensure_message((void **)&st->precision, &baton__precision__descriptor);
+    rc |= ensure_message((void **)&st->optimizer, &baton__optimizer__descriptor);
+    rc |= ensure_message((void **)&st->checkpoint, &baton__checkpoint_policy__descriptor);
+    rc |= ensure_message((void **)&st->restart, &baton__restart_policy__descriptor);
+    if (rc == 0 && st->restart->heartbeat_timeout == NULL) {
+        rc = ensure_message((void **)&st->restart->heartbeat_timeout, &baton__duration__descriptor);
+        if (rc == 0)
+            st->restart->heartbeat_timeout->seconds = 300, /* default: 5 minutes */
+                st->restart->heartbeat_timeout->has_seconds = 1;
+    }
+    return rc ? BT_ENOMEM : 0;
+}
+
+static int complete_cluster(Baton__Cluster *c) {
+    int rc = 0;
+    rc |= ensure_message((void **)&c->gpu, &baton__gpu__descriptor);
+    rc |= ensure_message((void **)&c->links, &baton__links__descriptor);
+    if (rc == 0) {
+        rc |= ensure_message((void **)&c->gpu->memory, &baton__byte_size__descriptor);
+        rc |= ensure_message((void **)&c->links->intra_node, &baton__bandwidth__descriptor);
+        rc |= ensure_message((void **)&c->links->inter_node, &baton__bandwidth__descriptor);
+    }
+    return rc ? BT_ENOMEM : 0;
+}
+
+/* dp = world / (tp pp cp) when the recipe says auto (0). */
+static void resolve_dp(Baton__Parallel *p, const Baton__Cluster *c) {
+    if (p->dp != 0) return;
+    uint64_t world = (uint64_t)c->nodes * c->gpus_per_node;
+    uint64_t inner = (uint64_t)p->tp * p->pp * p->cp;
+    p->dp = inner ? (uint32_t)(world / inner) : 0;
+    p->has_dp = 1;
+}
+
+static int resolve_model(const recipe_doc *doc, size_t i, Baton__Model *m) {
+    const Baton__Recipe *r = doc->recipe;
+    if (m->n_kv_heads == 0) {
+        m->n_kv_heads = m->n_heads;
+        m->has_n_kv_heads = 1;
+    }
+    int rc = ensure_message((void **)&m->rope, &baton__rope__descriptor);
+    if (rc == 0 && r->defaults != NULL)
+        rc = overlay((void **)&m->rope, r->defaults->rope, &baton__rope__descriptor);
+    for (size_t k = 0; rc == 0 && k <= i; k++)
+        rc = overlay((void **)&m->rope, r->stages[k]->rope, &baton__rope__descriptor);
+    if (rc == 0) rc = ensure_message((void **)&m->rope->scaling, &baton__rope_scaling__descriptor);
+    return rc;
+}
+
+static int build_spec(const recipe_doc *doc, size_t i, Baton__Stage *st, Baton__StageSpec *s) {
+    const Baton__Recipe *r = doc->recipe;
+    s->recipe_name = strdup(r->name ? r->name : "");
+    s->stage_index = (uint32_t)i, s->has_stage_index = 1;
+    s->n_stages = (uint32_t)r->n_stages, s->has_n_stages = 1;
+    s->seed = r->seed, s->has_seed = 1;
+    s->model = (Baton__Model *)pb_clone(&r->model->base);
+    s->cluster = r->cluster ? (Baton__Cluster *)pb_clone(&r->cluster->base)
+                            : new_message(&baton__cluster__descriptor);
+    if (s->recipe_name == NULL || s->model == NULL || s->cluster == NULL) return BT_ENOMEM;
+    int rc = complete_stage(st);
+    rc = rc ? rc : complete_cluster(s->cluster);
+    rc = rc ? rc : resolve_model(doc, i, s->model);
+    if (rc == 0) rc = overlay((void **)&s->data, r->data, &baton__data__descriptor);
+    for (size_t k = 0; rc == 0 && k <= i; k++)
+        rc = overlay((void **)&s->data, r->stages[k]->data, &baton__data__descriptor);
+    if (rc == 0) rc = ensure_message((void **)&s->data, &baton__data__descriptor);
+    if (rc != 0) return rc;
+    resolve_dp(st->parallel, s->cluster);
+    return 0;
+}
+
+int recipe_resolve_stage(const recipe_doc *doc, size_t i, Baton__StageSpec **out, bt_diag *diag) {
+    const Baton__Recipe *r = doc->recipe;
+    if (r == NULL || r->model == NULL || i >= r->n_stages) {
+        bt_diag_set(diag, "%s: no stage %zu to resolve", doc->file, i);
+        return BT_EINVAL;
+    }
+    Baton__StageSpec *s = new_message(&baton__stage_spec__descriptor);
+    Baton__Stage *st = NULL;
+    int rc = s ? recipe_effective_stage(doc, i, &st) : BT_ENOMEM;
+    if (rc == 0) {
+        s->stage = st;
+        rc = build_spec(doc, i, st, s);
+    }
+    if (rc != 0) {
+        if (s != NULL) protobuf_c_message_free_unpacked(&s->base, NULL);
+        bt_diag_set(diag, "%s: resolving stage %zu: %s", doc->file, i, bt_strerror(rc));
+        return rc;
+    }
+    *out = s;
+    return 0;
+}

@@ -1,0 +1,373 @@
+/* Semantic checks of a loaded recipe. Each check reports the key that set the
+ * offending value: for a stage, the stage itself, else the nearest earlier stage
+ * that set it, else the defaults (stages inherit in that order). */
+#include "recipe.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layout.h"
+
+typedef struct vctx {
+    const recipe_doc *doc;
+    bt_diag *diag;
+    long stage;              /* index of the stage being checked, -1 for recipe level */
+    const Baton__Stage *eff; /* the effective (merged) stage */
+    const char *stage_name;
+} vctx;
+
+static const recipe_pos *pos_exact(const recipe_doc *doc, const char *path) {
+    for (size_t k = 0; k < doc->npos; k++)
+        if (strcmp(doc->pos[k].path, path) == 0) return &doc->pos[k];
+    return NULL;
+}
+
+/* Where field (relative to a stage, e.g. "parallel.cp") of stage i was written. */
+static void stage_field_where(const recipe_doc *doc, long i, const char *field, char *path,
+                              size_t cap, int *line, int *col) {
+    for (long k = i; k >= -1; k--) {
+        if (k >= 0)
+            snprintf(path, cap, "stages[%ld].%s", k, field);
+        else
+            snprintf(path, cap, "defaults.%s", field);
+        const recipe_pos *p = pos_exact(doc, path);
+        if (p != NULL) {
+            *line = p->line, *col = p->col;
+            return;
+        }
+    }
+    snprintf(path, cap, "stages[%ld]", i);
+    recipe_doc_where(doc, path, line, col);
+    snprintf(path, cap, "stages[%ld].%s", i, field);
+}
+
+/* Reports a problem with field: a stage-relative name when checking a stage,
+ * else a recipe path ("model.n_heads"). */
+static int verr(vctx *v, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int verr(vctx *v, const char *field, const char *fmt, ...) {
+    char path[256], msg[1536];
+    int line = 0, col = 0;
+    if (v->stage >= 0) {
+        stage_field_where(v->doc, v->stage, field, path, sizeof path, &line, &col);
+    } else {
+        snprintf(path, sizeof path, "%s", field);
+        recipe_doc_where(v->doc, path, &line, &col);
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (v->stage >= 0)
+        bt_diag_set(v->diag, "%s:%d:%d: %s: %s (stage %ld \"%s\")", v->doc->file, line, col, path,
+                    msg, v->stage, v->stage_name);
+    else
+        bt_diag_set(v->diag, "%s:%d:%d: %s: %s", v->doc->file, line, col, path, msg);
+    return BT_ERECIPE;
+}
+
+#define REQUIRE(cond, v, field, ...)                                                               \
+    do {                                                                                           \
+        if (!(cond)) return verr((v), (field), __VA_ARGS__);                                       \
+    } while (0)
+
+static int check_moe(vctx *v, const Baton__Model *m) {
+    const Baton__Moe *e = m->moe;
+    if (m->arch != BATON__MODEL__ARCH__MOE) {
+        REQUIRE(e == NULL, v, "model.moe", "a moe block needs model.arch: moe (arch is llama)");
+        return 0;
+    }
+    REQUIRE(e != NULL, v, "model.arch",
+            "arch moe needs a model.moe block with n_experts, top_k "
+            "and expert_ffn_dim");
+    REQUIRE(e->n_experts >= 2, v, "model.moe.n_experts", "expected at least 2 experts, got %u",
+            e->n_experts);
+    REQUIRE(e->top_k >= 1 && e->top_k <= e->n_experts, v, "model.moe.top_k",
+            "top_k must be between 1 and n_experts (%u), got %u", e->n_experts, e->top_k);
+    REQUIRE(e->expert_ffn_dim > 0, v, "model.moe.expert_ffn_dim",
+            "expected a positive expert_ffn_dim");
+    REQUIRE(e->every >= 1, v, "model.moe.every",
+            "every must be at least 1 (an MoE layer every "
+            "k-th layer)");
+    REQUIRE(e->first_dense_layers < m->n_layers, v, "model.moe.first_dense_layers",
+            "first_dense_layers (%u) leaves no MoE layer among %u layers", e->first_dense_layers,
+            m->n_layers);
+    REQUIRE(e->capacity_factor >= 0, v, "model.moe.capacity_factor",
+            "capacity_factor must be 0 (no dropping) or positive, got %g", e->capacity_factor);
+    return 0;
+}
+
+static int check_rope(vctx *v, const char *where, const Baton__Rope *r) {
+    char f[96];
+    snprintf(f, sizeof f, "%s.theta", where);
+    REQUIRE(r->theta > 0, v, f, "rope theta must be positive, got %g", r->theta);
+    const Baton__RopeScaling *s = r->scaling;
+    if (s == NULL || s->type == BATON__ROPE_SCALING__TYPE__NONE) return 0;
+    snprintf(f, sizeof f, "%s.scaling.factor", where);
+    REQUIRE(s->factor >= 1, v, f, "scaling factor must be at least 1, got %g", s->factor);
+    int needs_orig =
+        s->type == BATON__ROPE_SCALING__TYPE__LLAMA3 || s->type == BATON__ROPE_SCALING__TYPE__YARN;
+    snprintf(f, sizeof f, "%s.scaling.original_max_position", where);
+    REQUIRE(!needs_orig || s->original_max_position > 0, v, f,
+            "llama3 and yarn scaling need original_max_position (the pretraining context, "
+            "e.g. 8K)");
+    snprintf(f, sizeof f, "%s.scaling.high_freq_factor", where);
+    REQUIRE(s->type != BATON__ROPE_SCALING__TYPE__LLAMA3 ||
+                s->high_freq_factor > s->low_freq_factor,
+            v, f, "high_freq_factor (%g) must exceed low_freq_factor (%g)", s->high_freq_factor,
+            s->low_freq_factor);
+    snprintf(f, sizeof f, "%s.scaling.beta_fast", where);
+    REQUIRE(s->type != BATON__ROPE_SCALING__TYPE__YARN || s->beta_fast > s->beta_slow, v, f,
+            "beta_fast (%g) must exceed beta_slow (%g)", s->beta_fast, s->beta_slow);
+    return 0;
+}
+
+static int check_model(vctx *v, const Baton__Model *m) {
+    REQUIRE(m != NULL, v, "",
+            "missing model: expected model: {arch, dim, n_layers, n_heads, "
+            "ffn_dim, vocab_size}");
+    REQUIRE(m->dim > 0, v, "model.dim", "expected a positive model dim");
+    REQUIRE(m->n_layers > 0, v, "model.n_layers", "expected a positive number of layers");
+    REQUIRE(m->n_heads > 0, v, "model.n_heads", "expected a positive number of heads");
+    REQUIRE(m->vocab_size > 0, v, "model.vocab_size", "expected a positive vocab_size");
+    REQUIRE(m->dim % m->n_heads == 0, v, "model.n_heads", "dim %u is not divisible by n_heads %u",
+            m->dim, m->n_heads);
+    REQUIRE((m->dim / m->n_heads) % 2 == 0, v, "model.n_heads",
+            "head dim %u (dim / n_heads) must be even for RoPE", m->dim / m->n_heads);
+    uint32_t kv = m->n_kv_heads ? m->n_kv_heads : m->n_heads;
+    REQUIRE(kv <= m->n_heads && m->n_heads % kv == 0, v, "model.n_kv_heads",
+            "n_kv_heads %u must divide n_heads %u (grouped-query attention)", kv, m->n_heads);
+    REQUIRE(m->arch == BATON__MODEL__ARCH__MOE || m->ffn_dim > 0, v, "model.ffn_dim",
+            "expected a positive ffn_dim");
+    REQUIRE(m->norm_eps > 0 && m->norm_eps < 1, v, "model.norm_eps",
+            "norm_eps must be in (0, 1), got %g", m->norm_eps);
+    int rc = check_moe(v, m);
+    if (rc == 0 && m->rope != NULL) rc = check_rope(v, "model.rope", m->rope);
+    return rc;
+}
+
+static int check_cluster(vctx *v, const Baton__Cluster *c) {
+    REQUIRE(c != NULL, v, "", "missing cluster: expected cluster: {nodes, gpus_per_node}");
+    REQUIRE(c->nodes >= 1, v, "cluster.nodes", "expected at least 1 node");
+    REQUIRE(c->gpus_per_node >= 1, v, "cluster.gpus_per_node",
+            "expected at least 1 device per node");
+    REQUIRE(c->mfu > 0 && c->mfu <= 1, v, "cluster.mfu", "mfu must be in (0, 1], got %g", c->mfu);
+    return 0;
+}
+
+static int check_sizes(vctx *v) {
+    const Baton__Stage *s = v->eff;
+    REQUIRE(s->steps > 0, v, "steps", "expected a positive number of steps");
+    REQUIRE(s->seq_len > 0, v, "seq_len", "expected a positive seq_len (e.g. 8K)");
+    REQUIRE(s->global_batch > 0, v, "global_batch", "expected a positive global_batch (sequences)");
+    REQUIRE(s->micro_batch > 0, v, "micro_batch", "expected a positive micro_batch");
+    return 0;
+}
+
+static int check_degrees(vctx *v, const Baton__Parallel *p) {
+    REQUIRE(p->tp >= 1, v, "parallel.tp", "tp must be at least 1 (\"auto\" is only for dp)");
+    REQUIRE(p->pp >= 1, v, "parallel.pp", "pp must be at least 1 (\"auto\" is only for dp)");
+    REQUIRE(p->cp >= 1, v, "parallel.cp", "cp must be at least 1 (\"auto\" is only for dp)");
+    REQUIRE(p->ep >= 1, v, "parallel.ep", "ep must be at least 1 (\"auto\" is only for dp)");
+    REQUIRE(p->zero <= 3, v, "parallel.zero", "zero must be 0, 1, 2 or 3, got %u", p->zero);
+    REQUIRE(p->virtual_stages >= 1, v, "parallel.virtual_stages",
+            "virtual_stages must be at least 1");
+    return 0;
+}
+
+static int check_world(vctx *v, const Baton__Parallel *p, const Baton__Cluster *c,
+                       uint32_t *dp_out) {
+    uint64_t world = (uint64_t)c->nodes * c->gpus_per_node;
+    uint64_t inner = (uint64_t)p->tp * p->pp * p->cp;
+    uint32_t dp = p->dp;
+    if (dp == 0) {
+        REQUIRE(world % inner == 0, v, "parallel",
+                "dp auto: tp×pp×cp = %u×%u×%u = %llu does not divide the %llu devices of the "
+                "cluster (%u nodes × %u)",
+                p->tp, p->pp, p->cp, (unsigned long long)inner, (unsigned long long)world, c->nodes,
+                c->gpus_per_node);
+        dp = (uint32_t)(world / inner);
+    }
+    REQUIRE(inner * dp == world, v, "parallel",
+            "tp×pp×dp×cp = %u×%u×%u×%u = %llu but the cluster has %u nodes × %u devices = "
+            "%llu (set dp: auto to derive dp)",
+            p->tp, p->pp, dp, p->cp, (unsigned long long)(inner * dp), c->nodes, c->gpus_per_node,
+            (unsigned long long)world);
+    *dp_out = dp;
+    return 0;
+}
+
+static int check_model_split(vctx *v, const Baton__Model *m, const Baton__Parallel *p) {
+    uint32_t kv = m->n_kv_heads ? m->n_kv_heads : m->n_heads;
+    REQUIRE(m->n_heads % p->tp == 0, v, "parallel.tp",
+            "tp %u does not divide n_heads %u: each tensor-parallel rank needs whole heads", p->tp,
+            m->n_heads);
+    REQUIRE(kv % p->tp == 0 || p->tp % kv == 0, v, "parallel.tp",
+            "tp %u and n_kv_heads %u: kv heads must split evenly (tp divides them) or be "
+            "replicated (they divide tp)",
+            p->tp, kv);
+    REQUIRE(m->ffn_dim % p->tp == 0, v, "parallel.tp", "tp %u does not divide ffn_dim %u", p->tp,
+            m->ffn_dim);
+    REQUIRE(m->vocab_size % p->tp == 0, v, "parallel.tp",
+            "tp %u does not divide vocab_size %u (vocab-parallel embedding)", p->tp, m->vocab_size);
+    uint32_t chunks = p->pp * p->virtual_stages;
+    REQUIRE(m->n_layers >= chunks, v, "parallel.pp",
+            "pp %u × virtual_stages %u = %u pipeline chunks but the model has only %u layers",
+            p->pp, p->virtual_stages, chunks, m->n_layers);
+    REQUIRE(p->virtual_stages == 1 || m->n_layers % chunks == 0, v, "parallel.virtual_stages",
+            "interleaved pipelines need n_layers (%u) divisible by pp × virtual_stages (%u)",
+            m->n_layers, chunks);
+    return 0;
+}
+
+static int check_sequence(vctx *v, const Baton__Model *m, const Baton__Parallel *p) {
+    const Baton__Stage *s = v->eff;
+    REQUIRE(p->cp == 1 || s->seq_len % (2ull * p->cp) == 0, v, "seq_len",
+            "seq_len %llu must be divisible by 2×cp = %u (load-balanced context split)",
+            (unsigned long long)s->seq_len, 2 * p->cp);
+    REQUIRE(p->cp_comm != BATON__PARALLEL__CP_COMM__ULYSSES || m->n_heads % (p->tp * p->cp) == 0, v,
+            "parallel.cp_comm",
+            "ulysses needs n_heads %u divisible by tp×cp = %u (heads are spread over the cp "
+            "ranks)",
+            m->n_heads, p->tp * p->cp);
+    REQUIRE(!p->sequence_parallel || p->tp == 1 || (s->seq_len / p->cp) % p->tp == 0, v,
+            "parallel.sequence_parallel",
+            "sequence parallelism needs the per-rank sequence %llu divisible by tp %u",
+            (unsigned long long)(s->seq_len / p->cp), p->tp);
+    return 0;
+}
+
+static int check_batch(vctx *v, uint32_t dp) {
+    const Baton__Stage *s = v->eff;
+    uint64_t per_step = s->micro_batch * (uint64_t)dp;
+    REQUIRE(s->global_batch % per_step == 0, v, "global_batch",
+            "global_batch %llu is not a multiple of micro_batch × dp = %llu × %u = %llu",
+            (unsigned long long)s->global_batch, (unsigned long long)s->micro_batch, dp,
+            (unsigned long long)per_step);
+    return 0;
+}
+
+static int check_experts(vctx *v, const Baton__Model *m, const Baton__Parallel *p, uint32_t dp) {
+    if (p->ep == 1) return 0;
+    REQUIRE(m->arch == BATON__MODEL__ARCH__MOE, v, "parallel.ep",
+            "ep %u needs an MoE model (model.arch: moe)", p->ep);
+    REQUIRE(m->moe->n_experts % p->ep == 0, v, "parallel.ep", "ep %u does not divide n_experts %u",
+            p->ep, m->moe->n_experts);
+    REQUIRE(((uint64_t)dp * p->cp) % p->ep == 0, v, "parallel.ep",
+            "ep %u must divide dp×cp = %u×%u: expert-parallel ranks are taken from the "
+            "data- and context-parallel ranks",
+            p->ep, dp, p->cp);
+    return 0;
+}
+
+static int check_layout(vctx *v, const Baton__Parallel *p, const Baton__Cluster *c, uint32_t dp) {
+    layout l;
+    bt_diag d;
+    bt_diag_init(&d);
+    if (layout_init(&l, p->tp, p->cp, dp, p->pp, p->ep, p->order, c->gpus_per_node, &d) != 0)
+        return verr(v, "parallel.order", "%s", d.msg);
+    return 0;
+}
+
+static int check_precision(vctx *v, const Baton__Model *m, const Baton__Precision *pr) {
+    if (pr == NULL || pr->type != BATON__PRECISION__TYPE__FP8) return 0;
+    REQUIRE(m->dim % 16 == 0 && m->ffn_dim % 16 == 0, v, "precision",
+            "fp8 GEMMs need dim (%u) and ffn_dim (%u) divisible by 16", m->dim, m->ffn_dim);
+    REQUIRE(pr->amax_history >= 1, v, "precision.amax_history",
+            "fp8 delayed scaling needs amax_history of at least 1");
+    REQUIRE(pr->margin <= 8, v, "precision.margin",
+            "fp8 margin is a power-of-two exponent, expected 0..8, got %u", pr->margin);
+    return 0;
+}
+
+static int check_optimizer(vctx *v, const Baton__Optimizer *o) {
+    if (o == NULL) return 0;
+    REQUIRE(o->lr > 0, v, "optimizer.lr", "lr must be positive, got %g", o->lr);
+    REQUIRE(o->min_lr >= 0 && o->min_lr <= o->lr, v, "optimizer.min_lr",
+            "min_lr must be between 0 and lr (%g), got %g", o->lr, o->min_lr);
+    REQUIRE(o->weight_decay >= 0, v, "optimizer.weight_decay", "weight_decay must be >= 0");
+    REQUIRE(o->grad_clip >= 0, v, "optimizer.grad_clip", "grad_clip must be >= 0 (0 = off)");
+    REQUIRE(o->beta1 >= 0 && o->beta1 < 1, v, "optimizer.beta1", "beta1 must be in [0, 1)");
+    REQUIRE(o->beta2 >= 0 && o->beta2 < 1, v, "optimizer.beta2", "beta2 must be in [0, 1)");
+    REQUIRE(o->eps > 0, v, "optimizer.eps", "eps must be positive");
+    return 0;
+}
+
+static int check_policies(vctx *v) {
+    const Baton__CheckpointPolicy *c = v->eff->checkpoint;
+    if (c != NULL) {
+        REQUIRE(c->every_steps >= 1, v, "checkpoint.every_steps", "every_steps must be >= 1");
+        REQUIRE(c->keep >= 1, v, "checkpoint.keep", "keep must be >= 1");
+    }
+    const Baton__RestartPolicy *r = v->eff->restart;
+    if (r != NULL && r->heartbeat_timeout != NULL)
+        REQUIRE(r->heartbeat_timeout->seconds >= 1, v, "restart.heartbeat_timeout",
+                "heartbeat_timeout must be at least 1s");
+    return 0;
+}
+
+static int check_stage(vctx *v, const Baton__Recipe *r) {
+    static const Baton__Parallel par0 = BATON__PARALLEL__INIT;
+    const Baton__Parallel *p = v->eff->parallel ? v->eff->parallel : &par0;
+    uint32_t dp = 0;
+    int rc = check_sizes(v);
+    rc = rc ? rc : check_degrees(v, p);
+    rc = rc ? rc : check_world(v, p, r->cluster, &dp);
+    rc = rc ? rc : check_model_split(v, r->model, p);
+    rc = rc ? rc : check_sequence(v, r->model, p);
+    rc = rc ? rc : check_batch(v, dp);
+    rc = rc ? rc : check_experts(v, r->model, p, dp);
+    rc = rc ? rc : check_layout(v, p, r->cluster, dp);
+    rc = rc ? rc : check_precision(v, r->model, v->eff->precision);
+    rc = rc ? rc : check_optimizer(v, v->eff->optimizer);
+    rc = rc ? rc : check_policies(v);
+    if (rc == 0 && v->eff->rope != NULL) rc = check_rope(v, "rope", v->eff->rope);
+    return rc;
+}
+
+static int check_stage_names(vctx *v, const Baton__Recipe *r) {
+    for (size_t i = 0; i < r->n_stages; i++) {
+        if (r->stages[i]->name == NULL || r->stages[i]->name[0] == '\0') {
+            char f[64];
+            snprintf(f, sizeof f, "stages[%zu]", i);
+            return verr(v, f, "every stage needs a name, e.g. {name: pretrain, steps: 1000}");
+        }
+        for (size_t j = 0; j < i; j++)
+            if (r->stages[i]->name && r->stages[j]->name &&
+                strcmp(r->stages[i]->name, r->stages[j]->name) == 0) {
+                char f[64];
+                snprintf(f, sizeof f, "stages[%zu].name", i);
+                return verr(v, f, "duplicate stage name \"%s\" (also stages[%zu])",
+                            r->stages[i]->name, j);
+            }
+    }
+    return 0;
+}
+
+int recipe_validate(const recipe_doc *doc, bt_diag *diag) {
+    const Baton__Recipe *r = doc->recipe;
+    vctx v = {.doc = doc, .diag = diag, .stage = -1};
+    int rc = check_model(&v, r->model);
+    rc = rc ? rc : check_cluster(&v, r->cluster);
+    if (rc == 0 && r->n_stages == 0)
+        rc = verr(&v, "stages",
+                  "no stages: a recipe needs at least one stage, e.g. stages: "
+                  "[{name: pretrain, steps: 1000}]");
+    rc = rc ? rc : check_stage_names(&v, r);
+    for (size_t i = 0; rc == 0 && i < r->n_stages; i++) {
+        Baton__Stage *eff = NULL;
+        rc = recipe_effective_stage(doc, i, &eff);
+        if (rc != 0) {
+            bt_diag_set(diag, "%s: %s", doc->file, bt_strerror(rc));
+            return rc;
+        }
+        v.stage = (long)i, v.eff = eff;
+        v.stage_name = eff->name ? eff->name : "";
+        rc = check_stage(&v, r);
+        protobuf_c_message_free_unpacked(&eff->base, NULL);
+    }
+    return rc;
+}

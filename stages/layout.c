@@ -1,0 +1,235 @@
+/* Rank layout arithmetic (see layout.h for the model).
+ *
+ * Invariants kept by layout_init:
+ *   - tp, cp, dp, pp each occupy one slot of the order; stride[d] is the product of
+ *     the sizes of the dense dims before d, so rank = sum c[d] * stride[d] over the
+ *     dense dims (tp, cp, dp, pp) and world = tp * cp * dp * pp.
+ *   - The expert view splits the "block index" of a rank, b = c[f] + size[f] * c[s]
+ *     (f = the faster of cp and dp, s = the slower), into ep = b % ep (fastest) and
+ *     edp = b / ep. When cp and dp are adjacent the block is a contiguous run of
+ *     strides, so stride[EP] = stride[f] and stride[EDP] = stride[f] * ep. They must be
+ *     adjacent whenever ep > 1; with ep == 1 they need not be, and then EDP (which is
+ *     the whole cp x dp block) has no single stride: stride[EDP] is 0.
+ * Groups are built through coordinates, never through strides, so they are right in
+ * both cases. */
+#include "layout.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define LAYOUT_DEFAULT_ORDER "tp-cp-ep-dp-pp"
+
+static const char *const dim_names[LAYOUT_NDIMS] = {"tp", "cp", "dp", "pp", "ep", "edp"};
+
+const char *layout_dim_name(enum layout_dim dim) {
+    return (unsigned)dim < LAYOUT_NDIMS ? dim_names[dim] : "?";
+}
+
+/* The parsed order: dims[] in order, fastest first; n counts the tokens (4 or 5).
+ * Duplicates are rejected before they are stored, so five slots always suffice. */
+typedef struct order_parse {
+    enum layout_dim dims[5];
+    int n;
+} order_parse;
+
+static int order_token_dim(const char *tok, size_t len) {
+    for (int d = 0; d <= LAYOUT_EP; d++)
+        if (strlen(dim_names[d]) == len && strncmp(dim_names[d], tok, len) == 0) return d;
+    return -1;
+}
+
+static int order_parse_string(const char *order, order_parse *op, bt_diag *diag) {
+    int seen[LAYOUT_NDIMS] = {0};
+    const char *p = order;
+    op->n = 0;
+    for (;;) {
+        const char *end = strchr(p, '-');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        int d = order_token_dim(p, len);
+        if (d < 0) {
+            bt_diag_set(diag,
+                        "parallel.order \"%s\": unknown token \"%.*s\"; valid tokens are tp, cp, "
+                        "ep, dp, pp separated by '-' (e.g. \"tp-cp-ep-dp-pp\")",
+                        order, (int)len, p);
+            return BT_EINVAL;
+        }
+        if (seen[d]++) {
+            bt_diag_set(diag, "parallel.order \"%s\": \"%s\" is named twice; name each once", order,
+                        dim_names[d]);
+            return BT_EINVAL;
+        }
+        op->dims[op->n++] = (enum layout_dim)d;
+        if (end == NULL) break;
+        p = end + 1;
+    }
+    for (int d = LAYOUT_TP; d <= LAYOUT_PP; d++) {
+        if (!seen[d]) {
+            bt_diag_set(diag,
+                        "parallel.order \"%s\": \"%s\" is missing; tp, cp, dp and pp must "
+                        "each be named once",
+                        order, dim_names[d]);
+            return BT_EINVAL;
+        }
+    }
+    return BT_OK;
+}
+
+static int order_position(const order_parse *op, enum layout_dim d, int skip_ep) {
+    int pos = 0;
+    for (int i = 0; i < op->n; i++) {
+        if (op->dims[i] == d) return pos;
+        if (!(skip_ep && op->dims[i] == LAYOUT_EP)) pos++;
+    }
+    return -1;
+}
+
+/* With ep > 1 the cp x dp block must be contiguous (cp and dp adjacent once ep is left
+ * out) and a named ep must sit next to it. */
+static int order_check_expert(const char *order, const order_parse *op, bt_diag *diag) {
+    int pc = order_position(op, LAYOUT_CP, 1), pd = order_position(op, LAYOUT_DP, 1);
+    if (pc - pd != 1 && pd - pc != 1) {
+        bt_diag_set(diag,
+                    "parallel.order \"%s\": with ep > 1, cp and dp must be adjacent (ep splits "
+                    "the cp x dp block), e.g. \"tp-cp-ep-dp-pp\"",
+                    order);
+        return BT_EINVAL;
+    }
+    int pe = order_position(op, LAYOUT_EP, 0);
+    if (pe < 0) return BT_OK;
+    int near = 0;
+    for (int i = pe - 1; i <= pe + 1; i += 2)
+        if (i >= 0 && i < op->n && (op->dims[i] == LAYOUT_CP || op->dims[i] == LAYOUT_DP)) near = 1;
+    if (!near) {
+        bt_diag_set(diag,
+                    "parallel.order \"%s\": ep must sit next to cp or dp (it lives inside the cp "
+                    "x dp block), e.g. \"tp-cp-ep-dp-pp\"",
+                    order);
+        return BT_EINVAL;
+    }
+    return BT_OK;
+}
+
+static int layout_check_sizes(uint32_t tp, uint32_t cp, uint32_t dp, uint32_t pp, uint32_t ep,
+                              uint32_t gpus_per_node, bt_diag *diag) {
+    if (tp == 0 || cp == 0 || dp == 0 || pp == 0 || ep == 0 || gpus_per_node == 0) {
+        bt_diag_set(diag,
+                    "parallel sizes must be at least 1 (got tp %u, cp %u, dp %u, pp %u, ep %u, "
+                    "gpus_per_node %u)",
+                    tp, cp, dp, pp, ep, gpus_per_node);
+        return BT_EINVAL;
+    }
+    uint64_t world = (uint64_t)tp * cp * dp * pp;
+    if (world > UINT32_MAX) {
+        bt_diag_set(diag, "tp*cp*dp*pp = %llu ranks is too many", (unsigned long long)world);
+        return BT_ERANGE;
+    }
+    if (((uint64_t)cp * dp) % ep != 0) {
+        bt_diag_set(diag,
+                    "parallel.ep %u must divide cp*dp = %u (the expert view re-splits the cp x "
+                    "dp block into ep x edp)",
+                    ep, cp * dp);
+        return BT_EINVAL;
+    }
+    return BT_OK;
+}
+
+static void layout_set_strides(layout *l, const order_parse *op) {
+    uint32_t stride = 1;
+    for (int i = 0; i < op->n; i++) {
+        enum layout_dim d = op->dims[i];
+        if (d == LAYOUT_EP) continue;
+        l->stride[d] = stride;
+        stride *= l->size[d];
+    }
+    enum layout_dim fast = l->stride[LAYOUT_CP] < l->stride[LAYOUT_DP] ? LAYOUT_CP : LAYOUT_DP;
+    enum layout_dim slow = fast == LAYOUT_CP ? LAYOUT_DP : LAYOUT_CP;
+    int contiguous = l->stride[slow] == l->stride[fast] * l->size[fast];
+    l->stride[LAYOUT_EP] = l->stride[fast];
+    l->stride[LAYOUT_EDP] = contiguous ? l->stride[fast] * l->size[LAYOUT_EP] : 0;
+}
+
+int layout_init(layout *l, uint32_t tp, uint32_t cp, uint32_t dp, uint32_t pp, uint32_t ep,
+                const char *order, uint32_t gpus_per_node, bt_diag *diag) {
+    memset(l, 0, sizeof *l);
+    if (order == NULL || order[0] == '\0') order = LAYOUT_DEFAULT_ORDER;
+    if (strlen(order) >= sizeof l->order) {
+        bt_diag_set(diag, "parallel.order \"%.40s...\" is too long", order);
+        return BT_EINVAL;
+    }
+    int rc = layout_check_sizes(tp, cp, dp, pp, ep, gpus_per_node, diag);
+    if (rc != BT_OK) return rc;
+    order_parse op;
+    rc = order_parse_string(order, &op, diag);
+    if (rc == BT_OK && ep > 1) rc = order_check_expert(order, &op, diag);
+    if (rc != BT_OK) return rc;
+    l->size[LAYOUT_TP] = tp;
+    l->size[LAYOUT_CP] = cp;
+    l->size[LAYOUT_DP] = dp;
+    l->size[LAYOUT_PP] = pp;
+    l->size[LAYOUT_EP] = ep;
+    l->size[LAYOUT_EDP] = cp * dp / ep;
+    l->world = tp * cp * dp * pp;
+    l->gpus_per_node = gpus_per_node;
+    snprintf(l->order, sizeof l->order, "%s", order);
+    layout_set_strides(l, &op);
+    return BT_OK;
+}
+
+/* The faster-varying of cp and dp; the block index is c[fast] + size[fast] * c[slow]. */
+static enum layout_dim block_fast_dim(const layout *l) {
+    return l->stride[LAYOUT_CP] < l->stride[LAYOUT_DP] ? LAYOUT_CP : LAYOUT_DP;
+}
+
+static void coord_expert_from_dense(const layout *l, layout_coord *c) {
+    enum layout_dim f = block_fast_dim(l), s = f == LAYOUT_CP ? LAYOUT_DP : LAYOUT_CP;
+    uint32_t block = c->c[f] + l->size[f] * c->c[s];
+    c->c[LAYOUT_EP] = block % l->size[LAYOUT_EP];
+    c->c[LAYOUT_EDP] = block / l->size[LAYOUT_EP];
+}
+
+static void coord_dense_from_expert(const layout *l, layout_coord *c) {
+    enum layout_dim f = block_fast_dim(l), s = f == LAYOUT_CP ? LAYOUT_DP : LAYOUT_CP;
+    uint32_t block = c->c[LAYOUT_EP] + l->size[LAYOUT_EP] * c->c[LAYOUT_EDP];
+    c->c[f] = block % l->size[f];
+    c->c[s] = block / l->size[f];
+}
+
+layout_coord layout_coord_of(const layout *l, uint32_t rank) {
+    layout_coord c;
+    memset(&c, 0, sizeof c);
+    for (int d = LAYOUT_TP; d <= LAYOUT_PP; d++)
+        c.c[d] = (rank / l->stride[d]) % l->size[d];
+    coord_expert_from_dense(l, &c);
+    return c;
+}
+
+/* Uses the dense coordinates (tp, cp, dp, pp); ep and edp are derived from them. */
+uint32_t layout_rank_of(const layout *l, const layout_coord *c) {
+    uint32_t rank = 0;
+    for (int d = LAYOUT_TP; d <= LAYOUT_PP; d++)
+        rank += c->c[d] * l->stride[d];
+    return rank;
+}
+
+static uint32_t group_member(const layout *l, enum layout_dim dim, layout_coord c, uint32_t i) {
+    c.c[dim] = i;
+    if (dim == LAYOUT_EP || dim == LAYOUT_EDP) coord_dense_from_expert(l, &c);
+    return layout_rank_of(l, &c);
+}
+
+uint32_t layout_group(const layout *l, enum layout_dim dim, uint32_t rank, uint32_t *out) {
+    if ((unsigned)dim >= LAYOUT_NDIMS) return 0;
+    layout_coord c = layout_coord_of(l, rank);
+    for (uint32_t i = 0; i < l->size[dim]; i++)
+        out[i] = group_member(l, dim, c, i);
+    return l->size[dim];
+}
+
+int layout_group_crosses_nodes(const layout *l, enum layout_dim dim, uint32_t rank) {
+    if ((unsigned)dim >= LAYOUT_NDIMS) return 0;
+    layout_coord c = layout_coord_of(l, rank);
+    uint32_t node = layout_node_of(l, rank);
+    for (uint32_t i = 0; i < l->size[dim]; i++)
+        if (layout_node_of(l, group_member(l, dim, c, i)) != node) return 1;
+    return 0;
+}

@@ -1,0 +1,144 @@
+/* `baton plan`: what a resolved stage costs before any hardware is touched: exact
+ * parameter counts, the rank layout, memory per GPU for the heaviest rank,
+ * communication per step by group, FLOPs per step and an estimated step time. */
+#ifndef BATON_PLAN_H
+#define BATON_PLAN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "layout.h"
+#include "stage_spec.pb-c.h"
+#include "util/err.h"
+
+typedef struct plan_params {
+    uint64_t embedding;   /* vocab * dim */
+    uint64_t attn_layer;  /* q, k, v, o with GQA */
+    uint64_t mlp_layer;   /* dense SwiGLU, 3 * dim * ffn */
+    uint64_t moe_layer;   /* router + experts + shared experts (0 when dense) */
+    uint64_t norms_layer; /* two RMSNorm weight vectors */
+    uint64_t final_norm;
+    uint64_t head; /* untied LM head, dim * vocab */
+    uint32_t n_dense_layers;
+    uint32_t n_moe_layers;
+    uint64_t total;
+    uint64_t active; /* parameters a token touches (top-k experts) */
+    /* One MoE layer's parts (all 0 when dense): moe_layer = router + experts + shared. */
+    uint64_t moe_router;  /* dim * n_experts, replicated across tp */
+    uint64_t moe_experts; /* n_experts * 3 * dim * expert_ffn, split by ep and tp */
+    uint64_t moe_shared;  /* n_shared * 3 * dim * expert_ffn, split by tp */
+    uint32_t n_experts, top_k;
+    uint32_t moe_first_dense, moe_every; /* layer pattern, see plan_layer_is_moe */
+    uint32_t n_layers;
+} plan_params;
+
+typedef struct plan_memory {
+    double params, grads, optimizer, activations, total; /* bytes, heaviest rank */
+    double capacity;                                     /* device memory, bytes */
+    int fits; /* 1 fits, 0 does not, -1 capacity not given */
+    uint32_t heaviest_pp_stage;
+    uint64_t params_on_rank;   /* parameters held by the heaviest rank */
+    double act_per_microbatch; /* bytes for one micro-batch on that rank */
+    uint32_t microbatches_in_flight;
+    /* The pieces behind the figures above, for the report's formulas. */
+    uint32_t layers_on_stage, moe_layers_on_stage;
+    uint64_t dense_params_on_rank;                /* split by tp (norms, routers replicated) */
+    uint64_t expert_params_on_rank;               /* routed experts, split by ep and tp */
+    double weight_bytes, grad_bytes, optim_bytes; /* per parameter */
+    uint32_t optim_shards_dense;  /* ZeRO-1 divisor of dense optimizer state: dp*cp or 1 */
+    uint32_t optim_shards_expert; /* ... of expert optimizer state: edp or 1 */
+    double act_per_layer;         /* one layer, one micro-batch, kept from forward to backward */
+    double act_working_set;       /* full recompute: one layer's full activations, once */
+    double act_logits;            /* last stage: fp32 logits of one micro-batch */
+} plan_memory;
+
+enum plan_comm_group {
+    PLAN_COMM_TP = 0,
+    PLAN_COMM_PP,
+    PLAN_COMM_DP,
+    PLAN_COMM_CP,
+    PLAN_COMM_EP,
+    PLAN_COMM_NGROUPS
+};
+
+typedef struct plan_comm {
+    double bytes[PLAN_COMM_NGROUPS];   /* bytes each rank sends per optimizer step */
+    double seconds[PLAN_COMM_NGROUPS]; /* at the link bandwidth the group runs on */
+    int crosses_nodes[PLAN_COMM_NGROUPS];
+    uint32_t group_size[PLAN_COMM_NGROUPS];       /* ranks in the group (dp: dp*cp) */
+    uint32_t busiest_pp_stage[PLAN_COMM_NGROUPS]; /* whose rank the figures are */
+} plan_comm;
+
+/* What the estimates read from a StageSpec, with the proto defaults (or the fallback
+ * named in the comment) filled in wherever a submessage or field is absent. */
+typedef struct plan_shape {
+    uint32_t dim, n_layers, n_heads, n_kv_heads, head_dim, vocab; /* n_kv 0 -> n_heads */
+    uint64_t seq_len, micro_batch, global_batch; /* global_batch 0 -> micro_batch * dp */
+    uint32_t tp, cp, dp, pp, ep, virtual_stages, zero;
+    int sequence_parallel, cp_ulysses;
+    Baton__Stage__Recompute recompute;
+    Baton__Precision__Type precision;
+    uint32_t nodes, gpus_per_node;
+    double capacity;           /* device memory, bytes; 0 = not given */
+    double intra_bw, inter_bw; /* bytes/s per GPU; 0 = not given */
+    double peak_flops;         /* per GPU at the stage's precision, FLOP/s; 0 = not given */
+    double mfu;                /* 0 or absent -> 0.4 */
+} plan_shape;
+
+#define PLAN_MAX_WARNINGS 16
+
+typedef struct plan_stage {
+    plan_params params;
+    layout lay;
+    plan_memory mem;
+    plan_comm comm;
+    double flops_per_step; /* model FLOPs (6 N T + attention), whole cluster */
+    double compute_s;      /* flops / (world * peak * mfu) */
+    double step_time_s;    /* compute + non-overlapped communication estimate */
+    uint64_t microbatches; /* per data-parallel rank per step */
+    char warnings[PLAN_MAX_WARNINGS][256];
+    int n_warnings;
+    plan_shape shape;
+    double hw_flops_per_step; /* flops_per_step plus what recomputation repeats */
+    double tokens_per_step;   /* global_batch * seq_len */
+    double exposed_comm_s;    /* the communication step_time_s adds to compute_s */
+    double tokens_per_s;      /* 0 when the step time is unknown */
+    double bubble;            /* pipeline bubble fraction, (pp-1)/(v*m+pp-1), v = virtual_stages */
+} plan_stage;
+
+/* Computes everything for one resolved stage (spec->stage fully resolved, dp != 0). */
+int plan_stage_build(const Baton__StageSpec *spec, plan_stage *out, bt_diag *diag);
+
+/* Exact parameter counts of a model. */
+int plan_params_count(const Baton__Model *m, plan_params *out, bt_diag *diag);
+
+/* The parts of plan_stage_build, in the order it calls them; exposed for tests and for
+ * callers that need one figure. Each later part reads what the earlier ones filled in
+ * (shape, params, lay, microbatches). */
+int plan_shape_resolve(const Baton__StageSpec *spec, plan_shape *out, bt_diag *diag);
+/* 1 if layer (0-based) is an MoE layer: layer >= first_dense and
+ * (layer - first_dense) % every == 0. */
+int plan_layer_is_moe(const plan_params *p, uint32_t layer);
+/* Pipeline stage `stage` of pp holds n layers starting at *first (layers split evenly,
+ * the remainder going to the first stages), n_moe of them MoE. */
+void plan_pp_stage_layers(const plan_params *p, uint32_t pp, uint32_t stage, uint32_t *first,
+                          uint32_t *n, uint32_t *n_moe);
+/* Memory of a rank on pipeline stage `stage`; plan_memory_estimate picks the heaviest. */
+void plan_memory_for_pp_stage(const plan_stage *ps, uint32_t stage, plan_memory *out);
+void plan_memory_estimate(const plan_stage *ps, plan_memory *out);
+void plan_comm_estimate(const plan_stage *ps, plan_comm *out);
+/* Fills flops_per_step, hw_flops_per_step, tokens_per_step, compute_s, bubble,
+ * exposed_comm_s, step_time_s and tokens_per_s from the parts above (mem, comm). */
+void plan_time_estimate(plan_stage *ps);
+
+/* The human-readable report for one stage, formulas shown next to the figures. */
+void plan_report_text(FILE *f, const Baton__StageSpec *spec, const plan_stage *ps);
+
+/* The whole plan as JSON:
+ * {"stages": [{"name", "params_total", "world", "layout", "memory_per_gpu":
+ *   {"params", "grads", "optimizer", "activations", "total"}, "fits",
+ *   "comm_bytes_per_step": {"tp", "pp", "dp", "cp", "ep"}, "flops_per_step",
+ *   "warnings": [...]}]} */
+void plan_report_json(FILE *f, Baton__StageSpec *const *specs, const plan_stage *stages, size_t n);
+
+#endif

@@ -1,0 +1,219 @@
+/* Communication, FLOPs and step time per optimizer step.
+ *
+ * Bytes are what one rank sends, with ring-algorithm factors: all-reduce 2(n-1)/n x
+ * size, all-gather and reduce-scatter (n-1)/n x size (size = the full tensor),
+ * all-to-all (n-1)/n x the local tensor. Each group's figure is for its busiest rank
+ * (the pipeline stage where it is largest). With s = seq_len/cp, b = micro_batch,
+ * h = dim, m = micro-batches per step, A = s*b*h*e activation bytes (e = 2, or 4 for
+ * fp32), P = passes over a layer per micro-batch: forward + backward, plus the repeated
+ * forward with full recomputation (P = 2 or 3):
+ *   TP  per layer and pass 2 all-reduces (or, with sequence parallelism, 2 all-gathers
+ *       + 2 reduce-scatters: the same bytes): 4(t-1)/t x A, x layers x m x P.
+ *       The vocab-parallel embedding/loss reductions are left out.
+ *   PP  A/t (sequence parallel) or A per message; a stage sends forward to the next
+ *       stage and gradients back to the previous one: m x virtual_stages x (number of
+ *       neighbours) messages.
+ *   DP  over the dp*cp replicas of a parameter (edp = dp*cp/ep for routed experts):
+ *       ZeRO-1: reduce-scatter fp32 grads + all-gather weights,
+ *       (n-1)/n x params x (4 + weight bytes); without ZeRO: all-reduce of fp32 grads,
+ *       2(n-1)/n x params x 4.
+ *   CP  ring: per layer (cp-1) K/V chunks of 2*s*b*(kv heads per tp rank)*hd*e bytes
+ *       forward, twice that backward (K/V again and dK/dV), once more with full
+ *       recomputation. Ulysses: all-to-alls of q, k, v and o, (cp-1)/cp x
+ *       s*b*hd*e*(2*heads + 2*kv heads) per tp rank, per pass.
+ *   EP  per MoE layer and pass, dispatch + combine all-to-alls of top_k x tokens x h x
+ *       e x (ep-1)/ep, tokens = s*b (/t with sequence parallelism).
+ * Seconds: bytes / the bandwidth of the link the group runs on (intra_node when every
+ * group of that kind stays inside a node, else inter_node; both per GPU).
+ *
+ * FLOPs (whole cluster, per step), T = global_batch * seq_len tokens, L layers:
+ *   model     6 N T + 6 L h seq_len T; N = active parameters less the embedding table
+ *             (a lookup, not a matmul); the attention term is 12 L h s T halved for
+ *             the causal mask.
+ *   hardware  + the forward again under full recomputation (x 4/3), or + the attention
+ *             core's forward 2 L h seq_len T under selective recomputation.
+ * compute_s = model FLOPs / (world x peak x mfu); mfu is end-to-end utilisation, so
+ * the pipeline bubble is taken to be inside it.
+ * step_time_s = compute_s + exposed communication, where TP, CP and EP are exposed in
+ * full (they sit between dependent GEMMs), PP half (1F1B overlaps the sends of one
+ * direction with compute of the other), and DP beyond what hides behind the last
+ * micro-batch's backward (2/3 of compute_s/m). */
+#include "plan.h"
+
+#include <string.h>
+
+typedef struct comm_dims {
+    double s, b, h, e, act; /* local sequence, micro-batch, hidden, bytes/elem, A */
+    double passes;          /* 2, or 3 with full recomputation */
+    double m;               /* micro-batches per step */
+} comm_dims;
+
+static comm_dims comm_dims_of(const plan_stage *ps) {
+    const plan_shape *sh = &ps->shape;
+    comm_dims d;
+    d.s = (double)sh->seq_len / sh->cp;
+    d.b = (double)sh->micro_batch;
+    d.h = sh->dim;
+    d.e = sh->precision == BATON__PRECISION__TYPE__FP32 ? 4 : 2;
+    d.act = d.s * d.b * d.h * d.e;
+    d.passes = sh->recompute == BATON__STAGE__RECOMPUTE__FULL ? 3 : 2;
+    d.m = (double)ps->microbatches;
+    return d;
+}
+
+static double comm_tp(const plan_stage *ps, const comm_dims *d, uint32_t layers) {
+    double t = ps->shape.tp;
+    return t > 1 ? layers * d->m * d->passes * 4 * (t - 1) / t * d->act : 0;
+}
+
+static double comm_pp(const plan_stage *ps, const comm_dims *d, uint32_t stage) {
+    const plan_shape *sh = &ps->shape;
+    if (sh->pp < 2) return 0;
+    double neighbours = (stage > 0) + (stage + 1 < sh->pp);
+    double msg = d->act / (sh->sequence_parallel ? sh->tp : 1);
+    return d->m * sh->virtual_stages * neighbours * msg;
+}
+
+static double dp_volume(double n, double params, double weight_bytes, int zero) {
+    if (n < 2) return 0;
+    if (zero) return (n - 1) / n * params * (4 + weight_bytes);
+    return 2 * (n - 1) / n * params * 4;
+}
+
+static double comm_dp(const plan_stage *ps, uint32_t stage) {
+    plan_memory m;
+    plan_memory_for_pp_stage(ps, stage, &m);
+    int zero = ps->shape.zero > 0;
+    double dense = dp_volume((double)ps->shape.dp * ps->shape.cp, (double)m.dense_params_on_rank,
+                             m.weight_bytes, zero);
+    double expert =
+        dp_volume(ps->lay.size[LAYOUT_EDP], (double)m.expert_params_on_rank, m.weight_bytes, zero);
+    return dense + expert;
+}
+
+static double comm_cp(const plan_stage *ps, const comm_dims *d, uint32_t layers) {
+    const plan_shape *sh = &ps->shape;
+    double cp = sh->cp, t = sh->tp;
+    if (cp < 2) return 0;
+    double kv = sh->n_kv_heads >= sh->tp ? sh->n_kv_heads / t : 1;
+    double heads = sh->n_heads / t, hd = sh->head_dim;
+    double per_layer;
+    if (sh->cp_ulysses) {
+        per_layer = d->passes * (cp - 1) / cp * d->s * d->b * hd * d->e * (2 * heads + 2 * kv);
+    } else {
+        double chunk = 2 * d->s * d->b * kv * hd * d->e;
+        per_layer = (d->passes + 1) * (cp - 1) * chunk;
+    }
+    return layers * d->m * per_layer;
+}
+
+static double comm_ep(const plan_stage *ps, const comm_dims *d, uint32_t moe_layers) {
+    const plan_shape *sh = &ps->shape;
+    double ep = sh->ep;
+    if (ep < 2 || moe_layers == 0) return 0;
+    double tokens = d->s * d->b / (sh->sequence_parallel ? sh->tp : 1);
+    double a2a = ps->params.top_k * tokens * d->h * d->e * (ep - 1) / ep;
+    return moe_layers * d->m * d->passes * 2 * a2a;
+}
+
+static void comm_stage(const plan_stage *ps, const comm_dims *d, uint32_t stage,
+                       double bytes[PLAN_COMM_NGROUPS]) {
+    uint32_t first, n, n_moe;
+    plan_pp_stage_layers(&ps->params, ps->shape.pp, stage, &first, &n, &n_moe);
+    bytes[PLAN_COMM_TP] = comm_tp(ps, d, n);
+    bytes[PLAN_COMM_PP] = comm_pp(ps, d, stage);
+    bytes[PLAN_COMM_DP] = comm_dp(ps, stage);
+    bytes[PLAN_COMM_CP] = comm_cp(ps, d, n);
+    bytes[PLAN_COMM_EP] = comm_ep(ps, d, n_moe);
+}
+
+/* 1 if any group along dim spans more than one node. Visits each group once through
+ * its first member (coordinate 0 along dim), so the cost is O(world). */
+static int any_group_crosses(const layout *l, enum layout_dim dim) {
+    for (uint32_t r = 0; r < l->world; r++) {
+        layout_coord c = layout_coord_of(l, r);
+        if (c.c[dim] == 0 && layout_group_crosses_nodes(l, dim, r)) return 1;
+    }
+    return 0;
+}
+
+/* The data-parallel reduction runs over the whole cp x dp block of a (tp, pp) cell. */
+static int any_block_crosses(const layout *l) {
+    for (uint32_t r = 0; r < l->world; r++) {
+        layout_coord c = layout_coord_of(l, r);
+        if (c.c[LAYOUT_CP] != 0 || c.c[LAYOUT_DP] != 0) continue;
+        for (uint32_t i = 0; i < l->size[LAYOUT_CP] * l->size[LAYOUT_DP]; i++) {
+            layout_coord m = c;
+            m.c[LAYOUT_CP] = i % l->size[LAYOUT_CP];
+            m.c[LAYOUT_DP] = i / l->size[LAYOUT_CP];
+            if (layout_node_of(l, layout_rank_of(l, &m)) != layout_node_of(l, r)) return 1;
+        }
+    }
+    return 0;
+}
+
+static void comm_links(const plan_stage *ps, plan_comm *out) {
+    const layout *l = &ps->lay;
+    const plan_shape *sh = &ps->shape;
+    out->crosses_nodes[PLAN_COMM_TP] = any_group_crosses(l, LAYOUT_TP);
+    out->crosses_nodes[PLAN_COMM_PP] = any_group_crosses(l, LAYOUT_PP);
+    out->crosses_nodes[PLAN_COMM_CP] = any_group_crosses(l, LAYOUT_CP);
+    out->crosses_nodes[PLAN_COMM_EP] = any_group_crosses(l, LAYOUT_EP);
+    out->crosses_nodes[PLAN_COMM_DP] = any_block_crosses(l);
+    out->group_size[PLAN_COMM_TP] = sh->tp;
+    out->group_size[PLAN_COMM_PP] = sh->pp;
+    out->group_size[PLAN_COMM_DP] = sh->dp * sh->cp;
+    out->group_size[PLAN_COMM_CP] = sh->cp;
+    out->group_size[PLAN_COMM_EP] = sh->ep;
+    for (int g = 0; g < PLAN_COMM_NGROUPS; g++) {
+        double bw = out->crosses_nodes[g] ? sh->inter_bw : sh->intra_bw;
+        out->seconds[g] = bw > 0 ? out->bytes[g] / bw : 0;
+    }
+}
+
+void plan_comm_estimate(const plan_stage *ps, plan_comm *out) {
+    memset(out, 0, sizeof *out);
+    comm_dims d = comm_dims_of(ps);
+    for (uint32_t stage = 0; stage < ps->shape.pp; stage++) {
+        double bytes[PLAN_COMM_NGROUPS];
+        comm_stage(ps, &d, stage, bytes);
+        for (int g = 0; g < PLAN_COMM_NGROUPS; g++) {
+            if (stage == 0 || bytes[g] > out->bytes[g]) {
+                out->bytes[g] = bytes[g];
+                out->busiest_pp_stage[g] = stage;
+            }
+        }
+    }
+    comm_links(ps, out);
+}
+
+static void time_flops(plan_stage *ps) {
+    const plan_shape *sh = &ps->shape;
+    const plan_params *p = &ps->params;
+    double tokens = (double)sh->global_batch * (double)sh->seq_len;
+    double n = (double)(p->active - p->embedding);
+    double attn = 6.0 * sh->n_layers * sh->dim * (double)sh->seq_len * tokens;
+    ps->tokens_per_step = tokens;
+    ps->flops_per_step = 6 * n * tokens + attn;
+    ps->hw_flops_per_step = ps->flops_per_step;
+    if (sh->recompute == BATON__STAGE__RECOMPUTE__FULL)
+        ps->hw_flops_per_step *= 4.0 / 3.0;
+    else if (sh->recompute == BATON__STAGE__RECOMPUTE__SELECTIVE)
+        ps->hw_flops_per_step += attn / 3;
+}
+
+void plan_time_estimate(plan_stage *ps) {
+    const plan_shape *sh = &ps->shape;
+    const double *s = ps->comm.seconds;
+    time_flops(ps);
+    double m = ps->microbatches ? (double)ps->microbatches : 1;
+    ps->bubble = (sh->pp - 1.0) / (sh->virtual_stages * m + sh->pp - 1.0);
+    double peak = (double)ps->lay.world * sh->peak_flops * sh->mfu;
+    ps->compute_s = peak > 0 ? ps->flops_per_step / peak : 0;
+    double dp_hidden = 2.0 / 3.0 * ps->compute_s / m;
+    double dp_exposed = s[PLAN_COMM_DP] > dp_hidden ? s[PLAN_COMM_DP] - dp_hidden : 0;
+    ps->exposed_comm_s =
+        s[PLAN_COMM_TP] + s[PLAN_COMM_CP] + s[PLAN_COMM_EP] + s[PLAN_COMM_PP] / 2 + dp_exposed;
+    ps->step_time_s = ps->compute_s > 0 ? ps->compute_s + ps->exposed_comm_s : 0;
+    ps->tokens_per_s = ps->step_time_s > 0 ? ps->tokens_per_step / ps->step_time_s : 0;
+}

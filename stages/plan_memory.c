@@ -1,0 +1,127 @@
+/* Memory per GPU, for each pipeline stage; the heaviest stage is the one reported.
+ *
+ * Parameters on a rank of pipeline stage p: the stage's layers (split evenly, the
+ * remainder to the first stages), plus the embedding on the first stage and the final
+ * norm and head on the last. Attention, dense MLP, shared experts, embedding and head
+ * are split by tp; norms and routers are replicated on every tp rank; routed experts
+ * are split by ep and tp (expert tp = tp).
+ *
+ * Bytes per parameter (Megatron-style mixed precision):
+ *   weights    2 (bf16/fp16/fp8: the bf16 copy the GEMMs read; fp8 copies are
+ *              transient) or 4 (fp32)
+ *   grads      4: fp32 main-grad buffer that micro-batches accumulate into
+ *   optimizer  12 (fp32 master + Adam m + v) or 8 for fp32 weights (no master copy);
+ *              ZeRO-1 (zero >= 1) shards it over the replicas of each parameter:
+ *              dp*cp for dense parameters, edp = dp*cp/ep for routed experts.
+ *
+ * Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in
+ * Large Transformer Models"), per layer and micro-batch, with s = seq_len/cp,
+ * b = micro_batch, h = dim, a = n_heads, t = tp, in bytes for 16-bit activations:
+ *   none       SP: sbh/t (34 + 5as/h)       no SP: sbh (10 + 24/t + 5as/(ht))
+ *   selective  SP: sbh/t * 34               no SP: sbh (10 + 24/t)
+ *   full       SP: 2sbh/t (layer input)     no SP: 2sbh,
+ *              plus one layer's "none" activations once, the recompute working set.
+ * The paper's constants are for a GPT block (4h GeLU MLP, multi-head attention); they
+ * are used as they are for SwiGLU/GQA and for MoE layers (which also keep top_k copies
+ * of routed tokens), so treat them as the paper's estimate, not an exact count.
+ * fp32 activations double them. 1F1B keeps min(pp - p, m) micro-batches in flight on
+ * stage p. The last stage also holds one micro-batch's fp32 logits, s*b*V*4/t. */
+#include "plan.h"
+
+#include <string.h>
+
+static uint64_t div_ceil(uint64_t a, uint64_t b) {
+    return b ? (a + b - 1) / b : a;
+}
+
+static void memory_params(const plan_stage *ps, uint32_t stage, plan_memory *out) {
+    const plan_params *p = &ps->params;
+    const plan_shape *sh = &ps->shape;
+    uint32_t first, n, n_moe;
+    plan_pp_stage_layers(p, sh->pp, stage, &first, &n, &n_moe);
+    uint64_t n_dense = n - n_moe;
+    uint64_t split = n * p->attn_layer + n_dense * p->mlp_layer + n_moe * p->moe_shared;
+    uint64_t replicated = n * p->norms_layer + n_moe * p->moe_router;
+    if (stage == 0) split += p->embedding;
+    if (stage + 1 == sh->pp) {
+        split += p->head;
+        replicated += p->final_norm;
+    }
+    out->layers_on_stage = n;
+    out->moe_layers_on_stage = n_moe;
+    out->dense_params_on_rank = div_ceil(split, sh->tp) + replicated;
+    out->expert_params_on_rank = div_ceil(n_moe * p->moe_experts, (uint64_t)sh->ep * sh->tp);
+    out->params_on_rank = out->dense_params_on_rank + out->expert_params_on_rank;
+}
+
+static void memory_states(const plan_stage *ps, plan_memory *out) {
+    const plan_shape *sh = &ps->shape;
+    int fp32 = sh->precision == BATON__PRECISION__TYPE__FP32;
+    out->weight_bytes = fp32 ? 4 : 2;
+    out->grad_bytes = 4;
+    out->optim_bytes = fp32 ? 8 : 12;
+    out->optim_shards_dense = sh->zero ? sh->dp * sh->cp : 1;
+    out->optim_shards_expert = sh->zero ? ps->lay.size[LAYOUT_EDP] : 1;
+    out->params = out->weight_bytes * (double)out->params_on_rank;
+    out->grads = out->grad_bytes * (double)out->params_on_rank;
+    out->optimizer =
+        out->optim_bytes * ((double)out->dense_params_on_rank / out->optim_shards_dense +
+                            (double)out->expert_params_on_rank / out->optim_shards_expert);
+}
+
+/* Korthikanti's per-layer activations without recomputation. */
+static double act_layer_full(const plan_shape *sh, double s) {
+    double b = (double)sh->micro_batch, h = sh->dim, a = sh->n_heads, t = sh->tp;
+    double sbh = s * b * h;
+    if (sh->sequence_parallel) return sbh / t * (34 + 5 * a * s / h);
+    return sbh * (10 + 24 / t + 5 * a * s / (h * t));
+}
+
+static void memory_activations(const plan_stage *ps, uint32_t stage, plan_memory *out) {
+    const plan_shape *sh = &ps->shape;
+    double s = (double)sh->seq_len / sh->cp, b = (double)sh->micro_batch, h = sh->dim;
+    double t = sh->tp, sbh = s * b * h,
+           scale = sh->precision == BATON__PRECISION__TYPE__FP32 ? 2 : 1;
+    double t_sp = sh->sequence_parallel ? t : 1;
+    out->act_working_set = 0;
+    switch (sh->recompute) {
+    case BATON__STAGE__RECOMPUTE__FULL:
+        out->act_per_layer = 2 * sbh / t_sp;
+        out->act_working_set = act_layer_full(sh, s) * scale;
+        break;
+    case BATON__STAGE__RECOMPUTE__SELECTIVE:
+        out->act_per_layer = sh->sequence_parallel ? sbh * 34 / t : sbh * (10 + 24 / t);
+        break;
+    default:
+        out->act_per_layer = act_layer_full(sh, s);
+        break;
+    }
+    out->act_per_layer *= scale;
+    out->act_logits = stage + 1 == sh->pp ? s * b * sh->vocab * 4 / t : 0;
+    uint64_t in_flight = sh->pp - stage;
+    out->microbatches_in_flight =
+        (uint32_t)(in_flight < ps->microbatches ? in_flight : ps->microbatches);
+    out->act_per_microbatch = out->layers_on_stage * out->act_per_layer + out->act_logits;
+    out->activations = out->microbatches_in_flight * out->layers_on_stage * out->act_per_layer +
+                       out->act_working_set + out->act_logits;
+}
+
+void plan_memory_for_pp_stage(const plan_stage *ps, uint32_t stage, plan_memory *out) {
+    memset(out, 0, sizeof *out);
+    out->heaviest_pp_stage = stage;
+    memory_params(ps, stage, out);
+    memory_states(ps, out);
+    memory_activations(ps, stage, out);
+    out->total = out->params + out->grads + out->optimizer + out->activations;
+    out->capacity = ps->shape.capacity;
+    out->fits = out->capacity > 0 ? out->total <= out->capacity : -1;
+}
+
+void plan_memory_estimate(const plan_stage *ps, plan_memory *out) {
+    plan_memory_for_pp_stage(ps, 0, out);
+    for (uint32_t stage = 1; stage < ps->shape.pp; stage++) {
+        plan_memory m;
+        plan_memory_for_pp_stage(ps, stage, &m);
+        if (m.total > out->total) *out = m;
+    }
+}

@@ -1,0 +1,125 @@
+/* Exact parameter counts of a LLaMA-style model (untied LM head, GQA, SwiGLU,
+ * RMSNorm without biases), dense or MoE.
+ *
+ *   embedding   V*d
+ *   per layer   attn  d*(H*hd) + 2*d*(KV*hd) + (H*hd)*d      hd = d/H (q, k, v, o)
+ *               mlp   3*d*ffn                                 (gate, up, down)
+ *               norms 2*d
+ *   MoE layer   router d*E + E*3*d*effn + S*3*d*effn in place of mlp
+ *               (S shared experts, each of expert_ffn_dim like the routed ones)
+ *   final norm  d,  head d*V
+ *   active      total - n_moe * (E - top_k) * 3*d*effn */
+#include "plan.h"
+
+#include <string.h>
+
+static int params_check_model(const Baton__Model *m, bt_diag *diag) {
+    if (m == NULL) {
+        bt_diag_set(diag, "model is missing: dim, n_layers, n_heads and vocab_size are needed");
+        return BT_EINVAL;
+    }
+    if (m->dim == 0 || m->n_layers == 0 || m->n_heads == 0 || m->vocab_size == 0) {
+        bt_diag_set(diag,
+                    "model: dim (%u), n_layers (%u), n_heads (%u) and vocab_size (%u) must all "
+                    "be positive",
+                    m->dim, m->n_layers, m->n_heads, m->vocab_size);
+        return BT_EINVAL;
+    }
+    if (m->dim % m->n_heads != 0) {
+        bt_diag_set(diag, "model.dim %u must be a multiple of model.n_heads %u (head_dim = dim/H)",
+                    m->dim, m->n_heads);
+        return BT_EINVAL;
+    }
+    uint32_t kv = m->n_kv_heads ? m->n_kv_heads : m->n_heads;
+    if (kv > m->n_heads || m->n_heads % kv != 0) {
+        bt_diag_set(diag, "model.n_kv_heads %u must divide model.n_heads %u", kv, m->n_heads);
+        return BT_EINVAL;
+    }
+    return BT_OK;
+}
+
+static int moe_enabled(const Baton__Model *m) {
+    return m->arch == BATON__MODEL__ARCH__MOE || (m->moe != NULL && m->moe->n_experts > 0);
+}
+
+/* Fills the MoE fields of out; leaves them 0 for a dense model. */
+static int params_moe(const Baton__Model *m, plan_params *out, bt_diag *diag) {
+    if (!moe_enabled(m)) return BT_OK;
+    const Baton__Moe *moe = m->moe;
+    if (moe == NULL || moe->n_experts == 0) {
+        bt_diag_set(diag, "model.arch is moe but model.moe.n_experts is not given (must be > 0)");
+        return BT_EINVAL;
+    }
+    uint32_t top_k = moe->top_k ? moe->top_k : 1;
+    if (top_k > moe->n_experts) {
+        bt_diag_set(diag, "model.moe.top_k %u exceeds model.moe.n_experts %u", top_k,
+                    moe->n_experts);
+        return BT_EINVAL;
+    }
+    /* expert_ffn_dim 0 falls back to the dense ffn_dim. */
+    uint64_t d = m->dim, effn = moe->expert_ffn_dim ? moe->expert_ffn_dim : m->ffn_dim;
+    if (effn == 0) {
+        bt_diag_set(diag, "model.moe.expert_ffn_dim (or model.ffn_dim) must be > 0");
+        return BT_EINVAL;
+    }
+    out->n_experts = moe->n_experts;
+    out->top_k = top_k;
+    out->moe_first_dense = moe->first_dense_layers;
+    out->moe_every = moe->every ? moe->every : 1;
+    out->moe_router = d * moe->n_experts;
+    out->moe_experts = (uint64_t)moe->n_experts * 3 * d * effn;
+    out->moe_shared = (uint64_t)moe->n_shared_experts * 3 * d * effn;
+    out->moe_layer = out->moe_router + out->moe_experts + out->moe_shared;
+    return BT_OK;
+}
+
+int plan_layer_is_moe(const plan_params *p, uint32_t layer) {
+    if (p->n_experts == 0 || layer < p->moe_first_dense) return 0;
+    uint32_t every = p->moe_every ? p->moe_every : 1;
+    return (layer - p->moe_first_dense) % every == 0;
+}
+
+static uint32_t moe_layers_in(const plan_params *p, uint32_t first, uint32_t n) {
+    uint32_t count = 0;
+    for (uint32_t i = first; i < first + n; i++)
+        count += (uint32_t)plan_layer_is_moe(p, i);
+    return count;
+}
+
+void plan_pp_stage_layers(const plan_params *p, uint32_t pp, uint32_t stage, uint32_t *first,
+                          uint32_t *n, uint32_t *n_moe) {
+    uint32_t base = pp ? p->n_layers / pp : p->n_layers, rem = pp ? p->n_layers % pp : 0;
+    *first = stage * base + (stage < rem ? stage : rem);
+    *n = base + (stage < rem ? 1 : 0);
+    *n_moe = moe_layers_in(p, *first, *n);
+}
+
+int plan_params_count(const Baton__Model *m, plan_params *out, bt_diag *diag) {
+    memset(out, 0, sizeof *out);
+    int rc = params_check_model(m, diag);
+    if (rc == BT_OK) rc = params_moe(m, out, diag);
+    if (rc != BT_OK) return rc;
+    uint64_t d = m->dim, v = m->vocab_size, hd = m->dim / m->n_heads;
+    uint64_t q = m->n_heads * hd, kv = (m->n_kv_heads ? m->n_kv_heads : m->n_heads) * hd;
+    out->n_layers = m->n_layers;
+    out->n_moe_layers = moe_layers_in(out, 0, m->n_layers);
+    out->n_dense_layers = m->n_layers - out->n_moe_layers;
+    if (out->n_dense_layers > 0 && m->ffn_dim == 0) {
+        bt_diag_set(diag, "model.ffn_dim must be > 0 (%u dense layers need it)",
+                    out->n_dense_layers);
+        return BT_EINVAL;
+    }
+    out->embedding = v * d;
+    out->attn_layer = d * q + 2 * d * kv + q * d;
+    out->mlp_layer = 3 * d * m->ffn_dim;
+    out->norms_layer = 2 * d;
+    out->final_norm = d;
+    out->head = d * v;
+    uint64_t common = out->attn_layer + out->norms_layer;
+    out->total = out->embedding + out->final_norm + out->head + m->n_layers * common +
+                 out->n_dense_layers * out->mlp_layer + out->n_moe_layers * out->moe_layer;
+    uint64_t idle_experts =
+        out->n_experts ? out->moe_experts / out->n_experts * (out->n_experts - out->top_k) : 0;
+    out->active = out->total - out->n_moe_layers * idle_experts;
+    return BT_OK;
+}

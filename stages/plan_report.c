@@ -1,0 +1,439 @@
+/* The `baton plan` reports: a text block per stage with every figure next to the
+ * formula that made it, and the same figures as JSON (see plan.h for its shape).
+ * Sizes are decimal: 1 GB = 1e9 bytes, 1B parameters = 1e9. */
+#include "plan.h"
+#include "util/buf.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#define REPORT_RANKS_HEAD 8 /* ranks shown before "..." in the rank table */
+
+/* ---- number formatting ------------------------------------------------------------ */
+
+/* 70553706496 -> "70.55B"; below 1000 the plain number. */
+static const char *fmt_count(char *buf, size_t n, double v) {
+    static const char units[] = "KMBT";
+    if (fabs(v) < 1000) {
+        snprintf(buf, n, "%.0f", v);
+        return buf;
+    }
+    int u = -1;
+    while (fabs(v) >= 1000 && u < 3) {
+        v /= 1000;
+        u++;
+    }
+    snprintf(buf, n, "%.2f%c", v, units[u]);
+    return buf;
+}
+
+/* 70553706496 -> "70,553,706,496". */
+static const char *fmt_grouped(char *buf, size_t n, uint64_t v) {
+    char digits[32];
+    int len = snprintf(digits, sizeof digits, "%" PRIu64, v);
+    size_t o = 0;
+    for (int i = 0; i < len && o + 2 < n; i++) {
+        if (i > 0 && (len - i) % 3 == 0) buf[o++] = ',';
+        buf[o++] = digits[i];
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+static const char *fmt_bytes(char *buf, size_t n, double v) {
+    static const char *const units[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+    int u = 0;
+    while (fabs(v) >= 1000 && u < 5) {
+        v /= 1000;
+        u++;
+    }
+    snprintf(buf, n, u ? "%.2f %s" : "%.0f %s", v, units[u]);
+    return buf;
+}
+
+/* Memory figures in GB with 2 decimals; below 10 MB, where that would read 0.00 GB,
+ * in the unit that fits. */
+static const char *fmt_gb(char *buf, size_t n, double v) {
+    if (fabs(v) < 1e7) return fmt_bytes(buf, n, v);
+    snprintf(buf, n, "%.2f GB", v / 1e9);
+    return buf;
+}
+
+/* The data-parallel reduction group is dp*cp ranks. */
+static const char *group_label(const plan_stage *ps, int g) {
+    static const char *const names[PLAN_COMM_NGROUPS] = {"tp", "pp", "dp", "cp", "ep"};
+    return g == PLAN_COMM_DP && ps->shape.cp > 1 ? "dp*cp" : names[g];
+}
+
+/* ---- text report ------------------------------------------------------------------ */
+
+static const char *precision_name(Baton__Precision__Type t) {
+    switch (t) {
+    case BATON__PRECISION__TYPE__BF16:
+        return "bf16";
+    case BATON__PRECISION__TYPE__FP8:
+        return "fp8";
+    case BATON__PRECISION__TYPE__FP16:
+        return "fp16";
+    default:
+        return "fp32";
+    }
+}
+
+static const char *recompute_name(Baton__Stage__Recompute r) {
+    switch (r) {
+    case BATON__STAGE__RECOMPUTE__FULL:
+        return "full";
+    case BATON__STAGE__RECOMPUTE__SELECTIVE:
+        return "selective";
+    default:
+        return "none";
+    }
+}
+
+static const char *stage_name(const Baton__StageSpec *spec) {
+    return spec && spec->stage && spec->stage->name ? spec->stage->name : "";
+}
+
+static void text_header(FILE *f, const Baton__StageSpec *spec, const plan_stage *ps) {
+    const plan_shape *sh = &ps->shape;
+    fprintf(f, "== stage %u \"%s\" (%u of %u)", spec->stage_index, stage_name(spec),
+            spec->stage_index + 1, spec->n_stages ? spec->n_stages : 1);
+    if (spec->recipe_name) fprintf(f, ", recipe %s", spec->recipe_name);
+    fprintf(f, " ==\n");
+    fprintf(f,
+            "setup       seq_len %" PRIu64 ", global_batch %" PRIu64 ", micro_batch %" PRIu64
+            " (%" PRIu64 " micro-batches per step), %s, recompute %s, zero %u%s\n",
+            sh->seq_len, sh->global_batch, sh->micro_batch, ps->microbatches,
+            precision_name(sh->precision), recompute_name(sh->recompute), sh->zero,
+            sh->sequence_parallel ? ", sequence parallel" : "");
+}
+
+static void text_params_model(FILE *f, const plan_stage *ps) {
+    const plan_shape *sh = &ps->shape;
+    const plan_params *p = &ps->params;
+    char a[32], b[32], c[32];
+    fprintf(
+        f, "model       %s, %u layers, dim %u, %u heads (%u kv, head_dim %u), ffn %u, vocab %u\n",
+        p->n_moe_layers ? "LLaMA MoE" : "LLaMA", sh->n_layers, sh->dim, sh->n_heads, sh->n_kv_heads,
+        sh->head_dim, (unsigned)(p->n_dense_layers ? p->mlp_layer / 3 / sh->dim : 0), sh->vocab);
+    fprintf(f, "parameters  %s total (%s), %s active\n", fmt_count(a, sizeof a, (double)p->total),
+            fmt_grouped(b, sizeof b, p->total), fmt_count(c, sizeof c, (double)p->active));
+    fprintf(f, "  embedding  %9s = V*d = %u*%u\n", fmt_count(a, sizeof a, (double)p->embedding),
+            sh->vocab, sh->dim);
+    fprintf(f,
+            "  attention  %9s per layer = d*(H*hd) + 2*d*(KV*hd) + (H*hd)*d = 2*%u*%u + "
+            "2*%u*%u\n",
+            fmt_count(a, sizeof a, (double)p->attn_layer), sh->dim, sh->n_heads * sh->head_dim,
+            sh->dim, sh->n_kv_heads * sh->head_dim);
+    if (p->n_dense_layers)
+        fprintf(f, "  mlp        %9s per dense layer = 3*d*ffn = 3*%u*%" PRIu64 "\n",
+                fmt_count(a, sizeof a, (double)p->mlp_layer), sh->dim, p->mlp_layer / 3 / sh->dim);
+}
+
+static void text_params_rest(FILE *f, const plan_stage *ps) {
+    const plan_shape *sh = &ps->shape;
+    const plan_params *p = &ps->params;
+    char a[32], b[32];
+    if (p->n_moe_layers) {
+        uint64_t effn = p->moe_experts / p->n_experts / 3 / sh->dim;
+        fprintf(f,
+                "  moe        %9s per MoE layer = d*E + E*3*d*effn + S*3*d*effn, E %u, top_k %u, "
+                "S %" PRIu64 ", effn %" PRIu64 "; layers %u.. every %u\n",
+                fmt_count(a, sizeof a, (double)p->moe_layer), p->n_experts, p->top_k,
+                effn ? p->moe_shared / (3 * sh->dim * effn) : 0, effn, p->moe_first_dense,
+                p->moe_every);
+    }
+    fprintf(f, "  norms      %9s per layer = 2*d\n",
+            fmt_count(a, sizeof a, (double)p->norms_layer));
+    fprintf(f, "  final norm %9s = d,  head %s = d*V\n",
+            fmt_count(a, sizeof a, (double)p->final_norm), fmt_count(b, sizeof b, (double)p->head));
+    fprintf(f,
+            "  total      = embedding + %u*(attention + norms) + %u*mlp + %u*moe + final norm + "
+            "head\n",
+            sh->n_layers, p->n_dense_layers, p->n_moe_layers);
+}
+
+static void text_layout_summary(FILE *f, const plan_stage *ps) {
+    const layout *l = &ps->lay;
+    uint32_t nodes = (l->world + l->gpus_per_node - 1) / l->gpus_per_node;
+    fprintf(f, "layout      tp %u x cp %u x dp %u x pp %u = %u ranks (ep %u, edp %u), order %s\n",
+            l->size[LAYOUT_TP], l->size[LAYOUT_CP], l->size[LAYOUT_DP], l->size[LAYOUT_PP],
+            l->world, l->size[LAYOUT_EP], l->size[LAYOUT_EDP], l->order);
+    fprintf(f, "            %u node%s x %u GPUs; within a node:", nodes, nodes == 1 ? "" : "s",
+            l->gpus_per_node);
+    for (int inside = 1; inside >= 0; inside--) {
+        int any = 0;
+        if (!inside) fprintf(f, "; across nodes:");
+        for (int g = 0; g < PLAN_COMM_NGROUPS; g++) {
+            if (ps->comm.group_size[g] > 1 && ps->comm.crosses_nodes[g] != inside) {
+                fprintf(f, "%s %s", any ? "," : "", group_label(ps, g));
+                any = 1;
+            }
+        }
+        if (!any) fprintf(f, " -");
+    }
+    fprintf(f, "\n");
+}
+
+static void text_rank_row(FILE *f, const layout *l, uint32_t r) {
+    layout_coord c = layout_coord_of(l, r);
+    fprintf(f, "  %6u %5u %4u %4u %4u %4u %4u %4u\n", r, layout_node_of(l, r), r % l->gpus_per_node,
+            c.c[LAYOUT_TP], c.c[LAYOUT_CP], c.c[LAYOUT_EP], c.c[LAYOUT_DP], c.c[LAYOUT_PP]);
+}
+
+static void text_rank_table(FILE *f, const layout *l) {
+    fprintf(f, "    rank  node  gpu   tp   cp   ep   dp   pp\n");
+    uint32_t head = l->world <= 2 * REPORT_RANKS_HEAD ? l->world : REPORT_RANKS_HEAD;
+    for (uint32_t r = 0; r < head; r++)
+        text_rank_row(f, l, r);
+    if (head < l->world) {
+        fprintf(f, "     ...\n");
+        text_rank_row(f, l, l->world - 1);
+    }
+}
+
+static void text_memory_params(FILE *f, const plan_stage *ps) {
+    const plan_memory *m = &ps->mem;
+    const plan_shape *sh = &ps->shape;
+    char a[32], b[32];
+    uint32_t st = m->heaviest_pp_stage;
+    fprintf(f, "memory per GPU (heaviest rank: pipeline stage %u of %u, %u layers%s%s)\n", st,
+            sh->pp, m->layers_on_stage, st == 0 ? " + embedding" : "",
+            st + 1 == sh->pp ? " + final norm + head" : "");
+    fmt_grouped(b, sizeof b, m->params_on_rank);
+    fprintf(f, "  params      %10s = %.0f B x %s params on the rank (stage share / tp",
+            fmt_gb(a, sizeof a, m->params), m->weight_bytes, b);
+    if (m->expert_params_on_rank) fprintf(f, ", routed experts / (ep*tp)");
+    fprintf(f, ")\n");
+    fprintf(f, "  grads       %10s = 4 B (fp32 main grads) x %s\n", fmt_gb(a, sizeof a, m->grads),
+            b);
+    fprintf(f, "  optimizer   %10s = %.0f B (%s) x (", fmt_gb(a, sizeof a, m->optimizer),
+            m->optim_bytes, m->optim_bytes == 12 ? "fp32 master + Adam m, v" : "Adam m, v");
+    fprintf(f, "%s / %u", fmt_grouped(b, sizeof b, m->dense_params_on_rank), m->optim_shards_dense);
+    if (m->expert_params_on_rank)
+        fprintf(f, " + %s / %u", fmt_grouped(b, sizeof b, m->expert_params_on_rank),
+                m->optim_shards_expert);
+    fprintf(f, ")%s\n", sh->zero ? " (ZeRO-1 over dp*cp; experts over edp)" : " (no ZeRO)");
+}
+
+static const char *act_formula(const plan_shape *sh) {
+    switch (sh->recompute) {
+    case BATON__STAGE__RECOMPUTE__FULL:
+        return sh->sequence_parallel ? "full recompute: 2sbh/t" : "full recompute: 2sbh";
+    case BATON__STAGE__RECOMPUTE__SELECTIVE:
+        return sh->sequence_parallel ? "selective: 34sbh/t" : "selective: sbh(10 + 24/t)";
+    default:
+        return sh->sequence_parallel ? "sbh/t (34 + 5as/h)" : "sbh (10 + 24/t + 5as/(ht))";
+    }
+}
+
+static void text_memory_acts(FILE *f, const plan_stage *ps) {
+    const plan_memory *m = &ps->mem;
+    const plan_shape *sh = &ps->shape;
+    char a[32], b[32], c[32];
+    fprintf(f,
+            "  activations %10s = %u in flight x %u layers x %s (%s; s=%g b=%" PRIu64
+            " h=%u a=%u t=%u)\n",
+            fmt_gb(a, sizeof a, m->activations), m->microbatches_in_flight, m->layers_on_stage,
+            fmt_bytes(b, sizeof b, m->act_per_layer), act_formula(sh), (double)sh->seq_len / sh->cp,
+            sh->micro_batch, sh->dim, sh->n_heads, sh->tp);
+    if (m->act_working_set > 0)
+        fprintf(f, "              + %s recompute working set (one layer, no recompute form)\n",
+                fmt_bytes(b, sizeof b, m->act_working_set));
+    if (m->act_logits > 0)
+        fprintf(f, "              + %s fp32 logits of one micro-batch (s*b*V*4/t)\n",
+                fmt_bytes(c, sizeof c, m->act_logits));
+    fprintf(f, "  total       %10s: ", fmt_gb(a, sizeof a, m->total));
+    if (m->fits < 0)
+        fprintf(f, "capacity not given\n");
+    else
+        fprintf(f, "%s (%.2f of %.2f GB)\n", m->fits ? "fits" : "DOES NOT FIT", m->total / 1e9,
+                m->capacity / 1e9);
+}
+
+static void text_comm(FILE *f, const plan_stage *ps) {
+    const plan_comm *c = &ps->comm;
+    char a[32], b[32];
+    fprintf(f, "communication per step (bytes a rank sends; busiest pipeline stage)\n");
+    fprintf(f, "  group  ranks         bytes  link          seconds  stage\n");
+    for (int g = 0; g < PLAN_COMM_NGROUPS; g++) {
+        double bw = c->crosses_nodes[g] ? ps->shape.inter_bw : ps->shape.intra_bw;
+        fprintf(f, "  %-6s%6u %13s  %-10s %10.4f  %5u  (%s/s)\n", group_label(ps, g),
+                c->group_size[g], fmt_bytes(a, sizeof a, c->bytes[g]),
+                c->crosses_nodes[g] ? "inter-node" : "intra-node", c->seconds[g],
+                c->busiest_pp_stage[g], bw > 0 ? fmt_bytes(b, sizeof b, bw) : "? B");
+    }
+}
+
+static void text_flops(FILE *f, const plan_stage *ps) {
+    const plan_shape *sh = &ps->shape;
+    char a[32], b[32];
+    fprintf(f,
+            "flops       model %.3e per step = 6 N T + 6 L h s T (N %s active less embedding, "
+            "T %s tokens; causal attention halved)\n",
+            ps->flops_per_step,
+            fmt_count(a, sizeof a, (double)(ps->params.active - ps->params.embedding)),
+            fmt_count(b, sizeof b, ps->tokens_per_step));
+    fprintf(f, "            hardware %.3e (recompute %s%s)\n", ps->hw_flops_per_step,
+            recompute_name(sh->recompute),
+            sh->recompute == BATON__STAGE__RECOMPUTE__FULL        ? ": x 4/3"
+            : sh->recompute == BATON__STAGE__RECOMPUTE__SELECTIVE ? ": + 2 L h s T"
+                                                                  : "");
+}
+
+static void text_time(FILE *f, const plan_stage *ps) {
+    const plan_shape *sh = &ps->shape;
+    char a[32];
+    if (ps->compute_s <= 0) {
+        fprintf(f, "time        unknown: cluster.gpu.peak_tflops_bf16 not given (mfu %.2f)\n",
+                sh->mfu);
+    } else {
+        fprintf(f,
+                "time        compute %.3f s = model flops / (%u devices x %.4g TFLOP/s %s x mfu "
+                "%.2f)\n",
+                ps->compute_s, ps->lay.world, sh->peak_flops / 1e12, precision_name(sh->precision),
+                sh->mfu);
+        fprintf(f,
+                "            exposed comm %.3f s = tp + cp + ep + pp/2 + dp beyond the last "
+                "micro-batch's backward\n",
+                ps->exposed_comm_s);
+        fprintf(f, "            step %.3f s, %s tokens/s\n", ps->step_time_s,
+                fmt_count(a, sizeof a, ps->tokens_per_s));
+    }
+    fprintf(f, "            pipeline bubble %.1f%% = (pp-1)/(v*m+pp-1), m %" PRIu64 "\n",
+            100 * ps->bubble, ps->microbatches);
+}
+
+static void text_warnings(FILE *f, const plan_stage *ps) {
+    if (ps->n_warnings == 0) return;
+    fprintf(f, "warnings\n");
+    for (int i = 0; i < ps->n_warnings; i++)
+        fprintf(f, "  - %s\n", ps->warnings[i]);
+}
+
+void plan_report_text(FILE *f, const Baton__StageSpec *spec, const plan_stage *ps) {
+    static const Baton__StageSpec empty = BATON__STAGE_SPEC__INIT;
+    if (spec == NULL) spec = &empty;
+    text_header(f, spec, ps);
+    text_params_model(f, ps);
+    text_params_rest(f, ps);
+    text_layout_summary(f, ps);
+    text_rank_table(f, &ps->lay);
+    text_memory_params(f, ps);
+    text_memory_acts(f, ps);
+    text_comm(f, ps);
+    text_flops(f, ps);
+    text_time(f, ps);
+    text_warnings(f, ps);
+}
+
+/* ---- JSON ------------------------------------------------------------------------- */
+
+static void json_num(bt_buf *b, const char *key, double v) {
+    bt_buf_printf(b, "\"%s\": ", key);
+    if (isfinite(v))
+        bt_buf_printf(b, "%.15g", v);
+    else
+        bt_buf_printf(b, "null");
+}
+
+/* Byte counts as JSON integers. */
+static void json_int(bt_buf *b, const char *key, double v) {
+    bt_buf_printf(b, "\"%s\": ", key);
+    if (isfinite(v))
+        bt_buf_printf(b, "%.0f", v);
+    else
+        bt_buf_printf(b, "null");
+}
+
+static void json_layout(bt_buf *b, const layout *l) {
+    bt_buf_printf(b,
+                  "\"layout\": {\"tp\": %u, \"cp\": %u, \"dp\": %u, \"pp\": %u, \"ep\": %u, "
+                  "\"order\": ",
+                  l->size[LAYOUT_TP], l->size[LAYOUT_CP], l->size[LAYOUT_DP], l->size[LAYOUT_PP],
+                  l->size[LAYOUT_EP]);
+    bt_buf_json_string(b, l->order);
+    bt_buf_printf(b, ", \"nodes\": %u, \"gpus_per_node\": %u}, ",
+                  (l->world + l->gpus_per_node - 1) / l->gpus_per_node, l->gpus_per_node);
+}
+
+static void json_memory(bt_buf *b, const plan_memory *m) {
+    bt_buf_printf(b, "\"memory_per_gpu\": {");
+    json_int(b, "params", m->params);
+    bt_buf_printf(b, ", ");
+    json_int(b, "grads", m->grads);
+    bt_buf_printf(b, ", ");
+    json_int(b, "optimizer", m->optimizer);
+    bt_buf_printf(b, ", ");
+    json_int(b, "activations", m->activations);
+    bt_buf_printf(b, ", ");
+    json_int(b, "total", m->total);
+    bt_buf_printf(b, ", \"heaviest_pp_stage\": %u}, ", m->heaviest_pp_stage);
+    json_int(b, "capacity", m->capacity);
+    bt_buf_printf(b, ", \"fits\": %s, ", m->fits < 0 ? "null" : m->fits ? "true" : "false");
+}
+
+static void json_comm(bt_buf *b, const char *key, const double *v, int integers) {
+    static const char *const names[PLAN_COMM_NGROUPS] = {"tp", "pp", "dp", "cp", "ep"};
+    bt_buf_printf(b, "\"%s\": {", key);
+    for (int g = 0; g < PLAN_COMM_NGROUPS; g++) {
+        if (g) bt_buf_printf(b, ", ");
+        (integers ? json_int : json_num)(b, names[g], v[g]);
+    }
+    bt_buf_printf(b, "}, ");
+}
+
+static void json_warnings(bt_buf *b, const plan_stage *ps) {
+    bt_buf_printf(b, "\"warnings\": [");
+    for (int i = 0; i < ps->n_warnings; i++) {
+        if (i) bt_buf_printf(b, ", ");
+        bt_buf_json_string(b, ps->warnings[i]);
+    }
+    bt_buf_printf(b, "]");
+}
+
+static void json_times(bt_buf *b, const plan_stage *ps) {
+    json_num(b, "flops_per_step", ps->flops_per_step);
+    bt_buf_printf(b, ", ");
+    json_num(b, "hw_flops_per_step", ps->hw_flops_per_step);
+    bt_buf_printf(b, ", ");
+    json_num(b, "compute_s", ps->compute_s);
+    bt_buf_printf(b, ", ");
+    json_num(b, "step_time_s", ps->step_time_s);
+    bt_buf_printf(b, ", ");
+    json_num(b, "tokens_per_s", ps->tokens_per_s);
+    bt_buf_printf(b, ", ");
+    json_num(b, "pipeline_bubble", ps->bubble);
+    bt_buf_printf(b, ", \"microbatches\": %" PRIu64 ", ", ps->microbatches);
+}
+
+static void json_stage(bt_buf *b, const Baton__StageSpec *spec, const plan_stage *ps) {
+    bt_buf_printf(b, "{\"name\": ");
+    bt_buf_json_string(b, stage_name(spec));
+    bt_buf_printf(b,
+                  ", \"index\": %u, \"params_total\": %" PRIu64 ", \"params_active\": %" PRIu64
+                  ", \"world\": %u, ",
+                  spec ? spec->stage_index : 0, ps->params.total, ps->params.active, ps->lay.world);
+    json_layout(b, &ps->lay);
+    json_memory(b, &ps->mem);
+    json_comm(b, "comm_bytes_per_step", ps->comm.bytes, 1);
+    json_comm(b, "comm_seconds_per_step", ps->comm.seconds, 0);
+    json_times(b, ps);
+    json_warnings(b, ps);
+    bt_buf_printf(b, "}");
+}
+
+void plan_report_json(FILE *f, Baton__StageSpec *const *specs, const plan_stage *stages, size_t n) {
+    bt_buf b;
+    bt_buf_init(&b);
+    bt_buf_printf(&b, "{\"stages\": [");
+    for (size_t i = 0; i < n; i++) {
+        bt_buf_printf(&b, i ? ",\n  " : "\n  ");
+        json_stage(&b, specs ? specs[i] : NULL, &stages[i]);
+    }
+    bt_buf_printf(&b, "%s]}\n", n ? "\n" : "");
+    if (!b.oom) fwrite(bt_buf_str(&b), 1, b.len, f);
+    bt_buf_free(&b);
+}

@@ -1,0 +1,263 @@
+/* plan_stage_build: reads a resolved StageSpec (defaults filled in where a submessage
+ * is absent), builds the layout and runs the estimates, then collects warnings. */
+#include "plan.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#define PLAN_DEFAULT_MFU 0.4
+
+/* Each accessor returns the submessage or a default-initialised one (proto defaults). */
+static const Baton__Stage *spec_stage(const Baton__StageSpec *spec) {
+    static const Baton__Stage def = BATON__STAGE__INIT;
+    return spec->stage ? spec->stage : &def;
+}
+
+static const Baton__Parallel *spec_parallel(const Baton__StageSpec *spec) {
+    static const Baton__Parallel def = BATON__PARALLEL__INIT;
+    const Baton__Stage *st = spec_stage(spec);
+    return st->parallel ? st->parallel : &def;
+}
+
+static const Baton__Cluster *spec_cluster(const Baton__StageSpec *spec) {
+    static const Baton__Cluster def = BATON__CLUSTER__INIT;
+    return spec->cluster ? spec->cluster : &def;
+}
+
+static Baton__Precision__Type spec_precision(const Baton__StageSpec *spec) {
+    const Baton__Stage *st = spec_stage(spec);
+    return st->precision ? st->precision->type : BATON__PRECISION__TYPE__FP32;
+}
+
+static void shape_model(const Baton__Model *m, plan_shape *sh) {
+    sh->dim = m->dim;
+    sh->n_layers = m->n_layers;
+    sh->n_heads = m->n_heads;
+    sh->n_kv_heads = m->n_kv_heads ? m->n_kv_heads : m->n_heads;
+    sh->head_dim = m->n_heads ? m->dim / m->n_heads : 0;
+    sh->vocab = m->vocab_size;
+}
+
+static void shape_stage(const Baton__StageSpec *spec, plan_shape *sh) {
+    const Baton__Stage *st = spec_stage(spec);
+    const Baton__Parallel *par = spec_parallel(spec);
+    sh->seq_len = st->seq_len;
+    sh->micro_batch = st->micro_batch ? st->micro_batch : 1;
+    sh->global_batch = st->global_batch;
+    sh->tp = par->tp;
+    sh->cp = par->cp;
+    sh->dp = par->dp;
+    sh->pp = par->pp;
+    sh->ep = par->ep;
+    sh->virtual_stages = par->virtual_stages ? par->virtual_stages : 1;
+    sh->zero = par->zero;
+    sh->sequence_parallel = par->sequence_parallel && par->tp > 1;
+    sh->cp_ulysses = par->cp_comm == BATON__PARALLEL__CP_COMM__ULYSSES;
+    sh->recompute = st->recompute;
+    sh->precision = spec_precision(spec);
+}
+
+/* BF16/FP16 use the bf16 peak; FP8 the fp8 peak (0 = 2 x bf16); FP32 half the bf16
+ * peak (TF32 tensor-core rate on current NVIDIA parts). */
+static double shape_peak(const Baton__Gpu *gpu, Baton__Precision__Type prec) {
+    if (gpu == NULL) return 0;
+    double bf16 = gpu->peak_tflops_bf16 * 1e12;
+    if (prec == BATON__PRECISION__TYPE__FP8)
+        return gpu->peak_tflops_fp8 > 0 ? gpu->peak_tflops_fp8 * 1e12 : 2 * bf16;
+    if (prec == BATON__PRECISION__TYPE__FP32) return bf16 / 2;
+    return bf16;
+}
+
+static void shape_cluster(const Baton__StageSpec *spec, plan_shape *sh) {
+    const Baton__Cluster *c = spec_cluster(spec);
+    sh->nodes = c->nodes ? c->nodes : 1;
+    sh->gpus_per_node = c->gpus_per_node ? c->gpus_per_node : 1;
+    const Baton__Gpu *gpu = c->gpu;
+    sh->capacity = gpu && gpu->memory ? (double)gpu->memory->bytes : 0;
+    const Baton__Links *links = c->links;
+    sh->intra_bw = links && links->intra_node ? links->intra_node->bytes_per_s : 0;
+    sh->inter_bw = links && links->inter_node ? links->inter_node->bytes_per_s : 0;
+    sh->peak_flops = shape_peak(gpu, sh->precision);
+    sh->mfu = c->mfu > 0 ? c->mfu : PLAN_DEFAULT_MFU;
+}
+
+/* dp 0 (unresolved) falls back to nodes * gpus_per_node / (tp * cp * pp). */
+static int shape_resolve_dp(plan_shape *sh, bt_diag *diag) {
+    uint64_t cells = (uint64_t)sh->tp * sh->cp * sh->pp;
+    if (cells == 0 || sh->ep == 0) {
+        bt_diag_set(diag, "parallel.tp, cp, pp and ep must be at least 1 (got %u, %u, %u, %u)",
+                    sh->tp, sh->cp, sh->pp, sh->ep);
+        return BT_EINVAL;
+    }
+    if (sh->dp != 0) return BT_OK;
+    uint64_t gpus = (uint64_t)sh->nodes * sh->gpus_per_node;
+    if (gpus % cells != 0) {
+        bt_diag_set(diag,
+                    "parallel.dp is not resolved and nodes*gpus_per_node = %llu is not a "
+                    "multiple of tp*cp*pp = %llu",
+                    (unsigned long long)gpus, (unsigned long long)cells);
+        return BT_EINVAL;
+    }
+    sh->dp = (uint32_t)(gpus / cells);
+    return BT_OK;
+}
+
+int plan_shape_resolve(const Baton__StageSpec *spec, plan_shape *out, bt_diag *diag) {
+    memset(out, 0, sizeof *out);
+    if (spec == NULL || spec->model == NULL) {
+        bt_diag_set(diag, "stage spec has no model: nothing to plan");
+        return BT_EINVAL;
+    }
+    shape_model(spec->model, out);
+    shape_stage(spec, out);
+    shape_cluster(spec, out);
+    if (out->seq_len == 0) {
+        bt_diag_set(diag, "stage \"%s\": seq_len is not given (must be > 0)",
+                    spec->stage && spec->stage->name ? spec->stage->name : "?");
+        return BT_EINVAL;
+    }
+    return shape_resolve_dp(out, diag);
+}
+
+static void warn(plan_stage *ps, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void warn(plan_stage *ps, const char *fmt, ...) {
+    if (ps->n_warnings >= PLAN_MAX_WARNINGS) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ps->warnings[ps->n_warnings++], sizeof ps->warnings[0], fmt, ap);
+    va_end(ap);
+}
+
+static void warn_groups(plan_stage *ps) {
+    static const enum plan_comm_group hungry[] = {PLAN_COMM_TP, PLAN_COMM_CP, PLAN_COMM_EP};
+    static const enum layout_dim dims[] = {LAYOUT_TP, LAYOUT_CP, LAYOUT_EP};
+    static const char *const names[] = {"TP", "CP", "EP"};
+    const layout *l = &ps->lay;
+    for (int i = 0; i < 3; i++) {
+        if (!ps->comm.crosses_nodes[hungry[i]]) continue;
+        uint64_t span = (uint64_t)l->stride[dims[i]] * (l->size[dims[i]] - 1) + 1;
+        if (span > l->gpus_per_node)
+            warn(ps,
+                 "%s group of %u ranks spans %llu consecutive ranks, more than gpus_per_node %u: "
+                 "it runs at the inter-node bandwidth (move it earlier in parallel.order or "
+                 "shrink it)",
+                 names[i], l->size[dims[i]], (unsigned long long)span, l->gpus_per_node);
+        else
+            warn(ps,
+                 "%s group of %u ranks crosses a node boundary (gpus_per_node %u is not a "
+                 "multiple of its span %llu): it runs at the inter-node bandwidth",
+                 names[i], l->size[dims[i]], l->gpus_per_node, (unsigned long long)span);
+    }
+}
+
+static void warn_memory(plan_stage *ps) {
+    const plan_memory *m = &ps->mem;
+    if (m->fits == 0)
+        warn(ps,
+             "DOES NOT FIT: %.2f GB needed on pipeline stage %u, %.2f GB available; %sraise tp "
+             "or pp, or lower micro_batch",
+             m->total / 1e9, m->heaviest_pp_stage, m->capacity / 1e9,
+             ps->shape.recompute == BATON__STAGE__RECOMPUTE__FULL ? ""
+                                                                  : "turn on full recomputation, ");
+    else if (m->fits < 0)
+        warn(ps, "cluster.gpu.memory not given: cannot tell whether %.2f GB per GPU fits",
+             m->total / 1e9);
+}
+
+static void warn_batch(plan_stage *ps) {
+    const plan_shape *sh = &ps->shape;
+    uint64_t per_step = sh->micro_batch * sh->dp;
+    if (sh->global_batch % per_step != 0)
+        warn(ps,
+             "global_batch %llu is not a multiple of micro_batch*dp = %llu; planned with %llu "
+             "micro-batches",
+             (unsigned long long)sh->global_batch, (unsigned long long)per_step,
+             (unsigned long long)ps->microbatches);
+    if (sh->pp > 1 && ps->bubble > 0.2)
+        warn(ps,
+             "pipeline bubble %.0f%% = (pp-1)/(v*m+pp-1) with pp %u, v %u, m %llu micro-batches: "
+             "raise global_batch or virtual_stages, or lower micro_batch",
+             100 * ps->bubble, sh->pp, sh->virtual_stages, (unsigned long long)ps->microbatches);
+}
+
+static void warn_divisibility(plan_stage *ps) {
+    const plan_shape *sh = &ps->shape;
+    if (sh->n_heads % sh->tp != 0)
+        warn(ps, "model.n_heads %u is not a multiple of tp %u", sh->n_heads, sh->tp);
+    else if (sh->n_kv_heads < sh->tp && sh->tp % sh->n_kv_heads == 0)
+        warn(ps, "n_kv_heads %u < tp %u: each kv head is replicated on %u ranks", sh->n_kv_heads,
+             sh->tp, sh->tp / sh->n_kv_heads);
+    else if (sh->n_kv_heads % sh->tp != 0)
+        warn(ps, "n_kv_heads %u is neither a multiple nor a divisor of tp %u", sh->n_kv_heads,
+             sh->tp);
+    /* Ring CP balances causal work with 2*cp chunks; sequence parallel splits by tp. */
+    uint64_t seq_div =
+        (uint64_t)(sh->cp > 1 ? 2 * sh->cp : 1) * (sh->sequence_parallel ? sh->tp : 1);
+    if (sh->seq_len % seq_div != 0)
+        warn(ps,
+             "seq_len %llu is not a multiple of %llu (2*cp when cp > 1, times tp with "
+             "sequence parallelism)",
+             (unsigned long long)sh->seq_len, (unsigned long long)seq_div);
+    if (ps->params.n_experts && ps->params.n_experts % sh->ep != 0)
+        warn(ps, "model.moe.n_experts %u is not a multiple of ep %u", ps->params.n_experts, sh->ep);
+    if (sh->n_layers % sh->pp != 0)
+        warn(ps, "n_layers %u is not a multiple of pp %u: the first %u stages hold one layer more",
+             sh->n_layers, sh->pp, sh->n_layers % sh->pp);
+}
+
+static void warn_cluster(plan_stage *ps) {
+    const plan_shape *sh = &ps->shape;
+    uint64_t gpus = (uint64_t)sh->nodes * sh->gpus_per_node;
+    if (ps->lay.world > gpus)
+        warn(ps, "the layout needs %u ranks but the cluster has %llu (nodes %u x gpus_per_node %u)",
+             ps->lay.world, (unsigned long long)gpus, sh->nodes, sh->gpus_per_node);
+    if (sh->zero > 1)
+        warn(ps, "parallel.zero %u planned as ZeRO-1 (optimizer state sharded, grads not)",
+             sh->zero);
+    if (sh->intra_bw <= 0 || (sh->inter_bw <= 0 && ps->lay.world > sh->gpus_per_node))
+        warn(ps, "cluster.links bandwidth not given: communication seconds count as 0");
+    if (sh->peak_flops <= 0) warn(ps, "cluster.gpu.peak_tflops_bf16 not given: step time unknown");
+}
+
+static void plan_stage_warnings(plan_stage *ps) {
+    warn_memory(ps);
+    warn_groups(ps);
+    warn_batch(ps);
+    warn_divisibility(ps);
+    warn_cluster(ps);
+}
+
+static int stage_layout(const Baton__StageSpec *spec, plan_stage *ps, bt_diag *diag) {
+    const plan_shape *sh = &ps->shape;
+    if (sh->pp > sh->n_layers) {
+        bt_diag_set(diag, "parallel.pp %u exceeds model.n_layers %u: a stage would be empty",
+                    sh->pp, sh->n_layers);
+        return BT_EINVAL;
+    }
+    return layout_init(&ps->lay, sh->tp, sh->cp, sh->dp, sh->pp, sh->ep, spec_parallel(spec)->order,
+                       sh->gpus_per_node, diag);
+}
+
+static uint64_t stage_microbatches(const plan_shape *sh) {
+    uint64_t per_step = sh->micro_batch * sh->dp;
+    if (sh->global_batch == 0) return 1;
+    return (sh->global_batch + per_step - 1) / per_step;
+}
+
+int plan_stage_build(const Baton__StageSpec *spec, plan_stage *out, bt_diag *diag) {
+    memset(out, 0, sizeof *out);
+    int rc = plan_shape_resolve(spec, &out->shape, diag);
+    if (rc == BT_OK) rc = plan_params_count(spec->model, &out->params, diag);
+    if (rc == BT_OK) rc = stage_layout(spec, out, diag);
+    if (rc != BT_OK) return rc;
+    if (out->shape.global_batch == 0)
+        out->shape.global_batch = out->shape.micro_batch * out->shape.dp;
+    out->microbatches = stage_microbatches(&out->shape);
+    plan_memory_estimate(out, &out->mem);
+    plan_comm_estimate(out, &out->comm);
+    plan_time_estimate(out);
+    plan_stage_warnings(out);
+    return BT_OK;
+}

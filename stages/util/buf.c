@@ -1,0 +1,73 @@
+#include "buf.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void bt_buf_init(bt_buf *b) {
+    memset(b, 0, sizeof *b);
+}
+
+void bt_buf_free(bt_buf *b) {
+    free(b->data);
+    bt_buf_init(b);
+}
+
+static int buf_reserve(bt_buf *b, size_t extra) {
+    if (b->oom)
+        return -1;
+    if (b->len + extra + 1 <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + extra + 1)
+        cap *= 2;
+    char *p = realloc(b->data, cap);
+    if (p == NULL) {
+        b->oom = 1;
+        return -1;
+    }
+    b->data = p;
+    b->cap = cap;
+    return 0;
+}
+
+void bt_buf_append(bt_buf *b, const char *s, size_t n) {
+    if (buf_reserve(b, n) != 0)
+        return;
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+void bt_buf_printf(bt_buf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || buf_reserve(b, (size_t)n) != 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+void bt_buf_json_string(bt_buf *b, const char *s) {
+    bt_buf_append(b, "\"", 1);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') {
+            char esc[2] = {'\\', (char)*p};
+            bt_buf_append(b, esc, 2);
+        } else if (*p < 0x20) {
+            bt_buf_printf(b, "\\u%04x", *p);
+        } else {
+            bt_buf_append(b, (const char *)p, 1);
+        }
+    }
+    bt_buf_append(b, "\"", 1);
+}
+
+const char *bt_buf_str(const bt_buf *b) {
+    return b->data ? b->data : "";
+}

@@ -1,0 +1,22 @@
+/* A growable byte buffer for composing text (reports, JSON, messages). */
+#ifndef BATON_BUF_H
+#define BATON_BUF_H
+
+#include <stddef.h>
+
+typedef struct bt_buf {
+    char *data; /* always NUL-terminated once anything was appended */
+    size_t len;
+    size_t cap;
+    int oom; /* set when an allocation failed; later appends are ignored */
+} bt_buf;
+
+void bt_buf_init(bt_buf *b);
+void bt_buf_free(bt_buf *b);
+void bt_buf_printf(bt_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void bt_buf_append(bt_buf *b, const char *s, size_t n);
+/* Appends s as a JSON string literal, quotes included. */
+void bt_buf_json_string(bt_buf *b, const char *s);
+const char *bt_buf_str(const bt_buf *b);
+
+#endif

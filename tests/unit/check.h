@@ -1,0 +1,58 @@
+/* A minimal assertion kit for the unit tests: each failed check prints where and why
+ * and marks the test failed; main returns check_status(). */
+#ifndef BATON_CHECK_H
+#define BATON_CHECK_H
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static int check_failures;
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
+            check_failures++;                                                                      \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK_EQ_U64(a, b)                                                                         \
+    do {                                                                                           \
+        unsigned long long va_ = (unsigned long long)(a), vb_ = (unsigned long long)(b);           \
+        if (va_ != vb_) {                                                                          \
+            fprintf(stderr, "%s:%d: %s == %s failed: %llu != %llu\n", __FILE__, __LINE__, #a, #b,  \
+                    va_, vb_);                                                                     \
+            check_failures++;                                                                      \
+        }                                                                                          \
+    } while (0)
+
+/* |a - b| <= rel * max(|a|, |b|) */
+#define CHECK_REL(a, b, rel)                                                                       \
+    do {                                                                                           \
+        double va_ = (double)(a), vb_ = (double)(b);                                               \
+        double m_ = fabs(va_) > fabs(vb_) ? fabs(va_) : fabs(vb_);                                 \
+        if (fabs(va_ - vb_) > (rel) * m_) {                                                        \
+            fprintf(stderr, "%s:%d: %s ~ %s failed: %.9g vs %.9g (rel %.3g)\n", __FILE__,          \
+                    __LINE__, #a, #b, va_, vb_, (double)(rel));                                    \
+            check_failures++;                                                                      \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK_STR_CONTAINS(hay, needle)                                                            \
+    do {                                                                                           \
+        const char *h_ = (hay), *n_ = (needle);                                                    \
+        if (h_ == NULL || strstr(h_, n_) == NULL) {                                                \
+            fprintf(stderr, "%s:%d: expected \"%s\" in \"%s\"\n", __FILE__, __LINE__, n_,          \
+                    h_ ? h_ : "(null)");                                                           \
+            check_failures++;                                                                      \
+        }                                                                                          \
+    } while (0)
+
+static inline int check_status(void) {
+    if (check_failures)
+        fprintf(stderr, "%d check(s) failed\n", check_failures);
+    return check_failures ? 1 : 0;
+}
+
+#endif

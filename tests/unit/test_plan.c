@@ -1,0 +1,551 @@
+/* The planner: exact parameter counts (LLaMA-3 70B/405B, hand-counted small dense and
+ * MoE models), memory for the 64-GPU LLaMA-70B plan, activation ordering by
+ * recomputation, communication and FLOPs against hand-evaluated formulas, warnings,
+ * and the text/JSON reports (the JSON is checked by a small validating parser). */
+#include "check.h"
+#include "plan.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+
+/* Every message a StageSpec points to, owned by the test. */
+typedef struct fixture {
+    Baton__StageSpec spec;
+    Baton__Model model;
+    Baton__Moe moe;
+    Baton__Stage stage;
+    Baton__Parallel par;
+    Baton__Precision prec;
+    Baton__Cluster cluster;
+    Baton__Gpu gpu;
+    Baton__ByteSize mem;
+    Baton__Links links;
+    Baton__Bandwidth intra, inter;
+} fixture;
+
+static void fixture_init(fixture *fx) {
+    fixture z = {
+        .spec = BATON__STAGE_SPEC__INIT,
+        .model = BATON__MODEL__INIT,
+        .moe = BATON__MOE__INIT,
+        .stage = BATON__STAGE__INIT,
+        .par = BATON__PARALLEL__INIT,
+        .prec = BATON__PRECISION__INIT,
+        .cluster = BATON__CLUSTER__INIT,
+        .gpu = BATON__GPU__INIT,
+        .mem = BATON__BYTE_SIZE__INIT,
+        .links = BATON__LINKS__INIT,
+        .intra = BATON__BANDWIDTH__INIT,
+        .inter = BATON__BANDWIDTH__INIT,
+    };
+    *fx = z;
+    fx->spec.model = &fx->model;
+    fx->spec.stage = &fx->stage;
+    fx->spec.cluster = &fx->cluster;
+    fx->stage.parallel = &fx->par;
+    fx->stage.precision = &fx->prec;
+    fx->cluster.gpu = &fx->gpu;
+    fx->cluster.links = &fx->links;
+    fx->gpu.memory = &fx->mem;
+    fx->links.intra_node = &fx->intra;
+    fx->links.inter_node = &fx->inter;
+}
+
+static void set_model(Baton__Model *m, uint32_t dim, uint32_t layers, uint32_t heads, uint32_t kv,
+                      uint32_t ffn, uint32_t vocab) {
+    m->dim = dim;
+    m->n_layers = layers;
+    m->n_heads = heads;
+    m->n_kv_heads = kv;
+    m->ffn_dim = ffn;
+    m->vocab_size = vocab;
+}
+
+static void set_parallel(Baton__Parallel *p, uint32_t tp, uint32_t cp, uint32_t dp, uint32_t pp,
+                         uint32_t ep) {
+    p->tp = tp;
+    p->cp = cp;
+    p->dp = dp;
+    p->pp = pp;
+    p->ep = ep;
+}
+
+/* recipes/llama3-70b: 8 nodes x 8 H100-80GB, tp 8 pp 4 dp 2, ZeRO-1, BF16, seq 8K,
+ * micro-batch 1, global batch 512, full recomputation, sequence parallel. */
+static void fixture_70b(fixture *fx) {
+    fixture_init(fx);
+    set_model(&fx->model, 8192, 80, 64, 8, 28672, 128256);
+    fx->stage.name = "pretrain-8k";
+    fx->stage.seq_len = 8192;
+    fx->stage.micro_batch = 1;
+    fx->stage.global_batch = 512;
+    fx->stage.recompute = BATON__STAGE__RECOMPUTE__FULL;
+    set_parallel(&fx->par, 8, 1, 2, 4, 1);
+    fx->prec.type = BATON__PRECISION__TYPE__BF16;
+    fx->cluster.nodes = 8;
+    fx->cluster.gpus_per_node = 8;
+    fx->mem.bytes = 80000000000ull;
+    fx->gpu.peak_tflops_bf16 = 989;
+    fx->intra.bytes_per_s = 450e9;
+    fx->inter.bytes_per_s = 50e9;
+}
+
+/* d 64, 2 layers, 4 heads (2 kv), ffn 176, vocab 100; tp 2 pp 2 dp 2 on one node. */
+static void fixture_small(fixture *fx) {
+    fixture_init(fx);
+    set_model(&fx->model, 64, 2, 4, 2, 176, 100);
+    fx->stage.name = "small";
+    fx->stage.seq_len = 128;
+    fx->stage.micro_batch = 2;
+    fx->stage.global_batch = 16;
+    set_parallel(&fx->par, 2, 1, 2, 2, 1);
+    fx->prec.type = BATON__PRECISION__TYPE__BF16;
+    fx->cluster.nodes = 1;
+    fx->cluster.gpus_per_node = 8;
+    fx->mem.bytes = 1000000000ull;
+    fx->gpu.peak_tflops_bf16 = 100;
+    fx->cluster.mfu = 0.5;
+    fx->intra.bytes_per_s = 100e9;
+    fx->inter.bytes_per_s = 10e9;
+}
+
+/* d 32, 4 layers, 4 heads, ffn 64, vocab 50; 4 experts (top 2) of ffn 16, 1 shared,
+ * MoE every 2nd layer after 1 dense layer: layers 1 and 3. */
+static void fixture_moe(fixture *fx) {
+    fixture_small(fx);
+    set_model(&fx->model, 32, 4, 4, 0, 64, 50);
+    fx->model.arch = BATON__MODEL__ARCH__MOE;
+    fx->model.moe = &fx->moe;
+    fx->moe.n_experts = 4;
+    fx->moe.top_k = 2;
+    fx->moe.expert_ffn_dim = 16;
+    fx->moe.n_shared_experts = 1;
+    fx->moe.every = 2;
+    fx->moe.first_dense_layers = 1;
+}
+
+static int build(fixture *fx, plan_stage *ps) {
+    bt_diag d;
+    bt_diag_init(&d);
+    int rc = plan_stage_build(&fx->spec, ps, &d);
+    if (rc != BT_OK) fprintf(stderr, "plan_stage_build: %s\n", d.msg);
+    return rc;
+}
+
+static char *report_text(const fixture *fx, const plan_stage *ps) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    plan_report_text(f, &fx->spec, ps);
+    fclose(f);
+    return text;
+}
+
+static void test_params_llama3(void) {
+    fixture fx;
+    fixture_70b(&fx);
+    plan_params p;
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(plan_params_count(&fx.model, &p, &d) == BT_OK);
+    CHECK_EQ_U64(p.total, 70553706496ull);
+    CHECK_EQ_U64(p.active, p.total);
+    CHECK_EQ_U64(p.attn_layer, 150994944ull); /* 2*8192*8192 + 2*8192*1024 */
+    CHECK_EQ_U64(p.mlp_layer, 704643072ull);  /* 3*8192*28672 */
+    set_model(&fx.model, 16384, 126, 128, 8, 53248, 128256);
+    CHECK(plan_params_count(&fx.model, &p, &d) == BT_OK);
+    CHECK_EQ_U64(p.total, 405853388800ull);
+    fx.stage.seq_len = 8192;
+    plan_stage ps;
+    set_parallel(&fx.par, 8, 1, 4, 16, 1);
+    fx.cluster.nodes = 64;
+    CHECK(build(&fx, &ps) == BT_OK);
+    char *text = report_text(&fx, &ps);
+    CHECK_STR_CONTAINS(text, "405.85B total (405,853,388,800)");
+    free(text);
+}
+
+/* d 64, hd 16: attn 64*64 + 2*64*32 + 64*64 = 12288, mlp 3*64*176 = 33792, norms 128;
+ * embedding = head = 6400, final norm 64: 12864 + 2*(12288 + 33792 + 128) = 105280. */
+static void test_params_small(void) {
+    fixture fx;
+    fixture_small(&fx);
+    plan_params p;
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(plan_params_count(&fx.model, &p, &d) == BT_OK);
+    CHECK_EQ_U64(p.attn_layer, 12288);
+    CHECK_EQ_U64(p.mlp_layer, 33792);
+    CHECK_EQ_U64(p.total, 105280);
+    CHECK_EQ_U64(p.n_moe_layers, 0);
+    fx.model.n_kv_heads = 3; /* does not divide 4 heads */
+    CHECK(plan_params_count(&fx.model, &p, &d) == BT_EINVAL);
+    CHECK_STR_CONTAINS(d.msg, "n_kv_heads 3");
+}
+
+/* d 32, kv = heads: attn 4*32*32 = 4096, mlp 3*32*64 = 6144, norms 64; MoE layer:
+ * router 32*4 = 128 + experts 4*3*32*16 = 6144 + shared 3*32*16 = 1536 = 7808.
+ * total = 1600 + 1600 + 32 + 4*(4096 + 64) + 2*6144 + 2*7808 = 47776;
+ * active drops 2 idle experts per MoE layer: 47776 - 2*2*1536 = 41632. */
+static void test_params_moe(void) {
+    fixture fx;
+    fixture_moe(&fx);
+    plan_params p;
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(plan_params_count(&fx.model, &p, &d) == BT_OK);
+    CHECK_EQ_U64(p.n_moe_layers, 2);
+    CHECK_EQ_U64(p.n_dense_layers, 2);
+    CHECK(!plan_layer_is_moe(&p, 0) && plan_layer_is_moe(&p, 1));
+    CHECK(!plan_layer_is_moe(&p, 2) && plan_layer_is_moe(&p, 3));
+    CHECK_EQ_U64(p.moe_layer, 7808);
+    CHECK_EQ_U64(p.total, 47776);
+    CHECK_EQ_U64(p.active, 41632);
+    fx.moe.top_k = 5;
+    CHECK(plan_params_count(&fx.model, &p, &d) == BT_EINVAL);
+}
+
+static void test_memory_70b(void) {
+    fixture fx;
+    fixture_70b(&fx);
+    plan_stage ps;
+    CHECK(build(&fx, &ps) == BT_OK);
+    const double n = 70553706496.0;
+    CHECK_EQ_U64(ps.lay.world, 64);
+    CHECK_EQ_U64(ps.microbatches, 256); /* 512 / (1 * 2) */
+    /* stage 0: 20 layers + embedding, all / tp 8, norms replicated */
+    CHECK_EQ_U64(ps.mem.heaviest_pp_stage, 0);
+    CHECK_EQ_U64(ps.mem.params_on_rank, 20 * (855638016ull / 8 + 16384) + 1050673152ull / 8);
+    CHECK_REL(ps.mem.params, 2 * n / 32, 0.03);     /* ~4.4 GB */
+    CHECK_REL(ps.mem.optimizer, 12 * n / 64, 0.03); /* ~13.2 GB */
+    CHECK_REL(ps.mem.grads, 2 * ps.mem.params, 1e-12);
+    CHECK_EQ_U64(ps.mem.microbatches_in_flight, 4);
+    CHECK(ps.mem.total < 50e9);
+    CHECK(ps.mem.fits == 1);
+    CHECK_EQ_U64(ps.comm.bytes[PLAN_COMM_CP], 0);
+    CHECK(!ps.comm.crosses_nodes[PLAN_COMM_TP]);
+    CHECK(ps.comm.crosses_nodes[PLAN_COMM_DP] && ps.comm.crosses_nodes[PLAN_COMM_PP]);
+    CHECK(ps.compute_s > 0 && ps.step_time_s >= ps.compute_s);
+    for (int i = 0; i < ps.n_warnings; i++)
+        CHECK(strstr(ps.warnings[i], "crosses") == NULL);
+    char *text = report_text(&fx, &ps);
+    CHECK_STR_CONTAINS(text, "70.55B total (70,553,706,496)");
+    CHECK_STR_CONTAINS(text, "fits (");
+    CHECK_STR_CONTAINS(text, "of 80.00 GB)");
+    CHECK_STR_CONTAINS(text, "within a node: tp; across nodes: pp, dp");
+    CHECK_STR_CONTAINS(text, "      63     7    7    7    0    0    1    3");
+    free(text);
+}
+
+static double activations_with(Baton__Stage__Recompute r, int sp) {
+    fixture fx;
+    fixture_70b(&fx);
+    fx.stage.recompute = r;
+    fx.par.sequence_parallel = sp;
+    plan_stage ps;
+    CHECK(build(&fx, &ps) == BT_OK);
+    return ps.mem.activations;
+}
+
+static void test_activation_order(void) {
+    for (int sp = 0; sp <= 1; sp++) {
+        double none = activations_with(BATON__STAGE__RECOMPUTE__NONE, sp);
+        double sel = activations_with(BATON__STAGE__RECOMPUTE__SELECTIVE, sp);
+        double full = activations_with(BATON__STAGE__RECOMPUTE__FULL, sp);
+        CHECK(none > sel && sel > full && full > 0);
+    }
+    CHECK(activations_with(BATON__STAGE__RECOMPUTE__SELECTIVE, 1) <
+          activations_with(BATON__STAGE__RECOMPUTE__SELECTIVE, 0));
+    /* selective with SP, stage 0 (20 layers, 4 in flight): 34 sbh/t per layer */
+    double sbh = 8192.0 * 8192.0;
+    CHECK_REL(activations_with(BATON__STAGE__RECOMPUTE__SELECTIVE, 1), 4 * 20 * 34 * sbh / 8,
+              1e-12);
+}
+
+/* Small config, m = 16 / (2 * 2) = 4 micro-batches, A = s*b*h*2 = 128*2*64*2 = 32768. */
+static void test_comm_small(void) {
+    fixture fx;
+    fixture_small(&fx);
+    plan_stage ps;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK_EQ_U64(ps.microbatches, 4);
+    /* TP: 1 layer x 4 mb x 2 passes x 4 (t-1)/t A = 4 * 2 * 2 * 32768 */
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_TP], 524288, 1e-12);
+    /* PP: 4 mb x 1 neighbour x A/t */
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_PP], 65536, 1e-12);
+    /* DP: last stage (12288 + 33792 + 6400) / 2 + 128 + 64 = 26432 params,
+     * ZeRO-1: (n-1)/n x P x (4 + 2) */
+    CHECK_EQ_U64(ps.comm.busiest_pp_stage[PLAN_COMM_DP], 1);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 0.5 * 26432 * 6, 1e-12);
+    CHECK_REL(ps.comm.seconds[PLAN_COMM_DP], 0.5 * 26432 * 6 / 100e9, 1e-12);
+    /* memory: stage 0 (2 micro-batches in flight) outweighs stage 1 (1 + logits);
+     * it holds 26240 + 128 = 26368 params; ZeRO-1 shards 12 B/param over dp 2 */
+    CHECK_EQ_U64(ps.mem.heaviest_pp_stage, 0);
+    CHECK_EQ_U64(ps.mem.params_on_rank, 26368);
+    CHECK_EQ_U64(ps.mem.microbatches_in_flight, 2);
+    CHECK_REL(ps.mem.optimizer, 12.0 * 26368 / 2, 1e-12);
+    /* none, SP: sbh/t (34 + 5as/h) = 128*2*64/2 * (34 + 40) per layer */
+    CHECK_REL(ps.mem.act_per_layer, 8192.0 * 74, 1e-12);
+    CHECK_REL(ps.mem.activations, 2 * 8192.0 * 74, 1e-12);
+    fx.par.zero = 0; /* all-reduce of fp32 grads: 2 (n-1)/n x P x 4 */
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 2 * 0.5 * 26432 * 4, 1e-12);
+    CHECK_REL(ps.mem.optimizer, 12.0 * 26368, 1e-12);
+    /* full recompute repeats the forward: TP x 3/2 */
+    fx.stage.recompute = BATON__STAGE__RECOMPUTE__FULL;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_TP], 524288 * 1.5, 1e-12);
+    set_parallel(&fx.par, 1, 1, 2, 2, 1);
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK_EQ_U64(ps.comm.bytes[PLAN_COMM_TP], 0);
+    set_parallel(&fx.par, 1, 1, 1, 1, 1);
+    CHECK(build(&fx, &ps) == BT_OK);
+    for (int g = 0; g < PLAN_COMM_NGROUPS; g++)
+        CHECK_EQ_U64(ps.comm.bytes[g], 0);
+}
+
+/* cp 2 ring, tp 1: s = 64, kv 2 heads of 16, chunk 2*64*2*2*16*2 = 16384 bytes;
+ * per layer (1 + 2) x (cp-1) x chunk, x 2 layers x m 8. */
+static void test_comm_cp_ep(void) {
+    fixture fx;
+    fixture_small(&fx);
+    set_parallel(&fx.par, 1, 2, 1, 1, 1);
+    plan_stage ps;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK_EQ_U64(ps.microbatches, 8);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_CP], 2 * 8 * 3 * 16384.0, 1e-12);
+    /* Ulysses: 2 passes x 1/2 x s*b*hd*2 x (2*4 + 2*2) = 2 * 0.5 * 4096 * 12 per layer */
+    fx.par.cp_comm = BATON__PARALLEL__CP_COMM__ULYSSES;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_CP], 2 * 8 * (2 * 0.5 * 4096 * 12), 1e-12);
+    /* EP 2 over dp 2, MoE model: tokens 256, a2a = 2 * 256 * 32 * 2 * 1/2 = 16384,
+     * x 2 (dispatch + combine) x 2 passes x 2 MoE layers x m 4 */
+    fixture_moe(&fx);
+    set_parallel(&fx.par, 1, 1, 2, 1, 2);
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_EP], 4 * 2 * 2 * 2 * 16384.0, 1e-12);
+    /* experts split by ep: 2 layers x 6144 / 2; dense the rest */
+    CHECK_EQ_U64(ps.mem.expert_params_on_rank, 6144);
+    CHECK_EQ_U64(ps.mem.params_on_rank + 6144, 47776);
+    CHECK_EQ_U64(ps.mem.optim_shards_expert, 1); /* edp = dp*cp/ep = 1 */
+}
+
+/* 6 N T + 6 L h s T: N = 105280 - 6400, T = 16 * 128. */
+static void test_flops(void) {
+    fixture fx;
+    fixture_small(&fx);
+    plan_stage ps;
+    CHECK(build(&fx, &ps) == BT_OK);
+    double t = 16.0 * 128, flops = 6.0 * 98880 * t + 6.0 * 2 * 64 * 128 * t;
+    CHECK_REL(ps.flops_per_step, flops, 1e-12);
+    CHECK_REL(ps.hw_flops_per_step, flops, 1e-12);
+    CHECK_REL(ps.compute_s, flops / (8 * 100e12 * 0.5), 1e-12);
+    CHECK_REL(ps.bubble, 1.0 / 5, 1e-12); /* (pp-1)/(m+pp-1) = 1/5 */
+    CHECK(ps.tokens_per_s > 0);
+    fx.stage.recompute = BATON__STAGE__RECOMPUTE__FULL;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK_REL(ps.hw_flops_per_step, flops * 4 / 3, 1e-12);
+}
+
+static int has_warning(const plan_stage *ps, const char *needle) {
+    for (int i = 0; i < ps->n_warnings; i++)
+        if (strstr(ps->warnings[i], needle)) return 1;
+    return 0;
+}
+
+static void test_warnings_and_fit(void) {
+    fixture fx;
+    fixture_70b(&fx);
+    fx.cluster.gpus_per_node = 4;
+    fx.cluster.nodes = 16;
+    fx.mem.bytes = 20000000000ull;
+    fx.stage.global_batch = 16; /* m = 8: bubble 3/11 */
+    plan_stage ps;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK(ps.comm.crosses_nodes[PLAN_COMM_TP]);
+    CHECK(has_warning(&ps,
+                      "TP group of 8 ranks spans 8 consecutive ranks, more than gpus_per_node 4"));
+    CHECK(ps.mem.fits == 0);
+    CHECK(has_warning(&ps, "DOES NOT FIT"));
+    CHECK(has_warning(&ps, "pipeline bubble 27%"));
+    char *text = report_text(&fx, &ps);
+    CHECK_STR_CONTAINS(text, "DOES NOT FIT");
+    free(text);
+    fx.mem.bytes = 0;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK(ps.mem.fits == -1);
+    text = report_text(&fx, &ps);
+    CHECK_STR_CONTAINS(text, "capacity not given");
+    free(text);
+}
+
+/* Absent submessages take the proto defaults; bad stages fail with a message. */
+static void test_defensive(void) {
+    fixture fx;
+    fixture_small(&fx);
+    fx.spec.cluster = NULL;
+    fx.stage.parallel = NULL;
+    fx.stage.precision = NULL;
+    plan_stage ps;
+    CHECK(build(&fx, &ps) == BT_OK); /* dp 0 resolves to 1 GPU / (1*1*1) */
+    CHECK_EQ_U64(ps.lay.world, 1);
+    CHECK(ps.mem.fits == -1);
+    CHECK_REL(ps.mem.params, 4.0 * 105280, 1e-12); /* fp32 weights */
+    CHECK(ps.step_time_s == 0);
+    char *text = report_text(&fx, &ps);
+    CHECK_STR_CONTAINS(text, "time        unknown");
+    free(text);
+    bt_diag d;
+    bt_diag_init(&d);
+    fx.spec.model = NULL;
+    CHECK(plan_stage_build(&fx.spec, &ps, &d) == BT_EINVAL);
+    fixture_small(&fx);
+    fx.par.pp = 3;
+    bt_diag_init(&d);
+    CHECK(plan_stage_build(&fx.spec, &ps, &d) == BT_EINVAL);
+    CHECK_STR_CONTAINS(d.msg, "pp 3 exceeds model.n_layers 2");
+    fixture_small(&fx);
+    fx.par.order = "tp-dp-zz-pp";
+    bt_diag_init(&d);
+    CHECK(plan_stage_build(&fx.spec, &ps, &d) == BT_EINVAL);
+    CHECK_STR_CONTAINS(d.msg, "unknown token \"zz\"");
+}
+
+/* ---- a small validating JSON parser (RFC 8259 grammar, no semantics) ---- */
+
+static const char *json_value(const char *p);
+
+static const char *json_ws(const char *p) {
+    while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')
+        p++;
+    return p;
+}
+
+static const char *json_string(const char *p) {
+    if (*p++ != '"') return NULL;
+    while (*p && *p != '"') {
+        if ((unsigned char)*p < 0x20) return NULL;
+        if (*p == '\\') {
+            p++;
+            if (*p == 'u') {
+                for (int i = 1; i <= 4; i++)
+                    if (!isxdigit((unsigned char)p[i])) return NULL;
+                p += 4;
+            } else if (!strchr("\"\\/bfnrt", *p) || !*p) {
+                return NULL;
+            }
+        }
+        p++;
+    }
+    return *p == '"' ? p + 1 : NULL;
+}
+
+static const char *json_number(const char *p) {
+    if (*p == '-') p++;
+    if (!isdigit((unsigned char)*p)) return NULL;
+    if (*p == '0')
+        p++;
+    else
+        while (isdigit((unsigned char)*p))
+            p++;
+    if (*p == '.') {
+        if (!isdigit((unsigned char)*++p)) return NULL;
+        while (isdigit((unsigned char)*p))
+            p++;
+    }
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-') p++;
+        if (!isdigit((unsigned char)*p)) return NULL;
+        while (isdigit((unsigned char)*p))
+            p++;
+    }
+    return p;
+}
+
+static const char *json_members(const char *p, char close, int keyed) {
+    p = json_ws(p + 1);
+    if (*p == close) return p + 1;
+    for (;;) {
+        if (keyed) {
+            p = json_string(json_ws(p));
+            if (p == NULL || *(p = json_ws(p)) != ':') return NULL;
+            p++;
+        }
+        p = json_value(p);
+        if (p == NULL) return NULL;
+        p = json_ws(p);
+        if (*p == close) return p + 1;
+        if (*p++ != ',') return NULL;
+    }
+}
+
+static const char *json_value(const char *p) {
+    p = json_ws(p);
+    if (*p == '{') return json_members(p, '}', 1);
+    if (*p == '[') return json_members(p, ']', 0);
+    if (*p == '"') return json_string(p);
+    for (const char *const *w = (const char *const[]){"true", "false", "null", NULL}; *w; w++)
+        if (strncmp(p, *w, strlen(*w)) == 0) return p + strlen(*w);
+    return json_number(p);
+}
+
+static int json_valid(const char *s) {
+    const char *end = json_value(s);
+    return end != NULL && *json_ws(end) == '\0';
+}
+
+static void test_json(void) {
+    CHECK(json_valid("{\"a\": [1, -2.5e3, true, null, \"x\\\"y\"]}"));
+    CHECK(!json_valid("{\"a\": [1,]}"));
+    CHECK(!json_valid("{\"a\": 1"));
+    fixture a, b;
+    fixture_70b(&a);
+    fixture_moe(&b);
+    b.stage.name = "moe \"quoted\"\n";
+    set_parallel(&b.par, 1, 1, 2, 1, 2);
+    plan_stage st[2];
+    CHECK(build(&a, &st[0]) == BT_OK);
+    CHECK(build(&b, &st[1]) == BT_OK);
+    Baton__StageSpec *specs[2] = {&a.spec, &b.spec};
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    plan_report_json(f, specs, st, 2);
+    fclose(f);
+    CHECK(json_valid(text));
+    CHECK_STR_CONTAINS(text, "{\"stages\": [");
+    CHECK_STR_CONTAINS(text, "\"name\": \"pretrain-8k\"");
+    CHECK_STR_CONTAINS(text, "\"params_total\": 70553706496");
+    CHECK_STR_CONTAINS(text, "\"world\": 64");
+    CHECK_STR_CONTAINS(text, "\"layout\": {\"tp\": 8, \"cp\": 1, \"dp\": 2, \"pp\": 4, \"ep\": 1, "
+                             "\"order\": \"tp-cp-ep-dp-pp\", \"nodes\": 8, \"gpus_per_node\": 8}");
+    CHECK_STR_CONTAINS(text, "\"memory_per_gpu\": {\"params\": ");
+    CHECK_STR_CONTAINS(text, "\"fits\": true");
+    CHECK_STR_CONTAINS(text, "\"comm_bytes_per_step\": {\"tp\": ");
+    CHECK_STR_CONTAINS(text, "\"flops_per_step\": ");
+    CHECK_STR_CONTAINS(text, "\"warnings\": [");
+    CHECK_STR_CONTAINS(text, "\"name\": \"moe \\\"quoted\\\"\\u000a\"");
+    free(text);
+    text = NULL;
+    f = open_memstream(&text, &len);
+    plan_report_json(f, NULL, NULL, 0);
+    fclose(f);
+    CHECK(json_valid(text));
+    free(text);
+}
+
+int main(void) {
+    test_params_llama3();
+    test_params_small();
+    test_params_moe();
+    test_memory_70b();
+    test_activation_order();
+    test_comm_small();
+    test_comm_cp_ep();
+    test_flops();
+    test_warnings_and_fit();
+    test_defensive();
+    test_json();
+    return check_status();
+}

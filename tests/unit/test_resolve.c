@@ -1,0 +1,113 @@
+/* Stage resolution: inheritance (defaults, then every earlier stage), the effective
+ * RoPE and data, dp auto, and completion of every sub-message. */
+#include <stdlib.h>
+
+#include "check.h"
+#include "recipe.h"
+
+static const char *recipe_text =
+    "name: t\n"
+    "model: {arch: llama, dim: 64, n_layers: 4, n_heads: 4, ffn_dim: 176, vocab_size: 256,\n"
+    "        rope: {theta: 500000}}\n"
+    "cluster: {nodes: 2, gpus_per_node: 4}\n"
+    "data: {train: a/train, valid: a/valid}\n"
+    "defaults:\n"
+    "  seq_len: 64\n"
+    "  global_batch: 16\n"
+    "  parallel: {tp: 2, pp: 2, dp: auto}\n"
+    "  precision: bf16\n"
+    "  optimizer: {lr: 1e-3, warmup_steps: 10}\n"
+    "stages:\n"
+    "  - {name: pretrain, steps: 100}\n"
+    "  - name: long\n"
+    "    steps: 20\n"
+    "    seq_len: 4K\n"
+    "    parallel: {cp: 2}\n"
+    "    rope: {scaling: {type: yarn, factor: 4, original_max_position: 64}}\n"
+    "    data: {train: b/train}\n"
+    "  - {name: fp8, steps: 10, precision: {type: fp8, amax_history: 16}}\n";
+
+static Baton__StageSpec *resolve(const recipe_doc *doc, size_t i) {
+    bt_diag d;
+    bt_diag_init(&d);
+    Baton__StageSpec *s = NULL;
+    int rc = recipe_resolve_stage(doc, i, &s, &d);
+    if (rc != 0) fprintf(stderr, "resolve %zu: %s\n", i, d.msg);
+    CHECK(rc == 0);
+    return s;
+}
+
+static void test_inheritance(const recipe_doc *doc) {
+    Baton__StageSpec *s0 = resolve(doc, 0), *s1 = resolve(doc, 1), *s2 = resolve(doc, 2);
+    if (!s0 || !s1 || !s2) return;
+    /* stage 0: defaults, dp auto = 8 / (2*2*1) */
+    CHECK_EQ_U64(s0->stage->seq_len, 64);
+    CHECK_EQ_U64(s0->stage->parallel->dp, 2);
+    CHECK_EQ_U64(s0->stage->parallel->cp, 1);
+    CHECK_EQ_U64(s0->model->n_kv_heads, 4); /* 0 in the recipe = n_heads */
+    CHECK(s0->stage->precision->type == BATON__PRECISION__TYPE__BF16);
+    CHECK(s0->model->rope->scaling->type == BATON__ROPE_SCALING__TYPE__NONE);
+    CHECK_REL(s0->model->rope->theta, 500000, 0);
+    CHECK(strcmp(s0->data->train, "a/train") == 0);
+    /* stage 1: cp 2 shrinks dp to 1; rope scaling on top of the model's theta */
+    CHECK_EQ_U64(s1->stage->seq_len, 4096);
+    CHECK_EQ_U64(s1->stage->parallel->cp, 2);
+    CHECK_EQ_U64(s1->stage->parallel->dp, 1);
+    CHECK_EQ_U64(s1->stage->parallel->tp, 2);
+    CHECK(s1->model->rope->scaling->type == BATON__ROPE_SCALING__TYPE__YARN);
+    CHECK_REL(s1->model->rope->scaling->factor, 4, 0);
+    CHECK_REL(s1->model->rope->theta, 500000, 0);
+    CHECK(strcmp(s1->data->train, "b/train") == 0);
+    CHECK(strcmp(s1->data->valid, "a/valid") == 0);
+    /* stage 2 inherits stage 1's context, layout, rope and data; switches precision */
+    CHECK_EQ_U64(s2->stage->seq_len, 4096);
+    CHECK_EQ_U64(s2->stage->parallel->cp, 2);
+    CHECK(s2->stage->precision->type == BATON__PRECISION__TYPE__FP8);
+    CHECK_EQ_U64(s2->stage->precision->amax_history, 16);
+    CHECK(s2->model->rope->scaling->type == BATON__ROPE_SCALING__TYPE__YARN);
+    CHECK_EQ_U64(s2->stage->steps, 10);
+    CHECK(strcmp(s2->stage->name, "fp8") == 0);
+    CHECK_EQ_U64(s2->stage_index, 2);
+    CHECK_EQ_U64(s2->n_stages, 3);
+    /* optimizer carried from the defaults, with proto defaults filled in */
+    CHECK_REL(s2->stage->optimizer->lr, 1e-3, 0);
+    CHECK_REL(s2->stage->optimizer->beta2, 0.95, 0);
+    CHECK_REL(s2->stage->restart->heartbeat_timeout->seconds, 300, 0);
+    protobuf_c_message_free_unpacked(&s0->base, NULL);
+    protobuf_c_message_free_unpacked(&s1->base, NULL);
+    protobuf_c_message_free_unpacked(&s2->base, NULL);
+}
+
+static void test_spec_round_trip(const recipe_doc *doc) {
+    /* a StageSpec is what a worker receives on the wire: it must survive packing */
+    Baton__StageSpec *s = resolve(doc, 1);
+    if (s == NULL) return;
+    size_t n = protobuf_c_message_get_packed_size(&s->base);
+    uint8_t *buf = malloc(n);
+    protobuf_c_message_pack(&s->base, buf);
+    Baton__StageSpec *u = baton__stage_spec__unpack(NULL, n, buf);
+    CHECK(u != NULL);
+    if (u != NULL) {
+        CHECK_EQ_U64(u->stage->seq_len, 4096);
+        CHECK(u->model->rope->scaling->type == BATON__ROPE_SCALING__TYPE__YARN);
+        baton__stage_spec__free_unpacked(u, NULL);
+    }
+    free(buf);
+    protobuf_c_message_free_unpacked(&s->base, NULL);
+}
+
+int main(void) {
+    recipe_doc doc = {0};
+    bt_diag d;
+    bt_diag_init(&d);
+    int rc = recipe_load_buffer("t.yaml", recipe_text, strlen(recipe_text), &doc, &d);
+    if (rc == 0) rc = recipe_validate(&doc, &d);
+    if (rc != 0) fprintf(stderr, "%s\n", d.msg);
+    CHECK(rc == 0);
+    if (rc == 0) {
+        test_inheritance(&doc);
+        test_spec_round_trip(&doc);
+    }
+    recipe_doc_free(&doc);
+    return check_status();
+}
