@@ -5,5 +5,6 @@
 #define BATON_CLI_H
 
 int cmd_plan(int argc, char **argv);
+int cmd_data(int argc, char **argv);
 
 #endif

@@ -18,6 +18,7 @@ typedef struct command {
 
 static const command commands[] = {
     {"plan", cmd_plan, "check a recipe and show layout, memory, communication and step time"},
+    {"data", cmd_data, "prepare token datasets (Megatron indexed format) from text, tar or zip"},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# End-to-end checks of `baton data`: prepare from plain files, a directory, tar,
+# tar.gz, tar.zst, zip and a compressed single file, fortune splitting, the fortunes
+# corpus, passkey documents, inspect, and the errors (exit status 2 naming the input;
+# 1 for an unwritable output). The tokens written are checked by
+# read_megatron_idx.py, an independent reader of the Megatron format (struct + numpy
+# under /usr/bin/python3; that part says SKIPPED when numpy is missing). Fails on any
+# sanitizer report.
+#   check-prepare.sh BATON TESTS_DATA_DIR
+set -euo pipefail
+baton=$1 here=$2
+py=/usr/bin/python3
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/baton-data-test.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+# run STATUS CMD...: runs CMD, keeps its stdout and stderr, checks the exit status.
+run() {
+  local want=$1 rc=0
+  shift
+  "$@" >"$tmp/stdout" 2>"$tmp/stderr" || rc=$?
+  if grep -qE "Sanitizer|runtime error" "$tmp/stderr"; then
+    cat "$tmp/stderr" >&2
+    fail "sanitizer report from: $*"
+  fi
+  if [[ $rc != "$want" ]]; then
+    cat "$tmp/stdout" "$tmp/stderr" >&2
+    fail "exit status $rc, expected $want: $*"
+  fi
+}
+expect_err() { grep -qF -- "$1" "$tmp/stderr" || { cat "$tmp/stderr" >&2; fail "stderr lacks: $1"; }; }
+expect_out() { grep -qF -- "$1" "$tmp/stdout" || { cat "$tmp/stdout" >&2; fail "stdout lacks: $1"; }; }
+
+have_numpy=0
+if "$py" -c 'import numpy' 2>/dev/null; then
+  have_numpy=1
+else
+  echo "SKIPPED: the independent Python reader (no numpy under $py; apt-get install python3-numpy)"
+fi
+pycheck() {
+  if [[ $have_numpy == 1 ]]; then
+    "$py" "$here/read_megatron_idx.py" "$@" || fail "independent reader: $*"
+  fi
+}
+
+# --- a small corpus ---------------------------------------------------------------
+in=$tmp/in
+mkdir -p "$in/sub"
+printf 'Hello, world.\n' >"$in/a.txt"
+printf 'second file\nwith two lines\n' >"$in/b.txt"
+printf 'caf\xc3\xa9 \xe2\x82\xac\n' >"$in/sub/c.txt"
+: >"$in/empty.txt"
+printf 'bin\000ary' >"$in/sub/d.bin"
+ln -s a.txt "$in/link.txt"
+want=("$in/a.txt" "$in/b.txt" "$in/sub/c.txt")
+
+# prepare_small NAME INPUT...: the three text files, in order, one document each.
+prepare_small() {
+  local name=$1
+  shift
+  run 0 "$baton" data prepare --input "$@" --output "$tmp/out/$name" --valid-fraction 0
+  expect_out "prepared 3 documents"
+  expect_out "train: $tmp/out/${name}_train.bin/.idx  3 documents"
+  [[ ! -e "$tmp/out/${name}_valid.idx" ]] || fail "$name: a validation set at fraction 0"
+  pycheck check-files "$tmp/out/${name}_train" "${want[@]}"
+  run 0 "$baton" data inspect "$tmp/out/${name}_train"
+  expect_out "documents:   3"
+  expect_out "ending EOS:  3 of 3 documents end with token 257"
+  echo "ok prepare $name"
+}
+
+prepare_small files "$in/a.txt" "$in/b.txt" "$in/sub/c.txt"
+prepare_small dir "$in"
+run 0 "$baton" data prepare --input "$in" --output "$tmp/out/verbose" --verbose
+expect_err "skipped $in/link.txt: symbolic link, not followed"
+expect_err "skipped $in/sub/d.bin: binary"
+
+(cd "$in" && tar -cf "$tmp/small.tar" a.txt empty.txt b.txt sub/c.txt sub/d.bin link.txt)
+prepare_small tar "$tmp/small.tar"
+(cd "$in" && tar -czf "$tmp/small.tar.gz" a.txt b.txt sub)
+prepare_small tar.gz "$tmp/small.tar.gz"
+if command -v zstd >/dev/null; then
+  (cd "$in" && tar --zstd -cf "$tmp/small.tar.zst" a.txt b.txt sub)
+  prepare_small tar.zst "$tmp/small.tar.zst"
+else
+  echo "SKIPPED: tar.zst (no zstd)"
+fi
+(cd "$in" && "$py" -m zipfile -c "$tmp/small.zip" a.txt b.txt sub)
+prepare_small zip "$tmp/small.zip"
+gzip -c "$in/a.txt" >"$tmp/a.txt.gz"
+run 0 "$baton" data prepare --input "$tmp/a.txt.gz" "$in/b.txt" --input "$in/sub/c.txt" \
+  --output "$tmp/out/gz" --valid-fraction 0
+pycheck check-files "$tmp/out/gz_train" "${want[@]}"
+echo "ok prepare compressed single file, several --input"
+
+# --- fortune splitting --------------------------------------------------------------
+fort=$tmp/fortunes
+mkdir -p "$fort"
+printf 'one\n%%\ntwo\nlines\n%%\n%%\n%%%% not a separator\n%%\r\nthree\r\n%%' >"$fort/f1"
+printf 'alpha\n%%\nbeta\n' >"$fort/f2"
+printf '\000\000\000\002binary index' >"$fort/f1.dat"
+ln -s f1 "$fort/f1.u8"
+run 0 "$baton" data prepare --input "$fort" --split-on-percent --output "$tmp/out/fort" \
+  --valid-fraction 0.3
+expect_out "prepared 6 documents"
+pycheck check-fortunes "$tmp/out/fort_train" "$tmp/out/fort_valid" 0.3 "$fort"
+echo "ok fortune splitting"
+
+if [[ -d /usr/share/games/fortunes ]]; then
+  run 0 "$baton" data prepare --input /usr/share/games/fortunes --split-on-percent \
+    --output "$tmp/out/fortunes" --progress
+  expect_out "skipped:"
+  expect_err "prepare: "
+  pycheck check-fortunes "$tmp/out/fortunes_train" "$tmp/out/fortunes_valid" 0.01 \
+    /usr/share/games/fortunes
+  run 0 "$baton" data inspect "$tmp/out/fortunes_valid" --doc 1
+  expect_out "dtype:       uint16 (code 8, 2 bytes per token)"
+  echo "ok fortunes corpus"
+else
+  echo "SKIPPED: /usr/share/games/fortunes (install the fortunes package)"
+fi
+
+# --- passkey ------------------------------------------------------------------------
+run 0 "$baton" data passkey --output "$tmp/pk/pass" --n-docs 50 --length 700 --seed 3
+expect_out "answer: the 5 digits at tokens [693, 698)"
+pycheck check-passkey "$tmp/pk/pass" 50 700
+run 0 "$baton" data inspect "$tmp/pk/pass" --max-tokens 700
+expect_out "doc tokens:  min 700, mean 700.0, max 700"
+grep -qE "What is the pass key\? The pass key is [0-9]{5}\.<eos>$" "$tmp/stdout" ||
+  fail "passkey document does not end with the question"
+echo "ok passkey"
+
+# --- help and errors ----------------------------------------------------------------
+for sub in "" prepare passkey inspect; do
+  run 0 "$baton" data $sub --help
+  expect_out "usage: baton data"
+done
+run 2 "$baton" data
+run 2 "$baton" data frobnicate
+expect_err "unknown subcommand 'frobnicate'"
+run 2 "$baton" data prepare --output "$tmp/out/x"
+expect_err "--input and --output are required"
+run 2 "$baton" data prepare --input "$tmp/nope" --output "$tmp/out/x"
+expect_err "input '$tmp/nope': No such file or directory"
+run 2 "$baton" data prepare --input "$in" --output "$tmp/out/x" --valid-fraction 1.5
+expect_err "--valid-fraction '1.5'"
+run 2 "$baton" data prepare --input "$in/sub/d.bin" --output "$tmp/out/x"
+expect_err "no documents found"
+head -c 600 "$tmp/small.tar" >"$tmp/broken.tar" # cut inside the first member
+run 2 "$baton" data prepare --input "$tmp/broken.tar" --output "$tmp/out/broken"
+expect_err "input '$tmp/broken.tar': member 'a.txt': "
+[[ ! -e "$tmp/out/broken_train.bin.partial" && ! -e "$tmp/out/broken_train.bin" ]] ||
+  fail "a failed prepare left files behind"
+size=$(stat -c %s "$tmp/small.tar.gz")
+head -c $((size / 2)) "$tmp/small.tar.gz" >"$tmp/broken.tar.gz"
+run 2 "$baton" data prepare --input "$tmp/broken.tar.gz" --output "$tmp/out/broken"
+expect_err "input '$tmp/broken.tar.gz'"
+run 1 "$baton" data prepare --input "$in" --output /proc/baton-no-such-dir/x
+expect_err "cannot create directory"
+run 2 "$baton" data passkey --output "$tmp/pk/x" --n-docs 2 --length 50
+expect_err "--length '50': need an integer in [106,"
+run 2 "$baton" data inspect "$tmp/nope"
+expect_err "$tmp/nope.idx: cannot open"
+head -c 40 "$tmp/out/dir_train.idx" >"$tmp/cut.idx"
+cp "$tmp/out/dir_train.bin" "$tmp/cut.bin"
+run 2 "$baton" data inspect "$tmp/cut"
+expect_err "$tmp/cut.idx: truncated"
+head -c 10 "$tmp/out/dir_train.bin" >"$tmp/cut.bin"
+cp "$tmp/out/dir_train.idx" "$tmp/cut.idx"
+run 2 "$baton" data inspect "$tmp/cut"
+expect_err "ends past the end of $tmp/cut.bin"
+echo "ok errors"
+echo "PASS"

@@ -1,0 +1,144 @@
+/* AdamW, learning-rate schedule and gradient clipping; semantics in optim.h.
+ *
+ * Rules kept here: nothing allocates except optim_adamw_init; every per-element loop is
+ * a plain float32 loop the compiler can vectorize, with its scalars hoisted out. */
+#include "optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/err.h"
+
+static const double optim_pi = 3.14159265358979323846;
+
+void optim_hparams_default(optim_hparams *hp) {
+    hp->lr = 3e-4;
+    hp->min_lr = 0.0;
+    hp->warmup_steps = 0;
+    hp->schedule = OPTIM_SCHEDULE_COSINE;
+    hp->weight_decay = 0.1;
+    hp->grad_clip = 1.0;
+    hp->beta1 = 0.9;
+    hp->beta2 = 0.95;
+    hp->eps = 1e-8;
+}
+
+static optim_schedule schedule_from_pb(Baton__Optimizer__Schedule s) {
+    switch (s) {
+    case BATON__OPTIMIZER__SCHEDULE__LINEAR:
+        return OPTIM_SCHEDULE_LINEAR;
+    case BATON__OPTIMIZER__SCHEDULE__CONSTANT:
+        return OPTIM_SCHEDULE_CONSTANT;
+    default:
+        return OPTIM_SCHEDULE_COSINE;
+    }
+}
+
+void optim_hparams_from_pb(optim_hparams *hp, const Baton__Optimizer *pb) {
+    optim_hparams_default(hp);
+    if (pb == NULL) return;
+    hp->lr = pb->lr;
+    hp->min_lr = pb->min_lr;
+    hp->warmup_steps = pb->warmup_steps;
+    hp->schedule = schedule_from_pb(pb->schedule);
+    hp->weight_decay = pb->weight_decay;
+    hp->grad_clip = pb->grad_clip;
+    hp->beta1 = pb->beta1;
+    hp->beta2 = pb->beta2;
+    hp->eps = pb->eps;
+}
+
+double optim_lr_at(uint64_t step, uint64_t total_steps, const optim_hparams *hp) {
+    uint64_t warmup = hp->warmup_steps;
+    if (warmup > 0 && step <= warmup) return hp->lr * (double)step / (double)warmup;
+    if (hp->schedule == OPTIM_SCHEDULE_CONSTANT) return hp->lr;
+    if (step >= total_steps) return hp->min_lr;
+    double ratio = (double)(step - warmup) / (double)(total_steps - warmup);
+    double coef =
+        hp->schedule == OPTIM_SCHEDULE_LINEAR ? 1.0 - ratio : 0.5 * (1.0 + cos(optim_pi * ratio));
+    return hp->min_lr + coef * (hp->lr - hp->min_lr);
+}
+
+void optim_adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
+                        const optim_hparams *hp, double lr, uint64_t step, int decay) {
+    const float b1 = (float)hp->beta1, b2 = (float)hp->beta2;
+    const float one_minus_b1 = (float)(1.0 - hp->beta1);
+    const float one_minus_b2 = (float)(1.0 - hp->beta2);
+    const float eps = (float)hp->eps;
+    const float keep = decay ? (float)(1.0 - lr * hp->weight_decay) : 1.0f;
+    const float step_size = (float)(lr / (1.0 - pow(hp->beta1, (double)step)));
+    const float inv_bc2_sqrt = (float)(1.0 / sqrt(1.0 - pow(hp->beta2, (double)step)));
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i];
+        float mi = b1 * m[i] + one_minus_b1 * g;
+        float vi = b2 * v[i] + one_minus_b2 * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float denom = sqrtf(vi) * inv_bc2_sqrt + eps;
+        param[i] = param[i] * keep - step_size * mi / denom;
+    }
+}
+
+double optim_grad_sumsq(const float *grad, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double g = grad[i];
+        s += g * g;
+    }
+    return s;
+}
+
+double optim_clip_coef(double norm, double clip) {
+    if (!(clip > 0.0)) return 1.0;
+    double coef = clip / (norm + 1e-6);
+    return coef < 1.0 || isnan(coef) ? coef : 1.0;
+}
+
+void optim_grad_scale(float *grad, size_t n, float coef) {
+    for (size_t i = 0; i < n; i++)
+        grad[i] *= coef;
+}
+
+int optim_adamw_init(optim_adamw *o, size_t n) {
+    memset(o, 0, sizeof *o);
+    if (n == 0) return BT_EINVAL;
+    o->m = calloc(n, sizeof *o->m);
+    o->v = calloc(n, sizeof *o->v);
+    if (o->m == NULL || o->v == NULL) {
+        optim_adamw_free(o);
+        return BT_ENOMEM;
+    }
+    o->n = n;
+    return 0;
+}
+
+void optim_adamw_free(optim_adamw *o) {
+    free(o->m);
+    free(o->v);
+    memset(o, 0, sizeof *o);
+}
+
+void optim_adamw_reset(optim_adamw *o) {
+    memset(o->m, 0, o->n * sizeof *o->m);
+    memset(o->v, 0, o->n * sizeof *o->v);
+    o->step = 0;
+}
+
+double optim_adamw_step(optim_adamw *o, float *params, float *grads, const optim_segment *segs,
+                        size_t nseg, const optim_hparams *hp, double lr) {
+    double sumsq = 0.0;
+    for (size_t s = 0; s < nseg; s++)
+        sumsq += optim_grad_sumsq(grads + segs[s].offset, segs[s].n);
+    double norm = sqrt(sumsq);
+    if (!isfinite(norm)) return norm;
+    float coef = (float)optim_clip_coef(norm, hp->grad_clip);
+    o->step++;
+    for (size_t s = 0; s < nseg; s++) {
+        size_t off = segs[s].offset, n = segs[s].n;
+        if (coef != 1.0f) optim_grad_scale(grads + off, n, coef);
+        optim_adamw_update(params + off, grads + off, o->m + off, o->v + off, n, hp, lr, o->step,
+                           segs[s].decay);
+    }
+    return norm;
+}

@@ -1,0 +1,186 @@
+/* bf16 and OCP FP8 rounding on float32 bit patterns.
+ *
+ * Every conversion works on the integer pattern of the float32 input so the result does
+ * not depend on the FPU rounding mode or on compiler flags: a float32 value is an
+ * integer significand (24 bits with the hidden one) times a power of two, and rounding
+ * to a narrower format is a right shift of that significand with round-to-nearest-even
+ * on the bits shifted out. A carry out of the significand moves into the exponent field
+ * because exponent and mantissa are adjacent in the code. */
+#include "precision.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+/* The geometry of an 8-bit format: mantissa bits, exponent bias, largest finite code
+ * (magnitude) and the canonical NaN code (magnitude). */
+typedef struct fp8_desc {
+    int man_bits;
+    int bias;
+    uint8_t max_code;
+    uint8_t nan_code;
+    float max;
+} fp8_desc;
+
+static const fp8_desc fp8_descs[2] = {
+    [PREC_E4M3] = {3, 7, 0x7E, 0x7F, PREC_E4M3_MAX},
+    [PREC_E5M2] = {2, 15, 0x7B, 0x7E, PREC_E5M2_MAX},
+};
+
+static uint32_t f32_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static float f32_from_bits(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static int f32_bits_isnan(uint32_t u) {
+    return (u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu) != 0;
+}
+
+/* sig >> shift, rounded to nearest, ties to the even result. */
+static uint32_t rne_shift(uint32_t sig, int shift) {
+    if (shift <= 0) return sig;
+    if (shift > 31) return 0; /* sig < 2^24, far below half of the smallest step */
+    uint32_t q = sig >> shift;
+    uint32_t rem = sig & ((1u << shift) - 1u);
+    uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u))) q++;
+    return q;
+}
+
+/* ---- bf16 ---- */
+
+static uint32_t bf16_round_bits(uint32_t u) {
+    /* A NaN whose payload lives only in the low 16 bits would truncate to Inf; setting
+     * the quiet bit keeps it a NaN. */
+    if (f32_bits_isnan(u)) return (u | 0x00400000u) & 0xFFFF0000u;
+    /* Adding 0x7FFF plus the lowest kept bit rounds half to even; a carry may ripple
+     * into the exponent, which is the correct next binade (or Inf past the max). */
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return u & 0xFFFF0000u;
+}
+
+float prec_bf16_round(float x) {
+    return f32_from_bits(bf16_round_bits(f32_bits(x)));
+}
+
+uint16_t prec_bf16_bits(float x) {
+    return (uint16_t)(bf16_round_bits(f32_bits(x)) >> 16);
+}
+
+void prec_bf16_round_array(float *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        dst[i] = f32_from_bits(bf16_round_bits(f32_bits(src[i])));
+}
+
+/* ---- fp8 ---- */
+
+float prec_fp8_max(prec_fp8_format fmt) {
+    return fp8_descs[fmt].max;
+}
+
+/* Magnitude code of |x| for a finite |x| < max (the caller has saturated larger ones). */
+static uint8_t fp8_encode_mag(uint32_t a, const fp8_desc *d) {
+    int fexp = (int)(a >> 23); /* biased float32 exponent */
+    if (fexp == 0) return 0;   /* float32 subnormals are below 2^-126, far under half of 2^-16 */
+    uint32_t sig = (a & 0x007FFFFFu) | 0x00800000u; /* value = sig * 2^(e - 23) */
+    int e = fexp - 127;
+    int emin = 1 - d->bias; /* exponent of the smallest normal */
+    int shift = 23 - d->man_bits;
+    if (e < emin) {
+        /* Subnormal: the code is the value in units of 2^(emin - man_bits); a result
+         * of 2^man_bits is the smallest normal, whose code is that same integer. */
+        return (uint8_t)rne_shift(sig, shift + (emin - e));
+    }
+    uint32_t q = rne_shift(sig, shift); /* in [2^m, 2^(m+1)] */
+    uint32_t code = ((uint32_t)(e + d->bias) << d->man_bits) + (q - (1u << d->man_bits));
+    return code > d->max_code ? d->max_code : (uint8_t)code;
+}
+
+uint8_t prec_fp8_encode(float x, prec_fp8_format fmt) {
+    const fp8_desc *d = &fp8_descs[fmt];
+    uint32_t u = f32_bits(x);
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
+    uint32_t a = u & 0x7FFFFFFFu;
+    if (f32_bits_isnan(u)) return sign | d->nan_code;
+    if (f32_from_bits(a) >= d->max) /* saturating, Inf included */
+        return sign | d->max_code;
+    return sign | fp8_encode_mag(a, d);
+}
+
+float prec_fp8_decode(uint8_t bits, prec_fp8_format fmt) {
+    const fp8_desc *d = &fp8_descs[fmt];
+    uint32_t sign = (uint32_t)(bits & 0x80u) << 24;
+    uint32_t mag = bits & 0x7Fu;
+    uint32_t man = mag & ((1u << d->man_bits) - 1u);
+    uint32_t exp = mag >> d->man_bits;
+    uint32_t exp_all_ones = 0x7Fu >> d->man_bits;
+    if (fmt == PREC_E4M3 && mag == 0x7Fu) return f32_from_bits(sign | 0x7FC00000u);
+    if (fmt == PREC_E5M2 && exp == exp_all_ones)
+        return f32_from_bits(sign | (man ? 0x7FC00000u : 0x7F800000u));
+    if (exp == 0) {
+        /* Subnormal: man * 2^(1 - bias - man_bits), exact in float32. */
+        float v = ldexpf((float)man, 1 - d->bias - d->man_bits);
+        return sign ? -v : v;
+    }
+    uint32_t fexp = exp - (uint32_t)d->bias + 127u;
+    return f32_from_bits(sign | (fexp << 23) | (man << (23 - d->man_bits)));
+}
+
+float prec_fp8_qdq_array(float *dst, const float *src, size_t n, float scale, prec_fp8_format fmt) {
+    float amax = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float x = src[i];
+        float ax = fabsf(x);
+        if (ax > amax) /* false for NaN */
+            amax = ax;
+        dst[i] = prec_fp8_decode(prec_fp8_encode(x * scale, fmt), fmt) / scale;
+    }
+    return amax;
+}
+
+/* ---- delayed scaling ---- */
+
+void prec_fp8_meta_init(prec_fp8_meta *m, float *history, uint32_t len, prec_fp8_format fmt,
+                        uint32_t margin) {
+    m->scale = 1.0f;
+    m->history = history;
+    m->len = len;
+    m->pos = 0;
+    m->fmt = fmt;
+    m->margin = margin;
+    for (uint32_t i = 0; i < len; i++)
+        history[i] = 0.0f;
+}
+
+/* max over the history; NaN or Inf anywhere makes the result non-finite. */
+static float meta_history_amax(const prec_fp8_meta *m) {
+    float amax = 0.0f;
+    for (uint32_t i = 0; i < m->len; i++) {
+        float h = m->history[i];
+        if (!isfinite(h)) return h;
+        if (h > amax) amax = h;
+    }
+    return amax;
+}
+
+void prec_fp8_meta_update(prec_fp8_meta *m, float amax) {
+    if (m->len > 0) {
+        m->history[m->pos] = amax;
+        m->pos = (m->pos + 1) % m->len;
+        amax = meta_history_amax(m);
+    }
+    if (!(amax > 0.0f) || !isfinite(amax)) return;
+    /* Computed in double and rounded once: the same correctly rounded quotient a
+     * float32 division gives, and the power of two of the margin is exact. A scale
+     * past float32's range would turn every product into Inf; Transformer Engine
+     * clamps it to FLT_MAX, so amax then maps below fmt_max rather than to it. */
+    double s = ldexp((double)fp8_descs[m->fmt].max / (double)amax, -(int)m->margin);
+    m->scale = s > (double)FLT_MAX ? FLT_MAX : (float)s;
+}
