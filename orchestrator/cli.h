@@ -6,5 +6,6 @@
 
 int cmd_plan(int argc, char **argv);
 int cmd_data(int argc, char **argv);
+int cmd_spec(int argc, char **argv);
 
 #endif

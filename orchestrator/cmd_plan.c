@@ -29,8 +29,7 @@ typedef struct plan_all {
 
 static void plan_all_free(plan_all *pa) {
     for (size_t i = 0; i < pa->n; i++)
-        if (pa->specs[i] != NULL)
-            protobuf_c_message_free_unpacked(&pa->specs[i]->base, NULL);
+        if (pa->specs[i] != NULL) protobuf_c_message_free_unpacked(&pa->specs[i]->base, NULL);
     free(pa->specs);
     free(pa->stages);
 }
@@ -46,10 +45,8 @@ static int plan_build_all(const recipe_doc *doc, plan_all *pa, bt_diag *diag) {
     }
     for (size_t i = 0; i < n; i++) {
         int rc = recipe_resolve_stage(doc, i, &pa->specs[i], diag);
-        if (rc == 0)
-            rc = plan_stage_build(pa->specs[i], &pa->stages[i], diag);
-        if (rc != 0)
-            return rc;
+        if (rc == 0) rc = plan_stage_build(pa->specs[i], &pa->stages[i], diag);
+        if (rc != 0) return rc;
     }
     return 0;
 }

@@ -18,6 +18,7 @@ typedef struct command {
 
 static const command commands[] = {
     {"plan", cmd_plan, "check a recipe and show layout, memory, communication and step time"},
+    {"spec", cmd_spec, "resolve one stage of a recipe into the StageSpec a worker runs"},
     {"data", cmd_data, "prepare token datasets (Megatron indexed format) from text, tar or zip"},
 };
 
@@ -45,8 +46,7 @@ int main(int argc, char **argv) {
         return BT_EXIT_OK;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (strcmp(argv[1], commands[i].name) == 0)
-            return commands[i].run(argc - 1, argv + 1);
+        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "baton: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return BT_EXIT_USAGE;

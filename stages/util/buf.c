@@ -15,10 +15,8 @@ void bt_buf_free(bt_buf *b) {
 }
 
 static int buf_reserve(bt_buf *b, size_t extra) {
-    if (b->oom)
-        return -1;
-    if (b->len + extra + 1 <= b->cap)
-        return 0;
+    if (b->oom) return -1;
+    if (b->len + extra + 1 <= b->cap) return 0;
     size_t cap = b->cap ? b->cap : 256;
     while (cap < b->len + extra + 1)
         cap *= 2;
@@ -33,8 +31,7 @@ static int buf_reserve(bt_buf *b, size_t extra) {
 }
 
 void bt_buf_append(bt_buf *b, const char *s, size_t n) {
-    if (buf_reserve(b, n) != 0)
-        return;
+    if (buf_reserve(b, n) != 0) return;
     memcpy(b->data + b->len, s, n);
     b->len += n;
     b->data[b->len] = '\0';
@@ -45,8 +42,7 @@ void bt_buf_printf(bt_buf *b, const char *fmt, ...) {
     va_start(ap, fmt);
     int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    if (n < 0 || buf_reserve(b, (size_t)n) != 0)
-        return;
+    if (n < 0 || buf_reserve(b, (size_t)n) != 0) return;
     va_start(ap, fmt);
     vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
     va_end(ap);

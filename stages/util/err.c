@@ -21,8 +21,7 @@ void bt_diag_init(bt_diag *d) {
 }
 
 void bt_diag_set(bt_diag *d, const char *fmt, ...) {
-    if (d == NULL || d->msg[0] != '\0')
-        return;
+    if (d == NULL || d->msg[0] != '\0') return;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(d->msg, sizeof d->msg, fmt, ap);

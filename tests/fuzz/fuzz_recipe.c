@@ -18,8 +18,7 @@ static void fuzz_plan_stages(const recipe_doc *doc) {
         if (recipe_resolve_stage(doc, i, &spec, &diag) != 0)
             abort(); /* a validated recipe always resolves */
         plan_stage ps;
-        if (plan_stage_build(spec, &ps, &diag) != 0 && !bt_diag_isset(&diag))
-            abort();
+        if (plan_stage_build(spec, &ps, &diag) != 0 && !bt_diag_isset(&diag)) abort();
         protobuf_c_message_free_unpacked(&spec->base, NULL);
     }
 }
@@ -31,12 +30,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     bt_diag diag;
     bt_diag_init(&diag);
     int rc = recipe_load_buffer("fuzz.yaml", (const char *)data, size, &doc, &diag);
-    if (rc == 0)
-        rc = recipe_validate(&doc, &diag);
-    if (rc != 0 && !bt_diag_isset(&diag))
-        abort(); /* every error must say what is wrong */
-    if (rc == 0)
-        fuzz_plan_stages(&doc);
+    if (rc == 0) rc = recipe_validate(&doc, &diag);
+    if (rc != 0 && !bt_diag_isset(&diag)) abort(); /* every error must say what is wrong */
+    if (rc == 0) fuzz_plan_stages(&doc);
     recipe_doc_free(&doc);
     return 0;
 }

@@ -19,14 +19,12 @@ static int replay_file(const char *path) {
         len += n;
         if (len == cap) {
             uint8_t *p = realloc(buf, cap *= 2);
-            if (p == NULL)
-                free(buf);
+            if (p == NULL) free(buf);
             buf = p;
         }
     }
     fclose(f);
-    if (buf == NULL)
-        return 1;
+    if (buf == NULL) return 1;
     LLVMFuzzerTestOneInput(buf, len);
     free(buf);
     return 0;

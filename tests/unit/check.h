@@ -32,7 +32,7 @@ static int check_failures;
     do {                                                                                           \
         double va_ = (double)(a), vb_ = (double)(b);                                               \
         double m_ = fabs(va_) > fabs(vb_) ? fabs(va_) : fabs(vb_);                                 \
-        if (fabs(va_ - vb_) > (rel) * m_) {                                                        \
+        if (fabs(va_ - vb_) > (rel)*m_) {                                                          \
             fprintf(stderr, "%s:%d: %s ~ %s failed: %.9g vs %.9g (rel %.3g)\n", __FILE__,          \
                     __LINE__, #a, #b, va_, vb_, (double)(rel));                                    \
             check_failures++;                                                                      \
@@ -50,8 +50,7 @@ static int check_failures;
     } while (0)
 
 static inline int check_status(void) {
-    if (check_failures)
-        fprintf(stderr, "%d check(s) failed\n", check_failures);
+    if (check_failures) fprintf(stderr, "%d check(s) failed\n", check_failures);
     return check_failures ? 1 : 0;
 }
 

@@ -1,0 +1,124 @@
+/* baton spec RECIPE [--stage NAME|INDEX] [--out FILE]: resolves one stage of a recipe
+ * into the StageSpec a worker receives, and prints it as YAML or writes it as a
+ * binary protobuf (the input of `baton-worker --spec FILE`). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "pb_dump.h"
+#include "recipe.h"
+
+static void spec_usage(FILE *f) {
+    fprintf(f, "usage: baton spec RECIPE [--stage NAME|INDEX] [--out FILE]\n\n"
+               "Resolves a stage of RECIPE (defaults, earlier stages and transforms merged)\n"
+               "into the self-contained StageSpec a worker runs, and prints it as YAML.\n\n"
+               "  --stage NAME|INDEX  the stage (default: the first)\n"
+               "  --out FILE          write the binary StageSpec to FILE instead\n"
+               "  --help              show this help\n\n"
+               "Exit status: 0 done, 1 cannot write FILE, 2 invalid recipe or usage.\n");
+}
+
+typedef struct spec_args {
+    const char *recipe, *stage, *out;
+} spec_args;
+
+static int spec_parse_args(int argc, char **argv, spec_args *a) {
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            spec_usage(stdout);
+            return 1;
+        } else if ((strcmp(arg, "--stage") == 0 || strcmp(arg, "--out") == 0) && i + 1 < argc) {
+            *(arg[2] == 's' ? &a->stage : &a->out) = argv[++i];
+        } else if (arg[0] == '-' && arg[1] != '\0') {
+            fprintf(stderr, "baton spec: unknown option or missing value: '%s'\n", arg);
+            return -1;
+        } else if (a->recipe == NULL) {
+            a->recipe = arg;
+        } else {
+            fprintf(stderr, "baton spec: one recipe at a time (got '%s' and '%s')\n", a->recipe,
+                    arg);
+            return -1;
+        }
+    }
+    if (a->recipe == NULL) {
+        spec_usage(stderr);
+        return -1;
+    }
+    return 0;
+}
+
+/* The stage named name, or with that index; -1 with a message when there is none. */
+static long spec_find_stage(const recipe_doc *doc, const char *name, bt_diag *diag) {
+    const Baton__Recipe *r = doc->recipe;
+    if (name == NULL) return 0;
+    for (size_t i = 0; i < r->n_stages; i++)
+        if (r->stages[i]->name != NULL && strcmp(r->stages[i]->name, name) == 0) return (long)i;
+    char *end;
+    long i = strtol(name, &end, 10);
+    if (*name != '\0' && *end == '\0' && i >= 0 && (size_t)i < r->n_stages) return i;
+    bt_buf names;
+    bt_buf_init(&names);
+    for (size_t k = 0; k < r->n_stages; k++)
+        bt_buf_printf(&names, "%s%s", k ? ", " : "", r->stages[k]->name);
+    bt_diag_set(diag, "%s: no stage \"%s\"; stages are: %s (or an index 0..%zu)", doc->file, name,
+                bt_buf_str(&names), r->n_stages - 1);
+    bt_buf_free(&names);
+    return -1;
+}
+
+/* Writes the packed spec to path atomically (temporary file, fsync, rename). */
+static int spec_write(const Baton__StageSpec *s, const char *path, bt_diag *diag) {
+    size_t n = protobuf_c_message_get_packed_size(&s->base);
+    uint8_t *buf = malloc(n ? n : 1);
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.partial", path);
+    FILE *f = buf ? fopen(tmp, "wb") : NULL;
+    int ok = f != NULL;
+    if (ok) {
+        protobuf_c_message_pack(&s->base, buf);
+        ok = fwrite(buf, 1, n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;
+        ok = (fclose(f) == 0) && ok;
+        ok = ok && rename(tmp, path) == 0;
+        if (!ok) unlink(tmp);
+    }
+    if (!ok) bt_diag_set(diag, "%s: cannot write: %s", path, strerror(errno));
+    free(buf);
+    return ok ? 0 : BT_EIO;
+}
+
+static int spec_emit(const Baton__StageSpec *s, const char *out, bt_diag *diag) {
+    if (out != NULL) return spec_write(s, out, diag);
+    bt_buf b;
+    bt_buf_init(&b);
+    bt_buf_printf(&b, "# StageSpec: stage %u \"%s\" of recipe %s\n", s->stage_index, s->stage->name,
+                  s->recipe_name);
+    pb_dump_yaml(&b, &s->base, 0, 0);
+    fputs(bt_buf_str(&b), stdout);
+    bt_buf_free(&b);
+    return 0;
+}
+
+int cmd_spec(int argc, char **argv) {
+    spec_args a = {0};
+    int prc = spec_parse_args(argc, argv, &a);
+    if (prc != 0) return prc > 0 ? BT_EXIT_OK : BT_EXIT_USAGE;
+    bt_diag diag;
+    bt_diag_init(&diag);
+    recipe_doc doc = {0};
+    Baton__StageSpec *spec = NULL;
+    int rc = recipe_load_file(a.recipe, &doc, &diag);
+    rc = rc ? rc : recipe_validate(&doc, &diag);
+    long stage = rc ? -1 : spec_find_stage(&doc, a.stage, &diag);
+    if (rc == 0 && stage < 0) rc = BT_EINVAL;
+    rc = rc ? rc : recipe_resolve_stage(&doc, (size_t)stage, &spec, &diag);
+    rc = rc ? rc : spec_emit(spec, a.out, &diag);
+    if (rc != 0) fprintf(stderr, "%s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
+    if (spec != NULL) protobuf_c_message_free_unpacked(&spec->base, NULL);
+    recipe_doc_free(&doc);
+    if (rc == 0) return BT_EXIT_OK;
+    return rc == BT_EIO || rc == BT_ENOMEM ? BT_EXIT_FAILURE : BT_EXIT_USAGE;
+}

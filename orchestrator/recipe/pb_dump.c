@@ -1,0 +1,138 @@
+#include "pb_dump.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <string.h>
+
+static const void *field_ptr(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) {
+    return (const char *)m + f->offset;
+}
+
+static int field_present(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) {
+    const char *base = (const char *)m;
+    if (f->label == PROTOBUF_C_LABEL_REPEATED)
+        return *(const size_t *)(base + f->quantifier_offset) > 0;
+    if (f->type == PROTOBUF_C_TYPE_MESSAGE || f->type == PROTOBUF_C_TYPE_STRING)
+        return *(const void *const *)field_ptr(m, f) != NULL;
+    if (f->label == PROTOBUF_C_LABEL_OPTIONAL && f->quantifier_offset != 0)
+        return *(const protobuf_c_boolean *)(base + f->quantifier_offset);
+    return 1;
+}
+
+static void dump_enum(bt_buf *out, const ProtobufCEnumDescriptor *e, int v) {
+    const ProtobufCEnumValue *ev = protobuf_c_enum_descriptor_get_value(e, v);
+    if (ev == NULL) {
+        bt_buf_printf(out, "%d", v);
+        return;
+    }
+    for (const char *p = ev->name; *p; p++)
+        bt_buf_printf(out, "%c", *p == '_' ? '_' : tolower((unsigned char)*p));
+}
+
+/* One scalar element at p (a pointer to the C storage of the value). */
+static void dump_scalar(bt_buf *out, const ProtobufCFieldDescriptor *f, const void *p) {
+    switch (f->type) {
+    case PROTOBUF_C_TYPE_INT32:
+    case PROTOBUF_C_TYPE_SINT32:
+    case PROTOBUF_C_TYPE_SFIXED32:
+        bt_buf_printf(out, "%" PRId32, *(const int32_t *)p);
+        break;
+    case PROTOBUF_C_TYPE_UINT32:
+    case PROTOBUF_C_TYPE_FIXED32:
+        bt_buf_printf(out, "%" PRIu32, *(const uint32_t *)p);
+        break;
+    case PROTOBUF_C_TYPE_INT64:
+    case PROTOBUF_C_TYPE_SINT64:
+    case PROTOBUF_C_TYPE_SFIXED64:
+        bt_buf_printf(out, "%" PRId64, *(const int64_t *)p);
+        break;
+    case PROTOBUF_C_TYPE_UINT64:
+    case PROTOBUF_C_TYPE_FIXED64:
+        bt_buf_printf(out, "%" PRIu64, *(const uint64_t *)p);
+        break;
+    case PROTOBUF_C_TYPE_FLOAT:
+        bt_buf_printf(out, "%.9g", (double)*(const float *)p);
+        break;
+    case PROTOBUF_C_TYPE_DOUBLE:
+        bt_buf_printf(out, "%.17g", *(const double *)p);
+        break;
+    case PROTOBUF_C_TYPE_BOOL:
+        bt_buf_printf(out, "%s", *(const protobuf_c_boolean *)p ? "true" : "false");
+        break;
+    case PROTOBUF_C_TYPE_ENUM:
+        dump_enum(out, f->descriptor, *(const int *)p);
+        break;
+    case PROTOBUF_C_TYPE_STRING:
+        bt_buf_json_string(out, *(const char *const *)p ? *(const char *const *)p : "");
+        break;
+    case PROTOBUF_C_TYPE_BYTES:
+        bt_buf_printf(out, "<%zu bytes>", ((const ProtobufCBinaryData *)p)->len);
+        break;
+    case PROTOBUF_C_TYPE_MESSAGE:
+        break;
+    }
+}
+
+static size_t elem_size(const ProtobufCFieldDescriptor *f) {
+    switch (f->type) {
+    case PROTOBUF_C_TYPE_INT64:
+    case PROTOBUF_C_TYPE_SINT64:
+    case PROTOBUF_C_TYPE_SFIXED64:
+    case PROTOBUF_C_TYPE_UINT64:
+    case PROTOBUF_C_TYPE_FIXED64:
+    case PROTOBUF_C_TYPE_DOUBLE:
+        return 8;
+    case PROTOBUF_C_TYPE_STRING:
+    case PROTOBUF_C_TYPE_MESSAGE:
+        return sizeof(void *);
+    case PROTOBUF_C_TYPE_BYTES:
+        return sizeof(ProtobufCBinaryData);
+    case PROTOBUF_C_TYPE_BOOL:
+        return sizeof(protobuf_c_boolean);
+    default:
+        return 4;
+    }
+}
+
+static void dump_repeated(bt_buf *out, const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f,
+                          int indent, int with_defaults) {
+    size_t n = *(const size_t *)((const char *)m + f->quantifier_offset);
+    const char *arr = *(const char *const *)field_ptr(m, f);
+    if (f->type != PROTOBUF_C_TYPE_MESSAGE) {
+        bt_buf_printf(out, "%*s%s: [", indent, "", f->name);
+        for (size_t i = 0; i < n; i++) {
+            bt_buf_printf(out, i ? ", " : "");
+            dump_scalar(out, f, arr + i * elem_size(f));
+        }
+        bt_buf_printf(out, "]\n");
+        return;
+    }
+    bt_buf_printf(out, "%*s%s:\n", indent, "", f->name);
+    for (size_t i = 0; i < n; i++) {
+        bt_buf_printf(out, "%*s-\n", indent + 2, "");
+        pb_dump_yaml(out, ((const ProtobufCMessage *const *)arr)[i], indent + 4, with_defaults);
+    }
+}
+
+void pb_dump_yaml(bt_buf *out, const ProtobufCMessage *m, int indent, int with_defaults) {
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        int present = field_present(m, f);
+        if (!present && !with_defaults) continue;
+        if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+            if (present) dump_repeated(out, m, f, indent, with_defaults);
+        } else if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
+            const ProtobufCMessage *sub = *(const ProtobufCMessage *const *)field_ptr(m, f);
+            if (sub != NULL) {
+                bt_buf_printf(out, "%*s%s:\n", indent, "", f->name);
+                pb_dump_yaml(out, sub, indent + 2, with_defaults);
+            }
+        } else {
+            bt_buf_printf(out, "%*s%s: ", indent, "", f->name);
+            dump_scalar(out, f, field_ptr(m, f));
+            bt_buf_printf(out, "\n");
+        }
+    }
+}

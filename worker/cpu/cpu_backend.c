@@ -1,0 +1,64 @@
+/* The CPU backend's table and its memory functions. Device memory is host memory:
+ * to_host and from_host are copies, sync has nothing to wait for and no error to
+ * report. The operations live in cpu_elementwise.c, cpu_norm.c, cpu_matmul.c,
+ * cpu_attention.c and cpu_loss.c. */
+#include "cpu_backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+
+static void *cpu_alloc(backend *be, size_t bytes) {
+    (void)be;
+    /* 64-byte alignment suits every SIMD width and the BLAS packing routines. */
+    size_t rounded = (bytes + 63) / 64 * 64;
+    void *p = aligned_alloc(64, rounded ? rounded : 64);
+    if (p) memset(p, 0, rounded ? rounded : 64);
+    return p;
+}
+
+static void cpu_free(backend *be, void *ptr) {
+    (void)be;
+    free(ptr);
+}
+
+static void cpu_copy(backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (bytes) memmove(dst, src, bytes);
+}
+
+static int cpu_sync(backend *be) {
+    (void)be;
+    return 0;
+}
+
+void cpu_backend_init(backend *be) {
+    memset(be, 0, sizeof *be);
+    be->name = "cpu";
+    be->alloc = cpu_alloc;
+    be->free = cpu_free;
+    be->to_host = cpu_copy;
+    be->from_host = cpu_copy;
+    be->sync = cpu_sync;
+    be->matmul_scratch_floats = cpu_matmul_scratch_floats;
+    be->attention_scratch_floats = cpu_attention_scratch_floats;
+    be->zero = cpu_zero;
+    be->add = cpu_add;
+    be->scale = cpu_scale;
+    be->sumsq = cpu_sumsq;
+    be->embedding_forward = cpu_embedding_forward;
+    be->embedding_backward = cpu_embedding_backward;
+    be->rmsnorm_forward = cpu_rmsnorm_forward;
+    be->rmsnorm_backward = cpu_rmsnorm_backward;
+    be->matmul_forward = cpu_matmul_forward;
+    be->matmul_backward = cpu_matmul_backward;
+    be->rope_forward = cpu_rope_forward;
+    be->rope_backward = cpu_rope_backward;
+    be->attention_forward = cpu_attention_forward;
+    be->attention_backward = cpu_attention_backward;
+    be->swiglu_forward = cpu_swiglu_forward;
+    be->swiglu_backward = cpu_swiglu_backward;
+    be->crossentropy_forward = cpu_crossentropy_forward;
+    be->crossentropy_backward = cpu_crossentropy_backward;
+}

@@ -1,0 +1,56 @@
+/* The CPU backend's operations, one family per file, gathered into the backend table
+ * by cpu_backend.c. Semantics, shapes and the accumulate/write rule are those of
+ * backend.h; these declarations exist only so the table can name them. */
+#ifndef BATON_CPU_OPS_H
+#define BATON_CPU_OPS_H
+
+#include "backend.h"
+
+/* cpu_elementwise.c */
+void cpu_zero(backend *be, float *x, size_t n);
+void cpu_add(backend *be, float *out, const float *a, const float *b, size_t n);
+void cpu_scale(backend *be, float *x, float s, size_t n);
+double cpu_sumsq(backend *be, const float *x, size_t n);
+void cpu_embedding_forward(backend *be, float *out, const int32_t *tokens, const float *wte, int N,
+                           int C);
+void cpu_embedding_backward(backend *be, float *dwte, const float *dout, const int32_t *tokens,
+                            int N, int C);
+void cpu_swiglu_forward(backend *be, float *out, const float *inp, int N, int F);
+void cpu_swiglu_backward(backend *be, float *dinp, const float *dout, const float *inp, int N,
+                         int F);
+
+/* cpu_norm.c */
+void cpu_rmsnorm_forward(backend *be, float *out, float *rstd, const float *inp,
+                         const float *weight, int N, int C, float eps);
+void cpu_rmsnorm_backward(backend *be, float *dinp, float *dweight, const float *dout,
+                          const float *inp, const float *weight, const float *rstd, int N, int C);
+void cpu_rope_forward(backend *be, float *out, const float *inp, const float *cos, const float *sin,
+                      int B, int T, int nh, int hd, int ld);
+void cpu_rope_backward(backend *be, float *dinp, const float *dout, const float *cos,
+                       const float *sin, int B, int T, int nh, int hd, int ld);
+
+/* cpu_matmul.c */
+size_t cpu_matmul_scratch_floats(backend *be, int N, int C, int OC, backend_prec prec);
+void cpu_matmul_forward(backend *be, float *out, const float *inp, const float *weight, int N,
+                        int C, int OC, backend_gemm *p, float *scratch);
+void cpu_matmul_backward(backend *be, float *dinp, float *dweight, const float *dout,
+                         const float *inp, const float *weight, int N, int C, int OC,
+                         backend_gemm *p, float *scratch);
+
+/* cpu_attention.c */
+size_t cpu_attention_scratch_floats(backend *be, int T);
+void cpu_attention_forward(backend *be, float *out, float *lse, float *att, const float *q,
+                           const float *k, const float *v, int ld, int B, int T, int H, int KV,
+                           int hd, float scale, float *scratch);
+void cpu_attention_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
+                            const float *att, const float *lse, const float *q, const float *k,
+                            const float *v, int ld, int B, int T, int H, int KV, int hd,
+                            float scale, float *scratch);
+
+/* cpu_loss.c */
+void cpu_crossentropy_forward(backend *be, float *losses, float *lse, const float *logits,
+                              const int32_t *targets, int N, int V);
+void cpu_crossentropy_backward(backend *be, float *dlogits, const float *logits, const float *lse,
+                               const int32_t *targets, float dloss, int N, int V);
+
+#endif

@@ -1,0 +1,149 @@
+/* The compute-backend interface: a table of operations over raw float buffers and
+ * shape integers. The model calls only these; the CPU backend (worker/cpu) implements
+ * them with OpenBLAS and plain C, the CUDA backend implements the same table. Every
+ * pointer an op receives is a *device* pointer of that backend (the CPU backend's
+ * device memory is host memory), obtained from alloc; tokens and targets too.
+ *
+ * Rules every implementation keeps:
+ *  - Backward ops ACCUMULATE (+=) into parameter gradients (dweight) and WRITE (=)
+ *    activation gradients (dinp, dq, ...). Where an activation receives gradient from
+ *    two branches the model adds them explicitly with add().
+ *  - Ops never allocate. Scratch is passed by the caller, sized by the *_scratch_floats
+ *    queries of the same backend.
+ *  - Ops are deterministic: the same inputs and shapes give bitwise-identical outputs,
+ *    whatever the buffer addresses. Recomputation relies on this.
+ *  - Ops do not return errors. A backend that can fail asynchronously (a kernel launch)
+ *    records the first failure and reports it from sync().
+ *
+ * Shapes. N = B*T rows (sequences of T tokens, row n is position n % T of sequence
+ * n / T). A linear layer's weight is stored (OC, C) row-major, output features by input
+ * features, as torch.nn.Linear and Hugging Face store it: out = inp @ weight^T. The
+ * attention inputs q, k, v live in the rows of one fused buffer with a row stride ld
+ * (q at column 0, k and v further along the same rows); grouped-query attention maps
+ * query head h to key/value head h / (H / KV), as Hugging Face's repeat_kv does. */
+#ifndef BATON_BACKEND_H
+#define BATON_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The precision a GEMM's inputs are rounded to before a float32-accumulating product. */
+typedef enum backend_prec {
+    BACKEND_PREC_FP32 = 0,
+    BACKEND_PREC_BF16 = 1, /* both inputs rounded to bf16 (round-to-nearest-even) */
+    BACKEND_PREC_FP8 = 2,  /* both inputs quantized->dequantized with per-tensor scales */
+} backend_prec;
+
+/* Operand slots of a GEMM's fp8 metadata. */
+enum { BACKEND_FP8_X = 0, BACKEND_FP8_W = 1, BACKEND_FP8_DY = 2, BACKEND_FP8_SLOTS = 3 };
+
+/* Per-GEMM precision. The caller owns the delayed-scaling state: before the call it puts
+ * the scales into scale[], after the call it reads the amaxes the op saw (forward writes
+ * amax[X] and amax[W], backward writes amax[DY] and, again, amax[X] and amax[W]) and
+ * feeds them to its history. Forward quantizes x and w to E4M3; backward quantizes the
+ * incoming gradient to E5M2 when dy_e5m2 is set ("hybrid"), else E4M3, and x and w to
+ * E4M3. A NULL backend_gemm means float32. */
+typedef struct backend_gemm {
+    backend_prec prec;
+    int dy_e5m2;
+    float scale[BACKEND_FP8_SLOTS];
+    float amax[BACKEND_FP8_SLOTS];
+} backend_gemm;
+
+typedef struct backend backend;
+
+struct backend {
+    const char *name;
+    void *ctx; /* the implementation's state */
+
+    /* Memory. alloc returns zeroed device memory or NULL. */
+    void *(*alloc)(backend *be, size_t bytes);
+    void (*free)(backend *be, void *ptr);
+    void (*to_host)(backend *be, void *host_dst, const void *src, size_t bytes);
+    void (*from_host)(backend *be, void *dst, const void *host_src, size_t bytes);
+    /* Waits for queued work; returns 0 or the first error recorded since the last sync. */
+    int (*sync)(backend *be);
+
+    /* Scratch each op needs, in floats. */
+    size_t (*matmul_scratch_floats)(backend *be, int N, int C, int OC, backend_prec prec);
+    size_t (*attention_scratch_floats)(backend *be, int T);
+
+    /* x[i] = 0 for i < n */
+    void (*zero)(backend *be, float *x, size_t n);
+    /* out[i] = a[i] + b[i]; out may alias a or b. Residual add, and the sum of the two
+     * gradients reaching a residual branch point. */
+    void (*add)(backend *be, float *out, const float *a, const float *b, size_t n);
+    /* x[i] *= s */
+    void (*scale)(backend *be, float *x, float s, size_t n);
+    /* Sum of x[i]^2 accumulated in double, returned to the host (synchronizes). */
+    double (*sumsq)(backend *be, const float *x, size_t n);
+
+    /* out (N, C) = wte[tokens[n]]; tokens (N) must lie in [0, V). */
+    void (*embedding_forward)(backend *be, float *out, const int32_t *tokens, const float *wte,
+                              int N, int C);
+    /* dwte[tokens[n]] += dout[n] */
+    void (*embedding_backward)(backend *be, float *dwte, const float *dout, const int32_t *tokens,
+                               int N, int C);
+
+    /* RMSNorm: rstd (N) = 1 / sqrt(mean(inp^2) + eps); out (N, C) = inp * rstd * weight. */
+    void (*rmsnorm_forward)(backend *be, float *out, float *rstd, const float *inp,
+                            const float *weight, int N, int C, float eps);
+    void (*rmsnorm_backward)(backend *be, float *dinp, float *dweight, const float *dout,
+                             const float *inp, const float *weight, const float *rstd, int N,
+                             int C);
+
+    /* out (N, OC) = inp (N, C) @ weight (OC, C)^T in the precision p (NULL: float32).
+     * scratch: matmul_scratch_floats(N, C, OC, prec) floats. */
+    void (*matmul_forward)(backend *be, float *out, const float *inp, const float *weight, int N,
+                           int C, int OC, backend_gemm *p, float *scratch);
+    /* dinp (N, C) = dout @ weight (may be NULL: not needed); dweight (OC, C) += dout^T @ inp. */
+    void (*matmul_backward)(backend *be, float *dinp, float *dweight, const float *dout,
+                            const float *inp, const float *weight, int N, int C, int OC,
+                            backend_gemm *p, float *scratch);
+
+    /* Rotary embedding, Hugging Face's rotate-half convention: within a head of hd
+     * values, element i < hd/2 pairs with i + hd/2:
+     *   out[i]        = x[i] * cos[t][i] - x[i + hd/2] * sin[t][i]
+     *   out[i + hd/2] = x[i + hd/2] * cos[t][i] + x[i] * sin[t][i]
+     * cos, sin: (T, hd/2) for positions t of a sequence (any attention scaling of the
+     * RoPE variant already folded in). inp/out: rows of nh heads of hd values, row
+     * stride ld; out may alias inp. Backward applies the transposed rotation. */
+    void (*rope_forward)(backend *be, float *out, const float *inp, const float *cos,
+                         const float *sin, int B, int T, int nh, int hd, int ld);
+    void (*rope_backward)(backend *be, float *dinp, const float *dout, const float *cos,
+                          const float *sin, int B, int T, int nh, int hd, int ld);
+
+    /* Causal multi-head attention with GQA: for each sequence b and query head h,
+     * out = softmax(scale * q k^T + causal mask) v. q (rows of H*hd), k and v (rows of
+     * KV*hd) have row stride ld; out (N, H*hd) is dense. lse (B, H, T) receives each
+     * softmax row's log-sum-exp of the scaled scores. att (B, H, T, T), when not NULL,
+     * receives the probabilities (zero above the diagonal) and backward reads them;
+     * when NULL backward recomputes them bitwise-identically from q, k and lse.
+     * scratch: attention_scratch_floats(T) floats. */
+    void (*attention_forward)(backend *be, float *out, float *lse, float *att, const float *q,
+                              const float *k, const float *v, int ld, int B, int T, int H, int KV,
+                              int hd, float scale, float *scratch);
+    /* dq, dk, dv: written with row stride ld (the layout of q, k, v). */
+    void (*attention_backward)(backend *be, float *dq, float *dk, float *dv, const float *dout,
+                               const float *att, const float *lse, const float *q, const float *k,
+                               const float *v, int ld, int B, int T, int H, int KV, int hd,
+                               float scale, float *scratch);
+
+    /* SwiGLU: inp (N, 2F) holds the gate projection in columns [0, F) and the up
+     * projection in [F, 2F); out (N, F) = silu(gate) * up. */
+    void (*swiglu_forward)(backend *be, float *out, const float *inp, int N, int F);
+    void (*swiglu_backward)(backend *be, float *dinp, const float *dout, const float *inp, int N,
+                            int F);
+
+    /* Cross-entropy. losses (N) = lse - logits[target] and lse (N) = log-sum-exp of the
+     * row, for targets >= 0; rows whose target is negative (ignored) get loss 0. */
+    void (*crossentropy_forward)(backend *be, float *losses, float *lse, const float *logits,
+                                 const int32_t *targets, int N, int V);
+    /* dlogits (N, V) = (softmax(logits) - onehot(target)) * dloss on rows with a target,
+     * 0 on ignored rows. dlogits may alias logits. */
+    void (*crossentropy_backward)(backend *be, float *dlogits, const float *logits,
+                                  const float *lse, const int32_t *targets, float dloss, int N,
+                                  int V);
+};
+
+#endif

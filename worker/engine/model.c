@@ -1,0 +1,388 @@
+/* Model memory: the size tables that carve parameters, gradients, activations and
+ * backward buffers out of one allocation each, initialization, and the parameter
+ * iterator. The forward and backward passes are in model_pass.c. */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "splitmix.h"
+
+/* A size table as code: with base NULL it only counts, with base set it hands out
+ * consecutive views. The same walk therefore sizes an allocation and carves it. */
+typedef struct carve {
+    float *base;
+    size_t off;
+} carve;
+
+static float *take(carve *c, size_t n) {
+    float *p = c->base ? c->base + c->off : NULL;
+    c->off += n;
+    return p;
+}
+
+static size_t qkv_width(const model_config *cfg) {
+    return (size_t)(cfg->n_heads + 2 * cfg->n_kv_heads) * cfg->head_dim;
+}
+
+static void carve_layer(carve *c, const model_config *cfg, model_layer_weights *w) {
+    size_t C = cfg->dim, F = cfg->ffn_dim, qd = (size_t)cfg->n_heads * cfg->head_dim;
+    w->attn_norm = take(c, C);
+    w->wqkv = take(c, qkv_width(cfg) * C);
+    w->wo = take(c, C * qd);
+    w->mlp_norm = take(c, C);
+    w->w13 = take(c, 2 * F * C);
+    w->w2 = take(c, C * F);
+}
+
+/* w->layers must hold L views, or be NULL when only counting. */
+static void carve_weights(carve *c, const model_config *cfg, model_weights *w) {
+    size_t V = cfg->vocab, C = cfg->dim;
+    model_layer_weights scratch;
+    w->embed = take(c, V * C);
+    for (int l = 0; l < cfg->n_layers; l++)
+        carve_layer(c, cfg, w->layers ? &w->layers[l] : &scratch);
+    w->norm = take(c, C);
+    w->lm_head = take(c, V * C);
+}
+
+static void carve_layer_acts(carve *c, const model_config *cfg, int B, int T, int with_att,
+                             model_layer_acts *a) {
+    size_t N = (size_t)B * T, C = cfg->dim, F = cfg->ffn_dim, H = cfg->n_heads;
+    size_t qd = H * cfg->head_dim;
+    a->ln1 = take(c, N * C);
+    a->ln1_rstd = take(c, N);
+    a->qkv = take(c, N * qkv_width(cfg));
+    a->att = with_att ? take(c, (size_t)B * H * T * T) : NULL;
+    a->lse = take(c, (size_t)B * H * T);
+    a->atty = take(c, N * qd);
+    a->xmid = take(c, N * C);
+    a->ln2 = take(c, N * C);
+    a->ln2_rstd = take(c, N);
+    a->h13 = take(c, N * 2 * F);
+    a->hs = take(c, N * F);
+}
+
+static int layer_act_sets(const model_config *cfg, model_recompute mode) {
+    return mode == MODEL_RECOMPUTE_FULL ? 1 : cfg->n_layers;
+}
+
+/* a->layer must hold layer_act_sets() views, or be NULL when only counting. */
+static void carve_acts(carve *c, const model_config *cfg, int B, int T, model_recompute mode,
+                       model_acts *a) {
+    size_t N = (size_t)B * T, C = cfg->dim, V = cfg->vocab;
+    model_layer_acts scratch;
+    a->resid = take(c, (size_t)(cfg->n_layers + 1) * N * C);
+    for (int s = 0; s < layer_act_sets(cfg, mode); s++)
+        carve_layer_acts(c, cfg, B, T, mode == MODEL_RECOMPUTE_NONE,
+                         a->layer ? &a->layer[s] : &scratch);
+    a->lnf = take(c, N * C);
+    a->lnf_rstd = take(c, N);
+    a->logits = take(c, N * V);
+    a->ce_lse = take(c, N);
+    a->losses = take(c, N);
+}
+
+static size_t max_z(size_t a, size_t b) {
+    return a > b ? a : b;
+}
+
+static size_t scratch_floats(const model_config *cfg, backend *be, int B, int T) {
+    int N = B * T, C = cfg->dim, F = cfg->ffn_dim, qd = cfg->n_heads * cfg->head_dim;
+    backend_prec p = cfg->prec;
+    size_t s = be->attention_scratch_floats(be, T);
+    s = max_z(s, be->matmul_scratch_floats(be, N, C, (int)qkv_width(cfg), p));
+    s = max_z(s, be->matmul_scratch_floats(be, N, qd, C, p));
+    s = max_z(s, be->matmul_scratch_floats(be, N, C, 2 * F, p));
+    s = max_z(s, be->matmul_scratch_floats(be, N, F, C, p));
+    s = max_z(s, be->matmul_scratch_floats(be, N, C, cfg->vocab, p));
+    return s;
+}
+
+/* Backward buffers, op scratch and the RoPE tables. */
+static void carve_work(carve *c, const model_config *cfg, backend *be, int B, int T,
+                       model_grad_acts *g, float **rope_cos, float **rope_sin) {
+    size_t N = (size_t)B * T, C = cfg->dim, F = cfg->ffn_dim;
+    size_t qd = (size_t)cfg->n_heads * cfg->head_dim;
+    g->dres = take(c, N * C);
+    g->dln = take(c, N * C);
+    g->dx = take(c, N * C);
+    g->dwide = take(c, N * max_z(qkv_width(cfg), 2 * F));
+    g->dnarrow = take(c, N * max_z(qd, F));
+    g->scratch = take(c, scratch_floats(cfg, be, B, T));
+    *rope_cos = take(c, (size_t)T * cfg->head_dim / 2);
+    *rope_sin = take(c, (size_t)T * cfg->head_dim / 2);
+}
+
+int model_sizes_compute(const model_config *cfg, backend *be, int B, int T, model_sizes *s) {
+    if (B <= 0 || T <= 0) return BT_EINVAL;
+    carve c = {0};
+    model_weights w = {0};
+    carve_weights(&c, cfg, &w);
+    s->param_floats = c.off;
+    c.off = 0;
+    carve_layer(&c, cfg, &(model_layer_weights){0});
+    s->layer_param_floats = c.off;
+    for (int mode = 0; mode < 3; mode++) {
+        c.off = 0;
+        carve_acts(&c, cfg, B, T, (model_recompute)mode, &(model_acts){0});
+        s->act_floats[mode] = c.off;
+    }
+    c.off = 0;
+    model_grad_acts g;
+    float *rc, *rs;
+    carve_work(&c, cfg, be, B, T, &g, &rc, &rs);
+    s->scratch_floats = scratch_floats(cfg, be, B, T);
+    s->grad_act_floats = c.off - s->scratch_floats - (size_t)T * cfg->head_dim;
+    return 0;
+}
+
+/* The precision of each GEMM. Under fp8 the LM head always runs bf16 (Transformer
+ * Engine and Megatron keep the output layer out of fp8), and with fp8_first_last_bf16
+ * so do the GEMMs of the first and last layers. */
+static void setup_gemms(model *m) {
+    const model_config *cfg = &m->cfg;
+    int L = cfg->n_layers;
+    for (int i = 0; i < m->n_gemm; i++) {
+        int layer = i / MODEL_GEMMS_PER_LAYER;
+        backend_prec p = cfg->prec;
+        if (p == BACKEND_PREC_FP8 &&
+            (layer == L || (cfg->fp8_first_last_bf16 && (layer == 0 || layer == L - 1))))
+            p = BACKEND_PREC_BF16;
+        m->gemm[i] = (backend_gemm){.prec = p, .dy_e5m2 = cfg->fp8_hybrid};
+        for (int k = 0; k < BACKEND_FP8_SLOTS; k++)
+            m->gemm[i].scale[k] = 1.0f;
+    }
+}
+
+static int upload_rope(model *m) {
+    int half = m->cfg.head_dim / 2;
+    size_t n = (size_t)m->max_T * half;
+    float *cs = malloc(n * sizeof *cs), *sn = malloc(n * sizeof *sn);
+    double *inv = malloc((size_t)half * sizeof *inv);
+    int rc = BT_ENOMEM;
+    if (cs && sn && inv) {
+        rope_tables(&m->cfg.rope, m->cfg.head_dim, 0, m->max_T, cs, sn, inv);
+        m->be->from_host(m->be, m->rope_cos, cs, n * sizeof *cs);
+        m->be->from_host(m->be, m->rope_sin, sn, n * sizeof *sn);
+        rc = 0;
+    }
+    free(cs);
+    free(sn);
+    free(inv);
+    return rc;
+}
+
+static int alloc_host(model *m) {
+    int L = m->cfg.n_layers, sets = layer_act_sets(&m->cfg, m->cfg.recompute);
+    m->params.layers = calloc((size_t)L, sizeof *m->params.layers);
+    m->grads.layers = calloc((size_t)L, sizeof *m->grads.layers);
+    m->acts.layer = calloc((size_t)sets, sizeof *m->acts.layer);
+    m->n_gemm = MODEL_GEMMS_PER_LAYER * L + 1;
+    m->gemm = calloc((size_t)m->n_gemm, sizeof *m->gemm);
+    m->host_losses = calloc((size_t)m->max_B * m->max_T, sizeof *m->host_losses);
+    if (!m->params.layers || !m->grads.layers || !m->acts.layer || !m->gemm || !m->host_losses)
+        return BT_ENOMEM;
+    return 0;
+}
+
+static int alloc_device(model *m) {
+    backend *be = m->be;
+    const model_sizes *s = &m->sizes;
+    size_t work = 0;
+    {
+        carve c = {0};
+        model_grad_acts g;
+        float *rc, *rs;
+        carve_work(&c, &m->cfg, be, m->max_B, m->max_T, &g, &rc, &rs);
+        work = c.off;
+    }
+    m->act_bytes = s->act_floats[m->cfg.recompute] * sizeof(float);
+    m->work_bytes = work * sizeof(float);
+    m->params_mem = be->alloc(be, s->param_floats * sizeof(float));
+    m->grads_mem = be->alloc(be, s->param_floats * sizeof(float));
+    m->acts_mem = be->alloc(be, m->act_bytes);
+    m->work_mem = be->alloc(be, m->work_bytes);
+    m->tokens = be->alloc(be, 2 * (size_t)m->max_B * m->max_T * sizeof(int32_t));
+    if (!m->params_mem || !m->grads_mem || !m->acts_mem || !m->work_mem || !m->tokens)
+        return BT_ENOMEM;
+    m->targets = m->tokens + (size_t)m->max_B * m->max_T;
+    carve c = {.base = m->params_mem};
+    carve_weights(&c, &m->cfg, &m->params);
+    c = (carve){.base = m->grads_mem};
+    carve_weights(&c, &m->cfg, &m->grads);
+    c = (carve){.base = m->acts_mem};
+    carve_acts(&c, &m->cfg, m->max_B, m->max_T, m->cfg.recompute, &m->acts);
+    c = (carve){.base = m->work_mem};
+    carve_work(&c, &m->cfg, be, m->max_B, m->max_T, &m->gacts, &m->rope_cos, &m->rope_sin);
+    return 0;
+}
+
+int model_init(model *m, const model_config *cfg, backend *be, int max_B, int max_T,
+               bt_diag *diag) {
+    memset(m, 0, sizeof *m);
+    int rc = model_config_check(cfg, diag);
+    if (rc) return rc;
+    if (max_B <= 0 || max_T <= 0) {
+        bt_diag_set(diag, "model: batch (%d) and sequence length (%d) must be positive", max_B,
+                    max_T);
+        return BT_EINVAL;
+    }
+    m->cfg = *cfg;
+    m->be = be;
+    m->max_B = max_B;
+    m->max_T = max_T;
+    model_sizes_compute(cfg, be, max_B, max_T, &m->sizes);
+    if ((rc = alloc_host(m)) || (rc = alloc_device(m)) || (rc = upload_rope(m))) goto error;
+    setup_gemms(m);
+    return 0;
+error:
+    bt_diag_set(diag, "model: cannot allocate %zu parameters and %zu bytes of activations",
+                m->sizes.param_floats, m->act_bytes);
+    model_free(m);
+    return rc;
+}
+
+void model_free(model *m) {
+    backend *be = m->be;
+    if (be) {
+        be->free(be, m->params_mem);
+        be->free(be, m->grads_mem);
+        be->free(be, m->acts_mem);
+        be->free(be, m->work_mem);
+        be->free(be, m->tokens);
+    }
+    free(m->params.layers);
+    free(m->grads.layers);
+    free(m->acts.layer);
+    free(m->gemm);
+    free(m->host_losses);
+    memset(m, 0, sizeof *m);
+}
+
+void model_zero_grad(model *m) {
+    m->be->zero(m->be, m->grads_mem, m->sizes.param_floats);
+}
+
+/* A layer's tensors in memory order: the order carve_layer lays them out, with q/k/v
+ * splitting wqkv and gate/up splitting w13. */
+enum { LAYER_TENSORS = 9 };
+
+typedef struct layer_tensor_desc {
+    const char *name;
+    int rows, cols; /* cols 0: a vector */
+} layer_tensor_desc;
+
+static void layer_tensor_table(const model_config *cfg, layer_tensor_desc d[LAYER_TENSORS]) {
+    int C = cfg->dim, F = cfg->ffn_dim, qd = cfg->n_heads * cfg->head_dim;
+    int kvd = cfg->n_kv_heads * cfg->head_dim;
+    const layer_tensor_desc table[LAYER_TENSORS] = {
+        {"input_layernorm", C, 0},    {"self_attn.q_proj", qd, C},
+        {"self_attn.k_proj", kvd, C}, {"self_attn.v_proj", kvd, C},
+        {"self_attn.o_proj", C, qd},  {"post_attention_layernorm", C, 0},
+        {"mlp.gate_proj", F, C},      {"mlp.up_proj", F, C},
+        {"mlp.down_proj", C, F},
+    };
+    memcpy(d, table, sizeof table);
+}
+
+int model_n_tensors(const model *m) {
+    return 3 + LAYER_TENSORS * m->cfg.n_layers;
+}
+
+static void set_shape(model_tensor *t, int rows, int cols) {
+    t->ndim = cols ? 2 : 1;
+    t->shape[0] = rows;
+    t->shape[1] = cols;
+    t->count = (size_t)rows * (cols ? (size_t)cols : 1);
+}
+
+/* Offset (floats) and shape of tensor k of layer l. */
+static size_t layer_tensor(const model *m, int l, int k, model_tensor *t) {
+    layer_tensor_desc d[LAYER_TENSORS];
+    layer_tensor_table(&m->cfg, d);
+    size_t off = (size_t)(m->params.layers[l].attn_norm - m->params_mem);
+    for (int i = 0; i < k; i++)
+        off += (size_t)d[i].rows * (d[i].cols ? (size_t)d[i].cols : 1);
+    set_shape(t, d[k].rows, d[k].cols);
+    t->no_decay = d[k].cols == 0;
+    snprintf(t->name, sizeof t->name, "model.layers.%d.%s.weight", l, d[k].name);
+    return off;
+}
+
+int model_tensor_info(const model *m, int i, model_tensor *t) {
+    int n = model_n_tensors(m), V = m->cfg.vocab, C = m->cfg.dim;
+    if (i < 0 || i >= n) return BT_ERANGE;
+    memset(t, 0, sizeof *t);
+    if (i == 0) {
+        snprintf(t->name, sizeof t->name, "model.embed_tokens.weight");
+        set_shape(t, V, C);
+        t->offset = (size_t)(m->params.embed - m->params_mem);
+    } else if (i == n - 2) {
+        snprintf(t->name, sizeof t->name, "model.norm.weight");
+        set_shape(t, C, 0);
+        t->no_decay = 1;
+        t->offset = (size_t)(m->params.norm - m->params_mem);
+    } else if (i == n - 1) {
+        snprintf(t->name, sizeof t->name, "lm_head.weight");
+        set_shape(t, V, C);
+        t->offset = (size_t)(m->params.lm_head - m->params_mem);
+    } else {
+        t->offset = layer_tensor(m, (i - 1) / LAYER_TENSORS, (i - 1) % LAYER_TENSORS, t);
+    }
+    t->data = m->params_mem + t->offset;
+    t->grad = m->grads_mem + t->offset;
+    return 0;
+}
+
+static uint64_t splitmix64(uint64_t x) {
+    return splitmix64_mix(x + SPLITMIX64_GAMMA);
+}
+
+static uint64_t fnv1a64(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* normal(0, std) for elements [0, n) of the stream `key`, as model.h documents. */
+static void fill_normal(float *x, size_t n, uint64_t key, double std) {
+    const double two_pi = 6.28318530717958647692528676655900577;
+    const double inv53 = 1.0 / 9007199254740992.0; /* 2^-53 */
+    for (size_t j = 0; 2 * j < n; j++) {
+        double u1 = (double)((splitmix64(key + 2 * j) >> 11) + 1) * inv53;
+        double u2 = (double)(splitmix64(key + 2 * j + 1) >> 11) * inv53;
+        double r = sqrt(-2.0 * log(u1));
+        x[2 * j] = (float)(r * cos(two_pi * u2) * std);
+        if (2 * j + 1 < n) x[2 * j + 1] = (float)(r * sin(two_pi * u2) * std);
+    }
+}
+
+int model_init_weights(model *m, uint64_t seed) {
+    size_t biggest = 0;
+    model_tensor t;
+    for (int i = 0; i < model_n_tensors(m); i++) {
+        model_tensor_info(m, i, &t);
+        biggest = t.count > biggest ? t.count : biggest;
+    }
+    float *host = malloc(biggest * sizeof *host);
+    if (host == NULL) return BT_ENOMEM;
+    double resid_std = 0.02 / sqrt(2.0 * m->cfg.n_layers);
+    for (int i = 0; i < model_n_tensors(m); i++) {
+        model_tensor_info(m, i, &t);
+        if (t.no_decay) {
+            for (size_t k = 0; k < t.count; k++)
+                host[k] = 1.0f;
+        } else {
+            int resid = strstr(t.name, "o_proj") || strstr(t.name, "down_proj");
+            fill_normal(host, t.count, splitmix64(seed ^ fnv1a64(t.name)),
+                        resid ? resid_std : 0.02);
+        }
+        m->be->from_host(m->be, t.data, host, t.count * sizeof *host);
+    }
+    free(host);
+    return m->be->sync(m->be);
+}

@@ -1,0 +1,205 @@
+/* The LLaMA-style decoder: token embedding; L x [RMSNorm -> grouped-query attention
+ * with RoPE -> residual -> RMSNorm -> SwiGLU MLP -> residual]; final RMSNorm; untied LM
+ * head; cross-entropy averaged over the targets that are not ignored.
+ *
+ * All arithmetic goes through a backend table (backend.h), so the same model code runs
+ * on the CPU and the GPU backends. Memory is allocated once, at model_init: parameters,
+ * their gradients and the activations are each one allocation carved by a size table.
+ *
+ * Conventions (shared with the ops): backward ACCUMULATES (+=) into parameter
+ * gradients and WRITES (=) activation gradients; a linear layer's weight is stored
+ * (out features, in features) as torch.nn.Linear stores it; RoPE uses Hugging Face's
+ * rotate-half pairing (i, i + hd/2); attention scores are scaled by 1/sqrt(hd) (YaRN's
+ * attention factor is folded into the cos/sin tables, as Hugging Face does). Tensor
+ * names, shapes and orientation are those of Hugging Face's LlamaForCausalLM, so an
+ * export is a copy.
+ *
+ * Parameter memory is laid out tensor after tensor in model_tensor_info's order:
+ * embed_tokens, then each layer's block [input_layernorm, q_proj, k_proj, v_proj,
+ * o_proj, post_attention_layernorm, gate_proj, up_proj, down_proj], then norm and
+ * lm_head. q/k/v of a layer are adjacent and so form one fused (QKV, C) matrix, as do
+ * gate/up ((2F, C)): one GEMM each. Gradients use the same offsets. */
+#ifndef BATON_MODEL_H
+#define BATON_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "recipe.pb-c.h"
+#include "rope.h"
+#include "util/err.h"
+
+/* Targets below zero are ignored by the loss; -1 is the value the data pipeline uses. */
+#define MODEL_IGNORE_INDEX (-1)
+
+typedef enum model_recompute {
+    MODEL_RECOMPUTE_NONE = 0,      /* store every activation */
+    MODEL_RECOMPUTE_SELECTIVE = 1, /* recompute the attention probabilities in backward */
+    MODEL_RECOMPUTE_FULL = 2,      /* store each layer's input; recompute the layer */
+} model_recompute;
+
+typedef struct model_config {
+    int vocab;      /* V */
+    int dim;        /* C */
+    int n_layers;   /* L */
+    int n_heads;    /* H */
+    int n_kv_heads; /* KV, divides H */
+    int head_dim;   /* hd = C / H */
+    int ffn_dim;    /* F */
+    float norm_eps;
+    rope_config rope;
+    model_recompute recompute;
+    backend_prec prec;       /* GEMM input precision */
+    int fp8_hybrid;          /* fp8: gradients in E5M2 (else E4M3) */
+    int fp8_first_last_bf16; /* fp8: layers 0 and L-1 run their GEMMs in bf16 */
+} model_config;
+
+/* From the recipe's model (dense LLaMA only; MoE is rejected with BT_EUNSUPPORTED).
+ * recompute and precision start as none and fp32; see model_config_apply_stage. */
+int model_config_from_pb(model_config *cfg, const Baton__Model *pb, bt_diag *diag);
+/* Takes recompute and precision from a resolved stage. */
+void model_config_apply_stage(model_config *cfg, const Baton__Stage *stage);
+int model_config_check(const model_config *cfg, bt_diag *diag);
+
+/* GEMMs of a layer, in the order of model.gemm; the LM head's follows the layers'. */
+enum {
+    MODEL_GEMM_QKV = 0,
+    MODEL_GEMM_O = 1,
+    MODEL_GEMM_GATE_UP = 2,
+    MODEL_GEMM_DOWN = 3,
+    MODEL_GEMMS_PER_LAYER = 4,
+};
+
+typedef struct model_sizes {
+    size_t param_floats;       /* all parameters (the gradients have as many) */
+    size_t layer_param_floats; /* one layer's block */
+    size_t act_floats[3];      /* stored activations, per model_recompute */
+    size_t grad_act_floats;    /* backward's activation-gradient buffers */
+    size_t scratch_floats;     /* op scratch: attention blocks, rounded GEMM inputs */
+} model_sizes;
+
+/* Sizes for batches of at most B sequences of at most T tokens. */
+int model_sizes_compute(const model_config *cfg, backend *be, int B, int T, model_sizes *s);
+
+/* One layer's parameters (or gradients): views into the one allocation. */
+typedef struct model_layer_weights {
+    float *attn_norm; /* (C) */
+    float *wqkv;      /* (H*hd + 2*KV*hd, C): q_proj (H*hd, C), k_proj, v_proj (KV*hd, C) */
+    float *wo;        /* (C, H*hd) */
+    float *mlp_norm;  /* (C) */
+    float *w13;       /* (2F, C): gate_proj (w1, (F, C)), then up_proj (w3, (F, C)) */
+    float *w2;        /* (C, F) */
+} model_layer_weights;
+
+typedef struct model_weights {
+    float *embed;                /* (V, C) */
+    model_layer_weights *layers; /* (L) views */
+    float *norm;                 /* (C) */
+    float *lm_head;              /* (V, C) */
+} model_weights;
+
+/* One layer's activations; N = B*T rows, QKV = H*hd + 2*KV*hd. */
+typedef struct model_layer_acts {
+    float *ln1;      /* (N, C) input_layernorm output */
+    float *ln1_rstd; /* (N) */
+    float *qkv;      /* (N, QKV) q, k after RoPE; v */
+    float *att;      /* (B, H, T, T) softmax probabilities; NULL unless recompute none */
+    float *lse;      /* (B, H, T) softmax log-sum-exp */
+    float *atty;     /* (N, H*hd) attention output, input of o_proj */
+    float *xmid;     /* (N, C) residual stream after attention */
+    float *ln2;      /* (N, C) post_attention_layernorm output */
+    float *ln2_rstd; /* (N) */
+    float *h13;      /* (N, 2F) gate and up projections */
+    float *hs;       /* (N, F) silu(gate) * up, input of down_proj */
+} model_layer_acts;
+
+typedef struct model_acts {
+    float *resid;            /* (L+1, N, C) each layer's input, then the last output */
+    model_layer_acts *layer; /* (L) views, or (1) shared when recompute is full */
+    float *lnf;              /* (N, C) final norm output */
+    float *lnf_rstd;         /* (N) */
+    float *logits;           /* (N, V); backward overwrites it with dlogits */
+    float *ce_lse;           /* (N) */
+    float *losses;           /* (N) per-token loss, 0 where ignored */
+} model_acts;
+
+/* Backward's activation gradients (one layer's worth, reused) and op scratch. */
+typedef struct model_grad_acts {
+    float *dres;    /* (N, C) gradient of the residual stream */
+    float *dln;     /* (N, C) gradient of a norm's output */
+    float *dx;      /* (N, C) gradient of a norm's input */
+    float *dwide;   /* (N, max(QKV, 2F)) dqkv or dh13 */
+    float *dnarrow; /* (N, max(H*hd, F)) datty or dhs */
+    float *scratch; /* (model_sizes.scratch_floats) */
+} model_grad_acts;
+
+typedef struct model {
+    model_config cfg;
+    backend *be;
+    int max_B, max_T;
+    int B, T; /* of the last forward */
+    model_sizes sizes;
+    size_t act_bytes;  /* stored activations actually allocated (this recompute mode) */
+    size_t work_bytes; /* activation gradients and scratch actually allocated */
+
+    float *params_mem, *grads_mem; /* (param_floats) each */
+    model_weights params, grads;
+    float *acts_mem;
+    model_acts acts;
+    float *work_mem;
+    model_grad_acts gacts;
+    float *rope_cos, *rope_sin; /* (max_T, hd/2) */
+    int32_t *tokens, *targets;  /* device copies, (max_B * max_T) each */
+
+    backend_gemm *gemm; /* (4L + 1) per-GEMM precision and fp8 metadata */
+    int n_gemm;
+
+    float *host_losses; /* (max_B * max_T) */
+    int has_targets;    /* the last forward computed a loss */
+    int n_valid;        /* targets counted by the last forward */
+    float loss;         /* mean loss of the last forward */
+} model;
+
+/* Allocates everything for batches up to max_B x max_T; 0 or a negative BT_ code. */
+int model_init(model *m, const model_config *cfg, backend *be, int max_B, int max_T, bt_diag *diag);
+void model_free(model *m);
+
+/* Deterministic initialization from seed: every matrix element is normal(0, 0.02),
+ * o_proj and down_proj scaled by 1/sqrt(2L), norm weights 1. Element i of tensor
+ * `name` depends only on (seed, name, i): key = splitmix64(seed ^ fnv1a64(name)); the
+ * pair (2j, 2j+1) is Box-Muller of u1 = (splitmix64(key + 2j) >> 11 + 1) 2^-53 and
+ * u2 = (splitmix64(key + 2j + 1) >> 11) 2^-53: z0 = r cos(2 pi u2), z1 = r sin(2 pi u2),
+ * r = sqrt(-2 ln u1). Any shard of a tensor can therefore be generated alone. */
+int model_init_weights(model *m, uint64_t seed);
+
+/* tokens, targets: host arrays (B, T); targets may be NULL (no loss, no backward).
+ * Computes the logits (in m->acts.logits until backward overwrites them) and, with
+ * targets, the mean loss over the targets >= 0 into m->loss and *loss (when loss is
+ * not NULL); 0 when every target is ignored. Returns 0, BT_ERANGE for a batch larger
+ * than model_init's or a token/target outside the vocabulary, or the backend's error. */
+int model_forward(model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
+                  float *loss);
+/* Backward of the last forward: parameter gradients += d(loss * loss_scale)/dparam.
+ * Use loss_scale 1/K for K accumulated micro-batches. Gradients are reduced across
+ * data-parallel ranks only after the last micro-batch (the parallel engine's contract). */
+int model_backward(model *m, float loss_scale);
+void model_zero_grad(model *m);
+
+/* Parameters, one tensor at a time, in memory order (HF names, e.g.
+ * "model.layers.0.self_attn.q_proj.weight"). */
+typedef struct model_tensor {
+    char name[64];
+    float *data;   /* device pointer into the parameters */
+    float *grad;   /* the gradient at the same offset */
+    size_t offset; /* floats from the start of the parameters */
+    size_t count;
+    int ndim;
+    int shape[2];
+    int no_decay; /* norm weights: excluded from weight decay */
+} model_tensor;
+
+int model_n_tensors(const model *m);
+int model_tensor_info(const model *m, int i, model_tensor *t);
+
+#endif

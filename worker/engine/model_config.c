@@ -1,0 +1,120 @@
+/* model_config from the recipe's protobuf messages, and its validation. */
+#include "model.h"
+
+static rope_type rope_type_from_pb(Baton__RopeScaling__Type t) {
+    switch (t) {
+    case BATON__ROPE_SCALING__TYPE__LINEAR:
+        return ROPE_LINEAR;
+    case BATON__ROPE_SCALING__TYPE__NTK:
+        return ROPE_NTK;
+    case BATON__ROPE_SCALING__TYPE__LLAMA3:
+        return ROPE_LLAMA3;
+    case BATON__ROPE_SCALING__TYPE__YARN:
+        return ROPE_YARN;
+    default:
+        return ROPE_NONE;
+    }
+}
+
+static void rope_from_pb(rope_config *rc, const Baton__Rope *pb) {
+    rope_config_default(rc);
+    if (pb == NULL) return;
+    rc->theta = pb->theta;
+    const Baton__RopeScaling *s = pb->scaling;
+    if (s == NULL) return;
+    rc->type = rope_type_from_pb(s->type);
+    rc->factor = s->factor;
+    rc->original_max_position = (double)s->original_max_position;
+    rc->low_freq_factor = s->low_freq_factor;
+    rc->high_freq_factor = s->high_freq_factor;
+    rc->beta_fast = s->beta_fast;
+    rc->beta_slow = s->beta_slow;
+    rc->attn_factor = s->attn_factor;
+}
+
+/* Dimensions above this are rejected so that products of two fit the index types. */
+#define MODEL_DIM_MAX (1 << 24)
+
+static int dim_ok(uint32_t v) {
+    return v > 0 && v <= MODEL_DIM_MAX;
+}
+
+int model_config_from_pb(model_config *cfg, const Baton__Model *pb, bt_diag *diag) {
+    if (pb->arch != BATON__MODEL__ARCH__LLAMA) {
+        bt_diag_set(diag, "model.arch: only llama (dense) is supported by this engine");
+        return BT_EUNSUPPORTED;
+    }
+    if (!dim_ok(pb->dim) || !dim_ok(pb->n_layers) || !dim_ok(pb->n_heads) || !dim_ok(pb->ffn_dim) ||
+        !dim_ok(pb->vocab_size) || pb->n_kv_heads > MODEL_DIM_MAX) {
+        bt_diag_set(diag, "model: dim, n_layers, n_heads, ffn_dim and vocab_size must be set "
+                          "(between 1 and 2^24)");
+        return BT_EINVAL;
+    }
+    *cfg = (model_config){
+        .vocab = (int)pb->vocab_size,
+        .dim = (int)pb->dim,
+        .n_layers = (int)pb->n_layers,
+        .n_heads = (int)pb->n_heads,
+        .n_kv_heads = pb->n_kv_heads ? (int)pb->n_kv_heads : (int)pb->n_heads,
+        .head_dim = (int)(pb->dim / pb->n_heads),
+        .ffn_dim = (int)pb->ffn_dim,
+        .norm_eps = (float)pb->norm_eps,
+        .recompute = MODEL_RECOMPUTE_NONE,
+        .prec = BACKEND_PREC_FP32,
+        .fp8_hybrid = 1,
+        .fp8_first_last_bf16 = 1,
+    };
+    rope_from_pb(&cfg->rope, pb->rope);
+    return model_config_check(cfg, diag);
+}
+
+void model_config_apply_stage(model_config *cfg, const Baton__Stage *stage) {
+    if (stage->has_recompute) cfg->recompute = (model_recompute)stage->recompute;
+    const Baton__Precision *p = stage->precision;
+    if (p == NULL) return;
+    switch (p->type) {
+    case BATON__PRECISION__TYPE__BF16:
+        cfg->prec = BACKEND_PREC_BF16;
+        break;
+    case BATON__PRECISION__TYPE__FP8:
+        cfg->prec = BACKEND_PREC_FP8;
+        break;
+    default:
+        cfg->prec = BACKEND_PREC_FP32;
+        break;
+    }
+    cfg->fp8_hybrid = p->format == BATON__PRECISION__FORMAT__HYBRID;
+    cfg->fp8_first_last_bf16 = p->first_last_bf16;
+}
+
+int model_config_check(const model_config *cfg, bt_diag *diag) {
+    if (cfg->vocab <= 0 || cfg->dim <= 0 || cfg->n_layers <= 0 || cfg->n_heads <= 0 ||
+        cfg->n_kv_heads <= 0 || cfg->ffn_dim <= 0) {
+        bt_diag_set(diag, "model: every dimension must be positive");
+        return BT_EINVAL;
+    }
+    if (cfg->dim % cfg->n_heads || cfg->head_dim != cfg->dim / cfg->n_heads) {
+        bt_diag_set(diag, "model.dim (%d) must be a multiple of model.n_heads (%d)", cfg->dim,
+                    cfg->n_heads);
+        return BT_EINVAL;
+    }
+    if (cfg->n_heads % cfg->n_kv_heads) {
+        bt_diag_set(diag, "model.n_kv_heads (%d) must divide model.n_heads (%d)", cfg->n_kv_heads,
+                    cfg->n_heads);
+        return BT_EINVAL;
+    }
+    if (!(cfg->norm_eps > 0)) {
+        bt_diag_set(diag, "model.norm_eps must be positive");
+        return BT_EINVAL;
+    }
+    char msg[256];
+    if (rope_config_check(&cfg->rope, cfg->head_dim, msg, (int)sizeof msg)) {
+        bt_diag_set(diag, "model.%s (head dimension %d)", msg, cfg->head_dim);
+        return BT_EINVAL;
+    }
+    if (cfg->recompute < MODEL_RECOMPUTE_NONE || cfg->recompute > MODEL_RECOMPUTE_FULL) {
+        bt_diag_set(diag, "stage.recompute must be none, selective or full");
+        return BT_EINVAL;
+    }
+    return 0;
+}

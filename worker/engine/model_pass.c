@@ -1,0 +1,165 @@
+/* The model's forward and backward passes over the backend table. Backward
+ * accumulates (+=) into parameter gradients and writes (=) activation gradients;
+ * where the residual stream receives gradient from a branch, the two are added
+ * explicitly. With full recomputation a layer's forward is rerun from its stored input
+ * just before its backward, through exactly the same ops, so gradients are bitwise
+ * those of the run that stored everything. */
+#include <math.h>
+
+#include "model.h"
+
+static int qkv_width(const model_config *cfg) {
+    return (cfg->n_heads + 2 * cfg->n_kv_heads) * cfg->head_dim;
+}
+
+static float *resid_at(const model *m, int l) {
+    return m->acts.resid + (size_t)l * m->B * m->T * m->cfg.dim;
+}
+
+static model_layer_acts *acts_of(model *m, int l) {
+    return &m->acts.layer[m->cfg.recompute == MODEL_RECOMPUTE_FULL ? 0 : l];
+}
+
+static backend_gemm *gemm_of(model *m, int l, int which) {
+    return &m->gemm[l * MODEL_GEMMS_PER_LAYER + which];
+}
+
+/* Layer l from its input x. out (the layer's output) may be NULL when recomputing for
+ * backward, which needs everything but the output. */
+static void layer_forward(model *m, int l, const float *x, float *out) {
+    backend *be = m->be;
+    const model_config *cfg = &m->cfg;
+    const model_layer_weights *w = &m->params.layers[l];
+    model_layer_acts *a = acts_of(m, l);
+    float *scratch = m->gacts.scratch;
+    int B = m->B, T = m->T, N = B * T, C = cfg->dim, F = cfg->ffn_dim;
+    int H = cfg->n_heads, KV = cfg->n_kv_heads, hd = cfg->head_dim, qd = H * hd;
+    int ld = qkv_width(cfg);
+    float *q = a->qkv, *k = a->qkv + qd, *v = a->qkv + qd + KV * hd;
+
+    be->rmsnorm_forward(be, a->ln1, a->ln1_rstd, x, w->attn_norm, N, C, cfg->norm_eps);
+    be->matmul_forward(be, a->qkv, a->ln1, w->wqkv, N, C, ld, gemm_of(m, l, MODEL_GEMM_QKV),
+                       scratch);
+    be->rope_forward(be, q, q, m->rope_cos, m->rope_sin, B, T, H, hd, ld);
+    be->rope_forward(be, k, k, m->rope_cos, m->rope_sin, B, T, KV, hd, ld);
+    be->attention_forward(be, a->atty, a->lse, a->att, q, k, v, ld, B, T, H, KV, hd,
+                          1.0f / sqrtf((float)hd), scratch);
+    be->matmul_forward(be, a->xmid, a->atty, w->wo, N, qd, C, gemm_of(m, l, MODEL_GEMM_O), scratch);
+    be->add(be, a->xmid, a->xmid, x, (size_t)N * C);
+    be->rmsnorm_forward(be, a->ln2, a->ln2_rstd, a->xmid, w->mlp_norm, N, C, cfg->norm_eps);
+    be->matmul_forward(be, a->h13, a->ln2, w->w13, N, C, 2 * F, gemm_of(m, l, MODEL_GEMM_GATE_UP),
+                       scratch);
+    be->swiglu_forward(be, a->hs, a->h13, N, F);
+    if (out == NULL) return;
+    be->matmul_forward(be, out, a->hs, w->w2, N, F, C, gemm_of(m, l, MODEL_GEMM_DOWN), scratch);
+    be->add(be, out, out, a->xmid, (size_t)N * C);
+}
+
+/* On entry g->dres is the gradient of the layer's output; on return, of its input x. */
+static void layer_backward(model *m, int l, const float *x) {
+    backend *be = m->be;
+    const model_config *cfg = &m->cfg;
+    const model_layer_weights *w = &m->params.layers[l];
+    model_layer_weights *dw = &m->grads.layers[l];
+    const model_layer_acts *a = acts_of(m, l);
+    model_grad_acts *g = &m->gacts;
+    int B = m->B, T = m->T, N = B * T, C = cfg->dim, F = cfg->ffn_dim;
+    int H = cfg->n_heads, KV = cfg->n_kv_heads, hd = cfg->head_dim, qd = H * hd;
+    int ld = qkv_width(cfg);
+    const float *q = a->qkv, *k = a->qkv + qd, *v = a->qkv + qd + KV * hd;
+    float *dq = g->dwide, *dk = g->dwide + qd, *dv = g->dwide + qd + KV * hd;
+
+    /* MLP: out = xmid + down(swiglu(gate_up(norm(xmid)))) */
+    be->matmul_backward(be, g->dnarrow, dw->w2, g->dres, a->hs, w->w2, N, F, C,
+                        gemm_of(m, l, MODEL_GEMM_DOWN), g->scratch);
+    be->swiglu_backward(be, g->dwide, g->dnarrow, a->h13, N, F);
+    be->matmul_backward(be, g->dln, dw->w13, g->dwide, a->ln2, w->w13, N, C, 2 * F,
+                        gemm_of(m, l, MODEL_GEMM_GATE_UP), g->scratch);
+    be->rmsnorm_backward(be, g->dx, dw->mlp_norm, g->dln, a->xmid, w->mlp_norm, a->ln2_rstd, N, C);
+    be->add(be, g->dres, g->dres, g->dx, (size_t)N * C);
+
+    /* Attention: xmid = x + o(attention(rope(qkv(norm(x))))) */
+    be->matmul_backward(be, g->dnarrow, dw->wo, g->dres, a->atty, w->wo, N, qd, C,
+                        gemm_of(m, l, MODEL_GEMM_O), g->scratch);
+    be->attention_backward(be, dq, dk, dv, g->dnarrow, a->att, a->lse, q, k, v, ld, B, T, H, KV, hd,
+                           1.0f / sqrtf((float)hd), g->scratch);
+    be->rope_backward(be, dq, dq, m->rope_cos, m->rope_sin, B, T, H, hd, ld);
+    be->rope_backward(be, dk, dk, m->rope_cos, m->rope_sin, B, T, KV, hd, ld);
+    be->matmul_backward(be, g->dln, dw->wqkv, g->dwide, a->ln1, w->wqkv, N, C, ld,
+                        gemm_of(m, l, MODEL_GEMM_QKV), g->scratch);
+    be->rmsnorm_backward(be, g->dx, dw->attn_norm, g->dln, x, w->attn_norm, a->ln1_rstd, N, C);
+    be->add(be, g->dres, g->dres, g->dx, (size_t)N * C);
+}
+
+/* Tokens in [0, V); targets in [0, V) or negative (ignored). Counts the targets. */
+static int check_tokens(const model *m, const int32_t *tokens, const int32_t *targets, int N,
+                        int *n_valid) {
+    int V = m->cfg.vocab;
+    *n_valid = 0;
+    for (int n = 0; n < N; n++) {
+        if (tokens[n] < 0 || tokens[n] >= V) return BT_ERANGE;
+        if (targets && targets[n] >= V) return BT_ERANGE;
+        if (targets && targets[n] >= 0) (*n_valid)++;
+    }
+    return 0;
+}
+
+static void loss_forward(model *m, const int32_t *targets, float *loss) {
+    backend *be = m->be;
+    int N = m->B * m->T;
+    model_acts *a = &m->acts;
+    be->crossentropy_forward(be, a->losses, a->ce_lse, a->logits, m->targets, N, m->cfg.vocab);
+    be->to_host(be, m->host_losses, a->losses, (size_t)N * sizeof(float));
+    double sum = 0.0;
+    for (int n = 0; n < N; n++)
+        if (targets[n] >= 0) sum += m->host_losses[n];
+    m->loss = m->n_valid ? (float)(sum / m->n_valid) : 0.0f;
+    if (loss) *loss = m->loss;
+}
+
+int model_forward(model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
+                  float *loss) {
+    backend *be = m->be;
+    const model_config *cfg = &m->cfg;
+    if (B <= 0 || T <= 0 || B > m->max_B || T > m->max_T) return BT_ERANGE;
+    int N = B * T, rc = check_tokens(m, tokens, targets, N, &m->n_valid);
+    if (rc) return rc;
+    m->B = B;
+    m->T = T;
+    be->from_host(be, m->tokens, tokens, (size_t)N * sizeof(int32_t));
+    if (targets) be->from_host(be, m->targets, targets, (size_t)N * sizeof(int32_t));
+    be->embedding_forward(be, resid_at(m, 0), m->tokens, m->params.embed, N, cfg->dim);
+    for (int l = 0; l < cfg->n_layers; l++)
+        layer_forward(m, l, resid_at(m, l), resid_at(m, l + 1));
+    model_acts *a = &m->acts;
+    int L = cfg->n_layers;
+    be->rmsnorm_forward(be, a->lnf, a->lnf_rstd, resid_at(m, L), m->params.norm, N, cfg->dim,
+                        cfg->norm_eps);
+    be->matmul_forward(be, a->logits, a->lnf, m->params.lm_head, N, cfg->dim, cfg->vocab,
+                       &m->gemm[MODEL_GEMMS_PER_LAYER * L], m->gacts.scratch);
+    m->has_targets = targets != NULL;
+    if (targets) loss_forward(m, targets, loss);
+    return be->sync(be);
+}
+
+int model_backward(model *m, float loss_scale) {
+    backend *be = m->be;
+    const model_config *cfg = &m->cfg;
+    model_acts *a = &m->acts;
+    model_grad_acts *g = &m->gacts;
+    int N = m->B * m->T, C = cfg->dim, L = cfg->n_layers;
+    if (N == 0 || !m->has_targets) return BT_EINVAL; /* backward needs a forward with targets */
+    float dloss = m->n_valid ? loss_scale / (float)m->n_valid : 0.0f;
+    be->crossentropy_backward(be, a->logits, a->logits, a->ce_lse, m->targets, dloss, N,
+                              cfg->vocab);
+    be->matmul_backward(be, g->dln, m->grads.lm_head, a->logits, a->lnf, m->params.lm_head, N, C,
+                        cfg->vocab, &m->gemm[MODEL_GEMMS_PER_LAYER * L], g->scratch);
+    be->rmsnorm_backward(be, g->dres, m->grads.norm, g->dln, resid_at(m, L), m->params.norm,
+                         a->lnf_rstd, N, C);
+    for (int l = L - 1; l >= 0; l--) {
+        if (cfg->recompute == MODEL_RECOMPUTE_FULL) layer_forward(m, l, resid_at(m, l), NULL);
+        layer_backward(m, l, resid_at(m, l));
+    }
+    be->embedding_backward(be, m->grads.embed, g->dres, m->tokens, N, C);
+    return be->sync(be);
+}
