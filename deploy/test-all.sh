@@ -21,7 +21,7 @@ step "sanitizer build (ASan + UBSan)"
 cmake -S . -B build-asan "${gen[@]}" -DCMAKE_BUILD_TYPE=Debug -DBATON_SANITIZE=ON >/dev/null
 cmake --build build-asan --parallel "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure --parallel "$jobs"
+  ctest --test-dir build-asan --output-on-failure --parallel "$jobs" --label-exclude slow
 
 if [[ "$fuzz_seconds" -gt 0 ]]; then
   step "recipe fuzzer, ${fuzz_seconds}s"

@@ -299,15 +299,19 @@ static int load_parse_int(load_ctx *c, yaml_node_t *n, const ProtobufCFieldDescr
     return rc < 0 ? load_fail_number(c, n, f, rc, range) : 0;
 }
 
+/* Enum names compare case-insensitively, with '-' standing for '_'. */
+static char load_enum_char(char ch) {
+    if (ch == '-') return '_';
+    return ch >= 'a' && ch <= 'z' ? (char)(ch - 'a' + 'A') : ch;
+}
+
 static int load_parse_enum(load_ctx *c, yaml_node_t *n, const ProtobufCFieldDescriptor *f,
                            const char *text, int *v) {
     const ProtobufCEnumDescriptor *e = f->descriptor;
     for (unsigned i = 0; i < e->n_values; i++) {
         const char *a = e->values[i].name, *b = text;
-        for (; *a && *b; a++, b++) {
-            char cb = *b == '-' ? '_' : (*b >= 'a' && *b <= 'z' ? (char)(*b - 'a' + 'A') : *b);
-            if (cb != *a) break;
-        }
+        for (; *a && *b; a++, b++)
+            if (load_enum_char(*b) != load_enum_char(*a)) break;
         if (*a == '\0' && *b == '\0') {
             *v = e->values[i].value;
             return 0;

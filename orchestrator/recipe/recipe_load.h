@@ -35,9 +35,9 @@ typedef struct recipe_pos {
 } recipe_pos;
 
 typedef struct recipe_doc {
-    char *file;             /* the name errors use (as given by the caller) */
-    Baton__Recipe *recipe;  /* owned */
-    recipe_pos *pos;        /* one per mapping key, sequence item and document root */
+    char *file;            /* the name errors use (as given by the caller) */
+    Baton__Recipe *recipe; /* owned */
+    recipe_pos *pos;       /* one per mapping key, sequence item and document root */
     size_t npos;
 } recipe_doc;
 

@@ -1,0 +1,242 @@
+#include "train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpu_backend.h"
+
+static double train_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Model FLOPs of one step: 6 N T for the matrices (embedding lookup excluded) plus
+ * causal attention, 6 L C T per token (half of the 12 L C T of full attention). */
+static double train_flops(const model *m, uint64_t tokens, uint32_t T) {
+    const model_config *c = &m->cfg;
+    double n = (double)m->sizes.param_floats - (double)c->vocab * c->dim;
+    return 6.0 * n * (double)tokens + 6.0 * c->n_layers * (double)c->dim * T * (double)tokens;
+}
+
+static int train_check_layout(const Baton__StageSpec *spec, bt_diag *diag) {
+    const Baton__Stage *s = spec->stage;
+    const Baton__Parallel *p = s->parallel;
+    if (p->tp * p->pp * p->cp * p->dp * p->ep != 1) {
+        bt_diag_set(diag,
+                    "stage \"%s\": layout tp%u pp%u cp%u dp%u ep%u needs several ranks; this "
+                    "worker runs one process (use the single-process layout)",
+                    s->name, p->tp, p->pp, p->cp, p->dp, p->ep);
+        return BT_EUNSUPPORTED;
+    }
+    if (s->global_batch % s->micro_batch != 0 || s->seq_len > INT32_MAX) {
+        bt_diag_set(diag, "stage \"%s\": global_batch %llu is not a multiple of micro_batch %llu",
+                    s->name, (unsigned long long)s->global_batch,
+                    (unsigned long long)s->micro_batch);
+        return BT_EINVAL;
+    }
+    return 0;
+}
+
+static int train_segments(trainer *t) {
+    int n = model_n_tensors(&t->m);
+    t->segs = calloc((size_t)n, sizeof *t->segs);
+    if (t->segs == NULL) return BT_ENOMEM;
+    for (int i = 0; i < n; i++) {
+        model_tensor mt;
+        model_tensor_info(&t->m, i, &mt);
+        t->segs[i] = (optim_segment){.offset = mt.offset, .n = mt.count, .decay = !mt.no_decay};
+    }
+    t->n_segs = (size_t)n;
+    return 0;
+}
+
+static int train_fp8_init(trainer *t) {
+    const Baton__Precision *p = t->spec->stage->precision;
+    if (p->type != BATON__PRECISION__TYPE__FP8) return 0;
+    size_t n = (size_t)t->m.n_gemm, len = p->amax_history ? p->amax_history : 1;
+    t->fp8 = calloc(n, sizeof *t->fp8);
+    t->fp8_history = calloc(n * BACKEND_FP8_SLOTS * len, sizeof(float));
+    if (t->fp8 == NULL || t->fp8_history == NULL) return BT_ENOMEM;
+    for (size_t g = 0; g < n; g++)
+        for (int k = 0; k < BACKEND_FP8_SLOTS; k++) {
+            prec_fp8_format fmt =
+                k == BACKEND_FP8_DY && t->m.gemm[g].dy_e5m2 ? PREC_E5M2 : PREC_E4M3;
+            float *h = t->fp8_history + (g * BACKEND_FP8_SLOTS + (size_t)k) * len;
+            prec_fp8_meta_init(&t->fp8[g].meta[k], h, (uint32_t)len, fmt, p->margin);
+        }
+    return 0;
+}
+
+static int train_loader_open(trainer *t, bt_diag *diag) {
+    loader_source src[16];
+    size_t n = loader_sources_from_data(t->spec->data, src, 16);
+    if (n == 0) {
+        bt_diag_set(diag, "stage \"%s\": no training data (data.train or data.mix)",
+                    t->spec->stage->name);
+        return BT_EINVAL;
+    }
+    loader_config lc = {.seq_len = t->T, .seed = t->spec->seed, .vocab_size = t->m.cfg.vocab};
+    return loader_open(&t->ld, src, n, &lc, diag);
+}
+
+static int train_model_init(trainer *t, bt_diag *diag) {
+    model_config cfg;
+    int rc = model_config_from_pb(&cfg, t->spec->model, diag);
+    if (rc != 0) return rc;
+    model_config_apply_stage(&cfg, t->spec->stage);
+    cpu_backend_init(&t->be);
+    rc = model_init(&t->m, &cfg, &t->be, (int)t->B, (int)t->T, diag);
+    if (rc == 0) rc = model_init_weights(&t->m, t->spec->seed);
+    return rc;
+}
+
+int train_init(trainer *t, const Baton__StageSpec *spec, bt_diag *diag) {
+    memset(t, 0, sizeof *t);
+    t->spec = spec;
+    int rc = train_check_layout(spec, diag);
+    if (rc != 0) return rc;
+    const Baton__Stage *s = spec->stage;
+    t->B = (uint32_t)s->micro_batch, t->T = (uint32_t)s->seq_len;
+    t->accum = (uint32_t)(s->global_batch / s->micro_batch);
+    t->total_steps = s->steps, t->first_sample = spec->start_sample;
+    t->step = spec->start_step;
+    optim_hparams_from_pb(&t->hp, s->optimizer);
+    rc = train_model_init(t, diag);
+    rc = rc ? rc : train_segments(t);
+    rc = rc ? rc : optim_adamw_init(&t->opt, t->m.sizes.param_floats);
+    rc = rc ? rc : train_fp8_init(t);
+    t->tokens = calloc((size_t)t->B * t->T, sizeof(int32_t));
+    t->targets = calloc((size_t)t->B * t->T, sizeof(int32_t));
+    if (rc == 0 && (t->tokens == NULL || t->targets == NULL)) rc = BT_ENOMEM;
+    rc = rc ? rc : train_loader_open(t, diag);
+    if (rc != 0) {
+        bt_diag_set(diag, "training setup failed: %s", bt_strerror(rc));
+        train_free(t);
+        return rc;
+    }
+    t->flops_per_step = train_flops(&t->m, s->global_batch * s->seq_len, t->T);
+    return 0;
+}
+
+void train_free(trainer *t) {
+    loader_close(&t->ld);
+    optim_adamw_free(&t->opt);
+    if (t->m.be != NULL) model_free(&t->m);
+    free(t->segs);
+    free(t->tokens);
+    free(t->targets);
+    free(t->fp8);
+    free(t->fp8_history);
+    memset(t, 0, sizeof *t);
+}
+
+/* Scales from the delayed-scaling state into the GEMMs before a step. */
+static void train_fp8_begin(trainer *t) {
+    if (t->fp8 == NULL) return;
+    for (int g = 0; g < t->m.n_gemm; g++)
+        for (int k = 0; k < BACKEND_FP8_SLOTS; k++) {
+            t->m.gemm[g].scale[k] = t->fp8[g].meta[k].scale;
+            t->fp8[g].amax_step[k] = 0.0f;
+        }
+}
+
+/* The amaxes a micro-batch saw, kept as the step's maximum. */
+static void train_fp8_collect(trainer *t) {
+    if (t->fp8 == NULL) return;
+    for (int g = 0; g < t->m.n_gemm; g++)
+        for (int k = 0; k < BACKEND_FP8_SLOTS; k++)
+            t->fp8[g].amax_step[k] = fmaxf(t->fp8[g].amax_step[k], t->m.gemm[g].amax[k]);
+}
+
+static void train_fp8_end(trainer *t) {
+    if (t->fp8 == NULL) return;
+    for (int g = 0; g < t->m.n_gemm; g++)
+        for (int k = 0; k < BACKEND_FP8_SLOTS; k++)
+            prec_fp8_meta_update(&t->fp8[g].meta[k], t->fp8[g].amax_step[k]);
+}
+
+/* Fills the micro-batch j of this step from the loader (global sample indices). */
+static int train_fetch(trainer *t, uint32_t j, bt_diag *diag) {
+    const Baton__Stage *s = t->spec->stage;
+    for (uint32_t b = 0; b < t->B; b++) {
+        uint64_t g = t->first_sample +
+                     loader_global_index(t->step, (uint32_t)s->global_batch, 1, 0, j * t->B + b);
+        size_t off = (size_t)b * t->T;
+        if (loader_get(&t->ld, g, t->tokens + off, t->targets + off) != 0) {
+            bt_diag_set(diag, "sample %llu: %s", (unsigned long long)g, loader_error(&t->ld));
+            return BT_EIO;
+        }
+    }
+    return 0;
+}
+
+static int train_micro_batches(trainer *t, double *loss, bt_diag *diag) {
+    *loss = 0;
+    for (uint32_t j = 0; j < t->accum; j++) {
+        float l = 0;
+        int rc = train_fetch(t, j, diag);
+        rc = rc ? rc : model_forward(&t->m, t->tokens, t->targets, (int)t->B, (int)t->T, &l);
+        rc = rc ? rc : model_backward(&t->m, 1.0f / (float)t->accum);
+        if (rc != 0) {
+            bt_diag_set(diag, "step %llu micro-batch %u: %s", (unsigned long long)t->step + 1, j,
+                        bt_strerror(rc));
+            return rc;
+        }
+        train_fp8_collect(t);
+        *loss += l / t->accum;
+    }
+    return 0;
+}
+
+int train_step(trainer *t, train_metrics *out, bt_diag *diag) {
+    double t0 = train_now(), loss = 0;
+    model_zero_grad(&t->m);
+    train_fp8_begin(t);
+    int rc = train_micro_batches(t, &loss, diag);
+    if (rc != 0) return rc;
+    train_fp8_end(t);
+    double lr = optim_lr_at(t->step + 1, t->total_steps, &t->hp);
+    double norm =
+        optim_adamw_step(&t->opt, t->m.params_mem, t->m.grads_mem, t->segs, t->n_segs, &t->hp, lr);
+    t->step++;
+    double dt = train_now() - t0;
+    const Baton__Stage *s = t->spec->stage;
+    *out = (train_metrics){.step = t->step,
+                           .loss = loss,
+                           .lr = lr,
+                           .grad_norm = norm,
+                           .step_s = dt,
+                           .tokens_per_s = (double)(s->global_batch * s->seq_len) / dt,
+                           .gflops_per_s = t->flops_per_step / dt * 1e-9};
+    if (!isfinite(loss)) {
+        bt_diag_set(diag, "step %llu: loss is %g", (unsigned long long)t->step, loss);
+        return BT_ERANGE;
+    }
+    return 0;
+}
+
+int train_eval(trainer *t, const char *prefix, uint32_t n, double *loss, bt_diag *diag) {
+    loader ev;
+    loader_source src = {.prefix = prefix, .weight = 1};
+    loader_config lc = {.seq_len = t->T, .seed = t->spec->seed, .vocab_size = t->m.cfg.vocab};
+    int rc = loader_open(&ev, &src, 1, &lc, diag);
+    if (rc != 0) return rc;
+    double sum = 0;
+    uint32_t done = 0;
+    for (uint32_t i = 0; rc == 0 && i < n; i += t->B) {
+        uint32_t b = 0;
+        for (; b < t->B && i + b < n && rc == 0; b++)
+            rc =
+                loader_get(&ev, i + b, t->tokens + (size_t)b * t->T, t->targets + (size_t)b * t->T);
+        float l = 0;
+        rc = rc ? rc : model_forward(&t->m, t->tokens, t->targets, (int)b, (int)t->T, &l);
+        sum += (double)l * b, done += b;
+    }
+    if (rc != 0) bt_diag_set(diag, "eval on %s: %s", prefix, bt_strerror(rc));
+    loader_close(&ev);
+    *loss = done ? sum / done : 0;
+    return rc;
+}

@@ -1,0 +1,64 @@
+/* One rank's training loop for a resolved stage: draws its samples by global sample
+ * index, runs forward/backward over the micro-batches of a step (gradients summed with
+ * loss scale 1/K), keeps the fp8 delayed-scaling state, clips and applies AdamW with the
+ * stage's schedule, and reports metrics. Everything is allocated in train_init.
+ *
+ * Only the single-process layout exists so far: tp = pp = cp = dp = 1, with the
+ * stage's global batch reached through accumulation (K = global_batch / micro_batch). */
+#ifndef BATON_TRAIN_H
+#define BATON_TRAIN_H
+
+#include <stdint.h>
+
+#include "backend.h"
+#include "loader.h"
+#include "model.h"
+#include "optim.h"
+#include "precision.h"
+#include "stage_spec.pb-c.h"
+#include "util/err.h"
+
+typedef struct train_metrics {
+    uint64_t step; /* optimizer steps taken, after this one */
+    double loss;   /* mean over the step's micro-batches */
+    double lr;
+    double grad_norm; /* before clipping */
+    double tokens_per_s;
+    double gflops_per_s; /* model FLOPs (6 N T + attention) achieved */
+    double step_s;
+} train_metrics;
+
+typedef struct train_fp8 {
+    prec_fp8_meta meta[BACKEND_FP8_SLOTS]; /* per operand slot of one GEMM */
+    float amax_step[BACKEND_FP8_SLOTS];    /* max over this step's micro-batches */
+} train_fp8;
+
+typedef struct trainer {
+    const Baton__StageSpec *spec; /* borrowed */
+    backend be;
+    model m;
+    optim_hparams hp;
+    optim_adamw opt;
+    optim_segment *segs;
+    size_t n_segs;
+    loader ld;
+    int32_t *tokens, *targets; /* (micro_batch, seq_len) host */
+    train_fp8 *fp8;            /* (model.n_gemm) when precision is fp8 */
+    float *fp8_history;        /* backing store of every meta's history */
+    uint32_t B, T, accum;
+    uint64_t step, total_steps, first_sample;
+    double flops_per_step;
+} trainer;
+
+/* Builds the model from spec (weights from spec->seed), the optimizer and the loader
+ * over spec->data. Returns 0 or a negative BT_ code with diag set. */
+int train_init(trainer *t, const Baton__StageSpec *spec, bt_diag *diag);
+void train_free(trainer *t);
+
+/* One optimizer step. */
+int train_step(trainer *t, train_metrics *out, bt_diag *diag);
+
+/* Mean next-token loss over the first n windows of the dataset prefix (no update). */
+int train_eval(trainer *t, const char *prefix, uint32_t n, double *loss, bt_diag *diag);
+
+#endif

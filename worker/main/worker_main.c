@@ -1,0 +1,180 @@
+/* baton-worker: runs one stage of training. Today it runs a StageSpec in one process
+ * (the reference every parallel layout must reproduce); the PMIx-wired multi-rank mode
+ * comes with `baton launch`.
+ *
+ * Exit status: 0 the stage finished, 1 failed while training (retryable: I/O, numeric
+ * blow-up), 2 bad usage or a StageSpec this worker cannot run (not worth retrying). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train.h"
+
+typedef struct worker_args {
+    const char *spec_path;
+    const char *valid; /* override for the validation prefix */
+    int single_process;
+    uint64_t max_steps; /* 0 = the stage's steps */
+    uint32_t log_every;
+    uint32_t eval_windows;
+} worker_args;
+
+static void worker_usage(FILE *f) {
+    fprintf(f, "usage: baton-worker --spec FILE [--single-process] [--steps N] [--log-every N]\n"
+               "                    [--eval-windows N] [--valid PREFIX]\n\n"
+               "Trains one stage described by a binary StageSpec (see 'baton spec --out').\n\n"
+               "  --spec FILE          the StageSpec to run\n"
+               "  --single-process     run the stage's layout as one process: tp, pp, cp, dp\n"
+               "                       and ep become 1, the global batch is kept through\n"
+               "                       gradient accumulation (the reference run)\n"
+               "  --steps N            stop after N steps (default: the stage's steps)\n"
+               "  --log-every N        print metrics every N steps (default 1)\n"
+               "  --eval-windows N     validation windows evaluated at the end (default 64;\n"
+               "                       0 = none)\n"
+               "  --valid PREFIX       validation data (default: the stage's data.valid)\n\n"
+               "Exit status: 0 done, 1 training failed, 2 bad usage or unrunnable spec.\n");
+}
+
+static int parse_count(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*s == '\0' || *s == '-' || *end != '\0' || errno != 0) return -1;
+    *out = v;
+    return 0;
+}
+
+/* Options that take a count: --steps, --log-every (>0), --eval-windows. */
+static int worker_parse_count_opt(worker_args *a, const char *o, const char *v) {
+    uint64_t n = 0;
+    if (parse_count(v, &n) != 0 || n > UINT32_MAX) {
+        fprintf(stderr, "baton-worker: %s expects a count, got '%s'\n", o, v);
+        return -1;
+    }
+    if (strcmp(o, "--steps") == 0)
+        a->max_steps = n;
+    else if (strcmp(o, "--log-every") == 0 && n > 0)
+        a->log_every = (uint32_t)n;
+    else if (strcmp(o, "--eval-windows") == 0)
+        a->eval_windows = (uint32_t)n;
+    else {
+        fprintf(stderr, "baton-worker: unknown option or bad value: '%s %s'\n", o, v);
+        return -1;
+    }
+    return 0;
+}
+
+static int worker_parse(int argc, char **argv, worker_args *a) {
+    a->log_every = 1, a->eval_windows = 64;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
+            worker_usage(stdout);
+            return 1;
+        } else if (strcmp(o, "--single-process") == 0) {
+            a->single_process = 1;
+            continue;
+        } else if (v == NULL || strncmp(o, "--", 2) != 0) {
+            fprintf(stderr, "baton-worker: unknown option or missing value: '%s'\n", o);
+            return -1;
+        } else if (strcmp(o, "--spec") == 0) {
+            a->spec_path = v;
+        } else if (strcmp(o, "--valid") == 0) {
+            a->valid = v;
+        } else if (worker_parse_count_opt(a, o, v) != 0) {
+            return -1;
+        }
+        i++;
+    }
+    if (a->spec_path == NULL) {
+        worker_usage(stderr);
+        return -1;
+    }
+    return 0;
+}
+
+static Baton__StageSpec *worker_read_spec(const char *path, bt_diag *diag) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        bt_diag_set(diag, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, len = 0, n;
+    uint8_t *buf = malloc(cap);
+    while (buf != NULL && (n = fread(buf + len, 1, cap - len, f)) > 0)
+        if ((len += n) == cap) {
+            uint8_t *p = cap < (64u << 20) ? realloc(buf, cap * 2) : NULL;
+            if (p == NULL) free(buf);
+            buf = p, cap *= 2;
+        }
+    fclose(f);
+    Baton__StageSpec *s = buf ? baton__stage_spec__unpack(NULL, len, buf) : NULL;
+    free(buf);
+    if (s != NULL &&
+        (s->stage == NULL || s->model == NULL || s->stage->parallel == NULL || s->data == NULL)) {
+        baton__stage_spec__free_unpacked(s, NULL);
+        s = NULL;
+    }
+    if (s == NULL)
+        bt_diag_set(diag, "%s: not a StageSpec (make one with 'baton spec RECIPE --out FILE')",
+                    path);
+    return s;
+}
+
+/* The one-process reference layout: every degree 1, the same global batch. */
+static void worker_single_process(Baton__StageSpec *s) {
+    Baton__Parallel *p = s->stage->parallel;
+    p->tp = p->pp = p->cp = p->dp = p->ep = 1;
+}
+
+static int worker_train(trainer *t, const worker_args *a, bt_diag *diag) {
+    uint64_t steps = a->max_steps ? a->max_steps : t->total_steps;
+    train_metrics m;
+    for (uint64_t i = 0; i < steps; i++) {
+        int rc = train_step(t, &m, diag);
+        if (rc != 0) return rc;
+        if (m.step % a->log_every == 0 || i + 1 == steps)
+            printf("step %6llu/%llu  loss %.6f  lr %.3e  grad_norm %.4f  %.0f tok/s  %.2f "
+                   "GFLOP/s\n",
+                   (unsigned long long)m.step, (unsigned long long)t->total_steps, m.loss, m.lr,
+                   m.grad_norm, m.tokens_per_s, m.gflops_per_s);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+static int worker_eval(trainer *t, const worker_args *a, bt_diag *diag) {
+    const char *valid = a->valid ? a->valid : t->spec->data->valid;
+    if (a->eval_windows == 0 || valid == NULL || valid[0] == '\0') return 0;
+    double loss = 0;
+    int rc = train_eval(t, valid, a->eval_windows, &loss, diag);
+    if (rc == 0)
+        printf("valid loss %.6f (%.4f bits per token) over %u windows of %s\n", loss,
+               loss / 0.6931471805599453, a->eval_windows, valid);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    worker_args a = {0};
+    int prc = worker_parse(argc, argv, &a);
+    if (prc != 0) return prc > 0 ? 0 : 2;
+    bt_diag diag;
+    bt_diag_init(&diag);
+    Baton__StageSpec *spec = worker_read_spec(a.spec_path, &diag);
+    if (spec != NULL && a.single_process) worker_single_process(spec);
+    trainer t;
+    int rc = spec ? train_init(&t, spec, &diag) : BT_EINVAL;
+    int setup_rc = rc;
+    if (rc == 0) {
+        printf("stage \"%s\": %zu parameters, %u micro-batch(es) of %ux%u per step, %s\n",
+               spec->stage->name, t.m.sizes.param_floats, t.accum, t.B, t.T, t.be.name);
+        rc = worker_train(&t, &a, &diag);
+        rc = rc ? rc : worker_eval(&t, &a, &diag);
+        train_free(&t);
+    }
+    if (rc != 0) fprintf(stderr, "baton-worker: %s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
+    if (spec != NULL) baton__stage_spec__free_unpacked(spec, NULL);
+    if (rc == 0) return 0;
+    return setup_rc != 0 && setup_rc != BT_ENOMEM && setup_rc != BT_EIO ? 2 : 1;
+}
