@@ -102,7 +102,7 @@ int train_init(trainer *t, const Baton__StageSpec *spec, bt_diag *diag) {
     t->B = (uint32_t)s->micro_batch, t->T = (uint32_t)s->seq_len;
     t->accum = (uint32_t)(s->global_batch / s->micro_batch);
     t->total_steps = s->steps, t->first_sample = spec->start_sample;
-    t->step = spec->start_step;
+    t->step = t->step0 = spec->start_step;
     optim_hparams_from_pb(&t->hp, s->optimizer);
     rc = train_model_init(t, diag);
     rc = rc ? rc : train_segments(t);
@@ -162,8 +162,9 @@ static void train_fp8_end(trainer *t) {
 static int train_fetch(trainer *t, uint32_t j, bt_diag *diag) {
     const Baton__Stage *s = t->spec->stage;
     for (uint32_t b = 0; b < t->B; b++) {
-        uint64_t g = t->first_sample +
-                     loader_global_index(t->step, (uint32_t)s->global_batch, 1, 0, j * t->B + b);
+        uint64_t g =
+            t->first_sample +
+            loader_global_index(t->step - t->step0, (uint32_t)s->global_batch, 1, 0, j * t->B + b);
         size_t off = (size_t)b * t->T;
         if (loader_get(&t->ld, g, t->tokens + off, t->targets + off) != 0) {
             bt_diag_set(diag, "sample %llu: %s", (unsigned long long)g, loader_error(&t->ld));

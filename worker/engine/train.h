@@ -46,7 +46,8 @@ typedef struct trainer {
     train_fp8 *fp8;            /* (model.n_gemm) when precision is fp8 */
     float *fp8_history;        /* backing store of every meta's history */
     uint32_t B, T, accum;
-    uint64_t step, total_steps, first_sample;
+    uint64_t step, total_steps;
+    uint64_t step0, first_sample; /* the stage resumed at step0 with global sample first_sample */
     double flops_per_step;
 } trainer;
 

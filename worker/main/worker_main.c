@@ -128,6 +128,17 @@ static void worker_single_process(Baton__StageSpec *s) {
     p->tp = p->pp = p->cp = p->dp = p->ep = 1;
 }
 
+static void worker_print_setup(const trainer *t) {
+    static const char *const recompute[] = {"none", "selective", "full"};
+    printf("stage \"%s\": %zu parameters, %u micro-batch(es) of %ux%u per step, %s backend\n",
+           t->spec->stage->name, t->m.sizes.param_floats, t->accum, t->B, t->T, t->be.name);
+    printf("memory: params %.2f MB, grads %.2f MB, optimizer %.2f MB, activations %.2f MB "
+           "(recompute %s) + %.2f MB backward buffers and scratch\n",
+           4e-6 * (double)t->m.sizes.param_floats, 4e-6 * (double)t->m.sizes.param_floats,
+           8e-6 * (double)t->m.sizes.param_floats, 1e-6 * (double)t->m.act_bytes,
+           recompute[t->m.cfg.recompute], 1e-6 * (double)t->m.work_bytes);
+}
+
 static int worker_train(trainer *t, const worker_args *a, bt_diag *diag) {
     uint64_t steps = a->max_steps ? a->max_steps : t->total_steps;
     train_metrics m;
@@ -167,8 +178,7 @@ int main(int argc, char **argv) {
     int rc = spec ? train_init(&t, spec, &diag) : BT_EINVAL;
     int setup_rc = rc;
     if (rc == 0) {
-        printf("stage \"%s\": %zu parameters, %u micro-batch(es) of %ux%u per step, %s\n",
-               spec->stage->name, t.m.sizes.param_floats, t.accum, t.B, t.T, t.be.name);
+        worker_print_setup(&t);
         rc = worker_train(&t, &a, &diag);
         rc = rc ? rc : worker_eval(&t, &a, &diag);
         train_free(&t);
