@@ -29,10 +29,14 @@ typedef struct bench_args {
     unsigned long long seed;
 } bench_args;
 
-static double bench_now(void) {
+static double bench_clock(clockid_t id) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double bench_now(void) {
+    return bench_clock(CLOCK_MONOTONIC);
 }
 
 /* ---- The profiling backend: every op timed, then forwarded to the CPU backend. ---- */
@@ -68,7 +72,7 @@ static const char *const prof_gemm_names[G_KINDS] = {"qkv",  "o",       "gate_up
 
 typedef struct prof {
     backend inner;
-    const model_config *cfg;
+    const model *m; /* set once the model exists; labels the GEMMs */
     double sec[P_SLOTS];
     long calls[P_SLOTS];
 } prof;
@@ -83,14 +87,19 @@ typedef struct prof {
         p_->calls[slot]++;                                                                         \
     } while (0)
 
-/* Which weight a GEMM of input width C and output width OC multiplies. */
-static int prof_gemm_kind(const model_config *c, int C, int OC) {
-    int qd = c->n_heads * c->head_dim, qkv = qd + 2 * c->n_kv_heads * c->head_dim;
-    if (C == c->dim && OC == qkv) return G_QKV;
-    if (C == qd && OC == c->dim) return G_O;
-    if (C == c->dim && OC == 2 * c->ffn_dim) return G_GATE_UP;
-    if (C == c->ffn_dim && OC == c->dim) return G_DOWN;
-    if (C == c->dim && OC == c->vocab) return G_LM_HEAD;
+/* Which weight a GEMM multiplies, found by its address among the model's parameters
+ * (shapes alone can collide: at dim 768, gate_up and lm_head are both (4096, 768)). */
+static int prof_gemm_kind(const prof *p, const float *w) {
+    const model *m = p->m;
+    if (m == NULL || m->params.layers == NULL) return G_UNKNOWN;
+    if (w == m->params.lm_head) return G_LM_HEAD;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const model_layer_weights *lw = &m->params.layers[l];
+        if (w == lw->wqkv) return G_QKV;
+        if (w == lw->wo) return G_O;
+        if (w == lw->w13) return G_GATE_UP;
+        if (w == lw->w2) return G_DOWN;
+    }
     return G_UNKNOWN;
 }
 
@@ -155,14 +164,14 @@ static void prof_rmsnorm_bwd(backend *be, float *dinp, float *dw, const float *d
 static void prof_matmul_fwd(backend *be, float *out, const float *inp, const float *w, int N,
                             int C, int OC, backend_gemm *g, float *scratch) {
     prof *p = be->ctx;
-    int slot = P_GEMM0 + 2 * prof_gemm_kind(p->cfg, C, OC);
+    int slot = P_GEMM0 + 2 * prof_gemm_kind(p, w);
     PROF_CALL(be, slot, in_->matmul_forward(in_, out, inp, w, N, C, OC, g, scratch));
 }
 static void prof_matmul_bwd(backend *be, float *dinp, float *dw, const float *dout,
                             const float *inp, const float *w, int N, int C, int OC,
                             backend_gemm *g, float *scratch) {
     prof *p = be->ctx;
-    int slot = P_GEMM0 + 2 * prof_gemm_kind(p->cfg, C, OC) + 1;
+    int slot = P_GEMM0 + 2 * prof_gemm_kind(p, w) + 1;
     PROF_CALL(be, slot, in_->matmul_backward(in_, dinp, dw, dout, inp, w, N, C, OC, g, scratch));
 }
 static void prof_rope_fwd(backend *be, float *out, const float *inp, const float *cs,
@@ -206,10 +215,9 @@ static void prof_ce_bwd(backend *be, float *dlogits, const float *logits, const 
 }
 
 /* be becomes a table that times each op and forwards it to the CPU backend in p. */
-static void prof_backend_init(backend *be, prof *p, const model_config *cfg) {
+static void prof_backend_init(backend *be, prof *p) {
     memset(p, 0, sizeof *p);
     cpu_backend_init(&p->inner);
-    p->cfg = cfg;
     *be = (backend){
         .name = "cpu+profile",
         .ctx = p,
@@ -362,6 +370,12 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* Sorts x (n > 0) and returns its median. */
+static double median_sort(double *x, int n) {
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
 typedef struct bench_state {
     backend be;
     prof pr;
@@ -389,10 +403,11 @@ static int bench_step(bench_state *s, const bench_args *a, float *loss) {
 
 static int bench_setup(bench_state *s, const bench_args *a, bt_diag *diag) {
     if (a->profile)
-        prof_backend_init(&s->be, &s->pr, &a->cfg);
+        prof_backend_init(&s->be, &s->pr);
     else
         cpu_backend_init(&s->be);
     int rc = model_init(&s->m, &a->cfg, &s->be, a->batch, a->seq, diag);
+    s->pr.m = &s->m;
     rc = rc ? rc : model_init_weights(&s->m, a->seed);
     rc = rc ? rc : optim_adamw_init(&s->opt, s->m.sizes.param_floats);
     if (rc) return rc;
@@ -472,16 +487,22 @@ int main(int argc, char **argv) {
         bench_free(&s);
         return 1;
     }
-    double *ms = calloc((size_t)a.steps, sizeof *ms);
+    /* Wall time is the figure; process CPU time is kept beside it because on a shared
+     * machine a step can wait for a core, which wall time counts and CPU time does not. */
+    double *ms = calloc(2 * (size_t)a.steps, sizeof *ms);
+    double *cpu_ms = ms ? ms + a.steps : NULL;
     float loss_first = 0, loss_last = 0;
     for (int i = 0; rc == 0 && i < a.warmup + a.steps; i++) {
         if (i == a.warmup) {
             prof_reset(&s.pr);
             s.optim_sec = 0;
         }
-        double t0 = bench_now();
+        double t0 = bench_now(), c0 = bench_clock(CLOCK_PROCESS_CPUTIME_ID);
         rc = bench_step(&s, &a, i == 0 ? &loss_first : &loss_last);
-        if (i >= a.warmup) ms[i - a.warmup] = (bench_now() - t0) * 1e3;
+        if (i >= a.warmup) {
+            ms[i - a.warmup] = (bench_now() - t0) * 1e3;
+            cpu_ms[i - a.warmup] = (bench_clock(CLOCK_PROCESS_CPUTIME_ID) - c0) * 1e3;
+        }
     }
     if (rc || ms == NULL) {
         fprintf(stderr, "bench_engine: training step failed: %s\n", bt_strerror(rc ? rc : BT_ENOMEM));
@@ -492,18 +513,18 @@ int main(int argc, char **argv) {
     double mean = 0;
     for (int i = 0; i < a.steps; i++)
         mean += ms[i] / a.steps;
-    qsort(ms, (size_t)a.steps, sizeof *ms, cmp_double);
-    double median = a.steps % 2 ? ms[a.steps / 2] : 0.5 * (ms[a.steps / 2 - 1] + ms[a.steps / 2]);
+    double median = median_sort(ms, a.steps), cpu_median = median_sort(cpu_ms, a.steps);
     double tokens = (double)a.batch * a.seq;
     const model_config *c = &a.cfg;
     printf("{\"impl\":\"baton\",\"dim\":%d,\"layers\":%d,\"heads\":%d,\"kv_heads\":%d,"
            "\"ffn\":%d,\"vocab\":%d,\"seq\":%d,\"batch\":%d,\"params\":%zu,\"threads\":%d,"
            "\"blas\":\"%s\",\"blas_core\":\"%s\",\"warmup\":%d,\"steps\":%d,"
            "\"step_ms_median\":%.3f,\"step_ms_min\":%.3f,\"step_ms_mean\":%.3f,"
+           "\"step_cpu_ms_median\":%.3f,"
            "\"tokens_per_s\":%.1f,\"gflops_per_s\":%.2f,\"loss_first\":%.5f,\"loss_last\":%.5f",
            c->dim, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn_dim, c->vocab, a.seq, a.batch,
            s.m.sizes.param_floats, openblas_get_num_threads(), openblas_get_config(),
-           openblas_get_corename(), a.warmup, a.steps, median, ms[0], mean,
+           openblas_get_corename(), a.warmup, a.steps, median, ms[0], mean, cpu_median,
            tokens / (median * 1e-3), bench_flops(&s.m, a.batch, a.seq) / (median * 1e-3) * 1e-9,
            loss_first, loss_last);
     if (a.profile) print_profile(&s, a.steps, mean);

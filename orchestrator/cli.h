@@ -7,5 +7,6 @@
 int cmd_plan(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_spec(int argc, char **argv);
+int cmd_launch(int argc, char **argv);
 
 #endif

@@ -20,6 +20,7 @@ static const command commands[] = {
     {"plan", cmd_plan, "check a recipe and show layout, memory, communication and step time"},
     {"spec", cmd_spec, "resolve one stage of a recipe into the StageSpec a worker runs"},
     {"data", cmd_data, "prepare token datasets (Megatron indexed format) from text, tar or zip"},
+    {"launch", cmd_launch, "start N PMIx processes (local embedded PMIx server)"},
 };
 
 static void usage(FILE *f) {

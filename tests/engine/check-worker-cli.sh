@@ -33,7 +33,7 @@ expect 2 "unknown option" -- --spec small.pb --frobnicate 3
 expect 2 "expects a count, got 'many'" -- --spec small.pb --steps many
 expect 2 'missing.pb: cannot open' -- --spec missing.pb
 expect 2 'junk.pb: not a StageSpec' -- --spec junk.pb
-expect 2 'layout tp2 pp2 cp1 dp1 ep1 needs several ranks' -- --spec tiny.pb
+expect 2 'layout tp2 pp2 cp1 dp1 ep1 is not supported by this worker with 1 data-parallel rank' -- --spec tiny.pb
 expect 0 'step +3/300' -- --spec tiny.pb --single-process --steps 3 --eval-windows 0
 expect 0 'valid loss [0-9.]+ ' -- --spec small.pb --steps 30 --log-every 10 --eval-windows 8
 

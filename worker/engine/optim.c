@@ -125,13 +125,16 @@ void optim_adamw_reset(optim_adamw *o) {
     o->step = 0;
 }
 
-double optim_adamw_step(optim_adamw *o, float *params, float *grads, const optim_segment *segs,
-                        size_t nseg, const optim_hparams *hp, double lr) {
+double optim_segments_sumsq(const float *grads, const optim_segment *segs, size_t nseg) {
     double sumsq = 0.0;
     for (size_t s = 0; s < nseg; s++)
         sumsq += optim_grad_sumsq(grads + segs[s].offset, segs[s].n);
-    double norm = sqrt(sumsq);
-    if (!isfinite(norm)) return norm;
+    return sumsq;
+}
+
+int optim_adamw_step_norm(optim_adamw *o, float *params, float *grads, const optim_segment *segs,
+                          size_t nseg, const optim_hparams *hp, double lr, double norm) {
+    if (!isfinite(norm)) return 0;
     float coef = (float)optim_clip_coef(norm, hp->grad_clip);
     o->step++;
     for (size_t s = 0; s < nseg; s++) {
@@ -140,5 +143,12 @@ double optim_adamw_step(optim_adamw *o, float *params, float *grads, const optim
         optim_adamw_update(params + off, grads + off, o->m + off, o->v + off, n, hp, lr, o->step,
                            segs[s].decay);
     }
+    return 1;
+}
+
+double optim_adamw_step(optim_adamw *o, float *params, float *grads, const optim_segment *segs,
+                        size_t nseg, const optim_hparams *hp, double lr) {
+    double norm = sqrt(optim_segments_sumsq(grads, segs, nseg));
+    optim_adamw_step_norm(o, params, grads, segs, nseg, hp, lr, norm);
     return norm;
 }

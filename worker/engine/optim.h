@@ -97,6 +97,18 @@ void optim_adamw_free(optim_adamw *o);
 /* Zero moments and step count (Optimizer.reset at a stage boundary). */
 void optim_adamw_reset(optim_adamw *o);
 
+/* Sum of squares of the gradients in the segments (double accumulation): a rank's part
+ * of the global grad norm, to be all-reduced before the square root. */
+double optim_segments_sumsq(const float *grads, const optim_segment *segs, size_t nseg);
+
+/* The update of one step given the global gradient norm (over every rank's shard):
+ * clipping (grads scaled in place), then AdamW at rate lr over the segments. m and v are
+ * indexed like params, so a ZeRO-1 rank passes params, grads, m and v of its shard with
+ * shard-relative segments. A non-finite norm skips the update and leaves the step count
+ * unchanged; returns 1 when the update ran, else 0. */
+int optim_adamw_step_norm(optim_adamw *o, float *params, float *grads, const optim_segment *segs,
+                          size_t nseg, const optim_hparams *hp, double lr, double norm);
+
 /* A whole one-rank step over the segments of params/grads (each within [0, o->n)):
  * global norm, clipping (grads are scaled in place), then the update at rate lr.
  * Returns the norm before clipping. A non-finite norm skips the update and leaves the

@@ -21,20 +21,22 @@ static double train_flops(const model *m, uint64_t tokens, uint32_t T) {
     return 6.0 * n * (double)tokens + 6.0 * c->n_layers * (double)c->dim * T * (double)tokens;
 }
 
-static int train_check_layout(const Baton__StageSpec *spec, bt_diag *diag) {
+static int train_check_layout(const Baton__StageSpec *spec, const comm *dp_group, bt_diag *diag) {
     const Baton__Stage *s = spec->stage;
     const Baton__Parallel *p = s->parallel;
-    if (p->tp * p->pp * p->cp * p->dp * p->ep != 1) {
+    uint32_t dp = dp_group ? (uint32_t)comm_size(dp_group) : 1;
+    if (p->tp * p->pp * p->cp * p->ep != 1 || p->dp != dp) {
         bt_diag_set(diag,
-                    "stage \"%s\": layout tp%u pp%u cp%u dp%u ep%u needs several ranks; this "
-                    "worker runs one process (use the single-process layout)",
-                    s->name, p->tp, p->pp, p->cp, p->dp, p->ep);
+                    "stage \"%s\": layout tp%u pp%u cp%u dp%u ep%u is not supported by this "
+                    "worker with %u data-parallel rank(s): it runs one process or pure data "
+                    "parallelism (tensor, pipeline, context and expert parallelism come later)",
+                    s->name, p->tp, p->pp, p->cp, p->dp, p->ep, dp);
         return BT_EUNSUPPORTED;
     }
-    if (s->global_batch % s->micro_batch != 0 || s->seq_len > INT32_MAX) {
-        bt_diag_set(diag, "stage \"%s\": global_batch %llu is not a multiple of micro_batch %llu",
-                    s->name, (unsigned long long)s->global_batch,
-                    (unsigned long long)s->micro_batch);
+    if (s->global_batch % (s->micro_batch * dp) != 0 || s->seq_len > INT32_MAX) {
+        bt_diag_set(
+            diag, "stage \"%s\": global_batch %llu is not a multiple of micro_batch %llu x dp %u",
+            s->name, (unsigned long long)s->global_batch, (unsigned long long)s->micro_batch, dp);
         return BT_EINVAL;
     }
     return 0;
@@ -93,20 +95,24 @@ static int train_model_init(trainer *t, bt_diag *diag) {
     return rc;
 }
 
-int train_init(trainer *t, const Baton__StageSpec *spec, bt_diag *diag) {
+int train_init(trainer *t, const Baton__StageSpec *spec, comm *dp_group, bt_diag *diag) {
     memset(t, 0, sizeof *t);
     t->spec = spec;
-    int rc = train_check_layout(spec, diag);
+    int rc = train_check_layout(spec, dp_group, diag);
     if (rc != 0) return rc;
     const Baton__Stage *s = spec->stage;
+    uint32_t dp = dp_group ? (uint32_t)comm_size(dp_group) : 1;
     t->B = (uint32_t)s->micro_batch, t->T = (uint32_t)s->seq_len;
-    t->accum = (uint32_t)(s->global_batch / s->micro_batch);
+    t->accum = (uint32_t)(s->global_batch / (s->micro_batch * dp));
     t->total_steps = s->steps, t->first_sample = spec->start_sample;
     t->step = t->step0 = spec->start_step;
     optim_hparams_from_pb(&t->hp, s->optimizer);
     rc = train_model_init(t, diag);
     rc = rc ? rc : train_segments(t);
-    rc = rc ? rc : optim_adamw_init(&t->opt, t->m.sizes.param_floats);
+    rc = rc ? rc
+            : train_dp_init(&t->dp, dp_group, (int)s->parallel->zero, t->m.sizes.param_floats,
+                            t->segs, t->n_segs, diag);
+    rc = rc ? rc : optim_adamw_init(&t->opt, train_dp_optim_floats(&t->dp));
     rc = rc ? rc : train_fp8_init(t);
     t->tokens = calloc((size_t)t->B * t->T, sizeof(int32_t));
     t->targets = calloc((size_t)t->B * t->T, sizeof(int32_t));
@@ -124,6 +130,7 @@ int train_init(trainer *t, const Baton__StageSpec *spec, bt_diag *diag) {
 void train_free(trainer *t) {
     loader_close(&t->ld);
     optim_adamw_free(&t->opt);
+    train_dp_free(&t->dp);
     if (t->m.be != NULL) model_free(&t->m);
     free(t->segs);
     free(t->tokens);
@@ -151,20 +158,26 @@ static void train_fp8_collect(trainer *t) {
             t->fp8[g].amax_step[k] = fmaxf(t->fp8[g].amax_step[k], t->m.gemm[g].amax[k]);
 }
 
-static void train_fp8_end(trainer *t) {
-    if (t->fp8 == NULL) return;
-    for (int g = 0; g < t->m.n_gemm; g++)
+/* The step's amaxes, reduced over the dp group so that every rank keeps the same
+ * scales, go into the histories. */
+static int train_fp8_end(trainer *t, bt_diag *diag) {
+    if (t->fp8 == NULL) return 0;
+    for (int g = 0; g < t->m.n_gemm; g++) {
+        int rc = train_dp_max(&t->dp, t->fp8[g].amax_step, BACKEND_FP8_SLOTS, diag);
+        if (rc != 0) return rc;
         for (int k = 0; k < BACKEND_FP8_SLOTS; k++)
             prec_fp8_meta_update(&t->fp8[g].meta[k], t->fp8[g].amax_step[k]);
+    }
+    return 0;
 }
 
 /* Fills the micro-batch j of this step from the loader (global sample indices). */
 static int train_fetch(trainer *t, uint32_t j, bt_diag *diag) {
     const Baton__Stage *s = t->spec->stage;
     for (uint32_t b = 0; b < t->B; b++) {
-        uint64_t g =
-            t->first_sample +
-            loader_global_index(t->step - t->step0, (uint32_t)s->global_batch, 1, 0, j * t->B + b);
+        uint64_t g = t->first_sample +
+                     loader_global_index(t->step - t->step0, (uint32_t)s->global_batch,
+                                         (uint32_t)t->dp.size, (uint32_t)t->dp.rank, j * t->B + b);
         size_t off = (size_t)b * t->T;
         if (loader_get(&t->ld, g, t->tokens + off, t->targets + off) != 0) {
             bt_diag_set(diag, "sample %llu: %s", (unsigned long long)g, loader_error(&t->ld));
@@ -196,12 +209,14 @@ int train_step(trainer *t, train_metrics *out, bt_diag *diag) {
     double t0 = train_now(), loss = 0;
     model_zero_grad(&t->m);
     train_fp8_begin(t);
+    double lr = optim_lr_at(t->step + 1, t->total_steps, &t->hp), norm = 0;
     int rc = train_micro_batches(t, &loss, diag);
+    rc = rc ? rc : train_fp8_end(t, diag);
+    rc = rc ? rc
+            : train_dp_update(&t->dp, t->m.params_mem, t->m.grads_mem, t->segs, t->n_segs, &t->opt,
+                              &t->hp, lr, &norm, diag);
+    rc = rc ? rc : train_dp_mean(&t->dp, &loss, diag);
     if (rc != 0) return rc;
-    train_fp8_end(t);
-    double lr = optim_lr_at(t->step + 1, t->total_steps, &t->hp);
-    double norm =
-        optim_adamw_step(&t->opt, t->m.params_mem, t->m.grads_mem, t->segs, t->n_segs, &t->hp, lr);
     t->step++;
     double dt = train_now() - t0;
     const Baton__Stage *s = t->spec->stage;

@@ -3,8 +3,9 @@
  * loss scale 1/K), keeps the fp8 delayed-scaling state, clips and applies AdamW with the
  * stage's schedule, and reports metrics. Everything is allocated in train_init.
  *
- * Only the single-process layout exists so far: tp = pp = cp = dp = 1, with the
- * stage's global batch reached through accumulation (K = global_batch / micro_batch). */
+ * Layouts: one process (tp = pp = cp = dp = 1), or pure data parallelism over a dp
+ * group (train_dp.h, with or without ZeRO-1). Each dp rank takes global_batch / dp
+ * samples per step, reached through K = global_batch / (micro_batch dp) micro-batches. */
 #ifndef BATON_TRAIN_H
 #define BATON_TRAIN_H
 
@@ -16,6 +17,7 @@
 #include "optim.h"
 #include "precision.h"
 #include "stage_spec.pb-c.h"
+#include "train_dp.h"
 #include "util/err.h"
 
 typedef struct train_metrics {
@@ -45,6 +47,7 @@ typedef struct trainer {
     int32_t *tokens, *targets; /* (micro_batch, seq_len) host */
     train_fp8 *fp8;            /* (model.n_gemm) when precision is fp8 */
     float *fp8_history;        /* backing store of every meta's history */
+    train_dp dp;
     uint32_t B, T, accum;
     uint64_t step, total_steps;
     uint64_t step0, first_sample; /* the stage resumed at step0 with global sample first_sample */
@@ -52,8 +55,9 @@ typedef struct trainer {
 } trainer;
 
 /* Builds the model from spec (weights from spec->seed), the optimizer and the loader
- * over spec->data. Returns 0 or a negative BT_ code with diag set. */
-int train_init(trainer *t, const Baton__StageSpec *spec, bt_diag *diag);
+ * over spec->data. dp_group is the data-parallel group (its size must be the spec's dp;
+ * NULL for one process). Returns 0 or a negative BT_ code with diag set. */
+int train_init(trainer *t, const Baton__StageSpec *spec, comm *dp_group, bt_diag *diag);
 void train_free(trainer *t);
 
 /* One optimizer step. */

@@ -1,6 +1,6 @@
-/* baton-worker: runs one stage of training. Today it runs a StageSpec in one process
- * (the reference every parallel layout must reproduce); the PMIx-wired multi-rank mode
- * comes with `baton launch`.
+/* baton-worker: runs one stage of training: in one process (the reference every parallel
+ * layout must reproduce), or as one rank of a PMIx job (`baton launch -n N`, srun
+ * --mpi=pmix) with the ranks connected over Gloo. Rank 0 prints the metrics.
  *
  * Exit status: 0 the stage finished, 1 failed while training (retryable: I/O, numeric
  * blow-up), 2 bad usage or a StageSpec this worker cannot run (not worth retrying). */
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "train.h"
+#include "worker_ranks.h"
 
 typedef struct worker_args {
     const char *spec_path;
@@ -18,11 +19,15 @@ typedef struct worker_args {
     uint64_t max_steps; /* 0 = the stage's steps */
     uint32_t log_every;
     uint32_t eval_windows;
+    double comm_timeout_s;   /* rendezvous and every collective */
+    const char *dump_params; /* write the final parameters here (rank 0) */
+    int quiet;               /* ranks other than 0 print only errors */
 } worker_args;
 
 static void worker_usage(FILE *f) {
     fprintf(f, "usage: baton-worker --spec FILE [--single-process] [--steps N] [--log-every N]\n"
-               "                    [--eval-windows N] [--valid PREFIX]\n\n"
+               "                    [--eval-windows N] [--valid PREFIX] [--comm-timeout S]\n"
+               "                    [--dump-params FILE]\n\n"
                "Trains one stage described by a binary StageSpec (see 'baton spec --out').\n\n"
                "  --spec FILE          the StageSpec to run\n"
                "  --single-process     run the stage's layout as one process: tp, pp, cp, dp\n"
@@ -32,7 +37,12 @@ static void worker_usage(FILE *f) {
                "  --log-every N        print metrics every N steps (default 1)\n"
                "  --eval-windows N     validation windows evaluated at the end (default 64;\n"
                "                       0 = none)\n"
-               "  --valid PREFIX       validation data (default: the stage's data.valid)\n\n"
+               "  --valid PREFIX       validation data (default: the stage's data.valid)\n"
+               "  --comm-timeout S     seconds any collective may wait for a peer (default 60)\n"
+               "  --dump-params FILE   write the final parameters as raw little-endian float32\n"
+               "                       in the model's tensor order (rank 0)\n\n"
+               "Under a PMIx launcher (baton launch, srun --mpi=pmix) each process is one rank;\n"
+               "the ranks connect over Gloo and the stage's layout must match their number.\n\n"
                "Exit status: 0 done, 1 training failed, 2 bad usage or unrunnable spec.\n");
 }
 
@@ -58,6 +68,8 @@ static int worker_parse_count_opt(worker_args *a, const char *o, const char *v) 
         a->log_every = (uint32_t)n;
     else if (strcmp(o, "--eval-windows") == 0)
         a->eval_windows = (uint32_t)n;
+    else if (strcmp(o, "--comm-timeout") == 0 && n > 0)
+        a->comm_timeout_s = (double)n;
     else {
         fprintf(stderr, "baton-worker: unknown option or bad value: '%s %s'\n", o, v);
         return -1;
@@ -66,7 +78,7 @@ static int worker_parse_count_opt(worker_args *a, const char *o, const char *v) 
 }
 
 static int worker_parse(int argc, char **argv, worker_args *a) {
-    a->log_every = 1, a->eval_windows = 64;
+    a->log_every = 1, a->eval_windows = 64, a->comm_timeout_s = 60;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
@@ -82,6 +94,8 @@ static int worker_parse(int argc, char **argv, worker_args *a) {
             a->spec_path = v;
         } else if (strcmp(o, "--valid") == 0) {
             a->valid = v;
+        } else if (strcmp(o, "--dump-params") == 0) {
+            a->dump_params = v;
         } else if (worker_parse_count_opt(a, o, v) != 0) {
             return -1;
         }
@@ -135,8 +149,8 @@ static void worker_print_setup(const trainer *t) {
     printf("memory: params %.2f MB, grads %.2f MB, optimizer %.2f MB, activations %.2f MB "
            "(recompute %s) + %.2f MB backward buffers and scratch\n",
            4e-6 * (double)t->m.sizes.param_floats, 4e-6 * (double)t->m.sizes.param_floats,
-           8e-6 * (double)t->m.sizes.param_floats, 1e-6 * (double)t->m.act_bytes,
-           recompute[t->m.cfg.recompute], 1e-6 * (double)t->m.work_bytes);
+           8e-6 * (double)t->opt.n, 1e-6 * (double)t->m.act_bytes, recompute[t->m.cfg.recompute],
+           1e-6 * (double)t->m.work_bytes);
 }
 
 static int worker_train(trainer *t, const worker_args *a, bt_diag *diag) {
@@ -145,12 +159,25 @@ static int worker_train(trainer *t, const worker_args *a, bt_diag *diag) {
     for (uint64_t i = 0; i < steps; i++) {
         int rc = train_step(t, &m, diag);
         if (rc != 0) return rc;
-        if (m.step % a->log_every == 0 || i + 1 == steps)
+        if (!a->quiet && (m.step % a->log_every == 0 || i + 1 == steps))
             printf("step %6llu/%llu  loss %.6f  lr %.3e  grad_norm %.4f  %.0f tok/s  %.2f "
                    "GFLOP/s\n",
                    (unsigned long long)m.step, (unsigned long long)t->total_steps, m.loss, m.lr,
                    m.grad_norm, m.tokens_per_s, m.gflops_per_s);
         fflush(stdout);
+    }
+    return 0;
+}
+
+static int worker_dump_params(const trainer *t, const char *path, bt_diag *diag) {
+    if (path == NULL) return 0;
+    FILE *f = fopen(path, "wb");
+    size_t n = t->m.sizes.param_floats;
+    int ok = f != NULL && fwrite(t->m.params_mem, sizeof(float), n, f) == n;
+    ok = (f != NULL && fclose(f) == 0) && ok;
+    if (!ok) {
+        bt_diag_set(diag, "%s: cannot write the parameters: %s", path, strerror(errno));
+        return BT_EIO;
     }
     return 0;
 }
@@ -166,24 +193,40 @@ static int worker_eval(trainer *t, const worker_args *a, bt_diag *diag) {
     return rc;
 }
 
+/* Trains with the ranks joined (or alone); returns a BT_ code, *setup_rc the code of
+ * the setup part (which decides the exit status class). */
+static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks *w, int *setup_rc,
+                      bt_diag *diag) {
+    trainer t;
+    int rc = train_init(&t, spec, w->world, diag);
+    *setup_rc = rc;
+    if (rc != 0) return rc;
+    if (w->info.rank == 0) worker_print_setup(&t);
+    worker_args mine = *a;
+    if (w->info.rank != 0) mine.quiet = 1, mine.eval_windows = 0, mine.dump_params = NULL;
+    rc = worker_train(&t, &mine, diag);
+    rc = rc ? rc : worker_eval(&t, &mine, diag);
+    rc = rc ? rc : worker_dump_params(&t, mine.dump_params, diag);
+    train_free(&t);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     worker_args a = {0};
     int prc = worker_parse(argc, argv, &a);
     if (prc != 0) return prc > 0 ? 0 : 2;
     bt_diag diag;
     bt_diag_init(&diag);
+    worker_ranks w = {0};
     Baton__StageSpec *spec = worker_read_spec(a.spec_path, &diag);
-    if (spec != NULL && a.single_process) worker_single_process(spec);
-    trainer t;
-    int rc = spec ? train_init(&t, spec, &diag) : BT_EINVAL;
-    int setup_rc = rc;
-    if (rc == 0) {
-        worker_print_setup(&t);
-        rc = worker_train(&t, &a, &diag);
-        rc = rc ? rc : worker_eval(&t, &a, &diag);
-        train_free(&t);
-    }
+    int rc = spec ? 0 : BT_EINVAL, setup_rc = rc;
+    if (spec != NULL && a.single_process)
+        worker_single_process(spec);
+    else if (spec != NULL)
+        setup_rc = rc = worker_ranks_join(&w, a.comm_timeout_s, &diag);
+    if (rc == 0) rc = worker_run(spec, &a, &w, &setup_rc, &diag);
     if (rc != 0) fprintf(stderr, "baton-worker: %s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
+    worker_ranks_leave(&w);
     if (spec != NULL) baton__stage_spec__free_unpacked(spec, NULL);
     if (rc == 0) return 0;
     return setup_rc != 0 && setup_rc != BT_ENOMEM && setup_rc != BT_EIO ? 2 : 1;

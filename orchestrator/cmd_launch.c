@@ -1,0 +1,225 @@
+/* baton launch -n N [--nodes K] [--timeout S] [--kill-grace S] -- CMD [ARGS...]: starts N
+ * copies of CMD as PMIx clients of an embedded PMIx server, prefixes their output with
+ * the rank, and on the first failure stops the others and says which rank failed and
+ * why. Any PMIx program runs under it unchanged. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "launch.h"
+
+static void launch_usage(FILE *f) {
+    fprintf(f, "usage: baton launch -n N [--nodes K] [--timeout SECONDS] [--kill-grace SECONDS]\n"
+               "                    -- CMD [ARGS...]\n\n"
+               "Starts N processes of CMD on this machine as clients of an embedded PMIx server\n"
+               "(namespace baton-<pid>-0, ranks 0..N-1), prefixes each output line with\n"
+               "\"[rank] \", and when a rank fails (nonzero exit, a signal, PMIx_Abort) stops\n"
+               "the others: SIGTERM to each rank's process group, SIGKILL after the grace.\n"
+               "The ranks' stdin is /dev/null. Set BATON_LAUNCH_DEBUG=1 to trace the PMIx\n"
+               "server's callbacks.\n\n"
+               "  -n N                  number of processes (ranks)\n"
+               "  --nodes K             spread the ranks over K virtual nodes node0..nodeK-1\n"
+               "                        (block distribution; default 1), each with its own\n"
+               "                        host name, node id, local ranks and local peers;\n"
+               "                        one PMIx server still serves them all, so data put\n"
+               "                        with PMIX_REMOTE scope does not reach other nodes\n"
+               "                        (PMIX_GLOBAL does)\n"
+               "  --timeout SECONDS     stop the whole job after SECONDS (default: no limit)\n"
+               "  --kill-grace SECONDS  SIGTERM -> SIGKILL delay when stopping (default 5)\n"
+               "  --help                show this help\n\n"
+               "A rank that exits without PMIx_Finalize after PMIx_Init has failed, even with\n"
+               "status 0 (its peers' fences can no longer complete).\n\n"
+               "Exit status: 0 when every rank exited 0; else the failing rank's exit status\n"
+               "(1 if that was 0), 128+SIG when it was killed by signal SIG, its PMIx_Abort\n"
+               "status (1 if not in 1..255), 124 on --timeout, 128+SIG when baton launch\n"
+               "itself got SIGINT, SIGTERM or SIGHUP, 126 when CMD is not executable, 127 when\n"
+               "it is not found or a rank could not be started, 2 for bad usage, 1 when the\n"
+               "launcher itself failed.\n");
+}
+
+typedef struct launch_args {
+    int nprocs, nnodes;
+    double timeout_s, kill_grace_s;
+    char **cmd;
+} launch_args;
+
+/* A number in [lo, hi] from the value of option opt; -1 with a message if it is not. */
+static int launch_number(const char *opt, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = s != NULL ? strtod(s, &end) : 0;
+    if (s == NULL || end == s || *end != '\0' || errno != 0 || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "baton launch: %s needs a number in %g..%g (got '%s')\n", opt, lo, hi,
+                s != NULL ? s : "");
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A whole number in [1, 65535] from the value of option opt. */
+static int launch_count(const char *opt, const char *s, int *out) {
+    double v;
+    if (launch_number(opt, s, 1, 65535, &v) != 0) return -1;
+    if (v != (int)v) {
+        fprintf(stderr, "baton launch: %s needs a whole number (got '%s')\n", opt, s);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static int launch_option(launch_args *a, const char *opt, const char *val) {
+    if (strcmp(opt, "-n") == 0 || strcmp(opt, "--np") == 0) {
+        if (launch_count(opt, val, &a->nprocs) != 0) return -1;
+    } else if (strcmp(opt, "--nodes") == 0) {
+        if (launch_count(opt, val, &a->nnodes) != 0) return -1;
+    } else if (strcmp(opt, "--timeout") == 0) {
+        if (launch_number(opt, val, 0.001, 1e7, &a->timeout_s) != 0) return -1;
+    } else if (strcmp(opt, "--kill-grace") == 0) {
+        if (launch_number(opt, val, 0, 1e5, &a->kill_grace_s) != 0) return -1;
+    } else {
+        fprintf(stderr, "baton launch: unknown option '%s' (see baton launch --help)\n", opt);
+        return -1;
+    }
+    return 0;
+}
+
+/* 0 to run, 1 after --help, -1 on a usage error. */
+static int launch_parse_args(int argc, char **argv, launch_args *a) {
+    int i = 1;
+    for (; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            launch_usage(stdout);
+            return 1;
+        }
+        if (strcmp(argv[i], "--") == 0) {
+            i++;
+            break;
+        }
+        if (argv[i][0] != '-') break;
+        if (launch_option(a, argv[i], i + 1 < argc ? argv[i + 1] : NULL) != 0) return -1;
+        i++;
+    }
+    if (a->nprocs == 0 || i >= argc) {
+        fprintf(stderr, "baton launch: %s\n\n", a->nprocs == 0 ? "-n N is required" : "no CMD");
+        launch_usage(stderr);
+        return -1;
+    }
+    if (a->nnodes > a->nprocs) {
+        fprintf(stderr, "baton launch: --nodes %d exceeds -n %d; every node needs a rank\n",
+                a->nnodes, a->nprocs);
+        return -1;
+    }
+    a->cmd = argv + i;
+    return 0;
+}
+
+/* SIGINT, SIGTERM and SIGHUP arrive through a signalfd polled with the job. They are
+ * blocked before the PMIx server starts its thread, so that thread inherits the mask
+ * and the signal cannot kill the process through it. */
+static int launch_signals(sigset_t *set) {
+    sigemptyset(set);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGHUP);
+    if (sigprocmask(SIG_BLOCK, set, NULL) != 0) return -1;
+    return signalfd(-1, set, SFD_CLOEXEC | SFD_NONBLOCK);
+}
+
+/* One line per rank the launcher stopped, saying how it ended. */
+static void launch_report_stopped(const launch_job *job) {
+    for (int r = 0; r < job->nprocs; r++) {
+        const launch_rank *rk = &job->ranks[r];
+        if (!rk->stopped || r == job->failed_rank) continue;
+        fprintf(stderr, "baton launch: stopped rank %d (node node%d, pid %ld): ", r, rk->node,
+                (long)rk->pid);
+        if (rk->term_signal != 0)
+            fprintf(stderr, "killed by signal SIG%s\n", sigabbrev_np(rk->term_signal));
+        else
+            fprintf(stderr, "exited with status %d\n", rk->exit_status);
+    }
+}
+
+static int launch_run(launch_job *job, int sfd) {
+    int got_signal = 0;
+    struct pollfd pfd = {.fd = sfd, .events = POLLIN};
+    int rc;
+    while ((rc = launch_job_step(job, &pfd, sfd >= 0 ? 1 : 0, -1)) > 0) {
+        struct signalfd_siginfo si;
+        if (!(pfd.revents & POLLIN) || read(sfd, &si, sizeof si) != (ssize_t)sizeof si) continue;
+        if (got_signal == 0) {
+            got_signal = (int)si.ssi_signo;
+            fprintf(stderr, "baton launch: got SIG%s, stopping all ranks\n",
+                    sigabbrev_np(got_signal));
+        }
+        launch_job_kill(job, LAUNCH_STOPPED);
+    }
+    if (rc < 0) {
+        fprintf(stderr, "baton launch: event loop failed: %s\n", bt_strerror(rc));
+        return BT_EXIT_FAILURE;
+    }
+    if (job->cause == LAUNCH_SUCCESS) return BT_EXIT_OK;
+    char why[1024];
+    launch_job_describe(job, why, sizeof why);
+    fprintf(stderr, "baton launch: %s\n", why);
+    launch_report_stopped(job);
+    if (job->cause == LAUNCH_STOPPED && got_signal != 0) return 128 + got_signal;
+    return launch_job_exit_status(job);
+}
+
+static int launch_init_status(int rc) {
+    switch (rc) {
+    case BT_ENOENT:
+        return 127;
+    case BT_EINVAL:
+        return 126;
+    case BT_ERANGE:
+        return BT_EXIT_USAGE;
+    default:
+        return BT_EXIT_FAILURE;
+    }
+}
+
+int cmd_launch(int argc, char **argv) {
+    launch_args a = {.nnodes = 1, .kill_grace_s = 5};
+    int prc = launch_parse_args(argc, argv, &a);
+    if (prc != 0) return prc > 0 ? BT_EXIT_OK : BT_EXIT_USAGE;
+    sigset_t set;
+    int sfd = launch_signals(&set);
+    bt_diag diag;
+    bt_diag_init(&diag);
+    launch_server srv;
+    launch_job job;
+    int status = BT_EXIT_FAILURE;
+    int rc = launch_server_init(&srv, &diag);
+    if (rc != 0) goto done;
+    launch_opts o = {.nprocs = a.nprocs,
+                     .nnodes = a.nnodes,
+                     .argv = a.cmd,
+                     .timeout_s = a.timeout_s,
+                     .kill_grace_s = a.kill_grace_s};
+    rc = launch_job_init(&job, &srv, &o, &diag);
+    if (rc != 0) {
+        status = launch_init_status(rc);
+        launch_server_close(&srv);
+        goto done;
+    }
+    rc = launch_job_start(&job, &diag);
+    if (rc != 0) fprintf(stderr, "baton launch: %s\n", diag.msg);
+    status = launch_run(&job, sfd);
+    launch_job_close(&job);
+    launch_server_close(&srv);
+    rc = 0;
+done:
+    if (rc != 0) fprintf(stderr, "baton launch: %s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
+    /* The signals stay blocked: one arriving now must not turn our status into a death. */
+    if (sfd >= 0) close(sfd);
+    return status;
+}

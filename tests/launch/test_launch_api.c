@@ -1,0 +1,140 @@
+/* The launch library as `baton run` will drive it: one embedded server, several job
+ * attempts in a row (each a fresh namespace), output through a callback, the caller's
+ * own fd polled with the job, and a stop requested by the caller.
+ *   test_launch_api PMIX_PROBE TAG   (TAG goes on the probes' command lines) */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "launch.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+typedef struct captured {
+    int ok_lines[8]; /* per rank: "...: ok" lines seen on stdout */
+    int lines;
+} captured;
+
+static void on_output(void *arg, int rank, int stream, const char *line, size_t len) {
+    captured *c = arg;
+    c->lines++;
+    if (stream == 1 && rank >= 0 && rank < 8 && len >= 4 && memcmp(line + len - 4, ": ok", 4) == 0)
+        c->ok_lines[rank]++;
+}
+
+/* Runs one job to its end; returns its cause. */
+static launch_cause run_job(launch_server *srv, char **argv, int n, captured *c, char *nspace) {
+    launch_opts o = {.nprocs = n,
+                     .nnodes = 2,
+                     .argv = argv,
+                     .kill_grace_s = 1,
+                     .timeout_s = 30,
+                     .on_output = on_output,
+                     .output_arg = c};
+    bt_diag d;
+    bt_diag_init(&d);
+    launch_job job;
+    int rc = launch_job_init(&job, srv, &o, &d);
+    CHECK(rc == 0, "init: %s", d.msg);
+    if (rc != 0) return LAUNCH_RUNNING;
+    rc = launch_job_start(&job, &d);
+    CHECK(rc == 0, "start: %s", d.msg);
+    rc = launch_job_wait(&job);
+    CHECK(rc == 0, "wait: %d", rc);
+    launch_cause cause = job.cause;
+    snprintf(nspace, 64, "%s", job.nspace);
+    if (cause == LAUNCH_EXITED) {
+        CHECK(job.failed_rank == 1, "failed rank %d, expected 1", job.failed_rank);
+        CHECK(job.ranks[1].exited && job.ranks[1].exit_status == 5, "rank 1 status %d",
+              job.ranks[1].exit_status);
+        CHECK(launch_job_exit_status(&job) == 5, "exit status %d", launch_job_exit_status(&job));
+    }
+    for (int r = 0; r < n; r++)
+        CHECK(!job.ranks[r].running, "rank %d still running after wait", r);
+    launch_job_close(&job);
+    return cause;
+}
+
+/* A job the caller stops while polling its own pipe with it. */
+static void stop_job(launch_server *srv, char **argv) {
+    int p[2];
+    CHECK(pipe(p) == 0, "pipe");
+    captured c = {0};
+    launch_opts o = {
+        .nprocs = 2, .argv = argv, .kill_grace_s = 1, .on_output = on_output, .output_arg = &c};
+    bt_diag d;
+    bt_diag_init(&d);
+    launch_job job;
+    CHECK(launch_job_init(&job, srv, &o, &d) == 0, "init: %s", d.msg);
+    CHECK(launch_job_start(&job, &d) == 0, "start: %s", d.msg);
+    CHECK(write(p[1], "x", 1) == 1, "write");
+    struct pollfd extra = {.fd = p[0], .events = POLLIN};
+    int seen = 0, rc;
+    while ((rc = launch_job_step(&job, &extra, 1, 5000)) > 0) {
+        if ((extra.revents & POLLIN) && !seen) {
+            seen = 1;
+            launch_job_kill(&job, LAUNCH_STOPPED);
+        }
+    }
+    CHECK(rc == 0 && seen, "step %d, caller fd seen %d", rc, seen);
+    CHECK(job.cause == LAUNCH_STOPPED, "cause %s", launch_cause_str(job.cause));
+    for (int r = 0; r < 2; r++)
+        CHECK(job.ranks[r].stopped && job.ranks[r].term_signal == SIGTERM &&
+                  job.ranks[r].signal_from_launcher,
+              "rank %d: stopped %d signal %d", r, job.ranks[r].stopped, job.ranks[r].term_signal);
+    launch_job_close(&job);
+    close(p[0]);
+    close(p[1]);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: test_launch_api PMIX_PROBE TAG\n");
+        return 2;
+    }
+    bt_diag d;
+    bt_diag_init(&d);
+    launch_server srv;
+    if (launch_server_init(&srv, &d) != 0) {
+        fprintf(stderr, "FAIL server: %s\n", d.msg);
+        return 1;
+    }
+    launch_server other;
+    bt_diag_init(&d);
+    CHECK(launch_server_init(&other, &d) == BT_EINVAL, "a second server was allowed");
+    char *fail[] = {argv[1],       "--size", "4",    "--nodes", "2",     "--fault-rank", "1",
+                    "--exit-code", "5",      "--at", "init",    "--tag", argv[2],        NULL};
+    char *good[] = {argv[1], "--size", "4", "--nodes", "2", "--tag", argv[2], NULL};
+    char *hang[] = {argv[1], "--size", "2", "--fault-rank", "0", "--hang", "--tag", argv[2], NULL};
+    char ns0[64], ns1[64], ns2[64];
+    captured c0 = {0}, c1 = {0}, c2 = {0};
+    /* Attempt 0 fails, attempt 1 (same server, fresh namespace) succeeds, and so does
+     * a third: a failed client must not break the server for later attempts. */
+    CHECK(run_job(&srv, fail, 4, &c0, ns0) == LAUNCH_EXITED, "attempt 0 did not fail");
+    CHECK(run_job(&srv, good, 4, &c1, ns1) == LAUNCH_SUCCESS, "attempt 1 failed");
+    CHECK(run_job(&srv, good, 4, &c2, ns2) == LAUNCH_SUCCESS, "attempt 2 failed");
+    CHECK(strcmp(ns0, ns1) != 0 && strcmp(ns1, ns2) != 0, "namespaces %s %s %s", ns0, ns1, ns2);
+    for (int r = 0; r < 4; r++)
+        CHECK(c1.ok_lines[r] == 1 && c2.ok_lines[r] == 1, "rank %d ok lines %d %d", r,
+              c1.ok_lines[r], c2.ok_lines[r]);
+    stop_job(&srv, hang);
+    char dir[sizeof srv.tmpdir];
+    snprintf(dir, sizeof dir, "%s", srv.tmpdir);
+    launch_server_close(&srv);
+    CHECK(access(dir, F_OK) != 0, "temp dir %s left behind", dir);
+    if (failures) return 1;
+    printf("ok: attempts %s (failed), %s, %s; caller stop\n", ns0, ns1, ns2);
+    return 0;
+}

@@ -1,0 +1,115 @@
+#include "train_dp.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int dp_fail(train_dp *d, const char *what, bt_diag *diag) {
+    bt_diag_set(diag, "data-parallel %s (rank %d of %d): %s", what, d->rank, d->size,
+                comm_error(d->group));
+    return BT_EIO;
+}
+
+/* The parts of the segments that fall in [begin, begin + n), shard-relative. */
+static size_t dp_shard_segments(const optim_segment *segs, size_t n_segs, size_t begin, size_t n,
+                                optim_segment *out) {
+    size_t k = 0;
+    for (size_t s = 0; s < n_segs; s++) {
+        size_t lo = segs[s].offset, hi = segs[s].offset + segs[s].n;
+        if (hi <= begin || lo >= begin + n) continue;
+        lo = lo > begin ? lo : begin;
+        hi = hi < begin + n ? hi : begin + n;
+        out[k++] = (optim_segment){.offset = lo - begin, .n = hi - lo, .decay = segs[s].decay};
+    }
+    return k;
+}
+
+int train_dp_init(train_dp *d, comm *group, int zero, size_t n_params, const optim_segment *segs,
+                  size_t n_segs, bt_diag *diag) {
+    memset(d, 0, sizeof *d);
+    d->group = group, d->zero = zero, d->n_params = n_params;
+    d->rank = group ? comm_rank(group) : 0;
+    d->size = group ? comm_size(group) : 1;
+    if (zero == 0 || d->size == 1) return 0;
+    d->chunk = (n_params + (size_t)d->size - 1) / (size_t)d->size;
+    d->shard_begin = (size_t)d->rank * d->chunk;
+    size_t end = d->shard_begin + d->chunk < n_params ? d->shard_begin + d->chunk : n_params;
+    d->shard_n = end > d->shard_begin ? end - d->shard_begin : 0;
+    d->flat = calloc(d->chunk * (size_t)d->size, sizeof(float));
+    d->segs = calloc(n_segs ? n_segs : 1, sizeof *d->segs);
+    if (d->flat == NULL || d->segs == NULL) {
+        train_dp_free(d);
+        bt_diag_set(diag, "out of memory for the ZeRO-1 buffers (%zu parameters)", n_params);
+        return BT_ENOMEM;
+    }
+    d->n_segs = dp_shard_segments(segs, n_segs, d->shard_begin, d->shard_n, d->segs);
+    return 0;
+}
+
+void train_dp_free(train_dp *d) {
+    free(d->flat);
+    free(d->segs);
+    memset(d, 0, sizeof *d);
+}
+
+size_t train_dp_optim_floats(const train_dp *d) {
+    return d->flat ? (d->chunk ? d->chunk : 1) : d->n_params;
+}
+
+/* zero 0: every rank holds the mean gradient and updates everything. */
+static int dp_update_replicated(train_dp *d, float *params, float *grads, const optim_segment *segs,
+                                size_t n_segs, optim_adamw *o, const optim_hparams *hp, double lr,
+                                double *norm, bt_diag *diag) {
+    if (d->size > 1) {
+        if (comm_allreduce(d->group, grads, grads, d->n_params, COMM_F32, COMM_SUM, NULL) != 0)
+            return dp_fail(d, "gradient all-reduce", diag);
+        optim_grad_scale(grads, d->n_params, 1.0f / (float)d->size);
+    }
+    *norm = optim_adamw_step(o, params, grads, segs, n_segs, hp, lr);
+    return 0;
+}
+
+/* zero 1: reduce-scatter, sharded update, all-gather. */
+static int dp_update_sharded(train_dp *d, float *params, const float *grads, optim_adamw *o,
+                             const optim_hparams *hp, double lr, double *norm, bt_diag *diag) {
+    size_t total = d->chunk * (size_t)d->size;
+    memcpy(d->flat, grads, d->n_params * sizeof(float));
+    memset(d->flat + d->n_params, 0, (total - d->n_params) * sizeof(float));
+    float *shard = d->flat + d->shard_begin;
+    if (comm_reduce_scatter(d->group, d->flat, shard, d->chunk, COMM_F32, COMM_SUM, NULL) != 0)
+        return dp_fail(d, "gradient reduce-scatter", diag);
+    optim_grad_scale(shard, d->chunk, 1.0f / (float)d->size);
+    double sumsq = optim_segments_sumsq(shard, d->segs, d->n_segs);
+    if (comm_allreduce(d->group, &sumsq, &sumsq, 1, COMM_F64, COMM_SUM, NULL) != 0)
+        return dp_fail(d, "grad-norm all-reduce", diag);
+    *norm = sqrt(sumsq);
+    optim_adamw_step_norm(o, params + d->shard_begin, shard, d->segs, d->n_segs, hp, lr, *norm);
+    memcpy(shard, params + d->shard_begin, d->shard_n * sizeof(float));
+    if (comm_allgather(d->group, shard, d->flat, d->chunk, COMM_F32, NULL) != 0)
+        return dp_fail(d, "parameter all-gather", diag);
+    memcpy(params, d->flat, d->n_params * sizeof(float));
+    return 0;
+}
+
+int train_dp_update(train_dp *d, float *params, float *grads, const optim_segment *segs,
+                    size_t n_segs, optim_adamw *o, const optim_hparams *hp, double lr, double *norm,
+                    bt_diag *diag) {
+    if (d->flat == NULL)
+        return dp_update_replicated(d, params, grads, segs, n_segs, o, hp, lr, norm, diag);
+    return dp_update_sharded(d, params, grads, o, hp, lr, norm, diag);
+}
+
+int train_dp_mean(train_dp *d, double *x, bt_diag *diag) {
+    if (d->size == 1) return 0;
+    if (comm_allreduce(d->group, x, x, 1, COMM_F64, COMM_SUM, NULL) != 0)
+        return dp_fail(d, "loss all-reduce", diag);
+    *x /= d->size;
+    return 0;
+}
+
+int train_dp_max(train_dp *d, float *x, size_t n, bt_diag *diag) {
+    if (d->size == 1 || n == 0) return 0;
+    if (comm_allreduce(d->group, x, x, n, COMM_F32, COMM_MAX, NULL) != 0)
+        return dp_fail(d, "fp8 amax all-reduce", diag);
+    return 0;
+}

@@ -1,0 +1,50 @@
+/* Data parallelism for the training loop: gradients are reduced across the dp group once,
+ * after the last micro-batch of a step (the accumulation contract), then
+ *  - zero 0: all-reduce (sum) of every gradient, scaled by 1/dp, and the same full AdamW
+ *    update on every rank;
+ *  - zero 1: reduce-scatter of the flat gradient buffer into equal shards (padded to a
+ *    multiple of dp), each rank clipping with the global norm (the shards' sums of
+ *    squares all-reduced) and updating only its shard of the fp32 master weights and Adam
+ *    moments (1/dp of the optimizer memory), then an all-gather of the parameters.
+ * The loss and the fp8 amaxes are reduced too, so every rank reports and scales alike. */
+#ifndef BATON_TRAIN_DP_H
+#define BATON_TRAIN_DP_H
+
+#include <stddef.h>
+
+#include "comm.h"
+#include "optim.h"
+
+typedef struct train_dp {
+    comm *group; /* NULL: one data-parallel rank */
+    int rank, size, zero;
+    size_t n_params;     /* P */
+    size_t chunk;        /* ceil(P / size): one rank's shard, padding included */
+    size_t shard_begin;  /* rank * chunk */
+    size_t shard_n;      /* parameters in this rank's shard (chunk, less padding) */
+    float *flat;         /* (size * chunk) gradients, then parameters, padded; zero >= 1 */
+    optim_segment *segs; /* this rank's segments, shard-relative (zero >= 1) */
+    size_t n_segs;
+} train_dp;
+
+/* Sets up for params of n_params floats cut into the given segments; allocates the
+ * padded flat buffer and the shard's segments when zero >= 1. The optimizer state the
+ * caller must allocate is train_dp_optim_floats(). */
+int train_dp_init(train_dp *d, comm *group, int zero, size_t n_params, const optim_segment *segs,
+                  size_t n_segs, bt_diag *diag);
+void train_dp_free(train_dp *d);
+size_t train_dp_optim_floats(const train_dp *d);
+
+/* Reduces grads across the group, clips with the global norm and applies AdamW at lr,
+ * leaving every rank with the same updated params. *norm gets the global norm before
+ * clipping. o's state covers train_dp_optim_floats() floats. */
+int train_dp_update(train_dp *d, float *params, float *grads, const optim_segment *segs,
+                    size_t n_segs, optim_adamw *o, const optim_hparams *hp, double lr, double *norm,
+                    bt_diag *diag);
+
+/* Mean of x over the group (x is this rank's value). */
+int train_dp_mean(train_dp *d, double *x, bt_diag *diag);
+/* Element-wise maximum over the group, in place. */
+int train_dp_max(train_dp *d, float *x, size_t n, bt_diag *diag);
+
+#endif
