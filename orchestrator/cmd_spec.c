@@ -115,10 +115,11 @@ int cmd_spec(int argc, char **argv) {
     long stage = rc ? -1 : spec_find_stage(&doc, a.stage, &diag);
     if (rc == 0 && stage < 0) rc = BT_EINVAL;
     rc = rc ? rc : recipe_resolve_stage(&doc, (size_t)stage, &spec, &diag);
+    int input_rc = rc; /* errors up to here are about the recipe or the command line */
     rc = rc ? rc : spec_emit(spec, a.out, &diag);
     if (rc != 0) fprintf(stderr, "%s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
     if (spec != NULL) protobuf_c_message_free_unpacked(&spec->base, NULL);
     recipe_doc_free(&doc);
     if (rc == 0) return BT_EXIT_OK;
-    return rc == BT_EIO || rc == BT_ENOMEM ? BT_EXIT_FAILURE : BT_EXIT_USAGE;
+    return input_rc != 0 && input_rc != BT_ENOMEM ? BT_EXIT_USAGE : BT_EXIT_FAILURE;
 }

@@ -194,7 +194,7 @@ static void warn_divisibility(plan_stage *ps) {
              sh->tp);
     /* Ring CP balances causal work with 2*cp chunks; sequence parallel splits by tp. */
     uint64_t seq_div =
-        (uint64_t)(sh->cp > 1 ? 2 * sh->cp : 1) * (sh->sequence_parallel ? sh->tp : 1);
+        (uint64_t)(sh->cp > 1 ? 2ull * sh->cp : 1) * (sh->sequence_parallel ? sh->tp : 1);
     if (sh->seq_len % seq_div != 0)
         warn(ps,
              "seq_len %llu is not a multiple of %llu (2*cp when cp > 1, times tp with "

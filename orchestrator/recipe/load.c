@@ -373,7 +373,7 @@ static int load_parse_integer(load_ctx *c, yaml_node_t *n, const ProtobufCFieldD
 /* Converts scalar node n into the storage of one element of f's (non-message) type. */
 static int load_parse_scalar(load_ctx *c, yaml_node_t *n, const ProtobufCFieldDescriptor *f,
                              void *out) {
-    const char *text;
+    const char *text = NULL;
     double d;
     int b, rc = load_scalar_text(c, n, f, &text);
     if (rc < 0) return rc;
@@ -461,7 +461,7 @@ static int load_enter(load_ctx *c, const yaml_node_t *n, int depth) {
 /* A scalar where a baton.ByteSize / Bandwidth / Duration is expected. */
 static int load_units(load_ctx *c, yaml_node_t *n, ProtobufCMessage *msg,
                       const ProtobufCFieldDescriptor *f) {
-    const char *text;
+    const char *text = NULL;
     int rc = load_scalar_text(c, n, f, &text);
     const ProtobufCMessageDescriptor *d = msg->descriptor;
     const char *range = "not finite";

@@ -3,7 +3,9 @@
  *
  * Stage inheritance: stage i is defaults, overlaid by stages 0..i in order (each stage
  * starts from the one before it). The effective RoPE is model.rope overlaid by the
- * stages' rope; the effective data is the recipe's data overlaid likewise. */
+ * defaults' and the stages' rope. Data is not overlaid: the last data block given (the
+ * recipe's, or a stage's up to this one) is used whole, so a stage that names new data
+ * never inherits parts of the old mixture. */
 #ifndef BATON_RECIPE_H
 #define BATON_RECIPE_H
 

@@ -104,9 +104,11 @@ static int build_spec(const recipe_doc *doc, size_t i, Baton__Stage *st, Baton__
     int rc = complete_stage(st);
     rc = rc ? rc : complete_cluster(s->cluster);
     rc = rc ? rc : resolve_model(doc, i, s->model);
-    if (rc == 0) rc = overlay((void **)&s->data, r->data, &baton__data__descriptor);
-    for (size_t k = 0; rc == 0 && k <= i; k++)
-        rc = overlay((void **)&s->data, r->stages[k]->data, &baton__data__descriptor);
+    const Baton__Data *data = r->data; /* the last data block given replaces the others */
+    for (size_t k = 0; k <= i; k++)
+        if (r->stages[k]->data != NULL) data = r->stages[k]->data;
+    if (rc == 0 && data != NULL && (s->data = (Baton__Data *)pb_clone(&data->base)) == NULL)
+        rc = BT_ENOMEM;
     if (rc == 0) rc = ensure_message((void **)&s->data, &baton__data__descriptor);
     if (rc != 0) return rc;
     resolve_dp(st->parallel, s->cluster);

@@ -9,6 +9,21 @@
 #include <string.h>
 
 #include "layout.h"
+#include "pb_util.h"
+
+/* Bounds that keep every later product in range: the planner walks all ranks, the
+ * engine indexes a micro-batch's tokens with int and counts micro-batches in uint32. */
+#define MAX_WORLD        (1u << 22) /* devices in a cluster */
+#define MAX_SEQ_LEN      (1ull << 24)
+#define MAX_BATCH_TOKENS 2147483647ull /* micro_batch x seq_len */
+#define MAX_MIX_SOURCES  16
+
+/* a * b, or UINT64_MAX when it overflows: a saturated product is never 0 and never
+ * equal to a real layout, so the comparisons made with it fail as they should. */
+static uint64_t mul_sat(uint64_t a, uint64_t b) {
+    uint64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
 
 typedef struct vctx {
     const recipe_doc *doc;
@@ -24,14 +39,21 @@ static const recipe_pos *pos_exact(const recipe_doc *doc, const char *path) {
     return NULL;
 }
 
-/* Where field (relative to a stage, e.g. "parallel.cp") of stage i was written. */
+/* Where field (relative to a stage, e.g. "parallel.cp") of stage i was written: the
+ * stage, else the nearest earlier stage, else the defaults, else (for blocks that also
+ * live at the top or in the model, like data and rope) the recipe's top level or the
+ * model, else the stage itself. */
 static void stage_field_where(const recipe_doc *doc, long i, const char *field, char *path,
                               size_t cap, int *line, int *col) {
-    for (long k = i; k >= -1; k--) {
+    for (long k = i; k >= -3; k--) {
         if (k >= 0)
             snprintf(path, cap, "stages[%ld].%s", k, field);
-        else
+        else if (k == -1)
             snprintf(path, cap, "defaults.%s", field);
+        else if (k == -2)
+            snprintf(path, cap, "%s", field);
+        else
+            snprintf(path, cap, "model.%s", field);
         const recipe_pos *p = pos_exact(doc, path);
         if (p != NULL) {
             *line = p->line, *col = p->col;
@@ -100,12 +122,9 @@ static int check_moe(vctx *v, const Baton__Model *m) {
     return 0;
 }
 
-static int check_rope(vctx *v, const char *where, const Baton__Rope *r) {
+/* The rules of the worker's RoPE tables (worker/engine/rope.c), kept at least as strict. */
+static int check_rope_scaling(vctx *v, const char *where, const Baton__RopeScaling *s) {
     char f[96];
-    snprintf(f, sizeof f, "%s.theta", where);
-    REQUIRE(r->theta > 0, v, f, "rope theta must be positive, got %g", r->theta);
-    const Baton__RopeScaling *s = r->scaling;
-    if (s == NULL || s->type == BATON__ROPE_SCALING__TYPE__NONE) return 0;
     snprintf(f, sizeof f, "%s.scaling.factor", where);
     REQUIRE(s->factor >= 1, v, f, "scaling factor must be at least 1, got %g", s->factor);
     int needs_orig =
@@ -114,15 +133,45 @@ static int check_rope(vctx *v, const char *where, const Baton__Rope *r) {
     REQUIRE(!needs_orig || s->original_max_position > 0, v, f,
             "llama3 and yarn scaling need original_max_position (the pretraining context, "
             "e.g. 8K)");
+    int llama3 = s->type == BATON__ROPE_SCALING__TYPE__LLAMA3;
     snprintf(f, sizeof f, "%s.scaling.high_freq_factor", where);
-    REQUIRE(s->type != BATON__ROPE_SCALING__TYPE__LLAMA3 ||
-                s->high_freq_factor > s->low_freq_factor,
-            v, f, "high_freq_factor (%g) must exceed low_freq_factor (%g)", s->high_freq_factor,
-            s->low_freq_factor);
+    REQUIRE(!llama3 || (s->low_freq_factor > 0 && s->high_freq_factor > s->low_freq_factor), v, f,
+            "llama3 scaling needs 0 < low_freq_factor (%g) < high_freq_factor (%g)",
+            s->low_freq_factor, s->high_freq_factor);
+    int yarn = s->type == BATON__ROPE_SCALING__TYPE__YARN;
     snprintf(f, sizeof f, "%s.scaling.beta_fast", where);
-    REQUIRE(s->type != BATON__ROPE_SCALING__TYPE__YARN || s->beta_fast > s->beta_slow, v, f,
-            "beta_fast (%g) must exceed beta_slow (%g)", s->beta_fast, s->beta_slow);
+    REQUIRE(!yarn || (s->beta_slow > 0 && s->beta_fast > s->beta_slow), v, f,
+            "yarn scaling needs 0 < beta_slow (%g) < beta_fast (%g)", s->beta_slow, s->beta_fast);
+    snprintf(f, sizeof f, "%s.scaling.attn_factor", where);
+    REQUIRE(!yarn || s->attn_factor >= 0, v, f, "attn_factor must not be negative, got %g",
+            s->attn_factor);
     return 0;
+}
+
+static int check_rope(vctx *v, const char *where, const Baton__Rope *r) {
+    char f[96];
+    snprintf(f, sizeof f, "%s.theta", where);
+    REQUIRE(r->theta > 1, v, f, "rope theta must be greater than 1, got %g", r->theta);
+    if (r->scaling == NULL || r->scaling->type == BATON__ROPE_SCALING__TYPE__NONE) return 0;
+    return check_rope_scaling(v, where, r->scaling);
+}
+
+/* The RoPE the stage trains with: model.rope, overlaid by the defaults' and by every
+ * stage's up to this one, as recipe_resolve_stage builds it. */
+static int check_effective_rope(vctx *v, const Baton__Recipe *r) {
+    Baton__Rope *eff = r->model->rope ? (Baton__Rope *)pb_clone(&r->model->rope->base) : NULL;
+    if (eff == NULL && (eff = malloc(sizeof *eff)) != NULL) baton__rope__init(eff);
+    int rc = eff ? 0 : BT_ENOMEM;
+    if (rc == 0 && r->defaults && r->defaults->rope)
+        rc = pb_merge(&eff->base, &r->defaults->rope->base);
+    for (long k = 0; rc == 0 && k <= v->stage; k++)
+        if (r->stages[k]->rope) rc = pb_merge(&eff->base, &r->stages[k]->rope->base);
+    if (rc == 0)
+        rc = check_rope(v, "rope", eff);
+    else
+        bt_diag_set(v->diag, "%s: %s", v->doc->file, bt_strerror(rc));
+    if (eff != NULL) protobuf_c_message_free_unpacked(&eff->base, NULL);
+    return rc;
 }
 
 static int check_model(vctx *v, const Baton__Model *m) {
@@ -135,8 +184,9 @@ static int check_model(vctx *v, const Baton__Model *m) {
     REQUIRE(m->vocab_size > 0, v, "model.vocab_size", "expected a positive vocab_size");
     REQUIRE(m->dim % m->n_heads == 0, v, "model.n_heads", "dim %u is not divisible by n_heads %u",
             m->dim, m->n_heads);
-    REQUIRE((m->dim / m->n_heads) % 2 == 0, v, "model.n_heads",
-            "head dim %u (dim / n_heads) must be even for RoPE", m->dim / m->n_heads);
+    REQUIRE((m->dim / m->n_heads) % 2 == 0 && m->dim / m->n_heads >= 4, v, "model.n_heads",
+            "head dim %u (dim / n_heads) must be even and at least 4 for RoPE",
+            m->dim / m->n_heads);
     uint32_t kv = m->n_kv_heads ? m->n_kv_heads : m->n_heads;
     REQUIRE(kv <= m->n_heads && m->n_heads % kv == 0, v, "model.n_kv_heads",
             "n_kv_heads %u must divide n_heads %u (grouped-query attention)", kv, m->n_heads);
@@ -144,9 +194,7 @@ static int check_model(vctx *v, const Baton__Model *m) {
             "expected a positive ffn_dim");
     REQUIRE(m->norm_eps > 0 && m->norm_eps < 1, v, "model.norm_eps",
             "norm_eps must be in (0, 1), got %g", m->norm_eps);
-    int rc = check_moe(v, m);
-    if (rc == 0 && m->rope != NULL) rc = check_rope(v, "model.rope", m->rope);
-    return rc;
+    return check_moe(v, m);
 }
 
 static int check_cluster(vctx *v, const Baton__Cluster *c) {
@@ -154,6 +202,9 @@ static int check_cluster(vctx *v, const Baton__Cluster *c) {
     REQUIRE(c->nodes >= 1, v, "cluster.nodes", "expected at least 1 node");
     REQUIRE(c->gpus_per_node >= 1, v, "cluster.gpus_per_node",
             "expected at least 1 device per node");
+    REQUIRE((uint64_t)c->nodes * c->gpus_per_node <= MAX_WORLD, v, "cluster",
+            "%u nodes × %u devices is more than the %u devices baton plans for", c->nodes,
+            c->gpus_per_node, MAX_WORLD);
     REQUIRE(c->mfu > 0 && c->mfu <= 1, v, "cluster.mfu", "mfu must be in (0, 1], got %g", c->mfu);
     return 0;
 }
@@ -164,6 +215,15 @@ static int check_sizes(vctx *v) {
     REQUIRE(s->seq_len > 0, v, "seq_len", "expected a positive seq_len (e.g. 8K)");
     REQUIRE(s->global_batch > 0, v, "global_batch", "expected a positive global_batch (sequences)");
     REQUIRE(s->micro_batch > 0, v, "micro_batch", "expected a positive micro_batch");
+    REQUIRE(s->seq_len <= MAX_SEQ_LEN, v, "seq_len",
+            "seq_len %llu is above the limit of %llu (16M)", (unsigned long long)s->seq_len,
+            MAX_SEQ_LEN);
+    REQUIRE(mul_sat(s->micro_batch, s->seq_len) <= MAX_BATCH_TOKENS, v, "micro_batch",
+            "micro_batch × seq_len = %llu × %llu tokens is above the limit of %llu",
+            (unsigned long long)s->micro_batch, (unsigned long long)s->seq_len, MAX_BATCH_TOKENS);
+    REQUIRE(s->global_batch <= UINT32_MAX, v, "global_batch",
+            "global_batch %llu is above the limit of %u sequences",
+            (unsigned long long)s->global_batch, UINT32_MAX);
     return 0;
 }
 
@@ -181,8 +241,11 @@ static int check_degrees(vctx *v, const Baton__Parallel *p) {
 static int check_world(vctx *v, const Baton__Parallel *p, const Baton__Cluster *c,
                        uint32_t *dp_out) {
     uint64_t world = (uint64_t)c->nodes * c->gpus_per_node;
-    uint64_t inner = (uint64_t)p->tp * p->pp * p->cp;
+    uint64_t inner = mul_sat(mul_sat(p->tp, p->pp), p->cp);
     uint32_t dp = p->dp;
+    REQUIRE(inner <= world, v, "parallel",
+            "tp×pp×cp = %u×%u×%u is more than the %llu devices of the cluster (%u nodes × %u)",
+            p->tp, p->pp, p->cp, (unsigned long long)world, c->nodes, c->gpus_per_node);
     if (dp == 0) {
         REQUIRE(world % inner == 0, v, "parallel",
                 "dp auto: tp×pp×cp = %u×%u×%u = %llu does not divide the %llu devices of the "
@@ -191,11 +254,11 @@ static int check_world(vctx *v, const Baton__Parallel *p, const Baton__Cluster *
                 c->gpus_per_node);
         dp = (uint32_t)(world / inner);
     }
-    REQUIRE(inner * dp == world, v, "parallel",
+    REQUIRE(mul_sat(inner, dp) == world, v, "parallel",
             "tp×pp×dp×cp = %u×%u×%u×%u = %llu but the cluster has %u nodes × %u devices = "
             "%llu (set dp: auto to derive dp)",
-            p->tp, p->pp, dp, p->cp, (unsigned long long)(inner * dp), c->nodes, c->gpus_per_node,
-            (unsigned long long)world);
+            p->tp, p->pp, dp, p->cp, (unsigned long long)mul_sat(inner, dp), c->nodes,
+            c->gpus_per_node, (unsigned long long)world);
     *dp_out = dp;
     return 0;
 }
@@ -213,26 +276,27 @@ static int check_model_split(vctx *v, const Baton__Model *m, const Baton__Parall
             m->ffn_dim);
     REQUIRE(m->vocab_size % p->tp == 0, v, "parallel.tp",
             "tp %u does not divide vocab_size %u (vocab-parallel embedding)", p->tp, m->vocab_size);
-    uint32_t chunks = p->pp * p->virtual_stages;
+    uint64_t chunks = mul_sat(p->pp, p->virtual_stages);
     REQUIRE(m->n_layers >= chunks, v, "parallel.pp",
-            "pp %u × virtual_stages %u = %u pipeline chunks but the model has only %u layers",
-            p->pp, p->virtual_stages, chunks, m->n_layers);
+            "pp %u × virtual_stages %u = %llu pipeline chunks but the model has only %u layers",
+            p->pp, p->virtual_stages, (unsigned long long)chunks, m->n_layers);
     REQUIRE(p->virtual_stages == 1 || m->n_layers % chunks == 0, v, "parallel.virtual_stages",
-            "interleaved pipelines need n_layers (%u) divisible by pp × virtual_stages (%u)",
-            m->n_layers, chunks);
+            "interleaved pipelines need n_layers (%u) divisible by pp × virtual_stages (%llu)",
+            m->n_layers, (unsigned long long)chunks);
     return 0;
 }
 
 static int check_sequence(vctx *v, const Baton__Model *m, const Baton__Parallel *p) {
     const Baton__Stage *s = v->eff;
     REQUIRE(p->cp == 1 || s->seq_len % (2ull * p->cp) == 0, v, "seq_len",
-            "seq_len %llu must be divisible by 2×cp = %u (load-balanced context split)",
-            (unsigned long long)s->seq_len, 2 * p->cp);
-    REQUIRE(p->cp_comm != BATON__PARALLEL__CP_COMM__ULYSSES || m->n_heads % (p->tp * p->cp) == 0, v,
-            "parallel.cp_comm",
-            "ulysses needs n_heads %u divisible by tp×cp = %u (heads are spread over the cp "
+            "seq_len %llu must be divisible by 2×cp = %llu (load-balanced context split)",
+            (unsigned long long)s->seq_len, 2ull * p->cp);
+    REQUIRE(p->cp_comm != BATON__PARALLEL__CP_COMM__ULYSSES ||
+                m->n_heads % mul_sat(p->tp, p->cp) == 0,
+            v, "parallel.cp_comm",
+            "ulysses needs n_heads %u divisible by tp×cp = %llu (heads are spread over the cp "
             "ranks)",
-            m->n_heads, p->tp * p->cp);
+            m->n_heads, (unsigned long long)mul_sat(p->tp, p->cp));
     REQUIRE(!p->sequence_parallel || p->tp == 1 || (s->seq_len / p->cp) % p->tp == 0, v,
             "parallel.sequence_parallel",
             "sequence parallelism needs the per-rank sequence %llu divisible by tp %u",
@@ -242,11 +306,35 @@ static int check_sequence(vctx *v, const Baton__Model *m, const Baton__Parallel 
 
 static int check_batch(vctx *v, uint32_t dp) {
     const Baton__Stage *s = v->eff;
-    uint64_t per_step = s->micro_batch * (uint64_t)dp;
+    uint64_t per_step = mul_sat(s->micro_batch, dp);
     REQUIRE(s->global_batch % per_step == 0, v, "global_batch",
             "global_batch %llu is not a multiple of micro_batch × dp = %llu × %u = %llu",
             (unsigned long long)s->global_batch, (unsigned long long)s->micro_batch, dp,
             (unsigned long long)per_step);
+    return 0;
+}
+
+/* The data the stage reads: the last of the recipe's and the stages' data blocks. */
+static const Baton__Data *effective_data(const Baton__Recipe *r, long stage) {
+    const Baton__Data *d = r->data;
+    for (long k = 0; k <= stage; k++)
+        if (r->stages[k]->data != NULL) d = r->stages[k]->data;
+    return d;
+}
+
+static int check_data(vctx *v, const Baton__Recipe *r) {
+    const Baton__Data *d = effective_data(r, v->stage);
+    if (d == NULL) return 0; /* planning needs no data; the run checks that it has some */
+    REQUIRE(d->n_mix <= MAX_MIX_SOURCES, v, "data.mix",
+            "%zu mixture sources; at most %d are supported", d->n_mix, MAX_MIX_SOURCES);
+    for (size_t i = 0; i < d->n_mix; i++) {
+        char f[64];
+        snprintf(f, sizeof f, "data.mix[%zu]", i);
+        REQUIRE(d->mix[i]->path != NULL && d->mix[i]->path[0] != '\0', v, f,
+                "every mixture source needs a path (a dataset prefix)");
+        REQUIRE(d->mix[i]->weight > 0 && d->mix[i]->weight < 1e300, v, f,
+                "mixture weight must be positive and finite, got %g", d->mix[i]->weight);
+    }
     return 0;
 }
 
@@ -324,7 +412,8 @@ static int check_stage(vctx *v, const Baton__Recipe *r) {
     rc = rc ? rc : check_precision(v, r->model, v->eff->precision);
     rc = rc ? rc : check_optimizer(v, v->eff->optimizer);
     rc = rc ? rc : check_policies(v);
-    if (rc == 0 && v->eff->rope != NULL) rc = check_rope(v, "rope", v->eff->rope);
+    rc = rc ? rc : check_data(v, r);
+    rc = rc ? rc : check_effective_rope(v, r);
     return rc;
 }
 
