@@ -6,8 +6,11 @@
  * Rules every backend keeps:
  *  - Every operation returns 0 or a negative BT_ code (stages/util/err.h) and never
  *    hangs or aborts the process: each wait is bounded by the group's timeout
- *    (comm_timeout_ms). On failure comm_error() holds a message naming the group, the
- *    operation and, where known, the peer; comm_fault() classifies it.
+ *    (comm_timeout_ms), and a peer that dies fails the operation at once. On failure
+ *    comm_error() holds a message naming the group, the operation and, where known, the
+ *    peers whose connection broke (which may include survivors that aborted after the
+ *    first failure; the launcher knows which process died); comm_fault_of() classifies
+ *    it. Transport failures are BT_EIO, invalid arguments BT_EINVAL.
  *  - A failure is sticky: the comm is aborted (its connections are closed, so peers
  *    blocked on this rank get an error promptly instead of waiting for their timeout),
  *    and every later call returns the same error. After a failure the caller destroys
@@ -97,7 +100,10 @@ typedef struct comm_store {
 } comm_store;
 
 /* The directory-backed store (one file per key, written atomically, never replaced).
- * dir must exist and be shared by all ranks (one host, or a shared filesystem). */
+ * dir must exist and be shared by all ranks (one host, or a shared filesystem); keys
+ * are never removed, the launcher removes the directory after the attempt. get polls,
+ * so its timeout is kept to the millisecond (Gloo's own FileStore rounds it up to whole
+ * seconds and more). */
 int comm_store_file(comm_store *st, const char *dir, bt_diag *diag);
 
 /* What a rank needs to join the world group of a job attempt. */
@@ -130,11 +136,15 @@ typedef struct comm_p2p_op {
  * ranks[i]. Only members call it, every member with the same list and name; a list may
  * be split more than once (each call makes a new group). Non-members do not call it.
  * Lists come from stages/layout.h's layout_group. Costs one rendezvous (bounded by the
- * parent's timeout); the new comm inherits the timeout. */
+ * parent's timeout); the new comm inherits the timeout. A split that fails (a member
+ * that never calls it times out) fails the parent too. */
 int comm_split(comm *parent, const uint32_t *ranks, uint32_t n, const char *name, comm **out);
 
-/* Closes the group's connections and frees it. Groups may be destroyed in any order;
- * a sub-group keeps the shared transport alive. NULL is a no-op. */
+/* Leaves the group and frees it. A healthy member first tells its peers it leaves in
+ * order (so that the closed connections are not taken for its death by a peer still
+ * finishing the last operation); that waits at most a second. Groups may be destroyed
+ * in any order and at different times on different members; a sub-group keeps the
+ * shared transport alive. NULL is a no-op. */
 void comm_destroy(comm *c);
 
 /* Aborts the group: closes its connections so that every peer blocked on this rank gets

@@ -21,7 +21,8 @@
  *    0x40 (| tag), the reduce-scatter ring 0x41, the failure probe 0x42, the
  *    watchdog's sentinel 0x43 and the barrier 0x44, so they never meet.
  *  - Reduce-scatter is ours (this Gloo has no options-style one): a ring over unbound
- *    buffers, size-1 steps, chunk r ending on rank r, scratch kept by the group. The
+ *    buffers, size-1 steps, chunk r ending on rank r; the group keeps one chunk of
+ *    scratch (two for in place), grown on first use and kept. The
  *    barrier is ours too (a dissemination barrier), so that its buffers are registered.
  *  - Byte counters follow the algorithm each op runs (Gloo's ring allreduce with its
  *    segmenting, its ring allgather and binomial broadcast, our ring), payload only. */
@@ -575,15 +576,25 @@ int gloo_allreduce(comm *c, const void *in, void *out, size_t count, comm_dtype 
 
 /* Ring reduce-scatter: at step s (0..size-2) rank r receives from r-1 the partial sum
  * of chunk r-s-2, adds its own, and passes it on; step 0 sends the own chunk r-1. The
- * last step adds into out, so chunk r holds all ranks' contributions in ring order. */
+ * last step adds into out, so chunk r holds all ranks' contributions in ring order.
+ * Steps receive alternately into two chunk buffers: out and one scratch chunk, arranged
+ * so that the last step lands in out, or two scratch chunks when out lies inside in
+ * (in place: out is the own chunk, read only at the last step). */
 template <typename T>
 void run_reduce_scatter(Group &g, const T *in, T *out, size_t count, comm_redop op,
                         Millis timeout) {
     const int w = g.ctx->size, r = g.ctx->rank;
     const size_t bytes = count * sizeof(T);
-    if (g.scratch.size() < 2 * bytes) g.scratch.resize(2 * bytes);
-    T *buf[2] = {reinterpret_cast<T *>(g.scratch.data()),
-                 reinterpret_cast<T *>(g.scratch.data()) + count};
+    const uintptr_t o = (uintptr_t)out, i0 = (uintptr_t)in;
+    const bool overlap = o + bytes > i0 && o < i0 + (size_t)w * bytes;
+    const size_t scratch = (overlap ? 2 : 1) * bytes;
+    if (g.scratch.size() < scratch) g.scratch.resize(scratch);
+    T *s0 = reinterpret_cast<T *>(g.scratch.data());
+    T *buf[2] = {s0, s0 + count};
+    if (!overlap) {
+        buf[(w - 2) & 1] = out;
+        buf[(w - 1) & 1] = s0;
+    }
     std::unique_ptr<UBuf> input = wrap(g, in, w * bytes);
     std::unique_ptr<UBuf> ub[2] = {wrap(g, buf[0], bytes), wrap(g, buf[1], bytes)};
     const int left = (r + w - 1) % w, right = (r + 1) % w;
