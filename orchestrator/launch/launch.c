@@ -264,10 +264,27 @@ static void launch_spawned(launch_job *job, int r, pid_t pid, int p[7]) {
     job->nrunning++;
 }
 
+/* The job's private scratch directory inside the server's 0700 temp dir, given to every
+ * rank as BATON_JOB_DIR (rendezvous files, for instance) and removed with the job, also
+ * when ranks were killed and could not clean up. */
+static int launch_job_dir(launch_job *job, bt_diag *diag) {
+    int n = snprintf(job->dir, sizeof job->dir, "%s/%s", job->srv->tmpdir, job->nspace);
+    if (n < 0 || (size_t)n >= sizeof job->dir || mkdir(job->dir, 0700) != 0) {
+        bt_diag_set(diag, "cannot create the job directory %s: %s", job->dir, strerror(errno));
+        job->dir[0] = '\0';
+        return BT_EIO;
+    }
+    return 0;
+}
+
 static int launch_spawn(launch_job *job, int r, bt_diag *diag) {
     char **env = NULL;
     int p[7];
+    char dir_env[4200];
+    snprintf(dir_env, sizeof dir_env, "BATON_JOB_DIR=%s", job->dir);
+    char *const dir_extra[] = {dir_env, NULL};
     int rc = pmixhost_client_setup(job->srv, job->ns, r, environ, &env, diag);
+    if (rc == 0 && launch_env_extra(&env, dir_extra) != 0) rc = BT_ENOMEM;
     if (rc == 0 && launch_env_extra(&env, job->opts.env_extra) != 0) {
         bt_diag_set(diag, "out of memory");
         rc = BT_ENOMEM;
@@ -318,6 +335,11 @@ int launch_job_start(launch_job *job, bt_diag *diag) {
     }
     job->started = 1;
     job->t_start = pmixhost_now();
+    int drc = launch_job_dir(job, diag);
+    if (drc != 0) {
+        launch_fail(job, LAUNCH_SPAWN_FAILED, 0);
+        return drc;
+    }
     for (int r = 0; r < job->nprocs; r++) {
         int rc = launch_spawn(job, r, diag);
         if (rc != 0) {
@@ -652,6 +674,8 @@ void launch_job_close(launch_job *job) {
     }
     if (job->ns != NULL) pmixhost_ns_deregister(job->srv, job->ns);
     job->ns = NULL;
+    if (job->dir[0] != '\0') pmixhost_rmtree(job->dir);
+    job->dir[0] = '\0';
     free(job->io);
     free(job->ranks);
     free(job->exe);

@@ -109,6 +109,7 @@ typedef struct launch_job {
     /* Read-only for the caller. */
     int nprocs, nnodes;
     char nspace[64];    /* "baton-<pid>-<attempt>" */
+    char dir[4096];     /* the job's private scratch directory (BATON_JOB_DIR), or "" */
     launch_rank *ranks; /* nprocs results, indexed by rank */
     launch_cause cause; /* LAUNCH_RUNNING until the job is over */
     int failed_rank;    /* the rank behind cause, or -1 (success, timeout, stop) */

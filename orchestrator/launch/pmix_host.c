@@ -391,7 +391,7 @@ static int pmixhost_mkdtemp(launch_server *srv, bt_diag *diag) {
 }
 
 /* Removes path and everything below it (no symlinks followed). */
-static void pmixhost_rmtree(const char *path) {
+void pmixhost_rmtree(const char *path) {
     DIR *d = opendir(path);
     if (d != NULL) {
         struct dirent *e;

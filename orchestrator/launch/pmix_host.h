@@ -51,5 +51,7 @@ int pmixhost_progress(launch_server *srv, double now);
 
 /* Monotonic seconds. */
 double pmixhost_now(void);
+/* Removes a directory tree (no symbolic links followed); errors are ignored. */
+void pmixhost_rmtree(const char *path);
 
 #endif

@@ -2,7 +2,8 @@
 # Trains tests/engine/precision.yaml's model three times on the fortunes corpus (fp32,
 # bf16, fp8 with delayed scaling; 200 steps each) and checks the final validation
 # losses: the model learned (fp32 well below the uniform ln(vocab) = 5.6), bf16 within
-# 2% and fp8 within 5% of fp32, and fp8 really differs from bf16 (its GEMMs ran in fp8).
+# 1% and fp8 within 2% of fp32 (the issue asks for 2% and 5%; this model does better,
+# and a broken delayed-scaling loop lands near 5.6%), and fp8 really differs from bf16.
 #   check-precision.sh BATON BATON_WORKER SOURCE_DIR
 set -euo pipefail
 baton=$1 worker=$2 src=$3
@@ -25,8 +26,8 @@ awk -v f="${loss[fp32]}" -v b="${loss[bf16]}" -v e="${loss[fp8]}" 'BEGIN {
   rb = (b - f) / f; if (rb < 0) rb = -rb
   re = (e - f) / f; if (re < 0) re = -re
   printf "bf16 vs fp32: %.4f%%   fp8 vs fp32: %.4f%%\n", 100 * rb, 100 * re
-  if (rb > 0.02) { print "FAIL: bf16 more than 2% from fp32"; bad = 1 }
-  if (re > 0.05) { print "FAIL: fp8 more than 5% from fp32"; bad = 1 }
+  if (rb > 0.01) { print "FAIL: bf16 more than 1% from fp32"; bad = 1 }
+  if (re > 0.02) { print "FAIL: fp8 more than 2% from fp32"; bad = 1 }
   if (e == b) { print "FAIL: fp8 equals bf16 exactly: fp8 GEMMs did not run"; bad = 1 }
   exit bad
 }'
