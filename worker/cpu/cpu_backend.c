@@ -61,4 +61,9 @@ void cpu_backend_init(backend *be) {
     be->swiglu_backward = cpu_swiglu_backward;
     be->crossentropy_forward = cpu_crossentropy_forward;
     be->crossentropy_backward = cpu_crossentropy_backward;
+    be->vocab_embedding_forward = cpu_vocab_embedding_forward;
+    be->vocab_embedding_backward = cpu_vocab_embedding_backward;
+    be->vocab_ce_partial = cpu_vocab_ce_partial;
+    be->vocab_ce_combine = cpu_vocab_ce_combine;
+    be->vocab_ce_backward = cpu_vocab_ce_backward;
 }

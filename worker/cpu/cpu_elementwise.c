@@ -1,5 +1,5 @@
-/* Elementwise CPU operations: fill, add, scale, sum of squares, embedding lookup,
- * and SwiGLU. Backward ops accumulate (+=) into parameter gradients
+/* Elementwise CPU operations: fill, add, scale, sum of squares, embedding lookup (whole
+ * or vocabulary-parallel), and SwiGLU. Backward ops accumulate (+=) into parameter gradients
  * and write (=) activation gradients. Loops run in index order, so results never
  * depend on buffer addresses. */
 #include <math.h>
@@ -45,6 +45,32 @@ void cpu_embedding_backward(backend *be, float *dwte, const float *dout, const i
     (void)be;
     for (int n = 0; n < N; n++) {
         float *dst = dwte + (size_t)tokens[n] * C;
+        const float *src = dout + (size_t)n * C;
+        for (int c = 0; c < C; c++)
+            dst[c] += src[c];
+    }
+}
+
+void cpu_vocab_embedding_forward(backend *be, float *out, const int32_t *tokens, const float *wte,
+                                 int N, int C, int v0, int Vl) {
+    (void)be;
+    for (int n = 0; n < N; n++) {
+        float *dst = out + (size_t)n * C;
+        int t = tokens[n] - v0;
+        if (t >= 0 && t < Vl)
+            memcpy(dst, wte + (size_t)t * C, (size_t)C * sizeof *out);
+        else
+            memset(dst, 0, (size_t)C * sizeof *out);
+    }
+}
+
+void cpu_vocab_embedding_backward(backend *be, float *dwte, const float *dout,
+                                  const int32_t *tokens, int N, int C, int v0, int Vl) {
+    (void)be;
+    for (int n = 0; n < N; n++) {
+        int t = tokens[n] - v0;
+        if (t < 0 || t >= Vl) continue;
+        float *dst = dwte + (size_t)t * C;
         const float *src = dout + (size_t)n * C;
         for (int c = 0; c < C; c++)
             dst[c] += src[c];

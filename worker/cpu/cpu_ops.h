@@ -15,6 +15,10 @@ void cpu_embedding_forward(backend *be, float *out, const int32_t *tokens, const
                            int C);
 void cpu_embedding_backward(backend *be, float *dwte, const float *dout, const int32_t *tokens,
                             int N, int C);
+void cpu_vocab_embedding_forward(backend *be, float *out, const int32_t *tokens, const float *wte,
+                                 int N, int C, int v0, int Vl);
+void cpu_vocab_embedding_backward(backend *be, float *dwte, const float *dout,
+                                  const int32_t *tokens, int N, int C, int v0, int Vl);
 void cpu_swiglu_forward(backend *be, float *out, const float *inp, int N, int F);
 void cpu_swiglu_backward(backend *be, float *dinp, const float *dout, const float *inp, int N,
                          int F);
@@ -52,5 +56,11 @@ void cpu_crossentropy_forward(backend *be, float *losses, float *lse, const floa
                               const int32_t *targets, int N, int V);
 void cpu_crossentropy_backward(backend *be, float *dlogits, const float *logits, const float *lse,
                                const int32_t *targets, float dloss, int N, int V);
+void cpu_vocab_ce_partial(backend *be, float *part, const float *logits, const int32_t *targets,
+                          int N, int Vl, int v0);
+void cpu_vocab_ce_combine(backend *be, float *losses, float *lse, const float *parts,
+                          const int32_t *targets, int N, int R);
+void cpu_vocab_ce_backward(backend *be, float *dlogits, const float *logits, const float *lse,
+                           const int32_t *targets, float dloss, int N, int Vl, int v0);
 
 #endif

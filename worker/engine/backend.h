@@ -144,6 +144,34 @@ struct backend {
     void (*crossentropy_backward)(backend *be, float *dlogits, const float *logits,
                                   const float *lse, const int32_t *targets, float dloss, int N,
                                   int V);
+
+    /* Vocabulary-parallel pieces (tensor parallelism): this rank holds rows [v0, v0 + Vl)
+     * of the embedding table and of the LM head, so its logits are the columns
+     * [v0, v0 + Vl) of the full row. With one rank (v0 0, Vl V) they reduce to the ops
+     * above, which the model uses then.
+     *
+     * Embedding: out (N, C) = wte[tokens[n] - v0] for tokens in the range, 0 for the
+     * others (the sum over the ranks completes the lookup); backward accumulates
+     * dwte[tokens[n] - v0] += dout[n] for tokens in the range only. */
+    void (*vocab_embedding_forward)(backend *be, float *out, const int32_t *tokens,
+                                    const float *wte, int N, int C, int v0, int Vl);
+    void (*vocab_embedding_backward)(backend *be, float *dwte, const float *dout,
+                                     const int32_t *tokens, int N, int C, int v0, int Vl);
+    /* Cross-entropy partials of logits (N, Vl): part (N, 3) per row = the shard's max m,
+     * sum of exp(logit - m) (accumulated in double) and the target's logit when the
+     * target is in [v0, v0 + Vl), else 0. Rows whose target is ignored get (0, 0, 0). */
+    void (*vocab_ce_partial)(backend *be, float *part, const float *logits, const int32_t *targets,
+                             int N, int Vl, int v0);
+    /* From every shard's partials parts (R, N, 3): lse (N) = M + log(sum_r s_r e^(m_r - M))
+     * with M = max_r m_r, losses (N) = lse - (the target's logit); 0 and 0 on ignored
+     * rows. Every rank combining the same parts gets bitwise the same result. */
+    void (*vocab_ce_combine)(backend *be, float *losses, float *lse, const float *parts,
+                             const int32_t *targets, int N, int R);
+    /* dlogits (N, Vl) = (exp(logits - lse) - onehot(target - v0)) * dloss on rows with a
+     * target (the onehot only on the shard that holds it), 0 on ignored rows. dlogits may
+     * alias logits. */
+    void (*vocab_ce_backward)(backend *be, float *dlogits, const float *logits, const float *lse,
+                              const int32_t *targets, float dloss, int N, int Vl, int v0);
 };
 
 #endif

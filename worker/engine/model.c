@@ -23,23 +23,43 @@ static float *take(carve *c, size_t n) {
     return p;
 }
 
-static size_t qkv_width(const model_config *cfg) {
-    return (size_t)(cfg->n_heads + 2 * cfg->n_kv_heads) * cfg->head_dim;
+/* The rank's widths: everything the carving needs from the shard. */
+typedef struct local_dims {
+    size_t H, KV, F, V; /* query heads, kv heads, ffn rows, vocabulary rows */
+    size_t qd, qkv;     /* H*hd, (H + 2 KV)*hd */
+} local_dims;
+
+static local_dims dims_of(const model_config *cfg) {
+    model_shard sh;
+    model_shard_of(cfg, &sh);
+    size_t hd = (size_t)cfg->head_dim;
+    local_dims d = {.H = (size_t)sh.heads,
+                    .KV = (size_t)sh.kv_heads,
+                    .F = (size_t)sh.ffn,
+                    .V = (size_t)sh.vocab};
+    d.qd = d.H * hd;
+    d.qkv = (d.H + 2 * d.KV) * hd;
+    return d;
+}
+
+static int tp_of(const model_config *cfg) {
+    return cfg->tp > 1 ? cfg->tp : 1;
 }
 
 static void carve_layer(carve *c, const model_config *cfg, model_layer_weights *w) {
-    size_t C = cfg->dim, F = cfg->ffn_dim, qd = (size_t)cfg->n_heads * cfg->head_dim;
+    local_dims d = dims_of(cfg);
+    size_t C = cfg->dim;
     w->attn_norm = take(c, C);
-    w->wqkv = take(c, qkv_width(cfg) * C);
-    w->wo = take(c, C * qd);
+    w->wqkv = take(c, d.qkv * C);
+    w->wo = take(c, C * d.qd);
     w->mlp_norm = take(c, C);
-    w->w13 = take(c, 2 * F * C);
-    w->w2 = take(c, C * F);
+    w->w13 = take(c, 2 * d.F * C);
+    w->w2 = take(c, C * d.F);
 }
 
 /* w->layers must hold L views, or be NULL when only counting. */
 static void carve_weights(carve *c, const model_config *cfg, model_weights *w) {
-    size_t V = cfg->vocab, C = cfg->dim;
+    size_t V = dims_of(cfg).V, C = cfg->dim;
     model_layer_weights scratch;
     w->embed = take(c, V * C);
     for (int l = 0; l < cfg->n_layers; l++)
@@ -50,19 +70,19 @@ static void carve_weights(carve *c, const model_config *cfg, model_weights *w) {
 
 static void carve_layer_acts(carve *c, const model_config *cfg, int B, int T, int with_att,
                              model_layer_acts *a) {
-    size_t N = (size_t)B * T, C = cfg->dim, F = cfg->ffn_dim, H = cfg->n_heads;
-    size_t qd = H * cfg->head_dim;
+    local_dims d = dims_of(cfg);
+    size_t N = (size_t)B * T, C = cfg->dim;
     a->ln1 = take(c, N * C);
     a->ln1_rstd = take(c, N);
-    a->qkv = take(c, N * qkv_width(cfg));
-    a->att = with_att ? take(c, (size_t)B * H * T * T) : NULL;
-    a->lse = take(c, (size_t)B * H * T);
-    a->atty = take(c, N * qd);
+    a->qkv = take(c, N * d.qkv);
+    a->att = with_att ? take(c, (size_t)B * d.H * T * T) : NULL;
+    a->lse = take(c, (size_t)B * d.H * T);
+    a->atty = take(c, N * d.qd);
     a->xmid = take(c, N * C);
     a->ln2 = take(c, N * C);
     a->ln2_rstd = take(c, N);
-    a->h13 = take(c, N * 2 * F);
-    a->hs = take(c, N * F);
+    a->h13 = take(c, N * 2 * d.F);
+    a->hs = take(c, N * d.F);
 }
 
 static int layer_act_sets(const model_config *cfg, model_recompute mode) {
@@ -72,7 +92,8 @@ static int layer_act_sets(const model_config *cfg, model_recompute mode) {
 /* a->layer must hold layer_act_sets() views, or be NULL when only counting. */
 static void carve_acts(carve *c, const model_config *cfg, int B, int T, model_recompute mode,
                        model_acts *a) {
-    size_t N = (size_t)B * T, C = cfg->dim, V = cfg->vocab;
+    size_t N = (size_t)B * T, C = cfg->dim, V = dims_of(cfg).V;
+    int tp = tp_of(cfg);
     model_layer_acts scratch;
     a->resid = take(c, (size_t)(cfg->n_layers + 1) * N * C);
     for (int s = 0; s < layer_act_sets(cfg, mode); s++)
@@ -83,6 +104,7 @@ static void carve_acts(carve *c, const model_config *cfg, int B, int T, model_re
     a->logits = take(c, N * V);
     a->ce_lse = take(c, N);
     a->losses = take(c, N);
+    a->ce_part = tp > 1 ? take(c, (size_t)tp * N * 3) : NULL;
 }
 
 static size_t max_z(size_t a, size_t b) {
@@ -90,27 +112,28 @@ static size_t max_z(size_t a, size_t b) {
 }
 
 static size_t scratch_floats(const model_config *cfg, backend *be, int B, int T) {
-    int N = B * T, C = cfg->dim, F = cfg->ffn_dim, qd = cfg->n_heads * cfg->head_dim;
+    local_dims d = dims_of(cfg);
+    int N = B * T, C = cfg->dim, F = (int)d.F, qd = (int)d.qd;
     backend_prec p = cfg->prec;
     size_t s = be->attention_scratch_floats(be, T);
-    s = max_z(s, be->matmul_scratch_floats(be, N, C, (int)qkv_width(cfg), p));
+    s = max_z(s, be->matmul_scratch_floats(be, N, C, (int)d.qkv, p));
     s = max_z(s, be->matmul_scratch_floats(be, N, qd, C, p));
     s = max_z(s, be->matmul_scratch_floats(be, N, C, 2 * F, p));
     s = max_z(s, be->matmul_scratch_floats(be, N, F, C, p));
-    s = max_z(s, be->matmul_scratch_floats(be, N, C, cfg->vocab, p));
+    s = max_z(s, be->matmul_scratch_floats(be, N, C, (int)d.V, p));
     return s;
 }
 
 /* Backward buffers, op scratch and the RoPE tables. */
 static void carve_work(carve *c, const model_config *cfg, backend *be, int B, int T,
                        model_grad_acts *g, float **rope_cos, float **rope_sin) {
-    size_t N = (size_t)B * T, C = cfg->dim, F = cfg->ffn_dim;
-    size_t qd = (size_t)cfg->n_heads * cfg->head_dim;
+    local_dims d = dims_of(cfg);
+    size_t N = (size_t)B * T, C = cfg->dim;
     g->dres = take(c, N * C);
     g->dln = take(c, N * C);
     g->dx = take(c, N * C);
-    g->dwide = take(c, N * max_z(qkv_width(cfg), 2 * F));
-    g->dnarrow = take(c, N * max_z(qd, F));
+    g->dwide = take(c, N * max_z(d.qkv, 2 * d.F));
+    g->dnarrow = take(c, N * max_z(d.qd, d.F));
     g->scratch = take(c, scratch_floats(cfg, be, B, T));
     *rope_cos = take(c, (size_t)T * cfg->head_dim / 2);
     *rope_sin = take(c, (size_t)T * cfg->head_dim / 2);
@@ -122,6 +145,11 @@ int model_sizes_compute(const model_config *cfg, backend *be, int B, int T, mode
     model_weights w = {0};
     carve_weights(&c, cfg, &w);
     s->param_floats = c.off;
+    model_config one = *cfg;
+    one.tp = 1, one.tp_rank = 0;
+    c.off = 0;
+    carve_weights(&c, &one, &w);
+    s->global_param_floats = c.off;
     c.off = 0;
     carve_layer(&c, cfg, &(model_layer_weights){0});
     s->layer_param_floats = c.off;
@@ -222,15 +250,32 @@ static int alloc_device(model *m) {
 
 int model_init(model *m, const model_config *cfg, backend *be, int max_B, int max_T,
                bt_diag *diag) {
+    return model_init_tp(m, cfg, be, max_B, max_T, NULL, diag);
+}
+
+int model_init_tp(model *m, const model_config *cfg, backend *be, int max_B, int max_T,
+                  comm *tp_group, bt_diag *diag) {
     memset(m, 0, sizeof *m);
     int rc = model_config_check(cfg, diag);
     if (rc) return rc;
+    int tp = tp_of(cfg);
+    if (tp > 1 &&
+        (tp_group == NULL || comm_size(tp_group) != tp || comm_rank(tp_group) != cfg->tp_rank)) {
+        bt_diag_set(diag,
+                    "model: tensor parallelism %d (rank %d) needs a group of that size in "
+                    "which this process has that rank",
+                    tp, cfg->tp_rank);
+        return BT_EINVAL;
+    }
     if (max_B <= 0 || max_T <= 0) {
         bt_diag_set(diag, "model: batch (%d) and sequence length (%d) must be positive", max_B,
                     max_T);
         return BT_EINVAL;
     }
     m->cfg = *cfg;
+    m->cfg.tp = tp;
+    model_shard_of(&m->cfg, &m->shard);
+    m->tp_group = tp > 1 ? tp_group : NULL;
     m->be = be;
     m->max_B = max_B;
     m->max_T = max_T;
@@ -270,20 +315,37 @@ void model_zero_grad(model *m) {
  * splitting wqkv and gate/up splitting w13. */
 enum { LAYER_TENSORS = 9 };
 
+/* How a tensor is cut across tensor-parallel ranks. */
+typedef enum split_kind {
+    SPLIT_NONE = 0, /* replicated (norm weights) */
+    SPLIT_ROWS = 1, /* column-parallel: output rows */
+    SPLIT_COLS = 2, /* row-parallel: input columns */
+} split_kind;
+
 typedef struct layer_tensor_desc {
     const char *name;
-    int rows, cols; /* cols 0: a vector */
+    int rows, cols;   /* one-process shape; cols 0: a vector */
+    split_kind split; /* SPLIT_ROWS / SPLIT_COLS: rows / columns [first, first + n) */
+    int first, n;
+    int replica;
 } layer_tensor_desc;
 
 static void layer_tensor_table(const model_config *cfg, layer_tensor_desc d[LAYER_TENSORS]) {
-    int C = cfg->dim, F = cfg->ffn_dim, qd = cfg->n_heads * cfg->head_dim;
-    int kvd = cfg->n_kv_heads * cfg->head_dim;
+    model_shard s;
+    model_shard_of(cfg, &s);
+    int C = cfg->dim, F = cfg->ffn_dim, hd = cfg->head_dim, qd = cfg->n_heads * hd;
+    int kvd = cfg->n_kv_heads * hd;
+    int q0 = s.head0 * hd, qn = s.heads * hd, kv0 = s.kv_head0 * hd, kvn = s.kv_heads * hd;
     const layer_tensor_desc table[LAYER_TENSORS] = {
-        {"input_layernorm", C, 0},    {"self_attn.q_proj", qd, C},
-        {"self_attn.k_proj", kvd, C}, {"self_attn.v_proj", kvd, C},
-        {"self_attn.o_proj", C, qd},  {"post_attention_layernorm", C, 0},
-        {"mlp.gate_proj", F, C},      {"mlp.up_proj", F, C},
-        {"mlp.down_proj", C, F},
+        {"input_layernorm", C, 0, SPLIT_NONE, 0, C, s.rank},
+        {"self_attn.q_proj", qd, C, SPLIT_ROWS, q0, qn, 0},
+        {"self_attn.k_proj", kvd, C, SPLIT_ROWS, kv0, kvn, s.kv_replica},
+        {"self_attn.v_proj", kvd, C, SPLIT_ROWS, kv0, kvn, s.kv_replica},
+        {"self_attn.o_proj", C, qd, SPLIT_COLS, q0, qn, 0},
+        {"post_attention_layernorm", C, 0, SPLIT_NONE, 0, C, s.rank},
+        {"mlp.gate_proj", F, C, SPLIT_ROWS, s.ffn0, s.ffn, 0},
+        {"mlp.up_proj", F, C, SPLIT_ROWS, s.ffn0, s.ffn, 0},
+        {"mlp.down_proj", C, F, SPLIT_COLS, s.ffn0, s.ffn, 0},
     };
     memcpy(d, table, sizeof table);
 }
@@ -292,46 +354,63 @@ int model_n_tensors(const model *m) {
     return 3 + LAYER_TENSORS * m->cfg.n_layers;
 }
 
-static void set_shape(model_tensor *t, int rows, int cols) {
+/* Fills t's shapes and slice from d (name and offset are the caller's). */
+static void set_slice(model_tensor *t, const layer_tensor_desc *d) {
+    int rows = d->rows, cols = d->cols;
     t->ndim = cols ? 2 : 1;
-    t->shape[0] = rows;
-    t->shape[1] = cols;
+    t->global_shape[0] = rows, t->global_shape[1] = cols;
+    t->global_count = (size_t)rows * (cols ? (size_t)cols : 1);
+    if (d->split == SPLIT_ROWS) t->row0 = d->first, rows = d->n;
+    if (d->split == SPLIT_COLS) t->col0 = d->first, cols = d->n;
+    t->shape[0] = rows, t->shape[1] = cols;
     t->count = (size_t)rows * (cols ? (size_t)cols : 1);
+    t->no_decay = cols == 0;
+    t->replica = d->replica;
 }
 
-/* Offset (floats) and shape of tensor k of layer l. */
-static size_t layer_tensor(const model *m, int l, int k, model_tensor *t) {
-    layer_tensor_desc d[LAYER_TENSORS];
-    layer_tensor_table(&m->cfg, d);
-    size_t off = (size_t)(m->params.layers[l].attn_norm - m->params_mem);
-    for (int i = 0; i < k; i++)
-        off += (size_t)d[i].rows * (d[i].cols ? (size_t)d[i].cols : 1);
-    set_shape(t, d[k].rows, d[k].cols);
-    t->no_decay = d[k].cols == 0;
-    snprintf(t->name, sizeof t->name, "model.layers.%d.%s.weight", l, d[k].name);
-    return off;
+int model_tensor_slice(const model_config *cfg, int i, model_tensor *t) {
+    int L = cfg->n_layers, n = 3 + LAYER_TENSORS * L, C = cfg->dim;
+    if (i < 0 || i >= n) return BT_ERANGE;
+    memset(t, 0, sizeof *t);
+    model_shard s;
+    model_shard_of(cfg, &s);
+    carve c = {0};
+    carve_layer(&c, cfg, &(model_layer_weights){0});
+    size_t layer_floats = c.off;
+    layer_tensor_desc vocab = {"", cfg->vocab, C, SPLIT_ROWS, s.vocab0, s.vocab, 0};
+    layer_tensor_desc norm = {"", C, 0, SPLIT_NONE, 0, C, s.rank};
+    size_t embed = (size_t)s.vocab * C;
+    if (i == 0) {
+        snprintf(t->name, sizeof t->name, "model.embed_tokens.weight");
+        set_slice(t, &vocab);
+        t->offset = 0;
+    } else if (i == n - 2) {
+        snprintf(t->name, sizeof t->name, "model.norm.weight");
+        set_slice(t, &norm);
+        t->offset = embed + (size_t)L * layer_floats;
+    } else if (i == n - 1) {
+        snprintf(t->name, sizeof t->name, "lm_head.weight");
+        set_slice(t, &vocab);
+        t->offset = embed + (size_t)L * layer_floats + (size_t)C;
+    } else {
+        int l = (i - 1) / LAYER_TENSORS, k = (i - 1) % LAYER_TENSORS;
+        layer_tensor_desc d[LAYER_TENSORS];
+        layer_tensor_table(cfg, d);
+        t->offset = embed + (size_t)l * layer_floats;
+        for (int j = 0; j < k; j++) {
+            model_tensor prev;
+            set_slice(&prev, &d[j]);
+            t->offset += prev.count;
+        }
+        set_slice(t, &d[k]);
+        snprintf(t->name, sizeof t->name, "model.layers.%d.%s.weight", l, d[k].name);
+    }
+    return 0;
 }
 
 int model_tensor_info(const model *m, int i, model_tensor *t) {
-    int n = model_n_tensors(m), V = m->cfg.vocab, C = m->cfg.dim;
-    if (i < 0 || i >= n) return BT_ERANGE;
-    memset(t, 0, sizeof *t);
-    if (i == 0) {
-        snprintf(t->name, sizeof t->name, "model.embed_tokens.weight");
-        set_shape(t, V, C);
-        t->offset = (size_t)(m->params.embed - m->params_mem);
-    } else if (i == n - 2) {
-        snprintf(t->name, sizeof t->name, "model.norm.weight");
-        set_shape(t, C, 0);
-        t->no_decay = 1;
-        t->offset = (size_t)(m->params.norm - m->params_mem);
-    } else if (i == n - 1) {
-        snprintf(t->name, sizeof t->name, "lm_head.weight");
-        set_shape(t, V, C);
-        t->offset = (size_t)(m->params.lm_head - m->params_mem);
-    } else {
-        t->offset = layer_tensor(m, (i - 1) / LAYER_TENSORS, (i - 1) % LAYER_TENSORS, t);
-    }
+    int rc = model_tensor_slice(&m->cfg, i, t);
+    if (rc != 0) return rc;
     t->data = m->params_mem + t->offset;
     t->grad = m->grads_mem + t->offset;
     return 0;
@@ -348,17 +427,31 @@ static uint64_t fnv1a64(const char *s) {
     return h;
 }
 
-/* normal(0, std) for elements [0, n) of the stream `key`, as model.h documents. */
-static void fill_normal(float *x, size_t n, uint64_t key, double std) {
+/* normal(0, std) for elements [begin, begin + n) of the stream `key`, as model.h
+ * documents; x[0] is element begin. */
+static void fill_normal(float *x, size_t begin, size_t n, uint64_t key, double std) {
     const double two_pi = 6.28318530717958647692528676655900577;
     const double inv53 = 1.0 / 9007199254740992.0; /* 2^-53 */
-    for (size_t j = 0; 2 * j < n; j++) {
-        double u1 = (double)((splitmix64(key + 2 * j) >> 11) + 1) * inv53;
-        double u2 = (double)(splitmix64(key + 2 * j + 1) >> 11) * inv53;
+    for (size_t k = begin - begin % 2; k < begin + n; k += 2) {
+        double u1 = (double)((splitmix64(key + k) >> 11) + 1) * inv53;
+        double u2 = (double)(splitmix64(key + k + 1) >> 11) * inv53;
         double r = sqrt(-2.0 * log(u1));
-        x[2 * j] = (float)(r * cos(two_pi * u2) * std);
-        if (2 * j + 1 < n) x[2 * j + 1] = (float)(r * sin(two_pi * u2) * std);
+        if (k >= begin) x[k - begin] = (float)(r * cos(two_pi * u2) * std);
+        if (k + 1 >= begin && k + 1 < begin + n)
+            x[k + 1 - begin] = (float)(r * sin(two_pi * u2) * std);
     }
+}
+
+/* This rank's slice of tensor t of the one-process model: element (i, j) of the slice is
+ * element (row0 + i, col0 + j) of the global tensor, generated from its global index. */
+static void fill_slice(float *x, const model_tensor *t, uint64_t key, double std) {
+    size_t gcols = (size_t)t->global_shape[1], cols = (size_t)t->shape[1];
+    if (t->ndim == 1 || cols == gcols) {
+        fill_normal(x, (size_t)t->row0 * (t->ndim == 1 ? 1 : gcols), t->count, key, std);
+        return;
+    }
+    for (size_t i = 0; i < (size_t)t->shape[0]; i++)
+        fill_normal(x + i * cols, ((size_t)t->row0 + i) * gcols + (size_t)t->col0, cols, key, std);
 }
 
 int model_init_weights(model *m, uint64_t seed) {
@@ -378,8 +471,7 @@ int model_init_weights(model *m, uint64_t seed) {
                 host[k] = 1.0f;
         } else {
             int resid = strstr(t.name, "o_proj") || strstr(t.name, "down_proj");
-            fill_normal(host, t.count, splitmix64(seed ^ fnv1a64(t.name)),
-                        resid ? resid_std : 0.02);
+            fill_slice(host, &t, splitmix64(seed ^ fnv1a64(t.name)), resid ? resid_std : 0.02);
         }
         m->be->from_host(m->be, t.data, host, t.count * sizeof *host);
     }

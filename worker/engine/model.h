@@ -18,7 +18,22 @@
  * embed_tokens, then each layer's block [input_layernorm, q_proj, k_proj, v_proj,
  * o_proj, post_attention_layernorm, gate_proj, up_proj, down_proj], then norm and
  * lm_head. q/k/v of a layer are adjacent and so form one fused (QKV, C) matrix, as do
- * gate/up ((2F, C)): one GEMM each. Gradients use the same offsets. */
+ * gate/up ((2F, C)): one GEMM each. Gradients use the same offsets.
+ *
+ * Tensor parallelism (Megatron-LM's layout, model_tp.c): with tp ranks each rank holds a
+ * slice of every matrix and the same layout over its slice, so every size below is the
+ * rank's own (H -> H/tp, KV -> max(KV/tp, 1), F -> F/tp, V -> V/tp; model_shard).
+ *  - Column-parallel (rows of the weight split): q_proj by query head, k_proj and v_proj
+ *    by kv head, gate_proj and up_proj by ffn row, embed_tokens and lm_head by vocab row.
+ *    Rank r owns query heads [r H/tp, (r+1) H/tp) and, when tp divides KV, kv heads
+ *    [r KV/tp, (r+1) KV/tp); when KV divides tp (tp > KV) it owns the one kv head
+ *    r KV / tp (integer division), which is replicated on tp/KV consecutive ranks: the
+ *    query heads of rank r all map to that kv head under GQA's h / (H/KV).
+ *  - Row-parallel (columns split): o_proj by query head, down_proj by ffn column.
+ *  - Replicated: the norm weights.
+ * Within a fused matrix the rank's q, k, v (gate, up) slices keep their one-process
+ * order, so the ops see an ordinary model with fewer heads (a narrower MLP, a smaller
+ * vocabulary). model_tensor says where each slice sits in the one-process tensor. */
 #ifndef BATON_MODEL_H
 #define BATON_MODEL_H
 
@@ -26,6 +41,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "comm.h"
 #include "recipe.pb-c.h"
 #include "rope.h"
 #include "util/err.h"
@@ -53,7 +69,23 @@ typedef struct model_config {
     backend_prec prec;       /* GEMM input precision */
     int fp8_hybrid;          /* fp8: gradients in E5M2 (else E4M3) */
     int fp8_first_last_bf16; /* fp8: layers 0 and L-1 run their GEMMs in bf16 */
+    int tp;      /* tensor-parallel degree; 0 or 1: none. Divides H, F and V; divides KV or
+                  * is a multiple of it */
+    int tp_rank; /* this rank's place in the tensor-parallel group, [0, tp) */
 } model_config;
+
+/* One tensor-parallel rank's part of the model (the whole model when tp is 1). */
+typedef struct model_shard {
+    int tp, rank;
+    int heads, head0;       /* query heads [head0, head0 + heads) */
+    int kv_heads, kv_head0; /* kv heads [kv_head0, kv_head0 + kv_heads) */
+    int kv_replica;         /* 0, or this rank's index among the ranks sharing its kv head */
+    int ffn, ffn0;          /* gate/up rows and down_proj columns [ffn0, ffn0 + ffn) */
+    int vocab, vocab0;      /* embed_tokens and lm_head rows [vocab0, vocab0 + vocab) */
+} model_shard;
+
+/* The shard of cfg->tp_rank (cfg must have passed model_config_check). */
+void model_shard_of(const model_config *cfg, model_shard *s);
 
 /* From the recipe's model (dense LLaMA only; MoE is rejected with BT_EUNSUPPORTED).
  * recompute and precision start as none and fp32; see model_config_apply_stage. */
@@ -72,14 +104,15 @@ enum {
 };
 
 typedef struct model_sizes {
-    size_t param_floats;       /* all parameters (the gradients have as many) */
-    size_t layer_param_floats; /* one layer's block */
-    size_t act_floats[3];      /* stored activations, per model_recompute */
-    size_t grad_act_floats;    /* backward's activation-gradient buffers */
-    size_t scratch_floats;     /* op scratch: attention blocks, rounded GEMM inputs */
+    size_t param_floats;        /* this rank's parameters (the gradients have as many) */
+    size_t global_param_floats; /* the one-process model's parameters */
+    size_t layer_param_floats;  /* one layer's block */
+    size_t act_floats[3];       /* stored activations, per model_recompute */
+    size_t grad_act_floats;     /* backward's activation-gradient buffers */
+    size_t scratch_floats;      /* op scratch: attention blocks, rounded GEMM inputs */
 } model_sizes;
 
-/* Sizes for batches of at most B sequences of at most T tokens. */
+/* Sizes for batches of at most B sequences of at most T tokens, for cfg's shard. */
 int model_sizes_compute(const model_config *cfg, backend *be, int B, int T, model_sizes *s);
 
 /* One layer's parameters (or gradients): views into the one allocation. */
@@ -122,6 +155,7 @@ typedef struct model_acts {
     float *logits;           /* (N, V); backward overwrites it with dlogits */
     float *ce_lse;           /* (N) */
     float *losses;           /* (N) per-token loss, 0 where ignored */
+    float *ce_part;          /* (tp, N, 3) vocab-parallel loss partials; NULL unless tp > 1 */
 } model_acts;
 
 /* Backward's activation gradients (one layer's worth, reused) and op scratch. */
@@ -136,6 +170,8 @@ typedef struct model_grad_acts {
 
 typedef struct model {
     model_config cfg;
+    model_shard shard;
+    comm *tp_group; /* the tensor-parallel group (size cfg.tp); NULL when tp is 1 */
     backend *be;
     int max_B, max_T;
     int B, T; /* of the last forward */
@@ -159,10 +195,16 @@ typedef struct model {
     int has_targets;    /* the last forward computed a loss */
     int n_valid;        /* targets counted by the last forward */
     float loss;         /* mean loss of the last forward */
+    int comm_err;       /* first error of a tensor-parallel collective (sticky) */
 } model;
 
 /* Allocates everything for batches up to max_B x max_T; 0 or a negative BT_ code. */
 int model_init(model *m, const model_config *cfg, backend *be, int max_B, int max_T, bt_diag *diag);
+/* The same for one rank of a tensor-parallel group: tp_group's size and rank must be
+ * cfg->tp and cfg->tp_rank (tp_group may be NULL when cfg->tp is 1). The group is
+ * borrowed: it must outlive the model. */
+int model_init_tp(model *m, const model_config *cfg, backend *be, int max_B, int max_T,
+                  comm *tp_group, bt_diag *diag);
 void model_free(model *m);
 
 /* Deterministic initialization from seed: every matrix element is normal(0, 0.02),
@@ -170,7 +212,8 @@ void model_free(model *m);
  * `name` depends only on (seed, name, i): key = splitmix64(seed ^ fnv1a64(name)); the
  * pair (2j, 2j+1) is Box-Muller of u1 = (splitmix64(key + 2j) >> 11 + 1) 2^-53 and
  * u2 = (splitmix64(key + 2j + 1) >> 11) 2^-53: z0 = r cos(2 pi u2), z1 = r sin(2 pi u2),
- * r = sqrt(-2 ln u1). Any shard of a tensor can therefore be generated alone. */
+ * r = sqrt(-2 ln u1). Any shard of a tensor can therefore be generated alone: under
+ * tensor parallelism every rank generates exactly its slice of the one-process tensor. */
 int model_init_weights(model *m, uint64_t seed);
 
 /* tokens, targets: host arrays (B, T); targets may be NULL (no loss, no backward).
@@ -182,9 +225,22 @@ int model_forward(model *m, const int32_t *tokens, const int32_t *targets, int B
                   float *loss);
 /* Backward of the last forward: parameter gradients += d(loss * loss_scale)/dparam.
  * Use loss_scale 1/K for K accumulated micro-batches. Gradients are reduced across
- * data-parallel ranks only after the last micro-batch (the parallel engine's contract). */
+ * data-parallel ranks only after the last micro-batch (the parallel engine's contract).
+ * Under tensor parallelism forward and backward are collective over the group (every
+ * rank calls them with the same batch); a failed collective returns its code. */
 int model_backward(model *m, float loss_scale);
 void model_zero_grad(model *m);
+
+/* After the last micro-batch of a step, under tensor parallelism with tp > KV: sums the
+ * k_proj and v_proj gradients over the ranks that share a kv head (kv_group: those
+ * ranks, NULL when none share), so that every copy gets the full gradient and the
+ * copies stay identical. Nothing else needs a tensor-parallel gradient reduction: see
+ * model_tp.c. */
+int model_tp_reduce_grads(model *m, comm *kv_group);
+
+/* The one-process tensor i assembled from the group's slices: a collective over the
+ * tensor-parallel group; out (host, global count floats) is written on every rank. */
+int model_gather_tensor(model *m, int i, float *out);
 
 /* Parameters, one tensor at a time, in memory order (HF names, e.g.
  * "model.layers.0.self_attn.q_proj.weight"). */
@@ -197,9 +253,20 @@ typedef struct model_tensor {
     int ndim;
     int shape[2];
     int no_decay; /* norm weights: excluded from weight decay */
+    /* Under tensor parallelism this rank's slice of the one-process tensor: rows
+     * [row0, row0 + shape[0]) and columns [col0, col0 + shape[1]) of global_shape.
+     * replica 0 marks the copy that counts (gradient norm, export); a replicated norm
+     * weight or kv head has replica > 0 on every other rank that holds it. */
+    int global_shape[2];
+    size_t global_count;
+    int row0, col0;
+    int replica;
 } model_tensor;
 
 int model_n_tensors(const model *m);
 int model_tensor_info(const model *m, int i, model_tensor *t);
+/* Tensor i's name, shapes, slice and offset for the rank cfg->tp_rank, without pointers:
+ * what model_tensor_info gives on that rank. */
+int model_tensor_slice(const model_config *cfg, int i, model_tensor *t);
 
 #endif

@@ -63,6 +63,7 @@ int model_config_from_pb(model_config *cfg, const Baton__Model *pb, bt_diag *dia
         .prec = BACKEND_PREC_FP32,
         .fp8_hybrid = 1,
         .fp8_first_last_bf16 = 1,
+        .tp = 1,
     };
     rope_from_pb(&cfg->rope, pb->rope);
     return model_config_check(cfg, diag);
@@ -87,6 +88,32 @@ void model_config_apply_stage(model_config *cfg, const Baton__Stage *stage) {
     cfg->fp8_first_last_bf16 = p->first_last_bf16;
 }
 
+/* Megatron's even split: query heads, ffn rows and vocabulary rows divide by tp; kv heads
+ * split (tp divides KV) or are replicated (KV divides tp). */
+static int model_config_check_tp(const model_config *cfg, bt_diag *diag) {
+    int tp = cfg->tp > 1 ? cfg->tp : 1;
+    if (cfg->tp < 0 || cfg->tp_rank < 0 || cfg->tp_rank >= tp) {
+        bt_diag_set(diag, "tensor parallelism: rank %d of %d is out of range", cfg->tp_rank,
+                    cfg->tp);
+        return BT_EINVAL;
+    }
+    if (cfg->n_heads % tp || cfg->ffn_dim % tp || cfg->vocab % tp) {
+        bt_diag_set(diag,
+                    "parallel.tp %d must divide model.n_heads (%d), model.ffn_dim (%d) and "
+                    "model.vocab_size (%d)",
+                    tp, cfg->n_heads, cfg->ffn_dim, cfg->vocab);
+        return BT_EINVAL;
+    }
+    if (cfg->n_kv_heads % tp && tp % cfg->n_kv_heads) {
+        bt_diag_set(diag,
+                    "parallel.tp %d must divide model.n_kv_heads (%d) or be a multiple of it "
+                    "(kv heads replicated)",
+                    tp, cfg->n_kv_heads);
+        return BT_EINVAL;
+    }
+    return 0;
+}
+
 int model_config_check(const model_config *cfg, bt_diag *diag) {
     if (cfg->vocab <= 0 || cfg->dim <= 0 || cfg->n_layers <= 0 || cfg->n_heads <= 0 ||
         cfg->n_kv_heads <= 0 || cfg->ffn_dim <= 0) {
@@ -103,6 +130,8 @@ int model_config_check(const model_config *cfg, bt_diag *diag) {
                     cfg->n_heads);
         return BT_EINVAL;
     }
+    int rc = model_config_check_tp(cfg, diag);
+    if (rc != 0) return rc;
     if (!(cfg->norm_eps > 0)) {
         bt_diag_set(diag, "model.norm_eps must be positive");
         return BT_EINVAL;

@@ -3,13 +3,19 @@
  * where the residual stream receives gradient from a branch, the two are added
  * explicitly. With full recomputation a layer's forward is rerun from its stored input
  * just before its backward, through exactly the same ops, so gradients are bitwise
- * those of the run that stored everything. */
+ * those of the run that stored everything.
+ *
+ * Under tensor parallelism the passes run on the rank's shard (H/tp heads, F/tp ffn rows,
+ * V/tp vocabulary rows) with Megatron's f and g operators (model_tp.h) around the
+ * column- and row-parallel GEMMs; with tp 1 those are no-ops and the passes are the
+ * one-process ones, op for op. */
 #include <math.h>
 
 #include "model.h"
+#include "model_tp.h"
 
-static int qkv_width(const model_config *cfg) {
-    return (cfg->n_heads + 2 * cfg->n_kv_heads) * cfg->head_dim;
+static int qkv_width(const model *m) {
+    return (m->shard.heads + 2 * m->shard.kv_heads) * m->cfg.head_dim;
 }
 
 static float *resid_at(const model *m, int l) {
@@ -32,12 +38,13 @@ static void layer_forward(model *m, int l, const float *x, float *out) {
     const model_layer_weights *w = &m->params.layers[l];
     model_layer_acts *a = acts_of(m, l);
     float *scratch = m->gacts.scratch;
-    int B = m->B, T = m->T, N = B * T, C = cfg->dim, F = cfg->ffn_dim;
-    int H = cfg->n_heads, KV = cfg->n_kv_heads, hd = cfg->head_dim, qd = H * hd;
-    int ld = qkv_width(cfg);
+    int B = m->B, T = m->T, N = B * T, C = cfg->dim, F = m->shard.ffn;
+    int H = m->shard.heads, KV = m->shard.kv_heads, hd = cfg->head_dim, qd = H * hd;
+    int ld = qkv_width(m);
     float *q = a->qkv, *k = a->qkv + qd, *v = a->qkv + qd + KV * hd;
 
     be->rmsnorm_forward(be, a->ln1, a->ln1_rstd, x, w->attn_norm, N, C, cfg->norm_eps);
+    model_tp_copy_forward(m, a->ln1, (size_t)N * C);
     be->matmul_forward(be, a->qkv, a->ln1, w->wqkv, N, C, ld, gemm_of(m, l, MODEL_GEMM_QKV),
                        scratch);
     be->rope_forward(be, q, q, m->rope_cos, m->rope_sin, B, T, H, hd, ld);
@@ -45,13 +52,16 @@ static void layer_forward(model *m, int l, const float *x, float *out) {
     be->attention_forward(be, a->atty, a->lse, a->att, q, k, v, ld, B, T, H, KV, hd,
                           1.0f / sqrtf((float)hd), scratch);
     be->matmul_forward(be, a->xmid, a->atty, w->wo, N, qd, C, gemm_of(m, l, MODEL_GEMM_O), scratch);
+    model_tp_reduce_forward(m, a->xmid, (size_t)N * C);
     be->add(be, a->xmid, a->xmid, x, (size_t)N * C);
     be->rmsnorm_forward(be, a->ln2, a->ln2_rstd, a->xmid, w->mlp_norm, N, C, cfg->norm_eps);
+    model_tp_copy_forward(m, a->ln2, (size_t)N * C);
     be->matmul_forward(be, a->h13, a->ln2, w->w13, N, C, 2 * F, gemm_of(m, l, MODEL_GEMM_GATE_UP),
                        scratch);
     be->swiglu_forward(be, a->hs, a->h13, N, F);
     if (out == NULL) return;
     be->matmul_forward(be, out, a->hs, w->w2, N, F, C, gemm_of(m, l, MODEL_GEMM_DOWN), scratch);
+    model_tp_reduce_forward(m, out, (size_t)N * C);
     be->add(be, out, out, a->xmid, (size_t)N * C);
 }
 
@@ -63,22 +73,25 @@ static void layer_backward(model *m, int l, const float *x) {
     model_layer_weights *dw = &m->grads.layers[l];
     const model_layer_acts *a = acts_of(m, l);
     model_grad_acts *g = &m->gacts;
-    int B = m->B, T = m->T, N = B * T, C = cfg->dim, F = cfg->ffn_dim;
-    int H = cfg->n_heads, KV = cfg->n_kv_heads, hd = cfg->head_dim, qd = H * hd;
-    int ld = qkv_width(cfg);
+    int B = m->B, T = m->T, N = B * T, C = cfg->dim, F = m->shard.ffn;
+    int H = m->shard.heads, KV = m->shard.kv_heads, hd = cfg->head_dim, qd = H * hd;
+    int ld = qkv_width(m);
     const float *q = a->qkv, *k = a->qkv + qd, *v = a->qkv + qd + KV * hd;
     float *dq = g->dwide, *dk = g->dwide + qd, *dv = g->dwide + qd + KV * hd;
 
-    /* MLP: out = xmid + down(swiglu(gate_up(norm(xmid)))) */
+    /* MLP: out = xmid + g(down(swiglu(gate_up(f(norm(xmid)))))) */
+    model_tp_reduce_backward(m, g->dres, (size_t)N * C);
     be->matmul_backward(be, g->dnarrow, dw->w2, g->dres, a->hs, w->w2, N, F, C,
                         gemm_of(m, l, MODEL_GEMM_DOWN), g->scratch);
     be->swiglu_backward(be, g->dwide, g->dnarrow, a->h13, N, F);
     be->matmul_backward(be, g->dln, dw->w13, g->dwide, a->ln2, w->w13, N, C, 2 * F,
                         gemm_of(m, l, MODEL_GEMM_GATE_UP), g->scratch);
+    model_tp_copy_backward(m, g->dln, (size_t)N * C);
     be->rmsnorm_backward(be, g->dx, dw->mlp_norm, g->dln, a->xmid, w->mlp_norm, a->ln2_rstd, N, C);
     be->add(be, g->dres, g->dres, g->dx, (size_t)N * C);
 
-    /* Attention: xmid = x + o(attention(rope(qkv(norm(x))))) */
+    /* Attention: xmid = x + g(o(attention(rope(qkv(f(norm(x))))))) */
+    model_tp_reduce_backward(m, g->dres, (size_t)N * C);
     be->matmul_backward(be, g->dnarrow, dw->wo, g->dres, a->atty, w->wo, N, qd, C,
                         gemm_of(m, l, MODEL_GEMM_O), g->scratch);
     be->attention_backward(be, dq, dk, dv, g->dnarrow, a->att, a->lse, q, k, v, ld, B, T, H, KV, hd,
@@ -87,6 +100,7 @@ static void layer_backward(model *m, int l, const float *x) {
     be->rope_backward(be, dk, dk, m->rope_cos, m->rope_sin, B, T, KV, hd, ld);
     be->matmul_backward(be, g->dln, dw->wqkv, g->dwide, a->ln1, w->wqkv, N, C, ld,
                         gemm_of(m, l, MODEL_GEMM_QKV), g->scratch);
+    model_tp_copy_backward(m, g->dln, (size_t)N * C);
     be->rmsnorm_backward(be, g->dx, dw->attn_norm, g->dln, x, w->attn_norm, a->ln1_rstd, N, C);
     be->add(be, g->dres, g->dres, g->dx, (size_t)N * C);
 }
@@ -104,11 +118,39 @@ static int check_tokens(const model *m, const int32_t *tokens, const int32_t *ta
     return 0;
 }
 
+/* The embedding lookup; vocabulary-parallel (each rank's rows, then g) under tp. */
+static void embed_forward(model *m, float *out, int N) {
+    backend *be = m->be;
+    const model_shard *s = &m->shard;
+    if (m->tp_group == NULL) {
+        be->embedding_forward(be, out, m->tokens, m->params.embed, N, m->cfg.dim);
+        return;
+    }
+    be->vocab_embedding_forward(be, out, m->tokens, m->params.embed, N, m->cfg.dim, s->vocab0,
+                                s->vocab);
+    model_tp_reduce_forward(m, out, (size_t)N * m->cfg.dim);
+}
+
+static void embed_backward(model *m, float *dout, int N) {
+    backend *be = m->be;
+    const model_shard *s = &m->shard;
+    if (m->tp_group == NULL) {
+        be->embedding_backward(be, m->grads.embed, dout, m->tokens, N, m->cfg.dim);
+        return;
+    }
+    model_tp_reduce_backward(m, dout, (size_t)N * m->cfg.dim);
+    be->vocab_embedding_backward(be, m->grads.embed, dout, m->tokens, N, m->cfg.dim, s->vocab0,
+                                 s->vocab);
+}
+
 static void loss_forward(model *m, const int32_t *targets, float *loss) {
     backend *be = m->be;
     int N = m->B * m->T;
     model_acts *a = &m->acts;
-    be->crossentropy_forward(be, a->losses, a->ce_lse, a->logits, m->targets, N, m->cfg.vocab);
+    if (m->tp_group == NULL)
+        be->crossentropy_forward(be, a->losses, a->ce_lse, a->logits, m->targets, N, m->cfg.vocab);
+    else
+        model_tp_crossentropy_forward(m, N);
     be->to_host(be, m->host_losses, a->losses, (size_t)N * sizeof(float));
     double sum = 0.0;
     for (int n = 0; n < N; n++)
@@ -124,22 +166,25 @@ int model_forward(model *m, const int32_t *tokens, const int32_t *targets, int B
     if (B <= 0 || T <= 0 || B > m->max_B || T > m->max_T) return BT_ERANGE;
     int N = B * T, rc = check_tokens(m, tokens, targets, N, &m->n_valid);
     if (rc) return rc;
+    if (m->comm_err) return m->comm_err;
     m->B = B;
     m->T = T;
     be->from_host(be, m->tokens, tokens, (size_t)N * sizeof(int32_t));
     if (targets) be->from_host(be, m->targets, targets, (size_t)N * sizeof(int32_t));
-    be->embedding_forward(be, resid_at(m, 0), m->tokens, m->params.embed, N, cfg->dim);
+    embed_forward(m, resid_at(m, 0), N);
     for (int l = 0; l < cfg->n_layers; l++)
         layer_forward(m, l, resid_at(m, l), resid_at(m, l + 1));
     model_acts *a = &m->acts;
     int L = cfg->n_layers;
     be->rmsnorm_forward(be, a->lnf, a->lnf_rstd, resid_at(m, L), m->params.norm, N, cfg->dim,
                         cfg->norm_eps);
-    be->matmul_forward(be, a->logits, a->lnf, m->params.lm_head, N, cfg->dim, cfg->vocab,
+    model_tp_copy_forward(m, a->lnf, (size_t)N * cfg->dim);
+    be->matmul_forward(be, a->logits, a->lnf, m->params.lm_head, N, cfg->dim, m->shard.vocab,
                        &m->gemm[MODEL_GEMMS_PER_LAYER * L], m->gacts.scratch);
     m->has_targets = targets != NULL;
     if (targets) loss_forward(m, targets, loss);
-    return be->sync(be);
+    rc = be->sync(be);
+    return rc ? rc : m->comm_err;
 }
 
 int model_backward(model *m, float loss_scale) {
@@ -147,19 +192,25 @@ int model_backward(model *m, float loss_scale) {
     const model_config *cfg = &m->cfg;
     model_acts *a = &m->acts;
     model_grad_acts *g = &m->gacts;
-    int N = m->B * m->T, C = cfg->dim, L = cfg->n_layers;
+    int N = m->B * m->T, C = cfg->dim, L = cfg->n_layers, V = m->shard.vocab;
     if (N == 0 || !m->has_targets) return BT_EINVAL; /* backward needs a forward with targets */
+    if (m->comm_err) return m->comm_err;
     float dloss = m->n_valid ? loss_scale / (float)m->n_valid : 0.0f;
-    be->crossentropy_backward(be, a->logits, a->logits, a->ce_lse, m->targets, dloss, N,
-                              cfg->vocab);
-    be->matmul_backward(be, g->dln, m->grads.lm_head, a->logits, a->lnf, m->params.lm_head, N, C,
-                        cfg->vocab, &m->gemm[MODEL_GEMMS_PER_LAYER * L], g->scratch);
+    if (m->tp_group == NULL)
+        be->crossentropy_backward(be, a->logits, a->logits, a->ce_lse, m->targets, dloss, N, V);
+    else
+        be->vocab_ce_backward(be, a->logits, a->logits, a->ce_lse, m->targets, dloss, N, V,
+                              m->shard.vocab0);
+    be->matmul_backward(be, g->dln, m->grads.lm_head, a->logits, a->lnf, m->params.lm_head, N, C, V,
+                        &m->gemm[MODEL_GEMMS_PER_LAYER * L], g->scratch);
+    model_tp_copy_backward(m, g->dln, (size_t)N * C);
     be->rmsnorm_backward(be, g->dres, m->grads.norm, g->dln, resid_at(m, L), m->params.norm,
                          a->lnf_rstd, N, C);
     for (int l = L - 1; l >= 0; l--) {
         if (cfg->recompute == MODEL_RECOMPUTE_FULL) layer_forward(m, l, resid_at(m, l), NULL);
         layer_backward(m, l, resid_at(m, l));
     }
-    be->embedding_backward(be, m->grads.embed, g->dres, m->tokens, N, C);
-    return be->sync(be);
+    embed_backward(m, g->dres, N);
+    int rc = be->sync(be);
+    return rc ? rc : m->comm_err;
 }

@@ -17,21 +17,29 @@ static double train_now(void) {
  * causal attention, 6 L C T per token (half of the 12 L C T of full attention). */
 static double train_flops(const model *m, uint64_t tokens, uint32_t T) {
     const model_config *c = &m->cfg;
-    double n = (double)m->sizes.param_floats - (double)c->vocab * c->dim;
+    double n = (double)m->sizes.global_param_floats - (double)c->vocab * c->dim;
     return 6.0 * n * (double)tokens + 6.0 * c->n_layers * (double)c->dim * T * (double)tokens;
 }
 
-static int train_check_layout(const Baton__StageSpec *spec, const comm *dp_group, bt_diag *diag) {
+static int train_check_layout(const Baton__StageSpec *spec, const train_groups *g, bt_diag *diag) {
     const Baton__Stage *s = spec->stage;
     const Baton__Parallel *p = s->parallel;
-    uint32_t dp = dp_group ? (uint32_t)comm_size(dp_group) : 1;
-    if (p->tp * p->pp * p->cp * p->ep != 1 || p->dp != dp) {
+    uint32_t dp = g->dp ? (uint32_t)comm_size(g->dp) : 1;
+    uint32_t tp = g->tp ? (uint32_t)comm_size(g->tp) : 1;
+    if (p->pp * p->cp * p->ep != 1) {
         bt_diag_set(diag,
                     "stage \"%s\": layout tp%u pp%u cp%u dp%u ep%u is not supported by this "
-                    "worker with %u data-parallel rank(s): it runs one process or pure data "
-                    "parallelism (tensor, pipeline, context and expert parallelism come later)",
+                    "worker with %u data-parallel rank(s): it runs one process, tensor and data "
+                    "parallelism (pipeline, context and expert parallelism come later)",
                     s->name, p->tp, p->pp, p->cp, p->dp, p->ep, dp);
         return BT_EUNSUPPORTED;
+    }
+    if (p->dp != dp || p->tp != tp) {
+        bt_diag_set(diag,
+                    "stage \"%s\": layout tp%u dp%u needs %u ranks; this job gives %u tensor- "
+                    "and %u data-parallel rank(s) (launch it with -n %u)",
+                    s->name, p->tp, p->dp, p->tp * p->dp, tp, dp, p->tp * p->dp);
+        return BT_EINVAL;
     }
     if (s->global_batch % (s->micro_batch * dp) != 0 || s->seq_len > INT32_MAX) {
         bt_diag_set(
@@ -53,6 +61,23 @@ static int train_segments(trainer *t) {
     }
     t->n_segs = (size_t)n;
     return 0;
+}
+
+/* Under tp the gradient norm adds over the tp group, each tensor counted by the rank that
+ * holds its replica 0 (the others hold bitwise copies of a norm weight or kv head). */
+static int train_norm_segments(trainer *t, bt_diag *diag) {
+    if (t->tp.group == NULL) return 0;
+    optim_segment *mine = calloc(t->n_segs, sizeof *mine);
+    if (mine == NULL) return BT_ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < t->n_segs; i++) {
+        model_tensor mt;
+        model_tensor_info(&t->m, (int)i, &mt);
+        if (mt.replica == 0) mine[k++] = t->segs[i];
+    }
+    int rc = train_dp_set_norm(&t->dp, t->tp.group, mine, k, diag);
+    free(mine);
+    return rc;
 }
 
 static int train_fp8_init(trainer *t) {
@@ -84,34 +109,41 @@ static int train_loader_open(trainer *t, bt_diag *diag) {
     return loader_open(&t->ld, src, n, &lc, diag);
 }
 
-static int train_model_init(trainer *t, bt_diag *diag) {
+static int train_model_init(trainer *t, comm *tp_group, bt_diag *diag) {
     model_config cfg;
     int rc = model_config_from_pb(&cfg, t->spec->model, diag);
     if (rc != 0) return rc;
     model_config_apply_stage(&cfg, t->spec->stage);
+    cfg.tp = tp_group ? comm_size(tp_group) : 1;
+    cfg.tp_rank = tp_group ? comm_rank(tp_group) : 0;
     cpu_backend_init(&t->be);
-    rc = model_init(&t->m, &cfg, &t->be, (int)t->B, (int)t->T, diag);
+    rc = model_init_tp(&t->m, &cfg, &t->be, (int)t->B, (int)t->T, tp_group, diag);
+    rc = rc ? rc : train_tp_init(&t->tp, tp_group, &t->m.cfg, diag);
     if (rc == 0) rc = model_init_weights(&t->m, t->spec->seed);
     return rc;
 }
 
-int train_init(trainer *t, const Baton__StageSpec *spec, comm *dp_group, bt_diag *diag) {
+int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *groups,
+               bt_diag *diag) {
     memset(t, 0, sizeof *t);
     t->spec = spec;
-    int rc = train_check_layout(spec, dp_group, diag);
+    train_groups none = {0}, g = groups ? *groups : none;
+    int rc = train_check_layout(spec, &g, diag);
     if (rc != 0) return rc;
     const Baton__Stage *s = spec->stage;
+    comm *dp_group = g.dp;
     uint32_t dp = dp_group ? (uint32_t)comm_size(dp_group) : 1;
     t->B = (uint32_t)s->micro_batch, t->T = (uint32_t)s->seq_len;
     t->accum = (uint32_t)(s->global_batch / (s->micro_batch * dp));
     t->total_steps = s->steps, t->first_sample = spec->start_sample;
     t->step = t->step0 = spec->start_step;
     optim_hparams_from_pb(&t->hp, s->optimizer);
-    rc = train_model_init(t, diag);
+    rc = train_model_init(t, g.tp, diag);
     rc = rc ? rc : train_segments(t);
     rc = rc ? rc
             : train_dp_init(&t->dp, dp_group, (int)s->parallel->zero, t->m.sizes.param_floats,
                             t->segs, t->n_segs, diag);
+    rc = rc ? rc : train_norm_segments(t, diag);
     rc = rc ? rc : optim_adamw_init(&t->opt, train_dp_optim_floats(&t->dp));
     rc = rc ? rc : train_fp8_init(t);
     t->tokens = calloc((size_t)t->B * t->T, sizeof(int32_t));
@@ -132,6 +164,7 @@ void train_free(trainer *t) {
     optim_adamw_free(&t->opt);
     train_dp_free(&t->dp);
     if (t->m.be != NULL) model_free(&t->m);
+    train_tp_free(&t->tp);
     free(t->segs);
     free(t->tokens);
     free(t->targets);
@@ -158,12 +191,14 @@ static void train_fp8_collect(trainer *t) {
             t->fp8[g].amax_step[k] = fmaxf(t->fp8[g].amax_step[k], t->m.gemm[g].amax[k]);
 }
 
-/* The step's amaxes, reduced over the dp group so that every rank keeps the same
- * scales, go into the histories. */
+/* The step's amaxes, reduced over the tp group (a sharded GEMM's scales are the whole
+ * tensor's) and the dp group so that every rank keeps the same scales, go into the
+ * histories. */
 static int train_fp8_end(trainer *t, bt_diag *diag) {
     if (t->fp8 == NULL) return 0;
     for (int g = 0; g < t->m.n_gemm; g++) {
-        int rc = train_dp_max(&t->dp, t->fp8[g].amax_step, BACKEND_FP8_SLOTS, diag);
+        int rc = train_tp_max(&t->tp, t->fp8[g].amax_step, BACKEND_FP8_SLOTS, diag);
+        rc = rc ? rc : train_dp_max(&t->dp, t->fp8[g].amax_step, BACKEND_FP8_SLOTS, diag);
         if (rc != 0) return rc;
         for (int k = 0; k < BACKEND_FP8_SLOTS; k++)
             prec_fp8_meta_update(&t->fp8[g].meta[k], t->fp8[g].amax_step[k]);
@@ -195,8 +230,9 @@ static int train_micro_batches(trainer *t, double *loss, bt_diag *diag) {
         rc = rc ? rc : model_forward(&t->m, t->tokens, t->targets, (int)t->B, (int)t->T, &l);
         rc = rc ? rc : model_backward(&t->m, 1.0f / (float)t->accum);
         if (rc != 0) {
+            const char *why = t->m.comm_err ? comm_error(t->tp.group) : bt_strerror(rc);
             bt_diag_set(diag, "step %llu micro-batch %u: %s", (unsigned long long)t->step + 1, j,
-                        bt_strerror(rc));
+                        why);
             return rc;
         }
         train_fp8_collect(t);
@@ -212,6 +248,7 @@ int train_step(trainer *t, train_metrics *out, bt_diag *diag) {
     double lr = optim_lr_at(t->step + 1, t->total_steps, &t->hp), norm = 0;
     int rc = train_micro_batches(t, &loss, diag);
     rc = rc ? rc : train_fp8_end(t, diag);
+    rc = rc ? rc : train_tp_reduce_grads(&t->tp, &t->m, diag);
     rc = rc ? rc
             : train_dp_update(&t->dp, t->m.params_mem, t->m.grads_mem, t->segs, t->n_segs, &t->opt,
                               &t->hp, lr, &norm, diag);

@@ -3,9 +3,11 @@
  * loss scale 1/K), keeps the fp8 delayed-scaling state, clips and applies AdamW with the
  * stage's schedule, and reports metrics. Everything is allocated in train_init.
  *
- * Layouts: one process (tp = pp = cp = dp = 1), or pure data parallelism over a dp
- * group (train_dp.h, with or without ZeRO-1). Each dp rank takes global_batch / dp
- * samples per step, reached through K = global_batch / (micro_batch dp) micro-batches. */
+ * Layouts: one process (tp = pp = cp = dp = 1), tensor parallelism over a tp group
+ * (model_tp.h, train_tp.h), data parallelism over a dp group (train_dp.h, with or without
+ * ZeRO-1), or both. Each dp rank takes global_batch / dp samples per step, reached
+ * through K = global_batch / (micro_batch dp) micro-batches; the tp ranks of one dp rank
+ * take the same samples. */
 #ifndef BATON_TRAIN_H
 #define BATON_TRAIN_H
 
@@ -18,6 +20,7 @@
 #include "precision.h"
 #include "stage_spec.pb-c.h"
 #include "train_dp.h"
+#include "train_tp.h"
 #include "util/err.h"
 
 typedef struct train_metrics {
@@ -48,16 +51,25 @@ typedef struct trainer {
     train_fp8 *fp8;            /* (model.n_gemm) when precision is fp8 */
     float *fp8_history;        /* backing store of every meta's history */
     train_dp dp;
+    train_tp tp;
     uint32_t B, T, accum;
     uint64_t step, total_steps;
     uint64_t step0, first_sample; /* the stage resumed at step0 with global sample first_sample */
     double flops_per_step;
 } trainer;
 
-/* Builds the model from spec (weights from spec->seed), the optimizer and the loader
- * over spec->data. dp_group is the data-parallel group (its size must be the spec's dp;
- * NULL for one process). Returns 0 or a negative BT_ code with diag set. */
-int train_init(trainer *t, const Baton__StageSpec *spec, comm *dp_group, bt_diag *diag);
+/* The groups a rank trains in, from the stage's layout (stages/layout.h). Borrowed: they
+ * must outlive the trainer. NULL: that degree is 1. */
+typedef struct train_groups {
+    comm *tp; /* tensor-parallel group: size the spec's tp */
+    comm *dp; /* data-parallel group: size the spec's dp */
+} train_groups;
+
+/* Builds the model from spec (weights from spec->seed; under tp this rank's slices of the
+ * one-process weights), the optimizer and the loader over spec->data. groups may be NULL
+ * (one process). Collective over the groups. Returns 0 or a negative BT_ code with diag
+ * set. */
+int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *groups, bt_diag *diag);
 void train_free(trainer *t);
 
 /* One optimizer step. */

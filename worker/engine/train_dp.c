@@ -49,7 +49,34 @@ int train_dp_init(train_dp *d, comm *group, int zero, size_t n_params, const opt
 void train_dp_free(train_dp *d) {
     free(d->flat);
     free(d->segs);
+    free(d->norm_segs);
     memset(d, 0, sizeof *d);
+}
+
+int train_dp_set_norm(train_dp *d, comm *group, const optim_segment *segs, size_t n_segs,
+                      bt_diag *diag) {
+    if (group == NULL) return 0;
+    d->norm_segs = calloc(n_segs ? n_segs : 1, sizeof *d->norm_segs);
+    if (d->norm_segs == NULL) {
+        bt_diag_set(diag, "out of memory for the gradient-norm segments");
+        return BT_ENOMEM;
+    }
+    d->norm_group = group;
+    if (d->flat != NULL)
+        d->n_norm_segs = dp_shard_segments(segs, n_segs, d->shard_begin, d->shard_n, d->norm_segs);
+    else
+        memcpy(d->norm_segs, segs, n_segs * sizeof *segs), d->n_norm_segs = n_segs;
+    return 0;
+}
+
+/* The rank's partial sum of squares (sumsq), added over the norm group. */
+static int dp_norm_over_group(train_dp *d, double *sumsq, bt_diag *diag) {
+    if (comm_allreduce(d->norm_group, sumsq, sumsq, 1, COMM_F64, COMM_SUM, NULL) != 0) {
+        bt_diag_set(diag, "grad-norm all-reduce over %s: %s", comm_name(d->norm_group),
+                    comm_error(d->norm_group));
+        return BT_EIO;
+    }
+    return 0;
 }
 
 size_t train_dp_optim_floats(const train_dp *d) {
@@ -65,7 +92,15 @@ static int dp_update_replicated(train_dp *d, float *params, float *grads, const 
             return dp_fail(d, "gradient all-reduce", diag);
         optim_grad_scale(grads, d->n_params, 1.0f / (float)d->size);
     }
-    *norm = optim_adamw_step(o, params, grads, segs, n_segs, hp, lr);
+    if (d->norm_group == NULL) {
+        *norm = optim_adamw_step(o, params, grads, segs, n_segs, hp, lr);
+        return 0;
+    }
+    double sumsq = optim_segments_sumsq(grads, d->norm_segs, d->n_norm_segs);
+    int rc = dp_norm_over_group(d, &sumsq, diag);
+    if (rc != 0) return rc;
+    *norm = sqrt(sumsq);
+    optim_adamw_step_norm(o, params, grads, segs, n_segs, hp, lr, *norm);
     return 0;
 }
 
@@ -79,9 +114,11 @@ static int dp_update_sharded(train_dp *d, float *params, const float *grads, opt
     if (comm_reduce_scatter(d->group, d->flat, shard, d->chunk, COMM_F32, COMM_SUM, NULL) != 0)
         return dp_fail(d, "gradient reduce-scatter", diag);
     optim_grad_scale(shard, d->chunk, 1.0f / (float)d->size);
-    double sumsq = optim_segments_sumsq(shard, d->segs, d->n_segs);
+    double sumsq = d->norm_group ? optim_segments_sumsq(shard, d->norm_segs, d->n_norm_segs)
+                                 : optim_segments_sumsq(shard, d->segs, d->n_segs);
     if (comm_allreduce(d->group, &sumsq, &sumsq, 1, COMM_F64, COMM_SUM, NULL) != 0)
         return dp_fail(d, "grad-norm all-reduce", diag);
+    if (d->norm_group != NULL && dp_norm_over_group(d, &sumsq, diag) != 0) return BT_EIO;
     *norm = sqrt(sumsq);
     optim_adamw_step_norm(o, params + d->shard_begin, shard, d->segs, d->n_segs, hp, lr, *norm);
     memcpy(shard, params + d->shard_begin, d->shard_n * sizeof(float));

@@ -6,7 +6,10 @@
  *    multiple of dp), each rank clipping with the global norm (the shards' sums of
  *    squares all-reduced) and updating only its shard of the fp32 master weights and Adam
  *    moments (1/dp of the optimizer memory), then an all-gather of the parameters.
- * The loss and the fp8 amaxes are reduced too, so every rank reports and scales alike. */
+ * The loss and the fp8 amaxes are reduced too, so every rank reports and scales alike.
+ * Under tensor parallelism each tp rank runs this over its own parameter buffer with the
+ * dp group of its tp slice; the gradient norm then also sums over the tp group
+ * (train_dp_set_norm), each replicated tensor counted by one tp rank only. */
 #ifndef BATON_TRAIN_DP_H
 #define BATON_TRAIN_DP_H
 
@@ -25,6 +28,10 @@ typedef struct train_dp {
     float *flat;         /* (size * chunk) gradients, then parameters, padded; zero >= 1 */
     optim_segment *segs; /* this rank's segments, shard-relative (zero >= 1) */
     size_t n_segs;
+    comm *norm_group;         /* the norm's sum of squares also adds over it; NULL: none */
+    optim_segment *norm_segs; /* the gradients this rank counts in the norm (shard-relative
+                               * under zero 1); used only with norm_group */
+    size_t n_norm_segs;
 } train_dp;
 
 /* Sets up for params of n_params floats cut into the given segments; allocates the
@@ -33,6 +40,10 @@ typedef struct train_dp {
 int train_dp_init(train_dp *d, comm *group, int zero, size_t n_params, const optim_segment *segs,
                   size_t n_segs, bt_diag *diag);
 void train_dp_free(train_dp *d);
+/* Extends the gradient norm over group (the tensor-parallel group): this rank counts only
+ * the gradients in segs (full-buffer offsets), the other ranks of group the rest. */
+int train_dp_set_norm(train_dp *d, comm *group, const optim_segment *segs, size_t n_segs,
+                      bt_diag *diag);
 size_t train_dp_optim_floats(const train_dp *d);
 
 /* Reduces grads across the group, clips with the global norm and applies AdamW at lr,

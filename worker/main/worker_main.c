@@ -40,7 +40,8 @@ static void worker_usage(FILE *f) {
                "  --valid PREFIX       validation data (default: the stage's data.valid)\n"
                "  --comm-timeout S     seconds any collective may wait for a peer (default 60)\n"
                "  --dump-params FILE   write the final parameters as raw little-endian float32\n"
-               "                       in the model's tensor order (rank 0)\n\n"
+               "                       in the model's tensor order, the one-process tensors\n"
+               "                       whatever the layout (rank 0 writes)\n\n"
                "Under a PMIx launcher (baton launch, srun --mpi=pmix) each process is one rank;\n"
                "the ranks connect over Gloo and the stage's layout must match their number.\n\n"
                "Exit status: 0 done, 1 training failed, 2 bad usage or unrunnable spec.\n");
@@ -169,12 +170,33 @@ static int worker_train(trainer *t, const worker_args *a, bt_diag *diag) {
     return 0;
 }
 
-static int worker_dump_params(const trainer *t, const char *path, bt_diag *diag) {
+/* The one-process parameters, tensor after tensor: every rank takes part (under tp the
+ * slices are gathered over the tp group), world rank 0 writes. */
+static int worker_dump_params(trainer *t, const char *path, int writer, bt_diag *diag) {
     if (path == NULL) return 0;
-    FILE *f = fopen(path, "wb");
-    size_t n = t->m.sizes.param_floats;
-    int ok = f != NULL && fwrite(t->m.params_mem, sizeof(float), n, f) == n;
-    ok = (f != NULL && fclose(f) == 0) && ok;
+    size_t biggest = 0;
+    for (int i = 0; i < model_n_tensors(&t->m); i++) {
+        model_tensor mt;
+        model_tensor_info(&t->m, i, &mt);
+        biggest = mt.global_count > biggest ? mt.global_count : biggest;
+    }
+    float *buf = malloc(biggest * sizeof *buf);
+    FILE *f = writer ? fopen(path, "wb") : NULL;
+    int rc = buf == NULL ? BT_ENOMEM : 0, ok = !writer || f != NULL;
+    for (int i = 0; rc == 0 && i < model_n_tensors(&t->m); i++) {
+        model_tensor mt;
+        model_tensor_info(&t->m, i, &mt);
+        rc = model_gather_tensor(&t->m, i, buf);
+        if (rc == 0 && f != NULL)
+            ok = ok && fwrite(buf, sizeof *buf, mt.global_count, f) == mt.global_count;
+    }
+    ok = (f == NULL || fclose(f) == 0) && ok;
+    free(buf);
+    if (rc != 0) {
+        bt_diag_set(diag, "%s: cannot gather the parameters: %s", path,
+                    t->tp.group ? comm_error(t->tp.group) : bt_strerror(rc));
+        return rc;
+    }
     if (!ok) {
         bt_diag_set(diag, "%s: cannot write the parameters: %s", path, strerror(errno));
         return BT_EIO;
@@ -182,12 +204,14 @@ static int worker_dump_params(const trainer *t, const char *path, bt_diag *diag)
     return 0;
 }
 
+/* Evaluation is collective over the tp group: the tp group of world rank 0 (dp rank 0)
+ * evaluates, rank 0 prints. */
 static int worker_eval(trainer *t, const worker_args *a, bt_diag *diag) {
     const char *valid = a->valid ? a->valid : t->spec->data->valid;
-    if (a->eval_windows == 0 || valid == NULL || valid[0] == '\0') return 0;
+    if (a->eval_windows == 0 || valid == NULL || valid[0] == '\0' || t->dp.rank != 0) return 0;
     double loss = 0;
     int rc = train_eval(t, valid, a->eval_windows, &loss, diag);
-    if (rc == 0)
+    if (rc == 0 && !a->quiet)
         printf("valid loss %.6f (%.4f bits per token) over %u windows of %s\n", loss,
                loss / 0.6931471805599453, a->eval_windows, valid);
     return rc;
@@ -198,15 +222,17 @@ static int worker_eval(trainer *t, const worker_args *a, bt_diag *diag) {
 static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks *w, int *setup_rc,
                       bt_diag *diag) {
     trainer t;
-    int rc = train_init(&t, spec, w->world, diag);
+    int rc = worker_ranks_groups(w, spec->stage->parallel, diag);
+    train_groups groups = {.tp = w->tp, .dp = w->dp};
+    rc = rc ? rc : train_init(&t, spec, &groups, diag);
     *setup_rc = rc;
     if (rc != 0) return rc;
     if (w->info.rank == 0) worker_print_setup(&t);
     worker_args mine = *a;
-    if (w->info.rank != 0) mine.quiet = 1, mine.eval_windows = 0, mine.dump_params = NULL;
+    if (w->info.rank != 0) mine.quiet = 1;
     rc = worker_train(&t, &mine, diag);
     rc = rc ? rc : worker_eval(&t, &mine, diag);
-    rc = rc ? rc : worker_dump_params(&t, mine.dump_params, diag);
+    rc = rc ? rc : worker_dump_params(&t, mine.dump_params, w->info.rank == 0, diag);
     train_free(&t);
     return rc;
 }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "comm_gloo.h"
+#include "layout.h"
 
 /* The rendezvous directory: BATON_JOB_DIR when the launcher gives one (it is private to
  * the job attempt and removed with it), else a directory named after the PMIx namespace
@@ -49,6 +50,46 @@ int worker_ranks_join(worker_ranks *w, double timeout_s, bt_diag *diag) {
     return comm_gloo_init(&w->world, &bs, diag);
 }
 
+/* The group along dim containing this rank: NULL when of size 1, the world when it spans
+ * it, else a new split (*owned set). */
+static int ranks_group(worker_ranks *w, const layout *l, enum layout_dim dim, comm **out,
+                       int *owned, bt_diag *diag) {
+    uint32_t ranks[1024], n = l->size[dim];
+    *out = NULL, *owned = 0;
+    if (n == 1) return 0;
+    if (n == l->world) {
+        *out = w->world;
+        return 0;
+    }
+    if (n > 1024) {
+        bt_diag_set(diag, "a %s group of %u ranks (at most 1024)", layout_dim_name(dim), n);
+        return BT_EUNSUPPORTED;
+    }
+    layout_group(l, dim, (uint32_t)w->info.rank, ranks);
+    if (comm_split(w->world, ranks, n, layout_dim_name(dim), out) != 0) {
+        bt_diag_set(diag, "%s group: %s", layout_dim_name(dim), comm_error(w->world));
+        return BT_EIO;
+    }
+    *owned = 1;
+    return 0;
+}
+
+int worker_ranks_groups(worker_ranks *w, const Baton__Parallel *p, bt_diag *diag) {
+    uint32_t world = w->world ? (uint32_t)comm_size(w->world) : 1;
+    uint64_t need = (uint64_t)p->tp * p->cp * p->dp * p->pp;
+    if (world == 1) return 0;
+    if (need != world) { /* train_init names the mismatch */
+        w->dp = w->world;
+        return 0;
+    }
+    layout l;
+    const char *order = p->order && p->order[0] ? p->order : "tp-cp-ep-dp-pp";
+    int rc = layout_init(&l, p->tp, p->cp, p->dp, p->pp, p->ep ? p->ep : 1, order, world, diag);
+    rc = rc ? rc : ranks_group(w, &l, LAYOUT_TP, &w->tp, &w->own_tp, diag);
+    rc = rc ? rc : ranks_group(w, &l, LAYOUT_DP, &w->dp, &w->own_dp, diag);
+    return rc;
+}
+
 /* Removes the rendezvous directory: the store keeps only plain files in it. */
 static void ranks_remove_store(const char *dir) {
     DIR *d = opendir(dir);
@@ -65,6 +106,8 @@ static void ranks_remove_store(const char *dir) {
 }
 
 void worker_ranks_leave(worker_ranks *w) {
+    if (w->own_tp) comm_destroy(w->tp);
+    if (w->own_dp) comm_destroy(w->dp);
     if (w->world != NULL) comm_destroy(w->world);
     if (w->under_pmix) boot_finalize(NULL);
     if (w->store[0] != '\0') ranks_remove_store(w->store);
