@@ -109,6 +109,25 @@ static int worker_parse(int argc, char **argv, worker_args *a) {
     return 0;
 }
 
+/* A StageSpec normally comes from `baton spec` or `baton run`, which validate the recipe;
+ * a file can still be stale, truncated or hand-made, so the worker re-checks what its
+ * arithmetic relies on. Returns NULL when the spec is usable, else what is wrong. */
+static const char *worker_spec_problem(const Baton__StageSpec *s) {
+    const Baton__Stage *st = s->stage;
+    if (st == NULL || s->model == NULL || s->data == NULL || st->parallel == NULL ||
+        st->precision == NULL || st->optimizer == NULL)
+        return "a required section (stage, model, data, parallel, precision, optimizer) is missing";
+    const Baton__Parallel *p = st->parallel;
+    const uint32_t deg[] = {p->tp, p->pp, p->cp, p->dp, p->ep};
+    for (size_t i = 0; i < sizeof deg / sizeof deg[0]; i++)
+        if (deg[i] < 1 || deg[i] > (1u << 22)) return "a parallel degree is 0 or too large";
+    if (st->micro_batch < 1 || st->seq_len < 1 || st->global_batch < 1 ||
+        st->global_batch > UINT32_MAX)
+        return "micro_batch, seq_len and global_batch must be positive (global_batch < 2^32)";
+    if (st->seq_len > INT32_MAX / st->micro_batch) return "micro_batch x seq_len exceeds 2^31";
+    return NULL;
+}
+
 static Baton__StageSpec *worker_read_spec(const char *path, bt_diag *diag) {
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
@@ -126,14 +145,15 @@ static Baton__StageSpec *worker_read_spec(const char *path, bt_diag *diag) {
     fclose(f);
     Baton__StageSpec *s = buf ? baton__stage_spec__unpack(NULL, len, buf) : NULL;
     free(buf);
-    if (s != NULL &&
-        (s->stage == NULL || s->model == NULL || s->stage->parallel == NULL || s->data == NULL)) {
-        baton__stage_spec__free_unpacked(s, NULL);
+    const char *why = s == NULL ? "cannot be decoded" : worker_spec_problem(s);
+    if (why != NULL) {
+        bt_diag_set(diag,
+                    "%s: not a StageSpec this worker can run: %s (make one with 'baton spec "
+                    "RECIPE --out FILE')",
+                    path, why);
+        if (s != NULL) baton__stage_spec__free_unpacked(s, NULL);
         s = NULL;
     }
-    if (s == NULL)
-        bt_diag_set(diag, "%s: not a StageSpec (make one with 'baton spec RECIPE --out FILE')",
-                    path);
     return s;
 }
 
