@@ -46,6 +46,31 @@ static int tp_of(const model_config *cfg) {
     return cfg->tp > 1 ? cfg->tp : 1;
 }
 
+static int pp_of(const model_config *cfg) {
+    return cfg->pp > 1 ? cfg->pp : 1;
+}
+
+void model_stage_layers(const model_config *cfg, int *first, int *n) {
+    int pp = pp_of(cfg), s = pp > 1 ? cfg->pp_rank : 0;
+    int base = cfg->n_layers / pp, rem = cfg->n_layers % pp;
+    *first = s * base + (s < rem ? s : rem);
+    *n = base + (s < rem ? 1 : 0);
+}
+
+static int stage_n_layers(const model_config *cfg) {
+    int first, n;
+    model_stage_layers(cfg, &first, &n);
+    return n;
+}
+
+static int is_first_stage(const model_config *cfg) {
+    return pp_of(cfg) == 1 || cfg->pp_rank == 0;
+}
+
+static int is_last_stage(const model_config *cfg) {
+    return pp_of(cfg) == 1 || cfg->pp_rank == cfg->pp - 1;
+}
+
 static void carve_layer(carve *c, const model_config *cfg, model_layer_weights *w) {
     local_dims d = dims_of(cfg);
     size_t C = cfg->dim;
@@ -57,15 +82,23 @@ static void carve_layer(carve *c, const model_config *cfg, model_layer_weights *
     w->w2 = take(c, C * d.F);
 }
 
-/* w->layers must hold L views, or be NULL when only counting. */
+/* w->layers must hold the stage's L views, or be NULL when only counting. */
 static void carve_weights(carve *c, const model_config *cfg, model_weights *w) {
     size_t V = dims_of(cfg).V, C = cfg->dim;
     model_layer_weights scratch;
-    w->embed = take(c, V * C);
-    for (int l = 0; l < cfg->n_layers; l++)
+    w->embed = is_first_stage(cfg) ? take(c, V * C) : NULL;
+    for (int l = 0; l < stage_n_layers(cfg); l++)
         carve_layer(c, cfg, w->layers ? &w->layers[l] : &scratch);
-    w->norm = take(c, C);
-    w->lm_head = take(c, V * C);
+    w->norm = is_last_stage(cfg) ? take(c, C) : NULL;
+    w->lm_head = is_last_stage(cfg) ? take(c, V * C) : NULL;
+}
+
+size_t model_stage_global_floats(const model_config *cfg, int stage) {
+    model_config one = *cfg;
+    one.tp = 1, one.tp_rank = 0, one.pp_rank = stage;
+    carve c = {0};
+    carve_weights(&c, &one, &(model_weights){0});
+    return c.off;
 }
 
 static void carve_layer_acts(carve *c, const model_config *cfg, int B, int T, int with_att,
@@ -86,7 +119,7 @@ static void carve_layer_acts(carve *c, const model_config *cfg, int B, int T, in
 }
 
 static int layer_act_sets(const model_config *cfg, model_recompute mode) {
-    return mode == MODEL_RECOMPUTE_FULL ? 1 : cfg->n_layers;
+    return mode == MODEL_RECOMPUTE_FULL ? 1 : stage_n_layers(cfg);
 }
 
 /* a->layer must hold layer_act_sets() views, or be NULL when only counting. */
@@ -95,10 +128,11 @@ static void carve_acts(carve *c, const model_config *cfg, int B, int T, model_re
     size_t N = (size_t)B * T, C = cfg->dim, V = dims_of(cfg).V;
     int tp = tp_of(cfg);
     model_layer_acts scratch;
-    a->resid = take(c, (size_t)(cfg->n_layers + 1) * N * C);
+    a->resid = take(c, (size_t)(stage_n_layers(cfg) + 1) * N * C);
     for (int s = 0; s < layer_act_sets(cfg, mode); s++)
         carve_layer_acts(c, cfg, B, T, mode == MODEL_RECOMPUTE_NONE,
                          a->layer ? &a->layer[s] : &scratch);
+    if (!is_last_stage(cfg)) return;
     a->lnf = take(c, N * C);
     a->lnf_rstd = take(c, N);
     a->logits = take(c, N * V);
@@ -146,7 +180,7 @@ int model_sizes_compute(const model_config *cfg, backend *be, int B, int T, mode
     carve_weights(&c, cfg, &w);
     s->param_floats = c.off;
     model_config one = *cfg;
-    one.tp = 1, one.tp_rank = 0;
+    one.tp = 1, one.tp_rank = 0, one.pp = 1, one.pp_rank = 0;
     c.off = 0;
     carve_weights(&c, &one, &w);
     s->global_param_floats = c.off;
@@ -169,12 +203,13 @@ int model_sizes_compute(const model_config *cfg, backend *be, int B, int T, mode
 
 /* The precision of each GEMM. Under fp8 the LM head always runs bf16 (Transformer
  * Engine and Megatron keep the output layer out of fp8), and with fp8_first_last_bf16
- * so do the GEMMs of the first and last layers. */
+ * so do the GEMMs of the first and last layers (of the model, not of a stage). */
 static void setup_gemms(model *m) {
     const model_config *cfg = &m->cfg;
     int L = cfg->n_layers;
     for (int i = 0; i < m->n_gemm; i++) {
-        int layer = i / MODEL_GEMMS_PER_LAYER;
+        int layer =
+            i / MODEL_GEMMS_PER_LAYER == m->n_layers ? L : m->layer0 + i / MODEL_GEMMS_PER_LAYER;
         backend_prec p = cfg->prec;
         if (p == BACKEND_PREC_FP8 &&
             (layer == L || (cfg->fp8_first_last_bf16 && (layer == 0 || layer == L - 1))))
@@ -204,15 +239,20 @@ static int upload_rope(model *m) {
 }
 
 static int alloc_host(model *m) {
-    int L = m->cfg.n_layers, sets = layer_act_sets(&m->cfg, m->cfg.recompute);
-    m->params.layers = calloc((size_t)L, sizeof *m->params.layers);
-    m->grads.layers = calloc((size_t)L, sizeof *m->grads.layers);
-    m->acts.layer = calloc((size_t)sets, sizeof *m->acts.layer);
-    m->n_gemm = MODEL_GEMMS_PER_LAYER * L + 1;
+    int L = m->n_layers, sets = layer_act_sets(&m->cfg, m->cfg.recompute), S = m->n_slots;
+    m->params.layers = calloc((size_t)(L ? L : 1), sizeof *m->params.layers);
+    m->grads.layers = calloc((size_t)(L ? L : 1), sizeof *m->grads.layers);
+    m->slot_acts = calloc((size_t)S, sizeof *m->slot_acts);
+    m->slot_n_valid = calloc((size_t)S, sizeof *m->slot_n_valid);
+    m->acts.layer = calloc((size_t)(S * sets), sizeof *m->acts.layer);
+    m->n_gemm = MODEL_GEMMS_PER_LAYER * L + (m->last_stage ? 1 : 0);
     m->gemm = calloc((size_t)m->n_gemm, sizeof *m->gemm);
     m->host_losses = calloc((size_t)m->max_B * m->max_T, sizeof *m->host_losses);
-    if (!m->params.layers || !m->grads.layers || !m->acts.layer || !m->gemm || !m->host_losses)
+    if (!m->params.layers || !m->grads.layers || !m->slot_acts || !m->slot_n_valid ||
+        !m->acts.layer || !m->gemm || !m->host_losses)
         return BT_ENOMEM;
+    for (int s = 0; s < S; s++)
+        m->slot_acts[s].layer = m->acts.layer + (size_t)s * sets;
     return 0;
 }
 
@@ -227,22 +267,26 @@ static int alloc_device(model *m) {
         carve_work(&c, &m->cfg, be, m->max_B, m->max_T, &g, &rc, &rs);
         work = c.off;
     }
-    m->act_bytes = s->act_floats[m->cfg.recompute] * sizeof(float);
+    m->act_bytes = (size_t)m->n_slots * s->act_floats[m->cfg.recompute] * sizeof(float);
     m->work_bytes = work * sizeof(float);
     m->params_mem = be->alloc(be, s->param_floats * sizeof(float));
     m->grads_mem = be->alloc(be, s->param_floats * sizeof(float));
     m->acts_mem = be->alloc(be, m->act_bytes);
     m->work_mem = be->alloc(be, m->work_bytes);
-    m->tokens = be->alloc(be, 2 * (size_t)m->max_B * m->max_T * sizeof(int32_t));
-    if (!m->params_mem || !m->grads_mem || !m->acts_mem || !m->work_mem || !m->tokens)
+    m->tokens_mem =
+        be->alloc(be, (size_t)m->n_slots * 2 * (size_t)m->max_B * m->max_T * sizeof(int32_t));
+    if (!m->params_mem || !m->grads_mem || !m->acts_mem || !m->work_mem || !m->tokens_mem)
         return BT_ENOMEM;
+    m->tokens = m->tokens_mem;
     m->targets = m->tokens + (size_t)m->max_B * m->max_T;
     carve c = {.base = m->params_mem};
     carve_weights(&c, &m->cfg, &m->params);
     c = (carve){.base = m->grads_mem};
     carve_weights(&c, &m->cfg, &m->grads);
     c = (carve){.base = m->acts_mem};
-    carve_acts(&c, &m->cfg, m->max_B, m->max_T, m->cfg.recompute, &m->acts);
+    for (int s = 0; s < m->n_slots; s++)
+        carve_acts(&c, &m->cfg, m->max_B, m->max_T, m->cfg.recompute, &m->slot_acts[s]);
+    m->acts = m->slot_acts[0];
     c = (carve){.base = m->work_mem};
     carve_work(&c, &m->cfg, be, m->max_B, m->max_T, &m->gacts, &m->rope_cos, &m->rope_sin);
     return 0;
@@ -274,6 +318,12 @@ int model_init_tp(model *m, const model_config *cfg, backend *be, int max_B, int
     }
     m->cfg = *cfg;
     m->cfg.tp = tp;
+    m->cfg.pp = pp_of(cfg);
+    m->cfg.pp_rank = m->cfg.pp > 1 ? cfg->pp_rank : 0;
+    model_stage_layers(&m->cfg, &m->layer0, &m->n_layers);
+    m->first_stage = is_first_stage(&m->cfg);
+    m->last_stage = is_last_stage(&m->cfg);
+    m->n_slots = cfg->act_slots > 1 ? cfg->act_slots : 1;
     model_shard_of(&m->cfg, &m->shard);
     m->tp_group = tp > 1 ? tp_group : NULL;
     m->be = be;
@@ -297,11 +347,14 @@ void model_free(model *m) {
         be->free(be, m->grads_mem);
         be->free(be, m->acts_mem);
         be->free(be, m->work_mem);
-        be->free(be, m->tokens);
+        be->free(be, m->tokens_mem);
     }
     free(m->params.layers);
     free(m->grads.layers);
-    free(m->acts.layer);
+    /* The layer views' one allocation: slot 0's views start it once carved. */
+    free(m->slot_acts && m->slot_acts[0].layer ? m->slot_acts[0].layer : m->acts.layer);
+    free(m->slot_acts);
+    free(m->slot_n_valid);
     free(m->gemm);
     free(m->host_losses);
     memset(m, 0, sizeof *m);
@@ -350,8 +403,14 @@ static void layer_tensor_table(const model_config *cfg, layer_tensor_desc d[LAYE
     memcpy(d, table, sizeof table);
 }
 
+/* The stage's tensors: the embedding on the first stage, LAYER_TENSORS per layer, the
+ * final norm and the head on the last. */
+static int stage_n_tensors(const model_config *cfg) {
+    return is_first_stage(cfg) + LAYER_TENSORS * stage_n_layers(cfg) + 2 * is_last_stage(cfg);
+}
+
 int model_n_tensors(const model *m) {
-    return 3 + LAYER_TENSORS * m->cfg.n_layers;
+    return stage_n_tensors(&m->cfg);
 }
 
 /* Fills t's shapes and slice from d (name and offset are the caller's). */
@@ -369,7 +428,8 @@ static void set_slice(model_tensor *t, const layer_tensor_desc *d) {
 }
 
 int model_tensor_slice(const model_config *cfg, int i, model_tensor *t) {
-    int L = cfg->n_layers, n = 3 + LAYER_TENSORS * L, C = cfg->dim;
+    int n = stage_n_tensors(cfg), C = cfg->dim, L, layer0;
+    model_stage_layers(cfg, &layer0, &L);
     if (i < 0 || i >= n) return BT_ERANGE;
     memset(t, 0, sizeof *t);
     model_shard s;
@@ -379,16 +439,18 @@ int model_tensor_slice(const model_config *cfg, int i, model_tensor *t) {
     size_t layer_floats = c.off;
     layer_tensor_desc vocab = {"", cfg->vocab, C, SPLIT_ROWS, s.vocab0, s.vocab, 0};
     layer_tensor_desc norm = {"", C, 0, SPLIT_NONE, 0, C, s.rank};
-    size_t embed = (size_t)s.vocab * C;
-    if (i == 0) {
+    int first = is_first_stage(cfg), last = is_last_stage(cfg);
+    size_t embed = first ? (size_t)s.vocab * C : 0;
+    if (!first) i++; /* index as if the stage held the embedding */
+    if (first && i == 0) {
         snprintf(t->name, sizeof t->name, "model.embed_tokens.weight");
         set_slice(t, &vocab);
         t->offset = 0;
-    } else if (i == n - 2) {
+    } else if (last && i == n - 2 + !first) {
         snprintf(t->name, sizeof t->name, "model.norm.weight");
         set_slice(t, &norm);
         t->offset = embed + (size_t)L * layer_floats;
-    } else if (i == n - 1) {
+    } else if (last && i == n - 1 + !first) {
         snprintf(t->name, sizeof t->name, "lm_head.weight");
         set_slice(t, &vocab);
         t->offset = embed + (size_t)L * layer_floats + (size_t)C;
@@ -403,7 +465,7 @@ int model_tensor_slice(const model_config *cfg, int i, model_tensor *t) {
             t->offset += prev.count;
         }
         set_slice(t, &d[k]);
-        snprintf(t->name, sizeof t->name, "model.layers.%d.%s.weight", l, d[k].name);
+        snprintf(t->name, sizeof t->name, "model.layers.%d.%s.weight", layer0 + l, d[k].name);
     }
     return 0;
 }

@@ -33,7 +33,17 @@
  *  - Replicated: the norm weights.
  * Within a fused matrix the rank's q, k, v (gate, up) slices keep their one-process
  * order, so the ops see an ordinary model with fewer heads (a narrower MLP, a smaller
- * vocabulary). model_tensor says where each slice sits in the one-process tensor. */
+ * vocabulary). model_tensor says where each slice sits in the one-process tensor.
+ *
+ * Pipeline parallelism (pipeline.h runs the schedule): with pp stages a rank holds the
+ * layers of its stage only, split evenly with the remainder to the first stages
+ * (model_stage_layers; stages/plan_params.c's plan_pp_stage_layers uses the same rule).
+ * Stage 0 also holds embed_tokens, the last stage norm and lm_head; the parameters are
+ * laid out in the same order as above over the tensors the stage holds, and every
+ * tensor keeps its one-process name and values (model.layers.<global index>...). A stage
+ * stores the activations of act_slots micro-batches at once (1F1B keeps at most
+ * pp - stage in flight); model_stage_forward and model_stage_backward run the stage on
+ * one slot. */
 #ifndef BATON_MODEL_H
 #define BATON_MODEL_H
 
@@ -69,10 +79,19 @@ typedef struct model_config {
     backend_prec prec;       /* GEMM input precision */
     int fp8_hybrid;          /* fp8: gradients in E5M2 (else E4M3) */
     int fp8_first_last_bf16; /* fp8: layers 0 and L-1 run their GEMMs in bf16 */
-    int tp;      /* tensor-parallel degree; 0 or 1: none. Divides H, F and V; divides KV or
-                  * is a multiple of it */
-    int tp_rank; /* this rank's place in the tensor-parallel group, [0, tp) */
+    int tp;        /* tensor-parallel degree; 0 or 1: none. Divides H, F and V; divides KV or
+                    * is a multiple of it */
+    int tp_rank;   /* this rank's place in the tensor-parallel group, [0, tp) */
+    int pp;        /* pipeline stages; 0 or 1: none. At most n_layers */
+    int pp_rank;   /* this rank's stage, [0, pp) */
+    int act_slots; /* micro-batches whose activations are stored at once; 0 or 1: one */
 } model_config;
+
+/* The layers of stage cfg->pp_rank: [*first, *first + *n), the remainder of n_layers / pp
+ * going one each to the first stages. */
+void model_stage_layers(const model_config *cfg, int *first, int *n);
+/* Parameters of stage `stage` in the one-process (tp 1) model, in floats. */
+size_t model_stage_global_floats(const model_config *cfg, int stage);
 
 /* One tensor-parallel rank's part of the model (the whole model when tp is 1). */
 typedef struct model_shard {
@@ -105,9 +124,9 @@ enum {
 
 typedef struct model_sizes {
     size_t param_floats;        /* this rank's parameters (the gradients have as many) */
-    size_t global_param_floats; /* the one-process model's parameters */
+    size_t global_param_floats; /* the one-process model's parameters (every stage) */
     size_t layer_param_floats;  /* one layer's block */
-    size_t act_floats[3];       /* stored activations, per model_recompute */
+    size_t act_floats[3];       /* one slot's stored activations, per model_recompute */
     size_t grad_act_floats;     /* backward's activation-gradient buffers */
     size_t scratch_floats;      /* op scratch: attention blocks, rounded GEMM inputs */
 } model_sizes;
@@ -125,11 +144,13 @@ typedef struct model_layer_weights {
     float *w2;        /* (C, F) */
 } model_layer_weights;
 
+/* Under pp, L below is the stage's layer count (model.n_layers) and the tensors a stage
+ * does not hold are NULL. */
 typedef struct model_weights {
-    float *embed;                /* (V, C) */
+    float *embed;                /* (V, C); first stage only */
     model_layer_weights *layers; /* (L) views */
-    float *norm;                 /* (C) */
-    float *lm_head;              /* (V, C) */
+    float *norm;                 /* (C); last stage only */
+    float *lm_head;              /* (V, C); last stage only */
 } model_weights;
 
 /* One layer's activations; N = B*T rows, QKV = H*hd + 2*KV*hd. */
@@ -147,6 +168,7 @@ typedef struct model_layer_acts {
     float *hs;       /* (N, F) silu(gate) * up, input of down_proj */
 } model_layer_acts;
 
+/* One slot's activations; lnf .. ce_part exist on the last stage only. */
 typedef struct model_acts {
     float *resid;            /* (L+1, N, C) each layer's input, then the last output */
     model_layer_acts *layer; /* (L) views, or (1) shared when recompute is full */
@@ -171,24 +193,31 @@ typedef struct model_grad_acts {
 typedef struct model {
     model_config cfg;
     model_shard shard;
-    comm *tp_group; /* the tensor-parallel group (size cfg.tp); NULL when tp is 1 */
+    comm *tp_group;              /* the tensor-parallel group (size cfg.tp); NULL when tp is 1 */
+    int layer0, n_layers;        /* this stage's layers [layer0, layer0 + n_layers) */
+    int first_stage, last_stage; /* holds the embedding / the final norm, head and loss */
+    int n_slots;                 /* activation slots (cfg.act_slots, at least 1) */
     backend *be;
     int max_B, max_T;
     int B, T; /* of the last forward */
     model_sizes sizes;
-    size_t act_bytes;  /* stored activations actually allocated (this recompute mode) */
+    size_t act_bytes;  /* stored activations actually allocated (this recompute mode, every
+                        * slot) */
     size_t work_bytes; /* activation gradients and scratch actually allocated */
 
     float *params_mem, *grads_mem; /* (param_floats) each */
     model_weights params, grads;
     float *acts_mem;
-    model_acts acts;
+    model_acts acts;       /* the slot in use (a copy of slot_acts[slot]) */
+    model_acts *slot_acts; /* (n_slots) */
+    int *slot_n_valid;     /* (n_slots) targets counted by the slot's forward */
     float *work_mem;
     model_grad_acts gacts;
     float *rope_cos, *rope_sin; /* (max_T, hd/2) */
-    int32_t *tokens, *targets;  /* device copies, (max_B * max_T) each */
+    int32_t *tokens, *targets;  /* the slot in use's device copies, (max_B * max_T) each */
+    int32_t *tokens_mem;        /* (n_slots, 2, max_B * max_T): every slot's copies */
 
-    backend_gemm *gemm; /* (4L + 1) per-GEMM precision and fp8 metadata */
+    backend_gemm *gemm; /* (4L [+ 1 on the last stage]) per-GEMM precision and fp8 metadata */
     int n_gemm;
 
     float *host_losses; /* (max_B * max_T) */
@@ -223,6 +252,26 @@ int model_init_weights(model *m, uint64_t seed);
  * than model_init's or a token/target outside the vocabulary, or the backend's error. */
 int model_forward(model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
                   float *loss);
+/* One pipeline stage's forward on activation slot `slot`: on the first stage from
+ * tokens, on the others from model_stage_input(m, slot) (the previous stage's output,
+ * which the caller has put there); leaves the output in model_stage_output(m, slot) or,
+ * on the last stage, computes the logits and, with targets, the loss as model_forward
+ * does. Every stage checks tokens and targets; only the first reads tokens and only the
+ * last targets (NULL elsewhere is fine). model_forward is this on slot 0. */
+int model_stage_forward(model *m, int slot, const int32_t *tokens, const int32_t *targets, int B,
+                        int T, float *loss);
+/* Backward of the slot's forward: on the last stage from the loss (scaled by
+ * loss_scale), elsewhere from the gradient of the stage's output, which the caller has
+ * put in model_stage_grad(m). On return model_stage_grad(m) holds the gradient of the
+ * stage's input (on the first stage it has gone into the embedding). model_backward is
+ * this on slot 0. */
+int model_stage_backward(model *m, int slot, float loss_scale);
+/* (B*T, C) activations at the stage's boundary: the input and output of slot's layers,
+ * and the gradient buffer of the backward. */
+float *model_stage_input(model *m, int slot);
+float *model_stage_output(model *m, int slot);
+float *model_stage_grad(model *m);
+
 /* Backward of the last forward: parameter gradients += d(loss * loss_scale)/dparam.
  * Use loss_scale 1/K for K accumulated micro-batches. Gradients are reduced across
  * data-parallel ranks only after the last micro-batch (the parallel engine's contract).
@@ -243,7 +292,8 @@ int model_tp_reduce_grads(model *m, comm *kv_group);
 int model_gather_tensor(model *m, int i, float *out);
 
 /* Parameters, one tensor at a time, in memory order (HF names, e.g.
- * "model.layers.0.self_attn.q_proj.weight"). */
+ * "model.layers.0.self_attn.q_proj.weight"): the stage's tensors under pp, with their
+ * one-process names. */
 typedef struct model_tensor {
     char name[64];
     float *data;   /* device pointer into the parameters */

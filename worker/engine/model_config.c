@@ -132,6 +132,18 @@ int model_config_check(const model_config *cfg, bt_diag *diag) {
     }
     int rc = model_config_check_tp(cfg, diag);
     if (rc != 0) return rc;
+    int pp = cfg->pp > 1 ? cfg->pp : 1;
+    if (cfg->pp < 0 || cfg->pp_rank < 0 || cfg->pp_rank >= pp || pp > cfg->n_layers) {
+        bt_diag_set(diag,
+                    "pipeline parallelism: stage %d of %d is out of range (pp must be at most "
+                    "model.n_layers %d)",
+                    cfg->pp_rank, cfg->pp, cfg->n_layers);
+        return BT_EINVAL;
+    }
+    if (cfg->act_slots < 0) {
+        bt_diag_set(diag, "model: %d activation slots (at least 1)", cfg->act_slots);
+        return BT_EINVAL;
+    }
     if (!(cfg->norm_eps > 0)) {
         bt_diag_set(diag, "model.norm_eps must be positive");
         return BT_EINVAL;

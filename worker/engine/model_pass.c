@@ -8,7 +8,12 @@
  * Under tensor parallelism the passes run on the rank's shard (H/tp heads, F/tp ffn rows,
  * V/tp vocabulary rows) with Megatron's f and g operators (model_tp.h) around the
  * column- and row-parallel GEMMs; with tp 1 those are no-ops and the passes are the
- * one-process ones, op for op. */
+ * one-process ones, op for op.
+ *
+ * Under pipeline parallelism the passes run the stage's layers on one activation slot
+ * (model_stage_forward/backward); a stage starts from the embedding or from the previous
+ * stage's output, and ends at the loss or at its output, whose gradient the next stage
+ * sends back. With one stage and one slot they are the one-process passes. */
 #include <math.h>
 
 #include "model.h"
@@ -159,42 +164,73 @@ static void loss_forward(model *m, const int32_t *targets, float *loss) {
     if (loss) *loss = m->loss;
 }
 
-int model_forward(model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
-                  float *loss) {
+/* Points the passes at slot's activations and token copies. */
+static void select_slot(model *m, int slot) {
+    size_t bt = (size_t)m->max_B * m->max_T;
+    m->acts = m->slot_acts[slot];
+    m->tokens = m->tokens_mem + (size_t)slot * 2 * bt;
+    m->targets = m->tokens + bt;
+}
+
+float *model_stage_input(model *m, int slot) {
+    return m->slot_acts[slot].resid;
+}
+
+float *model_stage_output(model *m, int slot) {
+    return m->slot_acts[slot].resid + (size_t)m->n_layers * m->B * m->T * m->cfg.dim;
+}
+
+float *model_stage_grad(model *m) {
+    return m->gacts.dres;
+}
+
+int model_stage_forward(model *m, int slot, const int32_t *tokens, const int32_t *targets, int B,
+                        int T, float *loss) {
     backend *be = m->be;
     const model_config *cfg = &m->cfg;
-    if (B <= 0 || T <= 0 || B > m->max_B || T > m->max_T) return BT_ERANGE;
+    if (B <= 0 || T <= 0 || B > m->max_B || T > m->max_T || slot < 0 || slot >= m->n_slots)
+        return BT_ERANGE;
     int N = B * T, rc = check_tokens(m, tokens, targets, N, &m->n_valid);
     if (rc) return rc;
     if (m->comm_err) return m->comm_err;
+    select_slot(m, slot);
     m->B = B;
     m->T = T;
-    be->from_host(be, m->tokens, tokens, (size_t)N * sizeof(int32_t));
-    if (targets) be->from_host(be, m->targets, targets, (size_t)N * sizeof(int32_t));
-    embed_forward(m, resid_at(m, 0), N);
-    for (int l = 0; l < cfg->n_layers; l++)
-        layer_forward(m, l, resid_at(m, l), resid_at(m, l + 1));
-    model_acts *a = &m->acts;
-    int L = cfg->n_layers;
-    be->rmsnorm_forward(be, a->lnf, a->lnf_rstd, resid_at(m, L), m->params.norm, N, cfg->dim,
-                        cfg->norm_eps);
-    model_tp_copy_forward(m, a->lnf, (size_t)N * cfg->dim);
-    be->matmul_forward(be, a->logits, a->lnf, m->params.lm_head, N, cfg->dim, m->shard.vocab,
-                       &m->gemm[MODEL_GEMMS_PER_LAYER * L], m->gacts.scratch);
     m->has_targets = targets != NULL;
-    if (targets) loss_forward(m, targets, loss);
+    m->slot_n_valid[slot] = targets ? m->n_valid : -1;
+    if (m->first_stage) {
+        be->from_host(be, m->tokens, tokens, (size_t)N * sizeof(int32_t));
+        embed_forward(m, resid_at(m, 0), N);
+    }
+    if (targets && m->last_stage)
+        be->from_host(be, m->targets, targets, (size_t)N * sizeof(int32_t));
+    for (int l = 0; l < m->n_layers; l++)
+        layer_forward(m, l, resid_at(m, l), resid_at(m, l + 1));
+    if (m->last_stage) {
+        model_acts *a = &m->acts;
+        int L = m->n_layers;
+        be->rmsnorm_forward(be, a->lnf, a->lnf_rstd, resid_at(m, L), m->params.norm, N, cfg->dim,
+                            cfg->norm_eps);
+        model_tp_copy_forward(m, a->lnf, (size_t)N * cfg->dim);
+        be->matmul_forward(be, a->logits, a->lnf, m->params.lm_head, N, cfg->dim, m->shard.vocab,
+                           &m->gemm[MODEL_GEMMS_PER_LAYER * L], m->gacts.scratch);
+        if (targets) loss_forward(m, targets, loss);
+    }
     rc = be->sync(be);
     return rc ? rc : m->comm_err;
 }
 
-int model_backward(model *m, float loss_scale) {
+int model_forward(model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
+                  float *loss) {
+    return model_stage_forward(m, 0, tokens, targets, B, T, loss);
+}
+
+/* The loss's backward down to the gradient of the last layer's output, in g->dres. */
+static void head_backward(model *m, float loss_scale) {
     backend *be = m->be;
-    const model_config *cfg = &m->cfg;
     model_acts *a = &m->acts;
     model_grad_acts *g = &m->gacts;
-    int N = m->B * m->T, C = cfg->dim, L = cfg->n_layers, V = m->shard.vocab;
-    if (N == 0 || !m->has_targets) return BT_EINVAL; /* backward needs a forward with targets */
-    if (m->comm_err) return m->comm_err;
+    int N = m->B * m->T, C = m->cfg.dim, L = m->n_layers, V = m->shard.vocab;
     float dloss = m->n_valid ? loss_scale / (float)m->n_valid : 0.0f;
     if (m->tp_group == NULL)
         be->crossentropy_backward(be, a->logits, a->logits, a->ce_lse, m->targets, dloss, N, V);
@@ -206,11 +242,29 @@ int model_backward(model *m, float loss_scale) {
     model_tp_copy_backward(m, g->dln, (size_t)N * C);
     be->rmsnorm_backward(be, g->dres, m->grads.norm, g->dln, resid_at(m, L), m->params.norm,
                          a->lnf_rstd, N, C);
-    for (int l = L - 1; l >= 0; l--) {
+}
+
+int model_stage_backward(model *m, int slot, float loss_scale) {
+    backend *be = m->be;
+    const model_config *cfg = &m->cfg;
+    if (slot < 0 || slot >= m->n_slots) return BT_ERANGE;
+    int N = m->B * m->T;
+    m->n_valid = m->slot_n_valid[slot];
+    /* backward needs a forward, with targets on the last stage */
+    if (N == 0 || (m->last_stage && m->n_valid < 0)) return BT_EINVAL;
+    if (m->comm_err) return m->comm_err;
+    select_slot(m, slot);
+    if (m->last_stage) head_backward(m, loss_scale);
+    for (int l = m->n_layers - 1; l >= 0; l--) {
         if (cfg->recompute == MODEL_RECOMPUTE_FULL) layer_forward(m, l, resid_at(m, l), NULL);
         layer_backward(m, l, resid_at(m, l));
     }
-    embed_backward(m, g->dres, N);
+    if (m->first_stage) embed_backward(m, m->gacts.dres, N);
     int rc = be->sync(be);
     return rc ? rc : m->comm_err;
+}
+
+int model_backward(model *m, float loss_scale) {
+    if (!m->has_targets) return BT_EINVAL;
+    return model_stage_backward(m, 0, loss_scale);
 }

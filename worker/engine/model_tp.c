@@ -60,7 +60,7 @@ int model_tp_reduce_grads(model *m, comm *kv_group) {
     if (kv_group == NULL) return 0;
     size_t C = (size_t)m->cfg.dim, hd = (size_t)m->cfg.head_dim;
     size_t qd = (size_t)m->shard.heads * hd, kvd = (size_t)m->shard.kv_heads * hd;
-    for (int l = 0; l < m->cfg.n_layers; l++) {
+    for (int l = 0; l < m->n_layers; l++) {
         float *dkv = m->grads.layers[l].wqkv + qd * C; /* k_proj then v_proj rows */
         int rc = comm_allreduce(kv_group, dkv, dkv, 2 * kvd * C, COMM_F32, COMM_SUM, NULL);
         if (rc != 0) return rc;

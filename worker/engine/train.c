@@ -26,19 +26,22 @@ static int train_check_layout(const Baton__StageSpec *spec, const train_groups *
     const Baton__Parallel *p = s->parallel;
     uint32_t dp = g->dp ? (uint32_t)comm_size(g->dp) : 1;
     uint32_t tp = g->tp ? (uint32_t)comm_size(g->tp) : 1;
-    if (p->pp * p->cp * p->ep != 1) {
+    uint32_t pp = g->pp ? (uint32_t)comm_size(g->pp) : 1;
+    if (p->cp * p->ep != 1) {
         bt_diag_set(diag,
                     "stage \"%s\": layout tp%u pp%u cp%u dp%u ep%u is not supported by this "
-                    "worker with %u data-parallel rank(s): it runs one process, tensor and data "
-                    "parallelism (pipeline, context and expert parallelism come later)",
-                    s->name, p->tp, p->pp, p->cp, p->dp, p->ep, dp);
+                    "worker: it runs one process, tensor, pipeline and data parallelism "
+                    "(context and expert parallelism come later)",
+                    s->name, p->tp, p->pp, p->cp, p->dp, p->ep);
         return BT_EUNSUPPORTED;
     }
-    if (p->dp != dp || p->tp != tp) {
+    if (p->dp != dp || p->tp != tp || p->pp != pp) {
+        uint32_t n = p->tp * p->pp * p->dp;
         bt_diag_set(diag,
-                    "stage \"%s\": layout tp%u dp%u needs %u ranks; this job gives %u tensor- "
-                    "and %u data-parallel rank(s) (launch it with -n %u)",
-                    s->name, p->tp, p->dp, p->tp * p->dp, tp, dp, p->tp * p->dp);
+                    "stage \"%s\": layout tp%u pp%u cp%u dp%u ep%u is not supported by this "
+                    "worker with %u tensor-, %u pipeline- and %u data-parallel rank(s): it needs "
+                    "%u ranks (launch it with -n %u, or pass --single-process)",
+                    s->name, p->tp, p->pp, p->cp, p->dp, p->ep, tp, pp, dp, n, n);
         return BT_EINVAL;
     }
     if (s->global_batch % (s->micro_batch * dp) != 0 || s->seq_len > INT32_MAX) {
@@ -64,9 +67,10 @@ static int train_segments(trainer *t) {
 }
 
 /* Under tp the gradient norm adds over the tp group, each tensor counted by the rank that
- * holds its replica 0 (the others hold bitwise copies of a norm weight or kv head). */
+ * holds its replica 0 (the others hold bitwise copies of a norm weight or kv head); under
+ * pp it adds over the pipeline group too (the stages hold disjoint tensors). */
 static int train_norm_segments(trainer *t, bt_diag *diag) {
-    if (t->tp.group == NULL) return 0;
+    if (t->tp.group == NULL && t->pp.group == NULL) return 0;
     optim_segment *mine = calloc(t->n_segs, sizeof *mine);
     if (mine == NULL) return BT_ENOMEM;
     size_t k = 0;
@@ -75,7 +79,8 @@ static int train_norm_segments(trainer *t, bt_diag *diag) {
         model_tensor_info(&t->m, (int)i, &mt);
         if (mt.replica == 0) mine[k++] = t->segs[i];
     }
-    int rc = train_dp_set_norm(&t->dp, t->tp.group, mine, k, diag);
+    comm *groups[2] = {t->tp.group, t->pp.group};
+    int rc = train_dp_set_norm(&t->dp, groups, 2, mine, k, diag);
     free(mine);
     return rc;
 }
@@ -109,13 +114,17 @@ static int train_loader_open(trainer *t, bt_diag *diag) {
     return loader_open(&t->ld, src, n, &lc, diag);
 }
 
-static int train_model_init(trainer *t, comm *tp_group, bt_diag *diag) {
+static int train_model_init(trainer *t, comm *tp_group, comm *pp_group, bt_diag *diag) {
     model_config cfg;
     int rc = model_config_from_pb(&cfg, t->spec->model, diag);
     if (rc != 0) return rc;
     model_config_apply_stage(&cfg, t->spec->stage);
     cfg.tp = tp_group ? comm_size(tp_group) : 1;
     cfg.tp_rank = tp_group ? comm_rank(tp_group) : 0;
+    cfg.pp = pp_group ? comm_size(pp_group) : 1;
+    cfg.pp_rank = pp_group ? comm_rank(pp_group) : 0;
+    cfg.act_slots = pipeline_slots(cfg.pp, cfg.pp_rank, (int)t->accum);
+    train_pp_init(&t->pp, pp_group, (size_t)t->B * t->T * (size_t)cfg.dim);
     cpu_backend_init(&t->be);
     rc = model_init_tp(&t->m, &cfg, &t->be, (int)t->B, (int)t->T, tp_group, diag);
     rc = rc ? rc : train_tp_init(&t->tp, tp_group, &t->m.cfg, diag);
@@ -138,7 +147,7 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
     t->total_steps = s->steps, t->first_sample = spec->start_sample;
     t->step = t->step0 = spec->start_step;
     optim_hparams_from_pb(&t->hp, s->optimizer);
-    rc = train_model_init(t, g.tp, diag);
+    rc = train_model_init(t, g.tp, g.pp, diag);
     rc = rc ? rc : train_segments(t);
     rc = rc ? rc
             : train_dp_init(&t->dp, dp_group, (int)s->parallel->zero, t->m.sizes.param_floats,
@@ -222,7 +231,69 @@ static int train_fetch(trainer *t, uint32_t j, bt_diag *diag) {
     return 0;
 }
 
+/* The schedule's view of the stage (pipeline.h); ctx is a train_pp_ctx. Micro-batch mb's
+ * data is fetched on every stage (the first reads its tokens, the last its targets). */
+typedef struct train_pp_ctx {
+    trainer *t;
+    bt_diag *diag;
+} train_pp_ctx;
+
+static int train_pp_forward(void *ctx, int mb, int slot) {
+    trainer *t = ((train_pp_ctx *)ctx)->t;
+    float l = 0;
+    int rc = train_fetch(t, (uint32_t)mb, ((train_pp_ctx *)ctx)->diag);
+    rc =
+        rc ? rc : model_stage_forward(&t->m, slot, t->tokens, t->targets, (int)t->B, (int)t->T, &l);
+    if (rc == 0 && t->m.last_stage) t->mb_loss += l / t->accum;
+    return rc;
+}
+
+/* The amaxes are collected after each backward: it rewrites every amax of its GEMMs
+ * (backend.h), so they cover the micro-batch as the one-process loop's do. */
+static int train_pp_backward(void *ctx, int mb, int slot) {
+    trainer *t = ((train_pp_ctx *)ctx)->t;
+    (void)mb;
+    int rc = model_stage_backward(&t->m, slot, 1.0f / (float)t->accum);
+    if (rc == 0) train_fp8_collect(t);
+    return rc;
+}
+
+static float *train_pp_input(void *ctx, int slot) {
+    return model_stage_input(&((train_pp_ctx *)ctx)->t->m, slot);
+}
+
+static float *train_pp_output(void *ctx, int slot) {
+    return model_stage_output(&((train_pp_ctx *)ctx)->t->m, slot);
+}
+
+static float *train_pp_grad(void *ctx) {
+    return model_stage_grad(&((train_pp_ctx *)ctx)->t->m);
+}
+
+/* The step's micro-batches through the pipeline; *loss is the step's mean loss on every
+ * stage (summed over the pipeline group from the last stage's). */
+static int train_micro_batches_pp(trainer *t, double *loss, bt_diag *diag) {
+    train_pp_ctx ctx = {.t = t, .diag = diag};
+    pipeline_stage st = {.ctx = &ctx,
+                         .forward = train_pp_forward,
+                         .backward = train_pp_backward,
+                         .input = train_pp_input,
+                         .output = train_pp_output,
+                         .grad = train_pp_grad};
+    t->mb_loss = 0;
+    int rc = pipeline_run_1f1b(&t->pp.pipe, (int)t->accum, &st, diag);
+    if (rc != 0) {
+        if (!diag->msg[0] || t->m.comm_err)
+            bt_diag_set(diag, "step %llu: %s", (unsigned long long)t->step + 1,
+                        t->m.comm_err ? comm_error(t->tp.group) : bt_strerror(rc));
+        return rc;
+    }
+    *loss = t->mb_loss;
+    return train_pp_sum(&t->pp, loss, diag);
+}
+
 static int train_micro_batches(trainer *t, double *loss, bt_diag *diag) {
+    if (t->pp.group != NULL) return train_micro_batches_pp(t, loss, diag);
     *loss = 0;
     for (uint32_t j = 0; j < t->accum; j++) {
         float l = 0;
@@ -285,7 +356,11 @@ int train_eval(trainer *t, const char *prefix, uint32_t n, double *loss, bt_diag
             rc =
                 loader_get(&ev, i + b, t->tokens + (size_t)b * t->T, t->targets + (size_t)b * t->T);
         float l = 0;
-        rc = rc ? rc : model_forward(&t->m, t->tokens, t->targets, (int)b, (int)t->T, &l);
+        if (rc == 0 && t->pp.group != NULL)
+            rc = train_pp_eval_batch(&t->pp, &t->m, t->tokens, t->targets, (int)b, (int)t->T, &l,
+                                     diag);
+        else
+            rc = rc ? rc : model_forward(&t->m, t->tokens, t->targets, (int)b, (int)t->T, &l);
         sum += (double)l * b, done += b;
     }
     if (rc != 0) bt_diag_set(diag, "eval on %s: %s", prefix, bt_strerror(rc));

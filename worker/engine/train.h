@@ -4,10 +4,11 @@
  * stage's schedule, and reports metrics. Everything is allocated in train_init.
  *
  * Layouts: one process (tp = pp = cp = dp = 1), tensor parallelism over a tp group
- * (model_tp.h, train_tp.h), data parallelism over a dp group (train_dp.h, with or without
- * ZeRO-1), or both. Each dp rank takes global_batch / dp samples per step, reached
- * through K = global_batch / (micro_batch dp) micro-batches; the tp ranks of one dp rank
- * take the same samples. */
+ * (model_tp.h, train_tp.h), pipeline parallelism over a pp group (1F1B, pipeline.h,
+ * train_pp.h), data parallelism over a dp group (train_dp.h, with or without ZeRO-1), or
+ * any product of them. Each dp rank takes global_batch / dp samples per step, reached
+ * through K = global_batch / (micro_batch dp) micro-batches; the tp ranks and pipeline
+ * stages of one dp rank take the same samples. */
 #ifndef BATON_TRAIN_H
 #define BATON_TRAIN_H
 
@@ -20,6 +21,7 @@
 #include "precision.h"
 #include "stage_spec.pb-c.h"
 #include "train_dp.h"
+#include "train_pp.h"
 #include "train_tp.h"
 #include "util/err.h"
 
@@ -52,6 +54,8 @@ typedef struct trainer {
     float *fp8_history;        /* backing store of every meta's history */
     train_dp dp;
     train_tp tp;
+    train_pp pp;
+    double mb_loss; /* the step's loss so far (last stage), for the pipeline callbacks */
     uint32_t B, T, accum;
     uint64_t step, total_steps;
     uint64_t step0, first_sample; /* the stage resumed at step0 with global sample first_sample */
@@ -63,6 +67,7 @@ typedef struct trainer {
 typedef struct train_groups {
     comm *tp; /* tensor-parallel group: size the spec's tp */
     comm *dp; /* data-parallel group: size the spec's dp */
+    comm *pp; /* pipeline group: size the spec's pp, rank = stage */
 } train_groups;
 
 /* Builds the model from spec (weights from spec->seed; under tp this rank's slices of the

@@ -53,15 +53,16 @@ void train_dp_free(train_dp *d) {
     memset(d, 0, sizeof *d);
 }
 
-int train_dp_set_norm(train_dp *d, comm *group, const optim_segment *segs, size_t n_segs,
-                      bt_diag *diag) {
-    if (group == NULL) return 0;
+int train_dp_set_norm(train_dp *d, comm *const *groups, int n_groups, const optim_segment *segs,
+                      size_t n_segs, bt_diag *diag) {
+    for (int i = 0; i < n_groups && d->n_norm_groups < 2; i++)
+        if (groups[i] != NULL) d->norm_groups[d->n_norm_groups++] = groups[i];
+    if (d->n_norm_groups == 0) return 0;
     d->norm_segs = calloc(n_segs ? n_segs : 1, sizeof *d->norm_segs);
     if (d->norm_segs == NULL) {
         bt_diag_set(diag, "out of memory for the gradient-norm segments");
         return BT_ENOMEM;
     }
-    d->norm_group = group;
     if (d->flat != NULL)
         d->n_norm_segs = dp_shard_segments(segs, n_segs, d->shard_begin, d->shard_n, d->norm_segs);
     else
@@ -69,12 +70,14 @@ int train_dp_set_norm(train_dp *d, comm *group, const optim_segment *segs, size_
     return 0;
 }
 
-/* The rank's partial sum of squares (sumsq), added over the norm group. */
+/* The rank's partial sum of squares (sumsq), added over the norm groups. */
 static int dp_norm_over_group(train_dp *d, double *sumsq, bt_diag *diag) {
-    if (comm_allreduce(d->norm_group, sumsq, sumsq, 1, COMM_F64, COMM_SUM, NULL) != 0) {
-        bt_diag_set(diag, "grad-norm all-reduce over %s: %s", comm_name(d->norm_group),
-                    comm_error(d->norm_group));
-        return BT_EIO;
+    for (int i = 0; i < d->n_norm_groups; i++) {
+        comm *g = d->norm_groups[i];
+        if (comm_allreduce(g, sumsq, sumsq, 1, COMM_F64, COMM_SUM, NULL) != 0) {
+            bt_diag_set(diag, "grad-norm all-reduce over %s: %s", comm_name(g), comm_error(g));
+            return BT_EIO;
+        }
     }
     return 0;
 }
@@ -92,7 +95,7 @@ static int dp_update_replicated(train_dp *d, float *params, float *grads, const 
             return dp_fail(d, "gradient all-reduce", diag);
         optim_grad_scale(grads, d->n_params, 1.0f / (float)d->size);
     }
-    if (d->norm_group == NULL) {
+    if (d->n_norm_groups == 0) {
         *norm = optim_adamw_step(o, params, grads, segs, n_segs, hp, lr);
         return 0;
     }
@@ -114,11 +117,11 @@ static int dp_update_sharded(train_dp *d, float *params, const float *grads, opt
     if (comm_reduce_scatter(d->group, d->flat, shard, d->chunk, COMM_F32, COMM_SUM, NULL) != 0)
         return dp_fail(d, "gradient reduce-scatter", diag);
     optim_grad_scale(shard, d->chunk, 1.0f / (float)d->size);
-    double sumsq = d->norm_group ? optim_segments_sumsq(shard, d->norm_segs, d->n_norm_segs)
-                                 : optim_segments_sumsq(shard, d->segs, d->n_segs);
+    double sumsq = d->n_norm_groups ? optim_segments_sumsq(shard, d->norm_segs, d->n_norm_segs)
+                                    : optim_segments_sumsq(shard, d->segs, d->n_segs);
     if (comm_allreduce(d->group, &sumsq, &sumsq, 1, COMM_F64, COMM_SUM, NULL) != 0)
         return dp_fail(d, "grad-norm all-reduce", diag);
-    if (d->norm_group != NULL && dp_norm_over_group(d, &sumsq, diag) != 0) return BT_EIO;
+    if (d->n_norm_groups && dp_norm_over_group(d, &sumsq, diag) != 0) return BT_EIO;
     *norm = sqrt(sumsq);
     optim_adamw_step_norm(o, params + d->shard_begin, shard, d->segs, d->n_segs, hp, lr, *norm);
     memcpy(shard, params + d->shard_begin, d->shard_n * sizeof(float));

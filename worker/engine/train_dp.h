@@ -9,7 +9,9 @@
  * The loss and the fp8 amaxes are reduced too, so every rank reports and scales alike.
  * Under tensor parallelism each tp rank runs this over its own parameter buffer with the
  * dp group of its tp slice; the gradient norm then also sums over the tp group
- * (train_dp_set_norm), each replicated tensor counted by one tp rank only. */
+ * (train_dp_set_norm), each replicated tensor counted by one tp rank only. Under pipeline
+ * parallelism likewise each stage over its own buffer, the norm also summing over the
+ * pipeline group. */
 #ifndef BATON_TRAIN_DP_H
 #define BATON_TRAIN_DP_H
 
@@ -28,9 +30,10 @@ typedef struct train_dp {
     float *flat;         /* (size * chunk) gradients, then parameters, padded; zero >= 1 */
     optim_segment *segs; /* this rank's segments, shard-relative (zero >= 1) */
     size_t n_segs;
-    comm *norm_group;         /* the norm's sum of squares also adds over it; NULL: none */
+    comm *norm_groups[2]; /* the norm's sum of squares also adds over these (tp, pp) */
+    int n_norm_groups;
     optim_segment *norm_segs; /* the gradients this rank counts in the norm (shard-relative
-                               * under zero 1); used only with norm_group */
+                               * under zero 1); used only with norm_groups */
     size_t n_norm_segs;
 } train_dp;
 
@@ -40,10 +43,11 @@ typedef struct train_dp {
 int train_dp_init(train_dp *d, comm *group, int zero, size_t n_params, const optim_segment *segs,
                   size_t n_segs, bt_diag *diag);
 void train_dp_free(train_dp *d);
-/* Extends the gradient norm over group (the tensor-parallel group): this rank counts only
- * the gradients in segs (full-buffer offsets), the other ranks of group the rest. */
-int train_dp_set_norm(train_dp *d, comm *group, const optim_segment *segs, size_t n_segs,
-                      bt_diag *diag);
+/* Extends the gradient norm over groups (the tensor- and pipeline-parallel groups, NULL
+ * entries skipped, at most 2): this rank counts only the gradients in segs (full-buffer
+ * offsets), the other ranks of the groups the rest. */
+int train_dp_set_norm(train_dp *d, comm *const *groups, int n_groups, const optim_segment *segs,
+                      size_t n_segs, bt_diag *diag);
 size_t train_dp_optim_floats(const train_dp *d);
 
 /* Reduces grads across the group, clips with the global norm and applies AdamW at lr,

@@ -190,31 +190,53 @@ static int worker_train(trainer *t, const worker_args *a, bt_diag *diag) {
     return 0;
 }
 
-/* The one-process parameters, tensor after tensor: every rank takes part (under tp the
- * slices are gathered over the tp group), world rank 0 writes. */
-static int worker_dump_params(trainer *t, const char *path, int writer, bt_diag *diag) {
-    if (path == NULL) return 0;
-    size_t biggest = 0;
+/* The stage's one-process tensors, in order, gathered over the tp group into out. */
+static int worker_gather_stage(trainer *t, float *out) {
+    size_t off = 0;
     for (int i = 0; i < model_n_tensors(&t->m); i++) {
         model_tensor mt;
         model_tensor_info(&t->m, i, &mt);
-        biggest = mt.global_count > biggest ? mt.global_count : biggest;
+        int rc = model_gather_tensor(&t->m, i, out + off);
+        if (rc != 0) return rc;
+        off += mt.global_count;
+    }
+    return 0;
+}
+
+/* Tag of a stage's parameters on their way to stage 0 (training uses small tags). */
+#define WORKER_DUMP_TAG 0x7ffffff1u
+
+/* The one-process parameters, tensor after tensor: every rank takes part (under tp the
+ * slices are gathered over the tp group; under pp each stage's tensors, which follow the
+ * previous stage's in the one-process order, are sent to stage 0), world rank 0 writes. */
+static int worker_dump_params(trainer *t, const char *path, int writer, bt_diag *diag) {
+    if (path == NULL) return 0;
+    const model_config *cfg = &t->m.cfg;
+    train_pp *pp = &t->pp;
+    size_t biggest = 0;
+    for (int s = 0; s < pp->stages; s++) {
+        size_t n = model_stage_global_floats(cfg, s);
+        biggest = n > biggest ? n : biggest;
     }
     float *buf = malloc(biggest * sizeof *buf);
     FILE *f = writer ? fopen(path, "wb") : NULL;
-    int rc = buf == NULL ? BT_ENOMEM : 0, ok = !writer || f != NULL;
-    for (int i = 0; rc == 0 && i < model_n_tensors(&t->m); i++) {
-        model_tensor mt;
-        model_tensor_info(&t->m, i, &mt);
-        rc = model_gather_tensor(&t->m, i, buf);
-        if (rc == 0 && f != NULL)
-            ok = ok && fwrite(buf, sizeof *buf, mt.global_count, f) == mt.global_count;
+    int rc = buf == NULL ? BT_ENOMEM : 0, ok = !writer || f != NULL, pp_failed = 0;
+    rc = rc ? rc : worker_gather_stage(t, buf);
+    for (int s = 0; rc == 0 && s < pp->stages; s++) {
+        size_t n = model_stage_global_floats(cfg, s);
+        if (s > 0 && pp->stage == 0)
+            rc = comm_recv(pp->group, buf, n, COMM_F32, s, WORKER_DUMP_TAG, NULL);
+        else if (s > 0 && pp->stage == s)
+            rc = comm_send(pp->group, buf, n, COMM_F32, 0, WORKER_DUMP_TAG, NULL);
+        pp_failed = rc != 0;
+        if (rc == 0 && f != NULL) ok = ok && fwrite(buf, sizeof *buf, n, f) == n;
     }
     ok = (f == NULL || fclose(f) == 0) && ok;
     free(buf);
     if (rc != 0) {
+        comm *g = pp_failed ? pp->group : t->tp.group;
         bt_diag_set(diag, "%s: cannot gather the parameters: %s", path,
-                    t->tp.group ? comm_error(t->tp.group) : bt_strerror(rc));
+                    g ? comm_error(g) : bt_strerror(rc));
         return rc;
     }
     if (!ok) {
@@ -224,8 +246,8 @@ static int worker_dump_params(trainer *t, const char *path, int writer, bt_diag 
     return 0;
 }
 
-/* Evaluation is collective over the tp group: the tp group of world rank 0 (dp rank 0)
- * evaluates, rank 0 prints. */
+/* Evaluation is collective over the tp and pp groups: those of world rank 0 (dp rank 0)
+ * evaluate, rank 0 prints. */
 static int worker_eval(trainer *t, const worker_args *a, bt_diag *diag) {
     const char *valid = a->valid ? a->valid : t->spec->data->valid;
     if (a->eval_windows == 0 || valid == NULL || valid[0] == '\0' || t->dp.rank != 0) return 0;
@@ -243,7 +265,7 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
                       bt_diag *diag) {
     trainer t;
     int rc = worker_ranks_groups(w, spec->stage->parallel, diag);
-    train_groups groups = {.tp = w->tp, .dp = w->dp};
+    train_groups groups = {.tp = w->tp, .dp = w->dp, .pp = w->pp};
     rc = rc ? rc : train_init(&t, spec, &groups, diag);
     *setup_rc = rc;
     if (rc != 0) return rc;

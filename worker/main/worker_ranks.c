@@ -87,6 +87,7 @@ int worker_ranks_groups(worker_ranks *w, const Baton__Parallel *p, bt_diag *diag
     int rc = layout_init(&l, p->tp, p->cp, p->dp, p->pp, p->ep ? p->ep : 1, order, world, diag);
     rc = rc ? rc : ranks_group(w, &l, LAYOUT_TP, &w->tp, &w->own_tp, diag);
     rc = rc ? rc : ranks_group(w, &l, LAYOUT_DP, &w->dp, &w->own_dp, diag);
+    rc = rc ? rc : ranks_group(w, &l, LAYOUT_PP, &w->pp, &w->own_pp, diag);
     return rc;
 }
 
@@ -108,6 +109,7 @@ static void ranks_remove_store(const char *dir) {
 void worker_ranks_leave(worker_ranks *w) {
     if (w->own_tp) comm_destroy(w->tp);
     if (w->own_dp) comm_destroy(w->dp);
+    if (w->own_pp) comm_destroy(w->pp);
     if (w->world != NULL) comm_destroy(w->world);
     if (w->under_pmix) boot_finalize(NULL);
     if (w->store[0] != '\0') ranks_remove_store(w->store);

@@ -11,18 +11,20 @@
 typedef struct worker_ranks {
     int under_pmix; /* boot_init succeeded: finalize at the end */
     boot_info info;
-    comm *world;        /* NULL for one process */
-    comm *tp, *dp;      /* this rank's tensor- and data-parallel groups; NULL: degree 1 */
-    int own_tp, own_dp; /* made by comm_split (else the world itself): destroy at leave */
-    char store[512];    /* rendezvous directory this worker created, to remove; "" if none */
+    comm *world;                /* NULL for one process */
+    comm *tp, *dp, *pp;         /* this rank's tensor-, data- and pipeline-parallel groups; NULL:
+                                 * degree 1 */
+    int own_tp, own_dp, own_pp; /* made by comm_split (else the world itself): destroy */
+    char store[512]; /* rendezvous directory this worker created, to remove; "" if none */
 } worker_ranks;
 
 /* Joins the job. timeout_s bounds the rendezvous and every collective. */
 int worker_ranks_join(worker_ranks *w, double timeout_s, bt_diag *diag);
-/* This rank's tp and dp groups for the layout p (stages/layout.h, p->order), split from
- * the world: every rank calls it, and splits the same lists in the same order (tp, then
- * dp). A group spanning the world is the world. When the world's size is not
- * tp*cp*dp*pp the world becomes the dp group, for train_init to report the mismatch. */
+/* This rank's tp, dp and pp groups for the layout p (stages/layout.h, p->order), split
+ * from the world: every rank calls it, and splits the same lists in the same order (tp,
+ * dp, then pp; a pp group's rank is the stage). A group spanning the world is the world. When the
+ * world's size is not tp*cp*dp*pp the world becomes the dp group, for train_init to report the
+ * mismatch. */
 int worker_ranks_groups(worker_ranks *w, const Baton__Parallel *p, bt_diag *diag);
 /* Leaves: destroys the groups, finalizes PMIx, removes the rendezvous directory. */
 void worker_ranks_leave(worker_ranks *w);
