@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The default run, as far as baton goes today: plan the tiny three-stage recipe, prepare
-# the fortunes corpus, then train the recipe's first stage (pretrain) in one process on
-# the CPU engine and report the validation loss. Everything lands in runs/quickstart/.
-# (Several worker processes and the stage-to-stage hand-off come with `baton run`.)
+# the fortunes corpus, then train the recipe's first stage (pretrain, tp2 x pp2) as 4
+# PMIx-launched workers on the CPU engine and report the validation loss. Everything
+# lands in runs/quickstart/. (The stage-to-stage hand-off comes with `baton run`.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
@@ -19,6 +19,7 @@ echo "== preparing the fortunes corpus in $run/data"
 "$top/$bin/baton" data prepare --input /usr/share/games/fortunes --split-on-percent \
   --output data/fortunes
 echo
-echo "== training stage 'pretrain' of $recipe in one process (the reference layout)"
+echo "== training stage 'pretrain' of $recipe: 4 workers, tp2 x pp2"
 "$top/$bin/baton" spec "$recipe" --stage pretrain --out pretrain.pb
-"$top/$bin/baton-worker" --spec pretrain.pb --single-process --log-every 25 --eval-windows 190
+"$top/$bin/baton" launch -n 4 -- "$top/$bin/baton-worker" --spec pretrain.pb --log-every 25 \
+  --eval-windows 190

@@ -326,12 +326,15 @@ int train_step(trainer *t, train_metrics *out, bt_diag *diag) {
     rc = rc ? rc : train_dp_mean(&t->dp, &loss, diag);
     if (rc != 0) return rc;
     t->step++;
+    int skipped = !isfinite(norm); /* the optimizer left the weights alone (optim.h) */
+    t->skipped_steps += (uint64_t)skipped;
     double dt = train_now() - t0;
     const Baton__Stage *s = t->spec->stage;
     *out = (train_metrics){.step = t->step,
                            .loss = loss,
                            .lr = lr,
                            .grad_norm = norm,
+                           .skipped = skipped,
                            .step_s = dt,
                            .tokens_per_s = (double)(s->global_batch * s->seq_len) / dt,
                            .gflops_per_s = t->flops_per_step / dt * 1e-9};
@@ -343,6 +346,7 @@ int train_step(trainer *t, train_metrics *out, bt_diag *diag) {
 }
 
 int train_eval(trainer *t, const char *prefix, uint32_t n, double *loss, bt_diag *diag) {
+    train_fp8_begin(t); /* the scales the last step's amaxes gave, not the ones it ran with */
     loader ev;
     loader_source src = {.prefix = prefix, .weight = 1};
     loader_config lc = {.seq_len = t->T, .seed = t->spec->seed, .vocab_size = t->m.cfg.vocab};

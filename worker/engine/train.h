@@ -30,6 +30,7 @@ typedef struct train_metrics {
     double loss;   /* mean over the step's micro-batches */
     double lr;
     double grad_norm; /* before clipping */
+    int skipped;      /* the norm was not finite: no update was applied this step */
     double tokens_per_s;
     double gflops_per_s; /* model FLOPs (6 N T + attention) achieved */
     double step_s;
@@ -58,6 +59,7 @@ typedef struct trainer {
     double mb_loss; /* the step's loss so far (last stage), for the pipeline callbacks */
     uint32_t B, T, accum;
     uint64_t step, total_steps;
+    uint64_t skipped_steps;       /* steps whose update was skipped (non-finite gradients) */
     uint64_t step0, first_sample; /* the stage resumed at step0 with global sample first_sample */
     double flops_per_step;
 } trainer;

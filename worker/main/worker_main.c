@@ -185,6 +185,10 @@ static int worker_train(trainer *t, const worker_args *a, bt_diag *diag) {
                    "GFLOP/s\n",
                    (unsigned long long)m.step, (unsigned long long)t->total_steps, m.loss, m.lr,
                    m.grad_norm, m.tokens_per_s, m.gflops_per_s);
+        if (!a->quiet && m.skipped)
+            printf("step %6llu: update skipped: the gradient norm is not finite (%llu skipped "
+                   "so far)\n",
+                   (unsigned long long)m.step, (unsigned long long)t->skipped_steps);
         fflush(stdout);
     }
     return 0;
