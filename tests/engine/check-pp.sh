@@ -4,9 +4,11 @@
 # stage, 8 micro-batches), tp2 x pp2 and tp2 x pp2 x dp2 with ZeRO-1, launched by `baton launch`, every step's loss and the final parameters
 # (gathered from the stages, and the tp shards, into the one-process tensors) agree with
 # `baton-worker --single-process` within 1e-5 relative.
-#   check-pp.sh BATON BATON_WORKER SOURCE_DIR
+#   check-pp.sh BATON BATON_WORKER SOURCE_DIR [CASE]
 set -euo pipefail
 baton=$1 worker=$2 src=$3
+only=${4:-} # run only this case (ctest registers each case on its own)
+ran=0
 # Under ASan, OpenPMIx's own leaks are suppressed (see that file); ours are not.
 export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 work=$(mktemp -d /tmp/baton-test-pp.XXXXXX)
@@ -43,6 +45,8 @@ PY
 }
 
 run_case() { # NAME RANKS TP PP STAGE
+  [[ -z "$only" || "$1" == "$only" ]] || return 0
+  ran=$((ran + 1))
   local name=$1 n=$2 tp=$3 pp=$4 stage=$5
   sed "s/gpus_per_node: 2/gpus_per_node: $n/; s/tp: 1, pp: 2,/tp: $tp, pp: $pp,/" \
     "$src/tests/engine/pp.yaml" >"$name.yaml"
@@ -62,5 +66,6 @@ run_case pp4 4 1 4 plain
 run_case tp2-pp2 4 2 2 plain
 run_case tp2-pp2-dp2-zero1 8 2 2 zero1
 
+[[ $ran -gt 0 ]] || { echo "FAIL: no case named '$only'"; exit 1; }
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
 echo "all pipeline-parallel runs match the one-process run"

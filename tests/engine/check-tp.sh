@@ -4,9 +4,11 @@
 # `baton launch`, every step's loss and the final parameters (gathered from the tp
 # shards into the one-process tensors) agree with `baton-worker --single-process`
 # within 1e-5 relative.
-#   check-tp.sh BATON BATON_WORKER SOURCE_DIR
+#   check-tp.sh BATON BATON_WORKER SOURCE_DIR [CASE]
 set -euo pipefail
 baton=$1 worker=$2 src=$3
+only=${4:-} # run only this case (ctest registers each case on its own)
+ran=0
 # Under ASan, OpenPMIx's own leaks are suppressed (see that file); ours are not.
 export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 work=$(mktemp -d /tmp/baton-test-tp.XXXXXX)
@@ -43,6 +45,8 @@ PY
 }
 
 run_case() { # NAME RANKS TP STAGE
+  [[ -z "$only" || "$1" == "$only" ]] || return 0
+  ran=$((ran + 1))
   local name=$1 n=$2 tp=$3 stage=$4
   sed "s/gpus_per_node: 2/gpus_per_node: $n/; s/tp: 2,/tp: $tp,/" "$src/tests/engine/tp.yaml" \
     >"$name.yaml"
@@ -58,5 +62,6 @@ run_case tp2 2 2 plain
 run_case tp2-dp2-zero1 4 2 zero1
 run_case tp4-kv2 4 4 plain
 
+[[ $ran -gt 0 ]] || { echo "FAIL: no case named '$only'"; exit 1; }
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
 echo "all tensor-parallel runs match the one-process run"
