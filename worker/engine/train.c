@@ -164,7 +164,9 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
         train_free(t);
         return rc;
     }
-    t->flops_per_step = train_flops(&t->m, s->global_batch * s->seq_len, t->T);
+    /* This rank's share: the model's FLOPs of a step spread over tp x pp x dp ranks. */
+    double ranks = (double)s->parallel->tp * s->parallel->pp * s->parallel->dp;
+    t->flops_per_step = train_flops(&t->m, s->global_batch * s->seq_len, t->T) / ranks;
     return 0;
 }
 

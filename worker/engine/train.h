@@ -29,10 +29,10 @@ typedef struct train_metrics {
     uint64_t step; /* optimizer steps taken, after this one */
     double loss;   /* mean over the step's micro-batches */
     double lr;
-    double grad_norm; /* before clipping */
-    int skipped;      /* the norm was not finite: no update was applied this step */
-    double tokens_per_s;
-    double gflops_per_s; /* model FLOPs (6 N T + attention) achieved */
+    double grad_norm;    /* before clipping */
+    int skipped;         /* the norm was not finite: no update was applied this step */
+    double tokens_per_s; /* of the whole job */
+    double gflops_per_s; /* model FLOPs (6 N T + attention) achieved by this rank */
     double step_s;
 } train_metrics;
 
@@ -61,7 +61,7 @@ typedef struct trainer {
     uint64_t step, total_steps;
     uint64_t skipped_steps;       /* steps whose update was skipped (non-finite gradients) */
     uint64_t step0, first_sample; /* the stage resumed at step0 with global sample first_sample */
-    double flops_per_step;
+    double flops_per_step;        /* this rank's share of the model FLOPs of one step */
 } trainer;
 
 /* The groups a rank trains in, from the stage's layout (stages/layout.h). Borrowed: they

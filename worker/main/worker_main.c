@@ -182,7 +182,7 @@ static int worker_train(trainer *t, const worker_args *a, bt_diag *diag) {
         if (rc != 0) return rc;
         if (!a->quiet && (m.step % a->log_every == 0 || i + 1 == steps))
             printf("step %6llu/%llu  loss %.6f  lr %.3e  grad_norm %.4f  %.0f tok/s  %.2f "
-                   "GFLOP/s\n",
+                   "GFLOP/s/rank\n",
                    (unsigned long long)m.step, (unsigned long long)t->total_steps, m.loss, m.lr,
                    m.grad_norm, m.tokens_per_s, m.gflops_per_s);
         if (!a->quiet && m.skipped)
