@@ -63,9 +63,9 @@ enum { G_QKV, G_O, G_GATE_UP, G_DOWN, G_LM_HEAD, G_UNKNOWN, G_KINDS };
 #define P_SLOTS (P_GEMM0 + 2 * G_KINDS)
 
 static const char *const prof_op_names[P_GEMM0] = {
-    "zero_grad",     "residual_add",  "embedding_fwd", "embedding_bwd", "rmsnorm_fwd",
-    "rmsnorm_bwd",   "rope_fwd",      "rope_bwd",      "attention_fwd", "attention_bwd",
-    "swiglu_fwd",    "swiglu_bwd",    "xent_fwd",      "xent_bwd",      "other_ops",
+    "zero_grad",   "residual_add", "embedding_fwd", "embedding_bwd", "rmsnorm_fwd",
+    "rmsnorm_bwd", "rope_fwd",     "rope_bwd",      "attention_fwd", "attention_bwd",
+    "swiglu_fwd",  "swiglu_bwd",   "xent_fwd",      "xent_bwd",      "other_ops",
 };
 static const char *const prof_gemm_names[G_KINDS] = {"qkv",  "o",       "gate_up",
                                                      "down", "lm_head", "other"};
@@ -93,7 +93,7 @@ static int prof_gemm_kind(const prof *p, const float *w) {
     const model *m = p->m;
     if (m == NULL || m->params.layers == NULL) return G_UNKNOWN;
     if (w == m->params.lm_head) return G_LM_HEAD;
-    for (int l = 0; l < m->cfg.n_layers; l++) {
+    for (int l = 0; l < m->n_layers; l++) {
         const model_layer_weights *lw = &m->params.layers[l];
         if (w == lw->wqkv) return G_QKV;
         if (w == lw->wo) return G_O;
@@ -153,23 +153,23 @@ static void prof_embed_bwd(backend *be, float *dwte, const float *dout, const in
                            int C) {
     PROF_CALL(be, P_EMBED_BWD, in_->embedding_backward(in_, dwte, dout, tok, N, C));
 }
-static void prof_rmsnorm_fwd(backend *be, float *out, float *rstd, const float *inp,
-                             const float *w, int N, int C, float eps) {
+static void prof_rmsnorm_fwd(backend *be, float *out, float *rstd, const float *inp, const float *w,
+                             int N, int C, float eps) {
     PROF_CALL(be, P_RMSNORM_FWD, in_->rmsnorm_forward(in_, out, rstd, inp, w, N, C, eps));
 }
 static void prof_rmsnorm_bwd(backend *be, float *dinp, float *dw, const float *dout,
                              const float *inp, const float *w, const float *rstd, int N, int C) {
     PROF_CALL(be, P_RMSNORM_BWD, in_->rmsnorm_backward(in_, dinp, dw, dout, inp, w, rstd, N, C));
 }
-static void prof_matmul_fwd(backend *be, float *out, const float *inp, const float *w, int N,
-                            int C, int OC, backend_gemm *g, float *scratch) {
+static void prof_matmul_fwd(backend *be, float *out, const float *inp, const float *w, int N, int C,
+                            int OC, backend_gemm *g, float *scratch) {
     prof *p = be->ctx;
     int slot = P_GEMM0 + 2 * prof_gemm_kind(p, w);
     PROF_CALL(be, slot, in_->matmul_forward(in_, out, inp, w, N, C, OC, g, scratch));
 }
 static void prof_matmul_bwd(backend *be, float *dinp, float *dw, const float *dout,
-                            const float *inp, const float *w, int N, int C, int OC,
-                            backend_gemm *g, float *scratch) {
+                            const float *inp, const float *w, int N, int C, int OC, backend_gemm *g,
+                            float *scratch) {
     prof *p = be->ctx;
     int slot = P_GEMM0 + 2 * prof_gemm_kind(p, w) + 1;
     PROF_CALL(be, slot, in_->matmul_backward(in_, dinp, dw, dout, inp, w, N, C, OC, g, scratch));
@@ -185,17 +185,17 @@ static void prof_rope_bwd(backend *be, float *dinp, const float *dout, const flo
 static void prof_att_fwd(backend *be, float *out, float *lse, float *att, const float *q,
                          const float *k, const float *v, int ld, int B, int T, int H, int KV,
                          int hd, float scale, float *scratch) {
-    PROF_CALL(be, P_ATT_FWD,
-              in_->attention_forward(in_, out, lse, att, q, k, v, ld, B, T, H, KV, hd, scale,
-                                     scratch));
+    PROF_CALL(
+        be, P_ATT_FWD,
+        in_->attention_forward(in_, out, lse, att, q, k, v, ld, B, T, H, KV, hd, scale, scratch));
 }
 static void prof_att_bwd(backend *be, float *dq, float *dk, float *dv, const float *dout,
                          const float *att, const float *lse, const float *q, const float *k,
                          const float *v, int ld, int B, int T, int H, int KV, int hd, float scale,
                          float *scratch) {
     PROF_CALL(be, P_ATT_BWD,
-              in_->attention_backward(in_, dq, dk, dv, dout, att, lse, q, k, v, ld, B, T, H, KV,
-                                      hd, scale, scratch));
+              in_->attention_backward(in_, dq, dk, dv, dout, att, lse, q, k, v, ld, B, T, H, KV, hd,
+                                      scale, scratch));
 }
 static void prof_swiglu_fwd(backend *be, float *out, const float *inp, int N, int F) {
     PROF_CALL(be, P_SWIGLU_FWD, in_->swiglu_forward(in_, out, inp, N, F));
@@ -257,15 +257,14 @@ static void prof_reset(prof *p) {
 /* ---- Command line. ---- */
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: bench_engine [--dim C] [--layers L] [--heads H] [--kv-heads KV] [--ffn F]\n"
-            "                    [--vocab V] [--seq T] [--batch B] [--warmup N] [--steps N]\n"
-            "                    [--threads N] [--seed S] [--profile]\n"
-            "Times full training steps (zero grad, forward, backward, AdamW) of the CPU\n"
-            "engine and prints one JSON line. Defaults: dim 256, layers 4, heads dim/64,\n"
-            "kv-heads heads/2, ffn 8/3 dim rounded up to 64, vocab 4096, seq 256, batch 4,\n"
-            "warmup 2, steps 10, threads 1, seed 1234.\n"
-            "Exit status: 0 done, 1 the engine failed, 2 bad command line.\n");
+    fprintf(f, "usage: bench_engine [--dim C] [--layers L] [--heads H] [--kv-heads KV] [--ffn F]\n"
+               "                    [--vocab V] [--seq T] [--batch B] [--warmup N] [--steps N]\n"
+               "                    [--threads N] [--seed S] [--profile]\n"
+               "Times full training steps (zero grad, forward, backward, AdamW) of the CPU\n"
+               "engine and prints one JSON line. Defaults: dim 256, layers 4, heads dim/64,\n"
+               "kv-heads heads/2, ffn 8/3 dim rounded up to 64, vocab 4096, seq 256, batch 4,\n"
+               "warmup 2, steps 10, threads 1, seed 1234.\n"
+               "Exit status: 0 done, 1 the engine failed, 2 bad command line.\n");
 }
 
 /* A positive int option value, or -1 with a message naming the option. */
@@ -287,9 +286,9 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     struct {
         const char *name;
         int *dst;
-    } ints[] = {{"--dim", &dim},          {"--layers", &layers},  {"--heads", &heads},
-                {"--kv-heads", &kv},      {"--ffn", &ffn},        {"--vocab", &vocab},
-                {"--seq", &a->seq},       {"--batch", &a->batch}, {"--steps", &a->steps},
+    } ints[] = {{"--dim", &dim},           {"--layers", &layers},  {"--heads", &heads},
+                {"--kv-heads", &kv},       {"--ffn", &ffn},        {"--vocab", &vocab},
+                {"--seq", &a->seq},        {"--batch", &a->batch}, {"--steps", &a->steps},
                 {"--threads", &a->threads}};
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
@@ -490,7 +489,12 @@ int main(int argc, char **argv) {
     /* Wall time is the figure; process CPU time is kept beside it because on a shared
      * machine a step can wait for a core, which wall time counts and CPU time does not. */
     double *ms = calloc(2 * (size_t)a.steps, sizeof *ms);
-    double *cpu_ms = ms ? ms + a.steps : NULL;
+    if (ms == NULL) {
+        fprintf(stderr, "bench_engine: %s\n", bt_strerror(BT_ENOMEM));
+        bench_free(&s);
+        return 1;
+    }
+    double *cpu_ms = ms + a.steps;
     float loss_first = 0, loss_last = 0;
     for (int i = 0; rc == 0 && i < a.warmup + a.steps; i++) {
         if (i == a.warmup) {
@@ -498,14 +502,17 @@ int main(int argc, char **argv) {
             s.optim_sec = 0;
         }
         double t0 = bench_now(), c0 = bench_clock(CLOCK_PROCESS_CPUTIME_ID);
-        rc = bench_step(&s, &a, i == 0 ? &loss_first : &loss_last);
+        float loss = 0;
+        rc = bench_step(&s, &a, &loss);
+        if (i == 0) loss_first = loss;
+        loss_last = loss;
         if (i >= a.warmup) {
             ms[i - a.warmup] = (bench_now() - t0) * 1e3;
             cpu_ms[i - a.warmup] = (bench_clock(CLOCK_PROCESS_CPUTIME_ID) - c0) * 1e3;
         }
     }
-    if (rc || ms == NULL) {
-        fprintf(stderr, "bench_engine: training step failed: %s\n", bt_strerror(rc ? rc : BT_ENOMEM));
+    if (rc) {
+        fprintf(stderr, "bench_engine: training step failed: %s\n", bt_strerror(rc));
         free(ms);
         bench_free(&s);
         return 1;

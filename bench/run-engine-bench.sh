@@ -5,6 +5,7 @@
 #
 # usage: bench/run-engine-bench.sh BENCH_ENGINE [--coretype NAME|auto] [--dims "256 512 768"]
 #            [--warmup N] [--steps N] [--rounds R] [--python PATH] [--json FILE]
+#        bench/run-engine-bench.sh --table FILE   (the table again from a --json FILE)
 #
 #   --coretype NAME  export OPENBLAS_CORETYPE=NAME (e.g. Cooperlake, SkylakeX, Haswell)
 #                    for both sides; "auto" unsets OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE
@@ -16,18 +17,59 @@
 #                    median over rounds of its per-run median step time.
 #   --json FILE      also keep every run's JSON line in FILE.
 #
+# Table: tok/s and ms from each side's median wall-clock step; ratios baton/torch as
+# throughput (torch ms / baton ms) from the median step ("median"), the fastest step
+# ("best") and the median process CPU time ("cpu"). On a quiet machine the three agree;
+# when other work shares the 2 cores, wall time swings and best and cpu are steadier.
+#
 # Exit status: 0 done, 1 a run failed, 2 bad command line.
 set -euo pipefail
 
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
+
+python=/usr/bin/python3
+table() {
+  "$python" - "$1" <<'EOF'
+import json, statistics, sys
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+cores = sorted({(r["impl"], r["blas_core"]) for r in runs})
+print("# BLAS kernels: " + ", ".join(f"{i}: {c}" for i, c in cores))
+dims = list(dict.fromkeys(r["dim"] for r in runs))
+print(f"{'dim':>5} {'L':>2} {'H/KV':>6} {'ffn':>5} {'baton tok/s':>12} {'torch tok/s':>12} "
+      f"{'median':>7} {'best':>6} {'cpu':>6} {'baton ms':>9} {'torch ms':>9}")
+def med(rs, key):
+    return statistics.median(r[key] for r in rs)
+for d in dims:
+    b = [r for r in runs if r["dim"] == d and r["impl"] == "baton"]
+    t = [r for r in runs if r["dim"] == d and r["impl"] == "torch"]
+    c = b[0]
+    toks = c["batch"] * c["seq"]
+    bms = med(b, "step_ms_median")
+    hkv = f"{c['heads']}/{c['kv_heads']}"
+    line = f"{d:>5} {c['layers']:>2} {hkv:>6} {c['ffn']:>5} {toks / bms * 1e3:>12.1f} "
+    if t:
+        tms = med(t, "step_ms_median")
+        best = min(r["step_ms_min"] for r in t) / min(r["step_ms_min"] for r in b)
+        cpu = med(t, "step_cpu_ms_median") / med(b, "step_cpu_ms_median")
+        line += (f"{toks / tms * 1e3:>12.1f} {tms / bms:>6.2f}x {best:>5.2f}x {cpu:>5.2f}x "
+                 f"{bms:>9.1f} {tms:>9.1f}")
+    else:
+        line += f"{'n/a':>12} {'n/a':>7} {'n/a':>6} {'n/a':>6} {bms:>9.1f} {'n/a':>9}"
+    print(line)
+EOF
+}
 
 [[ $# -ge 1 ]] || { usage >&2; exit 2; }
-case "$1" in -h|--help) usage; exit 0 ;; esac
+case "$1" in
+  -h|--help) usage; exit 0 ;;
+  --table)
+    [[ $# -eq 2 && -r $2 ]] || { echo "run-engine-bench: --table needs a readable JSON file" >&2; exit 2; }
+    table "$2"; exit 0 ;;
+esac
 bin=$1; shift
 [[ -x $bin ]] || { echo "run-engine-bench: $bin is not an executable (build bench_engine first)" >&2; exit 2; }
 
 here=$(cd "$(dirname "$0")" && pwd)
-python=/usr/bin/python3
 dims="256 512 768"
 coretype="" warmup="" steps="" rounds=1 json=""
 while [[ $# -gt 0 ]]; do
@@ -90,30 +132,4 @@ for ((r = 1; r <= rounds; r++)); do
 done
 [[ -z $json ]] || cp "$out" "$json"
 
-"$python" - "$out" <<'EOF'
-import json, statistics, sys
-runs = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-cores = sorted({(r["impl"], r["blas_core"]) for r in runs})
-print("# BLAS kernels: " + ", ".join(f"{i}: {c}" for i, c in cores))
-print("# tok/s and ms: median wall time of a step; cpu ratio: the same from process CPU time,")
-print("# which a busy machine (a step waiting for a core) does not inflate")
-dims = list(dict.fromkeys(r["dim"] for r in runs))
-print(f"{'dim':>5} {'L':>2} {'H/KV':>6} {'ffn':>5} {'baton tok/s':>12} {'torch tok/s':>12} "
-      f"{'baton/torch':>11} {'cpu ratio':>9} {'baton ms':>9} {'torch ms':>9}")
-def med(rs, key):
-    return statistics.median(r[key] for r in rs) if rs else None
-for d in dims:
-    b = [r for r in runs if r["dim"] == d and r["impl"] == "baton"]
-    t = [r for r in runs if r["dim"] == d and r["impl"] == "torch"]
-    c = b[0]
-    toks = c["batch"] * c["seq"]
-    bms, tms = med(b, "step_ms_median"), med(t, "step_ms_median")
-    hkv = f"{c['heads']}/{c['kv_heads']}"
-    line = f"{d:>5} {c['layers']:>2} {hkv:>6} {c['ffn']:>5} {toks / bms * 1e3:>12.1f} "
-    if tms:
-        cpu = med(t, "step_cpu_ms_median") / med(b, "step_cpu_ms_median")
-        line += f"{toks / tms * 1e3:>12.1f} {tms / bms:>10.2f}x {cpu:>8.2f}x {bms:>9.1f} {tms:>9.1f}"
-    else:
-        line += f"{'n/a':>12} {'n/a':>11} {'n/a':>9} {bms:>9.1f} {'n/a':>9}"
-    print(line)
-EOF
+table "$out"
