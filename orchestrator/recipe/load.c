@@ -11,6 +11,7 @@
  *    (libyaml lets "&a [*a]" refer to itself).
  * The walk recurses once per nesting level, so its depth is bounded by LOAD_MAX_DEPTH. */
 #include "recipe_load.h"
+#include "pb_util.h"
 
 #include <errno.h>
 #include <math.h>
@@ -399,28 +400,6 @@ static int load_parse_scalar(load_ctx *c, yaml_node_t *n, const ProtobufCFieldDe
 
 /* ---- fields --------------------------------------------------------------------- */
 
-static size_t load_elem_size(ProtobufCType type) {
-    switch (type) {
-    case PROTOBUF_C_TYPE_INT64:
-    case PROTOBUF_C_TYPE_SINT64:
-    case PROTOBUF_C_TYPE_SFIXED64:
-    case PROTOBUF_C_TYPE_UINT64:
-    case PROTOBUF_C_TYPE_FIXED64:
-    case PROTOBUF_C_TYPE_DOUBLE:
-        return 8;
-    case PROTOBUF_C_TYPE_BOOL:
-        return sizeof(protobuf_c_boolean);
-    case PROTOBUF_C_TYPE_STRING:
-        return sizeof(char *);
-    case PROTOBUF_C_TYPE_BYTES:
-        return sizeof(ProtobufCBinaryData);
-    case PROTOBUF_C_TYPE_MESSAGE:
-        return sizeof(ProtobufCMessage *);
-    default: /* 32-bit integers, float, enum */
-        return 4;
-    }
-}
-
 static void *load_member(ProtobufCMessage *m, unsigned offset) {
     return (char *)m + offset;
 }
@@ -510,7 +489,7 @@ static int load_item(load_ctx *c, yaml_node_t *n, ProtobufCMessage *msg,
     int rc = load_enter(c, n, depth);
     if (rc < 0) return rc;
     size_t *count = load_member(msg, f->quantifier_offset);
-    void *slot = arr + *count * load_elem_size(f->type);
+    void *slot = arr + *count * pb_elem_size(f->type);
     if (f->type != PROTOBUF_C_TYPE_MESSAGE) {
         rc = load_parse_scalar(c, n, f, slot);
         *count += rc == 0;
@@ -534,7 +513,7 @@ static int load_repeated(load_ctx *c, yaml_node_t *n, ProtobufCMessage *msg,
     }
     size_t nitems = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
     if (nitems == 0) return 0;
-    char *arr = calloc(nitems, load_elem_size(f->type));
+    char *arr = calloc(nitems, pb_elem_size(f->type));
     if (arr == NULL) return load_oom(c);
     *(void **)load_member(msg, f->offset) = arr;
     for (size_t i = 0; i < nitems; i++) {
@@ -566,7 +545,7 @@ static int load_singular(load_ctx *c, yaml_node_t *n, ProtobufCMessage *msg,
         char *old = *(char **)member;
         if (old != NULL && old != f->default_value) free(old);
     }
-    memcpy(member, value, load_elem_size(f->type));
+    memcpy(member, value, pb_elem_size(f->type));
     load_mark_present(msg, f);
     return 0;
 }

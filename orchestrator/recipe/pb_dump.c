@@ -1,5 +1,7 @@
 #include "pb_dump.h"
 
+#include "pb_util.h"
+
 #include <ctype.h>
 #include <inttypes.h>
 #include <stdint.h>
@@ -74,27 +76,6 @@ static void dump_scalar(bt_buf *out, const ProtobufCFieldDescriptor *f, const vo
     }
 }
 
-static size_t elem_size(const ProtobufCFieldDescriptor *f) {
-    switch (f->type) {
-    case PROTOBUF_C_TYPE_INT64:
-    case PROTOBUF_C_TYPE_SINT64:
-    case PROTOBUF_C_TYPE_SFIXED64:
-    case PROTOBUF_C_TYPE_UINT64:
-    case PROTOBUF_C_TYPE_FIXED64:
-    case PROTOBUF_C_TYPE_DOUBLE:
-        return 8;
-    case PROTOBUF_C_TYPE_STRING:
-    case PROTOBUF_C_TYPE_MESSAGE:
-        return sizeof(void *);
-    case PROTOBUF_C_TYPE_BYTES:
-        return sizeof(ProtobufCBinaryData);
-    case PROTOBUF_C_TYPE_BOOL:
-        return sizeof(protobuf_c_boolean);
-    default:
-        return 4;
-    }
-}
-
 static void dump_repeated(bt_buf *out, const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f,
                           int indent, int with_defaults) {
     size_t n = *(const size_t *)((const char *)m + f->quantifier_offset);
@@ -103,7 +84,7 @@ static void dump_repeated(bt_buf *out, const ProtobufCMessage *m, const Protobuf
         bt_buf_printf(out, "%*s%s: [", indent, "", f->name);
         for (size_t i = 0; i < n; i++) {
             bt_buf_printf(out, i ? ", " : "");
-            dump_scalar(out, f, arr + i * elem_size(f));
+            dump_scalar(out, f, arr + i * pb_elem_size(f->type));
         }
         bt_buf_printf(out, "]\n");
         return;

@@ -15,7 +15,7 @@
  *    and, for strings, not the descriptor's static default_value;
  *  - a oneof member is present when the uint32 case at quantifier_offset is its id. */
 
-static size_t pb_elem_size(ProtobufCType type) {
+size_t pb_elem_size(ProtobufCType type) {
     switch (type) {
     case PROTOBUF_C_TYPE_INT64:
     case PROTOBUF_C_TYPE_SINT64:

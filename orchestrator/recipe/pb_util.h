@@ -4,6 +4,10 @@
 
 #include <protobuf-c/protobuf-c.h>
 
+/* Bytes one element of a field of this type takes in the C struct (the stride of a
+ * repeated field's array). */
+size_t pb_elem_size(ProtobufCType type);
+
 /* A deep copy (pack + unpack); free it with protobuf_c_message_free_unpacked(m, NULL).
  * Returns NULL when out of memory. */
 ProtobufCMessage *pb_clone(const ProtobufCMessage *m);

@@ -1,0 +1,65 @@
+# Shared by check-dp.sh, check-tp.sh and check-pp.sh: run a stage once as one process
+# (`baton-worker --single-process`, the reference) and once under `baton launch -n N`
+# with its parallel layout, then require every step's loss and the final (global)
+# parameters to agree within 1e-5 relative. Source it, then:
+#   layout_setup BATON BATON_WORKER SOURCE_DIR [CASE]   (CASE: run only that case)
+#   layout_wanted NAME || return 0                       (at the top of each case)
+#   layout_run NAME RANKS RECIPE STAGE
+#   layout_finish "summary line"
+
+layout_setup() {
+  baton=$1 worker=$2 src=$3 only=${4:-}
+  ran=0 failures=0
+  # Under ASan, OpenPMIx's own leaks are suppressed (see that file); ours are not.
+  export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+  work=$(mktemp -d /tmp/baton-test-layout.XXXXXX)
+  trap 'rm -rf "$work"' EXIT
+  cd "$work"
+  "$baton" data prepare --input /usr/share/games/fortunes --split-on-percent \
+    --output data/fortunes >/dev/null
+}
+
+layout_wanted() { # NAME
+  [[ -z "$only" || "$1" == "$only" ]] || return 1
+  ran=$((ran + 1))
+}
+
+layout_losses() { sed -En 's/^(\[0\] )?step +([0-9]+)\/[0-9]+  loss ([0-9.]+).*/\2 \3/p' "$1"; }
+
+layout_compare_losses() { # NAME REF_LOG LOG
+  paste <(layout_losses "$2") <(layout_losses "$3") | awk -v name="$1" '
+    { n++; if ($1 != $3) { print name ": step mismatch"; bad = 1 }
+      d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > worst) worst = r
+      if (d > 1e-5 * $2) { printf "%s: step %d loss %s vs %s\n", name, $1, $4, $2; bad = 1 } }
+    END { if (n != 20) { print name ": " n " steps"; bad = 1 }
+          printf "%s: %d steps, losses max relative difference %.3g\n", name, n, worst
+          exit bad }'
+}
+
+layout_compare_params() { # NAME REF_PARAMS PARAMS
+  /usr/bin/python3 - "$2" "$3" "$1" <<'PY'
+import sys
+import numpy as np
+ref, got = (np.fromfile(p, dtype="<f4").astype(np.float64) for p in sys.argv[1:3])
+rel = np.abs(ref - got).max() / np.abs(ref).max() if ref.size == got.size else float("inf")
+print(f"{sys.argv[3]}: final parameters ({got.size} of {ref.size}) max relative difference {rel:.3g}")
+sys.exit(0 if rel <= 1e-5 else 1)
+PY
+}
+
+layout_run() { # NAME RANKS RECIPE STAGE
+  local name=$1 n=$2 recipe=$3 stage=$4
+  "$baton" spec "$recipe" --stage "$stage" --out "$name.pb"
+  "$worker" --spec "$name.pb" --single-process --eval-windows 0 --dump-params "$name.ref" \
+    >"$name.ref.log"
+  timeout 300 "$baton" launch -n "$n" -- "$worker" --spec "$name.pb" --eval-windows 0 \
+    --comm-timeout 30 --dump-params "$name.params" >"$name.log"
+  layout_compare_losses "$name" "$name.ref.log" "$name.log" || failures=$((failures + 1))
+  layout_compare_params "$name" "$name.ref" "$name.params" || failures=$((failures + 1))
+}
+
+layout_finish() { # SUMMARY
+  [[ $ran -gt 0 ]] || { echo "FAIL: no case named '$only'"; exit 1; }
+  [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
+  echo "$1"
+}
