@@ -53,11 +53,11 @@ typedef struct nccl_group {
     nccl_root *root;
     ncclComm_t nc; /* NULL once aborted */
     char *prefix;
-    float *zero;   /* (1) device scratch of the barrier; stays 0 (0 + 0 = 0) */
+    float *zero; /* (1) device scratch of the barrier; stays 0 (0 + 0 = 0) */
     split_count *splits;
     int nsplits;
-    unsigned pending;  /* operations enqueued since the last successful comm_wait */
-    char last_op[96];  /* the last of them, for the timeout message */
+    unsigned pending; /* operations enqueued since the last successful comm_wait */
+    char last_op[96]; /* the last of them, for the timeout message */
 } nccl_group;
 
 /* A failure outside an operation (init, split), before there is a comm to record it. */
@@ -166,9 +166,9 @@ static nccl_group *group_new(nccl_root *root, const char *prefix) {
 static int fail_nccl(comm *c, const char *op, const char *api, ncclResult_t r) {
     nccl_group *g = c->impl;
     const char *last = g->nc ? ncclGetLastError(g->nc) : NULL;
-    int rc = comm_fail(c, nccl_code(r), nccl_fault(r), op, "%s: %s%s%s%s", api,
-                       ncclGetErrorString(r), last && *last ? " (" : "", last ? last : "",
-                       last && *last ? ")" : "");
+    int rc =
+        comm_fail(c, nccl_code(r), nccl_fault(r), op, "%s: %s%s%s%s", api, ncclGetErrorString(r),
+                  last && *last ? " (" : "", last ? last : "", last && *last ? ")" : "");
     group_abort(g);
     return rc;
 }
@@ -236,8 +236,7 @@ static void set_err(nccl_err *e, int code, comm_fault fault, const char *fmt, ..
 
 /* Gets the group's ncclUniqueId: rank 0 makes and publishes it, the others wait for it
  * until deadline. */
-static int exchange_id(nccl_group *g, int rank, int64_t deadline, ncclUniqueId *id,
-                       nccl_err *err) {
+static int exchange_id(nccl_group *g, int rank, int64_t deadline, ncclUniqueId *id, nccl_err *err) {
     comm_store *st = &g->root->store;
     char key[1024];
     if ((size_t)snprintf(key, sizeof key, "%s/nccl-id", g->prefix) >= sizeof key) {
@@ -287,12 +286,19 @@ static int exchange_id(nccl_group *g, int rank, int64_t deadline, ncclUniqueId *
 static int group_connect(nccl_group *g, int rank, int size, int timeout_ms, const char *name,
                          nccl_err *err) {
     int64_t deadline = now_ms() + timeout_ms;
+    const char *api = "cudaSetDevice";
     cudaError_t ce = cudaSetDevice(g->root->device);
-    if (ce == cudaSuccess) ce = cudaMalloc((void **)&g->zero, sizeof *g->zero);
-    if (ce == cudaSuccess) ce = cudaMemset(g->zero, 0, sizeof *g->zero);
+    if (ce == cudaSuccess) {
+        api = "cudaMalloc";
+        ce = cudaMalloc((void **)&g->zero, sizeof *g->zero);
+    }
+    if (ce == cudaSuccess) {
+        api = "cudaMemset";
+        ce = cudaMemset(g->zero, 0, sizeof *g->zero);
+    }
     if (ce != cudaSuccess) {
-        set_err(err, cuda_code(ce), COMM_FAULT_INTERNAL, "device %d: %s (%s)", g->root->device,
-                cudaGetErrorString(ce), cudaGetErrorName(ce));
+        set_err(err, cuda_code(ce), COMM_FAULT_INTERNAL, "%s (device %d): %s (%s)", api,
+                g->root->device, cudaGetErrorString(ce), cudaGetErrorName(ce));
         return err->code;
     }
     ncclUniqueId id;
@@ -410,9 +416,9 @@ static int op_allreduce(comm *c, const void *in, void *out, size_t count, comm_d
                         comm_redop op, void *stream) {
     nccl_group *g = c->impl;
     note_op(c, "allreduce", count, dtype);
-    int rc = settle(c, "allreduce", "ncclAllReduce",
-                    ncclAllReduce(in, out, count, nccl_type(dtype), nccl_op(op), g->nc,
-                                  stream_of(stream)));
+    int rc = settle(
+        c, "allreduce", "ncclAllReduce",
+        ncclAllReduce(in, out, count, nccl_type(dtype), nccl_op(op), g->nc, stream_of(stream)));
     if (rc == 0) c->bytes_sent += ring_allreduce_bytes(c->size, count * comm_dtype_size(dtype));
     return rc;
 }
@@ -421,9 +427,9 @@ static int op_reduce_scatter(comm *c, const void *in, void *out, size_t count, c
                              comm_redop op, void *stream) {
     nccl_group *g = c->impl;
     note_op(c, "reduce-scatter", count, dtype);
-    int rc = settle(c, "reduce-scatter", "ncclReduceScatter",
-                    ncclReduceScatter(in, out, count, nccl_type(dtype), nccl_op(op), g->nc,
-                                      stream_of(stream)));
+    int rc = settle(
+        c, "reduce-scatter", "ncclReduceScatter",
+        ncclReduceScatter(in, out, count, nccl_type(dtype), nccl_op(op), g->nc, stream_of(stream)));
     if (rc == 0) c->bytes_sent += (uint64_t)(c->size - 1) * count * comm_dtype_size(dtype);
     return rc;
 }
@@ -461,9 +467,9 @@ static int exchange_blocks(comm *c, const char *op, const void *in, const size_t
     const cudaStream_t s = stream_of(stream);
     const int me = c->rank;
     if (send_counts[me] > 0) {
-        cudaError_t e = cudaMemcpyAsync((char *)out + out_off[me] * es,
-                                        (const char *)in + in_off[me] * es, send_counts[me] * es,
-                                        cudaMemcpyDeviceToDevice, s);
+        cudaError_t e =
+            cudaMemcpyAsync((char *)out + out_off[me] * es, (const char *)in + in_off[me] * es,
+                            send_counts[me] * es, cudaMemcpyDeviceToDevice, s);
         if (e != cudaSuccess) return fail_cuda(c, op, "cudaMemcpyAsync", e);
     }
     ncclResult_t first = ncclGroupStart();
@@ -488,7 +494,8 @@ static int exchange_blocks(comm *c, const char *op, const void *in, const size_t
 static int op_alltoallv(comm *c, const void *in, const size_t *send_counts, void *out,
                         const size_t *recv_counts, comm_dtype dtype, void *stream) {
     size_t *off = malloc(2 * (size_t)c->size * sizeof *off);
-    if (off == NULL) return comm_fail(c, BT_ENOMEM, COMM_FAULT_INTERNAL, "alltoallv", "out of memory");
+    if (off == NULL)
+        return comm_fail(c, BT_ENOMEM, COMM_FAULT_INTERNAL, "alltoallv", "out of memory");
     size_t *in_off = off, *out_off = off + c->size, ni = 0, no = 0, total = 0;
     for (int p = 0; p < c->size; p++) {
         in_off[p] = ni;
@@ -525,9 +532,9 @@ static int op_broadcast(comm *c, void *buf, size_t count, comm_dtype dtype, int 
     char op[32];
     snprintf(op, sizeof op, "broadcast (root %d)", root);
     note_op(c, op, count, dtype);
-    int rc = settle(c, op, "ncclBroadcast",
-                    ncclBroadcast(buf, buf, count, nccl_type(dtype), root, g->nc,
-                                  stream_of(stream)));
+    int rc =
+        settle(c, op, "ncclBroadcast",
+               ncclBroadcast(buf, buf, count, nccl_type(dtype), root, g->nc, stream_of(stream)));
     /* The chain root -> root+1 -> ...: every rank but the last forwards the buffer. */
     if (rc == 0 && c->rank != (root + c->size - 1) % c->size)
         c->bytes_sent += count * comm_dtype_size(dtype);
@@ -537,9 +544,9 @@ static int op_broadcast(comm *c, void *buf, size_t count, comm_dtype dtype, int 
 static int op_barrier(comm *c, void *stream) {
     nccl_group *g = c->impl;
     note_op(c, "barrier", 1, COMM_F32);
-    int rc = settle(c, "barrier", "ncclAllReduce",
-                    ncclAllReduce(g->zero, g->zero, 1, ncclFloat32, ncclSum, g->nc,
-                                  stream_of(stream)));
+    int rc =
+        settle(c, "barrier", "ncclAllReduce",
+               ncclAllReduce(g->zero, g->zero, 1, ncclFloat32, ncclSum, g->nc, stream_of(stream)));
     if (rc == 0) c->bytes_sent += ring_allreduce_bytes(c->size, sizeof(float));
     return rc;
 }
@@ -660,7 +667,10 @@ static void op_destroy(comm *c) {
             if (ncclCommGetAsyncError(g->nc, &r) != ncclSuccess) break;
             if (r == ncclInProgress) poll_pause(&spins);
         }
-        if (r == ncclSuccess && ncclCommDestroy(g->nc) == ncclSuccess) g->nc = NULL;
+        if (r == ncclSuccess) {
+            ncclCommDestroy(g->nc); /* frees the communicator whatever it returns */
+            g->nc = NULL;
+        }
     }
     group_free(g); /* aborts what is left */
     c->impl = NULL;

@@ -11,7 +11,9 @@
  * Operations enqueue on the caller's stream (a cudaStream_t passed as void *, NULL for
  * the default stream) and return; comm_wait(c, stream) waits for the stream, bounded by
  * the group's timeout, and aborts the group when it passes. Buffers are device memory
- * of `device`. NCCL forbids two ranks of one communicator on one device, so every
+ * of `device`, and a thread that calls the operations has `device` as its current CUDA
+ * device (init sets it for the calling thread; the default stream, NULL, is that
+ * device's). NCCL forbids two ranks of one communicator on one device, so every
  * member of a group needs a device of its own.
  *
  * On failure *out is NULL and diag names the rank, the prefix, the device and the cause

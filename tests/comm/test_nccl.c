@@ -1,0 +1,517 @@
+/* The communication interface over NCCL, on device buffers. Like test_comm, the binary
+ * forks one child per rank and re-executes itself as that child
+ * (`test_nccl --child SCENARIO RANK DIR`); the parent supervises them with a deadline
+ * and removes the scenario's rendezvous directory.
+ *
+ * NCCL allows one rank per device in a communicator, so rank r uses device r and a
+ * scenario needs as many devices as it starts ranks. Without them the parent prints
+ * "SKIPPED: ..." with the reason and exits 77 (ctest's SKIP_RETURN_CODE): on a machine
+ * without a GPU or driver, cudaGetDeviceCount fails and names why.
+ *
+ * Usage: test_nccl SCENARIO        run one scenario (what ctest calls)
+ *        test_nccl --list          print the scenario names
+ * Exit status: 0 pass, 1 fail, 2 usage, 77 skipped. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include "comm_nccl.h"
+
+enum { EXIT_SKIP = 77, MAX_RANKS = 8, N = 1000 };
+
+typedef struct child {
+    int rank, world;
+    const char *dir;
+    cudaStream_t stream;
+    int fails;
+} child;
+
+typedef struct scenario {
+    const char *name;
+    int world;   /* ranks of the group */
+    int started; /* ranks actually started (the rest never join) */
+    int (*run)(child *ch);
+} scenario;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+#define CHECK(ch, cond, ...)                                                                       \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", (ch)->rank, __FILE__, __LINE__,  \
+                    #cond);                                                                        \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+            (ch)->fails++;                                                                         \
+        }                                                                                          \
+    } while (0)
+
+/* A comm call that must succeed. */
+#define OK(ch, c, call) CHECK(ch, (call) == 0, "%s", comm_error(c))
+
+static void *dev_alloc(child *ch, size_t bytes) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    CHECK(ch, e == cudaSuccess, "cudaMalloc(%zu): %s", bytes, cudaGetErrorString(e));
+    return e == cudaSuccess ? p : NULL;
+}
+
+static void put(child *ch, void *dev, const void *host, size_t bytes) {
+    cudaError_t e = cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice);
+    CHECK(ch, e == cudaSuccess, "cudaMemcpy H2D: %s", cudaGetErrorString(e));
+}
+
+static void get(child *ch, void *host, const void *dev, size_t bytes) {
+    cudaError_t e = cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost);
+    CHECK(ch, e == cudaSuccess, "cudaMemcpy D2H: %s", cudaGetErrorString(e));
+}
+
+/* Compares n doubles exactly; reports the first mismatch. */
+static void expect(child *ch, const char *what, const double *got, const double *want, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != want[i]) {
+            CHECK(ch, got[i] == want[i], "%s[%zu] = %.17g, expected %.17g", what, i, got[i],
+                  want[i]);
+            return;
+        }
+}
+
+/* Reads n f32 values of dev into out as doubles. */
+static void get_f32(child *ch, double *out, const void *dev, size_t n) {
+    float *h = malloc(n * sizeof *h);
+    get(ch, h, dev, n * sizeof *h);
+    for (size_t i = 0; i < n; i++)
+        out[i] = h[i];
+    free(h);
+}
+
+static void put_f32(child *ch, void *dev, const double *in, size_t n) {
+    float *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++)
+        h[i] = (float)in[i];
+    put(ch, dev, h, n * sizeof *h);
+    free(h);
+}
+
+static int init(child *ch, int timeout_ms, comm **c) {
+    comm_bootstrap bs = {0};
+    bs.rank = ch->rank;
+    bs.size = ch->world;
+    bs.store_dir = ch->dir;
+    bs.prefix = "attempt-1";
+    bs.timeout_ms = timeout_ms;
+    bt_diag d;
+    bt_diag_init(&d);
+    int rc = comm_nccl_init(c, &bs, ch->rank, &d);
+    CHECK(ch, rc == 0, "comm_nccl_init: %s", d.msg);
+    return rc;
+}
+
+/* Every collective on the group c (size w, rank r) with exact expected values. */
+static void run_collectives(child *ch, comm *c) {
+    const int w = comm_size(c), r = comm_rank(c);
+    const size_t n = N;
+    void *s = ch->stream;
+    double *in = calloc((size_t)w * n, sizeof *in), *want = calloc((size_t)w * n, sizeof *want);
+    double *got = calloc((size_t)w * n, sizeof *got);
+    void *din = dev_alloc(ch, (size_t)w * n * 8), *dout = dev_alloc(ch, (size_t)w * n * 8);
+    if (!in || !want || !got || !din || !dout) goto done;
+
+    /* all-reduce sum, f32: in[i] = r + 1 + i. */
+    for (size_t i = 0; i < n; i++) {
+        in[i] = r + 1 + (double)i;
+        want[i] = w * (w + 1) / 2 + (double)w * (double)i;
+    }
+    put_f32(ch, din, in, n);
+    uint64_t b0 = comm_bytes_sent(c);
+    OK(ch, c, comm_allreduce(c, din, dout, n, COMM_F32, COMM_SUM, s));
+    OK(ch, c, comm_wait(c, s));
+    CHECK(ch, comm_bytes_sent(c) - b0 == (w == 1 ? 0 : 2 * (uint64_t)(w - 1) * n * 4 / (uint64_t)w),
+          "allreduce bytes %llu", (unsigned long long)(comm_bytes_sent(c) - b0));
+    get_f32(ch, got, dout, n);
+    expect(ch, "allreduce sum f32", got, want, n);
+
+    /* The same in place. */
+    OK(ch, c, comm_allreduce(c, din, din, n, COMM_F32, COMM_SUM, s));
+    OK(ch, c, comm_wait(c, s));
+    get_f32(ch, got, din, n);
+    expect(ch, "allreduce sum f32 in place", got, want, n);
+
+    /* all-reduce max, f64: element i is large on rank i % w only. */
+    for (size_t i = 0; i < n; i++) {
+        in[i] = (size_t)r == i % (size_t)w ? 1000.25 + (double)i : -(double)i * 0.5;
+        want[i] = 1000.25 + (double)i;
+    }
+    put(ch, din, in, n * 8);
+    OK(ch, c, comm_allreduce(c, din, dout, n, COMM_F64, COMM_MAX, s));
+    OK(ch, c, comm_wait(c, s));
+    get(ch, got, dout, n * 8);
+    expect(ch, "allreduce max f64", got, want, n);
+
+    /* all-reduce sum, f64: integers, so the sum is exact in any order. */
+    for (size_t i = 0; i < n; i++) {
+        in[i] = (double)(r + 1) * 4096.0 + (double)i;
+        want[i] = 4096.0 * w * (w + 1) / 2 + (double)w * (double)i;
+    }
+    put(ch, din, in, n * 8);
+    OK(ch, c, comm_allreduce(c, din, dout, n, COMM_F64, COMM_SUM, s));
+    OK(ch, c, comm_wait(c, s));
+    get(ch, got, dout, n * 8);
+    expect(ch, "allreduce sum f64", got, want, n);
+
+    /* reduce-scatter sum, f32: in[j] = r * 1000 + j over w*n; out = block r. */
+    for (size_t j = 0; j < (size_t)w * n; j++)
+        in[j] = r * 1000.0 + (double)j;
+    for (size_t i = 0; i < n; i++)
+        want[i] = 1000.0 * w * (w - 1) / 2 + (double)w * (double)((size_t)r * n + i);
+    put_f32(ch, din, in, (size_t)w * n);
+    OK(ch, c, comm_reduce_scatter(c, din, dout, n, COMM_F32, COMM_SUM, s));
+    OK(ch, c, comm_wait(c, s));
+    get_f32(ch, got, dout, n);
+    expect(ch, "reduce-scatter sum f32", got, want, n);
+
+    /* In place (out = in + r*n), max: in[j] = (r + 1) * j. */
+    for (size_t j = 0; j < (size_t)w * n; j++)
+        in[j] = (double)(r + 1) * (double)j;
+    for (size_t i = 0; i < n; i++)
+        want[i] = (double)w * (double)((size_t)r * n + i);
+    put_f32(ch, din, in, (size_t)w * n);
+    OK(ch, c, comm_reduce_scatter(c, din, (float *)din + (size_t)r * n, n, COMM_F32, COMM_MAX, s));
+    OK(ch, c, comm_wait(c, s));
+    get_f32(ch, got, (float *)din + (size_t)r * n, n);
+    expect(ch, "reduce-scatter max f32 in place", got, want, n);
+
+    /* all-gather, f64: in[i] = r * 100000 + i. */
+    for (size_t i = 0; i < n; i++)
+        in[i] = r * 100000.0 + (double)i;
+    for (int q = 0; q < w; q++)
+        for (size_t i = 0; i < n; i++)
+            want[(size_t)q * n + i] = q * 100000.0 + (double)i;
+    put(ch, din, in, n * 8);
+    OK(ch, c, comm_allgather(c, din, dout, n, COMM_F64, s));
+    OK(ch, c, comm_wait(c, s));
+    get(ch, got, dout, (size_t)w * n * 8);
+    expect(ch, "allgather f64", got, want, (size_t)w * n);
+
+    /* In place: in is block r of out. */
+    put(ch, (double *)dout + (size_t)r * n, in, n * 8);
+    OK(ch, c, comm_allgather(c, (double *)dout + (size_t)r * n, dout, n, COMM_F64, s));
+    OK(ch, c, comm_wait(c, s));
+    get(ch, got, dout, (size_t)w * n * 8);
+    expect(ch, "allgather f64 in place", got, want, (size_t)w * n);
+
+    /* all-to-all, f32: block p of rank r holds r * 10000 + p * 1000 + i. */
+    for (int p = 0; p < w; p++)
+        for (size_t i = 0; i < n; i++) {
+            in[(size_t)p * n + i] = r * 10000.0 + p * 1000.0 + (double)(i % 1000);
+            want[(size_t)p * n + i] = p * 10000.0 + r * 1000.0 + (double)(i % 1000);
+        }
+    put_f32(ch, din, in, (size_t)w * n);
+    OK(ch, c, comm_alltoall(c, din, dout, n, COMM_F32, s));
+    OK(ch, c, comm_wait(c, s));
+    get_f32(ch, got, dout, (size_t)w * n);
+    expect(ch, "alltoall f32", got, want, (size_t)w * n);
+
+    /* all-to-all(v), bytes: rank r sends 1 + r + p bytes to p, byte i = r*31 + p*7 + i. */
+    {
+        size_t sc[MAX_RANKS], rcnt[MAX_RANKS], no = 0, ni = 0;
+        unsigned char hin[512], hout[512], hwant[512];
+        for (int p = 0; p < w; p++) {
+            sc[p] = (size_t)(1 + r + p);
+            rcnt[p] = (size_t)(1 + p + r);
+            for (size_t i = 0; i < sc[p]; i++)
+                hin[ni++] = (unsigned char)(r * 31 + p * 7 + (int)i);
+            for (size_t i = 0; i < rcnt[p]; i++)
+                hwant[no++] = (unsigned char)(p * 31 + r * 7 + (int)i);
+        }
+        put(ch, din, hin, ni);
+        cudaMemset(dout, 0xee, no);
+        OK(ch, c, comm_alltoallv(c, din, sc, dout, rcnt, COMM_BYTE, s));
+        OK(ch, c, comm_wait(c, s));
+        get(ch, hout, dout, no);
+        CHECK(ch, memcmp(hout, hwant, no) == 0, "alltoallv bytes differ");
+    }
+
+    /* broadcast from the last rank, f32. */
+    const int root = w - 1;
+    for (size_t i = 0; i < n; i++) {
+        in[i] = r == root ? 42.0 + (double)i : -1.0;
+        want[i] = 42.0 + (double)i;
+    }
+    put_f32(ch, din, in, n);
+    OK(ch, c, comm_broadcast(c, din, n, COMM_F32, root, s));
+    OK(ch, c, comm_wait(c, s));
+    get_f32(ch, got, din, n);
+    expect(ch, "broadcast f32", got, want, n);
+
+    OK(ch, c, comm_barrier(c, s));
+    OK(ch, c, comm_wait(c, s));
+
+    /* Point to point (w >= 2): a ring exchange in one batch, then a plain send/recv. */
+    if (w >= 2) {
+        const int right = (r + 1) % w, left = (r + w - 1) % w;
+        for (size_t i = 0; i < n; i++) {
+            in[i] = r * 1000.0 + (double)i;
+            want[i] = left * 1000.0 + (double)i;
+        }
+        put_f32(ch, din, in, n);
+        OK(ch, c, comm_sendrecv(c, din, right, dout, left, n, COMM_F32, 7, s));
+        OK(ch, c, comm_wait(c, s));
+        get_f32(ch, got, dout, n);
+        expect(ch, "sendrecv ring f32", got, want, n);
+
+        if (r == 0) OK(ch, c, comm_send(c, din, n, COMM_F32, 1, 0, s));
+        if (r == 1) OK(ch, c, comm_recv(c, dout, n, COMM_F32, 0, 0, s));
+        OK(ch, c, comm_wait(c, s));
+        if (r == 1) {
+            for (size_t i = 0; i < n; i++)
+                want[i] = (double)i;
+            get_f32(ch, got, dout, n);
+            expect(ch, "send/recv 0 -> 1", got, want, n);
+        }
+    }
+
+    /* The default stream (NULL) works too. */
+    for (size_t i = 0; i < n; i++) {
+        in[i] = 1.0;
+        want[i] = w;
+    }
+    put_f32(ch, din, in, n);
+    OK(ch, c, comm_allreduce(c, din, dout, n, COMM_F32, COMM_SUM, NULL));
+    OK(ch, c, comm_wait(c, NULL));
+    get_f32(ch, got, dout, n);
+    expect(ch, "allreduce on the default stream", got, want, n);
+
+    /* A usage error is reported and leaves the comm usable. */
+    CHECK(ch, comm_allreduce(c, din, dout, n, COMM_BYTE, COMM_SUM, s) == BT_EINVAL,
+          "byte reduction accepted");
+    CHECK(ch, comm_fault_of(c) == COMM_FAULT_USAGE, "fault %s", comm_fault_name(comm_fault_of(c)));
+    OK(ch, c, comm_barrier(c, s));
+    /* Waiting again on completed work is fine. */
+    OK(ch, c, comm_wait(c, s));
+    OK(ch, c, comm_wait(c, s));
+done:
+    cudaFree(din);
+    cudaFree(dout);
+    free(in);
+    free(want);
+    free(got);
+}
+
+static int child_collectives(child *ch) {
+    comm *c = NULL;
+    if (init(ch, 30000, &c) < 0) return 1;
+    run_collectives(ch, c);
+
+    /* Sub-groups: the world reversed (group rank w-1-r), twice from the same list, and
+     * each rank alone. */
+    const int w = ch->world, r = ch->rank;
+    uint32_t rev[MAX_RANKS], self = (uint32_t)r;
+    for (int i = 0; i < w; i++)
+        rev[i] = (uint32_t)(w - 1 - i);
+    comm *sub = NULL, *again = NULL, *alone = NULL;
+    OK(ch, c, comm_split(c, rev, (uint32_t)w, "reversed", &sub));
+    OK(ch, c, comm_split(c, rev, (uint32_t)w, "reversed-again", &again));
+    OK(ch, c, comm_split(c, &self, 1, "alone", &alone));
+    if (sub && again && alone) {
+        CHECK(ch, comm_rank(sub) == w - 1 - r, "split rank %d", comm_rank(sub));
+        CHECK(ch, comm_global_rank(sub, 0) == w - 1, "global rank of 0: %d",
+              comm_global_rank(sub, 0));
+        run_collectives(ch, sub);
+        run_collectives(ch, again);
+        run_collectives(ch, alone);
+    }
+    comm_destroy(alone);
+    comm_destroy(again);
+    comm_destroy(sub);
+    comm_destroy(c);
+    return ch->fails ? 1 : 0;
+}
+
+/* Rank 1 joins and then never takes part: rank 0's all-reduce cannot complete, and
+ * comm_wait must turn that into BT_EIO / timeout within the group's timeout. */
+static int child_timeout(child *ch) {
+    comm *c = NULL;
+    if (init(ch, 30000, &c) < 0) return 1;
+    if (ch->rank == 1) {
+        sleep(8);
+        comm_abort(c);
+        comm_destroy(c);
+        return 0;
+    }
+    comm_set_timeout_ms(c, 2000);
+    void *buf = dev_alloc(ch, N * 4);
+    double t0 = now_s();
+    int rc = comm_allreduce(c, buf, buf, N, COMM_F32, COMM_SUM, ch->stream);
+    if (rc == 0) rc = comm_wait(c, ch->stream);
+    double dt = now_s() - t0;
+    printf("rank 0: after %.2f s: %d (%s): %s\n", dt, rc, comm_fault_name(comm_fault_of(c)),
+           comm_error(c));
+    CHECK(ch, rc == BT_EIO, "rc %d", rc);
+    CHECK(ch, comm_fault_of(c) == COMM_FAULT_TIMEOUT, "fault %s",
+          comm_fault_name(comm_fault_of(c)));
+    CHECK(ch, strstr(comm_error(c), "allreduce") && strstr(comm_error(c), "'world'"),
+          "message names neither op nor group: %s", comm_error(c));
+    CHECK(ch, dt >= 1.9 && dt < 6.0, "took %.2f s for a 2 s timeout", dt);
+    CHECK(ch, comm_barrier(c, ch->stream) == BT_EIO, "not sticky");
+    cudaFree(buf);
+    comm_destroy(c);
+    return ch->fails ? 1 : 0;
+}
+
+/* World 2 with only rank 0 started: init must fail within its timeout, naming why. */
+static int child_nopeer(child *ch) {
+    comm_bootstrap bs = {0};
+    bs.rank = ch->rank;
+    bs.size = ch->world;
+    bs.store_dir = ch->dir;
+    bs.prefix = "attempt-1";
+    bs.timeout_ms = 3000;
+    bt_diag d;
+    bt_diag_init(&d);
+    comm *c = NULL;
+    double t0 = now_s();
+    int rc = comm_nccl_init(&c, &bs, 0, &d);
+    double dt = now_s() - t0;
+    printf("rank 0: init after %.2f s: %d: %s\n", dt, rc, d.msg);
+    CHECK(ch, rc == BT_EIO && c == NULL, "rc %d", rc);
+    CHECK(ch, strstr(d.msg, "did not join") != NULL, "message: %s", d.msg);
+    CHECK(ch, dt >= 2.9 && dt < 8.0, "took %.2f s for a 3 s timeout", dt);
+    comm_destroy(c);
+    return ch->fails ? 1 : 0;
+}
+
+static const scenario scenarios[] = {
+    {"collectives-w1", 1, 1, child_collectives},
+    {"collectives-w2", 2, 2, child_collectives},
+    {"timeout-w2", 2, 2, child_timeout},
+    {"nopeer-w2", 2, 1, child_nopeer},
+    {NULL, 0, 0, NULL},
+};
+
+static const scenario *find_scenario(const char *name) {
+    for (const scenario *sc = scenarios; sc->name; sc++)
+        if (strcmp(sc->name, name) == 0) return sc;
+    return NULL;
+}
+
+static int run_child(const scenario *sc, int rank, const char *dir) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    child ch = {rank, sc->world, dir, NULL, 0};
+    cudaError_t e = cudaSetDevice(rank);
+    if (e == cudaSuccess) e = cudaStreamCreate(&ch.stream);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "rank %d: device %d: %s\n", rank, rank, cudaGetErrorString(e));
+        return 1;
+    }
+    int rc = sc->run(&ch);
+    cudaStreamDestroy(ch.stream);
+    return rc;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static int run_parent(const scenario *sc) {
+    /* Skip, out loud, where the scenario cannot run: no driver, or too few devices. */
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess) {
+        printf("SKIPPED: no CUDA device (cudaGetDeviceCount: %s)\n", cudaGetErrorString(e));
+        return EXIT_SKIP;
+    }
+    if (ndev < sc->started) {
+        printf("SKIPPED: %s needs %d CUDA devices (one per rank: NCCL allows no two ranks of "
+               "a communicator on one device), found %d\n",
+               sc->name, sc->started, ndev);
+        return EXIT_SKIP;
+    }
+    const char *tmp = getenv("TMPDIR");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/baton-nccl-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (mkdtemp(dir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    pid_t pids[MAX_RANKS] = {0};
+    int status[MAX_RANKS] = {0}, fail = 0;
+    for (int r = 0; r < sc->started; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            char rank[16];
+            snprintf(rank, sizeof rank, "%d", r);
+            char *argv[] = {"test_nccl", "--child", (char *)sc->name, rank, dir, NULL};
+            execv("/proc/self/exe", argv);
+            perror("execv /proc/self/exe");
+            _exit(127);
+        }
+    }
+    const double deadline = now_s() + 90;
+    for (int left = sc->started; left > 0;) {
+        for (int r = 0; r < sc->started; r++)
+            if (pids[r] > 0 && waitpid(pids[r], &status[r], WNOHANG) == pids[r]) {
+                pids[r] = 0;
+                left--;
+                if (!(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0)) {
+                    fprintf(stderr, "%s: rank %d %s %d\n", sc->name, r,
+                            WIFSIGNALED(status[r]) ? "killed by signal" : "exited with",
+                            WIFSIGNALED(status[r]) ? WTERMSIG(status[r]) : WEXITSTATUS(status[r]));
+                    fail = 1;
+                }
+            }
+        if (left > 0 && now_s() > deadline) {
+            fprintf(stderr, "%s: deadline of 90 s passed; killing every rank\n", sc->name);
+            for (int r = 0; r < sc->started; r++)
+                if (pids[r] > 0) {
+                    kill(pids[r], SIGKILL);
+                    waitpid(pids[r], &status[r], 0);
+                    pids[r] = 0;
+                }
+            fail = 1;
+            break;
+        }
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+    }
+    if (nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        fprintf(stderr, "cannot remove %s: %s\n", dir, strerror(errno));
+    printf("%s: %s\n", sc->name, fail ? "FAILED" : "passed");
+    return fail;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "--list") == 0) {
+        for (const scenario *sc = scenarios; sc->name; sc++)
+            printf("%s\n", sc->name);
+        return 0;
+    }
+    if (argc == 5 && strcmp(argv[1], "--child") == 0) {
+        const scenario *sc = find_scenario(argv[2]);
+        return sc ? run_child(sc, atoi(argv[3]), argv[4]) : 2;
+    }
+    const scenario *sc = argc == 2 ? find_scenario(argv[1]) : NULL;
+    if (sc == NULL) {
+        fprintf(stderr, "usage: %s SCENARIO (see --list)\n", argv[0]);
+        return 2;
+    }
+    return run_parent(sc);
+}
