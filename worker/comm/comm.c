@@ -333,3 +333,25 @@ int comm_split(comm *parent, const uint32_t *ranks, uint32_t n, const char *name
     free(pr);
     return rc;
 }
+
+int comm_bootstrap_check(const comm_bootstrap *bs, bt_diag *diag) {
+    if (bs->size < 1 || bs->rank < 0 || bs->rank >= bs->size) {
+        bt_diag_set(diag, "comm bootstrap: rank %d / size %d invalid (need 0 <= rank < size)",
+                    bs->rank, bs->size);
+        return BT_EINVAL;
+    }
+    if (bs->timeout_ms <= 0) {
+        bt_diag_set(diag, "comm bootstrap: timeout %d ms invalid (need > 0)", bs->timeout_ms);
+        return BT_EINVAL;
+    }
+    if (bs->prefix == NULL || bs->prefix[0] == '\0') {
+        bt_diag_set(diag, "comm bootstrap: empty rendezvous prefix (need a fresh one per "
+                          "job attempt)");
+        return BT_EINVAL;
+    }
+    if (bs->store_dir == NULL && (bs->store.set == NULL || bs->store.get == NULL)) {
+        bt_diag_set(diag, "comm bootstrap: no rendezvous store (set store_dir or store)");
+        return BT_EINVAL;
+    }
+    return 0;
+}

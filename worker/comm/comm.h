@@ -211,6 +211,10 @@ const char *comm_fault_name(comm_fault fault);
  * What a backend implements and the state comm.c keeps for it. Callers use only the
  * functions above. comm.c checks arguments (so backends see valid ones, count > 0 for
  * the data collectives) and a backend op reports a failure through comm_fail. */
+/* The checks every backend's init makes of its bootstrap: rank within size, a positive
+ * timeout, a non-empty prefix and a store. 0 or BT_EINVAL with the reason in diag. */
+int comm_bootstrap_check(const comm_bootstrap *bs, bt_diag *diag);
+
 typedef struct comm_ops {
     const char *name;
     int streams; /* 1: operations are enqueued on a stream; 0: the stream must be NULL */

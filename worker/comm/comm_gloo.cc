@@ -846,28 +846,6 @@ void ignore_sigpipe() {
     }
 }
 
-int check_bootstrap(const comm_bootstrap *bs, bt_diag *diag) {
-    if (bs->size < 1 || bs->rank < 0 || bs->rank >= bs->size) {
-        bt_diag_set(diag, "comm bootstrap: rank %d / size %d invalid (need 0 <= rank < size)",
-                    bs->rank, bs->size);
-        return BT_EINVAL;
-    }
-    if (bs->timeout_ms <= 0) {
-        bt_diag_set(diag, "comm bootstrap: timeout %d ms invalid (need > 0)", bs->timeout_ms);
-        return BT_EINVAL;
-    }
-    if (bs->prefix == nullptr || bs->prefix[0] == '\0') {
-        bt_diag_set(diag, "comm bootstrap: empty rendezvous prefix (need a fresh one per "
-                          "job attempt)");
-        return BT_EINVAL;
-    }
-    if (bs->store_dir == nullptr && (bs->store.set == nullptr || bs->store.get == nullptr)) {
-        bt_diag_set(diag, "comm bootstrap: no rendezvous store (set store_dir or store)");
-        return BT_EINVAL;
-    }
-    return 0;
-}
-
 /* Builds the root and the world group; throws on failure. */
 Group *make_world(const comm_bootstrap *bs, comm_store store) {
     auto root = std::make_shared<Root>();
@@ -892,7 +870,7 @@ std::string init_message(const Failure &f) {
 extern "C" int comm_gloo_init(comm **out, const comm_bootstrap *bs, bt_diag *diag) {
     *out = nullptr;
     comm_store store = bs->store;
-    int rc = check_bootstrap(bs, diag);
+    int rc = comm_bootstrap_check(bs, diag);
     if (rc == 0 && bs->store_dir != nullptr) {
         if (store.close) store.close(store.ctx);
         rc = comm_store_file(&store, bs->store_dir, diag);

@@ -336,29 +336,12 @@ static int group_connect(nccl_group *g, int rank, int size, int timeout_ms, cons
 }
 
 static int check_bootstrap(const comm_bootstrap *bs, int device, bt_diag *diag) {
-    if (bs->size < 1 || bs->rank < 0 || bs->rank >= bs->size) {
-        bt_diag_set(diag, "comm bootstrap: rank %d / size %d invalid (need 0 <= rank < size)",
-                    bs->rank, bs->size);
-        return BT_EINVAL;
-    }
-    if (bs->timeout_ms <= 0) {
-        bt_diag_set(diag, "comm bootstrap: timeout %d ms invalid (need > 0)", bs->timeout_ms);
-        return BT_EINVAL;
-    }
-    if (bs->prefix == NULL || bs->prefix[0] == '\0') {
-        bt_diag_set(diag, "comm bootstrap: empty rendezvous prefix (need a fresh one per "
-                          "job attempt)");
-        return BT_EINVAL;
-    }
-    if (bs->store_dir == NULL && (bs->store.set == NULL || bs->store.get == NULL)) {
-        bt_diag_set(diag, "comm bootstrap: no rendezvous store (set store_dir or store)");
-        return BT_EINVAL;
-    }
-    if (device < 0) {
+    int rc = comm_bootstrap_check(bs, diag);
+    if (rc == 0 && device < 0) {
         bt_diag_set(diag, "comm bootstrap: CUDA device %d invalid (need >= 0)", device);
-        return BT_EINVAL;
+        rc = BT_EINVAL;
     }
-    return 0;
+    return rc;
 }
 
 int comm_nccl_init(comm **out, const comm_bootstrap *bs, int device, bt_diag *diag) {
