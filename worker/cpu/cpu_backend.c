@@ -7,11 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdint.h>
+
 #include "cpu_ops.h"
 
 static void *cpu_alloc(backend *be, size_t bytes) {
     (void)be;
     /* 64-byte alignment suits every SIMD width and the BLAS packing routines. */
+    if (bytes > SIZE_MAX - 63) return NULL; /* rounding up would wrap to a tiny block */
     size_t rounded = (bytes + 63) / 64 * 64;
     void *p = aligned_alloc(64, rounded ? rounded : 64);
     if (p) memset(p, 0, rounded ? rounded : 64);

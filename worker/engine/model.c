@@ -3,6 +3,8 @@
  * iterator. The forward and backward passes are in model_pass.c. */
 #include "model.h"
 
+#include <limits.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -302,6 +304,11 @@ int model_init_tp(model *m, const model_config *cfg, backend *be, int max_B, int
     memset(m, 0, sizeof *m);
     int rc = model_config_check(cfg, diag);
     if (rc) return rc;
+    if (max_B < 1 || max_T < 1 || max_B > INT_MAX / max_T) {
+        /* every op indexes the rows of a micro-batch, N = B * T, with int */
+        bt_diag_set(diag, "model: micro-batch %d x %d tokens is empty or above 2^31", max_B, max_T);
+        return BT_ERANGE;
+    }
     int tp = tp_of(cfg);
     if (tp > 1 &&
         (tp_group == NULL || comm_size(tp_group) != tp || comm_rank(tp_group) != cfg->tp_rank)) {
