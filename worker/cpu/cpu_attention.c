@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "cpu_math.h"
 #include "cpu_ops.h"
 
 /* Query rows per block; scratch holds two (ATT_BLOCK, T) blocks. */
@@ -56,19 +57,14 @@ static att_head head_view(const float *q, const float *k, const float *v, int ld
 /* Row i of a block: probabilities for columns j <= i, zero for i < j < ncols. */
 static void probs_row(float *s, int i, int ncols, float scale, float lse) {
     for (int j = 0; j <= i; j++)
-        s[j] = expf(s[j] * scale - lse);
+        s[j] = cpu_expf(s[j] * scale - lse);
     for (int j = i + 1; j < ncols; j++)
         s[j] = 0.0f;
 }
 
 static float row_lse(const float *s, int i, float scale) {
-    float m = -INFINITY;
-    for (int j = 0; j <= i; j++)
-        m = fmaxf(m, s[j] * scale);
-    double sum = 0.0;
-    for (int j = 0; j <= i; j++)
-        sum += expf(s[j] * scale - m);
-    return m + (float)log(sum);
+    float m = cpu_max_scaled(s, i + 1, scale);
+    return m + (float)log(cpu_sum_exp(s, i + 1, scale, m));
 }
 
 /* Scores of rows [i0, i0 + rows) against keys [0, i1) into S (row stride T). */

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "cpu_math.h"
 #include "cpu_ops.h"
 
 void cpu_zero(backend *be, float *x, size_t n) {
@@ -78,7 +79,7 @@ void cpu_vocab_embedding_backward(backend *be, float *dwte, const float *dout,
 }
 
 static float sigmoidf(float x) {
-    return 1.0f / (1.0f + expf(-x));
+    return 1.0f / (1.0f + cpu_expf(-x));
 }
 
 void cpu_swiglu_forward(backend *be, float *out, const float *inp, int N, int F) {

@@ -1,22 +1,19 @@
 /* Cross-entropy over the vocabulary on the CPU: the forward pass keeps each row's
  * log-sum-exp so the backward pass forms softmax - onehot in one sweep, in place of the
  * logits when the caller wishes. Rows whose target is negative are ignored: loss 0,
- * gradient 0. The log-sum-exp accumulates in double. The vocabulary-parallel variant
+ * gradient 0. The sum of exponentials accumulates in float lanes added into a double in a
+ * fixed order (cpu_math.h). The vocabulary-parallel variant
  * splits the forward into per-shard partials and their combination (Megatron's
  * vocab-parallel cross-entropy, with the max and the sum of exponentials exchanged as one
  * gather of (max, sum, target logit) per row instead of three all-reduces). */
 #include <math.h>
 
+#include "cpu_math.h"
 #include "cpu_ops.h"
 
 static float row_lse(const float *x, int V) {
-    float m = -INFINITY;
-    for (int j = 0; j < V; j++)
-        m = fmaxf(m, x[j]);
-    double sum = 0.0;
-    for (int j = 0; j < V; j++)
-        sum += exp((double)(x[j] - m));
-    return (float)((double)m + log(sum));
+    float m = cpu_max_scaled(x, V, 1.0f);
+    return (float)((double)m + log(cpu_sum_exp(x, V, 1.0f, m)));
 }
 
 void cpu_crossentropy_forward(backend *be, float *losses, float *lse, const float *logits,
@@ -47,7 +44,7 @@ void cpu_crossentropy_backward(backend *be, float *dlogits, const float *logits,
             continue;
         }
         for (int j = 0; j < V; j++)
-            dx[j] = expf(x[j] - lse[n]) * dloss;
+            dx[j] = cpu_expf(x[j] - lse[n]) * dloss;
         dx[t] -= dloss;
     }
 }
@@ -61,14 +58,9 @@ void cpu_vocab_ce_partial(backend *be, float *part, const float *logits, const i
         int t = targets[n];
         p[0] = p[1] = p[2] = 0.0f;
         if (t < 0) continue;
-        float m = -INFINITY;
-        for (int j = 0; j < Vl; j++)
-            m = fmaxf(m, x[j]);
-        double sum = 0.0;
-        for (int j = 0; j < Vl; j++)
-            sum += exp((double)(x[j] - m));
+        float m = cpu_max_scaled(x, Vl, 1.0f);
         p[0] = m;
-        p[1] = (float)sum;
+        p[1] = (float)cpu_sum_exp(x, Vl, 1.0f, m);
         if (t >= v0 && t < v0 + Vl) p[2] = x[t - v0];
     }
 }
@@ -107,7 +99,7 @@ void cpu_vocab_ce_backward(backend *be, float *dlogits, const float *logits, con
             continue;
         }
         for (int j = 0; j < Vl; j++)
-            dx[j] = expf(x[j] - lse[n]) * dloss;
+            dx[j] = cpu_expf(x[j] - lse[n]) * dloss;
         if (t >= v0 && t < v0 + Vl) dx[t - v0] -= dloss;
     }
 }
