@@ -18,6 +18,8 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "util/buf.h"
+#include "util/clock.h"
 #include "corpus.h"
 #include "indexed.h"
 #include "passkey.h"
@@ -65,22 +67,6 @@ static int make_parents(const char *prefix, bt_diag *diag) {
     }
     free(p);
     return rc;
-}
-
-static char *str_concat(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    char *s = malloc(la + lb + 1);
-    if (s != NULL) {
-        memcpy(s, a, la);
-        memcpy(s + la, b, lb + 1);
-    }
-    return s;
-}
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* ---- prepare ----------------------------------------------------------------- */
@@ -165,7 +151,7 @@ static int prep_doc_end(void *ctx) {
 
 static void prep_progress(void *ctx, uint64_t done, uint64_t total) {
     prep *p = ctx;
-    double t = now_seconds();
+    double t = bt_clock_now();
     if (!p->progress || t - p->last_progress < 0.25) return;
     p->last_progress = t;
     p->progress_shown = 1;
@@ -189,7 +175,7 @@ static int prep_open(prep *p, const prep_opts *o, bt_diag *diag) {
     int rc = make_parents(o->output, diag);
     for (int k = 0; k < 2 && rc == BT_OK; k++) {
         if (k == 1 && o->valid_fraction <= 0) break;
-        char *prefix = str_concat(o->output, suffix[k]);
+        char *prefix = bt_str_concat(o->output, suffix[k]);
         rc = prefix
                  ? indexed_writer_open(&p->w[k], prefix, indexed_dtype_for_vocab(TOK_VOCAB), diag)
                  : BT_ENOMEM;

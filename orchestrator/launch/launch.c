@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "launch.h"
+#include "util/clock.h"
 #include "pmix_host.h"
 
 extern char **environ;
@@ -334,7 +335,7 @@ int launch_job_start(launch_job *job, bt_diag *diag) {
         return BT_EINVAL;
     }
     job->started = 1;
-    job->t_start = pmixhost_now();
+    job->t_start = bt_clock_now();
     int drc = launch_job_dir(job, diag);
     if (drc != 0) {
         launch_fail(job, LAUNCH_SPAWN_FAILED, 0);
@@ -369,7 +370,7 @@ void launch_job_kill(launch_job *job, launch_cause cause) {
     for (int r = 0; r < job->nprocs; r++)
         if (job->ranks[r].running) job->ranks[r].stopped = 1;
     launch_signal_all(job, SIGTERM);
-    job->t_kill = pmixhost_now() + job->opts.kill_grace_s;
+    job->t_kill = bt_clock_now() + job->opts.kill_grace_s;
 }
 
 static void launch_check_deadlines(launch_job *job, double now) {
@@ -472,7 +473,7 @@ enum {
  * cause. Ignored once the job is being stopped. */
 static void launch_candidate(launch_job *job, int r, int weight, launch_cause cause) {
     if (weight == LAUNCH_W_NONE || job->stopping) return;
-    if (job->cand_rank < 0) job->t_settle = pmixhost_now() + LAUNCH_SETTLE_S;
+    if (job->cand_rank < 0) job->t_settle = bt_clock_now() + LAUNCH_SETTLE_S;
     if (weight <= job->cand_weight) return;
     job->cand_rank = r;
     job->cand_weight = weight;
@@ -609,7 +610,7 @@ static void launch_pfd_dispatch(launch_job *job, size_t n, struct pollfd *extra)
 /* Every rank is reaped: takes the output still in the pipes (a grandchild that keeps a
  * pipe open must not keep the job alive), then settles the cause. */
 static void launch_finish(launch_job *job) {
-    launch_settle(job, pmixhost_now());
+    launch_settle(job, bt_clock_now());
     for (int r = 0; r < job->nprocs; r++)
         for (int s = 0; s < 2; s++) {
             launch_read(job, r, s, SIZE_MAX);
@@ -617,7 +618,7 @@ static void launch_finish(launch_job *job) {
             launch_close_fd(&job->io[r].fd[s]);
         }
     if (job->cause == LAUNCH_RUNNING) job->cause = LAUNCH_SUCCESS;
-    job->elapsed_s = pmixhost_now() - job->t_start;
+    job->elapsed_s = bt_clock_now() - job->t_start;
     job->finished = 1;
 }
 
@@ -630,13 +631,13 @@ int launch_job_step(launch_job *job, struct pollfd *extra, size_t nextra, int ti
     if (launch_pfd_reserve(job, 1 + 3 * (size_t)job->nprocs + nextra) != 0) return BT_ENOMEM;
     int nopidfd;
     size_t n = launch_pfd_fill(job, extra, nextra, &nopidfd);
-    int t = launch_timeout(job, timeout_ms, nopidfd, pmixhost_now());
+    int t = launch_timeout(job, timeout_ms, nopidfd, bt_clock_now());
     if (poll(job->pfds, n, t) < 0 && errno != EINTR) return BT_EIO;
     launch_pfd_dispatch(job, n, extra);
     /* Aborts first: an abort is recorded before the aborting rank can exit. */
     launch_take_aborts(job);
     launch_reap(job);
-    double now = pmixhost_now();
+    double now = bt_clock_now();
     pmixhost_progress(job->srv, now);
     launch_settle(job, now);
     launch_check_deadlines(job, now);

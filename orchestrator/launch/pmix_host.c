@@ -31,6 +31,7 @@
 #include <pmix_server.h>
 
 #include "pmix_host.h"
+#include "util/clock.h"
 #include "util/buf.h"
 
 /* How long a fence request is held before it is answered with success.
@@ -79,12 +80,6 @@ static launch_server *pmixhost_srv; /* the running server, or NULL */
 
 /* ---- small helpers ------------------------------------------------------------------ */
 
-double pmixhost_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 int pmixhost_node_size(int node, int nprocs, int nnodes) {
     return nprocs / nnodes + (node < nprocs % nnodes ? 1 : 0);
 }
@@ -112,7 +107,7 @@ static void pmixhost_trace(const launch_server *srv, const char *fmt, ...) {
     if (srv == NULL || !srv->debug) return;
     /* One write per line: this runs on PMIx's thread while ranks' output is copied. */
     char line[512];
-    int n = snprintf(line, sizeof line, "baton launch [pmix %.6f]: ", pmixhost_now());
+    int n = snprintf(line, sizeof line, "baton launch [pmix %.6f]: ", bt_clock_now());
     va_list ap;
     va_start(ap, fmt);
     n += vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
@@ -281,7 +276,7 @@ static pmix_status_t pmixhost_on_fence(const pmix_proc_t procs[], size_t nprocs,
         pmixhost_fence_free(f);
         return PMIX_ERR_NOT_AVAILABLE;
     }
-    f->due = pmixhost_now() + srv->fence_grace_s;
+    f->due = bt_clock_now() + srv->fence_grace_s;
     f->next = srv->fences;
     srv->fences = f;
     pmixhost_trace(srv, "fence over %zu proc(s), %zu bytes parked", nprocs, ndata);
@@ -649,7 +644,7 @@ void pmixhost_ns_deregister(launch_server *srv, pmixhost_ns *ns) {
         }
     /* Its fences now see an unknown namespace and are answered with an error. */
     pmixhost_fence *ready = NULL;
-    pmixhost_fences_take(srv, pmixhost_now(), &ready);
+    pmixhost_fences_take(srv, bt_clock_now(), &ready);
     pthread_mutex_unlock(&pmixhost_lock);
     pmixhost_fences_answer(srv, ready);
     pmixhost_wait *w = pmixhost_wait_new();

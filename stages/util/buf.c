@@ -67,3 +67,13 @@ void bt_buf_json_string(bt_buf *b, const char *s) {
 const char *bt_buf_str(const bt_buf *b) {
     return b->data ? b->data : "";
 }
+
+char *bt_str_concat(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    char *s = malloc(la + lb + 1);
+    if (s != NULL) {
+        memcpy(s, a, la);
+        memcpy(s + la, b, lb + 1);
+    }
+    return s;
+}

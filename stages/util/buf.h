@@ -19,4 +19,8 @@ void bt_buf_append(bt_buf *b, const char *s, size_t n);
 void bt_buf_json_string(bt_buf *b, const char *s);
 const char *bt_buf_str(const bt_buf *b);
 
+/* A new malloc'd string a followed by b (e.g. a path prefix and a suffix), or NULL when
+ * out of memory. */
+char *bt_str_concat(const char *a, const char *b);
+
 #endif

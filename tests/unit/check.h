@@ -3,9 +3,11 @@
 #ifndef BATON_CHECK_H
 #define BATON_CHECK_H
 
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static int check_failures;
 
@@ -48,6 +50,19 @@ static int check_failures;
             check_failures++;                                                                      \
         }                                                                                          \
     } while (0)
+
+/* Removes a test's temporary directory and the plain files in it (one level). */
+static inline void check_rmdir(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (e->d_name[0] != '.') unlink(p);
+    }
+    if (d != NULL) closedir(d);
+    rmdir(dir);
+}
 
 static inline int check_status(void) {
     if (check_failures) fprintf(stderr, "%d check(s) failed\n", check_failures);

@@ -13,18 +13,6 @@
 
 static char tmpdir[] = "/tmp/baton-test-indexed-XXXXXX";
 
-static void rm_tmpdir(void) {
-    DIR *d = opendir(tmpdir);
-    struct dirent *e;
-    while (d != NULL && (e = readdir(d)) != NULL) {
-        char p[512];
-        snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-        if (e->d_name[0] != '.') unlink(p);
-    }
-    if (d != NULL) closedir(d);
-    rmdir(tmpdir);
-}
-
 static void path_of(char *out, size_t cap, const char *name) {
     snprintf(out, cap, "%s/%s", tmpdir, name);
 }
@@ -410,6 +398,6 @@ int main(void) {
     test_megatron_layouts();
     test_corrupt();
     test_fuzz_flips();
-    rm_tmpdir();
+    check_rmdir(tmpdir);
     return check_status();
 }

@@ -15,18 +15,6 @@
 
 static char tmpdir[] = "/tmp/baton-test-loader-XXXXXX";
 
-static void rm_tmpdir(void) {
-    DIR *d = opendir(tmpdir);
-    struct dirent *e;
-    while (d != NULL && (e = readdir(d)) != NULL) {
-        char p[512];
-        snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-        if (e->d_name[0] != '.') unlink(p);
-    }
-    if (d != NULL) closedir(d);
-    rmdir(tmpdir);
-}
-
 /* A dataset whose concatenated stream is kept in memory to check against. */
 typedef struct fixture {
     char prefix[256];
@@ -401,6 +389,6 @@ int main(void) {
     test_errors();
     test_no_allocation();
     test_recipe_sources();
-    rm_tmpdir();
+    check_rmdir(tmpdir);
     return check_status();
 }

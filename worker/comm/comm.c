@@ -355,3 +355,24 @@ int comm_bootstrap_check(const comm_bootstrap *bs, bt_diag *diag) {
     }
     return 0;
 }
+
+int comm_split_members(const comm *c, const int *parent_ranks, int n, int *global) {
+    int me = -1;
+    for (int i = 0; i < n; i++) {
+        global[i] = c->members[parent_ranks[i]];
+        if (parent_ranks[i] == c->rank) me = i;
+    }
+    return me;
+}
+
+uint64_t comm_members_hash(const int *global, int n) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < n; i++) {
+        uint32_t x = (uint32_t)global[i];
+        for (int b = 0; b < 4; b++) {
+            h ^= (x >> (8 * b)) & 0xff;
+            h *= 1099511628211ull;
+        }
+    }
+    return h;
+}

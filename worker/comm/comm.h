@@ -215,6 +215,13 @@ const char *comm_fault_name(comm_fault fault);
  * timeout, a non-empty prefix and a store. 0 or BT_EINVAL with the reason in diag. */
 int comm_bootstrap_check(const comm_bootstrap *bs, bt_diag *diag);
 
+/* For a backend's split: fills global[i] with the global rank of c's member
+ * parent_ranks[i] and returns this rank's position in the new group. */
+int comm_split_members(const comm *c, const int *parent_ranks, int n, int *global);
+/* FNV-1a of a member list: with a per-list counter it names each split's rendezvous
+ * keys, so different lists and repeated splits of one list never share keys. */
+uint64_t comm_members_hash(const int *global, int n);
+
 typedef struct comm_ops {
     const char *name;
     int streams; /* 1: operations are enqueued on a stream; 0: the stream must be NULL */

@@ -769,18 +769,6 @@ void connect_group(Group &g, int rank, int size, int timeout_ms) {
     watch_start(g);
 }
 
-uint64_t fnv1a(const int *v, int n) {
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < n; i++) {
-        uint32_t x = (uint32_t)v[i];
-        for (int b = 0; b < 4; b++) {
-            h ^= (x >> (8 * b)) & 0xff;
-            h *= 1099511628211ull;
-        }
-    }
-    return h;
-}
-
 int gloo_split(comm *c, const int *parent_ranks, int n, const char *name, comm **out);
 
 /* The table, filled by name. */
@@ -812,12 +800,8 @@ int gloo_split(comm *c, const int *parent_ranks, int n, const char *name, comm *
     const std::string label = std::string(" (group '") + (name ? name : "?") + "')";
     return guarded(c, "split", label, [&](Group &g) {
         std::vector<int> global(n);
-        int me = -1;
-        for (int i = 0; i < n; i++) {
-            global[i] = c->members[parent_ranks[i]];
-            if (parent_ranks[i] == c->rank) me = i;
-        }
-        const uint64_t h = fnv1a(global.data(), n);
+        const int me = comm_split_members(c, parent_ranks, n, global.data());
+        const uint64_t h = comm_members_hash(global.data(), n);
         char key[64];
         snprintf(key, sizeof key, "g%016llx.%d.%u", (unsigned long long)h, n, g.splits[h]++);
         auto sub = std::make_unique<Group>();

@@ -209,18 +209,6 @@ static void note_op(comm *c, const char *op, size_t count, comm_dtype dtype) {
     snprintf(g->last_op, sizeof g->last_op, "%s of %zu %s", op, count, comm_dtype_name(dtype));
 }
 
-static uint64_t fnv1a(const int *v, int n) {
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < n; i++) {
-        uint32_t x = (uint32_t)v[i];
-        for (int b = 0; b < 4; b++) {
-            h ^= (x >> (8 * b)) & 0xff;
-            h *= 1099511628211ull;
-        }
-    }
-    return h;
-}
-
 /* ---- rendezvous -------------------------------------------------------------------- */
 
 static void set_err(nccl_err *e, int code, comm_fault fault, const char *fmt, ...)
@@ -600,12 +588,8 @@ static int op_split(comm *c, const int *parent_ranks, int n, const char *name, c
         free(global);
         return comm_fail(c, BT_ENOMEM, COMM_FAULT_INTERNAL, "split", "out of memory");
     }
-    int me = 0;
-    for (int i = 0; i < n; i++) {
-        global[i] = c->members[parent_ranks[i]];
-        if (parent_ranks[i] == c->rank) me = i;
-    }
-    const uint64_t h = fnv1a(global, n);
+    const int me = comm_split_members(c, parent_ranks, n, global);
+    const uint64_t h = comm_members_hash(global, n);
     int k = 0;
     while (k < g->nsplits && g->splits[k].hash != h)
         k++;

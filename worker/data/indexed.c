@@ -1,6 +1,7 @@
 /* Megatron indexed dataset: validation on open, unaligned little-endian access, and
  * a streaming writer. See indexed.h for the layout. */
 #include "indexed.h"
+#include "util/buf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -51,16 +52,6 @@ const char *indexed_dtype_name(indexed_dtype dt) {
 
 indexed_dtype indexed_dtype_for_vocab(uint64_t vocab) {
     return vocab < 65500 ? INDEXED_UINT16 : INDEXED_INT32;
-}
-
-static char *path_with_suffix(const char *prefix, const char *suffix) {
-    size_t a = strlen(prefix), b = strlen(suffix);
-    char *p = malloc(a + b + 1);
-    if (p != NULL) {
-        memcpy(p, prefix, a);
-        memcpy(p + a, suffix, b + 1);
-    }
-    return p;
 }
 
 /* ---- reading ---------------------------------------------------------------- */
@@ -210,8 +201,8 @@ static int check_documents(const indexed_dataset *ds, bt_diag *diag) {
 int indexed_open(indexed_dataset *ds, const char *prefix, bt_diag *diag) {
     memset(ds, 0, sizeof *ds);
     int rc = BT_ENOMEM;
-    ds->idx_path = path_with_suffix(prefix, ".idx");
-    ds->bin_path = path_with_suffix(prefix, ".bin");
+    ds->idx_path = bt_str_concat(prefix, ".idx");
+    ds->bin_path = bt_str_concat(prefix, ".bin");
     if (ds->idx_path == NULL || ds->bin_path == NULL) {
         bt_diag_set(diag, "out of memory");
         goto error;
@@ -376,10 +367,10 @@ int indexed_writer_open(indexed_writer *w, const char *prefix, indexed_dtype dty
                     indexed_dtype_name(dtype));
         return BT_EINVAL;
     }
-    w->bin_path = path_with_suffix(prefix, ".bin");
-    w->idx_path = path_with_suffix(prefix, ".idx");
-    w->bin_partial = path_with_suffix(prefix, ".bin.partial");
-    w->idx_partial = path_with_suffix(prefix, ".idx.partial");
+    w->bin_path = bt_str_concat(prefix, ".bin");
+    w->idx_path = bt_str_concat(prefix, ".idx");
+    w->bin_partial = bt_str_concat(prefix, ".bin.partial");
+    w->idx_partial = bt_str_concat(prefix, ".idx.partial");
     w->scratch = malloc(INDEXED_WRITER_CHUNK * w->itemsize);
     if (!w->bin_path || !w->idx_path || !w->bin_partial || !w->idx_partial || !w->scratch ||
         grow((void **)&w->docs, &w->cap_docs, 1, sizeof *w->docs) != BT_OK) {

@@ -6,12 +6,7 @@
 #include <time.h>
 
 #include "cpu_backend.h"
-
-static double train_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "util/clock.h"
 
 /* Model FLOPs of one step: 6 N T for the matrices (embedding lookup excluded) plus
  * causal attention, 6 L C T per token (half of the 12 L C T of full attention). */
@@ -315,7 +310,7 @@ static int train_micro_batches(trainer *t, double *loss, bt_diag *diag) {
 }
 
 int train_step(trainer *t, train_metrics *out, bt_diag *diag) {
-    double t0 = train_now(), loss = 0;
+    double t0 = bt_clock_now(), loss = 0;
     model_zero_grad(&t->m);
     train_fp8_begin(t);
     double lr = optim_lr_at(t->step + 1, t->total_steps, &t->hp), norm = 0;
@@ -330,7 +325,7 @@ int train_step(trainer *t, train_metrics *out, bt_diag *diag) {
     t->step++;
     int skipped = !isfinite(norm); /* the optimizer left the weights alone (optim.h) */
     t->skipped_steps += (uint64_t)skipped;
-    double dt = train_now() - t0;
+    double dt = bt_clock_now() - t0;
     const Baton__Stage *s = t->spec->stage;
     *out = (train_metrics){.step = t->step,
                            .loss = loss,
