@@ -14,7 +14,7 @@ build_pkgs=(
   libopenblas-dev libarchive-dev libcurl4-openssl-dev
   fortunes-min fortunes
 )
-test_pkgs=(python3 python3-protobuf python3-numpy python3-torch)
+test_pkgs=(python3 python3-protobuf python3-numpy python3-torch nginx)
 
 want=("${build_pkgs[@]}")
 if [[ "${1:-}" == "--test" ]]; then

@@ -8,5 +8,7 @@ int cmd_plan(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_spec(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
+int cmd_ckpt(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
 
 #endif

@@ -21,6 +21,8 @@ static const command commands[] = {
     {"spec", cmd_spec, "resolve one stage of a recipe into the StageSpec a worker runs"},
     {"data", cmd_data, "prepare token datasets (Megatron indexed format) from text, tar or zip"},
     {"launch", cmd_launch, "start N PMIx processes (local embedded PMIx server)"},
+    {"ckpt", cmd_ckpt, "inspect, verify, reshard, export, pack and move checkpoints"},
+    {"eval", cmd_eval, "mean next-token loss of a checkpoint on a dataset"},
 };
 
 static void usage(FILE *f) {

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "train.h"
+#include "util/clock.h"
+#include "train_ckpt.h"
 #include "worker_ranks.h"
 
 typedef struct worker_args {
@@ -22,12 +24,17 @@ typedef struct worker_args {
     double comm_timeout_s;   /* rendezvous and every collective */
     const char *dump_params; /* write the final parameters here (rank 0) */
     int quiet;               /* ranks other than 0 print only errors */
+    const char *run_dir;     /* overrides the spec's run_dir (checkpoints go below it) */
+    const char *init;        /* overrides the spec's init_checkpoint */
+    int64_t save_every;      /* overrides the stage's checkpoint.every_steps; -1: keep */
+    int async_save;          /* overrides checkpoint.async when set */
 } worker_args;
 
 static void worker_usage(FILE *f) {
     fprintf(f, "usage: baton-worker --spec FILE [--single-process] [--steps N] [--log-every N]\n"
                "                    [--eval-windows N] [--valid PREFIX] [--comm-timeout S]\n"
-               "                    [--dump-params FILE]\n\n"
+               "                    [--dump-params FILE] [--run-dir DIR] [--init CKPT]\n"
+               "                    [--save-every N] [--async-save]\n\n"
                "Trains one stage described by a binary StageSpec (see 'baton spec --out').\n\n"
                "  --spec FILE          the StageSpec to run\n"
                "  --single-process     run the stage's layout as one process: tp, pp, cp, dp\n"
@@ -41,7 +48,15 @@ static void worker_usage(FILE *f) {
                "  --comm-timeout S     seconds any collective may wait for a peer (default 60)\n"
                "  --dump-params FILE   write the final parameters as raw little-endian float32\n"
                "                       in the model's tensor order, the one-process tensors\n"
-               "                       whatever the layout (rank 0 writes)\n\n"
+               "                       whatever the layout (rank 0 writes)\n"
+               "  --run-dir DIR        save checkpoints in DIR/checkpoints (default: the spec's\n"
+               "                       run_dir; none: no checkpoints)\n"
+               "  --init CKPT          start from a checkpoint or a run directory's newest one\n"
+               "                       (default: the spec's init_checkpoint): the same stage\n"
+               "                       resumes, another stage takes its weights\n"
+               "  --save-every N       checkpoint every N steps (default: the stage's\n"
+               "                       checkpoint.every_steps; 0 = only at the end)\n"
+               "  --async-save         write checkpoints on a thread while training goes on\n\n"
                "Under a PMIx launcher (baton launch, srun --mpi=pmix) each process is one rank;\n"
                "the ranks connect over Gloo and the stage's layout must match their number.\n\n"
                "Exit status: 0 done, 1 training failed, 2 bad usage or unrunnable spec.\n");
@@ -69,6 +84,8 @@ static int worker_parse_count_opt(worker_args *a, const char *o, const char *v) 
         a->log_every = (uint32_t)n;
     else if (strcmp(o, "--eval-windows") == 0)
         a->eval_windows = (uint32_t)n;
+    else if (strcmp(o, "--save-every") == 0)
+        a->save_every = (int64_t)n;
     else if (strcmp(o, "--comm-timeout") == 0 && n > 0)
         a->comm_timeout_s = (double)n;
     else {
@@ -79,7 +96,7 @@ static int worker_parse_count_opt(worker_args *a, const char *o, const char *v) 
 }
 
 static int worker_parse(int argc, char **argv, worker_args *a) {
-    a->log_every = 1, a->eval_windows = 64, a->comm_timeout_s = 60;
+    a->log_every = 1, a->eval_windows = 64, a->comm_timeout_s = 60, a->save_every = -1;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
@@ -87,6 +104,9 @@ static int worker_parse(int argc, char **argv, worker_args *a) {
             return 1;
         } else if (strcmp(o, "--single-process") == 0) {
             a->single_process = 1;
+            continue;
+        } else if (strcmp(o, "--async-save") == 0) {
+            a->async_save = 1;
             continue;
         } else if (v == NULL || strncmp(o, "--", 2) != 0) {
             fprintf(stderr, "baton-worker: unknown option or missing value: '%s'\n", o);
@@ -97,6 +117,10 @@ static int worker_parse(int argc, char **argv, worker_args *a) {
             a->valid = v;
         } else if (strcmp(o, "--dump-params") == 0) {
             a->dump_params = v;
+        } else if (strcmp(o, "--run-dir") == 0) {
+            a->run_dir = v;
+        } else if (strcmp(o, "--init") == 0) {
+            a->init = v;
         } else if (worker_parse_count_opt(a, o, v) != 0) {
             return -1;
         }
@@ -174,24 +198,44 @@ static void worker_print_setup(const trainer *t) {
            1e-6 * (double)t->m.work_bytes);
 }
 
-static int worker_train(trainer *t, const worker_args *a, bt_diag *diag) {
-    uint64_t steps = a->max_steps ? a->max_steps : t->total_steps;
+static void worker_print_step(const trainer *t, const train_metrics *m) {
+    printf("step %6llu/%llu  loss %.6f  lr %.3e  grad_norm %.4f  %.0f tok/s  %.2f GFLOP/s/rank\n",
+           (unsigned long long)m->step, (unsigned long long)t->total_steps, m->loss, m->lr,
+           m->grad_norm, m->tokens_per_s, m->gflops_per_s);
+    if (m->skipped)
+        printf("step %6llu: update skipped: the gradient norm is not finite (%llu skipped so "
+               "far)\n",
+               (unsigned long long)m->step, (unsigned long long)t->skipped_steps);
+}
+
+static int worker_save(train_ckpt *c, trainer *t, const worker_args *a, bt_diag *diag) {
+    int final = t->step == t->total_steps;
+    int rc = train_ckpt_save(c, t, final, diag);
+    if (rc == 0 && c->root && !a->quiet)
+        printf("checkpoint %s: %s in %.3f s\n", c->name,
+               c->async ? "snapshot taken, writing in the background" : "saved", c->stall_s);
+    return rc;
+}
+
+/* Trains to the stage's last step (or --steps more), checkpointing every save_every
+ * steps and at the end. */
+static int worker_train(trainer *t, train_ckpt *c, uint64_t save_every, const worker_args *a,
+                        bt_diag *diag) {
     train_metrics m;
-    for (uint64_t i = 0; i < steps; i++) {
+    for (uint64_t i = 0; t->step < t->total_steps && (!a->max_steps || i < a->max_steps); i++) {
         int rc = train_step(t, &m, diag);
         if (rc != 0) return rc;
-        if (!a->quiet && (m.step % a->log_every == 0 || i + 1 == steps))
-            printf("step %6llu/%llu  loss %.6f  lr %.3e  grad_norm %.4f  %.0f tok/s  %.2f "
-                   "GFLOP/s/rank\n",
-                   (unsigned long long)m.step, (unsigned long long)t->total_steps, m.loss, m.lr,
-                   m.grad_norm, m.tokens_per_s, m.gflops_per_s);
-        if (!a->quiet && m.skipped)
-            printf("step %6llu: update skipped: the gradient norm is not finite (%llu skipped "
-                   "so far)\n",
-                   (unsigned long long)m.step, (unsigned long long)t->skipped_steps);
+        int last = t->step == t->total_steps || i + 1 == a->max_steps;
+        if (!a->quiet && (m.step % a->log_every == 0 || last || m.skipped))
+            worker_print_step(t, &m);
+        if (!last && save_every && t->step % save_every == 0 && worker_save(c, t, a, diag) != 0)
+            return BT_EIO;
         fflush(stdout);
     }
-    return 0;
+    int rc = worker_save(c, t, a, diag);
+    rc = rc ? rc : train_ckpt_wait(c, diag);
+    fflush(stdout);
+    return rc;
 }
 
 /* The stage's one-process tensors, in order, gathered over the tp group into out. */
@@ -265,6 +309,44 @@ static int worker_eval(trainer *t, const worker_args *a, bt_diag *diag) {
 
 /* Trains with the ranks joined (or alone); returns a BT_ code, *setup_rc the code of
  * the setup part (which decides the exit status class). */
+/* Checkpointing for this rank from the spec and the options. */
+static void worker_ckpt_setup(train_ckpt *c, char *root, size_t cap, const Baton__StageSpec *spec,
+                              const worker_args *a, worker_ranks *w) {
+    const char *run_dir = a->run_dir ? a->run_dir : spec->run_dir;
+    const Baton__CheckpointPolicy *p = spec->stage->checkpoint;
+    memset(c, 0, sizeof *c);
+    if (run_dir && run_dir[0]) {
+        snprintf(root, cap, "%s/checkpoints", run_dir);
+        c->root = root;
+    }
+    c->world = w->world;
+    c->world_rank = w->world ? w->info.rank : 0;
+    c->world_size = w->world ? w->info.size : 1;
+    c->keep = p ? p->keep : 3;
+    c->async = a->async_save || (p && p->async);
+    c->commit_timeout_s = a->comm_timeout_s;
+}
+
+static uint64_t worker_save_every(const Baton__StageSpec *spec, const worker_args *a) {
+    if (a->save_every >= 0) return (uint64_t)a->save_every;
+    const Baton__CheckpointPolicy *p = spec->stage->checkpoint;
+    return p ? p->every_steps : 1000;
+}
+
+static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, bt_diag *diag) {
+    const char *init = a->init ? a->init : t->spec->init_checkpoint;
+    if (init == NULL || init[0] == '\0') return 0;
+    double t0 = bt_clock_now();
+    int rc = train_ckpt_load(t, init, w->world, diag);
+    if (rc == 0 && w->info.rank == 0 && !a->quiet)
+        printf("started from %s at step %llu (global sample %llu), loaded in %.3f s\n", init,
+               (unsigned long long)t->step, (unsigned long long)t->first_sample,
+               bt_clock_now() - t0);
+    return rc;
+}
+
+/* Trains with the ranks joined (or alone); returns a BT_ code, *setup_rc the code of
+ * the setup part (which decides the exit status class). */
 static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks *w, int *setup_rc,
                       bt_diag *diag) {
     trainer t;
@@ -273,12 +355,17 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
     rc = rc ? rc : train_init(&t, spec, &groups, diag);
     *setup_rc = rc;
     if (rc != 0) return rc;
-    if (w->info.rank == 0) worker_print_setup(&t);
     worker_args mine = *a;
     if (w->info.rank != 0) mine.quiet = 1;
-    rc = worker_train(&t, &mine, diag);
+    if (w->info.rank == 0) worker_print_setup(&t);
+    train_ckpt c;
+    char root[4096];
+    worker_ckpt_setup(&c, root, sizeof root, spec, a, w);
+    rc = worker_init_from(&t, &mine, w, diag);
+    rc = rc ? rc : worker_train(&t, &c, worker_save_every(spec, a), &mine, diag);
     rc = rc ? rc : worker_eval(&t, &mine, diag);
     rc = rc ? rc : worker_dump_params(&t, mine.dump_params, w->info.rank == 0, diag);
+    train_ckpt_free(&c);
     train_free(&t);
     return rc;
 }

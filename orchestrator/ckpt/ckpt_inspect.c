@@ -1,0 +1,139 @@
+/* baton ckpt inspect CKPT [--json]: what a checkpoint holds. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ckpt/ckpt.h"
+#include "ckpt_cmds.h"
+#include "util/buf.h"
+
+static void inspect_usage(FILE *f) {
+    fprintf(f, "usage: baton ckpt inspect CKPT [--json]\n\n"
+               "Shows a checkpoint's recipe, stage, step, data position, layout, and every\n"
+               "tensor with its global shape, dtype, shard count and bytes. CKPT is a\n"
+               "checkpoint directory or a run directory (its newest complete checkpoint).\n");
+}
+
+static uint64_t inspect_bytes(const Baton__TensorEntry *e) {
+    uint64_t n = 0;
+    for (size_t i = 0; i < e->n_shards; i++)
+        n += e->shards[i]->byte_length;
+    return n;
+}
+
+static void inspect_shape(bt_buf *b, const Baton__TensorEntry *e, const char *sep) {
+    for (size_t k = 0; k < e->n_global_shape; k++)
+        bt_buf_printf(b, "%s%llu", k ? sep : "", (unsigned long long)e->global_shape[k]);
+}
+
+static const char *inspect_dtype(Baton__DType t) {
+    const ProtobufCEnumValue *v =
+        protobuf_c_enum_descriptor_get_value(&baton__dtype__descriptor, t);
+    return v ? v->name : "?";
+}
+
+static void inspect_layout(bt_buf *b, const Baton__Parallel *p) {
+    if (p == NULL)
+        bt_buf_printf(b, "unknown");
+    else
+        bt_buf_printf(b, "tp%u pp%u cp%u dp%u ep%u zero%u", p->tp, p->pp, p->cp, p->dp, p->ep,
+                      p->zero);
+}
+
+static void inspect_text(bt_buf *b, const char *dir, const Baton__Manifest *m) {
+    uint64_t total = 0;
+    bt_buf_printf(b, "checkpoint %s\n", dir);
+    bt_buf_printf(b, "  recipe %s, stage %u \"%s\"%s, step %llu of %llu, next global sample %llu\n",
+                  m->recipe_name ? m->recipe_name : "?", m->stage_index,
+                  m->stage_name ? m->stage_name : "?", m->stage_final ? " (final)" : "",
+                  (unsigned long long)m->step, (unsigned long long)m->stage_steps,
+                  (unsigned long long)m->data_position);
+    bt_buf_printf(b, "  saved under ");
+    inspect_layout(b, m->layout);
+    bt_buf_printf(b, " by %u rank(s); AdamW step %llu; %zu fp8 scaling state(s)\n", m->world,
+                  (unsigned long long)m->optim_step, m->n_fp8);
+    bt_buf_printf(b, "  %-52s %-14s %-5s %6s %12s\n", "tensor", "shape", "dtype", "shards",
+                  "bytes");
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        const Baton__TensorEntry *e = m->tensors[i];
+        bt_buf shape;
+        bt_buf_init(&shape);
+        inspect_shape(&shape, e, "x");
+        bt_buf_printf(b, "  %-52s %-14s %-5s %6zu %12llu\n", e->key, bt_buf_str(&shape),
+                      inspect_dtype(e->dtype), e->n_shards, (unsigned long long)inspect_bytes(e));
+        bt_buf_free(&shape);
+        total += inspect_bytes(e);
+    }
+    bt_buf_printf(b, "  %zu tensors, %llu bytes (%.2f MB)\n", m->n_tensors,
+                  (unsigned long long)total, (double)total / 1e6);
+}
+
+static void inspect_json(bt_buf *b, const char *dir, const Baton__Manifest *m) {
+    bt_buf_printf(b, "{\"dir\": ");
+    bt_buf_json_string(b, dir);
+    bt_buf_printf(b, ", \"recipe\": ");
+    bt_buf_json_string(b, m->recipe_name ? m->recipe_name : "");
+    bt_buf_printf(b, ", \"stage_index\": %u, \"stage\": ", m->stage_index);
+    bt_buf_json_string(b, m->stage_name ? m->stage_name : "");
+    bt_buf_printf(b,
+                  ", \"step\": %llu, \"stage_steps\": %llu, \"final\": %s, \"data_position\": "
+                  "%llu, \"optim_step\": %llu, \"world\": %u, \"layout\": ",
+                  (unsigned long long)m->step, (unsigned long long)m->stage_steps,
+                  m->stage_final ? "true" : "false", (unsigned long long)m->data_position,
+                  (unsigned long long)m->optim_step, m->world);
+    bt_buf lay;
+    bt_buf_init(&lay);
+    inspect_layout(&lay, m->layout);
+    bt_buf_json_string(b, bt_buf_str(&lay));
+    bt_buf_free(&lay);
+    bt_buf_printf(b, ", \"tensors\": [");
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        const Baton__TensorEntry *e = m->tensors[i];
+        bt_buf_printf(b, "%s{\"key\": ", i ? ", " : "");
+        bt_buf_json_string(b, e->key);
+        bt_buf_printf(b, ", \"shape\": [");
+        inspect_shape(b, e, ", ");
+        bt_buf_printf(b, "], \"dtype\": \"%s\", \"shards\": %zu, \"bytes\": %llu}",
+                      inspect_dtype(e->dtype), e->n_shards, (unsigned long long)inspect_bytes(e));
+    }
+    bt_buf_printf(b, "]}\n");
+}
+
+int ckpt_cmd_inspect(int argc, char **argv) {
+    const char *path = NULL;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            inspect_usage(stdout);
+            return BT_EXIT_OK;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else if (argv[i][0] == '-' || path != NULL) {
+            fprintf(stderr, "baton ckpt inspect: unexpected argument '%s'\n", argv[i]);
+            inspect_usage(stderr);
+            return BT_EXIT_USAGE;
+        } else {
+            path = argv[i];
+        }
+    }
+    if (path == NULL) {
+        inspect_usage(stderr);
+        return BT_EXIT_USAGE;
+    }
+    bt_diag diag;
+    bt_diag_init(&diag);
+    char dir[CKPT_PATH_MAX];
+    Baton__Manifest *m = NULL;
+    int rc = ckpt_resolve(path, dir, sizeof dir, &diag);
+    rc = rc ? rc : ckpt_manifest_read(dir, &m, &diag);
+    if (rc != 0) {
+        fprintf(stderr, "baton ckpt inspect: %s\n", diag.msg);
+        return rc == BT_EIO ? BT_EXIT_FAILURE : BT_EXIT_USAGE;
+    }
+    bt_buf b;
+    bt_buf_init(&b);
+    (json ? inspect_json : inspect_text)(&b, dir, m);
+    fputs(bt_buf_str(&b), stdout);
+    bt_buf_free(&b);
+    baton__manifest__free_unpacked(m, NULL);
+    return BT_EXIT_OK;
+}

@@ -1,0 +1,407 @@
+/* baton ckpt pack / unpack: a checkpoint as one pax tar + zstd archive whose top-level
+ * entry is the checkpoint directory. Both directions stream (one chunk in memory at a
+ * time) and check every shard byte against the manifest's CRC32C values: pack refuses to
+ * archive damaged data, unpack extracts into NAME.partial and renames only after the
+ * whole checkpoint has been checked. */
+#include <archive.h>
+#include <archive_entry.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+#include "ckpt_cmds.h"
+#include "ckpt_store_crc.h"
+#include "ckpt_store_fs.h"
+
+#define PACK_CHUNK (1u << 20)
+
+/* ---- pack ---- */
+
+static void pack_usage(FILE *f) {
+    fprintf(f, "usage: baton ckpt pack CKPT [--out FILE.tar.zst]\n\n"
+               "Archives checkpoint CKPT (a checkpoint or run directory) as pax tar + zstd,\n"
+               "checking every shard byte against the manifest's CRC32C on the way.\n\n"
+               "options:\n"
+               "  --out FILE   the archive to write (default: ./<checkpoint-name>.tar.zst)\n"
+               "  --help       show this help\n");
+}
+
+/* Streams one file into the archive as NAME/FILE; chk (may be NULL) checks its bytes. */
+static int pack_file(struct archive *a, const char *dir, const char *top, const char *file,
+                     ckpt_file_check *chk, unsigned char *buf, bt_diag *diag) {
+    char path[CKPT_PATH_MAX], entry_name[CKPT_PATH_MAX];
+    ckpt_path_join(path, sizeof path, dir, file);
+    ckpt_path_join(entry_name, sizeof entry_name, top, file);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        bt_diag_set(diag, "%s: cannot open: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return BT_EIO;
+    }
+    struct archive_entry *e = archive_entry_new();
+    archive_entry_set_pathname(e, entry_name);
+    archive_entry_set_filetype(e, AE_IFREG);
+    archive_entry_set_perm(e, st.st_mode & 0777);
+    archive_entry_set_size(e, st.st_size);
+    archive_entry_set_mtime(e, st.st_mtime, 0);
+    int rc = 0;
+    if (archive_write_header(a, e) != ARCHIVE_OK) {
+        bt_diag_set(diag, "%s: cannot archive: %s", path, archive_error_string(a));
+        rc = BT_EIO;
+    }
+    if (chk) ckpt_check_reset(chk);
+    int64_t total = 0;
+    while (rc == 0) {
+        ssize_t got = read(fd, buf, PACK_CHUNK);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            if (got < 0)
+                bt_diag_set(diag, "%s: read error: %s", path, strerror(errno));
+            else if (total != st.st_size)
+                bt_diag_set(diag, "%s: changed size while being packed", path);
+            else if (chk)
+                rc = ckpt_check_end(chk, path, diag);
+            if (got < 0 || total != st.st_size) rc = BT_EIO;
+            break;
+        }
+        if (chk) rc = ckpt_check_feed(chk, buf, (size_t)got, path, diag);
+        if (rc == 0 && archive_write_data(a, buf, (size_t)got) != got) {
+            bt_diag_set(diag, "%s: cannot archive: %s", path, archive_error_string(a));
+            rc = BT_EIO;
+        }
+        total += got;
+    }
+    archive_entry_free(e);
+    close(fd);
+    return rc;
+}
+
+static int pack_dir_entry(struct archive *a, const char *dir, const char *top, bt_diag *diag) {
+    char entry_name[CKPT_PATH_MAX];
+    struct stat st;
+    if (stat(dir, &st) != 0) st.st_mtime = 0;
+    snprintf(entry_name, sizeof entry_name, "%s/", top);
+    struct archive_entry *e = archive_entry_new();
+    archive_entry_set_pathname(e, entry_name);
+    archive_entry_set_filetype(e, AE_IFDIR);
+    archive_entry_set_perm(e, 0700);
+    archive_entry_set_mtime(e, st.st_mtime, 0);
+    int rc = archive_write_header(a, e) == ARCHIVE_OK ? 0 : BT_EIO;
+    if (rc < 0) bt_diag_set(diag, "%s: cannot archive: %s", top, archive_error_string(a));
+    archive_entry_free(e);
+    return rc;
+}
+
+/* The directory entry, each shard file (checked), then manifest.pb. */
+static int pack_entries(struct archive *a, const char *dir, const char *top, ckpt_file_set *set,
+                        bt_diag *diag) {
+    unsigned char *buf = malloc(PACK_CHUNK);
+    if (buf == NULL) return BT_ENOMEM;
+    int rc = pack_dir_entry(a, dir, top, diag);
+    for (size_t i = 0; rc == 0 && i < set->n; i++)
+        rc = pack_file(a, dir, top, set->file[i].name, &set->file[i], buf, diag);
+    if (rc == 0) rc = pack_file(a, dir, top, CKPT_MANIFEST, NULL, buf, diag);
+    free(buf);
+    return rc;
+}
+
+/* Writes the archive of dir to fd. */
+static int pack_stream(int fd, const char *dir, const char *top, ckpt_file_set *set,
+                       const char *out, bt_diag *diag) {
+    struct archive *a = archive_write_new();
+    if (a == NULL) return BT_ENOMEM;
+    int rc = 0;
+    if (archive_write_set_format_pax(a) != ARCHIVE_OK ||
+        archive_write_add_filter_zstd(a) != ARCHIVE_OK ||
+        archive_write_open_fd(a, fd) != ARCHIVE_OK) {
+        bt_diag_set(diag, "%s: cannot start a tar.zst archive: %s", out, archive_error_string(a));
+        rc = BT_EIO;
+    }
+    if (rc == 0) rc = pack_entries(a, dir, top, set, diag);
+    if (rc == 0 && archive_write_close(a) != ARCHIVE_OK) {
+        bt_diag_set(diag, "%s: cannot finish the archive: %s", out, archive_error_string(a));
+        rc = BT_EIO;
+    }
+    archive_write_free(a);
+    return rc;
+}
+
+/* Archives dir into out through out.partial: fsync, rename, fsync of its directory. */
+static int pack_to(const char *dir, const char *out, bt_diag *diag) {
+    char top[256], partial[CKPT_PATH_MAX], parent[CKPT_PATH_MAX];
+    int rc = ckpt_path_basename(dir, top, sizeof top, diag);
+    if (rc < 0) return rc;
+    Baton__Manifest *m = NULL;
+    ckpt_file_set set = {0};
+    rc = ckpt_manifest_read(dir, &m, diag);
+    if (rc == 0) rc = ckpt_files_from_manifest(m, &set, diag);
+    if (m) baton__manifest__free_unpacked(m, NULL);
+    if (rc < 0) return rc;
+    snprintf(partial, sizeof partial, "%s%s", out, CKPT_PARTIAL_SUFFIX);
+    int fd = open(partial, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        bt_diag_set(diag, "%s: cannot create: %s", partial, strerror(errno));
+        ckpt_files_free(&set);
+        return BT_EIO;
+    }
+    rc = pack_stream(fd, dir, top, &set, out, diag);
+    ckpt_files_free(&set);
+    if (rc == 0 && fsync(fd) != 0) {
+        bt_diag_set(diag, "%s: fsync: %s", partial, strerror(errno));
+        rc = BT_EIO;
+    }
+    close(fd);
+    ckpt_path_parent(out, parent, sizeof parent);
+    if (rc == 0 && (rename(partial, out) != 0 || ckpt_fsync_dir(parent) < 0)) {
+        bt_diag_set(diag, "%s: cannot rename to %s: %s", partial, out, strerror(errno));
+        rc = BT_EIO;
+    }
+    if (rc < 0) unlink(partial);
+    return rc;
+}
+
+/* Parses `pack CKPT [--out FILE]`: 0 to run, 1 for --help, 2 on a usage error. */
+static int pack_parse(int argc, char **argv, const char **ckpt, const char **out) {
+    *ckpt = *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return 1;
+        if (strcmp(a, "--out") == 0 && i + 1 < argc) {
+            *out = argv[++i];
+        } else if (a[0] == '-' || *ckpt) {
+            fprintf(stderr, "baton ckpt pack: unexpected argument '%s'\n", a);
+            return 2;
+        } else {
+            *ckpt = a;
+        }
+    }
+    if (*ckpt == NULL) fprintf(stderr, "baton ckpt pack: missing CKPT\n");
+    return *ckpt ? 0 : 2;
+}
+
+int ckpt_cmd_pack(int argc, char **argv) {
+    const char *ckpt, *out;
+    int p = pack_parse(argc, argv, &ckpt, &out);
+    if (p != 0) {
+        pack_usage(p == 1 ? stdout : stderr);
+        return p == 1 ? BT_EXIT_OK : BT_EXIT_USAGE;
+    }
+    char dir[CKPT_PATH_MAX], name[256], def_out[300];
+    bt_diag diag;
+    bt_diag_init(&diag);
+    if (ckpt_resolve(ckpt, dir, sizeof dir, &diag) < 0) {
+        fprintf(stderr, "baton ckpt pack: %s\n", diag.msg);
+        return BT_EXIT_USAGE;
+    }
+    if (out == NULL && ckpt_path_basename(dir, name, sizeof name, &diag) == 0) {
+        snprintf(def_out, sizeof def_out, "%s.tar.zst", name);
+        out = def_out;
+    }
+    if (out == NULL || pack_to(dir, out, &diag) < 0) {
+        fprintf(stderr, "baton ckpt pack: %s\n", diag.msg);
+        return BT_EXIT_FAILURE;
+    }
+    printf("packed %s into %s\n", dir, out);
+    return BT_EXIT_OK;
+}
+
+/* ---- unpack ---- */
+
+static void unpack_usage(FILE *f) {
+    fprintf(f, "usage: baton ckpt unpack FILE.tar.zst [--into DIR]\n\n"
+               "Restores a packed checkpoint into DIR/<checkpoint-name> (default DIR: .),\n"
+               "extracting into <checkpoint-name>.partial and renaming it only after every\n"
+               "CRC32C has been checked. Absolute paths, '..' and links are refused.\n\n"
+               "options:\n"
+               "  --into DIR   where to restore it (default: the current directory)\n"
+               "  --help       show this help\n");
+}
+
+typedef struct unpack_state {
+    const char *archive_path, *into;
+    char top[256];
+    char partial[CKPT_PATH_MAX], final[CKPT_PATH_MAX];
+    unsigned char *buf;
+} unpack_state;
+
+/* Splits an entry path into its top directory and file ("" for the directory itself);
+ * anything but TOP/ or TOP/FILE with plain names is refused. */
+static int unpack_split(const char *path, char *top, char *file, bt_diag *diag) {
+    const char *slash = path ? strchr(path, '/') : NULL;
+    size_t tl = slash ? (size_t)(slash - path) : (path ? strlen(path) : 0);
+    const char *rest = slash ? slash + 1 : "";
+    size_t rl = strlen(rest);
+    if (rl > 0 && rest[rl - 1] == '/') rl--; /* "TOP/" or "TOP/FILE/" for a directory */
+    if (tl == 0 || tl >= 256 || rl >= 256 || memchr(rest, '/', rl)) goto bad;
+    memcpy(top, path, tl), top[tl] = '\0';
+    memcpy(file, rest, rl), file[rl] = '\0';
+    if (!ckpt_name_is_plain(top) || (rl > 0 && !ckpt_name_is_plain(file))) goto bad;
+    return 0;
+bad:
+    bt_diag_set(diag,
+                "entry '%s': not NAME/ or NAME/FILE with plain names (absolute paths, "
+                "'..' and subdirectories are refused)",
+                path ? path : "");
+    return BT_EINVAL;
+}
+
+/* The first entry names the checkpoint: prepare INTO/NAME.partial. */
+static int unpack_begin(unpack_state *u, const char *top, bt_diag *diag) {
+    size_t sl = strlen(CKPT_PARTIAL_SUFFIX), tl = strlen(top);
+    if (tl > sl && strcmp(top + tl - sl, CKPT_PARTIAL_SUFFIX) == 0) {
+        bt_diag_set(diag, "entry '%s': an incomplete (.partial) checkpoint", top);
+        return BT_EINVAL;
+    }
+    snprintf(u->top, sizeof u->top, "%s", top);
+    return ckpt_partial_prepare(u->into, top, 0, u->partial, u->final, sizeof u->partial, diag);
+}
+
+/* Streams the data of the current entry into partial/file. */
+static int unpack_data(struct archive *a, unpack_state *u, const char *file, bt_diag *diag) {
+    char path[CKPT_PATH_MAX];
+    ckpt_path_join(path, sizeof path, u->partial, file);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        bt_diag_set(diag, "%s: cannot create: %s", path, strerror(errno));
+        return BT_EIO;
+    }
+    int rc = 0;
+    for (;;) {
+        la_ssize_t got = archive_read_data(a, u->buf, PACK_CHUNK);
+        if (got == 0) break;
+        if (got < 0) {
+            bt_diag_set(diag, "%s: entry %s/%s: %s", u->archive_path, u->top, file,
+                        archive_error_string(a));
+            rc = BT_EIO;
+            break;
+        }
+        rc = ckpt_write_all(fd, u->buf, (size_t)got, path, diag);
+        if (rc < 0) break;
+    }
+    if (rc == 0 && fsync(fd) != 0) {
+        bt_diag_set(diag, "%s: fsync: %s", path, strerror(errno));
+        rc = BT_EIO;
+    }
+    close(fd);
+    return rc;
+}
+
+static int unpack_entry(struct archive *a, struct archive_entry *e, unpack_state *u,
+                        bt_diag *diag) {
+    char top[256], file[256];
+    const char *path = archive_entry_pathname(e);
+    int rc = unpack_split(path, top, file, diag);
+    if (rc < 0) return rc;
+    mode_t type = archive_entry_filetype(e);
+    int is_dir = type == AE_IFDIR && file[0] == '\0';
+    if ((!is_dir && (type != AE_IFREG || file[0] == '\0')) || archive_entry_hardlink(e) ||
+        archive_entry_symlink(e)) {
+        bt_diag_set(diag,
+                    "entry '%s': only the checkpoint directory and regular files are "
+                    "allowed (links and special files are refused)",
+                    path);
+        return BT_EINVAL;
+    }
+    if (u->top[0] == '\0') {
+        rc = unpack_begin(u, top, diag);
+        if (rc < 0) return rc;
+    } else if (strcmp(top, u->top) != 0) {
+        bt_diag_set(diag, "entry '%s': outside the checkpoint directory '%s/'", path, u->top);
+        return BT_EINVAL;
+    }
+    return is_dir ? 0 : unpack_data(a, u, file, diag);
+}
+
+static int unpack_entries(struct archive *a, unpack_state *u, bt_diag *diag) {
+    struct archive_entry *e;
+    for (;;) {
+        int r = archive_read_next_header(a, &e);
+        if (r == ARCHIVE_EOF) break;
+        if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+            bt_diag_set(diag, "%s", archive_error_string(a));
+            return BT_EIO;
+        }
+        int rc = unpack_entry(a, e, u, diag);
+        if (rc < 0) return rc;
+    }
+    if (u->top[0] == '\0') {
+        bt_diag_set(diag, "no checkpoint in the archive (no entries)");
+        return BT_EINVAL;
+    }
+    return 0;
+}
+
+static int unpack_from(const char *file, const char *into, char *final, bt_diag *diag) {
+    unpack_state u = {.archive_path = file, .into = into};
+    u.buf = malloc(PACK_CHUNK);
+    struct archive *a = archive_read_new();
+    if (u.buf == NULL || a == NULL) {
+        free(u.buf);
+        if (a) archive_read_free(a);
+        return BT_ENOMEM;
+    }
+    archive_read_support_filter_all(a);
+    archive_read_support_format_tar(a);
+    int rc = 0;
+    if (archive_read_open_filename(a, file, PACK_CHUNK) != ARCHIVE_OK) {
+        bt_diag_set(diag, "%s", archive_error_string(a));
+        rc = BT_EIO;
+    }
+    if (rc == 0) rc = unpack_entries(a, &u, diag);
+    archive_read_free(a);
+    free(u.buf);
+    if (rc == 0) rc = ckpt_check_dir(u.partial, diag);
+    if (rc == 0) rc = ckpt_partial_publish(into, u.partial, u.final, diag);
+    if (rc < 0 && u.partial[0]) ckpt_remove_dir(u.partial);
+    snprintf(final, CKPT_PATH_MAX, "%s", u.final);
+    return rc;
+}
+
+/* Parses `unpack FILE [--into DIR]`: 0 to run, 1 for --help, 2 on a usage error. */
+static int unpack_parse(int argc, char **argv, const char **file, const char **into) {
+    *file = NULL;
+    *into = ".";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return 1;
+        if (strcmp(a, "--into") == 0 && i + 1 < argc) {
+            *into = argv[++i];
+        } else if (a[0] == '-' || *file) {
+            fprintf(stderr, "baton ckpt unpack: unexpected argument '%s'\n", a);
+            return 2;
+        } else {
+            *file = a;
+        }
+    }
+    if (*file == NULL) fprintf(stderr, "baton ckpt unpack: missing FILE.tar.zst\n");
+    return *file ? 0 : 2;
+}
+
+int ckpt_cmd_unpack(int argc, char **argv) {
+    const char *file, *into;
+    int p = unpack_parse(argc, argv, &file, &into);
+    if (p != 0) {
+        unpack_usage(p == 1 ? stdout : stderr);
+        return p == 1 ? BT_EXIT_OK : BT_EXIT_USAGE;
+    }
+    struct stat st;
+    if (stat(file, &st) != 0) {
+        fprintf(stderr, "baton ckpt unpack: %s: %s\n", file, strerror(errno));
+        return BT_EXIT_USAGE;
+    }
+    char final[CKPT_PATH_MAX];
+    bt_diag diag;
+    bt_diag_init(&diag);
+    if (unpack_from(file, into, final, &diag) < 0) {
+        fprintf(stderr, "baton ckpt unpack: %s: %s\n", file, diag.msg);
+        return BT_EXIT_FAILURE;
+    }
+    printf("unpacked %s into %s\n", file, final);
+    return BT_EXIT_OK;
+}

@@ -1,0 +1,191 @@
+/* baton ckpt reshard CKPT --to LAYOUT --out DIR: rewrites a checkpoint as the ranks of
+ * another tensor/pipeline layout would have saved it, offline. Loading already reshards,
+ * so this is for moving a checkpoint somewhere its shards should match the readers
+ * one-to-one. Optimizer moments are written per (tp, pp) rank as whole boxes (the ZeRO
+ * shards of the source are merged); dp and zero are recorded in the layout only. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt.h"
+#include "ckpt_cmds.h"
+#include "model.h"
+
+static void reshard_usage(FILE *f) {
+    fprintf(f,
+            "usage: baton ckpt reshard CKPT --to LAYOUT --out DIR\n\n"
+            "Rewrites a checkpoint for another layout: LAYOUT names degrees such as\n"
+            "'tp2,pp2,dp4,zero1', 'tp2pp2' or 'dp2z1' (missing ones are 1; cp and ep must be 1).\n"
+            "DIR is the new checkpoint directory (its parent is created). CKPT is a\n"
+            "checkpoint directory or a run directory (its newest complete checkpoint).\n\n"
+            "Exit status: 0 done, 1 failed, 2 bad usage or input.\n");
+}
+
+/* "tp2,pp2" / "tp2pp2" / "tp=2,pp=2" into p. */
+static int reshard_parse_layout(const char *s, Baton__Parallel *p) {
+    baton__parallel__init(p);
+    p->tp = p->pp = p->cp = p->dp = p->ep = 1, p->zero = 0;
+    while (*s) {
+        if (*s == ',' || *s == 'x' || *s == ' ') {
+            s++;
+            continue;
+        }
+        char key[8] = "";
+        int n = 0;
+        unsigned v = 0;
+        if (sscanf(s, "%7[a-z]%n", key, &n) != 1) return -1;
+        s += n;
+        if (*s == '=') s++;
+        if (sscanf(s, "%u%n", &v, &n) != 1 || v > 4096) return -1;
+        s += n;
+        uint32_t *slot = strcmp(key, "tp") == 0                              ? &p->tp
+                         : strcmp(key, "pp") == 0                            ? &p->pp
+                         : strcmp(key, "cp") == 0                            ? &p->cp
+                         : strcmp(key, "dp") == 0                            ? &p->dp
+                         : strcmp(key, "ep") == 0                            ? &p->ep
+                         : strcmp(key, "zero") == 0 || strcmp(key, "z") == 0 ? &p->zero
+                                                                             : NULL;
+        if (slot == NULL || (v == 0 && slot != &p->zero)) return -1;
+        *slot = v;
+    }
+    p->has_tp = p->has_pp = p->has_cp = p->has_dp = p->has_ep = p->has_zero = 1;
+    return p->cp == 1 && p->ep == 1 && p->zero <= 1 ? 0 : -1;
+}
+
+typedef struct reshard_job {
+    const char *src;
+    const Baton__Manifest *m;
+    const Baton__Parallel *to;
+    char part[CKPT_PATH_MAX];
+    float *buf;
+    size_t cap;
+} reshard_job;
+
+/* Copies one box of key (if the source has it) into the writer. */
+static int reshard_piece(reshard_job *j, ckpt_writer *w, const char *key, const model_tensor *mt,
+                         bt_diag *diag) {
+    const Baton__TensorEntry *e = ckpt_find(j->m, key);
+    if (e == NULL) return 0;
+    ckpt_box b = {0};
+    uint64_t g[2] = {(uint64_t)mt->global_shape[0], (uint64_t)mt->global_shape[1]};
+    if (mt->ndim == 1)
+        b.off[1] = (uint64_t)mt->row0, b.shape[0] = 1, b.shape[1] = (uint64_t)mt->shape[0];
+    else
+        b.off[0] = (uint64_t)mt->row0, b.off[1] = (uint64_t)mt->col0,
+        b.shape[0] = (uint64_t)mt->shape[0], b.shape[1] = (uint64_t)mt->shape[1];
+    if (j->cap < mt->count) {
+        float *p = realloc(j->buf, mt->count * sizeof *p);
+        if (p == NULL) return BT_ENOMEM;
+        j->buf = p, j->cap = mt->count;
+    }
+    int rc = ckpt_read_box(j->src, j->m, e, &b, j->buf, diag);
+    return rc ? rc : ckpt_writer_add(w, key, mt->ndim, g, &b, e->dtype, j->buf, diag);
+}
+
+/* The shard of virtual rank (tp rank r, stage s): its tensors' replica-0 boxes. */
+static int reshard_rank(reshard_job *j, const model_config *base, int r, int s, int rank,
+                        bt_diag *diag) {
+    model_config cfg = *base;
+    cfg.tp = (int)j->to->tp, cfg.tp_rank = r, cfg.pp = (int)j->to->pp, cfg.pp_rank = s;
+    ckpt_writer w;
+    int rc = ckpt_writer_open(&w, j->part, rank, CKPT_DEFAULT_BLOCK, diag);
+    static const char *const pre[3] = {"", "optim.exp_avg.", "optim.exp_avg_sq."};
+    model_tensor mt;
+    for (int i = 0; rc == 0 && model_tensor_slice(&cfg, i, &mt) == 0; i++) {
+        if (mt.replica != 0) continue;
+        for (int k = 0; rc == 0 && k < 3; k++) {
+            char key[160];
+            snprintf(key, sizeof key, "%s%s", pre[k], mt.name);
+            rc = reshard_piece(j, &w, key, &mt, diag);
+        }
+    }
+    for (size_t f = 0; rc == 0 && rank == 0 && f < j->m->n_fp8; f++) {
+        const Baton__Fp8State *x = j->m->fp8[f];
+        rc = ckpt_writer_add_fp8(&w, x->tensor, x->scale, x->amax_history,
+                                 (uint32_t)x->n_amax_history, x->pos, diag);
+    }
+    if (rc != 0) {
+        ckpt_writer_abort(&w);
+        return rc;
+    }
+    return ckpt_writer_finish(&w, diag);
+}
+
+static int reshard_write(reshard_job *j, const char *out, bt_diag *diag) {
+    model_config cfg;
+    int rc = model_config_from_pb(&cfg, j->m->model, diag);
+    if (rc != 0) return rc;
+    char root[CKPT_PATH_MAX], name[256];
+    snprintf(root, sizeof root, "%s", out);
+    char *slash = strrchr(root, '/');
+    if (snprintf(name, sizeof name, "%s", slash ? slash + 1 : root) >= (int)sizeof name) {
+        bt_diag_set(diag, "--out %s: the name is too long", out);
+        return BT_EINVAL;
+    }
+    if (slash)
+        *slash = '\0';
+    else
+        snprintf(root, sizeof root, ".");
+    if (name[0] == '\0' || strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
+        bt_diag_set(diag, "--out %s: name a new checkpoint directory", out);
+        return BT_EINVAL;
+    }
+    rc = ckpt_begin(root, name, diag);
+    ckpt_partial_dir(root, name, j->part, sizeof j->part);
+    int n = (int)(j->to->tp * j->to->pp);
+    for (int rank = 0; rc == 0 && rank < n; rank++)
+        rc = reshard_rank(j, &cfg, rank % (int)j->to->tp, rank / (int)j->to->tp, rank, diag);
+    Baton__Manifest h = *j->m;
+    h.n_tensors = 0, h.tensors = NULL, h.n_fp8 = 0, h.fp8 = NULL;
+    h.layout = (Baton__Parallel *)j->to;
+    return rc ? rc : ckpt_commit(root, name, &h, (uint32_t)n, 10, 0, diag);
+}
+
+int ckpt_cmd_reshard(int argc, char **argv) {
+    const char *path = NULL, *to = NULL, *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            reshard_usage(stdout);
+            return BT_EXIT_OK;
+        } else if (strcmp(argv[i], "--to") == 0 && i + 1 < argc) {
+            to = argv[++i];
+        } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
+            out = argv[++i];
+        } else if (argv[i][0] != '-' && path == NULL) {
+            path = argv[i];
+        } else {
+            fprintf(stderr, "baton ckpt reshard: unexpected argument '%s'\n", argv[i]);
+            return BT_EXIT_USAGE;
+        }
+    }
+    Baton__Parallel lay;
+    if (!path || !to || !out) {
+        reshard_usage(stderr);
+        return BT_EXIT_USAGE;
+    }
+    if (reshard_parse_layout(to, &lay) != 0) {
+        fprintf(stderr,
+                "baton ckpt reshard: --to %s: expected degrees like tp2,pp2,dp4,zero1 "
+                "(cp and ep 1, zero 0 or 1)\n",
+                to);
+        return BT_EXIT_USAGE;
+    }
+    bt_diag diag;
+    bt_diag_init(&diag);
+    char dir[CKPT_PATH_MAX];
+    Baton__Manifest *m = NULL;
+    int rc = ckpt_resolve(path, dir, sizeof dir, &diag);
+    rc = rc ? rc : ckpt_manifest_read(dir, &m, &diag);
+    reshard_job j = {.src = dir, .m = m, .to = &lay};
+    rc = rc ? rc : reshard_write(&j, out, &diag);
+    free(j.buf);
+    if (m) baton__manifest__free_unpacked(m, NULL);
+    if (rc != 0) {
+        fprintf(stderr, "baton ckpt reshard: %s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
+        return rc == BT_EIO || rc == BT_ENOMEM ? BT_EXIT_FAILURE : BT_EXIT_USAGE;
+    }
+    printf("%s: written for tp%u pp%u (dp%u zero%u) from %s\n", out, lay.tp, lay.pp, lay.dp,
+           lay.zero, dir);
+    return BT_EXIT_OK;
+}

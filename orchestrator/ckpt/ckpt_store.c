@@ -1,0 +1,295 @@
+/* baton ckpt push / pull: a checkpoint to and from a remote store (ckpt_store_remote.h),
+ * one object per file, manifest.pb last.
+ *
+ * push is resumable: a shard file whose remote size already equals the local size is not
+ * sent again; manifest.pb is always sent, and last, so that its presence marks the remote
+ * copy complete. Shard bytes are checked against the manifest's CRC32C as they are read.
+ *
+ * pull fetches manifest.pb first (it lists the files) into NAME.partial, then every shard
+ * file, continuing a partly downloaded one with a Range request, checks each file's CRCs,
+ * places manifest.pb last and renames NAME.partial to NAME. Interrupted, it leaves
+ * NAME.partial for the next pull to continue. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+#include "ckpt_cmds.h"
+#include "ckpt_store_crc.h"
+#include "ckpt_store_fs.h"
+#include "ckpt_store_remote.h"
+
+#define MANIFEST_DOWNLOAD CKPT_MANIFEST ".download"
+
+typedef struct store_args {
+    const char *what, *pos[2];
+    int npos, want_pos;
+    const char *into, *endpoint;
+    long max_time_s;
+    int64_t limit_rate;
+} store_args;
+
+static void push_usage(FILE *f) {
+    fprintf(f,
+            "usage: baton ckpt push CKPT URL [--endpoint URL] [--max-time S] [--limit-rate B]\n\n"
+            "Uploads checkpoint CKPT (a checkpoint or run directory) as URL/<name>/<file>,\n"
+            "manifest.pb last. Files the store already holds at their full size are skipped,\n"
+            "so an interrupted push is resumed by running it again.\n\n"
+            "URL: http(s)://HOST[:PORT]/PREFIX (PUT/GET/HEAD, e.g. a WebDAV server) or\n"
+            "     s3://BUCKET/PREFIX (path-style, SigV4; credentials from AWS_ACCESS_KEY_ID,\n"
+            "     AWS_SECRET_ACCESS_KEY, AWS_REGION)\n\n"
+            "options:\n"
+            "  --endpoint URL   the S3 endpoint, http(s)://HOST[:PORT]\n"
+            "  --max-time S     give up on one request after S seconds (then retried)\n"
+            "  --limit-rate B   at most B bytes per second\n"
+            "  --help           show this help\n");
+}
+
+static void pull_usage(FILE *f) {
+    fprintf(f, "usage: baton ckpt pull URL [--into DIR] [--endpoint URL] [--max-time S]\n"
+               "                           [--limit-rate B]\n\n"
+               "Downloads the checkpoint URL names (http(s)://HOST/PREFIX/<name> or\n"
+               "s3://BUCKET/PREFIX/<name>) into DIR/<name> through DIR/<name>.partial,\n"
+               "checking every CRC32C before the rename. An interrupted pull is resumed by\n"
+               "running it again (Range requests continue partly downloaded files).\n\n"
+               "options:\n"
+               "  --into DIR       where to put it (default: the current directory)\n"
+               "  --endpoint URL   the S3 endpoint, http(s)://HOST[:PORT]\n"
+               "  --max-time S     give up on one request after S seconds (then retried)\n"
+               "  --limit-rate B   at most B bytes per second\n"
+               "  --help           show this help\n");
+}
+
+static int parse_count(const char *what, const char *opt, const char *s, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < 0) {
+        fprintf(stderr, "baton ckpt %s: %s expects a non-negative number, got '%s'\n", what, opt,
+                s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* One option with its value at argv[*i + 1]; -1 on a bad one, 0 when not an option. */
+static int store_option(store_args *a, int argc, char **argv, int *i) {
+    const char *o = argv[*i];
+    int pull = strcmp(a->what, "pull") == 0;
+    int known = strcmp(o, "--endpoint") == 0 || strcmp(o, "--max-time") == 0 ||
+                strcmp(o, "--limit-rate") == 0 || (pull && strcmp(o, "--into") == 0);
+    if (!known) return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "baton ckpt %s: %s needs a value\n", a->what, o);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    int64_t n = 0;
+    if (strcmp(o, "--endpoint") == 0)
+        a->endpoint = v;
+    else if (strcmp(o, "--into") == 0)
+        a->into = v;
+    else if (parse_count(a->what, o, v, &n) < 0)
+        return -1;
+    else if (strcmp(o, "--max-time") == 0)
+        a->max_time_s = (long)n;
+    else
+        a->limit_rate = n;
+    return 1;
+}
+
+/* 0 to run, 1 for --help, 2 on a usage error. */
+static int store_parse(int argc, char **argv, store_args *a) {
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
+        int o = store_option(a, argc, argv, &i);
+        if (o < 0) return 2;
+        if (o > 0) continue;
+        if (argv[i][0] == '-' || a->npos == a->want_pos) {
+            fprintf(stderr, "baton ckpt %s: unexpected argument '%s'\n", a->what, argv[i]);
+            return 2;
+        }
+        a->pos[a->npos++] = argv[i];
+    }
+    if (a->npos < a->want_pos) {
+        fprintf(stderr, "baton ckpt %s: missing %s\n", a->what,
+                a->want_pos == 2 ? "CKPT or URL" : "URL");
+        return 2;
+    }
+    return 0;
+}
+
+static int store_open(const store_args *a, const char *url, ckpt_remote *r, bt_diag *diag) {
+    int rc = ckpt_remote_init(r, url, a->endpoint, diag);
+    r->max_time_s = a->max_time_s;
+    r->limit_rate = a->limit_rate;
+    return rc;
+}
+
+/* ---- push ---- */
+
+static int push_file(ckpt_remote *r, const char *dir, const char *name, ckpt_file_check *c,
+                     bt_diag *diag) {
+    char path[CKPT_PATH_MAX];
+    ckpt_path_join(path, sizeof path, dir, c->name);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        bt_diag_set(diag, "%s: %s", path, strerror(errno));
+        return BT_EIO;
+    }
+    int64_t remote = -1;
+    int rc = ckpt_remote_head(r, name, c->name, &remote, diag);
+    if (rc < 0) return rc;
+    if (remote == (int64_t)st.st_size) {
+        printf("  %s: already there (%" PRId64 " bytes), skipped\n", c->name, remote);
+        return 0;
+    }
+    rc = ckpt_remote_put(r, name, c->name, path, c, diag);
+    if (rc == 0) printf("  %s: sent (%lld bytes)\n", c->name, (long long)st.st_size);
+    return rc;
+}
+
+static int push_ckpt(ckpt_remote *r, const char *dir, const char *name, bt_diag *diag) {
+    Baton__Manifest *m = NULL;
+    ckpt_file_set set = {0};
+    int rc = ckpt_manifest_read(dir, &m, diag);
+    if (rc == 0) rc = ckpt_files_from_manifest(m, &set, diag);
+    if (m) baton__manifest__free_unpacked(m, NULL);
+    for (size_t i = 0; rc == 0 && i < set.n; i++)
+        rc = push_file(r, dir, name, &set.file[i], diag);
+    ckpt_files_free(&set);
+    char path[CKPT_PATH_MAX];
+    ckpt_path_join(path, sizeof path, dir, CKPT_MANIFEST);
+    if (rc == 0) rc = ckpt_remote_put(r, name, CKPT_MANIFEST, path, NULL, diag);
+    if (rc == 0) printf("  %s: sent\n", CKPT_MANIFEST);
+    return rc;
+}
+
+int ckpt_cmd_push(int argc, char **argv) {
+    store_args a = {.what = "push", .want_pos = 2};
+    int p = store_parse(argc, argv, &a);
+    if (p != 0) {
+        push_usage(p == 1 ? stdout : stderr);
+        return p == 1 ? BT_EXIT_OK : BT_EXIT_USAGE;
+    }
+    char dir[CKPT_PATH_MAX], name[256];
+    bt_diag diag;
+    bt_diag_init(&diag);
+    ckpt_remote r = {0};
+    if (ckpt_resolve(a.pos[0], dir, sizeof dir, &diag) < 0 ||
+        ckpt_path_basename(dir, name, sizeof name, &diag) < 0 ||
+        store_open(&a, a.pos[1], &r, &diag) < 0) {
+        fprintf(stderr, "baton ckpt push: %s\n", diag.msg);
+        ckpt_remote_free(&r);
+        return BT_EXIT_USAGE;
+    }
+    int rc = push_ckpt(&r, dir, name, &diag);
+    if (rc < 0)
+        fprintf(stderr, "baton ckpt push: %s\n", diag.msg);
+    else
+        printf("pushed %s to %s/%s\n", dir, r.base, name);
+    ckpt_remote_free(&r);
+    return rc < 0 ? BT_EXIT_FAILURE : BT_EXIT_OK;
+}
+
+/* ---- pull ---- */
+
+static int load_manifest(const char *path, Baton__Manifest **out, bt_diag *diag) {
+    FILE *f = fopen(path, "rb");
+    struct stat st;
+    if (f == NULL || fstat(fileno(f), &st) != 0) {
+        bt_diag_set(diag, "%s: %s", path, strerror(errno));
+        if (f) fclose(f);
+        return BT_EIO;
+    }
+    uint8_t *buf = malloc(st.st_size ? (size_t)st.st_size : 1);
+    size_t got = buf ? fread(buf, 1, (size_t)st.st_size, f) : 0;
+    fclose(f);
+    *out = got == (size_t)st.st_size ? baton__manifest__unpack(NULL, got, buf) : NULL;
+    free(buf);
+    if (*out == NULL) {
+        bt_diag_set(diag, "%s: not a checkpoint manifest (Baton.Manifest)", path);
+        return BT_EIO;
+    }
+    return 0;
+}
+
+/* Downloads (or continues) one shard file and checks it; a file that fails its check
+ * after a resumed download is fetched once more from scratch. */
+static int pull_file(ckpt_remote *r, const char *name, const char *partial, ckpt_file_check *c,
+                     bt_diag *diag) {
+    char path[CKPT_PATH_MAX];
+    ckpt_path_join(path, sizeof path, partial, c->name);
+    struct stat st;
+    int have = lstat(path, &st) == 0 && S_ISREG(st.st_mode);
+    if (have && (uint64_t)st.st_size > c->size) have = unlink(path) != 0;
+    int rc = 0;
+    if (!have || (uint64_t)st.st_size < c->size) {
+        if (have) printf("  %s: continuing at byte %lld\n", c->name, (long long)st.st_size);
+        rc = ckpt_remote_get(r, name, c->name, path, 1, diag);
+    }
+    bt_diag first;
+    bt_diag_init(&first);
+    if (rc == 0 && ckpt_check_file(partial, c, &first) < 0) {
+        fprintf(stderr, "baton ckpt pull: %s; fetching it again\n", first.msg);
+        rc = ckpt_remote_get(r, name, c->name, path, 0, diag);
+        if (rc == 0) rc = ckpt_check_file(partial, c, diag);
+        if (rc < 0) unlink(path); /* never continue from damaged bytes */
+    }
+    if (rc == 0) printf("  %s: %" PRIu64 " bytes, CRC32C ok\n", c->name, c->size);
+    return rc;
+}
+
+static int pull_ckpt(ckpt_remote *r, const char *name, const char *partial, bt_diag *diag) {
+    char mpath[CKPT_PATH_MAX], final_m[CKPT_PATH_MAX];
+    ckpt_path_join(mpath, sizeof mpath, partial, MANIFEST_DOWNLOAD);
+    ckpt_path_join(final_m, sizeof final_m, partial, CKPT_MANIFEST);
+    Baton__Manifest *m = NULL;
+    ckpt_file_set set = {0};
+    int rc = ckpt_remote_get(r, name, CKPT_MANIFEST, mpath, 0, diag);
+    if (rc == 0) rc = load_manifest(mpath, &m, diag);
+    if (rc == 0) rc = ckpt_files_from_manifest(m, &set, diag);
+    if (m) baton__manifest__free_unpacked(m, NULL);
+    for (size_t i = 0; rc == 0 && i < set.n; i++)
+        rc = pull_file(r, name, partial, &set.file[i], diag);
+    ckpt_files_free(&set);
+    if (rc == 0 && rename(mpath, final_m) != 0) {
+        bt_diag_set(diag, "%s: cannot rename to %s: %s", mpath, final_m, strerror(errno));
+        rc = BT_EIO;
+    }
+    return rc;
+}
+
+int ckpt_cmd_pull(int argc, char **argv) {
+    store_args a = {.what = "pull", .want_pos = 1, .into = "."};
+    int p = store_parse(argc, argv, &a);
+    if (p != 0) {
+        pull_usage(p == 1 ? stdout : stderr);
+        return p == 1 ? BT_EXIT_OK : BT_EXIT_USAGE;
+    }
+    char store[CKPT_PATH_MAX], name[256], partial[CKPT_PATH_MAX], final[CKPT_PATH_MAX];
+    bt_diag diag;
+    bt_diag_init(&diag);
+    ckpt_remote r = {0};
+    if (ckpt_remote_split(a.pos[0], store, sizeof store, name, sizeof name, &diag) < 0 ||
+        store_open(&a, store, &r, &diag) < 0) {
+        fprintf(stderr, "baton ckpt pull: %s\n", diag.msg);
+        ckpt_remote_free(&r);
+        return BT_EXIT_USAGE;
+    }
+    int rc = ckpt_partial_prepare(a.into, name, 1, partial, final, sizeof partial, &diag);
+    if (rc == 0) rc = pull_ckpt(&r, name, partial, &diag);
+    if (rc == 0) rc = ckpt_partial_publish(a.into, partial, final, &diag);
+    ckpt_remote_free(&r);
+    if (rc < 0) {
+        fprintf(stderr, "baton ckpt pull: %s\n", diag.msg);
+        return BT_EXIT_FAILURE;
+    }
+    printf("pulled %s into %s\n", a.pos[0], final);
+    return BT_EXIT_OK;
+}

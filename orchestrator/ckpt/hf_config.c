@@ -1,0 +1,301 @@
+/* config.json of a Hugging Face LLaMA; the mapping is in hf_config.h. */
+#include "hf_config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hf_json.h"
+
+/* ---- writing ---- */
+
+/* The shortest rendering that reads back as exactly v; whole numbers as "10000.0",
+ * the way Python writes a float. */
+static void put_double(bt_buf *b, double v) {
+    char s[64];
+    if (v == floor(v) && fabs(v) < 1e15) {
+        bt_buf_printf(b, "%.1f", v);
+        return;
+    }
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(s, sizeof s, "%.*g", prec, v);
+        if (strtod(s, NULL) == v) break;
+    }
+    bt_buf_printf(b, "%s", s);
+}
+
+static void put_key_double(bt_buf *b, const char *indent, const char *key, double v) {
+    bt_buf_printf(b, ",\n%s\"%s\": ", indent, key);
+    put_double(b, v);
+}
+
+static void put_rope_scaling(bt_buf *b, const Baton__RopeScaling *s) {
+    static const char *in = "    ";
+    if (s->type == BATON__ROPE_SCALING__TYPE__LINEAR) {
+        bt_buf_printf(b, "{\n%s\"rope_type\": \"linear\"", in);
+        put_key_double(b, in, "factor", s->factor);
+    } else if (s->type == BATON__ROPE_SCALING__TYPE__LLAMA3) {
+        bt_buf_printf(b, "{\n%s\"rope_type\": \"llama3\"", in);
+        put_key_double(b, in, "factor", s->factor);
+        put_key_double(b, in, "low_freq_factor", s->low_freq_factor);
+        put_key_double(b, in, "high_freq_factor", s->high_freq_factor);
+        bt_buf_printf(b, ",\n%s\"original_max_position_embeddings\": %llu", in,
+                      (unsigned long long)s->original_max_position);
+    } else {
+        double af = s->attn_factor > 0 ? s->attn_factor
+                    : s->factor <= 1.0 ? 1.0
+                                       : 0.1 * log(s->factor) + 1.0;
+        bt_buf_printf(b, "{\n%s\"rope_type\": \"yarn\"", in);
+        put_key_double(b, in, "factor", s->factor);
+        bt_buf_printf(b, ",\n%s\"original_max_position_embeddings\": %llu", in,
+                      (unsigned long long)s->original_max_position);
+        put_key_double(b, in, "beta_fast", s->beta_fast);
+        put_key_double(b, in, "beta_slow", s->beta_slow);
+        put_key_double(b, in, "attention_factor", af);
+    }
+    bt_buf_printf(b, "\n  }");
+}
+
+/* The scaling transformers should see (NULL: none) and the base it goes with. */
+static const Baton__RopeScaling *export_rope(const Baton__Model *m, double *theta) {
+    const Baton__Rope *r = m->rope;
+    *theta = r ? r->theta : 10000.0;
+    const Baton__RopeScaling *s = r ? r->scaling : NULL;
+    if (s == NULL || s->type == BATON__ROPE_SCALING__TYPE__NONE) return NULL;
+    if (s->type == BATON__ROPE_SCALING__TYPE__NTK) {
+        double hd = (double)(m->dim / m->n_heads);
+        *theta *= pow(s->factor, hd / (hd - 2));
+        return NULL;
+    }
+    return s;
+}
+
+static uint64_t export_max_position(const Baton__RopeScaling *s, uint64_t max_position) {
+    if (max_position) return max_position;
+    if (s != NULL && s->original_max_position > 0)
+        return (uint64_t)llround((double)s->original_max_position * s->factor);
+    return HF_DEFAULT_MAX_POSITION;
+}
+
+int hf_config_write(const Baton__Model *m, uint64_t max_position, const char *torch_dtype,
+                    bt_buf *out, bt_diag *diag) {
+    if (m->arch != BATON__MODEL__ARCH__LLAMA) {
+        bt_diag_set(diag, "only dense LLaMA models can be exported (this one is MoE)");
+        return BT_EUNSUPPORTED;
+    }
+    double theta;
+    const Baton__RopeScaling *s = export_rope(m, &theta);
+    unsigned kv = m->n_kv_heads ? m->n_kv_heads : m->n_heads;
+    bt_buf_printf(out,
+                  "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+                  "  \"hidden_size\": %u,\n  \"intermediate_size\": %u,\n"
+                  "  \"num_hidden_layers\": %u,\n  \"num_attention_heads\": %u,\n"
+                  "  \"num_key_value_heads\": %u,\n  \"head_dim\": %u,\n  \"vocab_size\": %u,\n"
+                  "  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n"
+                  "  \"mlp_bias\": false,\n  \"tie_word_embeddings\": false",
+                  m->dim, m->ffn_dim, m->n_layers, m->n_heads, kv, m->dim / m->n_heads,
+                  m->vocab_size);
+    put_key_double(out, "  ", "rms_norm_eps", m->norm_eps);
+    put_key_double(out, "  ", "rope_theta", theta);
+    bt_buf_printf(out, ",\n  \"rope_scaling\": ");
+    if (s == NULL)
+        bt_buf_printf(out, "null");
+    else
+        put_rope_scaling(out, s);
+    bt_buf_printf(out, ",\n  \"max_position_embeddings\": %llu,\n  \"torch_dtype\": \"%s\"\n}\n",
+                  (unsigned long long)export_max_position(s, max_position), torch_dtype);
+    return out->oom ? BT_ENOMEM : 0;
+}
+
+/* ---- reading ---- */
+
+typedef struct cfg_ctx {
+    const hf_json *root;
+    const char *path;
+    bt_diag *diag;
+} cfg_ctx;
+
+static int cfg_bad(const cfg_ctx *c, const char *key, const char *want, const hf_json *got) {
+    if (got == NULL)
+        bt_diag_set(c->diag, "%s: missing \"%s\" (%s)", c->path, key, want);
+    else
+        bt_diag_set(c->diag, "%s: \"%s\" must be %s, not %s", c->path, key, want,
+                    hf_json_type_name(got->type));
+    return BT_EINVAL;
+}
+
+/* obj[key] as a positive integer; absent gives dflt (0: required). */
+static int cfg_uint(const cfg_ctx *c, const hf_json *obj, const char *key, uint64_t dflt,
+                    uint64_t max, uint64_t *out) {
+    const hf_json *v = hf_json_get(obj, key);
+    if ((v == NULL || v->type == HF_JSON_NULL) && dflt) return *out = dflt, 0;
+    if (v == NULL || v->type != HF_JSON_NUMBER || !v->is_u64 || v->u64 == 0 || v->u64 > max)
+        return cfg_bad(c, key, "a positive integer", v);
+    *out = v->u64;
+    return 0;
+}
+
+/* obj[key] as a finite positive number; absent gives dflt (NAN: required). */
+static int cfg_num(const cfg_ctx *c, const hf_json *obj, const char *key, double dflt,
+                   double *out) {
+    const hf_json *v = hf_json_get(obj, key);
+    if ((v == NULL || v->type == HF_JSON_NULL) && !isnan(dflt)) return *out = dflt, 0;
+    if (v == NULL || v->type != HF_JSON_NUMBER || !(v->num > 0) || isinf(v->num))
+        return cfg_bad(c, key, "a positive number", v);
+    *out = v->num;
+    return 0;
+}
+
+/* A key that must be absent or hold exactly the value baton's model has. */
+static int cfg_expect(const cfg_ctx *c, const char *key, hf_json_type t, const char *str, int b) {
+    const hf_json *v = hf_json_get(c->root, key);
+    if (v == NULL || v->type == HF_JSON_NULL) return 0;
+    int ok = v->type == t && (t == HF_JSON_STRING ? strcmp(v->str, str) == 0 : v->boolean == b);
+    if (ok) return 0;
+    bt_diag_set(c->diag, "%s: \"%s\" must be %s for a LLaMA model baton can train", c->path, key,
+                t == HF_JSON_STRING ? str
+                : b                 ? "true"
+                                    : "false");
+    return BT_EUNSUPPORTED;
+}
+
+static int cfg_architecture(const cfg_ctx *c) {
+    int rc = cfg_expect(c, "model_type", HF_JSON_STRING, "llama", 0);
+    const hf_json *a = hf_json_get(c->root, "architectures");
+    if (rc || a == NULL || a->type == HF_JSON_NULL) return rc;
+    for (size_t i = 0; a->type == HF_JSON_ARRAY && i < a->n; i++)
+        if (a->items[i].type == HF_JSON_STRING && strcmp(a->items[i].str, "LlamaForCausalLM") == 0)
+            return 0;
+    bt_diag_set(c->diag, "%s: \"architectures\" must list \"LlamaForCausalLM\"", c->path);
+    return BT_EUNSUPPORTED;
+}
+
+static int cfg_dims(const cfg_ctx *c, hf_model *h) {
+    const uint64_t big = 1u << 24;
+    uint64_t v[6];
+    Baton__Model *m = &h->model;
+    int rc = cfg_uint(c, c->root, "hidden_size", 0, big, &v[0]);
+    if (!rc) rc = cfg_uint(c, c->root, "intermediate_size", 0, big, &v[1]);
+    if (!rc) rc = cfg_uint(c, c->root, "num_hidden_layers", 0, big, &v[2]);
+    if (!rc) rc = cfg_uint(c, c->root, "num_attention_heads", 0, big, &v[3]);
+    if (!rc) rc = cfg_uint(c, c->root, "num_key_value_heads", v[3], big, &v[4]);
+    if (!rc) rc = cfg_uint(c, c->root, "vocab_size", 0, big, &v[5]);
+    if (!rc)
+        rc = cfg_uint(c, c->root, "max_position_embeddings", HF_DEFAULT_MAX_POSITION, UINT32_MAX,
+                      &h->max_position);
+    if (rc) return rc;
+    m->has_dim = m->has_ffn_dim = m->has_n_layers = m->has_n_heads = 1;
+    m->has_n_kv_heads = m->has_vocab_size = m->has_arch = 1;
+    m->dim = (uint32_t)v[0], m->ffn_dim = (uint32_t)v[1], m->n_layers = (uint32_t)v[2];
+    m->n_heads = (uint32_t)v[3], m->n_kv_heads = (uint32_t)v[4], m->vocab_size = (uint32_t)v[5];
+    m->arch = BATON__MODEL__ARCH__LLAMA;
+    uint64_t hd;
+    if (cfg_uint(c, c->root, "head_dim", m->dim / m->n_heads, big, &hd)) return BT_EINVAL;
+    if (hd * m->n_heads != m->dim) {
+        bt_diag_set(c->diag,
+                    "%s: \"head_dim\" %llu is not hidden_size / num_attention_heads (%u / %u); "
+                    "baton needs head_dim * num_attention_heads == hidden_size",
+                    c->path, (unsigned long long)hd, m->dim, m->n_heads);
+        return BT_EUNSUPPORTED;
+    }
+    return 0;
+}
+
+static const char *cfg_rope_type(const hf_json *rs) {
+    const hf_json *t = hf_json_get(rs, "rope_type");
+    if (t == NULL) t = hf_json_get(rs, "type");
+    return t != NULL && t->type == HF_JSON_STRING ? t->str : NULL;
+}
+
+static int cfg_rope_params(const cfg_ctx *c, const hf_json *rs, hf_model *h) {
+    Baton__RopeScaling *s = &h->scaling;
+    s->has_factor = s->has_type = 1;
+    int rc = cfg_num(c, rs, "factor", NAN, &s->factor);
+    if (rc || s->type == BATON__ROPE_SCALING__TYPE__LINEAR) return rc;
+    uint64_t orig;
+    rc = cfg_uint(c, rs, "original_max_position_embeddings",
+                  s->type == BATON__ROPE_SCALING__TYPE__YARN ? h->max_position : 0, UINT32_MAX,
+                  &orig);
+    if (rc) return rc;
+    s->original_max_position = orig, s->has_original_max_position = 1;
+    if (s->type == BATON__ROPE_SCALING__TYPE__LLAMA3) {
+        s->has_low_freq_factor = s->has_high_freq_factor = 1;
+        rc = cfg_num(c, rs, "low_freq_factor", NAN, &s->low_freq_factor);
+        if (!rc) rc = cfg_num(c, rs, "high_freq_factor", NAN, &s->high_freq_factor);
+        return rc;
+    }
+    if (hf_json_get(rs, "mscale") || hf_json_get(rs, "mscale_all_dim")) {
+        bt_diag_set(c->diag, "%s: rope_scaling: YaRN's mscale / mscale_all_dim are not supported",
+                    c->path);
+        return BT_EUNSUPPORTED;
+    }
+    s->has_beta_fast = s->has_beta_slow = s->has_attn_factor = 1;
+    rc = cfg_num(c, rs, "beta_fast", 32.0, &s->beta_fast);
+    if (!rc) rc = cfg_num(c, rs, "beta_slow", 1.0, &s->beta_slow);
+    if (!rc) rc = cfg_num(c, rs, "attention_factor", -1.0, &s->attn_factor);
+    if (s->attn_factor < 0) s->attn_factor = 0;
+    return rc;
+}
+
+static int cfg_rope(const cfg_ctx *c, hf_model *h) {
+    h->rope.has_theta = 1;
+    int rc = cfg_num(c, c->root, "rope_theta", 10000.0, &h->rope.theta);
+    const hf_json *rs = hf_json_get(c->root, "rope_scaling");
+    if (rc || rs == NULL || rs->type == HF_JSON_NULL) return rc;
+    if (rs->type != HF_JSON_OBJECT) return cfg_bad(c, "rope_scaling", "null or an object", rs);
+    const char *t = cfg_rope_type(rs);
+    static const struct {
+        const char *name;
+        Baton__RopeScaling__Type type;
+    } types[] = {{"linear", BATON__ROPE_SCALING__TYPE__LINEAR},
+                 {"llama3", BATON__ROPE_SCALING__TYPE__LLAMA3},
+                 {"yarn", BATON__ROPE_SCALING__TYPE__YARN}};
+    if (t != NULL && strcmp(t, "default") == 0) return 0;
+    for (size_t i = 0; t != NULL && i < sizeof types / sizeof types[0]; i++) {
+        if (strcmp(t, types[i].name) != 0) continue;
+        h->scaling.type = types[i].type;
+        h->rope.scaling = &h->scaling;
+        return cfg_rope_params(c, rs, h);
+    }
+    bt_diag_set(c->diag,
+                "%s: rope_scaling type '%s' is not supported (valid: default, linear, llama3, "
+                "yarn; \"dynamic\" NTK depends on the sequence length)",
+                c->path, t ? t : "(missing rope_type)");
+    return BT_EUNSUPPORTED;
+}
+
+static int cfg_fill(const cfg_ctx *c, hf_model *h) {
+    int rc = cfg_architecture(c);
+    if (!rc) rc = cfg_expect(c, "hidden_act", HF_JSON_STRING, "silu", 0);
+    if (!rc) rc = cfg_expect(c, "attention_bias", HF_JSON_BOOL, NULL, 0);
+    if (!rc) rc = cfg_expect(c, "mlp_bias", HF_JSON_BOOL, NULL, 0);
+    if (!rc) rc = cfg_dims(c, h);
+    h->model.has_norm_eps = 1;
+    if (!rc) rc = cfg_num(c, c->root, "rms_norm_eps", 1e-6, &h->model.norm_eps);
+    if (!rc) rc = cfg_rope(c, h);
+    const hf_json *tie = hf_json_get(c->root, "tie_word_embeddings");
+    if (!rc && tie != NULL && tie->type != HF_JSON_NULL && tie->type != HF_JSON_BOOL)
+        rc = cfg_bad(c, "tie_word_embeddings", "true or false", tie);
+    /* transformers' PretrainedConfig defaults tie_word_embeddings to true; LlamaConfig
+     * to false. */
+    h->tied = tie != NULL && tie->type == HF_JSON_BOOL && tie->boolean;
+    return rc;
+}
+
+int hf_config_read(const char *text, size_t len, const char *path, hf_model *out, bt_diag *diag) {
+    *out = (hf_model){.model = BATON__MODEL__INIT,
+                      .rope = BATON__ROPE__INIT,
+                      .scaling = BATON__ROPE_SCALING__INIT};
+    out->model.rope = &out->rope;
+    hf_json root;
+    int rc = hf_json_parse(text, len, path, &root, diag);
+    if (rc) return rc;
+    cfg_ctx c = {&root, path, diag};
+    if (root.type != HF_JSON_OBJECT)
+        rc = cfg_bad(&c, "(top level)", "an object", &root);
+    else
+        rc = cfg_fill(&c, out);
+    hf_json_free(&root);
+    return rc;
+}

@@ -1,0 +1,56 @@
+/* A Hugging Face LlamaForCausalLM config.json from baton's model config and back.
+ *
+ * Field by field: dim hidden_size, ffn_dim intermediate_size, n_layers
+ * num_hidden_layers, n_heads num_attention_heads, n_kv_heads num_key_value_heads,
+ * vocab_size vocab_size, norm_eps rms_norm_eps, rope.theta rope_theta (head_dim =
+ * hidden_size / num_attention_heads, hidden_act silu, no biases, untied head).
+ *
+ * RoPE scaling as transformers' modeling_rope_utils names it (rope.h defines baton's
+ * the same way):
+ *   none    rope_scaling null
+ *   linear  {"rope_type": "linear", "factor"}
+ *   llama3  {"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
+ *            "original_max_position_embeddings"}
+ *   yarn    {"rope_type": "yarn", "factor", "original_max_position_embeddings",
+ *            "beta_fast", "beta_slow", "attention_factor"}; attention_factor is written
+ *           even when baton derives it (0.1 ln(factor) + 1), because newer transformers
+ *           derive it from max_position_embeddings / original_max_position_embeddings
+ *           instead; max_position_embeddings is set to original * factor so both agree
+ *   ntk     transformers has no static NTK scaling ("dynamic" rescales with the
+ *           sequence length), so it is folded into the base: rope_theta =
+ *           theta * factor^(hd / (hd - 2)) and rope_scaling null, which is the same
+ *           frequencies exactly; an import reads it back as plain RoPE with that base.
+ * On import, "type" is accepted for "rope_type" (older transformers) and "default" is
+ * none; "dynamic", "longrope" and DeepSeek's mscale fields are refused. */
+#ifndef BATON_HF_CONFIG_H
+#define BATON_HF_CONFIG_H
+
+#include <stdint.h>
+
+#include "recipe.pb-c.h"
+#include "util/buf.h"
+#include "util/err.h"
+
+/* HF's LlamaConfig default, used when nothing says how long a context the model saw. */
+#define HF_DEFAULT_MAX_POSITION 2048
+
+/* A model config with its own storage (model.rope points at rope, rope.scaling at
+ * scaling when there is one): do not copy it by value. */
+typedef struct hf_model {
+    Baton__Model model;
+    Baton__Rope rope;
+    Baton__RopeScaling scaling;
+    int tied;              /* tie_word_embeddings: lm_head is embed_tokens */
+    uint64_t max_position; /* max_position_embeddings */
+} hf_model;
+
+/* config.json for m into out. max_position 0: original * factor for llama3 and yarn,
+ * else HF_DEFAULT_MAX_POSITION. torch_dtype: "float32" or "bfloat16". BT_EUNSUPPORTED
+ * for an MoE model. */
+int hf_config_write(const Baton__Model *m, uint64_t max_position, const char *torch_dtype,
+                    bt_buf *out, bt_diag *diag);
+/* Parses config.json text (path for messages) into *out. BT_EINVAL / BT_EUNSUPPORTED
+ * with diag naming the file and key. */
+int hf_config_read(const char *text, size_t len, const char *path, hf_model *out, bt_diag *diag);
+
+#endif

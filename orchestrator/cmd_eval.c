@@ -1,0 +1,192 @@
+/* baton eval CKPT|RUN_DIR --data PREFIX --seq-len T --num-seqs N [--json]: the mean
+ * next-token loss (fp32, one process) of a checkpoint's model over the first N windows
+ * of T+1 consecutive tokens of a dataset: window i is tokens [i(T+1), (i+1)(T+1)) of its
+ * documents concatenated, its first T tokens the input and its last T the targets. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt.h"
+#include "cli.h"
+#include "indexed.h"
+#include "train.h"
+#include "train_ckpt.h"
+
+#define EVAL_BATCH 8
+
+typedef struct eval_args {
+    const char *ckpt, *data;
+    uint64_t seq_len, num_seqs;
+    int json;
+} eval_args;
+
+static void eval_usage(FILE *f) {
+    fprintf(f, "usage: baton eval CKPT|RUN_DIR --data PREFIX --seq-len T --num-seqs N [--json]\n\n"
+               "Mean next-token loss, in fp32, of the checkpoint's model (whatever layout saved\n"
+               "it) over the first N windows of T+1 consecutive tokens of the dataset PREFIX\n"
+               "(.bin/.idx, 'baton data prepare'): window i is tokens [i(T+1), (i+1)(T+1)) of\n"
+               "the documents concatenated. RUN_DIR means its newest complete checkpoint.\n\n"
+               "  --json   print {\"loss\": ..., \"tokens\": ...}\n\n"
+               "Exit status: 0 done, 1 failed, 2 bad usage or input.\n");
+}
+
+static int eval_count(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*s == '\0' || *s == '-' || *end != '\0' || errno != 0 || v == 0) return -1;
+    *out = v;
+    return 0;
+}
+
+static int eval_parse(int argc, char **argv, eval_args *a) {
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
+            eval_usage(stdout);
+            return 1;
+        } else if (strcmp(o, "--json") == 0) {
+            a->json = 1;
+            continue;
+        } else if (o[0] != '-' && a->ckpt == NULL) {
+            a->ckpt = o;
+            continue;
+        } else if (v == NULL) {
+            fprintf(stderr, "baton eval: unknown option or missing value: '%s'\n", o);
+            return -1;
+        } else if (strcmp(o, "--data") == 0) {
+            a->data = v;
+        } else if ((strcmp(o, "--seq-len") == 0 && eval_count(v, &a->seq_len) == 0) ||
+                   (strcmp(o, "--num-seqs") == 0 && eval_count(v, &a->num_seqs) == 0)) {
+        } else {
+            fprintf(stderr, "baton eval: bad option or value: '%s %s'\n", o, v);
+            return -1;
+        }
+        i++;
+    }
+    if (!a->ckpt || !a->data || !a->seq_len || !a->num_seqs || a->seq_len > (1u << 20)) {
+        eval_usage(stderr);
+        return -1;
+    }
+    return 0;
+}
+
+/* A cursor over the dataset's tokens, documents concatenated. */
+typedef struct eval_stream {
+    indexed_dataset ds;
+    uint64_t seq, pos;
+} eval_stream;
+
+static int eval_stream_read(eval_stream *s, int32_t *out, uint64_t n, bt_diag *diag) {
+    while (n > 0) {
+        if (s->seq >= s->ds.n_sequences) {
+            bt_diag_set(diag, "%s: the dataset ends before the windows asked for (%llu tokens)",
+                        s->ds.bin_path, (unsigned long long)s->ds.n_tokens);
+            return BT_EINVAL;
+        }
+        uint64_t len = indexed_seq_length(&s->ds, s->seq), k = len - s->pos < n ? len - s->pos : n;
+        int rc = k ? indexed_read(&s->ds, s->seq, s->pos, k, out, diag) : 0;
+        if (rc != 0) return rc;
+        out += k, n -= k, s->pos += k;
+        if (s->pos == len) s->seq++, s->pos = 0;
+    }
+    return 0;
+}
+
+/* The StageSpec of a one-process fp32 forward over batches of b windows of T tokens. */
+typedef struct eval_spec {
+    Baton__StageSpec spec;
+    Baton__Stage stage;
+    Baton__Parallel par;
+    Baton__Precision prec;
+    Baton__Optimizer opt;
+    Baton__Data data;
+} eval_spec;
+
+static void eval_make_spec(eval_spec *e, const Baton__Manifest *m, const eval_args *a, uint32_t b) {
+    baton__stage_spec__init(&e->spec), baton__stage__init(&e->stage);
+    baton__parallel__init(&e->par), baton__precision__init(&e->prec);
+    baton__optimizer__init(&e->opt), baton__data__init(&e->data);
+    e->par.tp = e->par.pp = e->par.cp = e->par.dp = e->par.ep = 1;
+    e->prec.type = BATON__PRECISION__TYPE__FP32;
+    e->stage.name = "eval", e->stage.steps = 1, e->stage.seq_len = a->seq_len;
+    e->stage.global_batch = e->stage.micro_batch = b;
+    e->stage.parallel = &e->par, e->stage.precision = &e->prec, e->stage.optimizer = &e->opt;
+    e->data.train = (char *)a->data;
+    e->spec.recipe_name = m->recipe_name, e->spec.model = m->model;
+    e->spec.stage = &e->stage, e->spec.data = &e->data;
+}
+
+static int eval_run(trainer *t, eval_stream *s, const eval_args *a, double *loss, bt_diag *diag) {
+    uint64_t T = a->seq_len;
+    int32_t *win = malloc((T + 1) * sizeof *win);
+    double sum = 0;
+    int rc = win ? 0 : BT_ENOMEM;
+    for (uint64_t i = 0; rc == 0 && i < a->num_seqs; i += t->B) {
+        uint32_t b = 0;
+        for (; rc == 0 && b < t->B && i + b < a->num_seqs; b++) {
+            rc = eval_stream_read(s, win, T + 1, diag);
+            memcpy(t->tokens + b * T, win, T * sizeof *win);
+            memcpy(t->targets + b * T, win + 1, T * sizeof *win);
+        }
+        float l = 0;
+        rc = rc ? rc : model_forward(&t->m, t->tokens, t->targets, (int)b, (int)T, &l);
+        sum += (double)l * b;
+    }
+    free(win);
+    *loss = sum / (double)a->num_seqs;
+    return rc;
+}
+
+static int eval_checkpoint(const eval_args *a, double *loss, bt_diag *diag) {
+    char dir[CKPT_PATH_MAX];
+    Baton__Manifest *m = NULL;
+    int rc = ckpt_resolve(a->ckpt, dir, sizeof dir, diag);
+    rc = rc ? rc : ckpt_manifest_read(dir, &m, diag);
+    if (rc == 0 && m->model == NULL) {
+        bt_diag_set(diag, "%s: the manifest has no model configuration", dir);
+        rc = BT_EINVAL;
+    }
+    if (rc != 0) {
+        if (m) baton__manifest__free_unpacked(m, NULL);
+        return rc;
+    }
+    eval_spec e;
+    eval_make_spec(&e, m, a, a->num_seqs < EVAL_BATCH ? (uint32_t)a->num_seqs : EVAL_BATCH);
+    eval_stream s = {0};
+    trainer t;
+    rc = indexed_open(&s.ds, a->data, diag);
+    int opened = rc == 0;
+    rc = rc ? rc : train_init(&t, &e.spec, NULL, diag);
+    if (rc == 0) {
+        rc = train_ckpt_load_params(&t, dir, m, diag);
+        rc = rc ? rc : eval_run(&t, &s, a, loss, diag);
+        train_free(&t);
+    }
+    if (opened) indexed_close(&s.ds);
+    baton__manifest__free_unpacked(m, NULL);
+    return rc;
+}
+
+int cmd_eval(int argc, char **argv) {
+    eval_args a = {0};
+    int prc = eval_parse(argc, argv, &a);
+    if (prc != 0) return prc > 0 ? BT_EXIT_OK : BT_EXIT_USAGE;
+    bt_diag diag;
+    bt_diag_init(&diag);
+    double loss = 0;
+    int rc = eval_checkpoint(&a, &loss, &diag);
+    if (rc != 0) {
+        fprintf(stderr, "baton eval: %s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
+        return rc == BT_EIO || rc == BT_ENOMEM ? BT_EXIT_FAILURE : BT_EXIT_USAGE;
+    }
+    uint64_t tokens = a.num_seqs * a.seq_len;
+    if (a.json)
+        printf("{\"loss\": %.9g, \"tokens\": %llu}\n", loss, (unsigned long long)tokens);
+    else
+        printf("loss %.6f (%.4f bits per token) over %llu windows of %llu+1 tokens of %s\n", loss,
+               loss / 0.6931471805599453, (unsigned long long)a.num_seqs,
+               (unsigned long long)a.seq_len, a.data);
+    return BT_EXIT_OK;
+}

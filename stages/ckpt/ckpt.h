@@ -1,0 +1,162 @@
+/* Checkpoints on disk (schema/manifest.proto): a directory per step under a checkpoint
+ * root (RUN_DIR/checkpoints), named s<stage>-step<step> with both numbers zero-padded so
+ * that names sort in training order. Inside: one shard file per writing rank
+ * (rank-NNNNN.bin) and manifest.pb, which is what makes the directory a checkpoint.
+ *
+ * Writing (every rank that holds something to save):
+ *   rank 0:    ckpt_begin(root, name)          creates NAME.partial (0700), stale one removed
+ *   (barrier)
+ *   each rank: ckpt_writer_open / _add ... / _finish   its shard file, fsynced, then its
+ *              index rank-NNNNN.pb (a Manifest holding only its tensors), renamed into place
+ *   rank 0:    ckpt_commit(root, name, header, world)  waits for every index, merges them
+ *              into manifest.pb (fsynced), renames NAME.partial to NAME, fsyncs the root,
+ *              points `latest` at NAME (written aside and renamed) and applies retention.
+ * A crash anywhere before the rename leaves only a .partial directory, which readers
+ * ignore and the next ckpt_begin of that name removes.
+ *
+ * Reading: ckpt_resolve turns a checkpoint directory or a run directory into the newest
+ * complete checkpoint; ckpt_read_box reads any box of a global tensor from whatever
+ * shards cover it, reading only the byte span that overlaps and checking the CRC32C of
+ * every block it reads. Resharding is what reading a box does. */
+#ifndef BATON_CKPT_H
+#define BATON_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "manifest.pb-c.h"
+#include "util/err.h"
+
+#define CKPT_MANIFEST       "manifest.pb"
+#define CKPT_LATEST         "latest"
+#define CKPT_ROOT_IN_RUN    "checkpoints"
+#define CKPT_PARTIAL_SUFFIX ".partial"
+#define CKPT_DEFAULT_BLOCK  (1u << 20)
+#define CKPT_PATH_MAX       4096
+
+/* ---- names and directories (ckpt_dir.c) ---- */
+
+/* "s<stage:02>-step<step:08>" into out. */
+void ckpt_name(uint32_t stage, uint64_t step, char *out, size_t cap);
+/* Complete checkpoints (a manifest.pb present) under root, oldest first; *names is an
+ * array of malloc'd strings (free with ckpt_names_free). A missing root gives 0. */
+int ckpt_list(const char *root, char ***names, size_t *n, bt_diag *diag);
+void ckpt_names_free(char **names, size_t n);
+/* path: a checkpoint directory, a checkpoint root, or a run directory (its
+ * checkpoints/ root): the checkpoint directory to read, into dir. A root's `latest`
+ * pointer is followed when it names a complete checkpoint, else the newest complete one
+ * is taken. BT_ENOENT with the places looked at when there is none. */
+int ckpt_resolve(const char *path, char *dir, size_t cap, bt_diag *diag);
+/* Reads and decodes dir/manifest.pb; free with baton__manifest__free_unpacked(m, NULL). */
+int ckpt_manifest_read(const char *dir, Baton__Manifest **out, bt_diag *diag);
+/* Keeps the newest `keep` complete checkpoints under root plus every one whose manifest
+ * says stage_final; removes the rest and any .partial directory other than `busy`
+ * (may be NULL). keep 0 keeps everything. */
+int ckpt_retain(const char *root, uint32_t keep, const char *busy, bt_diag *diag);
+/* rm -r of a directory tree of plain files (a checkpoint is flat). */
+int ckpt_remove_dir(const char *dir);
+/* Writes data to path through path.tmp, fsync and rename, then fsyncs the directory. */
+int ckpt_write_file_atomic(const char *path, const void *data, size_t n, bt_diag *diag);
+/* fsync of a directory by path. */
+int ckpt_fsync_dir(const char *dir);
+
+/* ---- geometry (ckpt_box.c) ---- */
+
+/* A piece of a global tensor of at most two dimensions (a 1-D tensor is one row): the box
+ * [off, off + shape) and, inside it, the flat range [flat_begin, flat_end) of its
+ * row-major elements (the whole box when flat_end == 0). */
+typedef struct ckpt_box {
+    uint64_t off[2], shape[2];
+    uint64_t flat_begin, flat_end;
+} ckpt_box;
+
+/* A contiguous run shared by a source and a destination piece: n elements starting at
+ * element src of the source's stored elements (counted from its flat_begin) and at
+ * element dst of the destination's (likewise). */
+typedef struct ckpt_run {
+    uint64_t src, dst, n;
+} ckpt_run;
+
+typedef int (*ckpt_run_fn)(void *ctx, const ckpt_run *run);
+
+/* The runs where src and dst overlap, in increasing src order, adjacent runs merged;
+ * stops at the first nonzero return of fn and returns it. *count (may be NULL) gets
+ * the elements in common. */
+int ckpt_box_overlap(const ckpt_box *src, const ckpt_box *dst, ckpt_run_fn fn, void *ctx,
+                     uint64_t *count);
+/* Elements stored in a piece. */
+uint64_t ckpt_box_count(const ckpt_box *b);
+/* The piece a manifest shard describes (its tensor's rank decides 1-D or 2-D). Returns
+ * BT_EINVAL when its dimensions or ranges do not fit the global shape. */
+int ckpt_box_from_shard(const Baton__TensorEntry *e, const Baton__Shard *s, ckpt_box *out);
+
+/* ---- reading (ckpt_read.c) ---- */
+
+const Baton__TensorEntry *ckpt_find(const Baton__Manifest *m, const char *key);
+size_t ckpt_dtype_size(Baton__DType t);
+/* Elements of a global tensor. */
+uint64_t ckpt_tensor_count(const Baton__TensorEntry *e);
+/* Fills out (float32, row-major, the box's elements; flat ranges allowed) with the
+ * piece want of tensor e from the shard files in dir, converting bf16 to float32. Every
+ * block read is checked against its CRC32C; a missing, short or damaged file, or a
+ * piece not fully covered by the shards, is an error naming the file and place. */
+int ckpt_read_box(const char *dir, const Baton__Manifest *m, const Baton__TensorEntry *e,
+                  const ckpt_box *want, float *out, bt_diag *diag);
+/* The whole global tensor. */
+int ckpt_read_tensor(const char *dir, const Baton__Manifest *m, const Baton__TensorEntry *e,
+                     float *out, bt_diag *diag);
+
+/* ---- verification (ckpt_verify.c) ---- */
+
+typedef struct ckpt_verify_report {
+    uint64_t tensors, shards, bytes;
+    uint64_t problems; /* each one also passed to the callback */
+} ckpt_verify_report;
+
+/* Checks every shard of checkpoint dir: geometry, file length, whole and per-block
+ * CRC32C, and that the shards of every tensor cover it exactly once (no gap, no
+ * overlap). Each problem is passed to fn (may be NULL) as one line naming the file,
+ * byte range and tensor. Returns 0 when readable (problems or not; see the report),
+ * else a BT_ code with diag. */
+int ckpt_verify(const char *dir, const Baton__Manifest *m, void (*fn)(void *, const char *),
+                void *ctx, ckpt_verify_report *out, bt_diag *diag);
+
+/* ---- writing (ckpt_write.c) ---- */
+
+typedef struct ckpt_writer {
+    char dir[CKPT_PATH_MAX]; /* the .partial directory */
+    char file[64];           /* shard file name inside it */
+    int fd, rank;
+    uint32_t block_bytes;
+    uint64_t off; /* bytes written so far */
+    Baton__Manifest *index;
+    unsigned char *stage; /* staging buffer for dtype conversion */
+    size_t stage_cap;
+} ckpt_writer;
+
+/* The .partial directory of checkpoint `name` under root, into out. */
+void ckpt_partial_dir(const char *root, const char *name, char *out, size_t cap);
+/* Creates root (0700) if needed and a fresh root/name.partial (0700). One rank calls it
+ * before any rank opens a writer. */
+int ckpt_begin(const char *root, const char *name, bt_diag *diag);
+int ckpt_writer_open(ckpt_writer *w, const char *partial_dir, int rank, uint32_t block_bytes,
+                     bt_diag *diag);
+/* Appends a piece of tensor `key` (ndim 1 or 2, global_shape) stored as dtype (F32 or
+ * BF16, converted from the float32 data with round-to-nearest-even): data holds the
+ * piece's ckpt_box_count(piece) elements. */
+int ckpt_writer_add(ckpt_writer *w, const char *key, int ndim, const uint64_t *global_shape,
+                    const ckpt_box *piece, Baton__DType dtype, const float *data, bt_diag *diag);
+/* Records a delayed-scaling state (FP8) in the index. */
+int ckpt_writer_add_fp8(ckpt_writer *w, const char *name, float scale, const float *history,
+                        uint32_t len, uint32_t pos, bt_diag *diag);
+/* fsyncs the shard file, writes the index rank-NNNNN.pb atomically; frees w. */
+int ckpt_writer_finish(ckpt_writer *w, bt_diag *diag);
+/* Closes and frees without writing the index (the checkpoint will never complete). */
+void ckpt_writer_abort(ckpt_writer *w);
+/* Waits up to timeout_s for the indexes of ranks [0, world), merges them into a copy of
+ * header (tensors and fp8 states; block_bytes and world set), writes manifest.pb, and
+ * publishes: rename, fsync of the root, `latest`, retention keeping `keep` (0: all). */
+int ckpt_commit(const char *root, const char *name, const Baton__Manifest *header, uint32_t world,
+                double timeout_s, uint32_t keep, bt_diag *diag);
+
+#endif

@@ -1,0 +1,155 @@
+/* Publishing a checkpoint: the ranks' indexes merged into manifest.pb, then the rename
+ * that makes it complete. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "util/clock.h"
+
+static int commit_wait(const char *part, uint32_t world, double timeout_s, bt_diag *diag) {
+    double t0 = bt_clock_now();
+    char p[CKPT_PATH_MAX + 32];
+    struct stat st;
+    for (uint32_t r = 0; r < world; r++) {
+        snprintf(p, sizeof p, "%s/rank-%05u.pb", part, r);
+        while (stat(p, &st) != 0) {
+            if (bt_clock_now() - t0 > timeout_s) {
+                bt_diag_set(diag, "%s: rank %u did not finish its shard within %.0f s", part, r,
+                            timeout_s);
+                return BT_EIO;
+            }
+            struct timespec ts = {0, 5 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return 0;
+}
+
+static Baton__Manifest *commit_clone(const Baton__Manifest *h) {
+    size_t n = baton__manifest__get_packed_size(h);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (buf == NULL) return NULL;
+    baton__manifest__pack(h, buf);
+    Baton__Manifest *m = baton__manifest__unpack(NULL, n, buf);
+    free(buf);
+    return m;
+}
+
+static Baton__TensorEntry *commit_find(Baton__Manifest *m, const char *key) {
+    for (size_t i = 0; i < m->n_tensors; i++)
+        if (strcmp(m->tensors[i]->key, key) == 0) return m->tensors[i];
+    return NULL;
+}
+
+/* Moves the shards of src into dst (same key). */
+static int commit_move_shards(Baton__TensorEntry *dst, Baton__TensorEntry *src) {
+    Baton__Shard **v = realloc(dst->shards, (dst->n_shards + src->n_shards) * sizeof *v);
+    if (v == NULL) return BT_ENOMEM;
+    if (src->n_shards) memcpy(v + dst->n_shards, src->shards, src->n_shards * sizeof *v);
+    dst->shards = v, dst->n_shards += src->n_shards;
+    src->n_shards = 0;
+    return 0;
+}
+
+/* Moves every tensor entry (or its shards, for a key already present) and fp8 state of
+ * idx into m. */
+static int commit_merge(Baton__Manifest *m, Baton__Manifest *idx) {
+    for (size_t i = 0; i < idx->n_tensors; i++) {
+        Baton__TensorEntry *e = idx->tensors[i], *have = commit_find(m, e->key);
+        if (have) {
+            if (commit_move_shards(have, e) != 0) return BT_ENOMEM;
+            continue;
+        }
+        Baton__TensorEntry **v = realloc(m->tensors, (m->n_tensors + 1) * sizeof *v);
+        if (v == NULL) return BT_ENOMEM;
+        m->tensors = v;
+        m->tensors[m->n_tensors++] = e;
+        idx->tensors[i] = NULL;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < idx->n_tensors; i++)
+        if (idx->tensors[i]) idx->tensors[k++] = idx->tensors[i];
+    idx->n_tensors = k;
+    Baton__Fp8State **f = realloc(m->fp8, (m->n_fp8 + idx->n_fp8) * sizeof *f);
+    if (f == NULL && m->n_fp8 + idx->n_fp8 > 0) return BT_ENOMEM;
+    if (f && idx->n_fp8) memcpy(f + m->n_fp8, idx->fp8, idx->n_fp8 * sizeof *f);
+    m->fp8 = f, m->n_fp8 += idx->n_fp8, idx->n_fp8 = 0;
+    return 0;
+}
+
+static int commit_read_index(const char *part, uint32_t r, Baton__Manifest *m, bt_diag *diag) {
+    char p[CKPT_PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/rank-%05u.pb", part, r);
+    FILE *f = fopen(p, "rb");
+    struct stat st;
+    uint8_t *buf = NULL;
+    size_t n = 0;
+    if (f && fstat(fileno(f), &st) == 0 && (buf = malloc((size_t)st.st_size + 1)) != NULL)
+        n = fread(buf, 1, (size_t)st.st_size, f);
+    if (f) fclose(f);
+    Baton__Manifest *idx = buf ? baton__manifest__unpack(NULL, n, buf) : NULL;
+    free(buf);
+    if (idx == NULL) {
+        bt_diag_set(diag, "%s: cannot read this rank's checkpoint index", p);
+        return BT_EIO;
+    }
+    int rc = commit_merge(m, idx);
+    baton__manifest__free_unpacked(idx, NULL);
+    if (rc == 0) unlink(p);
+    return rc;
+}
+
+static int commit_write_manifest(const char *part, Baton__Manifest *m, bt_diag *diag) {
+    size_t n = baton__manifest__get_packed_size(m);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (buf == NULL) return BT_ENOMEM;
+    baton__manifest__pack(m, buf);
+    char p[CKPT_PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/%s", part, CKPT_MANIFEST);
+    int rc = ckpt_write_file_atomic(p, buf, n, diag);
+    free(buf);
+    return rc;
+}
+
+static int commit_publish(const char *root, const char *name, const char *part, bt_diag *diag) {
+    char fin[CKPT_PATH_MAX], latest[CKPT_PATH_MAX];
+    snprintf(fin, sizeof fin, "%s/%s", root, name);
+    ckpt_remove_dir(fin); /* a complete one of the same name: an earlier attempt's */
+    if (rename(part, fin) != 0) {
+        bt_diag_set(diag, "%s: cannot rename to %s: %s", part, fin, strerror(errno));
+        return BT_EIO;
+    }
+    if (ckpt_fsync_dir(root) != 0) {
+        bt_diag_set(diag, "%s: cannot fsync: %s", root, strerror(errno));
+        return BT_EIO;
+    }
+    char line[300];
+    int n = snprintf(line, sizeof line, "%s\n", name);
+    snprintf(latest, sizeof latest, "%s/%s", root, CKPT_LATEST);
+    return ckpt_write_file_atomic(latest, line, (size_t)n, diag);
+}
+
+int ckpt_commit(const char *root, const char *name, const Baton__Manifest *header, uint32_t world,
+                double timeout_s, uint32_t keep, bt_diag *diag) {
+    char part[CKPT_PATH_MAX];
+    ckpt_partial_dir(root, name, part, sizeof part);
+    int rc = commit_wait(part, world, timeout_s, diag);
+    Baton__Manifest *m = rc == 0 ? commit_clone(header) : NULL;
+    if (rc == 0 && m == NULL) rc = BT_ENOMEM;
+    if (m) {
+        m->has_world = 1, m->world = world;
+        if (!m->has_block_bytes) m->has_block_bytes = 1, m->block_bytes = CKPT_DEFAULT_BLOCK;
+    }
+    for (uint32_t r = 0; rc == 0 && r < world; r++)
+        rc = commit_read_index(part, r, m, diag);
+    rc = rc ? rc : commit_write_manifest(part, m, diag);
+    if (m) baton__manifest__free_unpacked(m, NULL);
+    if (rc == 0 && ckpt_fsync_dir(part) != 0) rc = BT_EIO;
+    rc = rc ? rc : commit_publish(root, name, part, diag);
+    return rc ? rc : ckpt_retain(root, keep, NULL, diag);
+}

@@ -1,0 +1,245 @@
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+
+void ckpt_name(uint32_t stage, uint64_t step, char *out, size_t cap) {
+    snprintf(out, cap, "s%02u-step%08llu", stage, (unsigned long long)step);
+}
+
+static int dir_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int file_exists(const char *dir, const char *name) {
+    char p[CKPT_PATH_MAX];
+    struct stat st;
+    if (snprintf(p, sizeof p, "%s/%s", dir, name) >= (int)sizeof p) return 0;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int name_cmp(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A complete checkpoint's name: "s" digits "-step" digits, with manifest.pb inside. */
+static int list_wanted(const char *root, const char *name) {
+    unsigned st;
+    unsigned long long step;
+    int end = 0;
+    if (sscanf(name, "s%u-step%llu%n", &st, &step, &end) != 2 || name[end] != '\0') return 0;
+    char p[CKPT_PATH_MAX];
+    snprintf(p, sizeof p, "%s/%s", root, name);
+    return file_exists(p, CKPT_MANIFEST);
+}
+
+int ckpt_list(const char *root, char ***names, size_t *n, bt_diag *diag) {
+    *names = NULL, *n = 0;
+    DIR *d = opendir(root);
+    if (d == NULL) {
+        if (errno == ENOENT) return 0;
+        bt_diag_set(diag, "%s: cannot list checkpoints: %s", root, strerror(errno));
+        return BT_EIO;
+    }
+    size_t cap = 0;
+    struct dirent *de;
+    int rc = 0;
+    while (rc == 0 && (de = readdir(d)) != NULL) {
+        if (!list_wanted(root, de->d_name)) continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            char **v = realloc(*names, cap * sizeof *v);
+            if (v == NULL) rc = BT_ENOMEM;
+            if (v) *names = v;
+        }
+        if (rc == 0 && ((*names)[*n] = strdup(de->d_name)) != NULL) (*n)++;
+    }
+    closedir(d);
+    if (*n) qsort(*names, *n, sizeof **names, name_cmp);
+    return rc;
+}
+
+void ckpt_names_free(char **names, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+/* The checkpoint root's `latest` when it names a complete checkpoint, into dir. */
+static int resolve_latest(const char *root, char *dir, size_t cap) {
+    char p[CKPT_PATH_MAX], name[256] = "";
+    snprintf(p, sizeof p, "%s/%s", root, CKPT_LATEST);
+    FILE *f = fopen(p, "r");
+    if (f == NULL) return -1;
+    int ok = fgets(name, sizeof name, f) != NULL;
+    fclose(f);
+    name[strcspn(name, "\n")] = '\0';
+    if (!ok || !list_wanted(root, name)) return -1;
+    snprintf(dir, cap, "%s/%s", root, name);
+    return 0;
+}
+
+static int resolve_root(const char *root, char *dir, size_t cap, bt_diag *diag) {
+    if (resolve_latest(root, dir, cap) == 0) return 0;
+    char **names;
+    size_t n;
+    int rc = ckpt_list(root, &names, &n, diag);
+    if (rc != 0) return rc;
+    if (n == 0) {
+        bt_diag_set(diag, "%s: no complete checkpoint there (a directory with %s)", root,
+                    CKPT_MANIFEST);
+        return BT_ENOENT;
+    }
+    snprintf(dir, cap, "%s/%s", root, names[n - 1]);
+    ckpt_names_free(names, n);
+    return 0;
+}
+
+int ckpt_resolve(const char *path, char *dir, size_t cap, bt_diag *diag) {
+    if (file_exists(path, CKPT_MANIFEST)) {
+        snprintf(dir, cap, "%s", path);
+        return 0;
+    }
+    if (!dir_exists(path)) {
+        bt_diag_set(diag, "%s: no such checkpoint or run directory", path);
+        return BT_ENOENT;
+    }
+    char root[CKPT_PATH_MAX];
+    snprintf(root, sizeof root, "%s/%s", path, CKPT_ROOT_IN_RUN);
+    if (dir_exists(root)) return resolve_root(root, dir, cap, diag);
+    return resolve_root(path, dir, cap, diag);
+}
+
+int ckpt_manifest_read(const char *dir, Baton__Manifest **out, bt_diag *diag) {
+    char p[CKPT_PATH_MAX];
+    snprintf(p, sizeof p, "%s/%s", dir, CKPT_MANIFEST);
+    FILE *f = fopen(p, "rb");
+    if (f == NULL) {
+        bt_diag_set(diag, "%s: cannot open: %s", p, strerror(errno));
+        return errno == ENOENT ? BT_ENOENT : BT_EIO;
+    }
+    size_t cap = 1 << 16, len = 0, n;
+    uint8_t *buf = malloc(cap);
+    while (buf != NULL && (n = fread(buf + len, 1, cap - len, f)) > 0)
+        if ((len += n) == cap) {
+            uint8_t *q = cap < (1u << 30) ? realloc(buf, cap * 2) : NULL;
+            if (q == NULL) free(buf);
+            buf = q, cap *= 2;
+        }
+    fclose(f);
+    *out = buf ? baton__manifest__unpack(NULL, len, buf) : NULL;
+    free(buf);
+    if (*out == NULL) {
+        bt_diag_set(diag, "%s: not a checkpoint manifest (cannot be decoded)", p);
+        return BT_EINVAL;
+    }
+    return 0;
+}
+
+int ckpt_fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return BT_EIO;
+    int rc = fsync(fd) == 0 ? 0 : BT_EIO;
+    close(fd);
+    return rc;
+}
+
+int ckpt_remove_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d == NULL) return errno == ENOENT ? 0 : BT_EIO;
+    struct dirent *de;
+    char p[CKPT_PATH_MAX];
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        if (unlink(p) != 0 && errno == EISDIR) ckpt_remove_dir(p);
+    }
+    closedir(d);
+    return rmdir(dir) == 0 ? 0 : BT_EIO;
+}
+
+static int write_all(int fd, const void *data, size_t n) {
+    const char *p = data;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w, n -= (size_t)w;
+    }
+    return 0;
+}
+
+int ckpt_write_file_atomic(const char *path, const void *data, size_t n, bt_diag *diag) {
+    char tmp[CKPT_PATH_MAX + 8], dir[CKPT_PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int ok = fd >= 0 && write_all(fd, data, n) == 0 && fsync(fd) == 0;
+    int err = errno;
+    if (fd >= 0 && close(fd) != 0) ok = 0;
+    if (ok && rename(tmp, path) != 0) ok = 0, err = errno;
+    if (!ok) {
+        unlink(tmp);
+        bt_diag_set(diag, "%s: cannot write: %s", path, strerror(err));
+        return BT_EIO;
+    }
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    return ckpt_fsync_dir(slash ? dir : ".");
+}
+
+static int retain_is_final(const char *root, const char *name) {
+    char p[CKPT_PATH_MAX];
+    snprintf(p, sizeof p, "%s/%s", root, name);
+    Baton__Manifest *m = NULL;
+    bt_diag d;
+    bt_diag_init(&d);
+    if (ckpt_manifest_read(p, &m, &d) != 0) return 0;
+    int fin = m->stage_final;
+    baton__manifest__free_unpacked(m, NULL);
+    return fin;
+}
+
+/* Removes .partial directories other than busy: what a crash mid-write left. */
+static void retain_partials(const char *root, const char *busy) {
+    DIR *d = opendir(root);
+    if (d == NULL) return;
+    struct dirent *de;
+    size_t sl = strlen(CKPT_PARTIAL_SUFFIX);
+    char p[CKPT_PATH_MAX];
+    while ((de = readdir(d)) != NULL) {
+        size_t l = strlen(de->d_name);
+        if (l <= sl || strcmp(de->d_name + l - sl, CKPT_PARTIAL_SUFFIX) != 0) continue;
+        if (busy && strcmp(de->d_name, busy) == 0) continue;
+        snprintf(p, sizeof p, "%s/%s", root, de->d_name);
+        ckpt_remove_dir(p);
+    }
+    closedir(d);
+}
+
+int ckpt_retain(const char *root, uint32_t keep, const char *busy, bt_diag *diag) {
+    retain_partials(root, busy);
+    if (keep == 0) return 0;
+    char **names;
+    size_t n;
+    int rc = ckpt_list(root, &names, &n, diag);
+    char p[CKPT_PATH_MAX];
+    for (size_t i = 0; rc == 0 && i + keep < n; i++) {
+        if (retain_is_final(root, names[i])) continue;
+        /* unpublish first: a reader never sees a half-removed checkpoint as complete */
+        snprintf(p, sizeof p, "%s/%s/%s", root, names[i], CKPT_MANIFEST);
+        if (unlink(p) == 0) {
+            snprintf(p, sizeof p, "%s/%s", root, names[i]);
+            ckpt_remove_dir(p);
+        }
+    }
+    ckpt_names_free(names, n);
+    return rc;
+}

@@ -1,0 +1,230 @@
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "crc32c.h"
+
+const Baton__TensorEntry *ckpt_find(const Baton__Manifest *m, const char *key) {
+    for (size_t i = 0; i < m->n_tensors; i++)
+        if (m->tensors[i]->key && strcmp(m->tensors[i]->key, key) == 0) return m->tensors[i];
+    return NULL;
+}
+
+size_t ckpt_dtype_size(Baton__DType t) {
+    switch (t) {
+    case BATON__DTYPE__F32:
+        return 4;
+    case BATON__DTYPE__BF16:
+    case BATON__DTYPE__F16:
+        return 2;
+    case BATON__DTYPE__E4M3:
+    case BATON__DTYPE__E5M2:
+        return 1;
+    case BATON__DTYPE__F64:
+        return 8;
+    default:
+        return 0;
+    }
+}
+
+uint64_t ckpt_tensor_count(const Baton__TensorEntry *e) {
+    uint64_t n = e->n_global_shape ? 1 : 0;
+    for (size_t k = 0; k < e->n_global_shape; k++)
+        n *= e->global_shape[k];
+    return n;
+}
+
+/* The runs of one shard that a read needs, collected before any I/O. */
+typedef struct read_runs {
+    ckpt_run *v;
+    size_t n, cap;
+} read_runs;
+
+static int read_collect(void *ctx, const ckpt_run *run) {
+    read_runs *r = ctx;
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 64;
+        ckpt_run *v = realloc(r->v, cap * sizeof *v);
+        if (v == NULL) return BT_ENOMEM;
+        r->v = v, r->cap = cap;
+    }
+    r->v[r->n++] = *run;
+    return 0;
+}
+
+static float read_elem(const unsigned char *p, Baton__DType t) {
+    if (t == BATON__DTYPE__BF16) {
+        uint32_t u = (uint32_t)(p[0] | p[1] << 8) << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+}
+
+/* One shard's bytes [a, b) (relative to its byte_offset), widened to whole CRC blocks
+ * and checked; *base gets the widened start. */
+typedef struct read_span {
+    const char *dir;
+    const Baton__Manifest *m;
+    const Baton__TensorEntry *e;
+    const Baton__Shard *s;
+} read_span;
+
+static int read_check_blocks(const read_span *sp, const unsigned char *buf, uint64_t A, uint64_t B,
+                             bt_diag *diag) {
+    const Baton__Shard *s = sp->s;
+    uint64_t bb = sp->m->block_bytes ? sp->m->block_bytes : CKPT_DEFAULT_BLOCK;
+    uint64_t nblocks = (s->byte_length + bb - 1) / bb;
+    if (s->n_block_crc32c != nblocks) {
+        /* no block checksums: only a whole-shard read can be checked */
+        if (A == 0 && B == s->byte_length && s->has_crc32c &&
+            crc32c_update(0, buf, B) != s->crc32c) {
+            bt_diag_set(diag, "%s/%s: bytes [%llu, %llu) of tensor %s: CRC32C mismatch", sp->dir,
+                        s->file, (unsigned long long)s->byte_offset,
+                        (unsigned long long)(s->byte_offset + s->byte_length), sp->e->key);
+            return BT_EIO;
+        }
+        return 0;
+    }
+    for (uint64_t k = A / bb; k * bb < B; k++) {
+        uint64_t lo = k * bb, hi = lo + bb < s->byte_length ? lo + bb : s->byte_length;
+        if (crc32c_update(0, buf + (lo - A), hi - lo) != s->block_crc32c[k]) {
+            bt_diag_set(diag,
+                        "%s/%s: bytes [%llu, %llu) (tensor %s, block %llu): CRC32C mismatch, the "
+                        "checkpoint is damaged",
+                        sp->dir, s->file, (unsigned long long)(s->byte_offset + lo),
+                        (unsigned long long)(s->byte_offset + hi), sp->e->key,
+                        (unsigned long long)k);
+            return BT_EIO;
+        }
+    }
+    return 0;
+}
+
+static int read_span_bytes(const read_span *sp, uint64_t a, uint64_t b, unsigned char **out,
+                           uint64_t *base, bt_diag *diag) {
+    const Baton__Shard *s = sp->s;
+    uint64_t bb = sp->m->block_bytes ? sp->m->block_bytes : CKPT_DEFAULT_BLOCK;
+    int blocks = s->n_block_crc32c > 0;
+    uint64_t A = blocks ? a / bb * bb : 0;
+    uint64_t B = blocks ? (b + bb - 1) / bb * bb : s->byte_length;
+    if (B > s->byte_length) B = s->byte_length;
+    if (!blocks && s->has_crc32c) A = 0, B = s->byte_length;
+    char path[CKPT_PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", sp->dir, s->file);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        bt_diag_set(diag, "%s: cannot open shard of tensor %s: %s", path, sp->e->key,
+                    strerror(errno));
+        return BT_EIO;
+    }
+    unsigned char *buf = malloc(B - A ? B - A : 1);
+    uint64_t got = 0;
+    while (buf && got < B - A) {
+        ssize_t r = pread(fd, buf + got, B - A - got, (off_t)(s->byte_offset + A + got));
+        if (r <= 0) break;
+        got += (uint64_t)r;
+    }
+    close(fd);
+    int rc = buf == NULL ? BT_ENOMEM : 0;
+    if (rc == 0 && got < B - A) {
+        bt_diag_set(diag, "%s: truncated: tensor %s needs bytes up to %llu, the file ends at %llu",
+                    path, sp->e->key, (unsigned long long)(s->byte_offset + B),
+                    (unsigned long long)(s->byte_offset + A + got));
+        rc = BT_EIO;
+    }
+    rc = rc ? rc : read_check_blocks(sp, buf, A, B, diag);
+    if (rc != 0) {
+        free(buf);
+        return rc;
+    }
+    *out = buf, *base = A;
+    return 0;
+}
+
+static int read_shard(const read_span *sp, const ckpt_box *want, float *out, uint64_t *covered,
+                      bt_diag *diag) {
+    ckpt_box have;
+    size_t esz = ckpt_dtype_size(sp->e->dtype);
+    if (ckpt_box_from_shard(sp->e, sp->s, &have) != 0 || sp->s->file == NULL ||
+        strchr(sp->s->file, '/') || sp->s->byte_length != ckpt_box_count(&have) * esz) {
+        bt_diag_set(diag, "%s/%s: tensor %s: a shard's box, range or length is inconsistent",
+                    sp->dir, CKPT_MANIFEST, sp->e->key);
+        return BT_EINVAL;
+    }
+    read_runs runs = {0};
+    uint64_t n = 0;
+    int rc = ckpt_box_overlap(&have, want, read_collect, &runs, &n);
+    if (rc != 0 || runs.n == 0) {
+        free(runs.v);
+        return rc;
+    }
+    uint64_t a = runs.v[0].src * esz, b = 0;
+    for (size_t i = 0; i < runs.n; i++)
+        if ((runs.v[i].src + runs.v[i].n) * esz > b) b = (runs.v[i].src + runs.v[i].n) * esz;
+    unsigned char *buf = NULL;
+    uint64_t base = 0;
+    rc = read_span_bytes(sp, a, b, &buf, &base, diag);
+    for (size_t i = 0; rc == 0 && i < runs.n; i++) {
+        const unsigned char *p = buf + (runs.v[i].src * esz - base);
+        float *o = out + runs.v[i].dst;
+        if (sp->e->dtype == BATON__DTYPE__F32)
+            memcpy(o, p, runs.v[i].n * 4);
+        else
+            for (uint64_t k = 0; k < runs.v[i].n; k++)
+                o[k] = read_elem(p + k * esz, sp->e->dtype);
+    }
+    free(buf);
+    free(runs.v);
+    *covered += rc == 0 ? n : 0;
+    return rc;
+}
+
+int ckpt_read_box(const char *dir, const Baton__Manifest *m, const Baton__TensorEntry *e,
+                  const ckpt_box *want, float *out, bt_diag *diag) {
+    if (e->dtype != BATON__DTYPE__F32 && e->dtype != BATON__DTYPE__BF16) {
+        bt_diag_set(
+            diag, "%s: tensor %s: stored as %s, which this reader does not convert", dir, e->key,
+            protobuf_c_enum_descriptor_get_value(&baton__dtype__descriptor, e->dtype)
+                ? protobuf_c_enum_descriptor_get_value(&baton__dtype__descriptor, e->dtype)->name
+                : "an unknown dtype");
+        return BT_EUNSUPPORTED;
+    }
+    uint64_t covered = 0;
+    for (size_t i = 0; i < e->n_shards; i++) {
+        read_span sp = {.dir = dir, .m = m, .e = e, .s = e->shards[i]};
+        int rc = read_shard(&sp, want, out, &covered, diag);
+        if (rc != 0) return rc;
+    }
+    if (covered != ckpt_box_count(want)) {
+        bt_diag_set(
+            diag,
+            "%s: tensor %s: the shards cover %llu of the %llu elements asked for rows "
+            "[%llu, %llu) columns [%llu, %llu)",
+            dir, e->key, (unsigned long long)covered, (unsigned long long)ckpt_box_count(want),
+            (unsigned long long)want->off[0], (unsigned long long)(want->off[0] + want->shape[0]),
+            (unsigned long long)want->off[1], (unsigned long long)(want->off[1] + want->shape[1]));
+        return BT_EINVAL;
+    }
+    return 0;
+}
+
+int ckpt_read_tensor(const char *dir, const Baton__Manifest *m, const Baton__TensorEntry *e,
+                     float *out, bt_diag *diag) {
+    ckpt_box all = {.shape = {1, 1}};
+    size_t nd = e->n_global_shape;
+    if (nd < 1 || nd > 2) {
+        bt_diag_set(diag, "%s: tensor %s has %zu dimensions (1 or 2 expected)", dir, e->key, nd);
+        return BT_EINVAL;
+    }
+    for (size_t k = 0; k < nd; k++)
+        all.shape[2 - nd + k] = e->global_shape[k];
+    return ckpt_read_box(dir, m, e, &all, out, diag);
+}

@@ -1,0 +1,234 @@
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "crc32c.h"
+
+void ckpt_partial_dir(const char *root, const char *name, char *out, size_t cap) {
+    snprintf(out, cap, "%s/%s%s", root, name, CKPT_PARTIAL_SUFFIX);
+}
+
+/* mkdir -p with mode 0700 for every level it creates. */
+static int mkdir_p(const char *path) {
+    char p[CKPT_PATH_MAX];
+    snprintf(p, sizeof p, "%s", path);
+    for (char *s = p + 1; *s; s++)
+        if (*s == '/') {
+            *s = '\0';
+            if (mkdir(p, 0700) != 0 && errno != EEXIST) return -1;
+            *s = '/';
+        }
+    return mkdir(p, 0700) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+int ckpt_begin(const char *root, const char *name, bt_diag *diag) {
+    char part[CKPT_PATH_MAX];
+    ckpt_partial_dir(root, name, part, sizeof part);
+    if (mkdir_p(root) != 0) {
+        bt_diag_set(diag, "%s: cannot create the checkpoint directory: %s", root, strerror(errno));
+        return BT_EIO;
+    }
+    ckpt_remove_dir(part);
+    if (mkdir(part, 0700) != 0) {
+        bt_diag_set(diag, "%s: cannot create: %s", part, strerror(errno));
+        return BT_EIO;
+    }
+    return 0;
+}
+
+int ckpt_writer_open(ckpt_writer *w, const char *partial_dir, int rank, uint32_t block_bytes,
+                     bt_diag *diag) {
+    memset(w, 0, sizeof *w);
+    snprintf(w->dir, sizeof w->dir, "%s", partial_dir);
+    snprintf(w->file, sizeof w->file, "rank-%05d.bin", rank);
+    w->rank = rank;
+    w->block_bytes = block_bytes ? block_bytes : CKPT_DEFAULT_BLOCK;
+    char p[CKPT_PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/%s", w->dir, w->file);
+    w->fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    w->index = calloc(1, sizeof *w->index);
+    if (w->fd < 0 || w->index == NULL) {
+        bt_diag_set(diag, "%s: cannot create: %s", p, strerror(errno));
+        if (w->fd >= 0) close(w->fd);
+        free(w->index);
+        w->index = NULL, w->fd = -1;
+        return BT_EIO;
+    }
+    baton__manifest__init(w->index);
+    return 0;
+}
+
+static int write_full(int fd, const unsigned char *p, size_t n) {
+    while (n > 0) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        p += k, n -= (size_t)k;
+    }
+    return 0;
+}
+
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+/* The bytes of n elements as stored: float32 as is, bf16 converted into the staging
+ * buffer. */
+static const unsigned char *write_bytes(ckpt_writer *w, const float *data, uint64_t n,
+                                        Baton__DType dt) {
+    if (dt == BATON__DTYPE__F32) return (const unsigned char *)data;
+    if (w->stage_cap < n * 2) {
+        unsigned char *s = realloc(w->stage, n * 2);
+        if (s == NULL) return NULL;
+        w->stage = s, w->stage_cap = n * 2;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        uint16_t h = to_bf16(data[i]);
+        w->stage[2 * i] = (unsigned char)h, w->stage[2 * i + 1] = (unsigned char)(h >> 8);
+    }
+    return w->stage;
+}
+
+static Baton__Shard *shard_new(const ckpt_writer *w, int ndim, const ckpt_box *b, uint64_t len) {
+    Baton__Shard *s = calloc(1, sizeof *s);
+    uint64_t nblocks = (len + w->block_bytes - 1) / w->block_bytes;
+    if (s == NULL) return NULL;
+    baton__shard__init(s);
+    s->file = strdup(w->file);
+    s->offset = calloc(2, sizeof(uint64_t));
+    s->shape = calloc(2, sizeof(uint64_t));
+    s->block_crc32c = calloc(nblocks ? nblocks : 1, sizeof(uint32_t));
+    if (!s->file || !s->offset || !s->shape || !s->block_crc32c) {
+        baton__shard__free_unpacked(s, NULL);
+        return NULL;
+    }
+    s->n_offset = s->n_shape = (size_t)ndim;
+    for (int k = 0; k < ndim; k++)
+        s->offset[k] = b->off[2 - ndim + k], s->shape[k] = b->shape[2 - ndim + k];
+    if (b->flat_end) {
+        s->has_flat_begin = s->has_flat_end = 1;
+        s->flat_begin = b->flat_begin, s->flat_end = b->flat_end;
+    }
+    s->has_byte_offset = s->has_byte_length = s->has_crc32c = 1;
+    s->byte_offset = w->off, s->byte_length = len;
+    s->n_block_crc32c = (size_t)nblocks;
+    return s;
+}
+
+static void shard_checksum(Baton__Shard *s, const unsigned char *p, uint64_t len, uint32_t bb) {
+    s->crc32c = crc32c_update(0, p, len);
+    for (uint64_t k = 0; k * bb < len; k++) {
+        uint64_t n = len - k * bb < bb ? len - k * bb : bb;
+        s->block_crc32c[k] = crc32c_update(0, p + k * bb, n);
+    }
+}
+
+/* The index's entry for key, appended when new. */
+static Baton__TensorEntry *writer_entry(ckpt_writer *w, const char *key, int ndim,
+                                        const uint64_t *gshape, Baton__DType dt) {
+    for (size_t i = 0; i < w->index->n_tensors; i++)
+        if (strcmp(w->index->tensors[i]->key, key) == 0) return w->index->tensors[i];
+    Baton__TensorEntry **v =
+        realloc(w->index->tensors, (w->index->n_tensors + 1) * sizeof *w->index->tensors);
+    Baton__TensorEntry *e = calloc(1, sizeof *e);
+    if (v) w->index->tensors = v;
+    if (v == NULL || e == NULL) return free(e), NULL;
+    baton__tensor_entry__init(e);
+    e->key = strdup(key);
+    e->global_shape = calloc((size_t)ndim, sizeof(uint64_t));
+    e->has_dtype = 1, e->dtype = dt;
+    if (!e->key || !e->global_shape) return baton__tensor_entry__free_unpacked(e, NULL), NULL;
+    e->n_global_shape = (size_t)ndim;
+    memcpy(e->global_shape, gshape, (size_t)ndim * sizeof(uint64_t));
+    w->index->tensors[w->index->n_tensors++] = e;
+    return e;
+}
+
+int ckpt_writer_add(ckpt_writer *w, const char *key, int ndim, const uint64_t *global_shape,
+                    const ckpt_box *piece, Baton__DType dtype, const float *data, bt_diag *diag) {
+    uint64_t n = ckpt_box_count(piece), len = n * ckpt_dtype_size(dtype);
+    if ((dtype != BATON__DTYPE__F32 && dtype != BATON__DTYPE__BF16) || ndim < 1 || ndim > 2) {
+        bt_diag_set(diag, "checkpoint tensor %s: dtype or rank not supported", key);
+        return BT_EINVAL;
+    }
+    const unsigned char *bytes = write_bytes(w, data, n, dtype);
+    Baton__TensorEntry *e = writer_entry(w, key, ndim, global_shape, dtype);
+    Baton__Shard *s = bytes && e ? shard_new(w, ndim, piece, len) : NULL;
+    Baton__Shard **v = s ? realloc(e->shards, (e->n_shards + 1) * sizeof *v) : NULL;
+    if (v == NULL) {
+        if (s) baton__shard__free_unpacked(s, NULL);
+        bt_diag_set(diag, "checkpoint tensor %s: out of memory", key);
+        return BT_ENOMEM;
+    }
+    e->shards = v;
+    e->shards[e->n_shards++] = s;
+    shard_checksum(s, bytes, len, w->block_bytes);
+    if (write_full(w->fd, bytes, len) != 0) {
+        bt_diag_set(diag, "%s/%s: cannot write tensor %s: %s", w->dir, w->file, key,
+                    strerror(errno));
+        return BT_EIO;
+    }
+    w->off += len;
+    return 0;
+}
+
+int ckpt_writer_add_fp8(ckpt_writer *w, const char *name, float scale, const float *history,
+                        uint32_t len, uint32_t pos, bt_diag *diag) {
+    Baton__Fp8State *f = calloc(1, sizeof *f);
+    Baton__Fp8State **v = realloc(w->index->fp8, (w->index->n_fp8 + 1) * sizeof *v);
+    if (v) w->index->fp8 = v;
+    if (f) baton__fp8_state__init(f);
+    if (f == NULL || v == NULL || (f->tensor = strdup(name)) == NULL ||
+        (f->amax_history = malloc((len ? len : 1) * sizeof(float))) == NULL) {
+        if (f) baton__fp8_state__free_unpacked(f, NULL);
+        bt_diag_set(diag, "checkpoint fp8 state %s: out of memory", name);
+        return BT_ENOMEM;
+    }
+    memcpy(f->amax_history, history, len * sizeof(float));
+    f->n_amax_history = len;
+    f->has_scale = f->has_pos = 1, f->scale = scale, f->pos = pos;
+    w->index->fp8[w->index->n_fp8++] = f;
+    return 0;
+}
+
+static void writer_free(ckpt_writer *w) {
+    if (w->fd >= 0) close(w->fd);
+    if (w->index) baton__manifest__free_unpacked(w->index, NULL);
+    free(w->stage);
+    w->index = NULL, w->stage = NULL, w->fd = -1;
+}
+
+void ckpt_writer_abort(ckpt_writer *w) {
+    writer_free(w);
+}
+
+int ckpt_writer_finish(ckpt_writer *w, bt_diag *diag) {
+    int rc = 0;
+    if (fsync(w->fd) != 0 || close(w->fd) != 0) {
+        bt_diag_set(diag, "%s/%s: cannot flush: %s", w->dir, w->file, strerror(errno));
+        rc = BT_EIO;
+    }
+    w->fd = -1;
+    size_t n = baton__manifest__get_packed_size(w->index);
+    uint8_t *buf = rc == 0 ? malloc(n ? n : 1) : NULL;
+    if (rc == 0 && buf == NULL) rc = BT_ENOMEM;
+    if (rc == 0) {
+        baton__manifest__pack(w->index, buf);
+        char p[CKPT_PATH_MAX + 32];
+        snprintf(p, sizeof p, "%s/rank-%05d.pb", w->dir, w->rank);
+        rc = ckpt_write_file_atomic(p, buf, n, diag);
+    }
+    free(buf);
+    writer_free(w);
+    return rc;
+}

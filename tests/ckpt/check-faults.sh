@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Checkpoints survive faults: nothing marked complete is ever incomplete, damage is
+# pinpointed by `baton ckpt verify`, loading refuses it and falls back to the previous
+# complete checkpoint, and the resumed run ends on the uninterrupted run's losses.
+#   check-faults.sh BATON BATON_WORKER SOURCE_DIR CASE
+#   CASE: kill-during-write | flipped-byte | truncated | disk-full
+set -euo pipefail
+baton=$1 worker=$2 src=$3 case=$4
+export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+work=$(mktemp -d /tmp/baton-test-faults.XXXXXX)
+cleanup() {
+  [[ -n "${mnt_pid:-}" ]] && kill "$mnt_pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+cd "$work"
+"$baton" data prepare --input /usr/share/games/fortunes --split-on-percent \
+  --output data/fortunes >/dev/null
+sed "s/RANKS/2/; s/LAYOUT/{tp: 2}/" "$src/tests/ckpt/reshard.yaml" >tp2.yaml
+sed "s/RANKS/1/; s/LAYOUT/{tp: 1}/" "$src/tests/ckpt/reshard.yaml" >one.yaml
+"$baton" spec tp2.yaml --out tp2.pb
+"$baton" spec one.yaml --out one.pb
+
+fail() { echo "$case: $*"; exit 1; }
+losses() { sed -En 's/^(\[0\] )?step +([0-9]+)\/[0-9]+  loss ([0-9.]+).*/\2 \3/p' "$@"; }
+tp2() { timeout 300 "$baton" launch -n 2 -- "$worker" --spec tp2.pb --eval-windows 0 \
+  --comm-timeout 30 "$@"; }
+one() { "$worker" --spec one.pb --eval-windows 0 "$@"; }
+# same_tail REF LOG FROM: LOG's steps are REF's from step FROM on, bitwise
+same_tail() {
+  diff <(losses "$1" | awk -v f="$3" '$1 >= f') <(losses "$2" | awk -v f="$3" '$1 >= f') ||
+    fail "losses after the resume differ from the uninterrupted run"
+}
+
+case $case in
+kill-during-write)
+  tp2 >ref.log
+  # rank 1 dies halfway through writing its shard of step 10's checkpoint
+  if BATON_FAULT_SAVE_EXIT=1:10 tp2 --run-dir run --save-every 5 >a.log 2>a.err; then
+    fail "the job survived a rank killed during the checkpoint write"
+  fi
+  [[ -d run/checkpoints/s00-step00000010.partial ]] || fail "no partial checkpoint left"
+  [[ ! -e run/checkpoints/s00-step00000010 ]] || fail "step 10 published though incomplete"
+  [[ $(cat run/checkpoints/latest) == s00-step00000005 ]] || fail "latest is not step 5"
+  "$baton" ckpt verify run >verify.log || fail "the previous checkpoint does not verify"
+  grep -q "s00-step00000005: .* intact" verify.log || fail "verify did not pick step 5"
+  tp2 --run-dir run --init run --save-every 5 >b.log
+  grep -q "started from run at step 5" b.log || fail "did not resume at step 5"
+  same_tail ref.log b.log 6
+  [[ ! -e run/checkpoints/s00-step00000010.partial ]] || fail "the stale partial stayed"
+  echo "$case: rank killed mid-write: step 10 never published, resumed from step 5, steps 6-20 bitwise"
+  ;;
+flipped-byte | truncated)
+  one --run-dir run --save-every 10 >ref.log
+  bin=run/checkpoints/s00-step00000020/rank-00000.bin
+  if [[ $case == flipped-byte ]]; then
+    printf '\x5a' | dd of="$bin" bs=1 seek=700000 conv=notrunc status=none
+  else
+    truncate -s 1000000 "$bin"
+  fi
+  if "$baton" ckpt verify run >verify.log; then fail "verify missed the damage"; fi
+  grep -E "DAMAGED: .*rank-00000.bin: (bytes \[[0-9]+, [0-9]+\) damaged|truncated at byte 1000000)" \
+    verify.log >/dev/null || { cat verify.log; fail "verify did not locate the damage"; }
+  if one --init run/checkpoints/s00-step00000020 --steps 1 >x.log 2>x.err; then
+    fail "the damaged checkpoint was loaded"
+  fi
+  grep -Eq "CRC32C mismatch|truncated" x.err || { cat x.err; fail "no clear refusal"; }
+  one --init run >b.log 2>b.err
+  grep -q "checkpoint refused" b.err || fail "no refusal printed"
+  grep -q "falling back to run/checkpoints/s00-step00000010" b.err || fail "no fallback"
+  same_tail ref.log b.log 11
+  echo "$case: verify located it ($(grep -c DAMAGED: verify.log) line(s)), loading fell back to step 10, steps 11-20 bitwise"
+  ;;
+disk-full)
+  if ! unshare -Urm true 2>/dev/null; then
+    echo "SKIPPED: no user namespaces here to mount a small tmpfs"
+    exit 77
+  fi
+  one >ref.log
+  mkdir -p small
+  # a 2 MB tmpfs holds the step 5 checkpoint (1.5 MB) but not step 10's as well
+  unshare -Urm bash -c "mount -t tmpfs -o size=2m tmpfs small && \
+    { \"$worker\" --spec one.pb --eval-windows 0 --run-dir small/run --save-every 5 --steps 12 \
+        >a.log 2>a.err; echo \$? >a.rc; } ; \"$baton\" ckpt verify small/run >verify.log; \
+    echo \$? >verify.rc; cp -r small/run saved"
+  [[ $(cat a.rc) != 0 ]] || fail "a full disk went unnoticed"
+  grep -q "No space left on device" a.err || { cat a.err; fail "no clear disk-full message"; }
+  [[ $(cat verify.rc) == 0 ]] && grep -q "s00-step00000005: .* intact" verify.log ||
+    { cat verify.log; fail "the previous checkpoint is not the intact latest"; }
+  [[ ! -e saved/checkpoints/s00-step00000010 ]] || fail "a half-written checkpoint was published"
+  one --init saved >b.log
+  same_tail ref.log b.log 6
+  echo "$case: ENOSPC reported, step 5 stayed latest and intact, resumed bitwise"
+  ;;
+*) fail "unknown case" ;;
+esac

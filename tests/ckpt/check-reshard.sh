@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Checkpoints load under any layout: a stage trained 20 steps under layout A, saved at
+# step 10, is resumed from that checkpoint under layout B; steps 11-20 must give A's
+# losses within 1e-5 relative (and, when B is A, bitwise the same losses).
+#   check-reshard.sh BATON BATON_WORKER SOURCE_DIR CASE
+# CASE is A-to-B with layouts written as tp2pp2, dp4, dp2z1, tp1 ... (see layout), with
+# -offline appended: through `baton ckpt reshard --to B` instead of resharding on load.
+set -euo pipefail
+baton=$1 worker=$2 src=$3 case=$4
+export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+work=$(mktemp -d /tmp/baton-test-reshard.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+"$baton" data prepare --input /usr/share/games/fortunes --split-on-percent \
+  --output data/fortunes >/dev/null
+
+# layout name -> "ranks|parallel block"
+layout() {
+  local tp=1 pp=1 dp=1 z=0 s=$1
+  [[ $s =~ tp([0-9]+) ]] && tp=${BASH_REMATCH[1]}
+  [[ $s =~ pp([0-9]+) ]] && pp=${BASH_REMATCH[1]}
+  [[ $s =~ dp([0-9]+) ]] && dp=${BASH_REMATCH[1]}
+  [[ $s =~ z1|zero1 ]] && z=1
+  echo "$((tp * pp * dp))|{tp: $tp, pp: $pp, dp: $dp, zero: $z}"
+}
+
+# run_layout NAME LOG [worker options...]: trains under layout NAME
+run_layout() {
+  local name=$1 log=$2
+  shift 2
+  local spec ranks par
+  IFS='|' read -r ranks par < <(layout "$name")
+  sed "s/RANKS/$ranks/; s/LAYOUT/$par/" "$src/tests/ckpt/reshard.yaml" >"$name.yaml"
+  "$baton" spec "$name.yaml" --out "$name.pb"
+  if [[ $ranks == 1 ]]; then
+    "$worker" --spec "$name.pb" --eval-windows 0 "$@" >"$log"
+  else
+    timeout 300 "$baton" launch -n "$ranks" -- "$worker" --spec "$name.pb" --eval-windows 0 \
+      --comm-timeout 30 "$@" >"$log"
+  fi
+}
+
+losses() { sed -En 's/^(\[0\] )?step +([0-9]+)\/[0-9]+  loss ([0-9.]+).*/\2 \3/p' "$1"; }
+
+# CASE ending in -offline: `baton ckpt reshard` rewrites the checkpoint for B first.
+offline=0
+[[ $case == *-offline ]] && offline=1
+pair=${case%-offline}
+a=${pair%%-to-*} b=${pair##*-to-}
+init=runA/checkpoints/s00-step00000010
+run_layout "$a" a.log --run-dir runA --save-every 10
+if ((offline)); then
+  "$baton" ckpt reshard "$init" --to "$b" --out resharded/s00-step00000010 >/dev/null
+  "$baton" ckpt verify resharded/s00-step00000010 >/dev/null
+  init=resharded/s00-step00000010
+fi
+run_layout "$b" b.log --run-dir runB --init "$init"
+grep -q "started from $init at step 10" b.log ||
+  { echo "$case: B did not resume at step 10"; cat b.log; exit 1; }
+paste <(losses a.log | awk '$1 > 10') <(losses b.log) | awk -v name="$case" -v same=$([[ $a == "$b" ]] && echo 1 || echo 0) '
+  { n++; if ($1 != $3) { print name ": step mismatch " $1 " " $3; bad = 1 }
+    d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > worst) worst = r
+    if (same && $2 != $4) { printf "%s: step %d loss %s, never-stopped %s\n", name, $1, $4, $2; bad = 1 }
+    if (d > 1e-5 * $2) { printf "%s: step %d loss %s vs %s\n", name, $1, $4, $2; bad = 1 } }
+  END { if (n != 10) { print name ": " n " steps compared"; bad = 1 }
+        printf "%s: steps 11-20 after the reload, max relative loss difference %.3g%s\n",
+               name, worst, same ? " (bitwise required)" : ""
+        exit bad }'

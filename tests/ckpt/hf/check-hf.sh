@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# `baton ckpt export --format hf` and `import --format hf` end to end:
+#  - each RoPE variant of hf.yaml (none, linear, ntk, llama3, yarn) and a tp2 checkpoint,
+#    exported in fp32: an independent float64 PyTorch LLaMA (hf_llama_loss.py, reading
+#    model.safetensors and config.json itself) gives the loss `baton eval` gives on the
+#    checkpoint, within 1e-5 relative; and the same oracle with a different RoPE in
+#    config.json does not (the comparison can fail);
+#  - the file layout: header padded to 8, tensors sorted by name and laid out in that
+#    order, exactly the model's 3 + 9 L tensors (no optimizer state), metadata format pt;
+#  - --dtype bf16: BF16 tensors, loss within 1e-2 relative;
+#  - export -> import -> export gives byte-identical files (fp32 and bf16), and the
+#    imported checkpoint evaluates to exactly the original's loss;
+#  - bad usage and bad input: exit 2 with a message naming the input, nothing left behind.
+# SKIPPED (77) where /usr/bin/python3 cannot import torch.
+#   check-hf.sh BATON BATON_WORKER SOURCE_DIR
+set -u
+baton=$1 worker=$2 src=$3
+here=$src/tests/ckpt/hf
+py=/usr/bin/python3
+if ! "$py" -c 'import torch' 2>/dev/null; then
+  echo "SKIPPED: $py cannot import torch (apt-get install python3-torch)"
+  exit 77
+fi
+work=$(mktemp -d /tmp/baton-test-hf.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+failures=0
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+T=64 N=8 data=data/fortunes_valid
+
+"$baton" data prepare --input /usr/share/games/fortunes --split-on-percent \
+  --output data/fortunes >/dev/null || exit 1
+
+train() { # STAGE RANKS: a checkpoint of the stage's last step under run-STAGE
+  "$baton" spec "$here/hf.yaml" --stage "$1" --out "$1.pb" || return 1
+  local args=(--spec "$1.pb" --eval-windows 0 --save-every 0 --run-dir "run-$1")
+  if [[ $2 -eq 1 ]]; then
+    "$worker" "${args[@]}" --single-process >"$1.log"
+  else
+    timeout 300 "$baton" launch -n "$2" -- "$worker" "${args[@]}" --comm-timeout 30 >"$1.log"
+  fi
+}
+json_loss() { "$py" -c 'import json, sys; print(repr(json.load(sys.stdin)["loss"]))'; }
+eval_loss() { "$baton" eval "$1" --data "$data" --seq-len $T --num-seqs $N --json | json_loss; }
+torch_loss() { "$py" "$here/hf_llama_loss.py" "$1" "$data" $T $N | json_loss; }
+# within WHAT A B TOL: |a - b| <= TOL |a|; beyond: the opposite.
+within() {
+  awk -v w="$1" -v a="$2" -v b="$3" -v tol="$4" 'BEGIN { d = a - b; if (d < 0) d = -d
+    r = a != 0 ? d / (a < 0 ? -a : a) : 1
+    printf "%s: %s vs %s, relative difference %.3g (tolerance %s)\n", w, a, b, r, tol
+    exit !(a != "" && b != "" && r <= tol) }' || fail "$1"
+}
+beyond() {
+  awk -v w="$1" -v a="$2" -v b="$3" -v tol="$4" 'BEGIN { d = a - b; if (d < 0) d = -d
+    r = a != 0 ? d / (a < 0 ? -a : a) : 0
+    printf "%s: %s vs %s, relative difference %.3g (must exceed %s)\n", w, a, b, r, tol
+    exit !(a != "" && b != "" && r > tol) }' || fail "$1"
+}
+# check_format DIR DTYPE LAYERS: the safetensors layout export promises.
+check_format() {
+  "$py" - "$1/model.safetensors" "$2" "$3" <<'PY' || fail "$1: file layout"
+import json, struct, sys
+path, dtype, layers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+blob = open(path, "rb").read()
+(n,) = struct.unpack("<Q", blob[:8])
+assert n % 8 == 0 and blob[8 + n - 1 : 8 + n] in (b"}", b" "), "header not padded to 8"
+h = json.loads(blob[8 : 8 + n])
+assert h.pop("__metadata__") == {"format": "pt"}, "metadata"
+names = sorted(h)
+per = ["input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+       "self_attn.o_proj", "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj",
+       "mlp.down_proj"]
+want = ["model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"] + [
+    f"model.layers.{l}.{p}.weight" for l in range(layers) for p in per]
+assert names == sorted(want), f"tensors {names}"
+at = 0
+for k in names:  # data in name order, back to back, to the end of the file
+    assert h[k]["dtype"] == dtype, f"{k}: dtype {h[k]['dtype']}"
+    assert h[k]["data_offsets"][0] == at, f"{k}: offsets"
+    at = h[k]["data_offsets"][1]
+assert 8 + n + at == len(blob), "file size"
+print(f"{path}: {len(names)} tensors, {dtype}, header {n} bytes, sorted, no optimizer state")
+PY
+}
+# control DIR OUT: a copy whose config.json has another RoPE (the scaling dropped, or
+# without one, half the base).
+control() {
+  rm -rf "$2" && cp -r "$1" "$2" && "$py" - "$2/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+if c["rope_scaling"]:
+    c["rope_scaling"] = None
+else:
+    c["rope_theta"] /= 2
+json.dump(c, open(sys.argv[1], "w"))
+PY
+}
+
+# ---- export against the PyTorch oracle ----
+for case in plain:1 linear:1 ntk:1 llama3:1 yarn:1 tp2:2; do
+  s=${case%:*} ranks=${case#*:}
+  train "$s" "$ranks" || { fail "$s: training to make a checkpoint"; continue; }
+  "$baton" ckpt export "run-$s" --format hf --out "hf-$s" >/dev/null || { fail "$s: export"; continue; }
+  check_format "hf-$s" F32 2
+  ref=$(eval_loss "run-$s") got=$(torch_loss "hf-$s")
+  within "$s: baton eval vs PyTorch on the export" "$ref" "$got" 1e-5
+  control "hf-$s" "ctl-$s" && beyond "$s: ... with another RoPE" "$ref" "$(torch_loss "ctl-$s")" 1e-5
+done
+grep -q '"rope_type": "yarn"' hf-yarn/config.json || fail "yarn: rope_scaling not in config.json"
+
+"$baton" ckpt export run-plain --dtype bf16 --out hf16 >/dev/null || fail "export --dtype bf16"
+check_format hf16 BF16 2
+within "plain: bf16 export vs fp32 checkpoint" "$(eval_loss run-plain)" "$(torch_loss hf16)" 1e-2
+
+# ---- round trips ----
+"$baton" ckpt import --format hf hf-plain --out ck/imp --recipe-name rt >/dev/null || fail "import"
+"$baton" ckpt export ck/imp --out hf-rt >/dev/null || fail "export of the import"
+cmp hf-plain/model.safetensors hf-rt/model.safetensors || fail "fp32 round trip changed the weights"
+cmp hf-plain/config.json hf-rt/config.json || fail "fp32 round trip changed config.json"
+[[ "$(eval_loss run-plain)" == "$(eval_loss ck/imp)" ]] || fail "the import evaluates differently"
+"$baton" ckpt import hf16 --out ck/imp16 >/dev/null || fail "import of bf16"
+"$baton" ckpt export ck/imp16 --dtype bf16 --out hf16-rt >/dev/null || fail "export of bf16 import"
+cmp hf16/model.safetensors hf16-rt/model.safetensors || fail "bf16 round trip changed the weights"
+for s in linear ntk llama3 yarn tp2; do # every rope_scaling reads back as it was written
+  "$baton" ckpt import "hf-$s" --out "ck/imp-$s" >/dev/null &&
+    "$baton" ckpt export "ck/imp-$s" --out "hf-rt-$s" >/dev/null &&
+    cmp "hf-$s/config.json" "hf-rt-$s/config.json" || fail "$s: config.json round trip"
+done
+echo "round trips: byte-identical model.safetensors and config.json"
+
+# ---- usage and bad input ----
+expect() { # STATUS PATTERN -- ARGS
+  local status=$1 pattern=$2 out rc
+  shift 3
+  out=$("$baton" ckpt "$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne $status ]] || ! grep -Eq -- "$pattern" <<<"$out"; then
+    fail "baton ckpt $* -> exit $rc (want $status, /$pattern/): $(tail -n 3 <<<"$out")"
+  else
+    echo "ok   baton ckpt $* -> $rc"
+  fi
+}
+bad() { # NAME PYTHON-EDIT: a copy of hf-plain with config.json edited by the snippet
+  rm -rf "$1" && cp -r hf-plain "$1" &&
+    "$py" -c "import json; p='$1/config.json'; c=json.load(open(p)); $2; json.dump(c, open(p, 'w'))"
+}
+expect 0 'usage: baton ckpt export' -- export --help
+expect 0 'usage: baton ckpt import' -- import --help
+expect 2 '--out DIR is required' -- export run-plain
+expect 2 'nowhere' -- export nowhere --out x
+expect 2 "--dtype 'fp16'" -- export run-plain --dtype fp16 --out x
+expect 2 "--format 'gguf' is not supported" -- export run-plain --format gguf --out x
+expect 2 'unknown option' -- import hf-plain --out ck/x --frobnicate
+mkdir -p b1 && printf '{"hidden_size": 64,\n  "vocab_size": }' >b1/config.json &&
+  cp hf-plain/model.safetensors b1/
+expect 2 'b1/config.json:2:17: invalid JSON' -- import b1 --out ck/b1
+bad b2 'del c["num_hidden_layers"]'
+expect 2 'b2/config.json: missing "num_hidden_layers"' -- import b2 --out ck/b2
+bad b3 'c["rope_scaling"] = {"rope_type": "dynamic", "factor": 2.0}'
+expect 2 "rope_scaling type 'dynamic' is not supported" -- import b3 --out ck/b3
+bad b4 'c["intermediate_size"] = 128'
+expect 2 "b4/model.safetensors: tensor 'model.layers.0.mlp.gate_proj.weight' has shape \[176, 64\]; config.json implies \[128, 64\]" \
+  -- import b4 --out ck/b4
+bad b5 'c["hidden_act"] = "gelu"'
+expect 2 '"hidden_act" must be silu' -- import b5 --out ck/b5
+rm -rf b6 && cp -r hf-plain b6 && head -c 100000 hf-plain/model.safetensors >b6/model.safetensors
+expect 2 'b6/model.safetensors: truncated' -- import b6 --out ck/b6
+rm -f b6/model.safetensors
+expect 2 'b6/model.safetensors: cannot open' -- import b6 --out ck/b6
+printf 'garbage!' >b6/model.safetensors
+expect 2 'b6/model.safetensors: header length' -- import b6 --out ck/b6
+expect 2 "--out 'ck/imp' already exists" -- import hf-plain --out ck/imp
+left=$(ls -A ck | grep -Ev '^(imp|imp16|imp-[a-z0-9]+|latest)$')
+[[ -z "$left" ]] || fail "failed imports left behind: $left"
+
+[[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
+echo "Hugging Face export/import: all checks passed"

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# baton ckpt push/pull against a real WebDAV-style HTTP server: nginx on a free loopback
+# port, with its own prefix, config and temp paths in a temp directory, killed on exit.
+# Round trip; push resuming (skipping what the server holds in full, manifest.pb last);
+# pull interrupted (a rate limit and a time limit) and resumed with a Range request for
+# exactly the missing bytes, as nginx's access log shows; damaged remote data refused.
+# Exit 77 (SKIPPED) only when nginx is not installed.
+#   check-http.sh BATON MAKE_CKPT
+set -u
+baton=$1 make_ckpt=$2
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/server-lib.sh"
+nginx=$(PATH=$PATH:/usr/sbin command -v nginx) || { echo "SKIPPED: nginx is not installed"; exit 77; }
+work=$(mktemp -d /tmp/baton-test-http.XXXXXX)
+server_pid=
+cleanup() {
+  [[ -n $server_pid ]] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+cd "$work" || exit 1
+name=s00-step00000004
+log=$work/nginx/access.log
+
+start_nginx() {
+  local port=$1 user=
+  mkdir -p nginx/www nginx/tmp
+  [[ $(id -u) -eq 0 ]] && user="user $(id -un) $(id -gn);"
+  cat >nginx/nginx.conf <<CONF
+$user
+worker_processes 1;
+events { worker_connections 64; }
+http {
+  log_format store '\$request_method \$uri \$status \$body_bytes_sent "\$http_range"';
+  access_log $log store;
+  client_body_temp_path $work/nginx/tmp/body;
+  proxy_temp_path $work/nginx/tmp/proxy;
+  fastcgi_temp_path $work/nginx/tmp/fastcgi;
+  uwsgi_temp_path $work/nginx/tmp/uwsgi;
+  scgi_temp_path $work/nginx/tmp/scgi;
+  server {
+    listen 127.0.0.1:$port;
+    root $work/nginx/www;
+    client_max_body_size 0;
+    location / {
+      dav_methods PUT DELETE MKCOL;
+      create_full_put_path on;
+      dav_access user:rw;
+    }
+  }
+}
+CONF
+  "$nginx" -p "$work/nginx" -c "$work/nginx/nginx.conf" \
+    -g "daemon off; pid $work/nginx/nginx.pid; error_log stderr;" 2>nginx/error.log &
+  server_pid=$!
+  wait_port "$port" "$server_pid" || { echo "nginx did not start:"; cat nginx/error.log; exit 1; }
+}
+
+port=$(free_port) || exit 1
+start_nginx "$port"
+url=http://127.0.0.1:$port/store
+remote=nginx/www/store/$name
+"$make_ckpt" write run 2 8192 || exit 1  # two 16 MiB shard files
+src=run/checkpoints/$name
+size0=$(stat -c %s "$src/rank-00000.bin")
+
+expect 0 'usage: baton ckpt push' -- push --help
+expect 0 'usage: baton ckpt pull' -- pull --help
+expect 2 'missing' -- push run
+expect 2 'expected http' -- push run ftp://example.org/x
+expect 2 'expects a non-negative number' -- pull "$url/$name" --max-time soon
+
+# Push: every file, manifest.pb last.
+expect 0 "pushed .* to $url/$name" -- push run "$url"
+same_files "$src" "$remote" && ok "push: the server holds identical files" || fail "push: files differ"
+last_put=$(grep '^PUT ' "$log" | tail -n 1)
+[[ $last_put == "PUT /store/$name/manifest.pb 201"* ]] && ok "push: manifest.pb sent last" ||
+  fail "push: last PUT was '$last_put'"
+
+# Push again: nothing but manifest.pb is sent.
+: >"$log"
+expect 0 "rank-00000.bin: already there" -- push run "$url"
+puts=$(grep -c '^PUT ' "$log")
+[[ $puts -eq 1 ]] && grep -q "^PUT /store/$name/manifest.pb" "$log" &&
+  ok "push again: only manifest.pb re-sent" || fail "push again: $puts PUTs: $(cat "$log")"
+
+# A push broken off (remote shard cut short, no manifest yet): only that shard is resent.
+rm "$remote/manifest.pb" && truncate -s 12345 "$remote/rank-00001.bin"
+: >"$log"
+expect 0 "rank-00001.bin: sent" -- push run "$url"
+grep -q "^PUT /store/$name/rank-00000.bin" "$log" && fail "resumed push re-sent rank-00000.bin"
+same_files "$src" "$remote" && ok "resumed push: identical files" || fail "resumed push: files differ"
+
+# Pull: identical files, every tensor reads back with its CRCs checked.
+mkdir got
+expect 0 "pulled .* into got/$name" -- pull "$url/$name" --into got
+same_files "$src" "got/$name" && ok "pull: identical files" || fail "pull: files differ"
+"$make_ckpt" read "got/$name" && ok "pull: tensors read back" || fail "pull: tensors unreadable"
+expect 1 'already exists' -- pull "$url/$name" --into got
+
+# A pull broken off: 10 kB/s (libcurl lets the first ~1.6 MB of a request through
+# quickly) for at most 1 s per try, 3 tries, then fail, leaving a file partly fetched.
+mkdir got2
+expect 1 "GET $url/$name/rank-0000[01].bin: .*" -- pull "$url/$name" --into got2 --limit-rate 10000 --max-time 1
+[[ -e got2/$name ]] && fail "broken pull: a complete checkpoint was left"
+cut= part=0
+for f in got2/$name.partial/rank-*.bin; do
+  s=$(stat -c %s "$f")
+  [[ $s -gt 0 && $s -lt $size0 ]] && cut=$(basename "$f") part=$s
+done
+if [[ -n $cut ]]; then ok "broken pull: $cut cut at $part of $size0 bytes"
+else fail "broken pull: no partly fetched file: $(ls -l got2/$name.partial)"; fi
+: >"$log"
+expect 0 "$cut: continuing at byte $part" -- pull "$url/$name" --into got2
+line=$(grep "^GET /store/$name/$cut" "$log")
+want="GET /store/$name/$cut 206 $((size0 - part)) \"bytes=$part-\""
+[[ $line == "$want" ]] && ok "resumed pull: one Range request for the missing $((size0 - part)) bytes" ||
+  fail "resumed pull: log has '$line', want '$want'"
+same_files "$src" "got2/$name" && ok "resumed pull: identical files" || fail "resumed pull: files differ"
+[[ -e got2/$name.partial ]] && fail "resumed pull left the .partial directory"
+
+# Damaged remote data, a missing checkpoint, a server that is gone.
+printf '\x5a' | dd of="$remote/rank-00001.bin" bs=1 seek=10000000 conv=notrunc status=none
+mkdir got3
+expect 1 "rank-00001.bin: CRC32C mismatch in bytes \[9961472, 10027008\)" -- pull "$url/$name" --into got3
+[[ -e got3/$name ]] && fail "damaged pull: a complete checkpoint was left"
+[[ -e got3/$name.partial/rank-00001.bin ]] && fail "damaged pull: kept the damaged file to resume from"
+expect 1 "GET $url/s00-step00000099/manifest.pb: HTTP 404" -- pull "$url/s00-step00000099" --into got3
+kill "$server_pid" && wait "$server_pid" 2>/dev/null
+server_pid=
+expect 1 "HEAD $url/$name/rank-00000.bin: .*(onnect|refused)" -- push run "$url"
+
+[[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
+echo "all http push/pull checks passed"

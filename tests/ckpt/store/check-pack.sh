@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# baton ckpt pack/unpack: a round trip gives identical files that read back with every
+# CRC checked; a flipped shard byte makes pack refuse (naming file and byte range); a
+# damaged, truncated or tampered archive, or one with unsafe entries, makes unpack fail
+# leaving neither the checkpoint nor its .partial directory behind.
+#   check-pack.sh BATON MAKE_CKPT
+set -u
+baton=$1 make_ckpt=$2
+work=$(mktemp -d /tmp/baton-test-pack.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+name=s00-step00000004
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+ok() { echo "ok   $*"; }
+# expect STATUS PATTERN -- ARGS: baton ckpt ARGS exits STATUS with PATTERN in its output.
+expect() {
+  local status=$1 pattern=$2 out rc
+  shift 3
+  out=$("$baton" ckpt "$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne $status ]] || ! grep -Eq -- "$pattern" <<<"$out"; then
+    fail "baton ckpt $* -> exit $rc (want $status, /$pattern/):"
+    echo "$out" | tail -n 5
+  else
+    ok "baton ckpt $* -> $rc"
+  fi
+}
+# nothing_left DIR: neither DIR/$name nor DIR/$name.partial exists.
+nothing_left() {
+  if [[ -e $1/$name || -e $1/$name.partial ]]; then fail "$1: a checkpoint or .partial was left behind"
+  else ok "$1: nothing left behind"; fi
+}
+
+"$make_ckpt" write run 3 700 || exit 1
+src=run/checkpoints/$name
+
+expect 0 'usage: baton ckpt pack' -- pack --help
+expect 0 'usage: baton ckpt unpack' -- unpack --help
+expect 2 'missing CKPT' -- pack
+expect 2 'unexpected argument' -- pack run --frobnicate
+expect 2 'nothing|no such|not|ENOENT' -- pack missing-dir
+
+# Round trip, given the run directory (its newest checkpoint) and the default name.
+expect 0 "packed .* into $name.tar.zst" -- pack run
+[[ -e $name.tar.zst.partial ]] && fail "pack left $name.tar.zst.partial"
+mkdir restored
+expect 0 "unpacked" -- unpack "$name.tar.zst" --into restored
+if diff -r "$src" "restored/$name" >/dev/null; then ok "round trip: identical files"
+else fail "round trip: files differ"; fi
+if "$make_ckpt" read "restored/$name"; then ok "round trip: every tensor reads back, CRCs ok"
+else fail "round trip: tensors do not read back"; fi
+# The archive is pax tar + zstd, one top-level directory, manifest.pb last.
+listing=$(zstd -dc "$name.tar.zst" | tar -tf -)
+if [[ $(head -n 1 <<<"$listing") == "$name/" && $(tail -n 1 <<<"$listing") == "$name/manifest.pb" ]] &&
+   ! grep -qv "^$name/" <<<"$listing"; then ok "archive layout: $name/ first, manifest.pb last"
+else fail "archive layout: $listing"; fi
+expect 1 'already exists' -- unpack "$name.tar.zst" --into restored
+expect 0 "into out.tar.zst" -- pack "$src" --out out.tar.zst
+
+# A flipped byte in a shard file: pack refuses, naming file and byte range.
+cp -r "$src" "$name" && chmod -R u+w "$name"
+printf '\x5a' | dd of="$name/rank-00001.bin" bs=1 seek=300000 conv=notrunc status=none
+expect 1 "rank-00001.bin: CRC32C mismatch in bytes \[262144, 327680\)" -- pack "$name" --out bad.tar.zst
+[[ -e bad.tar.zst || -e bad.tar.zst.partial ]] && fail "pack left an archive behind after refusing"
+# A truncated shard file: pack refuses too.
+cp "$src/rank-00001.bin" "$name/rank-00001.bin" && truncate -s 100000 "$name/rank-00002.bin"
+expect 1 "rank-00002.bin: 100000 bytes, the manifest says" -- pack "$name" --out bad.tar.zst
+
+# A damaged archive (bytes overwritten in the middle) and a truncated one.
+mkdir into
+cp "$name.tar.zst" damaged.tar.zst
+size=$(stat -c %s damaged.tar.zst)
+head -c 4096 /dev/urandom | dd of=damaged.tar.zst bs=1 seek=$((size / 2)) conv=notrunc status=none
+expect 1 "damaged.tar.zst" -- unpack damaged.tar.zst --into into
+nothing_left into
+head -c $((size * 3 / 4)) "$name.tar.zst" >truncated.tar.zst
+expect 1 "truncated.tar.zst" -- unpack truncated.tar.zst --into into
+nothing_left into
+# A well-formed archive of tampered data: the CRC check after extraction catches it.
+rm -rf "$name" && cp -r "$src" "$name" && chmod -R u+w "$name"
+printf '\x01' | dd of="$name/rank-00000.bin" bs=1 seek=5 conv=notrunc status=none
+tar --zstd -cf tampered.tar.zst "$name"
+expect 1 "rank-00000.bin: CRC32C mismatch in bytes \[0, 65536\)" -- unpack tampered.tar.zst --into into
+nothing_left into
+# An archive without manifest.pb is not a checkpoint.
+rm "$name/manifest.pb" && tar --zstd -cf nomanifest.tar.zst "$name"
+expect 1 "manifest" -- unpack nomanifest.tar.zst --into into
+nothing_left into
+
+# Unsafe entries: absolute paths, '..', links, a second top-level directory.
+/usr/bin/python3 - <<'PY' || exit 1
+import io, tarfile
+def make(path, entries):
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as t:
+        for name, kind, target in entries:
+            info = tarfile.TarInfo(name)
+            if kind == "file":
+                data = b"x" * 10
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+            else:
+                info.type = {"dir": tarfile.DIRTYPE, "sym": tarfile.SYMTYPE, "hard": tarfile.LNKTYPE}[kind]
+                info.linkname = target
+                t.addfile(info)
+make("abs.tar", [("/tmp/baton-evil/x", "file", "")])
+make("dotdot.tar", [("ck/", "dir", ""), ("ck/../../evil", "file", "")])
+make("dotdottop.tar", [("../evil/", "dir", ""), ("../evil/x", "file", "")])
+make("symlink.tar", [("ck/", "dir", ""), ("ck/manifest.pb", "sym", "/etc/passwd")])
+make("hardlink.tar", [("ck/", "dir", ""), ("ck/a", "file", ""), ("ck/b", "hard", "ck/a")])
+make("subdir.tar", [("ck/", "dir", ""), ("ck/sub/x", "file", "")])
+make("twotops.tar", [("ck/", "dir", ""), ("ck/a", "file", ""), ("other/a", "file", "")])
+PY
+for t in abs dotdot dotdottop symlink hardlink subdir twotops; do
+  expect 1 "entry '.*'" -- unpack "$t.tar" --into into
+done
+nothing_left into
+[[ -z $(ls -A into) ]] || fail "unsafe archives left files in into/: $(ls -A into)"
+[[ -e /tmp/baton-evil || -e evil || -e ../evil ]] && fail "an unsafe entry was written outside"
+
+[[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
+echo "all pack/unpack checks passed"

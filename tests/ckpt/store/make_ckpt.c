@@ -1,0 +1,99 @@
+/* Test fixture for the pack/unpack/push/pull tests, built on the checkpoint library.
+ *
+ *   make_ckpt write RUN_DIR WORLD ROWS   RUN_DIR/checkpoints/s00-step00000004: WORLD
+ *                                        shard files, each holding two tensors of
+ *                                        ROWS x 256 float32 (block size 64 KiB)
+ *   make_ckpt read CKPT_DIR              reads every tensor back through
+ *                                        ckpt_read_tensor (which checks every block
+ *                                        CRC32C) and compares it with the values written
+ *
+ * Exit 0 on success, 1 with a message otherwise. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt.h"
+
+#define COLS  256
+#define BLOCK (64u * 1024u)
+
+/* The value written at element i of tensor t: deterministic, so `read` can recompute it. */
+static float value_at(uint64_t t, uint64_t i) {
+    uint64_t x = (t + 1) * 0x9E3779B97F4A7C15ull ^ (i * 0xBF58476D1CE4E5B9ull);
+    x ^= x >> 31;
+    return (float)(x % 100000) / 1000.0f - 50.0f;
+}
+
+static int write_rank(const char *part, int rank, uint32_t world, uint64_t rows, bt_diag *d) {
+    ckpt_writer w;
+    int rc = ckpt_writer_open(&w, part, rank, BLOCK, d);
+    float *data = malloc(rows * COLS * sizeof *data);
+    for (uint64_t t = 0; rc == 0 && t < 2; t++) {
+        char key[32];
+        snprintf(key, sizeof key, "t%llu", (unsigned long long)t);
+        uint64_t shape[2] = {rows * world, COLS};
+        ckpt_box piece = {.off = {rows * (uint64_t)rank, 0}, .shape = {rows, COLS}};
+        for (uint64_t i = 0; i < rows * COLS; i++)
+            data[i] = value_at(t, piece.off[0] * COLS + i);
+        rc = ckpt_writer_add(&w, key, 2, shape, &piece, BATON__DTYPE__F32, data, d);
+    }
+    free(data);
+    if (rc == 0) return ckpt_writer_finish(&w, d);
+    ckpt_writer_abort(&w);
+    return rc;
+}
+
+static int cmd_write(const char *run, uint32_t world, uint64_t rows, bt_diag *d) {
+    char root[CKPT_PATH_MAX], part[CKPT_PATH_MAX], name[64];
+    snprintf(root, sizeof root, "%s/%s", run, CKPT_ROOT_IN_RUN);
+    ckpt_name(0, 4, name, sizeof name);
+    int rc = ckpt_begin(root, name, d);
+    ckpt_partial_dir(root, name, part, sizeof part);
+    for (uint32_t r = 0; rc == 0 && r < world; r++)
+        rc = write_rank(part, (int)r, world, rows, d);
+    Baton__Manifest h = BATON__MANIFEST__INIT;
+    h.recipe_name = "store-test";
+    h.has_step = 1, h.step = 4;
+    h.has_block_bytes = 1, h.block_bytes = BLOCK;
+    return rc ? rc : ckpt_commit(root, name, &h, world, 10.0, 0, d);
+}
+
+static int cmd_read(const char *dir, bt_diag *d) {
+    Baton__Manifest *m = NULL;
+    int rc = ckpt_manifest_read(dir, &m, d);
+    for (size_t t = 0; rc == 0 && t < m->n_tensors; t++) {
+        const Baton__TensorEntry *e = m->tensors[t];
+        uint64_t n = ckpt_tensor_count(e), ti = strtoull(e->key + 1, NULL, 10);
+        float *out = malloc(n * sizeof *out);
+        rc = out ? ckpt_read_tensor(dir, m, e, out, d) : BT_ENOMEM;
+        for (uint64_t i = 0; rc == 0 && i < n; i++)
+            if (out[i] != value_at(ti, i)) {
+                bt_diag_set(d, "%s: tensor %s element %llu differs", dir, e->key,
+                            (unsigned long long)i);
+                rc = BT_EIO;
+            }
+        free(out);
+    }
+    if (rc == 0 && m->n_tensors != 2) {
+        bt_diag_set(d, "%s: %zu tensors, expected 2", dir, m->n_tensors);
+        rc = BT_EIO;
+    }
+    if (m) baton__manifest__free_unpacked(m, NULL);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    bt_diag d;
+    bt_diag_init(&d);
+    int rc;
+    if (argc == 5 && strcmp(argv[1], "write") == 0) {
+        rc = cmd_write(argv[2], (uint32_t)atoi(argv[3]), strtoull(argv[4], NULL, 10), &d);
+    } else if (argc == 3 && strcmp(argv[1], "read") == 0) {
+        rc = cmd_read(argv[2], &d);
+    } else {
+        fprintf(stderr, "usage: make_ckpt write RUN_DIR WORLD ROWS | make_ckpt read CKPT_DIR\n");
+        return 2;
+    }
+    if (rc < 0) fprintf(stderr, "make_ckpt: %s\n", d.msg);
+    return rc < 0 ? 1 : 0;
+}

@@ -1,0 +1,196 @@
+/* The checkpoint library (stages/ckpt): CRC32C, box overlap against brute force, the
+ * write/commit/read round trip across ranks and dtypes, damage detection, resolution
+ * and retention. */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "ckpt/ckpt.h"
+#include "ckpt/crc32c.h"
+
+static void test_crc32c(void) {
+    CHECK_EQ_U64(crc32c_update(0, "123456789", 9), 0xE3069283u);
+    CHECK_EQ_U64(crc32c_update(0, "", 0), 0);
+    unsigned char buf[1000];
+    for (int i = 0; i < 1000; i++)
+        buf[i] = (unsigned char)(i * 7 + 3);
+    uint32_t whole = crc32c_update(0, buf, sizeof buf);
+    uint32_t parts = crc32c_update(crc32c_update(0, buf, 333), buf + 333, 667);
+    CHECK_EQ_U64(whole, parts);
+}
+
+/* Global (row, col) of stored element k of a piece. */
+static void box_coord(const ckpt_box *b, uint64_t k, uint64_t *r, uint64_t *c) {
+    uint64_t i = (b->flat_end ? b->flat_begin : 0) + k;
+    *r = b->off[0] + i / b->shape[1], *c = b->off[1] + i % b->shape[1];
+}
+
+static int box_has(const ckpt_box *b, uint64_t r, uint64_t c) {
+    if (r < b->off[0] || r >= b->off[0] + b->shape[0] || c < b->off[1] ||
+        c >= b->off[1] + b->shape[1])
+        return 0;
+    uint64_t i = (r - b->off[0]) * b->shape[1] + (c - b->off[1]);
+    return !b->flat_end || (i >= b->flat_begin && i < b->flat_end);
+}
+
+typedef struct run_check {
+    const ckpt_box *src, *dst;
+    int bad;
+    uint64_t last_src_end;
+} run_check;
+
+static int run_verify(void *ctx, const ckpt_run *run) {
+    run_check *rc = ctx;
+    if (run->src < rc->last_src_end) rc->bad = 1;
+    rc->last_src_end = run->src + run->n;
+    for (uint64_t k = 0; k < run->n; k++) {
+        uint64_t r1, c1, r2, c2;
+        box_coord(rc->src, run->src + k, &r1, &c1);
+        box_coord(rc->dst, run->dst + k, &r2, &c2);
+        if (r1 != r2 || c1 != c2 || !box_has(rc->src, r1, c1) || !box_has(rc->dst, r1, c1))
+            rc->bad = 1;
+    }
+    return 0;
+}
+
+static void random_box(ckpt_box *b, unsigned *seed) {
+    memset(b, 0, sizeof *b);
+    b->off[0] = (uint64_t)(rand_r(seed) % 6), b->off[1] = (uint64_t)(rand_r(seed) % 6);
+    b->shape[0] = 1 + (uint64_t)(rand_r(seed) % 6), b->shape[1] = 1 + (uint64_t)(rand_r(seed) % 6);
+    if (rand_r(seed) % 2) {
+        uint64_t n = b->shape[0] * b->shape[1];
+        b->flat_begin = (uint64_t)rand_r(seed) % n;
+        b->flat_end = b->flat_begin + 1 + (uint64_t)rand_r(seed) % (n - b->flat_begin);
+    }
+}
+
+static void test_box_overlap(void) {
+    unsigned seed = 7;
+    for (int t = 0; t < 2000; t++) {
+        ckpt_box s, d;
+        random_box(&s, &seed);
+        random_box(&d, &seed);
+        uint64_t brute = 0, got = 0;
+        for (uint64_t r = 0; r < 12; r++)
+            for (uint64_t c = 0; c < 12; c++)
+                brute += box_has(&s, r, c) && box_has(&d, r, c);
+        run_check rc = {.src = &s, .dst = &d};
+        CHECK(ckpt_box_overlap(&s, &d, run_verify, &rc, &got) == 0);
+        CHECK_EQ_U64(got, brute);
+        CHECK(!rc.bad);
+    }
+}
+
+static char test_root[256];
+
+/* A 6 x 10 tensor "w" written by two ranks (rank 0 rows 0-2 whole, rank 1 rows 3-5 as two
+ * flat ranges) and a 10-element vector "b" in bf16 by rank 1, committed as step `step`. */
+static void write_ckpt(uint64_t step, int final, const float *w, const float *bias) {
+    char name[64], part[CKPT_PATH_MAX];
+    ckpt_name(0, step, name, sizeof name);
+    ckpt_partial_dir(test_root, name, part, sizeof part);
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(ckpt_begin(test_root, name, &d) == 0);
+    uint64_t g[2] = {6, 10}, gb[1] = {10};
+    ckpt_writer w0, w1;
+    CHECK(ckpt_writer_open(&w0, part, 0, 16, &d) == 0);
+    CHECK(ckpt_writer_open(&w1, part, 1, 16, &d) == 0);
+    ckpt_box top = {.off = {0, 0}, .shape = {3, 10}};
+    ckpt_box lo1 = {.off = {3, 0}, .shape = {3, 10}, .flat_begin = 0, .flat_end = 13};
+    ckpt_box lo2 = {.off = {3, 0}, .shape = {3, 10}, .flat_begin = 13, .flat_end = 30};
+    ckpt_box vec = {.off = {0, 0}, .shape = {1, 10}};
+    CHECK(ckpt_writer_add(&w0, "w", 2, g, &top, BATON__DTYPE__F32, w, &d) == 0);
+    CHECK(ckpt_writer_add(&w1, "w", 2, g, &lo1, BATON__DTYPE__F32, w + 30, &d) == 0);
+    CHECK(ckpt_writer_add(&w1, "w", 2, g, &lo2, BATON__DTYPE__F32, w + 43, &d) == 0);
+    CHECK(ckpt_writer_add(&w1, "b", 1, gb, &vec, BATON__DTYPE__BF16, bias, &d) == 0);
+    float hist[3] = {1, 2, 3};
+    CHECK(ckpt_writer_add_fp8(&w0, "layers.0.gemm0.x", 0.5f, hist, 3, 1, &d) == 0);
+    CHECK(ckpt_writer_finish(&w1, &d) == 0);
+    CHECK(ckpt_writer_finish(&w0, &d) == 0);
+    Baton__Manifest h = BATON__MANIFEST__INIT;
+    h.has_step = 1, h.step = step, h.has_stage_final = 1, h.stage_final = final;
+    h.has_block_bytes = 1, h.block_bytes = 16;
+    CHECK(ckpt_commit(test_root, name, &h, 2, 10, 2, &d) == 0);
+    if (d.msg[0]) fprintf(stderr, "%s\n", d.msg);
+}
+
+static void corrupt(const char *dir, const char *file, off_t at, int truncate_it) {
+    char p[CKPT_PATH_MAX];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    int fd = open(p, O_RDWR);
+    CHECK(fd >= 0);
+    if (truncate_it) {
+        CHECK(ftruncate(fd, at) == 0);
+    } else {
+        unsigned char c;
+        CHECK(pread(fd, &c, 1, at) == 1);
+        c ^= 0x10;
+        CHECK(pwrite(fd, &c, 1, at) == 1);
+    }
+    close(fd);
+}
+
+static void test_round_trip(void) {
+    float w[60], bias[10], out[60];
+    for (int i = 0; i < 60; i++)
+        w[i] = (float)i * 0.25f - 3.0f;
+    for (int i = 0; i < 10; i++)
+        bias[i] = 1.0f + (float)i / 3.0f;
+    write_ckpt(10, 1, w, bias);
+    write_ckpt(20, 0, w, bias);
+    write_ckpt(30, 0, w, bias);
+    write_ckpt(40, 0, w, bias);
+    bt_diag d;
+    bt_diag_init(&d);
+    char **names;
+    size_t n;
+    CHECK(ckpt_list(test_root, &names, &n, &d) == 0);
+    CHECK_EQ_U64(n, 3); /* keep 2 plus the stage's final one */
+    if (n == 3) CHECK(strcmp(names[0], "s00-step00000010") == 0);
+    ckpt_names_free(names, n);
+    char dir[CKPT_PATH_MAX];
+    CHECK(ckpt_resolve(test_root, dir, sizeof dir, &d) == 0);
+    CHECK(strstr(dir, "s00-step00000040") != NULL);
+    Baton__Manifest *m = NULL;
+    CHECK(ckpt_manifest_read(dir, &m, &d) == 0);
+    if (m == NULL) return;
+    CHECK_EQ_U64(m->world, 2);
+    CHECK_EQ_U64(m->n_fp8, 1);
+    const Baton__TensorEntry *e = ckpt_find(m, "w"), *b = ckpt_find(m, "b");
+    CHECK(e && b);
+    if (!e || !b) return;
+    CHECK(ckpt_read_tensor(dir, m, e, out, &d) == 0);
+    CHECK(memcmp(out, w, sizeof w) == 0);
+    ckpt_box mid = {.off = {2, 3}, .shape = {3, 4}};
+    CHECK(ckpt_read_box(dir, m, e, &mid, out, &d) == 0);
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 4; c++)
+            CHECK(out[r * 4 + c] == w[(r + 2) * 10 + c + 3]);
+    CHECK(ckpt_read_tensor(dir, m, b, out, &d) == 0);
+    for (int i = 0; i < 10; i++)
+        CHECK_REL(out[i], bias[i], 1.0 / 256);
+    /* a flipped byte in rank 1's shard: reading the damaged block fails, others work */
+    corrupt(dir, "rank-00001.bin", 50, 0);
+    CHECK(ckpt_read_tensor(dir, m, e, out, &d) == BT_EIO);
+    CHECK(strstr(d.msg, "CRC32C mismatch") != NULL);
+    bt_diag_init(&d);
+    ckpt_box top = {.off = {0, 0}, .shape = {3, 10}};
+    CHECK(ckpt_read_box(dir, m, e, &top, out, &d) == 0);
+    corrupt(dir, "rank-00000.bin", 100, 1);
+    CHECK(ckpt_read_box(dir, m, e, &top, out, &d) == BT_EIO);
+    CHECK(strstr(d.msg, "truncated") != NULL);
+    baton__manifest__free_unpacked(m, NULL);
+}
+
+int main(void) {
+    snprintf(test_root, sizeof test_root, "/tmp/baton-test-ckpt.XXXXXX");
+    if (mkdtemp(test_root) == NULL) return 1;
+    test_crc32c();
+    test_box_overlap();
+    test_round_trip();
+    check_rmdir(test_root);
+    return check_status();
+}

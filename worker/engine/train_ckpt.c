@@ -1,0 +1,258 @@
+#include "train_ckpt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+#include "util/clock.h"
+
+struct train_ckpt_piece {
+    char key[112];
+    int fp8; /* a delayed-scaling state: data is the history (n floats) */
+    int ndim;
+    uint64_t gshape[2];
+    ckpt_box box;
+    const float *data;
+    uint64_t n;
+    float scale;
+    uint32_t pos;
+};
+
+static const char *const ckpt_moment[2] = {"optim.exp_avg.", "optim.exp_avg_sq."};
+
+/* Tensor mt's global shape and this rank's box of it (a 1-D tensor is one row). */
+void train_ckpt_tensor_box(const model_tensor *mt, int *ndim, uint64_t gshape[2], ckpt_box *b) {
+    *ndim = mt->ndim;
+    memset(b, 0, sizeof *b);
+    if (mt->ndim == 1) {
+        gshape[0] = (uint64_t)mt->global_shape[0], gshape[1] = 0;
+        b->off[1] = (uint64_t)mt->row0;
+        b->shape[0] = 1, b->shape[1] = (uint64_t)mt->shape[0];
+    } else {
+        gshape[0] = (uint64_t)mt->global_shape[0], gshape[1] = (uint64_t)mt->global_shape[1];
+        b->off[0] = (uint64_t)mt->row0, b->off[1] = (uint64_t)mt->col0;
+        b->shape[0] = (uint64_t)mt->shape[0], b->shape[1] = (uint64_t)mt->shape[1];
+    }
+}
+
+/* The part of tensor mt (local offsets [off, off + count)) inside this rank's optimizer
+ * state: [*a, *b) of the tensor's elements and the state's index of *a. Returns 0 when
+ * they do not meet. Under zero 0 the state covers every tensor. */
+int train_ckpt_moment_part(const trainer *t, const model_tensor *mt, uint64_t *a, uint64_t *b,
+                           size_t *at) {
+    if (t->dp.flat == NULL) { /* not sharded: zero 0, or one data-parallel rank */
+        *a = 0, *b = mt->count, *at = mt->offset;
+        return 1;
+    }
+    size_t lo = t->dp.shard_begin, hi = lo + t->dp.shard_n;
+    size_t s = mt->offset > lo ? mt->offset : lo;
+    size_t e = mt->offset + mt->count < hi ? mt->offset + mt->count : hi;
+    if (s >= e) return 0;
+    *a = s - mt->offset, *b = e - mt->offset, *at = s - lo;
+    return 1;
+}
+
+void train_ckpt_fp8_name(const trainer *t, int g, int slot, char *out, size_t cap) {
+    static const char *const name[BACKEND_FP8_SLOTS] = {"x", "w", "dy"};
+    if (g / MODEL_GEMMS_PER_LAYER < t->m.n_layers)
+        snprintf(out, cap, "layers.%d.gemm%d.%s", t->m.layer0 + g / MODEL_GEMMS_PER_LAYER,
+                 g % MODEL_GEMMS_PER_LAYER, name[slot]);
+    else
+        snprintf(out, cap, "head.%s", name[slot]);
+}
+
+static int ckpt_push(train_ckpt *c, const train_ckpt_piece *p) {
+    if ((c->n_pieces & (c->n_pieces + 1)) == 0) { /* grow at 0, 1, 3, 7, ... */
+        train_ckpt_piece *v = realloc(c->pieces, (c->n_pieces * 2 + 2) * sizeof *v);
+        if (v == NULL) return BT_ENOMEM;
+        c->pieces = v;
+    }
+    c->pieces[c->n_pieces++] = *p;
+    return 0;
+}
+
+static int ckpt_collect_tensor(train_ckpt *c, const trainer *t, const model_tensor *mt) {
+    train_ckpt_piece p = {0};
+    train_ckpt_tensor_box(mt, &p.ndim, p.gshape, &p.box);
+    int rc = 0;
+    if (t->dp.rank == 0) {
+        snprintf(p.key, sizeof p.key, "%s", mt->name);
+        p.data = mt->data, p.n = mt->count;
+        rc = ckpt_push(c, &p);
+    }
+    uint64_t a, b;
+    size_t at;
+    if (rc != 0 || (t->dp.flat == NULL && t->dp.rank != 0) ||
+        !train_ckpt_moment_part(t, mt, &a, &b, &at))
+        return rc;
+    if (a > 0 || b < mt->count) p.box.flat_begin = a, p.box.flat_end = b;
+    p.n = b - a;
+    for (int k = 0; rc == 0 && k < 2; k++) {
+        snprintf(p.key, sizeof p.key, "%s%s", ckpt_moment[k], mt->name);
+        p.data = (k == 0 ? t->opt.m : t->opt.v) + at;
+        rc = ckpt_push(c, &p);
+    }
+    return rc;
+}
+
+static int ckpt_collect_fp8(train_ckpt *c, const trainer *t) {
+    if (t->fp8 == NULL || t->dp.rank != 0 || (t->tp.group && comm_rank(t->tp.group) != 0)) return 0;
+    for (int g = 0; g < t->m.n_gemm; g++)
+        for (int k = 0; k < BACKEND_FP8_SLOTS; k++) {
+            train_ckpt_piece p = {.fp8 = 1};
+            const prec_fp8_meta *meta = &t->fp8[g].meta[k];
+            train_ckpt_fp8_name(t, g, k, p.key, sizeof p.key);
+            p.data = meta->history, p.n = meta->len, p.scale = meta->scale, p.pos = meta->pos;
+            int rc = ckpt_push(c, &p);
+            if (rc != 0) return rc;
+        }
+    return 0;
+}
+
+static int ckpt_collect(train_ckpt *c, const trainer *t) {
+    c->n_pieces = 0;
+    for (int i = 0; i < model_n_tensors(&t->m); i++) {
+        model_tensor mt;
+        model_tensor_info(&t->m, i, &mt);
+        if (mt.replica != 0) continue;
+        int rc = ckpt_collect_tensor(c, t, &mt);
+        if (rc != 0) return rc;
+    }
+    return ckpt_collect_fp8(c, t);
+}
+
+static void ckpt_header(train_ckpt *c, const trainer *t, int final) {
+    const Baton__StageSpec *s = t->spec;
+    Baton__Manifest *h = &c->header;
+    baton__manifest__init(h);
+    h->recipe_name = s->recipe_name;
+    h->has_stage_index = 1, h->stage_index = s->stage_index;
+    h->stage_name = s->stage->name;
+    h->has_step = 1, h->step = t->step;
+    h->has_data_position = 1;
+    h->data_position = t->first_sample + (t->step - t->step0) * s->stage->global_batch;
+    h->model = s->model, h->layout = s->stage->parallel, h->precision = s->stage->precision;
+    for (int i = 0; i < 8; i++)
+        c->rng[i] = (uint8_t)(s->seed >> (8 * i));
+    h->has_rng_state = 1, h->rng_state.data = c->rng, h->rng_state.len = 8;
+    h->has_wall_time = 1, h->wall_time = (double)time(NULL);
+    h->has_optim_step = 1, h->optim_step = t->opt.step;
+    h->has_stage_final = 1, h->stage_final = final != 0;
+    h->has_block_bytes = 1, h->block_bytes = CKPT_DEFAULT_BLOCK;
+    h->has_stage_steps = 1, h->stage_steps = t->total_steps;
+    h->has_skipped_steps = 1, h->skipped_steps = t->skipped_steps;
+}
+
+/* Test hook for fault injection: BATON_FAULT_SAVE_EXIT=RANK:STEP makes world rank RANK
+ * die (as by SIGKILL) halfway through writing its shard of step STEP's checkpoint. */
+static int ckpt_fault_here(const train_ckpt *c) {
+    const char *f = getenv("BATON_FAULT_SAVE_EXIT");
+    int rank = -1;
+    unsigned long long step = 0;
+    char want[64];
+    if (f == NULL || sscanf(f, "%d:%llu", &rank, &step) != 2 || rank != c->world_rank) return 0;
+    snprintf(want, sizeof want, "-step%08llu", step);
+    return strstr(c->name, want) != NULL;
+}
+
+static int ckpt_write(train_ckpt *c) {
+    char part[CKPT_PATH_MAX];
+    ckpt_partial_dir(c->root, c->name, part, sizeof part);
+    ckpt_writer w;
+    int rc = ckpt_writer_open(&w, part, c->world_rank, CKPT_DEFAULT_BLOCK, &c->diag);
+    for (size_t i = 0; rc == 0 && i < c->n_pieces; i++) {
+        const train_ckpt_piece *p = &c->pieces[i];
+        if (p->fp8)
+            rc = ckpt_writer_add_fp8(&w, p->key, p->scale, p->data, (uint32_t)p->n, p->pos,
+                                     &c->diag);
+        else
+            rc = ckpt_writer_add(&w, p->key, p->ndim, p->gshape, &p->box, BATON__DTYPE__F32,
+                                 p->data, &c->diag);
+        if (i == c->n_pieces / 2 && ckpt_fault_here(c)) _exit(137);
+    }
+    if (rc != 0) {
+        if (w.index) ckpt_writer_abort(&w);
+        return rc;
+    }
+    rc = ckpt_writer_finish(&w, &c->diag);
+    if (rc == 0 && c->world_rank == 0)
+        rc = ckpt_commit(c->root, c->name, &c->header, (uint32_t)c->world_size, c->commit_timeout_s,
+                         c->keep, &c->diag);
+    return rc;
+}
+
+static void *ckpt_thread(void *arg) {
+    train_ckpt *c = arg;
+    c->status = ckpt_write(c);
+    return NULL;
+}
+
+/* Copies every piece's data into one arena (the async snapshot). */
+static int ckpt_snapshot(train_ckpt *c) {
+    size_t total = 0;
+    for (size_t i = 0; i < c->n_pieces; i++)
+        total += c->pieces[i].n;
+    free(c->arena);
+    c->arena = malloc((total ? total : 1) * sizeof(float));
+    if (c->arena == NULL) return BT_ENOMEM;
+    float *at = c->arena;
+    for (size_t i = 0; i < c->n_pieces; i++) {
+        memcpy(at, c->pieces[i].data, c->pieces[i].n * sizeof(float));
+        c->pieces[i].data = at;
+        at += c->pieces[i].n;
+    }
+    return 0;
+}
+
+void train_ckpt_free(train_ckpt *c) {
+    bt_diag d;
+    bt_diag_init(&d);
+    train_ckpt_wait(c, &d);
+    free(c->pieces);
+    c->pieces = NULL, c->n_pieces = 0;
+}
+
+int train_ckpt_wait(train_ckpt *c, bt_diag *diag) {
+    if (!c->busy) return 0;
+    pthread_join(c->thread, NULL);
+    c->busy = 0;
+    free(c->arena);
+    c->arena = NULL;
+    if (c->status != 0) bt_diag_set(diag, "checkpoint %s: %s", c->name, c->diag.msg);
+    return c->status;
+}
+
+static int ckpt_begin_all(train_ckpt *c, bt_diag *diag) {
+    int rc = c->world_rank == 0 ? ckpt_begin(c->root, c->name, diag) : 0;
+    if (c->world && comm_barrier(c->world, NULL) != 0) {
+        bt_diag_set(diag, "checkpoint %s: %s", c->name, comm_error(c->world));
+        return BT_EIO;
+    }
+    return rc;
+}
+
+int train_ckpt_save(train_ckpt *c, trainer *t, int final, bt_diag *diag) {
+    if (c->root == NULL) return 0;
+    int rc = train_ckpt_wait(c, diag);
+    if (rc != 0) return rc;
+    double t0 = bt_clock_now();
+    ckpt_name(t->spec->stage_index, t->step, c->name, sizeof c->name);
+    bt_diag_init(&c->diag);
+    rc = ckpt_begin_all(c, diag);
+    rc = rc ? rc : ckpt_collect(c, t);
+    if (rc != 0) return rc;
+    ckpt_header(c, t, final);
+    if (c->async && (rc = ckpt_snapshot(c)) == 0) {
+        c->status = 0;
+        rc = pthread_create(&c->thread, NULL, ckpt_thread, c) == 0 ? 0 : BT_EINTERNAL;
+        c->busy = rc == 0;
+    } else if (rc == 0) {
+        rc = ckpt_write(c);
+        if (rc != 0) bt_diag_set(diag, "checkpoint %s: %s", c->name, c->diag.msg);
+    }
+    c->stall_s = bt_clock_now() - t0;
+    return rc;
+}

@@ -1,0 +1,218 @@
+/* Loading a checkpoint into a trainer under the trainer's own layout. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util/buf.h"
+
+#include "ckpt/ckpt.h"
+#include "train_ckpt.h"
+
+static int load_shape_matches(const Baton__TensorEntry *e, const model_tensor *mt) {
+    if (e->n_global_shape != (size_t)mt->ndim) return 0;
+    for (int k = 0; k < mt->ndim; k++)
+        if (e->global_shape[k] != (uint64_t)mt->global_shape[k]) return 0;
+    return 1;
+}
+
+static const Baton__TensorEntry *load_entry(const char *dir, const Baton__Manifest *m,
+                                            const char *key, const model_tensor *mt,
+                                            bt_diag *diag) {
+    const Baton__TensorEntry *e = ckpt_find(m, key);
+    if (e == NULL) {
+        bt_diag_set(diag, "%s: has no tensor %s, which this model needs", dir, key);
+        return NULL;
+    }
+    if (!load_shape_matches(e, mt)) {
+        bt_diag_set(diag,
+                    "%s: tensor %s has shape %llu x %llu there, this model's is %d x %d (a "
+                    "different model configuration)",
+                    dir, key, (unsigned long long)e->global_shape[0],
+                    (unsigned long long)(e->n_global_shape > 1 ? e->global_shape[1] : 1),
+                    mt->global_shape[0], mt->ndim > 1 ? mt->global_shape[1] : 1);
+        return NULL;
+    }
+    return e;
+}
+
+int train_ckpt_load_params(trainer *t, const char *dir, const Baton__Manifest *m, bt_diag *diag) {
+    for (int i = 0; i < model_n_tensors(&t->m); i++) {
+        model_tensor mt;
+        model_tensor_info(&t->m, i, &mt);
+        const Baton__TensorEntry *e = load_entry(dir, m, mt.name, &mt, diag);
+        ckpt_box b;
+        int nd;
+        uint64_t gs[2];
+        train_ckpt_tensor_box(&mt, &nd, gs, &b);
+        int rc = e ? ckpt_read_box(dir, m, e, &b, mt.data, diag) : BT_EINVAL;
+        if (rc != 0) return rc;
+    }
+    return 0;
+}
+
+static int load_moments(trainer *t, const char *dir, const Baton__Manifest *m, bt_diag *diag) {
+    static const char *const prefix[2] = {"optim.exp_avg.", "optim.exp_avg_sq."};
+    for (int i = 0; i < model_n_tensors(&t->m); i++) {
+        model_tensor mt;
+        model_tensor_info(&t->m, i, &mt);
+        uint64_t a, b;
+        size_t at;
+        if (!train_ckpt_moment_part(t, &mt, &a, &b, &at)) continue;
+        ckpt_box box;
+        int nd;
+        uint64_t gs[2];
+        train_ckpt_tensor_box(&mt, &nd, gs, &box);
+        if (a > 0 || b < mt.count) box.flat_begin = a, box.flat_end = b;
+        for (int k = 0; k < 2; k++) {
+            char key[160];
+            snprintf(key, sizeof key, "%s%s", prefix[k], mt.name);
+            const Baton__TensorEntry *e = load_entry(dir, m, key, &mt, diag);
+            float *out = (k == 0 ? t->opt.m : t->opt.v) + at;
+            int rc = e ? ckpt_read_box(dir, m, e, &box, out, diag) : BT_EINVAL;
+            if (rc != 0) return rc;
+        }
+    }
+    t->opt.step = m->optim_step;
+    return 0;
+}
+
+/* Saved with optimizer state (an imported model is not). */
+static int load_has_moments(const Baton__Manifest *m) {
+    for (size_t i = 0; i < m->n_tensors; i++)
+        if (strncmp(m->tensors[i]->key, "optim.", 6) == 0) return 1;
+    return 0;
+}
+
+static const Baton__Fp8State *load_fp8_find(const Baton__Manifest *m, const char *name) {
+    for (size_t i = 0; i < m->n_fp8; i++)
+        if (m->fp8[i]->tensor && strcmp(m->fp8[i]->tensor, name) == 0) return m->fp8[i];
+    return NULL;
+}
+
+/* The delayed-scaling state saved by the same stage (same GEMMs and history length). */
+static int load_fp8(trainer *t, const char *dir, const Baton__Manifest *m, bt_diag *diag) {
+    if (t->fp8 == NULL) return 0;
+    for (int g = 0; g < t->m.n_gemm; g++)
+        for (int k = 0; k < BACKEND_FP8_SLOTS; k++) {
+            char name[96];
+            train_ckpt_fp8_name(t, g, k, name, sizeof name);
+            const Baton__Fp8State *f = load_fp8_find(m, name);
+            prec_fp8_meta *meta = &t->fp8[g].meta[k];
+            if (f == NULL || f->n_amax_history != meta->len || f->pos >= meta->len) {
+                bt_diag_set(diag, "%s: no usable fp8 scaling state for %s", dir, name);
+                return BT_EINVAL;
+            }
+            memcpy(meta->history, f->amax_history, meta->len * sizeof(float));
+            meta->scale = f->scale, meta->pos = f->pos;
+        }
+    return 0;
+}
+
+static int load_model_matches(const trainer *t, const Baton__Manifest *m, const char *dir,
+                              bt_diag *diag) {
+    const Baton__Model *a = m->model, *b = t->spec->model;
+    if (a == NULL || a->dim != b->dim || a->n_layers != b->n_layers || a->n_heads != b->n_heads ||
+        a->n_kv_heads != b->n_kv_heads || a->ffn_dim != b->ffn_dim ||
+        a->vocab_size != b->vocab_size) {
+        bt_diag_set(diag,
+                    "%s: saved from a different model (dim, layers, heads, kv heads, ffn_dim or "
+                    "vocab_size differ from this stage's model)",
+                    dir);
+        return BT_EINVAL;
+    }
+    return 0;
+}
+
+/* Loads checkpoint directory dir. */
+static int load_one(trainer *t, const char *dir, bt_diag *diag) {
+    Baton__Manifest *m = NULL;
+    int rc = ckpt_manifest_read(dir, &m, diag);
+    rc = rc ? rc : load_model_matches(t, m, dir, diag);
+    rc = rc ? rc : train_ckpt_load_params(t, dir, m, diag);
+    if (rc != 0) goto out;
+    const Baton__StageSpec *s = t->spec;
+    int resume = m->stage_index == s->stage_index && m->recipe_name && s->recipe_name &&
+                 strcmp(m->recipe_name, s->recipe_name) == 0;
+    int reset = !resume && s->stage->optimizer && s->stage->optimizer->reset;
+    optim_adamw_reset(&t->opt);
+    if (!reset && load_has_moments(m)) rc = load_moments(t, dir, m, diag);
+    if (rc == 0 && resume) {
+        t->step = t->step0 = m->step;
+        t->first_sample = m->data_position;
+        t->skipped_steps = m->skipped_steps;
+        rc = load_fp8(t, dir, m, diag);
+    }
+out:
+    if (m) baton__manifest__free_unpacked(m, NULL);
+    return rc;
+}
+
+/* The checkpoints path stands for, newest first: itself when it is one, else the
+ * complete checkpoints of the run directory or checkpoint root. */
+static int load_candidates(const char *path, char ***dirs, size_t *n, bt_diag *diag) {
+    char root[CKPT_PATH_MAX], probe[CKPT_PATH_MAX + 16];
+    snprintf(probe, sizeof probe, "%s/%s", path, CKPT_MANIFEST);
+    *dirs = NULL, *n = 0;
+    if (access(probe, F_OK) == 0) {
+        *dirs = malloc(sizeof **dirs);
+        if (*dirs == NULL || ((*dirs)[0] = strdup(path)) == NULL) return BT_ENOMEM;
+        *n = 1;
+        return 0;
+    }
+    snprintf(root, sizeof root, "%s/%s", path, CKPT_ROOT_IN_RUN);
+    if (access(root, F_OK) != 0) snprintf(root, sizeof root, "%s", path);
+    char **names;
+    int rc = ckpt_list(root, &names, n, diag);
+    for (size_t i = 0; rc == 0 && i < *n / 2; i++) {
+        char *x = names[i];
+        names[i] = names[*n - 1 - i], names[*n - 1 - i] = x;
+    }
+    for (size_t i = 0; rc == 0 && i < *n; i++) {
+        char *d = bt_str_concat(root, "/");
+        char *full = d ? bt_str_concat(d, names[i]) : NULL;
+        free(d);
+        if (full == NULL) rc = BT_ENOMEM;
+        free(names[i]);
+        names[i] = full;
+    }
+    *dirs = names;
+    if (rc == 0 && *n == 0) {
+        bt_diag_set(diag, "%s: no complete checkpoint there (nothing with %s)", path,
+                    CKPT_MANIFEST);
+        rc = BT_ENOENT;
+    }
+    return rc;
+}
+
+/* Whether any rank failed (max over the world of the flags). */
+static int load_any_failed(comm *world, int failed) {
+    float f = failed ? 1.0f : 0.0f;
+    if (world && comm_allreduce(world, &f, &f, 1, COMM_F32, COMM_MAX, NULL) != 0) return 1;
+    return f != 0.0f;
+}
+
+int train_ckpt_load(trainer *t, const char *path, comm *world, bt_diag *diag) {
+    char **dirs = NULL;
+    size_t n = 0;
+    int rc = load_candidates(path, &dirs, &n, diag), any = 1;
+    for (size_t i = 0; rc == 0 && i < n && any; i++) {
+        bt_diag mine;
+        bt_diag_init(&mine);
+        int r = load_one(t, dirs[i], &mine);
+        any = load_any_failed(world, r != 0);
+        if (!any) break;
+        if (r != 0) fprintf(stderr, "baton-worker: checkpoint refused: %s\n", mine.msg);
+        if (i + 1 == n) {
+            bt_diag_set(diag, "%s: no usable checkpoint (the oldest refused: %s)", path,
+                        r ? mine.msg : "on another rank");
+            rc = r ? r : BT_EIO;
+        } else {
+            fprintf(stderr, "baton-worker: falling back to %s\n", dirs[i + 1]);
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        free(dirs[i]);
+    free(dirs);
+    return rc;
+}
