@@ -3,7 +3,7 @@
 # pinpointed by `baton ckpt verify`, loading refuses it and falls back to the previous
 # complete checkpoint, and the resumed run ends on the uninterrupted run's losses.
 #   check-faults.sh BATON BATON_WORKER SOURCE_DIR CASE
-#   CASE: kill-during-write | flipped-byte | truncated | disk-full
+#   CASE: kill-during-write | flipped-byte | truncated | disk-full | async-save
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
 export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
@@ -91,6 +91,18 @@ disk-full)
   one --init saved >b.log
   same_tail ref.log b.log 6
   echo "$case: ENOSPC reported, step 5 stayed latest and intact, resumed bitwise"
+  ;;
+async-save)
+  # async saves change nothing in training, and their checkpoints resume bitwise
+  tp2 >ref.log
+  tp2 --run-dir run --save-every 5 --async-save >a.log
+  diff <(losses ref.log) <(losses a.log) >/dev/null || fail "async saves changed the losses"
+  grep -q "snapshot taken, writing in the background" a.log || fail "the saves were not async"
+  ls run/checkpoints | grep -c '^s00-step' | grep -qx 3 || fail "retention did not keep 3"
+  for c in run/checkpoints/s00-step*; do "$baton" ckpt verify "$c" >/dev/null || fail "$c"; done
+  tp2 --init run/checkpoints/s00-step00000010 >b.log
+  same_tail ref.log b.log 11
+  echo "$case: losses unchanged, 3 checkpoints kept and intact, resumed from step 10 bitwise"
   ;;
 *) fail "unknown case" ;;
 esac
