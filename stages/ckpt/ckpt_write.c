@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,14 +65,55 @@ int ckpt_writer_open(ckpt_writer *w, const char *partial_dir, int rank, uint32_t
     return 0;
 }
 
-static int write_full(int fd, const unsigned char *p, size_t n) {
-    while (n > 0) {
-        ssize_t k = write(fd, p, n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return -1;
-        p += k, n -= (size_t)k;
+static void shard_checksum(Baton__Shard *s, const unsigned char *p, uint64_t len, uint32_t bb) {
+    s->crc32c = crc32c_update(0, p, len);
+    for (uint64_t k = 0; k * bb < len; k++) {
+        uint64_t n = len - k * bb < bb ? len - k * bb : bb;
+        s->block_crc32c[k] = crc32c_update(0, p + k * bb, n);
     }
-    return 0;
+}
+
+/* One part of a large write, done on its own thread. */
+typedef struct write_part {
+    int fd;
+    const unsigned char *p;
+    size_t n;
+    off_t off;
+    int rc, err;
+} write_part;
+
+static void *write_part_run(void *arg) {
+    write_part *w = arg;
+    while (w->n > 0) {
+        ssize_t k = pwrite(w->fd, w->p, w->n, w->off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            w->rc = -1, w->err = errno;
+            break;
+        }
+        w->p += k, w->n -= (size_t)k, w->off += k;
+    }
+    return NULL;
+}
+
+/* Writes n bytes at off; a large write is split over two threads (copying into the page
+ * cache is what a save spends most of its time on), the checksums computed meanwhile. */
+#define WRITE_SPLIT (8u << 20)
+static int write_full(int fd, const unsigned char *p, size_t n, off_t off, Baton__Shard *s,
+                      uint32_t bb) {
+    size_t half = n >= WRITE_SPLIT ? n / 2 : 0;
+    write_part a = {.fd = fd, .p = p + half, .n = n - half, .off = off + (off_t)half};
+    write_part b = {.fd = fd, .p = p, .n = half, .off = off};
+    pthread_t th;
+    int threaded = half && pthread_create(&th, NULL, write_part_run, &a) == 0;
+    shard_checksum(s, p, n, bb);
+    write_part_run(&b);
+    if (threaded)
+        pthread_join(th, NULL);
+    else
+        write_part_run(&a);
+    if (a.rc || b.rc) errno = a.rc ? a.err : b.err;
+    return a.rc || b.rc ? -1 : 0;
 }
 
 static uint16_t to_bf16(float f) {
@@ -125,14 +167,6 @@ static Baton__Shard *shard_new(const ckpt_writer *w, int ndim, const ckpt_box *b
     return s;
 }
 
-static void shard_checksum(Baton__Shard *s, const unsigned char *p, uint64_t len, uint32_t bb) {
-    s->crc32c = crc32c_update(0, p, len);
-    for (uint64_t k = 0; k * bb < len; k++) {
-        uint64_t n = len - k * bb < bb ? len - k * bb : bb;
-        s->block_crc32c[k] = crc32c_update(0, p + k * bb, n);
-    }
-}
-
 /* The index's entry for key, appended when new. */
 static Baton__TensorEntry *writer_entry(ckpt_writer *w, const char *key, int ndim,
                                         const uint64_t *gshape, Baton__DType dt) {
@@ -172,8 +206,7 @@ int ckpt_writer_add(ckpt_writer *w, const char *key, int ndim, const uint64_t *g
     }
     e->shards = v;
     e->shards[e->n_shards++] = s;
-    shard_checksum(s, bytes, len, w->block_bytes);
-    if (write_full(w->fd, bytes, len) != 0) {
+    if (write_full(w->fd, bytes, len, (off_t)w->off, s, w->block_bytes) != 0) {
         bt_diag_set(diag, "%s/%s: cannot write tensor %s: %s", w->dir, w->file, key,
                     strerror(errno));
         return BT_EIO;

@@ -15,6 +15,8 @@
 #   check-hf.sh BATON BATON_WORKER SOURCE_DIR
 set -u
 baton=$1 worker=$2 src=$3
+# Under ASan, OpenPMIx's own leaks are suppressed (see that file); ours are not.
+export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 here=$src/tests/ckpt/hf
 py=/usr/bin/python3
 if ! "$py" -c 'import torch' 2>/dev/null; then
