@@ -10,5 +10,8 @@ int cmd_spec(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_resume(int argc, char **argv);
+int cmd_status(int argc, char **argv);
 
 #endif

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/pidfd.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -205,8 +206,11 @@ static int launch_env_extra(char ***envp, char *const *extra) {
 /* Between fork and exec: async-signal-safe calls only. Reports an exec failure's errno
  * through status_fd (close-on-exec, so a successful exec reports nothing). */
 static void launch_child(const char *exe, char *const argv[], char *const envp[], int in, int out,
-                         int err, int status_fd) {
+                         int err, int status_fd, pid_t parent) {
     setpgid(0, 0); /* its own group: stopping a rank reaches its children too */
+    /* A rank never outlives its launcher (killed with SIGKILL, say): a later launcher on
+     * the same run directory must not meet it still training and writing checkpoints. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
@@ -292,8 +296,8 @@ static int launch_spawn(launch_job *job, int r, bt_diag *diag) {
     }
     if (rc == 0) rc = launch_child_fds(p, diag);
     if (rc != 0) goto done;
-    pid_t pid = fork();
-    if (pid == 0) launch_child(job->exe, job->opts.argv, env, p[6], p[1], p[3], p[5]);
+    pid_t self = getpid(), pid = fork();
+    if (pid == 0) launch_child(job->exe, job->opts.argv, env, p[6], p[1], p[3], p[5], self);
     if (pid < 0) {
         bt_diag_set(diag, "cannot fork rank %d: %s", r, strerror(errno));
         rc = BT_EIO;
@@ -361,6 +365,11 @@ static void launch_signal_all(launch_job *job, int sig) {
         if (kill(-pid, sig) != 0) kill(pid, sig);
         job->io[r].sent_signal = sig;
     }
+}
+
+void launch_job_kill_after(launch_job *job, launch_cause cause, double grace_s) {
+    if (!job->stopping) job->opts.kill_grace_s = grace_s;
+    launch_job_kill(job, cause);
 }
 
 void launch_job_kill(launch_job *job, launch_cause cause) {

@@ -153,6 +153,10 @@ int launch_job_wait(launch_job *job);
  * kill grace. cause is recorded unless a failure was already recorded. Keep stepping. */
 void launch_job_kill(launch_job *job, launch_cause cause);
 
+/* The same with another SIGTERM -> SIGKILL delay than the job's kill_grace_s (e.g. longer
+ * when the ranks are asked to checkpoint before they exit). */
+void launch_job_kill_after(launch_job *job, launch_cause cause, double grace_s);
+
 /* Stops (SIGKILL) and reaps any rank still running, deregisters the namespace and frees
  * what init allocated. Safe after a failed init or start. */
 void launch_job_close(launch_job *job);

@@ -3,7 +3,13 @@
  * --mpi=pmix) with the ranks connected over Gloo. Rank 0 prints the metrics.
  *
  * Exit status: 0 the stage finished, 1 failed while training (retryable: I/O, numeric
- * blow-up), 2 bad usage or a StageSpec this worker cannot run (not worth retrying). */
+ * blow-up), 2 bad usage or a StageSpec this worker cannot run (not worth retrying),
+ * 75 (WORKER_EXIT_STOPPED) stopped on request (a Stop on the control channel or SIGTERM)
+ * after saving a checkpoint at the current step: resumable with --init RUN_DIR.
+ *
+ * Control channel (worker/control/): when the spec has a control_address and
+ * BATON_CONTROL_TOKEN is set, every rank reports its phase and steps to the orchestrator,
+ * rank 0 its metrics, and a failing rank its error; the worker trains the same without. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +18,7 @@
 #include "train.h"
 #include "util/clock.h"
 #include "train_ckpt.h"
+#include "worker_control.h"
 #include "worker_ranks.h"
 
 typedef struct worker_args {
@@ -59,7 +66,11 @@ static void worker_usage(FILE *f) {
                "  --async-save         write checkpoints on a thread while training goes on\n\n"
                "Under a PMIx launcher (baton launch, srun --mpi=pmix) each process is one rank;\n"
                "the ranks connect over Gloo and the stage's layout must match their number.\n\n"
-               "Exit status: 0 done, 1 training failed, 2 bad usage or unrunnable spec.\n");
+               "A Stop from the orchestrator's control channel (the spec's control_address,\n"
+               "token in BATON_CONTROL_TOKEN) or SIGTERM on any rank stops every rank after\n"
+               "the current step, with a checkpoint at that step when there is a run dir.\n\n"
+               "Exit status: 0 done, 1 training failed, 2 bad usage or unrunnable spec,\n"
+               "75 stopped on request after saving (resume with --init RUN_DIR).\n");
 }
 
 static int parse_count(const char *s, uint64_t *out) {
@@ -208,8 +219,10 @@ static void worker_print_step(const trainer *t, const train_metrics *m) {
                (unsigned long long)m->step, (unsigned long long)t->skipped_steps);
 }
 
-static int worker_save(train_ckpt *c, trainer *t, const worker_args *a, bt_diag *diag) {
+static int worker_save(train_ckpt *c, trainer *t, const worker_args *a, worker_control *wc,
+                       bt_diag *diag) {
     int final = t->step == t->total_steps;
+    if (c->root) worker_control_phase(wc, BATON__HEARTBEAT__PHASE__SAVE, t->step);
     int rc = train_ckpt_save(c, t, final, diag);
     if (rc == 0 && c->root && !a->quiet)
         printf("checkpoint %s: %s in %.3f s\n", c->name,
@@ -217,10 +230,23 @@ static int worker_save(train_ckpt *c, trainer *t, const worker_args *a, bt_diag 
     return rc;
 }
 
+/* Every rank agreed to stop after this step: save it and end the stage early. */
+static int worker_stop(trainer *t, train_ckpt *c, const worker_args *a, worker_control *wc,
+                       bt_diag *diag) {
+    wc->stopping = 1;
+    if (!a->quiet)
+        printf("stopping at step %llu (%s)%s\n", (unsigned long long)t->step,
+               worker_control_stop_reason(wc), c->root ? ": saving a checkpoint" : "");
+    int rc = worker_save(c, t, a, wc, diag);
+    rc = rc ? rc : train_ckpt_wait(c, diag);
+    fflush(stdout);
+    return rc;
+}
+
 /* Trains to the stage's last step (or --steps more), checkpointing every save_every
- * steps and at the end. */
+ * steps and at the end; or until a stop request (wc->stopping). */
 static int worker_train(trainer *t, train_ckpt *c, uint64_t save_every, const worker_args *a,
-                        bt_diag *diag) {
+                        worker_control *wc, bt_diag *diag) {
     train_metrics m;
     for (uint64_t i = 0; t->step < t->total_steps && (!a->max_steps || i < a->max_steps); i++) {
         int rc = train_step(t, &m, diag);
@@ -228,11 +254,14 @@ static int worker_train(trainer *t, train_ckpt *c, uint64_t save_every, const wo
         int last = t->step == t->total_steps || i + 1 == a->max_steps;
         if (!a->quiet && (m.step % a->log_every == 0 || last || m.skipped))
             worker_print_step(t, &m);
-        if (!last && save_every && t->step % save_every == 0 && worker_save(c, t, a, diag) != 0)
+        int stop = worker_control_after_step(wc, &m, diag);
+        if (stop < 0) return stop;
+        if (stop && !last) return worker_stop(t, c, a, wc, diag);
+        if (!last && save_every && t->step % save_every == 0 && worker_save(c, t, a, wc, diag) != 0)
             return BT_EIO;
         fflush(stdout);
     }
-    int rc = worker_save(c, t, a, diag);
+    int rc = worker_save(c, t, a, wc, diag);
     rc = rc ? rc : train_ckpt_wait(c, diag);
     fflush(stdout);
     return rc;
@@ -333,9 +362,11 @@ static uint64_t worker_save_every(const Baton__StageSpec *spec, const worker_arg
     return p ? p->every_steps : 1000;
 }
 
-static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, bt_diag *diag) {
+static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, worker_control *wc,
+                            bt_diag *diag) {
     const char *init = a->init ? a->init : t->spec->init_checkpoint;
     if (init == NULL || init[0] == '\0') return 0;
+    worker_control_phase(wc, BATON__HEARTBEAT__PHASE__LOAD, 0);
     double t0 = bt_clock_now();
     int rc = train_ckpt_load(t, init, w->world, diag);
     if (rc == 0 && w->info.rank == 0 && !a->quiet)
@@ -347,8 +378,8 @@ static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, b
 
 /* Trains with the ranks joined (or alone); returns a BT_ code, *setup_rc the code of
  * the setup part (which decides the exit status class). */
-static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks *w, int *setup_rc,
-                      bt_diag *diag) {
+static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks *w,
+                      worker_control *wc, int *setup_rc, bt_diag *diag) {
     trainer t;
     int rc = worker_ranks_groups(w, spec->stage->parallel, diag);
     train_groups groups = {.tp = w->tp, .dp = w->dp, .pp = w->pp};
@@ -361,13 +392,22 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
     train_ckpt c;
     char root[4096];
     worker_ckpt_setup(&c, root, sizeof root, spec, a, w);
-    rc = worker_init_from(&t, &mine, w, diag);
-    rc = rc ? rc : worker_train(&t, &c, worker_save_every(spec, a), &mine, diag);
-    rc = rc ? rc : worker_eval(&t, &mine, diag);
-    rc = rc ? rc : worker_dump_params(&t, mine.dump_params, w->info.rank == 0, diag);
+    rc = worker_init_from(&t, &mine, w, wc, diag);
+    rc = rc ? rc : worker_train(&t, &c, worker_save_every(spec, a), &mine, wc, diag);
+    if (!wc->stopping) {
+        rc = rc ? rc : worker_eval(&t, &mine, diag);
+        rc = rc ? rc : worker_dump_params(&t, mine.dump_params, w->info.rank == 0, diag);
+    }
+    if (rc == 0 && !wc->stopping) worker_control_phase(wc, BATON__HEARTBEAT__PHASE__DONE, t.step);
     train_ckpt_free(&c);
     train_free(&t);
     return rc;
+}
+
+/* See the top of this file. */
+static int worker_exit_status(int rc, int setup_rc, int stopped) {
+    if (rc == 0) return stopped ? WORKER_EXIT_STOPPED : 0;
+    return setup_rc != 0 && setup_rc != BT_ENOMEM && setup_rc != BT_EIO ? 2 : 1;
 }
 
 int main(int argc, char **argv) {
@@ -383,10 +423,20 @@ int main(int argc, char **argv) {
         worker_single_process(spec);
     else if (spec != NULL)
         setup_rc = rc = worker_ranks_join(&w, a.comm_timeout_s, &diag);
-    if (rc == 0) rc = worker_run(spec, &a, &w, &setup_rc, &diag);
-    if (rc != 0) fprintf(stderr, "baton-worker: %s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
+    worker_control ctl = {.client.fd = -1};
+    if (rc == 0) {
+        uint32_t size = w.world ? (uint32_t)w.info.size : 1;
+        worker_control_start(&ctl, spec, w.world, (uint32_t)w.info.rank, size);
+        rc = worker_run(spec, &a, &w, &ctl, &setup_rc, &diag);
+    }
+    int status = worker_exit_status(rc, setup_rc, ctl.stopping);
+    if (rc != 0) {
+        const char *msg = diag.msg[0] ? diag.msg : bt_strerror(rc);
+        fprintf(stderr, "baton-worker: %s\n", msg);
+        worker_control_fatal(&ctl, status, msg);
+    }
+    worker_control_close(&ctl);
     worker_ranks_leave(&w);
     if (spec != NULL) baton__stage_spec__free_unpacked(spec, NULL);
-    if (rc == 0) return 0;
-    return setup_rc != 0 && setup_rc != BT_ENOMEM && setup_rc != BT_EIO ? 2 : 1;
+    return status;
 }

@@ -1,0 +1,125 @@
+/* baton run RECIPE [--run-dir DIR] and baton resume RUN_DIR: the supervised multi-stage
+ * run (run/supervise.h). Everything that can be checked before a worker starts is: the
+ * recipe, the run directory, the data. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "recipe.h"
+#include "run/run_dir.h"
+#include "run/supervise.h"
+
+static void run_usage(FILE *f) {
+    fprintf(f, "usage: baton run RECIPE [--run-dir DIR] [--worker PATH] [--quiet]\n"
+               "       baton resume RUN_DIR [--worker PATH] [--quiet]\n\n"
+               "Runs every stage of RECIPE in order, each as a job of baton-worker ranks under\n"
+               "the embedded PMIx server, handing each stage the previous stage's final\n"
+               "checkpoint, and restarting a failed attempt from the newest complete\n"
+               "checkpoint (restart.max_restarts, restart.backoff; no progress for\n"
+               "restart.heartbeat_timeout counts as a hang). Everything is journaled in the run\n"
+               "directory; running again on the same directory (or 'baton resume') continues\n"
+               "where it stood. See 'baton status RUN_DIR'.\n\n"
+               "  --run-dir DIR   the run directory (default: runs/<recipe name>), created 0700\n"
+               "  --worker PATH   the worker program (default: baton-worker next to baton)\n"
+               "  --quiet         no progress lines\n\n"
+               "Exit status: 0 the run completed, 1 it failed (restarts exhausted), 2 bad\n"
+               "recipe, run directory or data (nothing was started), 75 stopped by a signal\n"
+               "(resumable).\n");
+}
+
+typedef struct run_args {
+    const char *recipe, *run_dir, *worker;
+    int quiet, resume;
+} run_args;
+
+static int run_parse(int argc, char **argv, run_args *a) {
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
+            run_usage(stdout);
+            return 1;
+        } else if (strcmp(o, "--quiet") == 0) {
+            a->quiet = 1;
+        } else if (strcmp(o, "--run-dir") == 0 && v && !a->resume) {
+            a->run_dir = argv[++i];
+        } else if (strcmp(o, "--worker") == 0 && v) {
+            a->worker = argv[++i];
+        } else if (o[0] != '-' && a->recipe == NULL && !a->resume) {
+            a->recipe = o;
+        } else if (o[0] != '-' && a->run_dir == NULL && a->resume) {
+            a->run_dir = o;
+        } else {
+            fprintf(stderr, "baton %s: unexpected argument '%s'\n", a->resume ? "resume" : "run",
+                    o);
+            run_usage(stderr);
+            return -1;
+        }
+    }
+    if ((!a->resume && a->recipe == NULL) || (a->resume && a->run_dir == NULL)) {
+        run_usage(stderr);
+        return -1;
+    }
+    return 0;
+}
+
+/* baton-worker next to this program, else the name (found through PATH). */
+static const char *run_worker_path(char *buf, size_t cap) {
+    ssize_t n = readlink("/proc/self/exe", buf, cap - 32);
+    if (n <= 0) return "baton-worker";
+    buf[n] = '\0';
+    char *slash = strrchr(buf, '/');
+    if (slash == NULL) return "baton-worker";
+    strcpy(slash + 1, "baton-worker");
+    return access(buf, X_OK) == 0 ? buf : "baton-worker";
+}
+
+static int run_main(run_args *a) {
+    char recipe_copy[4200], dflt[512], worker[PATH_MAX];
+    if (a->resume) {
+        snprintf(recipe_copy, sizeof recipe_copy, "%s/recipe.yaml", a->run_dir);
+        a->recipe = recipe_copy;
+    }
+    bt_diag diag;
+    bt_diag_init(&diag);
+    recipe_doc doc;
+    int rc = recipe_load_file(a->recipe, &doc, &diag);
+    if (rc != 0) {
+        fprintf(stderr, "baton: %s\n", diag.msg);
+        return BT_EXIT_USAGE;
+    }
+    rc = recipe_validate(&doc, &diag);
+    rc = rc ? rc : run_dir_check_data(&doc, &diag);
+    if (rc == 0 && a->run_dir == NULL) {
+        snprintf(dflt, sizeof dflt, "runs/%s", doc.recipe->name ? doc.recipe->name : "run");
+        a->run_dir = dflt;
+    }
+    run_dir dir;
+    rc = rc ? rc : run_dir_open(&dir, a->run_dir, a->recipe, &diag);
+    if (rc != 0) {
+        fprintf(stderr, "baton %s: %s\n", a->resume ? "resume" : "run", diag.msg);
+        recipe_doc_free(&doc);
+        return BT_EXIT_USAGE;
+    }
+    if (!a->quiet) printf("baton run: %s, run directory %s\n", a->recipe, dir.path);
+    run_opts o = {.worker = a->worker ? a->worker : run_worker_path(worker, sizeof worker),
+                  .quiet = a->quiet};
+    int status = run_supervise(&dir, &doc, &o);
+    run_dir_close(&dir);
+    recipe_doc_free(&doc);
+    return status;
+}
+
+int cmd_run(int argc, char **argv) {
+    run_args a = {0};
+    int prc = run_parse(argc, argv, &a);
+    return prc ? (prc > 0 ? BT_EXIT_OK : BT_EXIT_USAGE) : run_main(&a);
+}
+
+int cmd_resume(int argc, char **argv) {
+    run_args a = {.resume = 1};
+    int prc = run_parse(argc, argv, &a);
+    return prc ? (prc > 0 ? BT_EXIT_OK : BT_EXIT_USAGE) : run_main(&a);
+}

@@ -1,0 +1,281 @@
+/* baton status RUN_DIR [--json]: a run's state from its journal, checkpoints and
+ * metrics; also the summary table `baton run` prints at the end. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+#include "cli.h"
+#include "recipe.h"
+#include "run/journal.h"
+#include "run/run_dir.h"
+#include "run/run_state.h"
+#include "util/buf.h"
+
+typedef struct status_view {
+    const char *dir;
+    recipe_doc doc;
+    int have_doc;
+    Baton__JournalRecord **rec;
+    size_t n;
+    run_state st;
+    int running;
+    uint64_t m_step; /* from metrics.jsonl's last line, if any */
+    uint32_t m_stage;
+    double m_step_time, m_loss, m_tok;
+    int have_metrics;
+} status_view;
+
+static void status_usage(FILE *f) {
+    fprintf(f, "usage: baton status RUN_DIR [--json]\n\n"
+               "A run's state: per stage its state, steps, loss, tokens/s, wall time, attempts\n"
+               "and restarts; every failure with its cause and time to recover; the\n"
+               "checkpoints; and for a running stage the latest step and an ETA.\n");
+}
+
+static const char *status_stage_name(const status_view *v, size_t i) {
+    if (v->have_doc && i < v->doc.recipe->n_stages) return v->doc.recipe->stages[i]->name;
+    return "?";
+}
+
+static uint64_t status_stage_steps(const status_view *v, size_t i) {
+    Baton__Stage *eff = NULL;
+    uint64_t n = 0;
+    if (v->have_doc && recipe_effective_stage(&v->doc, i, &eff) == 0 && eff) n = eff->steps;
+    if (eff) protobuf_c_message_free_unpacked(&eff->base, NULL);
+    return n;
+}
+
+static double status_num(const char *line, const char *key) {
+    const char *p = strstr(line, key);
+    return p ? strtod(p + strlen(key), NULL) : 0;
+}
+
+static void status_metrics(status_view *v) {
+    char path[4200], line[4096], last[4096] = "";
+    snprintf(path, sizeof path, "%s/metrics.jsonl", v->dir);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return;
+    while (fgets(line, sizeof line, f))
+        if (strchr(line, '\n')) memcpy(last, line, sizeof last);
+    fclose(f);
+    if (last[0] == '\0') return;
+    v->have_metrics = 1;
+    v->m_step = (uint64_t)status_num(last, "\"step\": ");
+    v->m_stage = (uint32_t)status_num(last, "\"stage_index\": ");
+    v->m_step_time = status_num(last, "\"step_time_s\": ");
+    v->m_loss = status_num(last, "\"loss\": ");
+    v->m_tok = status_num(last, "\"tokens_per_s\": ");
+}
+
+static int status_running(const char *dir) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/lock", dir);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return 0;
+    int busy = flock(fd, LOCK_EX | LOCK_NB) != 0;
+    close(fd);
+    return busy;
+}
+
+static int status_load(status_view *v, const char *dir, bt_diag *diag) {
+    memset(v, 0, sizeof *v);
+    v->dir = dir;
+    char recipe[4200];
+    snprintf(recipe, sizeof recipe, "%s/recipe.yaml", dir);
+    int torn;
+    int rc = journal_read(dir, &v->rec, &v->n, &torn, diag);
+    if (rc == 0 && v->n == 0) {
+        bt_diag_set(diag, "%s: not a run directory (no journal)", dir);
+        rc = BT_EINVAL;
+    }
+    if (rc != 0) return rc;
+    bt_diag ignore;
+    bt_diag_init(&ignore);
+    v->have_doc = recipe_load_file(recipe, &v->doc, &ignore) == 0;
+    run_state_replay(&v->st, v->rec, v->n);
+    v->running = status_running(dir);
+    status_metrics(v);
+    return 0;
+}
+
+static void status_free(status_view *v) {
+    journal_records_free(v->rec, v->n);
+    if (v->have_doc) recipe_doc_free(&v->doc);
+}
+
+static size_t status_n_stages(const status_view *v) {
+    size_t n = v->have_doc ? v->doc.recipe->n_stages : 0;
+    return v->st.n_stages > n ? v->st.n_stages : n;
+}
+
+static const char *status_stage_state(const status_view *v, size_t i) {
+    const run_stage_state *s = &v->st.stage[i];
+    if (s->completed) return "done";
+    if (!s->started) return "pending";
+    return v->running ? "running" : "stopped";
+}
+
+static const char *status_run_state(const status_view *v) {
+    return v->st.completed ? "completed" : v->running ? "running" : "stopped";
+}
+
+static void status_text(bt_buf *b, const status_view *v) {
+    bt_buf_printf(b, "run %s: %s; %u failure(s) recovered or pending\n", v->dir,
+                  status_run_state(v), v->st.total_failures);
+    bt_buf_printf(b, "  %-18s %-8s %13s %10s %10s %9s %8s %8s %12s\n", "stage", "state", "steps",
+                  "loss", "tok/s", "wall s", "attempts", "restarts", "recovery s");
+    for (size_t i = 0; i < status_n_stages(v); i++) {
+        const run_stage_state *s = &v->st.stage[i];
+        char steps[40], rec[32] = "-";
+        uint64_t step = s->last_step;
+        if (!s->completed && v->have_metrics && v->m_stage == i) step = v->m_step;
+        snprintf(steps, sizeof steps, "%llu/%llu", (unsigned long long)step,
+                 (unsigned long long)status_stage_steps(v, i));
+        if (s->recoveries) snprintf(rec, sizeof rec, "%.2f avg", s->recovery_s_sum / s->recoveries);
+        bt_buf_printf(b, "  %-18s %-8s %13s %10.4f %10.0f %9.1f %8u %8u %12s\n",
+                      status_stage_name(v, i), status_stage_state(v, i), steps, s->loss,
+                      s->tokens_per_s, s->wall_s, s->attempts, s->failures, rec);
+    }
+}
+
+static void status_failures(bt_buf *b, const status_view *v) {
+    for (size_t i = 0; i < v->n; i++) {
+        const Baton__JournalRecord *r = v->rec[i];
+        if (r->kind == BATON__JOURNAL_RECORD__KIND__FAILURE)
+            bt_buf_printf(b, "  failure: stage %s attempt %u at step %llu: %s%s\n",
+                          status_stage_name(v, r->stage_index), r->attempt,
+                          (unsigned long long)r->step, r->detail ? r->detail : "?",
+                          r->retryable ? "" : " (not retried)");
+        else if (r->kind == BATON__JOURNAL_RECORD__KIND__RECOVERED)
+            bt_buf_printf(
+                b,
+                "  recovered: stage %s attempt %u, step %llu completed %.2f s after the failure\n",
+                status_stage_name(v, r->stage_index), r->attempt, (unsigned long long)r->step,
+                r->recovery_s);
+    }
+}
+
+static void status_ckpts(bt_buf *b, const status_view *v, int json) {
+    char root[4200];
+    snprintf(root, sizeof root, "%s/%s", v->dir, CKPT_ROOT_IN_RUN);
+    char **names;
+    size_t n;
+    bt_diag d;
+    bt_diag_init(&d);
+    if (ckpt_list(root, &names, &n, &d) != 0) n = 0, names = NULL;
+    if (!json) bt_buf_printf(b, "  checkpoints:%s", n ? "" : " none");
+    for (size_t i = 0; i < n; i++) {
+        if (json) {
+            bt_buf_printf(b, "%s", i ? ", " : "");
+            bt_buf_json_string(b, names[i]);
+        } else {
+            bt_buf_printf(b, " %s", names[i]);
+        }
+    }
+    if (!json) bt_buf_printf(b, "\n");
+    ckpt_names_free(names, n);
+}
+
+static void status_eta(bt_buf *b, const status_view *v) {
+    if (!v->running || !v->have_metrics || v->m_step_time <= 0) return;
+    uint64_t total = status_stage_steps(v, v->m_stage);
+    double eta = total > v->m_step ? (double)(total - v->m_step) * v->m_step_time : 0;
+    bt_buf_printf(b, "  now: stage %s step %llu/%llu, loss %.4f, %.0f tok/s, stage ETA %.0f s\n",
+                  status_stage_name(v, v->m_stage), (unsigned long long)v->m_step,
+                  (unsigned long long)total, v->m_loss, v->m_tok, eta);
+}
+
+static void status_json(bt_buf *b, const status_view *v) {
+    bt_buf_printf(b, "{\"run_dir\": ");
+    bt_buf_json_string(b, v->dir);
+    bt_buf_printf(b, ", \"state\": \"%s\", \"restarts\": %u, \"stages\": [", status_run_state(v),
+                  v->st.total_failures);
+    for (size_t i = 0; i < status_n_stages(v); i++) {
+        const run_stage_state *s = &v->st.stage[i];
+        bt_buf_printf(b, "%s{\"name\": ", i ? ", " : "");
+        bt_buf_json_string(b, status_stage_name(v, i));
+        bt_buf_printf(
+            b,
+            ", \"state\": \"%s\", \"step\": %llu, \"steps\": %llu, \"loss\": %.9g, "
+            "\"tokens_per_s\": %.6g, \"wall_s\": %.3f, \"attempts\": %u, \"restarts\": %u, "
+            "\"recoveries\": %u, \"recovery_s_avg\": %.3f}",
+            status_stage_state(v, i),
+            (unsigned long long)(!s->completed && v->have_metrics && v->m_stage == i
+                                     ? v->m_step
+                                     : s->last_step),
+            (unsigned long long)status_stage_steps(v, i), s->loss, s->tokens_per_s, s->wall_s,
+            s->attempts, s->failures, s->recoveries,
+            s->recoveries ? s->recovery_s_sum / s->recoveries : 0.0);
+    }
+    bt_buf_printf(b, "], \"recovery_s\": [");
+    int k = 0;
+    for (size_t i = 0; i < v->n; i++)
+        if (v->rec[i]->kind == BATON__JOURNAL_RECORD__KIND__RECOVERED)
+            bt_buf_printf(b, "%s%.3f", k++ ? ", " : "", v->rec[i]->recovery_s);
+    bt_buf_printf(b, "], \"checkpoints\": [");
+    status_ckpts(b, v, 1);
+    bt_buf_printf(b, "]}\n");
+}
+
+void run_print_summary(const run_dir *dir, const recipe_doc *doc);
+void run_print_summary(const run_dir *dir, const recipe_doc *doc) {
+    (void)doc;
+    status_view v;
+    bt_diag d;
+    bt_diag_init(&d);
+    if (status_load(&v, dir->path, &d) != 0) return;
+    v.running = 0;
+    bt_buf b;
+    bt_buf_init(&b);
+    status_text(&b, &v);
+    fputs(bt_buf_str(&b), stdout);
+    bt_buf_free(&b);
+    status_free(&v);
+}
+
+int cmd_status(int argc, char **argv) {
+    const char *dir = NULL;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            status_usage(stdout);
+            return BT_EXIT_OK;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else if (argv[i][0] != '-' && dir == NULL) {
+            dir = argv[i];
+        } else {
+            status_usage(stderr);
+            return BT_EXIT_USAGE;
+        }
+    }
+    if (dir == NULL) {
+        status_usage(stderr);
+        return BT_EXIT_USAGE;
+    }
+    status_view v;
+    bt_diag d;
+    bt_diag_init(&d);
+    if (status_load(&v, dir, &d) != 0) {
+        fprintf(stderr, "baton status: %s\n", d.msg);
+        return BT_EXIT_USAGE;
+    }
+    bt_buf b;
+    bt_buf_init(&b);
+    if (json) {
+        status_json(&b, &v);
+    } else {
+        status_text(&b, &v);
+        status_eta(&b, &v);
+        status_failures(&b, &v);
+        status_ckpts(&b, &v, 0);
+    }
+    fputs(bt_buf_str(&b), stdout);
+    bt_buf_free(&b);
+    status_free(&v);
+    return BT_EXIT_OK;
+}

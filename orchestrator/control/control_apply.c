@@ -1,0 +1,92 @@
+/* What each control message does to the server's state (control_server.h). */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "control_internal.h"
+
+/* Equal strings, in time that depends only on the length of b (the secret), so that a
+ * peer cannot learn the token a byte at a time from how fast it is refused. */
+static int control_token_equal(const char *a, const char *b) {
+    size_t na = strlen(a), nb = strlen(b);
+    unsigned char diff = (unsigned char)(na != nb);
+    for (size_t i = 0; i < nb; i++)
+        diff |= (unsigned char)(a[i < na ? i : 0] ^ b[i]);
+    return diff == 0;
+}
+
+static int control_hello(control_server *cs, size_t i, const Baton__Hello *h, double now) {
+    if (h->token == NULL || !control_token_equal(h->token, cs->token)) return -1;
+    if (!h->has_rank || h->rank >= cs->world) return -1;
+    if (h->has_world && h->world != cs->world) return -1;
+    if (h->has_attempt && h->attempt != cs->attempt) return -1;
+    /* One connection per rank and attempt (the worker never reconnects): a second Hello
+     * for a connected rank is refused rather than allowed to take over its slot. */
+    if (cs->ranks[h->rank].connected) return -1;
+    cs->conns[i].rank = (int)h->rank;
+    control_rank *r = &cs->ranks[h->rank];
+    r->connected = r->ever_connected = 1;
+    r->last_heard = now;
+    snprintf(r->host, sizeof r->host, "%s", h->host ? h->host : "");
+    r->pid = h->has_pid ? h->pid : 0;
+    r->hello_attempt = h->attempt;
+    return 0;
+}
+
+static void control_metrics_in(control_server *cs, uint32_t rank, const Baton__Metrics *m) {
+    control_rank *r = &cs->ranks[rank];
+    if (m->has_step) r->step = m->step;
+    if (rank != 0) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    control_metrics c = {.rank = rank,
+                         .step = m->step,
+                         .loss = m->loss,
+                         .grad_norm = m->grad_norm,
+                         .lr = m->lr,
+                         .tokens_per_s = m->tokens_per_s,
+                         .mfu = m->mfu,
+                         .step_time_s = m->step_time_s,
+                         .memory_bytes = m->memory_bytes,
+                         .time = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec};
+    cs->last = c;
+    cs->have_metrics = 1;
+    control_metrics_where w = {.stage_name = cs->stage_name,
+                               .stage_index = cs->stage_index,
+                               .attempt = cs->attempt,
+                               .step_offset = cs->step_offset};
+    control_metrics_write(&cs->sink, &w, &c, cs->diag);
+}
+
+static void control_fatal_in(control_server *cs, uint32_t rank, const Baton__Fatal *f) {
+    if (cs->fatal.seen) return;
+    cs->fatal.seen = 1;
+    cs->fatal.rank = rank;
+    cs->fatal.code = f->code;
+    snprintf(cs->fatal.message, sizeof cs->fatal.message, "%s", f->message ? f->message : "");
+}
+
+int control_apply(control_server *cs, size_t i, const Baton__Envelope *env, double now) {
+    int rank = cs->conns[i].rank;
+    if (rank < 0)
+        return env->body_case == BATON__ENVELOPE__BODY_HELLO ? control_hello(cs, i, env->hello, now)
+                                                             : -1;
+    /* Messages speak for the rank the connection said Hello as, whatever they carry. */
+    control_rank *r = &cs->ranks[rank];
+    r->last_heard = now;
+    switch (env->body_case) {
+    case BATON__ENVELOPE__BODY_HEARTBEAT:
+        if (env->heartbeat->has_step) r->step = env->heartbeat->step;
+        r->phase = env->heartbeat->has_phase ? (int)env->heartbeat->phase : 0;
+        break;
+    case BATON__ENVELOPE__BODY_METRICS:
+        control_metrics_in(cs, (uint32_t)rank, env->metrics);
+        break;
+    case BATON__ENVELOPE__BODY_FATAL:
+        control_fatal_in(cs, (uint32_t)rank, env->fatal);
+        break;
+    default: /* a second Hello, a Stop or an empty envelope: nothing to do */
+        break;
+    }
+    return 0;
+}

@@ -1,0 +1,50 @@
+/* Where rank 0's training metrics go: RUN_DIR/metrics.jsonl and TensorBoard.
+ *
+ * metrics.jsonl: one JSON object per line, appended and flushed per line:
+ *   {"time": unix seconds, "stage": name, "stage_index", "attempt", "step", "global_step",
+ *    "loss", "lr", "grad_norm", "tokens_per_s", "mfu", "memory_bytes", "step_time_s"}
+ * (a non-finite number is written as null). TensorBoard: scalars train/loss, train/lr,
+ * train/grad_norm, train/tokens_per_s, train/step_time_s at global_step.
+ *
+ * global_step = step_offset + step, where the caller's step_offset is the sum of the
+ * steps of the recipe's stages before this one: the stages follow each other on one
+ * x axis, and an attempt that resumes a stage rewrites the steps it repeats. */
+#ifndef BATON_CONTROL_METRICS_H
+#define BATON_CONTROL_METRICS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "tb_writer.h"
+#include "util/err.h"
+
+typedef struct control_metrics {
+    uint32_t rank;
+    uint64_t step; /* optimizer steps taken in the stage */
+    double loss, grad_norm, lr, tokens_per_s, mfu, step_time_s;
+    uint64_t memory_bytes;
+    double time; /* unix seconds when the orchestrator received it */
+} control_metrics;
+
+/* Which stage attempt the metrics belong to. */
+typedef struct control_metrics_where {
+    const char *stage_name;
+    uint32_t stage_index, attempt;
+    uint64_t step_offset;
+} control_metrics_where;
+
+typedef struct control_metrics_sink {
+    FILE *jsonl; /* NULL: not writing */
+    char jsonl_path[4096];
+    tb_writer tb;
+} control_metrics_sink;
+
+/* Opens RUN_DIR/metrics.jsonl for appending and a new event file in RUN_DIR/tb/.
+ * run_dir NULL or "": the sink writes nothing. */
+int control_metrics_open(control_metrics_sink *s, const char *run_dir, bt_diag *diag);
+/* Appends m to both files. */
+int control_metrics_write(control_metrics_sink *s, const control_metrics_where *w,
+                          const control_metrics *m, bt_diag *diag);
+void control_metrics_close(control_metrics_sink *s);
+
+#endif

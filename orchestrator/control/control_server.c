@@ -1,0 +1,262 @@
+/* The control channel's server (control_server.h): listening, accepting, per-connection
+ * buffers and framing. What a decoded message does is in control_apply.c. */
+#include "control_server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "control.pb-c.h"
+#include "control_internal.h"
+
+/* An unauthenticated connection is closed after this long without a Hello. */
+#define CONTROL_HELLO_TIMEOUT_S 10.0
+
+static int control_nonblock(int fd) {
+    int fl = fcntl(fd, F_GETFL);
+    return fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) != 0
+               ? -1
+               : 0;
+}
+
+static int control_listen(control_server *cs, const char *host, bt_diag *diag) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *ai = NULL;
+    int gai = getaddrinfo(host, "0", &hints, &ai);
+    if (gai != 0) {
+        bt_diag_set(diag, "control channel: cannot resolve '%s': %s", host, gai_strerror(gai));
+        return BT_EINVAL;
+    }
+    int fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol), one = 1;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
+             bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0 &&
+             control_nonblock(fd) == 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0;
+    int family = ai->ai_family;
+    freeaddrinfo(ai);
+    if (!ok) {
+        bt_diag_set(diag, "control channel: cannot listen on %s: %s", host, strerror(errno));
+        if (fd >= 0) close(fd);
+        return BT_EIO;
+    }
+    unsigned port = family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                       : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    snprintf(cs->address, sizeof cs->address, family == AF_INET6 ? "[%s]:%u" : "%s:%u", host, port);
+    cs->listen_fd = fd;
+    return 0;
+}
+
+int control_server_open(control_server *cs, const char *token, const char *run_dir,
+                        const char *bind_host, bt_diag *diag) {
+    memset(cs, 0, sizeof *cs);
+    cs->listen_fd = -1;
+    cs->diag = diag;
+    if (token == NULL || token[0] == '\0') {
+        bt_diag_set(diag, "control channel: the run's token is empty");
+        return BT_EINVAL;
+    }
+    if ((cs->token = strdup(token)) == NULL) return BT_ENOMEM;
+    int rc = control_listen(cs, bind_host ? bind_host : "127.0.0.1", diag);
+    rc = rc ? rc : control_metrics_open(&cs->sink, run_dir, diag);
+    if (rc != 0) control_server_close(cs);
+    return rc;
+}
+
+void control_conn_close(control_server *cs, size_t i) {
+    control_conn *c = &cs->conns[i];
+    if (c->rank >= 0 && (uint32_t)c->rank < cs->world) cs->ranks[c->rank].connected = 0;
+    close(c->fd);
+    free(c->buf);
+    cs->conns[i] = cs->conns[--cs->n_conns];
+}
+
+static void control_close_all(control_server *cs) {
+    while (cs->n_conns > 0)
+        control_conn_close(cs, cs->n_conns - 1);
+}
+
+int control_server_begin_attempt(control_server *cs, uint32_t stage_index, const char *stage_name,
+                                 uint32_t attempt, uint32_t world, uint64_t step_offset) {
+    control_close_all(cs);
+    control_rank *r = calloc(world ? world : 1, sizeof *r);
+    if (r == NULL) return BT_ENOMEM;
+    free(cs->ranks);
+    cs->ranks = r;
+    for (uint32_t i = 0; i < world; i++)
+        r[i].phase = -1;
+    cs->stage_index = stage_index, cs->attempt = attempt, cs->world = world;
+    cs->step_offset = step_offset;
+    snprintf(cs->stage_name, sizeof cs->stage_name, "%s", stage_name ? stage_name : "");
+    cs->have_metrics = 0;
+    memset(&cs->last, 0, sizeof cs->last);
+    memset(&cs->fatal, 0, sizeof cs->fatal);
+    return 0;
+}
+
+size_t control_server_pollfds(const control_server *cs, struct pollfd *out, size_t cap) {
+    size_t n = 0;
+    if (cs->listen_fd >= 0 && n < cap) out[n++] = (struct pollfd){cs->listen_fd, POLLIN, 0};
+    for (size_t i = 0; i < cs->n_conns && n < cap; i++)
+        out[n++] = (struct pollfd){cs->conns[i].fd, POLLIN, 0};
+    return n;
+}
+
+static void control_accept(control_server *cs, double now) {
+    for (;;) {
+        int fd = accept(cs->listen_fd, NULL, NULL);
+        if (fd < 0) return; /* EAGAIN, or a connection that went away meanwhile */
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (cs->n_conns == CONTROL_MAX_CONNS || control_nonblock(fd) != 0) {
+            cs->rejected++;
+            close(fd);
+            continue;
+        }
+        if (cs->n_conns == cs->cap_conns) {
+            size_t cap = cs->cap_conns ? 2 * cs->cap_conns : 16;
+            control_conn *p = realloc(cs->conns, cap * sizeof *p);
+            if (p == NULL) {
+                close(fd);
+                return;
+            }
+            cs->conns = p, cs->cap_conns = cap;
+        }
+        cs->conns[cs->n_conns++] = (control_conn){.fd = fd, .rank = -1, .opened = now};
+    }
+}
+
+/* Takes every whole frame out of c's buffer. Returns 0, or -1 when the connection must
+ * be closed (oversize, garbage, a bad Hello). */
+static int control_frames(control_server *cs, size_t i, double now) {
+    control_conn *c = &cs->conns[i];
+    size_t at = 0;
+    int rc = 0;
+    while (rc == 0 && c->len - at >= 4) {
+        const uint8_t *p = c->buf + at;
+        uint32_t n =
+            (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        if (n > CONTROL_MAX_FRAME) return -1;
+        if (c->len - at - 4 < n) break;
+        Baton__Envelope *env = baton__envelope__unpack(NULL, n, p + 4);
+        if (env == NULL) return -1;
+        rc = control_apply(cs, i, env, now);
+        baton__envelope__free_unpacked(env, NULL);
+        at += 4 + (size_t)n;
+    }
+    memmove(c->buf, c->buf + at, c->len - at);
+    c->len -= at;
+    return rc;
+}
+
+/* Reads what is there. Returns 0; 1 when the peer closed the connection (or it failed);
+ * -1 when it broke the protocol. Either way the connection must then be closed. */
+static int control_read(control_server *cs, size_t i, double now) {
+    for (;;) {
+        control_conn *c = &cs->conns[i];
+        if (c->cap - c->len < 4096) {
+            size_t cap = c->cap ? 2 * c->cap : 8192;
+            if (cap > CONTROL_MAX_FRAME + 8192) cap = CONTROL_MAX_FRAME + 8192;
+            if (cap <= c->cap) return -1; /* cannot happen: frames are capped */
+            uint8_t *p = realloc(c->buf, cap);
+            if (p == NULL) return -1;
+            c->buf = p, c->cap = cap;
+        }
+        ssize_t got = read(c->fd, c->buf + c->len, c->cap - c->len);
+        if (got == 0) return 1;
+        if (got < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : 1;
+        c->len += (size_t)got;
+        if (control_frames(cs, i, now) != 0) return -1;
+    }
+}
+
+static long control_conn_of(const control_server *cs, int fd) {
+    for (size_t i = 0; i < cs->n_conns; i++)
+        if (cs->conns[i].fd == fd) return (long)i;
+    return -1;
+}
+
+void control_server_handle(control_server *cs, const struct pollfd *fds, size_t n, double now) {
+    for (size_t k = 0; k < n; k++) {
+        if (fds[k].revents == 0 || fds[k].fd < 0) continue;
+        if (fds[k].fd == cs->listen_fd) {
+            control_accept(cs, now);
+            continue;
+        }
+        long i = control_conn_of(cs, fds[k].fd);
+        if (i < 0) continue;
+        int rc = control_read(cs, (size_t)i, now);
+        if (rc < 0) cs->rejected++;
+        if (rc != 0) control_conn_close(cs, (size_t)i);
+    }
+    for (size_t i = cs->n_conns; i-- > 0;)
+        if (cs->conns[i].rank < 0 && now - cs->conns[i].opened > CONTROL_HELLO_TIMEOUT_S) {
+            cs->rejected++;
+            control_conn_close(cs, i);
+        }
+}
+
+double control_server_silence(const control_server *cs, double now, int *rank) {
+    double worst = -1;
+    for (uint32_t r = 0; r < cs->world; r++)
+        if (cs->ranks[r].connected && now - cs->ranks[r].last_heard > worst) {
+            worst = now - cs->ranks[r].last_heard;
+            if (rank != NULL) *rank = (int)r;
+        }
+    return worst;
+}
+
+uint32_t control_server_connected(const control_server *cs) {
+    uint32_t n = 0;
+    for (uint32_t r = 0; r < cs->world; r++)
+        n += cs->ranks[r].connected != 0;
+    return n;
+}
+
+int control_server_stop_all(control_server *cs, int checkpoint, const char *reason) {
+    Baton__Stop stop = BATON__STOP__INIT;
+    stop.has_checkpoint = 1, stop.checkpoint = checkpoint != 0;
+    stop.reason = (char *)(reason ? reason : "");
+    Baton__Envelope env = BATON__ENVELOPE__INIT;
+    env.body_case = BATON__ENVELOPE__BODY_STOP, env.stop = &stop;
+    uint8_t frame[4 + 4096];
+    size_t n = baton__envelope__get_packed_size(&env);
+    if (n > sizeof frame - 4) return BT_EINVAL;
+    for (int i = 0; i < 4; i++)
+        frame[i] = (uint8_t)(n >> (8 * i));
+    baton__envelope__pack(&env, frame + 4);
+    int sent = 0;
+    for (size_t i = cs->n_conns; i-- > 0;) {
+        if (cs->conns[i].rank < 0) continue;
+        ssize_t w = send(cs->conns[i].fd, frame, n + 4, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w == (ssize_t)(n + 4)) {
+            sent++;
+            continue;
+        }
+        /* A partial frame would corrupt the stream: give up on this peer. */
+        cs->send_failed++;
+        if (w > 0) control_conn_close(cs, i);
+    }
+    return sent;
+}
+
+void control_server_close(control_server *cs) {
+    control_close_all(cs);
+    free(cs->conns);
+    cs->conns = NULL, cs->cap_conns = 0;
+    if (cs->listen_fd >= 0) close(cs->listen_fd);
+    cs->listen_fd = -1;
+    control_metrics_close(&cs->sink);
+    free(cs->ranks);
+    cs->ranks = NULL, cs->world = 0;
+    free(cs->token);
+    cs->token = NULL;
+}

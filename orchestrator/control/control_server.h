@@ -1,0 +1,120 @@
+/* The orchestrator's end of the control channel (schema/control.proto): a TCP server
+ * that the supervisor owns and drives from its own poll loop.
+ *
+ * Wire format: each message is a little-endian uint32 length followed by that many bytes
+ * of a serialized baton.Envelope. A connection's first message must be a Hello carrying
+ * the run's secret token (compared in constant time); until then nothing it sends is
+ * trusted. A wrong or missing token, a frame longer than CONTROL_MAX_FRAME, bytes that do
+ * not decode, or a Hello that names a rank outside the attempt's world closes the
+ * connection and counts it in `rejected`.
+ *
+ * Single-threaded and never blocking: sockets are nonblocking, reads take what is there,
+ * and writes (Stop) that would block are dropped for that peer (counted in `send_failed`)
+ * rather than waited for.
+ *
+ * Lifetime: control_server_open -> (control_server_begin_attempt -> loop {
+ * control_server_pollfds, poll (e.g. launch_job_step), control_server_handle, read state
+ * } )* -> control_server_close.
+ *
+ * Metrics of rank 0 are appended to RUN_DIR/metrics.jsonl (one JSON object per line,
+ * flushed per line) and to a TensorBoard event file under RUN_DIR/tb/ (see tb_writer.h
+ * for the global step). */
+#ifndef BATON_CONTROL_SERVER_H
+#define BATON_CONTROL_SERVER_H
+
+#include <poll.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "control_metrics.h"
+#include "util/err.h"
+
+#define CONTROL_MAX_FRAME (1u << 20) /* longest Envelope accepted, bytes */
+#define CONTROL_MAX_CONNS 1024       /* connections held at once; more are refused */
+
+/* What the server knows of one rank of the current attempt. */
+typedef struct control_rank {
+    int connected;          /* a Hello with the right token arrived, connection still open */
+    int ever_connected;     /* ... at some point during this attempt */
+    double last_heard;      /* `now` of its latest message (monotonic seconds) */
+    uint64_t step;          /* latest heartbeat's or metrics' step */
+    int phase;              /* BATON__HEARTBEAT__PHASE__*; -1 before the first heartbeat */
+    char host[256];         /* from the Hello */
+    pid_t pid;              /* from the Hello */
+    uint32_t hello_attempt; /* the attempt the worker says it belongs to */
+} control_rank;
+
+/* The first Fatal of the attempt. */
+typedef struct control_fatal {
+    int seen;
+    uint32_t rank;
+    int32_t code;
+    char message[1024];
+} control_fatal;
+
+typedef struct control_conn control_conn; /* private */
+
+typedef struct control_server {
+    /* Read-only for the caller. */
+    char address[300];    /* "host:port" the workers connect to */
+    uint32_t stage_index; /* the current attempt (control_server_begin_attempt) */
+    char stage_name[128];
+    uint32_t attempt;
+    uint32_t world;
+    uint64_t step_offset;
+    control_rank *ranks;  /* world entries */
+    int have_metrics;     /* rank 0 sent Metrics during this attempt */
+    control_metrics last; /* rank 0's latest */
+    control_fatal fatal;
+    unsigned rejected;    /* connections closed for a bad token, garbage or oversize */
+    unsigned send_failed; /* Stop messages that could not be sent whole */
+    /* Private. */
+    int listen_fd;
+    control_conn *conns;
+    size_t n_conns, cap_conns;
+    char *token;
+    control_metrics_sink sink;
+    bt_diag *diag;
+} control_server;
+
+/* Listens on bind_host (e.g. "127.0.0.1"; NULL: 127.0.0.1) at a port the kernel picks and
+ * fills cs->address. token is the run's secret (copied; non-empty). run_dir receives
+ * metrics.jsonl and tb/ (created if missing); NULL: metrics are kept in memory only.
+ * diag (may be NULL) receives later non-fatal problems too (e.g. a metrics write that
+ * failed), first one wins. */
+int control_server_open(control_server *cs, const char *token, const char *run_dir,
+                        const char *bind_host, bt_diag *diag);
+
+/* Starts a new attempt: closes every connection of the previous one, forgets the ranks'
+ * state, metrics and any Fatal, and expects `world` ranks (Hello.rank < world) whose
+ * Hello.attempt is `attempt` (the StageSpec's attempt; a straggler of an older attempt is
+ * refused). step_offset: the sum of the steps of the recipe's stages before this one,
+ * added to the stage's step for TensorBoard's global step (control_metrics.h). */
+int control_server_begin_attempt(control_server *cs, uint32_t stage_index, const char *stage_name,
+                                 uint32_t attempt, uint32_t world, uint64_t step_offset);
+
+/* Fills out with POLLIN entries: the listening socket first, then every connection.
+ * Returns how many were written (at most cap; 1 + cs->n_conns are needed, never more
+ * than 1 + CONTROL_MAX_CONNS). */
+size_t control_server_pollfds(const control_server *cs, struct pollfd *out, size_t cap);
+
+/* After poll: accepts new connections and reads and applies whatever arrived on the fds
+ * of fds[0..n) that poll marked (entries that are not the server's are ignored). now is
+ * monotonic seconds (bt_clock_now). Never blocks. */
+void control_server_handle(control_server *cs, const struct pollfd *fds, size_t n, double now);
+
+/* Seconds since the connected rank heard from longest ago (its rank in *rank when rank is
+ * not NULL), or -1 when no rank is connected. */
+double control_server_silence(const control_server *cs, double now, int *rank);
+
+/* How many ranks of the attempt are connected now. */
+uint32_t control_server_connected(const control_server *cs);
+
+/* Sends Stop{checkpoint, reason} to every connected rank. Returns how many got it whole. */
+int control_server_stop_all(control_server *cs, int checkpoint, const char *reason);
+
+/* Closes every connection, the listening socket and the metrics files. */
+void control_server_close(control_server *cs);
+
+#endif

@@ -1,0 +1,117 @@
+/* TensorBoard event files (tb_writer.h). */
+#include "tb_writer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt/crc32c.h"
+#include "tensorboard.pb-c.h"
+
+uint32_t tb_masked_crc(const void *data, size_t n) {
+    uint32_t c = crc32c_update(0, data, n);
+    return ((c >> 15) | (c << 17)) + 0xa282ead8u;
+}
+
+static void tb_le32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* One TFRecord holding ev. */
+static int tb_write_event(tb_writer *w, const Tensorboard__Event *ev, bt_diag *diag) {
+    size_t n = tensorboard__event__get_packed_size(ev);
+    uint8_t *rec = malloc(n + 16);
+    if (rec == NULL) return BT_ENOMEM;
+    for (int i = 0; i < 8; i++)
+        rec[i] = (uint8_t)((uint64_t)n >> (8 * i));
+    tb_le32(rec + 8, tb_masked_crc(rec, 8));
+    tensorboard__event__pack(ev, rec + 12);
+    tb_le32(rec + 12 + n, tb_masked_crc(rec + 12, n));
+    int ok = fwrite(rec, 1, n + 16, w->f) == n + 16 && fflush(w->f) == 0;
+    free(rec);
+    if (!ok) {
+        bt_diag_set(diag, "%s: cannot write a TensorBoard event: %s", w->path, strerror(errno));
+        return BT_EIO;
+    }
+    return 0;
+}
+
+/* Opens a new file named after the time and host, refusing to reuse one. */
+static int tb_create(tb_writer *w, const char *dir, bt_diag *diag) {
+    char host[256] = "localhost";
+    if (gethostname(host, sizeof host) != 0) strcpy(host, "localhost");
+    host[sizeof host - 1] = '\0';
+    for (int i = 0; host[i]; i++)
+        if (host[i] == '/') host[i] = '_';
+    long long secs = (long long)time(NULL);
+    int fd = -1;
+    for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
+        if (attempt == 0)
+            snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%lld.%s", dir, secs, host);
+        else
+            snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%lld.%s.%ld", dir, secs, host,
+                     (long)getpid());
+        fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    if (fd < 0 || (w->f = fdopen(fd, "wb")) == NULL) {
+        bt_diag_set(diag, "%s: cannot create a TensorBoard event file: %s", w->path,
+                    strerror(errno));
+        if (fd >= 0) close(fd);
+        return BT_EIO;
+    }
+    return 0;
+}
+
+int tb_writer_open(tb_writer *w, const char *dir, bt_diag *diag) {
+    memset(w, 0, sizeof *w);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        bt_diag_set(diag, "%s: cannot create the TensorBoard directory: %s", dir, strerror(errno));
+        return BT_EIO;
+    }
+    int rc = tb_create(w, dir, diag);
+    if (rc != 0) return rc;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    Tensorboard__Event ev = TENSORBOARD__EVENT__INIT;
+    ev.has_wall_time = 1;
+    ev.wall_time = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    ev.what_case = TENSORBOARD__EVENT__WHAT_FILE_VERSION;
+    ev.file_version = "brain.Event:2";
+    rc = tb_write_event(w, &ev, diag);
+    if (rc != 0) tb_writer_close(w);
+    return rc;
+}
+
+int tb_writer_scalars(tb_writer *w, int64_t step, double wall_time, const char *const *tags,
+                      const float *values, size_t n, bt_diag *diag) {
+    if (w->f == NULL) return BT_EINVAL;
+    Tensorboard__SummaryValue vals[16], *pv[16];
+    if (n > 16) return BT_EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        tensorboard__summary_value__init(&vals[i]);
+        vals[i].tag = (char *)tags[i];
+        vals[i].value_case = TENSORBOARD__SUMMARY_VALUE__VALUE_SIMPLE_VALUE;
+        vals[i].simple_value = values[i];
+        pv[i] = &vals[i];
+    }
+    Tensorboard__Summary sum = TENSORBOARD__SUMMARY__INIT;
+    sum.n_value = n;
+    sum.value = pv;
+    Tensorboard__Event ev = TENSORBOARD__EVENT__INIT;
+    ev.has_wall_time = 1, ev.wall_time = wall_time;
+    ev.has_step = 1, ev.step = step;
+    ev.what_case = TENSORBOARD__EVENT__WHAT_SUMMARY;
+    ev.summary = &sum;
+    return tb_write_event(w, &ev, diag);
+}
+
+void tb_writer_close(tb_writer *w) {
+    if (w->f != NULL) fclose(w->f);
+    w->f = NULL;
+}

@@ -1,0 +1,189 @@
+#define _DEFAULT_SOURCE /* realpath, flock */
+#include "run_dir.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+#include "indexed.h"
+#include "loader.h"
+
+void run_dir_file(const run_dir *d, const char *sub, char *out, size_t cap) {
+    snprintf(out, cap, "%s/%s", d->path, sub);
+}
+
+static int read_file(const char *path, char **out, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return -1;
+    size_t cap = 1 << 16, n = 0, k;
+    char *buf = malloc(cap + 1);
+    while (buf && (k = fread(buf + n, 1, cap - n, f)) > 0)
+        if ((n += k) == cap) {
+            char *b = cap < (64u << 20) ? realloc(buf, cap * 2 + 1) : NULL;
+            if (b == NULL) free(buf);
+            buf = b, cap *= 2;
+        }
+    fclose(f);
+    if (buf == NULL) return -1;
+    buf[n] = '\0';
+    *out = buf, *len = n;
+    return 0;
+}
+
+static int mkdir_p(const char *path) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s", path);
+    for (char *s = p + 1; *s; s++)
+        if (*s == '/') {
+            *s = '\0';
+            if (mkdir(p, 0700) != 0 && errno != EEXIST) return -1;
+            *s = '/';
+        }
+    return mkdir(p, 0700) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* The recipe copy: written on first use, compared afterwards. */
+static int run_dir_recipe(run_dir *d, const char *recipe_file, bt_diag *diag) {
+    char copy[4200], *mine = NULL, *kept = NULL;
+    size_t n1 = 0, n2 = 0;
+    run_dir_file(d, "recipe.yaml", copy, sizeof copy);
+    if (read_file(recipe_file, &mine, &n1) != 0) {
+        bt_diag_set(diag, "%s: cannot read: %s", recipe_file, strerror(errno));
+        return BT_EINVAL;
+    }
+    int rc = 0;
+    if (read_file(copy, &kept, &n2) != 0)
+        rc = ckpt_write_file_atomic(copy, mine, n1, diag);
+    else if (n1 != n2 || memcmp(mine, kept, n1) != 0) {
+        bt_diag_set(diag,
+                    "%s: this run directory belongs to a run of another recipe (its copy, "
+                    "%s, differs from %s); choose another --run-dir, or 'baton resume %s'",
+                    d->path, copy, recipe_file, d->path);
+        rc = BT_EINVAL;
+    }
+    free(mine);
+    free(kept);
+    return rc;
+}
+
+/* 32 random bytes as hex, kept in secret (0600). */
+static int run_dir_secret(run_dir *d, bt_diag *diag) {
+    char path[4200], *have = NULL;
+    size_t n = 0;
+    run_dir_file(d, "secret", path, sizeof path);
+    if (read_file(path, &have, &n) == 0 && n >= 64) {
+        memcpy(d->token, have, 64);
+        d->token[64] = '\0';
+        free(have);
+        return 0;
+    }
+    free(have);
+    unsigned char raw[32];
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    int ok = fd >= 0 && read(fd, raw, sizeof raw) == (ssize_t)sizeof raw;
+    if (fd >= 0) close(fd);
+    if (!ok) {
+        bt_diag_set(diag, "/dev/urandom: cannot read the run's secret: %s", strerror(errno));
+        return BT_EIO;
+    }
+    for (int i = 0; i < 32; i++)
+        snprintf(d->token + 2 * i, 3, "%02x", raw[i]);
+    return ckpt_write_file_atomic(path, d->token, 64, diag);
+}
+
+static int run_dir_lock(run_dir *d, bt_diag *diag) {
+    char path[4200];
+    run_dir_file(d, "lock", path, sizeof path);
+    d->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (d->lock_fd < 0) {
+        bt_diag_set(diag, "%s: the run directory is not writable: %s", d->path, strerror(errno));
+        return BT_EINVAL;
+    }
+    if (flock(d->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        bt_diag_set(diag, "%s: another baton run is working in this run directory", d->path);
+        close(d->lock_fd);
+        d->lock_fd = -1;
+        return BT_EINVAL;
+    }
+    return 0;
+}
+
+int run_dir_open(run_dir *d, const char *path, const char *recipe_file, bt_diag *diag) {
+    memset(d, 0, sizeof *d);
+    d->lock_fd = -1;
+    if (snprintf(d->path, sizeof d->path, "%s", path) >= (int)sizeof d->path) {
+        bt_diag_set(diag, "%s: the run directory's path is too long", path);
+        return BT_EINVAL;
+    }
+    char sub[4200];
+    if (mkdir_p(d->path) != 0 || chmod(d->path, 0700) != 0) {
+        bt_diag_set(diag, "%s: cannot create the run directory: %s", d->path, strerror(errno));
+        return BT_EINVAL;
+    }
+    char abs[PATH_MAX];
+    if (realpath(d->path, abs) == NULL || strlen(abs) >= sizeof d->path) {
+        bt_diag_set(diag, "%s: cannot resolve the run directory: %s", d->path, strerror(errno));
+        return BT_EINVAL;
+    }
+    snprintf(d->path, sizeof d->path, "%s", abs); /* workers and specs see one absolute path */
+    int rc = run_dir_lock(d, diag);
+    rc = rc ? rc : run_dir_recipe(d, recipe_file, diag);
+    rc = rc ? rc : run_dir_secret(d, diag);
+    const char *subs[] = {"specs", "logs"};
+    for (size_t i = 0; rc == 0 && i < 2; i++) {
+        run_dir_file(d, subs[i], sub, sizeof sub);
+        if (mkdir(sub, 0700) != 0 && errno != EEXIST) {
+            bt_diag_set(diag, "%s: cannot create: %s", sub, strerror(errno));
+            rc = BT_EINVAL;
+        }
+    }
+    if (rc != 0) run_dir_close(d);
+    return rc;
+}
+
+void run_dir_close(run_dir *d) {
+    if (d->lock_fd >= 0) close(d->lock_fd);
+    d->lock_fd = -1;
+}
+
+static int run_dir_check_prefix(const char *prefix, const char *stage, const char *what,
+                                bt_diag *diag) {
+    indexed_dataset ds;
+    bt_diag inner;
+    bt_diag_init(&inner);
+    if (indexed_open(&ds, prefix, &inner) != 0) {
+        bt_diag_set(diag, "stage \"%s\": %s data %s: %s (make it with 'baton data prepare')", stage,
+                    what, prefix, inner.msg);
+        return BT_EINVAL;
+    }
+    indexed_close(&ds);
+    return 0;
+}
+
+int run_dir_check_data(const recipe_doc *doc, bt_diag *diag) {
+    for (size_t i = 0; i < doc->recipe->n_stages; i++) {
+        Baton__StageSpec *spec = NULL;
+        int rc = recipe_resolve_stage(doc, i, &spec, diag);
+        loader_source src[16];
+        size_t n = rc == 0 ? loader_sources_from_data(spec->data, src, 16) : 0;
+        if (rc == 0 && n == 0) {
+            bt_diag_set(diag, "stage \"%s\": no training data (data.train or data.mix)",
+                        spec->stage->name);
+            rc = BT_EINVAL;
+        }
+        for (size_t k = 0; rc == 0 && k < n; k++)
+            rc = run_dir_check_prefix(src[k].prefix, spec->stage->name, "training", diag);
+        if (rc == 0 && spec->data->valid && spec->data->valid[0])
+            rc = run_dir_check_prefix(spec->data->valid, spec->stage->name, "validation", diag);
+        if (spec) protobuf_c_message_free_unpacked(&spec->base, NULL);
+        if (rc != 0) return rc;
+    }
+    return 0;
+}

@@ -1,0 +1,34 @@
+/* A run directory: everything one `baton run` owns, 0700.
+ *   recipe.yaml   the recipe as given (what `baton resume` reruns)
+ *   secret        the control channel's per-run token (0600)
+ *   lock          held (flock) by the one `baton run` working here
+ *   journal       run_state.h / journal.h
+ *   specs/        the StageSpec of every attempt (sNN-aMM.pb)
+ *   logs/         every attempt's worker output (sNN-aMM.log)
+ *   checkpoints/  stages/ckpt/ckpt.h
+ *   metrics.jsonl, tb/   the control channel's metrics */
+#ifndef BATON_RUN_DIR_H
+#define BATON_RUN_DIR_H
+
+#include <stddef.h>
+
+#include "recipe.h"
+
+typedef struct run_dir {
+    char path[4096];
+    char token[65];
+    int lock_fd;
+} run_dir;
+
+/* Creates (0700) or reopens path for recipe_file, whose bytes must equal the copy kept
+ * there when the directory already holds a run; takes the lock; makes the secret. Every
+ * failure (unwritable, another run's directory, locked by another baton run) is a
+ * clear message and BT_EINVAL / BT_EIO. */
+int run_dir_open(run_dir *d, const char *path, const char *recipe_file, bt_diag *diag);
+void run_dir_close(run_dir *d);
+/* Every dataset the recipe's stages read (train, mix, valid) exists and opens. */
+int run_dir_check_data(const recipe_doc *doc, bt_diag *diag);
+/* path/<sub> into out. */
+void run_dir_file(const run_dir *d, const char *sub, char *out, size_t cap);
+
+#endif

@@ -1,0 +1,78 @@
+#include "run_progress.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "util/clock.h"
+
+void run_progress_end(run_progress *p) {
+    if (p->bar_open) fputc('\n', stdout), fflush(stdout);
+    p->bar_open = 0;
+}
+
+static void progress_show(run_progress *p) {
+    if (p->quiet || p->total == 0) return;
+    if (p->tty) {
+        int width = 30, done = (int)(width * p->step / p->total);
+        char bar[64];
+        for (int i = 0; i < width; i++)
+            bar[i] = i < done ? '#' : '.';
+        bar[width] = '\0';
+        printf("\r[%s] %s %llu/%llu  loss %.4f  %.0f tok/s ", p->stage, bar,
+               (unsigned long long)p->step, (unsigned long long)p->total, p->loss, p->tokens_per_s);
+        p->bar_open = 1;
+    } else {
+        uint64_t every = p->total >= 20 ? p->total / 20 : 1;
+        if (p->step % every != 0 && p->step != p->total) return;
+        printf("[%s] step %llu/%llu  loss %.6f  lr %.3e  grad_norm %.4f  %.0f tok/s\n", p->stage,
+               (unsigned long long)p->step, (unsigned long long)p->total, p->loss, p->lr,
+               p->grad_norm, p->tokens_per_s);
+    }
+    fflush(stdout);
+}
+
+/* rank 0's "step N/M  loss L  lr R  grad_norm G  T tok/s ..." */
+static void progress_step(run_progress *p, const char *line) {
+    unsigned long long s, t;
+    double loss, lr, gn, tok;
+    if (sscanf(line, "step %llu/%llu loss %lf lr %lf grad_norm %lf %lf tok/s", &s, &t, &loss, &lr,
+               &gn, &tok) != 6)
+        return;
+    p->have_step = 1, p->step = s, p->total = t;
+    p->loss = loss, p->lr = lr, p->grad_norm = gn, p->tokens_per_s = tok;
+    p->last_step_at = bt_clock_now();
+    p->steps_seen++;
+    progress_show(p);
+}
+
+static void progress_ckpt(run_progress *p, const char *line) {
+    char name[128];
+    unsigned st;
+    unsigned long long step;
+    if (sscanf(line, "checkpoint %127[^:]:", name) != 1) return;
+    if (sscanf(name, "s%u-step%llu", &st, &step) != 2) return;
+    snprintf(p->ckpt, sizeof p->ckpt, "%s", name);
+    p->ckpt_step = step;
+}
+
+void run_progress_line(void *arg, int rank, int stream, const char *line, size_t len) {
+    run_progress *p = arg;
+    if (p->log) fprintf(p->log, "[%d%s] %.*s\n", rank, stream == 2 ? " err" : "", (int)len, line);
+    if (stream == 2) {
+        run_progress_end(p);
+        fprintf(stderr, "[%s rank %d] %.*s\n", p->stage, rank, (int)len, line);
+        return;
+    }
+    if (rank != 0) return;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), line);
+    if (strncmp(buf, "step ", 5) == 0)
+        progress_step(p, buf);
+    else if (strncmp(buf, "checkpoint ", 11) == 0)
+        progress_ckpt(p, buf);
+    else if (!p->quiet &&
+             (strncmp(buf, "valid loss", 10) == 0 || strncmp(buf, "started from", 12) == 0)) {
+        run_progress_end(p);
+        printf("[%s] %s\n", p->stage, buf);
+    }
+}

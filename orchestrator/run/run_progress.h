@@ -1,0 +1,32 @@
+/* What an attempt's ranks print: every line to the attempt's log file; rank 0's step
+ * lines parsed into progress (step, loss, tokens/s) and shown on the terminal (a bar
+ * redrawn in place on a tty, a plain line every 5% otherwise); stderr lines of any rank
+ * shown with the rank; checkpoint lines noted for the journal. */
+#ifndef BATON_RUN_PROGRESS_H
+#define BATON_RUN_PROGRESS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct run_progress {
+    FILE *log;
+    const char *stage;
+    int tty, quiet;
+    /* rank 0's latest step line */
+    int have_step;
+    uint64_t step, total;
+    double loss, lr, grad_norm, tokens_per_s;
+    double last_step_at; /* monotonic time of the latest step line */
+    uint64_t steps_seen; /* step lines this attempt */
+    /* a checkpoint rank 0 reported since the last call of run_progress_take_ckpt */
+    char ckpt[128];
+    uint64_t ckpt_step;
+    int bar_open; /* a progress bar is on the terminal line */
+} run_progress;
+
+/* launch_output_cb for launch_opts.on_output; arg is a run_progress. */
+void run_progress_line(void *arg, int rank, int stream, const char *line, size_t len);
+/* Ends a bar left on the terminal line. */
+void run_progress_end(run_progress *p);
+
+#endif

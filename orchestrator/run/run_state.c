@@ -1,0 +1,56 @@
+#include "run_state.h"
+
+#include <string.h>
+
+static void state_attempt_ended(run_stage_state *st, const Baton__JournalRecord *r,
+                                double *attempt_t0) {
+    if (r->has_step) st->last_step = r->step;
+    if (*attempt_t0 > 0) st->wall_s += r->wall_time - *attempt_t0;
+    *attempt_t0 = 0;
+}
+
+void run_state_replay(run_state *s, Baton__JournalRecord *const *v, size_t n) {
+    memset(s, 0, sizeof *s);
+    double attempt_t0 = 0;
+    for (size_t i = 0; i < n; i++) {
+        const Baton__JournalRecord *r = v[i];
+        uint32_t k = r->stage_index < RUN_MAX_STAGES ? r->stage_index : RUN_MAX_STAGES - 1;
+        run_stage_state *st = &s->stage[k];
+        int staged = r->kind != BATON__JOURNAL_RECORD__KIND__RUN_STARTED &&
+                     r->kind != BATON__JOURNAL_RECORD__KIND__RUN_COMPLETED;
+        if (staged && k + 1 > s->n_stages) s->n_stages = k + 1;
+        switch (r->kind) {
+        case BATON__JOURNAL_RECORD__KIND__RUN_STARTED:
+            if (!s->started) s->started_at = r->wall_time;
+            s->started = 1;
+            break;
+        case BATON__JOURNAL_RECORD__KIND__STAGE_STARTED:
+            if (!st->started) st->started_at = r->wall_time;
+            st->started = 1;
+            break;
+        case BATON__JOURNAL_RECORD__KIND__ATTEMPT_STARTED:
+            st->attempts++;
+            attempt_t0 = r->wall_time;
+            break;
+        case BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED:
+            state_attempt_ended(st, r, &attempt_t0);
+            break;
+        case BATON__JOURNAL_RECORD__KIND__FAILURE:
+            st->failures++, s->total_failures++;
+            break;
+        case BATON__JOURNAL_RECORD__KIND__STAGE_COMPLETED:
+            st->completed = 1, st->completed_at = r->wall_time;
+            if (r->has_step) st->last_step = r->step;
+            break;
+        case BATON__JOURNAL_RECORD__KIND__RUN_COMPLETED:
+            s->completed = 1;
+            break;
+        default:
+            break;
+        }
+        if (staged && r->has_loss) st->loss = r->loss;
+        if (staged && r->has_tokens_per_s) st->tokens_per_s = r->tokens_per_s;
+        if (r->has_recovery_s && r->recovery_s > 0)
+            st->recovery_s_sum += r->recovery_s, st->recoveries++;
+    }
+}

@@ -1,0 +1,38 @@
+/* What a run's journal says about it: per stage, whether it completed, how many attempts
+ * were started, the failures and recoveries; whether the whole run completed. Built by
+ * replaying the records, so `baton run` on an existing run directory and `baton status`
+ * see the same history. */
+#ifndef BATON_RUN_STATE_H
+#define BATON_RUN_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "journal.h"
+
+#define RUN_MAX_STAGES 64
+
+typedef struct run_stage_state {
+    int started, completed;
+    uint32_t attempts;  /* ATTEMPT_STARTED records */
+    uint32_t failures;  /* FAILURE records */
+    uint64_t last_step; /* of the last ATTEMPT_ENDED / STAGE_COMPLETED */
+    double started_at, completed_at;
+    double recovery_s_sum;
+    uint32_t recoveries; /* failures followed by a completed step */
+    double wall_s;       /* time spent in attempts */
+    double loss;         /* the last loss journaled */
+    double tokens_per_s; /* at completion */
+} run_stage_state;
+
+typedef struct run_state {
+    int started, completed;
+    size_t n_stages; /* stages seen in the journal (index + 1 of the highest) */
+    run_stage_state stage[RUN_MAX_STAGES];
+    uint32_t total_failures;
+    double started_at;
+} run_state;
+
+void run_state_replay(run_state *s, Baton__JournalRecord *const *v, size_t n);
+
+#endif

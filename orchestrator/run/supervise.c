@@ -1,0 +1,434 @@
+#define _GNU_SOURCE /* sigabbrev_np */
+#include "supervise.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+#include "control_server.h"
+#include "journal.h"
+#include "launch.h"
+#include "run_progress.h"
+#include "run_state.h"
+#include "util/clock.h"
+
+#define RUN_DEFAULT_HEARTBEAT_S 60.0
+#define RUN_DEFAULT_BACKOFF_S   1.0
+#define RUN_KILL_GRACE_S        5.0   /* after a failure: the others are stuck or failing too */
+#define RUN_STOP_GRACE_S        120.0 /* on a signal: time for the workers to checkpoint */
+
+typedef struct run_ctx {
+    run_dir *dir;
+    recipe_doc *doc;
+    const run_opts *o;
+    journal j;
+    run_state st;
+    launch_server srv;
+    int sfd;          /* signalfd: SIGINT, SIGTERM, SIGHUP */
+    int got_signal;   /* a stop was asked for */
+    double failed_at; /* monotonic time of the last failure (recovery pending), else 0 */
+    run_progress prog;
+    control_server cs; /* the control channel: Hello, heartbeats, metrics, Fatal, Stop */
+    int cs_open;
+    bt_diag cs_diag; /* the server reports late errors (metrics writes) here */
+    char hang_why[256];
+} run_ctx;
+
+#define RUN_MAX_POLL 1100
+
+/* What one attempt came to. */
+typedef enum attempt_end {
+    ATTEMPT_DONE = 0,
+    ATTEMPT_RETRY,   /* failed, worth another attempt */
+    ATTEMPT_FATAL,   /* a configuration error: never retried */
+    ATTEMPT_STOPPED, /* stopped on request (signal) */
+} attempt_end;
+
+static int run_journal(run_ctx *c, Baton__JournalRecord__Kind kind, uint32_t stage,
+                       Baton__JournalRecord *r) {
+    Baton__JournalRecord def = BATON__JOURNAL_RECORD__INIT;
+    if (r == NULL) r = &def;
+    r->has_kind = 1, r->kind = kind;
+    r->has_stage_index = 1, r->stage_index = stage;
+    bt_diag d;
+    bt_diag_init(&d);
+    int rc = journal_append(&c->j, r, &d);
+    if (rc != 0) fprintf(stderr, "baton run: %s\n", d.msg);
+    return rc;
+}
+
+static double run_seconds(const Baton__Duration *d, double dflt) {
+    return d && d->has_seconds && d->seconds > 0 ? d->seconds : dflt;
+}
+
+/* The attempt's StageSpec, written to specs/sNN-aMM.pb (path into file). */
+static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSpec **out,
+                          char *file, size_t cap, bt_diag *diag) {
+    int rc = recipe_resolve_stage(c->doc, i, out, diag);
+    if (rc != 0) return rc;
+    Baton__StageSpec *s = *out;
+    char ckroot[4200], probe[4200];
+    run_dir_file(c->dir, CKPT_ROOT_IN_RUN, ckroot, sizeof ckroot);
+    free(s->run_dir);
+    s->run_dir = strdup(c->dir->path);
+    s->has_attempt = 1, s->attempt = attempt;
+    if (c->cs_open) {
+        free(s->control_address);
+        s->control_address = strdup(c->cs.address);
+    }
+    bt_diag quiet;
+    bt_diag_init(&quiet);
+    if (ckpt_resolve(ckroot, probe, sizeof probe, &quiet) == 0) {
+        free(s->init_checkpoint);
+        s->init_checkpoint = strdup(c->dir->path);
+    }
+    size_t n = baton__stage_spec__get_packed_size(s);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (buf == NULL || s->run_dir == NULL) return BT_ENOMEM;
+    baton__stage_spec__pack(s, buf);
+    char name[64];
+    snprintf(name, sizeof name, "specs/s%02zu-a%02u.pb", i, attempt);
+    run_dir_file(c->dir, name, file, cap);
+    rc = ckpt_write_file_atomic(file, buf, n, diag);
+    free(buf);
+    return rc;
+}
+
+/* Steps of the stages before stage i: where its steps start on TensorBoard's axis. */
+static uint64_t run_step_offset(run_ctx *c, size_t i) {
+    uint64_t n = 0;
+    for (size_t k = 0; k < i; k++) {
+        Baton__Stage *eff = NULL;
+        if (recipe_effective_stage(c->doc, k, &eff) == 0 && eff) n += eff->steps;
+        if (eff) protobuf_c_message_free_unpacked(&eff->base, NULL);
+    }
+    return n;
+}
+
+static uint32_t run_world(const Baton__StageSpec *s) {
+    const Baton__Parallel *p = s->stage->parallel;
+    return p->tp * p->pp * p->cp * p->dp;
+}
+
+/* Journals a completed step after a failure as the recovery. */
+static void run_note_recovery(run_ctx *c, uint32_t stage, uint32_t attempt) {
+    if (c->failed_at <= 0 || c->prog.steps_seen == 0) return;
+    Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
+    r.has_attempt = 1, r.attempt = attempt;
+    r.has_step = 1, r.step = c->prog.step;
+    r.has_recovery_s = 1, r.recovery_s = c->prog.last_step_at - c->failed_at;
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__RECOVERED, stage, &r);
+    if (!c->o->quiet) {
+        run_progress_end(&c->prog);
+        printf("[%s] recovered: step %llu completed %.2f s after the failure\n", c->prog.stage,
+               (unsigned long long)c->prog.step, r.recovery_s);
+    }
+    c->failed_at = 0;
+}
+
+static void run_note_ckpt(run_ctx *c, uint32_t stage, uint32_t attempt) {
+    if (c->prog.ckpt[0] == '\0') return;
+    Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
+    r.has_attempt = 1, r.attempt = attempt;
+    r.has_step = 1, r.step = c->prog.ckpt_step;
+    r.detail = c->prog.ckpt;
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__CHECKPOINT_COMMITTED, stage, &r);
+    c->prog.ckpt[0] = '\0';
+}
+
+/* The hang rule: no heartbeat from some connected rank for hang_s (the control channel),
+ * or, before any rank connected, no step from rank 0 for hang_s. */
+static int run_hung(run_ctx *c, double started, double hang_s) {
+    double now = bt_clock_now();
+    int rank = -1;
+    double quiet = c->cs_open ? control_server_silence(&c->cs, now, &rank) : -1;
+    if (quiet > hang_s) {
+        snprintf(c->hang_why, sizeof c->hang_why,
+                 "hang: rank %d sent no heartbeat for %.1f s (heartbeat_timeout %.0f s)", rank,
+                 quiet, hang_s);
+        return 1;
+    }
+    double since = c->prog.steps_seen ? c->prog.last_step_at : started;
+    if (quiet < 0 && now - since > hang_s) {
+        snprintf(c->hang_why, sizeof c->hang_why,
+                 "hang: no completed step for %.0f s (heartbeat_timeout)", hang_s);
+        return 1;
+    }
+    return 0;
+}
+
+static void run_on_signal(run_ctx *c, launch_job *job) {
+    struct signalfd_siginfo si;
+    if (read(c->sfd, &si, sizeof si) != (ssize_t)sizeof si || c->got_signal) return;
+    c->got_signal = (int)si.ssi_signo;
+    run_progress_end(&c->prog);
+    fprintf(stderr, "baton run: got SIG%s: asking the workers to checkpoint and stop\n",
+            sigabbrev_np(c->got_signal));
+    if (c->cs_open) control_server_stop_all(&c->cs, 1, "baton run got a signal");
+    launch_job_kill_after(job, LAUNCH_STOPPED, RUN_STOP_GRACE_S);
+}
+
+/* Polls the job until it ends; kills it on a signal or a hang (*hung set). */
+static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attempt, double hang_s,
+                     int *hung) {
+    struct pollfd pfd[RUN_MAX_POLL];
+    double started = bt_clock_now();
+    int rc;
+    for (;;) {
+        size_t n = 0;
+        if (c->sfd >= 0) pfd[n++] = (struct pollfd){.fd = c->sfd, .events = POLLIN};
+        if (c->cs_open) n += control_server_pollfds(&c->cs, pfd + n, RUN_MAX_POLL - n);
+        if ((rc = launch_job_step(job, pfd, n, 200)) <= 0) break;
+        if (c->cs_open) control_server_handle(&c->cs, pfd, n, bt_clock_now());
+        run_note_recovery(c, stage, attempt);
+        run_note_ckpt(c, stage, attempt);
+        if (c->sfd >= 0 && (pfd[0].revents & POLLIN)) run_on_signal(c, job);
+        if (!*hung && !c->got_signal && run_hung(c, started, hang_s)) {
+            *hung = 1;
+            run_progress_end(&c->prog);
+            fprintf(stderr, "baton run: stage \"%s\": %s: killing the attempt\n", c->prog.stage,
+                    c->hang_why);
+            launch_job_kill(job, LAUNCH_STOPPED);
+        }
+    }
+    run_note_ckpt(c, stage, attempt);
+    return rc;
+}
+
+/* Journals how the attempt ended and decides what comes next. */
+static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stage, uint32_t attempt,
+                                int hung) {
+    Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
+    r.has_attempt = 1, r.attempt = attempt;
+    r.has_step = c->prog.have_step, r.step = c->prog.step;
+    r.has_loss = c->prog.have_step, r.loss = c->prog.loss;
+    int status = launch_job_exit_status(job);
+    r.has_exit_code = 1, r.exit_code = status;
+    if (job->cause == LAUNCH_SUCCESS) {
+        run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
+        return ATTEMPT_DONE;
+    }
+    char why[1024];
+    launch_job_describe(job, why, sizeof why);
+    if (hung)
+        snprintf(why, sizeof why, "%s", c->hang_why);
+    else if (c->cs_open && c->cs.fatal.seen) {
+        size_t l = strlen(why);
+        int k = snprintf(why + l, sizeof why - l, "; rank %u reported: %.400s", c->cs.fatal.rank,
+                         c->cs.fatal.message);
+        (void)k;
+    }
+    const launch_rank *rk = job->failed_rank >= 0 ? &job->ranks[job->failed_rank] : NULL;
+    if (rk) {
+        r.has_rank = 1, r.rank = rk->rank;
+        r.has_signal = rk->term_signal != 0, r.signal = rk->term_signal;
+        char node[32];
+        snprintf(node, sizeof node, "node%d", rk->node);
+        r.node = node;
+    }
+    int fatal = (rk && rk->exited && rk->exit_status == 2) || job->cause == LAUNCH_SPAWN_FAILED;
+    attempt_end end = c->got_signal ? ATTEMPT_STOPPED : fatal ? ATTEMPT_FATAL : ATTEMPT_RETRY;
+    r.detail = why;
+    r.has_retryable = 1, r.retryable = end == ATTEMPT_RETRY;
+    if (end != ATTEMPT_STOPPED) run_journal(c, BATON__JOURNAL_RECORD__KIND__FAILURE, stage, &r);
+    r.node = NULL;
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
+    run_progress_end(&c->prog);
+    if (end != ATTEMPT_STOPPED)
+        fprintf(stderr, "baton run: stage \"%s\" attempt %u failed: %s%s\n", c->prog.stage, attempt,
+                why, end == ATTEMPT_FATAL ? " (a configuration error: not retried)" : "");
+    return end;
+}
+
+static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *hang_s) {
+    Baton__StageSpec *spec = NULL;
+    char spec_file[4200], log_file[4200], name[64];
+    bt_diag d;
+    bt_diag_init(&d);
+    if (run_write_spec(c, i, attempt, &spec, spec_file, sizeof spec_file, &d) != 0) {
+        fprintf(stderr, "baton run: %s\n", d.msg);
+        if (spec) protobuf_c_message_free_unpacked(&spec->base, NULL);
+        return ATTEMPT_FATAL;
+    }
+    *hang_s = run_seconds(spec->stage->restart ? spec->stage->restart->heartbeat_timeout : NULL,
+                          RUN_DEFAULT_HEARTBEAT_S);
+    snprintf(name, sizeof name, "logs/s%02zu-a%02u.log", i, attempt);
+    run_dir_file(c->dir, name, log_file, sizeof log_file);
+    char *argv[] = {(char *)c->o->worker, "--spec", spec_file, NULL};
+    char token_env[128];
+    snprintf(token_env, sizeof token_env, "BATON_CONTROL_TOKEN=%s", c->dir->token);
+    char *env[] = {token_env, NULL};
+    uint32_t world = run_world(spec);
+    if (c->cs_open &&
+        control_server_begin_attempt(&c->cs, (uint32_t)i, c->doc->recipe->stages[i]->name, attempt,
+                                     world, run_step_offset(c, i)) != 0) {
+        fprintf(stderr, "baton run: out of memory\n");
+        protobuf_c_message_free_unpacked(&spec->base, NULL);
+        return ATTEMPT_FATAL;
+    }
+    uint32_t nodes = spec->cluster && spec->cluster->nodes * spec->cluster->gpus_per_node == world
+                         ? spec->cluster->nodes
+                         : 1;
+    launch_opts lo = {.nprocs = (int)world,
+                      .nnodes = (int)nodes,
+                      .argv = argv,
+                      .env_extra = env,
+                      .kill_grace_s = RUN_KILL_GRACE_S,
+                      .on_output = run_progress_line,
+                      .output_arg = &c->prog};
+    c->prog = (run_progress){.log = fopen(log_file, "w"),
+                             .stage = c->doc->recipe->stages[i]->name,
+                             .tty = isatty(1),
+                             .quiet = c->o->quiet};
+    if (c->prog.log) setvbuf(c->prog.log, NULL, _IOLBF, 0); /* readable while it runs */
+    Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
+    r.has_attempt = 1, r.attempt = attempt;
+    r.detail = spec_file;
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_STARTED, (uint32_t)i, &r);
+    launch_job job;
+    int hung = 0, rc = launch_job_init(&job, &c->srv, &lo, &d);
+    rc = rc ? rc : launch_job_start(&job, &d);
+    rc = rc ? rc : run_watch(c, &job, (uint32_t)i, attempt, *hang_s, &hung);
+    attempt_end end = ATTEMPT_FATAL;
+    if (rc == 0)
+        end = run_classify(c, &job, (uint32_t)i, attempt, hung);
+    else
+        fprintf(stderr, "baton run: cannot launch the workers: %s\n",
+                d.msg[0] ? d.msg : bt_strerror(rc));
+    launch_job_close(&job);
+    if (c->prog.log) fclose(c->prog.log);
+    c->prog.log = NULL;
+    protobuf_c_message_free_unpacked(&spec->base, NULL);
+    return end;
+}
+
+/* Sleeps s seconds unless a signal arrives (then returns 1). */
+static int run_backoff(run_ctx *c, double s) {
+    struct pollfd pfd = {.fd = c->sfd, .events = POLLIN};
+    if (poll(&pfd, c->sfd >= 0 ? 1 : 0, (int)(s * 1000)) > 0) {
+        struct signalfd_siginfo si;
+        if (read(c->sfd, &si, sizeof si) == (ssize_t)sizeof si) c->got_signal = (int)si.ssi_signo;
+        return 1;
+    }
+    return 0;
+}
+
+static const Baton__RestartPolicy *run_policy(const recipe_doc *doc, size_t i, Baton__Stage **eff) {
+    *eff = NULL;
+    return recipe_effective_stage(doc, i, eff) == 0 && *eff ? (*eff)->restart : NULL;
+}
+
+/* Attempts of stage i until it completes; an exit status when the run must end. */
+static int run_stage(run_ctx *c, size_t i) {
+    run_stage_state *ss = &c->st.stage[i];
+    if (!ss->started) run_journal(c, BATON__JOURNAL_RECORD__KIND__STAGE_STARTED, (uint32_t)i, NULL);
+    Baton__Stage *eff;
+    const Baton__RestartPolicy *pol = run_policy(c->doc, i, &eff);
+    uint32_t max_restarts = pol && pol->has_max_restarts ? pol->max_restarts : 10;
+    double backoff = run_seconds(pol ? pol->backoff : NULL, RUN_DEFAULT_BACKOFF_S);
+    int status = -1;
+    for (uint32_t attempt = ss->attempts; status < 0; attempt++) {
+        double hang_s = 0;
+        attempt_end end = run_attempt(c, i, attempt, &hang_s);
+        if (end == ATTEMPT_DONE) {
+            Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
+            r.has_step = 1, r.step = c->prog.step;
+            r.has_loss = c->prog.have_step, r.loss = c->prog.loss;
+            r.has_tokens_per_s = c->prog.have_step, r.tokens_per_s = c->prog.tokens_per_s;
+            run_journal(c, BATON__JOURNAL_RECORD__KIND__STAGE_COMPLETED, (uint32_t)i, &r);
+            run_progress_end(&c->prog);
+            status = 0;
+        } else if (end == ATTEMPT_STOPPED) {
+            status = RUN_EXIT_STOPPED;
+        } else if (end == ATTEMPT_FATAL) {
+            status = BT_EXIT_USAGE;
+        } else if (++ss->failures > max_restarts) {
+            fprintf(stderr, "baton run: stage \"%s\": giving up after %u restarts (max_restarts)\n",
+                    c->prog.stage, max_restarts);
+            status = BT_EXIT_FAILURE;
+        } else {
+            c->failed_at = bt_clock_now();
+            fprintf(stderr,
+                    "baton run: restarting stage \"%s\" from its newest checkpoint in %.1f s "
+                    "(restart %u of at most %u)\n",
+                    c->prog.stage, backoff, ss->failures, max_restarts);
+            if (run_backoff(c, backoff)) status = RUN_EXIT_STOPPED;
+        }
+    }
+    if (eff) protobuf_c_message_free_unpacked(&eff->base, NULL);
+    return status;
+}
+
+static int run_signals(void) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    if (sigprocmask(SIG_BLOCK, &set, NULL) != 0) return -1;
+    return signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+}
+
+static int run_load_state(run_ctx *c) {
+    Baton__JournalRecord **v;
+    size_t n;
+    int torn;
+    bt_diag d;
+    bt_diag_init(&d);
+    if (journal_read(c->dir->path, &v, &n, &torn, &d) != 0) {
+        fprintf(stderr, "baton run: %s\n", d.msg);
+        return BT_EIO;
+    }
+    run_state_replay(&c->st, v, n);
+    journal_records_free(v, n);
+    if (torn) fprintf(stderr, "baton run: the journal's torn last record was dropped\n");
+    return 0;
+}
+
+void run_print_summary(const run_dir *dir, const recipe_doc *doc);
+
+int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
+    run_ctx c = {.dir = dir, .doc = doc, .o = o, .sfd = -1};
+    bt_diag d;
+    bt_diag_init(&d);
+    if (run_load_state(&c) != 0 || journal_open(&c.j, dir->path, &d) != 0) {
+        if (d.msg[0]) fprintf(stderr, "baton run: %s\n", d.msg);
+        return BT_EXIT_FAILURE;
+    }
+    int status = 0;
+    if (c.st.completed) {
+        printf("baton run: %s: the run has already completed\n", dir->path);
+    } else {
+        if (!c.st.started) run_journal(&c, BATON__JOURNAL_RECORD__KIND__RUN_STARTED, 0, NULL);
+        c.sfd = run_signals();
+        bt_diag_init(&c.cs_diag);
+        if (control_server_open(&c.cs, dir->token, dir->path, "127.0.0.1", &c.cs_diag) == 0)
+            c.cs_open = 1;
+        else
+            fprintf(stderr, "baton run: no control channel (hangs are seen by progress only): %s\n",
+                    c.cs_diag.msg);
+        if (launch_server_init(&c.srv, &d) != 0) {
+            fprintf(stderr, "baton run: cannot start the PMIx server: %s\n", d.msg);
+            if (c.cs_open) control_server_close(&c.cs);
+            journal_close(&c.j);
+            return BT_EXIT_FAILURE;
+        }
+        for (size_t i = 0; status == 0 && i < doc->recipe->n_stages; i++)
+            if (!c.st.stage[i].completed) status = run_stage(&c, i);
+        if (status == 0) run_journal(&c, BATON__JOURNAL_RECORD__KIND__RUN_COMPLETED, 0, NULL);
+        launch_server_close(&c.srv);
+        if (c.cs_open) control_server_close(&c.cs);
+        if (c.sfd >= 0) close(c.sfd);
+    }
+    journal_close(&c.j);
+    if (status == 0) run_print_summary(dir, doc);
+    if (status == RUN_EXIT_STOPPED)
+        fprintf(stderr, "baton run: stopped; continue with 'baton resume %s'\n", dir->path);
+    return status;
+}

@@ -1,0 +1,289 @@
+/* The control channel end to end inside one process: the orchestrator's server
+ * (orchestrator/control) and the worker's client (worker/control) over real sockets.
+ *
+ *   test_control unit RUN_DIR
+ *     Hello with the right token is accepted, heartbeats and metrics are tracked, rank
+ *     0's metrics reach RUN_DIR/metrics.jsonl with every field, a wrong token, garbage, an
+ *     oversized frame and a straggler of another attempt are refused without harm to the
+ *     others, silence is measured, Stop reaches the client.
+ *   test_control serve SPEC_IN SPEC_OUT RUN_DIR WORLD STOP_AT ACTION
+ *     For the worker tests: writes SPEC_IN with this server's control_address to SPEC_OUT,
+ *     then serves (token from BATON_CONTROL_TOKEN). When rank 0 reports step STOP_AT it
+ *     does ACTION: "stop" sends Stop to every rank, "term1" sends SIGTERM to rank 1 (pid
+ *     from its Hello), "mark" creates RUN_DIR/reached for the script. It ends once every
+ *     rank has connected and gone (or after 120 s) and prints what it saw. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "control_client.h"
+#include "control_server.h"
+#include "stage_spec.pb-c.h"
+#include "util/clock.h"
+
+static int failures;
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            failures++;                                                                            \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
+    } while (0)
+
+/* One poll-and-handle round of the server, waiting at most ms. */
+static void pump(control_server *cs, int ms) {
+    struct pollfd fds[64];
+    size_t n = control_server_pollfds(cs, fds, 64);
+    if (poll(fds, n, ms) > 0) control_server_handle(cs, fds, n, bt_clock_now());
+}
+
+/* Pumps until cond(cs) holds or 5 s pass. */
+static int pump_until(control_server *cs, int (*cond)(const control_server *)) {
+    double end = bt_clock_now() + 5;
+    while (!cond(cs) && bt_clock_now() < end)
+        pump(cs, 20);
+    return cond(cs);
+}
+
+static int two_connected(const control_server *cs) {
+    return control_server_connected(cs) == 2;
+}
+static int one_connected(const control_server *cs) {
+    return control_server_connected(cs) == 1;
+}
+static int step3(const control_server *cs) {
+    return cs->have_metrics && cs->last.step == 3;
+}
+static int rank1_step7(const control_server *cs) {
+    return cs->ranks[1].step == 7;
+}
+static int got_fatal(const control_server *cs) {
+    return cs->fatal.seen;
+}
+static unsigned want_rejected;
+static int rejected(const control_server *cs) {
+    return cs->rejected >= want_rejected;
+}
+
+/* A raw TCP connection to the server, for bytes no client would send. */
+static int raw_connect(const control_server *cs) {
+    const char *colon = strrchr(cs->address, ':');
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    sa.sin_addr.s_addr = htonl(0x7f000001);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) return -1;
+    return fd;
+}
+
+static void send_metrics(control_client *c, uint64_t step, double loss) {
+    Baton__Metrics m = BATON__METRICS__INIT;
+    m.has_step = 1, m.step = step;
+    m.has_loss = 1, m.loss = loss;
+    m.has_lr = 1, m.lr = 1e-3 * (double)step;
+    m.has_grad_norm = 1, m.grad_norm = 0.5;
+    m.has_tokens_per_s = 1, m.tokens_per_s = 1234.5;
+    m.has_step_time_s = 1, m.step_time_s = 0.25;
+    control_client_metrics(c, &m);
+}
+
+static int count_lines(const char *path) {
+    FILE *f = fopen(path, "r");
+    int n = 0, ch;
+    if (f == NULL) return -1;
+    while ((ch = fgetc(f)) != EOF)
+        n += ch == '\n';
+    fclose(f);
+    return n;
+}
+
+/* Wrong token, garbage, an oversized frame, another attempt: refused, harmless. */
+static void unit_refusals(control_server *cs) {
+    bt_diag d;
+    bt_diag_init(&d);
+    control_client bad;
+    CHECK(control_client_open(&bad, cs->address, "wrong-token", 1, 2, 3, &d) == 0, "%s", d.msg);
+    send_metrics(&bad, 99, 99.0);
+    want_rejected = 1;
+    CHECK(pump_until(cs, rejected), "a wrong token was not refused");
+    CHECK(cs->last.step != 99, "metrics of a refused connection were taken");
+    control_client stale;
+    CHECK(control_client_open(&stale, cs->address, "s3cret", 1, 2, 2, &d) == 0, "%s", d.msg);
+    want_rejected = 2;
+    CHECK(pump_until(cs, rejected), "a Hello of another attempt was not refused");
+    int g = raw_connect(cs), o = raw_connect(cs);
+    CHECK(g >= 0 && o >= 0, "raw connect failed");
+    const uint8_t garbage[] = {5, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff};
+    const uint8_t huge[] = {0xff, 0xff, 0xff, 0x7f, 1, 2, 3};
+    CHECK(write(g, garbage, sizeof garbage) == sizeof garbage, "write");
+    CHECK(write(o, huge, sizeof huge) == sizeof huge, "write");
+    want_rejected = 4;
+    CHECK(pump_until(cs, rejected), "garbage or an oversized frame was not refused (%u)",
+          cs->rejected);
+    char b;
+    CHECK(read(g, &b, 1) == 0 && read(o, &b, 1) == 0, "refused connections left open");
+    close(g), close(o);
+    control_client_close(&bad);
+    control_client_close(&stale);
+}
+
+static void unit_metrics_file(const char *run_dir) {
+    char path[4096], line[4096] = "";
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    CHECK(count_lines(path) == 2, "metrics.jsonl has %d lines, expected 2", count_lines(path));
+    FILE *f = fopen(path, "r");
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        continue; /* the last line */
+    if (f != NULL) fclose(f);
+    static const char *const keys[] = {
+        "\"time\": ",         "\"stage\": \"pretrain\"",  "\"stage_index\": 1",   "\"attempt\": 3",
+        "\"step\": 3",        "\"global_step\": 103",     "\"loss\": 2.5",        "\"lr\": ",
+        "\"grad_norm\": 0.5", "\"tokens_per_s\": 1234.5", "\"step_time_s\": 0.25"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        CHECK(strstr(line, keys[i]) != NULL, "metrics line lacks %s: %s", keys[i], line);
+}
+
+static int unit(const char *run_dir) {
+    control_server cs;
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(control_server_open(&cs, "s3cret", run_dir, "127.0.0.1", &d) == 0, "open: %s", d.msg);
+    CHECK(control_server_begin_attempt(&cs, 1, "pretrain", 3, 2, 100) == 0, "begin");
+    CHECK(control_server_silence(&cs, bt_clock_now(), NULL) < 0, "silence without ranks");
+    control_client r0, r1;
+    CHECK(control_client_open(&r0, cs.address, "s3cret", 0, 2, 3, &d) == 0, "r0: %s", d.msg);
+    CHECK(control_client_open(&r1, cs.address, "s3cret", 1, 2, 3, &d) == 0, "r1: %s", d.msg);
+    CHECK(pump_until(&cs, two_connected), "two good ranks did not connect");
+    CHECK(cs.ranks[1].pid == getpid(), "rank 1's pid %d", (int)cs.ranks[1].pid);
+    unit_refusals(&cs);
+    CHECK(control_server_connected(&cs) == 2, "refusals disturbed the good ranks");
+    send_metrics(&r1, 3, 9.0); /* rank 1's metrics are tracked, not written */
+    control_client_heartbeat(&r1, BATON__HEARTBEAT__PHASE__TRAIN, 7);
+    send_metrics(&r0, 2, 3.0);
+    send_metrics(&r0, 3, 2.5);
+    CHECK(pump_until(&cs, step3) && pump_until(&cs, rank1_step7), "metrics/heartbeat lost");
+    CHECK(cs.ranks[1].phase == BATON__HEARTBEAT__PHASE__TRAIN, "phase %d", cs.ranks[1].phase);
+    CHECK(cs.last.loss == 2.5, "rank 0's loss %g", cs.last.loss);
+    unit_metrics_file(run_dir);
+    sleep_s(0.3);
+    control_client_heartbeat(&r1, BATON__HEARTBEAT__PHASE__TRAIN, 8);
+    pump(&cs, 200);
+    int who = -1;
+    double s = control_server_silence(&cs, bt_clock_now(), &who);
+    CHECK(who == 0 && s >= 0.3 && s < 3, "silence %.3f s of rank %d", s, who);
+    CHECK(control_server_stop_all(&cs, 1, "preempted") == 2, "Stop not sent to both");
+    double end = bt_clock_now() + 5;
+    while (!control_client_poll(&r0) && bt_clock_now() < end)
+        sleep_s(0.01);
+    CHECK(r0.stop && r0.stop_checkpoint && strcmp(r0.stop_reason, "preempted") == 0,
+          "Stop not received");
+    control_client_fatal(&r1, 1, "disk full");
+    CHECK(pump_until(&cs, got_fatal) && cs.fatal.rank == 1 && cs.fatal.code == 1 &&
+              strcmp(cs.fatal.message, "disk full") == 0,
+          "Fatal not recorded");
+    control_client_close(&r1);
+    CHECK(pump_until(&cs, one_connected), "a closed rank still counts as connected");
+    control_client_close(&r0);
+    control_server_close(&cs);
+    printf("control unit: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
+    return failures ? 1 : 0;
+}
+
+/* ---- serve ----------------------------------------------------------------------------- */
+
+static int serve_write_spec(const char *in, const char *out, const char *address) {
+    FILE *f = fopen(in, "rb");
+    static uint8_t buf[1 << 20];
+    size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+    if (f != NULL) fclose(f);
+    Baton__StageSpec *s = n ? baton__stage_spec__unpack(NULL, n, buf) : NULL;
+    if (s == NULL) return -1;
+    s->control_address = (char *)address;
+    size_t m = baton__stage_spec__get_packed_size(s);
+    uint8_t *o = malloc(m);
+    baton__stage_spec__pack(s, o);
+    s->control_address = NULL; /* not ours to free */
+    baton__stage_spec__free_unpacked(s, NULL);
+    f = fopen(out, "wb");
+    int ok = f != NULL && fwrite(o, 1, m, f) == m;
+    ok = (f == NULL || fclose(f) == 0) && ok;
+    free(o);
+    return ok ? 0 : -1;
+}
+
+static void serve_act(control_server *cs, const char *action, const char *run_dir) {
+    if (strcmp(action, "stop") == 0) {
+        printf("serve: sent Stop to %d rank(s)\n", control_server_stop_all(cs, 1, "test stop"));
+    } else if (strcmp(action, "term1") == 0 && cs->world > 1 && cs->ranks[1].pid > 0) {
+        printf("serve: SIGTERM to rank 1 (pid %d)\n", (int)cs->ranks[1].pid);
+        kill(cs->ranks[1].pid, SIGTERM);
+    } else if (strcmp(action, "mark") == 0) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/reached", run_dir);
+        FILE *f = fopen(path, "w");
+        if (f != NULL) fclose(f);
+    }
+    fflush(stdout);
+}
+
+static int serve(char **argv) {
+    const char *token = getenv("BATON_CONTROL_TOKEN"), *run_dir = argv[4], *action = argv[7];
+    uint32_t world = (uint32_t)atoi(argv[5]);
+    uint64_t stop_at = (uint64_t)atoll(argv[6]);
+    control_server cs;
+    bt_diag d;
+    bt_diag_init(&d);
+    if (token == NULL || control_server_open(&cs, token, run_dir, NULL, &d) != 0 ||
+        control_server_begin_attempt(&cs, 0, "train", 0, world, 0) != 0 ||
+        serve_write_spec(argv[2], argv[3], cs.address) != 0) {
+        fprintf(stderr, "serve: cannot start: %s\n", d.msg);
+        return 1;
+    }
+    printf("serve: listening on %s\n", cs.address);
+    fflush(stdout);
+    int acted = 0;
+    uint32_t seen = 0;
+    double end = bt_clock_now() + 120, max_silence = 0;
+    while (bt_clock_now() < end) {
+        pump(&cs, 50);
+        seen = 0;
+        for (uint32_t r = 0; r < world; r++)
+            seen += cs.ranks[r].ever_connected != 0;
+        double s = control_server_silence(&cs, bt_clock_now(), NULL);
+        max_silence = s > max_silence ? s : max_silence;
+        if (!acted && cs.have_metrics && cs.last.step >= stop_at) {
+            serve_act(&cs, action, run_dir);
+            acted = 1;
+        }
+        if (seen == world && control_server_connected(&cs) == 0) break;
+    }
+    printf("serve: ranks seen %u/%u, last step %llu, rejected %u, fatal %s, longest silence "
+           "%.1f s\n",
+           seen, world, (unsigned long long)cs.last.step, cs.rejected,
+           cs.fatal.seen ? cs.fatal.message : "none", max_silence);
+    control_server_close(&cs);
+    return seen == world ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    signal(SIGPIPE, SIG_IGN);
+    if (argc == 3 && strcmp(argv[1], "unit") == 0) return unit(argv[2]);
+    if (argc == 8 && strcmp(argv[1], "serve") == 0) return serve(argv);
+    fprintf(stderr, "usage: test_control unit RUN_DIR | serve SPEC_IN SPEC_OUT RUN_DIR WORLD "
+                    "STOP_AT stop|term1|mark\n");
+    return 2;
+}

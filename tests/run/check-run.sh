@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# `baton run` end to end on tests/run/run.yaml (three stages, 4 workers on 2 virtual
+# nodes). CASE:
+#   faults        kill -9 a random worker at a random step three times, SIGSTOP one once
+#                 (a hang), and kill a whole virtual node once; the run must finish by
+#                 itself, the journal must show five recoveries, and every stage must end
+#                 on exactly the uninterrupted run's loss.
+#   kill-baton    kill -9 `baton run` itself mid-stage, run it again on the same run
+#                 directory: it continues and ends on the same losses.
+#   bad-input     a bad recipe, an unwritable run directory, missing data: exit 2 with a
+#                 clear message before any worker starts.
+#   stop          SIGTERM to `baton run`: the workers checkpoint and it exits 75;
+#                 `baton resume` finishes with the uninterrupted losses.
+#   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
+set -euo pipefail
+baton=$1 worker=$2 src=$3 case=$4
+export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+work=$(mktemp -d /tmp/baton-test-run.XXXXXX)
+bpid=
+cleanup() {
+  [[ -n $bpid ]] && kill -9 "$bpid" 2>/dev/null
+  pkill -9 -f -- "--spec $work/" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+cd "$work"
+"$baton" data prepare --input /usr/share/games/fortunes --split-on-percent \
+  --output data/fortunes >/dev/null
+recipe=$src/tests/run/run.yaml
+fail() { echo "$case: $*"; [[ -f run.out ]] && tail -20 run.out; exit 1; }
+
+# stage_losses DIR: "name loss" per stage, as the journal has them
+stage_losses() {
+  "$baton" status "$1" --json | /usr/bin/python3 -c '
+import json, sys
+for s in json.load(sys.stdin)["stages"]: print(s["name"], s["state"], "%.9g" % s["loss"])'
+}
+reference() {
+  "$baton" run "$recipe" --run-dir ref --quiet >ref.out 2>&1 || { cat ref.out; fail "the reference run failed"; }
+  stage_losses ref >ref.losses
+}
+
+# newest_log STAGE: the newest attempt's log of stage STAGE
+newest_log() { ls -t r1/logs/s0"$1"-a*.log 2>/dev/null | head -1 || true; }
+# wait_step STAGE K: until rank 0 of the stage's newest attempt has completed step K
+wait_step() {
+  local deadline=$((SECONDS + 120)) log step
+  while ((SECONDS < deadline)); do
+    log=$(newest_log "$1")
+    if [[ -n $log ]]; then
+      step=$(sed -En 's/^\[0\] step +([0-9]+)\/.*/\1/p' "$log" | tail -1)
+      [[ -n $step && $step -ge $2 ]] && { echo "$log"; return 0; }
+    fi
+    kill -0 "$bpid" 2>/dev/null || fail "baton run ended early"
+    sleep 0.05
+  done
+  fail "stage $1 never reached step $2"
+}
+# worker_pids LOG [RANK...]: the pids of that attempt's workers (all, or those ranks)
+worker_pids() {
+  local spec
+  spec=$(basename "$1" .log)
+  for p in $(pgrep -f -- "--spec $work/r1/specs/$spec.pb" || true); do
+    local r
+    r=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^PMIX_RANK=//p')
+    if [[ $# -eq 1 ]] || [[ " ${*:2} " == *" $r "* ]]; then echo "$p"; fi
+  done
+}
+strike() { # STAGE FROM TO SIGNAL [RANKS...]: at a random step in [FROM, TO]
+  local k=$(($2 + RANDOM % ($3 - $2 + 1))) log pids
+  log=$(wait_step "$1" "$k")
+  pids=$(worker_pids "$log" "${@:5}")
+  [[ $# -eq 4 ]] && pids=$(shuf -n 1 <<<"$pids")
+  [[ -n $pids ]] || { pgrep -af baton-worker | cut -c1-160; fail "no worker to strike in $log"; }
+  echo "stage $1 step $k: SIG$4 to pid(s) $(echo $pids)"
+  kill -s "$4" $pids
+}
+
+case $case in
+faults)
+  reference
+  "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  strike 0 4 10 KILL
+  strike 0 16 24 KILL
+  strike 1 3 8 STOP
+  strike 2 2 5 KILL
+  strike 2 7 10 KILL 2 3 # node1: ranks 2 and 3
+  wait "$bpid" || fail "baton run exited $?"
+  bpid=
+  stage_losses r1 >r1.losses
+  diff ref.losses r1.losses || fail "the stages did not end on the uninterrupted losses"
+  "$baton" status r1 --json >status.json
+  /usr/bin/python3 - status.json <<'PY' || fail "journal check"
+import json, sys
+s = json.load(open(sys.argv[1]))
+rec = s["recovery_s"]
+print("restarts", s["restarts"], "recoveries (s):", " ".join("%.2f" % r for r in rec))
+assert s["state"] == "completed" and s["restarts"] == 5 and len(rec) == 5, s
+PY
+  "$baton" status r1 >status.txt
+  grep -Eq "failure: stage extend .*hang: rank [0-9]+ sent no heartbeat" status.txt ||
+    { cat status.txt; fail "the SIGSTOP was not seen as a hang"; }
+  echo "$case: 5 failures, 5 recoveries, every stage on the uninterrupted loss"
+  ;;
+kill-baton)
+  reference
+  "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 1 6 >/dev/null
+  kill -9 "$bpid"
+  wait "$bpid" 2>/dev/null || true
+  bpid=
+  sleep 0.5
+  [[ -z $(pgrep -f -- "--spec $work/r1/" || true) ]] || fail "workers outlived baton run"
+  "$baton" run "$recipe" --run-dir r1 --quiet >run2.out 2>&1 || { cat run2.out; fail "the second baton run failed"; }
+  stage_losses r1 >r1.losses
+  diff ref.losses r1.losses || fail "the continued run did not end on the same losses"
+  echo "$case: killed mid-stage, continued, same losses"
+  ;;
+stop)
+  reference
+  "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 12 >/dev/null
+  kill -TERM "$bpid"
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  [[ $rc == 75 ]] || fail "baton run exited $rc on SIGTERM, not 75"
+  "$baton" resume r1 --quiet >run2.out 2>&1 || { cat run2.out; fail "resume failed"; }
+  stage_losses r1 >r1.losses
+  diff ref.losses r1.losses || fail "the resumed run did not end on the same losses"
+  echo "$case: SIGTERM -> exit 75, resumed to the same losses"
+  ;;
+bad-input)
+  expect2() { # WHAT PATTERN CMD...
+    local what=$1 pat=$2
+    shift 2
+    set +e; "$@" >out.txt 2>&1; local rc=$?; set -e
+    [[ $rc == 2 ]] || { cat out.txt; fail "$what: exit $rc, not 2"; }
+    grep -Eq "$pat" out.txt || { cat out.txt; fail "$what: unclear message"; }
+    [[ -z $(pgrep -f -- "--spec $work/" || true) ]] || fail "$what: a worker started"
+    echo "$what: $(head -1 out.txt)"
+  }
+  printf 'name: x\nstages: [{name: a, steps: -3}]\n' >bad.yaml
+  expect2 "bad recipe" "bad.yaml:2:" "$baton" run bad.yaml --run-dir bad
+  mkdir ro && chmod 500 ro
+  if [[ $(id -u) != 0 ]]; then
+    expect2 "unwritable run dir" "ro/run.*(cannot create|not writable)" "$baton" run "$recipe" --run-dir ro/run
+  else
+    : >notadir
+    expect2 "unwritable run dir" "notadir/run: cannot create" "$baton" run "$recipe" --run-dir notadir/run
+  fi
+  mv data data.hidden
+  expect2 "missing data" "data/fortunes_train.*baton data prepare" "$baton" run "$recipe" --run-dir nodata
+  [[ ! -e nodata ]] || fail "missing data: the run directory was created anyway"
+  mv data.hidden data
+  ;;
+*) fail "unknown case" ;;
+esac

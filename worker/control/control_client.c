@@ -1,0 +1,205 @@
+/* The worker's end of the control channel (control_client.h). */
+#include "control_client.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+/* Splits "host:port" or "[host]:port". */
+static int control_split(const char *address, char *host, size_t cap, const char **port) {
+    const char *colon = strrchr(address, ':');
+    if (colon == NULL || colon[1] == '\0') return -1;
+    const char *h = address;
+    size_t n = (size_t)(colon - address);
+    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') h++, n -= 2;
+    if (n == 0 || n >= cap) return -1;
+    memcpy(host, h, n);
+    host[n] = '\0';
+    *port = colon + 1;
+    return 0;
+}
+
+/* connect() bounded by the timeout; fd stays blocking afterwards. */
+static int control_connect_one(const struct addrinfo *ai) {
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) return -1;
+    int fl = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+        struct pollfd p = {fd, POLLOUT, 0};
+        int err = 0;
+        socklen_t len = sizeof err;
+        rc = poll(&p, 1, CONTROL_CLIENT_CONNECT_TIMEOUT_S * 1000) == 1 &&
+                     getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0
+                 ? 0
+                 : -1;
+        if (err != 0) errno = err;
+        if (rc != 0 && err == 0) errno = ETIMEDOUT;
+    }
+    fcntl(fd, F_SETFL, fl);
+    struct timeval tv = {CONTROL_CLIENT_SEND_TIMEOUT_S, 0};
+    int one = 1;
+    if (rc == 0) {
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        return fd;
+    }
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+}
+
+static int control_send(control_client *c, const Baton__Envelope *env) {
+    if (c->fd < 0) return -1;
+    uint8_t small[512], *buf = small;
+    size_t n = baton__envelope__get_packed_size(env);
+    if (n + 4 > sizeof small && (buf = malloc(n + 4)) == NULL) return -1;
+    for (int i = 0; i < 4; i++)
+        buf[i] = (uint8_t)(n >> (8 * i));
+    baton__envelope__pack(env, buf + 4);
+    size_t off = 0;
+    while (off < n + 4) {
+        ssize_t w = send(c->fd, buf + off, n + 4 - off, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        off += (size_t)w;
+    }
+    if (buf != small) free(buf);
+    if (off == n + 4) return 0;
+    fprintf(stderr,
+            "baton-worker: rank %u: control channel lost (%s); training goes on without it\n",
+            c->rank, strerror(errno));
+    control_client_close(c);
+    return -1;
+}
+
+static int control_hello(control_client *c, const char *token, uint32_t world, uint32_t attempt) {
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    Baton__Hello h = BATON__HELLO__INIT;
+    h.token = (char *)token;
+    h.has_rank = 1, h.rank = c->rank;
+    h.has_world = 1, h.world = world;
+    h.host = host;
+    h.has_pid = 1, h.pid = (int32_t)getpid();
+    h.has_attempt = 1, h.attempt = attempt;
+    Baton__Envelope env = BATON__ENVELOPE__INIT;
+    env.body_case = BATON__ENVELOPE__BODY_HELLO, env.hello = &h;
+    return control_send(c, &env);
+}
+
+int control_client_open(control_client *c, const char *address, const char *token, uint32_t rank,
+                        uint32_t world, uint32_t attempt, bt_diag *diag) {
+    c->fd = -1, c->rank = rank, c->stop = 0, c->in_len = 0, c->stop_reason[0] = '\0';
+    char host[256];
+    const char *port;
+    if (control_split(address, host, sizeof host, &port) != 0) {
+        bt_diag_set(diag, "control address '%s' is not host:port", address);
+        return BT_EINVAL;
+    }
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *ai = NULL, *p;
+    int gai = getaddrinfo(host, port, &hints, &ai);
+    if (gai != 0) {
+        bt_diag_set(diag, "control address '%s': %s", address, gai_strerror(gai));
+        return BT_EINVAL;
+    }
+    for (p = ai; p != NULL && c->fd < 0; p = p->ai_next)
+        c->fd = control_connect_one(p);
+    freeaddrinfo(ai);
+    if (c->fd < 0) {
+        bt_diag_set(diag, "cannot connect to the control channel at %s: %s", address,
+                    strerror(errno));
+        return BT_EIO;
+    }
+    if (control_hello(c, token, world, attempt) != 0) {
+        bt_diag_set(diag, "control channel at %s: cannot send Hello", address);
+        return BT_EIO;
+    }
+    return 0;
+}
+
+void control_client_heartbeat(control_client *c, Baton__Heartbeat__Phase phase, uint64_t step) {
+    Baton__Heartbeat h = BATON__HEARTBEAT__INIT;
+    h.has_rank = 1, h.rank = c->rank;
+    h.has_step = 1, h.step = step;
+    h.has_phase = 1, h.phase = phase;
+    Baton__Envelope env = BATON__ENVELOPE__INIT;
+    env.body_case = BATON__ENVELOPE__BODY_HEARTBEAT, env.heartbeat = &h;
+    control_send(c, &env);
+}
+
+void control_client_metrics(control_client *c, const Baton__Metrics *m) {
+    Baton__Metrics mine = *m;
+    mine.has_rank = 1, mine.rank = c->rank;
+    Baton__Envelope env = BATON__ENVELOPE__INIT;
+    env.body_case = BATON__ENVELOPE__BODY_METRICS, env.metrics = &mine;
+    control_send(c, &env);
+}
+
+void control_client_fatal(control_client *c, int32_t code, const char *message) {
+    Baton__Fatal f = BATON__FATAL__INIT;
+    f.has_rank = 1, f.rank = c->rank;
+    f.has_code = 1, f.code = code;
+    f.message = (char *)(message ? message : "");
+    Baton__Envelope env = BATON__ENVELOPE__INIT;
+    env.body_case = BATON__ENVELOPE__BODY_FATAL, env.fatal = &f;
+    control_send(c, &env);
+}
+
+/* Decodes the whole frames in c->in. Returns -1 on garbage. */
+static int control_decode(control_client *c) {
+    size_t at = 0;
+    while (c->in_len - at >= 4) {
+        const uint8_t *p = c->in + at;
+        uint32_t n =
+            (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        if (n > CONTROL_CLIENT_MAX_FRAME) return -1;
+        if (c->in_len - at - 4 < n) break;
+        Baton__Envelope *env = baton__envelope__unpack(NULL, n, p + 4);
+        if (env == NULL) return -1;
+        if (env->body_case == BATON__ENVELOPE__BODY_STOP) {
+            c->stop = 1;
+            c->stop_checkpoint = env->stop->checkpoint; /* default true */
+            snprintf(c->stop_reason, sizeof c->stop_reason, "%s",
+                     env->stop->reason ? env->stop->reason : "");
+        }
+        baton__envelope__free_unpacked(env, NULL);
+        at += 4 + (size_t)n;
+    }
+    memmove(c->in, c->in + at, c->in_len - at);
+    c->in_len -= at;
+    return 0;
+}
+
+int control_client_poll(control_client *c) {
+    while (c->fd >= 0) {
+        ssize_t got = recv(c->fd, c->in + c->in_len, sizeof c->in - c->in_len, MSG_DONTWAIT);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (got <= 0 || (c->in_len += (size_t)got, control_decode(c) != 0)) {
+            fprintf(stderr,
+                    "baton-worker: rank %u: the control channel closed; training goes on "
+                    "without it\n",
+                    c->rank);
+            control_client_close(c);
+        }
+    }
+    return c->stop;
+}
+
+void control_client_close(control_client *c) {
+    if (c->fd >= 0) close(c->fd);
+    c->fd = -1;
+}

@@ -1,0 +1,48 @@
+/* The worker's end of the control channel (schema/control.proto; the orchestrator's end
+ * is orchestrator/control/control_server.h): one TCP connection per rank, each message a
+ * little-endian uint32 length and a serialized baton.Envelope, the first one a Hello with
+ * the run's secret token.
+ *
+ * Training never depends on the channel: every failure (cannot connect, a send that fails
+ * or would block for more than CONTROL_CLIENT_SEND_TIMEOUT_S, the orchestrator going away)
+ * closes it, is reported once on stderr, and the worker goes on without it. */
+#ifndef BATON_CONTROL_CLIENT_H
+#define BATON_CONTROL_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "control.pb-c.h"
+#include "util/err.h"
+
+#define CONTROL_CLIENT_CONNECT_TIMEOUT_S 5
+#define CONTROL_CLIENT_SEND_TIMEOUT_S    2
+#define CONTROL_CLIENT_MAX_FRAME         (1u << 16) /* the orchestrator only sends Stop */
+
+typedef struct control_client {
+    int fd;        /* -1: no channel */
+    uint32_t rank; /* stamped on every message */
+    int stop;      /* a Stop arrived */
+    int stop_checkpoint;
+    char stop_reason[256];
+    uint8_t in[CONTROL_CLIENT_MAX_FRAME + 4]; /* bytes received, not yet decoded */
+    size_t in_len;
+} control_client;
+
+/* Connects to address ("host:port", "[v6]:port") within CONTROL_CLIENT_CONNECT_TIMEOUT_S
+ * and sends Hello{token, rank, world, host, pid, attempt}. On failure c->fd is -1 and diag
+ * says why. */
+int control_client_open(control_client *c, const char *address, const char *token, uint32_t rank,
+                        uint32_t world, uint32_t attempt, bt_diag *diag);
+
+/* Messages; each does nothing without a channel. */
+void control_client_heartbeat(control_client *c, Baton__Heartbeat__Phase phase, uint64_t step);
+void control_client_metrics(control_client *c, const Baton__Metrics *m); /* rank: c->rank */
+void control_client_fatal(control_client *c, int32_t code, const char *message);
+
+/* Reads what arrived without waiting; returns c->stop. */
+int control_client_poll(control_client *c);
+
+void control_client_close(control_client *c);
+
+#endif

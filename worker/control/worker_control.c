@@ -1,0 +1,84 @@
+/* The training loop's control hooks (worker_control.h). */
+#include "worker_control.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker_signal.h"
+
+void worker_control_start(worker_control *wc, const Baton__StageSpec *spec, comm *world,
+                          uint32_t rank, uint32_t world_size) {
+    memset(wc, 0, sizeof *wc);
+    wc->client.fd = -1;
+    wc->world = world;
+    wc->rank = rank;
+    if (worker_signal_install() != 0)
+        fprintf(stderr, "baton-worker: rank %u: cannot install the SIGTERM handler\n", rank);
+    const char *addr = spec->control_address, *token = getenv("BATON_CONTROL_TOKEN");
+    if (addr == NULL || addr[0] == '\0') return;
+    if (token == NULL || token[0] == '\0') {
+        fprintf(stderr,
+                "baton-worker: rank %u: the spec names a control channel (%s) but "
+                "BATON_CONTROL_TOKEN is not set; going on without it\n",
+                rank, addr);
+        return;
+    }
+    bt_diag diag;
+    bt_diag_init(&diag);
+    if (control_client_open(&wc->client, addr, token, rank, world_size, spec->attempt, &diag) !=
+        0) {
+        fprintf(stderr, "baton-worker: rank %u: %s; going on without the control channel\n", rank,
+                diag.msg);
+        return;
+    }
+    control_client_heartbeat(&wc->client, BATON__HEARTBEAT__PHASE__INIT, 0);
+}
+
+void worker_control_phase(worker_control *wc, Baton__Heartbeat__Phase phase, uint64_t step) {
+    control_client_heartbeat(&wc->client, phase, step);
+}
+
+/* This rank's stop request, and every rank's when there are several. */
+static int worker_control_agree(worker_control *wc, int mine, bt_diag *diag) {
+    if (wc->world == NULL) return mine;
+    float f = mine ? 1.0f : 0.0f;
+    if (comm_allreduce(wc->world, &f, &f, 1, COMM_F32, COMM_MAX, NULL) != 0) {
+        bt_diag_set(diag, "cannot agree on stopping: %s", comm_error(wc->world));
+        return BT_EIO;
+    }
+    return f > 0.0f;
+}
+
+static void worker_control_metrics(worker_control *wc, const train_metrics *tm) {
+    Baton__Metrics m = BATON__METRICS__INIT;
+    m.has_step = 1, m.step = tm->step;
+    m.has_loss = 1, m.loss = tm->loss;
+    m.has_grad_norm = 1, m.grad_norm = tm->grad_norm;
+    m.has_lr = 1, m.lr = tm->lr;
+    m.has_tokens_per_s = 1, m.tokens_per_s = tm->tokens_per_s;
+    m.has_step_time_s = 1, m.step_time_s = tm->step_s;
+    control_client_metrics(&wc->client, &m);
+}
+
+int worker_control_after_step(worker_control *wc, const train_metrics *m, bt_diag *diag) {
+    control_client_heartbeat(&wc->client, BATON__HEARTBEAT__PHASE__TRAIN, m->step);
+    if (wc->rank == 0) worker_control_metrics(wc, m);
+    int mine = control_client_poll(&wc->client) || worker_signal_stop_requested();
+    return worker_control_agree(wc, mine, diag);
+}
+
+const char *worker_control_stop_reason(worker_control *wc) {
+    /* Another rank's request may have come first while ours was on its way. */
+    if (wc->client.stop || control_client_poll(&wc->client))
+        return wc->client.stop_reason[0] ? wc->client.stop_reason : "Stop";
+    return worker_signal_stop_requested() ? "SIGTERM" : "another rank's request";
+}
+
+void worker_control_fatal(worker_control *wc, int32_t code, const char *message) {
+    control_client_fatal(&wc->client, code, message);
+}
+
+void worker_control_close(worker_control *wc) {
+    control_client_close(&wc->client);
+}

@@ -1,0 +1,52 @@
+/* The training loop's view of the control channel and of stop requests.
+ *
+ * A stop is requested by a Stop message from the orchestrator or by SIGTERM (Slurm
+ * preemption, `baton launch` stopping the job). After every step each rank takes its own
+ * request and, when the job has more than one rank, all-reduces it (MAX) over the world,
+ * so that every rank makes the same decision at the same step: saving is collective. The
+ * worker then saves a checkpoint at that step and exits with WORKER_EXIT_STOPPED. */
+#ifndef BATON_WORKER_CONTROL_H
+#define BATON_WORKER_CONTROL_H
+
+#include <stdint.h>
+
+#include "comm.h"
+#include "control_client.h"
+#include "stage_spec.pb-c.h"
+#include "train.h"
+#include "util/err.h"
+
+/* Exit status of a worker that stopped on request after saving: resumable. */
+#define WORKER_EXIT_STOPPED 75
+
+typedef struct worker_control {
+    control_client client; /* client.fd < 0: no channel */
+    comm *world;           /* NULL for one process */
+    uint32_t rank;
+    int stopping; /* the training loop stopped early on the ranks' agreed request (it sets
+                   * this; a request after the stage's last step changes nothing) */
+} worker_control;
+
+/* Installs the SIGTERM handler (sigaction; it only sets a flag) and, when the spec has a
+ * control_address and BATON_CONTROL_TOKEN is set, connects and says Hello (a failure is
+ * printed as a warning and the worker goes on without the channel). Never fails. */
+void worker_control_start(worker_control *wc, const Baton__StageSpec *spec, comm *world,
+                          uint32_t rank, uint32_t world_size);
+
+/* A phase change (INIT, LOAD, SAVE, DONE) at the trainer's step. */
+void worker_control_phase(worker_control *wc, Baton__Heartbeat__Phase phase, uint64_t step);
+
+/* After a step: TRAIN heartbeat and, from rank 0, the step's metrics; then whether to
+ * stop, agreed over the world. Every rank calls it after every step. Returns 1 to stop,
+ * 0 to go on, a BT_ code when the agreement (a collective) failed. */
+int worker_control_after_step(worker_control *wc, const train_metrics *m, bt_diag *diag);
+/* Why the stop was requested, for the log: the Stop's reason, "SIGTERM" or "another
+ * rank's request" (this rank's own Stop may still arrive: it reads the channel again). */
+const char *worker_control_stop_reason(worker_control *wc);
+
+/* Reports a failure (exit status class code, message) before the worker exits. */
+void worker_control_fatal(worker_control *wc, int32_t code, const char *message);
+
+void worker_control_close(worker_control *wc);
+
+#endif
