@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The default run, as far as baton goes today: plan the tiny three-stage recipe, prepare
-# the fortunes corpus, then train the recipe's first stage (pretrain, tp2 x pp2) as 4
-# PMIx-launched workers on the CPU engine and report the validation loss. Everything
-# lands in runs/quickstart/. (The stage-to-stage hand-off comes with `baton run`.)
+# The default run: plan the tiny three-stage recipe, prepare the fortunes corpus, then
+# `baton run` it: pretrain (tp2 x pp2), a 4x context extension (tp2 x dp2, llama3 RoPE
+# rescale) and an fp8 stage, each handed the previous stage's checkpoint, as 4
+# PMIx-launched workers on the CPU engine; then `baton status`. Everything lands in
+# runs/quickstart/ (the run directory is runs/quickstart/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
@@ -19,7 +20,10 @@ echo "== preparing the fortunes corpus in $run/data"
 "$top/$bin/baton" data prepare --input /usr/share/games/fortunes --split-on-percent \
   --output data/fortunes
 echo
-echo "== training stage 'pretrain' of $recipe: 4 workers, tp2 x pp2"
-"$top/$bin/baton" spec "$recipe" --stage pretrain --out pretrain.pb
-"$top/$bin/baton" launch -n 4 -- "$top/$bin/baton-worker" --spec pretrain.pb --log-every 25 \
-  --eval-windows 190
+echo "== baton run $recipe: every stage, supervised (run directory $run/run)"
+"$top/$bin/baton" run "$recipe" --run-dir run
+echo
+echo "== baton status"
+"$top/$bin/baton" status run
+echo
+echo "Metrics: $run/run/metrics.jsonl, TensorBoard: tensorboard --logdir $run/run/tb"
