@@ -150,6 +150,14 @@ static void status_failures(bt_buf *b, const status_view *v) {
                           status_stage_name(v, r->stage_index), r->attempt,
                           (unsigned long long)r->step, r->detail ? r->detail : "?",
                           r->retryable ? "" : " (not retried)");
+        else if (r->kind == BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED)
+            bt_buf_printf(b, "  node excluded: stage %s attempt %u: %s\n",
+                          status_stage_name(v, r->stage_index), r->attempt,
+                          r->detail ? r->detail : "?");
+        else if (r->kind == BATON__JOURNAL_RECORD__KIND__ATTEMPT_STARTED && r->detail &&
+                 strchr(r->detail, '('))
+            bt_buf_printf(b, "  attempt %u of stage %s: %s\n", r->attempt,
+                          status_stage_name(v, r->stage_index), strchr(r->detail, '('));
         else if (r->kind == BATON__JOURNAL_RECORD__KIND__RECOVERED)
             bt_buf_printf(
                 b,

@@ -14,6 +14,7 @@
 #include "control_server.h"
 #include "journal.h"
 #include "launch.h"
+#include "run_nodes.h"
 #include "run_progress.h"
 #include "run_state.h"
 #include "util/clock.h"
@@ -38,6 +39,8 @@ typedef struct run_ctx {
     int cs_open;
     bt_diag cs_diag; /* the server reports late errors (metrics writes) here */
     char hang_why[256];
+    run_nodes nodes;      /* usable, excluded and this attempt's nodes */
+    char nodes_note[256]; /* what the node plan changed for this attempt */
 } run_ctx;
 
 #define RUN_MAX_POLL 1100
@@ -82,6 +85,8 @@ static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSp
         free(s->control_address);
         s->control_address = strdup(c->cs.address);
     }
+    rc = run_nodes_plan(&c->nodes, s, c->nodes_note, sizeof c->nodes_note, diag);
+    if (rc != 0) return rc;
     bt_diag quiet;
     bt_diag_init(&quiet);
     if (ckpt_resolve(ckroot, probe, sizeof probe, &quiet) == 0) {
@@ -246,6 +251,47 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
     return end;
 }
 
+/* "SPEC on node0,node2 (NOTE)" for the journal; the note also goes to the terminal. */
+static void run_attempt_detail(run_ctx *c, const char *spec_file, char *out, size_t cap) {
+    size_t l = (size_t)snprintf(out, cap, "%s on ", spec_file);
+    for (uint32_t k = 0; k < c->nodes.n_active && l < cap; k++) {
+        char name[32];
+        run_nodes_name(&c->nodes, (int)k, name, sizeof name);
+        l += (size_t)snprintf(out + l, cap - l, "%s%s", k ? "," : "", name);
+    }
+    if (c->nodes_note[0] && l < cap) {
+        snprintf(out + l, cap - l, " (%s)", c->nodes_note);
+        run_progress_end(&c->prog);
+        fprintf(stderr, "baton run: %s\n", c->nodes_note);
+    }
+}
+
+/* Virtual node k of the job is lost when every one of its ranks was killed by a signal
+ * the launcher did not send: each such node is excluded and journaled. */
+static void run_find_lost_nodes(run_ctx *c, const launch_job *job, uint32_t stage,
+                                uint32_t attempt) {
+    for (int k = 0; k < job->nnodes && job->nnodes > 1; k++) {
+        int all = 1, any = 0;
+        for (int r = 0; r < job->nprocs; r++) {
+            const launch_rank *rk = &job->ranks[r];
+            if (rk->node != k) continue;
+            any = 1;
+            all = all && rk->term_signal != 0 && !rk->signal_from_launcher;
+        }
+        if (!any || !all) continue;
+        char name[32], detail[128];
+        run_nodes_name(&c->nodes, k, name, sizeof name);
+        run_nodes_exclude(&c->nodes, name);
+        snprintf(detail, sizeof detail, "%s lost: every rank on it was killed; excluded", name);
+        Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
+        r.has_attempt = 1, r.attempt = attempt;
+        r.node = name, r.detail = detail;
+        run_journal(c, BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED, stage, &r);
+        run_progress_end(&c->prog);
+        fprintf(stderr, "baton run: %s\n", detail);
+    }
+}
+
 static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *hang_s) {
     Baton__StageSpec *spec = NULL;
     char spec_file[4200], log_file[4200], name[64];
@@ -272,9 +318,8 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
         protobuf_c_message_free_unpacked(&spec->base, NULL);
         return ATTEMPT_FATAL;
     }
-    uint32_t nodes = spec->cluster && spec->cluster->nodes * spec->cluster->gpus_per_node == world
-                         ? spec->cluster->nodes
-                         : 1;
+    uint32_t nodes = c->nodes.n_active ? c->nodes.n_active : 1;
+    if (nodes > world) nodes = world;
     launch_opts lo = {.nprocs = (int)world,
                       .nnodes = (int)nodes,
                       .argv = argv,
@@ -289,16 +334,19 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     if (c->prog.log) setvbuf(c->prog.log, NULL, _IOLBF, 0); /* readable while it runs */
     Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
     r.has_attempt = 1, r.attempt = attempt;
-    r.detail = spec_file;
+    char detail[4800];
+    run_attempt_detail(c, spec_file, detail, sizeof detail);
+    r.detail = detail;
     run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_STARTED, (uint32_t)i, &r);
     launch_job job;
     int hung = 0, rc = launch_job_init(&job, &c->srv, &lo, &d);
     rc = rc ? rc : launch_job_start(&job, &d);
     rc = rc ? rc : run_watch(c, &job, (uint32_t)i, attempt, *hang_s, &hung);
     attempt_end end = ATTEMPT_FATAL;
-    if (rc == 0)
+    if (rc == 0) {
         end = run_classify(c, &job, (uint32_t)i, attempt, hung);
-    else
+        if (end == ATTEMPT_RETRY) run_find_lost_nodes(c, &job, (uint32_t)i, attempt);
+    } else
         fprintf(stderr, "baton run: cannot launch the workers: %s\n",
                 d.msg[0] ? d.msg : bt_strerror(rc));
     launch_job_close(&job);
@@ -386,6 +434,10 @@ static int run_load_state(run_ctx *c) {
         return BT_EIO;
     }
     run_state_replay(&c->st, v, n);
+    run_nodes_init(&c->nodes, c->doc->recipe->cluster);
+    for (size_t k = 0; k < n; k++)
+        if (v[k]->kind == BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED && v[k]->node)
+            run_nodes_exclude(&c->nodes, v[k]->node);
     journal_records_free(v, n);
     if (torn) fprintf(stderr, "baton run: the journal's torn last record was dropped\n");
     return 0;

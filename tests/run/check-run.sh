@@ -2,9 +2,13 @@
 # `baton run` end to end on tests/run/run.yaml (three stages, 4 workers on 2 virtual
 # nodes). CASE:
 #   faults        kill -9 a random worker at a random step three times, SIGSTOP one once
-#                 (a hang), and kill a whole virtual node once; the run must finish by
-#                 itself, the journal must show five recoveries, and every stage must end
-#                 on exactly the uninterrupted run's loss.
+#                 (a hang), and kill a whole virtual node once (in the last stage: it is
+#                 excluded and, with no spare, dp shrinks 2 -> 1); the run must finish by
+#                 itself, the journal must show five recoveries and the exclusion, and every
+#                 stage must end on exactly the uninterrupted run's loss (within 1e-5 after
+#                 the shrink).
+#   spare         the same recipe with a spare node: a whole node killed in the first
+#                 stage is replaced by the spare, the layout stays, and every loss is exact.
 #   kill-baton    kill -9 `baton run` itself mid-stage, run it again on the same run
 #                 directory: it continues and ends on the same losses.
 #   bad-input     a bad recipe, an unwritable run directory, missing data: exit 2 with a
@@ -29,6 +33,22 @@ cd "$work"
 recipe=$src/tests/run/run.yaml
 fail() { echo "$case: $*"; [[ -f run.out ]] && tail -20 run.out; exit 1; }
 
+# same_losses REF GOT [SHRUNK_STAGE]: exact per stage, within 1e-5 for SHRUNK_STAGE
+same_losses() {
+  /usr/bin/python3 - "$@" <<'PY'
+import sys
+ref = [l.split() for l in open(sys.argv[1])]
+got = [l.split() for l in open(sys.argv[2])]
+shrunk = sys.argv[3] if len(sys.argv) > 3 else None
+ok = len(ref) == len(got)
+for a, b in zip(ref, got):
+    r = abs(float(a[2]) - float(b[2])) / abs(float(a[2]))
+    good = a[:2] == b[:2] and (r <= 1e-5 if a[0] == shrunk else a[2] == b[2])
+    print("%-12s %s vs %s (relative %.2g)%s" % (a[0], b[2], a[2], r, "" if good else "  <- differs"))
+    ok = ok and good
+sys.exit(0 if ok else 1)
+PY
+}
 # stage_losses DIR: "name loss" per stage, as the journal has them
 stage_losses() {
   "$baton" status "$1" --json | /usr/bin/python3 -c '
@@ -89,7 +109,7 @@ faults)
   wait "$bpid" || fail "baton run exited $?"
   bpid=
   stage_losses r1 >r1.losses
-  diff ref.losses r1.losses || fail "the stages did not end on the uninterrupted losses"
+  same_losses ref.losses r1.losses fp8 || fail "the stages did not end on the uninterrupted losses"
   "$baton" status r1 --json >status.json
   /usr/bin/python3 - status.json <<'PY' || fail "journal check"
 import json, sys
@@ -101,7 +121,28 @@ PY
   "$baton" status r1 >status.txt
   grep -Eq "failure: stage extend .*hang: rank [0-9]+ sent no heartbeat" status.txt ||
     { cat status.txt; fail "the SIGSTOP was not seen as a hang"; }
-  echo "$case: 5 failures, 5 recoveries, every stage on the uninterrupted loss"
+  grep -q "node excluded: stage fp8 .*node1 lost" status.txt || { cat status.txt; fail "node1 not excluded"; }
+  grep -q "data parallelism shrinks from 2 to 1 on 1 node" status.txt ||
+    { cat status.txt; fail "no DP shrink after the node loss"; }
+  echo "$case: 5 failures, 5 recoveries, node1 excluded with dp 2 -> 1, losses as uninterrupted"
+  ;;
+spare)
+  sed 's/cluster: {nodes: 2, gpus_per_node: 2, device: cpu}/cluster: {nodes: 2, gpus_per_node: 2, spare_nodes: 1, device: cpu}/' \
+    "$recipe" >spare.yaml
+  grep -q spare_nodes spare.yaml || fail "could not add a spare to the recipe"
+  recipe=$PWD/spare.yaml
+  reference
+  "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  strike 0 5 12 KILL 0 1 # node0: ranks 0 and 1
+  wait "$bpid" || fail "baton run exited $?"
+  bpid=
+  stage_losses r1 >r1.losses
+  same_losses ref.losses r1.losses || fail "the stages did not end on the uninterrupted losses"
+  "$baton" status r1 >status.txt
+  grep -q "node excluded: stage pretrain .*node0 lost" status.txt || { cat status.txt; fail "node0 not excluded"; }
+  grep -q "a spare node replaces a lost one" status.txt || { cat status.txt; fail "the spare was not used"; }
+  echo "$case: node0 lost, the spare took its place, every loss exact"
   ;;
 kill-baton)
   reference
