@@ -11,9 +11,11 @@
 #include "recipe.h"
 #include "run/run_dir.h"
 #include "run/supervise.h"
+#include "util/buf.h"
 
 static void run_usage(FILE *f) {
-    fprintf(f, "usage: baton run RECIPE [--run-dir DIR] [--worker PATH] [--quiet]\n"
+    fprintf(f, "usage: baton run RECIPE [--run-dir DIR] [--nodes K] [--gpus-per-node G]\n"
+               "                 [--set KEY=VALUE ...] [--worker PATH] [--quiet]\n"
                "       baton resume RUN_DIR [--worker PATH] [--quiet]\n\n"
                "Runs every stage of RECIPE in order, each as a job of baton-worker ranks under\n"
                "the embedded PMIx server, handing each stage the previous stage's final\n"
@@ -23,6 +25,10 @@ static void run_usage(FILE *f) {
                "directory; running again on the same directory (or 'baton resume') continues\n"
                "where it stood. See 'baton status RUN_DIR'.\n\n"
                "  --run-dir DIR   the run directory (default: runs/<recipe name>), created 0700\n"
+               "  --nodes K, --gpus-per-node G   the cluster (as --set cluster.nodes=K ...)\n"
+               "  --set KEY=VALUE override a recipe field: a dotted path as in the YAML, stages\n"
+               "                  by name or index (stages.pretrain.steps=100,\n"
+               "                  defaults.optimizer.lr=1e-3); kept with the run for resume\n"
                "  --worker PATH   the worker program (default: baton-worker next to baton)\n"
                "  --quiet         no progress lines\n\n"
                "Exit status: 0 the run completed, 1 it failed (restarts exhausted), 2 bad\n"
@@ -30,10 +36,27 @@ static void run_usage(FILE *f) {
                "(resumable).\n");
 }
 
+#define RUN_MAX_SETS 32
+
 typedef struct run_args {
     const char *recipe, *run_dir, *worker;
     int quiet, resume;
+    char *sets[RUN_MAX_SETS]; /* KEY=VALUE, owned */
+    int n_sets;
 } run_args;
+
+static int run_add_set(run_args *a, const char *key, const char *value) {
+    if (a->n_sets == RUN_MAX_SETS) {
+        fprintf(stderr, "baton run: at most %d --set overrides\n", RUN_MAX_SETS);
+        return -1;
+    }
+    size_t n = strlen(key) + strlen(value) + 2;
+    char *s = malloc(n);
+    if (s == NULL) return -1;
+    snprintf(s, n, "%s%s", key, value);
+    a->sets[a->n_sets++] = s;
+    return 0;
+}
 
 static int run_parse(int argc, char **argv, run_args *a) {
     for (int i = 1; i < argc; i++) {
@@ -45,6 +68,12 @@ static int run_parse(int argc, char **argv, run_args *a) {
             a->quiet = 1;
         } else if (strcmp(o, "--run-dir") == 0 && v && !a->resume) {
             a->run_dir = argv[++i];
+        } else if (strcmp(o, "--set") == 0 && v && !a->resume) {
+            if (run_add_set(a, "", argv[++i]) != 0) return -1;
+        } else if (strcmp(o, "--nodes") == 0 && v && !a->resume) {
+            if (run_add_set(a, "cluster.nodes=", argv[++i]) != 0) return -1;
+        } else if (strcmp(o, "--gpus-per-node") == 0 && v && !a->resume) {
+            if (run_add_set(a, "cluster.gpus_per_node=", argv[++i]) != 0) return -1;
         } else if (strcmp(o, "--worker") == 0 && v) {
             a->worker = argv[++i];
         } else if (o[0] != '-' && a->recipe == NULL && !a->resume) {
@@ -76,28 +105,58 @@ static const char *run_worker_path(char *buf, size_t cap) {
     return access(buf, X_OK) == 0 ? buf : "baton-worker";
 }
 
+/* The overrides kept with a run (resume), one per line, into a. */
+static int run_read_sets(run_args *a, const char *run_dir) {
+    char path[4200], line[1024];
+    snprintf(path, sizeof path, "%s/overrides", run_dir);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return 0;
+    int rc = 0;
+    while (rc == 0 && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (line[0]) rc = run_add_set(a, "", line);
+    }
+    fclose(f);
+    return rc;
+}
+
+/* The recipe with its overrides applied and validated, and the data checked. */
+static int run_load(run_args *a, recipe_doc *doc, bt_diag *diag) {
+    int rc = recipe_load_file(a->recipe, doc, diag);
+    if (rc != 0) return rc;
+    for (int i = 0; rc == 0 && i < a->n_sets; i++)
+        rc = recipe_apply_set(doc, a->sets[i], diag);
+    rc = rc ? rc : recipe_validate(doc, diag);
+    rc = rc ? rc : run_dir_check_data(doc, diag);
+    if (rc != 0) recipe_doc_free(doc);
+    return rc;
+}
+
 static int run_main(run_args *a) {
     char recipe_copy[4200], dflt[512], worker[PATH_MAX];
     if (a->resume) {
         snprintf(recipe_copy, sizeof recipe_copy, "%s/recipe.yaml", a->run_dir);
         a->recipe = recipe_copy;
+        if (run_read_sets(a, a->run_dir) != 0) return BT_EXIT_USAGE;
     }
     bt_diag diag;
     bt_diag_init(&diag);
     recipe_doc doc;
-    int rc = recipe_load_file(a->recipe, &doc, &diag);
-    if (rc != 0) {
-        fprintf(stderr, "baton: %s\n", diag.msg);
+    if (run_load(a, &doc, &diag) != 0) {
+        fprintf(stderr, "baton %s: %s\n", a->resume ? "resume" : "run", diag.msg);
         return BT_EXIT_USAGE;
     }
-    rc = recipe_validate(&doc, &diag);
-    rc = rc ? rc : run_dir_check_data(&doc, &diag);
-    if (rc == 0 && a->run_dir == NULL) {
+    if (a->run_dir == NULL) {
         snprintf(dflt, sizeof dflt, "runs/%s", doc.recipe->name ? doc.recipe->name : "run");
         a->run_dir = dflt;
     }
+    bt_buf sets;
+    bt_buf_init(&sets);
+    for (int i = 0; i < a->n_sets; i++)
+        bt_buf_printf(&sets, "%s\n", a->sets[i]);
     run_dir dir;
-    rc = rc ? rc : run_dir_open(&dir, a->run_dir, a->recipe, &diag);
+    int rc = run_dir_open(&dir, a->run_dir, a->recipe, bt_buf_str(&sets), &diag);
+    bt_buf_free(&sets);
     if (rc != 0) {
         fprintf(stderr, "baton %s: %s\n", a->resume ? "resume" : "run", diag.msg);
         recipe_doc_free(&doc);
@@ -112,14 +171,23 @@ static int run_main(run_args *a) {
     return status;
 }
 
-int cmd_run(int argc, char **argv) {
-    run_args a = {0};
+static void run_args_free(run_args *a) {
+    for (int i = 0; i < a->n_sets; i++)
+        free(a->sets[i]);
+}
+
+static int run_command(int argc, char **argv, int resume) {
+    run_args a = {.resume = resume};
     int prc = run_parse(argc, argv, &a);
-    return prc ? (prc > 0 ? BT_EXIT_OK : BT_EXIT_USAGE) : run_main(&a);
+    int status = prc ? (prc > 0 ? BT_EXIT_OK : BT_EXIT_USAGE) : run_main(&a);
+    run_args_free(&a);
+    return status;
+}
+
+int cmd_run(int argc, char **argv) {
+    return run_command(argc, argv, 0);
 }
 
 int cmd_resume(int argc, char **argv) {
-    run_args a = {.resume = 1};
-    int prc = run_parse(argc, argv, &a);
-    return prc ? (prc > 0 ? BT_EXIT_OK : BT_EXIT_USAGE) : run_main(&a);
+    return run_command(argc, argv, 1);
 }

@@ -81,6 +81,18 @@ static int status_running(const char *dir) {
     return busy;
 }
 
+/* The run's --set overrides (RUN_DIR/overrides), so that step counts are the run's. */
+static void status_apply_overrides(status_view *v, bt_diag *diag) {
+    char path[4200], line[1024];
+    snprintf(path, sizeof path, "%s/overrides", v->dir);
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (line[0]) recipe_apply_set(&v->doc, line, diag);
+    }
+    if (f) fclose(f);
+}
+
 static int status_load(status_view *v, const char *dir, bt_diag *diag) {
     memset(v, 0, sizeof *v);
     v->dir = dir;
@@ -96,6 +108,7 @@ static int status_load(status_view *v, const char *dir, bt_diag *diag) {
     bt_diag ignore;
     bt_diag_init(&ignore);
     v->have_doc = recipe_load_file(recipe, &v->doc, &ignore) == 0;
+    if (v->have_doc) status_apply_overrides(v, &ignore);
     run_state_replay(&v->st, v->rec, v->n);
     v->running = status_running(dir);
     status_metrics(v);

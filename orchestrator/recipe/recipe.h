@@ -28,4 +28,9 @@ int recipe_resolve_stage(const recipe_doc *doc, size_t i, Baton__StageSpec **out
  * Caller frees with protobuf_c_message_free_unpacked. */
 int recipe_effective_stage(const recipe_doc *doc, size_t i, Baton__Stage **out);
 
+/* Overlays one --set KEY=VALUE assignment (recipe_set.c) onto the loaded recipe: KEY a
+ * dotted field path (stages by name or index: stages.pretrain.steps), VALUE YAML. Errors
+ * name the assignment. Validate afterwards. */
+int recipe_apply_set(recipe_doc *doc, const char *assignment, bt_diag *diag);
+
 #endif

@@ -49,28 +49,35 @@ static int mkdir_p(const char *path) {
     return mkdir(p, 0700) != 0 && errno != EEXIST ? -1 : 0;
 }
 
-/* The recipe copy: written on first use, compared afterwards. */
-static int run_dir_recipe(run_dir *d, const char *recipe_file, bt_diag *diag) {
-    char copy[4200], *mine = NULL, *kept = NULL;
-    size_t n1 = 0, n2 = 0;
-    run_dir_file(d, "recipe.yaml", copy, sizeof copy);
+/* A file kept in the run directory: written on first use, compared afterwards. */
+static int run_dir_keep(run_dir *d, const char *name, const char *data, size_t n, const char *what,
+                        bt_diag *diag) {
+    char copy[4200], *kept = NULL;
+    size_t n2 = 0;
+    run_dir_file(d, name, copy, sizeof copy);
+    if (read_file(copy, &kept, &n2) != 0) return ckpt_write_file_atomic(copy, data, n, diag);
+    int same = n == n2 && memcmp(data, kept, n) == 0;
+    free(kept);
+    if (same) return 0;
+    bt_diag_set(diag,
+                "%s: this run directory belongs to a run with other %s (kept in %s); choose "
+                "another --run-dir, or continue it with 'baton resume %s'",
+                d->path, what, copy, d->path);
+    return BT_EINVAL;
+}
+
+static int run_dir_recipe(run_dir *d, const char *recipe_file, const char *overrides,
+                          bt_diag *diag) {
+    char *mine = NULL;
+    size_t n1 = 0;
     if (read_file(recipe_file, &mine, &n1) != 0) {
         bt_diag_set(diag, "%s: cannot read: %s", recipe_file, strerror(errno));
         return BT_EINVAL;
     }
-    int rc = 0;
-    if (read_file(copy, &kept, &n2) != 0)
-        rc = ckpt_write_file_atomic(copy, mine, n1, diag);
-    else if (n1 != n2 || memcmp(mine, kept, n1) != 0) {
-        bt_diag_set(diag,
-                    "%s: this run directory belongs to a run of another recipe (its copy, "
-                    "%s, differs from %s); choose another --run-dir, or 'baton resume %s'",
-                    d->path, copy, recipe_file, d->path);
-        rc = BT_EINVAL;
-    }
+    int rc = run_dir_keep(d, "recipe.yaml", mine, n1, "recipe", diag);
     free(mine);
-    free(kept);
-    return rc;
+    return rc ? rc
+              : run_dir_keep(d, "overrides", overrides, strlen(overrides), "--set overrides", diag);
 }
 
 /* 32 random bytes as hex, kept in secret (0600). */
@@ -115,7 +122,8 @@ static int run_dir_lock(run_dir *d, bt_diag *diag) {
     return 0;
 }
 
-int run_dir_open(run_dir *d, const char *path, const char *recipe_file, bt_diag *diag) {
+int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const char *overrides,
+                 bt_diag *diag) {
     memset(d, 0, sizeof *d);
     d->lock_fd = -1;
     if (snprintf(d->path, sizeof d->path, "%s", path) >= (int)sizeof d->path) {
@@ -134,7 +142,7 @@ int run_dir_open(run_dir *d, const char *path, const char *recipe_file, bt_diag 
     }
     snprintf(d->path, sizeof d->path, "%s", abs); /* workers and specs see one absolute path */
     int rc = run_dir_lock(d, diag);
-    rc = rc ? rc : run_dir_recipe(d, recipe_file, diag);
+    rc = rc ? rc : run_dir_recipe(d, recipe_file, overrides, diag);
     rc = rc ? rc : run_dir_secret(d, diag);
     const char *subs[] = {"specs", "logs"};
     for (size_t i = 0; rc == 0 && i < 2; i++) {

@@ -1,5 +1,6 @@
 /* A run directory: everything one `baton run` owns, 0700.
  *   recipe.yaml   the recipe as given (what `baton resume` reruns)
+ *   overrides     its --set assignments, one per line (reapplied by `baton resume`)
  *   secret        the control channel's per-run token (0600)
  *   lock          held (flock) by the one `baton run` working here
  *   journal       run_state.h / journal.h
@@ -20,11 +21,13 @@ typedef struct run_dir {
     int lock_fd;
 } run_dir;
 
-/* Creates (0700) or reopens path for recipe_file, whose bytes must equal the copy kept
- * there when the directory already holds a run; takes the lock; makes the secret. Every
+/* Creates (0700) or reopens path for recipe_file and overrides (the --set lines), whose
+ * bytes must equal the copies kept there when the directory already holds a run; takes
+ * the lock; makes the secret. Every
  * failure (unwritable, another run's directory, locked by another baton run) is a
  * clear message and BT_EINVAL / BT_EIO. */
-int run_dir_open(run_dir *d, const char *path, const char *recipe_file, bt_diag *diag);
+int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const char *overrides,
+                 bt_diag *diag);
 void run_dir_close(run_dir *d);
 /* Every dataset the recipe's stages read (train, mix, valid) exists and opens. */
 int run_dir_check_data(const recipe_doc *doc, bt_diag *diag);

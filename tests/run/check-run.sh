@@ -15,6 +15,8 @@
 #                 clear message before any worker starts.
 #   stop          SIGTERM to `baton run`: the workers checkpoint and it exits 75;
 #                 `baton resume` finishes with the uninterrupted losses.
+#   overrides     --set and --nodes: applied, kept with the run, reapplied by resume, a
+#                 different set on the same run directory refused, bad ones exit 2.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -196,6 +198,30 @@ bad-input)
   expect2 "missing data" "data/fortunes_train.*baton data prepare" "$baton" run "$recipe" --run-dir nodata
   [[ ! -e nodata ]] || fail "missing data: the run directory was created anyway"
   mv data.hidden data
+  ;;
+overrides)
+  sets=(--set stages.pretrain.steps=6 --set stages.1.steps=3 --set stages.fp8.steps=2
+        --set defaults.optimizer.lr=1e-3)
+  "$baton" run "$recipe" --run-dir r1 --quiet "${sets[@]}" >run.out 2>&1 || fail "the run failed"
+  "$baton" status r1 --json >s.json
+  /usr/bin/python3 -c '
+import json, sys
+s = json.load(open("s.json"))
+got = [(x["step"], x["steps"]) for x in s["stages"]]
+assert s["state"] == "completed" and got == [(6, 6), (3, 3), (2, 2)], got
+print("overrides: stages ran", got)'
+  [[ $(wc -l <r1/overrides) == 4 ]] || fail "the overrides were not kept"
+  "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "resume of a completed run failed"; }
+  grep -q "already completed" resume.out || fail "resume did not see the completed run"
+  set +e
+  "$baton" run "$recipe" --run-dir r1 --set stages.pretrain.steps=7 >x.out 2>&1; rc1=$?
+  "$baton" run "$recipe" --run-dir r2 --set stages.nope.steps=7 >y.out 2>&1; rc2=$?
+  "$baton" run "$recipe" --run-dir r3 --nodes 3 >z.out 2>&1; rc3=$?
+  set -e
+  [[ $rc1 == 2 ]] && grep -q "other --set overrides" x.out || { cat x.out; fail "other overrides accepted"; }
+  [[ $rc2 == 2 ]] && grep -q "name a stage and a field" y.out || { cat y.out; fail "bad stage accepted"; }
+  [[ $rc3 == 2 ]] && grep -q "cluster has 3 nodes" z.out || { cat z.out; fail "--nodes not applied"; }
+  echo "$case: applied, kept, reapplied on resume; conflicting and bad ones exit 2"
   ;;
 *) fail "unknown case" ;;
 esac

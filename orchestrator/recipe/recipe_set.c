@@ -1,0 +1,85 @@
+/* --set KEY=VALUE overrides: KEY is a dotted path of recipe fields (as in YAML), with
+ * stages addressed by name or index (stages.pretrain.steps, stages.1.parallel.dp);
+ * VALUE is YAML (units and shorthands as in a recipe file). The assignment is turned into
+ * a small recipe document, loaded by the same loader (so it is checked the same way), and
+ * overlaid onto the loaded recipe. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pb_util.h"
+#include "recipe.h"
+#include "util/buf.h"
+
+/* "a.b.c" at depth d -> "a:\n  b:\n    c: VALUE\n" appended to b. */
+static void set_nested(bt_buf *b, const char *path, const char *value, int depth) {
+    const char *dot = strchr(path, '.');
+    size_t n = dot ? (size_t)(dot - path) : strlen(path);
+    bt_buf_printf(b, "%*s%.*s:", depth * 2, "", (int)n, path);
+    if (dot) {
+        bt_buf_printf(b, "\n");
+        set_nested(b, dot + 1, value, depth + 1);
+    } else {
+        bt_buf_printf(b, " %s\n", value);
+    }
+}
+
+static long set_stage_index(const recipe_doc *doc, const char *key, size_t n) {
+    char *end;
+    long i = strtol(key, &end, 10);
+    if (end == key + n && i >= 0 && (size_t)i < doc->recipe->n_stages) return i;
+    for (size_t k = 0; k < doc->recipe->n_stages; k++) {
+        const char *name = doc->recipe->stages[k]->name;
+        if (name && strlen(name) == n && strncmp(name, key, n) == 0) return (long)k;
+    }
+    return -1;
+}
+
+/* Loads text as a recipe and overlays it (or its first stage onto stage si). */
+static int set_overlay(recipe_doc *doc, const char *what, const char *text, long si,
+                       bt_diag *diag) {
+    recipe_doc part;
+    int rc = recipe_load_buffer(what, text, strlen(text), &part, diag);
+    if (rc != 0) return rc;
+    if (si >= 0 && part.recipe->n_stages == 1)
+        rc = pb_merge(&doc->recipe->stages[si]->base, &part.recipe->stages[0]->base);
+    else if (si < 0)
+        rc = pb_merge(&doc->recipe->base, &part.recipe->base);
+    recipe_doc_free(&part);
+    return rc;
+}
+
+int recipe_apply_set(recipe_doc *doc, const char *assignment, bt_diag *diag) {
+    const char *eq = strchr(assignment, '=');
+    char what[300];
+    snprintf(what, sizeof what, "--set %s", assignment);
+    if (eq == NULL || eq == assignment || eq[1] == '\0') {
+        bt_diag_set(diag, "%s: expected KEY=VALUE, e.g. --set stages.pretrain.steps=100", what);
+        return BT_ERECIPE;
+    }
+    char *key = strndup(assignment, (size_t)(eq - assignment));
+    bt_buf b;
+    bt_buf_init(&b);
+    long si = -1;
+    int rc = key ? 0 : BT_ENOMEM;
+    if (rc == 0 && strncmp(key, "stages.", 7) == 0) {
+        const char *rest = key + 7, *dot = strchr(rest, '.');
+        si = dot ? set_stage_index(doc, rest, (size_t)(dot - rest)) : -1;
+        if (si < 0) {
+            bt_diag_set(diag,
+                        "%s: name a stage and a field, e.g. stages.%s.steps (stages: by name "
+                        "or 0-based index)",
+                        what, doc->recipe->n_stages ? doc->recipe->stages[0]->name : "NAME");
+            rc = BT_ERECIPE;
+        } else {
+            bt_buf_printf(&b, "stages:\n  -\n");
+            set_nested(&b, dot + 1, eq + 1, 2);
+        }
+    } else if (rc == 0) {
+        set_nested(&b, key, eq + 1, 0);
+    }
+    if (rc == 0) rc = set_overlay(doc, what, bt_buf_str(&b), si, diag);
+    bt_buf_free(&b);
+    free(key);
+    return rc;
+}
