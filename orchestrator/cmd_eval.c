@@ -9,6 +9,7 @@
 
 #include "ckpt/ckpt.h"
 #include "cli.h"
+#include "eval_passkey.h"
 #include "indexed.h"
 #include "train.h"
 #include "train_ckpt.h"
@@ -16,18 +17,23 @@
 #define EVAL_BATCH 8
 
 typedef struct eval_args {
-    const char *ckpt, *data;
+    const char *ckpt, *data, *passkey;
     uint64_t seq_len, num_seqs;
     int json;
 } eval_args;
 
 static void eval_usage(FILE *f) {
-    fprintf(f, "usage: baton eval CKPT|RUN_DIR --data PREFIX --seq-len T --num-seqs N [--json]\n\n"
+    fprintf(f, "usage: baton eval CKPT|RUN_DIR --data PREFIX --seq-len T --num-seqs N [--json]\n"
+               "       baton eval CKPT|RUN_DIR --passkey PREFIX [--num-seqs N] [--json]\n\n"
                "Mean next-token loss, in fp32, of the checkpoint's model (whatever layout saved\n"
                "it) over the first N windows of T+1 consecutive tokens of the dataset PREFIX\n"
                "(.bin/.idx, 'baton data prepare'): window i is tokens [i(T+1), (i+1)(T+1)) of\n"
                "the documents concatenated. RUN_DIR means its newest complete checkpoint.\n\n"
                "  --json   print {\"loss\": ..., \"tokens\": ...}\n\n"
+               "With --passkey: the passkey-retrieval accuracy over the (first N) documents of\n"
+               "PREFIX ('baton data passkey'): a document counts when the greedy prediction of\n"
+               "each of its 5 answer digits is right; --json prints {\"passkey_accuracy\": ...,\n"
+               "\"digit_accuracy\": ..., \"docs\": ..., \"length\": ...}.\n\n"
                "Exit status: 0 done, 1 failed, 2 bad usage or input.\n");
 }
 
@@ -57,6 +63,8 @@ static int eval_parse(int argc, char **argv, eval_args *a) {
             return -1;
         } else if (strcmp(o, "--data") == 0) {
             a->data = v;
+        } else if (strcmp(o, "--passkey") == 0) {
+            a->passkey = v;
         } else if ((strcmp(o, "--seq-len") == 0 && eval_count(v, &a->seq_len) == 0) ||
                    (strcmp(o, "--num-seqs") == 0 && eval_count(v, &a->num_seqs) == 0)) {
         } else {
@@ -65,7 +73,8 @@ static int eval_parse(int argc, char **argv, eval_args *a) {
         }
         i++;
     }
-    if (!a->ckpt || !a->data || !a->seq_len || !a->num_seqs || a->seq_len > (1u << 20)) {
+    int loss_mode = a->data && a->seq_len && a->num_seqs, pk_mode = a->passkey && !a->data;
+    if (!a->ckpt || !(loss_mode || pk_mode) || a->seq_len > (1u << 20)) {
         eval_usage(stderr);
         return -1;
     }
@@ -139,7 +148,42 @@ static int eval_run(trainer *t, eval_stream *s, const eval_args *a, double *loss
     return rc;
 }
 
-static int eval_checkpoint(const eval_args *a, double *loss, bt_diag *diag) {
+typedef struct eval_result {
+    int32_t *pred; /* passkey: 5 predicted tokens per document */
+    double loss, accuracy, digits;
+    uint64_t docs;
+    uint32_t length;
+} eval_result;
+
+/* Passkey mode: a trainer for the longest document, then the accuracy. */
+static int eval_passkey_run(const eval_args *a0, const Baton__Manifest *m, const char *dir,
+                            eval_result *res, bt_diag *diag) {
+    indexed_dataset ds;
+    int rc = indexed_open(&ds, a0->passkey, diag);
+    if (rc != 0) return rc;
+    uint64_t max_docs = a0->num_seqs ? a0->num_seqs : UINT64_MAX;
+    eval_args a = *a0;
+    res->length = eval_passkey_max_length(&ds, max_docs);
+    a.seq_len = res->length > 1 ? res->length - 1 : 1;
+    a.data = a0->passkey;
+    eval_spec e;
+    eval_make_spec(&e, m, &a, 1);
+    uint64_t n = ds.n_sequences < max_docs ? ds.n_sequences : max_docs;
+    res->pred = calloc(n ? n * 5 : 1, sizeof *res->pred);
+    trainer t;
+    rc = res->pred ? train_init(&t, &e.spec, NULL, diag) : BT_ENOMEM;
+    if (rc == 0) {
+        rc = train_ckpt_load_params(&t, dir, m, diag);
+        rc = rc ? rc
+                : eval_passkey(&t, &ds, max_docs, &res->accuracy, &res->digits, res->pred,
+                               &res->docs, diag);
+        train_free(&t);
+    }
+    indexed_close(&ds);
+    return rc;
+}
+
+static int eval_checkpoint(const eval_args *a, eval_result *res, bt_diag *diag) {
     char dir[CKPT_PATH_MAX];
     Baton__Manifest *m = NULL;
     int rc = ckpt_resolve(a->ckpt, dir, sizeof dir, diag);
@@ -148,10 +192,12 @@ static int eval_checkpoint(const eval_args *a, double *loss, bt_diag *diag) {
         bt_diag_set(diag, "%s: the manifest has no model configuration", dir);
         rc = BT_EINVAL;
     }
-    if (rc != 0) {
+    if (rc != 0 || a->passkey) {
+        if (rc == 0) rc = eval_passkey_run(a, m, dir, res, diag);
         if (m) baton__manifest__free_unpacked(m, NULL);
         return rc;
     }
+    double *loss = &res->loss;
     eval_spec e;
     eval_make_spec(&e, m, a, a->num_seqs < EVAL_BATCH ? (uint32_t)a->num_seqs : EVAL_BATCH);
     eval_stream s = {0};
@@ -169,17 +215,40 @@ static int eval_checkpoint(const eval_args *a, double *loss, bt_diag *diag) {
     return rc;
 }
 
+static void eval_passkey_print(const eval_args *a, const eval_result *res) {
+    if (a->json) {
+        printf("{\"passkey_accuracy\": %.6g, \"digit_accuracy\": %.6g, \"docs\": %llu, "
+               "\"length\": %u, \"predicted\": [",
+               res->accuracy, res->digits, (unsigned long long)res->docs, res->length);
+        for (uint64_t i = 0; i < res->docs * 5; i++)
+            printf("%s%d", i ? ", " : "", res->pred[i]);
+        printf("]}\n");
+    } else {
+        printf("passkey retrieval %.1f%% (digits %.1f%%) over %llu documents of up to %u tokens "
+               "of %s\n",
+               100 * res->accuracy, 100 * res->digits, (unsigned long long)res->docs, res->length,
+               a->passkey);
+    }
+}
+
 int cmd_eval(int argc, char **argv) {
     eval_args a = {0};
     int prc = eval_parse(argc, argv, &a);
     if (prc != 0) return prc > 0 ? BT_EXIT_OK : BT_EXIT_USAGE;
     bt_diag diag;
     bt_diag_init(&diag);
-    double loss = 0;
-    int rc = eval_checkpoint(&a, &loss, &diag);
+    eval_result res = {0};
+    int rc = eval_checkpoint(&a, &res, &diag);
+    double loss = res.loss;
     if (rc != 0) {
+        free(res.pred);
         fprintf(stderr, "baton eval: %s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
         return rc == BT_EIO || rc == BT_ENOMEM ? BT_EXIT_FAILURE : BT_EXIT_USAGE;
+    }
+    if (a.passkey) {
+        eval_passkey_print(&a, &res);
+        free(res.pred);
+        return BT_EXIT_OK;
     }
     uint64_t tokens = a.num_seqs * a.seq_len;
     if (a.json)

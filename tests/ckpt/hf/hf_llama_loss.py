@@ -99,10 +99,16 @@ def rmsnorm(x, w, eps):
 
 def forward_loss(cfg, p, tokens):
     """Mean cross-entropy of tokens[:, 1:] given tokens[:, :-1]; tokens (B, T+1)."""
+    logits = forward_logits(cfg, p, tokens[:, :-1])
+    y = tokens[:, 1:]
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+def forward_logits(cfg, p, x_tok):
+    """Logits (B, T, V) of the tokens x_tok (B, T)."""
     C, H = cfg["hidden_size"], cfg["num_attention_heads"]
     KV = cfg.get("num_key_value_heads", H)
     hd, eps = C // H, cfg["rms_norm_eps"]
-    x_tok, y = tokens[:, :-1], tokens[:, 1:]
     B, T = x_tok.shape
     inv, mscale = inv_freq_and_scale(cfg, hd)
     ang = torch.outer(torch.arange(T, dtype=torch.float64), inv)
@@ -129,8 +135,7 @@ def forward_loss(cfg, p, tokens):
         x = x + (F.silu(g) * u) @ p[pre + "mlp.down_proj.weight"].T
     x = rmsnorm(x, p["model.norm.weight"], eps)
     head = p.get("lm_head.weight", p["model.embed_tokens.weight"])
-    logits = x @ head.T
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    return x @ head.T
 
 
 INDEXED_TYPECODES = {1: "B", 2: "b", 3: "h", 4: "i", 5: "q", 8: "H"}

@@ -1,0 +1,64 @@
+/* Passkey retrieval (worker/data/passkey.h) for `baton eval --passkey`: a document
+ * counts as retrieved when the model's greedy (argmax) prediction of each of the 5 answer
+ * digits, given the document up to that digit, is the digit. */
+#include "eval_passkey.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "passkey.h"
+
+uint32_t eval_passkey_max_length(const indexed_dataset *ds, uint64_t max_docs) {
+    uint32_t n = 0;
+    for (uint64_t s = 0; s < ds->n_sequences && s < max_docs; s++)
+        if (indexed_seq_length(ds, s) > n) n = indexed_seq_length(ds, s);
+    return n;
+}
+
+static int32_t eval_argmax(const float *row, int V) {
+    int32_t best = 0;
+    for (int v = 1; v < V; v++)
+        if (row[v] > row[best]) best = v;
+    return best;
+}
+
+/* Whether document s is retrieved; tokens has room for its length. */
+static int eval_passkey_doc(trainer *t, const indexed_dataset *ds, uint64_t s, int32_t *tokens,
+                            int *hit, int *digits, int32_t *pred, bt_diag *diag) {
+    uint32_t len = indexed_seq_length(ds, s);
+    uint64_t at = passkey_answer_offset(len);
+    *hit = 0, *digits = 0;
+    if (len < PASSKEY_DIGITS + 3 || at < 1) return 0;
+    int rc = indexed_read(ds, s, 0, len, tokens, diag);
+    int T = (int)(at + PASSKEY_DIGITS - 1); /* predicts through the last digit */
+    rc = rc ? rc : model_forward(&t->m, tokens, NULL, 1, T, NULL);
+    if (rc != 0) return rc;
+    int V = t->m.cfg.vocab;
+    for (int j = 0; j < PASSKEY_DIGITS; j++) {
+        const float *row = t->m.acts.logits + (size_t)(at - 1 + (uint64_t)j) * (size_t)V;
+        pred[j] = eval_argmax(row, V);
+        *digits += pred[j] == tokens[at + (uint64_t)j];
+    }
+    *hit = *digits == PASSKEY_DIGITS;
+    return 0;
+}
+
+int eval_passkey(trainer *t, const indexed_dataset *ds, uint64_t max_docs, double *accuracy,
+                 double *digit_accuracy, int32_t *pred, uint64_t *docs, bt_diag *diag) {
+    uint32_t maxlen = eval_passkey_max_length(ds, max_docs);
+    int32_t *tokens = malloc((maxlen ? maxlen : 1) * sizeof *tokens);
+    uint64_t n = 0, hits = 0, digit_hits = 0;
+    int rc = tokens ? 0 : BT_ENOMEM;
+    for (uint64_t s = 0; rc == 0 && s < ds->n_sequences && s < max_docs; s++, n++) {
+        int hit = 0, digits = 0;
+        int32_t mine[PASSKEY_DIGITS];
+        rc = eval_passkey_doc(t, ds, s, tokens, &hit, &digits, mine, diag);
+        if (pred) memcpy(pred + s * PASSKEY_DIGITS, mine, sizeof mine);
+        hits += (uint64_t)hit, digit_hits += (uint64_t)digits;
+    }
+    free(tokens);
+    *docs = n;
+    *accuracy = n ? (double)hits / (double)n : 0;
+    *digit_accuracy = n ? (double)digit_hits / (double)(n * PASSKEY_DIGITS) : 0;
+    return rc;
+}
