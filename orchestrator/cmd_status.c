@@ -163,6 +163,10 @@ static void status_failures(bt_buf *b, const status_view *v) {
                           status_stage_name(v, r->stage_index), r->attempt,
                           (unsigned long long)r->step, r->detail ? r->detail : "?",
                           r->retryable ? "" : " (not retried)");
+        else if (r->kind == BATON__JOURNAL_RECORD__KIND__ROLLBACK)
+            bt_buf_printf(b, "  rollback: stage %s attempt %u: %s\n",
+                          status_stage_name(v, r->stage_index), r->attempt,
+                          r->detail ? r->detail : "?");
         else if (r->kind == BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED)
             bt_buf_printf(b, "  node excluded: stage %s attempt %u: %s\n",
                           status_stage_name(v, r->stage_index), r->attempt,

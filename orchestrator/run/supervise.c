@@ -2,11 +2,13 @@
 #include "supervise.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,6 +25,13 @@
 #define RUN_DEFAULT_BACKOFF_S   1.0
 #define RUN_KILL_GRACE_S        5.0   /* after a failure: the others are stuck or failing too */
 #define RUN_STOP_GRACE_S        120.0 /* on a signal: time for the workers to checkpoint */
+#define RUN_MAX_SKIPS           64    /* skipped sample windows over the whole run */
+
+/* A global sample window a rollback skips in every later attempt of its stage. */
+typedef struct run_skip {
+    uint32_t stage;
+    uint64_t from, to;
+} run_skip;
 
 typedef struct run_ctx {
     run_dir *dir;
@@ -39,8 +48,11 @@ typedef struct run_ctx {
     int cs_open;
     bt_diag cs_diag; /* the server reports late errors (metrics writes) here */
     char hang_why[256];
-    run_nodes nodes;      /* usable, excluded and this attempt's nodes */
-    char nodes_note[256]; /* what the node plan changed for this attempt */
+    run_nodes nodes;               /* usable, excluded and this attempt's nodes */
+    char nodes_note[256];          /* what the node plan changed for this attempt */
+    run_skip skips[RUN_MAX_SKIPS]; /* from the ROLLBACK records, in journal order */
+    size_t n_skips;
+    char rollback_note[768]; /* for the next attempt's journal detail, then cleared */
 } run_ctx;
 
 #define RUN_MAX_POLL 1100
@@ -48,9 +60,10 @@ typedef struct run_ctx {
 /* What one attempt came to. */
 typedef enum attempt_end {
     ATTEMPT_DONE = 0,
-    ATTEMPT_RETRY,   /* failed, worth another attempt */
-    ATTEMPT_FATAL,   /* a configuration error: never retried */
-    ATTEMPT_STOPPED, /* stopped on request (signal) */
+    ATTEMPT_RETRY,    /* failed, worth another attempt */
+    ATTEMPT_FATAL,    /* a configuration error: never retried */
+    ATTEMPT_STOPPED,  /* stopped on request (signal) */
+    ATTEMPT_ROLLBACK, /* loss spikes: rolled back, retry with a window skipped */
 } attempt_end;
 
 static int run_journal(run_ctx *c, Baton__JournalRecord__Kind kind, uint32_t stage,
@@ -70,6 +83,110 @@ static double run_seconds(const Baton__Duration *d, double dflt) {
     return d && d->has_seconds && d->seconds > 0 ? d->seconds : dflt;
 }
 
+/* ---- rollbacks (see supervise.h) ---- */
+
+/* "... skip [FROM, TO) ..." in a worker's message or a ROLLBACK record's detail. */
+static int run_skip_parse(const char *text, uint64_t *from, uint64_t *to) {
+    const char *p = text ? strstr(text, "skip [") : NULL;
+    return p && sscanf(p, "skip [%" SCNu64 ", %" SCNu64 ")", from, to) == 2 && *to > *from ? 0 : -1;
+}
+
+static void run_skip_add(run_ctx *c, uint32_t stage, uint64_t from, uint64_t to) {
+    if (c->n_skips < RUN_MAX_SKIPS) c->skips[c->n_skips++] = (run_skip){stage, from, to};
+}
+
+static uint32_t run_rollbacks(const run_ctx *c, uint32_t stage) {
+    uint32_t n = 0;
+    for (size_t k = 0; k < c->n_skips; k++)
+        n += c->skips[k].stage == stage;
+    return n;
+}
+
+/* The stage's skipped windows into its StageSpec. */
+static int run_skip_apply(const run_ctx *c, uint32_t stage, Baton__StageSpec *s) {
+    uint32_t n = run_rollbacks(c, stage);
+    if (n == 0) return 0;
+    s->skip_samples = calloc(n, sizeof *s->skip_samples);
+    if (s->skip_samples == NULL) return BT_ENOMEM;
+    for (size_t k = 0; k < c->n_skips; k++) {
+        if (c->skips[k].stage != stage) continue;
+        Baton__SkipRange *r = malloc(sizeof *r);
+        if (r == NULL) return BT_ENOMEM;
+        baton__skip_range__init(r);
+        r->has_from = r->has_to = 1, r->from = c->skips[k].from, r->to = c->skips[k].to;
+        s->skip_samples[s->n_skip_samples++] = r;
+    }
+    return 0;
+}
+
+/* Moves the checkpoints taken at or after step `first` of the stage (names sort in
+ * training order) to RUN_DIR/rolled-back/ and drops the `latest` pointer, so that the
+ * newest remaining checkpoint predates the spikes; its name (or "none") into kept. */
+static int run_rollback_ckpts(run_ctx *c, uint32_t stage, uint64_t first, char *kept, size_t cap,
+                              bt_diag *diag) {
+    char root[4200], aside[4200], bound[64], from[8500], to[8500];
+    run_dir_file(c->dir, CKPT_ROOT_IN_RUN, root, sizeof root);
+    run_dir_file(c->dir, "rolled-back", aside, sizeof aside);
+    ckpt_name(stage, first, bound, sizeof bound);
+    char **names;
+    size_t n;
+    int rc = ckpt_list(root, &names, &n, diag);
+    if (rc != 0) return rc;
+    snprintf(kept, cap, "none");
+    for (size_t k = 0; rc == 0 && k < n; k++) {
+        if (strcmp(names[k], bound) < 0) {
+            snprintf(kept, cap, "%s", names[k]);
+            continue;
+        }
+        snprintf(from, sizeof from, "%s/%s", root, names[k]);
+        snprintf(to, sizeof to, "%s/%s", aside, names[k]);
+        if ((mkdir(aside, 0700) != 0 && errno != EEXIST) || rename(from, to) != 0) {
+            bt_diag_set(diag, "%s: cannot move it to %s: %s", from, aside, strerror(errno));
+            rc = BT_EIO;
+        }
+    }
+    ckpt_names_free(names, n);
+    snprintf(from, sizeof from, "%s/%s", root, CKPT_LATEST);
+    if (rc == 0 && unlink(from) != 0 && errno != ENOENT) {
+        bt_diag_set(diag, "%s: cannot remove: %s", from, strerror(errno));
+        rc = BT_EIO;
+    }
+    return rc;
+}
+
+/* A rank exited RUN_WORKER_EXIT_ROLLBACK: moves the later checkpoints aside, journals the
+ * ROLLBACK and keeps the window for the next attempts. Returns 0, or -1 when the request
+ * cannot be read (the attempt is then an ordinary failure). */
+static int run_rollback(run_ctx *c, uint32_t stage, uint32_t attempt) {
+    const char *msg = c->cs_open && c->cs.fatal.seen ? c->cs.fatal.message : NULL;
+    uint64_t from, to, first = 0, last = 0;
+    const char *at = msg ? strstr(msg, "at steps ") : NULL;
+    if (run_skip_parse(msg, &from, &to) != 0 || at == NULL ||
+        sscanf(at, "at steps %" SCNu64 "..%" SCNu64, &first, &last) != 2 || first == 0)
+        return -1;
+    char kept[256], detail[768];
+    bt_diag d;
+    bt_diag_init(&d);
+    if (run_rollback_ckpts(c, stage, first, kept, sizeof kept, &d) != 0) {
+        fprintf(stderr, "baton run: rollback: %s\n", d.msg);
+        return -1;
+    }
+    snprintf(detail, sizeof detail,
+             "loss spikes at steps %" PRIu64 "..%" PRIu64 ": skip [%" PRIu64 ", %" PRIu64
+             ") (global samples); rolled back to checkpoint %s",
+             first, last, from, to, kept);
+    Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
+    r.has_attempt = 1, r.attempt = attempt;
+    r.has_step = 1, r.step = first;
+    r.detail = detail;
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__ROLLBACK, stage, &r);
+    run_skip_add(c, stage, from, to);
+    snprintf(c->rollback_note, sizeof c->rollback_note, "%s", detail);
+    run_progress_end(&c->prog);
+    fprintf(stderr, "baton run: stage \"%s\": %s\n", c->prog.stage, detail);
+    return 0;
+}
+
 /* The attempt's StageSpec, written to specs/sNN-aMM.pb (path into file). */
 static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSpec **out,
                           char *file, size_t cap, bt_diag *diag) {
@@ -86,6 +203,7 @@ static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSp
         s->control_address = strdup(c->cs.address);
     }
     rc = run_nodes_plan(&c->nodes, s, c->nodes_note, sizeof c->nodes_note, diag);
+    rc = rc ? rc : run_skip_apply(c, (uint32_t)i, s);
     if (rc != 0) return rc;
     bt_diag quiet;
     bt_diag_init(&quiet);
@@ -230,11 +348,17 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
         (void)k;
     }
     const launch_rank *rk = job->failed_rank >= 0 ? &job->ranks[job->failed_rank] : NULL;
+    if (!c->got_signal && rk && rk->exited && rk->exit_status == RUN_WORKER_EXIT_ROLLBACK &&
+        run_rollback(c, stage, attempt) == 0) {
+        r.detail = why;
+        run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
+        return ATTEMPT_ROLLBACK;
+    }
+    char node[32];
     if (rk) {
         r.has_rank = 1, r.rank = rk->rank;
         r.has_signal = rk->term_signal != 0, r.signal = rk->term_signal;
-        char node[32];
-        snprintf(node, sizeof node, "node%d", rk->node);
+        run_nodes_name(&c->nodes, rk->node, node, sizeof node);
         r.node = node;
     }
     int fatal = (rk && rk->exited && rk->exit_status == 2) || job->cause == LAUNCH_SPAWN_FAILED;
@@ -260,10 +384,12 @@ static void run_attempt_detail(run_ctx *c, const char *spec_file, char *out, siz
         l += (size_t)snprintf(out + l, cap - l, "%s%s", k ? "," : "", name);
     }
     if (c->nodes_note[0] && l < cap) {
-        snprintf(out + l, cap - l, " (%s)", c->nodes_note);
+        l += (size_t)snprintf(out + l, cap - l, " (%s)", c->nodes_note);
         run_progress_end(&c->prog);
         fprintf(stderr, "baton run: %s\n", c->nodes_note);
     }
+    if (c->rollback_note[0] && l < cap) snprintf(out + l, cap - l, " (%s)", c->rollback_note);
+    c->rollback_note[0] = '\0';
 }
 
 /* Virtual node k of the job is lost when every one of its ranks was killed by a signal
@@ -396,6 +522,17 @@ static int run_stage(run_ctx *c, size_t i) {
             status = RUN_EXIT_STOPPED;
         } else if (end == ATTEMPT_FATAL) {
             status = BT_EXIT_USAGE;
+        } else if (end == ATTEMPT_ROLLBACK) {
+            if (run_rollbacks(c, (uint32_t)i) > RUN_MAX_ROLLBACKS) {
+                fprintf(stderr, "baton run: stage \"%s\": giving up after %u rollbacks\n",
+                        c->prog.stage, RUN_MAX_ROLLBACKS);
+                status = BT_EXIT_FAILURE;
+            } else {
+                fprintf(stderr,
+                        "baton run: restarting stage \"%s\" from its newest checkpoint "
+                        "before the spikes (a rollback, not counted in max_restarts)\n",
+                        c->prog.stage);
+            }
         } else if (++ss->failures > max_restarts) {
             fprintf(stderr, "baton run: stage \"%s\": giving up after %u restarts (max_restarts)\n",
                     c->prog.stage, max_restarts);
@@ -438,6 +575,12 @@ static int run_load_state(run_ctx *c) {
     for (size_t k = 0; k < n; k++)
         if (v[k]->kind == BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED && v[k]->node)
             run_nodes_exclude(&c->nodes, v[k]->node);
+    for (size_t k = 0; k < n; k++) {
+        uint64_t from, to;
+        if (v[k]->kind == BATON__JOURNAL_RECORD__KIND__ROLLBACK &&
+            run_skip_parse(v[k]->detail, &from, &to) == 0)
+            run_skip_add(c, v[k]->stage_index, from, to);
+    }
     journal_records_free(v, n);
     if (torn) fprintf(stderr, "baton run: the journal's torn last record was dropped\n");
     return 0;

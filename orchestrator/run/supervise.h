@@ -17,6 +17,16 @@
  * checkpoint is journaled (journal.h) before the next action, so a `baton run` killed
  * at any point continues from the journal and the checkpoints when started again.
  *
+ * Rollbacks: exit status 76 (RUN_WORKER_EXIT_ROLLBACK) of a rank is the loss-spike
+ * guard's request (worker/engine/train_spike.h): its message names the global sample
+ * window [from, to) of the spiking steps. The checkpoints of the stage taken at or after
+ * the first spiking step are moved to RUN_DIR/rolled-back/ (so the newest remaining one
+ * predates the spikes), a ROLLBACK record (step: the first spiking step; detail: the
+ * window as "skip [from, to)") is journaled, and every later attempt of the stage, also
+ * after `baton run` is started again, gets the window in StageSpec.skip_samples. A
+ * rollback is not a failure: it does not count against max_restarts; at most
+ * RUN_MAX_ROLLBACKS per stage, then the stage fails.
+ *
  * SIGINT/SIGTERM/SIGHUP: the workers are asked to stop (SIGTERM: they checkpoint and
  * exit), and baton run exits with status 75 (resumable). */
 #ifndef BATON_SUPERVISE_H
@@ -25,7 +35,9 @@
 #include "recipe.h"
 #include "run_dir.h"
 
-#define RUN_EXIT_STOPPED 75
+#define RUN_EXIT_STOPPED         75
+#define RUN_WORKER_EXIT_ROLLBACK 76 /* a worker's WORKER_EXIT_ROLLBACK */
+#define RUN_MAX_ROLLBACKS        5  /* per stage */
 
 typedef struct run_opts {
     const char *worker; /* path of baton-worker */

@@ -23,6 +23,7 @@ expect() { # STATUS PATTERN -- ARGS...
 }
 "$baton" data prepare --input /usr/share/games/fortunes --split-on-percent \
   --output data/fortunes >/dev/null || exit 1
+"$baton" data passkey --output data/passkey128_train --n-docs 50 --length 128 >/dev/null || exit 1
 "$baton" spec "$src/recipes/tiny-cpu.yaml" --stage pretrain --out tiny.pb || exit 1
 "$baton" spec "$src/tests/engine/precision.yaml" --stage fp32 --out small.pb || exit 1
 printf 'not a protobuf\377\377\377' >junk.pb

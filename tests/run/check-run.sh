@@ -33,7 +33,7 @@ cd "$work"
 "$baton" data prepare --input /usr/share/games/fortunes --split-on-percent \
   --output data/fortunes >/dev/null
 recipe=$src/tests/run/run.yaml
-fail() { echo "$case: $*"; [[ -f run.out ]] && tail -20 run.out; exit 1; }
+fail() { { echo "$case: $*"; [[ -f run.out ]] && tail -20 run.out; } >&2; exit 1; }
 
 # same_losses REF GOT [SHRUNK_STAGE]: exact per stage, within 1e-5 for SHRUNK_STAGE
 same_losses() {

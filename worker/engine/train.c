@@ -150,6 +150,9 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
     rc = rc ? rc : train_norm_segments(t, diag);
     rc = rc ? rc : optim_adamw_init(&t->opt, train_dp_optim_floats(&t->dp));
     rc = rc ? rc : train_fp8_init(t);
+    rc = rc ? rc
+            : train_spike_init(&t->spike, s->restart ? s->restart->spike_zscore : 0,
+                               t->m.sizes.param_floats, t->opt.n, spec);
     t->tokens = calloc((size_t)t->B * t->T, sizeof(int32_t));
     t->targets = calloc((size_t)t->B * t->T, sizeof(int32_t));
     if (rc == 0 && (t->tokens == NULL || t->targets == NULL)) rc = BT_ENOMEM;
@@ -176,6 +179,7 @@ void train_free(trainer *t) {
     free(t->targets);
     free(t->fp8);
     free(t->fp8_history);
+    train_spike_free(&t->spike);
     memset(t, 0, sizeof *t);
 }
 
@@ -212,13 +216,15 @@ static int train_fp8_end(trainer *t, bt_diag *diag) {
     return 0;
 }
 
-/* Fills the micro-batch j of this step from the loader (global sample indices). */
+/* Fills the micro-batch j of this step from the loader (global sample indices; a logical
+ * index in one of the spec's skip_samples windows reads the sample past it). */
 static int train_fetch(trainer *t, uint32_t j, bt_diag *diag) {
     const Baton__Stage *s = t->spec->stage;
     for (uint32_t b = 0; b < t->B; b++) {
         uint64_t g = t->first_sample +
                      loader_global_index(t->step - t->step0, (uint32_t)s->global_batch,
                                          (uint32_t)t->dp.size, (uint32_t)t->dp.rank, j * t->B + b);
+        g = train_spike_map_sample(t->spec, g);
         size_t off = (size_t)b * t->T;
         if (loader_get(&t->ld, g, t->tokens + off, t->targets + off) != 0) {
             bt_diag_set(diag, "sample %llu: %s", (unsigned long long)g, loader_error(&t->ld));
@@ -250,7 +256,8 @@ static int train_pp_forward(void *ctx, int mb, int slot) {
 static int train_pp_backward(void *ctx, int mb, int slot) {
     trainer *t = ((train_pp_ctx *)ctx)->t;
     (void)mb;
-    int rc = model_stage_backward(&t->m, slot, 1.0f / (float)t->accum);
+    float scale = train_spike_fault_scale(&t->spike, t->step + 1) / (float)t->accum;
+    int rc = model_stage_backward(&t->m, slot, scale);
     if (rc == 0) train_fp8_collect(t);
     return rc;
 }
@@ -296,7 +303,8 @@ static int train_micro_batches(trainer *t, double *loss, bt_diag *diag) {
         float l = 0;
         int rc = train_fetch(t, j, diag);
         rc = rc ? rc : model_forward(&t->m, t->tokens, t->targets, (int)t->B, (int)t->T, &l);
-        rc = rc ? rc : model_backward(&t->m, 1.0f / (float)t->accum);
+        float scale = train_spike_fault_scale(&t->spike, t->step + 1) / (float)t->accum;
+        rc = rc ? rc : model_backward(&t->m, scale);
         if (rc != 0) {
             const char *why = t->m.comm_err ? comm_error(t->tp.group) : bt_strerror(rc);
             bt_diag_set(diag, "step %llu micro-batch %u: %s", (unsigned long long)t->step + 1, j,
@@ -309,36 +317,74 @@ static int train_micro_batches(trainer *t, double *loss, bt_diag *diag) {
     return 0;
 }
 
+/* After the update: a loss spike undoes it (train_spike.h); *spike and *z say so. Every
+ * rank decides on the same reduced loss and norm. */
+static void train_spike_judge(trainer *t, int armed, double loss, double norm, train_metrics *out) {
+    train_spike *sp = &t->spike;
+    if (sp->z <= 0 || !isfinite(norm) || !isfinite(loss)) return;
+    if (!armed || !train_spike_check(sp, loss, norm, &out->spike_z)) {
+        train_spike_push(sp, loss, norm);
+        return;
+    }
+    train_spike_restore(sp, t->m.params_mem, &t->opt);
+    out->spike = 1;
+    const Baton__Stage *s = t->spec->stage;
+    uint64_t first = t->first_sample + (t->step - t->step0) * s->global_batch;
+    uint32_t run = train_spike_note(sp, t->step + 1, first, first + s->global_batch);
+    out->rollback = run >= TRAIN_SPIKE_ROLLBACK_AFTER;
+}
+
 int train_step(trainer *t, train_metrics *out, bt_diag *diag) {
     double t0 = bt_clock_now(), loss = 0;
+    *out = (train_metrics){0};
     model_zero_grad(&t->m);
     train_fp8_begin(t);
     double lr = optim_lr_at(t->step + 1, t->total_steps, &t->hp), norm = 0;
     int rc = train_micro_batches(t, &loss, diag);
     rc = rc ? rc : train_fp8_end(t, diag);
     rc = rc ? rc : train_tp_reduce_grads(&t->tp, &t->m, diag);
+    /* The dp mean of the loss before the update: the spike guard judges the step on it. */
+    rc = rc ? rc : train_dp_mean(&t->dp, &loss, diag);
+    int armed = train_spike_armed(&t->spike);
+    if (rc == 0 && armed) train_spike_save(&t->spike, t->m.params_mem, &t->opt);
     rc = rc ? rc
             : train_dp_update(&t->dp, t->m.params_mem, t->m.grads_mem, t->segs, t->n_segs, &t->opt,
                               &t->hp, lr, &norm, diag);
-    rc = rc ? rc : train_dp_mean(&t->dp, &loss, diag);
     if (rc != 0) return rc;
+    train_spike_judge(t, armed, loss, norm, out);
     t->step++;
-    int skipped = !isfinite(norm); /* the optimizer left the weights alone (optim.h) */
+    /* A non-finite norm: the optimizer left the weights alone (optim.h). */
+    int skipped = !isfinite(norm) || out->spike;
     t->skipped_steps += (uint64_t)skipped;
     double dt = bt_clock_now() - t0;
     const Baton__Stage *s = t->spec->stage;
-    *out = (train_metrics){.step = t->step,
-                           .loss = loss,
-                           .lr = lr,
-                           .grad_norm = norm,
-                           .skipped = skipped,
-                           .step_s = dt,
-                           .tokens_per_s = (double)(s->global_batch * s->seq_len) / dt,
-                           .gflops_per_s = t->flops_per_step / dt * 1e-9};
+    out->step = t->step, out->loss = loss, out->lr = lr, out->grad_norm = norm;
+    out->skipped = skipped, out->step_s = dt;
+    out->tokens_per_s = (double)(s->global_batch * s->seq_len) / dt;
+    out->gflops_per_s = t->flops_per_step / dt * 1e-9;
     if (!isfinite(loss)) {
         bt_diag_set(diag, "step %llu: loss is %g", (unsigned long long)t->step, loss);
         return BT_ERANGE;
     }
+    return 0;
+}
+
+int train_fp8_calibrate(trainer *t, uint32_t *n_micro, float *lo, float *hi, bt_diag *diag) {
+    *n_micro = 0, *lo = *hi = 1.0f;
+    if (t->fp8 == NULL || !t->handed_off || t->step >= t->total_steps) return 0;
+    double loss = 0;
+    model_zero_grad(&t->m);
+    train_fp8_begin(t);
+    int rc = train_micro_batches(t, &loss, diag);
+    rc = rc ? rc : train_fp8_end(t, diag);
+    model_zero_grad(&t->m);
+    if (rc != 0) return rc;
+    *n_micro = t->accum, *lo = INFINITY, *hi = 0; /* over the GEMMs that run in fp8 */
+    for (int g = 0; g < t->m.n_gemm; g++)
+        for (int k = 0; k < BACKEND_FP8_SLOTS && t->m.gemm[g].prec == BACKEND_PREC_FP8; k++) {
+            float sc = t->fp8[g].meta[k].scale;
+            *lo = fminf(*lo, sc), *hi = fmaxf(*hi, sc);
+        }
     return 0;
 }
 

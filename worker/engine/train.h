@@ -22,6 +22,7 @@
 #include "stage_spec.pb-c.h"
 #include "train_dp.h"
 #include "train_pp.h"
+#include "train_spike.h"
 #include "train_tp.h"
 #include "util/err.h"
 
@@ -30,7 +31,11 @@ typedef struct train_metrics {
     double loss;   /* mean over the step's micro-batches */
     double lr;
     double grad_norm;    /* before clipping */
-    int skipped;         /* the norm was not finite: no update was applied this step */
+    int skipped;         /* no update was applied this step: the norm was not finite, or
+                          * a loss spike (spike) */
+    int spike;           /* the loss-spike guard skipped this step (train_spike.h) */
+    double spike_z;      /* its z-score */
+    int rollback;        /* TRAIN_SPIKE_ROLLBACK_AFTER spikes in a row: stop, roll back */
     double tokens_per_s; /* of the whole job */
     double gflops_per_s; /* model FLOPs (6 N T + attention) achieved by this rank */
     double step_s;
@@ -59,9 +64,12 @@ typedef struct trainer {
     double mb_loss; /* the step's loss so far (last stage), for the pipeline callbacks */
     uint32_t B, T, accum;
     uint64_t step, total_steps;
-    uint64_t skipped_steps;       /* steps whose update was skipped (non-finite gradients) */
+    uint64_t skipped_steps;       /* steps whose update was skipped (non-finite gradients
+                                   * or a loss spike) */
+    train_spike spike;            /* the loss-spike guard */
     uint64_t step0, first_sample; /* the stage resumed at step0 with global sample first_sample */
     double flops_per_step;        /* this rank's share of the model FLOPs of one step */
+    int handed_off; /* the weights came from another stage's checkpoint (train_ckpt_load) */
 } trainer;
 
 /* The groups a rank trains in, from the stage's layout (stages/layout.h). Borrowed: they
@@ -79,8 +87,18 @@ typedef struct train_groups {
 int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *groups, bt_diag *diag);
 void train_free(trainer *t);
 
-/* One optimizer step. */
+/* One optimizer step. out->rollback set: the spike guard asks for a rollback over
+ * t->spike's run of spikes (the step was taken but not applied). */
 int train_step(trainer *t, train_metrics *out, bt_diag *diag);
+
+/* The fp8 calibration of a precision hand-off: when the stage runs in fp8 and took its
+ * weights from another stage's checkpoint (t->handed_off), its delayed-scaling state is
+ * fresh (scale 1). Runs forward and backward of the micro-batches of the next step without
+ * any update (the gradients are discarded: train_step zeroes them), reduces every GEMM's
+ * amaxes over tp and dp as train_step does and records them in the histories, so that the
+ * first step runs with scales from real amaxes. *n_micro gets the number of micro-batches
+ * (0: nothing to do); *lo, *hi the smallest and largest scale. Collective. */
+int train_fp8_calibrate(trainer *t, uint32_t *n_micro, float *lo, float *hi, bt_diag *diag);
 
 /* Mean next-token loss over the first n windows of the dataset prefix (no update). */
 int train_eval(trainer *t, const char *prefix, uint32_t n, double *loss, bt_diag *diag);

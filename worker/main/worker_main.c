@@ -5,7 +5,11 @@
  * Exit status: 0 the stage finished, 1 failed while training (retryable: I/O, numeric
  * blow-up), 2 bad usage or a StageSpec this worker cannot run (not worth retrying),
  * 75 (WORKER_EXIT_STOPPED) stopped on request (a Stop on the control channel or SIGTERM)
- * after saving a checkpoint at the current step: resumable with --init RUN_DIR.
+ * after saving a checkpoint at the current step: resumable with --init RUN_DIR,
+ * 76 (WORKER_EXIT_ROLLBACK) the loss-spike guard saw TRAIN_SPIKE_ROLLBACK_AFTER spikes in a
+ * row (engine/train_spike.h): stopped without saving; the error message (also the Fatal
+ * on the control channel) ends with "skip [FROM, TO)", the logical global samples of
+ * those steps, which the orchestrator skips after rolling back to an earlier checkpoint.
  *
  * Control channel (worker/control/): when the spec has a control_address and
  * BATON_CONTROL_TOKEN is set, every rank reports its phase and steps to the orchestrator,
@@ -20,6 +24,8 @@
 #include "train_ckpt.h"
 #include "worker_control.h"
 #include "worker_ranks.h"
+
+#define WORKER_EXIT_ROLLBACK 76 /* orchestrator/run/supervise.h knows it too */
 
 typedef struct worker_args {
     const char *spec_path;
@@ -70,7 +76,9 @@ static void worker_usage(FILE *f) {
                "token in BATON_CONTROL_TOKEN) or SIGTERM on any rank stops every rank after\n"
                "the current step, with a checkpoint at that step when there is a run dir.\n\n"
                "Exit status: 0 done, 1 training failed, 2 bad usage or unrunnable spec,\n"
-               "75 stopped on request after saving (resume with --init RUN_DIR).\n");
+               "75 stopped on request after saving (resume with --init RUN_DIR), 76 loss\n"
+               "spikes in a row (recipe restart.spike_zscore): stopped without saving, the\n"
+               "message names the sample window to skip after a rollback.\n");
 }
 
 static int parse_count(const char *s, uint64_t *out) {
@@ -213,7 +221,11 @@ static void worker_print_step(const trainer *t, const train_metrics *m) {
     printf("step %6llu/%llu  loss %.6f  lr %.3e  grad_norm %.4f  %.0f tok/s  %.2f GFLOP/s/rank\n",
            (unsigned long long)m->step, (unsigned long long)t->total_steps, m->loss, m->lr,
            m->grad_norm, m->tokens_per_s, m->gflops_per_s);
-    if (m->skipped)
+    if (m->spike)
+        printf("step %6llu: loss spike (z=%.1f > %.1f): update skipped (%llu skipped so far)\n",
+               (unsigned long long)m->step, m->spike_z, t->spike.z,
+               (unsigned long long)t->skipped_steps);
+    else if (m->skipped)
         printf("step %6llu: update skipped: the gradient norm is not finite (%llu skipped so "
                "far)\n",
                (unsigned long long)m->step, (unsigned long long)t->skipped_steps);
@@ -243,10 +255,26 @@ static int worker_stop(trainer *t, train_ckpt *c, const worker_args *a, worker_c
     return rc;
 }
 
+/* The spike guard asks for a rollback: no checkpoint (the weights may already be hurt);
+ * every rank returns BT_ERANGE with the window in diag and sets *rollback. */
+static int worker_rollback(const trainer *t, int *rollback, bt_diag *diag) {
+    const train_spike *sp = &t->spike;
+    *rollback = 1;
+    bt_diag_set(diag,
+                "%u loss spikes in a row at steps %llu..%llu: rollback requested, stopping "
+                "without a checkpoint; global samples %llu..%llu: skip [%llu, %llu)",
+                sp->run, (unsigned long long)sp->run_first_step,
+                (unsigned long long)sp->run_last_step, (unsigned long long)sp->run_first_sample,
+                (unsigned long long)sp->run_end_sample - 1,
+                (unsigned long long)sp->run_first_sample, (unsigned long long)sp->run_end_sample);
+    return BT_ERANGE;
+}
+
 /* Trains to the stage's last step (or --steps more), checkpointing every save_every
- * steps and at the end; or until a stop request (wc->stopping). */
+ * steps and at the end; or until a stop request (wc->stopping) or a rollback request
+ * (*rollback). */
 static int worker_train(trainer *t, train_ckpt *c, uint64_t save_every, const worker_args *a,
-                        worker_control *wc, bt_diag *diag) {
+                        worker_control *wc, int *rollback, bt_diag *diag) {
     train_metrics m;
     for (uint64_t i = 0; t->step < t->total_steps && (!a->max_steps || i < a->max_steps); i++) {
         int rc = train_step(t, &m, diag);
@@ -254,6 +282,10 @@ static int worker_train(trainer *t, train_ckpt *c, uint64_t save_every, const wo
         int last = t->step == t->total_steps || i + 1 == a->max_steps;
         if (!a->quiet && (m.step % a->log_every == 0 || last || m.skipped))
             worker_print_step(t, &m);
+        if (m.rollback) {
+            fflush(stdout);
+            return worker_rollback(t, rollback, diag);
+        }
         int stop = worker_control_after_step(wc, &m, diag);
         if (stop < 0) return stop;
         if (stop && !last) return worker_stop(t, c, a, wc, diag);
@@ -373,13 +405,18 @@ static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, w
         printf("started from %s at step %llu (global sample %llu), loaded in %.3f s\n", init,
                (unsigned long long)t->step, (unsigned long long)t->first_sample,
                bt_clock_now() - t0);
+    uint32_t n = 0;
+    float lo, hi;
+    rc = rc ? rc : train_fp8_calibrate(t, &n, &lo, &hi, diag);
+    if (rc == 0 && n > 0 && w->info.rank == 0 && !a->quiet)
+        printf("fp8 scales calibrated from %u micro-batch(es): scales in [%g, %g]\n", n, lo, hi);
     return rc;
 }
 
 /* Trains with the ranks joined (or alone); returns a BT_ code, *setup_rc the code of
  * the setup part (which decides the exit status class). */
 static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks *w,
-                      worker_control *wc, int *setup_rc, bt_diag *diag) {
+                      worker_control *wc, int *setup_rc, int *rollback, bt_diag *diag) {
     trainer t;
     int rc = worker_ranks_groups(w, spec->stage->parallel, diag);
     train_groups groups = {.tp = w->tp, .dp = w->dp, .pp = w->pp};
@@ -393,7 +430,7 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
     char root[4096];
     worker_ckpt_setup(&c, root, sizeof root, spec, a, w);
     rc = worker_init_from(&t, &mine, w, wc, diag);
-    rc = rc ? rc : worker_train(&t, &c, worker_save_every(spec, a), &mine, wc, diag);
+    rc = rc ? rc : worker_train(&t, &c, worker_save_every(spec, a), &mine, wc, rollback, diag);
     if (!wc->stopping) {
         rc = rc ? rc : worker_eval(&t, &mine, diag);
         rc = rc ? rc : worker_dump_params(&t, mine.dump_params, w->info.rank == 0, diag);
@@ -405,8 +442,9 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
 }
 
 /* See the top of this file. */
-static int worker_exit_status(int rc, int setup_rc, int stopped) {
+static int worker_exit_status(int rc, int setup_rc, int stopped, int rollback) {
     if (rc == 0) return stopped ? WORKER_EXIT_STOPPED : 0;
+    if (rollback) return WORKER_EXIT_ROLLBACK;
     return setup_rc != 0 && setup_rc != BT_ENOMEM && setup_rc != BT_EIO ? 2 : 1;
 }
 
@@ -418,7 +456,7 @@ int main(int argc, char **argv) {
     bt_diag_init(&diag);
     worker_ranks w = {0};
     Baton__StageSpec *spec = worker_read_spec(a.spec_path, &diag);
-    int rc = spec ? 0 : BT_EINVAL, setup_rc = rc;
+    int rc = spec ? 0 : BT_EINVAL, setup_rc = rc, rollback = 0;
     if (spec != NULL && a.single_process)
         worker_single_process(spec);
     else if (spec != NULL)
@@ -427,9 +465,9 @@ int main(int argc, char **argv) {
     if (rc == 0) {
         uint32_t size = w.world ? (uint32_t)w.info.size : 1;
         worker_control_start(&ctl, spec, w.world, (uint32_t)w.info.rank, size);
-        rc = worker_run(spec, &a, &w, &ctl, &setup_rc, &diag);
+        rc = worker_run(spec, &a, &w, &ctl, &setup_rc, &rollback, &diag);
     }
-    int status = worker_exit_status(rc, setup_rc, ctl.stopping);
+    int status = worker_exit_status(rc, setup_rc, ctl.stopping, rollback);
     if (rc != 0) {
         const char *msg = diag.msg[0] ? diag.msg : bt_strerror(rc);
         fprintf(stderr, "baton-worker: %s\n", msg);

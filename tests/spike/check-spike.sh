@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The loss-spike guard (worker/engine/train_spike.h) and the fp8 calibration at a
+# precision hand-off (worker/engine/train_calib.h), on tests/spike/spike.yaml. CASE:
+#   guard     BATON_FAULT_SPIKE_STEPS=15 (a fault-injection hook: step 15's gradients x1000):
+#             the update of step 15 is skipped, so the weights after step 15 equal those
+#             after step 14, bitwise; the run goes on to the end; a run without the hook
+#             sees no spike.
+#   rollback  three spiking steps in a row: the worker stops without saving, exit 76,
+#             naming the samples of those steps.
+#   calib     the fp8 stage after the fp32 one calibrates its scales (none is 1 after).
+#   run       `baton run` with steps 15..17 spiking in attempt 0 only: ROLLBACK journaled,
+#             the later checkpoints moved aside, the window skipped, the run completes.
+#   check-spike.sh BATON BATON_WORKER SOURCE_DIR CASE
+set -euo pipefail
+baton=$1 worker=$2 src=$3 case=$4
+export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+work=$(mktemp -d /tmp/baton-test-spike.XXXXXX)
+cleanup() {
+  pkill -9 -f -- "--spec $work/" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+cd "$work"
+"$baton" data prepare --input /usr/share/games/fortunes --split-on-percent \
+  --output data/fortunes >/dev/null
+recipe=$src/tests/spike/spike.yaml
+fail() { echo "$case: $*"; exit 1; }
+"$baton" spec "$recipe" --out s0.pb
+w() { "$worker" --spec s0.pb --single-process --eval-windows 0 "$@"; }
+
+case $case in
+guard)
+  w --steps 14 --dump-params a.bin >a.out
+  BATON_FAULT_SPIKE_STEPS=15 w --steps 15 --dump-params b.bin >b.out
+  grep -E "^step +15: loss spike \(z=[0-9.e+]+ > 6.0\): update skipped" b.out ||
+    { cat b.out; fail "no spike reported at step 15"; }
+  cmp a.bin b.bin || fail "the weights after the skipped step 15 differ from those after step 14"
+  BATON_FAULT_SPIKE_STEPS=15 w >c.out || { tail c.out; fail "the run with a spike did not finish"; }
+  grep -Eq "^step +24/24" c.out || fail "the run with a spike stopped early"
+  [[ $(grep -c "loss spike" c.out) == 1 ]] || { grep spike c.out; fail "expected exactly one spike"; }
+  w >d.out
+  ! grep -q "loss spike" d.out || { grep spike d.out; fail "a spike without the fault hook"; }
+  echo "$case: step 15 skipped, weights after it bitwise those after step 14; no false spike"
+  ;;
+rollback)
+  set +e
+  BATON_FAULT_SPIKE_STEPS=15-17 w >r.out 2>r.err
+  rc=$?
+  set -e
+  [[ $rc == 76 ]] || { cat r.out r.err; fail "exit $rc, not 76"; }
+  grep -q "3 loss spikes in a row at steps 15..17" r.err || { cat r.err; fail "unclear message"; }
+  # global batch 8: step 15 reads samples 112..119, step 17 up to 135
+  grep -q "global samples 112..135: skip \[112, 136)" r.err || { cat r.err; fail "wrong window"; }
+  ! grep -q "^checkpoint" r.out || fail "saved a checkpoint"
+  echo "$case: exit 76, $(cat r.err)"
+  ;;
+run)
+  BATON_FAULT_SPIKE_STEPS=15-17 BATON_FAULT_SPIKE_ATTEMPT=0 \
+    "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 || { cat run.out; fail "baton run failed"; }
+  "$baton" status r1 >status.txt
+  "$baton" status r1 --json >status.json
+  cat status.txt
+  grep -q "loss spikes at steps 15..17: skip \[112, 136)" status.txt ||
+    { cat run.out; fail "baton status shows no rollback"; }
+  grep -aq "skip \[112, 136)" r1/journal* || fail "no ROLLBACK record in the journal"
+  [[ -d r1/rolled-back/s00-step00000016 ]] || { ls -R r1 | head -30; fail "checkpoint 16 not moved aside"; }
+  grep -q "started from .* at step 12 (global sample 96)" r1/logs/s00-a01.log ||
+    { grep started r1/logs/s00-a01.log; fail "attempt 1 did not start from step 12"; }
+  ! grep -q "loss spike" r1/logs/s00-a01.log || fail "attempt 1 spiked"
+  /usr/bin/python3 - status.json <<'PY' || fail "status check"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["state"] == "completed" and s["restarts"] == 0, s
+assert [st["state"] for st in s["stages"]] == ["done", "done"], s
+print("completed; restarts", s["restarts"], "attempts", [st["attempts"] for st in s["stages"]])
+PY
+  echo "$case: rollback journaled, window skipped, run completed"
+  ;;
+calib)
+  # The fp8 stage takes the fp32 stage's weights: a hand-off, so its scales are calibrated.
+  "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 || { cat run.out; fail "baton run failed"; }
+  log=r1/logs/s01-a00.log
+  line=$(grep "fp8 scales calibrated from 2 micro-batch(es)" "$log") || { cat "$log"; fail "no calibration"; }
+  echo "$line"
+  /usr/bin/python3 - "$line" <<'PY' || fail "the calibrated scales are still 1"
+import re, sys
+lo, hi = map(float, re.search(r"scales in \[([^,]+), ([^\]]+)\]", sys.argv[1]).groups())
+assert lo != 1.0 and hi != 1.0 and lo > 0, (lo, hi)
+PY
+  ! grep -q "fp8 scales calibrated" r1/logs/s00-a00.log || fail "the fp32 stage calibrated"
+  echo "$case: the fp8 stage's first step runs with calibrated scales"
+  ;;
+*) fail "unknown case" ;;
+esac

@@ -1,0 +1,114 @@
+#include "train_spike.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/err.h"
+
+/* "K" or "K-L" into [from, to]; 0 on anything else. */
+static void spike_parse_steps(const char *v, uint64_t *from, uint64_t *to) {
+    char *end;
+    *from = *to = 0;
+    if (v == NULL || *v == '\0') return;
+    unsigned long long a = strtoull(v, &end, 10), b = a;
+    if (*end == '-') b = strtoull(end + 1, &end, 10);
+    if (*end != '\0' || a == 0 || b < a) return;
+    *from = a, *to = b;
+}
+
+static void spike_fault_setup(train_spike *s, const Baton__StageSpec *spec) {
+    spike_parse_steps(getenv("BATON_FAULT_SPIKE_STEPS"), &s->fault_from, &s->fault_to);
+    const char *a = getenv("BATON_FAULT_SPIKE_ATTEMPT");
+    if (a != NULL && *a != '\0' && strtoul(a, NULL, 10) != spec->attempt)
+        s->fault_from = s->fault_to = 0;
+}
+
+int train_spike_init(train_spike *s, double z, size_t n_params, size_t n_opt,
+                     const Baton__StageSpec *spec) {
+    memset(s, 0, sizeof *s);
+    spike_fault_setup(s, spec);
+    if (!(z > 0) || !isfinite(z)) return 0;
+    s->z = z, s->n_params = n_params, s->n_opt = n_opt;
+    s->params = malloc((n_params ? n_params : 1) * sizeof(float));
+    s->m = malloc((n_opt ? n_opt : 1) * sizeof(float));
+    s->v = malloc((n_opt ? n_opt : 1) * sizeof(float));
+    if (s->params == NULL || s->m == NULL || s->v == NULL) {
+        train_spike_free(s);
+        return BT_ENOMEM;
+    }
+    return 0;
+}
+
+void train_spike_free(train_spike *s) {
+    free(s->params);
+    free(s->m);
+    free(s->v);
+    memset(s, 0, sizeof *s);
+}
+
+int train_spike_armed(const train_spike *s) {
+    return s->z > 0 && s->n >= TRAIN_SPIKE_WARMUP;
+}
+
+void train_spike_save(train_spike *s, const float *params, const optim_adamw *o) {
+    memcpy(s->params, params, s->n_params * sizeof(float));
+    memcpy(s->m, o->m, s->n_opt * sizeof(float));
+    memcpy(s->v, o->v, s->n_opt * sizeof(float));
+    s->opt_step = o->step;
+}
+
+void train_spike_restore(const train_spike *s, float *params, optim_adamw *o) {
+    memcpy(params, s->params, s->n_params * sizeof(float));
+    memcpy(o->m, s->m, s->n_opt * sizeof(float));
+    memcpy(o->v, s->v, s->n_opt * sizeof(float));
+    o->step = s->opt_step;
+}
+
+/* (x - mean) / std over the window's values; +inf above a constant window. */
+static double spike_zscore(const double *w, uint32_t n, double x) {
+    double mean = 0, var = 0;
+    for (uint32_t i = 0; i < n; i++)
+        mean += w[i];
+    mean /= n;
+    for (uint32_t i = 0; i < n; i++)
+        var += (w[i] - mean) * (w[i] - mean);
+    double sd = sqrt(var / n);
+    if (sd > 0) return (x - mean) / sd;
+    return x > mean ? INFINITY : 0;
+}
+
+int train_spike_check(const train_spike *s, double loss, double norm, double *z) {
+    double zl = spike_zscore(s->loss, s->n, loss), zn = spike_zscore(s->norm, s->n, norm);
+    *z = zl > zn ? zl : zn;
+    return *z > s->z;
+}
+
+void train_spike_push(train_spike *s, double loss, double norm) {
+    s->loss[s->next] = loss, s->norm[s->next] = norm;
+    s->next = (s->next + 1) % TRAIN_SPIKE_WINDOW;
+    if (s->n < TRAIN_SPIKE_WINDOW) s->n++;
+    s->run = 0;
+}
+
+uint32_t train_spike_note(train_spike *s, uint64_t step, uint64_t first, uint64_t end) {
+    if (s->run == 0) s->run_first_step = step, s->run_first_sample = first;
+    s->run_last_step = step, s->run_end_sample = end;
+    return ++s->run;
+}
+
+float train_spike_fault_scale(const train_spike *s, uint64_t step) {
+    return s->fault_from && step >= s->fault_from && step <= s->fault_to ? TRAIN_SPIKE_FAULT_FACTOR
+                                                                         : 1.0f;
+}
+
+uint64_t train_spike_map_sample(const Baton__StageSpec *spec, uint64_t g) {
+    /* Windows are in the logical indices the trainer computes: skipping one shifts every
+     * later sample by its length, so nothing is read twice and nothing else is lost. */
+    uint64_t shift = 0;
+    for (size_t i = 0; i < spec->n_skip_samples; i++) {
+        const Baton__SkipRange *r = spec->skip_samples[i];
+        if (r->to > r->from && g >= r->from) shift += r->to - r->from;
+    }
+    return g + shift;
+}
