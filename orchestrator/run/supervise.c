@@ -18,7 +18,9 @@
 #include "launch.h"
 #include "run_nodes.h"
 #include "run_progress.h"
+#include "run_topology.h"
 #include "run_state.h"
+#include "util/buf.h"
 #include "util/clock.h"
 
 #define RUN_DEFAULT_HEARTBEAT_S 60.0
@@ -48,7 +50,9 @@ typedef struct run_ctx {
     int cs_open;
     bt_diag cs_diag; /* the server reports late errors (metrics writes) here */
     char hang_why[256];
-    run_nodes nodes;               /* usable, excluded and this attempt's nodes */
+    run_nodes nodes;              /* usable, excluded and this attempt's nodes */
+    const Baton__StageSpec *spec; /* this attempt's */
+    int topo_checked, topo_refused;
     char nodes_note[256];          /* what the node plan changed for this attempt */
     run_skip skips[RUN_MAX_SKIPS]; /* from the ROLLBACK records, in journal order */
     size_t n_skips;
@@ -297,6 +301,45 @@ static void run_on_signal(run_ctx *c, launch_job *job) {
     launch_job_kill_after(job, LAUNCH_STOPPED, RUN_STOP_GRACE_S);
 }
 
+/* Once every rank has said hello: the topology report (printed, journaled); with
+ * strict_topology a spread-out TP/CP/EP group or a misplaced rank stops the attempt as a
+ * configuration error. */
+static void run_check_topology(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attempt) {
+    if (c->topo_checked || !c->cs_open || control_server_connected(&c->cs) < c->cs.world) return;
+    c->topo_checked = 1;
+    bt_buf b;
+    bt_buf_init(&b);
+    run_topology t;
+    bt_diag d;
+    bt_diag_init(&d);
+    if (run_topology_check(c->spec, &c->cs, &b, &t, &d) != 0) {
+        bt_buf_free(&b);
+        return;
+    }
+    int strict = c->spec->cluster && c->spec->cluster->strict_topology;
+    int bad = t.hungry_crossing || t.misplaced;
+    run_progress_end(&c->prog);
+    if (!c->o->quiet || bad)
+        printf("[%s] topology of attempt %u (%s):\n%s", c->prog.stage, attempt,
+               bad ? (strict ? "REFUSED: strict_topology" : "WARNING") : "as planned",
+               bt_buf_str(&b));
+    if (bad)
+        fprintf(stderr,
+                "baton run: stage \"%s\": %d TP/CP/EP group(s) span hosts, %d rank(s) off their "
+                "planned node%s\n",
+                c->prog.stage, t.hungry_crossing, t.misplaced,
+                strict ? ": strict_topology refuses to run it" : "");
+    Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
+    r.has_attempt = 1, r.attempt = attempt;
+    r.detail = (char *)bt_buf_str(&b);
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__TOPOLOGY, stage, &r);
+    bt_buf_free(&b);
+    if (bad && strict) {
+        c->topo_refused = 1;
+        launch_job_kill(job, LAUNCH_STOPPED);
+    }
+}
+
 /* Polls the job until it ends; kills it on a signal or a hang (*hung set). */
 static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attempt, double hang_s,
                      int *hung) {
@@ -309,10 +352,11 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
         if (c->cs_open) n += control_server_pollfds(&c->cs, pfd + n, RUN_MAX_POLL - n);
         if ((rc = launch_job_step(job, pfd, n, 200)) <= 0) break;
         if (c->cs_open) control_server_handle(&c->cs, pfd, n, bt_clock_now());
+        run_check_topology(c, job, stage, attempt);
         run_note_recovery(c, stage, attempt);
         run_note_ckpt(c, stage, attempt);
         if (c->sfd >= 0 && (pfd[0].revents & POLLIN)) run_on_signal(c, job);
-        if (!*hung && !c->got_signal && run_hung(c, started, hang_s)) {
+        if (!*hung && !c->got_signal && !c->topo_refused && run_hung(c, started, hang_s)) {
             *hung = 1;
             run_progress_end(&c->prog);
             fprintf(stderr, "baton run: stage \"%s\": %s: killing the attempt\n", c->prog.stage,
@@ -339,7 +383,11 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
     }
     char why[1024];
     launch_job_describe(job, why, sizeof why);
-    if (hung)
+    if (c->topo_refused)
+        snprintf(why, sizeof why,
+                 "topology: a TP/CP/EP group spans hosts or a rank is off its "
+                 "planned node, and cluster.strict_topology is set");
+    else if (hung)
         snprintf(why, sizeof why, "%s", c->hang_why);
     else if (c->cs_open && c->cs.fatal.seen) {
         size_t l = strlen(why);
@@ -361,7 +409,8 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
         run_nodes_name(&c->nodes, rk->node, node, sizeof node);
         r.node = node;
     }
-    int fatal = (rk && rk->exited && rk->exit_status == 2) || job->cause == LAUNCH_SPAWN_FAILED;
+    int fatal = (rk && rk->exited && rk->exit_status == 2) || job->cause == LAUNCH_SPAWN_FAILED ||
+                c->topo_refused;
     attempt_end end = c->got_signal ? ATTEMPT_STOPPED : fatal ? ATTEMPT_FATAL : ATTEMPT_RETRY;
     r.detail = why;
     r.has_retryable = 1, r.retryable = end == ATTEMPT_RETRY;
@@ -465,6 +514,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     r.detail = detail;
     run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_STARTED, (uint32_t)i, &r);
     launch_job job;
+    c->spec = spec, c->topo_checked = 0, c->topo_refused = 0;
     int hung = 0, rc = launch_job_init(&job, &c->srv, &lo, &d);
     rc = rc ? rc : launch_job_start(&job, &d);
     rc = rc ? rc : run_watch(c, &job, (uint32_t)i, attempt, *hang_s, &hung);

@@ -116,13 +116,14 @@ static void unit_refusals(control_server *cs) {
     bt_diag d;
     bt_diag_init(&d);
     control_client bad;
-    CHECK(control_client_open(&bad, cs->address, "wrong-token", 1, 2, 3, &d) == 0, "%s", d.msg);
+    CHECK(control_client_open(&bad, cs->address, "wrong-token", 1, 2, 3, NULL, &d) == 0, "%s",
+          d.msg);
     send_metrics(&bad, 99, 99.0);
     want_rejected = 1;
     CHECK(pump_until(cs, rejected), "a wrong token was not refused");
     CHECK(cs->last.step != 99, "metrics of a refused connection were taken");
     control_client stale;
-    CHECK(control_client_open(&stale, cs->address, "s3cret", 1, 2, 2, &d) == 0, "%s", d.msg);
+    CHECK(control_client_open(&stale, cs->address, "s3cret", 1, 2, 2, NULL, &d) == 0, "%s", d.msg);
     want_rejected = 2;
     CHECK(pump_until(cs, rejected), "a Hello of another attempt was not refused");
     int g = raw_connect(cs), o = raw_connect(cs);
@@ -165,8 +166,8 @@ static int unit(const char *run_dir) {
     CHECK(control_server_begin_attempt(&cs, 1, "pretrain", 3, 2, 100) == 0, "begin");
     CHECK(control_server_silence(&cs, bt_clock_now(), NULL) < 0, "silence without ranks");
     control_client r0, r1;
-    CHECK(control_client_open(&r0, cs.address, "s3cret", 0, 2, 3, &d) == 0, "r0: %s", d.msg);
-    CHECK(control_client_open(&r1, cs.address, "s3cret", 1, 2, 3, &d) == 0, "r1: %s", d.msg);
+    CHECK(control_client_open(&r0, cs.address, "s3cret", 0, 2, 3, NULL, &d) == 0, "r0: %s", d.msg);
+    CHECK(control_client_open(&r1, cs.address, "s3cret", 1, 2, 3, NULL, &d) == 0, "r1: %s", d.msg);
     CHECK(pump_until(&cs, two_connected), "two good ranks did not connect");
     CHECK(cs.ranks[1].pid == getpid(), "rank 1's pid %d", (int)cs.ranks[1].pid);
     unit_refusals(&cs);

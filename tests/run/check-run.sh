@@ -17,6 +17,9 @@
 #                 `baton resume` finishes with the uninterrupted losses.
 #   overrides     --set and --nodes: applied, kept with the run, reapplied by resume, a
 #                 different set on the same run directory refused, bad ones exit 2.
+#   topology      a layout whose TP groups span the two virtual nodes: the report warns;
+#                 with cluster.strict_topology the stage is refused before its first step
+#                 (exit 2, not retried, no checkpoint).
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -222,6 +225,24 @@ print("overrides: stages ran", got)'
   [[ $rc2 == 2 ]] && grep -q "name a stage and a field" y.out || { cat y.out; fail "bad stage accepted"; }
   [[ $rc3 == 2 ]] && grep -q "cluster has 3 nodes" z.out || { cat z.out; fail "--nodes not applied"; }
   echo "$case: applied, kept, reapplied on resume; conflicting and bad ones exit 2"
+  ;;
+topology)
+  sets=(--set stages.pretrain.parallel.order=pp-tp-cp-dp --set stages.pretrain.steps=4
+        --set stages.1.steps=2 --set stages.fp8.steps=2)
+  "$baton" run "$recipe" --run-dir r1 "${sets[@]}" >run.out 2>&1 || fail "the warned run failed"
+  grep -q "topology of attempt 0 (WARNING)" run.out || fail "no topology warning"
+  grep -q "tp group \[0 2\]: node0 node1  <- spans hosts" run.out || fail "the report lacks the group"
+  grep -q "topology of attempt 0 (as planned)" run.out || fail "no report for the good stages"
+  set +e
+  "$baton" run "$recipe" --run-dir r2 "${sets[@]}" --set cluster.strict_topology=true >strict.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 2 ]] || { cat strict.out; fail "strict_topology: exit $rc, not 2"; }
+  grep -q "tensor-parallel group spans hosts (rank 0 on node0, rank 2 on node1)" strict.out ||
+    { cat strict.out; fail "the worker did not refuse"; }
+  [[ -z $(ls r2/checkpoints 2>/dev/null | grep step || true) ]] || fail "a refused stage trained"
+  "$baton" status r2 | grep -q "strict_topology is set (not retried)" || fail "not journaled"
+  echo "$case: warned, and refused under strict_topology before any step"
   ;;
 *) fail "unknown case" ;;
 esac

@@ -28,6 +28,8 @@ typedef struct boot_info {
 /* PMIx_Init and the job's facts. BT_EIO (with the PMIx status in diag) when this
  * process was not started by a PMIx launcher or the server is unreachable. */
 int boot_init(boot_info *info, bt_diag *diag);
+/* The host the launcher placed rank of this job on (PMIX_HOSTNAME); -1 if unknown. */
+int boot_hostname_of(const boot_info *info, int rank, char *out, size_t cap);
 
 /* Publishes len bytes under key, visible to every rank after boot_commit + a fence. */
 int boot_put_blob(const boot_info *info, const char *key, const void *data, size_t len,

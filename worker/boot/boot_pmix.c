@@ -101,6 +101,20 @@ static void boot_get_hostname(const pmix_proc_t *me, boot_info *info) {
     if (v != NULL) PMIX_VALUE_RELEASE(v);
 }
 
+int boot_hostname_of(const boot_info *info, int rank, char *out, size_t cap) {
+    pmix_proc_t p;
+    PMIX_LOAD_PROCID(&p, info->nspace, (pmix_rank_t)rank);
+    pmix_value_t *v = NULL;
+    int rc = -1;
+    if (PMIx_Get(&p, PMIX_HOSTNAME, NULL, 0, &v) == PMIX_SUCCESS && v != NULL &&
+        v->type == PMIX_STRING && v->data.string != NULL) {
+        snprintf(out, cap, "%s", v->data.string);
+        rc = 0;
+    }
+    if (v != NULL) PMIX_VALUE_RELEASE(v);
+    return rc;
+}
+
 int boot_init(boot_info *info, bt_diag *diag) {
     memset(info, 0, sizeof *info);
     pmix_proc_t me;

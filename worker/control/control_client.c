@@ -84,9 +84,15 @@ static int control_send(control_client *c, const Baton__Envelope *env) {
     return -1;
 }
 
-static int control_hello(control_client *c, const char *token, uint32_t world, uint32_t attempt) {
+static int control_hello(control_client *c, const char *token, uint32_t world, uint32_t attempt,
+                         const char *node) {
+    /* The node the launcher placed this rank on (a virtual node of `baton launch`), else
+     * the machine's name. */
     char host[256] = "";
-    gethostname(host, sizeof host - 1);
+    if (node && node[0])
+        snprintf(host, sizeof host, "%s", node);
+    else
+        gethostname(host, sizeof host - 1);
     Baton__Hello h = BATON__HELLO__INIT;
     h.token = (char *)token;
     h.has_rank = 1, h.rank = c->rank;
@@ -100,7 +106,7 @@ static int control_hello(control_client *c, const char *token, uint32_t world, u
 }
 
 int control_client_open(control_client *c, const char *address, const char *token, uint32_t rank,
-                        uint32_t world, uint32_t attempt, bt_diag *diag) {
+                        uint32_t world, uint32_t attempt, const char *node, bt_diag *diag) {
     c->fd = -1, c->rank = rank, c->stop = 0, c->in_len = 0, c->stop_reason[0] = '\0';
     char host[256];
     const char *port;
@@ -123,7 +129,7 @@ int control_client_open(control_client *c, const char *address, const char *toke
                     strerror(errno));
         return BT_EIO;
     }
-    if (control_hello(c, token, world, attempt) != 0) {
+    if (control_hello(c, token, world, attempt, node) != 0) {
         bt_diag_set(diag, "control channel at %s: cannot send Hello", address);
         return BT_EIO;
     }

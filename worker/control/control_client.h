@@ -30,10 +30,11 @@ typedef struct control_client {
 } control_client;
 
 /* Connects to address ("host:port", "[v6]:port") within CONTROL_CLIENT_CONNECT_TIMEOUT_S
- * and sends Hello{token, rank, world, host, pid, attempt}. On failure c->fd is -1 and diag
- * says why. */
+ * and sends Hello{token, rank, world, host, pid, attempt}; host is the node the launcher
+ * placed this rank on (its PMIx host name), or NULL/"" for the machine's name. On failure
+ * c->fd is -1 and diag says why. */
 int control_client_open(control_client *c, const char *address, const char *token, uint32_t rank,
-                        uint32_t world, uint32_t attempt, bt_diag *diag);
+                        uint32_t world, uint32_t attempt, const char *host, bt_diag *diag);
 
 /* Messages; each does nothing without a channel. */
 void control_client_heartbeat(control_client *c, Baton__Heartbeat__Phase phase, uint64_t step);

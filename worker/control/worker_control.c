@@ -8,7 +8,7 @@
 #include "worker_signal.h"
 
 void worker_control_start(worker_control *wc, const Baton__StageSpec *spec, comm *world,
-                          uint32_t rank, uint32_t world_size) {
+                          uint32_t rank, uint32_t world_size, const char *host) {
     memset(wc, 0, sizeof *wc);
     wc->client.fd = -1;
     wc->world = world;
@@ -26,8 +26,8 @@ void worker_control_start(worker_control *wc, const Baton__StageSpec *spec, comm
     }
     bt_diag diag;
     bt_diag_init(&diag);
-    if (control_client_open(&wc->client, addr, token, rank, world_size, spec->attempt, &diag) !=
-        0) {
+    if (control_client_open(&wc->client, addr, token, rank, world_size, spec->attempt, host,
+                            &diag) != 0) {
         fprintf(stderr, "baton-worker: rank %u: %s; going on without the control channel\n", rank,
                 diag.msg);
         return;

@@ -31,7 +31,7 @@ typedef struct worker_control {
  * control_address and BATON_CONTROL_TOKEN is set, connects and says Hello (a failure is
  * printed as a warning and the worker goes on without the channel). Never fails. */
 void worker_control_start(worker_control *wc, const Baton__StageSpec *spec, comm *world,
-                          uint32_t rank, uint32_t world_size);
+                          uint32_t rank, uint32_t world_size, const char *host);
 
 /* A phase change (INIT, LOAD, SAVE, DONE) at the trainer's step. */
 void worker_control_phase(worker_control *wc, Baton__Heartbeat__Phase phase, uint64_t step);

@@ -419,6 +419,8 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
                       worker_control *wc, int *setup_rc, int *rollback, bt_diag *diag) {
     trainer t;
     int rc = worker_ranks_groups(w, spec->stage->parallel, diag);
+    if (rc == 0 && spec->cluster && spec->cluster->strict_topology)
+        rc = worker_ranks_check_topology(w, diag);
     train_groups groups = {.tp = w->tp, .dp = w->dp, .pp = w->pp};
     rc = rc ? rc : train_init(&t, spec, &groups, diag);
     *setup_rc = rc;
@@ -464,7 +466,7 @@ int main(int argc, char **argv) {
     worker_control ctl = {.client.fd = -1};
     if (rc == 0) {
         uint32_t size = w.world ? (uint32_t)w.info.size : 1;
-        worker_control_start(&ctl, spec, w.world, (uint32_t)w.info.rank, size);
+        worker_control_start(&ctl, spec, w.world, (uint32_t)w.info.rank, size, w.info.hostname);
         rc = worker_run(spec, &a, &w, &ctl, &setup_rc, &rollback, &diag);
     }
     int status = worker_exit_status(rc, setup_rc, ctl.stopping, rollback);

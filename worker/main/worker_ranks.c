@@ -10,6 +10,7 @@
 
 #include "comm_gloo.h"
 #include "layout.h"
+#include "util/buf.h"
 
 /* The rendezvous directory: BATON_JOB_DIR when the launcher gives one (it is private to
  * the job attempt and removed with it), else a directory named after the PMIx namespace
@@ -114,4 +115,26 @@ void worker_ranks_leave(worker_ranks *w) {
     if (w->under_pmix) boot_finalize(NULL);
     if (w->store[0] != '\0') ranks_remove_store(w->store);
     memset(w, 0, sizeof *w);
+}
+
+int worker_ranks_check_topology(const worker_ranks *w, bt_diag *diag) {
+    if (!w->under_pmix || w->tp == NULL) return 0;
+    char first[256] = "", host[256];
+    bt_buf hosts;
+    bt_buf_init(&hosts);
+    int spread = 0;
+    for (int i = 0; i < comm_size(w->tp); i++) {
+        int r = comm_global_rank(w->tp, i);
+        if (boot_hostname_of(&w->info, r, host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+        if (i == 0) snprintf(first, sizeof first, "%s", host);
+        spread |= strcmp(first, host) != 0;
+        bt_buf_printf(&hosts, "%srank %d on %s", i ? ", " : "", r, host);
+    }
+    if (spread)
+        bt_diag_set(diag,
+                    "cluster.strict_topology: this rank's tensor-parallel group spans hosts (%s); "
+                    "put TP inside a node (parallel.order, gpus_per_node)",
+                    bt_buf_str(&hosts));
+    bt_buf_free(&hosts);
+    return spread ? BT_EINVAL : 0;
 }

@@ -26,6 +26,9 @@ int worker_ranks_join(worker_ranks *w, double timeout_s, bt_diag *diag);
  * world's size is not tp*cp*dp*pp the world becomes the dp group, for train_init to report the
  * mismatch. */
 int worker_ranks_groups(worker_ranks *w, const Baton__Parallel *p, bt_diag *diag);
+/* cluster.strict_topology: BT_EINVAL (with the group and its hosts in diag) when this
+ * rank's tensor-parallel group spans several hosts. Call after worker_ranks_groups. */
+int worker_ranks_check_topology(const worker_ranks *w, bt_diag *diag);
 /* Leaves: destroys the groups, finalizes PMIx, removes the rendezvous directory. */
 void worker_ranks_leave(worker_ranks *w);
 
