@@ -13,65 +13,16 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
-#include "control_server.h"
-#include "journal.h"
-#include "launch.h"
-#include "run_nodes.h"
-#include "run_progress.h"
-#include "run_topology.h"
-#include "run_state.h"
-#include "util/buf.h"
+#include "run_ctx.h"
 #include "util/clock.h"
 
 #define RUN_DEFAULT_HEARTBEAT_S 60.0
 #define RUN_DEFAULT_BACKOFF_S   1.0
 #define RUN_KILL_GRACE_S        5.0   /* after a failure: the others are stuck or failing too */
 #define RUN_STOP_GRACE_S        120.0 /* on a signal: time for the workers to checkpoint */
-#define RUN_MAX_SKIPS           64    /* skipped sample windows over the whole run */
 
-/* A global sample window a rollback skips in every later attempt of its stage. */
-typedef struct run_skip {
-    uint32_t stage;
-    uint64_t from, to;
-} run_skip;
-
-typedef struct run_ctx {
-    run_dir *dir;
-    recipe_doc *doc;
-    const run_opts *o;
-    journal j;
-    run_state st;
-    launch_server srv;
-    int sfd;          /* signalfd: SIGINT, SIGTERM, SIGHUP */
-    int got_signal;   /* a stop was asked for */
-    double failed_at; /* monotonic time of the last failure (recovery pending), else 0 */
-    run_progress prog;
-    control_server cs; /* the control channel: Hello, heartbeats, metrics, Fatal, Stop */
-    int cs_open;
-    bt_diag cs_diag; /* the server reports late errors (metrics writes) here */
-    char hang_why[256];
-    run_nodes nodes;              /* usable, excluded and this attempt's nodes */
-    const Baton__StageSpec *spec; /* this attempt's */
-    int topo_checked, topo_refused;
-    char nodes_note[256];          /* what the node plan changed for this attempt */
-    run_skip skips[RUN_MAX_SKIPS]; /* from the ROLLBACK records, in journal order */
-    size_t n_skips;
-    char rollback_note[768]; /* for the next attempt's journal detail, then cleared */
-} run_ctx;
-
-#define RUN_MAX_POLL 1100
-
-/* What one attempt came to. */
-typedef enum attempt_end {
-    ATTEMPT_DONE = 0,
-    ATTEMPT_RETRY,    /* failed, worth another attempt */
-    ATTEMPT_FATAL,    /* a configuration error: never retried */
-    ATTEMPT_STOPPED,  /* stopped on request (signal) */
-    ATTEMPT_ROLLBACK, /* loss spikes: rolled back, retry with a window skipped */
-} attempt_end;
-
-static int run_journal(run_ctx *c, Baton__JournalRecord__Kind kind, uint32_t stage,
-                       Baton__JournalRecord *r) {
+int run_journal(run_ctx *c, Baton__JournalRecord__Kind kind, uint32_t stage,
+                Baton__JournalRecord *r) {
     Baton__JournalRecord def = BATON__JOURNAL_RECORD__INIT;
     if (r == NULL) r = &def;
     r->has_kind = 1, r->kind = kind;
@@ -87,111 +38,6 @@ static double run_seconds(const Baton__Duration *d, double dflt) {
     return d && d->has_seconds && d->seconds > 0 ? d->seconds : dflt;
 }
 
-/* ---- rollbacks (see supervise.h) ---- */
-
-/* "... skip [FROM, TO) ..." in a worker's message or a ROLLBACK record's detail. */
-static int run_skip_parse(const char *text, uint64_t *from, uint64_t *to) {
-    const char *p = text ? strstr(text, "skip [") : NULL;
-    return p && sscanf(p, "skip [%" SCNu64 ", %" SCNu64 ")", from, to) == 2 && *to > *from ? 0 : -1;
-}
-
-static void run_skip_add(run_ctx *c, uint32_t stage, uint64_t from, uint64_t to) {
-    if (c->n_skips < RUN_MAX_SKIPS) c->skips[c->n_skips++] = (run_skip){stage, from, to};
-}
-
-static uint32_t run_rollbacks(const run_ctx *c, uint32_t stage) {
-    uint32_t n = 0;
-    for (size_t k = 0; k < c->n_skips; k++)
-        n += c->skips[k].stage == stage;
-    return n;
-}
-
-/* The stage's skipped windows into its StageSpec. */
-static int run_skip_apply(const run_ctx *c, uint32_t stage, Baton__StageSpec *s) {
-    uint32_t n = run_rollbacks(c, stage);
-    if (n == 0) return 0;
-    s->skip_samples = calloc(n, sizeof *s->skip_samples);
-    if (s->skip_samples == NULL) return BT_ENOMEM;
-    for (size_t k = 0; k < c->n_skips; k++) {
-        if (c->skips[k].stage != stage) continue;
-        Baton__SkipRange *r = malloc(sizeof *r);
-        if (r == NULL) return BT_ENOMEM;
-        baton__skip_range__init(r);
-        r->has_from = r->has_to = 1, r->from = c->skips[k].from, r->to = c->skips[k].to;
-        s->skip_samples[s->n_skip_samples++] = r;
-    }
-    return 0;
-}
-
-/* Moves the checkpoints taken at or after step `first` of the stage (names sort in
- * training order) to RUN_DIR/rolled-back/ and drops the `latest` pointer, so that the
- * newest remaining checkpoint predates the spikes; its name (or "none") into kept. */
-static int run_rollback_ckpts(run_ctx *c, uint32_t stage, uint64_t first, char *kept, size_t cap,
-                              bt_diag *diag) {
-    char root[4200], aside[4200], bound[64], from[8500], to[8500];
-    run_dir_file(c->dir, CKPT_ROOT_IN_RUN, root, sizeof root);
-    run_dir_file(c->dir, "rolled-back", aside, sizeof aside);
-    ckpt_name(stage, first, bound, sizeof bound);
-    char **names;
-    size_t n;
-    int rc = ckpt_list(root, &names, &n, diag);
-    if (rc != 0) return rc;
-    snprintf(kept, cap, "none");
-    for (size_t k = 0; rc == 0 && k < n; k++) {
-        if (strcmp(names[k], bound) < 0) {
-            snprintf(kept, cap, "%s", names[k]);
-            continue;
-        }
-        snprintf(from, sizeof from, "%s/%s", root, names[k]);
-        snprintf(to, sizeof to, "%s/%s", aside, names[k]);
-        if ((mkdir(aside, 0700) != 0 && errno != EEXIST) || rename(from, to) != 0) {
-            bt_diag_set(diag, "%s: cannot move it to %s: %s", from, aside, strerror(errno));
-            rc = BT_EIO;
-        }
-    }
-    ckpt_names_free(names, n);
-    snprintf(from, sizeof from, "%s/%s", root, CKPT_LATEST);
-    if (rc == 0 && unlink(from) != 0 && errno != ENOENT) {
-        bt_diag_set(diag, "%s: cannot remove: %s", from, strerror(errno));
-        rc = BT_EIO;
-    }
-    return rc;
-}
-
-/* A rank exited RUN_WORKER_EXIT_ROLLBACK: moves the later checkpoints aside, journals the
- * ROLLBACK and keeps the window for the next attempts. Returns 0, or -1 when the request
- * cannot be read (the attempt is then an ordinary failure). */
-static int run_rollback(run_ctx *c, uint32_t stage, uint32_t attempt) {
-    const char *msg = c->cs_open && c->cs.fatal.seen ? c->cs.fatal.message : NULL;
-    uint64_t from, to, first = 0, last = 0;
-    const char *at = msg ? strstr(msg, "at steps ") : NULL;
-    if (run_skip_parse(msg, &from, &to) != 0 || at == NULL ||
-        sscanf(at, "at steps %" SCNu64 "..%" SCNu64, &first, &last) != 2 || first == 0)
-        return -1;
-    char kept[256], detail[768];
-    bt_diag d;
-    bt_diag_init(&d);
-    if (run_rollback_ckpts(c, stage, first, kept, sizeof kept, &d) != 0) {
-        fprintf(stderr, "baton run: rollback: %s\n", d.msg);
-        return -1;
-    }
-    snprintf(detail, sizeof detail,
-             "loss spikes at steps %" PRIu64 "..%" PRIu64 ": skip [%" PRIu64 ", %" PRIu64
-             ") (global samples); rolled back to checkpoint %s",
-             first, last, from, to, kept);
-    Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
-    r.has_attempt = 1, r.attempt = attempt;
-    r.has_step = 1, r.step = first;
-    r.detail = detail;
-    run_journal(c, BATON__JOURNAL_RECORD__KIND__ROLLBACK, stage, &r);
-    run_skip_add(c, stage, from, to);
-    snprintf(c->rollback_note, sizeof c->rollback_note, "%s", detail);
-    run_progress_end(&c->prog);
-    fprintf(stderr, "baton run: stage \"%s\": %s\n", c->prog.stage, detail);
-    return 0;
-}
-
-/* The attempt's StageSpec, written to specs/sNN-aMM.pb (path into file). */
 static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSpec **out,
                           char *file, size_t cap, bt_diag *diag) {
     int rc = recipe_resolve_stage(c->doc, i, out, diag);
@@ -301,45 +147,6 @@ static void run_on_signal(run_ctx *c, launch_job *job) {
     launch_job_kill_after(job, LAUNCH_STOPPED, RUN_STOP_GRACE_S);
 }
 
-/* Once every rank has said hello: the topology report (printed, journaled); with
- * strict_topology a spread-out TP/CP/EP group or a misplaced rank stops the attempt as a
- * configuration error. */
-static void run_check_topology(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attempt) {
-    if (c->topo_checked || !c->cs_open || control_server_connected(&c->cs) < c->cs.world) return;
-    c->topo_checked = 1;
-    bt_buf b;
-    bt_buf_init(&b);
-    run_topology t;
-    bt_diag d;
-    bt_diag_init(&d);
-    if (run_topology_check(c->spec, &c->cs, &b, &t, &d) != 0) {
-        bt_buf_free(&b);
-        return;
-    }
-    int strict = c->spec->cluster && c->spec->cluster->strict_topology;
-    int bad = t.hungry_crossing || t.misplaced;
-    run_progress_end(&c->prog);
-    if (!c->o->quiet || bad)
-        printf("[%s] topology of attempt %u (%s):\n%s", c->prog.stage, attempt,
-               bad ? (strict ? "REFUSED: strict_topology" : "WARNING") : "as planned",
-               bt_buf_str(&b));
-    if (bad)
-        fprintf(stderr,
-                "baton run: stage \"%s\": %d TP/CP/EP group(s) span hosts, %d rank(s) off their "
-                "planned node%s\n",
-                c->prog.stage, t.hungry_crossing, t.misplaced,
-                strict ? ": strict_topology refuses to run it" : "");
-    Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
-    r.has_attempt = 1, r.attempt = attempt;
-    r.detail = (char *)bt_buf_str(&b);
-    run_journal(c, BATON__JOURNAL_RECORD__KIND__TOPOLOGY, stage, &r);
-    bt_buf_free(&b);
-    if (bad && strict) {
-        c->topo_refused = 1;
-        launch_job_kill(job, LAUNCH_STOPPED);
-    }
-}
-
 /* Polls the job until it ends; kills it on a signal or a hang (*hung set). */
 static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attempt, double hang_s,
                      int *hung) {
@@ -439,32 +246,6 @@ static void run_attempt_detail(run_ctx *c, const char *spec_file, char *out, siz
     }
     if (c->rollback_note[0] && l < cap) snprintf(out + l, cap - l, " (%s)", c->rollback_note);
     c->rollback_note[0] = '\0';
-}
-
-/* Virtual node k of the job is lost when every one of its ranks was killed by a signal
- * the launcher did not send: each such node is excluded and journaled. */
-static void run_find_lost_nodes(run_ctx *c, const launch_job *job, uint32_t stage,
-                                uint32_t attempt) {
-    for (int k = 0; k < job->nnodes && job->nnodes > 1; k++) {
-        int all = 1, any = 0;
-        for (int r = 0; r < job->nprocs; r++) {
-            const launch_rank *rk = &job->ranks[r];
-            if (rk->node != k) continue;
-            any = 1;
-            all = all && rk->term_signal != 0 && !rk->signal_from_launcher;
-        }
-        if (!any || !all) continue;
-        char name[32], detail[128];
-        run_nodes_name(&c->nodes, k, name, sizeof name);
-        run_nodes_exclude(&c->nodes, name);
-        snprintf(detail, sizeof detail, "%s lost: every rank on it was killed; excluded", name);
-        Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
-        r.has_attempt = 1, r.attempt = attempt;
-        r.node = name, r.detail = detail;
-        run_journal(c, BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED, stage, &r);
-        run_progress_end(&c->prog);
-        fprintf(stderr, "baton run: %s\n", detail);
-    }
 }
 
 static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *hang_s) {

@@ -1,0 +1,71 @@
+/* Per-attempt checks of where the ranks landed: the topology report and lost nodes. */
+#include <stdio.h>
+#include <string.h>
+
+#include "run_ctx.h"
+#include "run_topology.h"
+#include "util/buf.h"
+
+/* Once every rank has said hello: the topology report (printed, journaled); with
+ * strict_topology a spread-out TP/CP/EP group or a misplaced rank stops the attempt as a
+ * configuration error. */
+void run_check_topology(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attempt) {
+    if (c->topo_checked || !c->cs_open || control_server_connected(&c->cs) < c->cs.world) return;
+    c->topo_checked = 1;
+    bt_buf b;
+    bt_buf_init(&b);
+    run_topology t;
+    bt_diag d;
+    bt_diag_init(&d);
+    if (run_topology_check(c->spec, &c->cs, &b, &t, &d) != 0) {
+        bt_buf_free(&b);
+        return;
+    }
+    int strict = c->spec->cluster && c->spec->cluster->strict_topology;
+    int bad = t.hungry_crossing || t.misplaced;
+    run_progress_end(&c->prog);
+    if (!c->o->quiet || bad)
+        printf("[%s] topology of attempt %u (%s):\n%s", c->prog.stage, attempt,
+               bad ? (strict ? "REFUSED: strict_topology" : "WARNING") : "as planned",
+               bt_buf_str(&b));
+    if (bad)
+        fprintf(stderr,
+                "baton run: stage \"%s\": %d TP/CP/EP group(s) span hosts, %d rank(s) off their "
+                "planned node%s\n",
+                c->prog.stage, t.hungry_crossing, t.misplaced,
+                strict ? ": strict_topology refuses to run it" : "");
+    Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
+    r.has_attempt = 1, r.attempt = attempt;
+    r.detail = (char *)bt_buf_str(&b);
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__TOPOLOGY, stage, &r);
+    bt_buf_free(&b);
+    if (bad && strict) {
+        c->topo_refused = 1;
+        launch_job_kill(job, LAUNCH_STOPPED);
+    }
+}
+
+/* Virtual node k of the job is lost when every one of its ranks was killed by a signal
+ * the launcher did not send: each such node is excluded and journaled. */
+void run_find_lost_nodes(run_ctx *c, const launch_job *job, uint32_t stage, uint32_t attempt) {
+    for (int k = 0; k < job->nnodes && job->nnodes > 1; k++) {
+        int all = 1, any = 0;
+        for (int r = 0; r < job->nprocs; r++) {
+            const launch_rank *rk = &job->ranks[r];
+            if (rk->node != k) continue;
+            any = 1;
+            all = all && rk->term_signal != 0 && !rk->signal_from_launcher;
+        }
+        if (!any || !all) continue;
+        char name[32], detail[128];
+        run_nodes_name(&c->nodes, k, name, sizeof name);
+        run_nodes_exclude(&c->nodes, name);
+        snprintf(detail, sizeof detail, "%s lost: every rank on it was killed; excluded", name);
+        Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
+        r.has_attempt = 1, r.attempt = attempt;
+        r.node = name, r.detail = detail;
+        run_journal(c, BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED, stage, &r);
+        run_progress_end(&c->prog);
+        fprintf(stderr, "baton run: %s\n", detail);
+    }
+}

@@ -1,0 +1,77 @@
+/* The supervisor's private state (supervise.c), shared with the pieces split off it:
+ * rollbacks (run_rollback.c) and the per-attempt checks (run_checks.c). */
+#ifndef BATON_RUN_CTX_H
+#define BATON_RUN_CTX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "control_server.h"
+#include "journal.h"
+#include "launch.h"
+#include "recipe.h"
+#include "run_dir.h"
+#include "run_nodes.h"
+#include "run_progress.h"
+#include "run_state.h"
+#include "supervise.h"
+
+#define RUN_MAX_SKIPS 64 /* skipped sample windows over the whole run */
+
+/* A global sample window a rollback skips in every later attempt of its stage. */
+typedef struct run_skip {
+    uint32_t stage;
+    uint64_t from, to;
+} run_skip;
+
+typedef struct run_ctx {
+    run_dir *dir;
+    recipe_doc *doc;
+    const run_opts *o;
+    journal j;
+    run_state st;
+    launch_server srv;
+    int sfd;          /* signalfd: SIGINT, SIGTERM, SIGHUP */
+    int got_signal;   /* a stop was asked for */
+    double failed_at; /* monotonic time of the last failure (recovery pending), else 0 */
+    run_progress prog;
+    control_server cs; /* the control channel: Hello, heartbeats, metrics, Fatal, Stop */
+    int cs_open;
+    bt_diag cs_diag; /* the server reports late errors (metrics writes) here */
+    char hang_why[256];
+    run_nodes nodes;              /* usable, excluded and this attempt's nodes */
+    const Baton__StageSpec *spec; /* this attempt's */
+    int topo_checked, topo_refused;
+    char nodes_note[256];          /* what the node plan changed for this attempt */
+    run_skip skips[RUN_MAX_SKIPS]; /* from the ROLLBACK records, in journal order */
+    size_t n_skips;
+    char rollback_note[768]; /* for the next attempt's journal detail, then cleared */
+} run_ctx;
+
+#define RUN_MAX_POLL 1100
+
+/* What one attempt came to. */
+typedef enum attempt_end {
+    ATTEMPT_DONE = 0,
+    ATTEMPT_RETRY,    /* failed, worth another attempt */
+    ATTEMPT_FATAL,    /* a configuration error: never retried */
+    ATTEMPT_STOPPED,  /* stopped on request (signal) */
+    ATTEMPT_ROLLBACK, /* loss spikes: rolled back, retry with a window skipped */
+} attempt_end;
+
+/* Appends a record of kind for stage (r may be NULL); a failure is printed. */
+int run_journal(run_ctx *c, Baton__JournalRecord__Kind kind, uint32_t stage,
+                Baton__JournalRecord *r);
+
+/* run_rollback.c */
+int run_skip_parse(const char *text, uint64_t *from, uint64_t *to);
+void run_skip_add(run_ctx *c, uint32_t stage, uint64_t from, uint64_t to);
+int run_skip_apply(const run_ctx *c, uint32_t stage, Baton__StageSpec *s);
+uint32_t run_rollbacks(const run_ctx *c, uint32_t stage);
+int run_rollback(run_ctx *c, uint32_t stage, uint32_t attempt);
+
+/* run_checks.c */
+void run_check_topology(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attempt);
+void run_find_lost_nodes(run_ctx *c, const launch_job *job, uint32_t stage, uint32_t attempt);
+
+#endif
