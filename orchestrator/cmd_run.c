@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "recipe.h"
 #include "run/run_dir.h"
+#include "run/run_state.h"
 #include "run/supervise.h"
 #include "util/buf.h"
 
@@ -127,6 +128,11 @@ static int run_load(run_args *a, recipe_doc *doc, bt_diag *diag) {
     for (int i = 0; rc == 0 && i < a->n_sets; i++)
         rc = recipe_apply_set(doc, a->sets[i], diag);
     rc = rc ? rc : recipe_validate(doc, diag);
+    if (rc == 0 && doc->recipe->n_stages > RUN_MAX_STAGES) {
+        bt_diag_set(diag, "%s: %zu stages; baton run takes at most %d", a->recipe,
+                    doc->recipe->n_stages, RUN_MAX_STAGES);
+        rc = BT_ERECIPE;
+    }
     rc = rc ? rc : run_dir_check_data(doc, diag);
     if (rc != 0) recipe_doc_free(doc);
     return rc;

@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
@@ -71,16 +70,6 @@ static void status_metrics(status_view *v) {
     v->m_tok = status_num(last, "\"tokens_per_s\": ");
 }
 
-static int status_running(const char *dir) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/lock", dir);
-    int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0) return 0;
-    int busy = flock(fd, LOCK_EX | LOCK_NB) != 0;
-    close(fd);
-    return busy;
-}
-
 /* The run's --set overrides (RUN_DIR/overrides), so that step counts are the run's. */
 static void status_apply_overrides(status_view *v, bt_diag *diag) {
     char path[4200], line[1024];
@@ -110,7 +99,7 @@ static int status_load(status_view *v, const char *dir, bt_diag *diag) {
     v->have_doc = recipe_load_file(recipe, &v->doc, &ignore) == 0;
     if (v->have_doc) status_apply_overrides(v, &ignore);
     run_state_replay(&v->st, v->rec, v->n);
-    v->running = status_running(dir);
+    v->running = run_dir_busy(dir);
     status_metrics(v);
     return 0;
 }
@@ -122,7 +111,8 @@ static void status_free(status_view *v) {
 
 static size_t status_n_stages(const status_view *v) {
     size_t n = v->have_doc ? v->doc.recipe->n_stages : 0;
-    return v->st.n_stages > n ? v->st.n_stages : n;
+    n = v->st.n_stages > n ? v->st.n_stages : n;
+    return n < RUN_MAX_STAGES ? n : RUN_MAX_STAGES;
 }
 
 static const char *status_stage_state(const status_view *v, size_t i) {

@@ -51,7 +51,7 @@ int eval_passkey(trainer *t, const indexed_dataset *ds, uint64_t max_docs, doubl
     int rc = tokens ? 0 : BT_ENOMEM;
     for (uint64_t s = 0; rc == 0 && s < ds->n_sequences && s < max_docs; s++, n++) {
         int hit = 0, digits = 0;
-        int32_t mine[PASSKEY_DIGITS];
+        int32_t mine[PASSKEY_DIGITS] = {-1, -1, -1, -1, -1};
         rc = eval_passkey_doc(t, ds, s, tokens, &hit, &digits, mine, diag);
         if (pred) memcpy(pred + s * PASSKEY_DIGITS, mine, sizeof mine);
         hits += (uint64_t)hit, digit_hits += (uint64_t)digits;

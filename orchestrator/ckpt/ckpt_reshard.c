@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ckpt/ckpt.h"
 #include "ckpt_cmds.h"
@@ -129,6 +130,11 @@ static int reshard_write(reshard_job *j, const char *out, bt_diag *diag) {
         snprintf(root, sizeof root, ".");
     if (name[0] == '\0' || strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
         bt_diag_set(diag, "--out %s: name a new checkpoint directory", out);
+        return BT_EINVAL;
+    }
+    struct stat st;
+    if (lstat(out, &st) == 0) {
+        bt_diag_set(diag, "--out %s: already exists; name a new checkpoint directory", out);
         return BT_EINVAL;
     }
     rc = ckpt_begin(root, name, diag);

@@ -133,13 +133,17 @@ int journal_append(journal *j, Baton__JournalRecord *r, bt_diag *diag) {
     uint32_t crc = crc32c_update(0, buf + 8, n);
     for (int i = 0; i < 4; i++)
         buf[i] = (uint8_t)(n >> (8 * i)), buf[4 + i] = (uint8_t)(crc >> (8 * i));
+    off_t end = lseek(j->fd, 0, SEEK_END);
     size_t off = 0;
     ssize_t w = 0;
     while (off < n + 8 && ((w = write(j->fd, buf + off, n + 8 - off)) > 0 || errno == EINTR))
         off += w > 0 ? (size_t)w : 0;
     free(buf);
     if (off != n + 8 || fsync(j->fd) != 0) {
-        bt_diag_set(diag, "journal: cannot append a record: %s", strerror(errno));
+        int err = errno;
+        /* never leave a torn record in front of later ones: cut it off again */
+        if (end >= 0 && ftruncate(j->fd, end) == 0) lseek(j->fd, end, SEEK_SET);
+        bt_diag_set(diag, "journal: cannot append a record: %s", strerror(err));
         return BT_EIO;
     }
     j->next_seq++;

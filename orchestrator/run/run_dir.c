@@ -1,4 +1,4 @@
-#define _DEFAULT_SOURCE /* realpath, flock */
+#define _GNU_SOURCE /* realpath, F_OFD_SETLK */
 #include "run_dir.h"
 
 #include <errno.h>
@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -105,6 +104,8 @@ static int run_dir_secret(run_dir *d, bt_diag *diag) {
     return ckpt_write_file_atomic(path, d->token, 64, diag);
 }
 
+/* An open-file-description write lock on RUN_DIR/lock: held while a baton run works here
+ * (released by the kernel if it dies); `baton status` only tests it (run_dir_busy). */
 static int run_dir_lock(run_dir *d, bt_diag *diag) {
     char path[4200];
     run_dir_file(d, "lock", path, sizeof path);
@@ -113,13 +114,25 @@ static int run_dir_lock(run_dir *d, bt_diag *diag) {
         bt_diag_set(diag, "%s: the run directory is not writable: %s", d->path, strerror(errno));
         return BT_EINVAL;
     }
-    if (flock(d->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    if (fcntl(d->lock_fd, F_OFD_SETLK, &fl) != 0) {
         bt_diag_set(diag, "%s: another baton run is working in this run directory", d->path);
         close(d->lock_fd);
         d->lock_fd = -1;
         return BT_EINVAL;
     }
     return 0;
+}
+
+int run_dir_busy(const char *path) {
+    char lock[4200];
+    snprintf(lock, sizeof lock, "%s/lock", path);
+    int fd = open(lock, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    int busy = fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+    close(fd);
+    return busy;
 }
 
 int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const char *overrides,
@@ -131,10 +144,17 @@ int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const ch
         return BT_EINVAL;
     }
     char sub[4200];
-    if (mkdir_p(d->path) != 0 || chmod(d->path, 0700) != 0) {
+    struct stat st;
+    int existed = stat(d->path, &st) == 0;
+    if (mkdir_p(d->path) != 0 || (!existed && chmod(d->path, 0700) != 0)) {
         bt_diag_set(diag, "%s: cannot create the run directory: %s", d->path, strerror(errno));
         return BT_EINVAL;
     }
+    if (existed && (st.st_mode & 077))
+        fprintf(stderr,
+                "baton run: warning: %s is accessible to other users (mode %03o); run "
+                "directories baton creates are 0700\n",
+                d->path, (unsigned)(st.st_mode & 0777));
     char abs[PATH_MAX];
     if (realpath(d->path, abs) == NULL || strlen(abs) >= sizeof d->path) {
         bt_diag_set(diag, "%s: cannot resolve the run directory: %s", d->path, strerror(errno));

@@ -29,6 +29,8 @@ typedef struct run_dir {
 int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const char *overrides,
                  bt_diag *diag);
 void run_dir_close(run_dir *d);
+/* Whether a baton run holds path's lock now (tested, not taken). */
+int run_dir_busy(const char *path);
 /* Every dataset the recipe's stages read (train, mix, valid) exists and opens. */
 int run_dir_check_data(const recipe_doc *doc, bt_diag *diag);
 /* path/<sub> into out. */

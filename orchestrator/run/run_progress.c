@@ -45,11 +45,14 @@ static void progress_step(run_progress *p, const char *line) {
     progress_show(p);
 }
 
+/* "checkpoint NAME: saved in ..." (sync) or "checkpoint NAME: committed" (async); an
+ * async save's "snapshot taken" line is not a commit yet. */
 static void progress_ckpt(run_progress *p, const char *line) {
     char name[128];
     unsigned st;
     unsigned long long step;
     if (sscanf(line, "checkpoint %127[^:]:", name) != 1) return;
+    if (!strstr(line, ": saved in ") && !strstr(line, ": committed")) return;
     if (sscanf(name, "s%u-step%llu", &st, &step) != 2) return;
     snprintf(p->ckpt, sizeof p->ckpt, "%s", name);
     p->ckpt_step = step;

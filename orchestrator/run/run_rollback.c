@@ -46,13 +46,20 @@ int run_skip_apply(const run_ctx *c, uint32_t stage, Baton__StageSpec *s) {
 }
 
 /* Moves the checkpoints taken at or after step `first` of the stage (names sort in
- * training order) to RUN_DIR/rolled-back/ and drops the `latest` pointer, so that the
- * newest remaining checkpoint predates the spikes; its name (or "none") into kept. */
-static int run_rollback_ckpts(run_ctx *c, uint32_t stage, uint64_t first, char *kept, size_t cap,
-                              bt_diag *diag) {
-    char root[4200], aside[4200], bound[64], from[8500], to[8500];
+ * training order) to RUN_DIR/rolled-back/sNN-aMM/ (one directory per rollback, so a name
+ * set aside twice never collides) and drops the `latest` pointer, so that the newest
+ * remaining checkpoint predates the spikes; its name (or "none") into kept. */
+static int run_rollback_ckpts(run_ctx *c, uint32_t stage, uint32_t attempt, uint64_t first,
+                              char *kept, size_t cap, bt_diag *diag) {
+    char root[4200], aside[4200], sub[64], bound[64], from[8500], to[8500];
     run_dir_file(c->dir, CKPT_ROOT_IN_RUN, root, sizeof root);
     run_dir_file(c->dir, "rolled-back", aside, sizeof aside);
+    if (mkdir(aside, 0700) != 0 && errno != EEXIST) {
+        bt_diag_set(diag, "%s: cannot create: %s", aside, strerror(errno));
+        return BT_EIO;
+    }
+    snprintf(sub, sizeof sub, "/s%02u-a%02u", stage, attempt);
+    strncat(aside, sub, sizeof aside - strlen(aside) - 1);
     ckpt_name(stage, first, bound, sizeof bound);
     char **names;
     size_t n;
@@ -93,7 +100,7 @@ int run_rollback(run_ctx *c, uint32_t stage, uint32_t attempt) {
     char kept[256], detail[768];
     bt_diag d;
     bt_diag_init(&d);
-    if (run_rollback_ckpts(c, stage, first, kept, sizeof kept, &d) != 0) {
+    if (run_rollback_ckpts(c, stage, attempt, first, kept, sizeof kept, &d) != 0) {
         fprintf(stderr, "baton run: rollback: %s\n", d.msg);
         return -1;
     }

@@ -34,6 +34,12 @@ int run_journal(run_ctx *c, Baton__JournalRecord__Kind kind, uint32_t stage,
     return rc;
 }
 
+/* I/O and memory failures of our own may pass; a bad spec, a missing worker program or
+ * a layout that cannot fit will not. */
+static int run_transient(int rc) {
+    return rc == BT_EIO || rc == BT_ENOMEM;
+}
+
 static double run_seconds(const Baton__Duration *d, double dflt) {
     return d && d->has_seconds && d->seconds > 0 ? d->seconds : dflt;
 }
@@ -253,10 +259,11 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     char spec_file[4200], log_file[4200], name[64];
     bt_diag d;
     bt_diag_init(&d);
-    if (run_write_spec(c, i, attempt, &spec, spec_file, sizeof spec_file, &d) != 0) {
+    int wrc = run_write_spec(c, i, attempt, &spec, spec_file, sizeof spec_file, &d);
+    if (wrc != 0) {
         fprintf(stderr, "baton run: %s\n", d.msg);
         if (spec) protobuf_c_message_free_unpacked(&spec->base, NULL);
-        return ATTEMPT_FATAL;
+        return run_transient(wrc) ? ATTEMPT_RETRY : ATTEMPT_FATAL;
     }
     *hang_s = run_seconds(spec->stage->restart ? spec->stage->restart->heartbeat_timeout : NULL,
                           RUN_DEFAULT_HEARTBEAT_S);
@@ -303,9 +310,11 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     if (rc == 0) {
         end = run_classify(c, &job, (uint32_t)i, attempt, hung);
         if (end == ATTEMPT_RETRY) run_find_lost_nodes(c, &job, (uint32_t)i, attempt);
-    } else
+    } else {
         fprintf(stderr, "baton run: cannot launch the workers: %s\n",
                 d.msg[0] ? d.msg : bt_strerror(rc));
+        if (run_transient(rc)) end = ATTEMPT_RETRY; /* e.g. fork failing for a moment */
+    }
     launch_job_close(&job);
     if (c->prog.log) fclose(c->prog.log);
     c->prog.log = NULL;

@@ -20,7 +20,7 @@
  * Rollbacks: exit status 76 (RUN_WORKER_EXIT_ROLLBACK) of a rank is the loss-spike
  * guard's request (worker/engine/train_spike.h): its message names the global sample
  * window [from, to) of the spiking steps. The checkpoints of the stage taken at or after
- * the first spiking step are moved to RUN_DIR/rolled-back/ (so the newest remaining one
+ * the first spiking step are moved to RUN_DIR/rolled-back/sNN-aMM/ (so the newest remaining one
  * predates the spikes), a ROLLBACK record (step: the first spiking step; detail: the
  * window as "skip [from, to)") is journaled, and every later attempt of the stage, also
  * after `baton run` is started again, gets the window in StageSpec.skip_samples. A

@@ -116,10 +116,33 @@ static int commit_write_manifest(const char *part, Baton__Manifest *m, bt_diag *
     return rc;
 }
 
+/* A checkpoint of the same name (an earlier attempt's) is renamed to NAME.old, replaced,
+ * and only then removed, so a crash leaves one of the two complete; anything else under
+ * that name is not ours to remove. */
+static int commit_set_aside(const char *fin, char *old, size_t cap, bt_diag *diag) {
+    struct stat st;
+    char man[CKPT_PATH_MAX + 32];
+    old[0] = '\0';
+    if (lstat(fin, &st) != 0) return 0;
+    snprintf(man, sizeof man, "%s/%s", fin, CKPT_MANIFEST);
+    if (!S_ISDIR(st.st_mode) || lstat(man, &st) != 0) {
+        bt_diag_set(diag, "%s exists and is not a checkpoint: not replacing it", fin);
+        return BT_EINVAL;
+    }
+    snprintf(old, cap, "%s.old", fin);
+    ckpt_remove_dir(old);
+    if (rename(fin, old) != 0) {
+        bt_diag_set(diag, "%s: cannot set the earlier checkpoint aside: %s", fin, strerror(errno));
+        return BT_EIO;
+    }
+    return 0;
+}
+
 static int commit_publish(const char *root, const char *name, const char *part, bt_diag *diag) {
-    char fin[CKPT_PATH_MAX], latest[CKPT_PATH_MAX];
+    char fin[CKPT_PATH_MAX], latest[CKPT_PATH_MAX], old[CKPT_PATH_MAX + 8];
     snprintf(fin, sizeof fin, "%s/%s", root, name);
-    ckpt_remove_dir(fin); /* a complete one of the same name: an earlier attempt's */
+    int rc = commit_set_aside(fin, old, sizeof old, diag);
+    if (rc != 0) return rc;
     if (rename(part, fin) != 0) {
         bt_diag_set(diag, "%s: cannot rename to %s: %s", part, fin, strerror(errno));
         return BT_EIO;
@@ -128,6 +151,7 @@ static int commit_publish(const char *root, const char *name, const char *part, 
         bt_diag_set(diag, "%s: cannot fsync: %s", root, strerror(errno));
         return BT_EIO;
     }
+    if (old[0]) ckpt_remove_dir(old);
     char line[300];
     int n = snprintf(line, sizeof line, "%s\n", name);
     snprintf(latest, sizeof latest, "%s/%s", root, CKPT_LATEST);

@@ -207,16 +207,25 @@ static int retain_is_final(const char *root, const char *name) {
     return fin;
 }
 
-/* Removes .partial directories other than busy: what a crash mid-write left. */
+/* A name this module made: "s<N>-step<N>" followed by suffix. */
+static int retain_ours(const char *name, const char *suffix) {
+    unsigned st;
+    unsigned long long step;
+    int end = 0;
+    if (sscanf(name, "s%u-step%llu%n", &st, &step, &end) != 2) return 0;
+    return strcmp(name + end, suffix) == 0;
+}
+
+/* Removes the .partial (and .old) checkpoint directories a crash left, other than busy;
+ * nothing else in root is touched. */
 static void retain_partials(const char *root, const char *busy) {
     DIR *d = opendir(root);
     if (d == NULL) return;
     struct dirent *de;
-    size_t sl = strlen(CKPT_PARTIAL_SUFFIX);
     char p[CKPT_PATH_MAX];
     while ((de = readdir(d)) != NULL) {
-        size_t l = strlen(de->d_name);
-        if (l <= sl || strcmp(de->d_name + l - sl, CKPT_PARTIAL_SUFFIX) != 0) continue;
+        if (!retain_ours(de->d_name, CKPT_PARTIAL_SUFFIX) && !retain_ours(de->d_name, ".old"))
+            continue;
         if (busy && strcmp(de->d_name, busy) == 0) continue;
         snprintf(p, sizeof p, "%s/%s", root, de->d_name);
         ckpt_remove_dir(p);

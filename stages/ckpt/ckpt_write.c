@@ -247,8 +247,10 @@ void ckpt_writer_abort(ckpt_writer *w) {
 
 int ckpt_writer_finish(ckpt_writer *w, bt_diag *diag) {
     int rc = 0;
-    if (fsync(w->fd) != 0 || close(w->fd) != 0) {
-        bt_diag_set(diag, "%s/%s: cannot flush: %s", w->dir, w->file, strerror(errno));
+    int synced = fsync(w->fd) == 0, err = errno;
+    if (close(w->fd) != 0 && synced) synced = 0, err = errno;
+    if (!synced) {
+        bt_diag_set(diag, "%s/%s: cannot flush: %s", w->dir, w->file, strerror(err));
         rc = BT_EIO;
     }
     w->fd = -1;

@@ -63,7 +63,7 @@ run)
   grep -q "loss spikes at steps 15..17: skip \[112, 136)" status.txt ||
     { cat run.out; fail "baton status shows no rollback"; }
   grep -aq "skip \[112, 136)" r1/journal* || fail "no ROLLBACK record in the journal"
-  [[ -d r1/rolled-back/s00-step00000016 ]] || { ls -R r1 | head -30; fail "checkpoint 16 not moved aside"; }
+  [[ -d r1/rolled-back/s00-a00/s00-step00000016 ]] || { ls -R r1 | head -30; fail "checkpoint 16 not moved aside"; }
   grep -q "started from .* at step 12 (global sample 96)" r1/logs/s00-a01.log ||
     { grep started r1/logs/s00-a01.log; fail "attempt 1 did not start from step 12"; }
   ! grep -q "loss spike" r1/logs/s00-a01.log || fail "attempt 1 spiked"

@@ -219,6 +219,48 @@ static void test_large_piece(void) {
     free(y);
 }
 
+/* Committing a name again replaces the earlier checkpoint (set aside as NAME.old, then
+ * removed); a directory of that name that is not a checkpoint is never replaced; stray
+ * directories in the root that are not ours survive retention. */
+static void test_replace(void) {
+    char root[300], dir[CKPT_PATH_MAX], part[CKPT_PATH_MAX];
+    snprintf(root, sizeof root, "%s/replace", test_root);
+    bt_diag d;
+    bt_diag_init(&d);
+    float x[4] = {1, 2, 3, 4};
+    uint64_t g[1] = {4};
+    ckpt_box all = {.shape = {1, 4}};
+    for (int round = 0; round < 3; round++) {
+        const char *name = round < 2 ? "s00-step00000001" : "s00-step00000002";
+        if (round == 2) {
+            snprintf(dir, sizeof dir, "%s/%s", root, name);
+            CHECK(mkdir(dir, 0700) == 0); /* not a checkpoint: must not be replaced */
+        }
+        x[0] = (float)round;
+        CHECK(ckpt_begin(root, name, &d) == 0);
+        ckpt_partial_dir(root, name, part, sizeof part);
+        ckpt_writer w;
+        CHECK(ckpt_writer_open(&w, part, 0, 0, &d) == 0);
+        CHECK(ckpt_writer_add(&w, "x", 1, g, &all, BATON__DTYPE__F32, x, &d) == 0);
+        CHECK(ckpt_writer_finish(&w, &d) == 0);
+        Baton__Manifest h = BATON__MANIFEST__INIT;
+        bt_diag_init(&d);
+        int rc = ckpt_commit(root, name, &h, 1, 10, 0, &d);
+        CHECK(round < 2 ? rc == 0 : rc == BT_EINVAL);
+    }
+    CHECK(strstr(d.msg, "is not a checkpoint") != NULL);
+    snprintf(dir, sizeof dir, "%s/s00-step00000001", root);
+    Baton__Manifest *m = NULL;
+    float y[4] = {0};
+    CHECK(ckpt_manifest_read(dir, &m, &d) == 0);
+    CHECK(m && ckpt_read_tensor(dir, m, ckpt_find(m, "x"), y, &d) == 0 && y[0] == 1.0f);
+    if (m) baton__manifest__free_unpacked(m, NULL);
+    snprintf(dir, sizeof dir, "%s/s00-step00000001.old", root);
+    CHECK(access(dir, F_OK) != 0);
+    snprintf(dir, sizeof dir, "%s/s00-step00000002", root);
+    CHECK(access(dir, F_OK) == 0); /* the user's directory is still there */
+}
+
 int main(void) {
     snprintf(test_root, sizeof test_root, "/tmp/baton-test-ckpt.XXXXXX");
     if (mkdtemp(test_root) == NULL) return 1;
@@ -226,6 +268,7 @@ int main(void) {
     test_box_overlap();
     test_round_trip();
     test_large_piece();
+    test_replace();
     check_rmdir(test_root);
     return check_status();
 }

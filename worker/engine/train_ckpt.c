@@ -181,6 +181,10 @@ static int ckpt_write(train_ckpt *c) {
     if (rc == 0 && c->world_rank == 0)
         rc = ckpt_commit(c->root, c->name, &c->header, (uint32_t)c->world_size, c->commit_timeout_s,
                          c->keep, &c->diag);
+    if (rc == 0 && c->world_rank == 0 && c->async) { /* what a supervisor may journal */
+        printf("checkpoint %s: committed\n", c->name);
+        fflush(stdout);
+    }
     return rc;
 }
 
