@@ -95,6 +95,16 @@ static void inspect_json(bt_buf *b, const char *dir, const Baton__Manifest *m) {
         bt_buf_printf(b, "], \"dtype\": \"%s\", \"shards\": %zu, \"bytes\": %llu}",
                       inspect_dtype(e->dtype), e->n_shards, (unsigned long long)inspect_bytes(e));
     }
+    bt_buf_printf(b, "], \"fp8\": [");
+    for (size_t i = 0; i < m->n_fp8; i++) {
+        const Baton__Fp8State *f = m->fp8[i];
+        bt_buf_printf(b, "%s{\"name\": ", i ? ", " : "");
+        bt_buf_json_string(b, f->tensor ? f->tensor : "");
+        bt_buf_printf(b, ", \"scale\": %.9g, \"pos\": %u, \"amax_history\": [", f->scale, f->pos);
+        for (size_t k = 0; k < f->n_amax_history; k++)
+            bt_buf_printf(b, "%s%.9g", k ? ", " : "", f->amax_history[k]);
+        bt_buf_printf(b, "]}");
+    }
     bt_buf_printf(b, "]}\n");
 }
 

@@ -65,7 +65,8 @@ int run_journal(run_ctx *c, Baton__JournalRecord__Kind kind, uint32_t stage,
 
 /* run_rollback.c */
 int run_skip_parse(const char *text, uint64_t *from, uint64_t *to);
-void run_skip_add(run_ctx *c, uint32_t stage, uint64_t from, uint64_t to);
+/* -1 when RUN_MAX_SKIPS windows are already held. */
+int run_skip_add(run_ctx *c, uint32_t stage, uint64_t from, uint64_t to);
 int run_skip_apply(const run_ctx *c, uint32_t stage, Baton__StageSpec *s);
 uint32_t run_rollbacks(const run_ctx *c, uint32_t stage);
 int run_rollback(run_ctx *c, uint32_t stage, uint32_t attempt);

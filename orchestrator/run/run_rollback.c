@@ -17,8 +17,10 @@ int run_skip_parse(const char *text, uint64_t *from, uint64_t *to) {
     return p && sscanf(p, "skip [%" SCNu64 ", %" SCNu64 ")", from, to) == 2 && *to > *from ? 0 : -1;
 }
 
-void run_skip_add(run_ctx *c, uint32_t stage, uint64_t from, uint64_t to) {
-    if (c->n_skips < RUN_MAX_SKIPS) c->skips[c->n_skips++] = (run_skip){stage, from, to};
+int run_skip_add(run_ctx *c, uint32_t stage, uint64_t from, uint64_t to) {
+    if (c->n_skips == RUN_MAX_SKIPS) return -1;
+    c->skips[c->n_skips++] = (run_skip){stage, from, to};
+    return 0;
 }
 
 uint32_t run_rollbacks(const run_ctx *c, uint32_t stage) {
@@ -97,6 +99,11 @@ int run_rollback(run_ctx *c, uint32_t stage, uint32_t attempt) {
     if (run_skip_parse(msg, &from, &to) != 0 || at == NULL ||
         sscanf(at, "at steps %" SCNu64 "..%" SCNu64, &first, &last) != 2 || first == 0)
         return -1;
+    if (c->n_skips == RUN_MAX_SKIPS) { /* counted as a plain failure: max_restarts ends it */
+        fprintf(stderr, "baton run: rollback: the run already skips %d sample windows\n",
+                RUN_MAX_SKIPS);
+        return -1;
+    }
     char kept[256], detail[768];
     bt_diag d;
     bt_diag_init(&d);
@@ -113,7 +120,7 @@ int run_rollback(run_ctx *c, uint32_t stage, uint32_t attempt) {
     r.has_step = 1, r.step = first;
     r.detail = detail;
     run_journal(c, BATON__JOURNAL_RECORD__KIND__ROLLBACK, stage, &r);
-    run_skip_add(c, stage, from, to);
+    (void)run_skip_add(c, stage, from, to); /* room checked above */
     snprintf(c->rollback_note, sizeof c->rollback_note, "%s", detail);
     run_progress_end(&c->prog);
     fprintf(stderr, "baton run: stage \"%s\": %s\n", c->prog.stage, detail);

@@ -82,7 +82,15 @@ static int read_check_blocks(const read_span *sp, const unsigned char *buf, uint
     const Baton__Shard *s = sp->s;
     uint64_t bb = sp->m->block_bytes ? sp->m->block_bytes : CKPT_DEFAULT_BLOCK;
     uint64_t nblocks = (s->byte_length + bb - 1) / bb;
-    if (s->n_block_crc32c != nblocks) {
+    if (s->n_block_crc32c != 0 && s->n_block_crc32c != nblocks) {
+        bt_diag_set(diag,
+                    "%s/%s: tensor %s: %zu block checksums for %llu blocks of %llu bytes: the "
+                    "manifest is inconsistent",
+                    sp->dir, s->file, sp->e->key, s->n_block_crc32c, (unsigned long long)nblocks,
+                    (unsigned long long)bb);
+        return BT_EINVAL;
+    }
+    if (s->n_block_crc32c == 0) {
         /* no block checksums: only a whole-shard read can be checked */
         if (A == 0 && B == s->byte_length && s->has_crc32c &&
             crc32c_update(0, buf, B) != s->crc32c) {

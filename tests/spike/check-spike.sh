@@ -8,6 +8,9 @@
 #   rollback  three spiking steps in a row: the worker stops without saving, exit 76,
 #             naming the samples of those steps.
 #   calib     the fp8 stage after the fp32 one calibrates its scales (none is 1 after).
+#   guard-fp8 the guard in an fp8 stage: the skipped step's amaxes leave no trace, so the
+#             checkpoint after the skipped step 15 has step 14's fp8 scales and histories
+#             (and weights), exactly.
 #   run       `baton run` with steps 15..17 spiking in attempt 0 only: ROLLBACK journaled,
 #             the later checkpoints moved aside, the window skipped, the run completes.
 #   check-spike.sh BATON BATON_WORKER SOURCE_DIR CASE
@@ -29,6 +32,28 @@ fail() { echo "$case: $*"; exit 1; }
 w() { "$worker" --spec s0.pb --single-process --eval-windows 0 "$@"; }
 
 case $case in
+guard-fp8)
+  # the fp8 stage, started from scratch (a copy of the recipe with it first)
+  /usr/bin/python3 - "$recipe" fp8.yaml <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+prec = re.search(r"^    precision: \{type: fp8.*$", text, re.M).group(0)
+text = text.replace("  - name: pretrain\n", "  - name: pretrain\n" + prec + "\n", 1)
+open(sys.argv[2], "w").write(text)
+PY
+  "$baton" spec fp8.yaml --out f.pb
+  f() { "$worker" --spec f.pb --single-process --eval-windows 0 "$@"; }
+  f --steps 14 --run-dir a --save-every 0 >a.out
+  BATON_FAULT_SPIKE_STEPS=15 f --steps 15 --run-dir b --save-every 0 >b.out
+  grep -Eq "^step +15: loss spike" b.out || { cat b.out; fail "no spike at step 15"; }
+  fp8() { "$baton" ckpt inspect "$1" --json | /usr/bin/python3 -c '
+import json, sys; print(json.dumps(json.load(sys.stdin)["fp8"], sort_keys=True))'; }
+  [[ -n $(fp8 a | tr -d '[]') ]] || fail "no fp8 state in the checkpoint"
+  [[ $(fp8 a) == "$(fp8 b)" ]] || fail "the skipped step changed the fp8 scaling state"
+  cmp a/checkpoints/s00-step00000014/rank-00000.bin b/checkpoints/s00-step00000015/rank-00000.bin ||
+    fail "the skipped step changed the weights or moments"
+  echo "$case: after the skipped fp8 step 15: step 14's scales, histories, weights and moments"
+  ;;
 guard)
   w --steps 14 --dump-params a.bin >a.out
   BATON_FAULT_SPIKE_STEPS=15 w --steps 15 --dump-params b.bin >b.out

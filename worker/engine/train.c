@@ -179,6 +179,8 @@ void train_free(trainer *t) {
     free(t->targets);
     free(t->fp8);
     free(t->fp8_history);
+    free(t->fp8_saved);
+    free(t->fp8_history_saved);
     train_spike_free(&t->spike);
     memset(t, 0, sizeof *t);
 }
@@ -317,6 +319,29 @@ static int train_micro_batches(trainer *t, double *loss, bt_diag *diag) {
     return 0;
 }
 
+/* The delayed-scaling state before an armed step's amaxes go in, for the spike guard to
+ * put back (allocated on first use; nothing to do without fp8). */
+static int train_fp8_snapshot(trainer *t) {
+    if (t->fp8 == NULL) return 0;
+    size_t n = (size_t)t->m.n_gemm, len = t->fp8[0].meta[0].len;
+    size_t hist = n * BACKEND_FP8_SLOTS * len;
+    if (t->fp8_saved == NULL) {
+        t->fp8_saved = malloc(n * sizeof *t->fp8_saved);
+        t->fp8_history_saved = malloc(hist * sizeof(float));
+        if (t->fp8_saved == NULL || t->fp8_history_saved == NULL) return BT_ENOMEM;
+    }
+    memcpy(t->fp8_saved, t->fp8, n * sizeof *t->fp8);
+    memcpy(t->fp8_history_saved, t->fp8_history, hist * sizeof(float));
+    return 0;
+}
+
+static void train_fp8_unsnapshot(trainer *t) {
+    if (t->fp8 == NULL || t->fp8_saved == NULL) return;
+    size_t n = (size_t)t->m.n_gemm, len = t->fp8[0].meta[0].len;
+    memcpy(t->fp8, t->fp8_saved, n * sizeof *t->fp8); /* the history pointers are the same */
+    memcpy(t->fp8_history, t->fp8_history_saved, n * BACKEND_FP8_SLOTS * len * sizeof(float));
+}
+
 /* After the update: a loss spike undoes it (train_spike.h); *spike and *z say so. Every
  * rank decides on the same reduced loss and norm. */
 static void train_spike_judge(trainer *t, int armed, double loss, double norm, train_metrics *out) {
@@ -327,6 +352,7 @@ static void train_spike_judge(trainer *t, int armed, double loss, double norm, t
         return;
     }
     train_spike_restore(sp, t->m.params_mem, &t->opt);
+    train_fp8_unsnapshot(t); /* the spiked amaxes leave no trace in the scales either */
     out->spike = 1;
     const Baton__Stage *s = t->spec->stage;
     uint64_t first = t->first_sample + (t->step - t->step0) * s->global_batch;
@@ -341,11 +367,12 @@ int train_step(trainer *t, train_metrics *out, bt_diag *diag) {
     train_fp8_begin(t);
     double lr = optim_lr_at(t->step + 1, t->total_steps, &t->hp), norm = 0;
     int rc = train_micro_batches(t, &loss, diag);
+    int armed = train_spike_armed(&t->spike);
+    if (rc == 0 && armed) rc = train_fp8_snapshot(t);
     rc = rc ? rc : train_fp8_end(t, diag);
     rc = rc ? rc : train_tp_reduce_grads(&t->tp, &t->m, diag);
     /* The dp mean of the loss before the update: the spike guard judges the step on it. */
     rc = rc ? rc : train_dp_mean(&t->dp, &loss, diag);
-    int armed = train_spike_armed(&t->spike);
     if (rc == 0 && armed) train_spike_save(&t->spike, t->m.params_mem, &t->opt);
     rc = rc ? rc
             : train_dp_update(&t->dp, t->m.params_mem, t->m.grads_mem, t->segs, t->n_segs, &t->opt,

@@ -58,6 +58,8 @@ typedef struct trainer {
     int32_t *tokens, *targets; /* (micro_batch, seq_len) host */
     train_fp8 *fp8;            /* (model.n_gemm) when precision is fp8 */
     float *fp8_history;        /* backing store of every meta's history */
+    train_fp8 *fp8_saved;      /* the spike guard's copy of fp8 and fp8_history before an */
+    float *fp8_history_saved;  /* armed step's amaxes went in (spike guard on, fp8 only) */
     train_dp dp;
     train_tp tp;
     train_pp pp;
