@@ -186,8 +186,7 @@ static int eval_passkey_run(const eval_args *a0, const Baton__Manifest *m, const
 static int eval_checkpoint(const eval_args *a, eval_result *res, bt_diag *diag) {
     char dir[CKPT_PATH_MAX];
     Baton__Manifest *m = NULL;
-    int rc = ckpt_resolve(a->ckpt, dir, sizeof dir, diag);
-    rc = rc ? rc : ckpt_manifest_read(dir, &m, diag);
+    int rc = ckpt_open(a->ckpt, dir, sizeof dir, &m, diag);
     if (rc == 0 && m->model == NULL) {
         bt_diag_set(diag, "%s: the manifest has no model configuration", dir);
         rc = BT_EINVAL;

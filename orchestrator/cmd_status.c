@@ -12,6 +12,7 @@
 #include "run/journal.h"
 #include "run/run_dir.h"
 #include "run/run_state.h"
+#include "run/supervise.h"
 #include "util/buf.h"
 
 typedef struct status_view {
@@ -236,9 +237,7 @@ static void status_json(bt_buf *b, const status_view *v) {
     bt_buf_printf(b, "]}\n");
 }
 
-void run_print_summary(const run_dir *dir, const recipe_doc *doc);
-void run_print_summary(const run_dir *dir, const recipe_doc *doc) {
-    (void)doc;
+void run_print_summary(const run_dir *dir) {
     status_view v;
     bt_diag d;
     bt_diag_init(&d);

@@ -359,8 +359,7 @@ int ckpt_cmd_export(int argc, char **argv) {
     bt_diag_init(&diag);
     char dir[CKPT_PATH_MAX];
     Baton__Manifest *m = NULL;
-    int rc = ckpt_resolve(o.ckpt, dir, sizeof dir, &diag);
-    if (!rc) rc = ckpt_manifest_read(dir, &m, &diag);
+    int rc = ckpt_open(o.ckpt, dir, sizeof dir, &m, &diag);
     if (!rc) rc = export_run(&o, dir, m, &diag);
     if (m) baton__manifest__free_unpacked(m, NULL);
     if (rc)

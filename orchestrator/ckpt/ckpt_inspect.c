@@ -133,8 +133,7 @@ int ckpt_cmd_inspect(int argc, char **argv) {
     bt_diag_init(&diag);
     char dir[CKPT_PATH_MAX];
     Baton__Manifest *m = NULL;
-    int rc = ckpt_resolve(path, dir, sizeof dir, &diag);
-    rc = rc ? rc : ckpt_manifest_read(dir, &m, &diag);
+    int rc = ckpt_open(path, dir, sizeof dir, &m, &diag);
     if (rc != 0) {
         fprintf(stderr, "baton ckpt inspect: %s\n", diag.msg);
         return rc == BT_EIO ? BT_EXIT_FAILURE : BT_EXIT_USAGE;

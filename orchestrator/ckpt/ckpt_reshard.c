@@ -12,6 +12,7 @@
 #include "ckpt/ckpt.h"
 #include "ckpt_cmds.h"
 #include "model.h"
+#include "train_ckpt.h"
 
 static void reshard_usage(FILE *f) {
     fprintf(f,
@@ -68,20 +69,17 @@ static int reshard_piece(reshard_job *j, ckpt_writer *w, const char *key, const 
                          bt_diag *diag) {
     const Baton__TensorEntry *e = ckpt_find(j->m, key);
     if (e == NULL) return 0;
-    ckpt_box b = {0};
-    uint64_t g[2] = {(uint64_t)mt->global_shape[0], (uint64_t)mt->global_shape[1]};
-    if (mt->ndim == 1)
-        b.off[1] = (uint64_t)mt->row0, b.shape[0] = 1, b.shape[1] = (uint64_t)mt->shape[0];
-    else
-        b.off[0] = (uint64_t)mt->row0, b.off[1] = (uint64_t)mt->col0,
-        b.shape[0] = (uint64_t)mt->shape[0], b.shape[1] = (uint64_t)mt->shape[1];
+    ckpt_box b;
+    int nd;
+    uint64_t g[2];
+    train_ckpt_tensor_box(mt, &nd, g, &b);
     if (j->cap < mt->count) {
         float *p = realloc(j->buf, mt->count * sizeof *p);
         if (p == NULL) return BT_ENOMEM;
         j->buf = p, j->cap = mt->count;
     }
     int rc = ckpt_read_box(j->src, j->m, e, &b, j->buf, diag);
-    return rc ? rc : ckpt_writer_add(w, key, mt->ndim, g, &b, e->dtype, j->buf, diag);
+    return rc ? rc : ckpt_writer_add(w, key, nd, g, &b, e->dtype, j->buf, diag);
 }
 
 /* The shard of virtual rank (tp rank r, stage s): its tensors' replica-0 boxes. */
@@ -181,8 +179,7 @@ int ckpt_cmd_reshard(int argc, char **argv) {
     bt_diag_init(&diag);
     char dir[CKPT_PATH_MAX];
     Baton__Manifest *m = NULL;
-    int rc = ckpt_resolve(path, dir, sizeof dir, &diag);
-    rc = rc ? rc : ckpt_manifest_read(dir, &m, &diag);
+    int rc = ckpt_open(path, dir, sizeof dir, &m, &diag);
     reshard_job j = {.src = dir, .m = m, .to = &lay};
     rc = rc ? rc : reshard_write(&j, out, &diag);
     free(j.buf);

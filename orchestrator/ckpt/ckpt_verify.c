@@ -32,8 +32,7 @@ int ckpt_cmd_verify(int argc, char **argv) {
     bt_diag_init(&diag);
     char dir[CKPT_PATH_MAX];
     Baton__Manifest *m = NULL;
-    int rc = ckpt_resolve(argv[1], dir, sizeof dir, &diag);
-    rc = rc ? rc : ckpt_manifest_read(dir, &m, &diag);
+    int rc = ckpt_open(argv[1], dir, sizeof dir, &m, &diag);
     ckpt_verify_report rep;
     rc = rc ? rc : ckpt_verify(dir, m, verify_print, NULL, &rep, &diag);
     if (m) baton__manifest__free_unpacked(m, NULL);

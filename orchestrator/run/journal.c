@@ -10,8 +10,10 @@
 #include <unistd.h>
 
 #include "ckpt/crc32c.h"
+#include "util/file.h"
 
 #define JOURNAL_MAX_RECORD (1u << 20)
+#define JOURNAL_MAX_BYTES  (1u << 30)
 
 static void journal_path(const char *run_dir, char *out, size_t cap) {
     snprintf(out, cap, "%s/%s", run_dir, JOURNAL_FILE);
@@ -41,31 +43,17 @@ static size_t journal_scan(const uint8_t *buf, size_t len, Baton__JournalRecord 
     return off;
 }
 
+/* The journal's bytes; a missing journal is empty (*buf NULL). */
 static int journal_slurp(const char *path, uint8_t **buf, size_t *len, bt_diag *diag) {
+    char *b = NULL;
     *buf = NULL, *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT) return 0;
-        bt_diag_set(diag, "%s: cannot open: %s", path, strerror(errno));
-        return BT_EIO;
+    if (bt_read_file(path, JOURNAL_MAX_BYTES, &b, len) == 0) {
+        *buf = (uint8_t *)b;
+        return 0;
     }
-    struct stat st;
-    int rc = fstat(fd, &st) == 0 ? 0 : BT_EIO;
-    *buf = rc == 0 ? malloc((size_t)st.st_size + 1) : NULL;
-    size_t got = 0;
-    ssize_t r = 1;
-    while (*buf && got < (size_t)st.st_size &&
-           (r = read(fd, *buf + got, (size_t)st.st_size - got)) > 0)
-        got += (size_t)r;
-    close(fd);
-    if (rc != 0 || *buf == NULL || r < 0) {
-        free(*buf);
-        *buf = NULL;
-        bt_diag_set(diag, "%s: cannot read: %s", path, strerror(errno));
-        return BT_EIO;
-    }
-    *len = got;
-    return 0;
+    if (errno == ENOENT) return 0;
+    bt_diag_set(diag, "%s: cannot read: %s", path, strerror(errno));
+    return BT_EIO;
 }
 
 int journal_read(const char *run_dir, Baton__JournalRecord ***out, size_t *n, int *torn,

@@ -13,39 +13,12 @@
 #include "ckpt/ckpt.h"
 #include "indexed.h"
 #include "loader.h"
+#include "util/file.h"
+
+#define RUN_DIR_MAX_FILE (64u << 20)
 
 void run_dir_file(const run_dir *d, const char *sub, char *out, size_t cap) {
     snprintf(out, cap, "%s/%s", d->path, sub);
-}
-
-static int read_file(const char *path, char **out, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return -1;
-    size_t cap = 1 << 16, n = 0, k;
-    char *buf = malloc(cap + 1);
-    while (buf && (k = fread(buf + n, 1, cap - n, f)) > 0)
-        if ((n += k) == cap) {
-            char *b = cap < (64u << 20) ? realloc(buf, cap * 2 + 1) : NULL;
-            if (b == NULL) free(buf);
-            buf = b, cap *= 2;
-        }
-    fclose(f);
-    if (buf == NULL) return -1;
-    buf[n] = '\0';
-    *out = buf, *len = n;
-    return 0;
-}
-
-static int mkdir_p(const char *path) {
-    char p[4096];
-    snprintf(p, sizeof p, "%s", path);
-    for (char *s = p + 1; *s; s++)
-        if (*s == '/') {
-            *s = '\0';
-            if (mkdir(p, 0700) != 0 && errno != EEXIST) return -1;
-            *s = '/';
-        }
-    return mkdir(p, 0700) != 0 && errno != EEXIST ? -1 : 0;
 }
 
 /* A file kept in the run directory: written on first use, compared afterwards. */
@@ -54,7 +27,8 @@ static int run_dir_keep(run_dir *d, const char *name, const char *data, size_t n
     char copy[4200], *kept = NULL;
     size_t n2 = 0;
     run_dir_file(d, name, copy, sizeof copy);
-    if (read_file(copy, &kept, &n2) != 0) return ckpt_write_file_atomic(copy, data, n, diag);
+    if (bt_read_file(copy, RUN_DIR_MAX_FILE, &kept, &n2) != 0)
+        return ckpt_write_file_atomic(copy, data, n, diag);
     int same = n == n2 && memcmp(data, kept, n) == 0;
     free(kept);
     if (same) return 0;
@@ -69,7 +43,7 @@ static int run_dir_recipe(run_dir *d, const char *recipe_file, const char *overr
                           bt_diag *diag) {
     char *mine = NULL;
     size_t n1 = 0;
-    if (read_file(recipe_file, &mine, &n1) != 0) {
+    if (bt_read_file(recipe_file, RUN_DIR_MAX_FILE, &mine, &n1) != 0) {
         bt_diag_set(diag, "%s: cannot read: %s", recipe_file, strerror(errno));
         return BT_EINVAL;
     }
@@ -84,7 +58,7 @@ static int run_dir_secret(run_dir *d, bt_diag *diag) {
     char path[4200], *have = NULL;
     size_t n = 0;
     run_dir_file(d, "secret", path, sizeof path);
-    if (read_file(path, &have, &n) == 0 && n >= 64) {
+    if (bt_read_file(path, RUN_DIR_MAX_FILE, &have, &n) == 0 && n >= 64) {
         memcpy(d->token, have, 64);
         d->token[64] = '\0';
         free(have);
@@ -146,7 +120,7 @@ int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const ch
     char sub[4200];
     struct stat st;
     int existed = stat(d->path, &st) == 0;
-    if (mkdir_p(d->path) != 0 || (!existed && chmod(d->path, 0700) != 0)) {
+    if (bt_mkdir_p(d->path, 0700) != 0 || (!existed && chmod(d->path, 0700) != 0)) {
         bt_diag_set(diag, "%s: cannot create the run directory: %s", d->path, strerror(errno));
         return BT_EINVAL;
     }

@@ -426,8 +426,6 @@ static int run_load_state(run_ctx *c) {
     return 0;
 }
 
-void run_print_summary(const run_dir *dir, const recipe_doc *doc);
-
 int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
     run_ctx c = {.dir = dir, .doc = doc, .o = o, .sfd = -1};
     bt_diag d;
@@ -462,7 +460,7 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
         if (c.sfd >= 0) close(c.sfd);
     }
     journal_close(&c.j);
-    if (status == 0) run_print_summary(dir, doc);
+    if (status == 0) run_print_summary(dir);
     if (status == RUN_EXIT_STOPPED)
         fprintf(stderr, "baton run: stopped; continue with 'baton resume %s'\n", dir->path);
     return status;

@@ -44,6 +44,10 @@ typedef struct run_opts {
     int quiet;          /* no progress lines */
 } run_opts;
 
+/* The per-stage table of a run (the text of `baton status`), printed at the end of a
+ * completed run; in cmd_status.c. */
+void run_print_summary(const run_dir *dir);
+
 /* Runs (or continues) every stage; returns the process exit status. */
 int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o);
 

@@ -33,6 +33,7 @@
 #define CKPT_PARTIAL_SUFFIX ".partial"
 #define CKPT_DEFAULT_BLOCK  (1u << 20)
 #define CKPT_PATH_MAX       4096
+#define CKPT_MAX_MANIFEST   (1u << 30) /* bytes of a manifest or a rank index */
 
 /* ---- names and directories (ckpt_dir.c) ---- */
 
@@ -47,6 +48,9 @@ void ckpt_names_free(char **names, size_t n);
  * pointer is followed when it names a complete checkpoint, else the newest complete one
  * is taken. BT_ENOENT with the places looked at when there is none. */
 int ckpt_resolve(const char *path, char *dir, size_t cap, bt_diag *diag);
+/* ckpt_resolve, then ckpt_manifest_read of the checkpoint found: what every tool that
+ * takes a checkpoint or run directory starts with. */
+int ckpt_open(const char *path, char *dir, size_t cap, Baton__Manifest **out, bt_diag *diag);
 /* Reads and decodes dir/manifest.pb; free with baton__manifest__free_unpacked(m, NULL). */
 int ckpt_manifest_read(const char *dir, Baton__Manifest **out, bt_diag *diag);
 /* Keeps the newest `keep` complete checkpoints under root plus every one whose manifest

@@ -10,6 +10,7 @@
 
 #include "ckpt.h"
 #include "util/clock.h"
+#include "util/file.h"
 
 static int commit_wait(const char *part, uint32_t world, double timeout_s, bt_diag *diag) {
     double t0 = bt_clock_now();
@@ -85,14 +86,11 @@ static int commit_merge(Baton__Manifest *m, Baton__Manifest *idx) {
 static int commit_read_index(const char *part, uint32_t r, Baton__Manifest *m, bt_diag *diag) {
     char p[CKPT_PATH_MAX + 32];
     snprintf(p, sizeof p, "%s/rank-%05u.pb", part, r);
-    FILE *f = fopen(p, "rb");
-    struct stat st;
-    uint8_t *buf = NULL;
+    char *buf = NULL;
     size_t n = 0;
-    if (f && fstat(fileno(f), &st) == 0 && (buf = malloc((size_t)st.st_size + 1)) != NULL)
-        n = fread(buf, 1, (size_t)st.st_size, f);
-    if (f) fclose(f);
-    Baton__Manifest *idx = buf ? baton__manifest__unpack(NULL, n, buf) : NULL;
+    Baton__Manifest *idx = bt_read_file(p, CKPT_MAX_MANIFEST, &buf, &n) == 0
+                               ? baton__manifest__unpack(NULL, n, (const uint8_t *)buf)
+                               : NULL;
     free(buf);
     if (idx == NULL) {
         bt_diag_set(diag, "%s: cannot read this rank's checkpoint index", p);

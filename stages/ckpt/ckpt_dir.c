@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "util/file.h"
 
 void ckpt_name(uint32_t stage, uint64_t step, char *out, size_t cap) {
     snprintf(out, cap, "s%02u-step%08llu", stage, (unsigned long long)step);
@@ -117,24 +118,23 @@ int ckpt_resolve(const char *path, char *dir, size_t cap, bt_diag *diag) {
     return resolve_root(path, dir, cap, diag);
 }
 
+int ckpt_open(const char *path, char *dir, size_t cap, Baton__Manifest **out, bt_diag *diag) {
+    *out = NULL;
+    int rc = ckpt_resolve(path, dir, cap, diag);
+    return rc ? rc : ckpt_manifest_read(dir, out, diag);
+}
+
 int ckpt_manifest_read(const char *dir, Baton__Manifest **out, bt_diag *diag) {
-    char p[CKPT_PATH_MAX];
+    char p[CKPT_PATH_MAX], *buf = NULL;
+    size_t len = 0;
     snprintf(p, sizeof p, "%s/%s", dir, CKPT_MANIFEST);
-    FILE *f = fopen(p, "rb");
-    if (f == NULL) {
-        bt_diag_set(diag, "%s: cannot open: %s", p, strerror(errno));
-        return errno == ENOENT ? BT_ENOENT : BT_EIO;
+    *out = NULL;
+    if (bt_read_file(p, CKPT_MAX_MANIFEST, &buf, &len) != 0) {
+        int err = errno;
+        bt_diag_set(diag, "%s: cannot read: %s", p, strerror(err));
+        return err == ENOENT ? BT_ENOENT : BT_EIO;
     }
-    size_t cap = 1 << 16, len = 0, n;
-    uint8_t *buf = malloc(cap);
-    while (buf != NULL && (n = fread(buf + len, 1, cap - len, f)) > 0)
-        if ((len += n) == cap) {
-            uint8_t *q = cap < (1u << 30) ? realloc(buf, cap * 2) : NULL;
-            if (q == NULL) free(buf);
-            buf = q, cap *= 2;
-        }
-    fclose(f);
-    *out = buf ? baton__manifest__unpack(NULL, len, buf) : NULL;
+    *out = baton__manifest__unpack(NULL, len, (const uint8_t *)buf);
     free(buf);
     if (*out == NULL) {
         bt_diag_set(diag, "%s: not a checkpoint manifest (cannot be decoded)", p);

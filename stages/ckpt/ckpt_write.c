@@ -10,28 +10,16 @@
 
 #include "ckpt.h"
 #include "crc32c.h"
+#include "util/file.h"
 
 void ckpt_partial_dir(const char *root, const char *name, char *out, size_t cap) {
     snprintf(out, cap, "%s/%s%s", root, name, CKPT_PARTIAL_SUFFIX);
 }
 
-/* mkdir -p with mode 0700 for every level it creates. */
-static int mkdir_p(const char *path) {
-    char p[CKPT_PATH_MAX];
-    snprintf(p, sizeof p, "%s", path);
-    for (char *s = p + 1; *s; s++)
-        if (*s == '/') {
-            *s = '\0';
-            if (mkdir(p, 0700) != 0 && errno != EEXIST) return -1;
-            *s = '/';
-        }
-    return mkdir(p, 0700) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 int ckpt_begin(const char *root, const char *name, bt_diag *diag) {
     char part[CKPT_PATH_MAX];
     ckpt_partial_dir(root, name, part, sizeof part);
-    if (mkdir_p(root) != 0) {
+    if (bt_mkdir_p(root, 0700) != 0) {
         bt_diag_set(diag, "%s: cannot create the checkpoint directory: %s", root, strerror(errno));
         return BT_EIO;
     }

@@ -12,31 +12,12 @@ Exit status: 0 the same (at most one near-tie allowed), 1 different, 77 no torch
 """
 import json
 import os
-import struct
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ckpt", "hf"))
 import hf_llama_loss as hf  # noqa: E402  (exits 77 without torch)
 
 torch = hf.torch
-
-
-def read_docs(prefix, n):
-    with open(prefix + ".idx", "rb") as f:
-        idx = f.read()
-    assert idx[:9] == b"MMIDIDX\x00\x00", f"{prefix}.idx: bad magic"
-    code = idx[17]
-    (S,) = struct.unpack_from("<Q", idx, 18)
-    lengths = struct.unpack_from(f"<{S}i", idx, 34)
-    pointers = struct.unpack_from(f"<{S}q", idx, 34 + 4 * S)
-    size = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 8: 2}[code]
-    fmt = {1: "B", 2: "b", 3: "h", 4: "i", 5: "q", 8: "H"}[code]
-    docs = []
-    with open(prefix + ".bin", "rb") as f:
-        for ln, ptr in list(zip(lengths, pointers))[:n]:
-            f.seek(ptr)
-            docs.append(list(struct.unpack(f"<{ln}{fmt}", f.read(ln * size))))
-    return docs
 
 
 def main():
@@ -48,7 +29,7 @@ def main():
     got = json.load(open(baton_json))["predicted"]
     want, right = [], 0
     with torch.no_grad():
-        for doc in read_docs(prefix, n):
+        for doc in hf.read_sequences(prefix, n):
             at = len(doc) - 7
             x = torch.tensor(doc[: at + 4], dtype=torch.long).view(1, -1)
             logits = hf.forward_logits(cfg, p, x)[0]

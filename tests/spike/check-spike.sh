@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The loss-spike guard (worker/engine/train_spike.h) and the fp8 calibration at a
-# precision hand-off (worker/engine/train_calib.h), on tests/spike/spike.yaml. CASE:
+# precision hand-off (train_fp8_calibrate in worker/engine/train.c), on tests/spike/spike.yaml. CASE:
 #   guard     BATON_FAULT_SPIKE_STEPS=15 (a fault-injection hook: step 15's gradients x1000):
 #             the update of step 15 is skipped, so the weights after step 15 equal those
 #             after step 14, bitwise; the run goes on to the end; a run without the hook

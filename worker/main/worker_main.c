@@ -21,6 +21,7 @@
 
 #include "train.h"
 #include "util/clock.h"
+#include "util/file.h"
 #include "train_ckpt.h"
 #include "worker_control.h"
 #include "worker_ranks.h"
@@ -172,21 +173,13 @@ static const char *worker_spec_problem(const Baton__StageSpec *s) {
 }
 
 static Baton__StageSpec *worker_read_spec(const char *path, bt_diag *diag) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
+    char *buf = NULL;
+    size_t len = 0;
+    if (bt_read_file(path, 64u << 20, &buf, &len) != 0) {
         bt_diag_set(diag, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
-    size_t cap = 1 << 16, len = 0, n;
-    uint8_t *buf = malloc(cap);
-    while (buf != NULL && (n = fread(buf + len, 1, cap - len, f)) > 0)
-        if ((len += n) == cap) {
-            uint8_t *p = cap < (64u << 20) ? realloc(buf, cap * 2) : NULL;
-            if (p == NULL) free(buf);
-            buf = p, cap *= 2;
-        }
-    fclose(f);
-    Baton__StageSpec *s = buf ? baton__stage_spec__unpack(NULL, len, buf) : NULL;
+    Baton__StageSpec *s = baton__stage_spec__unpack(NULL, len, (const uint8_t *)buf);
     free(buf);
     const char *why = s == NULL ? "cannot be decoded" : worker_spec_problem(s);
     if (why != NULL) {

@@ -141,8 +141,9 @@ def forward_logits(cfg, p, x_tok):
 INDEXED_TYPECODES = {1: "B", 2: "b", 3: "h", 4: "i", 5: "q", 8: "H"}
 
 
-def read_tokens(prefix, count):
-    """The first `count` tokens of all sequences concatenated (Megatron .idx/.bin)."""
+def read_sequences(prefix, limit=None):
+    """The token lists of the first `limit` (all when None) sequences of a Megatron
+    indexed dataset (prefix.idx/.bin)."""
     with open(prefix + ".idx", "rb") as f:
         idx = f.read()
     assert idx[:9] == b"MMIDIDX\x00\x00", f"{prefix}.idx: bad magic"
@@ -154,13 +155,21 @@ def read_tokens(prefix, count):
     size = array.array(tc).itemsize
     out = []
     with open(prefix + ".bin", "rb") as f:
-        for n, ptr in zip(lengths, pointers):
-            if len(out) >= count:
-                break
+        for n, ptr in list(zip(lengths, pointers))[:limit]:
             f.seek(ptr)
             a = array.array(tc)
             a.frombytes(f.read(n * size))
-            out.extend(a[: count - len(out)])
+            out.append(list(a))
+    return out
+
+
+def read_tokens(prefix, count):
+    """The first `count` tokens of all sequences concatenated (Megatron .idx/.bin)."""
+    out = []
+    for seq in read_sequences(prefix):
+        if len(out) >= count:
+            break
+        out.extend(seq[: count - len(out)])
     if len(out) < count:
         raise ValueError(f"{prefix}: only {len(out)} tokens, {count} needed")
     return out

@@ -6,26 +6,13 @@
 #   check-pack.sh BATON MAKE_CKPT
 set -u
 baton=$1 make_ckpt=$2
+here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d /tmp/baton-test-pack.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cd "$work" || exit 1
 name=s00-step00000004
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { echo "ok   $*"; }
-# expect STATUS PATTERN -- ARGS: baton ckpt ARGS exits STATUS with PATTERN in its output.
-expect() {
-  local status=$1 pattern=$2 out rc
-  shift 3
-  out=$("$baton" ckpt "$@" 2>&1)
-  rc=$?
-  if [[ $rc -ne $status ]] || ! grep -Eq -- "$pattern" <<<"$out"; then
-    fail "baton ckpt $* -> exit $rc (want $status, /$pattern/):"
-    echo "$out" | tail -n 5
-  else
-    ok "baton ckpt $* -> $rc"
-  fi
-}
+# fail, ok and expect (baton ckpt ARGS exits STATUS with PATTERN) come from server-lib.sh
+source "$here/server-lib.sh"
 # nothing_left DIR: neither DIR/$name nor DIR/$name.partial exists.
 nothing_left() {
   if [[ -e $1/$name || -e $1/$name.partial ]]; then fail "$1: a checkpoint or .partial was left behind"

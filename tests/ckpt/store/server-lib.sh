@@ -1,5 +1,6 @@
 # Helpers for the remote-store tests: a free loopback port, waiting for a server, and
-# the common expect/ok/fail reporting. Sourced by check-http.sh and check-s3.sh.
+# the common expect/ok/fail reporting. Sourced by check-http.sh, check-s3.sh and
+# check-pack.sh.
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 ok() { echo "ok   $*"; }

@@ -1,0 +1,49 @@
+#include "file.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+int bt_read_file(const char *path, size_t max, char **out, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return -1;
+    size_t cap = 1 << 16, n = 0, k;
+    char *buf = malloc(cap + 1);
+    while (buf && (k = fread(buf + n, 1, cap - n, f)) > 0)
+        if ((n += k) == cap) {
+            char *b = cap < max ? realloc(buf, cap * 2 + 1) : NULL;
+            if (b == NULL) free(buf);
+            buf = b, cap *= 2;
+        }
+    int err = ferror(f) ? EIO : cap >= max && n == cap ? EFBIG : ENOMEM;
+    fclose(f);
+    if (buf == NULL || n > max) {
+        free(buf);
+        errno = err;
+        return -1;
+    }
+    buf[n] = '\0';
+    *out = buf, *len = n;
+    return 0;
+}
+
+int bt_mkdir_p(const char *path, mode_t mode) {
+    size_t n = strlen(path);
+    char *p = malloc(n + 1);
+    if (p == NULL) return -1;
+    memcpy(p, path, n + 1);
+    int rc = 0;
+    for (char *s = p + 1; rc == 0 && *s; s++)
+        if (*s == '/') {
+            *s = '\0';
+            if (mkdir(p, mode) != 0 && errno != EEXIST) rc = -1;
+            *s = '/';
+        }
+    if (rc == 0 && mkdir(p, mode) != 0 && errno != EEXIST) rc = -1;
+    int err = errno;
+    free(p);
+    errno = err;
+    return rc;
+}
