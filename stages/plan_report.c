@@ -2,6 +2,7 @@
  * formula that made it, and the same figures as JSON (see plan.h for its shape).
  * Sizes are decimal: 1 GB = 1e9 bytes, 1B parameters = 1e9. */
 #include "plan.h"
+#include "plan_precision.h"
 #include "util/buf.h"
 
 #include <inttypes.h>
@@ -108,6 +109,7 @@ static void text_header(FILE *f, const Baton__StageSpec *spec, const plan_stage 
             sh->seq_len, sh->global_batch, sh->micro_batch, ps->microbatches,
             precision_name(sh->precision), recompute_name(sh->recompute), sh->zero,
             sh->sequence_parallel ? ", sequence parallel" : "");
+    plan_precision_text(f, spec->stage ? spec->stage->precision : NULL);
 }
 
 static void text_params_model(FILE *f, const plan_stage *ps) {

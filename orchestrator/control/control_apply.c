@@ -48,6 +48,9 @@ static void control_metrics_in(control_server *cs, uint32_t rank, const Baton__M
                          .mfu = m->mfu,
                          .step_time_s = m->step_time_s,
                          .memory_bytes = m->memory_bytes,
+                         .skipped_steps = m->skipped_steps,
+                         .loss_scale = m->has_loss_scale ? m->loss_scale : 0,
+                         .overflow = m->overflow,
                          .time = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec};
     cs->last = c;
     cs->have_metrics = 1;

@@ -52,6 +52,11 @@ static int control_metrics_jsonl(control_metrics_sink *s, const control_metrics_
     json_num(&b, "mfu", m->mfu);
     bt_buf_printf(&b, ", \"memory_bytes\": %llu", (unsigned long long)m->memory_bytes);
     json_num(&b, "step_time_s", m->step_time_s);
+    bt_buf_printf(&b, ", \"skipped_steps\": %llu", (unsigned long long)m->skipped_steps);
+    if (m->loss_scale > 0) {
+        json_num(&b, "loss_scale", m->loss_scale);
+        bt_buf_printf(&b, ", \"overflow\": %s", m->overflow ? "true" : "false");
+    }
     bt_buf_printf(&b, "}\n");
     int ok = !b.oom && fputs(bt_buf_str(&b), s->jsonl) >= 0 && fflush(s->jsonl) == 0;
     int oom = b.oom;
@@ -68,12 +73,16 @@ int control_metrics_write(control_metrics_sink *s, const control_metrics_where *
                           const control_metrics *m, bt_diag *diag) {
     if (s->jsonl == NULL) return 0;
     int rc = control_metrics_jsonl(s, w, m, diag);
-    static const char *const tags[] = {"train/loss", "train/lr", "train/grad_norm",
-                                       "train/tokens_per_s", "train/step_time_s"};
-    const float vals[] = {(float)m->loss, (float)m->lr, (float)m->grad_norm, (float)m->tokens_per_s,
-                          (float)m->step_time_s};
-    int trc = tb_writer_scalars(&s->tb, (int64_t)(w->step_offset + m->step), m->time, tags, vals,
-                                sizeof vals / sizeof vals[0], diag);
+    static const char *const tags[] = {"train/loss",        "train/lr",
+                                       "train/grad_norm",   "train/tokens_per_s",
+                                       "train/step_time_s", "train/skipped_steps",
+                                       "train/loss_scale"};
+    const float vals[] = {(float)m->loss,         (float)m->lr,          (float)m->grad_norm,
+                          (float)m->tokens_per_s, (float)m->step_time_s, (float)m->skipped_steps,
+                          (float)m->loss_scale};
+    size_t n = sizeof vals / sizeof vals[0] - (m->loss_scale > 0 ? 0 : 1); /* fp16 only */
+    int trc = tb_writer_scalars(&s->tb, (int64_t)(w->step_offset + m->step), m->time, tags, vals, n,
+                                diag);
     return rc ? rc : trc;
 }
 

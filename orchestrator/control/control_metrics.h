@@ -2,9 +2,11 @@
  *
  * metrics.jsonl: one JSON object per line, appended and flushed per line:
  *   {"time": unix seconds, "stage": name, "stage_index", "attempt", "step", "global_step",
- *    "loss", "lr", "grad_norm", "tokens_per_s", "mfu", "memory_bytes", "step_time_s"}
+ *    "loss", "lr", "grad_norm", "tokens_per_s", "mfu", "memory_bytes", "step_time_s",
+ *    "skipped_steps", and for fp16 "loss_scale", "overflow"}
  * (a non-finite number is written as null). TensorBoard: scalars train/loss, train/lr,
- * train/grad_norm, train/tokens_per_s, train/step_time_s at global_step.
+ * train/grad_norm, train/tokens_per_s, train/step_time_s, train/skipped_steps (and for
+ * fp16 train/loss_scale) at global_step.
  *
  * global_step = step_offset + step, where the caller's step_offset is the sum of the
  * steps of the recipe's stages before this one: the stages follow each other on one
@@ -23,7 +25,10 @@ typedef struct control_metrics {
     uint64_t step; /* optimizer steps taken in the stage */
     double loss, grad_norm, lr, tokens_per_s, mfu, step_time_s;
     uint64_t memory_bytes;
-    double time; /* unix seconds when the orchestrator received it */
+    uint64_t skipped_steps; /* updates skipped so far in the stage (overflow, loss spike) */
+    double loss_scale;      /* fp16's dynamic loss scale after the step; 0: not fp16 */
+    int overflow;           /* fp16: the step's gradients held Inf/NaN (skipped) */
+    double time;            /* unix seconds when the orchestrator received it */
 } control_metrics;
 
 /* Which stage attempt the metrics belong to. */

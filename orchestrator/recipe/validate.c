@@ -3,6 +3,8 @@
  * that set it, else the defaults (stages inherit in that order). */
 #include "recipe.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -297,6 +299,12 @@ static int check_sequence(vctx *v, const Baton__Model *m, const Baton__Parallel 
             "ulysses needs n_heads %u divisible by tp×cp = %llu (heads are spread over the cp "
             "ranks)",
             m->n_heads, (unsigned long long)mul_sat(p->tp, p->cp));
+    uint32_t kv_per_tp = m->n_kv_heads >= p->tp ? m->n_kv_heads / p->tp : 1;
+    REQUIRE(p->cp_comm != BATON__PARALLEL__CP_COMM__ULYSSES || kv_per_tp % p->cp == 0, v,
+            "parallel.cp_comm",
+            "ulysses needs the kv heads of each tensor-parallel rank (%u of n_kv_heads %u over "
+            "tp %u) divisible by cp %u; use cp_comm: ring",
+            kv_per_tp, m->n_kv_heads, p->tp, p->cp);
     REQUIRE(!p->sequence_parallel || p->tp == 1 || (s->seq_len / p->cp) % p->tp == 0, v,
             "parallel.sequence_parallel",
             "sequence parallelism needs the per-rank sequence %llu divisible by tp %u",
@@ -360,7 +368,33 @@ static int check_layout(vctx *v, const Baton__Parallel *p, const Baton__Cluster 
     return 0;
 }
 
+/* fp16's dynamic loss scaling (worker/engine/train_scaler.h); meaningless elsewhere:
+ * bf16 has float32's exponent range, so its gradients neither overflow nor flush. */
+static int check_loss_scale(vctx *v, const Baton__Precision *pr) {
+    const Baton__LossScale *ls = pr->loss_scale;
+    if (ls == NULL) return 0;
+    REQUIRE(pr->type == BATON__PRECISION__TYPE__FP16, v, "precision.loss_scale",
+            "loss_scale applies to precision fp16 only (bf16 has float32's exponent range, "
+            "fp8 scales each tensor with its own delayed scaling)");
+    REQUIRE(isfinite(ls->initial) && ls->initial > 0 && ls->initial <= FLT_MAX, v,
+            "precision.loss_scale.initial",
+            "initial must be positive and at most 3.4e38 (float32), got %g; 65536 is the usual "
+            "start",
+            ls->initial);
+    REQUIRE(ls->growth_interval >= 1, v, "precision.loss_scale.growth_interval",
+            "growth_interval must be at least 1 step");
+    REQUIRE(isfinite(ls->growth_factor) && ls->growth_factor > 1, v,
+            "precision.loss_scale.growth_factor", "growth_factor must be greater than 1, got %g",
+            ls->growth_factor);
+    REQUIRE(ls->backoff_factor > 0 && ls->backoff_factor < 1, v,
+            "precision.loss_scale.backoff_factor",
+            "backoff_factor must lie strictly between 0 and 1, got %g", ls->backoff_factor);
+    return 0;
+}
+
 static int check_precision(vctx *v, const Baton__Model *m, const Baton__Precision *pr) {
+    int rc = pr != NULL ? check_loss_scale(v, pr) : 0;
+    if (rc != 0) return rc;
     if (pr == NULL || pr->type != BATON__PRECISION__TYPE__FP8) return 0;
     REQUIRE(m->dim % 16 == 0 && m->ffn_dim % 16 == 0, v, "precision",
             "fp8 GEMMs need dim (%u) and ffn_dim (%u) divisible by 16", m->dim, m->ffn_dim);

@@ -58,6 +58,10 @@ static void worker_control_metrics(worker_control *wc, const train_metrics *tm) 
     m.has_lr = 1, m.lr = tm->lr;
     m.has_tokens_per_s = 1, m.tokens_per_s = tm->tokens_per_s;
     m.has_step_time_s = 1, m.step_time_s = tm->step_s;
+    m.has_skipped_steps = 1, m.skipped_steps = tm->n_skipped;
+    if (tm->loss_scale > 0) /* fp16 */
+        m.has_loss_scale = 1, m.loss_scale = tm->loss_scale, m.has_overflow = 1,
+        m.overflow = tm->overflow != 0;
     control_client_metrics(&wc->client, &m);
 }
 

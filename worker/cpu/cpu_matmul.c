@@ -1,5 +1,5 @@
 /* Matrix products on the CPU: cblas_sgemm, with the GEMM inputs first rounded to the
- * precision the GPUs compute in (precision.h emulates bf16 and fp8 exactly), float32
+ * precision the GPUs compute in (precision.h emulates bf16, fp16 and fp8 exactly), float32
  * accumulation always. Weights are (OC, C) row-major: out = inp @ weight^T.
  * Backward accumulates (+=) into dweight and writes (=) dinp. */
 #include <cblas.h>
@@ -21,6 +21,10 @@ static const float *operand(float *dst, const float *src, size_t n, backend_gemm
     if (p == NULL || p->prec == BACKEND_PREC_FP32) return src;
     if (p->prec == BACKEND_PREC_BF16) {
         prec_bf16_round_array(dst, src, n);
+        return dst;
+    }
+    if (p->prec == BACKEND_PREC_FP16) {
+        prec_fp16_round_array(dst, src, n);
         return dst;
     }
     p->amax[slot] = prec_fp8_qdq_array(dst, src, n, p->scale[slot], fmt);

@@ -32,6 +32,7 @@ typedef enum backend_prec {
     BACKEND_PREC_FP32 = 0,
     BACKEND_PREC_BF16 = 1, /* both inputs rounded to bf16 (round-to-nearest-even) */
     BACKEND_PREC_FP8 = 2,  /* both inputs quantized->dequantized with per-tensor scales */
+    BACKEND_PREC_FP16 = 3, /* both inputs rounded to IEEE half (RNE; overflow to Inf) */
 } backend_prec;
 
 /* Operand slots of a GEMM's fp8 metadata. */

@@ -80,6 +80,9 @@ void model_config_apply_stage(model_config *cfg, const Baton__Stage *stage) {
     case BATON__PRECISION__TYPE__FP8:
         cfg->prec = BACKEND_PREC_FP8;
         break;
+    case BATON__PRECISION__TYPE__FP16:
+        cfg->prec = BACKEND_PREC_FP16;
+        break;
     default:
         cfg->prec = BACKEND_PREC_FP32;
         break;

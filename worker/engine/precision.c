@@ -1,4 +1,4 @@
-/* bf16 and OCP FP8 rounding on float32 bit patterns.
+/* bf16, IEEE fp16 and OCP FP8 rounding on float32 bit patterns.
  *
  * Every conversion works on the integer pattern of the float32 input so the result does
  * not depend on the FPU rounding mode or on compiler flags: a float32 value is an
@@ -77,6 +77,51 @@ uint16_t prec_bf16_bits(float x) {
 void prec_bf16_round_array(float *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++)
         dst[i] = f32_from_bits(bf16_round_bits(f32_bits(src[i])));
+}
+
+/* ---- fp16 ---- */
+
+/* Magnitude of the binary16 code of |x| (float32 pattern a, not NaN). */
+static uint32_t fp16_encode_mag(uint32_t a) {
+    if (a >= 0x7F800000u) return 0x7C00u; /* Inf */
+    int fexp = (int)(a >> 23);
+    if (fexp == 0) return 0; /* float32 subnormals are below 2^-126, far under 2^-25 */
+    uint32_t sig = (a & 0x007FFFFFu) | 0x00800000u; /* value = sig * 2^(e - 23) */
+    int e = fexp - 127;
+    if (e < -14) /* subnormal: units of 2^-24; 1024 is the smallest normal's code */
+        return rne_shift(sig, 13 + (-14 - e));
+    if (e > 15) return 0x7C00u; /* past the largest binade: Inf */
+    /* A carry out of the 11-bit significand moves into the exponent; past the max that
+     * gives exponent 31 with mantissa 0, which is Inf. */
+    return ((uint32_t)(e + 15) << 10) + (rne_shift(sig, 13) - 0x400u);
+}
+
+uint16_t prec_fp16_bits(float x) {
+    uint32_t u = f32_bits(x);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    if (f32_bits_isnan(u)) /* quiet, payload's top bits kept */
+        return (uint16_t)(sign | 0x7E00u | ((u & 0x007FFFFFu) >> 13));
+    return (uint16_t)(sign | fp16_encode_mag(u & 0x7FFFFFFFu));
+}
+
+float prec_fp16_from_bits(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
+    if (exp == 0) { /* zero or subnormal: man * 2^-24, exact in float32 */
+        float v = ldexpf((float)man, -24);
+        return sign ? -v : v;
+    }
+    if (exp == 31) return f32_from_bits(sign | 0x7F800000u | (man << 13));
+    return f32_from_bits(sign | ((exp - 15u + 127u) << 23) | (man << 13));
+}
+
+float prec_fp16_round(float x) {
+    return prec_fp16_from_bits(prec_fp16_bits(x));
+}
+
+void prec_fp16_round_array(float *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        dst[i] = prec_fp16_from_bits(prec_fp16_bits(src[i]));
 }
 
 /* ---- fp8 ---- */

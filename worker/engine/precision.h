@@ -8,6 +8,13 @@
  * clamp to +-max, and so do +-Inf (the saturating casts GPUs use for training); NaN
  * maps to NaN, keeping its sign: S.1111.111 in E4M3, the quiet S.11111.10 in E5M2.
  * Rounding is round-to-nearest-even.
+ * fp16: IEEE 754 binary16 (1 sign, 5 exponent, 10 mantissa; bias 15, max 65504,
+ * smallest normal 2^-14 ~ 6.1e-5, subnormals down to 2^-24 ~ 6e-8), round-to-nearest-
+ * even as a GPU's float->half conversion does: finite values from 65520 up round to Inf
+ * (not saturating), subnormals are rounded exactly (2^-25 ties to 0), NaN stays a quiet
+ * NaN with its sign and the top payload bits (as x86's F16C conversion does). Its exponent
+ * range is far narrower than bf16's (which is float32's), which is why fp16 training needs
+ * loss scaling (train_scaler.h) and bf16 does not.
  *
  * Delayed scaling (per tensor, Transformer Engine's recipe): the scale used at step t
  * comes from the amax history of earlier steps: amax = max(history);
@@ -25,10 +32,16 @@ typedef enum prec_fp8_format { PREC_E4M3 = 0, PREC_E5M2 = 1 } prec_fp8_format;
 
 #define PREC_E4M3_MAX 448.0f
 #define PREC_E5M2_MAX 57344.0f
+#define PREC_FP16_MAX 65504.0f
 
 float prec_bf16_round(float x);
 uint16_t prec_bf16_bits(float x); /* the rounded value's 16-bit pattern */
 void prec_bf16_round_array(float *dst, const float *src, size_t n);
+
+uint16_t prec_fp16_bits(float x);      /* the binary16 pattern, RNE */
+float prec_fp16_from_bits(uint16_t h); /* exact */
+float prec_fp16_round(float x);        /* prec_fp16_from_bits(prec_fp16_bits(x)) */
+void prec_fp16_round_array(float *dst, const float *src, size_t n);
 
 uint8_t prec_fp8_encode(float x, prec_fp8_format fmt); /* saturating, RNE */
 float prec_fp8_decode(uint8_t bits, prec_fp8_format fmt);

@@ -142,6 +142,7 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
     t->total_steps = s->steps, t->first_sample = spec->start_sample;
     t->step = t->step0 = spec->start_step;
     optim_hparams_from_pb(&t->hp, s->optimizer);
+    train_scaler_init(&t->scaler, s->precision);
     rc = train_model_init(t, g.tp, g.pp, diag);
     rc = rc ? rc : train_segments(t);
     rc = rc ? rc
@@ -258,7 +259,8 @@ static int train_pp_forward(void *ctx, int mb, int slot) {
 static int train_pp_backward(void *ctx, int mb, int slot) {
     trainer *t = ((train_pp_ctx *)ctx)->t;
     (void)mb;
-    float scale = train_spike_fault_scale(&t->spike, t->step + 1) / (float)t->accum;
+    float scale = train_spike_fault_scale(&t->spike, t->step + 1) *
+                  train_scaler_loss_scale(&t->scaler) / (float)t->accum;
     int rc = model_stage_backward(&t->m, slot, scale);
     if (rc == 0) train_fp8_collect(t);
     return rc;
@@ -305,7 +307,8 @@ static int train_micro_batches(trainer *t, double *loss, bt_diag *diag) {
         float l = 0;
         int rc = train_fetch(t, j, diag);
         rc = rc ? rc : model_forward(&t->m, t->tokens, t->targets, (int)t->B, (int)t->T, &l);
-        float scale = train_spike_fault_scale(&t->spike, t->step + 1) / (float)t->accum;
+        float scale = train_spike_fault_scale(&t->spike, t->step + 1) *
+                      train_scaler_loss_scale(&t->scaler) / (float)t->accum;
         rc = rc ? rc : model_backward(&t->m, scale);
         if (rc != 0) {
             const char *why = t->m.comm_err ? comm_error(t->tp.group) : bt_strerror(rc);
@@ -360,6 +363,13 @@ static void train_spike_judge(trainer *t, int armed, double loss, double norm, t
     out->rollback = run >= TRAIN_SPIKE_ROLLBACK_AFTER;
 }
 
+/* fp16: the gradients divided by the loss scale, and every rank's verdict on Inf/NaN. */
+static int train_scaler_check(trainer *t, int *overflow, bt_diag *diag) {
+    comm *groups[3] = {t->tp.group, t->pp.group, t->dp.group};
+    return train_scaler_unscale(&t->scaler, &t->be, t->m.grads_mem, t->m.sizes.param_floats, groups,
+                                3, overflow, diag);
+}
+
 int train_step(trainer *t, train_metrics *out, bt_diag *diag) {
     double t0 = bt_clock_now(), loss = 0;
     *out = (train_metrics){0};
@@ -371,18 +381,26 @@ int train_step(trainer *t, train_metrics *out, bt_diag *diag) {
     if (rc == 0 && armed) rc = train_fp8_snapshot(t);
     rc = rc ? rc : train_fp8_end(t, diag);
     rc = rc ? rc : train_tp_reduce_grads(&t->tp, &t->m, diag);
+    int overflow = 0; /* fp16: Inf/NaN gradients on some rank: no update (train_scaler.h) */
+    rc = rc ? rc : train_scaler_check(t, &overflow, diag);
     /* The dp mean of the loss before the update: the spike guard judges the step on it. */
     rc = rc ? rc : train_dp_mean(&t->dp, &loss, diag);
     if (rc == 0 && armed) train_spike_save(&t->spike, t->m.params_mem, &t->opt);
-    rc = rc ? rc
-            : train_dp_update(&t->dp, t->m.params_mem, t->m.grads_mem, t->segs, t->n_segs, &t->opt,
-                              &t->hp, lr, &norm, diag);
+    if (rc == 0 && overflow)
+        norm = NAN;
+    else
+        rc = rc ? rc
+                : train_dp_update(&t->dp, t->m.params_mem, t->m.grads_mem, t->segs, t->n_segs,
+                                  &t->opt, &t->hp, lr, &norm, diag);
     if (rc != 0) return rc;
+    train_scaler_update(&t->scaler, overflow);
+    out->overflow = overflow, out->loss_scale = t->scaler.on ? t->scaler.scale : 0;
     train_spike_judge(t, armed, loss, norm, out);
     t->step++;
     /* A non-finite norm: the optimizer left the weights alone (optim.h). */
     int skipped = !isfinite(norm) || out->spike;
     t->skipped_steps += (uint64_t)skipped;
+    out->n_skipped = t->skipped_steps;
     double dt = bt_clock_now() - t0;
     const Baton__Stage *s = t->spec->stage;
     out->step = t->step, out->loss = loss, out->lr = lr, out->grad_norm = norm;

@@ -22,6 +22,7 @@
 #include "stage_spec.pb-c.h"
 #include "train_dp.h"
 #include "train_pp.h"
+#include "train_scaler.h"
 #include "train_spike.h"
 #include "train_tp.h"
 #include "util/err.h"
@@ -31,11 +32,14 @@ typedef struct train_metrics {
     double loss;   /* mean over the step's micro-batches */
     double lr;
     double grad_norm;    /* before clipping */
-    int skipped;         /* no update was applied this step: the norm was not finite, or
-                          * a loss spike (spike) */
+    int skipped;         /* no update was applied this step: the norm was not finite
+                          * (fp16: overflow), or a loss spike (spike) */
     int spike;           /* the loss-spike guard skipped this step (train_spike.h) */
     double spike_z;      /* its z-score */
     int rollback;        /* TRAIN_SPIKE_ROLLBACK_AFTER spikes in a row: stop, roll back */
+    int overflow;        /* fp16: Inf/NaN gradients on some rank, update skipped */
+    double loss_scale;   /* fp16: the dynamic loss scale after this step; 0 otherwise */
+    uint64_t n_skipped;  /* the stage's skipped steps so far, this one included */
     double tokens_per_s; /* of the whole job */
     double gflops_per_s; /* model FLOPs (6 N T + attention) achieved by this rank */
     double step_s;
@@ -69,6 +73,7 @@ typedef struct trainer {
     uint64_t skipped_steps;       /* steps whose update was skipped (non-finite gradients
                                    * or a loss spike) */
     train_spike spike;            /* the loss-spike guard */
+    train_scaler scaler;          /* fp16 dynamic loss scaling (off otherwise) */
     uint64_t step0, first_sample; /* the stage resumed at step0 with global sample first_sample */
     double flops_per_step;        /* this rank's share of the model FLOPs of one step */
     int handed_off; /* the weights came from another stage's checkpoint (train_ckpt_load) */

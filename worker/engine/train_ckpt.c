@@ -144,6 +144,7 @@ static void ckpt_header(train_ckpt *c, const trainer *t, int final) {
     h->has_block_bytes = 1, h->block_bytes = CKPT_DEFAULT_BLOCK;
     h->has_stage_steps = 1, h->stage_steps = t->total_steps;
     h->has_skipped_steps = 1, h->skipped_steps = t->skipped_steps;
+    if (t->scaler.on) train_scaler_to_pb(&t->scaler, &c->scaler), h->loss_scaler = &c->scaler;
 }
 
 /* Test hook for fault injection: BATON_FAULT_SAVE_EXIT=RANK:STEP makes world rank RANK

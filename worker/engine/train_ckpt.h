@@ -7,12 +7,14 @@
  *    under zero 0; under zero 1 every data-parallel rank its own shard, each tensor's part
  *    of it as a flat range inside the tensor's box;
  *  - the fp8 delayed-scaling state of every GEMM (layers.<l>.gemm<g>.<slot>, head.<slot>);
+ *  - fp16: the dynamic loss scaler's state (manifest loss_scaler, train_scaler.h);
  *  - in the manifest: recipe, stage, step, data position (global sample index), AdamW's
  *    step count, the model (rope as trained), layout, precision and seed.
  * Loading reads the boxes this rank needs under its own layout, whatever layout saved
  * them. A checkpoint of the same recipe and stage resumes it (step, data position,
- * moments, fp8 state: bitwise the run that never stopped); one of another stage hands
- * over (weights, and the moments unless the stage's optimizer says reset; step 0).
+ * moments, fp8 state, loss scaler: bitwise the run that never stopped); one of another
+ * stage hands over (weights, and the moments unless the stage's optimizer says reset;
+ * step 0).
  *
  * Async saves snapshot the state into host memory at the step boundary and write it on a
  * thread while training goes on; a save waits for the one before it. */
@@ -46,7 +48,8 @@ typedef struct train_ckpt {
     float *arena; /* snapshot (async) */
     Baton__Manifest header;
     uint8_t rng[8];
-    double stall_s; /* time training stood still for the last save */
+    Baton__LossScalerState scaler; /* the header's loss_scaler (fp16) */
+    double stall_s;                /* time training stood still for the last save */
 } train_ckpt;
 
 /* Saves the trainer's state as checkpoint s<stage>-step<step> under c->root; final marks

@@ -142,6 +142,7 @@ static int load_one(trainer *t, const char *dir, bt_diag *diag) {
         t->step = t->step0 = m->step;
         t->first_sample = m->data_position;
         t->skipped_steps = m->skipped_steps;
+        train_scaler_from_pb(&t->scaler, m->loss_scaler);
         rc = load_fp8(t, dir, m, diag);
     }
 out:

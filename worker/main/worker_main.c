@@ -211,17 +211,28 @@ static void worker_print_setup(const trainer *t) {
 }
 
 static void worker_print_step(const trainer *t, const train_metrics *m) {
-    printf("step %6llu/%llu  loss %.6f  lr %.3e  grad_norm %.4f  %.0f tok/s  %.2f GFLOP/s/rank\n",
+    printf("step %6llu/%llu  loss %.6f  lr %.3e  grad_norm %.4f  %.0f tok/s  %.2f GFLOP/s/rank",
            (unsigned long long)m->step, (unsigned long long)t->total_steps, m->loss, m->lr,
            m->grad_norm, m->tokens_per_s, m->gflops_per_s);
+    if (t->scaler.on) printf("  loss_scale %g", m->loss_scale);
+    printf("\n");
     if (m->spike)
         printf("step %6llu: loss spike (z=%.1f > %.1f): update skipped (%llu skipped so far)\n",
                (unsigned long long)m->step, m->spike_z, t->spike.z,
                (unsigned long long)t->skipped_steps);
-    else if (m->skipped)
+    else if (m->skipped && !m->overflow)
         printf("step %6llu: update skipped: the gradient norm is not finite (%llu skipped so "
                "far)\n",
                (unsigned long long)m->step, (unsigned long long)t->skipped_steps);
+}
+
+/* fp16: Inf/NaN gradients on some rank (train_scaler.h). Printed by every rank, so a
+ * rank that decided otherwise would show in the log. */
+static void worker_print_overflow(const trainer *t, const train_metrics *m) {
+    printf("step %6llu: update skipped: Inf/NaN in the fp16 gradients, loss scale backed off "
+           "to %g (%llu overflow steps, %llu skipped so far)\n",
+           (unsigned long long)m->step, m->loss_scale, (unsigned long long)t->scaler.overflow_steps,
+           (unsigned long long)t->skipped_steps);
 }
 
 static int worker_save(train_ckpt *c, trainer *t, const worker_args *a, worker_control *wc,
@@ -275,6 +286,7 @@ static int worker_train(trainer *t, train_ckpt *c, uint64_t save_every, const wo
         int last = t->step == t->total_steps || i + 1 == a->max_steps;
         if (!a->quiet && (m.step % a->log_every == 0 || last || m.skipped))
             worker_print_step(t, &m);
+        if (m.overflow) worker_print_overflow(t, &m);
         if (m.rollback) {
             fflush(stdout);
             return worker_rollback(t, rollback, diag);
