@@ -14,7 +14,8 @@ build_pkgs=(
   libopenblas-dev libarchive-dev libcurl4-openssl-dev
   fortunes-min fortunes
 )
-test_pkgs=(python3 python3-protobuf python3-numpy python3-torch nginx)
+test_pkgs=(python3 python3-protobuf python3-numpy python3-torch nginx
+  munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins)
 
 want=("${build_pkgs[@]}")
 if [[ "${1:-}" == "--test" ]]; then

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds baton and runs every test: the normal build (-Werror), then the whole suite
-# again under AddressSanitizer + UndefinedBehaviorSanitizer, then the recipe fuzzer for
-# a fixed time (clang/libFuzzer). Build directories: build/, build-asan/, build-fuzz/.
+# again under AddressSanitizer + UndefinedBehaviorSanitizer (less the tests labelled slow,
+# and the slurm ones, which bring up a whole test cluster and run once, in the normal
+# build), then the recipe fuzzer for a fixed time (clang/libFuzzer). Build directories:
+# build/, build-asan/, build-fuzz/.
 #   FUZZ_SECONDS=60 (0 skips the fuzzer)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +23,7 @@ step "sanitizer build (ASan + UBSan)"
 cmake -S . -B build-asan "${gen[@]}" -DCMAKE_BUILD_TYPE=Debug -DBATON_SANITIZE=ON >/dev/null
 cmake --build build-asan --parallel "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure --parallel "$jobs" --label-exclude slow
+  ctest --test-dir build-asan --output-on-failure --parallel "$jobs" --label-exclude 'slow|slurm'
 
 if [[ "$fuzz_seconds" -gt 0 ]]; then
   step "recipe fuzzer, ${fuzz_seconds}s"

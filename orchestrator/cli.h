@@ -12,6 +12,7 @@ int cmd_ckpt(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_resume(int argc, char **argv);
+int cmd_submit(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 
 #endif

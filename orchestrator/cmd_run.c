@@ -8,16 +8,21 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "launch_slurm.h"
 #include "recipe.h"
 #include "run/run_dir.h"
 #include "run/run_state.h"
+#include "run/submit.h"
 #include "run/supervise.h"
 #include "util/buf.h"
 
 static void run_usage(FILE *f) {
     fprintf(f, "usage: baton run RECIPE [--run-dir DIR] [--nodes K] [--gpus-per-node G]\n"
                "                 [--set KEY=VALUE ...] [--worker PATH] [--quiet]\n"
-               "       baton resume RUN_DIR [--worker PATH] [--quiet]\n\n"
+               "                 [--launcher local|slurm] [--listen ADDRESS]\n"
+               "       baton resume RUN_DIR [--worker PATH] [--quiet] [--launcher ...]\n"
+               "       baton submit RECIPE [--run-dir DIR] [--set ...] [--template FILE]\n"
+               "                 [--dry-run] [SBATCH_OPTION=VALUE ...] [-- SBATCH_OPTIONS ...]\n\n"
                "Runs every stage of RECIPE in order, each as a job of baton-worker ranks under\n"
                "the embedded PMIx server, handing each stage the previous stage's final\n"
                "checkpoint, and restarting a failed attempt from the newest complete\n"
@@ -31,7 +36,17 @@ static void run_usage(FILE *f) {
                "                  by name or index (stages.pretrain.steps=100,\n"
                "                  defaults.optimizer.lr=1e-3); kept with the run for resume\n"
                "  --worker PATH   the worker program (default: baton-worker next to baton)\n"
+               "  --launcher L    local (default): the embedded PMIx server on this host;\n"
+               "                  slurm: inside an allocation, each attempt is an\n"
+               "                  'srun --mpi=pmix' step on the allocation's hosts\n"
+               "  --listen ADDR   (slurm) the address the workers reach this host at\n"
+               "                  (default: its first non-loopback IPv4 address)\n"
                "  --quiet         no progress lines\n\n"
+               "baton submit makes the run directory, writes RUN_DIR/baton.sbatch from\n"
+               "deploy/slurm/baton.sbatch.in (--template FILE) with the recipe's nodes and\n"
+               "gpus_per_node, every sbatch option given (values attached, or after --) as an\n"
+               "#SBATCH line, and 'baton resume RUN_DIR --launcher slurm' as its command, runs\n"
+               "sbatch on it and prints the job id (--dry-run: only writes the script).\n\n"
                "Exit status: 0 the run completed, 1 it failed (restarts exhausted), 2 bad\n"
                "recipe, run directory or data (nothing was started), 75 stopped by a signal\n"
                "(resumable).\n");
@@ -40,10 +55,15 @@ static void run_usage(FILE *f) {
 #define RUN_MAX_SETS 32
 
 typedef struct run_args {
-    const char *recipe, *run_dir, *worker;
+    const char *recipe, *run_dir, *worker, *launcher, *listen;
     int quiet, resume;
     char *sets[RUN_MAX_SETS]; /* KEY=VALUE, owned */
     int n_sets;
+    /* baton submit */
+    int submit, dry_run;
+    const char *template_path;
+    char *sbatch[RUN_MAX_SETS]; /* options for sbatch, as given */
+    int n_sbatch;
 } run_args;
 
 static int run_add_set(run_args *a, const char *key, const char *value) {
@@ -57,6 +77,25 @@ static int run_add_set(run_args *a, const char *key, const char *value) {
     snprintf(s, n, "%s%s", key, value);
     a->sets[a->n_sets++] = s;
     return 0;
+}
+
+/* baton submit's own options and sbatch's (anything after --, or an unknown option with
+ * its value attached); 1 when argv[*i] was taken. */
+static int run_parse_submit(int argc, char **argv, int *i, run_args *a) {
+    const char *o = argv[*i];
+    if (strcmp(o, "--dry-run") == 0) {
+        a->dry_run = 1;
+    } else if (strcmp(o, "--template") == 0 && *i + 1 < argc) {
+        a->template_path = argv[++*i];
+    } else if (strcmp(o, "--") == 0) {
+        while (*i + 1 < argc && a->n_sbatch < RUN_MAX_SETS)
+            a->sbatch[a->n_sbatch++] = argv[++*i];
+    } else if (o[0] == '-' && a->n_sbatch < RUN_MAX_SETS) {
+        a->sbatch[a->n_sbatch++] = argv[*i];
+    } else {
+        return 0;
+    }
+    return 1;
 }
 
 static int run_parse(int argc, char **argv, run_args *a) {
@@ -77,6 +116,12 @@ static int run_parse(int argc, char **argv, run_args *a) {
             if (run_add_set(a, "cluster.gpus_per_node=", argv[++i]) != 0) return -1;
         } else if (strcmp(o, "--worker") == 0 && v) {
             a->worker = argv[++i];
+        } else if (strcmp(o, "--launcher") == 0 && v) {
+            a->launcher = argv[++i];
+        } else if (strcmp(o, "--listen") == 0 && v) {
+            a->listen = argv[++i];
+        } else if (a->submit && run_parse_submit(argc, argv, &i, a) != 0) {
+            continue; /* taken: a submit option */
         } else if (o[0] != '-' && a->recipe == NULL && !a->resume) {
             a->recipe = o;
         } else if (o[0] != '-' && a->run_dir == NULL && a->resume) {
@@ -87,6 +132,10 @@ static int run_parse(int argc, char **argv, run_args *a) {
             run_usage(stderr);
             return -1;
         }
+    }
+    if (a->launcher && strcmp(a->launcher, "local") != 0 && strcmp(a->launcher, "slurm") != 0) {
+        fprintf(stderr, "baton run: --launcher '%s': expected local or slurm\n", a->launcher);
+        return -1;
     }
     if ((!a->resume && a->recipe == NULL) || (a->resume && a->run_dir == NULL)) {
         run_usage(stderr);
@@ -138,6 +187,61 @@ static int run_load(run_args *a, recipe_doc *doc, bt_diag *diag) {
     return rc;
 }
 
+/* --launcher slurm: the allocation, the listen address and the rendezvous store. */
+static int run_open_slurm(run_args *a, recipe_doc *doc, run_dir *dir, launch_slurm *s,
+                          run_opts *o) {
+    bt_diag d;
+    bt_diag_init(&d);
+    const Baton__Cluster *cl = doc->recipe->cluster;
+    uint32_t wanted = (cl && cl->nodes ? cl->nodes : 1) + (cl ? cl->spare_nodes : 0);
+    int rc = launch_slurm_open(s, a->listen, dir->token, &d);
+    rc = rc ? rc : launch_slurm_check_nodes(s, wanted, &d);
+    if (rc != 0) {
+        fprintf(stderr, "baton run: %s\n", d.msg);
+        launch_slurm_close(s);
+        return BT_EXIT_USAGE;
+    }
+    if (!a->quiet)
+        printf("baton run: Slurm job %s, %d host(s), workers reach this host at %s\n", s->job_id,
+               s->n_hosts, s->listen);
+    o->slurm = s;
+    return 0;
+}
+
+/* baton submit: the run directory is made (and released: the job takes it), then the batch
+ * script is written there and submitted. */
+static int run_submit(run_args *a, recipe_doc *doc, run_dir *dir) {
+    char script[4200], job[64], baton[PATH_MAX], worker[PATH_MAX], path[4096];
+    const Baton__Cluster *cl = doc->recipe->cluster;
+    ssize_t n = readlink("/proc/self/exe", baton, sizeof baton - 1);
+    baton[n > 0 ? n : 0] = '\0';
+    snprintf(path, sizeof path, "%s", dir->path);
+    run_dir_close(dir);
+    submit_opts so = {.run_dir = path,
+                      .job_name = doc->recipe->name ? doc->recipe->name : "baton",
+                      .baton = baton,
+                      .worker = a->worker ? a->worker : run_worker_path(worker, sizeof worker),
+                      .nodes = (cl && cl->nodes ? cl->nodes : 1) + (cl ? cl->spare_nodes : 0),
+                      .tasks_per_node = cl && cl->gpus_per_node ? cl->gpus_per_node : 1,
+                      .sbatch = a->sbatch,
+                      .n_sbatch = a->n_sbatch,
+                      .template_path = a->template_path,
+                      .dry_run = a->dry_run};
+    bt_diag d;
+    bt_diag_init(&d);
+    if (submit_batch(&so, script, sizeof script, job, sizeof job, &d) != 0) {
+        fprintf(stderr, "baton submit: %s\n", d.msg);
+        return BT_EXIT_FAILURE;
+    }
+    if (a->dry_run)
+        printf("baton submit: wrote %s (not submitted: --dry-run)\n", script);
+    else
+        printf("%s\nbaton submit: job %s, script %s, output %s/slurm-%s.out; "
+               "follow it with 'baton status %s'\n",
+               job, job, script, path, job, path);
+    return BT_EXIT_OK;
+}
+
 static int run_main(run_args *a) {
     char recipe_copy[4200], dflt[512], worker[PATH_MAX];
     if (a->resume) {
@@ -168,10 +272,20 @@ static int run_main(run_args *a) {
         recipe_doc_free(&doc);
         return BT_EXIT_USAGE;
     }
+    if (a->submit) {
+        int st = run_submit(a, &doc, &dir);
+        recipe_doc_free(&doc);
+        return st;
+    }
     if (!a->quiet) printf("baton run: %s, run directory %s\n", a->recipe, dir.path);
     run_opts o = {.worker = a->worker ? a->worker : run_worker_path(worker, sizeof worker),
                   .quiet = a->quiet};
-    int status = run_supervise(&dir, &doc, &o);
+    static launch_slurm slurm; /* large; one per process */
+    int status = a->launcher && strcmp(a->launcher, "slurm") == 0
+                     ? run_open_slurm(a, &doc, &dir, &slurm, &o)
+                     : 0;
+    if (status == 0) status = run_supervise(&dir, &doc, &o);
+    if (o.slurm) launch_slurm_close(o.slurm);
     run_dir_close(&dir);
     recipe_doc_free(&doc);
     return status;
@@ -182,8 +296,8 @@ static void run_args_free(run_args *a) {
         free(a->sets[i]);
 }
 
-static int run_command(int argc, char **argv, int resume) {
-    run_args a = {.resume = resume};
+static int run_command(int argc, char **argv, int resume, int submit) {
+    run_args a = {.resume = resume, .submit = submit};
     int prc = run_parse(argc, argv, &a);
     int status = prc ? (prc > 0 ? BT_EXIT_OK : BT_EXIT_USAGE) : run_main(&a);
     run_args_free(&a);
@@ -191,9 +305,13 @@ static int run_command(int argc, char **argv, int resume) {
 }
 
 int cmd_run(int argc, char **argv) {
-    return run_command(argc, argv, 0);
+    return run_command(argc, argv, 0, 0);
+}
+
+int cmd_submit(int argc, char **argv) {
+    return run_command(argc, argv, 0, 1);
 }
 
 int cmd_resume(int argc, char **argv) {
-    return run_command(argc, argv, 1);
+    return run_command(argc, argv, 1, 0);
 }

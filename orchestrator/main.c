@@ -19,6 +19,7 @@ typedef struct command {
 static const command commands[] = {
     {"run", cmd_run, "run every stage of a recipe, supervised, restarting after failures"},
     {"resume", cmd_resume, "continue a stopped or interrupted run from its run directory"},
+    {"submit", cmd_submit, "write a Slurm batch script for a recipe and submit it with sbatch"},
     {"status", cmd_status, "a run's stages, steps, losses, restarts and checkpoints"},
     {"plan", cmd_plan, "check a recipe and show layout, memory, communication and step time"},
     {"spec", cmd_spec, "resolve one stage of a recipe into the StageSpec a worker runs"},

@@ -166,7 +166,8 @@ int launch_job_init(launch_job *job, launch_server *srv, const launch_opts *opts
         job->io[r].fd[0] = job->io[r].fd[1] = job->io[r].pidfd = -1;
     }
     snprintf(job->nspace, sizeof job->nspace, "baton-%ld-%d", (long)getpid(), srv->next_attempt++);
-    rc = pmixhost_ns_register(srv, job->nspace, job->nprocs, job->nnodes, &job->ns, diag);
+    if (!job->opts.plain)
+        rc = pmixhost_ns_register(srv, job->nspace, job->nprocs, job->nnodes, &job->ns, diag);
     if (rc != 0) goto error;
     return 0;
 error:
@@ -200,6 +201,23 @@ static int launch_env_extra(char ***envp, char *const *extra) {
         env[j] = dup;
         env[n] = NULL;
     }
+    return 0;
+}
+
+/* A copy of our environment without PMIx's variables, for a plain child (a launcher with
+ * a PMIx server of its own must not see ours); freed by pmixhost_env_free. */
+static int launch_env_plain(char ***envp) {
+    size_t n = 0, k = 0;
+    while (environ[n] != NULL)
+        n++;
+    char **env = calloc(n + 1, sizeof *env);
+    if (env == NULL) return BT_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "PMIX_", 5) != 0 && (env[k++] = strdup(environ[i])) == NULL) {
+            pmixhost_env_free(env);
+            return BT_ENOMEM;
+        }
+    *envp = env;
     return 0;
 }
 
@@ -288,8 +306,9 @@ static int launch_spawn(launch_job *job, int r, bt_diag *diag) {
     char dir_env[4200];
     snprintf(dir_env, sizeof dir_env, "BATON_JOB_DIR=%s", job->dir);
     char *const dir_extra[] = {dir_env, NULL};
-    int rc = pmixhost_client_setup(job->srv, job->ns, r, environ, &env, diag);
-    if (rc == 0 && launch_env_extra(&env, dir_extra) != 0) rc = BT_ENOMEM;
+    int rc = job->opts.plain ? launch_env_plain(&env)
+                             : pmixhost_client_setup(job->srv, job->ns, r, environ, &env, diag);
+    if (rc == 0 && !job->opts.plain && launch_env_extra(&env, dir_extra) != 0) rc = BT_ENOMEM;
     if (rc == 0 && launch_env_extra(&env, job->opts.env_extra) != 0) {
         bt_diag_set(diag, "out of memory");
         rc = BT_ENOMEM;
@@ -333,7 +352,7 @@ static void launch_fail(launch_job *job, launch_cause cause, int rank) {
 }
 
 int launch_job_start(launch_job *job, bt_diag *diag) {
-    if (job->started || job->ns == NULL) {
+    if (job->started || (job->ns == NULL && !job->opts.plain) || job->ranks == NULL) {
         bt_diag_set(diag, "job %s cannot be started (already started or not initialized)",
                     job->nspace);
         return BT_EINVAL;
@@ -496,8 +515,10 @@ static int launch_record_exit(launch_job *job, int r, int status) {
     rk->running = 0;
     job->nrunning--;
     launch_close_fd(&io->pidfd);
-    pmixhost_ns_mark_terminated(job->srv, job->ns, r);
-    pmixhost_ns_rank_state(job->srv, job->ns, rk);
+    if (job->ns != NULL) {
+        pmixhost_ns_mark_terminated(job->srv, job->ns, r);
+        pmixhost_ns_rank_state(job->srv, job->ns, rk);
+    }
     if (WIFSIGNALED(status)) {
         rk->term_signal = WTERMSIG(status);
         rk->signal_from_launcher = io->sent_signal != 0 && rk->term_signal == io->sent_signal;
@@ -535,7 +556,7 @@ static void launch_settle(launch_job *job, double now) {
 
 static void launch_take_aborts(launch_job *job) {
     int r;
-    while ((r = pmixhost_ns_take_abort(job->srv, job->ns)) >= 0) {
+    while (job->ns != NULL && (r = pmixhost_ns_take_abort(job->srv, job->ns)) >= 0) {
         pmixhost_ns_rank_state(job->srv, job->ns, &job->ranks[r]);
         launch_candidate(job, r, LAUNCH_W_ABORT, LAUNCH_ABORTED);
     }

@@ -103,6 +103,9 @@ typedef struct launch_opts {
     double kill_grace_s;        /* SIGTERM -> SIGKILL delay when stopping; < 0 means 5 s */
     launch_output_cb on_output; /* NULL: write "[rank] line" to our stdout/stderr */
     void *output_arg;
+    int plain; /* the processes are not PMIx clients of ours but a launcher that wires its
+                  own ranks (srun --mpi=pmix): no namespace, no PMIX_* variables in their
+                  env, no BATON_JOB_DIR; they are supervised like ranks otherwise */
 } launch_opts;
 
 typedef struct launch_job {

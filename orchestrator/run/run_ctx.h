@@ -71,6 +71,13 @@ int run_skip_apply(const run_ctx *c, uint32_t stage, Baton__StageSpec *s);
 uint32_t run_rollbacks(const run_ctx *c, uint32_t stage);
 int run_rollback(run_ctx *c, uint32_t stage, uint32_t attempt);
 
+/* run_slurm.c: the attempt as an srun step (lo's argv, ranks, output); the failed task
+ * and its node for the journal; lost hosts excluded. */
+int run_slurm_opts(run_ctx *c, launch_opts *lo, char *const *worker_argv, size_t stage,
+                   uint32_t attempt, int ntasks, char *store_env, size_t cap, bt_diag *diag);
+void run_slurm_blame(const run_ctx *c, Baton__JournalRecord *r, char *node, size_t cap);
+void run_slurm_find_lost(run_ctx *c, uint32_t stage, uint32_t attempt);
+
 /* run_checks.c */
 void run_check_topology(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attempt);
 void run_find_lost_nodes(run_ctx *c, const launch_job *job, uint32_t stage, uint32_t attempt);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
+#include "launch_slurm.h"
 #include "run_ctx.h"
 #include "util/clock.h"
 
@@ -196,6 +197,7 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
     }
     char why[1024];
     launch_job_describe(job, why, sizeof why);
+    if (c->o->slurm) launch_slurm_describe(c->o->slurm, job, why, sizeof why);
     if (c->topo_refused)
         snprintf(why, sizeof why,
                  "topology: a TP/CP/EP group spans hosts or a rank is off its "
@@ -221,6 +223,7 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
         r.has_signal = rk->term_signal != 0, r.signal = rk->term_signal;
         run_nodes_name(&c->nodes, rk->node, node, sizeof node);
         r.node = node;
+        if (c->o->slurm) run_slurm_blame(c, &r, node, sizeof node);
     }
     int fatal = (rk && rk->exited && rk->exit_status == 2) || job->cause == LAUNCH_SPAWN_FAILED ||
                 c->topo_refused;
@@ -272,7 +275,8 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     char *argv[] = {(char *)c->o->worker, "--spec", spec_file, NULL};
     char token_env[128];
     snprintf(token_env, sizeof token_env, "BATON_CONTROL_TOKEN=%s", c->dir->token);
-    char *env[] = {token_env, NULL};
+    char store_env[400];
+    char *env[] = {token_env, NULL, NULL};
     uint32_t world = run_world(spec);
     if (c->cs_open &&
         control_server_begin_attempt(&c->cs, (uint32_t)i, c->doc->recipe->stages[i]->name, attempt,
@@ -290,6 +294,13 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
                       .kill_grace_s = RUN_KILL_GRACE_S,
                       .on_output = run_progress_line,
                       .output_arg = &c->prog};
+    if (c->o->slurm && run_slurm_opts(c, &lo, argv, i, attempt, (int)world, store_env,
+                                      sizeof store_env, &d) != 0) {
+        fprintf(stderr, "baton run: %s\n", d.msg);
+        protobuf_c_message_free_unpacked(&spec->base, NULL);
+        return ATTEMPT_FATAL;
+    }
+    env[1] = c->o->slurm ? store_env : NULL;
     c->prog = (run_progress){.log = fopen(log_file, "w"),
                              .stage = c->doc->recipe->stages[i]->name,
                              .tty = isatty(1),
@@ -309,7 +320,10 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     attempt_end end = ATTEMPT_FATAL;
     if (rc == 0) {
         end = run_classify(c, &job, (uint32_t)i, attempt, hung);
-        if (end == ATTEMPT_RETRY) run_find_lost_nodes(c, &job, (uint32_t)i, attempt);
+        if (end == ATTEMPT_RETRY && c->o->slurm)
+            run_slurm_find_lost(c, (uint32_t)i, attempt);
+        else if (end == ATTEMPT_RETRY)
+            run_find_lost_nodes(c, &job, (uint32_t)i, attempt);
     } else {
         fprintf(stderr, "baton run: cannot launch the workers: %s\n",
                 d.msg[0] ? d.msg : bt_strerror(rc));
@@ -441,7 +455,8 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
         if (!c.st.started) run_journal(&c, BATON__JOURNAL_RECORD__KIND__RUN_STARTED, 0, NULL);
         c.sfd = run_signals();
         bt_diag_init(&c.cs_diag);
-        if (control_server_open(&c.cs, dir->token, dir->path, "127.0.0.1", &c.cs_diag) == 0)
+        const char *host = o->slurm ? launch_slurm_listen(o->slurm) : "127.0.0.1";
+        if (control_server_open(&c.cs, dir->token, dir->path, host, &c.cs_diag) == 0)
             c.cs_open = 1;
         else
             fprintf(stderr, "baton run: no control channel (hangs are seen by progress only): %s\n",

@@ -27,6 +27,10 @@
  * rollback is not a failure: it does not count against max_restarts; at most
  * RUN_MAX_ROLLBACKS per stage, then the stage fails.
  *
+ * Under Slurm (run_opts.slurm) an attempt is one `srun --mpi=pmix` step on the hosts of
+ * its nodes (run_slurm.c); the control channel listens on a routable address, a failed
+ * attempt's hosts are checked with Slurm and a probe step, and a lost one is excluded.
+ *
  * SIGINT/SIGTERM/SIGHUP: the workers are asked to stop (SIGTERM: they checkpoint and
  * exit), and baton run exits with status 75 (resumable). */
 #ifndef BATON_SUPERVISE_H
@@ -39,9 +43,13 @@
 #define RUN_WORKER_EXIT_ROLLBACK 76 /* a worker's WORKER_EXIT_ROLLBACK */
 #define RUN_MAX_ROLLBACKS        5  /* per stage */
 
+struct launch_slurm;
+
 typedef struct run_opts {
-    const char *worker; /* path of baton-worker */
-    int quiet;          /* no progress lines */
+    const char *worker;         /* path of baton-worker */
+    int quiet;                  /* no progress lines */
+    struct launch_slurm *slurm; /* opened: every attempt is an srun step (launch_slurm.h);
+                                   NULL: the embedded PMIx server on this host */
 } run_opts;
 
 /* The per-stage table of a run (the text of `baton status`), printed at the end of a

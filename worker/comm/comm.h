@@ -106,6 +106,13 @@ typedef struct comm_store {
  * seconds and more). */
 int comm_store_file(comm_store *st, const char *dir, bt_diag *diag);
 
+/* The store `baton run` serves over TCP at address ("host:port") for ranks on hosts that
+ * share no filesystem (comm_store_tcp.c; wire format in stages/util/kv_wire.h); token is
+ * the run's secret. local_host (cap bytes, may be NULL) receives this host's numeric
+ * address on the route to the store: the address the TCP transport should bind. */
+int comm_store_tcp(comm_store *st, const char *address, const char *token, char *local_host,
+                   size_t cap, bt_diag *diag);
+
 /* What a rank needs to join the world group of a job attempt. */
 typedef struct comm_bootstrap {
     int rank;              /* this process, in [0, size) */

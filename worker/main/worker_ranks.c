@@ -11,6 +11,7 @@
 #include "comm_gloo.h"
 #include "layout.h"
 #include "util/buf.h"
+#include "util/kv_wire.h"
 
 /* The rendezvous directory: BATON_JOB_DIR when the launcher gives one (it is private to
  * the job attempt and removed with it), else a directory named after the PMIx namespace
@@ -39,15 +40,21 @@ int worker_ranks_join(worker_ranks *w, double timeout_s, bt_diag *diag) {
     if (rc != 0) return rc;
     w->under_pmix = 1;
     if (w->info.size == 1) return 0;
-    char dir[512];
-    rc = ranks_store_dir(w, dir, sizeof dir, diag);
-    if (rc != 0) return rc;
+    char dir[512], host[256];
     comm_bootstrap bs = {.rank = w->info.rank,
                          .size = w->info.size,
-                         .store_dir = dir,
                          .prefix = w->info.nspace,
                          .timeout_ms = (int)(timeout_s * 1000),
                          .name = "world"};
+    const char *kv = getenv(KV_ENV_ADDRESS);
+    if (kv != NULL && kv[0] != '\0') { /* ranks on several hosts (Slurm): no shared directory */
+        rc = comm_store_tcp(&bs.store, kv, getenv("BATON_CONTROL_TOKEN"), host, sizeof host, diag);
+        bs.host = host; /* Gloo binds this host's address on the route to baton run */
+    } else {
+        rc = ranks_store_dir(w, dir, sizeof dir, diag);
+        bs.store_dir = dir;
+    }
+    if (rc != 0) return rc;
     return comm_gloo_init(&w->world, &bs, diag);
 }
 

@@ -1,0 +1,261 @@
+/* The rendezvous store's server (kv_store.h): one thread polls the listening socket and
+ * every connection, reads requests into a per-connection buffer and answers each one as
+ * soon as it is whole. Only that thread touches the table, so it needs no lock. */
+#define _GNU_SOURCE /* accept4, pipe2 */
+#include "kv_store.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "util/kv_wire.h"
+
+#define KV_HEAD 16u /* op, token length, key length, value length */
+
+typedef struct kv_entry {
+    char *key;
+    void *val;
+    size_t len;
+} kv_entry;
+
+typedef struct kv_conn {
+    int fd;       /* -1: a free slot */
+    uint8_t *buf; /* the request read so far */
+    size_t len, cap;
+} kv_conn;
+
+static uint32_t kv_u32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return ntohl(v);
+}
+
+static int kv_listen(kv_store *s, const char *host, bt_diag *diag) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *ai = NULL;
+    int gai = getaddrinfo(host, "0", &hints, &ai);
+    if (gai != 0) {
+        bt_diag_set(diag, "rendezvous store: cannot resolve '%s': %s", host, gai_strerror(gai));
+        return BT_EINVAL;
+    }
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol), one = 1;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
+             bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0 &&
+             getsockname(fd, (struct sockaddr *)&ss, &sl) == 0;
+    int v6 = ai->ai_family == AF_INET6;
+    freeaddrinfo(ai);
+    if (!ok) {
+        bt_diag_set(diag, "rendezvous store: cannot listen on %s: %s", host, strerror(errno));
+        if (fd >= 0) close(fd);
+        return BT_EIO;
+    }
+    unsigned port = v6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                       : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    snprintf(s->address, sizeof s->address, v6 ? "[%s]:%u" : "%s:%u", host, port);
+    s->listen_fd = fd;
+    return 0;
+}
+
+static void kv_conn_close(kv_conn *c) {
+    if (c->fd >= 0) close(c->fd);
+    free(c->buf);
+    *c = (kv_conn){.fd = -1};
+}
+
+/* Writes all of p; a client that does not read within 1 s is dropped. */
+static int kv_send(int fd, const void *p, size_t n) {
+    const char *b = p;
+    while (n > 0) {
+        ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && errno == EAGAIN) {
+            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+            if (poll(&pfd, 1, 1000) <= 0) return -1;
+            continue;
+        }
+        if (w <= 0) return -1;
+        b += w, n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int kv_answer(int fd, uint32_t status, const void *val, size_t len) {
+    uint32_t head[2] = {htonl(status), htonl((uint32_t)len)};
+    if (kv_send(fd, head, sizeof head) != 0) return -1;
+    return len ? kv_send(fd, val, len) : 0;
+}
+
+static kv_entry *kv_find(kv_store *s, const char *key, size_t klen) {
+    for (size_t i = 0; i < s->n_entries; i++)
+        if (strlen(s->entries[i].key) == klen && memcmp(s->entries[i].key, key, klen) == 0)
+            return &s->entries[i];
+    return NULL;
+}
+
+static uint32_t kv_set(kv_store *s, const uint8_t *key, size_t klen, const uint8_t *val,
+                       size_t vlen) {
+    if (kv_find(s, (const char *)key, klen)) return KV_EXISTS;
+    if (s->n_entries == s->cap_entries) {
+        size_t cap = s->cap_entries ? 2 * s->cap_entries : 64;
+        kv_entry *e = realloc(s->entries, cap * sizeof *e);
+        if (e == NULL) return KV_BAD;
+        s->entries = e, s->cap_entries = cap;
+    }
+    kv_entry e = {
+        .key = strndup((const char *)key, klen), .val = malloc(vlen ? vlen : 1), .len = vlen};
+    if (e.key == NULL || e.val == NULL) {
+        free(e.key), free(e.val);
+        return KV_BAD;
+    }
+    memcpy(e.val, val, vlen);
+    s->entries[s->n_entries++] = e;
+    return KV_OK;
+}
+
+/* Answers the whole request at the front of c's buffer; -1 closes the connection. */
+static int kv_handle(kv_store *s, kv_conn *c, size_t total) {
+    const uint8_t *p = c->buf;
+    uint32_t op = kv_u32(p), tl = kv_u32(p + 4), kl = kv_u32(p + 8), vl = kv_u32(p + 12);
+    const uint8_t *tok = p + KV_HEAD, *key = tok + tl, *val = key + kl;
+    int rc = 0;
+    if (tl != strlen(s->token) || memcmp(tok, s->token, tl) != 0) {
+        kv_answer(c->fd, KV_DENIED, NULL, 0);
+        rc = -1;
+    } else if (op == KV_OP_SET) {
+        rc = kv_answer(c->fd, kv_set(s, key, kl, val, vl), NULL, 0);
+    } else {
+        kv_entry *e = kv_find(s, (const char *)key, kl);
+        rc = e ? kv_answer(c->fd, KV_OK, e->val, e->len) : kv_answer(c->fd, KV_MISSING, NULL, 0);
+    }
+    memmove(c->buf, c->buf + total, c->len - total);
+    c->len -= total;
+    return rc;
+}
+
+/* The length of the request at the front of the buffer once whole, 0 while partial, -1
+ * for one that breaks the limits. */
+static long kv_request_len(const kv_conn *c) {
+    if (c->len < KV_HEAD) return 0;
+    uint32_t op = kv_u32(c->buf), tl = kv_u32(c->buf + 4), kl = kv_u32(c->buf + 8),
+             vl = kv_u32(c->buf + 12);
+    if ((op != KV_OP_SET && op != KV_OP_GET) || tl > KV_MAX_TOKEN || kl == 0 || kl > KV_MAX_KEY ||
+        vl > KV_MAX_VALUE || (op == KV_OP_GET && vl != 0))
+        return -1;
+    size_t n = KV_HEAD + (size_t)tl + kl + vl;
+    return c->len >= n ? (long)n : 0;
+}
+
+static void kv_read(kv_store *s, kv_conn *c) {
+    if (c->cap - c->len < 4096) {
+        size_t cap = c->cap ? 2 * c->cap : 8192;
+        uint8_t *b = cap <= 2 * (KV_HEAD + KV_MAX_TOKEN + KV_MAX_KEY + KV_MAX_VALUE)
+                         ? realloc(c->buf, cap)
+                         : NULL;
+        if (b == NULL) return kv_conn_close(c);
+        c->buf = b, c->cap = cap;
+    }
+    ssize_t n = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (n <= 0) return kv_conn_close(c);
+    c->len += (size_t)n;
+    long total;
+    while ((total = kv_request_len(c)) > 0)
+        if (kv_handle(s, c, (size_t)total) != 0) return kv_conn_close(c);
+    if (total < 0) {
+        kv_answer(c->fd, KV_BAD, NULL, 0);
+        kv_conn_close(c);
+    }
+}
+
+static void kv_accept(kv_store *s) {
+    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;
+    for (int i = 0; i < KV_STORE_MAX_CONNS; i++)
+        if (s->conns[i].fd < 0) {
+            s->conns[i].fd = fd;
+            return;
+        }
+    close(fd); /* full: the client retries */
+}
+
+static void *kv_thread(void *arg) {
+    kv_store *s = arg;
+    static const int cap = KV_STORE_MAX_CONNS + 2;
+    struct pollfd *pfd = calloc((size_t)cap, sizeof *pfd);
+    int *slot = calloc((size_t)cap, sizeof *slot);
+    for (int stop = pfd == NULL || slot == NULL; !stop;) {
+        int n = 0;
+        pfd[n++] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
+        pfd[n++] = (struct pollfd){.fd = s->listen_fd, .events = POLLIN};
+        for (int i = 0; i < KV_STORE_MAX_CONNS; i++)
+            if (s->conns[i].fd >= 0) {
+                slot[n] = i;
+                pfd[n++] = (struct pollfd){.fd = s->conns[i].fd, .events = POLLIN};
+            }
+        if (poll(pfd, (nfds_t)n, -1) < 0 && errno != EINTR) break;
+        stop = pfd[0].revents != 0;
+        if (pfd[1].revents & POLLIN) kv_accept(s);
+        for (int k = 2; k < n && !stop; k++)
+            if (pfd[k].revents) kv_read(s, &s->conns[slot[k]]);
+    }
+    free(pfd);
+    free(slot);
+    return NULL;
+}
+
+int kv_store_open(kv_store *s, const char *bind_host, const char *token, bt_diag *diag) {
+    memset(s, 0, sizeof *s);
+    s->listen_fd = s->wake[0] = s->wake[1] = -1;
+    if (token == NULL || token[0] == '\0' || strlen(token) >= sizeof s->token) {
+        bt_diag_set(diag, "rendezvous store: the token must be 1..%zu characters",
+                    sizeof s->token - 1);
+        return BT_EINVAL;
+    }
+    snprintf(s->token, sizeof s->token, "%s", token);
+    s->conns = calloc(KV_STORE_MAX_CONNS, sizeof *s->conns);
+    if (s->conns == NULL) return BT_ENOMEM;
+    for (int i = 0; i < KV_STORE_MAX_CONNS; i++)
+        s->conns[i].fd = -1;
+    int rc = kv_listen(s, bind_host, diag);
+    if (rc == 0 && pipe2(s->wake, O_CLOEXEC) != 0) rc = BT_EIO;
+    if (rc == 0 && pthread_create(&s->thread, NULL, kv_thread, s) != 0) rc = BT_EIO;
+    if (rc != 0) {
+        if (!bt_diag_isset(diag))
+            bt_diag_set(diag, "rendezvous store: cannot start: %s", strerror(errno));
+        kv_store_close(s);
+        return rc;
+    }
+    s->running = 1;
+    return 0;
+}
+
+void kv_store_close(kv_store *s) {
+    if (s->running) {
+        ssize_t w = write(s->wake[1], "x", 1);
+        (void)w;
+        pthread_join(s->thread, NULL);
+        s->running = 0;
+    }
+    for (int i = 0; s->conns && i < KV_STORE_MAX_CONNS; i++)
+        kv_conn_close(&s->conns[i]);
+    free(s->conns);
+    for (size_t i = 0; i < s->n_entries; i++)
+        free(s->entries[i].key), free(s->entries[i].val);
+    free(s->entries);
+    if (s->listen_fd >= 0) close(s->listen_fd);
+    if (s->wake[0] >= 0) close(s->wake[0]), close(s->wake[1]);
+    memset(s, 0, sizeof *s);
+    s->listen_fd = s->wake[0] = s->wake[1] = -1;
+}

@@ -1,0 +1,38 @@
+/* The rendezvous store of a Slurm run: a small key-value server inside `baton run`, so
+ * that workers on different hosts meet without a shared filesystem (the local launcher
+ * gives its ranks a private directory instead). Wire format: stages/util/kv_wire.h.
+ *
+ * It runs on a thread of its own (started by kv_store_open, joined by kv_store_close),
+ * so the supervisor's event loop does not change; keys live until close (every attempt
+ * uses a fresh prefix: Slurm's PMIx namespace names the job step). */
+#ifndef BATON_KV_STORE_H
+#define BATON_KV_STORE_H
+
+#include <pthread.h>
+#include <stddef.h>
+
+#include "util/err.h"
+
+#define KV_STORE_MAX_CONNS 1024
+
+typedef struct kv_store {
+    /* Read-only for the caller. */
+    char address[300]; /* "host:port" the workers connect to */
+    /* Private. */
+    char token[256];
+    int listen_fd, wake[2];
+    pthread_t thread;
+    int running;
+    struct kv_conn *conns; /* KV_STORE_MAX_CONNS slots */
+    struct kv_entry *entries;
+    size_t n_entries, cap_entries;
+} kv_store;
+
+/* Listens on bind_host at a port the kernel picks and starts serving. token (non-empty)
+ * must come with every request. */
+int kv_store_open(kv_store *s, const char *bind_host, const char *token, bt_diag *diag);
+
+/* Stops the thread, closes every connection and frees the keys. */
+void kv_store_close(kv_store *s);
+
+#endif

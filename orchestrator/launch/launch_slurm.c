@@ -1,0 +1,345 @@
+/* The Slurm launcher (launch_slurm.h): the allocation, srun's argv and output, probes. */
+#define _GNU_SOURCE
+#include "launch_slurm.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "util/clock.h"
+
+extern char **environ;
+
+/* Between fork and exec only async-signal-safe calls. */
+static void slurm_child(char *const argv[], int out) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    int null = open("/dev/null", O_RDONLY);
+    if (null < 0 || dup2(null, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) _exit(127);
+    close_range(3, ~0U, 0);
+    execvp(argv[0], argv);
+    _exit(127);
+}
+
+static void slurm_drain(int fd, char *out, size_t cap, size_t *len) {
+    char tmp[4096];
+    ssize_t n = read(fd, tmp, sizeof tmp);
+    if (n <= 0) return;
+    size_t k = (size_t)n < cap - 1 - *len ? (size_t)n : cap - 1 - *len;
+    memcpy(out + *len, tmp, k);
+    *len += k;
+    out[*len] = '\0';
+}
+
+int launch_slurm_exec(char *const argv[], char *out, size_t cap, double timeout_s) {
+    int p[2];
+    out[0] = '\0';
+    if (pipe2(p, O_CLOEXEC) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) slurm_child(argv, p[1]);
+    close(p[1]);
+    if (pid < 0) {
+        close(p[0]);
+        return -1;
+    }
+    size_t len = 0;
+    double deadline = bt_clock_now() + timeout_s;
+    int status = 0, timed_out = 0;
+    for (;;) {
+        struct pollfd pfd = {.fd = p[0], .events = POLLIN};
+        double left = deadline - bt_clock_now();
+        if (left <= 0) {
+            timed_out = 1;
+            break;
+        }
+        int r = poll(&pfd, 1, (int)(left * 1000) + 1);
+        if (r > 0 && (pfd.revents & POLLIN)) {
+            size_t before = len;
+            slurm_drain(p[0], out, cap, &len);
+            if (len == before && len < cap - 1) break; /* EOF (or a full buffer) */
+        } else if (r > 0) {
+            break; /* POLLHUP */
+        }
+    }
+    if (timed_out) kill(pid, SIGKILL);
+    close(p[0]);
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (timed_out) return 124;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* The allocation's hosts, one per line from `scontrol show hostnames LIST`. */
+static int slurm_read_hosts(launch_slurm *s, const char *list, bt_diag *diag) {
+    static char out[SLURM_MAX_HOSTS * 70];
+    char *argv[] = {"scontrol", "show", "hostnames", (char *)list, NULL};
+    int rc = launch_slurm_exec(argv, out, sizeof out, 30);
+    if (rc != 0) {
+        bt_diag_set(diag,
+                    "--launcher slurm: 'scontrol show hostnames %s' failed (status %d): %.300s",
+                    list, rc, out);
+        return BT_EINVAL;
+    }
+    for (char *save = NULL, *h = strtok_r(out, "\n", &save); h && s->n_hosts < SLURM_MAX_HOSTS;
+         h = strtok_r(NULL, "\n", &save))
+        snprintf(s->hosts[s->n_hosts++], sizeof s->hosts[0], "%s", h);
+    if (s->n_hosts == 0) {
+        bt_diag_set(diag, "--launcher slurm: SLURM_JOB_NODELIST '%s' names no host", list);
+        return BT_EINVAL;
+    }
+    return 0;
+}
+
+/* This host's first IPv4 address that is up and not loopback. */
+static int slurm_own_address(char *out, size_t cap) {
+    struct ifaddrs *ifa = NULL;
+    if (getifaddrs(&ifa) != 0) return -1;
+    int found = -1;
+    for (struct ifaddrs *i = ifa; i && found < 0; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || (i->ifa_flags & IFF_LOOPBACK) ||
+            !(i->ifa_flags & IFF_UP))
+            continue;
+        const struct sockaddr_in *sa = (const struct sockaddr_in *)i->ifa_addr;
+        if (inet_ntop(AF_INET, &sa->sin_addr, out, (socklen_t)cap)) found = 0;
+    }
+    freeifaddrs(ifa);
+    return found;
+}
+
+int launch_slurm_open(launch_slurm *s, const char *listen, const char *token, bt_diag *diag) {
+    memset(s, 0, sizeof *s);
+    s->failed_task = -1;
+    const char *job = getenv("SLURM_JOB_ID"), *list = getenv("SLURM_JOB_NODELIST");
+    if (job == NULL || list == NULL || job[0] == '\0' || list[0] == '\0') {
+        bt_diag_set(diag, "--launcher slurm: SLURM_JOB_ID and SLURM_JOB_NODELIST are not set: "
+                          "run inside an allocation (salloc, sbatch, or 'baton submit')");
+        return BT_EINVAL;
+    }
+    snprintf(s->job_id, sizeof s->job_id, "%s", job);
+    int rc = slurm_read_hosts(s, list, diag);
+    if (rc != 0) return rc;
+    if (listen && listen[0])
+        snprintf(s->listen, sizeof s->listen, "%s", listen);
+    else if (slurm_own_address(s->listen, sizeof s->listen) != 0) {
+        bt_diag_set(diag, "--launcher slurm: this host has no non-loopback IPv4 address to "
+                          "listen on; give one with --listen ADDRESS");
+        return BT_EINVAL;
+    }
+    rc = kv_store_open(&s->kv, s->listen, token, diag);
+    s->kv_open = rc == 0;
+    return rc;
+}
+
+void launch_slurm_close(launch_slurm *s) {
+    if (s->kv_open) kv_store_close(&s->kv);
+    s->kv_open = 0;
+}
+
+const char *launch_slurm_listen(const launch_slurm *s) {
+    return s->listen;
+}
+
+int launch_slurm_check_nodes(const launch_slurm *s, uint32_t wanted, bt_diag *diag) {
+    if (wanted <= (uint32_t)s->n_hosts) return 0;
+    bt_diag_set(diag,
+                "--launcher slurm: the recipe's cluster wants %u node(s) (nodes + spare_nodes) "
+                "but allocation %s has %d host(s) (SLURM_JOB_NODELIST); ask sbatch/salloc for "
+                "--nodes=%u or lower cluster.nodes",
+                wanted, s->job_id, s->n_hosts, wanted);
+    return BT_EINVAL;
+}
+
+static int slurm_arg(launch_slurm *s, int *n, const char *fmt, const char *a, long b) {
+    if (*n >= SLURM_MAX_ARGS - 1) return -1;
+    snprintf(s->args[*n], sizeof s->args[0], fmt, a ? a : "", b);
+    s->argv[*n] = s->args[*n];
+    (*n)++;
+    return 0;
+}
+
+/* "h0,h1,..." of the logical nodes picked by flag (or listed) into out. */
+static void slurm_host_list(const launch_slurm *s, const uint32_t *idx, uint32_t n, char *out,
+                            size_t cap) {
+    size_t l = 0;
+    out[0] = '\0';
+    for (uint32_t k = 0; k < n && l < cap; k++)
+        if (idx[k] < (uint32_t)s->n_hosts)
+            l += (size_t)snprintf(out + l, cap - l, "%s%s", l ? "," : "", s->hosts[idx[k]]);
+}
+
+char **launch_slurm_step_argv(launch_slurm *s, const uint32_t *active, uint32_t n_active,
+                              const unsigned char *excluded, uint32_t total, int ntasks,
+                              int tasks_per_node, const char *step_name, char *const *worker_argv,
+                              bt_diag *diag) {
+    char hosts[4096], ex[4096];
+    uint32_t idx[SLURM_MAX_HOSTS], n_ex = 0;
+    for (uint32_t k = 0; k < total && k < SLURM_MAX_HOSTS; k++)
+        if (excluded[k]) idx[n_ex++] = k;
+    slurm_host_list(s, active, n_active, hosts, sizeof hosts);
+    slurm_host_list(s, idx, n_ex, ex, sizeof ex);
+    snprintf(s->step_name, sizeof s->step_name, "%s", step_name);
+    s->failed_task = -1, s->failed_host[0] = s->failure[0] = s->lost_hosts[0] = '\0';
+    int n = 0, err = 0;
+    static const char *fixed[] = {
+        "srun",      "--mpi=pmix",  "--label", "--kill-on-bad-exit=1", "--distribution=block",
+        "--overlap", "--unbuffered"};
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
+        err |= slurm_arg(s, &n, "%s", fixed[i], 0);
+    err |= slurm_arg(s, &n, "--job-name=%s", step_name, 0);
+    err |= slurm_arg(s, &n, "%s--nodes=%ld", "", (long)n_active);
+    err |= slurm_arg(s, &n, "%s--ntasks=%ld", "", ntasks);
+    err |= slurm_arg(s, &n, "%s--ntasks-per-node=%ld", "", tasks_per_node);
+    err |= slurm_arg(s, &n, "--nodelist=%s", hosts, 0);
+    if (ex[0]) err |= slurm_arg(s, &n, "--exclude=%s", ex, 0);
+    for (int i = 0; worker_argv[i] && !err; i++)
+        err |= slurm_arg(s, &n, "%s", worker_argv[i], 0);
+    if (err) {
+        bt_diag_set(diag, "--launcher slurm: the srun command line has more than %d arguments",
+                    SLURM_MAX_ARGS - 1);
+        return NULL;
+    }
+    s->argv[n] = NULL;
+    return s->argv;
+}
+
+/* "R: rest" (srun --label, R right-aligned): R, and *rest; -1 when not labelled. */
+static int slurm_label(const char *line, size_t len, size_t *rest) {
+    size_t i = 0;
+    while (i < len && line[i] == ' ')
+        i++;
+    size_t d = i;
+    long r = 0;
+    while (i < len && isdigit((unsigned char)line[i]) && r < 1000000)
+        r = r * 10 + (line[i++] - '0');
+    if (i == d || i + 1 >= len + 1 || i >= len || line[i] != ':') return -1;
+    i++;
+    if (i < len && line[i] == ' ') i++;
+    *rest = i;
+    return (int)r;
+}
+
+static void slurm_add_lost(launch_slurm *s, const char *host) {
+    size_t l = strlen(s->lost_hosts);
+    if (strstr(s->lost_hosts, host) == NULL && l + strlen(host) + 2 < sizeof s->lost_hosts)
+        snprintf(s->lost_hosts + l, sizeof s->lost_hosts - l, "%s%s", l ? "," : "", host);
+}
+
+/* srun's own report lines: "srun: error: HOST: task(s) N[-M]: WHAT", "srun: error: Node
+ * failure on HOST", "srun: error: Task launch for StepId=J.S failed on node HOST: WHY". */
+static void slurm_note(launch_slurm *s, const char *line) {
+    const char *p = strstr(line, "srun: error: ");
+    if (p == NULL) return;
+    p += strlen("srun: error: ");
+    char host[64] = "", what[400] = "";
+    int task = -1;
+    if (sscanf(p, "Node failure on %63s", host) == 1 ||
+        sscanf(p, "Task launch for StepId=%*s failed on node %63[^:]", host) == 1) {
+        slurm_add_lost(s, host);
+        if (s->failure[0] == '\0') snprintf(s->failure, sizeof s->failure, "%s", p);
+        return;
+    }
+    if (sscanf(p, "%63[^:]: task%*[s] %d%*[^:]: %399[^\n]", host, &task, what) == 3 ||
+        sscanf(p, "%63[^:]: task %d: %399[^\n]", host, &task, what) == 3) {
+        if (s->failed_task >= 0) return; /* the first report names the cause */
+        s->failed_task = task;
+        snprintf(s->failed_host, sizeof s->failed_host, "%s", host);
+        snprintf(s->failure, sizeof s->failure, "task %d on %s: %s", task, host, what);
+    }
+}
+
+void launch_slurm_output(void *arg, int rank, int stream, const char *line, size_t len) {
+    launch_slurm *s = arg;
+    (void)rank;
+    size_t rest = 0;
+    int r = slurm_label(line, len, &rest);
+    if (r >= 0) {
+        s->inner(s->inner_arg, r, stream, line + rest, len - rest);
+        return;
+    }
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), line);
+    slurm_note(s, buf);
+    s->inner(s->inner_arg, -1, stream, line, len);
+}
+
+void launch_slurm_describe(const launch_slurm *s, const launch_job *job, char *buf, size_t cap) {
+    const launch_rank *rk = job->failed_rank >= 0 ? &job->ranks[job->failed_rank] : NULL;
+    char end[128] = "ended";
+    if (rk && rk->exited)
+        snprintf(end, sizeof end, "exited with status %d", rk->exit_status);
+    else if (rk && rk->term_signal)
+        snprintf(end, sizeof end, "was killed by signal %d%s", rk->term_signal,
+                 rk->signal_from_launcher ? " (sent by baton run)" : "");
+    snprintf(buf, cap, "srun step %s (job %s) %s%s%s%s%s", s->step_name, s->job_id, end,
+             s->failure[0] ? ": " : "", s->failure, s->lost_hosts[0] ? "; failed nodes: " : "",
+             s->lost_hosts);
+}
+
+/* Slurm's state of host from `scontrol show node -o HOST`: "" when it cannot be read. */
+static void slurm_node_state(const char *host, char *state, size_t cap) {
+    static char out[8192];
+    char *argv[] = {"scontrol", "show", "node", "-o", (char *)host, NULL};
+    state[0] = '\0';
+    if (launch_slurm_exec(argv, out, sizeof out, 10) != 0) return;
+    const char *p = strstr(out, "State=");
+    if (p) sscanf(p + 6, "%63s", state);
+    (void)cap;
+}
+
+static int slurm_state_bad(const char *state) {
+    return strstr(state, "DOWN") || strstr(state, "DRAIN") || strstr(state, "FAIL") ||
+           strstr(state, "NOT_RESPONDING") || strchr(state, '*');
+}
+
+int launch_slurm_host_lost(launch_slurm *s, const char *host, double timeout_s, char *why,
+                           size_t cap) {
+    char state[64], out[2048], w[80], timeout[32];
+    slurm_node_state(host, state, sizeof state);
+    if (state[0] && slurm_state_bad(state)) {
+        snprintf(why, cap, "Slurm has %s in state %s", host, state);
+        return 1;
+    }
+    if (strstr(s->lost_hosts, host)) {
+        snprintf(why, cap, "srun reported a node failure on %s", host);
+        return 1;
+    }
+    snprintf(w, sizeof w, "--nodelist=%s", host);
+    snprintf(timeout, sizeof timeout, "--time=%d", 1);
+    char *argv[] = {"srun", "--overlap", "--nodes=1", "--ntasks=1",
+                    w,      timeout,     "--quiet",   "--job-name=baton-probe",
+                    "true", NULL};
+    int rc = launch_slurm_exec(argv, out, sizeof out, timeout_s);
+    if (rc == 0) return 0;
+    out[strcspn(out, "\n")] = '\0';
+    snprintf(why, cap, "a probe step on %s %s%s%.300s", host,
+             rc == 124 ? "did not finish in time" : "failed", out[0] ? ": " : "", out);
+    return 1;
+}
+
+void launch_slurm_cancel_step(launch_slurm *s) {
+    static char out[16384];
+    char job[64];
+    snprintf(job, sizeof job, "--jobs=%s", s->job_id);
+    char *argv[] = {"squeue", "--steps", "--noheader", job, "--format=%i %j", NULL};
+    if (launch_slurm_exec(argv, out, sizeof out, 10) != 0) return;
+    for (char *save = NULL, *l = strtok_r(out, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        char id[64], name[128];
+        if (sscanf(l, "%63s %127s", id, name) != 2 || strcmp(name, s->step_name) != 0) continue;
+        char buf[256];
+        char *cancel[] = {"scancel", "--quiet", id, NULL};
+        launch_slurm_exec(cancel, buf, sizeof buf, 10);
+    }
+}

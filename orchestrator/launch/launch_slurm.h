@@ -1,0 +1,90 @@
+/* The Slurm launcher: inside an allocation (salloc, sbatch), each job attempt is one
+ * `srun --mpi=pmix` step, started and supervised as a plain child of launch.h (the step's
+ * PMIx servers are Slurm's slurmstepd; baton's own server stays out of it). This module
+ * knows the allocation's hosts, builds the step's argv (execve, never a shell string),
+ * turns srun's labelled output back into per-rank lines, reads srun's own reports of
+ * failed tasks and nodes, and probes a host after a failure.
+ *
+ * Ranks on several hosts meet through the rendezvous store this module serves
+ * (kv_store.h) at BATON_STORE_ADDRESS; the supervisor's control channel and the store
+ * listen on a routable address of this host (not loopback).
+ *
+ * Logical node k of a run (run_nodes.h: node0, node1, ...) is host k of the allocation,
+ * in SLURM_JOB_NODELIST order; an excluded node's host is passed to --exclude. */
+#ifndef BATON_LAUNCH_SLURM_H
+#define BATON_LAUNCH_SLURM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kv_store.h"
+#include "launch.h"
+
+#define SLURM_MAX_HOSTS 256
+#define SLURM_MAX_ARGS  40
+
+typedef struct launch_slurm {
+    /* Read-only for the caller. */
+    char job_id[32];
+    char hosts[SLURM_MAX_HOSTS][64]; /* the allocation, in SLURM_JOB_NODELIST order */
+    int n_hosts;
+    char listen[256]; /* the address the control channel and the store listen on */
+    kv_store kv;
+    int kv_open;
+    /* This attempt's step (launch_slurm_step_argv .. the next call). */
+    char *argv[SLURM_MAX_ARGS];
+    char args[SLURM_MAX_ARGS][4200];
+    char step_name[64];
+    /* What srun reported about the step's end (launch_slurm_output). */
+    int failed_task;       /* the first task srun named as failed, or -1 */
+    char failed_host[64];  /* its host */
+    char failure[512];     /* srun's words about it */
+    char lost_hosts[1024]; /* hosts srun reported as failed nodes, comma separated */
+    /* The supervisor's own output callback, which relabelled lines go to. */
+    launch_output_cb inner;
+    void *inner_arg;
+} launch_slurm;
+
+/* Reads the allocation (SLURM_JOB_ID, SLURM_JOB_NODELIST through `scontrol show
+ * hostnames`), chooses the listen address (listen, or this host's first non-loopback
+ * IPv4 address) and starts the rendezvous store with the run's token. BT_EINVAL with a
+ * message when not inside an allocation or Slurm's tools are missing. */
+int launch_slurm_open(launch_slurm *s, const char *listen, const char *token, bt_diag *diag);
+void launch_slurm_close(launch_slurm *s);
+/* The address the control channel and the store listen on. */
+const char *launch_slurm_listen(const launch_slurm *s);
+
+/* BT_EINVAL when the run wants more nodes (nodes + spares) than the allocation has. */
+int launch_slurm_check_nodes(const launch_slurm *s, uint32_t wanted, bt_diag *diag);
+
+/* The srun argv for one attempt: ntasks ranks, block-distributed tasks_per_node to a
+ * node, on the hosts of the logical nodes in active[0..n_active), every host of excluded
+ * (a flag per logical node, total of them) given to --exclude, then worker_argv.
+ * step_name names the step (squeue). Returns s->argv (valid until the next call). */
+char **launch_slurm_step_argv(launch_slurm *s, const uint32_t *active, uint32_t n_active,
+                              const unsigned char *excluded, uint32_t total, int ntasks,
+                              int tasks_per_node, const char *step_name, char *const *worker_argv,
+                              bt_diag *diag);
+
+/* launch_output_cb for the srun child (arg: the launch_slurm): "R: line" goes on to
+ * s->inner as rank R's line; srun's own lines go on as rank -1's and its reports of
+ * failed tasks and nodes are kept. */
+void launch_slurm_output(void *arg, int rank, int stream, const char *line, size_t len);
+
+/* One line on how the step failed: srun's exit and what srun reported. */
+void launch_slurm_describe(const launch_slurm *s, const launch_job *job, char *buf, size_t cap);
+
+/* 1 when host is lost: Slurm has it DOWN, DRAINED, FAILED or not responding, srun
+ * reported it failed, or a one-task probe step on it fails or takes longer than
+ * timeout_s; why gets the evidence. 0 when it ran the probe. */
+int launch_slurm_host_lost(launch_slurm *s, const char *host, double timeout_s, char *why,
+                           size_t cap);
+
+/* Cancels what is left of the attempt's step (srun killed before its tasks ended). */
+void launch_slurm_cancel_step(launch_slurm *s);
+
+/* Runs argv (no shell) with output captured into out (cap bytes, NUL-terminated), at most
+ * timeout_s; returns the exit status, 124 on timeout, or -1 when it cannot run. */
+int launch_slurm_exec(char *const argv[], char *out, size_t cap, double timeout_s);
+
+#endif

@@ -1,0 +1,126 @@
+/* `baton submit` (submit.h): renders the batch template and calls sbatch. */
+#include "submit.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "launch_slurm.h"
+#include "util/buf.h"
+#include "util/file.h"
+
+#ifndef BATON_SBATCH_TEMPLATE
+#define BATON_SBATCH_TEMPLATE "deploy/slurm/baton.sbatch.in"
+#endif
+
+/* The template: o's, else $BATON_SBATCH_TEMPLATE, else the source tree's. */
+static const char *submit_template(const submit_opts *o) {
+    const char *env = getenv("BATON_SBATCH_TEMPLATE");
+    if (o->template_path) return o->template_path;
+    return env && env[0] ? env : BATON_SBATCH_TEMPLATE;
+}
+
+/* s in single quotes for the shell ('\'' for a quote inside). */
+static void submit_quote(bt_buf *b, const char *s) {
+    bt_buf_printf(b, "'");
+    for (; *s; s++)
+        bt_buf_printf(b, *s == '\'' ? "'\\''" : "%c", *s);
+    bt_buf_printf(b, "'");
+}
+
+/* The value of placeholder name (without the @s) into b; -1 for an unknown one. */
+static int submit_value(const submit_opts *o, const char *script, const char *name, bt_buf *b) {
+    if (strcmp(name, "RUN_DIR") == 0)
+        bt_buf_printf(b, "%s", o->run_dir);
+    else if (strcmp(name, "RUN_DIR_Q") == 0)
+        submit_quote(b, o->run_dir);
+    else if (strcmp(name, "SCRIPT") == 0)
+        bt_buf_printf(b, "%s", script);
+    else if (strcmp(name, "JOB_NAME") == 0)
+        bt_buf_printf(b, "%s", o->job_name);
+    else if (strcmp(name, "NODES") == 0)
+        bt_buf_printf(b, "%u", o->nodes);
+    else if (strcmp(name, "TASKS_PER_NODE") == 0)
+        bt_buf_printf(b, "%u", o->tasks_per_node);
+    else if (strcmp(name, "BATON") == 0)
+        submit_quote(b, o->baton);
+    else if (strcmp(name, "WORKER") == 0)
+        submit_quote(b, o->worker);
+    else if (strcmp(name, "SBATCH_OPTIONS") == 0)
+        for (int i = 0; i < o->n_sbatch; i++)
+            bt_buf_printf(b, "%s#SBATCH %s", i ? "\n" : "", o->sbatch[i]);
+    else
+        return -1;
+    return 0;
+}
+
+static int submit_render(const submit_opts *o, const char *tpl, const char *text,
+                         const char *script, bt_buf *out, bt_diag *diag) {
+    int line = 1;
+    for (const char *p = text; *p; p++) {
+        line += *p == '\n';
+        const char *end = *p == '@' ? strchr(p + 1, '@') : NULL;
+        char name[64];
+        size_t n = end ? (size_t)(end - p - 1) : 0;
+        if (end == NULL || n == 0 || n >= sizeof name || memchr(p + 1, '\n', n)) {
+            bt_buf_printf(out, "%c", *p);
+            continue;
+        }
+        memcpy(name, p + 1, n);
+        name[n] = '\0';
+        if (submit_value(o, script, name, out) != 0) {
+            bt_diag_set(diag,
+                        "%s:%d: unknown placeholder @%s@ (known: RUN_DIR, RUN_DIR_Q, SCRIPT, "
+                        "JOB_NAME, NODES, TASKS_PER_NODE, BATON, WORKER, SBATCH_OPTIONS)",
+                        tpl, line, name);
+            return BT_EINVAL;
+        }
+        p = end;
+    }
+    return 0;
+}
+
+static int submit_sbatch(const char *script, char *job_id, size_t cap, bt_diag *diag) {
+    char out[4096];
+    char *argv[] = {"sbatch", "--parsable", (char *)script, NULL};
+    int rc = launch_slurm_exec(argv, out, sizeof out, 60);
+    if (rc != 0) {
+        bt_diag_set(diag, "sbatch %s failed (status %d): %.1000s", script, rc, out);
+        return BT_EIO;
+    }
+    snprintf(job_id, cap, "%.*s", (int)strcspn(out, ";\n"), out); /* "ID" or "ID;cluster" */
+    return 0;
+}
+
+int submit_batch(const submit_opts *o, char *script, size_t script_cap, char *job_id, size_t cap,
+                 bt_diag *diag) {
+    const char *tpl = submit_template(o);
+    job_id[0] = '\0';
+    snprintf(script, script_cap, "%s/baton.sbatch", o->run_dir);
+    char *text = NULL;
+    size_t len = 0;
+    if (bt_read_file(tpl, 1 << 20, &text, &len) != 0) {
+        bt_diag_set(diag,
+                    "batch template %s: %s (give another with --template or "
+                    "BATON_SBATCH_TEMPLATE)",
+                    tpl, strerror(errno));
+        return BT_EIO;
+    }
+    bt_buf b;
+    bt_buf_init(&b);
+    int rc = submit_render(o, tpl, text, script, &b, diag);
+    free(text);
+    FILE *f = rc == 0 ? fopen(script, "w") : NULL;
+    int bad = f == NULL || fputs(bt_buf_str(&b), f) < 0;
+    if (f != NULL && fclose(f) != 0) bad = 1;
+    if (rc == 0 && bad) {
+        bt_diag_set(diag, "cannot write the batch script %s: %s", script, strerror(errno));
+        rc = BT_EIO;
+    }
+    bt_buf_free(&b);
+    if (rc == 0) chmod(script, 0700);
+    return rc == 0 && !o->dry_run ? submit_sbatch(script, job_id, cap, diag) : rc;
+}

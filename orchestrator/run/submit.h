@@ -1,0 +1,24 @@
+/* `baton submit`: a readable batch script from deploy/slurm/baton.sbatch.in for a run
+ * directory, written to RUN_DIR/baton.sbatch and given to sbatch. */
+#ifndef BATON_SUBMIT_H
+#define BATON_SUBMIT_H
+
+#include "util/err.h"
+
+typedef struct submit_opts {
+    const char *run_dir;  /* an opened run directory (recipe copy and overrides inside) */
+    const char *job_name; /* the recipe's name */
+    const char *baton, *worker;
+    unsigned nodes, tasks_per_node;
+    char *const *sbatch; /* extra sbatch options, each written as an #SBATCH line */
+    int n_sbatch;
+    const char *template_path; /* NULL: $BATON_SBATCH_TEMPLATE, then the installed one */
+    int dry_run;               /* write the script, do not submit */
+} submit_opts;
+
+/* Writes the script and (unless dry_run) runs `sbatch --parsable` on it; *job_id gets
+ * the job id (cap bytes). Errors name the template, the script or sbatch's message. */
+int submit_batch(const submit_opts *o, char *script, size_t script_cap, char *job_id, size_t cap,
+                 bt_diag *diag);
+
+#endif

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# `baton run --launcher slurm` on a real Slurm test cluster (deploy/slurm/test-cluster.sh:
+# munged, slurmctld and two slurmd, each test host in a network namespace of its own).
+# CASE:
+#   losses    tests/run/run.yaml shortened (three stages: tp2 x pp2, dp4, tp2 x dp2 fp8),
+#             4 ranks on 2 test hosts through `srun --mpi=pmix` inside `salloc`: every
+#             per-step loss in metrics.jsonl must equal the local launcher's exactly, and
+#             the journal's topology must show ranks on both hosts.
+#   nodeloss  the same recipe through `baton submit` (sbatch); mid-way through the fp8
+#             stage every process of test host bt-n1 (its slurmd, slurmstepd and workers)
+#             is killed: the run must finish on bt-n0 with dp 2 -> 1, the journal must show
+#             node1 excluded, and the final loss must match the uninterrupted local run
+#             within 1e-5 (the shrunk layout sums in another order).
+# Teardown (the cluster, every process) happens on any exit. Exit 77 (SKIPPED, with the
+# reason) only when this machine cannot host the cluster: not root, no network
+# namespaces, Slurm or munge not installed.
+#   check-slurm.sh BATON BATON_WORKER SOURCE_DIR CASE
+set -euo pipefail
+baton=$1 worker=$2 src=$3 case=$4
+cluster=$src/deploy/slurm/test-cluster.sh
+cdir=/tmp/baton-slurm-test
+work=$(mktemp -d /tmp/baton-test-slurm.XXXXXX)
+apid=
+cleanup() {
+  [[ -n $apid ]] && kill -9 "$apid" 2>/dev/null
+  "$cluster" down --dir "$cdir" >/dev/null 2>&1 || true
+  pkill -9 -f -- "--spec $work/" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { { echo "slurm.$case: FAILED: $*"; for f in "$work"/*.out "$work"/run/slurm-*.out; do
+  [[ -f $f ]] && { echo "--- $f"; tail -n 25 "$f"; }; done; } >&2; exit 1; }
+
+set +e
+"$cluster" up --nodes 2 --dir "$cdir" 2>"$work/up.err"
+rc=$?
+set -e
+if [[ $rc -eq 77 ]]; then
+  echo "SKIPPED: slurm.$case: $(cat "$work/up.err")"
+  exit 77
+fi
+[[ $rc -eq 0 ]] || fail "the test cluster did not come up: $(cat "$work/up.err")"
+export SLURM_CONF=$cdir/slurm.conf
+
+cd "$work"
+"$baton" data prepare --input /usr/share/games/fortunes --split-on-percent \
+  --output data/fortunes >/dev/null
+recipe=$src/tests/run/run.yaml
+fp8_steps=$([[ $case == nodeloss ]] && echo 40 || echo 6)
+sets=(--set stages.pretrain.steps=6 --set stages.extend.steps=4 --set stages.fp8.steps=$fp8_steps)
+
+# per_step DIR: "stage step loss" per line of metrics.jsonl
+per_step() {
+  /usr/bin/python3 -c '
+import json, sys
+for l in open(sys.argv[1] + "/metrics.jsonl"):
+    d = json.loads(l)
+    print(d["stage"], d["step"], repr(d["loss"]))' "$1"
+}
+
+secs() { /usr/bin/python3 -c "import sys; print('%.1f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$1" "$2"; }
+t0=$(date +%s.%N)
+"$baton" run "$recipe" --run-dir local "${sets[@]}" --quiet >local.out 2>&1 ||
+  fail "the local run failed"
+t1=$(date +%s.%N)
+
+case $case in
+losses)
+  salloc --nodes=2 --ntasks-per-node=2 --no-kill --quiet --time=5 \
+    "$baton" run "$recipe" --run-dir run --launcher slurm "${sets[@]}" >slurm.out 2>&1 &
+  apid=$!
+  wait $apid || fail "baton run --launcher slurm exited $?"
+  apid=
+  t2=$(date +%s.%N)
+  per_step local >local.losses
+  per_step run >slurm.losses
+  [[ $(wc -l <local.losses) -eq 16 ]] || fail "the local run logged $(wc -l <local.losses) steps, not 16"
+  diff local.losses slurm.losses >/dev/null ||
+    fail "per-step losses differ: $(diff local.losses slurm.losses | head -8)"
+  strings run/journal | grep -q "bt-n0 bt-n1" || fail "the journal's topology has no group spanning bt-n0 and bt-n1"
+  grep -q "srun --mpi=pmix\|Slurm job" slurm.out || fail "slurm.out does not show the Slurm launcher"
+  echo "slurm.losses: 16 per-step losses equal to the local launcher's" \
+    "(local $(secs "$t0" "$t1") s, slurm $(secs "$t1" "$t2") s)"
+  ;;
+nodeloss)
+  "$baton" submit "$recipe" --run-dir "$work/run" "${sets[@]}" --time=5 >submit.out 2>&1 ||
+    fail "baton submit failed: $(cat submit.out)"
+  job=$(head -n 1 submit.out)
+  [[ $job =~ ^[0-9]+$ ]] || fail "baton submit printed '$job', not a job id"
+  grep -q "^#SBATCH --time=5$" run/baton.sbatch || fail "the sbatch option is not in the script"
+  for ((i = 0; i < 600; i++)); do
+    grep -q '"stage": "fp8".*"step": 8,' run/metrics.jsonl 2>/dev/null && break
+    squeue -h -j "$job" 2>/dev/null | grep -q . || fail "job $job ended before the fp8 stage's step 8"
+    sleep 0.2
+  done
+  "$cluster" kill-host bt-n1 --dir "$cdir" >kill.out
+  for ((i = 0; i < 900; i++)); do
+    squeue -h -j "$job" 2>/dev/null | grep -q . || break
+    sleep 0.2
+  done
+  squeue -h -j "$job" 2>/dev/null | grep -q . && fail "job $job still runs 180 s after the node loss"
+  t2=$(date +%s.%N)
+  "$baton" status run --json >status.json || fail "baton status failed"
+  grep -q '"state": "completed"' status.json || fail "the run did not complete: $(head -c 400 status.json)"
+  strings run/journal | grep -q "node1 (Slurm host bt-n1) lost" || fail "the journal shows no exclusion of node1"
+  grep -q "data parallelism shrinks from 2 to 1" run/slurm-"$job".out || fail "no dp shrink reported"
+  /usr/bin/python3 - local run <<'PY' || fail "final losses differ"
+import json, sys
+def last(d):
+    out = {}
+    for l in open(d + "/metrics.jsonl"):
+        m = json.loads(l)
+        out[m["stage"]] = (m["step"], m["loss"])
+    return out
+a, b = last(sys.argv[1]), last(sys.argv[2])
+ok = a.keys() == b.keys()
+for s in a:
+    r = abs(a[s][1] - b[s][1]) / abs(a[s][1])
+    print("%-9s step %d: slurm %.7f local %.7f (relative %.2g)" % (s, b[s][0], b[s][1], a[s][1], r))
+    ok = ok and a[s][0] == b[s][0] and r <= 1e-5
+sys.exit(0 if ok else 1)
+PY
+  echo "slurm.nodeloss: bt-n1 killed mid-stage, node1 excluded, dp 2 -> 1;" \
+    "submitted run completed in $(secs "$t1" "$t2") s"
+  ;;
+*) echo "check-slurm.sh: unknown case $case" >&2; exit 2 ;;
+esac
