@@ -51,6 +51,13 @@ static void inspect_text(bt_buf *b, const char *dir, const Baton__Manifest *m) {
     inspect_layout(b, m->layout);
     bt_buf_printf(b, " by %u rank(s); AdamW step %llu; %zu fp8 scaling state(s)\n", m->world,
                   (unsigned long long)m->optim_step, m->n_fp8);
+    const Baton__LossScalerState *ls = m->loss_scaler;
+    if (ls != NULL)
+        bt_buf_printf(b,
+                      "  fp16 loss scale %g (%u clean step(s) since it last changed), %llu "
+                      "step(s) skipped on overflow, %llu skipped in all\n",
+                      ls->scale, ls->good_steps, (unsigned long long)ls->overflow_steps,
+                      (unsigned long long)m->skipped_steps);
     bt_buf_printf(b, "  %-52s %-14s %-5s %6s %12s\n", "tensor", "shape", "dtype", "shards",
                   "bytes");
     for (size_t i = 0; i < m->n_tensors; i++) {
@@ -85,6 +92,13 @@ static void inspect_json(bt_buf *b, const char *dir, const Baton__Manifest *m) {
     inspect_layout(&lay, m->layout);
     bt_buf_json_string(b, bt_buf_str(&lay));
     bt_buf_free(&lay);
+    bt_buf_printf(b, ", \"skipped_steps\": %llu", (unsigned long long)m->skipped_steps);
+    if (m->loss_scaler != NULL)
+        bt_buf_printf(b,
+                      ", \"loss_scaler\": {\"scale\": %.17g, \"good_steps\": %u, "
+                      "\"overflow_steps\": %llu}",
+                      m->loss_scaler->scale, m->loss_scaler->good_steps,
+                      (unsigned long long)m->loss_scaler->overflow_steps);
     bt_buf_printf(b, ", \"tensors\": [");
     for (size_t i = 0; i < m->n_tensors; i++) {
         const Baton__TensorEntry *e = m->tensors[i];

@@ -17,7 +17,8 @@
 #     normalised update moves a parameter whose gradient is near zero by up to 2 lr
 #     either way (measured 5.2e-3 and 4.2e-4; bf16 on the same layouts 3.2e-3 and 6.5e-4).
 #  4. Stopped after step 8 and resumed from its checkpoint, the run gives bitwise the
-#     losses and scales of the run that never stopped (the scaler state is saved).
+#     losses and scales of the run that never stopped (the scaler state is saved, and
+#     `baton ckpt inspect` shows it).
 #   check-fp16.sh BATON BATON_WORKER TEST_CONTROL SOURCE_DIR
 set -euo pipefail
 test_control=$3
@@ -117,6 +118,13 @@ echo "tp2 x dp2: every rank skipped steps $(skips overflow.log | cut -d' ' -f1 |
 
 # 4. kill-and-resume: the scaler state travels in the checkpoint
 one --spec overflow.pb --steps 8 --run-dir resume >/dev/null
+# the checkpoint holds the scaler as it stood after step 8 (baton ckpt inspect)
+want="$(skips overflow.log | awk '$1 <= 8' | wc -l) $(scales overflow.log | awk '$1 == 8 { print $2 }')"
+got=$("$baton" ckpt inspect --json resume | /usr/bin/python3 -c '
+import json, sys
+m = json.load(sys.stdin)
+print(m["loss_scaler"]["overflow_steps"], "%g" % m["loss_scaler"]["scale"])')
+[[ "$got" == "$want" ]] || fail "checkpoint at step 8: loss scaler (overflow steps, scale) '$got', expected '$want'"
 one --spec overflow.pb --run-dir resume --init resume >resumed.log
 grep -q "started from resume at step 8 " resumed.log || fail "did not resume at step 8"
 diff <(layout_losses overflow.log | awk '$1 > 8') <(layout_losses resumed.log) ||
