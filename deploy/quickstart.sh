@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The default run: plan the tiny three-stage recipe, prepare the fortunes corpus, then
-# `baton run` it: pretrain (tp2 x pp2), a 4x context extension (tp2 x dp2, llama3 RoPE
+# `baton run` it: pretrain (tp2 x pp2), a 4x context extension (tp2 x cp2, llama3 RoPE
 # rescale) and an fp8 stage, each handed the previous stage's checkpoint, as 4
 # PMIx-launched workers on the CPU engine; then `baton status`. Everything lands in
 # runs/quickstart/ (the run directory is runs/quickstart/run).

@@ -17,9 +17,11 @@
  *       ZeRO-1: reduce-scatter fp32 grads + all-gather weights,
  *       (n-1)/n x params x (4 + weight bytes); without ZeRO: all-reduce of fp32 grads,
  *       2(n-1)/n x params x 4.
- *   CP  ring: per layer (cp-1) K/V chunks of 2*s*b*(kv heads per tp rank)*hd*e bytes
- *       forward, twice that backward (K/V again and dK/dV), once more with full
- *       recomputation. Ulysses: all-to-alls of q, k, v and o, (cp-1)/cp x
+ *   CP  ring: per layer and forward pass (cp-1) K/V chunks of 2*s*b*(kv heads per tp
+ *       rank)*hd*e bytes (two forward passes with full recomputation); backward sends
+ *       K/V round again with dK/dV travelling beside them, plus one last hop of dK/dV
+ *       home: (cp-1) + cp chunks; P(cp-1) + cp chunks in all (worker/engine/model_cp.h).
+ *       Ulysses: all-to-alls of q, k, v and o, (cp-1)/cp x
  *       s*b*hd*e*(2*heads + 2*kv heads) per tp rank, per pass.
  *   EP  per MoE layer and pass, dispatch + combine all-to-alls of top_k x tokens x h x
  *       e x (ep-1)/ep, tokens = s*b (/t with sequence parallelism).
@@ -102,7 +104,7 @@ static double comm_cp(const plan_stage *ps, const comm_dims *d, uint32_t layers)
         per_layer = d->passes * (cp - 1) / cp * d->s * d->b * hd * d->e * (2 * heads + 2 * kv);
     } else {
         double chunk = 2 * d->s * d->b * kv * hd * d->e;
-        per_layer = (d->passes + 1) * (cp - 1) * chunk;
+        per_layer = (d->passes * (cp - 1) + cp) * chunk;
     }
     return layers * d->m * per_layer;
 }

@@ -2,7 +2,7 @@
  * another tensor/pipeline layout would have saved it, offline. Loading already reshards,
  * so this is for moving a checkpoint somewhere its shards should match the readers
  * one-to-one. Optimizer moments are written per (tp, pp) rank as whole boxes (the ZeRO
- * shards of the source are merged); dp and zero are recorded in the layout only. */
+ * shards of the source are merged); dp, cp and zero are recorded in the layout only. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,13 +15,12 @@
 #include "train_ckpt.h"
 
 static void reshard_usage(FILE *f) {
-    fprintf(f,
-            "usage: baton ckpt reshard CKPT --to LAYOUT --out DIR\n\n"
-            "Rewrites a checkpoint for another layout: LAYOUT names degrees such as\n"
-            "'tp2,pp2,dp4,zero1', 'tp2pp2' or 'dp2z1' (missing ones are 1; cp and ep must be 1).\n"
-            "DIR is the new checkpoint directory (its parent is created). CKPT is a\n"
-            "checkpoint directory or a run directory (its newest complete checkpoint).\n\n"
-            "Exit status: 0 done, 1 failed, 2 bad usage or input.\n");
+    fprintf(f, "usage: baton ckpt reshard CKPT --to LAYOUT --out DIR\n\n"
+               "Rewrites a checkpoint for another layout: LAYOUT names degrees such as\n"
+               "'tp2,pp2,dp4,zero1', 'tp2cp2' or 'dp2z1' (missing ones are 1; ep must be 1).\n"
+               "DIR is the new checkpoint directory (its parent is created). CKPT is a\n"
+               "checkpoint directory or a run directory (its newest complete checkpoint).\n\n"
+               "Exit status: 0 done, 1 failed, 2 bad usage or input.\n");
 }
 
 /* "tp2,pp2" / "tp2pp2" / "tp=2,pp=2" into p. */
@@ -52,7 +51,7 @@ static int reshard_parse_layout(const char *s, Baton__Parallel *p) {
         *slot = v;
     }
     p->has_tp = p->has_pp = p->has_cp = p->has_dp = p->has_ep = p->has_zero = 1;
-    return p->cp == 1 && p->ep == 1 && p->zero <= 1 ? 0 : -1;
+    return p->ep == 1 && p->zero <= 1 ? 0 : -1;
 }
 
 typedef struct reshard_job {
@@ -171,7 +170,7 @@ int ckpt_cmd_reshard(int argc, char **argv) {
     if (reshard_parse_layout(to, &lay) != 0) {
         fprintf(stderr,
                 "baton ckpt reshard: --to %s: expected degrees like tp2,pp2,dp4,zero1 "
-                "(cp and ep 1, zero 0 or 1)\n",
+                "(ep 1, zero 0 or 1)\n",
                 to);
         return BT_EXIT_USAGE;
     }
@@ -188,7 +187,7 @@ int ckpt_cmd_reshard(int argc, char **argv) {
         fprintf(stderr, "baton ckpt reshard: %s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
         return rc == BT_EIO || rc == BT_ENOMEM ? BT_EXIT_FAILURE : BT_EXIT_USAGE;
     }
-    printf("%s: written for tp%u pp%u (dp%u zero%u) from %s\n", out, lay.tp, lay.pp, lay.dp,
-           lay.zero, dir);
+    printf("%s: written for tp%u pp%u (cp%u dp%u zero%u) from %s\n", out, lay.tp, lay.pp, lay.cp,
+           lay.dp, lay.zero, dir);
     return BT_EXIT_OK;
 }

@@ -39,11 +39,11 @@ typedef struct test_case {
 
 /* The oracle cases: dims, E 8, top-2 throughout. */
 static const test_case cases[] = {
-    {"softmax_top2_shared_norm", {DIM, FFN, 8, 2, 1, MOE_SCORE_SOFTMAX, 1, 0.0, 0.0, 0.0}, 0},
-    {"sigmoid_top2_bias", {DIM, FFN, 8, 2, 1, MOE_SCORE_SIGMOID, 1, 0.0, 0.0, 0.0}, 1},
-    {"softmax_capacity1_drops", {DIM, FFN, 8, 2, 0, MOE_SCORE_SOFTMAX, 0, 1.0, 0.0, 0.0}, 0},
-    {"softmax_aux", {DIM, FFN, 8, 2, 1, MOE_SCORE_SOFTMAX, 1, 0.0, 0.1, 0.0}, 0},
-    {"sigmoid_all", {DIM, FFN, 8, 2, 2, MOE_SCORE_SIGMOID, 1, 1.25, 0.1, 0.0}, 1},
+    {"softmax_top2_shared_norm", {DIM, FFN, 8, 2, 1, MOE_SCORE_SOFTMAX, 1, 0.0, 0.0, 0.0, 0, 0}, 0},
+    {"sigmoid_top2_bias", {DIM, FFN, 8, 2, 1, MOE_SCORE_SIGMOID, 1, 0.0, 0.0, 0.0, 0, 0}, 1},
+    {"softmax_capacity1_drops", {DIM, FFN, 8, 2, 0, MOE_SCORE_SOFTMAX, 0, 1.0, 0.0, 0.0, 0, 0}, 0},
+    {"softmax_aux", {DIM, FFN, 8, 2, 1, MOE_SCORE_SOFTMAX, 1, 0.0, 0.1, 0.0, 0, 0}, 0},
+    {"sigmoid_all", {DIM, FFN, 8, 2, 2, MOE_SCORE_SIGMOID, 1, 1.25, 0.1, 0.0, 0, 0}, 1},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -355,9 +355,9 @@ static void fd_case(const char *name, const moe_config *cfg, int use_bias) {
 }
 
 static void fd_checks(void) {
-    moe_config a = {16, 12, 8, 2, 1, MOE_SCORE_SOFTMAX, 1, 0.0, 0.5, 0.0};
-    moe_config b = {16, 12, 8, 2, 1, MOE_SCORE_SIGMOID, 1, 1.0, 0.5, 0.0};
-    moe_config c = {16, 12, 6, 3, 0, MOE_SCORE_SOFTMAX, 0, 0.0, 0.0, 0.0};
+    moe_config a = {16, 12, 8, 2, 1, MOE_SCORE_SOFTMAX, 1, 0.0, 0.5, 0.0, 0, 0};
+    moe_config b = {16, 12, 8, 2, 1, MOE_SCORE_SIGMOID, 1, 1.0, 0.5, 0.0, 0, 0};
+    moe_config c = {16, 12, 6, 3, 0, MOE_SCORE_SOFTMAX, 0, 0.0, 0.0, 0.0, 0, 0};
     fd_case("softmax+norm+aux", &a, 0);
     fd_case("sigmoid+bias+cap+aux", &b, 1);
     fd_case("softmax-top3-plain", &c, 0);
@@ -431,7 +431,7 @@ static double imbalance(const moe_stats *st, const moe_config *c) {
  * take nearly every token; bias updates (forward with the same x after each) must bring
  * max/mean load under 1.2. */
 static void balance_check(void) {
-    moe_config cfg = {16, 8, 8, 2, 0, MOE_SCORE_SIGMOID, 1, 0.0, 0.0, 0.002};
+    moe_config cfg = {16, 8, 8, 2, 0, MOE_SCORE_SIGMOID, 1, 0.0, 0.0, 0.002, 0, 0};
     problem p;
     CHECK(problem_init(&p, &cfg, 512, 21, 0) == 0);
     for (int n = 0; n < p.N; n++)

@@ -305,7 +305,7 @@ static void test_comm_small(void) {
 }
 
 /* cp 2 ring, tp 1: s = 64, kv 2 heads of 16, chunk 2*64*2*2*16*2 = 16384 bytes;
- * per layer (1 + 2) x (cp-1) x chunk, x 2 layers x m 8. */
+ * per layer 2 passes x (cp-1) + cp = 4 chunks, x 2 layers x m 8. */
 static void test_comm_cp_ep(void) {
     fixture fx;
     fixture_small(&fx);
@@ -313,7 +313,7 @@ static void test_comm_cp_ep(void) {
     plan_stage ps;
     CHECK(build(&fx, &ps) == BT_OK);
     CHECK_EQ_U64(ps.microbatches, 8);
-    CHECK_REL(ps.comm.bytes[PLAN_COMM_CP], 2 * 8 * 3 * 16384.0, 1e-12);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_CP], 2 * 8 * 4 * 16384.0, 1e-12);
     /* Ulysses: 2 passes x 1/2 x s*b*hd*2 x (2*4 + 2*2) = 2 * 0.5 * 4096 * 12 per layer */
     fx.par.cp_comm = BATON__PARALLEL__CP_COMM__ULYSSES;
     CHECK(build(&fx, &ps) == BT_OK);

@@ -49,6 +49,7 @@ void cpu_backend_init(backend *be) {
     be->zero = cpu_zero;
     be->add = cpu_add;
     be->scale = cpu_scale;
+    be->copy2d = cpu_copy2d;
     be->sumsq = cpu_sumsq;
     be->embedding_forward = cpu_embedding_forward;
     be->embedding_backward = cpu_embedding_backward;
@@ -60,6 +61,11 @@ void cpu_backend_init(backend *be) {
     be->rope_backward = cpu_rope_backward;
     be->attention_forward = cpu_attention_forward;
     be->attention_backward = cpu_attention_backward;
+    be->attention_part_scratch_floats = cpu_attention_part_scratch_floats;
+    be->attention_part_forward = cpu_attention_part_forward;
+    be->attention_merge = cpu_attention_merge;
+    be->attention_delta = cpu_attention_delta;
+    be->attention_part_backward = cpu_attention_part_backward;
     be->swiglu_forward = cpu_swiglu_forward;
     be->swiglu_backward = cpu_swiglu_backward;
     be->crossentropy_forward = cpu_crossentropy_forward;

@@ -19,6 +19,13 @@ void cpu_add(backend *be, float *out, const float *a, const float *b, size_t n) 
         out[i] = a[i] + b[i];
 }
 
+void cpu_copy2d(backend *be, float *dst, size_t ldd, const float *src, size_t lds, size_t rows,
+                size_t width) {
+    (void)be;
+    for (size_t r = 0; r < rows; r++)
+        memcpy(dst + r * ldd, src + r * lds, width * sizeof *dst);
+}
+
 void cpu_scale(backend *be, float *x, float s, size_t n) {
     (void)be;
     for (size_t i = 0; i < n; i++)

@@ -10,6 +10,8 @@
 void cpu_zero(backend *be, float *x, size_t n);
 void cpu_add(backend *be, float *out, const float *a, const float *b, size_t n);
 void cpu_scale(backend *be, float *x, float s, size_t n);
+void cpu_copy2d(backend *be, float *dst, size_t ldd, const float *src, size_t lds, size_t rows,
+                size_t width);
 double cpu_sumsq(backend *be, const float *x, size_t n);
 void cpu_embedding_forward(backend *be, float *out, const int32_t *tokens, const float *wte, int N,
                            int C);
@@ -50,6 +52,22 @@ void cpu_attention_backward(backend *be, float *dq, float *dk, float *dv, const 
                             const float *att, const float *lse, const float *q, const float *k,
                             const float *v, int ld, int B, int T, int H, int KV, int hd,
                             float scale, float *scratch);
+
+/* cpu_attention_part.c */
+size_t cpu_attention_part_scratch_floats(backend *be, int Tq, int Tk);
+void cpu_attention_part_forward(backend *be, float *out, float *lse, const float *q, int ldq,
+                                const float *k, const float *v, int ldkv, int B, int Tq, int Tk,
+                                int H, int KV, int hd, float scale, const int32_t *qpos,
+                                const int32_t *kpos, float *scratch);
+void cpu_attention_merge(backend *be, float *out, float *lse, const float *out2, const float *lse2,
+                         int B, int T, int H, int hd);
+void cpu_attention_delta(backend *be, float *delta, const float *dout, const float *out, int B,
+                         int T, int H, int hd);
+void cpu_attention_part_backward(backend *be, float *dq, int ldq, float *dk, float *dv, int ldkv,
+                                 const float *dout, const float *delta, const float *lse,
+                                 const float *q, const float *k, const float *v, int B, int Tq,
+                                 int Tk, int H, int KV, int hd, float scale, const int32_t *qpos,
+                                 const int32_t *kpos, float *scratch);
 
 /* cpu_loss.c */
 void cpu_crossentropy_forward(backend *be, float *losses, float *lse, const float *logits,

@@ -74,6 +74,9 @@ struct backend {
     /* out[i] = a[i] + b[i]; out may alias a or b. Residual add, and the sum of the two
      * gradients reaching a residual branch point. */
     void (*add)(backend *be, float *out, const float *a, const float *b, size_t n);
+    /* dst[r * ldd + c] = src[r * lds + c] for r < rows, c < width (cudaMemcpy2D). */
+    void (*copy2d)(backend *be, float *dst, size_t ldd, const float *src, size_t lds, size_t rows,
+                   size_t width);
     /* x[i] *= s */
     void (*scale)(backend *be, float *x, float s, size_t n);
     /* Sum of x[i]^2 accumulated in double, returned to the host (synchronizes). */
@@ -129,6 +132,35 @@ struct backend {
                                const float *att, const float *lse, const float *q, const float *k,
                                const float *v, int ld, int B, int T, int H, int KV, int hd,
                                float scale, float *scratch);
+
+    /* Blockwise attention for context parallelism (ring attention): the queries of one
+     * block of rows against the keys of another, with explicit positions. Query row i
+     * (of Tq per sequence, at position qpos[i]) sees key j (of Tk, at kpos[j]) iff
+     * kpos[j] <= qpos[i]. q has row stride ldq, k and v row stride ldkv; GQA as above.
+     * Forward writes out (B*Tq, H*hd) dense = softmax over the visible keys of this block
+     * times v, and lse (B, H, Tq) of those scores; a row that sees no key gets out 0 and
+     * lse -INFINITY. qpos, kpos: device int32 arrays. scratch:
+     * attention_part_scratch_floats(Tq, Tk) floats. */
+    size_t (*attention_part_scratch_floats)(backend *be, int Tq, int Tk);
+    void (*attention_part_forward)(backend *be, float *out, float *lse, const float *q, int ldq,
+                                   const float *k, const float *v, int ldkv, int B, int Tq, int Tk,
+                                   int H, int KV, int hd, float scale, const int32_t *qpos,
+                                   const int32_t *kpos, float *scratch);
+    /* Merges a block's partial result into the running one: with l = logaddexp(lse, lse2),
+     * out = out e^(lse - l) + out2 e^(lse2 - l) and lse = l. out, out2 (B*T, H*hd). */
+    void (*attention_merge)(backend *be, float *out, float *lse, const float *out2,
+                            const float *lse2, int B, int T, int H, int hd);
+    /* delta (B, H, T) = sum over hd of dout * out, per row and head (backward's row term). */
+    void (*attention_delta)(backend *be, float *delta, const float *dout, const float *out, int B,
+                            int T, int H, int hd);
+    /* Backward of one block pair, from the final lse and delta of the query rows:
+     * P = exp(scale q k^T - lse) on the visible keys, dS = P (dout v^T - delta) scale;
+     * ACCUMULATES dq (stride ldq) += dS k, dk += dS^T q, dv += P^T dout (stride ldkv). */
+    void (*attention_part_backward)(backend *be, float *dq, int ldq, float *dk, float *dv, int ldkv,
+                                    const float *dout, const float *delta, const float *lse,
+                                    const float *q, const float *k, const float *v, int B, int Tq,
+                                    int Tk, int H, int KV, int hd, float scale, const int32_t *qpos,
+                                    const int32_t *kpos, float *scratch);
 
     /* SwiGLU: inp (N, 2F) holds the gate projection in columns [0, F) and the up
      * projection in [F, 2F); out (N, F) = silu(gate) * up. */

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model_cp.h"
+#include "model_moe.h"
 #include "splitmix.h"
 
 /* A size table as code: with base NULL it only counts, with base set it hands out
@@ -73,13 +75,20 @@ static int is_last_stage(const model_config *cfg) {
     return pp_of(cfg) == 1 || cfg->pp_rank == cfg->pp - 1;
 }
 
-static void carve_layer(carve *c, const model_config *cfg, model_layer_weights *w) {
+/* Model layer gl (a global index): dense, or MoE (model.h's model_layer_weights). */
+static void carve_layer(carve *c, const model_config *cfg, int gl, model_layer_weights *w) {
     local_dims d = dims_of(cfg);
     size_t C = cfg->dim;
     w->attn_norm = take(c, C);
     w->wqkv = take(c, d.qkv * C);
     w->wo = take(c, C * d.qd);
     w->mlp_norm = take(c, C);
+    w->w13 = w->w2 = w->moe = w->moe_bias = NULL;
+    if (model_layer_is_moe(cfg, gl)) {
+        w->moe = take(c, moe_weights_floats(&cfg->moe));
+        if (cfg->moe.bias_rate > 0) w->moe_bias = take(c, (size_t)cfg->moe.n_experts);
+        return;
+    }
     w->w13 = take(c, 2 * d.F * C);
     w->w2 = take(c, C * d.F);
 }
@@ -88,9 +97,11 @@ static void carve_layer(carve *c, const model_config *cfg, model_layer_weights *
 static void carve_weights(carve *c, const model_config *cfg, model_weights *w) {
     size_t V = dims_of(cfg).V, C = cfg->dim;
     model_layer_weights scratch;
+    int layer0, n;
+    model_stage_layers(cfg, &layer0, &n);
     w->embed = is_first_stage(cfg) ? take(c, V * C) : NULL;
-    for (int l = 0; l < stage_n_layers(cfg); l++)
-        carve_layer(c, cfg, w->layers ? &w->layers[l] : &scratch);
+    for (int l = 0; l < n; l++)
+        carve_layer(c, cfg, layer0 + l, w->layers ? &w->layers[l] : &scratch);
     w->norm = is_last_stage(cfg) ? take(c, C) : NULL;
     w->lm_head = is_last_stage(cfg) ? take(c, V * C) : NULL;
 }
@@ -98,6 +109,7 @@ static void carve_weights(carve *c, const model_config *cfg, model_weights *w) {
 size_t model_stage_global_floats(const model_config *cfg, int stage) {
     model_config one = *cfg;
     one.tp = 1, one.tp_rank = 0, one.pp_rank = stage;
+    one.ep = 1, one.ep_rank = 0, one.moe.expert0 = one.moe.n_local = 0;
     carve c = {0};
     carve_weights(&c, &one, &(model_weights){0});
     return c.off;
@@ -118,6 +130,10 @@ static void carve_layer_acts(carve *c, const model_config *cfg, int B, int T, in
     a->ln2_rstd = take(c, N);
     a->h13 = take(c, N * 2 * d.F);
     a->hs = take(c, N * d.F);
+    int ulysses = cfg->cp > 1 && cfg->cp_ulysses;
+    a->uqkv = ulysses ? take(c, N * d.qkv) : NULL;
+    a->uout = ulysses ? take(c, N * d.qd) : NULL;
+    a->ulse = ulysses ? take(c, (size_t)B * d.H * T) : NULL;
 }
 
 static int layer_act_sets(const model_config *cfg, model_recompute mode) {
@@ -132,7 +148,7 @@ static void carve_acts(carve *c, const model_config *cfg, int B, int T, model_re
     model_layer_acts scratch;
     a->resid = take(c, (size_t)(stage_n_layers(cfg) + 1) * N * C);
     for (int s = 0; s < layer_act_sets(cfg, mode); s++)
-        carve_layer_acts(c, cfg, B, T, mode == MODEL_RECOMPUTE_NONE,
+        carve_layer_acts(c, cfg, B, T, mode == MODEL_RECOMPUTE_NONE && cfg->cp <= 1,
                          a->layer ? &a->layer[s] : &scratch);
     if (!is_last_stage(cfg)) return;
     a->lnf = take(c, N * C);
@@ -183,11 +199,14 @@ int model_sizes_compute(const model_config *cfg, backend *be, int B, int T, mode
     s->param_floats = c.off;
     model_config one = *cfg;
     one.tp = 1, one.tp_rank = 0, one.pp = 1, one.pp_rank = 0;
+    one.ep = 1, one.ep_rank = 0, one.moe.expert0 = one.moe.n_local = 0;
     c.off = 0;
     carve_weights(&c, &one, &w);
     s->global_param_floats = c.off;
     c.off = 0;
-    carve_layer(&c, cfg, &(model_layer_weights){0});
+    int layer0, n;
+    model_stage_layers(cfg, &layer0, &n);
+    carve_layer(&c, cfg, layer0, &(model_layer_weights){0});
     s->layer_param_floats = c.off;
     for (int mode = 0; mode < 3; mode++) {
         c.off = 0;
@@ -350,6 +369,8 @@ error:
 void model_free(model *m) {
     backend *be = m->be;
     if (be) {
+        model_cp_free(m);
+        model_moe_free(m);
         be->free(be, m->params_mem);
         be->free(be, m->grads_mem);
         be->free(be, m->acts_mem);
@@ -371,9 +392,10 @@ void model_zero_grad(model *m) {
     m->be->zero(m->be, m->grads_mem, m->sizes.param_floats);
 }
 
-/* A layer's tensors in memory order: the order carve_layer lays them out, with q/k/v
- * splitting wqkv and gate/up splitting w13. */
-enum { LAYER_TENSORS = 9 };
+/* A dense layer's tensors in memory order: the order carve_layer lays them out, with
+ * q/k/v splitting wqkv and gate/up splitting w13. An MoE layer keeps the first
+ * LAYER_ATTN_TENSORS and continues with its moe_weights block (moe_tensor). */
+enum { LAYER_TENSORS = 9, LAYER_ATTN_TENSORS = 6 };
 
 /* How a tensor is cut across tensor-parallel ranks. */
 typedef enum split_kind {
@@ -383,11 +405,13 @@ typedef enum split_kind {
 } split_kind;
 
 typedef struct layer_tensor_desc {
-    const char *name;
+    char name[48];
     int rows, cols;   /* one-process shape; cols 0: a vector */
     split_kind split; /* SPLIT_ROWS / SPLIT_COLS: rows / columns [first, first + n) */
     int first, n;
     int replica;
+    int expert;    /* a routed expert's tensor */
+    size_t offset; /* floats from the start of the layer's block */
 } layer_tensor_desc;
 
 static void layer_tensor_table(const model_config *cfg, layer_tensor_desc d[LAYER_TENSORS]) {
@@ -397,23 +421,103 @@ static void layer_tensor_table(const model_config *cfg, layer_tensor_desc d[LAYE
     int kvd = cfg->n_kv_heads * hd;
     int q0 = s.head0 * hd, qn = s.heads * hd, kv0 = s.kv_head0 * hd, kvn = s.kv_heads * hd;
     const layer_tensor_desc table[LAYER_TENSORS] = {
-        {"input_layernorm", C, 0, SPLIT_NONE, 0, C, s.rank},
-        {"self_attn.q_proj", qd, C, SPLIT_ROWS, q0, qn, 0},
-        {"self_attn.k_proj", kvd, C, SPLIT_ROWS, kv0, kvn, s.kv_replica},
-        {"self_attn.v_proj", kvd, C, SPLIT_ROWS, kv0, kvn, s.kv_replica},
-        {"self_attn.o_proj", C, qd, SPLIT_COLS, q0, qn, 0},
-        {"post_attention_layernorm", C, 0, SPLIT_NONE, 0, C, s.rank},
-        {"mlp.gate_proj", F, C, SPLIT_ROWS, s.ffn0, s.ffn, 0},
-        {"mlp.up_proj", F, C, SPLIT_ROWS, s.ffn0, s.ffn, 0},
-        {"mlp.down_proj", C, F, SPLIT_COLS, s.ffn0, s.ffn, 0},
+        {"input_layernorm", C, 0, SPLIT_NONE, 0, C, s.rank, 0, 0},
+        {"self_attn.q_proj", qd, C, SPLIT_ROWS, q0, qn, 0, 0, 0},
+        {"self_attn.k_proj", kvd, C, SPLIT_ROWS, kv0, kvn, s.kv_replica, 0, 0},
+        {"self_attn.v_proj", kvd, C, SPLIT_ROWS, kv0, kvn, s.kv_replica, 0, 0},
+        {"self_attn.o_proj", C, qd, SPLIT_COLS, q0, qn, 0, 0, 0},
+        {"post_attention_layernorm", C, 0, SPLIT_NONE, 0, C, s.rank, 0, 0},
+        {"mlp.gate_proj", F, C, SPLIT_ROWS, s.ffn0, s.ffn, 0, 0, 0},
+        {"mlp.up_proj", F, C, SPLIT_ROWS, s.ffn0, s.ffn, 0, 0, 0},
+        {"mlp.down_proj", C, F, SPLIT_COLS, s.ffn0, s.ffn, 0, 0, 0},
     };
     memcpy(d, table, sizeof table);
+    size_t off = 0;
+    for (int k = 0; k < LAYER_TENSORS; k++) {
+        d[k].offset = off;
+        int rows = d[k].split == SPLIT_ROWS ? d[k].n : d[k].rows;
+        int cols = d[k].split == SPLIT_COLS ? d[k].n : d[k].cols;
+        off += (size_t)rows * (size_t)(cols ? cols : 1);
+    }
 }
 
-/* The stage's tensors: the embedding on the first stage, LAYER_TENSORS per layer, the
- * final norm and the head on the last. */
+static int moe_layer_tensors(const model_config *cfg) {
+    const moe_config *c = &cfg->moe;
+    return 1 + 3 * moe_local_experts(c) + 3 * c->n_shared + (c->bias_rate > 0);
+}
+
+static int layer_n_tensors(const model_config *cfg, int gl) {
+    return model_layer_is_moe(cfg, gl) ? LAYER_ATTN_TENSORS + moe_layer_tensors(cfg)
+                                       : LAYER_TENSORS;
+}
+
+/* Tensor k >= 0 of an MoE layer's moe_weights block (moe.h's carve order), its offset
+ * relative to the block: router, every local expert's gate and up, their downs, the shared
+ * experts' likewise, the bias. Replicated over tp (replica = tp rank). */
+static void moe_tensor(const model_config *cfg, int k, layer_tensor_desc *d) {
+    const moe_config *c = &cfg->moe;
+    int C = cfg->dim, F = c->ffn_dim, E = c->n_experts, El = moe_local_experts(c);
+    int S = c->n_shared, rank = cfg->tp > 1 ? cfg->tp_rank : 0;
+    size_t FC = (size_t)F * C, base = (size_t)E * C;
+    *d = (layer_tensor_desc){.split = SPLIT_NONE, .replica = rank};
+    if (k == 0) {
+        snprintf(d->name, sizeof d->name, "mlp.gate");
+        d->rows = E, d->cols = C, d->offset = 0;
+    } else if (k < 1 + 2 * El) {
+        int j = (k - 1) / 2, up = (k - 1) % 2;
+        snprintf(d->name, sizeof d->name, "mlp.experts.%d.%s_proj", c->expert0 + j,
+                 up ? "up" : "gate");
+        d->rows = F, d->cols = C, d->expert = 1;
+        d->offset = base + (size_t)j * 2 * FC + (size_t)up * FC;
+    } else if (k < 1 + 3 * El) {
+        int j = k - 1 - 2 * El;
+        snprintf(d->name, sizeof d->name, "mlp.experts.%d.down_proj", c->expert0 + j);
+        d->rows = C, d->cols = F, d->expert = 1;
+        d->offset = base + (size_t)El * 2 * FC + (size_t)j * FC;
+    } else if (k < 1 + 3 * El + 2 * S) {
+        int j = (k - 1 - 3 * El) / 2, up = (k - 1 - 3 * El) % 2;
+        snprintf(d->name, sizeof d->name, "mlp.shared_experts.%d.%s_proj", j, up ? "up" : "gate");
+        d->rows = F, d->cols = C;
+        d->offset = base + (size_t)El * 3 * FC + (size_t)j * 2 * FC + (size_t)up * FC;
+    } else if (k < 1 + 3 * El + 3 * S) {
+        int j = k - 1 - 3 * El - 2 * S;
+        snprintf(d->name, sizeof d->name, "mlp.shared_experts.%d.down_proj", j);
+        d->rows = C, d->cols = F;
+        d->offset = base + (size_t)(El + S) * 2 * FC + (size_t)j * FC;
+    } else {
+        snprintf(d->name, sizeof d->name, "mlp.gate.e_score_correction_bias");
+        d->rows = E, d->cols = 0;
+        d->offset = base + (size_t)(El + S) * 3 * FC;
+    }
+    d->first = 0, d->n = d->rows;
+}
+
+/* Tensor k of model layer gl. */
+static void layer_tensor(const model_config *cfg, int gl, int k, layer_tensor_desc *d) {
+    layer_tensor_desc table[LAYER_TENSORS];
+    layer_tensor_table(cfg, table);
+    if (k < LAYER_ATTN_TENSORS || !model_layer_is_moe(cfg, gl)) {
+        *d = table[k];
+        return;
+    }
+    moe_tensor(cfg, k - LAYER_ATTN_TENSORS, d);
+    d->offset += table[LAYER_ATTN_TENSORS].offset; /* the block follows mlp_norm */
+}
+
+static size_t layer_floats(const model_config *cfg, int gl) {
+    carve c = {0};
+    carve_layer(&c, cfg, gl, &(model_layer_weights){0});
+    return c.off;
+}
+
+/* The stage's tensors: the embedding on the first stage, each layer's, the final norm and
+ * the head on the last. */
 static int stage_n_tensors(const model_config *cfg) {
-    return is_first_stage(cfg) + LAYER_TENSORS * stage_n_layers(cfg) + 2 * is_last_stage(cfg);
+    int layer0, L, n = is_first_stage(cfg) + 2 * is_last_stage(cfg);
+    model_stage_layers(cfg, &layer0, &L);
+    for (int l = 0; l < L; l++)
+        n += layer_n_tensors(cfg, layer0 + l);
+    return n;
 }
 
 int model_n_tensors(const model *m) {
@@ -432,6 +536,31 @@ static void set_slice(model_tensor *t, const layer_tensor_desc *d) {
     t->count = (size_t)rows * (cols ? (size_t)cols : 1);
     t->no_decay = cols == 0;
     t->replica = d->replica;
+    t->expert = d->expert;
+}
+
+/* Tensor i of the stage's layers (i counted from the first layer's first tensor). */
+static void layers_tensor(const model_config *cfg, int i, size_t base, model_tensor *t) {
+    int layer0, L;
+    model_stage_layers(cfg, &layer0, &L);
+    for (int l = 0; l < L; l++) {
+        int n = layer_n_tensors(cfg, layer0 + l);
+        if (i < n) {
+            layer_tensor_desc d;
+            layer_tensor(cfg, layer0 + l, i, &d);
+            set_slice(t, &d);
+            t->offset = base + d.offset;
+            char name[128];
+            snprintf(name, sizeof name, "model.layers.%d.%s%s", layer0 + l, d.name,
+                     d.cols == 0 && strstr(d.name, "bias") ? "" : ".weight");
+            size_t len = strlen(name); /* at most 61: 7-digit layer, the longest name */
+            len = len < sizeof t->name ? len : sizeof t->name - 1;
+            memcpy(t->name, name, len);
+            t->name[len] = '\0';
+            return;
+        }
+        i -= n, base += layer_floats(cfg, layer0 + l);
+    }
 }
 
 int model_tensor_slice(const model_config *cfg, int i, model_tensor *t) {
@@ -441,13 +570,12 @@ int model_tensor_slice(const model_config *cfg, int i, model_tensor *t) {
     memset(t, 0, sizeof *t);
     model_shard s;
     model_shard_of(cfg, &s);
-    carve c = {0};
-    carve_layer(&c, cfg, &(model_layer_weights){0});
-    size_t layer_floats = c.off;
-    layer_tensor_desc vocab = {"", cfg->vocab, C, SPLIT_ROWS, s.vocab0, s.vocab, 0};
-    layer_tensor_desc norm = {"", C, 0, SPLIT_NONE, 0, C, s.rank};
+    layer_tensor_desc vocab = {"", cfg->vocab, C, SPLIT_ROWS, s.vocab0, s.vocab, 0, 0, 0};
+    layer_tensor_desc norm = {"", C, 0, SPLIT_NONE, 0, C, s.rank, 0, 0};
     int first = is_first_stage(cfg), last = is_last_stage(cfg);
-    size_t embed = first ? (size_t)s.vocab * C : 0;
+    size_t embed = first ? (size_t)s.vocab * C : 0, layers = 0;
+    for (int l = 0; l < L; l++)
+        layers += layer_floats(cfg, layer0 + l);
     if (!first) i++; /* index as if the stage held the embedding */
     if (first && i == 0) {
         snprintf(t->name, sizeof t->name, "model.embed_tokens.weight");
@@ -456,23 +584,13 @@ int model_tensor_slice(const model_config *cfg, int i, model_tensor *t) {
     } else if (last && i == n - 2 + !first) {
         snprintf(t->name, sizeof t->name, "model.norm.weight");
         set_slice(t, &norm);
-        t->offset = embed + (size_t)L * layer_floats;
+        t->offset = embed + layers;
     } else if (last && i == n - 1 + !first) {
         snprintf(t->name, sizeof t->name, "lm_head.weight");
         set_slice(t, &vocab);
-        t->offset = embed + (size_t)L * layer_floats + (size_t)C;
+        t->offset = embed + layers + (size_t)C;
     } else {
-        int l = (i - 1) / LAYER_TENSORS, k = (i - 1) % LAYER_TENSORS;
-        layer_tensor_desc d[LAYER_TENSORS];
-        layer_tensor_table(cfg, d);
-        t->offset = embed + (size_t)l * layer_floats;
-        for (int j = 0; j < k; j++) {
-            model_tensor prev;
-            set_slice(&prev, &d[j]);
-            t->offset += prev.count;
-        }
-        set_slice(t, &d[k]);
-        snprintf(t->name, sizeof t->name, "model.layers.%d.%s.weight", layer0 + l, d[k].name);
+        layers_tensor(cfg, i - 1, embed, t);
     }
     return 0;
 }
@@ -535,7 +653,9 @@ int model_init_weights(model *m, uint64_t seed) {
     double resid_std = 0.02 / sqrt(2.0 * m->cfg.n_layers);
     for (int i = 0; i < model_n_tensors(m); i++) {
         model_tensor_info(m, i, &t);
-        if (t.no_decay) {
+        if (strstr(t.name, "e_score_correction_bias")) { /* MoE selection bias: 0 */
+            memset(host, 0, t.count * sizeof *host);
+        } else if (t.no_decay) {
             for (size_t k = 0; k < t.count; k++)
                 host[k] = 1.0f;
         } else {

@@ -52,6 +52,7 @@
 
 #include "backend.h"
 #include "comm.h"
+#include "moe.h"
 #include "recipe.pb-c.h"
 #include "rope.h"
 #include "util/err.h"
@@ -79,13 +80,26 @@ typedef struct model_config {
     backend_prec prec;       /* GEMM input precision */
     int fp8_hybrid;          /* fp8: gradients in E5M2 (else E4M3) */
     int fp8_first_last_bf16; /* fp8: layers 0 and L-1 run their GEMMs in bf16 */
-    int tp;        /* tensor-parallel degree; 0 or 1: none. Divides H, F and V; divides KV or
-                    * is a multiple of it */
-    int tp_rank;   /* this rank's place in the tensor-parallel group, [0, tp) */
-    int pp;        /* pipeline stages; 0 or 1: none. At most n_layers */
-    int pp_rank;   /* this rank's stage, [0, pp) */
-    int act_slots; /* micro-batches whose activations are stored at once; 0 or 1: one */
+    int tp;         /* tensor-parallel degree; 0 or 1: none. Divides H, F and V; divides KV or
+                     * is a multiple of it */
+    int tp_rank;    /* this rank's place in the tensor-parallel group, [0, tp) */
+    int pp;         /* pipeline stages; 0 or 1: none. At most n_layers */
+    int pp_rank;    /* this rank's stage, [0, pp) */
+    int act_slots;  /* micro-batches whose activations are stored at once; 0 or 1: one */
+    int cp;         /* context-parallel degree; 0 or 1: none (model_cp.h) */
+    int cp_rank;    /* this rank's place in the context-parallel group, [0, cp) */
+    int cp_ulysses; /* context parallelism by all-to-all over heads (else ring attention) */
+    /* Mixture of experts (model_moe.h): moe.n_experts 0 for a dense model. Layer l (of the
+     * model) is an MoE layer when l >= moe_first_dense and (l - moe_first_dense) % moe_every
+     * is 0. Under expert parallelism (ep > 1) moe.expert0 and moe.n_local are this rank's
+     * experts (ep_rank's share). */
+    moe_config moe;
+    int moe_every, moe_first_dense;
+    int ep, ep_rank;
 } model_config;
+
+/* 1 if layer l (a model layer index) is an MoE layer. */
+int model_layer_is_moe(const model_config *cfg, int l);
 
 /* The layers of stage cfg->pp_rank: [*first, *first + *n), the remainder of n_layers / pp
  * going one each to the first stages. */
@@ -142,6 +156,12 @@ typedef struct model_layer_weights {
     float *mlp_norm;  /* (C) */
     float *w13;       /* (2F, C): gate_proj (w1, (F, C)), then up_proj (w3, (F, C)) */
     float *w2;        /* (C, F) */
+    /* MoE layers instead of w13 and w2 (NULL): the moe_weights block (router, this rank's
+     * experts, shared experts) and, with bias balancing, the selection bias (E), a
+     * parameter the optimizer never moves (its gradient is 0) that model_moe_bias_update
+     * nudges after each step. */
+    float *moe;
+    float *moe_bias;
 } model_layer_weights;
 
 /* Under pp, L below is the stage's layer count (model.n_layers) and the tensors a stage
@@ -166,6 +186,10 @@ typedef struct model_layer_acts {
     float *ln2_rstd; /* (N) */
     float *h13;      /* (N, 2F) gate and up projections */
     float *hs;       /* (N, F) silu(gate) * up, input of down_proj */
+    /* Ulysses context parallelism only (else NULL), over the whole sequence of this rank's
+     * cp-th of the heads: q, k, v (B*T*cp rows of (H + 2 KV)/cp heads), the attention
+     * output and its log-sum-exp. */
+    float *uqkv, *uout, *ulse;
 } model_layer_acts;
 
 /* One slot's activations; lnf .. ce_part exist on the last stage only. */
@@ -194,6 +218,10 @@ typedef struct model {
     model_config cfg;
     model_shard shard;
     comm *tp_group;              /* the tensor-parallel group (size cfg.tp); NULL when tp is 1 */
+    comm *cp_group;              /* the context-parallel group (size cfg.cp); NULL when cp is 1 */
+    struct model_cp *cpw;        /* context parallelism's buffers (model_cp.h); NULL when cp is 1 */
+    struct model_moe *moew;      /* MoE layers' caches and load counts (model_moe.h); NULL: dense */
+    comm *ep_group;              /* the expert-parallel group; NULL when ep is 1 */
     int layer0, n_layers;        /* this stage's layers [layer0, layer0 + n_layers) */
     int first_stage, last_stage; /* holds the embedding / the final norm, head and loss */
     int n_slots;                 /* activation slots (cfg.act_slots, at least 1) */
@@ -209,6 +237,8 @@ typedef struct model {
     model_weights params, grads;
     float *acts_mem;
     model_acts acts;       /* the slot in use (a copy of slot_acts[slot]) */
+    int slot;              /* which one */
+    float bwd_scale;       /* loss_scale of the backward in progress (the MoE aux loss's) */
     model_acts *slot_acts; /* (n_slots) */
     int *slot_n_valid;     /* (n_slots) targets counted by the slot's forward */
     float *work_mem;
@@ -311,6 +341,9 @@ typedef struct model_tensor {
     size_t global_count;
     int row0, col0;
     int replica;
+    /* A routed expert's tensor: held by the expert-parallel rank that owns the expert, the
+     * same on every expert-data-parallel copy. */
+    int expert;
 } model_tensor;
 
 int model_n_tensors(const model *m);

@@ -39,9 +39,35 @@ static int dim_ok(uint32_t v) {
     return v > 0 && v <= MODEL_DIM_MAX;
 }
 
+/* The recipe's MoE block: top-k renormalised, the balancing mode's coefficient or rate. */
+static void moe_from_pb(model_config *cfg, const Baton__Model *pb) {
+    const Baton__Moe *m = pb->moe;
+    if (m == NULL || m->n_experts == 0) return;
+    cfg->moe = (moe_config){
+        .dim = cfg->dim,
+        .ffn_dim = m->expert_ffn_dim ? (int)m->expert_ffn_dim : cfg->ffn_dim,
+        .n_experts = (int)m->n_experts,
+        .top_k = (int)m->top_k,
+        .n_shared = (int)m->n_shared_experts,
+        .score = m->score == BATON__MOE__SCORE__SIGMOID ? MOE_SCORE_SIGMOID : MOE_SCORE_SOFTMAX,
+        .norm_topk = 1,
+        .capacity_factor = m->capacity_factor,
+        .aux_loss_coef = m->balance == BATON__MOE__BALANCE__AUX_LOSS ? m->aux_loss_coef : 0.0,
+        .bias_rate = m->balance == BATON__MOE__BALANCE__BIAS ? m->bias_update_rate : 0.0,
+    };
+    cfg->moe_every = m->every ? (int)m->every : 1;
+    cfg->moe_first_dense = (int)m->first_dense_layers;
+}
+
+int model_layer_is_moe(const model_config *cfg, int l) {
+    if (cfg->moe.n_experts == 0 || l < cfg->moe_first_dense) return 0;
+    return (l - cfg->moe_first_dense) % (cfg->moe_every > 0 ? cfg->moe_every : 1) == 0;
+}
+
 int model_config_from_pb(model_config *cfg, const Baton__Model *pb, bt_diag *diag) {
-    if (pb->arch != BATON__MODEL__ARCH__LLAMA) {
-        bt_diag_set(diag, "model.arch: only llama (dense) is supported by this engine");
+    int moe = pb->moe != NULL && pb->moe->n_experts > 0;
+    if (pb->arch != BATON__MODEL__ARCH__LLAMA && !(pb->arch == BATON__MODEL__ARCH__MOE && moe)) {
+        bt_diag_set(diag, "model.arch: moe needs model.moe.n_experts");
         return BT_EUNSUPPORTED;
     }
     if (!dim_ok(pb->dim) || !dim_ok(pb->n_layers) || !dim_ok(pb->n_heads) || !dim_ok(pb->ffn_dim) ||
@@ -66,6 +92,7 @@ int model_config_from_pb(model_config *cfg, const Baton__Model *pb, bt_diag *dia
         .tp = 1,
     };
     rope_from_pb(&cfg->rope, pb->rope);
+    moe_from_pb(cfg, pb);
     return model_config_check(cfg, diag);
 }
 
@@ -117,6 +144,48 @@ static int model_config_check_tp(const model_config *cfg, bt_diag *diag) {
     return 0;
 }
 
+/* Context parallelism: Ulysses spreads every rank's query and kv heads over the cp ranks. */
+static int model_config_check_cp(const model_config *cfg, bt_diag *diag) {
+    int cp = cfg->cp > 1 ? cfg->cp : 1;
+    if (cfg->cp < 0 || cfg->cp_rank < 0 || cfg->cp_rank >= cp) {
+        bt_diag_set(diag, "context parallelism: rank %d of %d is out of range", cfg->cp_rank,
+                    cfg->cp);
+        return BT_EINVAL;
+    }
+    model_shard s;
+    model_shard_of(cfg, &s);
+    if (cp > 1 && cfg->cp_ulysses && (s.heads % cp || s.kv_heads % cp)) {
+        bt_diag_set(diag,
+                    "parallel.cp_comm ulysses: cp %d must divide the query heads (%d) and the kv "
+                    "heads (%d) of each tensor-parallel rank",
+                    cp, s.heads, s.kv_heads);
+        return BT_EINVAL;
+    }
+    return 0;
+}
+
+/* MoE: a valid layer (moe.h) whose experts split evenly over the ep ranks. */
+static int model_config_check_moe(const model_config *cfg, bt_diag *diag) {
+    int ep = cfg->ep > 1 ? cfg->ep : 1;
+    if (cfg->moe.n_experts == 0) {
+        if (ep == 1) return 0;
+        bt_diag_set(diag, "parallel.ep %d needs an MoE model (model.moe.n_experts)", ep);
+        return BT_EINVAL;
+    }
+    moe_config c = cfg->moe;
+    if (moe_config_check(&c) != 0 || c.dim != cfg->dim) {
+        bt_diag_set(diag, "model.moe: %d experts, top_k %d, %d shared: out of range", c.n_experts,
+                    c.top_k, c.n_shared);
+        return BT_EINVAL;
+    }
+    if (c.n_experts % ep != 0 || cfg->ep_rank < 0 || cfg->ep_rank >= ep ||
+        (ep > 1 && (c.n_local != c.n_experts / ep || c.expert0 != cfg->ep_rank * c.n_local))) {
+        bt_diag_set(diag, "parallel.ep %d must divide model.moe.n_experts (%d)", ep, c.n_experts);
+        return BT_EINVAL;
+    }
+    return 0;
+}
+
 int model_config_check(const model_config *cfg, bt_diag *diag) {
     if (cfg->vocab <= 0 || cfg->dim <= 0 || cfg->n_layers <= 0 || cfg->n_heads <= 0 ||
         cfg->n_kv_heads <= 0 || cfg->ffn_dim <= 0) {
@@ -134,6 +203,8 @@ int model_config_check(const model_config *cfg, bt_diag *diag) {
         return BT_EINVAL;
     }
     int rc = model_config_check_tp(cfg, diag);
+    rc = rc ? rc : model_config_check_cp(cfg, diag);
+    rc = rc ? rc : model_config_check_moe(cfg, diag);
     if (rc != 0) return rc;
     int pp = cfg->pp > 1 ? cfg->pp : 1;
     if (cfg->pp < 0 || cfg->pp_rank < 0 || cfg->pp_rank >= pp || pp > cfg->n_layers) {

@@ -17,6 +17,8 @@
 #include <math.h>
 
 #include "model.h"
+#include "model_cp.h"
+#include "model_moe.h"
 #include "model_tp.h"
 
 static int qkv_width(const model *m) {
@@ -54,12 +56,20 @@ static void layer_forward(model *m, int l, const float *x, float *out) {
                        scratch);
     be->rope_forward(be, q, q, m->rope_cos, m->rope_sin, B, T, H, hd, ld);
     be->rope_forward(be, k, k, m->rope_cos, m->rope_sin, B, T, KV, hd, ld);
-    be->attention_forward(be, a->atty, a->lse, a->att, q, k, v, ld, B, T, H, KV, hd,
-                          1.0f / sqrtf((float)hd), scratch);
+    if (m->cpw)
+        model_cp_attention_forward(m, a);
+    else
+        be->attention_forward(be, a->atty, a->lse, a->att, q, k, v, ld, B, T, H, KV, hd,
+                              1.0f / sqrtf((float)hd), scratch);
     be->matmul_forward(be, a->xmid, a->atty, w->wo, N, qd, C, gemm_of(m, l, MODEL_GEMM_O), scratch);
     model_tp_reduce_forward(m, a->xmid, (size_t)N * C);
     be->add(be, a->xmid, a->xmid, x, (size_t)N * C);
     be->rmsnorm_forward(be, a->ln2, a->ln2_rstd, a->xmid, w->mlp_norm, N, C, cfg->norm_eps);
+    if (w->moe != NULL) { /* an MoE layer, whole on every tp rank (model_moe.h) */
+        model_moe_forward(m, l, a->ln2, out);
+        if (out != NULL) be->add(be, out, out, a->xmid, (size_t)N * C);
+        return;
+    }
     model_tp_copy_forward(m, a->ln2, (size_t)N * C);
     be->matmul_forward(be, a->h13, a->ln2, w->w13, N, C, 2 * F, gemm_of(m, l, MODEL_GEMM_GATE_UP),
                        scratch);
@@ -70,6 +80,24 @@ static void layer_forward(model *m, int l, const float *x, float *out) {
     be->add(be, out, out, a->xmid, (size_t)N * C);
 }
 
+/* The dense MLP's backward from g->dres (the layer output's gradient) to g->dln, the
+ * gradient of the post-attention norm's output. */
+static void mlp_backward(model *m, int l) {
+    backend *be = m->be;
+    const model_layer_weights *w = &m->params.layers[l];
+    model_layer_weights *dw = &m->grads.layers[l];
+    const model_layer_acts *a = acts_of(m, l);
+    model_grad_acts *g = &m->gacts;
+    int N = m->B * m->T, C = m->cfg.dim, F = m->shard.ffn;
+    model_tp_reduce_backward(m, g->dres, (size_t)N * C);
+    be->matmul_backward(be, g->dnarrow, dw->w2, g->dres, a->hs, w->w2, N, F, C,
+                        gemm_of(m, l, MODEL_GEMM_DOWN), g->scratch);
+    be->swiglu_backward(be, g->dwide, g->dnarrow, a->h13, N, F);
+    be->matmul_backward(be, g->dln, dw->w13, g->dwide, a->ln2, w->w13, N, C, 2 * F,
+                        gemm_of(m, l, MODEL_GEMM_GATE_UP), g->scratch);
+    model_tp_copy_backward(m, g->dln, (size_t)N * C);
+}
+
 /* On entry g->dres is the gradient of the layer's output; on return, of its input x. */
 static void layer_backward(model *m, int l, const float *x) {
     backend *be = m->be;
@@ -78,20 +106,17 @@ static void layer_backward(model *m, int l, const float *x) {
     model_layer_weights *dw = &m->grads.layers[l];
     const model_layer_acts *a = acts_of(m, l);
     model_grad_acts *g = &m->gacts;
-    int B = m->B, T = m->T, N = B * T, C = cfg->dim, F = m->shard.ffn;
+    int B = m->B, T = m->T, N = B * T, C = cfg->dim;
     int H = m->shard.heads, KV = m->shard.kv_heads, hd = cfg->head_dim, qd = H * hd;
     int ld = qkv_width(m);
     const float *q = a->qkv, *k = a->qkv + qd, *v = a->qkv + qd + KV * hd;
     float *dq = g->dwide, *dk = g->dwide + qd, *dv = g->dwide + qd + KV * hd;
 
-    /* MLP: out = xmid + g(down(swiglu(gate_up(f(norm(xmid)))))) */
-    model_tp_reduce_backward(m, g->dres, (size_t)N * C);
-    be->matmul_backward(be, g->dnarrow, dw->w2, g->dres, a->hs, w->w2, N, F, C,
-                        gemm_of(m, l, MODEL_GEMM_DOWN), g->scratch);
-    be->swiglu_backward(be, g->dwide, g->dnarrow, a->h13, N, F);
-    be->matmul_backward(be, g->dln, dw->w13, g->dwide, a->ln2, w->w13, N, C, 2 * F,
-                        gemm_of(m, l, MODEL_GEMM_GATE_UP), g->scratch);
-    model_tp_copy_backward(m, g->dln, (size_t)N * C);
+    /* MLP: out = xmid + g(down(swiglu(gate_up(f(norm(xmid)))))), or xmid + moe(norm(xmid)) */
+    if (w->moe != NULL)
+        model_moe_backward(m, l, g->dres, g->dln, m->bwd_scale);
+    else
+        mlp_backward(m, l);
     be->rmsnorm_backward(be, g->dx, dw->mlp_norm, g->dln, a->xmid, w->mlp_norm, a->ln2_rstd, N, C);
     be->add(be, g->dres, g->dres, g->dx, (size_t)N * C);
 
@@ -99,8 +124,11 @@ static void layer_backward(model *m, int l, const float *x) {
     model_tp_reduce_backward(m, g->dres, (size_t)N * C);
     be->matmul_backward(be, g->dnarrow, dw->wo, g->dres, a->atty, w->wo, N, qd, C,
                         gemm_of(m, l, MODEL_GEMM_O), g->scratch);
-    be->attention_backward(be, dq, dk, dv, g->dnarrow, a->att, a->lse, q, k, v, ld, B, T, H, KV, hd,
-                           1.0f / sqrtf((float)hd), g->scratch);
+    if (m->cpw)
+        model_cp_attention_backward(m, a, g->dnarrow, g->dwide);
+    else
+        be->attention_backward(be, dq, dk, dv, g->dnarrow, a->att, a->lse, q, k, v, ld, B, T, H, KV,
+                               hd, 1.0f / sqrtf((float)hd), g->scratch);
     be->rope_backward(be, dq, dq, m->rope_cos, m->rope_sin, B, T, H, hd, ld);
     be->rope_backward(be, dk, dk, m->rope_cos, m->rope_sin, B, T, KV, hd, ld);
     be->matmul_backward(be, g->dln, dw->wqkv, g->dwide, a->ln1, w->wqkv, N, C, ld,
@@ -160,6 +188,7 @@ static void loss_forward(model *m, const int32_t *targets, float *loss) {
     double sum = 0.0;
     for (int n = 0; n < N; n++)
         if (targets[n] >= 0) sum += m->host_losses[n];
+    model_cp_sum_double(m, &sum); /* the whole sequence's (model_cp.h) */
     m->loss = m->n_valid ? (float)(sum / m->n_valid) : 0.0f;
     if (loss) *loss = m->loss;
 }
@@ -168,6 +197,7 @@ static void loss_forward(model *m, const int32_t *targets, float *loss) {
 static void select_slot(model *m, int slot) {
     size_t bt = (size_t)m->max_B * m->max_T;
     m->acts = m->slot_acts[slot];
+    m->slot = slot;
     m->tokens = m->tokens_mem + (size_t)slot * 2 * bt;
     m->targets = m->tokens + bt;
 }
@@ -188,10 +218,12 @@ int model_stage_forward(model *m, int slot, const int32_t *tokens, const int32_t
                         int T, float *loss) {
     backend *be = m->be;
     const model_config *cfg = &m->cfg;
-    if (B <= 0 || T <= 0 || B > m->max_B || T > m->max_T || slot < 0 || slot >= m->n_slots)
+    if (B <= 0 || T <= 0 || B > m->max_B || T > m->max_T || slot < 0 || slot >= m->n_slots ||
+        (m->cpw && T != m->cpw->T))
         return BT_ERANGE;
     int N = B * T, rc = check_tokens(m, tokens, targets, N, &m->n_valid);
     if (rc) return rc;
+    if (targets) model_cp_sum_int(m, &m->n_valid);
     if (m->comm_err) return m->comm_err;
     select_slot(m, slot);
     m->B = B;
@@ -254,6 +286,7 @@ int model_stage_backward(model *m, int slot, float loss_scale) {
     if (N == 0 || (m->last_stage && m->n_valid < 0)) return BT_EINVAL;
     if (m->comm_err) return m->comm_err;
     select_slot(m, slot);
+    m->bwd_scale = loss_scale;
     if (m->last_stage) head_backward(m, loss_scale);
     for (int l = m->n_layers - 1; l >= 0; l--) {
         if (cfg->recompute == MODEL_RECOMPUTE_FULL) layer_forward(m, l, resid_at(m, l), NULL);

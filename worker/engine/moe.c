@@ -7,6 +7,8 @@
  * reproducible. Weight gradients accumulate (+=), dx is written (=). */
 #include "moe.h"
 
+#include "moe_ep.h"
+
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -68,21 +70,28 @@ int moe_config_check(const moe_config *c) {
     if (c->score != MOE_SCORE_SOFTMAX && c->score != MOE_SCORE_SIGMOID) return BT_EINVAL;
     if (!(c->capacity_factor >= 0.0) || !(c->aux_loss_coef >= 0.0) || !(c->bias_rate >= 0.0))
         return BT_EINVAL;
+    if (c->n_local < 0 || c->expert0 < 0 || c->n_local > c->n_experts ||
+        c->expert0 + c->n_local > c->n_experts || (c->n_local == 0 && c->expert0 != 0))
+        return BT_EINVAL;
     return 0;
+}
+
+int moe_local_experts(const moe_config *c) {
+    return c->n_local ? c->n_local : c->n_experts;
 }
 
 size_t moe_weights_floats(const moe_config *c) {
     size_t C = (size_t)c->dim, F = (size_t)c->ffn_dim;
     size_t expert = 3 * F * C;
-    return (size_t)c->n_experts * C + ((size_t)c->n_experts + (size_t)c->n_shared) * expert;
+    return (size_t)c->n_experts * C + ((size_t)moe_local_experts(c) + (size_t)c->n_shared) * expert;
 }
 
 void moe_weights_carve(const moe_config *c, moe_weights *w, float *base) {
     size_t C = (size_t)c->dim, F = (size_t)c->ffn_dim, E = (size_t)c->n_experts;
-    size_t S = (size_t)c->n_shared;
+    size_t S = (size_t)c->n_shared, El = (size_t)moe_local_experts(c);
     w->router = base;
     w->w13 = w->router + E * C;
-    w->w2 = w->w13 + E * 2 * F * C;
+    w->w2 = w->w13 + El * 2 * F * C;
     w->shared_w13 = w->w2 + E * C * F;
     w->shared_w2 = w->shared_w13 + S * 2 * F * C;
 }
@@ -141,6 +150,7 @@ int moe_cache_init(moe_cache *cache, const moe_config *c, int max_tokens) {
 }
 
 void moe_cache_free(moe_cache *cache) {
+    moe_ep_free(cache->ep);
     free(cache->fbuf);
     free(cache->ibuf);
     memset(cache, 0, sizeof *cache);
@@ -259,32 +269,39 @@ static double aux_loss(const moe_config *c, int N, const moe_cache *m) {
 }
 
 /* One SwiGLU expert over M rows: h13, hs saved, out written (beta 0) or added (beta 1). */
-static void expert_forward(const moe_config *c, const float *w13, const float *w2, const float *xin,
-                           int M, float *h13, float *hs, float *out, float beta) {
+void moe_expert_forward(const moe_config *c, const float *w13, const float *w2, const float *xin,
+                        int M, float *h13, float *hs, float *out, float beta) {
     int C = c->dim, F = c->ffn_dim;
     gemm_nt(h13, xin, w13, M, C, 2 * F, 0.0f);
     swiglu_forward(hs, h13, M, F);
     gemm_nt(out, hs, w2, M, F, C, beta);
 }
 
+static void gather_rows(const moe_config *c, moe_cache *m);
+
 static void routed_forward(const moe_config *c, const moe_weights *w, moe_cache *m) {
     size_t C = (size_t)c->dim, F = (size_t)c->ffn_dim;
     for (int e = 0; e < c->n_experts; e++) {
         int r0 = m->offset[e], M = m->offset[e + 1] - r0;
         if (M == 0) continue;
-        for (int r = r0; r < r0 + M; r++)
-            memcpy(m->xg + r * C, m->x + m->tok[r] * C, C * sizeof(float));
-        expert_forward(c, w->w13 + e * 2 * F * C, w->w2 + e * C * F, m->xg + r0 * C, M,
-                       m->h13 + r0 * 2 * F, m->hs + r0 * F, m->out + r0 * C, 0.0f);
+        moe_expert_forward(c, w->w13 + e * 2 * F * C, w->w2 + e * C * F, m->xg + r0 * C, M,
+                           m->h13 + r0 * 2 * F, m->hs + r0 * F, m->out + r0 * C, 0.0f);
     }
+}
+
+/* Every kept pair's input row, grouped by expert (rows [offset[e], offset[e+1])). */
+static void gather_rows(const moe_config *c, moe_cache *m) {
+    size_t C = (size_t)c->dim;
+    for (int r = 0; r < m->offset[c->n_experts]; r++)
+        memcpy(m->xg + r * C, m->x + m->tok[r] * C, C * sizeof(float));
 }
 
 static void combine(const moe_config *c, const moe_weights *w, int N, moe_cache *m, float *y) {
     size_t C = (size_t)c->dim, F = (size_t)c->ffn_dim, K = (size_t)c->top_k;
     memset(y, 0, (size_t)N * C * sizeof(float));
     for (int s = 0; s < c->n_shared; s++)
-        expert_forward(c, w->shared_w13 + s * 2 * F * C, w->shared_w2 + s * C * F, m->x, N,
-                       m->sh13 + s * N * 2 * F, m->shs + s * N * F, y, 1.0f);
+        moe_expert_forward(c, w->shared_w13 + s * 2 * F * C, w->shared_w2 + s * C * F, m->x, N,
+                           m->sh13 + s * N * 2 * F, m->shs + s * N * F, y, 1.0f);
     for (size_t p = 0; p < (size_t)N * K; p++) {
         if (m->row[p] < 0) continue;
         float g = m->gate[p], *yn = y + (p / K) * C;
@@ -305,7 +322,13 @@ int moe_forward(const moe_config *c, const moe_weights *w, const float *bias, co
     memcpy(cache->x, x, (size_t)N * c->dim * sizeof(float));
     route(c, w, bias, N, cache);
     assign(c, N, cache, st);
-    routed_forward(c, w, cache);
+    gather_rows(c, cache);
+    if (cache->ep != NULL) {
+        int rc = moe_ep_forward(c, w, cache);
+        if (rc != 0) return rc;
+    } else {
+        routed_forward(c, w, cache);
+    }
     combine(c, w, N, cache, y);
     st->aux_loss = aux_loss(c, N, cache);
     return 0;
@@ -313,15 +336,16 @@ int moe_forward(const moe_config *c, const moe_weights *w, const float *bias, co
 
 /* Backward of one expert over M rows from dout (M, C): accumulates dw13, dw2 and writes
  * dxin (M, C), or adds into it with beta 1. */
-static void expert_backward(const moe_config *c, const float *w13, const float *w2, float *dw13,
-                            float *dw2, const float *xin, const float *h13, const float *hs,
-                            const float *dout, int M, moe_cache *m, float *dxin, float beta) {
+void moe_expert_backward(const moe_config *c, const float *w13, const float *w2, float *dw13,
+                         float *dw2, const float *xin, const float *h13, const float *hs,
+                         const float *dout, int M, float *dhs, float *dh13, float *dxin,
+                         float beta) {
     int C = c->dim, F = c->ffn_dim;
     gemm_tn_acc(dw2, dout, hs, M, F, C);
-    gemm_nn(m->dhs, dout, w2, M, F, C, 0.0f);
-    swiglu_backward(m->dh13, m->dhs, h13, M, F);
-    gemm_tn_acc(dw13, m->dh13, xin, M, C, 2 * F);
-    gemm_nn(dxin, m->dh13, w13, M, C, 2 * F, beta);
+    gemm_nn(dhs, dout, w2, M, F, C, 0.0f);
+    swiglu_backward(dh13, dhs, h13, M, F);
+    gemm_tn_acc(dw13, dh13, xin, M, C, 2 * F);
+    gemm_nn(dxin, dh13, w13, M, C, 2 * F, beta);
 }
 
 /* Routed experts: dgate of each kept pair = dy_n . expert_e(x_n); the expert sees
@@ -343,9 +367,9 @@ static void routed_backward(const moe_config *c, const moe_weights *w, moe_cache
             }
             m->dgate[p] = dot;
         }
-        expert_backward(c, w->w13 + e * 2 * F * C, w->w2 + e * C * F, gr->w13 + e * 2 * F * C,
-                        gr->w2 + e * C * F, m->xg + r0 * C, m->h13 + r0 * 2 * F, m->hs + r0 * F,
-                        m->dout, M, m, m->dxe, 0.0f);
+        moe_expert_backward(c, w->w13 + e * 2 * F * C, w->w2 + e * C * F, gr->w13 + e * 2 * F * C,
+                            gr->w2 + e * C * F, m->xg + r0 * C, m->h13 + r0 * 2 * F, m->hs + r0 * F,
+                            m->dout, M, m->dhs, m->dh13, m->dxe, 0.0f);
         for (int i = 0; i < M; i++) {
             float *dxn = dx + (size_t)m->tok[r0 + i] * C;
             for (size_t j = 0; j < C; j++)
@@ -358,9 +382,10 @@ static void shared_backward(const moe_config *c, const moe_weights *w, moe_cache
                             const float *dy, float *dx, moe_weights *gr) {
     size_t C = (size_t)c->dim, F = (size_t)c->ffn_dim, N = (size_t)m->n;
     for (int s = 0; s < c->n_shared; s++)
-        expert_backward(c, w->shared_w13 + s * 2 * F * C, w->shared_w2 + s * C * F,
-                        gr->shared_w13 + s * 2 * F * C, gr->shared_w2 + s * C * F, m->x,
-                        m->sh13 + s * N * 2 * F, m->shs + s * N * F, dy, (int)N, m, dx, 1.0f);
+        moe_expert_backward(c, w->shared_w13 + s * 2 * F * C, w->shared_w2 + s * C * F,
+                            gr->shared_w13 + s * 2 * F * C, gr->shared_w2 + s * C * F, m->x,
+                            m->sh13 + s * N * 2 * F, m->shs + s * N * F, dy, (int)N, m->dhs,
+                            m->dh13, dx, 1.0f);
 }
 
 /* ds (E) of one token from its dgate: through the top-k renormalisation g = s / sum. */
@@ -433,7 +458,12 @@ int moe_backward(const moe_config *c, const moe_weights *w, moe_cache *cache, co
     int N = cache->n;
     memset(dx, 0, (size_t)N * c->dim * sizeof(float));
     memset(cache->dgate, 0, (size_t)N * c->top_k * sizeof(float));
-    routed_backward(c, w, cache, dy, dx, grads);
+    if (cache->ep != NULL) {
+        int rc = moe_ep_backward(c, w, cache, dy, dx, grads);
+        if (rc != 0) return rc;
+    } else {
+        routed_backward(c, w, cache, dy, dx, grads);
+    }
     shared_backward(c, w, cache, dy, dx, grads);
     router_backward(c, w, cache, dx, grads);
     return 0;

@@ -1,5 +1,5 @@
-/* A mixture-of-experts feed-forward layer: the CPU reference of the block the model will
- * call in place of its SwiGLU MLP on MoE layers. Not yet wired into the model.
+/* A mixture-of-experts feed-forward layer: the CPU block the model calls in place of its
+ * SwiGLU MLP on MoE layers (model_moe.c), with expert parallelism (moe_ep.c).
  *
  * Implementation: host memory, float32, cblas_sgemm for every product (as worker/cpu
  * does) and the SwiGLU of cpu_swiglu_forward; no backend table, so a GPU path will be a
@@ -53,16 +53,19 @@ typedef struct moe_config {
     double capacity_factor; /* 0: no dropping */
     double aux_loss_coef;   /* 0: no aux loss */
     double bias_rate;       /* moe_bias_update's step; 0: off */
+    /* Expert parallelism: the routed experts [expert0, expert0 + n_local) are held here
+     * (their weights are the only ones in moe_weights); n_local 0: all of them. */
+    int expert0, n_local;
 } moe_config;
 
 enum { MOE_SCORE_SOFTMAX = 0, MOE_SCORE_SIGMOID = 1 };
 
 /* Parameters (or their gradients), carved from one buffer of moe_weights_floats() by
- * moe_weights_carve in the order below. */
+ * moe_weights_carve in the order below. El = n_local (or E). */
 typedef struct moe_weights {
     float *router;     /* (E, C) */
-    float *w13;        /* (E, 2F, C): expert e's gate_proj rows [0, F), up_proj [F, 2F) */
-    float *w2;         /* (E, C, F) down_proj */
+    float *w13;        /* (El, 2F, C): expert e's gate_proj rows [0, F), up_proj [F, 2F) */
+    float *w2;         /* (El, C, F) down_proj */
     float *shared_w13; /* (S, 2F, C) */
     float *shared_w2;  /* (S, C, F) */
 } moe_weights;
@@ -98,12 +101,13 @@ typedef struct moe_cache {
     float *sh13;       /* (S, N, 2F) shared experts' projections */
     float *shs;        /* (S, N, F) */
     /* backward scratch */
-    float *dout;  /* (N, C) */
-    float *dhs;   /* (N, F) */
-    float *dh13;  /* (N, 2F) */
-    float *dxe;   /* (N, C) */
-    float *dgate; /* (N, k) */
-    float *dl;    /* (N, E) */
+    float *dout;       /* (N, C) */
+    float *dhs;        /* (N, F) */
+    float *dh13;       /* (N, 2F) */
+    float *dxe;        /* (N, C) */
+    float *dgate;      /* (N, k) */
+    float *dl;         /* (N, E) */
+    struct moe_ep *ep; /* expert parallelism's exchange and buffers (moe_ep.h); NULL: none */
 } moe_cache;
 
 /* 0 or BT_EINVAL for a configuration outside the ranges above. */
@@ -112,12 +116,17 @@ int moe_config_check(const moe_config *c);
 size_t moe_weights_floats(const moe_config *c);
 void moe_weights_carve(const moe_config *c, moe_weights *w, float *base);
 
+/* Experts held here (n_local, or all). */
+int moe_local_experts(const moe_config *c);
+
 /* 0, BT_EINVAL (bad configuration or max_tokens < 1) or BT_ENOMEM. */
 int moe_cache_init(moe_cache *cache, const moe_config *c, int max_tokens);
 void moe_cache_free(moe_cache *cache);
 
 /* y (N, C) from x (N, C); bias (E) may be NULL (all zero). stats may be NULL.
- * 0 or BT_EINVAL (bad configuration, N outside [1, max_tokens], NULL pointers). */
+ * 0 or BT_EINVAL (bad configuration, N outside [1, max_tokens], NULL pointers); with
+ * expert parallelism a collective over the ep group (every member calls it with its own
+ * tokens), and BT_EIO when the exchange failed. */
 int moe_forward(const moe_config *c, const moe_weights *w, const float *bias, const float *x,
                 float *y, int N, moe_cache *cache, moe_stats *stats);
 
@@ -126,6 +135,17 @@ int moe_forward(const moe_config *c, const moe_weights *w, const float *bias, co
  * again. 0 or BT_EINVAL. */
 int moe_backward(const moe_config *c, const moe_weights *w, moe_cache *cache, const float *dy,
                  float *dx, moe_weights *grads);
+
+/* One SwiGLU expert over M rows (for moe_ep.c): h13 (M, 2F) and hs (M, F) saved, out
+ * (M, C) written (beta 0) or added to (beta 1). */
+void moe_expert_forward(const moe_config *c, const float *w13, const float *w2, const float *xin,
+                        int M, float *h13, float *hs, float *out, float beta);
+/* Its backward from dout (M, C): accumulates dw13, dw2; dxin written (beta 0) or added to
+ * (beta 1); dhs (M, F) and dh13 (M, 2F) are scratch. */
+void moe_expert_backward(const moe_config *c, const float *w13, const float *w2, float *dw13,
+                         float *dw2, const float *xin, const float *h13, const float *hs,
+                         const float *dout, int M, float *dhs, float *dh13, float *dxin,
+                         float beta);
 
 /* bias (E) += bias_rate * sign(mean load - routed_e), from the stats of a forward. */
 void moe_bias_update(const moe_config *c, float *bias, const moe_stats *stats);

@@ -6,6 +6,8 @@
 #include <time.h>
 
 #include "cpu_backend.h"
+#include "model_cp.h"
+#include "model_moe.h"
 #include "util/clock.h"
 
 /* Model FLOPs of one step: 6 N T for the matrices (embedding lookup excluded) plus
@@ -22,21 +24,28 @@ static int train_check_layout(const Baton__StageSpec *spec, const train_groups *
     uint32_t dp = g->dp ? (uint32_t)comm_size(g->dp) : 1;
     uint32_t tp = g->tp ? (uint32_t)comm_size(g->tp) : 1;
     uint32_t pp = g->pp ? (uint32_t)comm_size(g->pp) : 1;
-    if (p->cp * p->ep != 1) {
+    uint32_t cp = g->cp ? (uint32_t)comm_size(g->cp) : 1;
+    if (p->ep != 1) {
         bt_diag_set(diag,
                     "stage \"%s\": layout tp%u pp%u cp%u dp%u ep%u is not supported by this "
-                    "worker: it runs one process, tensor, pipeline and data parallelism "
-                    "(context and expert parallelism come later)",
+                    "worker: it runs one process, tensor, pipeline, context and data "
+                    "parallelism (expert parallelism comes later)",
                     s->name, p->tp, p->pp, p->cp, p->dp, p->ep);
         return BT_EUNSUPPORTED;
     }
-    if (p->dp != dp || p->tp != tp || p->pp != pp) {
-        uint32_t n = p->tp * p->pp * p->dp;
+    if (p->dp != dp || p->tp != tp || p->pp != pp || p->cp != cp ||
+        (cp > 1 && (g->dpcp == NULL || (uint32_t)comm_size(g->dpcp) != dp * cp))) {
+        uint32_t n = p->tp * p->pp * p->cp * p->dp;
         bt_diag_set(diag,
                     "stage \"%s\": layout tp%u pp%u cp%u dp%u ep%u is not supported by this "
-                    "worker with %u tensor-, %u pipeline- and %u data-parallel rank(s): it needs "
-                    "%u ranks (launch it with -n %u, or pass --single-process)",
-                    s->name, p->tp, p->pp, p->cp, p->dp, p->ep, tp, pp, dp, n, n);
+                    "worker with %u tensor-, %u pipeline-, %u context- and %u data-parallel "
+                    "rank(s): it needs %u ranks (launch it with -n %u, or pass --single-process)",
+                    s->name, p->tp, p->pp, p->cp, p->dp, p->ep, tp, pp, cp, dp, n, n);
+        return BT_EINVAL;
+    }
+    if (s->seq_len % (2 * cp) != 0) {
+        bt_diag_set(diag, "stage \"%s\": seq_len %llu is not a multiple of 2 x cp = %u", s->name,
+                    (unsigned long long)s->seq_len, 2 * cp);
         return BT_EINVAL;
     }
     if (s->global_batch % (s->micro_batch * dp) != 0 || s->seq_len > INT32_MAX) {
@@ -109,7 +118,8 @@ static int train_loader_open(trainer *t, bt_diag *diag) {
     return loader_open(&t->ld, src, n, &lc, diag);
 }
 
-static int train_model_init(trainer *t, comm *tp_group, comm *pp_group, bt_diag *diag) {
+static int train_model_init(trainer *t, comm *tp_group, comm *pp_group, comm *cp_group,
+                            bt_diag *diag) {
     model_config cfg;
     int rc = model_config_from_pb(&cfg, t->spec->model, diag);
     if (rc != 0) return rc;
@@ -119,9 +129,14 @@ static int train_model_init(trainer *t, comm *tp_group, comm *pp_group, bt_diag 
     cfg.pp = pp_group ? comm_size(pp_group) : 1;
     cfg.pp_rank = pp_group ? comm_rank(pp_group) : 0;
     cfg.act_slots = pipeline_slots(cfg.pp, cfg.pp_rank, (int)t->accum);
-    train_pp_init(&t->pp, pp_group, (size_t)t->B * t->T * (size_t)cfg.dim);
+    cfg.cp = cp_group ? comm_size(cp_group) : 1;
+    cfg.cp_rank = cp_group ? comm_rank(cp_group) : 0;
+    cfg.cp_ulysses = t->spec->stage->parallel->cp_comm == BATON__PARALLEL__CP_COMM__ULYSSES;
+    train_pp_init(&t->pp, pp_group, (size_t)t->B * t->Tl * (size_t)cfg.dim);
     cpu_backend_init(&t->be);
-    rc = model_init_tp(&t->m, &cfg, &t->be, (int)t->B, (int)t->T, tp_group, diag);
+    rc = model_init_tp(&t->m, &cfg, &t->be, (int)t->B, (int)t->Tl, tp_group, diag);
+    rc = rc ? rc : model_cp_init(&t->m, cp_group, diag);
+    rc = rc ? rc : model_moe_init(&t->m, NULL, diag);
     rc = rc ? rc : train_tp_init(&t->tp, tp_group, &t->m.cfg, diag);
     if (rc == 0) rc = model_init_weights(&t->m, t->spec->seed);
     return rc;
@@ -135,19 +150,21 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
     int rc = train_check_layout(spec, &g, diag);
     if (rc != 0) return rc;
     const Baton__Stage *s = spec->stage;
-    comm *dp_group = g.dp;
-    uint32_t dp = dp_group ? (uint32_t)comm_size(dp_group) : 1;
-    t->B = (uint32_t)s->micro_batch, t->T = (uint32_t)s->seq_len;
+    uint32_t dp = g.dp ? (uint32_t)comm_size(g.dp) : 1, cp = g.cp ? (uint32_t)comm_size(g.cp) : 1;
+    comm *dp_group = cp > 1 ? g.dpcp : g.dp; /* gradients: over the dp x cp block */
+    t->dp_rank = g.dp ? comm_rank(g.dp) : 0, t->dp_size = (int)dp;
+    t->B = (uint32_t)s->micro_batch, t->T = (uint32_t)s->seq_len, t->Tl = t->T / cp;
     t->accum = (uint32_t)(s->global_batch / (s->micro_batch * dp));
     t->total_steps = s->steps, t->first_sample = spec->start_sample;
     t->step = t->step0 = spec->start_step;
     optim_hparams_from_pb(&t->hp, s->optimizer);
     train_scaler_init(&t->scaler, s->precision);
-    rc = train_model_init(t, g.tp, g.pp, diag);
+    rc = train_model_init(t, g.tp, g.pp, g.cp, diag);
     rc = rc ? rc : train_segments(t);
     rc = rc ? rc
             : train_dp_init(&t->dp, dp_group, (int)s->parallel->zero, t->m.sizes.param_floats,
                             t->segs, t->n_segs, diag);
+    if (rc == 0) train_dp_set_cp(&t->dp, (int)cp);
     rc = rc ? rc : train_norm_segments(t, diag);
     rc = rc ? rc : optim_adamw_init(&t->opt, train_dp_optim_floats(&t->dp));
     rc = rc ? rc : train_fp8_init(t);
@@ -163,8 +180,8 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
         train_free(t);
         return rc;
     }
-    /* This rank's share: the model's FLOPs of a step spread over tp x pp x dp ranks. */
-    double ranks = (double)s->parallel->tp * s->parallel->pp * s->parallel->dp;
+    /* This rank's share: the model's FLOPs of a step spread over tp x pp x cp x dp ranks. */
+    double ranks = (double)s->parallel->tp * s->parallel->pp * s->parallel->cp * s->parallel->dp;
     t->flops_per_step = train_flops(&t->m, s->global_batch * s->seq_len, t->T) / ranks;
     return 0;
 }
@@ -219,6 +236,22 @@ static int train_fp8_end(trainer *t, bt_diag *diag) {
     return 0;
 }
 
+/* Under context parallelism: keeps this rank's rows of the first nb sequences (the two
+ * zigzag chunks, model_cp.h), packed at the front of tokens and targets. */
+static void train_cp_rows(trainer *t, uint32_t nb) {
+    model_cp *c = t->m.cpw;
+    if (c == NULL) return;
+    size_t half = t->Tl / 2;
+    for (uint32_t b = 0; b < nb; b++)
+        for (int h = 0; h < 2; h++) {
+            size_t from = (size_t)b * t->T +
+                          (size_t)model_cp_position(c->size, c->rank, (int)t->Tl, (int)(h * half));
+            size_t to = (size_t)b * t->Tl + h * half;
+            memmove(t->tokens + to, t->tokens + from, half * sizeof *t->tokens);
+            memmove(t->targets + to, t->targets + from, half * sizeof *t->targets);
+        }
+}
+
 /* Fills the micro-batch j of this step from the loader (global sample indices; a logical
  * index in one of the spec's skip_samples windows reads the sample past it). */
 static int train_fetch(trainer *t, uint32_t j, bt_diag *diag) {
@@ -226,7 +259,7 @@ static int train_fetch(trainer *t, uint32_t j, bt_diag *diag) {
     for (uint32_t b = 0; b < t->B; b++) {
         uint64_t g = t->first_sample +
                      loader_global_index(t->step - t->step0, (uint32_t)s->global_batch,
-                                         (uint32_t)t->dp.size, (uint32_t)t->dp.rank, j * t->B + b);
+                                         (uint32_t)t->dp_size, (uint32_t)t->dp_rank, j * t->B + b);
         g = train_spike_map_sample(t->spec, g);
         size_t off = (size_t)b * t->T;
         if (loader_get(&t->ld, g, t->tokens + off, t->targets + off) != 0) {
@@ -234,6 +267,7 @@ static int train_fetch(trainer *t, uint32_t j, bt_diag *diag) {
             return BT_EIO;
         }
     }
+    train_cp_rows(t, t->B);
     return 0;
 }
 
@@ -248,8 +282,8 @@ static int train_pp_forward(void *ctx, int mb, int slot) {
     trainer *t = ((train_pp_ctx *)ctx)->t;
     float l = 0;
     int rc = train_fetch(t, (uint32_t)mb, ((train_pp_ctx *)ctx)->diag);
-    rc =
-        rc ? rc : model_stage_forward(&t->m, slot, t->tokens, t->targets, (int)t->B, (int)t->T, &l);
+    rc = rc ? rc
+            : model_stage_forward(&t->m, slot, t->tokens, t->targets, (int)t->B, (int)t->Tl, &l);
     if (rc == 0 && t->m.last_stage) t->mb_loss += l / t->accum;
     return rc;
 }
@@ -306,7 +340,7 @@ static int train_micro_batches(trainer *t, double *loss, bt_diag *diag) {
     for (uint32_t j = 0; j < t->accum; j++) {
         float l = 0;
         int rc = train_fetch(t, j, diag);
-        rc = rc ? rc : model_forward(&t->m, t->tokens, t->targets, (int)t->B, (int)t->T, &l);
+        rc = rc ? rc : model_forward(&t->m, t->tokens, t->targets, (int)t->B, (int)t->Tl, &l);
         float scale = train_spike_fault_scale(&t->spike, t->step + 1) *
                       train_scaler_loss_scale(&t->scaler) / (float)t->accum;
         rc = rc ? rc : model_backward(&t->m, scale);
@@ -365,12 +399,33 @@ static void train_spike_judge(trainer *t, int armed, double loss, double norm, t
 
 /* fp16: the gradients divided by the loss scale, and every rank's verdict on Inf/NaN. */
 static int train_scaler_check(trainer *t, int *overflow, bt_diag *diag) {
+    /* Under cp, t->dp.group is the dp x cp block: the cp ranks vote too. */
     comm *groups[3] = {t->tp.group, t->pp.group, t->dp.group};
     return train_scaler_unscale(&t->scaler, &t->be, t->m.grads_mem, t->m.sizes.param_floats, groups,
                                 3, overflow, diag);
 }
 
+/* What this rank has sent on each counted group so far (comm_bytes_sent). */
+static void train_comm_sent(const trainer *t, uint64_t out[TRAIN_COMM_GROUPS]) {
+    comm *g[TRAIN_COMM_GROUPS] = {t->tp.group, t->pp.group, t->dp.group, t->m.cp_group};
+    for (int i = 0; i < TRAIN_COMM_GROUPS; i++)
+        out[i] = g[i] ? comm_bytes_sent(g[i]) : 0;
+}
+
+static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag);
+
 int train_step(trainer *t, train_metrics *out, bt_diag *diag) {
+    uint64_t before[TRAIN_COMM_GROUPS], after[TRAIN_COMM_GROUPS];
+    train_comm_sent(t, before);
+    int rc = train_step_counted(t, out, diag);
+    train_comm_sent(t, after);
+    for (int i = 0; i < TRAIN_COMM_GROUPS; i++)
+        t->comm_bytes[i] += after[i] - before[i];
+    t->comm_steps++;
+    return rc;
+}
+
+static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
     double t0 = bt_clock_now(), loss = 0;
     *out = (train_metrics){0};
     model_zero_grad(&t->m);
@@ -447,12 +502,13 @@ int train_eval(trainer *t, const char *prefix, uint32_t n, double *loss, bt_diag
         for (; b < t->B && i + b < n && rc == 0; b++)
             rc =
                 loader_get(&ev, i + b, t->tokens + (size_t)b * t->T, t->targets + (size_t)b * t->T);
+        train_cp_rows(t, b);
         float l = 0;
         if (rc == 0 && t->pp.group != NULL)
-            rc = train_pp_eval_batch(&t->pp, &t->m, t->tokens, t->targets, (int)b, (int)t->T, &l,
+            rc = train_pp_eval_batch(&t->pp, &t->m, t->tokens, t->targets, (int)b, (int)t->Tl, &l,
                                      diag);
         else
-            rc = rc ? rc : model_forward(&t->m, t->tokens, t->targets, (int)b, (int)t->T, &l);
+            rc = rc ? rc : model_forward(&t->m, t->tokens, t->targets, (int)b, (int)t->Tl, &l);
         sum += (double)l * b, done += b;
     }
     if (rc != 0) bt_diag_set(diag, "eval on %s: %s", prefix, bt_strerror(rc));

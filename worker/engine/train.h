@@ -6,9 +6,10 @@
  * Layouts: one process (tp = pp = cp = dp = 1), tensor parallelism over a tp group
  * (model_tp.h, train_tp.h), pipeline parallelism over a pp group (1F1B, pipeline.h,
  * train_pp.h), data parallelism over a dp group (train_dp.h, with or without ZeRO-1), or
- * any product of them. Each dp rank takes global_batch / dp samples per step, reached
- * through K = global_batch / (micro_batch dp) micro-batches; the tp ranks and pipeline
- * stages of one dp rank take the same samples. */
+ * context parallelism over a cp group (each sequence split over its ranks, model_cp.h;
+ * gradients reduced over the dp x cp block), or any product of them. Each dp rank takes
+ * global_batch / dp samples per step, reached through K = global_batch / (micro_batch dp)
+ * micro-batches; the tp ranks and pipeline stages of one dp rank take the same samples. */
 #ifndef BATON_TRAIN_H
 #define BATON_TRAIN_H
 
@@ -45,6 +46,10 @@ typedef struct train_metrics {
     double step_s;
 } train_metrics;
 
+/* The groups whose traffic train_step counts: tensor, pipeline, data parallel (the dp x cp
+ * block under context parallelism, as `baton plan` names it) and context parallel. */
+enum { TRAIN_COMM_TP = 0, TRAIN_COMM_PP, TRAIN_COMM_DP, TRAIN_COMM_CP, TRAIN_COMM_GROUPS };
+
 typedef struct train_fp8 {
     prec_fp8_meta meta[BACKEND_FP8_SLOTS]; /* per operand slot of one GEMM */
     float amax_step[BACKEND_FP8_SLOTS];    /* max over this step's micro-batches */
@@ -59,7 +64,8 @@ typedef struct trainer {
     optim_segment *segs;
     size_t n_segs;
     loader ld;
-    int32_t *tokens, *targets; /* (micro_batch, seq_len) host */
+    int32_t *tokens, *targets; /* (micro_batch, seq_len) host; under cp the model's input is
+                                * their first micro_batch x Tl entries (this rank's rows) */
     train_fp8 *fp8;            /* (model.n_gemm) when precision is fp8 */
     float *fp8_history;        /* backing store of every meta's history */
     train_fp8 *fp8_saved;      /* the spike guard's copy of fp8 and fp8_history before an */
@@ -69,6 +75,10 @@ typedef struct trainer {
     train_pp pp;
     double mb_loss; /* the step's loss so far (last stage), for the pipeline callbacks */
     uint32_t B, T, accum;
+    uint32_t Tl;          /* rows per sequence on this rank: T / cp (model_cp.h) */
+    int dp_rank, dp_size; /* this rank's data-parallel coordinate (the samples it takes) */
+    uint64_t comm_bytes[TRAIN_COMM_GROUPS]; /* sent by train_step on each group, in total */
+    uint64_t comm_steps;                    /* the train_step calls they cover */
     uint64_t step, total_steps;
     uint64_t skipped_steps;       /* steps whose update was skipped (non-finite gradients
                                    * or a loss spike) */
@@ -82,9 +92,12 @@ typedef struct trainer {
 /* The groups a rank trains in, from the stage's layout (stages/layout.h). Borrowed: they
  * must outlive the trainer. NULL: that degree is 1. */
 typedef struct train_groups {
-    comm *tp; /* tensor-parallel group: size the spec's tp */
-    comm *dp; /* data-parallel group: size the spec's dp */
-    comm *pp; /* pipeline group: size the spec's pp, rank = stage */
+    comm *tp;   /* tensor-parallel group: size the spec's tp */
+    comm *dp;   /* data-parallel group: size the spec's dp */
+    comm *pp;   /* pipeline group: size the spec's pp, rank = stage */
+    comm *cp;   /* context-parallel group: size the spec's cp */
+    comm *dpcp; /* the dp x cp block (every rank with this rank's tp and pp coordinates);
+                 * needed when cp > 1: gradients are reduced over it (model_cp.h) */
 } train_groups;
 
 /* Builds the model from spec (weights from spec->seed; under tp this rank's slices of the

@@ -30,6 +30,7 @@ int train_dp_init(train_dp *d, comm *group, int zero, size_t n_params, const opt
     d->group = group, d->zero = zero, d->n_params = n_params;
     d->rank = group ? comm_rank(group) : 0;
     d->size = group ? comm_size(group) : 1;
+    d->replicas = d->size;
     if (zero == 0 || d->size == 1) return 0;
     d->chunk = (n_params + (size_t)d->size - 1) / (size_t)d->size;
     d->shard_begin = (size_t)d->rank * d->chunk;
@@ -44,6 +45,10 @@ int train_dp_init(train_dp *d, comm *group, int zero, size_t n_params, const opt
     }
     d->n_segs = dp_shard_segments(segs, n_segs, d->shard_begin, d->shard_n, d->segs);
     return 0;
+}
+
+void train_dp_set_cp(train_dp *d, int cp) {
+    d->replicas = cp > 1 ? d->size / cp : d->size;
 }
 
 void train_dp_free(train_dp *d) {
@@ -93,7 +98,7 @@ static int dp_update_replicated(train_dp *d, float *params, float *grads, const 
     if (d->size > 1) {
         if (comm_allreduce(d->group, grads, grads, d->n_params, COMM_F32, COMM_SUM, NULL) != 0)
             return dp_fail(d, "gradient all-reduce", diag);
-        optim_grad_scale(grads, d->n_params, 1.0f / (float)d->size);
+        optim_grad_scale(grads, d->n_params, 1.0f / (float)d->replicas);
     }
     if (d->n_norm_groups == 0) {
         *norm = optim_adamw_step(o, params, grads, segs, n_segs, hp, lr);
@@ -116,7 +121,7 @@ static int dp_update_sharded(train_dp *d, float *params, const float *grads, opt
     float *shard = d->flat + d->shard_begin;
     if (comm_reduce_scatter(d->group, d->flat, shard, d->chunk, COMM_F32, COMM_SUM, NULL) != 0)
         return dp_fail(d, "gradient reduce-scatter", diag);
-    optim_grad_scale(shard, d->chunk, 1.0f / (float)d->size);
+    optim_grad_scale(shard, d->chunk, 1.0f / (float)d->replicas);
     double sumsq = d->n_norm_groups ? optim_segments_sumsq(shard, d->norm_segs, d->n_norm_segs)
                                     : optim_segments_sumsq(shard, d->segs, d->n_segs);
     if (comm_allreduce(d->group, &sumsq, &sumsq, 1, COMM_F64, COMM_SUM, NULL) != 0)

@@ -23,6 +23,9 @@
 typedef struct train_dp {
     comm *group; /* NULL: one data-parallel rank */
     int rank, size, zero;
+    int replicas;        /* copies of the model in the group: the gradient sum is divided by it.
+                          * size, or size / cp when the group is the dp x cp block (model_cp.h:
+                          * the cp ranks hold parts of one replica's gradient) */
     size_t n_params;     /* P */
     size_t chunk;        /* ceil(P / size): one rank's shard, padding included */
     size_t shard_begin;  /* rank * chunk */
@@ -43,6 +46,9 @@ typedef struct train_dp {
 int train_dp_init(train_dp *d, comm *group, int zero, size_t n_params, const optim_segment *segs,
                   size_t n_segs, bt_diag *diag);
 void train_dp_free(train_dp *d);
+/* The group is the dp x cp block of context parallelism: the gradients are summed over
+ * its cp ranks and averaged over its size / cp replicas. */
+void train_dp_set_cp(train_dp *d, int cp);
 /* Extends the gradient norm over groups (the tensor- and pipeline-parallel groups, NULL
  * entries skipped, at most 2): this rank counts only the gradients in segs (full-buffer
  * offsets), the other ranks of the groups the rest. */

@@ -277,6 +277,17 @@ static int worker_rollback(const trainer *t, int *rollback, bt_diag *diag) {
 /* Trains to the stage's last step (or --steps more), checkpointing every save_every
  * steps and at the end; or until a stop request (wc->stopping) or a rollback request
  * (*rollback). */
+/* The bytes this rank sent per step on each group, to set beside `baton plan`'s
+ * comm_bytes_per_step (tests/engine/check-comm-bytes.sh). */
+static void worker_print_comm(const trainer *t) {
+    static const char *const names[TRAIN_COMM_GROUPS] = {"tp", "pp", "dp", "cp"};
+    if (t->comm_steps == 0) return;
+    printf("communication per step, sent by this rank:");
+    for (int i = 0; i < TRAIN_COMM_GROUPS; i++)
+        printf(" %s %.0f", names[i], (double)t->comm_bytes[i] / (double)t->comm_steps);
+    printf(" bytes\n");
+}
+
 static int worker_train(trainer *t, train_ckpt *c, uint64_t save_every, const worker_args *a,
                         worker_control *wc, int *rollback, bt_diag *diag) {
     train_metrics m;
@@ -298,6 +309,7 @@ static int worker_train(trainer *t, train_ckpt *c, uint64_t save_every, const wo
             return BT_EIO;
         fflush(stdout);
     }
+    if (!a->quiet) worker_print_comm(t);
     int rc = worker_save(c, t, a, wc, diag);
     rc = rc ? rc : train_ckpt_wait(c, diag);
     fflush(stdout);
@@ -364,7 +376,7 @@ static int worker_dump_params(trainer *t, const char *path, int writer, bt_diag 
  * evaluate, rank 0 prints. */
 static int worker_eval(trainer *t, const worker_args *a, bt_diag *diag) {
     const char *valid = a->valid ? a->valid : t->spec->data->valid;
-    if (a->eval_windows == 0 || valid == NULL || valid[0] == '\0' || t->dp.rank != 0) return 0;
+    if (a->eval_windows == 0 || valid == NULL || valid[0] == '\0' || t->dp_rank != 0) return 0;
     double loss = 0;
     int rc = train_eval(t, valid, a->eval_windows, &loss, diag);
     if (rc == 0 && !a->quiet)
@@ -426,7 +438,7 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
     int rc = worker_ranks_groups(w, spec->stage->parallel, diag);
     if (rc == 0 && spec->cluster && spec->cluster->strict_topology)
         rc = worker_ranks_check_topology(w, diag);
-    train_groups groups = {.tp = w->tp, .dp = w->dp, .pp = w->pp};
+    train_groups groups = {.tp = w->tp, .dp = w->dp, .pp = w->pp, .cp = w->cp, .dpcp = w->dpcp};
     rc = rc ? rc : train_init(&t, spec, &groups, diag);
     *setup_rc = rc;
     if (rc != 0) return rc;

@@ -82,6 +82,30 @@ static int ranks_group(worker_ranks *w, const layout *l, enum layout_dim dim, co
     return 0;
 }
 
+/* The ranks that share this rank's tp and pp coordinates: dp x cp, cp varying fastest.
+ * Split even when it is the whole world, so that its traffic is counted apart from the
+ * cp group's (comm_bytes_sent). */
+static int ranks_dpcp_group(worker_ranks *w, const layout *l, bt_diag *diag) {
+    uint32_t ranks[1024], cp = l->size[LAYOUT_CP], dp = l->size[LAYOUT_DP], n = cp * dp;
+    if (cp == 1) return 0; /* always a group of its own: its byte count is its own */
+    if (n > 1024) {
+        bt_diag_set(diag, "a dp x cp block of %u ranks (at most 1024)", n);
+        return BT_EUNSUPPORTED;
+    }
+    layout_coord c = layout_coord_of(l, (uint32_t)w->info.rank);
+    for (uint32_t d = 0; d < dp; d++)
+        for (uint32_t k = 0; k < cp; k++) {
+            c.c[LAYOUT_DP] = d, c.c[LAYOUT_CP] = k;
+            ranks[d * cp + k] = layout_rank_of(l, &c);
+        }
+    if (comm_split(w->world, ranks, n, "dp-cp", &w->dpcp) != 0) {
+        bt_diag_set(diag, "dp x cp group: %s", comm_error(w->world));
+        return BT_EIO;
+    }
+    w->own_dpcp = 1;
+    return 0;
+}
+
 int worker_ranks_groups(worker_ranks *w, const Baton__Parallel *p, bt_diag *diag) {
     uint32_t world = w->world ? (uint32_t)comm_size(w->world) : 1;
     uint64_t need = (uint64_t)p->tp * p->cp * p->dp * p->pp;
@@ -96,6 +120,8 @@ int worker_ranks_groups(worker_ranks *w, const Baton__Parallel *p, bt_diag *diag
     rc = rc ? rc : ranks_group(w, &l, LAYOUT_TP, &w->tp, &w->own_tp, diag);
     rc = rc ? rc : ranks_group(w, &l, LAYOUT_DP, &w->dp, &w->own_dp, diag);
     rc = rc ? rc : ranks_group(w, &l, LAYOUT_PP, &w->pp, &w->own_pp, diag);
+    rc = rc ? rc : ranks_group(w, &l, LAYOUT_CP, &w->cp, &w->own_cp, diag);
+    rc = rc ? rc : ranks_dpcp_group(w, &l, diag);
     return rc;
 }
 
@@ -118,6 +144,8 @@ void worker_ranks_leave(worker_ranks *w) {
     if (w->own_tp) comm_destroy(w->tp);
     if (w->own_dp) comm_destroy(w->dp);
     if (w->own_pp) comm_destroy(w->pp);
+    if (w->own_cp) comm_destroy(w->cp);
+    if (w->own_dpcp) comm_destroy(w->dpcp);
     if (w->world != NULL) comm_destroy(w->world);
     if (w->under_pmix) boot_finalize(NULL);
     if (w->store[0] != '\0') ranks_remove_store(w->store);

@@ -15,6 +15,9 @@ typedef struct worker_ranks {
     comm *tp, *dp, *pp;         /* this rank's tensor-, data- and pipeline-parallel groups; NULL:
                                  * degree 1 */
     int own_tp, own_dp, own_pp; /* made by comm_split (else the world itself): destroy */
+    comm *cp;                   /* context-parallel group; NULL: degree 1 */
+    comm *dpcp;                 /* the dp x cp block (gradient reduction under cp); NULL: cp is 1 */
+    int own_cp, own_dpcp;
     char store[512]; /* rendezvous directory this worker created, to remove; "" if none */
 } worker_ranks;
 
@@ -22,7 +25,8 @@ typedef struct worker_ranks {
 int worker_ranks_join(worker_ranks *w, double timeout_s, bt_diag *diag);
 /* This rank's tp, dp and pp groups for the layout p (stages/layout.h, p->order), split
  * from the world: every rank calls it, and splits the same lists in the same order (tp,
- * dp, then pp; a pp group's rank is the stage). A group spanning the world is the world. When the
+ * dp, pp, then cp and, when cp > 1, the dp x cp block, cp fastest; a pp group's rank is
+ * the stage). A group spanning the world is the world. When the
  * world's size is not tp*cp*dp*pp the world becomes the dp group, for train_init to report the
  * mismatch. */
 int worker_ranks_groups(worker_ranks *w, const Baton__Parallel *p, bt_diag *diag);

@@ -1,0 +1,147 @@
+/* The model's MoE layers (model_moe.h). */
+#include "model_moe.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe_ep.h"
+
+static int moe_sets(const model *m) {
+    return m->cfg.recompute == MODEL_RECOMPUTE_FULL ? 1 : m->n_layers;
+}
+
+static moe_cache *cache_of(model *m, int l) {
+    model_moe *mo = m->moew;
+    return &mo->caches[(size_t)m->slot * mo->sets + (mo->sets == 1 ? 0 : l)];
+}
+
+static int moe_init_caches(model *m, comm *ep_group) {
+    model_moe *mo = m->moew;
+    int max_tokens = m->max_B * m->max_T;
+    for (int s = 0; s < m->n_slots; s++)
+        for (int k = 0; k < mo->sets; k++) {
+            moe_cache *c = &mo->caches[(size_t)s * mo->sets + k];
+            int rc = moe_cache_init(c, &m->cfg.moe, max_tokens);
+            if (rc == 0 && ep_group != NULL) rc = moe_ep_init(c, &m->cfg.moe, ep_group);
+            if (rc != 0) return rc;
+        }
+    return 0;
+}
+
+int model_moe_init(model *m, comm *ep_group, bt_diag *diag) {
+    if (m->cfg.moe.n_experts == 0) return 0;
+    int ep = m->cfg.ep > 1 ? m->cfg.ep : 1;
+    if (ep > 1 &&
+        (ep_group == NULL || comm_size(ep_group) != ep || comm_rank(ep_group) != m->cfg.ep_rank)) {
+        bt_diag_set(diag,
+                    "model: expert parallelism %d (rank %d) needs a group of that size in "
+                    "which this process has that rank",
+                    ep, m->cfg.ep_rank);
+        return BT_EINVAL;
+    }
+    model_moe *mo = calloc(1, sizeof *mo);
+    if (mo == NULL) return BT_ENOMEM;
+    m->moew = mo, m->ep_group = ep > 1 ? ep_group : NULL;
+    mo->sets = moe_sets(m);
+    mo->caches = calloc((size_t)m->n_slots * mo->sets, sizeof *mo->caches);
+    mo->y = calloc((size_t)m->max_B * m->max_T * m->cfg.dim, sizeof(float));
+    mo->routed =
+        calloc((size_t)(m->n_layers ? m->n_layers : 1) * m->cfg.moe.n_experts, sizeof(double));
+    int rc = mo->caches && mo->y && mo->routed ? moe_init_caches(m, m->ep_group) : BT_ENOMEM;
+    if (rc != 0) {
+        bt_diag_set(diag, "model: cannot set up the MoE layers (%d experts, %d here): %s",
+                    m->cfg.moe.n_experts, moe_local_experts(&m->cfg.moe), bt_strerror(rc));
+        model_moe_free(m);
+    }
+    return rc;
+}
+
+void model_moe_free(model *m) {
+    model_moe *mo = m->moew;
+    if (mo == NULL) return;
+    if (mo->caches)
+        for (size_t i = 0; i < (size_t)m->n_slots * mo->sets; i++)
+            moe_cache_free(&mo->caches[i]);
+    free(mo->caches);
+    free(mo->y);
+    free(mo->routed);
+    free(mo);
+    m->moew = NULL;
+}
+
+static void moe_views(const model *m, int l, moe_weights *w, moe_weights *g) {
+    moe_weights_carve(&m->cfg.moe, w, m->params.layers[l].moe);
+    if (g) moe_weights_carve(&m->cfg.moe, g, m->grads.layers[l].moe);
+}
+
+void model_moe_forward(model *m, int l, const float *x, float *y) {
+    model_moe *mo = m->moew;
+    moe_weights w;
+    moe_views(m, l, &w, NULL);
+    moe_stats st;
+    int N = m->B * m->T, E = m->cfg.moe.n_experts;
+    if (m->comm_err != 0) return;
+    int rc = moe_forward(&m->cfg.moe, &w, m->params.layers[l].moe_bias, x, y ? y : mo->y, N,
+                         cache_of(m, l), &st);
+    if (rc != 0) {
+        m->comm_err = rc;
+        return;
+    }
+    if (y == NULL) return; /* a recomputation: the forward was counted already */
+    for (int e = 0; e < E; e++)
+        mo->routed[(size_t)l * E + e] += (double)st.routed[e];
+    mo->dropped += (double)st.dropped, mo->aux += st.aux_loss;
+}
+
+void model_moe_backward(model *m, int l, const float *dy, float *dx, float loss_scale) {
+    moe_weights w, g;
+    moe_views(m, l, &w, &g);
+    moe_config c = m->cfg.moe;
+    c.aux_loss_coef *= loss_scale;
+    if (m->comm_err != 0) return;
+    int rc = moe_backward(&c, &w, cache_of(m, l), dy, dx, &g);
+    if (rc != 0) m->comm_err = rc;
+}
+
+/* max / mean routed load of layer l's counts r (E). */
+static double load_ratio(const double *r, int E) {
+    double sum = 0, mx = 0;
+    for (int e = 0; e < E; e++)
+        sum += r[e], mx = r[e] > mx ? r[e] : mx;
+    return sum > 0 ? mx / (sum / E) : 0;
+}
+
+int model_moe_step_end(model *m, comm *group, double *max_mean, double *dropped, double *aux) {
+    model_moe *mo = m->moew;
+    *max_mean = *dropped = *aux = 0;
+    if (mo == NULL) return 0;
+    const moe_config *c = &m->cfg.moe;
+    int E = c->n_experts, L = m->n_layers;
+    size_t n = (size_t)L * E;
+    if (group != NULL && comm_size(group) > 1 &&
+        (comm_allreduce(group, mo->routed, mo->routed, n, COMM_F64, COMM_SUM, NULL) != 0 ||
+         comm_allreduce(group, &mo->dropped, &mo->dropped, 1, COMM_F64, COMM_SUM, NULL) != 0 ||
+         comm_allreduce(group, &mo->aux, &mo->aux, 1, COMM_F64, COMM_SUM, NULL) != 0))
+        return BT_EIO;
+    for (int l = 0; l < L; l++) {
+        if (!model_layer_is_moe(&m->cfg, m->layer0 + l)) continue;
+        const double *r = mo->routed + (size_t)l * E;
+        double ratio = load_ratio(r, E), sum = 0;
+        *max_mean = ratio > *max_mean ? ratio : *max_mean;
+        moe_stats st = {0};
+        for (int e = 0; e < E; e++)
+            st.routed[e] = (long)r[e], sum += r[e];
+        st.n_tokens = (int)(sum / c->top_k);
+        float *bias = m->params.layers[l].moe_bias;
+        if (bias != NULL) { /* device memory is host memory on the CPU backend */
+            float host[MOE_MAX_EXPERTS];
+            m->be->to_host(m->be, host, bias, (size_t)E * sizeof(float));
+            moe_bias_update(c, host, &st);
+            m->be->from_host(m->be, bias, host, (size_t)E * sizeof(float));
+        }
+    }
+    *dropped = mo->dropped, *aux = mo->aux;
+    memset(mo->routed, 0, n * sizeof *mo->routed);
+    mo->dropped = mo->aux = 0;
+    return 0;
+}

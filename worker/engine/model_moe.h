@@ -1,0 +1,41 @@
+/* The model's MoE layers (model.h: model_layer_is_moe): each calls moe.c's layer in place
+ * of the dense SwiGLU MLP, on the post-attention norm's output. Under tensor parallelism
+ * the layer runs whole on every tp rank (its weights are replicated there, like the norm
+ * weights: Megatron's expert tensor parallelism of 1); under expert parallelism the
+ * routed experts are split over the ep group (moe_ep.h). The aux loss is part of the
+ * training objective (its gradient scaled like the loss's), not of the reported loss.
+ * The selection bias of aux-loss-free balancing is a parameter tensor with no gradient,
+ * nudged after each optimizer step from the step's loads (model_moe_step_end). */
+#ifndef BATON_MODEL_MOE_H
+#define BATON_MODEL_MOE_H
+
+#include "model.h"
+
+typedef struct model_moe {
+    moe_cache *caches; /* (n_slots, sets): sets = stage layers, or 1 under full recompute */
+    int sets;
+    float *y;       /* (max_B max_T, C) output when recomputing (nothing to keep) */
+    double *routed; /* (stage layers, E) pairs routed per expert since the step began */
+    double dropped; /* pairs dropped since then */
+    double aux;     /* aux losses since then, summed over layers */
+} model_moe;
+
+/* Sets up the MoE layers of a model made by model_init_tp (nothing to do for a dense
+ * model): caches for every slot and, with cfg.ep > 1, expert parallelism over ep_group
+ * (size cfg.ep, rank cfg.ep_rank; borrowed). */
+int model_moe_init(model *m, comm *ep_group, bt_diag *diag);
+void model_moe_free(model *m);
+
+/* Layer l's MoE block from x (N, C) into y (N, C); y NULL when recomputing. */
+void model_moe_forward(model *m, int l, const float *x, float *y);
+/* Its backward: dx (N, C) written from dy, weight gradients accumulated; the aux loss's
+ * gradient is scaled by loss_scale. */
+void model_moe_backward(model *m, int l, const float *dy, float *dx, float loss_scale);
+
+/* The step's load figures, summed over group (every rank of the data-parallel block, so
+ * that every replica takes the same bias step), then the bias update of every MoE layer.
+ * max_mean: the largest max/mean expert load over the layers; dropped: pairs dropped.
+ * Resets the counts. Collective over group (NULL: this rank alone). */
+int model_moe_step_end(model *m, comm *group, double *max_mean, double *dropped, double *aux);
+
+#endif
