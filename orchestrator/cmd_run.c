@@ -280,12 +280,15 @@ static int run_main(run_args *a) {
     if (!a->quiet) printf("baton run: %s, run directory %s\n", a->recipe, dir.path);
     run_opts o = {.worker = a->worker ? a->worker : run_worker_path(worker, sizeof worker),
                   .quiet = a->quiet};
-    static launch_slurm slurm; /* large; one per process */
-    int status = a->launcher && strcmp(a->launcher, "slurm") == 0
-                     ? run_open_slurm(a, &doc, &dir, &slurm, &o)
-                     : 0;
+    int status = 0;
+    if (a->launcher && strcmp(a->launcher, "slurm") == 0) {
+        launch_slurm *slurm = malloc(sizeof *slurm); /* large: the step's argv buffers */
+        status = slurm ? run_open_slurm(a, &doc, &dir, slurm, &o) : BT_EXIT_FAILURE;
+        if (status != 0) free(slurm);
+    }
     if (status == 0) status = run_supervise(&dir, &doc, &o);
     if (o.slurm) launch_slurm_close(o.slurm);
+    free(o.slurm);
     run_dir_close(&dir);
     recipe_doc_free(&doc);
     return status;

@@ -7,11 +7,13 @@
 #   deploy/slurm/test-cluster.sh down [--dir DIR]
 #   deploy/slurm/test-cluster.sh kill-host NAME [--dir DIR]     (kill -9 all in its netns)
 #
-# Why network namespaces and not several slurmd under distinct node names: this Debian
-# Slurm 22.05 build is configured without --enable-multiple-slurmd (its libslurmfull
-# carries the "Duplicated NodeHostName ... in config file" check that build leaves out),
-# so several NodeNames on one NodeHostname with distinct Ports are refused; separate
-# namespaces with veth pairs also give every test host its own IP address.
+# Why network namespaces: this Debian Slurm 22.05.8 build does run several slurmd on one
+# host (checked: two NodeNames with NodeHostname=<this host> and Port=17001/17002, each
+# started as `slurmd -N NAME`, both came up idle and `srun -N2 --mpi=pmix` ran on both),
+# but they would share one IP address and loopback, so nothing would show that the
+# workers bind Gloo to their own host's address and reach `baton run` over a real route.
+# A namespace per test host, joined by veth pairs to a bridge, gives each its own
+# address, and "losing a host" is killing everything in its namespace.
 #
 # Test hosts are bt-n0 .. bt-n<N-1> at 10.77.0.10+i on bridge btbr0 (10.77.0.1, the
 # controller and the host that runs srun). Everything lives under DIR (default

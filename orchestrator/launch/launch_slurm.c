@@ -84,7 +84,7 @@ int launch_slurm_exec(char *const argv[], char *out, size_t cap, double timeout_
 
 /* The allocation's hosts, one per line from `scontrol show hostnames LIST`. */
 static int slurm_read_hosts(launch_slurm *s, const char *list, bt_diag *diag) {
-    static char out[SLURM_MAX_HOSTS * 70];
+    char out[SLURM_MAX_HOSTS * 70];
     char *argv[] = {"scontrol", "show", "hostnames", (char *)list, NULL};
     int rc = launch_slurm_exec(argv, out, sizeof out, 30);
     if (rc != 0) {
@@ -162,12 +162,20 @@ int launch_slurm_check_nodes(const launch_slurm *s, uint32_t wanted, bt_diag *di
     return BT_EINVAL;
 }
 
-static int slurm_arg(launch_slurm *s, int *n, const char *fmt, const char *a, long b) {
+/* Appends "prefix value" as one argument; -1 when argv is full or it does not fit. */
+static int slurm_arg(launch_slurm *s, int *n, const char *prefix, const char *value) {
     if (*n >= SLURM_MAX_ARGS - 1) return -1;
-    snprintf(s->args[*n], sizeof s->args[0], fmt, a ? a : "", b);
+    int k = snprintf(s->args[*n], sizeof s->args[0], "%s%s", prefix, value);
+    if (k < 0 || (size_t)k >= sizeof s->args[0]) return -1;
     s->argv[*n] = s->args[*n];
     (*n)++;
     return 0;
+}
+
+static int slurm_arg_num(launch_slurm *s, int *n, const char *prefix, long value) {
+    char num[32];
+    snprintf(num, sizeof num, "%ld", value);
+    return slurm_arg(s, n, prefix, num);
 }
 
 /* "h0,h1,..." of the logical nodes picked by flag (or listed) into out. */
@@ -197,18 +205,20 @@ char **launch_slurm_step_argv(launch_slurm *s, const uint32_t *active, uint32_t 
         "srun",      "--mpi=pmix",  "--label", "--kill-on-bad-exit=1", "--distribution=block",
         "--overlap", "--unbuffered"};
     for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
-        err |= slurm_arg(s, &n, "%s", fixed[i], 0);
-    err |= slurm_arg(s, &n, "--job-name=%s", step_name, 0);
-    err |= slurm_arg(s, &n, "%s--nodes=%ld", "", (long)n_active);
-    err |= slurm_arg(s, &n, "%s--ntasks=%ld", "", ntasks);
-    err |= slurm_arg(s, &n, "%s--ntasks-per-node=%ld", "", tasks_per_node);
-    err |= slurm_arg(s, &n, "--nodelist=%s", hosts, 0);
-    if (ex[0]) err |= slurm_arg(s, &n, "--exclude=%s", ex, 0);
+        err |= slurm_arg(s, &n, "", fixed[i]);
+    err |= slurm_arg(s, &n, "--job-name=", step_name);
+    err |= slurm_arg_num(s, &n, "--nodes=", (long)n_active);
+    err |= slurm_arg_num(s, &n, "--ntasks=", ntasks);
+    err |= slurm_arg_num(s, &n, "--ntasks-per-node=", tasks_per_node);
+    err |= slurm_arg(s, &n, "--nodelist=", hosts);
+    if (ex[0]) err |= slurm_arg(s, &n, "--exclude=", ex);
     for (int i = 0; worker_argv[i] && !err; i++)
-        err |= slurm_arg(s, &n, "%s", worker_argv[i], 0);
+        err |= slurm_arg(s, &n, "", worker_argv[i]);
     if (err) {
-        bt_diag_set(diag, "--launcher slurm: the srun command line has more than %d arguments",
-                    SLURM_MAX_ARGS - 1);
+        bt_diag_set(diag,
+                    "--launcher slurm: the srun command line has more than %d arguments or "
+                    "one longer than %zu bytes",
+                    SLURM_MAX_ARGS - 1, sizeof s->args[0] - 1);
         return NULL;
     }
     s->argv[n] = NULL;
@@ -224,7 +234,7 @@ static int slurm_label(const char *line, size_t len, size_t *rest) {
     long r = 0;
     while (i < len && isdigit((unsigned char)line[i]) && r < 1000000)
         r = r * 10 + (line[i++] - '0');
-    if (i == d || i + 1 >= len + 1 || i >= len || line[i] != ':') return -1;
+    if (i == d || i >= len || line[i] != ':') return -1;
     i++;
     if (i < len && line[i] == ' ') i++;
     *rest = i;
@@ -290,13 +300,12 @@ void launch_slurm_describe(const launch_slurm *s, const launch_job *job, char *b
 
 /* Slurm's state of host from `scontrol show node -o HOST`: "" when it cannot be read. */
 static void slurm_node_state(const char *host, char *state, size_t cap) {
-    static char out[8192];
+    char out[8192];
     char *argv[] = {"scontrol", "show", "node", "-o", (char *)host, NULL};
     state[0] = '\0';
     if (launch_slurm_exec(argv, out, sizeof out, 10) != 0) return;
     const char *p = strstr(out, "State=");
-    if (p) sscanf(p + 6, "%63s", state);
-    (void)cap;
+    if (p) snprintf(state, cap, "%.*s", (int)strcspn(p + 6, " \n"), p + 6);
 }
 
 static int slurm_state_bad(const char *state) {
@@ -330,7 +339,7 @@ int launch_slurm_host_lost(launch_slurm *s, const char *host, double timeout_s, 
 }
 
 void launch_slurm_cancel_step(launch_slurm *s) {
-    static char out[16384];
+    char out[16384];
     char job[64];
     snprintf(job, sizeof job, "--jobs=%s", s->job_id);
     char *argv[] = {"squeue", "--steps", "--noheader", job, "--format=%i %j", NULL};

@@ -11,6 +11,10 @@
 #             is killed: the run must finish on bt-n0 with dp 2 -> 1, the journal must show
 #             node1 excluded, and the final loss must match the uninterrupted local run
 #             within 1e-5 (the shrunk layout sums in another order).
+#   requeue   the same through `baton submit ... --requeue`; `scontrol requeue` mid-way
+#             through fp8 (Slurm's SIGTERM: the workers checkpoint, baton exits 75); the
+#             job runs again, `baton resume` continues from that checkpoint, and every
+#             stage ends on exactly the uninterrupted run's loss.
 # Teardown (the cluster, every process) happens on any exit. Exit 77 (SKIPPED, with the
 # reason) only when this machine cannot host the cluster: not root, no network
 # namespaces, Slurm or munge not installed.
@@ -46,7 +50,7 @@ cd "$work"
 "$baton" data prepare --input /usr/share/games/fortunes --split-on-percent \
   --output data/fortunes >/dev/null
 recipe=$src/tests/run/run.yaml
-fp8_steps=$([[ $case == nodeloss ]] && echo 40 || echo 6)
+fp8_steps=$([[ $case == losses ]] && echo 6 || echo 40)
 sets=(--set stages.pretrain.steps=6 --set stages.extend.steps=4 --set stages.fp8.steps=$fp8_steps)
 
 # per_step DIR: "stage step loss" per line of metrics.jsonl
@@ -59,6 +63,43 @@ for l in open(sys.argv[1] + "/metrics.jsonl"):
 }
 
 secs() { /usr/bin/python3 -c "import sys; print('%.1f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$1" "$2"; }
+# wait_step JOB N: until the fp8 stage logged step N (the job must still run)
+wait_step() {
+  for ((i = 0; i < 600; i++)); do
+    grep -q "\"stage\": \"fp8\".*\"step\": $2," run/metrics.jsonl 2>/dev/null && return 0
+    squeue -h -j "$1" 2>/dev/null | grep -q . || fail "job $1 ended before the fp8 stage's step $2"
+    sleep 0.2
+  done
+  fail "job $1 did not reach the fp8 stage's step $2 within 120 s"
+}
+# wait_done JOB: until Slurm no longer lists the job
+wait_done() {
+  for ((i = 0; i < 900; i++)); do
+    squeue -h -j "$1" 2>/dev/null | grep -q . || return 0
+    sleep 0.2
+  done
+  fail "job $1 still runs after 180 s"
+}
+# final_losses TOL: every stage's last logged step and loss, slurm vs local, within TOL
+# (relative; 0: exactly)
+final_losses() {
+  /usr/bin/python3 - local run "$1" <<'PY'
+import json, sys
+def last(d):
+    out = {}
+    for l in open(d + "/metrics.jsonl"):
+        m = json.loads(l)
+        out[m["stage"]] = (m["step"], m["loss"])
+    return out
+a, b, tol = last(sys.argv[1]), last(sys.argv[2]), float(sys.argv[3])
+ok = a.keys() == b.keys()
+for s in a:
+    r = abs(a[s][1] - b[s][1]) / abs(a[s][1])
+    print("%-9s step %d: slurm %.7f local %.7f (relative %.2g)" % (s, b[s][0], b[s][1], a[s][1], r))
+    ok = ok and a[s][0] == b[s][0] and r <= tol
+sys.exit(0 if ok else 1)
+PY
+}
 t0=$(date +%s.%N)
 "$baton" run "$recipe" --run-dir local "${sets[@]}" --quiet >local.out 2>&1 ||
   fail "the local run failed"
@@ -88,40 +129,39 @@ nodeloss)
   job=$(head -n 1 submit.out)
   [[ $job =~ ^[0-9]+$ ]] || fail "baton submit printed '$job', not a job id"
   grep -q "^#SBATCH --time=5$" run/baton.sbatch || fail "the sbatch option is not in the script"
-  for ((i = 0; i < 600; i++)); do
-    grep -q '"stage": "fp8".*"step": 8,' run/metrics.jsonl 2>/dev/null && break
-    squeue -h -j "$job" 2>/dev/null | grep -q . || fail "job $job ended before the fp8 stage's step 8"
-    sleep 0.2
-  done
+  wait_step "$job" 8
   "$cluster" kill-host bt-n1 --dir "$cdir" >kill.out
-  for ((i = 0; i < 900; i++)); do
-    squeue -h -j "$job" 2>/dev/null | grep -q . || break
-    sleep 0.2
-  done
-  squeue -h -j "$job" 2>/dev/null | grep -q . && fail "job $job still runs 180 s after the node loss"
+  wait_done "$job"
   t2=$(date +%s.%N)
   "$baton" status run --json >status.json || fail "baton status failed"
   grep -q '"state": "completed"' status.json || fail "the run did not complete: $(head -c 400 status.json)"
   strings run/journal | grep -q "node1 (Slurm host bt-n1) lost" || fail "the journal shows no exclusion of node1"
   grep -q "data parallelism shrinks from 2 to 1" run/slurm-"$job".out || fail "no dp shrink reported"
-  /usr/bin/python3 - local run <<'PY' || fail "final losses differ"
-import json, sys
-def last(d):
-    out = {}
-    for l in open(d + "/metrics.jsonl"):
-        m = json.loads(l)
-        out[m["stage"]] = (m["step"], m["loss"])
-    return out
-a, b = last(sys.argv[1]), last(sys.argv[2])
-ok = a.keys() == b.keys()
-for s in a:
-    r = abs(a[s][1] - b[s][1]) / abs(a[s][1])
-    print("%-9s step %d: slurm %.7f local %.7f (relative %.2g)" % (s, b[s][0], b[s][1], a[s][1], r))
-    ok = ok and a[s][0] == b[s][0] and r <= 1e-5
-sys.exit(0 if ok else 1)
-PY
+  final_losses 1e-5 || fail "final losses differ"
   echo "slurm.nodeloss: bt-n1 killed mid-stage, node1 excluded, dp 2 -> 1;" \
     "submitted run completed in $(secs "$t1" "$t2") s"
+  ;;
+requeue)
+  "$baton" submit "$recipe" --run-dir "$work/run" "${sets[@]}" --time=5 --requeue \
+    >submit.out 2>&1 || fail "baton submit failed: $(cat submit.out)"
+  job=$(head -n 1 submit.out)
+  wait_step "$job" 8
+  scontrol requeue "$job" || fail "scontrol requeue $job failed"
+  # Slurm holds a requeued job back for a while (BeginTime); let it start again now.
+  for ((i = 0; i < 150; i++)); do
+    [[ $(squeue -h -j "$job" -o %T 2>/dev/null) == PENDING ]] && break
+    sleep 0.2
+  done
+  scontrol update JobId="$job" StartTime=now || fail "cannot release requeued job $job"
+  wait_done "$job"
+  "$baton" status run --json >status.json || fail "baton status failed"
+  grep -q '"state": "completed"' status.json || fail "the run did not complete: $(head -c 400 status.json)"
+  grep -q "restart count 1" run/slurm-"$job".out || fail "the job did not run a second time"
+  from=$(sed -n 's/^\[fp8\] started from .* at step \([0-9]*\) .*/\1/p' run/slurm-"$job".out | tail -n 1)
+  [[ -n $from && $from -ge 8 ]] || fail "the requeued job did not resume fp8 from its stop checkpoint (from '$from')"
+  final_losses 0 || fail "final losses differ from the uninterrupted run"
+  echo "slurm.requeue: requeued at fp8 step 8, resumed from step $from, losses exact;" \
+    "$(secs "$t1" "$(date +%s.%N)") s"
   ;;
 *) echo "check-slurm.sh: unknown case $case" >&2; exit 2 ;;
 esac
