@@ -1,29 +1,36 @@
 #!/usr/bin/env bash
 # `baton plan` and the runtime agree on communication: for ring attention over cp2 (with
 # and without full recomputation), cp4, tp2 x cp2 and Ulysses over cp2, the bytes rank 0
-# sent per step on its cp group and on its data-parallel (dp x cp) group, as the worker
-# counts them (comm_bytes_sent), are within 10% of the plan's comm_bytes_per_step.
+# sent per step on its cp group and on its data-parallel (dp x cp) group, and for expert
+# parallelism over ep2 and ep4 (tests/engine/moe.yaml) on its ep and dp groups, as the
+# worker counts them (comm_bytes_sent), are within 10% of the plan's comm_bytes_per_step.
+# The plan takes the routing to be balanced; these seeded runs route within 7% of that.
 #   check-comm-bytes.sh BATON BATON_WORKER SOURCE_DIR
 set -euo pipefail
 source "$(dirname "$0")/layout-lib.sh"
 layout_setup "$@"
 
-bytes_case() { # NAME RANKS TP CP STAGE
-  local name=$1 n=$2
-  sed "s/gpus_per_node: 2/gpus_per_node: $n/; s/tp: 1, pp: 1, cp: 2,/tp: $3, pp: 1, cp: $4,/" \
-    "$src/tests/engine/cp.yaml" >"$name.yaml"
+bytes_case() { # NAME RANKS TP CP STAGE [GROUP]
+  local name=$1 n=$2 group=${6:-cp}
+  if [[ $group == ep ]]; then
+    sed "s/gpus_per_node: 2/gpus_per_node: $n/; s/tp: 1, pp: 1, ep: 2,/tp: $3, pp: 1, ep: $4,/" \
+      "$src/tests/engine/moe.yaml" >"$name.yaml"
+  else
+    sed "s/gpus_per_node: 2/gpus_per_node: $n/; s/tp: 1, pp: 1, cp: 2,/tp: $3, pp: 1, cp: $4,/" \
+      "$src/tests/engine/cp.yaml" >"$name.yaml"
+  fi
   "$baton" plan "$name.yaml" --json >"$name.plan.json"
   "$baton" spec "$name.yaml" --stage "$5" --out "$name.pb"
   timeout 300 "$baton" launch -n "$n" -- "$worker" --spec "$name.pb" --eval-windows 0 \
     --comm-timeout 30 --steps 3 >"$name.log"
-  /usr/bin/python3 - "$name" "$5" "$name.plan.json" "$name.log" <<'PY' || failures=$((failures + 1))
+  /usr/bin/python3 - "$name" "$5" "$name.plan.json" "$name.log" "$group" <<'PY' || failures=$((failures + 1))
 import json, re, sys
-name, stage, plan_path, log_path = sys.argv[1:5]
+name, stage, plan_path, log_path, group = sys.argv[1:6]
 plan = next(s for s in json.load(open(plan_path))["stages"] if s["name"] == stage)
 line = next(l for l in open(log_path) if l.startswith("[0] communication per step"))
-got = {k: float(v) for k, v in re.findall(r" (tp|pp|dp|cp) (\d+)", line)}
+got = {k: float(v) for k, v in re.findall(r" (tp|pp|dp|cp|ep) (\d+)", line)}
 bad = 0
-for g in ("cp", "dp"):
+for g in (group, "dp"):
     want = plan["comm_bytes_per_step"][g]
     rel = abs(got[g] - want) / want
     print(f"{name}: {g} measured {got[g]:.0f} B/step, plan {want:.0f} ({rel:.2%})")
@@ -39,4 +46,6 @@ bytes_case cp4-ring 4 1 4 ring
 bytes_case tp2-cp2-ring 4 2 2 ring
 bytes_case cp2-ulysses 2 1 2 ulysses
 bytes_case cp2-ulysses-full 2 1 2 ulysses-full
-layout_finish "CP and DP traffic per step within 10% of the plan"
+bytes_case ep2 2 1 2 train ep
+bytes_case ep4 4 1 4 train ep
+layout_finish "CP, EP and DP traffic per step within 10% of the plan"

@@ -483,7 +483,7 @@ static void moe_tensor(const model_config *cfg, int k, layer_tensor_desc *d) {
         int j = k - 1 - 3 * El - 2 * S;
         snprintf(d->name, sizeof d->name, "mlp.shared_experts.%d.down_proj", j);
         d->rows = C, d->cols = F;
-        d->offset = base + (size_t)(El + S) * 2 * FC + (size_t)j * FC;
+        d->offset = base + (size_t)El * 3 * FC + (size_t)S * 2 * FC + (size_t)j * FC;
     } else {
         snprintf(d->name, sizeof d->name, "mlp.gate.e_score_correction_bias");
         d->rows = E, d->cols = 0;

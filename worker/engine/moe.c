@@ -92,7 +92,7 @@ void moe_weights_carve(const moe_config *c, moe_weights *w, float *base) {
     w->router = base;
     w->w13 = w->router + E * C;
     w->w2 = w->w13 + El * 2 * F * C;
-    w->shared_w13 = w->w2 + E * C * F;
+    w->shared_w13 = w->w2 + El * C * F;
     w->shared_w2 = w->shared_w13 + S * 2 * F * C;
 }
 

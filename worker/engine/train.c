@@ -25,12 +25,17 @@ static int train_check_layout(const Baton__StageSpec *spec, const train_groups *
     uint32_t tp = g->tp ? (uint32_t)comm_size(g->tp) : 1;
     uint32_t pp = g->pp ? (uint32_t)comm_size(g->pp) : 1;
     uint32_t cp = g->cp ? (uint32_t)comm_size(g->cp) : 1;
-    if (p->ep != 1) {
+    uint32_t ep = g->ep ? (uint32_t)comm_size(g->ep) : 1;
+    if (p->ep != ep || (ep > 1 && (g->edp == NULL) != (p->dp * p->cp == ep))) {
+        bt_diag_set(diag, "stage \"%s\": ep %u needs an expert-parallel group of %u ranks (got %u)",
+                    s->name, p->ep, p->ep, ep);
+        return BT_EINVAL;
+    }
+    if (ep > 1 && p->zero != 0) {
         bt_diag_set(diag,
-                    "stage \"%s\": layout tp%u pp%u cp%u dp%u ep%u is not supported by this "
-                    "worker: it runs one process, tensor, pipeline, context and data "
-                    "parallelism (expert parallelism comes later)",
-                    s->name, p->tp, p->pp, p->cp, p->dp, p->ep);
+                    "stage \"%s\": expert parallelism runs with parallel.zero 0 in this worker "
+                    "(ZeRO-1 shards would mix the experts of different ranks)",
+                    s->name);
         return BT_EUNSUPPORTED;
     }
     if (p->dp != dp || p->tp != tp || p->pp != pp || p->cp != cp ||
@@ -43,7 +48,7 @@ static int train_check_layout(const Baton__StageSpec *spec, const train_groups *
                     s->name, p->tp, p->pp, p->cp, p->dp, p->ep, tp, pp, cp, dp, n, n);
         return BT_EINVAL;
     }
-    if (s->seq_len % (2 * cp) != 0) {
+    if (cp > 1 && s->seq_len % (2 * cp) != 0) {
         bt_diag_set(diag, "stage \"%s\": seq_len %llu is not a multiple of 2 x cp = %u", s->name,
                     (unsigned long long)s->seq_len, 2 * cp);
         return BT_EINVAL;
@@ -68,6 +73,22 @@ static int train_segments(trainer *t) {
     }
     t->n_segs = (size_t)n;
     return 0;
+}
+
+/* Expert parallelism: the routed experts' segments go to train_dp (train_dp_set_ep). */
+static int train_expert_segments(trainer *t, comm *ep, comm *edp, bt_diag *diag) {
+    if (ep == NULL) return 0;
+    optim_segment *e = calloc(t->n_segs ? t->n_segs : 1, sizeof *e);
+    if (e == NULL) return BT_ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < t->n_segs; i++) {
+        model_tensor mt;
+        model_tensor_info(&t->m, (int)i, &mt);
+        if (mt.expert) e[k++] = t->segs[i];
+    }
+    int rc = train_dp_set_ep(&t->dp, ep, edp, e, k, diag);
+    free(e);
+    return rc;
 }
 
 /* Under tp the gradient norm adds over the tp group, each tensor counted by the rank that
@@ -118,8 +139,8 @@ static int train_loader_open(trainer *t, bt_diag *diag) {
     return loader_open(&t->ld, src, n, &lc, diag);
 }
 
-static int train_model_init(trainer *t, comm *tp_group, comm *pp_group, comm *cp_group,
-                            bt_diag *diag) {
+static int train_model_init(trainer *t, const train_groups *g, bt_diag *diag) {
+    comm *tp_group = g->tp, *pp_group = g->pp, *cp_group = g->cp;
     model_config cfg;
     int rc = model_config_from_pb(&cfg, t->spec->model, diag);
     if (rc != 0) return rc;
@@ -132,11 +153,16 @@ static int train_model_init(trainer *t, comm *tp_group, comm *pp_group, comm *cp
     cfg.cp = cp_group ? comm_size(cp_group) : 1;
     cfg.cp_rank = cp_group ? comm_rank(cp_group) : 0;
     cfg.cp_ulysses = t->spec->stage->parallel->cp_comm == BATON__PARALLEL__CP_COMM__ULYSSES;
+    cfg.ep = g->ep ? comm_size(g->ep) : 1;
+    cfg.ep_rank = g->ep ? comm_rank(g->ep) : 0;
+    if (cfg.ep > 1 && cfg.moe.n_experts % cfg.ep == 0)
+        cfg.moe.n_local = cfg.moe.n_experts / cfg.ep,
+        cfg.moe.expert0 = cfg.ep_rank * cfg.moe.n_local;
     train_pp_init(&t->pp, pp_group, (size_t)t->B * t->Tl * (size_t)cfg.dim);
     cpu_backend_init(&t->be);
     rc = model_init_tp(&t->m, &cfg, &t->be, (int)t->B, (int)t->Tl, tp_group, diag);
     rc = rc ? rc : model_cp_init(&t->m, cp_group, diag);
-    rc = rc ? rc : model_moe_init(&t->m, NULL, diag);
+    rc = rc ? rc : model_moe_init(&t->m, g->ep, diag);
     rc = rc ? rc : train_tp_init(&t->tp, tp_group, &t->m.cfg, diag);
     if (rc == 0) rc = model_init_weights(&t->m, t->spec->seed);
     return rc;
@@ -159,12 +185,14 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
     t->step = t->step0 = spec->start_step;
     optim_hparams_from_pb(&t->hp, s->optimizer);
     train_scaler_init(&t->scaler, s->precision);
-    rc = train_model_init(t, g.tp, g.pp, g.cp, diag);
+    t->edp_rank = g.edp ? comm_rank(g.edp) : 0;
+    rc = train_model_init(t, &g, diag);
     rc = rc ? rc : train_segments(t);
     rc = rc ? rc
             : train_dp_init(&t->dp, dp_group, (int)s->parallel->zero, t->m.sizes.param_floats,
                             t->segs, t->n_segs, diag);
     if (rc == 0) train_dp_set_cp(&t->dp, (int)cp);
+    rc = rc ? rc : train_expert_segments(t, g.ep, g.edp, diag);
     rc = rc ? rc : train_norm_segments(t, diag);
     rc = rc ? rc : optim_adamw_init(&t->opt, train_dp_optim_floats(&t->dp));
     rc = rc ? rc : train_fp8_init(t);
@@ -407,7 +435,8 @@ static int train_scaler_check(trainer *t, int *overflow, bt_diag *diag) {
 
 /* What this rank has sent on each counted group so far (comm_bytes_sent). */
 static void train_comm_sent(const trainer *t, uint64_t out[TRAIN_COMM_GROUPS]) {
-    comm *g[TRAIN_COMM_GROUPS] = {t->tp.group, t->pp.group, t->dp.group, t->m.cp_group};
+    comm *g[TRAIN_COMM_GROUPS] = {t->tp.group, t->pp.group, t->dp.group, t->m.cp_group,
+                                  t->m.ep_group};
     for (int i = 0; i < TRAIN_COMM_GROUPS; i++)
         out[i] = g[i] ? comm_bytes_sent(g[i]) : 0;
 }
@@ -451,6 +480,12 @@ static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
     train_scaler_update(&t->scaler, overflow);
     out->overflow = overflow, out->loss_scale = t->scaler.on ? t->scaler.scale : 0;
     train_spike_judge(t, armed, loss, norm, out);
+    if (model_moe_step_end(&t->m, t->dp.group, &out->moe_load, &out->moe_dropped, &out->moe_aux) !=
+        0) {
+        bt_diag_set(diag, "step %llu: MoE load all-reduce: %s", (unsigned long long)t->step + 1,
+                    comm_error(t->dp.group));
+        return BT_EIO;
+    }
     t->step++;
     /* A non-finite norm: the optimizer left the weights alone (optim.h). */
     int skipped = !isfinite(norm) || out->spike;

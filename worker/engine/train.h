@@ -44,11 +44,22 @@ typedef struct train_metrics {
     double tokens_per_s; /* of the whole job */
     double gflops_per_s; /* model FLOPs (6 N T + attention) achieved by this rank */
     double step_s;
+    double moe_load;    /* MoE: the largest max/mean expert load of the step (over layers) */
+    double moe_dropped; /* MoE: (token, expert) pairs the capacity dropped this step */
+    double moe_aux;     /* MoE: the step's aux losses, summed over layers, micro-batches and
+                         * data-parallel ranks */
 } train_metrics;
 
 /* The groups whose traffic train_step counts: tensor, pipeline, data parallel (the dp x cp
  * block under context parallelism, as `baton plan` names it) and context parallel. */
-enum { TRAIN_COMM_TP = 0, TRAIN_COMM_PP, TRAIN_COMM_DP, TRAIN_COMM_CP, TRAIN_COMM_GROUPS };
+enum {
+    TRAIN_COMM_TP = 0,
+    TRAIN_COMM_PP,
+    TRAIN_COMM_DP,
+    TRAIN_COMM_CP,
+    TRAIN_COMM_EP,
+    TRAIN_COMM_GROUPS
+};
 
 typedef struct train_fp8 {
     prec_fp8_meta meta[BACKEND_FP8_SLOTS]; /* per operand slot of one GEMM */
@@ -77,6 +88,7 @@ typedef struct trainer {
     uint32_t B, T, accum;
     uint32_t Tl;          /* rows per sequence on this rank: T / cp (model_cp.h) */
     int dp_rank, dp_size; /* this rank's data-parallel coordinate (the samples it takes) */
+    int edp_rank;         /* this rank's place among the holders of its experts (MoE) */
     uint64_t comm_bytes[TRAIN_COMM_GROUPS]; /* sent by train_step on each group, in total */
     uint64_t comm_steps;                    /* the train_step calls they cover */
     uint64_t step, total_steps;
@@ -98,6 +110,8 @@ typedef struct train_groups {
     comm *cp;   /* context-parallel group: size the spec's cp */
     comm *dpcp; /* the dp x cp block (every rank with this rank's tp and pp coordinates);
                  * needed when cp > 1: gradients are reduced over it (model_cp.h) */
+    comm *ep;   /* expert-parallel group (model_moe.h): size the spec's ep */
+    comm *edp;  /* expert-data-parallel group: the ranks that hold the same experts */
 } train_groups;
 
 /* Builds the model from spec (weights from spec->seed; under tp this rank's slices of the

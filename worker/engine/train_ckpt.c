@@ -78,15 +78,17 @@ static int ckpt_collect_tensor(train_ckpt *c, const trainer *t, const model_tens
     train_ckpt_piece p = {0};
     train_ckpt_tensor_box(mt, &p.ndim, p.gshape, &p.box);
     int rc = 0;
-    if (t->dp.rank == 0) {
+    /* One writer per tensor: data-parallel rank 0, or for a routed expert (held by one rank
+     * of each ep group) the first of its holders. */
+    int writer = (mt->expert ? t->edp_rank : t->dp.rank) == 0;
+    if (writer) {
         snprintf(p.key, sizeof p.key, "%s", mt->name);
         p.data = mt->data, p.n = mt->count;
         rc = ckpt_push(c, &p);
     }
     uint64_t a, b;
     size_t at;
-    if (rc != 0 || (t->dp.flat == NULL && t->dp.rank != 0) ||
-        !train_ckpt_moment_part(t, mt, &a, &b, &at))
+    if (rc != 0 || (t->dp.flat == NULL && !writer) || !train_ckpt_moment_part(t, mt, &a, &b, &at))
         return rc;
     if (a > 0 || b < mt->count) p.box.flat_begin = a, p.box.flat_end = b;
     p.n = b - a;

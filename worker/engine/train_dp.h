@@ -38,6 +38,12 @@ typedef struct train_dp {
     optim_segment *norm_segs; /* the gradients this rank counts in the norm (shard-relative
                                * under zero 1); used only with norm_groups */
     size_t n_norm_segs;
+    /* Expert parallelism (train_dp_set_ep): the routed experts' gradients are reduced over
+     * the expert-data-parallel group instead (the dp ranks that hold the same experts), and
+     * their share of the norm adds over the ep group (which holds the other experts). */
+    comm *ep, *edp;
+    optim_segment *expert; /* the experts' segments, in offset order */
+    size_t n_expert;
 } train_dp;
 
 /* Sets up for params of n_params floats cut into the given segments; allocates the
@@ -46,6 +52,12 @@ typedef struct train_dp {
 int train_dp_init(train_dp *d, comm *group, int zero, size_t n_params, const optim_segment *segs,
                   size_t n_segs, bt_diag *diag);
 void train_dp_free(train_dp *d);
+/* Expert parallelism: segs (of n) are the routed experts' tensors; ep and edp the groups
+ * (edp NULL when every holder of an expert is in the ep group: dp x cp = ep). zero 0 only.
+ * 0 or BT_ENOMEM. */
+int train_dp_set_ep(train_dp *d, comm *ep, comm *edp, const optim_segment *segs, size_t n,
+                    bt_diag *diag);
+
 /* The group is the dp x cp block of context parallelism: the gradients are summed over
  * its cp ranks and averaged over its size / cp replicas. */
 void train_dp_set_cp(train_dp *d, int cp);

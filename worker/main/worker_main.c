@@ -215,6 +215,7 @@ static void worker_print_step(const trainer *t, const train_metrics *m) {
            (unsigned long long)m->step, (unsigned long long)t->total_steps, m->loss, m->lr,
            m->grad_norm, m->tokens_per_s, m->gflops_per_s);
     if (t->scaler.on) printf("  loss_scale %g", m->loss_scale);
+    if (t->m.moew) printf("  moe_load %.3f  dropped %.0f", m->moe_load, m->moe_dropped);
     printf("\n");
     if (m->spike)
         printf("step %6llu: loss spike (z=%.1f > %.1f): update skipped (%llu skipped so far)\n",
@@ -280,7 +281,7 @@ static int worker_rollback(const trainer *t, int *rollback, bt_diag *diag) {
 /* The bytes this rank sent per step on each group, to set beside `baton plan`'s
  * comm_bytes_per_step (tests/engine/check-comm-bytes.sh). */
 static void worker_print_comm(const trainer *t) {
-    static const char *const names[TRAIN_COMM_GROUPS] = {"tp", "pp", "dp", "cp"};
+    static const char *const names[TRAIN_COMM_GROUPS] = {"tp", "pp", "dp", "cp", "ep"};
     if (t->comm_steps == 0) return;
     printf("communication per step, sent by this rank:");
     for (int i = 0; i < TRAIN_COMM_GROUPS; i++)
@@ -438,7 +439,13 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
     int rc = worker_ranks_groups(w, spec->stage->parallel, diag);
     if (rc == 0 && spec->cluster && spec->cluster->strict_topology)
         rc = worker_ranks_check_topology(w, diag);
-    train_groups groups = {.tp = w->tp, .dp = w->dp, .pp = w->pp, .cp = w->cp, .dpcp = w->dpcp};
+    train_groups groups = {.tp = w->tp,
+                           .dp = w->dp,
+                           .pp = w->pp,
+                           .cp = w->cp,
+                           .dpcp = w->dpcp,
+                           .ep = w->ep,
+                           .edp = w->edp};
     rc = rc ? rc : train_init(&t, spec, &groups, diag);
     *setup_rc = rc;
     if (rc != 0) return rc;

@@ -82,6 +82,26 @@ static int ranks_group(worker_ranks *w, const layout *l, enum layout_dim dim, co
     return 0;
 }
 
+/* The group along dim containing this rank as a split of its own (even when it spans the
+ * world); NULL when of size 1. */
+static int ranks_split(worker_ranks *w, const layout *l, enum layout_dim dim, comm **out,
+                       int *owned, bt_diag *diag) {
+    uint32_t ranks[1024], n = l->size[dim];
+    *out = NULL, *owned = 0;
+    if (n == 1) return 0;
+    if (n > 1024) {
+        bt_diag_set(diag, "a %s group of %u ranks (at most 1024)", layout_dim_name(dim), n);
+        return BT_EUNSUPPORTED;
+    }
+    layout_group(l, dim, (uint32_t)w->info.rank, ranks);
+    if (comm_split(w->world, ranks, n, layout_dim_name(dim), out) != 0) {
+        bt_diag_set(diag, "%s group: %s", layout_dim_name(dim), comm_error(w->world));
+        return BT_EIO;
+    }
+    *owned = 1;
+    return 0;
+}
+
 /* The ranks that share this rank's tp and pp coordinates: dp x cp, cp varying fastest.
  * Split even when it is the whole world, so that its traffic is counted apart from the
  * cp group's (comm_bytes_sent). */
@@ -122,6 +142,10 @@ int worker_ranks_groups(worker_ranks *w, const Baton__Parallel *p, bt_diag *diag
     rc = rc ? rc : ranks_group(w, &l, LAYOUT_PP, &w->pp, &w->own_pp, diag);
     rc = rc ? rc : ranks_group(w, &l, LAYOUT_CP, &w->cp, &w->own_cp, diag);
     rc = rc ? rc : ranks_dpcp_group(w, &l, diag);
+    if (l.size[LAYOUT_EP] > 1) { /* experts: always groups of their own (byte counts) */
+        rc = rc ? rc : ranks_split(w, &l, LAYOUT_EP, &w->ep, &w->own_ep, diag);
+        rc = rc ? rc : ranks_split(w, &l, LAYOUT_EDP, &w->edp, &w->own_edp, diag);
+    }
     return rc;
 }
 
@@ -146,6 +170,8 @@ void worker_ranks_leave(worker_ranks *w) {
     if (w->own_pp) comm_destroy(w->pp);
     if (w->own_cp) comm_destroy(w->cp);
     if (w->own_dpcp) comm_destroy(w->dpcp);
+    if (w->own_ep) comm_destroy(w->ep);
+    if (w->own_edp) comm_destroy(w->edp);
     if (w->world != NULL) comm_destroy(w->world);
     if (w->under_pmix) boot_finalize(NULL);
     if (w->store[0] != '\0') ranks_remove_store(w->store);

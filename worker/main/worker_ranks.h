@@ -17,7 +17,8 @@ typedef struct worker_ranks {
     int own_tp, own_dp, own_pp; /* made by comm_split (else the world itself): destroy */
     comm *cp;                   /* context-parallel group; NULL: degree 1 */
     comm *dpcp;                 /* the dp x cp block (gradient reduction under cp); NULL: cp is 1 */
-    int own_cp, own_dpcp;
+    comm *ep, *edp;             /* expert-parallel and expert-data-parallel groups; NULL: ep is 1 */
+    int own_cp, own_dpcp, own_ep, own_edp;
     char store[512]; /* rendezvous directory this worker created, to remove; "" if none */
 } worker_ranks;
 

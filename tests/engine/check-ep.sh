@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Expert parallelism reproduces the one-process MoE run: for ep2 (dp2), ep4 (dp4, one
+# expert per rank), ep2 over dp4 (two copies of each expert: the expert-data-parallel
+# reduction) and ep2 x tp2, with the Switch aux loss; ep2 with capacity factor 1.0 (tokens
+# dropped) and ep2 with aux-loss-free bias balancing, launched by `baton launch`: every
+# step's loss agrees with `baton-worker --single-process` within 1e-5 relative, the dropped
+# (token, expert) pairs of every step are exactly the one-process counts, and the final
+# checkpoint (each expert written by its owner) loaded into one process gives the
+# one-process parameters within 1e-5.
+#   check-ep.sh BATON BATON_WORKER SOURCE_DIR [CASE]
+set -euo pipefail
+source "$(dirname "$0")/layout-lib.sh"
+layout_setup "$@"
+
+dropped() { sed -En 's/^(\[0\] )?step +([0-9]+)\/.* dropped ([0-9]+).*/\2 \3/p' "$1"; }
+
+ep_case() { # NAME RANKS TP EP BALANCE
+  local name=$1 n=$2
+  layout_wanted "$name" || return 0
+  sed "s/gpus_per_node: 2/gpus_per_node: $n/; s/tp: 1, pp: 1, ep: 2,/tp: $3, pp: 1, ep: $4,/;
+       s/balance: aux_loss, aux_loss_coef: 0.01/$5/" "$src/tests/engine/moe.yaml" >"$name.yaml"
+  "$baton" spec "$name.yaml" --out "$name.pb"
+  "$worker" --spec "$name.pb" --single-process --eval-windows 0 --dump-params "$name.ref" \
+    >"$name.ref.log"
+  timeout 300 "$baton" launch -n "$n" -- "$worker" --spec "$name.pb" --eval-windows 0 \
+    --comm-timeout 30 --run-dir "$name.run" >"$name.log"
+  layout_compare_losses "$name" "$name.ref.log" "$name.log" || failures=$((failures + 1))
+  if ! cmp -s <(dropped "$name.ref.log") <(dropped "$name.log"); then
+    echo "$name: dropped pairs differ from the one-process run"
+    failures=$((failures + 1))
+  fi
+  echo "$name: dropped pairs per step as one process ($(dropped "$name.log" | awk '{s += $2} END {print s + 0}') in all)"
+  "$worker" --spec "$name.pb" --single-process --eval-windows 0 --dump-params "$name.params" \
+    --init "$name.run/checkpoints/s00-step00000020" >"$name.reload.log"
+  layout_compare_params "$name" "$name.ref" "$name.params" || failures=$((failures + 1))
+}
+
+aux="balance: aux_loss, aux_loss_coef: 0.01"
+ep_case ep2 2 1 2 "$aux"
+ep_case ep4 4 1 4 "$aux"
+ep_case ep2-dp4 4 1 2 "$aux"
+ep_case ep2-tp2 4 2 2 "$aux"
+ep_case ep2-capacity 2 1 2 "$aux, capacity_factor: 1.0"
+ep_case ep2-bias 2 1 2 "balance: bias, bias_update_rate: 0.01"
+layout_finish "all expert-parallel runs match the one-process run"
