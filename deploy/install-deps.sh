@@ -15,7 +15,7 @@ build_pkgs=(
   fortunes-min fortunes
 )
 test_pkgs=(python3 python3-protobuf python3-numpy python3-torch nginx
-  munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins)
+  munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins iproute2)
 
 want=("${build_pkgs[@]}")
 if [[ "${1:-}" == "--test" ]]; then
