@@ -51,7 +51,14 @@ static void control_metrics_in(control_server *cs, uint32_t rank, const Baton__M
                          .skipped_steps = m->skipped_steps,
                          .loss_scale = m->has_loss_scale ? m->loss_scale : 0,
                          .overflow = m->overflow,
+                         .moe_load_max_mean = m->moe_load_max_mean,
+                         .moe_dropped = m->moe_dropped,
+                         .moe_aux_loss = m->moe_aux_loss,
                          .time = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec};
+    size_t ne = m->n_moe_expert_load;
+    c.moe_experts = (int)(ne < 512 ? ne : 512);
+    if (c.moe_experts > 0)
+        memcpy(c.moe_expert_load, m->moe_expert_load, (size_t)c.moe_experts * sizeof(float));
     cs->last = c;
     cs->have_metrics = 1;
     control_metrics_where w = {.stage_name = cs->stage_name,

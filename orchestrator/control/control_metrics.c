@@ -35,6 +35,17 @@ static void json_num(bt_buf *b, const char *key, double v) {
         bt_buf_printf(b, ", \"%s\": null", key);
 }
 
+/* "moe": {"load_max_mean", "dropped", "aux_loss", "expert_load": [...]} */
+static void json_moe(bt_buf *b, const control_metrics *m) {
+    bt_buf_printf(b,
+                  ", \"moe\": {\"load_max_mean\": %.6g, \"dropped\": %.0f, \"aux_loss\": %.6g, "
+                  "\"expert_load\": [",
+                  m->moe_load_max_mean, m->moe_dropped, m->moe_aux_loss);
+    for (int e = 0; e < m->moe_experts; e++)
+        bt_buf_printf(b, "%s%.4g", e ? ", " : "", (double)m->moe_expert_load[e]);
+    bt_buf_printf(b, "]}");
+}
+
 static int control_metrics_jsonl(control_metrics_sink *s, const control_metrics_where *w,
                                  const control_metrics *m, bt_diag *diag) {
     bt_buf b;
@@ -57,6 +68,7 @@ static int control_metrics_jsonl(control_metrics_sink *s, const control_metrics_
         json_num(&b, "loss_scale", m->loss_scale);
         bt_buf_printf(&b, ", \"overflow\": %s", m->overflow ? "true" : "false");
     }
+    if (m->moe_experts > 0) json_moe(&b, m);
     bt_buf_printf(&b, "}\n");
     int ok = !b.oom && fputs(bt_buf_str(&b), s->jsonl) >= 0 && fflush(s->jsonl) == 0;
     int oom = b.oom;
@@ -81,8 +93,14 @@ int control_metrics_write(control_metrics_sink *s, const control_metrics_where *
                           (float)m->tokens_per_s, (float)m->step_time_s, (float)m->skipped_steps,
                           (float)m->loss_scale};
     size_t n = sizeof vals / sizeof vals[0] - (m->loss_scale > 0 ? 0 : 1); /* fp16 only */
-    int trc = tb_writer_scalars(&s->tb, (int64_t)(w->step_offset + m->step), m->time, tags, vals, n,
-                                diag);
+    int64_t step = (int64_t)(w->step_offset + m->step);
+    int trc = tb_writer_scalars(&s->tb, step, m->time, tags, vals, n, diag);
+    if (trc == 0 && m->moe_experts > 0) {
+        static const char *const moe_tags[] = {"moe/load_max_mean", "moe/dropped", "moe/aux_loss"};
+        const float moe_vals[] = {(float)m->moe_load_max_mean, (float)m->moe_dropped,
+                                  (float)m->moe_aux_loss};
+        trc = tb_writer_scalars(&s->tb, step, m->time, moe_tags, moe_vals, 3, diag);
+    }
     return rc ? rc : trc;
 }
 

@@ -28,7 +28,10 @@ typedef struct control_metrics {
     uint64_t skipped_steps; /* updates skipped so far in the stage (overflow, loss spike) */
     double loss_scale;      /* fp16's dynamic loss scale after the step; 0: not fp16 */
     int overflow;           /* fp16: the step's gradients held Inf/NaN (skipped) */
-    double time;            /* unix seconds when the orchestrator received it */
+    int moe_experts;        /* MoE: experts of moe_expert_load; 0: a dense model */
+    double moe_load_max_mean, moe_dropped, moe_aux_loss; /* MoE (control.proto) */
+    float moe_expert_load[512];                          /* each expert's load / the mean */
+    double time; /* unix seconds when the orchestrator received it */
 } control_metrics;
 
 /* Which stage attempt the metrics belong to. */

@@ -244,5 +244,25 @@ topology)
   "$baton" status r2 | grep -q "strict_topology is set (not retried)" || fail "not journaled"
   echo "$case: warned, and refused under strict_topology before any step"
   ;;
+moe)
+  # An MoE stage under ep2: its loads reach metrics.jsonl and TensorBoard.
+  "$baton" run "$src/tests/engine/moe.yaml" --run-dir r1 --set stages.train.steps=6 \
+    >run.out 2>&1 || fail "the MoE run failed"
+  /usr/bin/python3 - r1/metrics.jsonl <<'PY' || fail "no MoE figures in metrics.jsonl"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 6, rows
+for r in rows:
+    m = r["moe"]
+    assert len(m["expert_load"]) == 4 and m["load_max_mean"] >= 1 and m["dropped"] == 0, m
+    assert abs(sum(m["expert_load"]) - 4) < 1e-3, m
+    assert r["memory_bytes"] > 0, r
+print("metrics.jsonl: per-expert load", rows[-1]["moe"]["expert_load"],
+      "max/mean", rows[-1]["moe"]["load_max_mean"], "memory_bytes", rows[-1]["memory_bytes"])
+PY
+  /usr/bin/python3 "$src/tests/control/read_tb.py" r1/tb >tb.txt || fail "unreadable events"
+  [[ $(grep -c "^moe/load_max_mean " tb.txt) == 6 ]] || fail "no MoE scalars in the TensorBoard events"
+  echo "$case: per-expert load, max/mean and dropped pairs in metrics.jsonl and TensorBoard"
+  ;;
 *) fail "unknown case" ;;
 esac

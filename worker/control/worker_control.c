@@ -62,6 +62,16 @@ static void worker_control_metrics(worker_control *wc, const train_metrics *tm) 
     if (tm->loss_scale > 0) /* fp16 */
         m.has_loss_scale = 1, m.loss_scale = tm->loss_scale, m.has_overflow = 1,
         m.overflow = tm->overflow != 0;
+    m.has_mfu = tm->mfu > 0, m.mfu = tm->mfu;
+    m.has_memory_bytes = 1, m.memory_bytes = tm->memory_bytes;
+    float load[MOE_MAX_EXPERTS];
+    if (tm->moe.n_experts > 0) {
+        m.has_moe_load_max_mean = 1, m.moe_load_max_mean = tm->moe.load_max_mean;
+        m.has_moe_dropped = 1, m.moe_dropped = tm->moe.dropped;
+        m.has_moe_aux_loss = 1, m.moe_aux_loss = tm->moe.aux;
+        memcpy(load, tm->moe.expert_load, (size_t)tm->moe.n_experts * sizeof *load);
+        m.n_moe_expert_load = (size_t)tm->moe.n_experts, m.moe_expert_load = load;
+    }
     control_client_metrics(&wc->client, &m);
 }
 

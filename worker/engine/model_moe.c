@@ -111,9 +111,25 @@ static double load_ratio(const double *r, int E) {
     return sum > 0 ? mx / (sum / E) : 0;
 }
 
-int model_moe_step_end(model *m, comm *group, double *max_mean, double *dropped, double *aux) {
+/* Layer l's bias step from its routed counts r (E). */
+static void moe_bias_step(model *m, int l, const double *r) {
+    const moe_config *c = &m->cfg.moe;
+    float *bias = m->params.layers[l].moe_bias;
+    if (bias == NULL) return;
+    moe_stats st = {0};
+    double sum = 0;
+    for (int e = 0; e < c->n_experts; e++)
+        st.routed[e] = (long)r[e], sum += r[e];
+    st.n_tokens = (int)(sum / c->top_k);
+    float host[MOE_MAX_EXPERTS];
+    m->be->to_host(m->be, host, bias, (size_t)c->n_experts * sizeof(float));
+    moe_bias_update(c, host, &st);
+    m->be->from_host(m->be, bias, host, (size_t)c->n_experts * sizeof(float));
+}
+
+int model_moe_step_end(model *m, comm *group, model_moe_step *out) {
     model_moe *mo = m->moew;
-    *max_mean = *dropped = *aux = 0;
+    memset(out, 0, sizeof *out);
     if (mo == NULL) return 0;
     const moe_config *c = &m->cfg.moe;
     int E = c->n_experts, L = m->n_layers;
@@ -123,24 +139,23 @@ int model_moe_step_end(model *m, comm *group, double *max_mean, double *dropped,
          comm_allreduce(group, &mo->dropped, &mo->dropped, 1, COMM_F64, COMM_SUM, NULL) != 0 ||
          comm_allreduce(group, &mo->aux, &mo->aux, 1, COMM_F64, COMM_SUM, NULL) != 0))
         return BT_EIO;
+    int layers = 0;
+    out->n_experts = E;
     for (int l = 0; l < L; l++) {
         if (!model_layer_is_moe(&m->cfg, m->layer0 + l)) continue;
         const double *r = mo->routed + (size_t)l * E;
         double ratio = load_ratio(r, E), sum = 0;
-        *max_mean = ratio > *max_mean ? ratio : *max_mean;
-        moe_stats st = {0};
+        out->load_max_mean = ratio > out->load_max_mean ? ratio : out->load_max_mean;
         for (int e = 0; e < E; e++)
-            st.routed[e] = (long)r[e], sum += r[e];
-        st.n_tokens = (int)(sum / c->top_k);
-        float *bias = m->params.layers[l].moe_bias;
-        if (bias != NULL) { /* device memory is host memory on the CPU backend */
-            float host[MOE_MAX_EXPERTS];
-            m->be->to_host(m->be, host, bias, (size_t)E * sizeof(float));
-            moe_bias_update(c, host, &st);
-            m->be->from_host(m->be, bias, host, (size_t)E * sizeof(float));
-        }
+            sum += r[e];
+        for (int e = 0; e < E; e++)
+            out->expert_load[e] += sum > 0 ? (float)(r[e] / (sum / E)) : 0.0f;
+        layers++;
+        moe_bias_step(m, l, r);
     }
-    *dropped = mo->dropped, *aux = mo->aux;
+    for (int e = 0; e < E && layers > 0; e++)
+        out->expert_load[e] /= (float)layers;
+    out->dropped = mo->dropped, out->aux = mo->aux;
     memset(mo->routed, 0, n * sizeof *mo->routed);
     mo->dropped = mo->aux = 0;
     return 0;

@@ -32,10 +32,18 @@ void model_moe_forward(model *m, int l, const float *x, float *y);
  * gradient is scaled by loss_scale. */
 void model_moe_backward(model *m, int l, const float *dy, float *dx, float loss_scale);
 
+/* A step's MoE figures (over the whole data-parallel block). */
+typedef struct model_moe_step {
+    int n_experts;                      /* 0: a dense model */
+    double load_max_mean;               /* the largest max/mean expert load over the layers */
+    double dropped;                     /* (token, expert) pairs the capacity dropped */
+    double aux;                         /* aux losses, summed over layers and micro-batches */
+    float expert_load[MOE_MAX_EXPERTS]; /* each expert's load / the mean, averaged over layers */
+} model_moe_step;
+
 /* The step's load figures, summed over group (every rank of the data-parallel block, so
  * that every replica takes the same bias step), then the bias update of every MoE layer.
- * max_mean: the largest max/mean expert load over the layers; dropped: pairs dropped.
  * Resets the counts. Collective over group (NULL: this rank alone). */
-int model_moe_step_end(model *m, comm *group, double *max_mean, double *dropped, double *aux);
+int model_moe_step_end(model *m, comm *group, model_moe_step *out);
 
 #endif

@@ -443,6 +443,17 @@ static void train_comm_sent(const trainer *t, uint64_t out[TRAIN_COMM_GROUPS]) {
 
 static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag);
 
+/* Achieved over peak: the recipe's cluster.gpu peak for the stage's precision (fp8: its
+ * own, or twice bf16's), in TFLOP/s per device; 0 when the recipe gives none. */
+static double train_mfu(const trainer *t, double gflops_per_s) {
+    const Baton__Cluster *c = t->spec->cluster;
+    if (c == NULL || c->gpu == NULL) return 0;
+    double peak = c->gpu->peak_tflops_bf16;
+    if (t->m.cfg.prec == BACKEND_PREC_FP8)
+        peak = c->gpu->peak_tflops_fp8 > 0 ? c->gpu->peak_tflops_fp8 : 2 * peak;
+    return peak > 0 ? gflops_per_s / (peak * 1e3) : 0;
+}
+
 int train_step(trainer *t, train_metrics *out, bt_diag *diag) {
     uint64_t before[TRAIN_COMM_GROUPS], after[TRAIN_COMM_GROUPS];
     train_comm_sent(t, before);
@@ -480,8 +491,7 @@ static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
     train_scaler_update(&t->scaler, overflow);
     out->overflow = overflow, out->loss_scale = t->scaler.on ? t->scaler.scale : 0;
     train_spike_judge(t, armed, loss, norm, out);
-    if (model_moe_step_end(&t->m, t->dp.group, &out->moe_load, &out->moe_dropped, &out->moe_aux) !=
-        0) {
+    if (model_moe_step_end(&t->m, t->dp.group, &out->moe) != 0) {
         bt_diag_set(diag, "step %llu: MoE load all-reduce: %s", (unsigned long long)t->step + 1,
                     comm_error(t->dp.group));
         return BT_EIO;
@@ -497,6 +507,9 @@ static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
     out->skipped = skipped, out->step_s = dt;
     out->tokens_per_s = (double)(s->global_batch * s->seq_len) / dt;
     out->gflops_per_s = t->flops_per_step / dt * 1e-9;
+    out->mfu = train_mfu(t, out->gflops_per_s);
+    out->memory_bytes = 8 * (uint64_t)t->m.sizes.param_floats + 8 * (uint64_t)t->opt.n +
+                        (uint64_t)t->m.act_bytes + (uint64_t)t->m.work_bytes;
     if (!isfinite(loss)) {
         bt_diag_set(diag, "step %llu: loss is %g", (unsigned long long)t->step, loss);
         return BT_ERANGE;

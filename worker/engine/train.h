@@ -18,6 +18,7 @@
 #include "backend.h"
 #include "loader.h"
 #include "model.h"
+#include "model_moe.h"
 #include "optim.h"
 #include "precision.h"
 #include "stage_spec.pb-c.h"
@@ -44,10 +45,10 @@ typedef struct train_metrics {
     double tokens_per_s; /* of the whole job */
     double gflops_per_s; /* model FLOPs (6 N T + attention) achieved by this rank */
     double step_s;
-    double moe_load;    /* MoE: the largest max/mean expert load of the step (over layers) */
-    double moe_dropped; /* MoE: (token, expert) pairs the capacity dropped this step */
-    double moe_aux;     /* MoE: the step's aux losses, summed over layers, micro-batches and
-                         * data-parallel ranks */
+    model_moe_step moe; /* MoE: loads, dropped pairs, aux loss (model_moe.h) */
+    double mfu;         /* gflops_per_s over the recipe's peak for the precision; 0: none given */
+    uint64_t memory_bytes; /* this rank's parameters, gradients, optimizer state, activations
+                            * and backward buffers as allocated */
 } train_metrics;
 
 /* The groups whose traffic train_step counts: tensor, pipeline, data parallel (the dp x cp

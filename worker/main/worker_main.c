@@ -215,7 +215,7 @@ static void worker_print_step(const trainer *t, const train_metrics *m) {
            (unsigned long long)m->step, (unsigned long long)t->total_steps, m->loss, m->lr,
            m->grad_norm, m->tokens_per_s, m->gflops_per_s);
     if (t->scaler.on) printf("  loss_scale %g", m->loss_scale);
-    if (t->m.moew) printf("  moe_load %.3f  dropped %.0f", m->moe_load, m->moe_dropped);
+    if (t->m.moew) printf("  moe_load %.3f  dropped %.0f", m->moe.load_max_mean, m->moe.dropped);
     printf("\n");
     if (m->spike)
         printf("step %6llu: loss spike (z=%.1f > %.1f): update skipped (%llu skipped so far)\n",
@@ -377,7 +377,9 @@ static int worker_dump_params(trainer *t, const char *path, int writer, bt_diag 
  * evaluate, rank 0 prints. */
 static int worker_eval(trainer *t, const worker_args *a, bt_diag *diag) {
     const char *valid = a->valid ? a->valid : t->spec->data->valid;
-    if (a->eval_windows == 0 || valid == NULL || valid[0] == '\0' || t->dp_rank != 0) return 0;
+    if (a->eval_windows == 0 || valid == NULL || valid[0] == '\0' ||
+        (t->dp_rank != 0 && t->m.ep_group == NULL))
+        return 0; /* under ep every rank takes part: the experts are spread over them */
     double loss = 0;
     int rc = train_eval(t, valid, a->eval_windows, &loss, diag);
     if (rc == 0 && !a->quiet)
