@@ -2,7 +2,8 @@
 # Expert parallelism reproduces the one-process MoE run: for ep2 (dp2), ep4 (dp4, one
 # expert per rank), ep2 over dp4 (two copies of each expert: the expert-data-parallel
 # reduction) and ep2 x tp2, with the Switch aux loss; ep2 with capacity factor 1.0 (tokens
-# dropped) and ep2 with aux-loss-free bias balancing, launched by `baton launch`: every
+# dropped), ep2 with aux-loss-free bias balancing, MoE under pp2 and ep2 with full
+# recomputation, launched by `baton launch`: every
 # step's loss agrees with `baton-worker --single-process` within 1e-5 relative, the dropped
 # (token, expert) pairs of every step are exactly the one-process counts, and the final
 # checkpoint (each expert written by its owner) loaded into one process gives the
@@ -14,11 +15,12 @@ layout_setup "$@"
 
 dropped() { sed -En 's/^(\[0\] )?step +([0-9]+)\/.* dropped ([0-9]+).*/\2 \3/p' "$1"; }
 
-ep_case() { # NAME RANKS TP EP BALANCE
+ep_case() { # NAME RANKS TP EP BALANCE [SED]: SED edits the recipe further
   local name=$1 n=$2
   layout_wanted "$name" || return 0
   sed "s/gpus_per_node: 2/gpus_per_node: $n/; s/tp: 1, pp: 1, ep: 2,/tp: $3, pp: 1, ep: $4,/;
-       s/balance: aux_loss, aux_loss_coef: 0.01/$5/" "$src/tests/engine/moe.yaml" >"$name.yaml"
+       s/balance: aux_loss, aux_loss_coef: 0.01/$5/; ${6:-}" "$src/tests/engine/moe.yaml" \
+    >"$name.yaml"
   "$baton" spec "$name.yaml" --out "$name.pb"
   "$worker" --spec "$name.pb" --single-process --eval-windows 0 --dump-params "$name.ref" \
     >"$name.ref.log"
@@ -42,4 +44,7 @@ ep_case ep2-dp4 4 1 2 "$aux"
 ep_case ep2-tp2 4 2 2 "$aux"
 ep_case ep2-capacity 2 1 2 "$aux, capacity_factor: 1.0"
 ep_case ep2-bias 2 1 2 "balance: bias, bias_update_rate: 0.01"
+# MoE layers under a pipeline (their caches per micro-batch slot) and recomputed whole.
+ep_case moe-pp2 2 1 1 "$aux" "s/pp: 1, ep: 1,/pp: 2, ep: 1,/"
+ep_case ep2-full 2 1 2 "$aux" "s/  micro_batch: 1/  micro_batch: 1\n  recompute: full/"
 layout_finish "all expert-parallel runs match the one-process run"

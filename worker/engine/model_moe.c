@@ -155,6 +155,7 @@ int model_moe_step_end(model *m, comm *group, model_moe_step *out) {
     }
     for (int e = 0; e < E && layers > 0; e++)
         out->expert_load[e] /= (float)layers;
+    out->layers = layers;
     out->dropped = mo->dropped, out->aux = mo->aux;
     memset(mo->routed, 0, n * sizeof *mo->routed);
     mo->dropped = mo->aux = 0;

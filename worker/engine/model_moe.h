@@ -35,6 +35,7 @@ void model_moe_backward(model *m, int l, const float *dy, float *dx, float loss_
 /* A step's MoE figures (over the whole data-parallel block). */
 typedef struct model_moe_step {
     int n_experts;                      /* 0: a dense model */
+    int layers;                         /* MoE layers the figures cover */
     double load_max_mean;               /* the largest max/mean expert load over the layers */
     double dropped;                     /* (token, expert) pairs the capacity dropped */
     double aux;                         /* aux losses, summed over layers and micro-batches */

@@ -443,6 +443,26 @@ static void train_comm_sent(const trainer *t, uint64_t out[TRAIN_COMM_GROUPS]) {
 
 static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag);
 
+/* Under pp each stage has its own MoE layers: their figures combined over the pipeline
+ * (the largest max/mean, dropped pairs and aux losses added, loads averaged over every
+ * MoE layer of the model). */
+static int train_moe_pp(trainer *t, model_moe_step *s) {
+    comm *pp = t->pp.group;
+    int E = t->m.cfg.moe.n_experts;
+    if (pp == NULL || E == 0) return 0;
+    double v[MOE_MAX_EXPERTS + 3];
+    for (int e = 0; e < E; e++)
+        v[e] = (double)s->expert_load[e] * s->layers;
+    v[E] = s->layers, v[E + 1] = s->dropped, v[E + 2] = s->aux;
+    if (comm_allreduce(pp, v, v, (size_t)E + 3, COMM_F64, COMM_SUM, NULL) != 0 ||
+        comm_allreduce(pp, &s->load_max_mean, &s->load_max_mean, 1, COMM_F64, COMM_MAX, NULL) != 0)
+        return BT_EIO;
+    s->n_experts = E, s->layers = (int)v[E], s->dropped = v[E + 1], s->aux = v[E + 2];
+    for (int e = 0; e < E; e++)
+        s->expert_load[e] = s->layers > 0 ? (float)(v[e] / s->layers) : 0.0f;
+    return 0;
+}
+
 /* Achieved over peak: the recipe's cluster.gpu peak for the stage's precision (fp8: its
  * own, or twice bf16's), in TFLOP/s per device; 0 when the recipe gives none. */
 static double train_mfu(const trainer *t, double gflops_per_s) {
@@ -491,7 +511,7 @@ static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
     train_scaler_update(&t->scaler, overflow);
     out->overflow = overflow, out->loss_scale = t->scaler.on ? t->scaler.scale : 0;
     train_spike_judge(t, armed, loss, norm, out);
-    if (model_moe_step_end(&t->m, t->dp.group, &out->moe) != 0) {
+    if (model_moe_step_end(&t->m, t->dp.group, &out->moe) != 0 || train_moe_pp(t, &out->moe) != 0) {
         bt_diag_set(diag, "step %llu: MoE load all-reduce: %s", (unsigned long long)t->step + 1,
                     comm_error(t->dp.group));
         return BT_EIO;
