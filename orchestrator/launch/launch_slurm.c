@@ -21,8 +21,25 @@
 
 extern char **environ;
 
+/* argv[0] through PATH (before fork: the child may only make async-signal-safe calls). */
+static void slurm_which(const char *cmd, char *out, size_t cap) {
+    snprintf(out, cap, "%s", cmd);
+    const char *path = getenv("PATH");
+    if (strchr(cmd, '/') || path == NULL) return;
+    for (const char *p = path; *p;) {
+        size_t n = strcspn(p, ":");
+        char cand[4096];
+        snprintf(cand, sizeof cand, "%.*s/%s", (int)n, p, cmd);
+        if (n > 0 && access(cand, X_OK) == 0) {
+            snprintf(out, cap, "%s", cand);
+            return;
+        }
+        p += n + (p[n] == ':');
+    }
+}
+
 /* Between fork and exec only async-signal-safe calls. */
-static void slurm_child(char *const argv[], int out) {
+static void slurm_child(const char *exe, char *const argv[], int out) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
@@ -30,26 +47,30 @@ static void slurm_child(char *const argv[], int out) {
     int null = open("/dev/null", O_RDONLY);
     if (null < 0 || dup2(null, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) _exit(127);
     close_range(3, ~0U, 0);
-    execvp(argv[0], argv);
+    execve(exe, argv, environ);
     _exit(127);
 }
 
-static void slurm_drain(int fd, char *out, size_t cap, size_t *len) {
+/* Reads what is there, keeping what fits; the read's result (0 at the end). */
+static ssize_t slurm_drain(int fd, char *out, size_t cap, size_t *len) {
     char tmp[4096];
     ssize_t n = read(fd, tmp, sizeof tmp);
-    if (n <= 0) return;
+    if (n <= 0) return n < 0 && errno == EINTR ? 1 : n;
     size_t k = (size_t)n < cap - 1 - *len ? (size_t)n : cap - 1 - *len;
     memcpy(out + *len, tmp, k);
     *len += k;
     out[*len] = '\0';
+    return n;
 }
 
 int launch_slurm_exec(char *const argv[], char *out, size_t cap, double timeout_s) {
     int p[2];
+    char exe[4096];
     out[0] = '\0';
+    slurm_which(argv[0], exe, sizeof exe);
     if (pipe2(p, O_CLOEXEC) != 0) return -1;
     pid_t pid = fork();
-    if (pid == 0) slurm_child(argv, p[1]);
+    if (pid == 0) slurm_child(exe, argv, p[1]);
     close(p[1]);
     if (pid < 0) {
         close(p[0]);
@@ -66,13 +87,7 @@ int launch_slurm_exec(char *const argv[], char *out, size_t cap, double timeout_
             break;
         }
         int r = poll(&pfd, 1, (int)(left * 1000) + 1);
-        if (r > 0 && (pfd.revents & POLLIN)) {
-            size_t before = len;
-            slurm_drain(p[0], out, cap, &len);
-            if (len == before && len < cap - 1) break; /* EOF (or a full buffer) */
-        } else if (r > 0) {
-            break; /* POLLHUP */
-        }
+        if (r > 0 && slurm_drain(p[0], out, cap, &len) <= 0) break; /* the end */
     }
     if (timed_out) kill(pid, SIGKILL);
     close(p[0]);
