@@ -215,6 +215,7 @@ char **launch_slurm_step_argv(launch_slurm *s, const uint32_t *active, uint32_t 
     slurm_host_list(s, idx, n_ex, ex, sizeof ex);
     snprintf(s->step_name, sizeof s->step_name, "%s", step_name);
     s->failed_task = -1, s->failed_host[0] = s->failure[0] = s->lost_hosts[0] = '\0';
+    s->step_refused = 0;
     int n = 0, err = 0;
     static const char *fixed[] = {
         "srun",      "--mpi=pmix",  "--label", "--kill-on-bad-exit=1", "--distribution=block",
@@ -270,6 +271,12 @@ static void slurm_note(launch_slurm *s, const char *line) {
     p += strlen("srun: error: ");
     char host[64] = "", what[400] = "";
     int task = -1;
+    if (strncmp(p, "Unable to create step", 21) == 0) {
+        s->step_refused = 1;
+        snprintf(s->failure, sizeof s->failure,
+                 "%.400s (does the allocation have --ntasks-per-node=gpus_per_node?)", p);
+        return;
+    }
     if (sscanf(p, "Node failure on %63s", host) == 1 ||
         sscanf(p, "Task launch for StepId=%*s failed on node %63[^:]", host) == 1) {
         slurm_add_lost(s, host);

@@ -40,6 +40,8 @@ typedef struct launch_slurm {
     char failed_host[64];  /* its host */
     char failure[512];     /* srun's words about it */
     char lost_hosts[1024]; /* hosts srun reported as failed nodes, comma separated */
+    int step_refused;      /* Slurm refused to create the step (e.g. more tasks than the
+                              allocation's CPUs): a configuration error, not retried */
     /* The supervisor's own output callback, which relabelled lines go to. */
     launch_output_cb inner;
     void *inner_arg;

@@ -226,7 +226,7 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
         if (c->o->slurm) run_slurm_blame(c, &r, node, sizeof node);
     }
     int fatal = (rk && rk->exited && rk->exit_status == 2) || job->cause == LAUNCH_SPAWN_FAILED ||
-                c->topo_refused;
+                (c->o->slurm && c->o->slurm->step_refused) || c->topo_refused;
     attempt_end end = c->got_signal ? ATTEMPT_STOPPED : fatal ? ATTEMPT_FATAL : ATTEMPT_RETRY;
     r.detail = why;
     r.has_retryable = 1, r.retryable = end == ATTEMPT_RETRY;

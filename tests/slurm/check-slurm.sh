@@ -5,7 +5,8 @@
 #   losses    tests/run/run.yaml shortened (three stages: tp2 x pp2, dp4, tp2 x dp2 fp8),
 #             4 ranks on 2 test hosts through `srun --mpi=pmix` inside `salloc`: every
 #             per-step loss in metrics.jsonl must equal the local launcher's exactly, and
-#             the journal's topology must show ranks on both hosts.
+#             the journal's topology must show ranks on both hosts. An allocation with
+#             fewer CPUs than ranks ends with exit 2 (Slurm's refusal, not retried).
 #   nodeloss  the same recipe through `baton submit` (sbatch); mid-way through the fp8
 #             stage every process of test host bt-n1 (its slurmd, slurmstepd and workers)
 #             is killed: the run must finish on bt-n0 with dp 2 -> 1, the journal must show
@@ -120,6 +121,16 @@ losses)
     fail "per-step losses differ: $(diff local.losses slurm.losses | head -8)"
   strings run/journal | grep -q "bt-n0 bt-n1" || fail "the journal's topology has no group spanning bt-n0 and bt-n1"
   grep -q "srun --mpi=pmix\|Slurm job" slurm.out || fail "slurm.out does not show the Slurm launcher"
+  # An allocation with fewer CPUs than ranks: Slurm refuses the step; a configuration
+  # error (exit 2) after one attempt, not retried, with Slurm's words and the fix.
+  set +e
+  salloc --nodes=2 --ntasks-per-node=1 --no-kill --quiet --time=5 \
+    "$baton" run "$recipe" --run-dir small --launcher slurm "${sets[@]}" >small.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc -eq 2 ]] || fail "a too small allocation: baton run exited $rc, not 2"
+  grep -q "Unable to create step.*--ntasks-per-node" small.out || fail "no clear error: $(tail -3 small.out)"
+  grep -q "not retried" small.out || fail "the refused step was retried"
   echo "slurm.losses: 16 per-step losses equal to the local launcher's" \
     "(local $(secs "$t0" "$t1") s, slurm $(secs "$t1" "$t2") s)"
   ;;
