@@ -123,7 +123,8 @@ static void run_note_ckpt(run_ctx *c, uint32_t stage, uint32_t attempt) {
 }
 
 /* The hang rule: no heartbeat from some connected rank for hang_s (the control channel),
- * or, before any rank connected, no step from rank 0 for hang_s. */
+ * or, before any rank connected, no step from rank 0 for hang_s. Once ranks have said
+ * goodbye (DONE, then closed the channel) the job is ending: the launcher sees the exits. */
 static int run_hung(run_ctx *c, double started, double hang_s) {
     double now = bt_clock_now();
     int rank = -1;
@@ -135,7 +136,8 @@ static int run_hung(run_ctx *c, double started, double hang_s) {
         return 1;
     }
     double since = c->prog.steps_seen ? c->prog.last_step_at : started;
-    if (quiet < 0 && now - since > hang_s) {
+    int heard = c->cs_open && control_server_heard(&c->cs);
+    if (quiet < 0 && !heard && now - since > hang_s) {
         snprintf(c->hang_why, sizeof c->hang_why,
                  "hang: no completed step for %.0f s (heartbeat_timeout)", hang_s);
         return 1;

@@ -244,6 +244,19 @@ topology)
   "$baton" status r2 | grep -q "strict_topology is set (not retried)" || fail "not journaled"
   echo "$case: warned, and refused under strict_topology before any step"
   ;;
+slow-save)
+  # Every checkpoint write takes 7 s, longer than the 5 s heartbeat_timeout: the workers'
+  # heartbeats go on during the save (worker_pacer.h), so nothing is taken for a hang.
+  BATON_FAULT_SAVE_SLEEP=7 "$baton" run "$recipe" --run-dir r1 --set stages.pretrain.steps=6 \
+    --set stages.1.steps=2 --set stages.fp8.steps=2 >run.out 2>&1 || fail "the run failed"
+  ! grep -q "hang:" run.out || fail "a slow save was taken for a hang"
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+st = json.load(sys.stdin)["stages"]
+assert all(s["state"] == "done" and s["restarts"] == 0 for s in st), st' ||
+    fail "restarts after slow saves"
+  echo "$case: 7 s saves under a 5 s heartbeat_timeout, no restart"
+  ;;
 moe)
   # An MoE stage under ep2: its loads reach metrics.jsonl and TensorBoard.
   "$baton" run "$src/tests/engine/moe.yaml" --run-dir r1 --set stages.train.steps=6 \

@@ -13,6 +13,7 @@ void worker_control_start(worker_control *wc, const Baton__StageSpec *spec, comm
     wc->client.fd = -1;
     wc->world = world;
     wc->rank = rank;
+    worker_pacer_init(&wc->pacer, &wc->client);
     if (worker_signal_install() != 0)
         fprintf(stderr, "baton-worker: rank %u: cannot install the SIGTERM handler\n", rank);
     const char *addr = spec->control_address, *token = getenv("BATON_CONTROL_TOKEN");
@@ -36,7 +37,17 @@ void worker_control_start(worker_control *wc, const Baton__StageSpec *spec, comm
 }
 
 void worker_control_phase(worker_control *wc, Baton__Heartbeat__Phase phase, uint64_t step) {
+    worker_pacer_lock(&wc->pacer);
     control_client_heartbeat(&wc->client, phase, step);
+    worker_pacer_unlock(&wc->pacer);
+}
+
+void worker_control_busy(worker_control *wc, Baton__Heartbeat__Phase phase, uint64_t step) {
+    worker_pacer_begin(&wc->pacer, phase, step);
+}
+
+void worker_control_idle(worker_control *wc) {
+    worker_pacer_end(&wc->pacer);
 }
 
 /* This rank's stop request, and every rank's when there are several. */
@@ -76,23 +87,31 @@ static void worker_control_metrics(worker_control *wc, const train_metrics *tm) 
 }
 
 int worker_control_after_step(worker_control *wc, const train_metrics *m, bt_diag *diag) {
+    worker_pacer_lock(&wc->pacer);
     control_client_heartbeat(&wc->client, BATON__HEARTBEAT__PHASE__TRAIN, m->step);
     if (wc->rank == 0) worker_control_metrics(wc, m);
-    int mine = control_client_poll(&wc->client) || worker_signal_stop_requested();
+    int mine = control_client_poll(&wc->client);
+    worker_pacer_unlock(&wc->pacer);
+    mine = mine || worker_signal_stop_requested();
     return worker_control_agree(wc, mine, diag);
 }
 
 const char *worker_control_stop_reason(worker_control *wc) {
     /* Another rank's request may have come first while ours was on its way. */
-    if (wc->client.stop || control_client_poll(&wc->client))
-        return wc->client.stop_reason[0] ? wc->client.stop_reason : "Stop";
+    worker_pacer_lock(&wc->pacer);
+    int stop = wc->client.stop || control_client_poll(&wc->client);
+    worker_pacer_unlock(&wc->pacer);
+    if (stop) return wc->client.stop_reason[0] ? wc->client.stop_reason : "Stop";
     return worker_signal_stop_requested() ? "SIGTERM" : "another rank's request";
 }
 
 void worker_control_fatal(worker_control *wc, int32_t code, const char *message) {
+    worker_pacer_lock(&wc->pacer);
     control_client_fatal(&wc->client, code, message);
+    worker_pacer_unlock(&wc->pacer);
 }
 
 void worker_control_close(worker_control *wc) {
+    worker_pacer_free(&wc->pacer);
     control_client_close(&wc->client);
 }

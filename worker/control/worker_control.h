@@ -12,6 +12,7 @@
 
 #include "comm.h"
 #include "control_client.h"
+#include "worker_pacer.h"
 #include "stage_spec.pb-c.h"
 #include "train.h"
 #include "util/err.h"
@@ -21,6 +22,7 @@
 
 typedef struct worker_control {
     control_client client; /* client.fd < 0: no channel */
+    worker_pacer pacer;    /* heartbeats during long saves and loads; guards client */
     comm *world;           /* NULL for one process */
     uint32_t rank;
     int stopping; /* the training loop stopped early on the ranks' agreed request (it sets
@@ -35,6 +37,10 @@ void worker_control_start(worker_control *wc, const Baton__StageSpec *spec, comm
 
 /* A phase change (INIT, LOAD, SAVE, DONE) at the trainer's step. */
 void worker_control_phase(worker_control *wc, Baton__Heartbeat__Phase phase, uint64_t step);
+/* A long blocking phase (LOAD, SAVE) begins: its heartbeat repeats until
+ * worker_control_idle (worker_pacer.h), so that `baton run` does not take it for a hang. */
+void worker_control_busy(worker_control *wc, Baton__Heartbeat__Phase phase, uint64_t step);
+void worker_control_idle(worker_control *wc);
 
 /* After a step: TRAIN heartbeat and, from rank 0, the step's metrics; then whether to
  * stop, agreed over the world. Every rank calls it after every step. Returns 1 to stop,

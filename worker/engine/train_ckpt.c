@@ -161,11 +161,21 @@ static int ckpt_fault_here(const train_ckpt *c) {
     return strstr(c->name, want) != NULL;
 }
 
+/* Test hook: BATON_FAULT_SAVE_SLEEP=SECONDS makes every rank's write of a checkpoint that
+ * long (a slow filesystem), to check that a long save is not taken for a hang. */
+static void ckpt_fault_slow(void) {
+    const char *f = getenv("BATON_FAULT_SAVE_SLEEP");
+    double s = f ? atof(f) : 0;
+    if (s > 0)
+        nanosleep(&(struct timespec){(time_t)s, (long)((s - (double)(time_t)s) * 1e9)}, NULL);
+}
+
 static int ckpt_write(train_ckpt *c) {
     char part[CKPT_PATH_MAX];
     ckpt_partial_dir(c->root, c->name, part, sizeof part);
     ckpt_writer w;
     int rc = ckpt_writer_open(&w, part, c->world_rank, CKPT_DEFAULT_BLOCK, &c->diag);
+    ckpt_fault_slow();
     for (size_t i = 0; rc == 0 && i < c->n_pieces; i++) {
         const train_ckpt_piece *p = &c->pieces[i];
         if (p->fp8)

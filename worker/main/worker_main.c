@@ -236,11 +236,20 @@ static void worker_print_overflow(const trainer *t, const train_metrics *m) {
            (unsigned long long)t->skipped_steps);
 }
 
+/* Waits for the background checkpoint writer, heartbeats going on meanwhile. */
+static int worker_save_wait(train_ckpt *c, uint64_t step, worker_control *wc, bt_diag *diag) {
+    if (c->root) worker_control_busy(wc, BATON__HEARTBEAT__PHASE__SAVE, step);
+    int rc = train_ckpt_wait(c, diag);
+    if (c->root) worker_control_idle(wc);
+    return rc;
+}
+
 static int worker_save(train_ckpt *c, trainer *t, const worker_args *a, worker_control *wc,
                        bt_diag *diag) {
     int final = t->step == t->total_steps;
-    if (c->root) worker_control_phase(wc, BATON__HEARTBEAT__PHASE__SAVE, t->step);
+    if (c->root) worker_control_busy(wc, BATON__HEARTBEAT__PHASE__SAVE, t->step);
     int rc = train_ckpt_save(c, t, final, diag);
+    if (c->root) worker_control_idle(wc);
     if (rc == 0 && c->root && !a->quiet)
         printf("checkpoint %s: %s in %.3f s\n", c->name,
                c->async ? "snapshot taken, writing in the background" : "saved", c->stall_s);
@@ -255,7 +264,7 @@ static int worker_stop(trainer *t, train_ckpt *c, const worker_args *a, worker_c
         printf("stopping at step %llu (%s)%s\n", (unsigned long long)t->step,
                worker_control_stop_reason(wc), c->root ? ": saving a checkpoint" : "");
     int rc = worker_save(c, t, a, wc, diag);
-    rc = rc ? rc : train_ckpt_wait(c, diag);
+    rc = rc ? rc : worker_save_wait(c, t->step, wc, diag);
     fflush(stdout);
     return rc;
 }
@@ -312,7 +321,7 @@ static int worker_train(trainer *t, train_ckpt *c, uint64_t save_every, const wo
     }
     if (!a->quiet) worker_print_comm(t);
     int rc = worker_save(c, t, a, wc, diag);
-    rc = rc ? rc : train_ckpt_wait(c, diag);
+    rc = rc ? rc : worker_save_wait(c, t->step, wc, diag);
     fflush(stdout);
     return rc;
 }
@@ -418,9 +427,10 @@ static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, w
                             bt_diag *diag) {
     const char *init = a->init ? a->init : t->spec->init_checkpoint;
     if (init == NULL || init[0] == '\0') return 0;
-    worker_control_phase(wc, BATON__HEARTBEAT__PHASE__LOAD, 0);
+    worker_control_busy(wc, BATON__HEARTBEAT__PHASE__LOAD, 0);
     double t0 = bt_clock_now();
     int rc = train_ckpt_load(t, init, w->world, diag);
+    worker_control_idle(wc);
     if (rc == 0 && w->info.rank == 0 && !a->quiet)
         printf("started from %s at step %llu (global sample %llu), loaded in %.3f s\n", init,
                (unsigned long long)t->step, (unsigned long long)t->first_sample,
@@ -490,6 +500,7 @@ int main(int argc, char **argv) {
     else if (spec != NULL)
         setup_rc = rc = worker_ranks_join(&w, a.comm_timeout_s, &diag);
     worker_control ctl = {.client.fd = -1};
+    worker_pacer_init(&ctl.pacer, &ctl.client); /* worker_control_start starts afresh */
     if (rc == 0) {
         uint32_t size = w.world ? (uint32_t)w.info.size : 1;
         worker_control_start(&ctl, spec, w.world, (uint32_t)w.info.rank, size, w.info.hostname);

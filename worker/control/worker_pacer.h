@@ -1,0 +1,40 @@
+/* Heartbeats during long blocking work. The worker's heartbeats come with its steps and
+ * phase changes, so a synchronous checkpoint save or load longer than the stage's
+ * heartbeat_timeout would look like a hang to `baton run`. Between worker_pacer_begin
+ * and worker_pacer_end a thread repeats the phase's heartbeat every WORKER_PACER_S
+ * seconds, for at most WORKER_PACER_MAX_S (a save stuck longer than that is a hang after
+ * all). Every use of the control client goes through worker_pacer_lock/unlock, so the
+ * thread and the training loop never write to the channel at once. */
+#ifndef BATON_WORKER_PACER_H
+#define BATON_WORKER_PACER_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "control.pb-c.h"
+#include "control_client.h"
+
+#define WORKER_PACER_S     1.0
+#define WORKER_PACER_MAX_S 1800.0
+
+typedef struct worker_pacer {
+    control_client *client; /* borrowed */
+    pthread_mutex_t mu;     /* guards the client and the fields below */
+    pthread_cond_t cv;
+    pthread_t thread;
+    int running; /* the thread exists */
+    int busy;    /* between begin and end */
+    Baton__Heartbeat__Phase phase;
+    uint64_t step;
+} worker_pacer;
+
+void worker_pacer_init(worker_pacer *p, control_client *client);
+/* Sends the phase's heartbeat now and keeps repeating it until worker_pacer_end. */
+void worker_pacer_begin(worker_pacer *p, Baton__Heartbeat__Phase phase, uint64_t step);
+void worker_pacer_end(worker_pacer *p);
+void worker_pacer_lock(worker_pacer *p);
+void worker_pacer_unlock(worker_pacer *p);
+/* Stops the thread (if any). */
+void worker_pacer_free(worker_pacer *p);
+
+#endif
