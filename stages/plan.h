@@ -50,6 +50,13 @@ typedef struct plan_memory {
     double act_per_layer;         /* one layer, one micro-batch, kept from forward to backward */
     double act_working_set;       /* full recompute: one layer's full activations, once */
     double act_logits;            /* last stage: fp32 logits of one micro-batch */
+    /* ZeRO-2/3 (zero_level >= 2): per-unit shards (worker/engine/train_zero.h); the units are
+     * the embedding, each layer and the final norm with the head, each padded to a multiple
+     * of dp*cp. */
+    uint32_t zero_level;  /* the level in effect: zero, or 0/1 when dp*cp is 1 */
+    uint64_t zero_shard;  /* parameters in the rank's shard: the sum of ceil(unit / (dp*cp)) */
+    uint64_t zero_layers; /* ... of them in layer units (gathered again under full recompute) */
+    uint64_t zero_unit;   /* the largest unit, padded: one gather / reduce-scatter buffer */
 } plan_memory;
 
 enum plan_comm_group {
@@ -136,7 +143,8 @@ void plan_report_text(FILE *f, const Baton__StageSpec *spec, const plan_stage *p
 
 /* The whole plan as JSON:
  * {"stages": [{"name", "params_total", "world", "layout", "memory_per_gpu":
- *   {"params", "grads", "optimizer", "activations", "total"}, "fits",
+ *   {"params", "grads", "optimizer", "activations", "total", "heaviest_pp_stage", "zero",
+ *    "zero_shard_params", "zero_unit_params"}, "fits",
  *   "comm_bytes_per_step": {"tp", "pp", "dp", "cp", "ep"}, "flops_per_step",
  *   "warnings": [...]}]} */
 void plan_report_json(FILE *f, Baton__StageSpec *const *specs, const plan_stage *stages, size_t n);

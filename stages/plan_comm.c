@@ -16,7 +16,14 @@
  *   DP  over the dp*cp replicas of a parameter (edp = dp*cp/ep for routed experts):
  *       ZeRO-1: reduce-scatter fp32 grads + all-gather weights,
  *       (n-1)/n x params x (4 + weight bytes); without ZeRO: all-reduce of fp32 grads,
- *       2(n-1)/n x params x 4.
+ *       2(n-1)/n x params x 4. ZeRO-2 and ZeRO-3 work per unit (plan_memory.c: S
+ *       parameters in the rank's shard, S_L of them in layers; (n-1)/n x the padded
+ *       units = (n-1) S): ZeRO-2 reduce-scatters the fp32 grads after every
+ *       micro-batch and all-gathers the weights once, (n-1) S (4m + weight bytes);
+ *       ZeRO-3 all-gathers every unit before its forward and its backward and layers
+ *       once more before the recomputed forward of full recomputation, and
+ *       reduce-scatters the grads, per micro-batch:
+ *       m (n-1) ((2S [+ S_L]) x weight bytes + 4S).
  *   CP  ring: per layer and forward pass (cp-1) K/V chunks of 2*s*b*(kv heads per tp
  *       rank)*hd*e bytes (two forward passes with full recomputation); backward sends
  *       K/V round again with dK/dV travelling beside them, plus one last hop of dK/dV
@@ -82,9 +89,19 @@ static double dp_volume(double n, double params, double weight_bytes, int zero) 
     return 2 * (n - 1) / n * params * 4;
 }
 
+static double dp_volume_zero(const plan_stage *ps, const plan_memory *m) {
+    double n1 = (double)ps->shape.dp * ps->shape.cp - 1, S = (double)m->zero_shard;
+    double mb = (double)ps->microbatches, wb = m->weight_bytes;
+    if (m->zero_level == 2) return n1 * S * (4 * mb + wb);
+    double gathered = 2 * S;
+    if (ps->shape.recompute == BATON__STAGE__RECOMPUTE__FULL) gathered += (double)m->zero_layers;
+    return mb * n1 * (gathered * wb + 4 * S);
+}
+
 static double comm_dp(const plan_stage *ps, uint32_t stage) {
     plan_memory m;
     plan_memory_for_pp_stage(ps, stage, &m);
+    if (m.zero_level >= 2) return dp_volume_zero(ps, &m);
     int zero = ps->shape.zero > 0;
     double dense = dp_volume((double)ps->shape.dp * ps->shape.cp, (double)m.dense_params_on_rank,
                              m.weight_bytes, zero);

@@ -13,6 +13,15 @@
  *   optimizer  12 (fp32 master + Adam m + v) or 8 for fp32 weights (no master copy);
  *              ZeRO-1 (zero >= 1) shards it over the replicas of each parameter:
  *              dp*cp for dense parameters, edp = dp*cp/ep for routed experts.
+ * ZeRO-2 and ZeRO-3 shard per unit (the embedding, each layer, the final norm with the
+ * head; worker/engine/train_zero.h), n = dp*cp: S = sum over units of ceil(unit / n)
+ * parameters per rank, U = the largest unit padded to a multiple of n:
+ *   ZeRO-2  weights x P; grads 4 x (P + S + U): the whole fp32 buffer one micro-batch's
+ *           backward writes (transient, but allocated), the accumulated shard and the
+ *           padded reduce-scatter buffer; optimizer x S.
+ *   ZeRO-3  weights x (S + U): the shard and one unit's gather buffer; grads 4 x (S + U):
+ *           the shard and one unit's gradient buffer; optimizer x S.
+ * With dp*cp = 1 there is nothing to shard: the zero 0 figures.
  *
  * Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in
  * Large Transformer Models"), per layer and micro-batch, with s = seq_len/cp,
@@ -54,6 +63,37 @@ static void memory_params(const plan_stage *ps, uint32_t stage, plan_memory *out
     out->params_on_rank = out->dense_params_on_rank + out->expert_params_on_rank;
 }
 
+/* Adds one unit of u parameters per rank to the ZeRO-2/3 figures (n = dp*cp). */
+static void memory_unit(plan_memory *out, uint64_t u, uint64_t n, int layer) {
+    uint64_t chunk = div_ceil(u, n);
+    out->zero_shard += chunk;
+    if (layer) out->zero_layers += chunk;
+    if (chunk * n > out->zero_unit) out->zero_unit = chunk * n;
+}
+
+/* The stage's units as a rank holds them: split by tp (experts by ep*tp), norms and
+ * routers replicated. */
+static void memory_zero_units(const plan_stage *ps, uint32_t stage, plan_memory *out) {
+    const plan_params *p = &ps->params;
+    const plan_shape *sh = &ps->shape;
+    uint64_t n = (uint64_t)sh->dp * sh->cp, t = sh->tp;
+    uint32_t first, count, n_moe;
+    plan_pp_stage_layers(p, sh->pp, stage, &first, &count, &n_moe);
+    out->zero_level = sh->zero >= 2 && n < 2 ? 0 : sh->zero;
+    if (out->zero_level < 2) return;
+    if (stage == 0) memory_unit(out, div_ceil(p->embedding, t), n, 0);
+    for (uint32_t l = first; l < first + count; l++) {
+        uint64_t u = div_ceil(p->attn_layer, t) + p->norms_layer;
+        if (plan_layer_is_moe(p, l))
+            u += div_ceil(p->moe_shared, t) + p->moe_router +
+                 div_ceil(p->moe_experts, (uint64_t)sh->ep * t);
+        else
+            u += div_ceil(p->mlp_layer, t);
+        memory_unit(out, u, n, 1);
+    }
+    if (stage + 1 == sh->pp) memory_unit(out, div_ceil(p->head, t) + p->final_norm, n, 0);
+}
+
 static void memory_states(const plan_stage *ps, plan_memory *out) {
     const plan_shape *sh = &ps->shape;
     int fp32 = sh->precision == BATON__PRECISION__TYPE__FP32;
@@ -67,6 +107,14 @@ static void memory_states(const plan_stage *ps, plan_memory *out) {
     out->optimizer =
         out->optim_bytes * ((double)out->dense_params_on_rank / out->optim_shards_dense +
                             (double)out->expert_params_on_rank / out->optim_shards_expert);
+    double S = (double)out->zero_shard, U = (double)out->zero_unit;
+    if (out->zero_level < 2) return;
+    out->optimizer = out->optim_bytes * S;
+    out->grads = out->grad_bytes * (S + U);
+    if (out->zero_level == 2)
+        out->grads += out->grad_bytes * (double)out->params_on_rank;
+    else
+        out->params = out->weight_bytes * (S + U);
 }
 
 /* Korthikanti's per-layer activations without recomputation. */
@@ -110,6 +158,7 @@ void plan_memory_for_pp_stage(const plan_stage *ps, uint32_t stage, plan_memory 
     memset(out, 0, sizeof *out);
     out->heaviest_pp_stage = stage;
     memory_params(ps, stage, out);
+    memory_zero_units(ps, stage, out);
     memory_states(ps, out);
     memory_activations(ps, stage, out);
     out->total = out->params + out->grads + out->optimizer + out->activations;

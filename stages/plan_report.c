@@ -196,19 +196,46 @@ static void text_rank_table(FILE *f, const layout *l) {
     }
 }
 
+/* ZeRO-2/3's lines (plan_memory.c): S the rank's shard, U the largest unit padded. */
+static void text_memory_zero(FILE *f, const plan_stage *ps) {
+    const plan_memory *m = &ps->mem;
+    char a[32], s[32], u[32], p[32];
+    int z3 = m->zero_level == 3;
+    fmt_grouped(s, sizeof s, m->zero_shard);
+    fmt_grouped(u, sizeof u, m->zero_unit);
+    fmt_grouped(p, sizeof p, m->params_on_rank);
+    fprintf(f, "  grads       %10s = 4 B x (", fmt_gb(a, sizeof a, m->grads));
+    if (!z3) fprintf(f, "%s whole buffer one micro-batch's backward writes + ", p);
+    fprintf(f, "%s shard + %s %s)\n", s, u,
+            z3 ? "buffer of one unit's backward" : "padded reduce-scatter buffer");
+    fprintf(f,
+            "  optimizer   %10s = %.0f B (%s) x %s shard (ZeRO-%u: per-unit shards over %u "
+            "ranks)\n",
+            fmt_gb(a, sizeof a, m->optimizer), m->optim_bytes,
+            m->optim_bytes == 12 ? "fp32 master + Adam m, v" : "Adam m, v", s, m->zero_level,
+            ps->shape.dp * ps->shape.cp);
+}
+
 static void text_memory_params(FILE *f, const plan_stage *ps) {
     const plan_memory *m = &ps->mem;
     const plan_shape *sh = &ps->shape;
-    char a[32], b[32];
+    char a[32], b[32], c[32];
     uint32_t st = m->heaviest_pp_stage;
     fprintf(f, "memory per GPU (heaviest rank: pipeline stage %u of %u, %u layers%s%s)\n", st,
             sh->pp, m->layers_on_stage, st == 0 ? " + embedding" : "",
             st + 1 == sh->pp ? " + final norm + head" : "");
     fmt_grouped(b, sizeof b, m->params_on_rank);
-    fprintf(f, "  params      %10s = %.0f B x %s params on the rank (stage share / tp",
-            fmt_gb(a, sizeof a, m->params), m->weight_bytes, b);
+    fprintf(f, "  params      %10s = %.0f B x ", fmt_gb(a, sizeof a, m->params), m->weight_bytes);
+    if (m->zero_level == 3) /* the shard and one unit's gather buffer (plan_memory.c) */
+        fprintf(f, "(%s shard + %s gather buffer) of ", fmt_grouped(a, sizeof a, m->zero_shard),
+                fmt_grouped(c, sizeof c, m->zero_unit));
+    fprintf(f, "%s params on the rank (stage share / tp", b);
     if (m->expert_params_on_rank) fprintf(f, ", routed experts / (ep*tp)");
     fprintf(f, ")\n");
+    if (m->zero_level >= 2) {
+        text_memory_zero(f, ps);
+        return;
+    }
     fprintf(f, "  grads       %10s = 4 B (fp32 main grads) x %s\n", fmt_gb(a, sizeof a, m->grads),
             b);
     fprintf(f, "  optimizer   %10s = %.0f B (%s) x (", fmt_gb(a, sizeof a, m->optimizer),
@@ -372,7 +399,11 @@ static void json_memory(bt_buf *b, const plan_memory *m) {
     json_int(b, "activations", m->activations);
     bt_buf_printf(b, ", ");
     json_int(b, "total", m->total);
-    bt_buf_printf(b, ", \"heaviest_pp_stage\": %u}, ", m->heaviest_pp_stage);
+    bt_buf_printf(b, ", \"heaviest_pp_stage\": %u", m->heaviest_pp_stage);
+    bt_buf_printf(b,
+                  ", \"zero\": %u, \"zero_shard_params\": %" PRIu64
+                  ", \"zero_unit_params\": %" PRIu64 "}, ",
+                  m->zero_level, m->zero_shard, m->zero_unit);
     json_int(b, "capacity", m->capacity);
     bt_buf_printf(b, ", \"fits\": %s, ", m->fits < 0 ? "null" : m->fits ? "true" : "false");
 }

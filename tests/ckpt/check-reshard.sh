@@ -3,7 +3,8 @@
 # step 10, is resumed from that checkpoint under layout B; steps 11-20 must give A's
 # losses within 1e-5 relative (and, when B is A, bitwise the same losses).
 #   check-reshard.sh BATON BATON_WORKER SOURCE_DIR CASE
-# CASE is A-to-B with layouts written as tp2pp2, dp4, dp2z1, cp2, tp1 ... (see layout), with
+# CASE is A-to-B with layouts written as tp2pp2, dp4, dp2z1, dp2z3, cp2, tp1 ... (see layout;
+# zN: parallel.zero N, so dp2z3 is ZeRO-3 over dp2), with
 # -offline appended: through `baton ckpt reshard --to B` instead of resharding on load.
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -21,7 +22,7 @@ layout() {
   [[ $s =~ pp([0-9]+) ]] && pp=${BASH_REMATCH[1]}
   [[ $s =~ dp([0-9]+) ]] && dp=${BASH_REMATCH[1]}
   [[ $s =~ cp([0-9]+) ]] && cp=${BASH_REMATCH[1]}
-  [[ $s =~ z1|zero1 ]] && z=1
+  [[ $s =~ (z|zero)([0-3]) ]] && z=${BASH_REMATCH[2]}
   echo "$((tp * pp * dp * cp))|{tp: $tp, pp: $pp, cp: $cp, dp: $dp, zero: $z}"
 }
 

@@ -304,6 +304,54 @@ static void test_comm_small(void) {
         CHECK_EQ_U64(ps.comm.bytes[g], 0);
 }
 
+/* ZeRO-2/3 on the small config (tp 2, pp 2, dp 2, bf16, m = 4), by hand: per tp rank the
+ * embedding is 6400/2 = 3200, a layer 12288/2 + 33792/2 + 128 = 23168, norm + head
+ * 6400/2 + 64 = 3264. Chunks over dp 2: stage 0 1600 + 11584 = S 13184, stage 1
+ * 11584 + 1632 = S 13216 (11584 of it a layer); the largest unit U = 23168 on both. */
+static void test_zero_small(void) {
+    fixture fx;
+    fixture_small(&fx);
+    fx.par.zero = 3;
+    plan_stage ps;
+    CHECK(build(&fx, &ps) == BT_OK);
+    plan_memory m;
+    plan_memory_for_pp_stage(&ps, 1, &m);
+    CHECK_EQ_U64(m.zero_level, 3);
+    CHECK_EQ_U64(m.zero_shard, 13216);
+    CHECK_EQ_U64(m.zero_unit, 23168);
+    CHECK_REL(m.params, 2.0 * (13216 + 23168), 1e-12); /* bf16 shard + gather buffer */
+    CHECK_REL(m.grads, 4.0 * (13216 + 23168), 1e-12);
+    CHECK_REL(m.optimizer, 12.0 * 13216, 1e-12);
+    plan_memory_for_pp_stage(&ps, 0, &m);
+    CHECK_EQ_U64(m.zero_shard, 13184);
+    CHECK_REL(m.optimizer, 12.0 * 13184, 1e-12);
+    /* DP, per micro-batch 2 gathers (2 B) + 1 reduce-scatter (4 B) of (n-1) S, x m 4 */
+    CHECK_EQ_U64(ps.comm.busiest_pp_stage[PLAN_COMM_DP], 1);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 4.0 * (2 * 13216 * 2 + 4 * 13216), 1e-12);
+    /* full recomputation gathers the layers once more */
+    fx.stage.recompute = BATON__STAGE__RECOMPUTE__FULL;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 4.0 * ((2 * 13216 + 11584) * 2 + 4 * 13216), 1e-12);
+    /* ZeRO-2: whole weights; grads = whole buffer + shard + padded unit; reduce-scatter per
+     * micro-batch, one all-gather of weights per step */
+    fx.par.zero = 2;
+    CHECK(build(&fx, &ps) == BT_OK);
+    plan_memory_for_pp_stage(&ps, 1, &m);
+    CHECK_REL(m.params, 2.0 * 26432, 1e-12);
+    CHECK_REL(m.grads, 4.0 * (26432 + 13216 + 23168), 1e-12);
+    CHECK_REL(m.optimizer, 12.0 * 13216, 1e-12);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 13216.0 * (4 * 4 + 2), 1e-12);
+    /* one data-parallel rank: nothing to shard, the zero 0 figures */
+    set_parallel(&fx.par, 2, 1, 1, 2, 1);
+    fx.cluster.gpus_per_node = 4;
+    CHECK(build(&fx, &ps) == BT_OK);
+    plan_memory_for_pp_stage(&ps, 1, &m);
+    CHECK_EQ_U64(m.zero_level, 0);
+    CHECK_REL(m.grads, 4.0 * 26432, 1e-12);
+    CHECK_REL(m.optimizer, 12.0 * 26432, 1e-12);
+    CHECK_EQ_U64(ps.comm.bytes[PLAN_COMM_DP], 0);
+}
+
 /* cp 2 ring, tp 1: s = 64, kv 2 heads of 16, chunk 2*64*2*2*16*2 = 16384 bytes;
  * per layer 2 passes x (cp-1) + cp = 4 chunks, x 2 layers x m 8. */
 static void test_comm_cp_ep(void) {
@@ -542,6 +590,7 @@ int main(void) {
     test_memory_70b();
     test_activation_order();
     test_comm_small();
+    test_zero_small();
     test_comm_cp_ep();
     test_flops();
     test_warnings_and_fit();

@@ -12,6 +12,7 @@
 
 #include "model_cp.h"
 #include "model_moe.h"
+#include "model_zero.h"
 #include "splitmix.h"
 
 /* A size table as code: with base NULL it only counts, with base set it hands out
@@ -290,13 +291,15 @@ static int alloc_device(model *m) {
     }
     m->act_bytes = (size_t)m->n_slots * s->act_floats[m->cfg.recompute] * sizeof(float);
     m->work_bytes = work * sizeof(float);
-    m->params_mem = be->alloc(be, s->param_floats * sizeof(float));
-    m->grads_mem = be->alloc(be, s->param_floats * sizeof(float));
+    int full = !m->cfg.zero3; /* ZeRO-3: the trainer's shards and model_zero's buffers */
+    if (full) m->params_mem = be->alloc(be, s->param_floats * sizeof(float));
+    if (full) m->grads_mem = be->alloc(be, s->param_floats * sizeof(float));
     m->acts_mem = be->alloc(be, m->act_bytes);
     m->work_mem = be->alloc(be, m->work_bytes);
     m->tokens_mem =
         be->alloc(be, (size_t)m->n_slots * 2 * (size_t)m->max_B * m->max_T * sizeof(int32_t));
-    if (!m->params_mem || !m->grads_mem || !m->acts_mem || !m->work_mem || !m->tokens_mem)
+    if ((full && (!m->params_mem || !m->grads_mem)) || !m->acts_mem || !m->work_mem ||
+        !m->tokens_mem)
         return BT_ENOMEM;
     m->tokens = m->tokens_mem;
     m->targets = m->tokens + (size_t)m->max_B * m->max_T;
@@ -371,6 +374,7 @@ void model_free(model *m) {
     if (be) {
         model_cp_free(m);
         model_moe_free(m);
+        model_zero_free(m);
         be->free(be, m->params_mem);
         be->free(be, m->grads_mem);
         be->free(be, m->acts_mem);
@@ -389,7 +393,7 @@ void model_free(model *m) {
 }
 
 void model_zero_grad(model *m) {
-    m->be->zero(m->be, m->grads_mem, m->sizes.param_floats);
+    if (m->grads_mem) m->be->zero(m->be, m->grads_mem, m->sizes.param_floats);
 }
 
 /* A dense layer's tensors in memory order: the order carve_layer lays them out, with
@@ -510,6 +514,38 @@ static size_t layer_floats(const model_config *cfg, int gl) {
     return c.off;
 }
 
+int model_n_units(const model *m) {
+    return m->first_stage + m->n_layers + m->last_stage;
+}
+
+void model_unit_range(const model *m, int u, size_t *offset, size_t *n) {
+    size_t VC = (size_t)m->shard.vocab * m->cfg.dim, off = m->first_stage ? VC : 0;
+    int l = u - m->first_stage; /* -1: the embedding, n_layers: norm and head */
+    if (l < 0) {
+        *offset = 0, *n = VC;
+        return;
+    }
+    for (int k = 0; k < l && k < m->n_layers; k++)
+        off += layer_floats(&m->cfg, m->layer0 + k);
+    *offset = off;
+    *n = l < m->n_layers ? layer_floats(&m->cfg, m->layer0 + l) : (size_t)m->cfg.dim + VC;
+}
+
+void model_point_unit(model *m, int u, float *params, float *grads) {
+    size_t C = (size_t)m->cfg.dim;
+    int l = u - m->first_stage;
+    if (l < 0) {
+        m->params.embed = params, m->grads.embed = grads;
+    } else if (l == m->n_layers) {
+        m->params.norm = params, m->params.lm_head = params ? params + C : NULL;
+        m->grads.norm = grads, m->grads.lm_head = grads ? grads + C : NULL;
+    } else {
+        carve cp = {.base = params}, cg = {.base = grads};
+        carve_layer(&cp, &m->cfg, m->layer0 + l, &m->params.layers[l]);
+        carve_layer(&cg, &m->cfg, m->layer0 + l, &m->grads.layers[l]);
+    }
+}
+
 /* The stage's tensors: the embedding on the first stage, each layer's, the final norm and
  * the head on the last. */
 static int stage_n_tensors(const model_config *cfg) {
@@ -598,6 +634,10 @@ int model_tensor_slice(const model_config *cfg, int i, model_tensor *t) {
 int model_tensor_info(const model *m, int i, model_tensor *t) {
     int rc = model_tensor_slice(&m->cfg, i, t);
     if (rc != 0) return rc;
+    if (m->zw != NULL) { /* ZeRO-3: where the tensor's unit is resident, if it is */
+        model_zero_views(m, t->offset, &t->data, &t->grad);
+        return 0;
+    }
     t->data = m->params_mem + t->offset;
     t->grad = m->grads_mem + t->offset;
     return 0;
@@ -653,6 +693,8 @@ int model_init_weights(model *m, uint64_t seed) {
     double resid_std = 0.02 / sqrt(2.0 * m->cfg.n_layers);
     for (int i = 0; i < model_n_tensors(m); i++) {
         model_tensor_info(m, i, &t);
+        /* ZeRO-3: only the resident unit's tensors have memory */
+        if (t.data == NULL) continue;
         if (strstr(t.name, "e_score_correction_bias")) { /* MoE selection bias: 0 */
             memset(host, 0, t.count * sizeof *host);
         } else if (t.no_decay) {

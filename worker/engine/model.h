@@ -96,6 +96,10 @@ typedef struct model_config {
     moe_config moe;
     int moe_every, moe_first_dense;
     int ep, ep_rank;
+    /* ZeRO-3 (model_zero.h): the parameters and gradients live in the trainer's shards, so
+     * model_init allocates neither; a unit's views point into the gather buffers while it
+     * is resident. 0 for every other layout. */
+    int zero3;
 } model_config;
 
 /* 1 if layer l (a model layer index) is an MoE layer. */
@@ -222,6 +226,7 @@ typedef struct model {
     struct model_cp *cpw;        /* context parallelism's buffers (model_cp.h); NULL when cp is 1 */
     struct model_moe *moew;      /* MoE layers' caches and load counts (model_moe.h); NULL: dense */
     comm *ep_group;              /* the expert-parallel group; NULL when ep is 1 */
+    struct model_zero *zw;       /* ZeRO-3's gather buffers (model_zero.h); NULL otherwise */
     int layer0, n_layers;        /* this stage's layers [layer0, layer0 + n_layers) */
     int first_stage, last_stage; /* holds the embedding / the final norm, head and loss */
     int n_slots;                 /* activation slots (cfg.act_slots, at least 1) */
@@ -233,7 +238,7 @@ typedef struct model {
                         * slot) */
     size_t work_bytes; /* activation gradients and scratch actually allocated */
 
-    float *params_mem, *grads_mem; /* (param_floats) each */
+    float *params_mem, *grads_mem; /* (param_floats) each; NULL under ZeRO-3 (cfg.zero3) */
     model_weights params, grads;
     float *acts_mem;
     model_acts acts;       /* the slot in use (a copy of slot_acts[slot]) */
@@ -274,6 +279,8 @@ void model_free(model *m);
  * r = sqrt(-2 ln u1). Any shard of a tensor can therefore be generated alone: under
  * tensor parallelism every rank generates exactly its slice of the one-process tensor. */
 int model_init_weights(model *m, uint64_t seed);
+/* Under ZeRO-3 model_init_weights fills the tensors of the resident unit only (the others
+ * have no memory): the trainer places each unit in turn and keeps its own share. */
 
 /* tokens, targets: host arrays (B, T); targets may be NULL (no loss, no backward).
  * Computes the logits (in m->acts.logits until backward overwrites them) and, with
@@ -326,7 +333,8 @@ int model_gather_tensor(model *m, int i, float *out);
  * one-process names. */
 typedef struct model_tensor {
     char name[64];
-    float *data;   /* device pointer into the parameters */
+    float *data;   /* device pointer into the parameters; under ZeRO-3 into the gather
+                    * buffer while the tensor's unit is resident, else NULL */
     float *grad;   /* the gradient at the same offset */
     size_t offset; /* floats from the start of the parameters */
     size_t count;
@@ -345,6 +353,17 @@ typedef struct model_tensor {
      * same on every expert-data-parallel copy. */
     int expert;
 } model_tensor;
+
+/* Units: what ZeRO-2/3 shard and gather as one piece. Unit 0 is the embedding on the
+ * first stage, then one per layer of the stage, then the final norm with the head (adjacent
+ * in memory) on the last stage: first_stage + n_layers + last_stage units, in memory
+ * order, covering the stage's parameters. */
+int model_n_units(const model *m);
+/* Unit u's parameters are [*offset, *offset + *n) of the stage's flat layout. */
+void model_unit_range(const model *m, int u, size_t *offset, size_t *n);
+/* Points unit u's parameter and gradient views at params and grads (unit-relative layout,
+ * as in the full allocation); NULL leaves the views NULL. ZeRO-3 only. */
+void model_point_unit(model *m, int u, float *params, float *grads);
 
 int model_n_tensors(const model *m);
 int model_tensor_info(const model *m, int i, model_tensor *t);

@@ -13,13 +13,19 @@
  * Under pipeline parallelism the passes run the stage's layers on one activation slot
  * (model_stage_forward/backward); a stage starts from the embedding or from the previous
  * stage's output, and ends at the loss or at its output, whose gradient the next stage
- * sends back. With one stage and one slot they are the one-process passes. */
+ * sends back. With one stage and one slot they are the one-process passes.
+ *
+ * Under ZeRO-3 each unit (the embedding, a layer, the final norm with the head) is
+ * gathered before its forward, before its recomputed forward and before its backward,
+ * and its gradients are reduced after its backward (model_zero.h); the hooks are no-ops
+ * otherwise. */
 #include <math.h>
 
 #include "model.h"
 #include "model_cp.h"
 #include "model_moe.h"
 #include "model_tp.h"
+#include "model_zero.h"
 
 static int qkv_width(const model *m) {
     return (m->shard.heads + 2 * m->shard.kv_heads) * m->cfg.head_dim;
@@ -232,15 +238,19 @@ int model_stage_forward(model *m, int slot, const int32_t *tokens, const int32_t
     m->slot_n_valid[slot] = targets ? m->n_valid : -1;
     if (m->first_stage) {
         be->from_host(be, m->tokens, tokens, (size_t)N * sizeof(int32_t));
+        model_zero_forward(m, 0);
         embed_forward(m, resid_at(m, 0), N);
     }
     if (targets && m->last_stage)
         be->from_host(be, m->targets, targets, (size_t)N * sizeof(int32_t));
-    for (int l = 0; l < m->n_layers; l++)
+    for (int l = 0; l < m->n_layers; l++) {
+        model_zero_forward(m, m->first_stage + l);
         layer_forward(m, l, resid_at(m, l), resid_at(m, l + 1));
+    }
     if (m->last_stage) {
         model_acts *a = &m->acts;
         int L = m->n_layers;
+        model_zero_forward(m, m->first_stage + L);
         be->rmsnorm_forward(be, a->lnf, a->lnf_rstd, resid_at(m, L), m->params.norm, N, cfg->dim,
                             cfg->norm_eps);
         model_tp_copy_forward(m, a->lnf, (size_t)N * cfg->dim);
@@ -287,12 +297,27 @@ int model_stage_backward(model *m, int slot, float loss_scale) {
     if (m->comm_err) return m->comm_err;
     select_slot(m, slot);
     m->bwd_scale = loss_scale;
-    if (m->last_stage) head_backward(m, loss_scale);
-    for (int l = m->n_layers - 1; l >= 0; l--) {
-        if (cfg->recompute == MODEL_RECOMPUTE_FULL) layer_forward(m, l, resid_at(m, l), NULL);
-        layer_backward(m, l, resid_at(m, l));
+    int head = m->first_stage + m->n_layers; /* the ZeRO-3 units (model_zero.h) */
+    if (m->last_stage) {
+        model_zero_backward(m, head);
+        head_backward(m, loss_scale);
+        model_zero_backward_done(m, head);
     }
-    if (m->first_stage) embed_backward(m, m->gacts.dres, N);
+    for (int l = m->n_layers - 1; l >= 0; l--) {
+        int u = m->first_stage + l;
+        if (cfg->recompute == MODEL_RECOMPUTE_FULL) {
+            model_zero_forward(m, u);
+            layer_forward(m, l, resid_at(m, l), NULL);
+        }
+        model_zero_backward(m, u);
+        layer_backward(m, l, resid_at(m, l));
+        model_zero_backward_done(m, u);
+    }
+    if (m->first_stage) {
+        model_zero_backward(m, 0);
+        embed_backward(m, m->gacts.dres, N);
+        model_zero_backward_done(m, 0);
+    }
     int rc = be->sync(be);
     return rc ? rc : m->comm_err;
 }

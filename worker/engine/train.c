@@ -31,6 +31,14 @@ static int train_check_layout(const Baton__StageSpec *spec, const train_groups *
                     s->name, p->ep, p->ep, ep);
         return BT_EINVAL;
     }
+    if (p->zero >= 2 && (cp > 1 || ep > 1)) {
+        bt_diag_set(diag,
+                    "stage \"%s\": parallel.zero %u with %s parallelism (%s %u) is not supported "
+                    "(ZeRO-2/3 run with cp 1 and ep 1; use zero 1 with cp, zero 0 with ep)",
+                    s->name, p->zero, cp > 1 ? "context" : "expert", cp > 1 ? "cp" : "ep",
+                    cp > 1 ? cp : ep);
+        return BT_EUNSUPPORTED;
+    }
     if (ep > 1 && p->zero != 0) {
         bt_diag_set(diag,
                     "stage \"%s\": expert parallelism runs with parallel.zero 0 in this worker "
@@ -58,6 +66,28 @@ static int train_check_layout(const Baton__StageSpec *spec, const train_groups *
             diag, "stage \"%s\": global_batch %llu is not a multiple of micro_batch %llu x dp %u",
             s->name, (unsigned long long)s->global_batch, (unsigned long long)s->micro_batch, dp);
         return BT_EINVAL;
+    }
+    return 0;
+}
+
+/* ZeRO-2/3's limits in this worker (train_zero.h), checked once the model is known. */
+static int train_zero_check(const trainer *t, bt_diag *diag) {
+    const Baton__Stage *s = t->spec->stage;
+    const model_config *c = &t->m.cfg;
+    if (s->parallel->zero < 2) return 0;
+    if (c->tp > c->n_kv_heads) {
+        bt_diag_set(diag,
+                    "stage \"%s\": parallel.zero %u with kv heads replicated over tp (tp %d > "
+                    "n_kv_heads %d) is not supported; use zero 1 or tp <= n_kv_heads",
+                    s->name, s->parallel->zero, c->tp, c->n_kv_heads);
+        return BT_EUNSUPPORTED;
+    }
+    if (s->parallel->zero == 3 && c->moe.n_experts > 0) {
+        bt_diag_set(diag,
+                    "stage \"%s\": parallel.zero 3 with MoE layers is not supported; use "
+                    "zero 2 or lower",
+                    s->name);
+        return BT_EUNSUPPORTED;
     }
     return 0;
 }
@@ -106,6 +136,7 @@ static int train_norm_segments(trainer *t, bt_diag *diag) {
     }
     comm *groups[2] = {t->tp.group, t->pp.group};
     int rc = train_dp_set_norm(&t->dp, groups, 2, mine, k, diag);
+    rc = rc ? rc : train_zero_set_norm(&t->zero, mine, k);
     free(mine);
     return rc;
 }
@@ -155,6 +186,7 @@ static int train_model_init(trainer *t, const train_groups *g, bt_diag *diag) {
     cfg.cp_ulysses = t->spec->stage->parallel->cp_comm == BATON__PARALLEL__CP_COMM__ULYSSES;
     cfg.ep = g->ep ? comm_size(g->ep) : 1;
     cfg.ep_rank = g->ep ? comm_rank(g->ep) : 0;
+    cfg.zero3 = t->spec->stage->parallel->zero == 3 && g->dp && comm_size(g->dp) > 1;
     if (cfg.ep > 1 && cfg.moe.n_experts % cfg.ep == 0)
         cfg.moe.n_local = cfg.moe.n_experts / cfg.ep,
         cfg.moe.expert0 = cfg.ep_rank * cfg.moe.n_local;
@@ -164,7 +196,8 @@ static int train_model_init(trainer *t, const train_groups *g, bt_diag *diag) {
     rc = rc ? rc : model_cp_init(&t->m, cp_group, diag);
     rc = rc ? rc : model_moe_init(&t->m, g->ep, diag);
     rc = rc ? rc : train_tp_init(&t->tp, tp_group, &t->m.cfg, diag);
-    if (rc == 0) rc = model_init_weights(&t->m, t->spec->seed);
+    /* ZeRO-3: later, unit by unit into the shards (train_zero_init_weights) */
+    if (rc == 0 && !cfg.zero3) rc = model_init_weights(&t->m, t->spec->seed);
     return rc;
 }
 
@@ -187,18 +220,24 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
     train_scaler_init(&t->scaler, s->precision);
     t->edp_rank = g.edp ? comm_rank(g.edp) : 0;
     rc = train_model_init(t, &g, diag);
+    rc = rc ? rc : train_zero_check(t, diag);
     rc = rc ? rc : train_segments(t);
+    int zero = (int)s->parallel->zero;
     rc = rc ? rc
-            : train_dp_init(&t->dp, dp_group, (int)s->parallel->zero, t->m.sizes.param_floats,
+            : train_dp_init(&t->dp, dp_group, zero >= 2 ? 0 : zero, t->m.sizes.param_floats,
                             t->segs, t->n_segs, diag);
     if (rc == 0) train_dp_set_cp(&t->dp, (int)cp);
+    rc = rc ? rc : train_zero_init(&t->zero, zero, dp_group, &t->m, t->segs, t->n_segs, diag);
+    if (rc == 0 && t->zero.level == 3) rc = train_zero_init_weights(&t->zero, &t->m, spec->seed);
     rc = rc ? rc : train_expert_segments(t, g.ep, g.edp, diag);
     rc = rc ? rc : train_norm_segments(t, diag);
-    rc = rc ? rc : optim_adamw_init(&t->opt, train_dp_optim_floats(&t->dp));
+    rc = rc ? rc
+            : optim_adamw_init(&t->opt, t->zero.level ? t->zero.n : train_dp_optim_floats(&t->dp));
     rc = rc ? rc : train_fp8_init(t);
     rc = rc ? rc
             : train_spike_init(&t->spike, s->restart ? s->restart->spike_zscore : 0,
-                               t->m.sizes.param_floats, t->opt.n, spec);
+                               t->zero.level == 3 ? t->zero.n : t->m.sizes.param_floats, t->opt.n,
+                               spec);
     t->tokens = calloc((size_t)t->B * t->T, sizeof(int32_t));
     t->targets = calloc((size_t)t->B * t->T, sizeof(int32_t));
     if (rc == 0 && (t->tokens == NULL || t->targets == NULL)) rc = BT_ENOMEM;
@@ -218,6 +257,7 @@ void train_free(trainer *t) {
     loader_close(&t->ld);
     optim_adamw_free(&t->opt);
     train_dp_free(&t->dp);
+    train_zero_free(&t->zero);
     if (t->m.be != NULL) model_free(&t->m);
     train_tp_free(&t->tp);
     free(t->segs);
@@ -299,6 +339,12 @@ static int train_fetch(trainer *t, uint32_t j, bt_diag *diag) {
     return 0;
 }
 
+/* The failed collective behind m.comm_err: the tensor-parallel group's, or without one
+ * ZeRO-3's data-parallel group's (model_zero.h). */
+static const char *train_comm_why(const trainer *t) {
+    return comm_error(t->tp.group ? t->tp.group : t->zero.group);
+}
+
 /* The schedule's view of the stage (pipeline.h); ctx is a train_pp_ctx. Micro-batch mb's
  * data is fetched on every stage (the first reads its tokens, the last its targets). */
 typedef struct train_pp_ctx {
@@ -324,6 +370,7 @@ static int train_pp_backward(void *ctx, int mb, int slot) {
     float scale = train_spike_fault_scale(&t->spike, t->step + 1) *
                   train_scaler_loss_scale(&t->scaler) / (float)t->accum;
     int rc = model_stage_backward(&t->m, slot, scale);
+    rc = rc ? rc : train_zero_after_backward(&t->zero, &t->m, ((train_pp_ctx *)ctx)->diag);
     if (rc == 0) train_fp8_collect(t);
     return rc;
 }
@@ -355,7 +402,7 @@ static int train_micro_batches_pp(trainer *t, double *loss, bt_diag *diag) {
     if (rc != 0) {
         if (!diag->msg[0] || t->m.comm_err)
             bt_diag_set(diag, "step %llu: %s", (unsigned long long)t->step + 1,
-                        t->m.comm_err ? comm_error(t->tp.group) : bt_strerror(rc));
+                        t->m.comm_err ? train_comm_why(t) : bt_strerror(rc));
         return rc;
     }
     *loss = t->mb_loss;
@@ -372,8 +419,9 @@ static int train_micro_batches(trainer *t, double *loss, bt_diag *diag) {
         float scale = train_spike_fault_scale(&t->spike, t->step + 1) *
                       train_scaler_loss_scale(&t->scaler) / (float)t->accum;
         rc = rc ? rc : model_backward(&t->m, scale);
+        rc = rc ? rc : train_zero_after_backward(&t->zero, &t->m, diag);
         if (rc != 0) {
-            const char *why = t->m.comm_err ? comm_error(t->tp.group) : bt_strerror(rc);
+            const char *why = t->m.comm_err ? train_comm_why(t) : bt_strerror(rc);
             bt_diag_set(diag, "step %llu micro-batch %u: %s", (unsigned long long)t->step + 1, j,
                         why);
             return rc;
@@ -407,6 +455,28 @@ static void train_fp8_unsnapshot(trainer *t) {
     memcpy(t->fp8_history, t->fp8_history_saved, n * BACKEND_FP8_SLOTS * len * sizeof(float));
 }
 
+/* The parameters the optimizer moves: the whole buffer, or ZeRO-3's shard. */
+static float *train_params(trainer *t) {
+    return t->zero.level == 3 ? t->zero.params : t->m.params_mem;
+}
+
+/* Every gradient this rank accumulates into, zeroed. */
+static void train_zero_grads(trainer *t) {
+    if (t->zero.level)
+        train_zero_begin_step(&t->zero, &t->m);
+    else
+        model_zero_grad(&t->m);
+}
+
+void train_state_bytes(const trainer *t, double *params, double *grads, double *optim) {
+    const train_zero *z = &t->zero;
+    double P = (double)t->m.sizes.param_floats, n = (double)z->n, cap = (double)z->cap;
+    *optim = 8.0 * (double)t->opt.n;
+    *params = *grads = 4.0 * P;
+    if (z->level == 2) *grads = 4.0 * (P + n + cap);
+    if (z->level == 3) *params = *grads = 4.0 * (n + cap);
+}
+
 /* After the update: a loss spike undoes it (train_spike.h); *spike and *z say so. Every
  * rank decides on the same reduced loss and norm. */
 static void train_spike_judge(trainer *t, int armed, double loss, double norm, train_metrics *out) {
@@ -416,7 +486,7 @@ static void train_spike_judge(trainer *t, int armed, double loss, double norm, t
         train_spike_push(sp, loss, norm);
         return;
     }
-    train_spike_restore(sp, t->m.params_mem, &t->opt);
+    train_spike_restore(sp, train_params(t), &t->opt);
     train_fp8_unsnapshot(t); /* the spiked amaxes leave no trace in the scales either */
     out->spike = 1;
     const Baton__Stage *s = t->spec->stage;
@@ -429,6 +499,9 @@ static void train_spike_judge(trainer *t, int armed, double loss, double norm, t
 static int train_scaler_check(trainer *t, int *overflow, bt_diag *diag) {
     /* Under cp, t->dp.group is the dp x cp block: the cp ranks vote too. */
     comm *groups[3] = {t->tp.group, t->pp.group, t->dp.group};
+    if (t->zero.level) /* the reduced gradients are the shard's */
+        return train_scaler_unscale(&t->scaler, &t->be, t->zero.grads, t->zero.n, groups, 3,
+                                    overflow, diag);
     return train_scaler_unscale(&t->scaler, &t->be, t->m.grads_mem, t->m.sizes.param_floats, groups,
                                 3, overflow, diag);
 }
@@ -488,7 +561,7 @@ int train_step(trainer *t, train_metrics *out, bt_diag *diag) {
 static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
     double t0 = bt_clock_now(), loss = 0;
     *out = (train_metrics){0};
-    model_zero_grad(&t->m);
+    train_zero_grads(t);
     train_fp8_begin(t);
     double lr = optim_lr_at(t->step + 1, t->total_steps, &t->hp), norm = 0;
     int rc = train_micro_batches(t, &loss, diag);
@@ -500,13 +573,15 @@ static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
     rc = rc ? rc : train_scaler_check(t, &overflow, diag);
     /* The dp mean of the loss before the update: the spike guard judges the step on it. */
     rc = rc ? rc : train_dp_mean(&t->dp, &loss, diag);
-    if (rc == 0 && armed) train_spike_save(&t->spike, t->m.params_mem, &t->opt);
+    if (rc == 0 && armed) train_spike_save(&t->spike, train_params(t), &t->opt);
     if (rc == 0 && overflow)
         norm = NAN;
     else
         rc = rc ? rc
-                : train_dp_update(&t->dp, t->m.params_mem, t->m.grads_mem, t->segs, t->n_segs,
-                                  &t->opt, &t->hp, lr, &norm, diag);
+             : t->zero.level
+                 ? train_zero_update(&t->zero, &t->dp, &t->m, &t->opt, &t->hp, lr, &norm, diag)
+                 : train_dp_update(&t->dp, t->m.params_mem, t->m.grads_mem, t->segs, t->n_segs,
+                                   &t->opt, &t->hp, lr, &norm, diag);
     if (rc != 0) return rc;
     train_scaler_update(&t->scaler, overflow);
     out->overflow = overflow, out->loss_scale = t->scaler.on ? t->scaler.scale : 0;
@@ -541,11 +616,11 @@ int train_fp8_calibrate(trainer *t, uint32_t *n_micro, float *lo, float *hi, bt_
     *n_micro = 0, *lo = *hi = 1.0f;
     if (t->fp8 == NULL || !t->handed_off || t->step >= t->total_steps) return 0;
     double loss = 0;
-    model_zero_grad(&t->m);
+    train_zero_grads(t);
     train_fp8_begin(t);
     int rc = train_micro_batches(t, &loss, diag);
     rc = rc ? rc : train_fp8_end(t, diag);
-    model_zero_grad(&t->m);
+    train_zero_grads(t);
     if (rc != 0) return rc;
     *n_micro = t->accum, *lo = INFINITY, *hi = 0; /* over the GEMMs that run in fp8 */
     for (int g = 0; g < t->m.n_gemm; g++)

@@ -27,6 +27,7 @@
 #include "train_scaler.h"
 #include "train_spike.h"
 #include "train_tp.h"
+#include "train_zero.h"
 #include "util/err.h"
 
 typedef struct train_metrics {
@@ -83,6 +84,7 @@ typedef struct trainer {
     train_fp8 *fp8_saved;      /* the spike guard's copy of fp8 and fp8_history before an */
     float *fp8_history_saved;  /* armed step's amaxes went in (spike guard on, fp8 only) */
     train_dp dp;
+    train_zero zero; /* ZeRO-2/3 (zero.level 0: not in use; train_dp does zero 0 and 1) */
     train_tp tp;
     train_pp pp;
     double mb_loss; /* the step's loss so far (last stage), for the pipeline callbacks */
@@ -121,6 +123,12 @@ typedef struct train_groups {
  * set. */
 int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *groups, bt_diag *diag);
 void train_free(trainer *t);
+
+/* What this rank has allocated for its model state, in bytes: parameters (ZeRO-3: the
+ * shard and the gather buffer), gradients (ZeRO-2: the whole micro-batch buffer, the
+ * shard and the padded reduce-scatter buffer; ZeRO-3: the shard and one unit's buffer) and
+ * the optimizer's moments. */
+void train_state_bytes(const trainer *t, double *params, double *grads, double *optim);
 
 /* One optimizer step. out->rollback set: the spike guard asks for a rollback over
  * t->spike's run of spikes (the step was taken but not applied). */

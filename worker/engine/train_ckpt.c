@@ -43,6 +43,7 @@ void train_ckpt_tensor_box(const model_tensor *mt, int *ndim, uint64_t gshape[2]
  * they do not meet. Under zero 0 the state covers every tensor. */
 int train_ckpt_moment_part(const trainer *t, const model_tensor *mt, uint64_t *a, uint64_t *b,
                            size_t *at) {
+    if (t->zero.level) return train_zero_part(&t->zero, mt->offset, mt->count, a, b, at);
     if (t->dp.flat == NULL) { /* not sharded: zero 0, or one data-parallel rank */
         *a = 0, *b = mt->count, *at = mt->offset;
         return 1;
@@ -81,17 +82,24 @@ static int ckpt_collect_tensor(train_ckpt *c, const trainer *t, const model_tens
     /* One writer per tensor: data-parallel rank 0, or for a routed expert (held by one rank
      * of each ep group) the first of its holders. */
     int writer = (mt->expert ? t->edp_rank : t->dp.rank) == 0;
-    if (writer) {
+    int sharded = t->zero.level == 3; /* ZeRO-3: the weights are written as the moments are */
+    if (writer && !sharded) {
         snprintf(p.key, sizeof p.key, "%s", mt->name);
         p.data = mt->data, p.n = mt->count;
         rc = ckpt_push(c, &p);
     }
     uint64_t a, b;
     size_t at;
-    if (rc != 0 || (t->dp.flat == NULL && !writer) || !train_ckpt_moment_part(t, mt, &a, &b, &at))
+    int own_shard = t->dp.flat != NULL || t->zero.level;
+    if (rc != 0 || (!own_shard && !writer) || !train_ckpt_moment_part(t, mt, &a, &b, &at))
         return rc;
     if (a > 0 || b < mt->count) p.box.flat_begin = a, p.box.flat_end = b;
     p.n = b - a;
+    if (sharded) {
+        snprintf(p.key, sizeof p.key, "%s", mt->name);
+        p.data = t->zero.params + at;
+        rc = ckpt_push(c, &p);
+    }
     for (int k = 0; rc == 0 && k < 2; k++) {
         snprintf(p.key, sizeof p.key, "%s%s", ckpt_moment[k], mt->name);
         p.data = (k == 0 ? t->opt.m : t->opt.v) + at;

@@ -36,6 +36,17 @@ static const Baton__TensorEntry *load_entry(const char *dir, const Baton__Manife
     return e;
 }
 
+/* Where tensor mt's weights go: the whole box, or under ZeRO-3 this rank's flat part of it
+ * in the parameter shard (NULL: no part here). */
+static float *load_params_dest(trainer *t, const model_tensor *mt, ckpt_box *box) {
+    uint64_t a, b;
+    size_t at;
+    if (t->zero.level != 3) return mt->data;
+    if (!train_zero_part(&t->zero, mt->offset, mt->count, &a, &b, &at)) return NULL;
+    if (a > 0 || b < mt->count) box->flat_begin = a, box->flat_end = b;
+    return t->zero.params + at;
+}
+
 int train_ckpt_load_params(trainer *t, const char *dir, const Baton__Manifest *m, bt_diag *diag) {
     for (int i = 0; i < model_n_tensors(&t->m); i++) {
         model_tensor mt;
@@ -45,7 +56,9 @@ int train_ckpt_load_params(trainer *t, const char *dir, const Baton__Manifest *m
         int nd;
         uint64_t gs[2];
         train_ckpt_tensor_box(&mt, &nd, gs, &b);
-        int rc = e ? ckpt_read_box(dir, m, e, &b, mt.data, diag) : BT_EINVAL;
+        float *out = load_params_dest(t, &mt, &b);
+        if (e != NULL && out == NULL) continue;
+        int rc = e ? ckpt_read_box(dir, m, e, &b, out, diag) : BT_EINVAL;
         if (rc != 0) return rc;
     }
     return 0;

@@ -88,6 +88,10 @@ static int dp_norm_over_group(train_dp *d, double *sumsq, bt_diag *diag) {
     return 0;
 }
 
+int train_dp_norm_add(train_dp *d, double *sumsq, bt_diag *diag) {
+    return dp_norm_over_group(d, sumsq, diag);
+}
+
 size_t train_dp_optim_floats(const train_dp *d) {
     return d->flat ? (d->chunk ? d->chunk : 1) : d->n_params;
 }

@@ -67,6 +67,9 @@ void train_dp_set_cp(train_dp *d, int cp);
 int train_dp_set_norm(train_dp *d, comm *const *groups, int n_groups, const optim_segment *segs,
                       size_t n_segs, bt_diag *diag);
 size_t train_dp_optim_floats(const train_dp *d);
+/* Adds a partial sum of squares over the norm groups (nothing without them): the
+ * ZeRO-2/3 update's (train_zero.h). */
+int train_dp_norm_add(train_dp *d, double *sumsq, bt_diag *diag);
 
 /* Reduces grads across the group, clips with the global norm and applies AdamW at lr,
  * leaving every rank with the same updated params. *norm gets the global norm before

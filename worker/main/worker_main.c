@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model_zero.h"
 #include "train.h"
 #include "util/clock.h"
 #include "util/file.h"
@@ -201,13 +202,24 @@ static void worker_single_process(Baton__StageSpec *s) {
 
 static void worker_print_setup(const trainer *t) {
     static const char *const recompute[] = {"none", "selective", "full"};
+    double params, grads, optim;
+    train_state_bytes(t, &params, &grads, &optim);
     printf("stage \"%s\": %zu parameters, %u micro-batch(es) of %ux%u per step, %s backend\n",
            t->spec->stage->name, t->m.sizes.param_floats, t->accum, t->B, t->T, t->be.name);
     printf("memory: params %.2f MB, grads %.2f MB, optimizer %.2f MB, activations %.2f MB "
            "(recompute %s) + %.2f MB backward buffers and scratch\n",
-           4e-6 * (double)t->m.sizes.param_floats, 4e-6 * (double)t->m.sizes.param_floats,
-           8e-6 * (double)t->opt.n, 1e-6 * (double)t->m.act_bytes, recompute[t->m.cfg.recompute],
-           1e-6 * (double)t->m.work_bytes);
+           1e-6 * params, 1e-6 * grads, 1e-6 * optim, 1e-6 * (double)t->m.act_bytes,
+           recompute[t->m.cfg.recompute], 1e-6 * (double)t->m.work_bytes);
+}
+
+/* Every rank: the bytes it allocated for parameters, gradients and optimizer state
+ * (train_state_bytes), to set beside `baton plan`'s memory figures. */
+static void worker_print_state(const trainer *t) {
+    double params, grads, optim;
+    train_state_bytes(t, &params, &grads, &optim);
+    printf("model state allocated by this rank (zero %u): params %.0f grads %.0f optimizer %.0f "
+           "bytes\n",
+           t->spec->stage->parallel->zero, params, grads, optim);
 }
 
 static void worker_print_step(const trainer *t, const train_metrics *m) {
@@ -329,10 +341,13 @@ static int worker_train(trainer *t, train_ckpt *c, uint64_t save_every, const wo
 /* The stage's one-process tensors, in order, gathered over the tp group into out. */
 static int worker_gather_stage(trainer *t, float *out) {
     size_t off = 0;
-    for (int i = 0; i < model_n_tensors(&t->m); i++) {
+    for (int i = 0, unit = -1; i < model_n_tensors(&t->m); i++) {
         model_tensor mt;
         model_tensor_info(&t->m, i, &mt);
-        int rc = model_gather_tensor(&t->m, i, out + off);
+        /* ZeRO-3: each unit gathered over the dp group once, before its first tensor */
+        int u = t->m.zw ? model_zero_unit_at(&t->m, mt.offset) : -1, rc = 0;
+        if (u != unit) rc = model_zero_fetch(&t->m, u), unit = u;
+        rc = rc ? rc : model_gather_tensor(&t->m, i, out + off);
         if (rc != 0) return rc;
         off += mt.global_count;
     }
@@ -387,8 +402,9 @@ static int worker_dump_params(trainer *t, const char *path, int writer, bt_diag 
 static int worker_eval(trainer *t, const worker_args *a, bt_diag *diag) {
     const char *valid = a->valid ? a->valid : t->spec->data->valid;
     if (a->eval_windows == 0 || valid == NULL || valid[0] == '\0' ||
-        (t->dp_rank != 0 && t->m.ep_group == NULL))
-        return 0; /* under ep every rank takes part: the experts are spread over them */
+        (t->dp_rank != 0 && t->m.ep_group == NULL && t->m.zw == NULL))
+        return 0; /* under ep every rank takes part: the experts are spread over them; under
+                   * ZeRO-3 too: the forward gathers the parameters over the dp group */
     double loss = 0;
     int rc = train_eval(t, valid, a->eval_windows, &loss, diag);
     if (rc == 0 && !a->quiet)
@@ -464,6 +480,7 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
     worker_args mine = *a;
     if (w->info.rank != 0) mine.quiet = 1;
     if (w->info.rank == 0) worker_print_setup(&t);
+    if (!a->quiet) worker_print_state(&t);
     train_ckpt c;
     char root[4096];
     worker_ckpt_setup(&c, root, sizeof root, spec, a, w);

@@ -1,0 +1,225 @@
+/* ZeRO-2 and ZeRO-3: per-unit shards, their collectives and the sharded update
+ * (train_zero.h). */
+#include "train_zero.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_zero.h"
+
+static int zero_fail(train_zero *z, const char *what, bt_diag *diag) {
+    bt_diag_set(diag, "ZeRO-%d %s (data-parallel rank %d of %d): %s", z->level, what, z->rank,
+                z->size, comm_error(z->group));
+    return BT_EIO;
+}
+
+static void zero_units(train_zero *z, const model *m) {
+    size_t base = 0;
+    for (int u = 0; u < z->n_units; u++) {
+        train_zero_unit *t = &z->units[u];
+        model_unit_range(m, u, &t->offset, &t->n);
+        t->chunk = (t->n + (size_t)z->size - 1) / (size_t)z->size;
+        size_t begin = (size_t)z->rank * t->chunk;
+        t->len = begin >= t->n ? 0 : (t->n - begin < t->chunk ? t->n - begin : t->chunk);
+        t->base = base;
+        base += t->chunk;
+        if (t->chunk * (size_t)z->size > z->cap) z->cap = t->chunk * (size_t)z->size;
+    }
+    z->n = base;
+}
+
+/* The parts of segs (full-buffer offsets) in this rank's chunks, shard-relative; a tensor
+ * lies in one unit, so each segment gives at most one part. */
+static size_t zero_map_segments(const train_zero *z, const optim_segment *segs, size_t n,
+                                optim_segment *out, int *out_unit) {
+    size_t k = 0;
+    for (int u = 0; u < z->n_units; u++) {
+        const train_zero_unit *t = &z->units[u];
+        size_t lo = t->offset + (size_t)z->rank * t->chunk, hi = lo + t->len;
+        for (size_t s = 0; s < n; s++) {
+            size_t a = segs[s].offset > lo ? segs[s].offset : lo;
+            size_t b = segs[s].offset + segs[s].n < hi ? segs[s].offset + segs[s].n : hi;
+            if (a >= b) continue;
+            out[k] =
+                (optim_segment){.offset = t->base + (a - lo), .n = b - a, .decay = segs[s].decay};
+            if (out_unit) out_unit[k] = u;
+            k++;
+        }
+    }
+    return k;
+}
+
+/* ZeRO-3's collectives (model_zero_ops). */
+static int zero_gather(void *ctx, int u, float *params) {
+    train_zero *z = ctx;
+    const train_zero_unit *t = &z->units[u];
+    return comm_allgather(z->group, z->params + t->base, params, t->chunk, COMM_F32, NULL);
+}
+
+/* buf holds the unit's gradients padded with zeros to size * chunk; the rank's chunk of
+ * their sum over the group is added into the gradient shard. */
+static int zero_reduce(void *ctx, int u, float *buf) {
+    train_zero *z = ctx;
+    const train_zero_unit *t = &z->units[u];
+    float *mine = buf + (size_t)z->rank * t->chunk;
+    if (comm_reduce_scatter(z->group, buf, mine, t->chunk, COMM_F32, COMM_SUM, NULL) != 0)
+        return BT_EIO;
+    float *acc = z->grads + t->base;
+    for (size_t i = 0; i < t->chunk; i++)
+        acc[i] += mine[i];
+    return 0;
+}
+
+static int zero_alloc(train_zero *z, size_t n_segs) {
+    z->units = calloc((size_t)z->n_units, sizeof *z->units);
+    z->segs = calloc(n_segs ? n_segs : 1, sizeof *z->segs);
+    z->seg_unit = calloc(n_segs ? n_segs : 1, sizeof *z->seg_unit);
+    return z->units && z->segs && z->seg_unit ? 0 : BT_ENOMEM;
+}
+
+int train_zero_set_norm(train_zero *z, const optim_segment *segs, size_t n) {
+    if (z->level == 0) return 0;
+    z->norm_segs = calloc(n ? n : 1, sizeof *z->norm_segs);
+    if (z->norm_segs == NULL) return BT_ENOMEM;
+    z->n_norm_segs = zero_map_segments(z, segs, n, z->norm_segs, NULL);
+    return 0;
+}
+
+static int zero_buffers(train_zero *z, model *m, bt_diag *diag) {
+    z->grads = calloc(z->n ? z->n : 1, sizeof(float));
+    if (z->level == 3)
+        z->params = calloc(z->n ? z->n : 1, sizeof(float));
+    else
+        z->pad = calloc(z->cap ? z->cap : 1, sizeof(float));
+    if (z->grads == NULL || (z->params == NULL && z->pad == NULL)) {
+        bt_diag_set(diag, "ZeRO-%d: out of memory for the shards (%zu floats)", z->level, z->n);
+        return BT_ENOMEM;
+    }
+    if (z->level < 3) return 0;
+    model_zero_ops ops = {.ctx = z, .gather = zero_gather, .reduce = zero_reduce};
+    return model_zero_init(m, z->cap, &ops, diag);
+}
+
+int train_zero_init(train_zero *z, int level, comm *group, model *m, const optim_segment *segs,
+                    size_t n_segs, bt_diag *diag) {
+    memset(z, 0, sizeof *z);
+    z->size = group ? comm_size(group) : 1;
+    if (level < 2 || z->size == 1) return 0;
+    z->level = level, z->group = group, z->rank = comm_rank(group);
+    z->n_units = model_n_units(m);
+    if (zero_alloc(z, n_segs) != 0) {
+        train_zero_free(z);
+        bt_diag_set(diag, "ZeRO-%d: out of memory for the unit tables", level);
+        return BT_ENOMEM;
+    }
+    zero_units(z, m);
+    z->n_segs = zero_map_segments(z, segs, n_segs, z->segs, z->seg_unit);
+    int rc = zero_buffers(z, m, diag);
+    if (rc != 0) train_zero_free(z);
+    return rc;
+}
+
+void train_zero_free(train_zero *z) {
+    free(z->units);
+    free(z->grads);
+    free(z->params);
+    free(z->pad);
+    free(z->segs);
+    free(z->seg_unit);
+    free(z->norm_segs);
+    memset(z, 0, sizeof *z);
+}
+
+int train_zero_init_weights(train_zero *z, model *m, uint64_t seed) {
+    for (int u = 0; u < z->n_units; u++) {
+        const train_zero_unit *t = &z->units[u];
+        model_zero_place(m, u);
+        int rc = model_init_weights(m, seed);
+        if (rc != 0) return rc;
+        memcpy(z->params + t->base, m->zw->params + (size_t)z->rank * t->chunk,
+               t->len * sizeof(float));
+    }
+    return 0;
+}
+
+void train_zero_begin_step(train_zero *z, model *m) {
+    memset(z->grads, 0, z->n * sizeof(float));
+    model_zero_grad(m);
+}
+
+int train_zero_after_backward(train_zero *z, model *m, bt_diag *diag) {
+    if (z->level == 0) return 0;
+    if (z->level == 3) return m->comm_err ? zero_fail(z, "gradient reduce-scatter", diag) : 0;
+    for (int u = 0; u < z->n_units; u++) {
+        const train_zero_unit *t = &z->units[u];
+        memcpy(z->pad, m->grads_mem + t->offset, t->n * sizeof(float));
+        memset(z->pad + t->n, 0, (t->chunk * (size_t)z->size - t->n) * sizeof(float));
+        if (zero_reduce(z, u, z->pad) != 0) return zero_fail(z, "gradient reduce-scatter", diag);
+    }
+    model_zero_grad(m);
+    return 0;
+}
+
+/* Where segment s's parameters are: the shard (ZeRO-3) or the whole buffer (ZeRO-2). */
+static float *zero_param_at(const train_zero *z, const model *m, size_t s) {
+    if (z->level == 3) return z->params + z->segs[s].offset;
+    const train_zero_unit *t = &z->units[z->seg_unit[s]];
+    return m->params_mem + t->offset + (size_t)z->rank * t->chunk + (z->segs[s].offset - t->base);
+}
+
+/* ZeRO-2: every unit's updated chunks gathered back into the whole parameters. */
+static int zero_gather_params(train_zero *z, model *m, bt_diag *diag) {
+    for (int u = 0; u < z->n_units; u++) {
+        const train_zero_unit *t = &z->units[u];
+        float *whole = m->params_mem + t->offset;
+        memcpy(z->pad + (size_t)z->rank * t->chunk, whole + (size_t)z->rank * t->chunk,
+               t->len * sizeof(float));
+        if (comm_allgather(z->group, z->pad + (size_t)z->rank * t->chunk, z->pad, t->chunk,
+                           COMM_F32, NULL) != 0)
+            return zero_fail(z, "parameter all-gather", diag);
+        memcpy(whole, z->pad, t->n * sizeof(float));
+    }
+    return 0;
+}
+
+/* Clipping and AdamW over the rank's segments, as optim_adamw_step_norm does. */
+static void zero_adamw(train_zero *z, model *m, optim_adamw *o, const optim_hparams *hp, double lr,
+                       double norm) {
+    float coef = (float)optim_clip_coef(norm, hp->grad_clip);
+    o->step++;
+    for (size_t s = 0; s < z->n_segs; s++) {
+        size_t off = z->segs[s].offset, n = z->segs[s].n;
+        if (coef != 1.0f) optim_grad_scale(z->grads + off, n, coef);
+        optim_adamw_update(zero_param_at(z, m, s), z->grads + off, o->m + off, o->v + off, n, hp,
+                           lr, o->step, z->segs[s].decay);
+    }
+}
+
+int train_zero_update(train_zero *z, train_dp *d, model *m, optim_adamw *o, const optim_hparams *hp,
+                      double lr, double *norm, bt_diag *diag) {
+    optim_grad_scale(z->grads, z->n, 1.0f / (float)d->replicas);
+    double sumsq = d->n_norm_groups ? optim_segments_sumsq(z->grads, z->norm_segs, z->n_norm_segs)
+                                    : optim_segments_sumsq(z->grads, z->segs, z->n_segs);
+    if (comm_allreduce(z->group, &sumsq, &sumsq, 1, COMM_F64, COMM_SUM, NULL) != 0)
+        return zero_fail(z, "grad-norm all-reduce", diag);
+    int rc = train_dp_norm_add(d, &sumsq, diag);
+    if (rc != 0) return rc;
+    *norm = sqrt(sumsq);
+    if (!isfinite(*norm)) return 0; /* the weights are left alone (optim.h) */
+    zero_adamw(z, m, o, hp, lr, *norm);
+    return z->level == 2 ? zero_gather_params(z, m, diag) : 0;
+}
+
+int train_zero_part(const train_zero *z, size_t off, size_t count, uint64_t *a, uint64_t *b,
+                    size_t *at) {
+    for (int u = 0; u < z->n_units; u++) {
+        const train_zero_unit *t = &z->units[u];
+        size_t lo = t->offset + (size_t)z->rank * t->chunk, hi = lo + t->len;
+        size_t s = off > lo ? off : lo, e = off + count < hi ? off + count : hi;
+        if (s >= e) continue;
+        *a = s - off, *b = e - off, *at = t->base + (s - lo);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,88 @@
+/* ZeRO-2 and ZeRO-3 for the training loop (parallel.zero 2 | 3), over the data-parallel
+ * group of the rank's tp slice and pipeline stage.
+ *
+ * Sharding is per unit (model_n_units: the embedding, each layer, the final norm with the
+ * head): unit u of n parameters is padded to size * chunk_u, chunk_u = ceil(n / size), and
+ * rank r owns its elements [r chunk_u, r chunk_u + len_u) (len_u: chunk_u less padding).
+ * The rank's shard is its chunks of every unit one after the other (base_u, the sum of
+ * the earlier chunks); gradients, Adam moments and, under ZeRO-3, the fp32 parameters are
+ * held in that layout only. Each unit can thus be gathered and reduced alone.
+ *
+ *  - ZeRO-2: the backward of a micro-batch writes the full gradient buffer (the model's, a
+ *    transient one-micro-batch buffer); after it each unit is copied into a padded buffer
+ *    (one unit) and reduce-scattered, the rank's chunk added into its gradient shard, and
+ *    the full buffer zeroed for the next micro-batch. The parameters stay whole: after the
+ *    sharded update each unit is all-gathered back into them.
+ *  - ZeRO-3: the model holds no full parameters or gradients (model_zero.h); each unit is
+ *    all-gathered from the parameter shard before its forward and backward and its
+ *    gradients reduce-scattered into the gradient shard after its backward. The update
+ *    works on the shards; nothing is gathered after it.
+ * The update is ZeRO-1's: gradients divided by the replicas, the global norm from the
+ * shards' sums of squares (over the dp group, then the tp/pp norm groups of train_dp),
+ * clipping, AdamW over the rank's segments. Summing the micro-batches after (not before)
+ * the reduction changes only the order of float additions.
+ *
+ * Not with context or expert parallelism (train_init refuses them), nor with kv heads
+ * replicated over tp (tp > n_kv_heads), nor ZeRO-3 with MoE layers. */
+#ifndef BATON_TRAIN_ZERO_H
+#define BATON_TRAIN_ZERO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "model.h"
+#include "optim.h"
+#include "train_dp.h"
+
+typedef struct train_zero_unit {
+    size_t offset, n; /* the unit's parameters in the stage's flat layout */
+    size_t chunk;     /* ceil(n / size) */
+    size_t base;      /* this rank's chunk in the shards */
+    size_t len;       /* its parameters: [offset + rank chunk, + len) */
+} train_zero_unit;
+
+typedef struct train_zero {
+    int level; /* 2 or 3; 0: off (zero < 2, or one data-parallel rank) */
+    comm *group;
+    int rank, size;
+    train_zero_unit *units;
+    int n_units;
+    size_t n;            /* shard floats: the chunks of every unit */
+    size_t cap;          /* the largest unit, padded: size * chunk */
+    float *grads;        /* (n) reduced gradients, accumulated over the micro-batches */
+    float *params;       /* (n) ZeRO-3: this rank's fp32 parameters; NULL under ZeRO-2 */
+    float *pad;          /* (cap) ZeRO-2: one unit on its way through a collective */
+    optim_segment *segs; /* the rank's parts of the tensors, shard-relative */
+    int *seg_unit;       /* (n_segs) the unit of each */
+    size_t n_segs;
+    optim_segment *norm_segs; /* the parts this rank counts in the norm (with norm groups) */
+    size_t n_norm_segs;
+} train_zero;
+
+/* Sets up level (2 or 3) over group for m (built with cfg.zero3 for level 3); segs are
+ * the stage's tensors (full-buffer offsets). Level 3 also switches m to gathered
+ * parameters (model_zero_init). The optimizer state to allocate is z->n floats. */
+int train_zero_init(train_zero *z, int level, comm *group, model *m, const optim_segment *segs,
+                    size_t n_segs, bt_diag *diag);
+/* Under tp/pp: the tensors (full-buffer offsets) this rank counts in the gradient norm. */
+int train_zero_set_norm(train_zero *z, const optim_segment *segs, size_t n);
+void train_zero_free(train_zero *z);
+
+/* ZeRO-3: the initial weights (model_init_weights, unit by unit) into the shard. */
+int train_zero_init_weights(train_zero *z, model *m, uint64_t seed);
+/* Zeroes the gradient shard (and the model's buffer) before a step's first micro-batch. */
+void train_zero_begin_step(train_zero *z, model *m);
+/* After each micro-batch's backward: ZeRO-2 reduce-scatters the model's gradients into
+ * the shard and zeroes them; ZeRO-3 has done so unit by unit already. */
+int train_zero_after_backward(train_zero *z, model *m, bt_diag *diag);
+/* The update (see the top); *norm gets the global norm before clipping. */
+int train_zero_update(train_zero *z, train_dp *d, model *m, optim_adamw *o, const optim_hparams *hp,
+                      double lr, double *norm, bt_diag *diag);
+
+/* The part of the parameters [off, off + count) (one tensor) in this rank's shard: its
+ * elements [*a, *b) at shard index *at; 0 when they do not meet. */
+int train_zero_part(const train_zero *z, size_t off, size_t count, uint64_t *a, uint64_t *b,
+                    size_t *at);
+
+#endif
