@@ -1,0 +1,253 @@
+/* bench_gpu: baton's CUDA engine on one GPU (bench/README.md). Not a test.
+ *
+ *   bench_gpu model [--seq T] [--batch B] [--steps N] [--warmup N] [--prec fp32|bf16]
+ *                   [--peak-tflops F] [--layers L]
+ *     A LLaMA-style ~1.1B model (TinyLlama's shape: dim 2048, 22 layers, 32 heads, 4 kv
+ *     heads, ffn 5632, vocab 32000) through model.h on the CUDA backend: forward with
+ *     targets and backward per step (the optimizer is not a backend op yet), selective
+ *     recompute (no stored attention probabilities). Reports tokens/s and MFU =
+ *     achieved FLOP/s / peak, with FLOPs per token = 6 * (matrix parameters, LM head
+ *     included, embedding excluded) + 6 * L * T * C (causal attention, forward and backward).
+ *   bench_gpu attention [--seq T] [--heads H] [--head-dim hd] [--reps N]
+ *     The attention kernel's forward and backward TFLOP/s (causal forward 2 B H T^2 hd
+ *     FLOPs, backward 2.5 times that), against a cuBLAS float32 GEMM + softmax forward
+ *     (bench_attention_ref.cu).
+ *   bench_gpu                 both, at seq 4096 and 8192.
+ *
+ * Output: one JSON line per measurement on stdout. Without a CUDA device it prints
+ * "SKIPPED: <reason>" and exits 77. Exit status: 0 done, 1 failed, 2 bad usage, 77 skipped. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench_gpu.h"
+#include "cuda_backend.h"
+#include "model.h"
+
+enum { EXIT_SKIP = 77 };
+
+typedef struct bench_opts {
+    int seq, batch, steps, warmup, layers, heads, head_dim, reps;
+    backend_prec prec;
+    double peak_tflops;
+} bench_opts;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int bench_model(backend *be, const bench_opts *o) {
+    model_config cfg = {
+        .vocab = 32000,
+        .dim = 2048,
+        .n_layers = o->layers,
+        .n_heads = 32,
+        .n_kv_heads = 4,
+        .head_dim = 64,
+        .ffn_dim = 5632,
+        .norm_eps = 1e-5f,
+        .recompute = MODEL_RECOMPUTE_SELECTIVE,
+        .prec = o->prec,
+    };
+    rope_config_default(&cfg.rope);
+    int B = o->batch, T = o->seq, N = B * T;
+    model m;
+    memset(&m, 0, sizeof m);
+    bt_diag d;
+    bt_diag_init(&d);
+    int rc = model_init(&m, &cfg, be, B, T, &d);
+    if (rc) {
+        fprintf(stderr, "bench_gpu: model_init: %s (%s)\n", d.msg, bt_strerror(rc));
+        return 1;
+    }
+    int32_t *tokens = malloc((size_t)N * sizeof *tokens);
+    int32_t *targets = malloc((size_t)N * sizeof *targets);
+    uint64_t s = 12345;
+    for (int i = 0; i < N; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        tokens[i] = (int32_t)((s >> 33) % (uint64_t)cfg.vocab);
+    }
+    for (int i = 0; i < N; i++)
+        targets[i] = (i + 1) % T == 0 ? MODEL_IGNORE_INDEX : tokens[i + 1];
+    rc = model_init_weights(&m, 1);
+    double t0 = 0.0;
+    float loss = 0.0f;
+    for (int step = 0; rc == 0 && step < o->warmup + o->steps; step++) {
+        if (step == o->warmup) {
+            rc = be->sync(be);
+            t0 = now_s();
+        }
+        model_zero_grad(&m);
+        rc = rc ? rc : model_forward(&m, tokens, targets, B, T, &loss);
+        rc = rc ? rc : model_backward(&m, 1.0f);
+    }
+    rc = rc ? rc : be->sync(be);
+    double dt = (now_s() - t0) / o->steps;
+    if (rc) {
+        fprintf(stderr, "bench_gpu: model step failed: %s: %s\n", bt_strerror(rc),
+                cuda_backend_error(be));
+    } else {
+        int L = cfg.n_layers, C = cfg.dim, F = cfg.ffn_dim;
+        double qkv = (double)C * (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim;
+        double matrix_params = L * (qkv + (double)cfg.n_heads * cfg.head_dim * C + 3.0 * C * F) +
+                               (double)C * cfg.vocab;
+        double flops_tok = 6.0 * matrix_params + 6.0 * L * (double)T * C;
+        double tps = N / dt;
+        double mfu = flops_tok * tps / (o->peak_tflops * 1e12);
+        printf("{\"bench\":\"model\",\"prec\":\"%s\",\"layers\":%d,\"batch\":%d,\"seq\":%d,"
+               "\"step_s\":%.4f,\"tokens_per_s\":%.1f,\"tflops\":%.2f,\"mfu\":%.4f,"
+               "\"peak_tflops\":%.0f,\"loss\":%.4f,\"memory_bytes\":%zu}\n",
+               o->prec == BACKEND_PREC_BF16 ? "bf16" : "fp32", L, B, T, dt, tps,
+               flops_tok * tps * 1e-12, mfu, o->peak_tflops, loss, m.act_bytes + m.work_bytes);
+        fflush(stdout);
+    }
+    free(tokens);
+    free(targets);
+    model_free(&m);
+    return rc ? 1 : 0;
+}
+
+static int bench_attention(backend *be, const bench_opts *o) {
+    int B = 1, T = o->seq, H = o->heads, hd = o->head_dim, ld = H * hd;
+    size_t rows = (size_t)B * T, nst = (size_t)B * H * T;
+    float scale = 1.0f / sqrtf((float)hd);
+    float *q = be->alloc(be, rows * ld * 4), *k = be->alloc(be, rows * ld * 4);
+    float *v = be->alloc(be, rows * ld * 4), *out = be->alloc(be, rows * ld * 4);
+    float *dout = be->alloc(be, rows * ld * 4), *lse = be->alloc(be, nst * 4);
+    float *dq = be->alloc(be, rows * ld * 4), *dk = be->alloc(be, rows * ld * 4);
+    float *dv = be->alloc(be, rows * ld * 4);
+    float *S = be->alloc(be, (size_t)H * T * T * 4);
+    int rc = 1;
+    if (!q || !k || !v || !out || !dout || !lse || !dq || !dk || !dv || !S) {
+        fprintf(stderr, "bench_gpu: attention buffers: out of device memory\n");
+        goto done;
+    }
+    float *host = malloc(rows * ld * 4);
+    uint64_t s = 99;
+    float *bufs[4] = {q, k, v, dout};
+    for (int b = 0; b < 4; b++) {
+        for (size_t i = 0; i < rows * ld; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            host[i] = (float)((s >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+        }
+        be->from_host(be, bufs[b], host, rows * ld * 4);
+    }
+    free(host);
+    double fwd_flops = 2.0 * B * H * (double)T * T * hd; /* causal: half of 4 B H T^2 hd */
+    be->attention_forward(be, out, lse, NULL, q, k, v, ld, B, T, H, H, hd, scale, NULL);
+    be->attention_backward(be, dq, dk, dv, dout, NULL, lse, q, k, v, ld, B, T, H, H, hd, scale,
+                           NULL);
+    rc = be->sync(be);
+    double t0 = now_s();
+    for (int r = 0; rc == 0 && r < o->reps; r++)
+        be->attention_forward(be, out, lse, NULL, q, k, v, ld, B, T, H, H, hd, scale, NULL);
+    rc = rc ? rc : be->sync(be);
+    double tf = (now_s() - t0) / o->reps;
+    t0 = now_s();
+    for (int r = 0; rc == 0 && r < o->reps; r++)
+        be->attention_backward(be, dq, dk, dv, dout, NULL, lse, q, k, v, ld, B, T, H, H, hd, scale,
+                               NULL);
+    rc = rc ? rc : be->sync(be);
+    double tb = (now_s() - t0) / o->reps;
+    double tref = 0.0;
+    int rrc = rc ? rc : bench_ref_attention(q, k, v, out, S, B, T, H, hd, scale, o->reps, &tref);
+    if (rc || rrc) {
+        fprintf(stderr, "bench_gpu: attention failed: %d/%d %s\n", rc, rrc, cuda_backend_error(be));
+        rc = 1;
+        goto done;
+    }
+    printf("{\"bench\":\"attention\",\"batch\":%d,\"seq\":%d,\"heads\":%d,\"head_dim\":%d,"
+           "\"fwd_ms\":%.3f,\"fwd_tflops\":%.2f,\"bwd_ms\":%.3f,\"bwd_tflops\":%.2f,"
+           "\"cublas_softmax_fwd_ms\":%.3f,\"cublas_softmax_fwd_tflops\":%.2f}\n",
+           B, T, H, hd, tf * 1e3, fwd_flops / tf * 1e-12, tb * 1e3, 2.5 * fwd_flops / tb * 1e-12,
+           tref * 1e3, fwd_flops / tref * 1e-12);
+    fflush(stdout);
+done:
+    be->free(be, q), be->free(be, k), be->free(be, v), be->free(be, out), be->free(be, dout);
+    be->free(be, lse), be->free(be, dq), be->free(be, dk), be->free(be, dv), be->free(be, S);
+    return rc ? 1 : 0;
+}
+
+static int usage(void) {
+    fprintf(stderr, "usage: bench_gpu [model|attention] [--seq T] [--batch B] [--steps N] "
+                    "[--warmup N] [--layers L] [--prec fp32|bf16] [--peak-tflops F] "
+                    "[--heads H] [--head-dim hd] [--reps N]\n");
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    bench_opts o = {.seq = 0,
+                    .batch = 1,
+                    .steps = 5,
+                    .warmup = 2,
+                    .layers = 22,
+                    .heads = 32,
+                    .head_dim = 64,
+                    .reps = 5,
+                    .prec = BACKEND_PREC_BF16,
+                    .peak_tflops = 989.0};
+    const char *what = "all";
+    int i = 1;
+    if (i < argc && argv[i][0] != '-') what = argv[i++];
+    for (; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (val == NULL) return usage();
+        if (!strcmp(a, "--seq"))
+            o.seq = atoi(val);
+        else if (!strcmp(a, "--batch"))
+            o.batch = atoi(val);
+        else if (!strcmp(a, "--steps"))
+            o.steps = atoi(val);
+        else if (!strcmp(a, "--warmup"))
+            o.warmup = atoi(val);
+        else if (!strcmp(a, "--layers"))
+            o.layers = atoi(val);
+        else if (!strcmp(a, "--heads"))
+            o.heads = atoi(val);
+        else if (!strcmp(a, "--head-dim"))
+            o.head_dim = atoi(val);
+        else if (!strcmp(a, "--reps"))
+            o.reps = atoi(val);
+        else if (!strcmp(a, "--peak-tflops"))
+            o.peak_tflops = atof(val);
+        else if (!strcmp(a, "--prec")) {
+            if (!strcmp(val, "bf16"))
+                o.prec = BACKEND_PREC_BF16;
+            else if (!strcmp(val, "fp32"))
+                o.prec = BACKEND_PREC_FP32;
+            else
+                return usage();
+        } else
+            return usage();
+        i++;
+    }
+    if (strcmp(what, "all") && strcmp(what, "model") && strcmp(what, "attention")) return usage();
+    if (o.steps < 1 || o.reps < 1 || o.batch < 1 || o.layers < 1 || o.seq < 0) return usage();
+    bt_diag d;
+    bt_diag_init(&d);
+    if (cuda_device_count(&d) < 0) {
+        printf("SKIPPED: %s\n", d.msg);
+        return EXIT_SKIP;
+    }
+    backend be;
+    int rc = cuda_backend_init(&be, 0, &d);
+    if (rc) {
+        fprintf(stderr, "bench_gpu: %s\n", d.msg);
+        return 1;
+    }
+    int seqs[2] = {4096, 8192}, nseq = 2;
+    if (o.seq > 0) seqs[0] = o.seq, nseq = 1;
+    int fail = 0;
+    for (int k = 0; k < nseq; k++) {
+        o.seq = seqs[k];
+        if (strcmp(what, "attention")) fail |= bench_model(&be, &o);
+        if (strcmp(what, "model")) fail |= bench_attention(&be, &o);
+    }
+    cuda_backend_free(&be);
+    return fail ? 1 : 0;
+}

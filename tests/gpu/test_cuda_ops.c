@@ -1,0 +1,576 @@
+/* The CUDA backend against the CPU backend (the numeric reference): every op of the
+ * backend table on random inputs and awkward shapes (head sizes that are not multiples
+ * of 32, fused q/k/v rows with a stride, grouped-query heads, ignored targets,
+ * vocabulary shards, rows that see no key), then a whole model's forward and backward
+ * (model.h) on both backends from the same weights: loss and every parameter gradient.
+ * Also: running an op twice gives the same bits (determinism), and attention's backward
+ * from stored probabilities equals the one that recomputes them, bit for bit.
+ *
+ * Tolerances are relative to the largest magnitude of the reference tensor
+ * (max |gpu - cpu| <= tol * max |cpu|): float32 ops 2e-5 (only the summation order
+ * differs); GEMMs with bf16, fp16 or fp8 inputs 5e-4 (the CPU rounds the inputs exactly as
+ * the GPU does, so only float32 accumulation order differs); the whole model 1e-4 in
+ * float32 and 2e-2 in bf16 (a last-bit difference upstream can flip an input's bf16
+ * rounding). fp8 amaxes must be equal exactly.
+ *
+ * Without a CUDA device it prints "SKIPPED: <reason>" and exits 77 (ctest's skip code).
+ * Exit status: 0 pass, 1 fail, 77 skipped. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_backend.h"
+#include "cuda_backend.h"
+#include "model.h"
+
+enum { EXIT_SKIP = 77 };
+
+#define TOL_F32  2e-5
+#define TOL_LOWP 5e-4
+
+static int failures;
+static backend cpu, gpu;
+static uint64_t rng = 88172645463325252ull;
+
+static float urand(void) { /* uniform in [-1, 1) */
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+static float *host_rand(size_t n, float amp) {
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    for (size_t i = 0; i < n; i++)
+        h[i] = urand() * amp;
+    return h;
+}
+
+/* Device copies of a host array on each backend. */
+typedef struct pair {
+    float *c, *g;
+    size_t n;
+} pair;
+
+static pair pair_from(const float *h, size_t n) {
+    pair p = {cpu.alloc(&cpu, n * 4 + 4), gpu.alloc(&gpu, n * 4 + 4), n};
+    cpu.from_host(&cpu, p.c, h, n * 4);
+    gpu.from_host(&gpu, p.g, h, n * 4);
+    return p;
+}
+
+static pair pair_rand(size_t n, float amp) {
+    float *h = host_rand(n, amp);
+    pair p = pair_from(h, n);
+    free(h);
+    return p;
+}
+
+static void pair_free(pair *p) {
+    cpu.free(&cpu, p->c);
+    gpu.free(&gpu, p->g);
+}
+
+static int32_t *ints_on(backend *be, const int32_t *h, size_t n) {
+    int32_t *d = be->alloc(be, n * 4 + 4);
+    be->from_host(be, d, h, n * 4);
+    return d;
+}
+
+/* max |g - c| <= tol * max |c| over n values (c is the reference). */
+static void compare(const char *what, const float *c, const float *g, size_t n, double tol) {
+    double cmax = 0.0, err = 0.0;
+    size_t worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double a = fabs((double)c[i]);
+        if (a > cmax && isfinite(a)) cmax = a;
+    }
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)g[i] - (double)c[i]);
+        if ((isinf(c[i]) && c[i] == g[i]) || (isnan(c[i]) && isnan(g[i]))) e = 0.0;
+        if (!(e <= err)) {
+            err = isnan(e) ? INFINITY : e;
+            worst = i;
+        }
+    }
+    if (err > tol * (cmax > 0 ? cmax : 1e-30)) {
+        fprintf(stderr,
+                "FAIL %s: max error %.3g at [%zu] (cpu %.9g, gpu %.9g), max |cpu| %.3g, tol %.1g\n",
+                what, err, worst, c[worst], g[worst], cmax, tol);
+        failures++;
+    }
+}
+
+/* Compares the n values of a pair. */
+static void compare_pair(const char *what, const pair *p, double tol) {
+    float *hc = malloc(p->n * 4 + 4), *hg = malloc(p->n * 4 + 4);
+    cpu.to_host(&cpu, hc, p->c, p->n * 4);
+    gpu.to_host(&gpu, hg, p->g, p->n * 4);
+    compare(what, hc, hg, p->n, tol);
+    free(hc);
+    free(hg);
+}
+
+static void check_sync(const char *what) {
+    int rc = gpu.sync(&gpu);
+    if (rc) {
+        fprintf(stderr, "FAIL %s: sync %d: %s\n", what, rc, cuda_backend_error(&gpu));
+        failures++;
+    }
+}
+
+/* 1 if the gpu buffers a and b (n floats) are bitwise equal. */
+static int gpu_bitwise_equal(const float *a, const float *b, size_t n) {
+    float *ha = malloc(n * 4 + 4), *hb = malloc(n * 4 + 4);
+    gpu.to_host(&gpu, ha, a, n * 4);
+    gpu.to_host(&gpu, hb, b, n * 4);
+    int eq = memcmp(ha, hb, n * 4) == 0;
+    free(ha);
+    free(hb);
+    return eq;
+}
+
+static void test_elementwise(void) {
+    size_t n = 100003;
+    pair a = pair_rand(n, 3.0f), b = pair_rand(n, 3.0f), o = pair_rand(n, 1.0f);
+    cpu.add(&cpu, o.c, a.c, b.c, n);
+    gpu.add(&gpu, o.g, a.g, b.g, n);
+    compare_pair("add", &o, 0.0);
+    cpu.add(&cpu, a.c, a.c, b.c, n); /* aliasing out == a */
+    gpu.add(&gpu, a.g, a.g, b.g, n);
+    compare_pair("add (in place)", &a, 0.0);
+    cpu.scale(&cpu, a.c, -0.37f, n);
+    gpu.scale(&gpu, a.g, -0.37f, n);
+    compare_pair("scale", &a, 0.0);
+    double sc = cpu.sumsq(&cpu, a.c, n), sg = gpu.sumsq(&gpu, a.g, n);
+    double sg2 = gpu.sumsq(&gpu, a.g, n);
+    if (fabs(sc - sg) > 1e-12 * sc || sg != sg2) {
+        fprintf(stderr, "FAIL sumsq: cpu %.17g gpu %.17g again %.17g\n", sc, sg, sg2);
+        failures++;
+    }
+    /* copy2d: 37 rows of 19 floats from stride 23 into stride 41 */
+    cpu.copy2d(&cpu, o.c + 5, 41, b.c + 3, 23, 37, 19);
+    gpu.copy2d(&gpu, o.g + 5, 41, b.g + 3, 23, 37, 19);
+    compare_pair("copy2d", &o, 0.0);
+    cpu.zero(&cpu, o.c + 7, 5000);
+    gpu.zero(&gpu, o.g + 7, 5000);
+    compare_pair("zero", &o, 0.0);
+    check_sync("elementwise");
+    pair_free(&a), pair_free(&b), pair_free(&o);
+}
+
+static void test_embedding(void) {
+    enum { N = 301, C = 67, V = 50 };
+    int32_t tok[N];
+    for (int i = 0; i < N; i++)
+        tok[i] = (int32_t)((i * 7 + i / 5) % V); /* repeats: the backward sums them */
+    int32_t *tc = ints_on(&cpu, tok, N), *tg = ints_on(&gpu, tok, N);
+    pair wte = pair_rand((size_t)V * C, 1.0f), out = pair_rand((size_t)N * C, 1.0f);
+    pair dout = pair_rand((size_t)N * C, 1.0f), dwte = pair_rand((size_t)V * C, 1.0f);
+    cpu.embedding_forward(&cpu, out.c, tc, wte.c, N, C);
+    gpu.embedding_forward(&gpu, out.g, tg, wte.g, N, C);
+    compare_pair("embedding_forward", &out, 0.0);
+    cpu.embedding_backward(&cpu, dwte.c, dout.c, tc, N, C);
+    gpu.embedding_backward(&gpu, dwte.g, dout.g, tg, N, C);
+    compare_pair("embedding_backward", &dwte, 0.0); /* the same order of additions */
+    int v0 = 13, Vl = 20;
+    cpu.vocab_embedding_forward(&cpu, out.c, tc, wte.c, N, C, v0, Vl);
+    gpu.vocab_embedding_forward(&gpu, out.g, tg, wte.g, N, C, v0, Vl);
+    compare_pair("vocab_embedding_forward", &out, 0.0);
+    cpu.vocab_embedding_backward(&cpu, dwte.c, dout.c, tc, N, C, v0, Vl);
+    gpu.vocab_embedding_backward(&gpu, dwte.g, dout.g, tg, N, C, v0, Vl);
+    compare_pair("vocab_embedding_backward", &dwte, 0.0);
+    check_sync("embedding");
+    pair_free(&wte), pair_free(&out), pair_free(&dout), pair_free(&dwte);
+    cpu.free(&cpu, tc), gpu.free(&gpu, tg);
+}
+
+static void test_norm_rope_swiglu(void) {
+    enum { N = 97, C = 1000, B = 3, T = 29, NH = 5, HD = 40, LD = 230, F = 333 };
+    pair x = pair_rand((size_t)N * C, 2.0f), w = pair_rand(C, 1.0f),
+         out = pair_rand((size_t)N * C, 1.0f);
+    pair rstd = pair_rand(N, 1.0f), dout = pair_rand((size_t)N * C, 1.0f);
+    pair dx = pair_rand((size_t)N * C, 1.0f), dw = pair_rand(C, 1.0f);
+    cpu.rmsnorm_forward(&cpu, out.c, rstd.c, x.c, w.c, N, C, 1e-5f);
+    gpu.rmsnorm_forward(&gpu, out.g, rstd.g, x.g, w.g, N, C, 1e-5f);
+    compare_pair("rmsnorm_forward out", &out, TOL_F32);
+    compare_pair("rmsnorm_forward rstd", &rstd, TOL_F32);
+    cpu.rmsnorm_backward(&cpu, dx.c, dw.c, dout.c, x.c, w.c, rstd.c, N, C);
+    gpu.rmsnorm_backward(&gpu, dx.g, dw.g, dout.g, x.g, w.g, rstd.g, N, C);
+    compare_pair("rmsnorm_backward dinp", &dx, TOL_F32);
+    compare_pair("rmsnorm_backward dweight (+=)", &dw, TOL_F32);
+
+    size_t rows = (size_t)B * T;
+    pair cs = pair_rand((size_t)T * HD / 2, 1.0f), sn = pair_rand((size_t)T * HD / 2, 1.0f);
+    pair in = pair_rand(rows * LD, 1.0f), ro = pair_rand(rows * LD, 1.0f);
+    cpu.rope_forward(&cpu, ro.c, in.c, cs.c, sn.c, B, T, NH, HD, LD);
+    gpu.rope_forward(&gpu, ro.g, in.g, cs.g, sn.g, B, T, NH, HD, LD);
+    compare_pair("rope_forward", &ro, TOL_F32);
+    cpu.rope_backward(&cpu, in.c, in.c, cs.c, sn.c, B, T, NH, HD, LD); /* in place */
+    gpu.rope_backward(&gpu, in.g, in.g, cs.g, sn.g, B, T, NH, HD, LD);
+    compare_pair("rope_backward (in place)", &in, TOL_F32);
+
+    pair h = pair_rand((size_t)N * 2 * F, 4.0f), s = pair_rand((size_t)N * F, 1.0f);
+    pair ds = pair_rand((size_t)N * F, 1.0f), dh = pair_rand((size_t)N * 2 * F, 1.0f);
+    cpu.swiglu_forward(&cpu, s.c, h.c, N, F);
+    gpu.swiglu_forward(&gpu, s.g, h.g, N, F);
+    compare_pair("swiglu_forward", &s, TOL_F32);
+    cpu.swiglu_backward(&cpu, dh.c, ds.c, h.c, N, F);
+    gpu.swiglu_backward(&gpu, dh.g, ds.g, h.g, N, F);
+    compare_pair("swiglu_backward", &dh, TOL_F32);
+    check_sync("norm/rope/swiglu");
+    pair_free(&x), pair_free(&w), pair_free(&out), pair_free(&rstd), pair_free(&dout);
+    pair_free(&dx), pair_free(&dw), pair_free(&cs), pair_free(&sn), pair_free(&in);
+    pair_free(&ro), pair_free(&h), pair_free(&s), pair_free(&ds), pair_free(&dh);
+}
+
+static void test_matmul_prec(backend_prec prec, int e5m2, int N, int C, int OC, int with_dinp) {
+    char what[128];
+    const char *pn[] = {"fp32", "bf16", "fp8", "fp16"};
+    double tol = prec == BACKEND_PREC_FP32 ? TOL_F32 : TOL_LOWP;
+    pair x = pair_rand((size_t)N * C, 1.5f), w = pair_rand((size_t)OC * C, 0.5f);
+    pair out = pair_rand((size_t)N * OC, 1.0f), dout = pair_rand((size_t)N * OC, 1e-2f);
+    pair dx = pair_rand((size_t)N * C, 1.0f), dw = pair_rand((size_t)OC * C, 1.0f);
+    size_t sc = cpu.matmul_scratch_floats(&cpu, N, C, OC, prec);
+    size_t sg = gpu.matmul_scratch_floats(&gpu, N, C, OC, prec);
+    float *scr_c = cpu.alloc(&cpu, sc * 4 + 4), *scr_g = gpu.alloc(&gpu, sg * 4 + 4);
+    backend_gemm pc = {.prec = prec, .dy_e5m2 = e5m2, .scale = {200.0f, 700.0f, 3e5f}};
+    backend_gemm pg = pc;
+    backend_gemm *ppc = prec == BACKEND_PREC_FP32 ? NULL : &pc;
+    backend_gemm *ppg = prec == BACKEND_PREC_FP32 ? NULL : &pg;
+    cpu.matmul_forward(&cpu, out.c, x.c, w.c, N, C, OC, ppc, scr_c);
+    gpu.matmul_forward(&gpu, out.g, x.g, w.g, N, C, OC, ppg, scr_g);
+    snprintf(what, sizeof what, "matmul_forward %s%s N %d C %d OC %d", pn[prec],
+             e5m2 ? "/e5m2" : "", N, C, OC);
+    compare_pair(what, &out, tol);
+    cpu.matmul_backward(&cpu, with_dinp ? dx.c : NULL, dw.c, dout.c, x.c, w.c, N, C, OC, ppc,
+                        scr_c);
+    gpu.matmul_backward(&gpu, with_dinp ? dx.g : NULL, dw.g, dout.g, x.g, w.g, N, C, OC, ppg,
+                        scr_g);
+    snprintf(what, sizeof what, "matmul_backward %s%s dinp N %d C %d OC %d", pn[prec],
+             e5m2 ? "/e5m2" : "", N, C, OC);
+    compare_pair(what, &dx, tol);
+    snprintf(what, sizeof what, "matmul_backward %s%s dweight (+=) N %d C %d OC %d", pn[prec],
+             e5m2 ? "/e5m2" : "", N, C, OC);
+    compare_pair(what, &dw, tol);
+    for (int s = 0; s < BACKEND_FP8_SLOTS; s++)
+        if (pc.amax[s] != pg.amax[s]) {
+            fprintf(stderr, "FAIL %s: amax[%d] cpu %.9g gpu %.9g\n", what, s, pc.amax[s],
+                    pg.amax[s]);
+            failures++;
+        }
+    check_sync(what);
+    pair_free(&x), pair_free(&w), pair_free(&out), pair_free(&dout), pair_free(&dx), pair_free(&dw);
+    cpu.free(&cpu, scr_c), gpu.free(&gpu, scr_g);
+}
+
+static void test_matmul(void) {
+    static const int shapes[][3] = {{64, 128, 96}, {37, 53, 71}, {256, 512, 1024}, {1, 16, 8}};
+    for (int p = 0; p < 4; p++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            test_matmul_prec((backend_prec)p, 0, shapes[s][0], shapes[s][1], shapes[s][2], 1);
+    test_matmul_prec(BACKEND_PREC_FP8, 1, 64, 128, 96, 1);
+    test_matmul_prec(BACKEND_PREC_FP8, 1, 64, 128, 96, 0);
+    test_matmul_prec(BACKEND_PREC_BF16, 0, 40, 24, 56, 0);
+}
+
+/* Whole-sequence attention: forward with and without stored probabilities, backward
+ * from both; fused rows q | k | v | padding of stride ld. */
+static void test_attention(int B, int T, int H, int KV, int hd) {
+    char what[160];
+    int ld = (H + 2 * KV) * hd + 3;
+    size_t rows = (size_t)B * T, nst = (size_t)B * H * T;
+    pair qkv = pair_rand(rows * ld, 1.0f), out = pair_rand(rows * H * hd, 1.0f);
+    pair lse = pair_rand(nst, 1.0f), att = pair_rand(nst * T, 1.0f);
+    pair dout = pair_rand(rows * H * hd, 1.0f), d = pair_rand(rows * ld, 1.0f);
+    size_t sc = cpu.attention_scratch_floats(&cpu, T), sg = gpu.attention_scratch_floats(&gpu, T);
+    float *scr_c = cpu.alloc(&cpu, sc * 4 + 4), *scr_g = gpu.alloc(&gpu, sg * 4 + 4);
+    float scale = 1.0f / sqrtf((float)hd);
+    const float *qc = qkv.c, *kc = qkv.c + H * hd, *vc = kc + KV * hd;
+    const float *qg = qkv.g, *kg = qkv.g + H * hd, *vg = kg + KV * hd;
+    snprintf(what, sizeof what, "attention B %d T %d H %d KV %d hd %d", B, T, H, KV, hd);
+    for (int stored = 0; stored < 2; stored++) {
+        char w2[200];
+        cpu.attention_forward(&cpu, out.c, lse.c, stored ? att.c : NULL, qc, kc, vc, ld, B, T, H,
+                              KV, hd, scale, scr_c);
+        gpu.attention_forward(&gpu, out.g, lse.g, stored ? att.g : NULL, qg, kg, vg, ld, B, T, H,
+                              KV, hd, scale, scr_g);
+        snprintf(w2, sizeof w2, "%s%s forward out", what, stored ? " (att stored)" : "");
+        compare_pair(w2, &out, TOL_F32);
+        snprintf(w2, sizeof w2, "%s%s forward lse", what, stored ? " (att stored)" : "");
+        compare_pair(w2, &lse, TOL_F32);
+        if (stored) {
+            snprintf(w2, sizeof w2, "%s forward att", what);
+            compare_pair(w2, &att, TOL_F32);
+        }
+        /* d: dq | dk | dv in the fused layout; the padding columns must stay as they were */
+        cpu.attention_backward(&cpu, d.c, d.c + H * hd, d.c + (H + KV) * hd, dout.c,
+                               stored ? att.c : NULL, lse.c, qc, kc, vc, ld, B, T, H, KV, hd, scale,
+                               scr_c);
+        gpu.attention_backward(&gpu, d.g, d.g + H * hd, d.g + (H + KV) * hd, dout.g,
+                               stored ? att.g : NULL, lse.g, qg, kg, vg, ld, B, T, H, KV, hd, scale,
+                               scr_g);
+        snprintf(w2, sizeof w2, "%s%s backward dq|dk|dv", what, stored ? " (att stored)" : "");
+        compare_pair(w2, &d, TOL_F32);
+    }
+    /* Stored and recomputed probabilities give the same bits; so does a second run. */
+    float *d2 = gpu.alloc(&gpu, rows * ld * 4);
+    gpu.copy2d(&gpu, d2, ld, d.g, ld, rows, ld);
+    gpu.attention_backward(&gpu, d2, d2 + H * hd, d2 + (H + KV) * hd, dout.g, NULL, lse.g, qg, kg,
+                           vg, ld, B, T, H, KV, hd, scale, scr_g);
+    if (!gpu_bitwise_equal(d.g, d2, rows * ld)) {
+        fprintf(stderr, "FAIL %s: backward from stored att != recomputed (bits)\n", what);
+        failures++;
+    }
+    check_sync(what);
+    gpu.free(&gpu, d2);
+    pair_free(&qkv), pair_free(&out), pair_free(&lse), pair_free(&att), pair_free(&dout),
+        pair_free(&d);
+    cpu.free(&cpu, scr_c), gpu.free(&gpu, scr_g);
+}
+
+/* Ring attention's block pair with positions: query block at positions qpos, key block
+ * at kpos (some query rows see no key), then merge and delta, and the backward. */
+static void test_attention_part(int B, int Tq, int Tk, int H, int KV, int hd) {
+    char what[160];
+    snprintf(what, sizeof what, "attention_part B %d Tq %d Tk %d H %d KV %d hd %d", B, Tq, Tk, H,
+             KV, hd);
+    int ldq = H * hd + 5, ldkv = 2 * KV * hd + 1;
+    int32_t *qp = malloc(Tq * 4), *kp = malloc(Tk * 4);
+    for (int i = 0; i < Tq; i++)
+        qp[i] = 10 + 2 * i; /* rows 0.. see keys at or before their position */
+    for (int j = 0; j < Tk; j++)
+        kp[j] = 13 + (j * 37) % (2 * Tk); /* unordered key positions */
+    int32_t *qpc = ints_on(&cpu, qp, Tq), *kpc = ints_on(&cpu, kp, Tk);
+    int32_t *qpg = ints_on(&gpu, qp, Tq), *kpg = ints_on(&gpu, kp, Tk);
+    size_t nst = (size_t)B * H * Tq, orows = (size_t)B * Tq * H * hd;
+    pair q = pair_rand((size_t)B * Tq * ldq, 1.0f), kv = pair_rand((size_t)B * Tk * ldkv, 1.0f);
+    pair out = pair_rand(orows, 1.0f), lse = pair_rand(nst, 1.0f);
+    pair out2 = pair_rand(orows, 1.0f), lse2 = pair_rand(nst, 1.0f);
+    pair dout = pair_rand(orows, 1.0f), delta = pair_rand(nst, 1.0f);
+    pair dq = pair_rand((size_t)B * Tq * ldq, 1.0f), dkv = pair_rand((size_t)B * Tk * ldkv, 1.0f);
+    size_t sc = cpu.attention_part_scratch_floats(&cpu, Tq, Tk);
+    size_t sg = gpu.attention_part_scratch_floats(&gpu, Tq, Tk);
+    float *scr_c = cpu.alloc(&cpu, sc * 4 + 4), *scr_g = gpu.alloc(&gpu, sg * 4 + 4);
+    float scale = 0.3f;
+    char w2[200];
+    cpu.attention_part_forward(&cpu, out.c, lse.c, q.c, ldq, kv.c, kv.c + KV * hd, ldkv, B, Tq, Tk,
+                               H, KV, hd, scale, qpc, kpc, scr_c);
+    gpu.attention_part_forward(&gpu, out.g, lse.g, q.g, ldq, kv.g, kv.g + KV * hd, ldkv, B, Tq, Tk,
+                               H, KV, hd, scale, qpg, kpg, scr_g);
+    snprintf(w2, sizeof w2, "%s forward out", what);
+    compare_pair(w2, &out, TOL_F32);
+    snprintf(w2, sizeof w2, "%s forward lse", what);
+    compare_pair(w2, &lse, TOL_F32);
+    /* merge with a second partial result whose lse has some -inf rows */
+    float *l2 = host_rand(nst, 3.0f);
+    for (size_t i = 0; i < nst; i += 7)
+        l2[i] = -INFINITY;
+    cpu.from_host(&cpu, lse2.c, l2, nst * 4);
+    gpu.from_host(&gpu, lse2.g, l2, nst * 4);
+    free(l2);
+    cpu.attention_merge(&cpu, out.c, lse.c, out2.c, lse2.c, B, Tq, H, hd);
+    gpu.attention_merge(&gpu, out.g, lse.g, out2.g, lse2.g, B, Tq, H, hd);
+    snprintf(w2, sizeof w2, "%s merge out", what);
+    compare_pair(w2, &out, TOL_F32);
+    snprintf(w2, sizeof w2, "%s merge lse", what);
+    compare_pair(w2, &lse, TOL_F32);
+    cpu.attention_delta(&cpu, delta.c, dout.c, out.c, B, Tq, H, hd);
+    gpu.attention_delta(&gpu, delta.g, dout.g, out.g, B, Tq, H, hd);
+    snprintf(w2, sizeof w2, "%s delta", what);
+    compare_pair(w2, &delta, TOL_F32);
+    /* the backward from the part's own lse (as the last block of a ring would) */
+    cpu.attention_part_forward(&cpu, out.c, lse.c, q.c, ldq, kv.c, kv.c + KV * hd, ldkv, B, Tq, Tk,
+                               H, KV, hd, scale, qpc, kpc, scr_c);
+    gpu.attention_part_forward(&gpu, out.g, lse.g, q.g, ldq, kv.g, kv.g + KV * hd, ldkv, B, Tq, Tk,
+                               H, KV, hd, scale, qpg, kpg, scr_g);
+    cpu.attention_part_backward(&cpu, dq.c, ldq, dkv.c, dkv.c + KV * hd, ldkv, dout.c, delta.c,
+                                lse.c, q.c, kv.c, kv.c + KV * hd, B, Tq, Tk, H, KV, hd, scale, qpc,
+                                kpc, scr_c);
+    gpu.attention_part_backward(&gpu, dq.g, ldq, dkv.g, dkv.g + KV * hd, ldkv, dout.g, delta.g,
+                                lse.g, q.g, kv.g, kv.g + KV * hd, B, Tq, Tk, H, KV, hd, scale, qpg,
+                                kpg, scr_g);
+    snprintf(w2, sizeof w2, "%s backward dq (+=)", what);
+    compare_pair(w2, &dq, TOL_F32);
+    snprintf(w2, sizeof w2, "%s backward dk|dv (+=)", what);
+    compare_pair(w2, &dkv, TOL_F32);
+    check_sync(what);
+    pair_free(&q), pair_free(&kv), pair_free(&out), pair_free(&lse), pair_free(&out2);
+    pair_free(&lse2), pair_free(&dout), pair_free(&delta), pair_free(&dq), pair_free(&dkv);
+    cpu.free(&cpu, scr_c), gpu.free(&gpu, scr_g);
+    cpu.free(&cpu, qpc), cpu.free(&cpu, kpc), gpu.free(&gpu, qpg), gpu.free(&gpu, kpg);
+    free(qp), free(kp);
+}
+
+static void test_loss(void) {
+    enum { N = 67, V = 5003, R = 3 };
+    int32_t tg[N];
+    for (int i = 0; i < N; i++)
+        tg[i] = i % 11 == 3 ? -1 : (int32_t)((i * 7919) % V);
+    int32_t *tc = ints_on(&cpu, tg, N), *tgg = ints_on(&gpu, tg, N);
+    pair logits = pair_rand((size_t)N * V, 8.0f), losses = pair_rand(N, 1.0f),
+         lse = pair_rand(N, 1.0f);
+    pair dl = pair_rand((size_t)N * V, 1.0f);
+    cpu.crossentropy_forward(&cpu, losses.c, lse.c, logits.c, tc, N, V);
+    gpu.crossentropy_forward(&gpu, losses.g, lse.g, logits.g, tgg, N, V);
+    compare_pair("crossentropy_forward losses", &losses, TOL_F32);
+    compare_pair("crossentropy_forward lse", &lse, TOL_F32);
+    cpu.crossentropy_backward(&cpu, dl.c, logits.c, lse.c, tc, 0.013f, N, V);
+    gpu.crossentropy_backward(&gpu, dl.g, logits.g, lse.g, tgg, 0.013f, N, V);
+    compare_pair("crossentropy_backward", &dl, TOL_F32);
+    /* vocabulary shards [0, 1700), [1700, 3400), [3400, 5003) of the same logits */
+    int v0s[R] = {0, 1700, 3400}, vls[R] = {1700, 1700, V - 3400};
+    pair parts = pair_rand((size_t)R * N * 3, 1.0f);
+    pair shard = pair_rand((size_t)N * 1700, 1.0f);
+    for (int r = 0; r < R; r++) {
+        cpu.copy2d(&cpu, shard.c, vls[r], logits.c + v0s[r], V, N, vls[r]);
+        gpu.copy2d(&gpu, shard.g, vls[r], logits.g + v0s[r], V, N, vls[r]);
+        cpu.vocab_ce_partial(&cpu, parts.c + (size_t)r * N * 3, shard.c, tc, N, vls[r], v0s[r]);
+        gpu.vocab_ce_partial(&gpu, parts.g + (size_t)r * N * 3, shard.g, tgg, N, vls[r], v0s[r]);
+    }
+    compare_pair("vocab_ce_partial", &parts, TOL_F32);
+    cpu.vocab_ce_combine(&cpu, losses.c, lse.c, parts.c, tc, N, R);
+    gpu.vocab_ce_combine(&gpu, losses.g, lse.g, parts.g, tgg, N, R);
+    compare_pair("vocab_ce_combine losses", &losses, TOL_F32);
+    compare_pair("vocab_ce_combine lse", &lse, TOL_F32);
+    /* the last shard's backward, in place of its logits */
+    cpu.copy2d(&cpu, shard.c, vls[2], logits.c + v0s[2], V, N, vls[2]);
+    gpu.copy2d(&gpu, shard.g, vls[2], logits.g + v0s[2], V, N, vls[2]);
+    cpu.vocab_ce_backward(&cpu, shard.c, shard.c, lse.c, tc, 0.5f, N, vls[2], v0s[2]);
+    gpu.vocab_ce_backward(&gpu, shard.g, shard.g, lse.g, tgg, 0.5f, N, vls[2], v0s[2]);
+    compare_pair("vocab_ce_backward (in place)", &shard, TOL_F32);
+    check_sync("loss");
+    pair_free(&logits), pair_free(&losses), pair_free(&lse), pair_free(&dl), pair_free(&parts);
+    pair_free(&shard);
+    cpu.free(&cpu, tc), gpu.free(&gpu, tgg);
+}
+
+/* The same small LLaMA on both backends: loss and every parameter gradient. */
+static void test_model(model_recompute rec, backend_prec prec, double tol_loss, double tol_grad) {
+    enum { B = 2, T = 45 };
+    model_config cfg = {
+        .vocab = 256,
+        .dim = 64,
+        .n_layers = 2,
+        .n_heads = 4,
+        .n_kv_heads = 2,
+        .head_dim = 16,
+        .ffn_dim = 176,
+        .norm_eps = 1e-5f,
+    };
+    rope_config_default(&cfg.rope);
+    cfg.recompute = rec;
+    cfg.prec = prec;
+    char what[96];
+    snprintf(what, sizeof what, "model (recompute %d, prec %d)", (int)rec, (int)prec);
+    int32_t tokens[B * T], targets[B * T];
+    for (int i = 0; i < B * T; i++) {
+        tokens[i] = (int32_t)((i * 131 + 7) % cfg.vocab);
+        targets[i] = i % 13 == 5 ? MODEL_IGNORE_INDEX : (int32_t)((i * 71 + 3) % cfg.vocab);
+    }
+    model mc, mg;
+    bt_diag d;
+    bt_diag_init(&d);
+    memset(&mc, 0, sizeof mc);
+    memset(&mg, 0, sizeof mg);
+    if (model_init(&mc, &cfg, &cpu, B, T, &d) || model_init(&mg, &cfg, &gpu, B, T, &d)) {
+        fprintf(stderr, "FAIL %s: model_init: %s\n", what, d.msg);
+        failures++;
+        return;
+    }
+    float lc = 0, lg = 0;
+    int rc = model_init_weights(&mc, 1234) || model_init_weights(&mg, 1234);
+    model_zero_grad(&mc);
+    model_zero_grad(&mg);
+    rc = rc || model_forward(&mc, tokens, targets, B, T, &lc) ||
+         model_forward(&mg, tokens, targets, B, T, &lg) || model_backward(&mc, 1.0f) ||
+         model_backward(&mg, 1.0f);
+    if (rc || gpu.sync(&gpu)) {
+        fprintf(stderr, "FAIL %s: forward/backward failed: %s\n", what, cuda_backend_error(&gpu));
+        failures++;
+    } else {
+        if (fabs(lc - lg) > tol_loss * fabs(lc)) {
+            fprintf(stderr, "FAIL %s: loss cpu %.9g gpu %.9g\n", what, lc, lg);
+            failures++;
+        }
+        size_t np = mg.sizes.param_floats;
+        float *g1 = malloc(np * 4), *g2 = malloc(np * 4);
+        gpu.to_host(&gpu, g1, mg.grads_mem, np * 4);
+        for (int i = 0; i < model_n_tensors(&mc); i++) {
+            model_tensor tc, tg;
+            model_tensor_info(&mc, i, &tc);
+            model_tensor_info(&mg, i, &tg);
+            float *hc = malloc(tc.count * 4), *hg = malloc(tg.count * 4);
+            cpu.to_host(&cpu, hc, tc.grad, tc.count * 4);
+            gpu.to_host(&gpu, hg, tg.grad, tg.count * 4);
+            char w2[200];
+            snprintf(w2, sizeof w2, "%s grad %s", what, tc.name);
+            compare(w2, hc, hg, tc.count, tol_grad);
+            free(hc), free(hg);
+        }
+        printf("%s: loss cpu %.7f gpu %.7f\n", what, lc, lg);
+        /* Run to run: the same step again gives the same loss and gradients, bit for bit. */
+        float lg2 = 0;
+        model_zero_grad(&mg);
+        if (model_forward(&mg, tokens, targets, B, T, &lg2) || model_backward(&mg, 1.0f) ||
+            gpu.sync(&gpu)) {
+            fprintf(stderr, "FAIL %s: second step failed: %s\n", what, cuda_backend_error(&gpu));
+            failures++;
+        } else {
+            gpu.to_host(&gpu, g2, mg.grads_mem, np * 4);
+            if (memcmp(&lg, &lg2, sizeof lg) != 0 || memcmp(g1, g2, np * 4) != 0) {
+                fprintf(stderr, "FAIL %s: a second identical step differs (loss %.9g vs %.9g)\n",
+                        what, lg, lg2);
+                failures++;
+            }
+        }
+        free(g1), free(g2);
+    }
+    model_free(&mc);
+    model_free(&mg);
+}
+
+int main(void) {
+    bt_diag d;
+    bt_diag_init(&d);
+    int n = cuda_device_count(&d);
+    if (n < 0) {
+        printf("SKIPPED: %s\n", d.msg);
+        return EXIT_SKIP;
+    }
+    cpu_backend_init(&cpu);
+    backend bad;
+    int rc = cuda_backend_init(&bad, n, &d); /* one past the last device */
+    if (rc != BT_EINVAL) {
+        fprintf(stderr, "FAIL cuda_backend_init(device %d of %d): %d, want BT_EINVAL\n", n, n, rc);
+        failures++;
+    }
+    bt_diag_init(&d);
+    rc = cuda_backend_init(&gpu, 0, &d);
+    if (rc) {
+        fprintf(stderr, "FAIL cuda_backend_init: %s\n", d.msg);
+        return 1;
+    }
+    test_elementwise();
+    test_embedding();
+    test_norm_rope_swiglu();
+    test_matmul();
+    test_attention(2, 37, 4, 2, 16);
+    test_attention(1, 70, 6, 3, 40);
+    test_attention(1, 130, 2, 1, 128);
+    test_attention_part(2, 21, 33, 4, 2, 16);
+    test_attention_part(1, 40, 40, 2, 2, 72);
+    test_loss();
+    test_model(MODEL_RECOMPUTE_NONE, BACKEND_PREC_FP32, 1e-5, 1e-4);
+    test_model(MODEL_RECOMPUTE_SELECTIVE, BACKEND_PREC_FP32, 1e-5, 1e-4);
+    test_model(MODEL_RECOMPUTE_FULL, BACKEND_PREC_BF16, 1e-3, 2e-2);
+    cuda_backend_free(&gpu);
+    if (failures) {
+        fprintf(stderr, "%d checks failed\n", failures);
+        return 1;
+    }
+    printf("all CUDA ops match the CPU backend\n");
+    return 0;
+}

@@ -1,0 +1,59 @@
+/* The CUDA compute backend: the backend.h table on one GPU. GEMMs go through cuBLASLt
+ * (float32, bf16 and fp16 inputs with float32 accumulation; fp8 E4M3/E5M2 with
+ * per-tensor scales, see cuda_matmul.cu), every other op is a kernel of this directory.
+ * The CPU backend (worker/cpu) is its numeric reference; tests/gpu/test_cuda_ops.c
+ * compares the two op by op and through a whole model.
+ *
+ * Rules the kernels keep (those of backend.h): backward ops accumulate (+=) into
+ * parameter gradients and write (=) activation gradients; ops never allocate (the
+ * backend allocates its own small buffers once, at init: a cuBLASLt workspace, the
+ * sum-of-squares partials, pinned staging for results that go back to the host); ops
+ * are deterministic: every reduction runs in a fixed order over a fixed launch shape
+ * and no atomic operation changes a result (the only atomic is the fp8 amax, a
+ * maximum, which is exact in any order). All work is queued on one stream; the first
+ * failed launch or CUDA call is recorded and reported by sync() as BT_EIO, with its
+ * message from cuda_backend_error().
+ *
+ * Device memory from alloc() is cudaMalloc'd and zeroed; to_host and from_host are
+ * synchronous copies (host buffers may be reused as soon as they return); sumsq
+ * synchronizes. A thread that calls the ops makes the backend's device current first;
+ * the memory functions do that themselves.
+ *
+ * Choosing it (a later change to train.c, not made here): train_model_init builds the
+ * backend from the StageSpec's cluster device: "cpu" keeps cpu_backend_init; "cuda"
+ * calls cuda_backend_init(&be, local_rank % device_count, diag) — the device a worker
+ * gets is its node-local rank, as NCCL's comm backend assumes — and, on failure, fails
+ * the stage with the diag's message (BT_EUNSUPPORTED: exit status 2, not retried);
+ * train_free calls cuda_backend_free after model_free. */
+#ifndef BATON_CUDA_BACKEND_H
+#define BATON_CUDA_BACKEND_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "backend.h"
+#include "util/err.h"
+
+/* Fills the table for CUDA device `device`. Returns 0, or BT_EUNSUPPORTED when there
+ * is no usable device (no driver, no GPU: the CUDA error string is in diag), BT_EINVAL
+ * for a device index out of range, BT_ENOMEM or BT_EIO when setting up the stream,
+ * cuBLASLt or the backend's buffers fails. On failure nothing is left to free. */
+int cuda_backend_init(backend *be, int device, bt_diag *diag);
+
+/* Releases the stream, the cuBLASLt handle and the backend's buffers (not the memory the
+ * caller allocated through the table). Safe on a table that failed to initialize. */
+void cuda_backend_free(backend *be);
+
+/* The message of the first recorded failure ("" when none); sync() returns its code. */
+const char *cuda_backend_error(backend *be);
+
+/* The number of CUDA devices, or a negative BT_ code with the reason in diag (for tests
+ * and benchmarks that SKIP without a GPU). */
+int cuda_device_count(bt_diag *diag);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
