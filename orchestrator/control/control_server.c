@@ -214,10 +214,11 @@ double control_server_silence(const control_server *cs, double now, int *rank) {
     return worst;
 }
 
-int control_server_heard(const control_server *cs) {
+double control_server_last_heard(const control_server *cs) {
+    double last = 0;
     for (uint32_t r = 0; r < cs->world; r++)
-        if (cs->ranks[r].last_heard > 0) return 1;
-    return 0;
+        last = cs->ranks[r].last_heard > last ? cs->ranks[r].last_heard : last;
+    return last;
 }
 
 uint32_t control_server_connected(const control_server *cs) {

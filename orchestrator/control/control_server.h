@@ -108,8 +108,9 @@ void control_server_handle(control_server *cs, const struct pollfd *fds, size_t 
  * not NULL), or -1 when no rank is connected. */
 double control_server_silence(const control_server *cs, double now, int *rank);
 
-/* 1 once some rank of the attempt has said Hello (connected now or not). */
-int control_server_heard(const control_server *cs);
+/* When the attempt last heard from any rank (connected now or not; monotonic seconds as
+ * passed to control_server_handle), 0 if never. */
+double control_server_last_heard(const control_server *cs);
 
 /* How many ranks of the attempt are connected now. */
 uint32_t control_server_connected(const control_server *cs);

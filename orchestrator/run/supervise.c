@@ -123,8 +123,9 @@ static void run_note_ckpt(run_ctx *c, uint32_t stage, uint32_t attempt) {
 }
 
 /* The hang rule: no heartbeat from some connected rank for hang_s (the control channel),
- * or, before any rank connected, no step from rank 0 for hang_s. Once ranks have said
- * goodbye (DONE, then closed the channel) the job is ending: the launcher sees the exits. */
+ * or, with no rank connected, neither a step from rank 0 nor a word from any rank for
+ * hang_s (before the ranks connect; or after they all closed the channel and the job still
+ * has not ended — a lost host whose launcher step waits on it). */
 static int run_hung(run_ctx *c, double started, double hang_s) {
     double now = bt_clock_now();
     int rank = -1;
@@ -136,10 +137,12 @@ static int run_hung(run_ctx *c, double started, double hang_s) {
         return 1;
     }
     double since = c->prog.steps_seen ? c->prog.last_step_at : started;
-    int heard = c->cs_open && control_server_heard(&c->cs);
-    if (quiet < 0 && !heard && now - since > hang_s) {
+    double heard = c->cs_open ? control_server_last_heard(&c->cs) : 0;
+    since = heard > since ? heard : since;
+    if (quiet < 0 && now - since > hang_s) {
         snprintf(c->hang_why, sizeof c->hang_why,
-                 "hang: no completed step for %.0f s (heartbeat_timeout)", hang_s);
+                 "hang: no completed step and no rank heard for %.0f s (heartbeat_timeout)",
+                 hang_s);
         return 1;
     }
     return 0;
