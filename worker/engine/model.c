@@ -242,14 +242,15 @@ static void setup_gemms(model *m) {
     }
 }
 
-static int upload_rope(model *m) {
+int model_upload_rope(model *m, int n_seg, const int *pos0, const int *rows) {
     int half = m->cfg.head_dim / 2;
-    size_t n = (size_t)m->max_T * half;
+    size_t n = (size_t)m->max_T * half, row = 0;
     float *cs = malloc(n * sizeof *cs), *sn = malloc(n * sizeof *sn);
     double *inv = malloc((size_t)half * sizeof *inv);
     int rc = BT_ENOMEM;
     if (cs && sn && inv) {
-        rope_tables(&m->cfg.rope, m->cfg.head_dim, 0, m->max_T, cs, sn, inv);
+        for (int i = 0; i < n_seg; row += (size_t)rows[i++] * half)
+            rope_tables(&m->cfg.rope, m->cfg.head_dim, pos0[i], rows[i], cs + row, sn + row, inv);
         m->be->from_host(m->be, m->rope_cos, cs, n * sizeof *cs);
         m->be->from_host(m->be, m->rope_sin, sn, n * sizeof *sn);
         rc = 0;
@@ -258,6 +259,11 @@ static int upload_rope(model *m) {
     free(sn);
     free(inv);
     return rc;
+}
+
+static int upload_rope(model *m) {
+    int zero = 0;
+    return model_upload_rope(m, 1, &zero, &m->max_T);
 }
 
 static int alloc_host(model *m) {

@@ -271,6 +271,11 @@ int model_init_tp(model *m, const model_config *cfg, backend *be, int max_B, int
                   comm *tp_group, bt_diag *diag);
 void model_free(model *m);
 
+/* Rebuilds the RoPE tables for rows at other positions: n_seg segments, segment i being
+ * rows[i] rows at positions pos0[i], pos0[i] + 1, ...; the rows add up to max_T. (Context
+ * parallelism: a rank's rows are two chunks of the sequence, model_cp.h.) */
+int model_upload_rope(model *m, int n_seg, const int *pos0, const int *rows);
+
 /* Deterministic initialization from seed: every matrix element is normal(0, 0.02),
  * o_proj and down_proj scaled by 1/sqrt(2L), norm weights 1. Element i of tensor
  * `name` depends only on (seed, name, i): key = splitmix64(seed ^ fnv1a64(name)); the

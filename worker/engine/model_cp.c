@@ -63,27 +63,12 @@ static size_t cp_carve(model *m, model_cp *c, float *base) {
     return (size_t)(p - base);
 }
 
-/* cos/sin rows for the local rows' global positions. */
+/* cos/sin rows for the local rows' global positions: the rank's two chunks. */
 static int cp_rope(model *m) {
-    int half = m->cfg.head_dim / 2, T = m->cpw->T, cp = m->cpw->size, r = m->cpw->rank;
-    size_t n = (size_t)T * half;
-    float *cs = malloc(n * sizeof *cs), *sn = malloc(n * sizeof *sn);
-    double *inv = malloc((size_t)half * sizeof *inv);
-    int rc = BT_ENOMEM;
-    if (cs && sn && inv) {
-        for (int h = 0; h < 2; h++) {
-            size_t row = (size_t)h * (T / 2) * half;
-            rope_tables(&m->cfg.rope, m->cfg.head_dim, model_cp_position(cp, r, T, h * (T / 2)),
-                        T / 2, cs + row, sn + row, inv);
-        }
-        m->be->from_host(m->be, m->rope_cos, cs, n * sizeof *cs);
-        m->be->from_host(m->be, m->rope_sin, sn, n * sizeof *sn);
-        rc = 0;
-    }
-    free(cs);
-    free(sn);
-    free(inv);
-    return rc;
+    int T = m->cpw->T, cp = m->cpw->size, r = m->cpw->rank;
+    int pos0[2] = {model_cp_position(cp, r, T, 0), model_cp_position(cp, r, T, T / 2)};
+    int rows[2] = {T / 2, T / 2};
+    return model_upload_rope(m, 2, pos0, rows);
 }
 
 static int cp_positions(model *m) {

@@ -59,13 +59,14 @@ int worker_ranks_join(worker_ranks *w, double timeout_s, bt_diag *diag) {
 }
 
 /* The group along dim containing this rank: NULL when of size 1, the world when it spans
- * it, else a new split (*owned set). */
-static int ranks_group(worker_ranks *w, const layout *l, enum layout_dim dim, comm **out,
-                       int *owned, bt_diag *diag) {
+ * it (unless own: a group of its own, whose byte count is its own), else a new split
+ * (*owned set). */
+static int ranks_group_own(worker_ranks *w, const layout *l, enum layout_dim dim, int own,
+                           comm **out, int *owned, bt_diag *diag) {
     uint32_t ranks[1024], n = l->size[dim];
     *out = NULL, *owned = 0;
     if (n == 1) return 0;
-    if (n == l->world) {
+    if (n == l->world && !own) {
         *out = w->world;
         return 0;
     }
@@ -82,24 +83,9 @@ static int ranks_group(worker_ranks *w, const layout *l, enum layout_dim dim, co
     return 0;
 }
 
-/* The group along dim containing this rank as a split of its own (even when it spans the
- * world); NULL when of size 1. */
-static int ranks_split(worker_ranks *w, const layout *l, enum layout_dim dim, comm **out,
+static int ranks_group(worker_ranks *w, const layout *l, enum layout_dim dim, comm **out,
                        int *owned, bt_diag *diag) {
-    uint32_t ranks[1024], n = l->size[dim];
-    *out = NULL, *owned = 0;
-    if (n == 1) return 0;
-    if (n > 1024) {
-        bt_diag_set(diag, "a %s group of %u ranks (at most 1024)", layout_dim_name(dim), n);
-        return BT_EUNSUPPORTED;
-    }
-    layout_group(l, dim, (uint32_t)w->info.rank, ranks);
-    if (comm_split(w->world, ranks, n, layout_dim_name(dim), out) != 0) {
-        bt_diag_set(diag, "%s group: %s", layout_dim_name(dim), comm_error(w->world));
-        return BT_EIO;
-    }
-    *owned = 1;
-    return 0;
+    return ranks_group_own(w, l, dim, 0, out, owned, diag);
 }
 
 /* The ranks that share this rank's tp and pp coordinates: dp x cp, cp varying fastest.
@@ -143,8 +129,8 @@ int worker_ranks_groups(worker_ranks *w, const Baton__Parallel *p, bt_diag *diag
     rc = rc ? rc : ranks_group(w, &l, LAYOUT_CP, &w->cp, &w->own_cp, diag);
     rc = rc ? rc : ranks_dpcp_group(w, &l, diag);
     if (l.size[LAYOUT_EP] > 1) { /* experts: always groups of their own (byte counts) */
-        rc = rc ? rc : ranks_split(w, &l, LAYOUT_EP, &w->ep, &w->own_ep, diag);
-        rc = rc ? rc : ranks_split(w, &l, LAYOUT_EDP, &w->edp, &w->own_edp, diag);
+        rc = rc ? rc : ranks_group_own(w, &l, LAYOUT_EP, 1, &w->ep, &w->own_ep, diag);
+        rc = rc ? rc : ranks_group_own(w, &l, LAYOUT_EDP, 1, &w->edp, &w->own_edp, diag);
     }
     return rc;
 }
