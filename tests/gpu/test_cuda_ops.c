@@ -14,6 +14,8 @@
  * rounding). fp8 amaxes must be equal exactly.
  *
  * Without a CUDA device it prints "SKIPPED: <reason>" and exits 77 (ctest's skip code).
+ * The same source also builds as test_cuda_ops_emulated (tests/gpu/CMakeLists.txt), with
+ * the kernels run by the CPU emulation of tests/gpu/emu: a check of their logic only.
  * Exit status: 0 pass, 1 fail, 77 skipped. */
 #include <math.h>
 #include <stdint.h>
@@ -560,8 +562,10 @@ int main(void) {
     test_attention(2, 37, 4, 2, 16);
     test_attention(1, 70, 6, 3, 40);
     test_attention(1, 130, 2, 1, 128);
+    test_attention(1, 21, 4, 1, 160); /* beyond the tiled kernels' heads */
     test_attention_part(2, 21, 33, 4, 2, 16);
     test_attention_part(1, 40, 40, 2, 2, 72);
+    test_attention_part(1, 9, 13, 2, 1, 136);
     test_loss();
     test_model(MODEL_RECOMPUTE_NONE, BACKEND_PREC_FP32, 1e-5, 1e-4);
     test_model(MODEL_RECOMPUTE_SELECTIVE, BACKEND_PREC_FP32, 1e-5, 1e-4);

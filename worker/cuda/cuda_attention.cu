@@ -3,11 +3,13 @@
  * templated on how a key's visibility is decided). Semantics are those of backend.h and
  * cpu_attention.c / cpu_attention_part.c.
  *
- * The kernels are straightforward, not flash-tiled: a warp owns one query row (forward,
+ * These kernels are straightforward, not flash-tiled: a warp owns one query row (forward,
  * dq) or one key row (dk, dv). It walks the keys (queries) 32 at a time, each lane
- * computing one full dot product over the head; the forward keeps an online softmax (running
- * max, sum and output) and returns each row's log-sum-exp. Head sizes up to
- * ATT_MAXHD.
+ * computing one full dot product over the head; the forward keeps an online softmax
+ * (running max, sum and output) and returns each row's log-sum-exp. Head sizes up to
+ * ATT_MAXHD. Heads up to ATT_TILE_MAXHD go to the tiled variants of
+ * cuda_attention_tiled.cu instead (the same arithmetic, with the keys or queries a block
+ * of rows needs shared through shared memory); these kernels take the larger heads.
  *
  * Rules kept:
  *  - A score is always att_dot(q row, k row) (fmaf in index order) times scale, and a
@@ -24,37 +26,9 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "cuda_internal.cuh"
+#include "cuda_attention.cuh"
 
-#define ATT_WARPS    4
-#define ATT_MAXHD    256
-#define ATT_PER_LANE (ATT_MAXHD / 32)
-
-typedef struct att_args {
-    const float *q, *k, *v; /* q rows of stride ldq, k and v rows of stride ldkv */
-    int ldq, ldkv;
-    int B, Tq, Tk, H, KV, hd;
-    float scale;
-    const int32_t *qpos, *kpos; /* positions; unused when causal (key j visible iff j <= i) */
-} att_args;
-
-/* Where query row (b, h, i)'s delta lives: delta[b * sb + h * sh + i * st]. */
-typedef struct att_delta {
-    const float *p;
-    size_t sb, sh, st;
-} att_delta;
-
-__device__ __forceinline__ float att_dot(const float *x, const float *y, int hd) {
-    float s = 0.0f;
-    for (int d = 0; d < hd; d++)
-        s = __fmaf_rn(x[d], y[d], s);
-    return s;
-}
-
-__device__ __forceinline__ float att_prob(const float *qrow, const float *krow, int hd, float scale,
-                                          float lse) {
-    return expf(__fsub_rn(__fmul_rn(att_dot(qrow, krow, hd), scale), lse));
-}
+#define ATT_WARPS 4 /* rows (warps) per block of these kernels */
 
 /* Forward: one warp per query row r = (b * H + h) * Tq + i. */
 template <bool CAUSAL>
@@ -317,6 +291,10 @@ void cuda_attention_forward(backend *be, float *out, float *lse, float *att, con
     cuda_ctx *c = cuda_ctx_of(be);
     if (!att_shape_ok(c, H, KV, hd, "attention_forward") || B * T == 0) return;
     att_args a = {q, k, v, ld, ld, B, T, T, H, KV, hd, scale, NULL, NULL};
+    if (hd <= ATT_TILE_MAXHD) {
+        att_tiled_forward(c, a, 1, out, lse, att);
+        return;
+    }
     att_forward_kernel<true>
         <<<att_blocks((size_t)B * H * T), 32 * ATT_WARPS, 0, c->stream>>>(a, out, lse, att);
     CUDA_LAUNCHED(c, "att_forward_kernel");
@@ -332,6 +310,12 @@ void cuda_attention_backward(backend *be, float *dq, float *dk, float *dv, const
     att_args a = {q, k, v, ld, ld, B, T, T, H, KV, hd, scale, NULL, NULL};
     /* delta of row (b, h, i) parked at dq[(b T + i) ld + h hd] */
     att_delta dlt = {dq, (size_t)T * ld, (size_t)hd, (size_t)ld};
+    if (hd <= ATT_TILE_MAXHD) {
+        att_tiled_rows(c, a, 1, ATT_ROWS_DELTA, dq, dout, att, lse, dlt);
+        att_tiled_dkdv(c, a, 1, 0, dk, dv, dout, att, lse, dlt);
+        att_tiled_rows(c, a, 1, ATT_ROWS_DQ, dq, dout, att, lse, dlt);
+        return;
+    }
     unsigned qb = att_blocks((size_t)B * H * T), kb = att_blocks((size_t)B * KV * T);
     att_delta_park_kernel<<<qb, 32 * ATT_WARPS, 0, c->stream>>>(a, dq, dout, att, lse);
     CUDA_LAUNCHED(c, "att_delta_park_kernel");
@@ -350,6 +334,10 @@ void cuda_attention_part_forward(backend *be, float *out, float *lse, const floa
     cuda_ctx *c = cuda_ctx_of(be);
     if (!att_shape_ok(c, H, KV, hd, "attention_part_forward") || B * Tq == 0) return;
     att_args a = {q, k, v, ldq, ldkv, B, Tq, Tk, H, KV, hd, scale, qpos, kpos};
+    if (hd <= ATT_TILE_MAXHD) {
+        att_tiled_forward(c, a, 0, out, lse, NULL);
+        return;
+    }
     att_forward_kernel<false>
         <<<att_blocks((size_t)B * H * Tq), 32 * ATT_WARPS, 0, c->stream>>>(a, out, lse, NULL);
     CUDA_LAUNCHED(c, "att_forward_kernel (part)");
@@ -365,6 +353,11 @@ void cuda_attention_part_backward(backend *be, float *dq, int ldq, float *dk, fl
     if (!att_shape_ok(c, H, KV, hd, "attention_part_backward") || B * Tq == 0 || Tk == 0) return;
     att_args a = {q, k, v, ldq, ldkv, B, Tq, Tk, H, KV, hd, scale, qpos, kpos};
     att_delta dlt = {delta, (size_t)H * Tq, (size_t)Tq, 1};
+    if (hd <= ATT_TILE_MAXHD) {
+        att_tiled_dkdv(c, a, 0, 1, dk, dv, dout, NULL, lse, dlt);
+        att_tiled_rows(c, a, 0, ATT_ROWS_DQ_ACC, dq, dout, NULL, lse, dlt);
+        return;
+    }
     att_dkdv_kernel<false, true><<<att_blocks((size_t)B * KV * Tk), 32 * ATT_WARPS, 0, c->stream>>>(
         a, dk, dv, dout, NULL, lse, dlt);
     CUDA_LAUNCHED(c, "att_dkdv_kernel (part)");

@@ -69,7 +69,11 @@ static int cuda_sync(backend *be) {
     cuda_ctx *c = cuda_ctx_of(be);
     cudaSetDevice(c->device);
     cuda_check(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
-    return c->err;
+    /* "The first error since the last sync": the code is reported once; its message stays
+     * readable through cuda_backend_error until another failure is recorded. */
+    int err = c->err;
+    c->err = 0;
+    return err;
 }
 
 extern "C" const char *cuda_backend_error(backend *be) {

@@ -45,7 +45,8 @@ int cuda_backend_init(backend *be, int device, bt_diag *diag);
  * caller allocated through the table). Safe on a table that failed to initialize. */
 void cuda_backend_free(backend *be);
 
-/* The message of the first recorded failure ("" when none); sync() returns its code. */
+/* The message of the failure sync() last reported, or of one recorded since ("" when none
+ * ever was). */
 const char *cuda_backend_error(backend *be);
 
 /* The number of CUDA devices, or a negative BT_ code with the reason in diag (for tests

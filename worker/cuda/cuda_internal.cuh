@@ -41,7 +41,7 @@ typedef struct cuda_ctx {
     double *sumsq_host;  /* pinned (1) */
     unsigned *amax_dev;  /* device (BACKEND_FP8_SLOTS): float bits of each operand's amax */
     unsigned *amax_host; /* pinned (BACKEND_FP8_SLOTS) */
-    int err;             /* first recorded failure, a BT_ code; 0 none */
+    int err;             /* first failure recorded since the last sync, a BT_ code; 0 none */
     char errmsg[512];
 } cuda_ctx;
 

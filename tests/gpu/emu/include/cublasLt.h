@@ -1,0 +1,150 @@
+/* CPU emulation (cuda_emu_core.h): cuBLASLt as worker/cuda uses it: descriptors and layouts checked
+ * for shape, the product a column-major triple loop in double. */
+#pragma once
+#include <cstdio>
+#include "cuda_runtime.h"
+#include "cuda_bf16.h"
+#include "cuda_fp16.h"
+typedef enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_SUPPORTED = 15 } cublasStatus_t;
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
+typedef enum { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType_t;
+typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
+typedef enum {
+    CUBLASLT_MATMUL_DESC_TRANSA = 3,
+    CUBLASLT_MATMUL_DESC_TRANSB = 4
+} cublasLtMatmulDescAttributes_t;
+typedef enum {
+    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8
+} cublasLtMatmulPreferenceAttributes_t;
+typedef void *cublasLtHandle_t;
+struct emu_desc {
+    int opa, opb;
+};
+struct emu_layout {
+    cudaDataType_t t;
+    uint64_t rows, cols;
+    int64_t ld;
+};
+typedef emu_desc *cublasLtMatmulDesc_t;
+typedef emu_layout *cublasLtMatrixLayout_t;
+typedef void *cublasLtMatmulPreference_t;
+typedef struct {
+    uint64_t data[8];
+} cublasLtMatmulAlgo_t;
+typedef struct {
+    cublasLtMatmulAlgo_t algo;
+    size_t workspaceSize;
+    cublasStatus_t state;
+    float wavesCount;
+    int reserved[4];
+} cublasLtMatmulHeuristicResult_t;
+inline cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
+    *h = (void *)1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtDestroy(cublasLtHandle_t) {
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline const char *cublasLtGetStatusString(cublasStatus_t) {
+    return "emulated cublasLt status";
+}
+inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t c,
+                                               cudaDataType_t s) {
+    if (c != CUBLAS_COMPUTE_32F || s != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    *d = new emu_desc{0, 0};
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+    delete d;
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
+                                                     cublasLtMatmulDescAttributes_t a,
+                                                     const void *v, size_t n) {
+    if (n != 4) return CUBLAS_STATUS_NOT_SUPPORTED;
+    int x;
+    memcpy(&x, v, 4);
+    if (a == CUBLASLT_MATMUL_DESC_TRANSA)
+        d->opa = x;
+    else
+        d->opb = x;
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType_t t,
+                                                 uint64_t rows, uint64_t cols, int64_t ld) {
+    if ((int64_t)rows > ld) return CUBLAS_STATUS_NOT_SUPPORTED; /* as cuBLASLt: ld >= rows */
+    *l = new emu_layout{t, rows, cols, ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+    delete l;
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+    *p = (void *)1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t) {
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t,
+                                                           cublasLtMatmulPreferenceAttributes_t a,
+                                                           const void *, size_t n) {
+    if (a == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES && n != 8) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (a != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES && n != 4) return CUBLAS_STATUS_NOT_SUPPORTED;
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t,
+                                                     cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                                     cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                                     cublasLtMatmulPreference_t, int,
+                                                     cublasLtMatmulHeuristicResult_t *r,
+                                                     int *found) {
+    memset(r, 0, sizeof *r);
+    *found = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline double emu_elem(const void *p, cudaDataType_t t, size_t i) {
+    if (t == CUDA_R_32F) return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    if (t == CUDA_R_16F) return prec_fp16_from_bits(h);
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* Column-major element (r, c) of op(M). */
+inline double emu_op(const void *p, const emu_layout *l, int op, size_t r, size_t c) {
+    return op == CUBLAS_OP_N ? emu_elem(p, l->t, r + c * l->ld) : emu_elem(p, l->t, c + r * l->ld);
+}
+inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void *alpha,
+                                     const void *A, cublasLtMatrixLayout_t la, const void *B,
+                                     cublasLtMatrixLayout_t lb, const void *beta, const void *C,
+                                     cublasLtMatrixLayout_t lc, void *D, cublasLtMatrixLayout_t ld,
+                                     const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t) {
+    float al = *(const float *)alpha, be = *(const float *)beta;
+    size_t m = ld->rows, n = ld->cols;
+    size_t k = d->opa == CUBLAS_OP_N ? la->cols : la->rows;
+    size_t ka = k, kb = d->opb == CUBLAS_OP_N ? lb->rows : lb->cols;
+    size_t ma = d->opa == CUBLAS_OP_N ? la->rows : la->cols;
+    size_t nb = d->opb == CUBLAS_OP_N ? lb->cols : lb->rows;
+    if (ka != kb || ma != m || nb != n || lc->rows != m || lc->cols != n) {
+        fprintf(stderr, "emu cublasLtMatmul: shape mismatch m %zu/%zu n %zu/%zu k %zu/%zu\n", m, ma,
+                n, nb, ka, kb);
+        abort();
+    }
+    for (size_t j = 0; j < n; j++)
+        for (size_t i = 0; i < m; i++) {
+            double s = 0;
+            for (size_t x = 0; x < k; x++)
+                s += emu_op(A, la, d->opa, i, x) * emu_op(B, lb, d->opb, x, j);
+            float *dp = (float *)D + i + j * ld->ld;
+            float cv = ((const float *)C)[i + j * lc->ld];
+            *dp = (float)(al * s) + (be != 0.0f ? be * cv : 0.0f);
+        }
+    return CUBLAS_STATUS_SUCCESS;
+}

@@ -1,0 +1,10 @@
+/* CPU emulation (cuda_emu_core.h): bf16 conversion through precision.h. */
+#pragma once
+#include <cstdint>
+extern "C" uint16_t prec_bf16_bits(float x);
+struct __nv_bfloat16 {
+    uint16_t x;
+};
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+    return __nv_bfloat16{prec_bf16_bits(f)};
+}
