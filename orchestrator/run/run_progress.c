@@ -45,6 +45,15 @@ static void progress_step(run_progress *p, const char *line) {
     progress_show(p);
 }
 
+/* "started from CKPT at step N ...": an attempt resumed at step N has done N steps even
+ * before its first step line (or without one, when N is the stage's last). */
+static void progress_started(run_progress *p, const char *line) {
+    unsigned long long s;
+    const char *at = strstr(line, " at step ");
+    if (at == NULL || sscanf(at, " at step %llu", &s) != 1) return;
+    if (s > p->step) p->step = s;
+}
+
 /* "checkpoint NAME: saved in ..." (sync) or "checkpoint NAME: committed" (async); an
  * async save's "snapshot taken" line is not a commit yet. */
 static void progress_ckpt(run_progress *p, const char *line) {
@@ -73,6 +82,8 @@ void run_progress_line(void *arg, int rank, int stream, const char *line, size_t
         progress_step(p, buf);
     else if (strncmp(buf, "checkpoint ", 11) == 0)
         progress_ckpt(p, buf);
+    else if (strncmp(buf, "started from ", 13) == 0)
+        progress_started(p, buf);
     else if (!p->quiet &&
              (strncmp(buf, "valid loss", 10) == 0 || strncmp(buf, "started from", 12) == 0)) {
         run_progress_end(p);

@@ -67,12 +67,14 @@ reference() {
 
 # newest_log STAGE: the newest attempt's log of stage STAGE
 newest_log() { ls -t r1/logs/s0"$1"-a*.log 2>/dev/null | head -1 || true; }
-# wait_step STAGE K: until rank 0 of the stage's newest attempt has completed step K
+# wait_step STAGE K: until rank 0 of the stage's newest attempt has completed step K; never
+# in the attempt struck last (its restart may not have begun yet)
+struck=
 wait_step() {
   local deadline=$((SECONDS + 120)) log step
   while ((SECONDS < deadline)); do
     log=$(newest_log "$1")
-    if [[ -n $log ]]; then
+    if [[ -n $log && $log != "$struck" ]]; then
       step=$(sed -En 's/^\[0\] step +([0-9]+)\/.*/\1/p' "$log" | tail -1)
       [[ -n $step && $step -ge $2 ]] && { echo "$log"; return 0; }
     fi
@@ -99,6 +101,7 @@ strike() { # STAGE FROM TO SIGNAL [RANKS...]: at a random step in [FROM, TO]
   [[ -n $pids ]] || { pgrep -af baton-worker | cut -c1-160; fail "no worker to strike in $log"; }
   echo "stage $1 step $k: SIG$4 to pid(s) $(echo $pids)"
   kill -s "$4" $pids
+  struck=$log
 }
 
 case $case in

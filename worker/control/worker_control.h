@@ -37,7 +37,7 @@ void worker_control_start(worker_control *wc, const Baton__StageSpec *spec, comm
 
 /* A phase change (INIT, LOAD, SAVE, DONE) at the trainer's step. */
 void worker_control_phase(worker_control *wc, Baton__Heartbeat__Phase phase, uint64_t step);
-/* A long blocking phase (LOAD, SAVE) begins: its heartbeat repeats until
+/* A long blocking phase (LOAD, SAVE, EVAL, fp8 calibration) begins: its heartbeat repeats until
  * worker_control_idle (worker_pacer.h), so that `baton run` does not take it for a hang. */
 void worker_control_busy(worker_control *wc, Baton__Heartbeat__Phase phase, uint64_t step);
 void worker_control_idle(worker_control *wc);

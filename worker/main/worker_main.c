@@ -453,7 +453,9 @@ static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, w
                bt_clock_now() - t0);
     uint32_t n = 0;
     float lo, hi;
+    worker_control_busy(wc, BATON__HEARTBEAT__PHASE__TRAIN, t->step); /* a step's work */
     rc = rc ? rc : train_fp8_calibrate(t, &n, &lo, &hi, diag);
+    worker_control_idle(wc);
     if (rc == 0 && n > 0 && w->info.rank == 0 && !a->quiet)
         printf("fp8 scales calibrated from %u micro-batch(es): scales in [%g, %g]\n", n, lo, hi);
     return rc;
@@ -487,7 +489,9 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
     rc = worker_init_from(&t, &mine, w, wc, diag);
     rc = rc ? rc : worker_train(&t, &c, worker_save_every(spec, a), &mine, wc, rollback, diag);
     if (!wc->stopping) {
+        worker_control_busy(wc, BATON__HEARTBEAT__PHASE__EVAL, t.step);
         rc = rc ? rc : worker_eval(&t, &mine, diag);
+        worker_control_idle(wc);
         rc = rc ? rc : worker_dump_params(&t, mine.dump_params, w->info.rank == 0, diag);
     }
     if (rc == 0 && !wc->stopping) worker_control_phase(wc, BATON__HEARTBEAT__PHASE__DONE, t.step);
