@@ -57,7 +57,7 @@ typedef struct pair {
 } pair;
 
 static pair pair_from(const float *h, size_t n) {
-    pair p = {cpu.alloc(&cpu, n * 4 + 4), gpu.alloc(&gpu, n * 4 + 4), n};
+    pair p = {cpu.alloc(&cpu, n * 4), gpu.alloc(&gpu, n * 4), n};
     cpu.from_host(&cpu, p.c, h, n * 4);
     gpu.from_host(&gpu, p.g, h, n * 4);
     return p;
@@ -76,7 +76,7 @@ static void pair_free(pair *p) {
 }
 
 static int32_t *ints_on(backend *be, const int32_t *h, size_t n) {
-    int32_t *d = be->alloc(be, n * 4 + 4);
+    int32_t *d = be->alloc(be, n * 4);
     be->from_host(be, d, h, n * 4);
     return d;
 }
@@ -237,7 +237,7 @@ static void test_matmul_prec(backend_prec prec, int e5m2, int N, int C, int OC, 
     pair dx = pair_rand((size_t)N * C, 1.0f), dw = pair_rand((size_t)OC * C, 1.0f);
     size_t sc = cpu.matmul_scratch_floats(&cpu, N, C, OC, prec);
     size_t sg = gpu.matmul_scratch_floats(&gpu, N, C, OC, prec);
-    float *scr_c = cpu.alloc(&cpu, sc * 4 + 4), *scr_g = gpu.alloc(&gpu, sg * 4 + 4);
+    float *scr_c = cpu.alloc(&cpu, sc * 4), *scr_g = gpu.alloc(&gpu, sg * 4);
     backend_gemm pc = {.prec = prec, .dy_e5m2 = e5m2, .scale = {200.0f, 700.0f, 3e5f}};
     backend_gemm pg = pc;
     backend_gemm *ppc = prec == BACKEND_PREC_FP32 ? NULL : &pc;
@@ -288,7 +288,7 @@ static void test_attention(int B, int T, int H, int KV, int hd) {
     pair lse = pair_rand(nst, 1.0f), att = pair_rand(nst * T, 1.0f);
     pair dout = pair_rand(rows * H * hd, 1.0f), d = pair_rand(rows * ld, 1.0f);
     size_t sc = cpu.attention_scratch_floats(&cpu, T), sg = gpu.attention_scratch_floats(&gpu, T);
-    float *scr_c = cpu.alloc(&cpu, sc * 4 + 4), *scr_g = gpu.alloc(&gpu, sg * 4 + 4);
+    float *scr_c = cpu.alloc(&cpu, sc * 4), *scr_g = gpu.alloc(&gpu, sg * 4);
     float scale = 1.0f / sqrtf((float)hd);
     const float *qc = qkv.c, *kc = qkv.c + H * hd, *vc = kc + KV * hd;
     const float *qg = qkv.g, *kg = qkv.g + H * hd, *vg = kg + KV * hd;
@@ -355,7 +355,7 @@ static void test_attention_part(int B, int Tq, int Tk, int H, int KV, int hd) {
     pair dq = pair_rand((size_t)B * Tq * ldq, 1.0f), dkv = pair_rand((size_t)B * Tk * ldkv, 1.0f);
     size_t sc = cpu.attention_part_scratch_floats(&cpu, Tq, Tk);
     size_t sg = gpu.attention_part_scratch_floats(&gpu, Tq, Tk);
-    float *scr_c = cpu.alloc(&cpu, sc * 4 + 4), *scr_g = gpu.alloc(&gpu, sg * 4 + 4);
+    float *scr_c = cpu.alloc(&cpu, sc * 4), *scr_g = gpu.alloc(&gpu, sg * 4);
     float scale = 0.3f;
     char w2[200];
     cpu.attention_part_forward(&cpu, out.c, lse.c, q.c, ldq, kv.c, kv.c + KV * hd, ldkv, B, Tq, Tk,

@@ -9,7 +9,9 @@
  * __syncthreads and __syncwarp are barriers (an exited thread leaves them, as on sm_70+);
  * warp shuffles go through a per-warp exchange buffer between two warp barriers;
  * __shared__ variables are statics (one block runs at a time); atomics take a mutex. The
- * 16-bit and fp8 conversions call baton's exact CPU emulations (precision.h). */
+ * 16-bit and fp8 conversions call baton's exact CPU emulations (precision.h). Built with
+ * AddressSanitizer and EMU_EXACT_ALLOC (-DBATON_CUDA_EMU_ASAN=ON), every device allocation
+ * is exactly its size, so a kernel's out-of-bounds access stops the run. */
 #pragma once
 #include <cmath>
 #include <condition_variable>
