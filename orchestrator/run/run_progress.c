@@ -84,8 +84,8 @@ void run_progress_line(void *arg, int rank, int stream, const char *line, size_t
         progress_ckpt(p, buf);
     else if (strncmp(buf, "started from ", 13) == 0)
         progress_started(p, buf);
-    else if (!p->quiet &&
-             (strncmp(buf, "valid loss", 10) == 0 || strncmp(buf, "started from", 12) == 0)) {
+    if (!p->quiet &&
+        (strncmp(buf, "valid loss", 10) == 0 || strncmp(buf, "started from", 12) == 0)) {
         run_progress_end(p);
         printf("[%s] %s\n", p->stage, buf);
     }
