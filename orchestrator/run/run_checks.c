@@ -59,13 +59,18 @@ void run_find_lost_nodes(run_ctx *c, const launch_job *job, uint32_t stage, uint
         if (!any || !all) continue;
         char name[32], detail[128];
         run_nodes_name(&c->nodes, k, name, sizeof name);
-        run_nodes_exclude(&c->nodes, name);
         snprintf(detail, sizeof detail, "%s lost: every rank on it was killed; excluded", name);
-        Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
-        r.has_attempt = 1, r.attempt = attempt;
-        r.node = name, r.detail = detail;
-        run_journal(c, BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED, stage, &r);
-        run_progress_end(&c->prog);
-        fprintf(stderr, "baton run: %s\n", detail);
+        run_exclude_node(c, stage, attempt, name, detail);
     }
+}
+
+void run_exclude_node(run_ctx *c, uint32_t stage, uint32_t attempt, const char *name,
+                      const char *detail) {
+    run_nodes_exclude(&c->nodes, name);
+    Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
+    r.has_attempt = 1, r.attempt = attempt;
+    r.node = (char *)name, r.detail = (char *)detail;
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED, stage, &r);
+    run_progress_end(&c->prog);
+    fprintf(stderr, "baton run: %s\n", detail);
 }

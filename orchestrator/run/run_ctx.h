@@ -80,6 +80,10 @@ void run_slurm_find_lost(run_ctx *c, uint32_t stage, uint32_t attempt);
 
 /* run_checks.c */
 void run_check_topology(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attempt);
+/* Excludes node `name` from later attempts, journals it (NODE_EXCLUDED with detail) and
+ * says so on stderr. */
+void run_exclude_node(run_ctx *c, uint32_t stage, uint32_t attempt, const char *name,
+                      const char *detail);
 void run_find_lost_nodes(run_ctx *c, const launch_job *job, uint32_t stage, uint32_t attempt);
 
 #endif

@@ -55,14 +55,8 @@ void run_slurm_find_lost(run_ctx *c, uint32_t stage, uint32_t attempt) {
         if (!launch_slurm_host_lost(s, s->hosts[node], RUN_SLURM_PROBE_S, why, sizeof why))
             continue;
         snprintf(name, sizeof name, "node%u", node);
-        run_nodes_exclude(&c->nodes, name);
         snprintf(detail, sizeof detail, "%s (Slurm host %s) lost: %s; excluded", name,
                  s->hosts[node], why);
-        Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
-        r.has_attempt = 1, r.attempt = attempt;
-        r.node = name, r.detail = detail;
-        run_journal(c, BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED, stage, &r);
-        run_progress_end(&c->prog);
-        fprintf(stderr, "baton run: %s\n", detail);
+        run_exclude_node(c, stage, attempt, name, detail);
     }
 }

@@ -15,18 +15,6 @@
 #include "check.h"
 #include "precision.h"
 
-static uint32_t bits_of(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-static float float_of(uint32_t u) {
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
 #define CHECK_FP16(x, want) CHECK_EQ_U64(prec_fp16_bits(x), want)
 
 static void test_fp16_patterns(void) {
