@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "control.pb-c.h"
+#include "util/tcp.h"
 #include "control_internal.h"
 
 /* An unauthenticated connection is closed after this long without a Hello. */
@@ -26,33 +27,16 @@ static int control_nonblock(int fd) {
 }
 
 static int control_listen(control_server *cs, const char *host, bt_diag *diag) {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                             .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-    struct addrinfo *ai = NULL;
-    int gai = getaddrinfo(host, "0", &hints, &ai);
-    if (gai != 0) {
-        bt_diag_set(diag, "control channel: cannot resolve '%s': %s", host, gai_strerror(gai));
-        return BT_EINVAL;
-    }
-    int fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol), one = 1;
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    int ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
-             bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0 &&
-             control_nonblock(fd) == 0 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0;
-    int family = ai->ai_family;
-    freeaddrinfo(ai);
-    if (!ok) {
-        bt_diag_set(diag, "control channel: cannot listen on %s: %s", host, strerror(errno));
-        if (fd >= 0) close(fd);
+    int rc = bt_tcp_listen(host, "control channel", &cs->listen_fd, cs->address, sizeof cs->address,
+                           diag);
+    if (rc == 0 && control_nonblock(cs->listen_fd) != 0) {
+        bt_diag_set(diag, "control channel: cannot make the socket non-blocking: %s",
+                    strerror(errno));
+        close(cs->listen_fd);
+        cs->listen_fd = -1;
         return BT_EIO;
     }
-    unsigned port = family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
-                                       : ntohs(((struct sockaddr_in *)&ss)->sin_port);
-    snprintf(cs->address, sizeof cs->address, family == AF_INET6 ? "[%s]:%u" : "%s:%u", host, port);
-    cs->listen_fd = fd;
-    return 0;
+    return rc;
 }
 
 int control_server_open(control_server *cs, const char *token, const char *run_dir,

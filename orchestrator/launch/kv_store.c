@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "util/kv_wire.h"
+#include "util/tcp.h"
 
 #define KV_HEAD 16u /* op, token length, key length, value length */
 
@@ -39,33 +40,8 @@ static uint32_t kv_u32(const uint8_t *p) {
 }
 
 static int kv_listen(kv_store *s, const char *host, bt_diag *diag) {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                             .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-    struct addrinfo *ai = NULL;
-    int gai = getaddrinfo(host, "0", &hints, &ai);
-    if (gai != 0) {
-        bt_diag_set(diag, "rendezvous store: cannot resolve '%s': %s", host, gai_strerror(gai));
-        return BT_EINVAL;
-    }
-    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol), one = 1;
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    int ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
-             bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0 &&
-             getsockname(fd, (struct sockaddr *)&ss, &sl) == 0;
-    int v6 = ai->ai_family == AF_INET6;
-    freeaddrinfo(ai);
-    if (!ok) {
-        bt_diag_set(diag, "rendezvous store: cannot listen on %s: %s", host, strerror(errno));
-        if (fd >= 0) close(fd);
-        return BT_EIO;
-    }
-    unsigned port = v6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
-                       : ntohs(((struct sockaddr_in *)&ss)->sin_port);
-    snprintf(s->address, sizeof s->address, v6 ? "[%s]:%u" : "%s:%u", host, port);
-    s->listen_fd = fd;
-    return 0;
+    return bt_tcp_listen(host, "rendezvous store", &s->listen_fd, s->address, sizeof s->address,
+                         diag);
 }
 
 static void kv_conn_close(kv_conn *c) {

@@ -1,0 +1,40 @@
+#include "util/tcp.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+int bt_tcp_listen(const char *host, const char *what, int *fd_out, char *address, size_t cap,
+                  bt_diag *diag) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *ai = NULL;
+    int gai = getaddrinfo(host, "0", &hints, &ai);
+    if (gai != 0) {
+        bt_diag_set(diag, "%s: cannot resolve '%s': %s", what, host, gai_strerror(gai));
+        return BT_EINVAL;
+    }
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol), one = 1;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
+             bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0 &&
+             getsockname(fd, (struct sockaddr *)&ss, &sl) == 0;
+    int v6 = ai->ai_family == AF_INET6;
+    freeaddrinfo(ai);
+    if (!ok) {
+        bt_diag_set(diag, "%s: cannot listen on %s: %s", what, host, strerror(errno));
+        if (fd >= 0) close(fd);
+        return BT_EIO;
+    }
+    unsigned port = v6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                       : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    snprintf(address, cap, v6 ? "[%s]:%u" : "%s:%u", host, port);
+    *fd_out = fd;
+    return 0;
+}
