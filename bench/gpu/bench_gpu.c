@@ -1,13 +1,19 @@
 /* bench_gpu: baton's CUDA engine on one GPU (bench/README.md). Not a test.
  *
- *   bench_gpu model [--seq T] [--batch B] [--steps N] [--warmup N] [--prec fp32|bf16]
+ *   bench_gpu model [--seq T] [--batch B] [--steps N] [--warmup N] [--prec fp32|bf16|fp8]
  *                   [--peak-tflops F] [--layers L]
  *     A LLaMA-style ~1.1B model (TinyLlama's shape: dim 2048, 22 layers, 32 heads, 4 kv
- *     heads, ffn 5632, vocab 32000) through model.h on the CUDA backend: forward with
- *     targets and backward per step (the optimizer is not a backend op yet), selective
- *     recompute (no stored attention probabilities). Reports tokens/s and MFU =
- *     achieved FLOP/s / peak, with FLOPs per token = 6 * (matrix parameters, LM head
- *     included, embedding excluded) + 6 * L * T * C (causal attention, forward and backward).
+ *     heads, ffn 5632, vocab 32000) through model.h on the CUDA backend, selective
+ *     recompute (no stored attention probabilities). A step is a whole training step, as
+ *     train.c runs it on one rank: zero the gradients, forward with targets, backward,
+ *     the global gradient norm (the sumsq op over every parameter tensor), clipping at
+ *     1.0 and AdamW (the fused adamw op; lr 3e-4, betas 0.9/0.95, eps 1e-8, weight decay
+ *     0.1, none on norm weights; moments in device memory). Under fp8 every GEMM slot's
+ *     scale is fixed at 1.0 (no delayed-scaling history, which the trainer keeps; enough
+ *     for a throughput figure, not for training numerics), and the LM head runs bf16 as
+ *     model.h decides. Reports tokens/s and MFU = achieved FLOP/s / peak, with FLOPs per
+ *     token = 6 * (matrix parameters, LM head included, embedding excluded) + 6 * L * T * C
+ *     (causal attention, forward and backward).
  *   bench_gpu attention [--seq T] [--heads H] [--head-dim hd] [--reps N]
  *     The attention kernel's forward and backward TFLOP/s (causal forward 2 B H T^2 hd
  *     FLOPs, backward 2.5 times that), against a cuBLAS float32 GEMM + softmax forward
@@ -26,6 +32,7 @@
 #include "bench_gpu.h"
 #include "cuda_backend.h"
 #include "model.h"
+#include "optim.h"
 
 enum { EXIT_SKIP = 77 };
 
@@ -39,6 +46,28 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const char *prec_name(backend_prec p) {
+    return p == BACKEND_PREC_BF16 ? "bf16" : p == BACKEND_PREC_FP8 ? "fp8" : "fp32";
+}
+
+/* The optimizer's half of a step: global norm over the segments (be->sumsq, which
+ * synchronizes, once per tensor as the trainer does), clipping folded into AdamW's
+ * grad_coef, then the fused update. A non-finite norm skips the update, as optim.h does.
+ * Returns the norm before clipping. */
+static double bench_optim_step(backend *be, model *m, float *mom, float *vel,
+                               const backend_seg *segs, size_t nseg, const optim_hparams *hp,
+                               uint64_t step) {
+    double sumsq = 0.0;
+    for (size_t s = 0; s < nseg; s++)
+        sumsq += segs[s].n ? be->sumsq(be, m->grads_mem + segs[s].offset, segs[s].n) : 0.0;
+    double norm = sqrt(sumsq);
+    if (!isfinite(norm)) return norm;
+    backend_adamw a;
+    optim_adamw_args(&a, hp, hp->lr, step, (float)optim_clip_coef(norm, hp->grad_clip));
+    be->adamw(be, m->params_mem, m->grads_mem, mom, vel, segs, nseg, &a);
+    return norm;
 }
 
 static int bench_model(backend *be, const bench_opts *o) {
@@ -65,6 +94,29 @@ static int bench_model(backend *be, const bench_opts *o) {
         fprintf(stderr, "bench_gpu: model_init: %s (%s)\n", d.msg, bt_strerror(rc));
         return 1;
     }
+    /* Fixed fp8 scales (see the header): setup_gemms starts them at 1.0; said again here
+     * because the figure depends on it. */
+    for (int g = 0; g < m.n_gemm; g++)
+        for (int k = 0; k < BACKEND_FP8_SLOTS; k++)
+            m.gemm[g].scale[k] = 1.0f;
+    /* AdamW's segments (one per tensor, no decay on norms) and moments. */
+    optim_hparams hp;
+    optim_hparams_default(&hp);
+    size_t np = m.sizes.param_floats, nseg = (size_t)model_n_tensors(&m);
+    backend_seg *segs = malloc(nseg * sizeof *segs);
+    float *mom = be->alloc(be, np * sizeof(float)), *vel = be->alloc(be, np * sizeof(float));
+    if (segs == NULL || mom == NULL || vel == NULL) {
+        fprintf(stderr, "bench_gpu: optimizer state (%zu parameters): out of memory\n", np);
+        free(segs);
+        be->free(be, mom), be->free(be, vel);
+        model_free(&m);
+        return 1;
+    }
+    for (size_t i = 0; i < nseg; i++) {
+        model_tensor t;
+        model_tensor_info(&m, (int)i, &t);
+        segs[i] = (backend_seg){.offset = t.offset, .n = t.count, .decay = !t.no_decay};
+    }
     int32_t *tokens = malloc((size_t)N * sizeof *tokens);
     int32_t *targets = malloc((size_t)N * sizeof *targets);
     uint64_t s = 12345;
@@ -75,8 +127,9 @@ static int bench_model(backend *be, const bench_opts *o) {
     for (int i = 0; i < N; i++)
         targets[i] = (i + 1) % T == 0 ? MODEL_IGNORE_INDEX : tokens[i + 1];
     rc = model_init_weights(&m, 1);
-    double t0 = 0.0;
+    double t0 = 0.0, norm = 0.0;
     float loss = 0.0f;
+    int skipped = 0; /* steps whose non-finite norm skipped the update */
     for (int step = 0; rc == 0 && step < o->warmup + o->steps; step++) {
         if (step == o->warmup) {
             rc = be->sync(be);
@@ -85,6 +138,10 @@ static int bench_model(backend *be, const bench_opts *o) {
         model_zero_grad(&m);
         rc = rc ? rc : model_forward(&m, tokens, targets, B, T, &loss);
         rc = rc ? rc : model_backward(&m, 1.0f);
+        if (rc == 0) {
+            norm = bench_optim_step(be, &m, mom, vel, segs, nseg, &hp, (uint64_t)step + 1);
+            skipped += !isfinite(norm);
+        }
     }
     rc = rc ? rc : be->sync(be);
     double dt = (now_s() - t0) / o->steps;
@@ -99,15 +156,21 @@ static int bench_model(backend *be, const bench_opts *o) {
         double flops_tok = 6.0 * matrix_params + 6.0 * L * (double)T * C;
         double tps = N / dt;
         double mfu = flops_tok * tps / (o->peak_tflops * 1e12);
-        printf("{\"bench\":\"model\",\"prec\":\"%s\",\"layers\":%d,\"batch\":%d,\"seq\":%d,"
-               "\"step_s\":%.4f,\"tokens_per_s\":%.1f,\"tflops\":%.2f,\"mfu\":%.4f,"
-               "\"peak_tflops\":%.0f,\"loss\":%.4f,\"memory_bytes\":%zu}\n",
-               o->prec == BACKEND_PREC_BF16 ? "bf16" : "fp32", L, B, T, dt, tps,
-               flops_tok * tps * 1e-12, mfu, o->peak_tflops, loss, m.act_bytes + m.work_bytes);
+        printf("{\"bench\":\"model\",\"prec\":\"%s\",%s\"layers\":%d,\"batch\":%d,"
+               "\"seq\":%d,\"step\":\"forward+backward+clip+adamw\",\"step_s\":%.4f,"
+               "\"tokens_per_s\":%.1f,\"tflops\":%.2f,\"mfu\":%.4f,\"peak_tflops\":%.0f,"
+               "\"loss\":%.4f,\"grad_norm\":%.4g,\"skipped_updates\":%d,"
+               "\"memory_bytes\":%zu,\"weights_grads_moments_bytes\":%zu}\n",
+               prec_name(o->prec),
+               o->prec == BACKEND_PREC_FP8 ? "\"fp8_scales\":\"fixed 1.0\"," : "", L, B, T, dt, tps,
+               flops_tok * tps * 1e-12, mfu, o->peak_tflops, loss, norm, skipped,
+               m.act_bytes + m.work_bytes, 4 * np * sizeof(float));
         fflush(stdout);
     }
     free(tokens);
     free(targets);
+    free(segs);
+    be->free(be, mom), be->free(be, vel);
     model_free(&m);
     return rc ? 1 : 0;
 }
@@ -175,7 +238,7 @@ done:
 
 static int usage(void) {
     fprintf(stderr, "usage: bench_gpu [model|attention] [--seq T] [--batch B] [--steps N] "
-                    "[--warmup N] [--layers L] [--prec fp32|bf16] [--peak-tflops F] "
+                    "[--warmup N] [--layers L] [--prec fp32|bf16|fp8] [--peak-tflops F] "
                     "[--heads H] [--head-dim hd] [--reps N]\n");
     return 2;
 }
@@ -220,6 +283,8 @@ int main(int argc, char **argv) {
                 o.prec = BACKEND_PREC_BF16;
             else if (!strcmp(val, "fp32"))
                 o.prec = BACKEND_PREC_FP32;
+            else if (!strcmp(val, "fp8"))
+                o.prec = BACKEND_PREC_FP8;
             else
                 return usage();
         } else

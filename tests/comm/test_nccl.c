@@ -8,6 +8,10 @@
  * "SKIPPED: ..." with the reason and exits 77 (ctest's SKIP_RETURN_CODE): on a machine
  * without a GPU or driver, cudaGetDeviceCount fails and names why.
  *
+ * collectives-*, timeout-w2 and nopeer-w2 pass device buffers and streams; host-* and
+ * timeout-host-w2 the engine's way of calling: host buffers (staged) and stream NULL
+ * (complete on return, on the comm's default stream). host-w1 needs one GPU.
+ *
  * Usage: test_nccl SCENARIO        run one scenario (what ctest calls)
  *        test_nccl --list          print the scenario names
  * Exit status: 0 pass, 1 fail, 2 usage, 77 skipped. */
@@ -373,6 +377,228 @@ static int child_timeout(child *ch) {
     return ch->fails ? 1 : 0;
 }
 
+/* Queues about 8 GiB of device copies on stream s: milliseconds of work, so that a call
+ * that returns while its stream is still busy is seen to. a and b: big bytes each. */
+static void keep_busy(child *ch, cudaStream_t s, void *a, void *b, size_t big) {
+    for (int k = 0; k < 8; k++) {
+        cudaError_t e =
+            cudaMemcpyAsync(k % 2 ? a : b, k % 2 ? b : a, big, cudaMemcpyDeviceToDevice, s);
+        CHECK(ch, e == cudaSuccess, "cudaMemcpyAsync: %s", cudaGetErrorString(e));
+    }
+}
+
+/* Host buffers (staged through the group's device buffer) and stream NULL (complete on
+ * return) on the group c, whose default stream is ns, a non-blocking stream: work on
+ * it is not ordered with the legacy default stream, so an operation that ran there
+ * instead would not wait for ns. */
+static void run_host(child *ch, comm *c, cudaStream_t ns) {
+    const int w = comm_size(c), r = comm_rank(c);
+    const size_t n = 100000; /* 800 KB of doubles: more than the first staging buffer */
+    const size_t big = (size_t)512 << 20;
+    double *in = calloc((size_t)w * n, sizeof *in), *want = calloc((size_t)w * n, sizeof *want);
+    double *got = calloc((size_t)w * n, sizeof *got);
+    float *fin = calloc((size_t)w * n, sizeof *fin);
+    void *din = dev_alloc(ch, n * 8), *dout = dev_alloc(ch, n * 8);
+    void *ba = dev_alloc(ch, big), *bb = dev_alloc(ch, big);
+    if (!in || !want || !got || !fin || !din || !dout || !ba || !bb) goto done;
+
+    /* The engine's scalars: a double sum in place, a float flag's max; with a stream
+     * given too, the host result is there when the call returns (no comm_wait). */
+    double x = r + 1.5, xw = 0;
+    for (int q = 0; q < w; q++)
+        xw += q + 1.5;
+    OK(ch, c, comm_allreduce(c, &x, &x, 1, COMM_F64, COMM_SUM, NULL));
+    CHECK(ch, x == xw, "host f64 sum %.17g, expected %.17g", x, xw);
+    float flag = r == w - 1 ? 3.5f : -1.0f - (float)r;
+    OK(ch, c, comm_allreduce(c, &flag, &flag, 1, COMM_F32, COMM_MAX, NULL));
+    CHECK(ch, flag == 3.5f, "host f32 max %g", (double)flag);
+    double y = 2.0 * (r + 1);
+    OK(ch, c, comm_allreduce(c, &y, &y, 1, COMM_F64, COMM_MAX, ns));
+    CHECK(ch, y == 2.0 * w, "host f64 max on a stream %.17g", y);
+
+    /* Arrays, host to host, host to device and device to host: integers, exact. */
+    for (size_t i = 0; i < n; i++) {
+        in[i] = (double)(r + 1) * 4096.0 + (double)i;
+        want[i] = 4096.0 * w * (w + 1) / 2 + (double)w * (double)i;
+    }
+    OK(ch, c, comm_allreduce(c, in, got, n, COMM_F64, COMM_SUM, NULL));
+    expect(ch, "host allreduce f64", got, want, n);
+    OK(ch, c, comm_allreduce(c, in, dout, n, COMM_F64, COMM_SUM, NULL));
+    get(ch, got, dout, n * 8);
+    expect(ch, "host to device allreduce f64", got, want, n);
+    put(ch, din, in, n * 8);
+    memset(got, 0, n * 8);
+    OK(ch, c, comm_allreduce(c, din, got, n, COMM_F64, COMM_SUM, NULL));
+    expect(ch, "device to host allreduce f64", got, want, n);
+
+    /* reduce-scatter in place (out = in + r*m), f32 sum: in[j] = r + j. */
+    const size_t m = 1000;
+    for (size_t j = 0; j < (size_t)w * m; j++)
+        fin[j] = (float)(r + (int)j);
+    OK(ch, c, comm_reduce_scatter(c, fin, fin + (size_t)r * m, m, COMM_F32, COMM_SUM, NULL));
+    for (size_t i = 0; i < m; i++) {
+        got[i] = fin[(size_t)r * m + i];
+        want[i] = (double)w * (double)((size_t)r * m + i) + w * (w - 1) / 2.0;
+    }
+    expect(ch, "host reduce-scatter f32 in place", got, want, m);
+
+    /* all-gather in place (in = out + r*m), f64. */
+    for (int q = 0; q < w; q++)
+        for (size_t i = 0; i < m; i++) {
+            got[(size_t)q * m + i] = q == r ? r * 100000.0 + (double)i : -1.0;
+            want[(size_t)q * m + i] = q * 100000.0 + (double)i;
+        }
+    OK(ch, c, comm_allgather(c, got + (size_t)r * m, got, m, COMM_F64, NULL));
+    expect(ch, "host allgather f64 in place", got, want, (size_t)w * m);
+
+    /* broadcast from the last rank, f64. */
+    for (size_t i = 0; i < m; i++) {
+        got[i] = r == w - 1 ? 42.0 + (double)i : -1.0;
+        want[i] = 42.0 + (double)i;
+    }
+    OK(ch, c, comm_broadcast(c, got, m, COMM_F64, w - 1, NULL));
+    expect(ch, "host broadcast f64", got, want, m);
+
+    /* all-to-all of per-peer int counts as bytes (what moe_ep.c exchanges), then an
+     * all-to-allv of f32: rank r sends 1 + r + p elements r*1000 + p*10 + i to p. */
+    {
+        int cs[MAX_RANKS], cr[MAX_RANKS];
+        float vs[256], vr[256], vw[256];
+        size_t sc[MAX_RANKS], rc[MAX_RANKS], ni = 0, no = 0;
+        for (int p = 0; p < w; p++) {
+            cs[p] = 100 * r + p;
+            cr[p] = -1;
+            sc[p] = (size_t)(1 + r + p);
+            rc[p] = (size_t)(1 + p + r);
+            for (size_t i = 0; i < sc[p]; i++)
+                vs[ni++] = (float)(r * 1000 + p * 10 + (int)i);
+            for (size_t i = 0; i < rc[p]; i++)
+                vw[no++] = (float)(p * 1000 + r * 10 + (int)i);
+        }
+        OK(ch, c, comm_alltoall(c, cs, cr, sizeof(int), COMM_BYTE, NULL));
+        for (int p = 0; p < w; p++)
+            CHECK(ch, cr[p] == 100 * p + r, "host alltoall count from %d: %d", p, cr[p]);
+        memset(vr, 0, sizeof vr);
+        OK(ch, c, comm_alltoallv(c, vs, sc, vr, rc, COMM_F32, NULL));
+        CHECK(ch, memcmp(vr, vw, no * sizeof *vr) == 0, "host alltoallv f32 differs");
+    }
+
+    /* Point to point: a ring of host buffers, then host send to a device receive. */
+    if (w >= 2) {
+        const int right = (r + 1) % w, left = (r + w - 1) % w;
+        for (size_t i = 0; i < m; i++) {
+            in[i] = r * 1000.0 + (double)i;
+            want[i] = left * 1000.0 + (double)i;
+        }
+        OK(ch, c, comm_sendrecv(c, in, right, got, left, m, COMM_F64, 7, NULL));
+        expect(ch, "host sendrecv ring f64", got, want, m);
+        if (r == 0) OK(ch, c, comm_send(c, in, m, COMM_F64, 1, 0, NULL));
+        if (r == 1) {
+            OK(ch, c, comm_recv(c, dout, m, COMM_F64, 0, 0, NULL));
+            for (size_t i = 0; i < m; i++)
+                want[i] = (double)i;
+            get(ch, got, dout, m * 8);
+            expect(ch, "host send to device recv 0 -> 1", got, want, m);
+        }
+    }
+    OK(ch, c, comm_barrier(c, NULL));
+
+    /* Stream NULL on device buffers is complete on return: with the default stream
+     * busy for milliseconds first, it is idle when the call returns. The control: the
+     * same call given ns explicitly returns with ns still busy (so this can tell). */
+    for (size_t i = 0; i < m; i++) {
+        in[i] = 1.0;
+        want[i] = w;
+    }
+    put_f32(ch, din, in, m);
+    keep_busy(ch, ns, ba, bb, big);
+    OK(ch, c, comm_allreduce(c, din, dout, m, COMM_F32, COMM_SUM, NULL));
+    cudaError_t q = cudaStreamQuery(ns);
+    CHECK(ch, q == cudaSuccess, "default stream busy after a stream-NULL allreduce returned: %s",
+          cudaGetErrorName(q));
+    get_f32(ch, got, dout, m);
+    expect(ch, "stream-NULL allreduce f32", got, want, m);
+    keep_busy(ch, ns, ba, bb, big);
+    OK(ch, c, comm_allreduce(c, din, din, m, COMM_F32, COMM_SUM, ns));
+    q = cudaStreamQuery(ns);
+    CHECK(ch, q == cudaErrorNotReady,
+          "control: an allreduce on a given stream returned with it idle (%s), so the "
+          "stream-NULL check above cannot tell",
+          cudaGetErrorName(q));
+    OK(ch, c, comm_wait(c, NULL)); /* NULL: the default stream, ns */
+    CHECK(ch, cudaStreamQuery(ns) == cudaSuccess, "comm_wait(NULL) left the default stream busy");
+done:
+    cudaFree(ba);
+    cudaFree(bb);
+    cudaFree(din);
+    cudaFree(dout);
+    free(in);
+    free(want);
+    free(got);
+    free(fin);
+}
+
+static int child_host(child *ch) {
+    comm *c = NULL;
+    if (init(ch, 30000, &c) < 0) return 1;
+    cudaStream_t ns = NULL;
+    cudaError_t e = cudaStreamCreateWithFlags(&ns, cudaStreamNonBlocking);
+    CHECK(ch, e == cudaSuccess, "cudaStreamCreateWithFlags: %s", cudaGetErrorString(e));
+    if (e != cudaSuccess) {
+        comm_destroy(c);
+        return 1;
+    }
+    /* Before comm_set_stream the default stream is the legacy one. */
+    double x = 1.0;
+    OK(ch, c, comm_allreduce(c, &x, &x, 1, COMM_F64, COMM_SUM, NULL));
+    CHECK(ch, x == ch->world, "host f64 sum on the legacy stream %.17g", x);
+
+    comm_set_stream(c, ns);
+    run_host(ch, c, ns);
+    /* A group split afterwards inherits the default stream (run_host's check fails if
+     * it ran on the legacy stream instead). */
+    const int w = ch->world;
+    uint32_t rev[MAX_RANKS];
+    for (int i = 0; i < w; i++)
+        rev[i] = (uint32_t)(w - 1 - i);
+    comm *sub = NULL;
+    OK(ch, c, comm_split(c, rev, (uint32_t)w, "reversed", &sub));
+    if (sub) run_host(ch, sub, ns);
+    comm_destroy(sub);
+    comm_destroy(c);
+    cudaStreamDestroy(ns);
+    return ch->fails ? 1 : 0;
+}
+
+/* As timeout-w2 with a host buffer and stream NULL: the call itself must turn the hang
+ * into BT_EIO / timeout within the group's timeout. */
+static int child_timeout_host(child *ch) {
+    comm *c = NULL;
+    if (init(ch, 30000, &c) < 0) return 1;
+    if (ch->rank == 1) {
+        sleep(8);
+        comm_abort(c);
+        comm_destroy(c);
+        return 0;
+    }
+    comm_set_timeout_ms(c, 2000);
+    double x = 1.0;
+    double t0 = now_s();
+    int rc = comm_allreduce(c, &x, &x, 1, COMM_F64, COMM_SUM, NULL);
+    double dt = now_s() - t0;
+    printf("rank 0: after %.2f s: %d (%s): %s\n", dt, rc, comm_fault_name(comm_fault_of(c)),
+           comm_error(c));
+    CHECK(ch, rc == BT_EIO, "rc %d", rc);
+    CHECK(ch, comm_fault_of(c) == COMM_FAULT_TIMEOUT, "fault %s",
+          comm_fault_name(comm_fault_of(c)));
+    CHECK(ch, strstr(comm_error(c), "allreduce") && strstr(comm_error(c), "'world'"),
+          "message names neither op nor group: %s", comm_error(c));
+    CHECK(ch, dt >= 1.9 && dt < 6.0, "took %.2f s for a 2 s timeout", dt);
+    CHECK(ch, comm_barrier(c, NULL) == BT_EIO, "not sticky");
+    comm_destroy(c);
+    return ch->fails ? 1 : 0;
+}
+
 /* World 2 with only rank 0 started: init must fail within its timeout, naming why. */
 static int child_nopeer(child *ch) {
     comm_bootstrap bs = {0};
@@ -400,6 +626,9 @@ static const scenario scenarios[] = {
     {"collectives-w2", 2, 2, child_collectives},
     {"timeout-w2", 2, 2, child_timeout},
     {"nopeer-w2", 2, 1, child_nopeer},
+    {"host-w1", 1, 1, child_host},
+    {"host-w2", 2, 2, child_host},
+    {"timeout-host-w2", 2, 2, child_timeout_host},
     {NULL, 0, 0, NULL},
 };
 

@@ -4,7 +4,9 @@
  * vocabulary shards, rows that see no key), then a whole model's forward and backward
  * (model.h) on both backends from the same weights: loss and every parameter gradient.
  * Also: running an op twice gives the same bits (determinism), and attention's backward
- * from stored probabilities equals the one that recomputes them, bit for bit.
+ * from stored probabilities equals the one that recomputes them, bit for bit. copy and
+ * the fused AdamW (several steps over many segments) must equal the CPU bit for bit:
+ * param, grad, m and v.
  *
  * Tolerances are relative to the largest magnitude of the reference tensor
  * (max |gpu - cpu| <= tol * max |cpu|): float32 ops 2e-5 (only the summation order
@@ -161,6 +163,110 @@ static void test_elementwise(void) {
     compare_pair("zero", &o, 0.0);
     check_sync("elementwise");
     pair_free(&a), pair_free(&b), pair_free(&o);
+}
+
+/* 1 if the pair's two copies are bitwise equal; else a failure naming the first difference. */
+static int compare_pair_bits(const char *what, const pair *p) {
+    float *hc = malloc(p->n * 4 + 4), *hg = malloc(p->n * 4 + 4);
+    cpu.to_host(&cpu, hc, p->c, p->n * 4);
+    gpu.to_host(&gpu, hg, p->g, p->n * 4);
+    int eq = memcmp(hc, hg, p->n * 4) == 0;
+    if (!eq) {
+        size_t i = 0;
+        while (memcmp(hc + i, hg + i, 4) == 0)
+            i++;
+        fprintf(stderr, "FAIL %s: not bitwise equal, first at [%zu] (cpu %.9g, gpu %.9g)\n", what,
+                i, hc[i], hg[i]);
+        failures++;
+    }
+    free(hc);
+    free(hg);
+    return eq;
+}
+
+static void test_copy(void) {
+    size_t n = 70001;
+    pair a = pair_rand(n, 2.0f), b = pair_rand(n, 1.0f);
+    cpu.copy(&cpu, b.c + 3, a.c + 11, n - 20);
+    gpu.copy(&gpu, b.g + 3, a.g + 11, n - 20);
+    cpu.copy(&cpu, b.c, a.c, 0); /* n 0: nothing */
+    gpu.copy(&gpu, b.g, a.g, 0);
+    compare_pair_bits("copy", &b);
+    check_sync("copy");
+    pair_free(&a), pair_free(&b);
+}
+
+/* Gradients over many orders of magnitude (down to where g*g is subnormal), some zero. */
+static float *host_grads(size_t n) {
+    float *h = host_rand(n, 1.0f);
+    for (size_t i = 0; i < n; i++)
+        h[i] = i % 29 == 0 ? 0.0f : h[i] * powf(10.0f, -(float)(i % 23));
+    return h;
+}
+
+/* AdamW over the segments of flat buffers of n floats, `steps` steps from zero moments,
+ * against the CPU backend: param, grad (scaled in place when grad_coef != 1), m and v
+ * bitwise equal after every step; elements outside the segments stay as they were. */
+static void test_adamw_segs(const char *what, const backend_seg *segs, size_t nseg, size_t n,
+                            int steps) {
+    pair p = pair_rand(n, 1.0f);
+    pair m = {cpu.alloc(&cpu, n * 4), gpu.alloc(&gpu, n * 4), n}; /* zeroed moments */
+    pair v = {cpu.alloc(&cpu, n * 4), gpu.alloc(&gpu, n * 4), n};
+    static const float coefs[] = {1.0f, 0.37f, 1.0f, 2.5f, 0.0913f};
+    const double b1 = 0.9, b2 = 0.95, wd = 0.1;
+    for (int t = 1; t <= steps; t++) {
+        float *hg = host_grads(n);
+        pair g = pair_from(hg, n);
+        free(hg);
+        double lr = 3e-4 * (1.0 + 0.5 * t);
+        backend_adamw a = {
+            .b1 = (float)b1,
+            .b2 = (float)b2,
+            .one_minus_b1 = (float)(1.0 - b1),
+            .one_minus_b2 = (float)(1.0 - b2),
+            .eps = 1e-8f,
+            .keep = (float)(1.0 - lr * wd),
+            .step_size = (float)(lr / (1.0 - pow(b1, t))),
+            .inv_bc2_sqrt = (float)(1.0 / sqrt(1.0 - pow(b2, t))),
+            .grad_coef = coefs[(t - 1) % (int)(sizeof coefs / sizeof coefs[0])],
+        };
+        cpu.adamw(&cpu, p.c, g.c, m.c, v.c, segs, nseg, &a);
+        gpu.adamw(&gpu, p.g, g.g, m.g, v.g, segs, nseg, &a);
+        char w2[160];
+        snprintf(w2, sizeof w2, "adamw %s step %d (grad_coef %g) param", what, t, a.grad_coef);
+        compare_pair_bits(w2, &p);
+        snprintf(w2, sizeof w2, "adamw %s step %d (grad_coef %g) grad", what, t, a.grad_coef);
+        compare_pair_bits(w2, &g);
+        snprintf(w2, sizeof w2, "adamw %s step %d (grad_coef %g) m", what, t, a.grad_coef);
+        compare_pair_bits(w2, &m);
+        snprintf(w2, sizeof w2, "adamw %s step %d (grad_coef %g) v", what, t, a.grad_coef);
+        compare_pair_bits(w2, &v);
+        pair_free(&g);
+    }
+    check_sync(what);
+    pair_free(&p), pair_free(&m), pair_free(&v);
+}
+
+static void test_adamw(void) {
+    /* Odd sizes, an empty segment, segments of one, of exactly and of more than one chunk
+     * of the CUDA kernel (65536 elements), decay on and off, gaps between segments and an
+     * order that is not the memory order. */
+    static const backend_seg segs[] = {
+        {0, 1, 1},          {1, 0, 1},         {1, 150001, 1},      {150009, 65536, 0},
+        {215545, 65537, 1}, {281082, 333, 0},  {282415, 1000, 1},   {281415, 1000, 0},
+        {283415, 3, 0},     {283418, 4097, 1}, {287515, 131071, 0},
+    };
+    test_adamw_segs("mixed segments", segs, sizeof segs / sizeof segs[0], 418600, 5);
+    /* More segments than the CUDA table's two halves hold (2 x 4096 chunks): three
+     * launches, the first half refilled within one call. */
+    size_t nseg = 9000, off = 0;
+    backend_seg *many = malloc(nseg * sizeof *many);
+    for (size_t i = 0; i < nseg; i++) {
+        many[i] = (backend_seg){off, (i * 7) % 5, (int)(i % 3 != 0)};
+        off += many[i].n;
+    }
+    test_adamw_segs("9000 segments", many, nseg, off, 2);
+    free(many);
 }
 
 static void test_embedding(void) {
@@ -556,6 +662,8 @@ int main(void) {
         return 1;
     }
     test_elementwise();
+    test_copy();
+    test_adamw();
     test_embedding();
     test_norm_rope_swiglu();
     test_matmul();

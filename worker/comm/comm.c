@@ -302,6 +302,10 @@ int comm_wait(comm *c, void *stream) {
     return c->ops->wait(c, stream);
 }
 
+void comm_set_stream(comm *c, void *stream) {
+    if (c->ops->set_stream != NULL) c->ops->set_stream(c, stream);
+}
+
 /* Members must be distinct global ranks of parent and include the caller; they are
  * translated to parent ranks for the backend. */
 int comm_split(comm *parent, const uint32_t *ranks, uint32_t n, const char *name, comm **out) {

@@ -18,7 +18,8 @@
  *    failed operation hold unspecified values.
  *  - Buffers are *device* pointers of the compute backend in use (worker/engine/
  *    backend.h): host memory for the CPU backend and Gloo, cudaMalloc'd memory for CUDA
- *    and NCCL. Counts are elements of the given dtype.
+ *    and NCCL (which also accepts host memory, staged; see below). Counts are elements
+ *    of the given dtype.
  *  - Every member of a group calls a collective with the same count, dtype, op and root,
  *    in the same order. Operations on one comm are issued by one thread at a time;
  *    different comms (say a TP and a DP group) may be used from different threads
@@ -34,7 +35,12 @@
  * errors are returned), and comm_wait(c, stream) is where completion is awaited and the
  * timeout enforced (poll cudaStreamQuery and ncclCommGetAsyncError until done or the
  * deadline, then ncclCommAbort and report BT_EIO with COMM_FAULT_TIMEOUT or _PEER_LOST).
- * For Gloo comm_wait returns the sticky state. The rest maps one to one:
+ * With stream NULL an NCCL operation runs on the comm's default stream (comm_set_stream)
+ * and is complete when it returns, as with Gloo, so the engine's calls work unchanged
+ * on either backend; a non-NULL stream is for overlapping communication with compute.
+ * NCCL also takes host buffers (say a double on the caller's stack): they are staged
+ * through device memory and the operation is complete when it returns, whatever the
+ * stream. For Gloo comm_wait returns the sticky state. The rest maps one to one:
  * allreduce/allgather/reduce-scatter/broadcast are ncclAllReduce/ncclAllGather/
  * ncclReduceScatter/ncclBroadcast (same in-place conventions as here); comm_p2p is
  * ncclGroupStart + ncclSend/ncclRecv + ncclGroupEnd, and alltoall(v) is the same group
@@ -207,8 +213,16 @@ int comm_recv(comm *c, void *buf, size_t count, comm_dtype dtype, int peer, uint
 int comm_sendrecv(comm *c, const void *sendbuf, int dst, void *recvbuf, int src, size_t count,
                   comm_dtype dtype, uint32_t tag, void *stream);
 
-/* Waits for the operations enqueued on stream (NCCL); returns the sticky state (Gloo). */
+/* Waits for the operations enqueued on stream (NCCL; NULL: the comm's default stream,
+ * see comm_set_stream); returns the sticky state (Gloo). */
 int comm_wait(comm *c, void *stream);
+
+/* The stream an operation called with stream NULL uses (NCCL: a cudaStream_t as void *,
+ * normally the compute backend's, so that communication is ordered after the kernels
+ * that produced its input; NULL, the initial value, is the device's legacy default
+ * stream). Groups split from c afterwards inherit it. Backends without streams (Gloo)
+ * ignore it. */
+void comm_set_stream(comm *c, void *stream);
 
 size_t comm_dtype_size(comm_dtype dtype);
 const char *comm_dtype_name(comm_dtype dtype);
@@ -246,6 +260,8 @@ typedef struct comm_ops {
     int (*barrier)(comm *c, void *stream);
     int (*p2p)(comm *c, const comm_p2p_op *ops, int n, void *stream);
     int (*wait)(comm *c, void *stream);
+    /* comm_set_stream; NULL where the backend has no streams (the call is ignored). */
+    void (*set_stream)(comm *c, void *stream);
     /* parent_ranks: the members as ranks of c, in group order; includes c's rank. */
     int (*split)(comm *c, const int *parent_ranks, int n, const char *name, comm **out);
     void (*abort)(comm *c);

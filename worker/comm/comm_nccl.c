@@ -10,8 +10,24 @@
  *  - Every CUDA or NCCL error becomes a negative BT_ code and a message that names the
  *    API call and its error string (plus ncclGetLastError's detail); the comm is then
  *    aborted and the failure sticky, as comm.h requires. Nothing here exits.
- *  - Operations only enqueue on the caller's stream; completion is comm_wait's. A
- *    barrier is therefore complete, as a barrier, only after comm_wait.
+ *  - Streams. An operation given a stream only enqueues on it and returns; completion
+ *    is comm_wait's (a barrier is complete, as a barrier, only after it). That is what
+ *    a non-NULL stream is for: overlapping communication with compute, the caller
+ *    waiting later. An operation given NULL enqueues on the group's default stream
+ *    (comm_set_stream; inherited by splits) and waits for it before returning, under
+ *    the same watchdog as comm_wait, so that with NULL this backend is synchronous like
+ *    Gloo and the engine's calls work unchanged.
+ *  - Host buffers. NCCL needs device memory, but the engine also reduces host scalars
+ *    (a loss sum, a flag). A buffer that cudaPointerGetAttributes calls host memory
+ *    (pageable or pinned) is staged: copied by the CPU into the group's pinned bounce
+ *    buffer, from there on the stream into its device staging buffer, and back the same
+ *    way; the call then completes before returning whatever the stream. Only pinned
+ *    memory takes part in the stream's copies, because a copy to or from pageable
+ *    memory may block the host on the stream with no deadline, and every wait here has
+ *    one. Both buffers are allocated at the first staged call and grown (doubling) for
+ *    a larger one; every staged call has completed before the next starts, so growing
+ *    never frees memory in use. Device memory of another device is a usage error;
+ *    managed memory is used as it is.
  *  - A process's groups share one root (the rendezvous store and the device); each
  *    group has its own NCCL communicator, rendezvoused under its own prefix: the
  *    group's rank 0 creates the ncclUniqueId and publishes it as "<prefix>/nccl-id".
@@ -56,8 +72,12 @@ typedef struct nccl_group {
     float *zero; /* (1) device scratch of the barrier; stays 0 (0 + 0 = 0) */
     split_count *splits;
     int nsplits;
-    unsigned pending; /* operations enqueued since the last successful comm_wait */
-    char last_op[96]; /* the last of them, for the timeout message */
+    unsigned pending;    /* operations enqueued since the last successful comm_wait */
+    char last_op[96];    /* the last of them, for the timeout message */
+    cudaStream_t stream; /* the default stream: what stream NULL means */
+    char *stage;         /* (stage_cap) device staging of host buffers; NULL until used */
+    char *bounce;        /* (stage_cap) pinned host mirror of stage */
+    size_t stage_cap;
 } nccl_group;
 
 /* A failure outside an operation (init, split), before there is a comm to record it. */
@@ -96,9 +116,9 @@ static ncclDataType_t nccl_type(comm_dtype dtype) {
     case COMM_F64:
         return ncclFloat64;
     case COMM_BYTE:
-        break;
+        return ncclUint8;
     }
-    return ncclUint8;
+    return ncclUint8; /* unreachable: comm.c rejects unknown dtypes */
 }
 
 static ncclRedOp_t nccl_op(comm_redop op) {
@@ -136,10 +156,18 @@ static void root_release(nccl_root *root) {
     free(root);
 }
 
+static void stage_release(nccl_group *g) {
+    if (g->stage) cudaFree(g->stage);
+    if (g->bounce) cudaFreeHost(g->bounce);
+    g->stage = g->bounce = NULL;
+    g->stage_cap = 0;
+}
+
 static void group_free(nccl_group *g) {
     if (g == NULL) return;
     group_abort(g);
     if (g->zero) cudaFree(g->zero);
+    stage_release(g);
     root_release(g->root);
     free(g->prefix);
     free(g->splits);
@@ -377,6 +405,223 @@ error:
     return rc;
 }
 
+int comm_nccl_device_count(int *count, bt_diag *diag) {
+    *count = 0;
+    cudaError_t e = cudaGetDeviceCount(count);
+    if (e != cudaSuccess || *count <= 0) {
+        bt_diag_set(diag, "NCCL needs a CUDA device: cudaGetDeviceCount: %s",
+                    e != cudaSuccess ? cudaGetErrorString(e) : "no devices");
+        *count = 0;
+        return BT_EUNSUPPORTED;
+    }
+    return 0;
+}
+
+/* The watchdog: waits until stream s is done, an asynchronous NCCL error, or the
+ * deadline (then the communicator is aborted). op names the caller in messages. */
+static int wait_stream(comm *c, const char *op, cudaStream_t s) {
+    nccl_group *g = c->impl;
+    const int64_t deadline = now_ms() + c->timeout_ms;
+    unsigned spins = 0;
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(s);
+        ncclResult_t ae = ncclSuccess;
+        ncclResult_t q = ncclCommGetAsyncError(g->nc, &ae);
+        if (q != ncclSuccess) return fail_nccl(c, op, "ncclCommGetAsyncError", q);
+        if (ae != ncclSuccess && ae != ncclInProgress)
+            return fail_nccl(c, op, "asynchronous NCCL error", ae);
+        if (e == cudaSuccess) break;
+        if (e != cudaErrorNotReady) return fail_cuda(c, op, "cudaStreamQuery", e);
+        if (now_ms() > deadline) {
+            unsigned pending = g->pending;
+            group_abort(g);
+            return comm_fail(c, BT_EIO, COMM_FAULT_TIMEOUT, op,
+                             "%u operation%s enqueued since the last wait (last: %s) not "
+                             "complete after %d ms (a peer is hung or dead); communicator "
+                             "aborted",
+                             pending, pending == 1 ? "" : "s", g->last_op, c->timeout_ms);
+        }
+        poll_pause(&spins);
+    }
+    g->pending = 0;
+    return 0;
+}
+
+/* ---- calls: the stream, host staging, completion ----------------------------------- */
+
+enum { STAGE_ALIGN = 256, STAGE_MIN = 64 << 10 };
+
+/* One copy between the caller's host memory and the group's staging buffers. */
+typedef struct stage_copy {
+    char *host;
+    size_t off; /* in g->stage and g->bounce alike */
+    size_t bytes;
+    int to_host; /* 0: to the device before the operation; 1: back to host after it */
+} stage_copy;
+
+/* One call of an operation: the stream it runs on, whether it completes before
+ * returning, and the host memory it stages. */
+typedef struct xfer {
+    comm *c;
+    const char *op;
+    cudaStream_t s;
+    int sync;
+    size_t need; /* staging bytes */
+    int n;
+    stage_copy *copies; /* (at most the max_copies of xfer_begin) */
+    stage_copy few[4];
+} xfer;
+
+/* max_copies: how many host buffers the call may stage. */
+static int xfer_begin(xfer *x, comm *c, const char *op, void *stream, int max_copies) {
+    nccl_group *g = c->impl;
+    x->c = c;
+    x->op = op;
+    x->s = stream != NULL ? stream_of(stream) : g->stream;
+    x->sync = stream == NULL;
+    x->need = 0;
+    x->n = 0;
+    x->copies = x->few;
+    if (max_copies > (int)(sizeof x->few / sizeof x->few[0])) {
+        x->copies = malloc((size_t)max_copies * sizeof *x->copies);
+        if (x->copies == NULL) {
+            x->copies = x->few;
+            return comm_fail(c, BT_ENOMEM, COMM_FAULT_INTERNAL, op, "out of memory");
+        }
+    }
+    return 0;
+}
+
+/* *host: whether the bytes at p are host memory, to be staged. Nothing (bytes 0) is
+ * not. Device memory must be the group's device's. */
+static int xfer_is_host(xfer *x, const void *p, size_t bytes, int *host) {
+    nccl_group *g = x->c->impl;
+    *host = 0;
+    if (bytes == 0) return 0;
+    struct cudaPointerAttributes a;
+    cudaError_t e = cudaPointerGetAttributes(&a, p);
+    if (e != cudaSuccess) return fail_cuda(x->c, x->op, "cudaPointerGetAttributes", e);
+    if (a.type == cudaMemoryTypeDevice && a.device != g->root->device)
+        return comm_fail(x->c, BT_EINVAL, COMM_FAULT_USAGE, x->op,
+                         "buffer %p is memory of CUDA device %d (this group's device is %d)", p,
+                         a.device, g->root->device);
+    *host = a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeUnregistered;
+    return 0;
+}
+
+/* Reserves bytes of staging; returns their offset. */
+static size_t xfer_region(xfer *x, size_t bytes) {
+    size_t off = (x->need + STAGE_ALIGN - 1) / STAGE_ALIGN * STAGE_ALIGN;
+    x->need = off + bytes;
+    return off;
+}
+
+static void xfer_copy(xfer *x, const void *host, size_t off, size_t bytes, int to_host) {
+    x->copies[x->n++] = (stage_copy){(char *)host, off, bytes, to_host};
+}
+
+/* The device address of staging offset off (valid after xfer_stage_in). */
+static void *xfer_dev(const xfer *x, size_t off) {
+    const nccl_group *g = x->c->impl;
+    return g->stage + off;
+}
+
+/* Makes the staging buffers hold need bytes. */
+static int stage_grow(comm *c, const char *op, size_t need) {
+    nccl_group *g = c->impl;
+    size_t cap = g->stage_cap > 0 ? g->stage_cap : STAGE_MIN;
+    while (cap < need && cap <= SIZE_MAX / 2)
+        cap *= 2;
+    if (cap < need) cap = need;
+    stage_release(g);
+    const char *api = "cudaMalloc";
+    cudaError_t e = cudaMalloc((void **)&g->stage, cap);
+    if (e == cudaSuccess) {
+        api = "cudaMallocHost";
+        e = cudaMallocHost((void **)&g->bounce, cap);
+    }
+    if (e != cudaSuccess) {
+        stage_release(g);
+        return comm_fail(c, cuda_code(e), COMM_FAULT_INTERNAL, op,
+                         "%s of %zu bytes to stage host buffers: %s (%s)", api, cap,
+                         cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+    g->stage_cap = cap;
+    return 0;
+}
+
+/* Copies the staged inputs to the device, on the stream. */
+static int xfer_stage_in(xfer *x) {
+    comm *c = x->c;
+    nccl_group *g = c->impl;
+    if (x->n == 0) return 0;
+    if (x->need > g->stage_cap) {
+        int rc = stage_grow(c, x->op, x->need);
+        if (rc < 0) return rc;
+    }
+    for (int i = 0; i < x->n; i++) {
+        const stage_copy *k = &x->copies[i];
+        if (k->to_host) continue;
+        memcpy(g->bounce + k->off, k->host, k->bytes);
+        cudaError_t e = cudaMemcpyAsync(g->stage + k->off, g->bounce + k->off, k->bytes,
+                                        cudaMemcpyHostToDevice, x->s);
+        if (e != cudaSuccess) return fail_cuda(c, x->op, "cudaMemcpyAsync (host to device)", e);
+    }
+    return 0;
+}
+
+/* Maps an input (in_bytes at in) and an output to device pointers, staging host
+ * memory. Overlapping host buffers (the in-place forms) share one region, so that the
+ * operation sees the caller's aliasing. */
+static int xfer_pair(xfer *x, const void *in, size_t in_bytes, void *out, size_t out_bytes,
+                     const void **din, void **dout) {
+    int hin = 0, hout = 0;
+    int rc = xfer_is_host(x, in, in_bytes, &hin);
+    if (rc == 0) rc = xfer_is_host(x, out, out_bytes, &hout);
+    if (rc < 0) return rc;
+    /* Addresses, not pointers: in and out may be unrelated objects. */
+    const uintptr_t ci = (uintptr_t)in, co = (uintptr_t)out;
+    size_t oin = 0, oout = 0;
+    if (hin && hout && ci < co + out_bytes && co < ci + in_bytes) {
+        const uintptr_t lo = ci < co ? ci : co;
+        const uintptr_t end = ci + in_bytes > co + out_bytes ? ci + in_bytes : co + out_bytes;
+        size_t base = xfer_region(x, (size_t)(end - lo));
+        oin = base + (size_t)(ci - lo);
+        oout = base + (size_t)(co - lo);
+    } else {
+        if (hin) oin = xfer_region(x, in_bytes);
+        if (hout) oout = xfer_region(x, out_bytes);
+    }
+    if (hin) xfer_copy(x, in, oin, in_bytes, 0);
+    if (hout) xfer_copy(x, out, oout, out_bytes, 1);
+    rc = xfer_stage_in(x);
+    if (rc < 0) return rc;
+    *din = hin ? xfer_dev(x, oin) : in;
+    *dout = hout ? xfer_dev(x, oout) : out;
+    return 0;
+}
+
+/* Ends a call whose enqueue returned rc: a synchronous or staged call copies its
+ * staged outputs back, waits for the stream under the watchdog, then hands the outputs
+ * to the caller. */
+static int xfer_end(xfer *x, int rc) {
+    comm *c = x->c;
+    nccl_group *g = c->impl;
+    for (int i = 0; rc == 0 && i < x->n; i++) {
+        const stage_copy *k = &x->copies[i];
+        if (!k->to_host) continue;
+        cudaError_t e = cudaMemcpyAsync(g->bounce + k->off, g->stage + k->off, k->bytes,
+                                        cudaMemcpyDeviceToHost, x->s);
+        if (e != cudaSuccess) rc = fail_cuda(c, x->op, "cudaMemcpyAsync (device to host)", e);
+    }
+    if (rc == 0 && (x->sync || x->n > 0)) rc = wait_stream(c, x->op, x->s);
+    for (int i = 0; rc == 0 && i < x->n; i++)
+        if (x->copies[i].to_host)
+            memcpy(x->copies[i].host, g->bounce + x->copies[i].off, x->copies[i].bytes);
+    if (x->copies != x->few) free(x->copies);
+    return rc;
+}
+
 /* ---- operations -------------------------------------------------------------------- */
 
 static uint64_t ring_allreduce_bytes(int n, size_t bytes) {
@@ -386,33 +631,49 @@ static uint64_t ring_allreduce_bytes(int n, size_t bytes) {
 static int op_allreduce(comm *c, const void *in, void *out, size_t count, comm_dtype dtype,
                         comm_redop op, void *stream) {
     nccl_group *g = c->impl;
+    const size_t bytes = count * comm_dtype_size(dtype);
+    xfer x;
+    int rc = xfer_begin(&x, c, "allreduce", stream, 2);
+    if (rc < 0) return rc;
     note_op(c, "allreduce", count, dtype);
-    int rc = settle(
-        c, "allreduce", "ncclAllReduce",
-        ncclAllReduce(in, out, count, nccl_type(dtype), nccl_op(op), g->nc, stream_of(stream)));
-    if (rc == 0) c->bytes_sent += ring_allreduce_bytes(c->size, count * comm_dtype_size(dtype));
-    return rc;
+    rc = xfer_pair(&x, in, bytes, out, bytes, &in, &out);
+    if (rc == 0)
+        rc = settle(c, "allreduce", "ncclAllReduce",
+                    ncclAllReduce(in, out, count, nccl_type(dtype), nccl_op(op), g->nc, x.s));
+    if (rc == 0) c->bytes_sent += ring_allreduce_bytes(c->size, bytes);
+    return xfer_end(&x, rc);
 }
 
 static int op_reduce_scatter(comm *c, const void *in, void *out, size_t count, comm_dtype dtype,
                              comm_redop op, void *stream) {
     nccl_group *g = c->impl;
+    const size_t bytes = count * comm_dtype_size(dtype);
+    xfer x;
+    int rc = xfer_begin(&x, c, "reduce-scatter", stream, 2);
+    if (rc < 0) return rc;
     note_op(c, "reduce-scatter", count, dtype);
-    int rc = settle(
-        c, "reduce-scatter", "ncclReduceScatter",
-        ncclReduceScatter(in, out, count, nccl_type(dtype), nccl_op(op), g->nc, stream_of(stream)));
-    if (rc == 0) c->bytes_sent += (uint64_t)(c->size - 1) * count * comm_dtype_size(dtype);
-    return rc;
+    rc = xfer_pair(&x, in, (size_t)c->size * bytes, out, bytes, &in, &out);
+    if (rc == 0)
+        rc = settle(c, "reduce-scatter", "ncclReduceScatter",
+                    ncclReduceScatter(in, out, count, nccl_type(dtype), nccl_op(op), g->nc, x.s));
+    if (rc == 0) c->bytes_sent += (uint64_t)(c->size - 1) * bytes;
+    return xfer_end(&x, rc);
 }
 
 static int op_allgather(comm *c, const void *in, void *out, size_t count, comm_dtype dtype,
                         void *stream) {
     nccl_group *g = c->impl;
+    const size_t bytes = count * comm_dtype_size(dtype);
+    xfer x;
+    int rc = xfer_begin(&x, c, "allgather", stream, 2);
+    if (rc < 0) return rc;
     note_op(c, "allgather", count, dtype);
-    int rc = settle(c, "allgather", "ncclAllGather",
-                    ncclAllGather(in, out, count, nccl_type(dtype), g->nc, stream_of(stream)));
-    if (rc == 0) c->bytes_sent += (uint64_t)(c->size - 1) * count * comm_dtype_size(dtype);
-    return rc;
+    rc = xfer_pair(&x, in, bytes, out, (size_t)c->size * bytes, &in, &out);
+    if (rc == 0)
+        rc = settle(c, "allgather", "ncclAllGather",
+                    ncclAllGather(in, out, count, nccl_type(dtype), g->nc, x.s));
+    if (rc == 0) c->bytes_sent += (uint64_t)(c->size - 1) * bytes;
+    return xfer_end(&x, rc);
 }
 
 /* Ends a group of sends and receives. A call inside it that failed (first, from api)
@@ -428,14 +689,14 @@ static int close_group(comm *c, const char *op, ncclResult_t first, const char *
 }
 
 /* The own block of an all-to-all is a device copy on the stream; the rest is one
- * group of sends and receives. in_off/out_off and counts are in elements. */
+ * group of sends and receives. in_off/out_off and counts are in elements; in and out
+ * are device memory (staged by the caller). */
 static int exchange_blocks(comm *c, const char *op, const void *in, const size_t *in_off,
                            const size_t *send_counts, void *out, const size_t *out_off,
-                           const size_t *recv_counts, comm_dtype dtype, void *stream) {
+                           const size_t *recv_counts, comm_dtype dtype, cudaStream_t s) {
     nccl_group *g = c->impl;
     const size_t es = comm_dtype_size(dtype);
     const ncclDataType_t t = nccl_type(dtype);
-    const cudaStream_t s = stream_of(stream);
     const int me = c->rank;
     if (send_counts[me] > 0) {
         cudaError_t e =
@@ -462,6 +723,23 @@ static int exchange_blocks(comm *c, const char *op, const void *in, const size_t
     return close_group(c, op, first, api, sent);
 }
 
+/* All-to-all(v) of send_counts/recv_counts elements per peer, packed at the offsets
+ * in_off/out_off; n_in and n_out are the totals. */
+static int alltoall_blocks(comm *c, const char *op, const void *in, const size_t *in_off,
+                           const size_t *send_counts, size_t n_in, void *out, const size_t *out_off,
+                           const size_t *recv_counts, size_t n_out, size_t noted, comm_dtype dtype,
+                           void *stream) {
+    const size_t es = comm_dtype_size(dtype);
+    xfer x;
+    int rc = xfer_begin(&x, c, op, stream, 2);
+    if (rc < 0) return rc;
+    note_op(c, op, noted, dtype);
+    rc = xfer_pair(&x, in, n_in * es, out, n_out * es, &in, &out);
+    if (rc == 0)
+        rc = exchange_blocks(c, op, in, in_off, send_counts, out, out_off, recv_counts, dtype, x.s);
+    return xfer_end(&x, rc);
+}
+
 static int op_alltoallv(comm *c, const void *in, const size_t *send_counts, void *out,
                         const size_t *recv_counts, comm_dtype dtype, void *stream) {
     size_t *off = malloc(2 * (size_t)c->size * sizeof *off);
@@ -475,9 +753,8 @@ static int op_alltoallv(comm *c, const void *in, const size_t *send_counts, void
         no += recv_counts[p];
         if (p != c->rank) total += send_counts[p];
     }
-    note_op(c, "alltoallv", total, dtype);
-    int rc = exchange_blocks(c, "alltoallv", in, in_off, send_counts, out, out_off, recv_counts,
-                             dtype, stream);
+    int rc = alltoall_blocks(c, "alltoallv", in, in_off, send_counts, ni, out, out_off, recv_counts,
+                             no, total, dtype, stream);
     free(off);
     return rc;
 }
@@ -491,8 +768,9 @@ static int op_alltoall(comm *c, const void *in, void *out, size_t count, comm_dt
         counts[p] = count;
         off[p] = (size_t)p * count;
     }
-    note_op(c, "alltoall", count, dtype);
-    int rc = exchange_blocks(c, "alltoall", in, off, counts, out, off, counts, dtype, stream);
+    const size_t total = (size_t)c->size * count;
+    int rc = alltoall_blocks(c, "alltoall", in, off, counts, total, out, off, counts, total, count,
+                             dtype, stream);
     free(v);
     return rc;
 }
@@ -500,80 +778,97 @@ static int op_alltoall(comm *c, const void *in, void *out, size_t count, comm_dt
 static int op_broadcast(comm *c, void *buf, size_t count, comm_dtype dtype, int root,
                         void *stream) {
     nccl_group *g = c->impl;
+    const size_t bytes = count * comm_dtype_size(dtype);
     char op[32];
     snprintf(op, sizeof op, "broadcast (root %d)", root);
+    xfer x;
+    int rc = xfer_begin(&x, c, op, stream, 2);
+    if (rc < 0) return rc;
     note_op(c, op, count, dtype);
-    int rc =
-        settle(c, op, "ncclBroadcast",
-               ncclBroadcast(buf, buf, count, nccl_type(dtype), root, g->nc, stream_of(stream)));
+    const void *in = buf;
+    rc = xfer_pair(&x, buf, bytes, buf, bytes, &in, &buf);
+    if (rc == 0)
+        rc = settle(c, op, "ncclBroadcast",
+                    ncclBroadcast(in, buf, count, nccl_type(dtype), root, g->nc, x.s));
     /* The chain root -> root+1 -> ...: every rank but the last forwards the buffer. */
-    if (rc == 0 && c->rank != (root + c->size - 1) % c->size)
-        c->bytes_sent += count * comm_dtype_size(dtype);
-    return rc;
+    if (rc == 0 && c->rank != (root + c->size - 1) % c->size) c->bytes_sent += bytes;
+    return xfer_end(&x, rc);
 }
 
 static int op_barrier(comm *c, void *stream) {
     nccl_group *g = c->impl;
+    xfer x;
+    int rc = xfer_begin(&x, c, "barrier", stream, 0);
+    if (rc < 0) return rc;
     note_op(c, "barrier", 1, COMM_F32);
-    int rc =
-        settle(c, "barrier", "ncclAllReduce",
-               ncclAllReduce(g->zero, g->zero, 1, ncclFloat32, ncclSum, g->nc, stream_of(stream)));
+    rc = settle(c, "barrier", "ncclAllReduce",
+                ncclAllReduce(g->zero, g->zero, 1, ncclFloat32, ncclSum, g->nc, x.s));
     if (rc == 0) c->bytes_sent += ring_allreduce_bytes(c->size, sizeof(float));
-    return rc;
+    return xfer_end(&x, rc);
 }
+
+/* Where a point-to-point transfer's data is: the caller's buffer, or staging at off. */
+typedef struct p2p_buf {
+    int host;
+    size_t off;
+} p2p_buf;
 
 static int op_p2p(comm *c, const comm_p2p_op *ops, int n, void *stream) {
     nccl_group *g = c->impl;
     const char *op = n == 1 ? (ops[0].kind == COMM_SEND ? "send" : "recv") : "p2p";
-    const cudaStream_t s = stream_of(stream);
+    p2p_buf few[4], *b = few;
+    if (n > (int)(sizeof few / sizeof few[0]) && (b = malloc((size_t)n * sizeof *b)) == NULL)
+        return comm_fail(c, BT_ENOMEM, COMM_FAULT_INTERNAL, op, "out of memory");
+    xfer x;
+    int rc = xfer_begin(&x, c, op, stream, n);
+    if (rc < 0) {
+        if (b != few) free(b);
+        return rc;
+    }
     note_op(c, op, ops[0].count, ops[0].dtype);
-    ncclResult_t first = ncclGroupStart();
-    if (first != ncclSuccess) return fail_nccl(c, op, "ncclGroupStart", first);
-    const char *api = "ncclSend";
-    uint64_t sent = 0;
-    for (int i = 0; first == ncclSuccess && i < n; i++) {
+    for (int i = 0; rc == 0 && i < n; i++) {
         const comm_p2p_op *o = &ops[i];
-        if (o->count == 0) continue;
-        if (o->kind == COMM_SEND) {
-            api = "ncclSend";
-            first = ncclSend(o->buf, o->count, nccl_type(o->dtype), o->peer, g->nc, s);
-            sent += o->count * comm_dtype_size(o->dtype);
-        } else {
-            api = "ncclRecv";
-            first = ncclRecv(o->buf, o->count, nccl_type(o->dtype), o->peer, g->nc, s);
+        const size_t bytes = o->count * comm_dtype_size(o->dtype);
+        rc = xfer_is_host(&x, o->buf, bytes, &b[i].host);
+        if (rc == 0 && b[i].host) {
+            b[i].off = xfer_region(&x, bytes);
+            xfer_copy(&x, o->buf, b[i].off, bytes, o->kind == COMM_RECV);
         }
     }
-    return close_group(c, op, first, api, sent);
+    if (rc == 0) rc = xfer_stage_in(&x);
+    ncclResult_t first = rc == 0 ? ncclGroupStart() : ncclSuccess;
+    if (rc == 0 && first != ncclSuccess) rc = fail_nccl(c, op, "ncclGroupStart", first);
+    if (rc == 0) {
+        const char *api = "ncclSend";
+        uint64_t sent = 0;
+        for (int i = 0; first == ncclSuccess && i < n; i++) {
+            const comm_p2p_op *o = &ops[i];
+            void *buf = b[i].host ? xfer_dev(&x, b[i].off) : o->buf;
+            if (o->count == 0) continue;
+            if (o->kind == COMM_SEND) {
+                api = "ncclSend";
+                first = ncclSend(buf, o->count, nccl_type(o->dtype), o->peer, g->nc, x.s);
+                sent += o->count * comm_dtype_size(o->dtype);
+            } else {
+                api = "ncclRecv";
+                first = ncclRecv(buf, o->count, nccl_type(o->dtype), o->peer, g->nc, x.s);
+            }
+        }
+        rc = close_group(c, op, first, api, sent);
+    }
+    if (b != few) free(b);
+    return xfer_end(&x, rc);
 }
 
-/* The watchdog: the stream is done, or an asynchronous NCCL error, or the deadline. */
+/* comm_wait: NULL is the default stream. */
 static int op_wait(comm *c, void *stream) {
     nccl_group *g = c->impl;
-    const cudaStream_t s = stream_of(stream);
-    const int64_t deadline = now_ms() + c->timeout_ms;
-    unsigned spins = 0;
-    for (;;) {
-        cudaError_t e = cudaStreamQuery(s);
-        ncclResult_t ae = ncclSuccess;
-        ncclResult_t q = ncclCommGetAsyncError(g->nc, &ae);
-        if (q != ncclSuccess) return fail_nccl(c, "wait", "ncclCommGetAsyncError", q);
-        if (ae != ncclSuccess && ae != ncclInProgress)
-            return fail_nccl(c, "wait", "asynchronous NCCL error", ae);
-        if (e == cudaSuccess) break;
-        if (e != cudaErrorNotReady) return fail_cuda(c, "wait", "cudaStreamQuery", e);
-        if (now_ms() > deadline) {
-            unsigned pending = g->pending;
-            group_abort(g);
-            return comm_fail(c, BT_EIO, COMM_FAULT_TIMEOUT, "wait",
-                             "%u operation%s enqueued since the last wait (last: %s) not "
-                             "complete after %d ms (a peer is hung or dead); communicator "
-                             "aborted",
-                             pending, pending == 1 ? "" : "s", g->last_op, c->timeout_ms);
-        }
-        poll_pause(&spins);
-    }
-    g->pending = 0;
-    return 0;
+    return wait_stream(c, "wait", stream != NULL ? stream_of(stream) : g->stream);
+}
+
+static void op_set_stream(comm *c, void *stream) {
+    nccl_group *g = c->impl;
+    g->stream = stream_of(stream);
 }
 
 /* The sub-group's prefix is the parent's plus the hash of its global member list and
@@ -605,7 +900,10 @@ static int op_split(comm *c, const int *parent_ranks, int n, const char *name, c
                  (unsigned long long)h, n, seq);
         sub = group_new(g->root, prefix);
     }
-    if (sub != NULL) rc = group_connect(sub, me, n, c->timeout_ms, label, &err);
+    if (sub != NULL) {
+        sub->stream = g->stream; /* comm_set_stream: inherited */
+        rc = group_connect(sub, me, n, c->timeout_ms, label, &err);
+    }
     if (rc == 0) rc = comm_create(nccl_ops(), sub, me, n, global, name, c->timeout_ms, out);
     free(prefix);
     free(global);
@@ -655,6 +953,7 @@ static const comm_ops kNcclOps = {
     .barrier = op_barrier,
     .p2p = op_p2p,
     .wait = op_wait,
+    .set_stream = op_set_stream,
     .split = op_split,
     .abort = op_abort,
     .destroy = op_destroy,

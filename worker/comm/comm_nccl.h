@@ -8,13 +8,16 @@
  * and NCCL's own connection setup) is bounded by bs->timeout_ms: a member that never
  * joins becomes an error, not a hang. bs->host is not used (NCCL picks its interfaces).
  *
- * Operations enqueue on the caller's stream (a cudaStream_t passed as void *, NULL for
- * the default stream) and return; comm_wait(c, stream) waits for the stream, bounded by
- * the group's timeout, and aborts the group when it passes. Buffers are device memory
- * of `device`, and a thread that calls the operations has `device` as its current CUDA
- * device (init sets it for the calling thread; the default stream, NULL, is that
- * device's). NCCL forbids two ranks of one communicator on one device, so every
- * member of a group needs a device of its own.
+ * Operations given a stream (a cudaStream_t passed as void *) enqueue on it and return;
+ * comm_wait(c, stream) waits for the stream, bounded by the group's timeout, and aborts
+ * the group when it passes. Operations given NULL run on the group's default stream
+ * (comm_set_stream; initially the device's legacy default stream) and are complete when
+ * they return, under the same bound, as with Gloo. Buffers are device memory of
+ * `device`, or host memory, which is staged through a device buffer of the group and
+ * makes the operation complete when it returns whatever the stream. A thread that calls
+ * the operations has `device` as its current CUDA device (init sets it for the calling
+ * thread). NCCL forbids two ranks of one communicator on one device, so every member of
+ * a group needs a device of its own.
  *
  * On failure *out is NULL and diag names the rank, the prefix, the device and the cause
  * (the CUDA or NCCL call and its error string). */
@@ -28,6 +31,11 @@ extern "C" {
 #endif
 
 int comm_nccl_init(comm **out, const comm_bootstrap *bs, int device, bt_diag *diag);
+
+/* The number of CUDA devices this process sees, in *count (> 0); BT_EUNSUPPORTED with
+ * the reason in diag when there are none or no usable driver. A worker picks its
+ * device as its rank on the node modulo this. */
+int comm_nccl_device_count(int *count, bt_diag *diag);
 
 #ifdef __cplusplus
 }

@@ -51,6 +51,9 @@ void cpu_backend_init(backend *be) {
     be->scale = cpu_scale;
     be->copy2d = cpu_copy2d;
     be->sumsq = cpu_sumsq;
+    be->copy = cpu_copy_floats;
+    be->adamw = cpu_adamw;
+    be->host_memory = 1;
     be->embedding_forward = cpu_embedding_forward;
     be->embedding_backward = cpu_embedding_backward;
     be->rmsnorm_forward = cpu_rmsnorm_forward;

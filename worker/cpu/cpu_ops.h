@@ -13,6 +13,12 @@ void cpu_scale(backend *be, float *x, float s, size_t n);
 void cpu_copy2d(backend *be, float *dst, size_t ldd, const float *src, size_t lds, size_t rows,
                 size_t width);
 double cpu_sumsq(backend *be, const float *x, size_t n);
+void cpu_copy_floats(backend *be, float *dst, const float *src, size_t n);
+void cpu_adamw(backend *be, float *param, float *grad, float *m, float *v, const backend_seg *segs,
+               size_t nseg, const backend_adamw *a);
+/* backend.h's AdamW on one range (decay: whether keep applies), also optim.h's host loop. */
+void cpu_adamw_range(float *param, float *grad, float *m, float *v, size_t n,
+                     const backend_adamw *a, int decay);
 void cpu_embedding_forward(backend *be, float *out, const int32_t *tokens, const float *wte, int N,
                            int C);
 void cpu_embedding_backward(backend *be, float *dwte, const float *dout, const int32_t *tokens,

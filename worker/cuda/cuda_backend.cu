@@ -1,7 +1,7 @@
 /* The CUDA backend's table, its memory functions and its lifetime. The operations live
  * in cuda_elementwise.cu, cuda_norm.cu, cuda_matmul.cu, cuda_attention.cu,
- * cuda_attention_part.cu and cuda_loss.cu; every one queues work on the backend's
- * stream and records (never returns) a failure, which sync() then reports. */
+ * cuda_attention_part.cu, cuda_loss.cu and cuda_optim.cu; every one queues work on the
+ * backend's stream and records (never returns) a failure, which sync() then reports. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +110,9 @@ static void fill_table(backend *be) {
     be->scale = cuda_scale;
     be->copy2d = cuda_copy2d;
     be->sumsq = cuda_sumsq;
+    be->copy = cuda_copy;
+    be->adamw = cuda_adamw;
+    be->host_memory = 0;
     be->embedding_forward = cuda_embedding_forward;
     be->embedding_backward = cuda_embedding_backward;
     be->rmsnorm_forward = cuda_rmsnorm_forward;
@@ -141,8 +144,12 @@ static void ctx_release(cuda_ctx *c) {
     if (c->lt_workspace) cudaFree(c->lt_workspace);
     if (c->sumsq_part) cudaFree(c->sumsq_part);
     if (c->amax_dev) cudaFree(c->amax_dev);
+    if (c->adamw_dev) cudaFree(c->adamw_dev);
     if (c->sumsq_host) cudaFreeHost(c->sumsq_host);
     if (c->amax_host) cudaFreeHost(c->amax_host);
+    if (c->adamw_host) cudaFreeHost(c->adamw_host);
+    for (int h = 0; h < 2; h++)
+        if (c->adamw_copied[h]) cudaEventDestroy(c->adamw_copied[h]);
     if (c->lt) cublasLtDestroy(c->lt);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
@@ -181,11 +188,22 @@ extern "C" int cuda_backend_init(backend *be, int device, bt_diag *diag) {
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&c->amax_dev, BACKEND_FP8_SLOTS * sizeof(unsigned));
     if (e == cudaSuccess) {
+        step = "cudaMalloc (AdamW chunk table)";
+        e = cudaMalloc((void **)&c->adamw_dev, 2 * CUDA_ADAMW_TABLE * sizeof(cuda_adamw_chunk));
+    }
+    if (e == cudaSuccess) {
         step = "cudaMallocHost (staging)";
         e = cudaMallocHost((void **)&c->sumsq_host, sizeof(double));
     }
     if (e == cudaSuccess)
         e = cudaMallocHost((void **)&c->amax_host, BACKEND_FP8_SLOTS * sizeof(unsigned));
+    if (e == cudaSuccess)
+        e = cudaMallocHost((void **)&c->adamw_host,
+                           2 * CUDA_ADAMW_TABLE * sizeof(cuda_adamw_chunk));
+    for (int h = 0; h < 2 && e == cudaSuccess; h++) {
+        step = "cudaEventCreateWithFlags";
+        e = cudaEventCreateWithFlags(&c->adamw_copied[h], cudaEventDisableTiming);
+    }
     if (e != cudaSuccess) {
         bt_diag_set(diag, "cuda backend on device %d: %s: %s", device, step, cudaGetErrorString(e));
         (void)cudaGetLastError();

@@ -7,12 +7,12 @@
  * Rules the kernels keep (those of backend.h): backward ops accumulate (+=) into
  * parameter gradients and write (=) activation gradients; ops never allocate (the
  * backend allocates its own small buffers once, at init: a cuBLASLt workspace, the
- * sum-of-squares partials, pinned staging for results that go back to the host); ops
- * are deterministic: every reduction runs in a fixed order over a fixed launch shape
- * and no atomic operation changes a result (the only atomic is the fp8 amax, a
- * maximum, which is exact in any order). All work is queued on one stream; the first
- * failed launch or CUDA call is recorded and reported by sync() as BT_EIO, with its
- * message from cuda_backend_error().
+ * sum-of-squares partials, pinned staging for results that go back to the host, AdamW's
+ * chunk table); ops are deterministic: every reduction runs in a fixed order over a
+ * fixed launch shape and no atomic operation changes a result (the only atomic is the
+ * fp8 amax, a maximum, which is exact in any order). All work is queued on one stream;
+ * the first failed launch or CUDA call is recorded and reported by sync() as BT_EIO, with
+ * its message from cuda_backend_error().
  *
  * Device memory from alloc() is cudaMalloc'd and zeroed; to_host and from_host are
  * synchronous copies (host buffers may be reused as soon as they return); sumsq
@@ -48,6 +48,10 @@ void cuda_backend_free(backend *be);
 /* The message of the failure sync() last reported, or of one recorded since ("" when none
  * ever was). */
 const char *cuda_backend_error(backend *be);
+
+/* Makes this backend the one backend_open (backend_select.h) gives for cluster.device
+ * cuda: device local_rank % devices, its errors through be->error. */
+void cuda_backend_register(void);
 
 /* The number of CUDA devices, or a negative BT_ code with the reason in diag (for tests
  * and benchmarks that SKIP without a GPU). */

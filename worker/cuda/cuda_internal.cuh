@@ -17,6 +17,17 @@
 #define CUDA_SUMSQ_THREADS 256
 /* cuBLASLt algorithms kept per backend: (shape, types, ops, alignment) -> algorithm. */
 #define CUDA_LT_CACHE 128
+/* AdamW's multi-tensor launch (cuda_optim.cu): elements per chunk (one block each) and
+ * chunks per launch (one half of the table); 2^16 * 2^12 = 2^28 elements per launch. */
+#define CUDA_ADAMW_CHUNK 65536
+#define CUDA_ADAMW_TABLE 4096
+
+/* One chunk of AdamW's table: elements [offset, offset + n) of param, grad, m and v. */
+typedef struct cuda_adamw_chunk {
+    size_t offset;
+    unsigned n; /* 1 .. CUDA_ADAMW_CHUNK */
+    int decay;
+} cuda_adamw_chunk;
 
 typedef struct cuda_lt_key {
     int m, n, k, lda, ldb, ldd;
@@ -41,7 +52,10 @@ typedef struct cuda_ctx {
     double *sumsq_host;  /* pinned (1) */
     unsigned *amax_dev;  /* device (BACKEND_FP8_SLOTS): float bits of each operand's amax */
     unsigned *amax_host; /* pinned (BACKEND_FP8_SLOTS) */
-    int err;             /* first failure recorded since the last sync, a BT_ code; 0 none */
+    cuda_adamw_chunk *adamw_host; /* pinned (2 * CUDA_ADAMW_TABLE): two halves used in turn */
+    cuda_adamw_chunk *adamw_dev;  /* device (2 * CUDA_ADAMW_TABLE) */
+    cudaEvent_t adamw_copied[2];  /* recorded behind each half's last host-to-device copy */
+    int err; /* first failure recorded since the last sync, a BT_ code; 0 none */
     char errmsg[512];
 } cuda_ctx;
 
@@ -129,6 +143,11 @@ void cuda_vocab_embedding_backward(backend *be, float *dwte, const float *dout,
 void cuda_swiglu_forward(backend *be, float *out, const float *inp, int N, int F);
 void cuda_swiglu_backward(backend *be, float *dinp, const float *dout, const float *inp, int N,
                           int F);
+
+/* cuda_optim.cu */
+void cuda_adamw(backend *be, float *param, float *grad, float *m, float *v, const backend_seg *segs,
+                size_t nseg, const backend_adamw *a);
+void cuda_copy(backend *be, float *dst, const float *src, size_t n);
 
 /* cuda_norm.cu */
 void cuda_rmsnorm_forward(backend *be, float *out, float *rstd, const float *inp,

@@ -51,6 +51,25 @@ typedef struct backend_gemm {
     float amax[BACKEND_FP8_SLOTS];
 } backend_gemm;
 
+/* A range of a flat parameter buffer for the optimizer: elements [offset, offset + n), with
+ * weight decay (decay 1) or without (norm weights). */
+typedef struct backend_seg {
+    size_t offset;
+    size_t n;
+    int decay;
+} backend_seg;
+
+/* One AdamW step's scalars (optim.h computes them in double once per step). */
+typedef struct backend_adamw {
+    float b1, b2;                     /* beta1, beta2 */
+    float one_minus_b1, one_minus_b2; /* (float)(1 - beta), rounded once */
+    float eps;
+    float keep;         /* the parameter multiplier of decayed segments: 1 - lr * weight_decay */
+    float step_size;    /* lr / (1 - beta1^t) */
+    float inv_bc2_sqrt; /* 1 / sqrt(1 - beta2^t) */
+    float grad_coef;    /* clipping: 1, or every gradient is first multiplied by it, in place */
+} backend_adamw;
+
 typedef struct backend backend;
 
 struct backend {
@@ -64,6 +83,8 @@ struct backend {
     void (*from_host)(backend *be, void *dst, const void *host_src, size_t bytes);
     /* Waits for queued work; returns 0 or the first error recorded since the last sync. */
     int (*sync)(backend *be);
+    /* The message of the failure sync() last reported; NULL where sync never fails (CPU). */
+    const char *(*error)(backend *be);
 
     /* Scratch each op needs, in floats. */
     size_t (*matmul_scratch_floats)(backend *be, int N, int C, int OC, backend_prec prec);
@@ -81,6 +102,27 @@ struct backend {
     void (*scale)(backend *be, float *x, float s, size_t n);
     /* Sum of x[i]^2 accumulated in double, returned to the host (synchronizes). */
     double (*sumsq)(backend *be, const float *x, size_t n);
+    /* dst[i] = src[i] for i < n (device to device; the ranges do not overlap). */
+    void (*copy)(backend *be, float *dst, const float *src, size_t n);
+
+    /* The optimizer, fused over segments: for every segment and every i in it, float32
+     * operations in exactly this order, no fused multiply-add (the CUDA result equals the
+     * CPU one bit for bit):
+     *   g = grad[i];  if (grad_coef != 1) { g = g * grad_coef; grad[i] = g; }
+     *   mi = b1 * m[i] + one_minus_b1 * g;          m[i] = mi;
+     *   vi = b2 * v[i] + (one_minus_b2 * g) * g;    v[i] = vi;
+     *   denom = sqrtf(vi) * inv_bc2_sqrt + eps;     (IEEE sqrt)
+     *   param[i] = param[i] * (decay ? keep : 1) - (step_size * mi) / denom;
+     * param, grad, m and v are indexed alike (segment offsets apply to all four). */
+    void (*adamw)(backend *be, float *param, float *grad, float *m, float *v,
+                  const backend_seg *segs, size_t nseg, const backend_adamw *a);
+    /* 1 when device memory is host memory (the CPU backend): the trainer may then read and
+     * write parameters, gradients and moments directly; else only through to_host and
+     * from_host. */
+    int host_memory;
+    /* The queue its ops run on (a cudaStream_t), NULL for the CPU backend: communication on
+     * its memory is put on it (comm_set_stream) so that it orders with the ops. */
+    void *stream;
 
     /* out (N, C) = wte[tokens[n]]; tokens (N) must lie in [0, V). */
     void (*embedding_forward)(backend *be, float *out, const int32_t *tokens, const float *wte,

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_ops.h"
 #include "util/err.h"
 
 static const double optim_pi = 3.14159265358979323846;
@@ -60,24 +61,23 @@ double optim_lr_at(uint64_t step, uint64_t total_steps, const optim_hparams *hp)
     return hp->min_lr + coef * (hp->lr - hp->min_lr);
 }
 
+void optim_adamw_args(backend_adamw *a, const optim_hparams *hp, double lr, uint64_t step,
+                      float coef) {
+    a->b1 = (float)hp->beta1, a->b2 = (float)hp->beta2;
+    a->one_minus_b1 = (float)(1.0 - hp->beta1);
+    a->one_minus_b2 = (float)(1.0 - hp->beta2);
+    a->eps = (float)hp->eps;
+    a->keep = (float)(1.0 - lr * hp->weight_decay);
+    a->step_size = (float)(lr / (1.0 - pow(hp->beta1, (double)step)));
+    a->inv_bc2_sqrt = (float)(1.0 / sqrt(1.0 - pow(hp->beta2, (double)step)));
+    a->grad_coef = coef;
+}
+
 void optim_adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
                         const optim_hparams *hp, double lr, uint64_t step, int decay) {
-    const float b1 = (float)hp->beta1, b2 = (float)hp->beta2;
-    const float one_minus_b1 = (float)(1.0 - hp->beta1);
-    const float one_minus_b2 = (float)(1.0 - hp->beta2);
-    const float eps = (float)hp->eps;
-    const float keep = decay ? (float)(1.0 - lr * hp->weight_decay) : 1.0f;
-    const float step_size = (float)(lr / (1.0 - pow(hp->beta1, (double)step)));
-    const float inv_bc2_sqrt = (float)(1.0 / sqrt(1.0 - pow(hp->beta2, (double)step)));
-    for (size_t i = 0; i < n; i++) {
-        float g = grad[i];
-        float mi = b1 * m[i] + one_minus_b1 * g;
-        float vi = b2 * v[i] + one_minus_b2 * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float denom = sqrtf(vi) * inv_bc2_sqrt + eps;
-        param[i] = param[i] * keep - step_size * mi / denom;
-    }
+    backend_adamw a;
+    optim_adamw_args(&a, hp, lr, step, 1.0f); /* coef 1: grad is only read */
+    cpu_adamw_range(param, (float *)grad, m, v, n, &a, decay);
 }
 
 double optim_grad_sumsq(const float *grad, size_t n) {
@@ -101,10 +101,19 @@ void optim_grad_scale(float *grad, size_t n, float coef) {
 }
 
 int optim_adamw_init(optim_adamw *o, size_t n) {
+    return optim_adamw_init_on(o, NULL, n);
+}
+
+static float *optim_alloc(backend *be, size_t n) {
+    return be ? be->alloc(be, n * sizeof(float)) : calloc(n, sizeof(float));
+}
+
+int optim_adamw_init_on(optim_adamw *o, backend *be, size_t n) {
     memset(o, 0, sizeof *o);
     if (n == 0) return BT_EINVAL;
-    o->m = calloc(n, sizeof *o->m);
-    o->v = calloc(n, sizeof *o->v);
+    o->be = be;
+    o->m = optim_alloc(be, n);
+    o->v = optim_alloc(be, n);
     if (o->m == NULL || o->v == NULL) {
         optim_adamw_free(o);
         return BT_ENOMEM;
@@ -114,14 +123,24 @@ int optim_adamw_init(optim_adamw *o, size_t n) {
 }
 
 void optim_adamw_free(optim_adamw *o) {
-    free(o->m);
-    free(o->v);
+    if (o->be != NULL) {
+        if (o->m) o->be->free(o->be, o->m);
+        if (o->v) o->be->free(o->be, o->v);
+    } else {
+        free(o->m);
+        free(o->v);
+    }
     memset(o, 0, sizeof *o);
 }
 
 void optim_adamw_reset(optim_adamw *o) {
-    memset(o->m, 0, o->n * sizeof *o->m);
-    memset(o->v, 0, o->n * sizeof *o->v);
+    if (o->be != NULL) {
+        o->be->zero(o->be, o->m, o->n);
+        o->be->zero(o->be, o->v, o->n);
+    } else {
+        memset(o->m, 0, o->n * sizeof *o->m);
+        memset(o->v, 0, o->n * sizeof *o->v);
+    }
     o->step = 0;
 }
 
@@ -132,23 +151,44 @@ double optim_segments_sumsq(const float *grads, const optim_segment *segs, size_
     return sumsq;
 }
 
+double optim_segments_sumsq_on(backend *be, const float *grads, const optim_segment *segs,
+                               size_t nseg) {
+    if (be == NULL) return optim_segments_sumsq(grads, segs, nseg);
+    double sumsq = 0.0;
+    for (size_t s = 0; s < nseg; s++)
+        sumsq += segs[s].n ? be->sumsq(be, grads + segs[s].offset, segs[s].n) : 0.0;
+    return sumsq;
+}
+
+void optim_grad_scale_on(backend *be, float *grad, size_t n, float coef) {
+    if (be != NULL)
+        be->scale(be, grad, coef, n);
+    else
+        optim_grad_scale(grad, n, coef);
+}
+
 int optim_adamw_step_norm(optim_adamw *o, float *params, float *grads, const optim_segment *segs,
                           size_t nseg, const optim_hparams *hp, double lr, double norm) {
     if (!isfinite(norm)) return 0;
     float coef = (float)optim_clip_coef(norm, hp->grad_clip);
     o->step++;
+    backend_adamw a;
+    optim_adamw_args(&a, hp, lr, o->step, coef);
+    if (o->be != NULL) {
+        o->be->adamw(o->be, params, grads, o->m, o->v, segs, nseg, &a);
+        return 1;
+    }
     for (size_t s = 0; s < nseg; s++) {
-        size_t off = segs[s].offset, n = segs[s].n;
-        if (coef != 1.0f) optim_grad_scale(grads + off, n, coef);
-        optim_adamw_update(params + off, grads + off, o->m + off, o->v + off, n, hp, lr, o->step,
-                           segs[s].decay);
+        size_t off = segs[s].offset;
+        cpu_adamw_range(params + off, grads + off, o->m + off, o->v + off, segs[s].n, &a,
+                        segs[s].decay);
     }
     return 1;
 }
 
 double optim_adamw_step(optim_adamw *o, float *params, float *grads, const optim_segment *segs,
                         size_t nseg, const optim_hparams *hp, double lr) {
-    double norm = sqrt(optim_segments_sumsq(grads, segs, nseg));
+    double norm = sqrt(optim_segments_sumsq_on(o->be, grads, segs, nseg));
     optim_adamw_step_norm(o, params, grads, segs, nseg, hp, lr, norm);
     return norm;
 }

@@ -33,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "recipe.pb-c.h"
 
 typedef enum optim_schedule {
@@ -76,23 +77,31 @@ double optim_clip_coef(double norm, double clip);
 /* grad[i] *= coef. */
 void optim_grad_scale(float *grad, size_t n, float coef);
 
-/* A tensor inside the flat parameter (and gradient) buffer. */
-typedef struct optim_segment {
-    size_t offset; /* first element */
-    size_t n;      /* element count */
-    int decay;     /* 1: weight decay applies; 0: norms (and anything else exempt) */
-} optim_segment;
+/* A tensor inside the flat parameter (and gradient) buffer: offset (first element), n
+ * (element count), decay (1: weight decay applies; 0: norms and anything else exempt).
+ * The backend's type, so segment lists go to backend.h's fused AdamW as they are. */
+typedef backend_seg optim_segment;
 
-/* Optimizer state for a flat buffer of n parameters, allocated once at init. */
+/* The scalars of one AdamW step at rate lr and 1-based step count `step`, with clipping
+ * coefficient coef (1: none), as backend.h's adamw op takes them. */
+void optim_adamw_args(backend_adamw *a, const optim_hparams *hp, double lr, uint64_t step,
+                      float coef);
+
+/* Optimizer state for a flat buffer of n parameters, allocated once at init. With a
+ * backend the moments are its device memory and every step runs through its ops (sumsq,
+ * adamw): params and grads are then that backend's memory too. */
 typedef struct optim_adamw {
     float *m;      /* (n) first moments */
     float *v;      /* (n) second moments */
     size_t n;      /* parameters covered */
     uint64_t step; /* steps taken since init or the last reset */
+    backend *be;   /* NULL: host memory and host loops */
 } optim_adamw;
 
-/* Allocates zeroed moments; returns 0 or BT_ENOMEM / BT_EINVAL (n == 0). */
+/* Allocates zeroed moments in host memory; returns 0 or BT_ENOMEM / BT_EINVAL (n == 0). */
 int optim_adamw_init(optim_adamw *o, size_t n);
+/* The same in be's memory (be NULL: host). */
+int optim_adamw_init_on(optim_adamw *o, backend *be, size_t n);
 void optim_adamw_free(optim_adamw *o);
 /* Zero moments and step count (Optimizer.reset at a stage boundary). */
 void optim_adamw_reset(optim_adamw *o);
@@ -100,6 +109,12 @@ void optim_adamw_reset(optim_adamw *o);
 /* Sum of squares of the gradients in the segments (double accumulation): a rank's part
  * of the global grad norm, to be all-reduced before the square root. */
 double optim_segments_sumsq(const float *grads, const optim_segment *segs, size_t nseg);
+/* The same over be's memory through its sumsq op (be NULL: the host loop). Equal to the
+ * host sum on the CPU backend. */
+double optim_segments_sumsq_on(backend *be, const float *grads, const optim_segment *segs,
+                               size_t nseg);
+/* grad[i] *= coef over n elements of be's memory (be NULL: host). */
+void optim_grad_scale_on(backend *be, float *grad, size_t n, float coef);
 
 /* The update of one step given the global gradient norm (over every rank's shard):
  * clipping (grads scaled in place), then AdamW at rate lr over the segments. m and v are

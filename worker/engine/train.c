@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cpu_backend.h"
+#include "backend_select.h"
 #include "model_cp.h"
 #include "model_moe.h"
 #include "util/clock.h"
@@ -170,6 +170,33 @@ static int train_loader_open(trainer *t, bt_diag *diag) {
     return loader_open(&t->ld, src, n, &lc, diag);
 }
 
+/* What the engine does only with host memory (the CPU backend) so far. */
+static int train_device_check(const trainer *t, const model_config *cfg, bt_diag *diag) {
+    const Baton__Stage *s = t->spec->stage;
+    if (cfg->moe.n_experts == 0) return 0;
+    bt_diag_set(diag,
+                "stage \"%s\": MoE layers (model.arch: moe) are not supported on cluster.device "
+                "cuda yet (the router and experts are host code; the CPU engine runs them: "
+                "cluster.device cpu)",
+                s->name);
+    return BT_EUNSUPPORTED;
+}
+
+/* The compute backend of cluster.device (backend_select.h). */
+static int train_backend_open(trainer *t, const train_groups *g, const model_config *cfg,
+                              bt_diag *diag) {
+    const Baton__Cluster *c = t->spec->cluster;
+    int cuda = c != NULL && c->device == BATON__CLUSTER__DEVICE__CUDA;
+    int rc = backend_open(&t->be, cuda, g->local_rank, &t->be_opened, diag);
+    if (rc == 0 && !t->be.host_memory) rc = train_device_check(t, cfg, diag);
+    /* Collectives on the backend's memory run on its stream (groups split later, such as
+     * the tp kv group, inherit it). */
+    comm *groups[] = {g->tp, g->dp, g->pp, g->cp, g->dpcp, g->ep, g->edp};
+    for (size_t i = 0; rc == 0 && t->be.stream && i < sizeof groups / sizeof *groups; i++)
+        if (groups[i] != NULL) comm_set_stream(groups[i], t->be.stream);
+    return rc;
+}
+
 static int train_model_init(trainer *t, const train_groups *g, bt_diag *diag) {
     comm *tp_group = g->tp, *pp_group = g->pp, *cp_group = g->cp;
     model_config cfg;
@@ -191,8 +218,8 @@ static int train_model_init(trainer *t, const train_groups *g, bt_diag *diag) {
         cfg.moe.n_local = cfg.moe.n_experts / cfg.ep,
         cfg.moe.expert0 = cfg.ep_rank * cfg.moe.n_local;
     train_pp_init(&t->pp, pp_group, (size_t)t->B * t->Tl * (size_t)cfg.dim);
-    cpu_backend_init(&t->be);
-    rc = model_init_tp(&t->m, &cfg, &t->be, (int)t->B, (int)t->Tl, tp_group, diag);
+    rc = train_backend_open(t, g, &cfg, diag);
+    rc = rc ? rc : model_init_tp(&t->m, &cfg, &t->be, (int)t->B, (int)t->Tl, tp_group, diag);
     rc = rc ? rc : model_cp_init(&t->m, cp_group, diag);
     rc = rc ? rc : model_moe_init(&t->m, g->ep, diag);
     rc = rc ? rc : train_tp_init(&t->tp, tp_group, &t->m.cfg, diag);
@@ -224,7 +251,7 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
     rc = rc ? rc : train_segments(t);
     int zero = (int)s->parallel->zero;
     rc = rc ? rc
-            : train_dp_init(&t->dp, dp_group, zero >= 2 ? 0 : zero, t->m.sizes.param_floats,
+            : train_dp_init(&t->dp, &t->be, dp_group, zero >= 2 ? 0 : zero, t->m.sizes.param_floats,
                             t->segs, t->n_segs, diag);
     if (rc == 0) train_dp_set_cp(&t->dp, (int)cp);
     rc = rc ? rc : train_zero_init(&t->zero, zero, dp_group, &t->m, t->segs, t->n_segs, diag);
@@ -232,10 +259,11 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
     rc = rc ? rc : train_expert_segments(t, g.ep, g.edp, diag);
     rc = rc ? rc : train_norm_segments(t, diag);
     rc = rc ? rc
-            : optim_adamw_init(&t->opt, t->zero.level ? t->zero.n : train_dp_optim_floats(&t->dp));
+            : optim_adamw_init_on(&t->opt, &t->be,
+                                  t->zero.level ? t->zero.n : train_dp_optim_floats(&t->dp));
     rc = rc ? rc : train_fp8_init(t);
     rc = rc ? rc
-            : train_spike_init(&t->spike, s->restart ? s->restart->spike_zscore : 0,
+            : train_spike_init(&t->spike, &t->be, s->restart ? s->restart->spike_zscore : 0,
                                t->zero.level == 3 ? t->zero.n : t->m.sizes.param_floats, t->opt.n,
                                spec);
     t->tokens = calloc((size_t)t->B * t->T, sizeof(int32_t));
@@ -259,6 +287,7 @@ void train_free(trainer *t) {
     train_dp_free(&t->dp);
     train_zero_free(&t->zero);
     if (t->m.be != NULL) model_free(&t->m);
+    backend_close(&t->be, t->be_opened);
     train_tp_free(&t->tp);
     free(t->segs);
     free(t->tokens);
@@ -605,6 +634,11 @@ static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
     out->mfu = train_mfu(t, out->gflops_per_s);
     out->memory_bytes = 8 * (uint64_t)t->m.sizes.param_floats + 8 * (uint64_t)t->opt.n +
                         (uint64_t)t->m.act_bytes + (uint64_t)t->m.work_bytes;
+    if (t->be.sync(&t->be) != 0) { /* an asynchronous backend's first failure */
+        bt_diag_set(diag, "step %llu: the %s backend failed: %s", (unsigned long long)t->step,
+                    t->be.name, t->be.error ? t->be.error(&t->be) : "(no message)");
+        return BT_EIO;
+    }
     if (!isfinite(loss)) {
         bt_diag_set(diag, "step %llu: loss is %g", (unsigned long long)t->step, loss);
         return BT_ERANGE;

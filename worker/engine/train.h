@@ -71,6 +71,7 @@ typedef struct train_fp8 {
 typedef struct trainer {
     const Baton__StageSpec *spec; /* borrowed */
     backend be;
+    int be_opened; /* be needs backend_close (the CUDA backend) */
     model m;
     optim_hparams hp;
     optim_adamw opt;
@@ -107,14 +108,16 @@ typedef struct trainer {
 /* The groups a rank trains in, from the stage's layout (stages/layout.h). Borrowed: they
  * must outlive the trainer. NULL: that degree is 1. */
 typedef struct train_groups {
-    comm *tp;   /* tensor-parallel group: size the spec's tp */
-    comm *dp;   /* data-parallel group: size the spec's dp */
-    comm *pp;   /* pipeline group: size the spec's pp, rank = stage */
-    comm *cp;   /* context-parallel group: size the spec's cp */
-    comm *dpcp; /* the dp x cp block (every rank with this rank's tp and pp coordinates);
-                 * needed when cp > 1: gradients are reduced over it (model_cp.h) */
-    comm *ep;   /* expert-parallel group (model_moe.h): size the spec's ep */
-    comm *edp;  /* expert-data-parallel group: the ranks that hold the same experts */
+    comm *tp;       /* tensor-parallel group: size the spec's tp */
+    comm *dp;       /* data-parallel group: size the spec's dp */
+    comm *pp;       /* pipeline group: size the spec's pp, rank = stage */
+    comm *cp;       /* context-parallel group: size the spec's cp */
+    comm *dpcp;     /* the dp x cp block (every rank with this rank's tp and pp coordinates);
+                     * needed when cp > 1: gradients are reduced over it (model_cp.h) */
+    comm *ep;       /* expert-parallel group (model_moe.h): size the spec's ep */
+    comm *edp;      /* expert-data-parallel group: the ranks that hold the same experts */
+    int local_rank; /* this process's rank among those on its node: with cluster.device cuda
+                     * it uses device local_rank % (devices on the node) */
 } train_groups;
 
 /* Builds the model from spec (weights from spec->seed; under tp this rank's slices of the

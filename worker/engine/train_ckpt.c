@@ -11,7 +11,8 @@
 
 struct train_ckpt_piece {
     char key[112];
-    int fp8; /* a delayed-scaling state: data is the history (n floats) */
+    int fp8;    /* a delayed-scaling state: data is the history (n floats) */
+    int device; /* data is the backend's memory (not host memory): read through to_host */
     int ndim;
     uint64_t gshape[2];
     ckpt_box box;
@@ -83,6 +84,7 @@ static int ckpt_collect_tensor(train_ckpt *c, const trainer *t, const model_tens
      * of each ep group) the first of its holders. */
     int writer = (mt->expert ? t->edp_rank : t->dp.rank) == 0;
     int sharded = t->zero.level == 3; /* ZeRO-3: the weights are written as the moments are */
+    p.device = !t->be.host_memory;
     if (writer && !sharded) {
         snprintf(p.key, sizeof p.key, "%s", mt->name);
         p.data = mt->data, p.n = mt->count;
@@ -215,8 +217,9 @@ static void *ckpt_thread(void *arg) {
     return NULL;
 }
 
-/* Copies every piece's data into one arena (the async snapshot). */
-static int ckpt_snapshot(train_ckpt *c) {
+/* Copies every piece's data into one arena (the async snapshot, and the host copy of a
+ * device's tensors). */
+static int ckpt_snapshot(train_ckpt *c, backend *be) {
     size_t total = 0;
     for (size_t i = 0; i < c->n_pieces; i++)
         total += c->pieces[i].n;
@@ -225,7 +228,10 @@ static int ckpt_snapshot(train_ckpt *c) {
     if (c->arena == NULL) return BT_ENOMEM;
     float *at = c->arena;
     for (size_t i = 0; i < c->n_pieces; i++) {
-        memcpy(at, c->pieces[i].data, c->pieces[i].n * sizeof(float));
+        if (c->pieces[i].device)
+            be->to_host(be, at, c->pieces[i].data, c->pieces[i].n * sizeof(float));
+        else
+            memcpy(at, c->pieces[i].data, c->pieces[i].n * sizeof(float));
         c->pieces[i].data = at;
         at += c->pieces[i].n;
     }
@@ -270,12 +276,15 @@ int train_ckpt_save(train_ckpt *c, trainer *t, int final, bt_diag *diag) {
     rc = rc ? rc : ckpt_collect(c, t);
     if (rc != 0) return rc;
     ckpt_header(c, t, final);
-    if (c->async && (rc = ckpt_snapshot(c)) == 0) {
+    int copy = c->async || !t->be.host_memory;
+    if (copy && (rc = ckpt_snapshot(c, &t->be)) == 0 && c->async) {
         c->status = 0;
         rc = pthread_create(&c->thread, NULL, ckpt_thread, c) == 0 ? 0 : BT_EINTERNAL;
         c->busy = rc == 0;
     } else if (rc == 0) {
         rc = ckpt_write(c);
+        free(c->arena); /* a device's host copy, if any */
+        c->arena = NULL;
         if (rc != 0) bt_diag_set(diag, "checkpoint %s: %s", c->name, c->diag.msg);
     }
     c->stall_s = bt_clock_now() - t0;

@@ -47,6 +47,24 @@ static float *load_params_dest(trainer *t, const model_tensor *mt, ckpt_box *box
     return t->zero.params + at;
 }
 
+/* ckpt_read_box into the trainer's memory: directly into host memory, or through a host
+ * buffer into a device's. */
+static int load_box(trainer *t, const char *dir, const Baton__Manifest *m,
+                    const Baton__TensorEntry *e, const ckpt_box *box, float *out, bt_diag *diag) {
+    if (t->be.host_memory) return ckpt_read_box(dir, m, e, box, out, diag);
+    uint64_t n = ckpt_box_count(box);
+    float *host = malloc((n ? n : 1) * sizeof *host);
+    if (host == NULL) {
+        bt_diag_set(diag, "%s: out of memory for %s (%llu floats)", dir, e->key,
+                    (unsigned long long)n);
+        return BT_ENOMEM;
+    }
+    int rc = ckpt_read_box(dir, m, e, box, host, diag);
+    if (rc == 0) t->be.from_host(&t->be, out, host, n * sizeof *host);
+    free(host);
+    return rc;
+}
+
 int train_ckpt_load_params(trainer *t, const char *dir, const Baton__Manifest *m, bt_diag *diag) {
     for (int i = 0; i < model_n_tensors(&t->m); i++) {
         model_tensor mt;
@@ -58,7 +76,7 @@ int train_ckpt_load_params(trainer *t, const char *dir, const Baton__Manifest *m
         train_ckpt_tensor_box(&mt, &nd, gs, &b);
         float *out = load_params_dest(t, &mt, &b);
         if (e != NULL && out == NULL) continue;
-        int rc = e ? ckpt_read_box(dir, m, e, &b, out, diag) : BT_EINVAL;
+        int rc = e ? load_box(t, dir, m, e, &b, out, diag) : BT_EINVAL;
         if (rc != 0) return rc;
     }
     return 0;
@@ -82,7 +100,7 @@ static int load_moments(trainer *t, const char *dir, const Baton__Manifest *m, b
             snprintf(key, sizeof key, "%s%s", prefix[k], mt.name);
             const Baton__TensorEntry *e = load_entry(dir, m, key, &mt, diag);
             float *out = (k == 0 ? t->opt.m : t->opt.v) + at;
-            int rc = e ? ckpt_read_box(dir, m, e, &box, out, diag) : BT_EINVAL;
+            int rc = e ? load_box(t, dir, m, e, &box, out, diag) : BT_EINVAL;
             if (rc != 0) return rc;
         }
     }

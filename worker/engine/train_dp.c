@@ -24,10 +24,10 @@ static size_t dp_shard_segments(const optim_segment *segs, size_t n_segs, size_t
     return k;
 }
 
-int train_dp_init(train_dp *d, comm *group, int zero, size_t n_params, const optim_segment *segs,
-                  size_t n_segs, bt_diag *diag) {
+int train_dp_init(train_dp *d, backend *be, comm *group, int zero, size_t n_params,
+                  const optim_segment *segs, size_t n_segs, bt_diag *diag) {
     memset(d, 0, sizeof *d);
-    d->group = group, d->zero = zero, d->n_params = n_params;
+    d->be = be, d->group = group, d->zero = zero, d->n_params = n_params;
     d->rank = group ? comm_rank(group) : 0;
     d->size = group ? comm_size(group) : 1;
     d->replicas = d->size;
@@ -36,7 +36,7 @@ int train_dp_init(train_dp *d, comm *group, int zero, size_t n_params, const opt
     d->shard_begin = (size_t)d->rank * d->chunk;
     size_t end = d->shard_begin + d->chunk < n_params ? d->shard_begin + d->chunk : n_params;
     d->shard_n = end > d->shard_begin ? end - d->shard_begin : 0;
-    d->flat = calloc(d->chunk * (size_t)d->size, sizeof(float));
+    d->flat = be->alloc(be, d->chunk * (size_t)d->size * sizeof(float));
     d->segs = calloc(n_segs ? n_segs : 1, sizeof *d->segs);
     if (d->flat == NULL || d->segs == NULL) {
         train_dp_free(d);
@@ -52,7 +52,7 @@ void train_dp_set_cp(train_dp *d, int cp) {
 }
 
 void train_dp_free(train_dp *d) {
-    free(d->flat);
+    if (d->flat) d->be->free(d->be, d->flat);
     free(d->segs);
     free(d->norm_segs);
     free(d->expert);
@@ -129,7 +129,7 @@ static int dp_reduce_ep(train_dp *d, float *grads, const optim_segment *segs, si
             return BT_EIO;
         }
     }
-    optim_grad_scale(grads, d->n_params, 1.0f / (float)d->replicas);
+    optim_grad_scale_on(d->be, grads, d->n_params, 1.0f / (float)d->replicas);
     return 0;
 }
 
@@ -138,7 +138,7 @@ static int dp_sumsq_ep(train_dp *d, const float *grads, const optim_segment *seg
                        double *sumsq, bt_diag *diag) {
     double dense = 0, expert = 0;
     for (size_t i = 0; i < n_segs; i++) {
-        double v = optim_segments_sumsq(grads, &segs[i], 1);
+        double v = optim_segments_sumsq_on(d->be, grads, &segs[i], 1);
         if (dp_is_expert(d, segs[i].offset))
             expert += v;
         else
@@ -175,13 +175,13 @@ static int dp_update_replicated(train_dp *d, float *params, float *grads, const 
     if (d->size > 1) {
         if (comm_allreduce(d->group, grads, grads, d->n_params, COMM_F32, COMM_SUM, NULL) != 0)
             return dp_fail(d, "gradient all-reduce", diag);
-        optim_grad_scale(grads, d->n_params, 1.0f / (float)d->replicas);
+        optim_grad_scale_on(d->be, grads, d->n_params, 1.0f / (float)d->replicas);
     }
     if (d->n_norm_groups == 0) {
         *norm = optim_adamw_step(o, params, grads, segs, n_segs, hp, lr);
         return 0;
     }
-    double sumsq = optim_segments_sumsq(grads, d->norm_segs, d->n_norm_segs);
+    double sumsq = optim_segments_sumsq_on(d->be, grads, d->norm_segs, d->n_norm_segs);
     int rc = dp_norm_over_group(d, &sumsq, diag);
     if (rc != 0) return rc;
     *norm = sqrt(sumsq);
@@ -193,23 +193,24 @@ static int dp_update_replicated(train_dp *d, float *params, float *grads, const 
 static int dp_update_sharded(train_dp *d, float *params, const float *grads, optim_adamw *o,
                              const optim_hparams *hp, double lr, double *norm, bt_diag *diag) {
     size_t total = d->chunk * (size_t)d->size;
-    memcpy(d->flat, grads, d->n_params * sizeof(float));
-    memset(d->flat + d->n_params, 0, (total - d->n_params) * sizeof(float));
+    d->be->copy(d->be, d->flat, grads, d->n_params);
+    d->be->zero(d->be, d->flat + d->n_params, total - d->n_params);
     float *shard = d->flat + d->shard_begin;
     if (comm_reduce_scatter(d->group, d->flat, shard, d->chunk, COMM_F32, COMM_SUM, NULL) != 0)
         return dp_fail(d, "gradient reduce-scatter", diag);
-    optim_grad_scale(shard, d->chunk, 1.0f / (float)d->replicas);
-    double sumsq = d->n_norm_groups ? optim_segments_sumsq(shard, d->norm_segs, d->n_norm_segs)
-                                    : optim_segments_sumsq(shard, d->segs, d->n_segs);
+    optim_grad_scale_on(d->be, shard, d->chunk, 1.0f / (float)d->replicas);
+    double sumsq = d->n_norm_groups
+                       ? optim_segments_sumsq_on(d->be, shard, d->norm_segs, d->n_norm_segs)
+                       : optim_segments_sumsq_on(d->be, shard, d->segs, d->n_segs);
     if (comm_allreduce(d->group, &sumsq, &sumsq, 1, COMM_F64, COMM_SUM, NULL) != 0)
         return dp_fail(d, "grad-norm all-reduce", diag);
     if (d->n_norm_groups && dp_norm_over_group(d, &sumsq, diag) != 0) return BT_EIO;
     *norm = sqrt(sumsq);
     optim_adamw_step_norm(o, params + d->shard_begin, shard, d->segs, d->n_segs, hp, lr, *norm);
-    memcpy(shard, params + d->shard_begin, d->shard_n * sizeof(float));
+    d->be->copy(d->be, shard, params + d->shard_begin, d->shard_n);
     if (comm_allgather(d->group, shard, d->flat, d->chunk, COMM_F32, NULL) != 0)
         return dp_fail(d, "parameter all-gather", diag);
-    memcpy(params, d->flat, d->n_params * sizeof(float));
+    d->be->copy(d->be, params, d->flat, d->n_params);
     return 0;
 }
 

@@ -21,6 +21,7 @@
 #include "optim.h"
 
 typedef struct train_dp {
+    backend *be; /* whose memory params, grads and the flat buffer are (the model's) */
     comm *group; /* NULL: one data-parallel rank */
     int rank, size, zero;
     int replicas;        /* copies of the model in the group: the gradient sum is divided by it.
@@ -46,11 +47,11 @@ typedef struct train_dp {
     size_t n_expert;
 } train_dp;
 
-/* Sets up for params of n_params floats cut into the given segments; allocates the
- * padded flat buffer and the shard's segments when zero >= 1. The optimizer state the
- * caller must allocate is train_dp_optim_floats(). */
-int train_dp_init(train_dp *d, comm *group, int zero, size_t n_params, const optim_segment *segs,
-                  size_t n_segs, bt_diag *diag);
+/* Sets up for params of n_params floats (be's memory) cut into the given segments;
+ * allocates the padded flat buffer (be's memory) and the shard's segments when zero >= 1.
+ * The optimizer state the caller must allocate is train_dp_optim_floats(), on be. */
+int train_dp_init(train_dp *d, backend *be, comm *group, int zero, size_t n_params,
+                  const optim_segment *segs, size_t n_segs, bt_diag *diag);
 void train_dp_free(train_dp *d);
 /* Expert parallelism: segs (of n) are the routed experts' tensors; ep and edp the groups
  * (edp NULL when every holder of an expert is in the ep group: dp x cp = ep). zero 0 only.

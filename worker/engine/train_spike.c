@@ -24,15 +24,15 @@ static void spike_fault_setup(train_spike *s, const Baton__StageSpec *spec) {
         s->fault_from = s->fault_to = 0;
 }
 
-int train_spike_init(train_spike *s, double z, size_t n_params, size_t n_opt,
+int train_spike_init(train_spike *s, backend *be, double z, size_t n_params, size_t n_opt,
                      const Baton__StageSpec *spec) {
     memset(s, 0, sizeof *s);
     spike_fault_setup(s, spec);
     if (!(z > 0) || !isfinite(z)) return 0;
-    s->z = z, s->n_params = n_params, s->n_opt = n_opt;
-    s->params = malloc((n_params ? n_params : 1) * sizeof(float));
-    s->m = malloc((n_opt ? n_opt : 1) * sizeof(float));
-    s->v = malloc((n_opt ? n_opt : 1) * sizeof(float));
+    s->be = be, s->z = z, s->n_params = n_params, s->n_opt = n_opt;
+    s->params = be->alloc(be, (n_params ? n_params : 1) * sizeof(float));
+    s->m = be->alloc(be, (n_opt ? n_opt : 1) * sizeof(float));
+    s->v = be->alloc(be, (n_opt ? n_opt : 1) * sizeof(float));
     if (s->params == NULL || s->m == NULL || s->v == NULL) {
         train_spike_free(s);
         return BT_ENOMEM;
@@ -41,9 +41,9 @@ int train_spike_init(train_spike *s, double z, size_t n_params, size_t n_opt,
 }
 
 void train_spike_free(train_spike *s) {
-    free(s->params);
-    free(s->m);
-    free(s->v);
+    float *dev[3] = {s->params, s->m, s->v};
+    for (int i = 0; i < 3; i++)
+        if (dev[i] != NULL) s->be->free(s->be, dev[i]);
     memset(s, 0, sizeof *s);
 }
 
@@ -52,16 +52,16 @@ int train_spike_armed(const train_spike *s) {
 }
 
 void train_spike_save(train_spike *s, const float *params, const optim_adamw *o) {
-    memcpy(s->params, params, s->n_params * sizeof(float));
-    memcpy(s->m, o->m, s->n_opt * sizeof(float));
-    memcpy(s->v, o->v, s->n_opt * sizeof(float));
+    s->be->copy(s->be, s->params, params, s->n_params);
+    s->be->copy(s->be, s->m, o->m, s->n_opt);
+    s->be->copy(s->be, s->v, o->v, s->n_opt);
     s->opt_step = o->step;
 }
 
 void train_spike_restore(const train_spike *s, float *params, optim_adamw *o) {
-    memcpy(params, s->params, s->n_params * sizeof(float));
-    memcpy(o->m, s->m, s->n_opt * sizeof(float));
-    memcpy(o->v, s->v, s->n_opt * sizeof(float));
+    s->be->copy(s->be, params, s->params, s->n_params);
+    s->be->copy(s->be, o->m, s->m, s->n_opt);
+    s->be->copy(s->be, o->v, s->v, s->n_opt);
     o->step = s->opt_step;
 }
 

@@ -46,7 +46,9 @@ typedef struct train_spike {
     uint32_t run;
     uint64_t run_first_step, run_last_step;    /* 1-based optimizer steps */
     uint64_t run_first_sample, run_end_sample; /* logical global samples [first, end) */
-    /* The snapshot taken before an armed step. */
+    /* The snapshot taken before an armed step, in the backend's memory (a device copy: one
+     * more set of parameters and moments on the GPU, no host transfer per step). */
+    backend *be;
     float *params, *m, *v;
     size_t n_params, n_opt;
     uint64_t opt_step;
@@ -55,9 +57,9 @@ typedef struct train_spike {
 } train_spike;
 
 /* Sets up the guard for z (0: off: nothing is allocated) over n_params parameters and
- * n_opt floats of optimizer state, reading the fault hook's variables for spec's attempt.
- * Returns 0 or BT_ENOMEM. */
-int train_spike_init(train_spike *s, double z, size_t n_params, size_t n_opt,
+ * n_opt floats of optimizer state (be's memory), reading the fault hook's variables for
+ * spec's attempt. Returns 0 or BT_ENOMEM. */
+int train_spike_init(train_spike *s, backend *be, double z, size_t n_params, size_t n_opt,
                      const Baton__StageSpec *spec);
 void train_spike_free(train_spike *s);
 

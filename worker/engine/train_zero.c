@@ -66,8 +66,7 @@ static int zero_reduce(void *ctx, int u, float *buf) {
     if (comm_reduce_scatter(z->group, buf, mine, t->chunk, COMM_F32, COMM_SUM, NULL) != 0)
         return BT_EIO;
     float *acc = z->grads + t->base;
-    for (size_t i = 0; i < t->chunk; i++)
-        acc[i] += mine[i];
+    z->be->add(z->be, acc, acc, mine, t->chunk);
     return 0;
 }
 
@@ -86,12 +85,16 @@ int train_zero_set_norm(train_zero *z, const optim_segment *segs, size_t n) {
     return 0;
 }
 
+static float *zero_alloc_floats(train_zero *z, size_t n) {
+    return z->be->alloc(z->be, (n ? n : 1) * sizeof(float));
+}
+
 static int zero_buffers(train_zero *z, model *m, bt_diag *diag) {
-    z->grads = calloc(z->n ? z->n : 1, sizeof(float));
+    z->grads = zero_alloc_floats(z, z->n);
     if (z->level == 3)
-        z->params = calloc(z->n ? z->n : 1, sizeof(float));
+        z->params = zero_alloc_floats(z, z->n);
     else
-        z->pad = calloc(z->cap ? z->cap : 1, sizeof(float));
+        z->pad = zero_alloc_floats(z, z->cap);
     if (z->grads == NULL || (z->params == NULL && z->pad == NULL)) {
         bt_diag_set(diag, "ZeRO-%d: out of memory for the shards (%zu floats)", z->level, z->n);
         return BT_ENOMEM;
@@ -106,7 +109,7 @@ int train_zero_init(train_zero *z, int level, comm *group, model *m, const optim
     memset(z, 0, sizeof *z);
     z->size = group ? comm_size(group) : 1;
     if (level < 2 || z->size == 1) return 0;
-    z->level = level, z->group = group, z->rank = comm_rank(group);
+    z->level = level, z->be = m->be, z->group = group, z->rank = comm_rank(group);
     z->n_units = model_n_units(m);
     if (zero_alloc(z, n_segs) != 0) {
         train_zero_free(z);
@@ -122,9 +125,9 @@ int train_zero_init(train_zero *z, int level, comm *group, model *m, const optim
 
 void train_zero_free(train_zero *z) {
     free(z->units);
-    free(z->grads);
-    free(z->params);
-    free(z->pad);
+    float *dev[3] = {z->grads, z->params, z->pad};
+    for (int i = 0; i < 3; i++)
+        if (dev[i] != NULL) z->be->free(z->be, dev[i]);
     free(z->segs);
     free(z->seg_unit);
     free(z->norm_segs);
@@ -137,14 +140,13 @@ int train_zero_init_weights(train_zero *z, model *m, uint64_t seed) {
         model_zero_place(m, u);
         int rc = model_init_weights(m, seed);
         if (rc != 0) return rc;
-        memcpy(z->params + t->base, m->zw->params + (size_t)z->rank * t->chunk,
-               t->len * sizeof(float));
+        z->be->copy(z->be, z->params + t->base, m->zw->params + (size_t)z->rank * t->chunk, t->len);
     }
     return 0;
 }
 
 void train_zero_begin_step(train_zero *z, model *m) {
-    memset(z->grads, 0, z->n * sizeof(float));
+    z->be->zero(z->be, z->grads, z->n);
     model_zero_grad(m);
 }
 
@@ -153,8 +155,8 @@ int train_zero_after_backward(train_zero *z, model *m, bt_diag *diag) {
     if (z->level == 3) return m->comm_err ? zero_fail(z, "gradient reduce-scatter", diag) : 0;
     for (int u = 0; u < z->n_units; u++) {
         const train_zero_unit *t = &z->units[u];
-        memcpy(z->pad, m->grads_mem + t->offset, t->n * sizeof(float));
-        memset(z->pad + t->n, 0, (t->chunk * (size_t)z->size - t->n) * sizeof(float));
+        z->be->copy(z->be, z->pad, m->grads_mem + t->offset, t->n);
+        z->be->zero(z->be, z->pad + t->n, t->chunk * (size_t)z->size - t->n);
         if (zero_reduce(z, u, z->pad) != 0) return zero_fail(z, "gradient reduce-scatter", diag);
     }
     model_zero_grad(m);
@@ -173,12 +175,12 @@ static int zero_gather_params(train_zero *z, model *m, bt_diag *diag) {
     for (int u = 0; u < z->n_units; u++) {
         const train_zero_unit *t = &z->units[u];
         float *whole = m->params_mem + t->offset;
-        memcpy(z->pad + (size_t)z->rank * t->chunk, whole + (size_t)z->rank * t->chunk,
-               t->len * sizeof(float));
+        z->be->copy(z->be, z->pad + (size_t)z->rank * t->chunk, whole + (size_t)z->rank * t->chunk,
+                    t->len);
         if (comm_allgather(z->group, z->pad + (size_t)z->rank * t->chunk, z->pad, t->chunk,
                            COMM_F32, NULL) != 0)
             return zero_fail(z, "parameter all-gather", diag);
-        memcpy(whole, z->pad, t->n * sizeof(float));
+        z->be->copy(z->be, whole, z->pad, t->n);
     }
     return 0;
 }
@@ -186,21 +188,23 @@ static int zero_gather_params(train_zero *z, model *m, bt_diag *diag) {
 /* Clipping and AdamW over the rank's segments, as optim_adamw_step_norm does. */
 static void zero_adamw(train_zero *z, model *m, optim_adamw *o, const optim_hparams *hp, double lr,
                        double norm) {
-    float coef = (float)optim_clip_coef(norm, hp->grad_clip);
     o->step++;
-    for (size_t s = 0; s < z->n_segs; s++) {
-        size_t off = z->segs[s].offset, n = z->segs[s].n;
-        if (coef != 1.0f) optim_grad_scale(z->grads + off, n, coef);
-        optim_adamw_update(zero_param_at(z, m, s), z->grads + off, o->m + off, o->v + off, n, hp,
-                           lr, o->step, z->segs[s].decay);
+    backend_adamw a;
+    optim_adamw_args(&a, hp, lr, o->step, (float)optim_clip_coef(norm, hp->grad_clip));
+    for (size_t s = 0; s < z->n_segs; s++) { /* the parameters are not where the moments are */
+        size_t off = z->segs[s].offset;
+        backend_seg one = {.offset = 0, .n = z->segs[s].n, .decay = z->segs[s].decay};
+        z->be->adamw(z->be, zero_param_at(z, m, s), z->grads + off, o->m + off, o->v + off, &one, 1,
+                     &a);
     }
 }
 
 int train_zero_update(train_zero *z, train_dp *d, model *m, optim_adamw *o, const optim_hparams *hp,
                       double lr, double *norm, bt_diag *diag) {
-    optim_grad_scale(z->grads, z->n, 1.0f / (float)d->replicas);
-    double sumsq = d->n_norm_groups ? optim_segments_sumsq(z->grads, z->norm_segs, z->n_norm_segs)
-                                    : optim_segments_sumsq(z->grads, z->segs, z->n_segs);
+    optim_grad_scale_on(z->be, z->grads, z->n, 1.0f / (float)d->replicas);
+    double sumsq = d->n_norm_groups
+                       ? optim_segments_sumsq_on(z->be, z->grads, z->norm_segs, z->n_norm_segs)
+                       : optim_segments_sumsq_on(z->be, z->grads, z->segs, z->n_segs);
     if (comm_allreduce(z->group, &sumsq, &sumsq, 1, COMM_F64, COMM_SUM, NULL) != 0)
         return zero_fail(z, "grad-norm all-reduce", diag);
     int rc = train_dp_norm_add(d, &sumsq, diag);

@@ -43,7 +43,8 @@ typedef struct train_zero_unit {
 } train_zero_unit;
 
 typedef struct train_zero {
-    int level; /* 2 or 3; 0: off (zero < 2, or one data-parallel rank) */
+    int level;   /* 2 or 3; 0: off (zero < 2, or one data-parallel rank) */
+    backend *be; /* the model's: grads, params and pad are its memory */
     comm *group;
     int rank, size;
     train_zero_unit *units;

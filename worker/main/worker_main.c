@@ -19,6 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef BATON_HAVE_CUDA
+#include "cuda_backend.h"
+#endif
 #include "model_zero.h"
 #include "train.h"
 #include "util/clock.h"
@@ -475,7 +478,8 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
                            .cp = w->cp,
                            .dpcp = w->dpcp,
                            .ep = w->ep,
-                           .edp = w->edp};
+                           .edp = w->edp,
+                           .local_rank = w->info.local_rank};
     rc = rc ? rc : train_init(&t, spec, &groups, diag);
     *setup_rc = rc;
     if (rc != 0) return rc;
@@ -508,6 +512,9 @@ static int worker_exit_status(int rc, int setup_rc, int stopped, int rollback) {
 }
 
 int main(int argc, char **argv) {
+#ifdef BATON_HAVE_CUDA
+    cuda_backend_register(); /* cluster.device: cuda (backend_select.h) */
+#endif
     worker_args a = {0};
     int prc = worker_parse(argc, argv, &a);
     if (prc != 0) return prc > 0 ? 0 : 2;
@@ -518,8 +525,10 @@ int main(int argc, char **argv) {
     int rc = spec ? 0 : BT_EINVAL, setup_rc = rc, rollback = 0;
     if (spec != NULL && a.single_process)
         worker_single_process(spec);
-    else if (spec != NULL)
-        setup_rc = rc = worker_ranks_join(&w, a.comm_timeout_s, &diag);
+    else if (spec != NULL) {
+        int use_nccl = spec->cluster && spec->cluster->device == BATON__CLUSTER__DEVICE__CUDA;
+        setup_rc = rc = worker_ranks_join(&w, a.comm_timeout_s, use_nccl, &diag);
+    }
     worker_control ctl = {.client.fd = -1};
     worker_pacer_init(&ctl.pacer, &ctl.client); /* worker_control_start starts afresh */
     if (rc == 0) {

@@ -13,6 +13,34 @@
 #include "util/buf.h"
 #include "util/kv_wire.h"
 
+/* The NCCL world (comm_nccl.c), or, in a baton-worker built without NCCL, the error
+ * that says so. The choice is made at build time: worker/CMakeLists.txt defines
+ * BATON_HAVE_NCCL when it links baton_comm_nccl. */
+#ifdef BATON_HAVE_NCCL
+#include "comm_nccl.h"
+
+static int ranks_nccl_init(worker_ranks *w, const comm_bootstrap *bs, bt_diag *diag) {
+    int n = 0;
+    int rc = comm_nccl_device_count(&n, diag);
+    if (rc != 0) {
+        if (bs->store.close) bs->store.close(bs->store.ctx);
+        return rc;
+    }
+    w->device = w->info.local_rank % n;
+    return comm_nccl_init(&w->world, bs, w->device, diag);
+}
+#else
+static int ranks_nccl_init(worker_ranks *w, const comm_bootstrap *bs, bt_diag *diag) {
+    (void)w;
+    if (bs->store.close) bs->store.close(bs->store.ctx);
+    bt_diag_set(diag, "cluster.device is cuda, but this baton-worker was built without NCCL "
+                      "(no CUDA toolkit and NCCL at build time, BATON_CUDA=OFF or the sanitizer "
+                      "build), so its ranks cannot communicate on GPUs; rebuild baton with the "
+                      "CUDA toolkit and NCCL installed, or set cluster.device: cpu");
+    return BT_EUNSUPPORTED;
+}
+#endif
+
 /* The rendezvous directory: BATON_JOB_DIR when the launcher gives one (it is private to
  * the job attempt and removed with it), else a directory named after the PMIx namespace
  * (fresh per attempt) under TMPDIR, which rank 0 removes at the end. */
@@ -32,8 +60,9 @@ static int ranks_store_dir(worker_ranks *w, char *dir, size_t cap, bt_diag *diag
     return 0;
 }
 
-int worker_ranks_join(worker_ranks *w, double timeout_s, bt_diag *diag) {
+int worker_ranks_join(worker_ranks *w, double timeout_s, int use_nccl, bt_diag *diag) {
     memset(w, 0, sizeof *w);
+    w->device = -1;
     if (getenv("PMIX_RANK") == NULL && getenv("PMIX_NAMESPACE") == NULL)
         return 0; /* started by hand: one process */
     int rc = boot_init(&w->info, diag);
@@ -55,7 +84,7 @@ int worker_ranks_join(worker_ranks *w, double timeout_s, bt_diag *diag) {
         bs.store_dir = dir;
     }
     if (rc != 0) return rc;
-    return comm_gloo_init(&w->world, &bs, diag);
+    return use_nccl ? ranks_nccl_init(w, &bs, diag) : comm_gloo_init(&w->world, &bs, diag);
 }
 
 /* The group along dim containing this rank: NULL when of size 1, the world when it spans
@@ -162,6 +191,7 @@ void worker_ranks_leave(worker_ranks *w) {
     if (w->under_pmix) boot_finalize(NULL);
     if (w->store[0] != '\0') ranks_remove_store(w->store);
     memset(w, 0, sizeof *w);
+    w->device = -1;
 }
 
 int worker_ranks_check_topology(const worker_ranks *w, bt_diag *diag) {

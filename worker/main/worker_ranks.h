@@ -1,6 +1,7 @@
 /* How a worker joins its job: under a PMIx launcher (baton launch, srun --mpi=pmix,
- * mpirun) it learns its rank from PMIx and connects the world group over Gloo; started
- * by hand it is rank 0 of 1. */
+ * mpirun) it learns its rank from PMIx and connects the world group, over NCCL when the
+ * stage runs on CUDA devices and over Gloo otherwise; started by hand it is rank 0 of
+ * 1. */
 #ifndef BATON_WORKER_RANKS_H
 #define BATON_WORKER_RANKS_H
 
@@ -20,10 +21,15 @@ typedef struct worker_ranks {
     comm *ep, *edp;             /* expert-parallel and expert-data-parallel groups; NULL: ep is 1 */
     int own_cp, own_dpcp, own_ep, own_edp;
     char store[512]; /* rendezvous directory this worker created, to remove; "" if none */
+    int device;      /* CUDA device of the NCCL world; -1 when there is none */
 } worker_ranks;
 
-/* Joins the job. timeout_s bounds the rendezvous and every collective. */
-int worker_ranks_join(worker_ranks *w, double timeout_s, bt_diag *diag);
+/* Joins the job. timeout_s bounds the rendezvous and every collective. use_nccl (the
+ * stage's cluster.device is cuda): the world is an NCCL group on CUDA device
+ * local_rank % (devices on this node), else a Gloo group. BT_EUNSUPPORTED when NCCL is
+ * wanted and this baton-worker was built without it (BATON_HAVE_NCCL unset). One
+ * process (started by hand, or a world of 1) has no world group whatever use_nccl. */
+int worker_ranks_join(worker_ranks *w, double timeout_s, int use_nccl, bt_diag *diag);
 /* This rank's tp, dp and pp groups for the layout p (stages/layout.h, p->order), split
  * from the world: every rank calls it, and splits the same lists in the same order (tp,
  * dp, pp, then cp and, when cp > 1, the dp x cp block, cp fastest; a pp group's rank is

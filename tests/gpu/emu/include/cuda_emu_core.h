@@ -175,11 +175,22 @@ template <class T> inline T __shfl_xor_sync(unsigned m, T v, int o) {
 inline float __fmaf_rn(float a, float b, float c) {
     return fmaf(a, b, c);
 }
+/* The round-to-nearest intrinsics: one IEEE single-precision operation each (the build
+ * has -ffp-contract=off, so none of them fuses with its neighbours). */
 inline float __fmul_rn(float a, float b) {
     return a * b;
 }
+inline float __fadd_rn(float a, float b) {
+    return a + b;
+}
 inline float __fsub_rn(float a, float b) {
     return a - b;
+}
+inline float __fdiv_rn(float a, float b) {
+    return a / b;
+}
+inline float __fsqrt_rn(float a) {
+    return std::sqrt(a);
 }
 inline unsigned __float_as_uint(float f) {
     unsigned u;

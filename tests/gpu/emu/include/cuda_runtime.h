@@ -12,7 +12,8 @@ enum cudaMemcpyKind {
     cudaMemcpyDeviceToDevice,
     cudaMemcpyDefault
 };
-#define cudaStreamNonBlocking 1u
+#define cudaStreamNonBlocking  1u
+#define cudaEventDisableTiming 2u
 inline const char *cudaGetErrorString(cudaError_t) {
     return "emulated CUDA error";
 }
@@ -34,6 +35,21 @@ inline cudaError_t cudaStreamDestroy(cudaStream_t) {
     return 0;
 }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) {
+    return 0;
+}
+/* Events: every call runs to completion before it returns, so a recorded event has
+ * always completed. */
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
+    *e = (void *)1;
+    return 0;
+}
+inline cudaError_t cudaEventDestroy(cudaEvent_t) {
+    return 0;
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = 0) {
+    return 0;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) {
     return 0;
 }
 inline cudaError_t cudaMalloc(void **p, size_t n) {

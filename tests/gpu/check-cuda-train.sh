@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Training on the CUDA backend against the CPU engine, through the real worker
+# (train.c, the fused AdamW, checkpoints from device memory): each stage of
+# cuda-train.yaml runs as `baton-worker --single-process` with cluster.device cpu and
+# with cluster.device cuda, from the same seed and data.
+#  - fp32: every step's loss within 1e-4 relative, final parameters within 1e-4 of the
+#    largest (only float32 summation orders differ);
+#  - bf16 and fp8: the first step's loss within 1e-3, every step's within 1e-2, final
+#    parameters within 2e-2 (the CPU rounds GEMM inputs exactly as the GPU does, but an
+#    accumulation-order difference can flip one input's rounding downstream);
+#  - determinism: the bf16 stage run twice on the GPU gives the same losses and
+#    parameters bit for bit;
+#  - checkpoints: the bf16 stage stopped after 4 steps (checkpoint saved from device
+#    memory) and resumed (loaded into device memory) ends bit-equal to the run without a
+#    stop.
+#   check-cuda-train.sh BATON BATON_WORKER SOURCE_DIR [CUDA_WORKER]
+# CUDA_WORKER (default BATON_WORKER) runs the cuda side; a worker built without CUDA or a
+# machine without a GPU makes the test print SKIPPED and exit 77. The emulated worker
+# (tests/gpu: baton-worker-emulated) runs the kernels on the CPU emulation instead; it
+# is slow (minutes per step), so BATON_CUDA_TRAIN_QUICK=1 shrinks the check to 2 steps of
+# 2 x 16 tokens, the fp32 and bf16 stages and a stop after step 1 (no determinism rerun).
+set -euo pipefail
+baton=$1 worker=$2 src=$3 gpu_worker=${4:-$2}
+work=$(mktemp -d /tmp/baton-test-cuda-train.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+text=/usr/share/games/fortunes
+if [[ ! -r $text ]]; then # a GPU machine without the fortune package: the repo's prose
+  text=$work/text
+  cat "$src"/*.md "$src"/bench/*.md | awk 'NF == 0 { print "%"; next } { print }' >"$text"
+fi
+"$baton" data prepare --input "$text" --split-on-percent --output data/fortunes >/dev/null
+steps=8 stop=4 stages="fp32 bf16 fp8" shrink=()
+if [[ -n "${BATON_CUDA_TRAIN_QUICK:-}" ]]; then
+  steps=2 stop=1 stages="fp32 bf16"
+  shrink=(-e 's/steps: 8/steps: 2/; s/seq_len: 64/seq_len: 16/; s/global_batch: 4/global_batch: 2/'
+          -e 's/micro_batch: 2/micro_batch: 1/')
+fi
+sed "${shrink[@]}" -e 's/device: cpu/device: cuda/' "$src/tests/gpu/cuda-train.yaml" >cuda.yaml
+sed "${shrink[@]}" -e '' "$src/tests/gpu/cuda-train.yaml" >cpu.yaml
+failures=0
+
+losses() { sed -En 's/^step +([0-9]+)\/[0-9]+  loss ([0-9.]+).*/\1 \2/p' "$1"; }
+
+run() { # NAME DEVICE STAGE [worker options]
+  local name=$1 dev=$2 stage=$3 w=$worker
+  shift 3
+  [[ $dev == cuda ]] && w=$gpu_worker
+  "$baton" spec "$dev.yaml" --stage "$stage" --out "$name.pb"
+  "$w" --spec "$name.pb" --single-process --eval-windows 0 "$@" >"$name.log" 2>&1
+}
+
+# The GPU side first: no device, or no CUDA in this worker, is a skip.
+if ! run probe cuda fp32 --steps 1; then
+  reason=$(grep -Eo "no CUDA device.*|built without the CUDA backend.*" probe.log | head -n 1 || true)
+  if [[ -n "$reason" ]]; then
+    echo "SKIPPED: $reason"
+    exit 77
+  fi
+  echo "FAIL: the CUDA worker failed:"
+  cat probe.log
+  exit 1
+fi
+
+compare() { # STAGE STEP1_TOL STEP_TOL PARAM_TOL
+  local s=$1
+  run "$s.cpu" cpu "$s" --dump-params "$s.cpu.params"
+  run "$s.gpu" cuda "$s" --dump-params "$s.gpu.params"
+  paste <(losses "$s.cpu.log") <(losses "$s.gpu.log") | awk -v s="$s" -v t1="$2" -v t="$3" -v steps=$steps '
+    { n++; d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > worst) worst = r
+      lim = $1 == 1 ? t1 : t
+      if ($1 != $3 || r > lim) { printf "%s: step %s loss %s on the GPU vs %s\n", s, $1, $4, $2; bad = 1 } }
+    END { if (n != steps) { print s ": " n " steps"; bad = 1 }
+          printf "%s: %d steps, GPU vs CPU losses max relative difference %.3g\n", s, n, worst
+          exit bad }' || failures=$((failures + 1))
+  /usr/bin/python3 - "$s.cpu.params" "$s.gpu.params" "$s" "$4" <<'PY' || failures=$((failures + 1))
+import sys
+import numpy as np
+ref, got = (np.fromfile(p, dtype="<f4").astype(np.float64) for p in sys.argv[1:3])
+rel = np.abs(ref - got).max() / np.abs(ref).max() if ref.size == got.size else float("inf")
+print(f"{sys.argv[3]}: final parameters ({got.size} of {ref.size}) GPU vs CPU max relative difference {rel:.3g}")
+sys.exit(0 if rel <= float(sys.argv[4]) else 1)
+PY
+}
+
+for s in $stages; do
+  case $s in
+    fp32) compare fp32 1e-4 1e-4 1e-4 ;;
+    *) compare "$s" 1e-3 1e-2 2e-2 ;;
+  esac
+done
+
+# Determinism: the same GPU run again.
+if [[ -z "${BATON_CUDA_TRAIN_QUICK:-}" ]]; then
+  run bf16.again cuda bf16 --dump-params bf16.again.params
+  if cmp -s <(losses bf16.gpu.log) <(losses bf16.again.log) &&
+    cmp -s bf16.gpu.params bf16.again.params; then
+    echo "bf16: two GPU runs are bit-equal (losses and parameters)"
+  else
+    echo "FAIL: two GPU runs of the bf16 stage differ"
+    failures=$((failures + 1))
+  fi
+fi
+
+# Checkpoint from device memory and back: stop after $stop steps, resume.
+run bf16.first cuda bf16 --steps $stop --run-dir ckrun
+run bf16.resumed cuda bf16 --init ckrun --run-dir ckrun --dump-params bf16.resumed.params
+if cmp -s <(losses bf16.gpu.log | tail -n $((steps - stop))) <(losses bf16.resumed.log) &&
+  cmp -s bf16.gpu.params bf16.resumed.params; then
+  echo "bf16: stopped after $stop steps and resumed on the GPU: bit-equal to the uninterrupted run"
+else
+  echo "FAIL: the resumed GPU run differs from the uninterrupted one"
+  diff <(losses bf16.gpu.log) <(losses bf16.resumed.log) || true
+  failures=$((failures + 1))
+fi
+
+[[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
+echo "the CUDA engine reproduces the CPU engine"
