@@ -103,12 +103,14 @@ float train_spike_fault_scale(const train_spike *s, uint64_t step) {
 }
 
 uint64_t train_spike_map_sample(const Baton__StageSpec *spec, uint64_t g) {
-    /* Windows are in the logical indices the trainer computes: skipping one shifts every
-     * later sample by its length, so nothing is read twice and nothing else is lost. */
-    uint64_t shift = 0;
-    for (size_t i = 0; i < spec->n_skip_samples; i++) {
+    /* Window k is in the logical indices of the mapping made by windows 0..k-1 (the
+     * trainer reported it while those were in force): skipping it shifts every later
+     * logical sample by its length, then the earlier windows map the result. So the newest
+     * window applies first; nothing is read twice and nothing else is lost, also when a
+     * window lies before an earlier one. */
+    for (size_t i = spec->n_skip_samples; i-- > 0;) {
         const Baton__SkipRange *r = spec->skip_samples[i];
-        if (r->to > r->from && g >= r->from) shift += r->to - r->from;
+        if (r->to > r->from && g >= r->from) g += r->to - r->from;
     }
-    return g + shift;
+    return g;
 }

@@ -10,8 +10,8 @@
  *
  * train_dp_update applies the update as soon as it has the norm, so the guard snapshots
  * the weights and this rank's moments before each armed step and restores them on a
- * spike: host memory of one more copy of the parameters and of the optimizer state,
- * allocated at init only when the guard is on.
+ * spike: backend memory (device memory on a GPU) of one more copy of the parameters and of the
+ * optimizer state, allocated at init only when the guard is on.
  *
  * TRAIN_SPIKE_ROLLBACK_AFTER spikes in a row mean the damage is in the data or already in
  * the weights: the worker stops without saving and exits WORKER_EXIT_ROLLBACK, naming the
@@ -80,9 +80,11 @@ uint32_t train_spike_note(train_spike *s, uint64_t step, uint64_t first, uint64_
 /* The loss-scale multiplier of the fault hook for 1-based step `step` (1 normally). */
 float train_spike_fault_scale(const train_spike *s, uint64_t step);
 
-/* The sample actually read for logical global sample g: g plus the length of every
- * skip_samples window that starts at or before g, so a skipped window's samples are never
- * read and every later sample moves past it (none is read twice). */
+/* The sample actually read for logical global sample g. skip_samples are in the order the
+ * rollbacks recorded them, each in the logical indices of the windows before it; they
+ * apply newest first (g += a window's length when g is at or past its start), so a
+ * skipped window's samples are never read and every later sample moves past it (none is
+ * read twice), whatever the order of the windows. */
 uint64_t train_spike_map_sample(const Baton__StageSpec *spec, uint64_t g);
 
 #endif
