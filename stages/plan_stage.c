@@ -213,9 +213,6 @@ static void warn_cluster(plan_stage *ps) {
     if (ps->lay.world > gpus)
         warn(ps, "the layout needs %u ranks but the cluster has %llu (nodes %u x gpus_per_node %u)",
              ps->lay.world, (unsigned long long)gpus, sh->nodes, sh->gpus_per_node);
-    if (sh->zero > 1)
-        warn(ps, "parallel.zero %u planned as ZeRO-1 (optimizer state sharded, grads not)",
-             sh->zero);
     if (sh->intra_bw <= 0 || (sh->inter_bw <= 0 && ps->lay.world > sh->gpus_per_node))
         warn(ps, "cluster.links bandwidth not given: communication seconds count as 0");
     if (sh->peak_flops <= 0) warn(ps, "cluster.gpu.peak_tflops_bf16 not given: step time unknown");

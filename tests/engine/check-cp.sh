@@ -20,6 +20,8 @@ cp_case cp2 2 1 1 2 ring
 cp_case cp4 4 1 1 4 ring
 cp_case cp2-full 2 1 1 2 ring-full
 cp_case cp2-dp2-zero1 4 1 1 2 ring-zero1
+cp_case cp2-dp2-zero2 4 1 1 2 ring-zero2
+cp_case cp2-dp2-zero3 4 1 1 2 ring-zero3
 cp_case cp2-ulysses 2 1 1 2 ulysses
 cp_case cp2-ulysses-full 2 1 1 2 ulysses-full
 cp_case tp2-cp2 4 2 1 2 ring

@@ -31,14 +31,6 @@ static int train_check_layout(const Baton__StageSpec *spec, const train_groups *
                     s->name, p->ep, p->ep, ep);
         return BT_EINVAL;
     }
-    if (p->zero >= 2 && (cp > 1 || ep > 1)) {
-        bt_diag_set(diag,
-                    "stage \"%s\": parallel.zero %u with %s parallelism (%s %u) is not supported "
-                    "(ZeRO-2/3 run with cp 1 and ep 1; use zero 1 with cp, zero 0 with ep)",
-                    s->name, p->zero, cp > 1 ? "context" : "expert", cp > 1 ? "cp" : "ep",
-                    cp > 1 ? cp : ep);
-        return BT_EUNSUPPORTED;
-    }
     if (ep > 1 && p->zero != 0) {
         bt_diag_set(diag,
                     "stage \"%s\": expert parallelism runs with parallel.zero 0 in this worker "
