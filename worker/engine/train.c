@@ -185,7 +185,7 @@ static int train_backend_open(trainer *t, const train_groups *g, const model_con
      * the tp kv group, inherit it). */
     comm *groups[] = {g->tp, g->dp, g->pp, g->cp, g->dpcp, g->ep, g->edp};
     for (size_t i = 0; rc == 0 && t->be.stream && i < sizeof groups / sizeof *groups; i++)
-        if (groups[i] != NULL) comm_set_stream(groups[i], t->be.stream);
+        if ((t->on_stream[i] = groups[i]) != NULL) comm_set_stream(groups[i], t->be.stream);
     return rc;
 }
 
@@ -279,7 +279,6 @@ void train_free(trainer *t) {
     train_dp_free(&t->dp);
     train_zero_free(&t->zero);
     if (t->m.be != NULL) model_free(&t->m);
-    backend_close(&t->be, t->be_opened);
     train_tp_free(&t->tp);
     free(t->segs);
     free(t->tokens);
@@ -289,6 +288,9 @@ void train_free(trainer *t) {
     free(t->fp8_saved);
     free(t->fp8_history_saved);
     train_spike_free(&t->spike);
+    for (size_t i = 0; i < sizeof t->on_stream / sizeof *t->on_stream; i++)
+        if (t->on_stream[i] != NULL) comm_set_stream(t->on_stream[i], NULL); /* outlive it */
+    backend_close(&t->be, t->be_opened); /* last: the frees above may use it */
     memset(t, 0, sizeof *t);
 }
 

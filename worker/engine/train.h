@@ -71,7 +71,8 @@ typedef struct train_fp8 {
 typedef struct trainer {
     const Baton__StageSpec *spec; /* borrowed */
     backend be;
-    int be_opened; /* be needs backend_close (the CUDA backend) */
+    int be_opened;      /* be needs backend_close (the CUDA backend) */
+    comm *on_stream[7]; /* the groups put on be's stream (comm_set_stream), reset at free */
     model m;
     optim_hparams hp;
     optim_adamw opt;
