@@ -42,16 +42,19 @@ failures=0
 
 losses() { sed -En 's/^step +([0-9]+)\/[0-9]+  loss ([0-9.]+).*/\1 \2/p' "$1"; }
 
-run() { # NAME DEVICE STAGE [worker options]
+run() { # NAME DEVICE STAGE [worker options]; a failure shows the log's end
   local name=$1 dev=$2 stage=$3 w=$worker
   shift 3
   [[ $dev == cuda ]] && w=$gpu_worker
   "$baton" spec "$dev.yaml" --stage "$stage" --out "$name.pb"
-  "$w" --spec "$name.pb" --single-process --eval-windows 0 "$@" >"$name.log" 2>&1
+  "$w" --spec "$name.pb" --single-process --eval-windows 0 "$@" >"$name.log" 2>&1 && return 0
+  echo "FAIL: $name ($dev, stage $stage) exited $?; the end of its log:"
+  tail -n 30 "$name.log"
+  return 1
 }
 
 # The GPU side first: no device, or no CUDA in this worker, is a skip.
-if ! run probe cuda fp32 --steps 1; then
+if ! run probe cuda fp32 --steps 1 >/dev/null; then
   reason=$(grep -Eo "no CUDA device.*|built without the CUDA backend.*" probe.log | head -n 1 || true)
   if [[ -n "$reason" ]]; then
     echo "SKIPPED: $reason"
@@ -64,8 +67,8 @@ fi
 
 compare() { # STAGE STEP1_TOL STEP_TOL PARAM_TOL
   local s=$1
-  run "$s.cpu" cpu "$s" --dump-params "$s.cpu.params"
-  run "$s.gpu" cuda "$s" --dump-params "$s.gpu.params"
+  run "$s.cpu" cpu "$s" --dump-params "$s.cpu.params" &&
+    run "$s.gpu" cuda "$s" --dump-params "$s.gpu.params" || { failures=$((failures + 1)); return; }
   paste <(losses "$s.cpu.log") <(losses "$s.gpu.log") | awk -v s="$s" -v t1="$2" -v t="$3" -v steps=$steps '
     { n++; d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > worst) worst = r
       lim = $1 == 1 ? t1 : t
@@ -92,7 +95,7 @@ done
 
 # Determinism: the same GPU run again.
 if [[ -z "${BATON_CUDA_TRAIN_QUICK:-}" ]]; then
-  run bf16.again cuda bf16 --dump-params bf16.again.params
+  run bf16.again cuda bf16 --dump-params bf16.again.params || true
   if cmp -s <(losses bf16.gpu.log) <(losses bf16.again.log) &&
     cmp -s bf16.gpu.params bf16.again.params; then
     echo "bf16: two GPU runs are bit-equal (losses and parameters)"
@@ -103,15 +106,39 @@ if [[ -z "${BATON_CUDA_TRAIN_QUICK:-}" ]]; then
 fi
 
 # Checkpoint from device memory and back: stop after $stop steps, resume.
-run bf16.first cuda bf16 --steps $stop --run-dir ckrun
-run bf16.resumed cuda bf16 --init ckrun --run-dir ckrun --dump-params bf16.resumed.params
-if cmp -s <(losses bf16.gpu.log | tail -n $((steps - stop))) <(losses bf16.resumed.log) &&
+run bf16.first cuda bf16 --steps $stop --run-dir ckrun &&
+  run bf16.resumed cuda bf16 --init ckrun --run-dir ckrun --dump-params bf16.resumed.params || true
+if [[ -f bf16.resumed.params ]] && cmp -s <(losses bf16.gpu.log | tail -n $((steps - stop))) <(losses bf16.resumed.log) &&
   cmp -s bf16.gpu.params bf16.resumed.params; then
   echo "bf16: stopped after $stop steps and resumed on the GPU: bit-equal to the uninterrupted run"
 else
   echo "FAIL: the resumed GPU run differs from the uninterrupted one"
   diff <(losses bf16.gpu.log) <(losses bf16.resumed.log) || true
   failures=$((failures + 1))
+fi
+
+# Parallel layouts on the GPU (BATON_CUDA_TRAIN_LAYOUTS=1: needs a GPU per rank, or the
+# emulated worker, whose ranks connect over Gloo): the fp32 stage as dp2 with ZeRO-1, tp2
+# and pp2 under `baton launch -n 2` against the one-process CPU run, losses within 1e-4.
+layout() { # NAME PARALLEL
+  local name=$1
+  sed -E "s/gpus_per_node: 1/gpus_per_node: 2/; s/parallel: \{zero: 0\}/parallel: $2/" \
+    cuda.yaml >"$name.yaml"
+  "$baton" spec "$name.yaml" --stage fp32 --out "$name.pb"
+  timeout 3000 "$baton" launch -n 2 -- "$gpu_worker" --spec "$name.pb" --eval-windows 0 \
+    --comm-timeout 600 >"$name.log" 2>&1 || { echo "FAIL: $name"; tail -n 20 "$name.log"; return 1; }
+  paste <(losses fp32.cpu.log) <(sed 's/^\[0\] //' "$name.log" | losses /dev/stdin) |
+    awk -v s="$name" -v steps=$steps '
+      { n++; d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > worst) worst = r
+        if ($1 != $3 || r > 1e-4) { printf "%s: step %s loss %s vs %s\n", s, $1, $4, $2; bad = 1 } }
+      END { if (n != steps) { print s ": " n " steps"; bad = 1 }
+            printf "%s: %d steps on the GPU, losses vs the CPU max relative difference %.3g\n",
+                   s, n, worst; exit bad }'
+}
+if [[ -n "${BATON_CUDA_TRAIN_LAYOUTS:-}" ]]; then
+  layout dp2-zero1 "{dp: 2, zero: 1}" || failures=$((failures + 1))
+  layout tp2 "{tp: 2, zero: 0}" || failures=$((failures + 1))
+  layout pp2 "{pp: 2, zero: 0}" || failures=$((failures + 1))
 fi
 
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }

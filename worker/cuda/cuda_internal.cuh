@@ -55,6 +55,7 @@ typedef struct cuda_ctx {
     cuda_adamw_chunk *adamw_host; /* pinned (2 * CUDA_ADAMW_TABLE): two halves used in turn */
     cuda_adamw_chunk *adamw_dev;  /* device (2 * CUDA_ADAMW_TABLE) */
     cudaEvent_t adamw_copied[2];  /* recorded behind each half's last host-to-device copy */
+    int adamw_half;               /* the half the next batch fills (calls alternate too) */
     int err; /* first failure recorded since the last sync, a BT_ code; 0 none */
     char errmsg[512];
 } cuda_ctx;

@@ -88,7 +88,7 @@ void cuda_adamw(backend *be, float *param, float *grad, float *m, float *v, cons
     cuda_ctx *c = cuda_ctx_of(be);
     cuda_adamw_chunk *tab = NULL;
     unsigned n = 0;
-    int half = 0;
+    int half = c->adamw_half; /* not the half the previous call's last batch used */
     for (size_t s = 0; s < nseg; s++) {
         for (size_t done = 0; done < segs[s].n; done += CUDA_ADAMW_CHUNK) {
             if (tab == NULL && (tab = adamw_table(c, half)) == NULL) return;
@@ -104,7 +104,8 @@ void cuda_adamw(backend *be, float *param, float *grad, float *m, float *v, cons
             }
         }
     }
-    if (n) adamw_launch(c, half, n, param, grad, m, v, a);
+    if (n) adamw_launch(c, half, n, param, grad, m, v, a), half ^= 1;
+    c->adamw_half = half;
 }
 
 void cuda_copy(backend *be, float *dst, const float *src, size_t n) {

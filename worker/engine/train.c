@@ -619,7 +619,12 @@ static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
     int skipped = !isfinite(norm) || out->spike;
     t->skipped_steps += (uint64_t)skipped;
     out->n_skipped = t->skipped_steps;
-    double dt = bt_clock_now() - t0;
+    if (t->be.sync(&t->be) != 0) { /* an asynchronous backend's first failure */
+        bt_diag_set(diag, "step %llu: the %s backend failed: %s", (unsigned long long)t->step,
+                    t->be.name, t->be.error ? t->be.error(&t->be) : "(no message)");
+        return BT_EIO;
+    }
+    double dt = bt_clock_now() - t0; /* after the sync: the step's queued work included */
     const Baton__Stage *s = t->spec->stage;
     out->step = t->step, out->loss = loss, out->lr = lr, out->grad_norm = norm;
     out->skipped = skipped, out->step_s = dt;
@@ -628,11 +633,6 @@ static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
     out->mfu = train_mfu(t, out->gflops_per_s);
     out->memory_bytes = 8 * (uint64_t)t->m.sizes.param_floats + 8 * (uint64_t)t->opt.n +
                         (uint64_t)t->m.act_bytes + (uint64_t)t->m.work_bytes;
-    if (t->be.sync(&t->be) != 0) { /* an asynchronous backend's first failure */
-        bt_diag_set(diag, "step %llu: the %s backend failed: %s", (unsigned long long)t->step,
-                    t->be.name, t->be.error ? t->be.error(&t->be) : "(no message)");
-        return BT_EIO;
-    }
     if (!isfinite(loss)) {
         bt_diag_set(diag, "step %llu: loss is %g", (unsigned long long)t->step, loss);
         return BT_ERANGE;

@@ -225,7 +225,10 @@ static int ckpt_snapshot(train_ckpt *c, backend *be) {
         total += c->pieces[i].n;
     free(c->arena);
     c->arena = malloc((total ? total : 1) * sizeof(float));
-    if (c->arena == NULL) return BT_ENOMEM;
+    if (c->arena == NULL) {
+        bt_diag_set(&c->diag, "out of memory for the host copy (%zu floats)", total);
+        return BT_ENOMEM;
+    }
     float *at = c->arena;
     for (size_t i = 0; i < c->n_pieces; i++) {
         if (c->pieces[i].device)
@@ -234,6 +237,11 @@ static int ckpt_snapshot(train_ckpt *c, backend *be) {
             memcpy(at, c->pieces[i].data, c->pieces[i].n * sizeof(float));
         c->pieces[i].data = at;
         at += c->pieces[i].n;
+    }
+    if (be->sync(be) != 0) { /* a failed copy out of device memory: nothing is written */
+        bt_diag_set(&c->diag, "copying from %s memory failed: %s", be->name,
+                    be->error ? be->error(be) : "(no message)");
+        return BT_EIO;
     }
     return 0;
 }
@@ -277,7 +285,9 @@ int train_ckpt_save(train_ckpt *c, trainer *t, int final, bt_diag *diag) {
     if (rc != 0) return rc;
     ckpt_header(c, t, final);
     int copy = c->async || !t->be.host_memory;
-    if (copy && (rc = ckpt_snapshot(c, &t->be)) == 0 && c->async) {
+    if (copy && (rc = ckpt_snapshot(c, &t->be)) != 0)
+        bt_diag_set(diag, "checkpoint %s: %s", c->name, c->diag.msg);
+    else if (copy && c->async) {
         c->status = 0;
         rc = pthread_create(&c->thread, NULL, ckpt_thread, c) == 0 ? 0 : BT_EINTERNAL;
         c->busy = rc == 0;

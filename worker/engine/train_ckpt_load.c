@@ -176,6 +176,11 @@ static int load_one(trainer *t, const char *dir, bt_diag *diag) {
         train_scaler_from_pb(&t->scaler, m->loss_scaler);
         rc = load_fp8(t, dir, m, diag);
     }
+    if (rc == 0 && t->be.sync(&t->be) != 0) { /* a failed copy into device memory */
+        bt_diag_set(diag, "%s: copying into %s memory failed: %s", dir, t->be.name,
+                    t->be.error ? t->be.error(&t->be) : "(no message)");
+        rc = BT_EIO;
+    }
 out:
     if (m) baton__manifest__free_unpacked(m, NULL);
     return rc;

@@ -526,7 +526,11 @@ int main(int argc, char **argv) {
     if (spec != NULL && a.single_process)
         worker_single_process(spec);
     else if (spec != NULL) {
+#ifdef BATON_CUDA_EMULATED /* tests/gpu: the emulation's device memory is host memory */
+        int use_nccl = 0;
+#else
         int use_nccl = spec->cluster && spec->cluster->device == BATON__CLUSTER__DEVICE__CUDA;
+#endif
         setup_rc = rc = worker_ranks_join(&w, a.comm_timeout_s, use_nccl, &diag);
     }
     worker_control ctl = {.client.fd = -1};
