@@ -346,23 +346,23 @@ static int child_collectives(child *ch) {
     return ch->fails ? 1 : 0;
 }
 
-/* Rank 1 joins and then never takes part: rank 0's all-reduce cannot complete, and
- * comm_wait must turn that into BT_EIO / timeout within the group's timeout. */
-static int child_timeout(child *ch) {
-    comm *c = NULL;
-    if (init(ch, 30000, &c) < 0) return 1;
+/* The timeout scenarios' world: rank 1 joins and then never takes part (returns 1 for it,
+ * after leaving), rank 0 gets a 2 s timeout (0). -1: init failed. */
+static int join_with_idle_peer(child *ch, comm **c) {
+    if (init(ch, 30000, c) < 0) return -1;
     if (ch->rank == 1) {
         sleep(8);
-        comm_abort(c);
-        comm_destroy(c);
-        return 0;
+        comm_abort(*c);
+        comm_destroy(*c);
+        return 1;
     }
-    comm_set_timeout_ms(c, 2000);
-    void *buf = dev_alloc(ch, N * 4);
-    double t0 = now_s();
-    int rc = comm_allreduce(c, buf, buf, N, COMM_F32, COMM_SUM, ch->stream);
-    if (rc == 0) rc = comm_wait(c, ch->stream);
-    double dt = now_s() - t0;
+    comm_set_timeout_ms(*c, 2000);
+    return 0;
+}
+
+/* Rank 0's all-reduce that could not complete, rc after dt seconds: BT_EIO / timeout
+ * within the 2 s timeout, named, and sticky (a barrier on stream fails too). */
+static void check_timed_out(child *ch, comm *c, int rc, double dt, void *stream) {
     printf("rank 0: after %.2f s: %d (%s): %s\n", dt, rc, comm_fault_name(comm_fault_of(c)),
            comm_error(c));
     CHECK(ch, rc == BT_EIO, "rc %d", rc);
@@ -371,7 +371,20 @@ static int child_timeout(child *ch) {
     CHECK(ch, strstr(comm_error(c), "allreduce") && strstr(comm_error(c), "'world'"),
           "message names neither op nor group: %s", comm_error(c));
     CHECK(ch, dt >= 1.9 && dt < 6.0, "took %.2f s for a 2 s timeout", dt);
-    CHECK(ch, comm_barrier(c, ch->stream) == BT_EIO, "not sticky");
+    CHECK(ch, comm_barrier(c, stream) == BT_EIO, "not sticky");
+}
+
+/* Rank 0's all-reduce cannot complete, and comm_wait must turn that into BT_EIO /
+ * timeout within the group's timeout. */
+static int child_timeout(child *ch) {
+    comm *c = NULL;
+    int role = join_with_idle_peer(ch, &c);
+    if (role != 0) return role < 0;
+    void *buf = dev_alloc(ch, N * 4);
+    double t0 = now_s();
+    int rc = comm_allreduce(c, buf, buf, N, COMM_F32, COMM_SUM, ch->stream);
+    if (rc == 0) rc = comm_wait(c, ch->stream);
+    check_timed_out(ch, c, rc, now_s() - t0, ch->stream);
     cudaFree(buf);
     comm_destroy(c);
     return ch->fails ? 1 : 0;
@@ -574,27 +587,12 @@ static int child_host(child *ch) {
  * into BT_EIO / timeout within the group's timeout. */
 static int child_timeout_host(child *ch) {
     comm *c = NULL;
-    if (init(ch, 30000, &c) < 0) return 1;
-    if (ch->rank == 1) {
-        sleep(8);
-        comm_abort(c);
-        comm_destroy(c);
-        return 0;
-    }
-    comm_set_timeout_ms(c, 2000);
+    int role = join_with_idle_peer(ch, &c);
+    if (role != 0) return role < 0;
     double x = 1.0;
     double t0 = now_s();
     int rc = comm_allreduce(c, &x, &x, 1, COMM_F64, COMM_SUM, NULL);
-    double dt = now_s() - t0;
-    printf("rank 0: after %.2f s: %d (%s): %s\n", dt, rc, comm_fault_name(comm_fault_of(c)),
-           comm_error(c));
-    CHECK(ch, rc == BT_EIO, "rc %d", rc);
-    CHECK(ch, comm_fault_of(c) == COMM_FAULT_TIMEOUT, "fault %s",
-          comm_fault_name(comm_fault_of(c)));
-    CHECK(ch, strstr(comm_error(c), "allreduce") && strstr(comm_error(c), "'world'"),
-          "message names neither op nor group: %s", comm_error(c));
-    CHECK(ch, dt >= 1.9 && dt < 6.0, "took %.2f s for a 2 s timeout", dt);
-    CHECK(ch, comm_barrier(c, NULL) == BT_EIO, "not sticky");
+    check_timed_out(ch, c, rc, now_s() - t0, NULL);
     comm_destroy(c);
     return ch->fails ? 1 : 0;
 }
