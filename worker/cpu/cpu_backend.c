@@ -1,7 +1,7 @@
 /* The CPU backend's table and its memory functions. Device memory is host memory:
  * to_host and from_host are copies, sync has nothing to wait for and no error to
  * report. The operations live in cpu_elementwise.c, cpu_norm.c, cpu_matmul.c,
- * cpu_attention.c and cpu_loss.c. */
+ * cpu_attention.c, cpu_loss.c, cpu_optim.c and cpu_moe.c. */
 #include "cpu_backend.h"
 
 #include <stdlib.h>
@@ -78,4 +78,11 @@ void cpu_backend_init(backend *be) {
     be->vocab_ce_partial = cpu_vocab_ce_partial;
     be->vocab_ce_combine = cpu_vocab_ce_combine;
     be->vocab_ce_backward = cpu_vocab_ce_backward;
+    be->moe_route = cpu_moe_route;
+    be->moe_assign = cpu_moe_assign;
+    be->moe_score_mean = cpu_moe_score_mean;
+    be->gather_rows = cpu_gather_rows;
+    be->moe_combine = cpu_moe_combine;
+    be->moe_combine_backward = cpu_moe_combine_backward;
+    be->moe_router_backward = cpu_moe_router_backward;
 }

@@ -247,6 +247,59 @@ struct backend {
      * alias logits. */
     void (*vocab_ce_backward)(backend *be, float *dlogits, const float *logits, const float *lse,
                               const int32_t *targets, float dloss, int N, int Vl, int v0);
+
+    /* Mixture-of-experts routing and token permutation: the pieces of moe.h's layer that
+     * are not GEMMs or SwiGLU, for its device path (moe_dev.c); the definitions are
+     * moe.h's. E experts (1..512), K = top_k (1..E), N tokens. Integers are int32.
+     *
+     * moe_route, per token n: scores (N, E) holds the router logits on entry and the
+     * scores s on return (score 0: softmax, max-subtracted, expf, divided by the float sum
+     * accumulated in index order; 1: sigmoid 1 / (1 + expf(-l))); ssum (N) = the float sum
+     * of the row's scores in index order for sigmoid, 1 for softmax; topk (N, K) = the
+     * experts with the largest s + bias (bias NULL: 0) in decreasing order, ties to the
+     * lower index; gate (N, K) = s[topk], with norm_topk each divided by their float sum
+     * accumulated in j order. */
+    void (*moe_route)(backend *be, float *scores, float *ssum, int32_t *topk, float *gate,
+                      const float *bias, int N, int E, int K, int score, int norm_topk);
+    /* Capacity and grouping. Pairs p = n K + j in increasing p. counts (3E + 1):
+     * routed[e] = counts[e] = pairs selecting e; kept[e] = counts[E + e] = min(routed,
+     * capacity) (capacity 0: unlimited); offset = counts + 2E (E + 1): offset[0] = 0,
+     * offset[e + 1] = offset[e] + kept[e]. A pair is kept when fewer than capacity pairs
+     * with a lower p selected its expert; the i-th kept pair of expert e (in p order) gets
+     * row[p] = offset[e] + i, tok[r] = n, slot[r] = j for that r; a dropped pair gets
+     * row[p] = -1. row (N K); tok, slot (N K), written at rows < offset[E] only. */
+    void (*moe_assign)(backend *be, int32_t *row, int32_t *tok, int32_t *slot, int32_t *counts,
+                       const int32_t *topk, int N, int K, int E, int capacity);
+    /* pmean (E) = (float)((1/N) sum_n s[n][e] / ssum[n]) with the sum over n in double,
+     * in n order (the aux loss's P_e). */
+    void (*moe_score_mean)(backend *be, float *pmean, const float *scores, const float *ssum, int N,
+                           int E);
+    /* dst (M, C) row r = src row idx[r], for r < M (the permutation into expert order). */
+    void (*gather_rows)(backend *be, float *dst, const float *src, const int32_t *idx, int M,
+                        int C);
+    /* The un-permutation: for each token n and each j < K in increasing j whose
+     * row[n K + j] >= 0, y[n][i] += w * src[row][i] (float, no fused multiply-add), w =
+     * gate[n K + j], or 1 with gate NULL. y (N, C), src (rows, C). */
+    void (*moe_combine)(backend *be, float *y, const float *src, const float *gate,
+                        const int32_t *row, int N, int K, int C);
+    /* Its backward for the M grouped rows r, p = tok[r] K + slot[r]: dout (M, C) row r =
+     * gate[p] * dy[tok[r]]; dgate[p] = the float dot product of dy[tok[r]] and out row r
+     * (any fixed order). dgate of dropped pairs is not written. */
+    void (*moe_combine_backward)(backend *be, float *dout, float *dgate, const float *dy,
+                                 const float *out, const float *gate, const int32_t *tok,
+                                 const int32_t *slot, int M, int K, int C);
+    /* The router's logit gradients dl (N, E), written, per token n (moe.c's router
+     * backward): ds = 0; through the combine weights ds[topk[j]] += dgate[j] (norm_topk:
+     * += (dgate[j] - dot) / sum, sum = float sum of s[topk[j]] and dot = float sum of
+     * dgate[j] gate[j], both in j order); with aux_coef != 0, f_e = (float)(routed[e] /
+     * (double)(N K)), dp_e = (float)(aux_coef * E * f_e / N) (in double), dot = float sum
+     * of dp_e s_e / ssum[n] in e order, ds[e] += (dp_e - dot) / ssum[n]; then sigmoid:
+     * dl = ds s (1 - s); softmax: dl = s (ds - float sum of ds s in e order). routed: the
+     * counts of moe_assign (E). */
+    void (*moe_router_backward)(backend *be, float *dl, const float *scores, const float *ssum,
+                                const int32_t *topk, const float *gate, const float *dgate,
+                                const int32_t *routed, int N, int E, int K, int score,
+                                int norm_topk, double aux_coef);
 };
 
 #endif

@@ -4,28 +4,48 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "moe_dev.h"
 #include "moe_ep.h"
 
 static int moe_sets(const model *m) {
     return m->cfg.recompute == MODEL_RECOMPUTE_FULL ? 1 : m->n_layers;
 }
 
+static size_t cache_index(const model *m, int l) {
+    const model_moe *mo = m->moew;
+    return (size_t)m->slot * mo->sets + (mo->sets == 1 ? 0 : l);
+}
+
 static moe_cache *cache_of(model *m, int l) {
-    model_moe *mo = m->moew;
-    return &mo->caches[(size_t)m->slot * mo->sets + (mo->sets == 1 ? 0 : l)];
+    return &m->moew->caches[cache_index(m, l)];
 }
 
 static int moe_init_caches(model *m, comm *ep_group) {
     model_moe *mo = m->moew;
     int max_tokens = m->max_B * m->max_T;
-    for (int s = 0; s < m->n_slots; s++)
-        for (int k = 0; k < mo->sets; k++) {
-            moe_cache *c = &mo->caches[(size_t)s * mo->sets + k];
-            int rc = moe_cache_init(c, &m->cfg.moe, max_tokens);
-            if (rc == 0 && ep_group != NULL) rc = moe_ep_init(c, &m->cfg.moe, ep_group);
-            if (rc != 0) return rc;
-        }
+    size_t n = (size_t)m->n_slots * mo->sets;
+    mo->caches = calloc(n, sizeof *mo->caches);
+    if (mo->caches == NULL) return BT_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        int rc = moe_cache_init(&mo->caches[i], &m->cfg.moe, max_tokens);
+        if (rc == 0 && ep_group != NULL) rc = moe_ep_init(&mo->caches[i], &m->cfg.moe, ep_group);
+        if (rc != 0) return rc;
+    }
     return 0;
+}
+
+/* The device path's caches (moe_dev.h), one scratch for all. */
+static int moe_init_dev_caches(model *m) {
+    model_moe *mo = m->moew;
+    int max_tokens = m->max_B * m->max_T;
+    size_t n = (size_t)m->n_slots * mo->sets;
+    mo->dcaches = calloc(n, sizeof *mo->dcaches);
+    mo->dscratch = calloc(1, sizeof *mo->dscratch);
+    if (mo->dcaches == NULL || mo->dscratch == NULL) return BT_ENOMEM;
+    int rc = moe_dev_scratch_init(mo->dscratch, m->be, &m->cfg.moe, max_tokens);
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = moe_dev_cache_init(&mo->dcaches[i], m->be, &m->cfg.moe, max_tokens, mo->dscratch);
+    return rc;
 }
 
 int model_moe_init(model *m, comm *ep_group, bt_diag *diag) {
@@ -39,15 +59,23 @@ int model_moe_init(model *m, comm *ep_group, bt_diag *diag) {
                     ep, m->cfg.ep_rank);
         return BT_EINVAL;
     }
+    int dev = !m->be->host_memory;
+    if (dev && ep > 1) {
+        bt_diag_set(diag,
+                    "model: expert parallelism (ep %d) is not supported on the %s backend yet "
+                    "(its token exchange is host code); use ep 1 there, or cluster.device cpu",
+                    ep, m->be->name);
+        return BT_EUNSUPPORTED;
+    }
     model_moe *mo = calloc(1, sizeof *mo);
     if (mo == NULL) return BT_ENOMEM;
     m->moew = mo, m->ep_group = ep > 1 ? ep_group : NULL;
     mo->sets = moe_sets(m);
-    mo->caches = calloc((size_t)m->n_slots * mo->sets, sizeof *mo->caches);
-    mo->y = calloc((size_t)m->max_B * m->max_T * m->cfg.dim, sizeof(float));
+    mo->y = m->be->alloc(m->be, (size_t)m->max_B * m->max_T * m->cfg.dim * sizeof(float));
     mo->routed =
         calloc((size_t)(m->n_layers ? m->n_layers : 1) * m->cfg.moe.n_experts, sizeof(double));
-    int rc = mo->caches && mo->y && mo->routed ? moe_init_caches(m, m->ep_group) : BT_ENOMEM;
+    int rc = BT_ENOMEM;
+    if (mo->y && mo->routed) rc = dev ? moe_init_dev_caches(m) : moe_init_caches(m, m->ep_group);
     if (rc != 0) {
         bt_diag_set(diag, "model: cannot set up the MoE layers (%d experts, %d here): %s",
                     m->cfg.moe.n_experts, moe_local_experts(&m->cfg.moe), bt_strerror(rc));
@@ -59,11 +87,16 @@ int model_moe_init(model *m, comm *ep_group, bt_diag *diag) {
 void model_moe_free(model *m) {
     model_moe *mo = m->moew;
     if (mo == NULL) return;
-    if (mo->caches)
-        for (size_t i = 0; i < (size_t)m->n_slots * mo->sets; i++)
-            moe_cache_free(&mo->caches[i]);
+    size_t n = (size_t)m->n_slots * mo->sets;
+    for (size_t i = 0; mo->caches && i < n; i++)
+        moe_cache_free(&mo->caches[i]);
+    for (size_t i = 0; mo->dcaches && i < n; i++)
+        moe_dev_cache_free(&mo->dcaches[i]);
+    if (mo->dscratch) moe_dev_scratch_free(mo->dscratch);
     free(mo->caches);
-    free(mo->y);
+    free(mo->dcaches);
+    free(mo->dscratch);
+    if (mo->y) m->be->free(m->be, mo->y);
     free(mo->routed);
     free(mo);
     m->moew = NULL;
@@ -81,8 +114,11 @@ void model_moe_forward(model *m, int l, const float *x, float *y) {
     moe_stats st;
     int N = m->B * m->T, E = m->cfg.moe.n_experts;
     if (m->comm_err != 0) return;
-    int rc = moe_forward(&m->cfg.moe, &w, m->params.layers[l].moe_bias, x, y ? y : mo->y, N,
-                         cache_of(m, l), &st);
+    const float *bias = m->params.layers[l].moe_bias;
+    int rc = mo->dcaches
+                 ? moe_dev_forward(&m->cfg.moe, &w, bias, x, y ? y : mo->y, N,
+                                   &mo->dcaches[cache_index(m, l)], &st)
+                 : moe_forward(&m->cfg.moe, &w, bias, x, y ? y : mo->y, N, cache_of(m, l), &st);
     if (rc != 0) {
         m->comm_err = rc;
         return;
@@ -99,7 +135,9 @@ void model_moe_backward(model *m, int l, const float *dy, float *dx, float loss_
     moe_config c = m->cfg.moe;
     c.aux_loss_coef *= loss_scale;
     if (m->comm_err != 0) return;
-    int rc = moe_backward(&c, &w, cache_of(m, l), dy, dx, &g);
+    model_moe *mo = m->moew;
+    int rc = mo->dcaches ? moe_dev_backward(&c, &w, &mo->dcaches[cache_index(m, l)], dy, dx, &g)
+                         : moe_backward(&c, &w, cache_of(m, l), dy, dx, &g);
     if (rc != 0) m->comm_err = rc;
 }
 

@@ -2,7 +2,9 @@
  * of the dense SwiGLU MLP, on the post-attention norm's output. Under tensor parallelism
  * the layer runs whole on every tp rank (its weights are replicated there, like the norm
  * weights: Megatron's expert tensor parallelism of 1); under expert parallelism the
- * routed experts are split over the ep group (moe_ep.h). The aux loss is part of the
+ * routed experts are split over the ep group (moe_ep.h). On a backend whose memory is not
+ * host memory (CUDA) the layers run through the backend table (moe_dev.h; no expert
+ * parallelism there yet). The aux loss is part of the
  * training objective (its gradient scaled like the loss's), not of the reported loss.
  * The selection bias of aux-loss-free balancing is a parameter tensor with no gradient,
  * nudged after each optimizer step from the step's loads (model_moe_step_end). */
@@ -14,6 +16,10 @@
 typedef struct model_moe {
     moe_cache *caches; /* (n_slots, sets): sets = stage layers, or 1 under full recompute */
     int sets;
+    /* On a backend without host memory (CUDA) moe_dev.h's path instead: its caches (same
+     * shape as caches, which is then NULL) and their shared backward scratch. */
+    struct moe_dev_cache *dcaches;
+    struct moe_dev_scratch *dscratch;
     float *y;       /* (max_B max_T, C) output when recomputing (nothing to keep) */
     double *routed; /* (stage layers, E) pairs routed per expert since the step began */
     double dropped; /* pairs dropped since then */
