@@ -160,8 +160,8 @@ static void test_case_against_moe(backend *be, const test_case *tc) {
     run_reference(&l);
     moe_dev_scratch s;
     moe_dev_cache m;
-    CHECK(moe_dev_scratch_init(&s, be, &l.cfg, l.N) == 0);
-    CHECK(moe_dev_cache_init(&m, be, &l.cfg, l.N, &s) == 0);
+    CHECK(moe_dev_scratch_init(&s, be, &l.cfg, l.N, 1) == 0);
+    CHECK(moe_dev_cache_init(&m, be, &l.cfg, l.N, &s, NULL) == 0);
     run_dev(&l, &m);
     compare_layer(tc->name, &l);
     /* Determinism: a second run from zeroed gradients gives the same bits. */
@@ -190,9 +190,9 @@ static void test_shared_scratch(backend *be) {
     run_reference(&b);
     moe_dev_scratch s;
     moe_dev_cache ma, mb;
-    CHECK(moe_dev_scratch_init(&s, be, &a.cfg, a.N) == 0);
-    CHECK(moe_dev_cache_init(&ma, be, &a.cfg, a.N, &s) == 0);
-    CHECK(moe_dev_cache_init(&mb, be, &b.cfg, b.N, &s) == 0);
+    CHECK(moe_dev_scratch_init(&s, be, &a.cfg, a.N, 1) == 0);
+    CHECK(moe_dev_cache_init(&ma, be, &a.cfg, a.N, &s, NULL) == 0);
+    CHECK(moe_dev_cache_init(&mb, be, &b.cfg, b.N, &s, NULL) == 0);
     CHECK(moe_dev_forward(&a.cfg, &a.w, a.bias, a.x, a.y, a.N, &ma, &a.st) == 0);
     CHECK(moe_dev_forward(&b.cfg, &b.w, b.bias, b.x, b.y, b.N, &mb, &b.st) == 0);
     CHECK(moe_dev_backward(&b.cfg, &b.w, &mb, b.dy, b.dx, &b.gw) == 0);
@@ -210,14 +210,15 @@ static void test_arguments(backend *be) {
     moe_config c = cases[0].cfg;
     moe_dev_scratch s;
     moe_dev_cache m;
-    CHECK(moe_dev_scratch_init(&s, be, &c, 8) == 0);
-    CHECK(moe_dev_cache_init(&m, be, &c, 8, &s) == 0);
+    CHECK(moe_dev_scratch_init(&s, be, &c, 8, 1) == 0);
+    CHECK(moe_dev_cache_init(&m, be, &c, 8, &s, NULL) == 0);
     moe_config ep = c;
-    ep.expert0 = 0, ep.n_local = 4;
+    ep.expert0 = 0, ep.n_local = 4; /* an expert-parallel share without a group */
     moe_dev_scratch s2;
     moe_dev_cache m2;
-    CHECK(moe_dev_scratch_init(&s2, be, &ep, 8) == BT_EINVAL);
-    CHECK(moe_dev_cache_init(&m2, be, &c, 0, &s) == BT_EINVAL);
+    CHECK(moe_dev_scratch_init(&s2, be, &c, 8, 0) == BT_EINVAL);
+    CHECK(moe_dev_cache_init(&m2, be, &ep, 8, &s, NULL) == BT_EINVAL);
+    CHECK(moe_dev_cache_init(&m2, be, &c, 0, &s, NULL) == BT_EINVAL);
     float *buf = zalloc(moe_weights_floats(&c)), *x = zalloc(16 * 32), *y = zalloc(16 * 32);
     moe_weights w;
     moe_weights_carve(&c, &w, buf);

@@ -35,17 +35,26 @@ static int moe_init_caches(model *m, comm *ep_group) {
 }
 
 /* The device path's caches (moe_dev.h), one scratch for all. */
-static int moe_init_dev_caches(model *m) {
+static int moe_init_dev_caches(model *m, comm *ep_group) {
     model_moe *mo = m->moew;
-    int max_tokens = m->max_B * m->max_T;
+    int max_tokens = m->max_B * m->max_T, ep = ep_group ? comm_size(ep_group) : 1;
     size_t n = (size_t)m->n_slots * mo->sets;
     mo->dcaches = calloc(n, sizeof *mo->dcaches);
     mo->dscratch = calloc(1, sizeof *mo->dscratch);
     if (mo->dcaches == NULL || mo->dscratch == NULL) return BT_ENOMEM;
-    int rc = moe_dev_scratch_init(mo->dscratch, m->be, &m->cfg.moe, max_tokens);
+    int rc = moe_dev_scratch_init(mo->dscratch, m->be, &m->cfg.moe, max_tokens, ep);
     for (size_t i = 0; i < n && rc == 0; i++)
-        rc = moe_dev_cache_init(&mo->dcaches[i], m->be, &m->cfg.moe, max_tokens, mo->dscratch);
+        rc = moe_dev_cache_init(&mo->dcaches[i], m->be, &m->cfg.moe, max_tokens, mo->dscratch,
+                                ep_group);
     return rc;
+}
+
+/* The device path: on a backend without host memory, or where BATON_MOE_BACKEND_PATH=1
+ * asks for it on the CPU backend (the tests run every expert-parallel layout through it
+ * there). */
+static int moe_use_dev(const model *m) {
+    const char *force = getenv("BATON_MOE_BACKEND_PATH");
+    return !m->be->host_memory || (force != NULL && strcmp(force, "1") == 0);
 }
 
 int model_moe_init(model *m, comm *ep_group, bt_diag *diag) {
@@ -59,14 +68,7 @@ int model_moe_init(model *m, comm *ep_group, bt_diag *diag) {
                     ep, m->cfg.ep_rank);
         return BT_EINVAL;
     }
-    int dev = !m->be->host_memory;
-    if (dev && ep > 1) {
-        bt_diag_set(diag,
-                    "model: expert parallelism (ep %d) is not supported on the %s backend yet "
-                    "(its token exchange is host code); use ep 1 there, or cluster.device cpu",
-                    ep, m->be->name);
-        return BT_EUNSUPPORTED;
-    }
+    int dev = moe_use_dev(m);
     model_moe *mo = calloc(1, sizeof *mo);
     if (mo == NULL) return BT_ENOMEM;
     m->moew = mo, m->ep_group = ep > 1 ? ep_group : NULL;
@@ -75,7 +77,8 @@ int model_moe_init(model *m, comm *ep_group, bt_diag *diag) {
     mo->routed =
         calloc((size_t)(m->n_layers ? m->n_layers : 1) * m->cfg.moe.n_experts, sizeof(double));
     int rc = BT_ENOMEM;
-    if (mo->y && mo->routed) rc = dev ? moe_init_dev_caches(m) : moe_init_caches(m, m->ep_group);
+    if (mo->y && mo->routed)
+        rc = dev ? moe_init_dev_caches(m, m->ep_group) : moe_init_caches(m, m->ep_group);
     if (rc != 0) {
         bt_diag_set(diag, "model: cannot set up the MoE layers (%d experts, %d here): %s",
                     m->cfg.moe.n_experts, moe_local_experts(&m->cfg.moe), bt_strerror(rc));

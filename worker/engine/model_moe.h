@@ -3,8 +3,9 @@
  * the layer runs whole on every tp rank (its weights are replicated there, like the norm
  * weights: Megatron's expert tensor parallelism of 1); under expert parallelism the
  * routed experts are split over the ep group (moe_ep.h). On a backend whose memory is not
- * host memory (CUDA) the layers run through the backend table (moe_dev.h; no expert
- * parallelism there yet). The aux loss is part of the
+ * host memory (CUDA) the layers run through the backend table instead (moe_dev.h, expert
+ * parallelism included); BATON_MOE_BACKEND_PATH=1 in the environment takes that path on
+ * the CPU backend too (a check of it without a GPU). The aux loss is part of the
  * training objective (its gradient scaled like the loss's), not of the reported loss.
  * The selection bias of aux-loss-free balancing is a parameter tensor with no gradient,
  * nudged after each optimizer step from the step's loads (model_moe_step_end). */

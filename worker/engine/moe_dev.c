@@ -1,7 +1,8 @@
 /* moe.h's layer through the backend table (moe_dev.h). Forward: copy x, router GEMM,
  * route, assign, (aux: score means), one copy of the counts to the host, gather the kept
- * pairs' rows in expert order, each expert's GEMM chain on its rows (one SwiGLU over all
- * of them), the shared experts, then the weighted un-permutation. Backward runs the same
+ * pairs' rows in expert order (under ep: exchange them with the experts' owners), each
+ * expert's GEMM chain on its row blocks (one SwiGLU over all of them), (ep: the outputs
+ * back), the shared experts, then the weighted un-permutation. Backward runs the same
  * pieces in reverse. */
 #include "moe_dev.h"
 
@@ -11,41 +12,43 @@
 
 #include "util/err.h"
 
-static size_t gemm_floats(backend *be, const moe_config *c, int N) {
-    int C = c->dim, F = c->ffn_dim, E = c->n_experts, rows = N * c->top_k;
-    size_t shapes[4] = {
-        be->matmul_scratch_floats(be, N, C, E, BACKEND_PREC_FP32),
-        be->matmul_scratch_floats(be, rows, C, 2 * F, BACKEND_PREC_FP32),
-        be->matmul_scratch_floats(be, rows, F, C, BACKEND_PREC_FP32),
-        0,
-    };
-    size_t mx = 0;
-    for (int i = 0; i < 4; i++)
-        mx = shapes[i] > mx ? shapes[i] : mx;
-    return mx;
+static size_t gemm_floats(backend *be, const moe_config *c, int N, int rows) {
+    int C = c->dim, F = c->ffn_dim, E = c->n_experts;
+    size_t a = be->matmul_scratch_floats(be, N, C, E, BACKEND_PREC_FP32);
+    size_t b = be->matmul_scratch_floats(be, rows, C, 2 * F, BACKEND_PREC_FP32);
+    size_t d = be->matmul_scratch_floats(be, rows, F, C, BACKEND_PREC_FP32);
+    size_t mx = a > b ? a : b;
+    return mx > d ? mx : d;
 }
 
 /* Carves s's buffer from base (or, with base NULL, only counts it). */
 static size_t scratch_carve(moe_dev_scratch *s, const moe_config *c, int max_tokens, float *base) {
     size_t N = (size_t)max_tokens, C = (size_t)c->dim, F = (size_t)c->ffn_dim;
-    size_t K = (size_t)c->top_k, E = (size_t)c->n_experts, o = 0;
+    size_t NK = N * (size_t)c->top_k, E = (size_t)c->n_experts, o = 0;
+    size_t Rx = NK * (size_t)s->ep_size, ep_rows = s->ep_size > 1 ? Rx : 0;
 #define TAKE(field, n) (s->field = base ? base + o : NULL, o += (n))
-    TAKE(dout, N * K * C);
-    TAKE(dhs, N * K * F);
-    TAKE(dh13, N * K * 2 * F);
-    TAKE(dxg, N * K * C);
+    TAKE(dout, NK * C);
+    TAKE(dxg, NK * C);
+    TAKE(dhs, Rx * F);
+    TAKE(dh13, Rx * 2 * F);
+    TAKE(outr, ep_rows * C);
+    TAKE(dr, ep_rows * C);
+    TAKE(dxr, ep_rows * C);
     TAKE(tmp, N * C);
     TAKE(dl, N * E);
-    TAKE(dgate, N * K);
-    TAKE(gemm, gemm_floats(s->be, c, max_tokens));
+    TAKE(dgate, NK);
+    TAKE(gemm, gemm_floats(s->be, c, max_tokens, (int)Rx));
 #undef TAKE
     return o;
 }
 
-int moe_dev_scratch_init(moe_dev_scratch *s, backend *be, const moe_config *c, int max_tokens) {
+int moe_dev_scratch_init(moe_dev_scratch *s, backend *be, const moe_config *c, int max_tokens,
+                         int ep_size) {
     memset(s, 0, sizeof *s);
-    if (moe_config_check(c) != 0 || max_tokens < 1 || c->n_local != 0) return BT_EINVAL;
-    s->be = be;
+    if (moe_config_check(c) != 0 || max_tokens < 1 || ep_size < 1 ||
+        (size_t)max_tokens * c->top_k * ep_size > INT32_MAX)
+        return BT_EINVAL;
+    s->be = be, s->ep_size = ep_size;
     size_t n = scratch_carve(s, c, max_tokens, NULL);
     s->fbuf = be->alloc(be, n * sizeof(float));
     if (s->fbuf == NULL) return BT_ENOMEM;
@@ -62,6 +65,7 @@ void moe_dev_scratch_free(moe_dev_scratch *s) {
 static size_t cache_carve(moe_dev_cache *m, const moe_config *c, size_t *ni) {
     size_t N = (size_t)m->max_tokens, C = (size_t)c->dim, F = (size_t)c->ffn_dim;
     size_t E = (size_t)c->n_experts, K = (size_t)c->top_k, S = (size_t)c->n_shared;
+    size_t Rx = N * K * (size_t)m->ep_size;
     float *f = m->fbuf;
     int32_t *i = m->ibuf;
     size_t fo = 0, io = 0;
@@ -72,11 +76,12 @@ static size_t cache_carve(moe_dev_cache *m, const moe_config *c, size_t *ni) {
     TAKE_F(ssum, N);
     TAKE_F(gate, N * K);
     TAKE_F(xg, N * K * C);
-    TAKE_F(h13, N * K * 2 * F);
-    TAKE_F(hs, N * K * F);
     TAKE_F(out, N * K * C);
     TAKE_F(sh13, S * N * 2 * F);
     TAKE_F(shs, S * N * F);
+    TAKE_F(xr, m->ep ? Rx * C : 0);
+    TAKE_F(h13, Rx * 2 * F);
+    TAKE_F(hs, Rx * F);
     TAKE_I(topk, N * K);
     TAKE_I(row, N * K);
     TAKE_I(tok, N * K);
@@ -89,17 +94,37 @@ static size_t cache_carve(moe_dev_cache *m, const moe_config *c, size_t *ni) {
     return fo;
 }
 
+/* The expert-parallel share of c fits group (moe_ep_init's rule); without a group, none. */
+static int ep_share_ok(const moe_config *c, comm *ep) {
+    if (ep == NULL) return c->n_local == 0;
+    int size = comm_size(ep), El = moe_local_experts(c);
+    return c->n_experts % size == 0 && El * size == c->n_experts &&
+           c->expert0 == comm_rank(ep) * El;
+}
+
+static int cache_host_alloc(moe_dev_cache *m, const moe_config *c) {
+    size_t E = (size_t)c->n_experts, P = (size_t)m->ep_size;
+    m->host = calloc(4 * E + 1, sizeof *m->host);
+    m->cnt_recv = calloc(E, sizeof *m->cnt_recv);
+    m->scount = calloc(P, sizeof *m->scount);
+    m->rcount = calloc(P, sizeof *m->rcount);
+    m->blk_e = calloc(E, sizeof *m->blk_e);
+    m->blk_m = calloc(E, sizeof *m->blk_m);
+    return m->host && m->cnt_recv && m->scount && m->rcount && m->blk_e && m->blk_m ? 0 : BT_ENOMEM;
+}
+
 int moe_dev_cache_init(moe_dev_cache *m, backend *be, const moe_config *c, int max_tokens,
-                       moe_dev_scratch *s) {
+                       moe_dev_scratch *s, comm *ep) {
     memset(m, 0, sizeof *m);
-    if (moe_config_check(c) != 0 || max_tokens < 1 || c->n_local != 0 || s == NULL)
+    if (moe_config_check(c) != 0 || max_tokens < 1 || s == NULL || !ep_share_ok(c, ep) ||
+        s->ep_size != (ep ? comm_size(ep) : 1))
         return BT_EINVAL;
     m->be = be, m->scratch = s, m->max_tokens = max_tokens;
+    m->ep = ep, m->ep_size = s->ep_size;
     size_t ni, nf = cache_carve(m, c, &ni);
     m->fbuf = be->alloc(be, nf * sizeof(float));
     m->ibuf = be->alloc(be, ni * sizeof(int32_t));
-    m->host = calloc(4 * (size_t)c->n_experts + 1, sizeof(int32_t));
-    if (m->fbuf == NULL || m->ibuf == NULL || m->host == NULL) {
+    if (m->fbuf == NULL || m->ibuf == NULL || cache_host_alloc(m, c) != 0) {
         moe_dev_cache_free(m);
         return BT_ENOMEM;
     }
@@ -111,6 +136,11 @@ void moe_dev_cache_free(moe_dev_cache *m) {
     if (m->fbuf) m->be->free(m->be, m->fbuf);
     if (m->ibuf) m->be->free(m->be, m->ibuf);
     free(m->host);
+    free(m->cnt_recv);
+    free(m->scount);
+    free(m->rcount);
+    free(m->blk_e);
+    free(m->blk_m);
     memset(m, 0, sizeof *m);
 }
 
@@ -144,22 +174,59 @@ static int read_stats(const moe_config *c, int N, const moe_dev_cache *m, moe_st
     return 0;
 }
 
-/* Each routed expert's GEMM chain over its rows [offset[e], offset[e] + kept[e]). */
-static void experts_forward(const moe_config *c, const moe_weights *w, moe_dev_cache *m) {
-    backend *be = m->be;
-    size_t C = (size_t)c->dim, F = (size_t)c->ffn_dim;
-    int E = c->n_experts;
+/* Without ep the experts' rows are the grouped rows: one block per expert. */
+static void local_blocks(const moe_config *c, moe_dev_cache *m) {
+    const int32_t *kept = m->host + c->n_experts;
+    m->nblk = c->n_experts;
+    for (int e = 0; e < c->n_experts; e++)
+        m->blk_e[e] = e, m->blk_m[e] = kept[e];
+}
+
+/* Under ep: the counts to the owners, the grouped rows after them (into xr); the blocks
+ * are (source, local expert) in that order. */
+static int ep_dispatch(const moe_config *c, moe_dev_cache *m) {
+    int E = c->n_experts, El = moe_local_experts(c), P = m->ep_size;
     const int32_t *kept = m->host + E, *offset = m->host + 2 * E;
+    int send[MOE_MAX_EXPERTS];
+    for (int e = 0; e < E; e++)
+        send[e] = kept[e];
+    if (comm_alltoall(m->ep, send, m->cnt_recv, (size_t)El * sizeof(int), COMM_BYTE, NULL) != 0)
+        return BT_EIO;
+    size_t C = (size_t)c->dim, total = 0;
+    m->nblk = 0;
+    for (int r = 0; r < P; r++) {
+        m->scount[r] = (size_t)(offset[(r + 1) * El] - offset[r * El]) * C;
+        size_t rows = 0;
+        for (int e = 0; e < El; e++) {
+            int M = m->cnt_recv[r * El + e];
+            if (M < 0) return BT_EIO;
+            m->blk_e[m->nblk] = e, m->blk_m[m->nblk++] = M;
+            rows += (size_t)M;
+        }
+        m->rcount[r] = rows * C;
+        total += rows;
+    }
+    if (total > (size_t)m->max_tokens * c->top_k * P) return BT_ERANGE;
+    return comm_alltoallv(m->ep, m->xg, m->scount, m->xr, m->rcount, COMM_F32, NULL) ? BT_EIO : 0;
+}
+
+/* Each block's expert over its rows of xe into eout (rows in block order). */
+static void experts_forward(const moe_config *c, const moe_weights *w, moe_dev_cache *m,
+                            const float *xe, float *eout) {
+    backend *be = m->be;
+    size_t C = (size_t)c->dim, F = (size_t)c->ffn_dim, r = 0;
     float *gs = m->scratch->gemm;
-    for (int e = 0; e < E; e++)
-        if (kept[e] > 0)
-            be->matmul_forward(be, m->h13 + offset[e] * 2 * F, m->xg + offset[e] * C,
-                               w->w13 + e * 2 * F * C, kept[e], (int)C, (int)(2 * F), NULL, gs);
-    if (offset[E] > 0) be->swiglu_forward(be, m->hs, m->h13, offset[E], (int)F);
-    for (int e = 0; e < E; e++)
-        if (kept[e] > 0)
-            be->matmul_forward(be, m->out + offset[e] * C, m->hs + offset[e] * F, w->w2 + e * C * F,
-                               kept[e], (int)F, (int)C, NULL, gs);
+    for (int b = 0; b < m->nblk; r += (size_t)m->blk_m[b++])
+        if (m->blk_m[b] > 0)
+            be->matmul_forward(be, m->h13 + r * 2 * F, xe + r * C,
+                               w->w13 + (size_t)m->blk_e[b] * 2 * F * C, m->blk_m[b], (int)C,
+                               (int)(2 * F), NULL, gs);
+    if (r > 0) be->swiglu_forward(be, m->hs, m->h13, (int)r, (int)F);
+    r = 0;
+    for (int b = 0; b < m->nblk; r += (size_t)m->blk_m[b++])
+        if (m->blk_m[b] > 0)
+            be->matmul_forward(be, eout + r * C, m->hs + r * F, w->w2 + (size_t)m->blk_e[b] * C * F,
+                               m->blk_m[b], (int)F, (int)C, NULL, gs);
 }
 
 /* y = the shared experts' sum (0 without any), then the routed experts' weighted rows. */
@@ -181,16 +248,11 @@ static void combine_forward(const moe_config *c, const moe_weights *w, int N, mo
     be->moe_combine(be, y, m->out, m->gate, m->row, N, c->top_k, (int)C);
 }
 
-int moe_dev_forward(const moe_config *c, const moe_weights *w, const float *bias, const float *x,
-                    float *y, int N, moe_dev_cache *m, moe_stats *stats) {
-    if (moe_config_check(c) != 0 || c->n_local != 0 || w == NULL || x == NULL || y == NULL ||
-        m == NULL || m->fbuf == NULL || N < 1 || N > m->max_tokens)
-        return BT_EINVAL;
+/* Router GEMM, routing, capacity and the counts on the host. */
+static int route(const moe_config *c, const moe_weights *w, const float *bias, int N,
+                 moe_dev_cache *m, moe_stats *st) {
     backend *be = m->be;
     int C = c->dim, E = c->n_experts, K = c->top_k;
-    moe_stats local;
-    m->n = N;
-    be->copy(be, m->x, x, (size_t)N * C);
     be->matmul_forward(be, m->scores, m->x, w->router, N, C, E, NULL, m->scratch->gemm);
     be->moe_route(be, m->scores, m->ssum, m->topk, m->gate, bias, N, E, K, c->score, c->norm_topk);
     be->moe_assign(be, m->row, m->tok, m->slot, m->counts, m->topk, N, K, E, capacity_of(c, N));
@@ -199,34 +261,71 @@ int moe_dev_forward(const moe_config *c, const moe_weights *w, const float *bias
     else
         be->zero(be, m->pmean, (size_t)E);
     be->to_host(be, m->host, m->counts, (4 * (size_t)E + 1) * sizeof(int32_t));
-    int rc = read_stats(c, N, m, stats ? stats : &local);
+    return read_stats(c, N, m, st);
+}
+
+int moe_dev_forward(const moe_config *c, const moe_weights *w, const float *bias, const float *x,
+                    float *y, int N, moe_dev_cache *m, moe_stats *stats) {
+    if (moe_config_check(c) != 0 || w == NULL || x == NULL || y == NULL || m == NULL ||
+        m->fbuf == NULL || N < 1 || N > m->max_tokens || !ep_share_ok(c, m->ep))
+        return BT_EINVAL;
+    backend *be = m->be;
+    moe_stats local;
+    m->n = N;
+    be->copy(be, m->x, x, (size_t)N * c->dim);
+    int rc = route(c, w, bias, N, m, stats ? stats : &local);
     if (rc != 0) return rc;
-    be->gather_rows(be, m->xg, m->x, m->tok, m->host[3 * E], C);
-    experts_forward(c, w, m);
+    be->gather_rows(be, m->xg, m->x, m->tok, m->host[3 * c->n_experts], c->dim);
+    if (m->ep == NULL) {
+        local_blocks(c, m);
+        experts_forward(c, w, m, m->xg, m->out);
+    } else {
+        if ((rc = ep_dispatch(c, m)) != 0) return rc;
+        experts_forward(c, w, m, m->xr, m->scratch->outr);
+        if (comm_alltoallv(m->ep, m->scratch->outr, m->rcount, m->out, m->scount, COMM_F32, NULL) !=
+            0)
+            return BT_EIO;
+    }
     combine_forward(c, w, N, m, y);
     return 0;
 }
 
-/* The routed experts' backward over their grouped rows: dxg (rows, C) written. */
+/* Each block's expert backward from the output gradients de (rows in block order):
+ * weight gradients accumulated, input gradients written into dxe. */
 static void experts_backward(const moe_config *c, const moe_weights *w, moe_dev_cache *m,
-                             moe_weights *g) {
+                             moe_weights *g, const float *xe, const float *de, float *dxe) {
     backend *be = m->be;
     moe_dev_scratch *s = m->scratch;
-    size_t C = (size_t)c->dim, F = (size_t)c->ffn_dim;
-    int E = c->n_experts;
-    const int32_t *kept = m->host + E, *offset = m->host + 2 * E;
-    for (int e = 0; e < E; e++)
-        if (kept[e] > 0)
-            be->matmul_backward(be, s->dhs + offset[e] * F, g->w2 + e * C * F,
-                                s->dout + offset[e] * C, m->hs + offset[e] * F, w->w2 + e * C * F,
-                                kept[e], (int)F, (int)C, NULL, s->gemm);
-    if (offset[E] > 0) be->swiglu_backward(be, s->dh13, s->dhs, m->h13, offset[E], (int)F);
-    for (int e = 0; e < E; e++)
-        if (kept[e] > 0)
-            be->matmul_backward(be, s->dxg + offset[e] * C, g->w13 + e * 2 * F * C,
-                                s->dh13 + offset[e] * 2 * F, m->xg + offset[e] * C,
-                                w->w13 + e * 2 * F * C, kept[e], (int)C, (int)(2 * F), NULL,
-                                s->gemm);
+    size_t C = (size_t)c->dim, F = (size_t)c->ffn_dim, r = 0;
+    for (int b = 0; b < m->nblk; r += (size_t)m->blk_m[b++]) {
+        size_t e = (size_t)m->blk_e[b];
+        if (m->blk_m[b] > 0)
+            be->matmul_backward(be, s->dhs + r * F, g->w2 + e * C * F, de + r * C, m->hs + r * F,
+                                w->w2 + e * C * F, m->blk_m[b], (int)F, (int)C, NULL, s->gemm);
+    }
+    if (r > 0) be->swiglu_backward(be, s->dh13, s->dhs, m->h13, (int)r, (int)F);
+    r = 0;
+    for (int b = 0; b < m->nblk; r += (size_t)m->blk_m[b++]) {
+        size_t e = (size_t)m->blk_e[b];
+        if (m->blk_m[b] > 0)
+            be->matmul_backward(be, dxe + r * C, g->w13 + e * 2 * F * C, s->dh13 + r * 2 * F,
+                                xe + r * C, w->w13 + e * 2 * F * C, m->blk_m[b], (int)C,
+                                (int)(2 * F), NULL, s->gemm);
+    }
+}
+
+/* The routed experts' backward: dxg (grouped rows, C) from the combine's dout. */
+static int routed_backward(const moe_config *c, const moe_weights *w, moe_dev_cache *m,
+                           moe_weights *g) {
+    moe_dev_scratch *s = m->scratch;
+    if (m->ep == NULL) {
+        experts_backward(c, w, m, g, m->xg, s->dout, s->dxg);
+        return 0;
+    }
+    if (comm_alltoallv(m->ep, s->dout, m->scount, s->dr, m->rcount, COMM_F32, NULL) != 0)
+        return BT_EIO;
+    experts_backward(c, w, m, g, m->xr, s->dr, s->dxr);
+    return comm_alltoallv(m->ep, s->dxr, m->rcount, s->dxg, m->scount, COMM_F32, NULL) ? BT_EIO : 0;
 }
 
 /* dx += every shared expert's input gradient. */
@@ -248,8 +347,8 @@ static void shared_backward(const moe_config *c, const moe_weights *w, moe_dev_c
 
 int moe_dev_backward(const moe_config *c, const moe_weights *w, moe_dev_cache *m, const float *dy,
                      float *dx, moe_weights *grads) {
-    if (moe_config_check(c) != 0 || c->n_local != 0 || w == NULL || m == NULL || m->n < 1 ||
-        dy == NULL || dx == NULL || grads == NULL)
+    if (moe_config_check(c) != 0 || w == NULL || m == NULL || m->n < 1 || dy == NULL ||
+        dx == NULL || grads == NULL || !ep_share_ok(c, m->ep))
         return BT_EINVAL;
     backend *be = m->be;
     moe_dev_scratch *s = m->scratch;
@@ -257,7 +356,8 @@ int moe_dev_backward(const moe_config *c, const moe_weights *w, moe_dev_cache *m
     be->zero(be, s->dgate, (size_t)N * K);
     be->moe_combine_backward(be, s->dout, s->dgate, dy, m->out, m->gate, m->tok, m->slot, rows, K,
                              C);
-    experts_backward(c, w, m, grads);
+    int rc = routed_backward(c, w, m, grads);
+    if (rc != 0) return rc;
     be->zero(be, dx, (size_t)N * C);
     be->moe_combine(be, dx, s->dxg, NULL, m->row, N, K, C);
     shared_backward(c, w, m, dy, dx, grads);

@@ -4,58 +4,80 @@
  * matmul_backward, as moe.c's cblas products), SwiGLU (swiglu_*), routing, capacity,
  * permutation and the router's backward (moe_route ... moe_router_backward). One host
  * synchronization per forward: the per-expert row counts decide the shapes of the
- * expert GEMMs (and fill the load figures). No expert parallelism (moe_ep.h is host
- * code): the model refuses ep > 1 on such a backend.
+ * expert GEMMs (and fill the load figures).
+ *
+ * Expert parallelism as moe_ep.h describes it (the same exchanges, here of device
+ * buffers through the communication interface on the backend's stream): the grouped
+ * rows go to the experts' owners, each owner runs its experts over the rows of each
+ * source in turn, the outputs come back; backward mirrors it.
  *
  * Results equal moe.c's within float rounding (the GEMMs' summation order differs); on
  * the CPU backend the routing is moe.c's bit for bit. Deterministic like every backend
- * op. Every pointer below is the backend's device memory. */
+ * op. Every float and int32 pointer below is the backend's device memory unless said. */
 #ifndef BATON_MOE_DEV_H
 #define BATON_MOE_DEV_H
 
 #include <stdint.h>
 
 #include "backend.h"
+#include "comm.h"
 #include "moe.h"
 
-/* Backward scratch, shared by every cache of a model (one backward runs at a time). */
+/* Scratch shared by every cache of a model (one forward or backward runs at a time).
+ * Rx: the rows the experts here may see, max_tokens top_k, times ep under expert
+ * parallelism. */
 typedef struct moe_dev_scratch {
     backend *be;
-    float *fbuf;  /* the one allocation below */
-    float *dout;  /* (N K, C) expert output gradients, grouped rows */
-    float *dhs;   /* (N K, F) */
-    float *dh13;  /* (N K, 2F) */
-    float *dxg;   /* (N K, C) expert input gradients, grouped rows */
-    float *tmp;   /* (N, C) a shared expert's output; the router's and shared dx */
-    float *dl;    /* (N, E) router logit gradients */
-    float *dgate; /* (N K) */
-    float *gemm;  /* matmul scratch (float32: none on either backend) */
+    int ep_size;       /* the ep group size it was sized for */
+    float *fbuf;       /* the one allocation below */
+    float *dout;       /* (N K, C) grouped rows' output gradients */
+    float *dxg;        /* (N K, C) grouped rows' input gradients */
+    float *dhs, *dh13; /* (Rx, F), (Rx, 2F) */
+    float *outr, *dr;  /* (Rx, C) under ep: expert outputs, received output gradients */
+    float *dxr;        /* (Rx, C) under ep: expert input gradients */
+    float *tmp;        /* (N, C) a shared expert's output; the router's and shared dx */
+    float *dl;         /* (N, E) router logit gradients */
+    float *dgate;      /* (N K) */
+    float *gemm;       /* matmul scratch (float32: none on either backend) */
 } moe_dev_scratch;
 
 /* One layer's saved activations (for up to max_tokens tokens). */
 typedef struct moe_dev_cache {
     backend *be;
     moe_dev_scratch *scratch; /* borrowed */
-    int max_tokens, n;        /* capacity; N of the last forward */
-    float *fbuf;              /* float allocation: x .. shs */
-    int32_t *ibuf;            /* 4-byte allocation: topk .. pmean */
-    float *x, *scores, *ssum, *gate, *xg, *h13, *hs, *out, *sh13, *shs;
+    comm *ep;                 /* the expert-parallel group (borrowed); NULL: none */
+    int ep_size;
+    int max_tokens, n; /* capacity; N of the last forward */
+    float *fbuf;       /* float allocation: x .. shs */
+    int32_t *ibuf;     /* 4-byte allocation: topk .. pmean */
+    float *x, *scores, *ssum, *gate, *xg, *out, *sh13, *shs;
+    float *xr;       /* (Rx, C) under ep: the rows received for the experts here */
+    float *h13, *hs; /* (Rx, 2F), (Rx, F) expert activations, in the experts' rows */
     int32_t *topk, *row, *tok, *slot;
     int32_t *counts; /* (3E + 1) moe_assign's routed, kept, offset */
     float *pmean;    /* (E) moe_score_mean, right after counts (one copy to the host) */
-    int32_t *host;   /* host copy of counts and pmean (4E + 1) */
+    /* Host memory: */
+    int32_t *host;           /* (4E + 1) copy of counts and pmean */
+    int *cnt_recv;           /* (E) under ep: rows each source sends each expert here */
+    size_t *scount, *rcount; /* (ep) under ep: floats to and from each peer */
+    int nblk;                /* the experts' row blocks, in the experts' row order: */
+    int *blk_e, *blk_m;      /* (E) local expert index and rows of each block */
 } moe_dev_cache;
 
-/* 0, BT_EINVAL or BT_ENOMEM. */
-int moe_dev_scratch_init(moe_dev_scratch *s, backend *be, const moe_config *c, int max_tokens);
+/* ep_size: the expert-parallel group's size (1 without). 0, BT_EINVAL or BT_ENOMEM. */
+int moe_dev_scratch_init(moe_dev_scratch *s, backend *be, const moe_config *c, int max_tokens,
+                         int ep_size);
 void moe_dev_scratch_free(moe_dev_scratch *s);
+/* ep: the expert-parallel group (NULL without; with it c->expert0 and c->n_local must be
+ * this rank's share, as moe_ep_init requires). s must have been sized for its size. */
 int moe_dev_cache_init(moe_dev_cache *m, backend *be, const moe_config *c, int max_tokens,
-                       moe_dev_scratch *s);
+                       moe_dev_scratch *s, comm *ep);
 void moe_dev_cache_free(moe_dev_cache *m);
 
-/* moe_forward and moe_backward of moe.h on device memory (expert parallelism: none).
- * 0, BT_EINVAL for bad arguments, BT_EIO when the counts read back from the backend are
- * inconsistent (a failed device: its error is reported by the backend's sync). */
+/* moe_forward and moe_backward of moe.h on device memory; under expert parallelism
+ * collectives over the ep group. 0, BT_EINVAL for bad arguments, BT_EIO when an exchange
+ * failed or the counts read back are inconsistent (a failed device: its error is reported
+ * by the backend's sync), BT_ERANGE when more rows arrive than the buffers hold. */
 int moe_dev_forward(const moe_config *c, const moe_weights *w, const float *bias, const float *x,
                     float *y, int N, moe_dev_cache *m, moe_stats *stats);
 int moe_dev_backward(const moe_config *c, const moe_weights *w, moe_dev_cache *m, const float *dy,
