@@ -150,8 +150,9 @@ static double fp8_rescaled_error(model *low, const model *ref, const int32_t *to
     for (int i = 0; i < low->n_gemm; i++) {
         backend_gemm *g = &low->gemm[i];
         for (int k = 0; k < BACKEND_FP8_SLOTS; k++)
-            if (g->amax[k] > 0)
-                g->scale[k] = (k == BACKEND_FP8_DY ? PREC_E5M2_MAX : PREC_E4M3_MAX) / g->amax[k];
+            if (g->amax_acc[k] > 0) /* the running amaxes (host memory on the CPU) */
+                g->scale[k] =
+                    (k == BACKEND_FP8_DY ? PREC_E5M2_MAX : PREC_E4M3_MAX) / g->amax_acc[k];
     }
     float loss;
     model_zero_grad(low);
@@ -190,9 +191,10 @@ static void test_precision_paths(backend *be) {
             const backend_gemm *g = &low.gemm[MODEL_GEMM_QKV];
             size_t wq = (size_t)(cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim * cfg.dim;
             CHECK(g->prec == BACKEND_PREC_FP8 && g->dy_e5m2 == 1);
-            CHECK(g->amax[BACKEND_FP8_W] == max_abs(low.params.layers[0].wqkv, wq));
-            CHECK(g->amax[BACKEND_FP8_X] == max_abs(low.acts.layer[0].ln1, (size_t)B * T * 64));
-            CHECK(g->amax[BACKEND_FP8_DY] > 0);
+            CHECK(g->amax_acc != NULL && g->amax_acc == low.amax_acc); /* layer 0's QKV */
+            CHECK(g->amax_acc[BACKEND_FP8_W] == max_abs(low.params.layers[0].wqkv, wq));
+            CHECK(g->amax_acc[BACKEND_FP8_X] == max_abs(low.acts.layer[0].ln1, (size_t)B * T * 64));
+            CHECK(g->amax_acc[BACKEND_FP8_DY] > 0);
             CHECK(low.gemm[MODEL_GEMMS_PER_LAYER * cfg.n_layers].prec == BACKEND_PREC_BF16);
             /* Scales from the amaxes just seen (delayed scaling, margin 0) use the fp8
              * range and must bring the result closer to float32 (E5M2 gradients keep it near

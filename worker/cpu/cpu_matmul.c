@@ -27,7 +27,11 @@ static const float *operand(float *dst, const float *src, size_t n, backend_gemm
         prec_fp16_round_array(dst, src, n);
         return dst;
     }
-    p->amax[slot] = prec_fp8_qdq_array(dst, src, n, p->scale[slot], fmt);
+    float amax = prec_fp8_qdq_array(dst, src, n, p->scale[slot], fmt);
+    if (p->amax_acc == NULL)
+        p->amax[slot] = amax;
+    else if (amax > p->amax_acc[slot]) /* false for NaN, as the CUDA kernel's maximum */
+        p->amax_acc[slot] = amax;
     return dst;
 }
 

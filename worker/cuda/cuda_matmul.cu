@@ -14,8 +14,10 @@
  *    GEMM's alpha. The numbers are those of an fp8 GEMM; the speed is bf16's. A native
  *    E4M3/E5M2 cuBLASLt GEMM (TN layout, transposed operand copies, scale pointers) is
  *    the owed speed-up. The amax of each operand (max |x|, NaN ignored: a maximum is exact
- *    in any order, so the one atomicMax is deterministic) is copied back into the
- *    caller's backend_gemm before the op returns, which synchronizes the stream.
+ *    in any order, so the one atomicMax is deterministic) goes into the caller's running
+ *    maximum (amax_acc, device memory: no synchronization; the trainer's way), or without
+ *    one is copied back into the backend_gemm before the op returns, which synchronizes
+ *    the stream.
  *
  * cuBLASLt's algorithm for a product is chosen once per (shape, types, transposes,
  * pointer alignment class) by its heuristic and cached, so the same call always runs the
@@ -94,8 +96,11 @@ static mm_operand mm_prepare(cuda_ctx *c, void *dst, const float *src, size_t n,
         to_fp16_kernel<<<grid, 256, 0, c->stream>>>((__half *)dst, src, n);
         o.type = CUDA_R_16F;
     } else {
-        to_fp8_in_bf16_kernel<<<grid, 256, 0, c->stream>>>(
-            (__nv_bfloat16 *)dst, src, n, p->scale[slot], e5m2, c->amax_dev + slot);
+        /* The caller's running maximum, or the backend's slots copied back after the call
+         * (the float bits of values >= 0 order as unsigned integers). */
+        unsigned *amax = p->amax_acc ? (unsigned *)(p->amax_acc + slot) : c->amax_dev + slot;
+        to_fp8_in_bf16_kernel<<<grid, 256, 0, c->stream>>>((__nv_bfloat16 *)dst, src, n,
+                                                           p->scale[slot], e5m2, amax);
         o.type = CUDA_R_16BF;
     }
     CUDA_LAUNCHED(c, "matmul operand conversion");
@@ -269,13 +274,14 @@ void cuda_matmul_forward(backend *be, float *out, const float *inp, const float 
     cuda_ctx *c = cuda_ctx_of(be);
     if (!prec_ok(c, p)) return;
     mm_scratch r = scratch_regions(scratch, N, C, OC);
-    if (is_fp8(p)) amax_begin(c);
+    int copy_amax = is_fp8(p) && p->amax_acc == NULL;
+    if (copy_amax) amax_begin(c);
     mm_operand x = mm_prepare(c, r.x, inp, (size_t)N * C, p, BACKEND_FP8_X, 0);
     mm_operand w = mm_prepare(c, r.w, weight, (size_t)OC * C, p, BACKEND_FP8_W, 0);
     /* out^T (OC, N) = W (C, OC col-major)^T X^T (C, N) */
     lt_matmul(c, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, x, C, out, OC,
               dequant(p, BACKEND_FP8_X, BACKEND_FP8_W), 0.0f);
-    if (is_fp8(p)) amax_end(c, p, 1u << BACKEND_FP8_X | 1u << BACKEND_FP8_W);
+    if (copy_amax) amax_end(c, p, 1u << BACKEND_FP8_X | 1u << BACKEND_FP8_W);
 }
 
 void cuda_matmul_backward(backend *be, float *dinp, float *dweight, const float *dout,
@@ -286,7 +292,8 @@ void cuda_matmul_backward(backend *be, float *dinp, float *dweight, const float 
     mm_scratch r = scratch_regions(scratch, N, C, OC);
     int e5m2 = p != NULL && p->dy_e5m2;
     unsigned mask = 1u << BACKEND_FP8_DY | 1u << BACKEND_FP8_X;
-    if (is_fp8(p)) amax_begin(c);
+    int copy_amax = is_fp8(p) && p->amax_acc == NULL;
+    if (copy_amax) amax_begin(c);
     mm_operand dy = mm_prepare(c, r.dy, dout, (size_t)N * OC, p, BACKEND_FP8_DY, e5m2);
     if (dinp != NULL) {
         mm_operand w = mm_prepare(c, r.w, weight, (size_t)OC * C, p, BACKEND_FP8_W, 0);
@@ -299,5 +306,5 @@ void cuda_matmul_backward(backend *be, float *dinp, float *dweight, const float 
     /* dweight^T (C, OC) += X^T (C, N) (dy^T (OC, N))^T */
     lt_matmul(c, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, x, C, dy, OC, dweight, C,
               dequant(p, BACKEND_FP8_DY, BACKEND_FP8_X), 1.0f);
-    if (is_fp8(p)) amax_end(c, p, mask);
+    if (copy_amax) amax_end(c, p, mask);
 }

@@ -43,12 +43,19 @@ enum { BACKEND_FP8_X = 0, BACKEND_FP8_W = 1, BACKEND_FP8_DY = 2, BACKEND_FP8_SLO
  * amax[X] and amax[W], backward writes amax[DY] and, again, amax[X] and amax[W]) and
  * feeds them to its history. Forward quantizes x and w to E4M3; backward quantizes the
  * incoming gradient to E5M2 when dy_e5m2 is set ("hybrid"), else E4M3, and x and w to
- * E4M3. A NULL backend_gemm means float32. */
+ * E4M3. A NULL backend_gemm means float32.
+ *
+ * amax_acc, when not NULL, is device memory of BACKEND_FP8_SLOTS floats (>= 0, zeroed by
+ * the caller) into which every fp8 call folds the amaxes it sees as a running maximum,
+ * acc[k] = max(acc[k], amax); amax[] is then not written, so the op need not wait for
+ * them (the CUDA backend otherwise synchronizes once per fp8 GEMM). The trainer reads
+ * all GEMMs' accumulators once per step. */
 typedef struct backend_gemm {
     backend_prec prec;
     int dy_e5m2;
     float scale[BACKEND_FP8_SLOTS];
     float amax[BACKEND_FP8_SLOTS];
+    float *amax_acc;
 } backend_gemm;
 
 /* A range of a flat parameter buffer for the optimizer: elements [offset, offset + n), with

@@ -226,9 +226,13 @@ int model_sizes_compute(const model_config *cfg, backend *be, int B, int T, mode
 /* The precision of each GEMM. Under fp8 the LM head always runs bf16 (Transformer
  * Engine and Megatron keep the output layer out of fp8), and with fp8_first_last_bf16
  * so do the GEMMs of the first and last layers (of the model, not of a stage). */
-static void setup_gemms(model *m) {
+static int setup_gemms(model *m) {
     const model_config *cfg = &m->cfg;
     int L = cfg->n_layers;
+    if (cfg->prec == BACKEND_PREC_FP8) { /* the running amaxes: read once per step */
+        m->amax_acc = m->be->alloc(m->be, (size_t)m->n_gemm * BACKEND_FP8_SLOTS * sizeof(float));
+        if (m->amax_acc == NULL) return BT_ENOMEM;
+    }
     for (int i = 0; i < m->n_gemm; i++) {
         int layer =
             i / MODEL_GEMMS_PER_LAYER == m->n_layers ? L : m->layer0 + i / MODEL_GEMMS_PER_LAYER;
@@ -237,9 +241,11 @@ static void setup_gemms(model *m) {
             (layer == L || (cfg->fp8_first_last_bf16 && (layer == 0 || layer == L - 1))))
             p = BACKEND_PREC_BF16;
         m->gemm[i] = (backend_gemm){.prec = p, .dy_e5m2 = cfg->fp8_hybrid};
+        if (m->amax_acc) m->gemm[i].amax_acc = m->amax_acc + (size_t)i * BACKEND_FP8_SLOTS;
         for (int k = 0; k < BACKEND_FP8_SLOTS; k++)
             m->gemm[i].scale[k] = 1.0f;
     }
+    return 0;
 }
 
 int model_upload_rope(model *m, int n_seg, const int *pos0, const int *rows) {
@@ -365,8 +371,9 @@ int model_init_tp(model *m, const model_config *cfg, backend *be, int max_B, int
     m->max_B = max_B;
     m->max_T = max_T;
     model_sizes_compute(cfg, be, max_B, max_T, &m->sizes);
-    if ((rc = alloc_host(m)) || (rc = alloc_device(m)) || (rc = upload_rope(m))) goto error;
-    setup_gemms(m);
+    if ((rc = alloc_host(m)) || (rc = alloc_device(m)) || (rc = upload_rope(m)) ||
+        (rc = setup_gemms(m)))
+        goto error;
     return 0;
 error:
     bt_diag_set(diag, "model: cannot allocate %zu parameters and %zu bytes of activations",
@@ -386,6 +393,7 @@ void model_free(model *m) {
         be->free(be, m->acts_mem);
         be->free(be, m->work_mem);
         be->free(be, m->tokens_mem);
+        if (m->amax_acc) be->free(be, m->amax_acc);
     }
     free(m->params.layers);
     free(m->grads.layers);

@@ -254,6 +254,8 @@ typedef struct model {
 
     backend_gemm *gemm; /* (4L [+ 1 on the last stage]) per-GEMM precision and fp8 metadata */
     int n_gemm;
+    float *amax_acc; /* under fp8: (n_gemm, BACKEND_FP8_SLOTS) backend memory, each GEMM's
+                      * running amaxes (backend_gemm.amax_acc); NULL otherwise */
 
     float *host_losses; /* (max_B * max_T) */
     int has_targets;    /* the last forward computed a loss */

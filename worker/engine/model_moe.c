@@ -69,6 +69,11 @@ int model_moe_init(model *m, comm *ep_group, bt_diag *diag) {
         return BT_EINVAL;
     }
     int dev = moe_use_dev(m);
+    if (dev && (m->be->moe_route == NULL || m->be->moe_router_backward == NULL)) {
+        bt_diag_set(diag, "model: the %s backend has no MoE operations (moe_route ...)",
+                    m->be->name);
+        return BT_EUNSUPPORTED;
+    }
     model_moe *mo = calloc(1, sizeof *mo);
     if (mo == NULL) return BT_ENOMEM;
     m->moew = mo, m->ep_group = ep > 1 ? ep_group : NULL;

@@ -162,25 +162,11 @@ static int train_loader_open(trainer *t, bt_diag *diag) {
     return loader_open(&t->ld, src, n, &lc, diag);
 }
 
-/* What the engine does only with host memory (the CPU backend) so far. */
-static int train_device_check(const trainer *t, const model_config *cfg, bt_diag *diag) {
-    const Baton__Stage *s = t->spec->stage;
-    if (cfg->moe.n_experts == 0) return 0;
-    bt_diag_set(diag,
-                "stage \"%s\": MoE layers (model.arch: moe) are not supported on cluster.device "
-                "cuda yet (the router and experts are host code; the CPU engine runs them: "
-                "cluster.device cpu)",
-                s->name);
-    return BT_EUNSUPPORTED;
-}
-
 /* The compute backend of cluster.device (backend_select.h). */
-static int train_backend_open(trainer *t, const train_groups *g, const model_config *cfg,
-                              bt_diag *diag) {
+static int train_backend_open(trainer *t, const train_groups *g, bt_diag *diag) {
     const Baton__Cluster *c = t->spec->cluster;
     int cuda = c != NULL && c->device == BATON__CLUSTER__DEVICE__CUDA;
     int rc = backend_open(&t->be, cuda, g->local_rank, &t->be_opened, diag);
-    if (rc == 0 && !t->be.host_memory) rc = train_device_check(t, cfg, diag);
     /* Collectives on the backend's memory run on its stream (groups split later, such as
      * the tp kv group, inherit it). */
     comm *groups[] = {g->tp, g->dp, g->pp, g->cp, g->dpcp, g->ep, g->edp};
@@ -210,7 +196,7 @@ static int train_model_init(trainer *t, const train_groups *g, bt_diag *diag) {
         cfg.moe.n_local = cfg.moe.n_experts / cfg.ep,
         cfg.moe.expert0 = cfg.ep_rank * cfg.moe.n_local;
     train_pp_init(&t->pp, pp_group, (size_t)t->B * t->Tl * (size_t)cfg.dim);
-    rc = train_backend_open(t, g, &cfg, diag);
+    rc = train_backend_open(t, g, diag);
     rc = rc ? rc : model_init_tp(&t->m, &cfg, &t->be, (int)t->B, (int)t->Tl, tp_group, diag);
     rc = rc ? rc : model_cp_init(&t->m, cp_group, diag);
     rc = rc ? rc : model_moe_init(&t->m, g->ep, diag);
@@ -294,22 +280,32 @@ void train_free(trainer *t) {
     memset(t, 0, sizeof *t);
 }
 
-/* Scales from the delayed-scaling state into the GEMMs before a step. */
+/* Scales from the delayed-scaling state into the GEMMs before a step, and the GEMMs'
+ * running amaxes (model.h: amax_acc, in backend memory) zeroed. */
 static void train_fp8_begin(trainer *t) {
     if (t->fp8 == NULL) return;
     for (int g = 0; g < t->m.n_gemm; g++)
-        for (int k = 0; k < BACKEND_FP8_SLOTS; k++) {
+        for (int k = 0; k < BACKEND_FP8_SLOTS; k++)
             t->m.gemm[g].scale[k] = t->fp8[g].meta[k].scale;
-            t->fp8[g].amax_step[k] = 0.0f;
-        }
+    if (t->m.amax_acc) t->be.zero(&t->be, t->m.amax_acc, (size_t)t->m.n_gemm * BACKEND_FP8_SLOTS);
 }
 
-/* The amaxes a micro-batch saw, kept as the step's maximum. */
-static void train_fp8_collect(trainer *t) {
-    if (t->fp8 == NULL) return;
+/* The step's amaxes: the maximum over every call of each GEMM (forward and backward of
+ * every micro-batch), read from the backend in one copy. */
+static int train_fp8_read(trainer *t, bt_diag *diag) {
+    size_t n = (size_t)t->m.n_gemm * BACKEND_FP8_SLOTS;
+    float *host = malloc(n * sizeof *host);
+    if (host == NULL) {
+        bt_diag_set(diag, "step %llu: out of memory reading the fp8 amaxes",
+                    (unsigned long long)t->step + 1);
+        return BT_ENOMEM;
+    }
+    t->be.to_host(&t->be, host, t->m.amax_acc, n * sizeof *host);
     for (int g = 0; g < t->m.n_gemm; g++)
         for (int k = 0; k < BACKEND_FP8_SLOTS; k++)
-            t->fp8[g].amax_step[k] = fmaxf(t->fp8[g].amax_step[k], t->m.gemm[g].amax[k]);
+            t->fp8[g].amax_step[k] = host[(size_t)g * BACKEND_FP8_SLOTS + k];
+    free(host);
+    return 0;
 }
 
 /* The step's amaxes, reduced over the tp group (a sharded GEMM's scales are the whole
@@ -317,6 +313,10 @@ static void train_fp8_collect(trainer *t) {
  * histories. */
 static int train_fp8_end(trainer *t, bt_diag *diag) {
     if (t->fp8 == NULL) return 0;
+    if (t->m.amax_acc != NULL) {
+        int rc = train_fp8_read(t, diag);
+        if (rc != 0) return rc;
+    }
     for (int g = 0; g < t->m.n_gemm; g++) {
         int rc = train_tp_max(&t->tp, t->fp8[g].amax_step, BACKEND_FP8_SLOTS, diag);
         rc = rc ? rc : train_dp_max(&t->dp, t->fp8[g].amax_step, BACKEND_FP8_SLOTS, diag);
@@ -385,17 +385,13 @@ static int train_pp_forward(void *ctx, int mb, int slot) {
     return rc;
 }
 
-/* The amaxes are collected after each backward: it rewrites every amax of its GEMMs
- * (backend.h), so they cover the micro-batch as the one-process loop's do. */
 static int train_pp_backward(void *ctx, int mb, int slot) {
     trainer *t = ((train_pp_ctx *)ctx)->t;
     (void)mb;
     float scale = train_spike_fault_scale(&t->spike, t->step + 1) *
                   train_scaler_loss_scale(&t->scaler) / (float)t->accum;
     int rc = model_stage_backward(&t->m, slot, scale);
-    rc = rc ? rc : train_zero_after_backward(&t->zero, &t->m, ((train_pp_ctx *)ctx)->diag);
-    if (rc == 0) train_fp8_collect(t);
-    return rc;
+    return rc ? rc : train_zero_after_backward(&t->zero, &t->m, ((train_pp_ctx *)ctx)->diag);
 }
 
 static float *train_pp_input(void *ctx, int slot) {
@@ -449,7 +445,6 @@ static int train_micro_batches(trainer *t, double *loss, bt_diag *diag) {
                         why);
             return rc;
         }
-        train_fp8_collect(t);
         *loss += l / t->accum;
     }
     return 0;
