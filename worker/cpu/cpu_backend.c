@@ -51,6 +51,7 @@ void cpu_backend_init(backend *be) {
     be->scale = cpu_scale;
     be->copy2d = cpu_copy2d;
     be->sumsq = cpu_sumsq;
+    be->sumsq_segs = cpu_sumsq_segs;
     be->copy = cpu_copy_floats;
     be->adamw = cpu_adamw;
     be->host_memory = 1;

@@ -40,6 +40,13 @@ double cpu_sumsq(backend *be, const float *x, size_t n) {
     return acc;
 }
 
+double cpu_sumsq_segs(backend *be, const float *x, const backend_seg *segs, size_t nseg) {
+    double total = 0.0;
+    for (size_t s = 0; s < nseg; s++)
+        total += segs[s].n ? cpu_sumsq(be, x + segs[s].offset, segs[s].n) : 0.0;
+    return total;
+}
+
 void cpu_embedding_forward(backend *be, float *out, const int32_t *tokens, const float *wte, int N,
                            int C) {
     (void)be;

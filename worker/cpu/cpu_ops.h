@@ -13,6 +13,7 @@ void cpu_scale(backend *be, float *x, float s, size_t n);
 void cpu_copy2d(backend *be, float *dst, size_t ldd, const float *src, size_t lds, size_t rows,
                 size_t width);
 double cpu_sumsq(backend *be, const float *x, size_t n);
+double cpu_sumsq_segs(backend *be, const float *x, const backend_seg *segs, size_t nseg);
 void cpu_copy_floats(backend *be, float *dst, const float *src, size_t n);
 void cpu_adamw(backend *be, float *param, float *grad, float *m, float *v, const backend_seg *segs,
                size_t nseg, const backend_adamw *a);

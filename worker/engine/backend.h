@@ -111,6 +111,10 @@ struct backend {
     double (*sumsq)(backend *be, const float *x, size_t n);
     /* dst[i] = src[i] for i < n (device to device; the ranges do not overlap). */
     void (*copy)(backend *be, float *dst, const float *src, size_t n);
+    /* The gradient norm's sum of squares over segments: 0.0 plus, in segment order and
+     * in double, each segment's sumsq(x + offset, n) exactly as sumsq computes it (an
+     * empty segment adds 0.0). One synchronization for all of them. */
+    double (*sumsq_segs)(backend *be, const float *x, const backend_seg *segs, size_t nseg);
 
     /* The optimizer, fused over segments: for every segment and every i in it, float32
      * operations in exactly this order, no fused multiply-add (the CUDA result equals the
