@@ -6,7 +6,7 @@
  *     heads, ffn 5632, vocab 32000) through model.h on the CUDA backend, selective
  *     recompute (no stored attention probabilities). A step is a whole training step, as
  *     train.c runs it on one rank: zero the gradients, forward with targets, backward,
- *     the global gradient norm (the sumsq op over every parameter tensor), clipping at
+ *     the global gradient norm (the sumsq_segs op over every parameter tensor), clipping at
  *     1.0 and AdamW (the fused adamw op; lr 3e-4, betas 0.9/0.95, eps 1e-8, weight decay
  *     0.1, none on norm weights; moments in device memory). Under fp8 every GEMM slot's
  *     scale is fixed at 1.0 (no delayed-scaling history, which the trainer keeps; enough
@@ -52,17 +52,14 @@ static const char *prec_name(backend_prec p) {
     return p == BACKEND_PREC_BF16 ? "bf16" : p == BACKEND_PREC_FP8 ? "fp8" : "fp32";
 }
 
-/* The optimizer's half of a step: global norm over the segments (be->sumsq, which
- * synchronizes, once per tensor as the trainer does), clipping folded into AdamW's
- * grad_coef, then the fused update. A non-finite norm skips the update, as optim.h does.
- * Returns the norm before clipping. */
+/* The optimizer's half of a step: global norm over the segments (be->sumsq_segs, one
+ * synchronization, as the trainer does), clipping folded into AdamW's grad_coef, then the
+ * fused update. A non-finite norm skips the update, as optim.h does. Returns the norm
+ * before clipping. */
 static double bench_optim_step(backend *be, model *m, float *mom, float *vel,
                                const backend_seg *segs, size_t nseg, const optim_hparams *hp,
                                uint64_t step) {
-    double sumsq = 0.0;
-    for (size_t s = 0; s < nseg; s++)
-        sumsq += segs[s].n ? be->sumsq(be, m->grads_mem + segs[s].offset, segs[s].n) : 0.0;
-    double norm = sqrt(sumsq);
+    double norm = sqrt(be->sumsq_segs(be, m->grads_mem, segs, nseg));
     if (!isfinite(norm)) return norm;
     backend_adamw a;
     optim_adamw_args(&a, hp, hp->lr, step, (float)optim_clip_coef(norm, hp->grad_clip));

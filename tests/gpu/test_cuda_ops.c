@@ -13,12 +13,17 @@
  * differs); GEMMs with bf16, fp16 or fp8 inputs 5e-4 (the CPU rounds the inputs exactly as
  * the GPU does, so only float32 accumulation order differs); the whole model 1e-4 in
  * float32 and 2e-2 in bf16 (a last-bit difference upstream can flip an input's bf16
- * rounding). fp8 amaxes must be equal exactly.
+ * rounding). fp8 amaxes must be equal exactly. The MoE ops run each on equal inputs (the
+ * CPU's results of the op before, with logits drawn so that no selection is near a tie):
+ * selections, rows, counts and permutations must be equal exactly; scores, ssum and
+ * combine weights within 1e-5 (CUDA's expf is not libm's); the combine backward's dot
+ * products within 2e-5; everything else bit for bit.
  *
  * Without a CUDA device it prints "SKIPPED: <reason>" and exits 77 (ctest's skip code).
  * The same source also builds as test_cuda_ops_emulated (tests/gpu/CMakeLists.txt), with
  * the kernels run by the CPU emulation of tests/gpu/emu: a check of their logic only.
- * Exit status: 0 pass, 1 fail, 77 skipped. */
+ * An argument runs only the groups of tests whose name contains it (e.g. "moe"; no
+ * argument: all). Exit status: 0 pass, 1 fail, 2 usage, 77 skipped. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,6 +33,8 @@
 #include "cpu_backend.h"
 #include "cuda_backend.h"
 #include "model.h"
+#include "model_moe.h"
+#include "moe.h"
 
 enum { EXIT_SKIP = 77 };
 
@@ -136,6 +143,34 @@ static int gpu_bitwise_equal(const float *a, const float *b, size_t n) {
     return eq;
 }
 
+/* sumsq_segs over a's buffer: 70 segments (three batches of the CUDA backend's 32),
+ * empty, one-element and long ones: equal to the sum of the GPU's own per-segment sumsq
+ * in order, bit for bit, and to the CPU's within double rounding. */
+static void test_sumsq_segs(const pair *a) {
+    enum { NSEG = 70 }; /* cuda_internal.cuh: CUDA_SUMSQ_SEGS 32 */
+    backend_seg *segs = calloc(NSEG, sizeof *segs);
+    size_t off = 0;
+    for (int i = 0; i < NSEG; i++) {
+        size_t n = i % 7 == 3 ? 0 : i % 11 == 0 ? 1 + (size_t)i * 997 % 30000 : (size_t)(i % 50);
+        if (off + n > a->n) n = 0;
+        segs[i] = (backend_seg){.offset = off, .n = n, .decay = i & 1};
+        off += n + (size_t)(i % 3);
+        if (off > a->n) off = 0;
+    }
+    double want = 0.0;
+    for (int i = 0; i < NSEG; i++)
+        want += segs[i].n ? gpu.sumsq(&gpu, a->g + segs[i].offset, segs[i].n) : 0.0;
+    double got = gpu.sumsq_segs(&gpu, a->g, segs, NSEG);
+    double cpu_sum = cpu.sumsq_segs(&cpu, a->c, segs, NSEG);
+    if (memcmp(&got, &want, sizeof got) != 0 || fabs(cpu_sum - got) > 1e-12 * cpu_sum ||
+        gpu.sumsq_segs(&gpu, a->g, segs, 0) != 0.0) {
+        fprintf(stderr, "FAIL sumsq_segs: gpu %.17g, per segment %.17g, cpu %.17g\n", got, want,
+                cpu_sum);
+        failures++;
+    }
+    free(segs);
+}
+
 static void test_elementwise(void) {
     size_t n = 100003;
     pair a = pair_rand(n, 3.0f), b = pair_rand(n, 3.0f), o = pair_rand(n, 1.0f);
@@ -154,6 +189,7 @@ static void test_elementwise(void) {
         fprintf(stderr, "FAIL sumsq: cpu %.17g gpu %.17g again %.17g\n", sc, sg, sg2);
         failures++;
     }
+    test_sumsq_segs(&a);
     /* copy2d: 37 rows of 19 floats from stride 23 into stride 41 */
     cpu.copy2d(&cpu, o.c + 5, 41, b.c + 3, 23, 37, 19);
     gpu.copy2d(&gpu, o.g + 5, 41, b.g + 3, 23, 37, 19);
@@ -374,6 +410,51 @@ static void test_matmul_prec(backend_prec prec, int e5m2, int N, int C, int OC, 
     cpu.free(&cpu, scr_c), gpu.free(&gpu, scr_g);
 }
 
+/* fp8 with running amaxes (backend_gemm.amax_acc): forward then backward twice with
+ * different inputs fold into the accumulators, which equal the CPU's bit for bit and the
+ * maximum of what the calls without accumulators report; amax[] stays untouched. */
+static void test_matmul_amax_acc(void) {
+    enum { N = 48, C = 40, OC = 56 };
+    pair x = pair_rand((size_t)N * C, 1.5f), w = pair_rand((size_t)OC * C, 0.5f);
+    pair x2 = pair_rand((size_t)N * C, 3.0f), dout = pair_rand((size_t)N * OC, 1e-2f);
+    pair out = pair_rand((size_t)N * OC, 1.0f), dx = pair_rand((size_t)N * C, 1.0f);
+    pair dw = pair_rand((size_t)OC * C, 1.0f);
+    size_t sc = cpu.matmul_scratch_floats(&cpu, N, C, OC, BACKEND_PREC_FP8);
+    size_t sg = gpu.matmul_scratch_floats(&gpu, N, C, OC, BACKEND_PREC_FP8);
+    float *scr_c = cpu.alloc(&cpu, sc * 4), *scr_g = gpu.alloc(&gpu, sg * 4);
+    float *acc_c = cpu.alloc(&cpu, BACKEND_FP8_SLOTS * 4), *acc_g = gpu.alloc(&gpu, 64);
+    backend_gemm ref = {.prec = BACKEND_PREC_FP8, .dy_e5m2 = 1, .scale = {200.0f, 700.0f, 3e5f}};
+    backend_gemm pc = ref, pg = ref;
+    pc.amax_acc = acc_c, pg.amax_acc = acc_g;
+    float want[BACKEND_FP8_SLOTS] = {0};
+    for (int k = 0; k < 2; k++) {
+        const pair *xi = k ? &x2 : &x;
+        cpu.matmul_forward(&cpu, out.c, xi->c, w.c, N, C, OC, &ref, scr_c);
+        for (int s = 0; s < BACKEND_FP8_SLOTS; s++)
+            want[s] = fmaxf(want[s], s == BACKEND_FP8_DY ? 0.0f : ref.amax[s]);
+        cpu.matmul_backward(&cpu, dx.c, dw.c, dout.c, xi->c, w.c, N, C, OC, &ref, scr_c);
+        for (int s = 0; s < BACKEND_FP8_SLOTS; s++)
+            want[s] = fmaxf(want[s], ref.amax[s]);
+        cpu.matmul_forward(&cpu, out.c, xi->c, w.c, N, C, OC, &pc, scr_c);
+        gpu.matmul_forward(&gpu, out.g, xi->g, w.g, N, C, OC, &pg, scr_g);
+        cpu.matmul_backward(&cpu, dx.c, dw.c, dout.c, xi->c, w.c, N, C, OC, &pc, scr_c);
+        gpu.matmul_backward(&gpu, dx.g, dw.g, dout.g, xi->g, w.g, N, C, OC, &pg, scr_g);
+    }
+    float hg[BACKEND_FP8_SLOTS];
+    gpu.to_host(&gpu, hg, acc_g, sizeof hg);
+    for (int s = 0; s < BACKEND_FP8_SLOTS; s++)
+        if (memcmp(&hg[s], &acc_c[s], 4) != 0 || acc_c[s] != want[s] || want[s] <= 0.0f ||
+            pg.amax[s] != 0.0f || pc.amax[s] != 0.0f) {
+            fprintf(stderr, "FAIL matmul amax_acc[%d]: cpu %.9g gpu %.9g want %.9g\n", s, acc_c[s],
+                    hg[s], want[s]);
+            failures++;
+        }
+    check_sync("matmul amax_acc");
+    pair_free(&x), pair_free(&w), pair_free(&x2), pair_free(&dout), pair_free(&out);
+    pair_free(&dx), pair_free(&dw);
+    cpu.free(&cpu, scr_c), gpu.free(&gpu, scr_g), cpu.free(&cpu, acc_c), gpu.free(&gpu, acc_g);
+}
+
 static void test_matmul(void) {
     static const int shapes[][3] = {{64, 128, 96}, {37, 53, 71}, {256, 512, 1024}, {1, 16, 8}};
     for (int p = 0; p < 4; p++)
@@ -382,6 +463,7 @@ static void test_matmul(void) {
     test_matmul_prec(BACKEND_PREC_FP8, 1, 64, 128, 96, 1);
     test_matmul_prec(BACKEND_PREC_FP8, 1, 64, 128, 96, 0);
     test_matmul_prec(BACKEND_PREC_BF16, 0, 40, 24, 56, 0);
+    test_matmul_amax_acc();
 }
 
 /* Whole-sequence attention: forward with and without stored probabilities, backward
@@ -555,8 +637,247 @@ static void test_loss(void) {
     cpu.free(&cpu, tc), gpu.free(&gpu, tgg);
 }
 
-/* The same small LLaMA on both backends: loss and every parameter gradient. */
-static void test_model(model_recompute rec, backend_prec prec, double tol_loss, double tol_grad) {
+static int32_t *ints_back(backend *be, const int32_t *d, size_t n) {
+    int32_t *h = malloc((n ? n : 1) * sizeof *h);
+    be->to_host(be, h, d, n * 4);
+    return h;
+}
+
+/* The n int32 of the device buffers c (cpu) and g (gpu) must be equal. */
+static void compare_ints(const char *what, const int32_t *c, const int32_t *g, size_t n) {
+    int32_t *hc = ints_back(&cpu, c, n), *hg = ints_back(&gpu, g, n);
+    for (size_t i = 0; i < n; i++)
+        if (hc[i] != hg[i]) {
+            fprintf(stderr, "FAIL %s: [%zu] cpu %d gpu %d\n", what, i, (int)hc[i], (int)hg[i]);
+            failures++;
+            break;
+        }
+    free(hc);
+    free(hg);
+}
+
+/* Device copies of host int32 data on each backend. */
+typedef struct ipair {
+    int32_t *c, *g;
+    size_t n;
+} ipair;
+
+static ipair ipair_from(const int32_t *h, size_t n) {
+    ipair p = {ints_on(&cpu, h, n ? n : 1), ints_on(&gpu, h, n ? n : 1), n};
+    return p;
+}
+
+static void ipair_free(ipair *p) {
+    cpu.free(&cpu, p->c);
+    gpu.free(&gpu, p->g);
+}
+
+/* A pair whose both copies hold the cpu buffer src's n floats (the reference's result, so
+ * that the next op is compared on equal inputs). */
+static pair pair_from_cpu(const float *src, size_t n) {
+    float *h = malloc((n ? n : 1) * 4);
+    cpu.to_host(&cpu, h, src, n * 4);
+    pair p = pair_from(h, n ? n : 1);
+    p.n = n;
+    free(h);
+    return p;
+}
+
+static ipair ipair_from_cpu(const int32_t *src, size_t n) {
+    int32_t *h = ints_back(&cpu, src, n);
+    ipair p = ipair_from(h, n);
+    free(h);
+    return p;
+}
+
+/* Random logits (N, E) for which no token's selection is close to a tie: the K + 1 largest
+ * s + bias (computed by the CPU backend) are at least 1e-4 apart, so an ulp of expf cannot
+ * change the top K. Rows that fail are drawn again. */
+static float *moe_logits(int N, int E, int K, int score, const float *bias) {
+    float *l = host_rand((size_t)N * E, 4.0f), *s = malloc((size_t)N * E * 4);
+    float *ss = cpu.alloc(&cpu, (size_t)N * 4), *d = cpu.alloc(&cpu, (size_t)N * E * 4);
+    float *g = cpu.alloc(&cpu, (size_t)N * K * 4);
+    int32_t *tk = cpu.alloc(&cpu, (size_t)N * K * 4);
+    for (int attempt = 0; attempt < 20; attempt++) {
+        cpu.from_host(&cpu, d, l, (size_t)N * E * 4);
+        cpu.moe_route(&cpu, d, ss, tk, g, NULL, N, E, K, score, 0);
+        cpu.to_host(&cpu, s, d, (size_t)N * E * 4);
+        int redo = 0;
+        for (int n = 0; n < N; n++) {
+            float *v = s + (size_t)n * E;
+            for (int e = 0; e < E; e++)
+                v[e] += bias ? bias[e] : 0.0f;
+            /* the K + 1 largest, by selection */
+            int near = 0;
+            float prev = INFINITY;
+            for (int j = 0; j <= K && j < E && !near; j++) {
+                int best = -1;
+                for (int e = 0; e < E; e++)
+                    if (v[e] < prev && (best < 0 || v[e] > v[best])) best = e;
+                for (int e = 0; e < E; e++) /* equal or close to another value */
+                    if (e != best && fabsf(v[e] - v[best]) < 1e-4f) near = 1;
+                prev = v[best];
+            }
+            if (near) {
+                redo = 1;
+                for (int e = 0; e < E; e++)
+                    l[(size_t)n * E + e] = urand() * 4.0f;
+            }
+        }
+        if (!redo) break;
+    }
+    free(s);
+    cpu.free(&cpu, ss), cpu.free(&cpu, d), cpu.free(&cpu, g), cpu.free(&cpu, tk);
+    return l;
+}
+
+/* The MoE routing and permutation ops, each on equal inputs (the CPU's results of the op
+ * before): moe_route, moe_assign, moe_score_mean, gather_rows, moe_combine (with and
+ * without gate), moe_combine_backward and moe_router_backward. */
+static void test_moe(int N, int E, int K, int C, int score, int norm_topk, int with_bias,
+                     int capacity, double aux_coef) {
+    char what[160], w2[240];
+    snprintf(what, sizeof what, "moe N %d E %d K %d C %d %s norm %d bias %d cap %d aux %g", N, E, K,
+             C, score ? "sigmoid" : "softmax", norm_topk, with_bias, capacity, aux_coef);
+    size_t NE = (size_t)N * E, P = (size_t)N * K;
+    float *hb = with_bias ? host_rand(E, 0.2f) : NULL;
+    float *hl = moe_logits(N, E, K, score, hb);
+    pair scores = pair_from(hl, NE), ssum = pair_rand(N, 1.0f), gate = pair_rand(P, 1.0f);
+    pair bias = pair_from(hb ? hb : hl, hb ? (size_t)E : 1);
+    free(hl), free(hb);
+    ipair topk = {cpu.alloc(&cpu, P * 4), gpu.alloc(&gpu, P * 4), P};
+    cpu.moe_route(&cpu, scores.c, ssum.c, topk.c, gate.c, with_bias ? bias.c : NULL, N, E, K, score,
+                  norm_topk);
+    gpu.moe_route(&gpu, scores.g, ssum.g, topk.g, gate.g, with_bias ? bias.g : NULL, N, E, K, score,
+                  norm_topk);
+    snprintf(w2, sizeof w2, "%s route topk", what);
+    compare_ints(w2, topk.c, topk.g, P);
+    snprintf(w2, sizeof w2, "%s route scores", what);
+    compare_pair(w2, &scores, 1e-5);
+    snprintf(w2, sizeof w2, "%s route ssum", what);
+    compare_pair(w2, &ssum, 1e-5);
+    snprintf(w2, sizeof w2, "%s route gate", what);
+    compare_pair(w2, &gate, 1e-5);
+    check_sync(what);
+
+    /* moe_assign on the CPU's topk; tok and slot start as equal garbage, which must stay
+     * at rows >= offset[E] */
+    ipair tk = ipair_from_cpu(topk.c, P);
+    int32_t *garbage = malloc(P * 4 + 4);
+    for (size_t i = 0; i < P; i++)
+        garbage[i] = -7 - (int32_t)i;
+    ipair row = ipair_from(garbage, P), tok = ipair_from(garbage, P), slot = ipair_from(garbage, P);
+    size_t nc = 3 * (size_t)E + 1;
+    ipair counts = ipair_from(garbage, P > nc ? P : nc);
+    counts.n = nc;
+    free(garbage);
+    cpu.moe_assign(&cpu, row.c, tok.c, slot.c, counts.c, tk.c, N, K, E, capacity);
+    gpu.moe_assign(&gpu, row.g, tok.g, slot.g, counts.g, tk.g, N, K, E, capacity);
+    snprintf(w2, sizeof w2, "%s assign row", what);
+    compare_ints(w2, row.c, row.g, P);
+    snprintf(w2, sizeof w2, "%s assign tok", what);
+    compare_ints(w2, tok.c, tok.g, P);
+    snprintf(w2, sizeof w2, "%s assign slot", what);
+    compare_ints(w2, slot.c, slot.g, P);
+    snprintf(w2, sizeof w2, "%s assign counts", what);
+    compare_ints(w2, counts.c, counts.g, nc);
+    int32_t *hcounts = ints_back(&cpu, counts.c, nc);
+    int M = hcounts[3 * E];
+    if (capacity > 0 && (size_t)M == P) {
+        fprintf(stderr, "FAIL %s: capacity %d dropped no pair (the case is not tested)\n", what,
+                capacity);
+        failures++;
+    }
+    free(hcounts);
+    check_sync(what);
+
+    /* moe_score_mean: the same double sum in the same order, bit for bit */
+    pair s2 = pair_from_cpu(scores.c, NE), ss2 = pair_from_cpu(ssum.c, N);
+    pair pmean = pair_rand(E, 1.0f);
+    cpu.moe_score_mean(&cpu, pmean.c, s2.c, ss2.c, N, E);
+    gpu.moe_score_mean(&gpu, pmean.g, s2.g, ss2.g, N, E);
+    snprintf(w2, sizeof w2, "%s score_mean", what);
+    compare_pair_bits(w2, &pmean);
+
+    /* gather_rows by the CPU's tok, then the combine and its backward on M rows */
+    ipair tk2 = ipair_from_cpu(tok.c, (size_t)M), row2 = ipair_from_cpu(row.c, P);
+    ipair slot2 = ipair_from_cpu(slot.c, (size_t)M);
+    size_t MC = (size_t)(M ? M : 1) * C;
+    pair x = pair_rand((size_t)N * C, 1.0f), xg = pair_rand(MC, 1.0f);
+    cpu.gather_rows(&cpu, xg.c, x.c, tk2.c, M, C);
+    gpu.gather_rows(&gpu, xg.g, x.g, tk2.g, M, C);
+    snprintf(w2, sizeof w2, "%s gather_rows (M %d)", what, M);
+    compare_pair_bits(w2, &xg);
+    pair g2 = pair_from_cpu(gate.c, P), out = pair_rand(MC, 1.0f);
+    pair y = pair_rand((size_t)N * C, 1.0f);
+    for (int gated = 1; gated >= 0; gated--) {
+        cpu.moe_combine(&cpu, y.c, out.c, gated ? g2.c : NULL, row2.c, N, K, C);
+        gpu.moe_combine(&gpu, y.g, out.g, gated ? g2.g : NULL, row2.g, N, K, C);
+        snprintf(w2, sizeof w2, "%s combine (+=)%s", what, gated ? "" : " gate NULL");
+        compare_pair_bits(w2, &y);
+    }
+    pair dy = pair_rand((size_t)N * C, 1.0f), dout = pair_rand(MC, 1.0f);
+    pair dgate = pair_rand(P, 1.0f); /* dropped pairs' entries must stay as they are */
+    cpu.moe_combine_backward(&cpu, dout.c, dgate.c, dy.c, out.c, g2.c, tk2.c, slot2.c, M, K, C);
+    gpu.moe_combine_backward(&gpu, dout.g, dgate.g, dy.g, out.g, g2.g, tk2.g, slot2.g, M, K, C);
+    snprintf(w2, sizeof w2, "%s combine_backward dout", what);
+    compare_pair_bits(w2, &dout);
+    snprintf(w2, sizeof w2, "%s combine_backward dgate", what);
+    compare_pair(w2, &dgate, TOL_F32);
+    float *dgate2 = gpu.alloc(&gpu, P * 4 + 4);
+    gpu.copy(&gpu, dgate2, dgate.g, P);
+    gpu.moe_combine_backward(&gpu, dout.g, dgate2, dy.g, out.g, g2.g, tk2.g, slot2.g, M, K, C);
+    if (!gpu_bitwise_equal(dgate.g, dgate2, P)) {
+        fprintf(stderr, "FAIL %s: combine_backward dgate differs run to run\n", what);
+        failures++;
+    }
+    gpu.free(&gpu, dgate2);
+    check_sync(what);
+
+    /* the router's backward on the CPU's scores, topk, gate and counts, a random dgate */
+    pair dg = pair_rand(P, 1.0f), dl = pair_rand(NE, 1.0f);
+    ipair tk3 = ipair_from_cpu(topk.c, P), routed = ipair_from_cpu(counts.c, (size_t)E);
+    cpu.moe_router_backward(&cpu, dl.c, s2.c, ss2.c, tk3.c, g2.c, dg.c, routed.c, N, E, K, score,
+                            norm_topk, aux_coef);
+    gpu.moe_router_backward(&gpu, dl.g, s2.g, ss2.g, tk3.g, g2.g, dg.g, routed.g, N, E, K, score,
+                            norm_topk, aux_coef);
+    snprintf(w2, sizeof w2, "%s router_backward dl", what);
+    compare_pair_bits(w2, &dl);
+    check_sync(what);
+
+    pair_free(&scores), pair_free(&ssum), pair_free(&gate), pair_free(&bias), pair_free(&s2);
+    pair_free(&ss2), pair_free(&pmean), pair_free(&x), pair_free(&xg), pair_free(&g2);
+    pair_free(&out), pair_free(&y), pair_free(&dy), pair_free(&dout), pair_free(&dgate);
+    pair_free(&dg), pair_free(&dl);
+    ipair_free(&topk), ipair_free(&tk), ipair_free(&row), ipair_free(&tok), ipair_free(&slot);
+    ipair_free(&counts), ipair_free(&tk2), ipair_free(&row2), ipair_free(&slot2);
+    ipair_free(&tk3), ipair_free(&routed);
+}
+
+static void test_moe_all(void) {
+    /* N, E, K, C, score, norm_topk, bias, capacity, aux_coef */
+    test_moe(300, 37, 4, 67, MOE_SCORE_SOFTMAX, 0, 0, 0, 0.0);
+    test_moe(257, 5, 1, 33, MOE_SCORE_SIGMOID, 1, 1, 30, 0.01);
+    test_moe(130, 64, 8, 300, MOE_SCORE_SOFTMAX, 1, 1, 9, 0.02);
+    test_moe(77, 37, 37, 19, MOE_SCORE_SIGMOID, 0, 0, 0, 0.01);
+    test_moe(61, 37, 3, 40, MOE_SCORE_SIGMOID, 1, 0, 4, 0.0);
+    test_moe(45, 512, 6, 24, MOE_SCORE_SOFTMAX, 0, 1, 0, 0.05);
+    test_moe(50, 1, 1, 8, MOE_SCORE_SIGMOID, 1, 0, 0, 0.03);
+    /* E beyond MOE_MAX_EXPERTS: nothing runs, sync reports BT_EINVAL */
+    gpu.moe_route(&gpu, NULL, NULL, NULL, NULL, NULL, 4, MOE_MAX_EXPERTS + 1, 2, 0, 0);
+    int rc = gpu.sync(&gpu);
+    if (rc != BT_EINVAL) {
+        fprintf(stderr, "FAIL moe_route with E %d: sync %d, want BT_EINVAL\n", MOE_MAX_EXPERTS + 1,
+                rc);
+        failures++;
+    }
+}
+
+/* The same small LLaMA on both backends: loss and every parameter gradient. With moe, its
+ * layers are MoE layers (4 experts, top-2, a shared expert, capacity 1.0, aux loss): moe.c
+ * on the CPU, the backend path (moe_dev.c) on the GPU. */
+static void test_model(model_recompute rec, backend_prec prec, double tol_loss, double tol_grad,
+                       int moe) {
     enum { B = 2, T = 45 };
     model_config cfg = {
         .vocab = 256,
@@ -571,8 +892,20 @@ static void test_model(model_recompute rec, backend_prec prec, double tol_loss, 
     rope_config_default(&cfg.rope);
     cfg.recompute = rec;
     cfg.prec = prec;
+    if (moe) {
+        cfg.moe = (moe_config){.dim = 64,
+                               .ffn_dim = 48,
+                               .n_experts = 4,
+                               .top_k = 2,
+                               .n_shared = 1,
+                               .norm_topk = 1,
+                               .capacity_factor = 1.0,
+                               .aux_loss_coef = 0.01};
+        cfg.moe_every = 1;
+    }
     char what[96];
-    snprintf(what, sizeof what, "model (recompute %d, prec %d)", (int)rec, (int)prec);
+    snprintf(what, sizeof what, "model (recompute %d, prec %d%s)", (int)rec, (int)prec,
+             moe ? ", MoE" : "");
     int32_t tokens[B * T], targets[B * T];
     for (int i = 0; i < B * T; i++) {
         tokens[i] = (int32_t)((i * 131 + 7) % cfg.vocab);
@@ -583,7 +916,8 @@ static void test_model(model_recompute rec, backend_prec prec, double tol_loss, 
     bt_diag_init(&d);
     memset(&mc, 0, sizeof mc);
     memset(&mg, 0, sizeof mg);
-    if (model_init(&mc, &cfg, &cpu, B, T, &d) || model_init(&mg, &cfg, &gpu, B, T, &d)) {
+    if (model_init(&mc, &cfg, &cpu, B, T, &d) || model_init(&mg, &cfg, &gpu, B, T, &d) ||
+        model_moe_init(&mc, NULL, &d) || model_moe_init(&mg, NULL, &d)) {
         fprintf(stderr, "FAIL %s: model_init: %s\n", what, d.msg);
         failures++;
         return;
@@ -640,7 +974,23 @@ static void test_model(model_recompute rec, backend_prec prec, double tol_loss, 
     model_free(&mg);
 }
 
-int main(void) {
+/* The groups of tests to run: all, or those whose name contains argv[1]. */
+static const char *only;
+
+static int wanted(const char *group) {
+    return only == NULL || strstr(group, only) != NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 2) {
+        fprintf(stderr,
+                "usage: %s [GROUP]: run the groups whose name contains GROUP "
+                "(elementwise copy adamw embedding norm matmul attention "
+                "attention_part loss moe model)\n",
+                argv[0]);
+        return 2;
+    }
+    only = argc == 2 ? argv[1] : NULL;
     bt_diag d;
     bt_diag_init(&d);
     int n = cuda_device_count(&d);
@@ -661,23 +1011,32 @@ int main(void) {
         fprintf(stderr, "FAIL cuda_backend_init: %s\n", d.msg);
         return 1;
     }
-    test_elementwise();
-    test_copy();
-    test_adamw();
-    test_embedding();
-    test_norm_rope_swiglu();
-    test_matmul();
-    test_attention(2, 37, 4, 2, 16);
-    test_attention(1, 70, 6, 3, 40);
-    test_attention(1, 130, 2, 1, 128);
-    test_attention(1, 21, 4, 1, 160); /* beyond the tiled kernels' heads */
-    test_attention_part(2, 21, 33, 4, 2, 16);
-    test_attention_part(1, 40, 40, 2, 2, 72);
-    test_attention_part(1, 9, 13, 2, 1, 136);
-    test_loss();
-    test_model(MODEL_RECOMPUTE_NONE, BACKEND_PREC_FP32, 1e-5, 1e-4);
-    test_model(MODEL_RECOMPUTE_SELECTIVE, BACKEND_PREC_FP32, 1e-5, 1e-4);
-    test_model(MODEL_RECOMPUTE_FULL, BACKEND_PREC_BF16, 1e-3, 2e-2);
+    if (wanted("elementwise")) test_elementwise();
+    if (wanted("copy")) test_copy();
+    if (wanted("adamw")) test_adamw();
+    if (wanted("embedding")) test_embedding();
+    if (wanted("norm")) test_norm_rope_swiglu();
+    if (wanted("matmul")) test_matmul();
+    if (wanted("attention")) {
+        test_attention(2, 37, 4, 2, 16);
+        test_attention(1, 70, 6, 3, 40);
+        test_attention(1, 130, 2, 1, 128);
+        test_attention(1, 21, 4, 1, 160); /* beyond the tiled kernels' heads */
+    }
+    if (wanted("attention_part")) {
+        test_attention_part(2, 21, 33, 4, 2, 16);
+        test_attention_part(1, 40, 40, 2, 2, 72);
+        test_attention_part(1, 9, 13, 2, 1, 136);
+    }
+    if (wanted("loss")) test_loss();
+    if (wanted("moe")) test_moe_all();
+    if (wanted("model")) {
+        test_model(MODEL_RECOMPUTE_NONE, BACKEND_PREC_FP32, 1e-5, 1e-4, 0);
+        test_model(MODEL_RECOMPUTE_SELECTIVE, BACKEND_PREC_FP32, 1e-5, 1e-4, 0);
+        test_model(MODEL_RECOMPUTE_FULL, BACKEND_PREC_BF16, 1e-3, 2e-2, 0);
+        test_model(MODEL_RECOMPUTE_NONE, BACKEND_PREC_FP32, 1e-5, 1e-4, 1);
+        test_model(MODEL_RECOMPUTE_FULL, BACKEND_PREC_FP32, 1e-5, 1e-4, 1);
+    }
     cuda_backend_free(&gpu);
     if (failures) {
         fprintf(stderr, "%d checks failed\n", failures);

@@ -1,7 +1,8 @@
 /* The CUDA backend's table, its memory functions and its lifetime. The operations live
  * in cuda_elementwise.cu, cuda_norm.cu, cuda_matmul.cu, cuda_attention.cu,
- * cuda_attention_part.cu, cuda_loss.cu and cuda_optim.cu; every one queues work on the
- * backend's stream and records (never returns) a failure, which sync() then reports. */
+ * cuda_attention_part.cu, cuda_loss.cu, cuda_optim.cu and cuda_moe.cu; every one queues
+ * work on the backend's stream and records (never returns) a failure, which sync() then
+ * reports. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +111,7 @@ static void fill_table(backend *be) {
     be->scale = cuda_scale;
     be->copy2d = cuda_copy2d;
     be->sumsq = cuda_sumsq;
+    be->sumsq_segs = cuda_sumsq_segs;
     be->copy = cuda_copy;
     be->adamw = cuda_adamw;
     be->host_memory = 0;
@@ -137,12 +139,20 @@ static void fill_table(backend *be) {
     be->vocab_ce_partial = cuda_vocab_ce_partial;
     be->vocab_ce_combine = cuda_vocab_ce_combine;
     be->vocab_ce_backward = cuda_vocab_ce_backward;
+    be->moe_route = cuda_moe_route;
+    be->moe_assign = cuda_moe_assign;
+    be->moe_score_mean = cuda_moe_score_mean;
+    be->gather_rows = cuda_gather_rows;
+    be->moe_combine = cuda_moe_combine;
+    be->moe_combine_backward = cuda_moe_combine_backward;
+    be->moe_router_backward = cuda_moe_router_backward;
 }
 
 static void ctx_release(cuda_ctx *c) {
     if (c->stream) cudaStreamSynchronize(c->stream);
     if (c->lt_workspace) cudaFree(c->lt_workspace);
     if (c->sumsq_part) cudaFree(c->sumsq_part);
+    if (c->sumsq_seg) cudaFree(c->sumsq_seg);
     if (c->amax_dev) cudaFree(c->amax_dev);
     if (c->adamw_dev) cudaFree(c->adamw_dev);
     if (c->sumsq_host) cudaFreeHost(c->sumsq_host);
@@ -185,6 +195,8 @@ extern "C" int cuda_backend_init(backend *be, int device, bt_diag *diag) {
         step = "cudaMalloc (reduction buffers)";
         e = cudaMalloc((void **)&c->sumsq_part, (CUDA_SUMSQ_BLOCKS + 1) * sizeof(double));
     }
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&c->sumsq_seg, (CUDA_SUMSQ_SEGS + 1) * sizeof(double));
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&c->amax_dev, BACKEND_FP8_SLOTS * sizeof(unsigned));
     if (e == cudaSuccess) {

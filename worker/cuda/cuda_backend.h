@@ -12,7 +12,8 @@
  * fixed launch shape and no atomic operation changes a result (the only atomic is the
  * fp8 amax, a maximum, which is exact in any order). All work is queued on one stream;
  * the first failed launch or CUDA call is recorded and reported by sync() as BT_EIO, with
- * its message from cuda_backend_error().
+ * its message from cuda_backend_error() (an op called with shapes outside its limits, such
+ * as the MoE ops' E > 512, launches nothing and is reported as BT_EINVAL).
  *
  * Device memory from alloc() is cudaMalloc'd and zeroed; to_host and from_host are
  * synchronous copies (host buffers may be reused as soon as they return); sumsq

@@ -33,14 +33,23 @@ __global__ void sumsq_part_kernel(double *part, const float *x, size_t n) {
     if (threadIdx.x == 0) part[blockIdx.x] = acc;
 }
 
-/* part[CUDA_SUMSQ_BLOCKS] = the sum of the partials, in a fixed tree. */
-__global__ void sumsq_final_kernel(double *part) {
+/* *dst = the sum of the CUDA_SUMSQ_BLOCKS partials, in a fixed tree. */
+__global__ void sumsq_final_kernel(const double *part, double *dst) {
     __shared__ double sh[CUDA_SUMSQ_THREADS];
     double acc = 0.0;
     for (int i = threadIdx.x; i < CUDA_SUMSQ_BLOCKS; i += blockDim.x)
         acc += part[i];
     acc = cuda_block_sum(acc, sh);
-    if (threadIdx.x == 0) part[CUDA_SUMSQ_BLOCKS] = acc;
+    if (threadIdx.x == 0) *dst = acc;
+}
+
+/* *total += seg[i] for i < n in order, one thread: the host's loop over segments. */
+__global__ void sumsq_add_kernel(double *total, const double *seg, int n) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    double t = *total;
+    for (int i = 0; i < n; i++)
+        t += seg[i];
+    *total = t;
 }
 
 /* out (N, C) = wte[tokens[n] - v0] when in [0, Vl), else 0 (v0 0, Vl INT_MAX: plain). */
@@ -130,13 +139,44 @@ double cuda_sumsq(backend *be, const float *x, size_t n) {
     if (n == 0) return 0.0;
     sumsq_part_kernel<<<CUDA_SUMSQ_BLOCKS, CUDA_SUMSQ_THREADS, 0, c->stream>>>(c->sumsq_part, x, n);
     CUDA_LAUNCHED(c, "sumsq_part_kernel");
-    sumsq_final_kernel<<<1, CUDA_SUMSQ_THREADS, 0, c->stream>>>(c->sumsq_part);
+    sumsq_final_kernel<<<1, CUDA_SUMSQ_THREADS, 0, c->stream>>>(c->sumsq_part,
+                                                                c->sumsq_part + CUDA_SUMSQ_BLOCKS);
     CUDA_LAUNCHED(c, "sumsq_final_kernel");
     cuda_check(c,
                cudaMemcpyAsync(c->sumsq_host, c->sumsq_part + CUDA_SUMSQ_BLOCKS, sizeof(double),
                                cudaMemcpyDeviceToHost, c->stream),
                "sumsq: cudaMemcpyAsync");
     cuda_check(c, cudaStreamSynchronize(c->stream), "sumsq: cudaStreamSynchronize");
+    return c->err ? 0.0 : *c->sumsq_host;
+}
+
+/* Each segment's total as cuda_sumsq computes it into the batch's slots, the batch added
+ * in order to the running total; one copy to the host at the end. */
+double cuda_sumsq_segs(backend *be, const float *x, const backend_seg *segs, size_t nseg) {
+    cuda_ctx *c = cuda_ctx_of(be);
+    double *total = c->sumsq_seg + CUDA_SUMSQ_SEGS;
+    cuda_check(c, cudaMemsetAsync(total, 0, sizeof *total, c->stream), "sumsq_segs: reset");
+    for (size_t s0 = 0; s0 < nseg; s0 += CUDA_SUMSQ_SEGS) {
+        int nb = (int)(nseg - s0 < CUDA_SUMSQ_SEGS ? nseg - s0 : CUDA_SUMSQ_SEGS);
+        for (int i = 0; i < nb; i++) {
+            const backend_seg *g = &segs[s0 + (size_t)i];
+            if (g->n == 0) {
+                cuda_check(c, cudaMemsetAsync(c->sumsq_seg + i, 0, sizeof(double), c->stream),
+                           "sumsq_segs: empty segment");
+                continue;
+            }
+            sumsq_part_kernel<<<CUDA_SUMSQ_BLOCKS, CUDA_SUMSQ_THREADS, 0, c->stream>>>(
+                c->sumsq_part, x + g->offset, g->n);
+            sumsq_final_kernel<<<1, CUDA_SUMSQ_THREADS, 0, c->stream>>>(c->sumsq_part,
+                                                                        c->sumsq_seg + i);
+        }
+        sumsq_add_kernel<<<1, 1, 0, c->stream>>>(total, c->sumsq_seg, nb);
+        CUDA_LAUNCHED(c, "sumsq_segs kernels");
+    }
+    cuda_check(
+        c, cudaMemcpyAsync(c->sumsq_host, total, sizeof(double), cudaMemcpyDeviceToHost, c->stream),
+        "sumsq_segs: cudaMemcpyAsync");
+    cuda_check(c, cudaStreamSynchronize(c->stream), "sumsq_segs: cudaStreamSynchronize");
     return c->err ? 0.0 : *c->sumsq_host;
 }
 

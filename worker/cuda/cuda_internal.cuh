@@ -15,6 +15,8 @@
  * additions depends only on n. */
 #define CUDA_SUMSQ_BLOCKS  264
 #define CUDA_SUMSQ_THREADS 256
+/* Segments of sumsq_segs whose totals are added to the running total per batch. */
+#define CUDA_SUMSQ_SEGS 32
 /* cuBLASLt algorithms kept per backend: (shape, types, ops, alignment) -> algorithm. */
 #define CUDA_LT_CACHE 128
 /* AdamW's multi-tensor launch (cuda_optim.cu): elements per chunk (one block each) and
@@ -49,6 +51,8 @@ typedef struct cuda_ctx {
     cuda_lt_entry lt_cache[CUDA_LT_CACHE];
     int lt_next;         /* next cache slot to replace once full */
     double *sumsq_part;  /* device (CUDA_SUMSQ_BLOCKS + 1): partials, then the total */
+    double *sumsq_seg;   /* device (CUDA_SUMSQ_SEGS + 1): a batch's segment totals, then the
+                          * running total of sumsq_segs */
     double *sumsq_host;  /* pinned (1) */
     unsigned *amax_dev;  /* device (BACKEND_FP8_SLOTS): float bits of each operand's amax */
     unsigned *amax_host; /* pinned (BACKEND_FP8_SLOTS) */
@@ -133,6 +137,7 @@ void cuda_scale(backend *be, float *x, float s, size_t n);
 void cuda_copy2d(backend *be, float *dst, size_t ldd, const float *src, size_t lds, size_t rows,
                  size_t width);
 double cuda_sumsq(backend *be, const float *x, size_t n);
+double cuda_sumsq_segs(backend *be, const float *x, const backend_seg *segs, size_t nseg);
 void cuda_embedding_forward(backend *be, float *out, const int32_t *tokens, const float *wte, int N,
                             int C);
 void cuda_embedding_backward(backend *be, float *dwte, const float *dout, const int32_t *tokens,
@@ -205,5 +210,23 @@ void cuda_vocab_ce_combine(backend *be, float *losses, float *lse, const float *
                            const int32_t *targets, int N, int R);
 void cuda_vocab_ce_backward(backend *be, float *dlogits, const float *logits, const float *lse,
                             const int32_t *targets, float dloss, int N, int Vl, int v0);
+
+/* cuda_moe.cu */
+void cuda_moe_route(backend *be, float *scores, float *ssum, int32_t *topk, float *gate,
+                    const float *bias, int N, int E, int K, int score, int norm_topk);
+void cuda_moe_assign(backend *be, int32_t *row, int32_t *tok, int32_t *slot, int32_t *counts,
+                     const int32_t *topk, int N, int K, int E, int capacity);
+void cuda_moe_score_mean(backend *be, float *pmean, const float *scores, const float *ssum, int N,
+                         int E);
+void cuda_gather_rows(backend *be, float *dst, const float *src, const int32_t *idx, int M, int C);
+void cuda_moe_combine(backend *be, float *y, const float *src, const float *gate,
+                      const int32_t *row, int N, int K, int C);
+void cuda_moe_combine_backward(backend *be, float *dout, float *dgate, const float *dy,
+                               const float *out, const float *gate, const int32_t *tok,
+                               const int32_t *slot, int M, int K, int C);
+void cuda_moe_router_backward(backend *be, float *dl, const float *scores, const float *ssum,
+                              const int32_t *topk, const float *gate, const float *dgate,
+                              const int32_t *routed, int N, int E, int K, int score, int norm_topk,
+                              double aux_coef);
 
 #endif

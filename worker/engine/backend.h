@@ -281,8 +281,8 @@ struct backend {
      * row[p] = -1. row (N K); tok, slot (N K), written at rows < offset[E] only. */
     void (*moe_assign)(backend *be, int32_t *row, int32_t *tok, int32_t *slot, int32_t *counts,
                        const int32_t *topk, int N, int K, int E, int capacity);
-    /* pmean (E) = (float)((1/N) sum_n s[n][e] / ssum[n]) with the sum over n in double,
-     * in n order (the aux loss's P_e). */
+    /* pmean (E) = (float)(P / N), P = the double sum in n order of the floats
+     * s[n][e] / ssum[n] (the aux loss's P_e). */
     void (*moe_score_mean)(backend *be, float *pmean, const float *scores, const float *ssum, int N,
                            int E);
     /* dst (M, C) row r = src row idx[r], for r < M (the permutation into expert order). */
@@ -303,10 +303,12 @@ struct backend {
      * backward): ds = 0; through the combine weights ds[topk[j]] += dgate[j] (norm_topk:
      * += (dgate[j] - dot) / sum, sum = float sum of s[topk[j]] and dot = float sum of
      * dgate[j] gate[j], both in j order); with aux_coef != 0, f_e = (float)(routed[e] /
-     * (double)(N K)), dp_e = (float)(aux_coef * E * f_e / N) (in double), dot = float sum
-     * of dp_e s_e / ssum[n] in e order, ds[e] += (dp_e - dot) / ssum[n]; then sigmoid:
-     * dl = ds s (1 - s); softmax: dl = s (ds - float sum of ds s in e order). routed: the
-     * counts of moe_assign (E). */
+     * (double)(N K)), dp_e = (float)(((aux_coef * E) * f_e) / N) (in double), dot = float
+     * sum in e order of dp_e * (s_e / ssum[n]), ds[e] += (dp_e - dot) / ssum[n]; then
+     * sigmoid: dl = ds * (s * (1 - s)); softmax: dl = s * (ds - dot2), dot2 = the float sum
+     * in e order of ds * s. Float operations as bracketed, no fused multiply-add. routed:
+     * the counts of moe_assign (E). Topk entries must lie in [0, E), 1 <= K <= E <= 512
+     * (a backend may record BT_EINVAL for sync to report otherwise). */
     void (*moe_router_backward)(backend *be, float *dl, const float *scores, const float *ssum,
                                 const int32_t *topk, const float *gate, const float *dgate,
                                 const int32_t *routed, int N, int E, int K, int score,
