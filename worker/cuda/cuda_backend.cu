@@ -153,6 +153,7 @@ static void ctx_release(cuda_ctx *c) {
     if (c->lt_workspace) cudaFree(c->lt_workspace);
     if (c->sumsq_part) cudaFree(c->sumsq_part);
     if (c->sumsq_seg) cudaFree(c->sumsq_seg);
+    if (c->moe_chunk) cudaFree(c->moe_chunk);
     if (c->amax_dev) cudaFree(c->amax_dev);
     if (c->adamw_dev) cudaFree(c->adamw_dev);
     if (c->sumsq_host) cudaFreeHost(c->sumsq_host);
@@ -197,6 +198,9 @@ extern "C" int cuda_backend_init(backend *be, int device, bt_diag *diag) {
     }
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&c->sumsq_seg, (CUDA_SUMSQ_SEGS + 1) * sizeof(double));
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&c->moe_chunk,
+                       (size_t)CUDA_MOE_CHUNKS * CUDA_MOE_EXPERTS * sizeof(int32_t));
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&c->amax_dev, BACKEND_FP8_SLOTS * sizeof(unsigned));
     if (e == cudaSuccess) {

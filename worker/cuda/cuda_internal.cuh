@@ -17,6 +17,11 @@
 #define CUDA_SUMSQ_THREADS 256
 /* Segments of sumsq_segs whose totals are added to the running total per batch. */
 #define CUDA_SUMSQ_SEGS 32
+/* moe_assign's chunks of (token, expert) pairs: at most this many, each of at least
+ * CUDA_MOE_CHUNK_MIN pairs (cuda_moe.cu). */
+#define CUDA_MOE_CHUNKS    1024
+#define CUDA_MOE_CHUNK_MIN 256
+#define CUDA_MOE_EXPERTS   512 /* moe.h's MOE_MAX_EXPERTS */
 /* cuBLASLt algorithms kept per backend: (shape, types, ops, alignment) -> algorithm. */
 #define CUDA_LT_CACHE 128
 /* AdamW's multi-tensor launch (cuda_optim.cu): elements per chunk (one block each) and
@@ -53,6 +58,8 @@ typedef struct cuda_ctx {
     double *sumsq_part;  /* device (CUDA_SUMSQ_BLOCKS + 1): partials, then the total */
     double *sumsq_seg;   /* device (CUDA_SUMSQ_SEGS + 1): a batch's segment totals, then the
                           * running total of sumsq_segs */
+    int32_t *moe_chunk;  /* device (CUDA_MOE_CHUNKS, CUDA_MOE_EXPERTS): moe_assign's per-chunk
+                          * counts, then the pairs of each expert before each chunk */
     double *sumsq_host;  /* pinned (1) */
     unsigned *amax_dev;  /* device (BACKEND_FP8_SLOTS): float bits of each operand's amax */
     unsigned *amax_host; /* pinned (BACKEND_FP8_SLOTS) */

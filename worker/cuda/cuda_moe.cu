@@ -11,8 +11,8 @@
  * total with no shuffle. Given equal inputs, everything but moe_route's expf and
  * moe_combine_backward's dot products (a warp per row: lane-strided partial sums, then a
  * fixed butterfly) therefore equals the CPU bit for bit; expf may differ from libm's by
- * an ulp or two. moe_assign's grouping is integer logic, one block,
- * a thread per expert walking all pairs in p order: no atomics. No op allocates; a shape
+ * an ulp or two. moe_assign's grouping is integer logic over chunks of pairs, a thread
+ * per expert walking each chunk in p order: no atomics. No op allocates; a shape
  * outside backend.h's limits is recorded as an error, not run. Launchers take the
  * backend, queue on its stream and check the launch. */
 #include <stdio.h>
@@ -123,19 +123,37 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
             g[j] = __fdiv_rn(g[j], gsum);
 }
 
-/* One block, thread e owning expert e (blockDim.x >= E): pass 1 counts the pairs that
- * selected e, then thread 0 forms the offsets, then pass 2 walks the pairs again in p
- * order and gives e's first kept[e] pairs their rows. Every pair has exactly one owner,
- * so each row[p] is written once. */
-__global__ void moe_assign_kernel(int32_t *row, int32_t *tok, int32_t *slot, int32_t *counts,
-                                  const int32_t *topk, int N, int K, int E, int capacity) {
-    __shared__ int32_t offset[MOE_MAX_EXPERTS + 1];
+/* moe_assign in three kernels over chunks of consecutive pairs, a block per chunk and a
+ * thread per expert (blockDim.x >= E), no atomics:
+ *  1. count: chunk[g][e] = the pairs of chunk g that selected e (thread e walks the chunk
+ *     in p order; its reads of topk[p] are the same word for every thread);
+ *  2. scan (one block): chunk[g][e] becomes the pairs of e before chunk g, routed and
+ *     kept follow, and thread 0 forms the offsets, all into counts;
+ *  3. place: thread e walks chunk g again and numbers e's pairs from chunk[g][e] on: the
+ *     i-th pair of e overall is kept when i < kept[e], at row offset[e] + i.
+ * Every pair has one owner thread, so each row[p] is written once; the result is the
+ * single scan's of cpu_moe.c. */
+__global__ void moe_assign_count_kernel(int32_t *chunk, const int32_t *topk, size_t P, size_t CH,
+                                        int E) {
     const int e = threadIdx.x;
-    const size_t P = (size_t)N * K;
+    const size_t p0 = blockIdx.x * CH, p1 = p0 + CH < P ? p0 + CH : P;
+    int32_t cnt = 0;
+    for (size_t p = p0; p < p1; p++)
+        cnt += topk[p] == e;
+    if (e < E) chunk[(size_t)blockIdx.x * E + e] = cnt;
+}
+
+__global__ void moe_assign_scan_kernel(int32_t *chunk, int32_t *counts, int G, int E,
+                                       int capacity) {
+    __shared__ int32_t offset[CUDA_MOE_EXPERTS + 1];
+    const int e = threadIdx.x;
     int32_t routed = 0, kept = 0;
     if (e < E) {
-        for (size_t p = 0; p < P; p++)
-            routed += topk[p] == e;
+        for (int g = 0; g < G; g++) {
+            int32_t c = chunk[(size_t)g * E + e];
+            chunk[(size_t)g * E + e] = routed;
+            routed += c;
+        }
         kept = capacity == 0 || routed < capacity ? routed : capacity;
         counts[e] = routed;
         counts[E + e] = kept;
@@ -149,16 +167,22 @@ __global__ void moe_assign_kernel(int32_t *row, int32_t *tok, int32_t *slot, int
         for (int x = 0; x <= E; x++)
             counts[2 * E + x] = offset[x];
     }
-    __syncthreads();
-    if (e >= E) return;
-    int32_t fill = 0, base = offset[e];
-    for (size_t p = 0; p < P; p++) {
+}
+
+__global__ void moe_assign_place_kernel(int32_t *row, int32_t *tok, int32_t *slot,
+                                        const int32_t *counts, const int32_t *chunk,
+                                        const int32_t *topk, size_t P, size_t CH, int K, int E) {
+    const int e = threadIdx.x;
+    if (e >= E) return; /* no barrier below */
+    const size_t p0 = blockIdx.x * CH, p1 = p0 + CH < P ? p0 + CH : P;
+    int32_t i = chunk[(size_t)blockIdx.x * E + e], kept = counts[E + e], base = counts[2 * E + e];
+    for (size_t p = p0; p < p1; p++) {
         if (topk[p] != e) continue;
-        if (fill == kept) {
+        if (i >= kept) {
             row[p] = -1;
             continue;
         }
-        int32_t r = base + fill++;
+        int32_t r = base + i++;
         row[p] = r;
         tok[r] = (int32_t)(p / (size_t)K);
         slot[r] = (int32_t)(p % (size_t)K);
@@ -335,11 +359,15 @@ void cuda_moe_assign(backend *be, int32_t *row, int32_t *tok, int32_t *slot, int
                      const int32_t *topk, int N, int K, int E, int capacity) {
     cuda_ctx *c = cuda_ctx_of(be);
     if (!moe_shape_ok(c, "moe_assign", E, K)) return;
-    /* N 0 still writes the counts: all zero, offset 0. */
-    int threads = (E + 31) / 32 * 32;
-    moe_assign_kernel<<<1, threads, 0, c->stream>>>(row, tok, slot, counts, topk, N, K, E,
-                                                    capacity);
-    CUDA_LAUNCHED(c, "moe_assign_kernel");
+    /* N 0 still writes the counts: all zero, offset 0 (one empty chunk). */
+    size_t P = (size_t)N * K, CH = (P + CUDA_MOE_CHUNKS - 1) / CUDA_MOE_CHUNKS;
+    CH = CH < CUDA_MOE_CHUNK_MIN ? CUDA_MOE_CHUNK_MIN : CH;
+    int G = P ? (int)((P + CH - 1) / CH) : 1, threads = (E + 31) / 32 * 32;
+    moe_assign_count_kernel<<<G, threads, 0, c->stream>>>(c->moe_chunk, topk, P, CH, E);
+    moe_assign_scan_kernel<<<1, threads, 0, c->stream>>>(c->moe_chunk, counts, G, E, capacity);
+    moe_assign_place_kernel<<<G, threads, 0, c->stream>>>(row, tok, slot, counts, c->moe_chunk,
+                                                          topk, P, CH, K, E);
+    CUDA_LAUNCHED(c, "moe_assign kernels");
 }
 
 void cuda_moe_score_mean(backend *be, float *pmean, const float *scores, const float *ssum, int N,
