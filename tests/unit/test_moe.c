@@ -20,6 +20,7 @@
 
 #include "check.h"
 #include "moe.h"
+#include "moe_inputs.h"
 #include "util/err.h"
 
 #define TOL       1e-5
@@ -48,20 +49,6 @@ static const test_case cases[] = {
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
 /* ---- inputs ---- */
-
-static uint64_t rng_state;
-
-static float urand(float a) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return a * (2.0f * (float)((rng_state >> 40) / 16777216.0) - 1.0f);
-}
-
-static void fill(float *p, size_t n, float a) {
-    for (size_t i = 0; i < n; i++)
-        p[i] = urand(a);
-}
 
 typedef struct problem {
     moe_config cfg;
@@ -102,7 +89,7 @@ static int problem_init(problem *p, const moe_config *cfg, int N, uint64_t seed,
     }
     moe_weights_carve(cfg, &p->w, p->wbuf);
     moe_weights_carve(cfg, &p->g, p->gbuf);
-    rng_state = seed * 2654435761u + 88172645463325252ull;
+    rng_seed(seed);
     float a = 1.0f / sqrtf((float)cfg->dim), af = 1.0f / sqrtf((float)cfg->ffn_dim);
     size_t E = (size_t)cfg->n_experts, C = (size_t)cfg->dim, F = (size_t)cfg->ffn_dim;
     size_t ES = E + (size_t)cfg->n_shared;

@@ -13,6 +13,7 @@
 #include "check.h"
 #include "cpu_backend.h"
 #include "moe.h"
+#include "moe_inputs.h"
 #include "moe_dev.h"
 #include "util/err.h"
 
@@ -37,20 +38,6 @@ static const test_case cases[] = {
     {"top3_e37_capacity", {24, 16, 37, 3, 1, MOE_SCORE_SIGMOID, 1, 0.5, 0.05, 0.0, 0, 0}, 40, 1},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
-
-static uint64_t rng_state;
-
-static float urand(float a) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return a * (2.0f * (float)((rng_state >> 40) / 16777216.0) - 1.0f);
-}
-
-static void fill(float *p, size_t n, float a) {
-    for (size_t i = 0; i < n; i++)
-        p[i] = urand(a);
-}
 
 /* One layer's inputs and both paths' outputs. */
 typedef struct layer {
@@ -89,7 +76,7 @@ static int layer_init(layer *l, const test_case *tc, uint64_t seed) {
     moe_weights_carve(c, &l->w, l->wbuf);
     moe_weights_carve(c, &l->gw_ref, l->g_ref);
     moe_weights_carve(c, &l->gw, l->g);
-    rng_state = seed * 2654435761u + 88172645463325252ull;
+    rng_seed(seed);
     float a = 1.0f / sqrtf((float)C), af = 1.0f / sqrtf((float)F);
     fill(l->w.router, E * C, 2.0f * a);
     fill(l->w.w13, E * 2 * F * C, a);

@@ -9,6 +9,8 @@
 
 #include "moe_ep.h"
 
+#include "cpu_ops.h"
+
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -124,7 +126,8 @@ static void cache_carve(moe_cache *m, const moe_config *c, size_t *nf, size_t *n
     TAKE_F(dl, N * E);
     TAKE_I(topk, N * K);
     TAKE_I(row, N * K);
-    TAKE_I(offset, E + 1);
+    TAKE_I(counts, 3 * E + 1);
+    m->offset = i ? m->counts + 2 * E : NULL;
     TAKE_I(tok, N * K);
     TAKE_I(slot, N * K);
 #undef TAKE_F
@@ -156,102 +159,27 @@ void moe_cache_free(moe_cache *cache) {
     memset(cache, 0, sizeof *cache);
 }
 
-/* s (E) = softmax or sigmoid of the logits in place; returns their sum. */
-static float score_row(const moe_config *c, float *s) {
-    int E = c->n_experts;
-    float sum = 0.0f;
-    if (c->score == MOE_SCORE_SIGMOID) {
-        for (int e = 0; e < E; e++) {
-            s[e] = sigmoid(s[e]);
-            sum += s[e];
-        }
-        return sum;
-    }
-    float mx = s[0];
-    for (int e = 1; e < E; e++)
-        mx = s[e] > mx ? s[e] : mx;
-    for (int e = 0; e < E; e++) {
-        s[e] = expf(s[e] - mx);
-        sum += s[e];
-    }
-    for (int e = 0; e < E; e++)
-        s[e] /= sum;
-    return 1.0f;
-}
-
-/* topk (k) = the experts with the largest s + bias, in decreasing order, ties to the
- * lower index (a strict > keeps the earlier one). */
-static void select_topk(const moe_config *c, const float *s, const float *bias, int *topk) {
-    int E = c->n_experts, K = c->top_k;
-    unsigned char taken[MOE_MAX_EXPERTS] = {0};
-    for (int j = 0; j < K; j++) {
-        int best = -1;
-        float bv = 0.0f;
-        for (int e = 0; e < E; e++) {
-            float v = s[e] + (bias ? bias[e] : 0.0f);
-            if (!taken[e] && (best < 0 || v > bv)) {
-                best = e;
-                bv = v;
-            }
-        }
-        taken[best] = 1;
-        topk[j] = best;
-    }
-}
-
+/* Router logits, then the backend op's routing (cpu_moe.c): scores, top-k, weights. */
 static void route(const moe_config *c, const moe_weights *w, const float *bias, int N,
                   moe_cache *m) {
-    int E = c->n_experts, K = c->top_k;
-    gemm_nt(m->scores, m->x, w->router, N, c->dim, E, 0.0f);
-    for (int n = 0; n < N; n++) {
-        float *s = m->scores + (size_t)n * E;
-        int *tk = m->topk + (size_t)n * K;
-        float *g = m->gate + (size_t)n * K;
-        m->ssum[n] = score_row(c, s);
-        select_topk(c, s, bias, tk);
-        float gsum = 0.0f;
-        for (int j = 0; j < K; j++) {
-            g[j] = s[tk[j]];
-            gsum += g[j];
-        }
-        if (c->norm_topk)
-            for (int j = 0; j < K; j++)
-                g[j] /= gsum;
-    }
+    gemm_nt(m->scores, m->x, w->router, N, c->dim, c->n_experts, 0.0f);
+    cpu_moe_route(NULL, m->scores, m->ssum, m->topk, m->gate, bias, N, c->n_experts, c->top_k,
+                  c->score, c->norm_topk);
 }
 
-/* Capacity and grouped rows: expert e's kept pairs occupy rows [offset[e], offset[e+1])
- * in token order. Fills the load figures of st. */
+/* Capacity and grouped rows (cpu_moe_assign): expert e's kept pairs occupy rows
+ * [offset[e], offset[e+1]) in token order. Fills the load figures of st. */
 static void assign(const moe_config *c, int N, moe_cache *m, moe_stats *st) {
     int E = c->n_experts, K = c->top_k;
     memset(st, 0, sizeof *st);
     st->n_tokens = N;
     if (c->capacity_factor > 0.0) st->capacity = (int)ceil(c->capacity_factor * (double)N * K / E);
-    for (int p = 0; p < N * K; p++) {
-        int e = m->topk[p];
-        st->routed[e]++;
-        if (st->capacity == 0 || st->kept[e] < st->capacity)
-            st->kept[e]++;
-        else
-            st->dropped++;
-    }
-    m->offset[0] = 0;
-    for (int e = 0; e < E; e++)
-        m->offset[e + 1] = m->offset[e] + (int)st->kept[e];
-    int fill[MOE_MAX_EXPERTS];
-    for (int e = 0; e < E; e++)
-        fill[e] = 0;
-    for (int p = 0; p < N * K; p++) {
-        int e = m->topk[p];
-        m->row[p] = -1;
-        if (fill[e] == st->kept[e]) continue;
-        int r = m->offset[e] + fill[e]++;
-        m->row[p] = r;
-        m->tok[r] = p / K;
-        m->slot[r] = p % K;
-    }
-    for (int e = 0; e < E; e++)
+    cpu_moe_assign(NULL, m->row, m->tok, m->slot, m->counts, m->topk, N, K, E, st->capacity);
+    for (int e = 0; e < E; e++) {
+        st->routed[e] = m->counts[e], st->kept[e] = m->counts[E + e];
+        st->dropped += st->routed[e] - st->kept[e];
         m->frac[e] = (float)((double)st->routed[e] / ((double)N * K));
+    }
 }
 
 /* aux = coef * E * sum_e f_e * P_e */
@@ -277,8 +205,6 @@ void moe_expert_forward(const moe_config *c, const float *w13, const float *w2, 
     gemm_nt(out, hs, w2, M, F, C, beta);
 }
 
-static void gather_rows(const moe_config *c, moe_cache *m);
-
 static void routed_forward(const moe_config *c, const moe_weights *w, moe_cache *m) {
     size_t C = (size_t)c->dim, F = (size_t)c->ffn_dim;
     for (int e = 0; e < c->n_experts; e++) {
@@ -289,26 +215,13 @@ static void routed_forward(const moe_config *c, const moe_weights *w, moe_cache 
     }
 }
 
-/* Every kept pair's input row, grouped by expert (rows [offset[e], offset[e+1])). */
-static void gather_rows(const moe_config *c, moe_cache *m) {
-    size_t C = (size_t)c->dim;
-    for (int r = 0; r < m->offset[c->n_experts]; r++)
-        memcpy(m->xg + r * C, m->x + m->tok[r] * C, C * sizeof(float));
-}
-
 static void combine(const moe_config *c, const moe_weights *w, int N, moe_cache *m, float *y) {
     size_t C = (size_t)c->dim, F = (size_t)c->ffn_dim, K = (size_t)c->top_k;
     memset(y, 0, (size_t)N * C * sizeof(float));
     for (int s = 0; s < c->n_shared; s++)
         moe_expert_forward(c, w->shared_w13 + s * 2 * F * C, w->shared_w2 + s * C * F, m->x, N,
                            m->sh13 + s * N * 2 * F, m->shs + s * N * F, y, 1.0f);
-    for (size_t p = 0; p < (size_t)N * K; p++) {
-        if (m->row[p] < 0) continue;
-        float g = m->gate[p], *yn = y + (p / K) * C;
-        const float *o = m->out + (size_t)m->row[p] * C;
-        for (size_t i = 0; i < C; i++)
-            yn[i] += g * o[i];
-    }
+    cpu_moe_combine(NULL, y, m->out, m->gate, m->row, N, (int)K, (int)C);
 }
 
 int moe_forward(const moe_config *c, const moe_weights *w, const float *bias, const float *x,
@@ -322,7 +235,7 @@ int moe_forward(const moe_config *c, const moe_weights *w, const float *bias, co
     memcpy(cache->x, x, (size_t)N * c->dim * sizeof(float));
     route(c, w, bias, N, cache);
     assign(c, N, cache, st);
-    gather_rows(c, cache);
+    cpu_gather_rows(NULL, cache->xg, cache->x, cache->tok, cache->offset[c->n_experts], c->dim);
     if (cache->ep != NULL) {
         int rc = moe_ep_forward(c, w, cache);
         if (rc != 0) return rc;
@@ -356,17 +269,8 @@ static void routed_backward(const moe_config *c, const moe_weights *w, moe_cache
     for (int e = 0; e < c->n_experts; e++) {
         int r0 = m->offset[e], M = m->offset[e + 1] - r0;
         if (M == 0) continue;
-        for (int i = 0; i < M; i++) {
-            int r = r0 + i;
-            size_t p = (size_t)m->tok[r] * K + m->slot[r];
-            const float *d = dy + (size_t)m->tok[r] * C, *o = m->out + r * C;
-            float dot = 0.0f;
-            for (size_t j = 0; j < C; j++) {
-                m->dout[i * C + j] = m->gate[p] * d[j];
-                dot += d[j] * o[j];
-            }
-            m->dgate[p] = dot;
-        }
+        cpu_moe_combine_backward(NULL, m->dout, m->dgate, dy, m->out + r0 * C, m->gate, m->tok + r0,
+                                 m->slot + r0, M, (int)K, (int)C);
         moe_expert_backward(c, w->w13 + e * 2 * F * C, w->w2 + e * C * F, gr->w13 + e * 2 * F * C,
                             gr->w2 + e * C * F, m->xg + r0 * C, m->h13 + r0 * 2 * F, m->hs + r0 * F,
                             m->dout, M, m->dhs, m->dh13, m->dxe, 0.0f);
@@ -388,64 +292,13 @@ static void shared_backward(const moe_config *c, const moe_weights *w, moe_cache
                             m->dh13, dx, 1.0f);
 }
 
-/* ds (E) of one token from its dgate: through the top-k renormalisation g = s / sum. */
-static void dscores_gate(const moe_config *c, const float *g, const float *dg, const int *tk,
-                         const float *s, float *ds) {
-    int K = c->top_k;
-    if (!c->norm_topk) {
-        for (int j = 0; j < K; j++)
-            ds[tk[j]] += dg[j];
-        return;
-    }
-    float sum = 0.0f, dot = 0.0f;
-    for (int j = 0; j < K; j++) {
-        sum += s[tk[j]];
-        dot += dg[j] * g[j];
-    }
-    for (int j = 0; j < K; j++)
-        ds[tk[j]] += (dg[j] - dot) / sum;
-}
-
-/* ds (E) += d aux / d s_n: dP_e = coef E f_e / N, through p = s / sum(s). */
-static void dscores_aux(const moe_config *c, int N, const moe_cache *m, const float *s, float ssum,
-                        float *ds) {
-    int E = c->n_experts;
-    float dp[MOE_MAX_EXPERTS], dot = 0.0f;
-    for (int e = 0; e < E; e++) {
-        dp[e] = (float)(c->aux_loss_coef * E * m->frac[e] / N);
-        dot += dp[e] * (s[e] / ssum);
-    }
-    for (int e = 0; e < E; e++)
-        ds[e] += (dp[e] - dot) / ssum;
-}
-
-/* dl (E) = ds through softmax or sigmoid, in place. */
-static void dlogits_row(const moe_config *c, const float *s, float *d) {
-    int E = c->n_experts;
-    if (c->score == MOE_SCORE_SIGMOID) {
-        for (int e = 0; e < E; e++)
-            d[e] *= s[e] * (1.0f - s[e]);
-        return;
-    }
-    float dot = 0.0f;
-    for (int e = 0; e < E; e++)
-        dot += d[e] * s[e];
-    for (int e = 0; e < E; e++)
-        d[e] = s[e] * (d[e] - dot);
-}
-
+/* The router's logit gradients (cpu_moe_router_backward: through the combine weights and
+ * the aux loss), then its GEMMs. */
 static void router_backward(const moe_config *c, const moe_weights *w, moe_cache *m, float *dx,
                             moe_weights *gr) {
-    int N = m->n, E = c->n_experts, K = c->top_k;
-    memset(m->dl, 0, (size_t)N * E * sizeof(float));
-    for (int n = 0; n < N; n++) {
-        const float *s = m->scores + (size_t)n * E;
-        float *d = m->dl + (size_t)n * E;
-        size_t p = (size_t)n * K;
-        dscores_gate(c, m->gate + p, m->dgate + p, m->topk + p, s, d);
-        if (c->aux_loss_coef != 0.0) dscores_aux(c, N, m, s, m->ssum[n], d);
-        dlogits_row(c, s, d);
-    }
+    int N = m->n, E = c->n_experts;
+    cpu_moe_router_backward(NULL, m->dl, m->scores, m->ssum, m->topk, m->gate, m->dgate, m->counts,
+                            N, E, c->top_k, c->score, c->norm_topk, c->aux_loss_coef);
     gemm_tn_acc(gr->router, m->dl, m->x, N, c->dim, E);
     gemm_nn(dx, m->dl, w->router, N, c->dim, E, 1.0f);
 }

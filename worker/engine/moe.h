@@ -91,7 +91,8 @@ typedef struct moe_cache {
     float *gate;       /* (N, k) combine weights */
     int *topk;         /* (N, k) selected experts, by decreasing s + bias */
     int *row;          /* (N, k) row of the pair in the grouped buffers, -1: dropped */
-    int *offset;       /* (E + 1) first grouped row of each expert */
+    int *counts;       /* (3E + 1) cpu_moe_assign's routed, kept and offset per expert */
+    int *offset;       /* = counts + 2E: (E + 1) first grouped row of each expert */
     int *tok;          /* (N k) token of each grouped row */
     int *slot;         /* (N k) index j in topk of each grouped row */
     float *xg;         /* (N k, C) inputs gathered by expert */

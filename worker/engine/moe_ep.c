@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_ops.h"
 #include "util/err.h"
 
 static size_t ep_carve(moe_ep *ep, const moe_config *c, int max_tokens) {
@@ -101,26 +102,13 @@ int moe_ep_forward(const moe_config *c, const moe_weights *w, moe_cache *m) {
     return 0;
 }
 
-/* dy of each kept row times its combine weight, and dgate = dy . the expert's output. */
-static void ep_row_grads(const moe_config *c, moe_cache *m, const float *dy) {
-    size_t C = (size_t)c->dim, K = (size_t)c->top_k;
-    for (int r = 0; r < m->offset[c->n_experts]; r++) {
-        size_t p = (size_t)m->tok[r] * K + m->slot[r];
-        const float *d = dy + (size_t)m->tok[r] * C, *o = m->out + r * C;
-        float dot = 0.0f, *g = m->ep->dg + r * C;
-        for (size_t j = 0; j < C; j++) {
-            g[j] = m->gate[p] * d[j];
-            dot += d[j] * o[j];
-        }
-        m->dgate[p] = dot;
-    }
-}
-
 int moe_ep_backward(const moe_config *c, const moe_weights *w, moe_cache *m, const float *dy,
                     float *dx, moe_weights *gr) {
     moe_ep *ep = m->ep;
     int El = moe_local_experts(c);
-    ep_row_grads(c, m, dy);
+    /* dy of each kept row times its combine weight, and dgate = dy . the expert's output */
+    cpu_moe_combine_backward(NULL, ep->dg, m->dgate, dy, m->out, m->gate, m->tok, m->slot,
+                             m->offset[c->n_experts], c->top_k, c->dim);
     if (comm_alltoallv(ep->group, ep->dg, ep->scount, ep->dr, ep->rcount, COMM_F32, NULL) != 0)
         return ep_fail();
     size_t C = (size_t)c->dim, F = (size_t)c->ffn_dim, row = 0;
