@@ -763,13 +763,12 @@ static void test_moe(int N, int E, int K, int C, int score, int norm_topk, int w
     /* moe_assign on the CPU's topk; tok and slot start as equal garbage, which must stay
      * at rows >= offset[E] */
     ipair tk = ipair_from_cpu(topk.c, P);
-    int32_t *garbage = malloc(P * 4 + 4);
-    for (size_t i = 0; i < P; i++)
+    size_t nc = 3 * (size_t)E + 1, ng = P > nc ? P : nc;
+    int32_t *garbage = malloc(ng * 4);
+    for (size_t i = 0; i < ng; i++)
         garbage[i] = -7 - (int32_t)i;
     ipair row = ipair_from(garbage, P), tok = ipair_from(garbage, P), slot = ipair_from(garbage, P);
-    size_t nc = 3 * (size_t)E + 1;
-    ipair counts = ipair_from(garbage, P > nc ? P : nc);
-    counts.n = nc;
+    ipair counts = ipair_from(garbage, nc);
     free(garbage);
     cpu.moe_assign(&cpu, row.c, tok.c, slot.c, counts.c, tk.c, N, K, E, capacity);
     gpu.moe_assign(&gpu, row.g, tok.g, slot.g, counts.g, tk.g, N, K, E, capacity);
