@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Training on the CUDA backend against the CPU engine, through the real worker
 # (train.c, the fused AdamW, checkpoints from device memory): each stage of
-# cuda-train.yaml runs as `baton-worker --single-process` with cluster.device cpu and
-# with cluster.device cuda, from the same seed and data.
-#  - fp32: every step's loss within 1e-4 relative, final parameters within 1e-4 of the
-#    largest (only float32 summation orders differ);
+# cuda-train.yaml and cuda-train-moe.yaml (MoE layers: moe_dev.c on the GPU, moe.c on the
+# CPU) runs as `baton-worker --single-process` with cluster.device cpu and with
+# cluster.device cuda, from the same seed and data.
+#  - fp32 (dense, MoE, MoE recomputed whole): every step's loss within 1e-4 relative,
+#    final parameters within 1e-4 of the largest (only float32 summation orders differ);
 #  - bf16 and fp8: the first step's loss within 1e-3, every step's within 1e-2, final
 #    parameters within 2e-2 (the CPU rounds GEMM inputs exactly as the GPU does, but an
 #    accumulation-order difference can flip one input's rounding downstream);
-#  - determinism: the bf16 stage run twice on the GPU gives the same losses and
-#    parameters bit for bit;
+#  - determinism: the bf16 and moe-bf16 stages run twice on the GPU give the same losses
+#    and parameters bit for bit;
 #  - checkpoints: the bf16 stage stopped after 4 steps (checkpoint saved from device
 #    memory) and resumed (loaded into device memory) ends bit-equal to the run without a
 #    stop.
@@ -18,7 +19,8 @@
 # machine without a GPU makes the test print SKIPPED and exit 77. The emulated worker
 # (tests/gpu: baton-worker-emulated) runs the kernels on the CPU emulation instead; it
 # is slow (minutes per step), so BATON_CUDA_TRAIN_QUICK=1 shrinks the check to 2 steps of
-# 2 x 16 tokens, the fp32 and bf16 stages and a stop after step 1 (no determinism rerun).
+# 2 x 16 tokens, the fp32, bf16 and moe-fp32 stages and a stop after step 1 (no
+# determinism rerun).
 set -euo pipefail
 baton=$1 worker=$2 src=$3 gpu_worker=${4:-$2}
 work=$(mktemp -d /tmp/baton-test-cuda-train.XXXXXX)
@@ -30,14 +32,18 @@ if [[ ! -r $text ]]; then # a GPU machine without the fortune package: the repo'
   cat "$src"/*.md "$src"/bench/*.md | awk 'NF == 0 { print "%"; next } { print }' >"$text"
 fi
 "$baton" data prepare --input "$text" --split-on-percent --output data/fortunes >/dev/null
-steps=8 stop=4 stages="fp32 bf16 fp8" shrink=()
+steps=8 stop=4 stages="fp32 bf16 fp8 moe-fp32 moe-full moe-bf16" shrink=()
 if [[ -n "${BATON_CUDA_TRAIN_QUICK:-}" ]]; then
-  steps=2 stop=1 stages="fp32 bf16"
+  steps=2 stop=1 stages="fp32 bf16 moe-fp32"
   shrink=(-e 's/steps: 8/steps: 2/; s/seq_len: 64/seq_len: 16/; s/global_batch: 4/global_batch: 2/'
           -e 's/micro_batch: 2/micro_batch: 1/')
 fi
-sed "${shrink[@]}" -e 's/device: cpu/device: cuda/' "$src/tests/gpu/cuda-train.yaml" >cuda.yaml
-sed "${shrink[@]}" -e '' "$src/tests/gpu/cuda-train.yaml" >cpu.yaml
+stages=${BATON_CUDA_TRAIN_STAGES:-$stages} # a subset, e.g. "moe-fp32" (the resume check needs bf16)
+for r in "" moe-; do
+  yaml=$src/tests/gpu/cuda-train${r:+-moe}.yaml
+  sed "${shrink[@]}" -e 's/device: cpu/device: cuda/' "$yaml" >"${r}cuda.yaml"
+  sed "${shrink[@]}" -e '' "$yaml" >"${r}cpu.yaml"
+done
 failures=0
 
 losses() { sed -En 's/^step +([0-9]+)\/[0-9]+  loss ([0-9.]+).*/\1 \2/p' "$1"; }
@@ -46,7 +52,9 @@ run() { # NAME DEVICE STAGE [worker options]; a failure shows the log's end
   local name=$1 dev=$2 stage=$3 w=$worker
   shift 3
   [[ $dev == cuda ]] && w=$gpu_worker
-  "$baton" spec "$dev.yaml" --stage "$stage" --out "$name.pb"
+  local recipe=$dev.yaml
+  [[ $stage == moe-* ]] && recipe=moe-$dev.yaml
+  "$baton" spec "$recipe" --stage "$stage" --out "$name.pb"
   "$w" --spec "$name.pb" --single-process --eval-windows 0 "$@" >"$name.log" 2>&1 && return 0
   echo "FAIL: $name ($dev, stage $stage) exited $?; the end of its log:"
   tail -n 30 "$name.log"
@@ -88,46 +96,54 @@ PY
 
 for s in $stages; do
   case $s in
-    fp32) compare fp32 1e-4 1e-4 1e-4 ;;
+    fp32 | moe-fp32 | moe-full) compare "$s" 1e-4 1e-4 1e-4 ;;
     *) compare "$s" 1e-3 1e-2 2e-2 ;;
   esac
 done
 
-# Determinism: the same GPU run again.
+# Determinism: the same GPU runs again (a dense and an MoE stage).
 if [[ -z "${BATON_CUDA_TRAIN_QUICK:-}" ]]; then
-  run bf16.again cuda bf16 --dump-params bf16.again.params || true
-  if cmp -s <(losses bf16.gpu.log) <(losses bf16.again.log) &&
-    cmp -s bf16.gpu.params bf16.again.params; then
-    echo "bf16: two GPU runs are bit-equal (losses and parameters)"
-  else
-    echo "FAIL: two GPU runs of the bf16 stage differ"
-    failures=$((failures + 1))
-  fi
+  for s in bf16 moe-bf16; do
+    [[ " $stages " == *" $s "* ]] || continue
+    run "$s.again" cuda "$s" --dump-params "$s.again.params" || true
+    if cmp -s <(losses "$s.gpu.log") <(losses "$s.again.log") &&
+      cmp -s "$s.gpu.params" "$s.again.params"; then
+      echo "$s: two GPU runs are bit-equal (losses and parameters)"
+    else
+      echo "FAIL: two GPU runs of the $s stage differ"
+      failures=$((failures + 1))
+    fi
+  done
 fi
 
 # Checkpoint from device memory and back: stop after $stop steps, resume.
-run bf16.first cuda bf16 --steps $stop --run-dir ckrun &&
-  run bf16.resumed cuda bf16 --init ckrun --run-dir ckrun --dump-params bf16.resumed.params || true
-if [[ -f bf16.resumed.params ]] && cmp -s <(losses bf16.gpu.log | tail -n $((steps - stop))) <(losses bf16.resumed.log) &&
-  cmp -s bf16.gpu.params bf16.resumed.params; then
-  echo "bf16: stopped after $stop steps and resumed on the GPU: bit-equal to the uninterrupted run"
-else
-  echo "FAIL: the resumed GPU run differs from the uninterrupted one"
-  diff <(losses bf16.gpu.log) <(losses bf16.resumed.log) || true
-  failures=$((failures + 1))
-fi
+resume_check() {
+  run bf16.first cuda bf16 --steps $stop --run-dir ckrun &&
+    run bf16.resumed cuda bf16 --init ckrun --run-dir ckrun --dump-params bf16.resumed.params || true
+  if [[ -f bf16.resumed.params ]] && cmp -s <(losses bf16.gpu.log | tail -n $((steps - stop))) <(losses bf16.resumed.log) &&
+    cmp -s bf16.gpu.params bf16.resumed.params; then
+    echo "bf16: stopped after $stop steps and resumed on the GPU: bit-equal to the uninterrupted run"
+  else
+    echo "FAIL: the resumed GPU run differs from the uninterrupted one"
+    diff <(losses bf16.gpu.log) <(losses bf16.resumed.log) || true
+    failures=$((failures + 1))
+  fi
+}
+[[ " $stages " != *" bf16 "* ]] || resume_check
 
 # Parallel layouts on the GPU (BATON_CUDA_TRAIN_LAYOUTS=1: needs a GPU per rank, or the
 # emulated worker, whose ranks connect over Gloo): the fp32 stage as dp2 with ZeRO-1, tp2
-# and pp2 under `baton launch -n 2` against the one-process CPU run, losses within 1e-4.
-layout() { # NAME PARALLEL
-  local name=$1
+# and pp2, and the moe-fp32 stage as ep2 (expert parallelism's exchanges of device
+# buffers), under `baton launch -n 2` against the one-process CPU run, losses within 1e-4.
+layout() { # NAME PARALLEL [STAGE]
+  local name=$1 stage=${3:-fp32} recipe=cuda.yaml
+  [[ $stage == moe-* ]] && recipe=moe-cuda.yaml
   sed -E "s/gpus_per_node: 1/gpus_per_node: 2/; s/parallel: \{zero: 0\}/parallel: $2/" \
-    cuda.yaml >"$name.yaml"
-  "$baton" spec "$name.yaml" --stage fp32 --out "$name.pb"
+    "$recipe" >"$name.yaml"
+  "$baton" spec "$name.yaml" --stage "$stage" --out "$name.pb"
   timeout 3000 "$baton" launch -n 2 -- "$gpu_worker" --spec "$name.pb" --eval-windows 0 \
     --comm-timeout 600 >"$name.log" 2>&1 || { echo "FAIL: $name"; tail -n 20 "$name.log"; return 1; }
-  paste <(losses fp32.cpu.log) <(sed 's/^\[0\] //' "$name.log" | losses /dev/stdin) |
+  paste <(losses "$stage.cpu.log") <(sed 's/^\[0\] //' "$name.log" | losses /dev/stdin) |
     awk -v s="$name" -v steps=$steps '
       { n++; d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > worst) worst = r
         if ($1 != $3 || r > 1e-4) { printf "%s: step %s loss %s vs %s\n", s, $1, $4, $2; bad = 1 } }
@@ -135,10 +151,12 @@ layout() { # NAME PARALLEL
             printf "%s: %d steps on the GPU, losses vs the CPU max relative difference %.3g\n",
                    s, n, worst; exit bad }'
 }
-if [[ -n "${BATON_CUDA_TRAIN_LAYOUTS:-}" ]]; then
-  layout dp2-zero1 "{dp: 2, zero: 1}" || failures=$((failures + 1))
-  layout tp2 "{tp: 2, zero: 0}" || failures=$((failures + 1))
-  layout pp2 "{pp: 2, zero: 0}" || failures=$((failures + 1))
+wanted() { [[ "${BATON_CUDA_TRAIN_LAYOUTS:-}" == 1 || " ${BATON_CUDA_TRAIN_LAYOUTS:-} " == *" $1 "* ]]; }
+if [[ -n "${BATON_CUDA_TRAIN_LAYOUTS:-}" ]]; then # 1: all, or names: "ep2 tp2"
+  ! wanted dp2-zero1 || layout dp2-zero1 "{dp: 2, zero: 1}" || failures=$((failures + 1))
+  ! wanted tp2 || layout tp2 "{tp: 2, zero: 0}" || failures=$((failures + 1))
+  ! wanted pp2 || layout pp2 "{pp: 2, zero: 0}" || failures=$((failures + 1))
+  ! wanted ep2 || layout ep2 "{dp: 2, ep: 2, zero: 0}" moe-fp32 || failures=$((failures + 1))
 fi
 
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
