@@ -472,7 +472,7 @@ static void run_host(child *ch, comm *c, cudaStream_t ns) {
     OK(ch, c, comm_broadcast(c, got, m, COMM_F64, w - 1, NULL));
     expect(ch, "host broadcast f64", got, want, m);
 
-    /* all-to-all of per-peer int counts as bytes (what moe_ep.c exchanges), then an
+    /* all-to-all of per-peer int counts as bytes (what moe_dev.c exchanges), then an
      * all-to-allv of f32: rank r sends 1 + r + p elements r*1000 + p*10 + i to p. */
     {
         int cs[MAX_RANKS], cr[MAX_RANKS];

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Training on the CUDA backend against the CPU engine, through the real worker
 # (train.c, the fused AdamW, checkpoints from device memory): each stage of
-# cuda-train.yaml and cuda-train-moe.yaml (MoE layers: moe_dev.c on the GPU, moe.c on the
-# CPU) runs as `baton-worker --single-process` with cluster.device cpu and with
+# cuda-train.yaml and cuda-train-moe.yaml (MoE layers: moe_dev.c through either backend's
+# ops) runs as `baton-worker --single-process` with cluster.device cpu and with
 # cluster.device cuda, from the same seed and data.
 #  - fp32 (dense, MoE, MoE recomputed whole): every step's loss within 1e-4 relative,
 #    final parameters within 1e-4 of the largest (only float32 summation orders differ);

@@ -873,8 +873,8 @@ static void test_moe_all(void) {
 }
 
 /* The same small LLaMA on both backends: loss and every parameter gradient. With moe, its
- * layers are MoE layers (4 experts, top-2, a shared expert, capacity 1.0, aux loss): moe.c
- * on the CPU, the backend path (moe_dev.c) on the GPU. */
+ * layers are MoE layers (4 experts, top-2, a shared expert, capacity 1.0, aux loss), run
+ * by moe_dev.c through either backend's ops. */
 static void test_model(model_recompute rec, backend_prec prec, double tol_loss, double tol_grad,
                        int moe) {
     enum { B = 2, T = 45 };

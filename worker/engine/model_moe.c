@@ -5,56 +5,29 @@
 #include <string.h>
 
 #include "moe_dev.h"
-#include "moe_ep.h"
 
 static int moe_sets(const model *m) {
     return m->cfg.recompute == MODEL_RECOMPUTE_FULL ? 1 : m->n_layers;
 }
 
-static size_t cache_index(const model *m, int l) {
-    const model_moe *mo = m->moew;
-    return (size_t)m->slot * mo->sets + (mo->sets == 1 ? 0 : l);
-}
-
-static moe_cache *cache_of(model *m, int l) {
-    return &m->moew->caches[cache_index(m, l)];
-}
-
-static int moe_init_caches(model *m, comm *ep_group) {
+static moe_dev_cache *cache_of(model *m, int l) {
     model_moe *mo = m->moew;
-    int max_tokens = m->max_B * m->max_T;
-    size_t n = (size_t)m->n_slots * mo->sets;
-    mo->caches = calloc(n, sizeof *mo->caches);
-    if (mo->caches == NULL) return BT_ENOMEM;
-    for (size_t i = 0; i < n; i++) {
-        int rc = moe_cache_init(&mo->caches[i], &m->cfg.moe, max_tokens);
-        if (rc == 0 && ep_group != NULL) rc = moe_ep_init(&mo->caches[i], &m->cfg.moe, ep_group);
-        if (rc != 0) return rc;
-    }
-    return 0;
+    return &mo->caches[(size_t)m->slot * mo->sets + (mo->sets == 1 ? 0 : l)];
 }
 
-/* The device path's caches (moe_dev.h), one scratch for all. */
-static int moe_init_dev_caches(model *m, comm *ep_group) {
+/* Every slot's caches, one scratch for all. */
+static int moe_init_caches(model *m, comm *ep_group) {
     model_moe *mo = m->moew;
     int max_tokens = m->max_B * m->max_T, ep = ep_group ? comm_size(ep_group) : 1;
     size_t n = (size_t)m->n_slots * mo->sets;
-    mo->dcaches = calloc(n, sizeof *mo->dcaches);
-    mo->dscratch = calloc(1, sizeof *mo->dscratch);
-    if (mo->dcaches == NULL || mo->dscratch == NULL) return BT_ENOMEM;
-    int rc = moe_dev_scratch_init(mo->dscratch, m->be, &m->cfg.moe, max_tokens, ep);
+    mo->caches = calloc(n, sizeof *mo->caches);
+    mo->scratch = calloc(1, sizeof *mo->scratch);
+    if (mo->caches == NULL || mo->scratch == NULL) return BT_ENOMEM;
+    int rc = moe_dev_scratch_init(mo->scratch, m->be, &m->cfg.moe, max_tokens, ep);
     for (size_t i = 0; i < n && rc == 0; i++)
-        rc = moe_dev_cache_init(&mo->dcaches[i], m->be, &m->cfg.moe, max_tokens, mo->dscratch,
+        rc = moe_dev_cache_init(&mo->caches[i], m->be, &m->cfg.moe, max_tokens, mo->scratch,
                                 ep_group);
     return rc;
-}
-
-/* The device path: on a backend without host memory, or where BATON_MOE_BACKEND_PATH=1
- * asks for it on the CPU backend (the tests run every expert-parallel layout through it
- * there). */
-static int moe_use_dev(const model *m) {
-    const char *force = getenv("BATON_MOE_BACKEND_PATH");
-    return !m->be->host_memory || (force != NULL && strcmp(force, "1") == 0);
 }
 
 int model_moe_init(model *m, comm *ep_group, bt_diag *diag) {
@@ -68,8 +41,7 @@ int model_moe_init(model *m, comm *ep_group, bt_diag *diag) {
                     ep, m->cfg.ep_rank);
         return BT_EINVAL;
     }
-    int dev = moe_use_dev(m);
-    if (dev && (m->be->moe_route == NULL || m->be->moe_router_backward == NULL)) {
+    if (m->be->moe_route == NULL || m->be->moe_router_backward == NULL) {
         bt_diag_set(diag, "model: the %s backend has no MoE operations (moe_route ...)",
                     m->be->name);
         return BT_EUNSUPPORTED;
@@ -81,9 +53,7 @@ int model_moe_init(model *m, comm *ep_group, bt_diag *diag) {
     mo->y = m->be->alloc(m->be, (size_t)m->max_B * m->max_T * m->cfg.dim * sizeof(float));
     mo->routed =
         calloc((size_t)(m->n_layers ? m->n_layers : 1) * m->cfg.moe.n_experts, sizeof(double));
-    int rc = BT_ENOMEM;
-    if (mo->y && mo->routed)
-        rc = dev ? moe_init_dev_caches(m, m->ep_group) : moe_init_caches(m, m->ep_group);
+    int rc = mo->y && mo->routed ? moe_init_caches(m, m->ep_group) : BT_ENOMEM;
     if (rc != 0) {
         bt_diag_set(diag, "model: cannot set up the MoE layers (%d experts, %d here): %s",
                     m->cfg.moe.n_experts, moe_local_experts(&m->cfg.moe), bt_strerror(rc));
@@ -97,13 +67,10 @@ void model_moe_free(model *m) {
     if (mo == NULL) return;
     size_t n = (size_t)m->n_slots * mo->sets;
     for (size_t i = 0; mo->caches && i < n; i++)
-        moe_cache_free(&mo->caches[i]);
-    for (size_t i = 0; mo->dcaches && i < n; i++)
-        moe_dev_cache_free(&mo->dcaches[i]);
-    if (mo->dscratch) moe_dev_scratch_free(mo->dscratch);
+        moe_dev_cache_free(&mo->caches[i]);
+    if (mo->scratch) moe_dev_scratch_free(mo->scratch);
     free(mo->caches);
-    free(mo->dcaches);
-    free(mo->dscratch);
+    free(mo->scratch);
     if (mo->y) m->be->free(m->be, mo->y);
     free(mo->routed);
     free(mo);
@@ -123,10 +90,7 @@ void model_moe_forward(model *m, int l, const float *x, float *y) {
     int N = m->B * m->T, E = m->cfg.moe.n_experts;
     if (m->comm_err != 0) return;
     const float *bias = m->params.layers[l].moe_bias;
-    int rc = mo->dcaches
-                 ? moe_dev_forward(&m->cfg.moe, &w, bias, x, y ? y : mo->y, N,
-                                   &mo->dcaches[cache_index(m, l)], &st)
-                 : moe_forward(&m->cfg.moe, &w, bias, x, y ? y : mo->y, N, cache_of(m, l), &st);
+    int rc = moe_dev_forward(&m->cfg.moe, &w, bias, x, y ? y : mo->y, N, cache_of(m, l), &st);
     if (rc != 0) {
         m->comm_err = rc;
         return;
@@ -143,9 +107,7 @@ void model_moe_backward(model *m, int l, const float *dy, float *dx, float loss_
     moe_config c = m->cfg.moe;
     c.aux_loss_coef *= loss_scale;
     if (m->comm_err != 0) return;
-    model_moe *mo = m->moew;
-    int rc = mo->dcaches ? moe_dev_backward(&c, &w, &mo->dcaches[cache_index(m, l)], dy, dx, &g)
-                         : moe_backward(&c, &w, cache_of(m, l), dy, dx, &g);
+    int rc = moe_dev_backward(&c, &w, cache_of(m, l), dy, dx, &g);
     if (rc != 0) m->comm_err = rc;
 }
 

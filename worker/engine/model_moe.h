@@ -1,11 +1,9 @@
-/* The model's MoE layers (model.h: model_layer_is_moe): each calls moe.c's layer in place
- * of the dense SwiGLU MLP, on the post-attention norm's output. Under tensor parallelism
- * the layer runs whole on every tp rank (its weights are replicated there, like the norm
- * weights: Megatron's expert tensor parallelism of 1); under expert parallelism the
- * routed experts are split over the ep group (moe_ep.h). On a backend whose memory is not
- * host memory (CUDA) the layers run through the backend table instead (moe_dev.h, expert
- * parallelism included); BATON_MOE_BACKEND_PATH=1 in the environment takes that path on
- * the CPU backend too (a check of it without a GPU). The aux loss is part of the
+/* The model's MoE layers (model.h: model_layer_is_moe): each runs moe.h's layer in place
+ * of the dense SwiGLU MLP, on the post-attention norm's output, through the backend's ops
+ * (moe_dev.h: the same code on the CPU and the CUDA engine; moe.c is its reference). Under
+ * tensor parallelism the layer runs whole on every tp rank (its weights are replicated
+ * there, like the norm weights: Megatron's expert tensor parallelism of 1); under expert
+ * parallelism the routed experts are split over the ep group. The aux loss is part of the
  * training objective (its gradient scaled like the loss's), not of the reported loss.
  * The selection bias of aux-loss-free balancing is a parameter tensor with no gradient,
  * nudged after each optimizer step from the step's loads (model_moe_step_end). */
@@ -15,12 +13,10 @@
 #include "model.h"
 
 typedef struct model_moe {
-    moe_cache *caches; /* (n_slots, sets): sets = stage layers, or 1 under full recompute */
+    struct moe_dev_cache *caches; /* (n_slots, sets): sets = stage layers, or 1 under full
+                                   * recompute */
     int sets;
-    /* On a backend without host memory (CUDA) moe_dev.h's path instead: its caches (same
-     * shape as caches, which is then NULL) and their shared backward scratch. */
-    struct moe_dev_cache *dcaches;
-    struct moe_dev_scratch *dscratch;
+    struct moe_dev_scratch *scratch; /* shared by the caches */
     float *y;       /* (max_B max_T, C) output when recomputing (nothing to keep) */
     double *routed; /* (stage layers, E) pairs routed per expert since the step began */
     double dropped; /* pairs dropped since then */

@@ -1,4 +1,5 @@
-/* The MoE layer's CPU reference; definitions in moe.h.
+/* The MoE layer's CPU reference; definitions in moe.h. The engines run moe_dev.c (through
+ * the backend's ops, which share this file's routing code on the CPU: cpu_moe.c).
  *
  * Layout of a forward: route (scores, selection, combine weights), assign (capacity,
  * grouped rows per expert in token order), the routed experts one GEMM chain each over
@@ -6,8 +7,6 @@
  * the same pieces in reverse; every sum has a fixed order, so results are bitwise
  * reproducible. Weight gradients accumulate (+=), dx is written (=). */
 #include "moe.h"
-
-#include "moe_ep.h"
 
 #include "cpu_ops.h"
 
@@ -138,7 +137,7 @@ static void cache_carve(moe_cache *m, const moe_config *c, size_t *nf, size_t *n
 
 int moe_cache_init(moe_cache *cache, const moe_config *c, int max_tokens) {
     memset(cache, 0, sizeof *cache);
-    if (moe_config_check(c) != 0 || max_tokens < 1) return BT_EINVAL;
+    if (moe_config_check(c) != 0 || c->n_local != 0 || max_tokens < 1) return BT_EINVAL;
     cache->max_tokens = max_tokens;
     size_t nf, ni;
     cache_carve(cache, c, &nf, &ni);
@@ -153,7 +152,6 @@ int moe_cache_init(moe_cache *cache, const moe_config *c, int max_tokens) {
 }
 
 void moe_cache_free(moe_cache *cache) {
-    moe_ep_free(cache->ep);
     free(cache->fbuf);
     free(cache->ibuf);
     memset(cache, 0, sizeof *cache);
@@ -197,8 +195,9 @@ static double aux_loss(const moe_config *c, int N, const moe_cache *m) {
 }
 
 /* One SwiGLU expert over M rows: h13, hs saved, out written (beta 0) or added (beta 1). */
-void moe_expert_forward(const moe_config *c, const float *w13, const float *w2, const float *xin,
-                        int M, float *h13, float *hs, float *out, float beta) {
+static void moe_expert_forward(const moe_config *c, const float *w13, const float *w2,
+                               const float *xin, int M, float *h13, float *hs, float *out,
+                               float beta) {
     int C = c->dim, F = c->ffn_dim;
     gemm_nt(h13, xin, w13, M, C, 2 * F, 0.0f);
     swiglu_forward(hs, h13, M, F);
@@ -236,12 +235,7 @@ int moe_forward(const moe_config *c, const moe_weights *w, const float *bias, co
     route(c, w, bias, N, cache);
     assign(c, N, cache, st);
     cpu_gather_rows(NULL, cache->xg, cache->x, cache->tok, cache->offset[c->n_experts], c->dim);
-    if (cache->ep != NULL) {
-        int rc = moe_ep_forward(c, w, cache);
-        if (rc != 0) return rc;
-    } else {
-        routed_forward(c, w, cache);
-    }
+    routed_forward(c, w, cache);
     combine(c, w, N, cache, y);
     st->aux_loss = aux_loss(c, N, cache);
     return 0;
@@ -249,10 +243,10 @@ int moe_forward(const moe_config *c, const moe_weights *w, const float *bias, co
 
 /* Backward of one expert over M rows from dout (M, C): accumulates dw13, dw2 and writes
  * dxin (M, C), or adds into it with beta 1. */
-void moe_expert_backward(const moe_config *c, const float *w13, const float *w2, float *dw13,
-                         float *dw2, const float *xin, const float *h13, const float *hs,
-                         const float *dout, int M, float *dhs, float *dh13, float *dxin,
-                         float beta) {
+static void moe_expert_backward(const moe_config *c, const float *w13, const float *w2, float *dw13,
+                                float *dw2, const float *xin, const float *h13, const float *hs,
+                                const float *dout, int M, float *dhs, float *dh13, float *dxin,
+                                float beta) {
     int C = c->dim, F = c->ffn_dim;
     gemm_tn_acc(dw2, dout, hs, M, F, C);
     gemm_nn(dhs, dout, w2, M, F, C, 0.0f);
@@ -311,12 +305,7 @@ int moe_backward(const moe_config *c, const moe_weights *w, moe_cache *cache, co
     int N = cache->n;
     memset(dx, 0, (size_t)N * c->dim * sizeof(float));
     memset(cache->dgate, 0, (size_t)N * c->top_k * sizeof(float));
-    if (cache->ep != NULL) {
-        int rc = moe_ep_backward(c, w, cache, dy, dx, grads);
-        if (rc != 0) return rc;
-    } else {
-        routed_backward(c, w, cache, dy, dx, grads);
-    }
+    routed_backward(c, w, cache, dy, dx, grads);
     shared_backward(c, w, cache, dy, dx, grads);
     router_backward(c, w, cache, dx, grads);
     return 0;

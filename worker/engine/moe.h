@@ -1,10 +1,12 @@
-/* A mixture-of-experts feed-forward layer: the CPU block the model calls in place of its
- * SwiGLU MLP on MoE layers (model_moe.c), with expert parallelism (moe_ep.c).
+/* A mixture-of-experts feed-forward layer: its definitions, its configuration and weights,
+ * and its reference implementation (moe.c), checked against PyTorch (unit.test_moe). The
+ * model runs the same layer through the backend's ops (moe_dev.h, expert parallelism
+ * included), which unit.test_moe_dev checks against this reference.
  *
  * Implementation: host memory, float32, cblas_sgemm for every product (as worker/cpu
- * does) and the SwiGLU of cpu_swiglu_forward; no backend table, so a GPU path will be a
- * separate implementation of the same definitions. Deterministic: the same inputs give
- * bitwise-identical outputs and gradients (fixed loop orders, one thread).
+ * does), the CPU backend's routing ops (cpu_moe.c) and libm's expf in the SwiGLU; one
+ * process, all experts (n_local 0). Deterministic: the same inputs give bitwise-identical
+ * outputs and gradients (fixed loop orders, one thread).
  *
  * Definitions, for N tokens x_n (rows of x), E routed experts, k = top_k, S shared:
  *  - Router: logits l_n = Wr x_n (E); scores s_n = softmax(l_n) or sigmoid(l_n).
@@ -102,13 +104,12 @@ typedef struct moe_cache {
     float *sh13;       /* (S, N, 2F) shared experts' projections */
     float *shs;        /* (S, N, F) */
     /* backward scratch */
-    float *dout;       /* (N, C) */
-    float *dhs;        /* (N, F) */
-    float *dh13;       /* (N, 2F) */
-    float *dxe;        /* (N, C) */
-    float *dgate;      /* (N, k) */
-    float *dl;         /* (N, E) */
-    struct moe_ep *ep; /* expert parallelism's exchange and buffers (moe_ep.h); NULL: none */
+    float *dout;  /* (N, C) */
+    float *dhs;   /* (N, F) */
+    float *dh13;  /* (N, 2F) */
+    float *dxe;   /* (N, C) */
+    float *dgate; /* (N, k) */
+    float *dl;    /* (N, E) */
 } moe_cache;
 
 /* 0 or BT_EINVAL for a configuration outside the ranges above. */
@@ -136,17 +137,6 @@ int moe_forward(const moe_config *c, const moe_weights *w, const float *bias, co
  * again. 0 or BT_EINVAL. */
 int moe_backward(const moe_config *c, const moe_weights *w, moe_cache *cache, const float *dy,
                  float *dx, moe_weights *grads);
-
-/* One SwiGLU expert over M rows (for moe_ep.c): h13 (M, 2F) and hs (M, F) saved, out
- * (M, C) written (beta 0) or added to (beta 1). */
-void moe_expert_forward(const moe_config *c, const float *w13, const float *w2, const float *xin,
-                        int M, float *h13, float *hs, float *out, float beta);
-/* Its backward from dout (M, C): accumulates dw13, dw2; dxin written (beta 0) or added to
- * (beta 1); dhs (M, F) and dh13 (M, 2F) are scratch. */
-void moe_expert_backward(const moe_config *c, const float *w13, const float *w2, float *dw13,
-                         float *dw2, const float *xin, const float *h13, const float *hs,
-                         const float *dout, int M, float *dhs, float *dh13, float *dxin,
-                         float beta);
 
 /* bias (E) += bias_rate * sign(mean load - routed_e), from the stats of a forward. */
 void moe_bias_update(const moe_config *c, float *bias, const moe_stats *stats);

@@ -94,7 +94,7 @@ static size_t cache_carve(moe_dev_cache *m, const moe_config *c, size_t *ni) {
     return fo;
 }
 
-/* The expert-parallel share of c fits group (moe_ep_init's rule); without a group, none. */
+/* The expert-parallel share of c fits the group; without a group, all experts. */
 static int ep_share_ok(const moe_config *c, comm *ep) {
     if (ep == NULL) return c->n_local == 0;
     int size = comm_size(ep), El = moe_local_experts(c);

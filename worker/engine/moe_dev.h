@@ -6,10 +6,18 @@
  * synchronization per forward: the per-expert row counts decide the shapes of the
  * expert GEMMs (and fill the load figures).
  *
- * Expert parallelism as moe_ep.h describes it (the same exchanges, here of device
- * buffers through the communication interface on the backend's stream): the grouped
- * rows go to the experts' owners, each owner runs its experts over the rows of each
- * source in turn, the outputs come back; backward mirrors it.
+ * Expert parallelism: the routed experts are split evenly over the ranks of an ep group
+ * (rank r holds experts [r El, (r + 1) El), El = E / ep), the ranks of the group hold
+ * different tokens (they come from the data- and context-parallel ranks,
+ * stages/layout.h), and every rank routes its own tokens. Forward: each rank's kept
+ * (token, expert) rows, already grouped by expert in token order, go to the expert's
+ * owner (all-to-all of the per-expert counts, then all-to-allv of the rows, device
+ * buffers through the communication interface on the backend's stream); the owner runs
+ * each of its experts over the rows of each source in turn and sends the outputs back the
+ * same way; the combine is then local. Backward mirrors it: the rows' output gradients
+ * (combine weight times dy) go to the owners, which accumulate their experts' weight
+ * gradients and return the input gradients. Capacity dropping and the aux loss stay per
+ * rank, over its own tokens, as in one process per micro-batch.
  *
  * Results equal moe.c's within float rounding (the GEMMs' summation order differs); on
  * the CPU backend the routing is moe.c's bit for bit. Deterministic like every backend
@@ -68,8 +76,9 @@ typedef struct moe_dev_cache {
 int moe_dev_scratch_init(moe_dev_scratch *s, backend *be, const moe_config *c, int max_tokens,
                          int ep_size);
 void moe_dev_scratch_free(moe_dev_scratch *s);
-/* ep: the expert-parallel group (NULL without; with it c->expert0 and c->n_local must be
- * this rank's share, as moe_ep_init requires). s must have been sized for its size. */
+/* ep: the expert-parallel group (NULL without; with it the experts must split evenly over
+ * it and c->expert0, c->n_local be this rank's share). s must have been sized for its
+ * size. */
 int moe_dev_cache_init(moe_dev_cache *m, backend *be, const moe_config *c, int max_tokens,
                        moe_dev_scratch *s, comm *ep);
 void moe_dev_cache_free(moe_dev_cache *m);
