@@ -23,7 +23,10 @@ static int moe_init_caches(model *m, comm *ep_group) {
     mo->caches = calloc(n, sizeof *mo->caches);
     mo->scratch = calloc(1, sizeof *mo->scratch);
     if (mo->caches == NULL || mo->scratch == NULL) return BT_ENOMEM;
-    int rc = moe_dev_scratch_init(mo->scratch, m->be, &m->cfg.moe, max_tokens, ep);
+    /* The experts' GEMMs in the model's precision, bf16 under fp8 (no per-expert delayed
+     * scaling); the router's in float32. */
+    backend_prec p = m->cfg.prec == BACKEND_PREC_FP8 ? BACKEND_PREC_BF16 : m->cfg.prec;
+    int rc = moe_dev_scratch_init(mo->scratch, m->be, &m->cfg.moe, max_tokens, ep, p);
     for (size_t i = 0; i < n && rc == 0; i++)
         rc = moe_dev_cache_init(&mo->caches[i], m->be, &m->cfg.moe, max_tokens, mo->scratch,
                                 ep_group);

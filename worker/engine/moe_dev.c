@@ -12,11 +12,13 @@
 
 #include "util/err.h"
 
-static size_t gemm_floats(backend *be, const moe_config *c, int N, int rows) {
+/* The largest matmul scratch of the layer's GEMMs: the router's (float32) and the
+ * experts' (in prec) over up to rows rows. */
+static size_t gemm_floats(backend *be, const moe_config *c, int N, int rows, backend_prec prec) {
     int C = c->dim, F = c->ffn_dim, E = c->n_experts;
     size_t a = be->matmul_scratch_floats(be, N, C, E, BACKEND_PREC_FP32);
-    size_t b = be->matmul_scratch_floats(be, rows, C, 2 * F, BACKEND_PREC_FP32);
-    size_t d = be->matmul_scratch_floats(be, rows, F, C, BACKEND_PREC_FP32);
+    size_t b = be->matmul_scratch_floats(be, rows, C, 2 * F, prec);
+    size_t d = be->matmul_scratch_floats(be, rows, F, C, prec);
     size_t mx = a > b ? a : b;
     return mx > d ? mx : d;
 }
@@ -37,18 +39,19 @@ static size_t scratch_carve(moe_dev_scratch *s, const moe_config *c, int max_tok
     TAKE(tmp, N * C);
     TAKE(dl, N * E);
     TAKE(dgate, NK);
-    TAKE(gemm, gemm_floats(s->be, c, max_tokens, (int)Rx));
+    TAKE(gemm, gemm_floats(s->be, c, max_tokens, (int)Rx, s->prec));
 #undef TAKE
     return o;
 }
 
 int moe_dev_scratch_init(moe_dev_scratch *s, backend *be, const moe_config *c, int max_tokens,
-                         int ep_size) {
+                         int ep_size, backend_prec prec) {
     memset(s, 0, sizeof *s);
-    if (moe_config_check(c) != 0 || max_tokens < 1 || ep_size < 1 ||
+    if (moe_config_check(c) != 0 || max_tokens < 1 || ep_size < 1 || prec == BACKEND_PREC_FP8 ||
         (size_t)max_tokens * c->top_k * ep_size > INT32_MAX)
         return BT_EINVAL;
-    s->be = be, s->ep_size = ep_size;
+    s->be = be, s->ep_size = ep_size, s->prec = prec;
+    s->gp = (backend_gemm){.prec = prec};
     size_t n = scratch_carve(s, c, max_tokens, NULL);
     s->fbuf = be->alloc(be, n * sizeof(float));
     if (s->fbuf == NULL) return BT_ENOMEM;
@@ -144,6 +147,11 @@ void moe_dev_cache_free(moe_dev_cache *m) {
     memset(m, 0, sizeof *m);
 }
 
+/* The experts' GEMM precision (NULL: float32); the router's is always float32. */
+static backend_gemm *moe_prec(moe_dev_cache *m) {
+    return m->scratch->prec == BACKEND_PREC_FP32 ? NULL : &m->scratch->gp;
+}
+
 static int capacity_of(const moe_config *c, int N) {
     if (c->capacity_factor <= 0.0) return 0;
     return (int)ceil(c->capacity_factor * (double)N * c->top_k / c->n_experts);
@@ -220,13 +228,13 @@ static void experts_forward(const moe_config *c, const moe_weights *w, moe_dev_c
         if (m->blk_m[b] > 0)
             be->matmul_forward(be, m->h13 + r * 2 * F, xe + r * C,
                                w->w13 + (size_t)m->blk_e[b] * 2 * F * C, m->blk_m[b], (int)C,
-                               (int)(2 * F), NULL, gs);
+                               (int)(2 * F), moe_prec(m), gs);
     if (r > 0) be->swiglu_forward(be, m->hs, m->h13, (int)r, (int)F);
     r = 0;
     for (int b = 0; b < m->nblk; r += (size_t)m->blk_m[b++])
         if (m->blk_m[b] > 0)
             be->matmul_forward(be, eout + r * C, m->hs + r * F, w->w2 + (size_t)m->blk_e[b] * C * F,
-                               m->blk_m[b], (int)F, (int)C, NULL, gs);
+                               m->blk_m[b], (int)F, (int)C, moe_prec(m), gs);
 }
 
 /* y = the shared experts' sum (0 without any), then the routed experts' weighted rows. */
@@ -239,10 +247,10 @@ static void combine_forward(const moe_config *c, const moe_weights *w, int N, mo
     for (int s = 0; s < c->n_shared; s++) {
         float *h13 = m->sh13 + s * n * 2 * F, *hs = m->shs + s * n * F;
         be->matmul_forward(be, h13, m->x, w->shared_w13 + s * 2 * F * C, N, (int)C, (int)(2 * F),
-                           NULL, gs);
+                           moe_prec(m), gs);
         be->swiglu_forward(be, hs, h13, N, (int)F);
         float *o = s == 0 ? y : m->scratch->tmp;
-        be->matmul_forward(be, o, hs, w->shared_w2 + s * C * F, N, (int)F, (int)C, NULL, gs);
+        be->matmul_forward(be, o, hs, w->shared_w2 + s * C * F, N, (int)F, (int)C, moe_prec(m), gs);
         if (s > 0) be->add(be, y, y, o, n * C);
     }
     be->moe_combine(be, y, m->out, m->gate, m->row, N, c->top_k, (int)C);
@@ -301,7 +309,8 @@ static void experts_backward(const moe_config *c, const moe_weights *w, moe_dev_
         size_t e = (size_t)m->blk_e[b];
         if (m->blk_m[b] > 0)
             be->matmul_backward(be, s->dhs + r * F, g->w2 + e * C * F, de + r * C, m->hs + r * F,
-                                w->w2 + e * C * F, m->blk_m[b], (int)F, (int)C, NULL, s->gemm);
+                                w->w2 + e * C * F, m->blk_m[b], (int)F, (int)C, moe_prec(m),
+                                s->gemm);
     }
     if (r > 0) be->swiglu_backward(be, s->dh13, s->dhs, m->h13, (int)r, (int)F);
     r = 0;
@@ -310,7 +319,7 @@ static void experts_backward(const moe_config *c, const moe_weights *w, moe_dev_
         if (m->blk_m[b] > 0)
             be->matmul_backward(be, dxe + r * C, g->w13 + e * 2 * F * C, s->dh13 + r * 2 * F,
                                 xe + r * C, w->w13 + e * 2 * F * C, m->blk_m[b], (int)C,
-                                (int)(2 * F), NULL, s->gemm);
+                                (int)(2 * F), moe_prec(m), s->gemm);
     }
 }
 
@@ -336,10 +345,10 @@ static void shared_backward(const moe_config *c, const moe_weights *w, moe_dev_c
     size_t C = (size_t)c->dim, F = (size_t)c->ffn_dim, n = (size_t)m->n;
     for (int k = 0; k < c->n_shared; k++) {
         be->matmul_backward(be, s->dhs, g->shared_w2 + k * C * F, dy, m->shs + k * n * F,
-                            w->shared_w2 + k * C * F, m->n, (int)F, (int)C, NULL, s->gemm);
+                            w->shared_w2 + k * C * F, m->n, (int)F, (int)C, moe_prec(m), s->gemm);
         be->swiglu_backward(be, s->dh13, s->dhs, m->sh13 + k * n * 2 * F, m->n, (int)F);
         be->matmul_backward(be, s->tmp, g->shared_w13 + k * 2 * F * C, s->dh13, m->x,
-                            w->shared_w13 + k * 2 * F * C, m->n, (int)C, (int)(2 * F), NULL,
+                            w->shared_w13 + k * 2 * F * C, m->n, (int)C, (int)(2 * F), moe_prec(m),
                             s->gemm);
         be->add(be, dx, dx, s->tmp, n * C);
     }

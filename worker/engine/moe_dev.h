@@ -1,8 +1,9 @@
-/* moe.h's mixture-of-experts layer through the backend table: the path the model takes
- * on a backend whose memory is not host memory (CUDA). The definitions are moe.h's; the
- * pieces are backend ops: the router and expert GEMMs in float32 (matmul_forward and
- * matmul_backward, as moe.c's cblas products), SwiGLU (swiglu_*), routing, capacity,
- * permutation and the router's backward (moe_route ... moe_router_backward). One host
+/* moe.h's mixture-of-experts layer through the backend table: what the model runs, on the
+ * CPU and the CUDA engine alike. The definitions are moe.h's; the
+ * pieces are backend ops: the router's GEMMs in float32 and the experts' in the model's
+ * precision (bf16 under fp8; matmul_forward and matmul_backward), SwiGLU (swiglu_*),
+ * routing, capacity, permutation and the router's backward (moe_route ...
+ * moe_router_backward). One host
  * synchronization per forward: the per-expert row counts decide the shapes of the
  * expert GEMMs (and fill the load figures).
  *
@@ -37,6 +38,8 @@
 typedef struct moe_dev_scratch {
     backend *be;
     int ep_size;       /* the ep group size it was sized for */
+    backend_prec prec; /* the experts' GEMMs (routed and shared); the router's: float32 */
+    backend_gemm gp;   /* {prec}, for the backend's matmuls */
     float *fbuf;       /* the one allocation below */
     float *dout;       /* (N K, C) grouped rows' output gradients */
     float *dxg;        /* (N K, C) grouped rows' input gradients */
@@ -72,9 +75,11 @@ typedef struct moe_dev_cache {
     int *blk_e, *blk_m;      /* (E) local expert index and rows of each block */
 } moe_dev_cache;
 
-/* ep_size: the expert-parallel group's size (1 without). 0, BT_EINVAL or BT_ENOMEM. */
+/* ep_size: the expert-parallel group's size (1 without); prec: the experts' GEMM inputs
+ * (float32, bf16 or fp16; not fp8: there is no delayed scaling per expert yet). 0,
+ * BT_EINVAL or BT_ENOMEM. */
 int moe_dev_scratch_init(moe_dev_scratch *s, backend *be, const moe_config *c, int max_tokens,
-                         int ep_size);
+                         int ep_size, backend_prec prec);
 void moe_dev_scratch_free(moe_dev_scratch *s);
 /* ep: the expert-parallel group (NULL without; with it the experts must split evenly over
  * it and c->expert0, c->n_local be this rank's share). s must have been sized for its
