@@ -154,11 +154,7 @@ double optim_segments_sumsq(const float *grads, const optim_segment *segs, size_
 double optim_segments_sumsq_on(backend *be, const float *grads, const optim_segment *segs,
                                size_t nseg) {
     if (be == NULL) return optim_segments_sumsq(grads, segs, nseg);
-    if (be->sumsq_segs != NULL) return be->sumsq_segs(be, grads, segs, nseg);
-    double sumsq = 0.0;
-    for (size_t s = 0; s < nseg; s++)
-        sumsq += segs[s].n ? be->sumsq(be, grads + segs[s].offset, segs[s].n) : 0.0;
-    return sumsq;
+    return be->sumsq_segs(be, grads, segs, nseg);
 }
 
 void optim_grad_scale_on(backend *be, float *grad, size_t n, float coef) {
