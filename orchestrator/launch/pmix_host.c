@@ -46,8 +46,13 @@
  * as soon as a participant is reaped or has called PMIx_Finalize, and with success
  * only if neither happened within the grace (which we have never seen). */
 #define PMIXHOST_FENCE_GRACE_S 1.0
-/* Bound on waiting for a PMIx completion callback (registration, deregistration). */
+/* Bound on waiting for a PMIx completion callback (registration). */
 #define PMIXHOST_OP_TIMEOUT_S 30.0
+/* Bound on waiting for a namespace's deregistration at teardown. Nothing waits on its
+ * outcome (the namespace is already unlinked, so a late callback finds nothing), and on a
+ * loaded machine after killed ranks the server has been seen not to answer within 30 s:
+ * the launcher then sat out the whole bound after the job had ended. */
+#define PMIXHOST_DEREGISTER_TIMEOUT_S 3.0
 
 typedef struct pmixhost_rank {
     unsigned char connected, finalized, terminated;
@@ -172,7 +177,7 @@ static void pmixhost_wait_cb(pmix_status_t status, void *cbdata) {
 
 /* rc is what the PMIx call returned: anything but PMIX_SUCCESS means the callback will
  * not run (PMIX_OPERATION_SUCCEEDED: done already). */
-static pmix_status_t pmixhost_wait_for(pmixhost_wait *w, pmix_status_t rc) {
+static pmix_status_t pmixhost_wait_bounded(pmixhost_wait *w, pmix_status_t rc, double secs) {
     if (rc != PMIX_SUCCESS) {
         pmixhost_wait_unref(w); /* the callback's reference */
         pmixhost_wait_unref(w);
@@ -180,7 +185,7 @@ static pmix_status_t pmixhost_wait_for(pmixhost_wait *w, pmix_status_t rc) {
     }
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += (time_t)PMIXHOST_OP_TIMEOUT_S;
+    until.tv_sec += (time_t)secs;
     pthread_mutex_lock(&w->mu);
     int err = 0;
     while (!w->done && err != ETIMEDOUT)
@@ -189,6 +194,10 @@ static pmix_status_t pmixhost_wait_for(pmixhost_wait *w, pmix_status_t rc) {
     pthread_mutex_unlock(&w->mu);
     pmixhost_wait_unref(w);
     return st;
+}
+
+static pmix_status_t pmixhost_wait_for(pmixhost_wait *w, pmix_status_t rc) {
+    return pmixhost_wait_bounded(w, rc, PMIXHOST_OP_TIMEOUT_S);
 }
 
 /* ---- the server module --------------------------------------------------------------- */
@@ -650,7 +659,7 @@ void pmixhost_ns_deregister(launch_server *srv, pmixhost_ns *ns) {
     pmixhost_wait *w = pmixhost_wait_new();
     if (w != NULL) {
         PMIx_server_deregister_nspace(ns->name, pmixhost_wait_cb, w);
-        pmixhost_wait_for(w, PMIX_SUCCESS);
+        pmixhost_wait_bounded(w, PMIX_SUCCESS, PMIXHOST_DEREGISTER_TIMEOUT_S);
     }
     free(ns->ranks);
     free(ns);
