@@ -370,8 +370,34 @@ static void test_norm_rope_swiglu(void) {
     pair_free(&ro), pair_free(&h), pair_free(&s), pair_free(&ds), pair_free(&dh);
 }
 
+/* Whether an fp8 product of these sizes runs on the fp8 tensor cores: every dimension a
+ * multiple of 16 (cuda_matmul.cu), unless BATON_CUDA_FP8=carried. */
+static int fp8_native_expected(int N, int C, int OC) {
+    const char *v = getenv("BATON_CUDA_FP8");
+    return N % 16 == 0 && C % 16 == 0 && OC % 16 == 0 && (v == NULL || strcmp(v, "carried") != 0);
+}
+
+/* Checks which way the fp8 products since *before ran (cuda_fp8_gemm_counts). */
+static void check_fp8_path(const char *what, long before[2], long calls, int native) {
+    long now[2];
+    cuda_fp8_gemm_counts(&gpu, &now[0], &now[1]);
+    long got_native = now[0] - before[0], got_carried = now[1] - before[1];
+    if (got_native != (native ? calls : 0) || got_carried != (native ? 0 : calls)) {
+        fprintf(stderr,
+                "FAIL %s: fp8 products native %ld carried %ld, want %ld %s (cuBLASLt's fp8 "
+                "kernels %s)\n",
+                what, got_native, got_carried, calls, native ? "native" : "carried",
+                native ? "refused the product" : "ran an unexpected shape");
+        failures++;
+    }
+    before[0] = now[0], before[1] = now[1];
+}
+
 static void test_matmul_prec(backend_prec prec, int e5m2, int N, int C, int OC, int with_dinp) {
     char what[128];
+    long fp8_before[2];
+    cuda_fp8_gemm_counts(&gpu, &fp8_before[0], &fp8_before[1]);
+    int native = prec == BACKEND_PREC_FP8 && fp8_native_expected(N, C, OC);
     const char *pn[] = {"fp32", "bf16", "fp8", "fp16"};
     double tol = prec == BACKEND_PREC_FP32 ? TOL_F32 : TOL_LOWP;
     pair x = pair_rand((size_t)N * C, 1.5f), w = pair_rand((size_t)OC * C, 0.5f);
@@ -389,6 +415,7 @@ static void test_matmul_prec(backend_prec prec, int e5m2, int N, int C, int OC, 
     snprintf(what, sizeof what, "matmul_forward %s%s N %d C %d OC %d", pn[prec],
              e5m2 ? "/e5m2" : "", N, C, OC);
     compare_pair(what, &out, tol);
+    if (prec == BACKEND_PREC_FP8) check_fp8_path(what, fp8_before, 1, native);
     cpu.matmul_backward(&cpu, with_dinp ? dx.c : NULL, dw.c, dout.c, x.c, w.c, N, C, OC, ppc,
                         scr_c);
     gpu.matmul_backward(&gpu, with_dinp ? dx.g : NULL, dw.g, dout.g, x.g, w.g, N, C, OC, ppg,
@@ -399,6 +426,7 @@ static void test_matmul_prec(backend_prec prec, int e5m2, int N, int C, int OC, 
     snprintf(what, sizeof what, "matmul_backward %s%s dweight (+=) N %d C %d OC %d", pn[prec],
              e5m2 ? "/e5m2" : "", N, C, OC);
     compare_pair(what, &dw, tol);
+    if (prec == BACKEND_PREC_FP8) check_fp8_path(what, fp8_before, with_dinp ? 2 : 1, native);
     for (int s = 0; s < BACKEND_FP8_SLOTS; s++)
         if (pc.amax[s] != pg.amax[s]) {
             fprintf(stderr, "FAIL %s: amax[%d] cpu %.9g gpu %.9g\n", what, s, pc.amax[s],
@@ -413,8 +441,7 @@ static void test_matmul_prec(backend_prec prec, int e5m2, int N, int C, int OC, 
 /* fp8 with running amaxes (backend_gemm.amax_acc): forward then backward twice with
  * different inputs fold into the accumulators, which equal the CPU's bit for bit and the
  * maximum of what the calls without accumulators report; amax[] stays untouched. */
-static void test_matmul_amax_acc(void) {
-    enum { N = 48, C = 40, OC = 56 };
+static void test_matmul_amax_acc(int N, int C, int OC) {
     pair x = pair_rand((size_t)N * C, 1.5f), w = pair_rand((size_t)OC * C, 0.5f);
     pair x2 = pair_rand((size_t)N * C, 3.0f), dout = pair_rand((size_t)N * OC, 1e-2f);
     pair out = pair_rand((size_t)N * OC, 1.0f), dx = pair_rand((size_t)N * C, 1.0f);
@@ -445,8 +472,9 @@ static void test_matmul_amax_acc(void) {
     for (int s = 0; s < BACKEND_FP8_SLOTS; s++)
         if (memcmp(&hg[s], &acc_c[s], 4) != 0 || acc_c[s] != want[s] || want[s] <= 0.0f ||
             pg.amax[s] != 0.0f || pc.amax[s] != 0.0f) {
-            fprintf(stderr, "FAIL matmul amax_acc[%d]: cpu %.9g gpu %.9g want %.9g\n", s, acc_c[s],
-                    hg[s], want[s]);
+            fprintf(stderr,
+                    "FAIL matmul amax_acc[%d] N %d C %d OC %d: cpu %.9g gpu %.9g want %.9g\n", s, N,
+                    C, OC, acc_c[s], hg[s], want[s]);
             failures++;
         }
     check_sync("matmul amax_acc");
@@ -463,7 +491,15 @@ static void test_matmul(void) {
     test_matmul_prec(BACKEND_PREC_FP8, 1, 64, 128, 96, 1);
     test_matmul_prec(BACKEND_PREC_FP8, 1, 64, 128, 96, 0);
     test_matmul_prec(BACKEND_PREC_BF16, 0, 40, 24, 56, 0);
-    test_matmul_amax_acc();
+    /* fp8 on the fp8 kernels at small sizes, E4M3 and E5M2 gradients, with and without
+     * dinp; then sizes where one dimension is not a multiple of 16 (carried in bf16) */
+    test_matmul_prec(BACKEND_PREC_FP8, 0, 48, 32, 16, 1);
+    test_matmul_prec(BACKEND_PREC_FP8, 1, 16, 48, 32, 0);
+    test_matmul_prec(BACKEND_PREC_FP8, 1, 32, 16, 48, 1);
+    test_matmul_prec(BACKEND_PREC_FP8, 0, 32, 24, 48, 1);
+    test_matmul_prec(BACKEND_PREC_FP8, 1, 40, 32, 48, 1);
+    test_matmul_amax_acc(48, 40, 56);
+    test_matmul_amax_acc(48, 32, 64);
 }
 
 /* Whole-sequence attention: forward with and without stored probabilities, backward

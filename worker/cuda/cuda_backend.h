@@ -58,6 +58,11 @@ void cuda_backend_register(void);
  * and benchmarks that SKIP without a GPU). */
 int cuda_device_count(bt_diag *diag);
 
+/* How many fp8 matrix products this backend has run on the fp8 tensor cores (*native)
+ * and how many with the fp8 values carried in bf16 (*carried: shapes cuBLASLt's fp8
+ * kernels do not take, or BATON_CUDA_FP8=carried; see cuda_matmul.cu). */
+void cuda_fp8_gemm_counts(backend *be, long *native, long *carried);
+
 #ifdef __cplusplus
 }
 #endif

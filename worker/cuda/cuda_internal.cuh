@@ -45,6 +45,7 @@ typedef struct cuda_lt_entry {
     cuda_lt_key key;
     cublasLtMatmulAlgo_t algo;
     int valid;
+    int refused; /* no algorithm for the key (an fp8 product then takes the bf16 path) */
 } cuda_lt_entry;
 
 typedef struct cuda_ctx {
@@ -63,6 +64,8 @@ typedef struct cuda_ctx {
     double *sumsq_host;  /* pinned (1) */
     unsigned *amax_dev;  /* device (BACKEND_FP8_SLOTS): float bits of each operand's amax */
     unsigned *amax_host; /* pinned (BACKEND_FP8_SLOTS) */
+    long fp8_gemms[2];   /* fp8 products run natively (E4M3/E5M2 operands) [0], or with
+                          * the fp8 values carried in bf16 [1] (cuda_matmul.cu) */
     cuda_adamw_chunk *adamw_host; /* pinned (2 * CUDA_ADAMW_TABLE): two halves used in turn */
     cuda_adamw_chunk *adamw_dev;  /* device (2 * CUDA_ADAMW_TABLE) */
     cudaEvent_t adamw_copied[2];  /* recorded behind each half's last host-to-device copy */

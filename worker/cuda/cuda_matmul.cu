@@ -8,16 +8,23 @@
  *  - bf16 / fp16: each operand converted round-to-nearest-even into the scratch, then a
  *    16-bit-input GEMM with float32 output and accumulation (tensor cores).
  *  - fp8: each operand quantized with its per-tensor scale, saturating, to E4M3 (E5M2
- *    for the incoming gradient when dy_e5m2 is set), as precision.h defines. The fp8
- *    values are carried in bf16 (every E4M3 and E5M2 value is a bf16 value, exactly) and
- *    multiplied on the bf16 tensor cores; the dequantization 1/(scale_a scale_b) is the
- *    GEMM's alpha. The numbers are those of an fp8 GEMM; the speed is bf16's. A native
- *    E4M3/E5M2 cuBLASLt GEMM (TN layout, transposed operand copies, scale pointers) is
- *    the owed speed-up. The amax of each operand (max |x|, NaN ignored: a maximum is exact
- *    in any order, so the one atomicMax is deterministic) goes into the caller's running
- *    maximum (amax_acc, device memory: no synchronization; the trainer's way), or without
- *    one is copied back into the backend_gemm before the op returns, which synchronizes
- *    the stream.
+ *    for the incoming gradient when dy_e5m2 is set), as precision.h defines, and
+ *    multiplied on the fp8 tensor cores with float32 output and accumulation: E4M3 x
+ *    E4M3 forward, E4M3 x E5M2 backward. cuBLASLt's fp8 kernels take only the "TN"
+ *    layout (both operands contiguous along the summed dimension), so the backward
+ *    quantizes W, X and dY into transposed copies as well (one pass each, through shared
+ *    memory). The dequantization 1/(scale_a scale_b) is the GEMM's alpha: the scales are
+ *    the caller's host values (its delayed-scaling history), and a host alpha is the
+ *    same product as cuBLASLt's per-operand scale pointers without a device copy of
+ *    them. Shapes the fp8 kernels do not take (a dimension not a multiple of 16, or no
+ *    algorithm from cuBLASLt's heuristic) run the same numbers with the fp8 values
+ *    carried in bf16 (every E4M3 and E5M2 value is a bf16 value, exactly) on the bf16
+ *    tensor cores; so does every product with BATON_CUDA_FP8=carried in the environment
+ *    (read once per process). cuda_fp8_gemm_counts tells which ran. The amax of each
+ *    operand (max |x|, NaN ignored: a maximum is exact in any order, so the one
+ *    atomicMax is deterministic) goes into the caller's running maximum (amax_acc,
+ *    device memory: no synchronization; the trainer's way), or without one is copied
+ *    back into the backend_gemm before the op returns, which synchronizes the stream.
  *
  * cuBLASLt's algorithm for a product is chosen once per (shape, types, transposes,
  * pointer alignment class) by its heuristic and cached, so the same call always runs the
@@ -27,8 +34,10 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "cuda_backend.h"
 #include "cuda_internal.cuh"
 
 /* 16-bit scratch regions start on 256-byte boundaries (128 halves). */
@@ -77,11 +86,56 @@ __global__ void to_fp8_in_bf16_kernel(__nv_bfloat16 *dst, const float *src, size
     if (threadIdx.x == 0) atomicMax(amax, __float_as_uint(m)); /* m >= 0: bits order as values */
 }
 
+#define Q_TILE 32 /* fp8_quant_kernel's tiles: Q_TILE x Q_TILE, blocks of Q_TILE x 8 threads */
+
+/* q = fp8(src * scale) (saturating, RNE) for src (rows, cols) row-major, written to dst
+ * (the same layout) and/or to dst_t (cols, rows: the transpose), whichever is not NULL;
+ * *amax = max(*amax, max |src|). The block walks 32 x 32 tiles, staged in shared memory
+ * so that the transposed writes are as contiguous as the reads. */
+__global__ void fp8_quant_kernel(__nv_fp8_storage_t *dst, __nv_fp8_storage_t *dst_t,
+                                 const float *src, int rows, int cols, float scale, int e5m2,
+                                 unsigned *amax) {
+    __shared__ __nv_fp8_storage_t tile[Q_TILE][Q_TILE + 1];
+    __shared__ float sh[Q_TILE * 8];
+    __nv_fp8_interpretation_t fmt = e5m2 ? __NV_E5M2 : __NV_E4M3;
+    int tx = threadIdx.x % Q_TILE, ty = threadIdx.x / Q_TILE;
+    size_t tcols = ((size_t)cols + Q_TILE - 1) / Q_TILE;
+    size_t tiles = ((size_t)rows + Q_TILE - 1) / Q_TILE * tcols;
+    float m = 0.0f;
+    for (size_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int r0 = (int)(t / tcols) * Q_TILE, c0 = (int)(t % tcols) * Q_TILE;
+        for (int i = ty; i < Q_TILE; i += 8) {
+            int r = r0 + i, col = c0 + tx;
+            if (r >= rows || col >= cols) continue;
+            float x = src[(size_t)r * cols + col], ax = fabsf(x);
+            if (ax > m) m = ax; /* false for NaN */
+            __nv_fp8_storage_t q = __nv_cvt_float_to_fp8(__fmul_rn(x, scale), __NV_SATFINITE, fmt);
+            if (dst != NULL) dst[(size_t)r * cols + col] = q;
+            tile[i][tx] = q;
+        }
+        if (dst_t == NULL) continue; /* the same for the whole block */
+        __syncthreads();
+        for (int i = ty; i < Q_TILE; i += 8) {
+            int col = c0 + i, r = r0 + tx;
+            if (col < cols && r < rows) dst_t[(size_t)col * rows + r] = tile[tx][i];
+        }
+        __syncthreads();
+    }
+    m = cuda_block_max(m, sh);
+    if (threadIdx.x == 0) atomicMax(amax, __float_as_uint(m)); /* m >= 0: bits order as values */
+}
+
 /* An operand as the GEMM takes it. */
 typedef struct mm_operand {
     const void *ptr;
     cudaDataType_t type;
 } mm_operand;
+
+/* Where an fp8 operand's amax goes: the caller's running maximum, or the backend's slots
+ * copied back after the call (the float bits of values >= 0 order as unsigned integers). */
+static unsigned *amax_slot(cuda_ctx *c, const backend_gemm *p, int slot) {
+    return p->amax_acc ? (unsigned *)(p->amax_acc + slot) : c->amax_dev + slot;
+}
 
 /* Prepares src (n floats) for precision p into dst (16-bit scratch); slot and fmt for fp8. */
 static mm_operand mm_prepare(cuda_ctx *c, void *dst, const float *src, size_t n,
@@ -96,11 +150,8 @@ static mm_operand mm_prepare(cuda_ctx *c, void *dst, const float *src, size_t n,
         to_fp16_kernel<<<grid, 256, 0, c->stream>>>((__half *)dst, src, n);
         o.type = CUDA_R_16F;
     } else {
-        /* The caller's running maximum, or the backend's slots copied back after the call
-         * (the float bits of values >= 0 order as unsigned integers). */
-        unsigned *amax = p->amax_acc ? (unsigned *)(p->amax_acc + slot) : c->amax_dev + slot;
-        to_fp8_in_bf16_kernel<<<grid, 256, 0, c->stream>>>((__nv_bfloat16 *)dst, src, n,
-                                                           p->scale[slot], e5m2, amax);
+        to_fp8_in_bf16_kernel<<<grid, 256, 0, c->stream>>>(
+            (__nv_bfloat16 *)dst, src, n, p->scale[slot], e5m2, amax_slot(c, p, slot));
         o.type = CUDA_R_16BF;
     }
     CUDA_LAUNCHED(c, "matmul operand conversion");
@@ -122,6 +173,141 @@ static void lt_fail(cuda_ctx *c, const char *what, cublasStatus_t s) {
     cuda_record(c, -3 /* BT_EIO */, what, cublasLtGetStatusString(s));
 }
 
+/* One product D (m, n; column-major, ldd; float32) = alpha op(A) op(B) + beta D, in
+ * cuBLAS's column-major terms, and the cuBLASLt objects describing it. */
+typedef struct lt_gemm {
+    cublasOperation_t opa, opb;
+    int m, n, k;
+    mm_operand A;
+    int lda;
+    mm_operand B;
+    int ldb;
+    float *D;
+    int ldd;
+    float alpha, beta;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    const cuda_lt_entry *e;
+} lt_gemm;
+
+static lt_gemm lt_make(cublasOperation_t opa, cublasOperation_t opb, int m, int n, int k,
+                       mm_operand A, int lda, mm_operand B, int ldb, float *D, int ldd, float alpha,
+                       float beta) {
+    lt_gemm g;
+    memset(&g, 0, sizeof g);
+    g.opa = opa, g.opb = opb, g.m = m, g.n = n, g.k = k;
+    g.A = A, g.lda = lda, g.B = B, g.ldb = ldb, g.D = D, g.ldd = ldd;
+    g.alpha = alpha, g.beta = beta;
+    return g;
+}
+
+static void lt_release(lt_gemm *g) {
+    if (g->ld) cublasLtMatrixLayoutDestroy(g->ld);
+    if (g->lb) cublasLtMatrixLayoutDestroy(g->lb);
+    if (g->la) cublasLtMatrixLayoutDestroy(g->la);
+    if (g->desc) cublasLtMatmulDescDestroy(g->desc);
+    g->ld = g->lb = g->la = NULL, g->desc = NULL;
+}
+
+static cublasStatus_t lt_describe(lt_gemm *g) {
+    cublasStatus_t s = cublasLtMatmulDescCreate(&g->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSA, &g->opa,
+                                           sizeof g->opa);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSB, &g->opb,
+                                           sizeof g->opb);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&g->la, g->A.type, g->opa == CUBLAS_OP_N ? g->m : g->k,
+                                       g->opa == CUBLAS_OP_N ? g->k : g->m, g->lda);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&g->lb, g->B.type, g->opb == CUBLAS_OP_N ? g->k : g->n,
+                                       g->opb == CUBLAS_OP_N ? g->n : g->k, g->ldb);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&g->ld, CUDA_R_32F, g->m, g->n, g->ldd);
+    return s;
+}
+
+/* cuBLASLt's heuristic's algorithm for g's key (a = b = d: alignments), or none found. */
+static cublasStatus_t lt_heuristic(cuda_ctx *c, lt_gemm *g, uint32_t a, uint32_t b, uint32_t d,
+                                   cublasLtMatmulHeuristicResult_t *res, int *found) {
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasStatus_t s = cublasLtMatmulPreferenceCreate(&pref);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &c->lt_workspace_bytes,
+                                                 sizeof c->lt_workspace_bytes);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                 &a, sizeof a);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                 &b, sizeof b);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                 &d, sizeof d);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                 &d, sizeof d);
+    *found = 0;
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulAlgoGetHeuristic(c->lt, g->desc, g->la, g->lb, g->ld, g->ld, pref, 1, res,
+                                           found);
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    return s;
+}
+
+/* Describes g and finds its algorithm (cached per key). Returns 0 when g can run, 1 when
+ * cuBLASLt has no algorithm for it (recorded as an error unless may_refuse; a refusal is
+ * cached too), -1 on a failure (recorded). */
+static int lt_setup(cuda_ctx *c, lt_gemm *g, int may_refuse) {
+    cublasStatus_t s = lt_describe(g);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        lt_fail(c, "matmul: cuBLASLt descriptors", s);
+        return -1;
+    }
+    cuda_lt_key key;
+    memset(&key, 0, sizeof key);
+    key.m = g->m, key.n = g->n, key.k = g->k, key.lda = g->lda, key.ldb = g->ldb;
+    key.ldd = g->ldd, key.opa = g->opa, key.opb = g->opb;
+    key.atype = g->A.type, key.btype = g->B.type, key.accumulate = g->beta != 0.0f;
+    int aa = align_of(g->A.ptr), ab = align_of(g->B.ptr), ad = align_of(g->D);
+    key.align = aa | ab << 8 | ad << 16;
+    for (int i = 0; i < CUDA_LT_CACHE && g->e == NULL; i++)
+        if (c->lt_cache[i].valid && key_eq(&c->lt_cache[i].key, &key)) g->e = &c->lt_cache[i];
+    if (g->e == NULL) {
+        cublasLtMatmulHeuristicResult_t res;
+        int found = 0;
+        s = lt_heuristic(c, g, (uint32_t)aa, (uint32_t)ab, (uint32_t)ad, &res, &found);
+        if (s != CUBLAS_STATUS_SUCCESS && !may_refuse) {
+            lt_fail(c, "matmul: cublasLtMatmulAlgoGetHeuristic", s);
+            return -1;
+        }
+        cuda_lt_entry *e = &c->lt_cache[c->lt_next];
+        c->lt_next = (c->lt_next + 1) % CUDA_LT_CACHE;
+        e->key = key;
+        e->refused = s != CUBLAS_STATUS_SUCCESS || found == 0;
+        if (!e->refused) e->algo = res.algo;
+        e->valid = 1;
+        g->e = e;
+    }
+    if (!g->e->refused) return 0;
+    if (!may_refuse) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "no algorithm for m %d n %d k %d (types %d x %d)", g->m, g->n,
+                 g->k, (int)g->A.type, (int)g->B.type);
+        cuda_record(c, -7 /* BT_EUNSUPPORTED */, "matmul: cublasLtMatmulAlgoGetHeuristic", msg);
+    }
+    return 1;
+}
+
+static void lt_launch(cuda_ctx *c, const lt_gemm *g) {
+    cublasStatus_t s = cublasLtMatmul(c->lt, g->desc, &g->alpha, g->A.ptr, g->la, g->B.ptr, g->lb,
+                                      &g->beta, g->D, g->ld, g->D, g->ld, &g->e->algo,
+                                      c->lt_workspace, c->lt_workspace_bytes, c->stream);
+    if (s != CUBLAS_STATUS_SUCCESS) lt_fail(c, "matmul: cublasLtMatmul", s);
+}
+
 /* D (m, n; column-major, ldd; float32) = alpha op(A) op(B) + beta D, in cuBLAS's
  * column-major terms. */
 static void lt_matmul(cuda_ctx *c, cublasOperation_t opa, cublasOperation_t opb, int m, int n,
@@ -134,88 +320,9 @@ static void lt_matmul(cuda_ctx *c, cublasOperation_t opa, cublasOperation_t opb,
                        "matmul: cudaMemset2DAsync");
         return;
     }
-    cublasLtMatmulDesc_t desc = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
-    cublasLtMatmulPreference_t pref = NULL;
-    cublasStatus_t s = cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatrixLayoutCreate(&la, A.type, opa == CUBLAS_OP_N ? m : k,
-                                       opa == CUBLAS_OP_N ? k : m, lda);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatrixLayoutCreate(&lb, B.type, opb == CUBLAS_OP_N ? k : n,
-                                       opb == CUBLAS_OP_N ? n : k, ldb);
-    if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd);
-    if (s != CUBLAS_STATUS_SUCCESS) {
-        lt_fail(c, "matmul: cuBLASLt descriptors", s);
-        goto done;
-    }
-    {
-        cuda_lt_key key;
-        memset(&key, 0, sizeof key);
-        key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldd = ldd;
-        key.opa = opa, key.opb = opb, key.atype = A.type, key.btype = B.type;
-        key.accumulate = beta != 0.0f;
-        int aa = align_of(A.ptr), ab = align_of(B.ptr), ad = align_of(D);
-        key.align = aa | ab << 8 | ad << 16;
-        cuda_lt_entry *e = NULL;
-        for (int i = 0; i < CUDA_LT_CACHE; i++)
-            if (c->lt_cache[i].valid && key_eq(&c->lt_cache[i].key, &key)) {
-                e = &c->lt_cache[i];
-                break;
-            }
-        if (e == NULL) {
-            uint32_t a32 = (uint32_t)aa, b32 = (uint32_t)ab, d32 = (uint32_t)ad;
-            s = cublasLtMatmulPreferenceCreate(&pref);
-            if (s == CUBLAS_STATUS_SUCCESS)
-                s = cublasLtMatmulPreferenceSetAttribute(
-                    pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &c->lt_workspace_bytes,
-                    sizeof c->lt_workspace_bytes);
-            if (s == CUBLAS_STATUS_SUCCESS)
-                s = cublasLtMatmulPreferenceSetAttribute(
-                    pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a32, sizeof a32);
-            if (s == CUBLAS_STATUS_SUCCESS)
-                s = cublasLtMatmulPreferenceSetAttribute(
-                    pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &b32, sizeof b32);
-            if (s == CUBLAS_STATUS_SUCCESS)
-                s = cublasLtMatmulPreferenceSetAttribute(
-                    pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &d32, sizeof d32);
-            if (s == CUBLAS_STATUS_SUCCESS)
-                s = cublasLtMatmulPreferenceSetAttribute(
-                    pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &d32, sizeof d32);
-            cublasLtMatmulHeuristicResult_t res;
-            int found = 0;
-            if (s == CUBLAS_STATUS_SUCCESS)
-                s = cublasLtMatmulAlgoGetHeuristic(c->lt, desc, la, lb, ld, ld, pref, 1, &res,
-                                                   &found);
-            if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
-                char msg[160];
-                snprintf(msg, sizeof msg, "no algorithm for m %d n %d k %d (types %d x %d): %s", m,
-                         n, k, (int)A.type, (int)B.type,
-                         s != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusString(s) : "none found");
-                cuda_record(c, -7 /* BT_EUNSUPPORTED */, "matmul: cublasLtMatmulAlgoGetHeuristic",
-                            msg);
-                goto done;
-            }
-            e = &c->lt_cache[c->lt_next];
-            c->lt_next = (c->lt_next + 1) % CUDA_LT_CACHE;
-            e->key = key;
-            e->algo = res.algo;
-            e->valid = 1;
-        }
-        s = cublasLtMatmul(c->lt, desc, &alpha, A.ptr, la, B.ptr, lb, &beta, D, ld, D, ld, &e->algo,
-                           c->lt_workspace, c->lt_workspace_bytes, c->stream);
-        if (s != CUBLAS_STATUS_SUCCESS) lt_fail(c, "matmul: cublasLtMatmul", s);
-    }
-done:
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (ld) cublasLtMatrixLayoutDestroy(ld);
-    if (lb) cublasLtMatrixLayoutDestroy(lb);
-    if (la) cublasLtMatrixLayoutDestroy(la);
-    if (desc) cublasLtMatmulDescDestroy(desc);
+    lt_gemm g = lt_make(opa, opb, m, n, k, A, lda, B, ldb, D, ldd, alpha, beta);
+    if (lt_setup(c, &g, 0) == 0) lt_launch(c, &g);
+    lt_release(&g);
 }
 
 /* The three 16-bit regions of the scratch: inp, weight, dout. */
@@ -269,6 +376,99 @@ static float dequant(const backend_gemm *p, int sa, int sb) {
     return (float)(1.0 / ((double)p->scale[sa] * (double)p->scale[sb]));
 }
 
+/* ---- fp8 products on the fp8 tensor cores ---------------------------------------------- */
+
+static int fp8_carried_forced(void) {
+    static int forced = -1; /* read once; every thread reads the same value */
+    if (forced < 0) {
+        const char *v = getenv("BATON_CUDA_FP8");
+        forced = v != NULL && strcmp(v, "carried") == 0;
+    }
+    return forced;
+}
+
+/* Whether an fp8 product of these sizes may try the fp8 kernels: every dimension is the
+ * summed one of some product, and the fp8 kernels want it (and so each leading dimension
+ * and the scratch offsets) a multiple of 16. */
+static int fp8_native_shape(const backend_gemm *p, int N, int C, int OC) {
+    return is_fp8(p) && !fp8_carried_forced() && N > 0 && C > 0 && OC > 0 && N % 16 == 0 &&
+           C % 16 == 0 && OC % 16 == 0;
+}
+
+static cudaDataType_t fp8_type(int e5m2) {
+    return e5m2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
+}
+
+/* Quantizes src (rows, cols) into dst and/or its transpose dst_t (fp8 bytes). */
+static void fp8_quant(cuda_ctx *c, void *dst, void *dst_t, const float *src, int rows, int cols,
+                      const backend_gemm *p, int slot, int e5m2) {
+    size_t tiles = ((size_t)rows + Q_TILE - 1) / Q_TILE * (((size_t)cols + Q_TILE - 1) / Q_TILE);
+    fp8_quant_kernel<<<cuda_grid(tiles, 1), Q_TILE * 8, 0, c->stream>>>(
+        (__nv_fp8_storage_t *)dst, (__nv_fp8_storage_t *)dst_t, src, rows, cols, p->scale[slot],
+        e5m2, amax_slot(c, p, slot));
+    CUDA_LAUNCHED(c, "matmul fp8 quantization");
+}
+
+/* out^T (OC, N) = W (C, OC col-major)^T X^T (C, N), both E4M3 with C contiguous: the TN
+ * layout as it is. Returns 0 when cuBLASLt has no fp8 algorithm (nothing was run). */
+static int fp8_forward(cuda_ctx *c, float *out, const float *inp, const float *weight, int N, int C,
+                       int OC, const backend_gemm *p, mm_scratch r) {
+    mm_operand w = {r.w, CUDA_R_8F_E4M3}, x = {r.x, CUDA_R_8F_E4M3};
+    lt_gemm g = lt_make(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, x, C, out, OC,
+                        dequant(p, BACKEND_FP8_X, BACKEND_FP8_W), 0.0f);
+    int rc = lt_setup(c, &g, 1);
+    if (rc == 0) {
+        fp8_quant(c, r.x, NULL, inp, N, C, p, BACKEND_FP8_X, 0);
+        fp8_quant(c, r.w, NULL, weight, OC, C, p, BACKEND_FP8_W, 0);
+        lt_launch(c, &g);
+        c->fp8_gemms[0]++;
+    }
+    lt_release(&g);
+    return rc != 1;
+}
+
+/* The backward's two products in the TN layout, from transposed fp8 copies:
+ *   dinp^T (C, N) = Wt (OC, C col-major)^T dy^T (OC, N)      [Wt: W^T row-major (C, OC)]
+ *   dweight^T (C, OC) += Xt (N, C col-major)^T dyt (N, OC)   [Xt: (C, N), dyt: (OC, N)]
+ * The scratch's regions hold Xt, Wt, and dy beside dyt. Returns 0 when cuBLASLt has no
+ * fp8 algorithm for either product (nothing was run). */
+static int fp8_backward(cuda_ctx *c, float *dinp, float *dweight, const float *dout,
+                        const float *inp, const float *weight, int N, int C, int OC,
+                        const backend_gemm *p, mm_scratch r) {
+    int e5m2 = p->dy_e5m2;
+    void *dyt = (char *)r.dy + (size_t)N * OC;
+    mm_operand wt = {r.w, CUDA_R_8F_E4M3}, xt = {r.x, CUDA_R_8F_E4M3};
+    mm_operand dy = {r.dy, fp8_type(e5m2)}, dyT = {dyt, fp8_type(e5m2)};
+    lt_gemm gi = lt_make(CUBLAS_OP_T, CUBLAS_OP_N, C, N, OC, wt, OC, dy, OC, dinp, C,
+                         dequant(p, BACKEND_FP8_DY, BACKEND_FP8_W), 0.0f);
+    lt_gemm gw = lt_make(CUBLAS_OP_T, CUBLAS_OP_N, C, OC, N, xt, N, dyT, N, dweight, C,
+                         dequant(p, BACKEND_FP8_DY, BACKEND_FP8_X), 1.0f);
+    int rc = lt_setup(c, &gw, 1);
+    if (rc == 0 && dinp != NULL) rc = lt_setup(c, &gi, 1);
+    if (rc == 0) {
+        fp8_quant(c, dinp != NULL ? r.dy : NULL, dyt, dout, N, OC, p, BACKEND_FP8_DY, e5m2);
+        fp8_quant(c, NULL, r.x, inp, N, C, p, BACKEND_FP8_X, 0);
+        if (dinp != NULL) {
+            fp8_quant(c, NULL, r.w, weight, OC, C, p, BACKEND_FP8_W, 0);
+            lt_launch(c, &gi);
+            c->fp8_gemms[0]++;
+        }
+        lt_launch(c, &gw);
+        c->fp8_gemms[0]++;
+    }
+    lt_release(&gi);
+    lt_release(&gw);
+    return rc != 1;
+}
+
+void cuda_fp8_gemm_counts(backend *be, long *native, long *carried) {
+    cuda_ctx *c = cuda_ctx_of(be);
+    *native = c->fp8_gemms[0];
+    *carried = c->fp8_gemms[1];
+}
+
+/* ---- the ops ----------------------------------------------------------------------------- */
+
 void cuda_matmul_forward(backend *be, float *out, const float *inp, const float *weight, int N,
                          int C, int OC, backend_gemm *p, float *scratch) {
     cuda_ctx *c = cuda_ctx_of(be);
@@ -276,11 +476,14 @@ void cuda_matmul_forward(backend *be, float *out, const float *inp, const float 
     mm_scratch r = scratch_regions(scratch, N, C, OC);
     int copy_amax = is_fp8(p) && p->amax_acc == NULL;
     if (copy_amax) amax_begin(c);
-    mm_operand x = mm_prepare(c, r.x, inp, (size_t)N * C, p, BACKEND_FP8_X, 0);
-    mm_operand w = mm_prepare(c, r.w, weight, (size_t)OC * C, p, BACKEND_FP8_W, 0);
-    /* out^T (OC, N) = W (C, OC col-major)^T X^T (C, N) */
-    lt_matmul(c, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, x, C, out, OC,
-              dequant(p, BACKEND_FP8_X, BACKEND_FP8_W), 0.0f);
+    if (!fp8_native_shape(p, N, C, OC) || !fp8_forward(c, out, inp, weight, N, C, OC, p, r)) {
+        mm_operand x = mm_prepare(c, r.x, inp, (size_t)N * C, p, BACKEND_FP8_X, 0);
+        mm_operand w = mm_prepare(c, r.w, weight, (size_t)OC * C, p, BACKEND_FP8_W, 0);
+        /* out^T (OC, N) = W (C, OC col-major)^T X^T (C, N) */
+        lt_matmul(c, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, x, C, out, OC,
+                  dequant(p, BACKEND_FP8_X, BACKEND_FP8_W), 0.0f);
+        if (is_fp8(p)) c->fp8_gemms[1]++;
+    }
     if (copy_amax) amax_end(c, p, 1u << BACKEND_FP8_X | 1u << BACKEND_FP8_W);
 }
 
@@ -294,13 +497,19 @@ void cuda_matmul_backward(backend *be, float *dinp, float *dweight, const float 
     unsigned mask = 1u << BACKEND_FP8_DY | 1u << BACKEND_FP8_X;
     int copy_amax = is_fp8(p) && p->amax_acc == NULL;
     if (copy_amax) amax_begin(c);
+    if (dinp != NULL) mask |= 1u << BACKEND_FP8_W;
+    if (fp8_native_shape(p, N, C, OC) &&
+        fp8_backward(c, dinp, dweight, dout, inp, weight, N, C, OC, p, r)) {
+        if (copy_amax) amax_end(c, p, mask);
+        return;
+    }
+    if (is_fp8(p)) c->fp8_gemms[1] += dinp != NULL ? 2 : 1;
     mm_operand dy = mm_prepare(c, r.dy, dout, (size_t)N * OC, p, BACKEND_FP8_DY, e5m2);
     if (dinp != NULL) {
         mm_operand w = mm_prepare(c, r.w, weight, (size_t)OC * C, p, BACKEND_FP8_W, 0);
         /* dinp^T (C, N) = W (C, OC col-major) dy^T (OC, N) */
         lt_matmul(c, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, C, dy, OC, dinp, C,
                   dequant(p, BACKEND_FP8_DY, BACKEND_FP8_W), 0.0f);
-        mask |= 1u << BACKEND_FP8_W;
     }
     mm_operand x = mm_prepare(c, r.x, inp, (size_t)N * C, p, BACKEND_FP8_X, 0);
     /* dweight^T (C, OC) += X^T (C, N) (dy^T (OC, N))^T */

@@ -1,13 +1,23 @@
 /* CPU emulation (cuda_emu_core.h): cuBLASLt as worker/cuda uses it: descriptors and layouts checked
- * for shape, the product a column-major triple loop in double. */
+ * for shape, the product a column-major triple loop in double. The heuristic refuses fp8
+ * products outside the rules cuBLASLt documents for its fp8 kernels (Hopper): A transposed
+ * and B not ("TN"), both operands fp8 and not both E5M2, m, n, k and the leading
+ * dimensions multiples of 16, A and B 16-byte aligned. */
 #pragma once
 #include <cstdio>
 #include "cuda_runtime.h"
 #include "cuda_bf16.h"
 #include "cuda_fp16.h"
+#include "cuda_fp8.h"
 typedef enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_SUPPORTED = 15 } cublasStatus_t;
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
-typedef enum { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType_t;
+typedef enum {
+    CUDA_R_32F = 0,
+    CUDA_R_16F = 2,
+    CUDA_R_16BF = 14,
+    CUDA_R_8F_E4M3 = 28,
+    CUDA_R_8F_E5M2 = 29
+} cudaDataType_t;
 typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
 typedef enum {
     CUBLASLT_MATMUL_DESC_TRANSA = 3,
@@ -31,7 +41,10 @@ struct emu_layout {
 };
 typedef emu_desc *cublasLtMatmulDesc_t;
 typedef emu_layout *cublasLtMatrixLayout_t;
-typedef void *cublasLtMatmulPreference_t;
+struct emu_pref {
+    uint32_t align_a, align_b;
+};
+typedef emu_pref *cublasLtMatmulPreference_t;
 typedef struct {
     uint64_t data[8];
 } cublasLtMatmulAlgo_t;
@@ -85,31 +98,49 @@ inline cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
     return CUBLAS_STATUS_SUCCESS;
 }
 inline cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
-    *p = (void *)1;
+    *p = new emu_pref{1, 1};
     return CUBLAS_STATUS_SUCCESS;
 }
-inline cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t) {
+inline cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+    delete p;
     return CUBLAS_STATUS_SUCCESS;
 }
-inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t,
+inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
                                                            cublasLtMatmulPreferenceAttributes_t a,
-                                                           const void *, size_t n) {
+                                                           const void *v, size_t n) {
     if (a == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES && n != 8) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (a != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES && n != 4) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (a == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES) memcpy(&p->align_a, v, 4);
+    if (a == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES) memcpy(&p->align_b, v, 4);
     return CUBLAS_STATUS_SUCCESS;
 }
-inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t,
-                                                     cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
-                                                     cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
-                                                     cublasLtMatmulPreference_t, int,
-                                                     cublasLtMatmulHeuristicResult_t *r,
-                                                     int *found) {
+inline bool emu_is_fp8(cudaDataType_t t) {
+    return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2;
+}
+/* Whether cuBLASLt's fp8 kernels take the product (see the top of this file). */
+inline bool emu_fp8_ok(const emu_desc *d, const emu_layout *la, const emu_layout *lb,
+                       const emu_layout *ld, const emu_pref *p) {
+    if (!emu_is_fp8(la->t) || !emu_is_fp8(lb->t)) return false;
+    if (la->t == CUDA_R_8F_E5M2 && lb->t == CUDA_R_8F_E5M2) return false;
+    if (d->opa != CUBLAS_OP_T || d->opb != CUBLAS_OP_N) return false;
+    size_t k = la->rows;
+    return ld->rows % 16 == 0 && ld->cols % 16 == 0 && k % 16 == 0 && la->ld % 16 == 0 &&
+           lb->ld % 16 == 0 && p->align_a >= 16 && p->align_b >= 16;
+}
+inline cublasStatus_t
+cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t la,
+                               cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t,
+                               cublasLtMatrixLayout_t ld, cublasLtMatmulPreference_t p, int,
+                               cublasLtMatmulHeuristicResult_t *r, int *found) {
     memset(r, 0, sizeof *r);
-    *found = 1;
+    bool fp8 = emu_is_fp8(la->t) || emu_is_fp8(lb->t);
+    *found = !fp8 || emu_fp8_ok(d, la, lb, ld, p);
     return CUBLAS_STATUS_SUCCESS;
 }
 inline double emu_elem(const void *p, cudaDataType_t t, size_t i) {
     if (t == CUDA_R_32F) return ((const float *)p)[i];
+    if (t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2)
+        return prec_fp8_decode(((const uint8_t *)p)[i], t == CUDA_R_8F_E5M2);
     uint16_t h = ((const uint16_t *)p)[i];
     if (t == CUDA_R_16F) return prec_fp16_from_bits(h);
     uint32_t u = (uint32_t)h << 16;
