@@ -539,7 +539,8 @@ static int child_store_file(const child_env *env) {
     double t0 = now_s();
     CHECK(st.get(st.ctx, "missing", &got, &len, 300, &d) == BT_ENOENT);
     double dt = now_s() - t0;
-    CHECK(dt >= 0.3 && dt < 0.4);
+    CHECK(dt >= 0.3 && dt < 2.0); /* waited the timeout; the upper bound only catches a hang
+                                   * (a loaded 2-core CI machine once took over 0.4 s) */
     CHECK_STR_CONTAINS(d.msg, "within 300 ms");
     st.close(st.ctx);
 
