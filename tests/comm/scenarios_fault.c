@@ -43,7 +43,7 @@ static int loop_until_error(const child_env *env, const char *prefix, int timeou
     child_event(env, "names_victim", strstr(comm_error(c), peer) != NULL);
     double t1 = now_s();
     CHECK(comm_barrier(c, NULL) == rc);
-    CHECK(now_s() - t1 < 0.05);
+    CHECK(now_s() - t1 < 0.5); /* sticky: no wait on the network (a loaded machine can stall us) */
     comm_destroy(c);
     child_event(env, "destroyed_t", now_s());
     free(x);
