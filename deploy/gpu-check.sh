@@ -11,8 +11,18 @@
 # so that the whole run fits in about 10 minutes on 16 cores; a failing step does not stop
 # the others. Exit status 0 when every check passed.
 #   deploy/gpu-check.sh [OUT_DIR]
+#   deploy/gpu-check.sh --bundle BUNDLE.tar.xz [OUT_DIR]
+# With --bundle nothing is built: the executables come from deploy/gpu-bundle.sh's bundle
+# (built on a machine with the Debian packages; for an image without them), CUDA's
+# libraries (libcudart, libcublasLt, libnccl) from this machine's toolkit or its Python
+# packages (nvidia-*), found below.
 set -uo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
+bundle=""
+if [[ ${1:-} == --bundle ]]; then
+  bundle=$(readlink -f "${2:?--bundle needs a bundle path}")
+  shift 2
+fi
 out=$(mkdir -p "${1:-gpu-check-out}" && cd "${1:-gpu-check-out}" && pwd)
 build=${BATON_GPU_BUILD:-$src/build-gpu}
 jobs=$(nproc)
@@ -41,35 +51,77 @@ step() { # NAME LIMIT_S LOG command...: runs it, appends its output to LOG under
 }
 
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || echo "nvidia-smi failed" | tee -a "$out/summary.txt"
-# The build needs deploy/install-deps.sh's Debian packages; a machine image without them
-# (a bare CUDA image) fails at configure: say which are missing first.
-missing=""
-for m in openblas libprotobuf-c yaml-0.1 libarchive pmix libcurl; do
-  pkg-config --exists "$m" 2>/dev/null || missing="$missing $m"
+# check-cuda-train.sh compares parameters with numpy: the first python3 that has it.
+for py in /usr/bin/python3 "$(command -v python3 || true)"; do
+  [[ -x $py ]] && "$py" -c 'import numpy' 2>/dev/null && export BATON_PYTHON=$py && break
 done
-[[ -e /usr/share/cmake/Gloo ]] || missing="$missing gloo"
-command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] || missing="$missing nvcc"
-/usr/bin/python3 -c 'import numpy' 2>/dev/null || missing="$missing python3-numpy"
-[[ -z "$missing" ]] || echo "missing dependencies:$missing" | tee -a "$out/summary.txt"
 
-step configure 120 "$out/build.log" cmake -S "$src" -B "$build" -DBATON_CUDA=ON \
-  -DCMAKE_BUILD_TYPE=Release
-step build 420 "$out/build.log" cmake --build "$build" -j "$jobs" --target baton baton-worker \
-  test_cuda_ops bench_gpu
-step build-nccl 120 "$out/build.log" cmake --build "$build" -j "$jobs" --target test_nccl
-step cuda_ops 240 "$out/checks.log" "$build/tests/test_cuda_ops"
-step cuda_train 300 "$out/checks.log" bash "$src/tests/gpu/check-cuda-train.sh" \
-  "$build/bin/baton" "$build/bin/baton-worker" "$src"
+# The folders holding CUDA's libraries here (the toolkit's, or the nvidia-* Python
+# packages'), for the bundle's programs (deploy/gpu-bundle.sh leaves these out).
+cuda_lib_dirs() {
+  local dirs=() lib f
+  for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+    f=$(find /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu /usr/local/lib /opt \
+      "$(python3 -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null || echo /nonexistent)" \
+      -name "$lib" 2>/dev/null | head -n 1)
+    if [[ -z $f ]]; then
+      echo "bundle: $lib not found on this machine" | tee -a "$out/summary.txt"
+    elif [[ " ${dirs[*]} " != *" $(dirname "$f") "* ]]; then
+      dirs+=("$(dirname "$f")")
+    fi
+  done
+  local IFS=:
+  echo "${dirs[*]}"
+}
+
+if [[ -n $bundle ]]; then
+  unpacked=$(mktemp -d)
+  trap 'rm -rf "$unpacked"' EXIT
+  step unpack 60 "$out/build.log" tar -C "$unpacked" -xJf "$bundle"
+  export BATON_BUNDLE_CUDA_LIBS=$(cuda_lib_dirs)
+  echo "bundle of commit $(cat "$unpacked/baton-bundle/COMMIT" 2>/dev/null); CUDA libraries:" \
+    "$BATON_BUNDLE_CUDA_LIBS" >>"$out/build.log"
+  bin=$unpacked/baton-bundle/bin
+  baton=$bin/baton worker=$bin/baton-worker cuda_ops=$bin/test_cuda_ops bench=$bin/bench_gpu
+  nccl=$bin/test_nccl
+else
+  # The build needs deploy/install-deps.sh's Debian packages; a machine image without
+  # them (a bare CUDA image) fails at configure: say which are missing first (then use
+  # --bundle).
+  missing=""
+  for m in openblas libprotobuf-c yaml-0.1 libarchive pmix libcurl; do
+    pkg-config --exists "$m" 2>/dev/null || missing="$missing $m"
+  done
+  [[ -e /usr/share/cmake/Gloo ]] || missing="$missing gloo"
+  command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] || missing="$missing nvcc"
+  [[ -n ${BATON_PYTHON:-} ]] || missing="$missing python3-numpy"
+  [[ -z "$missing" ]] || echo "missing dependencies:$missing (see --bundle)" |
+    tee -a "$out/summary.txt"
+  step configure 120 "$out/build.log" cmake -S "$src" -B "$build" -DBATON_CUDA=ON \
+    -DCMAKE_BUILD_TYPE=Release
+  step build 420 "$out/build.log" cmake --build "$build" -j "$jobs" --target baton baton-worker \
+    test_cuda_ops bench_gpu
+  step build-nccl 120 "$out/build.log" cmake --build "$build" -j "$jobs" --target test_nccl
+  baton=$build/bin/baton worker=$build/bin/baton-worker cuda_ops=$build/tests/test_cuda_ops
+  bench=$build/bin/bench_gpu nccl=$build/tests/test_nccl
+fi
+step cuda_ops 240 "$out/checks.log" "$cuda_ops"
+step cuda_train 300 "$out/checks.log" bash "$src/tests/gpu/check-cuda-train.sh" "$baton" "$worker" \
+  "$src"
 # NCCL with one GPU: the one-rank scenarios (the two-rank ones need two devices).
 for s in collectives-w1 host-w1; do
-  step "nccl-$s" 60 "$out/checks.log" "$build/tests/test_nccl" "$s"
+  step "nccl-$s" 60 "$out/checks.log" "$nccl" "$s"
 done
 # tokens/s and MFU of the ~1.1B model (bf16, fp8) at 4K and 8K, attention TFLOP/s
 for seq in 4096 8192; do
   for prec in bf16 fp8; do
-    step "bench-$prec-$seq" 120 "$out/checks.log" "$build/bin/bench_gpu" model --seq "$seq" \
+    step "bench-$prec-$seq" 120 "$out/checks.log" "$bench" model --seq "$seq" \
       --prec "$prec"
   done
-  step "attn-$seq" 60 "$out/checks.log" "$build/bin/bench_gpu" attention --seq "$seq"
+  step "attn-$seq" 60 "$out/checks.log" "$bench" attention --seq "$seq"
 done
+# The peer of bench-fp8-4096: the same run with the fp8 values carried in bf16 (the path
+# before the fp8 tensor cores); its JSON line says "fp8_gemms_carried" > 0.
+step "bench-fp8carried-4096" 120 "$out/checks.log" env BATON_CUDA_FP8=carried \
+  "$bench" model --seq 4096 --prec fp8
 exit $status

@@ -15,6 +15,7 @@
 #    memory) and resumed (loaded into device memory) ends bit-equal to the run without a
 #    stop.
 #   check-cuda-train.sh BATON BATON_WORKER SOURCE_DIR [CUDA_WORKER]
+# The parameter comparison needs numpy in /usr/bin/python3, or in $BATON_PYTHON.
 # CUDA_WORKER (default BATON_WORKER) runs the cuda side; a worker built without CUDA or a
 # machine without a GPU makes the test print SKIPPED and exit 77. The emulated worker
 # (tests/gpu: baton-worker-emulated) runs the kernels on the CPU emulation instead; it
@@ -84,7 +85,7 @@ compare() { # STAGE STEP1_TOL STEP_TOL PARAM_TOL
     END { if (n != steps) { print s ": " n " steps"; bad = 1 }
           printf "%s: %d steps, GPU vs CPU losses max relative difference %.3g\n", s, n, worst
           exit bad }' || failures=$((failures + 1))
-  /usr/bin/python3 - "$s.cpu.params" "$s.gpu.params" "$s" "$4" <<'PY' || failures=$((failures + 1))
+  "${BATON_PYTHON:-/usr/bin/python3}" - "$s.cpu.params" "$s.gpu.params" "$s" "$4" <<'PY' || failures=$((failures + 1))
 import sys
 import numpy as np
 ref, got = (np.fromfile(p, dtype="<f4").astype(np.float64) for p in sys.argv[1:3])
