@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Pipeline-parallel training (1F1B) reproduces the one-process run: for pp2, pp2 with
 # full recomputation, pp2 x dp2 with ZeRO-1, pp3 (uneven layers), pp4 (one layer per
-# stage, 8 micro-batches), tp2 x pp2 and tp2 x pp2 x dp2 with ZeRO-1, launched by `baton launch`, every step's loss and the final parameters
+# stage, 8 micro-batches), tp2 x pp2, tp2 x pp2 x dp2 with ZeRO-1 and pp2 x dp2 with the
+# dp all-reduce during the backward (BATON_DP_OVERLAP=1), launched by `baton launch`, every step's loss and the final parameters
 # (gathered from the stages, and the tp shards, into the one-process tensors) agree with
 # `baton-worker --single-process` within 1e-5 relative.
 #   check-pp.sh BATON BATON_WORKER SOURCE_DIR [CASE]
@@ -23,4 +24,7 @@ pp_case pp3-uneven 3 1 3 plain # layers 2 + 1 + 1: the remainder goes to stage 0
 pp_case pp4 4 1 4 plain
 pp_case tp2-pp2 4 2 2 plain
 pp_case tp2-pp2-dp2-zero1 8 2 2 zero1
+# zero 0 with each stage's layers all-reduced over dp during the last backward
+BATON_DP_OVERLAP=1 pp_case pp2-dp2-overlap 4 1 2 plain
+[[ ! -f pp2-dp2-overlap.log ]] || layout_check_overlap pp2-dp2-overlap 4
 layout_finish "all pipeline-parallel runs match the one-process run"

@@ -58,6 +58,17 @@ layout_run() { # NAME RANKS RECIPE STAGE
   layout_compare_params "$name" "$name.ref" "$name.params" || failures=$((failures + 1))
 }
 
+# BATON_DP_OVERLAP=1 layout_run ... then this: every rank reduced its data-parallel
+# gradients per layer during the backward (train_dp_overlap.h), as RANKS lines say.
+layout_check_overlap() { # NAME RANKS
+  local n
+  n=$(grep -c "all-reduced per layer during the backward" "$1.log" || true)
+  if [[ $n -ne $2 ]]; then
+    echo "FAIL: $1: $n of $2 ranks reduced their gradients per layer during the backward"
+    failures=$((failures + 1))
+  fi
+}
+
 layout_finish() { # SUMMARY
   [[ $ran -gt 0 ]] || { echo "FAIL: no case named '$only'"; exit 1; }
   [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }

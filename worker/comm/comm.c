@@ -118,6 +118,10 @@ const char *comm_name(const comm *c) {
     return c->name;
 }
 
+int comm_has_streams(const comm *c) {
+    return c->ops->streams;
+}
+
 int comm_timeout_ms(const comm *c) {
     return c->timeout_ms;
 }

@@ -170,6 +170,9 @@ int comm_size(const comm *c);
 int comm_global_rank(const comm *c, int r);
 const char *comm_name(const comm *c);
 int comm_timeout_ms(const comm *c);
+/* 1 when operations take a stream (NCCL): comm_wait then awaits them; 0 (Gloo): every
+ * operation completes before it returns and the stream must be NULL. */
+int comm_has_streams(const comm *c);
 void comm_set_timeout_ms(comm *c, int timeout_ms);
 uint64_t comm_bytes_sent(const comm *c);
 /* The message of the last error ("" if none) and its kind. */

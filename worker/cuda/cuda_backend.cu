@@ -115,6 +115,9 @@ static void fill_table(backend *be) {
     be->copy = cuda_copy;
     be->adamw = cuda_adamw;
     be->host_memory = 0;
+    be->stream_new = cuda_stream_new;
+    be->stream_free = cuda_stream_free;
+    be->stream_wait = cuda_stream_wait;
     be->embedding_forward = cuda_embedding_forward;
     be->embedding_backward = cuda_embedding_backward;
     be->rmsnorm_forward = cuda_rmsnorm_forward;

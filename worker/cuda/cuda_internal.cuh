@@ -183,6 +183,11 @@ void cuda_matmul_backward(backend *be, float *dinp, float *dweight, const float 
                           const float *inp, const float *weight, int N, int C, int OC,
                           backend_gemm *p, float *scratch);
 
+/* cuda_stream.cu */
+void *cuda_stream_new(backend *be);
+void cuda_stream_free(backend *be, void *s);
+void cuda_stream_wait(backend *be, void *waiter, void *waitee);
+
 /* cuda_attention.cu */
 size_t cuda_attention_scratch_floats(backend *be, int T);
 void cuda_attention_forward(backend *be, float *out, float *lse, float *att, const float *q,

@@ -134,6 +134,14 @@ struct backend {
     /* The queue its ops run on (a cudaStream_t), NULL for the CPU backend: communication on
      * its memory is put on it (comm_set_stream) so that it orders with the ops. */
     void *stream;
+    /* Side queues, for communication that overlaps the ops (train_dp.h); NULL where the
+     * backend has none (the CPU's: its ops and Gloo's collectives complete before they
+     * return). stream_new returns a new queue or NULL; stream_wait makes the work later
+     * put on `waiter` wait for all the work put on `waitee` before the call (either NULL:
+     * the ops' queue, be->stream), without blocking the host. */
+    void *(*stream_new)(backend *be);
+    void (*stream_free)(backend *be, void *s);
+    void (*stream_wait)(backend *be, void *waiter, void *waitee);
 
     /* out (N, C) = wte[tokens[n]]; tokens (N) must lie in [0, V). */
     void (*embedding_forward)(backend *be, float *out, const int32_t *tokens, const float *wte,

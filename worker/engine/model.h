@@ -227,6 +227,12 @@ typedef struct model {
     struct model_moe *moew;      /* MoE layers' caches and load counts (model_moe.h); NULL: dense */
     comm *ep_group;              /* the expert-parallel group; NULL when ep is 1 */
     struct model_zero *zw;       /* ZeRO-3's gather buffers (model_zero.h); NULL otherwise */
+    /* When not NULL, the backward calls unit_grads_done(unit_grads_ctx, u) as soon as unit
+     * u's gradients of the pass are complete (model_n_units' order reversed: the head,
+     * the layers from the last, the embedding): the trainer's all-reduce overlapped with
+     * the rest of the backward (train_dp.h). */
+    void (*unit_grads_done)(void *ctx, int u);
+    void *unit_grads_ctx;
     int layer0, n_layers;        /* this stage's layers [layer0, layer0 + n_layers) */
     int first_stage, last_stage; /* holds the embedding / the final norm, head and loss */
     int n_slots;                 /* activation slots (cfg.act_slots, at least 1) */

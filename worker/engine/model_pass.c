@@ -286,6 +286,10 @@ static void head_backward(model *m, float loss_scale) {
                          a->lnf_rstd, N, C);
 }
 
+static void unit_done(model *m, int u) {
+    if (m->unit_grads_done != NULL) m->unit_grads_done(m->unit_grads_ctx, u);
+}
+
 int model_stage_backward(model *m, int slot, float loss_scale) {
     backend *be = m->be;
     const model_config *cfg = &m->cfg;
@@ -302,6 +306,7 @@ int model_stage_backward(model *m, int slot, float loss_scale) {
         model_zero_backward(m, head);
         head_backward(m, loss_scale);
         model_zero_backward_done(m, head);
+        unit_done(m, head);
     }
     for (int l = m->n_layers - 1; l >= 0; l--) {
         int u = m->first_stage + l;
@@ -312,11 +317,13 @@ int model_stage_backward(model *m, int slot, float loss_scale) {
         model_zero_backward(m, u);
         layer_backward(m, l, resid_at(m, l));
         model_zero_backward_done(m, u);
+        unit_done(m, u);
     }
     if (m->first_stage) {
         model_zero_backward(m, 0);
         embed_backward(m, m->gacts.dres, N);
         model_zero_backward_done(m, 0);
+        unit_done(m, 0);
     }
     int rc = be->sync(be);
     return rc ? rc : m->comm_err;

@@ -236,6 +236,7 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
     if (rc == 0 && t->zero.level == 3) rc = train_zero_init_weights(&t->zero, &t->m, spec->seed);
     rc = rc ? rc : train_expert_segments(t, g.ep, g.edp, diag);
     rc = rc ? rc : train_norm_segments(t, diag);
+    rc = rc ? rc : train_dp_overlap_init(&t->dpo, &t->dp, &t->m, zero, diag);
     rc = rc ? rc
             : optim_adamw_init_on(&t->opt, &t->be,
                                   t->zero.level ? t->zero.n : train_dp_optim_floats(&t->dp));
@@ -262,6 +263,7 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
 void train_free(trainer *t) {
     loader_close(&t->ld);
     optim_adamw_free(&t->opt);
+    train_dp_overlap_free(&t->dpo);
     train_dp_free(&t->dp);
     train_zero_free(&t->zero);
     if (t->m.be != NULL) model_free(&t->m);
@@ -387,7 +389,7 @@ static int train_pp_forward(void *ctx, int mb, int slot) {
 
 static int train_pp_backward(void *ctx, int mb, int slot) {
     trainer *t = ((train_pp_ctx *)ctx)->t;
-    (void)mb;
+    train_dp_overlap_arm(&t->dpo, mb + 1 == (int)t->accum);
     float scale = train_spike_fault_scale(&t->spike, t->step + 1) *
                   train_scaler_loss_scale(&t->scaler) / (float)t->accum;
     int rc = model_stage_backward(&t->m, slot, scale);
@@ -437,6 +439,7 @@ static int train_micro_batches(trainer *t, double *loss, bt_diag *diag) {
         rc = rc ? rc : model_forward(&t->m, t->tokens, t->targets, (int)t->B, (int)t->Tl, &l);
         float scale = train_spike_fault_scale(&t->spike, t->step + 1) *
                       train_scaler_loss_scale(&t->scaler) / (float)t->accum;
+        train_dp_overlap_arm(&t->dpo, j + 1 == t->accum);
         rc = rc ? rc : model_backward(&t->m, scale);
         rc = rc ? rc : train_zero_after_backward(&t->zero, &t->m, diag);
         if (rc != 0) {
@@ -582,7 +585,11 @@ static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
     train_zero_grads(t);
     train_fp8_begin(t);
     double lr = optim_lr_at(t->step + 1, t->total_steps, &t->hp), norm = 0;
+    t->dp.grads_reduced = 0;
     int rc = train_micro_batches(t, &loss, diag);
+    /* Unhooked and waited for even after a failure: nothing may still write the gradients. */
+    int orc = train_dp_overlap_finish(&t->dpo, rc != 0, diag);
+    rc = rc ? rc : orc;
     int armed = train_spike_armed(&t->spike);
     if (rc == 0 && armed) rc = train_fp8_snapshot(t);
     rc = rc ? rc : train_fp8_end(t, diag);

@@ -173,7 +173,10 @@ static int dp_update_replicated(train_dp *d, float *params, float *grads, const 
                                 size_t n_segs, optim_adamw *o, const optim_hparams *hp, double lr,
                                 double *norm, bt_diag *diag) {
     if (d->size > 1) {
-        if (comm_allreduce(d->group, grads, grads, d->n_params, COMM_F32, COMM_SUM, NULL) != 0)
+        int reduced = d->grads_reduced;
+        d->grads_reduced = 0;
+        if (!reduced &&
+            comm_allreduce(d->group, grads, grads, d->n_params, COMM_F32, COMM_SUM, NULL) != 0)
             return dp_fail(d, "gradient all-reduce", diag);
         optim_grad_scale_on(d->be, grads, d->n_params, 1.0f / (float)d->replicas);
     }

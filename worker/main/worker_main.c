@@ -223,6 +223,8 @@ static void worker_print_state(const trainer *t) {
     printf("model state allocated by this rank (zero %u): params %.0f grads %.0f optimizer %.0f "
            "bytes\n",
            t->spec->stage->parallel->zero, params, grads, optim);
+    const char *dp = train_dp_overlap_describe(&t->dpo);
+    if (dp[0]) printf("%s\n", dp);
 }
 
 static void worker_print_step(const trainer *t, const train_metrics *m) {

@@ -52,6 +52,9 @@ inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = 0) {
 inline cudaError_t cudaEventSynchronize(cudaEvent_t) {
     return 0;
 }
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) {
+    return 0;
+}
 inline cudaError_t cudaMalloc(void **p, size_t n) {
 #ifdef EMU_EXACT_ALLOC /* exactly n bytes: with -fsanitize=address, overruns show */
     *p = malloc(n ? n : 1);

@@ -1,0 +1,127 @@
+#include "train_dp_overlap.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* BATON_DP_OVERLAP: "0" off, "1" on even without a side queue, else automatic. */
+static int overlap_wanted(int have_queue) {
+    const char *v = getenv("BATON_DP_OVERLAP");
+    if (v != NULL && strcmp(v, "0") == 0) return 0;
+    if (v != NULL && strcmp(v, "1") == 0) return 1;
+    return have_queue;
+}
+
+/* The units, in order, cover [0, param_floats) without gaps. */
+static int units_cover(const model *m, int n) {
+    size_t end = 0;
+    for (int u = 0; u < n; u++) {
+        size_t off, len;
+        model_unit_range(m, u, &off, &len);
+        if (off != end) return 0;
+        end = off + len;
+    }
+    return end == m->sizes.param_floats;
+}
+
+int train_dp_overlap_init(train_dp_overlap *o, train_dp *dp, model *m, int zero, bt_diag *diag) {
+    memset(o, 0, sizeof *o);
+    o->dp = dp, o->m = m;
+    if (zero != 0 || dp->size < 2 || dp->n_expert > 0 || dp->flat != NULL || m->grads_mem == NULL)
+        return 0;
+    backend *be = dp->be;
+    int queues = be->stream_new != NULL && comm_has_streams(dp->group);
+    if (!overlap_wanted(queues)) return 0;
+    o->n_units = model_n_units(m);
+    if (!units_cover(m, o->n_units)) return 0;
+    o->done = calloc((size_t)o->n_units, 1);
+    if (o->done == NULL) {
+        bt_diag_set(diag, "out of memory for the overlapped all-reduce's %d units", o->n_units);
+        return BT_ENOMEM;
+    }
+    if (queues) {
+        o->stream = be->stream_new(be);
+        if (o->stream == NULL || be->sync(be) != 0) {
+            bt_diag_set(diag,
+                        "cannot create a side queue on the %s backend for the gradient "
+                        "all-reduce",
+                        be->name);
+            train_dp_overlap_free(o);
+            return BT_EIO;
+        }
+    }
+    o->on = 1;
+    return 0;
+}
+
+void train_dp_overlap_free(train_dp_overlap *o) {
+    if (o->stream != NULL) o->dp->be->stream_free(o->dp->be, o->stream);
+    if (o->m != NULL && o->m->unit_grads_ctx == o) o->m->unit_grads_done = NULL;
+    free(o->done);
+    memset(o, 0, sizeof *o);
+}
+
+const char *train_dp_overlap_describe(const train_dp_overlap *o) {
+    if (o->dp == NULL || o->dp->size < 2) return "";
+    if (!o->on) return "data-parallel gradients: one all-reduce after the backward";
+    return o->stream != NULL ? "data-parallel gradients: all-reduced per layer on a side queue, "
+                               "overlapped with the backward"
+                             : "data-parallel gradients: all-reduced per layer during the "
+                               "backward (no side queue: nothing overlaps)";
+}
+
+/* Starts unit u's all-reduce (once per step). */
+static void overlap_reduce(train_dp_overlap *o, int u) {
+    if (o->done[u] || o->rc != 0) return;
+    o->done[u] = 1;
+    size_t off, n;
+    model_unit_range(o->m, u, &off, &n);
+    if (n == 0) return;
+    backend *be = o->dp->be;
+    if (o->stream != NULL) be->stream_wait(be, o->stream, NULL);
+    float *g = o->m->grads_mem + off;
+    comm *c = o->dp->group;
+    if (comm_allreduce(c, g, g, n, COMM_F32, COMM_SUM, o->stream) != 0) {
+        o->rc = BT_EIO;
+        snprintf(o->why, sizeof o->why, "gradient all-reduce of unit %d over %s: %s", u,
+                 comm_name(c), comm_error(c));
+    }
+}
+
+static void overlap_unit_done(void *ctx, int u) {
+    train_dp_overlap *o = ctx;
+    if (u >= 0 && u < o->n_units) overlap_reduce(o, u);
+}
+
+void train_dp_overlap_arm(train_dp_overlap *o, int on) {
+    if (!o->on) return;
+    o->m->unit_grads_done = on ? overlap_unit_done : NULL;
+    o->m->unit_grads_ctx = on ? o : NULL;
+}
+
+int train_dp_overlap_finish(train_dp_overlap *o, int step_failed, bt_diag *diag) {
+    if (!o->on) return 0;
+    train_dp_overlap_arm(o, 0);
+    if (step_failed && o->rc == 0) o->rc = BT_EIO; /* start nothing more */
+    for (int u = 0; u < o->n_units; u++)
+        overlap_reduce(o, u);
+    backend *be = o->dp->be;
+    if (o->stream != NULL) {
+        if (comm_wait(o->dp->group, o->stream) != 0 && o->rc == 0) {
+            o->rc = BT_EIO;
+            snprintf(o->why, sizeof o->why, "gradient all-reduce over %s: %s",
+                     comm_name(o->dp->group), comm_error(o->dp->group));
+        }
+        be->stream_wait(be, NULL, o->stream);
+    }
+    memset(o->done, 0, (size_t)o->n_units);
+    int rc = o->rc;
+    o->rc = 0;
+    if (step_failed) return 0;
+    if (rc != 0) {
+        bt_diag_set(diag, "data-parallel %s (rank %d of %d)", o->why, o->dp->rank, o->dp->size);
+        return rc;
+    }
+    o->dp->grads_reduced = 1;
+    return 0;
+}

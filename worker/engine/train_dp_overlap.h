@@ -1,0 +1,55 @@
+/* The data-parallel gradient all-reduce overlapped with the backward (zero 0).
+ *
+ * Without it the gradients are all-reduced in one call after the step's last backward
+ * (train_dp_update). With it, during the last micro-batch's backward, each unit's
+ * gradients (model_n_units: the head, each layer, the embedding) are all-reduced as soon
+ * as the model reports them complete (model.unit_grads_done), per-bucket in Megatron's
+ * terms with one bucket per unit:
+ *  - on a backend with side queues and a group whose collectives take a stream (CUDA +
+ *    NCCL), on a side queue that first waits for the ops' queue (an event behind the
+ *    unit's last gradient op): NCCL reduces the unit while the backward goes on with the
+ *    units before it;
+ *  - otherwise (the CPU engine with Gloo) at once, in the same places: the same
+ *    reductions and numbers, nothing overlaps.
+ * train_dp_overlap_finish, right after the micro-batches, reduces any unit that was not
+ * reported, waits for the side queue (the comm's timeout applies), orders the ops' queue
+ * after it, and tells train_dp_update that the all-reduce is done (it still divides by the
+ * replicas). Reducing per unit instead of the whole buffer changes only the order of
+ * float additions across ranks (none for 2 ranks).
+ *
+ * Used when zero is 0, the group has more than one rank, there are no expert-parallel
+ * segments, the units cover the gradient buffer, and BATON_DP_OVERLAP is not "0" (the
+ * default: wherever a side queue exists); BATON_DP_OVERLAP=1 uses it without one too
+ * (the CPU engine: the tests' way to check the per-unit path). */
+#ifndef BATON_TRAIN_DP_OVERLAP_H
+#define BATON_TRAIN_DP_OVERLAP_H
+
+#include "model.h"
+#include "train_dp.h"
+#include "util/err.h"
+
+typedef struct train_dp_overlap {
+    train_dp *dp;
+    model *m;
+    int on;       /* set up for this stage */
+    void *stream; /* the backend's side queue; NULL: each unit reduced at once */
+    int n_units;
+    unsigned char *done; /* (n_units) this step's reduction is under way or done */
+    int rc;              /* the first failure of this step's reductions, a BT_ code */
+    char why[256];       /* and its message */
+} train_dp_overlap;
+
+/* Decides whether to overlap (see above) and sets up; 0 or BT_ENOMEM. Off is not an
+ * error. */
+int train_dp_overlap_init(train_dp_overlap *o, train_dp *dp, model *m, int zero, bt_diag *diag);
+void train_dp_overlap_free(train_dp_overlap *o);
+/* How the stage reduces its data-parallel gradients, for the log ("" when dp is 1). */
+const char *train_dp_overlap_describe(const train_dp_overlap *o);
+
+/* Hooks the model's backward (on: the step's last micro-batch follows) or unhooks it. */
+void train_dp_overlap_arm(train_dp_overlap *o, int on);
+/* After the step's micro-batches: every unit reduced and waited for, 0 or BT_EIO. After
+ * a failed step (step_failed) only what is under way is waited for; returns 0. */
+int train_dp_overlap_finish(train_dp_overlap *o, int step_failed, bt_diag *diag);
+
+#endif
