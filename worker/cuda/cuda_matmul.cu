@@ -187,7 +187,7 @@ typedef struct lt_gemm {
     float alpha, beta;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;
-    const cuda_lt_entry *e;
+    cublasLtMatmulAlgo_t algo; /* a copy: a later lt_setup may reuse the cache entry */
 } lt_gemm;
 
 static lt_gemm lt_make(cublasOperation_t opa, cublasOperation_t opb, int m, int n, int k,
@@ -273,9 +273,10 @@ static int lt_setup(cuda_ctx *c, lt_gemm *g, int may_refuse) {
     key.atype = g->A.type, key.btype = g->B.type, key.accumulate = g->beta != 0.0f;
     int aa = align_of(g->A.ptr), ab = align_of(g->B.ptr), ad = align_of(g->D);
     key.align = aa | ab << 8 | ad << 16;
-    for (int i = 0; i < CUDA_LT_CACHE && g->e == NULL; i++)
-        if (c->lt_cache[i].valid && key_eq(&c->lt_cache[i].key, &key)) g->e = &c->lt_cache[i];
-    if (g->e == NULL) {
+    const cuda_lt_entry *hit = NULL;
+    for (int i = 0; i < CUDA_LT_CACHE && hit == NULL; i++)
+        if (c->lt_cache[i].valid && key_eq(&c->lt_cache[i].key, &key)) hit = &c->lt_cache[i];
+    if (hit == NULL) {
         cublasLtMatmulHeuristicResult_t res;
         int found = 0;
         s = lt_heuristic(c, g, (uint32_t)aa, (uint32_t)ab, (uint32_t)ad, &res, &found);
@@ -289,9 +290,12 @@ static int lt_setup(cuda_ctx *c, lt_gemm *g, int may_refuse) {
         e->refused = s != CUBLAS_STATUS_SUCCESS || found == 0;
         if (!e->refused) e->algo = res.algo;
         e->valid = 1;
-        g->e = e;
+        hit = e;
     }
-    if (!g->e->refused) return 0;
+    if (!hit->refused) {
+        g->algo = hit->algo;
+        return 0;
+    }
     if (!may_refuse) {
         char msg[160];
         snprintf(msg, sizeof msg, "no algorithm for m %d n %d k %d (types %d x %d)", g->m, g->n,
@@ -303,8 +307,8 @@ static int lt_setup(cuda_ctx *c, lt_gemm *g, int may_refuse) {
 
 static void lt_launch(cuda_ctx *c, const lt_gemm *g) {
     cublasStatus_t s = cublasLtMatmul(c->lt, g->desc, &g->alpha, g->A.ptr, g->la, g->B.ptr, g->lb,
-                                      &g->beta, g->D, g->ld, g->D, g->ld, &g->e->algo,
-                                      c->lt_workspace, c->lt_workspace_bytes, c->stream);
+                                      &g->beta, g->D, g->ld, g->D, g->ld, &g->algo, c->lt_workspace,
+                                      c->lt_workspace_bytes, c->stream);
     if (s != CUBLAS_STATUS_SUCCESS) lt_fail(c, "matmul: cublasLtMatmul", s);
 }
 
