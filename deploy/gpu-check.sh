@@ -109,7 +109,7 @@ step cuda_ops 240 "$out/checks.log" "$cuda_ops"
 step cuda_train 300 "$out/checks.log" bash "$src/tests/gpu/check-cuda-train.sh" "$baton" "$worker" \
   "$src"
 # NCCL with one GPU: the one-rank scenarios (the two-rank ones need two devices).
-for s in collectives-w1 host-w1; do
+for s in collectives-w1 host-w1 side-queue-w1; do
   step "nccl-$s" 60 "$out/checks.log" "$nccl" "$s"
 done
 # tokens/s and MFU of the ~1.1B model (bf16, fp8) at 4K and 8K, attention TFLOP/s

@@ -11,6 +11,8 @@
  * collectives-*, timeout-w2 and nopeer-w2 pass device buffers and streams; host-* and
  * timeout-host-w2 the engine's way of calling: host buffers (staged) and stream NULL
  * (complete on return, on the comm's default stream). host-w1 needs one GPU.
+ * side-queue-* is the trainer's overlapped gradient all-reduce (train_dp_overlap.h) with
+ * the CUDA backend's side queue.
  *
  * Usage: test_nccl SCENARIO        run one scenario (what ctest calls)
  *        test_nccl --list          print the scenario names
@@ -29,7 +31,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include "backend.h"
 #include "comm_nccl.h"
+#include "cuda_backend.h"
 
 enum { EXIT_SKIP = 77, MAX_RANKS = 8, N = 1000 };
 
@@ -597,6 +601,62 @@ static int child_timeout_host(child *ch) {
     return ch->fails ? 1 : 0;
 }
 
+/* The trainer's overlapped all-reduce (train_dp_overlap.h) as it drives the CUDA backend
+ * and NCCL: "gradients" written by an op on the backend's stream after milliseconds of
+ * other ops there, a side queue of the backend (stream_new) made to wait for them
+ * (stream_wait), the all-reduce put on it, comm_wait, the ops' stream made to wait for the
+ * side queue, one more op: the result must be exactly that op applied to the sum. Without
+ * the first wait the all-reduce would read the buffer before the copy lands (zeros). */
+static int child_side_queue(child *ch) {
+    comm *c = NULL;
+    if (init(ch, 30000, &c) < 0) return 1;
+    backend be;
+    bt_diag d;
+    bt_diag_init(&d);
+    int rc = cuda_backend_init(&be, ch->rank, &d);
+    CHECK(ch, rc == 0, "cuda_backend_init: %s", d.msg);
+    if (rc != 0) {
+        comm_destroy(c);
+        return 1;
+    }
+    comm_set_stream(c, be.stream);
+    const size_t big = (size_t)64 << 20, n = (size_t)1 << 20;
+    float *busy = be.alloc(&be, big * 4), *src = be.alloc(&be, n * 4), *g = be.alloc(&be, n * 4);
+    float *h = malloc(n * sizeof *h);
+    void *side = be.stream_new(&be);
+    CHECK(ch, busy && src && g && h && side, "allocation");
+    if (busy && src && g && h && side) {
+        for (size_t i = 0; i < n; i++)
+            h[i] = (float)(ch->rank + 1 + (int)(i % 7));
+        be.from_host(&be, src, h, n * 4);
+        for (int k = 0; k < 16; k++)
+            be.scale(&be, busy, 1.0f, big);
+        be.copy(&be, g, src, n);
+        be.stream_wait(&be, side, NULL);
+        OK(ch, c, comm_allreduce(c, g, g, n, COMM_F32, COMM_SUM, side));
+        OK(ch, c, comm_wait(c, side));
+        be.stream_wait(&be, NULL, side);
+        be.scale(&be, g, 0.5f, n);
+        be.to_host(&be, h, g, n * 4);
+        int w = ch->world;
+        for (size_t i = 0; i < n; i++) {
+            float want = 0.5f * (float)(w * (w + 1) / 2 + w * (int)(i % 7));
+            if (h[i] != want) {
+                CHECK(ch, h[i] == want, "side-queue all-reduce [%zu] = %g, expected %g", i,
+                      (double)h[i], (double)want);
+                break;
+            }
+        }
+        CHECK(ch, be.sync(&be) == 0, "backend: %s", cuda_backend_error(&be));
+    }
+    if (side) be.stream_free(&be, side);
+    free(h);
+    be.free(&be, busy), be.free(&be, src), be.free(&be, g);
+    cuda_backend_free(&be);
+    comm_destroy(c);
+    return ch->fails ? 1 : 0;
+}
+
 /* World 2 with only rank 0 started: init must fail within its timeout, naming why. */
 static int child_nopeer(child *ch) {
     comm_bootstrap bs = {0};
@@ -627,6 +687,8 @@ static const scenario scenarios[] = {
     {"host-w1", 1, 1, child_host},
     {"host-w2", 2, 2, child_host},
     {"timeout-host-w2", 2, 2, child_timeout_host},
+    {"side-queue-w1", 1, 1, child_side_queue},
+    {"side-queue-w2", 2, 2, child_side_queue},
     {NULL, 0, 0, NULL},
 };
 
