@@ -231,24 +231,22 @@ static cublasStatus_t lt_describe(lt_gemm *g) {
 /* cuBLASLt's heuristic's algorithm for g's key (a = b = d: alignments), or none found. */
 static cublasStatus_t lt_heuristic(cuda_ctx *c, lt_gemm *g, uint32_t a, uint32_t b, uint32_t d,
                                    cublasLtMatmulHeuristicResult_t *res, int *found) {
+    const struct {
+        cublasLtMatmulPreferenceAttributes_t attr;
+        const void *v;
+        size_t n;
+    } set[] = {
+        {CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &c->lt_workspace_bytes,
+         sizeof c->lt_workspace_bytes},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a, sizeof a},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &b, sizeof b},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &d, sizeof d},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &d, sizeof d},
+    };
     cublasLtMatmulPreference_t pref = NULL;
     cublasStatus_t s = cublasLtMatmulPreferenceCreate(&pref);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                 &c->lt_workspace_bytes,
-                                                 sizeof c->lt_workspace_bytes);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                 &a, sizeof a);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                 &b, sizeof b);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                 &d, sizeof d);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                                 &d, sizeof d);
+    for (size_t i = 0; s == CUBLAS_STATUS_SUCCESS && i < sizeof set / sizeof set[0]; i++)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, set[i].attr, set[i].v, set[i].n);
     *found = 0;
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulAlgoGetHeuristic(c->lt, g->desc, g->la, g->lb, g->ld, g->ld, pref, 1, res,
