@@ -184,18 +184,18 @@ static void prof_rope_bwd(backend *be, float *dinp, const float *dout, const flo
 }
 static void prof_att_fwd(backend *be, float *out, float *lse, float *att, const float *q,
                          const float *k, const float *v, int ld, int B, int T, int H, int KV,
-                         int hd, float scale, float *scratch) {
-    PROF_CALL(
-        be, P_ATT_FWD,
-        in_->attention_forward(in_, out, lse, att, q, k, v, ld, B, T, H, KV, hd, scale, scratch));
+                         int hd, float scale, backend_prec prec, float *scratch) {
+    PROF_CALL(be, P_ATT_FWD,
+              in_->attention_forward(in_, out, lse, att, q, k, v, ld, B, T, H, KV, hd, scale, prec,
+                                     scratch));
 }
 static void prof_att_bwd(backend *be, float *dq, float *dk, float *dv, const float *dout,
-                         const float *att, const float *lse, const float *q, const float *k,
-                         const float *v, int ld, int B, int T, int H, int KV, int hd, float scale,
-                         float *scratch) {
+                         const float *out, const float *att, const float *lse, const float *q,
+                         const float *k, const float *v, int ld, int B, int T, int H, int KV,
+                         int hd, float scale, backend_prec prec, float *scratch) {
     PROF_CALL(be, P_ATT_BWD,
-              in_->attention_backward(in_, dq, dk, dv, dout, att, lse, q, k, v, ld, B, T, H, KV, hd,
-                                      scale, scratch));
+              in_->attention_backward(in_, dq, dk, dv, dout, out, att, lse, q, k, v, ld, B, T, H,
+                                      KV, hd, scale, prec, scratch));
 }
 static void prof_swiglu_fwd(backend *be, float *out, const float *inp, int N, int F) {
     PROF_CALL(be, P_SWIGLU_FWD, in_->swiglu_forward(in_, out, inp, N, F));

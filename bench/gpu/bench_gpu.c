@@ -199,21 +199,29 @@ static int bench_attention(backend *be, const bench_opts *o) {
     }
     free(host);
     double fwd_flops = 2.0 * B * H * (double)T * T * hd; /* causal: half of 4 B H T^2 hd */
-    be->attention_forward(be, out, lse, NULL, q, k, v, ld, B, T, H, H, hd, scale, NULL);
-    be->attention_backward(be, dq, dk, dv, dout, NULL, lse, q, k, v, ld, B, T, H, H, hd, scale,
-                           NULL);
-    rc = be->sync(be);
-    double t0 = now_s();
-    for (int r = 0; rc == 0 && r < o->reps; r++)
-        be->attention_forward(be, out, lse, NULL, q, k, v, ld, B, T, H, H, hd, scale, NULL);
-    rc = rc ? rc : be->sync(be);
-    double tf = (now_s() - t0) / o->reps;
-    t0 = now_s();
-    for (int r = 0; rc == 0 && r < o->reps; r++)
-        be->attention_backward(be, dq, dk, dv, dout, NULL, lse, q, k, v, ld, B, T, H, H, hd, scale,
-                               NULL);
-    rc = rc ? rc : be->sync(be);
-    double tb = (now_s() - t0) / o->reps;
+    /* [0]: the float32 kernels (prec fp32); [1]: the bf16 tensor-core kernels (prec bf16,
+     * cuda_attention_tc.cu; hd a multiple of 16 up to 128, else the float32 ones again) */
+    double tf[2] = {0, 0}, tb[2] = {0, 0};
+    backend_prec precs[2] = {BACKEND_PREC_FP32, BACKEND_PREC_BF16};
+    rc = 0;
+    for (int p = 0; p < 2 && rc == 0; p++) {
+        backend_prec pr = precs[p];
+        be->attention_forward(be, out, lse, NULL, q, k, v, ld, B, T, H, H, hd, scale, pr, NULL);
+        be->attention_backward(be, dq, dk, dv, dout, out, NULL, lse, q, k, v, ld, B, T, H, H, hd,
+                               scale, pr, NULL);
+        rc = be->sync(be);
+        double t0 = now_s();
+        for (int r = 0; rc == 0 && r < o->reps; r++)
+            be->attention_forward(be, out, lse, NULL, q, k, v, ld, B, T, H, H, hd, scale, pr, NULL);
+        rc = rc ? rc : be->sync(be);
+        tf[p] = (now_s() - t0) / o->reps;
+        t0 = now_s();
+        for (int r = 0; rc == 0 && r < o->reps; r++)
+            be->attention_backward(be, dq, dk, dv, dout, out, NULL, lse, q, k, v, ld, B, T, H, H,
+                                   hd, scale, pr, NULL);
+        rc = rc ? rc : be->sync(be);
+        tb[p] = (now_s() - t0) / o->reps;
+    }
     double tref = 0.0;
     int rrc = rc ? rc : bench_ref_attention(q, k, v, out, S, B, T, H, hd, scale, o->reps, &tref);
     if (rc || rrc) {
@@ -221,11 +229,15 @@ static int bench_attention(backend *be, const bench_opts *o) {
         rc = 1;
         goto done;
     }
+    /* backward: 2.5 times the forward's products (dS, dP, dq, dk, dv against S, O) */
     printf("{\"bench\":\"attention\",\"batch\":%d,\"seq\":%d,\"heads\":%d,\"head_dim\":%d,"
            "\"fwd_ms\":%.3f,\"fwd_tflops\":%.2f,\"bwd_ms\":%.3f,\"bwd_tflops\":%.2f,"
+           "\"bf16_tc_fwd_ms\":%.3f,\"bf16_tc_fwd_tflops\":%.2f,\"bf16_tc_bwd_ms\":%.3f,"
+           "\"bf16_tc_bwd_tflops\":%.2f,"
            "\"cublas_softmax_fwd_ms\":%.3f,\"cublas_softmax_fwd_tflops\":%.2f}\n",
-           B, T, H, hd, tf * 1e3, fwd_flops / tf * 1e-12, tb * 1e3, 2.5 * fwd_flops / tb * 1e-12,
-           tref * 1e3, fwd_flops / tref * 1e-12);
+           B, T, H, hd, tf[0] * 1e3, fwd_flops / tf[0] * 1e-12, tb[0] * 1e3,
+           2.5 * fwd_flops / tb[0] * 1e-12, tf[1] * 1e3, fwd_flops / tf[1] * 1e-12, tb[1] * 1e3,
+           2.5 * fwd_flops / tb[1] * 1e-12, tref * 1e3, fwd_flops / tref * 1e-12);
     fflush(stdout);
 done:
     be->free(be, q), be->free(be, k), be->free(be, v), be->free(be, out), be->free(be, dout);

@@ -11,13 +11,15 @@
  * Tolerances are relative to the largest magnitude of the reference tensor
  * (max |gpu - cpu| <= tol * max |cpu|): float32 ops 2e-5 (only the summation order
  * differs); GEMMs with bf16, fp16 or fp8 inputs 5e-4 (the CPU rounds the inputs exactly as
- * the GPU does, so only float32 accumulation order differs); the whole model 1e-4 in
- * float32 and 2e-2 in bf16 (a last-bit difference upstream can flip an input's bf16
- * rounding). fp8 amaxes must be equal exactly. The MoE ops run each on equal inputs (the
- * CPU's results of the op before, with logits drawn so that no selection is near a tie):
- * selections, rows, counts and permutations must be equal exactly; scores, ssum and
- * combine weights within 1e-5 (CUDA's expf is not libm's); the combine backward's dot
- * products within 2e-5; everything else bit for bit.
+ * the GPU does, so only float32 accumulation order differs); attention in bf16 on the
+ * tensor cores against the CPU's float32 2e-2 (lse 5e-3; see TOL_ATT_BF16); the whole
+ * model 1e-4 in float32 and 2e-2 in bf16 (a last-bit difference upstream can flip an
+ * input's bf16 rounding; in bf16 the GPU's attention also rounds its products' operands,
+ * which the CPU's does not). fp8 amaxes must be equal exactly. The MoE ops run each on
+ * equal inputs (the CPU's results of the op before, with logits drawn so that no selection
+ * is near a tie): selections, rows, counts and permutations must be equal exactly; scores,
+ * ssum and combine weights within 1e-5 (CUDA's expf is not libm's); the combine backward's
+ * dot products within 2e-5; everything else bit for bit.
  *
  * Without a CUDA device it prints "SKIPPED: <reason>" and exits 77 (ctest's skip code).
  * The same source also builds as test_cuda_ops_emulated (tests/gpu/CMakeLists.txt), with
@@ -519,10 +521,13 @@ static void test_attention(int B, int T, int H, int KV, int hd) {
     snprintf(what, sizeof what, "attention B %d T %d H %d KV %d hd %d", B, T, H, KV, hd);
     for (int stored = 0; stored < 2; stored++) {
         char w2[200];
+        /* Stored probabilities keep the float32 kernels whatever the precision: bf16 then
+         * must give the float32 results (test_attention_bf16 takes the tensor cores). */
+        backend_prec prec = stored ? BACKEND_PREC_BF16 : BACKEND_PREC_FP32;
         cpu.attention_forward(&cpu, out.c, lse.c, stored ? att.c : NULL, qc, kc, vc, ld, B, T, H,
-                              KV, hd, scale, scr_c);
+                              KV, hd, scale, prec, scr_c);
         gpu.attention_forward(&gpu, out.g, lse.g, stored ? att.g : NULL, qg, kg, vg, ld, B, T, H,
-                              KV, hd, scale, scr_g);
+                              KV, hd, scale, prec, scr_g);
         snprintf(w2, sizeof w2, "%s%s forward out", what, stored ? " (att stored)" : "");
         compare_pair(w2, &out, TOL_F32);
         snprintf(w2, sizeof w2, "%s%s forward lse", what, stored ? " (att stored)" : "");
@@ -532,20 +537,20 @@ static void test_attention(int B, int T, int H, int KV, int hd) {
             compare_pair(w2, &att, TOL_F32);
         }
         /* d: dq | dk | dv in the fused layout; the padding columns must stay as they were */
-        cpu.attention_backward(&cpu, d.c, d.c + H * hd, d.c + (H + KV) * hd, dout.c,
+        cpu.attention_backward(&cpu, d.c, d.c + H * hd, d.c + (H + KV) * hd, dout.c, out.c,
                                stored ? att.c : NULL, lse.c, qc, kc, vc, ld, B, T, H, KV, hd, scale,
-                               scr_c);
-        gpu.attention_backward(&gpu, d.g, d.g + H * hd, d.g + (H + KV) * hd, dout.g,
+                               prec, scr_c);
+        gpu.attention_backward(&gpu, d.g, d.g + H * hd, d.g + (H + KV) * hd, dout.g, out.g,
                                stored ? att.g : NULL, lse.g, qg, kg, vg, ld, B, T, H, KV, hd, scale,
-                               scr_g);
+                               prec, scr_g);
         snprintf(w2, sizeof w2, "%s%s backward dq|dk|dv", what, stored ? " (att stored)" : "");
         compare_pair(w2, &d, TOL_F32);
     }
     /* Stored and recomputed probabilities give the same bits; so does a second run. */
     float *d2 = gpu.alloc(&gpu, rows * ld * 4);
     gpu.copy2d(&gpu, d2, ld, d.g, ld, rows, ld);
-    gpu.attention_backward(&gpu, d2, d2 + H * hd, d2 + (H + KV) * hd, dout.g, NULL, lse.g, qg, kg,
-                           vg, ld, B, T, H, KV, hd, scale, scr_g);
+    gpu.attention_backward(&gpu, d2, d2 + H * hd, d2 + (H + KV) * hd, dout.g, out.g, NULL, lse.g,
+                           qg, kg, vg, ld, B, T, H, KV, hd, scale, BACKEND_PREC_FP32, scr_g);
     if (!gpu_bitwise_equal(d.g, d2, rows * ld)) {
         fprintf(stderr, "FAIL %s: backward from stored att != recomputed (bits)\n", what);
         failures++;
@@ -554,6 +559,137 @@ static void test_attention(int B, int T, int H, int KV, int hd) {
     gpu.free(&gpu, d2);
     pair_free(&qkv), pair_free(&out), pair_free(&lse), pair_free(&att), pair_free(&dout),
         pair_free(&d);
+    cpu.free(&cpu, scr_c), gpu.free(&gpu, scr_g);
+}
+
+/* max |g - c| / max |c| of n values (c the reference). */
+static double rel_error(const float *c, const float *g, size_t n) {
+    double cmax = 0.0, err = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double a = fabs((double)c[i]), e = fabs((double)g[i] - (double)c[i]);
+        if (a > cmax) cmax = a;
+        if (!(e <= err)) err = isnan(e) ? INFINITY : e;
+    }
+    return err / (cmax > 0 ? cmax : 1e-30);
+}
+
+/* Compares the gpu's rows (stride ld, width w from column off) with the cpu's, relative to
+ * the cpu's largest value; prints the error (the bf16 tests' measured accuracy). */
+static void compare_rows(const char *what, const float *c, const float *g, size_t rows, int ld,
+                         int off, int w, double tol) {
+    float *hc = malloc(rows * w * 4 + 4), *hg = malloc(rows * w * 4 + 4);
+    for (size_t r = 0; r < rows; r++) {
+        memcpy(hc + r * w, c + r * ld + off, (size_t)w * 4);
+        memcpy(hg + r * w, g + r * ld + off, (size_t)w * 4);
+    }
+    double e = rel_error(hc, hg, rows * w);
+    printf("  %s: max error / max |cpu| = %.3g (tol %.1g)\n", what, e, tol);
+    if (!(e <= tol)) {
+        fprintf(stderr, "FAIL %s: max error / max |cpu| %.3g > %.1g\n", what, e, tol);
+        failures++;
+    }
+    free(hc);
+    free(hg);
+}
+
+/* Attention in bf16 (prec BACKEND_PREC_BF16, att NULL): for heads that are multiples of 16
+ * up to 128 the tensor-core kernels (cuda_attention_tc.cu) against the CPU's float32, per
+ * tensor (out, lse, dq, dk, dv) within TOL_ATT_BF16 of the tensor's largest value, and
+ * results that differ from the GPU's float32 ones (the tensor cores really ran); other
+ * heads, or BATON_CUDA_ATTENTION=fp32, bitwise the float32 kernels' results. Either way a
+ * second run gives the same bits, and the padding columns of the fused dq|dk|dv rows stay
+ * as they were. pad: padding columns of the fused rows (a multiple of 4 gives rows the
+ * kernels load as float4, as the model's are; else scalar loads).
+ *
+ * TOL_ATT_BF16 2e-2: each product's operands carry a relative rounding error of up to
+ * 2^-9 (bf16's 8-bit significand); out and dv are sums of bf16(P) times bf16(v or dout),
+ * errors of about 2^-8 relative per term that partly cancel; dq and dk go through
+ * dS = P (dP - delta), where dP = dout v^T in bf16 is compared with delta, so a row's
+ * cancellation can amplify dP's error a few times. 2e-2 is about 5 times the 2^-8 of one
+ * product of two rounded operands, and an order of magnitude below what a wrong mask,
+ * scale or head mapping gives. lse, a log of a sum of float32 exponentials of scores whose
+ * only error is that of q k^T in bf16, within TOL_ATT_BF16_LSE. */
+#define TOL_ATT_BF16     2e-2
+#define TOL_ATT_BF16_LSE 5e-3
+
+static void test_attention_bf16(int B, int T, int H, int KV, int hd, int pad) {
+    char what[160], w2[220];
+    int ld = (H + 2 * KV) * hd + pad;
+    size_t rows = (size_t)B * T, nst = (size_t)B * H * T, no = rows * H * hd;
+    const char *env = getenv("BATON_CUDA_ATTENTION");
+    int tc = hd % 16 == 0 && hd <= 128 && !(env != NULL && strcmp(env, "fp32") == 0);
+    double tol = tc ? TOL_ATT_BF16 : TOL_F32;
+    pair qkv = pair_rand(rows * ld, 1.5f), out = pair_rand(no, 1.0f), lse = pair_rand(nst, 1.0f);
+    pair dout = pair_rand(no, 1.0f), d = pair_rand(rows * ld, 1.0f);
+    size_t sc = cpu.attention_scratch_floats(&cpu, T), sg = gpu.attention_scratch_floats(&gpu, T);
+    float *scr_c = cpu.alloc(&cpu, sc * 4), *scr_g = gpu.alloc(&gpu, sg * 4);
+    float scale = 1.0f / sqrtf((float)hd);
+    const float *qc = qkv.c, *kc = qkv.c + H * hd, *vc = kc + KV * hd;
+    const float *qg = qkv.g, *kg = qkv.g + H * hd, *vg = kg + KV * hd;
+    snprintf(what, sizeof what, "attention bf16%s B %d T %d H %d KV %d hd %d ld %d",
+             tc ? " (tensor cores)" : " (float32 kernels)", B, T, H, KV, hd, ld);
+    printf("%s\n", what);
+    /* the gpu's buffers of a second bf16 run and of a float32 run */
+    float *out2 = gpu.alloc(&gpu, no * 4), *lse2 = gpu.alloc(&gpu, nst * 4);
+    float *d2 = gpu.alloc(&gpu, rows * ld * 4), *out3 = gpu.alloc(&gpu, no * 4);
+    float *lse3 = gpu.alloc(&gpu, nst * 4), *d3 = gpu.alloc(&gpu, rows * ld * 4);
+    gpu.copy2d(&gpu, d2, ld, d.g, ld, rows, ld);
+    gpu.copy2d(&gpu, d3, ld, d.g, ld, rows, ld);
+
+    cpu.attention_forward(&cpu, out.c, lse.c, NULL, qc, kc, vc, ld, B, T, H, KV, hd, scale,
+                          BACKEND_PREC_BF16, scr_c);
+    cpu.attention_backward(&cpu, d.c, d.c + H * hd, d.c + (H + KV) * hd, dout.c, out.c, NULL, lse.c,
+                           qc, kc, vc, ld, B, T, H, KV, hd, scale, BACKEND_PREC_BF16, scr_c);
+    float *o[3] = {out.g, out2, out3}, *l[3] = {lse.g, lse2, lse3}, *dd[3] = {d.g, d2, d3};
+    for (int run = 0; run < 3; run++) {
+        backend_prec prec = run < 2 ? BACKEND_PREC_BF16 : BACKEND_PREC_FP32;
+        gpu.attention_forward(&gpu, o[run], l[run], NULL, qg, kg, vg, ld, B, T, H, KV, hd, scale,
+                              prec, scr_g);
+        gpu.attention_backward(&gpu, dd[run], dd[run] + H * hd, dd[run] + (H + KV) * hd, dout.g,
+                               o[run], NULL, l[run], qg, kg, vg, ld, B, T, H, KV, hd, scale, prec,
+                               scr_g);
+    }
+    check_sync(what);
+
+    float *hc = malloc(rows * ld * 4), *hg = malloc(rows * ld * 4);
+    cpu.to_host(&cpu, hc, out.c, no * 4);
+    gpu.to_host(&gpu, hg, out.g, no * 4);
+    snprintf(w2, sizeof w2, "%s out", what);
+    compare_rows(w2, hc, hg, rows, H * hd, 0, H * hd, tol);
+    cpu.to_host(&cpu, hc, lse.c, nst * 4);
+    gpu.to_host(&gpu, hg, lse.g, nst * 4);
+    snprintf(w2, sizeof w2, "%s lse", what);
+    compare_rows(w2, hc, hg, nst, 1, 0, 1, tc ? TOL_ATT_BF16_LSE : TOL_F32);
+    cpu.to_host(&cpu, hc, d.c, rows * ld * 4);
+    gpu.to_host(&gpu, hg, d.g, rows * ld * 4);
+    const char *names[3] = {"dq", "dk", "dv"};
+    int offs[4] = {0, H * hd, (H + KV) * hd, (H + 2 * KV) * hd};
+    for (int x = 0; x < 3; x++) {
+        snprintf(w2, sizeof w2, "%s %s", what, names[x]);
+        compare_rows(w2, hc, hg, rows, ld, offs[x], offs[x + 1] - offs[x], tol);
+    }
+    snprintf(w2, sizeof w2, "%s padding columns", what);
+    compare_rows(w2, hc, hg, rows, ld, offs[3], pad, 0.0);
+    free(hc);
+    free(hg);
+
+    /* run to run: the same bits; and the precision decides the kernels */
+    int same = gpu_bitwise_equal(out.g, out2, no) && gpu_bitwise_equal(lse.g, lse2, nst) &&
+               gpu_bitwise_equal(d.g, d2, rows * ld);
+    if (!same) {
+        fprintf(stderr, "FAIL %s: a second run differs (bits)\n", what);
+        failures++;
+    }
+    int as_fp32 = gpu_bitwise_equal(out.g, out3, no) && gpu_bitwise_equal(lse.g, lse3, nst) &&
+                  gpu_bitwise_equal(d.g, d3, rows * ld);
+    if (as_fp32 == tc) {
+        fprintf(stderr, "FAIL %s: the results %s the float32 kernels' (bits)\n", what,
+                tc ? "equal" : "differ from");
+        failures++;
+    }
+    gpu.free(&gpu, out2), gpu.free(&gpu, lse2), gpu.free(&gpu, d2);
+    gpu.free(&gpu, out3), gpu.free(&gpu, lse3), gpu.free(&gpu, d3);
+    pair_free(&qkv), pair_free(&out), pair_free(&lse), pair_free(&dout), pair_free(&d);
     cpu.free(&cpu, scr_c), gpu.free(&gpu, scr_g);
 }
 
@@ -1057,6 +1193,14 @@ int main(int argc, char **argv) {
         test_attention(1, 70, 6, 3, 40);
         test_attention(1, 130, 2, 1, 128);
         test_attention(1, 21, 4, 1, 160); /* beyond the tiled kernels' heads */
+        /* bf16: T not a multiple of the 64-row tiles, GQA, heads 16, 48, 64, 128; then
+         * heads the tensor cores do not take (float32 kernels) */
+        test_attention_bf16(2, 37, 4, 2, 16, 3);
+        test_attention_bf16(1, 70, 4, 2, 64, 4);
+        test_attention_bf16(1, 45, 3, 3, 48, 3);
+        test_attention_bf16(1, 130, 2, 1, 128, 4);
+        test_attention_bf16(1, 40, 2, 1, 40, 3);
+        test_attention_bf16(1, 21, 2, 1, 160, 3);
     }
     if (wanted("attention_part")) {
         test_attention_part(2, 21, 33, 4, 2, 16);

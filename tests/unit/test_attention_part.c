@@ -45,9 +45,10 @@ static void reference(backend *be, full *f) {
     float *scratch = calloc(be->attention_scratch_floats(be, T), sizeof(float));
     float *q = f->qkv, *k = q + QD, *v = k + KVD;
     float sc = 1.0f / sqrtf((float)HD);
-    be->attention_forward(be, f->out, f->lse, NULL, q, k, v, LD, B, T, H, KV, HD, sc, scratch);
-    be->attention_backward(be, f->dqkv, f->dqkv + QD, f->dqkv + QD + KVD, f->dout, NULL, f->lse, q,
-                           k, v, LD, B, T, H, KV, HD, sc, scratch);
+    be->attention_forward(be, f->out, f->lse, NULL, q, k, v, LD, B, T, H, KV, HD, sc,
+                          BACKEND_PREC_FP32, scratch);
+    be->attention_backward(be, f->dqkv, f->dqkv + QD, f->dqkv + QD + KVD, f->dout, f->out, NULL,
+                           f->lse, q, k, v, LD, B, T, H, KV, HD, sc, BACKEND_PREC_FP32, scratch);
     free(scratch);
 }
 

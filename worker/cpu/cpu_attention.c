@@ -3,7 +3,10 @@
  * to the block's last row), so the work above the diagonal is at most one block wide.
  * Softmax rows keep their log-sum-exp; the probabilities are always formed as
  * exp(scale * s - lse) by one function, so recomputing them in backward gives the
- * very bits the forward pass produced. Backward writes (=) dq, dk and dv. */
+ * very bits the forward pass produced. Backward writes (=) dq, dk and dv. Everything is
+ * float32 whatever precision the caller names (backend.h lets a backend round the
+ * products' operands to bf16; this one never does), and backward does not read the
+ * forward's output. */
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
@@ -93,8 +96,9 @@ static void head_forward(const att_head *a, float *out, float *lse, float *att, 
 
 void cpu_attention_forward(backend *be, float *out, float *lse, float *att, const float *q,
                            const float *k, const float *v, int ld, int B, int T, int H, int KV,
-                           int hd, float scale, float *scratch) {
+                           int hd, float scale, backend_prec prec, float *scratch) {
     (void)be;
+    (void)prec; /* float32 always (backend.h) */
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
             att_head a = head_view(q, k, v, ld, b, h, T, H, KV, hd, scale);
@@ -160,10 +164,12 @@ static void zero_rows(float *x, int rows, int width, int ld) {
 }
 
 void cpu_attention_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
-                            const float *att, const float *lse, const float *q, const float *k,
-                            const float *v, int ld, int B, int T, int H, int KV, int hd,
-                            float scale, float *scratch) {
+                            const float *out, const float *att, const float *lse, const float *q,
+                            const float *k, const float *v, int ld, int B, int T, int H, int KV,
+                            int hd, float scale, backend_prec prec, float *scratch) {
     (void)be;
+    (void)out;  /* delta comes from the probabilities, as in the forward's float32 */
+    (void)prec; /* float32 always (backend.h) */
     /* dk and dv gather from every query head of their group and every row block. */
     zero_rows(dk, B * T, KV * hd, ld);
     zero_rows(dv, B * T, KV * hd, ld);

@@ -50,15 +50,16 @@ void cpu_matmul_backward(backend *be, float *dinp, float *dweight, const float *
                          const float *inp, const float *weight, int N, int C, int OC,
                          backend_gemm *p, float *scratch);
 
-/* cpu_attention.c */
+/* cpu_attention.c: float32 whatever prec says (backend.h allows it); backward does not read
+ * out (it forms delta from the probabilities). */
 size_t cpu_attention_scratch_floats(backend *be, int T);
 void cpu_attention_forward(backend *be, float *out, float *lse, float *att, const float *q,
                            const float *k, const float *v, int ld, int B, int T, int H, int KV,
-                           int hd, float scale, float *scratch);
+                           int hd, float scale, backend_prec prec, float *scratch);
 void cpu_attention_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
-                            const float *att, const float *lse, const float *q, const float *k,
-                            const float *v, int ld, int B, int T, int H, int KV, int hd,
-                            float scale, float *scratch);
+                            const float *out, const float *att, const float *lse, const float *q,
+                            const float *k, const float *v, int ld, int B, int T, int H, int KV,
+                            int hd, float scale, backend_prec prec, float *scratch);
 
 /* cpu_attention_part.c */
 size_t cpu_attention_part_scratch_floats(backend *be, int Tq, int Tk);

@@ -3,7 +3,9 @@
  * templated on how a key's visibility is decided). Semantics are those of backend.h and
  * cpu_attention.c / cpu_attention_part.c.
  *
- * These kernels are straightforward, not flash-tiled: a warp owns one query row (forward,
+ * These are the float32 kernels (BACKEND_PREC_FP32, stored probabilities, heads the
+ * tensor-core kernels of cuda_attention_tc.cu do not take, or BATON_CUDA_ATTENTION=fp32);
+ * they are straightforward, not flash-tiled: a warp owns one query row (forward,
  * dq) or one key row (dk, dv). It walks the keys (queries) 32 at a time, each lane
  * computing one full dot product over the head; the forward keeps an online softmax
  * (running max, sum and output) and returns each row's log-sum-exp. Head sizes up to
@@ -286,11 +288,15 @@ size_t cuda_attention_part_scratch_floats(backend *be, int Tq, int Tk) {
 
 void cuda_attention_forward(backend *be, float *out, float *lse, float *att, const float *q,
                             const float *k, const float *v, int ld, int B, int T, int H, int KV,
-                            int hd, float scale, float *scratch) {
+                            int hd, float scale, backend_prec prec, float *scratch) {
     (void)scratch;
     cuda_ctx *c = cuda_ctx_of(be);
     if (!att_shape_ok(c, H, KV, hd, "attention_forward") || B * T == 0) return;
     att_args a = {q, k, v, ld, ld, B, T, T, H, KV, hd, scale, NULL, NULL};
+    if (att_tc_takes(c, prec, att, hd)) {
+        att_tc_forward(c, a, out, lse);
+        return;
+    }
     if (hd <= ATT_TILE_MAXHD) {
         att_tiled_forward(c, a, 1, out, lse, att);
         return;
@@ -301,13 +307,22 @@ void cuda_attention_forward(backend *be, float *out, float *lse, float *att, con
 }
 
 void cuda_attention_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
-                             const float *att, const float *lse, const float *q, const float *k,
-                             const float *v, int ld, int B, int T, int H, int KV, int hd,
-                             float scale, float *scratch) {
+                             const float *out, const float *att, const float *lse, const float *q,
+                             const float *k, const float *v, int ld, int B, int T, int H, int KV,
+                             int hd, float scale, backend_prec prec, float *scratch) {
     (void)scratch;
     cuda_ctx *c = cuda_ctx_of(be);
     if (!att_shape_ok(c, H, KV, hd, "attention_backward") || B * T == 0) return;
     att_args a = {q, k, v, ld, ld, B, T, T, H, KV, hd, scale, NULL, NULL};
+    if (att_tc_takes(c, prec, att, hd)) {
+        if (out == NULL) {
+            cuda_record(c, -1 /* BT_EINVAL */, "attention_backward",
+                        "the tensor-core kernels need the forward's output (out is NULL)");
+            return;
+        }
+        att_tc_backward(c, a, dq, dk, dv, dout, out, lse);
+        return;
+    }
     /* delta of row (b, h, i) parked at dq[(b T + i) ld + h hd] */
     att_delta dlt = {dq, (size_t)T * ld, (size_t)hd, (size_t)ld};
     if (hd <= ATT_TILE_MAXHD) {

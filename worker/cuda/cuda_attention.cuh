@@ -13,6 +13,7 @@
 #define ATT_TILE_MAXHD 128 /* the largest head of the tiled kernels */
 #define ATT_TILE_ROWS  8   /* rows (warps) per block of the tiled kernels */
 #define ATT_CHUNK      32  /* keys (queries) per shared-memory chunk */
+#define ATT_TC_MAXHD   128 /* the largest head of the tensor-core kernels (multiples of 16) */
 
 typedef struct att_args {
     const float *q, *k, *v; /* q rows of stride ldq, k and v rows of stride ldkv */
@@ -54,5 +55,14 @@ void att_tiled_rows(cuda_ctx *c, att_args a, int causal, int mode, float *dq, co
                     const float *att, const float *lse, att_delta dlt);
 void att_tiled_dkdv(cuda_ctx *c, att_args a, int causal, int accumulate, float *dk, float *dv,
                     const float *dout, const float *att, const float *lse, att_delta dlt);
+
+/* cuda_attention_tc.cu: the bf16 tensor-core kernels of whole causal sequences. att_tc_takes
+ * says whether they serve a call (prec not float32, att NULL, hd a multiple of 16 up to
+ * ATT_TC_MAXHD, not BATON_CUDA_ATTENTION=fp32); forward and backward ask it alike. Backward
+ * reads the forward's output (delta) and writes dq, dk, dv (=). */
+int att_tc_takes(const cuda_ctx *c, backend_prec prec, const float *att, int hd);
+void att_tc_forward(cuda_ctx *c, att_args a, float *out, float *lse);
+void att_tc_backward(cuda_ctx *c, att_args a, float *dq, float *dk, float *dv, const float *dout,
+                     const float *out, const float *lse);
 
 #endif

@@ -70,7 +70,9 @@ typedef struct cuda_ctx {
     cuda_adamw_chunk *adamw_dev;  /* device (2 * CUDA_ADAMW_TABLE) */
     cudaEvent_t adamw_copied[2];  /* recorded behind each half's last host-to-device copy */
     int adamw_half;               /* the half the next batch fills (calls alternate too) */
-    int err; /* first failure recorded since the last sync, a BT_ code; 0 none */
+    int att_fp32; /* BATON_CUDA_ATTENTION=fp32 at init: attention keeps to the float32
+                   * kernels whatever the precision (cuda_attention_tc.cu) */
+    int err;      /* first failure recorded since the last sync, a BT_ code; 0 none */
     char errmsg[512];
 } cuda_ctx;
 
@@ -192,11 +194,11 @@ void cuda_stream_wait(backend *be, void *waiter, void *waitee);
 size_t cuda_attention_scratch_floats(backend *be, int T);
 void cuda_attention_forward(backend *be, float *out, float *lse, float *att, const float *q,
                             const float *k, const float *v, int ld, int B, int T, int H, int KV,
-                            int hd, float scale, float *scratch);
+                            int hd, float scale, backend_prec prec, float *scratch);
 void cuda_attention_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
-                             const float *att, const float *lse, const float *q, const float *k,
-                             const float *v, int ld, int B, int T, int H, int KV, int hd,
-                             float scale, float *scratch);
+                             const float *out, const float *att, const float *lse, const float *q,
+                             const float *k, const float *v, int ld, int B, int T, int H, int KV,
+                             int hd, float scale, backend_prec prec, float *scratch);
 
 /* cuda_attention_part.cu */
 size_t cuda_attention_part_scratch_floats(backend *be, int Tq, int Tk);

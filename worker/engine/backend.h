@@ -184,15 +184,28 @@ struct backend {
      * softmax row's log-sum-exp of the scaled scores. att (B, H, T, T), when not NULL,
      * receives the probabilities (zero above the diagonal) and backward reads them;
      * when NULL backward recomputes them bitwise-identically from q, k and lse.
+     *
+     * prec: the precision of the products. BACKEND_PREC_FP32 computes in float32
+     * throughout. Any other precision lets a backend compute q k^T, P v and backward's
+     * products (dout v^T, dS k, dS^T q, P^T dout) from bf16-rounded operands (round to
+     * nearest even) with float32 accumulation, the softmax, lse and delta staying float32:
+     * results are then within bf16 tolerance of float32 and still bitwise deterministic
+     * run to run. Forward and backward must be called with the same prec (backward
+     * recomputes the forward's probabilities). The CPU backend always computes float32
+     * and ignores prec; the CUDA backend takes its tensor-core kernels for att NULL and
+     * head sizes that are multiples of 16 up to 128 (cuda_attention_tc.cu).
      * scratch: attention_scratch_floats(T) floats. */
     void (*attention_forward)(backend *be, float *out, float *lse, float *att, const float *q,
                               const float *k, const float *v, int ld, int B, int T, int H, int KV,
-                              int hd, float scale, float *scratch);
-    /* dq, dk, dv: written with row stride ld (the layout of q, k, v). */
+                              int hd, float scale, backend_prec prec, float *scratch);
+    /* dq, dk, dv: written with row stride ld (the layout of q, k, v). out: the forward's
+     * output for these inputs (N, H*hd), from attention_forward with the same prec; a
+     * backend may read it for delta = rowsum(dout * out) instead of recomputing delta from
+     * q, k and v (the CUDA tensor-core kernels do; the float32 kernels ignore it). */
     void (*attention_backward)(backend *be, float *dq, float *dk, float *dv, const float *dout,
-                               const float *att, const float *lse, const float *q, const float *k,
-                               const float *v, int ld, int B, int T, int H, int KV, int hd,
-                               float scale, float *scratch);
+                               const float *out, const float *att, const float *lse, const float *q,
+                               const float *k, const float *v, int ld, int B, int T, int H, int KV,
+                               int hd, float scale, backend_prec prec, float *scratch);
 
     /* Blockwise attention for context parallelism (ring attention): the queries of one
      * block of rows against the keys of another, with explicit positions. Query row i

@@ -148,9 +148,12 @@ static void carve_acts(carve *c, const model_config *cfg, int B, int T, model_re
     int tp = tp_of(cfg);
     model_layer_acts scratch;
     a->resid = take(c, (size_t)(stage_n_layers(cfg) + 1) * N * C);
+    /* Attention's probabilities are kept only under recompute none in float32: in bf16 or
+     * fp8 the backend may run the flash kernels (the CUDA backend's tensor-core ones),
+     * which keep none; the CPU backend's backward then recomputes them, bit for bit. */
+    int with_att = mode == MODEL_RECOMPUTE_NONE && cfg->cp <= 1 && cfg->prec == BACKEND_PREC_FP32;
     for (int s = 0; s < layer_act_sets(cfg, mode); s++)
-        carve_layer_acts(c, cfg, B, T, mode == MODEL_RECOMPUTE_NONE && cfg->cp <= 1,
-                         a->layer ? &a->layer[s] : &scratch);
+        carve_layer_acts(c, cfg, B, T, with_att, a->layer ? &a->layer[s] : &scratch);
     if (!is_last_stage(cfg)) return;
     a->lnf = take(c, N * C);
     a->lnf_rstd = take(c, N);

@@ -241,7 +241,7 @@ static void ulysses_forward(model *m, model_layer_acts *a) {
         u_rows(m, s, c->recv + (size_t)s * N * ldu, ldu, a->uqkv, ldu, 1);
     float *uq = a->uqkv, *uk = uq + hq, *uv = uk + (size_t)KVu * d.hd;
     be->attention_forward(be, a->uout, a->ulse, NULL, uq, uk, uv, (int)ldu, d.B, d.T * cp, Hu, KVu,
-                          d.hd, d.scale, c->uscratch);
+                          d.hd, d.scale, m->cfg.prec, c->uscratch);
     for (int s = 0; s < cp; s++)
         u_rows(m, s, c->send + (size_t)s * N * hq, hq, a->uout, hq, 0);
     cp_alltoall(m, c->send, c->recv, N * hq);
@@ -262,8 +262,8 @@ static void ulysses_backward(model *m, const model_layer_acts *a, const float *d
         u_rows(m, s, c->recv + (size_t)s * N * hq, hq, c->duo, hq, 1);
     const float *uq = a->uqkv, *uk = uq + hq, *uv = uk + (size_t)KVu * d.hd;
     float *dq = c->du, *dk = dq + hq, *dv = dk + (size_t)KVu * d.hd;
-    be->attention_backward(be, dq, dk, dv, c->duo, NULL, a->ulse, uq, uk, uv, (int)ldu, d.B,
-                           d.T * cp, Hu, KVu, d.hd, d.scale, c->uscratch);
+    be->attention_backward(be, dq, dk, dv, c->duo, a->uout, NULL, a->ulse, uq, uk, uv, (int)ldu,
+                           d.B, d.T * cp, Hu, KVu, d.hd, d.scale, m->cfg.prec, c->uscratch);
     for (int s = 0; s < cp; s++)
         u_rows(m, s, c->send + (size_t)s * N * ldu, ldu, c->du, ldu, 0);
     cp_alltoall(m, c->send, c->recv, N * ldu);

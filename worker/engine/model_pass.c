@@ -43,6 +43,13 @@ static backend_gemm *gemm_of(model *m, int l, int which) {
     return &m->gemm[l * MODEL_GEMMS_PER_LAYER + which];
 }
 
+/* The precision of layer l's attention products: that of its GEMMs (fp32 keeps attention
+ * float32; bf16, fp16 and fp8 layers let the backend use bf16 operands, backend.h). The
+ * forward, its recomputation and the backward all ask here, so they agree. */
+static backend_prec att_prec(model *m, int l) {
+    return gemm_of(m, l, MODEL_GEMM_QKV)->prec;
+}
+
 /* Layer l from its input x. out (the layer's output) may be NULL when recomputing for
  * backward, which needs everything but the output. */
 static void layer_forward(model *m, int l, const float *x, float *out) {
@@ -66,7 +73,7 @@ static void layer_forward(model *m, int l, const float *x, float *out) {
         model_cp_attention_forward(m, a);
     else
         be->attention_forward(be, a->atty, a->lse, a->att, q, k, v, ld, B, T, H, KV, hd,
-                              1.0f / sqrtf((float)hd), scratch);
+                              1.0f / sqrtf((float)hd), att_prec(m, l), scratch);
     be->matmul_forward(be, a->xmid, a->atty, w->wo, N, qd, C, gemm_of(m, l, MODEL_GEMM_O), scratch);
     model_tp_reduce_forward(m, a->xmid, (size_t)N * C);
     be->add(be, a->xmid, a->xmid, x, (size_t)N * C);
@@ -133,8 +140,8 @@ static void layer_backward(model *m, int l, const float *x) {
     if (m->cpw)
         model_cp_attention_backward(m, a, g->dnarrow, g->dwide);
     else
-        be->attention_backward(be, dq, dk, dv, g->dnarrow, a->att, a->lse, q, k, v, ld, B, T, H, KV,
-                               hd, 1.0f / sqrtf((float)hd), g->scratch);
+        be->attention_backward(be, dq, dk, dv, g->dnarrow, a->atty, a->att, a->lse, q, k, v, ld, B,
+                               T, H, KV, hd, 1.0f / sqrtf((float)hd), att_prec(m, l), g->scratch);
     be->rope_backward(be, dq, dq, m->rope_cos, m->rope_sin, B, T, H, hd, ld);
     be->rope_backward(be, dk, dk, m->rope_cos, m->rope_sin, B, T, KV, hd, ld);
     be->matmul_backward(be, g->dln, dw->wqkv, g->dwide, a->ln1, w->wqkv, N, C, ld,

@@ -8,7 +8,9 @@
  * Model: one persistent host thread per CUDA thread of a block, blocks one after another;
  * __syncthreads and __syncwarp are barriers (an exited thread leaves them, as on sm_70+);
  * warp shuffles go through a per-warp exchange buffer between two warp barriers;
- * __shared__ variables are statics (one block runs at a time); atomics take a mutex. The
+ * __shared__ variables are statics (one block runs at a time); a launch's dynamic shared
+ * memory (extern __shared__, which convert.py turns into emu::dyn_shared()) is a buffer of
+ * the launch's size per block, filled with garbage; atomics take a mutex. The
  * 16-bit and fp8 conversions call baton's exact CPU emulations (precision.h). Built with
  * AddressSanitizer and EMU_EXACT_ALLOC (-DBATON_CUDA_EMU_ASAN=ON), every device allocation
  * is exactly its size, so a kernel's out-of-bounds access stops the run. */
@@ -30,7 +32,15 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(n)
-#define __shared__ static
+#define __shared__   static
+#define __align__(n) alignas(n)
+
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+inline float4 make_float4(float x, float y, float z, float w) {
+    return float4{x, y, z, w};
+}
 
 struct dim3 {
     unsigned x, y, z;
@@ -68,6 +78,7 @@ struct Block {
     Bar bar;
     Bar warpbar[32];
     uint64_t xbuf[32][32];
+    unsigned char *dyn = nullptr; /* dynamic shared memory (cfg.shm bytes) */
 };
 extern thread_local Block *cur;
 extern thread_local int tid;
@@ -75,8 +86,14 @@ extern std::mutex atomic_mu;
 
 struct cfg {
     dim3 g, b;
-    cfg(dim3 g_, dim3 b_, size_t = 0, void * = nullptr) : g(g_), b(b_) {}
+    size_t shm;
+    cfg(dim3 g_, dim3 b_, size_t shm_ = 0, void * = nullptr) : g(g_), b(b_), shm(shm_) {}
 };
+
+/* The running block's dynamic shared memory (128-byte aligned). */
+inline void *dyn_shared() {
+    return cur->dyn;
+}
 
 /* Persistent worker threads (as many as the largest block so far); run(n, f) runs f(0..n-1)
  * on workers 0..n-1 and waits for all of them. */
@@ -130,6 +147,11 @@ template <class... P, class... A> void launch(cfg c, void (*f)(P...), A... a0) {
             for (unsigned bx = 0; bx < c.g.x; bx++) {
                 Block *blk = new Block();
                 blk->bar.expected = (int)nt;
+                if (c.shm) {
+                    size_t n = (c.shm + 127) / 128 * 128;
+                    blk->dyn = (unsigned char *)aligned_alloc(128, n);
+                    memset(blk->dyn, 0xA5, n); /* garbage, as a GPU would give */
+                }
                 for (unsigned w = 0; w < 32; w++) {
                     int lanes = (int)nt - (int)w * 32;
                     blk->warpbar[w].expected = lanes > 32 ? 32 : (lanes > 0 ? lanes : 0);
@@ -145,6 +167,7 @@ template <class... P, class... A> void launch(cfg c, void (*f)(P...), A... a0) {
                     blk->bar.leave();
                     blk->warpbar[t / 32].leave();
                 });
+                free(blk->dyn);
                 delete blk;
             }
 }
@@ -202,4 +225,10 @@ inline unsigned atomicMax(unsigned *p, unsigned v) {
     unsigned old = *p;
     if (v > old) *p = v;
     return old;
+}
+
+/* Kernel attributes: the emulation has no shared-memory limit to raise. */
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+template <class F> inline int cudaFuncSetAttribute(F *, cudaFuncAttribute, int) {
+    return 0;
 }
