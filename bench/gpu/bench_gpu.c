@@ -153,15 +153,23 @@ static int bench_model(backend *be, const bench_opts *o) {
         double flops_tok = 6.0 * matrix_params + 6.0 * L * (double)T * C;
         double tps = N / dt;
         double mfu = flops_tok * tps / (o->peak_tflops * 1e12);
+        char fp8[96] = "";
+        if (o->prec == BACKEND_PREC_FP8) { /* which way the fp8 products ran (cuda_matmul.cu) */
+            long native, carried;
+            cuda_fp8_gemm_counts(be, &native, &carried);
+            snprintf(fp8, sizeof fp8,
+                     "\"fp8_scales\":\"fixed 1.0\",\"fp8_gemms_native\":%ld,"
+                     "\"fp8_gemms_carried\":%ld,",
+                     native, carried);
+        }
         printf("{\"bench\":\"model\",\"prec\":\"%s\",%s\"layers\":%d,\"batch\":%d,"
                "\"seq\":%d,\"step\":\"forward+backward+clip+adamw\",\"step_s\":%.4f,"
                "\"tokens_per_s\":%.1f,\"tflops\":%.2f,\"mfu\":%.4f,\"peak_tflops\":%.0f,"
                "\"loss\":%.4f,\"grad_norm\":%.4g,\"skipped_updates\":%d,"
                "\"memory_bytes\":%zu,\"weights_grads_moments_bytes\":%zu}\n",
-               prec_name(o->prec),
-               o->prec == BACKEND_PREC_FP8 ? "\"fp8_scales\":\"fixed 1.0\"," : "", L, B, T, dt, tps,
-               flops_tok * tps * 1e-12, mfu, o->peak_tflops, loss, norm, skipped,
-               m.act_bytes + m.work_bytes, 4 * np * sizeof(float));
+               prec_name(o->prec), fp8, L, B, T, dt, tps, flops_tok * tps * 1e-12, mfu,
+               o->peak_tflops, loss, norm, skipped, m.act_bytes + m.work_bytes,
+               4 * np * sizeof(float));
         fflush(stdout);
     }
     free(tokens);
