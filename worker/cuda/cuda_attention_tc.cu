@@ -139,6 +139,36 @@ __device__ __forceinline__ void tc_write_tile(float *dst, size_t ld, int r0, int
     __syncwarp(); /* buf is free again */
 }
 
+/* The backward's two score products for a warp's 16 rows against N rows of the other
+ * side: ss (16, N) = x y^T and dps (16, N) = u w^T, float32, row stride lds. x and u are
+ * the warp's rows, y and w the other side's (bf16, stride ldh; nt of the HD / 16 column
+ * tiles used). */
+template <int HD, int N>
+__device__ __forceinline__ void tc_two_products(float *ss, float *dps, int lds, const bf16 *x,
+                                                const bf16 *u, const bf16 *y, const bf16 *w,
+                                                int ldh, int nt) {
+#pragma unroll
+    for (int c = 0; c < N / 16; c++) {
+        frag_c sf, dpf;
+        wmma::fill_fragment(sf, 0.0f);
+        wmma::fill_fragment(dpf, 0.0f);
+#pragma unroll
+        for (int t = 0; t < HD / 16; t++)
+            if (t < nt) {
+                frag_a xf, uf;
+                frag_bt yf, wf;
+                wmma::load_matrix_sync(xf, x + t * 16, ldh);
+                wmma::load_matrix_sync(uf, u + t * 16, ldh);
+                wmma::load_matrix_sync(yf, y + (size_t)c * 16 * ldh + t * 16, ldh);
+                wmma::load_matrix_sync(wf, w + (size_t)c * 16 * ldh + t * 16, ldh);
+                wmma::mma_sync(sf, xf, yf, sf);
+                wmma::mma_sync(dpf, uf, wf, dpf);
+            }
+        wmma::store_matrix_sync(ss + c * 16, sf, lds, wmma::mem_row_major);
+        wmma::store_matrix_sync(dps + c * 16, dpf, lds, wmma::mem_row_major);
+    }
+}
+
 /* Blocks: TC_ROWS-row tiles of T, heaviest (last, under the causal mask) first, times the
  * (sequence, head) pairs. */
 template <int HD, int BK>
@@ -322,26 +352,8 @@ __global__ void __launch_bounds__(TC_THREADS)
             }
             __syncthreads();
             if (!live || i0 + BQ - 1 < wj0) continue; /* the same for the whole warp */
-#pragma unroll
-            for (int c = 0; c < BQ / 16; c++) { /* S^T = K Q^T, dP^T = V dout^T (16, BQ) */
-                frag_c sf, dpf;
-                wmma::fill_fragment(sf, 0.0f);
-                wmma::fill_fragment(dpf, 0.0f);
-#pragma unroll
-                for (int t = 0; t < HD / 16; t++)
-                    if (t < nt) {
-                        frag_a kf, vf;
-                        frag_bt qf, df;
-                        wmma::load_matrix_sync(kf, kw + t * 16, L::LDH);
-                        wmma::load_matrix_sync(vf, vw + t * 16, L::LDH);
-                        wmma::load_matrix_sync(qf, qs + (size_t)c * 16 * L::LDH + t * 16, L::LDH);
-                        wmma::load_matrix_sync(df, dos + (size_t)c * 16 * L::LDH + t * 16, L::LDH);
-                        wmma::mma_sync(sf, kf, qf, sf);
-                        wmma::mma_sync(dpf, vf, df, dpf);
-                    }
-                wmma::store_matrix_sync(ss + c * 16, sf, L::LDS, wmma::mem_row_major);
-                wmma::store_matrix_sync(dps + c * 16, dpf, L::LDS, wmma::mem_row_major);
-            }
+            /* S^T = K Q^T, dP^T = V dout^T (16, BQ) */
+            tc_two_products<HD, BQ>(ss, dps, L::LDS, kw, vw, qs, dos, L::LDH, nt);
             __syncwarp();
             for (int e = lane; e < 16 * BQ; e += 32) {
                 int rr = e / BQ, cc = e % BQ, j = wj0 + rr, i = i0 + cc;
@@ -431,26 +443,8 @@ __global__ void __launch_bounds__(TC_THREADS)
         tc_stage<HD>(vs, L::LDH, vb, a.ldkv, j0, nk, BK, hd);
         __syncthreads();
         if (!live || j0 > wi0 + 15) continue; /* the same for the whole warp */
-#pragma unroll
-        for (int c = 0; c < BK / 16; c++) { /* S = Q K^T, dP = dout V^T (16, BK) */
-            frag_c sf, dpf;
-            wmma::fill_fragment(sf, 0.0f);
-            wmma::fill_fragment(dpf, 0.0f);
-#pragma unroll
-            for (int t = 0; t < HD / 16; t++)
-                if (t < nt) {
-                    frag_a qf, df;
-                    frag_bt kf, vf;
-                    wmma::load_matrix_sync(qf, qw + t * 16, L::LDH);
-                    wmma::load_matrix_sync(df, dw + t * 16, L::LDH);
-                    wmma::load_matrix_sync(kf, ks + (size_t)c * 16 * L::LDH + t * 16, L::LDH);
-                    wmma::load_matrix_sync(vf, vs + (size_t)c * 16 * L::LDH + t * 16, L::LDH);
-                    wmma::mma_sync(sf, qf, kf, sf);
-                    wmma::mma_sync(dpf, df, vf, dpf);
-                }
-            wmma::store_matrix_sync(ss + c * 16, sf, L::LDS, wmma::mem_row_major);
-            wmma::store_matrix_sync(dps + c * 16, dpf, L::LDS, wmma::mem_row_major);
-        }
+        /* S = Q K^T, dP = dout V^T (16, BK) */
+        tc_two_products<HD, BK>(ss, dps, L::LDS, qw, dw, ks, vs, L::LDH, nt);
         __syncwarp();
         for (int e = lane; e < 16 * BK; e += 32) {
             int rr = e / BK, cc = e % BK, i = wi0 + rr, j = j0 + cc;
