@@ -196,11 +196,17 @@ static int dp_update_replicated(train_dp *d, float *params, float *grads, const 
 static int dp_update_sharded(train_dp *d, float *params, const float *grads, optim_adamw *o,
                              const optim_hparams *hp, double lr, double *norm, bt_diag *diag) {
     size_t total = d->chunk * (size_t)d->size;
-    d->be->copy(d->be, d->flat, grads, d->n_params);
-    d->be->zero(d->be, d->flat + d->n_params, total - d->n_params);
     float *shard = d->flat + d->shard_begin;
-    if (comm_reduce_scatter(d->group, d->flat, shard, d->chunk, COMM_F32, COMM_SUM, NULL) != 0)
-        return dp_fail(d, "gradient reduce-scatter", diag);
+    if (d->grads_reduced) { /* all-reduced during the backward (train_dp_overlap.h) */
+        d->grads_reduced = 0;
+        d->be->copy(d->be, shard, grads + d->shard_begin, d->shard_n);
+        d->be->zero(d->be, shard + d->shard_n, d->chunk - d->shard_n);
+    } else {
+        d->be->copy(d->be, d->flat, grads, d->n_params);
+        d->be->zero(d->be, d->flat + d->n_params, total - d->n_params);
+        if (comm_reduce_scatter(d->group, d->flat, shard, d->chunk, COMM_F32, COMM_SUM, NULL) != 0)
+            return dp_fail(d, "gradient reduce-scatter", diag);
+    }
     optim_grad_scale_on(d->be, shard, d->chunk, 1.0f / (float)d->replicas);
     double sumsq = d->n_norm_groups
                        ? optim_segments_sumsq_on(d->be, shard, d->norm_segs, d->n_norm_segs)

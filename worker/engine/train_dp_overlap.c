@@ -4,12 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* BATON_DP_OVERLAP: "0" off, "1" on even without a side queue, else automatic. */
-static int overlap_wanted(int have_queue) {
+/* BATON_DP_OVERLAP: "0" off, "1" on even without a side queue (and under ZeRO-1), else
+ * automatic: zero 0 where a side queue exists. */
+static int overlap_wanted(int have_queue, int zero) {
     const char *v = getenv("BATON_DP_OVERLAP");
     if (v != NULL && strcmp(v, "0") == 0) return 0;
     if (v != NULL && strcmp(v, "1") == 0) return 1;
-    return have_queue;
+    return have_queue && zero == 0;
 }
 
 /* The units, in order, cover [0, param_floats) without gaps. */
@@ -27,11 +28,10 @@ static int units_cover(const model *m, int n) {
 int train_dp_overlap_init(train_dp_overlap *o, train_dp *dp, model *m, int zero, bt_diag *diag) {
     memset(o, 0, sizeof *o);
     o->dp = dp, o->m = m;
-    if (zero != 0 || dp->size < 2 || dp->n_expert > 0 || dp->flat != NULL || m->grads_mem == NULL)
-        return 0;
+    if (zero > 1 || dp->size < 2 || dp->n_expert > 0 || m->grads_mem == NULL) return 0;
     backend *be = dp->be;
     int queues = be->stream_new != NULL && comm_has_streams(dp->group);
-    if (!overlap_wanted(queues)) return 0;
+    if (!overlap_wanted(queues, zero)) return 0;
     o->n_units = model_n_units(m);
     if (!units_cover(m, o->n_units)) return 0;
     o->done = calloc((size_t)o->n_units, 1);
@@ -63,7 +63,10 @@ void train_dp_overlap_free(train_dp_overlap *o) {
 
 const char *train_dp_overlap_describe(const train_dp_overlap *o) {
     if (o->dp == NULL || o->dp->size < 2) return "";
-    if (!o->on) return "data-parallel gradients: one all-reduce after the backward";
+    if (!o->on)
+        return o->dp->flat != NULL
+                   ? "data-parallel gradients: one reduce-scatter after the backward"
+                   : "data-parallel gradients: one all-reduce after the backward";
     return o->stream != NULL ? "data-parallel gradients: all-reduced per layer on a side queue, "
                                "overlapped with the backward"
                              : "data-parallel gradients: all-reduced per layer during the "

@@ -17,10 +17,13 @@
  * replicas). Reducing per unit instead of the whole buffer changes only the order of
  * float additions across ranks (none for 2 ranks).
  *
- * Used when zero is 0, the group has more than one rank, there are no expert-parallel
- * segments, the units cover the gradient buffer, and BATON_DP_OVERLAP is not "0" (the
- * default: wherever a side queue exists); BATON_DP_OVERLAP=1 uses it without one too
- * (the CPU engine: the tests' way to check the per-unit path). */
+ * Used when the group has more than one rank, there are no expert-parallel segments, the
+ * units cover the gradient buffer, and BATON_DP_OVERLAP is not "0": by default under zero
+ * 0 wherever a side queue exists; BATON_DP_OVERLAP=1 uses it without one too (the CPU
+ * engine: the tests' way to check the per-unit path) and under ZeRO-1, where the update
+ * then takes its shard from the all-reduced gradients instead of a reduce-scatter after
+ * the backward: twice the gradient bytes, but behind the backward (opt-in: which is
+ * faster depends on the links). Not under ZeRO-2/3. */
 #ifndef BATON_TRAIN_DP_OVERLAP_H
 #define BATON_TRAIN_DP_OVERLAP_H
 
