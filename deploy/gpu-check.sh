@@ -124,4 +124,8 @@ done
 # before the fp8 tensor cores); its JSON line says "fp8_gemms_carried" > 0.
 step "bench-fp8carried-4096" 120 "$out/checks.log" env BATON_CUDA_FP8=carried \
   "$bench" model --seq 4096 --prec fp8
+# The peer of bench-bf16-4096 with attention on the float32 kernels (the tensor-core
+# kernels' share of the step).
+step "bench-bf16attn32-4096" 120 "$out/checks.log" env BATON_CUDA_ATTENTION=fp32 \
+  "$bench" model --seq 4096 --prec bf16
 exit $status

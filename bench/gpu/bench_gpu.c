@@ -162,14 +162,19 @@ static int bench_model(backend *be, const bench_opts *o) {
                      "\"fp8_gemms_carried\":%ld,",
                      native, carried);
         }
-        printf("{\"bench\":\"model\",\"prec\":\"%s\",%s\"layers\":%d,\"batch\":%d,"
+        /* the attention kernels the backend takes (cuda_attention_tc.cu's rule) */
+        const char *att_env = getenv("BATON_CUDA_ATTENTION");
+        int att_tc = o->prec != BACKEND_PREC_FP32 && cfg.head_dim % 16 == 0 &&
+                     cfg.head_dim <= 128 && !(att_env != NULL && strcmp(att_env, "fp32") == 0);
+        printf("{\"bench\":\"model\",\"prec\":\"%s\",\"attention\":\"%s\",%s\"layers\":%d,"
+               "\"batch\":%d,"
                "\"seq\":%d,\"step\":\"forward+backward+clip+adamw\",\"step_s\":%.4f,"
                "\"tokens_per_s\":%.1f,\"tflops\":%.2f,\"mfu\":%.4f,\"peak_tflops\":%.0f,"
                "\"loss\":%.4f,\"grad_norm\":%.4g,\"skipped_updates\":%d,"
                "\"memory_bytes\":%zu,\"weights_grads_moments_bytes\":%zu}\n",
-               prec_name(o->prec), fp8, L, B, T, dt, tps, flops_tok * tps * 1e-12, mfu,
-               o->peak_tflops, loss, norm, skipped, m.act_bytes + m.work_bytes,
-               4 * np * sizeof(float));
+               prec_name(o->prec), att_tc ? "bf16 tensor cores" : "float32", fp8, L, B, T, dt, tps,
+               flops_tok * tps * 1e-12, mfu, o->peak_tflops, loss, norm, skipped,
+               m.act_bytes + m.work_bytes, 4 * np * sizeof(float));
         fflush(stdout);
     }
     free(tokens);
