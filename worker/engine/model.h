@@ -221,12 +221,12 @@ typedef struct model_grad_acts {
 typedef struct model {
     model_config cfg;
     model_shard shard;
-    comm *tp_group;              /* the tensor-parallel group (size cfg.tp); NULL when tp is 1 */
-    comm *cp_group;              /* the context-parallel group (size cfg.cp); NULL when cp is 1 */
-    struct model_cp *cpw;        /* context parallelism's buffers (model_cp.h); NULL when cp is 1 */
-    struct model_moe *moew;      /* MoE layers' caches and load counts (model_moe.h); NULL: dense */
-    comm *ep_group;              /* the expert-parallel group; NULL when ep is 1 */
-    struct model_zero *zw;       /* ZeRO-3's gather buffers (model_zero.h); NULL otherwise */
+    comm *tp_group;         /* the tensor-parallel group (size cfg.tp); NULL when tp is 1 */
+    comm *cp_group;         /* the context-parallel group (size cfg.cp); NULL when cp is 1 */
+    struct model_cp *cpw;   /* context parallelism's buffers (model_cp.h); NULL when cp is 1 */
+    struct model_moe *moew; /* MoE layers' caches and load counts (model_moe.h); NULL: dense */
+    comm *ep_group;         /* the expert-parallel group; NULL when ep is 1 */
+    struct model_zero *zw;  /* ZeRO-3's gather buffers (model_zero.h); NULL otherwise */
     /* When not NULL, the backward calls unit_grads_done(unit_grads_ctx, u) as soon as unit
      * u's gradients of the pass are complete (model_n_units' order reversed: the head,
      * the layers from the last, the embedding): the trainer's all-reduce overlapped with
