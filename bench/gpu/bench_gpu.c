@@ -162,10 +162,7 @@ static int bench_model(backend *be, const bench_opts *o) {
                      "\"fp8_gemms_carried\":%ld,",
                      native, carried);
         }
-        /* the attention kernels the backend takes (cuda_attention_tc.cu's rule) */
-        const char *att_env = getenv("BATON_CUDA_ATTENTION");
-        int att_tc = o->prec != BACKEND_PREC_FP32 && cfg.head_dim % 16 == 0 &&
-                     cfg.head_dim <= 128 && !(att_env != NULL && strcmp(att_env, "fp32") == 0);
+        int att_tc = cuda_attention_tensor_cores(be, o->prec, cfg.head_dim);
         printf("{\"bench\":\"model\",\"prec\":\"%s\",\"attention\":\"%s\",%s\"layers\":%d,"
                "\"batch\":%d,"
                "\"seq\":%d,\"step\":\"forward+backward+clip+adamw\",\"step_s\":%.4f,"

@@ -35,6 +35,7 @@
 #include <mma.h>
 
 #include "cuda_attention.cuh"
+#include "cuda_backend.h"
 
 using namespace nvcuda;
 
@@ -478,6 +479,10 @@ __global__ void __launch_bounds__(TC_THREADS)
 int att_tc_takes(const cuda_ctx *c, backend_prec prec, const float *att, int hd) {
     return prec != BACKEND_PREC_FP32 && att == NULL && hd % 16 == 0 && hd > 0 &&
            hd <= ATT_TC_MAXHD && !c->att_fp32;
+}
+
+int cuda_attention_tensor_cores(backend *be, backend_prec prec, int hd) {
+    return att_tc_takes(cuda_ctx_of(be), prec, NULL, hd);
 }
 
 /* Raises kernel k's dynamic shared memory limit to bytes (above the default 48 KB). */

@@ -63,6 +63,10 @@ int cuda_device_count(bt_diag *diag);
  * kernels do not take, or BATON_CUDA_FP8=carried; see cuda_matmul.cu). */
 void cuda_fp8_gemm_counts(backend *be, long *native, long *carried);
 
+/* 1 when attention of head size hd in precision prec (no stored probabilities) runs on
+ * the tensor-core kernels (cuda_attention_tc.cu), 0 when on the float32 ones. */
+int cuda_attention_tensor_cores(backend *be, backend_prec prec, int hd);
+
 #ifdef __cplusplus
 }
 #endif
