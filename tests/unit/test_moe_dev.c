@@ -140,6 +140,18 @@ static void run_dev(layer *l, moe_dev_cache *m) {
     CHECK(moe_dev_backward(&l->cfg, &l->w, m, l->dy, l->dx, &l->gw) == 0);
 }
 
+/* A layer's scratch (expert GEMMs in prec) and cache on be. */
+static void dev_open(backend *be, const layer *l, backend_prec prec, moe_dev_scratch *s,
+                     moe_dev_cache *m) {
+    CHECK(moe_dev_scratch_init(s, be, &l->cfg, l->N, 1, prec) == 0);
+    CHECK(moe_dev_cache_init(m, be, &l->cfg, l->N, s, NULL) == 0);
+}
+
+static void dev_close(moe_dev_scratch *s, moe_dev_cache *m) {
+    moe_dev_cache_free(m);
+    moe_dev_scratch_free(s);
+}
+
 static void test_case_against_moe(backend *be, const test_case *tc) {
     int failures = check_failures;
     layer l;
@@ -147,8 +159,7 @@ static void test_case_against_moe(backend *be, const test_case *tc) {
     run_reference(&l);
     moe_dev_scratch s;
     moe_dev_cache m;
-    CHECK(moe_dev_scratch_init(&s, be, &l.cfg, l.N, 1, BACKEND_PREC_FP32) == 0);
-    CHECK(moe_dev_cache_init(&m, be, &l.cfg, l.N, &s, NULL) == 0);
+    dev_open(be, &l, BACKEND_PREC_FP32, &s, &m);
     run_dev(&l, &m);
     compare_layer(tc->name, &l);
     /* Determinism: a second run from zeroed gradients gives the same bits. */
@@ -162,8 +173,7 @@ static void test_case_against_moe(backend *be, const test_case *tc) {
     CHECK(memcmp(y1, l.y, nx * sizeof(float)) == 0);
     free(g1);
     free(y1);
-    moe_dev_cache_free(&m);
-    moe_dev_scratch_free(&s);
+    dev_close(&s, &m);
     layer_free(&l);
     fprintf(stderr, "  %s: %s\n", tc->name, check_failures == failures ? "ok" : "FAILED");
 }
@@ -201,8 +211,7 @@ static void test_bf16_experts(backend *be) {
     run_reference(&l);
     moe_dev_scratch s;
     moe_dev_cache m;
-    CHECK(moe_dev_scratch_init(&s, be, &l.cfg, l.N, 1, BACKEND_PREC_BF16) == 0);
-    CHECK(moe_dev_cache_init(&m, be, &l.cfg, l.N, &s, NULL) == 0);
+    dev_open(be, &l, BACKEND_PREC_BF16, &s, &m);
     run_dev(&l, &m);
     size_t nx = (size_t)l.N * l.cfg.dim, nw = moe_weights_floats(&l.cfg);
     double ey = rel_err(l.y, l.y_ref, nx), eg = rel_err(l.g, l.g_ref, nw);
@@ -210,8 +219,7 @@ static void test_bf16_experts(backend *be) {
     CHECK(ey > 0 && ey < 2e-2 && eg > 0 && eg < 5e-2);
     for (int e = 0; e < l.cfg.n_experts; e++)
         CHECK_EQ_U64(l.st.kept[e], l.st_ref.kept[e]);
-    moe_dev_cache_free(&m);
-    moe_dev_scratch_free(&s);
+    dev_close(&s, &m);
     layer_free(&l);
     moe_dev_scratch s8;
     CHECK(moe_dev_scratch_init(&s8, be, &cases[0].cfg, 8, 1, BACKEND_PREC_FP8) == BT_EINVAL);
