@@ -70,9 +70,11 @@ typedef struct cuda_ctx {
     cuda_adamw_chunk *adamw_dev;  /* device (2 * CUDA_ADAMW_TABLE) */
     cudaEvent_t adamw_copied[2];  /* recorded behind each half's last host-to-device copy */
     int adamw_half;               /* the half the next batch fills (calls alternate too) */
-    int att_fp32; /* BATON_CUDA_ATTENTION=fp32 at init: attention keeps to the float32
-                   * kernels whatever the precision (cuda_attention_tc.cu) */
-    int err;      /* first failure recorded since the last sync, a BT_ code; 0 none */
+    int att_fp32;    /* BATON_CUDA_ATTENTION=fp32 at init: attention keeps to the float32
+                      * kernels whatever the precision (cuda_attention_tc.cu) */
+    int fp8_carried; /* BATON_CUDA_FP8=carried at init: fp8 products carried in bf16
+                      * (cuda_matmul.cu) */
+    int err;         /* first failure recorded since the last sync, a BT_ code; 0 none */
     char errmsg[512];
 } cuda_ctx;
 

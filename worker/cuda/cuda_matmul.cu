@@ -20,7 +20,7 @@
  *    algorithm from cuBLASLt's heuristic) run the same numbers with the fp8 values
  *    carried in bf16 (every E4M3 and E5M2 value is a bf16 value, exactly) on the bf16
  *    tensor cores; so does every product with BATON_CUDA_FP8=carried in the environment
- *    (read once per process). cuda_fp8_gemm_counts tells which ran. The amax of each
+ *    (read when the backend starts). cuda_fp8_gemm_counts tells which ran. The amax of each
  *    operand (max |x|, NaN ignored: a maximum is exact in any order, so the one
  *    atomicMax is deterministic) goes into the caller's running maximum (amax_acc,
  *    device memory: no synchronization; the trainer's way), or without one is copied
@@ -34,7 +34,6 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_backend.h"
@@ -380,21 +379,12 @@ static float dequant(const backend_gemm *p, int sa, int sb) {
 
 /* ---- fp8 products on the fp8 tensor cores ---------------------------------------------- */
 
-static int fp8_carried_forced(void) {
-    static int forced = -1; /* read once; every thread reads the same value */
-    if (forced < 0) {
-        const char *v = getenv("BATON_CUDA_FP8");
-        forced = v != NULL && strcmp(v, "carried") == 0;
-    }
-    return forced;
-}
-
 /* Whether an fp8 product of these sizes may try the fp8 kernels: every dimension is the
  * summed one of some product, and the fp8 kernels want it (and so each leading dimension
  * and the scratch offsets) a multiple of 16. */
-static int fp8_native_shape(const backend_gemm *p, int N, int C, int OC) {
-    return is_fp8(p) && !fp8_carried_forced() && N > 0 && C > 0 && OC > 0 && N % 16 == 0 &&
-           C % 16 == 0 && OC % 16 == 0;
+static int fp8_native_shape(const cuda_ctx *c, const backend_gemm *p, int N, int C, int OC) {
+    return is_fp8(p) && !c->fp8_carried && N > 0 && C > 0 && OC > 0 && N % 16 == 0 && C % 16 == 0 &&
+           OC % 16 == 0;
 }
 
 static cudaDataType_t fp8_type(int e5m2) {
@@ -478,7 +468,7 @@ void cuda_matmul_forward(backend *be, float *out, const float *inp, const float 
     mm_scratch r = scratch_regions(scratch, N, C, OC);
     int copy_amax = is_fp8(p) && p->amax_acc == NULL;
     if (copy_amax) amax_begin(c);
-    if (!fp8_native_shape(p, N, C, OC) || !fp8_forward(c, out, inp, weight, N, C, OC, p, r)) {
+    if (!fp8_native_shape(c, p, N, C, OC) || !fp8_forward(c, out, inp, weight, N, C, OC, p, r)) {
         mm_operand x = mm_prepare(c, r.x, inp, (size_t)N * C, p, BACKEND_FP8_X, 0);
         mm_operand w = mm_prepare(c, r.w, weight, (size_t)OC * C, p, BACKEND_FP8_W, 0);
         /* out^T (OC, N) = W (C, OC col-major)^T X^T (C, N) */
@@ -500,7 +490,7 @@ void cuda_matmul_backward(backend *be, float *dinp, float *dweight, const float 
     int copy_amax = is_fp8(p) && p->amax_acc == NULL;
     if (copy_amax) amax_begin(c);
     if (dinp != NULL) mask |= 1u << BACKEND_FP8_W;
-    if (fp8_native_shape(p, N, C, OC) &&
+    if (fp8_native_shape(c, p, N, C, OC) &&
         fp8_backward(c, dinp, dweight, dout, inp, weight, N, C, OC, p, r)) {
         if (copy_amax) amax_end(c, p, mask);
         return;
