@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Pipeline-parallel training (1F1B) reproduces the one-process run: for pp2, pp2 with
 # full recomputation, pp2 x dp2 with ZeRO-1, pp3 (uneven layers), pp4 (one layer per
-# stage, 8 micro-batches), tp2 x pp2, tp2 x pp2 x dp2 with ZeRO-1 and pp2 x dp2 with the
-# dp all-reduce during the backward (BATON_DP_OVERLAP=1), launched by `baton launch`, every step's loss and the final parameters
+# stage, 8 micro-batches), tp2 x pp2, tp2 x pp2 x dp2 with ZeRO-1, pp2 x dp2 with the
+# dp all-reduce during the backward (BATON_DP_OVERLAP=1) and pp4 with the sends waited for
+# late (BATON_PP_OVERLAP=1: pipeline.h's communication-queue bookkeeping, over Gloo),
+# launched by `baton launch`, every step's loss and the final parameters
 # (gathered from the stages, and the tp shards, into the one-process tensors) agree with
 # `baton-worker --single-process` within 1e-5 relative.
 #   check-pp.sh BATON BATON_WORKER SOURCE_DIR [CASE]
@@ -25,6 +27,10 @@ pp_case pp4 4 1 4 plain
 pp_case tp2-pp2 4 2 2 plain
 pp_case tp2-pp2-dp2-zero1 8 2 2 zero1
 # zero 0 with each stage's layers all-reduced over dp during the last backward
-BATON_DP_OVERLAP=1 pp_case pp2-dp2-overlap 4 1 2 plain
+BATON_DP_OVERLAP=1 BATON_PP_OVERLAP=1 pp_case pp2-dp2-overlap 4 1 2 plain
 [[ ! -f pp2-dp2-overlap.log ]] || layout_check_overlap pp2-dp2-overlap 4
+[[ ! -f pp2-dp2-overlap.log ]] || layout_check_pp_overlap pp2-dp2-overlap 4
+# every stage's sends waited for only before their buffers are written again
+BATON_PP_OVERLAP=1 pp_case pp4-overlap 4 1 4 plain
+[[ ! -f pp4-overlap.log ]] || layout_check_pp_overlap pp4-overlap 4
 layout_finish "all pipeline-parallel runs match the one-process run"

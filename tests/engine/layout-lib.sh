@@ -69,6 +69,17 @@ layout_check_overlap() { # NAME RANKS
   fi
 }
 
+# BATON_PP_OVERLAP=1 layout_run ... then this: every rank deferred its pipeline sends
+# (pipeline.h), as RANKS lines say.
+layout_check_pp_overlap() { # NAME RANKS
+  local n
+  n=$(grep -c "pipeline transfers: sends waited for late" "$1.log" || true)
+  if [[ $n -ne $2 ]]; then
+    echo "FAIL: $1: $n of $2 ranks deferred their pipeline sends"
+    failures=$((failures + 1))
+  fi
+}
+
 layout_finish() { # SUMMARY
   [[ $ran -gt 0 ]] || { echo "FAIL: no case named '$only'"; exit 1; }
   [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }

@@ -1,5 +1,6 @@
 #include "pipeline.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 int pipeline_slots(int stages, int stage, int K) {
@@ -13,6 +14,56 @@ void pipeline_init(pipeline *p, comm *group, size_t count) {
     p->stage = group ? comm_rank(group) : 0;
     p->stages = group ? comm_size(group) : 1;
     p->count = count;
+}
+
+/* BATON_PP_OVERLAP: 0 off, 1 forced (bookkeeping without a queue), else where a queue
+ * exists. */
+static int overlap_wanted(int have_queue) {
+    const char *v = getenv("BATON_PP_OVERLAP");
+    if (v != NULL && strcmp(v, "0") == 0) return 0;
+    if (v != NULL && strcmp(v, "1") == 0) return 1;
+    return have_queue;
+}
+
+int pipeline_set_queue(pipeline *p, backend *be, int slots, bt_diag *diag) {
+    if (p->group == NULL || p->stages < 2 || slots < 1) return 0;
+    int queues = be->stream_new != NULL && comm_has_streams(p->group);
+    if (!overlap_wanted(queues)) return 0;
+    p->sending = calloc((size_t)slots, 1);
+    if (p->sending == NULL) {
+        bt_diag_set(diag, "out of memory for the pipeline's %d send flags", slots);
+        return BT_ENOMEM;
+    }
+    p->n_sending = slots;
+    p->be = be;
+    if (queues) {
+        p->stream = be->stream_new(be);
+        if (p->stream == NULL || be->sync(be) != 0) {
+            bt_diag_set(diag,
+                        "cannot create a communication queue on the %s backend for the "
+                        "pipeline transfers",
+                        be->name);
+            pipeline_free(p);
+            return BT_EIO;
+        }
+    }
+    p->deferred = 1;
+    return 0;
+}
+
+void pipeline_free(pipeline *p) {
+    if (p->stream != NULL) p->be->stream_free(p->be, p->stream);
+    free(p->sending);
+    p->stream = NULL, p->sending = NULL, p->n_sending = 0, p->deferred = 0, p->be = NULL;
+}
+
+const char *pipeline_describe(const pipeline *p) {
+    if (p->stages < 2) return "";
+    if (!p->deferred) return "pipeline transfers: on the ops' queue, each waited for";
+    return p->stream != NULL ? "pipeline transfers: on a communication queue, sends waited for "
+                               "only before their buffers are written again"
+                             : "pipeline transfers: sends waited for late (no queue: nothing "
+                               "overlaps)";
 }
 
 static uint32_t tag_forward(int mb) {
@@ -39,12 +90,68 @@ static int last(const run *r) {
     return r->p->stage == r->p->stages - 1;
 }
 
-static int xfer(run *r, const comm_p2p_op *ops, int n, const char *what, int mb) {
-    if (n == 0) return 0;
-    if (comm_p2p(r->p->group, ops, n, NULL) == 0) return 0;
+static int fail(run *r, const char *what, int mb) {
     bt_diag_set(r->diag, "pipeline stage %d of %d, micro-batch %d, %s: %s", r->p->stage,
                 r->p->stages, mb, what, comm_error(r->p->group));
     return BT_EIO;
+}
+
+/* Waits for every transfer under way (the group's watchdog bounds it); nonzero on a
+ * failure, the buffers free either way. */
+static int wait_all(pipeline *p) {
+    if (!p->deferred) return 0;
+    int rc = comm_wait(p->group, p->stream);
+    p->grad_sending = 0;
+    memset(p->sending, 0, (size_t)p->n_sending);
+    return rc;
+}
+
+static int settle(run *r, int mb) {
+    return wait_all(r->p) != 0 ? fail(r, "waiting for the transfers", mb) : 0;
+}
+
+/* Before a forward into slot: its output buffer (and the gradient buffer) free. */
+static int settle_forward(run *r, int mb, int slot) {
+    pipeline *p = r->p;
+    if (!p->deferred || !(p->grad_sending || p->sending[slot])) return 0;
+    return settle(r, mb);
+}
+
+/* Before a backward: it writes the input gradient (and may touch any slot's buffers). */
+static int settle_backward(run *r, int mb) {
+    pipeline *p = r->p;
+    if (!p->deferred) return 0;
+    int busy = p->grad_sending;
+    for (int k = 0; k < p->n_sending && !busy; k++)
+        busy = p->sending[k];
+    return busy ? settle(r, mb) : 0;
+}
+
+/* Marks the buffers ops send as under way. */
+static void mark_sends(run *r, const comm_p2p_op *ops, int n) {
+    pipeline *p = r->p;
+    for (int i = 0; i < n; i++) {
+        if (ops[i].kind != COMM_SEND) continue;
+        if (ops[i].buf == r->st->grad(r->st->ctx)) {
+            p->grad_sending = 1;
+            continue;
+        }
+        for (int k = 0; k < r->slots; k++)
+            if (ops[i].buf == r->st->output(r->st->ctx, k)) p->sending[k] = 1;
+    }
+}
+
+static int xfer(run *r, const comm_p2p_op *ops, int n, const char *what, int mb) {
+    pipeline *p = r->p;
+    if (n == 0) return 0;
+    if (p->stream != NULL) p->be->stream_wait(p->be, p->stream, NULL); /* behind the ops */
+    if (comm_p2p(p->group, ops, n, p->stream) != 0) return fail(r, what, mb);
+    if (!p->deferred) return 0;
+    mark_sends(r, ops, n);
+    int receives = 0;
+    for (int i = 0; i < n; i++)
+        receives |= ops[i].kind == COMM_RECV;
+    return receives ? settle(r, mb) : 0; /* the received data is used next */
 }
 
 static comm_p2p_op op(comm_p2p_kind kind, int peer, float *buf, size_t count, uint32_t tag) {
@@ -102,21 +209,36 @@ static int send_backward_recv_forward(run *r, int b, int f) {
     return xfer(r, o, 2, "sending the gradient / receiving the activation", b);
 }
 
+static int forward(run *r, int f) {
+    int slot = f % r->slots, rc = settle_forward(r, f, slot);
+    return rc ? rc : r->st->forward(r->st->ctx, f, slot);
+}
+
+static int backward(run *r, int b) {
+    int rc = settle_backward(r, b);
+    return rc ? rc : r->st->backward(r->st->ctx, b, b % r->slots);
+}
+
 int pipeline_run_1f1b(pipeline *p, int K, const pipeline_stage *st, bt_diag *diag) {
     run r = {.p = p, .st = st, .slots = pipeline_slots(p->stages, p->stage, K), .diag = diag};
+    if (p->deferred && r.slots > p->n_sending) {
+        bt_diag_set(diag, "pipeline stage %d: %d activation slots, the queue was set up for %d",
+                    p->stage, r.slots, p->n_sending);
+        return BT_EINVAL;
+    }
     int warmup = p->stages - 1 - p->stage, rc = 0;
     warmup = warmup < K ? warmup : K;
     int steady = K - warmup, f = 0, b = 0;
     for (; rc == 0 && f < warmup; f++) {
         rc = recv_forward(&r, f);
-        rc = rc ? rc : st->forward(st->ctx, f, f % r.slots);
+        rc = rc ? rc : forward(&r, f);
         rc = rc ? rc : send_forward(&r, f);
     }
     if (rc == 0 && steady > 0) rc = recv_forward(&r, f);
     for (int i = 0; rc == 0 && i < steady; i++, f++, b++) {
-        rc = st->forward(st->ctx, f, f % r.slots);
+        rc = forward(&r, f);
         rc = rc ? rc : send_forward_recv_backward(&r, f, b);
-        rc = rc ? rc : st->backward(st->ctx, b, b % r.slots);
+        rc = rc ? rc : backward(&r, b);
         if (rc == 0 && i == steady - 1)
             rc = send_backward(&r, b);
         else if (rc == 0)
@@ -124,8 +246,14 @@ int pipeline_run_1f1b(pipeline *p, int K, const pipeline_stage *st, bt_diag *dia
     }
     for (; rc == 0 && b < K; b++) {
         rc = recv_backward(&r, b);
-        rc = rc ? rc : st->backward(st->ctx, b, b % r.slots);
+        rc = rc ? rc : backward(&r, b);
         rc = rc ? rc : send_backward(&r, b);
     }
-    return rc;
+    /* The step's sends complete before anything else touches the buffers; after a failure
+     * what is under way is waited for all the same (the first error is the one reported). */
+    if (rc != 0) {
+        (void)wait_all(p);
+        return rc;
+    }
+    return settle(&r, K);
 }

@@ -14,12 +14,30 @@
  * of its input to the previous stage with tag 2j + 1. Where a stage both sends and
  * receives (the steady phase) both transfers are posted together (comm_p2p), so
  * neighbours that send to each other at the same time cannot deadlock; every wait is
- * bounded by the group's timeout. */
+ * bounded by the group's timeout.
+ *
+ * The communication queue (pipeline_set_queue). Where the backend has side queues and the
+ * group's operations take a stream (CUDA + NCCL), transfers run on a queue of their own
+ * instead of the ops' queue, each behind an event recorded on the ops' queue (the data to
+ * send is written, the buffer to receive into no longer read), and sends are not waited
+ * for: the stage goes on while NCCL sends (stage 0's warmup forwards overlap their sends; a
+ * send followed by a receive is waited for with it, one host round trip instead of two; in
+ * non-interleaved 1F1B little else can overlap, each stage's next compute needing what it
+ * receives). The host waits for the queue, under the group's watchdog, after a batch that
+ * receives (the received data is used next), before a forward or backward that writes a
+ * buffer still being sent (a forward: its slot's output; a backward, which writes the
+ * input gradient: any), and when the schedule ends. The ops' queue never waits on the communication queue by an
+ * event: a peer that died then surfaces as the watchdog's timeout instead of a host blocked
+ * on the ops' queue. A failed send is reported by the next wait. BATON_PP_OVERLAP=0 keeps
+ * every transfer on the ops' queue, waited for at once; BATON_PP_OVERLAP=1 runs the
+ * deferred-send bookkeeping without a queue too (the CPU engine with Gloo, whose transfers
+ * complete before they return: the tests' way to run it). */
 #ifndef BATON_PIPELINE_H
 #define BATON_PIPELINE_H
 
 #include <stddef.h>
 
+#include "backend.h"
 #include "comm.h"
 #include "util/err.h"
 
@@ -42,7 +60,13 @@ typedef struct pipeline_stage {
 typedef struct pipeline {
     comm *group; /* rank = stage; borrowed */
     int stage, stages;
-    size_t count; /* floats of one boundary activation (B*T*C) */
+    size_t count;           /* floats of one boundary activation (B*T*C) */
+    backend *be;            /* borrowed; set with the queue */
+    void *stream;           /* the communication queue (be's side queue) or NULL */
+    int deferred;           /* sends are not waited for (a queue, or BATON_PP_OVERLAP=1) */
+    int grad_sending;       /* a send of the input gradient is under way */
+    unsigned char *sending; /* (slots) a send of the slot's output is under way */
+    int n_sending;          /* slots allocated */
 } pipeline;
 
 /* Activation slots stage `stage` of `stages` needs for K micro-batches: min(K, stages -
@@ -52,6 +76,14 @@ int pipeline_slots(int stages, int stage, int K);
 /* group: the pipeline group (its size is the number of stages); count: floats of one
  * activation at a stage boundary. */
 void pipeline_init(pipeline *p, comm *group, size_t count);
+
+/* Sets up the communication queue (see above) for up to `slots` activation slots; off
+ * (BATON_PP_OVERLAP=0, one stage, no queue) is not an error. 0, BT_ENOMEM or BT_EIO (no
+ * queue could be made), with diag. */
+int pipeline_set_queue(pipeline *p, backend *be, int slots, bt_diag *diag);
+void pipeline_free(pipeline *p);
+/* How the stage's transfers run, for the log ("" with one stage). */
+const char *pipeline_describe(const pipeline *p);
 
 /* Forward and backward of micro-batches 0 .. K-1 under 1F1B; a collective over the group.
  * A failed transfer returns BT_EIO with diag naming it. */

@@ -238,6 +238,9 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
     rc = rc ? rc : train_norm_segments(t, diag);
     rc = rc ? rc : train_dp_overlap_init(&t->dpo, &t->dp, &t->m, zero, diag);
     rc = rc ? rc
+            : pipeline_set_queue(&t->pp.pipe, &t->be,
+                                 pipeline_slots(t->pp.stages, t->pp.stage, (int)t->accum), diag);
+    rc = rc ? rc
             : optim_adamw_init_on(&t->opt, &t->be,
                                   t->zero.level ? t->zero.n : train_dp_optim_floats(&t->dp));
     rc = rc ? rc : train_fp8_init(t);
@@ -264,6 +267,7 @@ void train_free(trainer *t) {
     loader_close(&t->ld);
     optim_adamw_free(&t->opt);
     train_dp_overlap_free(&t->dpo);
+    pipeline_free(&t->pp.pipe);
     train_dp_free(&t->dp);
     train_zero_free(&t->zero);
     if (t->m.be != NULL) model_free(&t->m);

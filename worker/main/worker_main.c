@@ -225,6 +225,8 @@ static void worker_print_state(const trainer *t) {
            t->spec->stage->parallel->zero, params, grads, optim);
     const char *dp = train_dp_overlap_describe(&t->dpo);
     if (dp[0]) printf("%s\n", dp);
+    const char *pp = pipeline_describe(&t->pp.pipe);
+    if (pp[0]) printf("%s\n", pp);
 }
 
 static void worker_print_step(const trainer *t, const train_metrics *m) {
