@@ -128,4 +128,8 @@ step "bench-fp8carried-4096" 120 "$out/checks.log" env BATON_CUDA_FP8=carried \
 # kernels' share of the step).
 step "bench-bf16attn32-4096" 120 "$out/checks.log" env BATON_CUDA_ATTENTION=fp32 \
   "$bench" model --seq 4096 --prec bf16
+# The peer of bench-bf16-4096 converting each weight in every product (no weight cache:
+# its JSON line says "weight_cache_bytes":0).
+step "bench-bf16nowcache-4096" 120 "$out/checks.log" env BATON_WEIGHT_CACHE=0 \
+  "$bench" model --seq 4096 --prec bf16
 exit $status

@@ -13,7 +13,9 @@
  *     for a throughput figure, not for training numerics), and the LM head runs bf16 as
  *     model.h decides. Reports tokens/s and MFU = achieved FLOP/s / peak, with FLOPs per
  *     token = 6 * (matrix parameters, LM head included, embedding excluded) + 6 * L * T * C
- *     (causal attention, forward and backward).
+ *     (causal attention, forward and backward). The GEMMs keep their converted weights
+ *     from the forward to the backward as the trainer does (model.h: weight_cache);
+ *     BATON_WEIGHT_CACHE=0 in the environment converts them in each product instead.
  *   bench_gpu attention [--seq T] [--heads H] [--head-dim hd] [--reps N]
  *     The attention kernel's forward and backward TFLOP/s (causal forward 2 B H T^2 hd
  *     FLOPs, backward 2.5 times that), against a cuBLAS float32 GEMM + softmax forward
@@ -80,6 +82,8 @@ static int bench_model(backend *be, const bench_opts *o) {
         .recompute = MODEL_RECOMPUTE_SELECTIVE,
         .prec = o->prec,
     };
+    const char *wc = getenv("BATON_WEIGHT_CACHE");
+    cfg.weight_cache = !(wc != NULL && strcmp(wc, "0") == 0);
     rope_config_default(&cfg.rope);
     int B = o->batch, T = o->seq, N = B * T;
     model m;
@@ -133,6 +137,7 @@ static int bench_model(backend *be, const bench_opts *o) {
             t0 = now_s();
         }
         model_zero_grad(&m);
+        model_weights_changed(&m); /* the last update changed them */
         rc = rc ? rc : model_forward(&m, tokens, targets, B, T, &loss);
         rc = rc ? rc : model_backward(&m, 1.0f);
         if (rc == 0) {
@@ -163,15 +168,18 @@ static int bench_model(backend *be, const bench_opts *o) {
                      native, carried);
         }
         int att_tc = cuda_attention_tensor_cores(be, o->prec, cfg.head_dim);
-        printf("{\"bench\":\"model\",\"prec\":\"%s\",\"attention\":\"%s\",%s\"layers\":%d,"
+        printf("{\"bench\":\"model\",\"prec\":\"%s\",\"attention\":\"%s\",%s"
+               "\"weight_cache_bytes\":%zu,\"layers\":%d,"
                "\"batch\":%d,"
                "\"seq\":%d,\"step\":\"forward+backward+clip+adamw\",\"step_s\":%.4f,"
                "\"tokens_per_s\":%.1f,\"tflops\":%.2f,\"mfu\":%.4f,\"peak_tflops\":%.0f,"
                "\"loss\":%.4f,\"grad_norm\":%.4g,\"skipped_updates\":%d,"
                "\"memory_bytes\":%zu,\"weights_grads_moments_bytes\":%zu}\n",
-               prec_name(o->prec), att_tc ? "bf16 tensor cores" : "float32", fp8, L, B, T, dt, tps,
-               flops_tok * tps * 1e-12, mfu, o->peak_tflops, loss, norm, skipped,
-               m.act_bytes + m.work_bytes, 4 * np * sizeof(float));
+               prec_name(o->prec), att_tc ? "bf16 tensor cores" : "float32", fp8,
+               m.wcache_floats * sizeof(float), L, B, T, dt, tps, flops_tok * tps * 1e-12, mfu,
+               o->peak_tflops, loss, norm, skipped,
+               m.act_bytes + m.work_bytes + m.wcache_floats * sizeof(float),
+               4 * np * sizeof(float));
         fflush(stdout);
     }
     free(tokens);

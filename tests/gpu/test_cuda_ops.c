@@ -705,6 +705,7 @@ static void test_model(model_recompute rec, backend_prec prec, double tol_loss, 
     rope_config_default(&cfg.rope);
     cfg.recompute = rec;
     cfg.prec = prec;
+    cfg.weight_cache = 1; /* the GPU's GEMMs keep their converted weights (bf16) */
     if (moe) {
         cfg.moe = (moe_config){.dim = 64,
                                .ffn_dim = 48,
@@ -798,7 +799,7 @@ int main(int argc, char **argv) {
     if (argc > 2) {
         fprintf(stderr,
                 "usage: %s [GROUP]: run the groups whose name contains GROUP "
-                "(elementwise copy adamw embedding norm matmul attention "
+                "(elementwise copy adamw embedding norm matmul matmul_wcache attention "
                 "attention_part loss moe model)\n",
                 argv[0]);
         return 2;
@@ -830,6 +831,7 @@ int main(int argc, char **argv) {
     if (wanted("embedding")) test_embedding();
     if (wanted("norm")) test_norm_rope_swiglu();
     if (wanted("matmul")) test_matmul();
+    if (wanted("matmul_wcache")) test_wcache_all();
     if (wanted("attention")) {
         test_attention(2, 37, 4, 2, 16);
         test_attention(1, 70, 6, 3, 40);

@@ -39,5 +39,7 @@ int gpu_bitwise_equal(const float *a, const float *b, size_t n);
 
 /* test_cuda_ops_moe.c: every MoE op against the CPU. */
 void test_moe_all(void);
+/* test_cuda_ops_wcache.c: the GEMMs' weight cache against converting in each product. */
+void test_wcache_all(void);
 
 #endif

@@ -105,6 +105,7 @@ static void fill_table(backend *be) {
     be->from_host = cuda_from_host;
     be->sync = cuda_sync;
     be->matmul_scratch_floats = cuda_matmul_scratch_floats;
+    be->matmul_wcache_floats = cuda_matmul_wcache_floats;
     be->attention_scratch_floats = cuda_attention_scratch_floats;
     be->zero = cuda_zero;
     be->add = cuda_add;

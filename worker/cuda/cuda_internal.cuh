@@ -181,6 +181,7 @@ void cuda_rope_backward(backend *be, float *dinp, const float *dout, const float
 
 /* cuda_matmul.cu */
 size_t cuda_matmul_scratch_floats(backend *be, int N, int C, int OC, backend_prec prec);
+size_t cuda_matmul_wcache_floats(backend *be, int C, int OC, backend_prec prec);
 void cuda_matmul_forward(backend *be, float *out, const float *inp, const float *weight, int N,
                          int C, int OC, backend_gemm *p, float *scratch);
 void cuda_matmul_backward(backend *be, float *dinp, float *dweight, const float *dout,

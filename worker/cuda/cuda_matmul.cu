@@ -377,6 +377,58 @@ static float dequant(const backend_gemm *p, int sa, int sb) {
     return (float)(1.0 / ((double)p->scale[sa] * (double)p->scale[sb]));
 }
 
+/* ---- the weight cache (backend.h: backend_gemm.wcache) --------------------------------- */
+
+/* The conversions a cache holds: region A the weight as the products take it (16-bit, or
+ * E4M3 bytes; one at a time), region B (fp8 only) its E4M3 transpose for the backward. */
+enum { WC_16 = 1u, WC_FP8 = 2u, WC_FP8_T = 4u };
+
+size_t cuda_matmul_wcache_floats(backend *be, int C, int OC, backend_prec prec) {
+    (void)be;
+    if (prec == BACKEND_PREC_FP32 || C <= 0 || OC <= 0) return 0;
+    size_t n = (size_t)OC * C, bytes = 2 * pad_halves(n);
+    if (prec == BACKEND_PREC_FP8) bytes += 2 * pad_halves((n + 1) / 2);
+    return bytes / sizeof(float) + 64; /* and room to align */
+}
+
+static int wcache_usable(const backend_gemm *p) {
+    return p != NULL && p->wcache != NULL && (!is_fp8(p) || p->amax_acc != NULL);
+}
+
+/* Where conversion `form` of weight (OC, C) goes: its place in p's cache (*have: it is
+ * there already, converted this step) or, without a cache, scratch. */
+static void *weight_at(const backend_gemm *p, const float *weight, int OC, int C, unsigned form,
+                       void *scratch, int *have) {
+    *have = 0;
+    if (!wcache_usable(p)) return scratch;
+    uintptr_t a = ((uintptr_t)p->wcache + 255) / 256 * 256;
+    *have = p->wcache_w == weight && (p->wcache_forms & form) != 0;
+    return form == WC_FP8_T ? (void *)(a + 2 * pad_halves((size_t)OC * C)) : (void *)a;
+}
+
+/* After the conversion into p's cache is enqueued: the cache holds it (region A one form). */
+static void weight_held(backend_gemm *p, const float *weight, unsigned form) {
+    if (!wcache_usable(p)) return;
+    if (p->wcache_w != weight) p->wcache_forms = 0, p->wcache_w = weight;
+    if (form != WC_FP8_T) p->wcache_forms &= WC_FP8_T;
+    p->wcache_forms |= form;
+}
+
+/* The weight as a 16-bit (or float32) operand: from the cache, or converted into it or
+ * into scratch. */
+static mm_operand mm_weight(cuda_ctx *c, backend_gemm *p, const float *weight, int OC, int C,
+                            void *scratch) {
+    int have;
+    void *dst = weight_at(p, weight, OC, C, WC_16, scratch, &have);
+    if (p == NULL || p->prec == BACKEND_PREC_FP32 || !have) {
+        mm_operand o = mm_prepare(c, dst, weight, (size_t)OC * C, p, BACKEND_FP8_W, 0);
+        if (p != NULL && p->prec != BACKEND_PREC_FP32) weight_held(p, weight, WC_16);
+        return o;
+    }
+    mm_operand o = {dst, p->prec == BACKEND_PREC_FP16 ? CUDA_R_16F : CUDA_R_16BF};
+    return o;
+}
+
 /* ---- fp8 products on the fp8 tensor cores ---------------------------------------------- */
 
 /* Whether an fp8 product of these sizes may try the fp8 kernels: every dimension is the
@@ -404,14 +456,17 @@ static void fp8_quant(cuda_ctx *c, void *dst, void *dst_t, const float *src, int
 /* out^T (OC, N) = W (C, OC col-major)^T X^T (C, N), both E4M3 with C contiguous: the TN
  * layout as it is. Returns 0 when cuBLASLt has no fp8 algorithm (nothing was run). */
 static int fp8_forward(cuda_ctx *c, float *out, const float *inp, const float *weight, int N, int C,
-                       int OC, const backend_gemm *p, mm_scratch r) {
-    mm_operand w = {r.w, CUDA_R_8F_E4M3}, x = {r.x, CUDA_R_8F_E4M3};
+                       int OC, backend_gemm *p, mm_scratch r) {
+    int have_w;
+    void *wq = weight_at(p, weight, OC, C, WC_FP8, r.w, &have_w);
+    mm_operand w = {wq, CUDA_R_8F_E4M3}, x = {r.x, CUDA_R_8F_E4M3};
     lt_gemm g = lt_make(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, x, C, out, OC,
                         dequant(p, BACKEND_FP8_X, BACKEND_FP8_W), 0.0f);
     int rc = lt_setup(c, &g, 1);
     if (rc == 0) {
         fp8_quant(c, r.x, NULL, inp, N, C, p, BACKEND_FP8_X, 0);
-        fp8_quant(c, r.w, NULL, weight, OC, C, p, BACKEND_FP8_W, 0);
+        if (!have_w) fp8_quant(c, wq, NULL, weight, OC, C, p, BACKEND_FP8_W, 0);
+        weight_held(p, weight, WC_FP8);
         lt_launch(c, &g);
         c->fp8_gemms[0]++;
     }
@@ -426,10 +481,11 @@ static int fp8_forward(cuda_ctx *c, float *out, const float *inp, const float *w
  * fp8 algorithm for either product (nothing was run). */
 static int fp8_backward(cuda_ctx *c, float *dinp, float *dweight, const float *dout,
                         const float *inp, const float *weight, int N, int C, int OC,
-                        const backend_gemm *p, mm_scratch r) {
-    int e5m2 = p->dy_e5m2;
+                        backend_gemm *p, mm_scratch r) {
+    int e5m2 = p->dy_e5m2, have_wt;
     void *dyt = (char *)r.dy + (size_t)N * OC;
-    mm_operand wt = {r.w, CUDA_R_8F_E4M3}, xt = {r.x, CUDA_R_8F_E4M3};
+    void *wq = weight_at(p, weight, OC, C, WC_FP8_T, r.w, &have_wt);
+    mm_operand wt = {wq, CUDA_R_8F_E4M3}, xt = {r.x, CUDA_R_8F_E4M3};
     mm_operand dy = {r.dy, fp8_type(e5m2)}, dyT = {dyt, fp8_type(e5m2)};
     lt_gemm gi = lt_make(CUBLAS_OP_T, CUBLAS_OP_N, C, N, OC, wt, OC, dy, OC, dinp, C,
                          dequant(p, BACKEND_FP8_DY, BACKEND_FP8_W), 0.0f);
@@ -441,7 +497,8 @@ static int fp8_backward(cuda_ctx *c, float *dinp, float *dweight, const float *d
         fp8_quant(c, dinp != NULL ? r.dy : NULL, dyt, dout, N, OC, p, BACKEND_FP8_DY, e5m2);
         fp8_quant(c, NULL, r.x, inp, N, C, p, BACKEND_FP8_X, 0);
         if (dinp != NULL) {
-            fp8_quant(c, NULL, r.w, weight, OC, C, p, BACKEND_FP8_W, 0);
+            if (!have_wt) fp8_quant(c, NULL, wq, weight, OC, C, p, BACKEND_FP8_W, 0);
+            weight_held(p, weight, WC_FP8_T);
             lt_launch(c, &gi);
             c->fp8_gemms[0]++;
         }
@@ -470,7 +527,7 @@ void cuda_matmul_forward(backend *be, float *out, const float *inp, const float 
     if (copy_amax) amax_begin(c);
     if (!fp8_native_shape(c, p, N, C, OC) || !fp8_forward(c, out, inp, weight, N, C, OC, p, r)) {
         mm_operand x = mm_prepare(c, r.x, inp, (size_t)N * C, p, BACKEND_FP8_X, 0);
-        mm_operand w = mm_prepare(c, r.w, weight, (size_t)OC * C, p, BACKEND_FP8_W, 0);
+        mm_operand w = mm_weight(c, p, weight, OC, C, r.w);
         /* out^T (OC, N) = W (C, OC col-major)^T X^T (C, N) */
         lt_matmul(c, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, x, C, out, OC,
                   dequant(p, BACKEND_FP8_X, BACKEND_FP8_W), 0.0f);
@@ -498,7 +555,7 @@ void cuda_matmul_backward(backend *be, float *dinp, float *dweight, const float 
     if (is_fp8(p)) c->fp8_gemms[1] += dinp != NULL ? 2 : 1;
     mm_operand dy = mm_prepare(c, r.dy, dout, (size_t)N * OC, p, BACKEND_FP8_DY, e5m2);
     if (dinp != NULL) {
-        mm_operand w = mm_prepare(c, r.w, weight, (size_t)OC * C, p, BACKEND_FP8_W, 0);
+        mm_operand w = mm_weight(c, p, weight, OC, C, r.w);
         /* dinp^T (C, N) = W (C, OC col-major) dy^T (OC, N) */
         lt_matmul(c, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, C, dy, OC, dinp, C,
                   dequant(p, BACKEND_FP8_DY, BACKEND_FP8_W), 0.0f);

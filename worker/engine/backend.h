@@ -49,13 +49,27 @@ enum { BACKEND_FP8_X = 0, BACKEND_FP8_W = 1, BACKEND_FP8_DY = 2, BACKEND_FP8_SLO
  * the caller) into which every fp8 call folds the amaxes it sees as a running maximum,
  * acc[k] = max(acc[k], amax); amax[] is then not written, so the op need not wait for
  * them (the CUDA backend otherwise synchronizes once per fp8 GEMM). The trainer reads
- * all GEMMs' accumulators once per step. */
+ * all GEMMs' accumulators once per step.
+ *
+ * wcache, when not NULL, is backend memory of matmul_wcache_floats(C, OC, prec) floats
+ * where a backend that converts the weight for its products (the CUDA one: to bf16, fp16
+ * or fp8, and a transposed fp8 copy for the backward) keeps the conversions, so that the
+ * micro-batches of a step, and the backward after its forward, convert the weight once.
+ * The op records in wcache_forms which conversions it holds, of which weight (wcache_w);
+ * the caller sets wcache_forms to 0 whenever the weight's values or the fp8 scale of W
+ * may have changed, and whenever it zeroes amax_acc (the trainer: before every step and
+ * every evaluation). Under fp8 the
+ * cache is used only with amax_acc (a cached conversion does not measure W again: its
+ * amax is already in the running maximum). Results are bit-equal with and without. */
 typedef struct backend_gemm {
     backend_prec prec;
     int dy_e5m2;
     float scale[BACKEND_FP8_SLOTS];
     float amax[BACKEND_FP8_SLOTS];
     float *amax_acc;
+    float *wcache;
+    const float *wcache_w;
+    unsigned wcache_forms;
 } backend_gemm;
 
 /* A range of a flat parameter buffer for the optimizer: elements [offset, offset + n), with
@@ -95,6 +109,9 @@ struct backend {
 
     /* Scratch each op needs, in floats. */
     size_t (*matmul_scratch_floats)(backend *be, int N, int C, int OC, backend_prec prec);
+    /* Floats of a weight cache (backend_gemm.wcache) for a (OC, C) weight; NULL, or 0 for
+     * a precision, where there is nothing to cache (the CPU backend, float32). */
+    size_t (*matmul_wcache_floats)(backend *be, int C, int OC, backend_prec prec);
     size_t (*attention_scratch_floats)(backend *be, int T);
 
     /* x[i] = 0 for i < n */

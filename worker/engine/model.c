@@ -251,6 +251,34 @@ static int setup_gemms(model *m) {
     return 0;
 }
 
+/* cfg.weight_cache: one block for every GEMM's cache (backend_gemm.wcache), where the
+ * backend keeps conversions. */
+static int setup_wcache(model *m) {
+    backend *be = m->be;
+    if (!m->cfg.weight_cache || be->matmul_wcache_floats == NULL) return 0;
+    size_t total = 0, *off = calloc((size_t)m->n_gemm + 1, sizeof *off);
+    if (off == NULL) return BT_ENOMEM;
+    for (int i = 0; i < m->n_gemm; i++) {
+        int C, OC;
+        model_gemm_shape(m, i, &C, &OC);
+        off[i] = total;
+        if (C > 0 && OC > 0) total += be->matmul_wcache_floats(be, C, OC, m->gemm[i].prec);
+    }
+    off[m->n_gemm] = total;
+    if (total > 0) m->wcache_mem = be->alloc(be, total * sizeof(float));
+    for (int i = 0; m->wcache_mem != NULL && i < m->n_gemm; i++)
+        if (off[i + 1] > off[i]) m->gemm[i].wcache = m->wcache_mem + off[i];
+    free(off);
+    if (total > 0 && m->wcache_mem == NULL) return BT_ENOMEM;
+    m->wcache_floats = total;
+    return 0;
+}
+
+void model_weights_changed(model *m) {
+    for (int i = 0; i < m->n_gemm; i++)
+        m->gemm[i].wcache_forms = 0;
+}
+
 int model_upload_rope(model *m, int n_seg, const int *pos0, const int *rows) {
     int half = m->cfg.head_dim / 2;
     size_t n = (size_t)m->max_T * half, row = 0;
@@ -375,7 +403,7 @@ int model_init_tp(model *m, const model_config *cfg, backend *be, int max_B, int
     m->max_T = max_T;
     model_sizes_compute(cfg, be, max_B, max_T, &m->sizes);
     if ((rc = alloc_host(m)) || (rc = alloc_device(m)) || (rc = upload_rope(m)) ||
-        (rc = setup_gemms(m)))
+        (rc = setup_gemms(m)) || (rc = setup_wcache(m)))
         goto error;
     return 0;
 error:
@@ -397,6 +425,7 @@ void model_free(model *m) {
         be->free(be, m->work_mem);
         be->free(be, m->tokens_mem);
         if (m->amax_acc) be->free(be, m->amax_acc);
+        if (m->wcache_mem) be->free(be, m->wcache_mem);
     }
     free(m->params.layers);
     free(m->grads.layers);

@@ -100,6 +100,12 @@ typedef struct model_config {
      * model_init allocates neither; a unit's views point into the gather buffers while it
      * is resident. 0 for every other layout. */
     int zero3;
+    /* Keep each GEMM's converted weight from one micro-batch to the next
+     * (backend_gemm.wcache; where the backend has one: the CUDA backend under bf16, fp16,
+     * fp8): memory for a converted copy of the weights, conversions once per step instead
+     * of twice per micro-batch. The trainer calls model_weights_changed before each step
+     * and evaluation. */
+    int weight_cache;
 } model_config;
 
 /* 1 if layer l (a model layer index) is an MoE layer. */
@@ -260,8 +266,10 @@ typedef struct model {
 
     backend_gemm *gemm; /* (4L [+ 1 on the last stage]) per-GEMM precision and fp8 metadata */
     int n_gemm;
-    float *amax_acc; /* under fp8: (n_gemm, BACKEND_FP8_SLOTS) backend memory, each GEMM's
-                      * running amaxes (backend_gemm.amax_acc); NULL otherwise */
+    float *amax_acc;      /* under fp8: (n_gemm, BACKEND_FP8_SLOTS) backend memory, each GEMM's
+                           * running amaxes (backend_gemm.amax_acc); NULL otherwise */
+    float *wcache_mem;    /* cfg.weight_cache: every GEMM's weight cache, or NULL */
+    size_t wcache_floats; /* its size */
 
     float *host_losses; /* (max_B * max_T) */
     int has_targets;    /* the last forward computed a loss */
@@ -278,6 +286,13 @@ int model_init(model *m, const model_config *cfg, backend *be, int max_B, int ma
 int model_init_tp(model *m, const model_config *cfg, backend *be, int max_B, int max_T,
                   comm *tp_group, bt_diag *diag);
 void model_free(model *m);
+
+/* GEMM i's weight (OC, C): the products of model.gemm[i]; both 0 for a GEMM that does not
+ * run (an MoE layer's MLP products: its experts have their own). */
+void model_gemm_shape(const model *m, int i, int *C, int *OC);
+/* The weights' values may have changed: every GEMM's cached conversion is dropped
+ * (cfg.weight_cache). */
+void model_weights_changed(model *m);
 
 /* Rebuilds the RoPE tables for rows at other positions: n_seg segments, segment i being
  * rows[i] rows at positions pos0[i], pos0[i] + 1, ...; the rows add up to max_T. (Context

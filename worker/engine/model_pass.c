@@ -31,6 +31,30 @@ static int qkv_width(const model *m) {
     return (m->shard.heads + 2 * m->shard.kv_heads) * m->cfg.head_dim;
 }
 
+void model_gemm_shape(const model *m, int i, int *C, int *OC) {
+    int dim = m->cfg.dim, F = m->shard.ffn, l = i / MODEL_GEMMS_PER_LAYER;
+    *C = *OC = 0;
+    if (l == m->n_layers) { /* the LM head */
+        *C = dim, *OC = m->shard.vocab;
+        return;
+    }
+    int mlp = !model_layer_is_moe(&m->cfg, m->layer0 + l);
+    switch (i % MODEL_GEMMS_PER_LAYER) {
+    case MODEL_GEMM_QKV:
+        *C = dim, *OC = qkv_width(m);
+        break;
+    case MODEL_GEMM_O:
+        *C = m->shard.heads * m->cfg.head_dim, *OC = dim;
+        break;
+    case MODEL_GEMM_GATE_UP:
+        *C = mlp ? dim : 0, *OC = mlp ? 2 * F : 0;
+        break;
+    default:
+        *C = mlp ? F : 0, *OC = mlp ? dim : 0;
+        break;
+    }
+}
+
 static float *resid_at(const model *m, int l) {
     return m->acts.resid + (size_t)l * m->B * m->T * m->cfg.dim;
 }

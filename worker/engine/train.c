@@ -192,6 +192,8 @@ static int train_model_init(trainer *t, const train_groups *g, bt_diag *diag) {
     cfg.ep = g->ep ? comm_size(g->ep) : 1;
     cfg.ep_rank = g->ep ? comm_rank(g->ep) : 0;
     cfg.zero3 = t->spec->stage->parallel->zero == 3 && g->dp && comm_size(g->dp) > 1;
+    const char *wc = getenv("BATON_WEIGHT_CACHE"); /* ZeRO-3 keeps the weights sharded */
+    cfg.weight_cache = !cfg.zero3 && !(wc != NULL && strcmp(wc, "0") == 0);
     if (cfg.ep > 1 && cfg.moe.n_experts % cfg.ep == 0)
         cfg.moe.n_local = cfg.moe.n_experts / cfg.ep,
         cfg.moe.expert0 = cfg.ep_rank * cfg.moe.n_local;
@@ -286,9 +288,11 @@ void train_free(trainer *t) {
     memset(t, 0, sizeof *t);
 }
 
-/* Scales from the delayed-scaling state into the GEMMs before a step, and the GEMMs'
- * running amaxes (model.h: amax_acc, in backend memory) zeroed. */
-static void train_fp8_begin(trainer *t) {
+/* Before a step or an evaluation: the GEMMs' cached weight conversions dropped (the last
+ * update changed the weights), scales from the delayed-scaling state into the GEMMs, and
+ * the GEMMs' running amaxes (model.h: amax_acc, in backend memory) zeroed. */
+static void train_gemms_begin(trainer *t) {
+    model_weights_changed(&t->m);
     if (t->fp8 == NULL) return;
     for (int g = 0; g < t->m.n_gemm; g++)
         for (int k = 0; k < BACKEND_FP8_SLOTS; k++)
@@ -587,7 +591,7 @@ static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
     double t0 = bt_clock_now(), loss = 0;
     *out = (train_metrics){0};
     train_zero_grads(t);
-    train_fp8_begin(t);
+    train_gemms_begin(t);
     double lr = optim_lr_at(t->step + 1, t->total_steps, &t->hp), norm = 0;
     t->dp.grads_reduced = 0;
     int rc = train_micro_batches(t, &loss, diag);
@@ -651,7 +655,7 @@ int train_fp8_calibrate(trainer *t, uint32_t *n_micro, float *lo, float *hi, bt_
     if (t->fp8 == NULL || !t->handed_off || t->step >= t->total_steps) return 0;
     double loss = 0;
     train_zero_grads(t);
-    train_fp8_begin(t);
+    train_gemms_begin(t);
     int rc = train_micro_batches(t, &loss, diag);
     rc = rc ? rc : train_fp8_end(t, diag);
     train_zero_grads(t);
@@ -666,7 +670,7 @@ int train_fp8_calibrate(trainer *t, uint32_t *n_micro, float *lo, float *hi, bt_
 }
 
 int train_eval(trainer *t, const char *prefix, uint32_t n, double *loss, bt_diag *diag) {
-    train_fp8_begin(t); /* the scales the last step's amaxes gave, not the ones it ran with */
+    train_gemms_begin(t); /* the scales the last step's amaxes gave, not the ones it ran with */
     loader ev;
     loader_source src = {.prefix = prefix, .weight = 1};
     loader_config lc = {.seq_len = t->T, .seed = t->spec->seed, .vocab_size = t->m.cfg.vocab};

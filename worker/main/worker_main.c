@@ -213,6 +213,10 @@ static void worker_print_setup(const trainer *t) {
            "(recompute %s) + %.2f MB backward buffers and scratch\n",
            1e-6 * params, 1e-6 * grads, 1e-6 * optim, 1e-6 * (double)t->m.act_bytes,
            recompute[t->m.cfg.recompute], 1e-6 * (double)t->m.work_bytes);
+    if (t->m.wcache_floats > 0)
+        printf("memory: %.2f MB of converted weights kept from one micro-batch to the next "
+               "(BATON_WEIGHT_CACHE=0: none)\n",
+               4e-6 * (double)t->m.wcache_floats);
 }
 
 /* Every rank: the bytes it allocated for parameters, gradients and optimizer state

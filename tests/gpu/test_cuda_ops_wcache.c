@@ -1,0 +1,130 @@
+/* The GEMMs' weight cache (backend.h: backend_gemm.wcache) on the CUDA backend, against
+ * the same products converting the weight in each call (no cache), on the GPU only: the
+ * cache changes where the conversion lives, never the numbers, so everything must be equal
+ * bit for bit. Per precision and shape (bf16, fp16, fp8 on the fp8 tensor cores and fp8
+ * carried in bf16, with and without dinp):
+ *  - forward, backward, and a second forward and backward from the cache: outputs, dinp,
+ *    dweight and (fp8) the running amaxes equal the uncached calls';
+ *  - the cache is really read: after the weight's memory is overwritten with other values
+ *    and the cache not told, the forward still gives the old weight's output;
+ *  - told (wcache_forms = 0), it converts the new values; handed another weight (pointer),
+ *    it converts that one.
+ * Fails if a conversion is skipped that should not be, or cached under the wrong form. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_cuda_ops.h"
+
+/* One GEMM's buffers on the GPU. */
+typedef struct wc_bufs {
+    float *x, *w, *w2, *dout, *scratch, *cache, *acc_ref, *acc_c;
+    float *out_ref, *out_c, *dx_ref, *dx_c, *dw_ref, *dw_c;
+} wc_bufs;
+
+static float *gpu_rand(size_t n, float amp) {
+    float *h = host_rand(n, amp), *d = gpu.alloc(&gpu, n * 4 + 4);
+    gpu.from_host(&gpu, d, h, n * 4);
+    free(h);
+    return d;
+}
+
+static float *gpu_zeros(size_t n) {
+    float *d = gpu.alloc(&gpu, n * 4 + 4);
+    gpu.zero(&gpu, d, n);
+    return d;
+}
+
+static void wc_alloc(wc_bufs *b, backend_prec prec, int N, int C, int OC) {
+    size_t nx = (size_t)N * C, nw = (size_t)OC * C, ny = (size_t)N * OC;
+    b->x = gpu_rand(nx, 1.5f), b->w = gpu_rand(nw, 0.5f), b->w2 = gpu_rand(nw, 2.0f);
+    b->dout = gpu_rand(ny, 1e-2f);
+    b->scratch = gpu_zeros(gpu.matmul_scratch_floats(&gpu, N, C, OC, prec));
+    b->cache = gpu_zeros(gpu.matmul_wcache_floats(&gpu, C, OC, prec));
+    b->acc_ref = gpu_zeros(BACKEND_FP8_SLOTS), b->acc_c = gpu_zeros(BACKEND_FP8_SLOTS);
+    b->out_ref = gpu_zeros(ny), b->out_c = gpu_zeros(ny);
+    b->dx_ref = gpu_zeros(nx), b->dx_c = gpu_zeros(nx);
+    b->dw_ref = gpu_zeros(nw), b->dw_c = gpu_zeros(nw);
+}
+
+static void wc_free(wc_bufs *b) {
+    float *all[] = {b->x,     b->w,       b->w2,    b->dout,   b->scratch, b->cache,  b->acc_ref,
+                    b->acc_c, b->out_ref, b->out_c, b->dx_ref, b->dx_c,    b->dw_ref, b->dw_c};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        gpu.free(&gpu, all[i]);
+}
+
+static void expect_equal(const char *what, const char *tensor, const float *a, const float *b,
+                         size_t n) {
+    if (gpu_bitwise_equal(a, b, n)) return;
+    fprintf(stderr, "FAIL %s: %s differs from the uncached product's\n", what, tensor);
+    failures++;
+}
+
+/* Forward and backward without (ref) and with (pc) the cache; everything equal. */
+static void wc_pass(const char *what, wc_bufs *b, backend_gemm *ref, backend_gemm *pc, int N, int C,
+                    int OC, int with_dinp) {
+    gpu.matmul_forward(&gpu, b->out_ref, b->x, b->w, N, C, OC, ref, b->scratch);
+    gpu.matmul_forward(&gpu, b->out_c, b->x, b->w, N, C, OC, pc, b->scratch);
+    expect_equal(what, "forward output", b->out_ref, b->out_c, (size_t)N * OC);
+    gpu.matmul_backward(&gpu, with_dinp ? b->dx_ref : NULL, b->dw_ref, b->dout, b->x, b->w, N, C,
+                        OC, ref, b->scratch);
+    gpu.matmul_backward(&gpu, with_dinp ? b->dx_c : NULL, b->dw_c, b->dout, b->x, b->w, N, C, OC,
+                        pc, b->scratch);
+    if (with_dinp) expect_equal(what, "dinp", b->dx_ref, b->dx_c, (size_t)N * C);
+    expect_equal(what, "dweight (+=)", b->dw_ref, b->dw_c, (size_t)OC * C);
+    if (ref->prec == BACKEND_PREC_FP8)
+        expect_equal(what, "running amaxes", b->acc_ref, b->acc_c, BACKEND_FP8_SLOTS);
+    if (pc->wcache_forms == 0) {
+        fprintf(stderr, "FAIL %s: the cache holds no conversion after the products\n", what);
+        failures++;
+    }
+}
+
+static void wc_case(backend_prec prec, int e5m2, int N, int C, int OC, int with_dinp) {
+    static const char *const pn[] = {"fp32", "bf16", "fp8", "fp16"};
+    char what[128];
+    snprintf(what, sizeof what, "weight cache %s%s N %d C %d OC %d%s", pn[prec],
+             e5m2 ? "/e5m2" : "", N, C, OC, with_dinp ? "" : " (no dinp)");
+    wc_bufs b;
+    wc_alloc(&b, prec, N, C, OC);
+    backend_gemm ref = {.prec = prec, .dy_e5m2 = e5m2, .scale = {200.0f, 700.0f, 3e5f}};
+    backend_gemm pc = ref;
+    if (prec == BACKEND_PREC_FP8) ref.amax_acc = b.acc_ref, pc.amax_acc = b.acc_c;
+    pc.wcache = b.cache;
+    wc_pass(what, &b, &ref, &pc, N, C, OC, with_dinp);
+    wc_pass(what, &b, &ref, &pc, N, C, OC, with_dinp); /* from the cache */
+    /* new values behind the same pointer, the cache not told: the old weight's output */
+    gpu.copy2d(&gpu, b.w, C, b.w2, C, OC, C);
+    gpu.matmul_forward(&gpu, b.out_c, b.x, b.w, N, C, OC, &pc, b.scratch);
+    char stale[160];
+    snprintf(stale, sizeof stale, "%s, weight overwritten, cache kept", what);
+    expect_equal(stale, "forward output (the cache was not read)", b.out_ref, b.out_c,
+                 (size_t)N * OC);
+    pc.wcache_forms = 0; /* told: converts the new values */
+    gpu.matmul_forward(&gpu, b.out_ref, b.x, b.w, N, C, OC, &ref, b.scratch);
+    gpu.matmul_forward(&gpu, b.out_c, b.x, b.w, N, C, OC, &pc, b.scratch);
+    snprintf(stale, sizeof stale, "%s, after wcache_forms = 0", what);
+    expect_equal(stale, "forward output", b.out_ref, b.out_c, (size_t)N * OC);
+    /* another weight: converted, not taken from the cache */
+    gpu.scale(&gpu, b.w2, 0.5f, (size_t)OC * C);
+    gpu.matmul_forward(&gpu, b.out_ref, b.x, b.w2, N, C, OC, &ref, b.scratch);
+    gpu.matmul_forward(&gpu, b.out_c, b.x, b.w2, N, C, OC, &pc, b.scratch);
+    snprintf(stale, sizeof stale, "%s, another weight", what);
+    expect_equal(stale, "forward output", b.out_ref, b.out_c, (size_t)N * OC);
+    check_sync(what);
+    wc_free(&b);
+}
+
+void test_wcache_all(void) {
+    wc_case(BACKEND_PREC_BF16, 0, 64, 128, 96, 1);
+    wc_case(BACKEND_PREC_BF16, 0, 37, 53, 71, 1);
+    wc_case(BACKEND_PREC_FP16, 0, 37, 53, 71, 1);
+    wc_case(BACKEND_PREC_FP8, 1, 48, 32, 64, 1); /* the fp8 tensor cores: W and W^T cached */
+    wc_case(BACKEND_PREC_FP8, 0, 32, 16, 48, 0);
+    wc_case(BACKEND_PREC_FP8, 1, 40, 24, 56, 1); /* carried in bf16 */
+    if (gpu.matmul_wcache_floats(&gpu, 16, 16, BACKEND_PREC_FP32) != 0) {
+        fprintf(stderr, "FAIL weight cache: float32 products have nothing to cache\n");
+        failures++;
+    }
+}
