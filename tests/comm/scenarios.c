@@ -72,6 +72,35 @@ static void test_allreduce(comm *c, size_t n) {
     free(d);
 }
 
+/* Reduce to each root in turn: sum out of place (in untouched), max in place, f64. */
+static void test_reduce(comm *c, size_t n) {
+    const int r = comm_rank(c), w = comm_size(c);
+    float *x = xmalloc(n * 4), *y = xmalloc(n * 4);
+    double *d = xmalloc(n * 8);
+    for (int root = 0; root < w; root++) {
+        for (size_t i = 0; i < n; i++)
+            x[i] = (float)(r * 1000 + (int)(i % 1000));
+        if (ok(c, comm_reduce(c, x, y, n, COMM_F32, COMM_SUM, root, NULL), "reduce sum")) {
+            if (r == root)
+                CHECK_ALL("reduce sum", n, y[i], 1000.0 * w * (w - 1) / 2 + w * (double)(i % 1000));
+            CHECK_ALL("reduce input untouched", n, x[i], r * 1000 + (int)(i % 1000));
+        }
+        for (size_t i = 0; i < n; i++)
+            x[i] = (int)(i % (size_t)w) == r ? (float)i + 1 : -(float)r;
+        if (ok(c, comm_reduce(c, x, x, n, COMM_F32, COMM_MAX, root, NULL), "reduce max") &&
+            r == root)
+            CHECK_ALL("reduce max in place", n, x[i], (double)i + 1);
+        for (size_t i = 0; i < n; i++)
+            d[i] = r + 0.25 * (double)i;
+        if (ok(c, comm_reduce(c, d, d, n, COMM_F64, COMM_SUM, root, NULL), "reduce f64") &&
+            r == root)
+            CHECK_ALL("reduce f64", n, d[i], w * (w - 1) / 2.0 + w * 0.25 * (double)i);
+    }
+    free(x);
+    free(y);
+    free(d);
+}
+
 static void test_reduce_scatter(comm *c, size_t n) {
     const int r = comm_rank(c), w = comm_size(c);
     const size_t N = (size_t)w * n;
@@ -203,6 +232,8 @@ static void test_usage_errors(comm *c) {
     CHECK(comm_broadcast(c, &x, 1, COMM_F32, comm_size(c), NULL) == BT_EINVAL);
     CHECK(comm_fault_of(c) == COMM_FAULT_USAGE);
     CHECK_STR_CONTAINS(comm_error(c), "root");
+    CHECK(comm_reduce(c, &x, &x, 1, COMM_F32, COMM_SUM, -1, NULL) == BT_EINVAL);
+    CHECK_STR_CONTAINS(comm_error(c), "root -1");
     CHECK(comm_allreduce(c, &x, &x, 1, COMM_BYTE, COMM_SUM, NULL) == BT_EINVAL);
     CHECK(comm_allreduce(c, &x, &x, 1, COMM_F32, COMM_SUM, &x) == BT_EINVAL);
     CHECK_STR_CONTAINS(comm_error(c), "stream");
@@ -284,6 +315,7 @@ static int child_collectives(const child_env *env) {
     static const size_t sizes[] = {0, 1, 3, 1000, 4097};
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
         test_allreduce(c, sizes[k]);
+        test_reduce(c, sizes[k]);
         test_reduce_scatter(c, sizes[k]);
         test_allgather(c, sizes[k]);
         test_alltoall(c, sizes[k]);

@@ -206,6 +206,26 @@ static void run_collectives(child *ch, comm *c) {
     get_f32(ch, got, (float *)din + (size_t)r * n, n);
     expect(ch, "reduce-scatter max f32 in place", got, want, n);
 
+    /* reduce sum f32 to the last rank, out of place; then max in place to rank 0. */
+    for (size_t i = 0; i < n; i++) {
+        in[i] = r * 1000.0 + (double)i;
+        want[i] = 1000.0 * w * (w - 1) / 2 + (double)w * (double)i;
+    }
+    put_f32(ch, din, in, n);
+    OK(ch, c, comm_reduce(c, din, dout, n, COMM_F32, COMM_SUM, w - 1, s));
+    OK(ch, c, comm_wait(c, s));
+    get_f32(ch, got, dout, n);
+    if (r == w - 1) expect(ch, "reduce sum f32", got, want, n);
+    for (size_t i = 0; i < n; i++) {
+        in[i] = (double)(r + 1) * (double)i;
+        want[i] = (double)w * (double)i;
+    }
+    put_f32(ch, din, in, n);
+    OK(ch, c, comm_reduce(c, din, din, n, COMM_F32, COMM_MAX, 0, s));
+    OK(ch, c, comm_wait(c, s));
+    get_f32(ch, got, din, n);
+    if (r == 0) expect(ch, "reduce max f32 in place", got, want, n);
+
     /* all-gather, f64: in[i] = r * 100000 + i. */
     for (size_t i = 0; i < n; i++)
         in[i] = r * 100000.0 + (double)i;

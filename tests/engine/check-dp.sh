@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Data-parallel training reproduces the one-process run: for dp2, dp2 + ZeRO-1,
-# dp4 + ZeRO-1, and dp2, dp4 and dp4 + ZeRO-1 with each layer's gradients all-reduced
-# during the last backward (BATON_DP_OVERLAP=1: train_dp_overlap.h's path, synchronous
-# over Gloo)
+# dp4 + ZeRO-1, and dp2, dp4 with each layer's gradients all-reduced during the last
+# backward, dp2 and dp4 + ZeRO-1 with each layer's gradients reduced to the ranks whose
+# shards hold them (BATON_DP_OVERLAP=1: train_dp_overlap.h's path, synchronous over Gloo)
 # launched by `baton launch`, every step's loss and the final parameters
 # agree with `baton-worker --single-process` within 1e-5 relative; ZeRO-1's optimizer
 # memory per rank is 1/dp of the one-process figure.
@@ -41,5 +41,6 @@ dp_case dp2-zero1 2 zero1
 dp_case dp4-zero1 4 zero1
 overlap_case dp2-overlap 2 plain
 overlap_case dp4-overlap 4 plain
-overlap_case dp4-zero1-overlap 4 zero1 # the shard taken from the all-reduced gradients
+overlap_case dp2-zero1-overlap 2 zero1 # each unit reduced to its shards' ranks
+overlap_case dp4-zero1-overlap 4 zero1
 layout_finish "all data-parallel runs match the one-process run"

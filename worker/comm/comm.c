@@ -183,6 +183,18 @@ int comm_allreduce(comm *c, const void *in, void *out, size_t count, comm_dtype 
     return c->ops->allreduce(c, in, out, count, dtype, op, stream);
 }
 
+int comm_reduce(comm *c, const void *in, void *out, size_t count, comm_dtype dtype, comm_redop op,
+                int root, void *stream) {
+    int rc = check_common(c, "reduce", dtype, count, 1, stream);
+    if (rc == 0) rc = check_op(c, "reduce", op);
+    if (rc == 0) rc = check_buffers(c, "reduce", in, out, count);
+    if (rc == 0 && (root < 0 || root >= c->size))
+        rc = comm_fail(c, BT_EINVAL, COMM_FAULT_USAGE, "reduce", "root %d outside [0, %d)", root,
+                       c->size);
+    if (rc < 0 || count == 0) return rc;
+    return c->ops->reduce(c, in, out, count, dtype, op, root, stream);
+}
+
 int comm_reduce_scatter(comm *c, const void *in, void *out, size_t count, comm_dtype dtype,
                         comm_redop op, void *stream) {
     int rc = check_common(c, "reduce-scatter", dtype, count, 1, stream);

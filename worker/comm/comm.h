@@ -188,6 +188,12 @@ int comm_allreduce(comm *c, const void *in, void *out, size_t count, comm_dtype 
  * in + rank*count (in place). */
 int comm_reduce_scatter(comm *c, const void *in, void *out, size_t count, comm_dtype dtype,
                         comm_redop op, void *stream);
+/* On root: out[i] = op over ranks of in[i], i < count (in == out is in place). Every rank
+ * passes an out of count elements: on the others it is working space, its contents (and
+ * in's, when in place) unspecified afterwards. The data-parallel gradients of ZeRO-1 are
+ * reduced unit by unit to the ranks whose shards hold them (train_dp_overlap.h). */
+int comm_reduce(comm *c, const void *in, void *out, size_t count, comm_dtype dtype, comm_redop op,
+                int root, void *stream);
 /* out: size*count elements; out[r*count + i] = in of rank r. in may be out + rank*count. */
 int comm_allgather(comm *c, const void *in, void *out, size_t count, comm_dtype dtype,
                    void *stream);
@@ -251,6 +257,8 @@ typedef struct comm_ops {
     int streams; /* 1: operations are enqueued on a stream; 0: the stream must be NULL */
     int (*allreduce)(comm *c, const void *in, void *out, size_t count, comm_dtype dtype,
                      comm_redop op, void *stream);
+    int (*reduce)(comm *c, const void *in, void *out, size_t count, comm_dtype dtype, comm_redop op,
+                  int root, void *stream);
     int (*reduce_scatter)(comm *c, const void *in, void *out, size_t count, comm_dtype dtype,
                           comm_redop op, void *stream);
     int (*allgather)(comm *c, const void *in, void *out, size_t count, comm_dtype dtype,

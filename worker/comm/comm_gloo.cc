@@ -66,6 +66,7 @@ constexpr uint64_t kSlotRing = 0x41ull << 56;
 constexpr uint64_t kSlotProbe = 0x42ull << 56;
 constexpr uint64_t kSlotSentinel = 0x43ull << 56;
 constexpr uint64_t kSlotBarrier = 0x44ull << 56;
+constexpr uint64_t kSlotTree = 0x45ull << 56;
 /* How long the watchdog's sentinel waits: for ever, in practice (a Gloo wait that times
  * out tears its whole group down). */
 constexpr Millis kForever = Millis(10LL * 365 * 24 * 3600 * 1000);
@@ -229,7 +230,7 @@ struct Group {
     std::shared_ptr<gloo::rendezvous::Context> ctx;
     std::string prefix;
     std::map<uint64_t, uint32_t> splits; /* member-list hash -> groups made from it */
-    std::vector<char> scratch;           /* reduce-scatter ring: two chunks */
+    std::vector<char> scratch;           /* reduce-scatter ring: two chunks; reduce: one */
     bool aborted = false;
     Watch watch;
 
@@ -632,6 +633,46 @@ int gloo_reduce_scatter(comm *c, const void *in, void *out, size_t count, comm_d
     });
 }
 
+/* Binomial-tree reduce to root, over ranks renumbered v = (rank - root) mod size: in round
+ * i (bit i) a rank whose lowest set bit is i sends its partial result to v - 2^i and is
+ * done; a rank with bits 0..i clear receives from v + 2^i (when there is one) and adds it
+ * to its own, in that order. out is the running partial result on every rank. Each rank
+ * but the root sends count elements once. */
+template <typename T>
+void run_reduce(Group &g, const T *in, T *out, size_t count, comm_redop op, int root,
+                Millis timeout) {
+    const int w = g.ctx->size, v = (g.ctx->rank - root + w) % w;
+    const size_t bytes = count * sizeof(T);
+    if (in != out) memmove(out, in, bytes);
+    if (g.scratch.size() < bytes) g.scratch.resize(bytes);
+    T *tmp = reinterpret_cast<T *>(g.scratch.data());
+    std::unique_ptr<UBuf> acc = wrap(g, out, bytes), part = wrap(g, tmp, bytes);
+    const ReduceFn fn = reduce_fn<T>(op);
+    for (int bit = 1; bit < w; bit <<= 1) {
+        const uint64_t slot = kSlotTree | (uint64_t)bit;
+        if (v & bit) {
+            exchange(g, {{false, (v - bit + root) % w, acc.get(), slot, 0, bytes}}, timeout);
+            return;
+        }
+        if (v + bit >= w) continue;
+        exchange(g, {{true, (v + bit + root) % w, part.get(), slot, 0, bytes}}, timeout);
+        fn(out, out, tmp, count);
+    }
+}
+
+int gloo_reduce(comm *c, const void *in, void *out, size_t count, comm_dtype dtype, comm_redop op,
+                int root, void *) {
+    return guarded(c, "reduce", " (root " + std::to_string(root) + ")", [&](Group &g) {
+        const size_t es = comm_dtype_size(dtype);
+        with_type(dtype, [&](auto *t) {
+            using T = std::remove_pointer_t<decltype(t)>;
+            run_reduce<T>(g, static_cast<const T *>(in), static_cast<T *>(out), count, op, root,
+                          timeout_of(c));
+        });
+        if (c->rank != root) c->bytes_sent += count * es;
+    });
+}
+
 int gloo_allgather(comm *c, const void *in, void *out, size_t count, comm_dtype dtype, void *) {
     return guarded(c, "allgather", ring_hint(c), [&](Group &g) {
         const size_t es = comm_dtype_size(dtype), bytes = count * es;
@@ -777,6 +818,7 @@ comm_ops gloo_ops() {
     o.name = "gloo";
     o.streams = 0;
     o.allreduce = gloo_allreduce;
+    o.reduce = gloo_reduce;
     o.reduce_scatter = gloo_reduce_scatter;
     o.allgather = gloo_allgather;
     o.alltoall = gloo_alltoall;

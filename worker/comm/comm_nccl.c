@@ -644,6 +644,23 @@ static int op_allreduce(comm *c, const void *in, void *out, size_t count, comm_d
     return xfer_end(&x, rc);
 }
 
+/* NCCL's reduce is a pipelined chain: every rank but the root sends the whole buffer. */
+static int op_reduce(comm *c, const void *in, void *out, size_t count, comm_dtype dtype,
+                     comm_redop op, int root, void *stream) {
+    nccl_group *g = c->impl;
+    const size_t bytes = count * comm_dtype_size(dtype);
+    xfer x;
+    int rc = xfer_begin(&x, c, "reduce", stream, 2);
+    if (rc < 0) return rc;
+    note_op(c, "reduce", count, dtype);
+    rc = xfer_pair(&x, in, bytes, out, bytes, &in, &out);
+    if (rc == 0)
+        rc = settle(c, "reduce", "ncclReduce",
+                    ncclReduce(in, out, count, nccl_type(dtype), nccl_op(op), root, g->nc, x.s));
+    if (rc == 0 && c->rank != root) c->bytes_sent += bytes;
+    return xfer_end(&x, rc);
+}
+
 static int op_reduce_scatter(comm *c, const void *in, void *out, size_t count, comm_dtype dtype,
                              comm_redop op, void *stream) {
     nccl_group *g = c->impl;
@@ -945,6 +962,7 @@ static const comm_ops kNcclOps = {
     .name = "nccl",
     .streams = 1,
     .allreduce = op_allreduce,
+    .reduce = op_reduce,
     .reduce_scatter = op_reduce_scatter,
     .allgather = op_allgather,
     .alltoall = op_alltoall,

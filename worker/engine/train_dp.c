@@ -197,7 +197,7 @@ static int dp_update_sharded(train_dp *d, float *params, const float *grads, opt
                              const optim_hparams *hp, double lr, double *norm, bt_diag *diag) {
     size_t total = d->chunk * (size_t)d->size;
     float *shard = d->flat + d->shard_begin;
-    if (d->grads_reduced) { /* all-reduced during the backward (train_dp_overlap.h) */
+    if (d->grads_reduced) { /* reduced to the shards during the backward (train_dp_overlap.h) */
         d->grads_reduced = 0;
         d->be->copy(d->be, shard, grads + d->shard_begin, d->shard_n);
         d->be->zero(d->be, shard + d->shard_n, d->chunk - d->shard_n);

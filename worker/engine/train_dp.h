@@ -45,8 +45,9 @@ typedef struct train_dp {
     comm *ep, *edp;
     optim_segment *expert; /* the experts' segments, in offset order */
     size_t n_expert;
-    int grads_reduced; /* this step's all-reduce is done already (train_dp_overlap.h): the
-                        * next update only divides by the replicas */
+    int grads_reduced; /* this step's reduction is done already (train_dp_overlap.h): the
+                        * next update only divides by the replicas (ZeRO-1: this rank's
+                        * shard of the buffer holds the sums) */
 } train_dp;
 
 /* Sets up for params of n_params floats (be's memory) cut into the given segments;

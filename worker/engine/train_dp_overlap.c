@@ -10,7 +10,7 @@ static int overlap_wanted(int have_queue, int zero) {
     const char *v = getenv("BATON_DP_OVERLAP");
     if (v != NULL && strcmp(v, "0") == 0) return 0;
     if (v != NULL && strcmp(v, "1") == 0) return 1;
-    return have_queue && zero == 0;
+    return have_queue && zero <= 1;
 }
 
 /* The units, in order, cover [0, param_floats) without gaps. */
@@ -67,13 +67,41 @@ const char *train_dp_overlap_describe(const train_dp_overlap *o) {
         return o->dp->flat != NULL
                    ? "data-parallel gradients: one reduce-scatter after the backward"
                    : "data-parallel gradients: one all-reduce after the backward";
+    if (o->dp->flat != NULL)
+        return o->stream != NULL
+                   ? "data-parallel gradients: reduced per layer to the ranks whose shards hold "
+                     "them, on a side queue, overlapped with the backward"
+                   : "data-parallel gradients: reduced per layer to the ranks whose shards hold "
+                     "them during the backward (no side queue: nothing overlaps)";
     return o->stream != NULL ? "data-parallel gradients: all-reduced per layer on a side queue, "
                                "overlapped with the backward"
                              : "data-parallel gradients: all-reduced per layer during the "
                                "backward (no side queue: nothing overlaps)";
 }
 
-/* Starts unit u's all-reduce (once per step). */
+static void overlap_failed(train_dp_overlap *o, const char *what, int u) {
+    comm *c = o->dp->group;
+    o->rc = BT_EIO;
+    snprintf(o->why, sizeof o->why, "gradient %s of unit %d over %s: %s", what, u, comm_name(c),
+             comm_error(c));
+}
+
+/* ZeRO-1: the unit's gradients [off, off + n) reduced to the ranks whose shards hold them,
+ * one reduce per shard the unit touches (the shard of rank r: [r chunk, (r + 1) chunk)). */
+static void overlap_reduce_to_shards(train_dp_overlap *o, int u, size_t off, size_t n) {
+    const train_dp *dp = o->dp;
+    size_t end = off + n;
+    for (size_t lo = off; lo < end && o->rc == 0;) {
+        size_t owner = lo / dp->chunk, hi = (owner + 1) * dp->chunk;
+        hi = hi < end ? hi : end;
+        float *g = o->m->grads_mem + lo;
+        if (comm_reduce(dp->group, g, g, hi - lo, COMM_F32, COMM_SUM, (int)owner, o->stream) != 0)
+            overlap_failed(o, "reduce", u);
+        lo = hi;
+    }
+}
+
+/* Starts unit u's reduction (once per step). */
 static void overlap_reduce(train_dp_overlap *o, int u) {
     if (o->done[u] || o->rc != 0) return;
     o->done[u] = 1;
@@ -82,13 +110,13 @@ static void overlap_reduce(train_dp_overlap *o, int u) {
     if (n == 0) return;
     backend *be = o->dp->be;
     if (o->stream != NULL) be->stream_wait(be, o->stream, NULL);
-    float *g = o->m->grads_mem + off;
-    comm *c = o->dp->group;
-    if (comm_allreduce(c, g, g, n, COMM_F32, COMM_SUM, o->stream) != 0) {
-        o->rc = BT_EIO;
-        snprintf(o->why, sizeof o->why, "gradient all-reduce of unit %d over %s: %s", u,
-                 comm_name(c), comm_error(c));
+    if (o->dp->flat != NULL) {
+        overlap_reduce_to_shards(o, u, off, n);
+        return;
     }
+    float *g = o->m->grads_mem + off;
+    if (comm_allreduce(o->dp->group, g, g, n, COMM_F32, COMM_SUM, o->stream) != 0)
+        overlap_failed(o, "all-reduce", u);
 }
 
 static void overlap_unit_done(void *ctx, int u) {
@@ -112,7 +140,7 @@ int train_dp_overlap_finish(train_dp_overlap *o, int step_failed, bt_diag *diag)
     if (o->stream != NULL) {
         if (comm_wait(o->dp->group, o->stream) != 0 && o->rc == 0) {
             o->rc = BT_EIO;
-            snprintf(o->why, sizeof o->why, "gradient all-reduce over %s: %s",
+            snprintf(o->why, sizeof o->why, "gradient reduction over %s: %s",
                      comm_name(o->dp->group), comm_error(o->dp->group));
         }
         be->stream_wait(be, NULL, o->stream);

@@ -1,29 +1,30 @@
-/* The data-parallel gradient all-reduce overlapped with the backward (zero 0).
+/* The data-parallel gradient reduction overlapped with the backward (zero 0 and 1).
  *
- * Without it the gradients are all-reduced in one call after the step's last backward
- * (train_dp_update). With it, during the last micro-batch's backward, each unit's
- * gradients (model_n_units: the head, each layer, the embedding) are all-reduced as soon
- * as the model reports them complete (model.unit_grads_done), per-bucket in Megatron's
- * terms with one bucket per unit:
- *  - on a backend with side queues and a group whose collectives take a stream (CUDA +
- *    NCCL), on a side queue that first waits for the ops' queue (an event behind the
- *    unit's last gradient op): NCCL reduces the unit while the backward goes on with the
- *    units before it;
- *  - otherwise (the CPU engine with Gloo) at once, in the same places: the same
- *    reductions and numbers, nothing overlaps.
+ * Without it the gradients are reduced in one call after the step's last backward
+ * (train_dp_update: an all-reduce, or under ZeRO-1 a reduce-scatter). With it, during the
+ * last micro-batch's backward, each unit's gradients (model_n_units: the head, each
+ * layer, the embedding) are reduced as soon as the model reports them complete
+ * (model.unit_grads_done), per-bucket in Megatron's terms with one bucket per unit:
+ *  - zero 0: all-reduced;
+ *  - ZeRO-1: reduced (comm_reduce) to the rank whose shard holds them, one reduce per
+ *    shard the unit touches, so each rank ends with its own shard's sums (the rest of its
+ *    buffer is partial sums, never read): about the reduce-scatter's bytes, behind the
+ *    backward;
+ * on a backend with side queues and a group whose collectives take a stream (CUDA +
+ * NCCL), on a side queue that first waits for the ops' queue (an event behind the unit's
+ * last gradient op): NCCL reduces the unit while the backward goes on with the units
+ * before it; otherwise (the CPU engine with Gloo) at once, in the same places: the same
+ * reductions and numbers, nothing overlaps.
  * train_dp_overlap_finish, right after the micro-batches, reduces any unit that was not
  * reported, waits for the side queue (the comm's timeout applies), orders the ops' queue
- * after it, and tells train_dp_update that the all-reduce is done (it still divides by the
- * replicas). Reducing per unit instead of the whole buffer changes only the order of
- * float additions across ranks (none for 2 ranks).
+ * after it, and tells train_dp_update that the reduction is done (it still divides by the
+ * replicas; under ZeRO-1 it takes its shard from the gradient buffer). Reducing per unit
+ * instead of the whole buffer changes only the order of float additions across ranks.
  *
  * Used when the group has more than one rank, there are no expert-parallel segments, the
  * units cover the gradient buffer, and BATON_DP_OVERLAP is not "0": by default under zero
- * 0 wherever a side queue exists; BATON_DP_OVERLAP=1 uses it without one too (the CPU
- * engine: the tests' way to check the per-unit path) and under ZeRO-1, where the update
- * then takes its shard from the all-reduced gradients instead of a reduce-scatter after
- * the backward: twice the gradient bytes, but behind the backward (opt-in: which is
- * faster depends on the links). Not under ZeRO-2/3. */
+ * 0 and ZeRO-1 wherever a side queue exists; BATON_DP_OVERLAP=1 uses it without one too
+ * (the CPU engine: the tests' way to check the per-unit path). Not under ZeRO-2/3. */
 #ifndef BATON_TRAIN_DP_OVERLAP_H
 #define BATON_TRAIN_DP_OVERLAP_H
 
