@@ -58,26 +58,28 @@ layout_run() { # NAME RANKS RECIPE STAGE
   layout_compare_params "$name" "$name.ref" "$name.params" || failures=$((failures + 1))
 }
 
-# BATON_DP_OVERLAP=1 layout_run ... then this: every rank reduced its data-parallel
-# gradients per layer during the backward (train_dp_overlap.h), as RANKS lines say.
-layout_check_overlap() { # NAME RANKS
+# A layout_run's log then: every one of RANKS ranks printed a line matching PATTERN.
+layout_check_ranks_say() { # NAME RANKS PATTERN WHAT
   local n
-  n=$(grep -c "per layer .*during the backward" "$1.log" || true)
+  n=$(grep -c "$3" "$1.log" || true)
   if [[ $n -ne $2 ]]; then
-    echo "FAIL: $1: $n of $2 ranks reduced their gradients per layer during the backward"
+    echo "FAIL: $1: $n of $2 ranks $4"
     failures=$((failures + 1))
   fi
 }
 
+# BATON_DP_OVERLAP=1 layout_run ... then this: every rank reduced its data-parallel
+# gradients per layer during the backward (train_dp_overlap.h).
+layout_check_overlap() { # NAME RANKS
+  layout_check_ranks_say "$1" "$2" "per layer .*during the backward" \
+    "reduced their gradients per layer during the backward"
+}
+
 # BATON_PP_OVERLAP=1 layout_run ... then this: every rank deferred its pipeline sends
-# (pipeline.h), as RANKS lines say.
+# (pipeline.h).
 layout_check_pp_overlap() { # NAME RANKS
-  local n
-  n=$(grep -c "pipeline transfers: sends waited for late" "$1.log" || true)
-  if [[ $n -ne $2 ]]; then
-    echo "FAIL: $1: $n of $2 ranks deferred their pipeline sends"
-    failures=$((failures + 1))
-  fi
+  layout_check_ranks_say "$1" "$2" "pipeline transfers: sends waited for late" \
+    "deferred their pipeline sends"
 }
 
 layout_finish() { # SUMMARY

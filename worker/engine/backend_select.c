@@ -32,3 +32,11 @@ int backend_open(backend *be, int cuda, int local_rank, int *opened, bt_diag *di
 void backend_close(backend *be, int opened) {
     if (opened && cuda_close != NULL) cuda_close(be);
 }
+
+void *backend_side_queue(backend *be, const char *purpose, bt_diag *diag) {
+    void *s = be->stream_new != NULL ? be->stream_new(be) : NULL;
+    if (s != NULL && be->sync(be) == 0) return s;
+    if (s != NULL) be->stream_free(be, s);
+    bt_diag_set(diag, "cannot create a side queue on the %s backend for %s", be->name, purpose);
+    return NULL;
+}

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_select.h"
+
 int pipeline_slots(int stages, int stage, int K) {
     int n = stages - stage;
     return n < K ? n : K;
@@ -36,16 +38,9 @@ int pipeline_set_queue(pipeline *p, backend *be, int slots, bt_diag *diag) {
     }
     p->n_sending = slots;
     p->be = be;
-    if (queues) {
-        p->stream = be->stream_new(be);
-        if (p->stream == NULL || be->sync(be) != 0) {
-            bt_diag_set(diag,
-                        "cannot create a communication queue on the %s backend for the "
-                        "pipeline transfers",
-                        be->name);
-            pipeline_free(p);
-            return BT_EIO;
-        }
+    if (queues && (p->stream = backend_side_queue(be, "the pipeline transfers", diag)) == NULL) {
+        pipeline_free(p);
+        return BT_EIO;
     }
     p->deferred = 1;
     return 0;

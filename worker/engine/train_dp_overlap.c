@@ -4,8 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* BATON_DP_OVERLAP: "0" off, "1" on even without a side queue (and under ZeRO-1), else
- * automatic: zero 0 where a side queue exists. */
+#include "backend_select.h"
+
+/* BATON_DP_OVERLAP: "0" off, "1" on even without a side queue, else automatic: zero 0
+ * and ZeRO-1 where a side queue exists. */
 static int overlap_wanted(int have_queue, int zero) {
     const char *v = getenv("BATON_DP_OVERLAP");
     if (v != NULL && strcmp(v, "0") == 0) return 0;
@@ -36,19 +38,12 @@ int train_dp_overlap_init(train_dp_overlap *o, train_dp *dp, model *m, int zero,
     if (!units_cover(m, o->n_units)) return 0;
     o->done = calloc((size_t)o->n_units, 1);
     if (o->done == NULL) {
-        bt_diag_set(diag, "out of memory for the overlapped all-reduce's %d units", o->n_units);
+        bt_diag_set(diag, "out of memory for the overlapped reduction's %d units", o->n_units);
         return BT_ENOMEM;
     }
-    if (queues) {
-        o->stream = be->stream_new(be);
-        if (o->stream == NULL || be->sync(be) != 0) {
-            bt_diag_set(diag,
-                        "cannot create a side queue on the %s backend for the gradient "
-                        "all-reduce",
-                        be->name);
-            train_dp_overlap_free(o);
-            return BT_EIO;
-        }
+    if (queues && (o->stream = backend_side_queue(be, "the gradient reduction", diag)) == NULL) {
+        train_dp_overlap_free(o);
+        return BT_EIO;
     }
     o->on = 1;
     return 0;
