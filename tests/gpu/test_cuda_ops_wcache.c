@@ -9,11 +9,15 @@
  *    and the cache not told, the forward still gives the old weight's output;
  *  - told (wcache_forms = 0), it converts the new values; handed another weight (pointer),
  *    it converts that one.
+ * The same for an MoE layer's experts (moe_dev.h: moe_dev_kept, one record per expert
+ * weight): forward and backward twice bit-equal to the layer without kept conversions,
+ * the old experts' output after their weights change untold, the new one once told.
  * Fails if a conversion is skipped that should not be, or cached under the wrong form. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "moe_dev.h"
 #include "test_cuda_ops.h"
 
 /* One GEMM's buffers on the GPU. */
@@ -116,7 +120,108 @@ static void wc_case(backend_prec prec, int e5m2, int N, int C, int OC, int with_
     wc_free(&b);
 }
 
+/* An MoE layer (bf16 experts) run by moe_dev without (cref) and with (ck, kept) kept
+ * conversions. */
+typedef struct wc_moe {
+    moe_config c;
+    moe_weights w, gref, gk;
+    float *wbuf, *gbuf_ref, *gbuf_k, *x, *dy, *y_ref, *y_k, *dx_ref, *dx_k;
+    moe_dev_scratch s;
+    moe_dev_cache cref, ck;
+    moe_dev_kept kept;
+    int N;
+} wc_moe;
+
+static int wc_moe_open(wc_moe *t) {
+    t->c = (moe_config){
+        .dim = 32, .ffn_dim = 48, .n_experts = 4, .top_k = 2, .n_shared = 1, .norm_topk = 1};
+    t->N = 40;
+    size_t nw = moe_weights_floats(&t->c), nx = (size_t)t->N * t->c.dim;
+    t->wbuf = gpu_rand(nw, 0.3f), t->gbuf_ref = gpu_zeros(nw), t->gbuf_k = gpu_zeros(nw);
+    t->x = gpu_rand(nx, 1.0f), t->dy = gpu_rand(nx, 0.1f);
+    t->y_ref = gpu_zeros(nx), t->y_k = gpu_zeros(nx), t->dx_ref = gpu_zeros(nx);
+    t->dx_k = gpu_zeros(nx);
+    moe_weights_carve(&t->c, &t->w, t->wbuf);
+    moe_weights_carve(&t->c, &t->gref, t->gbuf_ref);
+    moe_weights_carve(&t->c, &t->gk, t->gbuf_k);
+    int rc = moe_dev_scratch_init(&t->s, &gpu, &t->c, t->N, 1, BACKEND_PREC_BF16);
+    rc = rc ? rc : moe_dev_cache_init(&t->cref, &gpu, &t->c, t->N, &t->s, NULL);
+    rc = rc ? rc : moe_dev_cache_init(&t->ck, &gpu, &t->c, t->N, &t->s, NULL);
+    rc = rc ? rc : moe_dev_kept_init(&t->kept, &gpu, &t->c, BACKEND_PREC_BF16);
+    t->ck.kept = &t->kept;
+    return rc;
+}
+
+static void wc_moe_close(wc_moe *t) {
+    moe_dev_kept_free(&t->kept);
+    moe_dev_cache_free(&t->ck), moe_dev_cache_free(&t->cref);
+    moe_dev_scratch_free(&t->s);
+    float *all[] = {t->wbuf,  t->gbuf_ref, t->gbuf_k, t->x,   t->dy,
+                    t->y_ref, t->y_k,      t->dx_ref, t->dx_k};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        gpu.free(&gpu, all[i]);
+}
+
+/* Forward (and with backward set, backward) of both layers; outputs compared. */
+static void wc_moe_pass(wc_moe *t, const char *what, int backward) {
+    moe_stats st;
+    size_t nx = (size_t)t->N * t->c.dim;
+    int rc = moe_dev_forward(&t->c, &t->w, NULL, t->x, t->y_ref, t->N, &t->cref, &st);
+    rc = rc ? rc : moe_dev_forward(&t->c, &t->w, NULL, t->x, t->y_k, t->N, &t->ck, &st);
+    if (rc == 0 && backward) {
+        rc = moe_dev_backward(&t->c, &t->w, &t->cref, t->dy, t->dx_ref, &t->gref);
+        rc = rc ? rc : moe_dev_backward(&t->c, &t->w, &t->ck, t->dy, t->dx_k, &t->gk);
+    }
+    if (rc != 0) {
+        fprintf(stderr, "FAIL %s: moe_dev: %d\n", what, rc);
+        failures++;
+        return;
+    }
+    expect_equal(what, "MoE output", t->y_ref, t->y_k, nx);
+    if (!backward) return;
+    expect_equal(what, "MoE dx", t->dx_ref, t->dx_k, nx);
+    expect_equal(what, "MoE weight gradients", t->gbuf_ref, t->gbuf_k, moe_weights_floats(&t->c));
+}
+
+static void wc_moe_case(void) {
+    const char *what = "weight cache MoE bf16 experts";
+    wc_moe t;
+    memset(&t, 0, sizeof t);
+    if (wc_moe_open(&t) != 0) {
+        fprintf(stderr, "FAIL %s: setup\n", what);
+        failures++;
+        wc_moe_close(&t);
+        return;
+    }
+    wc_moe_pass(&t, what, 1);
+    wc_moe_pass(&t, what, 1); /* from the kept conversions */
+    int held = 0;
+    for (int i = 0; i < t.kept.n_wg; i++)
+        held += t.kept.wg[i].wcache_forms != 0;
+    if (held != 2 * (t.c.n_experts + t.c.n_shared)) {
+        fprintf(stderr, "FAIL %s: %d of %d expert weights kept\n", what, held,
+                2 * (t.c.n_experts + t.c.n_shared));
+        failures++;
+    }
+    /* the experts' weights change, untold: the kept layer still gives the old output */
+    size_t ne = (size_t)t.c.n_experts * 3 * t.c.ffn_dim * t.c.dim;
+    float *old = gpu_zeros((size_t)t.N * t.c.dim);
+    gpu.copy(&gpu, old, t.y_ref, (size_t)t.N * t.c.dim);
+    gpu.scale(&gpu, t.w.w13, 0.5f, ne * 2 / 3);
+    gpu.scale(&gpu, t.w.w2, 0.5f, ne / 3);
+    moe_stats st;
+    if (moe_dev_forward(&t.c, &t.w, NULL, t.x, t.y_k, t.N, &t.ck, &st) == 0)
+        expect_equal("weight cache MoE, experts changed untold", "MoE output (kept not read)", old,
+                     t.y_k, (size_t)t.N * t.c.dim);
+    moe_dev_kept_clear(&t.kept);
+    wc_moe_pass(&t, "weight cache MoE, after moe_dev_kept_clear", 0);
+    gpu.free(&gpu, old);
+    check_sync(what);
+    wc_moe_close(&t);
+}
+
 void test_wcache_all(void) {
+    wc_moe_case();
     wc_case(BACKEND_PREC_BF16, 0, 64, 128, 96, 1);
     wc_case(BACKEND_PREC_BF16, 0, 37, 53, 71, 1);
     wc_case(BACKEND_PREC_FP16, 0, 37, 53, 71, 1);

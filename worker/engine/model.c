@@ -277,6 +277,7 @@ static int setup_wcache(model *m) {
 void model_weights_changed(model *m) {
     for (int i = 0; i < m->n_gemm; i++)
         m->gemm[i].wcache_forms = 0;
+    model_moe_weights_changed(m);
 }
 
 int model_upload_rope(model *m, int n_seg, const int *pos0, const int *rows) {

@@ -15,6 +15,35 @@ static moe_dev_cache *cache_of(model *m, int l) {
     return &mo->caches[(size_t)m->slot * mo->sets + (mo->sets == 1 ? 0 : l)];
 }
 
+/* cfg.weight_cache: each MoE layer's experts keep their converted weights (per layer, not
+ * per slot: every micro-batch of a step reads the same weights). */
+static int moe_init_kept(model *m, backend_prec p) {
+    model_moe *mo = m->moew;
+    if (!m->cfg.weight_cache || m->n_layers == 0) return 0;
+    mo->kept = calloc((size_t)m->n_layers, sizeof *mo->kept);
+    if (mo->kept == NULL) return BT_ENOMEM;
+    for (int l = 0; l < m->n_layers; l++) {
+        if (!model_layer_is_moe(&m->cfg, m->layer0 + l)) continue;
+        int rc = moe_dev_kept_init(&mo->kept[l], m->be, &m->cfg.moe, p);
+        if (rc != 0) return rc;
+        m->wcache_floats += mo->kept[l].floats;
+    }
+    return 0;
+}
+
+void model_moe_weights_changed(model *m) {
+    model_moe *mo = m->moew;
+    for (int l = 0; mo != NULL && mo->kept != NULL && l < m->n_layers; l++)
+        moe_dev_kept_clear(&mo->kept[l]);
+}
+
+/* The cache of layer l's pass, pointed at the layer's kept conversions. */
+static moe_dev_cache *layer_cache(model *m, int l) {
+    moe_dev_cache *c = cache_of(m, l);
+    c->kept = m->moew->kept != NULL ? &m->moew->kept[l] : NULL;
+    return c;
+}
+
 /* Every slot's caches, one scratch for all. */
 static int moe_init_caches(model *m, comm *ep_group) {
     model_moe *mo = m->moew;
@@ -30,7 +59,7 @@ static int moe_init_caches(model *m, comm *ep_group) {
     for (size_t i = 0; i < n && rc == 0; i++)
         rc = moe_dev_cache_init(&mo->caches[i], m->be, &m->cfg.moe, max_tokens, mo->scratch,
                                 ep_group);
-    return rc;
+    return rc ? rc : moe_init_kept(m, p);
 }
 
 int model_moe_init(model *m, comm *ep_group, bt_diag *diag) {
@@ -71,6 +100,9 @@ void model_moe_free(model *m) {
     size_t n = (size_t)m->n_slots * mo->sets;
     for (size_t i = 0; mo->caches && i < n; i++)
         moe_dev_cache_free(&mo->caches[i]);
+    for (int l = 0; mo->kept != NULL && l < m->n_layers; l++)
+        moe_dev_kept_free(&mo->kept[l]);
+    free(mo->kept);
     if (mo->scratch) moe_dev_scratch_free(mo->scratch);
     free(mo->caches);
     free(mo->scratch);
@@ -93,7 +125,7 @@ void model_moe_forward(model *m, int l, const float *x, float *y) {
     int N = m->B * m->T, E = m->cfg.moe.n_experts;
     if (m->comm_err != 0) return;
     const float *bias = m->params.layers[l].moe_bias;
-    int rc = moe_dev_forward(&m->cfg.moe, &w, bias, x, y ? y : mo->y, N, cache_of(m, l), &st);
+    int rc = moe_dev_forward(&m->cfg.moe, &w, bias, x, y ? y : mo->y, N, layer_cache(m, l), &st);
     if (rc != 0) {
         m->comm_err = rc;
         return;
@@ -110,7 +142,7 @@ void model_moe_backward(model *m, int l, const float *dy, float *dx, float loss_
     moe_config c = m->cfg.moe;
     c.aux_loss_coef *= loss_scale;
     if (m->comm_err != 0) return;
-    int rc = moe_dev_backward(&c, &w, cache_of(m, l), dy, dx, &g);
+    int rc = moe_dev_backward(&c, &w, layer_cache(m, l), dy, dx, &g);
     if (rc != 0) m->comm_err = rc;
 }
 

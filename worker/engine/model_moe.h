@@ -17,6 +17,8 @@ typedef struct model_moe {
                                    * recompute */
     int sets;
     struct moe_dev_scratch *scratch; /* shared by the caches */
+    struct moe_dev_kept *kept;       /* (stage layers) each MoE layer's experts' kept weight
+                                      * conversions (cfg.weight_cache); NULL: none */
     float *y;       /* (max_B max_T, C) output when recomputing (nothing to keep) */
     double *routed; /* (stage layers, E) pairs routed per expert since the step began */
     double dropped; /* pairs dropped since then */
@@ -28,6 +30,9 @@ typedef struct model_moe {
  * (size cfg.ep, rank cfg.ep_rank; borrowed). */
 int model_moe_init(model *m, comm *ep_group, bt_diag *diag);
 void model_moe_free(model *m);
+/* The weights may have changed: the experts' kept conversions dropped (model_weights_changed
+ * calls it). */
+void model_moe_weights_changed(model *m);
 
 /* Layer l's MoE block from x (N, C) into y (N, C); y NULL when recomputing. */
 void model_moe_forward(model *m, int l, const float *x, float *y);

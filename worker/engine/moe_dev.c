@@ -135,6 +135,39 @@ int moe_dev_cache_init(moe_dev_cache *m, backend *be, const moe_config *c, int m
     return 0;
 }
 
+int moe_dev_kept_init(moe_dev_kept *k, backend *be, const moe_config *c, backend_prec prec) {
+    memset(k, 0, sizeof *k);
+    k->be = be;
+    if (prec == BACKEND_PREC_FP32 || be->matmul_wcache_floats == NULL) return 0;
+    int El = moe_local_experts(c), n = 2 * (El + c->n_shared);
+    size_t w13 = be->matmul_wcache_floats(be, c->dim, 2 * c->ffn_dim, prec);
+    size_t w2 = be->matmul_wcache_floats(be, c->ffn_dim, c->dim, prec);
+    size_t total = (size_t)(El + c->n_shared) * (w13 + w2);
+    if (total == 0) return 0;
+    k->wg = calloc((size_t)n, sizeof *k->wg);
+    k->mem = k->wg ? be->alloc(be, total * sizeof(float)) : NULL;
+    if (k->mem == NULL) {
+        moe_dev_kept_free(k);
+        return BT_ENOMEM;
+    }
+    float *at = k->mem;
+    for (int i = 0; i < n; at += i % 2 ? w2 : w13, i++)
+        k->wg[i] = (backend_gemm){.prec = prec, .wcache = at};
+    k->floats = total, k->n_wg = n, k->n_local = El;
+    return 0;
+}
+
+void moe_dev_kept_free(moe_dev_kept *k) {
+    if (k->mem) k->be->free(k->be, k->mem);
+    free(k->wg);
+    memset(k, 0, sizeof *k);
+}
+
+void moe_dev_kept_clear(moe_dev_kept *k) {
+    for (int i = 0; i < k->n_wg; i++)
+        k->wg[i].wcache_forms = 0;
+}
+
 void moe_dev_cache_free(moe_dev_cache *m) {
     if (m->fbuf) m->be->free(m->be, m->fbuf);
     if (m->ibuf) m->be->free(m->be, m->ibuf);
@@ -150,6 +183,19 @@ void moe_dev_cache_free(moe_dev_cache *m) {
 /* The experts' GEMM precision (NULL: float32); the router's is always float32. */
 static backend_gemm *moe_prec(moe_dev_cache *m) {
     return m->scratch->prec == BACKEND_PREC_FP32 ? NULL : &m->scratch->gp;
+}
+
+enum { MOE_W13 = 0, MOE_W2 = 1 };
+
+/* The GEMM record of local expert e's weight `which` (with its kept conversions). */
+static backend_gemm *expert_gemm(moe_dev_cache *m, int e, int which) {
+    return m->kept != NULL && m->kept->wg != NULL ? &m->kept->wg[2 * e + which] : moe_prec(m);
+}
+
+/* The same for shared expert s. */
+static backend_gemm *shared_gemm(moe_dev_cache *m, int s, int which) {
+    moe_dev_kept *k = m->kept;
+    return k != NULL && k->wg != NULL ? &k->wg[2 * (k->n_local + s) + which] : moe_prec(m);
 }
 
 static int capacity_of(const moe_config *c, int N) {
@@ -228,13 +274,14 @@ static void experts_forward(const moe_config *c, const moe_weights *w, moe_dev_c
         if (m->blk_m[b] > 0)
             be->matmul_forward(be, m->h13 + r * 2 * F, xe + r * C,
                                w->w13 + (size_t)m->blk_e[b] * 2 * F * C, m->blk_m[b], (int)C,
-                               (int)(2 * F), moe_prec(m), gs);
+                               (int)(2 * F), expert_gemm(m, m->blk_e[b], MOE_W13), gs);
     if (r > 0) be->swiglu_forward(be, m->hs, m->h13, (int)r, (int)F);
     r = 0;
     for (int b = 0; b < m->nblk; r += (size_t)m->blk_m[b++])
         if (m->blk_m[b] > 0)
             be->matmul_forward(be, eout + r * C, m->hs + r * F, w->w2 + (size_t)m->blk_e[b] * C * F,
-                               m->blk_m[b], (int)F, (int)C, moe_prec(m), gs);
+                               m->blk_m[b], (int)F, (int)C, expert_gemm(m, m->blk_e[b], MOE_W2),
+                               gs);
 }
 
 /* y = the shared experts' sum (0 without any), then the routed experts' weighted rows. */
@@ -247,10 +294,11 @@ static void combine_forward(const moe_config *c, const moe_weights *w, int N, mo
     for (int s = 0; s < c->n_shared; s++) {
         float *h13 = m->sh13 + s * n * 2 * F, *hs = m->shs + s * n * F;
         be->matmul_forward(be, h13, m->x, w->shared_w13 + s * 2 * F * C, N, (int)C, (int)(2 * F),
-                           moe_prec(m), gs);
+                           shared_gemm(m, s, MOE_W13), gs);
         be->swiglu_forward(be, hs, h13, N, (int)F);
         float *o = s == 0 ? y : m->scratch->tmp;
-        be->matmul_forward(be, o, hs, w->shared_w2 + s * C * F, N, (int)F, (int)C, moe_prec(m), gs);
+        be->matmul_forward(be, o, hs, w->shared_w2 + s * C * F, N, (int)F, (int)C,
+                           shared_gemm(m, s, MOE_W2), gs);
         if (s > 0) be->add(be, y, y, o, n * C);
     }
     be->moe_combine(be, y, m->out, m->gate, m->row, N, c->top_k, (int)C);
@@ -309,8 +357,8 @@ static void experts_backward(const moe_config *c, const moe_weights *w, moe_dev_
         size_t e = (size_t)m->blk_e[b];
         if (m->blk_m[b] > 0)
             be->matmul_backward(be, s->dhs + r * F, g->w2 + e * C * F, de + r * C, m->hs + r * F,
-                                w->w2 + e * C * F, m->blk_m[b], (int)F, (int)C, moe_prec(m),
-                                s->gemm);
+                                w->w2 + e * C * F, m->blk_m[b], (int)F, (int)C,
+                                expert_gemm(m, (int)e, MOE_W2), s->gemm);
     }
     if (r > 0) be->swiglu_backward(be, s->dh13, s->dhs, m->h13, (int)r, (int)F);
     r = 0;
@@ -319,7 +367,7 @@ static void experts_backward(const moe_config *c, const moe_weights *w, moe_dev_
         if (m->blk_m[b] > 0)
             be->matmul_backward(be, dxe + r * C, g->w13 + e * 2 * F * C, s->dh13 + r * 2 * F,
                                 xe + r * C, w->w13 + e * 2 * F * C, m->blk_m[b], (int)C,
-                                (int)(2 * F), moe_prec(m), s->gemm);
+                                (int)(2 * F), expert_gemm(m, (int)e, MOE_W13), s->gemm);
     }
 }
 
@@ -345,11 +393,12 @@ static void shared_backward(const moe_config *c, const moe_weights *w, moe_dev_c
     size_t C = (size_t)c->dim, F = (size_t)c->ffn_dim, n = (size_t)m->n;
     for (int k = 0; k < c->n_shared; k++) {
         be->matmul_backward(be, s->dhs, g->shared_w2 + k * C * F, dy, m->shs + k * n * F,
-                            w->shared_w2 + k * C * F, m->n, (int)F, (int)C, moe_prec(m), s->gemm);
+                            w->shared_w2 + k * C * F, m->n, (int)F, (int)C,
+                            shared_gemm(m, k, MOE_W2), s->gemm);
         be->swiglu_backward(be, s->dh13, s->dhs, m->sh13 + k * n * 2 * F, m->n, (int)F);
         be->matmul_backward(be, s->tmp, g->shared_w13 + k * 2 * F * C, s->dh13, m->x,
-                            w->shared_w13 + k * 2 * F * C, m->n, (int)C, (int)(2 * F), moe_prec(m),
-                            s->gemm);
+                            w->shared_w13 + k * 2 * F * C, m->n, (int)C, (int)(2 * F),
+                            shared_gemm(m, k, MOE_W13), s->gemm);
         be->add(be, dx, dx, s->tmp, n * C);
     }
 }

@@ -52,6 +52,17 @@ typedef struct moe_dev_scratch {
     float *gemm;       /* matmul scratch (float32: none on either backend) */
 } moe_dev_scratch;
 
+/* One layer's experts' converted weights, kept from one micro-batch to the next
+ * (backend.h: backend_gemm.wcache): a GEMM record per weight, (local expert, w13 | w2)
+ * then (shared expert, w13 | w2), each with its cache. */
+typedef struct moe_dev_kept {
+    backend *be;
+    backend_gemm *wg;
+    int n_wg, n_local; /* records; local experts among them */
+    float *mem;        /* every record's cache */
+    size_t floats;
+} moe_dev_kept;
+
 /* One layer's saved activations (for up to max_tokens tokens). */
 typedef struct moe_dev_cache {
     backend *be;
@@ -73,6 +84,9 @@ typedef struct moe_dev_cache {
     size_t *scount, *rcount; /* (ep) under ep: floats to and from each peer */
     int nblk;                /* the experts' row blocks, in the experts' row order: */
     int *blk_e, *blk_m;      /* (E) local expert index and rows of each block */
+    moe_dev_kept *kept;      /* the layer's kept weight conversions (borrowed, set by the caller
+                              * before each pass: one cache may serve several layers); NULL:
+                              * every product converts its weight */
 } moe_dev_cache;
 
 /* ep_size: the expert-parallel group's size (1 without); prec: the experts' GEMM inputs
@@ -87,6 +101,14 @@ void moe_dev_scratch_free(moe_dev_scratch *s);
 int moe_dev_cache_init(moe_dev_cache *m, backend *be, const moe_config *c, int max_tokens,
                        moe_dev_scratch *s, comm *ep);
 void moe_dev_cache_free(moe_dev_cache *m);
+
+/* A layer's kept conversions for experts' products in precision prec (the scratch's),
+ * where the backend keeps any (else k->wg stays NULL and nothing is kept). 0 or
+ * BT_ENOMEM. */
+int moe_dev_kept_init(moe_dev_kept *k, backend *be, const moe_config *c, backend_prec prec);
+void moe_dev_kept_free(moe_dev_kept *k);
+/* The weights may have changed: every kept conversion dropped. */
+void moe_dev_kept_clear(moe_dev_kept *k);
 
 /* moe_forward and moe_backward of moe.h on device memory; under expert parallelism
  * collectives over the ep group. 0, BT_EINVAL for bad arguments, BT_EIO when an exchange
