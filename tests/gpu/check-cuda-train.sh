@@ -6,8 +6,8 @@
 # cluster.device cuda, from the same seed and data.
 #  - fp32 (dense, MoE, MoE recomputed whole): every step's loss within 1e-4 relative,
 #    final parameters within 1e-4 of the largest (only float32 summation orders differ);
-#  - bf16 and fp8: the first step's loss within 1e-3, every step's within 1e-2, final
-#    parameters within 2e-2 (the CPU rounds GEMM inputs exactly as the GPU does, but an
+#  - bf16 and fp8 (every layer's GEMMs in fp8, as the log must say): the first step's loss
+#    within 1e-3, every step's within 1e-2, final parameters within 2e-2 (the CPU rounds GEMM inputs exactly as the GPU does, but an
 #    accumulation-order difference can flip one input's rounding downstream);
 #  - determinism: the bf16 and moe-bf16 stages run twice on the GPU give the same losses
 #    and parameters bit for bit;
@@ -101,6 +101,11 @@ for s in $stages; do
     *) compare "$s" 1e-3 1e-2 2e-2 ;;
   esac
 done
+# The fp8 stage really ran GEMMs in fp8 (cuda-train.yaml: first_last_bf16 false).
+if [[ " $stages " == *" fp8 "* ]] && ! grep -Eq "^fp8: [1-9][0-9]* of" fp8.gpu.log; then
+  echo "FAIL: the fp8 stage ran no GEMM in fp8: $(grep '^fp8:' fp8.gpu.log || echo 'no fp8 line')"
+  failures=$((failures + 1))
+fi
 
 # Determinism: the same GPU runs again (a dense and an MoE stage).
 if [[ -z "${BATON_CUDA_TRAIN_QUICK:-}" ]]; then

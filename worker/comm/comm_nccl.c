@@ -628,37 +628,39 @@ static uint64_t ring_allreduce_bytes(int n, size_t bytes) {
     return n == 1 ? 0 : 2 * (uint64_t)(n - 1) * bytes / (uint64_t)n;
 }
 
-static int op_allreduce(comm *c, const void *in, void *out, size_t count, comm_dtype dtype,
-                        comm_redop op, void *stream) {
+/* All-reduce (root < 0) or reduce to root: one buffer in, one out, of count elements.
+ * NCCL's reduce is a pipelined chain: every rank but the root sends the whole buffer. */
+static int reduction(comm *c, const char *name, const void *in, void *out, size_t count,
+                     comm_dtype dtype, comm_redop op, int root, void *stream) {
     nccl_group *g = c->impl;
     const size_t bytes = count * comm_dtype_size(dtype);
     xfer x;
-    int rc = xfer_begin(&x, c, "allreduce", stream, 2);
+    int rc = xfer_begin(&x, c, name, stream, 2);
     if (rc < 0) return rc;
-    note_op(c, "allreduce", count, dtype);
+    note_op(c, name, count, dtype);
     rc = xfer_pair(&x, in, bytes, out, bytes, &in, &out);
+    ncclDataType_t t = nccl_type(dtype);
+    if (rc == 0 && root < 0)
+        rc = settle(c, name, "ncclAllReduce",
+                    ncclAllReduce(in, out, count, t, nccl_op(op), g->nc, x.s));
+    else if (rc == 0)
+        rc = settle(c, name, "ncclReduce",
+                    ncclReduce(in, out, count, t, nccl_op(op), root, g->nc, x.s));
     if (rc == 0)
-        rc = settle(c, "allreduce", "ncclAllReduce",
-                    ncclAllReduce(in, out, count, nccl_type(dtype), nccl_op(op), g->nc, x.s));
-    if (rc == 0) c->bytes_sent += ring_allreduce_bytes(c->size, bytes);
+        c->bytes_sent += root < 0          ? ring_allreduce_bytes(c->size, bytes)
+                         : c->rank != root ? bytes
+                                           : 0;
     return xfer_end(&x, rc);
 }
 
-/* NCCL's reduce is a pipelined chain: every rank but the root sends the whole buffer. */
+static int op_allreduce(comm *c, const void *in, void *out, size_t count, comm_dtype dtype,
+                        comm_redop op, void *stream) {
+    return reduction(c, "allreduce", in, out, count, dtype, op, -1, stream);
+}
+
 static int op_reduce(comm *c, const void *in, void *out, size_t count, comm_dtype dtype,
                      comm_redop op, int root, void *stream) {
-    nccl_group *g = c->impl;
-    const size_t bytes = count * comm_dtype_size(dtype);
-    xfer x;
-    int rc = xfer_begin(&x, c, "reduce", stream, 2);
-    if (rc < 0) return rc;
-    note_op(c, "reduce", count, dtype);
-    rc = xfer_pair(&x, in, bytes, out, bytes, &in, &out);
-    if (rc == 0)
-        rc = settle(c, "reduce", "ncclReduce",
-                    ncclReduce(in, out, count, nccl_type(dtype), nccl_op(op), root, g->nc, x.s));
-    if (rc == 0 && c->rank != root) c->bytes_sent += bytes;
-    return xfer_end(&x, rc);
+    return reduction(c, "reduce", in, out, count, dtype, op, root, stream);
 }
 
 static int op_reduce_scatter(comm *c, const void *in, void *out, size_t count, comm_dtype dtype,
