@@ -25,13 +25,13 @@
  * non-interleaved 1F1B little else can overlap, each stage's next compute needing what it
  * receives). The host waits for the queue, under the group's watchdog, after a batch that
  * receives (the received data is used next), before a forward or backward that writes a
- * buffer still being sent (a forward: its slot's output; a backward, which writes the
- * input gradient: any), and when the schedule ends. The ops' queue never waits on the communication queue by an
- * event: a peer that died then surfaces as the watchdog's timeout instead of a host blocked
- * on the ops' queue. A failed send is reported by the next wait. BATON_PP_OVERLAP=0 keeps
- * every transfer on the ops' queue, waited for at once; BATON_PP_OVERLAP=1 runs the
- * deferred-send bookkeeping without a queue too (the CPU engine with Gloo, whose transfers
- * complete before they return: the tests' way to run it). */
+ * buffer still being sent (a forward: its slot's output; a backward, which writes the input
+ * gradient: any), and when the schedule ends. The ops' queue never waits on the
+ * communication queue by an event: a peer that died then surfaces as the watchdog's timeout
+ * instead of a host blocked on the ops' queue. A failed send is reported by the next wait.
+ * BATON_PP_OVERLAP=0 keeps every transfer on the ops' queue, waited for at once;
+ * BATON_PP_OVERLAP=1 runs the deferred-send bookkeeping without a queue too (the CPU engine
+ * with Gloo, whose transfers complete before they return: the tests' way to run it). */
 #ifndef BATON_PIPELINE_H
 #define BATON_PIPELINE_H
 
