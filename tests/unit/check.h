@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int check_failures;
@@ -65,14 +66,21 @@ static inline float float_of(uint32_t u) {
         }                                                                                          \
     } while (0)
 
-/* Removes a test's temporary directory and the plain files in it (one level). */
+/* Removes a test's temporary directory and everything below it (links are removed, not
+ * followed). */
 static inline void check_rmdir(const char *dir) {
     DIR *d = opendir(dir);
     struct dirent *e;
     while (d != NULL && (e = readdir(d)) != NULL) {
-        char p[512];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        if (e->d_name[0] != '.') unlink(p);
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        char p[1024];
+        struct stat st;
+        int n = snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (n < 0 || (size_t)n >= sizeof p) continue; /* a path too long to be ours */
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
+            check_rmdir(p);
+        else
+            unlink(p);
     }
     if (d != NULL) closedir(d);
     rmdir(dir);
