@@ -1,5 +1,6 @@
 #include "backend_select.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu_backend.h"
@@ -39,4 +40,11 @@ void *backend_side_queue(backend *be, const char *purpose, bt_diag *diag) {
     if (s != NULL) be->stream_free(be, s);
     bt_diag_set(diag, "cannot create a side queue on the %s backend for %s", be->name, purpose);
     return NULL;
+}
+
+int backend_env_switch(const char *name, int automatic) {
+    const char *v = getenv(name);
+    if (v != NULL && strcmp(v, "0") == 0) return 0;
+    if (v != NULL && strcmp(v, "1") == 0) return 1;
+    return automatic;
 }

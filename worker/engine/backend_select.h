@@ -27,6 +27,10 @@ void backend_register_cuda(backend_open_fn open, backend_close_fn close);
 int backend_open(backend *be, int cuda, int local_rank, int *opened, bt_diag *diag);
 void backend_close(backend *be, int opened);
 
+/* An on/off setting from the environment: "0" off, "1" on, anything else (or unset)
+ * `automatic`. */
+int backend_env_switch(const char *name, int automatic);
+
 /* A side queue of be (backend.h: stream_new) for `purpose` (e.g. "the pipeline
  * transfers"); NULL with diag set when the backend could not make one. */
 void *backend_side_queue(backend *be, const char *purpose, bt_diag *diag);

@@ -18,19 +18,16 @@ void pipeline_init(pipeline *p, comm *group, size_t count) {
     p->count = count;
 }
 
-/* BATON_PP_OVERLAP: 0 off, 1 forced (bookkeeping without a queue), else where a queue
- * exists. */
-static int overlap_wanted(int have_queue) {
-    const char *v = getenv("BATON_PP_OVERLAP");
-    if (v != NULL && strcmp(v, "0") == 0) return 0;
-    if (v != NULL && strcmp(v, "1") == 0) return 1;
-    return have_queue;
+/* Sends are not waited for at once (pipeline_set_queue set the bookkeeping up). */
+static int deferred(const pipeline *p) {
+    return p->sending != NULL;
 }
 
 int pipeline_set_queue(pipeline *p, backend *be, int slots, bt_diag *diag) {
     if (p->group == NULL || p->stages < 2 || slots < 1) return 0;
     int queues = be->stream_new != NULL && comm_has_streams(p->group);
-    if (!overlap_wanted(queues)) return 0;
+    /* BATON_PP_OVERLAP=1: the bookkeeping without a queue too */
+    if (!backend_env_switch("BATON_PP_OVERLAP", queues)) return 0;
     p->sending = calloc((size_t)slots, 1);
     if (p->sending == NULL) {
         bt_diag_set(diag, "out of memory for the pipeline's %d send flags", slots);
@@ -42,19 +39,18 @@ int pipeline_set_queue(pipeline *p, backend *be, int slots, bt_diag *diag) {
         pipeline_free(p);
         return BT_EIO;
     }
-    p->deferred = 1;
     return 0;
 }
 
 void pipeline_free(pipeline *p) {
     if (p->stream != NULL) p->be->stream_free(p->be, p->stream);
     free(p->sending);
-    p->stream = NULL, p->sending = NULL, p->n_sending = 0, p->deferred = 0, p->be = NULL;
+    p->stream = NULL, p->sending = NULL, p->n_sending = 0, p->be = NULL;
 }
 
 const char *pipeline_describe(const pipeline *p) {
     if (p->stages < 2) return "";
-    if (!p->deferred) return "pipeline transfers: on the ops' queue, each waited for";
+    if (!deferred(p)) return "pipeline transfers: on the ops' queue, each waited for";
     return p->stream != NULL ? "pipeline transfers: on a communication queue, sends waited for "
                                "only before their buffers are written again"
                              : "pipeline transfers: sends waited for late (no queue: nothing "
@@ -94,7 +90,7 @@ static int fail(run *r, const char *what, int mb) {
 /* Waits for every transfer under way (the group's watchdog bounds it); nonzero on a
  * failure, the buffers free either way. */
 static int wait_all(pipeline *p) {
-    if (!p->deferred) return 0;
+    if (!deferred(p)) return 0;
     int rc = comm_wait(p->group, p->stream);
     p->grad_sending = 0;
     memset(p->sending, 0, (size_t)p->n_sending);
@@ -108,14 +104,14 @@ static int settle(run *r, int mb) {
 /* Before a forward into slot: its output buffer (and the gradient buffer) free. */
 static int settle_forward(run *r, int mb, int slot) {
     pipeline *p = r->p;
-    if (!p->deferred || !(p->grad_sending || p->sending[slot])) return 0;
+    if (!deferred(p) || !(p->grad_sending || p->sending[slot])) return 0;
     return settle(r, mb);
 }
 
 /* Before a backward: it writes the input gradient (and may touch any slot's buffers). */
 static int settle_backward(run *r, int mb) {
     pipeline *p = r->p;
-    if (!p->deferred) return 0;
+    if (!deferred(p)) return 0;
     int busy = p->grad_sending;
     for (int k = 0; k < p->n_sending && !busy; k++)
         busy = p->sending[k];
@@ -141,7 +137,7 @@ static int xfer(run *r, const comm_p2p_op *ops, int n, const char *what, int mb)
     if (n == 0) return 0;
     if (p->stream != NULL) p->be->stream_wait(p->be, p->stream, NULL); /* behind the ops */
     if (comm_p2p(p->group, ops, n, p->stream) != 0) return fail(r, what, mb);
-    if (!p->deferred) return 0;
+    if (!deferred(p)) return 0;
     mark_sends(r, ops, n);
     int receives = 0;
     for (int i = 0; i < n; i++)
@@ -216,7 +212,7 @@ static int backward(run *r, int b) {
 
 int pipeline_run_1f1b(pipeline *p, int K, const pipeline_stage *st, bt_diag *diag) {
     run r = {.p = p, .st = st, .slots = pipeline_slots(p->stages, p->stage, K), .diag = diag};
-    if (p->deferred && r.slots > p->n_sending) {
+    if (deferred(p) && r.slots > p->n_sending) {
         bt_diag_set(diag, "pipeline stage %d: %d activation slots, the queue was set up for %d",
                     p->stage, r.slots, p->n_sending);
         return BT_EINVAL;

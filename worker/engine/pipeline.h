@@ -63,9 +63,9 @@ typedef struct pipeline {
     size_t count;           /* floats of one boundary activation (B*T*C) */
     backend *be;            /* borrowed; set with the queue */
     void *stream;           /* the communication queue (be's side queue) or NULL */
-    int deferred;           /* sends are not waited for (a queue, or BATON_PP_OVERLAP=1) */
     int grad_sending;       /* a send of the input gradient is under way */
-    unsigned char *sending; /* (slots) a send of the slot's output is under way */
+    unsigned char *sending; /* (slots) a send of the slot's output is under way; NULL: sends
+                             * are waited for at once (no queue, BATON_PP_OVERLAP unset) */
     int n_sending;          /* slots allocated */
 } pipeline;
 

@@ -192,8 +192,8 @@ static int train_model_init(trainer *t, const train_groups *g, bt_diag *diag) {
     cfg.ep = g->ep ? comm_size(g->ep) : 1;
     cfg.ep_rank = g->ep ? comm_rank(g->ep) : 0;
     cfg.zero3 = t->spec->stage->parallel->zero == 3 && g->dp && comm_size(g->dp) > 1;
-    const char *wc = getenv("BATON_WEIGHT_CACHE"); /* ZeRO-3 keeps the weights sharded */
-    cfg.weight_cache = !cfg.zero3 && !(wc != NULL && strcmp(wc, "0") == 0);
+    /* ZeRO-3 keeps the weights sharded */
+    cfg.weight_cache = !cfg.zero3 && backend_env_switch("BATON_WEIGHT_CACHE", 1);
     if (cfg.ep > 1 && cfg.moe.n_experts % cfg.ep == 0)
         cfg.moe.n_local = cfg.moe.n_experts / cfg.ep,
         cfg.moe.expert0 = cfg.ep_rank * cfg.moe.n_local;

@@ -6,15 +6,6 @@
 
 #include "backend_select.h"
 
-/* BATON_DP_OVERLAP: "0" off, "1" on even without a side queue, else automatic: zero 0
- * and ZeRO-1 where a side queue exists. */
-static int overlap_wanted(int have_queue, int zero) {
-    const char *v = getenv("BATON_DP_OVERLAP");
-    if (v != NULL && strcmp(v, "0") == 0) return 0;
-    if (v != NULL && strcmp(v, "1") == 0) return 1;
-    return have_queue && zero <= 1;
-}
-
 /* The units, in order, cover [0, param_floats) without gaps. */
 static int units_cover(const model *m, int n) {
     size_t end = 0;
@@ -33,7 +24,9 @@ int train_dp_overlap_init(train_dp_overlap *o, train_dp *dp, model *m, int zero,
     if (zero > 1 || dp->size < 2 || dp->n_expert > 0 || m->grads_mem == NULL) return 0;
     backend *be = dp->be;
     int queues = be->stream_new != NULL && comm_has_streams(dp->group);
-    if (!overlap_wanted(queues, zero)) return 0;
+    /* BATON_DP_OVERLAP=1: on even without a side queue; automatic: zero 0 and ZeRO-1 where
+     * a side queue exists */
+    if (!backend_env_switch("BATON_DP_OVERLAP", queues && zero <= 1)) return 0;
     o->n_units = model_n_units(m);
     if (!units_cover(m, o->n_units)) return 0;
     o->done = calloc((size_t)o->n_units, 1);
