@@ -3,7 +3,8 @@
 # expert per rank), ep2 over dp4 (two copies of each expert: the expert-data-parallel
 # reduction) and ep2 x tp2, with the Switch aux loss; ep2 with capacity factor 1.0 (tokens
 # dropped), ep2 with aux-loss-free bias balancing, MoE under pp2 and ep2 with full
-# recomputation, launched by `baton launch`: every
+# recomputation, and ep2 over dp2 and dp4 with each layer's gradients reduced during the
+# backward (BATON_DP_OVERLAP=1), launched by `baton launch`: every
 # step's loss agrees with `baton-worker --single-process` within 1e-5 relative, the dropped
 # (token, expert) pairs of every step are exactly the one-process counts, and the final
 # checkpoint (each expert written by its owner) loaded into one process gives the
@@ -35,6 +36,7 @@ ep_case() { # NAME RANKS TP EP BALANCE [SED]: SED edits the recipe further
   "$worker" --spec "$name.pb" --single-process --eval-windows 0 --dump-params "$name.params" \
     --init "$name.run/checkpoints/s00-step00000020" >"$name.reload.log"
   layout_compare_params "$name" "$name.ref" "$name.params" || failures=$((failures + 1))
+  if [[ ${BATON_DP_OVERLAP:-} == 1 ]]; then layout_check_overlap "$name" "$n"; fi
 }
 
 aux="balance: aux_loss, aux_loss_coef: 0.01"
@@ -47,4 +49,8 @@ ep_case ep2-bias 2 1 2 "balance: bias, bias_update_rate: 0.01"
 # MoE layers under a pipeline (their caches per micro-batch slot) and recomputed whole.
 ep_case moe-pp2 2 1 1 "$aux" "s/pp: 1, ep: 1,/pp: 2, ep: 1,/"
 ep_case ep2-full 2 1 2 "$aux" "s/  micro_batch: 1/  micro_batch: 1\n  recompute: full/"
+# Each layer's gradients all-reduced during the backward (train_dp_overlap.h), the
+# experts' over the expert-data-parallel group (ep2 over dp4) or not at all (ep2 over dp2).
+BATON_DP_OVERLAP=1 ep_case ep2-overlap 2 1 2 "$aux"
+BATON_DP_OVERLAP=1 ep_case ep2-dp4-overlap 4 1 2 "$aux"
 layout_finish "all expert-parallel runs match the one-process run"

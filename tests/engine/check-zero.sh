@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # ZeRO-2 and ZeRO-3 reproduce the one-process run: for dp2 and dp4, tp2 x dp2, with full
-# recomputation (ZeRO-3 over dp2 and pp2 x dp2) and selective (ZeRO-2 over dp2), launched
+# recomputation (ZeRO-3 over dp2 and pp2 x dp2) and selective (ZeRO-2 over dp2), and
+# ZeRO-2 over dp2, dp4 and pp2 x dp2 with each layer's gradients reduced during every
+# backward (BATON_DP_OVERLAP=1: train_dp_overlap.h's path, synchronous over Gloo), launched
 # by `baton launch`, every step's loss and the final parameters (ZeRO-3's shards
 # gathered) agree with `baton-worker --single-process` within 1e-5 relative. Without pipeline parallelism also: the bytes
 # every rank reports it allocated for parameters, gradients and optimizer state are each
@@ -47,6 +49,7 @@ zero_case() { # NAME RANKS TP PP STAGE
   sed "s/gpus_per_node: 2/gpus_per_node: $2/; s/tp: 1, pp: 1,/tp: $3, pp: $4,/" \
     "$src/tests/engine/zero.yaml" >"$1.yaml"
   layout_run "$1" "$2" "$1.yaml" "$5"
+  if [[ ${BATON_DP_OVERLAP:-} == 1 ]]; then layout_check_overlap "$1" "$2"; fi
   [[ $4 == 1 ]] || return 0
   zero_check_plan "$1" "$5" || failures=$((failures + 1))
 }
@@ -60,4 +63,8 @@ zero_case tp2-dp2-zero3 4 2 1 zero3
 zero_case dp2-zero3-full 2 1 1 zero3-full
 zero_case pp2-dp2-zero3-full 4 1 2 zero3-full
 zero_case dp2-zero2-selective 2 1 1 zero2-selective
+# Each rank's chunks reduced to it per layer during every backward (train_dp_overlap.h).
+BATON_DP_OVERLAP=1 zero_case dp2-zero2-overlap 2 1 1 zero2
+BATON_DP_OVERLAP=1 zero_case dp4-zero2-overlap 4 1 1 zero2
+BATON_DP_OVERLAP=1 zero_case pp2-dp2-zero2-overlap 4 1 2 zero2
 layout_finish "ZeRO-2 and ZeRO-3 runs match the one-process run and the plan"

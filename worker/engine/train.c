@@ -238,7 +238,7 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
     if (rc == 0 && t->zero.level == 3) rc = train_zero_init_weights(&t->zero, &t->m, spec->seed);
     rc = rc ? rc : train_expert_segments(t, g.ep, g.edp, diag);
     rc = rc ? rc : train_norm_segments(t, diag);
-    rc = rc ? rc : train_dp_overlap_init(&t->dpo, &t->dp, &t->m, zero, diag);
+    rc = rc ? rc : train_dp_overlap_init(&t->dpo, &t->dp, &t->zero, &t->m, zero, diag);
     rc = rc ? rc
             : pipeline_set_queue(&t->pp.pipe, &t->be,
                                  pipeline_slots(t->pp.stages, t->pp.stage, (int)t->accum), diag);
@@ -400,8 +400,11 @@ static int train_pp_backward(void *ctx, int mb, int slot) {
     train_dp_overlap_arm(&t->dpo, mb + 1 == (int)t->accum);
     float scale = train_spike_fault_scale(&t->spike, t->step + 1) *
                   train_scaler_loss_scale(&t->scaler) / (float)t->accum;
+    bt_diag *diag = ((train_pp_ctx *)ctx)->diag;
     int rc = model_stage_backward(&t->m, slot, scale);
-    return rc ? rc : train_zero_after_backward(&t->zero, &t->m, ((train_pp_ctx *)ctx)->diag);
+    int orc = train_dp_overlap_backward_end(&t->dpo, rc != 0, diag);
+    rc = rc ? rc : orc;
+    return rc ? rc : train_zero_after_backward(&t->zero, &t->m, diag);
 }
 
 static float *train_pp_input(void *ctx, int slot) {
@@ -449,6 +452,8 @@ static int train_micro_batches(trainer *t, double *loss, bt_diag *diag) {
                       train_scaler_loss_scale(&t->scaler) / (float)t->accum;
         train_dp_overlap_arm(&t->dpo, j + 1 == t->accum);
         rc = rc ? rc : model_backward(&t->m, scale);
+        int orc = train_dp_overlap_backward_end(&t->dpo, rc != 0, diag);
+        rc = rc ? rc : orc;
         rc = rc ? rc : train_zero_after_backward(&t->zero, &t->m, diag);
         if (rc != 0) {
             const char *why = t->m.comm_err ? train_comm_why(t) : bt_strerror(rc);

@@ -87,7 +87,7 @@ typedef struct trainer {
     train_fp8 *fp8_saved;      /* the spike guard's copy of fp8 and fp8_history before an */
     float *fp8_history_saved;  /* armed step's amaxes went in (spike guard on, fp8 only) */
     train_dp dp;
-    train_dp_overlap dpo; /* the dp all-reduce overlapped with the backward (zero 0) */
+    train_dp_overlap dpo; /* the dp reduction overlapped with the backward (zero 0-2) */
     train_zero zero;      /* ZeRO-2/3 (zero.level 0: not in use; train_dp does zero 0 and 1) */
     train_tp tp;
     train_pp pp;

@@ -117,10 +117,13 @@ static int dp_is_expert(const train_dp *d, size_t offset) {
 }
 
 /* Expert parallelism: each tensor's gradient summed over the ranks that hold it (the dp
- * group, or for a routed expert the edp group), all divided by the replicas. */
+ * group, or for a routed expert the edp group; done already when grads_reduced), all
+ * divided by the replicas. */
 static int dp_reduce_ep(train_dp *d, float *grads, const optim_segment *segs, size_t n_segs,
                         bt_diag *diag) {
-    for (size_t i = 0; i < n_segs; i++) {
+    size_t n = d->grads_reduced ? 0 : n_segs;
+    d->grads_reduced = 0;
+    for (size_t i = 0; i < n; i++) {
         comm *g = dp_is_expert(d, segs[i].offset) ? d->edp : d->group;
         if (g == NULL || comm_size(g) == 1) continue;
         if (comm_allreduce(g, grads + segs[i].offset, grads + segs[i].offset, segs[i].n, COMM_F32,

@@ -18,15 +18,42 @@ static int units_cover(const model *m, int n) {
     return end == m->sizes.param_floats;
 }
 
-int train_dp_overlap_init(train_dp_overlap *o, train_dp *dp, model *m, int zero, bt_diag *diag) {
+static train_dp_overlap_mode overlap_mode(const train_dp *dp, int zero) {
+    if (zero == 2) return OVERLAP_ZERO2;
+    if (dp->flat != NULL) return OVERLAP_SHARDS;
+    return dp->n_expert > 0 ? OVERLAP_EXPERTS : OVERLAP_ALLREDUCE;
+}
+
+/* Every group the mode reduces over takes a stream. */
+static int overlap_queues(const train_dp *dp, train_dp_overlap_mode mode) {
+    if (dp->be->stream_new == NULL || !comm_has_streams(dp->group)) return 0;
+    return mode != OVERLAP_EXPERTS || dp->edp == NULL || comm_has_streams(dp->edp);
+}
+
+static void overlap_describe(train_dp_overlap *o) {
+    static const char *what[] = {
+        [OVERLAP_ALLREDUCE] = "all-reduced per layer",
+        [OVERLAP_EXPERTS] = "all-reduced per layer (the routed experts' over the "
+                            "expert-data-parallel group)",
+        [OVERLAP_SHARDS] = "reduced per layer to the ranks whose shards hold them",
+        [OVERLAP_ZERO2] = "reduced per layer to the ranks whose shards hold them, every "
+                          "micro-batch (ZeRO-2)",
+    };
+    snprintf(o->desc, sizeof o->desc, "data-parallel gradients: %s%s", what[o->mode],
+             o->stream != NULL ? ", on a side queue, overlapped with the backward"
+                               : " during the backward (no side queue: nothing overlaps)");
+}
+
+int train_dp_overlap_init(train_dp_overlap *o, train_dp *dp, train_zero *z, model *m, int zero,
+                          bt_diag *diag) {
     memset(o, 0, sizeof *o);
-    o->dp = dp, o->m = m;
-    if (zero > 1 || dp->size < 2 || dp->n_expert > 0 || m->grads_mem == NULL) return 0;
-    backend *be = dp->be;
-    int queues = be->stream_new != NULL && comm_has_streams(dp->group);
-    /* BATON_DP_OVERLAP=1: on even without a side queue; automatic: zero 0 and ZeRO-1 where
-     * a side queue exists */
-    if (!backend_env_switch("BATON_DP_OVERLAP", queues && zero <= 1)) return 0;
+    o->dp = dp, o->zero = z, o->m = m;
+    if (zero > 2 || dp->size < 2 || m->grads_mem == NULL) return 0;
+    if (zero == 2 && z->level != 2) return 0;
+    o->mode = overlap_mode(dp, zero);
+    int queues = overlap_queues(dp, o->mode);
+    /* BATON_DP_OVERLAP=1: on even without a side queue; automatic: where one exists */
+    if (!backend_env_switch("BATON_DP_OVERLAP", queues)) return 0;
     o->n_units = model_n_units(m);
     if (!units_cover(m, o->n_units)) return 0;
     o->done = calloc((size_t)o->n_units, 1);
@@ -34,11 +61,13 @@ int train_dp_overlap_init(train_dp_overlap *o, train_dp *dp, model *m, int zero,
         bt_diag_set(diag, "out of memory for the overlapped reduction's %d units", o->n_units);
         return BT_ENOMEM;
     }
-    if (queues && (o->stream = backend_side_queue(be, "the gradient reduction", diag)) == NULL) {
+    if (queues &&
+        (o->stream = backend_side_queue(dp->be, "the gradient reduction", diag)) == NULL) {
         train_dp_overlap_free(o);
         return BT_EIO;
     }
     o->on = 1;
+    overlap_describe(o);
     return 0;
 }
 
@@ -51,27 +80,30 @@ void train_dp_overlap_free(train_dp_overlap *o) {
 
 const char *train_dp_overlap_describe(const train_dp_overlap *o) {
     if (o->dp == NULL || o->dp->size < 2) return "";
-    if (!o->on)
-        return o->dp->flat != NULL
-                   ? "data-parallel gradients: one reduce-scatter after the backward"
-                   : "data-parallel gradients: one all-reduce after the backward";
-    if (o->dp->flat != NULL)
-        return o->stream != NULL
-                   ? "data-parallel gradients: reduced per layer to the ranks whose shards hold "
-                     "them, on a side queue, overlapped with the backward"
-                   : "data-parallel gradients: reduced per layer to the ranks whose shards hold "
-                     "them during the backward (no side queue: nothing overlaps)";
-    return o->stream != NULL ? "data-parallel gradients: all-reduced per layer on a side queue, "
-                               "overlapped with the backward"
-                             : "data-parallel gradients: all-reduced per layer during the "
-                               "backward (no side queue: nothing overlaps)";
+    if (o->on) return o->desc;
+    if (o->zero != NULL && o->zero->level >= 2)
+        return "data-parallel gradients: reduce-scattered per layer after each micro-batch's "
+               "backward";
+    return o->dp->flat != NULL ? "data-parallel gradients: one reduce-scatter after the backward"
+                               : "data-parallel gradients: one all-reduce after the backward";
 }
 
-static void overlap_failed(train_dp_overlap *o, const char *what, int u) {
-    comm *c = o->dp->group;
+static void overlap_failed(train_dp_overlap *o, comm *c, const char *what, int u) {
     o->rc = BT_EIO;
     snprintf(o->why, sizeof o->why, "gradient %s of unit %d over %s: %s", what, u, comm_name(c),
              comm_error(c));
+}
+
+static void overlap_reduce_to(train_dp_overlap *o, int u, float *g, size_t n, int root) {
+    comm *c = o->dp->group;
+    if (n > 0 && comm_reduce(c, g, g, n, COMM_F32, COMM_SUM, root, o->stream) != 0)
+        overlap_failed(o, c, "reduce", u);
+}
+
+static void overlap_allreduce(train_dp_overlap *o, comm *c, int u, float *g, size_t n) {
+    if (c == NULL || comm_size(c) < 2 || n == 0 || o->rc != 0) return;
+    if (comm_allreduce(c, g, g, n, COMM_F32, COMM_SUM, o->stream) != 0)
+        overlap_failed(o, c, "all-reduce", u);
 }
 
 /* ZeRO-1: the unit's gradients [off, off + n) reduced to the ranks whose shards hold them,
@@ -82,14 +114,40 @@ static void overlap_reduce_to_shards(train_dp_overlap *o, int u, size_t off, siz
     for (size_t lo = off; lo < end && o->rc == 0;) {
         size_t owner = lo / dp->chunk, hi = (owner + 1) * dp->chunk;
         hi = hi < end ? hi : end;
-        float *g = o->m->grads_mem + lo;
-        if (comm_reduce(dp->group, g, g, hi - lo, COMM_F32, COMM_SUM, (int)owner, o->stream) != 0)
-            overlap_failed(o, "reduce", u);
+        overlap_reduce_to(o, u, o->m->grads_mem + lo, hi - lo, (int)owner);
         lo = hi;
     }
 }
 
-/* Starts unit u's reduction (once per step). */
+/* ZeRO-2: rank r's chunk of unit u, [offset + r chunk, + its length), reduced to r. */
+static void overlap_reduce_to_chunks(train_dp_overlap *o, int u) {
+    const train_zero *z = o->zero;
+    const train_zero_unit *t = &z->units[u];
+    for (int r = 0; r < z->size && o->rc == 0; r++) {
+        size_t begin = (size_t)r * t->chunk;
+        size_t len = begin >= t->n ? 0 : (t->n - begin < t->chunk ? t->n - begin : t->chunk);
+        overlap_reduce_to(o, u, o->m->grads_mem + t->offset + begin, len, r);
+    }
+}
+
+/* Expert parallelism: [off, off + n) in runs, each routed expert's over the edp group and
+ * the rest over the dp group (train_dp's per-tensor choice; experts in offset order). */
+static void overlap_reduce_experts(train_dp_overlap *o, int u, size_t off, size_t n) {
+    const train_dp *dp = o->dp;
+    float *g = o->m->grads_mem;
+    size_t at = off, end = off + n;
+    for (size_t i = 0; i < dp->n_expert && at < end; i++) {
+        size_t lo = dp->expert[i].offset, hi = lo + dp->expert[i].n;
+        if (hi <= at || lo >= end) continue;
+        lo = lo > at ? lo : at, hi = hi < end ? hi : end;
+        overlap_allreduce(o, dp->group, u, g + at, lo - at);
+        overlap_allreduce(o, dp->edp, u, g + lo, hi - lo);
+        at = hi;
+    }
+    overlap_allreduce(o, dp->group, u, g + at, end - at);
+}
+
+/* Starts unit u's reduction (once per pass). */
 static void overlap_reduce(train_dp_overlap *o, int u) {
     if (o->done[u] || o->rc != 0) return;
     o->done[u] = 1;
@@ -98,13 +156,20 @@ static void overlap_reduce(train_dp_overlap *o, int u) {
     if (n == 0) return;
     backend *be = o->dp->be;
     if (o->stream != NULL) be->stream_wait(be, o->stream, NULL);
-    if (o->dp->flat != NULL) {
+    switch (o->mode) {
+    case OVERLAP_ALLREDUCE:
+        overlap_allreduce(o, o->dp->group, u, o->m->grads_mem + off, n);
+        break;
+    case OVERLAP_EXPERTS:
+        overlap_reduce_experts(o, u, off, n);
+        break;
+    case OVERLAP_SHARDS:
         overlap_reduce_to_shards(o, u, off, n);
-        return;
+        break;
+    case OVERLAP_ZERO2:
+        overlap_reduce_to_chunks(o, u);
+        break;
     }
-    float *g = o->m->grads_mem + off;
-    if (comm_allreduce(o->dp->group, g, g, n, COMM_F32, COMM_SUM, o->stream) != 0)
-        overlap_failed(o, "all-reduce", u);
 }
 
 static void overlap_unit_done(void *ctx, int u) {
@@ -112,35 +177,59 @@ static void overlap_unit_done(void *ctx, int u) {
     if (u >= 0 && u < o->n_units) overlap_reduce(o, u);
 }
 
-void train_dp_overlap_arm(train_dp_overlap *o, int on) {
-    if (!o->on) return;
+static void overlap_hook(train_dp_overlap *o, int on) {
     o->m->unit_grads_done = on ? overlap_unit_done : NULL;
     o->m->unit_grads_ctx = on ? o : NULL;
 }
 
-int train_dp_overlap_finish(train_dp_overlap *o, int step_failed, bt_diag *diag) {
-    if (!o->on) return 0;
-    train_dp_overlap_arm(o, 0);
-    if (step_failed && o->rc == 0) o->rc = BT_EIO; /* start nothing more */
+void train_dp_overlap_arm(train_dp_overlap *o, int last) {
+    if (o->on) overlap_hook(o, last || o->mode == OVERLAP_ZERO2);
+}
+
+/* The pass's reductions completed: every unit started, the side queue waited for and
+ * the ops' queue ordered after it. 0, or after a failed pass (failed) 0 as well, or the
+ * reductions' failure. */
+static int overlap_complete(train_dp_overlap *o, int failed, bt_diag *diag) {
+    overlap_hook(o, 0);
+    if (failed && o->rc == 0) o->rc = BT_EIO; /* start nothing more */
     for (int u = 0; u < o->n_units; u++)
         overlap_reduce(o, u);
     backend *be = o->dp->be;
     if (o->stream != NULL) {
-        if (comm_wait(o->dp->group, o->stream) != 0 && o->rc == 0) {
-            o->rc = BT_EIO;
-            snprintf(o->why, sizeof o->why, "gradient reduction over %s: %s",
-                     comm_name(o->dp->group), comm_error(o->dp->group));
-        }
+        comm *groups[2] = {o->dp->group, o->mode == OVERLAP_EXPERTS ? o->dp->edp : NULL};
+        for (int i = 0; i < 2; i++)
+            if (groups[i] != NULL && comm_wait(groups[i], o->stream) != 0 && o->rc == 0) {
+                o->rc = BT_EIO;
+                snprintf(o->why, sizeof o->why, "gradient reduction over %s: %s",
+                         comm_name(groups[i]), comm_error(groups[i]));
+            }
         be->stream_wait(be, NULL, o->stream);
     }
     memset(o->done, 0, (size_t)o->n_units);
     int rc = o->rc;
     o->rc = 0;
-    if (step_failed) return 0;
+    if (failed) return 0;
     if (rc != 0) {
         bt_diag_set(diag, "data-parallel %s (rank %d of %d)", o->why, o->dp->rank, o->dp->size);
         return rc;
     }
-    o->dp->grads_reduced = 1;
     return 0;
+}
+
+int train_dp_overlap_backward_end(train_dp_overlap *o, int failed, bt_diag *diag) {
+    if (!o->on || o->mode != OVERLAP_ZERO2) return 0;
+    int rc = overlap_complete(o, failed, diag);
+    if (rc == 0 && !failed) o->zero->grads_reduced = 1;
+    return rc;
+}
+
+int train_dp_overlap_finish(train_dp_overlap *o, int step_failed, bt_diag *diag) {
+    if (!o->on) return 0;
+    if (o->mode == OVERLAP_ZERO2) { /* completed after each backward */
+        overlap_hook(o, 0);
+        return 0;
+    }
+    int rc = overlap_complete(o, step_failed, diag);
+    if (rc == 0 && !step_failed) o->dp->grads_reduced = 1;
+    return rc;
 }

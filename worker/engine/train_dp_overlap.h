@@ -1,57 +1,85 @@
-/* The data-parallel gradient reduction overlapped with the backward (zero 0 and 1).
+/* The data-parallel gradient reduction overlapped with the backward (zero 0, 1 and 2).
  *
  * Without it the gradients are reduced in one call after the step's last backward
- * (train_dp_update: an all-reduce, or under ZeRO-1 a reduce-scatter). With it, during the
- * last micro-batch's backward, each unit's gradients (model_n_units: the head, each
- * layer, the embedding) are reduced as soon as the model reports them complete
- * (model.unit_grads_done), per-bucket in Megatron's terms with one bucket per unit:
- *  - zero 0: all-reduced;
+ * (train_dp_update: an all-reduce, or under ZeRO-1 a reduce-scatter; under expert
+ * parallelism one all-reduce per tensor) or, under ZeRO-2, after each micro-batch's
+ * backward (train_zero_after_backward: a reduce-scatter per unit). With it, during the
+ * backward, each unit's gradients (model_n_units: the head, each layer, the embedding)
+ * are reduced as soon as the model reports them complete (model.unit_grads_done),
+ * per-bucket in Megatron's terms with one bucket per unit:
+ *  - zero 0: all-reduced, during the step's last backward;
+ *  - zero 0 with expert parallelism: likewise, the routed experts' runs of the unit over
+ *    the expert-data-parallel group (not at all where every holder of an expert is in
+ *    the ep group), the rest over the dp group;
  *  - ZeRO-1: reduced (comm_reduce) to the rank whose shard holds them, one reduce per
- *    shard the unit touches, so each rank ends with its own shard's sums (the rest of its
- *    buffer is partial sums, never read): about the reduce-scatter's bytes, behind the
- *    backward;
- * on a backend with side queues and a group whose collectives take a stream (CUDA +
+ *    shard the unit touches, during the step's last backward, so each rank ends with its
+ *    own shard's sums (the rest of its buffer is partial sums, never read): about the
+ *    reduce-scatter's bytes;
+ *  - ZeRO-2: during every micro-batch's backward, each rank's chunk of the unit
+ *    (train_zero.h's per-unit shards) reduced to that rank in the model's gradient
+ *    buffer; train_zero_after_backward then adds the rank's chunks into its gradient
+ *    shard (no padded copy, no reduce-scatter);
+ * on a backend with side queues and groups whose collectives take a stream (CUDA +
  * NCCL), on a side queue that first waits for the ops' queue (an event behind the unit's
  * last gradient op): NCCL reduces the unit while the backward goes on with the units
  * before it; otherwise (the CPU engine with Gloo) at once, in the same places: the same
  * reductions and numbers, nothing overlaps.
- * train_dp_overlap_finish, right after the micro-batches, reduces any unit that was not
+ * Completing (train_dp_overlap_finish after the step's micro-batches; under ZeRO-2
+ * train_dp_overlap_backward_end after each backward) reduces any unit that was not
  * reported, waits for the side queue (the comm's timeout applies), orders the ops' queue
- * after it, and tells train_dp_update that the reduction is done (it still divides by the
- * replicas; under ZeRO-1 it takes its shard from the gradient buffer). Reducing per unit
- * instead of the whole buffer changes only the order of float additions across ranks.
+ * after it and marks the reduction done (train_dp.grads_reduced: the update only divides
+ * by the replicas, under ZeRO-1 it takes its shard from the gradient buffer;
+ * train_zero.grads_reduced). Reducing per unit instead of the whole buffer changes only
+ * the order of float additions across ranks.
  *
- * Used when the group has more than one rank, there are no expert-parallel segments, the
- * units cover the gradient buffer, and BATON_DP_OVERLAP is not "0": by default under zero
- * 0 and ZeRO-1 wherever a side queue exists; BATON_DP_OVERLAP=1 uses it without one too
- * (the CPU engine: the tests' way to check the per-unit path). Not under ZeRO-2/3. */
+ * Used when the group has more than one rank, the units cover the gradient buffer, and
+ * BATON_DP_OVERLAP is not "0": by default under zero 0, 1 and 2 wherever a side queue
+ * exists; BATON_DP_OVERLAP=1 uses it without one too (the CPU engine: the tests' way to
+ * check the per-unit path). Not under ZeRO-3 (its units are reduced as they finish
+ * already, model_zero.h). */
 #ifndef BATON_TRAIN_DP_OVERLAP_H
 #define BATON_TRAIN_DP_OVERLAP_H
 
 #include "model.h"
 #include "train_dp.h"
+#include "train_zero.h"
 #include "util/err.h"
+
+typedef enum train_dp_overlap_mode {
+    OVERLAP_ALLREDUCE, /* zero 0 */
+    OVERLAP_EXPERTS,   /* zero 0 with expert parallelism */
+    OVERLAP_SHARDS,    /* ZeRO-1 */
+    OVERLAP_ZERO2,     /* ZeRO-2, every micro-batch */
+} train_dp_overlap_mode;
 
 typedef struct train_dp_overlap {
     train_dp *dp;
+    train_zero *zero; /* ZeRO-2 */
     model *m;
-    int on;       /* set up for this stage */
+    int on; /* set up for this stage */
+    train_dp_overlap_mode mode;
     void *stream; /* the backend's side queue; NULL: each unit reduced at once */
     int n_units;
-    unsigned char *done; /* (n_units) this step's reduction is under way or done */
-    int rc;              /* the first failure of this step's reductions, a BT_ code */
+    unsigned char *done; /* (n_units) this pass's reduction is under way or done */
+    int rc;              /* the first failure of this pass's reductions, a BT_ code */
     char why[256];       /* and its message */
+    char desc[256];      /* train_dp_overlap_describe */
 } train_dp_overlap;
 
-/* Decides whether to overlap (see above) and sets up; 0 or BT_ENOMEM. Off is not an
- * error. */
-int train_dp_overlap_init(train_dp_overlap *o, train_dp *dp, model *m, int zero, bt_diag *diag);
+/* Decides whether to overlap (see above) and sets up; zero is the stage's level (z its
+ * ZeRO-2/3 state, used at level 2). 0 or BT_ENOMEM, BT_EIO. Off is not an error. */
+int train_dp_overlap_init(train_dp_overlap *o, train_dp *dp, train_zero *z, model *m, int zero,
+                          bt_diag *diag);
 void train_dp_overlap_free(train_dp_overlap *o);
 /* How the stage reduces its data-parallel gradients, for the log ("" when dp is 1). */
 const char *train_dp_overlap_describe(const train_dp_overlap *o);
 
-/* Hooks the model's backward (on: the step's last micro-batch follows) or unhooks it. */
-void train_dp_overlap_arm(train_dp_overlap *o, int on);
+/* Before a micro-batch's backward (last: the step's last): hooks the model's backward
+ * where this pass reduces, unhooks it elsewhere. */
+void train_dp_overlap_arm(train_dp_overlap *o, int last);
+/* ZeRO-2, after each micro-batch's backward (also a failed one, failed set): the pass's
+ * reductions completed (see above); 0 or BT_EIO. Nothing to do at other levels. */
+int train_dp_overlap_backward_end(train_dp_overlap *o, int failed, bt_diag *diag);
 /* After the step's micro-batches: every unit reduced and waited for, 0 or BT_EIO. After
  * a failed step (step_failed) only what is under way is waited for; returns 0. */
 int train_dp_overlap_finish(train_dp_overlap *o, int step_failed, bt_diag *diag);

@@ -150,9 +150,25 @@ void train_zero_begin_step(train_zero *z, model *m) {
     model_zero_grad(m);
 }
 
+/* ZeRO-2 after the overlapped reduction: the rank's chunks of the model's buffer hold
+ * their sums over the group; added into the shard, the buffer zeroed. */
+static void zero_add_chunks(train_zero *z, model *m) {
+    z->grads_reduced = 0;
+    for (int u = 0; u < z->n_units; u++) {
+        const train_zero_unit *t = &z->units[u];
+        float *acc = z->grads + t->base;
+        z->be->add(z->be, acc, acc, m->grads_mem + t->offset + (size_t)z->rank * t->chunk, t->len);
+    }
+    model_zero_grad(m);
+}
+
 int train_zero_after_backward(train_zero *z, model *m, bt_diag *diag) {
     if (z->level == 0) return 0;
     if (z->level == 3) return m->comm_err ? zero_fail(z, "gradient reduce-scatter", diag) : 0;
+    if (z->grads_reduced) {
+        zero_add_chunks(z, m);
+        return 0;
+    }
     for (int u = 0; u < z->n_units; u++) {
         const train_zero_unit *t = &z->units[u];
         z->be->copy(z->be, z->pad, m->grads_mem + t->offset, t->n);

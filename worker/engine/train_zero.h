@@ -59,6 +59,9 @@ typedef struct train_zero {
     size_t n_segs;
     optim_segment *norm_segs; /* the parts this rank counts in the norm (with norm groups) */
     size_t n_norm_segs;
+    int grads_reduced; /* ZeRO-2: this micro-batch's gradients are reduced already, each
+                        * rank's chunks summed in its part of the model's buffer
+                        * (train_dp_overlap.h) */
 } train_zero;
 
 /* Sets up level (2 or 3) over group for m (built with cfg.zero3 for level 3); segs are
@@ -75,7 +78,8 @@ int train_zero_init_weights(train_zero *z, model *m, uint64_t seed);
 /* Zeroes the gradient shard (and the model's buffer) before a step's first micro-batch. */
 void train_zero_begin_step(train_zero *z, model *m);
 /* After each micro-batch's backward: ZeRO-2 reduce-scatters the model's gradients into
- * the shard and zeroes them; ZeRO-3 has done so unit by unit already. */
+ * the shard (or, when the overlapped reduction has reduced them already, adds the rank's
+ * chunks) and zeroes them; ZeRO-3 has done so unit by unit already. */
 int train_zero_after_backward(train_zero *z, model *m, bt_diag *diag);
 /* The update (see the top); *norm gets the global norm before clipping. */
 int train_zero_update(train_zero *z, train_dp *d, model *m, optim_adamw *o, const optim_hparams *hp,
