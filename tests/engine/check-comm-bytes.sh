@@ -2,18 +2,20 @@
 # `baton plan` and the runtime agree on communication: for ring attention over cp2 (with
 # and without full recomputation), cp4, tp2 x cp2 and Ulysses over cp2, the bytes rank 0
 # sent per step on its cp group and on its data-parallel (dp x cp) group, and for expert
-# parallelism over ep2 and ep4 (tests/engine/moe.yaml) on its ep and dp groups, as the
-# worker counts them (comm_bytes_sent), are within 10% of the plan's comm_bytes_per_step.
+# parallelism over ep2, ep4 and ep2 x dp4 (zero 0 and 1; tests/engine/moe.yaml) on its ep
+# and dp groups (the expert-data-parallel group counted with dp), as the worker counts
+# them (comm_bytes_sent), are within 10% of the plan's comm_bytes_per_step.
 # The plan takes the routing to be balanced; these seeded runs route within 7% of that.
 #   check-comm-bytes.sh BATON BATON_WORKER SOURCE_DIR
 set -euo pipefail
 source "$(dirname "$0")/layout-lib.sh"
 layout_setup "$@"
 
-bytes_case() { # NAME RANKS TP CP STAGE [GROUP]
+bytes_case() { # NAME RANKS TP CP STAGE [GROUP [SED]]: SED edits the MoE recipe further
   local name=$1 n=$2 group=${6:-cp}
   if [[ $group == ep ]]; then
-    sed "s/gpus_per_node: 2/gpus_per_node: $n/; s/tp: 1, pp: 1, ep: 2,/tp: $3, pp: 1, ep: $4,/" \
+    sed "s/gpus_per_node: 2/gpus_per_node: $n/; s/tp: 1, pp: 1, ep: 2,/tp: $3, pp: 1, ep: $4,/;
+         ${7:-}" \
       "$src/tests/engine/moe.yaml" >"$name.yaml"
   else
     sed "s/gpus_per_node: 2/gpus_per_node: $n/; s/tp: 1, pp: 1, cp: 2,/tp: $3, pp: 1, cp: $4,/" \
@@ -48,4 +50,9 @@ bytes_case cp2-ulysses 2 1 2 ulysses
 bytes_case cp2-ulysses-full 2 1 2 ulysses-full
 bytes_case ep2 2 1 2 train ep
 bytes_case ep4 4 1 4 train ep
+# ep2 over dp4: the experts' gradients go over the expert-data-parallel group (counted
+# with dp); under ZeRO-1 (fp32: the plan's all-gather of 16-bit weights is the engine's
+# of its float32 ones) reduce-scattered and gathered there.
+bytes_case ep2-dp4 4 1 2 train ep
+bytes_case ep2-dp4-zero1 4 1 2 train ep "s/zero: 0/zero: 1/; s/  micro_batch: 1/  micro_batch: 1\n  precision: fp32/"
 layout_finish "CP, EP and DP traffic per step within 10% of the plan"

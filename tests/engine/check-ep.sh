@@ -3,8 +3,10 @@
 # expert per rank), ep2 over dp4 (two copies of each expert: the expert-data-parallel
 # reduction) and ep2 x tp2, with the Switch aux loss; ep2 with capacity factor 1.0 (tokens
 # dropped), ep2 with aux-loss-free bias balancing, MoE under pp2 and ep2 with full
-# recomputation, and ep2 over dp2 and dp4 with each layer's gradients reduced during the
-# backward (BATON_DP_OVERLAP=1), launched by `baton launch`: every
+# recomputation, ep2, ep2 over dp4 and ep2 x tp2 with ZeRO-1 (the dense tensors' optimizer
+# state sharded over dp, the experts' over edp; resumed from its checkpoint under the same
+# layout and under zero 0), and ep2 over dp2 and dp4 (zero 0 and 1) with each layer's
+# gradients reduced during the backward (BATON_DP_OVERLAP=1), launched by `baton launch`: every
 # step's loss agrees with `baton-worker --single-process` within 1e-5 relative, the dropped
 # (token, expert) pairs of every step are exactly the one-process counts, and the final
 # checkpoint (each expert written by its owner) loaded into one process gives the
@@ -49,8 +51,38 @@ ep_case ep2-bias 2 1 2 "balance: bias, bias_update_rate: 0.01"
 # MoE layers under a pipeline (their caches per micro-batch slot) and recomputed whole.
 ep_case moe-pp2 2 1 1 "$aux" "s/pp: 1, ep: 1,/pp: 2, ep: 1,/"
 ep_case ep2-full 2 1 2 "$aux" "s/  micro_batch: 1/  micro_batch: 1\n  recompute: full/"
+# ZeRO-1: dense tensors sharded over dp, experts over edp (ep2-dp4: edp 2; ep2: none).
+z1="s/zero: 0/zero: 1/"
+ep_case ep2-zero1 2 1 2 "$aux" "$z1"
+ep_case ep2-dp4-zero1 4 1 2 "$aux" "$z1"
+ep_case ep2-tp2-zero1 4 2 2 "$aux" "$z1"
+# ZeRO-1's sharded moments in the checkpoint: trained under ep2 x dp4 + ZeRO-1 (saved at
+# step 10), resumed at step 10 under the same layout (the losses of steps 11-20 bitwise
+# the same) and under ep2 x dp2 with zero 0 (within 1e-5 relative).
+ep_resume() { # NAME RANKS_B SED_B
+  local name=$1
+  layout_wanted "$name" || return 0
+  sed "s/gpus_per_node: 2/gpus_per_node: 4/; $z1" "$src/tests/engine/moe.yaml" >"$name.a.yaml"
+  sed "s/gpus_per_node: 2/gpus_per_node: $2/; $3" "$src/tests/engine/moe.yaml" >"$name.b.yaml"
+  "$baton" spec "$name.a.yaml" --out "$name.a.pb"
+  "$baton" spec "$name.b.yaml" --out "$name.b.pb"
+  timeout 300 "$baton" launch -n 4 -- "$worker" --spec "$name.a.pb" --eval-windows 0 \
+    --comm-timeout 30 --run-dir "$name.a.run" --save-every 10 >"$name.a.log"
+  timeout 300 "$baton" launch -n "$2" -- "$worker" --spec "$name.b.pb" --eval-windows 0 \
+    --comm-timeout 30 --run-dir "$name.b.run" \
+    --init "$name.a.run/checkpoints/s00-step00000010" >"$name.b.log"
+  paste <(layout_losses "$name.a.log" | awk '$1 > 10') <(layout_losses "$name.b.log") |
+    awk -v name="$name" -v exact="$4" '
+      { n++; d = $2 - $4; if (d < 0) d = -d; if (d > worst) worst = d
+        if ($1 != $3 || (exact && $2 != $4) || d > 1e-5 * $2) bad = 1 }
+      END { printf "%s: steps 11-20 resumed, %d losses, max difference %.3g\n", name, n, worst
+            exit bad || n != 10 }' || failures=$((failures + 1))
+}
+ep_resume ep2-dp4-zero1-resume 4 "$z1" 1
+ep_resume ep2-dp4-zero1-to-ep2 2 "" 0
 # Each layer's gradients all-reduced during the backward (train_dp_overlap.h), the
 # experts' over the expert-data-parallel group (ep2 over dp4) or not at all (ep2 over dp2).
 BATON_DP_OVERLAP=1 ep_case ep2-overlap 2 1 2 "$aux"
 BATON_DP_OVERLAP=1 ep_case ep2-dp4-overlap 4 1 2 "$aux"
+BATON_DP_OVERLAP=1 ep_case ep2-dp4-zero1-overlap 4 1 2 "$aux" "$z1"
 layout_finish "all expert-parallel runs match the one-process run"

@@ -183,6 +183,21 @@ int optim_adamw_step_norm(optim_adamw *o, float *params, float *grads, const opt
     return 1;
 }
 
+int optim_adamw_begin(optim_adamw *o, backend_adamw *a, const optim_hparams *hp, double lr,
+                      double norm) {
+    if (!isfinite(norm)) return 0;
+    o->step++;
+    optim_adamw_args(a, hp, lr, o->step, (float)optim_clip_coef(norm, hp->grad_clip));
+    return 1;
+}
+
+void optim_adamw_seg_at(optim_adamw *o, const backend_adamw *a, float *param, float *grads,
+                        const optim_segment *seg) {
+    size_t off = seg->offset;
+    backend_seg one = {.offset = 0, .n = seg->n, .decay = seg->decay};
+    o->be->adamw(o->be, param, grads + off, o->m + off, o->v + off, &one, 1, a);
+}
+
 double optim_adamw_step(optim_adamw *o, float *params, float *grads, const optim_segment *segs,
                         size_t nseg, const optim_hparams *hp, double lr) {
     double norm = sqrt(optim_segments_sumsq_on(o->be, grads, segs, nseg));

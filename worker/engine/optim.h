@@ -124,6 +124,15 @@ void optim_grad_scale_on(backend *be, float *grad, size_t n, float coef);
 int optim_adamw_step_norm(optim_adamw *o, float *params, float *grads, const optim_segment *segs,
                           size_t nseg, const optim_hparams *hp, double lr, double norm);
 
+/* An update whose parameters are not laid out like the moments (ZeRO-2/3, ZeRO-1 under
+ * expert parallelism), with a backend: optim_adamw_begin counts the step and sets a's
+ * scalars (0, nothing to do, when norm is not finite: the weights are left alone), then
+ * optim_adamw_seg_at updates one segment whose parameters are at param, its gradients at
+ * grads + seg->offset and its moments at o's seg->offset. */
+int optim_adamw_begin(optim_adamw *o, backend_adamw *a, const optim_hparams *hp, double lr,
+                      double norm);
+void optim_adamw_seg_at(optim_adamw *o, const backend_adamw *a, float *param, float *grads,
+                        const optim_segment *seg);
 /* A whole one-rank step over the segments of params/grads (each within [0, o->n)):
  * global norm, clipping (grads are scaled in place), then the update at rate lr.
  * Returns the norm before clipping. A non-finite norm skips the update and leaves the

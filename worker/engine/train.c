@@ -31,11 +31,12 @@ static int train_check_layout(const Baton__StageSpec *spec, const train_groups *
                     s->name, p->ep, p->ep, ep);
         return BT_EINVAL;
     }
-    if (ep > 1 && p->zero != 0) {
+    if (ep > 1 && p->zero > 1) {
         bt_diag_set(diag,
-                    "stage \"%s\": expert parallelism runs with parallel.zero 0 in this worker "
-                    "(ZeRO-1 shards would mix the experts of different ranks)",
-                    s->name);
+                    "stage \"%s\": expert parallelism runs with parallel.zero 0 or 1 in this "
+                    "worker (got zero %u: ZeRO-2/3's per-layer shards would mix the experts of "
+                    "different ranks)",
+                    s->name, p->zero);
         return BT_EUNSUPPORTED;
     }
     if (p->dp != dp || p->tp != tp || p->pp != pp || p->cp != cp ||
@@ -108,7 +109,7 @@ static int train_expert_segments(trainer *t, comm *ep, comm *edp, bt_diag *diag)
         model_tensor_info(&t->m, (int)i, &mt);
         if (mt.expert) e[k++] = t->segs[i];
     }
-    int rc = train_dp_set_ep(&t->dp, ep, edp, e, k, diag);
+    int rc = train_dp_set_ep(&t->dp, ep, edp, e, k, t->segs, t->n_segs, diag);
     free(e);
     return rc;
 }
@@ -546,6 +547,7 @@ static void train_comm_sent(const trainer *t, uint64_t out[TRAIN_COMM_GROUPS]) {
                                   t->m.ep_group};
     for (int i = 0; i < TRAIN_COMM_GROUPS; i++)
         out[i] = g[i] ? comm_bytes_sent(g[i]) : 0;
+    if (t->dp.edp != NULL) out[TRAIN_COMM_DP] += comm_bytes_sent(t->dp.edp); /* experts */
 }
 
 static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag);

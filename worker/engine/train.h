@@ -54,7 +54,8 @@ typedef struct train_metrics {
 } train_metrics;
 
 /* The groups whose traffic train_step counts: tensor, pipeline, data parallel (the dp x cp
- * block under context parallelism, as `baton plan` names it) and context parallel. */
+ * block under context parallelism, as `baton plan` names it; the expert-data-parallel
+ * group counted with it) and context parallel. */
 enum {
     TRAIN_COMM_TP = 0,
     TRAIN_COMM_PP,

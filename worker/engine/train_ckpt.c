@@ -45,16 +45,7 @@ void train_ckpt_tensor_box(const model_tensor *mt, int *ndim, uint64_t gshape[2]
 int train_ckpt_moment_part(const trainer *t, const model_tensor *mt, uint64_t *a, uint64_t *b,
                            size_t *at) {
     if (t->zero.level) return train_zero_part(&t->zero, mt->offset, mt->count, a, b, at);
-    if (t->dp.flat == NULL) { /* not sharded: zero 0, or one data-parallel rank */
-        *a = 0, *b = mt->count, *at = mt->offset;
-        return 1;
-    }
-    size_t lo = t->dp.shard_begin, hi = lo + t->dp.shard_n;
-    size_t s = mt->offset > lo ? mt->offset : lo;
-    size_t e = mt->offset + mt->count < hi ? mt->offset + mt->count : hi;
-    if (s >= e) return 0;
-    *a = s - mt->offset, *b = e - mt->offset, *at = s - lo;
-    return 1;
+    return train_dp_part(&t->dp, mt->offset, mt->count, a, b, at);
 }
 
 void train_ckpt_fp8_name(const trainer *t, int g, int slot, char *out, size_t cap) {
@@ -92,7 +83,7 @@ static int ckpt_collect_tensor(train_ckpt *c, const trainer *t, const model_tens
     }
     uint64_t a, b;
     size_t at;
-    int own_shard = t->dp.flat != NULL || t->zero.level;
+    int own_shard = train_dp_sharded(&t->dp) || t->zero.level;
     if (rc != 0 || (!own_shard && !writer) || !train_ckpt_moment_part(t, mt, &a, &b, &at))
         return rc;
     if (a > 0 || b < mt->count) p.box.flat_begin = a, p.box.flat_end = b;

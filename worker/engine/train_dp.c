@@ -55,7 +55,7 @@ void train_dp_free(train_dp *d) {
     if (d->flat) d->be->free(d->be, d->flat);
     free(d->segs);
     free(d->norm_segs);
-    free(d->expert);
+    train_dp_ep_free(d);
     memset(d, 0, sizeof *d);
 }
 
@@ -69,7 +69,9 @@ int train_dp_set_norm(train_dp *d, comm *const *groups, int n_groups, const opti
         bt_diag_set(diag, "out of memory for the gradient-norm segments");
         return BT_ENOMEM;
     }
-    if (d->flat != NULL)
+    if (d->runs != NULL)
+        train_dp_ep_set_norm(d, segs, n_segs);
+    else if (d->flat != NULL)
         d->n_norm_segs = dp_shard_segments(segs, n_segs, d->shard_begin, d->shard_n, d->norm_segs);
     else
         memcpy(d->norm_segs, segs, n_segs * sizeof *segs), d->n_norm_segs = n_segs;
@@ -93,82 +95,26 @@ int train_dp_norm_add(train_dp *d, double *sumsq, bt_diag *diag) {
 }
 
 size_t train_dp_optim_floats(const train_dp *d) {
+    if (d->runs != NULL) return d->packs[0].chunk + d->packs[1].chunk;
     return d->flat ? (d->chunk ? d->chunk : 1) : d->n_params;
 }
 
-int train_dp_set_ep(train_dp *d, comm *ep, comm *edp, const optim_segment *segs, size_t n,
-                    bt_diag *diag) {
-    d->ep = ep, d->edp = edp;
-    d->expert = malloc((n ? n : 1) * sizeof *d->expert);
-    if (d->expert == NULL) {
-        bt_diag_set(diag, "out of memory for the expert segments");
-        return BT_ENOMEM;
-    }
-    memcpy(d->expert, segs, n * sizeof *segs);
-    d->n_expert = n;
-    return 0;
+int train_dp_sharded(const train_dp *d) {
+    return d->flat != NULL || d->runs != NULL;
 }
 
-static int dp_is_expert(const train_dp *d, size_t offset) {
-    for (size_t i = 0; i < d->n_expert; i++)
-        if (offset >= d->expert[i].offset && offset < d->expert[i].offset + d->expert[i].n)
-            return 1;
-    return 0;
-}
-
-/* Expert parallelism: each tensor's gradient summed over the ranks that hold it (the dp
- * group, or for a routed expert the edp group; done already when grads_reduced), all
- * divided by the replicas. */
-static int dp_reduce_ep(train_dp *d, float *grads, const optim_segment *segs, size_t n_segs,
-                        bt_diag *diag) {
-    size_t n = d->grads_reduced ? 0 : n_segs;
-    d->grads_reduced = 0;
-    for (size_t i = 0; i < n; i++) {
-        comm *g = dp_is_expert(d, segs[i].offset) ? d->edp : d->group;
-        if (g == NULL || comm_size(g) == 1) continue;
-        if (comm_allreduce(g, grads + segs[i].offset, grads + segs[i].offset, segs[i].n, COMM_F32,
-                           COMM_SUM, NULL) != 0) {
-            bt_diag_set(diag, "gradient all-reduce over %s: %s", comm_name(g), comm_error(g));
-            return BT_EIO;
-        }
+int train_dp_part(const train_dp *d, size_t off, size_t count, uint64_t *a, uint64_t *b,
+                  size_t *at) {
+    if (d->runs != NULL) return train_dp_ep_part(d, off, a, b, at);
+    if (d->flat == NULL) { /* not sharded: zero 0, or one data-parallel rank */
+        *a = 0, *b = count, *at = off;
+        return 1;
     }
-    optim_grad_scale_on(d->be, grads, d->n_params, 1.0f / (float)d->replicas);
-    return 0;
-}
-
-/* The norm's sum of squares over segs: the experts' part added over the ep group first. */
-static int dp_sumsq_ep(train_dp *d, const float *grads, const optim_segment *segs, size_t n_segs,
-                       double *sumsq, bt_diag *diag) {
-    double dense = 0, expert = 0;
-    for (size_t i = 0; i < n_segs; i++) {
-        double v = optim_segments_sumsq_on(d->be, grads, &segs[i], 1);
-        if (dp_is_expert(d, segs[i].offset))
-            expert += v;
-        else
-            dense += v;
-    }
-    if (d->ep && comm_allreduce(d->ep, &expert, &expert, 1, COMM_F64, COMM_SUM, NULL) != 0) {
-        bt_diag_set(diag, "grad-norm all-reduce over %s: %s", comm_name(d->ep), comm_error(d->ep));
-        return BT_EIO;
-    }
-    *sumsq = dense + expert;
-    return 0;
-}
-
-static int dp_update_ep(train_dp *d, float *params, float *grads, const optim_segment *segs,
-                        size_t n_segs, optim_adamw *o, const optim_hparams *hp, double lr,
-                        double *norm, bt_diag *diag) {
-    int rc = dp_reduce_ep(d, grads, segs, n_segs, diag);
-    double sumsq = 0;
-    if (rc == 0 && d->n_norm_groups)
-        rc = dp_sumsq_ep(d, grads, d->norm_segs, d->n_norm_segs, &sumsq, diag);
-    else if (rc == 0)
-        rc = dp_sumsq_ep(d, grads, segs, n_segs, &sumsq, diag);
-    if (rc == 0 && d->n_norm_groups) rc = dp_norm_over_group(d, &sumsq, diag);
-    if (rc != 0) return rc;
-    *norm = sqrt(sumsq);
-    optim_adamw_step_norm(o, params, grads, segs, n_segs, hp, lr, *norm);
-    return 0;
+    size_t lo = d->shard_begin, hi = lo + d->shard_n;
+    size_t s = off > lo ? off : lo, e = off + count < hi ? off + count : hi;
+    if (s >= e) return 0;
+    *a = s - off, *b = e - off, *at = s - lo;
+    return 1;
 }
 
 /* zero 0: every rank holds the mean gradient and updates everything. */
@@ -229,7 +175,8 @@ static int dp_update_sharded(train_dp *d, float *params, const float *grads, opt
 int train_dp_update(train_dp *d, float *params, float *grads, const optim_segment *segs,
                     size_t n_segs, optim_adamw *o, const optim_hparams *hp, double lr, double *norm,
                     bt_diag *diag) {
-    if (d->n_expert > 0) return dp_update_ep(d, params, grads, segs, n_segs, o, hp, lr, norm, diag);
+    if (d->n_expert > 0)
+        return train_dp_update_ep(d, params, grads, segs, n_segs, o, hp, lr, norm, diag);
     if (d->flat == NULL)
         return dp_update_replicated(d, params, grads, segs, n_segs, o, hp, lr, norm, diag);
     return dp_update_sharded(d, params, grads, o, hp, lr, norm, diag);

@@ -16,9 +16,35 @@
 #define BATON_TRAIN_DP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "comm.h"
 #include "optim.h"
+
+/* ZeRO-1 under expert parallelism (train_dp_ep.c): the dense tensors are packed one after
+ * the other and sharded over the dp group, the routed experts' (which differ from one ep
+ * rank to the next) packed and sharded over the edp group, the ranks that hold the same
+ * experts (not sharded without one). */
+typedef struct train_dp_pack {
+    comm *group; /* NULL: one rank holds all of it */
+    int rank, size;
+    size_t n;       /* floats packed */
+    size_t chunk;   /* ceil(n / size): one rank's shard, padding included */
+    size_t shard_n; /* this rank's (the chunk less padding) */
+    size_t state;   /* the shard's first float in the optimizer state */
+    float *flat;    /* (size * chunk) the packed floats, be's memory */
+} train_dp_pack;
+
+/* A tensor's place in a pack, and the part of it in this rank's shard. */
+typedef struct train_dp_run {
+    size_t offset, n; /* in the flat parameter buffer */
+    size_t packed;    /* its first float in the pack */
+    int pack;         /* 0 dense, 1 routed experts */
+    int decay;
+    size_t part_a, part_b; /* its elements [part_a, part_b) in this rank's shard... */
+    size_t part_at;        /* ...at this index of the optimizer state (part_a == part_b: none) */
+    int counted;           /* in the gradient norm (train_dp_set_norm) */
+} train_dp_run;
 
 typedef struct train_dp {
     backend *be; /* whose memory params, grads and the flat buffer are (the model's) */
@@ -45,6 +71,10 @@ typedef struct train_dp {
     comm *ep, *edp;
     optim_segment *expert; /* the experts' segments, in offset order */
     size_t n_expert;
+    train_dp_pack packs[2]; /* ZeRO-1 with experts (above): dense, routed experts */
+    train_dp_run *runs;     /* (n_runs) every tensor, in offset order; NULL: not in use */
+    size_t n_runs;
+    float *shard;      /* (the packs' chunks) this rank's reduced gradients, the state's layout */
     int grads_reduced; /* this step's reduction is done already (train_dp_overlap.h): the
                         * next update only divides by the replicas (ZeRO-1: this rank's
                         * shard of the buffer holds the sums) */
@@ -56,11 +86,19 @@ typedef struct train_dp {
 int train_dp_init(train_dp *d, backend *be, comm *group, int zero, size_t n_params,
                   const optim_segment *segs, size_t n_segs, bt_diag *diag);
 void train_dp_free(train_dp *d);
-/* Expert parallelism: segs (of n) are the routed experts' tensors; ep and edp the groups
- * (edp NULL when every holder of an expert is in the ep group: dp x cp = ep). zero 0 only.
- * 0 or BT_ENOMEM. */
+/* Expert parallelism: segs (of n) are the routed experts' tensors, all (of n_all) every
+ * tensor; ep and edp the groups (edp NULL when every holder of an expert is in the ep
+ * group: dp x cp = ep). Under ZeRO-1 it packs the tensors (above): the optimizer state
+ * train_dp_optim_floats() gives changes. 0 or BT_ENOMEM. */
 int train_dp_set_ep(train_dp *d, comm *ep, comm *edp, const optim_segment *segs, size_t n,
-                    bt_diag *diag);
+                    const optim_segment *all, size_t n_all, bt_diag *diag);
+/* The rank's optimizer state is a shard (ZeRO-1). */
+int train_dp_sharded(const train_dp *d);
+/* The part of the parameters [off, off + count) (one tensor) in this rank's optimizer
+ * state: its elements [*a, *b) at state index *at; 0 when they do not meet. Everything
+ * when the state is not sharded. */
+int train_dp_part(const train_dp *d, size_t off, size_t count, uint64_t *a, uint64_t *b,
+                  size_t *at);
 
 /* The group is the dp x cp block of context parallelism: the gradients are summed over
  * its cp ranks and averaged over its size / cp replicas. */
@@ -81,6 +119,15 @@ int train_dp_norm_add(train_dp *d, double *sumsq, bt_diag *diag);
 int train_dp_update(train_dp *d, float *params, float *grads, const optim_segment *segs,
                     size_t n_segs, optim_adamw *o, const optim_hparams *hp, double lr, double *norm,
                     bt_diag *diag);
+
+/* train_dp_ep.c's, for train_dp.c: the packs' share of train_dp_free, train_dp_set_norm
+ * (segs: full-buffer offsets), train_dp_part, and the update under expert parallelism. */
+void train_dp_ep_free(train_dp *d);
+int train_dp_ep_set_norm(train_dp *d, const optim_segment *segs, size_t n_segs);
+int train_dp_ep_part(const train_dp *d, size_t off, uint64_t *a, uint64_t *b, size_t *at);
+int train_dp_update_ep(train_dp *d, float *params, float *grads, const optim_segment *segs,
+                       size_t n_segs, optim_adamw *o, const optim_hparams *hp, double lr,
+                       double *norm, bt_diag *diag);
 
 /* Mean of x over the group (x is this rank's value). */
 int train_dp_mean(train_dp *d, double *x, bt_diag *diag);

@@ -20,6 +20,7 @@ static int units_cover(const model *m, int n) {
 
 static train_dp_overlap_mode overlap_mode(const train_dp *dp, int zero) {
     if (zero == 2) return OVERLAP_ZERO2;
+    if (dp->runs != NULL) return OVERLAP_EP_SHARDS;
     if (dp->flat != NULL) return OVERLAP_SHARDS;
     return dp->n_expert > 0 ? OVERLAP_EXPERTS : OVERLAP_ALLREDUCE;
 }
@@ -27,7 +28,20 @@ static train_dp_overlap_mode overlap_mode(const train_dp *dp, int zero) {
 /* Every group the mode reduces over takes a stream. */
 static int overlap_queues(const train_dp *dp, train_dp_overlap_mode mode) {
     if (dp->be->stream_new == NULL || !comm_has_streams(dp->group)) return 0;
-    return mode != OVERLAP_EXPERTS || dp->edp == NULL || comm_has_streams(dp->edp);
+    int experts = mode == OVERLAP_EXPERTS || mode == OVERLAP_EP_SHARDS;
+    return !experts || dp->edp == NULL || comm_has_streams(dp->edp);
+}
+
+/* How the gradients are reduced when the overlap is off. */
+static void overlap_describe_off(train_dp_overlap *o, int zero) {
+    const train_dp *dp = o->dp;
+    const char *how = zero == 3   ? "reduce-scattered per layer as the backward finishes it"
+                      : zero == 2 ? "reduce-scattered per layer after each micro-batch's backward"
+                      : train_dp_sharded(dp) ? "one reduce-scatter after the backward"
+                      : dp->n_expert > 0     ? "one all-reduce per tensor after the backward"
+                                             : "one all-reduce after the backward";
+    snprintf(o->desc, sizeof o->desc, "data-parallel gradients: %s%s", how,
+             dp->n_expert > 0 ? " (the routed experts' over the expert-data-parallel group)" : "");
 }
 
 static void overlap_describe(train_dp_overlap *o) {
@@ -36,6 +50,8 @@ static void overlap_describe(train_dp_overlap *o) {
         [OVERLAP_EXPERTS] = "all-reduced per layer (the routed experts' over the "
                             "expert-data-parallel group)",
         [OVERLAP_SHARDS] = "reduced per layer to the ranks whose shards hold them",
+        [OVERLAP_EP_SHARDS] = "reduced per layer to the ranks whose shards hold them (the "
+                              "routed experts' over the expert-data-parallel group)",
         [OVERLAP_ZERO2] = "reduced per layer to the ranks whose shards hold them, every "
                           "micro-batch (ZeRO-2)",
     };
@@ -48,6 +64,7 @@ int train_dp_overlap_init(train_dp_overlap *o, train_dp *dp, train_zero *z, mode
                           bt_diag *diag) {
     memset(o, 0, sizeof *o);
     o->dp = dp, o->zero = z, o->m = m;
+    overlap_describe_off(o, zero);
     if (zero > 2 || dp->size < 2 || m->grads_mem == NULL) return 0;
     if (zero == 2 && z->level != 2) return 0;
     o->mode = overlap_mode(dp, zero);
@@ -79,13 +96,7 @@ void train_dp_overlap_free(train_dp_overlap *o) {
 }
 
 const char *train_dp_overlap_describe(const train_dp_overlap *o) {
-    if (o->dp == NULL || o->dp->size < 2) return "";
-    if (o->on) return o->desc;
-    if (o->zero != NULL && o->zero->level >= 2)
-        return "data-parallel gradients: reduce-scattered per layer after each micro-batch's "
-               "backward";
-    return o->dp->flat != NULL ? "data-parallel gradients: one reduce-scatter after the backward"
-                               : "data-parallel gradients: one all-reduce after the backward";
+    return o->dp != NULL && o->dp->size >= 2 ? o->desc : "";
 }
 
 static void overlap_failed(train_dp_overlap *o, comm *c, const char *what, int u) {
@@ -94,8 +105,7 @@ static void overlap_failed(train_dp_overlap *o, comm *c, const char *what, int u
              comm_error(c));
 }
 
-static void overlap_reduce_to(train_dp_overlap *o, int u, float *g, size_t n, int root) {
-    comm *c = o->dp->group;
+static void overlap_reduce_to(train_dp_overlap *o, comm *c, int u, float *g, size_t n, int root) {
     if (n > 0 && comm_reduce(c, g, g, n, COMM_F32, COMM_SUM, root, o->stream) != 0)
         overlap_failed(o, c, "reduce", u);
 }
@@ -114,7 +124,7 @@ static void overlap_reduce_to_shards(train_dp_overlap *o, int u, size_t off, siz
     for (size_t lo = off; lo < end && o->rc == 0;) {
         size_t owner = lo / dp->chunk, hi = (owner + 1) * dp->chunk;
         hi = hi < end ? hi : end;
-        overlap_reduce_to(o, u, o->m->grads_mem + lo, hi - lo, (int)owner);
+        overlap_reduce_to(o, dp->group, u, o->m->grads_mem + lo, hi - lo, (int)owner);
         lo = hi;
     }
 }
@@ -126,7 +136,25 @@ static void overlap_reduce_to_chunks(train_dp_overlap *o, int u) {
     for (int r = 0; r < z->size && o->rc == 0; r++) {
         size_t begin = (size_t)r * t->chunk;
         size_t len = begin >= t->n ? 0 : (t->n - begin < t->chunk ? t->n - begin : t->chunk);
-        overlap_reduce_to(o, u, o->m->grads_mem + t->offset + begin, len, r);
+        overlap_reduce_to(o, z->group, u, o->m->grads_mem + t->offset + begin, len, r);
+    }
+}
+
+/* ZeRO-1 with experts: each tensor of [off, off + n) reduced, part by part, to the ranks
+ * whose shards of its pack hold them (a pack without a group has one holder). */
+static void overlap_reduce_to_packs(train_dp_overlap *o, int u, size_t off, size_t n) {
+    const train_dp *dp = o->dp;
+    for (size_t i = 0; i < dp->n_runs && o->rc == 0; i++) {
+        const train_dp_run *r = &dp->runs[i];
+        const train_dp_pack *p = &dp->packs[r->pack];
+        if (r->offset < off || r->offset >= off + n || p->group == NULL) continue;
+        for (size_t lo = r->packed, end = r->packed + r->n; lo < end && o->rc == 0;) {
+            size_t owner = lo / p->chunk, hi = (owner + 1) * p->chunk;
+            hi = hi < end ? hi : end;
+            float *g = o->m->grads_mem + r->offset + (lo - r->packed);
+            overlap_reduce_to(o, p->group, u, g, hi - lo, (int)owner);
+            lo = hi;
+        }
     }
 }
 
@@ -169,6 +197,9 @@ static void overlap_reduce(train_dp_overlap *o, int u) {
     case OVERLAP_ZERO2:
         overlap_reduce_to_chunks(o, u);
         break;
+    case OVERLAP_EP_SHARDS:
+        overlap_reduce_to_packs(o, u, off, n);
+        break;
     }
 }
 
@@ -196,7 +227,8 @@ static int overlap_complete(train_dp_overlap *o, int failed, bt_diag *diag) {
         overlap_reduce(o, u);
     backend *be = o->dp->be;
     if (o->stream != NULL) {
-        comm *groups[2] = {o->dp->group, o->mode == OVERLAP_EXPERTS ? o->dp->edp : NULL};
+        int experts = o->mode == OVERLAP_EXPERTS || o->mode == OVERLAP_EP_SHARDS;
+        comm *groups[2] = {o->dp->group, experts ? o->dp->edp : NULL};
         for (int i = 0; i < 2; i++)
             if (groups[i] != NULL && comm_wait(groups[i], o->stream) != 0 && o->rc == 0) {
                 o->rc = BT_EIO;

@@ -15,6 +15,9 @@
  *    shard the unit touches, during the step's last backward, so each rank ends with its
  *    own shard's sums (the rest of its buffer is partial sums, never read): about the
  *    reduce-scatter's bytes;
+ *  - ZeRO-1 with expert parallelism: likewise, each tensor's part of each rank's shard of
+ *    the packs (train_dp.h: the dense tensors sharded over the dp group, the routed
+ *    experts' over the edp group) reduced to that rank over the pack's group;
  *  - ZeRO-2: during every micro-batch's backward, each rank's chunk of the unit
  *    (train_zero.h's per-unit shards) reduced to that rank in the model's gradient
  *    buffer; train_zero_after_backward then adds the rank's chunks into its gradient
@@ -50,6 +53,7 @@ typedef enum train_dp_overlap_mode {
     OVERLAP_EXPERTS,   /* zero 0 with expert parallelism */
     OVERLAP_SHARDS,    /* ZeRO-1 */
     OVERLAP_ZERO2,     /* ZeRO-2, every micro-batch */
+    OVERLAP_EP_SHARDS, /* ZeRO-1 with expert parallelism (train_dp.h's packs) */
 } train_dp_overlap_mode;
 
 typedef struct train_dp_overlap {

@@ -204,15 +204,10 @@ static int zero_gather_params(train_zero *z, model *m, bt_diag *diag) {
 /* Clipping and AdamW over the rank's segments, as optim_adamw_step_norm does. */
 static void zero_adamw(train_zero *z, model *m, optim_adamw *o, const optim_hparams *hp, double lr,
                        double norm) {
-    o->step++;
     backend_adamw a;
-    optim_adamw_args(&a, hp, lr, o->step, (float)optim_clip_coef(norm, hp->grad_clip));
-    for (size_t s = 0; s < z->n_segs; s++) { /* the parameters are not where the moments are */
-        size_t off = z->segs[s].offset;
-        backend_seg one = {.offset = 0, .n = z->segs[s].n, .decay = z->segs[s].decay};
-        z->be->adamw(z->be, zero_param_at(z, m, s), z->grads + off, o->m + off, o->v + off, &one, 1,
-                     &a);
-    }
+    if (!optim_adamw_begin(o, &a, hp, lr, norm)) return;
+    for (size_t s = 0; s < z->n_segs; s++) /* the parameters are not where the moments are */
+        optim_adamw_seg_at(o, &a, zero_param_at(z, m, s), z->grads, &z->segs[s]);
 }
 
 int train_zero_update(train_zero *z, train_dp *d, model *m, optim_adamw *o, const optim_hparams *hp,
