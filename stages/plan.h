@@ -55,7 +55,9 @@ typedef struct plan_memory {
      * of dp*cp. */
     uint32_t zero_level;  /* the level in effect: zero, or 0/1 when dp*cp is 1 */
     uint64_t zero_shard;  /* parameters in the rank's shard: the sum of ceil(unit / (dp*cp)) */
-    uint64_t zero_layers; /* ... of them in layer units (gathered again under full recompute) */
+    uint64_t zero_first2; /* ... of them in the stage's first two units (ZeRO-3's forward finds
+                           * them gathered from the backward before it) */
+    uint64_t zero_last2;  /* ... in its last two (the backward finds them from the forward) */
     uint64_t zero_unit;   /* the largest unit, padded: one gather / reduce-scatter buffer */
 } plan_memory;
 

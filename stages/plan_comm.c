@@ -93,9 +93,14 @@ static double dp_volume_zero(const plan_stage *ps, const plan_memory *m) {
     double n1 = (double)ps->shape.dp * ps->shape.cp - 1, S = (double)m->zero_shard;
     double mb = (double)ps->microbatches, wb = m->weight_bytes;
     if (m->zero_level == 2) return n1 * S * (4 * mb + wb);
-    double gathered = 2 * S;
-    if (ps->shape.recompute == BATON__STAGE__RECOMPUTE__FULL) gathered += (double)m->zero_layers;
-    return mb * n1 * (gathered * wb + 4 * S);
+    /* ZeRO-3 (model_zero.h): every unit gathered for the step's first forward; each later
+     * forward finds the first two units resident from the backward before it, each
+     * backward the last two from its forward (and full recomputation's backward its
+     * recomputed unit): so much gathered, plus one reduce-scatter per unit and
+     * micro-batch. Under pp 1F1B interleaves the passes: an estimate. */
+    double gathered =
+        S + (mb - 1) * (S - (double)m->zero_first2) + mb * (S - (double)m->zero_last2);
+    return n1 * (gathered * wb + mb * 4 * S);
 }
 
 static double comm_dp(const plan_stage *ps, uint32_t stage) {

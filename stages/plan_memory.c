@@ -19,8 +19,9 @@
  *   ZeRO-2  weights x P; grads 4 x (P + S + U): the whole fp32 buffer one micro-batch's
  *           backward writes (transient, but allocated), the accumulated shard and the
  *           padded reduce-scatter buffer; optimizer x S.
- *   ZeRO-3  weights x (S + U): the shard and one unit's gather buffer; grads 4 x (S + U):
- *           the shard and one unit's gradient buffer; optimizer x S.
+ *   ZeRO-3  weights x (S + 2U): the shard and two units' gather buffers (one in use, one
+ *           prefetched); grads 4 x (S + 2U): the shard and two units' gradient buffers
+ *           (one in backward, one in its reduction); optimizer x S.
  * With dp*cp = 1 there is nothing to shard: the zero 0 figures.
  *
  * Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in
@@ -63,11 +64,14 @@ static void memory_params(const plan_stage *ps, uint32_t stage, plan_memory *out
     out->params_on_rank = out->dense_params_on_rank + out->expert_params_on_rank;
 }
 
-/* Adds one unit of u parameters per rank to the ZeRO-2/3 figures (n = dp*cp). */
-static void memory_unit(plan_memory *out, uint64_t u, uint64_t n, int layer) {
+/* Adds the stage's k-th unit, of u parameters per rank, to the ZeRO-2/3 figures (n =
+ * dp*cp); last2 holds the last two units' chunks so far. */
+static void memory_unit(plan_memory *out, uint64_t u, uint64_t n, uint32_t k, uint64_t last2[2]) {
     uint64_t chunk = div_ceil(u, n);
     out->zero_shard += chunk;
-    if (layer) out->zero_layers += chunk;
+    if (k < 2) out->zero_first2 += chunk;
+    last2[0] = last2[1], last2[1] = chunk;
+    out->zero_last2 = last2[0] + last2[1];
     if (chunk * n > out->zero_unit) out->zero_unit = chunk * n;
 }
 
@@ -81,7 +85,9 @@ static void memory_zero_units(const plan_stage *ps, uint32_t stage, plan_memory 
     plan_pp_stage_layers(p, sh->pp, stage, &first, &count, &n_moe);
     out->zero_level = sh->zero >= 2 && n < 2 ? 0 : sh->zero;
     if (out->zero_level < 2) return;
-    if (stage == 0) memory_unit(out, div_ceil(p->embedding, t), n, 0);
+    uint32_t k = 0;
+    uint64_t last2[2] = {0, 0};
+    if (stage == 0) memory_unit(out, div_ceil(p->embedding, t), n, k++, last2);
     for (uint32_t l = first; l < first + count; l++) {
         uint64_t u = div_ceil(p->attn_layer, t) + p->norms_layer;
         if (plan_layer_is_moe(p, l))
@@ -89,9 +95,9 @@ static void memory_zero_units(const plan_stage *ps, uint32_t stage, plan_memory 
                  div_ceil(p->moe_experts, (uint64_t)sh->ep * t);
         else
             u += div_ceil(p->mlp_layer, t);
-        memory_unit(out, u, n, 1);
+        memory_unit(out, u, n, k++, last2);
     }
-    if (stage + 1 == sh->pp) memory_unit(out, div_ceil(p->head, t) + p->final_norm, n, 0);
+    if (stage + 1 == sh->pp) memory_unit(out, div_ceil(p->head, t) + p->final_norm, n, k, last2);
 }
 
 static void memory_states(const plan_stage *ps, plan_memory *out) {
@@ -113,8 +119,8 @@ static void memory_states(const plan_stage *ps, plan_memory *out) {
     out->grads = out->grad_bytes * (S + U);
     if (out->zero_level == 2)
         out->grads += out->grad_bytes * (double)out->params_on_rank;
-    else
-        out->params = out->weight_bytes * (S + U);
+    else /* two units' gather and gradient buffers */
+        out->params = out->weight_bytes * (S + 2 * U), out->grads = out->grad_bytes * (S + 2 * U);
 }
 
 /* Korthikanti's per-layer activations without recomputation. */

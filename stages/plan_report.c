@@ -206,8 +206,8 @@ static void text_memory_zero(FILE *f, const plan_stage *ps) {
     fmt_grouped(p, sizeof p, m->params_on_rank);
     fprintf(f, "  grads       %10s = 4 B x (", fmt_gb(a, sizeof a, m->grads));
     if (!z3) fprintf(f, "%s whole buffer one micro-batch's backward writes + ", p);
-    fprintf(f, "%s shard + %s %s)\n", s, u,
-            z3 ? "buffer of one unit's backward" : "padded reduce-scatter buffer");
+    fprintf(f, "%s shard + %s%s %s)\n", s, z3 ? "2 x " : "", u,
+            z3 ? "buffers of two units' backward" : "padded reduce-scatter buffer");
     fprintf(f,
             "  optimizer   %10s = %.0f B (%s) x %s shard (ZeRO-%u: per-unit shards over %u "
             "ranks)\n",
@@ -226,8 +226,8 @@ static void text_memory_params(FILE *f, const plan_stage *ps) {
             st + 1 == sh->pp ? " + final norm + head" : "");
     fmt_grouped(b, sizeof b, m->params_on_rank);
     fprintf(f, "  params      %10s = %.0f B x ", fmt_gb(a, sizeof a, m->params), m->weight_bytes);
-    if (m->zero_level == 3) /* the shard and one unit's gather buffer (plan_memory.c) */
-        fprintf(f, "(%s shard + %s gather buffer) of ", fmt_grouped(a, sizeof a, m->zero_shard),
+    if (m->zero_level == 3) /* the shard and two units' gather buffers (plan_memory.c) */
+        fprintf(f, "(%s shard + 2 x %s gather buffer) of ", fmt_grouped(a, sizeof a, m->zero_shard),
                 fmt_grouped(c, sizeof c, m->zero_unit));
     fprintf(f, "%s params on the rank (stage share / tp", b);
     if (m->expert_params_on_rank) fprintf(f, ", routed experts / (ep*tp)");

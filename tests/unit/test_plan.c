@@ -319,19 +319,29 @@ static void test_zero_small(void) {
     CHECK_EQ_U64(m.zero_level, 3);
     CHECK_EQ_U64(m.zero_shard, 13216);
     CHECK_EQ_U64(m.zero_unit, 23168);
-    CHECK_REL(m.params, 2.0 * (13216 + 23168), 1e-12); /* bf16 shard + gather buffer */
-    CHECK_REL(m.grads, 4.0 * (13216 + 23168), 1e-12);
+    /* bf16 shard + two gather buffers; the shard + two gradient buffers */
+    CHECK_REL(m.params, 2.0 * (13216 + 2 * 23168), 1e-12);
+    CHECK_REL(m.grads, 4.0 * (13216 + 2 * 23168), 1e-12);
     CHECK_REL(m.optimizer, 12.0 * 13216, 1e-12);
     plan_memory_for_pp_stage(&ps, 0, &m);
     CHECK_EQ_U64(m.zero_shard, 13184);
     CHECK_REL(m.optimizer, 12.0 * 13184, 1e-12);
-    /* DP, per micro-batch 2 gathers (2 B) + 1 reduce-scatter (4 B) of (n-1) S, x m 4 */
+    /* DP: a stage of two units keeps both gathered (model_zero.h): the step's first forward
+     * gathers S (2 B) once, then per micro-batch 1 reduce-scatter (4 B) of (n-1) S, x m 4 */
     CHECK_EQ_U64(ps.comm.busiest_pp_stage[PLAN_COMM_DP], 1);
-    CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 4.0 * (2 * 13216 * 2 + 4 * 13216), 1e-12);
-    /* full recomputation gathers the layers once more */
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 13216.0 * (2 + 4 * 4), 1e-12);
+    /* full recomputation's backward finds its recomputed units gathered */
     fx.stage.recompute = BATON__STAGE__RECOMPUTE__FULL;
     CHECK(build(&fx, &ps) == BT_OK);
-    CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 4.0 * ((2 * 13216 + 11584) * 2 + 4 * 13216), 1e-12);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 13216.0 * (2 + 4 * 4), 1e-12);
+    /* pp 1: units 1600 + 11584 + 11584 + 1632 = S 26400; each later forward gathers all but
+     * the first two (S - 13184), each backward all but the last two (S - 13216) */
+    set_parallel(&fx.par, 2, 1, 2, 1, 1);
+    CHECK(build(&fx, &ps) == BT_OK);
+    double gathered = 26400.0 + 3 * (26400 - 13184) + 4 * (26400 - 13216);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 2 * gathered + 4 * 4 * 26400.0, 1e-12);
+    set_parallel(&fx.par, 2, 1, 2, 2, 1);
+    fx.stage.recompute = BATON__STAGE__RECOMPUTE__NONE;
     /* ZeRO-2: whole weights; grads = whole buffer + shard + padded unit; reduce-scatter per
      * micro-batch, one all-gather of weights per step */
     fx.par.zero = 2;

@@ -278,6 +278,7 @@ void model_weights_changed(model *m) {
     for (int i = 0; i < m->n_gemm; i++)
         m->gemm[i].wcache_forms = 0;
     model_moe_weights_changed(m);
+    model_zero_invalidate(m);
 }
 
 int model_upload_rope(model *m, int n_seg, const int *pos0, const int *rows) {

@@ -251,6 +251,13 @@ float *model_stage_grad(model *m) {
     return m->gacts.dres;
 }
 
+/* ZeRO-3's prefetch: the unit a pass takes after u (dir 1 forward, -1 backward); -1 for
+ * none. */
+static int next_unit(const model *m, int u, int dir) {
+    int v = u + dir;
+    return m->zw != NULL && v >= 0 && v < model_n_units(m) ? v : -1;
+}
+
 int model_stage_forward(model *m, int slot, const int32_t *tokens, const int32_t *targets, int B,
                         int T, float *loss) {
     backend *be = m->be;
@@ -269,19 +276,20 @@ int model_stage_forward(model *m, int slot, const int32_t *tokens, const int32_t
     m->slot_n_valid[slot] = targets ? m->n_valid : -1;
     if (m->first_stage) {
         be->from_host(be, m->tokens, tokens, (size_t)N * sizeof(int32_t));
-        model_zero_forward(m, 0);
+        model_zero_forward(m, 0, next_unit(m, 0, 1));
         embed_forward(m, resid_at(m, 0), N);
     }
     if (targets && m->last_stage)
         be->from_host(be, m->targets, targets, (size_t)N * sizeof(int32_t));
     for (int l = 0; l < m->n_layers; l++) {
-        model_zero_forward(m, m->first_stage + l);
+        int u = m->first_stage + l;
+        model_zero_forward(m, u, next_unit(m, u, 1));
         layer_forward(m, l, resid_at(m, l), resid_at(m, l + 1));
     }
     if (m->last_stage) {
         model_acts *a = &m->acts;
         int L = m->n_layers;
-        model_zero_forward(m, m->first_stage + L);
+        model_zero_forward(m, m->first_stage + L, -1);
         be->rmsnorm_forward(be, a->lnf, a->lnf_rstd, resid_at(m, L), m->params.norm, N, cfg->dim,
                             cfg->norm_eps);
         model_tp_copy_forward(m, a->lnf, (size_t)N * cfg->dim);
@@ -334,7 +342,7 @@ int model_stage_backward(model *m, int slot, float loss_scale) {
     m->bwd_scale = loss_scale;
     int head = m->first_stage + m->n_layers; /* the ZeRO-3 units (model_zero.h) */
     if (m->last_stage) {
-        model_zero_backward(m, head);
+        model_zero_backward(m, head, next_unit(m, head, -1));
         head_backward(m, loss_scale);
         model_zero_backward_done(m, head);
         unit_done(m, head);
@@ -342,20 +350,21 @@ int model_stage_backward(model *m, int slot, float loss_scale) {
     for (int l = m->n_layers - 1; l >= 0; l--) {
         int u = m->first_stage + l;
         if (cfg->recompute == MODEL_RECOMPUTE_FULL) {
-            model_zero_forward(m, u);
+            model_zero_forward(m, u, next_unit(m, u, -1));
             layer_forward(m, l, resid_at(m, l), NULL);
         }
-        model_zero_backward(m, u);
+        model_zero_backward(m, u, next_unit(m, u, -1));
         layer_backward(m, l, resid_at(m, l));
         model_zero_backward_done(m, u);
         unit_done(m, u);
     }
     if (m->first_stage) {
-        model_zero_backward(m, 0);
+        model_zero_backward(m, 0, -1);
         embed_backward(m, m->gacts.dres, N);
         model_zero_backward_done(m, 0);
         unit_done(m, 0);
     }
+    model_zero_flush(m); /* ZeRO-3: every unit's reduction in the shard */
     int rc = be->sync(be);
     return rc ? rc : m->comm_err;
 }

@@ -509,7 +509,7 @@ void train_state_bytes(const trainer *t, double *params, double *grads, double *
     *optim = 8.0 * (double)t->opt.n;
     *params = *grads = 4.0 * P;
     if (z->level == 2) *grads = 4.0 * (P + n + cap);
-    if (z->level == 3) *params = *grads = 4.0 * (n + cap);
+    if (z->level == 3) *params = *grads = 4.0 * (n + 2 * cap); /* two buffers each */
 }
 
 /* After the update: a loss spike undoes it (train_spike.h); *spike and *z say so. Every

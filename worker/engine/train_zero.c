@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_select.h"
 #include "model_zero.h"
 
 static int zero_fail(train_zero *z, const char *what, bt_diag *diag) {
@@ -51,22 +52,37 @@ static size_t zero_map_segments(const train_zero *z, const optim_segment *segs, 
 }
 
 /* ZeRO-3's collectives (model_zero_ops). */
-static int zero_gather(void *ctx, int u, float *params) {
+static int zero_gather(void *ctx, int u, float *params, void *stream) {
     train_zero *z = ctx;
     const train_zero_unit *t = &z->units[u];
-    return comm_allgather(z->group, z->params + t->base, params, t->chunk, COMM_F32, NULL);
+    return comm_allgather(z->group, z->params + t->base, params, t->chunk, COMM_F32, stream);
 }
 
 /* buf holds the unit's gradients padded with zeros to size * chunk; the rank's chunk of
- * their sum over the group is added into the gradient shard. */
-static int zero_reduce(void *ctx, int u, float *buf) {
+ * their sum over the group is left in its place in buf. */
+static int zero_reduce_chunk(void *ctx, int u, float *buf, void *stream) {
     train_zero *z = ctx;
     const train_zero_unit *t = &z->units[u];
     float *mine = buf + (size_t)z->rank * t->chunk;
-    if (comm_reduce_scatter(z->group, buf, mine, t->chunk, COMM_F32, COMM_SUM, NULL) != 0)
-        return BT_EIO;
+    return comm_reduce_scatter(z->group, buf, mine, t->chunk, COMM_F32, COMM_SUM, stream);
+}
+
+/* The rank's chunk of a reduced unit added into the gradient shard. */
+static void zero_accumulate(void *ctx, int u, const float *buf) {
+    train_zero *z = ctx;
+    const train_zero_unit *t = &z->units[u];
     float *acc = z->grads + t->base;
-    z->be->add(z->be, acc, acc, mine, t->chunk);
+    z->be->add(z->be, acc, acc, buf + (size_t)z->rank * t->chunk, t->chunk);
+}
+
+static int zero_wait(void *ctx, void *stream) {
+    return comm_wait(((train_zero *)ctx)->group, stream);
+}
+
+/* ZeRO-2's: the unit reduced and accumulated at once. */
+static int zero_reduce(train_zero *z, int u, float *buf) {
+    if (zero_reduce_chunk(z, u, buf, NULL) != 0) return BT_EIO;
+    zero_accumulate(z, u, buf);
     return 0;
 }
 
@@ -89,6 +105,18 @@ static float *zero_alloc_floats(train_zero *z, size_t n) {
     return z->be->alloc(z->be, (n ? n : 1) * sizeof(float));
 }
 
+/* ZeRO-3's side queues (model_zero.h), where the backend has them and the group's
+ * collectives take them, unless BATON_DP_OVERLAP is 0; else none. */
+static int zero_queues(train_zero *z, void **queue, bt_diag *diag) {
+    int streams = z->be->stream_new != NULL && comm_has_streams(z->group);
+    if (!streams || !backend_env_switch("BATON_DP_OVERLAP", 1)) return 0;
+    for (int q = 0; q < MODEL_ZERO_QUEUES; q++) {
+        z->queue[q] = queue[q] = backend_side_queue(z->be, "ZeRO-3's collectives", diag);
+        if (queue[q] == NULL) return BT_EIO;
+    }
+    return 0;
+}
+
 static int zero_buffers(train_zero *z, model *m, bt_diag *diag) {
     z->grads = zero_alloc_floats(z, z->n);
     if (z->level == 3)
@@ -100,8 +128,13 @@ static int zero_buffers(train_zero *z, model *m, bt_diag *diag) {
         return BT_ENOMEM;
     }
     if (z->level < 3) return 0;
-    model_zero_ops ops = {.ctx = z, .gather = zero_gather, .reduce = zero_reduce};
-    return model_zero_init(m, z->cap, &ops, diag);
+    model_zero_ops ops = {.ctx = z,
+                          .gather = zero_gather,
+                          .reduce = zero_reduce_chunk,
+                          .accumulate = zero_accumulate,
+                          .wait = zero_wait};
+    int rc = zero_queues(z, ops.queue, diag);
+    return rc ? rc : model_zero_init(m, z->cap, &ops, diag);
 }
 
 int train_zero_init(train_zero *z, int level, comm *group, model *m, const optim_segment *segs,
@@ -124,6 +157,8 @@ int train_zero_init(train_zero *z, int level, comm *group, model *m, const optim
 }
 
 void train_zero_free(train_zero *z) {
+    for (int q = 0; q < MODEL_ZERO_QUEUES; q++)
+        if (z->queue[q] != NULL) z->be->stream_free(z->be, z->queue[q]);
     free(z->units);
     float *dev[3] = {z->grads, z->params, z->pad};
     for (int i = 0; i < 3; i++)
@@ -137,10 +172,10 @@ void train_zero_free(train_zero *z) {
 int train_zero_init_weights(train_zero *z, model *m, uint64_t seed) {
     for (int u = 0; u < z->n_units; u++) {
         const train_zero_unit *t = &z->units[u];
-        model_zero_place(m, u);
+        float *whole = model_zero_place(m, u);
         int rc = model_init_weights(m, seed);
         if (rc != 0) return rc;
-        z->be->copy(z->be, z->params + t->base, m->zw->params + (size_t)z->rank * t->chunk, t->len);
+        z->be->copy(z->be, z->params + t->base, whole + (size_t)z->rank * t->chunk, t->len);
     }
     return 0;
 }
@@ -223,6 +258,7 @@ int train_zero_update(train_zero *z, train_dp *d, model *m, optim_adamw *o, cons
     *norm = sqrt(sumsq);
     if (!isfinite(*norm)) return 0; /* the weights are left alone (optim.h) */
     zero_adamw(z, m, o, hp, lr, *norm);
+    model_zero_invalidate(m); /* ZeRO-3: the gathered units are out of date */
     return z->level == 2 ? zero_gather_params(z, m, diag) : 0;
 }
 

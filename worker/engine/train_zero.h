@@ -32,6 +32,7 @@
 
 #include "comm.h"
 #include "model.h"
+#include "model_zero.h"
 #include "optim.h"
 #include "train_dp.h"
 
@@ -59,6 +60,7 @@ typedef struct train_zero {
     size_t n_segs;
     optim_segment *norm_segs; /* the parts this rank counts in the norm (with norm groups) */
     size_t n_norm_segs;
+    void *queue[MODEL_ZERO_QUEUES]; /* ZeRO-3's side queues (model_zero.h); NULL: none */
     int grads_reduced; /* ZeRO-2: this micro-batch's gradients are reduced already, each
                         * rank's chunks summed in its part of the model's buffer
                         * (train_dp_overlap.h) */
