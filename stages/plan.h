@@ -45,6 +45,7 @@ typedef struct plan_memory {
     uint64_t dense_params_on_rank;                /* split by tp (norms, routers replicated) */
     uint64_t expert_params_on_rank;               /* routed experts, split by ep and tp */
     double weight_bytes, grad_bytes, optim_bytes; /* per parameter */
+    double gemm_copies;           /* bytes of the GEMMs' converted weight copies (CUDA: model.h) */
     uint32_t optim_shards_dense;  /* ZeRO-1 divisor of dense optimizer state: dp*cp or 1 */
     uint32_t optim_shards_expert; /* ... of expert optimizer state: edp or 1 */
     double act_per_layer;         /* one layer, one micro-batch, kept from forward to backward */
@@ -87,6 +88,8 @@ typedef struct plan_shape {
     int sequence_parallel, cp_ulysses;
     Baton__Stage__Recompute recompute;
     Baton__Precision__Type precision;
+    int fp8_first_last_bf16; /* fp8: the first and last layers' GEMMs in bf16 */
+    int cuda;                /* cluster.device cuda: the CUDA engine */
     uint32_t nodes, gpus_per_node;
     double capacity;           /* device memory, bytes; 0 = not given */
     double intra_bw, inter_bw; /* bytes/s per GPU; 0 = not given */

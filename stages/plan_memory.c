@@ -6,23 +6,27 @@
  * are split by tp; norms and routers are replicated on every tp rank; routed experts
  * are split by ep and tp (expert tp = tp).
  *
- * Bytes per parameter (Megatron-style mixed precision):
- *   weights    2 (bf16/fp16/fp8: the bf16 copy the GEMMs read; fp8 copies are
- *              transient) or 4 (fp32)
+ * Bytes per parameter, as baton's engines allocate them (worker/engine/train.c
+ * train_state_bytes; not Megatron's bf16 weights with a sharded fp32 master):
+ *   weights    4: the fp32 weights, which the optimizer updates in place, on every rank;
+ *              plus, on the CUDA engine under bf16/fp16/fp8, each GEMM's converted copy
+ *              (model.h weight_cache; not under ZeRO-3): 2 bytes per GEMM weight, 3
+ *              under fp8 (bf16 and E4M3 with its transpose) except the head's and, with
+ *              first_last_bf16, the first and last layers' (bf16), and MoE experts'
+ *              (bf16: they run in bf16 under fp8); none for the embedding, norms, routers
  *   grads      4: fp32 main-grad buffer that micro-batches accumulate into
- *   optimizer  12 (fp32 master + Adam m + v) or 8 for fp32 weights (no master copy);
- *              ZeRO-1 (zero >= 1) shards it over the replicas of each parameter:
- *              dp*cp for dense parameters, edp = dp*cp/ep for routed experts.
+ *   optimizer  8 (Adam m + v); ZeRO-1 (zero >= 1) shards it over the replicas of each
+ *              parameter: dp*cp for dense parameters, edp = dp*cp/ep for routed experts
+ *              (its collectives run in place in the weights and gradients).
  * ZeRO-2 and ZeRO-3 shard per unit (the embedding, each layer, the final norm with the
  * head; worker/engine/train_zero.h), n = dp*cp: S = sum over units of ceil(unit / n)
  * parameters per rank, U = the largest unit padded to a multiple of n:
- *   ZeRO-2  weights x P; grads 4 x (P + S + U): the whole fp32 buffer one micro-batch's
- *           backward writes (transient, but allocated), the accumulated shard and the
- *           padded reduce-scatter buffer; optimizer x S.
- *   ZeRO-3  weights x (S + 2U): the shard and two units' gather buffers (one in use, one
- *           prefetched); grads 4 x (S + 2U): the shard and two units' gradient buffers
- *           (one in backward, one in its reduction); optimizer x S.
- * With dp*cp = 1 there is nothing to shard: the zero 0 figures.
+ *   ZeRO-2  weights x P (and the copies); grads 4 x (P + S + U): the whole fp32 buffer one
+ * micro-batch's backward writes (transient, but allocated), the accumulated shard and the padded
+ * reduce-scatter buffer; optimizer x S. ZeRO-3  weights x (S + 2U): the shard and two units' gather
+ * buffers (one in use, one prefetched); grads 4 x (S + 2U): the shard and two units' gradient
+ * buffers (one in backward, one in its reduction); optimizer x S. With dp*cp = 1 there is nothing
+ * to shard: the zero 0 figures.
  *
  * Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in
  * Large Transformer Models"), per layer and micro-batch, with s = seq_len/cp,
@@ -100,15 +104,37 @@ static void memory_zero_units(const plan_stage *ps, uint32_t stage, plan_memory 
     if (stage + 1 == sh->pp) memory_unit(out, div_ceil(p->head, t) + p->final_norm, n, k, last2);
 }
 
-static void memory_states(const plan_stage *ps, plan_memory *out) {
+/* The GEMMs' converted weight copies on stage's rank, in bytes (see the top). */
+static double memory_gemm_copies(const plan_stage *ps, uint32_t stage, uint32_t zero_level) {
+    const plan_params *p = &ps->params;
     const plan_shape *sh = &ps->shape;
-    int fp32 = sh->precision == BATON__PRECISION__TYPE__FP32;
-    out->weight_bytes = fp32 ? 4 : 2;
+    if (!sh->cuda || sh->precision == BATON__PRECISION__TYPE__FP32 || zero_level == 3) return 0;
+    int fp8 = sh->precision == BATON__PRECISION__TYPE__FP8;
+    uint64_t t = sh->tp, et = (uint64_t)sh->ep * sh->tp;
+    uint32_t first, n, n_moe, L = p->n_layers;
+    plan_pp_stage_layers(p, sh->pp, stage, &first, &n, &n_moe);
+    double bytes = stage + 1 == sh->pp ? 2.0 * (double)div_ceil(p->head, t) : 0;
+    for (uint32_t l = first; l < first + n; l++) {
+        int bf16 = !fp8 || (sh->fp8_first_last_bf16 && (l == 0 || l + 1 == L));
+        double b = bf16 ? 2 : 3;
+        bytes += b * (double)div_ceil(p->attn_layer, t);
+        if (plan_layer_is_moe(p, l))
+            bytes += 2.0 * (double)(div_ceil(p->moe_shared, t) + div_ceil(p->moe_experts, et));
+        else
+            bytes += b * (double)div_ceil(p->mlp_layer, t);
+    }
+    return bytes;
+}
+
+static void memory_states(const plan_stage *ps, uint32_t stage, plan_memory *out) {
+    const plan_shape *sh = &ps->shape;
+    out->weight_bytes = 4;
     out->grad_bytes = 4;
-    out->optim_bytes = fp32 ? 8 : 12;
+    out->optim_bytes = 8;
+    out->gemm_copies = memory_gemm_copies(ps, stage, out->zero_level);
     out->optim_shards_dense = sh->zero ? sh->dp * sh->cp : 1;
     out->optim_shards_expert = sh->zero ? ps->lay.size[LAYOUT_EDP] : 1;
-    out->params = out->weight_bytes * (double)out->params_on_rank;
+    out->params = out->weight_bytes * (double)out->params_on_rank + out->gemm_copies;
     out->grads = out->grad_bytes * (double)out->params_on_rank;
     out->optimizer =
         out->optim_bytes * ((double)out->dense_params_on_rank / out->optim_shards_dense +
@@ -165,7 +191,7 @@ void plan_memory_for_pp_stage(const plan_stage *ps, uint32_t stage, plan_memory 
     out->heaviest_pp_stage = stage;
     memory_params(ps, stage, out);
     memory_zero_units(ps, stage, out);
-    memory_states(ps, out);
+    memory_states(ps, stage, out);
     memory_activations(ps, stage, out);
     out->total = out->params + out->grads + out->optimizer + out->activations;
     out->capacity = ps->shape.capacity;

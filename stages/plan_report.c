@@ -231,7 +231,12 @@ static void text_memory_params(FILE *f, const plan_stage *ps) {
                 fmt_grouped(c, sizeof c, m->zero_unit));
     fprintf(f, "%s params on the rank (stage share / tp", b);
     if (m->expert_params_on_rank) fprintf(f, ", routed experts / (ep*tp)");
-    fprintf(f, ")\n");
+    fprintf(f, ")%s\n", m->zero_level == 3 ? "" : " (fp32 weights)");
+    if (m->gemm_copies > 0)
+        fprintf(f, "              + %s of the GEMMs' converted weight copies (%s)\n",
+                fmt_gb(a, sizeof a, m->gemm_copies),
+                sh->precision == BATON__PRECISION__TYPE__FP8 ? "fp8 + bf16, bf16 for the head"
+                                                             : "16-bit");
     if (m->zero_level >= 2) {
         text_memory_zero(f, ps);
         return;

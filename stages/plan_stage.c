@@ -56,6 +56,7 @@ static void shape_stage(const Baton__StageSpec *spec, plan_shape *sh) {
     sh->cp_ulysses = par->cp_comm == BATON__PARALLEL__CP_COMM__ULYSSES;
     sh->recompute = st->recompute;
     sh->precision = spec_precision(spec);
+    sh->fp8_first_last_bf16 = st->precision ? st->precision->first_last_bf16 : 1;
 }
 
 /* BF16/FP16 use the bf16 peak; FP8 the fp8 peak (0 = 2 x bf16); FP32 half the bf16
@@ -73,6 +74,7 @@ static void shape_cluster(const Baton__StageSpec *spec, plan_shape *sh) {
     const Baton__Cluster *c = spec_cluster(spec);
     sh->nodes = c->nodes ? c->nodes : 1;
     sh->gpus_per_node = c->gpus_per_node ? c->gpus_per_node : 1;
+    sh->cuda = c->device == BATON__CLUSTER__DEVICE__CUDA;
     const Baton__Gpu *gpu = c->gpu;
     sh->capacity = gpu && gpu->memory ? (double)gpu->memory->bytes : 0;
     const Baton__Links *links = c->links;

@@ -208,17 +208,29 @@ static void test_params_moe(void) {
 static void test_memory_70b(void) {
     fixture fx;
     fixture_70b(&fx);
+    fx.cluster.device = BATON__CLUSTER__DEVICE__CUDA;
     plan_stage ps;
     CHECK(build(&fx, &ps) == BT_OK);
-    const double n = 70553706496.0;
     CHECK_EQ_U64(ps.lay.world, 64);
     CHECK_EQ_U64(ps.microbatches, 256); /* 512 / (1 * 2) */
     /* stage 0: 20 layers + embedding, all / tp 8, norms replicated */
     CHECK_EQ_U64(ps.mem.heaviest_pp_stage, 0);
     CHECK_EQ_U64(ps.mem.params_on_rank, 20 * (855638016ull / 8 + 16384) + 1050673152ull / 8);
-    CHECK_REL(ps.mem.params, 2 * n / 32, 0.03);     /* ~4.4 GB */
-    CHECK_REL(ps.mem.optimizer, 12 * n / 64, 0.03); /* ~13.2 GB */
-    CHECK_REL(ps.mem.grads, 2 * ps.mem.params, 1e-12);
+    /* the engine's: fp32 weights (4 B) and the GEMMs' bf16 copies of the 20 layers'
+     * attention and MLP weights (2 B; not the embedding or norms); fp32 grads; Adam m, v
+     * (8 B) over dp 2 */
+    double p = (double)ps.mem.params_on_rank, copies = 2.0 * 20 * (855638016.0 / 8);
+    CHECK_REL(ps.mem.gemm_copies, copies, 1e-12);
+    CHECK_REL(ps.mem.params, 4 * p + copies, 1e-12); /* ~13.4 GB */
+    CHECK_REL(ps.mem.optimizer, 8 * p / 2, 1e-12);   /* ~9.1 GB */
+    CHECK_REL(ps.mem.grads, 4 * p, 1e-12);
+    fx.cluster.device = BATON__CLUSTER__DEVICE__CPU; /* no copies */
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK_REL(ps.mem.params, 4 * p, 1e-12);
+    fx.cluster.device = BATON__CLUSTER__DEVICE__CUDA;
+    fx.prec.type = BATON__PRECISION__TYPE__FP8; /* 3 B but the first layer's (bf16) */
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK_REL(ps.mem.gemm_copies, copies * 1.5 - 855638016.0 / 8, 1e-12);
     CHECK_EQ_U64(ps.mem.microbatches_in_flight, 4);
     CHECK(ps.mem.total < 50e9);
     CHECK(ps.mem.fits == 1);
@@ -274,23 +286,23 @@ static void test_comm_small(void) {
     /* PP: 4 mb x 1 neighbour x A/t */
     CHECK_REL(ps.comm.bytes[PLAN_COMM_PP], 65536, 1e-12);
     /* DP: last stage (12288 + 33792 + 6400) / 2 + 128 + 64 = 26432 params,
-     * ZeRO-1: (n-1)/n x P x (4 + 2) */
+     * ZeRO-1: (n-1)/n x P x (4 + 4): the engine gathers its fp32 weights */
     CHECK_EQ_U64(ps.comm.busiest_pp_stage[PLAN_COMM_DP], 1);
-    CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 0.5 * 26432 * 6, 1e-12);
-    CHECK_REL(ps.comm.seconds[PLAN_COMM_DP], 0.5 * 26432 * 6 / 100e9, 1e-12);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 0.5 * 26432 * 8, 1e-12);
+    CHECK_REL(ps.comm.seconds[PLAN_COMM_DP], 0.5 * 26432 * 8 / 100e9, 1e-12);
     /* memory: stage 0 (2 micro-batches in flight) outweighs stage 1 (1 + logits);
-     * it holds 26240 + 128 = 26368 params; ZeRO-1 shards 12 B/param over dp 2 */
+     * it holds 26240 + 128 = 26368 params; ZeRO-1 shards 8 B/param over dp 2 */
     CHECK_EQ_U64(ps.mem.heaviest_pp_stage, 0);
     CHECK_EQ_U64(ps.mem.params_on_rank, 26368);
     CHECK_EQ_U64(ps.mem.microbatches_in_flight, 2);
-    CHECK_REL(ps.mem.optimizer, 12.0 * 26368 / 2, 1e-12);
+    CHECK_REL(ps.mem.optimizer, 8.0 * 26368 / 2, 1e-12);
     /* none, SP: sbh/t (34 + 5as/h) = 128*2*64/2 * (34 + 40) per layer */
     CHECK_REL(ps.mem.act_per_layer, 8192.0 * 74, 1e-12);
     CHECK_REL(ps.mem.activations, 2 * 8192.0 * 74, 1e-12);
     fx.par.zero = 0; /* all-reduce of fp32 grads: 2 (n-1)/n x P x 4 */
     CHECK(build(&fx, &ps) == BT_OK);
     CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 2 * 0.5 * 26432 * 4, 1e-12);
-    CHECK_REL(ps.mem.optimizer, 12.0 * 26368, 1e-12);
+    CHECK_REL(ps.mem.optimizer, 8.0 * 26368, 1e-12);
     /* full recompute repeats the forward: TP x 3/2 */
     fx.stage.recompute = BATON__STAGE__RECOMPUTE__FULL;
     CHECK(build(&fx, &ps) == BT_OK);
@@ -319,27 +331,27 @@ static void test_zero_small(void) {
     CHECK_EQ_U64(m.zero_level, 3);
     CHECK_EQ_U64(m.zero_shard, 13216);
     CHECK_EQ_U64(m.zero_unit, 23168);
-    /* bf16 shard + two gather buffers; the shard + two gradient buffers */
-    CHECK_REL(m.params, 2.0 * (13216 + 2 * 23168), 1e-12);
+    /* fp32 shard + two gather buffers; the shard + two gradient buffers */
+    CHECK_REL(m.params, 4.0 * (13216 + 2 * 23168), 1e-12);
     CHECK_REL(m.grads, 4.0 * (13216 + 2 * 23168), 1e-12);
-    CHECK_REL(m.optimizer, 12.0 * 13216, 1e-12);
+    CHECK_REL(m.optimizer, 8.0 * 13216, 1e-12);
     plan_memory_for_pp_stage(&ps, 0, &m);
     CHECK_EQ_U64(m.zero_shard, 13184);
-    CHECK_REL(m.optimizer, 12.0 * 13184, 1e-12);
+    CHECK_REL(m.optimizer, 8.0 * 13184, 1e-12);
     /* DP: a stage of two units keeps both gathered (model_zero.h): the step's first forward
-     * gathers S (2 B) once, then per micro-batch 1 reduce-scatter (4 B) of (n-1) S, x m 4 */
+     * gathers S (4 B) once, then per micro-batch 1 reduce-scatter (4 B) of (n-1) S, x m 4 */
     CHECK_EQ_U64(ps.comm.busiest_pp_stage[PLAN_COMM_DP], 1);
-    CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 13216.0 * (2 + 4 * 4), 1e-12);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 13216.0 * (4 + 4 * 4), 1e-12);
     /* full recomputation's backward finds its recomputed units gathered */
     fx.stage.recompute = BATON__STAGE__RECOMPUTE__FULL;
     CHECK(build(&fx, &ps) == BT_OK);
-    CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 13216.0 * (2 + 4 * 4), 1e-12);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 13216.0 * (4 + 4 * 4), 1e-12);
     /* pp 1: units 1600 + 11584 + 11584 + 1632 = S 26400; each later forward gathers all but
      * the first two (S - 13184), each backward all but the last two (S - 13216) */
     set_parallel(&fx.par, 2, 1, 2, 1, 1);
     CHECK(build(&fx, &ps) == BT_OK);
     double gathered = 26400.0 + 3 * (26400 - 13184) + 4 * (26400 - 13216);
-    CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 2 * gathered + 4 * 4 * 26400.0, 1e-12);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 4 * gathered + 4 * 4 * 26400.0, 1e-12);
     set_parallel(&fx.par, 2, 1, 2, 2, 1);
     fx.stage.recompute = BATON__STAGE__RECOMPUTE__NONE;
     /* ZeRO-2: whole weights; grads = whole buffer + shard + padded unit; reduce-scatter per
@@ -347,10 +359,10 @@ static void test_zero_small(void) {
     fx.par.zero = 2;
     CHECK(build(&fx, &ps) == BT_OK);
     plan_memory_for_pp_stage(&ps, 1, &m);
-    CHECK_REL(m.params, 2.0 * 26432, 1e-12);
+    CHECK_REL(m.params, 4.0 * 26432, 1e-12);
     CHECK_REL(m.grads, 4.0 * (26432 + 13216 + 23168), 1e-12);
-    CHECK_REL(m.optimizer, 12.0 * 13216, 1e-12);
-    CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 13216.0 * (4 * 4 + 2), 1e-12);
+    CHECK_REL(m.optimizer, 8.0 * 13216, 1e-12);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 13216.0 * (4 * 4 + 4), 1e-12);
     /* one data-parallel rank: nothing to shard, the zero 0 figures */
     set_parallel(&fx.par, 2, 1, 1, 2, 1);
     fx.cluster.gpus_per_node = 4;
@@ -358,7 +370,7 @@ static void test_zero_small(void) {
     plan_memory_for_pp_stage(&ps, 1, &m);
     CHECK_EQ_U64(m.zero_level, 0);
     CHECK_REL(m.grads, 4.0 * 26432, 1e-12);
-    CHECK_REL(m.optimizer, 12.0 * 26432, 1e-12);
+    CHECK_REL(m.optimizer, 8.0 * 26432, 1e-12);
     CHECK_EQ_U64(ps.comm.bytes[PLAN_COMM_DP], 0);
 }
 

@@ -337,8 +337,10 @@ static int alloc_device(model *m) {
     m->act_bytes = (size_t)m->n_slots * s->act_floats[m->cfg.recompute] * sizeof(float);
     m->work_bytes = work * sizeof(float);
     int full = !m->cfg.zero3; /* ZeRO-3: the trainer's shards and model_zero's buffers */
-    if (full) m->params_mem = be->alloc(be, s->param_floats * sizeof(float));
-    if (full) m->grads_mem = be->alloc(be, s->param_floats * sizeof(float));
+    size_t pad = m->cfg.param_pad > 1 ? (size_t)m->cfg.param_pad : 1;
+    m->param_alloc = (s->param_floats + pad - 1) / pad * pad;
+    if (full) m->params_mem = be->alloc(be, m->param_alloc * sizeof(float));
+    if (full) m->grads_mem = be->alloc(be, m->param_alloc * sizeof(float));
     m->acts_mem = be->alloc(be, m->act_bytes);
     m->work_mem = be->alloc(be, m->work_bytes);
     m->tokens_mem =
@@ -346,6 +348,8 @@ static int alloc_device(model *m) {
     if ((full && (!m->params_mem || !m->grads_mem)) || !m->acts_mem || !m->work_mem ||
         !m->tokens_mem)
         return BT_ENOMEM;
+    if (full) /* the padding: zero for ZeRO-1's in-place collectives */
+        be->zero(be, m->params_mem + s->param_floats, m->param_alloc - s->param_floats);
     m->tokens = m->tokens_mem;
     m->targets = m->tokens + (size_t)m->max_B * m->max_T;
     carve c = {.base = m->params_mem};
@@ -441,7 +445,7 @@ void model_free(model *m) {
 }
 
 void model_zero_grad(model *m) {
-    if (m->grads_mem) m->be->zero(m->be, m->grads_mem, m->sizes.param_floats);
+    if (m->grads_mem) m->be->zero(m->be, m->grads_mem, m->param_alloc);
 }
 
 /* A dense layer's tensors in memory order: the order carve_layer lays them out, with

@@ -100,6 +100,9 @@ typedef struct model_config {
      * model_init allocates neither; a unit's views point into the gather buffers while it
      * is resident. 0 for every other layout. */
     int zero3;
+    /* params_mem and grads_mem hold a multiple of this many floats, the padding zero
+     * (ZeRO-1's collectives run in place: train_dp.h); 0 or 1: no padding. */
+    int param_pad;
     /* Keep each GEMM's converted weight from one micro-batch to the next
      * (backend_gemm.wcache; where the backend has one: the CUDA backend under bf16, fp16,
      * fp8): memory for a converted copy of the weights, conversions once per step instead
@@ -250,7 +253,8 @@ typedef struct model {
                         * slot) */
     size_t work_bytes; /* activation gradients and scratch actually allocated */
 
-    float *params_mem, *grads_mem; /* (param_floats) each; NULL under ZeRO-3 (cfg.zero3) */
+    float *params_mem, *grads_mem; /* (param_alloc) each; NULL under ZeRO-3 (cfg.zero3) */
+    size_t param_alloc;            /* param_floats rounded up to cfg.param_pad */
     model_weights params, grads;
     float *acts_mem;
     model_acts acts;       /* the slot in use (a copy of slot_acts[slot]) */

@@ -193,6 +193,8 @@ static int train_model_init(trainer *t, const train_groups *g, bt_diag *diag) {
     cfg.ep = g->ep ? comm_size(g->ep) : 1;
     cfg.ep_rank = g->ep ? comm_rank(g->ep) : 0;
     cfg.zero3 = t->spec->stage->parallel->zero == 3 && g->dp && comm_size(g->dp) > 1;
+    comm *dp_group = cfg.cp > 1 ? g->dpcp : g->dp; /* ZeRO-1's, in place (train_dp.h) */
+    if (t->spec->stage->parallel->zero == 1 && dp_group) cfg.param_pad = comm_size(dp_group);
     /* ZeRO-3 keeps the weights sharded */
     cfg.weight_cache = !cfg.zero3 && backend_env_switch("BATON_WEIGHT_CACHE", 1);
     if (cfg.ep > 1 && cfg.moe.n_experts % cfg.ep == 0)
@@ -233,7 +235,7 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
     int zero = (int)s->parallel->zero;
     rc = rc ? rc
             : train_dp_init(&t->dp, &t->be, dp_group, zero >= 2 ? 0 : zero, t->m.sizes.param_floats,
-                            t->segs, t->n_segs, diag);
+                            t->m.param_alloc, t->segs, t->n_segs, diag);
     if (rc == 0) train_dp_set_cp(&t->dp, (int)cp);
     rc = rc ? rc : train_zero_init(&t->zero, zero, dp_group, &t->m, t->segs, t->n_segs, diag);
     if (rc == 0 && t->zero.level == 3) rc = train_zero_init_weights(&t->zero, &t->m, spec->seed);
@@ -510,6 +512,11 @@ void train_state_bytes(const trainer *t, double *params, double *grads, double *
     *params = *grads = 4.0 * P;
     if (z->level == 2) *grads = 4.0 * (P + n + cap);
     if (z->level == 3) *params = *grads = 4.0 * (n + 2 * cap); /* two buffers each */
+    const train_dp *d = &t->dp;
+    if (d->runs != NULL) /* ZeRO-1 under ep: the packs and the reduced shard */
+        *grads += 4.0 * (double)((size_t)d->packs[0].size * d->packs[0].chunk +
+                                 (size_t)d->packs[1].size * d->packs[1].chunk +
+                                 d->packs[0].chunk + d->packs[1].chunk);
 }
 
 /* After the update: a loss spike undoes it (train_spike.h); *spike and *z say so. Every

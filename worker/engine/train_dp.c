@@ -24,7 +24,12 @@ static size_t dp_shard_segments(const optim_segment *segs, size_t n_segs, size_t
     return k;
 }
 
-int train_dp_init(train_dp *d, backend *be, comm *group, int zero, size_t n_params,
+size_t train_dp_padded(size_t n, int size) {
+    size_t k = size > 1 ? (size_t)size : 1;
+    return (n + k - 1) / k * k;
+}
+
+int train_dp_init(train_dp *d, backend *be, comm *group, int zero, size_t n_params, size_t n_alloc,
                   const optim_segment *segs, size_t n_segs, bt_diag *diag) {
     memset(d, 0, sizeof *d);
     d->be = be, d->group = group, d->zero = zero, d->n_params = n_params;
@@ -36,11 +41,16 @@ int train_dp_init(train_dp *d, backend *be, comm *group, int zero, size_t n_para
     d->shard_begin = (size_t)d->rank * d->chunk;
     size_t end = d->shard_begin + d->chunk < n_params ? d->shard_begin + d->chunk : n_params;
     d->shard_n = end > d->shard_begin ? end - d->shard_begin : 0;
-    d->flat = be->alloc(be, d->chunk * (size_t)d->size * sizeof(float));
+    if (n_alloc < d->chunk * (size_t)d->size) {
+        bt_diag_set(diag, "ZeRO-1 over %d ranks needs parameter buffers of %zu floats, got %zu",
+                    d->size, d->chunk * (size_t)d->size, n_alloc);
+        return BT_EINVAL;
+    }
+    d->sharded = 1;
     d->segs = calloc(n_segs ? n_segs : 1, sizeof *d->segs);
-    if (d->flat == NULL || d->segs == NULL) {
+    if (d->segs == NULL) {
         train_dp_free(d);
-        bt_diag_set(diag, "out of memory for the ZeRO-1 buffers (%zu parameters)", n_params);
+        bt_diag_set(diag, "out of memory for the ZeRO-1 segments (%zu parameters)", n_params);
         return BT_ENOMEM;
     }
     d->n_segs = dp_shard_segments(segs, n_segs, d->shard_begin, d->shard_n, d->segs);
@@ -52,7 +62,6 @@ void train_dp_set_cp(train_dp *d, int cp) {
 }
 
 void train_dp_free(train_dp *d) {
-    if (d->flat) d->be->free(d->be, d->flat);
     free(d->segs);
     free(d->norm_segs);
     train_dp_ep_free(d);
@@ -71,7 +80,7 @@ int train_dp_set_norm(train_dp *d, comm *const *groups, int n_groups, const opti
     }
     if (d->runs != NULL)
         train_dp_ep_set_norm(d, segs, n_segs);
-    else if (d->flat != NULL)
+    else if (d->sharded)
         d->n_norm_segs = dp_shard_segments(segs, n_segs, d->shard_begin, d->shard_n, d->norm_segs);
     else
         memcpy(d->norm_segs, segs, n_segs * sizeof *segs), d->n_norm_segs = n_segs;
@@ -96,17 +105,17 @@ int train_dp_norm_add(train_dp *d, double *sumsq, bt_diag *diag) {
 
 size_t train_dp_optim_floats(const train_dp *d) {
     if (d->runs != NULL) return d->packs[0].chunk + d->packs[1].chunk;
-    return d->flat ? (d->chunk ? d->chunk : 1) : d->n_params;
+    return d->sharded ? (d->chunk ? d->chunk : 1) : d->n_params;
 }
 
 int train_dp_sharded(const train_dp *d) {
-    return d->flat != NULL || d->runs != NULL;
+    return d->sharded;
 }
 
 int train_dp_part(const train_dp *d, size_t off, size_t count, uint64_t *a, uint64_t *b,
                   size_t *at) {
     if (d->runs != NULL) return train_dp_ep_part(d, off, a, b, at);
-    if (d->flat == NULL) { /* not sharded: zero 0, or one data-parallel rank */
+    if (!d->sharded) { /* zero 0, or one data-parallel rank */
         *a = 0, *b = count, *at = off;
         return 1;
     }
@@ -141,21 +150,17 @@ static int dp_update_replicated(train_dp *d, float *params, float *grads, const 
     return 0;
 }
 
-/* zero 1: reduce-scatter, sharded update, all-gather. */
-static int dp_update_sharded(train_dp *d, float *params, const float *grads, optim_adamw *o,
+/* zero 1: reduce-scatter, sharded update, all-gather, all in place: the rank's shard is
+ * [shard_begin, + chunk) of grads and params, whose buffers hold size * chunk floats (the
+ * padding zero). */
+static int dp_update_sharded(train_dp *d, float *params, float *grads, optim_adamw *o,
                              const optim_hparams *hp, double lr, double *norm, bt_diag *diag) {
-    size_t total = d->chunk * (size_t)d->size;
-    float *shard = d->flat + d->shard_begin;
-    if (d->grads_reduced) { /* reduced to the shards during the backward (train_dp_overlap.h) */
-        d->grads_reduced = 0;
-        d->be->copy(d->be, shard, grads + d->shard_begin, d->shard_n);
-        d->be->zero(d->be, shard + d->shard_n, d->chunk - d->shard_n);
-    } else {
-        d->be->copy(d->be, d->flat, grads, d->n_params);
-        d->be->zero(d->be, d->flat + d->n_params, total - d->n_params);
-        if (comm_reduce_scatter(d->group, d->flat, shard, d->chunk, COMM_F32, COMM_SUM, NULL) != 0)
-            return dp_fail(d, "gradient reduce-scatter", diag);
-    }
+    float *shard = grads + d->shard_begin, *mine = params + d->shard_begin;
+    int reduced = d->grads_reduced; /* to the shards during the backward (train_dp_overlap.h) */
+    d->grads_reduced = 0;
+    if (!reduced &&
+        comm_reduce_scatter(d->group, grads, shard, d->chunk, COMM_F32, COMM_SUM, NULL) != 0)
+        return dp_fail(d, "gradient reduce-scatter", diag);
     optim_grad_scale_on(d->be, shard, d->chunk, 1.0f / (float)d->replicas);
     double sumsq = d->n_norm_groups
                        ? optim_segments_sumsq_on(d->be, shard, d->norm_segs, d->n_norm_segs)
@@ -164,11 +169,9 @@ static int dp_update_sharded(train_dp *d, float *params, const float *grads, opt
         return dp_fail(d, "grad-norm all-reduce", diag);
     if (d->n_norm_groups && dp_norm_over_group(d, &sumsq, diag) != 0) return BT_EIO;
     *norm = sqrt(sumsq);
-    optim_adamw_step_norm(o, params + d->shard_begin, shard, d->segs, d->n_segs, hp, lr, *norm);
-    d->be->copy(d->be, shard, params + d->shard_begin, d->shard_n);
-    if (comm_allgather(d->group, shard, d->flat, d->chunk, COMM_F32, NULL) != 0)
+    optim_adamw_step_norm(o, mine, shard, d->segs, d->n_segs, hp, lr, *norm);
+    if (comm_allgather(d->group, mine, params, d->chunk, COMM_F32, NULL) != 0)
         return dp_fail(d, "parameter all-gather", diag);
-    d->be->copy(d->be, params, d->flat, d->n_params);
     return 0;
 }
 
@@ -177,7 +180,7 @@ int train_dp_update(train_dp *d, float *params, float *grads, const optim_segmen
                     bt_diag *diag) {
     if (d->n_expert > 0)
         return train_dp_update_ep(d, params, grads, segs, n_segs, o, hp, lr, norm, diag);
-    if (d->flat == NULL)
+    if (!d->sharded)
         return dp_update_replicated(d, params, grads, segs, n_segs, o, hp, lr, norm, diag);
     return dp_update_sharded(d, params, grads, o, hp, lr, norm, diag);
 }

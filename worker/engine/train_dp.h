@@ -2,11 +2,11 @@
  * after the last micro-batch of a step (the accumulation contract), then
  *  - zero 0: all-reduce (sum) of every gradient, scaled by 1/dp, and the same full AdamW
  *    update on every rank;
- *  - zero 1: reduce-scatter of the flat gradient buffer into equal shards (padded to a
- *    multiple of dp), each rank clipping with the global norm (the shards' sums of
- *    squares all-reduced) and updating only its shard of the fp32 master weights and Adam
- *    moments (1/dp of the optimizer memory), then an all-gather of the parameters.
- * The loss and the fp8 amaxes are reduced too, so every rank reports and scales alike.
+ *  - zero 1: reduce-scatter of the gradient buffer into equal shards (in place: the model
+ *    pads its parameter and gradient buffers to a multiple of dp), each rank clipping with the
+ * global norm (the shards' sums of squares all-reduced) and updating only its shard of the fp32
+ * master weights and Adam moments (1/dp of the optimizer memory), then an all-gather of the
+ * parameters. The loss and the fp8 amaxes are reduced too, so every rank reports and scales alike.
  * Under tensor parallelism each tp rank runs this over its own parameter buffer with the
  * dp group of its tp slice; the gradient norm then also sums over the tp group
  * (train_dp_set_norm), each replicated tensor counted by one tp rank only. Under pipeline
@@ -47,7 +47,7 @@ typedef struct train_dp_run {
 } train_dp_run;
 
 typedef struct train_dp {
-    backend *be; /* whose memory params, grads and the flat buffer are (the model's) */
+    backend *be; /* whose memory params and grads are (the model's) */
     comm *group; /* NULL: one data-parallel rank */
     int rank, size, zero;
     int replicas;        /* copies of the model in the group: the gradient sum is divided by it.
@@ -57,7 +57,8 @@ typedef struct train_dp {
     size_t chunk;        /* ceil(P / size): one rank's shard, padding included */
     size_t shard_begin;  /* rank * chunk */
     size_t shard_n;      /* parameters in this rank's shard (chunk, less padding) */
-    float *flat;         /* (size * chunk) gradients, then parameters, padded; zero >= 1 */
+    int sharded;         /* zero >= 1 over more than one rank: the collectives run in place
+                          * in params and grads (size * chunk floats each) */
     optim_segment *segs; /* this rank's segments, shard-relative (zero >= 1) */
     size_t n_segs;
     comm *norm_groups[2]; /* the norm's sum of squares also adds over these (tp, pp) */
@@ -80,11 +81,14 @@ typedef struct train_dp {
                         * shard of the buffer holds the sums) */
 } train_dp;
 
-/* Sets up for params of n_params floats (be's memory) cut into the given segments;
- * allocates the padded flat buffer (be's memory) and the shard's segments when zero >= 1.
- * The optimizer state the caller must allocate is train_dp_optim_floats(), on be. */
-int train_dp_init(train_dp *d, backend *be, comm *group, int zero, size_t n_params,
+/* Sets up for params of n_params floats (be's memory) cut into the given segments, in
+ * buffers of n_alloc floats (zero >= 1: at least train_dp_padded(n_params, group size));
+ * the shard's segments when zero >= 1. The optimizer state the caller must allocate is
+ * train_dp_optim_floats(), on be. */
+int train_dp_init(train_dp *d, backend *be, comm *group, int zero, size_t n_params, size_t n_alloc,
                   const optim_segment *segs, size_t n_segs, bt_diag *diag);
+/* n rounded up to a multiple of size: the floats ZeRO-1's in-place collectives need. */
+size_t train_dp_padded(size_t n, int size);
 void train_dp_free(train_dp *d);
 /* Expert parallelism: segs (of n) are the routed experts' tensors, all (of n_all) every
  * tensor; ep and edp the groups (edp NULL when every holder of an expert is in the ep

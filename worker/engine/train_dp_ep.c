@@ -137,8 +137,7 @@ static int pack_alloc(train_dp *d) {
 
 /* Replaces ZeRO-1's whole-buffer shard by the packs. */
 static int pack_init(train_dp *d, const optim_segment *all, size_t n_all, bt_diag *diag) {
-    d->be->free(d->be, d->flat);
-    d->flat = NULL, d->chunk = d->shard_begin = d->shard_n = 0;
+    d->chunk = d->shard_begin = d->shard_n = 0;
     d->runs = calloc(n_all ? n_all : 1, sizeof *d->runs);
     if (d->runs != NULL) pack_runs(d, all, n_all);
     if (d->runs == NULL || pack_alloc(d) != 0) {
@@ -169,7 +168,7 @@ int train_dp_set_ep(train_dp *d, comm *ep, comm *edp, const optim_segment *segs,
     }
     memcpy(d->expert, segs, n * sizeof *segs);
     d->n_expert = n;
-    return d->flat != NULL && n > 0 ? pack_init(d, all, n_all, diag) : 0;
+    return d->sharded && n > 0 ? pack_init(d, all, n_all, diag) : 0;
 }
 
 int train_dp_ep_set_norm(train_dp *d, const optim_segment *segs, size_t n_segs) {

@@ -21,7 +21,7 @@ static int units_cover(const model *m, int n) {
 static train_dp_overlap_mode overlap_mode(const train_dp *dp, int zero) {
     if (zero == 2) return OVERLAP_ZERO2;
     if (dp->runs != NULL) return OVERLAP_EP_SHARDS;
-    if (dp->flat != NULL) return OVERLAP_SHARDS;
+    if (dp->sharded) return OVERLAP_SHARDS;
     return dp->n_expert > 0 ? OVERLAP_EXPERTS : OVERLAP_ALLREDUCE;
 }
 
