@@ -63,10 +63,14 @@ static void *zero_issue(model *m, int q) {
     return s;
 }
 
-/* The ops' queue waits for side queue q (where it has work ahead). */
+/* The ops' queue waits for side queue q (where it has work ahead): first the host, under
+ * the comm's timeout, so that the ops' queue never waits on an event a hung collective
+ * would never reach (a host sync on it would then hang without a deadline); the gather
+ * issued one unit earlier still ran beside that unit's compute. */
 static void zero_catch_up(model *m, int q) {
     model_zero *z = m->zw;
     if (!z->ahead[q]) return;
+    zero_note(m, z->ops.wait(z->ops.ctx, z->ops.queue[q]));
     m->be->stream_wait(m->be, NULL, z->ops.queue[q]);
     z->ahead[q] = 0;
 }

@@ -23,8 +23,10 @@
  * a buffer is not overwritten while an op still reads it) and on the other two side
  * queues (so the group's collectives run in the order they were issued, as one NCCL
  * communicator needs); the ops' queue waits (an event) only for the queue whose result
- * it uses, where it uses it: a prefetched unit's gather overlaps the compute of the unit
- * before it, a unit's gradient reduction the backward of the next. Without them (the
+ * it uses, where it uses it, and only once the host has waited for that queue under the
+ * comm's timeout (so no host sync on the ops' queue can hang on a collective that never
+ * ends): a prefetched unit's gather overlaps the compute of the unit before it, a unit's
+ * gradient reduction the backward of the next. Without them (the
  * CPU engine) the collectives complete when called, in the same order: the same
  * numbers.
  * The collectives themselves are the trainer's (model_zero_ops), over its data-parallel
