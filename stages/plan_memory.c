@@ -10,10 +10,10 @@
  * train_state_bytes; not Megatron's bf16 weights with a sharded fp32 master):
  *   weights    4: the fp32 weights, which the optimizer updates in place, on every rank;
  *              plus, on the CUDA engine under bf16/fp16/fp8, each GEMM's converted copy
- *              (model.h weight_cache; not under ZeRO-3): 2 bytes per GEMM weight, 3
- *              under fp8 (bf16 and E4M3 with its transpose) except the head's and, with
- *              first_last_bf16, the first and last layers' (bf16), and MoE experts'
- *              (bf16: they run in bf16 under fp8); none for the embedding, norms, routers
+ *              (model.h weight_cache; not under ZeRO-3): 2 bytes per GEMM weight (under
+ *              fp8 E4M3 and its transpose; 3 with a bf16 form too where a GEMM dimension
+ *              is not a multiple of 16: worker/cuda/cuda_matmul.cu); none for the
+ *              embedding, norms, routers
  *   grads      4: fp32 main-grad buffer that micro-batches accumulate into
  *   optimizer  8 (Adam m + v); ZeRO-1 (zero >= 1) shards it over the replicas of each
  *              parameter: dp*cp for dense parameters, edp = dp*cp/ep for routed experts
@@ -104,12 +104,21 @@ static void memory_zero_units(const plan_stage *ps, uint32_t stage, plan_memory 
     if (stage + 1 == sh->pp) memory_unit(out, div_ceil(p->head, t) + p->final_norm, n, k, last2);
 }
 
+/* fp8's copies take 2 bytes per parameter: every dense GEMM dimension on a tp rank (dim,
+ * the heads' and kv heads' widths, ffn) is a multiple of 16. */
+static int fp8_aligned(const plan_shape *sh, const plan_params *p) {
+    uint64_t t = sh->tp, d = sh->dim, hd = sh->head_dim;
+    uint64_t ffn = d ? p->mlp_layer / (3 * d) : 0;
+    return d % 16 == 0 && (sh->n_heads * hd / t) % 16 == 0 && (sh->n_kv_heads * hd / t) % 16 == 0 &&
+           (ffn / t) % 16 == 0;
+}
+
 /* The GEMMs' converted weight copies on stage's rank, in bytes (see the top). */
 static double memory_gemm_copies(const plan_stage *ps, uint32_t stage, uint32_t zero_level) {
     const plan_params *p = &ps->params;
     const plan_shape *sh = &ps->shape;
     if (!sh->cuda || sh->precision == BATON__PRECISION__TYPE__FP32 || zero_level == 3) return 0;
-    int fp8 = sh->precision == BATON__PRECISION__TYPE__FP8;
+    int fp8 = sh->precision == BATON__PRECISION__TYPE__FP8 && !fp8_aligned(sh, p);
     uint64_t t = sh->tp, et = (uint64_t)sh->ep * sh->tp;
     uint32_t first, n, n_moe, L = p->n_layers;
     plan_pp_stage_layers(p, sh->pp, stage, &first, &n, &n_moe);

@@ -235,8 +235,9 @@ static void text_memory_params(FILE *f, const plan_stage *ps) {
     if (m->gemm_copies > 0)
         fprintf(f, "              + %s of the GEMMs' converted weight copies (%s)\n",
                 fmt_gb(a, sizeof a, m->gemm_copies),
-                sh->precision == BATON__PRECISION__TYPE__FP8 ? "fp8 + bf16, bf16 for the head"
-                                                             : "16-bit");
+                sh->precision == BATON__PRECISION__TYPE__FP8
+                    ? "E4M3 and its transpose; the head bf16"
+                    : "16-bit");
     if (m->zero_level >= 2) {
         text_memory_zero(f, ps);
         return;

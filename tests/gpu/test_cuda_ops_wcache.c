@@ -8,7 +8,11 @@
  *  - the cache is really read: after the weight's memory is overwritten with other values
  *    and the cache not told, the forward still gives the old weight's output;
  *  - told (wcache_forms = 0), it converts the new values; handed another weight (pointer),
- *    it converts that one.
+ *    it converts that one;
+ *  - fp8 with C and OC multiples of 16 but a token count that is not (carried in bf16):
+ *    the cache is sized for the E4M3 forms only (2 bytes per parameter, not 3), so the
+ *    16-bit conversion is not kept: nothing cached, each call converts (the overwritten
+ *    weight's new output), and the products still equal.
  * The same for an MoE layer's experts (moe_dev.h: moe_dev_kept, one record per expert
  * weight): forward and backward twice bit-equal to the layer without kept conversions,
  * the old experts' output after their weights change untold, the new one once told.
@@ -67,7 +71,7 @@ static void expect_equal(const char *what, const char *tensor, const float *a, c
 
 /* Forward and backward without (ref) and with (pc) the cache; everything equal. */
 static void wc_pass(const char *what, wc_bufs *b, backend_gemm *ref, backend_gemm *pc, int N, int C,
-                    int OC, int with_dinp) {
+                    int OC, int with_dinp, int cached) {
     gpu.matmul_forward(&gpu, b->out_ref, b->x, b->w, N, C, OC, ref, b->scratch);
     gpu.matmul_forward(&gpu, b->out_c, b->x, b->w, N, C, OC, pc, b->scratch);
     expect_equal(what, "forward output", b->out_ref, b->out_c, (size_t)N * OC);
@@ -79,13 +83,14 @@ static void wc_pass(const char *what, wc_bufs *b, backend_gemm *ref, backend_gem
     expect_equal(what, "dweight (+=)", b->dw_ref, b->dw_c, (size_t)OC * C);
     if (ref->prec == BACKEND_PREC_FP8)
         expect_equal(what, "running amaxes", b->acc_ref, b->acc_c, BACKEND_FP8_SLOTS);
-    if (pc->wcache_forms == 0) {
-        fprintf(stderr, "FAIL %s: the cache holds no conversion after the products\n", what);
+    if ((pc->wcache_forms != 0) != cached) {
+        fprintf(stderr, "FAIL %s: the cache holds %s conversion after the products\n", what,
+                cached ? "no" : "a");
         failures++;
     }
 }
 
-static void wc_case(backend_prec prec, int e5m2, int N, int C, int OC, int with_dinp) {
+static void wc_case(backend_prec prec, int e5m2, int N, int C, int OC, int with_dinp, int cached) {
     static const char *const pn[] = {"fp32", "bf16", "fp8", "fp16"};
     char what[128];
     snprintf(what, sizeof what, "weight cache %s%s N %d C %d OC %d%s", pn[prec],
@@ -96,15 +101,17 @@ static void wc_case(backend_prec prec, int e5m2, int N, int C, int OC, int with_
     backend_gemm pc = ref;
     if (prec == BACKEND_PREC_FP8) ref.amax_acc = b.acc_ref, pc.amax_acc = b.acc_c;
     pc.wcache = b.cache;
-    wc_pass(what, &b, &ref, &pc, N, C, OC, with_dinp);
-    wc_pass(what, &b, &ref, &pc, N, C, OC, with_dinp); /* from the cache */
-    /* new values behind the same pointer, the cache not told: the old weight's output */
+    wc_pass(what, &b, &ref, &pc, N, C, OC, with_dinp, cached);
+    wc_pass(what, &b, &ref, &pc, N, C, OC, with_dinp, cached); /* from the cache */
+    /* new values behind the same pointer, the cache not told: the old weight's output
+     * (nothing cached: the new one's) */
     gpu.copy2d(&gpu, b.w, C, b.w2, C, OC, C);
+    if (!cached) gpu.matmul_forward(&gpu, b.out_ref, b.x, b.w, N, C, OC, &ref, b.scratch);
     gpu.matmul_forward(&gpu, b.out_c, b.x, b.w, N, C, OC, &pc, b.scratch);
     char stale[160];
     snprintf(stale, sizeof stale, "%s, weight overwritten, cache kept", what);
-    expect_equal(stale, "forward output (the cache was not read)", b.out_ref, b.out_c,
-                 (size_t)N * OC);
+    expect_equal(stale, cached ? "forward output (the cache was not read)" : "forward output",
+                 b.out_ref, b.out_c, (size_t)N * OC);
     pc.wcache_forms = 0; /* told: converts the new values */
     gpu.matmul_forward(&gpu, b.out_ref, b.x, b.w, N, C, OC, &ref, b.scratch);
     gpu.matmul_forward(&gpu, b.out_c, b.x, b.w, N, C, OC, &pc, b.scratch);
@@ -222,12 +229,24 @@ static void wc_moe_case(void) {
 
 void test_wcache_all(void) {
     wc_moe_case();
-    wc_case(BACKEND_PREC_BF16, 0, 64, 128, 96, 1);
-    wc_case(BACKEND_PREC_BF16, 0, 37, 53, 71, 1);
-    wc_case(BACKEND_PREC_FP16, 0, 37, 53, 71, 1);
-    wc_case(BACKEND_PREC_FP8, 1, 48, 32, 64, 1); /* the fp8 tensor cores: W and W^T cached */
-    wc_case(BACKEND_PREC_FP8, 0, 32, 16, 48, 0);
-    wc_case(BACKEND_PREC_FP8, 1, 40, 24, 56, 1); /* carried in bf16 */
+    wc_case(BACKEND_PREC_BF16, 0, 64, 128, 96, 1, 1);
+    wc_case(BACKEND_PREC_BF16, 0, 37, 53, 71, 1, 1);
+    wc_case(BACKEND_PREC_FP16, 0, 37, 53, 71, 1, 1);
+    int native = getenv("BATON_CUDA_FP8") == NULL || strcmp(getenv("BATON_CUDA_FP8"), "carried");
+    /* the fp8 tensor cores: W and W^T cached (carried everywhere: the 16-bit W) */
+    wc_case(BACKEND_PREC_FP8, 1, 48, 32, 64, 1, 1);
+    wc_case(BACKEND_PREC_FP8, 0, 32, 16, 48, 0, 1);
+    wc_case(BACKEND_PREC_FP8, 1, 40, 24, 56, 1, 1);       /* carried in bf16, 16-bit W cached */
+    wc_case(BACKEND_PREC_FP8, 1, 40, 32, 64, 1, !native); /* carried, cache for E4M3 only */
+    size_t n = 64 * 32, f8 = gpu.matmul_wcache_floats(&gpu, 32, 64, BACKEND_PREC_FP8);
+    size_t b16 = gpu.matmul_wcache_floats(&gpu, 32, 64, BACKEND_PREC_BF16);
+    if (native && (f8 * 4 > 2 * n + 1024 || f8 > b16)) {
+        fprintf(stderr,
+                "FAIL weight cache: fp8 with C, OC multiples of 16 takes %zu bytes for "
+                "%zu parameters (want 2 per parameter, as bf16's %zu)\n",
+                f8 * 4, n, b16 * 4);
+        failures++;
+    }
     if (gpu.matmul_wcache_floats(&gpu, 16, 16, BACKEND_PREC_FP32) != 0) {
         fprintf(stderr, "FAIL weight cache: float32 products have nothing to cache\n");
         failures++;

@@ -8,6 +8,10 @@
 #   rollback  three spiking steps in a row: the worker stops without saving, exit 76,
 #             naming the samples of those steps.
 #   calib     the fp8 stage after the fp32 one calibrates its scales (none is 1 after).
+#   calib-overlap  the same with each layer's gradients reduced during the backward
+#             (BATON_DP_OVERLAP=1, train_dp_overlap.h): the calibration's reductions are
+#             completed and thrown away, so the fp8 stage's losses and gradient norms equal
+#             those of the run without (within 1e-5 relative).
 #   guard-fp8 the guard in an fp8 stage: the skipped step's amaxes leave no trace, so the
 #             checkpoint after the skipped step 15 has step 14's fp8 scales and histories
 #             (and weights), exactly.
@@ -114,6 +118,19 @@ assert lo != 1.0 and hi != 1.0 and lo > 0, (lo, hi)
 PY
   ! grep -q "fp8 scales calibrated" r1/logs/s00-a00.log || fail "the fp32 stage calibrated"
   echo "$case: the fp8 stage's first step runs with calibrated scales"
+  ;;
+calib-overlap)
+  for o in 0 1; do
+    BATON_DP_OVERLAP=$o "$baton" run "$recipe" --run-dir "o$o" --quiet >"o$o.out" 2>&1 ||
+      { cat "o$o.out"; fail "baton run (BATON_DP_OVERLAP=$o) failed"; }
+  done
+  grep -q "per layer .*during the backward" o1/logs/s01-a00.log || fail "no overlapped reduction"
+  steps() { sed -En 's/.*step +([0-9]+)\/[0-9]+ +loss ([0-9.]+) .* grad_norm ([0-9.]+) .*/\1 \2 \3/p' "$1"; }
+  paste <(steps o0/logs/s01-a00.log) <(steps o1/logs/s01-a00.log) | awk -v c="$case" '
+    { n++; for (i = 2; i <= 3; i++) { d = $i - $(i + 3); if (d < 0) d = -d
+        if (d > 1e-5 * $i) { printf "%s: step %d: %s vs %s\n", c, $1, $i, $(i + 3); bad = 1 } } }
+    END { printf "%s: %d fp8 steps, losses and grad norms as without the overlap\n", c, n
+          exit bad || n != 4 }' || fail "the overlap changed the fp8 stage"
   ;;
 *) fail "unknown case" ;;
 esac

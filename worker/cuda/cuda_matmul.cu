@@ -380,14 +380,28 @@ static float dequant(const backend_gemm *p, int sa, int sb) {
 /* ---- the weight cache (backend.h: backend_gemm.wcache) --------------------------------- */
 
 /* The conversions a cache holds: region A the weight as the products take it (16-bit, or
- * E4M3 bytes; one at a time), region B (fp8 only) its E4M3 transpose for the backward. */
+ * E4M3 bytes; one at a time), region B (fp8 only) its E4M3 transpose for the backward.
+ * Under fp8 with C and OC multiples of 16 (every product of such a weight runs on the fp8
+ * tensor cores, unless BATON_CUDA_FP8=carried or a token count is not a multiple of 16)
+ * region A holds the E4M3 bytes only: 2 bytes per parameter in all instead of 3; a
+ * 16-bit conversion such a weight still needs goes to the call's scratch, not kept. */
 enum { WC_16 = 1u, WC_FP8 = 2u, WC_FP8_T = 4u };
 
+static int wcache_fp8_only(const cuda_ctx *c, backend_prec prec, int C, int OC) {
+    return prec == BACKEND_PREC_FP8 && !c->fp8_carried && C % 16 == 0 && OC % 16 == 0;
+}
+
+/* Region A's bytes (region B, fp8 only, follows it). */
+static size_t wcache_region_a(const cuda_ctx *c, backend_prec prec, int C, int OC) {
+    size_t n = (size_t)OC * C;
+    return wcache_fp8_only(c, prec, C, OC) ? 2 * pad_halves((n + 1) / 2) : 2 * pad_halves(n);
+}
+
 size_t cuda_matmul_wcache_floats(backend *be, int C, int OC, backend_prec prec) {
-    (void)be;
     if (prec == BACKEND_PREC_FP32 || C <= 0 || OC <= 0) return 0;
-    size_t n = (size_t)OC * C, bytes = 2 * pad_halves(n);
-    if (prec == BACKEND_PREC_FP8) bytes += 2 * pad_halves((n + 1) / 2);
+    cuda_ctx *c = cuda_ctx_of(be);
+    size_t bytes = wcache_region_a(c, prec, C, OC);
+    if (prec == BACKEND_PREC_FP8) bytes += 2 * pad_halves(((size_t)OC * C + 1) / 2);
     return bytes / sizeof(float) + 64; /* and room to align */
 }
 
@@ -397,18 +411,19 @@ static int wcache_usable(const backend_gemm *p) {
 
 /* Where conversion `form` of weight (OC, C) goes: its place in p's cache (*have: it is
  * there already, converted this step) or, without a cache, scratch. */
-static void *weight_at(const backend_gemm *p, const float *weight, int OC, int C, unsigned form,
-                       void *scratch, int *have) {
+static void *weight_at(const cuda_ctx *c, const backend_gemm *p, const float *weight, int OC, int C,
+                       unsigned form, void *scratch, int *have) {
     *have = 0;
-    if (!wcache_usable(p)) return scratch;
+    if (!wcache_usable(p) || (form == WC_16 && wcache_fp8_only(c, p->prec, C, OC))) return scratch;
     uintptr_t a = ((uintptr_t)p->wcache + 255) / 256 * 256;
     *have = p->wcache_w == weight && (p->wcache_forms & form) != 0;
-    return form == WC_FP8_T ? (void *)(a + 2 * pad_halves((size_t)OC * C)) : (void *)a;
+    return form == WC_FP8_T ? (void *)(a + wcache_region_a(c, p->prec, C, OC)) : (void *)a;
 }
 
 /* After the conversion into p's cache is enqueued: the cache holds it (region A one form). */
-static void weight_held(backend_gemm *p, const float *weight, unsigned form) {
-    if (!wcache_usable(p)) return;
+static void weight_held(const cuda_ctx *c, backend_gemm *p, const float *weight, int OC, int C,
+                        unsigned form) {
+    if (!wcache_usable(p) || (form == WC_16 && wcache_fp8_only(c, p->prec, C, OC))) return;
     if (p->wcache_w != weight) p->wcache_forms = 0, p->wcache_w = weight;
     if (form != WC_FP8_T) p->wcache_forms &= WC_FP8_T;
     p->wcache_forms |= form;
@@ -419,10 +434,10 @@ static void weight_held(backend_gemm *p, const float *weight, unsigned form) {
 static mm_operand mm_weight(cuda_ctx *c, backend_gemm *p, const float *weight, int OC, int C,
                             void *scratch) {
     int have;
-    void *dst = weight_at(p, weight, OC, C, WC_16, scratch, &have);
+    void *dst = weight_at(c, p, weight, OC, C, WC_16, scratch, &have);
     if (p == NULL || p->prec == BACKEND_PREC_FP32 || !have) {
         mm_operand o = mm_prepare(c, dst, weight, (size_t)OC * C, p, BACKEND_FP8_W, 0);
-        if (p != NULL && p->prec != BACKEND_PREC_FP32) weight_held(p, weight, WC_16);
+        if (p != NULL && p->prec != BACKEND_PREC_FP32) weight_held(c, p, weight, OC, C, WC_16);
         return o;
     }
     mm_operand o = {dst, p->prec == BACKEND_PREC_FP16 ? CUDA_R_16F : CUDA_R_16BF};
@@ -458,7 +473,7 @@ static void fp8_quant(cuda_ctx *c, void *dst, void *dst_t, const float *src, int
 static int fp8_forward(cuda_ctx *c, float *out, const float *inp, const float *weight, int N, int C,
                        int OC, backend_gemm *p, mm_scratch r) {
     int have_w;
-    void *wq = weight_at(p, weight, OC, C, WC_FP8, r.w, &have_w);
+    void *wq = weight_at(c, p, weight, OC, C, WC_FP8, r.w, &have_w);
     mm_operand w = {wq, CUDA_R_8F_E4M3}, x = {r.x, CUDA_R_8F_E4M3};
     lt_gemm g = lt_make(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, x, C, out, OC,
                         dequant(p, BACKEND_FP8_X, BACKEND_FP8_W), 0.0f);
@@ -466,7 +481,7 @@ static int fp8_forward(cuda_ctx *c, float *out, const float *inp, const float *w
     if (rc == 0) {
         fp8_quant(c, r.x, NULL, inp, N, C, p, BACKEND_FP8_X, 0);
         if (!have_w) fp8_quant(c, wq, NULL, weight, OC, C, p, BACKEND_FP8_W, 0);
-        weight_held(p, weight, WC_FP8);
+        weight_held(c, p, weight, OC, C, WC_FP8);
         lt_launch(c, &g);
         c->fp8_gemms[0]++;
     }
@@ -484,7 +499,7 @@ static int fp8_backward(cuda_ctx *c, float *dinp, float *dweight, const float *d
                         backend_gemm *p, mm_scratch r) {
     int e5m2 = p->dy_e5m2, have_wt;
     void *dyt = (char *)r.dy + (size_t)N * OC;
-    void *wq = weight_at(p, weight, OC, C, WC_FP8_T, r.w, &have_wt);
+    void *wq = weight_at(c, p, weight, OC, C, WC_FP8_T, r.w, &have_wt);
     mm_operand wt = {wq, CUDA_R_8F_E4M3}, xt = {r.x, CUDA_R_8F_E4M3};
     mm_operand dy = {r.dy, fp8_type(e5m2)}, dyT = {dyt, fp8_type(e5m2)};
     lt_gemm gi = lt_make(CUBLAS_OP_T, CUBLAS_OP_N, C, N, OC, wt, OC, dy, OC, dinp, C,
@@ -498,7 +513,7 @@ static int fp8_backward(cuda_ctx *c, float *dinp, float *dweight, const float *d
         fp8_quant(c, NULL, r.x, inp, N, C, p, BACKEND_FP8_X, 0);
         if (dinp != NULL) {
             if (!have_wt) fp8_quant(c, NULL, wq, weight, OC, C, p, BACKEND_FP8_W, 0);
-            weight_held(p, weight, WC_FP8_T);
+            weight_held(c, p, weight, OC, C, WC_FP8_T);
             lt_launch(c, &gi);
             c->fp8_gemms[0]++;
         }

@@ -672,6 +672,11 @@ int train_fp8_calibrate(trainer *t, uint32_t *n_micro, float *lo, float *hi, bt_
     train_zero_grads(t);
     train_gemms_begin(t);
     int rc = train_micro_batches(t, &loss, diag);
+    /* the reductions the last backward started (train_dp_overlap.h): completed, and their
+     * sums thrown away with the gradients */
+    int orc = train_dp_overlap_finish(&t->dpo, rc != 0, diag);
+    rc = rc ? rc : orc;
+    t->dp.grads_reduced = 0;
     rc = rc ? rc : train_fp8_end(t, diag);
     train_zero_grads(t);
     if (rc != 0) return rc;

@@ -214,7 +214,12 @@ static void overlap_hook(train_dp_overlap *o, int on) {
 }
 
 void train_dp_overlap_arm(train_dp_overlap *o, int last) {
-    if (o->on) overlap_hook(o, last || o->mode == OVERLAP_ZERO2);
+    if (!o->on) return;
+    int on = last || o->mode == OVERLAP_ZERO2;
+    /* a pass nobody completed (a caller without train_dp_overlap_finish) must not leave
+     * its units marked */
+    if (on && o->m->unit_grads_done == NULL) memset(o->done, 0, (size_t)o->n_units);
+    overlap_hook(o, on);
 }
 
 /* The pass's reductions completed: every unit started, the side queue waited for and
