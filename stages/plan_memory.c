@@ -2,9 +2,9 @@
  *
  * Parameters on a rank of pipeline stage p: the stage's layers (split evenly, the
  * remainder to the first stages), plus the embedding on the first stage and the final
- * norm and head on the last. Attention, dense MLP, shared experts, embedding and head
- * are split by tp; norms and routers are replicated on every tp rank; routed experts
- * are split by ep and tp (expert tp = tp).
+ * norm and head on the last. Attention, dense MLP, embedding and head are split by tp;
+ * norms and the MoE block (router and shared experts) are whole on every tp rank; routed
+ * experts are split by ep only (the engine's expert tensor parallelism is 1).
  *
  * Bytes per parameter, as baton's engines allocate them (worker/engine/train.c
  * train_state_bytes; not Megatron's bf16 weights with a sharded fp32 master):
@@ -54,8 +54,10 @@ static void memory_params(const plan_stage *ps, uint32_t stage, plan_memory *out
     uint32_t first, n, n_moe;
     plan_pp_stage_layers(p, sh->pp, stage, &first, &n, &n_moe);
     uint64_t n_dense = n - n_moe;
-    uint64_t split = n * p->attn_layer + n_dense * p->mlp_layer + n_moe * p->moe_shared;
-    uint64_t replicated = n * p->norms_layer + n_moe * p->moe_router;
+    /* the MoE block (router, shared experts, the local routed experts) is whole on every
+     * tp rank: the engine's expert tensor parallelism is 1 (worker/engine/model.c) */
+    uint64_t split = n * p->attn_layer + n_dense * p->mlp_layer;
+    uint64_t replicated = n * p->norms_layer + n_moe * (p->moe_router + p->moe_shared);
     if (stage == 0) split += p->embedding;
     if (stage + 1 == sh->pp) {
         split += p->head;
@@ -64,7 +66,7 @@ static void memory_params(const plan_stage *ps, uint32_t stage, plan_memory *out
     out->layers_on_stage = n;
     out->moe_layers_on_stage = n_moe;
     out->dense_params_on_rank = div_ceil(split, sh->tp) + replicated;
-    out->expert_params_on_rank = div_ceil(n_moe * p->moe_experts, (uint64_t)sh->ep * sh->tp);
+    out->expert_params_on_rank = div_ceil(n_moe * p->moe_experts, sh->ep);
     out->params_on_rank = out->dense_params_on_rank + out->expert_params_on_rank;
 }
 
@@ -79,8 +81,8 @@ static void memory_unit(plan_memory *out, uint64_t u, uint64_t n, uint32_t k, ui
     if (chunk * n > out->zero_unit) out->zero_unit = chunk * n;
 }
 
-/* The stage's units as a rank holds them: split by tp (experts by ep*tp), norms and
- * routers replicated. */
+/* The stage's units as a rank holds them: split by tp (routed experts by ep), norms and
+ * the MoE block's router and shared experts whole. */
 static void memory_zero_units(const plan_stage *ps, uint32_t stage, plan_memory *out) {
     const plan_params *p = &ps->params;
     const plan_shape *sh = &ps->shape;
@@ -95,8 +97,7 @@ static void memory_zero_units(const plan_stage *ps, uint32_t stage, plan_memory 
     for (uint32_t l = first; l < first + count; l++) {
         uint64_t u = div_ceil(p->attn_layer, t) + p->norms_layer;
         if (plan_layer_is_moe(p, l))
-            u += div_ceil(p->moe_shared, t) + p->moe_router +
-                 div_ceil(p->moe_experts, (uint64_t)sh->ep * t);
+            u += p->moe_shared + p->moe_router + div_ceil(p->moe_experts, sh->ep);
         else
             u += div_ceil(p->mlp_layer, t);
         memory_unit(out, u, n, k++, last2);
@@ -119,7 +120,7 @@ static double memory_gemm_copies(const plan_stage *ps, uint32_t stage, uint32_t 
     const plan_shape *sh = &ps->shape;
     if (!sh->cuda || sh->precision == BATON__PRECISION__TYPE__FP32 || zero_level == 3) return 0;
     int fp8 = sh->precision == BATON__PRECISION__TYPE__FP8 && !fp8_aligned(sh, p);
-    uint64_t t = sh->tp, et = (uint64_t)sh->ep * sh->tp;
+    uint64_t t = sh->tp;
     uint32_t first, n, n_moe, L = p->n_layers;
     plan_pp_stage_layers(p, sh->pp, stage, &first, &n, &n_moe);
     double bytes = stage + 1 == sh->pp ? 2.0 * (double)div_ceil(p->head, t) : 0;
@@ -128,7 +129,7 @@ static double memory_gemm_copies(const plan_stage *ps, uint32_t stage, uint32_t 
         double b = bf16 ? 2 : 3;
         bytes += b * (double)div_ceil(p->attn_layer, t);
         if (plan_layer_is_moe(p, l))
-            bytes += 2.0 * (double)(div_ceil(p->moe_shared, t) + div_ceil(p->moe_experts, et));
+            bytes += 2.0 * (double)(p->moe_shared + div_ceil(p->moe_experts, sh->ep));
         else
             bytes += b * (double)div_ceil(p->mlp_layer, t);
     }

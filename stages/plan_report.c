@@ -230,7 +230,8 @@ static void text_memory_params(FILE *f, const plan_stage *ps) {
         fprintf(f, "(%s shard + 2 x %s gather buffer) of ", fmt_grouped(a, sizeof a, m->zero_shard),
                 fmt_grouped(c, sizeof c, m->zero_unit));
     fprintf(f, "%s params on the rank (stage share / tp", b);
-    if (m->expert_params_on_rank) fprintf(f, ", routed experts / (ep*tp)");
+    if (m->expert_params_on_rank)
+        fprintf(f, ", routed experts / ep; the MoE block whole on every tp rank");
     fprintf(f, ")%s\n", m->zero_level == 3 ? "" : " (fp32 weights)");
     if (m->gemm_copies > 0)
         fprintf(f, "              + %s of the GEMMs' converted weight copies (%s)\n",

@@ -51,8 +51,7 @@ bytes_case cp2-ulysses-full 2 1 2 ulysses-full
 bytes_case ep2 2 1 2 train ep
 bytes_case ep4 4 1 4 train ep
 # ep2 over dp4: the experts' gradients go over the expert-data-parallel group (counted
-# with dp); under ZeRO-1 (fp32: the plan's all-gather of 16-bit weights is the engine's
-# of its float32 ones) reduce-scattered and gathered there.
+# with dp); under ZeRO-1 reduced to and broadcast from their shards' ranks there.
 bytes_case ep2-dp4 4 1 2 train ep
-bytes_case ep2-dp4-zero1 4 1 2 train ep "s/zero: 0/zero: 1/; s/  micro_batch: 1/  micro_batch: 1\n  precision: fp32/"
+bytes_case ep2-dp4-zero1 4 1 2 train ep "s/zero: 0/zero: 1/"
 layout_finish "CP, EP and DP traffic per step within 10% of the plan"

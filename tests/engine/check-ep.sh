@@ -4,8 +4,9 @@
 # reduction) and ep2 x tp2, with the Switch aux loss; ep2 with capacity factor 1.0 (tokens
 # dropped), ep2 with aux-loss-free bias balancing, MoE under pp2 and ep2 with full
 # recomputation, ep2, ep2 over dp4 and ep2 x tp2 with ZeRO-1 (the dense tensors' optimizer
-# state sharded over dp, the experts' over edp; resumed from its checkpoint under the same
-# layout and under zero 0), and ep2 over dp2 and dp4 (zero 0 and 1) with each layer's
+# state sharded over dp, the experts' over edp; every rank's memory and rank 0's dp
+# traffic within 10% of the plan's; resumed from its checkpoint under the same layout and
+# under zero 0), and ep2 over dp2 and dp4 (zero 0 and 1) with each layer's
 # gradients reduced during the backward (BATON_DP_OVERLAP=1), launched by `baton launch`: every
 # step's loss agrees with `baton-worker --single-process` within 1e-5 relative, the dropped
 # (token, expert) pairs of every step are exactly the one-process counts, and the final
@@ -39,6 +40,7 @@ ep_case() { # NAME RANKS TP EP BALANCE [SED]: SED edits the recipe further
     --init "$name.run/checkpoints/s00-step00000020" >"$name.reload.log"
   layout_compare_params "$name" "$name.ref" "$name.params" || failures=$((failures + 1))
   if [[ ${BATON_DP_OVERLAP:-} == 1 ]]; then layout_check_overlap "$name" "$n"; fi
+  if [[ $name == *zero1 ]]; then layout_check_plan "$name" train || failures=$((failures + 1)); fi
 }
 
 aux="balance: aux_loss, aux_loss_coef: 0.01"

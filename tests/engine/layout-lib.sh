@@ -87,3 +87,36 @@ layout_finish() { # SUMMARY
   [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
   echo "$1"
 }
+
+# A layout_run's (or launch's) log then: every rank's "model state allocated" figures
+# (parameters, gradients, optimizer) and rank 0's dp bytes per step within 10% of
+# `baton plan --json`'s for STAGE of NAME.yaml.
+layout_check_plan() { # NAME STAGE
+  "$baton" plan "$1.yaml" --json >"$1.plan.json"
+  /usr/bin/python3 - "$1" "$2" "$1.plan.json" "$1.log" <<'PY'
+import json, re, sys
+name, stage, plan_path, log_path = sys.argv[1:5]
+plan = next(s for s in json.load(open(plan_path))["stages"] if s["name"] == stage)
+mem = plan["memory_per_gpu"]
+pat = re.compile(r"^\[(\d+)\] model state allocated by this rank \(zero \d\): params (\d+) "
+                 r"grads (\d+) optimizer (\d+) bytes")
+bad, ranks = 0, 0
+for line in open(log_path):
+    m = pat.match(line)
+    if not m:
+        continue
+    ranks += 1
+    got = dict(zip(("params", "grads", "optimizer"), map(float, m.groups()[1:])))
+    for k, v in got.items():
+        rel = abs(v - mem[k]) / mem[k]
+        if m.group(1) == "0" or rel > 0.10:
+            print(f"{name}: rank {m.group(1)} {k} allocated {v:.0f} B, plan {mem[k]:.0f} ({rel:.2%})")
+        bad |= rel > 0.10
+line = next(l for l in open(log_path) if l.startswith("[0] communication per step"))
+dp = float(re.search(r" dp (\d+)", line).group(1))
+want = plan["comm_bytes_per_step"]["dp"]
+rel = abs(dp - want) / want
+print(f"{name}: dp measured {dp:.0f} B/step, plan {want:.0f} ({rel:.2%}); {ranks} ranks checked")
+sys.exit(1 if bad or rel > 0.10 or ranks == 0 else 0)
+PY
+}

@@ -191,11 +191,11 @@ int optim_adamw_begin(optim_adamw *o, backend_adamw *a, const optim_hparams *hp,
     return 1;
 }
 
-void optim_adamw_seg_at(optim_adamw *o, const backend_adamw *a, float *param, float *grads,
+void optim_adamw_seg_at(optim_adamw *o, const backend_adamw *a, float *param, float *grad,
                         const optim_segment *seg) {
     size_t off = seg->offset;
     backend_seg one = {.offset = 0, .n = seg->n, .decay = seg->decay};
-    o->be->adamw(o->be, param, grads + off, o->m + off, o->v + off, &one, 1, a);
+    o->be->adamw(o->be, param, grad, o->m + off, o->v + off, &one, 1, a);
 }
 
 double optim_adamw_step(optim_adamw *o, float *params, float *grads, const optim_segment *segs,

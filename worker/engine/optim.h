@@ -128,10 +128,10 @@ int optim_adamw_step_norm(optim_adamw *o, float *params, float *grads, const opt
  * expert parallelism), with a backend: optim_adamw_begin counts the step and sets a's
  * scalars (0, nothing to do, when norm is not finite: the weights are left alone), then
  * optim_adamw_seg_at updates one segment whose parameters are at param, its gradients at
- * grads + seg->offset and its moments at o's seg->offset. */
+ * grad and its moments at o's seg->offset. */
 int optim_adamw_begin(optim_adamw *o, backend_adamw *a, const optim_hparams *hp, double lr,
                       double norm);
-void optim_adamw_seg_at(optim_adamw *o, const backend_adamw *a, float *param, float *grads,
+void optim_adamw_seg_at(optim_adamw *o, const backend_adamw *a, float *param, float *grad,
                         const optim_segment *seg);
 /* A whole one-rank step over the segments of params/grads (each within [0, o->n)):
  * global norm, clipping (grads are scaled in place), then the update at rate lr.

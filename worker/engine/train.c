@@ -512,11 +512,6 @@ void train_state_bytes(const trainer *t, double *params, double *grads, double *
     *params = *grads = 4.0 * P;
     if (z->level == 2) *grads = 4.0 * (P + n + cap);
     if (z->level == 3) *params = *grads = 4.0 * (n + 2 * cap); /* two buffers each */
-    const train_dp *d = &t->dp;
-    if (d->runs != NULL) /* ZeRO-1 under ep: the packs and the reduced shard */
-        *grads += 4.0 * (double)((size_t)d->packs[0].size * d->packs[0].chunk +
-                                 (size_t)d->packs[1].size * d->packs[1].chunk +
-                                 d->packs[0].chunk + d->packs[1].chunk);
 }
 
 /* After the update: a loss spike undoes it (train_spike.h); *spike and *z say so. Every

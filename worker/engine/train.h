@@ -133,8 +133,8 @@ void train_free(trainer *t);
 
 /* What this rank has allocated for its model state, in bytes: parameters (ZeRO-3: the
  * shard and two gather buffers), gradients (ZeRO-2: the whole micro-batch buffer, the
- * shard and the padded reduce-scatter buffer; ZeRO-3: the shard and two units' buffers;
- * ZeRO-1 under ep: also the packs) and the optimizer's moments. Not the weight cache
+ * shard and the padded reduce-scatter buffer; ZeRO-3: the shard and two units' buffers)
+ * and the optimizer's moments. Not the weight cache
  * (model.h), which the step's memory line adds. */
 void train_state_bytes(const trainer *t, double *params, double *grads, double *optim);
 

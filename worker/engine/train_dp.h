@@ -21,10 +21,12 @@
 #include "comm.h"
 #include "optim.h"
 
-/* ZeRO-1 under expert parallelism (train_dp_ep.c): the dense tensors are packed one after
- * the other and sharded over the dp group, the routed experts' (which differ from one ep
- * rank to the next) packed and sharded over the edp group, the ranks that hold the same
- * experts (not sharded without one). */
+/* ZeRO-1 under expert parallelism (train_dp_ep.c): the dense tensors are numbered one
+ * after the other ("packed") and sharded over the dp group, the routed experts' (which
+ * differ from one ep rank to the next) packed and sharded over the edp group, the ranks
+ * that hold the same experts (not sharded without one). Nothing is copied: each part of
+ * a shard is reduced to its rank and broadcast from it in place in the gradient and
+ * weight buffers; the optimizer state holds the rank's dense shard, then its expert one. */
 typedef struct train_dp_pack {
     comm *group; /* NULL: one rank holds all of it */
     int rank, size;
@@ -32,8 +34,14 @@ typedef struct train_dp_pack {
     size_t chunk;   /* ceil(n / size): one rank's shard, padding included */
     size_t shard_n; /* this rank's (the chunk less padding) */
     size_t state;   /* the shard's first float in the optimizer state */
-    float *flat;    /* (size * chunk) the packed floats, be's memory */
 } train_dp_pack;
+
+/* One collective of the update: floats [offset, + n) of the full buffers, of one shard of
+ * pack `pack` (whose rank is root); adjacent tensors of a pack merged. */
+typedef struct train_dp_piece {
+    size_t offset, n;
+    int pack, root;
+} train_dp_piece;
 
 /* A tensor's place in a pack, and the part of it in this rank's shard. */
 typedef struct train_dp_run {
@@ -75,7 +83,8 @@ typedef struct train_dp {
     train_dp_pack packs[2]; /* ZeRO-1 with experts (above): dense, routed experts */
     train_dp_run *runs;     /* (n_runs) every tensor, in offset order; NULL: not in use */
     size_t n_runs;
-    float *shard;      /* (the packs' chunks) this rank's reduced gradients, the state's layout */
+    train_dp_piece *pieces; /* (n_pieces) the update's collectives, in order */
+    size_t n_pieces;
     int grads_reduced; /* this step's reduction is done already (train_dp_overlap.h): the
                         * next update only divides by the replicas (ZeRO-1: this rank's
                         * shard of the buffer holds the sums) */

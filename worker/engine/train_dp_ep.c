@@ -108,30 +108,60 @@ static void pack_runs(train_dp *d, const optim_segment *all, size_t n_all) {
     }
 }
 
-/* The parts as optimizer segments (state-relative): every one, or those counted. */
+/* The parts as segments of the full buffers (the gradients' sums and their norm stay in
+ * place): every one, or those counted. */
 static size_t pack_segments(const train_dp *d, int counted_only, optim_segment *out) {
     size_t k = 0;
     for (size_t i = 0; i < d->n_runs; i++) {
         const train_dp_run *r = &d->runs[i];
         if (r->part_a == r->part_b || (counted_only && !r->counted)) continue;
-        out[k++] =
-            (optim_segment){.offset = r->part_at, .n = r->part_b - r->part_a, .decay = r->decay};
+        out[k++] = (optim_segment){
+            .offset = r->offset + r->part_a, .n = r->part_b - r->part_a, .decay = r->decay};
     }
     return k;
 }
 
-static int pack_alloc(train_dp *d) {
-    backend *be = d->be;
-    for (int k = 0; k < 2; k++) {
-        train_dp_pack *p = &d->packs[k];
-        p->flat = be->alloc(be, ((size_t)p->size * p->chunk + 1) * sizeof(float));
-        if (p->flat == NULL) return BT_ENOMEM;
+/* Appends the pieces of a span [packed, packed + n) of pack k at full offset off: split
+ * where its group's shards split it, each with the shard's rank as root. */
+static size_t pack_span_pieces(const train_dp *d, int k, size_t off, size_t packed, size_t n,
+                               train_dp_piece *out) {
+    const train_dp_pack *p = &d->packs[k];
+    size_t m = 0;
+    for (size_t lo = packed, end = packed + n; p->group != NULL && lo < end;) {
+        size_t owner = lo / p->chunk, hi = (owner + 1) * p->chunk;
+        hi = hi < end ? hi : end;
+        if (out != NULL)
+            out[m] = (train_dp_piece){
+                .offset = off + (lo - packed), .n = hi - lo, .pack = k, .root = (int)owner};
+        m++, lo = hi;
     }
-    d->shard = be->alloc(be, (d->packs[0].chunk + d->packs[1].chunk + 1) * sizeof(float));
+    return m;
+}
+
+/* The collectives' pieces: runs of adjacent tensors of one pack merged, then split by
+ * owner. Counts them with out NULL. */
+static size_t pack_pieces(const train_dp *d, train_dp_piece *out) {
+    size_t m = 0;
+    for (size_t i = 0; i < d->n_runs;) {
+        const train_dp_run *r = &d->runs[i];
+        size_t j = i + 1, n = r->n;
+        while (j < d->n_runs && d->runs[j].pack == r->pack && d->runs[j].offset == r->offset + n &&
+               d->runs[j].packed == r->packed + n)
+            n += d->runs[j++].n;
+        m += pack_span_pieces(d, r->pack, r->offset, r->packed, n, out ? out + m : NULL);
+        i = j;
+    }
+    return m;
+}
+
+static int pack_alloc(train_dp *d) {
     free(d->segs);
     d->segs = calloc(d->n_runs ? d->n_runs : 1, sizeof *d->segs);
-    if (d->shard == NULL || d->segs == NULL) return BT_ENOMEM;
+    d->n_pieces = pack_pieces(d, NULL);
+    d->pieces = calloc(d->n_pieces ? d->n_pieces : 1, sizeof *d->pieces);
+    if (d->segs == NULL || d->pieces == NULL) return BT_ENOMEM;
     d->n_segs = pack_segments(d, 0, d->segs);
+    pack_pieces(d, d->pieces);
     return 0;
 }
 
@@ -142,7 +172,7 @@ static int pack_init(train_dp *d, const optim_segment *all, size_t n_all, bt_dia
     if (d->runs != NULL) pack_runs(d, all, n_all);
     if (d->runs == NULL || pack_alloc(d) != 0) {
         bt_diag_set(diag,
-                    "out of memory for the ZeRO-1 buffers under expert parallelism "
+                    "out of memory for the ZeRO-1 tables under expert parallelism "
                     "(%zu parameters)",
                     d->n_params);
         return BT_ENOMEM;
@@ -151,9 +181,7 @@ static int pack_init(train_dp *d, const optim_segment *all, size_t n_all, bt_dia
 }
 
 void train_dp_ep_free(train_dp *d) {
-    for (int k = 0; k < 2; k++)
-        if (d->packs[k].flat != NULL) d->be->free(d->be, d->packs[k].flat);
-    if (d->shard != NULL) d->be->free(d->be, d->shard);
+    free(d->pieces);
     free(d->runs);
     free(d->expert);
 }
@@ -195,72 +223,32 @@ int train_dp_ep_part(const train_dp *d, size_t off, uint64_t *a, uint64_t *b, si
 
 /* ZeRO-1: the update --------------------------------------------------------------- */
 
-/* The gradients packed, each pack reduce-scattered into its part of the shard; or, when
- * the backward reduced each part to its rank already (grads_reduced), the parts copied. */
-static int pack_reduce(train_dp *d, const float *grads, bt_diag *diag) {
-    backend *be = d->be;
-    if (d->grads_reduced) {
-        d->grads_reduced = 0;
-        be->zero(be, d->shard, d->packs[0].chunk + d->packs[1].chunk);
-        for (size_t i = 0; i < d->n_runs; i++) {
-            const train_dp_run *r = &d->runs[i];
-            be->copy(be, d->shard + r->part_at, grads + r->offset + r->part_a,
-                     r->part_b - r->part_a);
-        }
-        return 0;
-    }
-    for (size_t i = 0; i < d->n_runs; i++) {
-        const train_dp_run *r = &d->runs[i];
-        be->copy(be, d->packs[r->pack].flat + r->packed, grads + r->offset, r->n);
-    }
-    for (int k = 0; k < 2; k++) {
-        train_dp_pack *p = &d->packs[k];
-        float *mine = d->shard + p->state;
-        be->zero(be, p->flat + p->n, (size_t)p->size * p->chunk - p->n);
-        if (p->chunk == 0) continue;
-        if (p->group == NULL)
-            be->copy(be, mine, p->flat, p->chunk);
-        else if (comm_reduce_scatter(p->group, p->flat, mine, p->chunk, COMM_F32, COMM_SUM, NULL))
-            return ep_fail(p->group, "gradient reduce-scatter", diag);
+/* Each piece of buf reduced to (reduce) or broadcast from (else) the rank whose shard
+ * holds it, over its pack's group, in place. */
+static int pack_collectives(train_dp *d, float *buf, int reduce, bt_diag *diag) {
+    for (size_t i = 0; i < d->n_pieces; i++) {
+        const train_dp_piece *q = &d->pieces[i];
+        comm *g = d->packs[q->pack].group;
+        float *x = buf + q->offset;
+        int rc = reduce ? comm_reduce(g, x, x, q->n, COMM_F32, COMM_SUM, q->root, NULL)
+                        : comm_broadcast(g, x, q->n, COMM_F32, q->root, NULL);
+        if (rc != 0) return ep_fail(g, reduce ? "gradient reduce" : "parameter broadcast", diag);
     }
     return 0;
 }
 
-/* The updated parts gathered from every shard back into the whole parameters. */
-static int pack_gather(train_dp *d, float *params, bt_diag *diag) {
-    backend *be = d->be;
-    for (size_t i = 0; i < d->n_runs; i++) {
-        const train_dp_run *r = &d->runs[i];
-        if (r->part_a < r->part_b)
-            be->copy(be, d->shard + r->part_at, params + r->offset + r->part_a,
-                     r->part_b - r->part_a);
-    }
-    for (int k = 0; k < 2; k++) {
-        train_dp_pack *p = &d->packs[k];
-        if (p->chunk == 0) continue;
-        if (p->group == NULL)
-            be->copy(be, p->flat, d->shard + p->state, p->chunk);
-        else if (comm_allgather(p->group, d->shard + p->state, p->flat, p->chunk, COMM_F32, NULL))
-            return ep_fail(p->group, "parameter all-gather", diag);
-    }
-    for (size_t i = 0; i < d->n_runs; i++) {
-        const train_dp_run *r = &d->runs[i];
-        be->copy(be, params + r->offset, d->packs[r->pack].flat + r->packed, r->n);
-    }
-    return 0;
-}
-
-/* Every shard of both packs is on exactly one rank of the dp group (ep x edp = dp x cp),
- * so the norm's sum of squares adds over it. */
-static int dp_update_sharded_ep(train_dp *d, float *params, const float *grads, optim_adamw *o,
+/* In place: each part of the rank's shards reduced to it (or already, grads_reduced),
+ * updated there, broadcast back. Every shard of both packs is on exactly one rank of the
+ * dp group (ep x edp = dp x cp), so the norm's sum of squares adds over it. */
+static int dp_update_sharded_ep(train_dp *d, float *params, float *grads, optim_adamw *o,
                                 const optim_hparams *hp, double lr, double *norm, bt_diag *diag) {
-    int rc = pack_reduce(d, grads, diag);
-    if (rc != 0) return rc;
-    size_t n = d->packs[0].chunk + d->packs[1].chunk;
-    optim_grad_scale_on(d->be, d->shard, n, 1.0f / (float)d->replicas);
+    int reduced = d->grads_reduced, rc = 0;
+    d->grads_reduced = 0;
+    if (!reduced && (rc = pack_collectives(d, grads, 1, diag)) != 0) return rc;
+    optim_grad_scale_on(d->be, grads, d->n_params, 1.0f / (float)d->replicas);
     double sumsq = d->n_norm_groups
-                       ? optim_segments_sumsq_on(d->be, d->shard, d->norm_segs, d->n_norm_segs)
-                       : optim_segments_sumsq_on(d->be, d->shard, d->segs, d->n_segs);
+                       ? optim_segments_sumsq_on(d->be, grads, d->norm_segs, d->n_norm_segs)
+                       : optim_segments_sumsq_on(d->be, grads, d->segs, d->n_segs);
     if (comm_allreduce(d->group, &sumsq, &sumsq, 1, COMM_F64, COMM_SUM, NULL) != 0)
         return ep_fail(d->group, "grad-norm all-reduce", diag);
     if ((rc = train_dp_norm_add(d, &sumsq, diag)) != 0) return rc;
@@ -270,9 +258,10 @@ static int dp_update_sharded_ep(train_dp *d, float *params, const float *grads, 
     for (size_t i = 0; i < d->n_runs; i++) {
         const train_dp_run *r = &d->runs[i];
         optim_segment part = {.offset = r->part_at, .n = r->part_b - r->part_a, .decay = r->decay};
-        if (part.n > 0) optim_adamw_seg_at(o, &a, params + r->offset + r->part_a, d->shard, &part);
+        size_t at = r->offset + r->part_a;
+        if (part.n > 0) optim_adamw_seg_at(o, &a, params + at, grads + at, &part);
     }
-    return pack_gather(d, params, diag);
+    return pack_collectives(d, params, 0, diag);
 }
 
 int train_dp_update_ep(train_dp *d, float *params, float *grads, const optim_segment *segs,

@@ -242,7 +242,8 @@ static void zero_adamw(train_zero *z, model *m, optim_adamw *o, const optim_hpar
     backend_adamw a;
     if (!optim_adamw_begin(o, &a, hp, lr, norm)) return;
     for (size_t s = 0; s < z->n_segs; s++) /* the parameters are not where the moments are */
-        optim_adamw_seg_at(o, &a, zero_param_at(z, m, s), z->grads, &z->segs[s]);
+        optim_adamw_seg_at(o, &a, zero_param_at(z, m, s), z->grads + z->segs[s].offset,
+                           &z->segs[s]);
 }
 
 int train_zero_update(train_zero *z, train_dp *d, model *m, optim_adamw *o, const optim_hparams *hp,
