@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Context-parallel training reproduces the one-process run at seq_len 256: ring attention
-# over cp2 and cp4 (zigzag split), cp2 with full recomputation, cp2 x dp2 with ZeRO-1,
-# Ulysses over cp2 (with and without full recomputation), tp2 x cp2 and pp2 x cp2, launched by `baton launch`: every step's
+# over cp2 and cp4 (zigzag split), cp2 with full recomputation, cp2 x dp2 with ZeRO-1, 2
+# and 3, cp2 alone with ZeRO-3 (its shards over the cp ranks), Ulysses over cp2 (with
+# and without full recomputation), tp2 x cp2 and pp2 x cp2, launched by `baton launch`: every step's
 # loss and the final parameters agree with `baton-worker --single-process` within 1e-5
 # relative.
 #   check-cp.sh BATON BATON_WORKER SOURCE_DIR [CASE]
@@ -22,6 +23,7 @@ cp_case cp2-full 2 1 1 2 ring-full
 cp_case cp2-dp2-zero1 4 1 1 2 ring-zero1
 cp_case cp2-dp2-zero2 4 1 1 2 ring-zero2
 cp_case cp2-dp2-zero3 4 1 1 2 ring-zero3
+cp_case cp2-zero3 2 1 1 2 ring-zero3 # dp 1: ZeRO-3 shards over the cp ranks alone
 cp_case cp2-ulysses 2 1 1 2 ulysses
 cp_case cp2-ulysses-full 2 1 1 2 ulysses-full
 cp_case tp2-cp2 4 2 1 2 ring

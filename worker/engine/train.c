@@ -192,9 +192,11 @@ static int train_model_init(trainer *t, const train_groups *g, bt_diag *diag) {
     cfg.cp_ulysses = t->spec->stage->parallel->cp_comm == BATON__PARALLEL__CP_COMM__ULYSSES;
     cfg.ep = g->ep ? comm_size(g->ep) : 1;
     cfg.ep_rank = g->ep ? comm_rank(g->ep) : 0;
-    cfg.zero3 = t->spec->stage->parallel->zero == 3 && g->dp && comm_size(g->dp) > 1;
-    comm *dp_group = cfg.cp > 1 ? g->dpcp : g->dp; /* ZeRO-1's, in place (train_dp.h) */
-    if (t->spec->stage->parallel->zero == 1 && dp_group) cfg.param_pad = comm_size(dp_group);
+    /* the gradients' group: the dp x cp block under context parallelism (train_init) */
+    comm *dp_group = cfg.cp > 1 ? g->dpcp : g->dp;
+    int dp_ranks = dp_group ? comm_size(dp_group) : 1, zero = (int)t->spec->stage->parallel->zero;
+    cfg.zero3 = zero == 3 && dp_ranks > 1;   /* as train_zero_init decides: cp2 x dp1 shards too */
+    if (zero == 1) cfg.param_pad = dp_ranks; /* ZeRO-1 in place (train_dp.h) */
     /* ZeRO-3 keeps the weights sharded */
     cfg.weight_cache = !cfg.zero3 && backend_env_switch("BATON_WEIGHT_CACHE", 1);
     if (cfg.ep > 1 && cfg.moe.n_experts % cfg.ep == 0)
