@@ -24,11 +24,6 @@ static size_t dp_shard_segments(const optim_segment *segs, size_t n_segs, size_t
     return k;
 }
 
-size_t train_dp_padded(size_t n, int size) {
-    size_t k = size > 1 ? (size_t)size : 1;
-    return (n + k - 1) / k * k;
-}
-
 int train_dp_init(train_dp *d, backend *be, comm *group, int zero, size_t n_params, size_t n_alloc,
                   const optim_segment *segs, size_t n_segs, bt_diag *diag) {
     memset(d, 0, sizeof *d);

@@ -91,13 +91,12 @@ typedef struct train_dp {
 } train_dp;
 
 /* Sets up for params of n_params floats (be's memory) cut into the given segments, in
- * buffers of n_alloc floats (zero >= 1: at least train_dp_padded(n_params, group size));
- * the shard's segments when zero >= 1. The optimizer state the caller must allocate is
- * train_dp_optim_floats(), on be. */
+ * buffers of n_alloc floats (zero >= 1: at least n_params rounded up to a multiple of the
+ * group's size, the padding zero: model_config.param_pad); the shard's segments when
+ * zero >= 1. The optimizer state the caller must allocate is train_dp_optim_floats(), on
+ * be. */
 int train_dp_init(train_dp *d, backend *be, comm *group, int zero, size_t n_params, size_t n_alloc,
                   const optim_segment *segs, size_t n_segs, bt_diag *diag);
-/* n rounded up to a multiple of size: the floats ZeRO-1's in-place collectives need. */
-size_t train_dp_padded(size_t n, int size);
 void train_dp_free(train_dp *d);
 /* Expert parallelism: segs (of n) are the routed experts' tensors, all (of n_all) every
  * tensor; ep and edp the groups (edp NULL when every holder of an expert is in the ep
