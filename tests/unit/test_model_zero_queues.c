@@ -24,33 +24,21 @@
 #include "cpu_backend.h"
 #include "model.h"
 #include "model_zero.h"
+#include "race.h"
 
 #define SEED 5u
 #define B    2
 #define T    16
-enum { NQ = 1 + MODEL_ZERO_QUEUES, MAX_RECS = 1 << 14 };
-
-typedef struct buf_access {
-    int q, write;
-    uint32_t at;       /* the access's event on its queue */
-    uint32_t seen[NQ]; /* the events of each queue it is ordered after */
-} buf_access;
 
 static struct {
     backend orig; /* the CPU backend's ops */
     char token[MODEL_ZERO_QUEUES];
-    uint32_t vc[NQ][NQ]; /* vc[q][r]: events of r that q's next event follows */
-    float *buf[4];       /* P0, P1, G0, G1 */
     size_t cap;
-    buf_access recs[4][MAX_RECS];
-    int n_recs[4];
-    buf_access last_collective;
-    uint32_t host_waited[NQ]; /* each side queue's events the host has waited for */
-    int races, disorders, unbounded;
     const float *whole; /* the parameters (the "shard" of one rank) */
     float *acc;         /* the gradients accumulated */
     model *m;
 } R;
+static race X;
 
 static int qid(const void *s) {
     for (int q = 0; q < MODEL_ZERO_QUEUES; q++)
@@ -58,91 +46,51 @@ static int qid(const void *s) {
     return 0;
 }
 
-static int buf_of(const float *p) {
-    for (int b = 0; b < 4; b++)
-        if (p >= R.buf[b] && p < R.buf[b] + R.cap) return b;
-    return -1;
-}
-
-static buf_access event_on(int q, int write) {
-    buf_access a = {.q = q, .write = write, .at = ++R.vc[q][q]};
-    memcpy(a.seen, R.vc[q], sizeof a.seen);
-    return a;
-}
-
-/* An buf_access to whatever buffer p lies in (none: not checked). */
-static void touch(int q, const float *p, int write) {
-    int b = buf_of(p);
-    if (b < 0) return;
-    buf_access a = event_on(q, write);
-    for (int i = 0; i < R.n_recs[b]; i++) {
-        const buf_access *e = &R.recs[b][i];
-        if (e->q == q || !(write || e->write) || a.seen[e->q] >= e->at) continue;
-        if (R.races++ < 5)
-            fprintf(stderr, "race on buffer %d: queue %d %s after queue %d %s, unordered\n", b, q,
-                    write ? "writes" : "reads", e->q, e->write ? "wrote" : "read");
-    }
-    if (R.n_recs[b] < MAX_RECS) R.recs[b][R.n_recs[b]++] = a;
-}
-
-/* A collective on queue q: after the group's previous one. */
-static void collective(int q) {
-    buf_access a = event_on(q, 1);
-    const buf_access *e = &R.last_collective;
-    if (e->at > 0 && e->q != q && a.seen[e->q] < e->at && R.disorders++ < 5)
-        fprintf(stderr, "collective on queue %d not ordered after the one on queue %d\n", q, e->q);
-    R.last_collective = a;
-}
-
 static void rec_wait(backend *be, void *waiter, void *waitee) {
     (void)be;
-    int w = qid(waiter), e = qid(waitee);
-    if (w == 0 && e != 0 && R.host_waited[e] < R.vc[e][e] && R.unbounded++ < 5)
-        fprintf(stderr, "the ops' queue waits for side queue %d before the host did\n", e);
-    for (int r = 0; r < NQ; r++)
-        R.vc[w][r] = R.vc[w][r] > R.vc[e][r] ? R.vc[w][r] : R.vc[e][r];
+    race_wait(&X, qid(waiter), qid(waitee));
 }
 
 static void rec_zero(backend *be, float *x, size_t n) {
-    touch(0, x, 1);
+    race_touch(&X, 0, x, n, 1);
     R.orig.zero(be, x, n);
 }
 
 static void rec_matmul_forward(backend *be, float *out, const float *inp, const float *w, int N,
                                int C, int OC, backend_gemm *p, float *scratch) {
-    touch(0, w, 0);
+    race_touch(&X, 0, w, (size_t)OC * C, 0);
     R.orig.matmul_forward(be, out, inp, w, N, C, OC, p, scratch);
 }
 
 static void rec_matmul_backward(backend *be, float *dinp, float *dw, const float *dout,
                                 const float *inp, const float *w, int N, int C, int OC,
                                 backend_gemm *p, float *scratch) {
-    touch(0, w, 0), touch(0, dw, 1);
+    race_touch(&X, 0, w, (size_t)OC * C, 0), race_touch(&X, 0, dw, (size_t)OC * C, 1);
     R.orig.matmul_backward(be, dinp, dw, dout, inp, w, N, C, OC, p, scratch);
 }
 
 static void rec_embedding_forward(backend *be, float *out, const int32_t *tokens, const float *wte,
                                   int N, int C) {
-    touch(0, wte, 0);
+    race_touch(&X, 0, wte, (size_t)C, 0);
     R.orig.embedding_forward(be, out, tokens, wte, N, C);
 }
 
 static void rec_embedding_backward(backend *be, float *dwte, const float *dout,
                                    const int32_t *tokens, int N, int C) {
-    touch(0, dwte, 1);
+    race_touch(&X, 0, dwte, (size_t)C, 1);
     R.orig.embedding_backward(be, dwte, dout, tokens, N, C);
 }
 
 static void rec_rmsnorm_forward(backend *be, float *out, float *rstd, const float *inp,
                                 const float *w, int N, int C, float eps) {
-    touch(0, w, 0);
+    race_touch(&X, 0, w, (size_t)C, 0);
     R.orig.rmsnorm_forward(be, out, rstd, inp, w, N, C, eps);
 }
 
 static void rec_rmsnorm_backward(backend *be, float *dinp, float *dw, const float *dout,
                                  const float *inp, const float *w, const float *rstd, int N,
                                  int C) {
-    touch(0, w, 0), touch(0, dw, 1);
+    race_touch(&X, 0, w, (size_t)C, 0), race_touch(&X, 0, dw, (size_t)C, 1);
     R.orig.rmsnorm_backward(be, dinp, dw, dout, inp, w, rstd, N, C);
 }
 
@@ -151,16 +99,16 @@ static int one_gather(void *ctx, int u, float *params, void *stream) {
     (void)ctx;
     size_t off, n;
     model_unit_range(R.m, u, &off, &n);
-    collective(qid(stream));
-    touch(qid(stream), params, 1);
+    race_collective(&X, qid(stream));
+    race_touch(&X, qid(stream), params, R.cap, 1);
     memcpy(params, R.whole + off, n * sizeof(float));
     return 0;
 }
 
 static int one_reduce(void *ctx, int u, float *grads, void *stream) {
     (void)ctx, (void)u;
-    collective(qid(stream));
-    touch(qid(stream), grads, 1);
+    race_collective(&X, qid(stream));
+    race_touch(&X, qid(stream), grads, R.cap, 1);
     return 0;
 }
 
@@ -168,15 +116,14 @@ static void one_accumulate(void *ctx, int u, const float *grads) {
     (void)ctx;
     size_t off, n;
     model_unit_range(R.m, u, &off, &n);
-    touch(0, grads, 0);
+    race_touch(&X, 0, grads, n, 0);
     for (size_t i = 0; i < n; i++)
         R.acc[off + i] += grads[i];
 }
 
 static int one_wait(void *ctx, void *stream) {
     (void)ctx;
-    int q = qid(stream);
-    R.host_waited[q] = R.vc[q][q];
+    race_host_wait(&X, qid(stream));
     return 0;
 }
 
@@ -237,7 +184,7 @@ static int setup_zero(model *zm, backend *be, const model_config *cfg) {
         return rc;
     }
     for (int i = 0; i < 2; i++)
-        R.buf[i] = zm->zw->buf[i].params, R.buf[2 + i] = zm->zw->buf[i].grads;
+        race_region(&X, zm->zw->buf[i].params, R.cap), race_region(&X, zm->zw->buf[i].grads, R.cap);
     return 0;
 }
 
@@ -257,10 +204,7 @@ static void run(int recompute) {
     backend be, plain;
     record_backend(&be);
     cpu_backend_init(&plain);
-    memset(&R.vc, 0, sizeof R.vc), memset(R.n_recs, 0, sizeof R.n_recs);
-    R.last_collective = (buf_access){0};
-    memset(R.host_waited, 0, sizeof R.host_waited);
-    R.races = R.disorders = R.unbounded = 0;
+    race_reset(&X);
     model_config zc = config(recompute, 1), rc = config(recompute, 0);
     model zm, ref;
     bt_diag d;
@@ -291,17 +235,14 @@ static void run(int recompute) {
     CHECK(model_forward(&zm, tokens, targets, B, T, &lz) == 0);
     CHECK(model_forward(&ref, tokens, targets, B, T, &lr) == 0);
     CHECK(bits_of(lz) == bits_of(lr));
-    CHECK(R.races == 0);
-    CHECK(R.disorders == 0);
-    CHECK(R.unbounded == 0);
-    int accesses = 0;
-    for (int b = 0; b < 4; b++)
-        accesses += R.n_recs[b];
-    CHECK(accesses > 100); /* the recorders saw the passes */
+    CHECK(X.races == 0);
+    CHECK(X.disorders == 0);
+    CHECK(X.unbounded == 0);
+    CHECK(X.accesses > 100); /* the recorders saw the passes */
     printf("recompute %d: %d buffer accesses, %d races, %d collectives out of order, %d waits "
            "without a deadline; after the update loss %.9g (plain model %.9g), gradients within "
            "%.3g\n",
-           recompute, accesses, R.races, R.disorders, R.unbounded, lz, lr, worst);
+           recompute, X.accesses, X.races, X.disorders, X.unbounded, lz, lr, worst);
     free(R.acc);
     model_free(&zm);
     model_free(&ref);
