@@ -183,8 +183,10 @@ static int setup_zero(model *zm, backend *be, const model_config *cfg) {
         fprintf(stderr, "setup: %s\n", d.msg);
         return rc;
     }
-    for (int i = 0; i < 2; i++)
-        race_region(&X, zm->zw->buf[i].params, R.cap), race_region(&X, zm->zw->buf[i].grads, R.cap);
+    for (int i = 0; i < 2; i++) {
+        CHECK(race_region(&X, zm->zw->buf[i].params, R.cap) == 0);
+        CHECK(race_region(&X, zm->zw->buf[i].grads, R.cap) == 0);
+    }
     return 0;
 }
 

@@ -1,0 +1,169 @@
+/* The pipeline's communication queue (pipeline.h), checked without a GPU: pipeline.c runs
+ * its 1F1B schedule with the queue on, over a recording group (comm.h's backend side:
+ * its sends and receives only record their buffers' accesses on the queue they are given,
+ * as NCCL would enqueue them; comm_wait records that the host waited for that queue) and
+ * the CPU backend with recording side queues, for a stage whose callbacks record what a
+ * model's stage reads and writes on the ops' queue (a forward reads its slot's input and
+ * writes its slot's output; a backward reads the gradient of its output and its slot's
+ * activations and writes the gradient of its input, in the same buffer). The race
+ * detector (race.h) then requires every pair of conflicting accesses to be ordered by the
+ * events and host waits pipeline.c makes, and the ops' queue never to wait for the
+ * communication queue by an event. Every stage position of pp 4 (first, middle, last)
+ * with 1, 3 and 8 micro-batches. No data moves: the numbers of this test are the
+ * orderings, not values. Removing the event before a transfer, or the host's wait after
+ * a batch that receives, is caught; the waits before a forward or backward that would
+ * overwrite a buffer still being sent never fire in non-interleaved 1F1B (a receive,
+ * waited for, always comes between), so removing them is not. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "comm.h"
+#include "cpu_backend.h"
+#include "pipeline.h"
+#include "race.h"
+
+#define COUNT     64 /* floats of one boundary activation */
+#define MAX_SLOTS 4
+
+static race X;
+static char queue_token;
+
+static int qid(const void *s) {
+    return s == &queue_token ? 1 : 0;
+}
+
+/* ---- the recording group: rank `stage` of `stages` ---- */
+
+static int rec_p2p(comm *c, const comm_p2p_op *ops, int n, void *stream) {
+    (void)c;
+    int q = qid(stream);
+    race_collective(&X, q);
+    for (int i = 0; i < n; i++)
+        race_touch(&X, q, ops[i].buf, ops[i].count, ops[i].kind == COMM_RECV);
+    if (stream == NULL) race_host_wait(&X, q); /* NULL: complete on return */
+    return 0;
+}
+
+static int rec_wait(comm *c, void *stream) {
+    (void)c;
+    race_host_wait(&X, qid(stream));
+    return 0;
+}
+
+static void rec_nothing(comm *c) {
+    (void)c;
+}
+
+static const comm_ops recorder = {.name = "recorder",
+                                  .streams = 1,
+                                  .p2p = rec_p2p,
+                                  .wait = rec_wait,
+                                  .abort = rec_nothing,
+                                  .destroy = rec_nothing};
+
+/* ---- the backend's side queue ---- */
+
+static void *rec_stream_new(backend *be) {
+    (void)be;
+    return &queue_token;
+}
+
+static void rec_stream_free(backend *be, void *s) {
+    (void)be, (void)s;
+}
+
+static void rec_stream_wait(backend *be, void *waiter, void *waitee) {
+    (void)be;
+    race_wait(&X, qid(waiter), qid(waitee));
+}
+
+/* ---- a stage that records its accesses on the ops' queue ---- */
+
+typedef struct stage {
+    int first, last;
+    float input[MAX_SLOTS][COUNT], output[MAX_SLOTS][COUNT], grad[COUNT];
+    int forwards, backwards;
+} stage;
+
+static int st_forward(void *ctx, int mb, int slot) {
+    stage *s = ctx;
+    (void)mb;
+    if (!s->first) race_touch(&X, 0, s->input[slot], COUNT, 0);
+    if (!s->last) race_touch(&X, 0, s->output[slot], COUNT, 1);
+    s->forwards++;
+    return 0;
+}
+
+static int st_backward(void *ctx, int mb, int slot) {
+    stage *s = ctx;
+    (void)mb;
+    if (!s->last) race_touch(&X, 0, s->grad, COUNT, 0);
+    if (!s->first) race_touch(&X, 0, s->input[slot], COUNT, 0);
+    if (!s->first) race_touch(&X, 0, s->grad, COUNT, 1);
+    s->backwards++;
+    return 0;
+}
+
+static float *st_input(void *ctx, int slot) {
+    return ((stage *)ctx)->input[slot];
+}
+
+static float *st_output(void *ctx, int slot) {
+    return ((stage *)ctx)->output[slot];
+}
+
+static float *st_grad(void *ctx) {
+    return ((stage *)ctx)->grad;
+}
+
+static void run(int stages, int rank, int K) {
+    backend be;
+    cpu_backend_init(&be);
+    be.stream_new = rec_stream_new, be.stream_free = rec_stream_free;
+    be.stream_wait = rec_stream_wait;
+    comm *g = NULL;
+    CHECK(comm_create(&recorder, NULL, rank, stages, NULL, "pp", 1000, &g) == 0);
+    static stage s;
+    memset(&s, 0, sizeof s);
+    s.first = rank == 0, s.last = rank == stages - 1;
+    race_reset(&X);
+    int slots = pipeline_slots(stages, rank, K);
+    for (int k = 0; k < slots; k++) {
+        CHECK(race_region(&X, s.input[k], COUNT) == 0);
+        CHECK(race_region(&X, s.output[k], COUNT) == 0);
+    }
+    CHECK(race_region(&X, s.grad, COUNT) == 0);
+    pipeline p;
+    pipeline_init(&p, g, COUNT);
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(pipeline_set_queue(&p, &be, slots, &d) == 0);
+    CHECK(p.stream == &queue_token); /* the queue is on */
+    pipeline_stage st = {.ctx = &s,
+                         .forward = st_forward,
+                         .backward = st_backward,
+                         .input = st_input,
+                         .output = st_output,
+                         .grad = st_grad};
+    CHECK(pipeline_run_1f1b(&p, K, &st, &d) == 0);
+    CHECK(s.forwards == K && s.backwards == K);
+    CHECK(X.races == 0);
+    CHECK(X.disorders == 0);
+    CHECK(X.unbounded == 0);
+    printf("stage %d of %d, %d micro-batches: %d buffer accesses, %d races, %d transfers out of "
+           "order, %d waits without a deadline\n",
+           rank, stages, K, X.accesses, X.races, X.disorders, X.unbounded);
+    pipeline_free(&p);
+    comm_destroy(g);
+}
+
+int main(void) {
+    static const int ks[] = {1, 3, 8};
+    for (int rank = 0; rank < 4; rank++)
+        for (int i = 0; i < 3; i++)
+            run(4, rank, ks[i]);
+    return check_status();
+}
