@@ -108,4 +108,35 @@ static inline void race_host_wait(race *r, int q) {
         if (w != q) race_merge(r, w, q);
 }
 
+/* A backend with one recording side queue (queue 1): stream_new hands out
+ * race_side_queue, stream_wait records on race_current. For tests that need one. */
+#ifdef BATON_BACKEND_H
+static race *race_current;
+static char race_side_queue;
+
+static inline int race_qid(const void *s) {
+    return s == &race_side_queue ? 1 : 0;
+}
+
+static inline void *race_stream_new(backend *be) {
+    (void)be;
+    return &race_side_queue;
+}
+
+static inline void race_stream_free(backend *be, void *s) {
+    (void)be, (void)s;
+}
+
+static inline void race_stream_wait(backend *be, void *waiter, void *waitee) {
+    (void)be;
+    race_wait(race_current, race_qid(waiter), race_qid(waitee));
+}
+
+static inline void race_side_queue_on(backend *be, race *r) {
+    race_current = r;
+    be->stream_new = race_stream_new, be->stream_free = race_stream_free;
+    be->stream_wait = race_stream_wait;
+}
+#endif
+
 #endif

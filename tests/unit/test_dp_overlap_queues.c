@@ -34,17 +34,12 @@
 
 static race X;
 static backend orig;
-static char queue_token;
-
-static int qid(const void *s) {
-    return s == &queue_token ? 1 : 0;
-}
 
 /* ---- the recording group ---- */
 
 /* A collective on stream's queue reading in (n_in floats) and writing out (n_out). */
 static int record(const void *in, size_t n_in, void *out, size_t n_out, void *stream) {
-    int q = qid(stream);
+    int q = race_qid(stream);
     race_collective(&X, q);
     if (in != NULL && in != out) race_touch(&X, q, in, n_in, 0);
     race_touch(&X, q, out, n_out, 1);
@@ -82,7 +77,7 @@ static int rec_broadcast(comm *c, void *buf, size_t n, comm_dtype t, int root, v
 
 static int rec_wait(comm *c, void *stream) {
     (void)c;
-    race_host_wait(&X, qid(stream));
+    race_host_wait(&X, race_qid(stream));
     return 0;
 }
 
@@ -102,20 +97,6 @@ static const comm_ops recorder = {.name = "recorder",
                                   .destroy = rec_nothing};
 
 /* ---- the backend: a recording side queue and the ops that touch weights, gradients ---- */
-
-static void *rec_stream_new(backend *be) {
-    (void)be;
-    return &queue_token;
-}
-
-static void rec_stream_free(backend *be, void *s) {
-    (void)be, (void)s;
-}
-
-static void rec_stream_wait(backend *be, void *waiter, void *waitee) {
-    (void)be;
-    race_wait(&X, qid(waiter), qid(waitee));
-}
 
 static void rec_zero(backend *be, float *x, size_t n) {
     race_touch(&X, 0, x, n, 1);
@@ -175,8 +156,7 @@ static void rec_rmsnorm_backward(backend *be, float *dinp, float *dw, const floa
 static void record_backend(backend *be) {
     cpu_backend_init(be);
     orig = *be;
-    be->stream_new = rec_stream_new, be->stream_free = rec_stream_free;
-    be->stream_wait = rec_stream_wait;
+    race_side_queue_on(be, &X);
     be->zero = rec_zero, be->add = rec_add, be->copy = rec_copy, be->scale = rec_scale;
     be->sumsq_segs = rec_sumsq_segs, be->adamw = rec_adamw;
     be->matmul_backward = rec_matmul_backward;
@@ -262,7 +242,7 @@ static void run(int zero) {
           0);
     CHECK(train_zero_init(&z, zero, g, &m, segs, n_segs, &d) == 0);
     CHECK(train_dp_overlap_init(&o, &dp, &z, &m, zero, &d) == 0);
-    CHECK(o.on && o.stream == &queue_token); /* overlapped, on the side queue */
+    CHECK(o.on && o.stream == &race_side_queue); /* overlapped, on the side queue */
     CHECK(optim_adamw_init_on(&opt, &be, z.level ? z.n : train_dp_optim_floats(&dp)) == 0);
     CHECK(race_region(&X, m.grads_mem, m.param_alloc) == 0);
     CHECK(race_region(&X, m.params_mem, m.param_alloc) == 0);

@@ -29,17 +29,12 @@
 #define MAX_SLOTS 4
 
 static race X;
-static char queue_token;
-
-static int qid(const void *s) {
-    return s == &queue_token ? 1 : 0;
-}
 
 /* ---- the recording group: rank `stage` of `stages` ---- */
 
 static int rec_p2p(comm *c, const comm_p2p_op *ops, int n, void *stream) {
     (void)c;
-    int q = qid(stream);
+    int q = race_qid(stream);
     race_collective(&X, q);
     for (int i = 0; i < n; i++)
         race_touch(&X, q, ops[i].buf, ops[i].count, ops[i].kind == COMM_RECV);
@@ -49,7 +44,7 @@ static int rec_p2p(comm *c, const comm_p2p_op *ops, int n, void *stream) {
 
 static int rec_wait(comm *c, void *stream) {
     (void)c;
-    race_host_wait(&X, qid(stream));
+    race_host_wait(&X, race_qid(stream));
     return 0;
 }
 
@@ -63,22 +58,6 @@ static const comm_ops recorder = {.name = "recorder",
                                   .wait = rec_wait,
                                   .abort = rec_nothing,
                                   .destroy = rec_nothing};
-
-/* ---- the backend's side queue ---- */
-
-static void *rec_stream_new(backend *be) {
-    (void)be;
-    return &queue_token;
-}
-
-static void rec_stream_free(backend *be, void *s) {
-    (void)be, (void)s;
-}
-
-static void rec_stream_wait(backend *be, void *waiter, void *waitee) {
-    (void)be;
-    race_wait(&X, qid(waiter), qid(waitee));
-}
 
 /* ---- a stage that records its accesses on the ops' queue ---- */
 
@@ -122,8 +101,7 @@ static float *st_grad(void *ctx) {
 static void run(int stages, int rank, int K) {
     backend be;
     cpu_backend_init(&be);
-    be.stream_new = rec_stream_new, be.stream_free = rec_stream_free;
-    be.stream_wait = rec_stream_wait;
+    race_side_queue_on(&be, &X);
     comm *g = NULL;
     CHECK(comm_create(&recorder, NULL, rank, stages, NULL, "pp", 1000, &g) == 0);
     static stage s;
@@ -141,7 +119,7 @@ static void run(int stages, int rank, int K) {
     bt_diag d;
     bt_diag_init(&d);
     CHECK(pipeline_set_queue(&p, &be, slots, &d) == 0);
-    CHECK(p.stream == &queue_token); /* the queue is on */
+    CHECK(p.stream == &race_side_queue); /* the queue is on */
     pipeline_stage st = {.ctx = &s,
                          .forward = st_forward,
                          .backward = st_backward,
