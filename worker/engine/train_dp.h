@@ -21,6 +21,20 @@
 #include "comm.h"
 #include "optim.h"
 
+/* Sharding in equal chunks (rank r's: [r chunk, (r + 1) chunk), the last one cut at n):
+ * rank r's length, and the piece of [lo, end) that one shard holds (its rank in *owner;
+ * returns where the piece ends). */
+static inline size_t train_dp_chunk_len(size_t n, size_t chunk, size_t r) {
+    size_t begin = r * chunk;
+    return begin >= n ? 0 : (n - begin < chunk ? n - begin : chunk);
+}
+
+static inline size_t train_dp_piece_end(size_t lo, size_t end, size_t chunk, int *owner) {
+    size_t r = lo / chunk, hi = (r + 1) * chunk;
+    *owner = (int)r;
+    return hi < end ? hi : end;
+}
+
 /* ZeRO-1 under expert parallelism (train_dp_ep.c): the dense tensors are numbered one
  * after the other ("packed") and sharded over the dp group, the routed experts' (which
  * differ from one ep rank to the next) packed and sharded over the edp group, the ranks

@@ -80,8 +80,7 @@ static void pack_shape(train_dp_pack *p, comm *g, size_t state) {
     p->rank = p->group ? comm_rank(g) : 0;
     p->size = p->group ? comm_size(g) : 1;
     p->chunk = (p->n + (size_t)p->size - 1) / (size_t)p->size;
-    size_t begin = (size_t)p->rank * p->chunk;
-    p->shard_n = begin >= p->n ? 0 : (p->n - begin < p->chunk ? p->n - begin : p->chunk);
+    p->shard_n = train_dp_chunk_len(p->n, p->chunk, (size_t)p->rank);
     p->state = state;
 }
 
@@ -127,13 +126,13 @@ static size_t pack_span_pieces(const train_dp *d, int k, size_t off, size_t pack
                                train_dp_piece *out) {
     const train_dp_pack *p = &d->packs[k];
     size_t m = 0;
-    for (size_t lo = packed, end = packed + n; p->group != NULL && lo < end;) {
-        size_t owner = lo / p->chunk, hi = (owner + 1) * p->chunk;
-        hi = hi < end ? hi : end;
+    for (size_t lo = packed, end = packed + n; p->group != NULL && lo < end; m++) {
+        int owner;
+        size_t hi = train_dp_piece_end(lo, end, p->chunk, &owner);
         if (out != NULL)
             out[m] = (train_dp_piece){
-                .offset = off + (lo - packed), .n = hi - lo, .pack = k, .root = (int)owner};
-        m++, lo = hi;
+                .offset = off + (lo - packed), .n = hi - lo, .pack = k, .root = owner};
+        lo = hi;
     }
     return m;
 }

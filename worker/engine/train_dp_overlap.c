@@ -122,9 +122,9 @@ static void overlap_reduce_to_shards(train_dp_overlap *o, int u, size_t off, siz
     const train_dp *dp = o->dp;
     size_t end = off + n;
     for (size_t lo = off; lo < end && o->rc == 0;) {
-        size_t owner = lo / dp->chunk, hi = (owner + 1) * dp->chunk;
-        hi = hi < end ? hi : end;
-        overlap_reduce_to(o, dp->group, u, o->m->grads_mem + lo, hi - lo, (int)owner);
+        int owner;
+        size_t hi = train_dp_piece_end(lo, end, dp->chunk, &owner);
+        overlap_reduce_to(o, dp->group, u, o->m->grads_mem + lo, hi - lo, owner);
         lo = hi;
     }
 }
@@ -134,9 +134,9 @@ static void overlap_reduce_to_chunks(train_dp_overlap *o, int u) {
     const train_zero *z = o->zero;
     const train_zero_unit *t = &z->units[u];
     for (int r = 0; r < z->size && o->rc == 0; r++) {
-        size_t begin = (size_t)r * t->chunk;
-        size_t len = begin >= t->n ? 0 : (t->n - begin < t->chunk ? t->n - begin : t->chunk);
-        overlap_reduce_to(o, z->group, u, o->m->grads_mem + t->offset + begin, len, r);
+        size_t len = train_dp_chunk_len(t->n, t->chunk, (size_t)r);
+        overlap_reduce_to(o, z->group, u, o->m->grads_mem + t->offset + (size_t)r * t->chunk, len,
+                          r);
     }
 }
 
@@ -149,10 +149,10 @@ static void overlap_reduce_to_packs(train_dp_overlap *o, int u, size_t off, size
         const train_dp_pack *p = &dp->packs[r->pack];
         if (r->offset < off || r->offset >= off + n || p->group == NULL) continue;
         for (size_t lo = r->packed, end = r->packed + r->n; lo < end && o->rc == 0;) {
-            size_t owner = lo / p->chunk, hi = (owner + 1) * p->chunk;
-            hi = hi < end ? hi : end;
-            float *g = o->m->grads_mem + r->offset + (lo - r->packed);
-            overlap_reduce_to(o, p->group, u, g, hi - lo, (int)owner);
+            int owner;
+            size_t hi = train_dp_piece_end(lo, end, p->chunk, &owner);
+            overlap_reduce_to(o, p->group, u, o->m->grads_mem + r->offset + (lo - r->packed),
+                              hi - lo, owner);
             lo = hi;
         }
     }

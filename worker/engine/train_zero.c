@@ -21,8 +21,7 @@ static void zero_units(train_zero *z, const model *m) {
         train_zero_unit *t = &z->units[u];
         model_unit_range(m, u, &t->offset, &t->n);
         t->chunk = (t->n + (size_t)z->size - 1) / (size_t)z->size;
-        size_t begin = (size_t)z->rank * t->chunk;
-        t->len = begin >= t->n ? 0 : (t->n - begin < t->chunk ? t->n - begin : t->chunk);
+        t->len = train_dp_chunk_len(t->n, t->chunk, (size_t)z->rank);
         t->base = base;
         base += t->chunk;
         if (t->chunk * (size_t)z->size > z->cap) z->cap = t->chunk * (size_t)z->size;
