@@ -75,16 +75,6 @@ static int rec_broadcast(comm *c, void *buf, size_t n, comm_dtype t, int root, v
     return record(NULL, 0, buf, n, stream);
 }
 
-static int rec_wait(comm *c, void *stream) {
-    (void)c;
-    race_host_wait(&X, race_qid(stream));
-    return 0;
-}
-
-static void rec_nothing(comm *c) {
-    (void)c;
-}
-
 static const comm_ops recorder = {.name = "recorder",
                                   .streams = 1,
                                   .allreduce = rec_allreduce,
@@ -92,9 +82,9 @@ static const comm_ops recorder = {.name = "recorder",
                                   .reduce_scatter = rec_reduce_scatter,
                                   .allgather = rec_allgather,
                                   .broadcast = rec_broadcast,
-                                  .wait = rec_wait,
-                                  .abort = rec_nothing,
-                                  .destroy = rec_nothing};
+                                  .wait = race_comm_wait,
+                                  .abort = race_comm_nothing,
+                                  .destroy = race_comm_nothing};
 
 /* ---- the backend: a recording side queue and the ops that touch weights, gradients ---- */
 

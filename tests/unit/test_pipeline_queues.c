@@ -42,22 +42,12 @@ static int rec_p2p(comm *c, const comm_p2p_op *ops, int n, void *stream) {
     return 0;
 }
 
-static int rec_wait(comm *c, void *stream) {
-    (void)c;
-    race_host_wait(&X, race_qid(stream));
-    return 0;
-}
-
-static void rec_nothing(comm *c) {
-    (void)c;
-}
-
 static const comm_ops recorder = {.name = "recorder",
                                   .streams = 1,
                                   .p2p = rec_p2p,
-                                  .wait = rec_wait,
-                                  .abort = rec_nothing,
-                                  .destroy = rec_nothing};
+                                  .wait = race_comm_wait,
+                                  .abort = race_comm_nothing,
+                                  .destroy = race_comm_nothing};
 
 /* ---- a stage that records its accesses on the ops' queue ---- */
 
