@@ -109,6 +109,9 @@ static float *moe_logits(int N, int E, int K, int score, const float *bias) {
 /* The MoE routing and permutation ops, each on equal inputs (the CPU's results of the op
  * before): moe_route, moe_assign, moe_score_mean, gather_rows, moe_combine (with and
  * without gate), moe_combine_backward and moe_router_backward. */
+static void test_moe_assign_limit(const char *what, const ipair *tk, int N, int K, int E,
+                                  int capacity);
+
 static void test_moe(int N, int E, int K, int C, int score, int norm_topk, int with_bias,
                      int capacity, double aux_coef) {
     char what[160], w2[240];
@@ -145,8 +148,8 @@ static void test_moe(int N, int E, int K, int C, int score, int norm_topk, int w
     ipair row = ipair_from(garbage, P), tok = ipair_from(garbage, P), slot = ipair_from(garbage, P);
     ipair counts = ipair_from(garbage, nc);
     free(garbage);
-    cpu.moe_assign(&cpu, row.c, tok.c, slot.c, counts.c, tk.c, N, K, E, capacity);
-    gpu.moe_assign(&gpu, row.g, tok.g, slot.g, counts.g, tk.g, N, K, E, capacity);
+    cpu.moe_assign(&cpu, row.c, tok.c, slot.c, counts.c, tk.c, N, K, E, capacity, NULL);
+    gpu.moe_assign(&gpu, row.g, tok.g, slot.g, counts.g, tk.g, N, K, E, capacity, NULL);
     snprintf(w2, sizeof w2, "%s assign row", what);
     compare_ints(w2, row.c, row.g, P);
     snprintf(w2, sizeof w2, "%s assign tok", what);
@@ -164,6 +167,7 @@ static void test_moe(int N, int E, int K, int C, int score, int norm_topk, int w
     }
     free(hcounts);
     check_sync(what);
+    test_moe_assign_limit(what, &tk, N, K, E, capacity);
 
     /* moe_score_mean: the same double sum in the same order, bit for bit */
     pair s2 = pair_from_cpu(scores.c, NE), ss2 = pair_from_cpu(ssum.c, N);
@@ -211,12 +215,14 @@ static void test_moe(int N, int E, int K, int C, int score, int norm_topk, int w
     /* the router's backward on the CPU's scores, topk, gate and counts, a random dgate */
     pair dg = pair_rand(P, 1.0f), dl = pair_rand(NE, 1.0f);
     ipair tk3 = ipair_from_cpu(topk.c, P), routed = ipair_from_cpu(counts.c, (size_t)E);
-    cpu.moe_router_backward(&cpu, dl.c, s2.c, ss2.c, tk3.c, g2.c, dg.c, routed.c, N, E, K, score,
-                            norm_topk, aux_coef);
-    gpu.moe_router_backward(&gpu, dl.g, s2.g, ss2.g, tk3.g, g2.g, dg.g, routed.g, N, E, K, score,
-                            norm_topk, aux_coef);
-    snprintf(w2, sizeof w2, "%s router_backward dl", what);
-    compare_pair_bits(w2, &dl);
+    for (int n_aux = N; n_aux <= 3 * N; n_aux += 2 * N) { /* 3N: a third of the sequence */
+        cpu.moe_router_backward(&cpu, dl.c, s2.c, ss2.c, tk3.c, g2.c, dg.c, routed.c, N, n_aux, E,
+                                K, score, norm_topk, aux_coef);
+        gpu.moe_router_backward(&gpu, dl.g, s2.g, ss2.g, tk3.g, g2.g, dg.g, routed.g, N, n_aux, E,
+                                K, score, norm_topk, aux_coef);
+        snprintf(w2, sizeof w2, "%s router_backward dl (n_aux %d)", what, n_aux);
+        compare_pair_bits(w2, &dl);
+    }
     check_sync(what);
 
     pair_free(&scores), pair_free(&ssum), pair_free(&gate), pair_free(&bias), pair_free(&s2);
@@ -226,6 +232,42 @@ static void test_moe(int N, int E, int K, int C, int score, int norm_topk, int w
     ipair_free(&topk), ipair_free(&tk), ipair_free(&row), ipair_free(&tok), ipair_free(&slot);
     ipair_free(&counts), ipair_free(&tk2), ipair_free(&row2), ipair_free(&slot2);
     ipair_free(&tk3), ipair_free(&routed);
+}
+
+/* moe_assign with per-expert limits (context parallelism's shares of a capacity): the
+ * same on both backends, and kept[e] = min(routed[e], limit[e]) whatever the capacity. */
+static void test_moe_assign_limit(const char *what, const ipair *tk, int N, int K, int E,
+                                  int capacity) {
+    size_t P = (size_t)N * K, nc = 3 * (size_t)E + 1;
+    int32_t *h = calloc(P > nc ? P : nc, sizeof *h);
+    for (int e = 0; e < E; e++)
+        h[e] = (e * 7) % 5 == 4 ? 1 << 30 : (e * 7) % 5 * N * K / (2 * E);
+    ipair limit = ipair_from(h, (size_t)E);
+    memset(h, 0, (P > nc ? P : nc) * sizeof *h);
+    ipair row = ipair_from(h, P), tok = ipair_from(h, P), slot = ipair_from(h, P);
+    ipair counts = ipair_from(h, nc);
+    cpu.moe_assign(&cpu, row.c, tok.c, slot.c, counts.c, tk->c, N, K, E, capacity, limit.c);
+    gpu.moe_assign(&gpu, row.g, tok.g, slot.g, counts.g, tk->g, N, K, E, capacity, limit.g);
+    char w2[240];
+    snprintf(w2, sizeof w2, "%s assign limit row", what);
+    compare_ints(w2, row.c, row.g, P);
+    snprintf(w2, sizeof w2, "%s assign limit tok, slot", what);
+    compare_ints(w2, tok.c, tok.g, P);
+    compare_ints(w2, slot.c, slot.g, P);
+    snprintf(w2, sizeof w2, "%s assign limit counts", what);
+    compare_ints(w2, counts.c, counts.g, nc);
+    int32_t *hc = ints_back(&cpu, counts.c, nc), *hl = ints_back(&cpu, limit.c, (size_t)E);
+    for (int e = 0; e < E; e++)
+        if (hc[E + e] != (hc[e] < hl[e] ? hc[e] : hl[e])) {
+            fprintf(stderr, "FAIL %s: expert %d kept %d of %d under limit %d\n", what, e, hc[E + e],
+                    hc[e], hl[e]);
+            failures++;
+            break;
+        }
+    free(hc), free(hl), free(h);
+    ipair_free(&limit), ipair_free(&row), ipair_free(&tok), ipair_free(&slot);
+    ipair_free(&counts);
+    check_sync(what);
 }
 
 void test_moe_all(void) {

@@ -62,7 +62,7 @@ void cpu_moe_route(backend *be, float *scores, float *ssum, int32_t *topk, float
 }
 
 void cpu_moe_assign(backend *be, int32_t *row, int32_t *tok, int32_t *slot, int32_t *counts,
-                    const int32_t *topk, int N, int K, int E, int capacity) {
+                    const int32_t *topk, int N, int K, int E, int capacity, const int32_t *limit) {
     (void)be;
     int32_t *routed = counts, *kept = counts + E, *offset = counts + 2 * E;
     memset(counts, 0, (size_t)(3 * E + 1) * sizeof *counts);
@@ -70,7 +70,7 @@ void cpu_moe_assign(backend *be, int32_t *row, int32_t *tok, int32_t *slot, int3
     for (size_t p = 0; p < P; p++) {
         int e = topk[p];
         routed[e]++;
-        if (capacity == 0 || kept[e] < capacity) kept[e]++;
+        if (limit != NULL ? kept[e] < limit[e] : capacity == 0 || kept[e] < capacity) kept[e]++;
     }
     for (int e = 0; e < E; e++)
         offset[e + 1] = offset[e] + kept[e];
@@ -172,13 +172,13 @@ static void router_dlogits(const float *s, int E, int score, float *d) {
 
 void cpu_moe_router_backward(backend *be, float *dl, const float *scores, const float *ssum,
                              const int32_t *topk, const float *gate, const float *dgate,
-                             const int32_t *routed, int N, int E, int K, int score, int norm_topk,
-                             double aux_coef) {
+                             const int32_t *routed, int N, int n_aux, int E, int K, int score,
+                             int norm_topk, double aux_coef) {
     (void)be;
     float dp[MOE_MAX_EXPERTS];
     for (int e = 0; e < E; e++) {
-        float f = (float)((double)routed[e] / ((double)N * K));
-        dp[e] = (float)(aux_coef * E * f / N);
+        float f = (float)((double)routed[e] / ((double)n_aux * K));
+        dp[e] = (float)(aux_coef * E * f / n_aux);
     }
     for (int n = 0; n < N; n++) {
         const float *s = scores + (size_t)n * E;

@@ -235,7 +235,7 @@ void cuda_vocab_ce_backward(backend *be, float *dlogits, const float *logits, co
 void cuda_moe_route(backend *be, float *scores, float *ssum, int32_t *topk, float *gate,
                     const float *bias, int N, int E, int K, int score, int norm_topk);
 void cuda_moe_assign(backend *be, int32_t *row, int32_t *tok, int32_t *slot, int32_t *counts,
-                     const int32_t *topk, int N, int K, int E, int capacity);
+                     const int32_t *topk, int N, int K, int E, int capacity, const int32_t *limit);
 void cuda_moe_score_mean(backend *be, float *pmean, const float *scores, const float *ssum, int N,
                          int E);
 void cuda_gather_rows(backend *be, float *dst, const float *src, const int32_t *idx, int M, int C);
@@ -246,7 +246,7 @@ void cuda_moe_combine_backward(backend *be, float *dout, float *dgate, const flo
                                const int32_t *slot, int M, int K, int C);
 void cuda_moe_router_backward(backend *be, float *dl, const float *scores, const float *ssum,
                               const int32_t *topk, const float *gate, const float *dgate,
-                              const int32_t *routed, int N, int E, int K, int score, int norm_topk,
-                              double aux_coef);
+                              const int32_t *routed, int N, int n_aux, int E, int K, int score,
+                              int norm_topk, double aux_coef);
 
 #endif

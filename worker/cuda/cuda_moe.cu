@@ -143,8 +143,8 @@ __global__ void moe_assign_count_kernel(int32_t *chunk, const int32_t *topk, siz
     if (e < E) chunk[(size_t)blockIdx.x * E + e] = cnt;
 }
 
-__global__ void moe_assign_scan_kernel(int32_t *chunk, int32_t *counts, int G, int E,
-                                       int capacity) {
+__global__ void moe_assign_scan_kernel(int32_t *chunk, int32_t *counts, int G, int E, int capacity,
+                                       const int32_t *limit) {
     __shared__ int32_t offset[CUDA_MOE_EXPERTS + 1];
     const int e = threadIdx.x;
     int32_t routed = 0, kept = 0;
@@ -154,7 +154,8 @@ __global__ void moe_assign_scan_kernel(int32_t *chunk, int32_t *counts, int G, i
             chunk[(size_t)g * E + e] = routed;
             routed += c;
         }
-        kept = capacity == 0 || routed < capacity ? routed : capacity;
+        int32_t cap = limit != NULL ? limit[e] : capacity == 0 ? routed : capacity;
+        kept = routed < cap ? routed : cap;
         counts[e] = routed;
         counts[E + e] = kept;
         offset[e + 1] = kept;
@@ -253,15 +254,15 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 __global__ void __launch_bounds__(MOE_WARPS * 32)
     moe_router_backward_kernel(float *dl, const float *scores, const float *ssum,
                                const int32_t *topk, const float *gate, const float *dgate,
-                               const int32_t *routed, int N, int E, int K, int score, int norm_topk,
-                               double aux_coef) {
+                               const int32_t *routed, int N, int n_aux, int E, int K, int score,
+                               int norm_topk, double aux_coef) {
     __shared__ float dp[MOE_MAX_EXPERTS];
     __shared__ float shbuf[MOE_WARPS][MOE_MAX_EXPERTS];
     const int aux = aux_coef != 0.0;
     if (aux)
         for (int e = threadIdx.x; e < E; e += blockDim.x) {
-            float f = (float)((double)routed[e] / ((double)N * K));
-            dp[e] = (float)(aux_coef * E * f / N);
+            float f = (float)((double)routed[e] / ((double)n_aux * K));
+            dp[e] = (float)(aux_coef * E * f / n_aux);
         }
     __syncthreads();
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -356,7 +357,7 @@ void cuda_moe_route(backend *be, float *scores, float *ssum, int32_t *topk, floa
 }
 
 void cuda_moe_assign(backend *be, int32_t *row, int32_t *tok, int32_t *slot, int32_t *counts,
-                     const int32_t *topk, int N, int K, int E, int capacity) {
+                     const int32_t *topk, int N, int K, int E, int capacity, const int32_t *limit) {
     cuda_ctx *c = cuda_ctx_of(be);
     if (!moe_shape_ok(c, "moe_assign", E, K)) return;
     /* N 0 still writes the counts: all zero, offset 0 (one empty chunk). */
@@ -364,7 +365,8 @@ void cuda_moe_assign(backend *be, int32_t *row, int32_t *tok, int32_t *slot, int
     CH = CH < CUDA_MOE_CHUNK_MIN ? CUDA_MOE_CHUNK_MIN : CH;
     int G = P ? (int)((P + CH - 1) / CH) : 1, threads = (E + 31) / 32 * 32;
     moe_assign_count_kernel<<<G, threads, 0, c->stream>>>(c->moe_chunk, topk, P, CH, E);
-    moe_assign_scan_kernel<<<1, threads, 0, c->stream>>>(c->moe_chunk, counts, G, E, capacity);
+    moe_assign_scan_kernel<<<1, threads, 0, c->stream>>>(c->moe_chunk, counts, G, E, capacity,
+                                                         limit);
     moe_assign_place_kernel<<<G, threads, 0, c->stream>>>(row, tok, slot, counts, c->moe_chunk,
                                                           topk, P, CH, K, E);
     CUDA_LAUNCHED(c, "moe_assign kernels");
@@ -409,11 +411,11 @@ void cuda_moe_combine_backward(backend *be, float *dout, float *dgate, const flo
 
 void cuda_moe_router_backward(backend *be, float *dl, const float *scores, const float *ssum,
                               const int32_t *topk, const float *gate, const float *dgate,
-                              const int32_t *routed, int N, int E, int K, int score, int norm_topk,
-                              double aux_coef) {
+                              const int32_t *routed, int N, int n_aux, int E, int K, int score,
+                              int norm_topk, double aux_coef) {
     cuda_ctx *c = cuda_ctx_of(be);
     if (N == 0 || !moe_shape_ok(c, "moe_router_backward", E, K)) return;
     moe_router_backward_kernel<<<(N + MOE_WARPS - 1) / MOE_WARPS, MOE_WARPS * 32, 0, c->stream>>>(
-        dl, scores, ssum, topk, gate, dgate, routed, N, E, K, score, norm_topk, aux_coef);
+        dl, scores, ssum, topk, gate, dgate, routed, N, n_aux, E, K, score, norm_topk, aux_coef);
     CUDA_LAUNCHED(c, "moe_router_backward_kernel");
 }

@@ -316,9 +316,12 @@ struct backend {
      * offset[e + 1] = offset[e] + kept[e]. A pair is kept when fewer than capacity pairs
      * with a lower p selected its expert; the i-th kept pair of expert e (in p order) gets
      * row[p] = offset[e] + i, tok[r] = n, slot[r] = j for that r; a dropped pair gets
-     * row[p] = -1. row (N K); tok, slot (N K), written at rows < offset[E] only. */
+     * row[p] = -1. row (N K); tok, slot (N K), written at rows < offset[E] only. limit
+     * (E) or NULL: with it kept[e] = min(routed[e], limit[e]) and capacity is ignored (a
+     * per-expert share of a capacity counted over more tokens than these, moe_dev.c). */
     void (*moe_assign)(backend *be, int32_t *row, int32_t *tok, int32_t *slot, int32_t *counts,
-                       const int32_t *topk, int N, int K, int E, int capacity);
+                       const int32_t *topk, int N, int K, int E, int capacity,
+                       const int32_t *limit);
     /* pmean (E) = (float)(P / N), P = the double sum in n order of the floats
      * s[n][e] / ssum[n] (the aux loss's P_e). */
     void (*moe_score_mean)(backend *be, float *pmean, const float *scores, const float *ssum, int N,
@@ -341,15 +344,17 @@ struct backend {
      * backward): ds = 0; through the combine weights ds[topk[j]] += dgate[j] (norm_topk:
      * += (dgate[j] - dot) / sum, sum = float sum of s[topk[j]] and dot = float sum of
      * dgate[j] gate[j], both in j order); with aux_coef != 0, f_e = (float)(routed[e] /
-     * (double)(N K)), dp_e = (float)(((aux_coef * E) * f_e) / N) (in double), dot = float
+     * (double)(Na K)), dp_e = (float)(((aux_coef * E) * f_e) / Na) (in double), dot = float
      * sum in e order of dp_e * (s_e / ssum[n]), ds[e] += (dp_e - dot) / ssum[n]; then
      * sigmoid: dl = ds * (s * (1 - s)); softmax: dl = s * (ds - dot2), dot2 = the float sum
-     * in e order of ds * s. Float operations as bracketed, no fused multiply-add. routed:
-     * the counts of moe_assign (E). Topk entries must lie in [0, E), 1 <= K <= E <= 512
-     * (a backend may record BT_EINVAL for sync to report otherwise). */
+     * in e order of ds * s. Float operations as bracketed, no fused multiply-add. routed
+     * (E): the pairs per expert among the Na = n_aux tokens the aux loss's means run over:
+     * the counts of moe_assign with Na = N, or (context parallelism) those of the whole
+     * sequences these N tokens are a part of. Topk entries must lie in [0, E),
+     * 1 <= K <= E <= 512 (a backend may record BT_EINVAL for sync to report otherwise). */
     void (*moe_router_backward)(backend *be, float *dl, const float *scores, const float *ssum,
                                 const int32_t *topk, const float *gate, const float *dgate,
-                                const int32_t *routed, int N, int E, int K, int score,
+                                const int32_t *routed, int N, int n_aux, int E, int K, int score,
                                 int norm_topk, double aux_coef);
 };
 

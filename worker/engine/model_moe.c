@@ -56,6 +56,8 @@ static int moe_init_caches(model *m, comm *ep_group) {
      * scaling); the router's in float32. */
     backend_prec p = m->cfg.prec == BACKEND_PREC_FP8 ? BACKEND_PREC_BF16 : m->cfg.prec;
     int rc = moe_dev_scratch_init(mo->scratch, m->be, &m->cfg.moe, max_tokens, ep, p);
+    if (rc == 0)
+        rc = moe_dev_scratch_set_cp(mo->scratch, &m->cfg.moe, m->cp_group, m->max_T, max_tokens);
     for (size_t i = 0; i < n && rc == 0; i++)
         rc = moe_dev_cache_init(&mo->caches[i], m->be, &m->cfg.moe, max_tokens, mo->scratch,
                                 ep_group);

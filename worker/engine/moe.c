@@ -172,7 +172,7 @@ static void assign(const moe_config *c, int N, moe_cache *m, moe_stats *st) {
     memset(st, 0, sizeof *st);
     st->n_tokens = N;
     if (c->capacity_factor > 0.0) st->capacity = (int)ceil(c->capacity_factor * (double)N * K / E);
-    cpu_moe_assign(NULL, m->row, m->tok, m->slot, m->counts, m->topk, N, K, E, st->capacity);
+    cpu_moe_assign(NULL, m->row, m->tok, m->slot, m->counts, m->topk, N, K, E, st->capacity, NULL);
     for (int e = 0; e < E; e++) {
         st->routed[e] = m->counts[e], st->kept[e] = m->counts[E + e];
         st->dropped += st->routed[e] - st->kept[e];
@@ -292,7 +292,7 @@ static void router_backward(const moe_config *c, const moe_weights *w, moe_cache
                             moe_weights *gr) {
     int N = m->n, E = c->n_experts;
     cpu_moe_router_backward(NULL, m->dl, m->scores, m->ssum, m->topk, m->gate, m->dgate, m->counts,
-                            N, E, c->top_k, c->score, c->norm_topk, c->aux_loss_coef);
+                            N, N, E, c->top_k, c->score, c->norm_topk, c->aux_loss_coef);
     gemm_tn_acc(gr->router, m->dl, m->x, N, c->dim, E);
     gemm_nn(dx, m->dl, w->router, N, c->dim, E, 1.0f);
 }

@@ -61,7 +61,23 @@ int moe_dev_scratch_init(moe_dev_scratch *s, backend *be, const moe_config *c, i
 
 void moe_dev_scratch_free(moe_dev_scratch *s) {
     if (s->fbuf) s->be->free(s->be, s->fbuf);
+    free(s->cp_topk);
+    free(s->cp_count);
+    free(s->cp_limit);
     memset(s, 0, sizeof *s);
+}
+
+int moe_dev_scratch_set_cp(moe_dev_scratch *s, const moe_config *c, comm *cp, int T,
+                           int max_tokens) {
+    if (cp == NULL || comm_size(cp) < 2) return 0;
+    if (s->cp != NULL || T < 2 || T % 2 != 0 || max_tokens < T) return BT_EINVAL;
+    size_t E = (size_t)c->n_experts, B = (size_t)(max_tokens / T), P = (size_t)comm_size(cp);
+    s->cp_topk = malloc((size_t)max_tokens * c->top_k * sizeof *s->cp_topk);
+    s->cp_count = malloc(P * 2 * B * E * sizeof *s->cp_count);
+    s->cp_limit = malloc(2 * E * sizeof *s->cp_limit);
+    if (s->cp_topk == NULL || s->cp_count == NULL || s->cp_limit == NULL) return BT_ENOMEM;
+    s->cp = cp, s->cp_T = T;
+    return 0;
 }
 
 /* Carves m's buffers (or only counts them); returns the floats, *ni the 4-byte integers. */
@@ -91,6 +107,7 @@ static size_t cache_carve(moe_dev_cache *m, const moe_config *c, size_t *ni) {
     TAKE_I(slot, N * K);
     TAKE_I(counts, 3 * E + 1);
     m->pmean = i ? (float *)(i + io) : NULL, io += E;
+    TAKE_I(limit, 2 * E);
 #undef TAKE_F
 #undef TAKE_I
     *ni = io;
@@ -208,10 +225,13 @@ static int capacity_of(const moe_config *c, int N) {
 static int read_stats(const moe_config *c, int N, const moe_dev_cache *m, moe_stats *st) {
     int E = c->n_experts, K = c->top_k;
     const int32_t *routed = m->host, *kept = m->host + E, *offset = m->host + 2 * E;
+    /* The aux loss's f_e over its n_aux tokens; P_e is this rank's share of theirs. */
+    const int32_t *aux_routed = m->n_aux != N ? m->scratch->cp_limit + E : routed;
+    double share = (double)N / m->n_aux;
     float pmean[MOE_MAX_EXPERTS];
     memcpy(pmean, m->host + 3 * E + 1, (size_t)E * sizeof(float));
     memset(st, 0, sizeof *st);
-    st->n_tokens = N, st->capacity = capacity_of(c, N);
+    st->n_tokens = N, st->capacity = capacity_of(c, m->n_aux);
     long total = 0;
     double aux = 0.0;
     if (offset[0] != 0) return BT_EIO;
@@ -221,7 +241,7 @@ static int read_stats(const moe_config *c, int N, const moe_dev_cache *m, moe_st
         st->routed[e] = routed[e], st->kept[e] = kept[e];
         st->dropped += routed[e] - kept[e];
         total += routed[e];
-        aux += (float)((double)routed[e] / ((double)N * K)) * (double)pmean[e];
+        aux += (float)((double)aux_routed[e] / ((double)m->n_aux * K)) * (double)pmean[e] * share;
     }
     if (total != (long)N * K) return BT_EIO;
     st->aux_loss = c->aux_loss_coef == 0.0 ? 0.0 : c->aux_loss_coef * E * aux;
@@ -304,6 +324,55 @@ static void combine_forward(const moe_config *c, const moe_weights *w, int N, mo
     be->moe_combine(be, y, m->out, m->gate, m->row, N, c->top_k, (int)C);
 }
 
+/* This rank's pairs per expert in each of its chunks (local sequence b, half h at
+ * [(2 b + h) E]), from the selections read back, into its block of s->cp_count. */
+static int cp_count_local(const moe_config *c, int N, moe_dev_cache *m, int32_t *local) {
+    moe_dev_scratch *s = m->scratch;
+    int E = c->n_experts, K = c->top_k, T = s->cp_T;
+    m->be->to_host(m->be, s->cp_topk, m->topk, (size_t)N * K * sizeof *s->cp_topk);
+    memset(local, 0, (size_t)2 * (N / T) * E * sizeof *local);
+    for (int n = 0; n < N; n++) {
+        int32_t *cnt = local + (size_t)(2 * (n / T) + (n % T >= T / 2)) * E;
+        for (int j = 0; j < K; j++) {
+            int e = s->cp_topk[(size_t)n * K + j];
+            if (e < 0 || e >= E) return BT_EIO; /* a failed device */
+            cnt[e]++;
+        }
+    }
+    return 0;
+}
+
+/* Context parallelism: every rank's chunk counts gathered; walking the chunks in the
+ * one-process order (sequence b, chunk g of 2 cp, held by rank g or 2 cp - 1 - g),
+ * limit[e] = the pairs of e kept in this rank's chunks (each chunk keeps what the
+ * capacity leaves after the pairs before it) and routed[e] = all of e's pairs, both
+ * copied into m->limit; the aux loss then counts the whole sequences. */
+static int cp_limits(const moe_config *c, int N, moe_dev_cache *m) {
+    moe_dev_scratch *s = m->scratch;
+    int E = c->n_experts, P = comm_size(s->cp), q = comm_rank(s->cp), B = N / s->cp_T;
+    size_t per = (size_t)2 * B * E;
+    int rc = cp_count_local(c, N, m, s->cp_count + (size_t)q * per);
+    if (rc != 0) return rc;
+    if (comm_allgather(s->cp, s->cp_count + (size_t)q * per, s->cp_count, per * sizeof(int32_t),
+                       COMM_BYTE, NULL) != 0)
+        return BT_EIO;
+    int cap = capacity_of(c, N * P);
+    int32_t *limit = s->cp_limit, *routed = s->cp_limit + E;
+    memset(s->cp_limit, 0, 2 * (size_t)E * sizeof *s->cp_limit);
+    for (int i = 0; i < 2 * P * B; i++) {
+        int b = i / (2 * P), g = i % (2 * P), h = g >= P, r = h ? 2 * P - 1 - g : g;
+        const int32_t *cnt = s->cp_count + (size_t)r * per + (size_t)(2 * b + h) * E;
+        for (int e = 0; e < E; e++) {
+            int room = cap == 0 ? cnt[e] : cap - routed[e];
+            if (r == q) limit[e] += room < 0 ? 0 : room < cnt[e] ? room : cnt[e];
+            routed[e] += cnt[e];
+        }
+    }
+    m->be->from_host(m->be, m->limit, s->cp_limit, 2 * (size_t)E * sizeof *s->cp_limit);
+    m->aux_routed = m->limit + E, m->n_aux = N * P;
+    return 0;
+}
+
 /* Router GEMM, routing, capacity and the counts on the host. */
 static int route(const moe_config *c, const moe_weights *w, const float *bias, int N,
                  moe_dev_cache *m, moe_stats *st) {
@@ -311,7 +380,15 @@ static int route(const moe_config *c, const moe_weights *w, const float *bias, i
     int C = c->dim, E = c->n_experts, K = c->top_k;
     be->matmul_forward(be, m->scores, m->x, w->router, N, C, E, NULL, m->scratch->gemm);
     be->moe_route(be, m->scores, m->ssum, m->topk, m->gate, bias, N, E, K, c->score, c->norm_topk);
-    be->moe_assign(be, m->row, m->tok, m->slot, m->counts, m->topk, N, K, E, capacity_of(c, N));
+    m->aux_routed = m->counts, m->n_aux = N;
+    const int32_t *limit = NULL;
+    if (m->scratch->cp != NULL && (c->capacity_factor > 0.0 || c->aux_loss_coef != 0.0)) {
+        int rc = N % m->scratch->cp_T == 0 ? cp_limits(c, N, m) : BT_EINVAL;
+        if (rc != 0) return rc;
+        limit = c->capacity_factor > 0.0 ? m->limit : NULL;
+    }
+    be->moe_assign(be, m->row, m->tok, m->slot, m->counts, m->topk, N, K, E, capacity_of(c, N),
+                   limit);
     if (c->aux_loss_coef != 0.0)
         be->moe_score_mean(be, m->pmean, m->scores, m->ssum, N, E);
     else
@@ -419,8 +496,9 @@ int moe_dev_backward(const moe_config *c, const moe_weights *w, moe_dev_cache *m
     be->zero(be, dx, (size_t)N * C);
     be->moe_combine(be, dx, s->dxg, NULL, m->row, N, K, C);
     shared_backward(c, w, m, dy, dx, grads);
-    be->moe_router_backward(be, s->dl, m->scores, m->ssum, m->topk, m->gate, s->dgate, m->counts, N,
-                            E, K, c->score, c->norm_topk, c->aux_loss_coef);
+    be->moe_router_backward(be, s->dl, m->scores, m->ssum, m->topk, m->gate, s->dgate,
+                            m->aux_routed, N, m->n_aux, E, K, c->score, c->norm_topk,
+                            c->aux_loss_coef);
     be->matmul_backward(be, s->tmp, grads->router, s->dl, m->x, w->router, N, C, E, NULL, s->gemm);
     be->add(be, dx, dx, s->tmp, (size_t)N * C);
     return 0;

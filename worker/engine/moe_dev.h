@@ -20,6 +20,18 @@
  * gradients and return the input gradients. Capacity dropping and the aux loss stay per
  * rank, over its own tokens, as in one process per micro-batch.
  *
+ * Context parallelism (moe_dev_scratch_set_cp): a rank's tokens are two chunks of each of
+ * its micro-batch's sequences (model_cp.h's zigzag split), yet the capacity and the aux
+ * loss count the whole sequences, as one process does. With a capacity or an aux loss,
+ * the forward reads the selections back (a second host synchronization), counts each
+ * chunk's pairs per expert and all-gathers those counts over the cp group; from them
+ * every rank knows how many pairs of each expert come before each of its chunks in the
+ * one-process order, hence how many of its own pairs are kept (a prefix of them, in
+ * token order: moe_assign's limit), and the whole sequences' routed counts that the aux
+ * loss's f_e and its gradient use. Each rank's aux loss is its tokens' share (its P_e
+ * sums over the whole sequences' token count), so the shares add up to the one-process
+ * value over the group, as the language-model loss does.
+ *
  * Results equal moe.c's within float rounding (the GEMMs' summation order differs); on
  * the CPU backend the routing is moe.c's bit for bit. Deterministic like every backend
  * op. Every float and int32 pointer below is the backend's device memory unless said. */
@@ -50,6 +62,13 @@ typedef struct moe_dev_scratch {
     float *dl;         /* (N, E) router logit gradients */
     float *dgate;      /* (N K) */
     float *gemm;       /* matmul scratch (float32: none on either backend) */
+    /* Context parallelism (moe_dev_scratch_set_cp); cp NULL: none. Host memory. */
+    comm *cp;          /* the cp group (borrowed) */
+    int cp_T;          /* local rows per sequence (two chunks of cp_T / 2) */
+    int32_t *cp_topk;  /* (max_tokens K) the selections read back */
+    int32_t *cp_count; /* (cp, 2 B, E) every rank's pairs per chunk and expert,
+                        * B = max_tokens / cp_T sequences */
+    int32_t *cp_limit; /* (2E) the limit and routed counts copied to a cache's limit */
 } moe_dev_scratch;
 
 /* One layer's experts' converted weights, kept from one micro-batch to the next
@@ -76,8 +95,12 @@ typedef struct moe_dev_cache {
     float *xr;       /* (Rx, C) under ep: the rows received for the experts here */
     float *h13, *hs; /* (Rx, 2F), (Rx, F) expert activations, in the experts' rows */
     int32_t *topk, *row, *tok, *slot;
-    int32_t *counts; /* (3E + 1) moe_assign's routed, kept, offset */
-    float *pmean;    /* (E) moe_score_mean, right after counts (one copy to the host) */
+    int32_t *counts;           /* (3E + 1) moe_assign's routed, kept, offset */
+    float *pmean;              /* (E) moe_score_mean, right after counts (one copy to the host) */
+    int32_t *limit;            /* (E) under cp: the pairs of each expert kept here, then (E) the
+                                * whole sequences' routed counts (one copy from the host) */
+    const int32_t *aux_routed; /* the routed counts of the aux loss: counts, or limit + E */
+    int n_aux;                 /* the tokens they count: n, or the whole sequences' */
     /* Host memory: */
     int32_t *host;           /* (4E + 1) copy of counts and pmean */
     int *cnt_recv;           /* (E) under ep: rows each source sends each expert here */
@@ -95,6 +118,10 @@ typedef struct moe_dev_cache {
 int moe_dev_scratch_init(moe_dev_scratch *s, backend *be, const moe_config *c, int max_tokens,
                          int ep_size, backend_prec prec);
 void moe_dev_scratch_free(moe_dev_scratch *s);
+/* Context parallelism over cp (borrowed; NULL or size 1: none) with T local rows per
+ * sequence (even; every forward's N a multiple of T). 0, BT_EINVAL or BT_ENOMEM. */
+int moe_dev_scratch_set_cp(moe_dev_scratch *s, const moe_config *c, comm *cp, int T,
+                           int max_tokens);
 /* ep: the expert-parallel group (NULL without; with it the experts must split evenly over
  * it and c->expert0, c->n_local be this rank's share). s must have been sized for its
  * size. */
