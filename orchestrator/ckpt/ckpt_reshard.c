@@ -1,8 +1,9 @@
 /* baton ckpt reshard CKPT --to LAYOUT --out DIR: rewrites a checkpoint as the ranks of
- * another tensor/pipeline layout would have saved it, offline. Loading already reshards,
- * so this is for moving a checkpoint somewhere its shards should match the readers
- * one-to-one. Optimizer moments are written per (tp, pp) rank as whole boxes (the ZeRO
- * shards of the source are merged); dp, cp and zero are recorded in the layout only. */
+ * another tensor/pipeline/expert layout would have saved it, offline. Loading already
+ * reshards, so this is for moving a checkpoint somewhere its shards should match the
+ * readers one-to-one. Optimizer moments are written per (tp, pp, ep) rank as whole boxes
+ * (the ZeRO shards of the source are merged); ep rank 0 writes the dense tensors, every
+ * ep rank its routed experts; dp, cp and zero are recorded in the layout only. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +18,8 @@
 static void reshard_usage(FILE *f) {
     fprintf(f, "usage: baton ckpt reshard CKPT --to LAYOUT --out DIR\n\n"
                "Rewrites a checkpoint for another layout: LAYOUT names degrees such as\n"
-               "'tp2,pp2,dp4,zero1', 'tp2cp2' or 'dp2z1' (missing ones are 1; ep must be 1).\n"
+               "'tp2,pp2,dp4,zero1', 'tp2cp2', 'dp4ep2z1' or 'dp2z1' (missing ones are 1; zero\n"
+               "0 or 1; ep takes its ranks from dp x cp and must divide the experts).\n"
                "DIR is the new checkpoint directory (its parent is created). CKPT is a\n"
                "checkpoint directory or a run directory (its newest complete checkpoint).\n\n"
                "Exit status: 0 done, 1 failed, 2 bad usage or input.\n");
@@ -51,7 +53,7 @@ static int reshard_parse_layout(const char *s, Baton__Parallel *p) {
         *slot = v;
     }
     p->has_tp = p->has_pp = p->has_cp = p->has_dp = p->has_ep = p->has_zero = 1;
-    return p->ep == 1 && p->zero <= 1 ? 0 : -1;
+    return p->zero <= 1 && (p->dp * p->cp) % p->ep == 0 ? 0 : -1;
 }
 
 typedef struct reshard_job {
@@ -81,17 +83,21 @@ static int reshard_piece(reshard_job *j, ckpt_writer *w, const char *key, const 
     return rc ? rc : ckpt_writer_add(w, key, nd, g, &b, e->dtype, j->buf, diag);
 }
 
-/* The shard of virtual rank (tp rank r, stage s): its tensors' replica-0 boxes. */
-static int reshard_rank(reshard_job *j, const model_config *base, int r, int s, int rank,
+/* The shard of virtual rank (tp rank r, stage s, ep rank q): its tensors' replica-0
+ * boxes, the dense ones on ep rank 0 only. */
+static int reshard_rank(reshard_job *j, const model_config *base, int r, int s, int q, int rank,
                         bt_diag *diag) {
     model_config cfg = *base;
     cfg.tp = (int)j->to->tp, cfg.tp_rank = r, cfg.pp = (int)j->to->pp, cfg.pp_rank = s;
+    cfg.ep = (int)j->to->ep, cfg.ep_rank = q;
+    if (cfg.ep > 1)
+        cfg.moe.n_local = cfg.moe.n_experts / cfg.ep, cfg.moe.expert0 = q * cfg.moe.n_local;
     ckpt_writer w;
     int rc = ckpt_writer_open(&w, j->part, rank, CKPT_DEFAULT_BLOCK, diag);
     static const char *const pre[3] = {"", "optim.exp_avg.", "optim.exp_avg_sq."};
     model_tensor mt;
     for (int i = 0; rc == 0 && model_tensor_slice(&cfg, i, &mt) == 0; i++) {
-        if (mt.replica != 0) continue;
+        if (mt.replica != 0 || (q > 0 && !mt.expert)) continue;
         for (int k = 0; rc == 0 && k < 3; k++) {
             char key[160];
             snprintf(key, sizeof key, "%s%s", pre[k], mt.name);
@@ -134,11 +140,17 @@ static int reshard_write(reshard_job *j, const char *out, bt_diag *diag) {
         bt_diag_set(diag, "--out %s: already exists; name a new checkpoint directory", out);
         return BT_EINVAL;
     }
+    int tp = (int)j->to->tp, pp = (int)j->to->pp, ep = (int)j->to->ep;
+    if (ep > 1 && (cfg.moe.n_experts == 0 || cfg.moe.n_experts % ep != 0)) {
+        bt_diag_set(diag, "--to: ep %d must divide the model's routed experts (%d)", ep,
+                    cfg.moe.n_experts);
+        return BT_EINVAL;
+    }
     rc = ckpt_begin(root, name, diag);
     ckpt_partial_dir(root, name, j->part, sizeof j->part);
-    int n = (int)(j->to->tp * j->to->pp);
+    int n = tp * pp * ep;
     for (int rank = 0; rc == 0 && rank < n; rank++)
-        rc = reshard_rank(j, &cfg, rank % (int)j->to->tp, rank / (int)j->to->tp, rank, diag);
+        rc = reshard_rank(j, &cfg, rank % tp, rank / tp % pp, rank / (tp * pp), rank, diag);
     Baton__Manifest h = *j->m;
     h.n_tensors = 0, h.tensors = NULL, h.n_fp8 = 0, h.fp8 = NULL;
     h.layout = (Baton__Parallel *)j->to;
@@ -170,7 +182,7 @@ int ckpt_cmd_reshard(int argc, char **argv) {
     if (reshard_parse_layout(to, &lay) != 0) {
         fprintf(stderr,
                 "baton ckpt reshard: --to %s: expected degrees like tp2,pp2,dp4,zero1 "
-                "(ep 1, zero 0 or 1)\n",
+                "(zero 0 or 1, ep dividing dp x cp)\n",
                 to);
         return BT_EXIT_USAGE;
     }
@@ -187,7 +199,7 @@ int ckpt_cmd_reshard(int argc, char **argv) {
         fprintf(stderr, "baton ckpt reshard: %s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
         return rc == BT_EIO || rc == BT_ENOMEM ? BT_EXIT_FAILURE : BT_EXIT_USAGE;
     }
-    printf("%s: written for tp%u pp%u (cp%u dp%u zero%u) from %s\n", out, lay.tp, lay.pp, lay.cp,
-           lay.dp, lay.zero, dir);
+    printf("%s: written for tp%u pp%u ep%u (cp%u dp%u zero%u) from %s\n", out, lay.tp, lay.pp,
+           lay.ep, lay.cp, lay.dp, lay.zero, dir);
     return BT_EXIT_OK;
 }

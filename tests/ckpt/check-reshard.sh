@@ -4,8 +4,9 @@
 # losses within 1e-5 relative (and, when B is A, bitwise the same losses).
 #   check-reshard.sh BATON BATON_WORKER SOURCE_DIR CASE
 # CASE is A-to-B with layouts written as tp2pp2, dp4, dp2z1, dp2z3, cp2, tp1 ... (see layout;
-# zN: parallel.zero N, so dp2z3 is ZeRO-3 over dp2), with
-# -offline appended: through `baton ckpt reshard --to B` instead of resharding on load.
+# zN: parallel.zero N, so dp2z3 is ZeRO-3 over dp2; epN: expert parallelism, its ranks
+# taken from dp), with -offline appended: through `baton ckpt reshard --to B` instead of
+# resharding on load. A CASE starting with moe- trains reshard-moe.yaml (an MoE model).
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
 export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
@@ -17,13 +18,14 @@ cd "$work"
 
 # layout name -> "ranks|parallel block"
 layout() {
-  local tp=1 pp=1 dp=1 cp=1 z=0 s=$1
+  local tp=1 pp=1 dp=1 cp=1 ep=1 z=0 s=$1
   [[ $s =~ tp([0-9]+) ]] && tp=${BASH_REMATCH[1]}
   [[ $s =~ pp([0-9]+) ]] && pp=${BASH_REMATCH[1]}
   [[ $s =~ dp([0-9]+) ]] && dp=${BASH_REMATCH[1]}
   [[ $s =~ cp([0-9]+) ]] && cp=${BASH_REMATCH[1]}
+  [[ $s =~ ep([0-9]+) ]] && ep=${BASH_REMATCH[1]}
   [[ $s =~ (z|zero)([0-3]) ]] && z=${BASH_REMATCH[2]}
-  echo "$((tp * pp * dp * cp))|{tp: $tp, pp: $pp, cp: $cp, dp: $dp, zero: $z}"
+  echo "$((tp * pp * dp * cp))|{tp: $tp, pp: $pp, cp: $cp, dp: $dp, ep: $ep, zero: $z}"
 }
 
 # run_layout NAME LOG [worker options...]: trains under layout NAME
@@ -32,7 +34,7 @@ run_layout() {
   shift 2
   local spec ranks par
   IFS='|' read -r ranks par < <(layout "$name")
-  sed "s/RANKS/$ranks/; s/LAYOUT/$par/" "$src/tests/ckpt/reshard.yaml" >"$name.yaml"
+  sed "s/RANKS/$ranks/; s/LAYOUT/$par/" "$src/tests/ckpt/$recipe" >"$name.yaml"
   "$baton" spec "$name.yaml" --out "$name.pb"
   if [[ $ranks == 1 ]]; then
     "$worker" --spec "$name.pb" --eval-windows 0 "$@" >"$log"
@@ -45,15 +47,18 @@ run_layout() {
 losses() { sed -En 's/^(\[0\] )?step +([0-9]+)\/[0-9]+  loss ([0-9.]+).*/\2 \3/p' "$1"; }
 
 # CASE ending in -offline: `baton ckpt reshard` rewrites the checkpoint for B first.
-offline=0
+offline=0 recipe=reshard.yaml
 [[ $case == *-offline ]] && offline=1
+[[ $case == moe-* ]] && recipe=reshard-moe.yaml
 pair=${case%-offline}
+pair=${pair#moe-}
 a=${pair%%-to-*} b=${pair##*-to-}
 init=runA/checkpoints/s00-step00000010
 run_layout "$a" a.log --run-dir runA --save-every 10
 if ((offline)); then
   "$baton" ckpt reshard "$init" --to "$b" --out resharded/s00-step00000010 >/dev/null
-  "$baton" ckpt verify resharded/s00-step00000010 >/dev/null
+  "$baton" ckpt verify resharded/s00-step00000010 >verify.log ||
+    { echo "$case: the resharded checkpoint fails verification"; cat verify.log; exit 1; }
   init=resharded/s00-step00000010
 fi
 run_layout "$b" b.log --run-dir runB --init "$init"
