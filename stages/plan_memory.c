@@ -21,12 +21,12 @@
  * ZeRO-2 and ZeRO-3 shard per unit (the embedding, each layer, the final norm with the
  * head; worker/engine/train_zero.h), n = dp*cp: S = sum over units of ceil(unit / n)
  * parameters per rank, U = the largest unit padded to a multiple of n:
- *   ZeRO-2  weights x P (and the copies); grads 4 x (P + S + U): the whole fp32 buffer one
- * micro-batch's backward writes (transient, but allocated), the accumulated shard and the padded
- * reduce-scatter buffer; optimizer x S. ZeRO-3  weights x (S + 2U): the shard and two units' gather
- * buffers (one in use, one prefetched); grads 4 x (S + 2U): the shard and two units' gradient
- * buffers (one in backward, one in its reduction); optimizer x S. With dp*cp = 1 there is nothing
- * to shard: the zero 0 figures.
+ *   ZeRO-2  weights x P (and the copies); grads 4 x (S + 2U): the accumulated shard and two
+ *           units' gradient buffers (one in backward, one in its reduce-scatter; no whole
+ *           gradient buffer: worker/engine/model_zero.h); optimizer x S.
+ *   ZeRO-3  weights x (S + 2U): the shard and two units' gather buffers (one in use, one
+ *           prefetched); grads 4 x (S + 2U), as ZeRO-2's; optimizer x S.
+ * With dp*cp = 1 there is nothing to shard: the zero 0 figures.
  *
  * Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in
  * Large Transformer Models"), per layer and micro-batch, with s = seq_len/cp,
@@ -152,11 +152,9 @@ static void memory_states(const plan_stage *ps, uint32_t stage, plan_memory *out
     double S = (double)out->zero_shard, U = (double)out->zero_unit;
     if (out->zero_level < 2) return;
     out->optimizer = out->optim_bytes * S;
-    out->grads = out->grad_bytes * (S + U);
-    if (out->zero_level == 2)
-        out->grads += out->grad_bytes * (double)out->params_on_rank;
-    else /* two units' gather and gradient buffers */
-        out->params = out->weight_bytes * (S + 2 * U), out->grads = out->grad_bytes * (S + 2 * U);
+    out->grads = out->grad_bytes * (S + 2 * U); /* the shard, two units' gradient buffers */
+    if (out->zero_level == 3) /* and two units' gather buffers */
+        out->params = out->weight_bytes * (S + 2 * U);
 }
 
 /* Korthikanti's per-layer activations without recomputation. */

@@ -53,15 +53,19 @@ ep_case ep2-bias 2 1 2 "balance: bias, bias_update_rate: 0.01"
 # MoE layers under a pipeline (their caches per micro-batch slot) and recomputed whole.
 ep_case moe-pp2 2 1 1 "$aux" "s/pp: 1, ep: 1,/pp: 2, ep: 1,/"
 ep_case ep2-full 2 1 2 "$aux" "s/  micro_batch: 1/  micro_batch: 1\n  recompute: full/"
+cap="$aux, capacity_factor: 1.0"
+# ep 1 over dp2: every dp rank holds every expert (rank 0 saves them); with ZeRO-2 the
+# experts' gradients go through the unit buffers with the rest.
+ep_case moe-dp2 2 1 1 "$aux"
+ep_case moe-dp2-zero2 2 1 1 "$cap" "s/zero: 0/zero: 2/"
 # Context parallelism: each rank routes its two chunks of every sequence, yet the aux loss
 # and the capacity count the whole sequence as one process does (two sequences per
 # micro-batch, so the chunks' order crosses sequences); alone, with ep taking its ranks
-# from cp, over dp2 with ep2, and recomputed whole.
-cap="$aux, capacity_factor: 1.0"
+# from cp (also with ZeRO-1), over dp2 with ep2, and recomputed whole.
 cp2="s/ep: [0-9], dp: auto/&, cp: 2/; s/  micro_batch: 1/  micro_batch: 2/"
-ep_case moe-dp2 2 1 1 "$aux" # ep 1: every dp rank holds every expert, rank 0 saves them
 ep_case moe-cp2 2 1 1 "$cap" "$cp2"
 ep_case ep2-cp2 2 1 2 "$cap" "$cp2"
+ep_case ep2-cp2-zero1 2 1 2 "$cap" "$cp2; s/zero: 0/zero: 1/"
 ep_case ep2-cp2-dp2 4 1 2 "$cap" "$cp2"
 ep_case moe-cp2-full 2 1 1 "$cap" "$cp2; s/  global_batch: 8/  global_batch: 8\n  recompute: full/"
 # ZeRO-1: dense tensors sharded over dp, experts over edp (ep2-dp4: edp 2; ep2: none).

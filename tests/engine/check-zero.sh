@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # ZeRO-2 and ZeRO-3 reproduce the one-process run: for dp2 and dp4, tp2 x dp2, with full
-# recomputation (ZeRO-3 over dp2 and pp2 x dp2) and selective (ZeRO-2 over dp2), and
-# ZeRO-2 over dp2, dp4 and pp2 x dp2 with each layer's gradients reduced during every
-# backward (BATON_DP_OVERLAP=1: train_dp_overlap.h's path, synchronous over Gloo), launched
-# by `baton launch`, every step's loss and the final parameters (ZeRO-3's shards
+# recomputation (ZeRO-3 over dp2 and pp2 x dp2), selective (ZeRO-2 over dp2) and ZeRO-2
+# under pp2 x dp2 (each unit's gradients reduce-scattered as the backward finishes it,
+# model_zero.h's unit buffers, no whole gradient buffer), launched by `baton launch`, every step's loss and the final parameters (ZeRO-3's shards
 # gathered) agree with `baton-worker --single-process` within 1e-5 relative. Without pipeline parallelism also: the bytes
 # every rank reports it allocated for parameters, gradients and optimizer state are each
 # within 10% of `baton plan --json`'s memory_per_gpu figures, and rank 0's data-parallel
@@ -32,8 +31,5 @@ zero_case tp2-dp2-zero3 4 2 1 zero3
 zero_case dp2-zero3-full 2 1 1 zero3-full
 zero_case pp2-dp2-zero3-full 4 1 2 zero3-full
 zero_case dp2-zero2-selective 2 1 1 zero2-selective
-# Each rank's chunks reduced to it per layer during every backward (train_dp_overlap.h).
-BATON_DP_OVERLAP=1 zero_case dp2-zero2-overlap 2 1 1 zero2
-BATON_DP_OVERLAP=1 zero_case dp4-zero2-overlap 4 1 1 zero2
-BATON_DP_OVERLAP=1 zero_case pp2-dp2-zero2-overlap 4 1 2 zero2
+zero_case pp2-dp2-zero2 4 1 2 zero2
 layout_finish "ZeRO-2 and ZeRO-3 runs match the one-process run and the plan"

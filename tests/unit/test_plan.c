@@ -360,13 +360,13 @@ static void test_zero_small(void) {
     CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 4 * gathered + 4 * 4 * 26400.0, 1e-12);
     set_parallel(&fx.par, 2, 1, 2, 2, 1);
     fx.stage.recompute = BATON__STAGE__RECOMPUTE__NONE;
-    /* ZeRO-2: whole weights; grads = whole buffer + shard + padded unit; reduce-scatter per
-     * micro-batch, one all-gather of weights per step */
+    /* ZeRO-2: whole weights; grads = shard + two padded units' buffers (no whole buffer);
+     * reduce-scatter per micro-batch, one all-gather of weights per step */
     fx.par.zero = 2;
     CHECK(build(&fx, &ps) == BT_OK);
     plan_memory_for_pp_stage(&ps, 1, &m);
     CHECK_REL(m.params, 4.0 * 26432, 1e-12);
-    CHECK_REL(m.grads, 4.0 * (26432 + 13216 + 23168), 1e-12);
+    CHECK_REL(m.grads, 4.0 * (13216 + 2 * 23168), 1e-12);
     CHECK_REL(m.optimizer, 8.0 * 13216, 1e-12);
     CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 13216.0 * (4 * 4 + 4), 1e-12);
     /* one data-parallel rank: nothing to shard, the zero 0 figures */

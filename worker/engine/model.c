@@ -336,16 +336,17 @@ static int alloc_device(model *m) {
     }
     m->act_bytes = (size_t)m->n_slots * s->act_floats[m->cfg.recompute] * sizeof(float);
     m->work_bytes = work * sizeof(float);
-    int full = !m->cfg.zero3; /* ZeRO-3: the trainer's shards and model_zero's buffers */
+    /* ZeRO-3: the trainer's shards and model_zero's buffers; ZeRO-2: the gradients so */
+    int full = !m->cfg.zero3, full_grads = full && !m->cfg.zero2;
     size_t pad = m->cfg.param_pad > 1 ? (size_t)m->cfg.param_pad : 1;
     m->param_alloc = (s->param_floats + pad - 1) / pad * pad;
     if (full) m->params_mem = be->alloc(be, m->param_alloc * sizeof(float));
-    if (full) m->grads_mem = be->alloc(be, m->param_alloc * sizeof(float));
+    if (full_grads) m->grads_mem = be->alloc(be, m->param_alloc * sizeof(float));
     m->acts_mem = be->alloc(be, m->act_bytes);
     m->work_mem = be->alloc(be, m->work_bytes);
     m->tokens_mem =
         be->alloc(be, (size_t)m->n_slots * 2 * (size_t)m->max_B * m->max_T * sizeof(int32_t));
-    if ((full && (!m->params_mem || !m->grads_mem)) || !m->acts_mem || !m->work_mem ||
+    if ((full && !m->params_mem) || (full_grads && !m->grads_mem) || !m->acts_mem || !m->work_mem ||
         !m->tokens_mem)
         return BT_ENOMEM;
     if (full) /* the padding: zero for ZeRO-1's in-place collectives */
@@ -686,7 +687,7 @@ int model_tensor_slice(const model_config *cfg, int i, model_tensor *t) {
 int model_tensor_info(const model *m, int i, model_tensor *t) {
     int rc = model_tensor_slice(&m->cfg, i, t);
     if (rc != 0) return rc;
-    if (m->zw != NULL) { /* ZeRO-3: where the tensor's unit is resident, if it is */
+    if (m->zw != NULL) { /* ZeRO-2/3: where the tensor's unit is resident, if it is */
         model_zero_views(m, t->offset, &t->data, &t->grad);
         return 0;
     }

@@ -100,6 +100,10 @@ typedef struct model_config {
      * model_init allocates neither; a unit's views point into the gather buffers while it
      * is resident. 0 for every other layout. */
     int zero3;
+    /* ZeRO-2: the parameters are whole but the gradients live in model_zero.h's two unit
+     * buffers (the trainer's shard keeps their sums), so model_init allocates no gradient
+     * buffer. 0 for every other layout. */
+    int zero2;
     /* params_mem and grads_mem hold a multiple of this many floats, the padding zero
      * (ZeRO-1's collectives run in place: train_dp.h); 0 or 1: no padding. */
     int param_pad;
@@ -235,7 +239,7 @@ typedef struct model {
     struct model_cp *cpw;   /* context parallelism's buffers (model_cp.h); NULL when cp is 1 */
     struct model_moe *moew; /* MoE layers' caches and load counts (model_moe.h); NULL: dense */
     comm *ep_group;         /* the expert-parallel group; NULL when ep is 1 */
-    struct model_zero *zw;  /* ZeRO-3's gather buffers (model_zero.h); NULL otherwise */
+    struct model_zero *zw;  /* ZeRO-2/3's unit buffers (model_zero.h); NULL otherwise */
     /* When not NULL, the backward calls unit_grads_done(unit_grads_ctx, u) as soon as unit
      * u's gradients of the pass are complete (model_n_units' order reversed: the head,
      * the layers from the last, the embedding): the trainer's all-reduce overlapped with
@@ -253,7 +257,8 @@ typedef struct model {
                         * slot) */
     size_t work_bytes; /* activation gradients and scratch actually allocated */
 
-    float *params_mem, *grads_mem; /* (param_alloc) each; NULL under ZeRO-3 (cfg.zero3) */
+    float *params_mem, *grads_mem; /* (param_alloc) each; NULL under ZeRO-3 (cfg.zero3), and
+                                    * grads_mem under ZeRO-2 (cfg.zero2) */
     size_t param_alloc;            /* param_floats rounded up to cfg.param_pad */
     model_weights params, grads;
     float *acts_mem;

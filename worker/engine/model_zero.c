@@ -1,23 +1,26 @@
-/* ZeRO-3's gather buffers and the hooks around each unit's passes (model_zero.h). */
+/* ZeRO-2/3's unit buffers and the hooks around each unit's passes (model_zero.h). */
 #include "model_zero.h"
 
 #include <stdlib.h>
 
 int model_zero_init(model *m, size_t cap, const model_zero_ops *ops, bt_diag *diag) {
     int n = model_n_units(m), ok = 1;
+    int whole = m->params_mem != NULL; /* ZeRO-2: gradient buffers only */
     model_zero *z = calloc(1, sizeof *z);
     if (z != NULL) {
+        z->whole = whole;
         z->unit_off = calloc((size_t)n + 1, sizeof *z->unit_off);
         for (int i = 0; i < 2; i++) {
-            z->buf[i].params = m->be->alloc(m->be, cap * sizeof(float));
+            if (!whole) z->buf[i].params = m->be->alloc(m->be, cap * sizeof(float));
             z->buf[i].grads = m->be->alloc(m->be, cap * sizeof(float));
-            ok &= z->buf[i].params != NULL && z->buf[i].grads != NULL;
+            ok &= (whole || z->buf[i].params != NULL) && z->buf[i].grads != NULL;
         }
     }
     m->zw = z;
     if (z == NULL || z->unit_off == NULL || !ok) {
         model_zero_free(m);
-        bt_diag_set(diag, "ZeRO-3: out of memory for four gather buffers of %zu floats", cap);
+        bt_diag_set(diag, "ZeRO-%d: out of memory for %d unit buffers of %zu floats", whole ? 2 : 3,
+                    whole ? 2 : 4, cap);
         return BT_ENOMEM;
     }
     z->ops = *ops, z->cap = cap, z->resident = -1;
@@ -28,7 +31,7 @@ int model_zero_init(model *m, size_t cap, const model_zero_ops *ops, bt_diag *di
     }
     for (int i = 0; i < 2; i++) {
         z->buf[i].unit = z->buf[i].pending = -1;
-        m->be->zero(m->be, z->buf[i].params, cap);
+        if (!whole) m->be->zero(m->be, z->buf[i].params, cap);
         m->be->zero(m->be, z->buf[i].grads, cap);
     }
     return 0;
@@ -89,17 +92,29 @@ static int zero_holding(const model_zero *z, int u) {
     return -1;
 }
 
+/* Unit u's parameters: in buffer i, or (ZeRO-2) where they always are. */
+static float *zero_params(model *m, int u, int i) {
+    model_zero *z = m->zw;
+    return z->whole ? m->params_mem + z->unit_off[u] : i >= 0 ? z->buf[i].params : NULL;
+}
+
 /* Points u's views at parameter buffer i and gradient buffer gcur. */
 static void zero_point(model *m, int u, int i) {
     model_zero *z = m->zw;
-    if (z->resident >= 0 && z->resident != u) model_point_unit(m, z->resident, NULL, NULL);
-    model_point_unit(m, u, z->buf[i].params, z->buf[z->gcur].grads);
+    if (z->resident >= 0 && z->resident != u)
+        model_point_unit(m, z->resident, zero_params(m, z->resident, -1), NULL);
+    model_point_unit(m, u, zero_params(m, u, i), z->buf[z->gcur].grads);
     z->cur = i, z->resident = u;
 }
 
-/* u resident (gathered unless a buffer holds it), then next prefetched. */
+/* u resident (gathered unless a buffer holds it), then next prefetched. ZeRO-2: only its
+ * gradient views. */
 static void zero_use(model *m, int u, int next) {
     model_zero *z = m->zw;
+    if (z->whole) {
+        zero_point(m, u, 0);
+        return;
+    }
     int i = zero_holding(z, u);
     if (i < 0) zero_gather_into(m, i = z->resident >= 0 ? 1 - z->cur : z->cur, u);
     zero_catch_up(m, MODEL_ZERO_GATHER_Q); /* u's gather (now or a prefetch) first */
@@ -108,7 +123,7 @@ static void zero_use(model *m, int u, int next) {
 }
 
 void model_zero_forward(model *m, int u, int next) {
-    if (m->zw != NULL) zero_use(m, u, next);
+    if (m->zw != NULL && !m->zw->whole) zero_use(m, u, next);
 }
 
 /* Gradient buffer i's pending reduction added into the shard, after its queue's. */
@@ -162,6 +177,7 @@ void model_zero_invalidate(model *m) {
 
 float *model_zero_place(model *m, int u) {
     model_zero *z = m->zw;
+    if (z->whole) return m->params_mem + z->unit_off[u];
     int i = z->resident >= 0 ? z->cur : 0;
     zero_catch_up(m, MODEL_ZERO_GATHER_Q); /* no gather may still write the buffer */
     z->buf[i].unit = u;
@@ -170,7 +186,8 @@ float *model_zero_place(model *m, int u) {
 }
 
 int model_zero_fetch(model *m, int u) {
-    model_zero_invalidate(m); /* gathered anew: the weights may have changed since */
+    if (m->zw->whole) return 0; /* ZeRO-2: the parameters are whole */
+    model_zero_invalidate(m);   /* gathered anew: the weights may have changed since */
     zero_use(m, u, -1);
     zero_wait_all(m);
     return m->comm_err;
@@ -187,10 +204,14 @@ int model_zero_unit_at(const model *m, size_t off) {
 void model_zero_views(const model *m, size_t off, float **data, float **grad) {
     const model_zero *z = m->zw;
     int u = z->resident;
-    if (u < 0 || off < z->unit_off[u] || off >= z->unit_off[u + 1]) {
-        *data = *grad = NULL;
-        return;
-    }
-    *data = z->buf[z->cur].params + (off - z->unit_off[u]);
-    *grad = z->buf[z->gcur].grads + (off - z->unit_off[u]);
+    int in = u >= 0 && off >= z->unit_off[u] && off < z->unit_off[u + 1];
+    *data = z->whole ? m->params_mem + off
+            : in     ? z->buf[z->cur].params + (off - z->unit_off[u])
+                     : NULL;
+    *grad = in ? z->buf[z->gcur].grads + (off - z->unit_off[u]) : NULL;
+}
+
+float *model_zero_spare(model *m) {
+    model_zero *z = m->zw;
+    return z->buf[0].pending < 0 && z->buf[1].pending < 0 ? z->buf[0].grads : NULL;
 }

@@ -2,6 +2,9 @@
  * (train_zero.h) keeps each rank's share of every unit (model_n_units: the embedding, each
  * layer, the final norm with the head); the model holds at most two units' parameters
  * and two units' gradients at a time, in buffers of the largest unit's (padded) size.
+ * ZeRO-2 is the same without the parameter buffers: a model made with cfg.zero2 holds its
+ * parameters whole (params_mem) and no gradient buffer; only the gradients go through
+ * the two unit buffers and their reductions, and nothing is gathered.
  *
  * The passes (model_pass.c) call, around each unit:
  *  - model_zero_forward(u, next) before its forward (and before the recomputed forward of
@@ -68,12 +71,14 @@ typedef struct model_zero {
     int cur;      /* the buffer of the resident unit's parameters */
     int gcur;     /* the buffer of the unit in backward's gradients */
     int resident; /* the unit whose views point at the buffers; -1: none */
+    int whole;    /* ZeRO-2: the parameters stay in params_mem; gradient buffers only */
     unsigned char ahead[MODEL_ZERO_QUEUES]; /* work the ops' queue has not waited for */
     size_t *unit_off; /* (model_n_units) each unit's first offset, then the stage's end */
 } model_zero;
 
 /* Switches m (initialized with cfg.zero3) to gathered parameters: four buffers of cap
- * floats, the collectives in ops. 0 or BT_ENOMEM. */
+ * floats, the collectives in ops; or m (initialized with cfg.zero2) to unit gradient
+ * buffers: two of cap floats (ops.gather is not called). 0 or BT_ENOMEM. */
 int model_zero_init(model *m, size_t cap, const model_zero_ops *ops, bt_diag *diag);
 void model_zero_free(model *m);
 
@@ -92,7 +97,10 @@ int model_zero_fetch(model *m, int u);
 /* The unit holding parameter offset off. */
 int model_zero_unit_at(const model *m, size_t off);
 /* Parameter and gradient pointers of offset off: into the buffers when its unit is
- * resident, else NULL (model_tensor_info). */
+ * resident, else NULL (model_tensor_info); ZeRO-2's parameters always in params_mem. */
 void model_zero_views(const model *m, size_t off, float **data, float **grad);
+/* A gradient buffer (cap floats) the trainer may use as scratch between passes (after
+ * model_zero_flush; the next backward zeroes it); NULL while a reduction is pending. */
+float *model_zero_spare(model *m);
 
 #endif

@@ -195,7 +195,8 @@ static int train_model_init(trainer *t, const train_groups *g, bt_diag *diag) {
     /* the gradients' group: the dp x cp block under context parallelism (train_init) */
     comm *dp_group = cfg.cp > 1 ? g->dpcp : g->dp;
     int dp_ranks = dp_group ? comm_size(dp_group) : 1, zero = (int)t->spec->stage->parallel->zero;
-    cfg.zero3 = zero == 3 && dp_ranks > 1;   /* as train_zero_init decides: cp2 x dp1 shards too */
+    cfg.zero3 = zero == 3 && dp_ranks > 1; /* as train_zero_init decides: cp2 x dp1 shards too */
+    cfg.zero2 = zero == 2 && dp_ranks > 1;
     if (zero == 1) cfg.param_pad = dp_ranks; /* ZeRO-1 in place (train_dp.h) */
     /* ZeRO-3 keeps the weights sharded */
     cfg.weight_cache = !cfg.zero3 && backend_env_switch("BATON_WEIGHT_CACHE", 1);
@@ -243,7 +244,7 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
     if (rc == 0 && t->zero.level == 3) rc = train_zero_init_weights(&t->zero, &t->m, spec->seed);
     rc = rc ? rc : train_expert_segments(t, g.ep, g.edp, diag);
     rc = rc ? rc : train_norm_segments(t, diag);
-    rc = rc ? rc : train_dp_overlap_init(&t->dpo, &t->dp, &t->zero, &t->m, zero, diag);
+    rc = rc ? rc : train_dp_overlap_init(&t->dpo, &t->dp, &t->m, zero, diag);
     rc = rc ? rc
             : pipeline_set_queue(&t->pp.pipe, &t->be,
                                  pipeline_slots(t->pp.stages, t->pp.stage, (int)t->accum), diag);
@@ -407,8 +408,6 @@ static int train_pp_backward(void *ctx, int mb, int slot) {
                   train_scaler_loss_scale(&t->scaler) / (float)t->accum;
     bt_diag *diag = ((train_pp_ctx *)ctx)->diag;
     int rc = model_stage_backward(&t->m, slot, scale);
-    int orc = train_dp_overlap_backward_end(&t->dpo, rc != 0, diag);
-    rc = rc ? rc : orc;
     return rc ? rc : train_zero_after_backward(&t->zero, &t->m, diag);
 }
 
@@ -457,8 +456,6 @@ static int train_micro_batches(trainer *t, double *loss, bt_diag *diag) {
                       train_scaler_loss_scale(&t->scaler) / (float)t->accum;
         train_dp_overlap_arm(&t->dpo, j + 1 == t->accum);
         rc = rc ? rc : model_backward(&t->m, scale);
-        int orc = train_dp_overlap_backward_end(&t->dpo, rc != 0, diag);
-        rc = rc ? rc : orc;
         rc = rc ? rc : train_zero_after_backward(&t->zero, &t->m, diag);
         if (rc != 0) {
             const char *why = t->m.comm_err ? train_comm_why(t) : bt_strerror(rc);
@@ -512,7 +509,7 @@ void train_state_bytes(const trainer *t, double *params, double *grads, double *
     double P = (double)t->m.sizes.param_floats, n = (double)z->n, cap = (double)z->cap;
     *optim = 8.0 * (double)t->opt.n;
     *params = *grads = 4.0 * P;
-    if (z->level == 2) *grads = 4.0 * (P + n + cap);
+    if (z->level == 2) *grads = 4.0 * (n + 2 * cap);           /* the shard and two unit buffers */
     if (z->level == 3) *params = *grads = 4.0 * (n + 2 * cap); /* two buffers each */
 }
 

@@ -18,8 +18,7 @@ static int units_cover(const model *m, int n) {
     return end == m->sizes.param_floats;
 }
 
-static train_dp_overlap_mode overlap_mode(const train_dp *dp, int zero) {
-    if (zero == 2) return OVERLAP_ZERO2;
+static train_dp_overlap_mode overlap_mode(const train_dp *dp) {
     if (dp->runs != NULL) return OVERLAP_EP_SHARDS;
     if (dp->sharded) return OVERLAP_SHARDS;
     return dp->n_expert > 0 ? OVERLAP_EXPERTS : OVERLAP_ALLREDUCE;
@@ -35,8 +34,8 @@ static int overlap_queues(const train_dp *dp, train_dp_overlap_mode mode) {
 /* How the gradients are reduced when the overlap is off. */
 static void overlap_describe_off(train_dp_overlap *o, int zero) {
     const train_dp *dp = o->dp;
-    const char *how = zero == 3   ? "reduce-scattered per layer as the backward finishes it"
-                      : zero == 2 ? "reduce-scattered per layer after each micro-batch's backward"
+    const char *how = zero >= 2 ? "reduce-scattered per layer as the backward finishes it, "
+                                  "every micro-batch (model_zero.h)"
                       : train_dp_sharded(dp) ? "one reduce-scatter after the backward"
                       : dp->n_expert > 0     ? "one all-reduce per tensor after the backward"
                                              : "one all-reduce after the backward";
@@ -52,22 +51,18 @@ static void overlap_describe(train_dp_overlap *o) {
         [OVERLAP_SHARDS] = "reduced per layer to the ranks whose shards hold them",
         [OVERLAP_EP_SHARDS] = "reduced per layer to the ranks whose shards hold them (the "
                               "routed experts' over the expert-data-parallel group)",
-        [OVERLAP_ZERO2] = "reduced per layer to the ranks whose shards hold them, every "
-                          "micro-batch (ZeRO-2)",
     };
     snprintf(o->desc, sizeof o->desc, "data-parallel gradients: %s%s", what[o->mode],
              o->stream != NULL ? ", on a side queue, overlapped with the backward"
                                : " during the backward (no side queue: nothing overlaps)");
 }
 
-int train_dp_overlap_init(train_dp_overlap *o, train_dp *dp, train_zero *z, model *m, int zero,
-                          bt_diag *diag) {
+int train_dp_overlap_init(train_dp_overlap *o, train_dp *dp, model *m, int zero, bt_diag *diag) {
     memset(o, 0, sizeof *o);
-    o->dp = dp, o->zero = z, o->m = m;
+    o->dp = dp, o->m = m;
     overlap_describe_off(o, zero);
-    if (zero > 2 || dp->size < 2 || m->grads_mem == NULL) return 0;
-    if (zero == 2 && z->level != 2) return 0;
-    o->mode = overlap_mode(dp, zero);
+    if (zero >= 2 || dp->size < 2 || m->grads_mem == NULL) return 0;
+    o->mode = overlap_mode(dp);
     int queues = overlap_queues(dp, o->mode);
     /* BATON_DP_OVERLAP=1: on even without a side queue; automatic: where one exists */
     if (!backend_env_switch("BATON_DP_OVERLAP", queues)) return 0;
@@ -129,17 +124,6 @@ static void overlap_reduce_to_shards(train_dp_overlap *o, int u, size_t off, siz
     }
 }
 
-/* ZeRO-2: rank r's chunk of unit u, [offset + r chunk, + its length), reduced to r. */
-static void overlap_reduce_to_chunks(train_dp_overlap *o, int u) {
-    const train_zero *z = o->zero;
-    const train_zero_unit *t = &z->units[u];
-    for (int r = 0; r < z->size && o->rc == 0; r++) {
-        size_t len = train_dp_chunk_len(t->n, t->chunk, (size_t)r);
-        overlap_reduce_to(o, z->group, u, o->m->grads_mem + t->offset + (size_t)r * t->chunk, len,
-                          r);
-    }
-}
-
 /* ZeRO-1 with experts: each tensor of [off, off + n) reduced, part by part, to the ranks
  * whose shards of its pack hold them (a pack without a group has one holder). */
 static void overlap_reduce_to_packs(train_dp_overlap *o, int u, size_t off, size_t n) {
@@ -194,9 +178,6 @@ static void overlap_reduce(train_dp_overlap *o, int u) {
     case OVERLAP_SHARDS:
         overlap_reduce_to_shards(o, u, off, n);
         break;
-    case OVERLAP_ZERO2:
-        overlap_reduce_to_chunks(o, u);
-        break;
     case OVERLAP_EP_SHARDS:
         overlap_reduce_to_packs(o, u, off, n);
         break;
@@ -215,7 +196,7 @@ static void overlap_hook(train_dp_overlap *o, int on) {
 
 void train_dp_overlap_arm(train_dp_overlap *o, int last) {
     if (!o->on) return;
-    int on = last || o->mode == OVERLAP_ZERO2;
+    int on = last;
     /* a pass nobody completed (a caller without train_dp_overlap_finish) must not leave
      * its units marked */
     if (on && o->m->unit_grads_done == NULL) memset(o->done, 0, (size_t)o->n_units);
@@ -253,19 +234,8 @@ static int overlap_complete(train_dp_overlap *o, int failed, bt_diag *diag) {
     return 0;
 }
 
-int train_dp_overlap_backward_end(train_dp_overlap *o, int failed, bt_diag *diag) {
-    if (!o->on || o->mode != OVERLAP_ZERO2) return 0;
-    int rc = overlap_complete(o, failed, diag);
-    if (rc == 0 && !failed) o->zero->grads_reduced = 1;
-    return rc;
-}
-
 int train_dp_overlap_finish(train_dp_overlap *o, int step_failed, bt_diag *diag) {
     if (!o->on) return 0;
-    if (o->mode == OVERLAP_ZERO2) { /* completed after each backward */
-        overlap_hook(o, 0);
-        return 0;
-    }
     int rc = overlap_complete(o, step_failed, diag);
     if (rc == 0 && !step_failed) o->dp->grads_reduced = 1;
     return rc;

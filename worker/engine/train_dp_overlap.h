@@ -1,12 +1,11 @@
-/* The data-parallel gradient reduction overlapped with the backward (zero 0, 1 and 2).
+/* The data-parallel gradient reduction overlapped with the backward (zero 0 and 1; ZeRO-2
+ * and 3 reduce each unit as it finishes already, model_zero.h).
  *
  * Without it the gradients are reduced in one call after the step's last backward
  * (train_dp_update: an all-reduce, or under ZeRO-1 a reduce-scatter; under expert
- * parallelism one all-reduce per tensor) or, under ZeRO-2, after each micro-batch's
- * backward (train_zero_after_backward: a reduce-scatter per unit). With it, during the
- * backward, each unit's gradients (model_n_units: the head, each layer, the embedding)
- * are reduced as soon as the model reports them complete (model.unit_grads_done),
- * per-bucket in Megatron's terms with one bucket per unit:
+ * parallelism one all-reduce per tensor). With it, during the backward, each unit's gradients
+ * (model_n_units: the head, each layer, the embedding) are reduced as soon as the model reports
+ * them complete (model.unit_grads_done), per-bucket in Megatron's terms with one bucket per unit:
  *  - zero 0: all-reduced, during the step's last backward;
  *  - zero 0 with expert parallelism: likewise, the routed experts' runs of the unit over
  *    the expert-data-parallel group (not at all where every holder of an expert is in
@@ -18,47 +17,38 @@
  *  - ZeRO-1 with expert parallelism: likewise, each tensor's part of each rank's shard of
  *    the packs (train_dp.h: the dense tensors sharded over the dp group, the routed
  *    experts' over the edp group) reduced to that rank over the pack's group;
- *  - ZeRO-2: during every micro-batch's backward, each rank's chunk of the unit
- *    (train_zero.h's per-unit shards) reduced to that rank in the model's gradient
- *    buffer; train_zero_after_backward then adds the rank's chunks into its gradient
- *    shard (no padded copy, no reduce-scatter);
  * on a backend with side queues and groups whose collectives take a stream (CUDA +
  * NCCL), on a side queue that first waits for the ops' queue (an event behind the unit's
  * last gradient op): NCCL reduces the unit while the backward goes on with the units
  * before it; otherwise (the CPU engine with Gloo) at once, in the same places: the same
  * reductions and numbers, nothing overlaps.
- * Completing (train_dp_overlap_finish after the step's micro-batches; under ZeRO-2
- * train_dp_overlap_backward_end after each backward) reduces any unit that was not
- * reported, waits for the side queue (the comm's timeout applies), orders the ops' queue
- * after it and marks the reduction done (train_dp.grads_reduced: the update only divides
- * by the replicas, under ZeRO-1 it takes its shard from the gradient buffer;
- * train_zero.grads_reduced). Reducing per unit instead of the whole buffer changes only
- * the order of float additions across ranks.
+ * Completing (train_dp_overlap_finish after the step's micro-batches) reduces any unit
+ * that was not reported, waits for the side queue (the comm's timeout applies), orders the
+ * ops' queue after it and marks the reduction done (train_dp.grads_reduced: the update
+ * only divides by the replicas, under ZeRO-1 it takes its shard from the gradient
+ * buffer). Reducing per unit instead of the whole buffer changes only the order of float
+ * additions across ranks.
  *
  * Used when the group has more than one rank, the units cover the gradient buffer, and
- * BATON_DP_OVERLAP is not "0": by default under zero 0, 1 and 2 wherever a side queue
+ * BATON_DP_OVERLAP is not "0": by default under zero 0 and 1 wherever a side queue
  * exists; BATON_DP_OVERLAP=1 uses it without one too (the CPU engine: the tests' way to
- * check the per-unit path). Not under ZeRO-3 (its units are reduced as they finish
- * already, model_zero.h). */
+ * check the per-unit path). */
 #ifndef BATON_TRAIN_DP_OVERLAP_H
 #define BATON_TRAIN_DP_OVERLAP_H
 
 #include "model.h"
 #include "train_dp.h"
-#include "train_zero.h"
 #include "util/err.h"
 
 typedef enum train_dp_overlap_mode {
     OVERLAP_ALLREDUCE, /* zero 0 */
     OVERLAP_EXPERTS,   /* zero 0 with expert parallelism */
     OVERLAP_SHARDS,    /* ZeRO-1 */
-    OVERLAP_ZERO2,     /* ZeRO-2, every micro-batch */
     OVERLAP_EP_SHARDS, /* ZeRO-1 with expert parallelism (train_dp.h's packs) */
 } train_dp_overlap_mode;
 
 typedef struct train_dp_overlap {
     train_dp *dp;
-    train_zero *zero; /* ZeRO-2 */
     model *m;
     int on; /* set up for this stage */
     train_dp_overlap_mode mode;
@@ -70,10 +60,9 @@ typedef struct train_dp_overlap {
     char desc[256];      /* train_dp_overlap_describe */
 } train_dp_overlap;
 
-/* Decides whether to overlap (see above) and sets up; zero is the stage's level (z its
- * ZeRO-2/3 state, used at level 2). 0 or BT_ENOMEM, BT_EIO. Off is not an error. */
-int train_dp_overlap_init(train_dp_overlap *o, train_dp *dp, train_zero *z, model *m, int zero,
-                          bt_diag *diag);
+/* Decides whether to overlap (see above) and sets up; zero is the stage's level. 0 or
+ * BT_ENOMEM, BT_EIO. Off is not an error. */
+int train_dp_overlap_init(train_dp_overlap *o, train_dp *dp, model *m, int zero, bt_diag *diag);
 void train_dp_overlap_free(train_dp_overlap *o);
 /* How the stage reduces its data-parallel gradients, for the log ("" when dp is 1). */
 const char *train_dp_overlap_describe(const train_dp_overlap *o);
@@ -81,9 +70,6 @@ const char *train_dp_overlap_describe(const train_dp_overlap *o);
 /* Before a micro-batch's backward (last: the step's last): hooks the model's backward
  * where this pass reduces, unhooks it elsewhere. */
 void train_dp_overlap_arm(train_dp_overlap *o, int last);
-/* ZeRO-2, after each micro-batch's backward (also a failed one, failed set): the pass's
- * reductions completed (see above); 0 or BT_EIO. Nothing to do at other levels. */
-int train_dp_overlap_backward_end(train_dp_overlap *o, int failed, bt_diag *diag);
 /* After the step's micro-batches: every unit reduced and waited for, 0 or BT_EIO. After
  * a failed step (step_failed) only what is under way is waited for; returns 0. */
 int train_dp_overlap_finish(train_dp_overlap *o, int step_failed, bt_diag *diag);

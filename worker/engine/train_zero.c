@@ -78,13 +78,6 @@ static int zero_wait(void *ctx, void *stream) {
     return comm_wait(((train_zero *)ctx)->group, stream);
 }
 
-/* ZeRO-2's: the unit reduced and accumulated at once. */
-static int zero_reduce(train_zero *z, int u, float *buf) {
-    if (zero_reduce_chunk(z, u, buf, NULL) != 0) return BT_EIO;
-    zero_accumulate(z, u, buf);
-    return 0;
-}
-
 static int zero_alloc(train_zero *z, size_t n_segs) {
     z->units = calloc((size_t)z->n_units, sizeof *z->units);
     z->segs = calloc(n_segs ? n_segs : 1, sizeof *z->segs);
@@ -104,13 +97,13 @@ static float *zero_alloc_floats(train_zero *z, size_t n) {
     return z->be->alloc(z->be, (n ? n : 1) * sizeof(float));
 }
 
-/* ZeRO-3's side queues (model_zero.h), where the backend has them and the group's
- * collectives take them, unless BATON_DP_OVERLAP is 0; else none. */
+/* model_zero.h's side queues, where the backend has them and the group's collectives
+ * take them, unless BATON_DP_OVERLAP is 0; else none. ZeRO-2 uses only the reductions'. */
 static int zero_queues(train_zero *z, void **queue, bt_diag *diag) {
     int streams = z->be->stream_new != NULL && comm_has_streams(z->group);
     if (!streams || !backend_env_switch("BATON_DP_OVERLAP", 1)) return 0;
-    for (int q = 0; q < MODEL_ZERO_QUEUES; q++) {
-        z->queue[q] = queue[q] = backend_side_queue(z->be, "ZeRO-3's collectives", diag);
+    for (int q = z->level == 2 ? MODEL_ZERO_GATHER_Q + 1 : 0; q < MODEL_ZERO_QUEUES; q++) {
+        z->queue[q] = queue[q] = backend_side_queue(z->be, "ZeRO's collectives", diag);
         if (queue[q] == NULL) return BT_EIO;
     }
     return 0;
@@ -118,15 +111,11 @@ static int zero_queues(train_zero *z, void **queue, bt_diag *diag) {
 
 static int zero_buffers(train_zero *z, model *m, bt_diag *diag) {
     z->grads = zero_alloc_floats(z, z->n);
-    if (z->level == 3)
-        z->params = zero_alloc_floats(z, z->n);
-    else
-        z->pad = zero_alloc_floats(z, z->cap);
-    if (z->grads == NULL || (z->params == NULL && z->pad == NULL)) {
+    if (z->level == 3) z->params = zero_alloc_floats(z, z->n);
+    if (z->grads == NULL || (z->level == 3 && z->params == NULL)) {
         bt_diag_set(diag, "ZeRO-%d: out of memory for the shards (%zu floats)", z->level, z->n);
         return BT_ENOMEM;
     }
-    if (z->level < 3) return 0;
     model_zero_ops ops = {.ctx = z,
                           .gather = zero_gather,
                           .reduce = zero_reduce_chunk,
@@ -159,8 +148,8 @@ void train_zero_free(train_zero *z) {
     for (int q = 0; q < MODEL_ZERO_QUEUES; q++)
         if (z->queue[q] != NULL) z->be->stream_free(z->be, z->queue[q]);
     free(z->units);
-    float *dev[3] = {z->grads, z->params, z->pad};
-    for (int i = 0; i < 3; i++)
+    float *dev[2] = {z->grads, z->params};
+    for (int i = 0; i < 2; i++)
         if (dev[i] != NULL) z->be->free(z->be, dev[i]);
     free(z->segs);
     free(z->seg_unit);
@@ -184,33 +173,9 @@ void train_zero_begin_step(train_zero *z, model *m) {
     model_zero_grad(m);
 }
 
-/* ZeRO-2 after the overlapped reduction: the rank's chunks of the model's buffer hold
- * their sums over the group; added into the shard, the buffer zeroed. */
-static void zero_add_chunks(train_zero *z, model *m) {
-    z->grads_reduced = 0;
-    for (int u = 0; u < z->n_units; u++) {
-        const train_zero_unit *t = &z->units[u];
-        float *acc = z->grads + t->base;
-        z->be->add(z->be, acc, acc, m->grads_mem + t->offset + (size_t)z->rank * t->chunk, t->len);
-    }
-    model_zero_grad(m);
-}
-
 int train_zero_after_backward(train_zero *z, model *m, bt_diag *diag) {
     if (z->level == 0) return 0;
-    if (z->level == 3) return m->comm_err ? zero_fail(z, "gradient reduce-scatter", diag) : 0;
-    if (z->grads_reduced) {
-        zero_add_chunks(z, m);
-        return 0;
-    }
-    for (int u = 0; u < z->n_units; u++) {
-        const train_zero_unit *t = &z->units[u];
-        z->be->copy(z->be, z->pad, m->grads_mem + t->offset, t->n);
-        z->be->zero(z->be, z->pad + t->n, t->chunk * (size_t)z->size - t->n);
-        if (zero_reduce(z, u, z->pad) != 0) return zero_fail(z, "gradient reduce-scatter", diag);
-    }
-    model_zero_grad(m);
-    return 0;
+    return m->comm_err ? zero_fail(z, "gradient reduce-scatter", diag) : 0;
 }
 
 /* Where segment s's parameters are: the shard (ZeRO-3) or the whole buffer (ZeRO-2). */
@@ -220,17 +185,23 @@ static float *zero_param_at(const train_zero *z, const model *m, size_t s) {
     return m->params_mem + t->offset + (size_t)z->rank * t->chunk + (z->segs[s].offset - t->base);
 }
 
-/* ZeRO-2: every unit's updated chunks gathered back into the whole parameters. */
+/* ZeRO-2: every unit's updated chunks gathered back into the whole parameters, through
+ * a gradient buffer of the model's (free between passes). */
 static int zero_gather_params(train_zero *z, model *m, bt_diag *diag) {
+    float *pad = model_zero_spare(m);
+    if (pad == NULL) {
+        bt_diag_set(diag, "ZeRO-2: a gradient reduction is still pending at the update");
+        return BT_EINVAL;
+    }
     for (int u = 0; u < z->n_units; u++) {
         const train_zero_unit *t = &z->units[u];
         float *whole = m->params_mem + t->offset;
-        z->be->copy(z->be, z->pad + (size_t)z->rank * t->chunk, whole + (size_t)z->rank * t->chunk,
+        z->be->copy(z->be, pad + (size_t)z->rank * t->chunk, whole + (size_t)z->rank * t->chunk,
                     t->len);
-        if (comm_allgather(z->group, z->pad + (size_t)z->rank * t->chunk, z->pad, t->chunk,
-                           COMM_F32, NULL) != 0)
+        if (comm_allgather(z->group, pad + (size_t)z->rank * t->chunk, pad, t->chunk, COMM_F32,
+                           NULL) != 0)
             return zero_fail(z, "parameter all-gather", diag);
-        z->be->copy(z->be, whole, z->pad, t->n);
+        z->be->copy(z->be, whole, pad, t->n);
     }
     return 0;
 }

@@ -8,11 +8,12 @@
  * the earlier chunks); gradients, Adam moments and, under ZeRO-3, the fp32 parameters are
  * held in that layout only. Each unit can thus be gathered and reduced alone.
  *
- *  - ZeRO-2: the backward of a micro-batch writes the full gradient buffer (the model's, a
- *    transient one-micro-batch buffer); after it each unit is copied into a padded buffer
- *    (one unit) and reduce-scattered, the rank's chunk added into its gradient shard, and
- *    the full buffer zeroed for the next micro-batch. The parameters stay whole: after the
- *    sharded update each unit is all-gathered back into them.
+ *  - ZeRO-2: the model holds its parameters whole but no gradient buffer (cfg.zero2,
+ *    model_zero.h): each unit's backward writes its gradients into one of two unit
+ *    buffers, which is reduce-scattered as soon as the unit is done (on a side queue where
+ *    there is one, overlapped with the next unit's backward) and the rank's chunk added
+ *    into its gradient shard; every micro-batch does so. After the sharded update each
+ *    unit is all-gathered back into the whole parameters (through a unit buffer).
  *  - ZeRO-3: the model holds no full parameters or gradients (model_zero.h); each unit is
  *    all-gathered from the parameter shard before its forward and backward and its
  *    gradients reduce-scattered into the gradient shard after its backward. The update
@@ -22,8 +23,8 @@
  * clipping, AdamW over the rank's segments. Summing the micro-batches after (not before)
  * the reduction changes only the order of float additions.
  *
- * Not with context or expert parallelism (train_init refuses them), nor with kv heads
- * replicated over tp (tp > n_kv_heads), nor ZeRO-3 with MoE layers. */
+ * Not with expert parallelism (train_init refuses it), nor with kv heads replicated over
+ * tp (tp > n_kv_heads), nor ZeRO-3 with MoE layers. */
 #ifndef BATON_TRAIN_ZERO_H
 #define BATON_TRAIN_ZERO_H
 
@@ -45,7 +46,7 @@ typedef struct train_zero_unit {
 
 typedef struct train_zero {
     int level;   /* 2 or 3; 0: off (zero < 2, or one data-parallel rank) */
-    backend *be; /* the model's: grads, params and pad are its memory */
+    backend *be; /* the model's: grads and params are its memory */
     comm *group;
     int rank, size;
     train_zero_unit *units;
@@ -54,21 +55,18 @@ typedef struct train_zero {
     size_t cap;          /* the largest unit, padded: size * chunk */
     float *grads;        /* (n) reduced gradients, accumulated over the micro-batches */
     float *params;       /* (n) ZeRO-3: this rank's fp32 parameters; NULL under ZeRO-2 */
-    float *pad;          /* (cap) ZeRO-2: one unit on its way through a collective */
     optim_segment *segs; /* the rank's parts of the tensors, shard-relative */
     int *seg_unit;       /* (n_segs) the unit of each */
     size_t n_segs;
     optim_segment *norm_segs; /* the parts this rank counts in the norm (with norm groups) */
     size_t n_norm_segs;
-    void *queue[MODEL_ZERO_QUEUES]; /* ZeRO-3's side queues (model_zero.h); NULL: none */
-    int grads_reduced; /* ZeRO-2: this micro-batch's gradients are reduced already, each
-                        * rank's chunks summed in its part of the model's buffer
-                        * (train_dp_overlap.h) */
+    void *queue[MODEL_ZERO_QUEUES]; /* model_zero.h's side queues; NULL: none */
 } train_zero;
 
-/* Sets up level (2 or 3) over group for m (built with cfg.zero3 for level 3); segs are
- * the stage's tensors (full-buffer offsets). Level 3 also switches m to gathered
- * parameters (model_zero_init). The optimizer state to allocate is z->n floats. */
+/* Sets up level (2 or 3) over group for m (built with cfg.zero2 or cfg.zero3); segs are
+ * the stage's tensors (full-buffer offsets). Switches m to unit gradient buffers, and
+ * under level 3 to gathered parameters (model_zero_init). The optimizer state to
+ * allocate is z->n floats. */
 int train_zero_init(train_zero *z, int level, comm *group, model *m, const optim_segment *segs,
                     size_t n_segs, bt_diag *diag);
 /* Under tp/pp: the tensors (full-buffer offsets) this rank counts in the gradient norm. */
@@ -77,11 +75,10 @@ void train_zero_free(train_zero *z);
 
 /* ZeRO-3: the initial weights (model_init_weights, unit by unit) into the shard. */
 int train_zero_init_weights(train_zero *z, model *m, uint64_t seed);
-/* Zeroes the gradient shard (and the model's buffer) before a step's first micro-batch. */
+/* Zeroes the gradient shard before a step's first micro-batch. */
 void train_zero_begin_step(train_zero *z, model *m);
-/* After each micro-batch's backward: ZeRO-2 reduce-scatters the model's gradients into
- * the shard (or, when the overlapped reduction has reduced them already, adds the rank's
- * chunks) and zeroes them; ZeRO-3 has done so unit by unit already. */
+/* After each micro-batch's backward (whose units were reduce-scattered into the shard as
+ * they finished): the collectives' verdict. */
 int train_zero_after_backward(train_zero *z, model *m, bt_diag *diag);
 /* The update (see the top); *norm gets the global norm before clipping. */
 int train_zero_update(train_zero *z, train_dp *d, model *m, optim_adamw *o, const optim_hparams *hp,
