@@ -29,6 +29,7 @@ typedef struct plan_params {
     uint64_t moe_shared;  /* n_shared * 3 * dim * expert_ffn, split by tp */
     uint32_t n_experts, top_k;
     uint32_t moe_first_dense, moe_every; /* layer pattern, see plan_layer_is_moe */
+    int moe_counts; /* a capacity or an aux loss: under cp the chunks' counts are exchanged */
     uint32_t n_layers;
 } plan_params;
 

@@ -29,7 +29,9 @@
  *       K/V round again with dK/dV travelling beside them, plus one last hop of dK/dV
  *       home: (cp-1) + cp chunks; P(cp-1) + cp chunks in all (worker/engine/model_cp.h).
  *       Ulysses: all-to-alls of q, k, v and o, (cp-1)/cp x
- *       s*b*hd*e*(2*heads + 2*kv heads) per tp rank, per pass.
+ *       s*b*hd*e*(2*heads + 2*kv heads) per tp rank, per pass. MoE layers with a capacity
+ *       or an aux loss add, per forward pass, an all-gather of each rank's per-chunk
+ *       expert counts: (cp-1) x 2*b*E*4 bytes (worker/engine/moe_dev.h).
  *   EP  per MoE layer and pass, dispatch + combine all-to-alls of top_k x tokens x h x
  *       e x (ep-1)/ep, tokens = s*b (/t with sequence parallelism).
  * Seconds: bytes / the bandwidth of the link the group runs on (intra_node when every
@@ -115,7 +117,8 @@ static double comm_dp(const plan_stage *ps, uint32_t stage) {
     return dense + expert;
 }
 
-static double comm_cp(const plan_stage *ps, const comm_dims *d, uint32_t layers) {
+static double comm_cp(const plan_stage *ps, const comm_dims *d, uint32_t layers,
+                      uint32_t moe_layers) {
     const plan_shape *sh = &ps->shape;
     double cp = sh->cp, t = sh->tp;
     if (cp < 2) return 0;
@@ -128,7 +131,8 @@ static double comm_cp(const plan_stage *ps, const comm_dims *d, uint32_t layers)
         double chunk = 2 * d->s * d->b * kv * hd * d->e;
         per_layer = (d->passes * (cp - 1) + cp) * chunk;
     }
-    return layers * d->m * per_layer;
+    double counts = ps->params.moe_counts ? (cp - 1) * 2 * d->b * ps->params.n_experts * 4 : 0;
+    return d->m * (layers * per_layer + moe_layers * (d->passes - 1) * counts);
 }
 
 static double comm_ep(const plan_stage *ps, const comm_dims *d, uint32_t moe_layers) {
@@ -147,7 +151,7 @@ static void comm_stage(const plan_stage *ps, const comm_dims *d, uint32_t stage,
     bytes[PLAN_COMM_TP] = comm_tp(ps, d, n);
     bytes[PLAN_COMM_PP] = comm_pp(ps, d, stage);
     bytes[PLAN_COMM_DP] = comm_dp(ps, stage);
-    bytes[PLAN_COMM_CP] = comm_cp(ps, d, n);
+    bytes[PLAN_COMM_CP] = comm_cp(ps, d, n, n_moe);
     bytes[PLAN_COMM_EP] = comm_ep(ps, d, n_moe);
 }
 
