@@ -40,7 +40,7 @@ ep_case() { # NAME RANKS TP EP BALANCE [SED]: SED edits the recipe further
     --init "$name.run/checkpoints/s00-step00000020" >"$name.reload.log"
   layout_compare_params "$name" "$name.ref" "$name.params" || failures=$((failures + 1))
   if [[ ${BATON_DP_OVERLAP:-} == 1 ]]; then layout_check_overlap "$name" "$n"; fi
-  if [[ $name == *zero1 ]]; then layout_check_plan "$name" train || failures=$((failures + 1)); fi
+  if [[ $name == *-zero[123]* ]]; then layout_check_plan "$name" train || failures=$((failures + 1)); fi
 }
 
 aux="balance: aux_loss, aux_loss_coef: 0.01"
@@ -55,9 +55,15 @@ ep_case moe-pp2 2 1 1 "$aux" "s/pp: 1, ep: 1,/pp: 2, ep: 1,/"
 ep_case ep2-full 2 1 2 "$aux" "s/  micro_batch: 1/  micro_batch: 1\n  recompute: full/"
 cap="$aux, capacity_factor: 1.0"
 # ep 1 over dp2: every dp rank holds every expert (rank 0 saves them); with ZeRO-2 the
-# experts' gradients go through the unit buffers with the rest.
+# experts' gradients go through the unit buffers with the rest, with ZeRO-3 their weights
+# too (recomputed whole), and the bias of aux-loss-free balancing is nudged in the shards
+# (also under pp2).
 ep_case moe-dp2 2 1 1 "$aux"
 ep_case moe-dp2-zero2 2 1 1 "$cap" "s/zero: 0/zero: 2/"
+ep_case moe-dp2-zero3-full 2 1 1 "$cap" "s/zero: 0/zero: 3/; s/  global_batch: 8/&\n  recompute: full/"
+ep_case moe-dp2-zero3-bias 2 1 1 "balance: bias, bias_update_rate: 0.01" "s/zero: 0/zero: 3/"
+ep_case moe-pp2-dp2-zero3-bias 4 1 1 "balance: bias, bias_update_rate: 0.01" \
+  "s/zero: 0/zero: 3/; s/pp: 1, ep: 1,/pp: 2, ep: 1,/"
 # Context parallelism: each rank routes its two chunks of every sequence, yet the aux loss
 # and the capacity count the whole sequence as one process does (two sequences per
 # micro-batch, so the chunks' order crosses sequences); alone, with ep taking its ranks

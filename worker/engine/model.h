@@ -246,6 +246,11 @@ typedef struct model {
      * the rest of the backward (train_dp.h). */
     void (*unit_grads_done)(void *ctx, int u);
     void *unit_grads_ctx;
+    /* When not NULL, model_moe_step_end hands each MoE layer's selection-bias step to
+     * moe_bias_step(moe_bias_ctx, l, stats) (ZeRO-3: the bias lives in the trainer's
+     * shard) instead of applying it to params.layers[l].moe_bias. */
+    void (*moe_bias_step)(void *ctx, int l, const moe_stats *stats);
+    void *moe_bias_ctx;
     int layer0, n_layers;        /* this stage's layers [layer0, layer0 + n_layers) */
     int first_stage, last_stage; /* holds the embedding / the final norm, head and loss */
     int n_slots;                 /* activation slots (cfg.act_slots, at least 1) */

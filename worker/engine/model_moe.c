@@ -159,14 +159,18 @@ static double load_ratio(const double *r, int E) {
 /* Layer l's bias step from its routed counts r (E). */
 static void moe_bias_step(model *m, int l, const double *r) {
     const moe_config *c = &m->cfg.moe;
-    float *bias = m->params.layers[l].moe_bias;
-    if (bias == NULL) return;
+    if (c->bias_rate <= 0) return;
     moe_stats st = {0};
     double sum = 0;
     for (int e = 0; e < c->n_experts; e++)
         st.routed[e] = (long)r[e], sum += r[e];
     st.n_tokens = (int)(sum / c->top_k);
-    float host[MOE_MAX_EXPERTS];
+    if (m->moe_bias_step != NULL) {
+        m->moe_bias_step(m->moe_bias_ctx, l, &st);
+        return;
+    }
+    float *bias = m->params.layers[l].moe_bias, host[MOE_MAX_EXPERTS];
+    if (bias == NULL) return;
     m->be->to_host(m->be, host, bias, (size_t)c->n_experts * sizeof(float));
     moe_bias_update(c, host, &st);
     m->be->from_host(m->be, bias, host, (size_t)c->n_experts * sizeof(float));

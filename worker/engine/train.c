@@ -75,13 +75,6 @@ static int train_zero_check(const trainer *t, bt_diag *diag) {
                     s->name, s->parallel->zero, c->tp, c->n_kv_heads);
         return BT_EUNSUPPORTED;
     }
-    if (s->parallel->zero == 3 && c->moe.n_experts > 0) {
-        bt_diag_set(diag,
-                    "stage \"%s\": parallel.zero 3 with MoE layers is not supported; use "
-                    "zero 2 or lower",
-                    s->name);
-        return BT_EUNSUPPORTED;
-    }
     return 0;
 }
 
@@ -242,6 +235,7 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
     if (rc == 0) train_dp_set_cp(&t->dp, (int)cp);
     rc = rc ? rc : train_zero_init(&t->zero, zero, dp_group, &t->m, t->segs, t->n_segs, diag);
     if (rc == 0 && t->zero.level == 3) rc = train_zero_init_weights(&t->zero, &t->m, spec->seed);
+    rc = rc ? rc : train_zero_moe_bias(&t->zero, &t->m);
     rc = rc ? rc : train_expert_segments(t, g.ep, g.edp, diag);
     rc = rc ? rc : train_norm_segments(t, diag);
     rc = rc ? rc : train_dp_overlap_init(&t->dpo, &t->dp, &t->m, zero, diag);

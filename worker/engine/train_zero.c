@@ -3,11 +3,13 @@
 #include "train_zero.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend_select.h"
 #include "model_zero.h"
+#include "moe.h"
 
 static int zero_fail(train_zero *z, const char *what, bt_diag *diag) {
     bt_diag_set(diag, "ZeRO-%d %s (data-parallel rank %d of %d): %s", z->level, what, z->rank,
@@ -154,7 +156,39 @@ void train_zero_free(train_zero *z) {
     free(z->segs);
     free(z->seg_unit);
     free(z->norm_segs);
+    free(z->bias_off);
     memset(z, 0, sizeof *z);
+}
+
+static void zero_moe_bias(void *ctx, int l, const moe_stats *st) {
+    train_zero *z = ctx;
+    uint64_t a, b;
+    size_t at;
+    size_t E = (size_t)z->moe->n_experts;
+    if (z->bias_off[l] == SIZE_MAX || !train_zero_part(z, z->bias_off[l], E, &a, &b, &at)) return;
+    float host[MOE_MAX_EXPERTS] = {0};
+    z->be->to_host(z->be, host + a, z->params + at, (size_t)(b - a) * sizeof(float));
+    moe_bias_update(z->moe, host, st);
+    z->be->from_host(z->be, z->params + at, host + a, (size_t)(b - a) * sizeof(float));
+}
+
+int train_zero_moe_bias(train_zero *z, model *m) {
+    if (z->level != 3 || m->cfg.moe.n_experts == 0 || m->cfg.moe.bias_rate <= 0) return 0;
+    z->bias_off = malloc((size_t)(m->n_layers ? m->n_layers : 1) * sizeof *z->bias_off);
+    if (z->bias_off == NULL) return BT_ENOMEM;
+    for (int l = 0; l < m->n_layers; l++)
+        z->bias_off[l] = SIZE_MAX;
+    for (int i = 0, n = model_n_tensors(m); i < n; i++) {
+        model_tensor mt;
+        int gl, end = 0;
+        model_tensor_info(m, i, &mt);
+        if (sscanf(mt.name, "model.layers.%d.mlp.gate.e_score_correction_bias%n", &gl, &end) == 1 &&
+            end > 0 && mt.name[end] == '\0' && gl >= m->layer0 && gl < m->layer0 + m->n_layers)
+            z->bias_off[gl - m->layer0] = mt.offset;
+    }
+    z->moe = &m->cfg.moe;
+    m->moe_bias_step = zero_moe_bias, m->moe_bias_ctx = z;
+    return 0;
 }
 
 int train_zero_init_weights(train_zero *z, model *m, uint64_t seed) {

@@ -23,8 +23,10 @@
  * clipping, AdamW over the rank's segments. Summing the micro-batches after (not before)
  * the reduction changes only the order of float additions.
  *
- * Not with expert parallelism (train_init refuses it), nor with kv heads replicated over
- * tp (tp > n_kv_heads), nor ZeRO-3 with MoE layers. */
+ * MoE layers (ep 1) are sharded like the rest; under ZeRO-3 the selection bias of
+ * aux-loss-free balancing is nudged in the shard (train_zero_moe_bias). Not with expert
+ * parallelism (train_init refuses it), nor with kv heads replicated over tp
+ * (tp > n_kv_heads). */
 #ifndef BATON_TRAIN_ZERO_H
 #define BATON_TRAIN_ZERO_H
 
@@ -61,6 +63,8 @@ typedef struct train_zero {
     optim_segment *norm_segs; /* the parts this rank counts in the norm (with norm groups) */
     size_t n_norm_segs;
     void *queue[MODEL_ZERO_QUEUES]; /* model_zero.h's side queues; NULL: none */
+    const moe_config *moe;          /* ZeRO-3 with bias balancing: the model's MoE layers */
+    size_t *bias_off;               /* (stage layers) each MoE layer's selection bias offset */
 } train_zero;
 
 /* Sets up level (2 or 3) over group for m (built with cfg.zero2 or cfg.zero3); segs are
@@ -73,6 +77,10 @@ int train_zero_init(train_zero *z, int level, comm *group, model *m, const optim
 int train_zero_set_norm(train_zero *z, const optim_segment *segs, size_t n);
 void train_zero_free(train_zero *z);
 
+/* ZeRO-3 with bias balancing (model.moe_bias_step): each MoE layer's selection bias is
+ * nudged after the step in the shard, the part of it this rank holds (the step is per
+ * expert). 0 or BT_ENOMEM; nothing to do otherwise. */
+int train_zero_moe_bias(train_zero *z, model *m);
 /* ZeRO-3: the initial weights (model_init_weights, unit by unit) into the shard. */
 int train_zero_init_weights(train_zero *z, model *m, uint64_t seed);
 /* Zeroes the gradient shard before a step's first micro-batch. */
