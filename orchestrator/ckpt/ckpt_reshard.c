@@ -53,7 +53,8 @@ static int reshard_parse_layout(const char *s, Baton__Parallel *p) {
         *slot = v;
     }
     p->has_tp = p->has_pp = p->has_cp = p->has_dp = p->has_ep = p->has_zero = 1;
-    return p->zero <= 1 && (p->dp * p->cp) % p->ep == 0 ? 0 : -1;
+    uint64_t shards = (uint64_t)p->tp * p->pp * p->ep; /* one file each */
+    return p->zero <= 1 && (p->dp * p->cp) % p->ep == 0 && shards <= 65536 ? 0 : -1;
 }
 
 typedef struct reshard_job {

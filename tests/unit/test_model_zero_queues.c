@@ -15,7 +15,9 @@
  * (a gather copies the whole unit, a reduction leaves it), so the losses must equal an
  * ordinary model's bit for bit and the gradients accumulated its up to the order of the
  * micro-batches' additions (1e-6 relative), and after the weights change no stale unit
- * may be used. Without recomputation and with full recomputation, for both levels. */
+ * may be used; the update's use of a gradient buffer as scratch (model_zero_spare) must be
+ * ordered before the next backward's reductions. Without recomputation and with full recomputation,
+ * for both levels. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -236,6 +238,9 @@ static void run(int recompute, int zero) {
     }
     double worst = max_rel(R.acc, ref.grads_mem, P);
     CHECK(worst <= 1e-6);
+    float *spare = model_zero_spare(&zm); /* the ZeRO-2 update's all-gather scratch */
+    CHECK(spare != NULL);
+    if (spare != NULL) race_touch(&X, 0, spare, R.cap, 1);
     for (size_t i = 0; i < P; i++) /* the "update" (ZeRO-2's in its whole parameters) */
         ref.params_mem[i] *= 0.5f;
     for (size_t i = 0; zm.params_mem != NULL && i < P; i++)
@@ -245,6 +250,7 @@ static void run(int recompute, int zero) {
     CHECK(model_forward(&zm, tokens, targets, B, T, &lz) == 0);
     CHECK(model_forward(&ref, tokens, targets, B, T, &lr) == 0);
     CHECK(bits_of(lz) == bits_of(lr));
+    CHECK(model_backward(&zm, 0.5f) == 0); /* its reductions after the scratch's use */
     CHECK(X.races == 0);
     CHECK(X.disorders == 0);
     CHECK(X.unbounded == 0);

@@ -340,7 +340,7 @@ int model_stage_backward(model *m, int slot, float loss_scale) {
     if (m->comm_err) return m->comm_err;
     select_slot(m, slot);
     m->bwd_scale = loss_scale;
-    int head = m->first_stage + m->n_layers; /* the ZeRO-3 units (model_zero.h) */
+    int head = m->first_stage + m->n_layers; /* the ZeRO-2/3 units (model_zero.h) */
     if (m->last_stage) {
         model_zero_backward(m, head, next_unit(m, head, -1));
         head_backward(m, loss_scale);
@@ -364,7 +364,7 @@ int model_stage_backward(model *m, int slot, float loss_scale) {
         model_zero_backward_done(m, 0);
         unit_done(m, 0);
     }
-    model_zero_flush(m); /* ZeRO-3: every unit's reduction in the shard */
+    model_zero_flush(m); /* ZeRO-2/3: every unit's reduction in the shard */
     int rc = be->sync(be);
     return rc ? rc : m->comm_err;
 }

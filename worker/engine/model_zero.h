@@ -34,7 +34,7 @@
  * numbers.
  * The collectives themselves are the trainer's (model_zero_ops), over its data-parallel
  * group; a failure is recorded in m->comm_err as the tensor-parallel collectives' are.
- * With m->zw NULL (every layout but ZeRO-3) the hooks do nothing. */
+ * With m->zw NULL (every layout but ZeRO-2 and ZeRO-3) the hooks do nothing. */
 #ifndef BATON_MODEL_ZERO_H
 #define BATON_MODEL_ZERO_H
 

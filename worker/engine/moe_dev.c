@@ -70,7 +70,9 @@ void moe_dev_scratch_free(moe_dev_scratch *s) {
 int moe_dev_scratch_set_cp(moe_dev_scratch *s, const moe_config *c, comm *cp, int T,
                            int max_tokens) {
     if (cp == NULL || comm_size(cp) < 2) return 0;
-    if (s->cp != NULL || T < 2 || T % 2 != 0 || max_tokens < T) return BT_EINVAL;
+    if (s->cp != NULL || T < 2 || T % 2 != 0 || max_tokens < T ||
+        (size_t)max_tokens * c->top_k * (size_t)comm_size(cp) > INT32_MAX)
+        return BT_EINVAL; /* the whole sequences' pairs must count in an int */
     size_t E = (size_t)c->n_experts, B = (size_t)(max_tokens / T), P = (size_t)comm_size(cp);
     s->cp_topk = malloc((size_t)max_tokens * c->top_k * sizeof *s->cp_topk);
     s->cp_count = malloc(P * 2 * B * E * sizeof *s->cp_count);
@@ -329,13 +331,18 @@ static void combine_forward(const moe_config *c, const moe_weights *w, int N, mo
 static int cp_count_local(const moe_config *c, int N, moe_dev_cache *m, int32_t *local) {
     moe_dev_scratch *s = m->scratch;
     int E = c->n_experts, K = c->top_k, T = s->cp_T;
+    size_t per = (size_t)2 * (N / T) * E;
     m->be->to_host(m->be, s->cp_topk, m->topk, (size_t)N * K * sizeof *s->cp_topk);
-    memset(local, 0, (size_t)2 * (N / T) * E * sizeof *local);
+    memset(local, 0, per * sizeof *local);
     for (int n = 0; n < N; n++) {
         int32_t *cnt = local + (size_t)(2 * (n / T) + (n % T >= T / 2)) * E;
         for (int j = 0; j < K; j++) {
             int e = s->cp_topk[(size_t)n * K + j];
-            if (e < 0 || e >= E) return BT_EIO; /* a failed device */
+            if (e < 0 || e >= E) { /* a failed device: the peers are told (-1) */
+                for (size_t i = 0; i < per; i++)
+                    local[i] = -1;
+                return BT_EIO;
+            }
             cnt[e]++;
         }
     }
@@ -352,10 +359,12 @@ static int cp_limits(const moe_config *c, int N, moe_dev_cache *m) {
     int E = c->n_experts, P = comm_size(s->cp), q = comm_rank(s->cp), B = N / s->cp_T;
     size_t per = (size_t)2 * B * E;
     int rc = cp_count_local(c, N, m, s->cp_count + (size_t)q * per);
-    if (rc != 0) return rc;
     if (comm_allgather(s->cp, s->cp_count + (size_t)q * per, s->cp_count, per * sizeof(int32_t),
                        COMM_BYTE, NULL) != 0)
         return BT_EIO;
+    for (size_t i = 0; rc == 0 && i < per * (size_t)P; i++)
+        if (s->cp_count[i] < 0) rc = BT_EIO; /* a peer's device failed */
+    if (rc != 0) return rc;
     int cap = capacity_of(c, N * P);
     int32_t *limit = s->cp_limit, *routed = s->cp_limit + E;
     memset(s->cp_limit, 0, 2 * (size_t)E * sizeof *s->cp_limit);

@@ -4,8 +4,9 @@
  * precision (bf16 under fp8; matmul_forward and matmul_backward), SwiGLU (swiglu_*),
  * routing, capacity, permutation and the router's backward (moe_route ...
  * moe_router_backward). One host
- * synchronization per forward: the per-expert row counts decide the shapes of the
- * expert GEMMs (and fill the load figures).
+ * synchronization per forward (two under context parallelism with a capacity or an aux
+ * loss, below): the per-expert row counts decide the shapes of the expert GEMMs (and fill
+ * the load figures).
  *
  * Expert parallelism: the routed experts are split evenly over the ranks of an ep group
  * (rank r holds experts [r El, (r + 1) El), El = E / ep), the ranks of the group hold
@@ -17,8 +18,10 @@
  * each of its experts over the rows of each source in turn and sends the outputs back the
  * same way; the combine is then local. Backward mirrors it: the rows' output gradients
  * (combine weight times dy) go to the owners, which accumulate their experts' weight
- * gradients and return the input gradients. Capacity dropping and the aux loss stay per
- * rank, over its own tokens, as in one process per micro-batch.
+ * gradients and return the input gradients. Capacity dropping and the aux loss are each
+ * rank's, over its own micro-batch's tokens (the ep ranks' micro-batches are different
+ * data-parallel ones, as one process runs them one after the other), except under
+ * context parallelism, below.
  *
  * Context parallelism (moe_dev_scratch_set_cp): a rank's tokens are two chunks of each of
  * its micro-batch's sequences (model_cp.h's zigzag split), yet the capacity and the aux
@@ -30,7 +33,10 @@
  * token order: moe_assign's limit), and the whole sequences' routed counts that the aux
  * loss's f_e and its gradient use. Each rank's aux loss is its tokens' share (its P_e
  * sums over the whole sequences' token count), so the shares add up to the one-process
- * value over the group, as the language-model loss does.
+ * value over the group, as the language-model loss does. The stats' capacity is then the
+ * whole sequences' (their n_tokens, routed and kept stay this rank's). If a rank finds
+ * its selections out of range (a failed device) it still takes part in the all-gather,
+ * with counts of -1, so that every rank of the group fails with BT_EIO together.
  *
  * Results equal moe.c's within float rounding (the GEMMs' summation order differs); on
  * the CPU backend the routing is moe.c's bit for bit. Deterministic like every backend

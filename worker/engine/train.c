@@ -372,10 +372,13 @@ static int train_fetch(trainer *t, uint32_t j, bt_diag *diag) {
     return 0;
 }
 
-/* The failed collective behind m.comm_err: the tensor-parallel group's, or without one
- * ZeRO-3's data-parallel group's (model_zero.h). */
+/* The failed collective behind m.comm_err: the first of the model's groups with an error
+ * (ZeRO-2/3's data-parallel group, model_zero.h; tp; cp; ep). */
 static const char *train_comm_why(const trainer *t) {
-    return comm_error(t->tp.group ? t->tp.group : t->zero.group);
+    comm *g[4] = {t->zero.group, t->tp.group, t->m.cp_group, t->m.ep_group};
+    for (int i = 0; i < 4; i++)
+        if (g[i] != NULL && comm_error(g[i])[0] != '\0') return comm_error(g[i]);
+    return bt_strerror(t->m.comm_err);
 }
 
 /* The schedule's view of the stage (pipeline.h); ctx is a train_pp_ctx. Micro-batch mb's

@@ -237,6 +237,11 @@ static void worker_print_state(const trainer *t) {
     if (dp[0]) printf("%s\n", dp);
     const char *pp = pipeline_describe(&t->pp.pipe);
     if (pp[0]) printf("%s\n", pp);
+    const Baton__Parallel *par = t->spec->stage->parallel;
+    if (par->tp > 1 && par->sequence_parallel)
+        printf("sequence parallelism: not implemented by this worker yet; tensor parallelism "
+               "runs without it (activations whole on every tp rank; `baton plan` counts them "
+               "split)\n");
 }
 
 static void worker_print_step(const trainer *t, const train_metrics *m) {
@@ -419,7 +424,7 @@ static int worker_dump_params(trainer *t, const char *path, int writer, bt_diag 
 static int worker_eval(trainer *t, const worker_args *a, bt_diag *diag) {
     const char *valid = a->valid ? a->valid : t->spec->data->valid;
     if (a->eval_windows == 0 || valid == NULL || valid[0] == '\0' ||
-        (t->dp_rank != 0 && t->m.ep_group == NULL && t->m.zw == NULL))
+        (t->dp_rank != 0 && t->m.ep_group == NULL && !t->m.cfg.zero3))
         return 0; /* under ep every rank takes part: the experts are spread over them; under
                    * ZeRO-3 too: the forward gathers the parameters over the dp group */
     double loss = 0;
