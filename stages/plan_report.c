@@ -199,15 +199,13 @@ static void text_rank_table(FILE *f, const layout *l) {
 /* ZeRO-2/3's lines (plan_memory.c): S the rank's shard, U the largest unit padded. */
 static void text_memory_zero(FILE *f, const plan_stage *ps) {
     const plan_memory *m = &ps->mem;
-    char a[32], s[32], u[32], p[32];
-    int z3 = m->zero_level == 3;
+    char a[32], s[32], u[32];
     fmt_grouped(s, sizeof s, m->zero_shard);
     fmt_grouped(u, sizeof u, m->zero_unit);
-    fmt_grouped(p, sizeof p, m->params_on_rank);
-    fprintf(f, "  grads       %10s = 4 B x (", fmt_gb(a, sizeof a, m->grads));
-    if (!z3) fprintf(f, "%s whole buffer one micro-batch's backward writes + ", p);
-    fprintf(f, "%s shard + %s%s %s)\n", s, z3 ? "2 x " : "", u,
-            z3 ? "buffers of two units' backward" : "padded reduce-scatter buffer");
+    fprintf(f,
+            "  grads       %10s = 4 B x (%s shard + 2 x %s buffers: one unit's backward, one "
+            "being reduce-scattered; no whole gradient buffer)\n",
+            fmt_gb(a, sizeof a, m->grads), s, u);
     fprintf(f,
             "  optimizer   %10s = %.0f B (%s) x %s shard (ZeRO-%u: per-unit shards over %u "
             "ranks)\n",
