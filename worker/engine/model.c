@@ -116,19 +116,24 @@ size_t model_stage_global_floats(const model_config *cfg, int stage) {
     return c.off;
 }
 
+/* Rows of the residual stream a rank holds: N, or its N/tp under sequence parallelism. */
+static size_t sp_rows(const model_config *cfg, size_t N) {
+    return cfg->sp && cfg->tp > 1 ? N / (size_t)cfg->tp : N;
+}
+
 static void carve_layer_acts(carve *c, const model_config *cfg, int B, int T, int with_att,
                              model_layer_acts *a) {
     local_dims d = dims_of(cfg);
-    size_t N = (size_t)B * T, C = cfg->dim;
+    size_t N = (size_t)B * T, C = cfg->dim, R = sp_rows(cfg, N);
     a->ln1 = take(c, N * C);
-    a->ln1_rstd = take(c, N);
+    a->ln1_rstd = take(c, R);
     a->qkv = take(c, N * d.qkv);
     a->att = with_att ? take(c, (size_t)B * d.H * T * T) : NULL;
     a->lse = take(c, (size_t)B * d.H * T);
     a->atty = take(c, N * d.qd);
-    a->xmid = take(c, N * C);
+    a->xmid = take(c, R * C);
     a->ln2 = take(c, N * C);
-    a->ln2_rstd = take(c, N);
+    a->ln2_rstd = take(c, R);
     a->h13 = take(c, N * 2 * d.F);
     a->hs = take(c, N * d.F);
     int ulysses = cfg->cp > 1 && cfg->cp_ulysses;
@@ -147,7 +152,7 @@ static void carve_acts(carve *c, const model_config *cfg, int B, int T, model_re
     size_t N = (size_t)B * T, C = cfg->dim, V = dims_of(cfg).V;
     int tp = tp_of(cfg);
     model_layer_acts scratch;
-    a->resid = take(c, (size_t)(stage_n_layers(cfg) + 1) * N * C);
+    a->resid = take(c, (size_t)(stage_n_layers(cfg) + 1) * sp_rows(cfg, N) * C);
     /* Attention's probabilities are kept only under recompute none in float32: in bf16 or
      * fp8 the backend may run the flash kernels (the CUDA backend's tensor-core ones),
      * which keep none; the CPU backend's backward then recomputes them, bit for bit. */
@@ -156,7 +161,7 @@ static void carve_acts(carve *c, const model_config *cfg, int B, int T, model_re
         carve_layer_acts(c, cfg, B, T, with_att, a->layer ? &a->layer[s] : &scratch);
     if (!is_last_stage(cfg)) return;
     a->lnf = take(c, N * C);
-    a->lnf_rstd = take(c, N);
+    a->lnf_rstd = take(c, sp_rows(cfg, N));
     a->logits = take(c, N * V);
     a->ce_lse = take(c, N);
     a->losses = take(c, N);
@@ -191,6 +196,7 @@ static void carve_work(carve *c, const model_config *cfg, backend *be, int B, in
     g->dwide = take(c, N * max_z(d.qkv, 2 * d.F));
     g->dnarrow = take(c, N * max_z(d.qd, d.F));
     g->scratch = take(c, scratch_floats(cfg, be, B, T));
+    g->dnorm = take(c, cfg->sp ? C : 0);
     *rope_cos = take(c, (size_t)T * cfg->head_dim / 2);
     *rope_sin = take(c, (size_t)T * cfg->head_dim / 2);
 }

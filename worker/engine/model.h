@@ -89,6 +89,10 @@ typedef struct model_config {
     int cp;         /* context-parallel degree; 0 or 1: none (model_cp.h) */
     int cp_rank;    /* this rank's place in the context-parallel group, [0, cp) */
     int cp_ulysses; /* context parallelism by all-to-all over heads (else ring attention) */
+    /* Sequence parallelism (tp > 1; model_sp.h): the residual stream, the norms and their
+     * inputs are split by rows over the tp ranks, all-gathered before the column-parallel
+     * GEMMs and reduce-scattered after the row-parallel ones. */
+    int sp;
     /* Mixture of experts (model_moe.h): moe.n_experts 0 for a dense model. Layer l (of the
      * model) is an MoE layer when l >= moe_first_dense and (l - moe_first_dense) % moe_every
      * is 0. Under expert parallelism (ep > 1) moe.expert0 and moe.n_local are this rank's
@@ -211,7 +215,8 @@ typedef struct model_layer_acts {
 
 /* One slot's activations; lnf .. ce_part exist on the last stage only. */
 typedef struct model_acts {
-    float *resid;            /* (L+1, N, C) each layer's input, then the last output */
+    float *resid;            /* (L+1, N, C) each layer's input, then the last output (N/tp
+                              * rows under sequence parallelism, as xmid and the rstds) */
     model_layer_acts *layer; /* (L) views, or (1) shared when recompute is full */
     float *lnf;              /* (N, C) final norm output */
     float *lnf_rstd;         /* (N) */
@@ -229,6 +234,7 @@ typedef struct model_grad_acts {
     float *dwide;   /* (N, max(QKV, 2F)) dqkv or dh13 */
     float *dnarrow; /* (N, max(H*hd, F)) datty or dhs */
     float *scratch; /* (model_sizes.scratch_floats) */
+    float *dnorm;   /* (C) under sequence parallelism: a norm weight's gradient, one pass's */
 } model_grad_acts;
 
 typedef struct model {

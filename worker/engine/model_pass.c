@@ -24,6 +24,7 @@
 #include "model.h"
 #include "model_cp.h"
 #include "model_moe.h"
+#include "model_sp.h"
 #include "model_tp.h"
 #include "model_zero.h"
 
@@ -56,7 +57,60 @@ void model_gemm_shape(const model *m, int i, int *C, int *OC) {
 }
 
 static float *resid_at(const model *m, int l) {
-    return m->acts.resid + (size_t)l * m->B * m->T * m->cfg.dim;
+    return m->acts.resid + (size_t)l * model_sp_rows(m, m->B * m->T) * m->cfg.dim;
+}
+
+/* The norm before a column-parallel GEMM: ln (N, C) = norm(x), rstd of x's rows; under
+ * sequence parallelism x is this rank's rows, normed into its place in ln and gathered. */
+static void norm_gathered(model *m, float *ln, float *rstd, const float *x, const float *w) {
+    int N = m->B * m->T, R = model_sp_rows(m, N), C = m->cfg.dim;
+    float *mine = ln + (size_t)model_sp_row0(m, N) * C;
+    m->be->rmsnorm_forward(m->be, mine, rstd, x, w, R, C, m->cfg.norm_eps);
+    if (model_sp_on(m))
+        model_sp_gather(m, ln, N);
+    else
+        model_tp_copy_forward(m, ln, (size_t)N * C);
+}
+
+/* Its backward from dln (N, C), the gradient of ln: a partial sum over the tp ranks (a
+ * column-parallel GEMM's input gradient), or with partial 0 whole on every rank (an MoE
+ * layer's): dx (this rank's rows) written, the norm weight's gradient dw accumulated. */
+static void norm_gathered_backward(model *m, float *dx, float *dw, float *dln, int partial,
+                                   const float *x, const float *w, const float *rstd) {
+    backend *be = m->be;
+    int N = m->B * m->T, R = model_sp_rows(m, N), C = m->cfg.dim;
+    if (!model_sp_on(m)) {
+        if (partial) model_tp_copy_backward(m, dln, (size_t)N * C);
+        be->rmsnorm_backward(be, dx, dw, dln, x, w, rstd, N, C);
+        return;
+    }
+    float *mine = dln + (size_t)model_sp_row0(m, N) * C;
+    if (partial) model_sp_scatter(m, dln, mine, N);
+    be->zero(be, m->gacts.dnorm, (size_t)C);
+    be->rmsnorm_backward(be, dx, m->gacts.dnorm, mine, x, w, rstd, R, C);
+    model_sp_norm_grad(m, dw);
+}
+
+/* A row-parallel GEMM's partial output full (N, C) summed over the tp ranks into out
+ * (this rank's rows under sequence parallelism; out may be full without it). */
+static void reduce_rows(model *m, const float *full, float *out) {
+    int N = m->B * m->T;
+    if (model_sp_on(m))
+        model_sp_scatter(m, full, out, N);
+    else
+        model_tp_reduce_forward(m, out, (size_t)N * m->cfg.dim);
+}
+
+/* The gradient of the residual stream, whole: g->dres itself, or under sequence
+ * parallelism every rank's rows gathered into g->dx. */
+static float *dres_whole(model *m) {
+    model_grad_acts *g = &m->gacts;
+    int N = m->B * m->T;
+    if (!model_sp_on(m)) return g->dres;
+    size_t R = (size_t)model_sp_rows(m, N) * m->cfg.dim;
+    m->be->copy(m->be, g->dx + (size_t)model_sp_row0(m, N) * m->cfg.dim, g->dres, R);
+    model_sp_gather(m, g->dx, N);
+    return g->dx;
 }
 
 static model_layer_acts *acts_of(model *m, int l) {
@@ -84,11 +138,11 @@ static void layer_forward(model *m, int l, const float *x, float *out) {
     float *scratch = m->gacts.scratch;
     int B = m->B, T = m->T, N = B * T, C = cfg->dim, F = m->shard.ffn;
     int H = m->shard.heads, KV = m->shard.kv_heads, hd = cfg->head_dim, qd = H * hd;
-    int ld = qkv_width(m);
+    int ld = qkv_width(m), R = model_sp_rows(m, N), sp = model_sp_on(m);
     float *q = a->qkv, *k = a->qkv + qd, *v = a->qkv + qd + KV * hd;
+    float *part = sp ? m->gacts.dx : NULL; /* (N, C) a row-parallel GEMM's partial output */
 
-    be->rmsnorm_forward(be, a->ln1, a->ln1_rstd, x, w->attn_norm, N, C, cfg->norm_eps);
-    model_tp_copy_forward(m, a->ln1, (size_t)N * C);
+    norm_gathered(m, a->ln1, a->ln1_rstd, x, w->attn_norm);
     be->matmul_forward(be, a->qkv, a->ln1, w->wqkv, N, C, ld, gemm_of(m, l, MODEL_GEMM_QKV),
                        scratch);
     be->rope_forward(be, q, q, m->rope_cos, m->rope_sin, B, T, H, hd, ld);
@@ -98,41 +152,41 @@ static void layer_forward(model *m, int l, const float *x, float *out) {
     else
         be->attention_forward(be, a->atty, a->lse, a->att, q, k, v, ld, B, T, H, KV, hd,
                               1.0f / sqrtf((float)hd), att_prec(m, l), scratch);
-    be->matmul_forward(be, a->xmid, a->atty, w->wo, N, qd, C, gemm_of(m, l, MODEL_GEMM_O), scratch);
-    model_tp_reduce_forward(m, a->xmid, (size_t)N * C);
-    be->add(be, a->xmid, a->xmid, x, (size_t)N * C);
-    be->rmsnorm_forward(be, a->ln2, a->ln2_rstd, a->xmid, w->mlp_norm, N, C, cfg->norm_eps);
-    if (w->moe != NULL) { /* an MoE layer, whole on every tp rank (model_moe.h) */
-        model_moe_forward(m, l, a->ln2, out);
-        if (out != NULL) be->add(be, out, out, a->xmid, (size_t)N * C);
+    be->matmul_forward(be, sp ? part : a->xmid, a->atty, w->wo, N, qd, C,
+                       gemm_of(m, l, MODEL_GEMM_O), scratch);
+    reduce_rows(m, part, a->xmid);
+    be->add(be, a->xmid, a->xmid, x, (size_t)R * C);
+    norm_gathered(m, a->ln2, a->ln2_rstd, a->xmid, w->mlp_norm);
+    if (w->moe != NULL) { /* an MoE layer, whole on every tp rank (model_moe.h), on every row */
+        model_moe_forward(m, l, a->ln2, out != NULL && sp ? part : out);
+        const float *mine = sp ? part + (size_t)model_sp_row0(m, N) * C : out;
+        if (out != NULL) be->add(be, out, mine, a->xmid, (size_t)R * C);
         return;
     }
-    model_tp_copy_forward(m, a->ln2, (size_t)N * C);
     be->matmul_forward(be, a->h13, a->ln2, w->w13, N, C, 2 * F, gemm_of(m, l, MODEL_GEMM_GATE_UP),
                        scratch);
     be->swiglu_forward(be, a->hs, a->h13, N, F);
     if (out == NULL) return;
-    be->matmul_forward(be, out, a->hs, w->w2, N, F, C, gemm_of(m, l, MODEL_GEMM_DOWN), scratch);
-    model_tp_reduce_forward(m, out, (size_t)N * C);
-    be->add(be, out, out, a->xmid, (size_t)N * C);
+    be->matmul_forward(be, sp ? part : out, a->hs, w->w2, N, F, C, gemm_of(m, l, MODEL_GEMM_DOWN),
+                       scratch);
+    reduce_rows(m, part, out);
+    be->add(be, out, out, a->xmid, (size_t)R * C);
 }
 
-/* The dense MLP's backward from g->dres (the layer output's gradient) to g->dln, the
- * gradient of the post-attention norm's output. */
-static void mlp_backward(model *m, int l) {
+/* The dense MLP's backward from dout (the layer output's gradient, whole) to g->dln, the
+ * gradient of the post-attention norm's output (this rank's partial sum under tp). */
+static void mlp_backward(model *m, int l, const float *dout) {
     backend *be = m->be;
     const model_layer_weights *w = &m->params.layers[l];
     model_layer_weights *dw = &m->grads.layers[l];
     const model_layer_acts *a = acts_of(m, l);
     model_grad_acts *g = &m->gacts;
     int N = m->B * m->T, C = m->cfg.dim, F = m->shard.ffn;
-    model_tp_reduce_backward(m, g->dres, (size_t)N * C);
-    be->matmul_backward(be, g->dnarrow, dw->w2, g->dres, a->hs, w->w2, N, F, C,
+    be->matmul_backward(be, g->dnarrow, dw->w2, dout, a->hs, w->w2, N, F, C,
                         gemm_of(m, l, MODEL_GEMM_DOWN), g->scratch);
     be->swiglu_backward(be, g->dwide, g->dnarrow, a->h13, N, F);
     be->matmul_backward(be, g->dln, dw->w13, g->dwide, a->ln2, w->w13, N, C, 2 * F,
                         gemm_of(m, l, MODEL_GEMM_GATE_UP), g->scratch);
-    model_tp_copy_backward(m, g->dln, (size_t)N * C);
 }
 
 /* On entry g->dres is the gradient of the layer's output; on return, of its input x. */
@@ -143,23 +197,25 @@ static void layer_backward(model *m, int l, const float *x) {
     model_layer_weights *dw = &m->grads.layers[l];
     const model_layer_acts *a = acts_of(m, l);
     model_grad_acts *g = &m->gacts;
-    int B = m->B, T = m->T, N = B * T, C = cfg->dim;
+    int B = m->B, T = m->T, N = B * T, C = cfg->dim, R = model_sp_rows(m, N);
     int H = m->shard.heads, KV = m->shard.kv_heads, hd = cfg->head_dim, qd = H * hd;
     int ld = qkv_width(m);
     const float *q = a->qkv, *k = a->qkv + qd, *v = a->qkv + qd + KV * hd;
     float *dq = g->dwide, *dk = g->dwide + qd, *dv = g->dwide + qd + KV * hd;
 
     /* MLP: out = xmid + g(down(swiglu(gate_up(f(norm(xmid)))))), or xmid + moe(norm(xmid)) */
+    const float *dout = dres_whole(m);
     if (w->moe != NULL)
-        model_moe_backward(m, l, g->dres, g->dln, m->bwd_scale);
+        model_moe_backward(m, l, dout, g->dln, m->bwd_scale);
     else
-        mlp_backward(m, l);
-    be->rmsnorm_backward(be, g->dx, dw->mlp_norm, g->dln, a->xmid, w->mlp_norm, a->ln2_rstd, N, C);
-    be->add(be, g->dres, g->dres, g->dx, (size_t)N * C);
+        mlp_backward(m, l, dout);
+    norm_gathered_backward(m, g->dx, dw->mlp_norm, g->dln, w->moe == NULL, a->xmid, w->mlp_norm,
+                           a->ln2_rstd);
+    be->add(be, g->dres, g->dres, g->dx, (size_t)R * C);
 
     /* Attention: xmid = x + g(o(attention(rope(qkv(f(norm(x))))))) */
-    model_tp_reduce_backward(m, g->dres, (size_t)N * C);
-    be->matmul_backward(be, g->dnarrow, dw->wo, g->dres, a->atty, w->wo, N, qd, C,
+    dout = dres_whole(m);
+    be->matmul_backward(be, g->dnarrow, dw->wo, dout, a->atty, w->wo, N, qd, C,
                         gemm_of(m, l, MODEL_GEMM_O), g->scratch);
     if (m->cpw)
         model_cp_attention_backward(m, a, g->dnarrow, g->dwide);
@@ -170,9 +226,8 @@ static void layer_backward(model *m, int l, const float *x) {
     be->rope_backward(be, dk, dk, m->rope_cos, m->rope_sin, B, T, KV, hd, ld);
     be->matmul_backward(be, g->dln, dw->wqkv, g->dwide, a->ln1, w->wqkv, N, C, ld,
                         gemm_of(m, l, MODEL_GEMM_QKV), g->scratch);
-    model_tp_copy_backward(m, g->dln, (size_t)N * C);
-    be->rmsnorm_backward(be, g->dx, dw->attn_norm, g->dln, x, w->attn_norm, a->ln1_rstd, N, C);
-    be->add(be, g->dres, g->dres, g->dx, (size_t)N * C);
+    norm_gathered_backward(m, g->dx, dw->attn_norm, g->dln, 1, x, w->attn_norm, a->ln1_rstd);
+    be->add(be, g->dres, g->dres, g->dx, (size_t)R * C);
 }
 
 /* Tokens in [0, V); targets in [0, V) or negative (ignored). Counts the targets. */
@@ -196,9 +251,10 @@ static void embed_forward(model *m, float *out, int N) {
         be->embedding_forward(be, out, m->tokens, m->params.embed, N, m->cfg.dim);
         return;
     }
-    be->vocab_embedding_forward(be, out, m->tokens, m->params.embed, N, m->cfg.dim, s->vocab0,
+    float *part = model_sp_on(m) ? m->gacts.dx : out; /* (N, C) this rank's vocabulary's */
+    be->vocab_embedding_forward(be, part, m->tokens, m->params.embed, N, m->cfg.dim, s->vocab0,
                                 s->vocab);
-    model_tp_reduce_forward(m, out, (size_t)N * m->cfg.dim);
+    reduce_rows(m, part, out);
 }
 
 static void embed_backward(model *m, float *dout, int N) {
@@ -208,7 +264,7 @@ static void embed_backward(model *m, float *dout, int N) {
         be->embedding_backward(be, m->grads.embed, dout, m->tokens, N, m->cfg.dim);
         return;
     }
-    model_tp_reduce_backward(m, dout, (size_t)N * m->cfg.dim);
+    if (dout == m->gacts.dres) dout = dres_whole(m); /* every row's gradient */
     be->vocab_embedding_backward(be, m->grads.embed, dout, m->tokens, N, m->cfg.dim, s->vocab0,
                                  s->vocab);
 }
@@ -244,7 +300,8 @@ float *model_stage_input(model *m, int slot) {
 }
 
 float *model_stage_output(model *m, int slot) {
-    return m->slot_acts[slot].resid + (size_t)m->n_layers * m->B * m->T * m->cfg.dim;
+    return m->slot_acts[slot].resid +
+           (size_t)m->n_layers * model_sp_rows(m, m->B * m->T) * m->cfg.dim;
 }
 
 float *model_stage_grad(model *m) {
@@ -263,7 +320,7 @@ int model_stage_forward(model *m, int slot, const int32_t *tokens, const int32_t
     backend *be = m->be;
     const model_config *cfg = &m->cfg;
     if (B <= 0 || T <= 0 || B > m->max_B || T > m->max_T || slot < 0 || slot >= m->n_slots ||
-        (m->cpw && T != m->cpw->T))
+        (m->cpw && T != m->cpw->T) || (model_sp_on(m) && (B * T) % m->cfg.tp != 0))
         return BT_ERANGE;
     int N = B * T, rc = check_tokens(m, tokens, targets, N, &m->n_valid);
     if (rc) return rc;
@@ -290,9 +347,7 @@ int model_stage_forward(model *m, int slot, const int32_t *tokens, const int32_t
         model_acts *a = &m->acts;
         int L = m->n_layers;
         model_zero_forward(m, m->first_stage + L, -1);
-        be->rmsnorm_forward(be, a->lnf, a->lnf_rstd, resid_at(m, L), m->params.norm, N, cfg->dim,
-                            cfg->norm_eps);
-        model_tp_copy_forward(m, a->lnf, (size_t)N * cfg->dim);
+        norm_gathered(m, a->lnf, a->lnf_rstd, resid_at(m, L), m->params.norm);
         be->matmul_forward(be, a->logits, a->lnf, m->params.lm_head, N, cfg->dim, m->shard.vocab,
                            &m->gemm[MODEL_GEMMS_PER_LAYER * L], m->gacts.scratch);
         if (targets) loss_forward(m, targets, loss);
@@ -320,9 +375,8 @@ static void head_backward(model *m, float loss_scale) {
                               m->shard.vocab0);
     be->matmul_backward(be, g->dln, m->grads.lm_head, a->logits, a->lnf, m->params.lm_head, N, C, V,
                         &m->gemm[MODEL_GEMMS_PER_LAYER * L], g->scratch);
-    model_tp_copy_backward(m, g->dln, (size_t)N * C);
-    be->rmsnorm_backward(be, g->dres, m->grads.norm, g->dln, resid_at(m, L), m->params.norm,
-                         a->lnf_rstd, N, C);
+    norm_gathered_backward(m, g->dres, m->grads.norm, g->dln, 1, resid_at(m, L), m->params.norm,
+                           a->lnf_rstd);
 }
 
 static void unit_done(model *m, int u) {

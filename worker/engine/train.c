@@ -196,7 +196,10 @@ static int train_model_init(trainer *t, const train_groups *g, bt_diag *diag) {
     if (cfg.ep > 1 && cfg.moe.n_experts % cfg.ep == 0)
         cfg.moe.n_local = cfg.moe.n_experts / cfg.ep,
         cfg.moe.expert0 = cfg.ep_rank * cfg.moe.n_local;
-    train_pp_init(&t->pp, pp_group, (size_t)t->B * t->Tl * (size_t)cfg.dim);
+    /* sequence parallelism: the residual stream's rows split over tp (model_sp.h) */
+    cfg.sp = cfg.tp > 1 && t->spec->stage->parallel->sequence_parallel;
+    size_t rows = (size_t)t->B * t->Tl / (size_t)(cfg.sp ? cfg.tp : 1);
+    train_pp_init(&t->pp, pp_group, rows * (size_t)cfg.dim);
     rc = train_backend_open(t, g, diag);
     rc = rc ? rc : model_init_tp(&t->m, &cfg, &t->be, (int)t->B, (int)t->Tl, tp_group, diag);
     rc = rc ? rc : model_cp_init(&t->m, cp_group, diag);

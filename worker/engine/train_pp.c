@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "model_sp.h"
+
 /* Evaluation's activations travel with a tag the training schedule never uses (it uses
  * 2j and 2j + 1 for micro-batch j < K). */
 #define TRAIN_PP_EVAL_TAG 0x7ffffff0u
@@ -29,7 +31,7 @@ int train_pp_sum(train_pp *p, double *x, bt_diag *diag) {
 
 int train_pp_eval_batch(train_pp *p, model *m, const int32_t *tokens, const int32_t *targets, int B,
                         int T, float *loss, bt_diag *diag) {
-    size_t count = (size_t)B * T * m->cfg.dim;
+    size_t count = (size_t)model_sp_rows(m, B * T) * m->cfg.dim; /* the rank's rows */
     if (p->group && p->stage > 0 &&
         comm_recv(p->group, model_stage_input(m, 0), count, COMM_F32, p->stage - 1,
                   TRAIN_PP_EVAL_TAG, NULL) != 0)

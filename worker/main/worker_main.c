@@ -237,11 +237,9 @@ static void worker_print_state(const trainer *t) {
     if (dp[0]) printf("%s\n", dp);
     const char *pp = pipeline_describe(&t->pp.pipe);
     if (pp[0]) printf("%s\n", pp);
-    const Baton__Parallel *par = t->spec->stage->parallel;
-    if (par->tp > 1 && par->sequence_parallel)
-        printf("sequence parallelism: not implemented by this worker yet; tensor parallelism "
-               "runs without it (activations whole on every tp rank; `baton plan` counts them "
-               "split)\n");
+    if (t->m.cfg.sp)
+        printf("sequence parallelism: the residual stream's rows split over the %d tp ranks\n",
+               t->m.cfg.tp);
 }
 
 static void worker_print_step(const trainer *t, const train_metrics *m) {
