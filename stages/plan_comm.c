@@ -8,7 +8,9 @@
  * fp32), P = passes over a layer per micro-batch: forward + backward, plus the repeated
  * forward with full recomputation (P = 2 or 3):
  *   TP  per layer and pass 2 all-reduces (or, with sequence parallelism, 2 all-gathers
- *       + 2 reduce-scatters: the same bytes): 4(t-1)/t x A, x layers x m x P.
+ *       + 2 reduce-scatters: the same bytes): 4(t-1)/t x A, x layers x m x P; sequence
+ *       parallelism's backward gathers the two norms' outputs again (only the rank's rows
+ *       are kept, worker/engine/model_sp.h): + 2(t-1)/t x A per layer and micro-batch.
  *       The vocab-parallel embedding/loss reductions are left out.
  *   PP  A/t (sequence parallel) or A per message; a stage sends forward to the next
  *       stage and gradients back to the previous one: m x virtual_stages x (number of
@@ -73,8 +75,8 @@ static comm_dims comm_dims_of(const plan_stage *ps) {
 }
 
 static double comm_tp(const plan_stage *ps, const comm_dims *d, uint32_t layers) {
-    double t = ps->shape.tp;
-    return t > 1 ? layers * d->m * d->passes * 4 * (t - 1) / t * d->act : 0;
+    double t = ps->shape.tp, regather = ps->shape.sequence_parallel ? 2 : 0;
+    return t > 1 ? layers * d->m * (d->passes * 4 + regather) * (t - 1) / t * d->act : 0;
 }
 
 static double comm_pp(const plan_stage *ps, const comm_dims *d, uint32_t stage) {

@@ -125,14 +125,14 @@ static void carve_layer_acts(carve *c, const model_config *cfg, int B, int T, in
                              model_layer_acts *a) {
     local_dims d = dims_of(cfg);
     size_t N = (size_t)B * T, C = cfg->dim, R = sp_rows(cfg, N);
-    a->ln1 = take(c, N * C);
+    a->ln1 = take(c, R * C);
     a->ln1_rstd = take(c, R);
     a->qkv = take(c, N * d.qkv);
     a->att = with_att ? take(c, (size_t)B * d.H * T * T) : NULL;
     a->lse = take(c, (size_t)B * d.H * T);
     a->atty = take(c, N * d.qd);
     a->xmid = take(c, R * C);
-    a->ln2 = take(c, N * C);
+    a->ln2 = take(c, R * C);
     a->ln2_rstd = take(c, R);
     a->h13 = take(c, N * 2 * d.F);
     a->hs = take(c, N * d.F);
@@ -160,7 +160,7 @@ static void carve_acts(carve *c, const model_config *cfg, int B, int T, model_re
     for (int s = 0; s < layer_act_sets(cfg, mode); s++)
         carve_layer_acts(c, cfg, B, T, with_att, a->layer ? &a->layer[s] : &scratch);
     if (!is_last_stage(cfg)) return;
-    a->lnf = take(c, N * C);
+    a->lnf = take(c, sp_rows(cfg, N) * C);
     a->lnf_rstd = take(c, sp_rows(cfg, N));
     a->logits = take(c, N * V);
     a->ce_lse = take(c, N);

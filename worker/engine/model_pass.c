@@ -60,16 +60,28 @@ static float *resid_at(const model *m, int l) {
     return m->acts.resid + (size_t)l * model_sp_rows(m, m->B * m->T) * m->cfg.dim;
 }
 
-/* The norm before a column-parallel GEMM: ln (N, C) = norm(x), rstd of x's rows; under
- * sequence parallelism x is this rank's rows, normed into its place in ln and gathered. */
-static void norm_gathered(model *m, float *ln, float *rstd, const float *x, const float *w) {
-    int N = m->B * m->T, R = model_sp_rows(m, N), C = m->cfg.dim;
-    float *mine = ln + (size_t)model_sp_row0(m, N) * C;
-    m->be->rmsnorm_forward(m->be, mine, rstd, x, w, R, C, m->cfg.norm_eps);
-    if (model_sp_on(m))
-        model_sp_gather(m, ln, N);
-    else
-        model_tp_copy_forward(m, ln, (size_t)N * C);
+/* A norm's output whole (N, C), the input of a column-parallel GEMM: ln itself, or under
+ * sequence parallelism (ln this rank's rows) every rank's rows gathered into g->dx. */
+static const float *ln_whole(model *m, const float *ln) {
+    int N = m->B * m->T, C = m->cfg.dim;
+    if (!model_sp_on(m)) {
+        model_tp_copy_forward(m, (float *)ln, (size_t)N * C);
+        return ln;
+    }
+    float *full = m->gacts.dx;
+    m->be->copy(m->be, full + (size_t)model_sp_row0(m, N) * C, ln, (size_t)model_sp_rows(m, N) * C);
+    model_sp_gather(m, full, N);
+    return full;
+}
+
+/* The norm before a column-parallel GEMM: ln = norm(x) and rstd for x's rows (this rank's
+ * under sequence parallelism, where only they are kept and the backward gathers them
+ * again); returns the output whole (ln_whole). */
+static const float *norm_gathered(model *m, float *ln, float *rstd, const float *x,
+                                  const float *w) {
+    int R = model_sp_rows(m, m->B * m->T), C = m->cfg.dim;
+    m->be->rmsnorm_forward(m->be, ln, rstd, x, w, R, C, m->cfg.norm_eps);
+    return ln_whole(m, ln);
 }
 
 /* Its backward from dln (N, C), the gradient of ln: a partial sum over the tp ranks (a
@@ -140,11 +152,12 @@ static void layer_forward(model *m, int l, const float *x, float *out) {
     int H = m->shard.heads, KV = m->shard.kv_heads, hd = cfg->head_dim, qd = H * hd;
     int ld = qkv_width(m), R = model_sp_rows(m, N), sp = model_sp_on(m);
     float *q = a->qkv, *k = a->qkv + qd, *v = a->qkv + qd + KV * hd;
-    float *part = sp ? m->gacts.dx : NULL; /* (N, C) a row-parallel GEMM's partial output */
+    /* (N, C) a row-parallel GEMM's partial output; the gathered norm outputs are in dx too,
+     * read before */
+    float *part = sp ? m->gacts.dx : NULL;
 
-    norm_gathered(m, a->ln1, a->ln1_rstd, x, w->attn_norm);
-    be->matmul_forward(be, a->qkv, a->ln1, w->wqkv, N, C, ld, gemm_of(m, l, MODEL_GEMM_QKV),
-                       scratch);
+    const float *ln1 = norm_gathered(m, a->ln1, a->ln1_rstd, x, w->attn_norm);
+    be->matmul_forward(be, a->qkv, ln1, w->wqkv, N, C, ld, gemm_of(m, l, MODEL_GEMM_QKV), scratch);
     be->rope_forward(be, q, q, m->rope_cos, m->rope_sin, B, T, H, hd, ld);
     be->rope_forward(be, k, k, m->rope_cos, m->rope_sin, B, T, KV, hd, ld);
     if (m->cpw)
@@ -156,14 +169,15 @@ static void layer_forward(model *m, int l, const float *x, float *out) {
                        gemm_of(m, l, MODEL_GEMM_O), scratch);
     reduce_rows(m, part, a->xmid);
     be->add(be, a->xmid, a->xmid, x, (size_t)R * C);
-    norm_gathered(m, a->ln2, a->ln2_rstd, a->xmid, w->mlp_norm);
+    const float *ln2 = norm_gathered(m, a->ln2, a->ln2_rstd, a->xmid, w->mlp_norm);
     if (w->moe != NULL) { /* an MoE layer, whole on every tp rank (model_moe.h), on every row */
-        model_moe_forward(m, l, a->ln2, out != NULL && sp ? part : out);
-        const float *mine = sp ? part + (size_t)model_sp_row0(m, N) * C : out;
+        float *y = out != NULL && sp ? m->gacts.dln : out; /* not ln2's buffer */
+        model_moe_forward(m, l, ln2, y);
+        const float *mine = sp ? y + (size_t)model_sp_row0(m, N) * C : out;
         if (out != NULL) be->add(be, out, mine, a->xmid, (size_t)R * C);
         return;
     }
-    be->matmul_forward(be, a->h13, a->ln2, w->w13, N, C, 2 * F, gemm_of(m, l, MODEL_GEMM_GATE_UP),
+    be->matmul_forward(be, a->h13, ln2, w->w13, N, C, 2 * F, gemm_of(m, l, MODEL_GEMM_GATE_UP),
                        scratch);
     be->swiglu_forward(be, a->hs, a->h13, N, F);
     if (out == NULL) return;
@@ -185,7 +199,8 @@ static void mlp_backward(model *m, int l, const float *dout) {
     be->matmul_backward(be, g->dnarrow, dw->w2, dout, a->hs, w->w2, N, F, C,
                         gemm_of(m, l, MODEL_GEMM_DOWN), g->scratch);
     be->swiglu_backward(be, g->dwide, g->dnarrow, a->h13, N, F);
-    be->matmul_backward(be, g->dln, dw->w13, g->dwide, a->ln2, w->w13, N, C, 2 * F,
+    const float *ln2 = ln_whole(m, a->ln2); /* dout (in dx under sp) is read by now */
+    be->matmul_backward(be, g->dln, dw->w13, g->dwide, ln2, w->w13, N, C, 2 * F,
                         gemm_of(m, l, MODEL_GEMM_GATE_UP), g->scratch);
 }
 
@@ -224,7 +239,8 @@ static void layer_backward(model *m, int l, const float *x) {
                                T, H, KV, hd, 1.0f / sqrtf((float)hd), att_prec(m, l), g->scratch);
     be->rope_backward(be, dq, dq, m->rope_cos, m->rope_sin, B, T, H, hd, ld);
     be->rope_backward(be, dk, dk, m->rope_cos, m->rope_sin, B, T, KV, hd, ld);
-    be->matmul_backward(be, g->dln, dw->wqkv, g->dwide, a->ln1, w->wqkv, N, C, ld,
+    const float *ln1 = ln_whole(m, a->ln1); /* dout (in dx under sp) is read by now */
+    be->matmul_backward(be, g->dln, dw->wqkv, g->dwide, ln1, w->wqkv, N, C, ld,
                         gemm_of(m, l, MODEL_GEMM_QKV), g->scratch);
     norm_gathered_backward(m, g->dx, dw->attn_norm, g->dln, 1, x, w->attn_norm, a->ln1_rstd);
     be->add(be, g->dres, g->dres, g->dx, (size_t)R * C);
@@ -347,8 +363,8 @@ int model_stage_forward(model *m, int slot, const int32_t *tokens, const int32_t
         model_acts *a = &m->acts;
         int L = m->n_layers;
         model_zero_forward(m, m->first_stage + L, -1);
-        norm_gathered(m, a->lnf, a->lnf_rstd, resid_at(m, L), m->params.norm);
-        be->matmul_forward(be, a->logits, a->lnf, m->params.lm_head, N, cfg->dim, m->shard.vocab,
+        const float *lnf = norm_gathered(m, a->lnf, a->lnf_rstd, resid_at(m, L), m->params.norm);
+        be->matmul_forward(be, a->logits, lnf, m->params.lm_head, N, cfg->dim, m->shard.vocab,
                            &m->gemm[MODEL_GEMMS_PER_LAYER * L], m->gacts.scratch);
         if (targets) loss_forward(m, targets, loss);
     }
@@ -373,8 +389,9 @@ static void head_backward(model *m, float loss_scale) {
     else
         be->vocab_ce_backward(be, a->logits, a->logits, a->ce_lse, m->targets, dloss, N, V,
                               m->shard.vocab0);
-    be->matmul_backward(be, g->dln, m->grads.lm_head, a->logits, a->lnf, m->params.lm_head, N, C, V,
-                        &m->gemm[MODEL_GEMMS_PER_LAYER * L], g->scratch);
+    be->matmul_backward(be, g->dln, m->grads.lm_head, a->logits, ln_whole(m, a->lnf),
+                        m->params.lm_head, N, C, V, &m->gemm[MODEL_GEMMS_PER_LAYER * L],
+                        g->scratch);
     norm_gathered_backward(m, g->dres, m->grads.norm, g->dln, 1, resid_at(m, L), m->params.norm,
                            a->lnf_rstd);
 }

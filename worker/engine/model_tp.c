@@ -10,7 +10,9 @@
  * the caller's part (model_tensor.replica). A sharded weight's gradient is complete on its
  * owner (its output columns or input rows are nobody else's). A kv head replicated on
  * tp/KV ranks (tp > KV) is different: each copy sees only the query heads of its rank, so
- * the one-process gradient is the sum over the copies: model_tp_reduce_grads. */
+ * the one-process gradient is the sum over the copies: model_tp_reduce_grads. Under
+ * sequence parallelism (model_sp.h) each rank norms only its rows, so the norm weights'
+ * gradients are summed over the group in every pass instead. */
 #include "model_tp.h"
 
 #include <stdlib.h>
