@@ -7,10 +7,13 @@
  * h = dim, m = micro-batches per step, A = s*b*h*e activation bytes (e = 2, or 4 for
  * fp32), P = passes over a layer per micro-batch: forward + backward, plus the repeated
  * forward with full recomputation (P = 2 or 3):
- *   TP  per layer and pass 2 all-reduces (or, with sequence parallelism, 2 all-gathers
- *       + 2 reduce-scatters: the same bytes): 4(t-1)/t x A, x layers x m x P; sequence
- *       parallelism's backward gathers the two norms' outputs again (only the rank's rows
- *       are kept, worker/engine/model_sp.h): + 2(t-1)/t x A per layer and micro-batch.
+ *   TP  per layer and micro-batch, in units of (t-1)/t x A: the forward's 2 all-reduces
+ *       (or, with sequence parallelism, 2 all-gathers + 2 reduce-scatters: the same
+ *       bytes) 4, the backward's 4; full recomputation's forward stops before the down
+ *       projection: + 2 (+ 3 with sequence parallelism, whose norm outputs it gathers);
+ *       sequence parallelism's backward gathers the two norms' outputs again (only the
+ *       rank's rows are kept, worker/engine/model_sp.h): + 2. (Dense layers; an MoE
+ *       layer has no down projection's reduction: counted as dense.)
  *       The vocab-parallel embedding/loss reductions are left out.
  *   PP  A/t (sequence parallel) or A per message; a stage sends forward to the next
  *       stage and gradients back to the previous one: m x virtual_stages x (number of
@@ -35,7 +38,8 @@
  *       or an aux loss add, per forward pass, an all-gather of each rank's per-chunk
  *       expert counts: (cp-1) x 2*b*E*4 bytes (worker/engine/moe_dev.h).
  *   EP  per MoE layer and pass, dispatch + combine all-to-alls of top_k x tokens x h x
- *       e x (ep-1)/ep, tokens = s*b (/t with sequence parallelism).
+ *       e x (ep-1)/ep, tokens = s*b (with sequence parallelism too: the engine's MoE
+ *       layers, whole on every tp rank, run on the gathered rows).
  * Seconds: bytes / the bandwidth of the link the group runs on (intra_node when every
  * group of that kind stays inside a node, else inter_node; both per GPU).
  *
@@ -75,8 +79,10 @@ static comm_dims comm_dims_of(const plan_stage *ps) {
 }
 
 static double comm_tp(const plan_stage *ps, const comm_dims *d, uint32_t layers) {
-    double t = ps->shape.tp, regather = ps->shape.sequence_parallel ? 2 : 0;
-    return t > 1 ? layers * d->m * (d->passes * 4 + regather) * (t - 1) / t * d->act : 0;
+    double t = ps->shape.tp;
+    int sp = ps->shape.sequence_parallel, recompute = d->passes > 2;
+    double units = 8 + (recompute ? (sp ? 3 : 2) : 0) + (sp ? 2 : 0);
+    return t > 1 ? layers * d->m * units * (t - 1) / t * d->act : 0;
 }
 
 static double comm_pp(const plan_stage *ps, const comm_dims *d, uint32_t stage) {
@@ -141,7 +147,7 @@ static double comm_ep(const plan_stage *ps, const comm_dims *d, uint32_t moe_lay
     const plan_shape *sh = &ps->shape;
     double ep = sh->ep;
     if (ep < 2 || moe_layers == 0) return 0;
-    double tokens = d->s * d->b / (sh->sequence_parallel ? sh->tp : 1);
+    double tokens = d->s * d->b; /* every row: MoE layers run on the gathered rows */
     double a2a = ps->params.top_k * tokens * d->h * d->e * (ep - 1) / ep;
     return moe_layers * d->m * d->passes * 2 * a2a;
 }

@@ -194,7 +194,8 @@ typedef struct model_weights {
     float *lm_head;              /* (V, C); last stage only */
 } model_weights;
 
-/* One layer's activations; N = B*T rows, QKV = H*hd + 2*KV*hd. */
+/* One layer's activations; N = B*T rows, QKV = H*hd + 2*KV*hd. Under sequence parallelism
+ * (model_sp.h) ln1, ln2, xmid and the rstds hold the rank's R = N/tp rows only. */
 typedef struct model_layer_acts {
     float *ln1;      /* (N, C) input_layernorm output */
     float *ln1_rstd; /* (N) */
@@ -218,8 +219,8 @@ typedef struct model_acts {
     float *resid;            /* (L+1, N, C) each layer's input, then the last output (N/tp
                               * rows under sequence parallelism, as xmid and the rstds) */
     model_layer_acts *layer; /* (L) views, or (1) shared when recompute is full */
-    float *lnf;              /* (N, C) final norm output */
-    float *lnf_rstd;         /* (N) */
+    float *lnf;              /* (N, C) final norm output (R rows under sequence parallelism, */
+    float *lnf_rstd;         /* (N)  as lnf_rstd) */
     float *logits;           /* (N, V); backward overwrites it with dlogits */
     float *ce_lse;           /* (N) */
     float *losses;           /* (N) per-token loss, 0 where ignored */

@@ -15,10 +15,16 @@
  * stage's output, and ends at the loss or at its output, whose gradient the next stage
  * sends back. With one stage and one slot they are the one-process passes.
  *
+ * Under sequence parallelism (model_sp.h) the residual stream and the norms run on the
+ * rank's N/tp rows; the gathered rows feed the tensor-parallel GEMMs through the
+ * backward buffer g->dx (free in the forward), row-parallel outputs are reduce-scattered
+ * from it, and the backward gathers the residual gradient and the norms' outputs into it
+ * again.
+ *
  * Under ZeRO-3 each unit (the embedding, a layer, the final norm with the head) is
  * gathered before its forward, before its recomputed forward and before its backward,
- * and its gradients are reduced after its backward (model_zero.h); the hooks are no-ops
- * otherwise. */
+ * and its gradients are reduced after its backward (model_zero.h; ZeRO-2 only the
+ * latter); the hooks are no-ops otherwise. */
 #include <math.h>
 
 #include "model.h"
@@ -68,10 +74,8 @@ static const float *ln_whole(model *m, const float *ln) {
         model_tp_copy_forward(m, (float *)ln, (size_t)N * C);
         return ln;
     }
-    float *full = m->gacts.dx;
-    m->be->copy(m->be, full + (size_t)model_sp_row0(m, N) * C, ln, (size_t)model_sp_rows(m, N) * C);
-    model_sp_gather(m, full, N);
-    return full;
+    model_sp_gather(m, m->gacts.dx, ln, N);
+    return m->gacts.dx;
 }
 
 /* The norm before a column-parallel GEMM: ln = norm(x) and rstd for x's rows (this rank's
@@ -119,9 +123,7 @@ static float *dres_whole(model *m) {
     model_grad_acts *g = &m->gacts;
     int N = m->B * m->T;
     if (!model_sp_on(m)) return g->dres;
-    size_t R = (size_t)model_sp_rows(m, N) * m->cfg.dim;
-    m->be->copy(m->be, g->dx + (size_t)model_sp_row0(m, N) * m->cfg.dim, g->dres, R);
-    model_sp_gather(m, g->dx, N);
+    model_sp_gather(m, g->dx, g->dres, N);
     return g->dx;
 }
 

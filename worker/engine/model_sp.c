@@ -9,11 +9,10 @@ int model_sp_row0(const model *m, int n) {
     return model_sp_on(m) ? m->cfg.tp_rank * (n / m->cfg.tp) : 0;
 }
 
-void model_sp_gather(model *m, float *full, int n) {
+void model_sp_gather(model *m, float *full, const float *local, int n) {
     if (!model_sp_on(m) || m->comm_err != 0) return;
     size_t rows = (size_t)model_sp_rows(m, n) * m->cfg.dim;
-    float *mine = full + (size_t)model_sp_row0(m, n) * m->cfg.dim;
-    m->comm_err = comm_allgather(m->tp_group, mine, full, rows, COMM_F32, NULL);
+    m->comm_err = comm_allgather(m->tp_group, local, full, rows, COMM_F32, NULL);
 }
 
 void model_sp_scatter(model *m, const float *full, float *local, int n) {

@@ -11,7 +11,7 @@
  * the same bytes as the all-reduces they replace, the per-token work between them done
  * once instead of tp times, and the residual stream's activations a tp-th. A norm
  * weight's gradient is then each rank's share of the rows: summed over the group for
- * every pass (model_sp_norm_grads). MoE layers, whole on every tp rank, run on the
+ * every pass (model_sp_norm_grad). MoE layers, whole on every tp rank, run on the
  * gathered rows and keep their own.
  * Failures are recorded in m->comm_err, as model_tp.h's. */
 #ifndef BATON_MODEL_SP_H
@@ -30,8 +30,8 @@ static inline int model_sp_on(const model *m) {
 int model_sp_rows(const model *m, int n);
 int model_sp_row0(const model *m, int n);
 
-/* full (n, C) gets every rank's rows; this rank's are at full + row0 C already. */
-void model_sp_gather(model *m, float *full, int n);
+/* full (n, C) gets every rank's rows, this rank's from local (R, C; may be full + row0 C). */
+void model_sp_gather(model *m, float *full, const float *local, int n);
 /* local (R, C) = this rank's rows of the sum over the group of full (n, C); local may be
  * full + row0 C. */
 void model_sp_scatter(model *m, const float *full, float *local, int n);

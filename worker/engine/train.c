@@ -199,6 +199,13 @@ static int train_model_init(trainer *t, const train_groups *g, bt_diag *diag) {
     /* sequence parallelism: the residual stream's rows split over tp (model_sp.h) */
     cfg.sp = cfg.tp > 1 && t->spec->stage->parallel->sequence_parallel;
     size_t rows = (size_t)t->B * t->Tl / (size_t)(cfg.sp ? cfg.tp : 1);
+    if (rows * (size_t)(cfg.sp ? cfg.tp : 1) != (size_t)t->B * t->Tl) {
+        bt_diag_set(diag,
+                    "stage \"%s\": sequence parallelism splits micro_batch x seq_len/cp = %u rows "
+                    "over tp %d, which does not divide them (set sequence_parallel: false)",
+                    t->spec->stage->name, t->B * t->Tl, cfg.tp);
+        return BT_EINVAL;
+    }
     train_pp_init(&t->pp, pp_group, rows * (size_t)cfg.dim);
     rc = train_backend_open(t, g, diag);
     rc = rc ? rc : model_init_tp(&t->m, &cfg, &t->be, (int)t->B, (int)t->Tl, tp_group, diag);
