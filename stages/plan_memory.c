@@ -152,9 +152,9 @@ static void memory_states(const plan_stage *ps, uint32_t stage, plan_memory *out
     double S = (double)out->zero_shard, U = (double)out->zero_unit;
     if (out->zero_level < 2) return;
     out->optimizer = out->optim_bytes * S;
-    out->grads = out->grad_bytes * (S + 2 * U); /* the shard, two units' gradient buffers */
-    if (out->zero_level == 3) /* and two units' gather buffers */
-        out->params = out->weight_bytes * (S + 2 * U);
+    /* the shard and two units' gradient buffers; ZeRO-3 the same for the weights */
+    out->grads = out->grad_bytes * (S + 2 * U);
+    if (out->zero_level == 3) out->params = out->weight_bytes * (S + 2 * U);
 }
 
 /* Korthikanti's per-layer activations without recomputation. */
