@@ -25,6 +25,7 @@
 #include "model.h"
 #include "optim.h"
 #include "race.h"
+#include "tiny_model.h"
 #include "train_dp.h"
 #include "train_dp_overlap.h"
 
@@ -200,16 +201,8 @@ static void run(int zero) {
     race_reset(&X);
     comm *g = NULL;
     CHECK(comm_create(&recorder, NULL, 0, 2, NULL, "dp", 1000, &g) == 0);
-    model_config cfg = {.vocab = 96,
-                        .dim = 32,
-                        .n_layers = 3,
-                        .n_heads = 4,
-                        .n_kv_heads = 2,
-                        .head_dim = 8,
-                        .ffn_dim = 64,
-                        .norm_eps = 1e-5f,
-                        .param_pad = 2};
-    rope_config_default(&cfg.rope);
+    model_config cfg = tiny_model_config();
+    cfg.param_pad = 2; /* ZeRO-1 in place over the 2 ranks */
     model m;
     bt_diag d;
     bt_diag_init(&d);

@@ -28,6 +28,7 @@
 #include "model.h"
 #include "model_zero.h"
 #include "race.h"
+#include "tiny_model.h"
 
 #define SEED 5u
 #define B    2
@@ -146,15 +147,7 @@ static void record_backend(backend *be) {
 }
 
 static model_config config(int recompute, int zero) {
-    model_config cfg = {.vocab = 96,
-                        .dim = 32,
-                        .n_layers = 3,
-                        .n_heads = 4,
-                        .n_kv_heads = 2,
-                        .head_dim = 8,
-                        .ffn_dim = 64,
-                        .norm_eps = 1e-5f};
-    rope_config_default(&cfg.rope);
+    model_config cfg = tiny_model_config();
     cfg.recompute = recompute, cfg.zero2 = zero == 2, cfg.zero3 = zero == 3;
     return cfg;
 }

@@ -69,12 +69,8 @@ static float *resid_at(const model *m, int l) {
 /* A norm's output whole (N, C), the input of a column-parallel GEMM: ln itself, or under
  * sequence parallelism (ln this rank's rows) every rank's rows gathered into g->dx. */
 static const float *ln_whole(model *m, const float *ln) {
-    int N = m->B * m->T, C = m->cfg.dim;
-    if (!model_sp_on(m)) {
-        model_tp_copy_forward(m, (float *)ln, (size_t)N * C);
-        return ln;
-    }
-    model_sp_gather(m, m->gacts.dx, ln, N);
+    if (!model_sp_on(m)) return ln; /* tp's f operator: the identity forward */
+    model_sp_gather(m, m->gacts.dx, ln, m->B * m->T);
     return m->gacts.dx;
 }
 
@@ -275,14 +271,15 @@ static void embed_forward(model *m, float *out, int N) {
     reduce_rows(m, part, out);
 }
 
-static void embed_backward(model *m, float *dout, int N) {
+/* From g->dres, the gradient of the embedding's output (every row's: dres_whole). */
+static void embed_backward(model *m, int N) {
     backend *be = m->be;
     const model_shard *s = &m->shard;
+    const float *dout = dres_whole(m);
     if (m->tp_group == NULL) {
         be->embedding_backward(be, m->grads.embed, dout, m->tokens, N, m->cfg.dim);
         return;
     }
-    if (dout == m->gacts.dres) dout = dres_whole(m); /* every row's gradient */
     be->vocab_embedding_backward(be, m->grads.embed, dout, m->tokens, N, m->cfg.dim, s->vocab0,
                                  s->vocab);
 }
@@ -433,7 +430,7 @@ int model_stage_backward(model *m, int slot, float loss_scale) {
     }
     if (m->first_stage) {
         model_zero_backward(m, 0, -1);
-        embed_backward(m, m->gacts.dres, N);
+        embed_backward(m, N);
         model_zero_backward_done(m, 0);
         unit_done(m, 0);
     }
