@@ -133,9 +133,15 @@ int plan_shape_resolve(const Baton__StageSpec *spec, plan_shape *out, bt_diag *d
  * (layer - first_dense) % every == 0. */
 int plan_layer_is_moe(const plan_params *p, uint32_t layer);
 /* Pipeline stage `stage` of pp holds n layers starting at *first (layers split evenly,
- * the remainder going to the first stages), n_moe of them MoE. */
-void plan_pp_stage_layers(const plan_params *p, uint32_t pp, uint32_t stage, uint32_t *first,
-                          uint32_t *n, uint32_t *n_moe);
+ * the remainder going to the first stages), n_moe of them MoE. With v > 1 virtual stages
+ * (an interleaved pipeline; pp v divides the layers) it holds v chunks of n_layers/(pp v)
+ * layers, chunk c being the model's (c pp + stage)-th: *first is chunk 0's first layer and
+ * plan_pp_stage_layer gives each (worker/engine/model.h's model_stage_layer). */
+void plan_pp_stage_layers(const plan_params *p, uint32_t pp, uint32_t v, uint32_t stage,
+                          uint32_t *first, uint32_t *n, uint32_t *n_moe);
+/* The model index of the stage's i-th layer. */
+uint32_t plan_pp_stage_layer(const plan_params *p, uint32_t pp, uint32_t v, uint32_t stage,
+                             uint32_t i);
 /* Memory of a rank on pipeline stage `stage`; plan_memory_estimate picks the heaviest. */
 void plan_memory_for_pp_stage(const plan_stage *ps, uint32_t stage, plan_memory *out);
 void plan_memory_estimate(const plan_stage *ps, plan_memory *out);

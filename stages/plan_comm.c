@@ -16,8 +16,9 @@
  *       layer has no down projection's reduction: counted as dense.)
  *       The vocab-parallel embedding/loss reductions are left out.
  *   PP  A/t (sequence parallel) or A per message; a stage sends forward to the next
- *       stage and gradients back to the previous one: m x virtual_stages x (number of
- *       neighbours) messages.
+ *       stage and gradients back to the previous one: m x (number of neighbours)
+ *       messages; interleaved (v virtual stages, the last stage sending to the first):
+ *       m x (2v - 1) on the first and the last stage, m x 2v on the others.
  *   DP  over the dp*cp replicas of a parameter (edp = dp*cp/ep for routed experts):
  *       ZeRO-1: reduce-scatter fp32 grads + all-gather weights,
  *       (n-1)/n x params x (4 + weight bytes); without ZeRO: all-reduce of fp32 grads,
@@ -88,9 +89,11 @@ static double comm_tp(const plan_stage *ps, const comm_dims *d, uint32_t layers)
 static double comm_pp(const plan_stage *ps, const comm_dims *d, uint32_t stage) {
     const plan_shape *sh = &ps->shape;
     if (sh->pp < 2) return 0;
+    double msg = d->act / (sh->sequence_parallel ? sh->tp : 1), v = sh->virtual_stages;
+    if (v > 1) /* every chunk's output but the model's last, every input gradient but its first */
+        return d->m * (2 * v - (stage == 0) - (stage + 1 == sh->pp)) * msg;
     double neighbours = (stage > 0) + (stage + 1 < sh->pp);
-    double msg = d->act / (sh->sequence_parallel ? sh->tp : 1);
-    return d->m * sh->virtual_stages * neighbours * msg;
+    return d->m * neighbours * msg;
 }
 
 static double dp_volume(double n, double params, double weight_bytes, int zero) {
@@ -155,7 +158,8 @@ static double comm_ep(const plan_stage *ps, const comm_dims *d, uint32_t moe_lay
 static void comm_stage(const plan_stage *ps, const comm_dims *d, uint32_t stage,
                        double bytes[PLAN_COMM_NGROUPS]) {
     uint32_t first, n, n_moe;
-    plan_pp_stage_layers(&ps->params, ps->shape.pp, stage, &first, &n, &n_moe);
+    plan_pp_stage_layers(&ps->params, ps->shape.pp, ps->shape.virtual_stages, stage, &first, &n,
+                         &n_moe);
     bytes[PLAN_COMM_TP] = comm_tp(ps, d, n);
     bytes[PLAN_COMM_PP] = comm_pp(ps, d, stage);
     bytes[PLAN_COMM_DP] = comm_dp(ps, stage);

@@ -39,7 +39,11 @@
  * are used as they are for SwiGLU/GQA and for MoE layers (which also keep top_k copies
  * of routed tokens), so treat them as the paper's estimate, not an exact count.
  * fp32 activations double them. 1F1B keeps min(pp - p, m) micro-batches in flight on
- * stage p. The last stage also holds one micro-batch's fp32 logits, s*b*V*4/t. */
+ * stage p. The last stage also holds one micro-batch's fp32 logits, s*b*V*4/t.
+ * Interleaved (v virtual stages, worker/engine/pipeline_vp.h) stage p keeps one model
+ * chunk's (layers/v) activations per slot, min(m v, 2 (pp - p - 1) + (v - 1) pp + 1)
+ * slots (Megatron-LM's), one more on the last stage (its head slot is apart), m v when
+ * m = pp (every forward first, every micro-batch's logits too). */
 #include "plan.h"
 
 #include <string.h>
@@ -52,7 +56,7 @@ static void memory_params(const plan_stage *ps, uint32_t stage, plan_memory *out
     const plan_params *p = &ps->params;
     const plan_shape *sh = &ps->shape;
     uint32_t first, n, n_moe;
-    plan_pp_stage_layers(p, sh->pp, stage, &first, &n, &n_moe);
+    plan_pp_stage_layers(p, sh->pp, sh->virtual_stages, stage, &first, &n, &n_moe);
     uint64_t n_dense = n - n_moe;
     /* the MoE block (router, shared experts, the local routed experts) is whole on every
      * tp rank: the engine's expert tensor parallelism is 1 (worker/engine/model.c) */
@@ -88,13 +92,14 @@ static void memory_zero_units(const plan_stage *ps, uint32_t stage, plan_memory 
     const plan_shape *sh = &ps->shape;
     uint64_t n = (uint64_t)sh->dp * sh->cp, t = sh->tp;
     uint32_t first, count, n_moe;
-    plan_pp_stage_layers(p, sh->pp, stage, &first, &count, &n_moe);
+    plan_pp_stage_layers(p, sh->pp, sh->virtual_stages, stage, &first, &count, &n_moe);
     out->zero_level = sh->zero >= 2 && n < 2 ? 0 : sh->zero;
     if (out->zero_level < 2) return;
     uint32_t k = 0;
     uint64_t last2[2] = {0, 0};
     if (stage == 0) memory_unit(out, div_ceil(p->embedding, t), n, k++, last2);
-    for (uint32_t l = first; l < first + count; l++) {
+    for (uint32_t i = 0; i < count; i++) {
+        uint32_t l = plan_pp_stage_layer(p, sh->pp, sh->virtual_stages, stage, i);
         uint64_t u = div_ceil(p->attn_layer, t) + p->norms_layer;
         if (plan_layer_is_moe(p, l))
             u += p->moe_shared + p->moe_router + div_ceil(p->moe_experts, sh->ep);
@@ -122,9 +127,10 @@ static double memory_gemm_copies(const plan_stage *ps, uint32_t stage, uint32_t 
     int fp8 = sh->precision == BATON__PRECISION__TYPE__FP8 && !fp8_aligned(sh, p);
     uint64_t t = sh->tp;
     uint32_t first, n, n_moe, L = p->n_layers;
-    plan_pp_stage_layers(p, sh->pp, stage, &first, &n, &n_moe);
+    plan_pp_stage_layers(p, sh->pp, sh->virtual_stages, stage, &first, &n, &n_moe);
     double bytes = stage + 1 == sh->pp ? 2.0 * (double)div_ceil(p->head, t) : 0;
-    for (uint32_t l = first; l < first + n; l++) {
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t l = plan_pp_stage_layer(p, sh->pp, sh->virtual_stages, stage, i);
         int bf16 = !fp8 || (sh->fp8_first_last_bf16 && (l == 0 || l + 1 == L));
         double b = bf16 ? 2 : 3;
         bytes += b * (double)div_ceil(p->attn_layer, t);
@@ -186,12 +192,18 @@ static void memory_activations(const plan_stage *ps, uint32_t stage, plan_memory
     }
     out->act_per_layer *= scale;
     out->act_logits = stage + 1 == sh->pp ? s * b * sh->vocab * 4 / t : 0;
-    uint64_t in_flight = sh->pp - stage;
-    out->microbatches_in_flight =
-        (uint32_t)(in_flight < ps->microbatches ? in_flight : ps->microbatches);
+    uint64_t K = ps->microbatches, v = sh->virtual_stages > 1 ? sh->virtual_stages : 1;
+    uint64_t in_flight = sh->pp - stage, heads = 1, last = stage + 1 == sh->pp;
+    if (v > 1 && sh->pp > 1) { /* chunk activations (worker/engine/pipeline_vp.h) */
+        in_flight = K == sh->pp ? K * v : 2 * (sh->pp - stage - 1) + (v - 1) * sh->pp + 1 + last;
+        heads = K == sh->pp ? K : 1;
+    }
+    in_flight = in_flight < K * v ? in_flight : K * v;
+    out->microbatches_in_flight = (uint32_t)in_flight;
+    double per_slot = (double)out->layers_on_stage / (double)v * out->act_per_layer;
     out->act_per_microbatch = out->layers_on_stage * out->act_per_layer + out->act_logits;
-    out->activations = out->microbatches_in_flight * out->layers_on_stage * out->act_per_layer +
-                       out->act_working_set + out->act_logits;
+    out->activations =
+        (double)in_flight * per_slot + out->act_working_set + (double)heads * out->act_logits;
 }
 
 void plan_memory_for_pp_stage(const plan_stage *ps, uint32_t stage, plan_memory *out) {

@@ -88,12 +88,32 @@ static uint32_t moe_layers_in(const plan_params *p, uint32_t first, uint32_t n) 
     return count;
 }
 
-void plan_pp_stage_layers(const plan_params *p, uint32_t pp, uint32_t stage, uint32_t *first,
-                          uint32_t *n, uint32_t *n_moe) {
+/* v as the stage holds its layers: 1 unless pp > 1 and pp v divides the layers. */
+static uint32_t chunks_of(const plan_params *p, uint32_t pp, uint32_t v) {
+    return pp > 1 && v > 1 && p->n_layers % (pp * v) == 0 ? v : 1;
+}
+
+uint32_t plan_pp_stage_layer(const plan_params *p, uint32_t pp, uint32_t v, uint32_t stage,
+                             uint32_t i) {
     uint32_t base = pp ? p->n_layers / pp : p->n_layers, rem = pp ? p->n_layers % pp : 0;
-    *first = stage * base + (stage < rem ? stage : rem);
+    v = chunks_of(p, pp, v);
+    if (v == 1) return stage * base + (stage < rem ? stage : rem) + i;
+    uint32_t lc = p->n_layers / (pp * v);
+    return (i / lc * pp + stage) * lc + i % lc;
+}
+
+void plan_pp_stage_layers(const plan_params *p, uint32_t pp, uint32_t v, uint32_t stage,
+                          uint32_t *first, uint32_t *n, uint32_t *n_moe) {
+    uint32_t base = pp ? p->n_layers / pp : p->n_layers, rem = pp ? p->n_layers % pp : 0;
+    *first = plan_pp_stage_layer(p, pp, v, stage, 0);
     *n = base + (stage < rem ? 1 : 0);
-    *n_moe = moe_layers_in(p, *first, *n);
+    if (chunks_of(p, pp, v) == 1) {
+        *n_moe = moe_layers_in(p, *first, *n);
+        return;
+    }
+    *n_moe = 0;
+    for (uint32_t i = 0; i < *n; i++)
+        *n_moe += (uint32_t)plan_layer_is_moe(p, plan_pp_stage_layer(p, pp, v, stage, i));
 }
 
 int plan_params_count(const Baton__Model *m, plan_params *out, bt_diag *diag) {

@@ -267,18 +267,21 @@ static void text_memory_acts(FILE *f, const plan_stage *ps) {
     const plan_memory *m = &ps->mem;
     const plan_shape *sh = &ps->shape;
     char a[32], b[32], c[32];
+    uint32_t v = sh->pp > 1 && sh->virtual_stages > 1 ? sh->virtual_stages : 1;
     fprintf(f,
-            "  activations %10s = %u in flight x %u layers x %s (%s; s=%g b=%" PRIu64
+            "  activations %10s = %u %sin flight x %u layers x %s (%s; s=%g b=%" PRIu64
             " h=%u a=%u t=%u)\n",
-            fmt_gb(a, sizeof a, m->activations), m->microbatches_in_flight, m->layers_on_stage,
+            fmt_gb(a, sizeof a, m->activations), m->microbatches_in_flight,
+            v > 1 ? "model chunks (interleaved) " : "", m->layers_on_stage / v,
             fmt_bytes(b, sizeof b, m->act_per_layer), act_formula(sh), (double)sh->seq_len / sh->cp,
             sh->micro_batch, sh->dim, sh->n_heads, sh->tp);
     if (m->act_working_set > 0)
         fprintf(f, "              + %s recompute working set (one layer, no recompute form)\n",
                 fmt_bytes(b, sizeof b, m->act_working_set));
     if (m->act_logits > 0)
-        fprintf(f, "              + %s fp32 logits of one micro-batch (s*b*V*4/t)\n",
-                fmt_bytes(c, sizeof c, m->act_logits));
+        fprintf(f, "              + %s fp32 logits of %s (s*b*V*4/t)\n",
+                fmt_bytes(c, sizeof c, m->act_logits),
+                v > 1 && ps->microbatches == sh->pp ? "each micro-batch" : "one micro-batch");
     fprintf(f, "  total       %10s: ", fmt_gb(a, sizeof a, m->total));
     if (m->fits < 0)
         fprintf(f, "capacity not given\n");

@@ -323,6 +323,15 @@ static int check_batch(vctx *v, uint32_t dp) {
             "global_batch %llu is not a multiple of micro_batch × dp = %llu × %u = %llu",
             (unsigned long long)s->global_batch, (unsigned long long)s->micro_batch, dp,
             (unsigned long long)per_step);
+    const Baton__Parallel *p = s->parallel;
+    if (p == NULL || p->virtual_stages <= 1) return 0;
+    uint64_t K = s->global_batch / per_step;
+    REQUIRE(p->pp > 1, v, "parallel.virtual_stages",
+            "virtual_stages %u interleaves pipeline stages: it needs pp > 1", p->virtual_stages);
+    REQUIRE(K % p->pp == 0, v, "parallel.virtual_stages",
+            "an interleaved pipeline (virtual_stages %u) needs the micro-batches of a step, "
+            "global_batch / (micro_batch × dp) = %llu, to be a multiple of pp %u",
+            p->virtual_stages, (unsigned long long)K, p->pp);
     return 0;
 }
 

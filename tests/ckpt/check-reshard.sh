@@ -7,6 +7,8 @@
 # zN: parallel.zero N, so dp2z3 is ZeRO-3 over dp2; epN: expert parallelism, its ranks
 # taken from dp), with -offline appended: through `baton ckpt reshard --to B` instead of
 # resharding on load. A CASE starting with moe- trains reshard-moe.yaml (an MoE model).
+# ppNvM: an interleaved pipeline of M chunks per stage (parallel.virtual_stages); a CASE
+# with one trains the model with 4 layers instead of 2.
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
 export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
@@ -18,14 +20,15 @@ cd "$work"
 
 # layout name -> "ranks|parallel block"
 layout() {
-  local tp=1 pp=1 dp=1 cp=1 ep=1 z=0 s=$1
+  local tp=1 pp=1 dp=1 cp=1 ep=1 z=0 v=1 s=$1
   [[ $s =~ tp([0-9]+) ]] && tp=${BASH_REMATCH[1]}
   [[ $s =~ pp([0-9]+) ]] && pp=${BASH_REMATCH[1]}
   [[ $s =~ dp([0-9]+) ]] && dp=${BASH_REMATCH[1]}
   [[ $s =~ cp([0-9]+) ]] && cp=${BASH_REMATCH[1]}
   [[ $s =~ ep([0-9]+) ]] && ep=${BASH_REMATCH[1]}
   [[ $s =~ (z|zero)([0-3]) ]] && z=${BASH_REMATCH[2]}
-  echo "$((tp * pp * dp * cp))|{tp: $tp, pp: $pp, cp: $cp, dp: $dp, ep: $ep, zero: $z}"
+  [[ $s =~ pp[0-9]+v([0-9]+) ]] && v=${BASH_REMATCH[1]}
+  echo "$((tp * pp * dp * cp))|{tp: $tp, pp: $pp, cp: $cp, dp: $dp, ep: $ep, zero: $z, virtual_stages: $v}"
 }
 
 # run_layout NAME LOG [worker options...]: trains under layout NAME
@@ -34,7 +37,7 @@ run_layout() {
   shift 2
   local spec ranks par
   IFS='|' read -r ranks par < <(layout "$name")
-  sed "s/RANKS/$ranks/; s/LAYOUT/$par/" "$src/tests/ckpt/$recipe" >"$name.yaml"
+  sed "s/RANKS/$ranks/; s/LAYOUT/$par/; $layers" "$src/tests/ckpt/$recipe" >"$name.yaml"
   "$baton" spec "$name.yaml" --out "$name.pb"
   if [[ $ranks == 1 ]]; then
     "$worker" --spec "$name.pb" --eval-windows 0 "$@" >"$log"
@@ -50,6 +53,8 @@ losses() { sed -En 's/^(\[0\] )?step +([0-9]+)\/[0-9]+  loss ([0-9.]+).*/\2 \3/p
 offline=0 recipe=reshard.yaml
 [[ $case == *-offline ]] && offline=1
 [[ $case == moe-* ]] && recipe=reshard-moe.yaml
+layers=""
+[[ $case =~ pp[0-9]+v[0-9] ]] && layers="s/n_layers: 2/n_layers: 4/"
 pair=${case%-offline}
 pair=${pair#moe-}
 a=${pair%%-to-*} b=${pair##*-to-}

@@ -12,10 +12,14 @@ set -euo pipefail
 source "$(dirname "$0")/layout-lib.sh"
 layout_setup "$@"
 
-pp_case() { # NAME RANKS TP PP STAGE
+pp_case() { # NAME RANKS TP PP STAGE [SED]: STAGE interleaved*: layout_interleaved_recipe's
   layout_wanted "$1" || return 0
-  sed "s/gpus_per_node: 2/gpus_per_node: $2/; s/tp: 1, pp: 2,/tp: $3, pp: $4,/" \
-    "$src/tests/engine/pp.yaml" >"$1.yaml"
+  local edit="s/gpus_per_node: 2/gpus_per_node: $2/; s/tp: 1, pp: 2,/tp: $3, pp: $4,/; ${6:-}"
+  if [[ $5 == interleaved* ]]; then
+    layout_interleaved_recipe "$edit" >"$1.yaml"
+  else
+    sed "$edit" "$src/tests/engine/pp.yaml" >"$1.yaml"
+  fi
   layout_run "$1" "$2" "$1.yaml" "$5"
 }
 
@@ -33,4 +37,13 @@ BATON_DP_OVERLAP=1 BATON_PP_OVERLAP=1 pp_case pp2-dp2-overlap 4 1 2 plain
 # every stage's sends waited for only before their buffers are written again
 BATON_PP_OVERLAP=1 pp_case pp4-overlap 4 1 4 plain
 [[ ! -f pp4-overlap.log ]] || layout_check_pp_overlap pp4-overlap 4
+# interleaved (virtual_stages 2: pipeline_vp.h): pp2 gives each stage layers {0, 2} or {1, 3}
+pp_case pp2-v2 2 1 2 interleaved
+pp_case pp2-v2-full 2 1 2 interleaved-full
+pp_case pp2-v2-dp2-zero1 4 1 2 interleaved-zero1
+pp_case tp2-pp2-v2 4 2 2 interleaved
+# pp4 x 2 chunks of 8 layers: stage s holds layers s and s + 4; the last sends to the first
+pp_case pp4-v2 4 1 4 interleaved "s/n_layers: 4/n_layers: 8/"
+BATON_DP_OVERLAP=1 pp_case pp2-v2-dp2-overlap 4 1 2 interleaved
+[[ ! -f pp2-v2-dp2-overlap.log ]] || layout_check_overlap pp2-v2-dp2-overlap 4
 layout_finish "all pipeline-parallel runs match the one-process run"

@@ -58,6 +58,18 @@ layout_run() { # NAME RANKS RECIPE STAGE
   layout_compare_params "$name" "$name.ref" "$name.params" || failures=$((failures + 1))
 }
 
+# pp.yaml with interleaved stages instead of its own (virtual_stages 2; pp.yaml's pp3 and
+# pp4 cases could not validate them): stages interleaved, interleaved-zero1,
+# interleaved-full; SED edits it further.
+layout_interleaved_recipe() { # SED
+  sed '/^stages:/q' "$src/tests/engine/pp.yaml" | sed "${1:-}"
+  cat <<'EOF'
+  - {name: interleaved, parallel: {virtual_stages: 2}}
+  - {name: interleaved-zero1, parallel: {virtual_stages: 2, zero: 1}}
+  - {name: interleaved-full, recompute: full, parallel: {virtual_stages: 2, zero: 0}}
+EOF
+}
+
 # A layout_run's log then: every one of RANKS ranks printed a line matching PATTERN.
 layout_check_ranks_say() { # NAME RANKS PATTERN WHAT
   local n
@@ -90,17 +102,19 @@ layout_finish() { # SUMMARY
 
 # A layout_run's (or launch's) log then: every rank's "model state allocated" figures
 # (parameters, gradients, optimizer) and rank 0's dp bytes per step within 10% of
-# `baton plan --json`'s for STAGE of NAME.yaml.
-layout_check_plan() { # NAME STAGE
+# `baton plan --json`'s for STAGE of NAME.yaml. With MODE "heaviest" (pipeline stages
+# that hold different layers) the plan's figures, its heaviest stage's, must be the
+# largest rank's within 10%, and no rank's above them by more.
+layout_check_plan() { # NAME STAGE [MODE]
   "$baton" plan "$1.yaml" --json >"$1.plan.json"
-  /usr/bin/python3 - "$1" "$2" "$1.plan.json" "$1.log" <<'PY'
+  /usr/bin/python3 - "$1" "$2" "$1.plan.json" "$1.log" "${3:-every}" <<'PY'
 import json, re, sys
-name, stage, plan_path, log_path = sys.argv[1:5]
+name, stage, plan_path, log_path, mode = sys.argv[1:6]
 plan = next(s for s in json.load(open(plan_path))["stages"] if s["name"] == stage)
 mem = plan["memory_per_gpu"]
 pat = re.compile(r"^\[(\d+)\] model state allocated by this rank \(zero \d\): params (\d+) "
                  r"grads (\d+) optimizer (\d+) bytes")
-bad, ranks = 0, 0
+bad, ranks, most = 0, 0, {}
 for line in open(log_path):
     m = pat.match(line)
     if not m:
@@ -108,9 +122,16 @@ for line in open(log_path):
     ranks += 1
     got = dict(zip(("params", "grads", "optimizer"), map(float, m.groups()[1:])))
     for k, v in got.items():
+        most[k] = max(most.get(k, 0), v)
         rel = abs(v - mem[k]) / mem[k]
-        if m.group(1) == "0" or rel > 0.10:
+        off = rel > 0.10 if mode == "every" else v > 1.10 * mem[k]
+        if m.group(1) == "0" or off:
             print(f"{name}: rank {m.group(1)} {k} allocated {v:.0f} B, plan {mem[k]:.0f} ({rel:.2%})")
+        bad |= off
+if mode != "every":
+    for k, v in most.items():
+        rel = abs(v - mem[k]) / mem[k]
+        print(f"{name}: the most any rank allocated for {k}: {v:.0f} B, plan {mem[k]:.0f} ({rel:.2%})")
         bad |= rel > 0.10
 line = next(l for l in open(log_path) if l.startswith("[0] communication per step"))
 dp = float(re.search(r" dp (\d+)", line).group(1))

@@ -57,18 +57,18 @@ typedef struct stage {
     int forwards, backwards;
 } stage;
 
-static int st_forward(void *ctx, int mb, int slot) {
+static int st_forward(void *ctx, int mb, int chunk, int slot) {
     stage *s = ctx;
-    (void)mb;
+    (void)mb, (void)chunk;
     if (!s->first) race_touch(&X, 0, s->input[slot], COUNT, 0);
     if (!s->last) race_touch(&X, 0, s->output[slot], COUNT, 1);
     s->forwards++;
     return 0;
 }
 
-static int st_backward(void *ctx, int mb, int slot) {
+static int st_backward(void *ctx, int mb, int chunk, int slot) {
     stage *s = ctx;
-    (void)mb;
+    (void)mb, (void)chunk;
     if (!s->last) race_touch(&X, 0, s->grad, COUNT, 0);
     if (!s->first) race_touch(&X, 0, s->input[slot], COUNT, 0);
     if (!s->first) race_touch(&X, 0, s->grad, COUNT, 1);

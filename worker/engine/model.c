@@ -55,11 +55,34 @@ static int pp_of(const model_config *cfg) {
     return cfg->pp > 1 ? cfg->pp : 1;
 }
 
+int model_chunks(const model_config *cfg) {
+    return pp_of(cfg) > 1 && cfg->vp > 1 ? cfg->vp : 1;
+}
+
 void model_stage_layers(const model_config *cfg, int *first, int *n) {
-    int pp = pp_of(cfg), s = pp > 1 ? cfg->pp_rank : 0;
+    int pp = pp_of(cfg), s = pp > 1 ? cfg->pp_rank : 0, v = model_chunks(cfg);
+    if (v > 1) { /* model_config_check: pp v divides n_layers */
+        *first = s * (cfg->n_layers / (pp * v));
+        *n = cfg->n_layers / pp;
+        return;
+    }
     int base = cfg->n_layers / pp, rem = cfg->n_layers % pp;
     *first = s * base + (s < rem ? s : rem);
     *n = base + (s < rem ? 1 : 0);
+}
+
+int model_chunk_layers(const model_config *cfg) {
+    int first, n;
+    model_stage_layers(cfg, &first, &n);
+    return n / model_chunks(cfg);
+}
+
+int model_stage_layer(const model_config *cfg, int i) {
+    int first, n, v = model_chunks(cfg);
+    model_stage_layers(cfg, &first, &n);
+    if (v == 1) return first + i;
+    int Lc = n / v;
+    return (i / Lc * pp_of(cfg) + cfg->pp_rank) * Lc + i % Lc;
 }
 
 static int stage_n_layers(const model_config *cfg) {
@@ -98,21 +121,37 @@ static void carve_layer(carve *c, const model_config *cfg, int gl, model_layer_w
 static void carve_weights(carve *c, const model_config *cfg, model_weights *w) {
     size_t V = dims_of(cfg).V, C = cfg->dim;
     model_layer_weights scratch;
-    int layer0, n;
-    model_stage_layers(cfg, &layer0, &n);
+    int n = stage_n_layers(cfg);
     w->embed = is_first_stage(cfg) ? take(c, V * C) : NULL;
     for (int l = 0; l < n; l++)
-        carve_layer(c, cfg, layer0 + l, w->layers ? &w->layers[l] : &scratch);
+        carve_layer(c, cfg, model_stage_layer(cfg, l), w->layers ? &w->layers[l] : &scratch);
     w->norm = is_last_stage(cfg) ? take(c, C) : NULL;
     w->lm_head = is_last_stage(cfg) ? take(c, V * C) : NULL;
 }
 
-size_t model_stage_global_floats(const model_config *cfg, int stage) {
+/* cfg's model in one process (tp 1, ep 1), on stage `stage` */
+static model_config one_process(const model_config *cfg, int stage) {
     model_config one = *cfg;
     one.tp = 1, one.tp_rank = 0, one.pp_rank = stage;
     one.ep = 1, one.ep_rank = 0, one.moe.expert0 = one.moe.n_local = 0;
+    return one;
+}
+
+size_t model_stage_global_floats(const model_config *cfg, int stage) {
+    model_config one = one_process(cfg, stage);
     carve c = {0};
     carve_weights(&c, &one, &(model_weights){0});
+    return c.off;
+}
+
+size_t model_global_layer_offset(const model_config *cfg, int gl) {
+    model_config one = one_process(cfg, 0);
+    one.pp = 1, one.vp = 1;
+    carve c = {0};
+    model_layer_weights scratch;
+    take(&c, (size_t)one.vocab * one.dim);
+    for (int l = 0; l < gl && l < one.n_layers; l++)
+        carve_layer(&c, &one, l, &scratch);
     return c.off;
 }
 
@@ -142,24 +181,27 @@ static void carve_layer_acts(carve *c, const model_config *cfg, int B, int T, in
     a->ulse = ulysses ? take(c, (size_t)B * d.H * T) : NULL;
 }
 
+/* A slot holds one chunk's activations (the stage's layers when not interleaved). */
 static int layer_act_sets(const model_config *cfg, model_recompute mode) {
-    return mode == MODEL_RECOMPUTE_FULL ? 1 : stage_n_layers(cfg);
+    return mode == MODEL_RECOMPUTE_FULL ? 1 : model_chunk_layers(cfg);
 }
 
-/* a->layer must hold layer_act_sets() views, or be NULL when only counting. */
+/* a->layer must hold layer_act_sets() views, or be NULL when only counting; head: the
+ * slot holds the head's activations too (on the last stage). */
 static void carve_acts(carve *c, const model_config *cfg, int B, int T, model_recompute mode,
-                       model_acts *a) {
+                       int head, model_acts *a) {
     size_t N = (size_t)B * T, C = cfg->dim, V = dims_of(cfg).V;
     int tp = tp_of(cfg);
     model_layer_acts scratch;
-    a->resid = take(c, (size_t)(stage_n_layers(cfg) + 1) * sp_rows(cfg, N) * C);
+    a->resid = take(c, (size_t)(model_chunk_layers(cfg) + 1) * sp_rows(cfg, N) * C);
     /* Attention's probabilities are kept only under recompute none in float32: in bf16 or
      * fp8 the backend may run the flash kernels (the CUDA backend's tensor-core ones),
      * which keep none; the CPU backend's backward then recomputes them, bit for bit. */
     int with_att = mode == MODEL_RECOMPUTE_NONE && cfg->cp <= 1 && cfg->prec == BACKEND_PREC_FP32;
     for (int s = 0; s < layer_act_sets(cfg, mode); s++)
         carve_layer_acts(c, cfg, B, T, with_att, a->layer ? &a->layer[s] : &scratch);
-    if (!is_last_stage(cfg)) return;
+    a->lnf = a->lnf_rstd = a->logits = a->ce_lse = a->losses = a->ce_part = NULL;
+    if (!is_last_stage(cfg) || !head) return;
     a->lnf = take(c, sp_rows(cfg, N) * C);
     a->lnf_rstd = take(c, sp_rows(cfg, N));
     a->logits = take(c, N * V);
@@ -197,6 +239,7 @@ static void carve_work(carve *c, const model_config *cfg, backend *be, int B, in
     g->dnarrow = take(c, N * max_z(d.qd, d.F));
     g->scratch = take(c, scratch_floats(cfg, be, B, T));
     g->dnorm = take(c, cfg->sp ? C : 0);
+    g->grad_in = take(c, (size_t)(cfg->grad_in > 0 ? cfg->grad_in : 0) * sp_rows(cfg, N) * C);
     *rope_cos = take(c, (size_t)T * cfg->head_dim / 2);
     *rope_sin = take(c, (size_t)T * cfg->head_dim / 2);
 }
@@ -214,13 +257,11 @@ int model_sizes_compute(const model_config *cfg, backend *be, int B, int T, mode
     carve_weights(&c, &one, &w);
     s->global_param_floats = c.off;
     c.off = 0;
-    int layer0, n;
-    model_stage_layers(cfg, &layer0, &n);
-    carve_layer(&c, cfg, layer0, &(model_layer_weights){0});
+    carve_layer(&c, cfg, model_stage_layer(cfg, 0), &(model_layer_weights){0});
     s->layer_param_floats = c.off;
     for (int mode = 0; mode < 3; mode++) {
         c.off = 0;
-        carve_acts(&c, cfg, B, T, (model_recompute)mode, &(model_acts){0});
+        carve_acts(&c, cfg, B, T, (model_recompute)mode, 1, &(model_acts){0});
         s->act_floats[mode] = c.off;
     }
     c.off = 0;
@@ -243,8 +284,7 @@ static int setup_gemms(model *m) {
         if (m->amax_acc == NULL) return BT_ENOMEM;
     }
     for (int i = 0; i < m->n_gemm; i++) {
-        int layer =
-            i / MODEL_GEMMS_PER_LAYER == m->n_layers ? L : m->layer0 + i / MODEL_GEMMS_PER_LAYER;
+        int l = i / MODEL_GEMMS_PER_LAYER, layer = l == m->n_layers ? L : model_stage_layer(cfg, l);
         backend_prec p = cfg->prec;
         if (p == BACKEND_PREC_FP8 &&
             (layer == L || (cfg->fp8_first_last_bf16 && (layer == 0 || layer == L - 1))))
@@ -329,6 +369,11 @@ static int alloc_host(model *m) {
     return 0;
 }
 
+/* Slot k holds the head's activations too (model_config.head_slots). */
+static int head_slot(const model *m, int k) {
+    return m->cfg.head_slots < 1 || k < m->cfg.head_slots;
+}
+
 static int alloc_device(model *m) {
     backend *be = m->be;
     const model_sizes *s = &m->sizes;
@@ -340,7 +385,13 @@ static int alloc_device(model *m) {
         carve_work(&c, &m->cfg, be, m->max_B, m->max_T, &g, &rc, &rs);
         work = c.off;
     }
-    m->act_bytes = (size_t)m->n_slots * s->act_floats[m->cfg.recompute] * sizeof(float);
+    m->act_bytes = 0;
+    for (int k = 0; k < m->n_slots; k++) {
+        carve c = {0};
+        carve_acts(&c, &m->cfg, m->max_B, m->max_T, m->cfg.recompute, head_slot(m, k),
+                   &(model_acts){0});
+        m->act_bytes += c.off * sizeof(float);
+    }
     m->work_bytes = work * sizeof(float);
     /* ZeRO-3: the trainer's shards and model_zero's buffers; ZeRO-2: the gradients so */
     int full = !m->cfg.zero3, full_grads = full && !m->cfg.zero2;
@@ -365,7 +416,8 @@ static int alloc_device(model *m) {
     carve_weights(&c, &m->cfg, &m->grads);
     c = (carve){.base = m->acts_mem};
     for (int s = 0; s < m->n_slots; s++)
-        carve_acts(&c, &m->cfg, m->max_B, m->max_T, m->cfg.recompute, &m->slot_acts[s]);
+        carve_acts(&c, &m->cfg, m->max_B, m->max_T, m->cfg.recompute, head_slot(m, s),
+                   &m->slot_acts[s]);
     m->acts = m->slot_acts[0];
     c = (carve){.base = m->work_mem};
     carve_work(&c, &m->cfg, be, m->max_B, m->max_T, &m->gacts, &m->rope_cos, &m->rope_sin);
@@ -406,6 +458,8 @@ int model_init_tp(model *m, const model_config *cfg, backend *be, int max_B, int
     m->cfg.pp = pp_of(cfg);
     m->cfg.pp_rank = m->cfg.pp > 1 ? cfg->pp_rank : 0;
     model_stage_layers(&m->cfg, &m->layer0, &m->n_layers);
+    m->n_chunks = model_chunks(&m->cfg);
+    m->chunk_layers = model_chunk_layers(&m->cfg);
     m->first_stage = is_first_stage(&m->cfg);
     m->last_stage = is_last_stage(&m->cfg);
     m->n_slots = cfg->act_slots > 1 ? cfg->act_slots : 1;
@@ -585,9 +639,10 @@ void model_unit_range(const model *m, int u, size_t *offset, size_t *n) {
         return;
     }
     for (int k = 0; k < l && k < m->n_layers; k++)
-        off += layer_floats(&m->cfg, m->layer0 + k);
+        off += layer_floats(&m->cfg, model_stage_layer(&m->cfg, k));
     *offset = off;
-    *n = l < m->n_layers ? layer_floats(&m->cfg, m->layer0 + l) : (size_t)m->cfg.dim + VC;
+    *n = l < m->n_layers ? layer_floats(&m->cfg, model_stage_layer(&m->cfg, l))
+                         : (size_t)m->cfg.dim + VC;
 }
 
 void model_point_unit(model *m, int u, float *params, float *grads) {
@@ -600,18 +655,18 @@ void model_point_unit(model *m, int u, float *params, float *grads) {
         m->grads.norm = grads, m->grads.lm_head = grads ? grads + C : NULL;
     } else {
         carve cp = {.base = params}, cg = {.base = grads};
-        carve_layer(&cp, &m->cfg, m->layer0 + l, &m->params.layers[l]);
-        carve_layer(&cg, &m->cfg, m->layer0 + l, &m->grads.layers[l]);
+        int gl = model_stage_layer(&m->cfg, l);
+        carve_layer(&cp, &m->cfg, gl, &m->params.layers[l]);
+        carve_layer(&cg, &m->cfg, gl, &m->grads.layers[l]);
     }
 }
 
 /* The stage's tensors: the embedding on the first stage, each layer's, the final norm and
  * the head on the last. */
 static int stage_n_tensors(const model_config *cfg) {
-    int layer0, L, n = is_first_stage(cfg) + 2 * is_last_stage(cfg);
-    model_stage_layers(cfg, &layer0, &L);
+    int L = stage_n_layers(cfg), n = is_first_stage(cfg) + 2 * is_last_stage(cfg);
     for (int l = 0; l < L; l++)
-        n += layer_n_tensors(cfg, layer0 + l);
+        n += layer_n_tensors(cfg, model_stage_layer(cfg, l));
     return n;
 }
 
@@ -636,17 +691,16 @@ static void set_slice(model_tensor *t, const layer_tensor_desc *d) {
 
 /* Tensor i of the stage's layers (i counted from the first layer's first tensor). */
 static void layers_tensor(const model_config *cfg, int i, size_t base, model_tensor *t) {
-    int layer0, L;
-    model_stage_layers(cfg, &layer0, &L);
+    int L = stage_n_layers(cfg);
     for (int l = 0; l < L; l++) {
-        int n = layer_n_tensors(cfg, layer0 + l);
+        int gl = model_stage_layer(cfg, l), n = layer_n_tensors(cfg, gl);
         if (i < n) {
             layer_tensor_desc d;
-            layer_tensor(cfg, layer0 + l, i, &d);
+            layer_tensor(cfg, gl, i, &d);
             set_slice(t, &d);
             t->offset = base + d.offset;
             char name[128];
-            snprintf(name, sizeof name, "model.layers.%d.%s%s", layer0 + l, d.name,
+            snprintf(name, sizeof name, "model.layers.%d.%s%s", gl, d.name,
                      d.cols == 0 && strstr(d.name, "bias") ? "" : ".weight");
             size_t len = strlen(name); /* at most 61: 7-digit layer, the longest name */
             len = len < sizeof t->name ? len : sizeof t->name - 1;
@@ -654,13 +708,12 @@ static void layers_tensor(const model_config *cfg, int i, size_t base, model_ten
             t->name[len] = '\0';
             return;
         }
-        i -= n, base += layer_floats(cfg, layer0 + l);
+        i -= n, base += layer_floats(cfg, gl);
     }
 }
 
 int model_tensor_slice(const model_config *cfg, int i, model_tensor *t) {
-    int n = stage_n_tensors(cfg), C = cfg->dim, L, layer0;
-    model_stage_layers(cfg, &layer0, &L);
+    int n = stage_n_tensors(cfg), C = cfg->dim, L = stage_n_layers(cfg);
     if (i < 0 || i >= n) return BT_ERANGE;
     memset(t, 0, sizeof *t);
     model_shard s;
@@ -670,7 +723,7 @@ int model_tensor_slice(const model_config *cfg, int i, model_tensor *t) {
     int first = is_first_stage(cfg), last = is_last_stage(cfg);
     size_t embed = first ? (size_t)s.vocab * C : 0, layers = 0;
     for (int l = 0; l < L; l++)
-        layers += layer_floats(cfg, layer0 + l);
+        layers += layer_floats(cfg, model_stage_layer(cfg, l));
     if (!first) i++; /* index as if the stage held the embedding */
     if (first && i == 0) {
         snprintf(t->name, sizeof t->name, "model.embed_tokens.weight");

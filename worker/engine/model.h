@@ -43,7 +43,9 @@
  * tensor keeps its one-process name and values (model.layers.<global index>...). A stage
  * stores the activations of act_slots micro-batches at once (1F1B keeps at most
  * pp - stage in flight); model_stage_forward and model_stage_backward run the stage on
- * one slot. */
+ * one slot. An interleaved pipeline (vp > 1 model chunks per stage, pipeline_vp.h) holds
+ * non-contiguous layers (model_stage_layer), a slot one chunk's activations, and the
+ * passes run one chunk. */
 #ifndef BATON_MODEL_H
 #define BATON_MODEL_H
 
@@ -85,7 +87,13 @@ typedef struct model_config {
     int tp_rank;    /* this rank's place in the tensor-parallel group, [0, tp) */
     int pp;         /* pipeline stages; 0 or 1: none. At most n_layers */
     int pp_rank;    /* this rank's stage, [0, pp) */
-    int act_slots;  /* micro-batches whose activations are stored at once; 0 or 1: one */
+    int vp;         /* interleaved pipeline: model chunks per stage (virtual_stages); 0 or 1:
+                     * none. Divides n_layers / pp */
+    int act_slots;  /* micro-batches (interleaved: chunks of micro-batches) whose activations
+                     * are stored at once; 0 or 1: one */
+    int head_slots; /* of those, slots that also hold the head's (final norm, logits, loss):
+                     * slots [0, head_slots) on the last stage; 0: every slot */
+    int grad_in;    /* interleaved: buffers received output gradients wait in (pipeline_vp.h) */
     int cp;         /* context-parallel degree; 0 or 1: none (model_cp.h) */
     int cp_rank;    /* this rank's place in the context-parallel group, [0, cp) */
     int cp_ulysses; /* context parallelism by all-to-all over heads (else ring attention) */
@@ -123,8 +131,19 @@ typedef struct model_config {
 int model_layer_is_moe(const model_config *cfg, int l);
 
 /* The layers of stage cfg->pp_rank: [*first, *first + *n), the remainder of n_layers / pp
- * going one each to the first stages. */
+ * going one each to the first stages. Interleaved (vp > 1): *n = n_layers / pp layers in vp
+ * chunks of n_layers / (pp vp) contiguous layers, chunk c being the (c pp + pp_rank)-th of
+ * the model's pp vp chunks (Megatron-LM's virtual pipeline); *first is chunk 0's first
+ * layer, model_stage_layer maps each. */
 void model_stage_layers(const model_config *cfg, int *first, int *n);
+/* The model layer index of the stage's i-th layer, i in [0, n). */
+int model_stage_layer(const model_config *cfg, int i);
+/* Model chunks per stage (cfg.vp, at least 1) and the layers of each. */
+int model_chunks(const model_config *cfg);
+int model_chunk_layers(const model_config *cfg);
+/* Offset, in the one-process (tp 1, pp 1, ep 1) parameters, of model layer gl's block
+ * (gl = n_layers: the final norm's). */
+size_t model_global_layer_offset(const model_config *cfg, int gl);
 /* Parameters of stage `stage` in the one-process (tp 1) model, in floats. */
 size_t model_stage_global_floats(const model_config *cfg, int stage);
 
@@ -236,6 +255,7 @@ typedef struct model_grad_acts {
     float *dnarrow; /* (N, max(H*hd, F)) datty or dhs */
     float *scratch; /* (model_sizes.scratch_floats) */
     float *dnorm;   /* (C) under sequence parallelism: a norm weight's gradient, one pass's */
+    float *grad_in; /* (cfg.grad_in, R, C) received output gradients (model_stage_grad_in) */
 } model_grad_acts;
 
 typedef struct model {
@@ -258,8 +278,11 @@ typedef struct model {
      * shard) instead of applying it to params.layers[l].moe_bias. */
     void (*moe_bias_step)(void *ctx, int l, const moe_stats *stats);
     void *moe_bias_ctx;
-    int layer0, n_layers;        /* this stage's layers [layer0, layer0 + n_layers) */
+    int layer0, n_layers;        /* this stage's layers [layer0, layer0 + n_layers); interleaved:
+                                  * n_layers of them, model_stage_layer's */
     int first_stage, last_stage; /* holds the embedding / the final norm, head and loss */
+    int n_chunks, chunk_layers;  /* model_chunks, model_chunk_layers */
+    int chunk;                   /* of the pass in progress */
     int n_slots;                 /* activation slots (cfg.act_slots, at least 1) */
     backend *be;
     int max_B, max_T;
@@ -344,19 +367,26 @@ int model_forward(model *m, const int32_t *tokens, const int32_t *targets, int B
  * on the last stage, computes the logits and, with targets, the loss as model_forward
  * does. Every stage checks tokens and targets; only the first reads tokens and only the
  * last targets (NULL elsewhere is fine). model_forward is this on slot 0. */
-int model_stage_forward(model *m, int slot, const int32_t *tokens, const int32_t *targets, int B,
-                        int T, float *loss);
+int model_stage_forward(model *m, int chunk, int slot, const int32_t *tokens,
+                        const int32_t *targets, int B, int T, float *loss);
 /* Backward of the slot's forward: on the last stage from the loss (scaled by
  * loss_scale), elsewhere from the gradient of the stage's output, which the caller has
  * put in model_stage_grad(m). On return model_stage_grad(m) holds the gradient of the
  * stage's input (on the first stage it has gone into the embedding). model_backward is
  * this on slot 0. */
-int model_stage_backward(model *m, int slot, float loss_scale);
-/* (B*T, C) activations at the stage's boundary: the input and output of slot's layers,
+int model_stage_backward(model *m, int chunk, int slot, float loss_scale);
+/* Interleaved (cfg.vp > 1): chunk c in [0, vp) runs the stage's c-th chunk of layers, the
+ * embedding only in chunk 0 of the first stage, the head and loss only in the last chunk of
+ * the last stage; a slot holds one chunk's activations. Otherwise chunk is 0.
+ * (B*T, C) activations at the stage's boundary: the input and output of slot's layers,
  * and the gradient buffer of the backward. */
 float *model_stage_input(model *m, int slot);
 float *model_stage_output(model *m, int slot);
 float *model_stage_grad(model *m);
+/* Interleaved: received output gradient buffer i (< cfg.grad_in), and its move into
+ * model_stage_grad(m) before the backward that takes it. */
+float *model_stage_grad_in(model *m, int i);
+void model_stage_take_grad(model *m, int i);
 
 /* Backward of the last forward: parameter gradients += d(loss * loss_scale)/dparam.
  * Use loss_scale 1/K for K accumulated micro-batches. Gradients are reduced across

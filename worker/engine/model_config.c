@@ -214,8 +214,16 @@ int model_config_check(const model_config *cfg, bt_diag *diag) {
                     cfg->pp_rank, cfg->pp, cfg->n_layers);
         return BT_EINVAL;
     }
-    if (cfg->act_slots < 0) {
-        bt_diag_set(diag, "model: %d activation slots (at least 1)", cfg->act_slots);
+    if (cfg->vp < 0 || (cfg->vp > 1 && (pp < 2 || cfg->n_layers % (pp * cfg->vp) != 0))) {
+        bt_diag_set(diag,
+                    "parallel.virtual_stages %d: interleaved pipelines need pp > 1 (pp %d) and "
+                    "n_layers (%d) divisible by pp x virtual_stages",
+                    cfg->vp, cfg->pp, cfg->n_layers);
+        return BT_EINVAL;
+    }
+    if (cfg->act_slots < 0 || cfg->head_slots < 0) {
+        bt_diag_set(diag, "model: %d activation slots, %d of them with the head's (none negative)",
+                    cfg->act_slots, cfg->head_slots);
         return BT_EINVAL;
     }
     if (!(cfg->norm_eps > 0)) {

@@ -7,12 +7,14 @@
 #include "moe_dev.h"
 
 static int moe_sets(const model *m) {
-    return m->cfg.recompute == MODEL_RECOMPUTE_FULL ? 1 : m->n_layers;
+    return m->cfg.recompute == MODEL_RECOMPUTE_FULL ? 1 : m->chunk_layers;
 }
 
+/* A slot holds one chunk's layers (model.h): layer l's cache is the chunk's l-th. */
 static moe_dev_cache *cache_of(model *m, int l) {
     model_moe *mo = m->moew;
-    return &mo->caches[(size_t)m->slot * mo->sets + (mo->sets == 1 ? 0 : l)];
+    int k = mo->sets == 1 ? 0 : l - m->chunk * m->chunk_layers;
+    return &mo->caches[(size_t)m->slot * mo->sets + k];
 }
 
 /* cfg.weight_cache: each MoE layer's experts keep their converted weights (per layer, not
@@ -23,7 +25,7 @@ static int moe_init_kept(model *m, backend_prec p) {
     mo->kept = calloc((size_t)m->n_layers, sizeof *mo->kept);
     if (mo->kept == NULL) return BT_ENOMEM;
     for (int l = 0; l < m->n_layers; l++) {
-        if (!model_layer_is_moe(&m->cfg, m->layer0 + l)) continue;
+        if (!model_layer_is_moe(&m->cfg, model_stage_layer(&m->cfg, l))) continue;
         int rc = moe_dev_kept_init(&mo->kept[l], m->be, &m->cfg.moe, p);
         if (rc != 0) return rc;
         m->wcache_floats += mo->kept[l].floats;
@@ -191,7 +193,7 @@ int model_moe_step_end(model *m, comm *group, model_moe_step *out) {
     int layers = 0;
     out->n_experts = E;
     for (int l = 0; l < L; l++) {
-        if (!model_layer_is_moe(&m->cfg, m->layer0 + l)) continue;
+        if (!model_layer_is_moe(&m->cfg, model_stage_layer(&m->cfg, l))) continue;
         const double *r = mo->routed + (size_t)l * E;
         double ratio = load_ratio(r, E), sum = 0;
         out->load_max_mean = ratio > out->load_max_mean ? ratio : out->load_max_mean;

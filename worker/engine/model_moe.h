@@ -13,8 +13,8 @@
 #include "model.h"
 
 typedef struct model_moe {
-    struct moe_dev_cache *caches; /* (n_slots, sets): sets = stage layers, or 1 under full
-                                   * recompute */
+    struct moe_dev_cache *caches; /* (n_slots, sets): sets = a chunk's layers (the stage's
+                                   * when not interleaved), or 1 under full recompute */
     int sets;
     struct moe_dev_scratch *scratch; /* shared by the caches */
     struct moe_dev_kept *kept;       /* (stage layers) each MoE layer's experts' kept weight

@@ -45,7 +45,7 @@ void model_gemm_shape(const model *m, int i, int *C, int *OC) {
         *C = dim, *OC = m->shard.vocab;
         return;
     }
-    int mlp = !model_layer_is_moe(&m->cfg, m->layer0 + l);
+    int mlp = !model_layer_is_moe(&m->cfg, model_stage_layer(&m->cfg, l));
     switch (i % MODEL_GEMMS_PER_LAYER) {
     case MODEL_GEMM_QKV:
         *C = dim, *OC = qkv_width(m);
@@ -62,8 +62,11 @@ void model_gemm_shape(const model *m, int i, int *C, int *OC) {
     }
 }
 
+/* The input of the stage's layer l (l = n_layers: the last layer's output) in the slot in
+ * use, which holds the chunk in progress (model.h). */
 static float *resid_at(const model *m, int l) {
-    return m->acts.resid + (size_t)l * model_sp_rows(m, m->B * m->T) * m->cfg.dim;
+    size_t k = (size_t)(l - m->chunk * m->chunk_layers);
+    return m->acts.resid + k * model_sp_rows(m, m->B * m->T) * m->cfg.dim;
 }
 
 /* A norm's output whole (N, C), the input of a column-parallel GEMM: ln itself, or under
@@ -124,7 +127,8 @@ static float *dres_whole(model *m) {
 }
 
 static model_layer_acts *acts_of(model *m, int l) {
-    return &m->acts.layer[m->cfg.recompute == MODEL_RECOMPUTE_FULL ? 0 : l];
+    int k = m->cfg.recompute == MODEL_RECOMPUTE_FULL ? 0 : l - m->chunk * m->chunk_layers;
+    return &m->acts.layer[k];
 }
 
 static backend_gemm *gemm_of(model *m, int l, int which) {
@@ -316,25 +320,58 @@ float *model_stage_input(model *m, int slot) {
 
 float *model_stage_output(model *m, int slot) {
     return m->slot_acts[slot].resid +
-           (size_t)m->n_layers * model_sp_rows(m, m->B * m->T) * m->cfg.dim;
+           (size_t)m->chunk_layers * model_sp_rows(m, m->B * m->T) * m->cfg.dim;
 }
 
 float *model_stage_grad(model *m) {
     return m->gacts.dres;
 }
 
-/* ZeRO-3's prefetch: the unit a pass takes after u (dir 1 forward, -1 backward); -1 for
- * none. */
-static int next_unit(const model *m, int u, int dir) {
-    int v = u + dir;
-    return m->zw != NULL && v >= 0 && v < model_n_units(m) ? v : -1;
+static size_t boundary_floats(const model *m) {
+    return (size_t)model_sp_rows(m, m->max_B * m->max_T) * m->cfg.dim;
 }
 
-int model_stage_forward(model *m, int slot, const int32_t *tokens, const int32_t *targets, int B,
-                        int T, float *loss) {
+float *model_stage_grad_in(model *m, int i) {
+    return m->gacts.grad_in + (size_t)i * boundary_floats(m);
+}
+
+void model_stage_take_grad(model *m, int i) {
+    m->be->copy(m->be, m->gacts.dres, model_stage_grad_in(m, i), boundary_floats(m));
+}
+
+/* The pass in progress runs the embedding / the head (model.h's chunks). */
+static int runs_embed(const model *m) {
+    return m->first_stage && m->chunk == 0;
+}
+
+static int runs_head(const model *m) {
+    return m->last_stage && m->chunk == m->n_chunks - 1;
+}
+
+/* ZeRO-3's prefetch: the unit a pass takes after u (dir 1 forward, -1 backward), among the
+ * chunk's units; -1 for none. */
+static int next_unit(const model *m, int u, int dir) {
+    int l0 = m->chunk * m->chunk_layers, first = m->first_stage;
+    int lo = runs_embed(m) ? 0 : first + l0;
+    int hi = runs_head(m) ? first + m->n_layers : first + l0 + m->chunk_layers - 1;
+    int v = u + dir;
+    return m->zw != NULL && v >= lo && v <= hi ? v : -1;
+}
+
+/* A chunk and slot in range, the slot holding the head's activations where the chunk runs
+ * the head; selects them. */
+static int select_chunk(model *m, int chunk, int slot) {
+    if (chunk < 0 || chunk >= m->n_chunks || slot < 0 || slot >= m->n_slots) return BT_ERANGE;
+    m->chunk = chunk;
+    if (runs_head(m) && m->slot_acts[slot].logits == NULL) return BT_ERANGE;
+    return 0;
+}
+
+int model_stage_forward(model *m, int chunk, int slot, const int32_t *tokens,
+                        const int32_t *targets, int B, int T, float *loss) {
     backend *be = m->be;
     const model_config *cfg = &m->cfg;
-    if (B <= 0 || T <= 0 || B > m->max_B || T > m->max_T || slot < 0 || slot >= m->n_slots ||
+    if (B <= 0 || T <= 0 || B > m->max_B || T > m->max_T || select_chunk(m, chunk, slot) != 0 ||
         (m->cpw && T != m->cpw->T) || (model_sp_on(m) && (B * T) % m->cfg.tp != 0))
         return BT_ERANGE;
     int N = B * T, rc = check_tokens(m, tokens, targets, N, &m->n_valid);
@@ -346,19 +383,20 @@ int model_stage_forward(model *m, int slot, const int32_t *tokens, const int32_t
     m->T = T;
     m->has_targets = targets != NULL;
     m->slot_n_valid[slot] = targets ? m->n_valid : -1;
-    if (m->first_stage) {
+    int l0 = chunk * m->chunk_layers, l1 = l0 + m->chunk_layers;
+    if (runs_embed(m)) {
         be->from_host(be, m->tokens, tokens, (size_t)N * sizeof(int32_t));
         model_zero_forward(m, 0, next_unit(m, 0, 1));
         embed_forward(m, resid_at(m, 0), N);
     }
-    if (targets && m->last_stage)
+    if (targets && runs_head(m))
         be->from_host(be, m->targets, targets, (size_t)N * sizeof(int32_t));
-    for (int l = 0; l < m->n_layers; l++) {
+    for (int l = l0; l < l1; l++) {
         int u = m->first_stage + l;
         model_zero_forward(m, u, next_unit(m, u, 1));
         layer_forward(m, l, resid_at(m, l), resid_at(m, l + 1));
     }
-    if (m->last_stage) {
+    if (runs_head(m)) {
         model_acts *a = &m->acts;
         int L = m->n_layers;
         model_zero_forward(m, m->first_stage + L, -1);
@@ -373,7 +411,7 @@ int model_stage_forward(model *m, int slot, const int32_t *tokens, const int32_t
 
 int model_forward(model *m, const int32_t *tokens, const int32_t *targets, int B, int T,
                   float *loss) {
-    return model_stage_forward(m, 0, tokens, targets, B, T, loss);
+    return model_stage_forward(m, 0, 0, tokens, targets, B, T, loss);
 }
 
 /* The loss's backward down to the gradient of the last layer's output, in g->dres. */
@@ -399,25 +437,26 @@ static void unit_done(model *m, int u) {
     if (m->unit_grads_done != NULL) m->unit_grads_done(m->unit_grads_ctx, u);
 }
 
-int model_stage_backward(model *m, int slot, float loss_scale) {
+int model_stage_backward(model *m, int chunk, int slot, float loss_scale) {
     backend *be = m->be;
     const model_config *cfg = &m->cfg;
-    if (slot < 0 || slot >= m->n_slots) return BT_ERANGE;
+    if (select_chunk(m, chunk, slot) != 0) return BT_ERANGE;
     int N = m->B * m->T;
     m->n_valid = m->slot_n_valid[slot];
-    /* backward needs a forward, with targets on the last stage */
-    if (N == 0 || (m->last_stage && m->n_valid < 0)) return BT_EINVAL;
+    /* backward needs a forward, with targets where it ran the loss */
+    if (N == 0 || (runs_head(m) && m->n_valid < 0)) return BT_EINVAL;
     if (m->comm_err) return m->comm_err;
     select_slot(m, slot);
     m->bwd_scale = loss_scale;
     int head = m->first_stage + m->n_layers; /* the ZeRO-2/3 units (model_zero.h) */
-    if (m->last_stage) {
+    int l0 = chunk * m->chunk_layers;
+    if (runs_head(m)) {
         model_zero_backward(m, head, next_unit(m, head, -1));
         head_backward(m, loss_scale);
         model_zero_backward_done(m, head);
         unit_done(m, head);
     }
-    for (int l = m->n_layers - 1; l >= 0; l--) {
+    for (int l = l0 + m->chunk_layers - 1; l >= l0; l--) {
         int u = m->first_stage + l;
         if (cfg->recompute == MODEL_RECOMPUTE_FULL) {
             model_zero_forward(m, u, next_unit(m, u, -1));
@@ -428,7 +467,7 @@ int model_stage_backward(model *m, int slot, float loss_scale) {
         model_zero_backward_done(m, u);
         unit_done(m, u);
     }
-    if (m->first_stage) {
+    if (runs_embed(m)) {
         model_zero_backward(m, 0, -1);
         embed_backward(m, N);
         model_zero_backward_done(m, 0);
@@ -441,5 +480,5 @@ int model_stage_backward(model *m, int slot, float loss_scale) {
 
 int model_backward(model *m, float loss_scale) {
     if (!m->has_targets) return BT_EINVAL;
-    return model_stage_backward(m, 0, loss_scale);
+    return model_stage_backward(m, 0, 0, loss_scale);
 }

@@ -202,12 +202,12 @@ static int send_backward_recv_forward(run *r, int b, int f) {
 
 static int forward(run *r, int f) {
     int slot = f % r->slots, rc = settle_forward(r, f, slot);
-    return rc ? rc : r->st->forward(r->st->ctx, f, slot);
+    return rc ? rc : r->st->forward(r->st->ctx, f, 0, slot);
 }
 
 static int backward(run *r, int b) {
     int rc = settle_backward(r, b);
-    return rc ? rc : r->st->backward(r->st->ctx, b, b % r->slots);
+    return rc ? rc : r->st->backward(r->st->ctx, b, 0, b % r->slots);
 }
 
 int pipeline_run_1f1b(pipeline *p, int K, const pipeline_stage *st, bt_diag *diag) {

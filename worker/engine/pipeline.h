@@ -45,16 +45,21 @@
  * (which stops the schedule). */
 typedef struct pipeline_stage {
     void *ctx;
-    /* Forward of micro-batch mb in slot; on stages after the first its input is in
-     * input(ctx, slot), on stages before the last it leaves its output in output(). */
-    int (*forward)(void *ctx, int mb, int slot);
-    /* Backward of micro-batch mb in slot; on stages before the last the gradient of its
-     * output is in grad(ctx); on stages after the first it leaves there the gradient of
-     * its input. */
-    int (*backward)(void *ctx, int mb, int slot);
+    /* Forward of micro-batch mb's model chunk `chunk` (0 unless interleaved,
+     * pipeline_vp.h) in slot; on stages after the first its input is in input(ctx, slot),
+     * on stages before the last it leaves its output in output(). */
+    int (*forward)(void *ctx, int mb, int chunk, int slot);
+    /* Backward of micro-batch mb's chunk in slot; on stages before the last the gradient
+     * of its output is in grad(ctx); on stages after the first it leaves there the
+     * gradient of its input. */
+    int (*backward)(void *ctx, int mb, int chunk, int slot);
     float *(*input)(void *ctx, int slot);
     float *(*output)(void *ctx, int slot);
     float *(*grad)(void *ctx);
+    /* Interleaved only: buffer i of those gradients are received into, and the move of
+     * buffer i's into grad(ctx) before the backward that takes it. */
+    float *(*grad_in)(void *ctx, int i);
+    void (*take_grad)(void *ctx, int i);
 } pipeline_stage;
 
 typedef struct pipeline {

@@ -67,6 +67,13 @@ static int train_check_layout(const Baton__StageSpec *spec, const train_groups *
 static int train_zero_check(const trainer *t, bt_diag *diag) {
     const Baton__Stage *s = t->spec->stage;
     const model_config *c = &t->m.cfg;
+    if (s->parallel->zero >= 2 && t->pp.vp > 1) {
+        bt_diag_set(diag,
+                    "stage \"%s\": parallel.zero %u with an interleaved pipeline "
+                    "(virtual_stages %d) is not supported yet; use zero 0 or 1",
+                    s->name, s->parallel->zero, t->pp.vp);
+        return BT_EUNSUPPORTED;
+    }
     if (s->parallel->zero < 2) return 0;
     if (c->tp > c->n_kv_heads) {
         bt_diag_set(diag,
@@ -179,7 +186,7 @@ static int train_model_init(trainer *t, const train_groups *g, bt_diag *diag) {
     cfg.tp_rank = tp_group ? comm_rank(tp_group) : 0;
     cfg.pp = pp_group ? comm_size(pp_group) : 1;
     cfg.pp_rank = pp_group ? comm_rank(pp_group) : 0;
-    cfg.act_slots = pipeline_slots(cfg.pp, cfg.pp_rank, (int)t->accum);
+    cfg.vp = cfg.pp > 1 ? (int)t->spec->stage->parallel->virtual_stages : 1;
     cfg.cp = cp_group ? comm_size(cp_group) : 1;
     cfg.cp_rank = cp_group ? comm_rank(cp_group) : 0;
     cfg.cp_ulysses = t->spec->stage->parallel->cp_comm == BATON__PARALLEL__CP_COMM__ULYSSES;
@@ -206,7 +213,13 @@ static int train_model_init(trainer *t, const train_groups *g, bt_diag *diag) {
                     t->spec->stage->name, t->B * t->Tl, cfg.tp);
         return BT_EINVAL;
     }
-    train_pp_init(&t->pp, pp_group, rows * (size_t)cfg.dim);
+    rc = train_pp_init(&t->pp, pp_group, rows * (size_t)cfg.dim, cfg.vp, (int)t->accum, diag);
+    if (rc != 0) return rc; /* recipe_validate refuses such stages first */
+    /* the activations the schedule keeps at once (pipeline.h, pipeline_vp.h) */
+    cfg.act_slots = pipeline_slots(cfg.pp, cfg.pp_rank, (int)t->accum);
+    if (t->pp.vp > 1)
+        cfg.act_slots = t->pp.sched.slots, cfg.head_slots = t->pp.sched.head_slots,
+        cfg.grad_in = t->pp.sched.grad_bufs;
     rc = train_backend_open(t, g, diag);
     rc = rc ? rc : model_init_tp(&t->m, &cfg, &t->be, (int)t->B, (int)t->Tl, tp_group, diag);
     rc = rc ? rc : model_cp_init(&t->m, cp_group, diag);
@@ -249,9 +262,11 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
     rc = rc ? rc : train_expert_segments(t, g.ep, g.edp, diag);
     rc = rc ? rc : train_norm_segments(t, diag);
     rc = rc ? rc : train_dp_overlap_init(&t->dpo, &t->dp, &t->m, zero, diag);
-    rc = rc ? rc
-            : pipeline_set_queue(&t->pp.pipe, &t->be,
-                                 pipeline_slots(t->pp.stages, t->pp.stage, (int)t->accum), diag);
+    if (t->pp.vp == 1) /* interleaved: transfers waited for at once (pipeline_vp.h) */
+        rc =
+            rc ? rc
+               : pipeline_set_queue(&t->pp.pipe, &t->be,
+                                    pipeline_slots(t->pp.stages, t->pp.stage, (int)t->accum), diag);
     rc = rc ? rc
             : optim_adamw_init_on(&t->opt, &t->be,
                                   t->zero.level ? t->zero.n : train_dp_optim_floats(&t->dp));
@@ -279,7 +294,7 @@ void train_free(trainer *t) {
     loader_close(&t->ld);
     optim_adamw_free(&t->opt);
     train_dp_overlap_free(&t->dpo);
-    pipeline_free(&t->pp.pipe);
+    train_pp_free(&t->pp);
     train_dp_free(&t->dp);
     train_zero_free(&t->zero);
     if (t->m.be != NULL) model_free(&t->m);
@@ -398,23 +413,25 @@ typedef struct train_pp_ctx {
     bt_diag *diag;
 } train_pp_ctx;
 
-static int train_pp_forward(void *ctx, int mb, int slot) {
+static int train_pp_forward(void *ctx, int mb, int chunk, int slot) {
     trainer *t = ((train_pp_ctx *)ctx)->t;
     float l = 0;
     int rc = train_fetch(t, (uint32_t)mb, ((train_pp_ctx *)ctx)->diag);
     rc = rc ? rc
-            : model_stage_forward(&t->m, slot, t->tokens, t->targets, (int)t->B, (int)t->Tl, &l);
-    if (rc == 0 && t->m.last_stage) t->mb_loss += l / t->accum;
+            : model_stage_forward(&t->m, chunk, slot, t->tokens, t->targets, (int)t->B, (int)t->Tl,
+                                  &l);
+    if (rc == 0 && t->m.last_stage && chunk == t->m.n_chunks - 1) t->mb_loss += l / t->accum;
     return rc;
 }
 
-static int train_pp_backward(void *ctx, int mb, int slot) {
+/* A chunk's last micro-batch finishes its gradients (the dp overlap reduces its units). */
+static int train_pp_backward(void *ctx, int mb, int chunk, int slot) {
     trainer *t = ((train_pp_ctx *)ctx)->t;
     train_dp_overlap_arm(&t->dpo, mb + 1 == (int)t->accum);
     float scale = train_spike_fault_scale(&t->spike, t->step + 1) *
                   train_scaler_loss_scale(&t->scaler) / (float)t->accum;
     bt_diag *diag = ((train_pp_ctx *)ctx)->diag;
-    int rc = model_stage_backward(&t->m, slot, scale);
+    int rc = model_stage_backward(&t->m, chunk, slot, scale);
     return rc ? rc : train_zero_after_backward(&t->zero, &t->m, diag);
 }
 
@@ -430,6 +447,14 @@ static float *train_pp_grad(void *ctx) {
     return model_stage_grad(&((train_pp_ctx *)ctx)->t->m);
 }
 
+static float *train_pp_grad_in(void *ctx, int i) {
+    return model_stage_grad_in(&((train_pp_ctx *)ctx)->t->m, i);
+}
+
+static void train_pp_take_grad(void *ctx, int i) {
+    model_stage_take_grad(&((train_pp_ctx *)ctx)->t->m, i);
+}
+
 /* The step's micro-batches through the pipeline; *loss is the step's mean loss on every
  * stage (summed over the pipeline group from the last stage's). */
 static int train_micro_batches_pp(trainer *t, double *loss, bt_diag *diag) {
@@ -439,9 +464,12 @@ static int train_micro_batches_pp(trainer *t, double *loss, bt_diag *diag) {
                          .backward = train_pp_backward,
                          .input = train_pp_input,
                          .output = train_pp_output,
-                         .grad = train_pp_grad};
+                         .grad = train_pp_grad,
+                         .grad_in = train_pp_grad_in,
+                         .take_grad = train_pp_take_grad};
     t->mb_loss = 0;
-    int rc = pipeline_run_1f1b(&t->pp.pipe, (int)t->accum, &st, diag);
+    int rc = t->pp.vp > 1 ? pipeline_vp_run(&t->pp.pipe, &t->pp.sched, &st, diag)
+                          : pipeline_run_1f1b(&t->pp.pipe, (int)t->accum, &st, diag);
     if (rc != 0) {
         if (!diag->msg[0] || t->m.comm_err)
             bt_diag_set(diag, "step %llu: %s", (unsigned long long)t->step + 1,

@@ -51,8 +51,9 @@ int train_ckpt_moment_part(const trainer *t, const model_tensor *mt, uint64_t *a
 void train_ckpt_fp8_name(const trainer *t, int g, int slot, char *out, size_t cap) {
     static const char *const name[BACKEND_FP8_SLOTS] = {"x", "w", "dy"};
     if (g / MODEL_GEMMS_PER_LAYER < t->m.n_layers)
-        snprintf(out, cap, "layers.%d.gemm%d.%s", t->m.layer0 + g / MODEL_GEMMS_PER_LAYER,
-                 g % MODEL_GEMMS_PER_LAYER, name[slot]);
+        snprintf(out, cap, "layers.%d.gemm%d.%s",
+                 model_stage_layer(&t->m.cfg, g / MODEL_GEMMS_PER_LAYER), g % MODEL_GEMMS_PER_LAYER,
+                 name[slot]);
     else
         snprintf(out, cap, "head.%s", name[slot]);
 }

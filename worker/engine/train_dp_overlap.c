@@ -196,11 +196,10 @@ static void overlap_hook(train_dp_overlap *o, int on) {
 
 void train_dp_overlap_arm(train_dp_overlap *o, int last) {
     if (!o->on) return;
-    int on = last;
-    /* a pass nobody completed (a caller without train_dp_overlap_finish) must not leave
-     * its units marked */
-    if (on && o->m->unit_grads_done == NULL) memset(o->done, 0, (size_t)o->n_units);
-    overlap_hook(o, on);
+    /* Under an interleaved pipeline each chunk's last backward is armed in turn, other
+     * micro-batches' backwards between them: the units marked stay marked until
+     * train_dp_overlap_finish clears them. */
+    overlap_hook(o, last);
 }
 
 /* The pass's reductions completed: every unit started, the side queue waited for and

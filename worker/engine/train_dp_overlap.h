@@ -67,7 +67,8 @@ void train_dp_overlap_free(train_dp_overlap *o);
 /* How the stage reduces its data-parallel gradients, for the log ("" when dp is 1). */
 const char *train_dp_overlap_describe(const train_dp_overlap *o);
 
-/* Before a micro-batch's backward (last: the step's last): hooks the model's backward
+/* Before a micro-batch's backward (last: the step's last; interleaved pipelines: the last
+ * micro-batch of the chunk, each chunk's units complete then): hooks the model's backward
  * where this pass reduces, unhooks it elsewhere. */
 void train_dp_overlap_arm(train_dp_overlap *o, int last);
 /* After the step's micro-batches: every unit reduced and waited for, 0 or BT_EIO. After

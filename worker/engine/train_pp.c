@@ -14,12 +14,20 @@ static int pp_fail(train_pp *p, const char *what, bt_diag *diag) {
     return BT_EIO;
 }
 
-void train_pp_init(train_pp *p, comm *group, size_t count) {
+int train_pp_init(train_pp *p, comm *group, size_t count, int vp, int K, bt_diag *diag) {
     memset(p, 0, sizeof *p);
     p->stages = group ? comm_size(group) : 1;
     p->stage = group ? comm_rank(group) : 0;
     p->group = p->stages > 1 ? group : NULL;
+    p->vp = p->group != NULL && vp > 1 ? vp : 1;
     pipeline_init(&p->pipe, p->group, count);
+    if (p->vp == 1) return 0;
+    return pipeline_vp_schedule(p->stages, p->stage, K, p->vp, &p->sched, diag);
+}
+
+void train_pp_free(train_pp *p) {
+    pipeline_free(&p->pipe);
+    pipeline_vp_schedule_free(&p->sched);
 }
 
 int train_pp_sum(train_pp *p, double *x, bt_diag *diag) {
@@ -32,19 +40,22 @@ int train_pp_sum(train_pp *p, double *x, bt_diag *diag) {
 int train_pp_eval_batch(train_pp *p, model *m, const int32_t *tokens, const int32_t *targets, int B,
                         int T, float *loss, bt_diag *diag) {
     size_t count = (size_t)model_sp_rows(m, B * T) * m->cfg.dim; /* the rank's rows */
-    if (p->group && p->stage > 0 &&
-        comm_recv(p->group, model_stage_input(m, 0), count, COMM_F32, p->stage - 1,
-                  TRAIN_PP_EVAL_TAG, NULL) != 0)
-        return pp_fail(p, "eval receive", diag);
+    int last = p->stage == p->stages - 1, prev = (p->stage + p->stages - 1) % p->stages;
     float l = 0;
-    int rc = model_stage_forward(m, 0, tokens, targets, B, T, &l);
-    if (rc != 0) return rc;
-    if (p->group && p->stage < p->stages - 1 &&
-        comm_send(p->group, model_stage_output(m, 0), count, COMM_F32, p->stage + 1,
-                  TRAIN_PP_EVAL_TAG, NULL) != 0)
-        return pp_fail(p, "eval send", diag);
-    double sum = p->stage == p->stages - 1 ? (double)l : 0.0;
-    rc = train_pp_sum(p, &sum, diag);
+    for (int c = 0; c < p->vp; c++) { /* slot 0 holds the head's activations too */
+        uint32_t tag = TRAIN_PP_EVAL_TAG - (uint32_t)c;
+        if (p->group && (p->stage > 0 || c > 0) &&
+            comm_recv(p->group, model_stage_input(m, 0), count, COMM_F32, prev, tag, NULL) != 0)
+            return pp_fail(p, "eval receive", diag);
+        int rc = model_stage_forward(m, c, 0, tokens, targets, B, T, &l);
+        if (rc != 0) return rc;
+        if (p->group && !(last && c == p->vp - 1) &&
+            comm_send(p->group, model_stage_output(m, 0), count, COMM_F32,
+                      (p->stage + 1) % p->stages, last ? tag - 1 : tag, NULL) != 0)
+            return pp_fail(p, "eval send", diag);
+    }
+    double sum = last ? (double)l : 0.0;
+    int rc = train_pp_sum(p, &sum, diag);
     *loss = (float)sum;
     return rc;
 }

@@ -12,22 +12,29 @@
 #include "comm.h"
 #include "model.h"
 #include "pipeline.h"
+#include "pipeline_vp.h"
 
 typedef struct train_pp {
     comm *group; /* borrowed; NULL: pp 1 */
     int stage, stages;
+    int vp; /* model chunks per stage; > 1: interleaved (sched) */
     pipeline pipe;
+    pipe_schedule sched; /* interleaved: this stage's list (pipeline_vp.h) */
 } train_pp;
 
 /* group: the pipeline group (NULL or size 1: none); count: floats of one boundary
- * activation (micro_batch * seq_len * dim). */
-void train_pp_init(train_pp *p, comm *group, size_t count);
+ * activation (micro_batch * seq_len * dim); vp: virtual_stages, with K micro-batches a
+ * step (vp > 1 makes the interleaved schedule: BT_EINVAL with diag where K is not a
+ * multiple of the stages). */
+int train_pp_init(train_pp *p, comm *group, size_t count, int vp, int K, bt_diag *diag);
+void train_pp_free(train_pp *p);
 
 /* x summed over the pipeline group, in place (each stage passes its part). */
 int train_pp_sum(train_pp *p, double *x, bt_diag *diag);
 
 /* Forward only through the stages for one batch (B <= model's max): the loss (*loss, on
- * every stage) of tokens/targets. */
+ * every stage) of tokens/targets. Interleaved, the batch goes round the stages once per
+ * chunk. */
 int train_pp_eval_batch(train_pp *p, model *m, const int32_t *tokens, const int32_t *targets, int B,
                         int T, float *loss, bt_diag *diag);
 

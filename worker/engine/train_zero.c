@@ -183,8 +183,9 @@ int train_zero_moe_bias(train_zero *z, model *m) {
         int gl, end = 0;
         model_tensor_info(m, i, &mt);
         if (sscanf(mt.name, "model.layers.%d.mlp.gate.e_score_correction_bias%n", &gl, &end) == 1 &&
-            end > 0 && mt.name[end] == '\0' && gl >= m->layer0 && gl < m->layer0 + m->n_layers)
-            z->bias_off[gl - m->layer0] = mt.offset;
+            end > 0 && mt.name[end] == '\0')
+            for (int l = 0; l < m->n_layers; l++)
+                if (model_stage_layer(&m->cfg, l) == gl) z->bias_off[l] = mt.offset;
     }
     z->moe = &m->cfg.moe;
     m->moe_bias_step = zero_moe_bias, m->moe_bias_ctx = z;

@@ -236,7 +236,16 @@ static void worker_print_state(const trainer *t) {
     const char *dp = train_dp_overlap_describe(&t->dpo);
     if (dp[0]) printf("%s\n", dp);
     const char *pp = pipeline_describe(&t->pp.pipe);
-    if (pp[0]) printf("%s\n", pp);
+    if (t->pp.vp > 1) {
+        const pipe_schedule *v = &t->pp.sched;
+        printf("interleaved pipeline: stage %d of %d holds %d chunks of %d layers (model layers",
+               v->stage, v->stages, v->v, t->m.chunk_layers);
+        for (int l = 0; l < t->m.n_layers; l++)
+            printf(" %d", model_stage_layer(&t->m.cfg, l));
+        printf("), %d activation slots, transfers waited for at once\n", v->slots);
+    } else if (pp[0]) {
+        printf("%s\n", pp);
+    }
     if (t->m.cfg.sp)
         printf("sequence parallelism: the residual stream's rows split over the %d tp ranks\n",
                t->m.cfg.tp);
@@ -351,7 +360,7 @@ static int worker_train(trainer *t, train_ckpt *c, uint64_t save_every, const wo
             return BT_EIO;
         fflush(stdout);
     }
-    if (!a->quiet) worker_print_comm(t);
+    worker_print_comm(t); /* every rank: pipeline stages send different amounts */
     int rc = worker_save(c, t, a, wc, diag);
     rc = rc ? rc : worker_save_wait(c, t->step, wc, diag);
     fflush(stdout);
@@ -377,9 +386,35 @@ static int worker_gather_stage(trainer *t, float *out) {
 /* Tag of a stage's parameters on their way to stage 0 (training uses small tags). */
 #define WORKER_DUMP_TAG 0x7ffffff1u
 
+/* Writes n floats at float offset `at` of f; 1 on success. */
+static int write_at(FILE *f, size_t at, const float *x, size_t n) {
+    return fseeko(f, (off_t)(at * sizeof *x), SEEK_SET) == 0 && fwrite(x, sizeof *x, n, f) == n;
+}
+
+/* Stage s's gathered block (worker_gather_stage) at its places in the one-process
+ * parameters: its layers are not contiguous there under an interleaved pipeline. */
+static int worker_place_stage(const model_config *cfg, int s, const float *block, FILE *f) {
+    model_config at = *cfg;
+    at.pp_rank = s;
+    int first, n, ok = 1;
+    model_stage_layers(&at, &first, &n);
+    size_t VC = (size_t)cfg->vocab * cfg->dim, off = 0;
+    if (s == 0) ok = write_at(f, 0, block, VC), off = VC;
+    for (int l = 0; l < n && ok; l++) {
+        int gl = model_stage_layer(&at, l);
+        size_t lo = model_global_layer_offset(cfg, gl), hi = model_global_layer_offset(cfg, gl + 1);
+        ok = write_at(f, lo, block + off, hi - lo);
+        off += hi - lo;
+    }
+    if (ok && s == (cfg->pp > 1 ? cfg->pp : 1) - 1)
+        ok = write_at(f, model_global_layer_offset(cfg, cfg->n_layers), block + off,
+                      (size_t)cfg->dim + VC);
+    return ok;
+}
+
 /* The one-process parameters, tensor after tensor: every rank takes part (under tp the
- * slices are gathered over the tp group; under pp each stage's tensors, which follow the
- * previous stage's in the one-process order, are sent to stage 0), world rank 0 writes. */
+ * slices are gathered over the tp group; under pp each stage's tensors are sent to stage 0,
+ * which writes them at their places), world rank 0 writes. */
 static int worker_dump_params(trainer *t, const char *path, int writer, bt_diag *diag) {
     if (path == NULL) return 0;
     const model_config *cfg = &t->m.cfg;
@@ -400,7 +435,7 @@ static int worker_dump_params(trainer *t, const char *path, int writer, bt_diag 
         else if (s > 0 && pp->stage == s)
             rc = comm_send(pp->group, buf, n, COMM_F32, 0, WORKER_DUMP_TAG, NULL);
         pp_failed = rc != 0;
-        if (rc == 0 && f != NULL) ok = ok && fwrite(buf, sizeof *buf, n, f) == n;
+        if (rc == 0 && f != NULL) ok = ok && worker_place_stage(cfg, s, buf, f);
     }
     ok = (f == NULL || fclose(f) == 0) && ok;
     free(buf);
