@@ -55,12 +55,9 @@ typedef struct plan_memory {
     /* ZeRO-2/3 (zero_level >= 2): per-unit shards (worker/engine/train_zero.h); the units are
      * the embedding, each layer and the final norm with the head, each padded to a multiple
      * of dp*cp. */
-    uint32_t zero_level;  /* the level in effect: zero, or 0/1 when dp*cp is 1 */
-    uint64_t zero_shard;  /* parameters in the rank's shard: the sum of ceil(unit / (dp*cp)) */
-    uint64_t zero_first2; /* ... of them in the stage's first two units (ZeRO-3's forward finds
-                           * them gathered from the backward before it) */
-    uint64_t zero_last2;  /* ... in its last two (the backward finds them from the forward) */
-    uint64_t zero_unit;   /* the largest unit, padded: one gather / reduce-scatter buffer */
+    uint32_t zero_level; /* the level in effect: zero, or 0/1 when dp*cp is 1 */
+    uint64_t zero_shard; /* parameters in the rank's shard: the sum of ceil(unit / (dp*cp)) */
+    uint64_t zero_unit;  /* the largest unit, padded: one gather / reduce-scatter buffer */
 } plan_memory;
 
 enum plan_comm_group {
@@ -142,6 +139,10 @@ void plan_pp_stage_layers(const plan_params *p, uint32_t pp, uint32_t v, uint32_
 /* The model index of the stage's i-th layer. */
 uint32_t plan_pp_stage_layer(const plan_params *p, uint32_t pp, uint32_t v, uint32_t stage,
                              uint32_t i);
+/* ZeRO-2/3's units on pipeline stage `stage` in the worker's order (the embedding on the
+ * first stage, each layer, the final norm with the head on the last): their count; chunk
+ * (n_layers + 2 entries) gets each one's ceil(unit / (dp*cp)) parameters per rank. */
+uint32_t plan_zero_units(const plan_stage *ps, uint32_t stage, uint64_t *chunk);
 /* Memory of a rank on pipeline stage `stage`; plan_memory_estimate picks the heaviest. */
 void plan_memory_for_pp_stage(const plan_stage *ps, uint32_t stage, plan_memory *out);
 void plan_memory_estimate(const plan_stage *ps, plan_memory *out);

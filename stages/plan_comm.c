@@ -26,10 +26,12 @@
  *       parameters in the rank's shard, S_L of them in layers; (n-1)/n x the padded
  *       units = (n-1) S): ZeRO-2 reduce-scatters the fp32 grads after every
  *       micro-batch and all-gathers the weights once, (n-1) S (4m + weight bytes);
- *       ZeRO-3 all-gathers every unit before its forward and its backward and layers
- *       once more before the recomputed forward of full recomputation, and
- *       reduce-scatters the grads, per micro-batch:
- *       m (n-1) ((2S [+ S_L]) x weight bytes + 4S).
+ *       ZeRO-3 all-gathers each unit before its forward and its backward (layers also
+ *       before the recomputed forward of full recomputation) unless one of the model's
+ *       two gather buffers still holds it, and reduce-scatters the grads per micro-batch:
+ *       (n-1) (G x weight bytes + 4mS), G the parameters gathered in a step, counted by
+ *       replaying the stage's passes (stages/pipe_order.h) through the two buffers as
+ *       worker/engine/model_zero.c uses them (nothing resident when a step starts).
  *   CP  ring: per layer and forward pass (cp-1) K/V chunks of 2*s*b*(kv heads per tp
  *       rank)*hd*e bytes (two forward passes with full recomputation); backward sends
  *       K/V round again with dK/dV travelling beside them, plus one last hop of dK/dV
@@ -57,6 +59,10 @@
  * direction with compute of the other), and DP beyond what hides behind the last
  * micro-batch's backward (2/3 of compute_s/m). */
 #include "plan.h"
+
+#include <stdlib.h>
+
+#include "pipe_order.h"
 
 #include <string.h>
 
@@ -102,24 +108,83 @@ static double dp_volume(double n, double params, double weight_bytes, int zero) 
     return 2 * (n - 1) / n * params * 4;
 }
 
-static double dp_volume_zero(const plan_stage *ps, const plan_memory *m) {
+/* ZeRO-3's two gather buffers as worker/engine/model_zero.c uses them. */
+typedef struct zero_sim {
+    int buf[2], cur, resident;
+    const uint64_t *chunk;
+    double gathered; /* parameters per rank */
+} zero_sim;
+
+static int zero_sim_holding(const zero_sim *z, int u) {
+    return z->buf[0] == u ? 0 : z->buf[1] == u ? 1 : -1;
+}
+
+/* Unit u in use (gathered unless a buffer holds it), then next prefetched. */
+static void zero_sim_use(zero_sim *z, int u, int next) {
+    int i = zero_sim_holding(z, u);
+    if (i < 0) {
+        i = z->resident >= 0 ? 1 - z->cur : z->cur;
+        z->buf[i] = u, z->gathered += (double)z->chunk[u];
+    }
+    z->cur = i, z->resident = u;
+    if (next >= 0 && next != u && zero_sim_holding(z, next) < 0)
+        z->buf[1 - i] = next, z->gathered += (double)z->chunk[next];
+}
+
+/* One pass of chunk c on stage `stage` (worker/engine/model_pass.c): its units [lo, hi],
+ * forward in order, backward in reverse (each layer used twice under full recomputation:
+ * the recomputed forward, then the backward), each prefetching the next in the pass. */
+static void zero_sim_pass(zero_sim *z, const plan_stage *ps, uint32_t stage, uint32_t c,
+                          int forward) {
+    const plan_shape *sh = &ps->shape;
+    uint32_t first, n, n_moe, v = sh->virtual_stages > 1 ? sh->virtual_stages : 1;
+    plan_pp_stage_layers(&ps->params, sh->pp, v, stage, &first, &n, &n_moe);
+    int embed = stage == 0, head = stage + 1 == sh->pp, lc = (int)(n / v);
+    int lo = embed && c == 0 ? 0 : embed + (int)c * lc;
+    int hi = head && c == v - 1 ? embed + (int)n : embed + ((int)c + 1) * lc - 1;
+    int full = sh->recompute == BATON__STAGE__RECOMPUTE__FULL;
+    for (int k = 0; k <= hi - lo; k++) {
+        int u = forward ? lo + k : hi - k, next = forward ? u + 1 : u - 1;
+        next = next >= lo && next <= hi ? next : -1;
+        int layer = u >= embed && u < embed + (int)n;
+        if (!forward && full && layer) zero_sim_use(z, u, next);
+        zero_sim_use(z, u, next);
+    }
+}
+
+/* ZeRO-3's parameters gathered per rank in a step of stage `stage`: the weights change at
+ * every update, so the step starts with nothing resident; each pass (pipe_order.h) finds
+ * what the pass before it left. */
+static double zero3_gathered(const plan_stage *ps, uint32_t stage) {
+    const plan_shape *sh = &ps->shape;
+    uint32_t v = sh->pp > 1 && sh->virtual_stages > 1 ? sh->virtual_stages : 1;
+    uint32_t K = (uint32_t)ps->microbatches;
+    uint64_t *chunk = malloc(((size_t)ps->params.n_layers + 2) * sizeof *chunk);
+    pipe_pass *order = malloc((size_t)2 * K * v * sizeof *order);
+    zero_sim z = {.buf = {-1, -1}, .cur = 0, .resident = -1, .chunk = chunk};
+    if (chunk != NULL && order != NULL) {
+        plan_zero_units(ps, stage, chunk);
+        pipe_order(sh->pp, v, K, stage, order);
+        for (uint32_t i = 0; i < 2 * K * v; i++)
+            zero_sim_pass(&z, ps, stage, order[i].chunk, order[i].forward);
+    }
+    free(chunk);
+    free(order);
+    return z.gathered;
+}
+
+static double dp_volume_zero(const plan_stage *ps, uint32_t stage, const plan_memory *m) {
     double n1 = (double)ps->shape.dp * ps->shape.cp - 1, S = (double)m->zero_shard;
     double mb = (double)ps->microbatches, wb = m->weight_bytes;
     if (m->zero_level == 2) return n1 * S * (4 * mb + wb);
-    /* ZeRO-3 (model_zero.h): every unit gathered for the step's first forward; each later
-     * forward finds the first two units resident from the backward before it, each
-     * backward the last two from its forward (and full recomputation's backward its
-     * recomputed unit): so much gathered, plus one reduce-scatter per unit and
-     * micro-batch. Under pp 1F1B interleaves the passes: an estimate. */
-    double gathered =
-        S + (mb - 1) * (S - (double)m->zero_first2) + mb * (S - (double)m->zero_last2);
-    return n1 * (gathered * wb + mb * 4 * S);
+    /* ZeRO-3: what is gathered, plus one reduce-scatter per unit and micro-batch */
+    return n1 * (zero3_gathered(ps, stage) * wb + mb * 4 * S);
 }
 
 static double comm_dp(const plan_stage *ps, uint32_t stage) {
     plan_memory m;
     plan_memory_for_pp_stage(ps, stage, &m);
-    if (m.zero_level >= 2) return dp_volume_zero(ps, &m);
+    if (m.zero_level >= 2) return dp_volume_zero(ps, stage, &m);
     int zero = ps->shape.zero > 0;
     double dense = dp_volume((double)ps->shape.dp * ps->shape.cp, (double)m.dense_params_on_rank,
                              m.weight_bytes, zero);

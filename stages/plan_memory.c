@@ -46,6 +46,7 @@
  * m = pp (every forward first, every micro-batch's logits too). */
 #include "plan.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static uint64_t div_ceil(uint64_t a, uint64_t b) {
@@ -74,30 +75,14 @@ static void memory_params(const plan_stage *ps, uint32_t stage, plan_memory *out
     out->params_on_rank = out->dense_params_on_rank + out->expert_params_on_rank;
 }
 
-/* Adds the stage's k-th unit, of u parameters per rank, to the ZeRO-2/3 figures (n =
- * dp*cp); last2 holds the last two units' chunks so far. */
-static void memory_unit(plan_memory *out, uint64_t u, uint64_t n, uint32_t k, uint64_t last2[2]) {
-    uint64_t chunk = div_ceil(u, n);
-    out->zero_shard += chunk;
-    if (k < 2) out->zero_first2 += chunk;
-    last2[0] = last2[1], last2[1] = chunk;
-    out->zero_last2 = last2[0] + last2[1];
-    if (chunk * n > out->zero_unit) out->zero_unit = chunk * n;
-}
-
-/* The stage's units as a rank holds them: split by tp (routed experts by ep), norms and
- * the MoE block's router and shared experts whole. */
-static void memory_zero_units(const plan_stage *ps, uint32_t stage, plan_memory *out) {
+uint32_t plan_zero_units(const plan_stage *ps, uint32_t stage, uint64_t *chunk) {
     const plan_params *p = &ps->params;
     const plan_shape *sh = &ps->shape;
     uint64_t n = (uint64_t)sh->dp * sh->cp, t = sh->tp;
-    uint32_t first, count, n_moe;
+    n = n ? n : 1;
+    uint32_t first, count, n_moe, k = 0;
     plan_pp_stage_layers(p, sh->pp, sh->virtual_stages, stage, &first, &count, &n_moe);
-    out->zero_level = sh->zero >= 2 && n < 2 ? 0 : sh->zero;
-    if (out->zero_level < 2) return;
-    uint32_t k = 0;
-    uint64_t last2[2] = {0, 0};
-    if (stage == 0) memory_unit(out, div_ceil(p->embedding, t), n, k++, last2);
+    if (stage == 0) chunk[k++] = div_ceil(div_ceil(p->embedding, t), n);
     for (uint32_t i = 0; i < count; i++) {
         uint32_t l = plan_pp_stage_layer(p, sh->pp, sh->virtual_stages, stage, i);
         uint64_t u = div_ceil(p->attn_layer, t) + p->norms_layer;
@@ -105,9 +90,27 @@ static void memory_zero_units(const plan_stage *ps, uint32_t stage, plan_memory 
             u += p->moe_shared + p->moe_router + div_ceil(p->moe_experts, sh->ep);
         else
             u += div_ceil(p->mlp_layer, t);
-        memory_unit(out, u, n, k++, last2);
+        chunk[k++] = div_ceil(u, n);
     }
-    if (stage + 1 == sh->pp) memory_unit(out, div_ceil(p->head, t) + p->final_norm, n, k, last2);
+    if (stage + 1 == sh->pp) chunk[k++] = div_ceil(div_ceil(p->head, t) + p->final_norm, n);
+    return k;
+}
+
+/* The stage's units as a rank holds them (plan_zero_units): the shard and the largest
+ * padded unit. */
+static void memory_zero_units(const plan_stage *ps, uint32_t stage, plan_memory *out) {
+    const plan_shape *sh = &ps->shape;
+    uint64_t n = (uint64_t)sh->dp * sh->cp;
+    out->zero_level = sh->zero >= 2 && n < 2 ? 0 : sh->zero;
+    if (out->zero_level < 2) return;
+    uint64_t *chunk = malloc(((size_t)ps->params.n_layers + 2) * sizeof *chunk);
+    if (chunk == NULL) return; /* the figures stay 0 */
+    uint32_t units = plan_zero_units(ps, stage, chunk);
+    for (uint32_t k = 0; k < units; k++) {
+        out->zero_shard += chunk[k];
+        if (chunk[k] * n > out->zero_unit) out->zero_unit = chunk[k] * n;
+    }
+    free(chunk);
 }
 
 /* fp8's copies take 2 bytes per parameter: every dense GEMM dimension on a tp rank (dim,

@@ -10,6 +10,7 @@
  *    received (into that slot, that buffer) before it, from the stage that computed it;
  *    an activation is sent from its forward's slot, a gradient right after its backward;
  *    no slot or gradient buffer is taken twice at once;
+ *  - the computations come in pipe_order.h's order (which the planner replays);
  *  - the slots needed are Megatron's: min(K v, 2 (pp - s - 1) + (v - 1) pp + 1), K v when
  *    K = pp (all forwards first); the last stage keeps one slot with the head's
  *    activations apart from the others, one more than Megatron's count (it would otherwise
@@ -19,6 +20,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "pipe_order.h"
 #include "pipeline_vp.h"
 
 #define MAXPP 8
@@ -104,6 +106,22 @@ static int same_order(sim_stage *S, int pp) {
     return 1;
 }
 
+/* The list's forwards and backwards in pipe_order's order. */
+static int order_ok(const pipe_schedule *s, int pp, int v, int K) {
+    pipe_pass *want = malloc(sizeof *want * (size_t)(2 * K * v));
+    pipe_order((uint32_t)pp, (uint32_t)v, (uint32_t)K, (uint32_t)s->stage, want);
+    int n = 0, ok = 1;
+    for (int i = 0; i < s->n && ok; i++) {
+        const pipe_action *a = &s->a[i];
+        if (a->kind == PIPE_XFER) continue;
+        ok = n < 2 * K * v && want[n].forward == (a->kind == PIPE_FORWARD) &&
+             want[n].mb == (uint32_t)a->mb && want[n].chunk == (uint32_t)a->chunk;
+        n++;
+    }
+    free(want);
+    return ok && n == 2 * K * v;
+}
+
 /* One stage's list on its own: completeness, data before use, buffers. */
 static int stage_ok(const pipe_schedule *s, int pp, int v, int K) {
     int n = K * v, ok = 1, last_bwd = -1, *fslot = malloc(sizeof(int) * (size_t)n);
@@ -165,6 +183,7 @@ static void check_case(int pp, int v, int K) {
             want = K == pp || warm > K * v ? K * v : warm;
         if (st == pp - 1 && K > pp) want++; /* the head's slot is its own */
         if (!stage_ok(s, pp, v, K)) fprintf(stderr, "stage %d: list inconsistent\n", st), ok = 0;
+        if (!order_ok(s, pp, v, K)) fprintf(stderr, "stage %d: not pipe_order's\n", st), ok = 0;
         if (s->slots != want)
             fprintf(stderr, "stage %d: %d slots, want %d\n", st, s->slots, want), ok = 0;
         if (st == pp - 1 && K > pp && s->head_slots != 1)

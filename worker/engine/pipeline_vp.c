@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pipe_order.h"
+
 /* A pool of buffer indices: the lowest free one is taken, peak counts the most in use. */
 typedef struct pool {
     unsigned char *used;
@@ -40,8 +42,10 @@ static int pmod(int a, int b) {
     return ((a % b) + b) % b;
 }
 
+/* pipe_order.h's, for any k (Megatron's indices go below 0: Python's modulo) */
 static int fwd_chunk(const gen *g, int k) {
-    return pmod(k, g->pp * g->v) / g->pp;
+    return (int)pipe_order_chunk((uint32_t)g->pp, (uint32_t)g->v, (uint32_t)pmod(k, g->pp * g->v),
+                                 1);
 }
 
 static int bwd_chunk(const gen *g, int k) {
@@ -49,7 +53,7 @@ static int bwd_chunk(const gen *g, int k) {
 }
 
 static int mb_of(const gen *g, int k) {
-    return k / (g->pp * g->v) * g->pp + k % g->pp;
+    return (int)pipe_order_mb((uint32_t)g->pp, (uint32_t)g->v, (uint32_t)k);
 }
 
 static int is_head(const gen *g, int chunk) {
@@ -288,11 +292,8 @@ int pipeline_vp_schedule(int stages, int stage, int K, int v, pipe_schedule *s, 
     s->stages = stages, s->stage = stage, s->K = K, s->v = v;
     gen g = {.s = s, .pp = stages, .st = stage, .K = K, .v = v, .total = K * v};
     g.batch = (pipe_action){.kind = PIPE_XFER, .grad_in = -1};
-    int all_warm = K == stages, warm = g.total;
-    if (!all_warm) {
-        warm = 2 * (stages - stage - 1) + (v - 1) * stages;
-        warm = warm < g.total ? warm : g.total;
-    }
+    int all_warm = K == stages;
+    int warm = (int)pipe_order_warmup((uint32_t)stages, (uint32_t)v, (uint32_t)K, (uint32_t)stage);
     int rc = gen_alloc(&g);
     if (rc == 0) {
         warmup(&g, warm, all_warm);

@@ -67,13 +67,6 @@ static int train_check_layout(const Baton__StageSpec *spec, const train_groups *
 static int train_zero_check(const trainer *t, bt_diag *diag) {
     const Baton__Stage *s = t->spec->stage;
     const model_config *c = &t->m.cfg;
-    if (s->parallel->zero >= 2 && t->pp.vp > 1) {
-        bt_diag_set(diag,
-                    "stage \"%s\": parallel.zero %u with an interleaved pipeline "
-                    "(virtual_stages %d) is not supported yet; use zero 0 or 1",
-                    s->name, s->parallel->zero, t->pp.vp);
-        return BT_EUNSUPPORTED;
-    }
     if (s->parallel->zero < 2) return 0;
     if (c->tp > c->n_kv_heads) {
         bt_diag_set(diag,

@@ -1,0 +1,31 @@
+/* The order of a pipeline stage's computations in one step, shared by the worker's
+ * schedules (worker/engine/pipeline.h, pipeline_vp.h) and the planner (which replays it to
+ * count what ZeRO-3 gathers). K micro-batches, pp stages, v model chunks per stage.
+ *  - Non-interleaved 1F1B (v = 1): stage s runs w = min(pp - s - 1, K) warmup forwards,
+ *    then one forward and one backward at a time, then the w remaining backwards;
+ *    micro-batches in order.
+ *  - Interleaved (v > 1, Megatron-LM's virtual pipeline; K a multiple of pp): virtual
+ *    micro-batch k in [0, K v) is chunk (k mod pp v) / pp of micro-batch
+ *    (k / pp v) pp + k mod pp going forward, the chunks in reverse going backward; w =
+ *    min(2 (pp - s - 1) + (v - 1) pp, K v) warmup forwards (all K v when K = pp), then
+ *    forward w + i and backward i together, then the remaining backwards. */
+#ifndef BATON_PIPE_ORDER_H
+#define BATON_PIPE_ORDER_H
+
+#include <stdint.h>
+
+/* Warmup forwards of stage s. */
+uint32_t pipe_order_warmup(uint32_t pp, uint32_t v, uint32_t K, uint32_t s);
+/* Interleaved virtual micro-batch k: its micro-batch and its chunk forward / backward. */
+uint32_t pipe_order_mb(uint32_t pp, uint32_t v, uint32_t k);
+uint32_t pipe_order_chunk(uint32_t pp, uint32_t v, uint32_t k, int forward);
+
+typedef struct pipe_pass {
+    int forward; /* 1: a forward, 0: a backward */
+    uint32_t mb, chunk;
+} pipe_pass;
+
+/* Stage s's 2 K v passes in order into out. */
+void pipe_order(uint32_t pp, uint32_t v, uint32_t K, uint32_t s, pipe_pass *out);
+
+#endif
