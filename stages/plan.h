@@ -139,10 +139,17 @@ void plan_pp_stage_layers(const plan_params *p, uint32_t pp, uint32_t v, uint32_
 /* The model index of the stage's i-th layer. */
 uint32_t plan_pp_stage_layer(const plan_params *p, uint32_t pp, uint32_t v, uint32_t stage,
                              uint32_t i);
+/* A ZeRO-2/3 unit as a rank holds it. */
+typedef struct plan_zero_unit {
+    uint64_t chunk; /* ceil(unit / group) parameters per rank */
+    uint64_t group; /* the ranks it is sharded over: dp*cp; an MoE layer's under ep the
+                     * expert-data-parallel group, dp*cp/ep (worker/engine/train_zero.h) */
+    uint64_t dense; /* such an MoE unit: its dense parameters (all-reduced over ep); else 0 */
+} plan_zero_unit;
 /* ZeRO-2/3's units on pipeline stage `stage` in the worker's order (the embedding on the
- * first stage, each layer, the final norm with the head on the last): their count; chunk
- * (n_layers + 2 entries) gets each one's ceil(unit / (dp*cp)) parameters per rank. */
-uint32_t plan_zero_units(const plan_stage *ps, uint32_t stage, uint64_t *chunk);
+ * first stage, each layer, the final norm with the head on the last): their count; out
+ * (n_layers + 2 entries) gets each one. */
+uint32_t plan_zero_units(const plan_stage *ps, uint32_t stage, plan_zero_unit *out);
 /* Memory of a rank on pipeline stage `stage`; plan_memory_estimate picks the heaviest. */
 void plan_memory_for_pp_stage(const plan_stage *ps, uint32_t stage, plan_memory *out);
 void plan_memory_estimate(const plan_stage *ps, plan_memory *out);

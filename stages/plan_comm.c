@@ -22,14 +22,16 @@
  *   DP  over the dp*cp replicas of a parameter (edp = dp*cp/ep for routed experts):
  *       ZeRO-1: reduce-scatter fp32 grads + all-gather weights,
  *       (n-1)/n x params x (4 + weight bytes); without ZeRO: all-reduce of fp32 grads,
- *       2(n-1)/n x params x 4. ZeRO-2 and ZeRO-3 work per unit (plan_memory.c: S
- *       parameters in the rank's shard, S_L of them in layers; (n-1)/n x the padded
- *       units = (n-1) S): ZeRO-2 reduce-scatters the fp32 grads after every
- *       micro-batch and all-gathers the weights once, (n-1) S (4m + weight bytes);
+ *       2(n-1)/n x params x 4. ZeRO-2 and ZeRO-3 work per unit (plan_zero_units: a
+ *       unit of chunk c per rank over a group of g ranks moves (g-1) c; g = n, or for an
+ *       MoE layer under ep the expert-data-parallel group, n/ep, its dense part then
+ *       all-reduced over ep, counted under EP; R = the sum over units): ZeRO-2
+ *       reduce-scatters the fp32 grads after every micro-batch and all-gathers the
+ *       weights once, R (4m + weight bytes);
  *       ZeRO-3 all-gathers each unit before its forward and its backward (layers also
  *       before the recomputed forward of full recomputation) unless one of the model's
  *       two gather buffers still holds it, and reduce-scatters the grads per micro-batch:
- *       (n-1) (G x weight bytes + 4mS), G the parameters gathered in a step, counted by
+ *       G x weight bytes + 4mR, G the (g-1) c of the units gathered in a step, counted by
  *       replaying the stage's passes (stages/pipe_order.h) through the two buffers as
  *       worker/engine/model_zero.c uses them (nothing resident when a step starts).
  *   CP  ring: per layer and forward pass (cp-1) K/V chunks of 2*s*b*(kv heads per tp
@@ -42,7 +44,9 @@
  *       expert counts: (cp-1) x 2*b*E*4 bytes (worker/engine/moe_dev.h).
  *   EP  per MoE layer and pass, dispatch + combine all-to-alls of top_k x tokens x h x
  *       e x (ep-1)/ep, tokens = s*b (with sequence parallelism too: the engine's MoE
- *       layers, whole on every tp rank, run on the gathered rows).
+ *       layers, whole on every tp rank, run on the gathered rows); under ZeRO-2/3 also,
+ *       per MoE layer and micro-batch, the all-reduce of its unit's dense part in a
+ *       rank's chunk, 2(ep-1)/ep x dense/edp x 4 (an average rank's).
  * Seconds: bytes / the bandwidth of the link the group runs on (intra_node when every
  * group of that kind stays inside a node, else inter_node; both per GPU).
  *
@@ -111,9 +115,14 @@ static double dp_volume(double n, double params, double weight_bytes, int zero) 
 /* ZeRO-3's two gather buffers as worker/engine/model_zero.c uses them. */
 typedef struct zero_sim {
     int buf[2], cur, resident;
-    const uint64_t *chunk;
-    double gathered; /* parameters per rank */
+    const plan_zero_unit *unit;
+    double gathered; /* parameters a rank sends in the step's all-gathers */
 } zero_sim;
+
+/* What a rank sends to all-gather (or reduce-scatter) one unit: (group - 1) chunks. */
+static double zero_unit_volume(const plan_zero_unit *u) {
+    return (double)(u->group - 1) * (double)u->chunk;
+}
 
 static int zero_sim_holding(const zero_sim *z, int u) {
     return z->buf[0] == u ? 0 : z->buf[1] == u ? 1 : -1;
@@ -124,11 +133,11 @@ static void zero_sim_use(zero_sim *z, int u, int next) {
     int i = zero_sim_holding(z, u);
     if (i < 0) {
         i = z->resident >= 0 ? 1 - z->cur : z->cur;
-        z->buf[i] = u, z->gathered += (double)z->chunk[u];
+        z->buf[i] = u, z->gathered += zero_unit_volume(&z->unit[u]);
     }
     z->cur = i, z->resident = u;
     if (next >= 0 && next != u && zero_sim_holding(z, next) < 0)
-        z->buf[1 - i] = next, z->gathered += (double)z->chunk[next];
+        z->buf[1 - i] = next, z->gathered += zero_unit_volume(&z->unit[next]);
 }
 
 /* One pass of chunk c on stage `stage` (worker/engine/model_pass.c): its units [lo, hi],
@@ -152,33 +161,53 @@ static void zero_sim_pass(zero_sim *z, const plan_stage *ps, uint32_t stage, uin
     }
 }
 
-/* ZeRO-3's parameters gathered per rank in a step of stage `stage`: the weights change at
- * every update, so the step starts with nothing resident; each pass (pipe_order.h) finds
- * what the pass before it left. */
-static double zero3_gathered(const plan_stage *ps, uint32_t stage) {
+/* ZeRO-3's parameters a rank sends to gather in a step of stage `stage` (unit: the
+ * stage's units): the weights change at every update, so the step starts with nothing
+ * resident; each pass (pipe_order.h) finds what the pass before it left. */
+static double zero3_gathered(const plan_stage *ps, uint32_t stage, const plan_zero_unit *unit) {
     const plan_shape *sh = &ps->shape;
     uint32_t v = sh->pp > 1 && sh->virtual_stages > 1 ? sh->virtual_stages : 1;
     uint32_t K = (uint32_t)ps->microbatches;
-    uint64_t *chunk = malloc(((size_t)ps->params.n_layers + 2) * sizeof *chunk);
     pipe_pass *order = malloc((size_t)2 * K * v * sizeof *order);
-    zero_sim z = {.buf = {-1, -1}, .cur = 0, .resident = -1, .chunk = chunk};
-    if (chunk != NULL && order != NULL) {
-        plan_zero_units(ps, stage, chunk);
+    zero_sim z = {.buf = {-1, -1}, .cur = 0, .resident = -1, .unit = unit};
+    if (order != NULL) {
         pipe_order(sh->pp, v, K, stage, order);
         for (uint32_t i = 0; i < 2 * K * v; i++)
             zero_sim_pass(&z, ps, stage, order[i].chunk, order[i].forward);
     }
-    free(chunk);
     free(order);
     return z.gathered;
 }
 
+/* ZeRO-2/3's data-parallel bytes (an MoE unit's over the expert-data-parallel group,
+ * counted with dp): ZeRO-2 reduce-scatters every unit per micro-batch and all-gathers it
+ * once after the update; ZeRO-3 reduce-scatters so and all-gathers what zero3_gathered
+ * counts. The all-reduce of an MoE unit's dense part under ep is comm_zero_ep's. */
 static double dp_volume_zero(const plan_stage *ps, uint32_t stage, const plan_memory *m) {
-    double n1 = (double)ps->shape.dp * ps->shape.cp - 1, S = (double)m->zero_shard;
-    double mb = (double)ps->microbatches, wb = m->weight_bytes;
-    if (m->zero_level == 2) return n1 * S * (4 * mb + wb);
-    /* ZeRO-3: what is gathered, plus one reduce-scatter per unit and micro-batch */
-    return n1 * (zero3_gathered(ps, stage) * wb + mb * 4 * S);
+    double mb = (double)ps->microbatches, wb = m->weight_bytes, R = 0, gathered;
+    plan_zero_unit *unit = malloc(((size_t)ps->params.n_layers + 2) * sizeof *unit);
+    if (unit == NULL) return 0;
+    uint32_t n = plan_zero_units(ps, stage, unit);
+    for (uint32_t k = 0; k < n; k++)
+        R += zero_unit_volume(&unit[k]);
+    gathered = m->zero_level == 2 ? R : zero3_gathered(ps, stage, unit);
+    free(unit);
+    return gathered * wb + mb * 4 * R;
+}
+
+/* ZeRO-2/3 under ep: each MoE unit's dense part, a 1/edp chunk of it per rank (on average),
+ * all-reduced over the ep group after every micro-batch's reduce-scatter. */
+static double comm_zero_ep(const plan_stage *ps, uint32_t stage) {
+    const plan_shape *sh = &ps->shape;
+    double ep = sh->ep, sum = 0;
+    if (ep < 2 || sh->zero < 2 || (uint64_t)sh->dp * sh->cp < 2) return 0;
+    plan_zero_unit *unit = malloc(((size_t)ps->params.n_layers + 2) * sizeof *unit);
+    if (unit == NULL) return 0;
+    uint32_t n = plan_zero_units(ps, stage, unit);
+    for (uint32_t k = 0; k < n; k++)
+        sum += (double)unit[k].dense / (double)unit[k].group;
+    free(unit);
+    return (double)ps->microbatches * 2 * (ep - 1) / ep * sum * 4;
 }
 
 static double comm_dp(const plan_stage *ps, uint32_t stage) {
@@ -229,7 +258,7 @@ static void comm_stage(const plan_stage *ps, const comm_dims *d, uint32_t stage,
     bytes[PLAN_COMM_PP] = comm_pp(ps, d, stage);
     bytes[PLAN_COMM_DP] = comm_dp(ps, stage);
     bytes[PLAN_COMM_CP] = comm_cp(ps, d, n, n_moe);
-    bytes[PLAN_COMM_EP] = comm_ep(ps, d, n_moe);
+    bytes[PLAN_COMM_EP] = comm_ep(ps, d, n_moe) + comm_zero_ep(ps, stage);
 }
 
 /* 1 if any group along dim spans more than one node. Visits each group once through

@@ -19,8 +19,10 @@
  *              parameter: dp*cp for dense parameters, edp = dp*cp/ep for routed experts
  *              (its collectives run in place in the weights and gradients).
  * ZeRO-2 and ZeRO-3 shard per unit (the embedding, each layer, the final norm with the
- * head; worker/engine/train_zero.h), n = dp*cp: S = sum over units of ceil(unit / n)
- * parameters per rank, U = the largest unit padded to a multiple of n:
+ * head; worker/engine/train_zero.h), n = dp*cp (an MoE layer's under ep: n/ep, the
+ * expert-data-parallel group, whose ranks hold the same experts): S = sum over units of
+ * ceil(unit / n) parameters per rank, U = the largest unit padded to a multiple of n (of
+ * n/ep for such an MoE unit):
  *   ZeRO-2  weights x P (and the copies); grads 4 x (S + 2U): the accumulated shard and two
  *           units' gradient buffers (one in backward, one in its reduce-scatter; no whole
  *           gradient buffer: worker/engine/model_zero.h); optimizer x S.
@@ -75,24 +77,29 @@ static void memory_params(const plan_stage *ps, uint32_t stage, plan_memory *out
     out->params_on_rank = out->dense_params_on_rank + out->expert_params_on_rank;
 }
 
-uint32_t plan_zero_units(const plan_stage *ps, uint32_t stage, uint64_t *chunk) {
+uint32_t plan_zero_units(const plan_stage *ps, uint32_t stage, plan_zero_unit *out) {
     const plan_params *p = &ps->params;
     const plan_shape *sh = &ps->shape;
     uint64_t n = (uint64_t)sh->dp * sh->cp, t = sh->tp;
     n = n ? n : 1;
+    uint64_t edp = sh->ep > 1 && n % sh->ep == 0 ? n / sh->ep : n; /* MoE units' group */
     uint32_t first, count, n_moe, k = 0;
     plan_pp_stage_layers(p, sh->pp, sh->virtual_stages, stage, &first, &count, &n_moe);
-    if (stage == 0) chunk[k++] = div_ceil(div_ceil(p->embedding, t), n);
+    if (stage == 0) out[k++] = (plan_zero_unit){div_ceil(div_ceil(p->embedding, t), n), n, 0};
     for (uint32_t i = 0; i < count; i++) {
         uint32_t l = plan_pp_stage_layer(p, sh->pp, sh->virtual_stages, stage, i);
         uint64_t u = div_ceil(p->attn_layer, t) + p->norms_layer;
-        if (plan_layer_is_moe(p, l))
-            u += p->moe_shared + p->moe_router + div_ceil(p->moe_experts, sh->ep);
-        else
+        if (!plan_layer_is_moe(p, l)) {
             u += div_ceil(p->mlp_layer, t);
-        chunk[k++] = div_ceil(u, n);
+            out[k++] = (plan_zero_unit){div_ceil(u, n), n, 0};
+            continue;
+        }
+        u += p->moe_shared + p->moe_router;
+        uint64_t x = div_ceil(p->moe_experts, sh->ep);
+        out[k++] = (plan_zero_unit){div_ceil(u + x, edp), edp, edp < n ? u : 0};
     }
-    if (stage + 1 == sh->pp) chunk[k++] = div_ceil(div_ceil(p->head, t) + p->final_norm, n);
+    if (stage + 1 == sh->pp)
+        out[k++] = (plan_zero_unit){div_ceil(div_ceil(p->head, t) + p->final_norm, n), n, 0};
     return k;
 }
 
@@ -103,14 +110,15 @@ static void memory_zero_units(const plan_stage *ps, uint32_t stage, plan_memory 
     uint64_t n = (uint64_t)sh->dp * sh->cp;
     out->zero_level = sh->zero >= 2 && n < 2 ? 0 : sh->zero;
     if (out->zero_level < 2) return;
-    uint64_t *chunk = malloc(((size_t)ps->params.n_layers + 2) * sizeof *chunk);
-    if (chunk == NULL) return; /* the figures stay 0 */
-    uint32_t units = plan_zero_units(ps, stage, chunk);
+    plan_zero_unit *unit = malloc(((size_t)ps->params.n_layers + 2) * sizeof *unit);
+    if (unit == NULL) return; /* the figures stay 0 */
+    uint32_t units = plan_zero_units(ps, stage, unit);
     for (uint32_t k = 0; k < units; k++) {
-        out->zero_shard += chunk[k];
-        if (chunk[k] * n > out->zero_unit) out->zero_unit = chunk[k] * n;
+        out->zero_shard += unit[k].chunk;
+        if (unit[k].chunk * unit[k].group > out->zero_unit)
+            out->zero_unit = unit[k].chunk * unit[k].group;
     }
-    free(chunk);
+    free(unit);
 }
 
 /* fp8's copies take 2 bytes per parameter: every dense GEMM dimension on a tp rank (dim,

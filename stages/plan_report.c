@@ -206,12 +206,15 @@ static void text_memory_zero(FILE *f, const plan_stage *ps) {
             "  grads       %10s = 4 B x (%s shard + 2 x %s buffers: one unit's backward, one "
             "being reduce-scattered; no whole gradient buffer)\n",
             fmt_gb(a, sizeof a, m->grads), s, u);
+    uint32_t n = ps->shape.dp * ps->shape.cp, ep = ps->shape.ep;
     fprintf(f,
             "  optimizer   %10s = %.0f B (%s) x %s shard (ZeRO-%u: per-unit shards over %u "
-            "ranks)\n",
+            "ranks",
             fmt_gb(a, sizeof a, m->optimizer), m->optim_bytes,
-            m->optim_bytes == 12 ? "fp32 master + Adam m, v" : "Adam m, v", s, m->zero_level,
-            ps->shape.dp * ps->shape.cp);
+            m->optim_bytes == 12 ? "fp32 master + Adam m, v" : "Adam m, v", s, m->zero_level, n);
+    if (ep > 1 && m->moe_layers_on_stage > 0)
+        fprintf(f, "; MoE layers' over the %u of the expert-data-parallel group", n / ep);
+    fprintf(f, ")\n");
 }
 
 static void text_memory_params(FILE *f, const plan_stage *ps) {

@@ -235,10 +235,6 @@ static int check_degrees(vctx *v, const Baton__Parallel *p) {
     REQUIRE(p->cp >= 1, v, "parallel.cp", "cp must be at least 1 (\"auto\" is only for dp)");
     REQUIRE(p->ep >= 1, v, "parallel.ep", "ep must be at least 1 (\"auto\" is only for dp)");
     REQUIRE(p->zero <= 3, v, "parallel.zero", "zero must be 0, 1, 2 or 3, got %u", p->zero);
-    REQUIRE(p->zero <= 1 || p->ep == 1, v, "parallel.zero",
-            "expert parallelism (ep %u) runs with zero 0 or 1 (ZeRO-2/3's per-layer shards "
-            "are not built under ep yet), got zero %u",
-            p->ep, p->zero);
     REQUIRE(p->virtual_stages >= 1, v, "parallel.virtual_stages",
             "virtual_stages must be at least 1");
     return 0;

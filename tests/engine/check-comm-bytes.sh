@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# `baton plan` and the runtime agree on communication (interleaved pipelines: pp below): for ring attention over cp2 (with
+# `baton plan` and the runtime agree on communication (interleaved pipelines: pp below):
+# for ring attention over cp2 (with
 # and without full recomputation), cp4, tp2 x cp2 and Ulysses over cp2, the bytes rank 0
 # sent per step on its cp group and on its data-parallel (dp x cp) group, and for expert
-# parallelism over ep2, ep4 and ep2 x dp4 (zero 0 and 1; tests/engine/moe.yaml) on its ep
+# parallelism over ep2, ep4 and ep2 x dp4 (zero 0 and 1; ZeRO-3 over ep2 x dp4 and ZeRO-2
+# over ep2, their dense all-reduces over ep counted there; tests/engine/moe.yaml) on its ep
 # and dp groups (the expert-data-parallel group counted with dp), as the worker counts
 # them (comm_bytes_sent), are within 10% of the plan's comm_bytes_per_step. An MoE model
 # under cp2 with a capacity and the aux loss (its chunks' expert counts all-gathered over
@@ -62,6 +64,10 @@ bytes_case ep4 4 1 4 train ep
 # with dp); under ZeRO-1 reduced to and broadcast from their shards' ranks there.
 bytes_case ep2-dp4 4 1 2 train ep
 bytes_case ep2-dp4-zero1 4 1 2 train ep "s/zero: 0/zero: 1/"
+# ZeRO-3 under ep: MoE units over the expert-data-parallel group (with dp), their dense
+# part all-reduced over ep (with the all-to-alls)
+bytes_case ep2-dp4-zero3 4 1 2 train ep "s/zero: 0/zero: 3/"
+bytes_case ep2-zero2 2 1 2 train ep "s/zero: 0/zero: 2/"
 bytes_case moe-cp2 2 1 1 train moe-cp "s/ep: 1, dp: auto/&, cp: 2/; s/  micro_batch: 1/  micro_batch: 2/;
   s/aux_loss_coef: 0.01/&, capacity_factor: 1.0/" 0.0005
 # Interleaved pipelines (virtual_stages 2) send 2v - 1 boundary activations per micro-batch

@@ -6,8 +6,10 @@
 # recomputation, ep2, ep2 over dp4 and ep2 x tp2 with ZeRO-1 (the dense tensors' optimizer
 # state sharded over dp, the experts' over edp; every rank's memory and rank 0's dp
 # traffic within 10% of the plan's; resumed from its checkpoint under the same layout and
-# under zero 0), and ep2 over dp2 and dp4 (zero 0 and 1) with each layer's
-# gradients reduced during the backward (BATON_DP_OVERLAP=1), launched by `baton launch`: every
+# under zero 0), ep2 over dp2 and dp4 (zero 0 and 1) with each layer's gradients reduced
+# during the backward (BATON_DP_OVERLAP=1), ep2 over dp4 and dp2 with ZeRO-2 and ZeRO-3
+# (MoE units sharded over the expert-data-parallel group), MoE under context parallelism
+# and under interleaved pipelines, launched by `baton launch`: every
 # step's loss agrees with `baton-worker --single-process` within 1e-5 relative, the dropped
 # (token, expert) pairs of every step are exactly the one-process counts, and the final
 # checkpoint (each expert written by its owner) loaded into one process gives the
@@ -67,6 +69,16 @@ ep_case moe-dp2-zero3-full 2 1 1 "$cap" "s/zero: 0/zero: 3/; s/  global_batch: 8
 ep_case moe-dp2-zero3-bias 2 1 1 "balance: bias, bias_update_rate: 0.01" "s/zero: 0/zero: 3/"
 ep_case moe-pp2-dp2-zero3-bias 4 1 1 "balance: bias, bias_update_rate: 0.01" \
   "s/zero: 0/zero: 3/; s/pp: 1, ep: 1,/pp: 2, ep: 1,/"
+# ZeRO-2/3 under ep: each MoE layer's unit sharded over the expert-data-parallel group
+# (ep2 over dp4: 2 ranks; ep2 over dp2: one, the unit whole), its dense part all-reduced
+# over ep; with full recomputation and with the bias of aux-loss-free balancing nudged in
+# the shards.
+ep_case ep2-dp4-zero2 4 1 2 "$cap" "s/zero: 0/zero: 2/"
+ep_case ep2-dp4-zero3 4 1 2 "$cap" "s/zero: 0/zero: 3/"
+ep_case ep2-zero3 2 1 2 "$aux" "s/zero: 0/zero: 3/"
+ep_case ep2-zero2 2 1 2 "$aux" "s/zero: 0/zero: 2/"
+ep_case ep2-dp4-zero3-full 4 1 2 "$cap" "s/zero: 0/zero: 3/; s/  global_batch: 8/&\n  recompute: full/"
+ep_case ep2-dp4-zero3-bias 4 1 2 "balance: bias, bias_update_rate: 0.01" "s/zero: 0/zero: 3/"
 # An interleaved pipeline (pp2 x 2 chunks of 4 layers), alone with bias balancing and with
 # ep2 over dp2: the checkpoint's layers come from both stages in turn.
 vp="s/n_layers: 2/n_layers: 4/; s/pp: 1, ep: \([12]\),/pp: 2, ep: \\1,/; s/zero: 0}/zero: 0, virtual_stages: 2}/"

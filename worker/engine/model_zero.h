@@ -33,7 +33,9 @@
  * CPU engine) the collectives complete when called, in the same order: the same
  * numbers.
  * The collectives themselves are the trainer's (model_zero_ops), over its data-parallel
- * group; a failure is recorded in m->comm_err as the tensor-parallel collectives' are.
+ * group (under ep also the expert-data-parallel group and a copy of the ep group of its
+ * own, train_zero.h); a failure is recorded in m->comm_err as the tensor-parallel
+ * collectives' are.
  * With m->zw NULL (every layout but ZeRO-2 and ZeRO-3) the hooks do nothing. */
 #ifndef BATON_MODEL_ZERO_H
 #define BATON_MODEL_ZERO_H

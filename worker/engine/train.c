@@ -31,14 +31,6 @@ static int train_check_layout(const Baton__StageSpec *spec, const train_groups *
                     s->name, p->ep, p->ep, ep);
         return BT_EINVAL;
     }
-    if (ep > 1 && p->zero > 1) {
-        bt_diag_set(diag,
-                    "stage \"%s\": expert parallelism runs with parallel.zero 0 or 1 in this "
-                    "worker (got zero %u: ZeRO-2/3's per-layer shards would mix the experts of "
-                    "different ranks)",
-                    s->name, p->zero);
-        return BT_EUNSUPPORTED;
-    }
     if (p->dp != dp || p->tp != tp || p->pp != pp || p->cp != cp ||
         (cp > 1 && (g->dpcp == NULL || (uint32_t)comm_size(g->dpcp) != dp * cp))) {
         uint32_t n = p->tp * p->pp * p->cp * p->dp;
@@ -249,7 +241,8 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
             : train_dp_init(&t->dp, &t->be, dp_group, zero >= 2 ? 0 : zero, t->m.sizes.param_floats,
                             t->m.param_alloc, t->segs, t->n_segs, diag);
     if (rc == 0) train_dp_set_cp(&t->dp, (int)cp);
-    rc = rc ? rc : train_zero_init(&t->zero, zero, dp_group, &t->m, t->segs, t->n_segs, diag);
+    rc =
+        rc ? rc : train_zero_init(&t->zero, zero, dp_group, g.edp, &t->m, t->segs, t->n_segs, diag);
     if (rc == 0 && t->zero.level == 3) rc = train_zero_init_weights(&t->zero, &t->m, spec->seed);
     rc = rc ? rc : train_zero_moe_bias(&t->zero, &t->m);
     rc = rc ? rc : train_expert_segments(t, g.ep, g.edp, diag);
@@ -391,10 +384,12 @@ static int train_fetch(trainer *t, uint32_t j, bt_diag *diag) {
 }
 
 /* The failed collective behind m.comm_err: the first of the model's groups with an error
- * (ZeRO-2/3's data-parallel group, model_zero.h; tp; cp; ep). */
+ * (ZeRO-2/3's data-parallel, expert-data-parallel and dense all-reduce groups,
+ * model_zero.h; tp; cp; ep). */
 static const char *train_comm_why(const trainer *t) {
-    comm *g[4] = {t->zero.group, t->tp.group, t->m.cp_group, t->m.ep_group};
-    for (int i = 0; i < 4; i++)
+    comm *g[6] = {t->zero.group, t->zero.edp,   t->zero.ep_dense,
+                  t->tp.group,   t->m.cp_group, t->m.ep_group};
+    for (int i = 0; i < 6; i++)
         if (g[i] != NULL && comm_error(g[i])[0] != '\0') return comm_error(g[i]);
     return bt_strerror(t->m.comm_err);
 }
@@ -577,6 +572,8 @@ static void train_comm_sent(const trainer *t, uint64_t out[TRAIN_COMM_GROUPS]) {
     for (int i = 0; i < TRAIN_COMM_GROUPS; i++)
         out[i] = g[i] ? comm_bytes_sent(g[i]) : 0;
     if (t->dp.edp != NULL) out[TRAIN_COMM_DP] += comm_bytes_sent(t->dp.edp); /* experts */
+    /* ZeRO-2/3 under ep: the dense all-reduces' copy of the ep group */
+    if (t->zero.ep_dense != NULL) out[TRAIN_COMM_EP] += comm_bytes_sent(t->zero.ep_dense);
 }
 
 static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag);

@@ -86,6 +86,8 @@ static int ckpt_collect_tensor(train_ckpt *c, const trainer *t, const model_tens
     uint64_t a, b;
     size_t at;
     int own_shard = train_dp_sharded(&t->dp) || t->zero.level;
+    /* ZeRO-2/3 under ep: an MoE layer's dense part is sharded alike on every ep rank */
+    if (own_shard && t->zero.level && !train_zero_counts(&t->zero, mt->offset)) return rc;
     if (rc != 0 || (!own_shard && !writer) || !train_ckpt_moment_part(t, mt, &a, &b, &at))
         return rc;
     if (a > 0 || b < mt->count) p.box.flat_begin = a, p.box.flat_end = b;

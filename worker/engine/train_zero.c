@@ -11,35 +11,81 @@
 #include "model_zero.h"
 #include "moe.h"
 
+/* The first of ZeRO's groups with an error (the dp group, edp, the dense all-reduce's). */
+static comm *zero_failed_group(const train_zero *z) {
+    comm *g[3] = {z->group, z->edp, z->ep_dense};
+    for (int i = 0; i < 3; i++)
+        if (g[i] != NULL && comm_error(g[i])[0] != '\0') return g[i];
+    return z->group;
+}
+
 static int zero_fail(train_zero *z, const char *what, bt_diag *diag) {
-    bt_diag_set(diag, "ZeRO-%d %s (data-parallel rank %d of %d): %s", z->level, what, z->rank,
-                z->size, comm_error(z->group));
+    comm *g = zero_failed_group(z);
+    bt_diag_set(diag, "ZeRO-%d %s (rank %d of %d in %s): %s", z->level, what, comm_rank(g),
+                comm_size(g), comm_name(g), comm_error(g));
     return BT_EIO;
+}
+
+/* The unit's group (train_zero.h): the dp group, or the expert-data-parallel one. */
+static int unit_rank(const train_zero *z, const train_zero_unit *t) {
+    return t->edp ? z->erank : z->rank;
+}
+
+static size_t unit_size(const train_zero *z, const train_zero_unit *t) {
+    return (size_t)(t->edp ? z->esize : z->size);
+}
+
+/* Under expert parallelism: the units that hold routed experts, and where. */
+static void zero_expert_units(train_zero *z, const model *m) {
+    if (z->ep == NULL) return;
+    for (int i = 0, n = model_n_tensors(m); i < n; i++) {
+        model_tensor mt;
+        model_tensor_info(m, i, &mt);
+        if (!mt.expert) continue;
+        for (int u = 0; u < z->n_units; u++) {
+            train_zero_unit *t = &z->units[u];
+            if (mt.offset < t->offset || mt.offset >= t->offset + t->n) continue;
+            if (!t->edp) t->edp = 1, t->xlo = mt.offset, t->xhi = mt.offset + mt.count;
+            t->xlo = mt.offset < t->xlo ? mt.offset : t->xlo;
+            t->xhi = mt.offset + mt.count > t->xhi ? mt.offset + mt.count : t->xhi;
+        }
+    }
 }
 
 static void zero_units(train_zero *z, const model *m) {
     size_t base = 0;
+    for (int u = 0; u < z->n_units; u++)
+        model_unit_range(m, u, &z->units[u].offset, &z->units[u].n);
+    zero_expert_units(z, m);
     for (int u = 0; u < z->n_units; u++) {
         train_zero_unit *t = &z->units[u];
-        model_unit_range(m, u, &t->offset, &t->n);
-        t->chunk = (t->n + (size_t)z->size - 1) / (size_t)z->size;
-        t->len = train_dp_chunk_len(t->n, t->chunk, (size_t)z->rank);
+        size_t size = unit_size(z, t);
+        t->chunk = (t->n + size - 1) / size;
+        t->len = train_dp_chunk_len(t->n, t->chunk, (size_t)unit_rank(z, t));
         t->base = base;
         base += t->chunk;
-        if (t->chunk * (size_t)z->size > z->cap) z->cap = t->chunk * (size_t)z->size;
+        if (t->chunk * size > z->cap) z->cap = t->chunk * size;
     }
     z->n = base;
 }
 
+/* Segment s (a tensor) is the dense part of an expert-data-parallel unit, whose shards
+ * every ep rank holds: the norm counts it on ep rank 0 only. */
+static int zero_dense_copy(const train_zero *z, const train_zero_unit *t, const optim_segment *s) {
+    return t->edp && z->ep_rank != 0 && (s->offset < t->xlo || s->offset >= t->xhi);
+}
+
 /* The parts of segs (full-buffer offsets) in this rank's chunks, shard-relative; a tensor
- * lies in one unit, so each segment gives at most one part. */
+ * lies in one unit, so each segment gives at most one part. norm: leave out what another
+ * ep rank counts. */
 static size_t zero_map_segments(const train_zero *z, const optim_segment *segs, size_t n,
-                                optim_segment *out, int *out_unit) {
+                                optim_segment *out, int *out_unit, int norm) {
     size_t k = 0;
     for (int u = 0; u < z->n_units; u++) {
         const train_zero_unit *t = &z->units[u];
-        size_t lo = t->offset + (size_t)z->rank * t->chunk, hi = lo + t->len;
+        size_t lo = t->offset + (size_t)unit_rank(z, t) * t->chunk, hi = lo + t->len;
         for (size_t s = 0; s < n; s++) {
+            if (norm && zero_dense_copy(z, t, &segs[s])) continue;
             size_t a = segs[s].offset > lo ? segs[s].offset : lo;
             size_t b = segs[s].offset + segs[s].n < hi ? segs[s].offset + segs[s].n : hi;
             if (a >= b) continue;
@@ -52,20 +98,51 @@ static size_t zero_map_segments(const train_zero *z, const optim_segment *segs, 
     return k;
 }
 
+/* Unit t's chunks all-gathered over its group from `from` (each rank's chunk) into `to`;
+ * with a group of one rank, a copy (on the ops' queue: in order, not overlapped). */
+static int zero_allgather(train_zero *z, const train_zero_unit *t, const float *from, float *to,
+                          void *stream) {
+    comm *g = t->edp ? z->edp : z->group;
+    if (g == NULL) {
+        z->be->copy(z->be, to, from, t->chunk);
+        return 0;
+    }
+    return comm_allgather(g, from, to, t->chunk, COMM_F32, stream);
+}
+
 /* ZeRO-3's collectives (model_zero_ops). */
 static int zero_gather(void *ctx, int u, float *params, void *stream) {
     train_zero *z = ctx;
     const train_zero_unit *t = &z->units[u];
-    return comm_allgather(z->group, z->params + t->base, params, t->chunk, COMM_F32, stream);
+    return zero_allgather(z, t, z->params + t->base, params, stream);
+}
+
+/* The dense part of the rank's chunk mine of an expert-data-parallel unit summed over the
+ * ep group (train_zero.h): the chunk less the experts [xlo, xhi). */
+static int zero_reduce_dense(train_zero *z, const train_zero_unit *t, float *mine, void *stream) {
+    size_t lo = t->offset + (size_t)z->erank * t->chunk, hi = lo + t->len;
+    size_t cut[2][2] = {{lo, t->xlo < hi ? t->xlo : hi}, {t->xhi > lo ? t->xhi : lo, hi}};
+    for (int i = 0; i < 2; i++) {
+        if (cut[i][0] >= cut[i][1]) continue;
+        float *p = mine + (cut[i][0] - lo);
+        if (comm_allreduce(z->ep_dense, p, p, cut[i][1] - cut[i][0], COMM_F32, COMM_SUM, stream) !=
+            0)
+            return BT_EIO;
+    }
+    return 0;
 }
 
 /* buf holds the unit's gradients padded with zeros to size * chunk; the rank's chunk of
- * their sum over the group is left in its place in buf. */
+ * their sum over the group (and, for an expert-data-parallel unit's dense part, over the ep
+ * group) is left in its place in buf. */
 static int zero_reduce_chunk(void *ctx, int u, float *buf, void *stream) {
     train_zero *z = ctx;
     const train_zero_unit *t = &z->units[u];
-    float *mine = buf + (size_t)z->rank * t->chunk;
-    return comm_reduce_scatter(z->group, buf, mine, t->chunk, COMM_F32, COMM_SUM, stream);
+    comm *g = t->edp ? z->edp : z->group;
+    float *mine = buf + (size_t)unit_rank(z, t) * t->chunk;
+    if (g != NULL && comm_reduce_scatter(g, buf, mine, t->chunk, COMM_F32, COMM_SUM, stream) != 0)
+        return BT_EIO;
+    return t->edp ? zero_reduce_dense(z, t, mine, stream) : 0;
 }
 
 /* The rank's chunk of a reduced unit added into the gradient shard. */
@@ -73,11 +150,16 @@ static void zero_accumulate(void *ctx, int u, const float *buf) {
     train_zero *z = ctx;
     const train_zero_unit *t = &z->units[u];
     float *acc = z->grads + t->base;
-    z->be->add(z->be, acc, acc, buf + (size_t)z->rank * t->chunk, t->chunk);
+    z->be->add(z->be, acc, acc, buf + (size_t)unit_rank(z, t) * t->chunk, t->chunk);
 }
 
 static int zero_wait(void *ctx, void *stream) {
-    return comm_wait(((train_zero *)ctx)->group, stream);
+    train_zero *z = ctx;
+    comm *g[3] = {z->group, z->edp, z->ep_dense};
+    int rc = 0;
+    for (int i = 0; i < 3; i++)
+        if (g[i] != NULL && comm_wait(g[i], stream) != 0) rc = BT_EIO;
+    return rc;
 }
 
 static int zero_alloc(train_zero *z, size_t n_segs) {
@@ -89,9 +171,10 @@ static int zero_alloc(train_zero *z, size_t n_segs) {
 
 int train_zero_set_norm(train_zero *z, const optim_segment *segs, size_t n) {
     if (z->level == 0) return 0;
+    free(z->norm_segs);
     z->norm_segs = calloc(n ? n : 1, sizeof *z->norm_segs);
     if (z->norm_segs == NULL) return BT_ENOMEM;
-    z->n_norm_segs = zero_map_segments(z, segs, n, z->norm_segs, NULL);
+    z->n_norm_segs = zero_map_segments(z, segs, n, z->norm_segs, NULL, 1);
     return 0;
 }
 
@@ -127,26 +210,79 @@ static int zero_buffers(train_zero *z, model *m, bt_diag *diag) {
     return rc ? rc : model_zero_init(m, z->cap, &ops, diag);
 }
 
-int train_zero_init(train_zero *z, int level, comm *group, model *m, const optim_segment *segs,
-                    size_t n_segs, bt_diag *diag) {
+/* The ep group's ranks again, as a communicator of ZeRO's own: the model's all-to-alls use
+ * the ep group on the ops' queue while the dense all-reduces run on a side queue, and one
+ * NCCL communicator must not take collectives from two queues at once. */
+static int zero_split_ep(train_zero *z, comm *ep, bt_diag *diag) {
+    int n = comm_size(ep);
+    uint32_t *ranks = malloc((size_t)n * sizeof *ranks);
+    if (ranks == NULL) return BT_ENOMEM;
+    for (int i = 0; i < n; i++)
+        ranks[i] = (uint32_t)comm_global_rank(ep, i);
+    int rc = comm_split(ep, ranks, (uint32_t)n, "zero-ep", &z->ep_dense);
+    free(ranks);
+    if (rc == 0) return 0;
+    bt_diag_set(diag, "ZeRO-%d: the ep group's split for the dense all-reduces: %s", z->level,
+                comm_error(ep));
+    return BT_EIO;
+}
+
+/* Expert parallelism: the ep group's members must hold the same chunks of an expert-data-
+ * parallel unit (the same place in their edp groups), which the all-reduce of its dense
+ * part assumes. */
+static int zero_set_ep(train_zero *z, comm *ep, comm *edp, bt_diag *diag) {
+    z->esize = 1;
+    if (ep == NULL) return 0;
+    z->ep = ep, z->edp = edp, z->ep_rank = comm_rank(ep);
+    z->erank = edp ? comm_rank(edp) : 0, z->esize = edp ? comm_size(edp) : 1;
+    int rc = zero_split_ep(z, ep, diag);
+    if (rc != 0) return rc;
+    double at[2] = {z->erank, -z->erank};
+    if (comm_allreduce(ep, at, at, 2, COMM_F64, COMM_MAX, NULL) != 0) {
+        bt_diag_set(diag, "ZeRO-%d: layout check over the ep group: %s", z->level, comm_error(ep));
+        return BT_EIO;
+    }
+    if (at[0] != -at[1]) {
+        bt_diag_set(diag,
+                    "ZeRO-%d: the ep group's members sit at different places (%g to %g) "
+                    "of their expert-data-parallel groups",
+                    z->level, -at[1], at[0]);
+        return BT_EINVAL;
+    }
+    return 0;
+}
+
+/* The segments the norm counts where the tp/pp norm groups do not choose them: all, less
+ * (under ep) the dense copies another ep rank counts. */
+static int zero_norm_default(train_zero *z, const optim_segment *segs, size_t n) {
+    if (z->ep == NULL) return 0;
+    return train_zero_set_norm(z, segs, n);
+}
+
+int train_zero_init(train_zero *z, int level, comm *group, comm *edp, model *m,
+                    const optim_segment *segs, size_t n_segs, bt_diag *diag) {
     memset(z, 0, sizeof *z);
     z->size = group ? comm_size(group) : 1;
     if (level < 2 || z->size == 1) return 0;
     z->level = level, z->be = m->be, z->group = group, z->rank = comm_rank(group);
     z->n_units = model_n_units(m);
-    if (zero_alloc(z, n_segs) != 0) {
-        train_zero_free(z);
+    int rc = zero_set_ep(z, m->ep_group, edp, diag);
+    if (rc == 0 && zero_alloc(z, n_segs) != 0) {
         bt_diag_set(diag, "ZeRO-%d: out of memory for the unit tables", level);
-        return BT_ENOMEM;
+        rc = BT_ENOMEM;
     }
-    zero_units(z, m);
-    z->n_segs = zero_map_segments(z, segs, n_segs, z->segs, z->seg_unit);
-    int rc = zero_buffers(z, m, diag);
+    if (rc == 0) {
+        zero_units(z, m);
+        z->n_segs = zero_map_segments(z, segs, n_segs, z->segs, z->seg_unit, 0);
+        rc = zero_norm_default(z, segs, n_segs);
+    }
+    rc = rc ? rc : zero_buffers(z, m, diag);
     if (rc != 0) train_zero_free(z);
     return rc;
 }
 
 void train_zero_free(train_zero *z) {
+    comm_destroy(z->ep_dense);
     for (int q = 0; q < MODEL_ZERO_QUEUES; q++)
         if (z->queue[q] != NULL) z->be->stream_free(z->be, z->queue[q]);
     free(z->units);
@@ -198,7 +334,7 @@ int train_zero_init_weights(train_zero *z, model *m, uint64_t seed) {
         float *whole = model_zero_place(m, u);
         int rc = model_init_weights(m, seed);
         if (rc != 0) return rc;
-        z->be->copy(z->be, z->params + t->base, whole + (size_t)z->rank * t->chunk, t->len);
+        z->be->copy(z->be, z->params + t->base, whole + (size_t)unit_rank(z, t) * t->chunk, t->len);
     }
     return 0;
 }
@@ -217,7 +353,8 @@ int train_zero_after_backward(train_zero *z, model *m, bt_diag *diag) {
 static float *zero_param_at(const train_zero *z, const model *m, size_t s) {
     if (z->level == 3) return z->params + z->segs[s].offset;
     const train_zero_unit *t = &z->units[z->seg_unit[s]];
-    return m->params_mem + t->offset + (size_t)z->rank * t->chunk + (z->segs[s].offset - t->base);
+    return m->params_mem + t->offset + (size_t)unit_rank(z, t) * t->chunk +
+           (z->segs[s].offset - t->base);
 }
 
 /* ZeRO-2: every unit's updated chunks gathered back into the whole parameters, through
@@ -231,10 +368,10 @@ static int zero_gather_params(train_zero *z, model *m, bt_diag *diag) {
     for (int u = 0; u < z->n_units; u++) {
         const train_zero_unit *t = &z->units[u];
         float *whole = m->params_mem + t->offset;
-        z->be->copy(z->be, pad + (size_t)z->rank * t->chunk, whole + (size_t)z->rank * t->chunk,
-                    t->len);
-        if (comm_allgather(z->group, pad + (size_t)z->rank * t->chunk, pad, t->chunk, COMM_F32,
-                           NULL) != 0)
+        size_t at = (size_t)unit_rank(z, t) * t->chunk;
+        if (unit_size(z, t) == 1) continue; /* the update wrote the whole unit in place */
+        z->be->copy(z->be, pad + at, whole + at, t->len);
+        if (zero_allgather(z, t, pad + at, pad, NULL) != 0)
             return zero_fail(z, "parameter all-gather", diag);
         z->be->copy(z->be, whole, pad, t->n);
     }
@@ -254,7 +391,7 @@ static void zero_adamw(train_zero *z, model *m, optim_adamw *o, const optim_hpar
 int train_zero_update(train_zero *z, train_dp *d, model *m, optim_adamw *o, const optim_hparams *hp,
                       double lr, double *norm, bt_diag *diag) {
     optim_grad_scale_on(z->be, z->grads, z->n, 1.0f / (float)d->replicas);
-    double sumsq = d->n_norm_groups
+    double sumsq = z->norm_segs != NULL
                        ? optim_segments_sumsq_on(z->be, z->grads, z->norm_segs, z->n_norm_segs)
                        : optim_segments_sumsq_on(z->be, z->grads, z->segs, z->n_segs);
     if (comm_allreduce(z->group, &sumsq, &sumsq, 1, COMM_F64, COMM_SUM, NULL) != 0)
@@ -272,11 +409,21 @@ int train_zero_part(const train_zero *z, size_t off, size_t count, uint64_t *a, 
                     size_t *at) {
     for (int u = 0; u < z->n_units; u++) {
         const train_zero_unit *t = &z->units[u];
-        size_t lo = t->offset + (size_t)z->rank * t->chunk, hi = lo + t->len;
+        size_t lo = t->offset + (size_t)unit_rank(z, t) * t->chunk, hi = lo + t->len;
         size_t s = off > lo ? off : lo, e = off + count < hi ? off + count : hi;
         if (s >= e) continue;
         *a = s - off, *b = e - off, *at = t->base + (s - lo);
         return 1;
     }
     return 0;
+}
+
+int train_zero_counts(const train_zero *z, size_t off) {
+    for (int u = 0; u < z->n_units; u++) {
+        const train_zero_unit *t = &z->units[u];
+        if (off < t->offset || off >= t->offset + t->n) continue;
+        optim_segment s = {.offset = off, .n = 1};
+        return !zero_dense_copy(z, t, &s);
+    }
+    return 1;
 }
