@@ -55,6 +55,15 @@ static uint64_t div_ceil(uint64_t a, uint64_t b) {
     return b ? (a + b - 1) / b : a;
 }
 
+/* A layer's attention parameters on one tp rank: q, k, v and o split by tp, except that
+ * with tp > n_kv_heads every rank holds one kv head's k and v (replicated). */
+static uint64_t attn_on_rank(const plan_params *p, const plan_shape *sh) {
+    uint64_t t = sh->tp, d = sh->dim, hd = sh->head_dim;
+    if (t <= sh->n_kv_heads || sh->n_kv_heads == 0) return div_ceil(p->attn_layer, t);
+    uint64_t kv = 2 * d * hd * sh->n_kv_heads; /* k and v of every kv head */
+    return div_ceil(p->attn_layer - kv, t) + 2 * d * hd;
+}
+
 static void memory_params(const plan_stage *ps, uint32_t stage, plan_memory *out) {
     const plan_params *p = &ps->params;
     const plan_shape *sh = &ps->shape;
@@ -63,8 +72,9 @@ static void memory_params(const plan_stage *ps, uint32_t stage, plan_memory *out
     uint64_t n_dense = n - n_moe;
     /* the MoE block (router, shared experts, the local routed experts) is whole on every
      * tp rank: the engine's expert tensor parallelism is 1 (worker/engine/model.c) */
-    uint64_t split = n * p->attn_layer + n_dense * p->mlp_layer;
-    uint64_t replicated = n * p->norms_layer + n_moe * (p->moe_router + p->moe_shared);
+    uint64_t split = n_dense * p->mlp_layer;
+    uint64_t replicated =
+        n * (p->norms_layer + attn_on_rank(p, sh)) + n_moe * (p->moe_router + p->moe_shared);
     if (stage == 0) split += p->embedding;
     if (stage + 1 == sh->pp) {
         split += p->head;
@@ -88,7 +98,7 @@ uint32_t plan_zero_units(const plan_stage *ps, uint32_t stage, plan_zero_unit *o
     if (stage == 0) out[k++] = (plan_zero_unit){div_ceil(div_ceil(p->embedding, t), n), n, 0};
     for (uint32_t i = 0; i < count; i++) {
         uint32_t l = plan_pp_stage_layer(p, sh->pp, sh->virtual_stages, stage, i);
-        uint64_t u = div_ceil(p->attn_layer, t) + p->norms_layer;
+        uint64_t u = attn_on_rank(p, sh) + p->norms_layer;
         if (!plan_layer_is_moe(p, l)) {
             u += div_ceil(p->mlp_layer, t);
             out[k++] = (plan_zero_unit){div_ceil(u, n), n, 0};
@@ -144,7 +154,7 @@ static double memory_gemm_copies(const plan_stage *ps, uint32_t stage, uint32_t 
         uint32_t l = plan_pp_stage_layer(p, sh->pp, sh->virtual_stages, stage, i);
         int bf16 = !fp8 || (sh->fp8_first_last_bf16 && (l == 0 || l + 1 == L));
         double b = bf16 ? 2 : 3;
-        bytes += b * (double)div_ceil(p->attn_layer, t);
+        bytes += b * (double)attn_on_rank(p, sh);
         if (plan_layer_is_moe(p, l))
             bytes += 2.0 * (double)(p->moe_shared + div_ceil(p->moe_experts, sh->ep));
         else

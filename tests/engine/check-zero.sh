@@ -38,6 +38,9 @@ zero_case dp4-zero2 4 1 1 zero2
 zero_case dp4-zero3 4 1 1 zero3
 zero_case tp2-dp2-zero2 4 2 1 zero2
 zero_case tp2-dp2-zero3 4 2 1 zero3
+# tp4 over 2 kv heads: each kv head's k/v slices on two ranks, their gradient shards summed
+zero_case tp4-kv2-dp2-zero2 8 4 1 zero2
+zero_case tp4-kv2-dp2-zero3 8 4 1 zero3
 zero_case dp2-zero3-full 2 1 1 zero3-full
 zero_case pp2-dp2-zero3-full 4 1 2 zero3-full
 zero_case dp2-zero2-selective 2 1 1 zero2-selective

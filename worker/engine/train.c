@@ -55,21 +55,6 @@ static int train_check_layout(const Baton__StageSpec *spec, const train_groups *
     return 0;
 }
 
-/* ZeRO-2/3's limits in this worker (train_zero.h), checked once the model is known. */
-static int train_zero_check(const trainer *t, bt_diag *diag) {
-    const Baton__Stage *s = t->spec->stage;
-    const model_config *c = &t->m.cfg;
-    if (s->parallel->zero < 2) return 0;
-    if (c->tp > c->n_kv_heads) {
-        bt_diag_set(diag,
-                    "stage \"%s\": parallel.zero %u with kv heads replicated over tp (tp %d > "
-                    "n_kv_heads %d) is not supported; use zero 1 or tp <= n_kv_heads",
-                    s->name, s->parallel->zero, c->tp, c->n_kv_heads);
-        return BT_EUNSUPPORTED;
-    }
-    return 0;
-}
-
 static int train_segments(trainer *t) {
     int n = model_n_tensors(&t->m);
     t->segs = calloc((size_t)n, sizeof *t->segs);
@@ -234,7 +219,6 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
     train_scaler_init(&t->scaler, s->precision);
     t->edp_rank = g.edp ? comm_rank(g.edp) : 0;
     rc = train_model_init(t, &g, diag);
-    rc = rc ? rc : train_zero_check(t, diag);
     rc = rc ? rc : train_segments(t);
     int zero = (int)s->parallel->zero;
     rc = rc ? rc
@@ -634,7 +618,10 @@ static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
     int armed = train_spike_armed(&t->spike);
     if (rc == 0 && armed) rc = train_fp8_snapshot(t);
     rc = rc ? rc : train_fp8_end(t, diag);
-    rc = rc ? rc : train_tp_reduce_grads(&t->tp, &t->m, diag);
+    /* tp > n_kv_heads: the replicated k/v slices' gradients summed over their holders */
+    rc = rc              ? rc
+         : t->zero.level ? train_zero_reduce_kv(&t->zero, &t->m, t->tp.kv, diag)
+                         : train_tp_reduce_grads(&t->tp, &t->m, diag);
     int overflow = 0; /* fp16: Inf/NaN gradients on some rank: no update (train_scaler.h) */
     rc = rc ? rc : train_scaler_check(t, &overflow, diag);
     /* The dp mean of the loss before the update: the spike guard judges the step on it. */

@@ -427,3 +427,29 @@ int train_zero_counts(const train_zero *z, size_t off) {
     }
     return 1;
 }
+
+/* Tensor name ends with suffix. */
+static int ends_with(const char *name, const char *suffix) {
+    size_t n = strlen(name), k = strlen(suffix);
+    return n >= k && strcmp(name + n - k, suffix) == 0;
+}
+
+int train_zero_reduce_kv(train_zero *z, const model *m, comm *kv, bt_diag *diag) {
+    if (z->level == 0 || kv == NULL) return 0;
+    for (int i = 0, n = model_n_tensors(m); i < n; i++) {
+        model_tensor mt;
+        uint64_t a, b;
+        size_t at;
+        model_tensor_slice(&m->cfg, i, &mt);
+        if (!ends_with(mt.name, ".k_proj.weight") && !ends_with(mt.name, ".v_proj.weight"))
+            continue;
+        if (!train_zero_part(z, mt.offset, mt.count, &a, &b, &at)) continue;
+        float *g = z->grads + at;
+        if (comm_allreduce(kv, g, g, (size_t)(b - a), COMM_F32, COMM_SUM, NULL) != 0) {
+            bt_diag_set(diag, "ZeRO-%d: the kv heads' gradient all-reduce over %s: %s", z->level,
+                        comm_name(kv), comm_error(kv));
+            return BT_EIO;
+        }
+    }
+    return 0;
+}
