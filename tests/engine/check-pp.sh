@@ -38,12 +38,12 @@ BATON_DP_OVERLAP=1 BATON_PP_OVERLAP=1 pp_case pp2-dp2-overlap 4 1 2 plain
 BATON_PP_OVERLAP=1 pp_case pp4-overlap 4 1 4 plain
 [[ ! -f pp4-overlap.log ]] || layout_check_pp_overlap pp4-overlap 4
 # interleaved (virtual_stages 2: pipeline_vp.h): pp2 gives each stage layers {0, 2} or {1, 3}
-pp_case pp2-v2 2 1 2 interleaved
+LAYOUT_EVAL=2 pp_case pp2-v2 2 1 2 interleaved # evaluation goes round the stages twice
 pp_case pp2-v2-full 2 1 2 interleaved-full
 pp_case pp2-v2-dp2-zero1 4 1 2 interleaved-zero1
 pp_case tp2-pp2-v2 4 2 2 interleaved
 # pp4 x 2 chunks of 8 layers: stage s holds layers s and s + 4; the last sends to the first
-pp_case pp4-v2 4 1 4 interleaved "s/n_layers: 4/n_layers: 8/"
+LAYOUT_EVAL=2 pp_case pp4-v2 4 1 4 interleaved "s/n_layers: 4/n_layers: 8/"
 BATON_DP_OVERLAP=1 pp_case pp2-v2-dp2-overlap 4 1 2 interleaved
 [[ ! -f pp2-v2-dp2-overlap.log ]] || layout_check_overlap pp2-v2-dp2-overlap 4
 layout_finish "all pipeline-parallel runs match the one-process run"

@@ -47,15 +47,29 @@ sys.exit(0 if rel <= 1e-5 else 1)
 PY
 }
 
+# LAYOUT_EVAL=N: both runs also evaluate N windows after training, and the validation
+# losses must agree as the training losses do.
 layout_run() { # NAME RANKS RECIPE STAGE
-  local name=$1 n=$2 recipe=$3 stage=$4
+  local name=$1 n=$2 recipe=$3 stage=$4 eval=${LAYOUT_EVAL:-0}
   "$baton" spec "$recipe" --stage "$stage" --out "$name.pb"
-  "$worker" --spec "$name.pb" --single-process --eval-windows 0 --dump-params "$name.ref" \
-    >"$name.ref.log"
-  timeout 300 "$baton" launch -n "$n" -- "$worker" --spec "$name.pb" --eval-windows 0 \
+  "$worker" --spec "$name.pb" --single-process --eval-windows "$eval" \
+    --dump-params "$name.ref" >"$name.ref.log"
+  timeout 300 "$baton" launch -n "$n" -- "$worker" --spec "$name.pb" --eval-windows "$eval" \
     --comm-timeout 30 --dump-params "$name.params" >"$name.log"
   layout_compare_losses "$name" "$name.ref.log" "$name.log" || failures=$((failures + 1))
   layout_compare_params "$name" "$name.ref" "$name.params" || failures=$((failures + 1))
+  if ((eval > 0)); then layout_compare_eval "$name" "$name.ref.log" "$name.log" ||
+    failures=$((failures + 1)); fi
+}
+
+layout_compare_eval() { # NAME REF_LOG LOG
+  local want got
+  want=$(sed -En 's/^valid loss ([0-9.]+) .*/\1/p' "$2" | tail -1)
+  got=$(sed -En 's/^\[0\] valid loss ([0-9.]+) .*/\1/p' "$3" | tail -1)
+  awk -v n="$1" -v w="$want" -v g="$got" 'BEGIN {
+    d = w - g; if (d < 0) d = -d
+    printf "%s: validation loss %s, one process %s\n", n, g, w
+    exit (w == "" || g == "" || d > 1e-5 * w) }'
 }
 
 # pp.yaml with interleaved stages instead of its own (virtual_stages 2; pp.yaml's pp3 and

@@ -10,7 +10,8 @@
  * events and host waits pipeline.c makes, and the ops' queue never to wait for the
  * communication queue by an event. Every stage position of pp 4 (first, middle, last)
  * with 1, 3 and 8 micro-batches. No data moves: the numbers of this test are the
- * orderings, not values. Removing the event before a transfer, or the host's wait after
+ * orderings, not values (the passes also come in stages/pipe_order.h's order, which the
+ * planner replays). Removing the event before a transfer, or the host's wait after
  * a batch that receives, is caught; the waits before a forward or backward that would
  * overwrite a buffer still being sent never fire in non-interleaved 1F1B (a receive,
  * waited for, always comes between), so removing them is not. */
@@ -22,11 +23,13 @@
 #include "check.h"
 #include "comm.h"
 #include "cpu_backend.h"
+#include "pipe_order.h"
 #include "pipeline.h"
 #include "race.h"
 
 #define COUNT     64 /* floats of one boundary activation */
 #define MAX_SLOTS 4
+#define MAX_MB    8
 
 static race X;
 
@@ -55,6 +58,7 @@ typedef struct stage {
     int first, last;
     float input[MAX_SLOTS][COUNT], output[MAX_SLOTS][COUNT], grad[COUNT];
     int forwards, backwards;
+    pipe_pass order[2 * MAX_MB]; /* the passes as they ran */
 } stage;
 
 static int st_forward(void *ctx, int mb, int chunk, int slot) {
@@ -62,6 +66,7 @@ static int st_forward(void *ctx, int mb, int chunk, int slot) {
     (void)mb, (void)chunk;
     if (!s->first) race_touch(&X, 0, s->input[slot], COUNT, 0);
     if (!s->last) race_touch(&X, 0, s->output[slot], COUNT, 1);
+    s->order[s->forwards + s->backwards] = (pipe_pass){1, (uint32_t)mb, (uint32_t)chunk};
     s->forwards++;
     return 0;
 }
@@ -72,6 +77,7 @@ static int st_backward(void *ctx, int mb, int chunk, int slot) {
     if (!s->last) race_touch(&X, 0, s->grad, COUNT, 0);
     if (!s->first) race_touch(&X, 0, s->input[slot], COUNT, 0);
     if (!s->first) race_touch(&X, 0, s->grad, COUNT, 1);
+    s->order[s->forwards + s->backwards] = (pipe_pass){0, (uint32_t)mb, (uint32_t)chunk};
     s->backwards++;
     return 0;
 }
@@ -118,6 +124,11 @@ static void run(int stages, int rank, int K) {
                          .grad = st_grad};
     CHECK(pipeline_run_1f1b(&p, K, &st, &d) == 0);
     CHECK(s.forwards == K && s.backwards == K);
+    pipe_pass want[2 * MAX_MB]; /* the order the planner replays (pipe_order.h) */
+    pipe_order((uint32_t)stages, 1, (uint32_t)K, (uint32_t)rank, want);
+    for (int i = 0; i < 2 * K; i++)
+        CHECK(s.order[i].forward == want[i].forward && s.order[i].mb == want[i].mb &&
+              s.order[i].chunk == want[i].chunk);
     CHECK(X.races == 0);
     CHECK(X.disorders == 0);
     CHECK(X.unbounded == 0);
