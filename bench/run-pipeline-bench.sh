@@ -27,10 +27,15 @@ for ((r = 0; r < rounds; r++)); do
     rm -rf "run-$s"
   done
 done
+for s in "${stages[@]}"; do
+  [[ -s $s.tps ]] || { echo "$s: no step lines read from the worker's output" >&2; exit 1; }
+done
+pp=2 m=8 # bench/pipeline-bench.yaml's
 base=$(median <1f1b.tps)
 for s in "${stages[@]}"; do
   v=$(case $s in 1f1b) echo 1 ;; interleaved) echo 2 ;; *) echo 4 ;; esac)
-  awk -v s="$s" -v t="$(median <"$s.tps")" -v b="$base" -v v="$v" -v n="$rounds" 'BEGIN {
+  awk -v s="$s" -v t="$(median <"$s.tps")" -v b="$base" -v v="$v" -v n="$rounds" -v pp="$pp" \
+    -v m="$m" 'BEGIN {
     printf "%-13s v=%d  %8.0f tok/s (median, %d rounds)  ratio to 1F1B %.3f  plan bubble %.1f%%\n",
-           s, v, t, n, t / b, 100 * 1 / (v * 8 + 1) }'
+           s, v, t, n, t / b, 100 * (pp - 1) / (v * m + pp - 1) }'
 done

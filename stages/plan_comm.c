@@ -14,7 +14,10 @@
  *       sequence parallelism's backward gathers the two norms' outputs again (only the
  *       rank's rows are kept, worker/engine/model_sp.h): + 2. (Dense layers; an MoE
  *       layer has no down projection's reduction: counted as dense.)
- *       The vocab-parallel embedding/loss reductions are left out.
+ *       The vocab-parallel embedding/loss reductions are left out. With tp > n_kv_heads
+ *       add the all-reduce of the replicated k/v gradients over the r = tp/n_kv_heads
+ *       ranks sharing a head, once a step: 2(r-1)/r x 4 d hd x 4 per layer (/(dp cp) under
+ *       ZeRO-2/3).
  *   PP  A/t (sequence parallel) or A per message; a stage sends forward to the next
  *       stage and gradients back to the previous one: m x (number of neighbours)
  *       messages; interleaved (v virtual stages, the last stage sending to the first):
@@ -89,11 +92,23 @@ static comm_dims comm_dims_of(const plan_stage *ps) {
     return d;
 }
 
+/* tp > n_kv_heads: r = tp / n_kv_heads ranks hold each kv head's k and v (2 d hd each),
+ * whose gradients are all-reduced over them once a step (under ZeRO-2/3 the rank's shard
+ * of them, a (dp cp)-th). */
+static double comm_tp_kv(const plan_stage *ps, uint32_t layers) {
+    const plan_shape *sh = &ps->shape;
+    if (sh->n_kv_heads == 0 || sh->tp <= sh->n_kv_heads) return 0;
+    double r = (double)sh->tp / sh->n_kv_heads, kv = 2.0 * 2 * sh->dim * sh->head_dim;
+    double n = sh->zero >= 2 ? (double)sh->dp * sh->cp : 1;
+    return layers * 2 * (r - 1) / r * kv / n * 4;
+}
+
 static double comm_tp(const plan_stage *ps, const comm_dims *d, uint32_t layers) {
     double t = ps->shape.tp;
     int sp = ps->shape.sequence_parallel, recompute = d->passes > 2;
     double units = 8 + (recompute ? (sp ? 3 : 2) : 0) + (sp ? 2 : 0);
-    return t > 1 ? layers * d->m * units * (t - 1) / t * d->act : 0;
+    if (t < 2) return 0;
+    return layers * d->m * units * (t - 1) / t * d->act + comm_tp_kv(ps, layers);
 }
 
 static double comm_pp(const plan_stage *ps, const comm_dims *d, uint32_t stage) {

@@ -132,12 +132,13 @@ static void memory_zero_units(const plan_stage *ps, uint32_t stage, plan_memory 
 }
 
 /* fp8's copies take 2 bytes per parameter: every dense GEMM dimension on a tp rank (dim,
- * the heads' and kv heads' widths, ffn) is a multiple of 16. */
+ * the heads' and kv heads' widths, ffn) is a multiple of 16. A rank holds a whole kv head
+ * where tp > n_kv_heads. */
 static int fp8_aligned(const plan_shape *sh, const plan_params *p) {
     uint64_t t = sh->tp, d = sh->dim, hd = sh->head_dim;
     uint64_t ffn = d ? p->mlp_layer / (3 * d) : 0;
-    return d % 16 == 0 && (sh->n_heads * hd / t) % 16 == 0 && (sh->n_kv_heads * hd / t) % 16 == 0 &&
-           (ffn / t) % 16 == 0;
+    uint64_t kvw = t > sh->n_kv_heads ? hd : sh->n_kv_heads * hd / t;
+    return d % 16 == 0 && (sh->n_heads * hd / t) % 16 == 0 && kvw % 16 == 0 && (ffn / t) % 16 == 0;
 }
 
 /* The GEMMs' converted weight copies on stage's rank, in bytes (see the top). */

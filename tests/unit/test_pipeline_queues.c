@@ -66,7 +66,8 @@ static int st_forward(void *ctx, int mb, int chunk, int slot) {
     (void)mb, (void)chunk;
     if (!s->first) race_touch(&X, 0, s->input[slot], COUNT, 0);
     if (!s->last) race_touch(&X, 0, s->output[slot], COUNT, 1);
-    s->order[s->forwards + s->backwards] = (pipe_pass){1, (uint32_t)mb, (uint32_t)chunk};
+    if (s->forwards + s->backwards < 2 * MAX_MB)
+        s->order[s->forwards + s->backwards] = (pipe_pass){1, (uint32_t)mb, (uint32_t)chunk};
     s->forwards++;
     return 0;
 }
@@ -77,7 +78,8 @@ static int st_backward(void *ctx, int mb, int chunk, int slot) {
     if (!s->last) race_touch(&X, 0, s->grad, COUNT, 0);
     if (!s->first) race_touch(&X, 0, s->input[slot], COUNT, 0);
     if (!s->first) race_touch(&X, 0, s->grad, COUNT, 1);
-    s->order[s->forwards + s->backwards] = (pipe_pass){0, (uint32_t)mb, (uint32_t)chunk};
+    if (s->forwards + s->backwards < 2 * MAX_MB)
+        s->order[s->forwards + s->backwards] = (pipe_pass){0, (uint32_t)mb, (uint32_t)chunk};
     s->backwards++;
     return 0;
 }
@@ -95,6 +97,7 @@ static float *st_grad(void *ctx) {
 }
 
 static void run(int stages, int rank, int K) {
+    CHECK(K <= MAX_MB);
     backend be;
     cpu_backend_init(&be);
     race_side_queue_on(&be, &X);

@@ -556,6 +556,7 @@ static void train_comm_sent(const trainer *t, uint64_t out[TRAIN_COMM_GROUPS]) {
     for (int i = 0; i < TRAIN_COMM_GROUPS; i++)
         out[i] = g[i] ? comm_bytes_sent(g[i]) : 0;
     if (t->dp.edp != NULL) out[TRAIN_COMM_DP] += comm_bytes_sent(t->dp.edp); /* experts */
+    if (t->tp.kv != NULL) out[TRAIN_COMM_TP] += comm_bytes_sent(t->tp.kv);   /* kv heads */
     /* ZeRO-2/3 under ep: the dense all-reduces' copy of the ep group */
     if (t->zero.ep_dense != NULL) out[TRAIN_COMM_EP] += comm_bytes_sent(t->zero.ep_dense);
 }

@@ -222,9 +222,10 @@ static int zero_split_ep(train_zero *z, comm *ep, bt_diag *diag) {
     int rc = comm_split(ep, ranks, (uint32_t)n, "zero-ep", &z->ep_dense);
     free(ranks);
     if (rc == 0) return 0;
+    const char *why = comm_error(ep);
     bt_diag_set(diag, "ZeRO-%d: the ep group's split for the dense all-reduces: %s", z->level,
-                comm_error(ep));
-    return BT_EIO;
+                why[0] ? why : bt_strerror(rc));
+    return rc;
 }
 
 /* Expert parallelism: the ep group's members must hold the same chunks of an expert-data-
