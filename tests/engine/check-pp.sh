@@ -44,6 +44,9 @@ pp_case pp2-v2-dp2-zero1 4 1 2 interleaved-zero1
 pp_case tp2-pp2-v2 4 2 2 interleaved
 # pp4 x 2 chunks of 8 layers: stage s holds layers s and s + 4; the last sends to the first
 LAYOUT_EVAL=2 pp_case pp4-v2 4 1 4 interleaved "s/n_layers: 4/n_layers: 8/"
+# the interleaved schedule's sends waited for only before their buffers are written again
+BATON_PP_OVERLAP=1 pp_case pp4-v2-overlap 4 1 4 interleaved "s/n_layers: 4/n_layers: 8/"
+[[ ! -f pp4-v2-overlap.log ]] || layout_check_pp_overlap pp4-v2-overlap 4
 BATON_DP_OVERLAP=1 pp_case pp2-v2-dp2-overlap 4 1 2 interleaved
 [[ ! -f pp2-v2-dp2-overlap.log ]] || layout_check_overlap pp2-v2-dp2-overlap 4
 layout_finish "all pipeline-parallel runs match the one-process run"

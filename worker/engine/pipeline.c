@@ -87,10 +87,8 @@ static int fail(run *r, const char *what, int mb) {
     return BT_EIO;
 }
 
-/* Waits for every transfer under way (the group's watchdog bounds it); nonzero on a
- * failure, the buffers free either way. */
-static int wait_all(pipeline *p) {
-    if (!deferred(p)) return 0;
+int pipeline_wait_all(pipeline *p) {
+    if (p->sending == NULL) return 0;
     int rc = comm_wait(p->group, p->stream);
     p->grad_sending = 0;
     memset(p->sending, 0, (size_t)p->n_sending);
@@ -98,7 +96,7 @@ static int wait_all(pipeline *p) {
 }
 
 static int settle(run *r, int mb) {
-    return wait_all(r->p) != 0 ? fail(r, "waiting for the transfers", mb) : 0;
+    return pipeline_wait_all(r->p) != 0 ? fail(r, "waiting for the transfers", mb) : 0;
 }
 
 /* Before a forward into slot: its output buffer (and the gradient buffer) free. */
@@ -243,7 +241,7 @@ int pipeline_run_1f1b(pipeline *p, int K, const pipeline_stage *st, bt_diag *dia
     /* The step's sends complete before anything else touches the buffers; after a failure
      * what is under way is waited for all the same (the first error is the one reported). */
     if (rc != 0) {
-        (void)wait_all(p);
+        (void)pipeline_wait_all(p);
         return rc;
     }
     return settle(&r, K);

@@ -90,6 +90,11 @@ void pipeline_free(pipeline *p);
 /* How the stage's transfers run, for the log ("" with one stage). */
 const char *pipeline_describe(const pipeline *p);
 
+/* Waits for every transfer under way on the communication queue (the group's watchdog
+ * bounds it); nonzero on a failure, the buffers free either way. Nothing to do without
+ * the deferred-send bookkeeping. */
+int pipeline_wait_all(pipeline *p);
+
 /* Forward and backward of micro-batches 0 .. K-1 under 1F1B; a collective over the group.
  * A failed transfer returns BT_EIO with diag naming it. */
 int pipeline_run_1f1b(pipeline *p, int K, const pipeline_stage *st, bt_diag *diag);

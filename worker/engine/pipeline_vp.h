@@ -21,7 +21,10 @@
  * activations, the others the slots after them. A received output gradient waits in one
  * of grad_bufs buffers (grad_in) until its backward moves it to grad (take_grad). A
  * message's tag is 2 (mb pp v + w) (+ 1 for a gradient), w the receiving virtual stage
- * (c pp + s). Transfers complete before the next action (no communication queue). */
+ * (c pp + s). Transfers run as pipeline_run_1f1b's do (pipeline.h): on the communication
+ * queue where pipeline_set_queue made one (for `slots` slots), sends waited for only before
+ * their buffer is written again (a forward into the slot, any backward), batches that
+ * receive at once; else each completes on return. */
 #ifndef BATON_PIPELINE_VP_H
 #define BATON_PIPELINE_VP_H
 

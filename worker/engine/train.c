@@ -232,11 +232,9 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
     rc = rc ? rc : train_expert_segments(t, g.ep, g.edp, diag);
     rc = rc ? rc : train_norm_segments(t, diag);
     rc = rc ? rc : train_dp_overlap_init(&t->dpo, &t->dp, &t->m, zero, diag);
-    if (t->pp.vp == 1) /* interleaved: transfers waited for at once (pipeline_vp.h) */
-        rc =
-            rc ? rc
-               : pipeline_set_queue(&t->pp.pipe, &t->be,
-                                    pipeline_slots(t->pp.stages, t->pp.stage, (int)t->accum), diag);
+    int pp_slots =
+        t->pp.vp > 1 ? t->pp.sched.slots : pipeline_slots(t->pp.stages, t->pp.stage, (int)t->accum);
+    rc = rc ? rc : pipeline_set_queue(&t->pp.pipe, &t->be, pp_slots, diag);
     rc = rc ? rc
             : optim_adamw_init_on(&t->opt, &t->be,
                                   t->zero.level ? t->zero.n : train_dp_optim_floats(&t->dp));

@@ -242,10 +242,9 @@ static void worker_print_state(const trainer *t) {
                v->stage, v->stages, v->v, t->m.chunk_layers);
         for (int l = 0; l < t->m.n_layers; l++)
             printf(" %d", model_stage_layer(&t->m.cfg, l));
-        printf("), %d activation slots, transfers waited for at once\n", v->slots);
-    } else if (pp[0]) {
-        printf("%s\n", pp);
+        printf("), %d activation slots\n", v->slots);
     }
+    if (pp[0]) printf("%s\n", pp);
     if (t->m.cfg.sp)
         printf("sequence parallelism: the residual stream's rows split over the %d tp ranks\n",
                t->m.cfg.tp);
