@@ -33,8 +33,8 @@
 #include "race.h"
 
 #define COUNT     64 /* floats of one boundary activation */
-#define MAX_SLOTS 4
-#define MAX_MB    8
+#define MAX_SLOTS 16 /* activation slots a stage may need here */
+#define MAX_PASS  32 /* forwards and backwards of a step: 2 K v */
 
 static race X;
 
@@ -59,32 +59,39 @@ static const comm_ops recorder = {.name = "recorder",
 
 /* ---- a stage that records its accesses on the ops' queue ---- */
 
+/* v chunks a stage (1: non-interleaved). Every slot's input, every slot's output, the
+ * gradient and the received gradients are one race region each (accesses are ranges). */
 typedef struct stage {
-    int first, last;
-    float input[MAX_SLOTS][COUNT], output[MAX_SLOTS][COUNT], grad[COUNT];
+    int first, last, v;
+    float input[MAX_SLOTS][COUNT], output[MAX_SLOTS][COUNT], grad[COUNT], grad_in[2][COUNT];
     int forwards, backwards;
-    pipe_pass order[2 * MAX_MB]; /* the passes as they ran */
+    pipe_pass order[MAX_PASS]; /* the passes as they ran */
 } stage;
 
+static void record(stage *s, int forward, int mb, int chunk) {
+    int n = s->forwards + s->backwards;
+    if (n < MAX_PASS) s->order[n] = (pipe_pass){forward, (uint32_t)mb, (uint32_t)chunk};
+}
+
+/* A chunk's forward reads its input unless it starts the model (the first stage's chunk
+ * 0) and writes its output unless it ends it (the last stage's last chunk). */
 static int st_forward(void *ctx, int mb, int chunk, int slot) {
     stage *s = ctx;
-    (void)mb, (void)chunk;
-    if (!s->first) race_touch(&X, 0, s->input[slot], COUNT, 0);
-    if (!s->last) race_touch(&X, 0, s->output[slot], COUNT, 1);
-    if (s->forwards + s->backwards < 2 * MAX_MB)
-        s->order[s->forwards + s->backwards] = (pipe_pass){1, (uint32_t)mb, (uint32_t)chunk};
+    if (!(s->first && chunk == 0)) race_touch(&X, 0, s->input[slot], COUNT, 0);
+    if (!(s->last && chunk == s->v - 1)) race_touch(&X, 0, s->output[slot], COUNT, 1);
+    record(s, 1, mb, chunk);
     s->forwards++;
     return 0;
 }
 
+/* A backward reads the gradient of its output (unless it starts from the loss) and its
+ * slot's activations, and writes the gradient of its input. */
 static int st_backward(void *ctx, int mb, int chunk, int slot) {
     stage *s = ctx;
-    (void)mb, (void)chunk;
-    if (!s->last) race_touch(&X, 0, s->grad, COUNT, 0);
-    if (!s->first) race_touch(&X, 0, s->input[slot], COUNT, 0);
-    if (!s->first) race_touch(&X, 0, s->grad, COUNT, 1);
-    if (s->forwards + s->backwards < 2 * MAX_MB)
-        s->order[s->forwards + s->backwards] = (pipe_pass){0, (uint32_t)mb, (uint32_t)chunk};
+    if (!(s->last && chunk == s->v - 1)) race_touch(&X, 0, s->grad, COUNT, 0);
+    race_touch(&X, 0, s->input[slot], COUNT, 0);
+    race_touch(&X, 0, s->grad, COUNT, 1);
+    record(s, 0, mb, chunk);
     s->backwards++;
     return 0;
 }
@@ -101,8 +108,20 @@ static float *st_grad(void *ctx) {
     return ((stage *)ctx)->grad;
 }
 
-static void run(int stages, int rank, int K) {
-    CHECK(K <= MAX_MB);
+static float *st_grad_in(void *ctx, int i) {
+    return ((stage *)ctx)->grad_in[i];
+}
+
+static void st_take_grad(void *ctx, int i) {
+    stage *s = ctx;
+    race_touch(&X, 0, s->grad_in[i], COUNT, 0);
+    race_touch(&X, 0, s->grad, COUNT, 1);
+}
+
+/* Stage `rank` of `stages` runs K micro-batches of v chunks (1: pipeline_run_1f1b, else
+ * pipeline_vp_run) with the communication queue on. */
+static void run(int stages, int rank, int K, int v) {
+    CHECK(2 * K * v <= MAX_PASS);
     backend be;
     cpu_backend_init(&be);
     race_side_queue_on(&be, &X);
@@ -110,18 +129,24 @@ static void run(int stages, int rank, int K) {
     CHECK(comm_create(&recorder, NULL, rank, stages, NULL, "pp", 1000, &g) == 0);
     static stage s;
     memset(&s, 0, sizeof s);
-    s.first = rank == 0, s.last = rank == stages - 1;
-    race_reset(&X);
-    int slots = pipeline_slots(stages, rank, K);
-    for (int k = 0; k < slots; k++) {
-        CHECK(race_region(&X, s.input[k], COUNT) == 0);
-        CHECK(race_region(&X, s.output[k], COUNT) == 0);
-    }
-    CHECK(race_region(&X, s.grad, COUNT) == 0);
-    pipeline p;
-    pipeline_init(&p, g, COUNT);
+    s.first = rank == 0, s.last = rank == stages - 1, s.v = v;
     bt_diag d;
     bt_diag_init(&d);
+    pipe_schedule sched = {0};
+    int slots = pipeline_slots(stages, rank, K);
+    if (v > 1) {
+        CHECK(pipeline_vp_schedule(stages, rank, K, v, &sched, &d) == 0);
+        CHECK(sched.grad_bufs <= 2);
+        slots = sched.slots;
+    }
+    CHECK(slots <= MAX_SLOTS);
+    race_reset(&X);
+    CHECK(race_region(&X, s.input[0], (size_t)MAX_SLOTS * COUNT) == 0);
+    CHECK(race_region(&X, s.output[0], (size_t)MAX_SLOTS * COUNT) == 0);
+    CHECK(race_region(&X, s.grad, COUNT) == 0);
+    CHECK(race_region(&X, s.grad_in[0], 2 * COUNT) == 0);
+    pipeline p;
+    pipeline_init(&p, g, COUNT);
     CHECK(pipeline_set_queue(&p, &be, slots, &d) == 0);
     CHECK(p.stream == &race_side_queue); /* the queue is on */
     pipeline_stage st = {.ctx = &s,
@@ -129,115 +154,21 @@ static void run(int stages, int rank, int K) {
                          .backward = st_backward,
                          .input = st_input,
                          .output = st_output,
-                         .grad = st_grad};
-    CHECK(pipeline_run_1f1b(&p, K, &st, &d) == 0);
-    CHECK(s.forwards == K && s.backwards == K);
-    pipe_pass want[2 * MAX_MB]; /* the order the planner replays (pipe_order.h) */
-    pipe_order((uint32_t)stages, 1, (uint32_t)K, (uint32_t)rank, want);
-    for (int i = 0; i < 2 * K; i++)
+                         .grad = st_grad,
+                         .grad_in = st_grad_in,
+                         .take_grad = st_take_grad};
+    CHECK((v > 1 ? pipeline_vp_run(&p, &sched, &st, &d) : pipeline_run_1f1b(&p, K, &st, &d)) == 0);
+    CHECK(s.forwards == K * v && s.backwards == K * v);
+    pipe_pass want[MAX_PASS]; /* the order the planner replays (pipe_order.h) */
+    pipe_order((uint32_t)stages, (uint32_t)v, (uint32_t)K, (uint32_t)rank, want);
+    for (int i = 0; i < 2 * K * v && i < MAX_PASS; i++)
         CHECK(s.order[i].forward == want[i].forward && s.order[i].mb == want[i].mb &&
               s.order[i].chunk == want[i].chunk);
     CHECK(X.races == 0);
     CHECK(X.disorders == 0);
     CHECK(X.unbounded == 0);
-    printf("stage %d of %d, %d micro-batches: %d buffer accesses, %d races, %d transfers out of "
-           "order, %d waits without a deadline\n",
-           rank, stages, K, X.accesses, X.races, X.disorders, X.unbounded);
-    pipeline_free(&p);
-    comm_destroy(g);
-}
-
-/* ---- the interleaved schedule (pipeline_vp.h) over the same queue ---- */
-
-#define VP_SLOTS 16
-
-typedef struct vstage {
-    int first, last, v;
-    float input[VP_SLOTS][COUNT], output[VP_SLOTS][COUNT], grad[COUNT], grad_in[2][COUNT];
-    int forwards, backwards;
-} vstage;
-
-/* A chunk's forward reads its input unless it starts the model (the first stage's chunk
- * 0) and writes its output unless it ends it (the last stage's last chunk). */
-static int vs_forward(void *ctx, int mb, int chunk, int slot) {
-    vstage *s = ctx;
-    (void)mb;
-    if (!(s->first && chunk == 0)) race_touch(&X, 0, s->input[slot], COUNT, 0);
-    if (!(s->last && chunk == s->v - 1)) race_touch(&X, 0, s->output[slot], COUNT, 1);
-    s->forwards++;
-    return 0;
-}
-
-static int vs_backward(void *ctx, int mb, int chunk, int slot) {
-    vstage *s = ctx;
-    (void)mb;
-    if (!(s->last && chunk == s->v - 1)) race_touch(&X, 0, s->grad, COUNT, 0);
-    race_touch(&X, 0, s->input[slot], COUNT, 0);
-    race_touch(&X, 0, s->grad, COUNT, 1);
-    s->backwards++;
-    return 0;
-}
-
-static float *vs_input(void *ctx, int slot) {
-    return ((vstage *)ctx)->input[slot];
-}
-
-static float *vs_output(void *ctx, int slot) {
-    return ((vstage *)ctx)->output[slot];
-}
-
-static float *vs_grad(void *ctx) {
-    return ((vstage *)ctx)->grad;
-}
-
-static float *vs_grad_in(void *ctx, int i) {
-    return ((vstage *)ctx)->grad_in[i];
-}
-
-static void vs_take_grad(void *ctx, int i) {
-    vstage *s = ctx;
-    race_touch(&X, 0, s->grad_in[i], COUNT, 0);
-    race_touch(&X, 0, s->grad, COUNT, 1);
-}
-
-static void run_vp(int stages, int rank, int K, int v) {
-    backend be;
-    cpu_backend_init(&be);
-    race_side_queue_on(&be, &X);
-    comm *g = NULL;
-    CHECK(comm_create(&recorder, NULL, rank, stages, NULL, "pp", 1000, &g) == 0);
-    static vstage s;
-    memset(&s, 0, sizeof s);
-    s.first = rank == 0, s.last = rank == stages - 1, s.v = v;
-    bt_diag d;
-    bt_diag_init(&d);
-    pipe_schedule sched;
-    CHECK(pipeline_vp_schedule(stages, rank, K, v, &sched, &d) == 0);
-    CHECK(sched.slots <= VP_SLOTS && sched.grad_bufs <= 2);
-    race_reset(&X);
-    CHECK(race_region(&X, s.input[0], (size_t)VP_SLOTS * COUNT) == 0); /* every slot's */
-    CHECK(race_region(&X, s.output[0], (size_t)VP_SLOTS * COUNT) == 0);
-    CHECK(race_region(&X, s.grad, COUNT) == 0);
-    CHECK(race_region(&X, s.grad_in[0], 2 * COUNT) == 0);
-    pipeline p;
-    pipeline_init(&p, g, COUNT);
-    CHECK(pipeline_set_queue(&p, &be, sched.slots, &d) == 0);
-    CHECK(p.stream == &race_side_queue);
-    pipeline_stage st = {.ctx = &s,
-                         .forward = vs_forward,
-                         .backward = vs_backward,
-                         .input = vs_input,
-                         .output = vs_output,
-                         .grad = vs_grad,
-                         .grad_in = vs_grad_in,
-                         .take_grad = vs_take_grad};
-    CHECK(pipeline_vp_run(&p, &sched, &st, &d) == 0);
-    CHECK(s.forwards == K * v && s.backwards == K * v);
-    CHECK(X.races == 0);
-    CHECK(X.disorders == 0);
-    CHECK(X.unbounded == 0);
-    printf("interleaved, stage %d of %d, %d micro-batches, %d chunks: %d buffer accesses, %d "
-           "races, %d transfers out of order, %d waits without a deadline\n",
+    printf("stage %d of %d, %d micro-batches, %d chunk(s): %d buffer accesses, %d races, %d "
+           "transfers out of order, %d waits without a deadline\n",
            rank, stages, K, v, X.accesses, X.races, X.disorders, X.unbounded);
     pipeline_free(&p);
     pipeline_vp_schedule_free(&sched);
@@ -248,9 +179,9 @@ int main(void) {
     static const int ks[] = {1, 3, 8};
     for (int rank = 0; rank < 4; rank++)
         for (int i = 0; i < 3; i++)
-            run(4, rank, ks[i]);
+            run(4, rank, ks[i], 1);
     for (int rank = 0; rank < 4; rank++)
         for (int k = 4; k <= 8; k += 4)
-            run_vp(4, rank, k, 2);
+            run(4, rank, k, 2);
     return check_status();
 }

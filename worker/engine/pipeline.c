@@ -99,21 +99,22 @@ static int settle(run *r, int mb) {
     return pipeline_wait_all(r->p) != 0 ? fail(r, "waiting for the transfers", mb) : 0;
 }
 
+int pipeline_sends_pending(const pipeline *p, int slot) {
+    if (!deferred(p)) return 0;
+    int busy = p->grad_sending || (slot >= 0 && p->sending[slot]);
+    for (int k = 0; slot < 0 && k < p->n_sending && !busy; k++)
+        busy = p->sending[k];
+    return busy;
+}
+
 /* Before a forward into slot: its output buffer (and the gradient buffer) free. */
 static int settle_forward(run *r, int mb, int slot) {
-    pipeline *p = r->p;
-    if (!deferred(p) || !(p->grad_sending || p->sending[slot])) return 0;
-    return settle(r, mb);
+    return pipeline_sends_pending(r->p, slot) ? settle(r, mb) : 0;
 }
 
 /* Before a backward: it writes the input gradient (and may touch any slot's buffers). */
 static int settle_backward(run *r, int mb) {
-    pipeline *p = r->p;
-    if (!deferred(p)) return 0;
-    int busy = p->grad_sending;
-    for (int k = 0; k < p->n_sending && !busy; k++)
-        busy = p->sending[k];
-    return busy ? settle(r, mb) : 0;
+    return pipeline_sends_pending(r->p, -1) ? settle(r, mb) : 0;
 }
 
 /* Marks the buffers ops send as under way. */

@@ -94,6 +94,9 @@ const char *pipeline_describe(const pipeline *p);
  * bounds it); nonzero on a failure, the buffers free either way. Nothing to do without
  * the deferred-send bookkeeping. */
 int pipeline_wait_all(pipeline *p);
+/* 1 if a send under way must be waited for before a forward into slot (its output, or the
+ * gradient buffer, being sent) or, with slot -1, before a backward (any send). */
+int pipeline_sends_pending(const pipeline *p, int slot);
 
 /* Forward and backward of micro-batches 0 .. K-1 under 1F1B; a collective over the group.
  * A failed transfer returns BT_EIO with diag naming it. */

@@ -348,11 +348,8 @@ static int settle(pipeline *p, const pipe_action *a, bt_diag *diag) {
 /* Before a forward into a slot: its output (and the gradient buffer) no longer being sent;
  * before a backward (which writes the gradient, after take_grad): nothing being sent. */
 static int settle_before(pipeline *p, const pipe_action *a, bt_diag *diag) {
-    if (!queued(p)) return 0;
-    int busy = p->grad_sending || (a->kind == PIPE_FORWARD && p->sending[a->slot]);
-    for (int k = 0; a->kind == PIPE_BACKWARD && !busy && k < p->n_sending; k++)
-        busy = p->sending[k];
-    return busy ? settle(p, a, diag) : 0;
+    int slot = a->kind == PIPE_FORWARD ? a->slot : -1;
+    return pipeline_sends_pending(p, slot) ? settle(p, a, diag) : 0;
 }
 
 /* After a batch went out on the queue: its sends marked under way; a batch that receives
