@@ -25,8 +25,8 @@ typedef struct plan_params {
     uint64_t active; /* parameters a token touches (top-k experts) */
     /* One MoE layer's parts (all 0 when dense): moe_layer = router + experts + shared. */
     uint64_t moe_router;  /* dim * n_experts, replicated across tp */
-    uint64_t moe_experts; /* n_experts * 3 * dim * expert_ffn, split by ep and tp */
-    uint64_t moe_shared;  /* n_shared * 3 * dim * expert_ffn, split by tp */
+    uint64_t moe_experts; /* n_experts * 3 * dim * expert_ffn, split by ep (whole on tp) */
+    uint64_t moe_shared;  /* n_shared * 3 * dim * expert_ffn, whole on every tp rank */
     uint32_t n_experts, top_k;
     uint32_t moe_first_dense, moe_every; /* layer pattern, see plan_layer_is_moe */
     int moe_counts; /* a capacity or an aux loss: under cp the chunks' counts are exchanged */
@@ -145,6 +145,8 @@ typedef struct plan_zero_unit {
     uint64_t group; /* the ranks it is sharded over: dp*cp; an MoE layer's under ep the
                      * expert-data-parallel group, dp*cp/ep (worker/engine/train_zero.h) */
     uint64_t dense; /* such an MoE unit: its dense parameters (all-reduced over ep); else 0 */
+    uint64_t size;  /* the unit's parameters */
+    uint64_t moe;   /* an MoE layer's: its MoE block's parameters, the unit's last; else 0 */
 } plan_zero_unit;
 /* ZeRO-2/3's units on pipeline stage `stage` in the worker's order (the embedding on the
  * first stage, each layer, the final norm with the head on the last): their count; out

@@ -12,9 +12,19 @@
  *       bytes) 4, the backward's 4; full recomputation's forward stops before the down
  *       projection: + 2 (+ 3 with sequence parallelism, whose norm outputs it gathers);
  *       sequence parallelism's backward gathers the two norms' outputs again (only the
- *       rank's rows are kept, worker/engine/model_sp.h): + 2. (Dense layers; an MoE
- *       layer has no down projection's reduction: counted as dense.)
- *       The vocab-parallel embedding/loss reductions are left out. With tp > n_kv_heads
+ *       rank's rows are kept, worker/engine/model_sp.h): + 2. An MoE layer's block is
+ *       whole on every tp rank: only its attention's 4 (full recomputation + 2), or with
+ *       sequence parallelism, where the block runs on the rank's rows, 5 (+ 2), and then
+ *       once a step the all-reduce of the block's gradients, 2(t-1)/t x (router + shared
+ *       experts + routed experts / ep) x 4 per MoE layer (under ZeRO-2/3 the busiest
+ *       rank's part of it: the block ends its unit), and with a capacity or an aux loss
+ *       per forward pass the
+ *       all-gather of the rank's per-chunk expert counts, (t-1) x 2*b*E*4 bytes.
+ *       The ends, per micro-batch: the vocabulary-parallel embedding's reduction, 2 units
+ *       on the first stage; the head's, 2 (3 with sequence parallelism) on the last, with
+ *       the cross-entropy's all-gather of (t-1) x 3 floats per row; with sequence
+ *       parallelism the norm weights' gradients, 2(t-1)/t x h x 4 per norm and pass
+ *       (two a layer, the final one). With tp > n_kv_heads
  *       add the all-reduce of the replicated k/v gradients over the r = tp/n_kv_heads
  *       ranks sharing a head, once a step: 2(r-1)/r x 4 d hd x 4 per layer (/(dp cp) under
  *       ZeRO-2/3).
@@ -44,10 +54,11 @@
  *       Ulysses: all-to-alls of q, k, v and o, (cp-1)/cp x
  *       s*b*hd*e*(2*heads + 2*kv heads) per tp rank, per pass. MoE layers with a capacity
  *       or an aux loss add, per forward pass, an all-gather of each rank's per-chunk
- *       expert counts: (cp-1) x 2*b*E*4 bytes (worker/engine/moe_dev.h).
+ *       expert counts: (cp-1) x 2*b*E*4 bytes, x t with sequence parallelism (the tp
+ *       ranks' counts, gathered over tp first; worker/engine/moe_dev.h).
  *   EP  per MoE layer and pass, dispatch + combine all-to-alls of top_k x tokens x h x
- *       e x (ep-1)/ep, tokens = s*b (with sequence parallelism too: the engine's MoE
- *       layers, whole on every tp rank, run on the gathered rows); under ZeRO-2/3 also,
+ *       e x (ep-1)/ep, tokens = s*b (s*b/t with sequence parallelism: each tp rank
+ *       routes its own rows); under ZeRO-2/3 also,
  *       per MoE layer and micro-batch, the all-reduce of its unit's dense part in a
  *       rank's chunk, 2(ep-1)/ep x dense/edp x 4 (an average rank's).
  * Seconds: bytes / the bandwidth of the link the group runs on (intra_node when every
@@ -103,12 +114,79 @@ static double comm_tp_kv(const plan_stage *ps, uint32_t layers) {
     return layers * 2 * (r - 1) / r * kv / n * 4;
 }
 
-static double comm_tp(const plan_stage *ps, const comm_dims *d, uint32_t layers) {
+/* MoE layers (worker/engine/model_moe.h): whole on every tp rank, so without sequence
+ * parallelism nothing to sum; with it each rank runs the block on its own rows: the
+ * block's gradients all-reduced over tp once a step (under ZeRO-2/3 the rank's shard of
+ * them, a g-th, g the group its unit is sharded over), and with a capacity or an aux
+ * loss each forward pass all-gathers the rank's per-chunk expert counts over tp. */
+/* The most of unit u's MoE block (its last parameters) in one rank's chunk. */
+static uint64_t zero_moe_most(const plan_zero_unit *u) {
+    uint64_t most = 0, start = u->size - u->moe;
+    for (uint64_t r = 0; r < u->group; r++) {
+        uint64_t lo = r * u->chunk > start ? r * u->chunk : start;
+        uint64_t hi = (r + 1) * u->chunk < u->size ? (r + 1) * u->chunk : u->size;
+        if (hi > lo && hi - lo > most) most = hi - lo;
+    }
+    return most;
+}
+
+/* The MoE blocks' parameters on the stage whose gradients a rank holds: whole, or under
+ * ZeRO-2/3 the busiest rank's parts of them. */
+static double moe_blocks_held(const plan_stage *ps, uint32_t stage, uint32_t moe_layers) {
+    const plan_shape *sh = &ps->shape;
+    const plan_params *p = &ps->params;
+    double ep = sh->ep > 1 ? sh->ep : 1;
+    if (sh->zero < 2 || (uint64_t)sh->dp * sh->cp < 2)
+        return moe_layers * ((double)p->moe_router + p->moe_shared + p->moe_experts / ep);
+    plan_zero_unit *unit = malloc(((size_t)p->n_layers + 2) * sizeof *unit);
+    if (unit == NULL) return 0;
+    double held = 0;
+    for (uint32_t k = 0, n = plan_zero_units(ps, stage, unit); k < n; k++)
+        held += unit[k].moe ? (double)zero_moe_most(&unit[k]) : 0;
+    free(unit);
+    return held;
+}
+
+static double comm_tp_moe(const plan_stage *ps, const comm_dims *d, uint32_t moe_layers,
+                          uint32_t stage) {
+    const plan_shape *sh = &ps->shape;
+    const plan_params *p = &ps->params;
+    double t = sh->tp;
+    if (!sh->sequence_parallel || moe_layers == 0) return 0;
+    double counts = p->moe_counts ? (t - 1) * 2 * d->b * p->n_experts * 4 : 0;
+    return 2 * (t - 1) / t * moe_blocks_held(ps, stage, moe_layers) * 4 +
+           moe_layers * d->m * (d->passes - 1) * counts;
+}
+
+/* The stage's ends and norms, per micro-batch: the vocabulary-parallel embedding's
+ * reduction (2 units: forward all-reduce, or with sequence parallelism reduce-scatter +
+ * backward all-gather) on the first stage; on the last the head's (2: the backward's
+ * all-reduce, or 3: the final norm's output gathered forward and again backward, its
+ * gradient reduce-scattered) and the cross-entropy's all-gather of 3 floats per row and
+ * rank; with sequence parallelism the norm weights' gradients all-reduced every pass. */
+static double comm_tp_ends(const plan_stage *ps, const comm_dims *d, uint32_t layers,
+                           uint32_t stage) {
+    const plan_shape *sh = &ps->shape;
+    double t = sh->tp, first = stage == 0, last = stage + 1 == sh->pp;
+    int sp = sh->sequence_parallel;
+    double units = 2 * first + (sp ? 3 : 2) * last;
+    double ce = last * (t - 1) * 3 * d->s * d->b * 4;
+    double norms = sp ? (2.0 * layers + last) * 2 * (t - 1) / t * d->h * 4 : 0;
+    return d->m * (units * (t - 1) / t * d->act + ce + norms);
+}
+
+static double comm_tp(const plan_stage *ps, const comm_dims *d, uint32_t layers,
+                      uint32_t moe_layers, uint32_t stage) {
     double t = ps->shape.tp;
     int sp = ps->shape.sequence_parallel, recompute = d->passes > 2;
-    double units = 8 + (recompute ? (sp ? 3 : 2) : 0) + (sp ? 2 : 0);
+    double dense = 8 + (recompute ? (sp ? 3 : 2) : 0) + (sp ? 2 : 0);
+    /* an MoE layer: the attention's part; under sequence parallelism no gather before
+     * the block, no re-gather of its input in the backward */
+    double moe = sp ? 5 + 2 * recompute : 4 + 2 * recompute;
     if (t < 2) return 0;
-    return layers * d->m * units * (t - 1) / t * d->act + comm_tp_kv(ps, layers);
+    double units = (layers - moe_layers) * dense + moe_layers * moe;
+    return d->m * units * (t - 1) / t * d->act + comm_tp_kv(ps, layers) +
+           comm_tp_moe(ps, d, moe_layers, stage) + comm_tp_ends(ps, d, layers, stage);
 }
 
 static double comm_pp(const plan_stage *ps, const comm_dims *d, uint32_t stage) {
@@ -251,7 +329,9 @@ static double comm_cp(const plan_stage *ps, const comm_dims *d, uint32_t layers,
         double chunk = 2 * d->s * d->b * kv * hd * d->e;
         per_layer = (d->passes * (cp - 1) + cp) * chunk;
     }
-    double counts = ps->params.moe_counts ? (cp - 1) * 2 * d->b * ps->params.n_experts * 4 : 0;
+    /* each rank's chunk counts; under sequence parallelism the cp rank's tp ranks' */
+    double q = sh->sequence_parallel ? t : 1;
+    double counts = ps->params.moe_counts ? (cp - 1) * q * 2 * d->b * ps->params.n_experts * 4 : 0;
     return d->m * (layers * per_layer + moe_layers * (d->passes - 1) * counts);
 }
 
@@ -259,7 +339,8 @@ static double comm_ep(const plan_stage *ps, const comm_dims *d, uint32_t moe_lay
     const plan_shape *sh = &ps->shape;
     double ep = sh->ep;
     if (ep < 2 || moe_layers == 0) return 0;
-    double tokens = d->s * d->b; /* every row: MoE layers run on the gathered rows */
+    /* the rank's rows: a tp-th under sequence parallelism */
+    double tokens = d->s * d->b / (sh->sequence_parallel ? sh->tp : 1);
     double a2a = ps->params.top_k * tokens * d->h * d->e * (ep - 1) / ep;
     return moe_layers * d->m * d->passes * 2 * a2a;
 }
@@ -269,7 +350,7 @@ static void comm_stage(const plan_stage *ps, const comm_dims *d, uint32_t stage,
     uint32_t first, n, n_moe;
     plan_pp_stage_layers(&ps->params, ps->shape.pp, ps->shape.virtual_stages, stage, &first, &n,
                          &n_moe);
-    bytes[PLAN_COMM_TP] = comm_tp(ps, d, n);
+    bytes[PLAN_COMM_TP] = comm_tp(ps, d, n, n_moe, stage);
     bytes[PLAN_COMM_PP] = comm_pp(ps, d, stage);
     bytes[PLAN_COMM_DP] = comm_dp(ps, stage);
     bytes[PLAN_COMM_CP] = comm_cp(ps, d, n, n_moe);

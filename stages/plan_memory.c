@@ -95,21 +95,21 @@ uint32_t plan_zero_units(const plan_stage *ps, uint32_t stage, plan_zero_unit *o
     uint64_t edp = sh->ep > 1 && n % sh->ep == 0 ? n / sh->ep : n; /* MoE units' group */
     uint32_t first, count, n_moe, k = 0;
     plan_pp_stage_layers(p, sh->pp, sh->virtual_stages, stage, &first, &count, &n_moe);
-    if (stage == 0) out[k++] = (plan_zero_unit){div_ceil(div_ceil(p->embedding, t), n), n, 0};
+    uint64_t embed = div_ceil(p->embedding, t), head = div_ceil(p->head, t) + p->final_norm;
+    if (stage == 0) out[k++] = (plan_zero_unit){div_ceil(embed, n), n, 0, embed, 0};
     for (uint32_t i = 0; i < count; i++) {
         uint32_t l = plan_pp_stage_layer(p, sh->pp, sh->virtual_stages, stage, i);
         uint64_t u = attn_on_rank(p, sh) + p->norms_layer;
         if (!plan_layer_is_moe(p, l)) {
             u += div_ceil(p->mlp_layer, t);
-            out[k++] = (plan_zero_unit){div_ceil(u, n), n, 0};
+            out[k++] = (plan_zero_unit){div_ceil(u, n), n, 0, u, 0};
             continue;
         }
+        uint64_t x = div_ceil(p->moe_experts, sh->ep), block = p->moe_shared + p->moe_router + x;
         u += p->moe_shared + p->moe_router;
-        uint64_t x = div_ceil(p->moe_experts, sh->ep);
-        out[k++] = (plan_zero_unit){div_ceil(u + x, edp), edp, edp < n ? u : 0};
+        out[k++] = (plan_zero_unit){div_ceil(u + x, edp), edp, edp < n ? u : 0, u + x, block};
     }
-    if (stage + 1 == sh->pp)
-        out[k++] = (plan_zero_unit){div_ceil(div_ceil(p->head, t) + p->final_norm, n), n, 0};
+    if (stage + 1 == sh->pp) out[k++] = (plan_zero_unit){div_ceil(head, n), n, 0, head, 0};
     return k;
 }
 

@@ -287,8 +287,11 @@ static void test_comm_small(void) {
     plan_stage ps;
     CHECK(build(&fx, &ps) == BT_OK);
     CHECK_EQ_U64(ps.microbatches, 4);
-    /* TP: 1 layer x 4 mb x (4 + 4 + 2 SP re-gathers) (t-1)/t A = 4 * 10 / 2 * 32768 */
-    CHECK_REL(ps.comm.bytes[PLAN_COMM_TP], 655360, 1e-12);
+    /* TP, the last stage: 1 layer x 4 mb x (4 + 4 + 2 SP re-gathers) (t-1)/t A, the head's
+     * 3 (SP), the cross-entropy's all-gather (t-1) 3 s b 4 = 3072 and the three norms'
+     * gradients 2 (t-1)/t h 4 = 256 each, per micro-batch */
+    double ends = 4 * (3072 + 3 * 256.0);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_TP], 4 * 13 / 2 * 32768.0 + ends, 1e-12);
     /* PP: 4 mb x 1 neighbour x A/t */
     CHECK_REL(ps.comm.bytes[PLAN_COMM_PP], 65536, 1e-12);
     /* DP: last stage (12288 + 33792 + 6400) / 2 + 128 + 64 = 26432 params,
@@ -312,7 +315,7 @@ static void test_comm_small(void) {
     /* full recompute repeats the forward up to the down projection: + 3 with SP */
     fx.stage.recompute = BATON__STAGE__RECOMPUTE__FULL;
     CHECK(build(&fx, &ps) == BT_OK);
-    CHECK_REL(ps.comm.bytes[PLAN_COMM_TP], 4 * 13 / 2 * 32768.0, 1e-12);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_TP], 4 * 16 / 2 * 32768.0 + ends, 1e-12);
     set_parallel(&fx.par, 1, 1, 2, 2, 1);
     CHECK(build(&fx, &ps) == BT_OK);
     CHECK_EQ_U64(ps.comm.bytes[PLAN_COMM_TP], 0);
@@ -404,6 +407,41 @@ static void test_comm_cp_ep(void) {
     CHECK_EQ_U64(ps.mem.expert_params_on_rank, 6144);
     CHECK_EQ_U64(ps.mem.params_on_rank + 6144, 47776);
     CHECK_EQ_U64(ps.mem.optim_shards_expert, 1); /* edp = dp*cp/ep = 1 */
+}
+
+/* MoE under tp 2 with sequence parallelism, ep 2 over dp 2 (m = 16 / (2 * 2) = 4,
+ * A = 128*2*32*2 = 16384, a capacity): each tp rank runs the MoE block on its own rows. */
+static void test_comm_moe_sp(void) {
+    fixture fx;
+    fixture_moe(&fx);
+    set_parallel(&fx.par, 2, 1, 2, 1, 2);
+    fx.par.sequence_parallel = 1;
+    fx.moe.capacity_factor = 1.0;
+    plan_stage ps;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK_EQ_U64(ps.microbatches, 4);
+    /* TP: 2 dense layers x 10 units + 2 MoE layers x 5 + the embedding's 2 and the
+     * head's 3, x 4 mb x 1/2 A; the MoE block's gradients (router 128 + shared 1536 +
+     * experts 6144 / ep 2) all-reduced once: 2 x 1/2 x 4736 x 4 per layer; the chunk
+     * counts, (t-1) 2 b E 4 = 64 per MoE layer and micro-batch; per micro-batch the
+     * cross-entropy's (t-1) 3 s b 4 = 3072 and 9 norms' gradients of 2 (t-1)/t h 4 = 128 */
+    double ends = 4 * (3072 + 9 * 128.0);
+    double tp = 35 * 4 * 0.5 * 16384 + 2 * 4736 * 4.0 + 2 * 4 * 64 + ends;
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_TP], tp, 1e-12);
+    /* EP: each tp rank routes its 128 rows: a2a = 2 * 128 * 32 * 2 * 1/2 = 8192, x 2 x 2
+     * passes x 2 MoE layers x m 4 */
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_EP], 8192.0 * 2 * 2 * 2 * 4, 1e-12);
+    /* ZeRO-2: the block's gradient shard over edp = dp / ep = 1: the same all-reduce */
+    fx.par.zero = 2;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_TP], tp, 1e-12);
+    /* without sequence parallelism every tp rank runs the block on every row: the
+     * attention's 4 units, nothing else; the ends 2 + 2, no norms */
+    fx.par.sequence_parallel = 0, fx.par.zero = 0;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_TP], (2 * 8 + 2 * 4 + 4) * 4 * 0.5 * 16384 + 4 * 3072.0,
+              1e-12);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_EP], 16384.0 * 2 * 2 * 2 * 4, 1e-12);
 }
 
 /* 6 N T + 6 L h s T: N = 105280 - 6400, T = 16 * 128. */
@@ -615,6 +653,7 @@ int main(void) {
     test_params_llama3();
     test_params_small();
     test_params_moe();
+    test_comm_moe_sp();
     test_memory_70b();
     test_activation_order();
     test_comm_small();

@@ -529,6 +529,7 @@ typedef struct layer_tensor_desc {
     int replica;
     int expert;    /* a routed expert's tensor */
     size_t offset; /* floats from the start of the layer's block */
+    int moe;       /* a tensor of an MoE layer's block */
 } layer_tensor_desc;
 
 static void layer_tensor_table(const model_config *cfg, layer_tensor_desc d[LAYER_TENSORS]) {
@@ -538,15 +539,15 @@ static void layer_tensor_table(const model_config *cfg, layer_tensor_desc d[LAYE
     int kvd = cfg->n_kv_heads * hd;
     int q0 = s.head0 * hd, qn = s.heads * hd, kv0 = s.kv_head0 * hd, kvn = s.kv_heads * hd;
     const layer_tensor_desc table[LAYER_TENSORS] = {
-        {"input_layernorm", C, 0, SPLIT_NONE, 0, C, s.rank, 0, 0},
-        {"self_attn.q_proj", qd, C, SPLIT_ROWS, q0, qn, 0, 0, 0},
-        {"self_attn.k_proj", kvd, C, SPLIT_ROWS, kv0, kvn, s.kv_replica, 0, 0},
-        {"self_attn.v_proj", kvd, C, SPLIT_ROWS, kv0, kvn, s.kv_replica, 0, 0},
-        {"self_attn.o_proj", C, qd, SPLIT_COLS, q0, qn, 0, 0, 0},
-        {"post_attention_layernorm", C, 0, SPLIT_NONE, 0, C, s.rank, 0, 0},
-        {"mlp.gate_proj", F, C, SPLIT_ROWS, s.ffn0, s.ffn, 0, 0, 0},
-        {"mlp.up_proj", F, C, SPLIT_ROWS, s.ffn0, s.ffn, 0, 0, 0},
-        {"mlp.down_proj", C, F, SPLIT_COLS, s.ffn0, s.ffn, 0, 0, 0},
+        {"input_layernorm", C, 0, SPLIT_NONE, 0, C, s.rank, 0, 0, 0},
+        {"self_attn.q_proj", qd, C, SPLIT_ROWS, q0, qn, 0, 0, 0, 0},
+        {"self_attn.k_proj", kvd, C, SPLIT_ROWS, kv0, kvn, s.kv_replica, 0, 0, 0},
+        {"self_attn.v_proj", kvd, C, SPLIT_ROWS, kv0, kvn, s.kv_replica, 0, 0, 0},
+        {"self_attn.o_proj", C, qd, SPLIT_COLS, q0, qn, 0, 0, 0, 0},
+        {"post_attention_layernorm", C, 0, SPLIT_NONE, 0, C, s.rank, 0, 0, 0},
+        {"mlp.gate_proj", F, C, SPLIT_ROWS, s.ffn0, s.ffn, 0, 0, 0, 0},
+        {"mlp.up_proj", F, C, SPLIT_ROWS, s.ffn0, s.ffn, 0, 0, 0, 0},
+        {"mlp.down_proj", C, F, SPLIT_COLS, s.ffn0, s.ffn, 0, 0, 0, 0},
     };
     memcpy(d, table, sizeof table);
     size_t off = 0;
@@ -576,7 +577,7 @@ static void moe_tensor(const model_config *cfg, int k, layer_tensor_desc *d) {
     int C = cfg->dim, F = c->ffn_dim, E = c->n_experts, El = moe_local_experts(c);
     int S = c->n_shared, rank = cfg->tp > 1 ? cfg->tp_rank : 0;
     size_t FC = (size_t)F * C, base = (size_t)E * C;
-    *d = (layer_tensor_desc){.split = SPLIT_NONE, .replica = rank};
+    *d = (layer_tensor_desc){.split = SPLIT_NONE, .replica = rank, .moe = 1};
     if (k == 0) {
         snprintf(d->name, sizeof d->name, "mlp.gate");
         d->rows = E, d->cols = C, d->offset = 0;
@@ -687,6 +688,7 @@ static void set_slice(model_tensor *t, const layer_tensor_desc *d) {
     t->no_decay = cols == 0;
     t->replica = d->replica;
     t->expert = d->expert;
+    t->moe = d->moe;
 }
 
 /* Tensor i of the stage's layers (i counted from the first layer's first tensor). */
@@ -718,8 +720,8 @@ int model_tensor_slice(const model_config *cfg, int i, model_tensor *t) {
     memset(t, 0, sizeof *t);
     model_shard s;
     model_shard_of(cfg, &s);
-    layer_tensor_desc vocab = {"", cfg->vocab, C, SPLIT_ROWS, s.vocab0, s.vocab, 0, 0, 0};
-    layer_tensor_desc norm = {"", C, 0, SPLIT_NONE, 0, C, s.rank, 0, 0};
+    layer_tensor_desc vocab = {"", cfg->vocab, C, SPLIT_ROWS, s.vocab0, s.vocab, 0, 0, 0, 0};
+    layer_tensor_desc norm = {"", C, 0, SPLIT_NONE, 0, C, s.rank, 0, 0, 0};
     int first = is_first_stage(cfg), last = is_last_stage(cfg);
     size_t embed = first ? (size_t)s.vocab * C : 0, layers = 0;
     for (int l = 0; l < L; l++)

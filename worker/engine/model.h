@@ -431,6 +431,10 @@ typedef struct model_tensor {
     /* A routed expert's tensor: held by the expert-parallel rank that owns the expert, the
      * same on every expert-data-parallel copy. */
     int expert;
+    /* A tensor of an MoE layer's block (router, experts, shared experts, bias): whole on
+     * every tp rank; under sequence parallelism its gradient is summed over tp once a step
+     * (model_moe.h). */
+    int moe;
 } model_tensor;
 
 /* Units: what ZeRO-2/3 shard and gather as one piece. Unit 0 is the embedding on the

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model_sp.h"
 #include "moe_dev.h"
 
 static int moe_sets(const model *m) {
@@ -49,7 +50,8 @@ static moe_dev_cache *layer_cache(model *m, int l) {
 /* Every slot's caches, one scratch for all. */
 static int moe_init_caches(model *m, comm *ep_group) {
     model_moe *mo = m->moew;
-    int max_tokens = m->max_B * m->max_T, ep = ep_group ? comm_size(ep_group) : 1;
+    /* under sequence parallelism each tp rank runs the layer on its own rows */
+    int max_tokens = model_sp_rows(m, m->max_B * m->max_T), ep = ep_group ? comm_size(ep_group) : 1;
     size_t n = (size_t)m->n_slots * mo->sets;
     mo->caches = calloc(n, sizeof *mo->caches);
     mo->scratch = calloc(1, sizeof *mo->scratch);
@@ -59,7 +61,8 @@ static int moe_init_caches(model *m, comm *ep_group) {
     backend_prec p = m->cfg.prec == BACKEND_PREC_FP8 ? BACKEND_PREC_BF16 : m->cfg.prec;
     int rc = moe_dev_scratch_init(mo->scratch, m->be, &m->cfg.moe, max_tokens, ep, p);
     if (rc == 0)
-        rc = moe_dev_scratch_set_cp(mo->scratch, &m->cfg.moe, m->cp_group, m->max_T, max_tokens);
+        rc = moe_dev_scratch_set_split(mo->scratch, &m->cfg.moe, m->cp_group,
+                                       model_sp_on(m) ? m->tp_group : NULL, m->max_T, max_tokens);
     for (size_t i = 0; i < n && rc == 0; i++)
         rc = moe_dev_cache_init(&mo->caches[i], m->be, &m->cfg.moe, max_tokens, mo->scratch,
                                 ep_group);
@@ -126,7 +129,7 @@ void model_moe_forward(model *m, int l, const float *x, float *y) {
     moe_weights w;
     moe_views(m, l, &w, NULL);
     moe_stats st;
-    int N = m->B * m->T, E = m->cfg.moe.n_experts;
+    int N = model_sp_rows(m, m->B * m->T), E = m->cfg.moe.n_experts;
     if (m->comm_err != 0) return;
     const float *bias = m->params.layers[l].moe_bias;
     int rc = moe_dev_forward(&m->cfg.moe, &w, bias, x, y ? y : mo->y, N, layer_cache(m, l), &st);
@@ -148,6 +151,18 @@ void model_moe_backward(model *m, int l, const float *dy, float *dx, float loss_
     if (m->comm_err != 0) return;
     int rc = moe_dev_backward(&c, &w, layer_cache(m, l), dy, dx, &g);
     if (rc != 0) m->comm_err = rc;
+}
+
+int model_moe_reduce_tp(model *m) {
+    if (m->moew == NULL || !model_sp_on(m)) return 0;
+    size_t n = moe_weights_floats(&m->cfg.moe);
+    for (int l = 0; l < m->n_layers; l++) {
+        float *g = m->grads.layers[l].moe;
+        if (g == NULL) continue;
+        int rc = comm_allreduce(m->tp_group, g, g, n, COMM_F32, COMM_SUM, NULL);
+        if (rc != 0) return rc;
+    }
+    return 0;
 }
 
 /* max / mean routed load of layer l's counts r (E). */
@@ -178,6 +193,16 @@ static void moe_bias_step(model *m, int l, const double *r) {
     m->be->from_host(m->be, bias, host, (size_t)c->n_experts * sizeof(float));
 }
 
+/* The counts summed over group (NULL or one rank: nothing to do). */
+static int moe_counts_sum(model_moe *mo, comm *group, size_t n) {
+    if (group == NULL || comm_size(group) < 2) return 0;
+    if (comm_allreduce(group, mo->routed, mo->routed, n, COMM_F64, COMM_SUM, NULL) != 0 ||
+        comm_allreduce(group, &mo->dropped, &mo->dropped, 1, COMM_F64, COMM_SUM, NULL) != 0 ||
+        comm_allreduce(group, &mo->aux, &mo->aux, 1, COMM_F64, COMM_SUM, NULL) != 0)
+        return BT_EIO;
+    return 0;
+}
+
 int model_moe_step_end(model *m, comm *group, model_moe_step *out) {
     model_moe *mo = m->moew;
     memset(out, 0, sizeof *out);
@@ -185,10 +210,9 @@ int model_moe_step_end(model *m, comm *group, model_moe_step *out) {
     const moe_config *c = &m->cfg.moe;
     int E = c->n_experts, L = m->n_layers;
     size_t n = (size_t)L * E;
-    if (group != NULL && comm_size(group) > 1 &&
-        (comm_allreduce(group, mo->routed, mo->routed, n, COMM_F64, COMM_SUM, NULL) != 0 ||
-         comm_allreduce(group, &mo->dropped, &mo->dropped, 1, COMM_F64, COMM_SUM, NULL) != 0 ||
-         comm_allreduce(group, &mo->aux, &mo->aux, 1, COMM_F64, COMM_SUM, NULL) != 0))
+    /* under sequence parallelism each tp rank counted its own rows */
+    if (moe_counts_sum(mo, model_sp_on(m) ? m->tp_group : NULL, n) != 0 ||
+        moe_counts_sum(mo, group, n) != 0)
         return BT_EIO;
     int layers = 0;
     out->n_experts = E;

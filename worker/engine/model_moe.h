@@ -1,12 +1,16 @@
 /* The model's MoE layers (model.h: model_layer_is_moe): each runs moe.h's layer in place
  * of the dense SwiGLU MLP, on the post-attention norm's output, through the backend's ops
  * (moe_dev.h: the same code on the CPU and the CUDA engine; moe.c is its reference). Under
- * tensor parallelism the layer runs whole on every tp rank (its weights are replicated
- * there, like the norm weights: Megatron's expert tensor parallelism of 1); under expert
- * parallelism the routed experts are split over the ep group. The aux loss is part of the
- * training objective (its gradient scaled like the loss's), not of the reported loss.
- * The selection bias of aux-loss-free balancing is a parameter tensor with no gradient,
- * nudged after each optimizer step from the step's loads (model_moe_step_end). */
+ * tensor parallelism the layer's weights are whole on every tp rank (replicated like the
+ * norm weights: Megatron's expert tensor parallelism of 1); with sequence parallelism
+ * each tp rank runs the layer on its own rows only (no all-gather before it, no
+ * reduce-scatter after it, a tp-th of the work), so its weight gradients are that rank's
+ * share: summed over tp once a step (model_moe_reduce_tp), and the loads over tp too
+ * (model_moe_step_end). Without sequence parallelism every tp rank runs it on every row.
+ * Under expert parallelism the routed experts are split over the ep group. The aux loss is part of
+ * the training objective (its gradient scaled like the loss's), not of the reported loss. The
+ * selection bias of aux-loss-free balancing is a parameter tensor with no gradient, nudged after
+ * each optimizer step from the step's loads (model_moe_step_end). */
 #ifndef BATON_MODEL_MOE_H
 #define BATON_MODEL_MOE_H
 
@@ -34,7 +38,8 @@ void model_moe_free(model *m);
  * calls it). */
 void model_moe_weights_changed(model *m);
 
-/* Layer l's MoE block from x (N, C) into y (N, C); y NULL when recomputing. */
+/* Layer l's MoE block from x (N, C) into y (N, C), N this rank's rows (model_sp_rows);
+ * y NULL when recomputing. */
 void model_moe_forward(model *m, int l, const float *x, float *y);
 /* Its backward: dx (N, C) written from dy, weight gradients accumulated; the aux loss's
  * gradient is scaled by loss_scale. */
@@ -50,9 +55,14 @@ typedef struct model_moe_step {
     float expert_load[MOE_MAX_EXPERTS]; /* each expert's load / the mean, averaged over layers */
 } model_moe_step;
 
-/* The step's load figures, summed over group (every rank of the data-parallel block, so
- * that every replica takes the same bias step), then the bias update of every MoE layer.
- * Resets the counts. Collective over group (NULL: this rank alone). */
+/* Under sequence parallelism (model_sp_on) the gradients of every MoE layer's block are
+ * each tp rank's share: grads (the rank's gradient memory, model.h's layout) summed over
+ * the tp group. Nothing to do otherwise. 0 or the collective's error. */
+int model_moe_reduce_tp(model *m);
+
+/* The step's load figures, summed over tp under sequence parallelism and over group (every rank of
+ * the data-parallel block, so that every replica takes the same bias step), then the bias update of
+ * every MoE layer. Resets the counts. Collective over group (NULL: this rank alone). */
 int model_moe_step_end(model *m, comm *group, model_moe_step *out);
 
 #endif

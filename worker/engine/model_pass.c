@@ -19,7 +19,7 @@
  * rank's N/tp rows; the gathered rows feed the tensor-parallel GEMMs through the
  * backward buffer g->dx (free in the forward), row-parallel outputs are reduce-scattered
  * from it, and the backward gathers the residual gradient and the norms' outputs into it
- * again.
+ * again. An MoE layer's block runs on the rank's rows alone (model_moe.h).
  *
  * Under ZeRO-3 each unit (the embedding, a layer, the final norm with the head) is
  * gathered before its forward, before its recomputed forward and before its backward,
@@ -87,23 +87,34 @@ static const float *norm_gathered(model *m, float *ln, float *rstd, const float 
     return ln_whole(m, ln);
 }
 
-/* Its backward from dln (N, C), the gradient of ln: a partial sum over the tp ranks (a
- * column-parallel GEMM's input gradient), or with partial 0 whole on every rank (an MoE
- * layer's): dx (this rank's rows) written, the norm weight's gradient dw accumulated. */
-static void norm_gathered_backward(model *m, float *dx, float *dw, float *dln, int partial,
-                                   const float *x, const float *w, const float *rstd) {
+/* The backward of a norm over this rank's rows (all of them without sequence
+ * parallelism) from dln, the gradient of its output there, whole: dx written, the norm
+ * weight's gradient dw accumulated (under sequence parallelism summed over tp). */
+static void norm_rows_backward(model *m, float *dx, float *dw, const float *dln, const float *x,
+                               const float *w, const float *rstd) {
     backend *be = m->be;
-    int N = m->B * m->T, R = model_sp_rows(m, N), C = m->cfg.dim;
+    int R = model_sp_rows(m, m->B * m->T), C = m->cfg.dim;
     if (!model_sp_on(m)) {
-        if (partial) model_tp_copy_backward(m, dln, (size_t)N * C);
-        be->rmsnorm_backward(be, dx, dw, dln, x, w, rstd, N, C);
+        be->rmsnorm_backward(be, dx, dw, dln, x, w, rstd, R, C);
         return;
     }
-    float *mine = dln + (size_t)model_sp_row0(m, N) * C;
-    if (partial) model_sp_scatter(m, dln, mine, N);
     be->zero(be, m->gacts.dnorm, (size_t)C);
-    be->rmsnorm_backward(be, dx, m->gacts.dnorm, mine, x, w, rstd, R, C);
+    be->rmsnorm_backward(be, dx, m->gacts.dnorm, dln, x, w, rstd, R, C);
     model_sp_norm_grad(m, dw);
+}
+
+/* The norm_gathered's backward from dln (N, C), the gradient of ln: a partial sum over the
+ * tp ranks (a column-parallel GEMM's input gradient), summed (under sequence parallelism
+ * reduce-scattered to this rank's rows) first. */
+static void norm_gathered_backward(model *m, float *dx, float *dw, float *dln, const float *x,
+                                   const float *w, const float *rstd) {
+    int N = m->B * m->T, C = m->cfg.dim;
+    float *mine = dln + (size_t)model_sp_row0(m, N) * C;
+    if (model_sp_on(m))
+        model_sp_scatter(m, dln, mine, N);
+    else
+        model_tp_copy_backward(m, dln, (size_t)N * C);
+    norm_rows_backward(m, dx, dw, mine, x, w, rstd);
 }
 
 /* A row-parallel GEMM's partial output full (N, C) summed over the tp ranks into out
@@ -171,14 +182,13 @@ static void layer_forward(model *m, int l, const float *x, float *out) {
                        gemm_of(m, l, MODEL_GEMM_O), scratch);
     reduce_rows(m, part, a->xmid);
     be->add(be, a->xmid, a->xmid, x, (size_t)R * C);
-    const float *ln2 = norm_gathered(m, a->ln2, a->ln2_rstd, a->xmid, w->mlp_norm);
-    if (w->moe != NULL) { /* an MoE layer, whole on every tp rank (model_moe.h), on every row */
-        float *y = out != NULL && sp ? m->gacts.dln : out; /* not ln2's buffer */
-        model_moe_forward(m, l, ln2, y);
-        const float *mine = sp ? y + (size_t)model_sp_row0(m, N) * C : out;
-        if (out != NULL) be->add(be, out, mine, a->xmid, (size_t)R * C);
+    if (w->moe != NULL) { /* an MoE layer (model_moe.h), on this rank's rows */
+        be->rmsnorm_forward(be, a->ln2, a->ln2_rstd, a->xmid, w->mlp_norm, R, C, cfg->norm_eps);
+        model_moe_forward(m, l, a->ln2, out);
+        if (out != NULL) be->add(be, out, out, a->xmid, (size_t)R * C);
         return;
     }
+    const float *ln2 = norm_gathered(m, a->ln2, a->ln2_rstd, a->xmid, w->mlp_norm);
     be->matmul_forward(be, a->h13, ln2, w->w13, N, C, 2 * F, gemm_of(m, l, MODEL_GEMM_GATE_UP),
                        scratch);
     be->swiglu_forward(be, a->hs, a->h13, N, F);
@@ -221,17 +231,17 @@ static void layer_backward(model *m, int l, const float *x) {
     float *dq = g->dwide, *dk = g->dwide + qd, *dv = g->dwide + qd + KV * hd;
 
     /* MLP: out = xmid + g(down(swiglu(gate_up(f(norm(xmid)))))), or xmid + moe(norm(xmid)) */
-    const float *dout = dres_whole(m);
-    if (w->moe != NULL)
-        model_moe_backward(m, l, dout, g->dln, m->bwd_scale);
-    else
-        mlp_backward(m, l, dout);
-    norm_gathered_backward(m, g->dx, dw->mlp_norm, g->dln, w->moe == NULL, a->xmid, w->mlp_norm,
-                           a->ln2_rstd);
+    if (w->moe != NULL) { /* on this rank's rows */
+        model_moe_backward(m, l, g->dres, g->dln, m->bwd_scale);
+        norm_rows_backward(m, g->dx, dw->mlp_norm, g->dln, a->xmid, w->mlp_norm, a->ln2_rstd);
+    } else {
+        mlp_backward(m, l, dres_whole(m));
+        norm_gathered_backward(m, g->dx, dw->mlp_norm, g->dln, a->xmid, w->mlp_norm, a->ln2_rstd);
+    }
     be->add(be, g->dres, g->dres, g->dx, (size_t)R * C);
 
     /* Attention: xmid = x + g(o(attention(rope(qkv(f(norm(x))))))) */
-    dout = dres_whole(m);
+    const float *dout = dres_whole(m);
     be->matmul_backward(be, g->dnarrow, dw->wo, dout, a->atty, w->wo, N, qd, C,
                         gemm_of(m, l, MODEL_GEMM_O), g->scratch);
     if (m->cpw)
@@ -244,7 +254,7 @@ static void layer_backward(model *m, int l, const float *x) {
     const float *ln1 = ln_whole(m, a->ln1); /* dout (in dx under sp) is read by now */
     be->matmul_backward(be, g->dln, dw->wqkv, g->dwide, ln1, w->wqkv, N, C, ld,
                         gemm_of(m, l, MODEL_GEMM_QKV), g->scratch);
-    norm_gathered_backward(m, g->dx, dw->attn_norm, g->dln, 1, x, w->attn_norm, a->ln1_rstd);
+    norm_gathered_backward(m, g->dx, dw->attn_norm, g->dln, x, w->attn_norm, a->ln1_rstd);
     be->add(be, g->dres, g->dres, g->dx, (size_t)R * C);
 }
 
@@ -429,7 +439,7 @@ static void head_backward(model *m, float loss_scale) {
     be->matmul_backward(be, g->dln, m->grads.lm_head, a->logits, ln_whole(m, a->lnf),
                         m->params.lm_head, N, C, V, &m->gemm[MODEL_GEMMS_PER_LAYER * L],
                         g->scratch);
-    norm_gathered_backward(m, g->dres, m->grads.norm, g->dln, 1, resid_at(m, L), m->params.norm,
+    norm_gathered_backward(m, g->dres, m->grads.norm, g->dln, resid_at(m, L), m->params.norm,
                            a->lnf_rstd);
 }
 

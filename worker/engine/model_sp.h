@@ -11,8 +11,9 @@
  * the same bytes as the all-reduces they replace, the per-token work between them done
  * once instead of tp times, and the residual stream's activations a tp-th. A norm
  * weight's gradient is then each rank's share of the rows: summed over the group for
- * every pass (model_sp_norm_grad). MoE layers, whole on every tp rank, run on the
- * gathered rows and keep their own.
+ * every pass (model_sp_norm_grad). An MoE layer's block, whole on every tp rank, runs on
+ * the rank's rows alone: no collective around it, a tp-th of its work, and its weight
+ * gradients summed over the group once a step (model_moe.h).
  * Failures are recorded in m->comm_err, as model_tp.h's. */
 #ifndef BATON_MODEL_SP_H
 #define BATON_MODEL_SP_H

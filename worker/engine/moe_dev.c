@@ -61,24 +61,26 @@ int moe_dev_scratch_init(moe_dev_scratch *s, backend *be, const moe_config *c, i
 
 void moe_dev_scratch_free(moe_dev_scratch *s) {
     if (s->fbuf) s->be->free(s->be, s->fbuf);
-    free(s->cp_topk);
-    free(s->cp_count);
-    free(s->cp_limit);
+    free(s->sp_topk);
+    free(s->sp_count);
+    free(s->sp_limit);
     memset(s, 0, sizeof *s);
 }
 
-int moe_dev_scratch_set_cp(moe_dev_scratch *s, const moe_config *c, comm *cp, int T,
-                           int max_tokens) {
-    if (cp == NULL || comm_size(cp) < 2) return 0;
-    if (s->cp != NULL || T < 2 || T % 2 != 0 || max_tokens < T ||
-        (size_t)max_tokens * c->top_k * (size_t)comm_size(cp) > INT32_MAX)
+int moe_dev_scratch_set_split(moe_dev_scratch *s, const moe_config *c, comm *cp, comm *tp, int T,
+                              int max_tokens) {
+    int P = cp ? comm_size(cp) : 1, Q = tp ? comm_size(tp) : 1;
+    if (P < 2 && Q < 2) return 0;
+    size_t whole = (size_t)max_tokens * (size_t)Q; /* the cp rank's rows */
+    if (s->split || T < 2 || T % 2 != 0 || whole < (size_t)T ||
+        whole * c->top_k * (size_t)P > INT32_MAX)
         return BT_EINVAL; /* the whole sequences' pairs must count in an int */
-    size_t E = (size_t)c->n_experts, B = (size_t)(max_tokens / T), P = (size_t)comm_size(cp);
-    s->cp_topk = malloc((size_t)max_tokens * c->top_k * sizeof *s->cp_topk);
-    s->cp_count = malloc(P * 2 * B * E * sizeof *s->cp_count);
-    s->cp_limit = malloc(2 * E * sizeof *s->cp_limit);
-    if (s->cp_topk == NULL || s->cp_count == NULL || s->cp_limit == NULL) return BT_ENOMEM;
-    s->cp = cp, s->cp_T = T;
+    size_t E = (size_t)c->n_experts, B = whole / (size_t)T;
+    s->sp_topk = malloc((size_t)max_tokens * c->top_k * sizeof *s->sp_topk);
+    s->sp_count = malloc((size_t)P * Q * 2 * B * E * sizeof *s->sp_count);
+    s->sp_limit = malloc(2 * E * sizeof *s->sp_limit);
+    if (s->sp_topk == NULL || s->sp_count == NULL || s->sp_limit == NULL) return BT_ENOMEM;
+    s->split = 1, s->cp = P > 1 ? cp : NULL, s->tp = Q > 1 ? tp : NULL, s->sp_T = T;
     return 0;
 }
 
@@ -228,7 +230,7 @@ static int read_stats(const moe_config *c, int N, const moe_dev_cache *m, moe_st
     int E = c->n_experts, K = c->top_k;
     const int32_t *routed = m->host, *kept = m->host + E, *offset = m->host + 2 * E;
     /* The aux loss's f_e over its n_aux tokens; P_e is this rank's share of theirs. */
-    const int32_t *aux_routed = m->n_aux != N ? m->scratch->cp_limit + E : routed;
+    const int32_t *aux_routed = m->n_aux != N ? m->scratch->sp_limit + E : routed;
     double share = (double)N / m->n_aux;
     float pmean[MOE_MAX_EXPERTS];
     memcpy(pmean, m->host + 3 * E + 1, (size_t)E * sizeof(float));
@@ -326,18 +328,35 @@ static void combine_forward(const moe_config *c, const moe_weights *w, int N, mo
     be->moe_combine(be, y, m->out, m->gate, m->row, N, c->top_k, (int)C);
 }
 
-/* This rank's pairs per expert in each of its chunks (local sequence b, half h at
- * [(2 b + h) E]), from the selections read back, into its block of s->cp_count. */
-static int cp_count_local(const moe_config *c, int N, moe_dev_cache *m, int32_t *local) {
+/* The split's sizes and this rank's place: cp ranks P (this one q), tp ranks Q (this one
+ * qt), B sequences on the cp rank. */
+typedef struct split_dims {
+    int P, q, Q, qt, B;
+} split_dims;
+
+static split_dims split_dims_of(const moe_dev_scratch *s, int N) {
+    split_dims d = {1, 0, 1, 0, 0};
+    if (s->cp) d.P = comm_size(s->cp), d.q = comm_rank(s->cp);
+    if (s->tp) d.Q = comm_size(s->tp), d.qt = comm_rank(s->tp);
+    d.B = N * d.Q / s->sp_T;
+    return d;
+}
+
+/* This rank's pairs per expert in each chunk of the cp rank's rows (sequence b, half h at
+ * [(2 b + h) E]; the chunks its rows do not reach stay 0), from the selections read
+ * back. Its rows are the cp rank's [qt N, (qt + 1) N). */
+static int split_count_local(const moe_config *c, int N, moe_dev_cache *m, const split_dims *d,
+                             int32_t *local) {
     moe_dev_scratch *s = m->scratch;
-    int E = c->n_experts, K = c->top_k, T = s->cp_T;
-    size_t per = (size_t)2 * (N / T) * E;
-    m->be->to_host(m->be, s->cp_topk, m->topk, (size_t)N * K * sizeof *s->cp_topk);
+    int E = c->n_experts, K = c->top_k, T = s->sp_T, n0 = d->qt * N;
+    size_t per = (size_t)2 * d->B * E;
+    m->be->to_host(m->be, s->sp_topk, m->topk, (size_t)N * K * sizeof *s->sp_topk);
     memset(local, 0, per * sizeof *local);
     for (int n = 0; n < N; n++) {
-        int32_t *cnt = local + (size_t)(2 * (n / T) + (n % T >= T / 2)) * E;
+        int r = n0 + n;
+        int32_t *cnt = local + (size_t)(2 * (r / T) + (r % T >= T / 2)) * E;
         for (int j = 0; j < K; j++) {
-            int e = s->cp_topk[(size_t)n * K + j];
+            int e = s->sp_topk[(size_t)n * K + j];
             if (e < 0 || e >= E) { /* a failed device: the peers are told (-1) */
                 for (size_t i = 0; i < per; i++)
                     local[i] = -1;
@@ -349,36 +368,50 @@ static int cp_count_local(const moe_config *c, int N, moe_dev_cache *m, int32_t 
     return 0;
 }
 
-/* Context parallelism: every rank's chunk counts gathered; walking the chunks in the
- * one-process order (sequence b, chunk g of 2 cp, held by rank g or 2 cp - 1 - g),
- * limit[e] = the pairs of e kept in this rank's chunks (each chunk keeps what the
- * capacity leaves after the pairs before it) and routed[e] = all of e's pairs, both
- * copied into m->limit; the aux loss then counts the whole sequences. */
-static int cp_limits(const moe_config *c, int N, moe_dev_cache *m) {
-    moe_dev_scratch *s = m->scratch;
-    int E = c->n_experts, P = comm_size(s->cp), q = comm_rank(s->cp), B = N / s->cp_T;
-    size_t per = (size_t)2 * B * E;
-    int rc = cp_count_local(c, N, m, s->cp_count + (size_t)q * per);
-    if (comm_allgather(s->cp, s->cp_count + (size_t)q * per, s->cp_count, per * sizeof(int32_t),
-                       COMM_BYTE, NULL) != 0)
+/* Every rank's chunk counts gathered, over tp (rank (p, t) at block p Q + t) then cp. */
+static int split_gather(moe_dev_scratch *s, const split_dims *d, size_t per, int rc) {
+    int32_t *all = s->sp_count, *mine = all + (size_t)(d->q * d->Q + d->qt) * per;
+    int32_t *cell = all + (size_t)d->q * d->Q * per; /* this cp rank's tp block */
+    if (s->tp && comm_allgather(s->tp, mine, cell, per * sizeof(int32_t), COMM_BYTE, NULL) != 0)
         return BT_EIO;
-    for (size_t i = 0; rc == 0 && i < per * (size_t)P; i++)
-        if (s->cp_count[i] < 0) rc = BT_EIO; /* a peer's device failed */
-    if (rc != 0) return rc;
-    int cap = capacity_of(c, N * P);
-    int32_t *limit = s->cp_limit, *routed = s->cp_limit + E;
-    memset(s->cp_limit, 0, 2 * (size_t)E * sizeof *s->cp_limit);
-    for (int i = 0; i < 2 * P * B; i++) {
+    if (s->cp && comm_allgather(s->cp, cell, all, (size_t)d->Q * per * sizeof(int32_t), COMM_BYTE,
+                                NULL) != 0)
+        return BT_EIO;
+    for (size_t i = 0; rc == 0 && i < per * (size_t)d->P * d->Q; i++)
+        if (all[i] < 0) rc = BT_EIO; /* a peer's device failed */
+    return rc;
+}
+
+/* The micro-batch's tokens are split over cp (model_cp.h's zigzag chunks) and tp (sequence
+ * parallelism: each tp rank a contiguous run of its cp rank's rows): every rank's chunk
+ * counts gathered; walking the chunks in the one-process order (sequence b, chunk g of
+ * 2 cp, held by cp rank g or 2 cp - 1 - g, its rows in tp rank order), limit[e] = the
+ * pairs of e kept on this rank (each piece keeps what the capacity leaves after the pairs
+ * before it) and routed[e] = all of e's pairs, both copied into m->limit; the aux loss
+ * then counts the whole sequences. */
+static int split_limits(const moe_config *c, int N, moe_dev_cache *m) {
+    moe_dev_scratch *s = m->scratch;
+    split_dims d = split_dims_of(s, N);
+    int E = c->n_experts, P = d.P, Q = d.Q;
+    size_t per = (size_t)2 * d.B * E;
+    int rc = split_count_local(c, N, m, &d, s->sp_count + (size_t)(d.q * Q + d.qt) * per);
+    if ((rc = split_gather(s, &d, per, rc)) != 0) return rc;
+    int cap = capacity_of(c, N * P * Q);
+    int32_t *limit = s->sp_limit, *routed = s->sp_limit + E;
+    memset(s->sp_limit, 0, 2 * (size_t)E * sizeof *s->sp_limit);
+    for (int i = 0; i < 2 * P * d.B; i++) {
         int b = i / (2 * P), g = i % (2 * P), h = g >= P, r = h ? 2 * P - 1 - g : g;
-        const int32_t *cnt = s->cp_count + (size_t)r * per + (size_t)(2 * b + h) * E;
-        for (int e = 0; e < E; e++) {
-            int room = cap == 0 ? cnt[e] : cap - routed[e];
-            if (r == q) limit[e] += room < 0 ? 0 : room < cnt[e] ? room : cnt[e];
-            routed[e] += cnt[e];
+        for (int t = 0; t < Q; t++) {
+            const int32_t *cnt = s->sp_count + (size_t)(r * Q + t) * per + (size_t)(2 * b + h) * E;
+            for (int e = 0; e < E; e++) {
+                int room = cap == 0 ? cnt[e] : cap - routed[e];
+                if (r == d.q && t == d.qt) limit[e] += room < 0 ? 0 : room < cnt[e] ? room : cnt[e];
+                routed[e] += cnt[e];
+            }
         }
     }
-    m->be->from_host(m->be, m->limit, s->cp_limit, 2 * (size_t)E * sizeof *s->cp_limit);
-    m->aux_routed = m->limit + E, m->n_aux = N * P;
+    m->be->from_host(m->be, m->limit, s->sp_limit, 2 * (size_t)E * sizeof *s->sp_limit);
+    m->aux_routed = m->limit + E, m->n_aux = N * P * Q;
     return 0;
 }
 
@@ -391,8 +424,10 @@ static int route(const moe_config *c, const moe_weights *w, const float *bias, i
     be->moe_route(be, m->scores, m->ssum, m->topk, m->gate, bias, N, E, K, c->score, c->norm_topk);
     m->aux_routed = m->counts, m->n_aux = N;
     const int32_t *limit = NULL;
-    if (m->scratch->cp != NULL && (c->capacity_factor > 0.0 || c->aux_loss_coef != 0.0)) {
-        int rc = N % m->scratch->cp_T == 0 ? cp_limits(c, N, m) : BT_EINVAL;
+    if (m->scratch->split && (c->capacity_factor > 0.0 || c->aux_loss_coef != 0.0)) {
+        moe_dev_scratch *s = m->scratch;
+        int Q = s->tp ? comm_size(s->tp) : 1;
+        int rc = (size_t)N * Q % (size_t)s->sp_T == 0 ? split_limits(c, N, m) : BT_EINVAL;
         if (rc != 0) return rc;
         limit = c->capacity_factor > 0.0 ? m->limit : NULL;
     }

@@ -4,9 +4,9 @@
  * precision (bf16 under fp8; matmul_forward and matmul_backward), SwiGLU (swiglu_*),
  * routing, capacity, permutation and the router's backward (moe_route ...
  * moe_router_backward). One host
- * synchronization per forward (two under context parallelism with a capacity or an aux
- * loss, below): the per-expert row counts decide the shapes of the expert GEMMs (and fill
- * the load figures).
+ * synchronization per forward (two when the micro-batch is split over cp or tp and there
+ * is a capacity or an aux loss, below): the per-expert row counts decide the shapes of the expert
+ * GEMMs (and fill the load figures).
  *
  * Expert parallelism: the routed experts are split evenly over the ranks of an ep group
  * (rank r holds experts [r El, (r + 1) El), El = E / ep), the ranks of the group hold
@@ -23,20 +23,22 @@
  * data-parallel ones, as one process runs them one after the other), except under
  * context parallelism, below.
  *
- * Context parallelism (moe_dev_scratch_set_cp): a rank's tokens are two chunks of each of
- * its micro-batch's sequences (model_cp.h's zigzag split), yet the capacity and the aux
- * loss count the whole sequences, as one process does. With a capacity or an aux loss,
- * the forward reads the selections back (a second host synchronization), counts each
- * chunk's pairs per expert and all-gathers those counts over the cp group; from them
- * every rank knows how many pairs of each expert come before each of its chunks in the
- * one-process order, hence how many of its own pairs are kept (a prefix of them, in
- * token order: moe_assign's limit), and the whole sequences' routed counts that the aux
- * loss's f_e and its gradient use. Each rank's aux loss is its tokens' share (its P_e
- * sums over the whole sequences' token count), so the shares add up to the one-process
- * value over the group, as the language-model loss does. The stats' capacity is then the
- * whole sequences' (their n_tokens, routed and kept stay this rank's). If a rank finds
- * its selections out of range (a failed device) it still takes part in the all-gather,
- * with counts of -1, so that every rank of the group fails with BT_EIO together.
+ * Split micro-batches (moe_dev_scratch_set_split): under context parallelism a rank's
+ * tokens are two chunks of each of its micro-batch's sequences (model_cp.h's zigzag
+ * split), under sequence parallelism each tp rank routes its own contiguous run of its cp
+ * rank's rows (model_sp.h), yet the capacity and the aux loss count the whole sequences,
+ * as one process does. With a capacity or an aux loss, the forward reads the selections
+ * back (a second host synchronization), counts its pairs per expert in each chunk and
+ * all-gathers those counts over tp, then over cp; from them every rank knows how many
+ * pairs of each expert come before each of its pieces in the one-process order, hence
+ * how many of its own pairs are kept (a prefix of them, in token order: moe_assign's
+ * limit), and the whole sequences' routed counts that the aux loss's f_e and its
+ * gradient use. Each rank's aux loss is its tokens' share (its P_e sums over the whole
+ * sequences' token count), so the shares add up to the one-process value over the
+ * group, as the language-model loss does. The stats' capacity is then the whole
+ * sequences' (their n_tokens, routed and kept stay this rank's). If a rank finds its
+ * selections out of range (a failed device) it still takes part in the all-gathers,
+ * with counts of -1, so that every rank fails with BT_EIO together.
  *
  * Results equal moe.c's within float rounding (the GEMMs' summation order differs); on
  * the CPU backend the routing is moe.c's bit for bit. Deterministic like every backend
@@ -68,13 +70,14 @@ typedef struct moe_dev_scratch {
     float *dl;         /* (N, E) router logit gradients */
     float *dgate;      /* (N K) */
     float *gemm;       /* matmul scratch (float32: none on either backend) */
-    /* Context parallelism (moe_dev_scratch_set_cp); cp NULL: none. Host memory. */
-    comm *cp;          /* the cp group (borrowed) */
-    int cp_T;          /* local rows per sequence (two chunks of cp_T / 2) */
-    int32_t *cp_topk;  /* (max_tokens K) the selections read back */
-    int32_t *cp_count; /* (cp, 2 B, E) every rank's pairs per chunk and expert,
-                        * B = max_tokens / cp_T sequences */
-    int32_t *cp_limit; /* (2E) the limit and routed counts copied to a cache's limit */
+    /* A micro-batch split over cp and tp (moe_dev_scratch_set_split); split 0: none. */
+    int split;
+    comm *cp, *tp;     /* the groups (borrowed; NULL: not split over it) */
+    int sp_T;          /* the cp rank's rows per sequence (two chunks of sp_T / 2) */
+    int32_t *sp_topk;  /* (max_tokens K) the selections read back (host) */
+    int32_t *sp_count; /* (cp tp, 2 B, E) every rank's pairs per chunk and expert, B the
+                        * cp rank's sequences (host) */
+    int32_t *sp_limit; /* (2E) the limit and routed counts copied to a cache's limit (host) */
 } moe_dev_scratch;
 
 /* One layer's experts' converted weights, kept from one micro-batch to the next
@@ -103,7 +106,7 @@ typedef struct moe_dev_cache {
     int32_t *topk, *row, *tok, *slot;
     int32_t *counts;           /* (3E + 1) moe_assign's routed, kept, offset */
     float *pmean;              /* (E) moe_score_mean, right after counts (one copy to the host) */
-    int32_t *limit;            /* (E) under cp: the pairs of each expert kept here, then (E) the
+    int32_t *limit;            /* (E) when split: the pairs of each expert kept here, then (E) the
                                 * whole sequences' routed counts (one copy from the host) */
     const int32_t *aux_routed; /* the routed counts of the aux loss: counts, or limit + E */
     int n_aux;                 /* the tokens they count: n, or the whole sequences' */
@@ -124,10 +127,12 @@ typedef struct moe_dev_cache {
 int moe_dev_scratch_init(moe_dev_scratch *s, backend *be, const moe_config *c, int max_tokens,
                          int ep_size, backend_prec prec);
 void moe_dev_scratch_free(moe_dev_scratch *s);
-/* Context parallelism over cp (borrowed; NULL or size 1: none) with T local rows per
- * sequence (even; every forward's N a multiple of T). 0, BT_EINVAL or BT_ENOMEM. */
-int moe_dev_scratch_set_cp(moe_dev_scratch *s, const moe_config *c, comm *cp, int T,
-                           int max_tokens);
+/* A micro-batch split over cp and tp (borrowed; NULL or size 1: not over it): each
+ * forward's N rows are tp rank qt's run [qt N, (qt + 1) N) of its cp rank's N tp rows, T
+ * of them per sequence (even; N tp a multiple of T), max_tokens the most rows of a
+ * forward here. 0, BT_EINVAL or BT_ENOMEM. */
+int moe_dev_scratch_set_split(moe_dev_scratch *s, const moe_config *c, comm *cp, comm *tp, int T,
+                              int max_tokens);
 /* ep: the expert-parallel group (NULL without; with it the experts must split evenly over
  * it and c->expert0, c->n_local be this rank's share). s must have been sized for its
  * size. */

@@ -617,9 +617,10 @@ static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
     int armed = train_spike_armed(&t->spike);
     if (rc == 0 && armed) rc = train_fp8_snapshot(t);
     rc = rc ? rc : train_fp8_end(t, diag);
-    /* tp > n_kv_heads: the replicated k/v slices' gradients summed over their holders */
+    /* tp > n_kv_heads: the replicated k/v slices' gradients summed over their holders;
+     * under sequence parallelism the MoE layers' over tp */
     rc = rc              ? rc
-         : t->zero.level ? train_zero_reduce_kv(&t->zero, &t->m, t->tp.kv, diag)
+         : t->zero.level ? train_zero_reduce_tp(&t->zero, &t->m, t->tp.kv, diag)
                          : train_tp_reduce_grads(&t->tp, &t->m, diag);
     int overflow = 0; /* fp16: Inf/NaN gradients on some rank: no update (train_scaler.h) */
     rc = rc ? rc : train_scaler_check(t, &overflow, diag);

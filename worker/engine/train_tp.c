@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "model_moe.h"
+
 static int tp_fail(train_tp *p, comm *c, const char *what, bt_diag *diag) {
     bt_diag_set(diag, "tensor-parallel %s (rank %d of %d): %s", what, p->rank, p->size,
                 comm_error(c));
@@ -36,9 +38,9 @@ void train_tp_free(train_tp *p) {
 }
 
 int train_tp_reduce_grads(train_tp *p, model *m, bt_diag *diag) {
-    if (p->kv == NULL) return 0;
-    if (model_tp_reduce_grads(m, p->kv) != 0)
+    if (p->kv != NULL && model_tp_reduce_grads(m, p->kv) != 0)
         return tp_fail(p, p->kv, "kv-head gradient all-reduce", diag);
+    if (model_moe_reduce_tp(m) != 0) return tp_fail(p, p->group, "MoE gradient all-reduce", diag);
     return 0;
 }
 

@@ -2,6 +2,8 @@
  * (model_tp.h); what is left to the loop after the last micro-batch of a step is
  *  - the kv heads replicated when tp > n_kv_heads: their gradients summed over the ranks
  *    sharing a head (a sub-group of the tp group, made here), so the copies stay equal;
+ *  - under sequence parallelism, the MoE layers' gradients (each tp rank ran them on its
+ *    own rows: model_moe.h) summed over the tp group;
  *  - the gradient norm: every rank's sum of squares over the gradients it counts (its own
  *    slices, and each replicated tensor on one rank only: model_tensor.replica 0) added
  *    over the tp group, on top of the data-parallel reduction (train_dp);
@@ -26,7 +28,8 @@ typedef struct train_tp {
 int train_tp_init(train_tp *p, comm *group, const model_config *cfg, bt_diag *diag);
 void train_tp_free(train_tp *p);
 
-/* After the last micro-batch: the replicated kv heads' gradients summed. */
+/* After the last micro-batch: the replicated kv heads' gradients summed, and under
+ * sequence parallelism the MoE layers' (zero 0 and 1; ZeRO-2/3: train_zero_reduce_tp). */
 int train_tp_reduce_grads(train_tp *p, model *m, bt_diag *diag);
 /* Element-wise maximum over the tp group, in place. */
 int train_tp_max(train_tp *p, float *x, size_t n, bt_diag *diag);

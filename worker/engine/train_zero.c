@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend_select.h"
+#include "model_sp.h"
 #include "model_zero.h"
 #include "moe.h"
 
@@ -435,22 +436,38 @@ static int ends_with(const char *name, const char *suffix) {
     return n >= k && strcmp(name + n - k, suffix) == 0;
 }
 
-int train_zero_reduce_kv(train_zero *z, const model *m, comm *kv, bt_diag *diag) {
-    if (z->level == 0 || kv == NULL) return 0;
+/* The parts in the shard of the tensors keep() picks summed over group. */
+static int zero_reduce_over(train_zero *z, const model *m, comm *group,
+                            int (*keep)(const model_tensor *), const char *what, bt_diag *diag) {
     for (int i = 0, n = model_n_tensors(m); i < n; i++) {
         model_tensor mt;
         uint64_t a, b;
         size_t at;
         model_tensor_slice(&m->cfg, i, &mt);
-        if (!ends_with(mt.name, ".k_proj.weight") && !ends_with(mt.name, ".v_proj.weight"))
-            continue;
-        if (!train_zero_part(z, mt.offset, mt.count, &a, &b, &at)) continue;
+        if (!keep(&mt) || !train_zero_part(z, mt.offset, mt.count, &a, &b, &at)) continue;
         float *g = z->grads + at;
-        if (comm_allreduce(kv, g, g, (size_t)(b - a), COMM_F32, COMM_SUM, NULL) != 0) {
-            bt_diag_set(diag, "ZeRO-%d: the kv heads' gradient all-reduce over %s: %s", z->level,
-                        comm_name(kv), comm_error(kv));
+        if (comm_allreduce(group, g, g, (size_t)(b - a), COMM_F32, COMM_SUM, NULL) != 0) {
+            bt_diag_set(diag, "ZeRO-%d: the %s gradient all-reduce over %s: %s", z->level, what,
+                        comm_name(group), comm_error(group));
             return BT_EIO;
         }
     }
+    return 0;
+}
+
+static int is_kv(const model_tensor *t) {
+    return ends_with(t->name, ".k_proj.weight") || ends_with(t->name, ".v_proj.weight");
+}
+
+static int is_moe(const model_tensor *t) {
+    return t->moe;
+}
+
+int train_zero_reduce_tp(train_zero *z, const model *m, comm *kv, bt_diag *diag) {
+    if (z->level == 0) return 0;
+    if (kv != NULL && zero_reduce_over(z, m, kv, is_kv, "kv heads'", diag) != 0) return BT_EIO;
+    if (m->moew != NULL && model_sp_on(m) &&
+        zero_reduce_over(z, m, m->tp_group, is_moe, "MoE layers'", diag) != 0)
+        return BT_EIO;
     return 0;
 }

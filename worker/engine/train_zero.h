@@ -37,8 +37,9 @@
  * counts it on ep rank 0 only, and the checkpoint takes it from there.
  * With kv heads replicated over tp (tp > n_kv_heads) the k_proj and v_proj parts of the
  * gradient shard are summed over the ranks sharing a kv head after the step's
- * micro-batches (train_zero_reduce_kv): their shards lie alike (the same units, the same
- * dp rank). */
+ * micro-batches (train_zero_reduce_tp): their shards lie alike (the same units, the same
+ * dp rank). So, under sequence parallelism, are the MoE layers' parts of the shard over
+ * the whole tp group (each tp rank ran them on its own rows: model_moe.h). */
 #ifndef BATON_TRAIN_ZERO_H
 #define BATON_TRAIN_ZERO_H
 
@@ -111,8 +112,9 @@ void train_zero_begin_step(train_zero *z, model *m);
  * they finished): the collectives' verdict. */
 int train_zero_after_backward(train_zero *z, model *m, bt_diag *diag);
 /* tp > n_kv_heads: the shard's k_proj and v_proj gradients summed over kv, the ranks
- * sharing this rank's kv head (train_tp.h; NULL: nothing to do). 0 or BT_EIO. */
-int train_zero_reduce_kv(train_zero *z, const model *m, comm *kv, bt_diag *diag);
+ * sharing this rank's kv head (train_tp.h; NULL: nothing to do); under sequence
+ * parallelism the MoE layers' over the model's tp group. 0 or BT_EIO. */
+int train_zero_reduce_tp(train_zero *z, const model *m, comm *kv, bt_diag *diag);
 /* The update (see the top); *norm gets the global norm before clipping. */
 int train_zero_update(train_zero *z, train_dp *d, model *m, optim_adamw *o, const optim_hparams *hp,
                       double lr, double *norm, bt_diag *diag);
