@@ -29,7 +29,8 @@ typedef struct plan_params {
     uint64_t moe_shared;  /* n_shared * 3 * dim * expert_ffn, whole on every tp rank */
     uint32_t n_experts, top_k;
     uint32_t moe_first_dense, moe_every; /* layer pattern, see plan_layer_is_moe */
-    int moe_counts; /* a capacity or an aux loss: under cp the chunks' counts are exchanged */
+    int moe_counts; /* a capacity or an aux loss: a micro-batch split over cp or (sequence
+                     * parallel) tp ranks exchanges its chunks' expert counts */
     uint32_t n_layers;
 } plan_params;
 

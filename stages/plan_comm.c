@@ -4,30 +4,33 @@
  * size, all-gather and reduce-scatter (n-1)/n x size (size = the full tensor),
  * all-to-all (n-1)/n x the local tensor. Each group's figure is for its busiest rank
  * (the pipeline stage where it is largest). With s = seq_len/cp, b = micro_batch,
- * h = dim, m = micro-batches per step, A = s*b*h*e activation bytes (e = 2, or 4 for
- * fp32), P = passes over a layer per micro-batch: forward + backward, plus the repeated
+ * h = dim, m = micro-batches per step, A = s*b*h*4 activation bytes (the engines send
+ * activations in float32, except where a bf16 product alone reads them: below),
+ * P = passes over a layer per micro-batch: forward + backward, plus the repeated
  * forward with full recomputation (P = 2 or 3):
  *   TP  per layer and micro-batch, in units of (t-1)/t x A: the forward's 2 all-reduces
- *       (or, with sequence parallelism, 2 all-gathers + 2 reduce-scatters: the same
- *       bytes) 4, the backward's 4; full recomputation's forward stops before the down
- *       projection: + 2 (+ 3 with sequence parallelism, whose norm outputs it gathers);
- *       sequence parallelism's backward gathers the two norms' outputs again (only the
- *       rank's rows are kept, worker/engine/model_sp.h): + 2. An MoE layer's block is
- *       whole on every tp rank: only its attention's 4 (full recomputation + 2), or with
- *       sequence parallelism, where the block runs on the rank's rows, 5 (+ 2), and then
- *       once a step the all-reduce of the block's gradients, 2(t-1)/t x (router + shared
- *       experts + routed experts / ep) x 4 per MoE layer (under ZeRO-2/3 the busiest
- *       rank's part of it: the block ends its unit), and with a capacity or an aux loss
- *       per forward pass the
- *       all-gather of the rank's per-chunk expert counts, (t-1) x 2*b*E*4 bytes.
- *       The ends, per micro-batch: the vocabulary-parallel embedding's reduction, 2 units
- *       on the first stage; the head's, 2 (3 with sequence parallelism) on the last, with
- *       the cross-entropy's all-gather of (t-1) x 3 floats per row; with sequence
- *       parallelism the norm weights' gradients, 2(t-1)/t x h x 4 per norm and pass
- *       (two a layer, the final one). With tp > n_kv_heads
- *       add the all-reduce of the replicated k/v gradients over the r = tp/n_kv_heads
- *       ranks sharing a head, once a step: 2(r-1)/r x 4 d hd x 4 per layer (/(dp cp) under
- *       ZeRO-2/3).
+ *       4, the backward's 4, full recomputation's forward (it stops before the down
+ *       projection) + 2. With sequence parallelism, 4 reduce-scatters (+ 1 recomputed)
+ *       and 6 all-gathers (+ 2): forward and backward 2 each, and the backward gathers
+ *       the two norms' outputs again (only the rank's rows are kept,
+ *       worker/engine/model_sp.h); a gather into the layer's products counts half when
+ *       they run in bf16 (bf16 stages, and under fp8 the first and last layers with
+ *       fp8_first_last_bf16), whose rows travel in bf16. An MoE layer's block is whole on
+ *       every tp rank: only its attention's 4 (full recomputation + 2), or with sequence
+ *       parallelism, where the block runs on the rank's rows, 2 reduce-scatters (+ 1)
+ *       and 3 gathers (+ 1), and then once a step the all-reduce of the block's
+ *       gradients, 2(t-1)/t x (router + shared experts + routed experts / ep) x 4 per MoE
+ *       layer (under ZeRO-2/3 the busiest rank's part of it: the block ends its unit),
+ *       and with a capacity or an aux loss per forward pass the all-gather of the rank's
+ *       per-chunk expert counts, (t-1) x 2*b*E*4 bytes. The ends, per micro-batch: the
+ *       vocabulary-parallel embedding's reduction, 2 units on the first stage; the
+ *       head's, 2 on the last (with sequence parallelism its reduce-scatter 1 and two
+ *       gathers in the head's precision, bf16 under fp8 too), with the cross-entropy's
+ *       all-gather of (t-1) x 3 floats per row; with sequence parallelism the norm
+ *       weights' gradients, 2(t-1)/t x h x 4 per norm and pass (two a layer, the final
+ *       one). With tp > n_kv_heads add the all-reduce of the replicated k/v gradients
+ *       over the r = tp/n_kv_heads ranks sharing a head, once a step: 2(r-1)/r x 4 d hd x
+ *       4 per layer (/(dp cp) under ZeRO-2/3).
  *   PP  A/t (sequence parallel) or A per message; a stage sends forward to the next
  *       stage and gradients back to the previous one: m x (number of neighbours)
  *       messages; interleaved (v virtual stages, the last stage sending to the first):
@@ -48,17 +51,19 @@
  *       replaying the stage's passes (stages/pipe_order.h) through the two buffers as
  *       worker/engine/model_zero.c uses them (nothing resident when a step starts).
  *   CP  ring: per layer and forward pass (cp-1) K/V chunks of 2*s*b*(kv heads per tp
- *       rank)*hd*e bytes (two forward passes with full recomputation); backward sends
+ *       rank)*hd*4 bytes (two forward passes with full recomputation); backward sends
  *       K/V round again with dK/dV travelling beside them, plus one last hop of dK/dV
  *       home: (cp-1) + cp chunks; P(cp-1) + cp chunks in all (worker/engine/model_cp.h).
  *       Ulysses: all-to-alls of q, k, v and o, (cp-1)/cp x
- *       s*b*hd*e*(2*heads + 2*kv heads) per tp rank, per pass. MoE layers with a capacity
+ *       s*b*hd*4*(2*heads + 2*kv heads) per tp rank, per pass. MoE layers with a capacity
  *       or an aux loss add, per forward pass, an all-gather of each rank's per-chunk
  *       expert counts: (cp-1) x 2*b*E*4 bytes, x t with sequence parallelism (the tp
  *       ranks' counts, gathered over tp first; worker/engine/moe_dev.h).
- *   EP  per MoE layer and pass, dispatch + combine all-to-alls of top_k x tokens x h x
- *       e x (ep-1)/ep, tokens = s*b (s*b/t with sequence parallelism: each tp rank
- *       routes its own rows); under ZeRO-2/3 also,
+ *   EP  per MoE layer and pass, two all-to-alls of top_k x tokens x h x (ep-1)/ep
+ *       elements, tokens = s*b (s*b/t with sequence parallelism: each tp rank routes its
+ *       own rows): the rows to the experts (forward) or their output gradients
+ *       (backward), in bf16 (2 bytes) where the experts' products are (bf16 and fp8
+ *       stages), and the results back in float32; under ZeRO-2/3 also,
  *       per MoE layer and micro-batch, the all-reduce of its unit's dense part in a
  *       rank's chunk, 2(ep-1)/ep x dense/edp x 4 (an average rank's).
  * Seconds: bytes / the bandwidth of the link the group runs on (intra_node when every
@@ -96,7 +101,7 @@ static comm_dims comm_dims_of(const plan_stage *ps) {
     d.s = (double)sh->seq_len / sh->cp;
     d.b = (double)sh->micro_batch;
     d.h = sh->dim;
-    d.e = sh->precision == BATON__PRECISION__TYPE__FP32 ? 4 : 2;
+    d.e = 4; /* the engines' activations are float32 */
     d.act = d.s * d.b * d.h * d.e;
     d.passes = sh->recompute == BATON__STAGE__RECOMPUTE__FULL ? 3 : 2;
     d.m = (double)ps->microbatches;
@@ -119,7 +124,9 @@ static double comm_tp_kv(const plan_stage *ps, uint32_t layers) {
  * block's gradients all-reduced over tp once a step (under ZeRO-2/3 the rank's shard of
  * them, a g-th, g the group its unit is sharded over), and with a capacity or an aux
  * loss each forward pass all-gathers the rank's per-chunk expert counts over tp. */
-/* The most of unit u's MoE block (its last parameters) in one rank's chunk. */
+/* The most of unit u's MoE block (its last parameters, the engine's bias after them) in
+ * one rank's chunk. The stage's MoE units have one shape, so one rank is the busiest in
+ * each and the sum of these is that rank's. */
 static uint64_t zero_moe_most(const plan_zero_unit *u) {
     uint64_t most = 0, start = u->size - u->moe;
     for (uint64_t r = 0; r < u->group; r++) {
@@ -164,29 +171,54 @@ static double comm_tp_moe(const plan_stage *ps, const comm_dims *d, uint32_t moe
  * all-reduce, or 3: the final norm's output gathered forward and again backward, its
  * gradient reduce-scattered) and the cross-entropy's all-gather of 3 floats per row and
  * rank; with sequence parallelism the norm weights' gradients all-reduced every pass. */
+/* The bytes per element of sequence parallelism's gathers into products in bf16 (model
+ * layer l's, or the head's with l = n_layers): 2, they travel in bf16
+ * (worker/engine/model_sp.h); else 4. */
+static double gather_bytes(const plan_stage *ps, uint32_t l) {
+    const plan_shape *sh = &ps->shape;
+    uint32_t L = ps->params.n_layers;
+    if (sh->precision == BATON__PRECISION__TYPE__BF16) return 2;
+    if (sh->precision != BATON__PRECISION__TYPE__FP8) return 4;
+    return l == L || (sh->fp8_first_last_bf16 && (l == 0 || l + 1 == L)) ? 2 : 4;
+}
+
 static double comm_tp_ends(const plan_stage *ps, const comm_dims *d, uint32_t layers,
                            uint32_t stage) {
     const plan_shape *sh = &ps->shape;
     double t = sh->tp, first = stage == 0, last = stage + 1 == sh->pp;
     int sp = sh->sequence_parallel;
-    double units = 2 * first + (sp ? 3 : 2) * last;
+    /* the head's gathers (forward, and again backward) in its products' precision */
+    double head = sp ? 2 * gather_bytes(ps, ps->params.n_layers) / d->e + 1 : 2;
+    double units = 2 * first + head * last;
     double ce = last * (t - 1) * 3 * d->s * d->b * 4;
     double norms = sp ? (2.0 * layers + last) * 2 * (t - 1) / t * d->h * 4 : 0;
     return d->m * (units * (t - 1) / t * d->act + ce + norms);
 }
 
-static double comm_tp(const plan_stage *ps, const comm_dims *d, uint32_t layers,
-                      uint32_t moe_layers, uint32_t stage) {
-    double t = ps->shape.tp;
-    int sp = ps->shape.sequence_parallel, recompute = d->passes > 2;
-    double dense = 8 + (recompute ? (sp ? 3 : 2) : 0) + (sp ? 2 : 0);
-    /* an MoE layer: the attention's part; under sequence parallelism no gather before
-     * the block, no re-gather of its input in the backward */
-    double moe = sp ? 5 + 2 * recompute : 4 + 2 * recompute;
+/* Layer l's units (above) in float32 units: a gather into bf16 products counts
+ * gather_bytes / 4. */
+static double tp_layer_units(const plan_stage *ps, const comm_dims *d, uint32_t l) {
+    int sp = ps->shape.sequence_parallel, rc = d->passes > 2,
+        moe = plan_layer_is_moe(&ps->params, l);
+    if (!sp) return moe ? 4 + 2 * rc : 8 + 2 * rc; /* all-reduces */
+    double g = gather_bytes(ps, l) / d->e;
+    /* dense: 6 gathers (+ 2 recomputed), 4 reduce-scatters (+ 1); an MoE layer, whose
+     * block takes no gather: 3 (+ 1), 2 (+ 1) */
+    return moe ? g * (3 + rc) + 2 + rc : g * (6 + 2 * rc) + 4 + rc;
+}
+
+static double comm_tp(const plan_stage *ps, const comm_dims *d, uint32_t moe_layers,
+                      uint32_t stage) {
+    const plan_shape *sh = &ps->shape;
+    double t = sh->tp, units = 0;
     if (t < 2) return 0;
-    double units = (layers - moe_layers) * dense + moe_layers * moe;
-    return d->m * units * (t - 1) / t * d->act + comm_tp_kv(ps, layers) +
-           comm_tp_moe(ps, d, moe_layers, stage) + comm_tp_ends(ps, d, layers, stage);
+    uint32_t first, n, n_moe;
+    plan_pp_stage_layers(&ps->params, sh->pp, sh->virtual_stages, stage, &first, &n, &n_moe);
+    for (uint32_t i = 0; i < n; i++)
+        units += tp_layer_units(
+            ps, d, plan_pp_stage_layer(&ps->params, sh->pp, sh->virtual_stages, stage, i));
+    return d->m * units * (t - 1) / t * d->act + comm_tp_kv(ps, n) +
+           comm_tp_moe(ps, d, moe_layers, stage) + comm_tp_ends(ps, d, n, stage);
 }
 
 static double comm_pp(const plan_stage *ps, const comm_dims *d, uint32_t stage) {
@@ -341,8 +373,11 @@ static double comm_ep(const plan_stage *ps, const comm_dims *d, uint32_t moe_lay
     if (ep < 2 || moe_layers == 0) return 0;
     /* the rank's rows: a tp-th under sequence parallelism */
     double tokens = d->s * d->b / (sh->sequence_parallel ? sh->tp : 1);
-    double a2a = ps->params.top_k * tokens * d->h * d->e * (ep - 1) / ep;
-    return moe_layers * d->m * d->passes * 2 * a2a;
+    double a2a = ps->params.top_k * tokens * d->h * (ep - 1) / ep;
+    /* per pass rows to the experts (in bf16 where the experts' products are) and back */
+    int bf16 = sh->precision == BATON__PRECISION__TYPE__BF16 ||
+               sh->precision == BATON__PRECISION__TYPE__FP8;
+    return moe_layers * d->m * d->passes * a2a * ((bf16 ? 2 : 4) + d->e);
 }
 
 static void comm_stage(const plan_stage *ps, const comm_dims *d, uint32_t stage,
@@ -350,7 +385,7 @@ static void comm_stage(const plan_stage *ps, const comm_dims *d, uint32_t stage,
     uint32_t first, n, n_moe;
     plan_pp_stage_layers(&ps->params, ps->shape.pp, ps->shape.virtual_stages, stage, &first, &n,
                          &n_moe);
-    bytes[PLAN_COMM_TP] = comm_tp(ps, d, n, n_moe, stage);
+    bytes[PLAN_COMM_TP] = comm_tp(ps, d, n_moe, stage);
     bytes[PLAN_COMM_PP] = comm_pp(ps, d, stage);
     bytes[PLAN_COMM_DP] = comm_dp(ps, stage);
     bytes[PLAN_COMM_CP] = comm_cp(ps, d, n, n_moe);

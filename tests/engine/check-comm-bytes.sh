@@ -27,8 +27,8 @@ bytes_case() { # NAME RANKS TP CP STAGE [GROUP [SED [TOL]]]: SED edits the MoE r
          ${7:-}" \
       "$src/tests/engine/moe.yaml" >"$name.yaml"
   else
-    sed "s/gpus_per_node: 2/gpus_per_node: $n/; s/tp: 1, pp: 1, cp: 2,/tp: $3, pp: 1, cp: $4,/" \
-      "$src/tests/engine/cp.yaml" >"$name.yaml"
+    sed "s/gpus_per_node: 2/gpus_per_node: $n/; s/tp: 1, pp: 1, cp: 2,/tp: $3, pp: 1, cp: $4,/;
+         ${7:-}" "$src/tests/engine/cp.yaml" >"$name.yaml"
   fi
   "$baton" plan "$name.yaml" --json >"$name.plan.json"
   "$baton" spec "$name.yaml" --stage "$5" --out "$name.pb"
@@ -91,4 +91,11 @@ bytes_case pp2-v2 2 1 2 interleaved pp "" 0.001
 bytes_case pp4-v2 4 1 4 interleaved pp "s/n_layers: 4/n_layers: 8/" 0.001
 # with tp2 as well: the tp figure is the last stage's (the head's reductions)
 bytes_case tp2-pp2-v2 4 2 2 interleaved pp "" 0.001
+# bf16: activations still travel in float32, but what only bf16 products read (sequence
+# parallelism's gathers, the rows dispatched to the experts and their output gradients)
+# in bf16 (the runs are bit-equal either way: engine.comm-bf16)
+bf16="s/^defaults:/defaults:\n  precision: {type: bf16}/"
+bytes_case ep2-tp2-bf16 4 2 2 train ep "$bf16"
+bytes_case tp2-cp2-ring-bf16 4 2 2 ring cp "$bf16"
+bytes_case tp2-pp2-v2-bf16 4 2 2 interleaved pp "$bf16" 0.001
 layout_finish "CP, EP, PP and DP traffic per step within 10% of the plan, TP within 1%"

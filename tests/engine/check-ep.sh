@@ -101,14 +101,19 @@ ep_case moe-cp2-full 2 1 1 "$cap" "$cp2; s/  global_batch: 8/  global_batch: 8\n
 # of its cp rank's), yet the capacity and the aux loss count the whole sequences: tp2
 # (each rank half a sequence), tp4 (a quarter: the first chunk's pairs on two ranks),
 # tp2 x cp2 with two sequences per micro-batch (each tp rank one sequence's two chunks),
-# ep2 x tp2 with ZeRO-3 (the MoE parts of the shards summed over tp), and with bias
-# balancing recomputed whole.
+# ep2 x tp2 with ZeRO-3 (the MoE parts of the shards summed over tp), with bias balancing
+# recomputed whole, and on sequences of odd length.
 ep_case moe-tp2 2 2 1 "$cap"
 ep_case moe-tp4 4 4 1 "$cap"
 ep_case moe-tp2-cp2 4 2 1 "$cap" "$cp2"
 ep_case ep2-tp2-zero3 4 2 2 "$cap" "s/zero: 0/zero: 3/"
 ep_case moe-tp2-bias-full 2 2 1 "balance: bias, bias_update_rate: 0.01" \
   "s/  global_batch: 8/&\n  recompute: full/"
+# tp3 on sequences of 63 tokens, 21 rows a rank: without cp the rows' order is the
+# tokens', whatever the sequences' length
+ep_case moe-tp3-odd 3 3 1 "$cap" "s/  seq_len: 64/  seq_len: 63/;
+  s/dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2/dim: 96, n_layers: 2, n_heads: 3, n_kv_heads: 3/;
+  s/vocab_size: 272/vocab_size: 273/; s/ffn_dim: 176/ffn_dim: 192/"
 # ZeRO-1: dense tensors sharded over dp, experts over edp (ep2-dp4: edp 2; ep2: none).
 z1="s/zero: 0/zero: 1/"
 ep_case ep2-zero1 2 1 2 "$aux" "$z1"

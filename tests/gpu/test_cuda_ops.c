@@ -4,9 +4,9 @@
  * vocabulary shards, rows that see no key), then a whole model's forward and backward
  * (model.h) on both backends from the same weights: loss and every parameter gradient.
  * Also: running an op twice gives the same bits (determinism), and attention's backward
- * from stored probabilities equals the one that recomputes them, bit for bit. copy and
- * the fused AdamW (several steps over many segments) must equal the CPU bit for bit:
- * param, grad, m and v.
+ * from stored probabilities equals the one that recomputes them, bit for bit. copy (with
+ * the bf16 packing) and the fused AdamW (several steps over many segments) must equal the
+ * CPU bit for bit: param, grad, m and v.
  *
  * Tolerances are relative to the largest magnitude of the reference tensor
  * (max |gpu - cpu| <= tol * max |cpu|): float32 ops 2e-5 (only the summation order
@@ -107,6 +107,15 @@ static void test_copy(void) {
     cpu.copy(&cpu, b.c, a.c, 0); /* n 0: nothing */
     gpu.copy(&gpu, b.g, a.g, 0);
     compare_pair_bits("copy", &b);
+    /* bf16 packing (round to nearest even) and back, as the CPU's, bit for bit */
+    uint16_t *hc = cpu.alloc(&cpu, n * sizeof *hc), *hg = gpu.alloc(&gpu, n * sizeof *hg);
+    cpu.pack_bf16(&cpu, hc, a.c, n);
+    gpu.pack_bf16(&gpu, hg, a.g, n);
+    cpu.unpack_bf16(&cpu, b.c, hc, n);
+    gpu.unpack_bf16(&gpu, b.g, hg, n);
+    compare_pair_bits("pack_bf16", &b);
+    cpu.free(&cpu, hc);
+    gpu.free(&gpu, hg);
     check_sync("copy");
     pair_free(&a), pair_free(&b);
 }

@@ -280,20 +280,22 @@ static void test_activation_order(void) {
               1e-12);
 }
 
-/* Small config, m = 16 / (2 * 2) = 4 micro-batches, A = s*b*h*2 = 128*2*64*2 = 32768. */
+/* Small config (bf16), m = 16 / (2 * 2) = 4 micro-batches, A = s*b*h*4 = 128*2*64*4 = 65536:
+ * the engines send activations in float32, the gathers into bf16 products in bf16. */
 static void test_comm_small(void) {
     fixture fx;
     fixture_small(&fx);
     plan_stage ps;
     CHECK(build(&fx, &ps) == BT_OK);
     CHECK_EQ_U64(ps.microbatches, 4);
-    /* TP, the last stage: 1 layer x 4 mb x (4 + 4 + 2 SP re-gathers) (t-1)/t A, the head's
-     * 3 (SP), the cross-entropy's all-gather (t-1) 3 s b 4 = 3072 and the three norms'
-     * gradients 2 (t-1)/t h 4 = 256 each, per micro-batch */
+    /* TP, the last stage: 1 layer x 4 mb x (4 reduce-scatters + 6 gathers in bf16, half a
+     * unit each) (t-1)/t A, the head's reduce-scatter and 2 gathers in bf16, the
+     * cross-entropy's all-gather (t-1) 3 s b 4 = 3072 and the three norms' gradients
+     * 2 (t-1)/t h 4 = 256 each, per micro-batch */
     double ends = 4 * (3072 + 3 * 256.0);
-    CHECK_REL(ps.comm.bytes[PLAN_COMM_TP], 4 * 13 / 2 * 32768.0 + ends, 1e-12);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_TP], 4 * (7 + 2) / 2 * 65536.0 + ends, 1e-12);
     /* PP: 4 mb x 1 neighbour x A/t */
-    CHECK_REL(ps.comm.bytes[PLAN_COMM_PP], 65536, 1e-12);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_PP], 131072, 1e-12);
     /* DP: last stage (12288 + 33792 + 6400) / 2 + 128 + 64 = 26432 params,
      * ZeRO-1: (n-1)/n x P x (4 + 4): the engine gathers its fp32 weights */
     CHECK_EQ_U64(ps.comm.busiest_pp_stage[PLAN_COMM_DP], 1);
@@ -312,10 +314,11 @@ static void test_comm_small(void) {
     CHECK(build(&fx, &ps) == BT_OK);
     CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 2 * 0.5 * 26432 * 4, 1e-12);
     CHECK_REL(ps.mem.optimizer, 8.0 * 26368, 1e-12);
-    /* full recompute repeats the forward up to the down projection: + 3 with SP */
+    /* full recompute repeats the forward up to the down projection: with SP + 1
+     * reduce-scatter and 2 gathers (in bf16) */
     fx.stage.recompute = BATON__STAGE__RECOMPUTE__FULL;
     CHECK(build(&fx, &ps) == BT_OK);
-    CHECK_REL(ps.comm.bytes[PLAN_COMM_TP], 4 * 16 / 2 * 32768.0 + ends, 1e-12);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_TP], 4 * (9 + 2) / 2 * 65536.0 + ends, 1e-12);
     set_parallel(&fx.par, 1, 1, 2, 2, 1);
     CHECK(build(&fx, &ps) == BT_OK);
     CHECK_EQ_U64(ps.comm.bytes[PLAN_COMM_TP], 0);
@@ -383,7 +386,7 @@ static void test_zero_small(void) {
     CHECK_EQ_U64(ps.comm.bytes[PLAN_COMM_DP], 0);
 }
 
-/* cp 2 ring, tp 1: s = 64, kv 2 heads of 16, chunk 2*64*2*2*16*2 = 16384 bytes;
+/* cp 2 ring, tp 1: s = 64, kv 2 heads of 16, chunk 2*64*2*2*16*4 = 32768 bytes;
  * per layer 2 passes x (cp-1) + cp = 4 chunks, x 2 layers x m 8. */
 static void test_comm_cp_ep(void) {
     fixture fx;
@@ -392,25 +395,26 @@ static void test_comm_cp_ep(void) {
     plan_stage ps;
     CHECK(build(&fx, &ps) == BT_OK);
     CHECK_EQ_U64(ps.microbatches, 8);
-    CHECK_REL(ps.comm.bytes[PLAN_COMM_CP], 2 * 8 * 4 * 16384.0, 1e-12);
-    /* Ulysses: 2 passes x 1/2 x s*b*hd*2 x (2*4 + 2*2) = 2 * 0.5 * 4096 * 12 per layer */
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_CP], 2 * 8 * 4 * 32768.0, 1e-12);
+    /* Ulysses: 2 passes x 1/2 x s*b*hd*4 x (2*4 + 2*2) = 2 * 0.5 * 8192 * 12 per layer */
     fx.par.cp_comm = BATON__PARALLEL__CP_COMM__ULYSSES;
     CHECK(build(&fx, &ps) == BT_OK);
-    CHECK_REL(ps.comm.bytes[PLAN_COMM_CP], 2 * 8 * (2 * 0.5 * 4096 * 12), 1e-12);
-    /* EP 2 over dp 2, MoE model: tokens 256, a2a = 2 * 256 * 32 * 2 * 1/2 = 16384,
-     * x 2 (dispatch + combine) x 2 passes x 2 MoE layers x m 4 */
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_CP], 2 * 8 * (2 * 0.5 * 8192 * 12), 1e-12);
+    /* EP 2 over dp 2, MoE model: tokens 256, a2a = 2 * 256 * 32 * 1/2 = 8192 elements,
+     * x (2 + 4) bytes (to the experts in bf16, back in float32) x 2 passes x 2 MoE layers
+     * x m 4 */
     fixture_moe(&fx);
     set_parallel(&fx.par, 1, 1, 2, 1, 2);
     CHECK(build(&fx, &ps) == BT_OK);
-    CHECK_REL(ps.comm.bytes[PLAN_COMM_EP], 4 * 2 * 2 * 2 * 16384.0, 1e-12);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_EP], 8192.0 * 6 * 2 * 2 * 4, 1e-12);
     /* experts split by ep: 2 layers x 6144 / 2; dense the rest */
     CHECK_EQ_U64(ps.mem.expert_params_on_rank, 6144);
     CHECK_EQ_U64(ps.mem.params_on_rank + 6144, 47776);
     CHECK_EQ_U64(ps.mem.optim_shards_expert, 1); /* edp = dp*cp/ep = 1 */
 }
 
-/* MoE under tp 2 with sequence parallelism, ep 2 over dp 2 (m = 16 / (2 * 2) = 4,
- * A = 128*2*32*2 = 16384, a capacity): each tp rank runs the MoE block on its own rows. */
+/* MoE under tp 2 with sequence parallelism, ep 2 over dp 2 (bf16, m = 16 / (2 * 2) = 4,
+ * A = 128*2*32*4 = 32768, a capacity): each tp rank runs the MoE block on its own rows. */
 static void test_comm_moe_sp(void) {
     fixture fx;
     fixture_moe(&fx);
@@ -420,17 +424,18 @@ static void test_comm_moe_sp(void) {
     plan_stage ps;
     CHECK(build(&fx, &ps) == BT_OK);
     CHECK_EQ_U64(ps.microbatches, 4);
-    /* TP: 2 dense layers x 10 units + 2 MoE layers x 5 + the embedding's 2 and the
-     * head's 3, x 4 mb x 1/2 A; the MoE block's gradients (router 128 + shared 1536 +
-     * experts 6144 / ep 2) all-reduced once: 2 x 1/2 x 4736 x 4 per layer; the chunk
-     * counts, (t-1) 2 b E 4 = 64 per MoE layer and micro-batch; per micro-batch the
-     * cross-entropy's (t-1) 3 s b 4 = 3072 and 9 norms' gradients of 2 (t-1)/t h 4 = 128 */
+    /* TP: 2 dense layers x (4 + 6 gathers at half a unit: bf16) + 2 MoE layers x
+     * (2 + 3 halves) + the embedding's 2 and the head's 1 + 2 halves, x 4 mb x 1/2 A; the
+     * MoE block's gradients (router 128 + shared 1536 + experts 6144 / ep 2) all-reduced
+     * once: 2 x 1/2 x 4736 x 4 per layer; the chunk counts, (t-1) 2 b E 4 = 64 per MoE
+     * layer and micro-batch; per micro-batch the cross-entropy's (t-1) 3 s b 4 = 3072 and
+     * 9 norms' gradients of 2 (t-1)/t h 4 = 128 */
     double ends = 4 * (3072 + 9 * 128.0);
-    double tp = 35 * 4 * 0.5 * 16384 + 2 * 4736 * 4.0 + 2 * 4 * 64 + ends;
+    double tp = 25 * 4 * 0.5 * 32768 + 2 * 4736 * 4.0 + 2 * 4 * 64 + ends;
     CHECK_REL(ps.comm.bytes[PLAN_COMM_TP], tp, 1e-12);
-    /* EP: each tp rank routes its 128 rows: a2a = 2 * 128 * 32 * 2 * 1/2 = 8192, x 2 x 2
-     * passes x 2 MoE layers x m 4 */
-    CHECK_REL(ps.comm.bytes[PLAN_COMM_EP], 8192.0 * 2 * 2 * 2 * 4, 1e-12);
+    /* EP: each tp rank routes its 128 rows: a2a = 2 * 128 * 32 * 1/2 = 4096 elements,
+     * x (2 + 4) bytes x 2 passes x 2 MoE layers x m 4 */
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_EP], 4096.0 * 6 * 2 * 2 * 4, 1e-12);
     /* ZeRO-2: the block's gradient shard over edp = dp / ep = 1: the same all-reduce */
     fx.par.zero = 2;
     CHECK(build(&fx, &ps) == BT_OK);
@@ -439,9 +444,9 @@ static void test_comm_moe_sp(void) {
      * attention's 4 units, nothing else; the ends 2 + 2, no norms */
     fx.par.sequence_parallel = 0, fx.par.zero = 0;
     CHECK(build(&fx, &ps) == BT_OK);
-    CHECK_REL(ps.comm.bytes[PLAN_COMM_TP], (2 * 8 + 2 * 4 + 4) * 4 * 0.5 * 16384 + 4 * 3072.0,
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_TP], (2 * 8 + 2 * 4 + 4) * 4 * 0.5 * 32768 + 4 * 3072.0,
               1e-12);
-    CHECK_REL(ps.comm.bytes[PLAN_COMM_EP], 16384.0 * 2 * 2 * 2 * 4, 1e-12);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_EP], 8192.0 * 6 * 2 * 2 * 4, 1e-12);
 }
 
 /* 6 N T + 6 L h s T: N = 105280 - 6400, T = 16 * 128. */

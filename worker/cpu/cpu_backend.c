@@ -53,6 +53,8 @@ void cpu_backend_init(backend *be) {
     be->sumsq = cpu_sumsq;
     be->sumsq_segs = cpu_sumsq_segs;
     be->copy = cpu_copy_floats;
+    be->pack_bf16 = cpu_pack_bf16;
+    be->unpack_bf16 = cpu_unpack_bf16;
     be->adamw = cpu_adamw;
     be->host_memory = 1;
     be->embedding_forward = cpu_embedding_forward;

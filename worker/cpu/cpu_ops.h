@@ -15,6 +15,8 @@ void cpu_copy2d(backend *be, float *dst, size_t ldd, const float *src, size_t ld
 double cpu_sumsq(backend *be, const float *x, size_t n);
 double cpu_sumsq_segs(backend *be, const float *x, const backend_seg *segs, size_t nseg);
 void cpu_copy_floats(backend *be, float *dst, const float *src, size_t n);
+void cpu_pack_bf16(backend *be, uint16_t *dst, const float *src, size_t n);
+void cpu_unpack_bf16(backend *be, float *dst, const uint16_t *src, size_t n);
 void cpu_adamw(backend *be, float *param, float *grad, float *m, float *v, const backend_seg *segs,
                size_t nseg, const backend_adamw *a);
 /* backend.h's AdamW on one range (decay: whether keep applies), also optim.h's host loop. */

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cpu_ops.h"
+#include "precision.h"
 
 void cpu_adamw_range(float *param, float *grad, float *m, float *v, size_t n,
                      const backend_adamw *a, int decay) {
@@ -35,4 +36,18 @@ void cpu_adamw(backend *be, float *param, float *grad, float *m, float *v, const
 void cpu_copy_floats(backend *be, float *dst, const float *src, size_t n) {
     (void)be;
     if (n) memcpy(dst, src, n * sizeof *dst);
+}
+
+void cpu_pack_bf16(backend *be, uint16_t *dst, const float *src, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++)
+        dst[i] = prec_bf16_bits(src[i]);
+}
+
+void cpu_unpack_bf16(backend *be, float *dst, const uint16_t *src, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &u, sizeof u);
+    }
 }

@@ -114,6 +114,8 @@ static void fill_table(backend *be) {
     be->sumsq = cuda_sumsq;
     be->sumsq_segs = cuda_sumsq_segs;
     be->copy = cuda_copy;
+    be->pack_bf16 = cuda_pack_bf16;
+    be->unpack_bf16 = cuda_unpack_bf16;
     be->adamw = cuda_adamw;
     be->host_memory = 0;
     be->stream_new = cuda_stream_new;

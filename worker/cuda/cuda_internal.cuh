@@ -148,6 +148,8 @@ __device__ __forceinline__ float cuda_block_max(float v, float *sh) {
 void cuda_zero(backend *be, float *x, size_t n);
 void cuda_add(backend *be, float *out, const float *a, const float *b, size_t n);
 void cuda_scale(backend *be, float *x, float s, size_t n);
+void cuda_pack_bf16(backend *be, uint16_t *dst, const float *src, size_t n);
+void cuda_unpack_bf16(backend *be, float *dst, const uint16_t *src, size_t n);
 void cuda_copy2d(backend *be, float *dst, size_t ldd, const float *src, size_t lds, size_t rows,
                  size_t width);
 double cuda_sumsq(backend *be, const float *x, size_t n);

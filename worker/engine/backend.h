@@ -128,6 +128,12 @@ struct backend {
     double (*sumsq)(backend *be, const float *x, size_t n);
     /* dst[i] = src[i] for i < n (device to device; the ranges do not overlap). */
     void (*copy)(backend *be, float *dst, const float *src, size_t n);
+    /* 16-bit transfers: dst[i] = src[i] rounded to bf16 (round-to-nearest-even, as a bf16
+     * product rounds its operands), and back (exact). A tensor that only a bf16 product
+     * reads can so travel in half the bytes with the same results. Optional (NULL:
+     * transfers stay float32). */
+    void (*pack_bf16)(backend *be, uint16_t *dst, const float *src, size_t n);
+    void (*unpack_bf16)(backend *be, float *dst, const uint16_t *src, size_t n);
     /* The gradient norm's sum of squares over segments: 0.0 plus, in segment order and
      * in double, each segment's sumsq(x + offset, n) exactly as sumsq computes it (an
      * empty segment adds 0.0). One synchronization for all of them. */

@@ -12,6 +12,7 @@
 
 #include "model_cp.h"
 #include "model_moe.h"
+#include "model_sp.h"
 #include "model_zero.h"
 #include "splitmix.h"
 
@@ -470,7 +471,7 @@ int model_init_tp(model *m, const model_config *cfg, backend *be, int max_B, int
     m->max_T = max_T;
     model_sizes_compute(cfg, be, max_B, max_T, &m->sizes);
     if ((rc = alloc_host(m)) || (rc = alloc_device(m)) || (rc = upload_rope(m)) ||
-        (rc = setup_gemms(m)) || (rc = setup_wcache(m)))
+        (rc = setup_gemms(m)) || (rc = setup_wcache(m)) || (rc = model_sp_init(m)))
         goto error;
     return 0;
 error:
@@ -493,6 +494,7 @@ void model_free(model *m) {
         be->free(be, m->tokens_mem);
         if (m->amax_acc) be->free(be, m->amax_acc);
         if (m->wcache_mem) be->free(be, m->wcache_mem);
+        if (m->sp16) be->free(be, m->sp16);
     }
     free(m->params.layers);
     free(m->grads.layers);

@@ -125,6 +125,10 @@ typedef struct model_config {
      * of twice per micro-batch. The trainer calls model_weights_changed before each step
      * and evaluation. */
     int weight_cache;
+    /* Send in bf16 what only bf16 products read (the gathers of sequence parallelism, the
+     * rows dispatched to the experts): half the bytes, the same results (backend.h:
+     * pack_bf16). The trainer sets it (BATON_COMM_BF16=0: every transfer float32). */
+    int comm_bf16;
 } model_config;
 
 /* 1 if layer l (a model layer index) is an MoE layer. */
@@ -314,6 +318,8 @@ typedef struct model {
                            * running amaxes (backend_gemm.amax_acc); NULL otherwise */
     float *wcache_mem;    /* cfg.weight_cache: every GEMM's weight cache, or NULL */
     size_t wcache_floats; /* its size */
+    uint16_t *sp16;       /* cfg.comm_bf16 under sequence parallelism: (max_B max_T, dim) bf16
+                           * rows of a gather (model_sp.h), or NULL */
 
     float *host_losses; /* (max_B * max_T) */
     int has_targets;    /* the last forward computed a loss */

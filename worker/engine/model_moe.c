@@ -60,6 +60,8 @@ static int moe_init_caches(model *m, comm *ep_group) {
      * scaling); the router's in float32. */
     backend_prec p = m->cfg.prec == BACKEND_PREC_FP8 ? BACKEND_PREC_BF16 : m->cfg.prec;
     int rc = moe_dev_scratch_init(mo->scratch, m->be, &m->cfg.moe, max_tokens, ep, p);
+    if (rc == 0 && m->cfg.comm_bf16)
+        rc = moe_dev_scratch_set_bf16(mo->scratch, &m->cfg.moe, max_tokens);
     if (rc == 0)
         rc = moe_dev_scratch_set_split(mo->scratch, &m->cfg.moe, m->cp_group,
                                        model_sp_on(m) ? m->tp_group : NULL, m->max_T, max_tokens);
@@ -89,7 +91,8 @@ int model_moe_init(model *m, comm *ep_group, bt_diag *diag) {
     if (mo == NULL) return BT_ENOMEM;
     m->moew = mo, m->ep_group = ep > 1 ? ep_group : NULL;
     mo->sets = moe_sets(m);
-    mo->y = m->be->alloc(m->be, (size_t)m->max_B * m->max_T * m->cfg.dim * sizeof(float));
+    size_t rows = (size_t)model_sp_rows(m, m->max_B * m->max_T);
+    mo->y = m->be->alloc(m->be, rows * m->cfg.dim * sizeof(float));
     mo->routed =
         calloc((size_t)(m->n_layers ? m->n_layers : 1) * m->cfg.moe.n_experts, sizeof(double));
     int rc = mo->y && mo->routed ? moe_init_caches(m, m->ep_group) : BT_ENOMEM;

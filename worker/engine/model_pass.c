@@ -69,22 +69,23 @@ static float *resid_at(const model *m, int l) {
     return m->acts.resid + k * model_sp_rows(m, m->B * m->T) * m->cfg.dim;
 }
 
-/* A norm's output whole (N, C), the input of a column-parallel GEMM: ln itself, or under
- * sequence parallelism (ln this rank's rows) every rank's rows gathered into g->dx. */
-static const float *ln_whole(model *m, const float *ln) {
+/* A norm's output whole (N, C), the input of a column-parallel GEMM in precision prec: ln
+ * itself, or under sequence parallelism (ln this rank's rows) every rank's rows gathered
+ * into g->dx. */
+static const float *ln_whole(model *m, const float *ln, backend_prec prec) {
     if (!model_sp_on(m)) return ln; /* tp's f operator: the identity forward */
-    model_sp_gather(m, m->gacts.dx, ln, m->B * m->T);
+    model_sp_gather(m, m->gacts.dx, ln, m->B * m->T, prec);
     return m->gacts.dx;
 }
 
 /* The norm before a column-parallel GEMM: ln = norm(x) and rstd for x's rows (this rank's
  * under sequence parallelism, where only they are kept and the backward gathers them
  * again); returns the output whole (ln_whole). */
-static const float *norm_gathered(model *m, float *ln, float *rstd, const float *x,
-                                  const float *w) {
+static const float *norm_gathered(model *m, float *ln, float *rstd, const float *x, const float *w,
+                                  backend_prec prec) {
     int R = model_sp_rows(m, m->B * m->T), C = m->cfg.dim;
     m->be->rmsnorm_forward(m->be, ln, rstd, x, w, R, C, m->cfg.norm_eps);
-    return ln_whole(m, ln);
+    return ln_whole(m, ln, prec);
 }
 
 /* The backward of a norm over this rank's rows (all of them without sequence
@@ -127,13 +128,13 @@ static void reduce_rows(model *m, const float *full, float *out) {
         model_tp_reduce_forward(m, out, (size_t)N * m->cfg.dim);
 }
 
-/* The gradient of the residual stream, whole: g->dres itself, or under sequence
- * parallelism every rank's rows gathered into g->dx. */
-static float *dres_whole(model *m) {
+/* The gradient of the residual stream, whole, for products in precision prec: g->dres
+ * itself, or under sequence parallelism every rank's rows gathered into g->dx. */
+static float *dres_whole(model *m, backend_prec prec) {
     model_grad_acts *g = &m->gacts;
     int N = m->B * m->T;
     if (!model_sp_on(m)) return g->dres;
-    model_sp_gather(m, g->dx, g->dres, N);
+    model_sp_gather(m, g->dx, g->dres, N, prec);
     return g->dx;
 }
 
@@ -169,7 +170,8 @@ static void layer_forward(model *m, int l, const float *x, float *out) {
      * read before */
     float *part = sp ? m->gacts.dx : NULL;
 
-    const float *ln1 = norm_gathered(m, a->ln1, a->ln1_rstd, x, w->attn_norm);
+    backend_prec prec = att_prec(m, l); /* every GEMM of the layer's */
+    const float *ln1 = norm_gathered(m, a->ln1, a->ln1_rstd, x, w->attn_norm, prec);
     be->matmul_forward(be, a->qkv, ln1, w->wqkv, N, C, ld, gemm_of(m, l, MODEL_GEMM_QKV), scratch);
     be->rope_forward(be, q, q, m->rope_cos, m->rope_sin, B, T, H, hd, ld);
     be->rope_forward(be, k, k, m->rope_cos, m->rope_sin, B, T, KV, hd, ld);
@@ -188,7 +190,7 @@ static void layer_forward(model *m, int l, const float *x, float *out) {
         if (out != NULL) be->add(be, out, out, a->xmid, (size_t)R * C);
         return;
     }
-    const float *ln2 = norm_gathered(m, a->ln2, a->ln2_rstd, a->xmid, w->mlp_norm);
+    const float *ln2 = norm_gathered(m, a->ln2, a->ln2_rstd, a->xmid, w->mlp_norm, prec);
     be->matmul_forward(be, a->h13, ln2, w->w13, N, C, 2 * F, gemm_of(m, l, MODEL_GEMM_GATE_UP),
                        scratch);
     be->swiglu_forward(be, a->hs, a->h13, N, F);
@@ -211,7 +213,8 @@ static void mlp_backward(model *m, int l, const float *dout) {
     be->matmul_backward(be, g->dnarrow, dw->w2, dout, a->hs, w->w2, N, F, C,
                         gemm_of(m, l, MODEL_GEMM_DOWN), g->scratch);
     be->swiglu_backward(be, g->dwide, g->dnarrow, a->h13, N, F);
-    const float *ln2 = ln_whole(m, a->ln2); /* dout (in dx under sp) is read by now */
+    /* dout (in dx under sp) is read by now */
+    const float *ln2 = ln_whole(m, a->ln2, gemm_of(m, l, MODEL_GEMM_GATE_UP)->prec);
     be->matmul_backward(be, g->dln, dw->w13, g->dwide, ln2, w->w13, N, C, 2 * F,
                         gemm_of(m, l, MODEL_GEMM_GATE_UP), g->scratch);
 }
@@ -235,13 +238,13 @@ static void layer_backward(model *m, int l, const float *x) {
         model_moe_backward(m, l, g->dres, g->dln, m->bwd_scale);
         norm_rows_backward(m, g->dx, dw->mlp_norm, g->dln, a->xmid, w->mlp_norm, a->ln2_rstd);
     } else {
-        mlp_backward(m, l, dres_whole(m));
+        mlp_backward(m, l, dres_whole(m, gemm_of(m, l, MODEL_GEMM_DOWN)->prec));
         norm_gathered_backward(m, g->dx, dw->mlp_norm, g->dln, a->xmid, w->mlp_norm, a->ln2_rstd);
     }
     be->add(be, g->dres, g->dres, g->dx, (size_t)R * C);
 
     /* Attention: xmid = x + g(o(attention(rope(qkv(f(norm(x))))))) */
-    const float *dout = dres_whole(m);
+    const float *dout = dres_whole(m, gemm_of(m, l, MODEL_GEMM_O)->prec);
     be->matmul_backward(be, g->dnarrow, dw->wo, dout, a->atty, w->wo, N, qd, C,
                         gemm_of(m, l, MODEL_GEMM_O), g->scratch);
     if (m->cpw)
@@ -251,7 +254,8 @@ static void layer_backward(model *m, int l, const float *x) {
                                T, H, KV, hd, 1.0f / sqrtf((float)hd), att_prec(m, l), g->scratch);
     be->rope_backward(be, dq, dq, m->rope_cos, m->rope_sin, B, T, H, hd, ld);
     be->rope_backward(be, dk, dk, m->rope_cos, m->rope_sin, B, T, KV, hd, ld);
-    const float *ln1 = ln_whole(m, a->ln1); /* dout (in dx under sp) is read by now */
+    /* dout (in dx under sp) is read by now */
+    const float *ln1 = ln_whole(m, a->ln1, gemm_of(m, l, MODEL_GEMM_QKV)->prec);
     be->matmul_backward(be, g->dln, dw->wqkv, g->dwide, ln1, w->wqkv, N, C, ld,
                         gemm_of(m, l, MODEL_GEMM_QKV), g->scratch);
     norm_gathered_backward(m, g->dx, dw->attn_norm, g->dln, x, w->attn_norm, a->ln1_rstd);
@@ -289,7 +293,7 @@ static void embed_forward(model *m, float *out, int N) {
 static void embed_backward(model *m, int N) {
     backend *be = m->be;
     const model_shard *s = &m->shard;
-    const float *dout = dres_whole(m);
+    const float *dout = dres_whole(m, BACKEND_PREC_FP32); /* the embedding's: float32 */
     if (m->tp_group == NULL) {
         be->embedding_backward(be, m->grads.embed, dout, m->tokens, N, m->cfg.dim);
         return;
@@ -410,9 +414,11 @@ int model_stage_forward(model *m, int chunk, int slot, const int32_t *tokens,
         model_acts *a = &m->acts;
         int L = m->n_layers;
         model_zero_forward(m, m->first_stage + L, -1);
-        const float *lnf = norm_gathered(m, a->lnf, a->lnf_rstd, resid_at(m, L), m->params.norm);
-        be->matmul_forward(be, a->logits, lnf, m->params.lm_head, N, cfg->dim, m->shard.vocab,
-                           &m->gemm[MODEL_GEMMS_PER_LAYER * L], m->gacts.scratch);
+        backend_gemm *head = &m->gemm[MODEL_GEMMS_PER_LAYER * L];
+        const float *lnf =
+            norm_gathered(m, a->lnf, a->lnf_rstd, resid_at(m, L), m->params.norm, head->prec);
+        be->matmul_forward(be, a->logits, lnf, m->params.lm_head, N, cfg->dim, m->shard.vocab, head,
+                           m->gacts.scratch);
         if (targets) loss_forward(m, targets, loss);
     }
     rc = be->sync(be);
@@ -436,9 +442,9 @@ static void head_backward(model *m, float loss_scale) {
     else
         be->vocab_ce_backward(be, a->logits, a->logits, a->ce_lse, m->targets, dloss, N, V,
                               m->shard.vocab0);
-    be->matmul_backward(be, g->dln, m->grads.lm_head, a->logits, ln_whole(m, a->lnf),
-                        m->params.lm_head, N, C, V, &m->gemm[MODEL_GEMMS_PER_LAYER * L],
-                        g->scratch);
+    backend_gemm *head = &m->gemm[MODEL_GEMMS_PER_LAYER * L];
+    be->matmul_backward(be, g->dln, m->grads.lm_head, a->logits, ln_whole(m, a->lnf, head->prec),
+                        m->params.lm_head, N, C, V, head, g->scratch);
     norm_gathered_backward(m, g->dres, m->grads.norm, g->dln, resid_at(m, L), m->params.norm,
                            a->lnf_rstd);
 }

@@ -9,10 +9,27 @@ int model_sp_row0(const model *m, int n) {
     return model_sp_on(m) ? m->cfg.tp_rank * (n / m->cfg.tp) : 0;
 }
 
-void model_sp_gather(model *m, float *full, const float *local, int n) {
+int model_sp_init(model *m) {
+    backend_prec p = m->cfg.prec;
+    if (!model_sp_on(m) || !m->cfg.comm_bf16 || m->be->pack_bf16 == NULL ||
+        (p != BACKEND_PREC_BF16 && p != BACKEND_PREC_FP8))
+        return 0;
+    size_t n = (size_t)m->max_B * m->max_T * m->cfg.dim;
+    m->sp16 = m->be->alloc(m->be, n * sizeof *m->sp16);
+    return m->sp16 ? 0 : BT_ENOMEM;
+}
+
+void model_sp_gather(model *m, float *full, const float *local, int n, backend_prec prec) {
     if (!model_sp_on(m) || m->comm_err != 0) return;
     size_t rows = (size_t)model_sp_rows(m, n) * m->cfg.dim;
-    m->comm_err = comm_allgather(m->tp_group, local, full, rows, COMM_F32, NULL);
+    if (prec != BACKEND_PREC_BF16 || m->sp16 == NULL) {
+        m->comm_err = comm_allgather(m->tp_group, local, full, rows, COMM_F32, NULL);
+        return;
+    }
+    uint16_t *mine = m->sp16 + (size_t)model_sp_row0(m, n) * m->cfg.dim;
+    m->be->pack_bf16(m->be, mine, local, rows);
+    m->comm_err = comm_allgather(m->tp_group, mine, m->sp16, rows * sizeof *mine, COMM_BYTE, NULL);
+    if (m->comm_err == 0) m->be->unpack_bf16(m->be, full, m->sp16, (size_t)n * m->cfg.dim);
 }
 
 void model_sp_scatter(model *m, const float *full, float *local, int n) {

@@ -31,8 +31,14 @@ static inline int model_sp_on(const model *m) {
 int model_sp_rows(const model *m, int n);
 int model_sp_row0(const model *m, int n);
 
-/* full (n, C) gets every rank's rows, this rank's from local (R, C; may be full + row0 C). */
-void model_sp_gather(model *m, float *full, const float *local, int n);
+/* The bf16 staging of gathers (cfg.comm_bf16; where the backend packs bf16 and some GEMM
+ * runs in bf16: under bf16, or fp8's bf16 head). 0 or BT_ENOMEM. */
+int model_sp_init(model *m);
+
+/* full (n, C) gets every rank's rows, this rank's from local (R, C; may be full + row0 C).
+ * prec: the precision of the products that alone read full; under bf16 the rows travel
+ * in bf16 (model.h: comm_bf16), which those products round them to anyway. */
+void model_sp_gather(model *m, float *full, const float *local, int n, backend_prec prec);
 /* local (R, C) = this rank's rows of the sum over the group of full (n, C); local may be
  * full + row0 C. */
 void model_sp_scatter(model *m, const float *full, float *local, int n);

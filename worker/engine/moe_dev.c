@@ -59,7 +59,18 @@ int moe_dev_scratch_init(moe_dev_scratch *s, backend *be, const moe_config *c, i
     return 0;
 }
 
+int moe_dev_scratch_set_bf16(moe_dev_scratch *s, const moe_config *c, int max_tokens) {
+    if (s->ep_size < 2 || s->prec != BACKEND_PREC_BF16 || s->be->pack_bf16 == NULL || s->x16)
+        return 0;
+    size_t NK = (size_t)max_tokens * c->top_k, rows = NK + NK * (size_t)s->ep_size;
+    s->x16 = s->be->alloc(s->be, rows * (size_t)c->dim * sizeof *s->x16);
+    s->cnt16 = calloc(2 * (size_t)s->ep_size, sizeof *s->cnt16);
+    return s->x16 && s->cnt16 ? 0 : BT_ENOMEM;
+}
+
 void moe_dev_scratch_free(moe_dev_scratch *s) {
+    if (s->x16) s->be->free(s->be, s->x16);
+    free(s->cnt16);
     if (s->fbuf) s->be->free(s->be, s->fbuf);
     free(s->sp_topk);
     free(s->sp_count);
@@ -72,10 +83,11 @@ int moe_dev_scratch_set_split(moe_dev_scratch *s, const moe_config *c, comm *cp,
     int P = cp ? comm_size(cp) : 1, Q = tp ? comm_size(tp) : 1;
     if (P < 2 && Q < 2) return 0;
     size_t whole = (size_t)max_tokens * (size_t)Q; /* the cp rank's rows */
-    if (s->split || T < 2 || T % 2 != 0 || whole < (size_t)T ||
+    if (s->split || (P > 1 && (T < 2 || T % 2 != 0 || whole < (size_t)T)) ||
         whole * c->top_k * (size_t)P > INT32_MAX)
         return BT_EINVAL; /* the whole sequences' pairs must count in an int */
-    size_t E = (size_t)c->n_experts, B = whole / (size_t)T;
+    /* without cp the rows' order is the tokens' whatever the sequences: one "sequence" */
+    size_t E = (size_t)c->n_experts, B = P > 1 ? whole / (size_t)T : 1;
     s->sp_topk = malloc((size_t)max_tokens * c->top_k * sizeof *s->sp_topk);
     s->sp_count = malloc((size_t)P * Q * 2 * B * E * sizeof *s->sp_count);
     s->sp_limit = malloc(2 * E * sizeof *s->sp_limit);
@@ -260,6 +272,26 @@ static void local_blocks(const moe_config *c, moe_dev_cache *m) {
         m->blk_e[e] = e, m->blk_m[e] = kept[e];
 }
 
+/* Rows to the experts' owners: send (grouped rows, scount floats to each peer) into recv
+ * (rcount from each), in bf16 where the scratch has the staging for it. */
+static int ep_to_owners(moe_dev_cache *m, const float *send, float *recv) {
+    moe_dev_scratch *s = m->scratch;
+    if (s->x16 == NULL)
+        return comm_alltoallv(m->ep, send, m->scount, recv, m->rcount, COMM_F32, NULL) ? BT_EIO : 0;
+    int P = m->ep_size;
+    size_t out = 0, in = 0;
+    for (int r = 0; r < P; r++) {
+        s->cnt16[r] = m->scount[r] * sizeof *s->x16, out += m->scount[r];
+        s->cnt16[P + r] = m->rcount[r] * sizeof *s->x16, in += m->rcount[r];
+    }
+    uint16_t *rx = s->x16 + out; /* the rows received follow the rows sent */
+    m->be->pack_bf16(m->be, s->x16, send, out);
+    if (comm_alltoallv(m->ep, s->x16, s->cnt16, rx, s->cnt16 + P, COMM_BYTE, NULL) != 0)
+        return BT_EIO;
+    m->be->unpack_bf16(m->be, recv, rx, in);
+    return 0;
+}
+
 /* Under ep: the counts to the owners, the grouped rows after them (into xr); the blocks
  * are (source, local expert) in that order. */
 static int ep_dispatch(const moe_config *c, moe_dev_cache *m) {
@@ -285,7 +317,7 @@ static int ep_dispatch(const moe_config *c, moe_dev_cache *m) {
         total += rows;
     }
     if (total > (size_t)m->max_tokens * c->top_k * P) return BT_ERANGE;
-    return comm_alltoallv(m->ep, m->xg, m->scount, m->xr, m->rcount, COMM_F32, NULL) ? BT_EIO : 0;
+    return ep_to_owners(m, m->xg, m->xr);
 }
 
 /* Each block's expert over its rows of xe into eout (rows in block order). */
@@ -329,16 +361,18 @@ static void combine_forward(const moe_config *c, const moe_weights *w, int N, mo
 }
 
 /* The split's sizes and this rank's place: cp ranks P (this one q), tp ranks Q (this one
- * qt), B sequences on the cp rank. */
+ * qt), B sequences of T rows on the cp rank (without cp one of all its N Q rows: their
+ * order is the tokens' then). */
 typedef struct split_dims {
-    int P, q, Q, qt, B;
+    int P, q, Q, qt, B, T;
 } split_dims;
 
 static split_dims split_dims_of(const moe_dev_scratch *s, int N) {
-    split_dims d = {1, 0, 1, 0, 0};
+    split_dims d = {1, 0, 1, 0, 0, 0};
     if (s->cp) d.P = comm_size(s->cp), d.q = comm_rank(s->cp);
     if (s->tp) d.Q = comm_size(s->tp), d.qt = comm_rank(s->tp);
-    d.B = N * d.Q / s->sp_T;
+    d.T = d.P > 1 ? s->sp_T : N * d.Q;
+    d.B = N * d.Q / d.T;
     return d;
 }
 
@@ -348,7 +382,7 @@ static split_dims split_dims_of(const moe_dev_scratch *s, int N) {
 static int split_count_local(const moe_config *c, int N, moe_dev_cache *m, const split_dims *d,
                              int32_t *local) {
     moe_dev_scratch *s = m->scratch;
-    int E = c->n_experts, K = c->top_k, T = s->sp_T, n0 = d->qt * N;
+    int E = c->n_experts, K = c->top_k, T = d->T, n0 = d->qt * N;
     size_t per = (size_t)2 * d->B * E;
     m->be->to_host(m->be, s->sp_topk, m->topk, (size_t)N * K * sizeof *s->sp_topk);
     memset(local, 0, per * sizeof *local);
@@ -427,7 +461,8 @@ static int route(const moe_config *c, const moe_weights *w, const float *bias, i
     if (m->scratch->split && (c->capacity_factor > 0.0 || c->aux_loss_coef != 0.0)) {
         moe_dev_scratch *s = m->scratch;
         int Q = s->tp ? comm_size(s->tp) : 1;
-        int rc = (size_t)N * Q % (size_t)s->sp_T == 0 ? split_limits(c, N, m) : BT_EINVAL;
+        int rc = s->cp == NULL || (size_t)N * Q % (size_t)s->sp_T == 0 ? split_limits(c, N, m)
+                                                                       : BT_EINVAL;
         if (rc != 0) return rc;
         limit = c->capacity_factor > 0.0 ? m->limit : NULL;
     }
@@ -500,8 +535,7 @@ static int routed_backward(const moe_config *c, const moe_weights *w, moe_dev_ca
         experts_backward(c, w, m, g, m->xg, s->dout, s->dxg);
         return 0;
     }
-    if (comm_alltoallv(m->ep, s->dout, m->scount, s->dr, m->rcount, COMM_F32, NULL) != 0)
-        return BT_EIO;
+    if (ep_to_owners(m, s->dout, s->dr) != 0) return BT_EIO;
     experts_backward(c, w, m, g, m->xr, s->dr, s->dxr);
     return comm_alltoallv(m->ep, s->dxr, m->rcount, s->dxg, m->scount, COMM_F32, NULL) ? BT_EIO : 0;
 }

@@ -18,10 +18,11 @@
  * each of its experts over the rows of each source in turn and sends the outputs back the
  * same way; the combine is then local. Backward mirrors it: the rows' output gradients
  * (combine weight times dy) go to the owners, which accumulate their experts' weight
- * gradients and return the input gradients. Capacity dropping and the aux loss are each
+ * gradients and return the input gradients. The rows to the owners may travel in bf16
+ * (moe_dev_scratch_set_bf16). Capacity dropping and the aux loss are each
  * rank's, over its own micro-batch's tokens (the ep ranks' micro-batches are different
- * data-parallel ones, as one process runs them one after the other), except under
- * context parallelism, below.
+ * data-parallel ones, as one process runs them one after the other), except when a
+ * micro-batch is split over cp or tp ranks, below.
  *
  * Split micro-batches (moe_dev_scratch_set_split): under context parallelism a rank's
  * tokens are two chunks of each of its micro-batch's sequences (model_cp.h's zigzag
@@ -70,10 +71,13 @@ typedef struct moe_dev_scratch {
     float *dl;         /* (N, E) router logit gradients */
     float *dgate;      /* (N K) */
     float *gemm;       /* matmul scratch (float32: none on either backend) */
+    /* Rows to the experts in bf16 (moe_dev_scratch_set_bf16); NULL: float32. */
+    uint16_t *x16; /* (NK + Rx, C): the rows sent, then the rows received */
+    size_t *cnt16; /* (2 ep) host: the bytes to and from each peer */
     /* A micro-batch split over cp and tp (moe_dev_scratch_set_split); split 0: none. */
     int split;
     comm *cp, *tp;     /* the groups (borrowed; NULL: not split over it) */
-    int sp_T;          /* the cp rank's rows per sequence (two chunks of sp_T / 2) */
+    int sp_T;          /* under cp: its rank's rows per sequence (two chunks of sp_T / 2) */
     int32_t *sp_topk;  /* (max_tokens K) the selections read back (host) */
     int32_t *sp_count; /* (cp tp, 2 B, E) every rank's pairs per chunk and expert, B the
                         * cp rank's sequences (host) */
@@ -128,11 +132,16 @@ int moe_dev_scratch_init(moe_dev_scratch *s, backend *be, const moe_config *c, i
                          int ep_size, backend_prec prec);
 void moe_dev_scratch_free(moe_dev_scratch *s);
 /* A micro-batch split over cp and tp (borrowed; NULL or size 1: not over it): each
- * forward's N rows are tp rank qt's run [qt N, (qt + 1) N) of its cp rank's N tp rows, T
- * of them per sequence (even; N tp a multiple of T), max_tokens the most rows of a
- * forward here. 0, BT_EINVAL or BT_ENOMEM. */
+ * forward's N rows are tp rank qt's run [qt N, (qt + 1) N) of its cp rank's N tp rows,
+ * under cp T of them per sequence (even; N tp a multiple of T; without cp T is not
+ * used), max_tokens the most rows of a forward here. 0, BT_EINVAL or BT_ENOMEM. */
 int moe_dev_scratch_set_split(moe_dev_scratch *s, const moe_config *c, comm *cp, comm *tp, int T,
                               int max_tokens);
+/* Under expert parallelism with the experts' products in bf16 (and a backend that packs
+ * bf16: backend.h), the rows dispatched to the experts and their output gradients travel
+ * in bf16, which those products round them to anyway: half those bytes, the same
+ * results. Nothing to do otherwise. 0 or BT_ENOMEM. */
+int moe_dev_scratch_set_bf16(moe_dev_scratch *s, const moe_config *c, int max_tokens);
 /* ep: the expert-parallel group (NULL without; with it the experts must split evenly over
  * it and c->expert0, c->n_local be this rank's share). s must have been sized for its
  * size. */

@@ -170,6 +170,7 @@ static int train_model_init(trainer *t, const train_groups *g, bt_diag *diag) {
     if (zero == 1) cfg.param_pad = dp_ranks; /* ZeRO-1 in place (train_dp.h) */
     /* ZeRO-3 keeps the weights sharded */
     cfg.weight_cache = !cfg.zero3 && backend_env_switch("BATON_WEIGHT_CACHE", 1);
+    cfg.comm_bf16 = backend_env_switch("BATON_COMM_BF16", 1);
     if (cfg.ep > 1 && cfg.moe.n_experts % cfg.ep == 0)
         cfg.moe.n_local = cfg.moe.n_experts / cfg.ep,
         cfg.moe.expert0 = cfg.ep_rank * cfg.moe.n_local;

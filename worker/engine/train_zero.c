@@ -436,23 +436,34 @@ static int ends_with(const char *name, const char *suffix) {
     return n >= k && strcmp(name + n - k, suffix) == 0;
 }
 
-/* The parts in the shard of the tensors keep() picks summed over group. */
+/* Shard floats [at, end) summed over group (nothing when empty). */
+static int zero_reduce_run(train_zero *z, comm *group, size_t at, size_t end, const char *what,
+                           bt_diag *diag) {
+    float *g = z->grads + at;
+    if (end == at || comm_allreduce(group, g, g, end - at, COMM_F32, COMM_SUM, NULL) == 0) return 0;
+    bt_diag_set(diag, "ZeRO-%d: the %s gradient all-reduce over %s: %s", z->level, what,
+                comm_name(group), comm_error(group));
+    return BT_EIO;
+}
+
+/* The parts in the shard of the tensors keep() picks summed over group: one all-reduce
+ * per run of adjacent parts (an MoE block's tensors follow one another). */
 static int zero_reduce_over(train_zero *z, const model *m, comm *group,
                             int (*keep)(const model_tensor *), const char *what, bt_diag *diag) {
+    size_t run = 0, end = 0; /* the run so far: shard floats [run, end) */
     for (int i = 0, n = model_n_tensors(m); i < n; i++) {
         model_tensor mt;
         uint64_t a, b;
         size_t at;
         model_tensor_slice(&m->cfg, i, &mt);
         if (!keep(&mt) || !train_zero_part(z, mt.offset, mt.count, &a, &b, &at)) continue;
-        float *g = z->grads + at;
-        if (comm_allreduce(group, g, g, (size_t)(b - a), COMM_F32, COMM_SUM, NULL) != 0) {
-            bt_diag_set(diag, "ZeRO-%d: the %s gradient all-reduce over %s: %s", z->level, what,
-                        comm_name(group), comm_error(group));
-            return BT_EIO;
+        if (at != end) {
+            if (zero_reduce_run(z, group, run, end, what, diag) != 0) return BT_EIO;
+            run = at;
         }
+        end = at + (size_t)(b - a);
     }
-    return 0;
+    return zero_reduce_run(z, group, run, end, what, diag);
 }
 
 static int is_kv(const model_tensor *t) {
