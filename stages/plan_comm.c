@@ -5,7 +5,8 @@
  * all-to-all (n-1)/n x the local tensor. Each group's figure is for its busiest rank
  * (the pipeline stage where it is largest). With s = seq_len/cp, b = micro_batch,
  * h = dim, m = micro-batches per step, A = s*b*h*4 activation bytes (the engines send
- * activations in float32, except where a bf16 product alone reads them: below),
+ * activations in float32, except where a bf16 product alone reads them: below; with
+ * BATON_COMM_BF16=0 in the workers' environment those go in float32 too),
  * P = passes over a layer per micro-batch: forward + backward, plus the repeated
  * forward with full recomputation (P = 2 or 3):
  *   TP  per layer and micro-batch, in units of (t-1)/t x A: the forward's 2 all-reduces

@@ -7,7 +7,7 @@
 # dense layer every other one): bf16; fp8 with its first and last layers in fp8 too,
 # where only the head's gathers and the experts' rows (their products run bf16 under
 # fp8) may travel in bf16 — a gather into an fp8 product sent in bf16 would change its
-# amax and quantization.
+# amax and quantization; fp8 with those layers in bf16, recomputed whole.
 #   check-comm-bf16.sh BATON BATON_WORKER SOURCE_DIR [CASE]
 set -euo pipefail
 source "$(dirname "$0")/layout-lib.sh"
@@ -44,4 +44,7 @@ bf16_case() { # NAME SED
 
 bf16_case bf16 "s/^defaults:/defaults:\n  precision: {type: bf16}/"
 bf16_case fp8 "s/^defaults:/defaults:\n  precision: {type: fp8, first_last_bf16: false}/"
+# fp8 with the first and last layers in bf16, recomputed whole: their gathers in bf16,
+# the others' in float32, the recomputed forward's too
+bf16_case fp8-full "s/^defaults:/defaults:\n  precision: {type: fp8}\n  recompute: full/"
 layout_finish "the bf16 transfers give the float32 transfers' bits"

@@ -21,6 +21,19 @@ layout_setup "$@"
 
 dropped() { sed -En 's/^(\[0\] )?step +([0-9]+)\/.* dropped ([0-9]+).*/\2 \3/p' "$1"; }
 
+# The experts' row buffers start with room for N K rows (moe_dev.h) and grow when a
+# forward receives more: ep4 (one expert a rank, up to N ep rows) must have grown them on
+# some rank, and still equal the one-process run.
+ep_check_room() { # NAME
+  local most
+  most=$(sed -En 's/.*MoE: room for [0-9]+ rows .* received: ([0-9]+)\)/\1/p' "$1.log" | sort -n | tail -1)
+  echo "$1: the most rows a forward brought to a rank's experts: ${most:-none} (N K = 128 reserved at first)"
+  if [[ -z $most ]] || ((most <= 128)); then
+    echo "$1: the experts' row buffers never grew"
+    failures=$((failures + 1))
+  fi
+}
+
 ep_case() { # NAME RANKS TP EP BALANCE [SED]: SED edits the recipe further
   local name=$1 n=$2
   layout_wanted "$name" || return 0
@@ -42,6 +55,7 @@ ep_case() { # NAME RANKS TP EP BALANCE [SED]: SED edits the recipe further
     --init "$name.run/checkpoints/s00-step00000020" >"$name.reload.log"
   layout_compare_params "$name" "$name.ref" "$name.params" || failures=$((failures + 1))
   if [[ ${BATON_DP_OVERLAP:-} == 1 ]]; then layout_check_overlap "$name" "$n"; fi
+  if [[ $name == ep4 ]]; then ep_check_room "$name"; fi
   if [[ $name == *-zero[123]* ]]; then
     layout_check_plan "$name" train "$([[ $name == *-v2-* ]] && echo heaviest)" ||
       failures=$((failures + 1))

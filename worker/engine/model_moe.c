@@ -156,6 +156,13 @@ void model_moe_backward(model *m, int l, const float *dy, float *dx, float loss_
     if (rc != 0) m->comm_err = rc;
 }
 
+void model_moe_rows(const model *m, size_t *room, size_t *most) {
+    const model_moe *mo = m->moew;
+    int ep = mo != NULL && m->ep_group != NULL;
+    *room = ep ? mo->scratch->rx_cap : 0;
+    *most = ep ? mo->scratch->rx_most : 0;
+}
+
 int model_moe_reduce_tp(model *m) {
     if (m->moew == NULL || !model_sp_on(m)) return 0;
     size_t n = moe_weights_floats(&m->cfg.moe);

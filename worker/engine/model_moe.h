@@ -55,6 +55,11 @@ typedef struct model_moe_step {
     float expert_load[MOE_MAX_EXPERTS]; /* each expert's load / the mean, averaged over layers */
 } model_moe_step;
 
+/* Under expert parallelism: the rows the experts here have room for (N K at first, grown
+ * when a forward received more: moe_dev.h) and the most a forward received; 0 and 0
+ * without. */
+void model_moe_rows(const model *m, size_t *room, size_t *most);
+
 /* Under sequence parallelism (model_sp_on) the gradients of every MoE layer's block are
  * each tp rank's share: grads (the rank's gradient memory, model.h's layout) summed over
  * the tp group. Nothing to do otherwise. 0 or the collective's error. */

@@ -10,10 +10,10 @@ int model_sp_row0(const model *m, int n) {
 }
 
 int model_sp_init(model *m) {
-    backend_prec p = m->cfg.prec;
-    if (!model_sp_on(m) || !m->cfg.comm_bf16 || m->be->pack_bf16 == NULL ||
-        (p != BACKEND_PREC_BF16 && p != BACKEND_PREC_FP8))
-        return 0;
+    int bf16 = 0; /* some GEMM of the stage's in bf16 (setup_gemms decided) */
+    for (int i = 0; i < m->n_gemm; i++)
+        bf16 |= m->gemm[i].prec == BACKEND_PREC_BF16;
+    if (!model_sp_on(m) || !m->cfg.comm_bf16 || m->be->pack_bf16 == NULL || !bf16) return 0;
     size_t n = (size_t)m->max_B * m->max_T * m->cfg.dim;
     m->sp16 = m->be->alloc(m->be, n * sizeof *m->sp16);
     return m->sp16 ? 0 : BT_ENOMEM;

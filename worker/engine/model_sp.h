@@ -32,7 +32,8 @@ int model_sp_rows(const model *m, int n);
 int model_sp_row0(const model *m, int n);
 
 /* The bf16 staging of gathers (cfg.comm_bf16; where the backend packs bf16 and some GEMM
- * runs in bf16: under bf16, or fp8's bf16 head). 0 or BT_ENOMEM. */
+ * of the stage runs in bf16: under bf16, or under fp8 the head, the first and last
+ * layers). After the GEMMs' set-up. 0 or BT_ENOMEM. */
 int model_sp_init(model *m);
 
 /* full (n, C) gets every rank's rows, this rank's from local (R, C; may be full + row0 C).

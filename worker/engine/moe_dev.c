@@ -25,23 +25,50 @@ static size_t gemm_floats(backend *be, const moe_config *c, int N, int rows, bac
 
 /* Carves s's buffer from base (or, with base NULL, only counts it). */
 static size_t scratch_carve(moe_dev_scratch *s, const moe_config *c, int max_tokens, float *base) {
-    size_t N = (size_t)max_tokens, C = (size_t)c->dim, F = (size_t)c->ffn_dim;
+    size_t N = (size_t)max_tokens, C = (size_t)c->dim;
     size_t NK = N * (size_t)c->top_k, E = (size_t)c->n_experts, o = 0;
-    size_t Rx = NK * (size_t)s->ep_size, ep_rows = s->ep_size > 1 ? Rx : 0;
 #define TAKE(field, n) (s->field = base ? base + o : NULL, o += (n))
     TAKE(dout, NK * C);
     TAKE(dxg, NK * C);
-    TAKE(dhs, Rx * F);
-    TAKE(dh13, Rx * 2 * F);
-    TAKE(outr, ep_rows * C);
-    TAKE(dr, ep_rows * C);
-    TAKE(dxr, ep_rows * C);
     TAKE(tmp, N * C);
     TAKE(dl, N * E);
     TAKE(dgate, NK);
-    TAKE(gemm, gemm_floats(s->be, c, max_tokens, (int)Rx, s->prec));
 #undef TAKE
     return o;
+}
+
+/* The same for the buffers of the rows the experts here see, rows of them. */
+static size_t scratch_rows_carve(moe_dev_scratch *s, const moe_config *c, size_t rows,
+                                 float *base) {
+    size_t C = (size_t)c->dim, F = (size_t)c->ffn_dim, o = 0;
+    size_t ep_rows = s->ep_size > 1 ? rows : 0;
+#define TAKE(field, n) (s->field = base ? base + o : NULL, o += (n))
+    TAKE(dhs, rows * F);
+    TAKE(dh13, rows * 2 * F);
+    TAKE(outr, ep_rows * C);
+    TAKE(dr, ep_rows * C);
+    TAKE(dxr, ep_rows * C);
+    TAKE(gemm, gemm_floats(s->be, c, s->max_tokens, (int)rows, s->prec));
+#undef TAKE
+    return o;
+}
+
+/* s's row buffers (and bf16 staging, if any) for rows rows, the old ones freed. */
+static int scratch_rows_alloc(moe_dev_scratch *s, const moe_config *c, size_t rows) {
+    backend *be = s->be;
+    float *b = be->alloc(be, scratch_rows_carve(s, c, rows, NULL) * sizeof(float));
+    uint16_t *x16 = NULL;
+    size_t NK = (size_t)s->max_tokens * c->top_k;
+    if (b != NULL && s->x16 != NULL) x16 = be->alloc(be, (NK + rows) * c->dim * sizeof *x16);
+    if (b == NULL || (s->x16 != NULL && x16 == NULL)) {
+        if (b) be->free(be, b);
+        return BT_ENOMEM;
+    }
+    if (s->rbuf) be->free(be, s->rbuf);
+    if (x16) be->free(be, s->x16), s->x16 = x16;
+    s->rbuf = b, s->rx_cap = rows;
+    scratch_rows_carve(s, c, rows, b);
+    return 0;
 }
 
 int moe_dev_scratch_init(moe_dev_scratch *s, backend *be, const moe_config *c, int max_tokens,
@@ -50,19 +77,20 @@ int moe_dev_scratch_init(moe_dev_scratch *s, backend *be, const moe_config *c, i
     if (moe_config_check(c) != 0 || max_tokens < 1 || ep_size < 1 || prec == BACKEND_PREC_FP8 ||
         (size_t)max_tokens * c->top_k * ep_size > INT32_MAX)
         return BT_EINVAL;
-    s->be = be, s->ep_size = ep_size, s->prec = prec;
+    s->be = be, s->ep_size = ep_size, s->prec = prec, s->max_tokens = max_tokens;
     s->gp = (backend_gemm){.prec = prec};
     size_t n = scratch_carve(s, c, max_tokens, NULL);
     s->fbuf = be->alloc(be, n * sizeof(float));
     if (s->fbuf == NULL) return BT_ENOMEM;
     scratch_carve(s, c, max_tokens, s->fbuf);
-    return 0;
+    /* N K rows: all the experts can see without ep, what they see on average with it */
+    return scratch_rows_alloc(s, c, (size_t)max_tokens * c->top_k);
 }
 
 int moe_dev_scratch_set_bf16(moe_dev_scratch *s, const moe_config *c, int max_tokens) {
     if (s->ep_size < 2 || s->prec != BACKEND_PREC_BF16 || s->be->pack_bf16 == NULL || s->x16)
         return 0;
-    size_t NK = (size_t)max_tokens * c->top_k, rows = NK + NK * (size_t)s->ep_size;
+    size_t NK = (size_t)max_tokens * c->top_k, rows = NK + s->rx_cap;
     s->x16 = s->be->alloc(s->be, rows * (size_t)c->dim * sizeof *s->x16);
     s->cnt16 = calloc(2 * (size_t)s->ep_size, sizeof *s->cnt16);
     return s->x16 && s->cnt16 ? 0 : BT_ENOMEM;
@@ -70,6 +98,7 @@ int moe_dev_scratch_set_bf16(moe_dev_scratch *s, const moe_config *c, int max_to
 
 void moe_dev_scratch_free(moe_dev_scratch *s) {
     if (s->x16) s->be->free(s->be, s->x16);
+    if (s->rbuf) s->be->free(s->be, s->rbuf);
     free(s->cnt16);
     if (s->fbuf) s->be->free(s->be, s->fbuf);
     free(s->sp_topk);
@@ -100,7 +129,6 @@ int moe_dev_scratch_set_split(moe_dev_scratch *s, const moe_config *c, comm *cp,
 static size_t cache_carve(moe_dev_cache *m, const moe_config *c, size_t *ni) {
     size_t N = (size_t)m->max_tokens, C = (size_t)c->dim, F = (size_t)c->ffn_dim;
     size_t E = (size_t)c->n_experts, K = (size_t)c->top_k, S = (size_t)c->n_shared;
-    size_t Rx = N * K * (size_t)m->ep_size;
     float *f = m->fbuf;
     int32_t *i = m->ibuf;
     size_t fo = 0, io = 0;
@@ -114,9 +142,6 @@ static size_t cache_carve(moe_dev_cache *m, const moe_config *c, size_t *ni) {
     TAKE_F(out, N * K * C);
     TAKE_F(sh13, S * N * 2 * F);
     TAKE_F(shs, S * N * F);
-    TAKE_F(xr, m->ep ? Rx * C : 0);
-    TAKE_F(h13, Rx * 2 * F);
-    TAKE_F(hs, Rx * F);
     TAKE_I(topk, N * K);
     TAKE_I(row, N * K);
     TAKE_I(tok, N * K);
@@ -128,6 +153,40 @@ static size_t cache_carve(moe_dev_cache *m, const moe_config *c, size_t *ni) {
 #undef TAKE_I
     *ni = io;
     return fo;
+}
+
+/* The cache's buffers of the rows its experts see (rows of them) from base, or counted. */
+static size_t cache_rows_carve(moe_dev_cache *m, const moe_config *c, size_t rows, float *base) {
+    size_t C = (size_t)c->dim, F = (size_t)c->ffn_dim, o = 0;
+#define TAKE(field, n) (m->field = base ? base + o : NULL, o += (n))
+    TAKE(xr, m->ep ? rows * C : 0);
+    TAKE(h13, rows * 2 * F);
+    TAKE(hs, rows * F);
+#undef TAKE
+    return o;
+}
+
+static int cache_rows_alloc(moe_dev_cache *m, const moe_config *c, size_t rows) {
+    float *b = m->be->alloc(m->be, cache_rows_carve(m, c, rows, NULL) * sizeof(float));
+    if (b == NULL) return BT_ENOMEM;
+    if (m->rbuf) m->be->free(m->be, m->rbuf);
+    m->rbuf = b, m->rx_cap = rows;
+    cache_rows_carve(m, c, rows, b);
+    return 0;
+}
+
+/* Room for rows rows at the experts here, in the cache and the scratch: grown (to a
+ * quarter more, at most what every rank's tokens can bring: N ep min(K, local experts))
+ * when a forward receives more than they had. */
+static int reserve_rows(moe_dev_cache *m, const moe_config *c, size_t rows) {
+    moe_dev_scratch *s = m->scratch;
+    int El = moe_local_experts(c), per = c->top_k < El ? c->top_k : El;
+    size_t most = (size_t)m->max_tokens * (size_t)per * m->ep_size, want = rows + rows / 4;
+    want = want < most ? want : most;
+    int rc = rows > s->rx_cap ? scratch_rows_alloc(s, c, want) : 0;
+    if (rc == 0 && rows > m->rx_cap) rc = cache_rows_alloc(m, c, want);
+    if (rows > s->rx_most) s->rx_most = rows;
+    return rc;
 }
 
 /* The expert-parallel share of c fits the group; without a group, all experts. */
@@ -165,6 +224,10 @@ int moe_dev_cache_init(moe_dev_cache *m, backend *be, const moe_config *c, int m
         return BT_ENOMEM;
     }
     cache_carve(m, c, &ni);
+    if (cache_rows_alloc(m, c, s->rx_cap) != 0) {
+        moe_dev_cache_free(m);
+        return BT_ENOMEM;
+    }
     return 0;
 }
 
@@ -202,6 +265,7 @@ void moe_dev_kept_clear(moe_dev_kept *k) {
 }
 
 void moe_dev_cache_free(moe_dev_cache *m) {
+    if (m->rbuf) m->be->free(m->be, m->rbuf);
     if (m->fbuf) m->be->free(m->be, m->fbuf);
     if (m->ibuf) m->be->free(m->be, m->ibuf);
     free(m->host);
@@ -317,7 +381,8 @@ static int ep_dispatch(const moe_config *c, moe_dev_cache *m) {
         total += rows;
     }
     if (total > (size_t)m->max_tokens * c->top_k * P) return BT_ERANGE;
-    return ep_to_owners(m, m->xg, m->xr);
+    int rc = reserve_rows(m, c, total);
+    return rc ? rc : ep_to_owners(m, m->xg, m->xr);
 }
 
 /* Each block's expert over its rows of xe into eout (rows in block order). */

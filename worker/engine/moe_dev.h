@@ -54,22 +54,30 @@
 #include "moe.h"
 
 /* Scratch shared by every cache of a model (one forward or backward runs at a time).
- * Rx: the rows the experts here may see, max_tokens top_k, times ep under expert
- * parallelism. */
+ * Rx: the rows the experts here have room for, rx_cap. Without expert parallelism that is
+ * max_tokens top_k, all they can see; with it they may see up to ep times that (every
+ * rank's tokens routed here), but on average they see max_tokens top_k: that much is
+ * reserved at first, and a forward that receives more grows the room (reserve_rows in
+ * moe_dev.c: a quarter more than it received, never shrunk; the old buffers freed), so
+ * the memory follows the worst imbalance met instead of the worst possible one. */
 typedef struct moe_dev_scratch {
     backend *be;
     int ep_size;       /* the ep group size it was sized for */
+    int max_tokens;    /* N at most */
     backend_prec prec; /* the experts' GEMMs (routed and shared); the router's: float32 */
     backend_gemm gp;   /* {prec}, for the backend's matmuls */
-    float *fbuf;       /* the one allocation below */
+    float *fbuf;       /* one allocation: dout .. dgate */
     float *dout;       /* (N K, C) grouped rows' output gradients */
     float *dxg;        /* (N K, C) grouped rows' input gradients */
-    float *dhs, *dh13; /* (Rx, F), (Rx, 2F) */
-    float *outr, *dr;  /* (Rx, C) under ep: expert outputs, received output gradients */
-    float *dxr;        /* (Rx, C) under ep: expert input gradients */
     float *tmp;        /* (N, C) a shared expert's output; the router's and shared dx */
     float *dl;         /* (N, E) router logit gradients */
     float *dgate;      /* (N K) */
+    size_t rx_cap;     /* Rx */
+    size_t rx_most;    /* the most rows a forward has received here */
+    float *rbuf;       /* one allocation: dhs .. gemm */
+    float *dhs, *dh13; /* (Rx, F), (Rx, 2F) */
+    float *outr, *dr;  /* (Rx, C) under ep: expert outputs, received output gradients */
+    float *dxr;        /* (Rx, C) under ep: expert input gradients */
     float *gemm;       /* matmul scratch (float32: none on either backend) */
     /* Rows to the experts in bf16 (moe_dev_scratch_set_bf16); NULL: float32. */
     uint16_t *x16; /* (NK + Rx, C): the rows sent, then the rows received */
@@ -105,6 +113,8 @@ typedef struct moe_dev_cache {
     float *fbuf;       /* float allocation: x .. shs */
     int32_t *ibuf;     /* 4-byte allocation: topk .. pmean */
     float *x, *scores, *ssum, *gate, *xg, *out, *sh13, *shs;
+    size_t rx_cap;   /* its Rx (the scratch's above; grown alike) */
+    float *rbuf;     /* one allocation: xr .. hs */
     float *xr;       /* (Rx, C) under ep: the rows received for the experts here */
     float *h13, *hs; /* (Rx, 2F), (Rx, F) expert activations, in the experts' rows */
     int32_t *topk, *row, *tok, *slot;
@@ -160,7 +170,8 @@ void moe_dev_kept_clear(moe_dev_kept *k);
 /* moe_forward and moe_backward of moe.h on device memory; under expert parallelism
  * collectives over the ep group. 0, BT_EINVAL for bad arguments, BT_EIO when an exchange
  * failed or the counts read back are inconsistent (a failed device: its error is reported
- * by the backend's sync), BT_ERANGE when more rows arrive than the buffers hold. */
+ * by the backend's sync), BT_ERANGE when more rows arrive than every rank's tokens,
+ * BT_ENOMEM when the room for the rows received could not grow. */
 int moe_dev_forward(const moe_config *c, const moe_weights *w, const float *bias, const float *x,
                     float *y, int N, moe_dev_cache *m, moe_stats *stats);
 int moe_dev_backward(const moe_config *c, const moe_weights *w, moe_dev_cache *m, const float *dy,

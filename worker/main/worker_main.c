@@ -23,6 +23,7 @@
 #include "cuda_backend.h"
 #endif
 #include "model_zero.h"
+#include "model_moe.h"
 #include "train.h"
 #include "util/clock.h"
 #include "util/file.h"
@@ -336,6 +337,12 @@ static void worker_print_comm(const trainer *t) {
     for (int i = 0; i < TRAIN_COMM_GROUPS; i++)
         printf(" %s %.0f", names[i], (double)t->comm_bytes[i] / (double)t->comm_steps);
     printf(" bytes\n");
+    size_t room, most;
+    model_moe_rows(&t->m, &room, &most);
+    if (room > 0)
+        printf("MoE: room for %zu rows at this rank's experts (the most a forward received: "
+               "%zu)\n",
+               room, most);
 }
 
 static int worker_train(trainer *t, train_ckpt *c, uint64_t save_every, const worker_args *a,
