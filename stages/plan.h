@@ -28,6 +28,7 @@ typedef struct plan_params {
     uint64_t moe_experts; /* n_experts * 3 * dim * expert_ffn, split by ep (whole on tp) */
     uint64_t moe_shared;  /* n_shared * 3 * dim * expert_ffn, whole on every tp rank */
     uint32_t n_experts, top_k;
+    uint32_t moe_shared_n, moe_ffn;      /* shared experts; an expert's ffn width */
     uint32_t moe_first_dense, moe_every; /* layer pattern, see plan_layer_is_moe */
     int moe_counts; /* a capacity or an aux loss: a micro-batch split over cp or (sequence
                      * parallel) tp ranks exchanges its chunks' expert counts */
@@ -53,6 +54,8 @@ typedef struct plan_memory {
     double act_per_layer;         /* one layer, one micro-batch, kept from forward to backward */
     double act_working_set;       /* full recompute: one layer's full activations, once */
     double act_logits;            /* last stage: fp32 logits of one micro-batch */
+    double act_moe;               /* the MoE layers' caches (worker/engine/moe_dev.h), once */
+    uint32_t moe_caches;          /* how many: MoE layers of a chunk x slots, or 1 */
     /* ZeRO-2/3 (zero_level >= 2): per-unit shards (worker/engine/train_zero.h); the units are
      * the embedding, each layer and the final norm with the head, each padded to a multiple
      * of dp*cp. */
@@ -166,8 +169,8 @@ void plan_report_text(FILE *f, const Baton__StageSpec *spec, const plan_stage *p
 
 /* The whole plan as JSON:
  * {"stages": [{"name", "params_total", "world", "layout", "memory_per_gpu":
- *   {"params", "grads", "optimizer", "activations", "total", "heaviest_pp_stage", "zero",
- *    "zero_shard_params", "zero_unit_params"}, "fits",
+ *   {"params", "grads", "optimizer", "activations", "moe_caches" (part of activations),
+ *    "total", "heaviest_pp_stage", "zero", "zero_shard_params", "zero_unit_params"}, "fits",
  *   "comm_bytes_per_step": {"tp", "pp", "dp", "cp", "ep"}, "flops_per_step",
  *   "warnings": [...]}]} */
 void plan_report_json(FILE *f, Baton__StageSpec *const *specs, const plan_stage *stages, size_t n);

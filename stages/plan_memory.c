@@ -38,8 +38,11 @@
  *   full       SP: 2sbh/t (layer input)     no SP: 2sbh,
  *              plus one layer's "none" activations once, the recompute working set.
  * The paper's constants are for a GPT block (4h GeLU MLP, multi-head attention); they
- * are used as they are for SwiGLU/GQA and for MoE layers (which also keep top_k copies
- * of routed tokens), so treat them as the paper's estimate, not an exact count.
+ * are used as they are for SwiGLU/GQA, so treat them as the paper's estimate, not an
+ * exact count. MoE layers add their caches as the engines allocate them (moe_cache_bytes
+ * below: top_k copies of the routed rows, the experts' activations; equal to the
+ * worker's figure, engine.layout.ep*): one per MoE layer of a chunk per slot, one in all
+ * under full recomputation.
  * fp32 activations double them. 1F1B keeps min(pp - p, m) micro-batches in flight on
  * stage p. The last stage also holds one micro-batch's fp32 logits, s*b*V*4/t.
  * Interleaved (v virtual stages, worker/engine/pipeline_vp.h) stage p keeps one model
@@ -228,6 +231,44 @@ static void memory_activations(const plan_stage *ps, uint32_t stage, plan_memory
         (double)in_flight * per_slot + out->act_working_set + (double)heads * out->act_logits;
 }
 
+/* One MoE layer's cache as worker/engine/moe_dev.c carves it, in bytes: float32 x, scores,
+ * their sums, gates, the grouped rows in and out (N K C each), the shared experts'
+ * activations (3 F a row each), room for N K rows at the experts (SwiGLU in and out,
+ * 3 F, and under ep the rows received, C); int32 selections, rows, tokens, slots (N K
+ * each) and the counts. N = the rank's tokens of a micro-batch (a tp-th under sequence
+ * parallelism); the room grows when a forward receives more. */
+static double moe_cache_bytes(const plan_stage *ps) {
+    const plan_shape *sh = &ps->shape;
+    const plan_params *p = &ps->params;
+    double N = (double)sh->seq_len / sh->cp * sh->micro_batch;
+    if (sh->sequence_parallel) N /= sh->tp;
+    double C = sh->dim, E = p->n_experts, K = p->top_k, S = p->moe_shared_n, F = p->moe_ffn;
+    double floats = N * C + N * E + N + N * K + 2 * N * K * C + S * N * 3 * F +
+                    N * K * ((sh->ep > 1 ? C : 0) + 3 * F);
+    return 4 * (floats + 4 * N * K + 6 * E + 1);
+}
+
+/* The stage's MoE caches: one under full recomputation; else, for every activation slot
+ * (micro-batches, or model chunks, in flight), one per MoE layer of the chunk that has
+ * the most. */
+static void memory_moe(const plan_stage *ps, uint32_t stage, plan_memory *out) {
+    const plan_shape *sh = &ps->shape;
+    const plan_params *p = &ps->params;
+    uint32_t first, n, n_moe, v = sh->virtual_stages > 1 ? sh->virtual_stages : 1, most = 0;
+    plan_pp_stage_layers(p, sh->pp, v, stage, &first, &n, &n_moe);
+    if (n_moe == 0) return;
+    for (uint32_t c = 0, per = n / v; c < v; c++) {
+        uint32_t k = 0;
+        for (uint32_t i = c * per; i < (c + 1) * per; i++)
+            k += plan_layer_is_moe(p, plan_pp_stage_layer(p, sh->pp, v, stage, i));
+        most = k > most ? k : most;
+    }
+    int full = sh->recompute == BATON__STAGE__RECOMPUTE__FULL;
+    out->moe_caches = full ? 1 : out->microbatches_in_flight * most;
+    out->act_moe = out->moe_caches * moe_cache_bytes(ps);
+    out->activations += out->act_moe;
+}
+
 void plan_memory_for_pp_stage(const plan_stage *ps, uint32_t stage, plan_memory *out) {
     memset(out, 0, sizeof *out);
     out->heaviest_pp_stage = stage;
@@ -235,6 +276,7 @@ void plan_memory_for_pp_stage(const plan_stage *ps, uint32_t stage, plan_memory 
     memory_zero_units(ps, stage, out);
     memory_states(ps, stage, out);
     memory_activations(ps, stage, out);
+    memory_moe(ps, stage, out);
     out->total = out->params + out->grads + out->optimizer + out->activations;
     out->capacity = ps->shape.capacity;
     out->fits = out->capacity > 0 ? out->total <= out->capacity : -1;

@@ -64,6 +64,8 @@ static int params_moe(const Baton__Model *m, plan_params *out, bt_diag *diag) {
     }
     out->n_experts = moe->n_experts;
     out->top_k = top_k;
+    out->moe_shared_n = moe->n_shared_experts;
+    out->moe_ffn = (uint32_t)effn;
     out->moe_first_dense = moe->first_dense_layers;
     out->moe_every = moe->every ? moe->every : 1;
     out->moe_router = d * moe->n_experts;

@@ -286,6 +286,11 @@ static void text_memory_acts(FILE *f, const plan_stage *ps) {
         fprintf(f, "              + %s fp32 logits of %s (s*b*V*4/t)\n",
                 fmt_bytes(c, sizeof c, m->act_logits),
                 v > 1 && ps->microbatches == sh->pp ? "each micro-batch" : "one micro-batch");
+    if (m->act_moe > 0)
+        fprintf(f, "              + %s MoE caches: %u x %s (the MoE layers' kept activations%s)\n",
+                fmt_bytes(c, sizeof c, m->act_moe), m->moe_caches,
+                fmt_bytes(b, sizeof b, m->act_moe / m->moe_caches),
+                sh->ep > 1 ? "; their room for expert rows grows with the imbalance met" : "");
     fprintf(f, "  total       %10s: ", fmt_gb(a, sizeof a, m->total));
     if (m->fits < 0)
         fprintf(f, "capacity not given\n");
@@ -409,6 +414,8 @@ static void json_memory(bt_buf *b, const plan_memory *m) {
     json_int(b, "optimizer", m->optimizer);
     bt_buf_printf(b, ", ");
     json_int(b, "activations", m->activations);
+    bt_buf_printf(b, ", ");
+    json_int(b, "moe_caches", m->act_moe);
     bt_buf_printf(b, ", ");
     json_int(b, "total", m->total);
     bt_buf_printf(b, ", \"heaviest_pp_stage\": %u", m->heaviest_pp_stage);

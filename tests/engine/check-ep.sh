@@ -34,6 +34,22 @@ ep_check_room() { # NAME
   fi
 }
 
+# The MoE layers' caches rank 0 allocated equal `baton plan`'s moe_caches (one pipeline
+# stage: the plan's figure is its heaviest stage's).
+ep_check_caches() { # NAME
+  "$baton" plan "$1.yaml" --json >"$1.plan.json"
+  /usr/bin/python3 - "$1" "$1.plan.json" "$1.log" <<'PY'
+import json, re, sys
+name, plan_path, log_path = sys.argv[1:4]
+want = json.load(open(plan_path))["stages"][0]["memory_per_gpu"]["moe_caches"]
+got = [int(m.group(1)) for l in open(log_path)
+       if (m := re.match(r"^(?:\[0\] )?memory: MoE caches (\d+) bytes", l))]
+ok = len(got) == 1 and got[0] == want
+print(f"{name}: MoE caches {got[0] if got else 'not printed'} bytes, plan {want:.0f}")
+sys.exit(0 if ok else 1)
+PY
+}
+
 ep_case() { # NAME RANKS TP EP BALANCE [SED]: SED edits the recipe further
   local name=$1 n=$2
   layout_wanted "$name" || return 0
@@ -56,6 +72,7 @@ ep_case() { # NAME RANKS TP EP BALANCE [SED]: SED edits the recipe further
   layout_compare_params "$name" "$name.ref" "$name.params" || failures=$((failures + 1))
   if [[ ${BATON_DP_OVERLAP:-} == 1 ]]; then layout_check_overlap "$name" "$n"; fi
   if [[ $name == ep4 ]]; then ep_check_room "$name"; fi
+  if [[ $name != *pp2* ]]; then ep_check_caches "$name" || failures=$((failures + 1)); fi
   if [[ $name == *-zero[123]* ]]; then
     layout_check_plan "$name" train "$([[ $name == *-v2-* ]] && echo heaviest)" ||
       failures=$((failures + 1))
@@ -68,6 +85,8 @@ ep_case ep4 4 1 4 "$aux"
 ep_case ep2-dp4 4 1 2 "$aux"
 ep_case ep2-tp2 4 2 2 "$aux"
 ep_case ep2-capacity 2 1 2 "$aux, capacity_factor: 1.0"
+# MoE every other layer of four: only the MoE layers hold caches (as the plan counts)
+ep_case ep2-every2 2 1 2 "$aux, every: 2" "s/n_layers: 2/n_layers: 4/"
 ep_case ep2-bias 2 1 2 "balance: bias, bias_update_rate: 0.01"
 # MoE layers under a pipeline (their caches per micro-batch slot) and recomputed whole.
 ep_case moe-pp2 2 1 1 "$aux" "s/pp: 1, ep: 1,/pp: 2, ep: 1,/"

@@ -436,6 +436,16 @@ static void test_comm_moe_sp(void) {
     /* EP: each tp rank routes its 128 rows: a2a = 2 * 128 * 32 * 1/2 = 4096 elements,
      * x (2 + 4) bytes x 2 passes x 2 MoE layers x m 4 */
     CHECK_REL(ps.comm.bytes[PLAN_COMM_EP], 4096.0 * 6 * 2 * 2 * 4, 1e-12);
+    /* MoE caches (worker/engine/moe_dev.c) of its N = 128 rows, C 32, E 4, K 2, S 1, F 16:
+     * floats N C 4096 + N E 512 + N 128 + N K 256 + 2 N K C 16384 + S N 3F 6144 + room
+     * for N K rows (ep: C + 3F each) 20480 = 48000, int32 4 N K + 6 E + 1 = 1049; one
+     * micro-batch in flight, 2 MoE layers */
+    CHECK_EQ_U64(ps.mem.moe_caches, 2);
+    CHECK_REL(ps.mem.act_moe, 2 * 4 * (48000 + 1049.0), 1e-12);
+    fx.stage.recompute = BATON__STAGE__RECOMPUTE__FULL; /* one cache serves every layer */
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK_REL(ps.mem.act_moe, 4 * (48000 + 1049.0), 1e-12);
+    fx.stage.recompute = BATON__STAGE__RECOMPUTE__NONE;
     /* ZeRO-2: the block's gradient shard over edp = dp / ep = 1: the same all-reduce */
     fx.par.zero = 2;
     CHECK(build(&fx, &ps) == BT_OK);

@@ -7,15 +7,34 @@
 #include "model_sp.h"
 #include "moe_dev.h"
 
-static int moe_sets(const model *m) {
-    return m->cfg.recompute == MODEL_RECOMPUTE_FULL ? 1 : m->chunk_layers;
+/* Layer l's place among its chunk's MoE layers, or -1 for a dense layer. */
+static int moe_index(const model *m, int l) {
+    if (!model_layer_is_moe(&m->cfg, model_stage_layer(&m->cfg, l))) return -1;
+    int k = 0;
+    for (int i = l / m->chunk_layers * m->chunk_layers; i < l; i++)
+        k += model_layer_is_moe(&m->cfg, model_stage_layer(&m->cfg, i));
+    return k;
 }
 
-/* A slot holds one chunk's layers (model.h): layer l's cache is the chunk's l-th. */
+/* Caches per slot: one under full recompute (a layer's forward is rerun just before its
+ * backward, so one cache serves every layer and slot: model_moe_caches), else the most
+ * MoE layers a chunk has. */
+static int moe_sets(const model *m) {
+    if (m->cfg.recompute == MODEL_RECOMPUTE_FULL) return 1;
+    int most = 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        int k = moe_index(m, l) + 1;
+        most = k > most ? k : most;
+    }
+    return most > 0 ? most : 1;
+}
+
+/* A slot holds one chunk's layers (model.h): MoE layer l's cache is the slot's k-th, k its
+ * place among the chunk's MoE layers (dense layers have none). */
 static moe_dev_cache *cache_of(model *m, int l) {
     model_moe *mo = m->moew;
-    int k = mo->sets == 1 ? 0 : l - m->chunk * m->chunk_layers;
-    return &mo->caches[(size_t)m->slot * mo->sets + k];
+    int k = mo->sets == 1 ? 0 : mo->index[l];
+    return &mo->caches[(size_t)(mo->slots == 1 ? 0 : m->slot) * mo->sets + k];
 }
 
 /* cfg.weight_cache: each MoE layer's experts keep their converted weights (per layer, not
@@ -52,7 +71,7 @@ static int moe_init_caches(model *m, comm *ep_group) {
     model_moe *mo = m->moew;
     /* under sequence parallelism each tp rank runs the layer on its own rows */
     int max_tokens = model_sp_rows(m, m->max_B * m->max_T), ep = ep_group ? comm_size(ep_group) : 1;
-    size_t n = (size_t)m->n_slots * mo->sets;
+    size_t n = (size_t)mo->slots * mo->sets;
     mo->caches = calloc(n, sizeof *mo->caches);
     mo->scratch = calloc(1, sizeof *mo->scratch);
     if (mo->caches == NULL || mo->scratch == NULL) return BT_ENOMEM;
@@ -91,11 +110,15 @@ int model_moe_init(model *m, comm *ep_group, bt_diag *diag) {
     if (mo == NULL) return BT_ENOMEM;
     m->moew = mo, m->ep_group = ep > 1 ? ep_group : NULL;
     mo->sets = moe_sets(m);
+    mo->slots = m->cfg.recompute == MODEL_RECOMPUTE_FULL ? 1 : m->n_slots;
+    mo->index = calloc((size_t)(m->n_layers ? m->n_layers : 1), sizeof *mo->index);
+    for (int l = 0; mo->index != NULL && l < m->n_layers; l++)
+        mo->index[l] = moe_index(m, l);
     size_t rows = (size_t)model_sp_rows(m, m->max_B * m->max_T);
     mo->y = m->be->alloc(m->be, rows * m->cfg.dim * sizeof(float));
     mo->routed =
         calloc((size_t)(m->n_layers ? m->n_layers : 1) * m->cfg.moe.n_experts, sizeof(double));
-    int rc = mo->y && mo->routed ? moe_init_caches(m, m->ep_group) : BT_ENOMEM;
+    int rc = mo->y && mo->routed && mo->index ? moe_init_caches(m, m->ep_group) : BT_ENOMEM;
     if (rc != 0) {
         bt_diag_set(diag, "model: cannot set up the MoE layers (%d experts, %d here): %s",
                     m->cfg.moe.n_experts, moe_local_experts(&m->cfg.moe), bt_strerror(rc));
@@ -107,7 +130,7 @@ int model_moe_init(model *m, comm *ep_group, bt_diag *diag) {
 void model_moe_free(model *m) {
     model_moe *mo = m->moew;
     if (mo == NULL) return;
-    size_t n = (size_t)m->n_slots * mo->sets;
+    size_t n = (size_t)mo->slots * mo->sets;
     for (size_t i = 0; mo->caches && i < n; i++)
         moe_dev_cache_free(&mo->caches[i]);
     for (int l = 0; mo->kept != NULL && l < m->n_layers; l++)
@@ -118,6 +141,7 @@ void model_moe_free(model *m) {
     free(mo->scratch);
     if (mo->y) m->be->free(m->be, mo->y);
     free(mo->routed);
+    free(mo->index);
     free(mo);
     m->moew = NULL;
 }
@@ -154,6 +178,14 @@ void model_moe_backward(model *m, int l, const float *dy, float *dx, float loss_
     if (m->comm_err != 0) return;
     int rc = moe_dev_backward(&c, &w, layer_cache(m, l), dy, dx, &g);
     if (rc != 0) m->comm_err = rc;
+}
+
+size_t model_moe_cache_bytes(const model *m) {
+    const model_moe *mo = m->moew;
+    size_t bytes = 0, n = mo ? (size_t)mo->slots * mo->sets : 0;
+    for (size_t i = 0; i < n; i++)
+        bytes += mo->caches[i].bytes;
+    return bytes;
 }
 
 void model_moe_rows(const model *m, size_t *room, size_t *most) {

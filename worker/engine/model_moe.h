@@ -17,9 +17,11 @@
 #include "model.h"
 
 typedef struct model_moe {
-    struct moe_dev_cache *caches; /* (n_slots, sets): sets = a chunk's layers (the stage's
-                                   * when not interleaved), or 1 under full recompute */
-    int sets;
+    struct moe_dev_cache *caches; /* (slots, sets): sets = the most MoE layers of a chunk
+                                   * (the stage when not interleaved), slots the model's
+                                   * activation slots; both 1 under full recompute */
+    int sets, slots;
+    int *index; /* (stage layers) each layer's place among its chunk's MoE layers; -1 dense */
     struct moe_dev_scratch *scratch; /* shared by the caches */
     struct moe_dev_kept *kept;       /* (stage layers) each MoE layer's experts' kept weight
                                       * conversions (cfg.weight_cache); NULL: none */
@@ -54,6 +56,10 @@ typedef struct model_moe_step {
     double aux;                         /* aux losses, summed over layers and micro-batches */
     float expert_load[MOE_MAX_EXPERTS]; /* each expert's load / the mean, averaged over layers */
 } model_moe_step;
+
+/* The bytes of the MoE layers' caches (activations kept from a forward to its backward,
+ * moe_dev.h; as allocated now: they grow under expert parallelism); 0 for a dense model. */
+size_t model_moe_cache_bytes(const model *m);
 
 /* Under expert parallelism: the rows the experts here have room for (N K at first, grown
  * when a forward received more: moe_dev.h) and the most a forward received; 0 and 0

@@ -62,6 +62,7 @@ static int scratch_rows_alloc(moe_dev_scratch *s, const moe_config *c, size_t ro
     if (b != NULL && s->x16 != NULL) x16 = be->alloc(be, (NK + rows) * c->dim * sizeof *x16);
     if (b == NULL || (s->x16 != NULL && x16 == NULL)) {
         if (b) be->free(be, b);
+        scratch_rows_carve(s, c, s->rx_cap, s->rbuf); /* the old views back */
         return BT_ENOMEM;
     }
     if (s->rbuf) be->free(be, s->rbuf);
@@ -167,10 +168,14 @@ static size_t cache_rows_carve(moe_dev_cache *m, const moe_config *c, size_t row
 }
 
 static int cache_rows_alloc(moe_dev_cache *m, const moe_config *c, size_t rows) {
-    float *b = m->be->alloc(m->be, cache_rows_carve(m, c, rows, NULL) * sizeof(float));
-    if (b == NULL) return BT_ENOMEM;
-    if (m->rbuf) m->be->free(m->be, m->rbuf);
-    m->rbuf = b, m->rx_cap = rows;
+    size_t n = cache_rows_carve(m, c, rows, NULL), old = cache_rows_carve(m, c, m->rx_cap, NULL);
+    float *b = m->be->alloc(m->be, n * sizeof(float));
+    if (b == NULL) { /* the counting carves cleared the views: the old ones back */
+        cache_rows_carve(m, c, m->rx_cap, m->rbuf);
+        return BT_ENOMEM;
+    }
+    if (m->rbuf) m->be->free(m->be, m->rbuf), m->bytes -= old * sizeof(float);
+    m->rbuf = b, m->rx_cap = rows, m->bytes += n * sizeof(float);
     cache_rows_carve(m, c, rows, b);
     return 0;
 }
@@ -219,6 +224,7 @@ int moe_dev_cache_init(moe_dev_cache *m, backend *be, const moe_config *c, int m
     size_t ni, nf = cache_carve(m, c, &ni);
     m->fbuf = be->alloc(be, nf * sizeof(float));
     m->ibuf = be->alloc(be, ni * sizeof(int32_t));
+    m->bytes = nf * sizeof(float) + ni * sizeof(int32_t);
     if (m->fbuf == NULL || m->ibuf == NULL || cache_host_alloc(m, c) != 0) {
         moe_dev_cache_free(m);
         return BT_ENOMEM;

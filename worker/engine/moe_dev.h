@@ -114,6 +114,7 @@ typedef struct moe_dev_cache {
     int32_t *ibuf;     /* 4-byte allocation: topk .. pmean */
     float *x, *scores, *ssum, *gate, *xg, *out, *sh13, *shs;
     size_t rx_cap;   /* its Rx (the scratch's above; grown alike) */
+    size_t bytes;    /* its device memory: fbuf, ibuf, rbuf */
     float *rbuf;     /* one allocation: xr .. hs */
     float *xr;       /* (Rx, C) under ep: the rows received for the experts here */
     float *h13, *hs; /* (Rx, 2F), (Rx, F) expert activations, in the experts' rows */

@@ -224,6 +224,11 @@ static void worker_print_setup(const trainer *t) {
         printf("memory: %.2f MB of converted weights kept from one micro-batch to the next "
                "(BATON_WEIGHT_CACHE=0: none)\n",
                4e-6 * (double)t->m.wcache_floats);
+    size_t moe = model_moe_cache_bytes(&t->m);
+    if (moe > 0)
+        printf("memory: MoE caches %zu bytes (the MoE layers' activations kept from a forward "
+               "to its backward)\n",
+               moe);
 }
 
 /* Every rank: the bytes it allocated for parameters, gradients and optimizer state
