@@ -169,7 +169,7 @@ void plan_report_text(FILE *f, const Baton__StageSpec *spec, const plan_stage *p
 
 /* The whole plan as JSON:
  * {"stages": [{"name", "params_total", "world", "layout", "memory_per_gpu":
- *   {"params", "grads", "optimizer", "activations", "moe_caches" (part of activations),
+ *   {"params", "grads", "optimizer", "activations", "moe_cache_bytes" (part of activations),
  *    "total", "heaviest_pp_stage", "zero", "zero_shard_params", "zero_unit_params"}, "fits",
  *   "comm_bytes_per_step": {"tp", "pp", "dp", "cp", "ep"}, "flops_per_step",
  *   "warnings": [...]}]} */

@@ -254,13 +254,14 @@ static double moe_cache_bytes(const plan_stage *ps) {
 static void memory_moe(const plan_stage *ps, uint32_t stage, plan_memory *out) {
     const plan_shape *sh = &ps->shape;
     const plan_params *p = &ps->params;
-    uint32_t first, n, n_moe, v = sh->virtual_stages > 1 ? sh->virtual_stages : 1, most = 0;
-    plan_pp_stage_layers(p, sh->pp, v, stage, &first, &n, &n_moe);
+    uint32_t v = sh->pp > 1 && sh->virtual_stages > 1 ? sh->virtual_stages : 1;
+    uint32_t first, n, n_moe, most = 0;
+    plan_pp_stage_layers(p, sh->pp, sh->virtual_stages, stage, &first, &n, &n_moe);
     if (n_moe == 0) return;
     for (uint32_t c = 0, per = n / v; c < v; c++) {
         uint32_t k = 0;
         for (uint32_t i = c * per; i < (c + 1) * per; i++)
-            k += plan_layer_is_moe(p, plan_pp_stage_layer(p, sh->pp, v, stage, i));
+            k += plan_layer_is_moe(p, plan_pp_stage_layer(p, sh->pp, sh->virtual_stages, stage, i));
         most = k > most ? k : most;
     }
     int full = sh->recompute == BATON__STAGE__RECOMPUTE__FULL;

@@ -415,7 +415,7 @@ static void json_memory(bt_buf *b, const plan_memory *m) {
     bt_buf_printf(b, ", ");
     json_int(b, "activations", m->activations);
     bt_buf_printf(b, ", ");
-    json_int(b, "moe_caches", m->act_moe);
+    json_int(b, "moe_cache_bytes", m->act_moe);
     bt_buf_printf(b, ", ");
     json_int(b, "total", m->total);
     bt_buf_printf(b, ", \"heaviest_pp_stage\": %u", m->heaviest_pp_stage);

@@ -34,14 +34,14 @@ ep_check_room() { # NAME
   fi
 }
 
-# The MoE layers' caches rank 0 allocated equal `baton plan`'s moe_caches (one pipeline
+# The MoE layers' caches rank 0 allocated equal `baton plan`'s moe_cache_bytes (one pipeline
 # stage: the plan's figure is its heaviest stage's).
 ep_check_caches() { # NAME
   "$baton" plan "$1.yaml" --json >"$1.plan.json"
   /usr/bin/python3 - "$1" "$1.plan.json" "$1.log" <<'PY'
 import json, re, sys
 name, plan_path, log_path = sys.argv[1:4]
-want = json.load(open(plan_path))["stages"][0]["memory_per_gpu"]["moe_caches"]
+want = json.load(open(plan_path))["stages"][0]["memory_per_gpu"]["moe_cache_bytes"]
 got = [int(m.group(1)) for l in open(log_path)
        if (m := re.match(r"^(?:\[0\] )?memory: MoE caches (\d+) bytes", l))]
 ok = len(got) == 1 and got[0] == want
@@ -73,6 +73,10 @@ ep_case() { # NAME RANKS TP EP BALANCE [SED]: SED edits the recipe further
   if [[ ${BATON_DP_OVERLAP:-} == 1 ]]; then layout_check_overlap "$name" "$n"; fi
   if [[ $name == ep4 ]]; then ep_check_room "$name"; fi
   if [[ $name != *pp2* ]]; then ep_check_caches "$name" || failures=$((failures + 1)); fi
+  if [[ $name == moe-pp2-dense0 ]] && grep -q "MoE caches" "$name.log"; then
+    echo "$name: stage 0, all dense layers, allocated MoE caches"
+    failures=$((failures + 1))
+  fi
   if [[ $name == *-zero[123]* ]]; then
     layout_check_plan "$name" train "$([[ $name == *-v2-* ]] && echo heaviest)" ||
       failures=$((failures + 1))
@@ -90,6 +94,9 @@ ep_case ep2-every2 2 1 2 "$aux, every: 2" "s/n_layers: 2/n_layers: 4/"
 ep_case ep2-bias 2 1 2 "balance: bias, bias_update_rate: 0.01"
 # MoE layers under a pipeline (their caches per micro-batch slot) and recomputed whole.
 ep_case moe-pp2 2 1 1 "$aux" "s/pp: 1, ep: 1,/pp: 2, ep: 1,/"
+# the first two of four layers dense: stage 0 holds no MoE layer and no MoE caches
+ep_case moe-pp2-dense0 2 1 1 "$aux, first_dense_layers: 2" \
+  "s/pp: 1, ep: 1,/pp: 2, ep: 1,/; s/n_layers: 2/n_layers: 4/"
 ep_case ep2-full 2 1 2 "$aux" "s/  micro_batch: 1/  micro_batch: 1\n  recompute: full/"
 cap="$aux, capacity_factor: 1.0"
 # ep 1 over dp2: every dp rank holds every expert (rank 0 saves them); with ZeRO-2 the

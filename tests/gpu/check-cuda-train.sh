@@ -139,10 +139,12 @@ resume_check() {
 
 # Parallel layouts on the GPU (BATON_CUDA_TRAIN_LAYOUTS=1: needs a GPU per rank, or the
 # emulated worker, whose ranks connect over Gloo): the fp32 stage as dp2 with ZeRO-1, tp2
-# and pp2, and the moe-fp32 stage as ep2 (expert parallelism's exchanges of device
-# buffers), under `baton launch -n 2` against the one-process CPU run, losses within 1e-4.
-layout() { # NAME PARALLEL [STAGE]
-  local name=$1 stage=${3:-fp32} recipe=cuda.yaml
+# and pp2, the moe-fp32 stage as ep2 (expert parallelism's exchanges of device buffers)
+# and tp2 (each tp rank's MoE blocks on its own rows, the chunk counts gathered over tp),
+# under `baton launch -n 2` against the one-process CPU run, losses within 1e-4; the
+# moe-bf16 stage as ep2 (the rows to the experts packed in bf16), within 1e-2.
+layout() { # NAME PARALLEL [STAGE [TOLERANCE]]
+  local name=$1 stage=${3:-fp32} tol=${4:-1e-4} recipe=cuda.yaml
   [[ $stage == moe-* ]] && recipe=moe-cuda.yaml
   sed -E "s/gpus_per_node: 1/gpus_per_node: 2/; s/parallel: \{zero: 0\}/parallel: $2/" \
     "$recipe" >"$name.yaml"
@@ -150,9 +152,9 @@ layout() { # NAME PARALLEL [STAGE]
   timeout 3000 "$baton" launch -n 2 -- "$gpu_worker" --spec "$name.pb" --eval-windows 0 \
     --comm-timeout 600 >"$name.log" 2>&1 || { echo "FAIL: $name"; tail -n 20 "$name.log"; return 1; }
   paste <(losses "$stage.cpu.log") <(sed 's/^\[0\] //' "$name.log" | losses /dev/stdin) |
-    awk -v s="$name" -v steps=$steps '
+    awk -v s="$name" -v steps=$steps -v tol="$tol" '
       { n++; d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > worst) worst = r
-        if ($1 != $3 || r > 1e-4) { printf "%s: step %s loss %s vs %s\n", s, $1, $4, $2; bad = 1 } }
+        if ($1 != $3 || r > tol) { printf "%s: step %s loss %s vs %s\n", s, $1, $4, $2; bad = 1 } }
       END { if (n != steps) { print s ": " n " steps"; bad = 1 }
             printf "%s: %d steps on the GPU, losses vs the CPU max relative difference %.3g\n",
                    s, n, worst; exit bad }'
@@ -163,6 +165,9 @@ if [[ -n "${BATON_CUDA_TRAIN_LAYOUTS:-}" ]]; then # 1: all, or names: "ep2 tp2"
   ! wanted tp2 || layout tp2 "{tp: 2, zero: 0}" || failures=$((failures + 1))
   ! wanted pp2 || layout pp2 "{pp: 2, zero: 0}" || failures=$((failures + 1))
   ! wanted ep2 || layout ep2 "{dp: 2, ep: 2, zero: 0}" moe-fp32 || failures=$((failures + 1))
+  ! wanted moe-tp2 || layout moe-tp2 "{tp: 2, zero: 0}" moe-fp32 || failures=$((failures + 1))
+  ! wanted ep2-bf16 || layout ep2-bf16 "{dp: 2, ep: 2, zero: 0}" moe-bf16 1e-2 ||
+    failures=$((failures + 1))
 fi
 
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }

@@ -16,17 +16,16 @@ static int moe_index(const model *m, int l) {
     return k;
 }
 
-/* Caches per slot: one under full recompute (a layer's forward is rerun just before its
- * backward, so one cache serves every layer and slot: model_moe_caches), else the most
- * MoE layers a chunk has. */
+/* Caches per slot: the most MoE layers a chunk has (0: the stage has none), and one
+ * under full recompute (a layer's forward is rerun just before its backward, so one
+ * cache serves every layer and slot). */
 static int moe_sets(const model *m) {
-    if (m->cfg.recompute == MODEL_RECOMPUTE_FULL) return 1;
     int most = 0;
     for (int l = 0; l < m->n_layers; l++) {
         int k = moe_index(m, l) + 1;
         most = k > most ? k : most;
     }
-    return most > 0 ? most : 1;
+    return m->cfg.recompute == MODEL_RECOMPUTE_FULL && most > 0 ? 1 : most;
 }
 
 /* A slot holds one chunk's layers (model.h): MoE layer l's cache is the slot's k-th, k its
@@ -118,7 +117,8 @@ int model_moe_init(model *m, comm *ep_group, bt_diag *diag) {
     mo->y = m->be->alloc(m->be, rows * m->cfg.dim * sizeof(float));
     mo->routed =
         calloc((size_t)(m->n_layers ? m->n_layers : 1) * m->cfg.moe.n_experts, sizeof(double));
-    int rc = mo->y && mo->routed && mo->index ? moe_init_caches(m, m->ep_group) : BT_ENOMEM;
+    int rc = mo->y && mo->routed && mo->index ? 0 : BT_ENOMEM;
+    if (rc == 0 && mo->sets > 0) rc = moe_init_caches(m, m->ep_group); /* none: all dense */
     if (rc != 0) {
         bt_diag_set(diag, "model: cannot set up the MoE layers (%d experts, %d here): %s",
                     m->cfg.moe.n_experts, moe_local_experts(&m->cfg.moe), bt_strerror(rc));
@@ -190,7 +190,7 @@ size_t model_moe_cache_bytes(const model *m) {
 
 void model_moe_rows(const model *m, size_t *room, size_t *most) {
     const model_moe *mo = m->moew;
-    int ep = mo != NULL && m->ep_group != NULL;
+    int ep = mo != NULL && mo->scratch != NULL && m->ep_group != NULL;
     *room = ep ? mo->scratch->rx_cap : 0;
     *most = ep ? mo->scratch->rx_most : 0;
 }

@@ -18,7 +18,8 @@
 
 typedef struct model_moe {
     struct moe_dev_cache *caches; /* (slots, sets): sets = the most MoE layers of a chunk
-                                   * (the stage when not interleaved), slots the model's
+                                   * (the stage when not interleaved; 0 and no caches nor
+                                   * scratch on a stage of dense layers), slots the model's
                                    * activation slots; both 1 under full recompute */
     int sets, slots;
     int *index; /* (stage layers) each layer's place among its chunk's MoE layers; -1 dense */

@@ -183,10 +183,14 @@ static int cache_rows_alloc(moe_dev_cache *m, const moe_config *c, size_t rows) 
 /* Room for rows rows at the experts here, in the cache and the scratch: grown (to a
  * quarter more, at most what every rank's tokens can bring: N ep min(K, local experts))
  * when a forward receives more than they had. */
+static size_t rows_most(const moe_dev_cache *m, const moe_config *c) {
+    int El = moe_local_experts(c), per = c->top_k < El ? c->top_k : El;
+    return (size_t)m->max_tokens * (size_t)per * m->ep_size;
+}
+
 static int reserve_rows(moe_dev_cache *m, const moe_config *c, size_t rows) {
     moe_dev_scratch *s = m->scratch;
-    int El = moe_local_experts(c), per = c->top_k < El ? c->top_k : El;
-    size_t most = (size_t)m->max_tokens * (size_t)per * m->ep_size, want = rows + rows / 4;
+    size_t most = rows_most(m, c), want = rows + rows / 4;
     want = want < most ? want : most;
     int rc = rows > s->rx_cap ? scratch_rows_alloc(s, c, want) : 0;
     if (rc == 0 && rows > m->rx_cap) rc = cache_rows_alloc(m, c, want);
@@ -386,7 +390,7 @@ static int ep_dispatch(const moe_config *c, moe_dev_cache *m) {
         m->rcount[r] = rows * C;
         total += rows;
     }
-    if (total > (size_t)m->max_tokens * c->top_k * P) return BT_ERANGE;
+    if (total > rows_most(m, c)) return BT_ERANGE; /* inconsistent counts: a failed peer */
     int rc = reserve_rows(m, c, total);
     return rc ? rc : ep_to_owners(m, m->xg, m->xr);
 }

@@ -103,7 +103,8 @@ typedef struct moe_dev_kept {
     size_t floats;
 } moe_dev_kept;
 
-/* One layer's saved activations (for up to max_tokens tokens). */
+/* One MoE layer's saved activations (for up to max_tokens tokens): a cache serves one
+ * layer of one activation slot, or under full recompute every layer in turn. */
 typedef struct moe_dev_cache {
     backend *be;
     moe_dev_scratch *scratch; /* borrowed */
@@ -113,7 +114,7 @@ typedef struct moe_dev_cache {
     float *fbuf;       /* float allocation: x .. shs */
     int32_t *ibuf;     /* 4-byte allocation: topk .. pmean */
     float *x, *scores, *ssum, *gate, *xg, *out, *sh13, *shs;
-    size_t rx_cap;   /* its Rx (the scratch's above; grown alike) */
+    size_t rx_cap;   /* its Rx (grown like the scratch's, each by what it received) */
     size_t bytes;    /* its device memory: fbuf, ibuf, rbuf */
     float *rbuf;     /* one allocation: xr .. hs */
     float *xr;       /* (Rx, C) under ep: the rows received for the experts here */
@@ -171,8 +172,8 @@ void moe_dev_kept_clear(moe_dev_kept *k);
 /* moe_forward and moe_backward of moe.h on device memory; under expert parallelism
  * collectives over the ep group. 0, BT_EINVAL for bad arguments, BT_EIO when an exchange
  * failed or the counts read back are inconsistent (a failed device: its error is reported
- * by the backend's sync), BT_ERANGE when more rows arrive than every rank's tokens,
- * BT_ENOMEM when the room for the rows received could not grow. */
+ * by the backend's sync), BT_ERANGE when more rows arrive than every rank's tokens can
+ * bring, BT_ENOMEM when the room for the rows received could not grow. */
 int moe_dev_forward(const moe_config *c, const moe_weights *w, const float *bias, const float *x,
                     float *y, int N, moe_dev_cache *m, moe_stats *stats);
 int moe_dev_backward(const moe_config *c, const moe_weights *w, moe_dev_cache *m, const float *dy,
