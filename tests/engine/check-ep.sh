@@ -34,18 +34,19 @@ ep_check_room() { # NAME
   fi
 }
 
-# The MoE layers' caches rank 0 allocated equal `baton plan`'s moe_cache_bytes (one pipeline
-# stage: the plan's figure is its heaviest stage's).
+# The MoE layers' caches each rank of the plan's heaviest pipeline stage allocated equal
+# `baton plan`'s moe_cache_bytes (none printed: none allocated).
 ep_check_caches() { # NAME
   "$baton" plan "$1.yaml" --json >"$1.plan.json"
   /usr/bin/python3 - "$1" "$1.plan.json" "$1.log" <<'PY'
 import json, re, sys
 name, plan_path, log_path = sys.argv[1:4]
-want = json.load(open(plan_path))["stages"][0]["memory_per_gpu"]["moe_cache_bytes"]
-got = [int(m.group(1)) for l in open(log_path)
-       if (m := re.match(r"^(?:\[0\] )?memory: MoE caches (\d+) bytes", l))]
-ok = len(got) == 1 and got[0] == want
-print(f"{name}: MoE caches {got[0] if got else 'not printed'} bytes, plan {want:.0f}")
+mem = json.load(open(plan_path))["stages"][0]["memory_per_gpu"]
+want, stage = mem["moe_cache_bytes"], mem["heaviest_pp_stage"]
+pat = re.compile(r"^\[\d+\] MoE caches allocated by this rank: (\d+) bytes \(pipeline stage (\d+)\)")
+got = [int(m.group(1)) for l in open(log_path) if (m := pat.match(l)) and int(m.group(2)) == stage]
+ok = set(got) == {want} if want else not got
+print(f"{name}: MoE caches on stage {stage}'s ranks {sorted(set(got)) or 'none'} bytes, plan {want:.0f}")
 sys.exit(0 if ok else 1)
 PY
 }
@@ -72,8 +73,8 @@ ep_case() { # NAME RANKS TP EP BALANCE [SED]: SED edits the recipe further
   layout_compare_params "$name" "$name.ref" "$name.params" || failures=$((failures + 1))
   if [[ ${BATON_DP_OVERLAP:-} == 1 ]]; then layout_check_overlap "$name" "$n"; fi
   if [[ $name == ep4 ]]; then ep_check_room "$name"; fi
-  if [[ $name != *pp2* ]]; then ep_check_caches "$name" || failures=$((failures + 1)); fi
-  if [[ $name == moe-pp2-dense0 ]] && grep -q "MoE caches" "$name.log"; then
+  ep_check_caches "$name" || failures=$((failures + 1))
+  if [[ $name == moe-pp2-dense0 ]] && grep -q "MoE caches .*(pipeline stage 0)" "$name.log"; then
     echo "$name: stage 0, all dense layers, allocated MoE caches"
     failures=$((failures + 1))
   fi

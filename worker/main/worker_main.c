@@ -224,11 +224,6 @@ static void worker_print_setup(const trainer *t) {
         printf("memory: %.2f MB of converted weights kept from one micro-batch to the next "
                "(BATON_WEIGHT_CACHE=0: none)\n",
                4e-6 * (double)t->m.wcache_floats);
-    size_t moe = model_moe_cache_bytes(&t->m);
-    if (moe > 0)
-        printf("memory: MoE caches %zu bytes (the MoE layers' activations kept from a forward "
-               "to its backward)\n",
-               moe);
 }
 
 /* Every rank: the bytes it allocated for parameters, gradients and optimizer state
@@ -239,6 +234,10 @@ static void worker_print_state(const trainer *t) {
     printf("model state allocated by this rank (zero %u): params %.0f grads %.0f optimizer %.0f "
            "bytes\n",
            t->spec->stage->parallel->zero, params, grads, optim);
+    size_t moe = model_moe_cache_bytes(&t->m);
+    if (moe > 0) /* the MoE layers' activations kept from a forward to its backward */
+        printf("MoE caches allocated by this rank: %zu bytes (pipeline stage %d)\n", moe,
+               t->m.cfg.pp_rank);
     const char *dp = train_dp_overlap_describe(&t->dpo);
     if (dp[0]) printf("%s\n", dp);
     const char *pp = pipeline_describe(&t->pp.pipe);
