@@ -9,27 +9,10 @@
 set -euo pipefail
 bin=$1 work=${2:-$(mktemp -d /tmp/baton-pipeline-bench.XXXXXX)} rounds=${3:-3}
 src=$(cd "$(dirname "$0")/.." && pwd)
+source "$src/bench/stage-bench-lib.sh"
 mkdir -p "$work" && cd "$work"
-[[ -e data/fortunes_train.bin ]] || "$bin/baton" data prepare --input /usr/share/games/fortunes \
-  --split-on-percent --output data/fortunes >/dev/null
 stages=(1f1b interleaved interleaved4)
-median() { sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
-for s in "${stages[@]}"; do
-  "$bin/baton" spec "$src/bench/pipeline-bench.yaml" --stage "$s" --out "$s.pb"
-  : >"$s.tps"
-done
-for ((r = 0; r < rounds; r++)); do
-  for s in "${stages[@]}"; do
-    "$bin/baton" launch -n 2 -- "$bin/baton-worker" --spec "$s.pb" --eval-windows 0 \
-      --save-every 0 --run-dir "run-$s" --comm-timeout 120 |
-      sed -En 's/^\[0\] step +([0-9]+)\/[0-9]+ .* ([0-9.]+) tok\/s.*/\1 \2/p' |
-      awk '$1 > 2 {print $2}' >>"$s.tps"
-    rm -rf "run-$s"
-  done
-done
-for s in "${stages[@]}"; do
-  [[ -s $s.tps ]] || { echo "$s: no step lines read from the worker's output" >&2; exit 1; }
-done
+bench_rounds "$bin" "$src/bench/pipeline-bench.yaml" 2 "$rounds" "${stages[@]}"
 pp=2 m=8 # bench/pipeline-bench.yaml's
 base=$(median <1f1b.tps)
 for s in "${stages[@]}"; do

@@ -1,28 +1,14 @@
-/* Elementwise CUDA operations: fill, add, scale, 2-D copy, bf16 packing, sum of squares,
- * embedding lookup (whole or vocabulary-parallel) and SwiGLU.
+/* Elementwise CUDA operations: fill, add, scale, 2-D copy, sum of squares, embedding
+ * lookup (whole or vocabulary-parallel) and SwiGLU.
  *
  * Rules: backward ops accumulate (+=) into parameter gradients and write (=) activation
  * gradients. The embedding's backward gives each column of the table to one thread,
  * which walks the rows n in order: a token seen twice sums in the CPU's order, with no
  * atomics. The sum of squares reduces over a fixed grid, then the partials in a fixed
  * tree, in double. Launchers take the backend, queue on its stream and check the launch. */
-#include <cuda_bf16.h>
-
 #include "cuda_internal.cuh"
 
 #define EW_THREADS 256
-
-__global__ void pack_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = __float2bfloat16_rn(src[i]);
-}
-
-__global__ void unpack_bf16_kernel(float *dst, const __nv_bfloat16 *src, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = __bfloat162float(src[i]);
-}
 
 __global__ void add_kernel(float *out, const float *a, const float *b, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -129,22 +115,6 @@ void cuda_add(backend *be, float *out, const float *a, const float *b, size_t n)
     if (n == 0) return;
     add_kernel<<<cuda_grid(n, EW_THREADS), EW_THREADS, 0, c->stream>>>(out, a, b, n);
     CUDA_LAUNCHED(c, "add_kernel");
-}
-
-void cuda_pack_bf16(backend *be, uint16_t *dst, const float *src, size_t n) {
-    cuda_ctx *c = cuda_ctx_of(be);
-    if (n == 0) return;
-    pack_bf16_kernel<<<cuda_grid(n, EW_THREADS), EW_THREADS, 0, c->stream>>>((__nv_bfloat16 *)dst,
-                                                                             src, n);
-    CUDA_LAUNCHED(c, "pack_bf16_kernel");
-}
-
-void cuda_unpack_bf16(backend *be, float *dst, const uint16_t *src, size_t n) {
-    cuda_ctx *c = cuda_ctx_of(be);
-    if (n == 0) return;
-    unpack_bf16_kernel<<<cuda_grid(n, EW_THREADS), EW_THREADS, 0, c->stream>>>(
-        dst, (const __nv_bfloat16 *)src, n);
-    CUDA_LAUNCHED(c, "unpack_bf16_kernel");
 }
 
 void cuda_scale(backend *be, float *x, float s, size_t n) {

@@ -148,8 +148,6 @@ __device__ __forceinline__ float cuda_block_max(float v, float *sh) {
 void cuda_zero(backend *be, float *x, size_t n);
 void cuda_add(backend *be, float *out, const float *a, const float *b, size_t n);
 void cuda_scale(backend *be, float *x, float s, size_t n);
-void cuda_pack_bf16(backend *be, uint16_t *dst, const float *src, size_t n);
-void cuda_unpack_bf16(backend *be, float *dst, const uint16_t *src, size_t n);
 void cuda_copy2d(backend *be, float *dst, size_t ldd, const float *src, size_t lds, size_t rows,
                  size_t width);
 double cuda_sumsq(backend *be, const float *x, size_t n);
@@ -182,6 +180,8 @@ void cuda_rope_backward(backend *be, float *dinp, const float *dout, const float
                         const float *sin, int B, int T, int nh, int hd, int ld);
 
 /* cuda_matmul.cu */
+void cuda_pack_bf16(backend *be, uint16_t *dst, const float *src, size_t n);
+void cuda_unpack_bf16(backend *be, float *dst, const uint16_t *src, size_t n);
 size_t cuda_matmul_scratch_floats(backend *be, int N, int C, int OC, backend_prec prec);
 size_t cuda_matmul_wcache_floats(backend *be, int C, int OC, backend_prec prec);
 void cuda_matmul_forward(backend *be, float *out, const float *inp, const float *weight, int N,

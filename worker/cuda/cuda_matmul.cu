@@ -5,7 +5,8 @@
  * Precisions (backend_gemm), matching cpu_matmul.c's rounding of the GEMM inputs:
  *  - float32: float32 inputs, CUBLAS_COMPUTE_32F (no TF32: the CPU reference is exact
  *    float32 products).
- *  - bf16 / fp16: each operand converted round-to-nearest-even into the scratch, then a
+ *  - bf16 / fp16: each operand converted round-to-nearest-even into the scratch (the bf16
+ *    conversion is also backend.h's pack_bf16 for transfers), then a
  *    16-bit-input GEMM with float32 output and accumulation (tensor cores).
  *  - fp8: each operand quantized with its per-tensor scale, saturating, to E4M3 (E5M2
  *    for the incoming gradient when dy_e5m2 is set), as precision.h defines, and
@@ -59,6 +60,28 @@ __global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+__global__ void from_bf16_kernel(float *dst, const __nv_bfloat16 *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __bfloat162float(src[i]);
+}
+
+/* backend.h's bf16 packing: the very conversion a bf16 product applies to its operands
+ * (mm_prepare), so a tensor packed for transfer rounds as the product would round it. */
+void cuda_pack_bf16(backend *be, uint16_t *dst, const float *src, size_t n) {
+    cuda_ctx *c = cuda_ctx_of(be);
+    if (n == 0) return;
+    to_bf16_kernel<<<cuda_grid(n, 256), 256, 0, c->stream>>>((__nv_bfloat16 *)dst, src, n);
+    CUDA_LAUNCHED(c, "pack_bf16");
+}
+
+void cuda_unpack_bf16(backend *be, float *dst, const uint16_t *src, size_t n) {
+    cuda_ctx *c = cuda_ctx_of(be);
+    if (n == 0) return;
+    from_bf16_kernel<<<cuda_grid(n, 256), 256, 0, c->stream>>>(dst, (const __nv_bfloat16 *)src, n);
+    CUDA_LAUNCHED(c, "unpack_bf16");
 }
 
 __global__ void to_fp16_kernel(__half *dst, const float *src, size_t n) {
