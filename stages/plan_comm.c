@@ -166,12 +166,6 @@ static double comm_tp_moe(const plan_stage *ps, const comm_dims *d, uint32_t moe
            moe_layers * d->m * (d->passes - 1) * counts;
 }
 
-/* The stage's ends and norms, per micro-batch: the vocabulary-parallel embedding's
- * reduction (2 units: forward all-reduce, or with sequence parallelism reduce-scatter +
- * backward all-gather) on the first stage; on the last the head's (2: the backward's
- * all-reduce, or 3: the final norm's output gathered forward and again backward, its
- * gradient reduce-scattered) and the cross-entropy's all-gather of 3 floats per row and
- * rank; with sequence parallelism the norm weights' gradients all-reduced every pass. */
 /* The bytes per element of sequence parallelism's gathers into products in bf16 (model
  * layer l's, or the head's with l = n_layers): 2, they travel in bf16
  * (worker/engine/model_sp.h); else 4. */
@@ -183,6 +177,12 @@ static double gather_bytes(const plan_stage *ps, uint32_t l) {
     return l == L || (sh->fp8_first_last_bf16 && (l == 0 || l + 1 == L)) ? 2 : 4;
 }
 
+/* The stage's ends and norms, per micro-batch: the vocabulary-parallel embedding's
+ * reduction (2 units: forward all-reduce, or with sequence parallelism reduce-scatter +
+ * backward all-gather) on the first stage; on the last the head's (2: the backward's
+ * all-reduce, or 3: the final norm's output gathered forward and again backward, its
+ * gradient reduce-scattered) and the cross-entropy's all-gather of 3 floats per row and
+ * rank; with sequence parallelism the norm weights' gradients all-reduced every pass. */
 static double comm_tp_ends(const plan_stage *ps, const comm_dims *d, uint32_t layers,
                            uint32_t stage) {
     const plan_shape *sh = &ps->shape;
@@ -208,8 +208,7 @@ static double tp_layer_units(const plan_stage *ps, const comm_dims *d, uint32_t 
     return moe ? g * (3 + rc) + 2 + rc : g * (6 + 2 * rc) + 4 + rc;
 }
 
-static double comm_tp(const plan_stage *ps, const comm_dims *d, uint32_t moe_layers,
-                      uint32_t stage) {
+static double comm_tp(const plan_stage *ps, const comm_dims *d, uint32_t stage) {
     const plan_shape *sh = &ps->shape;
     double t = sh->tp, units = 0;
     if (t < 2) return 0;
@@ -219,7 +218,7 @@ static double comm_tp(const plan_stage *ps, const comm_dims *d, uint32_t moe_lay
         units += tp_layer_units(
             ps, d, plan_pp_stage_layer(&ps->params, sh->pp, sh->virtual_stages, stage, i));
     return d->m * units * (t - 1) / t * d->act + comm_tp_kv(ps, n) +
-           comm_tp_moe(ps, d, moe_layers, stage) + comm_tp_ends(ps, d, n, stage);
+           comm_tp_moe(ps, d, n_moe, stage) + comm_tp_ends(ps, d, n, stage);
 }
 
 static double comm_pp(const plan_stage *ps, const comm_dims *d, uint32_t stage) {
@@ -386,7 +385,7 @@ static void comm_stage(const plan_stage *ps, const comm_dims *d, uint32_t stage,
     uint32_t first, n, n_moe;
     plan_pp_stage_layers(&ps->params, ps->shape.pp, ps->shape.virtual_stages, stage, &first, &n,
                          &n_moe);
-    bytes[PLAN_COMM_TP] = comm_tp(ps, d, n_moe, stage);
+    bytes[PLAN_COMM_TP] = comm_tp(ps, d, stage);
     bytes[PLAN_COMM_PP] = comm_pp(ps, d, stage);
     bytes[PLAN_COMM_DP] = comm_dp(ps, stage);
     bytes[PLAN_COMM_CP] = comm_cp(ps, d, n, n_moe);

@@ -16,15 +16,13 @@ static int moe_index(const model *m, int l) {
     return k;
 }
 
-/* Caches per slot: the most MoE layers a chunk has (0: the stage has none), and one
- * under full recompute (a layer's forward is rerun just before its backward, so one
- * cache serves every layer and slot). */
+/* Caches per slot, from mo->index: the most MoE layers a chunk has (0: the stage has
+ * none), and one under full recompute (a layer's forward is rerun just before its
+ * backward, so one cache serves every layer and slot). */
 static int moe_sets(const model *m) {
     int most = 0;
-    for (int l = 0; l < m->n_layers; l++) {
-        int k = moe_index(m, l) + 1;
-        most = k > most ? k : most;
-    }
+    for (int l = 0; l < m->n_layers; l++)
+        most = m->moew->index[l] + 1 > most ? m->moew->index[l] + 1 : most;
     return m->cfg.recompute == MODEL_RECOMPUTE_FULL && most > 0 ? 1 : most;
 }
 
@@ -108,11 +106,11 @@ int model_moe_init(model *m, comm *ep_group, bt_diag *diag) {
     model_moe *mo = calloc(1, sizeof *mo);
     if (mo == NULL) return BT_ENOMEM;
     m->moew = mo, m->ep_group = ep > 1 ? ep_group : NULL;
-    mo->sets = moe_sets(m);
     mo->slots = m->cfg.recompute == MODEL_RECOMPUTE_FULL ? 1 : m->n_slots;
     mo->index = calloc((size_t)(m->n_layers ? m->n_layers : 1), sizeof *mo->index);
     for (int l = 0; mo->index != NULL && l < m->n_layers; l++)
         mo->index[l] = moe_index(m, l);
+    mo->sets = mo->index ? moe_sets(m) : 0;
     size_t rows = (size_t)model_sp_rows(m, m->max_B * m->max_T);
     mo->y = m->be->alloc(m->be, rows * m->cfg.dim * sizeof(float));
     mo->routed =

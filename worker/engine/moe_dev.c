@@ -42,7 +42,8 @@ static size_t scratch_rows_carve(moe_dev_scratch *s, const moe_config *c, size_t
                                  float *base) {
     size_t C = (size_t)c->dim, F = (size_t)c->ffn_dim, o = 0;
     size_t ep_rows = s->ep_size > 1 ? rows : 0;
-#define TAKE(field, n) (s->field = base ? base + o : NULL, o += (n))
+    /* counting (base NULL) leaves the views alone: they may be in use */
+#define TAKE(field, n) ((base ? (void)(s->field = base + o) : (void)0), o += (n))
     TAKE(dhs, rows * F);
     TAKE(dh13, rows * 2 * F);
     TAKE(outr, ep_rows * C);
@@ -62,7 +63,6 @@ static int scratch_rows_alloc(moe_dev_scratch *s, const moe_config *c, size_t ro
     if (b != NULL && s->x16 != NULL) x16 = be->alloc(be, (NK + rows) * c->dim * sizeof *x16);
     if (b == NULL || (s->x16 != NULL && x16 == NULL)) {
         if (b) be->free(be, b);
-        scratch_rows_carve(s, c, s->rx_cap, s->rbuf); /* the old views back */
         return BT_ENOMEM;
     }
     if (s->rbuf) be->free(be, s->rbuf);
@@ -159,7 +159,8 @@ static size_t cache_carve(moe_dev_cache *m, const moe_config *c, size_t *ni) {
 /* The cache's buffers of the rows its experts see (rows of them) from base, or counted. */
 static size_t cache_rows_carve(moe_dev_cache *m, const moe_config *c, size_t rows, float *base) {
     size_t C = (size_t)c->dim, F = (size_t)c->ffn_dim, o = 0;
-#define TAKE(field, n) (m->field = base ? base + o : NULL, o += (n))
+    /* counting (base NULL) leaves the views alone: they may be in use */
+#define TAKE(field, n) ((base ? (void)(m->field = base + o) : (void)0), o += (n))
     TAKE(xr, m->ep ? rows * C : 0);
     TAKE(h13, rows * 2 * F);
     TAKE(hs, rows * F);
@@ -170,10 +171,7 @@ static size_t cache_rows_carve(moe_dev_cache *m, const moe_config *c, size_t row
 static int cache_rows_alloc(moe_dev_cache *m, const moe_config *c, size_t rows) {
     size_t n = cache_rows_carve(m, c, rows, NULL), old = cache_rows_carve(m, c, m->rx_cap, NULL);
     float *b = m->be->alloc(m->be, n * sizeof(float));
-    if (b == NULL) { /* the counting carves cleared the views: the old ones back */
-        cache_rows_carve(m, c, m->rx_cap, m->rbuf);
-        return BT_ENOMEM;
-    }
+    if (b == NULL) return BT_ENOMEM;
     if (m->rbuf) m->be->free(m->be, m->rbuf), m->bytes -= old * sizeof(float);
     m->rbuf = b, m->rx_cap = rows, m->bytes += n * sizeof(float);
     cache_rows_carve(m, c, rows, b);
