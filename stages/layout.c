@@ -225,6 +225,19 @@ uint32_t layout_group(const layout *l, enum layout_dim dim, uint32_t rank, uint3
     return l->size[dim];
 }
 
+uint32_t layout_expert_holders(const layout *l, uint32_t rank, uint32_t *out) {
+    layout_coord c = layout_coord_of(l, rank);
+    uint32_t n = 0;
+    for (uint32_t e = 0; e < l->size[LAYOUT_EDP]; e++)
+        for (uint32_t t = 0; t < l->size[LAYOUT_TP]; t++) {
+            layout_coord m = c;
+            m.c[LAYOUT_TP] = t, m.c[LAYOUT_EDP] = e;
+            coord_dense_from_expert(l, &m);
+            out[n++] = layout_rank_of(l, &m);
+        }
+    return n;
+}
+
 int layout_group_crosses_nodes(const layout *l, enum layout_dim dim, uint32_t rank) {
     if ((unsigned)dim >= LAYOUT_NDIMS) return 0;
     layout_coord c = layout_coord_of(l, rank);

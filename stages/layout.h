@@ -51,6 +51,23 @@ static inline uint32_t layout_node_of(const layout *l, uint32_t rank) {
  * entries to out and returns that count. */
 uint32_t layout_group(const layout *l, enum layout_dim dim, uint32_t rank, uint32_t *out);
 
+/* The ranks that hold rank's routed experts: its pp stage and ep coordinate, every tp
+ * and edp coordinate (tp fastest); writes size[TP] x size[EDP] entries to out and
+ * returns that count. Under layout_fold_tp_experts their gradients are reduced and
+ * their optimizer state sharded over this group. */
+uint32_t layout_expert_holders(const layout *l, uint32_t rank, uint32_t *out);
+
+/* Whether the tp ranks join the experts' data-parallel group (Megatron-Core's expert
+ * tensor parallelism of 1 with the tp ranks folded into the expert data parallelism):
+ * under sequence parallelism each tp rank runs an MoE block on its own rows, so its
+ * routed experts' gradients are partial sums, reduced over tp x edp in one collective,
+ * and under ZeRO-1 their optimizer state is sharded over tp x edp (worker/engine/
+ * train_dp.h). ZeRO-2/3 keep their own units (an all-reduce over tp first). */
+static inline int layout_fold_tp_experts(uint32_t tp, int sequence_parallel, uint32_t zero,
+                                         int moe) {
+    return tp > 1 && sequence_parallel && zero <= 1 && moe;
+}
+
 /* 1 if the group along dim containing rank spans more than one node. */
 int layout_group_crosses_nodes(const layout *l, enum layout_dim dim, uint32_t rank);
 

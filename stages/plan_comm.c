@@ -21,7 +21,9 @@
  *       parallelism, where the block runs on the rank's rows, 2 reduce-scatters (+ 1)
  *       and 3 gathers (+ 1), and then once a step the all-reduce of the block's
  *       gradients, 2(t-1)/t x (router + shared experts + routed experts / ep) x 4 per MoE
- *       layer (under ZeRO-2/3 the busiest rank's part of it: the block ends its unit),
+ *       layer (under ZeRO-2/3 the busiest rank's part of it: the block ends its unit;
+ *       under zero 0/1 the routed experts' go with DP instead, the tp ranks folded into
+ *       their expert-data-parallel group: stages/layout.h's layout_fold_tp_experts),
  *       and with a capacity or an aux loss per forward pass the all-gather of the rank's
  *       per-chunk expert counts, (t-1) x 2*b*E*4 bytes. The ends, per micro-batch: the
  *       vocabulary-parallel embedding's reduction, 2 units on the first stage; the
@@ -36,7 +38,9 @@
  *       stage and gradients back to the previous one: m x (number of neighbours)
  *       messages; interleaved (v virtual stages, the last stage sending to the first):
  *       m x (2v - 1) on the first and the last stage, m x 2v on the others.
- *   DP  over the dp*cp replicas of a parameter (edp = dp*cp/ep for routed experts):
+ *   DP  over the dp*cp replicas of a parameter (edp = dp*cp/ep for routed experts, or
+ *       t x edp with sequence parallelism under zero 0/1, where each tp rank holds a
+ *       partial sum of their gradients: plan_expert_holders):
  *       ZeRO-1: reduce-scatter fp32 grads + all-gather weights,
  *       (n-1)/n x params x (4 + weight bytes); without ZeRO: all-reduce of fp32 grads,
  *       2(n-1)/n x params x 4. ZeRO-2 and ZeRO-3 work per unit (plan_zero_units: a
@@ -144,8 +148,10 @@ static double moe_blocks_held(const plan_stage *ps, uint32_t stage, uint32_t moe
     const plan_shape *sh = &ps->shape;
     const plan_params *p = &ps->params;
     double ep = sh->ep > 1 ? sh->ep : 1;
+    /* the routed experts' reduced with the data-parallel ones when the tp ranks fold in */
+    double routed = plan_expert_holders(ps) > ps->lay.size[LAYOUT_EDP] ? 0 : p->moe_experts / ep;
     if (sh->zero < 2 || (uint64_t)sh->dp * sh->cp < 2)
-        return moe_layers * ((double)p->moe_router + p->moe_shared + p->moe_experts / ep);
+        return moe_layers * ((double)p->moe_router + p->moe_shared + routed);
     plan_zero_unit *unit = malloc(((size_t)p->n_layers + 2) * sizeof *unit);
     if (unit == NULL) return 0;
     double held = 0;
@@ -343,7 +349,7 @@ static double comm_dp(const plan_stage *ps, uint32_t stage) {
     double dense = dp_volume((double)ps->shape.dp * ps->shape.cp, (double)m.dense_params_on_rank,
                              m.weight_bytes, zero);
     double expert =
-        dp_volume(ps->lay.size[LAYOUT_EDP], (double)m.expert_params_on_rank, m.weight_bytes, zero);
+        dp_volume(plan_expert_holders(ps), (double)m.expert_params_on_rank, m.weight_bytes, zero);
     return dense + expert;
 }
 

@@ -167,6 +167,13 @@ static double memory_gemm_copies(const plan_stage *ps, uint32_t stage, uint32_t 
     return bytes;
 }
 
+uint32_t plan_expert_holders(const plan_stage *ps) {
+    const plan_shape *sh = &ps->shape;
+    int fold =
+        layout_fold_tp_experts(sh->tp, sh->sequence_parallel, sh->zero, ps->params.n_experts > 0);
+    return ps->lay.size[LAYOUT_EDP] * (fold ? sh->tp : 1);
+}
+
 static void memory_states(const plan_stage *ps, uint32_t stage, plan_memory *out) {
     const plan_shape *sh = &ps->shape;
     out->weight_bytes = 4;
@@ -174,7 +181,9 @@ static void memory_states(const plan_stage *ps, uint32_t stage, plan_memory *out
     out->optim_bytes = 8;
     out->gemm_copies = memory_gemm_copies(ps, stage, out->zero_level);
     out->optim_shards_dense = sh->zero ? sh->dp * sh->cp : 1;
-    out->optim_shards_expert = sh->zero ? ps->lay.size[LAYOUT_EDP] : 1;
+    /* ZeRO-1 runs over a dp x cp block of two ranks or more (worker/engine/train_dp.h) */
+    int zero1 = sh->zero && (uint64_t)sh->dp * sh->cp > 1;
+    out->optim_shards_expert = zero1 ? plan_expert_holders(ps) : 1;
     out->params = out->weight_bytes * (double)out->params_on_rank + out->gemm_copies;
     out->grads = out->grad_bytes * (double)out->params_on_rank;
     out->optimizer =

@@ -253,7 +253,11 @@ static void text_memory_params(FILE *f, const plan_stage *ps) {
     if (m->expert_params_on_rank)
         fprintf(f, " + %s / %u", fmt_grouped(b, sizeof b, m->expert_params_on_rank),
                 m->optim_shards_expert);
-    fprintf(f, ")%s\n", sh->zero ? " (ZeRO-1 over dp*cp; experts over edp)" : " (no ZeRO)");
+    int fold = m->optim_shards_expert > ps->lay.size[LAYOUT_EDP];
+    fprintf(f, ")%s\n",
+            !sh->zero ? " (no ZeRO)"
+            : fold    ? " (ZeRO-1 over dp*cp; experts over tp*edp: the tp ranks folded in)"
+                      : " (ZeRO-1 over dp*cp; experts over edp)");
 }
 
 static const char *act_formula(const plan_shape *sh) {

@@ -4,7 +4,8 @@
 # and without full recomputation), cp4, tp2 x cp2 and Ulysses over cp2, the bytes rank 0
 # sent per step on its cp group and on its data-parallel (dp x cp) group, and for expert
 # parallelism over ep2, ep4, ep2 x tp2 and ep2 x dp4 (zero 0 and 1; ZeRO-3 over ep2 x dp4
-# and ZeRO-2 over ep2, their dense all-reduces over ep counted there;
+# and ZeRO-2 over ep2, their dense all-reduces over ep counted there; MoE over tp2 x dp2
+# with ZeRO-1, the tp ranks folded into the experts' data parallelism;
 # tests/engine/moe.yaml) on its ep and dp groups (the expert-data-parallel group counted
 # with dp), as the worker counts them (comm_bytes_sent), are within 10% of the plan's
 # comm_bytes_per_step, and with tp > 1 the tp group's within 1%. An MoE model under cp2
@@ -74,12 +75,15 @@ bytes_case ep2-dp4-zero1 4 1 2 train ep "s/zero: 0/zero: 1/"
 bytes_case ep2-dp4-zero3 4 1 2 train ep "s/zero: 0/zero: 3/"
 bytes_case ep2-zero2 2 1 2 train ep "s/zero: 0/zero: 2/"
 # ep2 x tp2 with sequence parallelism: each tp rank dispatches its own rows only and the
-# MoE gradients are summed over tp (under ZeRO-3 each rank's shard of them; a capacity adds
+# MoE gradients are summed over tp (the routed experts' with their dp reduction; under ZeRO-3 each rank's shard of them; a capacity adds
 # the chunk counts' all-gather); without sequence parallelism every tp rank runs every row.
 bytes_case ep2-tp2 4 2 2 train ep
 bytes_case ep2-tp2-zero3 4 2 2 train ep "s/zero: 0/zero: 3/; s/aux_loss_coef: 0.01/&, capacity_factor: 1.0/"
 bytes_case ep2-tp2-no-sp 4 2 2 train ep "s/ep: 2,/ep: 2, sequence_parallel: false,/"
 bytes_case moe-tp2-dp2-zero3 4 2 1 train ep "s/zero: 0/zero: 3/"
+# zero 0/1 under sequence parallelism: the routed experts' gradients leave the tp group
+# for the tp x edp one (the tp ranks folded in, counted with dp; stages/layout.h)
+bytes_case moe-tp2-dp2-zero1 4 2 1 train ep "s/zero: 0/zero: 1/"
 bytes_case moe-cp2 2 1 1 train moe-cp "s/ep: 1, dp: auto/&, cp: 2/; s/  micro_batch: 1/  micro_batch: 2/;
   s/aux_loss_coef: 0.01/&, capacity_factor: 1.0/" 0.0005
 bytes_case moe-tp2-cp2 4 2 1 train moe-cp "s/ep: 1, dp: auto/&, cp: 2/; s/  micro_batch: 1/  micro_batch: 2/;

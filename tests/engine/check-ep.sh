@@ -160,13 +160,20 @@ z1="s/zero: 0/zero: 1/"
 ep_case ep2-zero1 2 1 2 "$aux" "$z1"
 ep_case ep2-dp4-zero1 4 1 2 "$aux" "$z1"
 ep_case ep2-tp2-zero1 4 2 2 "$aux" "$z1"
+# The tp ranks folded into the experts' data parallelism (sequence parallelism, zero 0/1:
+# stages/layout.h's layout_fold_tp_experts): tp2 x dp2 without ep shards the experts'
+# optimizer state over all 4 ranks (the plan's optimizer figure holds every rank to it)
+# and reduces their gradients over tp x dp in one collective, during the backward too.
+ep_case moe-tp2-dp2-zero1 4 2 1 "$aux" "$z1"
+BATON_DP_OVERLAP=1 ep_case moe-tp2-dp2-zero1-overlap 4 2 1 "$aux" "$z1"
+BATON_DP_OVERLAP=1 ep_case moe-tp2-dp2-overlap 4 2 1 "$aux"
 # ZeRO-1's sharded moments in the checkpoint: trained under ep2 x dp4 + ZeRO-1 (saved at
-# step 10), resumed at step 10 under the same layout (the losses of steps 11-20 bitwise
-# the same) and under ep2 x dp2 with zero 0 (within 1e-5 relative).
-ep_resume() { # NAME RANKS_B SED_B
+# step 10; SED_A: another layout), resumed at step 10 under the same layout (the losses
+# of steps 11-20 bitwise the same) and under ep2 x dp2 with zero 0 (within 1e-5 relative).
+ep_resume() { # NAME RANKS_B SED_B EXACT [SED_A]
   local name=$1
   layout_wanted "$name" || return 0
-  sed "s/gpus_per_node: 2/gpus_per_node: 4/; $z1" "$src/tests/engine/moe.yaml" >"$name.a.yaml"
+  sed "s/gpus_per_node: 2/gpus_per_node: 4/; $z1; ${5:-}" "$src/tests/engine/moe.yaml" >"$name.a.yaml"
   sed "s/gpus_per_node: 2/gpus_per_node: $2/; $3" "$src/tests/engine/moe.yaml" >"$name.b.yaml"
   "$baton" spec "$name.a.yaml" --out "$name.a.pb"
   "$baton" spec "$name.b.yaml" --out "$name.b.pb"
@@ -184,6 +191,9 @@ ep_resume() { # NAME RANKS_B SED_B
 }
 ep_resume ep2-dp4-zero1-resume 4 "$z1" 1
 ep_resume ep2-dp4-zero1-to-ep2 2 "" 0
+# The experts' moments sharded over tp x dp (each tp rank writes its part) resumed under
+# ep2 x dp2, zero 0.
+ep_resume moe-tp2-dp2-zero1-to-ep2 2 "" 0 "s/tp: 1, pp: 1, ep: 2,/tp: 2, pp: 1, ep: 1,/"
 # Each layer's gradients all-reduced during the backward (train_dp_overlap.h), the
 # experts' over the expert-data-parallel group (ep2 over dp4) or not at all (ep2 over dp2).
 BATON_DP_OVERLAP=1 ep_case ep2-overlap 2 1 2 "$aux"

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int make(layout *l, uint32_t tp, uint32_t cp, uint32_t dp, uint32_t pp, uint32_t ep,
                 const char *order, uint32_t gpn) {
@@ -82,6 +83,31 @@ static void check_partition(const layout *l, enum layout_dim dim) {
     free(label);
 }
 
+/* The expert holders: tp x edp distinct ranks of rank's pp stage and ep coordinate,
+ * rank among them, and the same list from each of them (a partition of the world). */
+static void check_expert_holders(const layout *l) {
+    uint32_t n = l->size[LAYOUT_TP] * l->size[LAYOUT_EDP];
+    uint32_t *g = malloc(sizeof *g * n), *h = malloc(sizeof *h * n);
+    for (uint32_t r = 0; r < l->world; r++) {
+        CHECK_EQ_U64(layout_expert_holders(l, r, g), n);
+        layout_coord c = layout_coord_of(l, r);
+        int self = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            layout_coord m = layout_coord_of(l, g[i]);
+            CHECK_EQ_U64(m.c[LAYOUT_PP], c.c[LAYOUT_PP]);
+            CHECK_EQ_U64(m.c[LAYOUT_EP], c.c[LAYOUT_EP]);
+            CHECK_EQ_U64(m.c[LAYOUT_TP], i % l->size[LAYOUT_TP]);
+            CHECK_EQ_U64(m.c[LAYOUT_EDP], i / l->size[LAYOUT_TP]);
+            self |= g[i] == r;
+            layout_expert_holders(l, g[i], h);
+            CHECK(memcmp(g, h, sizeof *g * n) == 0);
+        }
+        CHECK(self);
+    }
+    free(h);
+    free(g);
+}
+
 static void test_round_trips_small(void) {
     static const uint32_t sizes[] = {1, 2, 4};
     static const char *const orders[] = {NULL, "tp-cp-ep-dp-pp", "tp-dp-cp-pp", "pp-tp-ep-cp-dp",
@@ -104,6 +130,7 @@ static void test_round_trips_small(void) {
                             check_round_trip(&l, 1);
                             for (int dim = 0; dim < LAYOUT_NDIMS; dim++)
                                 check_partition(&l, (enum layout_dim)dim);
+                            check_expert_holders(&l);
                             shapes++;
                         }
     CHECK(shapes > 300);
@@ -193,6 +220,12 @@ static void test_expert_view(void) {
     static const uint32_t edp[] = {0, 4, 8, 12, 3, 7, 11, 15};
     check_groups(&l, LAYOUT_EP, ep, 4);
     check_groups(&l, LAYOUT_EDP, edp, 2);
+    /* the holders of rank 0's experts: tp {0, 1} at each edp rank {0, 4, 8, 12} */
+    static const uint32_t holders[] = {0, 1, 4, 5, 8, 9, 12, 13};
+    uint32_t g[8];
+    CHECK_EQ_U64(layout_expert_holders(&l, 0, g), 8);
+    for (int i = 0; i < 8; i++)
+        CHECK_EQ_U64(g[i], holders[i]);
     /* ep 4 over cp 2 x dp 2: the whole block is one EP group, edp 1 */
     CHECK(make(&l, 1, 2, 2, 1, 4, NULL, 8) == BT_OK);
     static const uint32_t ep4[] = {0, 1, 2, 3};

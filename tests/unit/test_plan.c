@@ -427,11 +427,22 @@ static void test_comm_moe_sp(void) {
     /* TP: 2 dense layers x (4 + 6 gathers at half a unit: bf16) + 2 MoE layers x
      * (2 + 3 halves) + the embedding's 2 and the head's 1 + 2 halves, x 4 mb x 1/2 A; the
      * MoE block's gradients (router 128 + shared 1536 + experts 6144 / ep 2) all-reduced
-     * once: 2 x 1/2 x 4736 x 4 per layer; the chunk counts, (t-1) 2 b E 4 = 64 per MoE
-     * layer and micro-batch; per micro-batch the cross-entropy's (t-1) 3 s b 4 = 3072 and
-     * 9 norms' gradients of 2 (t-1)/t h 4 = 128 */
+     * once: 2 x 1/2 x 1664 x 4 per layer, the routed experts' (6144 / ep 2) summed with
+     * their data-parallel reduction instead (zero 0/1: the tp ranks fold into it,
+     * stages/layout.h); the chunk counts, (t-1) 2 b E 4 = 64 per MoE layer and
+     * micro-batch; per micro-batch the cross-entropy's (t-1) 3 s b 4 = 3072 and 9 norms'
+     * gradients of 2 (t-1)/t h 4 = 128 */
     double ends = 4 * (3072 + 9 * 128.0);
-    double tp = 25 * 4 * 0.5 * 32768 + 2 * 4736 * 4.0 + 2 * 4 * 64 + ends;
+    double tp = 25 * 4 * 0.5 * 32768 + 2 * 1664 * 4.0 + 2 * 4 * 64 + ends;
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_TP], tp, 1e-12);
+    /* DP: the dense parameters all-reduced over dp 2, the routed experts (2 layers x 6144
+     * / ep 2) over tp x edp = 2 x 1 */
+    double dense = (double)ps.mem.dense_params_on_rank;
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 2 * 0.5 * dense * 4 + 2 * 0.5 * 6144 * 4, 1e-12);
+    fx.par.zero = 1; /* ZeRO-1: the experts' optimizer state sharded over those two ranks */
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK_EQ_U64(ps.mem.optim_shards_dense, 2);
+    CHECK_EQ_U64(ps.mem.optim_shards_expert, 2);
     CHECK_REL(ps.comm.bytes[PLAN_COMM_TP], tp, 1e-12);
     /* EP: each tp rank routes its 128 rows: a2a = 2 * 128 * 32 * 1/2 = 4096 elements,
      * x (2 + 4) bytes x 2 passes x 2 MoE layers x m 4 */
@@ -446,10 +457,11 @@ static void test_comm_moe_sp(void) {
     CHECK(build(&fx, &ps) == BT_OK);
     CHECK_REL(ps.mem.act_moe, 4 * (48000 + 1049.0), 1e-12);
     fx.stage.recompute = BATON__STAGE__RECOMPUTE__NONE;
-    /* ZeRO-2: the block's gradient shard over edp = dp / ep = 1: the same all-reduce */
+    /* ZeRO-2: the block's gradient shard over edp = dp / ep = 1, the routed experts' too
+     * (no folding): 2 x 1/2 x 4736 x 4 per layer; their optimizer state over edp alone */
     fx.par.zero = 2;
     CHECK(build(&fx, &ps) == BT_OK);
-    CHECK_REL(ps.comm.bytes[PLAN_COMM_TP], tp, 1e-12);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_TP], tp + 2 * (4736 - 1664) * 4.0, 1e-12);
     /* without sequence parallelism every tp rank runs the block on every row: the
      * attention's 4 units, nothing else; the ends 2 + 2, no norms */
     fx.par.sequence_parallel = 0, fx.par.zero = 0;

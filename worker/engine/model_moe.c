@@ -193,13 +193,25 @@ void model_moe_rows(const model *m, size_t *room, size_t *most) {
     *most = ep ? mo->scratch->rx_most : 0;
 }
 
+void model_moe_fold_tp(model *m) {
+    if (m->moew != NULL) m->moew->tp_folded = 1;
+}
+
+static int moe_sum_tp(model *m, float *g, size_t n) {
+    return n ? comm_allreduce(m->tp_group, g, g, n, COMM_F32, COMM_SUM, NULL) : 0;
+}
+
 int model_moe_reduce_tp(model *m) {
     if (m->moew == NULL || !model_sp_on(m)) return 0;
-    size_t n = moe_weights_floats(&m->cfg.moe);
+    const moe_config *c = &m->cfg.moe;
+    size_t n = moe_weights_floats(c), routed = 0, router = (size_t)c->n_experts * c->dim;
+    if (m->moew->tp_folded) /* moe.h's carve: the router, the routed experts, the rest */
+        routed = (size_t)moe_local_experts(c) * 3 * c->ffn_dim * c->dim;
     for (int l = 0; l < m->n_layers; l++) {
         float *g = m->grads.layers[l].moe;
         if (g == NULL) continue;
-        int rc = comm_allreduce(m->tp_group, g, g, n, COMM_F32, COMM_SUM, NULL);
+        int rc = moe_sum_tp(m, g, routed ? router : n);
+        if (routed) rc = rc ? rc : moe_sum_tp(m, g + router + routed, n - router - routed);
         if (rc != 0) return rc;
     }
     return 0;

@@ -30,6 +30,8 @@ typedef struct model_moe {
     double *routed; /* (stage layers, E) pairs routed per expert since the step began */
     double dropped; /* pairs dropped since then */
     double aux;     /* aux losses since then, summed over layers */
+    int tp_folded;  /* the routed experts' gradients are summed over tp by the data-parallel
+                     * update (model_moe_fold_tp), not by model_moe_reduce_tp */
 } model_moe;
 
 /* Sets up the MoE layers of a model made by model_init_tp (nothing to do for a dense
@@ -69,8 +71,11 @@ void model_moe_rows(const model *m, size_t *room, size_t *most);
 
 /* Under sequence parallelism (model_sp_on) the gradients of every MoE layer's block are
  * each tp rank's share: grads (the rank's gradient memory, model.h's layout) summed over
- * the tp group. Nothing to do otherwise. 0 or the collective's error. */
+ * the tp group; after model_moe_fold_tp all but the routed experts' (the data-parallel
+ * update reduces theirs over tp x edp, train_dp.h). Nothing to do otherwise. 0 or the
+ * collective's error. */
 int model_moe_reduce_tp(model *m);
+void model_moe_fold_tp(model *m);
 
 /* The step's load figures, summed over tp under sequence parallelism and over group (every rank of
  * the data-parallel block, so that every replica takes the same bias step), then the bias update of

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "backend_select.h"
+#include "layout.h"
 #include "model_cp.h"
 #include "model_moe.h"
 #include "util/clock.h"
@@ -29,6 +30,10 @@ static int train_check_layout(const Baton__StageSpec *spec, const train_groups *
     if (p->ep != ep || (ep > 1 && (g->edp == NULL) != (p->dp * p->cp == ep))) {
         bt_diag_set(diag, "stage \"%s\": ep %u needs an expert-parallel group of %u ranks (got %u)",
                     s->name, p->ep, p->ep, ep);
+        return BT_EINVAL;
+    }
+    if (tp > 1 && train_folds_experts(spec) && g->xdp == NULL) {
+        bt_diag_set(diag, "stage \"%s\": the routed experts need their tp x edp group", s->name);
         return BT_EINVAL;
     }
     if (p->dp != dp || p->tp != tp || p->pp != pp || p->cp != cp ||
@@ -55,6 +60,12 @@ static int train_check_layout(const Baton__StageSpec *spec, const train_groups *
     return 0;
 }
 
+int train_folds_experts(const Baton__StageSpec *spec) {
+    const Baton__Parallel *p = spec->stage->parallel;
+    int moe = spec->model != NULL && spec->model->moe != NULL && spec->model->moe->n_experts > 0;
+    return layout_fold_tp_experts(p->tp, p->sequence_parallel, p->zero, moe);
+}
+
 static int train_segments(trainer *t) {
     int n = model_n_tensors(&t->m);
     t->segs = calloc((size_t)n, sizeof *t->segs);
@@ -68,9 +79,11 @@ static int train_segments(trainer *t) {
     return 0;
 }
 
-/* Expert parallelism: the routed experts' segments go to train_dp (train_dp_set_ep). */
-static int train_expert_segments(trainer *t, comm *ep, comm *edp, bt_diag *diag) {
-    if (ep == NULL) return 0;
+/* Expert parallelism, or the tp ranks folded into the experts' data parallelism (xdp):
+ * the routed experts' segments go to train_dp (train_dp_set_ep), reduced over xdp when
+ * there is one, else over edp. */
+static int train_expert_segments(trainer *t, comm *ep, comm *edp, comm *xdp, bt_diag *diag) {
+    if (ep == NULL && xdp == NULL) return 0;
     optim_segment *e = calloc(t->n_segs ? t->n_segs : 1, sizeof *e);
     if (e == NULL) return BT_ENOMEM;
     size_t k = 0;
@@ -79,7 +92,9 @@ static int train_expert_segments(trainer *t, comm *ep, comm *edp, bt_diag *diag)
         model_tensor_info(&t->m, (int)i, &mt);
         if (mt.expert) e[k++] = t->segs[i];
     }
-    int rc = train_dp_set_ep(&t->dp, ep, edp, e, k, t->segs, t->n_segs, diag);
+    int rc =
+        train_dp_set_ep(&t->dp, ep, xdp ? xdp : edp, xdp != NULL, e, k, t->segs, t->n_segs, diag);
+    if (rc == 0 && xdp != NULL) model_moe_fold_tp(&t->m);
     free(e);
     return rc;
 }
@@ -140,7 +155,7 @@ static int train_backend_open(trainer *t, const train_groups *g, bt_diag *diag) 
     int rc = backend_open(&t->be, cuda, g->local_rank, &t->be_opened, diag);
     /* Collectives on the backend's memory run on its stream (groups split later, such as
      * the tp kv group, inherit it). */
-    comm *groups[] = {g->tp, g->dp, g->pp, g->cp, g->dpcp, g->ep, g->edp};
+    comm *groups[] = {g->tp, g->dp, g->pp, g->cp, g->dpcp, g->ep, g->edp, g->xdp};
     for (size_t i = 0; rc == 0 && t->be.stream && i < sizeof groups / sizeof *groups; i++)
         if ((t->on_stream[i] = groups[i]) != NULL) comm_set_stream(groups[i], t->be.stream);
     return rc;
@@ -230,7 +245,7 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
         rc ? rc : train_zero_init(&t->zero, zero, dp_group, g.edp, &t->m, t->segs, t->n_segs, diag);
     if (rc == 0 && t->zero.level == 3) rc = train_zero_init_weights(&t->zero, &t->m, spec->seed);
     rc = rc ? rc : train_zero_moe_bias(&t->zero, &t->m);
-    rc = rc ? rc : train_expert_segments(t, g.ep, g.edp, diag);
+    rc = rc ? rc : train_expert_segments(t, g.ep, g.edp, g.xdp, diag);
     rc = rc ? rc : train_norm_segments(t, diag);
     rc = rc ? rc : train_dp_overlap_init(&t->dpo, &t->dp, &t->m, zero, diag);
     int pp_slots =

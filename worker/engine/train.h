@@ -74,7 +74,7 @@ typedef struct trainer {
     const Baton__StageSpec *spec; /* borrowed */
     backend be;
     int be_opened;      /* be needs backend_close (the CUDA backend) */
-    comm *on_stream[7]; /* the groups put on be's stream (comm_set_stream), reset at free */
+    comm *on_stream[8]; /* the groups put on be's stream (comm_set_stream), reset at free */
     model m;
     optim_hparams hp;
     optim_adamw opt;
@@ -120,9 +120,15 @@ typedef struct train_groups {
                      * needed when cp > 1: gradients are reduced over it (model_cp.h) */
     comm *ep;       /* expert-parallel group (model_moe.h): size the spec's ep */
     comm *edp;      /* expert-data-parallel group: the ranks that hold the same experts */
+    comm *xdp;      /* with train_folds_experts: every holder of this rank's routed experts
+                     * (tp x edp, stages/layout.h's layout_expert_holders); else NULL */
     int local_rank; /* this process's rank among those on its node: with cluster.device cuda
                      * it uses device local_rank % (devices on the node) */
 } train_groups;
+
+/* Whether spec's routed experts are reduced and (ZeRO-1) sharded over the tp ranks too
+ * (layout_fold_tp_experts): its groups then need xdp. */
+int train_folds_experts(const Baton__StageSpec *spec);
 
 /* Builds the model from spec (weights from spec->seed; under tp this rank's slices of the
  * one-process weights), the optimizer and the loader over spec->data. groups may be NULL

@@ -75,7 +75,8 @@ static int ckpt_collect_tensor(train_ckpt *c, const trainer *t, const model_tens
     /* One writer per tensor: data-parallel rank 0, or for a routed expert under expert
      * parallelism (held by one rank of each ep group) the first of its holders. Without
      * it every dp x cp rank holds every expert, as a dense tensor. */
-    int writer = (mt->expert && t->m.ep_group != NULL ? t->edp_rank : t->dp.rank) == 0;
+    int writer =
+        (mt->expert && t->m.ep_group != NULL ? t->edp_rank : t->dp.rank) == 0 && mt->replica == 0;
     int sharded = t->zero.level == 3; /* ZeRO-3: the weights are written as the moments are */
     p.device = !t->be.host_memory;
     if (writer && !sharded) {
@@ -124,7 +125,8 @@ static int ckpt_collect(train_ckpt *c, const trainer *t) {
     for (int i = 0; i < model_n_tensors(&t->m); i++) {
         model_tensor mt;
         model_tensor_info(&t->m, i, &mt);
-        if (mt.replica != 0) continue;
+        /* a replica's moments: its tp rank's part of the experts' shards (train_dp.h) */
+        if (mt.replica != 0 && !(mt.expert && t->dp.fold_tp)) continue;
         int rc = ckpt_collect_tensor(c, t, &mt);
         if (rc != 0) return rc;
     }

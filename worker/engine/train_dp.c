@@ -68,7 +68,8 @@ int train_dp_set_norm(train_dp *d, comm *const *groups, int n_groups, const opti
     for (int i = 0; i < n_groups && d->n_norm_groups < 2; i++)
         if (groups[i] != NULL) d->norm_groups[d->n_norm_groups++] = groups[i];
     if (d->n_norm_groups == 0) return 0;
-    d->norm_segs = calloc(n_segs ? n_segs : 1, sizeof *d->norm_segs);
+    size_t cap = d->runs != NULL && d->n_runs > n_segs ? d->n_runs : n_segs; /* fold_tp */
+    d->norm_segs = calloc(cap ? cap : 1, sizeof *d->norm_segs);
     if (d->norm_segs == NULL) {
         bt_diag_set(diag, "out of memory for the gradient-norm segments");
         return BT_ENOMEM;

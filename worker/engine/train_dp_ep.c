@@ -185,9 +185,9 @@ void train_dp_ep_free(train_dp *d) {
     free(d->expert);
 }
 
-int train_dp_set_ep(train_dp *d, comm *ep, comm *edp, const optim_segment *segs, size_t n,
-                    const optim_segment *all, size_t n_all, bt_diag *diag) {
-    d->ep = ep, d->edp = edp;
+int train_dp_set_ep(train_dp *d, comm *ep, comm *edp, int fold_tp, const optim_segment *segs,
+                    size_t n, const optim_segment *all, size_t n_all, bt_diag *diag) {
+    d->ep = ep, d->edp = edp, d->fold_tp = fold_tp;
     d->expert = malloc((n ? n : 1) * sizeof *d->expert);
     if (d->expert == NULL) {
         bt_diag_set(diag, "out of memory for the expert segments");
@@ -198,10 +198,12 @@ int train_dp_set_ep(train_dp *d, comm *ep, comm *edp, const optim_segment *segs,
     return d->sharded && n > 0 ? pack_init(d, all, n_all, diag) : 0;
 }
 
+/* Each run counted as its tensor is (segs: the replicas 0), but with the tp ranks folded
+ * in every tp rank counts its own part of the experts' shards. */
 int train_dp_ep_set_norm(train_dp *d, const optim_segment *segs, size_t n_segs) {
     for (size_t i = 0; i < d->n_runs; i++) {
         train_dp_run *r = &d->runs[i];
-        r->counted = 0;
+        r->counted = d->fold_tp && r->pack == 1;
         for (size_t j = 0; j < n_segs && !r->counted; j++)
             r->counted = segs[j].offset == r->offset;
     }
@@ -238,7 +240,9 @@ static int pack_collectives(train_dp *d, float *buf, int reduce, bt_diag *diag) 
 
 /* In place: each part of the rank's shards reduced to it (or already, grads_reduced),
  * updated there, broadcast back. Every shard of both packs is on exactly one rank of the
- * dp group (ep x edp = dp x cp), so the norm's sum of squares adds over it. */
+ * dp group (ep x edp = dp x cp), so the norm's sum of squares adds over it; with the tp
+ * ranks folded in, every expert shard on one rank of the dp group and tp group together
+ * (the sum goes on over tp, train_dp_norm_add). */
 static int dp_update_sharded_ep(train_dp *d, float *params, float *grads, optim_adamw *o,
                                 const optim_hparams *hp, double lr, double *norm, bt_diag *diag) {
     int reduced = d->grads_reduced, rc = 0;

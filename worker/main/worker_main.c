@@ -531,7 +531,7 @@ static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, w
 static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks *w,
                       worker_control *wc, int *setup_rc, int *rollback, bt_diag *diag) {
     trainer t;
-    int rc = worker_ranks_groups(w, spec->stage->parallel, diag);
+    int rc = worker_ranks_groups(w, spec->stage->parallel, train_folds_experts(spec), diag);
     if (rc == 0 && spec->cluster && spec->cluster->strict_topology)
         rc = worker_ranks_check_topology(w, diag);
     train_groups groups = {.tp = w->tp,
@@ -541,6 +541,7 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
                            .dpcp = w->dpcp,
                            .ep = w->ep,
                            .edp = w->edp,
+                           .xdp = w->xdp,
                            .local_rank = w->info.local_rank};
     rc = rc ? rc : train_init(&t, spec, &groups, diag);
     *setup_rc = rc;

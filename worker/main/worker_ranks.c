@@ -141,7 +141,24 @@ static int ranks_dpcp_group(worker_ranks *w, const layout *l, bt_diag *diag) {
     return 0;
 }
 
-int worker_ranks_groups(worker_ranks *w, const Baton__Parallel *p, bt_diag *diag) {
+/* The holders of this rank's routed experts, tp x edp (layout_expert_holders). */
+static int ranks_expert_holders(worker_ranks *w, const layout *l, bt_diag *diag) {
+    uint32_t ranks[1024], n = l->size[LAYOUT_TP] * l->size[LAYOUT_EDP];
+    if (n > 1024) {
+        bt_diag_set(diag, "a tp x edp group of %u expert holders (at most 1024)", n);
+        return BT_EUNSUPPORTED;
+    }
+    layout_expert_holders(l, (uint32_t)w->info.rank, ranks);
+    if (comm_split(w->world, ranks, n, "tp-edp", &w->xdp) != 0) {
+        bt_diag_set(diag, "tp x edp group: %s", comm_error(w->world));
+        return BT_EIO;
+    }
+    w->own_xdp = 1;
+    return 0;
+}
+
+int worker_ranks_groups(worker_ranks *w, const Baton__Parallel *p, int fold_experts,
+                        bt_diag *diag) {
     uint32_t world = w->world ? (uint32_t)comm_size(w->world) : 1;
     uint64_t need = (uint64_t)p->tp * p->cp * p->dp * p->pp;
     if (world == 1) return 0;
@@ -161,6 +178,7 @@ int worker_ranks_groups(worker_ranks *w, const Baton__Parallel *p, bt_diag *diag
         rc = rc ? rc : ranks_group_own(w, &l, LAYOUT_EP, 1, &w->ep, &w->own_ep, diag);
         rc = rc ? rc : ranks_group_own(w, &l, LAYOUT_EDP, 1, &w->edp, &w->own_edp, diag);
     }
+    if (fold_experts) rc = rc ? rc : ranks_expert_holders(w, &l, diag);
     return rc;
 }
 
@@ -187,6 +205,7 @@ void worker_ranks_leave(worker_ranks *w) {
     if (w->own_dpcp) comm_destroy(w->dpcp);
     if (w->own_ep) comm_destroy(w->ep);
     if (w->own_edp) comm_destroy(w->edp);
+    if (w->own_xdp) comm_destroy(w->xdp);
     if (w->world != NULL) comm_destroy(w->world);
     if (w->under_pmix) boot_finalize(NULL);
     if (w->store[0] != '\0') ranks_remove_store(w->store);
