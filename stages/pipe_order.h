@@ -1,14 +1,18 @@
 /* The order of a pipeline stage's computations in one step, shared by the worker's
- * schedules (worker/engine/pipeline.h, pipeline_vp.h) and the planner (which replays it to
+ * schedules (worker/engine/pipeline.h, pipe_schedule.h) and the planner (which replays it to
  * count what ZeRO-3 gathers). K micro-batches, pp stages, v model chunks per stage.
  *  - Non-interleaved 1F1B (v = 1): stage s runs w = min(pp - s - 1, K) warmup forwards,
  *    then one forward and one backward at a time, then the w remaining backwards;
  *    micro-batches in order.
- *  - Interleaved (v > 1, Megatron-LM's virtual pipeline; K a multiple of pp): virtual
- *    micro-batch k in [0, K v) is chunk (k mod pp v) / pp of micro-batch
- *    (k / pp v) pp + k mod pp going forward, the chunks in reverse going backward; w =
- *    min(2 (pp - s - 1) + (v - 1) pp, K v) warmup forwards (all K v when K = pp), then
- *    forward w + i and backward i together, then the remaining backwards. */
+ *  - Interleaved (v > 1, Megatron-LM's virtual pipeline, K >= pp): the micro-batches go
+ *    in groups of pp, the last of G = K - L (pp to 2 pp - 1, L = pp (floor(K / pp) - 1)),
+ *    each group through chunk 0, then chunk 1, ... (after Megatron-Core's schedule
+ *    table; a group of at least pp puts a micro-batch's next chunk pp or more forwards
+ *    later): virtual micro-batch k in [0, K v) below L v is chunk (k mod pp v) / pp of
+ *    micro-batch (k / pp v) pp + k mod pp going forward, at or above it chunk
+ *    (k - L v) / G of micro-batch L + (k - L v) mod G; the chunks in reverse going
+ *    backward; w = min(2 (pp - s - 1) + (v - 1) G, K v) warmup forwards (all K v when
+ *    K = pp), then forward w + i and backward i together, then the remaining backwards. */
 #ifndef BATON_PIPE_ORDER_H
 #define BATON_PIPE_ORDER_H
 
@@ -16,9 +20,10 @@
 
 /* Warmup forwards of stage s. */
 uint32_t pipe_order_warmup(uint32_t pp, uint32_t v, uint32_t K, uint32_t s);
-/* Interleaved virtual micro-batch k: its micro-batch and its chunk forward / backward. */
-uint32_t pipe_order_mb(uint32_t pp, uint32_t v, uint32_t k);
-uint32_t pipe_order_chunk(uint32_t pp, uint32_t v, uint32_t k, int forward);
+/* Interleaved virtual micro-batch k (< K v): its micro-batch and its chunk forward /
+ * backward. */
+uint32_t pipe_order_mb(uint32_t pp, uint32_t v, uint32_t K, uint32_t k);
+uint32_t pipe_order_chunk(uint32_t pp, uint32_t v, uint32_t K, uint32_t k, int forward);
 
 typedef struct pipe_pass {
     int forward; /* 1: a forward, 0: a backward */

@@ -45,11 +45,15 @@
  * under full recomputation.
  * fp32 activations double them. 1F1B keeps min(pp - p, m) micro-batches in flight on
  * stage p. The last stage also holds one micro-batch's fp32 logits, s*b*V*4/t.
- * Interleaved (v virtual stages, worker/engine/pipeline_vp.h) stage p keeps one model
- * chunk's (layers/v) activations per slot, min(m v, 2 (pp - p - 1) + (v - 1) pp + 1)
- * slots (Megatron-LM's), one more on the last stage (its head slot is apart), m v when
- * m = pp (every forward first, every micro-batch's logits too). */
+ * Interleaved (v virtual stages, pipe_schedule.h) stage p keeps one model chunk's
+ * (layers/v) activations per slot, as many slots as the schedule the worker runs needs
+ * (counted from its list: min(m v, 2 (pp - p - 1) + (v - 1) pp + 1) when pp divides m,
+ * Megatron-LM's, one more on the last stage, whose head slot is apart; m v when m = pp,
+ * every forward first, every micro-batch's logits too; more when pp does not divide m,
+ * the last group of micro-batches being larger). */
 #include "plan.h"
+
+#include "pipe_schedule.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -205,6 +209,20 @@ static double act_layer_full(const plan_shape *sh, double s) {
     return sbh * (10 + 24 / t + 5 * a * s / (h * t));
 }
 
+/* The interleaved schedule's slots (its model chunks' activations in flight, the head's
+ * among them) and head slots on stage `stage`, counted from the list the worker runs
+ * (pipe_schedule.h); left as they are if it cannot be made. */
+static void memory_vp_slots(uint32_t pp, uint32_t stage, uint64_t K, uint64_t v, uint64_t *slots,
+                            uint64_t *heads) {
+    pipe_schedule s;
+    bt_diag d;
+    bt_diag_init(&d);
+    if (K > INT32_MAX || pipe_schedule_make((int)pp, (int)stage, (int)K, (int)v, &s, &d) != 0)
+        return;
+    *slots = (uint64_t)s.slots, *heads = (uint64_t)s.head_slots;
+    pipe_schedule_free(&s);
+}
+
 static void memory_activations(const plan_stage *ps, uint32_t stage, plan_memory *out) {
     const plan_shape *sh = &ps->shape;
     double s = (double)sh->seq_len / sh->cp, b = (double)sh->micro_batch, h = sh->dim;
@@ -228,9 +246,10 @@ static void memory_activations(const plan_stage *ps, uint32_t stage, plan_memory
     out->act_logits = stage + 1 == sh->pp ? s * b * sh->vocab * 4 / t : 0;
     uint64_t K = ps->microbatches, v = sh->virtual_stages > 1 ? sh->virtual_stages : 1;
     uint64_t in_flight = sh->pp - stage, heads = 1, last = stage + 1 == sh->pp;
-    if (v > 1 && sh->pp > 1) { /* chunk activations (worker/engine/pipeline_vp.h) */
+    if (v > 1 && sh->pp > 1) { /* chunk activations (pipe_schedule.h) */
         in_flight = K == sh->pp ? K * v : 2 * (sh->pp - stage - 1) + (v - 1) * sh->pp + 1 + last;
         heads = K == sh->pp ? K : 1;
+        memory_vp_slots(sh->pp, stage, K, v, &in_flight, &heads);
     }
     in_flight = in_flight < K * v ? in_flight : K * v;
     out->microbatches_in_flight = (uint32_t)in_flight;

@@ -324,10 +324,10 @@ static int check_batch(vctx *v, uint32_t dp) {
     uint64_t K = s->global_batch / per_step;
     REQUIRE(p->pp > 1, v, "parallel.virtual_stages",
             "virtual_stages %u interleaves pipeline stages: it needs pp > 1", p->virtual_stages);
-    REQUIRE(K % p->pp == 0, v, "parallel.virtual_stages",
-            "an interleaved pipeline (virtual_stages %u) needs the micro-batches of a step, "
-            "global_batch / (micro_batch × dp) = %llu, to be a multiple of pp %u",
-            p->virtual_stages, (unsigned long long)K, p->pp);
+    REQUIRE(K >= p->pp, v, "parallel.virtual_stages",
+            "an interleaved pipeline (virtual_stages %u) needs at least pp = %u micro-batches "
+            "a step, global_batch / (micro_batch × dp) = %llu",
+            p->virtual_stages, p->pp, (unsigned long long)K);
     return 0;
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Pipeline-parallel training (1F1B) reproduces the one-process run: for pp2, pp2 with
 # full recomputation, pp2 x dp2 with ZeRO-1, pp3 (uneven layers), pp4 (one layer per
-# stage, 8 micro-batches), tp2 x pp2, tp2 x pp2 x dp2 with ZeRO-1, pp2 x dp2 with the
+# stage, 8 micro-batches), interleaved stages (virtual_stages 2, with 3, 5 and 9
+# micro-batches too, not multiples of pp), tp2 x pp2, tp2 x pp2 x dp2 with ZeRO-1, pp2 x dp2 with the
 # dp all-reduce during the backward (BATON_DP_OVERLAP=1) and pp4 with the sends waited for
 # late (BATON_PP_OVERLAP=1: pipeline.h's communication-queue bookkeeping, over Gloo),
 # launched by `baton launch`, every step's loss and the final parameters
@@ -37,7 +38,7 @@ BATON_DP_OVERLAP=1 BATON_PP_OVERLAP=1 pp_case pp2-dp2-overlap 4 1 2 plain
 # every stage's sends waited for only before their buffers are written again
 BATON_PP_OVERLAP=1 pp_case pp4-overlap 4 1 4 plain
 [[ ! -f pp4-overlap.log ]] || layout_check_pp_overlap pp4-overlap 4
-# interleaved (virtual_stages 2: pipeline_vp.h): pp2 gives each stage layers {0, 2} or {1, 3}
+# interleaved (virtual_stages 2: pipe_schedule.h): pp2 gives each stage layers {0, 2} or {1, 3}
 LAYOUT_EVAL=2 pp_case pp2-v2 2 1 2 interleaved # evaluation goes round the stages twice
 pp_case pp2-v2-full 2 1 2 interleaved-full
 pp_case pp2-v2-dp2-zero1 4 1 2 interleaved-zero1
@@ -47,6 +48,11 @@ LAYOUT_EVAL=2 pp_case pp4-v2 4 1 4 interleaved "s/n_layers: 4/n_layers: 8/"
 # the interleaved schedule's sends waited for only before their buffers are written again
 BATON_PP_OVERLAP=1 pp_case pp4-v2-overlap 4 1 4 interleaved "s/n_layers: 4/n_layers: 8/"
 [[ ! -f pp4-v2-overlap.log ]] || layout_check_pp_overlap pp4-v2-overlap 4
+# micro-batches not a multiple of pp (pipe_schedule.h): groups of pp, the remainder joining
+# the last group: 3 (one group), 5 (2 + 3), and pp4 over 9 (4 + 5)
+pp_case pp2-v2-m3 2 1 2 interleaved "s/global_batch: 8/global_batch: 3/"
+pp_case pp2-v2-m5 2 1 2 interleaved-zero1 "s/global_batch: 8/global_batch: 5/"
+pp_case pp4-v2-m9 4 1 4 interleaved "s/n_layers: 4/n_layers: 8/; s/global_batch: 8/global_batch: 9/"
 BATON_DP_OVERLAP=1 pp_case pp2-v2-dp2-overlap 4 1 2 interleaved
 [[ ! -f pp2-v2-dp2-overlap.log ]] || layout_check_overlap pp2-v2-dp2-overlap 4
 layout_finish "all pipeline-parallel runs match the one-process run"

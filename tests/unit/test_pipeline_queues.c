@@ -135,7 +135,7 @@ static void run(int stages, int rank, int K, int v) {
     pipe_schedule sched = {0};
     int slots = pipeline_slots(stages, rank, K);
     if (v > 1) {
-        CHECK(pipeline_vp_schedule(stages, rank, K, v, &sched, &d) == 0);
+        CHECK(pipe_schedule_make(stages, rank, K, v, &sched, &d) == 0);
         CHECK(sched.grad_bufs <= 2);
         slots = sched.slots;
     }
@@ -171,7 +171,7 @@ static void run(int stages, int rank, int K, int v) {
            "transfers out of order, %d waits without a deadline\n",
            rank, stages, K, v, X.accesses, X.races, X.disorders, X.unbounded);
     pipeline_free(&p);
-    pipeline_vp_schedule_free(&sched);
+    pipe_schedule_free(&sched);
     comm_destroy(g);
 }
 

@@ -1,5 +1,6 @@
-/* The interleaved 1F1B schedule (pipeline_vp.h), every stage's action list checked together
- * for pp 2, 3, 4 and 8, 2 to 4 chunks per stage and K = pp, 2 pp, 3 pp micro-batches:
+/* The interleaved 1F1B schedule (pipe_schedule.h), every stage's action list checked
+ * together for pp 2, 3, 4 and 8, 2 to 4 chunks per stage and every K from pp to 3 pp + 1
+ * micro-batches:
  *  - run under batched point-to-point semantics (a batch posts all its transfers and
  *    completes when every one has met its peer's), every stage reaches the end: no
  *    deadlock;
@@ -11,10 +12,11 @@
  *    an activation is sent from its forward's slot, a gradient right after its backward;
  *    no slot or gradient buffer is taken twice at once;
  *  - the computations come in pipe_order.h's order (which the planner replays);
- *  - the slots needed are Megatron's: min(K v, 2 (pp - s - 1) + (v - 1) pp + 1), K v when
- *    K = pp (all forwards first); the last stage keeps one slot with the head's
- *    activations apart from the others, one more than Megatron's count (it would otherwise
- *    need the head's logits in every slot), except when K = pp. */
+ *  - when pp divides K the slots needed are Megatron's: min(K v, 2 (pp - s - 1) +
+ *    (v - 1) pp + 1), K v when K = pp (all forwards first); the last stage keeps one slot
+ *    with the head's activations apart from the others, one more than Megatron's count (it
+ *    would otherwise need the head's logits in every slot), except when K = pp; otherwise
+ *    (the last group G > pp micro-batches) no more than that count with G for pp, plus G. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,12 +93,12 @@ static int same_order(sim_stage *S, int pp) {
             for (int i = 0; i < S[a].s.n; i++)
                 for (int j = 0; j < S[a].s.a[i].n_ops; j++) {
                     const pipe_op *o = &S[a].s.a[i].ops[j];
-                    if (o->kind == COMM_SEND && peer_of(a, pp, o) == b) sent[ns++] = o->tag;
+                    if (o->kind == PIPE_SEND && peer_of(a, pp, o) == b) sent[ns++] = o->tag;
                 }
             for (int i = 0; i < S[b].s.n; i++)
                 for (int j = 0; j < S[b].s.a[i].n_ops; j++) {
                     const pipe_op *o = &S[b].s.a[i].ops[j];
-                    if (o->kind != COMM_RECV || peer_of(b, pp, o) != a) continue;
+                    if (o->kind != PIPE_RECV || peer_of(b, pp, o) != a) continue;
                     ok = ok && nr < ns && sent[nr] == o->tag;
                     nr++;
                 }
@@ -176,18 +178,25 @@ static void check_case(int pp, int v, int K) {
     bt_diag_init(&d);
     int ok = 1;
     for (int st = 0; st < pp; st++)
-        CHECK(pipeline_vp_schedule(pp, st, K, v, &S[st].s, &d) == 0);
+        CHECK(pipe_schedule_make(pp, st, K, v, &S[st].s, &d) == 0);
     for (int st = 0; st < pp; st++) {
         const pipe_schedule *s = &S[st].s;
-        int warm = 2 * (pp - st - 1) + (v - 1) * pp + 1,
+        int G = K - (K / pp - 1) * pp; /* the last group's micro-batches (pipe_order.h) */
+        int warm = 2 * (pp - st - 1) + (v - 1) * G + 1,
             want = K == pp || warm > K * v ? K * v : warm;
         if (st == pp - 1 && K > pp) want++; /* the head's slot is its own */
         if (!stage_ok(s, pp, v, K)) fprintf(stderr, "stage %d: list inconsistent\n", st), ok = 0;
         if (!order_ok(s, pp, v, K)) fprintf(stderr, "stage %d: not pipe_order's\n", st), ok = 0;
-        if (s->slots != want)
+        if (K % pp == 0 && s->slots != want)
             fprintf(stderr, "stage %d: %d slots, want %d\n", st, s->slots, want), ok = 0;
-        if (st == pp - 1 && K > pp && s->head_slots != 1)
+        if (K % pp == 0 && st == pp - 1 && K > pp && s->head_slots != 1)
             fprintf(stderr, "last stage: %d head slots\n", s->head_slots), ok = 0;
+        /* the larger last group: inputs arrive up to G - pp steps early, at most G more */
+        int most = want + G < K * v ? want + G : K * v;
+        if (K % pp != 0 && (s->slots > most || s->head_slots > G))
+            fprintf(stderr, "stage %d: %d slots (head %d), above %d (%d)\n", st, s->slots,
+                    s->head_slots, most, G),
+                ok = 0;
     }
     int order = same_order(S, pp), done = simulate(S, pp);
     printf("pp %d, v %d, K %2d: slots", pp, v, K);
@@ -201,25 +210,25 @@ static void check_case(int pp, int v, int K) {
     CHECK(order);
     CHECK(done == pp);
     for (int st = 0; st < pp; st++)
-        pipeline_vp_schedule_free(&S[st].s);
+        pipe_schedule_free(&S[st].s);
 }
 
 static void check_refused(void) {
     pipe_schedule s;
     bt_diag d;
     bt_diag_init(&d);
-    CHECK(pipeline_vp_schedule(2, 0, 3, 2, &s, &d) == BT_EINVAL); /* K not a multiple */
-    CHECK(strstr(d.msg, "multiple of the 2 stages") != NULL);
-    CHECK(pipeline_vp_schedule(1, 0, 4, 2, &s, &d) == BT_EINVAL);
-    CHECK(pipeline_vp_schedule(2, 0, 4, 1, &s, &d) == BT_EINVAL);
+    CHECK(pipe_schedule_make(4, 0, 3, 2, &s, &d) == BT_EINVAL); /* K below pp */
+    CHECK(strstr(d.msg, "fewer than the 4 stages") != NULL);
+    CHECK(pipe_schedule_make(1, 0, 4, 2, &s, &d) == BT_EINVAL);
+    CHECK(pipe_schedule_make(2, 0, 4, 1, &s, &d) == BT_EINVAL);
 }
 
 int main(void) {
     int pps[] = {2, 3, 4, 8};
     for (size_t i = 0; i < sizeof pps / sizeof *pps; i++)
         for (int v = 2; v <= 4; v++)
-            for (int k = 1; k <= 3; k++)
-                check_case(pps[i], v, k * pps[i]);
+            for (int K = pps[i]; K <= 3 * pps[i] + 1; K++)
+                check_case(pps[i], v, K);
     check_refused();
     return check_status();
 }

@@ -328,6 +328,29 @@ static void test_comm_small(void) {
         CHECK_EQ_U64(ps.comm.bytes[g], 0);
 }
 
+/* Interleaved stages (the small config, 4 layers, pp 2, v 2, dp 2): the activation slots
+ * are those of the schedule the worker runs (pipe_schedule.h). m = 4, a multiple of pp:
+ * Megatron's 2 (pp - 1 - s) + (v - 1) pp + 1 = 5 on stage 0, 3 + the head's own on stage
+ * 1; m = 5 (groups of 2 and 3): 7 and 6, two head slots; m = 3 (one group): 6 and 4. */
+static void test_interleaved_slots(void) {
+    fixture fx;
+    fixture_small(&fx);
+    set_model(&fx.model, 64, 4, 4, 2, 176, 100);
+    fx.par.virtual_stages = 2;
+    static const uint32_t m[3] = {4, 5, 3}, want[3][2] = {{5, 4}, {7, 6}, {6, 4}};
+    for (int i = 0; i < 3; i++) {
+        fx.stage.global_batch = m[i] * 2 * 2;
+        plan_stage ps;
+        CHECK(build(&fx, &ps) == BT_OK);
+        CHECK_EQ_U64(ps.microbatches, m[i]);
+        for (uint32_t st = 0; st < 2; st++) {
+            plan_memory mem;
+            plan_memory_for_pp_stage(&ps, st, &mem);
+            CHECK_EQ_U64(mem.microbatches_in_flight, want[i][st]);
+        }
+    }
+}
+
 /* ZeRO-2/3 on the small config (tp 2, pp 2, dp 2, bf16, m = 4), by hand: per tp rank the
  * embedding is 6400/2 = 3200, a layer 12288/2 + 33792/2 + 128 = 23168, norm + head
  * 6400/2 + 64 = 3264. Chunks over dp 2: stage 0 1600 + 11584 = S 13184, stage 1
@@ -684,6 +707,7 @@ int main(void) {
     test_memory_70b();
     test_activation_order();
     test_comm_small();
+    test_interleaved_slots();
     test_zero_small();
     test_comm_cp_ep();
     test_flops();

@@ -93,7 +93,7 @@ typedef struct model_config {
                      * are stored at once; 0 or 1: one */
     int head_slots; /* of those, slots that also hold the head's (final norm, logits, loss):
                      * slots [0, head_slots) on the last stage; 0: every slot */
-    int grad_in;    /* interleaved: buffers received output gradients wait in (pipeline_vp.h) */
+    int grad_in;    /* interleaved: buffers received output gradients wait in (pipe_schedule.h) */
     int cp;         /* context-parallel degree; 0 or 1: none (model_cp.h) */
     int cp_rank;    /* this rank's place in the context-parallel group, [0, cp) */
     int cp_ulysses; /* context parallelism by all-to-all over heads (else ring attention) */

@@ -201,7 +201,7 @@ static int train_model_init(trainer *t, const train_groups *g, bt_diag *diag) {
     }
     rc = train_pp_init(&t->pp, pp_group, rows * (size_t)cfg.dim, cfg.vp, (int)t->accum, diag);
     if (rc != 0) return rc; /* recipe_validate refuses such stages first */
-    /* the activations the schedule keeps at once (pipeline.h, pipeline_vp.h) */
+    /* the activations the schedule keeps at once (pipeline.h, pipe_schedule.h) */
     cfg.act_slots = pipeline_slots(cfg.pp, cfg.pp_rank, (int)t->accum);
     if (t->pp.vp > 1)
         cfg.act_slots = t->pp.sched.slots, cfg.head_slots = t->pp.sched.head_slots,

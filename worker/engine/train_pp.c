@@ -22,12 +22,12 @@ int train_pp_init(train_pp *p, comm *group, size_t count, int vp, int K, bt_diag
     p->vp = p->group != NULL && vp > 1 ? vp : 1;
     pipeline_init(&p->pipe, p->group, count);
     if (p->vp == 1) return 0;
-    return pipeline_vp_schedule(p->stages, p->stage, K, p->vp, &p->sched, diag);
+    return pipe_schedule_make(p->stages, p->stage, K, p->vp, &p->sched, diag);
 }
 
 void train_pp_free(train_pp *p) {
     pipeline_free(&p->pipe);
-    pipeline_vp_schedule_free(&p->sched);
+    pipe_schedule_free(&p->sched);
 }
 
 int train_pp_sum(train_pp *p, double *x, bt_diag *diag) {

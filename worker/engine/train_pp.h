@@ -19,7 +19,7 @@ typedef struct train_pp {
     int stage, stages;
     int vp; /* model chunks per stage; > 1: interleaved (sched) */
     pipeline pipe;
-    pipe_schedule sched; /* interleaved: this stage's list (pipeline_vp.h) */
+    pipe_schedule sched; /* interleaved: this stage's list (pipe_schedule.h) */
 } train_pp;
 
 /* group: the pipeline group (NULL or size 1: none); count: floats of one boundary
