@@ -182,6 +182,14 @@ static void warn_batch(plan_stage *ps) {
              "pipeline bubble %.0f%% = (pp-1)/(v*m+pp-1) with pp %u, v %u, m %llu micro-batches: "
              "raise global_batch or virtual_stages, or lower micro_batch",
              100 * ps->bubble, sh->pp, sh->virtual_stages, (unsigned long long)ps->microbatches);
+    uint64_t m = ps->microbatches;
+    if (sh->pp > 1 && sh->virtual_stages > 1 && m > sh->pp && m % sh->pp != 0)
+        warn(ps,
+             "%llu micro-batches with pp %u and virtual_stages %u: the last group of %llu keeps "
+             "more model chunks in flight than a multiple of pp would (the memory figures "
+             "count them)",
+             (unsigned long long)m, sh->pp, sh->virtual_stages,
+             (unsigned long long)(m - (m / sh->pp - 1) * sh->pp));
 }
 
 static void warn_divisibility(plan_stage *ps) {

@@ -332,6 +332,8 @@ static void test_comm_small(void) {
  * are those of the schedule the worker runs (pipe_schedule.h). m = 4, a multiple of pp:
  * Megatron's 2 (pp - 1 - s) + (v - 1) pp + 1 = 5 on stage 0, 3 + the head's own on stage
  * 1; m = 5 (groups of 2 and 3): 7 and 6, two head slots; m = 3 (one group): 6 and 4. */
+static int has_warning(const plan_stage *ps, const char *needle);
+
 static void test_interleaved_slots(void) {
     fixture fx;
     fixture_small(&fx);
@@ -348,6 +350,7 @@ static void test_interleaved_slots(void) {
             plan_memory_for_pp_stage(&ps, st, &mem);
             CHECK_EQ_U64(mem.microbatches_in_flight, want[i][st]);
         }
+        CHECK(has_warning(&ps, "the last group of 3") == (m[i] != 4)); /* 3: one group */
     }
 }
 
