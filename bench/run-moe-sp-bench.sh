@@ -5,7 +5,8 @@
 # Trains bench/moe-sp-bench.yaml's two stages (tp2, every layer MoE) under
 # `baton launch -n 2`, one after the other, ROUNDS times; prints each one's median tokens/s
 # over the steps after the first two, the ratio to the run without sequence parallelism,
-# and the tp bytes rank 0 sent a step.
+# and the tp and dp bytes rank 0 sent a step (with sequence parallelism the routed
+# experts' gradient sum goes over their tp x edp holders, counted with dp).
 set -euo pipefail
 bin=$1 work=${2:-$(mktemp -d /tmp/baton-moe-sp-bench.XXXXXX)} rounds=${3:-3}
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,7 +17,8 @@ bench_rounds "$bin" "$src/bench/moe-sp-bench.yaml" 2 "$rounds" "${stages[@]}"
 base=$(median <no-sp.tps)
 for s in "${stages[@]}"; do
   tp=$(sed -En 's/^\[0\] communication per step.* tp ([0-9]+) .*/\1/p' "$s.log")
-  awk -v s="$s" -v t="$(median <"$s.tps")" -v b="$base" -v n="$rounds" -v tp="$tp" 'BEGIN {
-    printf "%-6s %8.0f tok/s (median, %d rounds)  ratio to no-sp %.3f  tp %d B/step\n",
-           s, t, n, t / b, tp }'
+  dp=$(sed -En 's/^\[0\] communication per step.* dp ([0-9]+) .*/\1/p' "$s.log")
+  awk -v s="$s" -v t="$(median <"$s.tps")" -v b="$base" -v n="$rounds" -v tp="$tp" -v dp="${dp:-0}" 'BEGIN {
+    printf "%-6s %8.0f tok/s (median, %d rounds)  ratio to no-sp %.3f  tp %d dp %d B/step\n",
+           s, t, n, t / b, tp, dp }'
 done

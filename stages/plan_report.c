@@ -255,9 +255,10 @@ static void text_memory_params(FILE *f, const plan_stage *ps) {
                 m->optim_shards_expert);
     int fold = m->optim_shards_expert > ps->lay.size[LAYOUT_EDP];
     fprintf(f, ")%s\n",
-            !sh->zero ? " (no ZeRO)"
-            : fold    ? " (ZeRO-1 over dp*cp; experts over tp*edp: the tp ranks folded in)"
-                      : " (ZeRO-1 over dp*cp; experts over edp)");
+            !sh->zero                       ? " (no ZeRO)"
+            : (uint64_t)sh->dp * sh->cp < 2 ? " (ZeRO-1 over dp*cp = 1: nothing sharded)"
+            : fold ? " (ZeRO-1 over dp*cp; experts over tp*edp: the tp ranks folded in)"
+                   : " (ZeRO-1 over dp*cp; experts over edp)");
 }
 
 static const char *act_formula(const plan_shape *sh) {

@@ -439,7 +439,7 @@ typedef struct model_tensor {
     int expert;
     /* A tensor of an MoE layer's block (router, experts, shared experts, bias): whole on
      * every tp rank; under sequence parallelism its gradient is summed over tp once a step
-     * (model_moe.h). */
+     * (model_moe.h; the routed experts' under zero 0/1 over tp x edp by train_dp.h). */
     int moe;
 } model_tensor;
 

@@ -5,12 +5,13 @@
  * norm weights: Megatron's expert tensor parallelism of 1); with sequence parallelism
  * each tp rank runs the layer on its own rows only (no all-gather before it, no
  * reduce-scatter after it, a tp-th of the work), so its weight gradients are that rank's
- * share: summed over tp once a step (model_moe_reduce_tp), and the loads over tp too
- * (model_moe_step_end). Without sequence parallelism every tp rank runs it on every row.
- * Under expert parallelism the routed experts are split over the ep group. The aux loss is part of
- * the training objective (its gradient scaled like the loss's), not of the reported loss. The
- * selection bias of aux-loss-free balancing is a parameter tensor with no gradient, nudged after
- * each optimizer step from the step's loads (model_moe_step_end). */
+ * share: summed over tp once a step (model_moe_reduce_tp; under zero 0/1 the routed
+ * experts' with their data-parallel reduction instead, over tp x edp: train_dp.h), and the
+ * loads over tp too (model_moe_step_end). Without sequence parallelism every tp rank runs it on
+ * every row. Under expert parallelism the routed experts are split over the ep group. The aux loss
+ * is part of the training objective (its gradient scaled like the loss's), not of the reported
+ * loss. The selection bias of aux-loss-free balancing is a parameter tensor with no gradient,
+ * nudged after each optimizer step from the step's loads (model_moe_step_end). */
 #ifndef BATON_MODEL_MOE_H
 #define BATON_MODEL_MOE_H
 

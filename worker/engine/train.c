@@ -32,8 +32,11 @@ static int train_check_layout(const Baton__StageSpec *spec, const train_groups *
                     s->name, p->ep, p->ep, ep);
         return BT_EINVAL;
     }
-    if (tp > 1 && train_folds_experts(spec) && g->xdp == NULL) {
-        bt_diag_set(diag, "stage \"%s\": the routed experts need their tp x edp group", s->name);
+    uint32_t holders = p->ep ? p->tp * p->dp * p->cp / p->ep : 0; /* tp x edp */
+    if (tp > 1 && train_folds_experts(spec) &&
+        (g->xdp == NULL || (uint32_t)comm_size(g->xdp) != holders)) {
+        bt_diag_set(diag, "stage \"%s\": the routed experts need their tp x edp group of %u ranks",
+                    s->name, holders);
         return BT_EINVAL;
     }
     if (p->dp != dp || p->tp != tp || p->pp != pp || p->cp != cp ||
@@ -634,7 +637,8 @@ static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
     if (rc == 0 && armed) rc = train_fp8_snapshot(t);
     rc = rc ? rc : train_fp8_end(t, diag);
     /* tp > n_kv_heads: the replicated k/v slices' gradients summed over their holders;
-     * under sequence parallelism the MoE layers' over tp */
+     * under sequence parallelism the MoE layers' over tp (zero 0/1: but the routed experts',
+     * summed over tp x edp by the update, train_dp.h) */
     rc = rc              ? rc
          : t->zero.level ? train_zero_reduce_tp(&t->zero, &t->m, t->tp.kv, diag)
                          : train_tp_reduce_grads(&t->tp, &t->m, diag);

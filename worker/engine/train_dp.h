@@ -9,7 +9,8 @@
  * parameters. The loss and the fp8 amaxes are reduced too, so every rank reports and scales alike.
  * Under tensor parallelism each tp rank runs this over its own parameter buffer with the
  * dp group of its tp slice; the gradient norm then also sums over the tp group
- * (train_dp_set_norm), each replicated tensor counted by one tp rank only. Under pipeline
+ * (train_dp_set_norm), each replicated tensor counted by one tp rank only (but the routed
+ * experts' ZeRO-1 shards under fold_tp, below, by every tp rank: each its own). Under pipeline
  * parallelism likewise each stage over its own buffer, the norm also summing over the
  * pipeline group. */
 #ifndef BATON_TRAIN_DP_H
@@ -137,7 +138,8 @@ int train_dp_part(const train_dp *d, size_t off, size_t count, uint64_t *a, uint
 void train_dp_set_cp(train_dp *d, int cp);
 /* Extends the gradient norm over groups (the tensor- and pipeline-parallel groups, NULL
  * entries skipped, at most 2): this rank counts only the gradients in segs (full-buffer
- * offsets), the other ranks of the groups the rest. */
+ * offsets), the other ranks of the groups the rest; under fold_tp with ZeRO-1 also its own
+ * part of the routed experts' shards (call after train_dp_set_ep). */
 int train_dp_set_norm(train_dp *d, comm *const *groups, int n_groups, const optim_segment *segs,
                       size_t n_segs, bt_diag *diag);
 size_t train_dp_optim_floats(const train_dp *d);

@@ -40,17 +40,20 @@ static void overlap_describe_off(train_dp_overlap *o, int zero) {
                       : dp->n_expert > 0     ? "one all-reduce per tensor after the backward"
                                              : "one all-reduce after the backward";
     snprintf(o->desc, sizeof o->desc, "data-parallel gradients: %s%s", how,
-             dp->n_expert > 0 ? " (the routed experts' over the expert-data-parallel group)" : "");
+             dp->n_expert > 0 ? (dp->fold_tp ? " (the routed experts' over their tp x edp holders)"
+                                             : " (the routed experts' over the "
+                                               "expert-data-parallel group)")
+                              : "");
 }
 
 static void overlap_describe(train_dp_overlap *o) {
     static const char *what[] = {
         [OVERLAP_ALLREDUCE] = "all-reduced per layer",
-        [OVERLAP_EXPERTS] = "all-reduced per layer (the routed experts' over the "
-                            "expert-data-parallel group)",
+        [OVERLAP_EXPERTS] = "all-reduced per layer (the routed experts' over the ranks "
+                            "that hold them)",
         [OVERLAP_SHARDS] = "reduced per layer to the ranks whose shards hold them",
         [OVERLAP_EP_SHARDS] = "reduced per layer to the ranks whose shards hold them (the "
-                              "routed experts' over the expert-data-parallel group)",
+                              "routed experts' over the ranks that hold them)",
     };
     snprintf(o->desc, sizeof o->desc, "data-parallel gradients: %s%s", what[o->mode],
              o->stream != NULL ? ", on a side queue, overlapped with the backward"
