@@ -6,13 +6,14 @@
  *    micro-batches in order.
  *  - Interleaved (v > 1, Megatron-LM's virtual pipeline, K >= pp): the micro-batches go
  *    in groups of pp, the last of G = K - L (pp to 2 pp - 1, L = pp (floor(K / pp) - 1)),
- *    each group through chunk 0, then chunk 1, ... (after Megatron-Core's schedule
- *    table; a group of at least pp puts a micro-batch's next chunk pp or more forwards
- *    later): virtual micro-batch k in [0, K v) below L v is chunk (k mod pp v) / pp of
- *    micro-batch (k / pp v) pp + k mod pp going forward, at or above it chunk
- *    (k - L v) / G of micro-batch L + (k - L v) mod G; the chunks in reverse going
- *    backward; w = min(2 (pp - s - 1) + (v - 1) G, K v) warmup forwards (all K v when
- *    K = pp), then forward w + i and backward i together, then the remaining backwards. */
+ *    each group through chunk 0, then chunk 1, ... (Megatron-Core's schedule table goes
+ *    in groups likewise; here the remainder joins the last group rather than forming a
+ *    smaller one, so that every group has pp or more micro-batches and a micro-batch's
+ *    next chunk comes pp or more forwards later): virtual micro-batch k in [0, K v) below L v is
+ * chunk (k mod pp v) / pp of micro-batch (k / pp v) pp + k mod pp going forward, at or above it
+ * chunk (k - L v) / G of micro-batch L + (k - L v) mod G; the chunks in reverse going backward; w =
+ * min(2 (pp - s - 1) + (v - 1) G, K v) warmup forwards (all K v when K = pp), then forward w + i
+ * and backward i together, then the remaining backwards. */
 #ifndef BATON_PIPE_ORDER_H
 #define BATON_PIPE_ORDER_H
 

@@ -8,16 +8,17 @@
  * run (pipeline_vp_run), so that a test can check every stage's list together: no
  * deadlock under batched point-to-point semantics, the same message order on both ends of
  * every pair (NCCL matches by order), every chunk of every micro-batch forward once and
- * backward once after it. The order is pipe_order.h's (after Megatron-Core's schedule table:
- * the micro-batches in groups of pp, the last group taking the remainder, each group
+ * backward once after it. The order is pipe_order.h's (groups of pp micro-batches as in
+ * Megatron-Core's schedule table, the last group taking the remainder, each group
  * through chunk 0, then 1, ...; the chunks in reverse going backward); stage s runs
  * min(2 (pp - s - 1) + (v - 1) G, K v) warmup forwards, G the last group's micro-batches
  * (pp when pp divides K; all K v when K = pp), then one forward and one backward at a
  * time, then the remaining backwards; after each computation one batch of transfers
  * (comm_p2p) sends what it produced and receives what a later one needs, the stage that
- * leads that way taking what the other end finished pp - 1 steps before. K >= pp; when pp does not
- * divide K the larger last group keeps more chunks in flight (up to 2 pp - 1 micro-batches a group
- * instead of pp: more slots, the planner counts them from these lists).
+ * leads that way taking what the other end finished pp - 1 steps before. K >= pp; when
+ * pp does not divide K the larger last group keeps more chunks in flight (up to 2 pp - 1
+ * micro-batches a group instead of pp: more slots and received-gradient buffers, the
+ * planner counts them from these lists).
  *
  * Buffers. A slot holds one chunk's activations of one micro-batch from the receipt of its
  * input (or its forward, where nothing is received) to its backward; on the last stage the

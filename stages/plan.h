@@ -50,10 +50,11 @@ typedef struct plan_memory {
     double weight_bytes, grad_bytes, optim_bytes; /* per parameter */
     double gemm_copies;           /* bytes of the GEMMs' converted weight copies (CUDA: model.h) */
     uint32_t optim_shards_dense;  /* ZeRO-1 divisor of dense optimizer state: dp*cp or 1 */
-    uint32_t optim_shards_expert; /* ... of expert optimizer state: edp or 1 */
+    uint32_t optim_shards_expert; /* ... of expert optimizer state: edp (tp x edp folded) or 1 */
     double act_per_layer;         /* one layer, one micro-batch, kept from forward to backward */
     double act_working_set;       /* full recompute: one layer's full activations, once */
     double act_logits;            /* last stage: fp32 logits of one micro-batch */
+    double act_grad_in;           /* interleaved: received output gradients' buffers */
     double act_moe;               /* the MoE layers' caches (worker/engine/moe_dev.h), once */
     uint32_t moe_caches;          /* how many: MoE layers of a chunk x slots, or 1 */
     /* ZeRO-2/3 (zero_level >= 2): per-unit shards (worker/engine/train_zero.h); the units are

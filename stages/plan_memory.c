@@ -50,7 +50,8 @@
  * (counted from its list: min(m v, 2 (pp - p - 1) + (v - 1) pp + 1) when pp divides m,
  * Megatron-LM's, one more on the last stage, whose head slot is apart; m v when m = pp,
  * every forward first, every micro-batch's logits too; more when pp does not divide m,
- * the last group of micro-batches being larger). */
+ * the last group of micro-batches being larger), plus the buffers output gradients
+ * received ahead of their backward wait in (sb/t h 4 each with sequence parallelism). */
 #include "plan.h"
 
 #include "pipe_schedule.h"
@@ -210,16 +211,19 @@ static double act_layer_full(const plan_shape *sh, double s) {
 }
 
 /* The interleaved schedule's slots (its model chunks' activations in flight, the head's
- * among them) and head slots on stage `stage`, counted from the list the worker runs
- * (pipe_schedule.h); left as they are if it cannot be made. */
+ * among them), head slots and received-gradient buffers on stage `stage`, counted from the
+ * list the worker runs (pipe_schedule.h). Its buffers do not grow past two groups of
+ * micro-batches (the steady state repeats), so it is made for 2 pp + (K mod pp) of them
+ * when K is larger: the same counts, cheaply. Left as they are if it cannot be made. */
 static void memory_vp_slots(uint32_t pp, uint32_t stage, uint64_t K, uint64_t v, uint64_t *slots,
-                            uint64_t *heads) {
+                            uint64_t *heads, uint64_t *grads) {
     pipe_schedule s;
     bt_diag d;
     bt_diag_init(&d);
-    if (K > INT32_MAX || pipe_schedule_make((int)pp, (int)stage, (int)K, (int)v, &s, &d) != 0)
+    uint64_t k = K < 2ull * pp ? K : 2ull * pp + K % pp;
+    if (k * v * pp > (1u << 28) || pipe_schedule_make((int)pp, (int)stage, (int)k, (int)v, &s, &d))
         return;
-    *slots = (uint64_t)s.slots, *heads = (uint64_t)s.head_slots;
+    *slots = (uint64_t)s.slots, *heads = (uint64_t)s.head_slots, *grads = (uint64_t)s.grad_bufs;
     pipe_schedule_free(&s);
 }
 
@@ -245,18 +249,21 @@ static void memory_activations(const plan_stage *ps, uint32_t stage, plan_memory
     out->act_per_layer *= scale;
     out->act_logits = stage + 1 == sh->pp ? s * b * sh->vocab * 4 / t : 0;
     uint64_t K = ps->microbatches, v = sh->virtual_stages > 1 ? sh->virtual_stages : 1;
-    uint64_t in_flight = sh->pp - stage, heads = 1, last = stage + 1 == sh->pp;
+    uint64_t in_flight = sh->pp - stage, heads = 1, last = stage + 1 == sh->pp, grads = 0;
     if (v > 1 && sh->pp > 1) { /* chunk activations (pipe_schedule.h) */
-        in_flight = K == sh->pp ? K * v : 2 * (sh->pp - stage - 1) + (v - 1) * sh->pp + 1 + last;
+        uint64_t G = K >= sh->pp ? K - (K / sh->pp - 1) * sh->pp : K; /* the last group */
+        in_flight = K == sh->pp ? K * v : 2 * (sh->pp - stage - 1) + (v - 1) * G + 1 + last;
         heads = K == sh->pp ? K : 1;
-        memory_vp_slots(sh->pp, stage, K, v, &in_flight, &heads);
+        memory_vp_slots(sh->pp, stage, K, v, &in_flight, &heads, &grads);
     }
     in_flight = in_flight < K * v ? in_flight : K * v;
     out->microbatches_in_flight = (uint32_t)in_flight;
     double per_slot = (double)out->layers_on_stage / (double)v * out->act_per_layer;
     out->act_per_microbatch = out->layers_on_stage * out->act_per_layer + out->act_logits;
-    out->activations =
-        (double)in_flight * per_slot + out->act_working_set + (double)heads * out->act_logits;
+    /* interleaved: output gradients received ahead wait in buffers of the rank's rows */
+    out->act_grad_in = (double)grads * s * b / t_sp * h * 4;
+    out->activations = (double)in_flight * per_slot + out->act_working_set +
+                       (double)heads * out->act_logits + out->act_grad_in;
 }
 
 /* One MoE layer's cache as worker/engine/moe_dev.c carves it, in bytes: float32 x, scores,

@@ -15,8 +15,9 @@
  * a batch that receives, is caught; the waits before a forward or backward that would
  * overwrite a buffer still being sent never fire in non-interleaved 1F1B (a receive,
  * waited for, always comes between), so removing them is not. The interleaved schedule
- * (pipeline_vp.h) runs over the same queue for every stage position of pp 4 with 2 chunks
- * and 4 and 8 micro-batches: its forwards read the slot's input and write its output
+ * (pipe_schedule.h) runs over the same queue for every stage position of pp 4 with 2 chunks
+ * and 4 to 9 micro-batches (5, 6, 7 and 9: the larger last group), and 3 chunks and 6
+ * micro-batches: its forwards read the slot's input and write its output
  * (except where the model starts or ends), its backwards read the gradient and write it,
  * and take_grad moves a received gradient into it. */
 #include <stdint.h>
@@ -33,8 +34,9 @@
 #include "race.h"
 
 #define COUNT     64 /* floats of one boundary activation */
-#define MAX_SLOTS 16 /* activation slots a stage may need here */
-#define MAX_PASS  32 /* forwards and backwards of a step: 2 K v */
+#define MAX_SLOTS 24 /* activation slots a stage may need here */
+#define MAX_GRADS 4  /* received gradients waiting at once */
+#define MAX_PASS  64 /* forwards and backwards of a step: 2 K v */
 
 static race X;
 
@@ -63,7 +65,8 @@ static const comm_ops recorder = {.name = "recorder",
  * gradient and the received gradients are one race region each (accesses are ranges). */
 typedef struct stage {
     int first, last, v;
-    float input[MAX_SLOTS][COUNT], output[MAX_SLOTS][COUNT], grad[COUNT], grad_in[2][COUNT];
+    float input[MAX_SLOTS][COUNT], output[MAX_SLOTS][COUNT], grad[COUNT];
+    float grad_in[MAX_GRADS][COUNT];
     int forwards, backwards;
     pipe_pass order[MAX_PASS]; /* the passes as they ran */
 } stage;
@@ -136,7 +139,7 @@ static void run(int stages, int rank, int K, int v) {
     int slots = pipeline_slots(stages, rank, K);
     if (v > 1) {
         CHECK(pipe_schedule_make(stages, rank, K, v, &sched, &d) == 0);
-        CHECK(sched.grad_bufs <= 2);
+        CHECK(sched.grad_bufs <= (K % stages ? MAX_GRADS : 2)); /* 2 when pp divides K */
         slots = sched.slots;
     }
     CHECK(slots <= MAX_SLOTS);
@@ -144,7 +147,7 @@ static void run(int stages, int rank, int K, int v) {
     CHECK(race_region(&X, s.input[0], (size_t)MAX_SLOTS * COUNT) == 0);
     CHECK(race_region(&X, s.output[0], (size_t)MAX_SLOTS * COUNT) == 0);
     CHECK(race_region(&X, s.grad, COUNT) == 0);
-    CHECK(race_region(&X, s.grad_in[0], 2 * COUNT) == 0);
+    CHECK(race_region(&X, s.grad_in[0], (size_t)MAX_GRADS * COUNT) == 0);
     pipeline p;
     pipeline_init(&p, g, COUNT);
     CHECK(pipeline_set_queue(&p, &be, slots, &d) == 0);
@@ -181,7 +184,9 @@ int main(void) {
         for (int i = 0; i < 3; i++)
             run(4, rank, ks[i], 1);
     for (int rank = 0; rank < 4; rank++)
-        for (int k = 4; k <= 8; k += 4)
+        for (int k = 4; k <= 9; k++) /* 5, 6, 7, 9: pp does not divide them */
             run(4, rank, k, 2);
+    for (int rank = 0; rank < 4; rank++)
+        run(4, rank, 6, 3);
     return check_status();
 }

@@ -1,5 +1,5 @@
 /* The interleaved 1F1B schedule (pipe_schedule.h), every stage's action list checked
- * together for pp 2, 3, 4 and 8, 2 to 4 chunks per stage and every K from pp to 3 pp + 1
+ * together for pp 2, 3, 4 and 8, 2 to 4 chunks per stage and every K from pp to 4 pp + 1
  * micro-batches:
  *  - run under batched point-to-point semantics (a batch posts all its transfers and
  *    completes when every one has met its peer's), every stage reaches the end: no
@@ -193,6 +193,16 @@ static void check_case(int pp, int v, int K) {
             fprintf(stderr, "last stage: %d head slots\n", s->head_slots), ok = 0;
         /* the larger last group: inputs arrive up to G - pp steps early, at most G more */
         int most = want + G < K * v ? want + G : K * v;
+        /* the steady state repeats: from two groups on the buffers are 2 pp + K mod pp's
+         * (what the planner makes to count them, stages/plan_memory.c) */
+        pipe_schedule r;
+        if (K > 2 * pp && pipe_schedule_make(pp, st, 2 * pp + K % pp, v, &r, &d) == 0) {
+            if (r.slots != s->slots || r.head_slots != s->head_slots || r.grad_bufs != s->grad_bufs)
+                fprintf(stderr, "stage %d: buffers not those of %d micro-batches\n", st,
+                        2 * pp + K % pp),
+                    ok = 0;
+            pipe_schedule_free(&r);
+        }
         if (K % pp != 0 && (s->slots > most || s->head_slots > G))
             fprintf(stderr, "stage %d: %d slots (head %d), above %d (%d)\n", st, s->slots,
                     s->head_slots, most, G),
@@ -227,7 +237,7 @@ int main(void) {
     int pps[] = {2, 3, 4, 8};
     for (size_t i = 0; i < sizeof pps / sizeof *pps; i++)
         for (int v = 2; v <= 4; v++)
-            for (int K = pps[i]; K <= 3 * pps[i] + 1; K++)
+            for (int K = pps[i]; K <= 4 * pps[i] + 1; K++)
                 check_case(pps[i], v, K);
     check_refused();
     return check_status();

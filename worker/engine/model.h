@@ -43,7 +43,7 @@
  * tensor keeps its one-process name and values (model.layers.<global index>...). A stage
  * stores the activations of act_slots micro-batches at once (1F1B keeps at most
  * pp - stage in flight); model_stage_forward and model_stage_backward run the stage on
- * one slot. An interleaved pipeline (vp > 1 model chunks per stage, pipeline_vp.h) holds
+ * one slot. An interleaved pipeline (vp > 1 model chunks per stage, pipe_schedule.h) holds
  * non-contiguous layers (model_stage_layer), a slot one chunk's activations, and the
  * passes run one chunk. */
 #ifndef BATON_MODEL_H

@@ -46,7 +46,7 @@
 typedef struct pipeline_stage {
     void *ctx;
     /* Forward of micro-batch mb's model chunk `chunk` (0 unless interleaved,
-     * pipeline_vp.h) in slot; on stages after the first its input is in input(ctx, slot),
+     * pipe_schedule.h) in slot; on stages after the first its input is in input(ctx, slot),
      * on stages before the last it leaves its output in output(). */
     int (*forward)(void *ctx, int mb, int chunk, int slot);
     /* Backward of micro-batch mb's chunk in slot; on stages before the last the gradient
