@@ -32,7 +32,7 @@ static int train_check_layout(const Baton__StageSpec *spec, const train_groups *
                     s->name, p->ep, p->ep, ep);
         return BT_EINVAL;
     }
-    uint32_t holders = p->ep ? p->tp * p->dp * p->cp / p->ep : 0; /* tp x edp */
+    uint32_t holders = p->tp * p->dp * p->cp / (p->ep ? p->ep : 1); /* tp x edp */
     if (tp > 1 && train_folds_experts(spec) &&
         (g->xdp == NULL || (uint32_t)comm_size(g->xdp) != holders)) {
         bt_diag_set(diag, "stage \"%s\": the routed experts need their tp x edp group of %u ranks",

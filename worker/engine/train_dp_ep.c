@@ -22,17 +22,23 @@ static int dp_is_expert(const train_dp *d, size_t offset) {
 /* zero 0 -------------------------------------------------------------------------- */
 
 /* Each tensor's gradient summed over the ranks that hold it (the dp group, or for a
- * routed expert the edp group; done already when grads_reduced), all divided by the
- * replicas. */
+ * routed expert the edp group; done already when grads_reduced), adjacent tensors of one
+ * group in one all-reduce, all divided by the replicas. */
 static int dp_reduce_ep(train_dp *d, float *grads, const optim_segment *segs, size_t n_segs,
                         bt_diag *diag) {
     size_t n = d->grads_reduced ? 0 : n_segs;
     d->grads_reduced = 0;
-    for (size_t i = 0; i < n; i++) {
-        comm *g = dp_is_expert(d, segs[i].offset) ? d->edp : d->group;
+    for (size_t i = 0, j; i < n; i = j) {
+        int expert = dp_is_expert(d, segs[i].offset);
+        size_t len = segs[i].n;
+        for (j = i + 1; j < n && segs[j].offset == segs[i].offset + len &&
+                        dp_is_expert(d, segs[j].offset) == expert;
+             j++)
+            len += segs[j].n;
+        comm *g = expert ? d->edp : d->group;
+        float *x = grads + segs[i].offset;
         if (g == NULL || comm_size(g) == 1) continue;
-        if (comm_allreduce(g, grads + segs[i].offset, grads + segs[i].offset, segs[i].n, COMM_F32,
-                           COMM_SUM, NULL) != 0)
+        if (comm_allreduce(g, x, x, len, COMM_F32, COMM_SUM, NULL) != 0)
             return ep_fail(g, "gradient all-reduce", diag);
     }
     optim_grad_scale_on(d->be, grads, d->n_params, 1.0f / (float)d->replicas);
