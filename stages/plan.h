@@ -43,6 +43,7 @@ typedef struct plan_memory {
     uint64_t params_on_rank;   /* parameters held by the heaviest rank */
     double act_per_microbatch; /* bytes for one micro-batch on that rank */
     uint32_t microbatches_in_flight;
+    uint32_t grad_buffers; /* interleaved: received output gradients waiting at once */
     /* The pieces behind the figures above, for the report's formulas. */
     uint32_t layers_on_stage, moe_layers_on_stage;
     uint64_t dense_params_on_rank;                /* split by tp (norms, routers replicated) */
@@ -174,7 +175,9 @@ void plan_report_text(FILE *f, const Baton__StageSpec *spec, const plan_stage *p
 /* The whole plan as JSON:
  * {"stages": [{"name", "params_total", "world", "layout", "memory_per_gpu":
  *   {"params", "grads", "optimizer", "activations", "moe_cache_bytes" (part of activations),
- *    "total", "heaviest_pp_stage", "zero", "zero_shard_params", "zero_unit_params"}, "fits",
+ *    "total", "heaviest_pp_stage", "activation_slots" (micro-batches, or interleaved model
+ *    chunks, in flight), "grad_buffers" (interleaved: received gradients waiting),
+ *    "zero", "zero_shard_params", "zero_unit_params"}, "fits",
  *   "comm_bytes_per_step": {"tp", "pp", "dp", "cp", "ep"}, "flops_per_step",
  *   "warnings": [...]}]} */
 void plan_report_json(FILE *f, Baton__StageSpec *const *specs, const plan_stage *stages, size_t n);

@@ -258,6 +258,7 @@ static void memory_activations(const plan_stage *ps, uint32_t stage, plan_memory
     }
     in_flight = in_flight < K * v ? in_flight : K * v;
     out->microbatches_in_flight = (uint32_t)in_flight;
+    out->grad_buffers = (uint32_t)grads;
     double per_slot = (double)out->layers_on_stage / (double)v * out->act_per_layer;
     out->act_per_microbatch = out->layers_on_stage * out->act_per_layer + out->act_logits;
     /* interleaved: output gradients received ahead wait in buffers of the rank's rows */

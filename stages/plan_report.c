@@ -424,6 +424,8 @@ static void json_memory(bt_buf *b, const plan_memory *m) {
     bt_buf_printf(b, ", ");
     json_int(b, "total", m->total);
     bt_buf_printf(b, ", \"heaviest_pp_stage\": %u", m->heaviest_pp_stage);
+    bt_buf_printf(b, ", \"activation_slots\": %u, \"grad_buffers\": %u", m->microbatches_in_flight,
+                  m->grad_buffers);
     bt_buf_printf(b,
                   ", \"zero\": %u, \"zero_shard_params\": %" PRIu64
                   ", \"zero_unit_params\": %" PRIu64 "}, ",

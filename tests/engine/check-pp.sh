@@ -13,6 +13,25 @@ set -euo pipefail
 source "$(dirname "$0")/layout-lib.sh"
 layout_setup "$@"
 
+# An interleaved run's log then: the ranks of the plan's heaviest pipeline stage hold the
+# activation slots and received-gradient buffers `baton plan` counts for it.
+pp_check_slots() { # NAME STAGE
+  "$baton" plan "$1.yaml" --json >"$1.plan.json"
+  /usr/bin/python3 - "$1" "$2" "$1.plan.json" "$1.log" <<'PY'
+import json, re, sys
+name, stage, plan_path, log_path = sys.argv[1:5]
+mem = next(s for s in json.load(open(plan_path))["stages"] if s["name"] == stage)["memory_per_gpu"]
+want = (mem["activation_slots"], mem["grad_buffers"])
+pat = re.compile(r"^\[\d+\] interleaved pipeline: stage (\d+) of .*, (\d+) activation slots, "
+                 r"(\d+) received-gradient buffers")
+got = {(int(m.group(2)), int(m.group(3))) for l in open(log_path)
+       if (m := pat.match(l)) and int(m.group(1)) == mem["heaviest_pp_stage"]}
+print(f"{name}: stage {mem['heaviest_pp_stage']}'s slots and gradient buffers {sorted(got)}, "
+      f"plan {want}")
+sys.exit(0 if got == {want} else 1)
+PY
+}
+
 pp_case() { # NAME RANKS TP PP STAGE [SED]: STAGE interleaved*: layout_interleaved_recipe's
   layout_wanted "$1" || return 0
   local edit="s/gpus_per_node: 2/gpus_per_node: $2/; s/tp: 1, pp: 2,/tp: $3, pp: $4,/; ${6:-}"
@@ -22,6 +41,7 @@ pp_case() { # NAME RANKS TP PP STAGE [SED]: STAGE interleaved*: layout_interleav
     sed "$edit" "$src/tests/engine/pp.yaml" >"$1.yaml"
   fi
   layout_run "$1" "$2" "$1.yaml" "$5"
+  if [[ $5 == interleaved* ]]; then pp_check_slots "$1" "$5" || failures=$((failures + 1)); fi
 }
 
 pp_case pp2 2 1 2 plain

@@ -247,7 +247,7 @@ static void worker_print_state(const trainer *t) {
                v->stage, v->stages, v->v, t->m.chunk_layers);
         for (int l = 0; l < t->m.n_layers; l++)
             printf(" %d", model_stage_layer(&t->m.cfg, l));
-        printf("), %d activation slots\n", v->slots);
+        printf("), %d activation slots, %d received-gradient buffers\n", v->slots, v->grad_bufs);
     }
     if (pp[0]) printf("%s\n", pp);
     if (t->m.cfg.sp)
