@@ -3,7 +3,7 @@
 # recomputation (ZeRO-3 over dp2 and pp2 x dp2), selective (ZeRO-2 over dp2), ZeRO-2
 # under pp2 x dp2 (each unit's gradients reduce-scattered as the backward finishes it,
 # model_zero.h's unit buffers, no whole gradient buffer) and ZeRO-2/3 under an interleaved
-# pp2 x dp2, launched by `baton launch`, every step's loss and the final parameters
+# pp2 x dp2 (ZeRO-3 with 5 micro-batches a step too), launched by `baton launch`, every step's loss and the final parameters
 # (ZeRO-3's shards gathered) agree with `baton-worker --single-process` within 1e-5
 # relative. Also: the bytes every rank reports it allocated for parameters, gradients and
 # optimizer state are each within 10% of `baton plan --json`'s memory_per_gpu figures
@@ -16,9 +16,9 @@ layout_setup "$@"
 
 # STAGE zeroN-v2: zero.yaml's model under an interleaved pipeline (virtual_stages 2),
 # in a stage of its own (zero.yaml's pp1 cases could not validate it).
-zero_case() { # NAME RANKS TP PP STAGE
+zero_case() { # NAME RANKS TP PP STAGE [SED]: SED edits the recipe further
   layout_wanted "$1" || return 0
-  local edit="s/gpus_per_node: 2/gpus_per_node: $2/; s/tp: 1, pp: 1,/tp: $3, pp: $4,/"
+  local edit="s/gpus_per_node: 2/gpus_per_node: $2/; s/tp: 1, pp: 1,/tp: $3, pp: $4,/; ${6:-}"
   if [[ $5 == *-v2* ]]; then
     { sed '/^stages:/q' "$src/tests/engine/zero.yaml" | sed "$edit"
       echo "  - {name: $5, parallel: {virtual_stages: 2, zero: ${5:4:1}}$([[ $5 == *full ]] && echo ', recompute: full')}"
@@ -49,4 +49,6 @@ zero_case pp2-dp2-zero2 4 1 2 zero2
 zero_case pp2-v2-dp2-zero2 4 1 2 zero2-v2
 zero_case pp2-v2-dp2-zero3 4 1 2 zero3-v2
 zero_case pp2-v2-dp2-zero3-full 4 1 2 zero3-v2-full
+# 5 micro-batches a step over pp2 (groups of 2 and 3): the plan replays the same order
+zero_case pp2-v2-dp2-zero3-m5 4 1 2 zero3-v2 "s/global_batch: 8/global_batch: 10/"
 layout_finish "ZeRO-2 and ZeRO-3 runs match the one-process run and the plan"
