@@ -160,9 +160,14 @@ static void text_params_rest(FILE *f, const plan_stage *ps) {
 static void text_layout_summary(FILE *f, const plan_stage *ps) {
     const layout *l = &ps->lay;
     uint32_t nodes = (l->world + l->gpus_per_node - 1) / l->gpus_per_node;
-    fprintf(f, "layout      tp %u x cp %u x dp %u x pp %u = %u ranks (ep %u, edp %u), order %s\n",
+    fprintf(f, "layout      tp %u x cp %u x dp %u x pp %u = %u ranks (ep %u, edp %u",
             l->size[LAYOUT_TP], l->size[LAYOUT_CP], l->size[LAYOUT_DP], l->size[LAYOUT_PP],
-            l->world, l->size[LAYOUT_EP], l->size[LAYOUT_EDP], l->order);
+            l->world, l->size[LAYOUT_EP], l->size[LAYOUT_EDP]);
+    uint32_t holders = plan_expert_holders(ps);
+    if (ps->params.n_experts > 0 && holders > l->size[LAYOUT_EDP]) /* layout_fold_tp_experts */
+        fprintf(f, "; each routed expert's gradients reduced over its tp x edp = %u holders",
+                holders);
+    fprintf(f, "), order %s\n", l->order);
     fprintf(f, "            %u node%s x %u GPUs; within a node:", nodes, nodes == 1 ? "" : "s",
             l->gpus_per_node);
     for (int inside = 1; inside >= 0; inside--) {
