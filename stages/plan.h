@@ -158,8 +158,10 @@ typedef struct plan_zero_unit {
  * first stage, each layer, the final norm with the head on the last): their count; out
  * (n_layers + 2 entries) gets each one. */
 uint32_t plan_zero_units(const plan_stage *ps, uint32_t stage, plan_zero_unit *out);
-/* The ranks a rank's routed experts' gradients are reduced over: the expert-data-parallel
- * group, with the tp ranks folded in (stages/layout.h's layout_fold_tp_experts) tp x edp. */
+/* Whether the tp ranks fold into the routed experts' data parallelism
+ * (stages/layout.h's layout_fold_tp_experts), and the ranks a rank's routed experts'
+ * gradients are reduced over: the expert-data-parallel group, or then tp x edp. */
+int plan_folds_experts(const plan_stage *ps);
 uint32_t plan_expert_holders(const plan_stage *ps);
 /* Memory of a rank on pipeline stage `stage`; plan_memory_estimate picks the heaviest. */
 void plan_memory_for_pp_stage(const plan_stage *ps, uint32_t stage, plan_memory *out);

@@ -149,7 +149,7 @@ static double moe_blocks_held(const plan_stage *ps, uint32_t stage, uint32_t moe
     const plan_params *p = &ps->params;
     double ep = sh->ep > 1 ? sh->ep : 1;
     /* the routed experts' reduced with the data-parallel ones when the tp ranks fold in */
-    double routed = plan_expert_holders(ps) > ps->lay.size[LAYOUT_EDP] ? 0 : p->moe_experts / ep;
+    double routed = plan_folds_experts(ps) ? 0 : p->moe_experts / ep;
     if (sh->zero < 2 || (uint64_t)sh->dp * sh->cp < 2)
         return moe_layers * ((double)p->moe_router + p->moe_shared + routed);
     plan_zero_unit *unit = malloc(((size_t)p->n_layers + 2) * sizeof *unit);

@@ -172,11 +172,14 @@ static double memory_gemm_copies(const plan_stage *ps, uint32_t stage, uint32_t 
     return bytes;
 }
 
-uint32_t plan_expert_holders(const plan_stage *ps) {
+int plan_folds_experts(const plan_stage *ps) {
     const plan_shape *sh = &ps->shape;
-    int fold =
-        layout_fold_tp_experts(sh->tp, sh->sequence_parallel, sh->zero, ps->params.n_experts > 0);
-    return ps->lay.size[LAYOUT_EDP] * (fold ? sh->tp : 1);
+    return layout_fold_tp_experts(sh->tp, sh->sequence_parallel, sh->zero,
+                                  ps->params.n_experts > 0);
+}
+
+uint32_t plan_expert_holders(const plan_stage *ps) {
+    return ps->lay.size[LAYOUT_EDP] * (plan_folds_experts(ps) ? ps->shape.tp : 1);
 }
 
 static void memory_states(const plan_stage *ps, uint32_t stage, plan_memory *out) {

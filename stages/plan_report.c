@@ -163,10 +163,9 @@ static void text_layout_summary(FILE *f, const plan_stage *ps) {
     fprintf(f, "layout      tp %u x cp %u x dp %u x pp %u = %u ranks (ep %u, edp %u",
             l->size[LAYOUT_TP], l->size[LAYOUT_CP], l->size[LAYOUT_DP], l->size[LAYOUT_PP],
             l->world, l->size[LAYOUT_EP], l->size[LAYOUT_EDP]);
-    uint32_t holders = plan_expert_holders(ps);
-    if (ps->params.n_experts > 0 && holders > l->size[LAYOUT_EDP]) /* layout_fold_tp_experts */
+    if (plan_folds_experts(ps))
         fprintf(f, "; each routed expert's gradients reduced over its tp x edp = %u holders",
-                holders);
+                plan_expert_holders(ps));
     fprintf(f, "), order %s\n", l->order);
     fprintf(f, "            %u node%s x %u GPUs; within a node:", nodes, nodes == 1 ? "" : "s",
             l->gpus_per_node);
@@ -258,7 +257,7 @@ static void text_memory_params(FILE *f, const plan_stage *ps) {
     if (m->expert_params_on_rank)
         fprintf(f, " + %s / %u", fmt_grouped(b, sizeof b, m->expert_params_on_rank),
                 m->optim_shards_expert);
-    int fold = m->optim_shards_expert > ps->lay.size[LAYOUT_EDP];
+    int fold = plan_folds_experts(ps);
     fprintf(f, ")%s\n",
             !sh->zero                       ? " (no ZeRO)"
             : (uint64_t)sh->dp * sh->cp < 2 ? " (ZeRO-1 over dp*cp = 1: nothing sharded)"
