@@ -7,6 +7,10 @@ static uint32_t last_group(uint32_t pp, uint32_t K) {
     return K >= pp ? (K / pp - 1) * pp : 0;
 }
 
+uint32_t pipe_order_last_group(uint32_t pp, uint32_t K) {
+    return K - last_group(pp, K);
+}
+
 uint32_t pipe_order_warmup(uint32_t pp, uint32_t v, uint32_t K, uint32_t s) {
     uint64_t total = (uint64_t)K * v, w;
     if (v <= 1) {
@@ -14,7 +18,7 @@ uint32_t pipe_order_warmup(uint32_t pp, uint32_t v, uint32_t K, uint32_t s) {
     } else if (K == pp) {
         w = total;
     } else {
-        w = 2ull * (pp - s - 1) + (uint64_t)(v - 1) * (K - last_group(pp, K));
+        w = 2ull * (pp - s - 1) + (uint64_t)(v - 1) * pipe_order_last_group(pp, K);
     }
     return (uint32_t)(w < total ? w : total);
 }

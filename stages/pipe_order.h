@@ -19,6 +19,9 @@
 
 #include <stdint.h>
 
+/* Interleaved: the micro-batches of the last group, K - pp (floor(K / pp) - 1) (pp to
+ * 2 pp - 1; K when K < pp). */
+uint32_t pipe_order_last_group(uint32_t pp, uint32_t K);
 /* Warmup forwards of stage s. */
 uint32_t pipe_order_warmup(uint32_t pp, uint32_t v, uint32_t K, uint32_t s);
 /* Interleaved virtual micro-batch k (< K v): its micro-batch and its chunk forward /

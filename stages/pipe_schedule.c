@@ -38,15 +38,11 @@ typedef struct gen {
     int err;
 } gen;
 
-static int pmod(int a, int b) {
-    return ((a % b) + b) % b;
-}
-
 /* pipe_order.h's; k = K v (the virtual micro-batch after the last, whose receive is never
  * posted) wraps round */
 static int fwd_chunk(const gen *g, int k) {
     return (int)pipe_order_chunk((uint32_t)g->pp, (uint32_t)g->v, (uint32_t)g->K,
-                                 (uint32_t)pmod(k, g->total), 1);
+                                 (uint32_t)(k % g->total), 1);
 }
 
 static int bwd_chunk(const gen *g, int k) {

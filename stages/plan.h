@@ -43,6 +43,7 @@ typedef struct plan_memory {
     uint64_t params_on_rank;   /* parameters held by the heaviest rank */
     double act_per_microbatch; /* bytes for one micro-batch on that rank */
     uint32_t microbatches_in_flight;
+    uint32_t head_slots;   /* last stage: micro-batches whose logits are kept at once */
     uint32_t grad_buffers; /* interleaved: received output gradients waiting at once */
     /* The pieces behind the figures above, for the report's formulas. */
     uint32_t layers_on_stage, moe_layers_on_stage;
@@ -162,6 +163,9 @@ uint32_t plan_zero_units(const plan_stage *ps, uint32_t stage, plan_zero_unit *o
  * (stages/layout.h's layout_fold_tp_experts), and the ranks a rank's routed experts'
  * gradients are reduced over: the expert-data-parallel group, or then tp x edp. */
 int plan_folds_experts(const plan_stage *ps);
+/* ZeRO-1 shards anything: zero 1 over a dp x cp block of two ranks or more
+ * (worker/engine/train_dp.h); else the gradients are all-reduced. */
+int plan_zero1_active(const plan_stage *ps);
 uint32_t plan_expert_holders(const plan_stage *ps);
 /* Memory of a rank on pipeline stage `stage`; plan_memory_estimate picks the heaviest. */
 void plan_memory_for_pp_stage(const plan_stage *ps, uint32_t stage, plan_memory *out);

@@ -345,7 +345,7 @@ static double comm_dp(const plan_stage *ps, uint32_t stage) {
     plan_memory m;
     plan_memory_for_pp_stage(ps, stage, &m);
     if (m.zero_level >= 2) return dp_volume_zero(ps, stage, &m);
-    int zero = ps->shape.zero > 0;
+    int zero = plan_zero1_active(ps);
     double dense = dp_volume((double)ps->shape.dp * ps->shape.cp, (double)m.dense_params_on_rank,
                              m.weight_bytes, zero);
     double expert =

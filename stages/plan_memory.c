@@ -178,6 +178,10 @@ int plan_folds_experts(const plan_stage *ps) {
                                   ps->params.n_experts > 0);
 }
 
+int plan_zero1_active(const plan_stage *ps) {
+    return ps->shape.zero && (uint64_t)ps->shape.dp * ps->shape.cp > 1;
+}
+
 uint32_t plan_expert_holders(const plan_stage *ps) {
     return ps->lay.size[LAYOUT_EDP] * (plan_folds_experts(ps) ? ps->shape.tp : 1);
 }
@@ -188,9 +192,8 @@ static void memory_states(const plan_stage *ps, uint32_t stage, plan_memory *out
     out->grad_bytes = 4;
     out->optim_bytes = 8;
     out->gemm_copies = memory_gemm_copies(ps, stage, out->zero_level);
-    out->optim_shards_dense = sh->zero ? sh->dp * sh->cp : 1;
-    /* ZeRO-1 runs over a dp x cp block of two ranks or more (worker/engine/train_dp.h) */
-    int zero1 = sh->zero && (uint64_t)sh->dp * sh->cp > 1;
+    int zero1 = plan_zero1_active(ps);
+    out->optim_shards_dense = zero1 ? sh->dp * sh->cp : 1;
     out->optim_shards_expert = zero1 ? plan_expert_holders(ps) : 1;
     out->params = out->weight_bytes * (double)out->params_on_rank + out->gemm_copies;
     out->grads = out->grad_bytes * (double)out->params_on_rank;
@@ -224,8 +227,7 @@ static void memory_vp_slots(uint32_t pp, uint32_t stage, uint64_t K, uint64_t v,
     bt_diag d;
     bt_diag_init(&d);
     uint64_t k = K < 2ull * pp ? K : 2ull * pp + K % pp;
-    if (k * v * pp > (1u << 28) || pipe_schedule_make((int)pp, (int)stage, (int)k, (int)v, &s, &d))
-        return;
+    if (pipe_schedule_make((int)pp, (int)stage, (int)k, (int)v, &s, &d) != 0) return;
     *slots = (uint64_t)s.slots, *heads = (uint64_t)s.head_slots, *grads = (uint64_t)s.grad_bufs;
     pipe_schedule_free(&s);
 }
@@ -252,15 +254,14 @@ static void memory_activations(const plan_stage *ps, uint32_t stage, plan_memory
     out->act_per_layer *= scale;
     out->act_logits = stage + 1 == sh->pp ? s * b * sh->vocab * 4 / t : 0;
     uint64_t K = ps->microbatches, v = sh->virtual_stages > 1 ? sh->virtual_stages : 1;
-    uint64_t in_flight = sh->pp - stage, heads = 1, last = stage + 1 == sh->pp, grads = 0;
-    if (v > 1 && sh->pp > 1) { /* chunk activations (pipe_schedule.h) */
-        uint64_t G = K >= sh->pp ? K - (K / sh->pp - 1) * sh->pp : K; /* the last group */
-        in_flight = K == sh->pp ? K * v : 2 * (sh->pp - stage - 1) + (v - 1) * G + 1 + last;
-        heads = K == sh->pp ? K : 1;
+    uint64_t in_flight = sh->pp - stage, heads = 1, grads = 0;
+    if (v > 1 && sh->pp > 1) {        /* chunk activations (pipe_schedule.h) */
+        in_flight = K * v, heads = K; /* at most; the schedule's own counts below */
         memory_vp_slots(sh->pp, stage, K, v, &in_flight, &heads, &grads);
     }
     in_flight = in_flight < K * v ? in_flight : K * v;
     out->microbatches_in_flight = (uint32_t)in_flight;
+    out->head_slots = (uint32_t)(out->act_logits > 0 ? heads : 0);
     out->grad_buffers = (uint32_t)grads;
     double per_slot = (double)out->layers_on_stage / (double)v * out->act_per_layer;
     out->act_per_microbatch = out->layers_on_stage * out->act_per_layer + out->act_logits;

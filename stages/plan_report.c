@@ -259,8 +259,8 @@ static void text_memory_params(FILE *f, const plan_stage *ps) {
                 m->optim_shards_expert);
     int fold = plan_folds_experts(ps);
     fprintf(f, ")%s\n",
-            !sh->zero                       ? " (no ZeRO)"
-            : (uint64_t)sh->dp * sh->cp < 2 ? " (ZeRO-1 over dp*cp = 1: nothing sharded)"
+            !sh->zero                ? " (no ZeRO)"
+            : !plan_zero1_active(ps) ? " (ZeRO-1 over dp*cp = 1: nothing sharded)"
             : fold ? " (ZeRO-1 over dp*cp; experts over tp*edp: the tp ranks folded in)"
                    : " (ZeRO-1 over dp*cp; experts over edp)");
 }
@@ -292,9 +292,11 @@ static void text_memory_acts(FILE *f, const plan_stage *ps) {
         fprintf(f, "              + %s recompute working set (one layer, no recompute form)\n",
                 fmt_bytes(b, sizeof b, m->act_working_set));
     if (m->act_logits > 0)
-        fprintf(f, "              + %s fp32 logits of %s (s*b*V*4/t)\n",
-                fmt_bytes(c, sizeof c, m->act_logits),
-                v > 1 && ps->microbatches == sh->pp ? "each micro-batch" : "one micro-batch");
+        fprintf(f, "              + %u x %s fp32 logits of a micro-batch (s*b*V*4/t)\n",
+                m->head_slots, fmt_bytes(c, sizeof c, m->act_logits));
+    if (m->act_grad_in > 0)
+        fprintf(f, "              + %u x %s received output gradients (interleaved: sbh/t*4)\n",
+                m->grad_buffers, fmt_bytes(c, sizeof c, m->act_grad_in / m->grad_buffers));
     if (m->act_moe > 0)
         fprintf(f, "              + %s MoE caches: %u x %s (the MoE layers' kept activations%s)\n",
                 fmt_bytes(c, sizeof c, m->act_moe), m->moe_caches,

@@ -1,6 +1,7 @@
 /* plan_stage_build: reads a resolved StageSpec (defaults filled in where a submessage
  * is absent), builds the layout and runs the estimates, then collects warnings. */
 #include "plan.h"
+#include "pipe_order.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -189,7 +190,7 @@ static void warn_batch(plan_stage *ps) {
              "more model chunks in flight than a multiple of pp would (the memory figures "
              "count them)",
              (unsigned long long)m, sh->pp, sh->virtual_stages,
-             (unsigned long long)(m - (m / sh->pp - 1) * sh->pp));
+             (unsigned long long)pipe_order_last_group(sh->pp, (uint32_t)m));
 }
 
 static void warn_divisibility(plan_stage *ps) {

@@ -181,7 +181,7 @@ static void check_case(int pp, int v, int K) {
         CHECK(pipe_schedule_make(pp, st, K, v, &S[st].s, &d) == 0);
     for (int st = 0; st < pp; st++) {
         const pipe_schedule *s = &S[st].s;
-        int G = K - (K / pp - 1) * pp; /* the last group's micro-batches (pipe_order.h) */
+        int G = (int)pipe_order_last_group((uint32_t)pp, (uint32_t)K);
         int warm = 2 * (pp - st - 1) + (v - 1) * G + 1,
             want = K == pp || warm > K * v ? K * v : warm;
         if (st == pp - 1 && K > pp) want++; /* the head's slot is its own */
@@ -196,7 +196,7 @@ static void check_case(int pp, int v, int K) {
         /* the steady state repeats: from two groups on the buffers are 2 pp + K mod pp's
          * (what the planner makes to count them, stages/plan_memory.c) */
         pipe_schedule r;
-        if (K > 2 * pp && pipe_schedule_make(pp, st, 2 * pp + K % pp, v, &r, &d) == 0) {
+        if (K >= 3 * pp && pipe_schedule_make(pp, st, 2 * pp + K % pp, v, &r, &d) == 0) {
             if (r.slots != s->slots || r.head_slots != s->head_slots || r.grad_bufs != s->grad_bufs)
                 fprintf(stderr, "stage %d: buffers not those of %d micro-batches\n", st,
                         2 * pp + K % pp),

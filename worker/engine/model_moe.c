@@ -204,14 +204,15 @@ static int moe_sum_tp(model *m, float *g, size_t n) {
 int model_moe_reduce_tp(model *m) {
     if (m->moew == NULL || !model_sp_on(m)) return 0;
     const moe_config *c = &m->cfg.moe;
-    size_t n = moe_weights_floats(c), routed = 0, router = (size_t)c->n_experts * c->dim;
-    if (m->moew->tp_folded) /* moe.h's carve: the router, the routed experts, the rest */
-        routed = (size_t)moe_local_experts(c) * 3 * c->ffn_dim * c->dim;
+    size_t n = moe_weights_floats(c);
     for (int l = 0; l < m->n_layers; l++) {
         float *g = m->grads.layers[l].moe;
         if (g == NULL) continue;
-        int rc = moe_sum_tp(m, g, routed ? router : n);
-        if (routed) rc = rc ? rc : moe_sum_tp(m, g + router + routed, n - router - routed);
+        moe_weights w; /* the router, the routed experts, the rest */
+        moe_weights_carve(c, &w, g);
+        int folded = m->moew->tp_folded, rc;
+        rc = moe_sum_tp(m, g, folded ? (size_t)(w.w13 - g) : n);
+        if (folded) rc = rc ? rc : moe_sum_tp(m, w.shared_w13, n - (size_t)(w.shared_w13 - g));
         if (rc != 0) return rc;
     }
     return 0;

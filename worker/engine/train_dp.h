@@ -105,6 +105,9 @@ typedef struct train_dp {
     size_t n_runs;
     train_dp_piece *pieces; /* (n_pieces) the update's collectives, in order */
     size_t n_pieces;
+    train_dp_piece *zruns; /* (n_zruns) zero 0 (or ZeRO-1 over one rank): the update's
+                            * all-reduces, pack 1 the experts' over edp */
+    size_t n_zruns;
     int grads_reduced; /* this step's reduction is done already (train_dp_overlap.h): the
                         * next update only divides by the replicas (ZeRO-1: this rank's
                         * shard of the buffer holds the sums) */

@@ -21,24 +21,36 @@ static int dp_is_expert(const train_dp *d, size_t offset) {
 
 /* zero 0 -------------------------------------------------------------------------- */
 
-/* Each tensor's gradient summed over the ranks that hold it (the dp group, or for a
- * routed expert the edp group; done already when grads_reduced), adjacent tensors of one
- * group in one all-reduce, all divided by the replicas. */
-static int dp_reduce_ep(train_dp *d, float *grads, const optim_segment *segs, size_t n_segs,
-                        bt_diag *diag) {
-    size_t n = d->grads_reduced ? 0 : n_segs;
-    d->grads_reduced = 0;
-    for (size_t i = 0, j; i < n; i = j) {
-        int expert = dp_is_expert(d, segs[i].offset);
-        size_t len = segs[i].n;
-        for (j = i + 1; j < n && segs[j].offset == segs[i].offset + len &&
-                        dp_is_expert(d, segs[j].offset) == expert;
+/* The update's all-reduces (made once): adjacent tensors of one group merged, the routed
+ * experts' (pack 1) over the edp group, the rest (pack 0) over the dp group. */
+static int zero0_runs(train_dp *d, const optim_segment *all, size_t n_all) {
+    d->zruns = calloc(n_all ? n_all : 1, sizeof *d->zruns);
+    if (d->zruns == NULL) return BT_ENOMEM;
+    size_t m = 0;
+    for (size_t i = 0, j; i < n_all; i = j) {
+        int expert = dp_is_expert(d, all[i].offset);
+        size_t len = all[i].n;
+        for (j = i + 1; j < n_all && all[j].offset == all[i].offset + len &&
+                        dp_is_expert(d, all[j].offset) == expert;
              j++)
-            len += segs[j].n;
-        comm *g = expert ? d->edp : d->group;
-        float *x = grads + segs[i].offset;
+            len += all[j].n;
+        d->zruns[m++] = (train_dp_piece){.offset = all[i].offset, .n = len, .pack = expert};
+    }
+    d->n_zruns = m;
+    return 0;
+}
+
+/* Each tensor's gradient summed over the ranks that hold it (done already when
+ * grads_reduced), all divided by the replicas. */
+static int dp_reduce_ep(train_dp *d, float *grads, bt_diag *diag) {
+    size_t n = d->grads_reduced ? 0 : d->n_zruns;
+    d->grads_reduced = 0;
+    for (size_t i = 0; i < n; i++) {
+        const train_dp_piece *r = &d->zruns[i];
+        comm *g = r->pack ? d->edp : d->group;
+        float *x = grads + r->offset;
         if (g == NULL || comm_size(g) == 1) continue;
-        if (comm_allreduce(g, x, x, len, COMM_F32, COMM_SUM, NULL) != 0)
+        if (comm_allreduce(g, x, x, r->n, COMM_F32, COMM_SUM, NULL) != 0)
             return ep_fail(g, "gradient all-reduce", diag);
     }
     optim_grad_scale_on(d->be, grads, d->n_params, 1.0f / (float)d->replicas);
@@ -66,7 +78,7 @@ static int dp_update_replicated_ep(train_dp *d, float *params, float *grads,
                                    const optim_segment *segs, size_t n_segs, optim_adamw *o,
                                    const optim_hparams *hp, double lr, double *norm,
                                    bt_diag *diag) {
-    int rc = dp_reduce_ep(d, grads, segs, n_segs, diag);
+    int rc = dp_reduce_ep(d, grads, diag);
     double sumsq = 0;
     if (rc == 0 && d->n_norm_groups)
         rc = dp_sumsq_ep(d, grads, d->norm_segs, d->n_norm_segs, &sumsq, diag);
@@ -186,6 +198,7 @@ static int pack_init(train_dp *d, const optim_segment *all, size_t n_all, bt_dia
 }
 
 void train_dp_ep_free(train_dp *d) {
+    free(d->zruns);
     free(d->pieces);
     free(d->runs);
     free(d->expert);
@@ -201,7 +214,12 @@ int train_dp_set_ep(train_dp *d, comm *ep, comm *edp, int fold_tp, const optim_s
     }
     memcpy(d->expert, segs, n * sizeof *segs);
     d->n_expert = n;
-    return d->sharded && n > 0 ? pack_init(d, all, n_all, diag) : 0;
+    if (d->sharded && n > 0) return pack_init(d, all, n_all, diag);
+    if (zero0_runs(d, all, n_all) != 0) {
+        bt_diag_set(diag, "out of memory for the gradient all-reduces (%zu tensors)", n_all);
+        return BT_ENOMEM;
+    }
+    return 0;
 }
 
 /* Each run counted as its tensor is (segs: the replicas 0), but with the tp ranks folded
