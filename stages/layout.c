@@ -4,14 +4,15 @@
  *   - tp, cp, dp, pp each occupy one slot of the order; stride[d] is the product of
  *     the sizes of the dense dims before d, so rank = sum c[d] * stride[d] over the
  *     dense dims (tp, cp, dp, pp) and world = tp * cp * dp * pp.
- *   - The expert view splits the "block index" of a rank, b = c[f] + size[f] * c[s]
- *     (f = the faster of cp and dp, s = the slower), into ep = b % ep (fastest) and
- *     edp = b / ep. When cp and dp are adjacent the block is a contiguous run of
- *     strides, so stride[EP] = stride[f] and stride[EDP] = stride[f] * ep. They must be
- *     adjacent whenever ep > 1; with ep == 1 they need not be, and then EDP (which is
- *     the whole cp x dp block) has no single stride: stride[EDP] is 0.
+ *   - The expert view splits the "block index" of a rank into ep = b % ep (fastest) and
+ *     edp = b / ep. The block is cp x dp, or tp x cp x dp when the tp ranks are folded
+ *     into the experts' parallelism (fold_tp); b is the mixed-radix number of the
+ *     block's coordinates, the dim with the smallest stride fastest. When the block's
+ *     dims are a contiguous run of strides, stride[EP] is the fastest one's and
+ *     stride[EDP] = stride[EP] * ep; otherwise (possible only with ep == 1, cp and dp
+ *     apart) EDP has no single stride and stride[EDP] is 0.
  * Groups are built through coordinates, never through strides, so they are right in
- * both cases. */
+ * every case. */
 #include "layout.h"
 
 #include <stdio.h>
@@ -110,7 +111,7 @@ static int order_check_expert(const char *order, const order_parse *op, bt_diag 
 }
 
 static int layout_check_sizes(uint32_t tp, uint32_t cp, uint32_t dp, uint32_t pp, uint32_t ep,
-                              uint32_t gpus_per_node, bt_diag *diag) {
+                              int fold_tp, uint32_t gpus_per_node, bt_diag *diag) {
     if (tp == 0 || cp == 0 || dp == 0 || pp == 0 || ep == 0 || gpus_per_node == 0) {
         bt_diag_set(diag,
                     "parallel sizes must be at least 1 (got tp %u, cp %u, dp %u, pp %u, ep %u, "
@@ -123,7 +124,15 @@ static int layout_check_sizes(uint32_t tp, uint32_t cp, uint32_t dp, uint32_t pp
         bt_diag_set(diag, "tp*cp*dp*pp = %llu ranks is too many", (unsigned long long)world);
         return BT_ERANGE;
     }
-    if (((uint64_t)cp * dp) % ep != 0) {
+    if (fold_tp && ((uint64_t)tp * cp * dp) % ep != 0) {
+        bt_diag_set(diag,
+                    "parallel.ep %u must divide tp*cp*dp = %u (with the tp ranks folded into "
+                    "the experts' parallelism the expert view re-splits the tp x cp x dp block "
+                    "into ep x edp)",
+                    ep, tp * cp * dp);
+        return BT_EINVAL;
+    }
+    if (!fold_tp && ((uint64_t)cp * dp) % ep != 0) {
         bt_diag_set(diag,
                     "parallel.ep %u must divide cp*dp = %u (the expert view re-splits the cp x "
                     "dp block into ep x edp)",
@@ -131,6 +140,19 @@ static int layout_check_sizes(uint32_t tp, uint32_t cp, uint32_t dp, uint32_t pp
         return BT_EINVAL;
     }
     return BT_OK;
+}
+
+/* The expert block's dims, fastest first: cp and dp, with tp too under fold_tp. */
+static int block_dims(const layout *l, enum layout_dim *out) {
+    int n = 0;
+    if (l->fold_tp) out[n++] = LAYOUT_TP;
+    out[n++] = LAYOUT_CP, out[n++] = LAYOUT_DP;
+    for (int i = 1; i < n; i++) /* insertion sort by stride */
+        for (int j = i; j > 0 && l->stride[out[j]] < l->stride[out[j - 1]]; j--) {
+            enum layout_dim t = out[j];
+            out[j] = out[j - 1], out[j - 1] = t;
+        }
+    return n;
 }
 
 static void layout_set_strides(layout *l, const order_parse *op) {
@@ -141,22 +163,23 @@ static void layout_set_strides(layout *l, const order_parse *op) {
         l->stride[d] = stride;
         stride *= l->size[d];
     }
-    enum layout_dim fast = l->stride[LAYOUT_CP] < l->stride[LAYOUT_DP] ? LAYOUT_CP : LAYOUT_DP;
-    enum layout_dim slow = fast == LAYOUT_CP ? LAYOUT_DP : LAYOUT_CP;
-    int contiguous = l->stride[slow] == l->stride[fast] * l->size[fast];
-    l->stride[LAYOUT_EP] = l->stride[fast];
-    l->stride[LAYOUT_EDP] = contiguous ? l->stride[fast] * l->size[LAYOUT_EP] : 0;
+    enum layout_dim b[3];
+    int n = block_dims(l, b), contiguous = 1;
+    for (int i = 1; i < n; i++)
+        contiguous &= l->stride[b[i]] == l->stride[b[i - 1]] * l->size[b[i - 1]];
+    l->stride[LAYOUT_EP] = l->stride[b[0]];
+    l->stride[LAYOUT_EDP] = contiguous ? l->stride[b[0]] * l->size[LAYOUT_EP] : 0;
 }
 
 int layout_init(layout *l, uint32_t tp, uint32_t cp, uint32_t dp, uint32_t pp, uint32_t ep,
-                const char *order, uint32_t gpus_per_node, bt_diag *diag) {
+                int fold_tp, const char *order, uint32_t gpus_per_node, bt_diag *diag) {
     memset(l, 0, sizeof *l);
     if (order == NULL || order[0] == '\0') order = LAYOUT_DEFAULT_ORDER;
     if (strlen(order) >= sizeof l->order) {
         bt_diag_set(diag, "parallel.order \"%.40s...\" is too long", order);
         return BT_EINVAL;
     }
-    int rc = layout_check_sizes(tp, cp, dp, pp, ep, gpus_per_node, diag);
+    int rc = layout_check_sizes(tp, cp, dp, pp, ep, fold_tp, gpus_per_node, diag);
     if (rc != BT_OK) return rc;
     order_parse op;
     rc = order_parse_string(order, &op, diag);
@@ -167,7 +190,8 @@ int layout_init(layout *l, uint32_t tp, uint32_t cp, uint32_t dp, uint32_t pp, u
     l->size[LAYOUT_DP] = dp;
     l->size[LAYOUT_PP] = pp;
     l->size[LAYOUT_EP] = ep;
-    l->size[LAYOUT_EDP] = cp * dp / ep;
+    l->size[LAYOUT_EDP] = (fold_tp ? tp : 1) * cp * dp / ep;
+    l->fold_tp = fold_tp != 0;
     l->world = tp * cp * dp * pp;
     l->gpus_per_node = gpus_per_node;
     snprintf(l->order, sizeof l->order, "%s", order);
@@ -175,23 +199,20 @@ int layout_init(layout *l, uint32_t tp, uint32_t cp, uint32_t dp, uint32_t pp, u
     return BT_OK;
 }
 
-/* The faster-varying of cp and dp; the block index is c[fast] + size[fast] * c[slow]. */
-static enum layout_dim block_fast_dim(const layout *l) {
-    return l->stride[LAYOUT_CP] < l->stride[LAYOUT_DP] ? LAYOUT_CP : LAYOUT_DP;
-}
-
 static void coord_expert_from_dense(const layout *l, layout_coord *c) {
-    enum layout_dim f = block_fast_dim(l), s = f == LAYOUT_CP ? LAYOUT_DP : LAYOUT_CP;
-    uint32_t block = c->c[f] + l->size[f] * c->c[s];
+    enum layout_dim b[3];
+    uint32_t block = 0;
+    for (int i = block_dims(l, b) - 1; i >= 0; i--)
+        block = block * l->size[b[i]] + c->c[b[i]];
     c->c[LAYOUT_EP] = block % l->size[LAYOUT_EP];
     c->c[LAYOUT_EDP] = block / l->size[LAYOUT_EP];
 }
 
 static void coord_dense_from_expert(const layout *l, layout_coord *c) {
-    enum layout_dim f = block_fast_dim(l), s = f == LAYOUT_CP ? LAYOUT_DP : LAYOUT_CP;
+    enum layout_dim b[3];
     uint32_t block = c->c[LAYOUT_EP] + l->size[LAYOUT_EP] * c->c[LAYOUT_EDP];
-    c->c[f] = block % l->size[f];
-    c->c[s] = block / l->size[f];
+    for (int i = 0, n = block_dims(l, b); i < n; i++)
+        c->c[b[i]] = block % l->size[b[i]], block /= l->size[b[i]];
 }
 
 layout_coord layout_coord_of(const layout *l, uint32_t rank) {
@@ -223,19 +244,6 @@ uint32_t layout_group(const layout *l, enum layout_dim dim, uint32_t rank, uint3
     for (uint32_t i = 0; i < l->size[dim]; i++)
         out[i] = group_member(l, dim, c, i);
     return l->size[dim];
-}
-
-uint32_t layout_expert_holders(const layout *l, uint32_t rank, uint32_t *out) {
-    layout_coord c = layout_coord_of(l, rank);
-    uint32_t n = 0;
-    for (uint32_t e = 0; e < l->size[LAYOUT_EDP]; e++)
-        for (uint32_t t = 0; t < l->size[LAYOUT_TP]; t++) {
-            layout_coord m = c;
-            m.c[LAYOUT_TP] = t, m.c[LAYOUT_EDP] = e;
-            coord_dense_from_expert(l, &m);
-            out[n++] = layout_rank_of(l, &m);
-        }
-    return n;
 }
 
 int layout_group_crosses_nodes(const layout *l, enum layout_dim dim, uint32_t rank) {

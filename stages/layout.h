@@ -4,9 +4,14 @@
  * The dense view has four dimensions, tp, cp, dp, pp, laid out in the order string
  * (default "tp-cp-ep-dp-pp", first = fastest varying); world = tp*cp*dp*pp. The expert
  * view (Megatron-Core's expert rank generator) reuses tp and pp in place and re-splits
- * the cp*dp block into ep (faster) x edp, so ep must divide cp*dp. An order string
- * names each of tp, cp, dp, pp once; ep may be named or left out (it always sits
- * inside the cp*dp block, which therefore must be adjacent in the order).
+ * the cp*dp block into ep (faster) x edp, so ep must divide cp*dp. With the tp ranks
+ * folded into the experts' parallelism (fold_tp, layout_fold_tp_experts: Megatron-Core's
+ * expert tensor parallelism of 1, "MoE parallel folding") it re-splits the whole
+ * tp*cp*dp block instead: ep takes the fastest ranks (the tp group's first, so an ep
+ * group stays inside a node when it fits), ep must divide tp*cp*dp, and the edp group
+ * holds every copy of a rank's routed experts. An order string names each of tp, cp,
+ * dp, pp once; ep may be named or left out (it always takes the fastest ranks of its
+ * block; cp and dp must be adjacent in the order when ep > 1).
  * Ranks are numbered node-major: node = rank / gpus_per_node. */
 #ifndef BATON_LAYOUT_H
 #define BATON_LAYOUT_H
@@ -30,6 +35,7 @@ typedef struct layout {
     uint32_t stride[LAYOUT_NDIMS]; /* rank stride of each dimension */
     uint32_t world;
     uint32_t gpus_per_node;
+    int fold_tp; /* the expert view spans tp x cp x dp (layout_fold_tp_experts) */
     char order[64];
 } layout;
 
@@ -37,9 +43,10 @@ typedef struct layout_coord {
     uint32_t c[LAYOUT_NDIMS];
 } layout_coord;
 
-/* Checks sizes and order and fills l. Returns BT_EINVAL with a message in diag. */
+/* Checks sizes and order and fills l; fold_tp: layout_fold_tp_experts of the stage.
+ * Returns BT_EINVAL with a message in diag. */
 int layout_init(layout *l, uint32_t tp, uint32_t cp, uint32_t dp, uint32_t pp, uint32_t ep,
-                const char *order, uint32_t gpus_per_node, bt_diag *diag);
+                int fold_tp, const char *order, uint32_t gpus_per_node, bt_diag *diag);
 
 layout_coord layout_coord_of(const layout *l, uint32_t rank);
 uint32_t layout_rank_of(const layout *l, const layout_coord *c);
@@ -51,18 +58,13 @@ static inline uint32_t layout_node_of(const layout *l, uint32_t rank) {
  * entries to out and returns that count. */
 uint32_t layout_group(const layout *l, enum layout_dim dim, uint32_t rank, uint32_t *out);
 
-/* The ranks that hold rank's routed experts: its pp stage and ep coordinate, every tp
- * and edp coordinate (tp fastest); writes size[TP] x size[EDP] entries to out and
- * returns that count. Under layout_fold_tp_experts their gradients are reduced and
- * their optimizer state sharded over this group. */
-uint32_t layout_expert_holders(const layout *l, uint32_t rank, uint32_t *out);
-
-/* Whether the tp ranks join the experts' data-parallel group (Megatron-Core's expert
- * tensor parallelism of 1 with the tp ranks folded into the expert data parallelism):
- * under sequence parallelism each tp rank runs an MoE block on its own rows, so its
- * routed experts' gradients are partial sums, reduced over tp x edp in one collective,
- * and under ZeRO-1 their optimizer state is sharded over tp x edp (worker/engine/
- * train_dp.h). ZeRO-2/3 keep their own units (an all-reduce over tp first). */
+/* Whether the tp ranks fold into the experts' parallelism (Megatron-Core's expert tensor
+ * parallelism of 1, "MoE parallel folding"): under sequence parallelism each tp rank
+ * runs an MoE block on its own rows, so the tp ranks can hold different experts (the
+ * expert view over tp x cp x dp, above) and the copies of an expert (its edp group)
+ * each hold a partial sum of its gradients, reduced over that group in one collective;
+ * under ZeRO-1 their optimizer state is sharded over it (worker/engine/train_dp.h).
+ * ZeRO-2/3 keep their own units (an all-reduce over tp first) and the cp x dp view. */
 static inline int layout_fold_tp_experts(uint32_t tp, int sequence_parallel, uint32_t zero,
                                          int moe) {
     return tp > 1 && sequence_parallel && zero <= 1 && moe;

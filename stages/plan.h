@@ -52,7 +52,7 @@ typedef struct plan_memory {
     double weight_bytes, grad_bytes, optim_bytes; /* per parameter */
     double gemm_copies;           /* bytes of the GEMMs' converted weight copies (CUDA: model.h) */
     uint32_t optim_shards_dense;  /* ZeRO-1 divisor of dense optimizer state: dp*cp or 1 */
-    uint32_t optim_shards_expert; /* ... of expert optimizer state: edp (tp x edp folded) or 1 */
+    uint32_t optim_shards_expert; /* ... of expert optimizer state: edp (over tp x cp x dp folded) or 1 */
     double act_per_layer;         /* one layer, one micro-batch, kept from forward to backward */
     double act_working_set;       /* full recompute: one layer's full activations, once */
     double act_logits;            /* last stage: fp32 logits of one micro-batch */
@@ -159,9 +159,12 @@ typedef struct plan_zero_unit {
  * first stage, each layer, the final norm with the head on the last): their count; out
  * (n_layers + 2 entries) gets each one. */
 uint32_t plan_zero_units(const plan_stage *ps, uint32_t stage, plan_zero_unit *out);
-/* Whether the tp ranks fold into the routed experts' data parallelism
- * (stages/layout.h's layout_fold_tp_experts), and the ranks a rank's routed experts'
- * gradients are reduced over: the expert-data-parallel group, or then tp x edp. */
+/* Whether the tp ranks fold into the experts' parallelism (stages/layout.h's
+ * layout_fold_tp_experts), of a stage's parallel settings and model (moe: the recipe's
+ * or spec's), or of a planned stage; and the ranks that hold copies of a rank's routed
+ * experts, which reduce their gradients: the expert-data-parallel group (under the
+ * fold drawn from tp x cp x dp). */
+int plan_parallel_folds_experts(const Baton__Parallel *p, const Baton__Moe *moe);
 int plan_folds_experts(const plan_stage *ps);
 /* ZeRO-1 shards anything: zero 1 over a dp x cp block of two ranks or more
  * (worker/engine/train_dp.h); else the gradients are all-reduced. */

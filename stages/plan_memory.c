@@ -182,8 +182,13 @@ int plan_zero1_active(const plan_stage *ps) {
     return ps->shape.zero && (uint64_t)ps->shape.dp * ps->shape.cp > 1;
 }
 
+int plan_parallel_folds_experts(const Baton__Parallel *p, const Baton__Moe *moe) {
+    return p != NULL && layout_fold_tp_experts(p->tp, p->sequence_parallel, p->zero,
+                                               moe != NULL && moe->n_experts > 0);
+}
+
 uint32_t plan_expert_holders(const plan_stage *ps) {
-    return ps->lay.size[LAYOUT_EDP] * (plan_folds_experts(ps) ? ps->shape.tp : 1);
+    return ps->lay.size[LAYOUT_EDP];
 }
 
 static void memory_states(const plan_stage *ps, uint32_t stage, plan_memory *out) {

@@ -164,8 +164,10 @@ static void text_layout_summary(FILE *f, const plan_stage *ps) {
             l->size[LAYOUT_TP], l->size[LAYOUT_CP], l->size[LAYOUT_DP], l->size[LAYOUT_PP],
             l->world, l->size[LAYOUT_EP], l->size[LAYOUT_EDP]);
     if (plan_folds_experts(ps))
-        fprintf(f, "; each routed expert's gradients reduced over its tp x edp = %u holders",
-                plan_expert_holders(ps));
+        fprintf(f,
+                "; ep x edp drawn from tp x cp x dp, the tp ranks folded in: each routed "
+                "expert on %u rank%s",
+                plan_expert_holders(ps), plan_expert_holders(ps) == 1 ? "" : "s");
     fprintf(f, "), order %s\n", l->order);
     fprintf(f, "            %u node%s x %u GPUs; within a node:", nodes, nodes == 1 ? "" : "s",
             l->gpus_per_node);
@@ -261,8 +263,8 @@ static void text_memory_params(FILE *f, const plan_stage *ps) {
     fprintf(f, ")%s\n",
             !sh->zero                ? " (no ZeRO)"
             : !plan_zero1_active(ps) ? " (ZeRO-1 over dp*cp = 1: nothing sharded)"
-            : fold ? " (ZeRO-1 over dp*cp; experts over tp*edp: the tp ranks folded in)"
-                   : " (ZeRO-1 over dp*cp; experts over edp)");
+            : fold                   ? " (ZeRO-1 over dp*cp; experts over edp, drawn from tp*cp*dp)"
+                                     : " (ZeRO-1 over dp*cp; experts over edp)");
 }
 
 static const char *act_formula(const plan_shape *sh) {
@@ -412,8 +414,10 @@ static void json_layout(bt_buf *b, const layout *l) {
                   l->size[LAYOUT_TP], l->size[LAYOUT_CP], l->size[LAYOUT_DP], l->size[LAYOUT_PP],
                   l->size[LAYOUT_EP]);
     bt_buf_json_string(b, l->order);
-    bt_buf_printf(b, ", \"nodes\": %u, \"gpus_per_node\": %u}, ",
-                  (l->world + l->gpus_per_node - 1) / l->gpus_per_node, l->gpus_per_node);
+    bt_buf_printf(b,
+                  ", \"nodes\": %u, \"gpus_per_node\": %u, \"edp\": %u, \"experts_over_tp\": %s}, ",
+                  (l->world + l->gpus_per_node - 1) / l->gpus_per_node, l->gpus_per_node,
+                  l->size[LAYOUT_EDP], l->fold_tp ? "true" : "false");
 }
 
 static void json_memory(bt_buf *b, const plan_memory *m) {

@@ -244,8 +244,8 @@ static int stage_layout(const Baton__StageSpec *spec, plan_stage *ps, bt_diag *d
                     sh->pp, sh->n_layers);
         return BT_EINVAL;
     }
-    return layout_init(&ps->lay, sh->tp, sh->cp, sh->dp, sh->pp, sh->ep, spec_parallel(spec)->order,
-                       sh->gpus_per_node, diag);
+    return layout_init(&ps->lay, sh->tp, sh->cp, sh->dp, sh->pp, sh->ep, plan_folds_experts(ps),
+                       spec_parallel(spec)->order, sh->gpus_per_node, diag);
 }
 
 static uint64_t stage_microbatches(const plan_shape *sh) {

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "layout.h"
+#include "plan.h"
 #include "pb_util.h"
 
 /* Bounds that keep every later product in range: the planner walks all ranks, the
@@ -361,18 +362,31 @@ static int check_experts(vctx *v, const Baton__Model *m, const Baton__Parallel *
             "ep %u needs an MoE model (model.arch: moe)", p->ep);
     REQUIRE(m->moe->n_experts % p->ep == 0, v, "parallel.ep", "ep %u does not divide n_experts %u",
             p->ep, m->moe->n_experts);
+    if (plan_parallel_folds_experts(p, m->moe)) {
+        REQUIRE(((uint64_t)p->tp * dp * p->cp) % p->ep == 0, v, "parallel.ep",
+                "ep %u must divide tp×dp×cp = %u×%u×%u: with sequence parallelism and zero "
+                "0 or 1, expert-parallel ranks are taken from the tensor-, data- and "
+                "context-parallel ranks",
+                p->ep, p->tp, dp, p->cp);
+        return 0;
+    }
     REQUIRE(((uint64_t)dp * p->cp) % p->ep == 0, v, "parallel.ep",
             "ep %u must divide dp×cp = %u×%u: expert-parallel ranks are taken from the "
-            "data- and context-parallel ranks",
-            p->ep, dp, p->cp);
+            "data- and context-parallel ranks%s",
+            p->ep, dp, p->cp,
+            p->tp > 1 ? "; with sequence_parallel and zero 0 or 1 the tensor-parallel ranks "
+                        "join them"
+                      : "");
     return 0;
 }
 
-static int check_layout(vctx *v, const Baton__Parallel *p, const Baton__Cluster *c, uint32_t dp) {
+static int check_layout(vctx *v, const Baton__Model *m, const Baton__Parallel *p,
+                        const Baton__Cluster *c, uint32_t dp) {
     layout l;
     bt_diag d;
     bt_diag_init(&d);
-    if (layout_init(&l, p->tp, p->cp, dp, p->pp, p->ep, p->order, c->gpus_per_node, &d) != 0)
+    if (layout_init(&l, p->tp, p->cp, dp, p->pp, p->ep, plan_parallel_folds_experts(p, m->moe),
+                    p->order, c->gpus_per_node, &d) != 0)
         return verr(v, "parallel.order", "%s", d.msg);
     return 0;
 }
@@ -451,7 +465,7 @@ static int check_stage(vctx *v, const Baton__Recipe *r) {
     rc = rc ? rc : check_sequence(v, r->model, p);
     rc = rc ? rc : check_batch(v, dp);
     rc = rc ? rc : check_experts(v, r->model, p, dp);
-    rc = rc ? rc : check_layout(v, p, r->cluster, dp);
+    rc = rc ? rc : check_layout(v, r->model, p, r->cluster, dp);
     rc = rc ? rc : check_precision(v, r->model, v->eff->precision);
     rc = rc ? rc : check_optimizer(v, v->eff->optimizer);
     rc = rc ? rc : check_policies(v);

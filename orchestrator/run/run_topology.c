@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "layout.h"
+#include "plan.h"
 
 static const char *topo_host(const control_server *cs, uint32_t r) {
     return r < cs->world && cs->ranks[r].host[0] ? cs->ranks[r].host : "?";
@@ -63,7 +64,9 @@ int run_topology_check(const Baton__StageSpec *spec, const control_server *cs, b
     uint32_t gpn = spec->cluster && spec->cluster->gpus_per_node ? spec->cluster->gpus_per_node : 1;
     layout l;
     memset(t, 0, sizeof *t);
-    int rc = layout_init(&l, p->tp, p->cp, p->dp, p->pp, p->ep ? p->ep : 1, p->order, gpn, diag);
+    const Baton__Moe *moe = spec->model ? spec->model->moe : NULL;
+    int rc = layout_init(&l, p->tp, p->cp, p->dp, p->pp, p->ep ? p->ep : 1,
+                         plan_parallel_folds_experts(p, moe), p->order, gpn, diag);
     static const enum layout_dim dims[] = {LAYOUT_TP, LAYOUT_CP, LAYOUT_EP, LAYOUT_DP, LAYOUT_PP};
     for (size_t i = 0; rc == 0 && i < sizeof dims / sizeof dims[0]; i++)
         if (l.size[dims[i]] > 1) rc = topo_dim(&l, dims[i], cs, out, t);

@@ -454,7 +454,7 @@ static int child_subgroups(const child_env *env) {
     bt_diag d;
     bt_diag_init(&d);
     layout l;
-    if (layout_init(&l, 2, 1, (uint32_t)env->world / 2, 1, 1, "tp-cp-ep-dp-pp", 8, &d) != 0 ||
+    if (layout_init(&l, 2, 1, (uint32_t)env->world / 2, 1, 1, 0, "tp-cp-ep-dp-pp", 8, &d) != 0 ||
         child_init(env, "groups", 10000, &w, &d) != 0) {
         fprintf(stderr, "%s\n", d.msg);
         return 2;

@@ -82,8 +82,10 @@ bytes_case ep2-tp2-zero3 4 2 2 train ep "s/zero: 0/zero: 3/; s/aux_loss_coef: 0.
 bytes_case ep2-tp2-no-sp 4 2 2 train ep "s/ep: 2,/ep: 2, sequence_parallel: false,/"
 bytes_case moe-tp2-dp2-zero3 4 2 1 train ep "s/zero: 0/zero: 3/"
 # zero 0/1 under sequence parallelism: the routed experts' gradients leave the tp group
-# for the tp x edp one (the tp ranks folded in, counted with dp; stages/layout.h)
+# for their edp one (the tp ranks folded in, counted with dp; stages/layout.h), ep drawn
+# from tp x dp in ep4-over-tp2-zero1
 bytes_case moe-tp2-dp2-zero1 4 2 1 train ep "s/zero: 0/zero: 1/"
+bytes_case ep4-over-tp2-zero1 4 2 4 train ep "s/zero: 0/zero: 1/"
 bytes_case moe-cp2 2 1 1 train moe-cp "s/ep: 1, dp: auto/&, cp: 2/; s/  micro_batch: 1/  micro_batch: 2/;
   s/aux_loss_coef: 0.01/&, capacity_factor: 1.0/" 0.0005
 bytes_case moe-tp2-cp2 4 2 1 train moe-cp "s/ep: 1, dp: auto/&, cp: 2/; s/  micro_batch: 1/  micro_batch: 2/;

@@ -4,8 +4,10 @@
 # reduction) and ep2 x tp2, with the Switch aux loss; ep2 with capacity factor 1.0 (tokens
 # dropped), ep2 with aux-loss-free bias balancing, MoE under pp2 and ep2 with full
 # recomputation, ep2, ep2 over dp4 and ep2 x tp2 with ZeRO-1 (the dense tensors' optimizer
-# state sharded over dp, the experts' over edp, or with sequence parallelism over tp x edp:
-# tp2 x dp2 too, and resumed; every rank's memory and rank 0's dp
+# state sharded over dp, the experts' over edp, with sequence parallelism drawn from
+# tp x dp: tp2 x dp2 too, and resumed; ep drawn from the tp ranks (ep2 over tp2, ep4 over
+# tp4 and over tp2 x dp2, with ZeRO-1, the dp overlap, resumed under the same layout and
+# under ep2); every rank's memory and rank 0's dp
 # traffic within 10% of the plan's; resumed from its checkpoint under the same layout and
 # under zero 0), ep2 over dp2 and dp4 (zero 0 and 1) with each layer's gradients reduced
 # during the backward (BATON_DP_OVERLAP=1), ep2 over dp4 and dp2 with ZeRO-2 and ZeRO-3
@@ -156,8 +158,9 @@ ep_case moe-tp2-bias-full 2 2 1 "balance: bias, bias_update_rate: 0.01" \
 ep_case moe-tp3-odd 3 3 1 "$cap" "s/  seq_len: 64/  seq_len: 63/;
   s/dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2/dim: 96, n_layers: 2, n_heads: 3, n_kv_heads: 3/;
   s/vocab_size: 272/vocab_size: 273/; s/ffn_dim: 176/ffn_dim: 192/"
-# ZeRO-1: dense tensors sharded over dp, experts over edp (ep2-dp4: edp 2; ep2: none), or
-# over tp x edp with sequence parallelism (ep2-tp2: tp2 x 1).
+# ZeRO-1: dense tensors sharded over dp, experts over edp (ep2-dp4: edp 2; ep2: none),
+# drawn from tp x dp with sequence parallelism (ep2-tp2: the ep group is the tp group,
+# edp the dp one).
 z1="s/zero: 0/zero: 1/"
 ep_case ep2-zero1 2 1 2 "$aux" "$z1"
 ep_case ep2-dp4-zero1 4 1 2 "$aux" "$z1"
@@ -169,6 +172,12 @@ ep_case ep2-tp2-zero1 4 2 2 "$aux" "$z1"
 ep_case moe-tp2-dp2-zero1 4 2 1 "$aux" "$z1"
 BATON_DP_OVERLAP=1 ep_case moe-tp2-dp2-zero1-overlap 4 2 1 "$aux" "$z1"
 BATON_DP_OVERLAP=1 ep_case moe-tp2-dp2-overlap 4 2 1 "$aux"
+# ep drawn from the tp ranks (the fold: the expert view over tp x cp x dp, ep fastest)
+ep_case ep2-over-tp2 2 2 2 "$aux"
+ep_case ep4-over-tp4 4 4 4 "$cap"
+ep_case ep4-over-tp2-dp2 4 2 4 "$aux"
+ep_case ep4-over-tp2-dp2-zero1 4 2 4 "$aux" "$z1"
+BATON_DP_OVERLAP=1 ep_case ep4-over-tp2-dp2-overlap 4 2 4 "$cap"
 # ZeRO-1's sharded moments in the checkpoint: trained under ep2 x dp4 + ZeRO-1 (saved at
 # step 10; SED_A: another layout), resumed at step 10 under the same layout (the losses
 # of steps 11-20 bitwise the same) and under ep2 x dp2 with zero 0 (within 1e-5 relative).
@@ -196,6 +205,9 @@ ep_resume ep2-dp4-zero1-to-ep2 2 "" 0
 # The experts' moments sharded over tp x dp (each tp rank writes its part) resumed under
 # ep2 x dp2, zero 0.
 ep_resume moe-tp2-dp2-zero1-to-ep2 2 "" 0 "s/tp: 1, pp: 1, ep: 2,/tp: 2, pp: 1, ep: 1,/"
+ep_resume ep4-over-tp2-zero1-resume 4 "$z1; s/tp: 1, pp: 1, ep: 2,/tp: 2, pp: 1, ep: 4,/" 1 \
+  "s/tp: 1, pp: 1, ep: 2,/tp: 2, pp: 1, ep: 4,/"
+ep_resume ep4-over-tp2-zero1-to-ep2 2 "" 0 "s/tp: 1, pp: 1, ep: 2,/tp: 2, pp: 1, ep: 4,/"
 ep_resume moe-tp2-dp2-zero1-resume 4 "$z1; s/tp: 1, pp: 1, ep: 2,/tp: 2, pp: 1, ep: 1,/" 1 \
   "s/tp: 1, pp: 1, ep: 2,/tp: 2, pp: 1, ep: 1,/"
 # Each layer's gradients all-reduced during the backward (train_dp_overlap.h), the

@@ -7,25 +7,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int make(layout *l, uint32_t tp, uint32_t cp, uint32_t dp, uint32_t pp, uint32_t ep,
-                const char *order, uint32_t gpn) {
+static int make_fold(layout *l, uint32_t tp, uint32_t cp, uint32_t dp, uint32_t pp, uint32_t ep,
+                     int fold, const char *order, uint32_t gpn) {
     bt_diag d;
     bt_diag_init(&d);
-    int rc = layout_init(l, tp, cp, dp, pp, ep, order, gpn, &d);
+    int rc = layout_init(l, tp, cp, dp, pp, ep, fold, order, gpn, &d);
     if (rc != BT_OK) fprintf(stderr, "layout_init: %s\n", d.msg);
     return rc;
 }
 
-static int in_block(int d) {
-    return d == LAYOUT_CP || d == LAYOUT_DP;
+static int make(layout *l, uint32_t tp, uint32_t cp, uint32_t dp, uint32_t pp, uint32_t ep,
+                const char *order, uint32_t gpn) {
+    return make_fold(l, tp, cp, dp, pp, ep, 0, order, gpn);
+}
+
+/* The dense dims the expert view re-splits: cp x dp, and tp under the fold. */
+static int in_block(const layout *l, int d) {
+    return d == LAYOUT_CP || d == LAYOUT_DP || (l->fold_tp && d == LAYOUT_TP);
 }
 
 /* Members of a group along d share every coordinate except d's own and, since the
- * expert view re-splits the cp x dp block, the other view's block coordinates. */
-static int may_differ(int d, int o) {
+ * expert view re-splits the block, the other view's block coordinates. */
+static int may_differ(const layout *l, int d, int o) {
     if (o == d) return 1;
-    if (in_block(d)) return o >= LAYOUT_EP;
-    if (d >= LAYOUT_EP) return in_block(o);
+    if (in_block(l, d)) return o >= LAYOUT_EP;
+    if (d >= LAYOUT_EP) return in_block(l, o);
     return 0;
 }
 
@@ -46,7 +52,7 @@ static void check_round_trip(const layout *l, uint32_t step) {
                 layout_coord m = layout_coord_of(l, g[i]);
                 CHECK_EQ_U64(m.c[d], i);
                 for (int o = 0; o < LAYOUT_NDIMS; o++)
-                    if (!may_differ(d, o)) CHECK_EQ_U64(m.c[o], c.c[o]);
+                    if (!may_differ(l, d, o)) CHECK_EQ_U64(m.c[o], c.c[o]);
             }
         }
     }
@@ -83,28 +89,43 @@ static void check_partition(const layout *l, enum layout_dim dim) {
     free(label);
 }
 
-/* The expert holders: tp x edp distinct ranks of rank's pp stage and ep coordinate,
- * rank among them, and the same list from each of them (a partition of the world). */
-static void check_expert_holders(const layout *l) {
-    uint32_t n = l->size[LAYOUT_TP] * l->size[LAYOUT_EDP];
-    uint32_t *g = malloc(sizeof *g * n), *h = malloc(sizeof *h * n);
+/* Under the fold the ep group takes the block's fastest ranks: the members of rank r's
+ * ep group are, in order, the ranks whose block index is r's rounded down to a multiple
+ * of ep plus 0, 1, ... (the block index is r's own index in the tp x cp x dp dims
+ * ordered by stride); every holder of a copy of r's experts (its edp group) has r's pp
+ * and ep coordinates. */
+static uint32_t block_index(const layout *l, uint32_t r) {
+    layout_coord c = layout_coord_of(l, r);
+    int dims[3] = {LAYOUT_TP, LAYOUT_CP, LAYOUT_DP};
+    uint32_t b = 0;
+    for (int k = 0; k < 3; k++) { /* largest stride first */
+        int best = -1;
+        for (int j = 0; j < 3; j++)
+            if (dims[j] >= 0 && (best < 0 || l->stride[dims[j]] > l->stride[dims[best]])) best = j;
+        b = b * l->size[dims[best]] + c.c[dims[best]];
+        dims[best] = -1;
+    }
+    return b;
+}
+
+static void check_fold_view(const layout *l) {
+    uint32_t *g = malloc(sizeof *g * l->world);
     for (uint32_t r = 0; r < l->world; r++) {
-        CHECK_EQ_U64(layout_expert_holders(l, r, g), n);
+        uint32_t b = block_index(l, r), n = layout_group(l, LAYOUT_EP, r, g);
         layout_coord c = layout_coord_of(l, r);
-        int self = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            CHECK_EQ_U64(block_index(l, g[i]), b / n * n + i);
+            CHECK_EQ_U64(layout_coord_of(l, g[i]).c[LAYOUT_PP], c.c[LAYOUT_PP]);
+        }
+        n = layout_group(l, LAYOUT_EDP, r, g);
+        CHECK_EQ_U64(n, l->size[LAYOUT_TP] * l->size[LAYOUT_CP] * l->size[LAYOUT_DP] /
+                            l->size[LAYOUT_EP]);
         for (uint32_t i = 0; i < n; i++) {
             layout_coord m = layout_coord_of(l, g[i]);
-            CHECK_EQ_U64(m.c[LAYOUT_PP], c.c[LAYOUT_PP]);
             CHECK_EQ_U64(m.c[LAYOUT_EP], c.c[LAYOUT_EP]);
-            CHECK_EQ_U64(m.c[LAYOUT_TP], i % l->size[LAYOUT_TP]);
-            CHECK_EQ_U64(m.c[LAYOUT_EDP], i / l->size[LAYOUT_TP]);
-            self |= g[i] == r;
-            layout_expert_holders(l, g[i], h);
-            CHECK(memcmp(g, h, sizeof *g * n) == 0);
+            CHECK_EQ_U64(m.c[LAYOUT_PP], c.c[LAYOUT_PP]);
         }
-        CHECK(self);
     }
-    free(h);
     free(g);
 }
 
@@ -114,26 +135,29 @@ static void test_round_trips_small(void) {
                                          "tp-pp-dp-ep-cp"};
     int shapes = 0;
     for (int o = 0; o < 5; o++)
-        for (int a = 0; a < 3; a++)
-            for (int b = 0; b < 3; b++)
-                for (int c = 0; c < 3; c++)
-                    for (int d = 0; d < 3; d++)
-                        for (int e = 0; e < 3; e++) {
-                            uint32_t tp = sizes[a], cp = sizes[b], dp = sizes[c], pp = sizes[d];
-                            uint32_t ep = sizes[e];
-                            if ((cp * dp) % ep != 0 || tp * cp * dp * pp > 64) continue;
-                            layout l;
-                            if (make(&l, tp, cp, dp, pp, ep, orders[o], 8) != BT_OK) {
-                                CHECK(0);
-                                continue;
+        for (int fold = 0; fold < 2; fold++)
+            for (int a = 0; a < 3; a++)
+                for (int b = 0; b < 3; b++)
+                    for (int c = 0; c < 3; c++)
+                        for (int d = 0; d < 3; d++)
+                            for (int e = 0; e < 3; e++) {
+                                uint32_t tp = sizes[a], cp = sizes[b], dp = sizes[c], pp = sizes[d];
+                                uint32_t ep = sizes[e];
+                                if (((fold ? tp : 1) * cp * dp) % ep != 0 || tp * cp * dp * pp > 64)
+                                    continue;
+                                layout l;
+                                if (make_fold(&l, tp, cp, dp, pp, ep, fold, orders[o], 8) !=
+                                    BT_OK) {
+                                    CHECK(0);
+                                    continue;
+                                }
+                                check_round_trip(&l, 1);
+                                for (int dim = 0; dim < LAYOUT_NDIMS; dim++)
+                                    check_partition(&l, (enum layout_dim)dim);
+                                if (fold) check_fold_view(&l);
+                                shapes++;
                             }
-                            check_round_trip(&l, 1);
-                            for (int dim = 0; dim < LAYOUT_NDIMS; dim++)
-                                check_partition(&l, (enum layout_dim)dim);
-                            check_expert_holders(&l);
-                            shapes++;
-                        }
-    CHECK(shapes > 300);
+    CHECK(shapes > 700);
 }
 
 static void test_round_trips_large(void) {
@@ -220,12 +244,6 @@ static void test_expert_view(void) {
     static const uint32_t edp[] = {0, 4, 8, 12, 3, 7, 11, 15};
     check_groups(&l, LAYOUT_EP, ep, 4);
     check_groups(&l, LAYOUT_EDP, edp, 2);
-    /* the holders of rank 0's experts: tp {0, 1} at each edp rank {0, 4, 8, 12} */
-    static const uint32_t holders[] = {0, 1, 4, 5, 8, 9, 12, 13};
-    uint32_t g[8];
-    CHECK_EQ_U64(layout_expert_holders(&l, 0, g), 8);
-    for (int i = 0; i < 8; i++)
-        CHECK_EQ_U64(g[i], holders[i]);
     /* ep 4 over cp 2 x dp 2: the whole block is one EP group, edp 1 */
     CHECK(make(&l, 1, 2, 2, 1, 4, NULL, 8) == BT_OK);
     static const uint32_t ep4[] = {0, 1, 2, 3};
@@ -233,12 +251,45 @@ static void test_expert_view(void) {
     CHECK_EQ_U64(l.size[LAYOUT_EDP], 1);
 }
 
+/* The fold (Megatron-Core's expert tensor parallelism 1): the expert view re-splits the
+ * tp x cp x dp block, ep the fastest, so ep groups take the tp ranks first. */
+static void test_fold_view(void) {
+    layout l;
+    CHECK(make_fold(&l, 2, 2, 4, 1, 2, 1, NULL, 8) == BT_OK); /* ep 2 = the tp group */
+    CHECK_EQ_U64(l.size[LAYOUT_EDP], 8);
+    CHECK_EQ_U64(l.stride[LAYOUT_EP], 1);
+    CHECK_EQ_U64(l.stride[LAYOUT_EDP], 2);
+    static const uint32_t ep[] = {0, 1, 2, 3, 14, 15};
+    static const uint32_t edp[] = {0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15};
+    check_groups(&l, LAYOUT_EP, ep, 3);
+    check_groups(&l, LAYOUT_EDP, edp, 2);
+    CHECK(make_fold(&l, 2, 1, 4, 1, 4, 1, NULL, 8) == BT_OK); /* ep over tp x dp */
+    static const uint32_t ep4[] = {0, 1, 2, 3, 4, 5, 6, 7};
+    static const uint32_t edp4[] = {0, 4, 1, 5, 3, 7};
+    check_groups(&l, LAYOUT_EP, ep4, 2);
+    check_groups(&l, LAYOUT_EDP, edp4, 3);
+    CHECK(make_fold(&l, 2, 1, 1, 2, 2, 1, NULL, 8) == BT_OK); /* ep = tp, one holder */
+    static const uint32_t ep2pp[] = {0, 1, 2, 3};
+    check_groups(&l, LAYOUT_EP, ep2pp, 2);
+    CHECK_EQ_U64(l.size[LAYOUT_EDP], 1);
+    /* tp slower than dp in the order: ep takes the dp ranks first */
+    CHECK(make_fold(&l, 2, 1, 2, 1, 2, 1, "cp-dp-tp-pp", 8) == BT_OK);
+    static const uint32_t epdp[] = {0, 1, 2, 3};
+    static const uint32_t edpdp[] = {0, 2, 1, 3};
+    check_groups(&l, LAYOUT_EP, epdp, 2);
+    check_groups(&l, LAYOUT_EDP, edpdp, 2);
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(layout_init(&l, 2, 1, 1, 1, 4, 1, NULL, 8, &d) == BT_EINVAL);
+    CHECK_STR_CONTAINS(d.msg, "must divide tp*cp*dp = 2");
+}
+
 static void expect_error(uint32_t tp, uint32_t cp, uint32_t dp, uint32_t pp, uint32_t ep,
                          const char *order, const char *needle) {
     layout l;
     bt_diag d;
     bt_diag_init(&d);
-    CHECK(layout_init(&l, tp, cp, dp, pp, ep, order, 8, &d) == BT_EINVAL);
+    CHECK(layout_init(&l, tp, cp, dp, pp, ep, 0, order, 8, &d) == BT_EINVAL);
     CHECK_STR_CONTAINS(d.msg, needle);
 }
 
@@ -268,6 +319,7 @@ int main(void) {
     test_custom_order();
     test_megatron_example();
     test_expert_view();
+    test_fold_view();
     test_errors();
     return check_status();
 }

@@ -497,6 +497,43 @@ static void test_comm_moe_sp(void) {
     CHECK_REL(ps.comm.bytes[PLAN_COMM_EP], 8192.0 * 6 * 2 * 2 * 4, 1e-12);
 }
 
+/* ep drawn from the tp ranks (the fold, stages/layout.h): tp 2 x dp 2 with ep 4, which dp
+ * alone could not hold; zero 0 or 1 under sequence parallelism only. */
+static void test_comm_moe_ep_over_tp(void) {
+    fixture fx;
+    fixture_moe(&fx);
+    set_parallel(&fx.par, 2, 1, 2, 1, 4);
+    fx.par.sequence_parallel = 1;
+    fx.par.zero = 1;
+    plan_stage ps;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK(ps.lay.fold_tp);
+    CHECK_EQ_U64(ps.lay.size[LAYOUT_EDP], 1);
+    CHECK_EQ_U64(plan_expert_holders(&ps), 1);
+    CHECK_EQ_U64(ps.mem.expert_params_on_rank, 2 * 6144 / 4); /* one expert a rank */
+    CHECK_EQ_U64(ps.mem.optim_shards_expert, 1);
+    /* EP: each rank routes its 128 rows to 4: a2a = 2 * 128 * 32 * 3/4 = 6144 elements,
+     * x (2 + 4) bytes x 2 passes x 2 MoE layers x m 4; its group is ranks 0-3, the tp
+     * pair first */
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_EP], 6144.0 * 6 * 2 * 2 * 4, 1e-12);
+    /* DP: the dense parameters only (each expert on one rank), reduced to their shards */
+    double dense = (double)ps.mem.dense_params_on_rank;
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 2 * 0.5 * dense * 4, 1e-12);
+    uint32_t g[4];
+    CHECK_EQ_U64(layout_group(&ps.lay, LAYOUT_EP, 3, g), 4);
+    for (uint32_t i = 0; i < 4; i++)
+        CHECK_EQ_U64(g[i], i);
+    /* ZeRO-2 keeps ep inside dp x cp: refused by the layout */
+    fx.par.zero = 2;
+    CHECK(build(&fx, &ps) == BT_EINVAL);
+    /* tp 4 x dp 1, ep 2: each expert on two tp ranks, their gradients reduced over them */
+    set_parallel(&fx.par, 4, 1, 1, 1, 2);
+    fx.par.zero = 0;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK_EQ_U64(plan_expert_holders(&ps), 2);
+    CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 2 * 0.5 * (2 * 6144 / 2) * 4.0, 1e-12);
+}
+
 /* 6 N T + 6 L h s T: N = 105280 - 6400, T = 16 * 128. */
 static void test_flops(void) {
     fixture fx;
@@ -686,7 +723,8 @@ static void test_json(void) {
     CHECK_STR_CONTAINS(text, "\"params_total\": 70553706496");
     CHECK_STR_CONTAINS(text, "\"world\": 64");
     CHECK_STR_CONTAINS(text, "\"layout\": {\"tp\": 8, \"cp\": 1, \"dp\": 2, \"pp\": 4, \"ep\": 1, "
-                             "\"order\": \"tp-cp-ep-dp-pp\", \"nodes\": 8, \"gpus_per_node\": 8}");
+                             "\"order\": \"tp-cp-ep-dp-pp\", \"nodes\": 8, \"gpus_per_node\": 8, "
+                             "\"edp\": 2, \"experts_over_tp\": false}");
     CHECK_STR_CONTAINS(text, "\"memory_per_gpu\": {\"params\": ");
     CHECK_STR_CONTAINS(text, "\"fits\": true");
     CHECK_STR_CONTAINS(text, "\"comm_bytes_per_step\": {\"tp\": ");
@@ -707,6 +745,7 @@ int main(void) {
     test_params_small();
     test_params_moe();
     test_comm_moe_sp();
+    test_comm_moe_ep_over_tp();
     test_memory_70b();
     test_activation_order();
     test_comm_small();

@@ -573,13 +573,15 @@ static int layer_n_tensors(const model_config *cfg, int gl) {
 
 /* Tensor k >= 0 of an MoE layer's moe_weights block (moe.h's carve order), its offset
  * relative to the block: router, every local expert's gate and up, their downs, the shared
- * experts' likewise, the bias. Replicated over tp (replica = tp rank). */
+ * experts' likewise, the bias. Replicated over tp (replica = tp rank); the routed experts
+ * under expert_fold over their holders (replica = expert_holder). */
 static void moe_tensor(const model_config *cfg, int k, layer_tensor_desc *d) {
     const moe_config *c = &cfg->moe;
     int C = cfg->dim, F = c->ffn_dim, E = c->n_experts, El = moe_local_experts(c);
     int S = c->n_shared, rank = cfg->tp > 1 ? cfg->tp_rank : 0;
     size_t FC = (size_t)F * C, base = (size_t)E * C;
     *d = (layer_tensor_desc){.split = SPLIT_NONE, .replica = rank, .moe = 1};
+    if (k >= 1 && k < 1 + 3 * El && cfg->expert_fold) d->replica = cfg->expert_holder;
     if (k == 0) {
         snprintf(d->name, sizeof d->name, "mlp.gate");
         d->rows = E, d->cols = C, d->offset = 0;

@@ -108,6 +108,11 @@ typedef struct model_config {
     moe_config moe;
     int moe_every, moe_first_dense;
     int ep, ep_rank;
+    /* With the tp ranks folded into the experts' parallelism (stages/layout.h's
+     * layout_fold_tp_experts) the routed experts' copies are spread over tp x cp x dp,
+     * not over tp: expert_fold is set and expert_holder is this rank's place among the
+     * ranks holding its experts (their replica index, model_tensor.replica). */
+    int expert_fold, expert_holder;
     /* ZeRO-3 (model_zero.h): the parameters and gradients live in the trainer's shards, so
      * model_init allocates neither; a unit's views point into the gather buffers while it
      * is resident. 0 for every other layout. */
@@ -439,7 +444,8 @@ typedef struct model_tensor {
     int expert;
     /* A tensor of an MoE layer's block (router, experts, shared experts, bias): whole on
      * every tp rank; under sequence parallelism its gradient is summed over tp once a step
-     * (model_moe.h; the routed experts' under zero 0/1 over tp x edp by train_dp.h). */
+     * (model_moe.h; the routed experts' under zero 0/1 over their edp group, drawn from
+     * tp x cp x dp, by train_dp.h). */
     int moe;
 } model_tensor;
 

@@ -6,7 +6,8 @@
  * each tp rank runs the layer on its own rows only (no all-gather before it, no
  * reduce-scatter after it, a tp-th of the work), so its weight gradients are that rank's
  * share: summed over tp once a step (model_moe_reduce_tp; under zero 0/1 the routed
- * experts' with their data-parallel reduction instead, over tp x edp: train_dp.h), and the
+ * experts' with their data-parallel reduction instead, over their edp group drawn from
+ * tp x cp x dp, the tp ranks folded into the experts' parallelism: train_dp.h), and the
  * loads over tp too (model_moe_step_end). Without sequence parallelism every tp rank runs it on
  * every row. Under expert parallelism the routed experts are split over the ep group. The aux loss
  * is part of the training objective (its gradient scaled like the loss's), not of the reported
@@ -73,7 +74,7 @@ void model_moe_rows(const model *m, size_t *room, size_t *most);
 /* Under sequence parallelism (model_sp_on) the gradients of every MoE layer's block are
  * each tp rank's share: grads (the rank's gradient memory, model.h's layout) summed over
  * the tp group; after model_moe_fold_tp all but the routed experts' (the data-parallel
- * update reduces theirs over tp x edp, train_dp.h). Nothing to do otherwise. 0 or the
+ * update reduces theirs over their edp group, train_dp.h). Nothing to do otherwise. 0 or the
  * collective's error. */
 int model_moe_reduce_tp(model *m);
 void model_moe_fold_tp(model *m);

@@ -9,6 +9,7 @@
 #include "layout.h"
 #include "model_cp.h"
 #include "model_moe.h"
+#include "plan.h"
 #include "util/clock.h"
 
 /* Model FLOPs of one step: 6 N T for the matrices (embedding lookup excluded) plus
@@ -27,15 +28,18 @@ static int train_check_layout(const Baton__StageSpec *spec, const train_groups *
     uint32_t pp = g->pp ? (uint32_t)comm_size(g->pp) : 1;
     uint32_t cp = g->cp ? (uint32_t)comm_size(g->cp) : 1;
     uint32_t ep = g->ep ? (uint32_t)comm_size(g->ep) : 1;
-    if (p->ep != ep || (ep > 1 && (g->edp == NULL) != (p->dp * p->cp == ep))) {
+    int fold = train_folds_experts(spec);
+    /* the holders of an expert's copies: edp, drawn from tp x cp x dp under the fold */
+    uint32_t holders = (fold ? p->tp : 1) * p->dp * p->cp / (p->ep ? p->ep : 1);
+    if (p->ep != ep || (ep > 1 && (g->edp == NULL) != (holders == 1))) {
         bt_diag_set(diag, "stage \"%s\": ep %u needs an expert-parallel group of %u ranks (got %u)",
                     s->name, p->ep, p->ep, ep);
         return BT_EINVAL;
     }
-    uint32_t holders = p->tp * p->dp * p->cp / (p->ep ? p->ep : 1); /* tp x edp */
-    if (tp > 1 && train_folds_experts(spec) &&
-        (g->xdp == NULL || (uint32_t)comm_size(g->xdp) != holders)) {
-        bt_diag_set(diag, "stage \"%s\": the routed experts need their tp x edp group of %u ranks",
+    if (fold && (g->xdp ? (uint32_t)comm_size(g->xdp) : 1) != holders) {
+        bt_diag_set(diag,
+                    "stage \"%s\": the routed experts need their group of %u holders (edp over "
+                    "tp x cp x dp)",
                     s->name, holders);
         return BT_EINVAL;
     }
@@ -64,9 +68,8 @@ static int train_check_layout(const Baton__StageSpec *spec, const train_groups *
 }
 
 int train_folds_experts(const Baton__StageSpec *spec) {
-    const Baton__Parallel *p = spec->stage->parallel;
-    int moe = spec->model != NULL && spec->model->moe != NULL && spec->model->moe->n_experts > 0;
-    return layout_fold_tp_experts(p->tp, p->sequence_parallel, p->zero, moe);
+    return plan_parallel_folds_experts(spec->stage->parallel,
+                                       spec->model ? spec->model->moe : NULL);
 }
 
 static int train_segments(trainer *t) {
@@ -82,11 +85,12 @@ static int train_segments(trainer *t) {
     return 0;
 }
 
-/* Expert parallelism, or the tp ranks folded into the experts' data parallelism (xdp):
- * the routed experts' segments go to train_dp (train_dp_set_ep), reduced over xdp when
- * there is one, else over edp. */
-static int train_expert_segments(trainer *t, comm *ep, comm *edp, comm *xdp, bt_diag *diag) {
-    if (ep == NULL && xdp == NULL) return 0;
+/* Expert parallelism, or the tp ranks folded into the experts' parallelism (fold): the
+ * routed experts' segments go to train_dp (train_dp_set_ep), reduced over their holders
+ * (xdp under the fold, else edp; NULL: one). */
+static int train_expert_segments(trainer *t, comm *ep, comm *edp, comm *xdp, int fold,
+                                 bt_diag *diag) {
+    if (ep == NULL && !fold) return 0;
     optim_segment *e = calloc(t->n_segs ? t->n_segs : 1, sizeof *e);
     if (e == NULL) return BT_ENOMEM;
     size_t k = 0;
@@ -95,9 +99,10 @@ static int train_expert_segments(trainer *t, comm *ep, comm *edp, comm *xdp, bt_
         model_tensor_info(&t->m, (int)i, &mt);
         if (mt.expert) e[k++] = t->segs[i];
     }
-    int rc =
-        train_dp_set_ep(&t->dp, ep, xdp ? xdp : edp, xdp != NULL, e, k, t->segs, t->n_segs, diag);
-    if (rc == 0 && xdp != NULL) model_moe_fold_tp(&t->m);
+    int rc = train_dp_set_ep(&t->dp, ep, fold ? xdp : edp, fold, e, k, t->segs, t->n_segs, diag);
+    /* the norm's expert part, whole on every rank of an ep group, counted on tp rank 0 */
+    t->dp.expert_norm_skip = t->tp.group != NULL && comm_rank(t->tp.group) != 0;
+    if (rc == 0 && fold) model_moe_fold_tp(&t->m);
     free(e);
     return rc;
 }
@@ -180,6 +185,8 @@ static int train_model_init(trainer *t, const train_groups *g, bt_diag *diag) {
     cfg.cp_ulysses = t->spec->stage->parallel->cp_comm == BATON__PARALLEL__CP_COMM__ULYSSES;
     cfg.ep = g->ep ? comm_size(g->ep) : 1;
     cfg.ep_rank = g->ep ? comm_rank(g->ep) : 0;
+    cfg.expert_fold = train_folds_experts(t->spec);
+    cfg.expert_holder = g->xdp ? comm_rank(g->xdp) : 0;
     /* the gradients' group: the dp x cp block under context parallelism (train_init) */
     comm *dp_group = cfg.cp > 1 ? g->dpcp : g->dp;
     int dp_ranks = dp_group ? comm_size(dp_group) : 1, zero = (int)t->spec->stage->parallel->zero;
@@ -248,7 +255,7 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
         rc ? rc : train_zero_init(&t->zero, zero, dp_group, g.edp, &t->m, t->segs, t->n_segs, diag);
     if (rc == 0 && t->zero.level == 3) rc = train_zero_init_weights(&t->zero, &t->m, spec->seed);
     rc = rc ? rc : train_zero_moe_bias(&t->zero, &t->m);
-    rc = rc ? rc : train_expert_segments(t, g.ep, g.edp, g.xdp, diag);
+    rc = rc ? rc : train_expert_segments(t, g.ep, g.edp, g.xdp, train_folds_experts(spec), diag);
     rc = rc ? rc : train_norm_segments(t, diag);
     rc = rc ? rc : train_dp_overlap_init(&t->dpo, &t->dp, &t->m, zero, diag);
     int pp_slots =
@@ -638,7 +645,7 @@ static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
     rc = rc ? rc : train_fp8_end(t, diag);
     /* tp > n_kv_heads: the replicated k/v slices' gradients summed over their holders;
      * under sequence parallelism the MoE layers' over tp (zero 0/1: but the routed experts',
-     * summed over tp x edp by the update, train_dp.h) */
+     * summed over their edp group by the update, train_dp.h) */
     rc = rc              ? rc
          : t->zero.level ? train_zero_reduce_tp(&t->zero, &t->m, t->tp.kv, diag)
                          : train_tp_reduce_grads(&t->tp, &t->m, diag);

@@ -120,14 +120,15 @@ typedef struct train_groups {
                      * needed when cp > 1: gradients are reduced over it (model_cp.h) */
     comm *ep;       /* expert-parallel group (model_moe.h): size the spec's ep */
     comm *edp;      /* expert-data-parallel group: the ranks that hold the same experts */
-    comm *xdp;      /* with train_folds_experts: every holder of this rank's routed experts
-                     * (tp x edp, stages/layout.h's layout_expert_holders); else NULL */
+    comm *xdp;      /* with train_folds_experts: every holder of a copy of this rank's routed
+                     * experts (the edp group drawn from tp x cp x dp, stages/layout.h), the
+                     * edp group too when ep > 1; NULL: one holder, or no fold */
     int local_rank; /* this process's rank among those on its node: with cluster.device cuda
                      * it uses device local_rank % (devices on the node) */
 } train_groups;
 
-/* Whether spec's routed experts are reduced and (ZeRO-1) sharded over the tp ranks too
- * (layout_fold_tp_experts): its groups then need xdp. */
+/* Whether the tp ranks fold into spec's experts' parallelism (layout_fold_tp_experts):
+ * experts spread over tp x cp x dp, reduced and (ZeRO-1) sharded over xdp. */
 int train_folds_experts(const Baton__StageSpec *spec);
 
 /* Builds the model from spec (weights from spec->seed; under tp this rank's slices of the

@@ -73,8 +73,9 @@ static int ckpt_collect_tensor(train_ckpt *c, const trainer *t, const model_tens
     train_ckpt_tensor_box(mt, &p.ndim, p.gshape, &p.box);
     int rc = 0;
     /* One writer per tensor: data-parallel rank 0, or for a routed expert under expert
-     * parallelism (held by one rank of each ep group) the first of its holders. Without
-     * it every dp x cp rank holds every expert, as a dense tensor. */
+     * parallelism (held by one rank of each ep group) the first of its holders (its edp
+     * rank and, under the fold, its replica are its place among them). Without it every
+     * dp x cp rank holds every expert, as a dense tensor. */
     int writer =
         (mt->expert && t->m.ep_group != NULL ? t->edp_rank : t->dp.rank) == 0 && mt->replica == 0;
     int sharded = t->zero.level == 3; /* ZeRO-3: the weights are written as the moments are */

@@ -39,8 +39,8 @@ static inline size_t train_dp_piece_end(size_t lo, size_t end, size_t chunk, int
 /* ZeRO-1 under expert parallelism (train_dp_ep.c): the dense tensors are numbered one
  * after the other ("packed") and sharded over the dp group, the routed experts' (which
  * differ from one ep rank to the next) packed and sharded over the edp group, the ranks
- * that hold the same experts (not sharded without one), or with the tp ranks folded in
- * (fold_tp) over tp x edp, every rank that holds them. Nothing is copied: each part of
+ * that hold the same experts (not sharded without one; with the tp ranks folded in,
+ * fold_tp, drawn from tp x cp x dp). Nothing is copied: each part of
  * a shard is reduced to its rank and broadcast from it in place in the gradient and
  * weight buffers; the optimizer state holds the rank's dense shard, then its expert one. */
 typedef struct train_dp_pack {
@@ -96,8 +96,11 @@ typedef struct train_dp {
      * rows), and their share of the norm adds over the ep group (which holds the other
      * experts). ep is NULL when it is 1 (fold_tp alone). */
     comm *ep, *edp;
-    int fold_tp;           /* edp is tp x edp: under ZeRO-1 each tp rank holds its own part of the
+    int fold_tp;           /* the tp ranks fold into the experts' parallelism (edp is drawn from
+                            * tp x cp x dp): under ZeRO-1 each tp rank holds its own part of the
                             * experts' shards and counts it in the norm */
+    int expert_norm_skip;  /* zero 0: after the sum over ep every rank of an ep group has the
+                            * stage's whole expert part of the norm; only tp rank 0 adds it */
     optim_segment *expert; /* the experts' segments, in offset order */
     size_t n_expert;
     train_dp_pack packs[2]; /* ZeRO-1 with experts (above): dense, routed experts */
@@ -123,8 +126,8 @@ int train_dp_init(train_dp *d, backend *be, comm *group, int zero, size_t n_para
 void train_dp_free(train_dp *d);
 /* Expert parallelism: segs (of n) are the routed experts' tensors, all (of n_all) every
  * tensor; ep and edp the groups (edp NULL when every holder of an expert is in the ep
- * group: dp x cp = ep; with fold_tp the tp x edp group, stages/layout.h's
- * layout_expert_holders). Under ZeRO-1 it packs the tensors (above): the optimizer state
+ * group; with fold_tp the edp group drawn from tp x cp x dp, stages/layout.h). Under
+ * ZeRO-1 it packs the tensors (above): the optimizer state
  * train_dp_optim_floats() gives changes. 0 or BT_ENOMEM. */
 int train_dp_set_ep(train_dp *d, comm *ep, comm *edp, int fold_tp, const optim_segment *segs,
                     size_t n, const optim_segment *all, size_t n_all, bt_diag *diag);

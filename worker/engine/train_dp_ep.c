@@ -57,20 +57,19 @@ static int dp_reduce_ep(train_dp *d, float *grads, bt_diag *diag) {
     return 0;
 }
 
-/* The norm's sum of squares over segs: the experts' part added over the ep group first. */
+/* The norm's sum of squares: the dense tensors of segs (those this rank counts), and
+ * every routed expert this rank holds, added over the ep group (each of whose ranks holds
+ * other experts: together all of the stage's), kept on tp rank 0 only (under the fold the
+ * tp ranks can be ep peers; else they hold the same experts). */
 static int dp_sumsq_ep(train_dp *d, const float *grads, const optim_segment *segs, size_t n_segs,
                        double *sumsq, bt_diag *diag) {
-    double dense = 0, expert = 0;
-    for (size_t i = 0; i < n_segs; i++) {
-        double v = optim_segments_sumsq_on(d->be, grads, &segs[i], 1);
-        if (dp_is_expert(d, segs[i].offset))
-            expert += v;
-        else
-            dense += v;
-    }
+    double dense = 0, expert = optim_segments_sumsq_on(d->be, grads, d->expert, d->n_expert);
+    for (size_t i = 0; i < n_segs; i++)
+        if (!dp_is_expert(d, segs[i].offset))
+            dense += optim_segments_sumsq_on(d->be, grads, &segs[i], 1);
     if (d->ep && comm_allreduce(d->ep, &expert, &expert, 1, COMM_F64, COMM_SUM, NULL) != 0)
         return ep_fail(d->ep, "grad-norm all-reduce", diag);
-    *sumsq = dense + expert;
+    *sumsq = dense + (d->expert_norm_skip ? 0 : expert);
     return 0;
 }
 

@@ -40,7 +40,7 @@ static void overlap_describe_off(train_dp_overlap *o, int zero) {
                       : dp->n_expert > 0     ? "one all-reduce per tensor after the backward"
                                              : "one all-reduce after the backward";
     snprintf(o->desc, sizeof o->desc, "data-parallel gradients: %s%s", how,
-             dp->n_expert > 0 ? (dp->fold_tp ? " (the routed experts' over their tp x edp holders)"
+             dp->n_expert > 0 ? (dp->fold_tp ? " (the routed experts' over their holders, tp ranks included)"
                                              : " (the routed experts' over the "
                                                "expert-data-parallel group)")
                               : "");

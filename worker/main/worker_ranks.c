@@ -141,22 +141,6 @@ static int ranks_dpcp_group(worker_ranks *w, const layout *l, bt_diag *diag) {
     return 0;
 }
 
-/* The holders of this rank's routed experts, tp x edp (layout_expert_holders). */
-static int ranks_expert_holders(worker_ranks *w, const layout *l, bt_diag *diag) {
-    uint32_t ranks[1024], n = l->size[LAYOUT_TP] * l->size[LAYOUT_EDP];
-    if (n > 1024) {
-        bt_diag_set(diag, "a tp x edp group of %u expert holders (at most 1024)", n);
-        return BT_EUNSUPPORTED;
-    }
-    layout_expert_holders(l, (uint32_t)w->info.rank, ranks);
-    if (comm_split(w->world, ranks, n, "tp-edp", &w->xdp) != 0) {
-        bt_diag_set(diag, "tp x edp group: %s", comm_error(w->world));
-        return BT_EIO;
-    }
-    w->own_xdp = 1;
-    return 0;
-}
-
 int worker_ranks_groups(worker_ranks *w, const Baton__Parallel *p, int fold_experts,
                         bt_diag *diag) {
     uint32_t world = w->world ? (uint32_t)comm_size(w->world) : 1;
@@ -168,17 +152,22 @@ int worker_ranks_groups(worker_ranks *w, const Baton__Parallel *p, int fold_expe
     }
     layout l;
     const char *order = p->order && p->order[0] ? p->order : "tp-cp-ep-dp-pp";
-    int rc = layout_init(&l, p->tp, p->cp, p->dp, p->pp, p->ep ? p->ep : 1, order, world, diag);
+    int rc = layout_init(&l, p->tp, p->cp, p->dp, p->pp, p->ep ? p->ep : 1, fold_experts, order,
+                         world, diag);
     rc = rc ? rc : ranks_group(w, &l, LAYOUT_TP, &w->tp, &w->own_tp, diag);
     rc = rc ? rc : ranks_group(w, &l, LAYOUT_DP, &w->dp, &w->own_dp, diag);
     rc = rc ? rc : ranks_group(w, &l, LAYOUT_PP, &w->pp, &w->own_pp, diag);
     rc = rc ? rc : ranks_group(w, &l, LAYOUT_CP, &w->cp, &w->own_cp, diag);
     rc = rc ? rc : ranks_dpcp_group(w, &l, diag);
-    if (l.size[LAYOUT_EP] > 1) { /* experts: always groups of their own (byte counts) */
+    /* experts: always groups of their own (byte counts) */
+    if (l.size[LAYOUT_EP] > 1)
         rc = rc ? rc : ranks_group_own(w, &l, LAYOUT_EP, 1, &w->ep, &w->own_ep, diag);
+    if (fold_experts) { /* the edp group, drawn from tp x cp x dp, holds every copy */
+        rc = rc ? rc : ranks_group_own(w, &l, LAYOUT_EDP, 1, &w->xdp, &w->own_xdp, diag);
+        if (l.size[LAYOUT_EP] > 1) w->edp = w->xdp;
+    } else if (l.size[LAYOUT_EP] > 1) {
         rc = rc ? rc : ranks_group_own(w, &l, LAYOUT_EDP, 1, &w->edp, &w->own_edp, diag);
     }
-    if (fold_experts) rc = rc ? rc : ranks_expert_holders(w, &l, diag);
     return rc;
 }
 

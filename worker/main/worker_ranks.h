@@ -20,8 +20,10 @@ typedef struct worker_ranks {
     comm *dpcp;                 /* the dp x cp block (gradient reduction under cp); NULL: cp is 1 */
     comm *ep, *edp;             /* expert-parallel and expert-data-parallel groups; NULL: ep is 1 */
     int own_cp, own_dpcp, own_ep, own_edp, own_xdp;
-    comm *xdp;       /* the holders of this rank's routed experts, tp x edp, when the tp ranks fold
-                      * into their data parallelism (layout_fold_tp_experts); else NULL */
+    comm *xdp;       /* when the tp ranks fold into the experts' parallelism
+                      * (layout_fold_tp_experts): the holders of copies of this rank's routed
+                      * experts, the edp group drawn from tp x cp x dp (edp is then this
+                      * group too, not owned); NULL when it is one rank or there is no fold */
     char store[512]; /* rendezvous directory this worker created, to remove; "" if none */
     int device;      /* CUDA device of the NCCL world; -1 when there is none */
 } worker_ranks;
@@ -37,8 +39,8 @@ int worker_ranks_join(worker_ranks *w, double timeout_s, int use_nccl, bt_diag *
  * dp, pp, then cp and, when cp > 1, the dp x cp block, cp fastest; a pp group's rank is
  * the stage). A group spanning the world is the world. When the
  * world's size is not tp*cp*dp*pp the world becomes the dp group, for train_init to report the
- * mismatch. With fold_experts (train_folds_experts) the holders of the rank's routed
- * experts (layout_expert_holders) are split too, always as a group of their own. */
+ * mismatch. With fold_experts (train_folds_experts) the expert view spans tp x cp x dp
+ * and its edp group, the holders of the rank's routed experts, becomes xdp. */
 int worker_ranks_groups(worker_ranks *w, const Baton__Parallel *p, int fold_experts, bt_diag *diag);
 /* cluster.strict_topology: BT_EINVAL (with the group and its hosts in diag) when this
  * rank's tensor-parallel group spans several hosts. Call after worker_ranks_groups. */
