@@ -6,7 +6,8 @@
 # `baton launch -n 2`, one after the other, ROUNDS times; prints each one's median tokens/s
 # over the steps after the first two, the ratio to the run without sequence parallelism,
 # and the tp and dp bytes rank 0 sent a step (with sequence parallelism the routed
-# experts' gradient sum goes over their tp x edp holders, counted with dp).
+# experts' gradient sum goes over their holders, the edp group drawn from tp x dp,
+# counted with dp).
 set -euo pipefail
 bin=$1 work=${2:-$(mktemp -d /tmp/baton-moe-sp-bench.XXXXXX)} rounds=${3:-3}
 src=$(cd "$(dirname "$0")/.." && pwd)

@@ -9,8 +9,9 @@
  *     into the experts' parallelism (fold_tp); b is the mixed-radix number of the
  *     block's coordinates, the dim with the smallest stride fastest. When the block's
  *     dims are a contiguous run of strides, stride[EP] is the fastest one's and
- *     stride[EDP] = stride[EP] * ep; otherwise (possible only with ep == 1, cp and dp
- *     apart) EDP has no single stride and stride[EDP] is 0.
+ *     stride[EDP] = stride[EP] * ep; otherwise (cp and dp apart, with ep == 1, or tp
+ *     apart from them under the fold) EDP has no single stride and stride[EDP] is 0, and
+ *     under the fold EP may have none either: its groups are not evenly spaced.
  * Groups are built through coordinates, never through strides, so they are right in
  * every case. */
 #include "layout.h"

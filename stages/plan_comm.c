@@ -39,8 +39,9 @@
  *       messages; interleaved (v virtual stages, the last stage sending to the first):
  *       m x (2v - 1) on the first and the last stage, m x 2v on the others.
  *   DP  over the dp*cp replicas of a parameter (edp = dp*cp/ep for routed experts, or
- *       t x edp with sequence parallelism under zero 0/1, where each tp rank holds a
- *       partial sum of their gradients: plan_expert_holders):
+ *       t*dp*cp/ep with sequence parallelism under zero 0/1, where the tp ranks fold
+ *       into the experts' parallelism and each copy holds a partial sum of their
+ *       gradients: plan_expert_holders):
  *       ZeRO-1: reduce-scatter fp32 grads + all-gather weights,
  *       (n-1)/n x params x (4 + weight bytes); without ZeRO: all-reduce of fp32 grads,
  *       2(n-1)/n x params x 4. ZeRO-2 and ZeRO-3 work per unit (plan_zero_units: a

@@ -4,6 +4,7 @@
 #include "pipe_order.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -133,6 +134,17 @@ static void warn(plan_stage *ps, const char *fmt, ...) {
     va_end(ap);
 }
 
+/* The ranks rank 0's group along dim spans, first to last (every group is a translate of
+ * it); its stride says less for the expert view, whose block need not be contiguous. */
+static uint64_t group_span(const layout *l, enum layout_dim dim) {
+    uint32_t *g = malloc((size_t)l->size[dim] * sizeof *g), lo = UINT32_MAX, hi = 0;
+    if (g == NULL) return (uint64_t)l->stride[dim] * (l->size[dim] - 1) + 1;
+    for (uint32_t i = 0, n = layout_group(l, dim, 0, g); i < n; i++)
+        lo = g[i] < lo ? g[i] : lo, hi = g[i] > hi ? g[i] : hi;
+    free(g);
+    return (uint64_t)hi - lo + 1;
+}
+
 static void warn_groups(plan_stage *ps) {
     static const enum plan_comm_group hungry[] = {PLAN_COMM_TP, PLAN_COMM_CP, PLAN_COMM_EP};
     static const enum layout_dim dims[] = {LAYOUT_TP, LAYOUT_CP, LAYOUT_EP};
@@ -140,7 +152,7 @@ static void warn_groups(plan_stage *ps) {
     const layout *l = &ps->lay;
     for (int i = 0; i < 3; i++) {
         if (!ps->comm.crosses_nodes[hungry[i]]) continue;
-        uint64_t span = (uint64_t)l->stride[dims[i]] * (l->size[dims[i]] - 1) + 1;
+        uint64_t span = group_span(l, dims[i]);
         if (span > l->gpus_per_node)
             warn(ps,
                  "%s group of %u ranks spans %llu consecutive ranks, more than gpus_per_node %u: "

@@ -3,7 +3,10 @@
  * reshards, so this is for moving a checkpoint somewhere its shards should match the
  * readers one-to-one. Optimizer moments are written per (tp, pp, ep) rank as whole boxes
  * (the ZeRO shards of the source are merged); ep rank 0 writes the dense tensors, every
- * ep rank its routed experts; dp, cp and zero are recorded in the layout only. */
+ * ep rank its routed experts; dp, cp and zero are recorded in the layout only. When the
+ * tp ranks fold into the experts' parallelism (an MoE model, tp > 1; stages/layout.h),
+ * ep may divide tp x dp x cp instead of dp x cp; the files stay one per (tp, pp, ep)
+ * position (the loader reads boxes, so any grid loads), no longer one per rank. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,13 +16,15 @@
 #include "ckpt/ckpt.h"
 #include "ckpt_cmds.h"
 #include "model.h"
+#include "plan.h"
 #include "train_ckpt.h"
 
 static void reshard_usage(FILE *f) {
     fprintf(f, "usage: baton ckpt reshard CKPT --to LAYOUT --out DIR\n\n"
                "Rewrites a checkpoint for another layout: LAYOUT names degrees such as\n"
                "'tp2,pp2,dp4,zero1', 'tp2cp2', 'dp4ep2z1' or 'dp2z1' (missing ones are 1; zero\n"
-               "0 or 1; ep takes its ranks from dp x cp and must divide the experts).\n"
+               "0 or 1; ep takes its ranks from dp x cp, or from tp x dp x cp for an MoE\n"
+               "model with tp > 1 (the tp ranks fold in), and must divide the experts).\n"
                "DIR is the new checkpoint directory (its parent is created). CKPT is a\n"
                "checkpoint directory or a run directory (its newest complete checkpoint).\n\n"
                "Exit status: 0 done, 1 failed, 2 bad usage or input.\n");
@@ -54,7 +59,8 @@ static int reshard_parse_layout(const char *s, Baton__Parallel *p) {
     }
     p->has_tp = p->has_pp = p->has_cp = p->has_dp = p->has_ep = p->has_zero = 1;
     uint64_t shards = (uint64_t)p->tp * p->pp * p->ep; /* one file each */
-    return p->zero <= 1 && (p->dp * p->cp) % p->ep == 0 && shards <= 65536 ? 0 : -1;
+    uint64_t block = (uint64_t)p->tp * p->dp * p->cp;  /* the fold's; reshard_write narrows */
+    return p->zero <= 1 && block % p->ep == 0 && shards <= 65536 ? 0 : -1;
 }
 
 typedef struct reshard_job {
@@ -147,6 +153,14 @@ static int reshard_write(reshard_job *j, const char *out, bt_diag *diag) {
                     cfg.moe.n_experts);
         return BT_EINVAL;
     }
+    const Baton__Moe *moe = j->m->model ? j->m->model->moe : NULL;
+    if (!plan_parallel_folds_experts(j->to, moe) && (j->to->dp * j->to->cp) % j->to->ep != 0) {
+        bt_diag_set(diag,
+                    "--to: ep %u must divide dp x cp = %u (tp %u does not fold into the "
+                    "experts' parallelism: that needs tp > 1 and an MoE model)",
+                    j->to->ep, j->to->dp * j->to->cp, j->to->tp);
+        return BT_EINVAL;
+    }
     rc = ckpt_begin(root, name, diag);
     ckpt_partial_dir(root, name, j->part, sizeof j->part);
     int n = tp * pp * ep;
@@ -183,7 +197,7 @@ int ckpt_cmd_reshard(int argc, char **argv) {
     if (reshard_parse_layout(to, &lay) != 0) {
         fprintf(stderr,
                 "baton ckpt reshard: --to %s: expected degrees like tp2,pp2,dp4,zero1 "
-                "(zero 0 or 1, ep dividing dp x cp)\n",
+                "(zero 0 or 1, ep dividing dp x cp, or tp x dp x cp for an MoE model)\n",
                 to);
         return BT_EXIT_USAGE;
     }

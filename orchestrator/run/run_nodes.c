@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "plan.h"
+
 void run_nodes_init(run_nodes *n, const Baton__Cluster *c) {
     memset(n, 0, sizeof *n);
     n->planned = c && c->nodes ? c->nodes : 1;
@@ -30,11 +32,16 @@ static uint32_t nodes_usable(const run_nodes *n, uint32_t *list) {
     return m;
 }
 
-/* The largest dp <= limit that keeps the global batch whole and experts divisible. */
+/* The largest dp <= limit that keeps the global batch whole and the experts divisible:
+ * ep divides dp x cp, or tp x dp x cp when the tp ranks fold into the experts'
+ * parallelism (stages/layout.h). */
 static uint32_t nodes_shrunk_dp(const Baton__StageSpec *s, uint32_t limit) {
     const Baton__Parallel *p = s->stage->parallel;
+    uint32_t ep = p->ep ? p->ep : 1;
+    uint64_t fold = plan_parallel_folds_experts(p, s->model ? s->model->moe : NULL) ? p->tp : 1;
     for (uint32_t dp = limit; dp >= 1; dp--)
-        if (s->stage->global_batch % (s->stage->micro_batch * dp) == 0 && (dp * p->cp) % p->ep == 0)
+        if (s->stage->global_batch % (s->stage->micro_batch * dp) == 0 &&
+            (fold * dp * p->cp) % ep == 0)
             return dp;
     return 0;
 }
@@ -48,10 +55,10 @@ static int nodes_shrink(run_nodes *n, Baton__StageSpec *s, uint32_t usable, char
         bt_diag_set(
             diag,
             "stage \"%s\": only %u node(s) of %u devices are left and no spare: tp%u x pp%u "
-            "x cp%u needs %u devices per replica and global_batch %llu must split over "
-            "dp; the run cannot continue on them",
+            "x cp%u needs %u devices per replica, global_batch %llu must split over dp and "
+            "ep %u must divide the expert ranks; the run cannot continue on them",
             s->stage->name, usable, n->gpn, p->tp, p->pp, p->cp, per_replica,
-            (unsigned long long)s->stage->global_batch);
+            (unsigned long long)s->stage->global_batch, p->ep ? p->ep : 1);
         return BT_EINVAL;
     }
     uint32_t world = per_replica * dp, need = (world + n->gpn - 1) / n->gpn, lost = 0;

@@ -5,7 +5,8 @@
 #   check-reshard.sh BATON BATON_WORKER SOURCE_DIR CASE
 # CASE is A-to-B with layouts written as tp2pp2, dp4, dp2z1, dp2z3, cp2, tp1 ... (see layout;
 # zN: parallel.zero N, so dp2z3 is ZeRO-3 over dp2; epN: expert parallelism, its ranks
-# taken from dp), with -offline appended: through `baton ckpt reshard --to B` instead of
+# taken from dp, or from tp x dp when tp > 1 and zero < 2: the tp ranks fold in), with
+# -offline appended: through `baton ckpt reshard --to B` instead of
 # resharding on load. A CASE starting with moe- trains reshard-moe.yaml (an MoE model).
 # ppNvM: an interleaved pipeline of M chunks per stage (parallel.virtual_stages); a CASE
 # with one trains the model with 4 layers instead of 2.

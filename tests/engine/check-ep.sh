@@ -178,6 +178,9 @@ ep_case ep4-over-tp4 4 4 4 "$cap"
 ep_case ep4-over-tp2-dp2 4 2 4 "$aux"
 ep_case ep4-over-tp2-dp2-zero1 4 2 4 "$aux" "$z1"
 BATON_DP_OVERLAP=1 ep_case ep4-over-tp2-dp2-overlap 4 2 4 "$cap"
+ep_case ep2-over-tp4 4 4 2 "$aux"
+ep_case ep2-over-tp2-pp2-zero1 4 2 2 "$aux" "$z1; s/pp: 1, ep: 2,/pp: 2, ep: 2,/; s/n_layers: 2/n_layers: 4/"
+ep_case ep4-over-tp2-cp2 4 2 4 "$cap" "$cp2"
 # ZeRO-1's sharded moments in the checkpoint: trained under ep2 x dp4 + ZeRO-1 (saved at
 # step 10; SED_A: another layout), resumed at step 10 under the same layout (the losses
 # of steps 11-20 bitwise the same) and under ep2 x dp2 with zero 0 (within 1e-5 relative).

@@ -150,7 +150,7 @@ if mode != "every":
 line = next(l for l in open(log_path) if l.startswith("[0] communication per step"))
 dp = float(re.search(r" dp (\d+)", line).group(1))
 want = plan["comm_bytes_per_step"]["dp"]
-rel = abs(dp - want) / want
+rel = abs(dp - want) / want if want else float(dp != 0)
 print(f"{name}: dp measured {dp:.0f} B/step, plan {want:.0f} ({rel:.2%}); {ranks} ranks checked")
 sys.exit(1 if bad or rel > 0.10 or ranks == 0 else 0)
 PY

@@ -439,8 +439,10 @@ static void test_comm_cp_ep(void) {
     CHECK_EQ_U64(ps.mem.optim_shards_expert, 1); /* edp = dp*cp/ep = 1 */
 }
 
-/* MoE under tp 2 with sequence parallelism, ep 2 over dp 2 (bf16, m = 16 / (2 * 2) = 4,
- * A = 128*2*32*4 = 32768, a capacity): each tp rank runs the MoE block on its own rows. */
+/* MoE under tp 2 with sequence parallelism, ep 2 with dp 2 (bf16, m = 16 / (2 * 2) = 4,
+ * A = 128*2*32*4 = 32768, a capacity): each tp rank runs the MoE block on its own rows;
+ * under zero 0/1 the tp ranks fold in, so the ep group is the tp pair and edp the dp
+ * pair (stages/layout.h); under ZeRO-2 ep is drawn from dp. */
 static void test_comm_moe_sp(void) {
     fixture fx;
     fixture_moe(&fx);
@@ -462,7 +464,7 @@ static void test_comm_moe_sp(void) {
     double tp = 25 * 4 * 0.5 * 32768 + 2 * 1664 * 4.0 + 2 * 4 * 64 + ends;
     CHECK_REL(ps.comm.bytes[PLAN_COMM_TP], tp, 1e-12);
     /* DP: the dense parameters all-reduced over dp 2, the routed experts (2 layers x 6144
-     * / ep 2) over tp x edp = 2 x 1 */
+     * / ep 2) over their edp group of 2 (the dp pair) */
     double dense = (double)ps.mem.dense_params_on_rank;
     CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 2 * 0.5 * dense * 4 + 2 * 0.5 * 6144 * 4, 1e-12);
     fx.par.zero = 1; /* ZeRO-1: the experts' optimizer state sharded over those two ranks */

@@ -1,8 +1,10 @@
 /* The model's MoE layers (model.h: model_layer_is_moe): each runs moe.h's layer in place
  * of the dense SwiGLU MLP, on the post-attention norm's output, through the backend's ops
  * (moe_dev.h: the same code on the CPU and the CUDA engine; moe.c is its reference). Under
- * tensor parallelism the layer's weights are whole on every tp rank (replicated like the
- * norm weights: Megatron's expert tensor parallelism of 1); with sequence parallelism
+ * tensor parallelism the layer's weights are whole on every tp rank (Megatron's expert
+ * tensor parallelism of 1; the router and shared experts replicated like the norm
+ * weights, the routed experts too unless the tp ranks fold into expert parallelism and
+ * hold different ones, stages/layout.h); with sequence parallelism
  * each tp rank runs the layer on its own rows only (no all-gather before it, no
  * reduce-scatter after it, a tp-th of the work), so its weight gradients are that rank's
  * share: summed over tp once a step (model_moe_reduce_tp; under zero 0/1 the routed

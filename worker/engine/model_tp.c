@@ -103,7 +103,9 @@ int model_gather_tensor(model *m, int i, float *out) {
         cr.tp_rank = r;
         model_tensor tr;
         model_tensor_slice(&cr, i, &tr);
-        if (tr.replica == 0) tp_place_slice(out, &tr, host + (size_t)r * t.count);
+        /* a routed expert under the fold: whole, and maybe another on each tp rank */
+        int mine = tr.expert && m->cfg.expert_fold ? r == m->cfg.tp_rank : tr.replica == 0;
+        if (mine) tp_place_slice(out, &tr, host + (size_t)r * t.count);
     }
     be->free(be, dev);
     free(host);
