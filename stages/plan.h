@@ -33,6 +33,10 @@ typedef struct plan_params {
     int moe_counts; /* a capacity or an aux loss: a micro-batch split over cp or (sequence
                      * parallel) tp ranks exchanges its chunks' expert counts */
     uint32_t n_layers;
+    /* parallel.stage_layers (borrowed from the spec): each pipeline stage's layers, used
+     * when there are pp > 1 of them without interleaving; NULL: the even split */
+    const uint32_t *stage_layers;
+    size_t n_stage_layers;
 } plan_params;
 
 typedef struct plan_memory {
@@ -52,7 +56,8 @@ typedef struct plan_memory {
     double weight_bytes, grad_bytes, optim_bytes; /* per parameter */
     double gemm_copies;           /* bytes of the GEMMs' converted weight copies (CUDA: model.h) */
     uint32_t optim_shards_dense;  /* ZeRO-1 divisor of dense optimizer state: dp*cp or 1 */
-    uint32_t optim_shards_expert; /* ... of expert optimizer state: edp (over tp x cp x dp folded) or 1 */
+    uint32_t optim_shards_expert; /* ... of expert optimizer state: edp (over tp x cp x dp folded)
+                                     or 1 */
     double act_per_layer;         /* one layer, one micro-batch, kept from forward to backward */
     double act_working_set;       /* full recompute: one layer's full activations, once */
     double act_logits;            /* last stage: fp32 logits of one micro-batch */

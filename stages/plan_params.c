@@ -95,9 +95,20 @@ static uint32_t chunks_of(const plan_params *p, uint32_t pp, uint32_t v) {
     return pp > 1 && v > 1 && p->n_layers % (pp * v) == 0 ? v : 1;
 }
 
+/* Whether parallel.stage_layers sets the stages' layers (as model.c's model_uneven_stages). */
+static int uneven(const plan_params *p, uint32_t pp, uint32_t v) {
+    return pp > 1 && chunks_of(p, pp, v) == 1 && p->stage_layers != NULL && p->n_stage_layers == pp;
+}
+
 uint32_t plan_pp_stage_layer(const plan_params *p, uint32_t pp, uint32_t v, uint32_t stage,
                              uint32_t i) {
     uint32_t base = pp ? p->n_layers / pp : p->n_layers, rem = pp ? p->n_layers % pp : 0;
+    if (uneven(p, pp, v)) {
+        uint32_t first = 0;
+        for (uint32_t k = 0; k < stage; k++)
+            first += p->stage_layers[k];
+        return first + i;
+    }
     v = chunks_of(p, pp, v);
     if (v == 1) return stage * base + (stage < rem ? stage : rem) + i;
     uint32_t lc = p->n_layers / (pp * v);
@@ -108,7 +119,7 @@ void plan_pp_stage_layers(const plan_params *p, uint32_t pp, uint32_t v, uint32_
                           uint32_t *first, uint32_t *n, uint32_t *n_moe) {
     uint32_t base = pp ? p->n_layers / pp : p->n_layers, rem = pp ? p->n_layers % pp : 0;
     *first = plan_pp_stage_layer(p, pp, v, stage, 0);
-    *n = base + (stage < rem ? 1 : 0);
+    *n = uneven(p, pp, v) ? p->stage_layers[stage] : base + (stage < rem ? 1 : 0);
     if (chunks_of(p, pp, v) == 1) {
         *n_moe = moe_layers_in(p, *first, *n);
         return;

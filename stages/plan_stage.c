@@ -225,7 +225,7 @@ static void warn_divisibility(plan_stage *ps) {
              (unsigned long long)sh->seq_len, (unsigned long long)seq_div);
     if (ps->params.n_experts && ps->params.n_experts % sh->ep != 0)
         warn(ps, "model.moe.n_experts %u is not a multiple of ep %u", ps->params.n_experts, sh->ep);
-    if (sh->n_layers % sh->pp != 0)
+    if (sh->n_layers % sh->pp != 0 && ps->params.stage_layers == NULL)
         warn(ps, "n_layers %u is not a multiple of pp %u: the first %u stages hold one layer more",
              sh->n_layers, sh->pp, sh->n_layers % sh->pp);
 }
@@ -260,6 +260,30 @@ static int stage_layout(const Baton__StageSpec *spec, plan_stage *ps, bt_diag *d
                        spec_parallel(spec)->order, sh->gpus_per_node, diag);
 }
 
+/* parallel.stage_layers: pp entries of at least one layer each, summing to n_layers, and
+ * no interleaving (the recipe's validation says the same at its place in the file). */
+static int stage_layers(const Baton__StageSpec *spec, plan_stage *ps, bt_diag *diag) {
+    const Baton__Parallel *par = spec_parallel(spec);
+    if (par == NULL || par->n_stage_layers == 0) return BT_OK;
+    uint64_t sum = 0;
+    int zero = 0;
+    for (size_t k = 0; k < par->n_stage_layers; k++)
+        sum += par->stage_layers[k], zero |= par->stage_layers[k] == 0;
+    if (par->n_stage_layers != ps->shape.pp || sum != ps->params.n_layers || zero ||
+        ps->shape.virtual_stages > 1) {
+        bt_diag_set(diag,
+                    "parallel.stage_layers: %zu entries summing to %llu for pp %u and "
+                    "model.n_layers %u: it needs one entry per stage, each at least 1, summing "
+                    "to n_layers, and no virtual_stages",
+                    par->n_stage_layers, (unsigned long long)sum, ps->shape.pp,
+                    ps->params.n_layers);
+        return BT_EINVAL;
+    }
+    ps->params.stage_layers = par->stage_layers;
+    ps->params.n_stage_layers = par->n_stage_layers;
+    return BT_OK;
+}
+
 static uint64_t stage_microbatches(const plan_shape *sh) {
     uint64_t per_step = sh->micro_batch * sh->dp;
     if (sh->global_batch == 0) return 1;
@@ -270,6 +294,7 @@ int plan_stage_build(const Baton__StageSpec *spec, plan_stage *out, bt_diag *dia
     memset(out, 0, sizeof *out);
     int rc = plan_shape_resolve(spec, &out->shape, diag);
     if (rc == BT_OK) rc = plan_params_count(spec->model, &out->params, diag);
+    if (rc == BT_OK) rc = stage_layers(spec, out, diag);
     if (rc == BT_OK) rc = stage_layout(spec, out, diag);
     if (rc != BT_OK) return rc;
     if (out->shape.global_batch == 0)

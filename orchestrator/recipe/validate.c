@@ -266,6 +266,29 @@ static int check_world(vctx *v, const Baton__Parallel *p, const Baton__Cluster *
     return 0;
 }
 
+/* parallel.stage_layers: one entry per pipeline stage, each at least 1, summing to the
+ * model's layers; not with interleaving (its chunks are even). */
+static int check_stage_layers(vctx *v, const Baton__Model *m, const Baton__Parallel *p) {
+    if (p->n_stage_layers == 0) return 0;
+    REQUIRE(p->n_stage_layers == p->pp, v, "parallel.stage_layers",
+            "%zu entr%s for pp %u: give each pipeline stage's layers, first to last",
+            p->n_stage_layers, p->n_stage_layers == 1 ? "y" : "ies", p->pp);
+    REQUIRE(p->virtual_stages == 1, v, "parallel.stage_layers",
+            "an uneven split does not combine with virtual_stages %u (interleaved chunks are "
+            "even)",
+            p->virtual_stages);
+    uint64_t sum = 0;
+    for (size_t k = 0; k < p->n_stage_layers; k++) {
+        REQUIRE(p->stage_layers[k] >= 1, v, "parallel.stage_layers",
+                "stage %zu has no layers: every pipeline stage needs at least one", k);
+        sum += p->stage_layers[k];
+    }
+    REQUIRE(sum == m->n_layers, v, "parallel.stage_layers",
+            "the stages' layers add up to %llu but the model has n_layers %u",
+            (unsigned long long)sum, m->n_layers);
+    return 0;
+}
+
 static int check_model_split(vctx *v, const Baton__Model *m, const Baton__Parallel *p) {
     uint32_t kv = m->n_kv_heads ? m->n_kv_heads : m->n_heads;
     REQUIRE(m->n_heads % p->tp == 0, v, "parallel.tp",
@@ -286,7 +309,7 @@ static int check_model_split(vctx *v, const Baton__Model *m, const Baton__Parall
     REQUIRE(p->virtual_stages == 1 || m->n_layers % chunks == 0, v, "parallel.virtual_stages",
             "interleaved pipelines need n_layers (%u) divisible by pp × virtual_stages (%llu)",
             m->n_layers, (unsigned long long)chunks);
-    return 0;
+    return check_stage_layers(v, m, p);
 }
 
 static int check_sequence(vctx *v, const Baton__Model *m, const Baton__Parallel *p) {

@@ -8,8 +8,9 @@
 # taken from dp, or from tp x dp when tp > 1 and zero < 2: the tp ranks fold in), with
 # -offline appended: through `baton ckpt reshard --to B` instead of
 # resharding on load. A CASE starting with moe- trains reshard-moe.yaml (an MoE model).
-# ppNvM: an interleaved pipeline of M chunks per stage (parallel.virtual_stages); a CASE
-# with one trains the model with 4 layers instead of 2.
+# ppNvM: an interleaved pipeline of M chunks per stage (parallel.virtual_stages); slDDD:
+# parallel.stage_layers, one digit per stage (sl13: [1, 3]); a CASE with either trains
+# the model with 4 layers instead of 2.
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
 export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
@@ -29,7 +30,9 @@ layout() {
   [[ $s =~ ep([0-9]+) ]] && ep=${BASH_REMATCH[1]}
   [[ $s =~ (z|zero)([0-3]) ]] && z=${BASH_REMATCH[2]}
   [[ $s =~ pp[0-9]+v([0-9]+) ]] && v=${BASH_REMATCH[1]}
-  echo "$((tp * pp * dp * cp))|{tp: $tp, pp: $pp, cp: $cp, dp: $dp, ep: $ep, zero: $z, virtual_stages: $v}"
+  local sl=""
+  [[ $s =~ sl([0-9]+) ]] && sl=", stage_layers: [$(echo "${BASH_REMATCH[1]}" | sed 's/./&, /g; s/, $//')]"
+  echo "$((tp * pp * dp * cp))|{tp: $tp, pp: $pp, cp: $cp, dp: $dp, ep: $ep, zero: $z, virtual_stages: $v$sl}"
 }
 
 # run_layout NAME LOG [worker options...]: trains under layout NAME
@@ -55,7 +58,7 @@ offline=0 recipe=reshard.yaml
 [[ $case == *-offline ]] && offline=1
 [[ $case == moe-* ]] && recipe=reshard-moe.yaml
 layers=""
-[[ $case =~ pp[0-9]+v[0-9] ]] && layers="s/n_layers: 2/n_layers: 4/"
+[[ $case =~ pp[0-9]+v[0-9]|sl[0-9] ]] && layers="s/n_layers: 2/n_layers: 4/"
 pair=${case%-offline}
 pair=${pair#moe-}
 a=${pair%%-to-*} b=${pair##*-to-}

@@ -48,6 +48,28 @@ pp_case pp2 2 1 2 plain
 pp_case pp2-full 2 1 2 full
 pp_case pp2-dp2-zero1 4 1 2 zero1
 pp_case pp3-uneven 3 1 3 plain # layers 2 + 1 + 1: the remainder goes to stage 0
+# parallel.stage_layers: an uneven split chosen by the recipe; each stage's ranks say
+# they hold its layers
+sl() { echo "s/dp: auto, zero: 0}/dp: auto, zero: 0, stage_layers: [$1]}/"; }
+pp_check_layers() { # NAME RANGE...: stage k holds model layers RANGE k
+  layout_wanted "$1" || return 0
+  local name=$1 k=0 r
+  shift
+  for r in "$@"; do
+    if ! grep -q "pipeline stage $k of $#: model layers $r (parallel.stage_layers)" "$name.log"; then
+      echo "$name: no rank of stage $k reports layers $r"
+      failures=$((failures + 1))
+    fi
+    k=$((k + 1))
+  done
+  echo "$name: stages hold layers $*"
+}
+pp_case pp2-layers13 2 1 2 plain "$(sl "1, 3")"
+pp_check_layers pp2-layers13 0-0 1-3
+pp_case pp3-layers112 3 1 3 plain "$(sl "1, 1, 2")"
+pp_check_layers pp3-layers112 0-0 1-1 2-3
+pp_case pp2-dp2-zero1-layers31 4 1 2 zero1 "$(sl "3, 1")"
+pp_check_layers pp2-dp2-zero1-layers31 0-2 3-3
 pp_case pp4 4 1 4 plain
 pp_case tp2-pp2 4 2 2 plain
 pp_case tp2-pp2-dp2-zero1 8 2 2 zero1

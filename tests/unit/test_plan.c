@@ -205,6 +205,34 @@ static void test_params_moe(void) {
     CHECK(plan_params_count(&fx.model, &p, &d) == BT_EINVAL);
 }
 
+/* parallel.stage_layers: the 70B model's 80 layers as 19 + 21 + 21 + 19 (the stages with
+ * the embedding and the head lighter). */
+static void test_stage_layers(void) {
+    fixture fx;
+    fixture_70b(&fx);
+    uint32_t split[4] = {19, 21, 21, 19};
+    fx.par.stage_layers = split, fx.par.n_stage_layers = 4;
+    plan_stage ps;
+    CHECK(build(&fx, &ps) == BT_OK);
+    static const uint32_t first[4] = {0, 19, 40, 61};
+    for (uint32_t s = 0; s < 4; s++) {
+        uint32_t f, n, moe;
+        plan_pp_stage_layers(&ps.params, 4, 1, s, &f, &n, &moe);
+        CHECK_EQ_U64(f, first[s]);
+        CHECK_EQ_U64(n, split[s]);
+        CHECK_EQ_U64(plan_pp_stage_layer(&ps.params, 4, 1, s, n - 1), first[s] + n - 1);
+    }
+    plan_memory m;
+    plan_memory_for_pp_stage(&ps, 1, &m);
+    CHECK_EQ_U64(m.params_on_rank, 21 * (855638016ull / 8 + 16384));
+    for (int i = 0; i < ps.n_warnings; i++) /* no "not a multiple of pp" warning */
+        CHECK(strstr(ps.warnings[i], "hold one layer more") == NULL);
+    split[3] = 18; /* 79 layers */
+    CHECK(build(&fx, &ps) == BT_EINVAL);
+    split[3] = 19, fx.par.n_stage_layers = 3;
+    CHECK(build(&fx, &ps) == BT_EINVAL);
+}
+
 static void test_memory_70b(void) {
     fixture fx;
     fixture_70b(&fx);
@@ -749,6 +777,7 @@ int main(void) {
     test_comm_moe_sp();
     test_comm_moe_ep_over_tp();
     test_memory_70b();
+    test_stage_layers();
     test_activation_order();
     test_comm_small();
     test_interleaved_slots();

@@ -60,8 +60,20 @@ int model_chunks(const model_config *cfg) {
     return pp_of(cfg) > 1 && cfg->vp > 1 ? cfg->vp : 1;
 }
 
+int model_uneven_stages(const model_config *cfg) {
+    return pp_of(cfg) > 1 && model_chunks(cfg) == 1 && cfg->stage_layers != NULL &&
+           cfg->n_stage_layers == (size_t)pp_of(cfg);
+}
+
 void model_stage_layers(const model_config *cfg, int *first, int *n) {
     int pp = pp_of(cfg), s = pp > 1 ? cfg->pp_rank : 0, v = model_chunks(cfg);
+    if (model_uneven_stages(cfg)) {
+        *first = 0;
+        for (int k = 0; k < s; k++)
+            *first += (int)cfg->stage_layers[k];
+        *n = (int)cfg->stage_layers[s];
+        return;
+    }
     if (v > 1) { /* model_config_check: pp v divides n_layers */
         *first = s * (cfg->n_layers / (pp * v));
         *n = cfg->n_layers / pp;

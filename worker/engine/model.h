@@ -82,13 +82,17 @@ typedef struct model_config {
     backend_prec prec;       /* GEMM input precision */
     int fp8_hybrid;          /* fp8: gradients in E5M2 (else E4M3) */
     int fp8_first_last_bf16; /* fp8: layers 0 and L-1 run their GEMMs in bf16 */
-    int tp;         /* tensor-parallel degree; 0 or 1: none. Divides H, F and V; divides KV or
-                     * is a multiple of it */
-    int tp_rank;    /* this rank's place in the tensor-parallel group, [0, tp) */
-    int pp;         /* pipeline stages; 0 or 1: none. At most n_layers */
-    int pp_rank;    /* this rank's stage, [0, pp) */
-    int vp;         /* interleaved pipeline: model chunks per stage (virtual_stages); 0 or 1:
-                     * none. Divides n_layers / pp */
+    int tp;      /* tensor-parallel degree; 0 or 1: none. Divides H, F and V; divides KV or
+                  * is a multiple of it */
+    int tp_rank; /* this rank's place in the tensor-parallel group, [0, tp) */
+    int pp;      /* pipeline stages; 0 or 1: none. At most n_layers */
+    int pp_rank; /* this rank's stage, [0, pp) */
+    int vp;      /* interleaved pipeline: model chunks per stage (virtual_stages); 0 or 1:
+                  * none. Divides n_layers / pp */
+    const uint32_t *stage_layers; /* parallel.stage_layers (borrowed from the spec): each
+                                   * stage's layers, used when there are pp > 1 of them and
+                                   * vp is 1; NULL: the even split */
+    size_t n_stage_layers;
     int act_slots;  /* micro-batches (interleaved: chunks of micro-batches) whose activations
                      * are stored at once; 0 or 1: one */
     int head_slots; /* of those, slots that also hold the head's (final norm, logits, loss):
@@ -139,12 +143,15 @@ typedef struct model_config {
 /* 1 if layer l (a model layer index) is an MoE layer. */
 int model_layer_is_moe(const model_config *cfg, int l);
 
-/* The layers of stage cfg->pp_rank: [*first, *first + *n), the remainder of n_layers / pp
- * going one each to the first stages. Interleaved (vp > 1): *n = n_layers / pp layers in vp
+/* The layers of stage cfg->pp_rank: [*first, *first + *n), cfg->stage_layers' count for it
+ * when given (model_uneven_stages), else the remainder of n_layers / pp going one each to
+ * the first stages. Interleaved (vp > 1): *n = n_layers / pp layers in vp
  * chunks of n_layers / (pp vp) contiguous layers, chunk c being the (c pp + pp_rank)-th of
  * the model's pp vp chunks (Megatron-LM's virtual pipeline); *first is chunk 0's first
  * layer, model_stage_layer maps each. */
 void model_stage_layers(const model_config *cfg, int *first, int *n);
+/* Whether cfg->stage_layers sets the stages' layers: pp > 1 entries, vp 1. */
+int model_uneven_stages(const model_config *cfg);
 /* The model layer index of the stage's i-th layer, i in [0, n). */
 int model_stage_layer(const model_config *cfg, int i);
 /* Model chunks per stage (cfg.vp, at least 1) and the layers of each. */

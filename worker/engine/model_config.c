@@ -98,6 +98,9 @@ int model_config_from_pb(model_config *cfg, const Baton__Model *pb, bt_diag *dia
 
 void model_config_apply_stage(model_config *cfg, const Baton__Stage *stage) {
     if (stage->has_recompute) cfg->recompute = (model_recompute)stage->recompute;
+    if (stage->parallel != NULL && stage->parallel->n_stage_layers > 0)
+        cfg->stage_layers = stage->parallel->stage_layers,
+        cfg->n_stage_layers = stage->parallel->n_stage_layers;
     const Baton__Precision *p = stage->precision;
     if (p == NULL) return;
     switch (p->type) {
@@ -116,6 +119,26 @@ void model_config_apply_stage(model_config *cfg, const Baton__Stage *stage) {
     }
     cfg->fp8_hybrid = p->format == BATON__PRECISION__FORMAT__HYBRID;
     cfg->fp8_first_last_bf16 = p->first_last_bf16;
+}
+
+/* parallel.stage_layers, when the stage runs a pipeline (pp > 1; one process runs every
+ * layer): pp entries of at least one layer, summing to n_layers, without interleaving. */
+static int model_config_check_stages(const model_config *cfg, bt_diag *diag) {
+    if (cfg->stage_layers == NULL || cfg->n_stage_layers == 0 || cfg->pp <= 1) return 0;
+    uint64_t sum = 0, low = UINT32_MAX;
+    for (size_t k = 0; k < cfg->n_stage_layers; k++)
+        sum += cfg->stage_layers[k], low = cfg->stage_layers[k] < low ? cfg->stage_layers[k] : low;
+    if (cfg->n_stage_layers != (size_t)cfg->pp || sum != (uint64_t)cfg->n_layers || low == 0 ||
+        cfg->vp > 1) {
+        bt_diag_set(diag,
+                    "parallel.stage_layers: %zu entries summing to %llu (smallest %llu) for pp %d "
+                    "and model.n_layers %d: it needs one entry per stage, each at least 1, "
+                    "summing to n_layers, and no virtual_stages (%d)",
+                    cfg->n_stage_layers, (unsigned long long)sum, (unsigned long long)low, cfg->pp,
+                    cfg->n_layers, cfg->vp);
+        return BT_EINVAL;
+    }
+    return 0;
 }
 
 /* Megatron's even split: query heads, ffn rows and vocabulary rows divide by tp; kv heads
@@ -221,6 +244,8 @@ int model_config_check(const model_config *cfg, bt_diag *diag) {
                     cfg->vp, cfg->pp, cfg->n_layers);
         return BT_EINVAL;
     }
+    rc = model_config_check_stages(cfg, diag);
+    if (rc != 0) return rc;
     if (cfg->act_slots < 0 || cfg->head_slots < 0) {
         bt_diag_set(diag, "model: %d activation slots, %d of them with the head's (none negative)",
                     cfg->act_slots, cfg->head_slots);

@@ -248,6 +248,10 @@ static void worker_print_state(const trainer *t) {
         for (int l = 0; l < t->m.n_layers; l++)
             printf(" %d", model_stage_layer(&t->m.cfg, l));
         printf("), %d activation slots, %d received-gradient buffers\n", v->slots, v->grad_bufs);
+    } else if (t->pp.stages > 1) {
+        printf("pipeline stage %d of %d: model layers %d-%d%s\n", t->pp.stage, t->pp.stages,
+               model_stage_layer(&t->m.cfg, 0), model_stage_layer(&t->m.cfg, t->m.n_layers - 1),
+               model_uneven_stages(&t->m.cfg) ? " (parallel.stage_layers)" : "");
     }
     if (pp[0]) printf("%s\n", pp);
     if (t->m.cfg.sp)
