@@ -126,6 +126,8 @@ typedef struct plan_stage {
     double exposed_comm_s;    /* the communication step_time_s adds to compute_s */
     double tokens_per_s;      /* 0 when the step time is unknown */
     double bubble;            /* pipeline bubble fraction, (pp-1)/(v*m+pp-1), v = virtual_stages */
+    double pp_balance;        /* the slowest pipeline stage's compute over the mean (1: even) */
+    uint32_t pp_slowest;      /* that stage */
 } plan_stage;
 
 /* Computes everything for one resolved stage (spec->stage fully resolved, dp != 0). */
@@ -175,6 +177,14 @@ int plan_folds_experts(const plan_stage *ps);
  * (worker/engine/train_dp.h); else the gradients are all-reduced. */
 int plan_zero1_active(const plan_stage *ps);
 uint32_t plan_expert_holders(const plan_stage *ps);
+/* How evenly the pipeline stages share the compute (stages/plan_balance.c): the slowest
+ * stage's model FLOPs per token (its layers, the head on the last) over the stages' mean,
+ * and that stage; 1 and 0 without a pipeline. */
+void plan_pp_balance(const plan_stage *ps, double *ratio, uint32_t *slowest);
+/* The split of the layers over the pp stages (split: pp counts, first to last, each at
+ * least 1) whose slowest stage computes least, and that stage's compute over the mean;
+ * 0 when there is none to give (pp < 2 or pp > n_layers, or out of memory). */
+double plan_pp_best_split(const plan_stage *ps, uint32_t *split);
 /* Memory of a rank on pipeline stage `stage`; plan_memory_estimate picks the heaviest. */
 void plan_memory_for_pp_stage(const plan_stage *ps, uint32_t stage, plan_memory *out);
 void plan_memory_estimate(const plan_stage *ps, plan_memory *out);

@@ -363,6 +363,12 @@ static void text_time(FILE *f, const plan_stage *ps) {
     }
     fprintf(f, "            pipeline bubble %.1f%% = (pp-1)/(v*m+pp-1), m %" PRIu64 "\n",
             100 * ps->bubble, ps->microbatches);
+    if (sh->pp > 1)
+        fprintf(f,
+                "            slowest pipeline stage %u: %.2fx the stages' mean compute (its "
+                "layers' model flops%s)\n",
+                ps->pp_slowest, ps->pp_balance,
+                ps->pp_slowest == sh->pp - 1 ? " and the head's" : "");
 }
 
 static void text_warnings(FILE *f, const plan_stage *ps) {
@@ -475,6 +481,8 @@ static void json_times(bt_buf *b, const plan_stage *ps) {
     json_num(b, "tokens_per_s", ps->tokens_per_s);
     bt_buf_printf(b, ", ");
     json_num(b, "pipeline_bubble", ps->bubble);
+    bt_buf_printf(b, ", ");
+    json_num(b, "pipeline_balance", ps->pp_balance);
     bt_buf_printf(b, ", \"microbatches\": %" PRIu64 ", ", ps->microbatches);
 }
 

@@ -241,8 +241,29 @@ static void warn_cluster(plan_stage *ps) {
     if (sh->peak_flops <= 0) warn(ps, "cluster.gpu.peak_tflops_bf16 not given: step time unknown");
 }
 
+/* A pipeline whose slowest stage computes 10% more than the mean: the split that evens
+ * it out best (without interleaving, whose chunks are even). */
+static void warn_balance(plan_stage *ps) {
+    const plan_shape *sh = &ps->shape;
+    if (sh->pp < 2 || ps->pp_balance <= 1.10 || sh->virtual_stages > 1) return;
+    uint32_t *split = calloc(sh->pp, sizeof *split);
+    double best = split ? plan_pp_best_split(ps, split) : 0;
+    char list[160] = "";
+    size_t at = 0;
+    for (uint32_t s = 0; best > 0 && s < sh->pp && at < sizeof list; s++)
+        at += (size_t)snprintf(list + at, sizeof list - at, "%s%u", s ? ", " : "", split[s]);
+    free(split);
+    if (best <= 0 || best > ps->pp_balance - 0.02) return;
+    warn(ps,
+         "pipeline stage %u computes %.2fx the stages' mean (its layers%s): "
+         "parallel.stage_layers: [%s] would make the slowest %.2fx",
+         ps->pp_slowest, ps->pp_balance, ps->pp_slowest == sh->pp - 1 ? " and the head" : "", list,
+         best);
+}
+
 static void plan_stage_warnings(plan_stage *ps) {
     warn_memory(ps);
+    warn_balance(ps);
     warn_groups(ps);
     warn_batch(ps);
     warn_divisibility(ps);
@@ -303,6 +324,7 @@ int plan_stage_build(const Baton__StageSpec *spec, plan_stage *out, bt_diag *dia
     plan_memory_estimate(out, &out->mem);
     plan_comm_estimate(out, &out->comm);
     plan_time_estimate(out);
+    plan_pp_balance(out, &out->pp_balance, &out->pp_slowest);
     plan_stage_warnings(out);
     return BT_OK;
 }

@@ -23,13 +23,27 @@ static int overlay(void **dst, const void *src, const ProtobufCMessageDescriptor
     return pb_merge(*dst, src);
 }
 
+/* A stage that sets pp or virtual_stages without stage_layers goes back to the even split:
+ * the inherited list was for another pipeline (an empty list cannot say so: merging it
+ * changes nothing). */
+static void drop_stale_split(Baton__Stage *st, const Baton__Stage *k) {
+    const Baton__Parallel *p = k->parallel;
+    if (p == NULL || p->n_stage_layers > 0 || !(p->has_pp || p->has_virtual_stages)) return;
+    Baton__Parallel *e = st->parallel;
+    if (e == NULL || e->n_stage_layers == 0) return;
+    free(e->stage_layers);
+    e->stage_layers = NULL, e->n_stage_layers = 0;
+}
+
 int recipe_effective_stage(const recipe_doc *doc, size_t i, Baton__Stage **out) {
     const Baton__Recipe *r = doc->recipe;
     Baton__Stage *st = new_message(&baton__stage__descriptor);
     if (st == NULL) return BT_ENOMEM;
     int rc = r->defaults ? pb_merge(&st->base, &r->defaults->base) : 0;
-    for (size_t k = 0; rc == 0 && k <= i && k < r->n_stages; k++)
+    for (size_t k = 0; rc == 0 && k <= i && k < r->n_stages; k++) {
         rc = pb_merge(&st->base, &r->stages[k]->base);
+        if (rc == 0) drop_stale_split(st, r->stages[k]);
+    }
     if (rc != 0) {
         protobuf_c_message_free_unpacked(&st->base, NULL);
         return rc;

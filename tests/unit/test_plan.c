@@ -233,6 +233,63 @@ static void test_stage_layers(void) {
     CHECK(build(&fx, &ps) == BT_EINVAL);
 }
 
+/* Every split of L layers over pp stages into out (count of them); recursion over the
+ * first stage's layers. */
+static size_t all_splits(uint32_t L, uint32_t pp, uint32_t *cur, uint32_t depth, uint32_t *out,
+                         size_t n) {
+    if (depth == pp - 1) {
+        cur[depth] = L;
+        memcpy(out + n * pp, cur, pp * sizeof *cur);
+        return n + 1;
+    }
+    for (uint32_t k = 1; k + (pp - depth - 1) <= L; k++) {
+        cur[depth] = k;
+        n = all_splits(L - k, pp, cur, depth + 1, out, n);
+    }
+    return n;
+}
+
+/* plan_pp_balance and plan_pp_best_split against every split of 7 layers (a heavy head:
+ * vocab 4096 at dim 64) over 2, 3 and 4 stages: the best split's balance is the least of
+ * all, and building its split gives that balance. */
+static void test_pp_balance(void) {
+    for (uint32_t pp = 2; pp <= 4; pp++) {
+        fixture fx;
+        fixture_small(&fx);
+        set_model(&fx.model, 64, 7, 4, 2, 176, 4096);
+        set_parallel(&fx.par, 1, 1, 1, pp, 1);
+        fx.cluster.gpus_per_node = pp;
+        plan_stage ps;
+        CHECK(build(&fx, &ps) == BT_OK);
+        CHECK(ps.pp_balance > 1);
+        CHECK_EQ_U64(ps.pp_slowest, pp - 1); /* the head's stage */
+        uint32_t best[4], cur[4], *splits = malloc(100 * 4 * sizeof *splits);
+        double got = plan_pp_best_split(&ps, best), least = 1e9;
+        size_t n = all_splits(7, pp, cur, 0, splits, 0);
+        for (size_t i = 0; i < n; i++) {
+            fx.par.stage_layers = splits + i * pp, fx.par.n_stage_layers = pp;
+            CHECK(build(&fx, &ps) == BT_OK);
+            least = ps.pp_balance < least ? ps.pp_balance : least;
+        }
+        CHECK_REL(got, least, 1e-12);
+        fx.par.stage_layers = best, fx.par.n_stage_layers = pp;
+        CHECK(build(&fx, &ps) == BT_OK);
+        CHECK_REL(ps.pp_balance, got, 1e-12);
+        free(splits);
+    }
+    /* the even split of the 7 layers over 2 stages: the warning names a better one */
+    fixture fx;
+    fixture_small(&fx);
+    set_model(&fx.model, 64, 7, 4, 2, 176, 4096);
+    set_parallel(&fx.par, 1, 1, 1, 2, 1);
+    plan_stage ps;
+    CHECK(build(&fx, &ps) == BT_OK);
+    int named = 0;
+    for (int i = 0; i < ps.n_warnings; i++)
+        named |= strstr(ps.warnings[i], "parallel.stage_layers: [") != NULL;
+    CHECK(named);
+}
+
 static void test_memory_70b(void) {
     fixture fx;
     fixture_70b(&fx);
@@ -778,6 +835,7 @@ int main(void) {
     test_comm_moe_ep_over_tp();
     test_memory_70b();
     test_stage_layers();
+    test_pp_balance();
     test_activation_order();
     test_comm_small();
     test_interleaved_slots();

@@ -96,6 +96,43 @@ static void test_spec_round_trip(const recipe_doc *doc) {
     protobuf_c_message_free_unpacked(&s->base, NULL);
 }
 
+/* parallel.stage_layers carries forward like every setting, until a stage sets pp or
+ * virtual_stages without it: that stage and the later ones go back to the even split. */
+static const char *split_text =
+    "name: s\n"
+    "model: {arch: llama, dim: 64, n_layers: 4, n_heads: 4, ffn_dim: 176, vocab_size: 256}\n"
+    "cluster: {nodes: 1, gpus_per_node: 4}\n"
+    "defaults:\n"
+    "  seq_len: 64\n"
+    "  global_batch: 16\n"
+    "  parallel: {pp: 2, dp: auto, stage_layers: [3, 1]}\n"
+    "  optimizer: {lr: 1e-3}\n"
+    "stages:\n"
+    "  - {name: a, steps: 10}\n"
+    "  - {name: b, steps: 10, parallel: {pp: 4}}\n"
+    "  - {name: c, steps: 10}\n"
+    "  - {name: d, steps: 10, parallel: {pp: 2, virtual_stages: 2}}\n"
+    "  - {name: e, steps: 10, parallel: {pp: 2, virtual_stages: 1, stage_layers: [1, 3]}}\n";
+
+static void test_stage_split(void) {
+    recipe_doc doc = {0};
+    bt_diag d;
+    bt_diag_init(&d);
+    int rc = recipe_load_buffer("s.yaml", split_text, strlen(split_text), &doc, &d);
+    if (rc == 0) rc = recipe_validate(&doc, &d);
+    if (rc != 0) fprintf(stderr, "%s\n", d.msg);
+    CHECK(rc == 0);
+    static const size_t want[5] = {2, 0, 0, 0, 2};
+    for (size_t i = 0; rc == 0 && i < 5; i++) {
+        Baton__StageSpec *s = resolve(&doc, i);
+        if (s == NULL) continue;
+        CHECK_EQ_U64(s->stage->parallel->n_stage_layers, want[i]);
+        if (i == 4) CHECK_EQ_U64(s->stage->parallel->stage_layers[0], 1);
+        protobuf_c_message_free_unpacked(&s->base, NULL);
+    }
+    recipe_doc_free(&doc);
+}
+
 int main(void) {
     recipe_doc doc = {0};
     bt_diag d;
@@ -109,5 +146,6 @@ int main(void) {
         test_spec_round_trip(&doc);
     }
     recipe_doc_free(&doc);
+    test_stage_split();
     return check_status();
 }
