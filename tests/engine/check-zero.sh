@@ -45,6 +45,9 @@ zero_case dp2-zero3-full 2 1 1 zero3-full
 zero_case pp2-dp2-zero3-full 4 1 2 zero3-full
 zero_case dp2-zero2-selective 2 1 1 zero2-selective
 zero_case pp2-dp2-zero2 4 1 2 zero2
+# an uneven split (parallel.stage_layers), the heavier stage last: the plan's figures
+# are its ranks'
+zero_case pp2-dp2-zero3-layers13 4 1 2 zero3 "s/zero: 2}/zero: 2, stage_layers: [1, 3]}/"
 # interleaved: each chunk's units gathered / reduce-scattered as its passes reach them
 zero_case pp2-v2-dp2-zero2 4 1 2 zero2-v2
 zero_case pp2-v2-dp2-zero3 4 1 2 zero3-v2
