@@ -94,7 +94,7 @@ static int launch_option(launch_args *a, const char *opt, const char *val) {
 /* 0 to run, 1 after --help, -1 on a usage error. */
 static int launch_parse_args(int argc, char **argv, launch_args *a) {
     int i = 1;
-    for (; i < argc; i++) {
+    while (i < argc) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             launch_usage(stdout);
             return 1;
@@ -105,7 +105,7 @@ static int launch_parse_args(int argc, char **argv, launch_args *a) {
         }
         if (argv[i][0] != '-') break;
         if (launch_option(a, argv[i], i + 1 < argc ? argv[i + 1] : NULL) != 0) return -1;
-        i++;
+        i += 2; /* every option takes a value */
     }
     if (a->nprocs == 0 || i >= argc) {
         fprintf(stderr, "baton launch: %s\n\n", a->nprocs == 0 ? "-n N is required" : "no CMD");

@@ -108,6 +108,8 @@ typedef struct plan_shape {
 } plan_shape;
 
 #define PLAN_MAX_WARNINGS 16
+#define PLAN_MAX_SPLIT    64     /* the most pipeline stages a suggested split is given for */
+#define PLAN_MAX_LAYERS   65536u /* model.n_layers at most (recipe validation) */
 
 typedef struct plan_stage {
     plan_params params;
@@ -128,6 +130,11 @@ typedef struct plan_stage {
     double bubble;            /* pipeline bubble fraction, (pp-1)/(v*m+pp-1), v = virtual_stages */
     double pp_balance;        /* the slowest pipeline stage's compute over the mean (1: even) */
     uint32_t pp_slowest;      /* that stage */
+    /* When the slowest stage computes 10% more than the mean: the split of the layers
+     * (pp <= PLAN_MAX_SPLIT entries, no interleaving) that evens it best, if it fits in
+     * memory, and its slowest stage over the mean; pp_best_balance 0: none. */
+    uint32_t pp_best_split[PLAN_MAX_SPLIT];
+    double pp_best_balance;
 } plan_stage;
 
 /* Computes everything for one resolved stage (spec->stage fully resolved, dp != 0). */

@@ -1,8 +1,10 @@
 /* How evenly a pipeline's stages share the compute (plan.h: plan_pp_balance), and the
  * split of the layers that shares it best (plan_pp_best_split). A stage's compute per
- * token is the model FLOPs of its layers, 6 x their active parameters + 6 h s for the
- * attention scores, and on the last stage the head's 6 x (d V + d); the embedding is a
- * lookup. The slowest stage sets the pace of every micro-batch through the pipeline. */
+ * token is the FLOPs of its layers, 6 x their active parameters + 6 h s for the attention
+ * scores (x 4/3 under full recomputation, + 2 h s under selective, as time_flops counts
+ * them), and on the last stage the head's 6 x (d V + d), never recomputed; the embedding
+ * is a lookup. The slowest stage sets the pace of every micro-batch through the
+ * pipeline. */
 #include <stdlib.h>
 
 #include "plan.h"
@@ -15,7 +17,10 @@ static double layer_flops(const plan_stage *ps, uint32_t l) {
                   (p->n_experts ? (double)p->moe_experts * p->top_k / p->n_experts : 0);
     else
         params += (double)p->mlp_layer;
-    return 6 * params + 6.0 * ps->shape.dim * (double)ps->shape.seq_len;
+    double attn = 6.0 * ps->shape.dim * (double)ps->shape.seq_len, w = 6 * params + attn;
+    if (ps->shape.recompute == BATON__STAGE__RECOMPUTE__FULL) return w * 4 / 3;
+    if (ps->shape.recompute == BATON__STAGE__RECOMPUTE__SELECTIVE) return w + attn / 3;
+    return w;
 }
 
 static double head_flops(const plan_stage *ps) {
@@ -40,43 +45,44 @@ void plan_pp_balance(const plan_stage *ps, double *ratio, uint32_t *slowest) {
     *ratio = sum > 0 ? most * sh->pp / sum : 1;
 }
 
-/* best[k * (L + 1) + i]: the least possible slowest stage when layers [0, i) make k
- * stages of at least one layer each; cut[] the first layer of the last of them. */
-static void split_table(const double *pre, uint32_t L, uint32_t pp, double *best, uint32_t *cut) {
-    for (uint32_t i = 1; i <= L; i++)
-        best[1 * (L + 1) + i] = pre[i], cut[1 * (L + 1) + i] = 0;
-    for (uint32_t k = 2; k < pp; k++)
-        for (uint32_t i = k; i <= L; i++) {
+/* best[k * W + i] (W = L + 1): the least possible slowest stage when layers [0, i) make
+ * k stages of at least one layer each; cut[] the first layer of the last of them. */
+static void split_table(const double *pre, size_t L, size_t pp, double *best, size_t *cut) {
+    size_t W = L + 1;
+    for (size_t i = 1; i <= L; i++)
+        best[1 * W + i] = pre[i], cut[1 * W + i] = 0;
+    for (size_t k = 2; k < pp; k++)
+        for (size_t i = k; i <= L; i++) {
             double b = -1;
-            for (uint32_t j = k - 1; j < i; j++) {
-                double prev = best[(k - 1) * (L + 1) + j], last = pre[i] - pre[j];
+            for (size_t j = k - 1; j < i; j++) {
+                double prev = best[(k - 1) * W + j], last = pre[i] - pre[j];
                 double w = prev > last ? prev : last;
-                if (b < 0 || w < b) b = w, cut[k * (L + 1) + i] = j;
+                if (b < 0 || w < b) b = w, cut[k * W + i] = j;
             }
-            best[k * (L + 1) + i] = b;
+            best[k * W + i] = b;
         }
 }
 
 double plan_pp_best_split(const plan_stage *ps, uint32_t *split) {
-    uint32_t L = ps->shape.n_layers, pp = ps->shape.pp;
-    if (pp < 2 || pp > L) return 0;
-    double *pre = calloc(L + 1, sizeof *pre), *best = calloc((size_t)pp * (L + 1), sizeof *best);
-    uint32_t *cut = calloc((size_t)pp * (L + 1), sizeof *cut);
+    size_t L = ps->shape.n_layers, pp = ps->shape.pp, W = L + 1;
+    if (pp < 2 || pp > L || L > PLAN_MAX_LAYERS) return 0;
+    double *pre = calloc(W, sizeof *pre), *best = calloc(pp * W, sizeof *best);
+    size_t *cut = calloc(pp * W, sizeof *cut);
     double result = 0;
     if (pre != NULL && best != NULL && cut != NULL) {
-        for (uint32_t l = 0; l < L; l++)
-            pre[l + 1] = pre[l] + layer_flops(ps, l);
+        for (size_t l = 0; l < L; l++)
+            pre[l + 1] = pre[l] + layer_flops(ps, (uint32_t)l);
         split_table(pre, L, pp, best, cut);
-        uint32_t j_best = pp - 1; /* the last stage: layers [j, L) and the head */
-        for (uint32_t j = pp - 1; j < L; j++) {
-            double prev = best[(pp - 1) * (L + 1) + j], last = pre[L] - pre[j] + head_flops(ps);
+        size_t j_best = pp - 1; /* the last stage: layers [j, L) and the head */
+        for (size_t j = pp - 1; j < L; j++) {
+            double prev = best[(pp - 1) * W + j], last = pre[L] - pre[j] + head_flops(ps);
             double w = prev > last ? prev : last;
             if (result == 0 || w < result) result = w, j_best = j;
         }
-        split[pp - 1] = L - j_best;
-        for (uint32_t k = pp - 1, i = j_best; k >= 1; i = cut[k * (L + 1) + i], k--)
-            split[k - 1] = i - cut[k * (L + 1) + i];
-        result = result * pp / (pre[L] + head_flops(ps));
+        split[pp - 1] = (uint32_t)(L - j_best);
+        for (size_t k = pp - 1, i = j_best; k >= 1; i = cut[k * W + i], k--)
+            split[k - 1] = (uint32_t)(i - cut[k * W + i]);
+        result = result * (double)pp / (pre[L] + head_flops(ps));
     }
     free(pre);
     free(best);

@@ -369,6 +369,12 @@ static void text_time(FILE *f, const plan_stage *ps) {
                 "layers' model flops%s)\n",
                 ps->pp_slowest, ps->pp_balance,
                 ps->pp_slowest == sh->pp - 1 ? " and the head's" : "");
+    if (ps->pp_best_balance > 0) {
+        fprintf(f, "            evened out by parallel.stage_layers: [");
+        for (uint32_t s = 0; s < sh->pp; s++)
+            fprintf(f, "%s%u", s ? ", " : "", ps->pp_best_split[s]);
+        fprintf(f, "] (the slowest %.2fx)\n", ps->pp_best_balance);
+    }
 }
 
 static void text_warnings(FILE *f, const plan_stage *ps) {
@@ -469,6 +475,18 @@ static void json_warnings(bt_buf *b, const plan_stage *ps) {
     bt_buf_printf(b, "]");
 }
 
+/* The split balance_suggest found (plan.h: pp_best_split), or null. */
+static void json_best_split(bt_buf *b, const plan_stage *ps) {
+    bt_buf_printf(b, ", \"pipeline_best_split\": ");
+    if (ps->pp_best_balance <= 0) {
+        bt_buf_printf(b, "null");
+        return;
+    }
+    for (uint32_t s = 0; s < ps->shape.pp; s++)
+        bt_buf_printf(b, "%s%u", s ? ", " : "[", ps->pp_best_split[s]);
+    bt_buf_printf(b, "]");
+}
+
 static void json_times(bt_buf *b, const plan_stage *ps) {
     json_num(b, "flops_per_step", ps->flops_per_step);
     bt_buf_printf(b, ", ");
@@ -483,6 +501,7 @@ static void json_times(bt_buf *b, const plan_stage *ps) {
     json_num(b, "pipeline_bubble", ps->bubble);
     bt_buf_printf(b, ", ");
     json_num(b, "pipeline_balance", ps->pp_balance);
+    json_best_split(b, ps);
     bt_buf_printf(b, ", \"microbatches\": %" PRIu64 ", ", ps->microbatches);
 }
 

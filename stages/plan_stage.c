@@ -241,29 +241,49 @@ static void warn_cluster(plan_stage *ps) {
     if (sh->peak_flops <= 0) warn(ps, "cluster.gpu.peak_tflops_bf16 not given: step time unknown");
 }
 
+/* The memory split's heaviest rank needs, planned like ps. */
+static double split_memory(const plan_stage *ps, const uint32_t *split, int *fits) {
+    plan_stage *alt = malloc(sizeof *alt);
+    if (alt == NULL) return *fits = -1, 0;
+    *alt = *ps;
+    alt->params.stage_layers = split, alt->params.n_stage_layers = ps->shape.pp;
+    plan_memory_estimate(alt, &alt->mem);
+    double total = alt->mem.total;
+    *fits = alt->mem.fits;
+    free(alt);
+    return total;
+}
+
 /* A pipeline whose slowest stage computes 10% more than the mean: the split that evens
- * it out best (without interleaving, whose chunks are even). */
-static void warn_balance(plan_stage *ps) {
+ * it best (without interleaving, whose chunks are even), kept when it fits in memory. */
+static void balance_suggest(plan_stage *ps) {
     const plan_shape *sh = &ps->shape;
-    if (sh->pp < 2 || ps->pp_balance <= 1.10 || sh->virtual_stages > 1) return;
-    uint32_t *split = calloc(sh->pp, sizeof *split);
-    double best = split ? plan_pp_best_split(ps, split) : 0;
-    char list[160] = "";
-    size_t at = 0;
-    for (uint32_t s = 0; best > 0 && s < sh->pp && at < sizeof list; s++)
-        at += (size_t)snprintf(list + at, sizeof list - at, "%s%u", s ? ", " : "", split[s]);
-    free(split);
+    if (sh->pp < 2 || ps->pp_balance <= 1.10 || sh->virtual_stages > 1 || sh->pp > PLAN_MAX_SPLIT)
+        return;
+    uint32_t split[PLAN_MAX_SPLIT];
+    double best = plan_pp_best_split(ps, split);
     if (best <= 0 || best > ps->pp_balance - 0.02) return;
+    const char *what = ps->pp_slowest == sh->pp - 1 ? " (its layers and the head)" : "";
+    int fits;
+    double need = split_memory(ps, split, &fits);
+    if (fits == 0) {
+        warn(ps,
+             "pipeline stage %u computes %.2fx the stages' mean%s; the split that evens it "
+             "best (%.2fx) would need %.2f GB a GPU, more than there is",
+             ps->pp_slowest, ps->pp_balance, what, best, need / 1e9);
+        return;
+    }
+    memcpy(ps->pp_best_split, split, sh->pp * sizeof *split);
+    ps->pp_best_balance = best;
     warn(ps,
-         "pipeline stage %u computes %.2fx the stages' mean (its layers%s): "
-         "parallel.stage_layers: [%s] would make the slowest %.2fx",
-         ps->pp_slowest, ps->pp_balance, ps->pp_slowest == sh->pp - 1 ? " and the head" : "", list,
-         best);
+         "pipeline stage %u computes %.2fx the stages' mean%s: the parallel.stage_layers "
+         "under \"time\" (--json: pipeline_best_split) would make the slowest %.2fx",
+         ps->pp_slowest, ps->pp_balance, what, best);
 }
 
 static void plan_stage_warnings(plan_stage *ps) {
     warn_memory(ps);
-    warn_balance(ps);
+    balance_suggest(ps);
     warn_groups(ps);
     warn_batch(ps);
     warn_divisibility(ps);

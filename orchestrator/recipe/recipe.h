@@ -27,6 +27,12 @@ int recipe_resolve_stage(const recipe_doc *doc, size_t i, Baton__StageSpec **out
 /* The effective (merged, not yet completed) Stage i: defaults then stages 0..i.
  * Caller frees with protobuf_c_message_free_unpacked. */
 int recipe_effective_stage(const recipe_doc *doc, size_t i, Baton__Stage **out);
+/* After given (a stage's or an override's parallel settings) was merged into e: when it
+ * changed pp or virtual_stages (pp0, v0 before) without giving stage_layers, e goes back to
+ * the even split, its inherited list having been for another pipeline (an empty list
+ * cannot say so: merging it changes nothing). */
+void recipe_drop_stale_split(Baton__Parallel *e, const Baton__Parallel *given, uint32_t pp0,
+                             uint32_t v0);
 
 /* Overlays one --set KEY=VALUE assignment (recipe_set.c) onto the loaded recipe: KEY a
  * dotted field path (stages by name or index: stages.pretrain.steps), VALUE YAML. Errors

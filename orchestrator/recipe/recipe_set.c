@@ -41,10 +41,16 @@ static int set_overlay(recipe_doc *doc, const char *what, const char *text, long
     recipe_doc part;
     int rc = recipe_load_buffer(what, text, strlen(text), &part, diag);
     if (rc != 0) return rc;
+    Baton__Stage *d = doc->recipe->defaults, *g = part.recipe->defaults;
+    uint32_t pp0 = d && d->parallel ? d->parallel->pp : 0;
+    uint32_t v0 = d && d->parallel ? d->parallel->virtual_stages : 0;
     if (si >= 0 && part.recipe->n_stages == 1)
         rc = pb_merge(&doc->recipe->stages[si]->base, &part.recipe->stages[0]->base);
     else if (si < 0)
         rc = pb_merge(&doc->recipe->base, &part.recipe->base);
+    d = doc->recipe->defaults; /* --set defaults.parallel.pp=N: as a stage changing it */
+    if (rc == 0 && si < 0 && d != NULL && g != NULL)
+        recipe_drop_stale_split(d->parallel, g->parallel, pp0, v0);
     recipe_doc_free(&part);
     return rc;
 }

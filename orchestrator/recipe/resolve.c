@@ -23,14 +23,10 @@ static int overlay(void **dst, const void *src, const ProtobufCMessageDescriptor
     return pb_merge(*dst, src);
 }
 
-/* A stage that sets pp or virtual_stages without stage_layers goes back to the even split:
- * the inherited list was for another pipeline (an empty list cannot say so: merging it
- * changes nothing). */
-static void drop_stale_split(Baton__Stage *st, const Baton__Stage *k) {
-    const Baton__Parallel *p = k->parallel;
-    if (p == NULL || p->n_stage_layers > 0 || !(p->has_pp || p->has_virtual_stages)) return;
-    Baton__Parallel *e = st->parallel;
-    if (e == NULL || e->n_stage_layers == 0) return;
+void recipe_drop_stale_split(Baton__Parallel *e, const Baton__Parallel *given, uint32_t pp0,
+                             uint32_t v0) {
+    if (given == NULL || given->n_stage_layers > 0 || e == NULL || e->n_stage_layers == 0) return;
+    if (e->pp == pp0 && e->virtual_stages == v0) return;
     free(e->stage_layers);
     e->stage_layers = NULL, e->n_stage_layers = 0;
 }
@@ -41,8 +37,10 @@ int recipe_effective_stage(const recipe_doc *doc, size_t i, Baton__Stage **out) 
     if (st == NULL) return BT_ENOMEM;
     int rc = r->defaults ? pb_merge(&st->base, &r->defaults->base) : 0;
     for (size_t k = 0; rc == 0 && k <= i && k < r->n_stages; k++) {
+        uint32_t pp0 = st->parallel ? st->parallel->pp : 0;
+        uint32_t v0 = st->parallel ? st->parallel->virtual_stages : 0;
         rc = pb_merge(&st->base, &r->stages[k]->base);
-        if (rc == 0) drop_stale_split(st, r->stages[k]);
+        if (rc == 0) recipe_drop_stale_split(st->parallel, r->stages[k]->parallel, pp0, v0);
     }
     if (rc != 0) {
         protobuf_c_message_free_unpacked(&st->base, NULL);

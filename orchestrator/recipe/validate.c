@@ -182,7 +182,9 @@ static int check_model(vctx *v, const Baton__Model *m) {
             "missing model: expected model: {arch, dim, n_layers, n_heads, "
             "ffn_dim, vocab_size}");
     REQUIRE(m->dim > 0, v, "model.dim", "expected a positive model dim");
-    REQUIRE(m->n_layers > 0, v, "model.n_layers", "expected a positive number of layers");
+    REQUIRE(m->n_layers > 0 && m->n_layers <= PLAN_MAX_LAYERS, v, "model.n_layers",
+            "expected a positive number of layers, at most %u (got %u)", PLAN_MAX_LAYERS,
+            m->n_layers);
     REQUIRE(m->n_heads > 0, v, "model.n_heads", "expected a positive number of heads");
     REQUIRE(m->vocab_size > 0, v, "model.vocab_size", "expected a positive vocab_size");
     REQUIRE(m->dim % m->n_heads == 0, v, "model.n_heads", "dim %u is not divisible by n_heads %u",

@@ -284,9 +284,25 @@ static void test_pp_balance(void) {
     set_parallel(&fx.par, 1, 1, 1, 2, 1);
     plan_stage ps;
     CHECK(build(&fx, &ps) == BT_OK);
+    uint32_t best[2];
+    CHECK_REL(ps.pp_best_balance, plan_pp_best_split(&ps, best), 1e-12);
+    CHECK(ps.pp_best_balance < ps.pp_balance);
+    CHECK_EQ_U64(ps.pp_best_split[0], best[0]);
+    CHECK_EQ_U64(ps.pp_best_split[1], best[1]);
     int named = 0;
     for (int i = 0; i < ps.n_warnings; i++)
-        named |= strstr(ps.warnings[i], "parallel.stage_layers: [") != NULL;
+        named |= strstr(ps.warnings[i], "pipeline_best_split") != NULL;
+    CHECK(named);
+    char *text = report_text(&fx, &ps);
+    CHECK_STR_CONTAINS(text, "evened out by parallel.stage_layers: [");
+    free(text);
+    /* a split that would not fit in memory is not offered */
+    fx.mem.bytes = 1000000;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK(ps.pp_best_balance == 0);
+    named = 0;
+    for (int i = 0; i < ps.n_warnings; i++)
+        named |= strstr(ps.warnings[i], "more than there is") != NULL;
     CHECK(named);
 }
 

@@ -96,8 +96,9 @@ static void test_spec_round_trip(const recipe_doc *doc) {
     protobuf_c_message_free_unpacked(&s->base, NULL);
 }
 
-/* parallel.stage_layers carries forward like every setting, until a stage sets pp or
- * virtual_stages without it: that stage and the later ones go back to the even split. */
+/* parallel.stage_layers carries forward like every setting (restating pp keeps it), until
+ * a stage changes pp or virtual_stages without it: that stage and the later ones go back
+ * to the even split. */
 static const char *split_text =
     "name: s\n"
     "model: {arch: llama, dim: 64, n_layers: 4, n_heads: 4, ffn_dim: 176, vocab_size: 256}\n"
@@ -108,7 +109,7 @@ static const char *split_text =
     "  parallel: {pp: 2, dp: auto, stage_layers: [3, 1]}\n"
     "  optimizer: {lr: 1e-3}\n"
     "stages:\n"
-    "  - {name: a, steps: 10}\n"
+    "  - {name: a, steps: 10, parallel: {pp: 2, zero: 0}}\n"
     "  - {name: b, steps: 10, parallel: {pp: 4}}\n"
     "  - {name: c, steps: 10}\n"
     "  - {name: d, steps: 10, parallel: {pp: 2, virtual_stages: 2}}\n"
@@ -130,6 +131,13 @@ static void test_stage_split(void) {
         if (i == 4) CHECK_EQ_U64(s->stage->parallel->stage_layers[0], 1);
         protobuf_c_message_free_unpacked(&s->base, NULL);
     }
+    recipe_doc_free(&doc);
+    /* --set defaults.parallel.pp=4 changes the defaults' pipeline: their list goes */
+    rc = recipe_load_buffer("s.yaml", split_text, strlen(split_text), &doc, &d);
+    rc = rc ? rc : recipe_apply_set(&doc, "defaults.parallel.pp=4", &d);
+    if (rc != 0) fprintf(stderr, "%s\n", d.msg);
+    CHECK(rc == 0);
+    if (rc == 0) CHECK_EQ_U64(doc.recipe->defaults->parallel->n_stage_layers, 0);
     recipe_doc_free(&doc);
 }
 

@@ -768,8 +768,8 @@ int model_tensor_info(const model *m, int i, model_tensor *t) {
         model_zero_views(m, t->offset, &t->data, &t->grad);
         return 0;
     }
-    t->data = m->params_mem + t->offset;
-    t->grad = m->grads_mem + t->offset;
+    t->data = m->params_mem ? m->params_mem + t->offset : NULL;
+    t->grad = m->grads_mem ? m->grads_mem + t->offset : NULL;
     return 0;
 }
 
