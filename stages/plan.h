@@ -33,8 +33,9 @@ typedef struct plan_params {
     int moe_counts; /* a capacity or an aux loss: a micro-batch split over cp or (sequence
                      * parallel) tp ranks exchanges its chunks' expert counts */
     uint32_t n_layers;
-    /* parallel.stage_layers (borrowed from the spec): each pipeline stage's layers, used
-     * when there are pp > 1 of them without interleaving; NULL: the even split */
+    /* parallel.stage_layers (borrowed from the spec): each pipeline stage's layers, or
+     * interleaved each model chunk's, used when there are pp x v of them (pp > 1); NULL:
+     * the even split */
     const uint32_t *stage_layers;
     size_t n_stage_layers;
 } plan_params;
@@ -151,15 +152,20 @@ int plan_shape_resolve(const Baton__StageSpec *spec, plan_shape *out, bt_diag *d
  * (layer - first_dense) % every == 0. */
 int plan_layer_is_moe(const plan_params *p, uint32_t layer);
 /* Pipeline stage `stage` of pp holds n layers starting at *first (layers split evenly,
- * the remainder going to the first stages), n_moe of them MoE. With v > 1 virtual stages
- * (an interleaved pipeline; pp v divides the layers) it holds v chunks of n_layers/(pp v)
- * layers, chunk c being the model's (c pp + stage)-th: *first is chunk 0's first layer and
- * plan_pp_stage_layer gives each (worker/engine/model.h's model_stage_layer). */
+ * the remainder going to the first stages, or as p->stage_layers lists them), n_moe of
+ * them MoE. With v > 1 virtual stages (an interleaved pipeline; pp v divides the layers,
+ * or p->stage_layers lists the pp v chunks) it holds v chunks, chunk c being the model's
+ * (c pp + stage)-th: *first is chunk 0's first layer and plan_pp_stage_layer gives each
+ * (worker/engine/model.h's model_stage_layer). */
 void plan_pp_stage_layers(const plan_params *p, uint32_t pp, uint32_t v, uint32_t stage,
                           uint32_t *first, uint32_t *n, uint32_t *n_moe);
 /* The model index of the stage's i-th layer. */
 uint32_t plan_pp_stage_layer(const plan_params *p, uint32_t pp, uint32_t v, uint32_t stage,
                              uint32_t i);
+/* The stage's chunk c: its layers [*first, *first + *n) among the stage's (the i of
+ * plan_pp_stage_layer), as worker/engine/model.h's model_chunk_span. */
+void plan_pp_chunk_span(const plan_params *p, uint32_t pp, uint32_t v, uint32_t stage, uint32_t c,
+                        uint32_t *first, uint32_t *n);
 /* A ZeRO-2/3 unit as a rank holds it. */
 typedef struct plan_zero_unit {
     uint64_t chunk; /* ceil(unit / group) parameters per rank */

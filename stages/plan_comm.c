@@ -278,11 +278,12 @@ static void zero_sim_use(zero_sim *z, int u, int next) {
 static void zero_sim_pass(zero_sim *z, const plan_stage *ps, uint32_t stage, uint32_t c,
                           int forward) {
     const plan_shape *sh = &ps->shape;
-    uint32_t first, n, n_moe, v = sh->virtual_stages > 1 ? sh->virtual_stages : 1;
+    uint32_t first, n, n_moe, v = sh->virtual_stages > 1 ? sh->virtual_stages : 1, c0, len;
     plan_pp_stage_layers(&ps->params, sh->pp, v, stage, &first, &n, &n_moe);
-    int embed = stage == 0, head = stage + 1 == sh->pp, lc = (int)(n / v);
-    int lo = embed && c == 0 ? 0 : embed + (int)c * lc;
-    int hi = head && c == v - 1 ? embed + (int)n : embed + ((int)c + 1) * lc - 1;
+    plan_pp_chunk_span(&ps->params, sh->pp, v, stage, c, &c0, &len);
+    int embed = stage == 0, head = stage + 1 == sh->pp;
+    int lo = embed && c == 0 ? 0 : embed + (int)c0;
+    int hi = head && c == v - 1 ? embed + (int)n : embed + (int)(c0 + len) - 1;
     int full = sh->recompute == BATON__STAGE__RECOMPUTE__FULL;
     for (int k = 0; k <= hi - lo; k++) {
         int u = forward ? lo + k : hi - k, next = forward ? u + 1 : u - 1;

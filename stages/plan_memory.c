@@ -221,6 +221,19 @@ static double act_layer_full(const plan_shape *sh, double s) {
     return sbh * (10 + 24 / t + 5 * a * s / (h * t));
 }
 
+/* The most layers one of the stage's chunks has: what an activation slot holds (the
+ * stage's layers without interleaving). */
+static uint32_t stage_chunk_most(const plan_stage *ps, uint32_t stage) {
+    const plan_shape *sh = &ps->shape;
+    uint32_t v = sh->pp > 1 && sh->virtual_stages > 1 ? sh->virtual_stages : 1, most = 0;
+    for (uint32_t c = 0; c < v; c++) {
+        uint32_t first, n;
+        plan_pp_chunk_span(&ps->params, sh->pp, sh->virtual_stages, stage, c, &first, &n);
+        most = n > most ? n : most;
+    }
+    return most;
+}
+
 /* The interleaved schedule's slots (its model chunks' activations in flight, the head's
  * among them), head slots and received-gradient buffers on stage `stage`, counted from the
  * list the worker runs (pipe_schedule.h). Its buffers do not grow past two groups of
@@ -268,7 +281,7 @@ static void memory_activations(const plan_stage *ps, uint32_t stage, plan_memory
     out->microbatches_in_flight = (uint32_t)in_flight;
     out->head_slots = (uint32_t)(out->act_logits > 0 ? heads : 0);
     out->grad_buffers = (uint32_t)grads;
-    double per_slot = (double)out->layers_on_stage / (double)v * out->act_per_layer;
+    double per_slot = (double)stage_chunk_most(ps, stage) * out->act_per_layer;
     out->act_per_microbatch = out->layers_on_stage * out->act_per_layer + out->act_logits;
     /* interleaved: output gradients received ahead wait in buffers of the rank's rows */
     out->act_grad_in = (double)grads * s * b / t_sp * h * 4;
@@ -303,9 +316,10 @@ static void memory_moe(const plan_stage *ps, uint32_t stage, plan_memory *out) {
     uint32_t first, n, n_moe, most = 0;
     plan_pp_stage_layers(p, sh->pp, sh->virtual_stages, stage, &first, &n, &n_moe);
     if (n_moe == 0) return;
-    for (uint32_t c = 0, per = n / v; c < v; c++) {
-        uint32_t k = 0;
-        for (uint32_t i = c * per; i < (c + 1) * per; i++)
+    for (uint32_t c = 0; c < v; c++) {
+        uint32_t k = 0, c0, len;
+        plan_pp_chunk_span(p, sh->pp, sh->virtual_stages, stage, c, &c0, &len);
+        for (uint32_t i = c0; i < c0 + len; i++)
             k += plan_layer_is_moe(p, plan_pp_stage_layer(p, sh->pp, sh->virtual_stages, stage, i));
         most = k > most ? k : most;
     }

@@ -90,37 +90,69 @@ static uint32_t moe_layers_in(const plan_params *p, uint32_t first, uint32_t n) 
     return count;
 }
 
-/* v as the stage holds its layers: 1 unless pp > 1 and pp v divides the layers. */
+/* v as the stage holds its layers: 1 unless pp > 1 and pp v divides the layers or
+ * parallel.stage_layers lists the pp v chunks. */
 static uint32_t chunks_of(const plan_params *p, uint32_t pp, uint32_t v) {
-    return pp > 1 && v > 1 && p->n_layers % (pp * v) == 0 ? v : 1;
+    int listed = p->stage_layers != NULL && p->n_stage_layers == (size_t)pp * v;
+    return pp > 1 && v > 1 && (p->n_layers % (pp * v) == 0 || listed) ? v : 1;
 }
 
-/* Whether parallel.stage_layers sets the stages' layers (as model.c's model_uneven_stages). */
+/* Whether parallel.stage_layers sets the layers (as model.c's model_uneven_stages). */
 static int uneven(const plan_params *p, uint32_t pp, uint32_t v) {
-    return pp > 1 && chunks_of(p, pp, v) == 1 && p->stage_layers != NULL && p->n_stage_layers == pp;
+    return pp > 1 && p->stage_layers != NULL &&
+           p->n_stage_layers == (size_t)pp * chunks_of(p, pp, v);
+}
+
+/* Model chunk k's layers (k = c pp + s; without interleaving k = s): [*first, *first + *n)
+ * of the model. */
+static void chunk_at(const plan_params *p, uint32_t pp, uint32_t v, uint32_t k, uint32_t *first,
+                     uint32_t *n) {
+    if (pp == 0) pp = 1;
+    if (uneven(p, pp, v)) {
+        *first = 0;
+        for (uint32_t j = 0; j < k; j++)
+            *first += p->stage_layers[j];
+        *n = p->stage_layers[k];
+    } else if (chunks_of(p, pp, v) > 1) {
+        *n = p->n_layers / (pp * v), *first = k * *n;
+    } else {
+        uint32_t base = p->n_layers / pp, rem = p->n_layers % pp;
+        *first = k * base + (k < rem ? k : rem);
+        *n = base + (k < rem ? 1 : 0);
+    }
+}
+
+void plan_pp_chunk_span(const plan_params *p, uint32_t pp, uint32_t v, uint32_t stage, uint32_t c,
+                        uint32_t *first, uint32_t *n) {
+    uint32_t g;
+    *first = 0;
+    for (uint32_t j = 0; j < c; j++) {
+        chunk_at(p, pp, v, j * pp + stage, &g, n);
+        *first += *n;
+    }
+    chunk_at(p, pp, v, c * pp + stage, &g, n);
 }
 
 uint32_t plan_pp_stage_layer(const plan_params *p, uint32_t pp, uint32_t v, uint32_t stage,
                              uint32_t i) {
-    uint32_t base = pp ? p->n_layers / pp : p->n_layers, rem = pp ? p->n_layers % pp : 0;
-    if (uneven(p, pp, v)) {
-        uint32_t first = 0;
-        for (uint32_t k = 0; k < stage; k++)
-            first += p->stage_layers[k];
-        return first + i;
+    uint32_t first, n, chunks = chunks_of(p, pp, v);
+    for (uint32_t c = 0; c < chunks; c++) {
+        chunk_at(p, pp, v, c * pp + stage, &first, &n);
+        if (i < n || c + 1 == chunks) return first + i;
+        i -= n;
     }
-    v = chunks_of(p, pp, v);
-    if (v == 1) return stage * base + (stage < rem ? stage : rem) + i;
-    uint32_t lc = p->n_layers / (pp * v);
-    return (i / lc * pp + stage) * lc + i % lc;
+    return i;
 }
 
 void plan_pp_stage_layers(const plan_params *p, uint32_t pp, uint32_t v, uint32_t stage,
                           uint32_t *first, uint32_t *n, uint32_t *n_moe) {
-    uint32_t base = pp ? p->n_layers / pp : p->n_layers, rem = pp ? p->n_layers % pp : 0;
-    *first = plan_pp_stage_layer(p, pp, v, stage, 0);
-    *n = uneven(p, pp, v) ? p->stage_layers[stage] : base + (stage < rem ? 1 : 0);
-    if (chunks_of(p, pp, v) == 1) {
+    uint32_t g, len, chunks = chunks_of(p, pp, v);
+    chunk_at(p, pp, v, stage, first, n);
+    for (uint32_t c = 1; c < chunks; c++) {
+        chunk_at(p, pp, v, c * pp + stage, &g, &len);
+        *n += len;
+    }
+    if (chunks == 1) {
         *n_moe = moe_layers_in(p, *first, *n);
         return;
     }

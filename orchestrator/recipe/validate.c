@@ -268,21 +268,21 @@ static int check_world(vctx *v, const Baton__Parallel *p, const Baton__Cluster *
     return 0;
 }
 
-/* parallel.stage_layers: one entry per pipeline stage, each at least 1, summing to the
- * model's layers; not with interleaving (its chunks are even). */
+/* parallel.stage_layers: one entry per pipeline stage (interleaved: per model chunk, in
+ * model order), each at least 1, summing to the model's layers. */
 static int check_stage_layers(vctx *v, const Baton__Model *m, const Baton__Parallel *p) {
     if (p->n_stage_layers == 0) return 0;
-    REQUIRE(p->n_stage_layers == p->pp, v, "parallel.stage_layers",
-            "%zu entr%s for pp %u: give each pipeline stage's layers, first to last",
-            p->n_stage_layers, p->n_stage_layers == 1 ? "y" : "ies", p->pp);
-    REQUIRE(p->virtual_stages == 1, v, "parallel.stage_layers",
-            "an uneven split does not combine with virtual_stages %u (interleaved chunks are "
-            "even)",
-            p->virtual_stages);
+    uint64_t want = mul_sat(p->pp, p->virtual_stages);
+    REQUIRE(p->n_stage_layers == want, v, "parallel.stage_layers",
+            "%zu entr%s for pp %u%s: give each pipeline %s layers, first to last",
+            p->n_stage_layers, p->n_stage_layers == 1 ? "y" : "ies", p->pp,
+            p->virtual_stages > 1 ? " × virtual_stages" : "",
+            p->virtual_stages > 1 ? "chunk's (pp × virtual_stages of them, in model order)"
+                                  : "stage's");
     uint64_t sum = 0;
     for (size_t k = 0; k < p->n_stage_layers; k++) {
         REQUIRE(p->stage_layers[k] >= 1, v, "parallel.stage_layers",
-                "stage %zu has no layers: every pipeline stage needs at least one", k);
+                "entry %zu is 0: every pipeline stage (or chunk) needs at least one layer", k);
         sum += p->stage_layers[k];
     }
     REQUIRE(sum == m->n_layers, v, "parallel.stage_layers",
@@ -308,8 +308,10 @@ static int check_model_split(vctx *v, const Baton__Model *m, const Baton__Parall
     REQUIRE(m->n_layers >= chunks, v, "parallel.pp",
             "pp %u × virtual_stages %u = %llu pipeline chunks but the model has only %u layers",
             p->pp, p->virtual_stages, (unsigned long long)chunks, m->n_layers);
-    REQUIRE(p->virtual_stages == 1 || m->n_layers % chunks == 0, v, "parallel.virtual_stages",
-            "interleaved pipelines need n_layers (%u) divisible by pp × virtual_stages (%llu)",
+    REQUIRE(p->virtual_stages == 1 || m->n_layers % chunks == 0 || p->n_stage_layers > 0, v,
+            "parallel.virtual_stages",
+            "interleaved pipelines need n_layers (%u) divisible by pp × virtual_stages (%llu), or "
+            "parallel.stage_layers giving each chunk's layers",
             m->n_layers, (unsigned long long)chunks);
     return check_stage_layers(v, m, p);
 }

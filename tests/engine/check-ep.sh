@@ -131,6 +131,9 @@ ep_case ep2-pp2-v2 4 1 2 "$cap" "$vp"
 # MoE every other layer: stage 0 holds layers 0 and 2 (both MoE), stage 1 layers 1 and 3
 # (dense); each rank's allocations as the plan's (ZeRO-1 over dp2).
 ep_case moe-pp2-v2-dp2-zero1 4 1 1 "$aux, every: 2" "$vp; s/zero: 0,/zero: 1,/"
+# uneven chunks (parallel.stage_layers): 5 layers as 1 + 1 + 2 + 1, MoE every other one
+ep_case moe-pp2-v2-layers1121 2 1 1 "$aux, every: 2" "s/n_layers: 2/n_layers: 5/;
+  s/pp: 1, ep: 1,/pp: 2, ep: 1,/; s/zero: 0}/zero: 0, virtual_stages: 2, stage_layers: [1, 1, 2, 1]}/"
 # Context parallelism: each rank routes its two chunks of every sequence, yet the aux loss
 # and the capacity count the whole sequence as one process does (two sequences per
 # micro-batch, so the chunks' order crosses sequences); alone, with ep taking its ranks

@@ -48,6 +48,9 @@ zero_case pp2-dp2-zero2 4 1 2 zero2
 # an uneven split (parallel.stage_layers), the heavier stage last: the plan's figures
 # are its ranks'
 zero_case pp2-dp2-zero3-layers13 4 1 2 zero3 "s/zero: 2}/zero: 2, stage_layers: [1, 3]}/"
+# interleaved with uneven chunks: 5 layers as 2 + 1 + 1 + 1 over pp2 x v2
+zero_case pp2-v2-dp2-zero3-layers2111 4 1 2 zero3-v2 "s/n_layers: 4/n_layers: 5/;
+  s/zero: 2}/zero: 2, virtual_stages: 2, stage_layers: [2, 1, 1, 1]}/"
 # interleaved: each chunk's units gathered / reduce-scattered as its passes reach them
 zero_case pp2-v2-dp2-zero2 4 1 2 zero2-v2
 zero_case pp2-v2-dp2-zero3 4 1 2 zero3-v2

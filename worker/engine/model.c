@@ -61,41 +61,67 @@ int model_chunks(const model_config *cfg) {
 }
 
 int model_uneven_stages(const model_config *cfg) {
-    return pp_of(cfg) > 1 && model_chunks(cfg) == 1 && cfg->stage_layers != NULL &&
-           cfg->n_stage_layers == (size_t)pp_of(cfg);
+    return pp_of(cfg) > 1 && cfg->stage_layers != NULL &&
+           cfg->n_stage_layers == (size_t)pp_of(cfg) * (size_t)model_chunks(cfg);
 }
 
-void model_stage_layers(const model_config *cfg, int *first, int *n) {
-    int pp = pp_of(cfg), s = pp > 1 ? cfg->pp_rank : 0, v = model_chunks(cfg);
+/* Model chunk k's layers (k = c pp + s: stage s's c-th chunk; without interleaving k = s):
+ * [*first, *first + *n) of the model, as cfg->stage_layers gives them or evenly. */
+static void model_chunk_at(const model_config *cfg, int k, int *first, int *n) {
+    int pp = pp_of(cfg), v = model_chunks(cfg);
     if (model_uneven_stages(cfg)) {
         *first = 0;
-        for (int k = 0; k < s; k++)
-            *first += (int)cfg->stage_layers[k];
-        *n = (int)cfg->stage_layers[s];
+        for (int j = 0; j < k; j++)
+            *first += (int)cfg->stage_layers[j];
+        *n = (int)cfg->stage_layers[k];
         return;
     }
     if (v > 1) { /* model_config_check: pp v divides n_layers */
-        *first = s * (cfg->n_layers / (pp * v));
-        *n = cfg->n_layers / pp;
+        *n = cfg->n_layers / (pp * v), *first = k * *n;
         return;
     }
     int base = cfg->n_layers / pp, rem = cfg->n_layers % pp;
-    *first = s * base + (s < rem ? s : rem);
-    *n = base + (s < rem ? 1 : 0);
+    *first = k * base + (k < rem ? k : rem);
+    *n = base + (k < rem ? 1 : 0);
+}
+
+void model_chunk_span(const model_config *cfg, int c, int *first, int *n) {
+    int pp = pp_of(cfg), s = pp > 1 ? cfg->pp_rank : 0, g;
+    *first = 0;
+    for (int j = 0; j < c; j++) {
+        model_chunk_at(cfg, j * pp + s, &g, n);
+        *first += *n;
+    }
+    model_chunk_at(cfg, c * pp + s, &g, n);
+}
+
+void model_stage_layers(const model_config *cfg, int *first, int *n) {
+    int pp = pp_of(cfg), s = pp > 1 ? cfg->pp_rank : 0, len;
+    model_chunk_at(cfg, s, first, n);
+    for (int c = 1; c < model_chunks(cfg); c++) {
+        int g;
+        model_chunk_at(cfg, c * pp + s, &g, &len);
+        *n += len;
+    }
 }
 
 int model_chunk_layers(const model_config *cfg) {
-    int first, n;
-    model_stage_layers(cfg, &first, &n);
-    return n / model_chunks(cfg);
+    int most = 0, first, n;
+    for (int c = 0; c < model_chunks(cfg); c++) {
+        model_chunk_span(cfg, c, &first, &n);
+        most = n > most ? n : most;
+    }
+    return most;
 }
 
 int model_stage_layer(const model_config *cfg, int i) {
-    int first, n, v = model_chunks(cfg);
-    model_stage_layers(cfg, &first, &n);
-    if (v == 1) return first + i;
-    int Lc = n / v;
-    return (i / Lc * pp_of(cfg) + cfg->pp_rank) * Lc + i % Lc;
+    int pp = pp_of(cfg), s = pp > 1 ? cfg->pp_rank : 0, first, n;
+    for (int c = 0; c < model_chunks(cfg); c++) {
+        model_chunk_at(cfg, c * pp + s, &first, &n);
+        if (i < n || c == model_chunks(cfg) - 1) return first + i;
+        i -= n;
+    }
+    return i;
 }
 
 static int stage_n_layers(const model_config *cfg) {

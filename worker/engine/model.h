@@ -88,10 +88,10 @@ typedef struct model_config {
     int pp;      /* pipeline stages; 0 or 1: none. At most n_layers */
     int pp_rank; /* this rank's stage, [0, pp) */
     int vp;      /* interleaved pipeline: model chunks per stage (virtual_stages); 0 or 1:
-                  * none. Divides n_layers / pp */
+                  * none. Divides n_layers / pp unless stage_layers lists the chunks */
     const uint32_t *stage_layers; /* parallel.stage_layers (borrowed from the spec): each
-                                   * stage's layers, used when there are pp > 1 of them and
-                                   * vp is 1; NULL: the even split */
+                                   * stage's layers, or interleaved each model chunk's, used
+                                   * when there are pp x vp of them (pp > 1); NULL: even */
     size_t n_stage_layers;
     int act_slots;  /* micro-batches (interleaved: chunks of micro-batches) whose activations
                      * are stored at once; 0 or 1: one */
@@ -143,20 +143,24 @@ typedef struct model_config {
 /* 1 if layer l (a model layer index) is an MoE layer. */
 int model_layer_is_moe(const model_config *cfg, int l);
 
-/* The layers of stage cfg->pp_rank: [*first, *first + *n), cfg->stage_layers' count for it
- * when given (model_uneven_stages), else the remainder of n_layers / pp going one each to
- * the first stages. Interleaved (vp > 1): *n = n_layers / pp layers in vp
- * chunks of n_layers / (pp vp) contiguous layers, chunk c being the (c pp + pp_rank)-th of
- * the model's pp vp chunks (Megatron-LM's virtual pipeline); *first is chunk 0's first
- * layer, model_stage_layer maps each. */
+/* The layers of stage cfg->pp_rank: [*first, *first + *n) of the model, cfg->stage_layers'
+ * count for it when given (model_uneven_stages), else the remainder of n_layers / pp going
+ * one each to the first stages. Interleaved (vp > 1): *n layers in vp chunks, chunk c being
+ * the model's (c pp + pp_rank)-th (Megatron-LM's virtual pipeline), n_layers / (pp vp)
+ * contiguous layers each or as cfg->stage_layers lists the pp vp chunks; *first is chunk
+ * 0's first layer, model_stage_layer maps each. */
 void model_stage_layers(const model_config *cfg, int *first, int *n);
-/* Whether cfg->stage_layers sets the stages' layers: pp > 1 entries, vp 1. */
+/* Whether cfg->stage_layers sets the layers: pp > 1, pp x vp entries (each stage's, or
+ * interleaved each model chunk's, in model order). */
 int model_uneven_stages(const model_config *cfg);
 /* The model layer index of the stage's i-th layer, i in [0, n). */
 int model_stage_layer(const model_config *cfg, int i);
-/* Model chunks per stage (cfg.vp, at least 1) and the layers of each. */
+/* Model chunks per stage (cfg.vp, at least 1); the most layers one of the stage's chunks
+ * has (what an activation slot holds); chunk c's layers, [*first, *first + *n) of the
+ * stage's (stage-local indexes, model_stage_layer's i). */
 int model_chunks(const model_config *cfg);
 int model_chunk_layers(const model_config *cfg);
+void model_chunk_span(const model_config *cfg, int c, int *first, int *n);
 /* Offset, in the one-process (tp 1, pp 1, ep 1) parameters, of model layer gl's block
  * (gl = n_layers: the final norm's). */
 size_t model_global_layer_offset(const model_config *cfg, int gl);
@@ -297,7 +301,7 @@ typedef struct model {
     int layer0, n_layers;        /* this stage's layers [layer0, layer0 + n_layers); interleaved:
                                   * n_layers of them, model_stage_layer's */
     int first_stage, last_stage; /* holds the embedding / the final norm, head and loss */
-    int n_chunks, chunk_layers;  /* model_chunks, model_chunk_layers */
+    int n_chunks, chunk_layers;  /* model_chunks, model_chunk_layers (the most of a chunk) */
     int chunk;                   /* of the pass in progress */
     int n_slots;                 /* activation slots (cfg.act_slots, at least 1) */
     backend *be;

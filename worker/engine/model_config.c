@@ -122,20 +122,20 @@ void model_config_apply_stage(model_config *cfg, const Baton__Stage *stage) {
 }
 
 /* parallel.stage_layers, when the stage runs a pipeline (pp > 1; one process runs every
- * layer): pp entries of at least one layer, summing to n_layers, without interleaving. */
+ * layer): pp x vp entries (each stage's, or each model chunk's) of at least one layer,
+ * summing to n_layers. */
 static int model_config_check_stages(const model_config *cfg, bt_diag *diag) {
     if (cfg->stage_layers == NULL || cfg->n_stage_layers == 0 || cfg->pp <= 1) return 0;
-    uint64_t sum = 0, low = UINT32_MAX;
+    uint64_t sum = 0, low = UINT32_MAX, want = (uint64_t)cfg->pp * (cfg->vp > 1 ? cfg->vp : 1);
     for (size_t k = 0; k < cfg->n_stage_layers; k++)
         sum += cfg->stage_layers[k], low = cfg->stage_layers[k] < low ? cfg->stage_layers[k] : low;
-    if (cfg->n_stage_layers != (size_t)cfg->pp || sum != (uint64_t)cfg->n_layers || low == 0 ||
-        cfg->vp > 1) {
+    if (cfg->n_stage_layers != want || sum != (uint64_t)cfg->n_layers || low == 0) {
         bt_diag_set(diag,
                     "parallel.stage_layers: %zu entries summing to %llu (smallest %llu) for pp %d "
-                    "and model.n_layers %d: it needs one entry per stage, each at least 1, "
-                    "summing to n_layers, and no virtual_stages (%d)",
+                    "x virtual_stages %d and model.n_layers %d: it needs one entry per stage (per "
+                    "model chunk when interleaved), each at least 1, summing to n_layers",
                     cfg->n_stage_layers, (unsigned long long)sum, (unsigned long long)low, cfg->pp,
-                    cfg->n_layers, cfg->vp);
+                    cfg->vp > 1 ? cfg->vp : 1, cfg->n_layers);
         return BT_EINVAL;
     }
     return 0;
@@ -237,15 +237,16 @@ int model_config_check(const model_config *cfg, bt_diag *diag) {
                     cfg->pp_rank, cfg->pp, cfg->n_layers);
         return BT_EINVAL;
     }
-    if (cfg->vp < 0 || (cfg->vp > 1 && (pp < 2 || cfg->n_layers % (pp * cfg->vp) != 0))) {
+    rc = model_config_check_stages(cfg, diag);
+    if (rc != 0) return rc;
+    if (cfg->vp < 0 || (cfg->vp > 1 && (pp < 2 || (cfg->n_layers % (pp * cfg->vp) != 0 &&
+                                                   !model_uneven_stages(cfg))))) {
         bt_diag_set(diag,
                     "parallel.virtual_stages %d: interleaved pipelines need pp > 1 (pp %d) and "
-                    "n_layers (%d) divisible by pp x virtual_stages",
+                    "n_layers (%d) divisible by pp x virtual_stages, or parallel.stage_layers",
                     cfg->vp, cfg->pp, cfg->n_layers);
         return BT_EINVAL;
     }
-    rc = model_config_check_stages(cfg, diag);
-    if (rc != 0) return rc;
     if (cfg->act_slots < 0 || cfg->head_slots < 0) {
         bt_diag_set(diag, "model: %d activation slots, %d of them with the head's (none negative)",
                     cfg->act_slots, cfg->head_slots);

@@ -10,8 +10,10 @@
 /* Layer l's place among its chunk's MoE layers, or -1 for a dense layer. */
 static int moe_index(const model *m, int l) {
     if (!model_layer_is_moe(&m->cfg, model_stage_layer(&m->cfg, l))) return -1;
-    int k = 0;
-    for (int i = l / m->chunk_layers * m->chunk_layers; i < l; i++)
+    int l0 = 0, len = 0, k = 0;
+    for (int c = 0; c < m->n_chunks && l >= l0 + len; c++) /* l's chunk */
+        model_chunk_span(&m->cfg, c, &l0, &len);
+    for (int i = l0; i < l; i++)
         k += model_layer_is_moe(&m->cfg, model_stage_layer(&m->cfg, i));
     return k;
 }

@@ -62,10 +62,13 @@ void model_gemm_shape(const model *m, int i, int *C, int *OC) {
     }
 }
 
-/* The input of the stage's layer l (l = n_layers: the last layer's output) in the slot in
- * use, which holds the chunk in progress (model.h). */
+/* The input of the stage's layer l in the slot in use, which holds the chunk in progress
+ * (model.h); the chunk's output (l its end; l = n_layers: the last layer's) always at
+ * index chunk_layers, where model_stage_output finds it whatever the chunk's length. */
 static float *resid_at(const model *m, int l) {
-    size_t k = (size_t)(l - m->chunk * m->chunk_layers);
+    int l0, len;
+    model_chunk_span(&m->cfg, m->chunk, &l0, &len);
+    size_t k = l == l0 + len ? (size_t)m->chunk_layers : (size_t)(l - l0);
     return m->acts.resid + k * model_sp_rows(m, m->B * m->T) * m->cfg.dim;
 }
 
@@ -139,8 +142,9 @@ static float *dres_whole(model *m, backend_prec prec) {
 }
 
 static model_layer_acts *acts_of(model *m, int l) {
-    int k = m->cfg.recompute == MODEL_RECOMPUTE_FULL ? 0 : l - m->chunk * m->chunk_layers;
-    return &m->acts.layer[k];
+    int l0, len;
+    model_chunk_span(&m->cfg, m->chunk, &l0, &len);
+    return &m->acts.layer[m->cfg.recompute == MODEL_RECOMPUTE_FULL ? 0 : l - l0];
 }
 
 static backend_gemm *gemm_of(model *m, int l, int which) {
@@ -365,9 +369,10 @@ static int runs_head(const model *m) {
 /* ZeRO-3's prefetch: the unit a pass takes after u (dir 1 forward, -1 backward), among the
  * chunk's units; -1 for none. */
 static int next_unit(const model *m, int u, int dir) {
-    int l0 = m->chunk * m->chunk_layers, first = m->first_stage;
+    int l0, len, first = m->first_stage;
+    model_chunk_span(&m->cfg, m->chunk, &l0, &len);
     int lo = runs_embed(m) ? 0 : first + l0;
-    int hi = runs_head(m) ? first + m->n_layers : first + l0 + m->chunk_layers - 1;
+    int hi = runs_head(m) ? first + m->n_layers : first + l0 + len - 1;
     int v = u + dir;
     return m->zw != NULL && v >= lo && v <= hi ? v : -1;
 }
@@ -397,7 +402,9 @@ int model_stage_forward(model *m, int chunk, int slot, const int32_t *tokens,
     m->T = T;
     m->has_targets = targets != NULL;
     m->slot_n_valid[slot] = targets ? m->n_valid : -1;
-    int l0 = chunk * m->chunk_layers, l1 = l0 + m->chunk_layers;
+    int l0, len;
+    model_chunk_span(&m->cfg, chunk, &l0, &len);
+    int l1 = l0 + len;
     if (runs_embed(m)) {
         be->from_host(be, m->tokens, tokens, (size_t)N * sizeof(int32_t));
         model_zero_forward(m, 0, next_unit(m, 0, 1));
@@ -465,14 +472,15 @@ int model_stage_backward(model *m, int chunk, int slot, float loss_scale) {
     select_slot(m, slot);
     m->bwd_scale = loss_scale;
     int head = m->first_stage + m->n_layers; /* the ZeRO-2/3 units (model_zero.h) */
-    int l0 = chunk * m->chunk_layers;
+    int l0, len;
+    model_chunk_span(&m->cfg, chunk, &l0, &len);
     if (runs_head(m)) {
         model_zero_backward(m, head, next_unit(m, head, -1));
         head_backward(m, loss_scale);
         model_zero_backward_done(m, head);
         unit_done(m, head);
     }
-    for (int l = l0 + m->chunk_layers - 1; l >= l0; l--) {
+    for (int l = l0 + len - 1; l >= l0; l--) {
         int u = m->first_stage + l;
         if (cfg->recompute == MODEL_RECOMPUTE_FULL) {
             model_zero_forward(m, u, next_unit(m, u, -1));

@@ -243,8 +243,9 @@ static void worker_print_state(const trainer *t) {
     const char *pp = pipeline_describe(&t->pp.pipe);
     if (t->pp.vp > 1) {
         const pipe_schedule *v = &t->pp.sched;
-        printf("interleaved pipeline: stage %d of %d holds %d chunks of %d layers (model layers",
-               v->stage, v->stages, v->v, t->m.chunk_layers);
+        printf("interleaved pipeline: stage %d of %d holds %d chunks of %s%d layers (model layers",
+               v->stage, v->stages, v->v, model_uneven_stages(&t->m.cfg) ? "at most " : "",
+               t->m.chunk_layers);
         for (int l = 0; l < t->m.n_layers; l++)
             printf(" %d", model_stage_layer(&t->m.cfg, l));
         printf("), %d activation slots, %d received-gradient buffers\n", v->slots, v->grad_bufs);
