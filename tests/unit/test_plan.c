@@ -231,6 +231,28 @@ static void test_stage_layers(void) {
     CHECK(build(&fx, &ps) == BT_EINVAL);
     split[3] = 19, fx.par.n_stage_layers = 3;
     CHECK(build(&fx, &ps) == BT_EINVAL);
+    /* interleaved: 5 layers as chunks 2 + 1 + 1 + 1 over pp 2 x v 2, stage 0 holding the
+     * model's chunks 0 and 2 (layers 0 1 | 3), stage 1 chunks 1 and 3 (2 | 4) */
+    fixture small;
+    fixture_small(&small);
+    set_model(&small.model, 64, 5, 4, 2, 176, 100);
+    small.par.virtual_stages = 2;
+    uint32_t chunks[4] = {2, 1, 1, 1};
+    small.par.stage_layers = chunks, small.par.n_stage_layers = 4;
+    CHECK(build(&small, &ps) == BT_OK);
+    static const uint32_t layers[2][3] = {{0, 1, 3}, {2, 4, 0}};
+    for (uint32_t s = 0; s < 2; s++) {
+        uint32_t f, n, moe, c0, len;
+        plan_pp_stage_layers(&ps.params, 2, 2, s, &f, &n, &moe);
+        CHECK_EQ_U64(n, 3 - s);
+        for (uint32_t i = 0; i < n; i++)
+            CHECK_EQ_U64(plan_pp_stage_layer(&ps.params, 2, 2, s, i), layers[s][i]);
+        plan_pp_chunk_span(&ps.params, 2, 2, s, 1, &c0, &len);
+        CHECK_EQ_U64(c0, 2 - s);
+        CHECK_EQ_U64(len, 1);
+    }
+    small.par.n_stage_layers = 2; /* two entries for four chunks */
+    CHECK(build(&small, &ps) == BT_EINVAL);
 }
 
 /* Every split of L layers over pp stages into out (count of them); recursion over the
