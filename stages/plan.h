@@ -52,8 +52,9 @@ typedef struct plan_memory {
     uint32_t grad_buffers; /* interleaved: received output gradients waiting at once */
     /* The pieces behind the figures above, for the report's formulas. */
     uint32_t layers_on_stage, moe_layers_on_stage;
-    uint64_t dense_params_on_rank;                /* split by tp (norms, routers replicated) */
-    uint64_t expert_params_on_rank;               /* routed experts, split by ep and tp */
+    uint32_t layers_per_slot;       /* an activation slot's: the stage's longest model chunk */
+    uint64_t dense_params_on_rank;  /* split by tp (norms, routers replicated) */
+    uint64_t expert_params_on_rank; /* routed experts, split by ep and tp */
     double weight_bytes, grad_bytes, optim_bytes; /* per parameter */
     double gemm_copies;           /* bytes of the GEMMs' converted weight copies (CUDA: model.h) */
     uint32_t optim_shards_dense;  /* ZeRO-1 divisor of dense optimizer state: dp*cp or 1 */

@@ -272,14 +272,14 @@ static void zero_sim_use(zero_sim *z, int u, int next) {
         z->buf[1 - i] = next, z->gathered += zero_unit_volume(&z->unit[next]);
 }
 
-/* One pass of chunk c on stage `stage` (worker/engine/model_pass.c): its units [lo, hi],
+/* One pass of chunk c on stage `stage` of n layers (worker/engine/model_pass.c): its
+ * units [lo, hi],
  * forward in order, backward in reverse (each layer used twice under full recomputation:
  * the recomputed forward, then the backward), each prefetching the next in the pass. */
-static void zero_sim_pass(zero_sim *z, const plan_stage *ps, uint32_t stage, uint32_t c,
+static void zero_sim_pass(zero_sim *z, const plan_stage *ps, uint32_t stage, uint32_t n, uint32_t c,
                           int forward) {
     const plan_shape *sh = &ps->shape;
-    uint32_t first, n, n_moe, v = sh->virtual_stages > 1 ? sh->virtual_stages : 1, c0, len;
-    plan_pp_stage_layers(&ps->params, sh->pp, v, stage, &first, &n, &n_moe);
+    uint32_t v = sh->virtual_stages > 1 ? sh->virtual_stages : 1, c0, len;
     plan_pp_chunk_span(&ps->params, sh->pp, v, stage, c, &c0, &len);
     int embed = stage == 0, head = stage + 1 == sh->pp;
     int lo = embed && c == 0 ? 0 : embed + (int)c0;
@@ -304,9 +304,11 @@ static double zero3_gathered(const plan_stage *ps, uint32_t stage, const plan_ze
     pipe_pass *order = malloc((size_t)2 * K * v * sizeof *order);
     zero_sim z = {.buf = {-1, -1}, .cur = 0, .resident = -1, .unit = unit};
     if (order != NULL) {
+        uint32_t first, n, n_moe;
+        plan_pp_stage_layers(&ps->params, sh->pp, v, stage, &first, &n, &n_moe);
         pipe_order(sh->pp, v, K, stage, order);
         for (uint32_t i = 0; i < 2 * K * v; i++)
-            zero_sim_pass(&z, ps, stage, order[i].chunk, order[i].forward);
+            zero_sim_pass(&z, ps, stage, n, order[i].chunk, order[i].forward);
     }
     free(order);
     return z.gathered;

@@ -46,11 +46,11 @@
  * fp32 activations double them. 1F1B keeps min(pp - p, m) micro-batches in flight on
  * stage p. The last stage also holds one micro-batch's fp32 logits, s*b*V*4/t.
  * Interleaved (v virtual stages, pipe_schedule.h) stage p keeps one model chunk's
- * (layers/v) activations per slot, as many slots as the schedule the worker runs needs
- * (counted from its list: min(m v, 2 (pp - p - 1) + (v - 1) pp + 1) when pp divides m,
- * Megatron-LM's, one more on the last stage, whose head slot is apart; m v when m = pp,
- * every forward first, every micro-batch's logits too; more when pp does not divide m,
- * the last group of micro-batches being larger), plus the buffers output gradients
+ * (layers/v, or its longest chunk's under parallel.stage_layers) activations per slot, as many
+ * slots as the schedule the worker runs needs (counted from its list: min(m v, 2 (pp - p - 1) + (v
+ * - 1) pp + 1) when pp divides m, Megatron-LM's, one more on the last stage, whose head slot is
+ * apart; m v when m = pp, every forward first, every micro-batch's logits too; more when pp does
+ * not divide m, the last group of micro-batches being larger), plus the buffers output gradients
  * received ahead of their backward wait in (sb/t h 4 each with sequence parallelism). */
 #include "plan.h"
 
@@ -281,7 +281,8 @@ static void memory_activations(const plan_stage *ps, uint32_t stage, plan_memory
     out->microbatches_in_flight = (uint32_t)in_flight;
     out->head_slots = (uint32_t)(out->act_logits > 0 ? heads : 0);
     out->grad_buffers = (uint32_t)grads;
-    double per_slot = (double)stage_chunk_most(ps, stage) * out->act_per_layer;
+    out->layers_per_slot = stage_chunk_most(ps, stage);
+    double per_slot = (double)out->layers_per_slot * out->act_per_layer;
     out->act_per_microbatch = out->layers_on_stage * out->act_per_layer + out->act_logits;
     /* interleaved: output gradients received ahead wait in buffers of the rank's rows */
     out->act_grad_in = (double)grads * s * b / t_sp * h * 4;

@@ -287,7 +287,7 @@ static void text_memory_acts(FILE *f, const plan_stage *ps) {
             "  activations %10s = %u %sin flight x %u layers x %s (%s; s=%g b=%" PRIu64
             " h=%u a=%u t=%u)\n",
             fmt_gb(a, sizeof a, m->activations), m->microbatches_in_flight,
-            v > 1 ? "model chunks (interleaved) " : "", m->layers_on_stage / v,
+            v > 1 ? "model chunks (interleaved) " : "", m->layers_per_slot,
             fmt_bytes(b, sizeof b, m->act_per_layer), act_formula(sh), (double)sh->seq_len / sh->cp,
             sh->micro_batch, sh->dim, sh->n_heads, sh->tp);
     if (m->act_working_set > 0)

@@ -255,7 +255,8 @@ static double split_memory(const plan_stage *ps, const uint32_t *split, int *fit
 }
 
 /* A pipeline whose slowest stage computes 10% more than the mean: the split that evens
- * it best (without interleaving, whose chunks are even), kept when it fits in memory. */
+ * it best, kept when it fits in memory (not searched for interleaved pipelines, whose
+ * stage_layers lists chunks). */
 static void balance_suggest(plan_stage *ps) {
     const plan_shape *sh = &ps->shape;
     if (sh->pp < 2 || ps->pp_balance <= 1.10 || sh->virtual_stages > 1 || sh->pp > PLAN_MAX_SPLIT)
@@ -281,8 +282,21 @@ static void balance_suggest(plan_stage *ps) {
          ps->pp_slowest, ps->pp_balance, what, best);
 }
 
+/* Interleaved chunks of unequal lengths: the bubble and balance figures assume equal ones. */
+static void warn_uneven_chunks(plan_stage *ps) {
+    const plan_params *p = &ps->params;
+    if (ps->shape.pp < 2 || ps->shape.virtual_stages < 2 || p->stage_layers == NULL) return;
+    for (size_t k = 1; k < p->n_stage_layers; k++)
+        if (p->stage_layers[k] != p->stage_layers[0]) {
+            warn(ps, "parallel.stage_layers gives interleaved chunks unequal lengths: the pipeline "
+                     "bubble and balance figures assume equal ones (optimistic)");
+            return;
+        }
+}
+
 static void plan_stage_warnings(plan_stage *ps) {
     warn_memory(ps);
+    warn_uneven_chunks(ps);
     balance_suggest(ps);
     warn_groups(ps);
     warn_batch(ps);

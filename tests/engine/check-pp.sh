@@ -89,6 +89,12 @@ pp_case pp2-v2-layers2111 2 1 2 interleaved "$(vsl 5 "2, 1, 1, 1")"
 pp_check_chunks pp2-v2-layers2111 "0 1 3" "2 4"
 pp_case pp2-v2-dp2-zero1-layers1131 4 1 2 interleaved-zero1 "$(vsl 6 "1, 1, 3, 1")"
 pp_check_chunks pp2-v2-dp2-zero1-layers1131 "0 2 3 4" "1 5"
+# the head's chunk shorter than its stage's other one (its input at the slot's end),
+# evaluated, and recomputed whole
+LAYOUT_EVAL=2 pp_case pp2-v2-layers1211 2 1 2 interleaved "$(vsl 5 "1, 2, 1, 1")"
+pp_check_chunks pp2-v2-layers1211 "0 3" "1 2 4"
+pp_case pp2-v2-full-layers1211 2 1 2 interleaved-full "$(vsl 5 "1, 2, 1, 1")"
+pp_check_chunks pp2-v2-full-layers1211 "0 3" "1 2 4"
 pp_case pp4 4 1 4 plain
 pp_case tp2-pp2 4 2 2 plain
 pp_case tp2-pp2-dp2-zero1 8 2 2 zero1
