@@ -51,50 +51,45 @@ pp_case pp3-uneven 3 1 3 plain # layers 2 + 1 + 1: the remainder goes to stage 0
 # parallel.stage_layers: an uneven split chosen by the recipe; each stage's ranks say
 # they hold its layers
 sl() { echo "s/dp: auto, zero: 0}/dp: auto, zero: 0, stage_layers: [$1]}/"; }
-pp_check_layers() { # NAME RANGE...: stage k holds model layers RANGE k
+# pp_check_held NAME PATTERN WANT...: for each stage k a rank printed PATTERN, %k standing
+# for k, %n for the number of stages and %l for WANT k (the model layers it holds)
+pp_check_held() {
   layout_wanted "$1" || return 0
-  local name=$1 k=0 r
-  shift
-  for r in "$@"; do
-    if ! grep -q "pipeline stage $k of $#: model layers $r (parallel.stage_layers)" "$name.log"; then
-      echo "$name: no rank of stage $k reports layers $r"
+  local name=$1 pat=$2 k=0 want line
+  shift 2
+  for want in "$@"; do
+    line=${pat//%k/$k}
+    line=${line//%n/$#}
+    line=${line//%l/$want}
+    if ! grep -q "$line" "$name.log"; then
+      echo "$name: no rank of stage $k reports model layers $want"
       failures=$((failures + 1))
     fi
     k=$((k + 1))
   done
-  echo "$name: stages hold layers $*"
+  echo "$name: the stages hold model layers$(printf ' [%s]' "$@")"
 }
+held="pipeline stage %k of %n: model layers %l (parallel.stage_layers)"
+held_v2="interleaved pipeline: stage %k of %n holds 2 chunks of at most .* (model layers %l)"
 pp_case pp2-layers13 2 1 2 plain "$(sl "1, 3")"
-pp_check_layers pp2-layers13 0-0 1-3
+pp_check_held pp2-layers13 "$held" 0-0 1-3
 pp_case pp3-layers112 3 1 3 plain "$(sl "1, 1, 2")"
-pp_check_layers pp3-layers112 0-0 1-1 2-3
+pp_check_held pp3-layers112 "$held" 0-0 1-1 2-3
 pp_case pp2-dp2-zero1-layers31 4 1 2 zero1 "$(sl "3, 1")"
-pp_check_layers pp2-dp2-zero1-layers31 0-2 3-3
+pp_check_held pp2-dp2-zero1-layers31 "$held" 0-2 3-3
 # interleaved with uneven chunks (stage_layers lists the pp x v chunks in model order):
 # 5 layers over pp2 x v2, which no even split allows, and 6 as 1 + 1 + 3 + 1
 vsl() { echo "s/n_layers: 4/n_layers: $1/; s/dp: auto, zero: 0}/dp: auto, zero: 0, virtual_stages: 2, stage_layers: [$2]}/"; }
-pp_check_chunks() { # NAME STAGE0_LAYERS STAGE1_LAYERS: the model layers each stage holds
-  layout_wanted "$1" || return 0
-  local k=0 want
-  for want in "$2" "$3"; do
-    if ! grep -q "interleaved pipeline: stage $k of 2 holds 2 chunks of at most .* (model layers $want)" "$1.log"; then
-      echo "$1: stage $k does not report model layers $want"
-      failures=$((failures + 1))
-    fi
-    k=$((k + 1))
-  done
-  echo "$1: stage 0 holds model layers $2, stage 1 $3"
-}
 pp_case pp2-v2-layers2111 2 1 2 interleaved "$(vsl 5 "2, 1, 1, 1")"
-pp_check_chunks pp2-v2-layers2111 "0 1 3" "2 4"
+pp_check_held pp2-v2-layers2111 "$held_v2" "0 1 3" "2 4"
 pp_case pp2-v2-dp2-zero1-layers1131 4 1 2 interleaved-zero1 "$(vsl 6 "1, 1, 3, 1")"
-pp_check_chunks pp2-v2-dp2-zero1-layers1131 "0 2 3 4" "1 5"
+pp_check_held pp2-v2-dp2-zero1-layers1131 "$held_v2" "0 2 3 4" "1 5"
 # the head's chunk shorter than its stage's other one (its input at the slot's end),
 # evaluated, and recomputed whole
 LAYOUT_EVAL=2 pp_case pp2-v2-layers1211 2 1 2 interleaved "$(vsl 5 "1, 2, 1, 1")"
-pp_check_chunks pp2-v2-layers1211 "0 3" "1 2 4"
+pp_check_held pp2-v2-layers1211 "$held_v2" "0 3" "1 2 4"
 pp_case pp2-v2-full-layers1211 2 1 2 interleaved-full "$(vsl 5 "1, 2, 1, 1")"
-pp_check_chunks pp2-v2-full-layers1211 "0 3" "1 2 4"
+pp_check_held pp2-v2-full-layers1211 "$held_v2" "0 3" "1 2 4"
 pp_case pp4 4 1 4 plain
 pp_case tp2-pp2 4 2 2 plain
 pp_case tp2-pp2-dp2-zero1 8 2 2 zero1

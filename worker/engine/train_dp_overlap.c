@@ -40,10 +40,11 @@ static void overlap_describe_off(train_dp_overlap *o, int zero) {
                       : dp->n_expert > 0     ? "one all-reduce per tensor after the backward"
                                              : "one all-reduce after the backward";
     snprintf(o->desc, sizeof o->desc, "data-parallel gradients: %s%s", how,
-             dp->n_expert > 0 ? (dp->fold_tp ? " (the routed experts' over their holders, tp ranks included)"
-                                             : " (the routed experts' over the "
-                                               "expert-data-parallel group)")
-                              : "");
+             dp->n_expert > 0
+                 ? (dp->fold_tp ? " (the routed experts' over their holders, tp ranks included)"
+                                : " (the routed experts' over the "
+                                  "expert-data-parallel group)")
+                 : "");
 }
 
 static void overlap_describe(train_dp_overlap *o) {
