@@ -273,9 +273,9 @@ static void zero_sim_use(zero_sim *z, int u, int next) {
 }
 
 /* One pass of chunk c on stage `stage` of n layers (worker/engine/model_pass.c): its
- * units [lo, hi],
- * forward in order, backward in reverse (each layer used twice under full recomputation:
- * the recomputed forward, then the backward), each prefetching the next in the pass. */
+ * units [lo, hi], forward in order, backward in reverse (each layer used twice under full
+ * recomputation: the recomputed forward, then the backward), each prefetching the next in
+ * the pass. */
 static void zero_sim_pass(zero_sim *z, const plan_stage *ps, uint32_t stage, uint32_t n, uint32_t c,
                           int forward) {
     const plan_shape *sh = &ps->shape;

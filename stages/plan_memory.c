@@ -46,12 +46,13 @@
  * fp32 activations double them. 1F1B keeps min(pp - p, m) micro-batches in flight on
  * stage p. The last stage also holds one micro-batch's fp32 logits, s*b*V*4/t.
  * Interleaved (v virtual stages, pipe_schedule.h) stage p keeps one model chunk's
- * (layers/v, or its longest chunk's under parallel.stage_layers) activations per slot, as many
- * slots as the schedule the worker runs needs (counted from its list: min(m v, 2 (pp - p - 1) + (v
- * - 1) pp + 1) when pp divides m, Megatron-LM's, one more on the last stage, whose head slot is
- * apart; m v when m = pp, every forward first, every micro-batch's logits too; more when pp does
- * not divide m, the last group of micro-batches being larger), plus the buffers output gradients
- * received ahead of their backward wait in (sb/t h 4 each with sequence parallelism). */
+ * activations per slot (layers/v; its longest chunk's under parallel.stage_layers), as
+ * many slots as the schedule the worker runs needs (counted from its list:
+ * min(m v, 2 (pp - p - 1) + (v - 1) pp + 1) when pp divides m, Megatron-LM's, one more
+ * on the last stage, whose head slot is apart; m v when m = pp, every forward first,
+ * every micro-batch's logits too; more when pp does not divide m, the last group of
+ * micro-batches being larger), plus the buffers output gradients received ahead of their
+ * backward wait in (sb/t h 4 each with sequence parallelism). */
 #include "plan.h"
 
 #include "pipe_schedule.h"
