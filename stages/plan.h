@@ -163,6 +163,12 @@ void plan_pp_stage_layers(const plan_params *p, uint32_t pp, uint32_t v, uint32_
 /* The model index of the stage's i-th layer. */
 uint32_t plan_pp_stage_layer(const plan_params *p, uint32_t pp, uint32_t v, uint32_t stage,
                              uint32_t i);
+/* Whether a parallel.stage_layers list of n entries suits pp stages of v chunks (v <= 1:
+ * none) and n_layers layers: pp v entries of at least one layer, summing to n_layers; the
+ * message (for `what`, the list's owner) in diag when not. The worker and the planner
+ * both check it (the recipe's validation says the same at its place in the file). */
+int plan_check_stage_layers(const uint32_t *list, size_t n, uint32_t pp, uint32_t v,
+                            uint32_t n_layers, bt_diag *diag);
 /* The stage's chunk c: its layers [*first, *first + *n) among the stage's (the i of
  * plan_pp_stage_layer), as worker/engine/model.h's model_chunk_span. */
 void plan_pp_chunk_span(const plan_params *p, uint32_t pp, uint32_t v, uint32_t stage, uint32_t c,
@@ -203,6 +209,9 @@ double plan_pp_best_split(const plan_stage *ps, uint32_t *split);
 void plan_memory_for_pp_stage(const plan_stage *ps, uint32_t stage, plan_memory *out);
 void plan_memory_estimate(const plan_stage *ps, plan_memory *out);
 void plan_comm_estimate(const plan_stage *ps, plan_comm *out);
+/* Model FLOPs with what recomputation repeats: x 4/3 under full recomputation, the
+ * attention scores' (attn of flops) a third again under selective. */
+double plan_hw_flops(const plan_shape *sh, double flops, double attn);
 /* Fills flops_per_step, hw_flops_per_step, tokens_per_step, compute_s, bubble,
  * exposed_comm_s, step_time_s and tokens_per_s from the parts above (mem, comm). */
 void plan_time_estimate(plan_stage *ps);

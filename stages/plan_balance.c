@@ -1,10 +1,9 @@
 /* How evenly a pipeline's stages share the compute (plan.h: plan_pp_balance), and the
  * split of the layers that shares it best (plan_pp_best_split). A stage's compute per
- * token is the FLOPs of its layers, 6 x their active parameters + 6 h s for the attention
- * scores (x 4/3 under full recomputation, + 2 h s under selective, as time_flops counts
- * them), and on the last stage the head's 6 x (d V + d), never recomputed; the embedding
- * is a lookup. The slowest stage sets the pace of every micro-batch through the
- * pipeline. */
+ * token is the FLOPs of its layers, 6 x their active parameters + 6 h s for the
+ * attention scores, with what recomputation repeats (plan_hw_flops), and on the last
+ * stage the head's 6 x (d V + d), never recomputed; the embedding is a lookup. The
+ * slowest stage sets the pace of every micro-batch through the pipeline. */
 #include <stdlib.h>
 
 #include "plan.h"
@@ -17,10 +16,8 @@ static double layer_flops(const plan_stage *ps, uint32_t l) {
                   (p->n_experts ? (double)p->moe_experts * p->top_k / p->n_experts : 0);
     else
         params += (double)p->mlp_layer;
-    double attn = 6.0 * ps->shape.dim * (double)ps->shape.seq_len, w = 6 * params + attn;
-    if (ps->shape.recompute == BATON__STAGE__RECOMPUTE__FULL) return w * 4 / 3;
-    if (ps->shape.recompute == BATON__STAGE__RECOMPUTE__SELECTIVE) return w + attn / 3;
-    return w;
+    double attn = 6.0 * ps->shape.dim * (double)ps->shape.seq_len;
+    return plan_hw_flops(&ps->shape, 6 * params + attn, attn);
 }
 
 static double head_flops(const plan_stage *ps) {

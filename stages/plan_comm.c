@@ -462,6 +462,12 @@ void plan_comm_estimate(const plan_stage *ps, plan_comm *out) {
     comm_links(ps, out);
 }
 
+double plan_hw_flops(const plan_shape *sh, double flops, double attn) {
+    if (sh->recompute == BATON__STAGE__RECOMPUTE__FULL) return flops * 4.0 / 3.0;
+    if (sh->recompute == BATON__STAGE__RECOMPUTE__SELECTIVE) return flops + attn / 3;
+    return flops;
+}
+
 static void time_flops(plan_stage *ps) {
     const plan_shape *sh = &ps->shape;
     const plan_params *p = &ps->params;
@@ -470,11 +476,7 @@ static void time_flops(plan_stage *ps) {
     double attn = 6.0 * sh->n_layers * sh->dim * (double)sh->seq_len * tokens;
     ps->tokens_per_step = tokens;
     ps->flops_per_step = 6 * n * tokens + attn;
-    ps->hw_flops_per_step = ps->flops_per_step;
-    if (sh->recompute == BATON__STAGE__RECOMPUTE__FULL)
-        ps->hw_flops_per_step *= 4.0 / 3.0;
-    else if (sh->recompute == BATON__STAGE__RECOMPUTE__SELECTIVE)
-        ps->hw_flops_per_step += attn / 3;
+    ps->hw_flops_per_step = plan_hw_flops(sh, ps->flops_per_step, attn);
 }
 
 void plan_time_estimate(plan_stage *ps) {

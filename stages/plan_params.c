@@ -161,6 +161,21 @@ void plan_pp_stage_layers(const plan_params *p, uint32_t pp, uint32_t v, uint32_
         *n_moe += (uint32_t)plan_layer_is_moe(p, plan_pp_stage_layer(p, pp, v, stage, i));
 }
 
+int plan_check_stage_layers(const uint32_t *list, size_t n, uint32_t pp, uint32_t v,
+                            uint32_t n_layers, bt_diag *diag) {
+    uint64_t sum = 0, low = UINT32_MAX, want = (uint64_t)pp * (pp > 1 && v > 1 ? v : 1);
+    for (size_t k = 0; k < n; k++)
+        sum += list[k], low = list[k] < low ? list[k] : low;
+    if (n == want && sum == n_layers && low > 0) return BT_OK;
+    bt_diag_set(diag,
+                "parallel.stage_layers: %zu entries summing to %llu (smallest %llu) for pp %u x "
+                "virtual_stages %llu and model.n_layers %u: it needs one entry per stage (per "
+                "model chunk when interleaved), each at least 1, summing to n_layers",
+                n, (unsigned long long)sum, (unsigned long long)(n ? low : 0), pp,
+                (unsigned long long)(want / (pp ? pp : 1)), n_layers);
+    return BT_EINVAL;
+}
+
 int plan_params_count(const Baton__Model *m, plan_params *out, bt_diag *diag) {
     memset(out, 0, sizeof *out);
     int rc = params_check_model(m, diag);

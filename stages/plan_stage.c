@@ -315,26 +315,13 @@ static int stage_layout(const Baton__StageSpec *spec, plan_stage *ps, bt_diag *d
                        spec_parallel(spec)->order, sh->gpus_per_node, diag);
 }
 
-/* parallel.stage_layers: pp entries (interleaved: pp x v, each model chunk's) of at least
- * one layer each, summing to n_layers (the recipe's validation says the same at its place
- * in the file). */
+/* parallel.stage_layers, checked (plan_check_stage_layers) and kept for the layer maps. */
 static int stage_layers(const Baton__StageSpec *spec, plan_stage *ps, bt_diag *diag) {
     const Baton__Parallel *par = spec_parallel(spec);
     if (par == NULL || par->n_stage_layers == 0) return BT_OK;
-    uint64_t sum = 0,
-             v = ps->shape.pp > 1 && ps->shape.virtual_stages > 1 ? ps->shape.virtual_stages : 1;
-    int zero = 0;
-    for (size_t k = 0; k < par->n_stage_layers; k++)
-        sum += par->stage_layers[k], zero |= par->stage_layers[k] == 0;
-    if (par->n_stage_layers != ps->shape.pp * v || sum != ps->params.n_layers || zero) {
-        bt_diag_set(diag,
-                    "parallel.stage_layers: %zu entries summing to %llu for pp %u x "
-                    "virtual_stages %llu and model.n_layers %u: it needs one entry per stage "
-                    "(per model chunk when interleaved), each at least 1, summing to n_layers",
-                    par->n_stage_layers, (unsigned long long)sum, ps->shape.pp,
-                    (unsigned long long)v, ps->params.n_layers);
-        return BT_EINVAL;
-    }
+    int rc = plan_check_stage_layers(par->stage_layers, par->n_stage_layers, ps->shape.pp,
+                                     ps->shape.virtual_stages, ps->params.n_layers, diag);
+    if (rc != BT_OK) return rc;
     ps->params.stage_layers = par->stage_layers;
     ps->params.n_stage_layers = par->n_stage_layers;
     return BT_OK;

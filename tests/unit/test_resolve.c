@@ -37,6 +37,17 @@ static Baton__StageSpec *resolve(const recipe_doc *doc, size_t i) {
     return s;
 }
 
+/* Loads text into doc and validates it; 0, or the failure (its message printed). */
+static int load_valid(const char *name, const char *text, recipe_doc *doc) {
+    bt_diag d;
+    bt_diag_init(&d);
+    int rc = recipe_load_buffer(name, text, strlen(text), doc, &d);
+    if (rc == 0) rc = recipe_validate(doc, &d);
+    if (rc != 0) fprintf(stderr, "%s\n", d.msg);
+    CHECK(rc == 0);
+    return rc;
+}
+
 static void test_inheritance(const recipe_doc *doc) {
     Baton__StageSpec *s0 = resolve(doc, 0), *s1 = resolve(doc, 1), *s2 = resolve(doc, 2);
     if (!s0 || !s1 || !s2) return;
@@ -119,10 +130,7 @@ static void test_stage_split(void) {
     recipe_doc doc = {0};
     bt_diag d;
     bt_diag_init(&d);
-    int rc = recipe_load_buffer("s.yaml", split_text, strlen(split_text), &doc, &d);
-    if (rc == 0) rc = recipe_validate(&doc, &d);
-    if (rc != 0) fprintf(stderr, "%s\n", d.msg);
-    CHECK(rc == 0);
+    int rc = load_valid("s.yaml", split_text, &doc);
     static const size_t want[5] = {2, 0, 0, 0, 2};
     for (size_t i = 0; rc == 0 && i < 5; i++) {
         Baton__StageSpec *s = resolve(&doc, i);
@@ -143,13 +151,7 @@ static void test_stage_split(void) {
 
 int main(void) {
     recipe_doc doc = {0};
-    bt_diag d;
-    bt_diag_init(&d);
-    int rc = recipe_load_buffer("t.yaml", recipe_text, strlen(recipe_text), &doc, &d);
-    if (rc == 0) rc = recipe_validate(&doc, &d);
-    if (rc != 0) fprintf(stderr, "%s\n", d.msg);
-    CHECK(rc == 0);
-    if (rc == 0) {
+    if (load_valid("t.yaml", recipe_text, &doc) == 0) {
         test_inheritance(&doc);
         test_spec_round_trip(&doc);
     }

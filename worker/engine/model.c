@@ -499,6 +499,7 @@ int model_init_tp(model *m, const model_config *cfg, backend *be, int max_B, int
     model_stage_layers(&m->cfg, &m->layer0, &m->n_layers);
     m->n_chunks = model_chunks(&m->cfg);
     m->chunk_layers = model_chunk_layers(&m->cfg);
+    model_chunk_span(&m->cfg, 0, &m->chunk_l0, &m->chunk_len);
     m->first_stage = is_first_stage(&m->cfg);
     m->last_stage = is_last_stage(&m->cfg);
     m->n_slots = cfg->act_slots > 1 ? cfg->act_slots : 1;

@@ -303,6 +303,7 @@ typedef struct model {
     int first_stage, last_stage; /* holds the embedding / the final norm, head and loss */
     int n_chunks, chunk_layers;  /* model_chunks, model_chunk_layers (the most of a chunk) */
     int chunk;                   /* of the pass in progress */
+    int chunk_l0, chunk_len;     /* its layers among the stage's (model_chunk_span) */
     int n_slots;                 /* activation slots (cfg.act_slots, at least 1) */
     backend *be;
     int max_B, max_T;

@@ -1,5 +1,6 @@
 /* model_config from the recipe's protobuf messages, and its validation. */
 #include "model.h"
+#include "plan.h"
 
 static rope_type rope_type_from_pb(Baton__RopeScaling__Type t) {
     switch (t) {
@@ -122,23 +123,12 @@ void model_config_apply_stage(model_config *cfg, const Baton__Stage *stage) {
 }
 
 /* parallel.stage_layers, when the stage runs a pipeline (pp > 1; one process runs every
- * layer): pp x vp entries (each stage's, or each model chunk's) of at least one layer,
- * summing to n_layers. */
+ * layer): stages/plan.h's plan_check_stage_layers. */
 static int model_config_check_stages(const model_config *cfg, bt_diag *diag) {
     if (cfg->stage_layers == NULL || cfg->n_stage_layers == 0 || cfg->pp <= 1) return 0;
-    uint64_t sum = 0, low = UINT32_MAX, want = (uint64_t)cfg->pp * (cfg->vp > 1 ? cfg->vp : 1);
-    for (size_t k = 0; k < cfg->n_stage_layers; k++)
-        sum += cfg->stage_layers[k], low = cfg->stage_layers[k] < low ? cfg->stage_layers[k] : low;
-    if (cfg->n_stage_layers != want || sum != (uint64_t)cfg->n_layers || low == 0) {
-        bt_diag_set(diag,
-                    "parallel.stage_layers: %zu entries summing to %llu (smallest %llu) for pp %d "
-                    "x virtual_stages %d and model.n_layers %d: it needs one entry per stage (per "
-                    "model chunk when interleaved), each at least 1, summing to n_layers",
-                    cfg->n_stage_layers, (unsigned long long)sum, (unsigned long long)low, cfg->pp,
-                    cfg->vp > 1 ? cfg->vp : 1, cfg->n_layers);
-        return BT_EINVAL;
-    }
-    return 0;
+    return plan_check_stage_layers(cfg->stage_layers, cfg->n_stage_layers, (uint32_t)cfg->pp,
+                                   (uint32_t)(cfg->vp > 1 ? cfg->vp : 1), (uint32_t)cfg->n_layers,
+                                   diag);
 }
 
 /* Megatron's even split: query heads, ffn rows and vocabulary rows divide by tp; kv heads

@@ -66,9 +66,8 @@ void model_gemm_shape(const model *m, int i, int *C, int *OC) {
  * (model.h); the chunk's output (l its end; l = n_layers: the last layer's) always at
  * index chunk_layers, where model_stage_output finds it whatever the chunk's length. */
 static float *resid_at(const model *m, int l) {
-    int l0, len;
-    model_chunk_span(&m->cfg, m->chunk, &l0, &len);
-    size_t k = l == l0 + len ? (size_t)m->chunk_layers : (size_t)(l - l0);
+    int l0 = m->chunk_l0;
+    size_t k = l == l0 + m->chunk_len ? (size_t)m->chunk_layers : (size_t)(l - l0);
     return m->acts.resid + k * model_sp_rows(m, m->B * m->T) * m->cfg.dim;
 }
 
@@ -142,9 +141,7 @@ static float *dres_whole(model *m, backend_prec prec) {
 }
 
 static model_layer_acts *acts_of(model *m, int l) {
-    int l0, len;
-    model_chunk_span(&m->cfg, m->chunk, &l0, &len);
-    return &m->acts.layer[m->cfg.recompute == MODEL_RECOMPUTE_FULL ? 0 : l - l0];
+    return &m->acts.layer[m->cfg.recompute == MODEL_RECOMPUTE_FULL ? 0 : l - m->chunk_l0];
 }
 
 static backend_gemm *gemm_of(model *m, int l, int which) {
@@ -369,10 +366,9 @@ static int runs_head(const model *m) {
 /* ZeRO-3's prefetch: the unit a pass takes after u (dir 1 forward, -1 backward), among the
  * chunk's units; -1 for none. */
 static int next_unit(const model *m, int u, int dir) {
-    int l0, len, first = m->first_stage;
-    model_chunk_span(&m->cfg, m->chunk, &l0, &len);
+    int l0 = m->chunk_l0, first = m->first_stage;
     int lo = runs_embed(m) ? 0 : first + l0;
-    int hi = runs_head(m) ? first + m->n_layers : first + l0 + len - 1;
+    int hi = runs_head(m) ? first + m->n_layers : first + l0 + m->chunk_len - 1;
     int v = u + dir;
     return m->zw != NULL && v >= lo && v <= hi ? v : -1;
 }
@@ -382,6 +378,7 @@ static int next_unit(const model *m, int u, int dir) {
 static int select_chunk(model *m, int chunk, int slot) {
     if (chunk < 0 || chunk >= m->n_chunks || slot < 0 || slot >= m->n_slots) return BT_ERANGE;
     m->chunk = chunk;
+    model_chunk_span(&m->cfg, chunk, &m->chunk_l0, &m->chunk_len);
     if (runs_head(m) && m->slot_acts[slot].logits == NULL) return BT_ERANGE;
     return 0;
 }
@@ -402,9 +399,7 @@ int model_stage_forward(model *m, int chunk, int slot, const int32_t *tokens,
     m->T = T;
     m->has_targets = targets != NULL;
     m->slot_n_valid[slot] = targets ? m->n_valid : -1;
-    int l0, len;
-    model_chunk_span(&m->cfg, chunk, &l0, &len);
-    int l1 = l0 + len;
+    int l0 = m->chunk_l0, l1 = l0 + m->chunk_len; /* select_chunk's */
     if (runs_embed(m)) {
         be->from_host(be, m->tokens, tokens, (size_t)N * sizeof(int32_t));
         model_zero_forward(m, 0, next_unit(m, 0, 1));
@@ -471,9 +466,8 @@ int model_stage_backward(model *m, int chunk, int slot, float loss_scale) {
     if (m->comm_err) return m->comm_err;
     select_slot(m, slot);
     m->bwd_scale = loss_scale;
-    int head = m->first_stage + m->n_layers; /* the ZeRO-2/3 units (model_zero.h) */
-    int l0, len;
-    model_chunk_span(&m->cfg, chunk, &l0, &len);
+    int head = m->first_stage + m->n_layers;  /* the ZeRO-2/3 units (model_zero.h) */
+    int l0 = m->chunk_l0, len = m->chunk_len; /* select_chunk's */
     if (runs_head(m)) {
         model_zero_backward(m, head, next_unit(m, head, -1));
         head_backward(m, loss_scale);
