@@ -512,10 +512,14 @@ static int load_repeated(load_ctx *c, yaml_node_t *n, ProtobufCMessage *msg,
                          got);
     }
     size_t nitems = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
-    if (nitems == 0) return 0;
+    void **member = load_member(msg, f->offset);
+    if (nitems == 0) { /* given empty (pb_util.h): an array of none, which overlays */
+        if (*member == NULL && (*member = calloc(1, 1)) == NULL) return load_oom(c);
+        return 0;
+    }
     char *arr = calloc(nitems, pb_elem_size(f->type));
     if (arr == NULL) return load_oom(c);
-    *(void **)load_member(msg, f->offset) = arr;
+    *member = arr;
     for (size_t i = 0; i < nitems; i++) {
         yaml_node_t *item = yaml_document_get_node(c->ydoc, n->data.sequence.items.start[i]);
         size_t saved = c->path_len;

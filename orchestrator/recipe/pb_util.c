@@ -102,14 +102,15 @@ static int pb_elem_copy(const ProtobufCFieldDescriptor *f, void *dst, const void
     return 0;
 }
 
-/* Replaces dst's repeated field with a deep copy of src's; dst is untouched on failure. */
+/* Replaces dst's repeated field with a deep copy of src's (given empty: with an array of
+ * none); dst is untouched on failure. */
 static int pb_merge_repeated(ProtobufCMessage *dst, const ProtobufCMessage *src,
                              const ProtobufCFieldDescriptor *f) {
     size_t n = *(size_t *)pb_at(src, f->quantifier_offset);
     const char *from = *(void **)pb_at(src, f->offset);
     size_t sz = pb_elem_size(f->type);
-    if (n == 0) return 0;
-    char *arr = calloc(n, sz);
+    if (from == NULL) return 0;
+    char *arr = calloc(n ? n : 1, sz);
     if (arr == NULL) return BT_ENOMEM;
     for (size_t i = 0; i < n; i++) {
         if (pb_elem_copy(f, arr + i * sz, from + i * sz) < 0) {

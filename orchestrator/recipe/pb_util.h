@@ -14,8 +14,10 @@ ProtobufCMessage *pb_clone(const ProtobufCMessage *m);
 
 /* Overlays src onto dst, both of the same type: every field present in src replaces
  * the one in dst, except singular message fields, which are merged recursively.
- * Repeated fields present (non-empty) in src replace dst's. dst must own its memory
- * in the free_unpacked sense. Returns 0 or BT_ENOMEM. */
+ * Repeated fields present in src replace dst's: non-empty ones, and ones given empty,
+ * whose array is allocated with no items (the recipe loader makes them for `key: []`, so
+ * that a stage can empty an inherited list; a packed copy loses the mark). dst must own
+ * its memory in the free_unpacked sense. Returns 0 or BT_ENOMEM. */
 int pb_merge(ProtobufCMessage *dst, const ProtobufCMessage *src);
 
 #endif

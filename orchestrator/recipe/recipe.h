@@ -29,8 +29,8 @@ int recipe_resolve_stage(const recipe_doc *doc, size_t i, Baton__StageSpec **out
 int recipe_effective_stage(const recipe_doc *doc, size_t i, Baton__Stage **out);
 /* After given (a stage's or an override's parallel settings) was merged into e: when it
  * changed pp or virtual_stages (pp0, v0 before) without giving stage_layers, e goes back to
- * the even split, its inherited list having been for another pipeline (an empty list
- * cannot say so: merging it changes nothing). */
+ * the even split, its inherited list having been for another pipeline (a stage says so
+ * itself with `stage_layers: []`, which pb_merge overlays as an empty list). */
 void recipe_drop_stale_split(Baton__Parallel *e, const Baton__Parallel *given, uint32_t pp0,
                              uint32_t v0);
 

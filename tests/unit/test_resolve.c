@@ -108,8 +108,8 @@ static void test_spec_round_trip(const recipe_doc *doc) {
 }
 
 /* parallel.stage_layers carries forward like every setting (restating pp keeps it), until
- * a stage changes pp or virtual_stages without it: that stage and the later ones go back
- * to the even split. */
+ * a stage changes pp or virtual_stages without it, or gives an empty list: that stage and
+ * the later ones go back to the even split. */
 static const char *split_text =
     "name: s\n"
     "model: {arch: llama, dim: 64, n_layers: 4, n_heads: 4, ffn_dim: 176, vocab_size: 256}\n"
@@ -124,15 +124,17 @@ static const char *split_text =
     "  - {name: b, steps: 10, parallel: {pp: 4}}\n"
     "  - {name: c, steps: 10}\n"
     "  - {name: d, steps: 10, parallel: {pp: 2, virtual_stages: 2}}\n"
-    "  - {name: e, steps: 10, parallel: {pp: 2, virtual_stages: 1, stage_layers: [1, 3]}}\n";
+    "  - {name: e, steps: 10, parallel: {pp: 2, virtual_stages: 1, stage_layers: [1, 3]}}\n"
+    "  - {name: f, steps: 10, parallel: {stage_layers: []}}\n"
+    "  - {name: g, steps: 10, parallel: {zero: 1}}\n";
 
 static void test_stage_split(void) {
     recipe_doc doc = {0};
     bt_diag d;
     bt_diag_init(&d);
     int rc = load_valid("s.yaml", split_text, &doc);
-    static const size_t want[5] = {2, 0, 0, 0, 2};
-    for (size_t i = 0; rc == 0 && i < 5; i++) {
+    static const size_t want[7] = {2, 0, 0, 0, 2, 0, 0};
+    for (size_t i = 0; rc == 0 && i < 7; i++) {
         Baton__StageSpec *s = resolve(&doc, i);
         if (s == NULL) continue;
         CHECK_EQ_U64(s->stage->parallel->n_stage_layers, want[i]);
@@ -146,6 +148,17 @@ static void test_stage_split(void) {
     if (rc != 0) fprintf(stderr, "%s\n", d.msg);
     CHECK(rc == 0);
     if (rc == 0) CHECK_EQ_U64(doc.recipe->defaults->parallel->n_stage_layers, 0);
+    recipe_doc_free(&doc);
+    /* --set stages.a.parallel.stage_layers=[] empties stage a's list (the defaults keep theirs) */
+    rc = recipe_load_buffer("s.yaml", split_text, strlen(split_text), &doc, &d);
+    rc = rc ? rc : recipe_apply_set(&doc, "stages.a.parallel.stage_layers=[]", &d);
+    if (rc != 0) fprintf(stderr, "%s\n", d.msg);
+    CHECK(rc == 0);
+    for (size_t i = 0; rc == 0 && i < 2; i++) {
+        Baton__StageSpec *s = resolve(&doc, i);
+        if (s != NULL) CHECK_EQ_U64(s->stage->parallel->n_stage_layers, 0);
+        if (s != NULL) protobuf_c_message_free_unpacked(&s->base, NULL);
+    }
     recipe_doc_free(&doc);
 }
 
