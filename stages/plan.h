@@ -129,7 +129,7 @@ typedef struct plan_stage {
     double tokens_per_step;   /* global_batch * seq_len */
     double exposed_comm_s;    /* the communication step_time_s adds to compute_s */
     double tokens_per_s;      /* 0 when the step time is unknown */
-    double bubble;            /* pipeline bubble fraction, (pp-1)/(v*m+pp-1), v = virtual_stages */
+    double bubble;            /* pipeline bubble: idle share of the stages' time (plan_pp_bubble) */
     double pp_balance;        /* the slowest pipeline stage's compute over the mean (1: even) */
     uint32_t pp_slowest;      /* that stage */
     /* When the slowest stage computes 10% more than the mean: the split of the layers
@@ -201,6 +201,21 @@ uint32_t plan_expert_holders(const plan_stage *ps);
  * stage's model FLOPs per token (its layers, the head on the last) over the stages' mean,
  * and that stage; 1 and 0 without a pipeline. */
 void plan_pp_balance(const plan_stage *ps, double *ratio, uint32_t *slowest);
+/* Pipeline stage `stage`'s model chunk c (plan_pp_chunk_span; the last stage's last chunk
+ * with the head): FLOPs per token of its forward, and of its backward with what
+ * recomputation repeats (the two add up to plan_pp_balance's stage compute). */
+void plan_pp_chunk_flops(const plan_stage *ps, uint32_t stage, uint32_t c, double *fwd,
+                         double *bwd);
+/* The pipeline bubble (stages/plan_pipe_time.c): the share of the stages' time a step
+ * leaves idle, from a replay of the passes each stage runs (pipe_order.h) with each
+ * chunk's forward and backward compute (plan_pp_chunk_flops), transfers taking no time.
+ * Equal stages give (pp - 1)/(v m + pp - 1); uneven stages or chunks (the head, the
+ * embedding's stage, parallel.stage_layers) more. 0 without a pipeline. */
+double plan_pp_bubble(const plan_stage *ps);
+/* The replay itself: pp stages of v chunks, K micro-batches, fwd[s v + c] and bwd[s v + c]
+ * the durations of stage s's chunk c; the idle share, or -1 when out of memory (or v > 1
+ * with K < pp, which no schedule runs). */
+double plan_pp_replay(uint32_t pp, uint32_t v, uint32_t K, const double *fwd, const double *bwd);
 /* The split of the layers over the pp stages (split: pp counts, first to last, each at
  * least 1) whose slowest stage computes least, and that stage's compute over the mean;
  * 0 when there is none to give (pp < 2 or pp > n_layers, or out of memory). */

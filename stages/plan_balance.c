@@ -8,7 +8,8 @@
 
 #include "plan.h"
 
-static double layer_flops(const plan_stage *ps, uint32_t l) {
+/* Layer l's FLOPs per token with recomputation; *model without (the forward is a third). */
+static double layer_flops_of(const plan_stage *ps, uint32_t l, double *model) {
     const plan_params *p = &ps->params;
     double params = (double)p->attn_layer + (double)p->norms_layer;
     if (plan_layer_is_moe(p, l))
@@ -17,11 +18,31 @@ static double layer_flops(const plan_stage *ps, uint32_t l) {
     else
         params += (double)p->mlp_layer;
     double attn = 6.0 * ps->shape.dim * (double)ps->shape.seq_len;
-    return plan_hw_flops(&ps->shape, 6 * params + attn, attn);
+    *model = 6 * params + attn;
+    return plan_hw_flops(&ps->shape, *model, attn);
+}
+
+static double layer_flops(const plan_stage *ps, uint32_t l) {
+    double model;
+    return layer_flops_of(ps, l, &model);
 }
 
 static double head_flops(const plan_stage *ps) {
     return 6.0 * ((double)ps->params.head + (double)ps->params.final_norm);
+}
+
+void plan_pp_chunk_flops(const plan_stage *ps, uint32_t stage, uint32_t c, double *fwd,
+                         double *bwd) {
+    const plan_shape *sh = &ps->shape;
+    uint32_t first, n, v = sh->virtual_stages ? sh->virtual_stages : 1;
+    double model, all = 0, forward = 0;
+    plan_pp_chunk_span(&ps->params, sh->pp, v, stage, c, &first, &n);
+    for (uint32_t i = first; i < first + n; i++) {
+        all += layer_flops_of(ps, plan_pp_stage_layer(&ps->params, sh->pp, v, stage, i), &model);
+        forward += model / 3;
+    }
+    if (stage == sh->pp - 1 && c == v - 1) all += head_flops(ps), forward += head_flops(ps) / 3;
+    *fwd = forward, *bwd = all - forward;
 }
 
 void plan_pp_balance(const plan_stage *ps, double *ratio, uint32_t *slowest) {

@@ -361,8 +361,18 @@ static void text_time(FILE *f, const plan_stage *ps) {
         fprintf(f, "            step %.3f s, %s tokens/s\n", ps->step_time_s,
                 fmt_count(a, sizeof a, ps->tokens_per_s));
     }
-    fprintf(f, "            pipeline bubble %.1f%% = (pp-1)/(v*m+pp-1), m %" PRIu64 "\n",
-            100 * ps->bubble, ps->microbatches);
+    if (sh->pp < 2) {
+        fprintf(f, "            pipeline bubble 0%% (no pipeline), m %" PRIu64 "\n",
+                ps->microbatches);
+    } else {
+        double m = ps->microbatches ? (double)ps->microbatches : 1;
+        double equal = (sh->pp - 1.0) / (sh->virtual_stages * m + sh->pp - 1.0);
+        fprintf(f,
+                "            pipeline bubble %.1f%% of the stages' time idle: the schedule "
+                "replayed with each chunk's flops, m %" PRIu64 " (equal stages: "
+                "(pp-1)/(v*m+pp-1) = %.1f%%)\n",
+                100 * ps->bubble, ps->microbatches, 100 * equal);
+    }
     if (sh->pp > 1)
         fprintf(f,
                 "            slowest pipeline stage %u: %.2fx the stages' mean compute (its "

@@ -192,7 +192,7 @@ static void warn_batch(plan_stage *ps) {
              (unsigned long long)ps->microbatches);
     if (sh->pp > 1 && ps->bubble > 0.2)
         warn(ps,
-             "pipeline bubble %.0f%% = (pp-1)/(v*m+pp-1) with pp %u, v %u, m %llu micro-batches: "
+             "pipeline bubble %.0f%% (the stages idle) with pp %u, v %u, m %llu micro-batches: "
              "raise global_batch or virtual_stages, or lower micro_batch",
              100 * ps->bubble, sh->pp, sh->virtual_stages, (unsigned long long)ps->microbatches);
     uint64_t m = ps->microbatches;
@@ -282,21 +282,8 @@ static void balance_suggest(plan_stage *ps) {
          ps->pp_slowest, ps->pp_balance, what, best);
 }
 
-/* Interleaved chunks of unequal lengths: the bubble and balance figures assume equal ones. */
-static void warn_uneven_chunks(plan_stage *ps) {
-    const plan_params *p = &ps->params;
-    if (ps->shape.pp < 2 || ps->shape.virtual_stages < 2 || p->stage_layers == NULL) return;
-    for (size_t k = 1; k < p->n_stage_layers; k++)
-        if (p->stage_layers[k] != p->stage_layers[0]) {
-            warn(ps, "parallel.stage_layers gives interleaved chunks unequal lengths: the pipeline "
-                     "bubble and balance figures assume equal ones (optimistic)");
-            return;
-        }
-}
-
 static void plan_stage_warnings(plan_stage *ps) {
     warn_memory(ps);
-    warn_uneven_chunks(ps);
     balance_suggest(ps);
     warn_groups(ps);
     warn_batch(ps);
