@@ -193,8 +193,9 @@ uint32_t plan_zero_units(const plan_stage *ps, uint32_t stage, plan_zero_unit *o
  * fold drawn from tp x cp x dp). */
 int plan_parallel_folds_experts(const Baton__Parallel *p, const Baton__Moe *moe);
 int plan_folds_experts(const plan_stage *ps);
-/* ZeRO-1 shards anything: zero 1 over a dp x cp block of two ranks or more
- * (worker/engine/train_dp.h); else the gradients are all-reduced. */
+/* ZeRO-1 shards anything: zero 1 over a dp x cp block of two ranks or more, or with the
+ * routed experts held by two ranks or more (under the fold, tp ranks: dp x cp = 1 shards
+ * only them; worker/engine/train_dp.h); else the gradients are all-reduced. */
 int plan_zero1_active(const plan_stage *ps);
 uint32_t plan_expert_holders(const plan_stage *ps);
 /* How evenly the pipeline stages share the compute (stages/plan_balance.c): the slowest

@@ -180,7 +180,8 @@ int plan_folds_experts(const plan_stage *ps) {
 }
 
 int plan_zero1_active(const plan_stage *ps) {
-    return ps->shape.zero && (uint64_t)ps->shape.dp * ps->shape.cp > 1;
+    return ps->shape.zero &&
+           ((uint64_t)ps->shape.dp * ps->shape.cp > 1 || plan_expert_holders(ps) > 1);
 }
 
 int plan_parallel_folds_experts(const Baton__Parallel *p, const Baton__Moe *moe) {

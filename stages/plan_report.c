@@ -263,8 +263,10 @@ static void text_memory_params(FILE *f, const plan_stage *ps) {
     fprintf(f, ")%s\n",
             !sh->zero                ? " (no ZeRO)"
             : !plan_zero1_active(ps) ? " (ZeRO-1 over dp*cp = 1: nothing sharded)"
-            : fold                   ? " (ZeRO-1 over dp*cp; experts over edp, drawn from tp*cp*dp)"
-                                     : " (ZeRO-1 over dp*cp; experts over edp)");
+            : (uint64_t)sh->dp * sh->cp == 1
+                ? " (ZeRO-1: dp*cp = 1, only the experts sharded, over edp drawn from tp)"
+            : fold ? " (ZeRO-1 over dp*cp; experts over edp, drawn from tp*cp*dp)"
+                   : " (ZeRO-1 over dp*cp; experts over edp)");
 }
 
 static const char *act_formula(const plan_shape *sh) {

@@ -184,6 +184,11 @@ BATON_DP_OVERLAP=1 ep_case ep4-over-tp2-dp2-overlap 4 2 4 "$cap"
 ep_case ep2-over-tp4 4 4 2 "$aux"
 ep_case ep2-over-tp2-pp2-zero1 4 2 2 "$aux" "$z1; s/pp: 1, ep: 2,/pp: 2, ep: 2,/; s/n_layers: 2/n_layers: 4/"
 ep_case ep4-over-tp2-cp2 4 2 4 "$cap" "$cp2"
+# ZeRO-1 without data parallelism (dp x cp = 1): the dense tensors' optimizer state whole
+# on every rank, the experts' sharded over their holders, which are tp ranks (tp2 without
+# ep: both; tp4 with ep2: two a expert).
+ep_case moe-tp2-zero1 2 2 1 "$aux" "$z1"
+ep_case ep2-over-tp4-zero1 4 4 2 "$aux" "$z1"
 # ZeRO-1's sharded moments in the checkpoint: trained under ep2 x dp4 + ZeRO-1 (saved at
 # step 10; SED_A: another layout), resumed at step 10 under the same layout (the losses
 # of steps 11-20 bitwise the same) and under ep2 x dp2 with zero 0 (within 1e-5 relative).
@@ -216,6 +221,10 @@ ep_resume ep4-over-tp2-zero1-resume 4 "$z1; s/tp: 1, pp: 1, ep: 2,/tp: 2, pp: 1,
 ep_resume ep4-over-tp2-zero1-to-ep2 2 "" 0 "s/tp: 1, pp: 1, ep: 2,/tp: 2, pp: 1, ep: 4,/"
 ep_resume moe-tp2-dp2-zero1-resume 4 "$z1; s/tp: 1, pp: 1, ep: 2,/tp: 2, pp: 1, ep: 1,/" 1 \
   "s/tp: 1, pp: 1, ep: 2,/tp: 2, pp: 1, ep: 1,/"
+# the experts' moments sharded over tp4's holders alone (dp 1), resumed bitwise and as ep2
+ep_resume ep2-over-tp4-zero1-resume 4 "$z1; s/tp: 1, pp: 1, ep: 2,/tp: 4, pp: 1, ep: 2,/" 1 \
+  "s/tp: 1, pp: 1, ep: 2,/tp: 4, pp: 1, ep: 2,/"
+ep_resume ep2-over-tp4-zero1-to-ep2 2 "" 0 "s/tp: 1, pp: 1, ep: 2,/tp: 4, pp: 1, ep: 2,/"
 # Each layer's gradients all-reduced during the backward (train_dp_overlap.h), the
 # experts' over the expert-data-parallel group (ep2 over dp4) or not at all (ep2 over dp2).
 BATON_DP_OVERLAP=1 ep_case ep2-overlap 2 1 2 "$aux"

@@ -657,6 +657,23 @@ static void test_comm_moe_ep_over_tp(void) {
     CHECK(build(&fx, &ps) == BT_OK);
     CHECK_EQ_U64(plan_expert_holders(&ps), 2);
     CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 2 * 0.5 * (2 * 6144 / 2) * 4.0, 1e-12);
+    /* ZeRO-1 there shards the experts' state over their two holders, nothing else */
+    fx.par.zero = 1;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK(plan_zero1_active(&ps));
+    CHECK_EQ_U64(ps.mem.optim_shards_dense, 1);
+    CHECK_EQ_U64(ps.mem.optim_shards_expert, 2);
+    CHECK_REL(ps.mem.optimizer,
+              8.0 * ((double)ps.mem.dense_params_on_rank + ps.mem.expert_params_on_rank / 2.0),
+              1e-12);
+    char *text = report_text(&fx, &ps);
+    CHECK_STR_CONTAINS(text, "only the experts sharded");
+    free(text);
+    /* without the fold (no sequence parallelism) one rank holds each expert: nothing */
+    fx.par.sequence_parallel = 0;
+    set_parallel(&fx.par, 4, 1, 1, 1, 1);
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK(!plan_zero1_active(&ps));
 }
 
 /* 6 N T + 6 L h s T: N = 105280 - 6400, T = 16 * 128. */

@@ -40,7 +40,8 @@ static inline size_t train_dp_piece_end(size_t lo, size_t end, size_t chunk, int
  * after the other ("packed") and sharded over the dp group, the routed experts' (which
  * differ from one ep rank to the next) packed and sharded over the edp group, the ranks
  * that hold the same experts (not sharded without one; with the tp ranks folded in,
- * fold_tp, drawn from tp x cp x dp). Nothing is copied: each part of
+ * fold_tp, drawn from tp x cp x dp; there also with dp x cp = 1, the dense pack then
+ * whole on every rank). Nothing is copied: each part of
  * a shard is reduced to its rank and broadcast from it in place in the gradient and
  * weight buffers; the optimizer state holds the rank's dense shard, then its expert one. */
 typedef struct train_dp_pack {
@@ -82,7 +83,8 @@ typedef struct train_dp {
     size_t shard_begin;  /* rank * chunk */
     size_t shard_n;      /* parameters in this rank's shard (chunk, less padding) */
     int sharded;         /* zero >= 1 over more than one rank: the collectives run in place
-                          * in params and grads (size * chunk floats each) */
+                          * in params and grads (size * chunk floats each); or the packs
+                          * (runs) shard the experts alone (the optimizer state a shard) */
     optim_segment *segs; /* this rank's segments, shard-relative (zero >= 1) */
     size_t n_segs;
     comm *norm_groups[2]; /* the norm's sum of squares also adds over these (tp, pp) */

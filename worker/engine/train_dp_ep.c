@@ -213,7 +213,13 @@ int train_dp_set_ep(train_dp *d, comm *ep, comm *edp, int fold_tp, const optim_s
     }
     memcpy(d->expert, segs, n * sizeof *segs);
     d->n_expert = n;
-    if (d->sharded && n > 0) return pack_init(d, all, n_all, diag);
+    /* ZeRO-1 packs also when only the experts have more than one holder (dp x cp = 1,
+     * the tp ranks folded in): the dense pack then lies whole on every rank */
+    int experts_shard = d->zero >= 1 && edp != NULL && comm_size(edp) > 1;
+    if ((d->sharded || experts_shard) && n > 0) {
+        d->sharded = 1;
+        return pack_init(d, all, n_all, diag);
+    }
     if (zero0_runs(d, all, n_all) != 0) {
         bt_diag_set(diag, "out of memory for the gradient all-reduces (%zu tensors)", n_all);
         return BT_ENOMEM;
@@ -265,7 +271,7 @@ static int pack_collectives(train_dp *d, float *buf, int reduce, bt_diag *diag) 
  * updated there, broadcast back. Every shard of both packs is on exactly one rank of the
  * dp group (ep x edp = dp x cp), so the norm's sum of squares adds over it; with the tp
  * ranks folded in, every expert shard on one rank of the dp group and tp group together
- * (the sum goes on over tp, train_dp_norm_add). */
+ * (the sum goes on over tp, train_dp_norm_add; with dp x cp = 1 over tp alone). */
 static int dp_update_sharded_ep(train_dp *d, float *params, float *grads, optim_adamw *o,
                                 const optim_hparams *hp, double lr, double *norm, bt_diag *diag) {
     int reduced = d->grads_reduced, rc = 0;
@@ -275,7 +281,7 @@ static int dp_update_sharded_ep(train_dp *d, float *params, float *grads, optim_
     double sumsq = d->n_norm_groups
                        ? optim_segments_sumsq_on(d->be, grads, d->norm_segs, d->n_norm_segs)
                        : optim_segments_sumsq_on(d->be, grads, d->segs, d->n_segs);
-    if (comm_allreduce(d->group, &sumsq, &sumsq, 1, COMM_F64, COMM_SUM, NULL) != 0)
+    if (d->size > 1 && comm_allreduce(d->group, &sumsq, &sumsq, 1, COMM_F64, COMM_SUM, NULL) != 0)
         return ep_fail(d->group, "grad-norm all-reduce", diag);
     if ((rc = train_dp_norm_add(d, &sumsq, diag)) != 0) return rc;
     *norm = sqrt(sumsq);
