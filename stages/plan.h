@@ -110,8 +110,10 @@ typedef struct plan_shape {
 } plan_shape;
 
 #define PLAN_MAX_WARNINGS 16
-#define PLAN_MAX_SPLIT    64     /* the most pipeline stages a suggested split is given for */
-#define PLAN_MAX_LAYERS   65536u /* model.n_layers at most (recipe validation) */
+#define PLAN_MAX_SPLIT                                                                             \
+    256                        /* the most entries (stages, or interleaved chunks) a suggested     \
+                                * split is given for */
+#define PLAN_MAX_LAYERS 65536u /* model.n_layers at most (recipe validation) */
 
 typedef struct plan_stage {
     plan_params params;
@@ -133,9 +135,11 @@ typedef struct plan_stage {
     double pp_balance;        /* the slowest pipeline stage's compute over the mean (1: even) */
     uint32_t pp_slowest;      /* that stage */
     /* When the slowest stage computes 10% more than the mean: the split of the layers
-     * (pp <= PLAN_MAX_SPLIT entries, no interleaving) that evens it best, if it fits in
-     * memory, and its slowest stage over the mean; pp_best_balance 0: none. */
+     * (pp_best_split_n <= PLAN_MAX_SPLIT entries: pp, or interleaved pp x v chunks) that
+     * evens it best, if it fits in memory, and its slowest stage over the mean;
+     * pp_best_balance 0: none. */
     uint32_t pp_best_split[PLAN_MAX_SPLIT];
+    uint32_t pp_best_split_n;
     double pp_best_balance;
 } plan_stage;
 
@@ -217,6 +221,15 @@ double plan_pp_bubble(const plan_stage *ps);
  * the durations of stage s's chunk c; the idle share, or -1 when out of memory (or v > 1
  * with K < pp, which no schedule runs). */
 double plan_pp_replay(uint32_t pp, uint32_t v, uint32_t K, const double *fwd, const double *bwd);
+/* Per token: layer l's FLOPs with what recomputation repeats, and the head's (the last
+ * stage's; never recomputed). */
+double plan_pp_layer_flops(const plan_stage *ps, uint32_t l);
+double plan_pp_head_flops(const plan_stage *ps);
+/* Interleaved (v > 1): pp v chunk lengths (split, model order) that even the stages'
+ * compute, found by a local search from the recipe's lengths and the even ones
+ * (stages/plan_chunks.c; not exhaustive), and the slowest stage's compute over the mean
+ * with them; 0 when there is none to give (v < 2, pp v > n_layers or > PLAN_MAX_SPLIT). */
+double plan_pp_best_chunks(const plan_stage *ps, uint32_t *split);
 /* The split of the layers over the pp stages (split: pp counts, first to last, each at
  * least 1) whose slowest stage computes least, and that stage's compute over the mean;
  * 0 when there is none to give (pp < 2 or pp > n_layers, or out of memory). */

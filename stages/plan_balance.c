@@ -22,12 +22,12 @@ static double layer_flops_of(const plan_stage *ps, uint32_t l, double *model) {
     return plan_hw_flops(&ps->shape, *model, attn);
 }
 
-static double layer_flops(const plan_stage *ps, uint32_t l) {
+double plan_pp_layer_flops(const plan_stage *ps, uint32_t l) {
     double model;
     return layer_flops_of(ps, l, &model);
 }
 
-static double head_flops(const plan_stage *ps) {
+double plan_pp_head_flops(const plan_stage *ps) {
     return 6.0 * ((double)ps->params.head + (double)ps->params.final_norm);
 }
 
@@ -41,7 +41,8 @@ void plan_pp_chunk_flops(const plan_stage *ps, uint32_t stage, uint32_t c, doubl
         all += layer_flops_of(ps, plan_pp_stage_layer(&ps->params, sh->pp, v, stage, i), &model);
         forward += model / 3;
     }
-    if (stage == sh->pp - 1 && c == v - 1) all += head_flops(ps), forward += head_flops(ps) / 3;
+    if (stage == sh->pp - 1 && c == v - 1)
+        all += plan_pp_head_flops(ps), forward += plan_pp_head_flops(ps) / 3;
     *fwd = forward, *bwd = all - forward;
 }
 
@@ -52,11 +53,11 @@ void plan_pp_balance(const plan_stage *ps, double *ratio, uint32_t *slowest) {
     if (sh->pp < 2) return;
     for (uint32_t s = 0; s < sh->pp; s++) {
         uint32_t first, n, moe;
-        double w = s == sh->pp - 1 ? head_flops(ps) : 0;
+        double w = s == sh->pp - 1 ? plan_pp_head_flops(ps) : 0;
         plan_pp_stage_layers(&ps->params, sh->pp, sh->virtual_stages, s, &first, &n, &moe);
         for (uint32_t i = 0; i < n; i++)
-            w +=
-                layer_flops(ps, plan_pp_stage_layer(&ps->params, sh->pp, sh->virtual_stages, s, i));
+            w += plan_pp_layer_flops(
+                ps, plan_pp_stage_layer(&ps->params, sh->pp, sh->virtual_stages, s, i));
         sum += w;
         if (w > most) most = w, *slowest = s;
     }
@@ -89,18 +90,18 @@ double plan_pp_best_split(const plan_stage *ps, uint32_t *split) {
     double result = 0;
     if (pre != NULL && best != NULL && cut != NULL) {
         for (size_t l = 0; l < L; l++)
-            pre[l + 1] = pre[l] + layer_flops(ps, (uint32_t)l);
+            pre[l + 1] = pre[l] + plan_pp_layer_flops(ps, (uint32_t)l);
         split_table(pre, L, pp, best, cut);
         size_t j_best = pp - 1; /* the last stage: layers [j, L) and the head */
         for (size_t j = pp - 1; j < L; j++) {
-            double prev = best[(pp - 1) * W + j], last = pre[L] - pre[j] + head_flops(ps);
+            double prev = best[(pp - 1) * W + j], last = pre[L] - pre[j] + plan_pp_head_flops(ps);
             double w = prev > last ? prev : last;
             if (result == 0 || w < result) result = w, j_best = j;
         }
         split[pp - 1] = (uint32_t)(L - j_best);
         for (size_t k = pp - 1, i = j_best; k >= 1; i = cut[k * W + i], k--)
             split[k - 1] = (uint32_t)(i - cut[k * W + i]);
-        result = result * (double)pp / (pre[L] + head_flops(ps));
+        result = result * (double)pp / (pre[L] + plan_pp_head_flops(ps));
     }
     free(pre);
     free(best);

@@ -383,7 +383,7 @@ static void text_time(FILE *f, const plan_stage *ps) {
                 ps->pp_slowest == sh->pp - 1 ? " and the head's" : "");
     if (ps->pp_best_balance > 0) {
         fprintf(f, "            evened out by parallel.stage_layers: [");
-        for (uint32_t s = 0; s < sh->pp; s++)
+        for (uint32_t s = 0; s < ps->pp_best_split_n; s++)
             fprintf(f, "%s%u", s ? ", " : "", ps->pp_best_split[s]);
         fprintf(f, "] (the slowest %.2fx)\n", ps->pp_best_balance);
     }
@@ -494,7 +494,7 @@ static void json_best_split(bt_buf *b, const plan_stage *ps) {
         bt_buf_printf(b, "null");
         return;
     }
-    for (uint32_t s = 0; s < ps->shape.pp; s++)
+    for (uint32_t s = 0; s < ps->pp_best_split_n; s++)
         bt_buf_printf(b, "%s%u", s ? ", " : "[", ps->pp_best_split[s]);
     bt_buf_printf(b, "]");
 }

@@ -242,11 +242,11 @@ static void warn_cluster(plan_stage *ps) {
 }
 
 /* The memory split's heaviest rank needs, planned like ps. */
-static double split_memory(const plan_stage *ps, const uint32_t *split, int *fits) {
+static double split_memory(const plan_stage *ps, const uint32_t *split, uint32_t n, int *fits) {
     plan_stage *alt = malloc(sizeof *alt);
     if (alt == NULL) return *fits = -1, 0;
     *alt = *ps;
-    alt->params.stage_layers = split, alt->params.n_stage_layers = ps->shape.pp;
+    alt->params.stage_layers = split, alt->params.n_stage_layers = n;
     plan_memory_estimate(alt, &alt->mem);
     double total = alt->mem.total;
     *fits = alt->mem.fits;
@@ -255,18 +255,19 @@ static double split_memory(const plan_stage *ps, const uint32_t *split, int *fit
 }
 
 /* A pipeline whose slowest stage computes 10% more than the mean: the split that evens
- * it best, kept when it fits in memory (not searched for interleaved pipelines, whose
- * stage_layers lists chunks). */
+ * it best (interleaved: the chunk lengths a local search found), kept when it fits in
+ * memory. */
 static void balance_suggest(plan_stage *ps) {
     const plan_shape *sh = &ps->shape;
-    if (sh->pp < 2 || ps->pp_balance <= 1.10 || sh->virtual_stages > 1 || sh->pp > PLAN_MAX_SPLIT)
-        return;
+    int v = sh->virtual_stages > 1;
+    uint32_t n = v ? sh->pp * sh->virtual_stages : sh->pp;
+    if (sh->pp < 2 || ps->pp_balance <= 1.10 || n > PLAN_MAX_SPLIT) return;
     uint32_t split[PLAN_MAX_SPLIT];
-    double best = plan_pp_best_split(ps, split);
+    double best = v ? plan_pp_best_chunks(ps, split) : plan_pp_best_split(ps, split);
     if (best <= 0 || best > ps->pp_balance - 0.02) return;
     const char *what = ps->pp_slowest == sh->pp - 1 ? " (its layers and the head)" : "";
     int fits;
-    double need = split_memory(ps, split, &fits);
+    double need = split_memory(ps, split, n, &fits);
     if (fits == 0) {
         warn(ps,
              "pipeline stage %u computes %.2fx the stages' mean%s; the split that evens it "
@@ -274,7 +275,8 @@ static void balance_suggest(plan_stage *ps) {
              ps->pp_slowest, ps->pp_balance, what, best, need / 1e9);
         return;
     }
-    memcpy(ps->pp_best_split, split, sh->pp * sizeof *split);
+    memcpy(ps->pp_best_split, split, n * sizeof *split);
+    ps->pp_best_split_n = n;
     ps->pp_best_balance = best;
     warn(ps,
          "pipeline stage %u computes %.2fx the stages' mean%s: the parallel.stage_layers "

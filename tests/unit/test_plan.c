@@ -953,7 +953,56 @@ static void test_pp_bubble(void) {
         CHECK(strstr(ps.warnings[i], "assume equal") == NULL);
 }
 
+/* plan_pp_best_chunks against every list of chunk lengths of small interleaved pipelines
+ * (a heavy head: vocab 4096 at dim 64; and MoE layers every other one): the local search
+ * finds the least slowest stage of all, and planning its list gives that balance; the
+ * plan offers it when the recipe's is 10% off. */
+static void test_pp_best_chunks(void) {
+    static const uint32_t cases[][3] = {{7, 2, 2}, {10, 2, 2}, {9, 2, 3}, {8, 3, 2}, {11, 3, 2}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint32_t L = cases[i][0], pp = cases[i][1], v = cases[i][2], K = pp * v;
+        for (int moe = 0; moe <= 1; moe++) {
+            fixture fx;
+            if (moe) {
+                fixture_moe(&fx);
+                fx.moe.every = 2, fx.moe.first_dense_layers = 0;
+                fx.model.n_layers = L, fx.model.vocab_size = 4096;
+            } else {
+                fixture_small(&fx);
+                set_model(&fx.model, 64, L, 4, 2, 176, 4096);
+            }
+            set_parallel(&fx.par, 1, 1, 1, pp, 1);
+            fx.par.virtual_stages = v, fx.stage.global_batch = 4 * pp * fx.stage.micro_batch;
+            fx.cluster.gpus_per_node = pp;
+            uint32_t best[8], cur[8], *lists = malloc(300 * K * sizeof *lists);
+            size_t n = all_splits(L, K, cur, 0, lists, 0);
+            double least = 1e9, got = -1;
+            for (size_t j = 0; j < n; j++) {
+                plan_stage ps;
+                fx.par.stage_layers = lists + j * K, fx.par.n_stage_layers = K;
+                CHECK(build(&fx, &ps) == BT_OK);
+                least = ps.pp_balance < least ? ps.pp_balance : least;
+                if (j == 0) got = plan_pp_best_chunks(&ps, best); /* from the first list */
+            }
+            CHECK_REL(got, least, 1e-12);
+            plan_stage ps;
+            fx.par.stage_layers = best;
+            CHECK(build(&fx, &ps) == BT_OK);
+            CHECK_REL(ps.pp_balance, got, 1e-12);
+            /* from the recipe's first list (the heaviest first chunk) the plan offers one */
+            fx.par.stage_layers = lists;
+            CHECK(build(&fx, &ps) == BT_OK);
+            if (ps.pp_balance > 1.10 && ps.pp_balance > least + 0.02) {
+                CHECK_EQ_U64(ps.pp_best_split_n, K);
+                CHECK_REL(ps.pp_best_balance, least, 1e-12);
+            }
+            free(lists);
+        }
+    }
+}
+
 int main(void) {
+    test_pp_best_chunks();
     test_pp_replay();
     test_pp_bubble();
     test_params_llama3();
