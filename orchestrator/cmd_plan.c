@@ -1,6 +1,7 @@
-/* baton plan RECIPE [--json]: validates a recipe and prints, per stage, the
- * parameter count, rank layout, memory per GPU, communication and step time. Needs
- * neither data nor a GPU. */
+/* baton plan RECIPE [--json] [--set KEY=VALUE ...] [--nodes K] [--gpus-per-node G]:
+ * validates a recipe (with baton run's overrides) and prints, per stage, the parameter
+ * count, rank layout, memory per GPU, communication and step time. Needs neither data
+ * nor a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +11,8 @@
 #include "recipe.h"
 
 static void plan_usage(FILE *f) {
-    fprintf(f, "usage: baton plan RECIPE [--json]\n\n"
+    fprintf(f, "usage: baton plan RECIPE [--json] [--set KEY=VALUE ...] [--nodes K]\n"
+               "                  [--gpus-per-node G]\n\n"
                "Checks RECIPE and shows, for every stage: exact parameter count, the rank\n"
                "layout (rank -> node, gpu, tp/cp/ep/dp/pp), memory per GPU of the heaviest\n"
                "rank with the formula behind each figure, communication per step by group,\n"
@@ -18,6 +20,10 @@ static void plan_usage(FILE *f) {
                "the pipeline stages share the compute (when the slowest does 10%% more than\n"
                "the mean, the parallel.stage_layers split that evens it best, if it fits).\n\n"
                "  --json   print the plan as one JSON object instead of text\n"
+               "  --set KEY=VALUE, --nodes K, --gpus-per-node G\n"
+               "           override the recipe as baton run does (e.g. --set\n"
+               "           defaults.parallel.virtual_stages=2), to plan a layout before\n"
+               "           running it; applied in the order given\n"
                "  --help   show this help\n\n"
                "Exit status: 0 planned (a stage that does not fit is reported, not an error),\n"
                "2 invalid recipe or usage.\n");
@@ -63,37 +69,60 @@ static void plan_print_text(const recipe_doc *doc, const plan_all *pa) {
     }
 }
 
-int cmd_plan(int argc, char **argv) {
-    const char *path = NULL;
-    int json = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            plan_usage(stdout);
-            return BT_EXIT_OK;
-        } else if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
-        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            fprintf(stderr, "baton plan: unknown option '%s'\n", argv[i]);
+#define PLAN_MAX_SETS 64
+
+/* The overrides, in order: --set's as given, --nodes/--gpus-per-node as cluster fields. */
+typedef struct plan_sets {
+    char *set[PLAN_MAX_SETS];
+    int n;
+} plan_sets;
+
+static int plan_add_set(plan_sets *s, const char *key, const char *value) {
+    if (s->n == PLAN_MAX_SETS) {
+        fprintf(stderr, "baton plan: at most %d overrides\n", PLAN_MAX_SETS);
+        return -1;
+    }
+    size_t n = strlen(key) + strlen(value) + 1;
+    if ((s->set[s->n] = malloc(n)) == NULL) return -1;
+    snprintf(s->set[s->n++], n, "%s%s", key, value);
+    return 0;
+}
+
+static void plan_sets_free(plan_sets *s) {
+    for (int i = 0; i < s->n; i++)
+        free(s->set[i]);
+}
+
+/* An override option at argv[*i] (with its value) into s: 1 taken, 0 not one, -1 error. */
+static int plan_parse_set(int argc, char **argv, int *i, plan_sets *s) {
+    static const char *const opt[] = {"--set", "--nodes", "--gpus-per-node"};
+    static const char *const key[] = {"", "cluster.nodes=", "cluster.gpus_per_node="};
+    for (int k = 0; k < 3; k++) {
+        if (strcmp(argv[*i], opt[k]) != 0) continue;
+        if (*i + 1 >= argc) {
+            fprintf(stderr, "baton plan: %s needs a value\n", opt[k]);
             plan_usage(stderr);
-            return BT_EXIT_USAGE;
-        } else if (path == NULL) {
-            path = argv[i];
-        } else {
-            fprintf(stderr, "baton plan: one recipe at a time (got '%s' and '%s')\n", path,
-                    argv[i]);
-            return BT_EXIT_USAGE;
+            return -1;
         }
+        *i += 1;
+        return plan_add_set(s, key[k], argv[*i]) == 0 ? 1 : -1;
     }
-    if (path == NULL) {
-        plan_usage(stderr);
-        return BT_EXIT_USAGE;
-    }
+    return 0;
+}
+
+static int plan_load(const char *path, const plan_sets *sets, recipe_doc *doc, bt_diag *diag) {
+    int rc = recipe_load_file(path, doc, diag);
+    for (int i = 0; rc == 0 && i < sets->n; i++)
+        rc = recipe_apply_set(doc, sets->set[i], diag);
+    return rc ? rc : recipe_validate(doc, diag);
+}
+
+static int plan_run(const char *path, const plan_sets *sets, int json) {
     bt_diag diag;
     bt_diag_init(&diag);
     recipe_doc doc = {0};
     plan_all pa = {0};
-    int rc = recipe_load_file(path, &doc, &diag);
-    rc = rc ? rc : recipe_validate(&doc, &diag);
+    int rc = plan_load(path, sets, &doc, &diag);
     rc = rc ? rc : plan_build_all(&doc, &pa, &diag);
     if (rc == 0 && json)
         plan_report_json(stdout, pa.specs, pa.stages, pa.n);
@@ -104,4 +133,37 @@ int cmd_plan(int argc, char **argv) {
     plan_all_free(&pa);
     recipe_doc_free(&doc);
     return rc == 0 ? BT_EXIT_OK : (rc == BT_ENOMEM ? BT_EXIT_FAILURE : BT_EXIT_USAGE);
+}
+
+int cmd_plan(int argc, char **argv) {
+    const char *path = NULL;
+    int json = 0, taken;
+    plan_sets sets = {0};
+    for (int i = 1; i < argc; i++) {
+        if ((taken = plan_parse_set(argc, argv, &i, &sets)) != 0) {
+            if (taken < 0) return plan_sets_free(&sets), BT_EXIT_USAGE;
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            plan_usage(stdout);
+            return plan_sets_free(&sets), BT_EXIT_OK;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+            fprintf(stderr, "baton plan: unknown option '%s'\n", argv[i]);
+            plan_usage(stderr);
+            return plan_sets_free(&sets), BT_EXIT_USAGE;
+        } else if (path == NULL) {
+            path = argv[i];
+        } else {
+            fprintf(stderr, "baton plan: one recipe at a time (got '%s' and '%s')\n", path,
+                    argv[i]);
+            return plan_sets_free(&sets), BT_EXIT_USAGE;
+        }
+    }
+    int rc = BT_EXIT_USAGE;
+    if (path == NULL)
+        plan_usage(stderr);
+    else
+        rc = plan_run(path, &sets, json);
+    plan_sets_free(&sets);
+    return rc;
 }

@@ -35,5 +35,15 @@ expect 2 'not a regular file|cannot read|is a directory' -- plan "$recipes"
 expect 0 'fits \(' -- plan "$recipes/tiny-cpu.yaml"
 expect 0 'stage 2 "fp8"' -- plan "$recipes/tiny-cpu.yaml"
 expect 0 '"stages": ?\[' -- plan --json "$recipes/tiny-cpu.yaml"
+# plan takes baton run's overrides, so a layout can be tried before it is run
+expect 0 'pipeline bubble [0-9.]+% of the stages.*\(equal stages: \(pp-1\)/\(v\*m\+pp-1\) = 0\.1%\)' -- \
+  plan "$recipes/llama3-70b-64gpu.yaml" --set defaults.parallel.virtual_stages=5
+expect 0 'tp 8 x cp 1 x dp 4 x pp 4 = 128 ranks' -- plan "$recipes/llama3-70b-64gpu.yaml" --nodes 16 \
+  --set defaults.parallel.dp=4
+expect 0 '16 nodes x 4 GPUs' -- plan "$recipes/llama3-70b-64gpu.yaml" --gpus-per-node 4 --nodes 16 \
+  --set defaults.parallel.dp=4 --set defaults.parallel.tp=4
+expect 2 '--set defaults.parallel.bogus=1.*unknown key "bogus"' -- plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.bogus=1
+expect 2 "expected KEY=VALUE" -- plan "$recipes/tiny-cpu.yaml" --set nothing
+expect 2 "usage: baton plan" -- plan "$recipes/tiny-cpu.yaml" --set
 
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
