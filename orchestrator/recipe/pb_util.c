@@ -80,6 +80,19 @@ static void pb_array_free(const ProtobufCFieldDescriptor *f, void *arr, size_t n
     free(arr);
 }
 
+/* A deep copy made by merging into a new message: unlike pb_clone's, it keeps the lists
+ * given empty (pb_util.h). NULL when out of memory. */
+static ProtobufCMessage *pb_copy(const ProtobufCMessage *s) {
+    ProtobufCMessage *m = calloc(1, s->descriptor->sizeof_message);
+    if (m == NULL) return NULL;
+    s->descriptor->message_init(m);
+    if (pb_merge(m, s) != 0) {
+        protobuf_c_message_free_unpacked(m, NULL);
+        return NULL;
+    }
+    return m;
+}
+
 /* Deep-copies one element of f's type from src to dst (dst zeroed). */
 static int pb_elem_copy(const ProtobufCFieldDescriptor *f, void *dst, const void *src) {
     if (f->type == PROTOBUF_C_TYPE_STRING) {
@@ -95,7 +108,7 @@ static int pb_elem_copy(const ProtobufCFieldDescriptor *f, void *dst, const void
         d->len = s->len;
     } else if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
         const ProtobufCMessage *s = *(ProtobufCMessage *const *)src;
-        if (s != NULL && (*(ProtobufCMessage **)dst = pb_clone(s)) == NULL) return BT_ENOMEM;
+        if (s != NULL && (*(ProtobufCMessage **)dst = pb_copy(s)) == NULL) return BT_ENOMEM;
     } else {
         memcpy(dst, src, pb_elem_size(f->type));
     }

@@ -128,6 +128,42 @@ static const char *split_text =
     "  - {name: f, steps: 10, parallel: {stage_layers: []}}\n"
     "  - {name: g, steps: 10, parallel: {zero: 1}}\n";
 
+/* --set on a stage without a parallel block of its own: the block it gets keeps the list
+ * given empty (a packed copy would lose it), and the stages after inherit the even split. */
+static void test_split_set_new_block(void) {
+    static const char *text = "name: s\n"
+                              "model: {arch: llama, dim: 64, n_layers: 4, n_heads: 4, ffn_dim: "
+                              "176, vocab_size: 256}\n"
+                              "cluster: {nodes: 1, gpus_per_node: 2}\n"
+                              "defaults:\n"
+                              "  seq_len: 64\n"
+                              "  global_batch: 16\n"
+                              "  parallel: {pp: 2, dp: auto, stage_layers: [3, 1]}\n"
+                              "  optimizer: {lr: 1e-3}\n"
+                              "stages:\n"
+                              "  - {name: a, steps: 10}\n"
+                              "  - {name: b, steps: 10}\n"
+                              "  - {name: c, steps: 10}\n";
+    static const char *const sets[2] = {"stages.b.parallel.stage_layers=[]",
+                                        "stages.b.parallel={stage_layers: []}"};
+    for (int k = 0; k < 2; k++) {
+        recipe_doc doc = {0};
+        bt_diag d;
+        bt_diag_init(&d);
+        int rc = recipe_load_buffer("s.yaml", text, strlen(text), &doc, &d);
+        rc = rc ? rc : recipe_apply_set(&doc, sets[k], &d);
+        if (rc != 0) fprintf(stderr, "%s\n", d.msg);
+        CHECK(rc == 0);
+        static const size_t want[3] = {2, 0, 0};
+        for (size_t i = 0; rc == 0 && i < 3; i++) {
+            Baton__StageSpec *s = resolve(&doc, i);
+            if (s != NULL) CHECK_EQ_U64(s->stage->parallel->n_stage_layers, want[i]);
+            if (s != NULL) protobuf_c_message_free_unpacked(&s->base, NULL);
+        }
+        recipe_doc_free(&doc);
+    }
+}
+
 static void test_stage_split(void) {
     recipe_doc doc = {0};
     bt_diag d;
@@ -160,6 +196,7 @@ static void test_stage_split(void) {
         if (s != NULL) protobuf_c_message_free_unpacked(&s->base, NULL);
     }
     recipe_doc_free(&doc);
+    test_split_set_new_block();
 }
 
 int main(void) {
