@@ -132,6 +132,7 @@ typedef struct plan_stage {
     double exposed_comm_s;    /* the communication step_time_s adds to compute_s */
     double tokens_per_s;      /* 0 when the step time is unknown */
     double bubble;            /* pipeline bubble: idle share of the stages' time (plan_pp_bubble) */
+    int bubble_replayed;      /* it comes from a replay of the schedule (else an estimate) */
     double pp_balance;        /* the slowest pipeline stage's compute over the mean (1: even) */
     uint32_t pp_slowest;      /* that stage */
     /* When the slowest stage computes 10% more than the mean: the split of the layers
@@ -212,14 +213,16 @@ void plan_pp_balance(const plan_stage *ps, double *ratio, uint32_t *slowest);
 void plan_pp_chunk_flops(const plan_stage *ps, uint32_t stage, uint32_t c, double *fwd,
                          double *bwd);
 /* The pipeline bubble (stages/plan_pipe_time.c): the share of the stages' time a step
- * leaves idle, from a replay of the passes each stage runs (pipe_order.h) with each
- * chunk's forward and backward compute (plan_pp_chunk_flops), transfers taking no time.
- * Equal stages give (pp - 1)/(v m + pp - 1); uneven stages or chunks (the head, the
- * embedding's stage, parallel.stage_layers) more. 0 without a pipeline. */
-double plan_pp_bubble(const plan_stage *ps);
+ * leaves idle, from a replay of the workers' schedule (1F1B's pass order, the interleaved
+ * action lists) with each chunk's forward and backward compute (plan_pp_chunk_flops),
+ * transfers taking no time. Equal stages give (pp - 1)/(v m + pp - 1); uneven stages or
+ * chunks (the head's, parallel.stage_layers) more. 0 without a pipeline. *replayed 0:
+ * too many passes to replay (1F1B pp m > 2^22, interleaved pp m v > 2^16), the
+ * equal-stage figure scaled by the slowest stage's compute instead. */
+double plan_pp_bubble(const plan_stage *ps, int *replayed);
 /* The replay itself: pp stages of v chunks, K micro-batches, fwd[s v + c] and bwd[s v + c]
- * the durations of stage s's chunk c; the idle share, or -1 when out of memory (or v > 1
- * with K < pp, which no schedule runs). */
+ * the durations of stage s's chunk c; the idle share, or -1 when out of memory, too
+ * large, or v > 1 with K < pp (which no schedule runs). */
 double plan_pp_replay(uint32_t pp, uint32_t v, uint32_t K, const double *fwd, const double *bwd);
 /* Per token: layer l's FLOPs with what recomputation repeats, and the head's (the last
  * stage's; never recomputed). */

@@ -484,7 +484,7 @@ void plan_time_estimate(plan_stage *ps) {
     const double *s = ps->comm.seconds;
     time_flops(ps);
     double m = ps->microbatches ? (double)ps->microbatches : 1;
-    ps->bubble = plan_pp_bubble(ps);
+    ps->bubble = plan_pp_bubble(ps, &ps->bubble_replayed);
     double peak = (double)ps->lay.world * sh->peak_flops * sh->mfu;
     ps->compute_s = peak > 0 ? ps->flops_per_step / peak : 0;
     double dp_hidden = 2.0 / 3.0 * ps->compute_s / m;

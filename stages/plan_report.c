@@ -370,10 +370,13 @@ static void text_time(FILE *f, const plan_stage *ps) {
         double m = ps->microbatches ? (double)ps->microbatches : 1;
         double equal = (sh->pp - 1.0) / (sh->virtual_stages * m + sh->pp - 1.0);
         fprintf(f,
-                "            pipeline bubble %.1f%% of the stages' time idle: the schedule "
-                "replayed with each chunk's flops, m %" PRIu64 " (equal stages: "
-                "(pp-1)/(v*m+pp-1) = %.1f%%)\n",
-                100 * ps->bubble, ps->microbatches, 100 * equal);
+                "            pipeline bubble %.1f%% of the stages' time idle: %s, m %" PRIu64
+                " (equal stages: (pp-1)/(v*m+pp-1) = %.1f%%)\n",
+                100 * ps->bubble,
+                ps->bubble_replayed ? "the workers' schedule replayed with each chunk's flops"
+                                    : "too many passes to replay, the equal-stage figure at "
+                                      "the slowest stage's pace",
+                ps->microbatches, 100 * equal);
     }
     if (sh->pp > 1)
         fprintf(f,
