@@ -189,6 +189,9 @@ ep_case ep4-over-tp2-cp2 4 2 4 "$cap" "$cp2"
 # ep: both; tp4 with ep2: two a expert).
 ep_case moe-tp2-zero1 2 2 1 "$aux" "$z1"
 ep_case ep2-over-tp4-zero1 4 4 2 "$aux" "$z1"
+# ...and their gradients reduced during the backward, with no dp peer at all
+BATON_DP_OVERLAP=1 ep_case ep2-over-tp4-zero1-overlap 4 4 2 "$aux" "$z1"
+BATON_DP_OVERLAP=1 ep_case moe-tp2-overlap 2 2 1 "$aux"
 # ZeRO-1's sharded moments in the checkpoint: trained under ep2 x dp4 + ZeRO-1 (saved at
 # step 10; SED_A: another layout), resumed at step 10 under the same layout (the losses
 # of steps 11-20 bitwise the same) and under ep2 x dp2 with zero 0 (within 1e-5 relative).

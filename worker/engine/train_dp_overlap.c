@@ -24,9 +24,16 @@ static train_dp_overlap_mode overlap_mode(const train_dp *dp) {
     return dp->n_expert > 0 ? OVERLAP_EXPERTS : OVERLAP_ALLREDUCE;
 }
 
+/* Whether the reduction has peers: a dp group of two ranks or more, or routed experts
+ * held by two or more (with the tp ranks folded in, also where dp x cp = 1). */
+static int overlap_has_peers(const train_dp *dp) {
+    return dp->size >= 2 || (dp->n_expert > 0 && dp->edp != NULL && comm_size(dp->edp) >= 2);
+}
+
 /* Every group the mode reduces over takes a stream. */
 static int overlap_queues(const train_dp *dp, train_dp_overlap_mode mode) {
-    if (dp->be->stream_new == NULL || !comm_has_streams(dp->group)) return 0;
+    if (dp->be->stream_new == NULL) return 0;
+    if (dp->group != NULL && dp->size >= 2 && !comm_has_streams(dp->group)) return 0;
     int experts = mode == OVERLAP_EXPERTS || mode == OVERLAP_EP_SHARDS;
     return !experts || dp->edp == NULL || comm_has_streams(dp->edp);
 }
@@ -65,7 +72,7 @@ int train_dp_overlap_init(train_dp_overlap *o, train_dp *dp, model *m, int zero,
     memset(o, 0, sizeof *o);
     o->dp = dp, o->m = m;
     overlap_describe_off(o, zero);
-    if (zero >= 2 || dp->size < 2 || m->grads_mem == NULL) return 0;
+    if (zero >= 2 || !overlap_has_peers(dp) || m->grads_mem == NULL) return 0;
     o->mode = overlap_mode(dp);
     int queues = overlap_queues(dp, o->mode);
     /* BATON_DP_OVERLAP=1: on even without a side queue; automatic: where one exists */
@@ -95,7 +102,7 @@ void train_dp_overlap_free(train_dp_overlap *o) {
 }
 
 const char *train_dp_overlap_describe(const train_dp_overlap *o) {
-    return o->dp != NULL && o->dp->size >= 2 ? o->desc : "";
+    return o->dp != NULL && overlap_has_peers(o->dp) ? o->desc : "";
 }
 
 static void overlap_failed(train_dp_overlap *o, comm *c, const char *what, int u) {
@@ -217,7 +224,7 @@ static int overlap_complete(train_dp_overlap *o, int failed, bt_diag *diag) {
     backend *be = o->dp->be;
     if (o->stream != NULL) {
         int experts = o->mode == OVERLAP_EXPERTS || o->mode == OVERLAP_EP_SHARDS;
-        comm *groups[2] = {o->dp->group, experts ? o->dp->edp : NULL};
+        comm *groups[2] = {o->dp->size >= 2 ? o->dp->group : NULL, experts ? o->dp->edp : NULL};
         for (int i = 0; i < 2; i++)
             if (groups[i] != NULL && comm_wait(groups[i], o->stream) != 0 && o->rc == 0) {
                 o->rc = BT_EIO;
