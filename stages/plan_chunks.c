@@ -2,10 +2,10 @@
  * plan_pp_best_chunks). Stage s holds the model's chunks s, s + pp, s + 2 pp, ..., so a
  * stage's compute is a sum over chunks that are not contiguous, and the exact search of
  * plan_pp_best_split does not apply. This is a local search instead: from the recipe's
- * lengths and from the even ones, move one layer across the boundary of two neighbouring
- * chunks (different stages) while that lowers the slowest stage, or keeps it and lowers
- * the sum of the squares of the stages' compute (which opens the way for a later move
- * lowering it); the better of the two ends wins. */
+ * lengths and from the even ones, move the boundary of two neighbouring chunks (different
+ * stages) by 1, 2, 4, ... layers, the best such move at a time, while that lowers the
+ * slowest stage, or keeps it and lowers the sum of the squares of the stages' compute
+ * (which opens the way for a later move lowering it); the better of the two ends wins. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,12 +15,21 @@ typedef struct chunk_search {
     size_t L, K, pp;   /* layers, chunks (pp v), stages */
     const double *pre; /* pre[i]: compute of layers [0, i) */
     double head;       /* on the last chunk */
-    double *stage;     /* scratch: each stage's compute */
+    double *stage;     /* each stage's compute under the current lengths */
 } chunk_search;
 
 typedef struct chunk_cost {
     double most, squares;
 } chunk_cost;
+
+static chunk_cost cost_of_stages(const chunk_search *c) {
+    chunk_cost r = {0, 0};
+    for (size_t s = 0; s < c->pp; s++) {
+        r.most = c->stage[s] > r.most ? c->stage[s] : r.most;
+        r.squares += c->stage[s] * c->stage[s];
+    }
+    return r;
+}
 
 static chunk_cost cost_of(const chunk_search *c, const uint32_t *len) {
     memset(c->stage, 0, c->pp * sizeof *c->stage);
@@ -30,12 +39,7 @@ static chunk_cost cost_of(const chunk_search *c, const uint32_t *len) {
         at += len[k];
     }
     c->stage[c->pp - 1] += c->head;
-    chunk_cost r = {0, 0};
-    for (size_t s = 0; s < c->pp; s++) {
-        r.most = c->stage[s] > r.most ? c->stage[s] : r.most;
-        r.squares += c->stage[s] * c->stage[s];
-    }
-    return r;
+    return cost_of_stages(c);
 }
 
 /* a lower than b by more than rounding: the slowest stage first, then the squares */
@@ -45,33 +49,62 @@ static int lower(chunk_cost a, chunk_cost b) {
     return a.most <= b.most + eps && a.squares < b.squares * (1 - 1e-12);
 }
 
-/* The best single move from len (chunk k gives a layer to k + 1 or takes one), applied;
- * 0 when none lowers the cost. */
-static int best_move(const chunk_search *c, uint32_t *len, chunk_cost *cur) {
-    size_t best_k = 0;
-    int best_dir = 0;
+typedef struct chunk_move {
+    size_t k;   /* the boundary between chunks k and k + 1 */
+    long shift; /* layers it moves: > 0 from k to k + 1, < 0 back */
+} chunk_move;
+
+/* The cost once the boundary after chunk k (at layer `at`) moves by shift; the stages'
+ * compute is put back. */
+static chunk_cost try_move(const chunk_search *c, size_t k, size_t at, long shift) {
+    size_t a = k % c->pp, b = (k + 1) % c->pp;
+    double w = shift > 0 ? c->pre[at] - c->pre[at - (size_t)shift]
+                         : c->pre[at + (size_t)-shift] - c->pre[at];
+    double sa = c->stage[a], sb = c->stage[b];
+    c->stage[a] += shift > 0 ? -w : w, c->stage[b] += shift > 0 ? w : -w;
+    chunk_cost got = cost_of_stages(c);
+    c->stage[a] = sa, c->stage[b] = sb;
+    return got;
+}
+
+/* The best move of a boundary by 1 layer, or (wide) by 1, 2, 4, ... (each chunk keeping one
+ * or more), applied; 0 when none lowers the cost. */
+static int best_move(const chunk_search *c, uint32_t *len, chunk_cost *cur, int wide) {
+    chunk_move best_m = {0, 0};
     chunk_cost best = *cur;
-    for (size_t k = 0; k + 1 < c->K; k++)
-        for (int dir = -1; dir <= 1; dir += 2) { /* -1: k gives one to k + 1 */
-            uint32_t *from = dir < 0 ? &len[k] : &len[k + 1], *to = dir < 0 ? &len[k + 1] : &len[k];
-            if (*from < 2) continue;
-            (*from)--, (*to)++;
-            chunk_cost got = cost_of(c, len);
-            (*from)++, (*to)--;
-            if (lower(got, best)) best = got, best_k = k, best_dir = dir;
+    size_t at = 0;
+    for (size_t k = 0; k + 1 < c->K; k++) {
+        at += len[k];
+        for (long t = 1; t < (long)len[k] && (wide || t == 1); t *= 2) {
+            chunk_cost got = try_move(c, k, at, t);
+            if (lower(got, best)) best = got, best_m = (chunk_move){k, t};
         }
-    if (best_dir == 0) return 0;
-    len[best_dir < 0 ? best_k : best_k + 1]--;
-    len[best_dir < 0 ? best_k + 1 : best_k]++;
-    *cur = best;
+        for (long t = 1; t < (long)len[k + 1] && (wide || t == 1); t *= 2) {
+            chunk_cost got = try_move(c, k, at, -t);
+            if (lower(got, best)) best = got, best_m = (chunk_move){k, -t};
+        }
+    }
+    if (best_m.shift == 0) return 0;
+    len[best_m.k] -= (uint32_t)best_m.shift, len[best_m.k + 1] += (uint32_t)best_m.shift;
+    *cur = cost_of(c, len);
     return 1;
 }
 
-static chunk_cost descend(const chunk_search *c, uint32_t *len) {
+static chunk_cost descend(const chunk_search *c, uint32_t *len, int wide) {
     chunk_cost cur = cost_of(c, len);
-    for (size_t i = 0; i < 8 * c->L && best_move(c, len, &cur); i++) {
+    for (size_t i = 0; i < 8 * c->L && best_move(c, len, &cur, wide); i++) {
     }
     return cur;
+}
+
+/* From start (K lengths): the better of the narrow and the wide descents, into split. */
+static chunk_cost descend_both(const chunk_search *c, const uint32_t *start, uint32_t *split,
+                               uint32_t *tmp) {
+    memcpy(split, start, c->K * sizeof *split);
+    memcpy(tmp, start, c->K * sizeof *tmp);
+    chunk_cost a = descend(c, split, 0), b = descend(c, tmp, 1);
+    if (lower(b, a)) memcpy(split, tmp, c->K * sizeof *split), a = b;
+    return a;
 }
 
 double plan_pp_best_chunks(const plan_stage *ps, uint32_t *split) {
@@ -80,7 +113,7 @@ double plan_pp_best_chunks(const plan_stage *ps, uint32_t *split) {
     size_t L = sh->n_layers, pp = sh->pp, K = (size_t)pp * sh->virtual_stages;
     if (pp < 2 || sh->virtual_stages < 2 || K > L || K > PLAN_MAX_SPLIT) return 0;
     double *pre = calloc(L + 1, sizeof *pre), *stage = calloc(pp, sizeof *stage);
-    uint32_t *even = calloc(K, sizeof *even);
+    uint32_t *even = calloc(3 * K, sizeof *even), *alt = even + K, *tmp = even + 2 * K;
     double result = 0;
     if (pre != NULL && stage != NULL && even != NULL) {
         for (size_t l = 0; l < L; l++)
@@ -89,9 +122,9 @@ double plan_pp_best_chunks(const plan_stage *ps, uint32_t *split) {
         for (size_t k = 0; k < K; k++)
             even[k] = (uint32_t)(L / K + (k < L % K));
         int listed = p->stage_layers != NULL && p->n_stage_layers == K;
-        memcpy(split, listed ? p->stage_layers : even, K * sizeof *split);
-        chunk_cost a = descend(&c, split), b = descend(&c, even);
-        if (lower(b, a)) memcpy(split, even, K * sizeof *split), a = b;
+        chunk_cost a = descend_both(&c, listed ? p->stage_layers : even, split, tmp);
+        chunk_cost b = descend_both(&c, even, alt, tmp);
+        if (lower(b, a)) memcpy(split, alt, K * sizeof *split), a = b;
         result = a.most * (double)pp / (pre[L] + c.head);
     }
     free(pre);
