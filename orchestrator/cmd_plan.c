@@ -69,7 +69,7 @@ static void plan_print_text(const recipe_doc *doc, const plan_all *pa) {
     }
 }
 
-#define PLAN_MAX_SETS 64
+#define PLAN_MAX_SETS 32 /* as baton run's */
 
 /* The overrides, in order: --set's as given, --nodes/--gpus-per-node as cluster fields. */
 typedef struct plan_sets {

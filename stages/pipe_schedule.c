@@ -317,3 +317,79 @@ void pipe_schedule_free(pipe_schedule *s) {
     free(s->a);
     memset(s, 0, sizeof *s);
 }
+
+/* 1F1B's list (pipe_schedule.h) ------------------------------------------------------ */
+
+typedef struct gen1 {
+    pipe_schedule *s;
+    int pp, st;
+    pipe_action batch;
+    int err;
+} gen1;
+
+static void push1(gen1 *g, const pipe_action *a) {
+    gen tmp = {.s = g->s};
+    push(&tmp, a);
+    g->err = g->err ? g->err : tmp.err;
+}
+
+static void compute1(gen1 *g, pipe_kind kind, int mb) {
+    pipe_action a = {.kind = kind, .mb = mb, .chunk = 0, .slot = -1, .grad_in = -1};
+    push1(g, &a);
+}
+
+/* Adds to the batch: the activation of mb to or from the next stage (grad 0), or the
+ * gradient to or from the previous one, where there is that stage. */
+static void op1(gen1 *g, pipe_op_kind kind, int mb, int grad) {
+    int to = kind == PIPE_SEND ? (grad ? g->st - 1 : g->st + 1) : g->st;
+    int from = kind == PIPE_SEND ? g->st : (grad ? g->st + 1 : g->st - 1);
+    if (to < 0 || to >= g->pp || from < 0 || from >= g->pp) return;
+    uint32_t t = 2u * (uint32_t)(mb * g->pp + to) + (uint32_t)grad;
+    g->batch.ops[g->batch.n_ops++] = (pipe_op){.kind = kind,
+                                               .dir = (kind == PIPE_SEND) == !grad ? +1 : -1,
+                                               .tag = t,
+                                               .index = -1,
+                                               .mb = mb,
+                                               .chunk = 0};
+}
+
+static void flush1(gen1 *g) {
+    if (g->batch.n_ops > 0) push1(g, &g->batch);
+    g->batch = (pipe_action){.kind = PIPE_XFER, .slot = -1, .grad_in = -1};
+}
+
+int pipe_schedule_make_1f1b(int stages, int stage, int K, pipe_schedule *s, bt_diag *diag) {
+    memset(s, 0, sizeof *s);
+    if (stages < 2 || stage < 0 || stage >= stages || K < 1 || (long long)K * stages > (1 << 28)) {
+        bt_diag_set(diag, "1F1B pipeline: stage %d of %d with %d micro-batches", stage, stages, K);
+        return BT_EINVAL;
+    }
+    s->stages = stages, s->stage = stage, s->K = K, s->v = 1;
+    gen1 g = {.s = s, .pp = stages, .st = stage};
+    flush1(&g);
+    int warm = stages - 1 - stage < K ? stages - 1 - stage : K, f = 0, b = 0;
+    for (; f < warm; f++) {
+        op1(&g, PIPE_RECV, f, 0), flush1(&g);
+        compute1(&g, PIPE_FORWARD, f);
+        op1(&g, PIPE_SEND, f, 0), flush1(&g);
+    }
+    if (K > warm) op1(&g, PIPE_RECV, f, 0), flush1(&g);
+    for (int i = 0; i < K - warm; i++, f++, b++) {
+        compute1(&g, PIPE_FORWARD, f);
+        op1(&g, PIPE_SEND, f, 0), op1(&g, PIPE_RECV, b, 1), flush1(&g);
+        compute1(&g, PIPE_BACKWARD, b);
+        op1(&g, PIPE_SEND, b, 1);
+        if (i < K - warm - 1) op1(&g, PIPE_RECV, f + 1, 0);
+        flush1(&g);
+    }
+    for (; b < K; b++) {
+        op1(&g, PIPE_RECV, b, 1), flush1(&g);
+        compute1(&g, PIPE_BACKWARD, b);
+        op1(&g, PIPE_SEND, b, 1), flush1(&g);
+    }
+    if (g.err != 0) {
+        bt_diag_set(diag, "1F1B pipeline: out of memory for stage %d's list", stage);
+        pipe_schedule_free(s);
+    }
+    return g.err;
+}

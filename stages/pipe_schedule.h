@@ -77,4 +77,12 @@ typedef struct pipe_schedule {
 int pipe_schedule_make(int stages, int stage, int K, int v, pipe_schedule *s, bt_diag *diag);
 void pipe_schedule_free(pipe_schedule *s);
 
+/* Non-interleaved 1F1B (v = 1, stages >= 2, K >= 1) as the same kind of list, for the
+ * planner's replay (stages/plan_pipe_time.c): the computations and batches of transfers
+ * worker/engine/pipeline.c's pipeline_run_1f1b makes, in its order (receive the next
+ * input, send the activation and receive the gradient together, send the gradient and
+ * receive the next input together, ...), tags as above with chunk 0. The worker runs
+ * pipeline_run_1f1b itself; slots and buffers are left -1. */
+int pipe_schedule_make_1f1b(int stages, int stage, int K, pipe_schedule *s, bt_diag *diag);
+
 #endif

@@ -110,10 +110,11 @@ typedef struct plan_shape {
 } plan_shape;
 
 #define PLAN_MAX_WARNINGS 16
-#define PLAN_MAX_SPLIT                                                                             \
-    256                        /* the most entries (stages, or interleaved chunks) a suggested     \
-                                * split is given for */
-#define PLAN_MAX_LAYERS 65536u /* model.n_layers at most (recipe validation) */
+/* the most entries (stages, or interleaved chunks) a suggested split is given for; the
+ * exact search for stages takes at most PLAN_MAX_DP_SPLIT (its cost: pp L^2) */
+#define PLAN_MAX_SPLIT    256
+#define PLAN_MAX_DP_SPLIT 64
+#define PLAN_MAX_LAYERS   65536u /* model.n_layers at most (recipe validation) */
 
 typedef struct plan_stage {
     plan_params params;
@@ -213,12 +214,12 @@ void plan_pp_balance(const plan_stage *ps, double *ratio, uint32_t *slowest);
 void plan_pp_chunk_flops(const plan_stage *ps, uint32_t stage, uint32_t c, double *fwd,
                          double *bwd);
 /* The pipeline bubble (stages/plan_pipe_time.c): the share of the stages' time a step
- * leaves idle, from a replay of the workers' schedule (1F1B's pass order, the interleaved
- * action lists) with each chunk's forward and backward compute (plan_pp_chunk_flops),
- * transfers taking no time. Equal stages give (pp - 1)/(v m + pp - 1); uneven stages or
- * chunks (the head's, parallel.stage_layers) more. 0 without a pipeline. *replayed 0:
- * too many passes to replay (1F1B pp m > 2^22, interleaved pp m v > 2^16), the
- * equal-stage figure scaled by the slowest stage's compute instead. */
+ * leaves idle, from a replay of the workers' schedule (their lists of computations and
+ * batches of transfers) with each chunk's forward and backward compute
+ * (plan_pp_chunk_flops), transfers taking no time. Equal stages give
+ * (pp - 1)/(v m + pp - 1); uneven stages or chunks (the head's, parallel.stage_layers)
+ * more. 0 without a pipeline. *replayed 0: not replayed (pp m v > 2^17, or no memory),
+ * the equal-stage figure scaled by the slowest stage's compute instead. */
 double plan_pp_bubble(const plan_stage *ps, int *replayed);
 /* The replay itself: pp stages of v chunks, K micro-batches, fwd[s v + c] and bwd[s v + c]
  * the durations of stage s's chunk c; the idle share, or -1 when out of memory, too
@@ -235,7 +236,8 @@ double plan_pp_head_flops(const plan_stage *ps);
 double plan_pp_best_chunks(const plan_stage *ps, uint32_t *split);
 /* The split of the layers over the pp stages (split: pp counts, first to last, each at
  * least 1) whose slowest stage computes least, and that stage's compute over the mean;
- * 0 when there is none to give (pp < 2 or pp > n_layers, or out of memory). */
+ * 0 when there is none to give (pp < 2, pp > n_layers or > PLAN_MAX_DP_SPLIT, pp
+ * n_layers^2 > 2^30, or out of memory). */
 double plan_pp_best_split(const plan_stage *ps, uint32_t *split);
 /* Memory of a rank on pipeline stage `stage`; plan_memory_estimate picks the heaviest. */
 void plan_memory_for_pp_stage(const plan_stage *ps, uint32_t stage, plan_memory *out);

@@ -84,7 +84,9 @@ static void split_table(const double *pre, size_t L, size_t pp, double *best, si
 
 double plan_pp_best_split(const plan_stage *ps, uint32_t *split) {
     size_t L = ps->shape.n_layers, pp = ps->shape.pp, W = L + 1;
-    if (pp < 2 || pp > L || L > PLAN_MAX_LAYERS) return 0;
+    if (pp < 2 || pp > L || L > PLAN_MAX_LAYERS || pp > PLAN_MAX_DP_SPLIT ||
+        (double)pp * (double)L * (double)L > (double)(1u << 30))
+        return 0;
     double *pre = calloc(W, sizeof *pre), *best = calloc(pp * W, sizeof *best);
     size_t *cut = calloc(pp * W, sizeof *cut);
     double result = 0;

@@ -374,8 +374,9 @@ static void text_time(FILE *f, const plan_stage *ps) {
                 " (equal stages: (pp-1)/(v*m+pp-1) = %.1f%%)\n",
                 100 * ps->bubble,
                 ps->bubble_replayed ? "the workers' schedule replayed with each chunk's flops"
-                                    : "too many passes to replay, the equal-stage figure at "
-                                      "the slowest stage's pace",
+                                    : "not replayed (over 2^17 micro-batch chunks, or no "
+                                      "memory): the equal-stage figure at the slowest "
+                                      "stage's pace",
                 ps->microbatches, 100 * equal);
     }
     if (sh->pp > 1)
@@ -514,6 +515,7 @@ static void json_times(bt_buf *b, const plan_stage *ps) {
     json_num(b, "tokens_per_s", ps->tokens_per_s);
     bt_buf_printf(b, ", ");
     json_num(b, "pipeline_bubble", ps->bubble);
+    bt_buf_printf(b, ", \"pipeline_bubble_replayed\": %s", ps->bubble_replayed ? "true" : "false");
     bt_buf_printf(b, ", ");
     json_num(b, "pipeline_balance", ps->pp_balance);
     json_best_split(b, ps);

@@ -241,15 +241,20 @@ static void warn_cluster(plan_stage *ps) {
     if (sh->peak_flops <= 0) warn(ps, "cluster.gpu.peak_tflops_bf16 not given: step time unknown");
 }
 
-/* The memory split's heaviest rank needs, planned like ps. */
-static double split_memory(const plan_stage *ps, const uint32_t *split, uint32_t n, int *fits) {
+/* What the split's heaviest rank needs, planned like ps, and the pipeline bubble with it
+ * (*bubble; -1 when it could not be replayed). */
+static double split_memory(const plan_stage *ps, const uint32_t *split, uint32_t n, int *fits,
+                           double *bubble) {
     plan_stage *alt = malloc(sizeof *alt);
-    if (alt == NULL) return *fits = -1, 0;
+    if (alt == NULL) return *fits = -1, *bubble = -1, 0;
     *alt = *ps;
     alt->params.stage_layers = split, alt->params.n_stage_layers = n;
     plan_memory_estimate(alt, &alt->mem);
     double total = alt->mem.total;
+    int replayed;
     *fits = alt->mem.fits;
+    *bubble = plan_pp_bubble(alt, &replayed);
+    if (!replayed) *bubble = -1;
     free(alt);
     return total;
 }
@@ -267,7 +272,10 @@ static void balance_suggest(plan_stage *ps) {
     if (best <= 0 || best > ps->pp_balance - 0.02) return;
     const char *what = ps->pp_slowest == sh->pp - 1 ? " (its layers and the head)" : "";
     int fits;
-    double need = split_memory(ps, split, n, &fits);
+    double bubble, need = split_memory(ps, split, n, &fits, &bubble);
+    /* evening the stages' totals can still lengthen a step (interleaved: a chunk's length
+     * counts too; few micro-batches): offered only where the replayed schedule idles less */
+    if (ps->bubble_replayed && (bubble < 0 || bubble >= ps->bubble - 0.001)) return;
     if (fits == 0) {
         warn(ps,
              "pipeline stage %u computes %.2fx the stages' mean%s; the split that evens it "
@@ -278,10 +286,12 @@ static void balance_suggest(plan_stage *ps) {
     memcpy(ps->pp_best_split, split, n * sizeof *split);
     ps->pp_best_split_n = n;
     ps->pp_best_balance = best;
+    if (bubble < 0) bubble = ps->bubble; /* neither replayed */
     warn(ps,
          "pipeline stage %u computes %.2fx the stages' mean%s: the parallel.stage_layers "
-         "under \"time\" (--json: pipeline_best_split) would make the slowest %.2fx",
-         ps->pp_slowest, ps->pp_balance, what, best);
+         "under \"time\" (--json: pipeline_best_split) would make the slowest %.2fx and the "
+         "bubble %.1f%% (now %.1f%%)",
+         ps->pp_slowest, ps->pp_balance, what, best, 100 * bubble, 100 * ps->bubble);
 }
 
 static void plan_stage_warnings(plan_stage *ps) {

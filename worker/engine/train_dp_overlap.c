@@ -238,7 +238,7 @@ static int overlap_complete(train_dp_overlap *o, int failed, bt_diag *diag) {
     o->rc = 0;
     if (failed) return 0;
     if (rc != 0) {
-        bt_diag_set(diag, "data-parallel %s (rank %d of %d)", o->why, o->dp->rank, o->dp->size);
+        bt_diag_set(diag, "%s (data-parallel rank %d of %d)", o->why, o->dp->rank, o->dp->size);
         return rc;
     }
     return 0;

@@ -29,7 +29,8 @@
  * buffer). Reducing per unit instead of the whole buffer changes only the order of float
  * additions across ranks.
  *
- * Used when the group has more than one rank, the units cover the gradient buffer, and
+ * Used when the group has more than one rank (or the routed experts have two holders or
+ * more: the tp ranks folded in, dp x cp = 1), the units cover the gradient buffer, and
  * BATON_DP_OVERLAP is not "0": by default under zero 0 and 1 wherever a side queue
  * exists; BATON_DP_OVERLAP=1 uses it without one too (the CPU engine: the tests' way to
  * check the per-unit path). */
