@@ -143,6 +143,7 @@ typedef struct plan_stage {
     uint32_t pp_best_split[PLAN_MAX_SPLIT];
     uint32_t pp_best_split_n;
     double pp_best_balance;
+    double pp_best_bubble; /* the pipeline bubble with it */
 } plan_stage;
 
 /* Computes everything for one resolved stage (spec->stage fully resolved, dp != 0). */
@@ -221,6 +222,13 @@ void plan_pp_chunk_flops(const plan_stage *ps, uint32_t stage, uint32_t c, doubl
  * more. 0 without a pipeline. *replayed 0: not replayed (pp m v > 2^17, or no memory),
  * the equal-stage figure scaled by the slowest stage's compute instead. */
 double plan_pp_bubble(const plan_stage *ps, int *replayed);
+/* The replay made once for pp stages of v chunks and K micro-batches (the workers' lists)
+ * and run for any chunk times (plan_pp_replay's fwd, bwd); NULL where plan_pp_replay
+ * gives -1 for want of a replay (too large, K < pp interleaved, no memory). */
+typedef struct plan_pp_replayer plan_pp_replayer;
+plan_pp_replayer *plan_pp_replayer_new(uint32_t pp, uint32_t v, uint32_t K);
+double plan_pp_replayer_run(plan_pp_replayer *x, const double *fwd, const double *bwd);
+void plan_pp_replayer_free(plan_pp_replayer *x);
 /* The replay itself: pp stages of v chunks, K micro-batches, fwd[s v + c] and bwd[s v + c]
  * the durations of stage s's chunk c; the idle share, or -1 when out of memory, too
  * large, or v > 1 with K < pp (which no schedule runs). */
@@ -228,12 +236,21 @@ double plan_pp_replay(uint32_t pp, uint32_t v, uint32_t K, const double *fwd, co
 /* Per token: layer l's FLOPs with what recomputation repeats, and the head's (the last
  * stage's; never recomputed). */
 double plan_pp_layer_flops(const plan_stage *ps, uint32_t l);
+/* The same, and *fwd its forward's share (a third of the model FLOPs). */
+double plan_pp_layer_flops_fwd(const plan_stage *ps, uint32_t l, double *fwd);
 double plan_pp_head_flops(const plan_stage *ps);
 /* Interleaved (v > 1): pp v chunk lengths (split, model order) that even the stages'
  * compute, found by a local search from the recipe's lengths and the even ones
  * (stages/plan_chunks.c; not exhaustive), and the slowest stage's compute over the mean
  * with them; 0 when there is none to give (v < 2, pp v > n_layers or > PLAN_MAX_SPLIT). */
 double plan_pp_best_chunks(const plan_stage *ps, uint32_t *split);
+/* The chunk lengths for the shortest step: from plan_pp_best_chunks' lengths, the even
+ * ones and the recipe's, a local search on the replayed schedule's idle share
+ * (plan_pp_replayer; one layer across a boundary at a time), where the replay is small
+ * (pp m v <= 2^13, at most 64 moves); else plan_pp_best_chunks' lengths. Returns their
+ * slowest stage over the mean (0: none, as plan_pp_best_chunks), *bubble their replayed
+ * idle share (-1: not replayed). */
+double plan_pp_best_chunks_step(const plan_stage *ps, uint32_t *split, double *bubble);
 /* The split of the layers over the pp stages (split: pp counts, first to last, each at
  * least 1) whose slowest stage computes least, and that stage's compute over the mean;
  * 0 when there is none to give (pp < 2, pp > n_layers or > PLAN_MAX_DP_SPLIT, pp

@@ -27,6 +27,12 @@ double plan_pp_layer_flops(const plan_stage *ps, uint32_t l) {
     return layer_flops_of(ps, l, &model);
 }
 
+double plan_pp_layer_flops_fwd(const plan_stage *ps, uint32_t l, double *fwd) {
+    double model, all = layer_flops_of(ps, l, &model);
+    *fwd = model / 3;
+    return all;
+}
+
 double plan_pp_head_flops(const plan_stage *ps) {
     return 6.0 * ((double)ps->params.head + (double)ps->params.final_norm);
 }

@@ -132,3 +132,114 @@ double plan_pp_best_chunks(const plan_stage *ps, uint32_t *split) {
     free(even);
     return result;
 }
+
+/* The step's search -------------------------------------------------------------------- */
+
+#define STEP_MAX_CELLS (1u << 13)
+#define STEP_MAX_MOVES 64
+
+typedef struct step_search {
+    size_t L, K, pp, v;
+    const double *pre, *pre_f; /* prefix sums of the layers' compute and forward */
+    double head;
+    plan_pp_replayer *x;
+    double *fwd, *bwd; /* (pp v) chunk times, stage s's chunk c at s v + c */
+} step_search;
+
+static double step_idle(const step_search *c, const uint32_t *len) {
+    size_t at = 0;
+    for (size_t k = 0; k < c->K; k++) {
+        size_t i = (k % c->pp) * c->v + k / c->pp;
+        double all = c->pre[at + len[k]] - c->pre[at], f = c->pre_f[at + len[k]] - c->pre_f[at];
+        if (k + 1 == c->K) all += c->head, f += c->head / 3;
+        c->fwd[i] = f, c->bwd[i] = all - f;
+        at += len[k];
+    }
+    return plan_pp_replayer_run(c->x, c->fwd, c->bwd);
+}
+
+/* Single-layer moves while the replayed idle share drops (by more than rounding). */
+static double step_descend(const step_search *c, uint32_t *len) {
+    double cur = step_idle(c, len);
+    for (int i = 0; i < STEP_MAX_MOVES && cur >= 0; i++) {
+        size_t best_k = 0;
+        int best_d = 0;
+        double best = cur;
+        for (size_t k = 0; k + 1 < c->K; k++)
+            for (int d = -1; d <= 1; d += 2) { /* -1: chunk k gives a layer to k + 1 */
+                uint32_t *from = d < 0 ? &len[k] : &len[k + 1], *to = d < 0 ? &len[k + 1] : &len[k];
+                if (*from < 2) continue;
+                (*from)--, (*to)++;
+                double got = step_idle(c, len);
+                (*from)++, (*to)--;
+                if (got >= 0 && got < best - 1e-12) best = got, best_k = k, best_d = d;
+            }
+        if (best_d == 0) break;
+        len[best_d < 0 ? best_k : best_k + 1]--, len[best_d < 0 ? best_k + 1 : best_k]++;
+        cur = best;
+    }
+    return cur;
+}
+
+static double balance_of(const plan_stage *ps, const uint32_t *len, size_t K) {
+    size_t pp = ps->shape.pp, at = 0;
+    double *stage = calloc(pp, sizeof *stage), most = 0, sum = plan_pp_head_flops(ps);
+    if (stage == NULL) return 0;
+    for (size_t k = 0; k < K; k++)
+        for (uint32_t j = 0; j < len[k]; j++, at++) {
+            double w = plan_pp_layer_flops(ps, (uint32_t)at);
+            stage[k % pp] += w, sum += w;
+        }
+    stage[pp - 1] += plan_pp_head_flops(ps);
+    for (size_t s = 0; s < pp; s++)
+        most = stage[s] > most ? stage[s] : most;
+    free(stage);
+    return sum > 0 ? most * (double)pp / sum : 0;
+}
+
+/* The replay's search from the three starts into split; the best idle share, -1: none. */
+static double step_from_starts(const plan_stage *ps, step_search *c, uint32_t *split) {
+    const plan_params *p = &ps->params;
+    uint32_t *cand = calloc(c->K, sizeof *cand);
+    double best = -1;
+    for (int start = 0; cand != NULL && start < 3; start++) {
+        if (start == 0) memcpy(cand, split, c->K * sizeof *cand);
+        if (start == 1)
+            for (size_t k = 0; k < c->K; k++)
+                cand[k] = (uint32_t)(c->L / c->K + (k < c->L % c->K));
+        if (start == 2 && (p->stage_layers == NULL || p->n_stage_layers != c->K)) continue;
+        if (start == 2) memcpy(cand, p->stage_layers, c->K * sizeof *cand);
+        double got = step_descend(c, cand);
+        if (got >= 0 && (best < 0 || got < best - 1e-12))
+            best = got, memcpy(split, cand, c->K * sizeof *split);
+    }
+    free(cand);
+    return best;
+}
+
+double plan_pp_best_chunks_step(const plan_stage *ps, uint32_t *split, double *bubble) {
+    const plan_shape *sh = &ps->shape;
+    double ratio = plan_pp_best_chunks(ps, split);
+    size_t L = sh->n_layers, pp = sh->pp, v = sh->virtual_stages, K = pp * v;
+    *bubble = -1;
+    if (ratio <= 0 || (double)pp * (double)ps->microbatches * (double)v > STEP_MAX_CELLS)
+        return ratio;
+    step_search c = {L, K, pp, v, NULL, NULL, plan_pp_head_flops(ps), NULL, NULL, NULL};
+    double *pre = calloc(2 * (L + 1), sizeof *pre), *times = calloc(2 * K, sizeof *times);
+    c.x = plan_pp_replayer_new((uint32_t)pp, (uint32_t)v, (uint32_t)ps->microbatches);
+    if (pre != NULL && times != NULL && c.x != NULL) {
+        double *pre_f = pre + L + 1;
+        for (size_t l = 0; l < L; l++) {
+            double f;
+            pre[l + 1] = pre[l] + plan_pp_layer_flops_fwd(ps, (uint32_t)l, &f);
+            pre_f[l + 1] = pre_f[l] + f;
+        }
+        c.pre = pre, c.pre_f = pre_f, c.fwd = times, c.bwd = times + K;
+        *bubble = step_from_starts(ps, &c, split);
+        ratio = balance_of(ps, split, K);
+    }
+    plan_pp_replayer_free(c.x);
+    free(pre);
+    free(times);
+    return ratio;
+}

@@ -85,42 +85,65 @@ static double idle_share(const replay *r) {
     return end > 0 ? 1 - busy / (r->pp * end) : 0;
 }
 
-static double run(replay *r) {
-    size_t work = 0, tags = 2 * (size_t)r->K * r->pp * r->v + 2;
+struct plan_pp_replayer {
+    replay r;
+    size_t work, tags;
+};
+
+plan_pp_replayer *plan_pp_replayer_new(uint32_t pp, uint32_t v, uint32_t K) {
+    v = v > 1 ? v : 1;
+    size_t cells = (size_t)pp * K * v;
+    if (pp < 2 || K < 1 || (v > 1 && K < pp) || cells > REPLAY_MAX_CELLS) return NULL;
+    plan_pp_replayer *x = calloc(1, sizeof *x);
+    if (x == NULL) return NULL;
+    replay *r = &x->r;
+    *r = (replay){.pp = pp, .v = v, .K = K};
+    x->tags = 2 * cells + 2;
+    r->sched = calloc(pp, sizeof *r->sched);
+    r->sent = malloc(x->tags * sizeof *r->sent);
+    r->recvd = malloc(x->tags * sizeof *r->recvd);
+    r->next = calloc(pp, sizeof *r->next);
+    r->free_at = calloc(pp, sizeof *r->free_at);
+    int ok = r->sched && r->sent && r->recvd && r->next && r->free_at;
     bt_diag d;
     bt_diag_init(&d);
-    for (uint32_t s = 0; s < r->pp; s++) {
-        int rc =
-            r->v > 1
-                ? pipe_schedule_make((int)r->pp, (int)s, (int)r->K, (int)r->v, &r->sched[s], &d)
-                : pipe_schedule_make_1f1b((int)r->pp, (int)s, (int)r->K, &r->sched[s], &d);
-        if (rc != 0) return -1;
-        work += (size_t)r->sched[s].n;
+    for (uint32_t s = 0; ok && s < pp; s++) {
+        int rc = v > 1 ? pipe_schedule_make((int)pp, (int)s, (int)K, (int)v, &r->sched[s], &d)
+                       : pipe_schedule_make_1f1b((int)pp, (int)s, (int)K, &r->sched[s], &d);
+        ok = rc == 0;
+        x->work += ok ? (size_t)r->sched[s].n : 0;
     }
-    for (size_t i = 0; i < tags; i++)
+    if (!ok) plan_pp_replayer_free(x), x = NULL;
+    return x;
+}
+
+void plan_pp_replayer_free(plan_pp_replayer *x) {
+    if (x == NULL) return;
+    replay *r = &x->r;
+    for (uint32_t s = 0; r->sched != NULL && s < r->pp; s++)
+        pipe_schedule_free(&r->sched[s]);
+    free(r->sched);
+    free(r->sent);
+    free(r->recvd);
+    free(r->next);
+    free(r->free_at);
+    free(x);
+}
+
+double plan_pp_replayer_run(plan_pp_replayer *x, const double *fwd, const double *bwd) {
+    replay *r = &x->r;
+    r->fwd = fwd, r->bwd = bwd;
+    for (size_t i = 0; i < x->tags; i++)
         r->sent[i] = r->recvd[i] = -1;
-    return sweep(r, work) == 0 ? idle_share(r) : -1;
+    for (uint32_t s = 0; s < r->pp; s++)
+        r->next[s] = 0, r->free_at[s] = 0;
+    return sweep(r, x->work) == 0 ? idle_share(r) : -1;
 }
 
 double plan_pp_replay(uint32_t pp, uint32_t v, uint32_t K, const double *fwd, const double *bwd) {
-    v = v > 1 ? v : 1;
-    size_t cells = (size_t)pp * K * v, tags = 2 * cells + 2;
-    if (pp < 2 || K < 1 || (v > 1 && K < pp) || cells > REPLAY_MAX_CELLS) return -1;
-    replay r = {.pp = pp, .v = v, .K = K, .fwd = fwd, .bwd = bwd};
-    r.sched = calloc(pp, sizeof *r.sched);
-    r.sent = malloc(tags * sizeof *r.sent);
-    r.recvd = malloc(tags * sizeof *r.recvd);
-    r.next = calloc(pp, sizeof *r.next);
-    r.free_at = calloc(pp, sizeof *r.free_at);
-    double idle = -1;
-    if (r.sched && r.sent && r.recvd && r.next && r.free_at) idle = run(&r);
-    for (uint32_t s = 0; r.sched != NULL && s < pp; s++)
-        pipe_schedule_free(&r.sched[s]);
-    free(r.sched);
-    free(r.sent);
-    free(r.recvd);
-    free(r.next);
-    free(r.free_at);
+    plan_pp_replayer *x = plan_pp_replayer_new(pp, v, K);
+    double idle = x != NULL ? plan_pp_replayer_run(x, fwd, bwd) : -1;
+    plan_pp_replayer_free(x);
     return idle;
 }
 

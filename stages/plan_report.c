@@ -389,7 +389,8 @@ static void text_time(FILE *f, const plan_stage *ps) {
         fprintf(f, "            evened out by parallel.stage_layers: [");
         for (uint32_t s = 0; s < ps->pp_best_split_n; s++)
             fprintf(f, "%s%u", s ? ", " : "", ps->pp_best_split[s]);
-        fprintf(f, "] (the slowest %.2fx)\n", ps->pp_best_balance);
+        fprintf(f, "] (the slowest %.2fx, the bubble %.1f%%)\n", ps->pp_best_balance,
+                100 * ps->pp_best_bubble);
     }
 }
 
@@ -516,6 +517,10 @@ static void json_times(bt_buf *b, const plan_stage *ps) {
     bt_buf_printf(b, ", ");
     json_num(b, "pipeline_bubble", ps->bubble);
     bt_buf_printf(b, ", \"pipeline_bubble_replayed\": %s", ps->bubble_replayed ? "true" : "false");
+    if (ps->pp_best_split_n > 0) {
+        bt_buf_printf(b, ", ");
+        json_num(b, "pipeline_best_split_bubble", ps->pp_best_bubble);
+    }
     bt_buf_printf(b, ", ");
     json_num(b, "pipeline_balance", ps->pp_balance);
     json_best_split(b, ps);

@@ -260,16 +260,19 @@ static double split_memory(const plan_stage *ps, const uint32_t *split, uint32_t
 }
 
 /* A pipeline whose slowest stage computes 10% more than the mean: the split that evens
- * it best (interleaved: the chunk lengths a local search found), kept when it fits in
- * memory. */
+ * it best (interleaved: the chunk lengths for the shortest step the searches found,
+ * plan_pp_best_chunks_step), kept when the replayed schedule idles less with it and it
+ * fits in memory. */
 static void balance_suggest(plan_stage *ps) {
     const plan_shape *sh = &ps->shape;
     int v = sh->virtual_stages > 1;
     uint32_t n = v ? sh->pp * sh->virtual_stages : sh->pp;
     if (sh->pp < 2 || ps->pp_balance <= 1.10 || n > PLAN_MAX_SPLIT) return;
     uint32_t split[PLAN_MAX_SPLIT];
-    double best = v ? plan_pp_best_chunks(ps, split) : plan_pp_best_split(ps, split);
-    if (best <= 0 || best > ps->pp_balance - 0.02) return;
+    double step_bubble = -1;
+    double best =
+        v ? plan_pp_best_chunks_step(ps, split, &step_bubble) : plan_pp_best_split(ps, split);
+    if (best <= 0 || (best > ps->pp_balance - 0.02 && step_bubble < 0)) return;
     const char *what = ps->pp_slowest == sh->pp - 1 ? " (its layers and the head)" : "";
     int fits;
     double bubble, need = split_memory(ps, split, n, &fits, &bubble);
@@ -287,6 +290,7 @@ static void balance_suggest(plan_stage *ps) {
     ps->pp_best_split_n = n;
     ps->pp_best_balance = best;
     if (bubble < 0) bubble = ps->bubble; /* neither replayed */
+    ps->pp_best_bubble = bubble;
     warn(ps,
          "pipeline stage %u computes %.2fx the stages' mean%s: the parallel.stage_layers "
          "under \"time\" (--json: pipeline_best_split) would make the slowest %.2fx and the "

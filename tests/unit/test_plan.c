@@ -972,8 +972,8 @@ static void test_pp_bubble(void) {
 
 /* plan_pp_best_chunks against every list of chunk lengths of small interleaved pipelines
  * (a heavy head: vocab 4096 at dim 64; and MoE layers every other one): the local search
- * finds the least slowest stage of all, and planning its list gives that balance; the
- * plan offers it when the recipe's is 10% off. */
+ * finds the least slowest stage of all, and planning its list gives that balance; what
+ * the plan offers (plan_pp_best_chunks_step) idles about as little as any list. */
 static void test_pp_best_chunks(void) {
     static const uint32_t cases[][3] = {{7, 2, 2}, {10, 2, 2}, {9, 2, 3}, {8, 3, 2}, {11, 3, 2}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -993,12 +993,13 @@ static void test_pp_best_chunks(void) {
             fx.cluster.gpus_per_node = pp;
             uint32_t best[8], cur[8], *lists = malloc(300 * K * sizeof *lists);
             size_t n = all_splits(L, K, cur, 0, lists, 0);
-            double least = 1e9, got = -1;
+            double least = 1e9, got = -1, idle = 1;
             for (size_t j = 0; j < n; j++) {
                 plan_stage ps;
                 fx.par.stage_layers = lists + j * K, fx.par.n_stage_layers = K;
                 CHECK(build(&fx, &ps) == BT_OK);
                 least = ps.pp_balance < least ? ps.pp_balance : least;
+                idle = ps.bubble < idle ? ps.bubble : idle;
                 if (j == 0) got = plan_pp_best_chunks(&ps, best); /* from the first list */
             }
             CHECK_REL(got, least, 1e-12);
@@ -1009,10 +1010,15 @@ static void test_pp_best_chunks(void) {
             /* from the recipe's first list (the heaviest first chunk) the plan offers one */
             fx.par.stage_layers = lists;
             CHECK(build(&fx, &ps) == BT_OK);
-            if (ps.pp_balance > 1.10 && ps.pp_balance > least + 0.02) {
-                CHECK_EQ_U64(ps.pp_best_split_n, K);
-                CHECK_REL(ps.pp_best_balance, least, 1e-12);
-            }
+            /* from the recipe's first list (the heaviest first chunk) the plan offers the
+             * lengths its replayed schedule idles least with: the least of all lists, or
+             * within 0.1 point of it (measured: 8 of these 10 the least, 2 within 0.05) */
+            uint32_t offer[8];
+            CHECK_EQ_U64(ps.pp_best_split_n, K);
+            memcpy(offer, ps.pp_best_split, K * sizeof *offer);
+            fx.par.stage_layers = offer;
+            CHECK(build(&fx, &ps) == BT_OK);
+            CHECK(ps.bubble >= idle - 1e-12 && ps.bubble <= idle + 0.001);
             free(lists);
         }
     }
@@ -1021,7 +1027,7 @@ static void test_pp_best_chunks(void) {
 /* Evening the stages' totals can lengthen an interleaved step: 24 layers over pp 2 x v 2
  * with a heavy head (vocab 32000 at dim 64), m 8. The lengths that even the totals best,
  * [11, 1, 11, 1] (1.61x to 1.29x), idle more than the even chunks' 38.8% (each stage
- * has one long and one short chunk), so nothing is offered. */
+ * has one long and one short chunk); the plan offers lengths that idle less instead. */
 static void test_pp_chunks_not_slower(void) {
     fixture fx;
     fixture_small(&fx);
@@ -1035,11 +1041,16 @@ static void test_pp_chunks_not_slower(void) {
     uint32_t best[4];
     double got = plan_pp_best_chunks(&ps, best);
     CHECK(got < ps.pp_balance - 0.02); /* better by the stages' totals */
-    CHECK_EQ_U64(ps.pp_best_split_n, 0);
+    CHECK_EQ_U64(ps.pp_best_split_n, 4);
+    uint32_t offer[4];
+    memcpy(offer, ps.pp_best_split, sizeof offer);
     double even = ps.bubble;
     fx.par.stage_layers = best, fx.par.n_stage_layers = 4;
     CHECK(build(&fx, &ps) == BT_OK);
     CHECK(ps.bubble > even);
+    fx.par.stage_layers = offer;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK(ps.bubble < even - 0.01);
 }
 
 int main(void) {
