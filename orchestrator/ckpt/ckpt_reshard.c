@@ -24,16 +24,46 @@ static void reshard_usage(FILE *f) {
                "Rewrites a checkpoint for another layout: LAYOUT names degrees such as\n"
                "'tp2,pp2,dp4,zero1', 'tp2cp2', 'dp4ep2z1' or 'dp2z1' (missing ones are 1; zero\n"
                "0 or 1; ep takes its ranks from dp x cp, or from tp x dp x cp for an MoE\n"
-               "model with tp > 1 (the tp ranks fold in), and must divide the experts).\n"
+               "model with tp > 1 (the tp ranks fold in), and must divide the experts);\n"
+               "'pp2v2' an interleaved pipeline (v: virtual_stages), 'pp2,layers=3+1' its\n"
+               "stages' layers (parallel.stage_layers; interleaved: pp x v chunks).\n"
                "DIR is the new checkpoint directory (its parent is created). CKPT is a\n"
                "checkpoint directory or a run directory (its newest complete checkpoint).\n\n"
                "Exit status: 0 done, 1 failed, 2 bad usage or input.\n");
 }
 
-/* "tp2,pp2" / "tp2pp2" / "tp=2,pp=2" into p. */
-static int reshard_parse_layout(const char *s, Baton__Parallel *p) {
+#define RESHARD_MAX_LIST 256
+
+/* "3+1+2" (after layers=) into list; the characters taken, or -1. */
+static int reshard_parse_list(const char *s, uint32_t *list, size_t *n) {
+    const char *at = s;
+    for (*n = 0;; at++) {
+        unsigned v;
+        int k = 0;
+        if (*n == RESHARD_MAX_LIST || sscanf(at, "%u%n", &v, &k) != 1 || v == 0 || v > 65536)
+            return -1;
+        list[(*n)++] = v, at += k;
+        if (*at != '+') return (int)(at - s);
+    }
+}
+
+/* The degree named key, or NULL. */
+static uint32_t *reshard_slot(Baton__Parallel *p, const char *key) {
+    return strcmp(key, "tp") == 0                              ? &p->tp
+           : strcmp(key, "pp") == 0                            ? &p->pp
+           : strcmp(key, "cp") == 0                            ? &p->cp
+           : strcmp(key, "dp") == 0                            ? &p->dp
+           : strcmp(key, "ep") == 0                            ? &p->ep
+           : strcmp(key, "v") == 0                             ? &p->virtual_stages
+           : strcmp(key, "zero") == 0 || strcmp(key, "z") == 0 ? &p->zero
+                                                               : NULL;
+}
+
+/* "tp2,pp2" / "tp2pp2" / "tp=2,pp=2" / "pp2v2,layers=1+2+2+1" into p (its stage_layers in
+ * list). */
+static int reshard_parse_layout(const char *s, Baton__Parallel *p, uint32_t *list) {
     baton__parallel__init(p);
-    p->tp = p->pp = p->cp = p->dp = p->ep = 1, p->zero = 0;
+    p->tp = p->pp = p->cp = p->dp = p->ep = p->virtual_stages = 1, p->zero = 0;
     while (*s) {
         if (*s == ',' || *s == 'x' || *s == ' ') {
             s++;
@@ -45,19 +75,19 @@ static int reshard_parse_layout(const char *s, Baton__Parallel *p) {
         if (sscanf(s, "%7[a-z]%n", key, &n) != 1) return -1;
         s += n;
         if (*s == '=') s++;
+        if (strcmp(key, "layers") == 0) {
+            if ((n = reshard_parse_list(s, list, &p->n_stage_layers)) < 0) return -1;
+            p->stage_layers = list, s += n;
+            continue;
+        }
         if (sscanf(s, "%u%n", &v, &n) != 1 || v > 4096) return -1;
         s += n;
-        uint32_t *slot = strcmp(key, "tp") == 0                              ? &p->tp
-                         : strcmp(key, "pp") == 0                            ? &p->pp
-                         : strcmp(key, "cp") == 0                            ? &p->cp
-                         : strcmp(key, "dp") == 0                            ? &p->dp
-                         : strcmp(key, "ep") == 0                            ? &p->ep
-                         : strcmp(key, "zero") == 0 || strcmp(key, "z") == 0 ? &p->zero
-                                                                             : NULL;
+        uint32_t *slot = reshard_slot(p, key);
         if (slot == NULL || (v == 0 && slot != &p->zero)) return -1;
         *slot = v;
     }
     p->has_tp = p->has_pp = p->has_cp = p->has_dp = p->has_ep = p->has_zero = 1;
+    p->has_virtual_stages = 1;
     uint64_t shards = (uint64_t)p->tp * p->pp * p->ep; /* one file each */
     uint64_t block = (uint64_t)p->tp * p->dp * p->cp;  /* the fold's; reshard_write narrows */
     return p->zero <= 1 && block % p->ep == 0 && shards <= 65536 ? 0 : -1;
@@ -96,6 +126,8 @@ static int reshard_rank(reshard_job *j, const model_config *base, int r, int s, 
                         bt_diag *diag) {
     model_config cfg = *base;
     cfg.tp = (int)j->to->tp, cfg.tp_rank = r, cfg.pp = (int)j->to->pp, cfg.pp_rank = s;
+    cfg.vp = (int)j->to->virtual_stages;
+    cfg.stage_layers = j->to->stage_layers, cfg.n_stage_layers = j->to->n_stage_layers;
     cfg.ep = (int)j->to->ep, cfg.ep_rank = q;
     if (cfg.ep > 1)
         cfg.moe.n_local = cfg.moe.n_experts / cfg.ep, cfg.moe.expert0 = q * cfg.moe.n_local;
@@ -123,6 +155,32 @@ static int reshard_rank(reshard_job *j, const model_config *base, int r, int s, 
     return ckpt_writer_finish(&w, diag);
 }
 
+/* The pipeline of the layout suits the model: pp <= its layers; interleaved, pp > 1 and
+ * pp v dividing the layers or layers= listing the chunks; layers= as plan_check_stage_layers
+ * wants it. */
+static int reshard_check_pipeline(const Baton__Parallel *to, uint32_t n_layers, bt_diag *diag) {
+    uint32_t pp = to->pp, v = to->virtual_stages;
+    if (pp > n_layers) {
+        bt_diag_set(diag, "--to: pp %u exceeds the model's %u layers", pp, n_layers);
+        return BT_EINVAL;
+    }
+    if (v > 1 && (pp < 2 || (n_layers % (pp * v) != 0 && to->n_stage_layers == 0))) {
+        bt_diag_set(diag,
+                    "--to: v %u needs pp > 1 and pp x v dividing the model's %u layers, or "
+                    "layers= listing the pp x v chunks",
+                    v, n_layers);
+        return BT_EINVAL;
+    }
+    if (to->n_stage_layers == 0) return 0;
+    bt_diag d;
+    bt_diag_init(&d);
+    if (plan_check_stage_layers(to->stage_layers, to->n_stage_layers, pp, v, n_layers, &d) != 0) {
+        bt_diag_set(diag, "--to: layers=: %s", d.msg);
+        return BT_EINVAL;
+    }
+    return 0;
+}
+
 static int reshard_write(reshard_job *j, const char *out, bt_diag *diag) {
     model_config cfg;
     int rc = model_config_from_pb(&cfg, j->m->model, diag);
@@ -148,6 +206,7 @@ static int reshard_write(reshard_job *j, const char *out, bt_diag *diag) {
         return BT_EINVAL;
     }
     int tp = (int)j->to->tp, pp = (int)j->to->pp, ep = (int)j->to->ep;
+    if (reshard_check_pipeline(j->to, (uint32_t)cfg.n_layers, diag) != 0) return BT_EINVAL;
     if (ep > 1 && (cfg.moe.n_experts == 0 || cfg.moe.n_experts % ep != 0)) {
         bt_diag_set(diag, "--to: ep %d must divide the model's routed experts (%d)", ep,
                     cfg.moe.n_experts);
@@ -190,14 +249,16 @@ int ckpt_cmd_reshard(int argc, char **argv) {
         }
     }
     Baton__Parallel lay;
+    uint32_t list[RESHARD_MAX_LIST];
     if (!path || !to || !out) {
         reshard_usage(stderr);
         return BT_EXIT_USAGE;
     }
-    if (reshard_parse_layout(to, &lay) != 0) {
+    if (reshard_parse_layout(to, &lay, list) != 0) {
         fprintf(stderr,
                 "baton ckpt reshard: --to %s: expected degrees like tp2,pp2,dp4,zero1 "
-                "(zero 0 or 1, ep dividing dp x cp, or tp x dp x cp for an MoE model)\n",
+                "(zero 0 or 1, ep dividing dp x cp, or tp x dp x cp for an MoE model; "
+                "pp2v2 interleaved; layers=3+1 each stage's layers)\n",
                 to);
         return BT_EXIT_USAGE;
     }
@@ -214,7 +275,10 @@ int ckpt_cmd_reshard(int argc, char **argv) {
         fprintf(stderr, "baton ckpt reshard: %s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
         return rc == BT_EIO || rc == BT_ENOMEM ? BT_EXIT_FAILURE : BT_EXIT_USAGE;
     }
-    printf("%s: written for tp%u pp%u ep%u (cp%u dp%u zero%u) from %s\n", out, lay.tp, lay.pp,
-           lay.ep, lay.cp, lay.dp, lay.zero, dir);
+    printf("%s: written for tp%u pp%u", out, lay.tp, lay.pp);
+    if (lay.virtual_stages > 1) printf(" v%u", lay.virtual_stages);
+    for (size_t k = 0; k < lay.n_stage_layers; k++)
+        printf("%s%u", k ? "+" : " layers=", lay.stage_layers[k]);
+    printf(" ep%u (cp%u dp%u zero%u) from %s\n", lay.ep, lay.cp, lay.dp, lay.zero, dir);
     return BT_EXIT_OK;
 }

@@ -65,7 +65,9 @@ a=${pair%%-to-*} b=${pair##*-to-}
 init=runA/checkpoints/s00-step00000010
 run_layout "$a" a.log --run-dir runA --save-every 10
 if ((offline)); then
-  "$baton" ckpt reshard "$init" --to "$b" --out resharded/s00-step00000010 >/dev/null
+  to=$b # slDDD as reshard's layers=D+D+D
+  [[ $to =~ sl([0-9]+) ]] && to=${to/sl${BASH_REMATCH[1]}/,layers=$(sed 's/./&+/g; s/+$//' <<<"${BASH_REMATCH[1]}")}
+  "$baton" ckpt reshard "$init" --to "$to" --out resharded/s00-step00000010 >/dev/null
   "$baton" ckpt verify resharded/s00-step00000010 >verify.log ||
     { echo "$case: the resharded checkpoint fails verification"; cat verify.log; exit 1; }
   init=resharded/s00-step00000010
