@@ -284,6 +284,11 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
     return 0;
 }
 
+void train_abort_comms(trainer *t) {
+    if (t->tp.kv != NULL) comm_abort(t->tp.kv);
+    if (t->zero.ep_dense != NULL) comm_abort(t->zero.ep_dense);
+}
+
 void train_free(trainer *t) {
     loader_close(&t->ld);
     optim_adamw_free(&t->opt);

@@ -137,6 +137,10 @@ int train_folds_experts(const Baton__StageSpec *spec);
  * set. */
 int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *groups, bt_diag *diag);
 void train_free(trainer *t);
+/* After a failure on a device backend, before train_free: aborts the groups the trainer
+ * made itself (the tp-kv group, ZeRO's dense ep group), so that no collective still
+ * queued on them can block the release of streams and memory. */
+void train_abort_comms(trainer *t);
 
 /* What this rank has allocated for its model state, in bytes: parameters (ZeRO-3: the
  * shard and two gather buffers), gradients (ZeRO-2: the whole micro-batch buffer, the

@@ -483,8 +483,6 @@ static int worker_eval(trainer *t, const worker_args *a, bt_diag *diag) {
     return rc;
 }
 
-/* Trains with the ranks joined (or alone); returns a BT_ code, *setup_rc the code of
- * the setup part (which decides the exit status class). */
 /* Checkpointing for this rank from the spec and the options. */
 static void worker_ckpt_setup(train_ckpt *c, char *root, size_t cap, const Baton__StageSpec *spec,
                               const worker_args *a, worker_ranks *w) {
@@ -531,6 +529,18 @@ static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, w
     return rc;
 }
 
+/* A run that failed on a device: every group aborted before the trainer's streams and
+ * memory are released. A collective still queued on a group other than the one whose
+ * watchdog fired (its peer dead or hung) would otherwise keep cudaFree and the streams'
+ * release waiting with no deadline; the process exits next anyway (not after a rollback,
+ * where every rank leaves in order). */
+static void worker_abort_groups(worker_ranks *w, trainer *t) {
+    comm *g[] = {w->tp, w->dp, w->pp, w->cp, w->dpcp, w->ep, w->edp, w->xdp};
+    for (size_t i = 0; i < sizeof g / sizeof *g; i++)
+        if (g[i] != NULL) comm_abort(g[i]);
+    train_abort_comms(t);
+}
+
 /* Trains with the ranks joined (or alone); returns a BT_ code, *setup_rc the code of
  * the setup part (which decides the exit status class). */
 static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks *w,
@@ -568,6 +578,7 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
     }
     if (rc == 0 && !wc->stopping) worker_control_phase(wc, BATON__HEARTBEAT__PHASE__DONE, t.step);
     train_ckpt_free(&c);
+    if (rc != 0 && !*rollback && !t.be.host_memory) worker_abort_groups(w, &t);
     train_free(&t);
     return rc;
 }
