@@ -69,55 +69,13 @@ static void plan_print_text(const recipe_doc *doc, const plan_all *pa) {
     }
 }
 
-#define PLAN_MAX_SETS 32 /* as baton run's */
-
-/* The overrides, in order: --set's as given, --nodes/--gpus-per-node as cluster fields. */
-typedef struct plan_sets {
-    char *set[PLAN_MAX_SETS];
-    int n;
-} plan_sets;
-
-static int plan_add_set(plan_sets *s, const char *key, const char *value) {
-    if (s->n == PLAN_MAX_SETS) {
-        fprintf(stderr, "baton plan: at most %d overrides\n", PLAN_MAX_SETS);
-        return -1;
-    }
-    size_t n = strlen(key) + strlen(value) + 1;
-    if ((s->set[s->n] = malloc(n)) == NULL) return -1;
-    snprintf(s->set[s->n++], n, "%s%s", key, value);
-    return 0;
-}
-
-static void plan_sets_free(plan_sets *s) {
-    for (int i = 0; i < s->n; i++)
-        free(s->set[i]);
-}
-
-/* An override option at argv[*i] (with its value) into s: 1 taken, 0 not one, -1 error. */
-static int plan_parse_set(int argc, char **argv, int *i, plan_sets *s) {
-    static const char *const opt[] = {"--set", "--nodes", "--gpus-per-node"};
-    static const char *const key[] = {"", "cluster.nodes=", "cluster.gpus_per_node="};
-    for (int k = 0; k < 3; k++) {
-        if (strcmp(argv[*i], opt[k]) != 0) continue;
-        if (*i + 1 >= argc) {
-            fprintf(stderr, "baton plan: %s needs a value\n", opt[k]);
-            plan_usage(stderr);
-            return -1;
-        }
-        *i += 1;
-        return plan_add_set(s, key[k], argv[*i]) == 0 ? 1 : -1;
-    }
-    return 0;
-}
-
-static int plan_load(const char *path, const plan_sets *sets, recipe_doc *doc, bt_diag *diag) {
+static int plan_load(const char *path, const recipe_sets *sets, recipe_doc *doc, bt_diag *diag) {
     int rc = recipe_load_file(path, doc, diag);
-    for (int i = 0; rc == 0 && i < sets->n; i++)
-        rc = recipe_apply_set(doc, sets->set[i], diag);
+    rc = rc ? rc : recipe_sets_apply(sets, doc, diag);
     return rc ? rc : recipe_validate(doc, diag);
 }
 
-static int plan_run(const char *path, const plan_sets *sets, int json) {
+static int plan_run(const char *path, const recipe_sets *sets, int json) {
     bt_diag diag;
     bt_diag_init(&diag);
     recipe_doc doc = {0};
@@ -138,25 +96,28 @@ static int plan_run(const char *path, const plan_sets *sets, int json) {
 int cmd_plan(int argc, char **argv) {
     const char *path = NULL;
     int json = 0, taken;
-    plan_sets sets = {0};
+    recipe_sets sets = {0};
     for (int i = 1; i < argc; i++) {
-        if ((taken = plan_parse_set(argc, argv, &i, &sets)) != 0) {
-            if (taken < 0) return plan_sets_free(&sets), BT_EXIT_USAGE;
+        if ((taken = recipe_sets_parse(&sets, "baton plan", argc, argv, &i)) != 0) {
+            if (taken < 0) {
+                plan_usage(stderr);
+                return recipe_sets_free(&sets), BT_EXIT_USAGE;
+            }
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             plan_usage(stdout);
-            return plan_sets_free(&sets), BT_EXIT_OK;
+            return recipe_sets_free(&sets), BT_EXIT_OK;
         } else if (strcmp(argv[i], "--json") == 0) {
             json = 1;
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
             fprintf(stderr, "baton plan: unknown option '%s'\n", argv[i]);
             plan_usage(stderr);
-            return plan_sets_free(&sets), BT_EXIT_USAGE;
+            return recipe_sets_free(&sets), BT_EXIT_USAGE;
         } else if (path == NULL) {
             path = argv[i];
         } else {
             fprintf(stderr, "baton plan: one recipe at a time (got '%s' and '%s')\n", path,
                     argv[i]);
-            return plan_sets_free(&sets), BT_EXIT_USAGE;
+            return recipe_sets_free(&sets), BT_EXIT_USAGE;
         }
     }
     int rc = BT_EXIT_USAGE;
@@ -164,6 +125,6 @@ int cmd_plan(int argc, char **argv) {
         plan_usage(stderr);
     else
         rc = plan_run(path, &sets, json);
-    plan_sets_free(&sets);
+    recipe_sets_free(&sets);
     return rc;
 }

@@ -57,27 +57,13 @@ static void run_usage(FILE *f) {
 typedef struct run_args {
     const char *recipe, *run_dir, *worker, *launcher, *listen;
     int quiet, resume;
-    char *sets[RUN_MAX_SETS]; /* KEY=VALUE, owned */
-    int n_sets;
+    recipe_sets sets; /* --set, --nodes, --gpus-per-node */
     /* baton submit */
     int submit, dry_run;
     const char *template_path;
     char *sbatch[RUN_MAX_SETS]; /* options for sbatch, as given */
     int n_sbatch;
 } run_args;
-
-static int run_add_set(run_args *a, const char *key, const char *value) {
-    if (a->n_sets == RUN_MAX_SETS) {
-        fprintf(stderr, "baton run: at most %d --set overrides\n", RUN_MAX_SETS);
-        return -1;
-    }
-    size_t n = strlen(key) + strlen(value) + 2;
-    char *s = malloc(n);
-    if (s == NULL) return -1;
-    snprintf(s, n, "%s%s", key, value);
-    a->sets[a->n_sets++] = s;
-    return 0;
-}
 
 /* baton submit's own options and sbatch's (anything after --, or an unknown option with
  * its value attached); 1 when argv[*i] was taken. */
@@ -99,6 +85,7 @@ static int run_parse_submit(int argc, char **argv, int *i, run_args *a) {
 }
 
 static int run_parse(int argc, char **argv, run_args *a) {
+    int taken;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
@@ -108,12 +95,9 @@ static int run_parse(int argc, char **argv, run_args *a) {
             a->quiet = 1;
         } else if (strcmp(o, "--run-dir") == 0 && v && !a->resume) {
             a->run_dir = argv[++i];
-        } else if (strcmp(o, "--set") == 0 && v && !a->resume) {
-            if (run_add_set(a, "", argv[++i]) != 0) return -1;
-        } else if (strcmp(o, "--nodes") == 0 && v && !a->resume) {
-            if (run_add_set(a, "cluster.nodes=", argv[++i]) != 0) return -1;
-        } else if (strcmp(o, "--gpus-per-node") == 0 && v && !a->resume) {
-            if (run_add_set(a, "cluster.gpus_per_node=", argv[++i]) != 0) return -1;
+        } else if (!a->resume &&
+                   (taken = recipe_sets_parse(&a->sets, "baton run", argc, argv, &i)) != 0) {
+            if (taken < 0) return run_usage(stderr), -1;
         } else if (strcmp(o, "--worker") == 0 && v) {
             a->worker = argv[++i];
         } else if (strcmp(o, "--launcher") == 0 && v) {
@@ -164,7 +148,7 @@ static int run_read_sets(run_args *a, const char *run_dir) {
     int rc = 0;
     while (rc == 0 && fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = '\0';
-        if (line[0]) rc = run_add_set(a, "", line);
+        if (line[0]) rc = recipe_sets_add(&a->sets, "baton resume", "", line);
     }
     fclose(f);
     return rc;
@@ -174,8 +158,7 @@ static int run_read_sets(run_args *a, const char *run_dir) {
 static int run_load(run_args *a, recipe_doc *doc, bt_diag *diag) {
     int rc = recipe_load_file(a->recipe, doc, diag);
     if (rc != 0) return rc;
-    for (int i = 0; rc == 0 && i < a->n_sets; i++)
-        rc = recipe_apply_set(doc, a->sets[i], diag);
+    rc = rc ? rc : recipe_sets_apply(&a->sets, doc, diag);
     rc = rc ? rc : recipe_validate(doc, diag);
     if (rc == 0 && doc->recipe->n_stages > RUN_MAX_STAGES) {
         bt_diag_set(diag, "%s: %zu stages; baton run takes at most %d", a->recipe,
@@ -262,8 +245,8 @@ static int run_main(run_args *a) {
     }
     bt_buf sets;
     bt_buf_init(&sets);
-    for (int i = 0; i < a->n_sets; i++)
-        bt_buf_printf(&sets, "%s\n", a->sets[i]);
+    for (int i = 0; i < a->sets.n; i++)
+        bt_buf_printf(&sets, "%s\n", a->sets.set[i]);
     run_dir dir;
     int rc = run_dir_open(&dir, a->run_dir, a->recipe, bt_buf_str(&sets), &diag);
     bt_buf_free(&sets);
@@ -295,8 +278,7 @@ static int run_main(run_args *a) {
 }
 
 static void run_args_free(run_args *a) {
-    for (int i = 0; i < a->n_sets; i++)
-        free(a->sets[i]);
+    recipe_sets_free(&a->sets);
 }
 
 static int run_command(int argc, char **argv, int resume, int submit) {

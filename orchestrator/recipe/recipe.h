@@ -39,4 +39,22 @@ void recipe_drop_stale_split(Baton__Parallel *e, const Baton__Parallel *given, u
  * name the assignment. Validate afterwards. */
 int recipe_apply_set(recipe_doc *doc, const char *assignment, bt_diag *diag);
 
+/* A command line's overrides in the order given: --set KEY=VALUE, and --nodes K and
+ * --gpus-per-node G as cluster.nodes=K and cluster.gpus_per_node=G (baton run, resume,
+ * submit and plan). */
+#define RECIPE_MAX_SETS 32
+typedef struct recipe_sets {
+    char *set[RECIPE_MAX_SETS]; /* KEY=VALUE, owned */
+    int n;
+} recipe_sets;
+/* Appends key followed by value; -1 (a message naming cmd on stderr) when full or out of
+ * memory. */
+int recipe_sets_add(recipe_sets *s, const char *cmd, const char *key, const char *value);
+/* The override option at argv[*i] with its value (*i moves past it): 1 taken, 0 not one,
+ * -1 (a message naming cmd on stderr) when its value is missing or the list is full. */
+int recipe_sets_parse(recipe_sets *s, const char *cmd, int argc, char **argv, int *i);
+/* recipe_apply_set for each, in order; the first failure. */
+int recipe_sets_apply(const recipe_sets *s, recipe_doc *doc, bt_diag *diag);
+void recipe_sets_free(recipe_sets *s);
+
 #endif

@@ -89,3 +89,45 @@ int recipe_apply_set(recipe_doc *doc, const char *assignment, bt_diag *diag) {
     free(key);
     return rc;
 }
+
+int recipe_sets_add(recipe_sets *s, const char *cmd, const char *key, const char *value) {
+    if (s->n == RECIPE_MAX_SETS) {
+        fprintf(stderr, "%s: at most %d --set overrides\n", cmd, RECIPE_MAX_SETS);
+        return -1;
+    }
+    size_t n = strlen(key) + strlen(value) + 1;
+    if ((s->set[s->n] = malloc(n)) == NULL) {
+        fprintf(stderr, "%s: out of memory\n", cmd);
+        return -1;
+    }
+    snprintf(s->set[s->n++], n, "%s%s", key, value);
+    return 0;
+}
+
+int recipe_sets_parse(recipe_sets *s, const char *cmd, int argc, char **argv, int *i) {
+    static const char *const opt[] = {"--set", "--nodes", "--gpus-per-node"};
+    static const char *const key[] = {"", "cluster.nodes=", "cluster.gpus_per_node="};
+    for (int k = 0; k < 3; k++) {
+        if (strcmp(argv[*i], opt[k]) != 0) continue;
+        if (*i + 1 >= argc) {
+            fprintf(stderr, "%s: %s needs a value\n", cmd, opt[k]);
+            return -1;
+        }
+        *i += 1;
+        return recipe_sets_add(s, cmd, key[k], argv[*i]) == 0 ? 1 : -1;
+    }
+    return 0;
+}
+
+int recipe_sets_apply(const recipe_sets *s, recipe_doc *doc, bt_diag *diag) {
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < s->n; i++)
+        rc = recipe_apply_set(doc, s->set[i], diag);
+    return rc;
+}
+
+void recipe_sets_free(recipe_sets *s) {
+    for (int i = 0; i < s->n; i++)
+        free(s->set[i]);
+    s->n = 0;
+}

@@ -110,16 +110,18 @@ static void test_spec_round_trip(const recipe_doc *doc) {
 /* parallel.stage_layers carries forward like every setting (restating pp keeps it), until
  * a stage changes pp or virtual_stages without it, or gives an empty list: that stage and
  * the later ones go back to the even split. */
-static const char *split_text =
-    "name: s\n"
-    "model: {arch: llama, dim: 64, n_layers: 4, n_heads: 4, ffn_dim: 176, vocab_size: 256}\n"
-    "cluster: {nodes: 1, gpus_per_node: 4}\n"
-    "defaults:\n"
-    "  seq_len: 64\n"
-    "  global_batch: 16\n"
-    "  parallel: {pp: 2, dp: auto, stage_layers: [3, 1]}\n"
-    "  optimizer: {lr: 1e-3}\n"
+#define SPLIT_HEAD                                                                                 \
+    "name: s\n"                                                                                    \
+    "model: {arch: llama, dim: 64, n_layers: 4, n_heads: 4, ffn_dim: 176, vocab_size: 256}\n"      \
+    "cluster: {nodes: 1, gpus_per_node: 4}\n"                                                      \
+    "defaults:\n"                                                                                  \
+    "  seq_len: 64\n"                                                                              \
+    "  global_batch: 16\n"                                                                         \
+    "  parallel: {pp: 2, dp: auto, stage_layers: [3, 1]}\n"                                        \
+    "  optimizer: {lr: 1e-3}\n"                                                                    \
     "stages:\n"
+
+static const char *split_text = SPLIT_HEAD
     "  - {name: a, steps: 10, parallel: {pp: 2, zero: 0}}\n"
     "  - {name: b, steps: 10, parallel: {pp: 4}}\n"
     "  - {name: c, steps: 10}\n"
@@ -131,19 +133,9 @@ static const char *split_text =
 /* --set on a stage without a parallel block of its own: the block it gets keeps the list
  * given empty (a packed copy would lose it), and the stages after inherit the even split. */
 static void test_split_set_new_block(void) {
-    static const char *text = "name: s\n"
-                              "model: {arch: llama, dim: 64, n_layers: 4, n_heads: 4, ffn_dim: "
-                              "176, vocab_size: 256}\n"
-                              "cluster: {nodes: 1, gpus_per_node: 2}\n"
-                              "defaults:\n"
-                              "  seq_len: 64\n"
-                              "  global_batch: 16\n"
-                              "  parallel: {pp: 2, dp: auto, stage_layers: [3, 1]}\n"
-                              "  optimizer: {lr: 1e-3}\n"
-                              "stages:\n"
-                              "  - {name: a, steps: 10}\n"
-                              "  - {name: b, steps: 10}\n"
-                              "  - {name: c, steps: 10}\n";
+    static const char *text = SPLIT_HEAD "  - {name: a, steps: 10}\n"
+                                         "  - {name: b, steps: 10}\n"
+                                         "  - {name: c, steps: 10}\n";
     static const char *const sets[2] = {"stages.b.parallel.stage_layers=[]",
                                         "stages.b.parallel={stage_layers: []}"};
     for (int k = 0; k < 2; k++) {
