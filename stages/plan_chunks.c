@@ -1,5 +1,7 @@
 /* The interleaved pipeline's chunk lengths that even its stages' compute (plan.h:
- * plan_pp_best_chunks). Stage s holds the model's chunks s, s + pp, s + 2 pp, ..., so a
+ * plan_pp_best_chunks), and those for the shortest step (plan_pp_best_chunks_step: from
+ * them, a local search on the replayed schedule, plan_pp_replayer, one layer across a
+ * boundary at a time). Stage s holds the model's chunks s, s + pp, s + 2 pp, ..., so a
  * stage's compute is a sum over chunks that are not contiguous, and the exact search of
  * plan_pp_best_split does not apply. This is a local search instead: from the recipe's
  * lengths and from the even ones, move the boundary of two neighbouring chunks (different
@@ -181,22 +183,6 @@ static double step_descend(const step_search *c, uint32_t *len) {
     return cur;
 }
 
-static double balance_of(const plan_stage *ps, const uint32_t *len, size_t K) {
-    size_t pp = ps->shape.pp, at = 0;
-    double *stage = calloc(pp, sizeof *stage), most = 0, sum = plan_pp_head_flops(ps);
-    if (stage == NULL) return 0;
-    for (size_t k = 0; k < K; k++)
-        for (uint32_t j = 0; j < len[k]; j++, at++) {
-            double w = plan_pp_layer_flops(ps, (uint32_t)at);
-            stage[k % pp] += w, sum += w;
-        }
-    stage[pp - 1] += plan_pp_head_flops(ps);
-    for (size_t s = 0; s < pp; s++)
-        most = stage[s] > most ? stage[s] : most;
-    free(stage);
-    return sum > 0 ? most * (double)pp / sum : 0;
-}
-
 /* The replay's search from the three starts into split; the best idle share, -1: none. */
 static double step_from_starts(const plan_stage *ps, step_search *c, uint32_t *split) {
     const plan_params *p = &ps->params;
@@ -236,7 +222,10 @@ double plan_pp_best_chunks_step(const plan_stage *ps, uint32_t *split, double *b
         }
         c.pre = pre, c.pre_f = pre_f, c.fwd = times, c.bwd = times + K;
         *bubble = step_from_starts(ps, &c, split);
-        ratio = balance_of(ps, split, K);
+        double *stage = calloc(pp, sizeof *stage);
+        chunk_search totals = {L, K, pp, pre, c.head, stage};
+        if (stage != NULL) ratio = cost_of(&totals, split).most * (double)pp / (pre[L] + c.head);
+        free(stage);
     }
     plan_pp_replayer_free(c.x);
     free(pre);
