@@ -80,19 +80,23 @@ static uint32_t tag(const gen *g, int mb, int chunk_of_receiver, int stage_of_re
     return 2u * (uint32_t)(mb * g->pp * g->v + w) + (uint32_t)grad;
 }
 
-static void push(gen *g, const pipe_action *a) {
-    pipe_schedule *s = g->s;
-    if (g->err) return;
+/* Appends a to s's list unless *err; out of memory sets it. */
+static void push_to(pipe_schedule *s, int *err, const pipe_action *a) {
+    if (*err) return;
     if (s->n == s->cap) {
         int cap = s->cap ? 2 * s->cap : 64;
         pipe_action *na = realloc(s->a, (size_t)cap * sizeof *na);
         if (na == NULL) {
-            g->err = BT_ENOMEM;
+            *err = BT_ENOMEM;
             return;
         }
         s->a = na, s->cap = cap;
     }
     s->a[s->n++] = *a;
+}
+
+static void push(gen *g, const pipe_action *a) {
+    push_to(g->s, &g->err, a);
 }
 
 static void add_op(gen *g, pipe_op_kind kind, int dir, uint32_t t, pipe_buf buf, int index, int mb,
@@ -327,15 +331,9 @@ typedef struct gen1 {
     int err;
 } gen1;
 
-static void push1(gen1 *g, const pipe_action *a) {
-    gen tmp = {.s = g->s};
-    push(&tmp, a);
-    g->err = g->err ? g->err : tmp.err;
-}
-
 static void compute1(gen1 *g, pipe_kind kind, int mb) {
     pipe_action a = {.kind = kind, .mb = mb, .chunk = 0, .slot = -1, .grad_in = -1};
-    push1(g, &a);
+    push_to(g->s, &g->err, &a);
 }
 
 /* Adds to the batch: the activation of mb to or from the next stage (grad 0), or the
@@ -354,7 +352,7 @@ static void op1(gen1 *g, pipe_op_kind kind, int mb, int grad) {
 }
 
 static void flush1(gen1 *g) {
-    if (g->batch.n_ops > 0) push1(g, &g->batch);
+    if (g->batch.n_ops > 0) push_to(g->s, &g->err, &g->batch);
     g->batch = (pipe_action){.kind = PIPE_XFER, .slot = -1, .grad_in = -1};
 }
 

@@ -222,6 +222,8 @@ void plan_pp_chunk_flops(const plan_stage *ps, uint32_t stage, uint32_t c, doubl
  * more. 0 without a pipeline. *replayed 0: not replayed (pp m v > 2^17, or no memory),
  * the equal-stage figure scaled by the slowest stage's compute instead. */
 double plan_pp_bubble(const plan_stage *ps, int *replayed);
+/* Megatron's bubble for equal stages, (pp - 1)/(v m + pp - 1); 0 without a pipeline. */
+double plan_pp_bubble_equal(const plan_stage *ps);
 /* The replay made once for pp stages of v chunks and K micro-batches (the workers' lists)
  * and run for any chunk times (plan_pp_replay's fwd, bwd); NULL where plan_pp_replay
  * gives -1 for want of a replay (too large, K < pp interleaved, no memory). */

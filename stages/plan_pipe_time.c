@@ -147,20 +147,19 @@ double plan_pp_replay(uint32_t pp, uint32_t v, uint32_t K, const double *fwd, co
     return idle;
 }
 
+double plan_pp_bubble_equal(const plan_stage *ps) {
+    const plan_shape *sh = &ps->shape;
+    double m = ps->microbatches ? (double)ps->microbatches : 1, v = sh->virtual_stages;
+    return sh->pp > 1 ? (sh->pp - 1.0) / ((v > 1 ? v : 1) * m + sh->pp - 1.0) : 0;
+}
+
 /* Not replayed: the equal-stage bubble, the slowest stage setting the pace of every pass
  * (balance: its compute over the mean). */
-static double estimate(const plan_stage *ps, double m) {
-    const plan_shape *sh = &ps->shape;
-    double equal = (sh->pp - 1.0) / (sh->virtual_stages * m + sh->pp - 1.0), balance, mean = 0;
-    double most = 0;
-    for (uint32_t s = 0; s < sh->pp; s++) {
-        double w = 0, f, b;
-        for (uint32_t c = 0; c < sh->virtual_stages; c++)
-            plan_pp_chunk_flops(ps, s, c, &f, &b), w += f + b;
-        mean += w / sh->pp, most = w > most ? w : most;
-    }
-    balance = mean > 0 ? most / mean : 1;
-    return 1 - (1 - equal) / balance;
+static double estimate(const plan_stage *ps) {
+    double balance;
+    uint32_t slowest;
+    plan_pp_balance(ps, &balance, &slowest);
+    return 1 - (1 - plan_pp_bubble_equal(ps)) / balance;
 }
 
 double plan_pp_bubble(const plan_stage *ps, int *replayed) {
@@ -169,7 +168,7 @@ double plan_pp_bubble(const plan_stage *ps, int *replayed) {
     double m = ps->microbatches ? (double)ps->microbatches : 1;
     *replayed = 0;
     if (pp < 2) return 0;
-    if (m * pp * v > REPLAY_MAX_CELLS || (v > 1 && m < pp)) return estimate(ps, m);
+    if (m * pp * v > REPLAY_MAX_CELLS || (v > 1 && m < pp)) return estimate(ps);
     double *fwd = malloc((size_t)pp * v * sizeof *fwd), *bwd = malloc((size_t)pp * v * sizeof *bwd);
     double idle = -1;
     if (fwd != NULL && bwd != NULL) {
@@ -181,5 +180,5 @@ double plan_pp_bubble(const plan_stage *ps, int *replayed) {
     free(fwd);
     free(bwd);
     *replayed = idle >= 0;
-    return idle >= 0 ? idle : estimate(ps, m);
+    return idle >= 0 ? idle : estimate(ps);
 }

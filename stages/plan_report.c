@@ -367,8 +367,6 @@ static void text_time(FILE *f, const plan_stage *ps) {
         fprintf(f, "            pipeline bubble 0%% (no pipeline), m %" PRIu64 "\n",
                 ps->microbatches);
     } else {
-        double m = ps->microbatches ? (double)ps->microbatches : 1;
-        double equal = (sh->pp - 1.0) / (sh->virtual_stages * m + sh->pp - 1.0);
         fprintf(f,
                 "            pipeline bubble %.1f%% of the stages' time idle: %s, m %" PRIu64
                 " (equal stages: (pp-1)/(v*m+pp-1) = %.1f%%)\n",
@@ -377,7 +375,7 @@ static void text_time(FILE *f, const plan_stage *ps) {
                                     : "not replayed (over 2^17 micro-batch chunks, or no "
                                       "memory): the equal-stage figure at the slowest "
                                       "stage's pace",
-                ps->microbatches, 100 * equal);
+                ps->microbatches, 100 * plan_pp_bubble_equal(ps));
     }
     if (sh->pp > 1)
         fprintf(f,

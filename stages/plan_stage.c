@@ -241,20 +241,22 @@ static void warn_cluster(plan_stage *ps) {
     if (sh->peak_flops <= 0) warn(ps, "cluster.gpu.peak_tflops_bf16 not given: step time unknown");
 }
 
-/* What the split's heaviest rank needs, planned like ps, and the pipeline bubble with it
- * (*bubble; -1 when it could not be replayed). */
+/* What the split's heaviest rank needs, planned like ps, and, where *bubble < 0 (the
+ * search did not replay the split), the pipeline bubble with it (-1: not replayed). */
 static double split_memory(const plan_stage *ps, const uint32_t *split, uint32_t n, int *fits,
                            double *bubble) {
     plan_stage *alt = malloc(sizeof *alt);
-    if (alt == NULL) return *fits = -1, *bubble = -1, 0;
+    if (alt == NULL) return *fits = -1, 0;
     *alt = *ps;
     alt->params.stage_layers = split, alt->params.n_stage_layers = n;
     plan_memory_estimate(alt, &alt->mem);
     double total = alt->mem.total;
     int replayed;
     *fits = alt->mem.fits;
-    *bubble = plan_pp_bubble(alt, &replayed);
-    if (!replayed) *bubble = -1;
+    if (*bubble < 0) {
+        double b = plan_pp_bubble(alt, &replayed);
+        *bubble = replayed ? b : -1;
+    }
     free(alt);
     return total;
 }
@@ -275,7 +277,7 @@ static void balance_suggest(plan_stage *ps) {
     if (best <= 0 || (best > ps->pp_balance - 0.02 && step_bubble < 0)) return;
     const char *what = ps->pp_slowest == sh->pp - 1 ? " (its layers and the head)" : "";
     int fits;
-    double bubble, need = split_memory(ps, split, n, &fits, &bubble);
+    double bubble = step_bubble, need = split_memory(ps, split, n, &fits, &bubble);
     /* evening the stages' totals can still lengthen a step (interleaved: a chunk's length
      * counts too; few micro-batches): offered only where the replayed schedule idles less */
     if (ps->bubble_replayed && (bubble < 0 || bubble >= ps->bubble - 0.001)) return;
