@@ -289,5 +289,6 @@ int model_moe_step_end(model *m, comm *group, model_moe_step *out) {
     out->dropped = mo->dropped, out->aux = mo->aux;
     memset(mo->routed, 0, n * sizeof *mo->routed);
     mo->dropped = mo->aux = 0;
+    if (mo->scratch) moe_dev_scratch_release(mo->scratch); /* the step's work is queued */
     return 0;
 }

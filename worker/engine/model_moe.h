@@ -83,7 +83,8 @@ void model_moe_fold_tp(model *m);
 
 /* The step's load figures, summed over tp under sequence parallelism and over group (every rank of
  * the data-parallel block, so that every replica takes the same bias step), then the bias update of
- * every MoE layer. Resets the counts. Collective over group (NULL: this rank alone). */
+ * every MoE layer. Resets the counts, and frees the row buffers the step's forwards outgrew
+ * (moe_dev_scratch_release). Collective over group (NULL: this rank alone). */
 int model_moe_step_end(model *m, comm *group, model_moe_step *out);
 
 #endif

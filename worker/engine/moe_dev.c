@@ -54,7 +54,29 @@ static size_t scratch_rows_carve(moe_dev_scratch *s, const moe_config *c, size_t
     return o;
 }
 
-/* s's row buffers (and bf16 staging, if any) for rows rows, the old ones freed. */
+/* Done with p, which queued work may still read: freed by moe_dev_scratch_release, between
+ * steps, rather than now (on a GPU a free waits for the whole device, collectives queued on
+ * other streams included); freed now only if the list cannot grow. */
+static void retire(moe_dev_scratch *s, void *p) {
+    if (s->n_retired == s->cap_retired) {
+        int cap = s->cap_retired ? 2 * s->cap_retired : 8;
+        void **r = realloc(s->retired, (size_t)cap * sizeof *r);
+        if (r == NULL) {
+            s->be->free(s->be, p);
+            return;
+        }
+        s->retired = r, s->cap_retired = cap;
+    }
+    s->retired[s->n_retired++] = p;
+}
+
+void moe_dev_scratch_release(moe_dev_scratch *s) {
+    for (int i = 0; i < s->n_retired; i++)
+        s->be->free(s->be, s->retired[i]);
+    s->n_retired = 0;
+}
+
+/* s's row buffers (and bf16 staging, if any) for rows rows, the old ones retired. */
 static int scratch_rows_alloc(moe_dev_scratch *s, const moe_config *c, size_t rows) {
     backend *be = s->be;
     float *b = be->alloc(be, scratch_rows_carve(s, c, rows, NULL) * sizeof(float));
@@ -65,8 +87,8 @@ static int scratch_rows_alloc(moe_dev_scratch *s, const moe_config *c, size_t ro
         if (b) be->free(be, b);
         return BT_ENOMEM;
     }
-    if (s->rbuf) be->free(be, s->rbuf);
-    if (x16) be->free(be, s->x16), s->x16 = x16;
+    if (s->rbuf) retire(s, s->rbuf);
+    if (x16) retire(s, s->x16), s->x16 = x16;
     s->rbuf = b, s->rx_cap = rows;
     scratch_rows_carve(s, c, rows, b);
     return 0;
@@ -98,6 +120,8 @@ int moe_dev_scratch_set_bf16(moe_dev_scratch *s, const moe_config *c, int max_to
 }
 
 void moe_dev_scratch_free(moe_dev_scratch *s) {
+    moe_dev_scratch_release(s);
+    free(s->retired);
     if (s->x16) s->be->free(s->be, s->x16);
     if (s->rbuf) s->be->free(s->be, s->rbuf);
     free(s->cnt16);
@@ -172,7 +196,7 @@ static int cache_rows_alloc(moe_dev_cache *m, const moe_config *c, size_t rows) 
     size_t n = cache_rows_carve(m, c, rows, NULL), old = cache_rows_carve(m, c, m->rx_cap, NULL);
     float *b = m->be->alloc(m->be, n * sizeof(float));
     if (b == NULL) return BT_ENOMEM;
-    if (m->rbuf) m->be->free(m->be, m->rbuf), m->bytes -= old * sizeof(float);
+    if (m->rbuf) retire(m->scratch, m->rbuf), m->bytes -= old * sizeof(float);
     m->rbuf = b, m->rx_cap = rows, m->bytes += n * sizeof(float);
     cache_rows_carve(m, c, rows, b);
     return 0;

@@ -58,8 +58,10 @@
  * max_tokens top_k, all they can see; with it they may see up to ep times that (every
  * rank's tokens routed here), but on average they see max_tokens top_k: that much is
  * reserved at first, and a forward that receives more grows the room (reserve_rows in
- * moe_dev.c: a quarter more than it received, never shrunk; the old buffers freed), so
- * the memory follows the worst imbalance met instead of the worst possible one. */
+ * moe_dev.c: a quarter more than it received, never shrunk), so the memory follows the
+ * worst imbalance met instead of the worst possible one. The buffers outgrown (the
+ * caches' too) are kept in retired until moe_dev_scratch_release: freeing them mid-step
+ * would wait for the whole GPU, collectives queued on other streams included. */
 typedef struct moe_dev_scratch {
     backend *be;
     int ep_size;       /* the ep group size it was sized for */
@@ -90,6 +92,8 @@ typedef struct moe_dev_scratch {
     int32_t *sp_count; /* (cp tp, 2 B, E) every rank's pairs per chunk and expert, B the
                         * cp rank's sequences (host) */
     int32_t *sp_limit; /* (2E) the limit and routed counts copied to a cache's limit (host) */
+    void **retired;    /* (n_retired) outgrown backend buffers, freed by the release */
+    int n_retired, cap_retired;
 } moe_dev_scratch;
 
 /* One layer's experts' converted weights, kept from one micro-batch to the next
@@ -143,6 +147,9 @@ typedef struct moe_dev_cache {
 int moe_dev_scratch_init(moe_dev_scratch *s, backend *be, const moe_config *c, int max_tokens,
                          int ep_size, backend_prec prec);
 void moe_dev_scratch_free(moe_dev_scratch *s);
+/* Frees the buffers the scratch and its caches outgrew (queued work must no longer read
+ * them: call it where the device may be waited for, between steps). */
+void moe_dev_scratch_release(moe_dev_scratch *s);
 /* A micro-batch split over cp and tp (borrowed; NULL or size 1: not over it): each
  * forward's N rows are tp rank qt's run [qt N, (qt + 1) N) of its cp rank's N tp rows,
  * under cp T of them per sequence (even; N tp a multiple of T; without cp T is not
