@@ -107,6 +107,7 @@ typedef struct plan_shape {
     double intra_bw, inter_bw; /* bytes/s per GPU; 0 = not given */
     double peak_flops;         /* per GPU at the stage's precision, FLOP/s; 0 = not given */
     double mfu;                /* 0 or absent -> 0.4 */
+    double fp8_speedup;        /* fp8: its peak over bf16's (2 where either is not given); else 1 */
 } plan_shape;
 
 #define PLAN_MAX_WARNINGS 16
@@ -121,8 +122,9 @@ typedef struct plan_stage {
     layout lay;
     plan_memory mem;
     plan_comm comm;
-    double flops_per_step; /* model FLOPs (6 N T + attention), whole cluster */
-    double compute_s;      /* flops / (world * peak * mfu) */
+    double flops_per_step;     /* model FLOPs (6 N T + attention), whole cluster */
+    double fp8_flops_per_step; /* those of the GEMMs that run in fp8 (plan_layer_fp8_flops) */
+    double compute_s;      /* flops / (world * peak * mfu), the flops not in fp8 GEMMs at bf16's */
     double step_time_s;    /* compute + non-overlapped communication estimate */
     uint64_t microbatches; /* per data-parallel rank per step */
     char warnings[PLAN_MAX_WARNINGS][256];
@@ -236,8 +238,17 @@ void plan_pp_replayer_free(plan_pp_replayer *x);
  * large, or v > 1 with K < pp (which no schedule runs). */
 double plan_pp_replay(uint32_t pp, uint32_t v, uint32_t K, const double *fwd, const double *bwd);
 /* Per token: layer l's FLOPs with what recomputation repeats, and the head's (the last
- * stage's; never recomputed). */
+ * stage's; never recomputed). Under fp8 they are bf16-rate FLOPs: those of the layer's
+ * fp8 GEMMs count 1 / fp8_speedup each. */
 double plan_pp_layer_flops(const plan_stage *ps, uint32_t l);
+/* Per token: the model FLOPs of layer l's GEMMs that run at the fp8 rate: under fp8 its
+ * attention projections and a dense layer's MLP, unless the layer is the model's first or
+ * last with fp8_first_last_bf16, or some GEMM dimension on a tp rank is not a multiple of
+ * 16 (the CUDA engine carries those fp8 values in bf16). The attention scores, the head,
+ * the router and the experts (routed and shared: bf16 under fp8) are not. */
+double plan_layer_fp8_flops(const plan_stage *ps, uint32_t l);
+/* Every dense GEMM dimension on a tp rank is a multiple of 16 (plan_memory.c). */
+int plan_fp8_aligned(const plan_shape *sh, const plan_params *p);
 /* The same, and *fwd its forward's share (a third of the model FLOPs). */
 double plan_pp_layer_flops_fwd(const plan_stage *ps, uint32_t l, double *fwd);
 double plan_pp_head_flops(const plan_stage *ps);

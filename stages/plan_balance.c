@@ -2,13 +2,25 @@
  * split of the layers that shares it best (plan_pp_best_split). A stage's compute per
  * token is the FLOPs of its layers, 6 x their active parameters + 6 h s for the
  * attention scores, with what recomputation repeats (plan_hw_flops), and on the last
- * stage the head's 6 x (d V + d), never recomputed; the embedding is a lookup. The
- * slowest stage sets the pace of every micro-batch through the pipeline. */
+ * stage the head's 6 x (d V + d), never recomputed; the embedding is a lookup. Under fp8
+ * the FLOPs of the fp8 GEMMs count 1 / fp8_speedup each (plan_layer_fp8_flops): the
+ * stages' times in bf16-rate FLOPs. The slowest stage sets the pace of every micro-batch
+ * through the pipeline. */
 #include <stdlib.h>
 
 #include "plan.h"
 
-/* Layer l's FLOPs per token with recomputation; *model without (the forward is a third). */
+double plan_layer_fp8_flops(const plan_stage *ps, uint32_t l) {
+    const plan_shape *sh = &ps->shape;
+    const plan_params *p = &ps->params;
+    if (sh->precision != BATON__PRECISION__TYPE__FP8 || !plan_fp8_aligned(sh, p) ||
+        (sh->fp8_first_last_bf16 && (l == 0 || l + 1 == p->n_layers)))
+        return 0;
+    return 6.0 * ((double)p->attn_layer + (plan_layer_is_moe(p, l) ? 0 : (double)p->mlp_layer));
+}
+
+/* Layer l's FLOPs per token with recomputation; *model without (the forward is a third);
+ * both bf16-rate FLOPs (plan.h). */
 static double layer_flops_of(const plan_stage *ps, uint32_t l, double *model) {
     const plan_params *p = &ps->params;
     double params = (double)p->attn_layer + (double)p->norms_layer;
@@ -18,7 +30,8 @@ static double layer_flops_of(const plan_stage *ps, uint32_t l, double *model) {
     else
         params += (double)p->mlp_layer;
     double attn = 6.0 * ps->shape.dim * (double)ps->shape.seq_len;
-    *model = 6 * params + attn;
+    double fast = plan_layer_fp8_flops(ps, l) * (1 - 1 / ps->shape.fp8_speedup);
+    *model = 6 * params + attn - fast;
     return plan_hw_flops(&ps->shape, *model, attn);
 }
 

@@ -82,7 +82,10 @@
  *   hardware  + the forward again under full recomputation (x 4/3), or + the attention
  *             core's forward 2 L h seq_len T under selective recomputation.
  * compute_s = model FLOPs / (world x peak x mfu); mfu is end-to-end utilisation, so
- * the pipeline bubble is taken to be inside it.
+ * the pipeline bubble is taken to be inside it. Under fp8 peak is the fp8 rate, which
+ * only the fp8 GEMMs' FLOPs run at (plan_layer_fp8_flops); the rest (attention scores,
+ * head, experts, bf16 layers) take fp8_speedup times as long: mfu is the share of the
+ * rate each product runs at.
  * step_time_s = compute_s + exposed communication, where TP, CP and EP are exposed in
  * full (they sit between dependent GEMMs), PP half (1F1B overlaps the sends of one
  * direction with compute of the other), and DP beyond what hides behind the last
@@ -477,6 +480,10 @@ static void time_flops(plan_stage *ps) {
     ps->tokens_per_step = tokens;
     ps->flops_per_step = 6 * n * tokens + attn;
     ps->hw_flops_per_step = plan_hw_flops(sh, ps->flops_per_step, attn);
+    double f8 = 0;
+    for (uint32_t l = 0; sh->fp8_speedup != 1 && l < p->n_layers; l++)
+        f8 += plan_layer_fp8_flops(ps, l);
+    ps->fp8_flops_per_step = f8 * tokens;
 }
 
 void plan_time_estimate(plan_stage *ps) {
@@ -486,7 +493,9 @@ void plan_time_estimate(plan_stage *ps) {
     double m = ps->microbatches ? (double)ps->microbatches : 1;
     ps->bubble = plan_pp_bubble(ps, &ps->bubble_replayed);
     double peak = (double)ps->lay.world * sh->peak_flops * sh->mfu;
-    ps->compute_s = peak > 0 ? ps->flops_per_step / peak : 0;
+    /* the flops not in fp8 GEMMs at the bf16 rate, fp8_speedup times slower */
+    double f8 = ps->fp8_flops_per_step, slow = ps->flops_per_step - f8;
+    ps->compute_s = peak > 0 ? (f8 + slow * sh->fp8_speedup) / peak : 0;
     double dp_hidden = 2.0 / 3.0 * ps->compute_s / m;
     double dp_exposed = s[PLAN_COMM_DP] > dp_hidden ? s[PLAN_COMM_DP] - dp_hidden : 0;
     ps->exposed_comm_s =

@@ -143,7 +143,7 @@ static void memory_zero_units(const plan_stage *ps, uint32_t stage, plan_memory 
 /* fp8's copies take 2 bytes per parameter: every dense GEMM dimension on a tp rank (dim,
  * the heads' and kv heads' widths, ffn) is a multiple of 16. A rank holds a whole kv head
  * where tp > n_kv_heads. */
-static int fp8_aligned(const plan_shape *sh, const plan_params *p) {
+int plan_fp8_aligned(const plan_shape *sh, const plan_params *p) {
     uint64_t t = sh->tp, d = sh->dim, hd = sh->head_dim;
     uint64_t ffn = d ? p->mlp_layer / (3 * d) : 0;
     uint64_t kvw = t > sh->n_kv_heads ? hd : sh->n_kv_heads * hd / t;
@@ -155,7 +155,7 @@ static double memory_gemm_copies(const plan_stage *ps, uint32_t stage, uint32_t 
     const plan_params *p = &ps->params;
     const plan_shape *sh = &ps->shape;
     if (!sh->cuda || sh->precision == BATON__PRECISION__TYPE__FP32 || zero_level == 3) return 0;
-    int fp8 = sh->precision == BATON__PRECISION__TYPE__FP8 && !fp8_aligned(sh, p);
+    int fp8 = sh->precision == BATON__PRECISION__TYPE__FP8 && !plan_fp8_aligned(sh, p);
     uint64_t t = sh->tp;
     uint32_t first, n, n_moe, L = p->n_layers;
     plan_pp_stage_layers(p, sh->pp, sh->virtual_stages, stage, &first, &n, &n_moe);

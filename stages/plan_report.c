@@ -350,6 +350,17 @@ static void text_time(FILE *f, const plan_stage *ps) {
     if (ps->compute_s <= 0) {
         fprintf(f, "time        unknown: cluster.gpu.peak_tflops_bf16 not given (mfu %.2f)\n",
                 sh->mfu);
+    } else if (sh->fp8_speedup != 1) {
+        fprintf(f,
+                "time        compute %.3f s = (fp8 GEMMs' %.3e flops + the rest's %.3e x %.3g) / "
+                "(%u devices x %.4g TFLOP/s fp8 x mfu %.2f)\n",
+                ps->compute_s, ps->fp8_flops_per_step, ps->flops_per_step - ps->fp8_flops_per_step,
+                sh->fp8_speedup, ps->lay.world, sh->peak_flops / 1e12, sh->mfu);
+        fprintf(f,
+                "            the rest at the bf16 rate: attention scores, head%s%s, GEMMs "
+                "not 16-aligned on a tp rank\n",
+                ps->params.n_experts ? ", router, experts" : "",
+                sh->fp8_first_last_bf16 ? ", first and last layers" : "");
     } else {
         fprintf(f,
                 "time        compute %.3f s = model flops / (%u devices x %.4g TFLOP/s %s x mfu "
@@ -380,9 +391,10 @@ static void text_time(FILE *f, const plan_stage *ps) {
     if (sh->pp > 1)
         fprintf(f,
                 "            slowest pipeline stage %u: %.2fx the stages' mean compute (its "
-                "layers' model flops%s)\n",
+                "layers' model flops%s%s)\n",
                 ps->pp_slowest, ps->pp_balance,
-                ps->pp_slowest == sh->pp - 1 ? " and the head's" : "");
+                ps->pp_slowest == sh->pp - 1 ? " and the head's" : "",
+                sh->fp8_speedup != 1 ? ", the fp8 GEMMs' at their rate" : "");
     if (ps->pp_best_balance > 0) {
         fprintf(f, "            evened out by parallel.stage_layers: [");
         for (uint32_t s = 0; s < ps->pp_best_split_n; s++)
@@ -506,6 +518,8 @@ static void json_times(bt_buf *b, const plan_stage *ps) {
     json_num(b, "flops_per_step", ps->flops_per_step);
     bt_buf_printf(b, ", ");
     json_num(b, "hw_flops_per_step", ps->hw_flops_per_step);
+    bt_buf_printf(b, ", ");
+    json_num(b, "fp8_flops_per_step", ps->fp8_flops_per_step);
     bt_buf_printf(b, ", ");
     json_num(b, "compute_s", ps->compute_s);
     bt_buf_printf(b, ", ");

@@ -84,6 +84,11 @@ static void shape_cluster(const Baton__StageSpec *spec, plan_shape *sh) {
     sh->inter_bw = links && links->inter_node ? links->inter_node->bytes_per_s : 0;
     sh->peak_flops = shape_peak(gpu, sh->precision);
     sh->mfu = c->mfu > 0 ? c->mfu : PLAN_DEFAULT_MFU;
+    sh->fp8_speedup = 1;
+    if (sh->precision == BATON__PRECISION__TYPE__FP8)
+        sh->fp8_speedup = gpu && gpu->peak_tflops_bf16 > 0 && gpu->peak_tflops_fp8 > 0
+                              ? gpu->peak_tflops_fp8 / gpu->peak_tflops_bf16
+                              : 2;
 }
 
 /* dp 0 (unresolved) falls back to nodes * gpus_per_node / (tp * cp * pp). */

@@ -693,6 +693,56 @@ static void test_flops(void) {
     CHECK_REL(ps.hw_flops_per_step, flops * 4 / 3, 1e-12);
 }
 
+/* Under fp8 only the layers' dense GEMMs run at the fp8 rate (not the attention scores,
+ * the head, the experts and router, the first and last layers with first_last_bf16, nor
+ * products the CUDA engine carries in bf16): the rest takes the bf16 rate's time. */
+static void test_flops_fp8(void) {
+    fixture fx;
+    fixture_small(&fx);
+    fx.model.ffn_dim = 192; /* ffn / tp a multiple of 16: fp8 products */
+    fx.prec.type = BATON__PRECISION__TYPE__FP8;
+    fx.prec.first_last_bf16 = 0;
+    plan_stage ps;
+    CHECK(build(&fx, &ps) == BT_OK);
+    double t = 16.0 * 128, F = ps.flops_per_step, peak = 8 * 200e12 * 0.5; /* 2 x bf16 */
+    double attn = 64 * 64 * 2 + 64 * 32 * 2, mlp = 3 * 64 * 192;
+    double f8 = 6.0 * t * 2 * (attn + mlp);
+    CHECK_REL(ps.fp8_flops_per_step, f8, 1e-12);
+    CHECK_REL(ps.compute_s, (f8 + 2 * (F - f8)) / peak, 1e-12);
+    /* the layers' time weighs their fp8 GEMMs at half (pipeline balance and bubble) */
+    double fp8_layer = plan_pp_layer_flops(&ps, 0);
+    CHECK_REL(plan_pp_layer_flops(&ps, 1), fp8_layer, 1e-12);
+    fx.gpu.peak_tflops_fp8 = 400; /* 4 x bf16 */
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK_REL(ps.compute_s, (f8 + 4 * (F - f8)) / (8 * 400e12 * 0.5), 1e-12);
+    char *text = report_text(&fx, &ps);
+    CHECK_STR_CONTAINS(text, "fp8 GEMMs");
+    free(text);
+    fx.gpu.peak_tflops_fp8 = 0;
+    fx.prec.first_last_bf16 = 1; /* both layers are the first or the last */
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK(ps.fp8_flops_per_step == 0);
+    CHECK_REL(ps.compute_s, 2 * F / peak, 1e-12);
+    CHECK_REL(plan_pp_layer_flops(&ps, 0), fp8_layer + 6 * (attn + mlp) / 2, 1e-12);
+    fx.prec.first_last_bf16 = 0;
+    fx.model.ffn_dim = 176; /* 88 a rank: the CUDA engine carries the values in bf16 */
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK(ps.fp8_flops_per_step == 0);
+    /* MoE: the experts' products run in bf16, the attention's in fp8 */
+    fixture_moe(&fx);
+    fx.prec.type = BATON__PRECISION__TYPE__FP8;
+    fx.prec.first_last_bf16 = 1;
+    CHECK(build(&fx, &ps) == BT_OK);
+    double moe_attn = 4.0 * 32 * 32; /* q, k, v, o: 4 kv heads */
+    t = 16.0 * 128;
+    CHECK_REL(ps.fp8_flops_per_step, 6.0 * t * (moe_attn + 3 * 32 * 64 + moe_attn), 1e-12);
+    /* fp32 and bf16: one rate */
+    fx.prec.type = BATON__PRECISION__TYPE__BF16;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK(ps.fp8_flops_per_step == 0);
+    CHECK_REL(ps.compute_s, ps.flops_per_step / (8 * 100e12 * 0.5), 1e-12);
+}
+
 static int has_warning(const plan_stage *ps, const char *needle) {
     for (int i = 0; i < ps->n_warnings; i++)
         if (strstr(ps->warnings[i], needle)) return 1;
@@ -1072,6 +1122,7 @@ int main(void) {
     test_zero_small();
     test_comm_cp_ep();
     test_flops();
+    test_flops_fp8();
     test_warnings_and_fit();
     test_defensive();
     test_json();
