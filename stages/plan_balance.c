@@ -10,13 +10,46 @@
 
 #include "plan.h"
 
+/* The fp8 kernels take a product whose every dimension is a multiple of 16 (the CUDA
+ * engine carries the others' fp8 values in bf16). */
+static int fp8_native(uint64_t N, uint64_t C, uint64_t OC) {
+    return N % 16 == 0 && C % 16 == 0 && OC % 16 == 0;
+}
+
+/* Per token, 6 x the weights of the dense GEMMs of a layer whose products the fp8 kernels
+ * take on a tp rank: the attention's always, the MLP's with mlp; *all: of every one. */
+static double fp8_layer_weights(const plan_stage *ps, int mlp, double *all) {
+    const plan_shape *sh = &ps->shape;
+    uint64_t t = sh->tp, d = sh->dim, hd = sh->head_dim, cp = sh->cp ? sh->cp : 1;
+    uint64_t kv = sh->n_kv_heads ? sh->n_kv_heads : sh->n_heads;
+    uint64_t ffn = d ? ps->params.mlp_layer / (3 * d) : 0, N = sh->micro_batch * sh->seq_len / cp;
+    uint64_t q = sh->n_heads * hd / t, kvw = t > kv ? hd : kv * hd / t;
+    double dq = (double)d * sh->n_heads * hd, dkv = 2.0 * d * kv * hd, dm = (double)d * ffn;
+    double w = (fp8_native(N, d, q + 2 * kvw) ? dq + dkv : 0) + (fp8_native(N, q, d) ? dq : 0);
+    *all = 2 * dq + dkv;
+    if (mlp) {
+        w += (fp8_native(N, d, 2 * ffn / t) ? 2 * dm : 0) + (fp8_native(N, ffn / t, d) ? dm : 0);
+        *all += 3 * dm;
+    }
+    return 6 * w;
+}
+
 double plan_layer_fp8_flops(const plan_stage *ps, uint32_t l) {
     const plan_shape *sh = &ps->shape;
     const plan_params *p = &ps->params;
-    if (sh->precision != BATON__PRECISION__TYPE__FP8 || !plan_fp8_aligned(sh, p) ||
+    if (sh->precision != BATON__PRECISION__TYPE__FP8 ||
         (sh->fp8_first_last_bf16 && (l == 0 || l + 1 == p->n_layers)))
         return 0;
-    return 6.0 * ((double)p->attn_layer + (plan_layer_is_moe(p, l) ? 0 : (double)p->mlp_layer));
+    double all;
+    return fp8_layer_weights(ps, !plan_layer_is_moe(p, l), &all);
+}
+
+int plan_fp8_all_native(const plan_stage *ps) {
+    int dense = 0;
+    for (uint32_t l = 0; !dense && l < ps->params.n_layers; l++)
+        dense = !plan_layer_is_moe(&ps->params, l);
+    double all, w = fp8_layer_weights(ps, dense, &all);
+    return w == 6 * all;
 }
 
 /* Layer l's FLOPs per token with recomputation; *model without (the forward is a third);

@@ -68,8 +68,9 @@
  *   EP  per MoE layer and pass, two all-to-alls of top_k x tokens x h x (ep-1)/ep
  *       elements, tokens = s*b (s*b/t with sequence parallelism: each tp rank routes its
  *       own rows): the rows to the experts (forward) or their output gradients
- *       (backward), in bf16 (2 bytes) where the experts' products are (bf16 and fp8
- *       stages), and the results back in float32; under ZeRO-2/3 also,
+ *       (backward), in bf16 (2 bytes) where the experts' products are (bf16 stages, and
+ *       under fp8 the first and last layers' with first_last_bf16; fp8 products take
+ *       float32 rows), and the results back in float32; under ZeRO-2/3 also,
  *       per MoE layer and micro-batch, the all-reduce of its unit's dense part in a
  *       rank's chunk, 2(ep-1)/ep x dense/edp x 4 (an average rank's).
  * Seconds: bytes / the bandwidth of the link the group runs on (intra_node when every
@@ -380,17 +381,30 @@ static double comm_cp(const plan_stage *ps, const comm_dims *d, uint32_t layers,
     return d->m * (layers * per_layer + moe_layers * (d->passes - 1) * counts);
 }
 
-static double comm_ep(const plan_stage *ps, const comm_dims *d, uint32_t moe_layers) {
+/* Whether MoE layer l's experts' products run in bf16 (under fp8: the first and last
+ * layers' with fp8_first_last_bf16; the others' in fp8). */
+static int experts_bf16(const plan_shape *sh, uint32_t l, uint32_t L) {
+    if (sh->precision == BATON__PRECISION__TYPE__FP8)
+        return sh->fp8_first_last_bf16 && (l == 0 || l + 1 == L);
+    return sh->precision == BATON__PRECISION__TYPE__BF16;
+}
+
+static double comm_ep(const plan_stage *ps, const comm_dims *d, uint32_t stage) {
     const plan_shape *sh = &ps->shape;
     double ep = sh->ep;
-    if (ep < 2 || moe_layers == 0) return 0;
+    if (ep < 2) return 0;
     /* the rank's rows: a tp-th under sequence parallelism */
     double tokens = d->s * d->b / (sh->sequence_parallel ? sh->tp : 1);
-    double a2a = ps->params.top_k * tokens * d->h * (ep - 1) / ep;
-    /* per pass rows to the experts (in bf16 where the experts' products are) and back */
-    int bf16 = sh->precision == BATON__PRECISION__TYPE__BF16 ||
-               sh->precision == BATON__PRECISION__TYPE__FP8;
-    return moe_layers * d->m * d->passes * a2a * ((bf16 ? 2 : 4) + d->e);
+    double a2a = ps->params.top_k * tokens * d->h * (ep - 1) / ep, sum = 0;
+    uint32_t first, n, n_moe, v = sh->virtual_stages ? sh->virtual_stages : 1;
+    plan_pp_stage_layers(&ps->params, sh->pp, v, stage, &first, &n, &n_moe);
+    /* per pass rows to the experts (in bf16 where their products are) and back */
+    for (uint32_t i = 0; i < n && n_moe > 0; i++) {
+        uint32_t l = plan_pp_stage_layer(&ps->params, sh->pp, v, stage, i);
+        if (plan_layer_is_moe(&ps->params, l))
+            sum += (experts_bf16(sh, l, ps->params.n_layers) ? 2 : 4) + d->e;
+    }
+    return sum * d->m * d->passes * a2a;
 }
 
 static void comm_stage(const plan_stage *ps, const comm_dims *d, uint32_t stage,
@@ -402,7 +416,7 @@ static void comm_stage(const plan_stage *ps, const comm_dims *d, uint32_t stage,
     bytes[PLAN_COMM_PP] = comm_pp(ps, d, stage);
     bytes[PLAN_COMM_DP] = comm_dp(ps, stage);
     bytes[PLAN_COMM_CP] = comm_cp(ps, d, n, n_moe);
-    bytes[PLAN_COMM_EP] = comm_ep(ps, d, n_moe) + comm_zero_ep(ps, stage);
+    bytes[PLAN_COMM_EP] = comm_ep(ps, d, stage) + comm_zero_ep(ps, stage);
 }
 
 /* 1 if any group along dim spans more than one node. Visits each group once through
@@ -481,7 +495,7 @@ static void time_flops(plan_stage *ps) {
     ps->flops_per_step = 6 * n * tokens + attn;
     ps->hw_flops_per_step = plan_hw_flops(sh, ps->flops_per_step, attn);
     double f8 = 0;
-    for (uint32_t l = 0; sh->fp8_speedup != 1 && l < p->n_layers; l++)
+    for (uint32_t l = 0; sh->precision == BATON__PRECISION__TYPE__FP8 && l < p->n_layers; l++)
         f8 += plan_layer_fp8_flops(ps, l);
     ps->fp8_flops_per_step = f8 * tokens;
 }

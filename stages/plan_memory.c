@@ -156,6 +156,9 @@ static double memory_gemm_copies(const plan_stage *ps, uint32_t stage, uint32_t 
     const plan_shape *sh = &ps->shape;
     if (!sh->cuda || sh->precision == BATON__PRECISION__TYPE__FP32 || zero_level == 3) return 0;
     int fp8 = sh->precision == BATON__PRECISION__TYPE__FP8 && !plan_fp8_aligned(sh, p);
+    /* the experts' fp8 copies likewise (their weights' dimensions: d and the expert ffn) */
+    uint64_t effn = p->n_experts && sh->dim ? p->moe_experts / (3ull * p->n_experts * sh->dim) : 0;
+    int xfp8 = sh->precision == BATON__PRECISION__TYPE__FP8 && (sh->dim % 16 || effn % 16);
     uint64_t t = sh->tp;
     uint32_t first, n, n_moe, L = p->n_layers;
     plan_pp_stage_layers(p, sh->pp, sh->virtual_stages, stage, &first, &n, &n_moe);
@@ -165,8 +168,9 @@ static double memory_gemm_copies(const plan_stage *ps, uint32_t stage, uint32_t 
         int bf16 = !fp8 || (sh->fp8_first_last_bf16 && (l == 0 || l + 1 == L));
         double b = bf16 ? 2 : 3;
         bytes += b * (double)attn_on_rank(p, sh);
+        int x16 = !xfp8 || (sh->fp8_first_last_bf16 && (l == 0 || l + 1 == L));
         if (plan_layer_is_moe(p, l))
-            bytes += 2.0 * (double)(p->moe_shared + div_ceil(p->moe_experts, sh->ep));
+            bytes += (x16 ? 2.0 : 3.0) * (double)(p->moe_shared + div_ceil(p->moe_experts, sh->ep));
         else
             bytes += b * (double)div_ceil(p->mlp_layer, t);
     }

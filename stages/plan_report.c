@@ -344,29 +344,37 @@ static void text_flops(FILE *f, const plan_stage *ps) {
                                                                   : "");
 }
 
+/* The compute time's formula: under fp8 the fp8 GEMMs' flops at the fp8 peak, the rest at
+ * bf16's. */
+static void text_compute(FILE *f, const plan_stage *ps) {
+    const plan_shape *sh = &ps->shape;
+    if (sh->precision != BATON__PRECISION__TYPE__FP8) {
+        fprintf(f,
+                "time        compute %.3f s = model flops / (%u devices x %.4g TFLOP/s %s x mfu "
+                "%.2f)\n",
+                ps->compute_s, ps->lay.world, sh->peak_flops / 1e12, precision_name(sh->precision),
+                sh->mfu);
+        return;
+    }
+    fprintf(f,
+            "time        compute %.3f s = (fp8 GEMMs' %.3e flops + the rest's %.3e x %.3g) / "
+            "(%u devices x %.4g TFLOP/s fp8 x mfu %.2f)\n",
+            ps->compute_s, ps->fp8_flops_per_step, ps->flops_per_step - ps->fp8_flops_per_step,
+            sh->fp8_speedup, ps->lay.world, sh->peak_flops / 1e12, sh->mfu);
+    fprintf(f, "            the rest at the bf16 rate: attention scores, head%s%s%s\n",
+            ps->params.n_experts ? ", router, experts (carried: their rows vary)" : "",
+            sh->fp8_first_last_bf16 ? ", first and last layers" : "",
+            plan_fp8_all_native(ps) ? "" : ", GEMMs with a dimension not 16-aligned");
+}
+
 static void text_time(FILE *f, const plan_stage *ps) {
     const plan_shape *sh = &ps->shape;
     char a[32];
     if (ps->compute_s <= 0) {
         fprintf(f, "time        unknown: cluster.gpu.peak_tflops_bf16 not given (mfu %.2f)\n",
                 sh->mfu);
-    } else if (sh->fp8_speedup != 1) {
-        fprintf(f,
-                "time        compute %.3f s = (fp8 GEMMs' %.3e flops + the rest's %.3e x %.3g) / "
-                "(%u devices x %.4g TFLOP/s fp8 x mfu %.2f)\n",
-                ps->compute_s, ps->fp8_flops_per_step, ps->flops_per_step - ps->fp8_flops_per_step,
-                sh->fp8_speedup, ps->lay.world, sh->peak_flops / 1e12, sh->mfu);
-        fprintf(f,
-                "            the rest at the bf16 rate: attention scores, head%s%s, GEMMs "
-                "not 16-aligned on a tp rank\n",
-                ps->params.n_experts ? ", router, experts" : "",
-                sh->fp8_first_last_bf16 ? ", first and last layers" : "");
     } else {
-        fprintf(f,
-                "time        compute %.3f s = model flops / (%u devices x %.4g TFLOP/s %s x mfu "
-                "%.2f)\n",
-                ps->compute_s, ps->lay.world, sh->peak_flops / 1e12, precision_name(sh->precision),
-                sh->mfu);
+        text_compute(f, ps);
         fprintf(f,
                 "            exposed comm %.3f s = tp + cp + ep + pp/2 + dp beyond the last "
                 "micro-batch's backward\n",

@@ -66,6 +66,9 @@ bytes_case cp2-ulysses 2 1 2 ulysses
 bytes_case cp2-ulysses-full 2 1 2 ulysses-full
 bytes_case ep2 2 1 2 train ep
 bytes_case ep4 4 1 4 train ep
+# fp8 over four layers: the rows to the first layer's experts (bf16 products,
+# first_last_bf16) go in bf16, the others' (fp8 products) in float32
+bytes_case ep2-fp8 2 1 2 train ep "s/^defaults:/defaults:\n  precision: {type: fp8}/; s/n_layers: 2/n_layers: 4/"
 # ep2 over dp4: the experts' gradients go over the expert-data-parallel group (counted
 # with dp); under ZeRO-1 reduced to and broadcast from their shards' ranks there.
 bytes_case ep2-dp4 4 1 2 train ep

@@ -136,6 +136,7 @@ typedef struct wc_moe {
     moe_dev_scratch s;
     moe_dev_cache cref, ck;
     moe_dev_kept kept;
+    backend_gemm wg[2 * (4 + 1)]; /* the kept's records: (4 experts + 1 shared) x 2 */
     int N;
 } wc_moe;
 
@@ -154,7 +155,9 @@ static int wc_moe_open(wc_moe *t) {
     int rc = moe_dev_scratch_init(&t->s, &gpu, &t->c, t->N, 1, BACKEND_PREC_BF16);
     rc = rc ? rc : moe_dev_cache_init(&t->cref, &gpu, &t->c, t->N, &t->s, NULL);
     rc = rc ? rc : moe_dev_cache_init(&t->ck, &gpu, &t->c, t->N, &t->s, NULL);
-    rc = rc ? rc : moe_dev_kept_init(&t->kept, &gpu, &t->c, BACKEND_PREC_BF16);
+    for (int i = 0; i < 2 * (4 + 1); i++)
+        t->wg[i] = (backend_gemm){.prec = BACKEND_PREC_BF16};
+    rc = rc ? rc : moe_dev_kept_init(&t->kept, &gpu, &t->c, t->wg, 1);
     t->ck.kept = &t->kept;
     return rc;
 }

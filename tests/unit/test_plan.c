@@ -695,7 +695,8 @@ static void test_flops(void) {
 
 /* Under fp8 only the layers' dense GEMMs run at the fp8 rate (not the attention scores,
  * the head, the experts and router, the first and last layers with first_last_bf16, nor
- * products the CUDA engine carries in bf16): the rest takes the bf16 rate's time. */
+ * products with a dimension on a tp rank not a multiple of 16, which the CUDA engine
+ * carries in bf16): the rest takes the bf16 rate's time. */
 static void test_flops_fp8(void) {
     fixture fx;
     fixture_small(&fx);
@@ -709,26 +710,35 @@ static void test_flops_fp8(void) {
     double f8 = 6.0 * t * 2 * (attn + mlp);
     CHECK_REL(ps.fp8_flops_per_step, f8, 1e-12);
     CHECK_REL(ps.compute_s, (f8 + 2 * (F - f8)) / peak, 1e-12);
-    /* the layers' time weighs their fp8 GEMMs at half (pipeline balance and bubble) */
-    double fp8_layer = plan_pp_layer_flops(&ps, 0);
-    CHECK_REL(plan_pp_layer_flops(&ps, 1), fp8_layer, 1e-12);
+    /* the layers' time weighs their fp8 GEMMs at half (pipeline balance and bubble):
+     * 6 (attention, MLP, norms) + 6 d s, less half the fp8 part */
+    double layer = 6 * (attn + mlp + 2 * 64) + 6.0 * 64 * 128;
+    CHECK_REL(plan_pp_layer_flops(&ps, 0), layer - 6 * (attn + mlp) / 2, 1e-12);
+    char *text = report_text(&fx, &ps);
+    CHECK_STR_CONTAINS(text, "fp8 GEMMs");
+    CHECK_STR_CONTAINS(text, "exposed comm");
+    CHECK(strstr(text, "not 16-aligned") == NULL);
+    free(text);
     fx.gpu.peak_tflops_fp8 = 400; /* 4 x bf16 */
     CHECK(build(&fx, &ps) == BT_OK);
     CHECK_REL(ps.compute_s, (f8 + 4 * (F - f8)) / (8 * 400e12 * 0.5), 1e-12);
-    char *text = report_text(&fx, &ps);
-    CHECK_STR_CONTAINS(text, "fp8 GEMMs");
-    free(text);
     fx.gpu.peak_tflops_fp8 = 0;
     fx.prec.first_last_bf16 = 1; /* both layers are the first or the last */
     CHECK(build(&fx, &ps) == BT_OK);
     CHECK(ps.fp8_flops_per_step == 0);
     CHECK_REL(ps.compute_s, 2 * F / peak, 1e-12);
-    CHECK_REL(plan_pp_layer_flops(&ps, 0), fp8_layer + 6 * (attn + mlp) / 2, 1e-12);
+    CHECK_REL(plan_pp_layer_flops(&ps, 0), layer, 1e-12);
     fx.prec.first_last_bf16 = 0;
-    fx.model.ffn_dim = 176; /* 88 a rank: the CUDA engine carries the values in bf16 */
+    fx.model.ffn_dim = 176; /* 88 a rank: only the down projection is carried in bf16 */
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK_REL(ps.fp8_flops_per_step, 6.0 * t * 2 * (attn + 2 * 64 * 176), 1e-12);
+    text = report_text(&fx, &ps);
+    CHECK_STR_CONTAINS(text, "not 16-aligned");
+    free(text);
+    fx.stage.seq_len = 100; /* 200 rows a product, not a multiple of 16: all carried */
     CHECK(build(&fx, &ps) == BT_OK);
     CHECK(ps.fp8_flops_per_step == 0);
-    /* MoE: the experts' products run in bf16, the attention's in fp8 */
+    /* MoE: the experts' products carried (their rows vary), the attention's in fp8 */
     fixture_moe(&fx);
     fx.prec.type = BATON__PRECISION__TYPE__FP8;
     fx.prec.first_last_bf16 = 1;

@@ -314,16 +314,22 @@ int model_sizes_compute(const model_config *cfg, backend *be, int B, int T, mode
 
 /* The precision of each GEMM. Under fp8 the LM head always runs bf16 (Transformer
  * Engine and Megatron keep the output layer out of fp8), and with fp8_first_last_bf16
- * so do the GEMMs of the first and last layers (of the model, not of a stage). */
+ * so do the GEMMs of the first and last layers (of the model, not of a stage), their
+ * experts' too. */
 static int setup_gemms(model *m) {
     const model_config *cfg = &m->cfg;
-    int L = cfg->n_layers;
+    int L = cfg->n_layers, n = m->n_gemm + m->n_xgemm;
     if (cfg->prec == BACKEND_PREC_FP8) { /* the running amaxes: read once per step */
-        m->amax_acc = m->be->alloc(m->be, (size_t)m->n_gemm * BACKEND_FP8_SLOTS * sizeof(float));
+        m->amax_acc = m->be->alloc(m->be, (size_t)n * BACKEND_FP8_SLOTS * sizeof(float));
         if (m->amax_acc == NULL) return BT_ENOMEM;
     }
-    for (int i = 0; i < m->n_gemm; i++) {
+    for (int i = 0; i < n; i++) {
         int l = i / MODEL_GEMMS_PER_LAYER, layer = l == m->n_layers ? L : model_stage_layer(cfg, l);
+        if (i >= m->n_gemm) {
+            model_xgemm x;
+            model_xgemm_info(m, i - m->n_gemm, &x);
+            layer = x.layer;
+        }
         backend_prec p = cfg->prec;
         if (p == BACKEND_PREC_FP8 &&
             (layer == L || (cfg->fp8_first_last_bf16 && (layer == 0 || layer == L - 1))))
@@ -390,6 +396,32 @@ static int upload_rope(model *m) {
     return model_upload_rope(m, 1, &zero, &m->max_T);
 }
 
+/* The experts' GEMM records of each MoE layer (model.h: xgemm_first), none under fp32. */
+static int count_xgemm(model *m) {
+    const model_config *cfg = &m->cfg;
+    int per = 2 * (moe_local_experts(&cfg->moe) + cfg->moe.n_shared);
+    m->xgemm_first = malloc((size_t)(m->n_layers ? m->n_layers : 1) * sizeof *m->xgemm_first);
+    if (m->xgemm_first == NULL) return BT_ENOMEM;
+    m->n_xgemm = 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        int moe = cfg->moe.n_experts > 0 && cfg->prec != BACKEND_PREC_FP32 &&
+                  model_layer_is_moe(cfg, model_stage_layer(cfg, l));
+        m->xgemm_first[l] = moe ? m->n_gemm + m->n_xgemm : -1;
+        m->n_xgemm += moe ? per : 0;
+    }
+    return 0;
+}
+
+void model_xgemm_info(const model *m, int x, model_xgemm *out) {
+    const moe_config *c = &m->cfg.moe;
+    int per = 2 * (moe_local_experts(c) + c->n_shared), l = 0, g = m->n_gemm + x;
+    while (l + 1 < m->n_layers && (m->xgemm_first[l] < 0 || g >= m->xgemm_first[l] + per))
+        l++;
+    int i = g - m->xgemm_first[l], e = i / 2, El = moe_local_experts(c);
+    out->layer = model_stage_layer(&m->cfg, l), out->w2 = i % 2;
+    out->routed = e < El, out->expert = e < El ? c->expert0 + e : e - El;
+}
+
 static int alloc_host(model *m) {
     int L = m->n_layers, sets = layer_act_sets(&m->cfg, m->cfg.recompute), S = m->n_slots;
     m->params.layers = calloc((size_t)(L ? L : 1), sizeof *m->params.layers);
@@ -398,7 +430,8 @@ static int alloc_host(model *m) {
     m->slot_n_valid = calloc((size_t)S, sizeof *m->slot_n_valid);
     m->acts.layer = calloc((size_t)(S * sets), sizeof *m->acts.layer);
     m->n_gemm = MODEL_GEMMS_PER_LAYER * L + (m->last_stage ? 1 : 0);
-    m->gemm = calloc((size_t)m->n_gemm, sizeof *m->gemm);
+    if (count_xgemm(m) != 0) return BT_ENOMEM;
+    m->gemm = calloc((size_t)(m->n_gemm + m->n_xgemm), sizeof *m->gemm);
     m->host_losses = calloc((size_t)m->max_B * m->max_T, sizeof *m->host_losses);
     if (!m->params.layers || !m->grads.layers || !m->slot_acts || !m->slot_n_valid ||
         !m->acts.layer || !m->gemm || !m->host_losses)
@@ -542,6 +575,7 @@ void model_free(model *m) {
     free(m->slot_acts);
     free(m->slot_n_valid);
     free(m->gemm);
+    free(m->xgemm_first);
     free(m->host_losses);
     memset(m, 0, sizeof *m);
 }

@@ -329,10 +329,17 @@ typedef struct model {
     int32_t *tokens, *targets;  /* the slot in use's device copies, (max_B * max_T) each */
     int32_t *tokens_mem;        /* (n_slots, 2, max_B * max_T): every slot's copies */
 
-    backend_gemm *gemm; /* (4L [+ 1 on the last stage]) per-GEMM precision and fp8 metadata */
+    backend_gemm *gemm; /* (4L [+ 1 on the last stage]) per-GEMM precision and fp8 metadata,
+                         * then the n_xgemm expert records */
     int n_gemm;
-    float *amax_acc;      /* under fp8: (n_gemm, BACKEND_FP8_SLOTS) backend memory, each GEMM's
-                           * running amaxes (backend_gemm.amax_acc); NULL otherwise */
+    /* The MoE layers' experts' GEMM records (model_xgemm_info), gemm[n_gemm ..
+     * n_gemm + n_xgemm): per MoE layer l from xgemm_first[l] (-1: a dense layer), 2 (El + S)
+     * of them, (local routed expert, w13 | w2) then (shared expert, w13 | w2), in the
+     * layer's precision as the dense GEMMs'; none under fp32. */
+    int n_xgemm;
+    int *xgemm_first;
+    float *amax_acc;      /* under fp8: (n_gemm + n_xgemm, BACKEND_FP8_SLOTS) backend memory,
+                           * each GEMM's running amaxes (backend_gemm.amax_acc); NULL otherwise */
     float *wcache_mem;    /* cfg.weight_cache: every GEMM's weight cache, or NULL */
     size_t wcache_floats; /* its size */
     uint16_t *sp16;       /* cfg.comm_bf16 under sequence parallelism: (max_B max_T, dim) bf16
@@ -353,6 +360,14 @@ int model_init(model *m, const model_config *cfg, backend *be, int max_B, int ma
 int model_init_tp(model *m, const model_config *cfg, backend *be, int max_B, int max_T,
                   comm *tp_group, bt_diag *diag);
 void model_free(model *m);
+
+/* Expert GEMM record x (gemm[n_gemm + x]): its model layer, whether a routed expert's
+ * (*expert its global index) or a shared one's (*expert its index), and which weight
+ * (0 w13, 1 w2). */
+typedef struct model_xgemm {
+    int layer, routed, expert, w2;
+} model_xgemm;
+void model_xgemm_info(const model *m, int x, model_xgemm *out);
 
 /* GEMM i's weight (OC, C): the products of model.gemm[i]; both 0 for a GEMM that does not
  * run (an MoE layer's MLP products: its experts have their own). */

@@ -36,16 +36,18 @@ static moe_dev_cache *cache_of(model *m, int l) {
     return &mo->caches[(size_t)(mo->slots == 1 ? 0 : m->slot) * mo->sets + k];
 }
 
-/* cfg.weight_cache: each MoE layer's experts keep their converted weights (per layer, not
- * per slot: every micro-batch of a step reads the same weights). */
-static int moe_init_kept(model *m, backend_prec p) {
+/* Each MoE layer's experts' GEMM records (model.h: xgemm; none under fp32), and with
+ * cfg.weight_cache their converted weights kept (per layer, not per slot: every
+ * micro-batch of a step reads the same weights). */
+static int moe_init_kept(model *m) {
     model_moe *mo = m->moew;
-    if (!m->cfg.weight_cache || m->n_layers == 0) return 0;
+    if (m->n_xgemm == 0) return 0;
     mo->kept = calloc((size_t)m->n_layers, sizeof *mo->kept);
     if (mo->kept == NULL) return BT_ENOMEM;
     for (int l = 0; l < m->n_layers; l++) {
-        if (!model_layer_is_moe(&m->cfg, model_stage_layer(&m->cfg, l))) continue;
-        int rc = moe_dev_kept_init(&mo->kept[l], m->be, &m->cfg.moe, p);
+        if (m->xgemm_first[l] < 0) continue;
+        int rc = moe_dev_kept_init(&mo->kept[l], m->be, &m->cfg.moe, m->gemm + m->xgemm_first[l],
+                                   m->cfg.weight_cache);
         if (rc != 0) return rc;
         m->wcache_floats += mo->kept[l].floats;
     }
@@ -65,6 +67,15 @@ static moe_dev_cache *layer_cache(model *m, int l) {
     return c;
 }
 
+/* Whether some MoE layer here runs its experts in bf16 (under fp8: its records'). */
+static int moe_bf16_layers(const model *m) {
+    if (m->cfg.prec != BACKEND_PREC_FP8) return m->cfg.prec == BACKEND_PREC_BF16;
+    for (int l = 0; l < m->n_layers; l++)
+        if (m->xgemm_first[l] >= 0 && m->gemm[m->xgemm_first[l]].prec == BACKEND_PREC_BF16)
+            return 1;
+    return 0;
+}
+
 /* Every slot's caches, one scratch for all. */
 static int moe_init_caches(model *m, comm *ep_group) {
     model_moe *mo = m->moew;
@@ -74,11 +85,10 @@ static int moe_init_caches(model *m, comm *ep_group) {
     mo->caches = calloc(n, sizeof *mo->caches);
     mo->scratch = calloc(1, sizeof *mo->scratch);
     if (mo->caches == NULL || mo->scratch == NULL) return BT_ENOMEM;
-    /* The experts' GEMMs in the model's precision, bf16 under fp8 (no per-expert delayed
-     * scaling); the router's in float32. */
-    backend_prec p = m->cfg.prec == BACKEND_PREC_FP8 ? BACKEND_PREC_BF16 : m->cfg.prec;
-    int rc = moe_dev_scratch_init(mo->scratch, m->be, &m->cfg.moe, max_tokens, ep, p);
-    if (rc == 0 && m->cfg.comm_bf16)
+    /* The experts' GEMMs in the model's precision (each with its record: moe_init_kept);
+     * the router's in float32. */
+    int rc = moe_dev_scratch_init(mo->scratch, m->be, &m->cfg.moe, max_tokens, ep, m->cfg.prec);
+    if (rc == 0 && m->cfg.comm_bf16 && moe_bf16_layers(m))
         rc = moe_dev_scratch_set_bf16(mo->scratch, &m->cfg.moe, max_tokens);
     if (rc == 0)
         rc = moe_dev_scratch_set_split(mo->scratch, &m->cfg.moe, m->cp_group,
@@ -86,7 +96,7 @@ static int moe_init_caches(model *m, comm *ep_group) {
     for (size_t i = 0; i < n && rc == 0; i++)
         rc = moe_dev_cache_init(&mo->caches[i], m->be, &m->cfg.moe, max_tokens, mo->scratch,
                                 ep_group);
-    return rc ? rc : moe_init_kept(m, p);
+    return rc ? rc : moe_init_kept(m);
 }
 
 int model_moe_init(model *m, comm *ep_group, bt_diag *diag) {

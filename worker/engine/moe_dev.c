@@ -20,7 +20,13 @@ static size_t gemm_floats(backend *be, const moe_config *c, int N, int rows, bac
     size_t b = be->matmul_scratch_floats(be, rows, C, 2 * F, prec);
     size_t d = be->matmul_scratch_floats(be, rows, F, C, prec);
     size_t mx = a > b ? a : b;
-    return mx > d ? mx : d;
+    mx = mx > d ? mx : d;
+    /* under fp8 the first and last layers' experts may run in bf16 (model.h) */
+    if (prec == BACKEND_PREC_FP8) {
+        size_t h = gemm_floats(be, c, N, rows, BACKEND_PREC_BF16);
+        mx = mx > h ? mx : h;
+    }
+    return mx;
 }
 
 /* Carves s's buffer from base (or, with base NULL, only counts it). */
@@ -97,11 +103,13 @@ static int scratch_rows_alloc(moe_dev_scratch *s, const moe_config *c, size_t ro
 int moe_dev_scratch_init(moe_dev_scratch *s, backend *be, const moe_config *c, int max_tokens,
                          int ep_size, backend_prec prec) {
     memset(s, 0, sizeof *s);
-    if (moe_config_check(c) != 0 || max_tokens < 1 || ep_size < 1 || prec == BACKEND_PREC_FP8 ||
+    if (moe_config_check(c) != 0 || max_tokens < 1 || ep_size < 1 ||
         (size_t)max_tokens * c->top_k * ep_size > INT32_MAX)
         return BT_EINVAL;
     s->be = be, s->ep_size = ep_size, s->prec = prec, s->max_tokens = max_tokens;
     s->gp = (backend_gemm){.prec = prec};
+    for (int k = 0; k < BACKEND_FP8_SLOTS; k++) /* fp8 without records: scales of 1 */
+        s->gp.scale[k] = 1.0f;
     size_t n = scratch_carve(s, c, max_tokens, NULL);
     s->fbuf = be->alloc(be, n * sizeof(float));
     if (s->fbuf == NULL) return BT_ENOMEM;
@@ -111,7 +119,8 @@ int moe_dev_scratch_init(moe_dev_scratch *s, backend *be, const moe_config *c, i
 }
 
 int moe_dev_scratch_set_bf16(moe_dev_scratch *s, const moe_config *c, int max_tokens) {
-    if (s->ep_size < 2 || s->prec != BACKEND_PREC_BF16 || s->be->pack_bf16 == NULL || s->x16)
+    if (s->ep_size < 2 || (s->prec != BACKEND_PREC_BF16 && s->prec != BACKEND_PREC_FP8) ||
+        s->be->pack_bf16 == NULL || s->x16)
         return 0;
     size_t NK = (size_t)max_tokens * c->top_k, rows = NK + s->rx_cap;
     s->x16 = s->be->alloc(s->be, rows * (size_t)c->dim * sizeof *s->x16);
@@ -263,31 +272,33 @@ int moe_dev_cache_init(moe_dev_cache *m, backend *be, const moe_config *c, int m
     return 0;
 }
 
-int moe_dev_kept_init(moe_dev_kept *k, backend *be, const moe_config *c, backend_prec prec) {
+int moe_dev_kept_init(moe_dev_kept *k, backend *be, const moe_config *c, backend_gemm *wg,
+                      int keep) {
     memset(k, 0, sizeof *k);
-    k->be = be;
-    if (prec == BACKEND_PREC_FP32 || be->matmul_wcache_floats == NULL) return 0;
     int El = moe_local_experts(c), n = 2 * (El + c->n_shared);
-    size_t w13 = be->matmul_wcache_floats(be, c->dim, 2 * c->ffn_dim, prec);
-    size_t w2 = be->matmul_wcache_floats(be, c->ffn_dim, c->dim, prec);
-    size_t total = (size_t)(El + c->n_shared) * (w13 + w2);
+    k->be = be, k->wg = wg, k->n_wg = n, k->n_local = El;
+    if (!keep || be->matmul_wcache_floats == NULL) return 0;
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += i % 2 ? be->matmul_wcache_floats(be, c->ffn_dim, c->dim, wg[i].prec)
+                       : be->matmul_wcache_floats(be, c->dim, 2 * c->ffn_dim, wg[i].prec);
     if (total == 0) return 0;
-    k->wg = calloc((size_t)n, sizeof *k->wg);
-    k->mem = k->wg ? be->alloc(be, total * sizeof(float)) : NULL;
-    if (k->mem == NULL) {
-        moe_dev_kept_free(k);
-        return BT_ENOMEM;
-    }
+    k->mem = be->alloc(be, total * sizeof(float));
+    if (k->mem == NULL) return BT_ENOMEM;
     float *at = k->mem;
-    for (int i = 0; i < n; at += i % 2 ? w2 : w13, i++)
-        k->wg[i] = (backend_gemm){.prec = prec, .wcache = at};
-    k->floats = total, k->n_wg = n, k->n_local = El;
+    for (int i = 0; i < n; i++) {
+        wg[i].wcache = at, wg[i].wcache_forms = 0;
+        at += i % 2 ? be->matmul_wcache_floats(be, c->ffn_dim, c->dim, wg[i].prec)
+                    : be->matmul_wcache_floats(be, c->dim, 2 * c->ffn_dim, wg[i].prec);
+    }
+    k->floats = total;
     return 0;
 }
 
 void moe_dev_kept_free(moe_dev_kept *k) {
     if (k->mem) k->be->free(k->be, k->mem);
-    free(k->wg);
+    for (int i = 0; k->mem && i < k->n_wg; i++)
+        k->wg[i].wcache = NULL, k->wg[i].wcache_forms = 0;
     memset(k, 0, sizeof *k);
 }
 
@@ -368,11 +379,20 @@ static void local_blocks(const moe_config *c, moe_dev_cache *m) {
         m->blk_e[e] = e, m->blk_m[e] = kept[e];
 }
 
+/* Whether the rows to this layer's experts may travel in bf16: the scratch has the staging
+ * and the experts' products round them to bf16 anyway (not fp8's: its amaxes and
+ * quantization take the float32 values). */
+static int rows_bf16(const moe_dev_cache *m) {
+    const moe_dev_scratch *s = m->scratch;
+    backend_prec p = m->kept != NULL && m->kept->wg != NULL ? m->kept->wg[0].prec : s->prec;
+    return s->x16 != NULL && p == BACKEND_PREC_BF16;
+}
+
 /* Rows to the experts' owners: send (grouped rows, scount floats to each peer) into recv
- * (rcount from each), in bf16 where the scratch has the staging for it. */
+ * (rcount from each), in bf16 where rows_bf16. */
 static int ep_to_owners(moe_dev_cache *m, const float *send, float *recv) {
     moe_dev_scratch *s = m->scratch;
-    if (s->x16 == NULL)
+    if (!rows_bf16(m))
         return comm_alltoallv(m->ep, send, m->scount, recv, m->rcount, COMM_F32, NULL) ? BT_EIO : 0;
     int P = m->ep_size;
     size_t out = 0, in = 0;

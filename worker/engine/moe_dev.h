@@ -1,7 +1,8 @@
 /* moe.h's mixture-of-experts layer through the backend table: what the model runs, on the
  * CPU and the CUDA engine alike. The definitions are moe.h's; the
  * pieces are backend ops: the router's GEMMs in float32 and the experts' in the model's
- * precision (bf16 under fp8; matmul_forward and matmul_backward), SwiGLU (swiglu_*),
+ * precision (matmul_forward and matmul_backward; under fp8 each expert weight's product
+ * with its own scales and running amaxes: the cache's kept records), SwiGLU (swiglu_*),
  * routing, capacity, permutation and the router's backward (moe_route ...
  * moe_router_backward). One host
  * synchronization per forward (two when the micro-batch is split over cp or tp and there
@@ -67,7 +68,7 @@ typedef struct moe_dev_scratch {
     int ep_size;       /* the ep group size it was sized for */
     int max_tokens;    /* N at most */
     backend_prec prec; /* the experts' GEMMs (routed and shared); the router's: float32 */
-    backend_gemm gp;   /* {prec}, for the backend's matmuls */
+    backend_gemm gp;   /* {prec}, for the backend's matmuls without records (not fp8) */
     float *fbuf;       /* one allocation: dout .. dgate */
     float *dout;       /* (N K, C) grouped rows' output gradients */
     float *dxg;        /* (N K, C) grouped rows' input gradients */
@@ -96,14 +97,15 @@ typedef struct moe_dev_scratch {
     int n_retired, cap_retired;
 } moe_dev_scratch;
 
-/* One layer's experts' converted weights, kept from one micro-batch to the next
- * (backend.h: backend_gemm.wcache): a GEMM record per weight, (local expert, w13 | w2)
- * then (shared expert, w13 | w2), each with its cache. */
+/* One layer's experts' GEMM records (borrowed: model.h's xgemm), one per weight, (local
+ * expert, w13 | w2) then (shared expert, w13 | w2): each product's precision (bf16, fp16
+ * or fp8), fp8 scales and running amaxes, and, where kept, its weight's conversions from
+ * one micro-batch to the next (backend.h: backend_gemm.wcache). */
 typedef struct moe_dev_kept {
     backend *be;
     backend_gemm *wg;
     int n_wg, n_local; /* records; local experts among them */
-    float *mem;        /* every record's cache */
+    float *mem;        /* every record's cache; NULL: none kept */
     size_t floats;
 } moe_dev_kept;
 
@@ -142,8 +144,8 @@ typedef struct moe_dev_cache {
 } moe_dev_cache;
 
 /* ep_size: the expert-parallel group's size (1 without); prec: the experts' GEMM inputs
- * (float32, bf16 or fp16; not fp8: there is no delayed scaling per expert yet). 0,
- * BT_EINVAL or BT_ENOMEM. */
+ * (float32, bf16, fp16 or fp8; under fp8 the products need the records of a kept, with
+ * their scales, and may also run bf16). 0, BT_EINVAL or BT_ENOMEM. */
 int moe_dev_scratch_init(moe_dev_scratch *s, backend *be, const moe_config *c, int max_tokens,
                          int ep_size, backend_prec prec);
 void moe_dev_scratch_free(moe_dev_scratch *s);
@@ -159,7 +161,9 @@ int moe_dev_scratch_set_split(moe_dev_scratch *s, const moe_config *c, comm *cp,
 /* Under expert parallelism with the experts' products in bf16 (and a backend that packs
  * bf16: backend.h), the rows dispatched to the experts and their output gradients travel
  * in bf16, which those products round them to anyway: half those bytes, the same
- * results. Nothing to do otherwise. 0 or BT_ENOMEM. */
+ * results. Under fp8 only to the layers whose experts run bf16 (their records': the
+ * first and last layers with fp8_first_last_bf16); the caller calls it only where there
+ * are some. Nothing to do otherwise. 0 or BT_ENOMEM. */
 int moe_dev_scratch_set_bf16(moe_dev_scratch *s, const moe_config *c, int max_tokens);
 /* ep: the expert-parallel group (NULL without; with it the experts must split evenly over
  * it and c->expert0, c->n_local be this rank's share). s must have been sized for its
@@ -168,10 +172,10 @@ int moe_dev_cache_init(moe_dev_cache *m, backend *be, const moe_config *c, int m
                        moe_dev_scratch *s, comm *ep);
 void moe_dev_cache_free(moe_dev_cache *m);
 
-/* A layer's kept conversions for experts' products in precision prec (the scratch's),
- * where the backend keeps any (else k->wg stays NULL and nothing is kept). 0 or
- * BT_ENOMEM. */
-int moe_dev_kept_init(moe_dev_kept *k, backend *be, const moe_config *c, backend_prec prec);
+/* A layer's records wg (2 (El + S), their precisions set; borrowed) and, with keep, the
+ * caches of their conversions where the backend keeps any. 0 or BT_ENOMEM. */
+int moe_dev_kept_init(moe_dev_kept *k, backend *be, const moe_config *c, backend_gemm *wg,
+                      int keep);
 void moe_dev_kept_free(moe_dev_kept *k);
 /* The weights may have changed: every kept conversion dropped. */
 void moe_dev_kept_clear(moe_dev_kept *k);

@@ -127,10 +127,15 @@ static int train_norm_segments(trainer *t, bt_diag *diag) {
     return rc;
 }
 
+/* Every GEMM record: the dense ones, then the experts' (model.h). */
+static int train_n_gemm(const trainer *t) {
+    return t->m.n_gemm + t->m.n_xgemm;
+}
+
 static int train_fp8_init(trainer *t) {
     const Baton__Precision *p = t->spec->stage->precision;
     if (p->type != BATON__PRECISION__TYPE__FP8) return 0;
-    size_t n = (size_t)t->m.n_gemm, len = p->amax_history ? p->amax_history : 1;
+    size_t n = (size_t)train_n_gemm(t), len = p->amax_history ? p->amax_history : 1;
     t->fp8 = calloc(n, sizeof *t->fp8);
     t->fp8_history = calloc(n * BACKEND_FP8_SLOTS * len, sizeof(float));
     if (t->fp8 == NULL || t->fp8_history == NULL) return BT_ENOMEM;
@@ -244,6 +249,8 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
     optim_hparams_from_pb(&t->hp, s->optimizer);
     train_scaler_init(&t->scaler, s->precision);
     t->edp_rank = g.edp ? comm_rank(g.edp) : 0;
+    int fold = train_folds_experts(spec);
+    t->x_holders = fold ? g.xdp : g.ep ? g.edp : dp_group, t->x_over_tp = !fold;
     rc = train_model_init(t, &g, diag);
     rc = rc ? rc : train_segments(t);
     int zero = (int)s->parallel->zero;
@@ -318,16 +325,17 @@ void train_free(trainer *t) {
 static void train_gemms_begin(trainer *t) {
     model_weights_changed(&t->m);
     if (t->fp8 == NULL) return;
-    for (int g = 0; g < t->m.n_gemm; g++)
+    for (int g = 0; g < train_n_gemm(t); g++)
         for (int k = 0; k < BACKEND_FP8_SLOTS; k++)
             t->m.gemm[g].scale[k] = t->fp8[g].meta[k].scale;
-    if (t->m.amax_acc) t->be.zero(&t->be, t->m.amax_acc, (size_t)t->m.n_gemm * BACKEND_FP8_SLOTS);
+    if (t->m.amax_acc)
+        t->be.zero(&t->be, t->m.amax_acc, (size_t)train_n_gemm(t) * BACKEND_FP8_SLOTS);
 }
 
 /* The step's amaxes: the maximum over every call of each GEMM (forward and backward of
  * every micro-batch), read from the backend in one copy. */
 static int train_fp8_read(trainer *t, bt_diag *diag) {
-    size_t n = (size_t)t->m.n_gemm * BACKEND_FP8_SLOTS;
+    size_t n = (size_t)train_n_gemm(t) * BACKEND_FP8_SLOTS;
     float *host = malloc(n * sizeof *host);
     if (host == NULL) {
         bt_diag_set(diag, "step %llu: out of memory reading the fp8 amaxes",
@@ -335,30 +343,67 @@ static int train_fp8_read(trainer *t, bt_diag *diag) {
         return BT_ENOMEM;
     }
     t->be.to_host(&t->be, host, t->m.amax_acc, n * sizeof *host);
-    for (int g = 0; g < t->m.n_gemm; g++)
+    for (int g = 0; g < train_n_gemm(t); g++)
         for (int k = 0; k < BACKEND_FP8_SLOTS; k++)
             t->fp8[g].amax_step[k] = host[(size_t)g * BACKEND_FP8_SLOTS + k];
     free(host);
     return 0;
 }
 
-/* The step's amaxes, reduced over the tp group (a sharded GEMM's scales are the whole
- * tensor's) and the dp group so that every rank keeps the same scales, go into the
- * histories. */
+/* Whether GEMM record g is a routed expert's (held by its holders, not by every rank). */
+static int train_gemm_routed(const trainer *t, int g) {
+    if (g < t->m.n_gemm) return 0;
+    model_xgemm x;
+    model_xgemm_info(&t->m, g - t->m.n_gemm, &x);
+    return x.routed;
+}
+
+/* The step's amaxes of the routed experts' records (routed 1) or of the others, max-reduced
+ * in one buffer: over tp (a sharded GEMM's scales are the whole tensor's; an expert's tp
+ * peers ran it on other rows), then over the ranks that hold the same weights (the dp x cp
+ * block, or the experts' holders), so that they all keep the same scales. */
+static int train_fp8_reduce(trainer *t, int routed, float *buf, bt_diag *diag) {
+    size_t n = 0;
+    for (int g = 0; g < train_n_gemm(t); g++)
+        if (train_gemm_routed(t, g) == routed)
+            for (int k = 0; k < BACKEND_FP8_SLOTS; k++)
+                buf[n++] = t->fp8[g].amax_step[k];
+    int rc = !routed || t->x_over_tp ? train_tp_max(&t->tp, buf, n, diag) : 0;
+    if (rc == 0 && !routed) rc = train_dp_max(&t->dp, buf, n, diag);
+    if (rc == 0 && routed && n > 0 && t->x_holders != NULL &&
+        comm_allreduce(t->x_holders, buf, buf, n, COMM_F32, COMM_MAX, NULL) != 0) {
+        bt_diag_set(diag, "fp8 amax all-reduce over the experts' holders (%s): %s",
+                    comm_name(t->x_holders), comm_error(t->x_holders));
+        rc = BT_EIO;
+    }
+    n = 0;
+    for (int g = 0; rc == 0 && g < train_n_gemm(t); g++)
+        if (train_gemm_routed(t, g) == routed)
+            for (int k = 0; k < BACKEND_FP8_SLOTS; k++)
+                t->fp8[g].amax_step[k] = buf[n++];
+    return rc;
+}
+
+/* The step's amaxes, reduced over the ranks that hold each GEMM's weights
+ * (train_fp8_reduce), go into the histories. */
 static int train_fp8_end(trainer *t, bt_diag *diag) {
     if (t->fp8 == NULL) return 0;
     if (t->m.amax_acc != NULL) {
         int rc = train_fp8_read(t, diag);
         if (rc != 0) return rc;
     }
-    for (int g = 0; g < t->m.n_gemm; g++) {
-        int rc = train_tp_max(&t->tp, t->fp8[g].amax_step, BACKEND_FP8_SLOTS, diag);
-        rc = rc ? rc : train_dp_max(&t->dp, t->fp8[g].amax_step, BACKEND_FP8_SLOTS, diag);
-        if (rc != 0) return rc;
+    float *buf = malloc((size_t)train_n_gemm(t) * BACKEND_FP8_SLOTS * sizeof *buf);
+    if (buf == NULL) {
+        bt_diag_set(diag, "out of memory reducing the fp8 amaxes");
+        return BT_ENOMEM;
+    }
+    int rc = train_fp8_reduce(t, 0, buf, diag);
+    rc = rc ? rc : train_fp8_reduce(t, 1, buf, diag);
+    free(buf);
+    for (int g = 0; rc == 0 && g < train_n_gemm(t); g++)
         for (int k = 0; k < BACKEND_FP8_SLOTS; k++)
             prec_fp8_meta_update(&t->fp8[g].meta[k], t->fp8[g].amax_step[k]);
-    }
-    return 0;
+    return rc;
 }
 
 /* Under context parallelism: keeps this rank's rows of the first nb sequences (the two
@@ -508,7 +553,7 @@ static int train_micro_batches(trainer *t, double *loss, bt_diag *diag) {
  * put back (allocated on first use; nothing to do without fp8). */
 static int train_fp8_snapshot(trainer *t) {
     if (t->fp8 == NULL) return 0;
-    size_t n = (size_t)t->m.n_gemm, len = t->fp8[0].meta[0].len;
+    size_t n = (size_t)train_n_gemm(t), len = t->fp8[0].meta[0].len;
     size_t hist = n * BACKEND_FP8_SLOTS * len;
     if (t->fp8_saved == NULL) {
         t->fp8_saved = malloc(n * sizeof *t->fp8_saved);
@@ -522,7 +567,7 @@ static int train_fp8_snapshot(trainer *t) {
 
 static void train_fp8_unsnapshot(trainer *t) {
     if (t->fp8 == NULL || t->fp8_saved == NULL) return;
-    size_t n = (size_t)t->m.n_gemm, len = t->fp8[0].meta[0].len;
+    size_t n = (size_t)train_n_gemm(t), len = t->fp8[0].meta[0].len;
     memcpy(t->fp8, t->fp8_saved, n * sizeof *t->fp8); /* the history pointers are the same */
     memcpy(t->fp8_history, t->fp8_history_saved, n * BACKEND_FP8_SLOTS * len * sizeof(float));
 }
@@ -719,7 +764,7 @@ int train_fp8_calibrate(trainer *t, uint32_t *n_micro, float *lo, float *hi, bt_
     train_zero_grads(t);
     if (rc != 0) return rc;
     *n_micro = t->accum, *lo = INFINITY, *hi = 0; /* over the GEMMs that run in fp8 */
-    for (int g = 0; g < t->m.n_gemm; g++)
+    for (int g = 0; g < train_n_gemm(t); g++)
         for (int k = 0; k < BACKEND_FP8_SLOTS && t->m.gemm[g].prec == BACKEND_PREC_FP8; k++) {
             float sc = t->fp8[g].meta[k].scale;
             *lo = fminf(*lo, sc), *hi = fmaxf(*hi, sc);

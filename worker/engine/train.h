@@ -83,7 +83,7 @@ typedef struct trainer {
     loader ld;
     int32_t *tokens, *targets; /* (micro_batch, seq_len) host; under cp the model's input is
                                 * their first micro_batch x Tl entries (this rank's rows) */
-    train_fp8 *fp8;            /* (model.n_gemm) when precision is fp8 */
+    train_fp8 *fp8;            /* (model.n_gemm + n_xgemm) when precision is fp8 */
     float *fp8_history;        /* backing store of every meta's history */
     train_fp8 *fp8_saved;      /* the spike guard's copy of fp8 and fp8_history before an */
     float *fp8_history_saved;  /* armed step's amaxes went in (spike guard on, fp8 only) */
@@ -97,6 +97,9 @@ typedef struct trainer {
     uint32_t Tl;          /* rows per sequence on this rank: T / cp (model_cp.h) */
     int dp_rank, dp_size; /* this rank's data-parallel coordinate (the samples it takes) */
     int edp_rank;         /* this rank's place among the holders of its experts (MoE) */
+    comm *x_holders;      /* every holder of this rank's routed experts but its tp peers (the
+                           * fold's xdp, else edp under ep, else the dp x cp block); NULL: one */
+    int x_over_tp;        /* the tp peers hold the same experts (no fold) */
     uint64_t comm_bytes[TRAIN_COMM_GROUPS]; /* sent by train_step on each group, in total */
     uint64_t comm_steps;                    /* the train_step calls they cover */
     uint64_t step, total_steps;

@@ -50,7 +50,12 @@ int train_ckpt_moment_part(const trainer *t, const model_tensor *mt, uint64_t *a
 
 void train_ckpt_fp8_name(const trainer *t, int g, int slot, char *out, size_t cap) {
     static const char *const name[BACKEND_FP8_SLOTS] = {"x", "w", "dy"};
-    if (g / MODEL_GEMMS_PER_LAYER < t->m.n_layers)
+    if (g >= t->m.n_gemm) { /* an expert's, named by its global index */
+        model_xgemm x;
+        model_xgemm_info(&t->m, g - t->m.n_gemm, &x);
+        snprintf(out, cap, "layers.%d.%s%d.%s.%s", x.layer, x.routed ? "expert" : "shared",
+                 x.expert, x.w2 ? "w2" : "w13", name[slot]);
+    } else if (g / MODEL_GEMMS_PER_LAYER < t->m.n_layers)
         snprintf(out, cap, "layers.%d.gemm%d.%s",
                  model_stage_layer(&t->m.cfg, g / MODEL_GEMMS_PER_LAYER), g % MODEL_GEMMS_PER_LAYER,
                  name[slot]);
@@ -107,9 +112,23 @@ static int ckpt_collect_tensor(train_ckpt *c, const trainer *t, const model_tens
     return rc;
 }
 
+/* Whether this rank writes the routed experts' tensors it holds (ckpt_collect_tensor: the
+ * first of their holders). */
+static int ckpt_expert_writer(const trainer *t) {
+    int tp_rank = t->tp.group ? comm_rank(t->tp.group) : 0;
+    int replica = t->m.cfg.expert_fold ? t->m.cfg.expert_holder : tp_rank;
+    return (t->m.ep_group != NULL ? t->edp_rank : t->dp.rank) == 0 && replica == 0;
+}
+
+/* Each GEMM's delayed-scaling state, by the writer of its weight. */
 static int ckpt_collect_fp8(train_ckpt *c, const trainer *t) {
-    if (t->fp8 == NULL || t->dp.rank != 0 || (t->tp.group && comm_rank(t->tp.group) != 0)) return 0;
-    for (int g = 0; g < t->m.n_gemm; g++)
+    if (t->fp8 == NULL) return 0;
+    int dense = t->dp.rank == 0 && (t->tp.group == NULL || comm_rank(t->tp.group) == 0);
+    int experts = ckpt_expert_writer(t);
+    for (int g = 0; g < t->m.n_gemm + t->m.n_xgemm; g++) {
+        model_xgemm x = {0};
+        if (g >= t->m.n_gemm) model_xgemm_info(&t->m, g - t->m.n_gemm, &x);
+        if (!(x.routed ? experts : dense)) continue;
         for (int k = 0; k < BACKEND_FP8_SLOTS; k++) {
             train_ckpt_piece p = {.fp8 = 1};
             const prec_fp8_meta *meta = &t->fp8[g].meta[k];
@@ -118,6 +137,7 @@ static int ckpt_collect_fp8(train_ckpt *c, const trainer *t) {
             int rc = ckpt_push(c, &p);
             if (rc != 0) return rc;
         }
+    }
     return 0;
 }
 

@@ -6,7 +6,9 @@
  *  - AdamW's moments as optim.exp_avg.<name> / optim.exp_avg_sq.<name>: the same boxes
  *    under zero 0; under zero 1 every data-parallel rank its own shard, each tensor's part
  *    of it as a flat range inside the tensor's box;
- *  - the fp8 delayed-scaling state of every GEMM (layers.<l>.gemm<g>.<slot>, head.<slot>);
+ *  - the fp8 delayed-scaling state of every GEMM (layers.<l>.gemm<g>.<slot>, head.<slot>,
+ *    an MoE layer's experts' layers.<l>.expert<e>.<w13|w2>.<slot> by global expert, by
+ *    the first of its holders, and layers.<l>.shared<s>.<w13|w2>.<slot>);
  *  - fp16: the dynamic loss scaler's state (manifest loss_scaler, train_scaler.h);
  *  - in the manifest: recipe, stage, step, data position (global sample index), AdamW's
  *    step count, the model (rope as trained), layout, precision and seed.

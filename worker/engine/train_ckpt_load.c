@@ -124,7 +124,7 @@ static const Baton__Fp8State *load_fp8_find(const Baton__Manifest *m, const char
 /* The delayed-scaling state saved by the same stage (same GEMMs and history length). */
 static int load_fp8(trainer *t, const char *dir, const Baton__Manifest *m, bt_diag *diag) {
     if (t->fp8 == NULL) return 0;
-    for (int g = 0; g < t->m.n_gemm; g++)
+    for (int g = 0; g < t->m.n_gemm + t->m.n_xgemm; g++)
         for (int k = 0; k < BACKEND_FP8_SLOTS; k++) {
             char name[96];
             train_ckpt_fp8_name(t, g, k, name, sizeof name);

@@ -214,12 +214,15 @@ static void worker_print_setup(const trainer *t) {
            "(recompute %s) + %.2f MB backward buffers and scratch\n",
            1e-6 * params, 1e-6 * grads, 1e-6 * optim, 1e-6 * (double)t->m.act_bytes,
            recompute[t->m.cfg.recompute], 1e-6 * (double)t->m.work_bytes);
-    int fp8 = 0;
-    for (int g = 0; g < t->m.n_gemm; g++)
-        fp8 += t->m.gemm[g].prec == BACKEND_PREC_FP8;
+    int fp8 = 0, xfp8 = 0;
+    for (int g = 0; g < t->m.n_gemm + t->m.n_xgemm; g++)
+        *(g < t->m.n_gemm ? &fp8 : &xfp8) += t->m.gemm[g].prec == BACKEND_PREC_FP8;
     if (t->m.cfg.prec == BACKEND_PREC_FP8)
         printf("fp8: %d of %d GEMMs in fp8 (the LM head%s in bf16)\n", fp8, t->m.n_gemm,
                t->m.cfg.fp8_first_last_bf16 ? ", the first and the last layer's" : "");
+    if (t->m.cfg.prec == BACKEND_PREC_FP8 && t->m.n_xgemm > 0)
+        printf("fp8: %d of %d expert weight products in fp8, each with its own scales\n", xfp8,
+               t->m.n_xgemm);
     if (t->m.wcache_floats > 0)
         printf("memory: %.2f MB of converted weights kept from one micro-batch to the next "
                "(BATON_WEIGHT_CACHE=0: none)\n",
