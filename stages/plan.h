@@ -242,13 +242,13 @@ double plan_pp_replay(uint32_t pp, uint32_t v, uint32_t K, const double *fwd, co
  * fp8 GEMMs count 1 / fp8_speedup each. */
 double plan_pp_layer_flops(const plan_stage *ps, uint32_t l);
 /* Per token: the model FLOPs of layer l's GEMMs that run at the fp8 rate: under fp8 its
- * attention projections and a dense layer's MLP, unless the layer is the model's first or
- * last with fp8_first_last_bf16; of those, the products whose every dimension on a tp rank
- * (rows micro_batch x seq_len / cp included) is a multiple of 16 (the CUDA engine carries
- * the others' fp8 values in bf16). The attention scores, the head, the router and the
- * experts (whose rows per expert vary: carried) are not. */
+ * attention projections and a dense layer's MLP or an MoE layer's experts (top_k routed
+ * and the shared ones), unless the layer is the model's first or last with
+ * fp8_first_last_bf16; of those, the products whose summed and output dimensions on a tp
+ * rank are multiples of 16 (the CUDA engine pads the rows, and carries the others' fp8
+ * values in bf16). The attention scores, the head and the router are not. */
 double plan_layer_fp8_flops(const plan_stage *ps, uint32_t l);
-/* Whether the fp8 kernels take every dense GEMM of a layer (plan_layer_fp8_flops). */
+/* Whether the fp8 kernels take every GEMM of every layer (plan_layer_fp8_flops). */
 int plan_fp8_all_native(const plan_stage *ps);
 /* Every dense GEMM dimension on a tp rank is a multiple of 16 (plan_memory.c). */
 int plan_fp8_aligned(const plan_shape *sh, const plan_params *p);

@@ -10,25 +10,32 @@
 
 #include "plan.h"
 
-/* The fp8 kernels take a product whose every dimension is a multiple of 16 (the CUDA
- * engine carries the others' fp8 values in bf16). */
-static int fp8_native(uint64_t N, uint64_t C, uint64_t OC) {
-    return N % 16 == 0 && C % 16 == 0 && OC % 16 == 0;
+/* The fp8 kernels take a product whose summed and output dimensions are multiples of 16
+ * (the CUDA engine pads the rows to one, and carries the others' fp8 values in bf16). */
+static int fp8_native(uint64_t C, uint64_t OC) {
+    return C % 16 == 0 && OC % 16 == 0;
 }
 
-/* Per token, 6 x the weights of the dense GEMMs of a layer whose products the fp8 kernels
- * take on a tp rank: the attention's always, the MLP's with mlp; *all: of every one. */
-static double fp8_layer_weights(const plan_stage *ps, int mlp, double *all) {
+/* Per token, 6 x the weights of a layer's GEMMs whose products the fp8 kernels take on a
+ * tp rank: the attention's always, with moe its experts' (routed: top_k of them, and the
+ * shared ones; whole on a rank), else the MLP's; *all: of every one. */
+static double fp8_layer_weights(const plan_stage *ps, int moe, double *all) {
     const plan_shape *sh = &ps->shape;
-    uint64_t t = sh->tp, d = sh->dim, hd = sh->head_dim, cp = sh->cp ? sh->cp : 1;
+    const plan_params *p = &ps->params;
+    uint64_t t = sh->tp, d = sh->dim, hd = sh->head_dim;
     uint64_t kv = sh->n_kv_heads ? sh->n_kv_heads : sh->n_heads;
-    uint64_t ffn = d ? ps->params.mlp_layer / (3 * d) : 0, N = sh->micro_batch * sh->seq_len / cp;
+    uint64_t ffn = d ? p->mlp_layer / (3 * d) : 0;
     uint64_t q = sh->n_heads * hd / t, kvw = t > kv ? hd : kv * hd / t;
     double dq = (double)d * sh->n_heads * hd, dkv = 2.0 * d * kv * hd, dm = (double)d * ffn;
-    double w = (fp8_native(N, d, q + 2 * kvw) ? dq + dkv : 0) + (fp8_native(N, q, d) ? dq : 0);
+    double w = (fp8_native(d, q + 2 * kvw) ? dq + dkv : 0) + (fp8_native(q, d) ? dq : 0);
     *all = 2 * dq + dkv;
-    if (mlp) {
-        w += (fp8_native(N, d, 2 * ffn / t) ? 2 * dm : 0) + (fp8_native(N, ffn / t, d) ? dm : 0);
+    if (moe) { /* each expert a token reaches (top_k routed, the shared): 3 d F weights */
+        uint64_t F = p->moe_ffn;
+        double n = (double)p->top_k + p->moe_shared_n, dF = (double)d * F;
+        w += n * ((fp8_native(d, 2 * F) ? 2 * dF : 0) + (fp8_native(F, d) ? dF : 0));
+        *all += n * 3 * dF;
+    } else {
+        w += (fp8_native(d, 2 * ffn / t) ? 2 * dm : 0) + (fp8_native(ffn / t, d) ? dm : 0);
         *all += 3 * dm;
     }
     return 6 * w;
@@ -41,15 +48,15 @@ double plan_layer_fp8_flops(const plan_stage *ps, uint32_t l) {
         (sh->fp8_first_last_bf16 && (l == 0 || l + 1 == p->n_layers)))
         return 0;
     double all;
-    return fp8_layer_weights(ps, !plan_layer_is_moe(p, l), &all);
+    return fp8_layer_weights(ps, plan_layer_is_moe(p, l), &all);
 }
 
 int plan_fp8_all_native(const plan_stage *ps) {
-    int dense = 0;
-    for (uint32_t l = 0; !dense && l < ps->params.n_layers; l++)
-        dense = !plan_layer_is_moe(&ps->params, l);
-    double all, w = fp8_layer_weights(ps, dense, &all);
-    return w == 6 * all;
+    for (uint32_t l = 0; l < ps->params.n_layers; l++) {
+        double all, w = fp8_layer_weights(ps, plan_layer_is_moe(&ps->params, l), &all);
+        if (w != 6 * all) return 0;
+    }
+    return 1;
 }
 
 /* Layer l's FLOPs per token with recomputation; *model without (the forward is a third);

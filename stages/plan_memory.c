@@ -156,9 +156,10 @@ static double memory_gemm_copies(const plan_stage *ps, uint32_t stage, uint32_t 
     const plan_shape *sh = &ps->shape;
     if (!sh->cuda || sh->precision == BATON__PRECISION__TYPE__FP32 || zero_level == 3) return 0;
     int fp8 = sh->precision == BATON__PRECISION__TYPE__FP8 && !plan_fp8_aligned(sh, p);
-    /* the experts' fp8 copies likewise (their weights' dimensions: d and the expert ffn) */
-    uint64_t effn = p->n_experts && sh->dim ? p->moe_experts / (3ull * p->n_experts * sh->dim) : 0;
-    int xfp8 = sh->precision == BATON__PRECISION__TYPE__FP8 && (sh->dim % 16 || effn % 16);
+    /* the experts' fp8 copies likewise, per weight: w13 (2F, d), 2/3 of them, and w2 (d, F) */
+    uint64_t F = p->moe_ffn, d = sh->dim;
+    double w13 = d % 16 || (2 * F) % 16 ? 3 : 2, w2 = d % 16 || F % 16 ? 3 : 2;
+    double xb = sh->precision == BATON__PRECISION__TYPE__FP8 ? (2 * w13 + w2) / 3 : 2;
     uint64_t t = sh->tp;
     uint32_t first, n, n_moe, L = p->n_layers;
     plan_pp_stage_layers(p, sh->pp, sh->virtual_stages, stage, &first, &n, &n_moe);
@@ -168,9 +169,9 @@ static double memory_gemm_copies(const plan_stage *ps, uint32_t stage, uint32_t 
         int bf16 = !fp8 || (sh->fp8_first_last_bf16 && (l == 0 || l + 1 == L));
         double b = bf16 ? 2 : 3;
         bytes += b * (double)attn_on_rank(p, sh);
-        int x16 = !xfp8 || (sh->fp8_first_last_bf16 && (l == 0 || l + 1 == L));
+        int x16 = sh->fp8_first_last_bf16 && (l == 0 || l + 1 == L);
         if (plan_layer_is_moe(p, l))
-            bytes += (x16 ? 2.0 : 3.0) * (double)(p->moe_shared + div_ceil(p->moe_experts, sh->ep));
+            bytes += (x16 ? 2.0 : xb) * (double)(p->moe_shared + div_ceil(p->moe_experts, sh->ep));
         else
             bytes += b * (double)div_ceil(p->mlp_layer, t);
     }

@@ -362,7 +362,7 @@ static void text_compute(FILE *f, const plan_stage *ps) {
             ps->compute_s, ps->fp8_flops_per_step, ps->flops_per_step - ps->fp8_flops_per_step,
             sh->fp8_speedup, ps->lay.world, sh->peak_flops / 1e12, sh->mfu);
     fprintf(f, "            the rest at the bf16 rate: attention scores, head%s%s%s\n",
-            ps->params.n_experts ? ", router, experts (carried: their rows vary)" : "",
+            ps->params.n_experts ? ", router" : "",
             sh->fp8_first_last_bf16 ? ", first and last layers" : "",
             plan_fp8_all_native(ps) ? "" : ", GEMMs with a dimension not 16-aligned");
 }

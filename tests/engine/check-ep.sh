@@ -152,7 +152,7 @@ ep_fp8_case() { # NAME RANKS TP EP [SED [REF_SED]]: REF_SED makes the reference 
   done
   ep_fp8_losses "$name" "$name.all.log" "$name.log" || failures=$((failures + 1))
   ep_fp8_params "$name" "$name.all.params" "$name.params" || failures=$((failures + 1))
-  if ! grep -q "expert weight products in fp8" "$name.log"; then
+  if ! grep -Eq "fp8: ([0-9]+) of \1 expert weight products in fp8" "$name.log"; then
     echo "$name: the experts' products did not run in fp8"
     failures=$((failures + 1))
   fi
@@ -160,8 +160,10 @@ ep_fp8_case() { # NAME RANKS TP EP [SED [REF_SED]]: REF_SED makes the reference 
 ep_fp8_case ep2-dp4-fp8 4 1 2
 ep_fp8_case ep2-tp2-fp8 4 2 2
 # ZeRO-2 does not fold: each tp rank runs its rows through its experts, which its tp peer
-# holds too (the tp max, then edp's); the reference is the fold's (ZeRO-0) holders
+# holds too (the tp max, then the holders' among dp: none under ep2 here, both dp ranks
+# with ep 1); the reference is the fold's (ZeRO-0) holders
 ep_fp8_case ep2-tp2-zero2-fp8 4 2 2 "s/zero: 0/zero: 2/" "s/zero: 2/zero: 0/"
+ep_fp8_case moe-tp2-dp2-zero2-fp8 4 2 1 "s/zero: 0/zero: 2/" "s/zero: 2/zero: 0/"
 cap="$aux, capacity_factor: 1.0"
 # ep 1 over dp2: every dp rank holds every expert (rank 0 saves them); with ZeRO-2 the
 # experts' gradients go through the unit buffers with the rest, with ZeRO-3 their weights

@@ -735,17 +735,24 @@ static void test_flops_fp8(void) {
     text = report_text(&fx, &ps);
     CHECK_STR_CONTAINS(text, "not 16-aligned");
     free(text);
-    fx.stage.seq_len = 100; /* 200 rows a product, not a multiple of 16: all carried */
+    fx.stage.seq_len = 100; /* 200 rows a product: padded to 208, still fp8 */
     CHECK(build(&fx, &ps) == BT_OK);
-    CHECK(ps.fp8_flops_per_step == 0);
-    /* MoE: the experts' products carried (their rows vary), the attention's in fp8 */
+    CHECK_REL(ps.fp8_flops_per_step, 6.0 * 16 * 100 * 2 * (attn + 2 * 64 * 176), 1e-12);
+    /* MoE: layer 1's attention and experts (top 2 and the shared one, 3 x 32 x 16 each)
+     * and layer 2's attention and MLP in fp8; layers 0 and 3 bf16 */
     fixture_moe(&fx);
     fx.prec.type = BATON__PRECISION__TYPE__FP8;
     fx.prec.first_last_bf16 = 1;
     CHECK(build(&fx, &ps) == BT_OK);
-    double moe_attn = 4.0 * 32 * 32; /* q, k, v, o: 4 kv heads */
+    double moe_attn = 4.0 * 32 * 32, experts = 3 * 3.0 * 32 * 16; /* q, k, v, o: 4 kv heads */
     t = 16.0 * 128;
-    CHECK_REL(ps.fp8_flops_per_step, 6.0 * t * (moe_attn + 3 * 32 * 64 + moe_attn), 1e-12);
+    CHECK_REL(ps.fp8_flops_per_step, 6.0 * t * (moe_attn + experts + moe_attn + 3 * 32 * 64),
+              1e-12);
+    fx.moe.expert_ffn_dim = 24; /* w13 (2F = 48) fp8, w2 (F = 24) carried */
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK_REL(ps.fp8_flops_per_step,
+              6.0 * t * (moe_attn + 3 * 2.0 * 32 * 24 + moe_attn + 3 * 32 * 64), 1e-12);
+    fx.moe.expert_ffn_dim = 16;
     /* fp32 and bf16: one rate */
     fx.prec.type = BATON__PRECISION__TYPE__BF16;
     CHECK(build(&fx, &ps) == BT_OK);

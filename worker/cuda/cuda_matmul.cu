@@ -17,7 +17,11 @@
  *    memory). The dequantization 1/(scale_a scale_b) is the GEMM's alpha: the scales are
  *    the caller's host values (its delayed-scaling history), and a host alpha is the
  *    same product as cuBLASLt's per-operand scale pointers without a device copy of
- *    them. Shapes the fp8 kernels do not take (a dimension not a multiple of 16, or no
+ *    them. cuBLASLt's fp8 kernels want every dimension a multiple of 16: rows N that are
+ *    not (an expert's rows, say) are padded with zero rows to Np, the next multiple, in
+ *    the quantized copies (the sums over rows gain only zeros), and the products over Np
+ *    rows are written to the scratch and their first N rows copied out. Shapes the fp8
+ *    kernels do not take (C or OC not a multiple of 16, or no
  *    algorithm from cuBLASLt's heuristic) run the same numbers with the fp8 values
  *    carried in bf16 (every E4M3 and E5M2 value is a bf16 value, exactly) on the bf16
  *    tensor cores; so does every product with BATON_CUDA_FP8=carried in the environment
@@ -47,13 +51,20 @@ static size_t pad_halves(size_t n) {
     return (n + MM_ALIGN_HALVES - 1) / MM_ALIGN_HALVES * MM_ALIGN_HALVES;
 }
 
+/* The rows of an fp8 product's quantized copies: N padded to a multiple of 16. */
+static int fp8_rows(int N) {
+    return (N + 15) / 16 * 16;
+}
+
 size_t cuda_matmul_scratch_floats(backend *be, int N, int C, int OC, backend_prec prec) {
     (void)be;
     if (prec == BACKEND_PREC_FP32) return 0;
-    /* 16-bit copies of inp (N, C), weight (OC, C) and dout (N, OC), and room to align. */
-    size_t halves =
-        pad_halves((size_t)N * C) + pad_halves((size_t)OC * C) + pad_halves((size_t)N * OC);
-    return halves / 2 + 64;
+    /* 16-bit copies of inp (N, C), weight (OC, C) and dout (N, OC), and room to align;
+     * under fp8 for Np rows, and the (Np, max(C, OC)) float products when Np > N */
+    size_t R = prec == BACKEND_PREC_FP8 ? (size_t)fp8_rows(N) : (size_t)N;
+    size_t halves = pad_halves(R * C) + pad_halves((size_t)OC * C) + pad_halves(R * OC);
+    size_t out = R > (size_t)N ? R * (size_t)(C > OC ? C : OC) + 64 : 0;
+    return halves / 2 + 64 + out;
 }
 
 __global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
@@ -111,27 +122,31 @@ __global__ void to_fp8_in_bf16_kernel(__nv_bfloat16 *dst, const float *src, size
 #define Q_TILE 32 /* fp8_quant_kernel's tiles: Q_TILE x Q_TILE, blocks of Q_TILE x 8 threads */
 
 /* q = fp8(src * scale) (saturating, RNE) for src (rows, cols) row-major, written to dst
- * (the same layout) and/or to dst_t (cols, rows: the transpose), whichever is not NULL;
- * *amax = max(*amax, max |src|). The block walks 32 x 32 tiles, staged in shared memory
- * so that the transposed writes are as contiguous as the reads. */
+ * (rows_pad, cols: rows_pad >= rows, the rows past rows zero) and/or to dst_t (cols,
+ * rows_pad: the transpose), whichever is not NULL; *amax = max(*amax, max |src|). The
+ * block walks 32 x 32 tiles, staged in shared memory so that the transposed writes are
+ * as contiguous as the reads. */
 __global__ void fp8_quant_kernel(__nv_fp8_storage_t *dst, __nv_fp8_storage_t *dst_t,
-                                 const float *src, int rows, int cols, float scale, int e5m2,
-                                 unsigned *amax) {
+                                 const float *src, int rows, int rows_pad, int cols, float scale,
+                                 int e5m2, unsigned *amax) {
     __shared__ __nv_fp8_storage_t tile[Q_TILE][Q_TILE + 1];
     __shared__ float sh[Q_TILE * 8];
     __nv_fp8_interpretation_t fmt = e5m2 ? __NV_E5M2 : __NV_E4M3;
     int tx = threadIdx.x % Q_TILE, ty = threadIdx.x / Q_TILE;
     size_t tcols = ((size_t)cols + Q_TILE - 1) / Q_TILE;
-    size_t tiles = ((size_t)rows + Q_TILE - 1) / Q_TILE * tcols;
+    size_t tiles = ((size_t)rows_pad + Q_TILE - 1) / Q_TILE * tcols;
     float m = 0.0f;
     for (size_t t = blockIdx.x; t < tiles; t += gridDim.x) {
         int r0 = (int)(t / tcols) * Q_TILE, c0 = (int)(t % tcols) * Q_TILE;
         for (int i = ty; i < Q_TILE; i += 8) {
             int r = r0 + i, col = c0 + tx;
-            if (r >= rows || col >= cols) continue;
-            float x = src[(size_t)r * cols + col], ax = fabsf(x);
-            if (ax > m) m = ax; /* false for NaN */
-            __nv_fp8_storage_t q = __nv_cvt_float_to_fp8(__fmul_rn(x, scale), __NV_SATFINITE, fmt);
+            if (r >= rows_pad || col >= cols) continue;
+            __nv_fp8_storage_t q = 0; /* +0 in E4M3 and E5M2: the padding rows */
+            if (r < rows) {
+                float x = src[(size_t)r * cols + col], ax = fabsf(x);
+                if (ax > m) m = ax; /* false for NaN */
+                q = __nv_cvt_float_to_fp8(__fmul_rn(x, scale), __NV_SATFINITE, fmt);
+            }
             if (dst != NULL) dst[(size_t)r * cols + col] = q;
             tile[i][tx] = q;
         }
@@ -139,7 +154,7 @@ __global__ void fp8_quant_kernel(__nv_fp8_storage_t *dst, __nv_fp8_storage_t *ds
         __syncthreads();
         for (int i = ty; i < Q_TILE; i += 8) {
             int col = c0 + i, r = r0 + tx;
-            if (col < cols && r < rows) dst_t[(size_t)col * rows + r] = tile[tx][i];
+            if (col < cols && r < rows_pad) dst_t[(size_t)col * rows_pad + r] = tile[tx][i];
         }
         __syncthreads();
     }
@@ -349,17 +364,21 @@ static void lt_matmul(cuda_ctx *c, cublasOperation_t opa, cublasOperation_t opb,
     lt_release(&g);
 }
 
-/* The three 16-bit regions of the scratch: inp, weight, dout. */
+/* The three 16-bit regions of the scratch: inp, weight, dout (for R rows: N, or under
+ * fp8 Np), and under fp8 with Np > N the float products over Np rows (out). */
 typedef struct mm_scratch {
     void *x, *w, *dy;
+    float *out;
 } mm_scratch;
 
-static mm_scratch scratch_regions(float *scratch, int N, int C, int OC) {
+static mm_scratch scratch_regions(float *scratch, int N, int C, int OC, backend_prec prec) {
     uintptr_t base = ((uintptr_t)scratch + 255) / 256 * 256;
+    size_t R = prec == BACKEND_PREC_FP8 ? (size_t)fp8_rows(N) : (size_t)N;
     mm_scratch r;
     r.x = (void *)base;
-    r.w = (void *)(base + 2 * pad_halves((size_t)N * C));
+    r.w = (void *)(base + 2 * pad_halves(R * C));
     r.dy = (void *)((uintptr_t)r.w + 2 * pad_halves((size_t)OC * C));
+    r.out = (float *)(((uintptr_t)r.dy + 2 * pad_halves(R * OC) + 255) / 256 * 256);
     return r;
 }
 
@@ -471,73 +490,90 @@ static mm_operand mm_weight(cuda_ctx *c, backend_gemm *p, const float *weight, i
 
 /* Whether an fp8 product of these sizes may try the fp8 kernels: every dimension is the
  * summed one of some product, and the fp8 kernels want it (and so each leading dimension
- * and the scratch offsets) a multiple of 16. */
+ * and the scratch offsets) a multiple of 16; the rows N are padded to one. */
 static int fp8_native_shape(const cuda_ctx *c, const backend_gemm *p, int N, int C, int OC) {
-    return is_fp8(p) && !c->fp8_carried && N > 0 && C > 0 && OC > 0 && N % 16 == 0 && C % 16 == 0 &&
-           OC % 16 == 0;
+    return is_fp8(p) && !c->fp8_carried && N > 0 && C > 0 && OC > 0 && C % 16 == 0 &&
+           OC % 16 == 0; /* N: padded (fp8_rows) */
 }
 
 static cudaDataType_t fp8_type(int e5m2) {
     return e5m2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
 }
 
-/* Quantizes src (rows, cols) into dst and/or its transpose dst_t (fp8 bytes). */
-static void fp8_quant(cuda_ctx *c, void *dst, void *dst_t, const float *src, int rows, int cols,
-                      const backend_gemm *p, int slot, int e5m2) {
-    size_t tiles = ((size_t)rows + Q_TILE - 1) / Q_TILE * (((size_t)cols + Q_TILE - 1) / Q_TILE);
+/* Quantizes src (rows, cols) into dst and/or its transpose dst_t (fp8 bytes), with
+ * rows_pad rows (zero past rows). */
+static void fp8_quant(cuda_ctx *c, void *dst, void *dst_t, const float *src, int rows, int rows_pad,
+                      int cols, const backend_gemm *p, int slot, int e5m2) {
+    size_t tiles =
+        ((size_t)rows_pad + Q_TILE - 1) / Q_TILE * (((size_t)cols + Q_TILE - 1) / Q_TILE);
     fp8_quant_kernel<<<cuda_grid(tiles, 1), Q_TILE * 8, 0, c->stream>>>(
-        (__nv_fp8_storage_t *)dst, (__nv_fp8_storage_t *)dst_t, src, rows, cols, p->scale[slot],
-        e5m2, amax_slot(c, p, slot));
+        (__nv_fp8_storage_t *)dst, (__nv_fp8_storage_t *)dst_t, src, rows, rows_pad, cols,
+        p->scale[slot], e5m2, amax_slot(c, p, slot));
     CUDA_LAUNCHED(c, "matmul fp8 quantization");
 }
 
-/* out^T (OC, N) = W (C, OC col-major)^T X^T (C, N), both E4M3 with C contiguous: the TN
- * layout as it is. Returns 0 when cuBLASLt has no fp8 algorithm (nothing was run). */
+/* The first N rows of a product over Np rows (scratch) into dst: (N, width) floats. */
+static void fp8_rows_out(cuda_ctx *c, float *dst, const float *src, int N, int width) {
+    cuda_check(c,
+               cudaMemcpyAsync(dst, src, (size_t)N * width * sizeof(float),
+                               cudaMemcpyDeviceToDevice, c->stream),
+               "matmul: cudaMemcpyAsync (fp8 rows)");
+}
+
+/* out^T (OC, Np) = W (C, OC col-major)^T X^T (C, Np), both E4M3 with C contiguous: the TN
+ * layout as it is; with Np > N into the scratch, the first N rows copied out. Returns 0
+ * when cuBLASLt has no fp8 algorithm (nothing was run). */
 static int fp8_forward(cuda_ctx *c, float *out, const float *inp, const float *weight, int N, int C,
                        int OC, backend_gemm *p, mm_scratch r) {
-    int have_w;
+    int have_w, Np = fp8_rows(N);
+    float *o = Np > N ? r.out : out;
     void *wq = weight_at(c, p, weight, OC, C, WC_FP8, r.w, &have_w);
     mm_operand w = {wq, CUDA_R_8F_E4M3}, x = {r.x, CUDA_R_8F_E4M3};
-    lt_gemm g = lt_make(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, x, C, out, OC,
+    lt_gemm g = lt_make(CUBLAS_OP_T, CUBLAS_OP_N, OC, Np, C, w, C, x, C, o, OC,
                         dequant(p, BACKEND_FP8_X, BACKEND_FP8_W), 0.0f);
     int rc = lt_setup(c, &g, 1);
     if (rc == 0) {
-        fp8_quant(c, r.x, NULL, inp, N, C, p, BACKEND_FP8_X, 0);
-        if (!have_w) fp8_quant(c, wq, NULL, weight, OC, C, p, BACKEND_FP8_W, 0);
+        fp8_quant(c, r.x, NULL, inp, N, Np, C, p, BACKEND_FP8_X, 0);
+        if (!have_w) fp8_quant(c, wq, NULL, weight, OC, OC, C, p, BACKEND_FP8_W, 0);
         weight_held(c, p, weight, OC, C, WC_FP8);
         lt_launch(c, &g);
+        if (o != out) fp8_rows_out(c, out, o, N, OC);
         c->fp8_gemms[0]++;
     }
     lt_release(&g);
     return rc != 1;
 }
 
-/* The backward's two products in the TN layout, from transposed fp8 copies:
- *   dinp^T (C, N) = Wt (OC, C col-major)^T dy^T (OC, N)      [Wt: W^T row-major (C, OC)]
- *   dweight^T (C, OC) += Xt (N, C col-major)^T dyt (N, OC)   [Xt: (C, N), dyt: (OC, N)]
- * The scratch's regions hold Xt, Wt, and dy beside dyt. Returns 0 when cuBLASLt has no
- * fp8 algorithm for either product (nothing was run). */
+/* The backward's two products in the TN layout, from transposed fp8 copies (Np rows,
+ * the padding zero: it adds nothing to dweight):
+ *   dinp^T (C, Np) = Wt (OC, C col-major)^T dy^T (OC, Np)    [Wt: W^T row-major (C, OC)]
+ *   dweight^T (C, OC) += Xt (Np, C col-major)^T dyt (Np, OC) [Xt: (C, Np), dyt: (OC, Np)]
+ * The scratch's regions hold Xt, Wt, and dy beside dyt; dinp with Np > N goes through the
+ * scratch's out. Returns 0 when cuBLASLt has no fp8 algorithm for either product (nothing
+ * was run). */
 static int fp8_backward(cuda_ctx *c, float *dinp, float *dweight, const float *dout,
                         const float *inp, const float *weight, int N, int C, int OC,
                         backend_gemm *p, mm_scratch r) {
-    int e5m2 = p->dy_e5m2, have_wt;
-    void *dyt = (char *)r.dy + (size_t)N * OC;
+    int e5m2 = p->dy_e5m2, have_wt, Np = fp8_rows(N);
+    float *di = Np > N && dinp != NULL ? r.out : dinp;
+    void *dyt = (char *)r.dy + (size_t)Np * OC;
     void *wq = weight_at(c, p, weight, OC, C, WC_FP8_T, r.w, &have_wt);
     mm_operand wt = {wq, CUDA_R_8F_E4M3}, xt = {r.x, CUDA_R_8F_E4M3};
     mm_operand dy = {r.dy, fp8_type(e5m2)}, dyT = {dyt, fp8_type(e5m2)};
-    lt_gemm gi = lt_make(CUBLAS_OP_T, CUBLAS_OP_N, C, N, OC, wt, OC, dy, OC, dinp, C,
+    lt_gemm gi = lt_make(CUBLAS_OP_T, CUBLAS_OP_N, C, Np, OC, wt, OC, dy, OC, di, C,
                          dequant(p, BACKEND_FP8_DY, BACKEND_FP8_W), 0.0f);
-    lt_gemm gw = lt_make(CUBLAS_OP_T, CUBLAS_OP_N, C, OC, N, xt, N, dyT, N, dweight, C,
+    lt_gemm gw = lt_make(CUBLAS_OP_T, CUBLAS_OP_N, C, OC, Np, xt, Np, dyT, Np, dweight, C,
                          dequant(p, BACKEND_FP8_DY, BACKEND_FP8_X), 1.0f);
     int rc = lt_setup(c, &gw, 1);
     if (rc == 0 && dinp != NULL) rc = lt_setup(c, &gi, 1);
     if (rc == 0) {
-        fp8_quant(c, dinp != NULL ? r.dy : NULL, dyt, dout, N, OC, p, BACKEND_FP8_DY, e5m2);
-        fp8_quant(c, NULL, r.x, inp, N, C, p, BACKEND_FP8_X, 0);
+        fp8_quant(c, dinp != NULL ? r.dy : NULL, dyt, dout, N, Np, OC, p, BACKEND_FP8_DY, e5m2);
+        fp8_quant(c, NULL, r.x, inp, N, Np, C, p, BACKEND_FP8_X, 0);
         if (dinp != NULL) {
-            if (!have_wt) fp8_quant(c, NULL, wq, weight, OC, C, p, BACKEND_FP8_W, 0);
+            if (!have_wt) fp8_quant(c, NULL, wq, weight, OC, OC, C, p, BACKEND_FP8_W, 0);
             weight_held(c, p, weight, OC, C, WC_FP8_T);
             lt_launch(c, &gi);
+            if (di != dinp) fp8_rows_out(c, dinp, di, N, C);
             c->fp8_gemms[0]++;
         }
         lt_launch(c, &gw);
@@ -560,7 +596,7 @@ void cuda_matmul_forward(backend *be, float *out, const float *inp, const float 
                          int C, int OC, backend_gemm *p, float *scratch) {
     cuda_ctx *c = cuda_ctx_of(be);
     if (!prec_ok(c, p)) return;
-    mm_scratch r = scratch_regions(scratch, N, C, OC);
+    mm_scratch r = scratch_regions(scratch, N, C, OC, p != NULL ? p->prec : BACKEND_PREC_FP32);
     int copy_amax = is_fp8(p) && p->amax_acc == NULL;
     if (copy_amax) amax_begin(c);
     if (!fp8_native_shape(c, p, N, C, OC) || !fp8_forward(c, out, inp, weight, N, C, OC, p, r)) {
@@ -579,7 +615,7 @@ void cuda_matmul_backward(backend *be, float *dinp, float *dweight, const float 
                           backend_gemm *p, float *scratch) {
     cuda_ctx *c = cuda_ctx_of(be);
     if (!prec_ok(c, p)) return;
-    mm_scratch r = scratch_regions(scratch, N, C, OC);
+    mm_scratch r = scratch_regions(scratch, N, C, OC, p != NULL ? p->prec : BACKEND_PREC_FP32);
     int e5m2 = p != NULL && p->dy_e5m2;
     unsigned mask = 1u << BACKEND_FP8_DY | 1u << BACKEND_FP8_X;
     int copy_amax = is_fp8(p) && p->amax_acc == NULL;

@@ -84,6 +84,7 @@ typedef struct trainer {
     int32_t *tokens, *targets; /* (micro_batch, seq_len) host; under cp the model's input is
                                 * their first micro_batch x Tl entries (this rank's rows) */
     train_fp8 *fp8;            /* (model.n_gemm + n_xgemm) when precision is fp8 */
+    uint32_t fp8_fresh;        /* expert states the loaded checkpoint lacked: started afresh */
     float *fp8_history;        /* backing store of every meta's history */
     train_fp8 *fp8_saved;      /* the spike guard's copy of fp8 and fp8_history before an */
     float *fp8_history_saved;  /* armed step's amaxes went in (spike guard on, fp8 only) */

@@ -121,15 +121,22 @@ static const Baton__Fp8State *load_fp8_find(const Baton__Manifest *m, const char
     return NULL;
 }
 
-/* The delayed-scaling state saved by the same stage (same GEMMs and history length). */
+/* The delayed-scaling state saved by the same stage (same GEMMs and history length). An
+ * expert's missing altogether (a checkpoint from before the experts ran fp8) starts
+ * afresh, counted in t->fp8_fresh. */
 static int load_fp8(trainer *t, const char *dir, const Baton__Manifest *m, bt_diag *diag) {
     if (t->fp8 == NULL) return 0;
+    t->fp8_fresh = 0;
     for (int g = 0; g < t->m.n_gemm + t->m.n_xgemm; g++)
         for (int k = 0; k < BACKEND_FP8_SLOTS; k++) {
             char name[96];
             train_ckpt_fp8_name(t, g, k, name, sizeof name);
             const Baton__Fp8State *f = load_fp8_find(m, name);
             prec_fp8_meta *meta = &t->fp8[g].meta[k];
+            if (f == NULL && g >= t->m.n_gemm) {
+                t->fp8_fresh++;
+                continue;
+            }
             if (f == NULL || f->n_amax_history != meta->len || f->pos >= meta->len) {
                 bt_diag_set(diag, "%s: no usable fp8 scaling state for %s", dir, name);
                 return BT_EINVAL;

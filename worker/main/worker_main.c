@@ -522,6 +522,10 @@ static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, w
         printf("started from %s at step %llu (global sample %llu), loaded in %.3f s\n", init,
                (unsigned long long)t->step, (unsigned long long)t->first_sample,
                bt_clock_now() - t0);
+    if (rc == 0 && t->fp8_fresh > 0 && !a->quiet)
+        printf("fp8: %s holds no scaling state for %u expert operand(s) here (saved before the "
+               "experts ran fp8): they start afresh\n",
+               init, t->fp8_fresh);
     uint32_t n = 0;
     float lo, hi;
     worker_control_busy(wc, BATON__HEARTBEAT__PHASE__TRAIN, t->step); /* a step's work */
