@@ -187,6 +187,7 @@ static int eval_checkpoint(const eval_args *a, eval_result *res, bt_diag *diag) 
     char dir[CKPT_PATH_MAX];
     Baton__Manifest *m = NULL;
     int rc = ckpt_open(a->ckpt, dir, sizeof dir, &m, diag);
+    if (rc == 0) ckpt_manifest_sort_keys(m); /* train_ckpt_load_params looks keys up so */
     if (rc == 0 && m->model == NULL) {
         bt_diag_set(diag, "%s: the manifest has no model configuration", dir);
         rc = BT_EINVAL;

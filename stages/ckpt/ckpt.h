@@ -97,6 +97,13 @@ int ckpt_box_from_shard(const Baton__TensorEntry *e, const Baton__Shard *s, ckpt
 /* ---- reading (ckpt_read.c) ---- */
 
 const Baton__TensorEntry *ckpt_find(const Baton__Manifest *m, const char *key);
+/* Sorts m's tensor entries by key and its fp8 states by tensor name (the pointer arrays
+ * only; nothing else depends on their order), after which ckpt_find_sorted and
+ * ckpt_fp8_find_sorted look one up in log time: a loader that looks up every tensor of a
+ * large MoE model's manifest would otherwise scan it once per tensor. */
+void ckpt_manifest_sort_keys(Baton__Manifest *m);
+const Baton__TensorEntry *ckpt_find_sorted(const Baton__Manifest *m, const char *key);
+const Baton__Fp8State *ckpt_fp8_find_sorted(const Baton__Manifest *m, const char *name);
 size_t ckpt_dtype_size(Baton__DType t);
 /* Elements of a global tensor. */
 uint64_t ckpt_tensor_count(const Baton__TensorEntry *e);

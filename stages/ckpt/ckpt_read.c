@@ -14,6 +14,38 @@ const Baton__TensorEntry *ckpt_find(const Baton__Manifest *m, const char *key) {
     return NULL;
 }
 
+static const char *nz(const char *s) {
+    return s ? s : "";
+}
+
+static int tensor_cmp(const void *a, const void *b) {
+    return strcmp(nz((*(Baton__TensorEntry *const *)a)->key),
+                  nz((*(Baton__TensorEntry *const *)b)->key));
+}
+
+static int fp8_cmp(const void *a, const void *b) {
+    return strcmp(nz((*(Baton__Fp8State *const *)a)->tensor),
+                  nz((*(Baton__Fp8State *const *)b)->tensor));
+}
+
+void ckpt_manifest_sort_keys(Baton__Manifest *m) {
+    if (m->n_tensors > 1) qsort(m->tensors, m->n_tensors, sizeof *m->tensors, tensor_cmp);
+    if (m->n_fp8 > 1) qsort(m->fp8, m->n_fp8, sizeof *m->fp8, fp8_cmp);
+}
+
+const Baton__TensorEntry *ckpt_find_sorted(const Baton__Manifest *m, const char *key) {
+    Baton__TensorEntry probe = {.key = (char *)key}, *pp = &probe, **hit;
+    hit = m->n_tensors ? bsearch(&pp, m->tensors, m->n_tensors, sizeof *m->tensors, tensor_cmp)
+                       : NULL;
+    return hit ? *hit : NULL;
+}
+
+const Baton__Fp8State *ckpt_fp8_find_sorted(const Baton__Manifest *m, const char *name) {
+    Baton__Fp8State probe = {.tensor = (char *)name}, *pp = &probe, **hit;
+    hit = m->n_fp8 ? bsearch(&pp, m->fp8, m->n_fp8, sizeof *m->fp8, fp8_cmp) : NULL;
+    return hit ? *hit : NULL;
+}
+
 size_t ckpt_dtype_size(Baton__DType t) {
     switch (t) {
     case BATON__DTYPE__F32:

@@ -261,6 +261,33 @@ static void test_replace(void) {
     CHECK(access(dir, F_OK) == 0); /* the user's directory is still there */
 }
 
+/* The sorted lookups find every key of a shuffled manifest, and nothing else. */
+static void test_sorted_find(void) {
+    enum { N = 500 };
+    Baton__Manifest m = BATON__MANIFEST__INIT;
+    Baton__TensorEntry te[N], *tp[N];
+    Baton__Fp8State fe[N], *fp[N];
+    char keys[N][32];
+    for (int i = 0; i < N; i++) {
+        int j = (i * 337) % N; /* a shuffle: 337 is prime to 500 */
+        snprintf(keys[i], sizeof keys[i], "layers.%d.expert%d.w13.x", j / 7, j % 7);
+        te[i] = (Baton__TensorEntry)BATON__TENSOR_ENTRY__INIT;
+        fe[i] = (Baton__Fp8State)BATON__FP8_STATE__INIT;
+        te[i].key = keys[i], fe[i].tensor = keys[i], tp[i] = &te[i], fp[i] = &fe[i];
+    }
+    m.tensors = tp, m.n_tensors = N, m.fp8 = fp, m.n_fp8 = N;
+    ckpt_manifest_sort_keys(&m);
+    for (int i = 0; i < N; i++) {
+        CHECK(ckpt_find_sorted(&m, keys[i]) == &te[i]);
+        CHECK(ckpt_fp8_find_sorted(&m, keys[i]) == &fe[i]);
+        CHECK(ckpt_find(&m, keys[i]) == &te[i]);
+    }
+    CHECK(ckpt_find_sorted(&m, "layers.0.expert0.w13") == NULL);
+    CHECK(ckpt_fp8_find_sorted(&m, "zzz") == NULL);
+    m.n_tensors = m.n_fp8 = 0;
+    CHECK(ckpt_find_sorted(&m, keys[0]) == NULL && ckpt_fp8_find_sorted(&m, keys[0]) == NULL);
+}
+
 int main(void) {
     snprintf(test_root, sizeof test_root, "/tmp/baton-test-ckpt.XXXXXX");
     if (mkdtemp(test_root) == NULL) return 1;
@@ -269,6 +296,7 @@ int main(void) {
     test_round_trip();
     test_large_piece();
     test_replace();
+    test_sorted_find();
     check_rmdir(test_root);
     return check_status();
 }

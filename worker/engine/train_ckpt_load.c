@@ -19,7 +19,7 @@ static int load_shape_matches(const Baton__TensorEntry *e, const model_tensor *m
 static const Baton__TensorEntry *load_entry(const char *dir, const Baton__Manifest *m,
                                             const char *key, const model_tensor *mt,
                                             bt_diag *diag) {
-    const Baton__TensorEntry *e = ckpt_find(m, key);
+    const Baton__TensorEntry *e = ckpt_find_sorted(m, key); /* load_one sorted m */
     if (e == NULL) {
         bt_diag_set(diag, "%s: has no tensor %s, which this model needs", dir, key);
         return NULL;
@@ -115,12 +115,6 @@ static int load_has_moments(const Baton__Manifest *m) {
     return 0;
 }
 
-static const Baton__Fp8State *load_fp8_find(const Baton__Manifest *m, const char *name) {
-    for (size_t i = 0; i < m->n_fp8; i++)
-        if (m->fp8[i]->tensor && strcmp(m->fp8[i]->tensor, name) == 0) return m->fp8[i];
-    return NULL;
-}
-
 /* The delayed-scaling state saved by the same stage (same GEMMs and history length). An
  * expert's missing altogether (a checkpoint from before the experts ran fp8) starts
  * afresh, counted in t->fp8_fresh. */
@@ -131,7 +125,7 @@ static int load_fp8(trainer *t, const char *dir, const Baton__Manifest *m, bt_di
         for (int k = 0; k < BACKEND_FP8_SLOTS; k++) {
             char name[96];
             train_ckpt_fp8_name(t, g, k, name, sizeof name);
-            const Baton__Fp8State *f = load_fp8_find(m, name);
+            const Baton__Fp8State *f = ckpt_fp8_find_sorted(m, name);
             prec_fp8_meta *meta = &t->fp8[g].meta[k];
             if (f == NULL && g >= t->m.n_gemm) {
                 t->fp8_fresh++;
@@ -166,6 +160,7 @@ static int load_model_matches(const trainer *t, const Baton__Manifest *m, const 
 static int load_one(trainer *t, const char *dir, bt_diag *diag) {
     Baton__Manifest *m = NULL;
     int rc = ckpt_manifest_read(dir, &m, diag);
+    if (rc == 0) ckpt_manifest_sort_keys(m); /* every lookup below in log time */
     rc = rc ? rc : load_model_matches(t, m, dir, diag);
     rc = rc ? rc : train_ckpt_load_params(t, dir, m, diag);
     if (rc != 0) goto out;
