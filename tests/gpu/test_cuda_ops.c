@@ -327,6 +327,45 @@ static void test_matmul_prec(backend_prec prec, int e5m2, int N, int C, int OC, 
     cpu.free(&cpu, scr_c), gpu.free(&gpu, scr_g);
 }
 
+/* A scratch sized for size_rows rows serves every product of fewer (the model and the MoE
+ * layer size theirs for their most rows): the sizes never shrink as rows grow, and an fp8
+ * product of N < size_rows rows writes nothing past the scratch (a guard after it). */
+static void test_matmul_scratch_rows(int size_rows, int N, int C, int OC) {
+    for (int p = 0; p < 4; p++)
+        for (int n = 1; n < 80; n++)
+            if (gpu.matmul_scratch_floats(&gpu, n, C, OC, (backend_prec)p) >
+                gpu.matmul_scratch_floats(&gpu, n + 1, C, OC, (backend_prec)p)) {
+                fprintf(stderr,
+                        "FAIL matmul scratch prec %d C %d OC %d: %d rows need more than %d\n", p, C,
+                        OC, n, n + 1);
+                failures++;
+                break;
+            }
+    enum { GUARD = 4096 };
+    size_t sg = gpu.matmul_scratch_floats(&gpu, size_rows, C, OC, BACKEND_PREC_FP8);
+    float *g = gpu.alloc(&gpu, (sg + GUARD) * 4), *mark = malloc(GUARD * 4),
+          *back = malloc(GUARD * 4);
+    for (int i = 0; i < GUARD; i++)
+        mark[i] = (float)i + 0.5f;
+    gpu.from_host(&gpu, g + sg, mark, GUARD * 4);
+    pair x = pair_rand((size_t)N * C, 1.0f), w = pair_rand((size_t)OC * C, 0.5f);
+    pair out = pair_rand((size_t)N * OC, 1.0f), dout = pair_rand((size_t)N * OC, 1e-2f);
+    pair dx = pair_rand((size_t)N * C, 1.0f), dw = pair_rand((size_t)OC * C, 1.0f);
+    backend_gemm pg = {.prec = BACKEND_PREC_FP8, .scale = {200.0f, 700.0f, 3e5f}};
+    gpu.matmul_forward(&gpu, out.g, x.g, w.g, N, C, OC, &pg, g);
+    gpu.matmul_backward(&gpu, dx.g, dw.g, dout.g, x.g, w.g, N, C, OC, &pg, g);
+    gpu.to_host(&gpu, back, g + sg, GUARD * 4);
+    if (memcmp(mark, back, GUARD * 4) != 0) {
+        fprintf(stderr,
+                "FAIL matmul fp8 N %d C %d OC %d with scratch for %d rows: written past it\n", N, C,
+                OC, size_rows);
+        failures++;
+    }
+    check_sync("matmul scratch rows");
+    pair_free(&x), pair_free(&w), pair_free(&out), pair_free(&dout), pair_free(&dx), pair_free(&dw);
+    gpu.free(&gpu, g), free(mark), free(back);
+}
+
 /* fp8 with running amaxes (backend_gemm.amax_acc): forward then backward twice with
  * different inputs fold into the accumulators, which equal the CPU's bit for bit and the
  * maximum of what the calls without accumulators report; amax[] stays untouched. */
@@ -390,6 +429,8 @@ static void test_matmul(void) {
     test_matmul_prec(BACKEND_PREC_FP8, 1, 40, 32, 48, 1);
     test_matmul_prec(BACKEND_PREC_FP8, 0, 7, 16, 32, 1);
     test_matmul_prec(BACKEND_PREC_FP8, 1, 7, 16, 32, 0);
+    test_matmul_scratch_rows(32, 31, 64, 96);
+    test_matmul_scratch_rows(96, 81, 32, 48);
     test_matmul_amax_acc(48, 40, 56);
     test_matmul_amax_acc(41, 32, 64);
     test_matmul_amax_acc(48, 32, 64);
@@ -775,6 +816,8 @@ static void test_model(model_recompute rec, backend_prec prec, double tol_loss, 
     float lc = 0, lg = 0;
     int rc = model_init_weights(&mc, 1234) || model_init_weights(&mg, 1234);
     if (prec == BACKEND_PREC_FP8) rc = rc || fp8_scales_from_cpu(&mc, &mg, tokens, targets, B, T);
+    long fp8_before[2]; /* every fp8 product's dimensions are multiples of 16, or padded */
+    cuda_fp8_gemm_counts(&gpu, &fp8_before[0], &fp8_before[1]);
     model_zero_grad(&mc);
     model_zero_grad(&mg);
     rc = rc || model_forward(&mc, tokens, targets, B, T, &lc) ||
@@ -804,6 +847,14 @@ static void test_model(model_recompute rec, backend_prec prec, double tol_loss, 
             free(hc), free(hg);
         }
         printf("%s: loss cpu %.7f gpu %.7f\n", what, lc, lg);
+        long now[2];
+        cuda_fp8_gemm_counts(&gpu, &now[0], &now[1]);
+        if (prec == BACKEND_PREC_FP8 && fp8_native_expected(16, 16, 16) &&
+            (now[1] != fp8_before[1] || now[0] == fp8_before[0])) {
+            fprintf(stderr, "FAIL %s: fp8 products native %ld, carried %ld (want none carried)\n",
+                    what, now[0] - fp8_before[0], now[1] - fp8_before[1]);
+            failures++;
+        }
         /* Run to run: the same step again gives the same loss and gradients, bit for bit. */
         float lg2 = 0;
         model_zero_grad(&mg);

@@ -9,10 +9,8 @@
  *    and the cache not told, the forward still gives the old weight's output;
  *  - told (wcache_forms = 0), it converts the new values; handed another weight (pointer),
  *    it converts that one;
- *  - fp8 with C and OC multiples of 16 but a token count that is not (carried in bf16):
- *    the cache is sized for the E4M3 forms only (2 bytes per parameter, not 3), so the
- *    16-bit conversion is not kept: nothing cached, each call converts (the overwritten
- *    weight's new output), and the products still equal.
+ *  - fp8 with C and OC multiples of 16 and a token count that is not (its rows padded to
+ *    the fp8 kernels' 16): the E4M3 forms cached, as for any other fp8 product.
  * The same for an MoE layer's experts (moe_dev.h: moe_dev_kept, one record per expert
  * weight): forward and backward twice bit-equal to the layer without kept conversions,
  * the old experts' output after their weights change untold, the new one once told.
@@ -239,7 +237,7 @@ void test_wcache_all(void) {
     /* the fp8 tensor cores: W and W^T cached (carried everywhere: the 16-bit W) */
     wc_case(BACKEND_PREC_FP8, 1, 48, 32, 64, 1, 1);
     wc_case(BACKEND_PREC_FP8, 0, 32, 16, 48, 0, 1);
-    wc_case(BACKEND_PREC_FP8, 1, 40, 24, 56, 1, 1);       /* carried in bf16, 16-bit W cached */
+    wc_case(BACKEND_PREC_FP8, 1, 40, 24, 56, 1, 1); /* carried in bf16, 16-bit W cached */
     wc_case(BACKEND_PREC_FP8, 1, 40, 32, 64, 1, 1); /* rows padded: W, W^T cached */
     size_t n = 64 * 32, f8 = gpu.matmul_wcache_floats(&gpu, 32, 64, BACKEND_PREC_FP8);
     size_t b16 = gpu.matmul_wcache_floats(&gpu, 32, 64, BACKEND_PREC_BF16);

@@ -60,11 +60,12 @@ size_t cuda_matmul_scratch_floats(backend *be, int N, int C, int OC, backend_pre
     (void)be;
     if (prec == BACKEND_PREC_FP32) return 0;
     /* 16-bit copies of inp (N, C), weight (OC, C) and dout (N, OC), and room to align;
-     * under fp8 for Np rows, and the (Np, max(C, OC)) float products when Np > N */
+     * under fp8 for Np rows, and a last 16-row block's float product (16, max(C, OC)):
+     * never less for fewer rows, as callers sized for their most rows rely on */
     size_t R = prec == BACKEND_PREC_FP8 ? (size_t)fp8_rows(N) : (size_t)N;
     size_t halves = pad_halves(R * C) + pad_halves((size_t)OC * C) + pad_halves(R * OC);
-    size_t out = R > (size_t)N ? R * (size_t)(C > OC ? C : OC) + 64 : 0;
-    return halves / 2 + 64 + out;
+    size_t tail = prec == BACKEND_PREC_FP8 ? 16 * (size_t)(C > OC ? C : OC) + 64 : 0;
+    return halves / 2 + 64 + tail;
 }
 
 __global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n) {
@@ -365,10 +366,10 @@ static void lt_matmul(cuda_ctx *c, cublasOperation_t opa, cublasOperation_t opb,
 }
 
 /* The three 16-bit regions of the scratch: inp, weight, dout (for R rows: N, or under
- * fp8 Np), and under fp8 with Np > N the float products over Np rows (out). */
+ * fp8 Np), and under fp8 a last 16-row block's float product (tail). */
 typedef struct mm_scratch {
     void *x, *w, *dy;
-    float *out;
+    float *tail;
 } mm_scratch;
 
 static mm_scratch scratch_regions(float *scratch, int N, int C, int OC, backend_prec prec) {
@@ -378,7 +379,7 @@ static mm_scratch scratch_regions(float *scratch, int N, int C, int OC, backend_
     r.x = (void *)base;
     r.w = (void *)(base + 2 * pad_halves(R * C));
     r.dy = (void *)((uintptr_t)r.w + 2 * pad_halves((size_t)OC * C));
-    r.out = (float *)(((uintptr_t)r.dy + 2 * pad_halves(R * OC) + 255) / 256 * 256);
+    r.tail = (float *)(((uintptr_t)r.dy + 2 * pad_halves(R * OC) + 255) / 256 * 256);
     return r;
 }
 
@@ -424,7 +425,7 @@ static float dequant(const backend_gemm *p, int sa, int sb) {
 /* The conversions a cache holds: region A the weight as the products take it (16-bit, or
  * E4M3 bytes; one at a time), region B (fp8 only) its E4M3 transpose for the backward.
  * Under fp8 with C and OC multiples of 16 (every product of such a weight runs on the fp8
- * tensor cores, unless BATON_CUDA_FP8=carried or a token count is not a multiple of 16)
+ * tensor cores, unless BATON_CUDA_FP8=carried or cuBLASLt refuses one; the rows are padded)
  * region A holds the E4M3 bytes only: 2 bytes per parameter in all instead of 3; a
  * 16-bit conversion such a weight still needs goes to the call's scratch, not kept. */
 enum { WC_16 = 1u, WC_FP8 = 2u, WC_FP8_T = 4u };
@@ -512,74 +513,109 @@ static void fp8_quant(cuda_ctx *c, void *dst, void *dst_t, const float *src, int
     CUDA_LAUNCHED(c, "matmul fp8 quantization");
 }
 
-/* The first N rows of a product over Np rows (scratch) into dst: (N, width) floats. */
-static void fp8_rows_out(cuda_ctx *c, float *dst, const float *src, int N, int width) {
+/* D (N, m) row-major = the TN product of A (k x m) and B's N rows (k each, ldb apart,
+ * padded with zero rows to Np), in the fp8 kernels' 16-row blocks: rows [0, n16) straight
+ * into D, the last partial block's 16 rows into the scratch's tail and its N - n16 rows
+ * copied after them. */
+typedef struct rows_gemm {
+    lt_gemm body, tail;
+    int n16, rest, m;
+    float *d, *t;
+} rows_gemm;
+
+/* Sets both products up (refusals allowed): 0, 1 when cuBLASLt has no fp8 algorithm for
+ * one, -1 on a failure. */
+static int rows_setup(cuda_ctx *c, rows_gemm *g, int m, int N, int k, mm_operand a, int lda,
+                      mm_operand b, int ldb, float *d, float *tail, float alpha) {
+    memset(g, 0, sizeof *g);
+    g->n16 = N / 16 * 16, g->rest = N - g->n16, g->m = m, g->d = d, g->t = tail;
+    int rc = 0;
+    if (g->n16 > 0) {
+        g->body = lt_make(CUBLAS_OP_T, CUBLAS_OP_N, m, g->n16, k, a, lda, b, ldb, d, m, alpha, 0);
+        rc = lt_setup(c, &g->body, 1);
+    }
+    if (rc == 0 && g->rest > 0) {
+        mm_operand bt = {(const char *)b.ptr + (size_t)g->n16 * ldb, b.type};
+        g->tail = lt_make(CUBLAS_OP_T, CUBLAS_OP_N, m, 16, k, a, lda, bt, ldb, tail, m, alpha, 0);
+        rc = lt_setup(c, &g->tail, 1);
+    }
+    return rc;
+}
+
+static void rows_launch(cuda_ctx *c, const rows_gemm *g) {
+    if (g->n16 > 0) lt_launch(c, &g->body);
+    if (g->rest == 0) return;
+    lt_launch(c, &g->tail);
     cuda_check(c,
-               cudaMemcpyAsync(dst, src, (size_t)N * width * sizeof(float),
-                               cudaMemcpyDeviceToDevice, c->stream),
+               cudaMemcpyAsync(g->d + (size_t)g->n16 * g->m, g->t,
+                               (size_t)g->rest * g->m * sizeof(float), cudaMemcpyDeviceToDevice,
+                               c->stream),
                "matmul: cudaMemcpyAsync (fp8 rows)");
 }
 
-/* out^T (OC, Np) = W (C, OC col-major)^T X^T (C, Np), both E4M3 with C contiguous: the TN
- * layout as it is; with Np > N into the scratch, the first N rows copied out. Returns 0
- * when cuBLASLt has no fp8 algorithm (nothing was run). */
+static void rows_release(rows_gemm *g) {
+    lt_release(&g->body);
+    lt_release(&g->tail);
+}
+
+/* out^T (OC, N) = W (C, OC col-major)^T X^T (C, N), both E4M3 with C contiguous: the TN
+ * layout as it is, X padded to Np rows (rows_gemm). Returns 0 when cuBLASLt has no fp8
+ * algorithm (nothing was run). */
 static int fp8_forward(cuda_ctx *c, float *out, const float *inp, const float *weight, int N, int C,
                        int OC, backend_gemm *p, mm_scratch r) {
     int have_w, Np = fp8_rows(N);
-    float *o = Np > N ? r.out : out;
     void *wq = weight_at(c, p, weight, OC, C, WC_FP8, r.w, &have_w);
     mm_operand w = {wq, CUDA_R_8F_E4M3}, x = {r.x, CUDA_R_8F_E4M3};
-    lt_gemm g = lt_make(CUBLAS_OP_T, CUBLAS_OP_N, OC, Np, C, w, C, x, C, o, OC,
-                        dequant(p, BACKEND_FP8_X, BACKEND_FP8_W), 0.0f);
-    int rc = lt_setup(c, &g, 1);
+    rows_gemm g;
+    int rc = rows_setup(c, &g, OC, N, C, w, C, x, C, out, r.tail,
+                        dequant(p, BACKEND_FP8_X, BACKEND_FP8_W));
     if (rc == 0) {
         fp8_quant(c, r.x, NULL, inp, N, Np, C, p, BACKEND_FP8_X, 0);
         if (!have_w) fp8_quant(c, wq, NULL, weight, OC, OC, C, p, BACKEND_FP8_W, 0);
         weight_held(c, p, weight, OC, C, WC_FP8);
-        lt_launch(c, &g);
-        if (o != out) fp8_rows_out(c, out, o, N, OC);
+        rows_launch(c, &g);
         c->fp8_gemms[0]++;
     }
-    lt_release(&g);
+    rows_release(&g);
     return rc != 1;
 }
 
 /* The backward's two products in the TN layout, from transposed fp8 copies (Np rows,
  * the padding zero: it adds nothing to dweight):
- *   dinp^T (C, Np) = Wt (OC, C col-major)^T dy^T (OC, Np)    [Wt: W^T row-major (C, OC)]
+ *   dinp^T (C, N) = Wt (OC, C col-major)^T dy^T (OC, N)      [Wt: W^T row-major (C, OC);
+ *                                                             rows_gemm]
  *   dweight^T (C, OC) += Xt (Np, C col-major)^T dyt (Np, OC) [Xt: (C, Np), dyt: (OC, Np)]
- * The scratch's regions hold Xt, Wt, and dy beside dyt; dinp with Np > N goes through the
- * scratch's out. Returns 0 when cuBLASLt has no fp8 algorithm for either product (nothing
- * was run). */
+ * The scratch's regions hold Xt, Wt, and dy beside dyt. Returns 0 when cuBLASLt has no
+ * fp8 algorithm for either product (nothing was run). */
 static int fp8_backward(cuda_ctx *c, float *dinp, float *dweight, const float *dout,
                         const float *inp, const float *weight, int N, int C, int OC,
                         backend_gemm *p, mm_scratch r) {
     int e5m2 = p->dy_e5m2, have_wt, Np = fp8_rows(N);
-    float *di = Np > N && dinp != NULL ? r.out : dinp;
     void *dyt = (char *)r.dy + (size_t)Np * OC;
     void *wq = weight_at(c, p, weight, OC, C, WC_FP8_T, r.w, &have_wt);
     mm_operand wt = {wq, CUDA_R_8F_E4M3}, xt = {r.x, CUDA_R_8F_E4M3};
     mm_operand dy = {r.dy, fp8_type(e5m2)}, dyT = {dyt, fp8_type(e5m2)};
-    lt_gemm gi = lt_make(CUBLAS_OP_T, CUBLAS_OP_N, C, Np, OC, wt, OC, dy, OC, di, C,
-                         dequant(p, BACKEND_FP8_DY, BACKEND_FP8_W), 0.0f);
+    rows_gemm gi;
+    memset(&gi, 0, sizeof gi);
     lt_gemm gw = lt_make(CUBLAS_OP_T, CUBLAS_OP_N, C, OC, Np, xt, Np, dyT, Np, dweight, C,
                          dequant(p, BACKEND_FP8_DY, BACKEND_FP8_X), 1.0f);
     int rc = lt_setup(c, &gw, 1);
-    if (rc == 0 && dinp != NULL) rc = lt_setup(c, &gi, 1);
+    if (rc == 0 && dinp != NULL)
+        rc = rows_setup(c, &gi, C, N, OC, wt, OC, dy, OC, dinp, r.tail,
+                        dequant(p, BACKEND_FP8_DY, BACKEND_FP8_W));
     if (rc == 0) {
         fp8_quant(c, dinp != NULL ? r.dy : NULL, dyt, dout, N, Np, OC, p, BACKEND_FP8_DY, e5m2);
         fp8_quant(c, NULL, r.x, inp, N, Np, C, p, BACKEND_FP8_X, 0);
         if (dinp != NULL) {
             if (!have_wt) fp8_quant(c, NULL, wq, weight, OC, OC, C, p, BACKEND_FP8_W, 0);
             weight_held(c, p, weight, OC, C, WC_FP8_T);
-            lt_launch(c, &gi);
-            if (di != dinp) fp8_rows_out(c, dinp, di, N, C);
+            rows_launch(c, &gi);
             c->fp8_gemms[0]++;
         }
         lt_launch(c, &gw);
         c->fp8_gemms[0]++;
     }
-    lt_release(&gi);
+    rows_release(&gi);
     lt_release(&gw);
     return rc != 1;
 }
