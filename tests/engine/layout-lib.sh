@@ -36,14 +36,14 @@ layout_compare_losses() { # NAME REF_LOG LOG
           exit bad }'
 }
 
-layout_compare_params() { # NAME REF_PARAMS PARAMS
-  /usr/bin/python3 - "$2" "$3" "$1" <<'PY'
+layout_compare_params() { # NAME REF_PARAMS PARAMS [TOL]: TOL relative, 1e-5 unless given
+  /usr/bin/python3 - "$2" "$3" "$1" "${4:-1e-5}" <<'PY'
 import sys
 import numpy as np
 ref, got = (np.fromfile(p, dtype="<f4").astype(np.float64) for p in sys.argv[1:3])
 rel = np.abs(ref - got).max() / np.abs(ref).max() if ref.size == got.size else float("inf")
 print(f"{sys.argv[3]}: final parameters ({got.size} of {ref.size}) max relative difference {rel:.3g}")
-sys.exit(0 if rel <= 1e-5 else 1)
+sys.exit(0 if rel <= float(sys.argv[4]) else 1)
 PY
 }
 
