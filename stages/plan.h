@@ -250,8 +250,12 @@ double plan_pp_layer_flops(const plan_stage *ps, uint32_t l);
 double plan_layer_fp8_flops(const plan_stage *ps, uint32_t l);
 /* Whether the fp8 kernels take every GEMM of every layer (plan_layer_fp8_flops). */
 int plan_fp8_all_native(const plan_stage *ps);
-/* Every dense GEMM dimension on a tp rank is a multiple of 16 (plan_memory.c). */
-int plan_fp8_aligned(const plan_shape *sh, const plan_params *p);
+/* Whether model layer l's GEMMs (its experts' too) run in fp8: under fp8, all but the
+ * first and last of L layers with fp8_first_last_bf16 (worker/engine/model.c). */
+static inline int plan_layer_in_fp8(const plan_shape *sh, uint32_t l, uint32_t L) {
+    return sh->precision == BATON__PRECISION__TYPE__FP8 &&
+           !(sh->fp8_first_last_bf16 && (l == 0 || l + 1 == L));
+}
 /* The same, and *fwd its forward's share (a third of the model FLOPs). */
 double plan_pp_layer_flops_fwd(const plan_stage *ps, uint32_t l, double *fwd);
 double plan_pp_head_flops(const plan_stage *ps);

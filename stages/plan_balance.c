@@ -44,9 +44,7 @@ static double fp8_layer_weights(const plan_stage *ps, int moe, double *all) {
 double plan_layer_fp8_flops(const plan_stage *ps, uint32_t l) {
     const plan_shape *sh = &ps->shape;
     const plan_params *p = &ps->params;
-    if (sh->precision != BATON__PRECISION__TYPE__FP8 ||
-        (sh->fp8_first_last_bf16 && (l == 0 || l + 1 == p->n_layers)))
-        return 0;
+    if (!plan_layer_in_fp8(sh, l, p->n_layers)) return 0;
     double all;
     return fp8_layer_weights(ps, plan_layer_is_moe(p, l), &all);
 }

@@ -185,7 +185,7 @@ static double gather_bytes(const plan_stage *ps, uint32_t l) {
     uint32_t L = ps->params.n_layers;
     if (sh->precision == BATON__PRECISION__TYPE__BF16) return 2;
     if (sh->precision != BATON__PRECISION__TYPE__FP8) return 4;
-    return l == L || (sh->fp8_first_last_bf16 && (l == 0 || l + 1 == L)) ? 2 : 4;
+    return l == L || !plan_layer_in_fp8(sh, l, L) ? 2 : 4;
 }
 
 /* The stage's ends and norms, per micro-batch: the vocabulary-parallel embedding's
@@ -384,8 +384,7 @@ static double comm_cp(const plan_stage *ps, const comm_dims *d, uint32_t layers,
 /* Whether MoE layer l's experts' products run in bf16 (under fp8: the first and last
  * layers' with fp8_first_last_bf16; the others' in fp8). */
 static int experts_bf16(const plan_shape *sh, uint32_t l, uint32_t L) {
-    if (sh->precision == BATON__PRECISION__TYPE__FP8)
-        return sh->fp8_first_last_bf16 && (l == 0 || l + 1 == L);
+    if (sh->precision == BATON__PRECISION__TYPE__FP8) return !plan_layer_in_fp8(sh, l, L);
     return sh->precision == BATON__PRECISION__TYPE__BF16;
 }
 

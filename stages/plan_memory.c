@@ -143,7 +143,7 @@ static void memory_zero_units(const plan_stage *ps, uint32_t stage, plan_memory 
 /* fp8's copies take 2 bytes per parameter: every dense GEMM dimension on a tp rank (dim,
  * the heads' and kv heads' widths, ffn) is a multiple of 16. A rank holds a whole kv head
  * where tp > n_kv_heads. */
-int plan_fp8_aligned(const plan_shape *sh, const plan_params *p) {
+static int fp8_aligned(const plan_shape *sh, const plan_params *p) {
     uint64_t t = sh->tp, d = sh->dim, hd = sh->head_dim;
     uint64_t ffn = d ? p->mlp_layer / (3 * d) : 0;
     uint64_t kvw = t > sh->n_kv_heads ? hd : sh->n_kv_heads * hd / t;
@@ -155,7 +155,7 @@ static double memory_gemm_copies(const plan_stage *ps, uint32_t stage, uint32_t 
     const plan_params *p = &ps->params;
     const plan_shape *sh = &ps->shape;
     if (!sh->cuda || sh->precision == BATON__PRECISION__TYPE__FP32 || zero_level == 3) return 0;
-    int fp8 = sh->precision == BATON__PRECISION__TYPE__FP8 && !plan_fp8_aligned(sh, p);
+    int fp8 = sh->precision == BATON__PRECISION__TYPE__FP8 && !fp8_aligned(sh, p);
     /* the experts' fp8 copies likewise, per weight: w13 (2F, d), 2/3 of them, and w2 (d, F) */
     uint64_t F = p->moe_ffn, d = sh->dim;
     double w13 = d % 16 || (2 * F) % 16 ? 3 : 2, w2 = d % 16 || F % 16 ? 3 : 2;
@@ -166,12 +166,12 @@ static double memory_gemm_copies(const plan_stage *ps, uint32_t stage, uint32_t 
     double bytes = stage + 1 == sh->pp ? 2.0 * (double)div_ceil(p->head, t) : 0;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t l = plan_pp_stage_layer(p, sh->pp, sh->virtual_stages, stage, i);
-        int bf16 = !fp8 || (sh->fp8_first_last_bf16 && (l == 0 || l + 1 == L));
-        double b = bf16 ? 2 : 3;
+        int in_fp8 = plan_layer_in_fp8(sh, l, L);
+        double b = fp8 && in_fp8 ? 3 : 2;
         bytes += b * (double)attn_on_rank(p, sh);
-        int x16 = sh->fp8_first_last_bf16 && (l == 0 || l + 1 == L);
         if (plan_layer_is_moe(p, l))
-            bytes += (x16 ? 2.0 : xb) * (double)(p->moe_shared + div_ceil(p->moe_experts, sh->ep));
+            bytes +=
+                (in_fp8 ? xb : 2.0) * (double)(p->moe_shared + div_ceil(p->moe_experts, sh->ep));
         else
             bytes += b * (double)div_ceil(p->mlp_layer, t);
     }

@@ -272,6 +272,12 @@ int moe_dev_cache_init(moe_dev_cache *m, backend *be, const moe_config *c, int m
     return 0;
 }
 
+/* The cache floats of record i of a kept (even: a w13 (2F, C), odd: a w2 (C, F)). */
+static size_t kept_floats(backend *be, const moe_config *c, const backend_gemm *wg, int i) {
+    return i % 2 ? be->matmul_wcache_floats(be, c->ffn_dim, c->dim, wg[i].prec)
+                 : be->matmul_wcache_floats(be, c->dim, 2 * c->ffn_dim, wg[i].prec);
+}
+
 int moe_dev_kept_init(moe_dev_kept *k, backend *be, const moe_config *c, backend_gemm *wg,
                       int keep) {
     memset(k, 0, sizeof *k);
@@ -280,16 +286,14 @@ int moe_dev_kept_init(moe_dev_kept *k, backend *be, const moe_config *c, backend
     if (!keep || be->matmul_wcache_floats == NULL) return 0;
     size_t total = 0;
     for (int i = 0; i < n; i++)
-        total += i % 2 ? be->matmul_wcache_floats(be, c->ffn_dim, c->dim, wg[i].prec)
-                       : be->matmul_wcache_floats(be, c->dim, 2 * c->ffn_dim, wg[i].prec);
+        total += kept_floats(be, c, wg, i);
     if (total == 0) return 0;
     k->mem = be->alloc(be, total * sizeof(float));
     if (k->mem == NULL) return BT_ENOMEM;
     float *at = k->mem;
     for (int i = 0; i < n; i++) {
         wg[i].wcache = at, wg[i].wcache_forms = 0;
-        at += i % 2 ? be->matmul_wcache_floats(be, c->ffn_dim, c->dim, wg[i].prec)
-                    : be->matmul_wcache_floats(be, c->dim, 2 * c->ffn_dim, wg[i].prec);
+        at += kept_floats(be, c, wg, i);
     }
     k->floats = total;
     return 0;

@@ -146,6 +146,11 @@ static int train_fp8_init(trainer *t) {
             float *h = t->fp8_history + (g * BACKEND_FP8_SLOTS + (size_t)k) * len;
             prec_fp8_meta_init(&t->fp8[g].meta[k], h, (uint32_t)len, fmt, p->margin);
         }
+    for (size_t g = (size_t)t->m.n_gemm; g < n; g++) {
+        model_xgemm x;
+        model_xgemm_info(&t->m, (int)g - t->m.n_gemm, &x);
+        t->fp8[g].routed = x.routed;
+    }
     return 0;
 }
 
@@ -350,14 +355,6 @@ static int train_fp8_read(trainer *t, bt_diag *diag) {
     return 0;
 }
 
-/* Whether GEMM record g is a routed expert's (held by its holders, not by every rank). */
-static int train_gemm_routed(const trainer *t, int g) {
-    if (g < t->m.n_gemm) return 0;
-    model_xgemm x;
-    model_xgemm_info(&t->m, g - t->m.n_gemm, &x);
-    return x.routed;
-}
-
 /* The step's amaxes of the routed experts' records (routed 1) or of the others, max-reduced
  * in one buffer: over tp (a sharded GEMM's scales are the whole tensor's; an expert's tp
  * peers ran it on other rows), then over the ranks that hold the same weights (the dp x cp
@@ -365,7 +362,7 @@ static int train_gemm_routed(const trainer *t, int g) {
 static int train_fp8_reduce(trainer *t, int routed, float *buf, bt_diag *diag) {
     size_t n = 0;
     for (int g = 0; g < train_n_gemm(t); g++)
-        if (train_gemm_routed(t, g) == routed)
+        if (t->fp8[g].routed == routed)
             for (int k = 0; k < BACKEND_FP8_SLOTS; k++)
                 buf[n++] = t->fp8[g].amax_step[k];
     int rc = !routed || t->x_over_tp ? train_tp_max(&t->tp, buf, n, diag) : 0;
@@ -378,7 +375,7 @@ static int train_fp8_reduce(trainer *t, int routed, float *buf, bt_diag *diag) {
     }
     n = 0;
     for (int g = 0; rc == 0 && g < train_n_gemm(t); g++)
-        if (train_gemm_routed(t, g) == routed)
+        if (t->fp8[g].routed == routed)
             for (int k = 0; k < BACKEND_FP8_SLOTS; k++)
                 t->fp8[g].amax_step[k] = buf[n++];
     return rc;

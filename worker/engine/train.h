@@ -68,6 +68,7 @@ enum {
 typedef struct train_fp8 {
     prec_fp8_meta meta[BACKEND_FP8_SLOTS]; /* per operand slot of one GEMM */
     float amax_step[BACKEND_FP8_SLOTS];    /* max over this step's micro-batches */
+    int routed; /* a routed expert's weight (model_xgemm_info): held by its holders alone */
 } train_fp8;
 
 typedef struct trainer {

@@ -126,9 +126,7 @@ static int ckpt_collect_fp8(train_ckpt *c, const trainer *t) {
     int dense = t->dp.rank == 0 && (t->tp.group == NULL || comm_rank(t->tp.group) == 0);
     int experts = ckpt_expert_writer(t);
     for (int g = 0; g < t->m.n_gemm + t->m.n_xgemm; g++) {
-        model_xgemm x = {0};
-        if (g >= t->m.n_gemm) model_xgemm_info(&t->m, g - t->m.n_gemm, &x);
-        if (!(x.routed ? experts : dense)) continue;
+        if (!(t->fp8[g].routed ? experts : dense)) continue;
         for (int k = 0; k < BACKEND_FP8_SLOTS; k++) {
             train_ckpt_piece p = {.fp8 = 1};
             const prec_fp8_meta *meta = &t->fp8[g].meta[k];
