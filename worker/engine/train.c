@@ -262,7 +262,6 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
     rc = rc ? rc
             : train_dp_init(&t->dp, &t->be, dp_group, zero >= 2 ? 0 : zero, t->m.sizes.param_floats,
                             t->m.param_alloc, t->segs, t->n_segs, diag);
-    if (rc == 0) train_dp_set_cp(&t->dp, (int)cp);
     rc =
         rc ? rc : train_zero_init(&t->zero, zero, dp_group, g.edp, &t->m, t->segs, t->n_segs, diag);
     if (rc == 0 && t->zero.level == 3) rc = train_zero_init_weights(&t->zero, &t->m, spec->seed);
@@ -456,6 +455,16 @@ typedef struct train_pp_ctx {
     bt_diag *diag;
 } train_pp_ctx;
 
+/* The loss gradient's factor: the mean over the step's global batch, every replica's
+ * micro-batches (dp x accum), so that the dp reductions are plain sums and each
+ * micro-batch's gradients are the one-process run's to the bit (fp8 quantizes them: a
+ * factor applied after the sum would leave them dp times larger, their scales and
+ * subnormals other than one process's). Times the fp16 loss scale and the spike test's. */
+static float train_backward_scale(const trainer *t) {
+    return train_spike_fault_scale(&t->spike, t->step + 1) * train_scaler_loss_scale(&t->scaler) /
+           ((float)t->accum * (float)t->dp_size);
+}
+
 static int train_pp_forward(void *ctx, int mb, int chunk, int slot) {
     trainer *t = ((train_pp_ctx *)ctx)->t;
     float l = 0;
@@ -471,10 +480,8 @@ static int train_pp_forward(void *ctx, int mb, int chunk, int slot) {
 static int train_pp_backward(void *ctx, int mb, int chunk, int slot) {
     trainer *t = ((train_pp_ctx *)ctx)->t;
     train_dp_overlap_arm(&t->dpo, mb + 1 == (int)t->accum);
-    float scale = train_spike_fault_scale(&t->spike, t->step + 1) *
-                  train_scaler_loss_scale(&t->scaler) / (float)t->accum;
     bt_diag *diag = ((train_pp_ctx *)ctx)->diag;
-    int rc = model_stage_backward(&t->m, chunk, slot, scale);
+    int rc = model_stage_backward(&t->m, chunk, slot, train_backward_scale(t));
     return rc ? rc : train_zero_after_backward(&t->zero, &t->m, diag);
 }
 
@@ -530,10 +537,8 @@ static int train_micro_batches(trainer *t, double *loss, bt_diag *diag) {
         float l = 0;
         int rc = train_fetch(t, j, diag);
         rc = rc ? rc : model_forward(&t->m, t->tokens, t->targets, (int)t->B, (int)t->Tl, &l);
-        float scale = train_spike_fault_scale(&t->spike, t->step + 1) *
-                      train_scaler_loss_scale(&t->scaler) / (float)t->accum;
         train_dp_overlap_arm(&t->dpo, j + 1 == t->accum);
-        rc = rc ? rc : model_backward(&t->m, scale);
+        rc = rc ? rc : model_backward(&t->m, train_backward_scale(t));
         rc = rc ? rc : train_zero_after_backward(&t->zero, &t->m, diag);
         if (rc != 0) {
             const char *why = t->m.comm_err ? train_comm_why(t) : bt_strerror(rc);

@@ -30,7 +30,6 @@ int train_dp_init(train_dp *d, backend *be, comm *group, int zero, size_t n_para
     d->be = be, d->group = group, d->zero = zero, d->n_params = n_params;
     d->rank = group ? comm_rank(group) : 0;
     d->size = group ? comm_size(group) : 1;
-    d->replicas = d->size;
     if (zero == 0 || d->size == 1) return 0;
     d->chunk = (n_params + (size_t)d->size - 1) / (size_t)d->size;
     d->shard_begin = (size_t)d->rank * d->chunk;
@@ -50,10 +49,6 @@ int train_dp_init(train_dp *d, backend *be, comm *group, int zero, size_t n_para
     }
     d->n_segs = dp_shard_segments(segs, n_segs, d->shard_begin, d->shard_n, d->segs);
     return 0;
-}
-
-void train_dp_set_cp(train_dp *d, int cp) {
-    d->replicas = cp > 1 ? d->size / cp : d->size;
 }
 
 void train_dp_free(train_dp *d) {
@@ -122,7 +117,7 @@ int train_dp_part(const train_dp *d, size_t off, size_t count, uint64_t *a, uint
     return 1;
 }
 
-/* zero 0: every rank holds the mean gradient and updates everything. */
+/* zero 0: every rank holds the summed gradient and updates everything. */
 static int dp_update_replicated(train_dp *d, float *params, float *grads, const optim_segment *segs,
                                 size_t n_segs, optim_adamw *o, const optim_hparams *hp, double lr,
                                 double *norm, bt_diag *diag) {
@@ -132,7 +127,6 @@ static int dp_update_replicated(train_dp *d, float *params, float *grads, const 
         if (!reduced &&
             comm_allreduce(d->group, grads, grads, d->n_params, COMM_F32, COMM_SUM, NULL) != 0)
             return dp_fail(d, "gradient all-reduce", diag);
-        optim_grad_scale_on(d->be, grads, d->n_params, 1.0f / (float)d->replicas);
     }
     if (d->n_norm_groups == 0) {
         *norm = optim_adamw_step(o, params, grads, segs, n_segs, hp, lr);
@@ -157,7 +151,6 @@ static int dp_update_sharded(train_dp *d, float *params, float *grads, optim_ada
     if (!reduced &&
         comm_reduce_scatter(d->group, grads, shard, d->chunk, COMM_F32, COMM_SUM, NULL) != 0)
         return dp_fail(d, "gradient reduce-scatter", diag);
-    optim_grad_scale_on(d->be, shard, d->chunk, 1.0f / (float)d->replicas);
     double sumsq = d->n_norm_groups
                        ? optim_segments_sumsq_on(d->be, shard, d->norm_segs, d->n_norm_segs)
                        : optim_segments_sumsq_on(d->be, shard, d->segs, d->n_segs);

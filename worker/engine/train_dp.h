@@ -1,7 +1,9 @@
 /* Data parallelism for the training loop: gradients are reduced across the dp group once,
- * after the last micro-batch of a step (the accumulation contract), then
- *  - zero 0: all-reduce (sum) of every gradient, scaled by 1/dp, and the same full AdamW
- *    update on every rank;
+ * after the last micro-batch of a step (the accumulation contract), by plain sums: each
+ * rank's backward already scaled its loss gradients by 1 / (dp x its micro-batches), the
+ * whole global batch's mean (train.c). Then
+ *  - zero 0: all-reduce (sum) of every gradient, and the same full AdamW update on every
+ *    rank;
  *  - zero 1: reduce-scatter of the gradient buffer into equal shards (in place: the model
  *    pads its parameter and gradient buffers to a multiple of dp), each rank clipping with the
  * global norm (the shards' sums of squares all-reduced) and updating only its shard of the fp32
@@ -75,9 +77,6 @@ typedef struct train_dp {
     backend *be; /* whose memory params and grads are (the model's) */
     comm *group; /* NULL: one data-parallel rank */
     int rank, size, zero;
-    int replicas;        /* copies of the model in the group: the gradient sum is divided by it.
-                          * size, or size / cp when the group is the dp x cp block (model_cp.h:
-                          * the cp ranks hold parts of one replica's gradient) */
     size_t n_params;     /* P */
     size_t chunk;        /* ceil(P / size): one rank's shard, padding included */
     size_t shard_begin;  /* rank * chunk */
@@ -114,8 +113,8 @@ typedef struct train_dp {
                             * all-reduces, pack 1 the experts' over edp */
     size_t n_zruns;
     int grads_reduced; /* this step's reduction is done already (train_dp_overlap.h): the
-                        * next update only divides by the replicas (ZeRO-1: this rank's
-                        * shard of the buffer holds the sums) */
+                        * next update skips it (ZeRO-1: this rank's shard of the buffer
+                        * holds the sums) */
 } train_dp;
 
 /* Sets up for params of n_params floats (be's memory) cut into the given segments, in
@@ -141,9 +140,6 @@ int train_dp_sharded(const train_dp *d);
 int train_dp_part(const train_dp *d, size_t off, size_t count, uint64_t *a, uint64_t *b,
                   size_t *at);
 
-/* The group is the dp x cp block of context parallelism: the gradients are summed over
- * its cp ranks and averaged over its size / cp replicas. */
-void train_dp_set_cp(train_dp *d, int cp);
 /* Extends the gradient norm over groups (the tensor- and pipeline-parallel groups, NULL
  * entries skipped, at most 2): this rank counts only the gradients in segs (full-buffer
  * offsets), the other ranks of the groups the rest; under fold_tp with ZeRO-1 also its own

@@ -41,7 +41,7 @@ static int zero0_runs(train_dp *d, const optim_segment *all, size_t n_all) {
 }
 
 /* Each tensor's gradient summed over the ranks that hold it (done already when
- * grads_reduced), all divided by the replicas. */
+ * grads_reduced). */
 static int dp_reduce_ep(train_dp *d, float *grads, bt_diag *diag) {
     size_t n = d->grads_reduced ? 0 : d->n_zruns;
     d->grads_reduced = 0;
@@ -53,7 +53,6 @@ static int dp_reduce_ep(train_dp *d, float *grads, bt_diag *diag) {
         if (comm_allreduce(g, x, x, r->n, COMM_F32, COMM_SUM, NULL) != 0)
             return ep_fail(g, "gradient all-reduce", diag);
     }
-    optim_grad_scale_on(d->be, grads, d->n_params, 1.0f / (float)d->replicas);
     return 0;
 }
 
@@ -277,7 +276,6 @@ static int dp_update_sharded_ep(train_dp *d, float *params, float *grads, optim_
     int reduced = d->grads_reduced, rc = 0;
     d->grads_reduced = 0;
     if (!reduced && (rc = pack_collectives(d, grads, 1, diag)) != 0) return rc;
-    optim_grad_scale_on(d->be, grads, d->n_params, 1.0f / (float)d->replicas);
     double sumsq = d->n_norm_groups
                        ? optim_segments_sumsq_on(d->be, grads, d->norm_segs, d->n_norm_segs)
                        : optim_segments_sumsq_on(d->be, grads, d->segs, d->n_segs);

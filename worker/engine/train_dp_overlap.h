@@ -25,9 +25,8 @@
  * Completing (train_dp_overlap_finish after the step's micro-batches) reduces any unit
  * that was not reported, waits for the side queue (the comm's timeout applies), orders the
  * ops' queue after it and marks the reduction done (train_dp.grads_reduced: the update
- * only divides by the replicas, under ZeRO-1 it takes its shard from the gradient
- * buffer). Reducing per unit instead of the whole buffer changes only the order of float
- * additions across ranks.
+ * skips it, under ZeRO-1 it takes its shard from the gradient buffer). Reducing per unit instead of
+ * the whole buffer changes only the order of float additions across ranks.
  *
  * Used when the group has more than one rank (or the routed experts have two holders or
  * more: the tp ranks folded in, dp x cp = 1), the units cover the gradient buffer, and

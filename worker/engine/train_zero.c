@@ -392,7 +392,6 @@ static void zero_adamw(train_zero *z, model *m, optim_adamw *o, const optim_hpar
 
 int train_zero_update(train_zero *z, train_dp *d, model *m, optim_adamw *o, const optim_hparams *hp,
                       double lr, double *norm, bt_diag *diag) {
-    optim_grad_scale_on(z->be, z->grads, z->n, 1.0f / (float)d->replicas);
     double sumsq = z->norm_segs != NULL
                        ? optim_segments_sumsq_on(z->be, z->grads, z->norm_segs, z->n_norm_segs)
                        : optim_segments_sumsq_on(z->be, z->grads, z->segs, z->n_segs);

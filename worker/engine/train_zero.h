@@ -19,7 +19,7 @@
  *    all-gathered from the parameter shard before its forward and backward and its
  *    gradients reduce-scattered into the gradient shard after its backward. The update
  *    works on the shards; nothing is gathered after it.
- * The update is ZeRO-1's: gradients divided by the replicas, the global norm from the
+ * The update is ZeRO-1's: the global norm from the
  * shards' sums of squares (over the dp group, then the tp/pp norm groups of train_dp),
  * clipping, AdamW over the rank's segments. Summing the micro-batches after (not before)
  * the reduction changes only the order of float additions.
