@@ -1,5 +1,6 @@
 /* baton ckpt inspect CKPT [--json]: what a checkpoint holds. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ckpt/ckpt.h"
@@ -39,7 +40,8 @@ static void inspect_layout(bt_buf *b, const Baton__Parallel *p) {
                       p->zero);
 }
 
-static void inspect_text(bt_buf *b, const char *dir, const Baton__Manifest *m) {
+static int inspect_text(bt_buf *b, const char *dir, const Baton__Manifest *m, bt_diag *diag) {
+    (void)diag;
     uint64_t total = 0;
     bt_buf_printf(b, "checkpoint %s\n", dir);
     bt_buf_printf(b, "  recipe %s, stage %u \"%s\"%s, step %llu of %llu, next global sample %llu\n",
@@ -72,9 +74,30 @@ static void inspect_text(bt_buf *b, const char *dir, const Baton__Manifest *m) {
     }
     bt_buf_printf(b, "  %zu tensors, %llu bytes (%.2f MB)\n", m->n_tensors,
                   (unsigned long long)total, (double)total / 1e6);
+    return 0;
 }
 
-static void inspect_json(bt_buf *b, const char *dir, const Baton__Manifest *m) {
+/* State f as JSON, its history read from its shard (format 2) or the manifest. */
+static int inspect_fp8(bt_buf *b, const char *dir, const Baton__Manifest *m,
+                       const Baton__Fp8State *f, bt_diag *diag) {
+    uint64_t n = ckpt_fp8_history_len(f);
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    if (h == NULL) {
+        bt_diag_set(diag, "out of memory for an fp8 history of %llu floats", (unsigned long long)n);
+        return BT_ENOMEM;
+    }
+    int rc = ckpt_fp8_history(dir, m, f, h, diag);
+    bt_buf_printf(b, "{\"name\": ");
+    bt_buf_json_string(b, f->tensor ? f->tensor : "");
+    bt_buf_printf(b, ", \"scale\": %.9g, \"pos\": %u, \"amax_history\": [", f->scale, f->pos);
+    for (uint64_t k = 0; rc == 0 && k < n; k++)
+        bt_buf_printf(b, "%s%.9g", k ? ", " : "", h[k]);
+    bt_buf_printf(b, "]}");
+    free(h);
+    return rc;
+}
+
+static int inspect_json(bt_buf *b, const char *dir, const Baton__Manifest *m, bt_diag *diag) {
     bt_buf_printf(b, "{\"dir\": ");
     bt_buf_json_string(b, dir);
     bt_buf_printf(b, ", \"recipe\": ");
@@ -111,15 +134,12 @@ static void inspect_json(bt_buf *b, const char *dir, const Baton__Manifest *m) {
     }
     bt_buf_printf(b, "], \"fp8\": [");
     for (size_t i = 0; i < m->n_fp8; i++) {
-        const Baton__Fp8State *f = m->fp8[i];
-        bt_buf_printf(b, "%s{\"name\": ", i ? ", " : "");
-        bt_buf_json_string(b, f->tensor ? f->tensor : "");
-        bt_buf_printf(b, ", \"scale\": %.9g, \"pos\": %u, \"amax_history\": [", f->scale, f->pos);
-        for (size_t k = 0; k < f->n_amax_history; k++)
-            bt_buf_printf(b, "%s%.9g", k ? ", " : "", f->amax_history[k]);
-        bt_buf_printf(b, "]}");
+        bt_buf_printf(b, "%s", i ? ", " : "");
+        int rc = inspect_fp8(b, dir, m, m->fp8[i], diag);
+        if (rc != 0) return rc;
     }
     bt_buf_printf(b, "]}\n");
+    return 0;
 }
 
 int ckpt_cmd_inspect(int argc, char **argv) {
@@ -154,9 +174,12 @@ int ckpt_cmd_inspect(int argc, char **argv) {
     }
     bt_buf b;
     bt_buf_init(&b);
-    (json ? inspect_json : inspect_text)(&b, dir, m);
-    fputs(bt_buf_str(&b), stdout);
+    rc = (json ? inspect_json : inspect_text)(&b, dir, m, &diag);
+    if (rc == 0)
+        fputs(bt_buf_str(&b), stdout);
+    else
+        fprintf(stderr, "baton ckpt inspect: %s\n", diag.msg);
     bt_buf_free(&b);
     baton__manifest__free_unpacked(m, NULL);
-    return BT_EXIT_OK;
+    return rc == 0 ? BT_EXIT_OK : BT_EXIT_FAILURE;
 }

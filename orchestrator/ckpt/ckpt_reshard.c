@@ -102,6 +102,15 @@ typedef struct reshard_job {
     size_t cap;
 } reshard_job;
 
+/* Room for n floats in j->buf. */
+static int reshard_room(reshard_job *j, size_t n) {
+    if (j->cap >= n) return 0;
+    float *p = realloc(j->buf, (n ? n : 1) * sizeof *p);
+    if (p == NULL) return BT_ENOMEM;
+    j->buf = p, j->cap = n;
+    return 0;
+}
+
 /* Copies one box of key (if the source has it) into the writer. */
 static int reshard_piece(reshard_job *j, ckpt_writer *w, const char *key, const model_tensor *mt,
                          bt_diag *diag) {
@@ -111,13 +120,23 @@ static int reshard_piece(reshard_job *j, ckpt_writer *w, const char *key, const 
     int nd;
     uint64_t g[2];
     train_ckpt_tensor_box(mt, &nd, g, &b);
-    if (j->cap < mt->count) {
-        float *p = realloc(j->buf, mt->count * sizeof *p);
-        if (p == NULL) return BT_ENOMEM;
-        j->buf = p, j->cap = mt->count;
-    }
-    int rc = ckpt_read_box(j->src, j->m, e, &b, j->buf, diag);
+    int rc = reshard_room(j, mt->count);
+    rc = rc ? rc : ckpt_read_box(j->src, j->m, e, &b, j->buf, diag);
     return rc ? rc : ckpt_writer_add(w, key, nd, g, &b, e->dtype, j->buf, diag);
+}
+
+/* Copies one delayed-scaling state (its history into the writer's shard). */
+static int reshard_fp8(reshard_job *j, ckpt_writer *w, const Baton__Fp8State *f, bt_diag *diag) {
+    uint64_t len = ckpt_fp8_history_len(f);
+    if (len > UINT32_MAX) {
+        bt_diag_set(diag, "%s: fp8 state %s: a history of %llu floats", j->src,
+                    f->tensor ? f->tensor : "?", (unsigned long long)len);
+        return BT_EINVAL;
+    }
+    int rc = reshard_room(j, (size_t)len);
+    rc = rc ? rc : ckpt_fp8_history(j->src, j->m, f, j->buf, diag);
+    return rc ? rc
+              : ckpt_writer_add_fp8(w, f->tensor, f->scale, j->buf, (uint32_t)len, f->pos, diag);
 }
 
 /* The shard of virtual rank (tp rank r, stage s, ep rank q): its tensors' replica-0
@@ -143,11 +162,8 @@ static int reshard_rank(reshard_job *j, const model_config *base, int r, int s, 
             rc = reshard_piece(j, &w, key, &mt, diag);
         }
     }
-    for (size_t f = 0; rc == 0 && rank == 0 && f < j->m->n_fp8; f++) {
-        const Baton__Fp8State *x = j->m->fp8[f];
-        rc = ckpt_writer_add_fp8(&w, x->tensor, x->scale, x->amax_history,
-                                 (uint32_t)x->n_amax_history, x->pos, diag);
-    }
+    for (size_t f = 0; rc == 0 && rank == 0 && f < j->m->n_fp8; f++)
+        rc = reshard_fp8(j, &w, j->m->fp8[f], diag);
     if (rc != 0) {
         ckpt_writer_abort(&w);
         return rc;

@@ -104,27 +104,36 @@ static int file_seal(ckpt_file_check *c, bt_diag *diag) {
     return 0;
 }
 
-static int files_add_manifest(const Baton__Manifest *m, ckpt_file_set *s, bt_diag *diag) {
-    size_t cap = 0;
-    for (size_t t = 0; t < m->n_tensors; t++) {
-        const Baton__TensorEntry *e = m->tensors[t];
-        for (size_t k = 0; k < e->n_shards; k++) {
-            const Baton__Shard *sh = e->shards[k];
-            if (!ckpt_name_is_plain(sh->file) || strcmp(sh->file, CKPT_MANIFEST) == 0) {
-                bt_diag_set(diag,
-                            "manifest: tensor '%s' shard %zu names file '%s', not a plain "
-                            "shard file name",
-                            e->key ? e->key : "?", k, sh->file ? sh->file : "");
-                return BT_EINVAL;
-            }
-            if (sh->byte_length == 0) continue;
-            ckpt_file_check *c = files_get(s, sh->file, &cap);
-            if (c == NULL) return BT_ENOMEM;
-            int rc = units_add_shard(c, sh, m->block_bytes);
-            if (rc < 0) return rc;
+/* Entry e's shard ranges as check units of their files (what names e in messages). */
+static int files_add_entry(const Baton__Manifest *m, const Baton__TensorEntry *e, const char *what,
+                           ckpt_file_set *s, size_t *cap, bt_diag *diag) {
+    for (size_t k = 0; k < e->n_shards; k++) {
+        const Baton__Shard *sh = e->shards[k];
+        if (!ckpt_name_is_plain(sh->file) || strcmp(sh->file, CKPT_MANIFEST) == 0) {
+            bt_diag_set(diag,
+                        "manifest: %s '%s' shard %zu names file '%s', not a plain shard file name",
+                        what, e->key ? e->key : "?", k, sh->file ? sh->file : "");
+            return BT_EINVAL;
         }
+        if (sh->byte_length == 0) continue;
+        ckpt_file_check *c = files_get(s, sh->file, cap);
+        if (c == NULL) return BT_ENOMEM;
+        int rc = units_add_shard(c, sh, m->block_bytes);
+        if (rc < 0) return rc;
     }
     return 0;
+}
+
+/* The tensors' shards and the fp8 histories stored in shards (format 2). */
+static int files_add_manifest(const Baton__Manifest *m, ckpt_file_set *s, bt_diag *diag) {
+    size_t cap = 0;
+    int rc = 0;
+    for (size_t t = 0; rc == 0 && t < m->n_tensors; t++)
+        rc = files_add_entry(m, m->tensors[t], "tensor", s, &cap, diag);
+    for (size_t f = 0; rc == 0 && f < m->n_fp8; f++)
+        if (m->fp8[f]->history)
+            rc = files_add_entry(m, m->fp8[f]->history, "fp8 history", s, &cap, diag);
+    return rc;
 }
 
 int ckpt_files_from_manifest(const Baton__Manifest *m, ckpt_file_set *out, bt_diag *diag) {

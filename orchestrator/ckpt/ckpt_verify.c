@@ -40,9 +40,10 @@ int ckpt_cmd_verify(int argc, char **argv) {
         fprintf(stderr, "baton ckpt verify: %s\n", diag.msg);
         return BT_EXIT_USAGE;
     }
-    printf("%s: %llu tensors, %llu shards, %llu bytes checked: %s\n", dir,
-           (unsigned long long)rep.tensors, (unsigned long long)rep.shards,
-           (unsigned long long)rep.bytes, rep.problems ? "DAMAGED" : "intact");
+    printf("%s: %llu tensors, %llu fp8 histories, %llu shards, %llu bytes checked: %s\n", dir,
+           (unsigned long long)rep.tensors, (unsigned long long)rep.fp8_histories,
+           (unsigned long long)rep.shards, (unsigned long long)rep.bytes,
+           rep.problems ? "DAMAGED" : "intact");
     if (rep.problems) printf("%llu problem(s) found\n", (unsigned long long)rep.problems);
     return rep.problems ? BT_EXIT_FAILURE : BT_EXIT_OK;
 }

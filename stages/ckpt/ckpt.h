@@ -34,6 +34,9 @@
 #define CKPT_DEFAULT_BLOCK  (1u << 20)
 #define CKPT_PATH_MAX       4096
 #define CKPT_MAX_MANIFEST   (1u << 30) /* bytes of a manifest or a rank index */
+/* The manifest format written: 2 stores the fp8 amax histories in the shard files
+ * (Fp8State.history) instead of inline. Format 1 is still read; a later one is refused. */
+#define CKPT_FORMAT_VERSION 2
 
 /* ---- names and directories (ckpt_dir.c) ---- */
 
@@ -104,6 +107,12 @@ const Baton__TensorEntry *ckpt_find(const Baton__Manifest *m, const char *key);
 void ckpt_manifest_sort_keys(Baton__Manifest *m);
 const Baton__TensorEntry *ckpt_find_sorted(const Baton__Manifest *m, const char *key);
 const Baton__Fp8State *ckpt_fp8_find_sorted(const Baton__Manifest *m, const char *name);
+/* The floats in state f's amax history (in its shard, or inline in format 1). */
+uint64_t ckpt_fp8_history_len(const Baton__Fp8State *f);
+/* Reads state f's amax history, ckpt_fp8_history_len(f) floats, into out (checksums
+ * checked). */
+int ckpt_fp8_history(const char *dir, const Baton__Manifest *m, const Baton__Fp8State *f,
+                     float *out, bt_diag *diag);
 size_t ckpt_dtype_size(Baton__DType t);
 /* Elements of a global tensor. */
 uint64_t ckpt_tensor_count(const Baton__TensorEntry *e);
@@ -121,14 +130,15 @@ int ckpt_read_tensor(const char *dir, const Baton__Manifest *m, const Baton__Ten
 
 typedef struct ckpt_verify_report {
     uint64_t tensors, shards, bytes;
-    uint64_t problems; /* each one also passed to the callback */
+    uint64_t fp8_histories; /* the fp8 amax histories stored in shards (format 2) */
+    uint64_t problems;      /* each one also passed to the callback */
 } ckpt_verify_report;
 
 /* Checks every shard of checkpoint dir: geometry, file length, whole and per-block
  * CRC32C, and that the shards of every tensor cover it exactly once (no gap, no
- * overlap). Each problem is passed to fn (may be NULL) as one line naming the file,
- * byte range and tensor. Returns 0 when readable (problems or not; see the report),
- * else a BT_ code with diag. */
+ * overlap); the fp8 amax histories stored in shards too. Each problem is passed to fn (may be NULL)
+ * as one line naming the file, byte range and tensor. Returns 0 when readable (problems or not; see
+ * the report), else a BT_ code with diag. */
 int ckpt_verify(const char *dir, const Baton__Manifest *m, void (*fn)(void *, const char *),
                 void *ctx, ckpt_verify_report *out, bt_diag *diag);
 
@@ -157,7 +167,7 @@ int ckpt_writer_open(ckpt_writer *w, const char *partial_dir, int rank, uint32_t
  * piece's ckpt_box_count(piece) elements. */
 int ckpt_writer_add(ckpt_writer *w, const char *key, int ndim, const uint64_t *global_shape,
                     const ckpt_box *piece, Baton__DType dtype, const float *data, bt_diag *diag);
-/* Records a delayed-scaling state (FP8) in the index. */
+/* Records a delayed-scaling state (FP8) in the index, its history in the shard file. */
 int ckpt_writer_add_fp8(ckpt_writer *w, const char *name, float scale, const float *history,
                         uint32_t len, uint32_t pos, bt_diag *diag);
 /* fsyncs the shard file, writes the index rank-NNNNN.pb atomically; frees w. */

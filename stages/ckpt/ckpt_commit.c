@@ -165,6 +165,7 @@ int ckpt_commit(const char *root, const char *name, const Baton__Manifest *heade
     if (rc == 0 && m == NULL) rc = BT_ENOMEM;
     if (m) {
         m->has_world = 1, m->world = world;
+        m->has_format_version = 1, m->format_version = CKPT_FORMAT_VERSION;
         if (!m->has_block_bytes) m->has_block_bytes = 1, m->block_bytes = CKPT_DEFAULT_BLOCK;
     }
     for (uint32_t r = 0; rc == 0 && r < world; r++)

@@ -140,6 +140,15 @@ int ckpt_manifest_read(const char *dir, Baton__Manifest **out, bt_diag *diag) {
         bt_diag_set(diag, "%s: not a checkpoint manifest (cannot be decoded)", p);
         return BT_EINVAL;
     }
+    if ((*out)->format_version > CKPT_FORMAT_VERSION) {
+        bt_diag_set(diag,
+                    "%s: checkpoint format %u, written by a newer baton (this one reads up to "
+                    "format %u)",
+                    p, (*out)->format_version, CKPT_FORMAT_VERSION);
+        baton__manifest__free_unpacked(*out, NULL);
+        *out = NULL;
+        return BT_EUNSUPPORTED;
+    }
     return 0;
 }
 

@@ -268,3 +268,21 @@ int ckpt_read_tensor(const char *dir, const Baton__Manifest *m, const Baton__Ten
         all.shape[2 - nd + k] = e->global_shape[k];
     return ckpt_read_box(dir, m, e, &all, out, diag);
 }
+
+uint64_t ckpt_fp8_history_len(const Baton__Fp8State *f) {
+    return f->history ? ckpt_tensor_count(f->history) : f->n_amax_history;
+}
+
+int ckpt_fp8_history(const char *dir, const Baton__Manifest *m, const Baton__Fp8State *f,
+                     float *out, bt_diag *diag) {
+    if (f->history == NULL) {
+        memcpy(out, f->amax_history, f->n_amax_history * sizeof *out);
+        return 0;
+    }
+    if (f->history->n_global_shape != 1) {
+        bt_diag_set(diag, "%s: fp8 state %s: its history is not one-dimensional", dir,
+                    nz(f->tensor));
+        return BT_EINVAL;
+    }
+    return ckpt_read_tensor(dir, m, f->history, out, diag);
+}

@@ -103,7 +103,6 @@ static void verify_tensor(verify_ctx *v, const Baton__TensorEntry *e) {
                        (unsigned long long)total, (unsigned long long)want,
                        total < want ? " (a part is missing)" : "");
     free(boxes);
-    v->rep->tensors++;
 }
 
 int ckpt_verify(const char *dir, const Baton__Manifest *m, void (*fn)(void *, const char *),
@@ -112,7 +111,9 @@ int ckpt_verify(const char *dir, const Baton__Manifest *m, void (*fn)(void *, co
     memset(out, 0, sizeof *out);
     verify_ctx v = {.dir = dir, .m = m, .fn = fn, .ctx = ctx, .rep = out};
     for (size_t i = 0; i < m->n_tensors; i++)
-        verify_tensor(&v, m->tensors[i]);
+        verify_tensor(&v, m->tensors[i]), out->tensors++;
+    for (size_t i = 0; i < m->n_fp8; i++)
+        if (m->fp8[i]->history) verify_tensor(&v, m->fp8[i]->history), out->fp8_histories++;
     free(v.buf);
     return 0;
 }

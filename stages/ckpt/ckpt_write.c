@@ -176,31 +176,56 @@ static Baton__TensorEntry *writer_entry(ckpt_writer *w, const char *key, int ndi
     return e;
 }
 
-int ckpt_writer_add(ckpt_writer *w, const char *key, int ndim, const uint64_t *global_shape,
-                    const ckpt_box *piece, Baton__DType dtype, const float *data, bt_diag *diag) {
+/* Writes piece (ndim 1 or 2) of entry e's tensor at the end of the shard file and
+ * records it as one of e's shards. */
+static int writer_put(ckpt_writer *w, Baton__TensorEntry *e, int ndim, const ckpt_box *piece,
+                      const float *data, bt_diag *diag) {
+    Baton__DType dtype = e->dtype;
     uint64_t n = ckpt_box_count(piece), len = n * ckpt_dtype_size(dtype);
-    if ((dtype != BATON__DTYPE__F32 && dtype != BATON__DTYPE__BF16) || ndim < 1 || ndim > 2) {
-        bt_diag_set(diag, "checkpoint tensor %s: dtype or rank not supported", key);
-        return BT_EINVAL;
-    }
     const unsigned char *bytes = write_bytes(w, data, n, dtype);
-    Baton__TensorEntry *e = writer_entry(w, key, ndim, global_shape, dtype);
-    Baton__Shard *s = bytes && e ? shard_new(w, ndim, piece, len) : NULL;
+    Baton__Shard *s = bytes ? shard_new(w, ndim, piece, len) : NULL;
     Baton__Shard **v = s ? realloc(e->shards, (e->n_shards + 1) * sizeof *v) : NULL;
     if (v == NULL) {
         if (s) baton__shard__free_unpacked(s, NULL);
-        bt_diag_set(diag, "checkpoint tensor %s: out of memory", key);
+        bt_diag_set(diag, "checkpoint tensor %s: out of memory", e->key);
         return BT_ENOMEM;
     }
     e->shards = v;
     e->shards[e->n_shards++] = s;
     if (write_full(w->fd, bytes, len, (off_t)w->off, s, w->block_bytes) != 0) {
-        bt_diag_set(diag, "%s/%s: cannot write tensor %s: %s", w->dir, w->file, key,
+        bt_diag_set(diag, "%s/%s: cannot write tensor %s: %s", w->dir, w->file, e->key,
                     strerror(errno));
         return BT_EIO;
     }
     w->off += len;
     return 0;
+}
+
+int ckpt_writer_add(ckpt_writer *w, const char *key, int ndim, const uint64_t *global_shape,
+                    const ckpt_box *piece, Baton__DType dtype, const float *data, bt_diag *diag) {
+    if ((dtype != BATON__DTYPE__F32 && dtype != BATON__DTYPE__BF16) || ndim < 1 || ndim > 2) {
+        bt_diag_set(diag, "checkpoint tensor %s: dtype or rank not supported", key);
+        return BT_EINVAL;
+    }
+    Baton__TensorEntry *e = writer_entry(w, key, ndim, global_shape, dtype);
+    if (e == NULL) {
+        bt_diag_set(diag, "checkpoint tensor %s: out of memory", key);
+        return BT_ENOMEM;
+    }
+    return writer_put(w, e, ndim, piece, data, diag);
+}
+
+/* A one-dimensional float32 entry of len elements, in no index. */
+static Baton__TensorEntry *writer_history_entry(const char *name, uint32_t len) {
+    Baton__TensorEntry *e = calloc(1, sizeof *e);
+    if (e == NULL) return NULL;
+    baton__tensor_entry__init(e);
+    e->key = strdup(name);
+    e->global_shape = malloc(sizeof *e->global_shape);
+    e->has_dtype = 1, e->dtype = BATON__DTYPE__F32;
+    if (!e->key || !e->global_shape) return baton__tensor_entry__free_unpacked(e, NULL), NULL;
+    e->n_global_shape = 1, e->global_shape[0] = len;
+    return e;
 }
 
 int ckpt_writer_add_fp8(ckpt_writer *w, const char *name, float scale, const float *history,
@@ -210,16 +235,15 @@ int ckpt_writer_add_fp8(ckpt_writer *w, const char *name, float scale, const flo
     if (v) w->index->fp8 = v;
     if (f) baton__fp8_state__init(f);
     if (f == NULL || v == NULL || (f->tensor = strdup(name)) == NULL ||
-        (f->amax_history = malloc((len ? len : 1) * sizeof(float))) == NULL) {
+        (f->history = writer_history_entry(name, len)) == NULL) {
         if (f) baton__fp8_state__free_unpacked(f, NULL);
         bt_diag_set(diag, "checkpoint fp8 state %s: out of memory", name);
         return BT_ENOMEM;
     }
-    memcpy(f->amax_history, history, len * sizeof(float));
-    f->n_amax_history = len;
     f->has_scale = f->has_pos = 1, f->scale = scale, f->pos = pos;
     w->index->fp8[w->index->n_fp8++] = f;
-    return 0;
+    ckpt_box row = {.shape = {1, len}};
+    return writer_put(w, f->history, 1, &row, history, diag);
 }
 
 static void writer_free(ckpt_writer *w) {

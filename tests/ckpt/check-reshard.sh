@@ -8,6 +8,8 @@
 # taken from dp, or from tp x dp when tp > 1 and zero < 2: the tp ranks fold in), with
 # -offline appended: through `baton ckpt reshard --to B` instead of
 # resharding on load. A CASE starting with moe- trains reshard-moe.yaml (an MoE model).
+# moe-fp8-: the MoE model in fp8 (the experts' delayed scaling states by global expert,
+# their histories in the shards: copied by the offline reshard, every one verified).
 # ppNvM: an interleaved pipeline of M chunks per stage (parallel.virtual_stages); slDDD:
 # parallel.stage_layers, one digit per stage (sl13: [1, 3]); a CASE with either trains
 # the model with 4 layers instead of 2.
@@ -61,6 +63,11 @@ layers=""
 [[ $case =~ pp[0-9]+v[0-9]|sl[0-9] ]] && layers="s/n_layers: 2/n_layers: 4/"
 pair=${case%-offline}
 pair=${pair#moe-}
+fp8=0
+if [[ $pair == fp8-* ]]; then # every layer's GEMMs, the experts' too, in fp8
+  fp8=1 pair=${pair#fp8-}
+  layers="${layers:+$layers; }s/^    micro_batch: 1/&\n    precision: {type: fp8, first_last_bf16: false}/"
+fi
 a=${pair%%-to-*} b=${pair##*-to-}
 init=runA/checkpoints/s00-step00000010
 run_layout "$a" a.log --run-dir runA --save-every 10
@@ -70,6 +77,12 @@ if ((offline)); then
   "$baton" ckpt reshard "$init" --to "$to" --out resharded/s00-step00000010 >/dev/null
   "$baton" ckpt verify resharded/s00-step00000010 >verify.log ||
     { echo "$case: the resharded checkpoint fails verification"; cat verify.log; exit 1; }
+  if ((fp8)); then # every fp8 state's history copied into a shard and checked
+    states=$("$baton" ckpt inspect resharded/s00-step00000010 | sed -En 's/.*; ([0-9]+) fp8 scaling state.*/\1/p')
+    grep -q ": [0-9]* tensors, ${states:-none} fp8 histories, " verify.log && ((states > 0)) ||
+      { echo "$case: $states fp8 states, but verify checked other histories"; cat verify.log; exit 1; }
+    echo "$case: $(cat verify.log)"
+  fi
   init=resharded/s00-step00000010
 fi
 run_layout "$b" b.log --run-dir runB --init "$init"

@@ -288,6 +288,68 @@ static void test_sorted_find(void) {
     CHECK(ckpt_find_sorted(&m, keys[0]) == NULL && ckpt_fp8_find_sorted(&m, keys[0]) == NULL);
 }
 
+/* The fp8 amax histories live in the shard files (format 2): read back through their
+ * checksums, checked by ckpt_verify, an inline (format 1) history still read, and a
+ * manifest of a later format refused. */
+static void test_fp8_history(void) {
+    char root[300], part[CKPT_PATH_MAX], dir[CKPT_PATH_MAX];
+    snprintf(root, sizeof root, "%s/fp8", test_root);
+    bt_diag d;
+    bt_diag_init(&d);
+    float hist[5] = {0.5f, 8, 3, 0, 1e-3f}, x[2] = {7, 9}, got[5] = {0};
+    uint64_t g[1] = {2};
+    ckpt_box all = {.shape = {1, 2}};
+    CHECK(ckpt_begin(root, "s00-step00000001", &d) == 0);
+    ckpt_partial_dir(root, "s00-step00000001", part, sizeof part);
+    ckpt_writer w;
+    CHECK(ckpt_writer_open(&w, part, 0, 16, &d) == 0);
+    CHECK(ckpt_writer_add(&w, "x", 1, g, &all, BATON__DTYPE__F32, x, &d) == 0);
+    CHECK(ckpt_writer_add_fp8(&w, "layers.0.gemm1.dy", 0.25f, hist, 5, 2, &d) == 0);
+    CHECK(ckpt_writer_finish(&w, &d) == 0);
+    Baton__Manifest h = BATON__MANIFEST__INIT;
+    h.has_block_bytes = 1, h.block_bytes = 16;
+    CHECK(ckpt_commit(root, "s00-step00000001", &h, 1, 10, 0, &d) == 0);
+    Baton__Manifest *m = NULL;
+    CHECK(ckpt_resolve(root, dir, sizeof dir, &d) == 0 && ckpt_manifest_read(dir, &m, &d) == 0);
+    CHECK(m != NULL && m->n_fp8 == 1);
+    if (m == NULL || m->n_fp8 != 1) return;
+    const Baton__Fp8State *f = m->fp8[0];
+    CHECK_EQ_U64(m->format_version, CKPT_FORMAT_VERSION);
+    CHECK(f->history != NULL && f->n_amax_history == 0); /* not inline */
+    CHECK_EQ_U64(ckpt_fp8_history_len(f), 5);
+    CHECK(f->scale == 0.25f && f->pos == 2);
+    CHECK(ckpt_fp8_history(dir, m, f, got, &d) == 0 && memcmp(got, hist, sizeof hist) == 0);
+    ckpt_verify_report rep;
+    CHECK(ckpt_verify(dir, m, NULL, NULL, &rep, &d) == 0 && rep.problems == 0);
+    CHECK_EQ_U64(rep.tensors, 1);
+    CHECK_EQ_U64(rep.fp8_histories, 1);
+    /* a flipped byte of the history (after x's 8 bytes): reading and verifying see it */
+    corrupt(dir, "rank-00000.bin", 8 + 4 * 3, 0);
+    CHECK(ckpt_fp8_history(dir, m, f, got, &d) == BT_EIO && strstr(d.msg, "CRC32C") != NULL);
+    CHECK(ckpt_verify(dir, m, NULL, NULL, &rep, &d) == 0 && rep.problems == 1);
+    /* format 1: the history inline */
+    Baton__Fp8State old = BATON__FP8_STATE__INIT;
+    old.amax_history = hist, old.n_amax_history = 3;
+    memset(got, 0, sizeof got);
+    CHECK_EQ_U64(ckpt_fp8_history_len(&old), 3);
+    CHECK(ckpt_fp8_history(dir, m, &old, got, &d) == 0 && memcmp(got, hist, 3 * sizeof *hist) == 0);
+    /* a later format than this reader knows */
+    m->format_version = CKPT_FORMAT_VERSION + 1;
+    size_t n = baton__manifest__get_packed_size(m);
+    uint8_t *buf = malloc(n);
+    CHECK(buf != NULL);
+    if (buf) baton__manifest__pack(m, buf);
+    char path[CKPT_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/%s", dir, CKPT_MANIFEST);
+    CHECK(buf && ckpt_write_file_atomic(path, buf, n, &d) == 0);
+    free(buf);
+    baton__manifest__free_unpacked(m, NULL);
+    m = NULL;
+    bt_diag_init(&d);
+    CHECK(ckpt_manifest_read(dir, &m, &d) == BT_EUNSUPPORTED && m == NULL);
+    CHECK(strstr(d.msg, "written by a newer baton") != NULL);
+}
+
 int main(void) {
     snprintf(test_root, sizeof test_root, "/tmp/baton-test-ckpt.XXXXXX");
     if (mkdtemp(test_root) == NULL) return 1;
@@ -297,6 +359,7 @@ int main(void) {
     test_large_piece();
     test_replace();
     test_sorted_find();
+    test_fp8_history();
     check_rmdir(test_root);
     return check_status();
 }

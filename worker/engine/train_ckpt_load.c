@@ -131,11 +131,12 @@ static int load_fp8(trainer *t, const char *dir, const Baton__Manifest *m, bt_di
                 t->fp8_fresh++;
                 continue;
             }
-            if (f == NULL || f->n_amax_history != meta->len || f->pos >= meta->len) {
+            if (f == NULL || ckpt_fp8_history_len(f) != meta->len || f->pos >= meta->len) {
                 bt_diag_set(diag, "%s: no usable fp8 scaling state for %s", dir, name);
                 return BT_EINVAL;
             }
-            memcpy(meta->history, f->amax_history, meta->len * sizeof(float));
+            int rc = ckpt_fp8_history(dir, m, f, meta->history, diag);
+            if (rc != 0) return rc;
             meta->scale = f->scale, meta->pos = f->pos;
         }
     return 0;
