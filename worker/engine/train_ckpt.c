@@ -73,16 +73,20 @@ static int ckpt_push(train_ckpt *c, const train_ckpt_piece *p) {
     return 0;
 }
 
+/* One writer per tensor (and per fp8 state, its weight's): data-parallel rank 0 of the
+ * tensor's replica 0 (model_tensor.replica), or for a routed expert under expert
+ * parallelism (held by one rank of each ep group) the first of its holders (its edp rank
+ * and, under the fold, its replica are its place among them). Without ep every dp x cp
+ * rank holds every expert, as a dense tensor. */
+static int ckpt_writes(const trainer *t, int routed_expert, int replica) {
+    return (routed_expert && t->m.ep_group != NULL ? t->edp_rank : t->dp.rank) == 0 && replica == 0;
+}
+
 static int ckpt_collect_tensor(train_ckpt *c, const trainer *t, const model_tensor *mt) {
     train_ckpt_piece p = {0};
     train_ckpt_tensor_box(mt, &p.ndim, p.gshape, &p.box);
     int rc = 0;
-    /* One writer per tensor: data-parallel rank 0, or for a routed expert under expert
-     * parallelism (held by one rank of each ep group) the first of its holders (its edp
-     * rank and, under the fold, its replica are its place among them). Without it every
-     * dp x cp rank holds every expert, as a dense tensor. */
-    int writer =
-        (mt->expert && t->m.ep_group != NULL ? t->edp_rank : t->dp.rank) == 0 && mt->replica == 0;
+    int writer = ckpt_writes(t, mt->expert, mt->replica);
     int sharded = t->zero.level == 3; /* ZeRO-3: the weights are written as the moments are */
     p.device = !t->be.host_memory;
     if (writer && !sharded) {
@@ -112,19 +116,14 @@ static int ckpt_collect_tensor(train_ckpt *c, const trainer *t, const model_tens
     return rc;
 }
 
-/* Whether this rank writes the routed experts' tensors it holds (ckpt_collect_tensor: the
- * first of their holders). */
-static int ckpt_expert_writer(const trainer *t) {
-    int tp_rank = t->tp.group ? comm_rank(t->tp.group) : 0;
-    int replica = t->m.cfg.expert_fold ? t->m.cfg.expert_holder : tp_rank;
-    return (t->m.ep_group != NULL ? t->edp_rank : t->dp.rank) == 0 && replica == 0;
-}
-
-/* Each GEMM's delayed-scaling state, by the writer of its weight. */
+/* Each GEMM's delayed-scaling state, by the writer of its weight (ckpt_writes: a dense
+ * or shared weight's replicas are the tp ranks, a routed expert's under the fold its
+ * holders; model.c's replica rule). */
 static int ckpt_collect_fp8(train_ckpt *c, const trainer *t) {
     if (t->fp8 == NULL) return 0;
-    int dense = t->dp.rank == 0 && (t->tp.group == NULL || comm_rank(t->tp.group) == 0);
-    int experts = ckpt_expert_writer(t);
+    int tp_rank = t->tp.group ? comm_rank(t->tp.group) : 0;
+    int dense = ckpt_writes(t, 0, tp_rank);
+    int experts = ckpt_writes(t, 1, t->m.cfg.expert_fold ? t->m.cfg.expert_holder : tp_rank);
     for (int g = 0; g < t->m.n_gemm + t->m.n_xgemm; g++) {
         if (!(t->fp8[g].routed ? experts : dense)) continue;
         for (int k = 0; k < BACKEND_FP8_SLOTS; k++) {
