@@ -12,7 +12,7 @@ fuzz_seconds=${FUZZ_SECONDS:-60}
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
 
-step() { printf '\n== %s\n' "$*"; }
+step() { printf '\n== %s (at %dm%02ds)\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
 
 step "normal build"
 cmake -S . -B build "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -36,3 +36,4 @@ if [[ "$fuzz_seconds" -gt 0 ]]; then
   build-fuzz/tests/fuzz_recipe -max_total_time="$fuzz_seconds" -max_len=8192 -timeout=10 \
     -print_final_stats=1 -artifact_prefix=build-fuzz/ "$corpus" 2>&1 | tail -n 15
 fi
+step "done"
