@@ -106,42 +106,52 @@ ep_case ep2-full 2 1 2 "$aux" "s/  micro_batch: 1/  micro_batch: 1\n  recompute:
 # reduced over the expert's holders (ep2 x dp4: the edp pair; tp2 x ep2 folded: the
 # holders drawn from tp x dp; ZeRO-2, which does not fold: the tp pair, then the edp
 # pair), the state saved by global expert (reloaded by one process from the layout's
-# checkpoint, which needs every expert's), against the one-process run. Every rank scales
-# its loss gradients by the global batch's micro-batch count, so each micro-batch's
-# gradients, their amaxes and their fp8 values are one process's; what differs is the
-# order of float additions (the gradient sums over dp, tp's partial products), which fp8
-# amplifies: a scale a rounding away moves some quantized values a step. So the first 3
-# steps' losses must agree to the printed digits (without the holders' amax reduction
-# step 2 differs by 1.2e-5; with a replica's own count, as before, by 1.8e-4), the rest
-# within 2e-3 (measured: 3.3e-5 without tp, steps 1-6 equal; 7.4e-4 with it) and the
-# final parameters within 5e-2 of the largest (measured: 1.0e-2 without tp, 7 values
-# above 1e-3, rarely seen tokens' embeddings, where AdamW turns a tiny gradient's
-# rounding into a whole step; 1.5e-2 with tp, 99.9% of them within 5e-3).
+# checkpoint, which needs every expert's). Every rank scales its loss gradients by the
+# global batch's micro-batch count and the first step runs with calibrated scales, so
+# without tp each micro-batch's gradients, amaxes and fp8 values are one process's: the
+# reference is the one-process run. Under tp the GEMMs' partial sums round differently
+# and fp8 turns that into quantization steps from step 2 on (1.3e-5 against one
+# process), as large as a missing amax reduction: the reference is then the same ranks
+# with every expert on every rank (ep 1; ZeRO-2's: the fold's), whose GEMMs sum alike.
+# The first 3 steps' losses must agree to the printed digits (without the holders' amax
+# reduction step 2 differs by 1.3e-5; with a replica's own micro-batch count, as before,
+# by 1.8e-4), all 20 within 1e-3 (measured: 6.1e-5 without tp, steps 1-7 equal; up to
+# 1.6e-4 with it) and the final parameters within 1e-2 of the largest (measured: 2.8e-3
+# without tp, 1.3e-3 .. 3.3e-3 with it; AdamW turns a tiny gradient's rounding into a
+# whole step).
 ep_fp8_losses() { # NAME REF_LOG LOG
   paste <(layout_losses "$2") <(layout_losses "$3") | awk -v name="$1" '
     { n++; d = $2 - $4; if (d < 0) d = -d; r = d / $2
-      if (($1 <= 3 && r > 1e-6) || r > 2e-3) { printf "%s: step %d loss %s vs %s\n", name, $1, $4, $2; bad = 1 }
+      if (($1 <= 3 && r > 1e-6) || r > 1e-3) { printf "%s: step %d loss %s vs %s\n", name, $1, $4, $2; bad = 1 }
       if ($1 <= 3 && r > early) early = r; if (r > worst) worst = r }
     END { if (n != 20) { print name ": " n " steps"; bad = 1 }
           printf "%s: losses max relative difference %.3g in the first 3 steps, %.3g in all 20\n", name, early, worst
           exit bad }'
 }
 fp8p="s/^defaults:/defaults:\n  precision: {type: fp8, first_last_bf16: false}/"
-ep_fp8_case() { # NAME RANKS TP EP [SED]
+ep_fp8_run() { # NAME RANKS: launched, its checkpoint reloaded into one process
+  "$baton" spec "$1.yaml" --out "$1.pb"
+  timeout 300 "$baton" launch -n "$2" -- "$worker" --spec "$1.pb" --eval-windows 0 \
+    --comm-timeout 30 --run-dir "$1.run" >"$1.log"
+  "$worker" --spec "$1.pb" --single-process --eval-windows 0 --dump-params "$1.params" \
+    --init "$1.run/checkpoints/s00-step00000020" >"$1.reload.log"
+}
+ep_fp8_case() { # NAME RANKS TP EP [SED [REF_SED]]: REF_SED makes the tp reference (ep 1)
   local name=$1 n=$2
   layout_wanted "$name" || return 0
   sed "s/gpus_per_node: 2/gpus_per_node: $n/; s/tp: 1, pp: 1, ep: 2,/tp: $3, pp: 1, ep: $4,/;
        $fp8p; ${5:-}" \
     "$src/tests/engine/moe.yaml" >"$name.yaml"
-  "$baton" spec "$name.yaml" --out "$name.pb"
-  "$worker" --spec "$name.pb" --single-process --eval-windows 0 --dump-params "$name.ref" \
-    >"$name.ref.log"
-  timeout 300 "$baton" launch -n "$n" -- "$worker" --spec "$name.pb" --eval-windows 0 \
-    --comm-timeout 30 --run-dir "$name.run" >"$name.log"
-  "$worker" --spec "$name.pb" --single-process --eval-windows 0 --dump-params "$name.params" \
-    --init "$name.run/checkpoints/s00-step00000020" >"$name.reload.log"
+  ep_fp8_run "$name" "$n"
+  if (($3 == 1)); then
+    "$worker" --spec "$name.pb" --single-process --eval-windows 0 --dump-params "$name.ref.params" \
+      >"$name.ref.log"
+  else
+    sed "${6:-s/ep: $4,/ep: 1,/}" "$name.yaml" >"$name.ref.yaml"
+    ep_fp8_run "$name.ref" "$n"
+  fi
   ep_fp8_losses "$name" "$name.ref.log" "$name.log" || failures=$((failures + 1))
-  layout_compare_params "$name" "$name.ref" "$name.params" 5e-2 || failures=$((failures + 1))
+  layout_compare_params "$name" "$name.ref.params" "$name.params" 1e-2 || failures=$((failures + 1))
   if ! grep -Eq "fp8: ([0-9]+) of \1 expert weight products in fp8" "$name.log"; then
     echo "$name: the experts' products did not run in fp8"
     failures=$((failures + 1))
@@ -151,9 +161,9 @@ ep_fp8_case ep2-dp4-fp8 4 1 2
 ep_fp8_case ep2-tp2-fp8 4 2 2
 # ZeRO-2 does not fold: each tp rank runs its rows through its experts, which its tp peer
 # holds too (the tp max, then the holders' among dp: none under ep2 here, both dp ranks
-# with ep 1)
-ep_fp8_case ep2-tp2-zero2-fp8 4 2 2 "s/zero: 0/zero: 2/"
-ep_fp8_case moe-tp2-dp2-zero2-fp8 4 2 1 "s/zero: 0/zero: 2/"
+# with ep 1); the reference is the fold's (ZeRO-0) holders
+ep_fp8_case ep2-tp2-zero2-fp8 4 2 2 "s/zero: 0/zero: 2/" "s/zero: 2/zero: 0/"
+ep_fp8_case moe-tp2-dp2-zero2-fp8 4 2 1 "s/zero: 0/zero: 2/" "s/zero: 2/zero: 0/"
 cap="$aux, capacity_factor: 1.0"
 # ep 1 over dp2: every dp rank holds every expert (rank 0 saves them); with ZeRO-2 the
 # experts' gradients go through the unit buffers with the rest, with ZeRO-3 their weights

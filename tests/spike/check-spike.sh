@@ -48,6 +48,8 @@ PY
   "$baton" spec fp8.yaml --out f.pb
   f() { "$worker" --spec f.pb --single-process --eval-windows 0 "$@"; }
   f --steps 14 --run-dir a --save-every 0 >a.out
+  # from scratch: no scaling state to start from, so step 1's micro-batches calibrate it
+  grep -q "^fp8 scales calibrated from 4 micro-batch(es)" a.out || { cat a.out; fail "no calibration"; }
   BATON_FAULT_SPIKE_STEPS=15 f --steps 15 --run-dir b --save-every 0 >b.out
   grep -Eq "^step +15: loss spike" b.out || { cat b.out; fail "no spike at step 15"; }
   fp8() { "$baton" ckpt inspect "$1" --json | /usr/bin/python3 -c '

@@ -752,7 +752,7 @@ static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
 
 int train_fp8_calibrate(trainer *t, uint32_t *n_micro, float *lo, float *hi, bt_diag *diag) {
     *n_micro = 0, *lo = *hi = 1.0f;
-    if (t->fp8 == NULL || !t->handed_off || t->step >= t->total_steps) return 0;
+    if (t->fp8 == NULL || t->fp8_loaded || t->step >= t->total_steps) return 0;
     double loss = 0;
     train_zero_grads(t);
     train_gemms_begin(t);

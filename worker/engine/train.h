@@ -86,6 +86,7 @@ typedef struct trainer {
                                 * their first micro_batch x Tl entries (this rank's rows) */
     train_fp8 *fp8;            /* (model.n_gemm + n_xgemm) when precision is fp8 */
     uint32_t fp8_fresh;        /* expert states the loaded checkpoint lacked: started afresh */
+    int fp8_loaded;            /* the delayed-scaling state came from the stage's checkpoint */
     float *fp8_history;        /* backing store of every meta's history */
     train_fp8 *fp8_saved;      /* the spike guard's copy of fp8 and fp8_history before an */
     float *fp8_history_saved;  /* armed step's amaxes went in (spike guard on, fp8 only) */
@@ -158,10 +159,12 @@ void train_state_bytes(const trainer *t, double *params, double *grads, double *
  * t->spike's run of spikes (the step was taken but not applied). */
 int train_step(trainer *t, train_metrics *out, bt_diag *diag);
 
-/* The fp8 calibration of a precision hand-off: when the stage runs in fp8 and took its
- * weights from another stage's checkpoint (t->handed_off), its delayed-scaling state is
- * fresh (scale 1). Runs forward and backward of the micro-batches of the next step without
- * any update (the gradients are discarded: train_step zeroes them), reduces every GEMM's
+/* The fp8 calibration of a fresh start or a precision hand-off: when the stage runs in fp8
+ * and its delayed-scaling state was not loaded from its own checkpoint (t->fp8_loaded:
+ * started from scratch, or took another stage's weights, t->handed_off), the state is
+ * fresh (scale 1, under which the loss gradients of a large global batch are mostly
+ * below E5M2's smallest value). Runs forward and backward of the micro-batches of the next step
+ * without any update (the gradients are discarded: train_step zeroes them), reduces every GEMM's
  * amaxes over tp and dp as train_step does and records them in the histories, so that the
  * first step runs with scales from real amaxes. *n_micro gets the number of micro-batches
  * (0: nothing to do); *lo, *hi the smallest and largest scale. Collective. */

@@ -178,6 +178,7 @@ static int load_one(trainer *t, const char *dir, bt_diag *diag) {
         t->skipped_steps = m->skipped_steps;
         train_scaler_from_pb(&t->scaler, m->loss_scaler);
         rc = load_fp8(t, dir, m, diag);
+        t->fp8_loaded = rc == 0 && t->fp8 != NULL;
     }
     if (rc == 0 && t->be.sync(&t->be) != 0) { /* a failed copy into device memory */
         bt_diag_set(diag, "%s: copying into %s memory failed: %s", dir, t->be.name,

@@ -513,19 +513,21 @@ static uint64_t worker_save_every(const Baton__StageSpec *spec, const worker_arg
 static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, worker_control *wc,
                             bt_diag *diag) {
     const char *init = a->init ? a->init : t->spec->init_checkpoint;
-    if (init == NULL || init[0] == '\0') return 0;
-    worker_control_busy(wc, BATON__HEARTBEAT__PHASE__LOAD, 0);
-    double t0 = bt_clock_now();
-    int rc = train_ckpt_load(t, init, w->world, diag);
-    worker_control_idle(wc);
-    if (rc == 0 && w->info.rank == 0 && !a->quiet)
-        printf("started from %s at step %llu (global sample %llu), loaded in %.3f s\n", init,
-               (unsigned long long)t->step, (unsigned long long)t->first_sample,
-               bt_clock_now() - t0);
-    if (rc == 0 && t->fp8_fresh > 0 && !a->quiet)
-        printf("fp8: %s holds no scaling state for %u expert operand(s) here (saved before the "
-               "experts ran fp8): they start afresh\n",
-               init, t->fp8_fresh);
+    int rc = 0;
+    if (init != NULL && init[0] != '\0') {
+        worker_control_busy(wc, BATON__HEARTBEAT__PHASE__LOAD, 0);
+        double t0 = bt_clock_now();
+        rc = train_ckpt_load(t, init, w->world, diag);
+        worker_control_idle(wc);
+        if (rc == 0 && w->info.rank == 0 && !a->quiet)
+            printf("started from %s at step %llu (global sample %llu), loaded in %.3f s\n", init,
+                   (unsigned long long)t->step, (unsigned long long)t->first_sample,
+                   bt_clock_now() - t0);
+        if (rc == 0 && t->fp8_fresh > 0 && !a->quiet)
+            printf("fp8: %s holds no scaling state for %u expert operand(s) here (saved before "
+                   "the experts ran fp8): they start afresh\n",
+                   init, t->fp8_fresh);
+    }
     uint32_t n = 0;
     float lo, hi;
     worker_control_busy(wc, BATON__HEARTBEAT__PHASE__TRAIN, t->step); /* a step's work */
