@@ -74,25 +74,37 @@ static int inspect_text(bt_buf *b, const char *dir, const Baton__Manifest *m, bt
     }
     bt_buf_printf(b, "  %zu tensors, %llu bytes (%.2f MB)\n", m->n_tensors,
                   (unsigned long long)total, (double)total / 1e6);
+    uint64_t hist = 0, n_hist = 0;
+    for (size_t i = 0; i < m->n_fp8; i++)
+        if (m->fp8[i]->history) hist += inspect_bytes(m->fp8[i]->history), n_hist++;
+    if (n_hist)
+        bt_buf_printf(b, "  %llu fp8 amax histories in the shards, %llu bytes (%.2f MB)\n",
+                      (unsigned long long)n_hist, (unsigned long long)hist, (double)hist / 1e6);
     return 0;
 }
 
-/* State f as JSON, its history read from its shard (format 2) or the manifest. */
+/* State f as JSON, its history read from its shard (format 2) or the manifest; one that
+ * cannot be read is null, with an "error" (and the return is nonzero, diag set). */
 static int inspect_fp8(bt_buf *b, const char *dir, const Baton__Manifest *m,
                        const Baton__Fp8State *f, bt_diag *diag) {
     uint64_t n = ckpt_fp8_history_len(f);
     float *h = malloc((n ? n : 1) * sizeof *h);
-    if (h == NULL) {
+    int rc = h ? ckpt_fp8_history(dir, m, f, h, diag) : BT_ENOMEM;
+    if (h == NULL)
         bt_diag_set(diag, "out of memory for an fp8 history of %llu floats", (unsigned long long)n);
-        return BT_ENOMEM;
-    }
-    int rc = ckpt_fp8_history(dir, m, f, h, diag);
     bt_buf_printf(b, "{\"name\": ");
     bt_buf_json_string(b, f->tensor ? f->tensor : "");
-    bt_buf_printf(b, ", \"scale\": %.9g, \"pos\": %u, \"amax_history\": [", f->scale, f->pos);
-    for (uint64_t k = 0; rc == 0 && k < n; k++)
-        bt_buf_printf(b, "%s%.9g", k ? ", " : "", h[k]);
-    bt_buf_printf(b, "]}");
+    bt_buf_printf(b, ", \"scale\": %.9g, \"pos\": %u, \"amax_history\": ", f->scale, f->pos);
+    if (rc != 0) {
+        bt_buf_printf(b, "null, \"error\": ");
+        bt_buf_json_string(b, diag->msg);
+    } else {
+        bt_buf_printf(b, "[");
+        for (uint64_t k = 0; k < n; k++)
+            bt_buf_printf(b, "%s%.9g", k ? ", " : "", h[k]);
+        bt_buf_printf(b, "]");
+    }
+    bt_buf_printf(b, "}");
     free(h);
     return rc;
 }
@@ -133,13 +145,18 @@ static int inspect_json(bt_buf *b, const char *dir, const Baton__Manifest *m, bt
                       inspect_dtype(e->dtype), e->n_shards, (unsigned long long)inspect_bytes(e));
     }
     bt_buf_printf(b, "], \"fp8\": [");
+    int rc = 0; /* the first unreadable history's, every state listed */
+    bt_diag first;
+    bt_diag_init(&first);
     for (size_t i = 0; i < m->n_fp8; i++) {
         bt_buf_printf(b, "%s", i ? ", " : "");
-        int rc = inspect_fp8(b, dir, m, m->fp8[i], diag);
-        if (rc != 0) return rc;
+        bt_diag_init(diag);
+        int r = inspect_fp8(b, dir, m, m->fp8[i], diag);
+        if (r != 0 && rc == 0) rc = r, first = *diag;
     }
     bt_buf_printf(b, "]}\n");
-    return 0;
+    *diag = first;
+    return rc;
 }
 
 int ckpt_cmd_inspect(int argc, char **argv) {
@@ -175,10 +192,8 @@ int ckpt_cmd_inspect(int argc, char **argv) {
     bt_buf b;
     bt_buf_init(&b);
     rc = (json ? inspect_json : inspect_text)(&b, dir, m, &diag);
-    if (rc == 0)
-        fputs(bt_buf_str(&b), stdout);
-    else
-        fprintf(stderr, "baton ckpt inspect: %s\n", diag.msg);
+    fputs(bt_buf_str(&b), stdout);
+    if (rc != 0) fprintf(stderr, "baton ckpt inspect: %s\n", diag.msg);
     bt_buf_free(&b);
     baton__manifest__free_unpacked(m, NULL);
     return rc == 0 ? BT_EXIT_OK : BT_EXIT_FAILURE;

@@ -216,7 +216,12 @@ static int load_manifest(const char *path, Baton__Manifest **out, bt_diag *diag)
         bt_diag_set(diag, "%s: not a checkpoint manifest (Baton.Manifest)", path);
         return BT_EIO;
     }
-    return 0;
+    int rc = ckpt_manifest_check_version(*out, path, diag);
+    if (rc != 0) {
+        baton__manifest__free_unpacked(*out, NULL);
+        *out = NULL;
+    }
+    return rc;
 }
 
 /* Downloads (or continues) one shard file and checks it; a file that fails its check

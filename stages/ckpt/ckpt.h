@@ -54,8 +54,11 @@ int ckpt_resolve(const char *path, char *dir, size_t cap, bt_diag *diag);
 /* ckpt_resolve, then ckpt_manifest_read of the checkpoint found: what every tool that
  * takes a checkpoint or run directory starts with. */
 int ckpt_open(const char *path, char *dir, size_t cap, Baton__Manifest **out, bt_diag *diag);
-/* Reads and decodes dir/manifest.pb; free with baton__manifest__free_unpacked(m, NULL). */
+/* Reads and decodes dir/manifest.pb; free with baton__manifest__free_unpacked(m, NULL).
+ * BT_EUNSUPPORTED: a later format than CKPT_FORMAT_VERSION. */
 int ckpt_manifest_read(const char *dir, Baton__Manifest **out, bt_diag *diag);
+/* BT_EUNSUPPORTED (diag naming where) when m is of a later format than this reader's. */
+int ckpt_manifest_check_version(const Baton__Manifest *m, const char *where, bt_diag *diag);
 /* Keeps the newest `keep` complete checkpoints under root plus every one whose manifest
  * says stage_final; removes the rest and any .partial directory other than `busy`
  * (may be NULL). keep 0 keeps everything. */

@@ -140,16 +140,21 @@ int ckpt_manifest_read(const char *dir, Baton__Manifest **out, bt_diag *diag) {
         bt_diag_set(diag, "%s: not a checkpoint manifest (cannot be decoded)", p);
         return BT_EINVAL;
     }
-    if ((*out)->format_version > CKPT_FORMAT_VERSION) {
-        bt_diag_set(diag,
-                    "%s: checkpoint format %u, written by a newer baton (this one reads up to "
-                    "format %u)",
-                    p, (*out)->format_version, CKPT_FORMAT_VERSION);
+    int rc = ckpt_manifest_check_version(*out, p, diag);
+    if (rc != 0) {
         baton__manifest__free_unpacked(*out, NULL);
         *out = NULL;
-        return BT_EUNSUPPORTED;
     }
-    return 0;
+    return rc;
+}
+
+int ckpt_manifest_check_version(const Baton__Manifest *m, const char *where, bt_diag *diag) {
+    if (m->format_version <= CKPT_FORMAT_VERSION) return 0;
+    bt_diag_set(diag,
+                "%s: checkpoint format %u, written by a newer baton (this one reads up to "
+                "format %u)",
+                where, m->format_version, CKPT_FORMAT_VERSION);
+    return BT_EUNSUPPORTED;
 }
 
 int ckpt_fsync_dir(const char *dir) {
@@ -210,7 +215,9 @@ static int retain_is_final(const char *root, const char *name) {
     Baton__Manifest *m = NULL;
     bt_diag d;
     bt_diag_init(&d);
-    if (ckpt_manifest_read(p, &m, &d) != 0) return 0;
+    int rc = ckpt_manifest_read(p, &m, &d);
+    if (rc == BT_EUNSUPPORTED) return 1; /* a newer baton's: not ours to judge */
+    if (rc != 0) return 0;
     int fin = m->stage_final;
     baton__manifest__free_unpacked(m, NULL);
     return fin;

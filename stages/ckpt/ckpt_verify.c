@@ -48,12 +48,13 @@ static void verify_shard_bytes(verify_ctx *v, const Baton__TensorEntry *e, size_
     while (got < s->byte_length &&
            (r = pread(fd, v->buf + got, s->byte_length - got, (off_t)(s->byte_offset + got))) > 0)
         got += (uint64_t)r;
+    off_t end = lseek(fd, 0, SEEK_END);
     close(fd);
     unsigned long long a = s->byte_offset, b = s->byte_offset + s->byte_length;
     if (got < s->byte_length)
         return verify_problem(v,
                               "%s: truncated at byte %llu: tensor %s shard %zu needs [%llu, %llu)",
-                              p, a + got, e->key, si, a, b);
+                              p, end >= 0 ? (unsigned long long)end : a + got, e->key, si, a, b);
     uint64_t bb = v->m->block_bytes ? v->m->block_bytes : CKPT_DEFAULT_BLOCK;
     for (size_t k = 0; k < s->n_block_crc32c; k++) {
         uint64_t lo = k * bb, hi = lo + bb < s->byte_length ? lo + bb : s->byte_length;
@@ -112,8 +113,14 @@ int ckpt_verify(const char *dir, const Baton__Manifest *m, void (*fn)(void *, co
     verify_ctx v = {.dir = dir, .m = m, .fn = fn, .ctx = ctx, .rep = out};
     for (size_t i = 0; i < m->n_tensors; i++)
         verify_tensor(&v, m->tensors[i]), out->tensors++;
-    for (size_t i = 0; i < m->n_fp8; i++)
-        if (m->fp8[i]->history) verify_tensor(&v, m->fp8[i]->history), out->fp8_histories++;
+    for (size_t i = 0; i < m->n_fp8; i++) {
+        const Baton__TensorEntry *h = m->fp8[i]->history;
+        if (h == NULL) continue;
+        if (h->n_global_shape != 1 || h->dtype != BATON__DTYPE__F32)
+            verify_problem(&v, "fp8 state %s: its history is not a 1-D float32 tensor",
+                           m->fp8[i]->tensor ? m->fp8[i]->tensor : "?");
+        verify_tensor(&v, h), out->fp8_histories++;
+    }
     free(v.buf);
     return 0;
 }

@@ -215,12 +215,15 @@ int ckpt_writer_add(ckpt_writer *w, const char *key, int ndim, const uint64_t *g
     return writer_put(w, e, ndim, piece, data, diag);
 }
 
-/* A one-dimensional float32 entry of len elements, in no index. */
+/* A one-dimensional float32 entry of len elements, in no index (its key, for messages,
+ * "fp8_history." and the state's name). */
 static Baton__TensorEntry *writer_history_entry(const char *name, uint32_t len) {
     Baton__TensorEntry *e = calloc(1, sizeof *e);
     if (e == NULL) return NULL;
     baton__tensor_entry__init(e);
-    e->key = strdup(name);
+    size_t kn = strlen(name) + sizeof "fp8_history.";
+    e->key = malloc(kn);
+    if (e->key) snprintf(e->key, kn, "fp8_history.%s", name);
     e->global_shape = malloc(sizeof *e->global_shape);
     e->has_dtype = 1, e->dtype = BATON__DTYPE__F32;
     if (!e->key || !e->global_shape) return baton__tensor_entry__free_unpacked(e, NULL), NULL;

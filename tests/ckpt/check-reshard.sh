@@ -97,3 +97,24 @@ paste <(losses a.log | awk '$1 > 10') <(losses b.log) | awk -v name="$case" -v s
         printf "%s: steps 11-20 after the reload, max relative loss difference %.3g%s\n",
                name, worst, same ? " (bitwise required)" : ""
         exit bad }'
+if ((fp8 && offline)); then
+  # the last history's last float damaged: verify names it, inspect --json still lists
+  # every state, that one with an error instead of its history, and exits 1
+  ck=resharded/s00-step00000010
+  chmod u+w "$ck/rank-00000.bin"
+  printf '\x5a' | dd of="$ck/rank-00000.bin" bs=1 seek=$(($(stat -c %s "$ck/rank-00000.bin") - 2)) \
+    conv=notrunc status=none
+  if "$baton" ckpt verify "$ck" >verify2.log; then echo "$case: verify missed a damaged history"; exit 1; fi
+  grep -q "damaged (CRC32C mismatch): tensor fp8_history\." verify2.log ||
+    { echo "$case: verify did not name the history"; cat verify2.log; exit 1; }
+  if "$baton" ckpt inspect "$ck" --json >inspect.json 2>inspect.err; then
+    echo "$case: inspect --json exited 0 on a damaged history"; exit 1
+  fi
+  /usr/bin/python3 - inspect.json "$states" <<'PY' || { echo "$case: inspect --json"; cat inspect.err; exit 1; }
+import json, sys
+f = json.load(open(sys.argv[1]))["fp8"]
+bad = [s for s in f if s["amax_history"] is None]
+assert len(f) == int(sys.argv[2]) and len(bad) == 1 and "CRC32C" in bad[0]["error"], bad
+print(f"{len(f)} states listed, {bad[0]['name']}: {bad[0]['error']}")
+PY
+fi

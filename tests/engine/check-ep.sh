@@ -119,15 +119,6 @@ ep_case ep2-full 2 1 2 "$aux" "s/  micro_batch: 1/  micro_batch: 1\n  recompute:
 # 1.6e-4 with it) and the final parameters within 1e-2 of the largest (measured: 2.8e-3
 # without tp, 1.3e-3 .. 3.3e-3 with it; AdamW turns a tiny gradient's rounding into a
 # whole step).
-ep_fp8_losses() { # NAME REF_LOG LOG
-  paste <(layout_losses "$2") <(layout_losses "$3") | awk -v name="$1" '
-    { n++; d = $2 - $4; if (d < 0) d = -d; r = d / $2
-      if (($1 <= 3 && r > 1e-6) || r > 1e-3) { printf "%s: step %d loss %s vs %s\n", name, $1, $4, $2; bad = 1 }
-      if ($1 <= 3 && r > early) early = r; if (r > worst) worst = r }
-    END { if (n != 20) { print name ": " n " steps"; bad = 1 }
-          printf "%s: losses max relative difference %.3g in the first 3 steps, %.3g in all 20\n", name, early, worst
-          exit bad }'
-}
 fp8p="s/^defaults:/defaults:\n  precision: {type: fp8, first_last_bf16: false}/"
 ep_fp8_run() { # NAME RANKS: launched, its checkpoint reloaded into one process
   "$baton" spec "$1.yaml" --out "$1.pb"
@@ -150,7 +141,7 @@ ep_fp8_case() { # NAME RANKS TP EP [SED [REF_SED]]: REF_SED makes the tp referen
     sed "${6:-s/ep: $4,/ep: 1,/}" "$name.yaml" >"$name.ref.yaml"
     ep_fp8_run "$name.ref" "$n"
   fi
-  ep_fp8_losses "$name" "$name.ref.log" "$name.log" || failures=$((failures + 1))
+  layout_fp8_losses "$name" "$name.ref.log" "$name.log" 3 || failures=$((failures + 1))
   layout_compare_params "$name" "$name.ref.params" "$name.params" 1e-2 || failures=$((failures + 1))
   if ! grep -Eq "fp8: ([0-9]+) of \1 expert weight products in fp8" "$name.log"; then
     echo "$name: the experts' products did not run in fp8"

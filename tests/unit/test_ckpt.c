@@ -348,6 +348,20 @@ static void test_fp8_history(void) {
     bt_diag_init(&d);
     CHECK(ckpt_manifest_read(dir, &m, &d) == BT_EUNSUPPORTED && m == NULL);
     CHECK(strstr(d.msg, "written by a newer baton") != NULL);
+    /* retention keeping 1 of 3 never removes the newer baton's checkpoint */
+    for (uint64_t step = 2; step <= 3; step++) {
+        char name[64];
+        ckpt_name(0, step, name, sizeof name);
+        CHECK(ckpt_begin(root, name, &d) == 0);
+        ckpt_partial_dir(root, name, part, sizeof part);
+        CHECK(ckpt_writer_open(&w, part, 0, 16, &d) == 0);
+        CHECK(ckpt_writer_add(&w, "x", 1, g, &all, BATON__DTYPE__F32, x, &d) == 0);
+        CHECK(ckpt_writer_finish(&w, &d) == 0);
+        CHECK(ckpt_commit(root, name, &h, 1, 10, 1, &d) == 0);
+    }
+    CHECK(access(dir, F_OK) == 0);
+    snprintf(path, sizeof path, "%s/s00-step00000002", root);
+    CHECK(access(path, F_OK) != 0);
 }
 
 int main(void) {

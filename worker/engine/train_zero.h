@@ -19,10 +19,10 @@
  *    all-gathered from the parameter shard before its forward and backward and its
  *    gradients reduce-scattered into the gradient shard after its backward. The update
  *    works on the shards; nothing is gathered after it.
- * The update is ZeRO-1's: the global norm from the
- * shards' sums of squares (over the dp group, then the tp/pp norm groups of train_dp),
- * clipping, AdamW over the rank's segments. Summing the micro-batches after (not before)
- * the reduction changes only the order of float additions.
+ * The update is ZeRO-1's: the global norm from the shards' sums of squares (over the dp
+ * group, then the tp/pp norm groups of train_dp), clipping, AdamW over the rank's
+ * segments. Summing the micro-batches after (not before) the reduction changes only the
+ * order of float additions.
  *
  * MoE layers (ep 1) are sharded like the rest; under ZeRO-3 the selection bias of
  * aux-loss-free balancing is nudged in the shard (train_zero_moe_bias).

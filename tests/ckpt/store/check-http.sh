@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # baton ckpt push/pull against a real WebDAV-style HTTP server: nginx on a free loopback
 # port, with its own prefix, config and temp paths in a temp directory, killed on exit.
-# Round trip; push resuming (skipping what the server holds in full, manifest.pb last);
-# pull interrupted (a rate limit and a time limit) and resumed with a Range request for
-# exactly the missing bytes, as nginx's access log shows; damaged remote data refused.
+# Round trip (the fixture's fp8 histories too, in a shard file that holds nothing else);
+# push resuming (skipping what the server holds in full, manifest.pb last); pull
+# interrupted (a rate limit and a time limit) and resumed with a Range request for
+# exactly the missing bytes, as nginx's access log shows; damaged remote data and a
+# later checkpoint format refused.
 # Exit 77 (SKIPPED) only when nginx is not installed.
 #   check-http.sh BATON MAKE_CKPT
 set -u
@@ -97,6 +99,20 @@ expect 0 "pulled .* into got/$name" -- pull "$url/$name" --into got
 same_files "$src" "got/$name" && ok "pull: identical files" || fail "pull: files differ"
 "$make_ckpt" read "got/$name" && ok "pull: tensors read back" || fail "pull: tensors unreadable"
 expect 1 'already exists' -- pull "$url/$name" --into got
+
+# A checkpoint of a later format than this baton reads (format_version, field 1, is the
+# manifest's first bytes): pull refuses it and leaves nothing.
+cp "$remote/manifest.pb" manifest.keep
+/usr/bin/python3 - "$remote/manifest.pb" <<'PY' || fail "manifest.pb does not start with format_version 2"
+import sys
+p = sys.argv[1]; b = bytearray(open(p, "rb").read())
+assert b[0] == 0x08 and b[1] == 2, b[:2]
+b[1] = 3; open(p, "wb").write(b)
+PY
+mkdir got4
+expect 1 "format 3, written by a newer baton" -- pull "$url/$name" --into got4
+[[ -e got4/$name ]] && fail "newer format: a complete checkpoint was left"
+cp manifest.keep "$remote/manifest.pb"
 
 # A pull broken off: 10 kB/s (libcurl lets the first ~1.6 MB of a request through
 # quickly) for at most 1 s per try, 3 tries, then fail, leaving a file partly fetched.

@@ -2,10 +2,12 @@
  *
  *   make_ckpt write RUN_DIR WORLD ROWS   RUN_DIR/checkpoints/s00-step00000004: WORLD
  *                                        shard files, each holding two tensors of
- *                                        ROWS x 256 float32 (block size 64 KiB)
- *   make_ckpt read CKPT_DIR              reads every tensor back through
- *                                        ckpt_read_tensor (which checks every block
- *                                        CRC32C) and compares it with the values written
+ *                                        ROWS x 256 float32 (block size 64 KiB), and one
+ *                                        more (rank WORLD) holding only two fp8 states'
+ *                                        amax histories (no tensor names that file)
+ *   make_ckpt read CKPT_DIR              reads every tensor and fp8 history back
+ *                                        (every block CRC32C checked) and compares them
+ *                                        with the values written
  *
  * Exit 0 on success, 1 with a message otherwise. */
 #include <stdio.h>
@@ -43,6 +45,26 @@ static int write_rank(const char *part, int rank, uint32_t world, uint64_t rows,
     return rc;
 }
 
+#define FP8_STATES  2
+#define FP8_HISTORY 40
+
+/* The rank that writes only fp8 states (their histories in its shard file). */
+static int write_fp8_rank(const char *part, int rank, bt_diag *d) {
+    ckpt_writer w;
+    int rc = ckpt_writer_open(&w, part, rank, BLOCK, d);
+    float h[FP8_HISTORY];
+    for (int s = 0; rc == 0 && s < FP8_STATES; s++) {
+        char name[32];
+        snprintf(name, sizeof name, "layers.%d.gemm0.x", s);
+        for (int i = 0; i < FP8_HISTORY; i++)
+            h[i] = value_at(100 + (uint64_t)s, (uint64_t)i);
+        rc = ckpt_writer_add_fp8(&w, name, 1.0f + (float)s, h, FP8_HISTORY, (uint32_t)s, d);
+    }
+    if (rc == 0) return ckpt_writer_finish(&w, d);
+    ckpt_writer_abort(&w);
+    return rc;
+}
+
 static int cmd_write(const char *run, uint32_t world, uint64_t rows, bt_diag *d) {
     char root[CKPT_PATH_MAX], part[CKPT_PATH_MAX], name[64];
     snprintf(root, sizeof root, "%s/%s", run, CKPT_ROOT_IN_RUN);
@@ -51,11 +73,12 @@ static int cmd_write(const char *run, uint32_t world, uint64_t rows, bt_diag *d)
     ckpt_partial_dir(root, name, part, sizeof part);
     for (uint32_t r = 0; rc == 0 && r < world; r++)
         rc = write_rank(part, (int)r, world, rows, d);
+    rc = rc ? rc : write_fp8_rank(part, (int)world, d);
     Baton__Manifest h = BATON__MANIFEST__INIT;
     h.recipe_name = "store-test";
     h.has_step = 1, h.step = 4;
     h.has_block_bytes = 1, h.block_bytes = BLOCK;
-    return rc ? rc : ckpt_commit(root, name, &h, world, 10.0, 0, d);
+    return rc ? rc : ckpt_commit(root, name, &h, world + 1, 10.0, 0, d);
 }
 
 static int cmd_read(const char *dir, bt_diag *d) {
@@ -77,6 +100,19 @@ static int cmd_read(const char *dir, bt_diag *d) {
     if (rc == 0 && m->n_tensors != 2) {
         bt_diag_set(d, "%s: %zu tensors, expected 2", dir, m->n_tensors);
         rc = BT_EIO;
+    }
+    if (rc == 0 && m->n_fp8 != FP8_STATES) {
+        bt_diag_set(d, "%s: %zu fp8 states, expected %d", dir, m->n_fp8, FP8_STATES);
+        rc = BT_EIO;
+    }
+    for (size_t s = 0; rc == 0 && s < m->n_fp8; s++) {
+        const Baton__Fp8State *f = m->fp8[s];
+        float h[FP8_HISTORY];
+        uint64_t si = strtoull(f->tensor + strlen("layers."), NULL, 10);
+        rc = ckpt_fp8_history_len(f) == FP8_HISTORY ? ckpt_fp8_history(dir, m, f, h, d) : BT_EIO;
+        for (int i = 0; rc == 0 && i < FP8_HISTORY; i++)
+            if (h[i] != value_at(100 + si, (uint64_t)i)) rc = BT_EIO;
+        if (rc == BT_EIO && !d->msg[0]) bt_diag_set(d, "%s: fp8 state %s differs", dir, f->tensor);
     }
     if (m) baton__manifest__free_unpacked(m, NULL);
     return rc;
