@@ -309,6 +309,19 @@ static void test_meta(void) {
     prec_fp8_meta_init(&m, hist, 1, PREC_E4M3, 0);
     prec_fp8_meta_update(&m, 1e-40f); /* 448 / 1e-40 overflows float32: FLT_MAX */
     CHECK(m.scale == 3.40282347e38f);
+    /* a tensor 4 times smaller than its history says (a format-1 checkpoint's gradients
+     * under dp4): the history and the scale follow, and the next update agrees */
+    float h2[2];
+    prec_fp8_meta_init(&m, h2, 2, PREC_E5M2, 0);
+    prec_fp8_meta_update(&m, 8.0f); /* 57344 / 8 = 7168 */
+    CHECK(m.scale == 7168.0f);
+    prec_fp8_meta_rescale(&m, 4.0f);
+    CHECK(h2[0] == 2.0f && h2[1] == 0.0f && m.scale == 28672.0f && m.pos == 1);
+    prec_fp8_meta_update(&m, 1.0f); /* {2, 1}: 57344 / 2 */
+    CHECK(m.scale == 28672.0f);
+    m.scale = 1e38f;
+    prec_fp8_meta_rescale(&m, 16.0f);
+    CHECK(m.scale == 3.40282347e38f);
 }
 
 /* ---- optional cross-check with torch's float8 dtypes ---- */

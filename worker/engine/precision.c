@@ -229,3 +229,10 @@ void prec_fp8_meta_update(prec_fp8_meta *m, float amax) {
     double s = ldexp((double)fp8_descs[m->fmt].max / (double)amax, -(int)m->margin);
     m->scale = s > (double)FLT_MAX ? FLT_MAX : (float)s;
 }
+
+void prec_fp8_meta_rescale(prec_fp8_meta *m, float k) {
+    for (uint32_t i = 0; i < m->len; i++)
+        m->history[i] /= k;
+    double s = (double)m->scale * k;
+    m->scale = s > (double)FLT_MAX ? FLT_MAX : (float)s;
+}

@@ -65,5 +65,9 @@ void prec_fp8_meta_init(prec_fp8_meta *m, float *history, uint32_t len, prec_fp8
                         uint32_t margin);
 /* Records this step's amax and recomputes the scale for the next step. */
 void prec_fp8_meta_update(prec_fp8_meta *m, float amax);
+/* The state of a tensor that is now k times smaller than when its history was recorded:
+ * every amax divided by k, the scale multiplied by it (clamped to FLT_MAX, as the update
+ * clamps). */
+void prec_fp8_meta_rescale(prec_fp8_meta *m, float k);
 
 #endif

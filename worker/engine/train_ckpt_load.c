@@ -117,7 +117,9 @@ static int load_has_moments(const Baton__Manifest *m) {
 
 /* The delayed-scaling state saved by the same stage (same GEMMs and history length). An
  * expert's missing altogether (a checkpoint from before the experts ran fp8) starts
- * afresh, counted in t->fp8_fresh. */
+ * afresh, counted in t->fp8_fresh. Format 1 was written when each replica scaled its
+ * loss gradients by its own micro-batch count: the gradients' (dy) amaxes were dp times
+ * today's, so they are divided by the saving layout's dp. */
 static int load_fp8(trainer *t, const char *dir, const Baton__Manifest *m, bt_diag *diag) {
     if (t->fp8 == NULL) return 0;
     t->fp8_fresh = 0;
@@ -138,6 +140,8 @@ static int load_fp8(trainer *t, const char *dir, const Baton__Manifest *m, bt_di
             int rc = ckpt_fp8_history(dir, m, f, meta->history, diag);
             if (rc != 0) return rc;
             meta->scale = f->scale, meta->pos = f->pos;
+            if (k == BACKEND_FP8_DY && m->format_version < 2 && m->layout && m->layout->dp > 1)
+                prec_fp8_meta_rescale(meta, (float)m->layout->dp);
         }
     return 0;
 }
