@@ -204,6 +204,7 @@ static int by_name(const void *a, const void *b) {
 typedef struct export_ctx {
     const char *dir; /* the checkpoint */
     const Baton__Manifest *m;
+    ckpt_reader rd; /* its shard files, each opened once */
     int bf16;
     float *buf; /* HF_CHUNK_FLOATS, or one row when a row is longer */
     uint16_t *half;
@@ -226,7 +227,7 @@ static int export_tensor(export_ctx *x, const hf_tensor *t) {
     for (uint64_t r = 0; r < rows; r += step) {
         uint64_t nr = rows - r < step ? rows - r : step, count = nr * cols;
         ckpt_box want = {.off = {r, 0}, .shape = {nr, cols}};
-        int rc = ckpt_read_box(x->dir, x->m, e, &want, x->buf, x->diag);
+        int rc = ckpt_reader_box(&x->rd, e, &want, x->buf, x->diag);
         if (rc) return rc;
         if (!x->bf16) {
             rc = export_write(x, x->buf, count * sizeof(float));
@@ -339,7 +340,9 @@ static int export_run(const export_opts *o, const char *dir, const Baton__Manife
     if (!rc) rc = export_mkdir(o->out, diag);
     qsort(t, n, sizeof *t, by_name);
     export_ctx x = {.dir = dir, .m = m, .bf16 = o->bf16, .diag = diag};
+    ckpt_reader_init(&x.rd, dir, m);
     if (!rc) rc = export_weights(&x, o->out, t, n);
+    ckpt_reader_close(&x.rd);
     if (!rc) rc = export_config(m->model, o, diag);
     if (!rc && ckpt_fsync_dir(o->out) != 0) rc = BT_EIO;
     if (!rc)

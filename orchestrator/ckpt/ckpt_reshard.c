@@ -100,6 +100,7 @@ typedef struct reshard_job {
     char part[CKPT_PATH_MAX];
     float *buf;
     size_t cap;
+    ckpt_reader rd; /* the source's shard files, each opened once */
 } reshard_job;
 
 /* Room for n floats in j->buf. */
@@ -121,7 +122,7 @@ static int reshard_piece(reshard_job *j, ckpt_writer *w, const char *key, const 
     uint64_t g[2];
     train_ckpt_tensor_box(mt, &nd, g, &b);
     int rc = reshard_room(j, mt->count);
-    rc = rc ? rc : ckpt_read_box(j->src, j->m, e, &b, j->buf, diag);
+    rc = rc ? rc : ckpt_reader_box(&j->rd, e, &b, j->buf, diag);
     return rc ? rc : ckpt_writer_add(w, key, nd, g, &b, e->dtype, j->buf, diag);
 }
 
@@ -134,7 +135,7 @@ static int reshard_fp8(reshard_job *j, ckpt_writer *w, const Baton__Fp8State *f,
         return BT_EINVAL;
     }
     int rc = reshard_room(j, (size_t)len);
-    rc = rc ? rc : ckpt_fp8_history(j->src, j->m, f, j->buf, diag);
+    rc = rc ? rc : ckpt_reader_fp8(&j->rd, f, j->buf, diag);
     return rc ? rc
               : ckpt_writer_add_fp8(w, f->tensor, f->scale, j->buf, (uint32_t)len, f->pos, diag);
 }
@@ -284,7 +285,9 @@ int ckpt_cmd_reshard(int argc, char **argv) {
     Baton__Manifest *m = NULL;
     int rc = ckpt_open(path, dir, sizeof dir, &m, &diag);
     reshard_job j = {.src = dir, .m = m, .to = &lay};
+    ckpt_reader_init(&j.rd, dir, m);
     rc = rc ? rc : reshard_write(&j, out, &diag);
+    ckpt_reader_close(&j.rd);
     free(j.buf);
     if (m) baton__manifest__free_unpacked(m, NULL);
     if (rc != 0) {

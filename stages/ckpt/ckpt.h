@@ -129,6 +129,33 @@ int ckpt_read_box(const char *dir, const Baton__Manifest *m, const Baton__Tensor
 int ckpt_read_tensor(const char *dir, const Baton__Manifest *m, const Baton__TensorEntry *e,
                      float *out, bt_diag *diag);
 
+/* A checkpoint being read piece by piece: its shard files stay open between reads (the
+ * least recently used of CKPT_READER_FDS closed for another), so that a loader reading
+ * hundreds of tensors and fp8 histories from a few files opens each once, not once per
+ * read (on a parallel filesystem an open is a metadata server round trip). dir and m
+ * must outlive it. */
+#define CKPT_READER_FDS 128 /* well inside the usual 1024 descriptors a process may hold */
+typedef struct ckpt_reader {
+    const char *dir;
+    const Baton__Manifest *m;
+    struct {
+        char *name;
+        int fd;
+        uint64_t used;
+    } fd[CKPT_READER_FDS];
+    int n_fd;
+    uint64_t tick;
+    uint64_t opens; /* files opened so far */
+} ckpt_reader;
+void ckpt_reader_init(ckpt_reader *r, const char *dir, const Baton__Manifest *m);
+void ckpt_reader_close(ckpt_reader *r);
+/* ckpt_read_box, ckpt_read_tensor and ckpt_fp8_history through r (each of those opens
+ * the files it reads for that read alone). */
+int ckpt_reader_box(ckpt_reader *r, const Baton__TensorEntry *e, const ckpt_box *want, float *out,
+                    bt_diag *diag);
+int ckpt_reader_tensor(ckpt_reader *r, const Baton__TensorEntry *e, float *out, bt_diag *diag);
+int ckpt_reader_fp8(ckpt_reader *r, const Baton__Fp8State *f, float *out, bt_diag *diag);
+
 /* ---- verification (ckpt_verify.c) ---- */
 
 typedef struct ckpt_verify_report {

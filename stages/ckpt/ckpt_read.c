@@ -103,11 +103,58 @@ static float read_elem(const unsigned char *p, Baton__DType t) {
 /* One shard's bytes [a, b) (relative to its byte_offset), widened to whole CRC blocks
  * and checked; *base gets the widened start. */
 typedef struct read_span {
+    ckpt_reader *r; /* dir, m and the open files */
     const char *dir;
     const Baton__Manifest *m;
     const Baton__TensorEntry *e;
     const Baton__Shard *s;
 } read_span;
+
+void ckpt_reader_init(ckpt_reader *r, const char *dir, const Baton__Manifest *m) {
+    memset(r, 0, sizeof *r);
+    r->dir = dir, r->m = m;
+}
+
+void ckpt_reader_close(ckpt_reader *r) {
+    for (int i = 0; i < r->n_fd; i++) {
+        close(r->fd[i].fd);
+        free(r->fd[i].name);
+    }
+    r->n_fd = 0;
+}
+
+/* Shard file name of r's checkpoint, open for reading: kept open for the next reads, the
+ * least recently used closed when CKPT_READER_FDS are. -1 with errno on failure. */
+static int reader_fd(ckpt_reader *r, const char *name) {
+    int lru = 0;
+    for (int i = 0; i < r->n_fd; i++) {
+        if (strcmp(r->fd[i].name, name) == 0) {
+            r->fd[i].used = ++r->tick;
+            return r->fd[i].fd;
+        }
+        if (r->fd[i].used < r->fd[lru].used) lru = i;
+    }
+    char path[CKPT_PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", r->dir, name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    char *copy = fd >= 0 ? strdup(name) : NULL;
+    if (fd < 0 || copy == NULL) {
+        int err = fd < 0 ? errno : ENOMEM;
+        if (fd >= 0) close(fd);
+        errno = err;
+        return -1;
+    }
+    r->opens++;
+    int slot = lru;
+    if (r->n_fd < CKPT_READER_FDS) {
+        slot = r->n_fd++;
+    } else {
+        close(r->fd[slot].fd);
+        free(r->fd[slot].name);
+    }
+    r->fd[slot].name = copy, r->fd[slot].fd = fd, r->fd[slot].used = ++r->tick;
+    return fd;
+}
 
 static int read_check_blocks(const read_span *sp, const unsigned char *buf, uint64_t A, uint64_t B,
                              bt_diag *diag) {
@@ -159,7 +206,7 @@ static int read_span_bytes(const read_span *sp, uint64_t a, uint64_t b, unsigned
     if (!blocks && s->has_crc32c) A = 0, B = s->byte_length;
     char path[CKPT_PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", sp->dir, s->file);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = reader_fd(sp->r, s->file);
     if (fd < 0) {
         bt_diag_set(diag, "%s: cannot open shard of tensor %s: %s", path, sp->e->key,
                     strerror(errno));
@@ -172,7 +219,6 @@ static int read_span_bytes(const read_span *sp, uint64_t a, uint64_t b, unsigned
         if (r <= 0) break;
         got += (uint64_t)r;
     }
-    close(fd);
     int rc = buf == NULL ? BT_ENOMEM : 0;
     if (rc == 0 && got < B - A) {
         bt_diag_set(diag, "%s: truncated: tensor %s needs bytes up to %llu, the file ends at %llu",
@@ -227,8 +273,9 @@ static int read_shard(const read_span *sp, const ckpt_box *want, float *out, uin
     return rc;
 }
 
-int ckpt_read_box(const char *dir, const Baton__Manifest *m, const Baton__TensorEntry *e,
-                  const ckpt_box *want, float *out, bt_diag *diag) {
+int ckpt_reader_box(ckpt_reader *r, const Baton__TensorEntry *e, const ckpt_box *want, float *out,
+                    bt_diag *diag) {
+    const char *dir = r->dir;
     if (e->dtype != BATON__DTYPE__F32 && e->dtype != BATON__DTYPE__BF16) {
         bt_diag_set(
             diag, "%s: tensor %s: stored as %s, which this reader does not convert", dir, e->key,
@@ -239,7 +286,7 @@ int ckpt_read_box(const char *dir, const Baton__Manifest *m, const Baton__Tensor
     }
     uint64_t covered = 0;
     for (size_t i = 0; i < e->n_shards; i++) {
-        read_span sp = {.dir = dir, .m = m, .e = e, .s = e->shards[i]};
+        read_span sp = {.r = r, .dir = dir, .m = r->m, .e = e, .s = e->shards[i]};
         int rc = read_shard(&sp, want, out, &covered, diag);
         if (rc != 0) return rc;
     }
@@ -256,33 +303,59 @@ int ckpt_read_box(const char *dir, const Baton__Manifest *m, const Baton__Tensor
     return 0;
 }
 
-int ckpt_read_tensor(const char *dir, const Baton__Manifest *m, const Baton__TensorEntry *e,
-                     float *out, bt_diag *diag) {
+int ckpt_reader_tensor(ckpt_reader *r, const Baton__TensorEntry *e, float *out, bt_diag *diag) {
     ckpt_box all = {.shape = {1, 1}};
     size_t nd = e->n_global_shape;
     if (nd < 1 || nd > 2) {
-        bt_diag_set(diag, "%s: tensor %s has %zu dimensions (1 or 2 expected)", dir, e->key, nd);
+        bt_diag_set(diag, "%s: tensor %s has %zu dimensions (1 or 2 expected)", r->dir, e->key, nd);
         return BT_EINVAL;
     }
     for (size_t k = 0; k < nd; k++)
         all.shape[2 - nd + k] = e->global_shape[k];
-    return ckpt_read_box(dir, m, e, &all, out, diag);
+    return ckpt_reader_box(r, e, &all, out, diag);
 }
 
 uint64_t ckpt_fp8_history_len(const Baton__Fp8State *f) {
     return f->history ? ckpt_tensor_count(f->history) : f->n_amax_history;
 }
 
-int ckpt_fp8_history(const char *dir, const Baton__Manifest *m, const Baton__Fp8State *f,
-                     float *out, bt_diag *diag) {
+int ckpt_reader_fp8(ckpt_reader *r, const Baton__Fp8State *f, float *out, bt_diag *diag) {
     if (f->history == NULL) {
         memcpy(out, f->amax_history, f->n_amax_history * sizeof *out);
         return 0;
     }
     if (f->history->n_global_shape != 1) {
-        bt_diag_set(diag, "%s: fp8 state %s: its history is not one-dimensional", dir,
+        bt_diag_set(diag, "%s: fp8 state %s: its history is not one-dimensional", r->dir,
                     nz(f->tensor));
         return BT_EINVAL;
     }
-    return ckpt_read_tensor(dir, m, f->history, out, diag);
+    return ckpt_reader_tensor(r, f->history, out, diag);
+}
+
+/* One read through a reader of its own: its files closed after it. */
+int ckpt_read_box(const char *dir, const Baton__Manifest *m, const Baton__TensorEntry *e,
+                  const ckpt_box *want, float *out, bt_diag *diag) {
+    ckpt_reader r;
+    ckpt_reader_init(&r, dir, m);
+    int rc = ckpt_reader_box(&r, e, want, out, diag);
+    ckpt_reader_close(&r);
+    return rc;
+}
+
+int ckpt_read_tensor(const char *dir, const Baton__Manifest *m, const Baton__TensorEntry *e,
+                     float *out, bt_diag *diag) {
+    ckpt_reader r;
+    ckpt_reader_init(&r, dir, m);
+    int rc = ckpt_reader_tensor(&r, e, out, diag);
+    ckpt_reader_close(&r);
+    return rc;
+}
+
+int ckpt_fp8_history(const char *dir, const Baton__Manifest *m, const Baton__Fp8State *f,
+                     float *out, bt_diag *diag) {
+    ckpt_reader r;
+    ckpt_reader_init(&r, dir, m);
+    int rc = ckpt_reader_fp8(&r, f, out, diag);
+    ckpt_reader_close(&r);
+    return rc;
 }

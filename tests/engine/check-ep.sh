@@ -266,6 +266,12 @@ ep_resume() { # NAME RANKS_B SED_B EXACT [SED_A]
         if ($1 != $3 || (exact && $2 != $4) || d > 1e-5 * $2) bad = 1 }
       END { printf "%s: steps 11-20 resumed, %d losses, max difference %.3g\n", name, n, worst
             exit bad || n != 10 }' || failures=$((failures + 1))
+  # every tensor, moment and fp8 history read through one open file per shard file
+  local files opened
+  files=$(find "$name.a.run/checkpoints/s00-step00000010" -name 'rank-*.bin' | wc -l)
+  opened=$(sed -En 's/^(\[0\] )?started from .*\(([0-9]+) shard file\(s\) opened\)$/\2/p' "$name.b.log")
+  echo "$name: rank 0 opened ${opened:-no} shard file(s) of the checkpoint's $files"
+  if [[ -z $opened ]] || ((opened < 1 || opened > files)); then failures=$((failures + 1)); fi
 }
 ep_resume ep2-dp4-zero1-resume 4 "$z1" 1
 ep_resume ep2-dp4-zero1-to-ep2 2 "" 0

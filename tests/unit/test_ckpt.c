@@ -364,6 +364,53 @@ static void test_fp8_history(void) {
     CHECK(access(path, F_OK) != 0);
 }
 
+/* A reader opens each shard file once, keeps at most CKPT_READER_FDS open (the least
+ * recently used closed for another), and reads right across the evictions. */
+static void test_reader_files(void) {
+    enum { RANKS = CKPT_READER_FDS + 8 };
+    char root[300], part[CKPT_PATH_MAX], dir[CKPT_PATH_MAX];
+    snprintf(root, sizeof root, "%s/reader", test_root);
+    bt_diag d;
+    bt_diag_init(&d);
+    uint64_t g[1] = {2 * RANKS};
+    CHECK(ckpt_begin(root, "s00-step00000001", &d) == 0);
+    ckpt_partial_dir(root, "s00-step00000001", part, sizeof part);
+    for (int r = 0; r < RANKS; r++) {
+        ckpt_writer w;
+        float x[2] = {(float)r, (float)r + 0.5f};
+        ckpt_box piece = {.off = {0, 2 * (uint64_t)r}, .shape = {1, 2}};
+        CHECK(ckpt_writer_open(&w, part, r, 0, &d) == 0);
+        CHECK(ckpt_writer_add(&w, "x", 1, g, &piece, BATON__DTYPE__F32, x, &d) == 0);
+        CHECK(ckpt_writer_add(&w, "y", 1, g, &piece, BATON__DTYPE__F32, x, &d) == 0);
+        CHECK(ckpt_writer_finish(&w, &d) == 0);
+    }
+    Baton__Manifest h = BATON__MANIFEST__INIT;
+    CHECK(ckpt_commit(root, "s00-step00000001", &h, RANKS, 10, 0, &d) == 0);
+    Baton__Manifest *m = NULL;
+    CHECK(ckpt_resolve(root, dir, sizeof dir, &d) == 0 && ckpt_manifest_read(dir, &m, &d) == 0);
+    if (m == NULL) return;
+    ckpt_reader r;
+    ckpt_reader_init(&r, dir, m);
+    float out[2 * RANKS];
+    const char *keys[2] = {"x", "y"};
+    for (int k = 0; k < 2; k++) {
+        CHECK(ckpt_reader_tensor(&r, ckpt_find(m, keys[k]), out, &d) == 0);
+        for (int i = 0; i < RANKS; i++)
+            CHECK(out[2 * i] == (float)i && out[2 * i + 1] == (float)i + 0.5f);
+    }
+    CHECK(r.n_fd == CKPT_READER_FDS);
+    /* one pass over more files than the reader keeps: each one's reopening closes the
+     * next it needs (least recently used), so y opens every file again */
+    CHECK_EQ_U64(r.opens, 2 * (uint64_t)RANKS);
+    uint64_t before = r.opens;
+    ckpt_box last = {.off = {0, 2 * (RANKS - 1)}, .shape = {1, 2}};
+    CHECK(ckpt_reader_box(&r, ckpt_find(m, "x"), &last, out, &d) == 0 && out[0] == RANKS - 1);
+    CHECK_EQ_U64(r.opens, before); /* the most recently used file: still open */
+    ckpt_reader_close(&r);
+    CHECK(r.n_fd == 0);
+    baton__manifest__free_unpacked(m, NULL);
+}
+
 int main(void) {
     snprintf(test_root, sizeof test_root, "/tmp/baton-test-ckpt.XXXXXX");
     if (mkdtemp(test_root) == NULL) return 1;
@@ -374,6 +421,7 @@ int main(void) {
     test_replace();
     test_sorted_find();
     test_fp8_history();
+    test_reader_files();
     check_rmdir(test_root);
     return check_status();
 }

@@ -87,6 +87,7 @@ typedef struct trainer {
     train_fp8 *fp8;            /* (model.n_gemm + n_xgemm) when precision is fp8 */
     uint32_t fp8_fresh;        /* expert states the loaded checkpoint lacked: started afresh */
     int fp8_loaded;            /* the delayed-scaling state came from the stage's checkpoint */
+    uint32_t load_files;       /* shard files the last checkpoint load opened */
     float *fp8_history;        /* backing store of every meta's history */
     train_fp8 *fp8_saved;      /* the spike guard's copy of fp8 and fp8_history before an */
     float *fp8_history_saved;  /* armed step's amaxes went in (spike guard on, fp8 only) */

@@ -16,10 +16,10 @@ static int load_shape_matches(const Baton__TensorEntry *e, const model_tensor *m
     return 1;
 }
 
-static const Baton__TensorEntry *load_entry(const char *dir, const Baton__Manifest *m,
-                                            const char *key, const model_tensor *mt,
-                                            bt_diag *diag) {
-    const Baton__TensorEntry *e = ckpt_find_sorted(m, key); /* load_one sorted m */
+static const Baton__TensorEntry *load_entry(const ckpt_reader *r, const char *key,
+                                            const model_tensor *mt, bt_diag *diag) {
+    const char *dir = r->dir;
+    const Baton__TensorEntry *e = ckpt_find_sorted(r->m, key); /* load_one sorted m */
     if (e == NULL) {
         bt_diag_set(diag, "%s: has no tensor %s, which this model needs", dir, key);
         return NULL;
@@ -47,42 +47,50 @@ static float *load_params_dest(trainer *t, const model_tensor *mt, ckpt_box *box
     return t->zero.params + at;
 }
 
-/* ckpt_read_box into the trainer's memory: directly into host memory, or through a host
- * buffer into a device's. */
-static int load_box(trainer *t, const char *dir, const Baton__Manifest *m,
-                    const Baton__TensorEntry *e, const ckpt_box *box, float *out, bt_diag *diag) {
-    if (t->be.host_memory) return ckpt_read_box(dir, m, e, box, out, diag);
+/* ckpt_reader_box into the trainer's memory: directly into host memory, or through a
+ * host buffer into a device's. */
+static int load_box(trainer *t, ckpt_reader *r, const Baton__TensorEntry *e, const ckpt_box *box,
+                    float *out, bt_diag *diag) {
+    if (t->be.host_memory) return ckpt_reader_box(r, e, box, out, diag);
     uint64_t n = ckpt_box_count(box);
     float *host = malloc((n ? n : 1) * sizeof *host);
     if (host == NULL) {
-        bt_diag_set(diag, "%s: out of memory for %s (%llu floats)", dir, e->key,
+        bt_diag_set(diag, "%s: out of memory for %s (%llu floats)", r->dir, e->key,
                     (unsigned long long)n);
         return BT_ENOMEM;
     }
-    int rc = ckpt_read_box(dir, m, e, box, host, diag);
+    int rc = ckpt_reader_box(r, e, box, host, diag);
     if (rc == 0) t->be.from_host(&t->be, out, host, n * sizeof *host);
     free(host);
     return rc;
 }
 
-int train_ckpt_load_params(trainer *t, const char *dir, const Baton__Manifest *m, bt_diag *diag) {
+static int load_params(trainer *t, ckpt_reader *r, bt_diag *diag) {
     for (int i = 0; i < model_n_tensors(&t->m); i++) {
         model_tensor mt;
         model_tensor_info(&t->m, i, &mt);
-        const Baton__TensorEntry *e = load_entry(dir, m, mt.name, &mt, diag);
+        const Baton__TensorEntry *e = load_entry(r, mt.name, &mt, diag);
         ckpt_box b;
         int nd;
         uint64_t gs[2];
         train_ckpt_tensor_box(&mt, &nd, gs, &b);
         float *out = load_params_dest(t, &mt, &b);
         if (e != NULL && out == NULL) continue;
-        int rc = e ? load_box(t, dir, m, e, &b, out, diag) : BT_EINVAL;
+        int rc = e ? load_box(t, r, e, &b, out, diag) : BT_EINVAL;
         if (rc != 0) return rc;
     }
     return 0;
 }
 
-static int load_moments(trainer *t, const char *dir, const Baton__Manifest *m, bt_diag *diag) {
+int train_ckpt_load_params(trainer *t, const char *dir, const Baton__Manifest *m, bt_diag *diag) {
+    ckpt_reader r;
+    ckpt_reader_init(&r, dir, m);
+    int rc = load_params(t, &r, diag);
+    ckpt_reader_close(&r);
+    return rc;
+}
+
+static int load_moments(trainer *t, ckpt_reader *r, bt_diag *diag) {
     static const char *const prefix[2] = {"optim.exp_avg.", "optim.exp_avg_sq."};
     for (int i = 0; i < model_n_tensors(&t->m); i++) {
         model_tensor mt;
@@ -98,13 +106,13 @@ static int load_moments(trainer *t, const char *dir, const Baton__Manifest *m, b
         for (int k = 0; k < 2; k++) {
             char key[160];
             snprintf(key, sizeof key, "%s%s", prefix[k], mt.name);
-            const Baton__TensorEntry *e = load_entry(dir, m, key, &mt, diag);
+            const Baton__TensorEntry *e = load_entry(r, key, &mt, diag);
             float *out = (k == 0 ? t->opt.m : t->opt.v) + at;
-            int rc = e ? load_box(t, dir, m, e, &box, out, diag) : BT_EINVAL;
+            int rc = e ? load_box(t, r, e, &box, out, diag) : BT_EINVAL;
             if (rc != 0) return rc;
         }
     }
-    t->opt.step = m->optim_step;
+    t->opt.step = r->m->optim_step;
     return 0;
 }
 
@@ -120,7 +128,9 @@ static int load_has_moments(const Baton__Manifest *m) {
  * afresh, counted in t->fp8_fresh. Format 1 was written when each replica scaled its
  * loss gradients by its own micro-batch count: the gradients' (dy) amaxes were dp times
  * today's, so they are divided by the saving layout's dp. */
-static int load_fp8(trainer *t, const char *dir, const Baton__Manifest *m, bt_diag *diag) {
+static int load_fp8(trainer *t, ckpt_reader *r, bt_diag *diag) {
+    const char *dir = r->dir;
+    const Baton__Manifest *m = r->m;
     if (t->fp8 == NULL) return 0;
     t->fp8_fresh = 0;
     for (int g = 0; g < t->m.n_gemm + t->m.n_xgemm; g++)
@@ -137,7 +147,7 @@ static int load_fp8(trainer *t, const char *dir, const Baton__Manifest *m, bt_di
                 bt_diag_set(diag, "%s: no usable fp8 scaling state for %s", dir, name);
                 return BT_EINVAL;
             }
-            int rc = ckpt_fp8_history(dir, m, f, meta->history, diag);
+            int rc = ckpt_reader_fp8(r, f, meta->history, diag);
             if (rc != 0) return rc;
             meta->scale = f->scale, meta->pos = f->pos;
             if (k == BACKEND_FP8_DY && m->format_version < 2 && m->layout && m->layout->dp > 1)
@@ -162,26 +172,29 @@ static int load_model_matches(const trainer *t, const Baton__Manifest *m, const 
 }
 
 /* Loads checkpoint directory dir. */
+/* Loads checkpoint directory dir, every shard file opened once (ckpt_reader). */
 static int load_one(trainer *t, const char *dir, bt_diag *diag) {
     Baton__Manifest *m = NULL;
+    ckpt_reader r;
     int rc = ckpt_manifest_read(dir, &m, diag);
+    ckpt_reader_init(&r, dir, m);
     if (rc == 0) ckpt_manifest_sort_keys(m); /* every lookup below in log time */
     rc = rc ? rc : load_model_matches(t, m, dir, diag);
-    rc = rc ? rc : train_ckpt_load_params(t, dir, m, diag);
+    rc = rc ? rc : load_params(t, &r, diag);
     if (rc != 0) goto out;
     const Baton__StageSpec *s = t->spec;
     int resume = m->stage_index == s->stage_index && m->recipe_name && s->recipe_name &&
                  strcmp(m->recipe_name, s->recipe_name) == 0;
     int reset = !resume && s->stage->optimizer && s->stage->optimizer->reset;
     optim_adamw_reset(&t->opt);
-    if (!reset && load_has_moments(m)) rc = load_moments(t, dir, m, diag);
+    if (!reset && load_has_moments(m)) rc = load_moments(t, &r, diag);
     t->handed_off = !resume;
     if (rc == 0 && resume) {
         t->step = t->step0 = m->step;
         t->first_sample = m->data_position;
         t->skipped_steps = m->skipped_steps;
         train_scaler_from_pb(&t->scaler, m->loss_scaler);
-        rc = load_fp8(t, dir, m, diag);
+        rc = load_fp8(t, &r, diag);
         t->fp8_loaded = rc == 0 && t->fp8 != NULL;
     }
     if (rc == 0 && t->be.sync(&t->be) != 0) { /* a failed copy into device memory */
@@ -190,6 +203,8 @@ static int load_one(trainer *t, const char *dir, bt_diag *diag) {
         rc = BT_EIO;
     }
 out:
+    t->load_files = (uint32_t)r.opens;
+    ckpt_reader_close(&r);
     if (m) baton__manifest__free_unpacked(m, NULL);
     return rc;
 }

@@ -520,9 +520,10 @@ static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, w
         rc = train_ckpt_load(t, init, w->world, diag);
         worker_control_idle(wc);
         if (rc == 0 && w->info.rank == 0 && !a->quiet)
-            printf("started from %s at step %llu (global sample %llu), loaded in %.3f s\n", init,
-                   (unsigned long long)t->step, (unsigned long long)t->first_sample,
-                   bt_clock_now() - t0);
+            printf("started from %s at step %llu (global sample %llu), loaded in %.3f s (%u "
+                   "shard file(s) opened)\n",
+                   init, (unsigned long long)t->step, (unsigned long long)t->first_sample,
+                   bt_clock_now() - t0, t->load_files);
         if (rc == 0 && t->fp8_fresh > 0 && !a->quiet)
             printf("fp8: %s holds no scaling state for %u expert operand(s) here (saved before "
                    "the experts ran fp8): they start afresh\n",
