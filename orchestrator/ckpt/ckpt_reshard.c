@@ -126,7 +126,10 @@ static int reshard_piece(reshard_job *j, ckpt_writer *w, const char *key, const 
     return rc ? rc : ckpt_writer_add(w, key, nd, g, &b, e->dtype, j->buf, diag);
 }
 
-/* Copies one delayed-scaling state (its history into the writer's shard). */
+/* Copies one delayed-scaling state (its history into the writer's shard). The written
+ * checkpoint is of the current format: a format-1 gradient (dy) state is rescaled as the
+ * loader rescales it (train_ckpt_load.c: each replica's own loss scaling made it dp times
+ * today's). */
 static int reshard_fp8(reshard_job *j, ckpt_writer *w, const Baton__Fp8State *f, bt_diag *diag) {
     uint64_t len = ckpt_fp8_history_len(f);
     if (len > UINT32_MAX) {
@@ -136,8 +139,14 @@ static int reshard_fp8(reshard_job *j, ckpt_writer *w, const Baton__Fp8State *f,
     }
     int rc = reshard_room(j, (size_t)len);
     rc = rc ? rc : ckpt_reader_fp8(&j->rd, f, j->buf, diag);
-    return rc ? rc
-              : ckpt_writer_add_fp8(w, f->tensor, f->scale, j->buf, (uint32_t)len, f->pos, diag);
+    if (rc != 0) return rc;
+    const char *name = f->tensor ? f->tensor : "";
+    size_t nl = strlen(name);
+    prec_fp8_meta meta = {.scale = f->scale, .history = j->buf, .len = (uint32_t)len};
+    if (j->m->format_version < 2 && j->m->layout && j->m->layout->dp > 1 && nl > 3 &&
+        strcmp(name + nl - 3, ".dy") == 0)
+        prec_fp8_meta_rescale(&meta, (float)j->m->layout->dp);
+    return ckpt_writer_add_fp8(w, name, meta.scale, j->buf, (uint32_t)len, f->pos, diag);
 }
 
 /* The shard of virtual rank (tp rank r, stage s, ep rank q): its tensors' replica-0

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The loss-spike guard (worker/engine/train_spike.h) and the fp8 calibration at a
-# precision hand-off (train_fp8_calibrate in worker/engine/train.c), on tests/spike/spike.yaml. CASE:
+# The loss-spike guard (worker/engine/train_spike.h) and the fp8 calibration from scratch
+# or at a precision hand-off (train_fp8_calibrate in worker/engine/train.c), on
+# tests/spike/spike.yaml. CASE:
 #   guard     BATON_FAULT_SPIKE_STEPS=15 (a fault-injection hook: step 15's gradients x1000):
 #             the update of step 15 is skipped, so the weights after step 15 equal those
 #             after step 14, bitwise; the run goes on to the end; a run without the hook
@@ -12,6 +13,11 @@
 #             (BATON_DP_OVERLAP=1, train_dp_overlap.h): the calibration's reductions are
 #             completed and thrown away, so the fp8 stage's losses and gradient norms equal
 #             those of the run without (within 1e-5 relative).
+#   calib-fallback  the fp8 stage's own checkpoint refused (a damaged amax history): the
+#             fallback to the fp32 stage's checkpoint is a hand-off as the first one was
+#             (step 0, calibrated, the same losses), nothing of the refused one left.
+#   calib-moe an fp8 MoE stage from scratch: the calibration's routing is not counted in
+#             step 1's MoE figures (dropped pairs as the fp32 run's, not twice).
 #   guard-fp8 the guard in an fp8 stage: the skipped step's amaxes leave no trace, so the
 #             checkpoint after the skipped step 15 has step 14's fp8 scales and histories
 #             (and weights), exactly.
@@ -133,6 +139,48 @@ calib-overlap)
         if (d > 1e-5 * $i) { printf "%s: step %d: %s vs %s\n", c, $1, $i, $(i + 3); bad = 1 } } }
     END { printf "%s: %d fp8 steps, losses and grad norms as without the overlap\n", c, n
           exit bad || n != 4 }' || fail "the overlap changed the fp8 stage"
+  ;;
+calib-fallback)
+  # The fp8 stage's own checkpoint refused (its last amax history damaged): the worker
+  # falls back to the fp32 stage's checkpoint, a hand-off, and starts the stage as from
+  # that one (nothing of the refused checkpoint left: step 0, calibrated), so its losses
+  # are those of the first hand-off.
+  "$baton" spec "$recipe" --stage fp8 --out s1.pb
+  f1() { "$worker" --spec s1.pb --single-process --eval-windows 0 "$@"; }
+  w --steps 4 --run-dir r --save-every 0 >a.out
+  f1 --steps 2 --run-dir r --init r --save-every 0 >b.out
+  ck=r/checkpoints/s01-step00000002
+  [[ -f $ck/manifest.pb ]] || { cat b.out; fail "no fp8 checkpoint at step 2"; }
+  printf '\x5a' | dd of="$ck/rank-00000.bin" bs=1 seek=$(($(stat -c %s "$ck/rank-00000.bin") - 2)) \
+    conv=notrunc status=none
+  f1 --steps 2 --run-dir r2 --init r --save-every 0 >c.out 2>c.err || { cat c.out c.err; fail "no fallback"; }
+  grep -q "checkpoint refused: .*fp8_history\..*CRC32C" c.err || { cat c.err; fail "not refused for the history"; }
+  grep -q "falling back to r/checkpoints/s00-step00000004" c.err || { cat c.err; fail "no fallback to s00"; }
+  grep -q "^started from r at step 0 " c.out || { grep started c.out; fail "did not start at step 0"; }
+  grep -q "^fp8 scales calibrated" c.out || fail "the hand-off was not calibrated"
+  losses() { sed -En 's/^step +([0-9]+)\/[0-9]+ +loss ([0-9.]+).*/\1 \2/p' "$1"; }
+  [[ $(losses b.out) == "$(losses c.out)" && -n $(losses c.out) ]] ||
+    { paste <(losses b.out) <(losses c.out); fail "the fallback's losses differ from the hand-off's"; }
+  echo "$case: refused, fell back to the fp32 stage's checkpoint, steps 1-2 as the first hand-off's"
+  ;;
+calib-moe)
+  # An fp8 MoE stage from scratch (capacity 1.0): the calibration's forward passes route
+  # tokens too, but step 1's counts are step 1's alone (its dropped pairs within 10% of
+  # the fp32 run's from the same weights; with the calibration's counted too, about 2x).
+  for p in fp32 fp8; do
+    sed "s/gpus_per_node: 2/gpus_per_node: 1/; s/ep: 2,/ep: 1,/;
+         s/aux_loss_coef: 0.01/aux_loss_coef: 0.01, capacity_factor: 1.0/;
+         s/^defaults:/defaults:\n  precision: {type: $p, first_last_bf16: false}/" \
+      "$src/tests/engine/moe.yaml" >"moe-$p.yaml"
+    "$baton" spec "moe-$p.yaml" --out "moe-$p.pb"
+    "$worker" --spec "moe-$p.pb" --single-process --eval-windows 0 --steps 1 >"moe-$p.out"
+  done
+  grep -q "^fp8 scales calibrated" moe-fp8.out || fail "the fp8 stage did not calibrate"
+  d32=$(sed -En 's/^step +1\/.* dropped ([0-9]+).*/\1/p' moe-fp32.out)
+  d8=$(sed -En 's/^step +1\/.* dropped ([0-9]+).*/\1/p' moe-fp8.out)
+  echo "$case: step 1 dropped ${d8:-?} pairs under fp8, ${d32:-?} under fp32"
+  [[ -n $d8 && -n $d32 ]] && ((d32 > 0 && 10 * d8 <= 11 * d32 && 10 * d8 >= 9 * d32)) ||
+    fail "step 1's MoE counts include the calibration's"
   ;;
 *) fail "unknown case" ;;
 esac

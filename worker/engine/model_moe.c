@@ -268,6 +268,14 @@ static int moe_counts_sum(model_moe *mo, comm *group, size_t n) {
     return 0;
 }
 
+void model_moe_step_discard(model *m) {
+    model_moe *mo = m->moew;
+    if (mo == NULL) return;
+    memset(mo->routed, 0, (size_t)m->n_layers * m->cfg.moe.n_experts * sizeof *mo->routed);
+    mo->dropped = mo->aux = 0;
+    if (mo->scratch) moe_dev_scratch_release(mo->scratch);
+}
+
 int model_moe_step_end(model *m, comm *group, model_moe_step *out) {
     model_moe *mo = m->moew;
     memset(out, 0, sizeof *out);

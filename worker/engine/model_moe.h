@@ -86,5 +86,8 @@ void model_moe_fold_tp(model *m);
  * every MoE layer. Resets the counts, and frees the row buffers the step's forwards outgrew
  * (moe_dev_scratch_release). Collective over group (NULL: this rank alone). */
 int model_moe_step_end(model *m, comm *group, model_moe_step *out);
+/* The counts gathered since the last step end thrown away (passes that were not a step's:
+ * the fp8 calibration), and the scratch released as model_moe_step_end does. */
+void model_moe_step_discard(model *m);
 
 #endif

@@ -132,13 +132,10 @@ static int train_n_gemm(const trainer *t) {
     return t->m.n_gemm + t->m.n_xgemm;
 }
 
-static int train_fp8_init(trainer *t) {
+void train_fp8_reset(trainer *t) {
+    if (t->fp8 == NULL) return;
     const Baton__Precision *p = t->spec->stage->precision;
-    if (p->type != BATON__PRECISION__TYPE__FP8) return 0;
     size_t n = (size_t)train_n_gemm(t), len = p->amax_history ? p->amax_history : 1;
-    t->fp8 = calloc(n, sizeof *t->fp8);
-    t->fp8_history = calloc(n * BACKEND_FP8_SLOTS * len, sizeof(float));
-    if (t->fp8 == NULL || t->fp8_history == NULL) return BT_ENOMEM;
     for (size_t g = 0; g < n; g++)
         for (int k = 0; k < BACKEND_FP8_SLOTS; k++) {
             prec_fp8_format fmt =
@@ -146,6 +143,18 @@ static int train_fp8_init(trainer *t) {
             float *h = t->fp8_history + (g * BACKEND_FP8_SLOTS + (size_t)k) * len;
             prec_fp8_meta_init(&t->fp8[g].meta[k], h, (uint32_t)len, fmt, p->margin);
         }
+    for (size_t g = 0; g < n; g++)
+        t->fp8[g].fresh = 1;
+}
+
+static int train_fp8_init(trainer *t) {
+    const Baton__Precision *p = t->spec->stage->precision;
+    if (p->type != BATON__PRECISION__TYPE__FP8) return 0;
+    size_t n = (size_t)train_n_gemm(t), len = p->amax_history ? p->amax_history : 1;
+    t->fp8 = calloc(n, sizeof *t->fp8);
+    t->fp8_history = calloc(n * BACKEND_FP8_SLOTS * len, sizeof(float));
+    if (t->fp8 == NULL || t->fp8_history == NULL) return BT_ENOMEM;
+    train_fp8_reset(t);
     for (size_t g = (size_t)t->m.n_gemm; g < n; g++) {
         model_xgemm x;
         model_xgemm_info(&t->m, (int)g - t->m.n_gemm, &x);
@@ -750,21 +759,57 @@ static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
     return 0;
 }
 
+/* Whether any rank of the stage's world holds a record with a fresh state (the max over
+ * tp, pp and the dp x cp block, which together span it): calibration is collective. */
+static int train_fp8_any_fresh(trainer *t, int *any, bt_diag *diag) {
+    float f = 0;
+    for (int g = 0; g < train_n_gemm(t); g++)
+        if (t->fp8[g].fresh) f = 1;
+    comm *groups[3] = {t->tp.group, t->pp.group, t->dp.group};
+    for (int i = 0; i < 3; i++)
+        if (groups[i] && comm_allreduce(groups[i], &f, &f, 1, COMM_F32, COMM_MAX, NULL) != 0) {
+            bt_diag_set(diag, "fp8 calibration vote over %s: %s", comm_name(groups[i]),
+                        comm_error(groups[i]));
+            return BT_EIO;
+        }
+    *any = f != 0;
+    return 0;
+}
+
+/* After calibrating: the loaded (not fresh) records' states put back as they were. */
+static void train_fp8_keep_loaded(trainer *t) {
+    size_t len = t->fp8[0].meta[0].len, per = BACKEND_FP8_SLOTS * len;
+    for (int g = 0; g < train_n_gemm(t); g++) {
+        if (!t->fp8[g].fresh) {
+            t->fp8[g] = t->fp8_saved[g]; /* the history pointers are the same */
+            memcpy(t->fp8_history + (size_t)g * per, t->fp8_history_saved + (size_t)g * per,
+                   per * sizeof(float));
+        }
+        t->fp8[g].fresh = 0;
+    }
+}
+
 int train_fp8_calibrate(trainer *t, uint32_t *n_micro, float *lo, float *hi, bt_diag *diag) {
     *n_micro = 0, *lo = *hi = 1.0f;
-    if (t->fp8 == NULL || t->fp8_loaded || t->step >= t->total_steps) return 0;
+    int any = 0;
+    if (t->fp8 == NULL || t->step >= t->total_steps) return 0;
+    int rc = train_fp8_any_fresh(t, &any, diag);
+    if (rc != 0 || !any) return rc;
     double loss = 0;
+    rc = train_fp8_snapshot(t); /* states loaded beside fresh ones stay as saved */
     train_zero_grads(t);
     train_gemms_begin(t);
-    int rc = train_micro_batches(t, &loss, diag);
+    rc = rc ? rc : train_micro_batches(t, &loss, diag);
     /* the reductions the last backward started (train_dp_overlap.h): completed, and their
-     * sums thrown away with the gradients */
+     * sums thrown away with the gradients; the MoE layers' counts too (not a step's) */
     int orc = train_dp_overlap_finish(&t->dpo, rc != 0, diag);
     rc = rc ? rc : orc;
     t->dp.grads_reduced = 0;
+    model_moe_step_discard(&t->m);
     rc = rc ? rc : train_fp8_end(t, diag);
     train_zero_grads(t);
     if (rc != 0) return rc;
+    train_fp8_keep_loaded(t);
     *n_micro = t->accum, *lo = INFINITY, *hi = 0; /* over the GEMMs that run in fp8 */
     for (int g = 0; g < train_n_gemm(t); g++)
         for (int k = 0; k < BACKEND_FP8_SLOTS && t->m.gemm[g].prec == BACKEND_PREC_FP8; k++) {

@@ -69,6 +69,7 @@ typedef struct train_fp8 {
     prec_fp8_meta meta[BACKEND_FP8_SLOTS]; /* per operand slot of one GEMM */
     float amax_step[BACKEND_FP8_SLOTS];    /* max over this step's micro-batches */
     int routed; /* a routed expert's weight (model_xgemm_info): held by its holders alone */
+    int fresh;  /* its state is train_fp8_reset's, not loaded (train_fp8_calibrate's to set) */
 } train_fp8;
 
 typedef struct trainer {
@@ -86,7 +87,6 @@ typedef struct trainer {
                                 * their first micro_batch x Tl entries (this rank's rows) */
     train_fp8 *fp8;            /* (model.n_gemm + n_xgemm) when precision is fp8 */
     uint32_t fp8_fresh;        /* expert states the loaded checkpoint lacked: started afresh */
-    int fp8_loaded;            /* the delayed-scaling state came from the stage's checkpoint */
     uint32_t load_files;       /* shard files the last checkpoint load opened */
     float *fp8_history;        /* backing store of every meta's history */
     train_fp8 *fp8_saved;      /* the spike guard's copy of fp8 and fp8_history before an */
@@ -161,15 +161,19 @@ void train_state_bytes(const trainer *t, double *params, double *grads, double *
 int train_step(trainer *t, train_metrics *out, bt_diag *diag);
 
 /* The fp8 calibration of a fresh start or a precision hand-off: when the stage runs in fp8
- * and its delayed-scaling state was not loaded from its own checkpoint (t->fp8_loaded:
- * started from scratch, or took another stage's weights, t->handed_off), the state is
- * fresh (scale 1, under which the loss gradients of a large global batch are mostly
- * below E5M2's smallest value). Runs forward and backward of the micro-batches of the next step
- * without any update (the gradients are discarded: train_step zeroes them), reduces every GEMM's
- * amaxes over tp and dp as train_step does and records them in the histories, so that the
- * first step runs with scales from real amaxes. *n_micro gets the number of micro-batches
- * (0: nothing to do); *lo, *hi the smallest and largest scale. Collective. */
+ * and some GEMM's delayed-scaling state was not loaded from the stage's own checkpoint
+ * (train_fp8.fresh on any rank: started from scratch, took another stage's weights,
+ * t->handed_off, or an expert's state the checkpoint lacked), that state is fresh (scale
+ * 1, under which the loss gradients of a large global batch are mostly below E5M2's
+ * smallest value). Runs forward and backward of the micro-batches of the next step
+ * without any update (the gradients and the MoE layers' counts are discarded), reduces
+ * every GEMM's amaxes over tp and dp as train_step does and records them in the fresh
+ * states' histories (the loaded ones are put back as they were), so that the first step
+ * runs with scales from real amaxes. *n_micro gets the number of micro-batches (0:
+ * nothing to do); *lo, *hi the smallest and largest scale. Collective. */
 int train_fp8_calibrate(trainer *t, uint32_t *n_micro, float *lo, float *hi, bt_diag *diag);
+/* Every GEMM's delayed-scaling state back to scale 1 and an empty history, fresh. */
+void train_fp8_reset(trainer *t);
 
 /* Mean next-token loss over the first n windows of the dataset prefix (no update). */
 int train_eval(trainer *t, const char *prefix, uint32_t n, double *loss, bt_diag *diag);

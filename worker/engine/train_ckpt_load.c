@@ -133,7 +133,8 @@ static int load_fp8(trainer *t, ckpt_reader *r, bt_diag *diag) {
     const Baton__Manifest *m = r->m;
     if (t->fp8 == NULL) return 0;
     t->fp8_fresh = 0;
-    for (int g = 0; g < t->m.n_gemm + t->m.n_xgemm; g++)
+    for (int g = 0; g < t->m.n_gemm + t->m.n_xgemm; g++) {
+        int loaded = 0;
         for (int k = 0; k < BACKEND_FP8_SLOTS; k++) {
             char name[96];
             train_ckpt_fp8_name(t, g, k, name, sizeof name);
@@ -152,7 +153,10 @@ static int load_fp8(trainer *t, ckpt_reader *r, bt_diag *diag) {
             meta->scale = f->scale, meta->pos = f->pos;
             if (k == BACKEND_FP8_DY && m->format_version < 2 && m->layout && m->layout->dp > 1)
                 prec_fp8_meta_rescale(meta, (float)m->layout->dp);
+            loaded++;
         }
+        t->fp8[g].fresh = loaded < BACKEND_FP8_SLOTS; /* calibrated before step 1 */
+    }
     return 0;
 }
 
@@ -172,8 +176,24 @@ static int load_model_matches(const trainer *t, const Baton__Manifest *m, const 
 }
 
 /* Loads checkpoint directory dir. */
+/* What a refused checkpoint may have set before it was refused, as train_init left it (the
+ * next candidate, another stage's, sets none of it). */
+typedef struct load_start {
+    uint64_t step, first_sample, skipped_steps;
+    train_scaler scaler;
+} load_start;
+
+static void load_undo(trainer *t, const load_start *s) {
+    t->step = t->step0 = s->step;
+    t->first_sample = s->first_sample, t->skipped_steps = s->skipped_steps;
+    t->scaler = s->scaler;
+    t->fp8_fresh = 0;
+    train_fp8_reset(t);
+}
+
 /* Loads checkpoint directory dir, every shard file opened once (ckpt_reader). */
 static int load_one(trainer *t, const char *dir, bt_diag *diag) {
+    load_start start = {t->step, t->first_sample, t->skipped_steps, t->scaler};
     Baton__Manifest *m = NULL;
     ckpt_reader r;
     int rc = ckpt_manifest_read(dir, &m, diag);
@@ -195,7 +215,6 @@ static int load_one(trainer *t, const char *dir, bt_diag *diag) {
         t->skipped_steps = m->skipped_steps;
         train_scaler_from_pb(&t->scaler, m->loss_scaler);
         rc = load_fp8(t, &r, diag);
-        t->fp8_loaded = rc == 0 && t->fp8 != NULL;
     }
     if (rc == 0 && t->be.sync(&t->be) != 0) { /* a failed copy into device memory */
         bt_diag_set(diag, "%s: copying into %s memory failed: %s", dir, t->be.name,
@@ -203,6 +222,7 @@ static int load_one(trainer *t, const char *dir, bt_diag *diag) {
         rc = BT_EIO;
     }
 out:
+    if (rc != 0) load_undo(t, &start);
     t->load_files = (uint32_t)r.opens;
     ckpt_reader_close(&r);
     if (m) baton__manifest__free_unpacked(m, NULL);
