@@ -123,20 +123,32 @@ void ckpt_reader_close(ckpt_reader *r) {
     r->n_fd = 0;
 }
 
-/* Shard file name of r's checkpoint, open for reading: kept open for the next reads, the
- * least recently used closed when CKPT_READER_FDS are. -1 with errno on failure. */
-static int reader_fd(ckpt_reader *r, const char *name) {
+/* Closes r's least recently used file and drops it from the list. */
+static void reader_evict(ckpt_reader *r) {
     int lru = 0;
-    for (int i = 0; i < r->n_fd; i++) {
+    for (int i = 1; i < r->n_fd; i++)
+        if (r->fd[i].used < r->fd[lru].used) lru = i;
+    close(r->fd[lru].fd);
+    free(r->fd[lru].name);
+    r->fd[lru] = r->fd[--r->n_fd];
+}
+
+/* Shard file name of r's checkpoint, open for reading: kept open for the next reads, the
+ * least recently used closed when CKPT_READER_FDS are, or when the process has no
+ * descriptor left (EMFILE, ENFILE). -1 with errno on failure. */
+static int reader_fd(ckpt_reader *r, const char *name) {
+    for (int i = 0; i < r->n_fd; i++)
         if (strcmp(r->fd[i].name, name) == 0) {
             r->fd[i].used = ++r->tick;
             return r->fd[i].fd;
         }
-        if (r->fd[i].used < r->fd[lru].used) lru = i;
-    }
     char path[CKPT_PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", r->dir, name);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
+    while (fd < 0 && (errno == EMFILE || errno == ENFILE) && r->n_fd > 0) {
+        reader_evict(r);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+    }
     char *copy = fd >= 0 ? strdup(name) : NULL;
     if (fd < 0 || copy == NULL) {
         int err = fd < 0 ? errno : ENOMEM;
@@ -145,13 +157,8 @@ static int reader_fd(ckpt_reader *r, const char *name) {
         return -1;
     }
     r->opens++;
-    int slot = lru;
-    if (r->n_fd < CKPT_READER_FDS) {
-        slot = r->n_fd++;
-    } else {
-        close(r->fd[slot].fd);
-        free(r->fd[slot].name);
-    }
+    if (r->n_fd == CKPT_READER_FDS) reader_evict(r);
+    int slot = r->n_fd++;
     r->fd[slot].name = copy, r->fd[slot].fd = fd, r->fd[slot].used = ++r->tick;
     return fd;
 }

@@ -3,6 +3,7 @@
  * and retention. */
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -408,6 +409,22 @@ static void test_reader_files(void) {
     CHECK_EQ_U64(r.opens, before); /* the most recently used file: still open */
     ckpt_reader_close(&r);
     CHECK(r.n_fd == 0);
+    /* a process allowed only a few more descriptors than it holds: the reader closes its
+     * least recently used files to open others, and reads everything */
+    struct rlimit was, low;
+    int spare = open("/dev/null", O_RDONLY); /* the lowest free descriptor: about as many held */
+    CHECK(spare >= 0 && getrlimit(RLIMIT_NOFILE, &was) == 0);
+    low = was, low.rlim_cur = (rlim_t)spare + 6;
+    close(spare);
+    CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
+    ckpt_reader_init(&r, dir, m);
+    CHECK(ckpt_reader_tensor(&r, ckpt_find(m, "x"), out, &d) == 0);
+    for (int i = 0; i < RANKS; i++)
+        CHECK(out[2 * i] == (float)i);
+    CHECK(r.n_fd > 0 && r.n_fd < 8 && r.opens == RANKS);
+    ckpt_reader_close(&r);
+    CHECK(setrlimit(RLIMIT_NOFILE, &was) == 0);
+    if (d.msg[0]) fprintf(stderr, "%s\n", d.msg);
     baton__manifest__free_unpacked(m, NULL);
 }
 
