@@ -289,6 +289,7 @@ int ckpt_cmd_pull(int argc, char **argv) {
     }
     int rc = ckpt_partial_prepare(a.into, name, 1, partial, final, sizeof partial, &diag);
     if (rc == 0) rc = pull_ckpt(&r, name, partial, &diag);
+    if (rc == BT_EUNSUPPORTED) ckpt_remove_dir(partial); /* nothing worth resuming */
     if (rc == 0) rc = ckpt_partial_publish(a.into, partial, final, &diag);
     ckpt_remote_free(&r);
     if (rc < 0) {

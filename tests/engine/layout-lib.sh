@@ -42,6 +42,7 @@ layout_compare_losses() { # NAME REF_LOG LOG
 layout_fp8_losses() { # NAME REF_LOG LOG EARLY
   paste <(layout_losses "$2") <(layout_losses "$3") | awk -v name="$1" -v early="$4" '
     { n++; d = $2 - $4; if (d < 0) d = -d; r = d / $2
+      if ($1 != $3) { print name ": step mismatch"; bad = 1 }
       if (($1 <= early && r > 1e-6) || r > 1e-3) { printf "%s: step %d loss %s vs %s\n", name, $1, $4, $2; bad = 1 }
       if ($1 <= early && r > we) we = r; if (r > worst) worst = r }
     END { if (n != 20) { print name ": " n " steps"; bad = 1 }

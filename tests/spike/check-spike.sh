@@ -15,7 +15,9 @@
 #             those of the run without (within 1e-5 relative).
 #   calib-fallback  the fp8 stage's own checkpoint refused (a damaged amax history): the
 #             fallback to the fp32 stage's checkpoint is a hand-off as the first one was
-#             (step 0, calibrated, the same losses), nothing of the refused one left.
+#             (step 0, calibrated, the same losses), nothing of the refused one left; also
+#             under pp2 with only stage 1's shard damaged (rank 0 loads it, rank 1 refuses
+#             it: both fall back alike).
 #   calib-moe an fp8 MoE stage from scratch: the calibration's routing is not counted in
 #             step 1's MoE figures (dropped pairs as the fp32 run's, not twice).
 #   guard-fp8 the guard in an fp8 stage: the skipped step's amaxes leave no trace, so the
@@ -158,10 +160,29 @@ calib-fallback)
   grep -q "falling back to r/checkpoints/s00-step00000004" c.err || { cat c.err; fail "no fallback to s00"; }
   grep -q "^started from r at step 0 " c.out || { grep started c.out; fail "did not start at step 0"; }
   grep -q "^fp8 scales calibrated" c.out || fail "the hand-off was not calibrated"
-  losses() { sed -En 's/^step +([0-9]+)\/[0-9]+ +loss ([0-9.]+).*/\1 \2/p' "$1"; }
+  losses() { sed -En 's/^(\[[0-9]+\] )?step +([0-9]+)\/[0-9]+ +loss ([0-9.]+).*/\2 \3/p' "$1"; }
   [[ $(losses b.out) == "$(losses c.out)" && -n $(losses c.out) ]] ||
     { paste <(losses b.out) <(losses c.out); fail "the fallback's losses differ from the hand-off's"; }
   echo "$case: refused, fell back to the fp32 stage's checkpoint, steps 1-2 as the first hand-off's"
+  # The same under pp2, the damage in pipeline stage 1's shard alone: rank 0 loads the
+  # fp8 checkpoint, rank 1 refuses it, and both fall back to the same clean hand-off.
+  sed '/^  - name: fp8/,$ s/parallel: {tp: 1, pp: 1, dp: 2}/parallel: {tp: 1, pp: 2, dp: 1}/' \
+    "$recipe" >pp.yaml
+  "$baton" spec pp.yaml --stage fp8 --out pp.pb
+  p2() { timeout 120 "$baton" launch -n 2 -- "$worker" --spec pp.pb --eval-windows 0 \
+    --comm-timeout 20 --save-every 0 "$@"; }
+  mkdir -p q/checkpoints && cp -r r/checkpoints/s00-step00000004 q/checkpoints/
+  p2 --steps 2 --run-dir q --init q >d.out || { cat d.out; fail "the pp2 hand-off failed"; }
+  ck=q/checkpoints/s01-step00000002
+  [[ -f $ck/rank-00001.bin ]] || { ls "$ck"; fail "no pipeline stage 1 shard"; }
+  printf '\x5a' | dd of="$ck/rank-00001.bin" bs=1 seek=$(($(stat -c %s "$ck/rank-00001.bin") - 2)) \
+    conv=notrunc status=none
+  p2 --steps 2 --run-dir q2 --init q >e.out 2>e.err || { cat e.out e.err; fail "pp2: no fallback"; }
+  grep -q "falling back to q/checkpoints/s00-step00000004" e.out e.err || { cat e.err; fail "pp2: no fallback"; }
+  grep -q "started from q at step 0 " e.out || { grep started e.out; fail "pp2: not at step 0"; }
+  [[ $(losses d.out) == "$(losses e.out)" && -n $(losses e.out) ]] ||
+    { paste <(losses d.out) <(losses e.out); fail "pp2: the fallback's losses differ from the hand-off's"; }
+  echo "$case: pp2, stage 1's shard damaged: both ranks fell back to the same clean hand-off"
   ;;
 calib-moe)
   # An fp8 MoE stage from scratch (capacity 1.0): the calibration's forward passes route

@@ -313,7 +313,10 @@ static void test_fp8_history(void) {
     Baton__Manifest *m = NULL;
     CHECK(ckpt_resolve(root, dir, sizeof dir, &d) == 0 && ckpt_manifest_read(dir, &m, &d) == 0);
     CHECK(m != NULL && m->n_fp8 == 1);
-    if (m == NULL || m->n_fp8 != 1) return;
+    if (m == NULL || m->n_fp8 != 1) {
+        if (m) baton__manifest__free_unpacked(m, NULL);
+        return;
+    }
     const Baton__Fp8State *f = m->fp8[0];
     CHECK_EQ_U64(m->format_version, CKPT_FORMAT_VERSION);
     CHECK(f->history != NULL && f->n_amax_history == 0); /* not inline */

@@ -157,13 +157,6 @@ double optim_segments_sumsq_on(backend *be, const float *grads, const optim_segm
     return be->sumsq_segs(be, grads, segs, nseg);
 }
 
-void optim_grad_scale_on(backend *be, float *grad, size_t n, float coef) {
-    if (be != NULL)
-        be->scale(be, grad, coef, n);
-    else
-        optim_grad_scale(grad, n, coef);
-}
-
 int optim_adamw_step_norm(optim_adamw *o, float *params, float *grads, const optim_segment *segs,
                           size_t nseg, const optim_hparams *hp, double lr, double norm) {
     if (!isfinite(norm)) return 0;

@@ -113,8 +113,6 @@ double optim_segments_sumsq(const float *grads, const optim_segment *segs, size_
  * host sum on the CPU backend. */
 double optim_segments_sumsq_on(backend *be, const float *grads, const optim_segment *segs,
                                size_t nseg);
-/* grad[i] *= coef over n elements of be's memory (be NULL: host). */
-void optim_grad_scale_on(backend *be, float *grad, size_t n, float coef);
 
 /* The update of one step given the global gradient norm (over every rank's shard):
  * clipping (grads scaled in place), then AdamW at rate lr over the segments. m and v are

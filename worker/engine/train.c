@@ -760,10 +760,11 @@ static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
 }
 
 /* Whether any rank of the stage's world holds a record with a fresh state (the max over
- * tp, pp and the dp x cp block, which together span it): calibration is collective. */
-static int train_fp8_any_fresh(trainer *t, int *any, bt_diag *diag) {
-    float f = 0;
-    for (int g = 0; g < train_n_gemm(t); g++)
+ * tp, pp and the dp x cp block, which together span it): calibration is collective, so a
+ * rank that could not snapshot the loaded states (ok 0) stops every rank, BT_ENOMEM. */
+static int train_fp8_any_fresh(trainer *t, int ok, int *any, bt_diag *diag) {
+    float f = ok ? 0 : 2;
+    for (int g = 0; ok && g < train_n_gemm(t); g++)
         if (t->fp8[g].fresh) f = 1;
     comm *groups[3] = {t->tp.group, t->pp.group, t->dp.group};
     for (int i = 0; i < 3; i++)
@@ -772,6 +773,10 @@ static int train_fp8_any_fresh(trainer *t, int *any, bt_diag *diag) {
                         comm_error(groups[i]));
             return BT_EIO;
         }
+    if (f > 1) {
+        bt_diag_set(diag, "fp8 calibration: out of memory for a copy of the scaling states");
+        return BT_ENOMEM;
+    }
     *any = f != 0;
     return 0;
 }
@@ -793,10 +798,10 @@ int train_fp8_calibrate(trainer *t, uint32_t *n_micro, float *lo, float *hi, bt_
     *n_micro = 0, *lo = *hi = 1.0f;
     int any = 0;
     if (t->fp8 == NULL || t->step >= t->total_steps) return 0;
-    int rc = train_fp8_any_fresh(t, &any, diag);
+    /* a copy of the states, for those loaded beside fresh ones to stay as saved */
+    int rc = train_fp8_any_fresh(t, train_fp8_snapshot(t) == 0, &any, diag);
     if (rc != 0 || !any) return rc;
     double loss = 0;
-    rc = train_fp8_snapshot(t); /* states loaded beside fresh ones stay as saved */
     train_zero_grads(t);
     train_gemms_begin(t);
     rc = rc ? rc : train_micro_batches(t, &loss, diag);

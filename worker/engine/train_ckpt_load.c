@@ -176,8 +176,9 @@ static int load_model_matches(const trainer *t, const Baton__Manifest *m, const 
 }
 
 /* Loads checkpoint directory dir. */
-/* What a refused checkpoint may have set before it was refused, as train_init left it (the
- * next candidate, another stage's, sets none of it). */
+/* What a checkpoint sets besides the weights and moments, as train_init left it: put back
+ * before every candidate, so that one refused (on any rank: the ranks that loaded it fall
+ * back too) leaves nothing behind when the next is another stage's (which sets none of it). */
 typedef struct load_start {
     uint64_t step, first_sample, skipped_steps;
     train_scaler scaler;
@@ -193,7 +194,6 @@ static void load_undo(trainer *t, const load_start *s) {
 
 /* Loads checkpoint directory dir, every shard file opened once (ckpt_reader). */
 static int load_one(trainer *t, const char *dir, bt_diag *diag) {
-    load_start start = {t->step, t->first_sample, t->skipped_steps, t->scaler};
     Baton__Manifest *m = NULL;
     ckpt_reader r;
     int rc = ckpt_manifest_read(dir, &m, diag);
@@ -222,7 +222,6 @@ static int load_one(trainer *t, const char *dir, bt_diag *diag) {
         rc = BT_EIO;
     }
 out:
-    if (rc != 0) load_undo(t, &start);
     t->load_files = (uint32_t)r.opens;
     ckpt_reader_close(&r);
     if (m) baton__manifest__free_unpacked(m, NULL);
@@ -277,12 +276,14 @@ int train_ckpt_load(trainer *t, const char *path, comm *world, bt_diag *diag) {
     char **dirs = NULL;
     size_t n = 0;
     int rc = load_candidates(path, &dirs, &n, diag), any = 1;
+    load_start start = {t->step, t->first_sample, t->skipped_steps, t->scaler};
     for (size_t i = 0; rc == 0 && i < n && any; i++) {
         bt_diag mine;
         bt_diag_init(&mine);
         int r = load_one(t, dirs[i], &mine);
         any = load_any_failed(world, r != 0);
         if (!any) break;
+        load_undo(t, &start); /* every rank, whether its own load failed or not */
         if (r != 0) fprintf(stderr, "baton-worker: checkpoint refused: %s\n", mine.msg);
         if (i + 1 == n) {
             bt_diag_set(diag, "%s: no usable checkpoint (the oldest refused: %s)", path,

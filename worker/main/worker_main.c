@@ -526,7 +526,7 @@ static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, w
                    bt_clock_now() - t0, t->load_files);
         if (rc == 0 && t->fp8_fresh > 0 && !a->quiet)
             printf("fp8: %s holds no scaling state for %u expert operand(s) here (saved before "
-                   "the experts ran fp8): they start afresh\n",
+                   "the experts ran fp8): they are calibrated before the next step\n",
                    init, t->fp8_fresh);
     }
     uint32_t n = 0;

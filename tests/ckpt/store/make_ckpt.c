@@ -108,7 +108,7 @@ static int cmd_read(const char *dir, bt_diag *d) {
     for (size_t s = 0; rc == 0 && s < m->n_fp8; s++) {
         const Baton__Fp8State *f = m->fp8[s];
         float h[FP8_HISTORY];
-        uint64_t si = strtoull(f->tensor + strlen("layers."), NULL, 10);
+        uint64_t si = f->tensor && strlen(f->tensor) > 7 ? strtoull(f->tensor + 7, NULL, 10) : 99;
         rc = ckpt_fp8_history_len(f) == FP8_HISTORY ? ckpt_fp8_history(dir, m, f, h, d) : BT_EIO;
         for (int i = 0; rc == 0 && i < FP8_HISTORY; i++)
             if (h[i] != value_at(100 + si, (uint64_t)i)) rc = BT_EIO;
