@@ -85,11 +85,10 @@ static int inspect_text(bt_buf *b, const char *dir, const Baton__Manifest *m, bt
 
 /* State f as JSON, its history read from its shard (format 2) or the manifest; one that
  * cannot be read is null, with an "error" (and the return is nonzero, diag set). */
-static int inspect_fp8(bt_buf *b, const char *dir, const Baton__Manifest *m,
-                       const Baton__Fp8State *f, bt_diag *diag) {
+static int inspect_fp8(bt_buf *b, ckpt_reader *r, const Baton__Fp8State *f, bt_diag *diag) {
     uint64_t n = ckpt_fp8_history_len(f);
     float *h = malloc((n ? n : 1) * sizeof *h);
-    int rc = h ? ckpt_fp8_history(dir, m, f, h, diag) : BT_ENOMEM;
+    int rc = h ? ckpt_reader_fp8(r, f, h, diag) : BT_ENOMEM;
     if (h == NULL)
         bt_diag_set(diag, "out of memory for an fp8 history of %llu floats", (unsigned long long)n);
     bt_buf_printf(b, "{\"name\": ");
@@ -148,12 +147,15 @@ static int inspect_json(bt_buf *b, const char *dir, const Baton__Manifest *m, bt
     int rc = 0; /* the first unreadable history's, every state listed */
     bt_diag first;
     bt_diag_init(&first);
+    ckpt_reader rd; /* each shard file opened once for every history in it */
+    ckpt_reader_init(&rd, dir, m);
     for (size_t i = 0; i < m->n_fp8; i++) {
         bt_buf_printf(b, "%s", i ? ", " : "");
         bt_diag_init(diag);
-        int r = inspect_fp8(b, dir, m, m->fp8[i], diag);
+        int r = inspect_fp8(b, &rd, m->fp8[i], diag);
         if (r != 0 && rc == 0) rc = r, first = *diag;
     }
+    ckpt_reader_close(&rd);
     bt_buf_printf(b, "]}\n");
     *diag = first;
     return rc;

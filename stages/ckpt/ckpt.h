@@ -15,7 +15,7 @@
  * ignore and the next ckpt_begin of that name removes.
  *
  * Reading: ckpt_resolve turns a checkpoint directory or a run directory into the newest
- * complete checkpoint; ckpt_read_box reads any box of a global tensor from whatever
+ * complete checkpoint; ckpt_reader_box reads any box of a global tensor from whatever
  * shards cover it, reading only the byte span that overlaps and checking the CRC32C of
  * every block it reads. Resharding is what reading a box does. */
 #ifndef BATON_CKPT_H
@@ -112,28 +112,15 @@ const Baton__TensorEntry *ckpt_find_sorted(const Baton__Manifest *m, const char 
 const Baton__Fp8State *ckpt_fp8_find_sorted(const Baton__Manifest *m, const char *name);
 /* The floats in state f's amax history (in its shard, or inline in format 1). */
 uint64_t ckpt_fp8_history_len(const Baton__Fp8State *f);
-/* Reads state f's amax history, ckpt_fp8_history_len(f) floats, into out (checksums
- * checked). */
-int ckpt_fp8_history(const char *dir, const Baton__Manifest *m, const Baton__Fp8State *f,
-                     float *out, bt_diag *diag);
 size_t ckpt_dtype_size(Baton__DType t);
 /* Elements of a global tensor. */
 uint64_t ckpt_tensor_count(const Baton__TensorEntry *e);
-/* Fills out (float32, row-major, the box's elements; flat ranges allowed) with the
- * piece want of tensor e from the shard files in dir, converting bf16 to float32. Every
- * block read is checked against its CRC32C; a missing, short or damaged file, or a
- * piece not fully covered by the shards, is an error naming the file and place. */
-int ckpt_read_box(const char *dir, const Baton__Manifest *m, const Baton__TensorEntry *e,
-                  const ckpt_box *want, float *out, bt_diag *diag);
-/* The whole global tensor. */
-int ckpt_read_tensor(const char *dir, const Baton__Manifest *m, const Baton__TensorEntry *e,
-                     float *out, bt_diag *diag);
 
 /* A checkpoint being read piece by piece: its shard files stay open between reads (the
- * least recently used of CKPT_READER_FDS closed for another), so that a loader reading
- * hundreds of tensors and fp8 histories from a few files opens each once, not once per
- * read (on a parallel filesystem an open is a metadata server round trip). dir and m
- * must outlive it. */
+ * least recently used of CKPT_READER_FDS closed for another, or when the process runs out
+ * of descriptors), so that a loader reading hundreds of tensors and fp8 histories from a
+ * few files opens each once, not once per read (on a parallel filesystem an open is a
+ * metadata server round trip). dir and m must outlive it. */
 #define CKPT_READER_FDS 128 /* well inside the usual 1024 descriptors a process may hold */
 typedef struct ckpt_reader {
     const char *dir;
@@ -149,12 +136,19 @@ typedef struct ckpt_reader {
 } ckpt_reader;
 void ckpt_reader_init(ckpt_reader *r, const char *dir, const Baton__Manifest *m);
 void ckpt_reader_close(ckpt_reader *r);
-/* ckpt_read_box, ckpt_read_tensor and ckpt_fp8_history through r (each of those opens
- * the files it reads for that read alone). */
+/* Fills out (float32, row-major, the box's elements; flat ranges allowed) with the
+ * piece want of tensor e from the checkpoint's shard files, converting bf16 to float32.
+ * Every block read is checked against its CRC32C; a missing, short or damaged file, or a
+ * piece not fully covered by the shards, is an error naming the file and place. */
 int ckpt_reader_box(ckpt_reader *r, const Baton__TensorEntry *e, const ckpt_box *want, float *out,
                     bt_diag *diag);
+/* The whole global tensor. */
 int ckpt_reader_tensor(ckpt_reader *r, const Baton__TensorEntry *e, float *out, bt_diag *diag);
+/* State f's amax history, ckpt_fp8_history_len(f) floats, into out (checksums checked). */
 int ckpt_reader_fp8(ckpt_reader *r, const Baton__Fp8State *f, float *out, bt_diag *diag);
+/* ckpt_reader_tensor through a reader of its own, for a one-off read. */
+int ckpt_read_tensor(const char *dir, const Baton__Manifest *m, const Baton__TensorEntry *e,
+                     float *out, bt_diag *diag);
 
 /* ---- verification (ckpt_verify.c) ---- */
 

@@ -340,29 +340,11 @@ int ckpt_reader_fp8(ckpt_reader *r, const Baton__Fp8State *f, float *out, bt_dia
 }
 
 /* One read through a reader of its own: its files closed after it. */
-int ckpt_read_box(const char *dir, const Baton__Manifest *m, const Baton__TensorEntry *e,
-                  const ckpt_box *want, float *out, bt_diag *diag) {
-    ckpt_reader r;
-    ckpt_reader_init(&r, dir, m);
-    int rc = ckpt_reader_box(&r, e, want, out, diag);
-    ckpt_reader_close(&r);
-    return rc;
-}
-
 int ckpt_read_tensor(const char *dir, const Baton__Manifest *m, const Baton__TensorEntry *e,
                      float *out, bt_diag *diag) {
     ckpt_reader r;
     ckpt_reader_init(&r, dir, m);
     int rc = ckpt_reader_tensor(&r, e, out, diag);
-    ckpt_reader_close(&r);
-    return rc;
-}
-
-int ckpt_fp8_history(const char *dir, const Baton__Manifest *m, const Baton__Fp8State *f,
-                     float *out, bt_diag *diag) {
-    ckpt_reader r;
-    ckpt_reader_init(&r, dir, m);
-    int rc = ckpt_reader_fp8(&r, f, out, diag);
     ckpt_reader_close(&r);
     return rc;
 }

@@ -11,6 +11,25 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/crc32c.h"
 
+/* One-off reads through a reader of their own. */
+static int read_box(const char *dir, const Baton__Manifest *m, const Baton__TensorEntry *e,
+                    const ckpt_box *want, float *out, bt_diag *d) {
+    ckpt_reader r;
+    ckpt_reader_init(&r, dir, m);
+    int rc = ckpt_reader_box(&r, e, want, out, d);
+    ckpt_reader_close(&r);
+    return rc;
+}
+
+static int read_fp8(const char *dir, const Baton__Manifest *m, const Baton__Fp8State *f, float *out,
+                    bt_diag *d) {
+    ckpt_reader r;
+    ckpt_reader_init(&r, dir, m);
+    int rc = ckpt_reader_fp8(&r, f, out, d);
+    ckpt_reader_close(&r);
+    return rc;
+}
+
 static void test_crc32c(void) {
     CHECK_EQ_U64(crc32c_update(0, "123456789", 9), 0xE3069283u);
     CHECK_EQ_U64(crc32c_update(0, "", 0), 0);
@@ -166,7 +185,7 @@ static void test_round_trip(void) {
     CHECK(ckpt_read_tensor(dir, m, e, out, &d) == 0);
     CHECK(memcmp(out, w, sizeof w) == 0);
     ckpt_box mid = {.off = {2, 3}, .shape = {3, 4}};
-    CHECK(ckpt_read_box(dir, m, e, &mid, out, &d) == 0);
+    CHECK(read_box(dir, m, e, &mid, out, &d) == 0);
     for (int r = 0; r < 3; r++)
         for (int c = 0; c < 4; c++)
             CHECK(out[r * 4 + c] == w[(r + 2) * 10 + c + 3]);
@@ -179,9 +198,9 @@ static void test_round_trip(void) {
     CHECK(strstr(d.msg, "CRC32C mismatch") != NULL);
     bt_diag_init(&d);
     ckpt_box top = {.off = {0, 0}, .shape = {3, 10}};
-    CHECK(ckpt_read_box(dir, m, e, &top, out, &d) == 0);
+    CHECK(read_box(dir, m, e, &top, out, &d) == 0);
     corrupt(dir, "rank-00000.bin", 100, 1);
-    CHECK(ckpt_read_box(dir, m, e, &top, out, &d) == BT_EIO);
+    CHECK(read_box(dir, m, e, &top, out, &d) == BT_EIO);
     CHECK(strstr(d.msg, "truncated") != NULL);
     baton__manifest__free_unpacked(m, NULL);
 }
@@ -322,21 +341,21 @@ static void test_fp8_history(void) {
     CHECK(f->history != NULL && f->n_amax_history == 0); /* not inline */
     CHECK_EQ_U64(ckpt_fp8_history_len(f), 5);
     CHECK(f->scale == 0.25f && f->pos == 2);
-    CHECK(ckpt_fp8_history(dir, m, f, got, &d) == 0 && memcmp(got, hist, sizeof hist) == 0);
+    CHECK(read_fp8(dir, m, f, got, &d) == 0 && memcmp(got, hist, sizeof hist) == 0);
     ckpt_verify_report rep;
     CHECK(ckpt_verify(dir, m, NULL, NULL, &rep, &d) == 0 && rep.problems == 0);
     CHECK_EQ_U64(rep.tensors, 1);
     CHECK_EQ_U64(rep.fp8_histories, 1);
     /* a flipped byte of the history (after x's 8 bytes): reading and verifying see it */
     corrupt(dir, "rank-00000.bin", 8 + 4 * 3, 0);
-    CHECK(ckpt_fp8_history(dir, m, f, got, &d) == BT_EIO && strstr(d.msg, "CRC32C") != NULL);
+    CHECK(read_fp8(dir, m, f, got, &d) == BT_EIO && strstr(d.msg, "CRC32C") != NULL);
     CHECK(ckpt_verify(dir, m, NULL, NULL, &rep, &d) == 0 && rep.problems == 1);
     /* format 1: the history inline */
     Baton__Fp8State old = BATON__FP8_STATE__INIT;
     old.amax_history = hist, old.n_amax_history = 3;
     memset(got, 0, sizeof got);
     CHECK_EQ_U64(ckpt_fp8_history_len(&old), 3);
-    CHECK(ckpt_fp8_history(dir, m, &old, got, &d) == 0 && memcmp(got, hist, 3 * sizeof *hist) == 0);
+    CHECK(read_fp8(dir, m, &old, got, &d) == 0 && memcmp(got, hist, 3 * sizeof *hist) == 0);
     /* a later format than this reader knows */
     m->format_version = CKPT_FORMAT_VERSION + 1;
     size_t n = baton__manifest__get_packed_size(m);

@@ -105,15 +105,18 @@ static int cmd_read(const char *dir, bt_diag *d) {
         bt_diag_set(d, "%s: %zu fp8 states, expected %d", dir, m->n_fp8, FP8_STATES);
         rc = BT_EIO;
     }
+    ckpt_reader rd;
+    ckpt_reader_init(&rd, dir, m);
     for (size_t s = 0; rc == 0 && s < m->n_fp8; s++) {
         const Baton__Fp8State *f = m->fp8[s];
         float h[FP8_HISTORY];
         uint64_t si = f->tensor && strlen(f->tensor) > 7 ? strtoull(f->tensor + 7, NULL, 10) : 99;
-        rc = ckpt_fp8_history_len(f) == FP8_HISTORY ? ckpt_fp8_history(dir, m, f, h, d) : BT_EIO;
+        rc = ckpt_fp8_history_len(f) == FP8_HISTORY ? ckpt_reader_fp8(&rd, f, h, d) : BT_EIO;
         for (int i = 0; rc == 0 && i < FP8_HISTORY; i++)
             if (h[i] != value_at(100 + si, (uint64_t)i)) rc = BT_EIO;
         if (rc == BT_EIO && !d->msg[0]) bt_diag_set(d, "%s: fp8 state %s differs", dir, f->tensor);
     }
+    ckpt_reader_close(&rd);
     if (m) baton__manifest__free_unpacked(m, NULL);
     return rc;
 }
