@@ -113,7 +113,6 @@ typedef struct trainer {
     train_scaler scaler;          /* fp16 dynamic loss scaling (off otherwise) */
     uint64_t step0, first_sample; /* the stage resumed at step0 with global sample first_sample */
     double flops_per_step;        /* this rank's share of the model FLOPs of one step */
-    int handed_off; /* the weights came from another stage's checkpoint (train_ckpt_load) */
 } trainer;
 
 /* The groups a rank trains in, from the stage's layout (stages/layout.h). Borrowed: they
@@ -162,15 +161,15 @@ int train_step(trainer *t, train_metrics *out, bt_diag *diag);
 
 /* The fp8 calibration of a fresh start or a precision hand-off: when the stage runs in fp8
  * and some GEMM's delayed-scaling state was not loaded from the stage's own checkpoint
- * (train_fp8.fresh on any rank: started from scratch, took another stage's weights,
- * t->handed_off, or an expert's state the checkpoint lacked), that state is fresh (scale
- * 1, under which the loss gradients of a large global batch are mostly below E5M2's
- * smallest value). Runs forward and backward of the micro-batches of the next step
- * without any update (the gradients and the MoE layers' counts are discarded), reduces
- * every GEMM's amaxes over tp and dp as train_step does and records them in the fresh
- * states' histories (the loaded ones are put back as they were), so that the first step
- * runs with scales from real amaxes. *n_micro gets the number of micro-batches (0:
- * nothing to do); *lo, *hi the smallest and largest scale. Collective. */
+ * (train_fp8.fresh on any rank: started from scratch, took another stage's weights, or
+ * an expert's state the checkpoint lacked), that state is fresh (scale 1, under which
+ * the loss gradients of a large global batch are mostly below E5M2's smallest value).
+ * Runs forward and backward of the micro-batches of the next step without any update
+ * (the gradients and the MoE layers' counts are discarded), reduces every GEMM's amaxes
+ * over tp and dp as train_step does and records them in the fresh states' histories (the
+ * loaded ones are put back as they were), so that the first step runs with scales from
+ * real amaxes. *n_micro gets the number of micro-batches (0: nothing to do); *lo, *hi
+ * the smallest and largest scale. Collective. */
 int train_fp8_calibrate(trainer *t, uint32_t *n_micro, float *lo, float *hi, bt_diag *diag);
 /* Every GEMM's delayed-scaling state back to scale 1 and an empty history, fresh. */
 void train_fp8_reset(trainer *t);

@@ -208,7 +208,6 @@ static int load_one(trainer *t, const char *dir, bt_diag *diag) {
     int reset = !resume && s->stage->optimizer && s->stage->optimizer->reset;
     optim_adamw_reset(&t->opt);
     if (!reset && load_has_moments(m)) rc = load_moments(t, &r, diag);
-    t->handed_off = !resume;
     if (rc == 0 && resume) {
         t->step = t->step0 = m->step;
         t->first_sample = m->data_position;
