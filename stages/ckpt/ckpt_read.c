@@ -103,9 +103,7 @@ static float read_elem(const unsigned char *p, Baton__DType t) {
 /* One shard's bytes [a, b) (relative to its byte_offset), widened to whole CRC blocks
  * and checked; *base gets the widened start. */
 typedef struct read_span {
-    ckpt_reader *r; /* dir, m and the open files */
-    const char *dir;
-    const Baton__Manifest *m;
+    ckpt_reader *r; /* the checkpoint (dir, manifest) and its open files */
     const Baton__TensorEntry *e;
     const Baton__Shard *s;
 } read_span;
@@ -166,13 +164,13 @@ static int reader_fd(ckpt_reader *r, const char *name) {
 static int read_check_blocks(const read_span *sp, const unsigned char *buf, uint64_t A, uint64_t B,
                              bt_diag *diag) {
     const Baton__Shard *s = sp->s;
-    uint64_t bb = sp->m->block_bytes ? sp->m->block_bytes : CKPT_DEFAULT_BLOCK;
+    uint64_t bb = sp->r->m->block_bytes ? sp->r->m->block_bytes : CKPT_DEFAULT_BLOCK;
     uint64_t nblocks = (s->byte_length + bb - 1) / bb;
     if (s->n_block_crc32c != 0 && s->n_block_crc32c != nblocks) {
         bt_diag_set(diag,
                     "%s/%s: tensor %s: %zu block checksums for %llu blocks of %llu bytes: the "
                     "manifest is inconsistent",
-                    sp->dir, s->file, sp->e->key, s->n_block_crc32c, (unsigned long long)nblocks,
+                    sp->r->dir, s->file, sp->e->key, s->n_block_crc32c, (unsigned long long)nblocks,
                     (unsigned long long)bb);
         return BT_EINVAL;
     }
@@ -180,7 +178,7 @@ static int read_check_blocks(const read_span *sp, const unsigned char *buf, uint
         /* no block checksums: only a whole-shard read can be checked */
         if (A == 0 && B == s->byte_length && s->has_crc32c &&
             crc32c_update(0, buf, B) != s->crc32c) {
-            bt_diag_set(diag, "%s/%s: bytes [%llu, %llu) of tensor %s: CRC32C mismatch", sp->dir,
+            bt_diag_set(diag, "%s/%s: bytes [%llu, %llu) of tensor %s: CRC32C mismatch", sp->r->dir,
                         s->file, (unsigned long long)s->byte_offset,
                         (unsigned long long)(s->byte_offset + s->byte_length), sp->e->key);
             return BT_EIO;
@@ -193,7 +191,7 @@ static int read_check_blocks(const read_span *sp, const unsigned char *buf, uint
             bt_diag_set(diag,
                         "%s/%s: bytes [%llu, %llu) (tensor %s, block %llu): CRC32C mismatch, the "
                         "checkpoint is damaged",
-                        sp->dir, s->file, (unsigned long long)(s->byte_offset + lo),
+                        sp->r->dir, s->file, (unsigned long long)(s->byte_offset + lo),
                         (unsigned long long)(s->byte_offset + hi), sp->e->key,
                         (unsigned long long)k);
             return BT_EIO;
@@ -205,14 +203,14 @@ static int read_check_blocks(const read_span *sp, const unsigned char *buf, uint
 static int read_span_bytes(const read_span *sp, uint64_t a, uint64_t b, unsigned char **out,
                            uint64_t *base, bt_diag *diag) {
     const Baton__Shard *s = sp->s;
-    uint64_t bb = sp->m->block_bytes ? sp->m->block_bytes : CKPT_DEFAULT_BLOCK;
+    uint64_t bb = sp->r->m->block_bytes ? sp->r->m->block_bytes : CKPT_DEFAULT_BLOCK;
     int blocks = s->n_block_crc32c > 0;
     uint64_t A = blocks ? a / bb * bb : 0;
     uint64_t B = blocks ? (b + bb - 1) / bb * bb : s->byte_length;
     if (B > s->byte_length) B = s->byte_length;
     if (!blocks && s->has_crc32c) A = 0, B = s->byte_length;
     char path[CKPT_PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", sp->dir, s->file);
+    snprintf(path, sizeof path, "%s/%s", sp->r->dir, s->file);
     int fd = reader_fd(sp->r, s->file);
     if (fd < 0) {
         bt_diag_set(diag, "%s: cannot open shard of tensor %s: %s", path, sp->e->key,
@@ -249,7 +247,7 @@ static int read_shard(const read_span *sp, const ckpt_box *want, float *out, uin
     if (ckpt_box_from_shard(sp->e, sp->s, &have) != 0 || sp->s->file == NULL ||
         strchr(sp->s->file, '/') || sp->s->byte_length != ckpt_box_count(&have) * esz) {
         bt_diag_set(diag, "%s/%s: tensor %s: a shard's box, range or length is inconsistent",
-                    sp->dir, CKPT_MANIFEST, sp->e->key);
+                    sp->r->dir, CKPT_MANIFEST, sp->e->key);
         return BT_EINVAL;
     }
     read_runs runs = {0};
@@ -293,7 +291,7 @@ int ckpt_reader_box(ckpt_reader *r, const Baton__TensorEntry *e, const ckpt_box 
     }
     uint64_t covered = 0;
     for (size_t i = 0; i < e->n_shards; i++) {
-        read_span sp = {.r = r, .dir = dir, .m = r->m, .e = e, .s = e->shards[i]};
+        read_span sp = {.r = r, .e = e, .s = e->shards[i]};
         int rc = read_shard(&sp, want, out, &covered, diag);
         if (rc != 0) return rc;
     }
