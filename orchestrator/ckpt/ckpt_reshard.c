@@ -141,11 +141,9 @@ static int reshard_fp8(reshard_job *j, ckpt_writer *w, const Baton__Fp8State *f,
     rc = rc ? rc : ckpt_reader_fp8(&j->rd, f, j->buf, diag);
     if (rc != 0) return rc;
     const char *name = f->tensor ? f->tensor : "";
-    size_t nl = strlen(name);
     prec_fp8_meta meta = {.scale = f->scale, .history = j->buf, .len = (uint32_t)len};
-    if (j->m->format_version < 2 && j->m->layout && j->m->layout->dp > 1 && nl > 3 &&
-        strcmp(name + nl - 3, ".dy") == 0)
-        prec_fp8_meta_rescale(&meta, (float)j->m->layout->dp);
+    float k = ckpt_fp8_legacy_factor(j->m, name);
+    if (k != 1.0f) prec_fp8_meta_rescale(&meta, k);
     return ckpt_writer_add_fp8(w, name, meta.scale, j->buf, (uint32_t)len, f->pos, diag);
 }
 

@@ -112,6 +112,10 @@ const Baton__TensorEntry *ckpt_find_sorted(const Baton__Manifest *m, const char 
 const Baton__Fp8State *ckpt_fp8_find_sorted(const Baton__Manifest *m, const char *name);
 /* The floats in state f's amax history (in its shard, or inline in format 1). */
 uint64_t ckpt_fp8_history_len(const Baton__Fp8State *f);
+/* How many times larger than today's the saved amaxes of fp8 state name are: format 1 was
+ * written when each replica scaled its loss gradients by its own micro-batch count, so
+ * its gradient (".dy") states are the saving layout's dp times today's; else 1. */
+float ckpt_fp8_legacy_factor(const Baton__Manifest *m, const char *name);
 size_t ckpt_dtype_size(Baton__DType t);
 /* Elements of a global tensor. */
 uint64_t ckpt_tensor_count(const Baton__TensorEntry *e);

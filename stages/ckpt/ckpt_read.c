@@ -324,6 +324,14 @@ uint64_t ckpt_fp8_history_len(const Baton__Fp8State *f) {
     return f->history ? ckpt_tensor_count(f->history) : f->n_amax_history;
 }
 
+float ckpt_fp8_legacy_factor(const Baton__Manifest *m, const char *name) {
+    size_t n = name ? strlen(name) : 0;
+    if (m->format_version >= 2 || m->layout == NULL || m->layout->dp < 2 || n < 3 ||
+        strcmp(name + n - 3, ".dy") != 0)
+        return 1.0f;
+    return (float)m->layout->dp;
+}
+
 int ckpt_reader_fp8(ckpt_reader *r, const Baton__Fp8State *f, float *out, bt_diag *diag) {
     if (f->history == NULL) {
         memcpy(out, f->amax_history, f->n_amax_history * sizeof *out);

@@ -184,6 +184,15 @@ static void test_round_trip(void) {
     if (!e || !b) return;
     CHECK(ckpt_read_tensor(dir, m, e, out, &d) == 0);
     CHECK(memcmp(out, w, sizeof w) == 0);
+    /* format 2: no state needs rescaling; format 1 under dp4: the gradient states only */
+    Baton__Parallel dp4 = BATON__PARALLEL__INIT;
+    dp4.dp = 4;
+    Baton__Manifest old = BATON__MANIFEST__INIT;
+    old.layout = &dp4;
+    CHECK(ckpt_fp8_legacy_factor(m, "layers.0.gemm1.dy") == 1.0f);
+    CHECK(ckpt_fp8_legacy_factor(&old, "layers.0.gemm1.dy") == 4.0f);
+    CHECK(ckpt_fp8_legacy_factor(&old, "layers.0.gemm1.x") == 1.0f);
+    CHECK(ckpt_fp8_legacy_factor(&old, "head.w") == 1.0f);
     ckpt_box mid = {.off = {2, 3}, .shape = {3, 4}};
     CHECK(read_box(dir, m, e, &mid, out, &d) == 0);
     for (int r = 0; r < 3; r++)

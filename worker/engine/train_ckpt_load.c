@@ -125,9 +125,8 @@ static int load_has_moments(const Baton__Manifest *m) {
 
 /* The delayed-scaling state saved by the same stage (same GEMMs and history length). An
  * expert's missing altogether (a checkpoint from before the experts ran fp8) starts
- * afresh, counted in t->fp8_fresh. Format 1 was written when each replica scaled its
- * loss gradients by its own micro-batch count: the gradients' (dy) amaxes were dp times
- * today's, so they are divided by the saving layout's dp. */
+ * afresh, counted in t->fp8_fresh. A format-1 gradient state is rescaled to today's loss
+ * scaling (ckpt_fp8_legacy_factor). */
 static int load_fp8(trainer *t, ckpt_reader *r, bt_diag *diag) {
     const char *dir = r->dir;
     const Baton__Manifest *m = r->m;
@@ -151,8 +150,8 @@ static int load_fp8(trainer *t, ckpt_reader *r, bt_diag *diag) {
             int rc = ckpt_reader_fp8(r, f, meta->history, diag);
             if (rc != 0) return rc;
             meta->scale = f->scale, meta->pos = f->pos;
-            if (k == BACKEND_FP8_DY && m->format_version < 2 && m->layout && m->layout->dp > 1)
-                prec_fp8_meta_rescale(meta, (float)m->layout->dp);
+            float legacy = ckpt_fp8_legacy_factor(m, name);
+            if (legacy != 1.0f) prec_fp8_meta_rescale(meta, legacy);
             loaded++;
         }
         t->fp8[g].fresh = loaded < BACKEND_FP8_SLOTS; /* calibrated before step 1 */
