@@ -16,7 +16,10 @@
 # step's loss agrees with `baton-worker --single-process` within 1e-5 relative, the dropped
 # (token, expert) pairs of every step are exactly the one-process counts, and the final
 # checkpoint (each expert written by its owner) loaded into one process gives the
-# one-process parameters within 1e-5.
+# one-process parameters within 1e-5. In fp8, resumed bitwise (the scaling states too),
+# also from the checkpoint rewritten as format 1 saved it, and, without the experts'
+# states, those calibrated and the loaded ones kept (tests/ckpt/ckpt_edit.c rewrites it;
+# BATON_CKPT_EDIT, else next to BATON's directory: ../tests/ckpt_edit).
 #   check-ep.sh BATON BATON_WORKER SOURCE_DIR [CASE]
 set -euo pipefail
 source "$(dirname "$0")/layout-lib.sh"
@@ -246,10 +249,25 @@ ep_case ep2-over-tp4-zero1 4 4 2 "$aux" "$z1"
 BATON_DP_OVERLAP=1 ep_case ep2-over-tp4-zero1-overlap 4 4 2 "$aux" "$z1"
 BATON_DP_OVERLAP=1 ep_case moe-tp2-overlap 2 2 1 "$aux"
 # ZeRO-1's sharded moments in the checkpoint: trained under ep2 x dp4 + ZeRO-1 (saved at
-# step 10; SED_A: another layout), resumed at step 10 under the same layout (the losses
-# of steps 11-20 bitwise the same) and under ep2 x dp2 with zero 0 (within 1e-5 relative).
-ep_resume() { # NAME RANKS_B SED_B EXACT [SED_A]
-  local name=$1
+# step 10; SED_A: another layout), resumed at step 10 under the same layout (TOL exact:
+# the losses of steps 11-20 bitwise the same) and under ep2 x dp2 with zero 0 (TOL 1e-5:
+# within 1e-5 relative). EP_EDIT: ckpt_edit's options (tests/ckpt/ckpt_edit.c), applied
+# to the checkpoint at step 10 before it is resumed.
+ckpt_edit=${BATON_CKPT_EDIT:-$(dirname "$baton")/../tests/ckpt_edit}
+ep_same_fp8() { # NAME CKPT_A CKPT_B: their fp8 states (none in either: the same too)
+  local a b
+  a=$("$baton" ckpt inspect "$2" --json | /usr/bin/python3 -c 'import json, sys
+print(json.dumps(json.load(sys.stdin)["fp8"], sort_keys=True))')
+  b=$("$baton" ckpt inspect "$3" --json | /usr/bin/python3 -c 'import json, sys
+print(json.dumps(json.load(sys.stdin)["fp8"], sort_keys=True))')
+  if [[ $a != "$b" ]]; then
+    echo "$1: the fp8 scaling states at step 20 differ from the run without a stop"
+    return 1
+  fi
+  [[ $a == "[]" ]] || echo "$1: the fp8 scaling states at step 20 equal the run without a stop"
+}
+ep_resume() { # NAME RANKS_B SED_B TOL [SED_A]
+  local name=$1 init=$1.a.run/checkpoints/s00-step00000010
   layout_wanted "$name" || return 0
   sed "s/gpus_per_node: 2/gpus_per_node: 4/; $z1; ${5:-}" "$src/tests/engine/moe.yaml" >"$name.a.yaml"
   sed "s/gpus_per_node: 2/gpus_per_node: $2/; $3" "$src/tests/engine/moe.yaml" >"$name.b.yaml"
@@ -257,15 +275,22 @@ ep_resume() { # NAME RANKS_B SED_B EXACT [SED_A]
   "$baton" spec "$name.b.yaml" --out "$name.b.pb"
   timeout 300 "$baton" launch -n 4 -- "$worker" --spec "$name.a.pb" --eval-windows 0 \
     --comm-timeout 30 --run-dir "$name.a.run" --save-every 10 >"$name.a.log"
+  if [[ -n ${EP_EDIT:-} ]]; then
+    # shellcheck disable=SC2086 # EP_EDIT is the tool's options, split into words
+    "$ckpt_edit" "$init" $EP_EDIT
+  fi
   timeout 300 "$baton" launch -n "$2" -- "$worker" --spec "$name.b.pb" --eval-windows 0 \
-    --comm-timeout 30 --run-dir "$name.b.run" \
-    --init "$name.a.run/checkpoints/s00-step00000010" >"$name.b.log"
+    --comm-timeout 30 --run-dir "$name.b.run" --init "$init" >"$name.b.log"
   paste <(layout_losses "$name.a.log" | awk '$1 > 10') <(layout_losses "$name.b.log") |
-    awk -v name="$name" -v exact="$4" '
+    awk -v name="$name" -v tol="$4" '
       { n++; d = $2 - $4; if (d < 0) d = -d; if (d > worst) worst = d
-        if ($1 != $3 || (exact && $2 != $4) || d > 1e-5 * $2) bad = 1 }
+        if ($1 != $3 || (tol == "exact" && $2 != $4) || (tol != "exact" && d > tol * $2)) bad = 1 }
       END { printf "%s: steps 11-20 resumed, %d losses, max difference %.3g\n", name, n, worst
             exit bad || n != 10 }' || failures=$((failures + 1))
+  # a bitwise resume ends with the same fp8 scaling states (scales, positions, histories)
+  if [[ $4 == exact ]] && ! ep_same_fp8 "$name" "$name".{a,b}.run/checkpoints/s00-step00000020; then
+    failures=$((failures + 1))
+  fi
   # every tensor, moment and fp8 history read through one open file per shard file
   local files opened
   files=$(find "$name.a.run/checkpoints/s00-step00000010" -name 'rank-*.bin' | wc -l)
@@ -273,23 +298,72 @@ ep_resume() { # NAME RANKS_B SED_B EXACT [SED_A]
   echo "$name: rank 0 opened ${opened:-no} shard file(s) of the checkpoint's $files"
   if [[ -z $opened ]] || ((opened < 1 || opened > files)); then failures=$((failures + 1)); fi
 }
-ep_resume ep2-dp4-zero1-resume 4 "$z1" 1
-ep_resume ep2-dp4-zero1-to-ep2 2 "" 0
+ep_resume ep2-dp4-zero1-resume 4 "$z1" exact
+ep_resume ep2-dp4-zero1-to-ep2 2 "" 1e-5
 # The experts' moments sharded over tp x dp (each tp rank writes its part) resumed under
 # ep2 x dp2, zero 0.
-ep_resume moe-tp2-dp2-zero1-to-ep2 2 "" 0 "s/tp: 1, pp: 1, ep: 2,/tp: 2, pp: 1, ep: 1,/"
-ep_resume ep4-over-tp2-zero1-resume 4 "$z1; s/tp: 1, pp: 1, ep: 2,/tp: 2, pp: 1, ep: 4,/" 1 \
+ep_resume moe-tp2-dp2-zero1-to-ep2 2 "" 1e-5 "s/tp: 1, pp: 1, ep: 2,/tp: 2, pp: 1, ep: 1,/"
+ep_resume ep4-over-tp2-zero1-resume 4 "$z1; s/tp: 1, pp: 1, ep: 2,/tp: 2, pp: 1, ep: 4,/" exact \
   "s/tp: 1, pp: 1, ep: 2,/tp: 2, pp: 1, ep: 4,/"
-ep_resume ep4-over-tp2-zero1-to-ep2 2 "" 0 "s/tp: 1, pp: 1, ep: 2,/tp: 2, pp: 1, ep: 4,/"
-ep_resume moe-tp2-dp2-zero1-resume 4 "$z1; s/tp: 1, pp: 1, ep: 2,/tp: 2, pp: 1, ep: 1,/" 1 \
+ep_resume ep4-over-tp2-zero1-to-ep2 2 "" 1e-5 "s/tp: 1, pp: 1, ep: 2,/tp: 2, pp: 1, ep: 4,/"
+ep_resume moe-tp2-dp2-zero1-resume 4 "$z1; s/tp: 1, pp: 1, ep: 2,/tp: 2, pp: 1, ep: 1,/" exact \
   "s/tp: 1, pp: 1, ep: 2,/tp: 2, pp: 1, ep: 1,/"
 # the experts' moments sharded over tp4's holders alone (dp 1), resumed bitwise and as ep2
-ep_resume ep2-over-tp4-zero1-resume 4 "$z1; s/tp: 1, pp: 1, ep: 2,/tp: 4, pp: 1, ep: 2,/" 1 \
+ep_resume ep2-over-tp4-zero1-resume 4 "$z1; s/tp: 1, pp: 1, ep: 2,/tp: 4, pp: 1, ep: 2,/" exact \
   "s/tp: 1, pp: 1, ep: 2,/tp: 4, pp: 1, ep: 2,/"
-ep_resume ep2-over-tp4-zero1-to-ep2 2 "" 0 "s/tp: 1, pp: 1, ep: 2,/tp: 4, pp: 1, ep: 2,/"
+ep_resume ep2-over-tp4-zero1-to-ep2 2 "" 1e-5 "s/tp: 1, pp: 1, ep: 2,/tp: 4, pp: 1, ep: 2,/"
 # fp8 experts' delayed-scaling state (by global expert, written by the first holder)
 # resumed bitwise
-ep_resume ep2-dp4-fp8-resume 4 "$z1; $fp8p" 1 "$fp8p"
+ep_resume ep2-dp4-fp8-resume 4 "$z1; $fp8p" exact "$fp8p"
+# ...and from that checkpoint as a format-1 baton saved it (histories inline in the
+# manifest, the gradients' as per-replica loss scaling made them, dp times larger): the
+# loader divides them by the saving layout's dp (ckpt_fp8_legacy_factor), bitwise again
+EP_EDIT=--format-1 ep_resume ep2-dp4-fp8-format1 4 "$z1; $fp8p" exact "$fp8p"
+# ...and without the routed experts' states (saved before the experts ran fp8): those are
+# calibrated before step 11, the loaded ones kept as saved (ep_fp8_partial_states)
+ep_fp8_partial() { # NAME
+  layout_wanted "$1" || return 0
+  ran=$((ran - 1)) # ep_resume counts it
+  EP_EDIT="--drop-fp8 .expert" ep_resume "$1" 4 "$z1; $fp8p" 1e-3 "$fp8p"
+  local n
+  n=$(sed -En 's/^(\[0\] )?fp8: .* holds no scaling state for ([0-9]+) expert operand\(s\) .*/\2/p' "$1.b.log")
+  echo "$1: the loader reported ${n:-no} expert operand(s) without a state"
+  if [[ -z $n ]] || ! grep -Eq "^(\[0\] )?fp8 scales calibrated from" "$1.b.log"; then
+    failures=$((failures + 1))
+    return
+  fi
+  "$baton" ckpt inspect "$1.a.run/checkpoints/s00-step00000010" --json >"$1.a10.json"
+  "$baton" ckpt inspect "$1.b.run/checkpoints/s00-step00000020" --json >"$1.b20.json"
+  ep_fp8_partial_states "$1" "$1.a10.json" "$1.b20.json" || failures=$((failures + 1))
+}
+# The states at step 20 of a run resumed at step 10 from a checkpoint without the routed
+# experts' states: each loaded state 10 amaxes further on, the rest of its history the
+# saved one (calibration recorded nothing there); each expert's 11 (calibration, then 10
+# steps), its scale no longer 1.
+ep_fp8_partial_states() { # NAME SAVED_JSON RESUMED_JSON
+  /usr/bin/python3 - "$@" <<'PY'
+import json, sys
+name, saved, got = sys.argv[1], *(
+    {f["name"]: f for f in json.load(open(p))["fp8"]} for p in sys.argv[2:4])
+bad, loaded, fresh = [], 0, 0
+for k, f in got.items():
+    h, n = f["amax_history"], len(f["amax_history"])
+    if ".expert" in k:
+        fresh += 1
+        if f["pos"] != 11 % n or f["scale"] == 1.0: bad.append(f"{k}: pos {f['pos']}, scale {f['scale']}")
+        continue
+    s = saved.get(k)
+    new = {(s["pos"] + i) % n for i in range(10)} if s else set()
+    if s is None or f["pos"] != (s["pos"] + 10) % n or any(
+            h[i] != s["amax_history"][i] for i in range(n) if i not in new):
+        bad.append(f"{k}: pos {f['pos']} (saved {s and s['pos']}), history not the saved one")
+    loaded += 1
+print(f"{name}: {loaded} loaded state(s) kept, {fresh} expert state(s) calibrated; "
+      f"{len(bad)} wrong{': ' + bad[0] if bad else ''}")
+sys.exit(1 if bad or not fresh or not loaded else 0)
+PY
+}
+ep_fp8_partial ep2-dp4-fp8-partial
 # Each layer's gradients all-reduced during the backward (train_dp_overlap.h), the
 # experts' over the expert-data-parallel group (ep2 over dp4) or not at all (ep2 over dp2).
 BATON_DP_OVERLAP=1 ep_case ep2-overlap 2 1 2 "$aux"
