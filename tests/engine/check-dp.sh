@@ -45,8 +45,9 @@ dp_case dp4-zero1 4 zero1
 # round differently, which fp8 turns into quantization steps later (layout_fp8_losses:
 # the first 5 steps to the printed digits, measured 6; all within 1e-3, measured 1.1e-4;
 # the parameters within 2e-2 of the largest, measured 7.5e-3: AdamW turns a tiny
-# gradient's rounding into a whole step). With each replica's own count (before) step 2
-# differed by 1.8e-4.
+# gradient's rounding into a whole step; the difference's L2 norm within 1e-2 of
+# theirs, measured 7.4e-4). With each replica's own count (before) step 2 differed by
+# 1.8e-4.
 fp8_case() { # NAME RANKS STAGE
   layout_wanted "$1" || return 0
   sed "s/gpus_per_node: 2/gpus_per_node: $2/;
@@ -57,7 +58,7 @@ fp8_case() { # NAME RANKS STAGE
   timeout 300 "$baton" launch -n "$2" -- "$worker" --spec "$1.pb" --eval-windows 0 \
     --comm-timeout 30 --dump-params "$1.params" >"$1.log"
   layout_fp8_losses "$1" "$1.ref.log" "$1.log" 5 || failures=$((failures + 1))
-  layout_compare_params "$1" "$1.ref" "$1.params" 2e-2 || failures=$((failures + 1))
+  layout_compare_params "$1" "$1.ref" "$1.params" 2e-2 1e-2 || failures=$((failures + 1))
   if ! grep -q "^fp8: 8 of 9 GEMMs in fp8" "$1.ref.log" || ! grep -q "fp8 scales calibrated" "$1.log"; then
     echo "$1: the GEMMs did not run in fp8, calibrated"
     failures=$((failures + 1))

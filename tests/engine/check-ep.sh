@@ -121,7 +121,8 @@ ep_case ep2-full 2 1 2 "$aux" "s/  micro_batch: 1/  micro_batch: 1\n  recompute:
 # by 1.8e-4), all 20 within 1e-3 (measured: 6.1e-5 without tp, steps 1-7 equal; up to
 # 1.6e-4 with it) and the final parameters within 1e-2 of the largest (measured: 2.8e-3
 # without tp, 1.3e-3 .. 3.3e-3 with it; AdamW turns a tiny gradient's rounding into a
-# whole step).
+# whole step), their difference's L2 norm within 1e-2 of theirs (measured: 7.8e-4
+# without tp, 9.4e-4 with it, 3.8e-3 .. 4.0e-3 under ZeRO-2).
 fp8p="s/^defaults:/defaults:\n  precision: {type: fp8, first_last_bf16: false}/"
 ep_fp8_run() { # NAME RANKS: launched, its checkpoint reloaded into one process
   "$baton" spec "$1.yaml" --out "$1.pb"
@@ -145,7 +146,8 @@ ep_fp8_case() { # NAME RANKS TP EP [SED [REF_SED]]: REF_SED makes the tp referen
     ep_fp8_run "$name.ref" "$n"
   fi
   layout_fp8_losses "$name" "$name.ref.log" "$name.log" 3 || failures=$((failures + 1))
-  layout_compare_params "$name" "$name.ref.params" "$name.params" 1e-2 || failures=$((failures + 1))
+  layout_compare_params "$name" "$name.ref.params" "$name.params" 1e-2 1e-2 ||
+    failures=$((failures + 1))
   if ! grep -Eq "fp8: ([0-9]+) of \1 expert weight products in fp8" "$name.log"; then
     echo "$name: the experts' products did not run in fp8"
     failures=$((failures + 1))

@@ -50,14 +50,25 @@ layout_fp8_losses() { # NAME REF_LOG LOG EARLY
           exit bad }'
 }
 
-layout_compare_params() { # NAME REF_PARAMS PARAMS [TOL]: TOL relative, 1e-5 unless given
-  /usr/bin/python3 - "$2" "$3" "$1" "${4:-1e-5}" <<'PY'
+# TOL: the largest difference over the largest parameter, 1e-5 unless given. L2_TOL: the
+# difference's norm over the parameters' norm too (fp8: one parameter's whole AdamW step
+# sets the largest difference, the norm follows them all).
+layout_compare_params() { # NAME REF_PARAMS PARAMS [TOL [L2_TOL]]
+  /usr/bin/python3 - "$2" "$3" "$1" "${4:-1e-5}" "${5:-}" <<'PY'
 import sys
 import numpy as np
 ref, got = (np.fromfile(p, dtype="<f4").astype(np.float64) for p in sys.argv[1:3])
-rel = np.abs(ref - got).max() / np.abs(ref).max() if ref.size == got.size else float("inf")
-print(f"{sys.argv[3]}: final parameters ({got.size} of {ref.size}) max relative difference {rel:.3g}")
-sys.exit(0 if rel <= float(sys.argv[4]) else 1)
+name, tol, l2_tol = sys.argv[3], float(sys.argv[4]), sys.argv[5]
+same = ref.size == got.size
+rel = np.abs(ref - got).max() / np.abs(ref).max() if same else float("inf")
+print(f"{name}: final parameters ({got.size} of {ref.size}) max relative difference {rel:.3g}"
+      f" (limit {tol:g})")
+ok = rel <= tol
+if l2_tol:
+    l2 = np.linalg.norm(ref - got) / np.linalg.norm(ref) if same else float("inf")
+    print(f"{name}: final parameters' difference, L2 relative {l2:.3g} (limit {float(l2_tol):g})")
+    ok = ok and l2 <= float(l2_tol)
+sys.exit(0 if ok else 1)
 PY
 }
 
