@@ -43,7 +43,7 @@ static void inspect_layout(bt_buf *b, const Baton__Parallel *p) {
 static int inspect_text(bt_buf *b, const char *dir, const Baton__Manifest *m, bt_diag *diag) {
     (void)diag;
     uint64_t total = 0;
-    bt_buf_printf(b, "checkpoint %s\n", dir);
+    bt_buf_printf(b, "checkpoint %s (format %u)\n", dir, m->format_version);
     bt_buf_printf(b, "  recipe %s, stage %u \"%s\"%s, step %llu of %llu, next global sample %llu\n",
                   m->recipe_name ? m->recipe_name : "?", m->stage_index,
                   m->stage_name ? m->stage_name : "?", m->stage_final ? " (final)" : "",
@@ -111,7 +111,7 @@ static int inspect_fp8(bt_buf *b, ckpt_reader *r, const Baton__Fp8State *f, bt_d
 static int inspect_json(bt_buf *b, const char *dir, const Baton__Manifest *m, bt_diag *diag) {
     bt_buf_printf(b, "{\"dir\": ");
     bt_buf_json_string(b, dir);
-    bt_buf_printf(b, ", \"recipe\": ");
+    bt_buf_printf(b, ", \"format_version\": %u, \"recipe\": ", m->format_version);
     bt_buf_json_string(b, m->recipe_name ? m->recipe_name : "");
     bt_buf_printf(b, ", \"stage_index\": %u, \"stage\": ", m->stage_index);
     bt_buf_json_string(b, m->stage_name ? m->stage_name : "");
