@@ -54,7 +54,10 @@ flipped-byte | truncated)
   one --run-dir run --save-every 10 >ref.log
   bin=run/checkpoints/s00-step00000020/rank-00000.bin
   if [[ $case == flipped-byte ]]; then
-    printf '\x5a' | dd of="$bin" bs=1 seek=700000 conv=notrunc status=none
+    # the byte's complement: a fixed value is a no-op where the byte already holds it
+    # (0x5a did, on one machine's OpenBLAS)
+    byte=$(od -A n -t u1 -j 700000 -N 1 "$bin")
+    printf "\\x$(printf %02x $((byte ^ 0xff)))" | dd of="$bin" bs=1 seek=700000 conv=notrunc status=none
   else
     truncate -s 1000000 "$bin"
   fi
