@@ -122,7 +122,11 @@ ep_case ep2-full 2 1 2 "$aux" "s/  micro_batch: 1/  micro_batch: 1\n  recompute:
 # 1.6e-4 with it) and the final parameters within 1e-2 of the largest (measured: 2.8e-3
 # without tp, 1.3e-3 .. 3.3e-3 with it; AdamW turns a tiny gradient's rounding into a
 # whole step), their difference's L2 norm within 1e-2 of theirs (measured: 7.8e-4
-# without tp, 9.4e-4 with it, 3.8e-3 .. 4.0e-3 under ZeRO-2).
+# without tp, 9.4e-4 with it). ZeRO-2 within 3e-2 of both: it reduces each micro-batch's
+# gradients before summing them (train_zero.h), another order of float additions, so
+# its fp8 losses part from step 4 on (ZeRO-1's stay equal, parameters within 1e-6); the
+# difference measured 3.8e-3 .. 4.0e-3 (L2) on one CPU, 9.4e-3 (L2) and 1.26e-2 (largest)
+# on an AMD EPYC, whose OpenBLAS kernels round differently.
 fp8p="s/^defaults:/defaults:\n  precision: {type: fp8, first_last_bf16: false}/"
 ep_fp8_run() { # NAME RANKS: launched, its checkpoint reloaded into one process
   "$baton" spec "$1.yaml" --out "$1.pb"
@@ -131,7 +135,7 @@ ep_fp8_run() { # NAME RANKS: launched, its checkpoint reloaded into one process
   "$worker" --spec "$1.pb" --single-process --eval-windows 0 --dump-params "$1.params" \
     --init "$1.run/checkpoints/s00-step00000020" >"$1.reload.log"
 }
-ep_fp8_case() { # NAME RANKS TP EP [SED [REF_SED]]: REF_SED makes the tp reference (ep 1)
+ep_fp8_case() { # NAME RANKS TP EP [SED [REF_SED [TOL]]]: REF_SED makes the tp reference (ep 1)
   local name=$1 n=$2
   layout_wanted "$name" || return 0
   sed "s/gpus_per_node: 2/gpus_per_node: $n/; s/tp: 1, pp: 1, ep: 2,/tp: $3, pp: 1, ep: $4,/;
@@ -146,7 +150,7 @@ ep_fp8_case() { # NAME RANKS TP EP [SED [REF_SED]]: REF_SED makes the tp referen
     ep_fp8_run "$name.ref" "$n"
   fi
   layout_fp8_losses "$name" "$name.ref.log" "$name.log" 3 || failures=$((failures + 1))
-  layout_compare_params "$name" "$name.ref.params" "$name.params" 1e-2 1e-2 ||
+  layout_compare_params "$name" "$name.ref.params" "$name.params" "${7:-1e-2}" "${7:-1e-2}" ||
     failures=$((failures + 1))
   if ! grep -Eq "fp8: ([0-9]+) of \1 expert weight products in fp8" "$name.log"; then
     echo "$name: the experts' products did not run in fp8"
@@ -158,8 +162,8 @@ ep_fp8_case ep2-tp2-fp8 4 2 2
 # ZeRO-2 does not fold: each tp rank runs its rows through its experts, which its tp peer
 # holds too (the tp max, then the holders' among dp: none under ep2 here, both dp ranks
 # with ep 1); the reference is the fold's (ZeRO-0) holders
-ep_fp8_case ep2-tp2-zero2-fp8 4 2 2 "s/zero: 0/zero: 2/" "s/zero: 2/zero: 0/"
-ep_fp8_case moe-tp2-dp2-zero2-fp8 4 2 1 "s/zero: 0/zero: 2/" "s/zero: 2/zero: 0/"
+ep_fp8_case ep2-tp2-zero2-fp8 4 2 2 "s/zero: 0/zero: 2/" "s/zero: 2/zero: 0/" 3e-2
+ep_fp8_case moe-tp2-dp2-zero2-fp8 4 2 1 "s/zero: 0/zero: 2/" "s/zero: 2/zero: 0/" 3e-2
 cap="$aux, capacity_factor: 1.0"
 # ep 1 over dp2: every dp rank holds every expert (rank 0 saves them); with ZeRO-2 the
 # experts' gradients go through the unit buffers with the rest, with ZeRO-3 their weights
