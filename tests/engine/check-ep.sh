@@ -284,7 +284,13 @@ ep_resume() { # NAME RANKS_B SED_B TOL [SED_A]
   if [[ -n ${EP_EDIT:-} ]]; then
     # shellcheck disable=SC2086 # EP_EDIT is the tool's options, split into words
     "$ckpt_edit" "$init" $EP_EDIT
-    "$baton" ckpt inspect "$init" | sed -n 1p
+    local head
+    head=$("$baton" ckpt inspect "$init" | sed -n 1p)
+    echo "$head"
+    if [[ $EP_EDIT == *--format-1* && $head != *" (format 1)" ]]; then
+      echo "$name: the checkpoint resumed from is not of format 1"
+      failures=$((failures + 1))
+    fi
   fi
   timeout 300 "$baton" launch -n "$2" -- "$worker" --spec "$name.b.pb" --eval-windows 0 \
     --comm-timeout 30 --run-dir "$name.b.run" --init "$init" >"$name.b.log"
@@ -326,12 +332,6 @@ ep_resume ep2-dp4-fp8-resume 4 "$z1; $fp8p" exact "$fp8p"
 # manifest, the gradients' as per-replica loss scaling made them, dp times larger): the
 # loader divides them by the saving layout's dp (ckpt_fp8_legacy_factor), bitwise again
 EP_EDIT=--format-1 ep_resume ep2-dp4-fp8-format1 4 "$z1; $fp8p" exact "$fp8p"
-if layout_wanted ep2-dp4-fp8-format1 && ran=$((ran - 1)) &&
-  [[ $("$baton" ckpt inspect ep2-dp4-fp8-format1.a.run/checkpoints/s00-step00000010 |
-    sed -n 1p) != *" (format 1)" ]]; then
-  echo "ep2-dp4-fp8-format1: the checkpoint resumed from is not of format 1"
-  failures=$((failures + 1))
-fi
 # ...and without the routed experts' states (saved before the experts ran fp8): those are
 # calibrated before step 11, the loaded ones kept as saved (ep_fp8_partial_states)
 ep_fp8_partial() { # NAME
