@@ -303,9 +303,12 @@ static int launch_job_dir(launch_job *job, bt_diag *diag) {
 static int launch_spawn(launch_job *job, int r, bt_diag *diag) {
     char **env = NULL;
     int p[7];
-    char dir_env[4200];
+    char dir_env[4200], host_env[64];
     snprintf(dir_env, sizeof dir_env, "BATON_JOB_DIR=%s", job->dir);
-    char *const dir_extra[] = {dir_env, NULL};
+    /* Every rank of the job runs on this host, whatever its virtual node: the worker
+     * divides the host's CPUs by this count (worker/cpu/cpu_threads.h). */
+    snprintf(host_env, sizeof host_env, "BATON_HOST_RANKS=%d", job->nprocs);
+    char *const dir_extra[] = {dir_env, host_env, NULL};
     int rc = job->opts.plain ? launch_env_plain(&env)
                              : pmixhost_client_setup(job->srv, job->ns, r, environ, &env, diag);
     if (rc == 0 && !job->opts.plain && launch_env_extra(&env, dir_extra) != 0) rc = BT_ENOMEM;

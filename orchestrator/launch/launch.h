@@ -105,7 +105,8 @@ typedef struct launch_opts {
     void *output_arg;
     int plain; /* the processes are not PMIx clients of ours but a launcher that wires its
                   own ranks (srun --mpi=pmix): no namespace, no PMIX_* variables in their
-                  env, no BATON_JOB_DIR; they are supervised like ranks otherwise */
+                  env, no BATON_JOB_DIR or BATON_HOST_RANKS (every rank's: the job's
+                  process count, all on this host); supervised like ranks otherwise */
 } launch_opts;
 
 typedef struct launch_job {

@@ -53,4 +53,38 @@ if ! cmp -s a.f32 b.f32 || [[ ! -s a.f32 ]]; then
   echo "FAIL: two runs of the same spec end with different parameters"
   failures=$((failures + 1))
 fi
+
+# OpenBLAS's threads (worker/cpu/cpu_threads.h): one process takes the CPUs it may run
+# on, each of 4 ranks of `baton launch` its share (2 virtual nodes: still one host), and
+# OpenBLAS's own variable overrides both. (ctest pins OPENBLAS_NUM_THREADS=1 for the
+# other tests, so that layouts and their one-process reference sum alike.)
+blas_want() { # RANKS -> "THREADS CPUS"
+  local cpus
+  cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+  echo "$((cpus / $1 > 1 ? cpus / $1 : 1)) $cpus"
+}
+blas_check() { # WHAT RANKS OUTPUT
+  local want cpus got
+  read -r want cpus <<<"$(blas_want "$2")"
+  got=$(sed -En 's/^(\[0\] )?cpu backend: ([0-9]+) BLAS thread\(s\) per rank \(([0-9]+) CPUs \/ ([0-9]+) rank.*/\2 \3 \4/p' <<<"$3")
+  # OpenBLAS caps the count at its build's maximum (32 or more).
+  if [[ "$got" == "$want $cpus $2" ]] || { read -r g _ <<<"$got"; ((g >= 32 && g < want)); }; then
+    echo "ok   $1: $got (threads, CPUs, ranks on this host)"
+  else
+    echo "FAIL: $1: '$got' (threads, CPUs, ranks), want '$want $cpus $2'"
+    failures=$((failures + 1))
+  fi
+}
+(
+  unset OPENBLAS_NUM_THREADS GOTO_NUM_THREADS OMP_NUM_THREADS
+  sed "s/gpus_per_node: 2/gpus_per_node: 4/" "$src/tests/engine/dp.yaml" >dp4.yaml
+  "$baton" spec dp4.yaml --stage plain --out dp4.pb || exit 1
+  blas_check "one process" 1 "$("$worker" --spec dp4.pb --single-process --steps 1 --eval-windows 0)"
+  blas_check "4 ranks" 4 "$(timeout 120 "$baton" launch -n 4 --nodes 2 -- "$worker" --spec dp4.pb \
+    --steps 1 --eval-windows 0 --comm-timeout 30)"
+  exit "$failures"
+) || failures=$((failures + 1))
+OPENBLAS_NUM_THREADS=3 expect 0 'cpu backend: [0-9]+ BLAS thread\(s\) per rank \(set by OPENBLAS_NUM_THREADS\)' \
+  -- --spec small.pb --steps 1 --eval-windows 0
+
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }

@@ -22,6 +22,7 @@
 #ifdef BATON_HAVE_CUDA
 #include "cuda_backend.h"
 #endif
+#include "cpu_threads.h"
 #include "model_zero.h"
 #include "model_moe.h"
 #include "train.h"
@@ -551,6 +552,27 @@ static void worker_abort_groups(worker_ranks *w, trainer *t) {
     train_abort_comms(t);
 }
 
+/* OpenBLAS's threads: this rank's share of its host's CPUs (cpu_threads.h). The ranks on
+ * the host: BATON_HOST_RANKS, which baton launch sets (its virtual nodes share one host),
+ * else PMIx's local size (srun). Rank 0 of a CPU stage prints what is in effect. */
+static void worker_blas_threads(const Baton__StageSpec *spec, const worker_ranks *w) {
+    uint64_t n = 0;
+    const char *v = getenv("BATON_HOST_RANKS");
+    int ranks = w->under_pmix ? w->info.local_size : 1;
+    if (w->under_pmix && v != NULL && parse_count(v, &n) == 0 && n > 0 && n <= 1u << 20)
+        ranks = (int)n;
+    cpu_threads t;
+    cpu_threads_apply(&t, ranks);
+    int cuda = spec->cluster && spec->cluster->device == BATON__CLUSTER__DEVICE__CUDA;
+    if (w->info.rank != 0 || cuda) return;
+    if (t.env != NULL)
+        printf("cpu backend: %d BLAS thread(s) per rank (set by %s)\n", t.threads, t.env);
+    else
+        printf("cpu backend: %d BLAS thread(s) per rank (%d CPUs / %d rank(s) on this host; "
+               "OPENBLAS_NUM_THREADS overrides)\n",
+               t.threads, t.cpus, t.host_ranks);
+}
+
 /* Trains with the ranks joined (or alone); returns a BT_ code, *setup_rc the code of
  * the setup part (which decides the exit status class). */
 static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks *w,
@@ -627,6 +649,7 @@ int main(int argc, char **argv) {
     if (rc == 0) {
         uint32_t size = w.world ? (uint32_t)w.info.size : 1;
         worker_control_start(&ctl, spec, w.world, (uint32_t)w.info.rank, size, w.info.hostname);
+        worker_blas_threads(spec, &w);
         rc = worker_run(spec, &a, &w, &ctl, &setup_rc, &rollback, &diag);
     }
     int status = worker_exit_status(rc, setup_rc, ctl.stopping, rollback);
