@@ -2,8 +2,8 @@
  *
  * OpenBLAS starts one thread per CPU in every process. With several ranks on one host
  * that is ranks x CPUs threads, and OpenBLAS's idle threads spin on sched_yield, so
- * the ranks take the CPUs from each other (a 4-rank run on 2 CPUs: 68-100k involuntary
- * context switches and about 20% more wall time than with one thread each). So each
+ * the ranks take the CPUs from each other (4-rank tests on 2 CPUs: 68-100k involuntary
+ * context switches in 4 s, 20-45% more wall time than with one thread each). So each
  * worker takes its share, the CPUs it may run on divided by the ranks on its host
  * (torchrun sets one OpenMP thread per process for the same reason). The usual
  * variables still decide when set: OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS,
