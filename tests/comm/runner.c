@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "runner.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -19,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm_gloo.h"
+#include "comm_shm.h"
 
 double now_s(void) {
     struct timespec ts;
@@ -47,7 +48,7 @@ int child_init(const child_env *env, const char *prefix, int timeout_ms, comm **
     bs.store_dir = env->dir;
     bs.prefix = prefix;
     bs.timeout_ms = timeout_ms;
-    return comm_gloo_init(out, &bs, diag);
+    return comm_cpu_init(out, &bs, diag);
 }
 
 int sup_value(const supervisor *s, int rank, const char *key, double *val) {
@@ -200,6 +201,24 @@ static int supervise(const scenario *sc, supervisor *s, int rfd) {
     return 0;
 }
 
+/* Shared-memory segments (comm_shm.h) are unlinked once every member mapped them: none
+ * created by a rank may be left in /dev/shm, whatever became of the ranks. */
+static int shm_leftovers(const supervisor *s) {
+    DIR *d = opendir("/dev/shm");
+    int left = 0;
+    for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;)
+        for (int r = 0; r < s->world; r++) {
+            char prefix[64];
+            snprintf(prefix, sizeof prefix, "baton-comm-%d-", (int)s->ranks[r].pid);
+            if (s->ranks[r].started && strncmp(e->d_name, prefix, strlen(prefix)) == 0) {
+                fprintf(stderr, "rank %d left /dev/shm/%s behind\n", r, e->d_name);
+                left++;
+            }
+        }
+    if (d != NULL) closedir(d);
+    return left;
+}
+
 static int run_parent(const scenario *sc) {
     const char *tmp = getenv("TMPDIR");
     char dir[4096];
@@ -226,6 +245,7 @@ static int run_parent(const scenario *sc) {
     if (!fail && sc->check) fail = sc->check(&s);
     for (int r = 0; !fail && !sc->check && r < sc->world - sc->absent; r++)
         fail += sup_expect_exit(&s, r, 0, 0);
+    fail += shm_leftovers(&s);
     remove_tree(dir);
     printf("%s: %s\n", sc->name, fail ? "FAILED" : "passed");
     return fail ? 1 : 0;

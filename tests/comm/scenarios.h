@@ -5,6 +5,7 @@
 #include "runner.h"
 
 int child_fail_kill(const child_env *env);
+int child_fail_leave(const child_env *env);
 int on_event_kill(supervisor *s, int rank, const char *key, double val);
 int check_kill(supervisor *s);
 int child_fail_hang(const child_env *env);

@@ -201,6 +201,36 @@ static int attempt(const child_env *env, const char *prefix) {
     return rc != 0 || x != (float)env->world;
 }
 
+/* A rank that destroys the group and exits while the others wait for it in a barrier:
+ * they fail within a second (the timeout is 10 s), peer lost, naming it. */
+int child_fail_leave(const child_env *env) {
+    comm *c;
+    bt_diag d;
+    bt_diag_init(&d);
+    if (child_init(env, "leave", 10000, &c, &d) != 0) {
+        fprintf(stderr, "%s\n", d.msg);
+        return 2;
+    }
+    float x = 1;
+    CHECK(comm_allreduce(c, &x, &x, 1, COMM_F32, COMM_SUM, NULL) == 0);
+    if (env->rank == KILL_VICTIM) {
+        comm_destroy(c);
+        return check_status();
+    }
+    double t0 = now_s();
+    int rc = comm_barrier(c, NULL);
+    printf("rank %d: %.3f s: %s [%s]\n", env->rank, now_s() - t0, comm_error(c),
+           comm_fault_name(comm_fault_of(c)));
+    CHECK(rc == BT_EIO);
+    CHECK(now_s() - t0 < 1.0);
+    CHECK(comm_fault_of(c) == COMM_FAULT_PEER_LOST);
+    char peer[32];
+    snprintf(peer, sizeof peer, " %d (global %d)", KILL_VICTIM, KILL_VICTIM);
+    CHECK_STR_CONTAINS(comm_error(c), peer);
+    comm_destroy(c);
+    return check_status();
+}
+
 /* Attempt 1, a retry under a fresh prefix in the same directory, then a retry that
  * reuses the first prefix: refused at once, with a message that says why. */
 int child_retry_prefix(const child_env *env) {

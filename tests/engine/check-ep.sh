@@ -122,7 +122,12 @@ ep_case ep2-full 2 1 2 "$aux" "s/  micro_batch: 1/  micro_batch: 1\n  recompute:
 # 1.6e-4 with it) and the final parameters within 1e-2 of the largest (measured: 2.8e-3
 # without tp, 1.3e-3 .. 3.3e-3 with it; AdamW turns a tiny gradient's rounding into a
 # whole step), their difference's L2 norm within 1e-2 of theirs (measured: 7.8e-4
-# without tp, 9.4e-4 with it). ZeRO-2 within 3e-2 of both: it reduces each micro-batch's
+# without tp, 9.4e-4 with it). ep2-dp4-fp8's largest within 3e-2: the dp4 sum's order
+# decides where the run parts from one process's. Over Gloo (its ring's order) the losses
+# stay equal to step 6 and the largest difference is 1.1e-3 (L2 7.2e-4); in shared memory
+# (comm_shm.h, members in rank order) they part at step 3 (5.6e-7) and it is 1.25e-2
+# (L2 6.3e-3, 2,914 of 183,104 parameters more than 1e-3 apart); a one-process reference
+# whose OpenBLAS ran 2 threads moved it as far (1.3e-2): fp8's chaos, no wrong sum. ZeRO-2 within 3e-2 of both: it reduces each micro-batch's
 # gradients before summing them (train_zero.h), another order of float additions, so
 # its fp8 losses part from step 4 on (ZeRO-1's stay equal, parameters within 1e-6); the
 # difference measured 3.8e-3 .. 4.0e-3 (L2) on one CPU, 9.4e-3 (L2) and 1.26e-2 (largest)
@@ -135,7 +140,7 @@ ep_fp8_run() { # NAME RANKS: launched, its checkpoint reloaded into one process
   "$worker" --spec "$1.pb" --single-process --eval-windows 0 --dump-params "$1.params" \
     --init "$1.run/checkpoints/s00-step00000020" >"$1.reload.log"
 }
-ep_fp8_case() { # NAME RANKS TP EP [SED [REF_SED [TOL]]]: REF_SED makes the tp reference (ep 1)
+ep_fp8_case() { # NAME RANKS TP EP [SED [REF_SED [TOL [L2_TOL]]]]: REF_SED makes the tp reference (ep 1)
   local name=$1 n=$2
   layout_wanted "$name" || return 0
   sed "s/gpus_per_node: 2/gpus_per_node: $n/; s/tp: 1, pp: 1, ep: 2,/tp: $3, pp: 1, ep: $4,/;
@@ -150,14 +155,14 @@ ep_fp8_case() { # NAME RANKS TP EP [SED [REF_SED [TOL]]]: REF_SED makes the tp r
     ep_fp8_run "$name.ref" "$n"
   fi
   layout_fp8_losses "$name" "$name.ref.log" "$name.log" 3 || failures=$((failures + 1))
-  layout_compare_params "$name" "$name.ref.params" "$name.params" "${7:-1e-2}" "${7:-1e-2}" ||
+  layout_compare_params "$name" "$name.ref.params" "$name.params" "${7:-1e-2}" "${8:-${7:-1e-2}}" ||
     failures=$((failures + 1))
   if ! grep -Eq "fp8: ([0-9]+) of \1 expert weight products in fp8" "$name.log"; then
     echo "$name: the experts' products did not run in fp8"
     failures=$((failures + 1))
   fi
 }
-ep_fp8_case ep2-dp4-fp8 4 1 2
+ep_fp8_case ep2-dp4-fp8 4 1 2 "" "" 3e-2 1e-2
 ep_fp8_case ep2-tp2-fp8 4 2 2
 # ZeRO-2 does not fold: each tp rank runs its rows through its experts, which its tp peer
 # holds too (the tp max, then the holders' among dp: none under ep2 here, both dp ranks

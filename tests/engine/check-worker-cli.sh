@@ -80,8 +80,19 @@ blas_check() { # WHAT RANKS OUTPUT
   sed "s/gpus_per_node: 2/gpus_per_node: 4/" "$src/tests/engine/dp.yaml" >dp4.yaml
   "$baton" spec dp4.yaml --stage plain --out dp4.pb || exit 1
   blas_check "one process" 1 "$("$worker" --spec dp4.pb --single-process --steps 1 --eval-windows 0)"
-  blas_check "4 ranks" 4 "$(timeout 120 "$baton" launch -n 4 --nodes 2 -- "$worker" --spec dp4.pb \
-    --steps 1 --eval-windows 0 --comm-timeout 30)"
+  out=$(timeout 120 "$baton" launch -n 4 --nodes 2 -- "$worker" --spec dp4.pb --steps 1 \
+    --eval-windows 0 --comm-timeout 30)
+  blas_check "4 ranks" 4 "$out"
+  # Their collectives in shared memory (worker/comm/comm_shm.h), or over Gloo when asked.
+  comm_check() { # WHAT PATTERN OUTPUT
+    if grep -Eq "^\[0\] cpu backend: $2" <<<"$3"; then echo "ok   $1"; else
+      echo "FAIL: $1: no '$2' in:"; grep -F 'cpu backend' <<<"$3"; failures=$((failures + 1)); fi
+  }
+  comm_check "4 ranks: shared memory" 'collectives in shared memory \(all 4 ranks on one host' "$out"
+  comm_check "4 ranks: Gloo when BATON_COMM_SHM=0" \
+    'collectives over Gloo \(TCP\), as BATON_COMM_SHM=0 asks' \
+    "$(BATON_COMM_SHM=0 timeout 120 "$baton" launch -n 4 --nodes 2 -- "$worker" --spec dp4.pb \
+      --steps 1 --eval-windows 0 --comm-timeout 30)"
   exit "$failures"
 ) || failures=$((failures + 1))
 OPENBLAS_NUM_THREADS=3 expect 0 'cpu backend: [0-9]+ BLAS thread\(s\) per rank \(set by OPENBLAS_NUM_THREADS\)' \

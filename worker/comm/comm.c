@@ -118,6 +118,10 @@ const char *comm_name(const comm *c) {
     return c->name;
 }
 
+const char *comm_backend(const comm *c) {
+    return c->ops->name;
+}
+
 int comm_has_streams(const comm *c) {
     return c->ops->streams;
 }

@@ -169,6 +169,8 @@ int comm_size(const comm *c);
 /* Global (world) rank of group rank r. */
 int comm_global_rank(const comm *c, int r);
 const char *comm_name(const comm *c);
+/* The backend the group's collectives run on: "gloo", "shm" (comm_shm.h) or "nccl". */
+const char *comm_backend(const comm *c);
 int comm_timeout_ms(const comm *c);
 /* 1 when operations take a stream (NCCL): comm_wait then awaits them; 0 (Gloo): every
  * operation completes before it returns and the stream must be NULL. */

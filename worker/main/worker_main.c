@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifdef BATON_HAVE_CUDA
 #include "cuda_backend.h"
@@ -573,6 +574,21 @@ static void worker_blas_threads(const Baton__StageSpec *spec, const worker_ranks
                t.threads, t.cpus, t.host_ranks);
 }
 
+/* Rank 0 of a CPU stage says what its world group's collectives run on (comm_shm.h). */
+static void worker_comm_backend(const Baton__StageSpec *spec, const worker_ranks *w) {
+    int cuda = spec->cluster && spec->cluster->device == BATON__CLUSTER__DEVICE__CUDA;
+    if (w->world == NULL || w->info.rank != 0 || cuda) return;
+    const char *v = getenv("BATON_COMM_SHM");
+    int off = v != NULL && strcmp(v, "0") == 0;
+    if (strcmp(comm_backend(w->world), "shm") == 0)
+        printf("cpu backend: collectives in shared memory (all %d ranks on one host; "
+               "BATON_COMM_SHM=0 for Gloo over TCP)\n",
+               w->info.size);
+    else
+        printf("cpu backend: collectives over Gloo (TCP)%s\n",
+               off ? ", as BATON_COMM_SHM=0 asks" : "; groups within one host in shared memory");
+}
+
 /* Trains with the ranks joined (or alone); returns a BT_ code, *setup_rc the code of
  * the setup part (which decides the exit status class). */
 static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks *w,
@@ -650,6 +666,7 @@ int main(int argc, char **argv) {
         uint32_t size = w.world ? (uint32_t)w.info.size : 1;
         worker_control_start(&ctl, spec, w.world, (uint32_t)w.info.rank, size, w.info.hostname);
         worker_blas_threads(spec, &w);
+        worker_comm_backend(spec, &w);
         rc = worker_run(spec, &a, &w, &ctl, &setup_rc, &rollback, &diag);
     }
     int status = worker_exit_status(rc, setup_rc, ctl.stopping, rollback);

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "comm_gloo.h"
+#include "comm_shm.h"
 #include "layout.h"
 #include "util/buf.h"
 #include "util/kv_wire.h"
@@ -84,7 +84,7 @@ int worker_ranks_join(worker_ranks *w, double timeout_s, int use_nccl, bt_diag *
         bs.store_dir = dir;
     }
     if (rc != 0) return rc;
-    return use_nccl ? ranks_nccl_init(w, &bs, diag) : comm_gloo_init(&w->world, &bs, diag);
+    return use_nccl ? ranks_nccl_init(w, &bs, diag) : comm_cpu_init(&w->world, &bs, diag);
 }
 
 /* The group along dim containing this rank: NULL when of size 1, the world when it spans

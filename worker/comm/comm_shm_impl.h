@@ -1,0 +1,82 @@
+/* What comm_shm.c (the segment, its rounds and failures) and comm_shm_ops.c (the
+ * collectives over rounds) share. Not for callers: they use comm.h and comm_shm.h.
+ *
+ * A round: every member writes its part into its slot of the round's parity (rounds
+ * alternate between two sets of slots), then enters the round (shm_round), which returns
+ * once every member has entered it; then every member reads the slots. A member can
+ * write round k+2's slots only after all members entered round k+1, which each does only
+ * after it has read round k's: two sets suffice. */
+#ifndef BATON_COMM_SHM_IMPL_H
+#define BATON_COMM_SHM_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+
+enum { SHM_SLOT_BYTES = 256 << 10 };
+
+typedef struct shm_member {
+    pthread_mutex_t alive;  /* robust; locked by the member for the group's life */
+    _Atomic uint32_t round; /* the last round it entered */
+    _Atomic uint32_t left;  /* 1 once it destroyed the group */
+    char pad[64];
+} shm_member;
+
+typedef struct shm_head {
+    _Atomic uint32_t arrived; /* futex word: rounds entered, summed over members (mod 2^32) */
+    _Atomic uint32_t aborted; /* 0, or 1 + the group rank that aborted the segment */
+    uint32_t size;
+    uint32_t slot_bytes;
+    char pad[48];
+    shm_member member[]; /* size of them */
+} shm_head;
+
+typedef struct shm_impl {
+    comm *inner; /* the transport: point to point, splits */
+    shm_head *head;
+    unsigned char *data; /* 2 * size slots of slot_bytes */
+    size_t map_len;
+    uint32_t round; /* rounds this member entered */
+    int holds_alive;
+} shm_impl;
+
+static inline shm_impl *shm_of(const comm *c) {
+    return (shm_impl *)c->impl;
+}
+
+static inline unsigned char *shm_slot_of(const comm *c, uint32_t round, int r) {
+    const shm_impl *s = shm_of(c);
+    return s->data + ((size_t)(round & 1) * (size_t)c->size + (size_t)r) * s->head->slot_bytes;
+}
+
+/* Where group rank r writes for the round it enters next. */
+static inline unsigned char *shm_slot_next(const comm *c, int r) {
+    return shm_slot_of(c, shm_of(c)->round + 1, r);
+}
+
+/* What group rank r wrote for the round just completed. */
+static inline const unsigned char *shm_slot_done(const comm *c, int r) {
+    return shm_slot_of(c, shm_of(c)->round, r);
+}
+
+/* Enters the next round and waits until every member has: 0, or the (sticky) error. */
+int shm_round(comm *c, const char *op);
+
+/* The collectives (comm_shm_ops.c), for comm_shm.c's table. */
+int shm_allreduce(comm *c, const void *in, void *out, size_t count, comm_dtype dtype, comm_redop op,
+                  void *stream);
+int shm_reduce(comm *c, const void *in, void *out, size_t count, comm_dtype dtype, comm_redop op,
+               int root, void *stream);
+int shm_reduce_scatter(comm *c, const void *in, void *out, size_t count, comm_dtype dtype,
+                       comm_redop op, void *stream);
+int shm_allgather(comm *c, const void *in, void *out, size_t count, comm_dtype dtype, void *stream);
+int shm_alltoall(comm *c, const void *in, void *out, size_t count, comm_dtype dtype, void *stream);
+int shm_alltoallv(comm *c, const void *in, const size_t *send_counts, void *out,
+                  const size_t *recv_counts, comm_dtype dtype, void *stream);
+int shm_broadcast(comm *c, void *buf, size_t count, comm_dtype dtype, int root, void *stream);
+int shm_barrier(comm *c, void *stream);
+
+#endif
