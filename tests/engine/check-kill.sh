@@ -27,10 +27,14 @@ sed "s/gpus_per_node: 2/gpus_per_node: 4/; s/steps: 20/steps: 100000/" \
 "$baton" launch -n 4 -- "$worker" --spec "$work/kill.pb" --eval-windows 0 --comm-timeout 20 \
   --log-every 5 >launch.log 2>&1 &
 launch_pid=$!
+started=0
 for _ in $(seq 1 300); do # wait for training to run (at most 30 s)
-  grep -q 'step +5/' launch.log && break
+  grep -Eq 'step +5/' launch.log && { started=1; break; }
   sleep 0.1
 done
+if [[ $started -ne 1 ]]; then
+  echo "FAIL: the job did not reach step 5 within 30 s"; cat launch.log; exit 1
+fi
 mapfile -t pids < <(pgrep -P "$launch_pid" | sort -n) # the ranks, in start order
 if [[ ${#pids[@]} -ne 4 ]]; then
   echo "FAIL: expected 4 workers, found ${#pids[@]}"; cat launch.log; exit 1
