@@ -83,6 +83,9 @@ wait_step() {
   done
   fail "stage $1 never reached step $2"
 }
+# The runs struck below take 0.15 s longer per step (BATON_FAULT_STEP_SLEEP, a test hook
+# of baton-worker), so that a strike lands within a step or two of its aim however fast
+# the steps are: a fast stage could otherwise end between wait_step and the strike.
 # worker_pids LOG [RANK...]: the pids of that attempt's workers (all, or those ranks)
 worker_pids() {
   local spec
@@ -107,7 +110,7 @@ strike() { # STAGE FROM TO SIGNAL [RANKS...]: at a random step in [FROM, TO]
 case $case in
 faults)
   reference
-  "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
   bpid=$!
   strike 0 4 10 KILL
   strike 0 16 24 KILL
@@ -140,7 +143,7 @@ spare)
   grep -q spare_nodes spare.yaml || fail "could not add a spare to the recipe"
   recipe=$PWD/spare.yaml
   reference
-  "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
   bpid=$!
   strike 0 5 12 KILL 0 1 # node0: ranks 0 and 1
   wait "$bpid" || fail "baton run exited $?"

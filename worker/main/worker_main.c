@@ -359,6 +359,16 @@ static void worker_print_comm(const trainer *t) {
                room, most);
 }
 
+/* Test hook: BATON_FAULT_STEP_SLEEP=SECONDS makes every step that much longer (a slower
+ * machine), so that tests/run/check-run.sh strikes its workers within a step or two of
+ * the step it aims at, however fast the steps are. */
+static void worker_fault_step_sleep(void) {
+    const char *f = getenv("BATON_FAULT_STEP_SLEEP");
+    double s = f ? atof(f) : 0;
+    if (s > 0 && s < 60)
+        nanosleep(&(struct timespec){(time_t)s, (long)((s - (double)(time_t)s) * 1e9)}, NULL);
+}
+
 static int worker_train(trainer *t, train_ckpt *c, uint64_t save_every, const worker_args *a,
                         worker_control *wc, int *rollback, bt_diag *diag) {
     train_metrics m;
@@ -379,6 +389,7 @@ static int worker_train(trainer *t, train_ckpt *c, uint64_t save_every, const wo
         if (!last && save_every && t->step % save_every == 0 && worker_save(c, t, a, wc, diag) != 0)
             return BT_EIO;
         fflush(stdout);
+        worker_fault_step_sleep();
     }
     worker_print_comm(t); /* every rank: pipeline stages send different amounts */
     int rc = worker_save(c, t, a, wc, diag);
