@@ -234,10 +234,18 @@ static const comm_ops shm_ops = {
 
 /* ---- the segment --------------------------------------------------------------------- */
 
+size_t shm_slot_bytes(int size) {
+    const char *t = getenv("BATON_COMM_SHM_SLOT");
+    size_t b =
+        t ? (size_t)strtoull(t, NULL, 10) & ~(size_t)7 : ((size_t)4 << 20) / (2 * (size_t)size);
+    if (t) return b < 8 * (size_t)size ? 8 * (size_t)size : b;
+    return b > ((size_t)256 << 10) ? (size_t)256 << 10 : b < (16 << 10) ? 16 << 10 : b;
+}
+
 static size_t shm_layout(int size, size_t *data_off) {
     size_t head = sizeof(shm_head) + (size_t)size * sizeof(shm_member);
     *data_off = (head + 4095) & ~(size_t)4095;
-    return *data_off + 2 * (size_t)size * SHM_SLOT_BYTES;
+    return *data_off + 2 * (size_t)size * shm_slot_bytes(size);
 }
 
 static int shm_map(shm_impl *s, int fd, int size) {
@@ -246,6 +254,7 @@ static int shm_map(shm_impl *s, int fd, int size) {
     if (p == MAP_FAILED) return -1;
     s->head = p;
     s->data = (unsigned char *)p + off;
+    s->slot = shm_slot_bytes(size);
     s->map_len = len;
     return 0;
 }
@@ -259,7 +268,7 @@ static int shm_init_head(shm_head *h, int size) {
         rc = pthread_mutex_init(&h->member[p].alive, &a);
     pthread_mutexattr_destroy(&a);
     h->size = (uint32_t)size;
-    h->slot_bytes = SHM_SLOT_BYTES;
+    h->slot_bytes = (uint32_t)shm_slot_bytes(size);
     return rc;
 }
 
@@ -286,7 +295,7 @@ static int shm_open_existing(shm_impl *s, const char *name, int size) {
     if (fd < 0) return -1;
     int rc = shm_map(s, fd, size);
     close(fd);
-    if (rc == 0 && s->head->size != (uint32_t)size) {
+    if (rc == 0 && (s->head->size != (uint32_t)size || s->head->slot_bytes != s->slot)) {
         munmap(s->head, s->map_len);
         s->head = NULL;
         rc = -1;
@@ -325,7 +334,8 @@ static int shm_join(comm *in, shm_impl *s) {
 
 int comm_shm_wrap(comm **c) {
     comm *in = *c;
-    if (in->size == 1 || shm_disabled() || in->ops == &shm_ops) return 0;
+    if (in->size == 1 || in->size > SHM_MAX_MEMBERS || shm_disabled() || in->ops == &shm_ops)
+        return 0;
     shm_impl *s = calloc(1, sizeof *s);
     if (s == NULL) return BT_ENOMEM;
     int rc = shm_join(in, s);

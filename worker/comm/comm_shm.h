@@ -10,8 +10,9 @@
  * through such a segment and that owns c: point-to-point transfers, sub-group
  * rendezvous and the segment's own setup still go through c. Splits of the wrapped comm
  * are wrapped too. c stays as it is (and the call returns 0) when the group has one
- * member, when BATON_COMM_SHM=0, or when the members do not all see the segment rank 0
- * created (other hosts, no /dev/shm, no space in it): it then works over c alone.
+ * member or more than 64, when BATON_COMM_SHM=0, or when the members do not all see the
+ * segment rank 0 created (other hosts, no /dev/shm, no space in it): it then works over
+ * c alone. A segment takes about 4 MiB of /dev/shm (comm_shm_impl.h).
  *
  * The rules of comm.h hold:
  *  - Results are deterministic and bitwise identical on every member: each reduces the

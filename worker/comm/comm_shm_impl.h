@@ -16,7 +16,15 @@
 
 #include "comm.h"
 
-enum { SHM_SLOT_BYTES = 256 << 10 };
+/* Larger groups stay on the transport. */
+enum { SHM_MAX_MEMBERS = 64 };
+
+/* A slot's bytes for a group of size members: the two sets of slots hold 4 MiB, each slot
+ * 16 KiB to 256 KiB. Small groups move large buffers in few rounds, and no group reserves
+ * much more than 4 MiB of /dev/shm (a container's is often 64 MiB). The tests set
+ * BATON_COMM_SHM_SLOT=BYTES (at least 8 per member) to run every collective in many
+ * rounds. */
+size_t shm_slot_bytes(int size);
 
 typedef struct shm_member {
     pthread_mutex_t alive;  /* robust; locked by the member for the group's life */
@@ -37,7 +45,8 @@ typedef struct shm_head {
 typedef struct shm_impl {
     comm *inner; /* the transport: point to point, splits */
     shm_head *head;
-    unsigned char *data; /* 2 * size slots of slot_bytes */
+    unsigned char *data; /* 2 * size slots of slot bytes */
+    size_t slot;         /* shm_slot_bytes(size) */
     size_t map_len;
     uint32_t round; /* rounds this member entered */
     int holds_alive;
@@ -49,7 +58,7 @@ static inline shm_impl *shm_of(const comm *c) {
 
 static inline unsigned char *shm_slot_of(const comm *c, uint32_t round, int r) {
     const shm_impl *s = shm_of(c);
-    return s->data + ((size_t)(round & 1) * (size_t)c->size + (size_t)r) * s->head->slot_bytes;
+    return s->data + ((size_t)(round & 1) * (size_t)c->size + (size_t)r) * s->slot;
 }
 
 /* Where group rank r writes for the round it enters next. */

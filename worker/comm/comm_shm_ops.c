@@ -44,7 +44,7 @@ static uint64_t ring_allreduce_share(const comm *c, size_t count, size_t es) {
 int shm_allreduce(comm *c, const void *in, void *out, size_t count, comm_dtype dtype, comm_redop op,
                   void *stream) {
     (void)stream;
-    const size_t es = comm_dtype_size(dtype), per = shm_of(c)->head->slot_bytes / es;
+    const size_t es = comm_dtype_size(dtype), per = shm_of(c)->slot / es;
     for (size_t done = 0; done < count;) {
         size_t n = min_sz(per, count - done);
         memcpy(shm_slot_next(c, c->rank), (const byte *)in + done * es, n * es);
@@ -60,7 +60,7 @@ int shm_allreduce(comm *c, const void *in, void *out, size_t count, comm_dtype d
 int shm_reduce(comm *c, const void *in, void *out, size_t count, comm_dtype dtype, comm_redop op,
                int root, void *stream) {
     (void)stream;
-    const size_t es = comm_dtype_size(dtype), per = shm_of(c)->head->slot_bytes / es;
+    const size_t es = comm_dtype_size(dtype), per = shm_of(c)->slot / es;
     for (size_t done = 0; done < count;) {
         size_t n = min_sz(per, count - done);
         memcpy(shm_slot_next(c, c->rank), (const byte *)in + done * es, n * es);
@@ -79,7 +79,7 @@ int shm_reduce_scatter(comm *c, const void *in, void *out, size_t count, comm_dt
                        comm_redop op, void *stream) {
     (void)stream;
     const size_t es = comm_dtype_size(dtype), w = (size_t)c->size;
-    const size_t per = shm_of(c)->head->slot_bytes / es / w;
+    const size_t per = shm_of(c)->slot / es / w;
     for (size_t done = 0; done < count;) {
         size_t n = min_sz(per, count - done);
         byte *mine = shm_slot_next(c, c->rank);
@@ -97,7 +97,7 @@ int shm_reduce_scatter(comm *c, const void *in, void *out, size_t count, comm_dt
 int shm_allgather(comm *c, const void *in, void *out, size_t count, comm_dtype dtype,
                   void *stream) {
     (void)stream;
-    const size_t es = comm_dtype_size(dtype), per = shm_of(c)->head->slot_bytes / es;
+    const size_t es = comm_dtype_size(dtype), per = shm_of(c)->slot / es;
     for (size_t done = 0; done < count;) {
         size_t n = min_sz(per, count - done);
         memcpy(shm_slot_next(c, c->rank), (const byte *)in + done * es, n * es);
@@ -114,7 +114,7 @@ int shm_allgather(comm *c, const void *in, void *out, size_t count, comm_dtype d
 int shm_alltoall(comm *c, const void *in, void *out, size_t count, comm_dtype dtype, void *stream) {
     (void)stream;
     const size_t es = comm_dtype_size(dtype), w = (size_t)c->size;
-    const size_t per = shm_of(c)->head->slot_bytes / es / w;
+    const size_t per = shm_of(c)->slot / es / w;
     for (size_t done = 0; done < count;) {
         size_t n = min_sz(per, count - done);
         byte *mine = shm_slot_next(c, c->rank);
@@ -160,7 +160,7 @@ int shm_alltoallv(comm *c, const void *in, const size_t *send_counts, void *out,
                   const size_t *recv_counts, comm_dtype dtype, void *stream) {
     (void)stream;
     const size_t es = comm_dtype_size(dtype), w = (size_t)c->size;
-    const size_t per = shm_of(c)->head->slot_bytes / es / w;
+    const size_t per = shm_of(c)->slot / es / w;
     size_t max = 0;
     int rc = shm_max_block(c, send_counts, &max);
     for (size_t done = 0; rc == 0 && done < max; done += per) {
@@ -185,7 +185,7 @@ int shm_alltoallv(comm *c, const void *in, const size_t *send_counts, void *out,
 
 int shm_broadcast(comm *c, void *buf, size_t count, comm_dtype dtype, int root, void *stream) {
     (void)stream;
-    const size_t es = comm_dtype_size(dtype), per = shm_of(c)->head->slot_bytes / es;
+    const size_t es = comm_dtype_size(dtype), per = shm_of(c)->slot / es;
     for (size_t done = 0; done < count;) {
         size_t n = min_sz(per, count - done);
         if (c->rank == root) memcpy(shm_slot_next(c, root), (const byte *)buf + done * es, n * es);
