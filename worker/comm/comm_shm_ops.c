@@ -73,8 +73,17 @@ int shm_reduce(comm *c, const void *in, void *out, size_t count, comm_dtype dtyp
     return 0;
 }
 
-/* Rounds of `per` elements of each of size blocks of count: block d's part of round
- * [done, done + n) at d * n in the slot. */
+/* Writes elements [done, done + n) of each of the size blocks of count in `in` into this
+ * member's slot (block d's at d * n), then enters the round: reduce-scatter and
+ * all-to-all move rounds of `per` elements of every block. */
+static int shm_blocks_round(comm *c, const void *in, size_t count, size_t done, size_t n, size_t es,
+                            const char *op) {
+    unsigned char *mine = shm_slot_next(c, c->rank);
+    for (size_t d = 0; d < (size_t)c->size; d++)
+        memcpy(mine + d * n * es, (const byte *)in + (d * count + done) * es, n * es);
+    return shm_round(c, op);
+}
+
 int shm_reduce_scatter(comm *c, const void *in, void *out, size_t count, comm_dtype dtype,
                        comm_redop op, void *stream) {
     (void)stream;
@@ -82,10 +91,7 @@ int shm_reduce_scatter(comm *c, const void *in, void *out, size_t count, comm_dt
     const size_t per = shm_of(c)->slot / es / w;
     for (size_t done = 0; done < count;) {
         size_t n = min_sz(per, count - done);
-        byte *mine = shm_slot_next(c, c->rank);
-        for (size_t d = 0; d < w; d++)
-            memcpy(mine + d * n * es, (const byte *)in + (d * count + done) * es, n * es);
-        int rc = shm_round(c, "reduce-scatter");
+        int rc = shm_blocks_round(c, in, count, done, n, es, "reduce-scatter");
         if (rc != 0) return rc;
         shm_reduce_parts(c, (byte *)out + done * es, (size_t)c->rank * n, n, dtype, op);
         done += n;
@@ -117,10 +123,7 @@ int shm_alltoall(comm *c, const void *in, void *out, size_t count, comm_dtype dt
     const size_t per = shm_of(c)->slot / es / w;
     for (size_t done = 0; done < count;) {
         size_t n = min_sz(per, count - done);
-        byte *mine = shm_slot_next(c, c->rank);
-        for (size_t d = 0; d < w; d++)
-            memcpy(mine + d * n * es, (const byte *)in + (d * count + done) * es, n * es);
-        int rc = shm_round(c, "alltoall");
+        int rc = shm_blocks_round(c, in, count, done, n, es, "alltoall");
         if (rc != 0) return rc;
         for (size_t p = 0; p < w; p++)
             memcpy((byte *)out + (p * count + done) * es,
