@@ -33,6 +33,13 @@ static void shm_reduce_parts(comm *c, void *out, size_t off, size_t n, comm_dtyp
     }
 }
 
+/* Writes bytes of src into this member's slot, then enters the round: all-reduce, reduce
+ * and all-gather move rounds of a slot's worth of each member's buffer. */
+static int shm_own_round(comm *c, const void *src, size_t bytes, const char *op) {
+    memcpy(shm_slot_next(c, c->rank), src, bytes);
+    return shm_round(c, op);
+}
+
 /* Bytes of an all-reduce the ring would have this rank send: 2 (size-1) times its
  * element-aligned share of the buffer. */
 static uint64_t ring_allreduce_share(const comm *c, size_t count, size_t es) {
@@ -47,8 +54,7 @@ int shm_allreduce(comm *c, const void *in, void *out, size_t count, comm_dtype d
     const size_t es = comm_dtype_size(dtype), per = shm_of(c)->slot / es;
     for (size_t done = 0; done < count;) {
         size_t n = min_sz(per, count - done);
-        memcpy(shm_slot_next(c, c->rank), (const byte *)in + done * es, n * es);
-        int rc = shm_round(c, "allreduce");
+        int rc = shm_own_round(c, (const byte *)in + done * es, n * es, "allreduce");
         if (rc != 0) return rc;
         shm_reduce_parts(c, (byte *)out + done * es, 0, n, dtype, op);
         done += n;
@@ -63,8 +69,7 @@ int shm_reduce(comm *c, const void *in, void *out, size_t count, comm_dtype dtyp
     const size_t es = comm_dtype_size(dtype), per = shm_of(c)->slot / es;
     for (size_t done = 0; done < count;) {
         size_t n = min_sz(per, count - done);
-        memcpy(shm_slot_next(c, c->rank), (const byte *)in + done * es, n * es);
-        int rc = shm_round(c, "reduce");
+        int rc = shm_own_round(c, (const byte *)in + done * es, n * es, "reduce");
         if (rc != 0) return rc;
         if (c->rank == root) shm_reduce_parts(c, (byte *)out + done * es, 0, n, dtype, op);
         done += n;
@@ -106,8 +111,7 @@ int shm_allgather(comm *c, const void *in, void *out, size_t count, comm_dtype d
     const size_t es = comm_dtype_size(dtype), per = shm_of(c)->slot / es;
     for (size_t done = 0; done < count;) {
         size_t n = min_sz(per, count - done);
-        memcpy(shm_slot_next(c, c->rank), (const byte *)in + done * es, n * es);
-        int rc = shm_round(c, "allgather");
+        int rc = shm_own_round(c, (const byte *)in + done * es, n * es, "allgather");
         if (rc != 0) return rc;
         for (int p = 0; p < c->size; p++)
             memcpy((byte *)out + ((size_t)p * count + done) * es, shm_slot_done(c, p), n * es);
