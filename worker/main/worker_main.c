@@ -20,9 +20,6 @@
 #include <string.h>
 #include <time.h>
 
-#ifdef BATON_HAVE_CUDA
-#include "cuda_backend.h"
-#endif
 #include "cpu_threads.h"
 #include "model_zero.h"
 #include "model_moe.h"
@@ -31,6 +28,7 @@
 #include "util/file.h"
 #include "train_ckpt.h"
 #include "worker_control.h"
+#include "worker_cuda.h"
 #include "worker_ranks.h"
 
 #define WORKER_EXIT_ROLLBACK 76 /* orchestrator/run/supervise.h knows it too */
@@ -564,6 +562,11 @@ static void worker_abort_groups(worker_ranks *w, trainer *t) {
     train_abort_comms(t);
 }
 
+/* The stage runs on GPUs (cluster.device: cuda). */
+static int worker_spec_cuda(const Baton__StageSpec *spec) {
+    return spec->cluster && spec->cluster->device == BATON__CLUSTER__DEVICE__CUDA;
+}
+
 /* OpenBLAS's threads: this rank's share of its host's CPUs (cpu_threads.h). The ranks on
  * the host: BATON_HOST_RANKS, which baton launch sets (its virtual nodes share one host),
  * else PMIx's local size (srun). Rank 0 of a CPU stage prints what is in effect. */
@@ -575,8 +578,7 @@ static void worker_blas_threads(const Baton__StageSpec *spec, const worker_ranks
         ranks = (int)n;
     cpu_threads t;
     cpu_threads_apply(&t, ranks);
-    int cuda = spec->cluster && spec->cluster->device == BATON__CLUSTER__DEVICE__CUDA;
-    if (w->info.rank != 0 || cuda) return;
+    if (w->info.rank != 0 || worker_spec_cuda(spec)) return;
     if (t.env != NULL)
         printf("cpu backend: %d BLAS thread(s) per rank (set by %s)\n", t.threads, t.env);
     else
@@ -587,8 +589,7 @@ static void worker_blas_threads(const Baton__StageSpec *spec, const worker_ranks
 
 /* Rank 0 of a CPU stage says what its world group's collectives run on (comm_shm.h). */
 static void worker_comm_backend(const Baton__StageSpec *spec, const worker_ranks *w) {
-    int cuda = spec->cluster && spec->cluster->device == BATON__CLUSTER__DEVICE__CUDA;
-    if (w->world == NULL || w->info.rank != 0 || cuda) return;
+    if (w->world == NULL || w->info.rank != 0 || worker_spec_cuda(spec)) return;
     const char *v = getenv("BATON_COMM_SHM");
     int off = v != NULL && strcmp(v, "0") == 0;
     if (strcmp(comm_backend(w->world), "shm") == 0)
@@ -650,9 +651,6 @@ static int worker_exit_status(int rc, int setup_rc, int stopped, int rollback) {
 }
 
 int main(int argc, char **argv) {
-#ifdef BATON_HAVE_CUDA
-    cuda_backend_register(); /* cluster.device: cuda (backend_select.h) */
-#endif
     worker_args a = {0};
     int prc = worker_parse(argc, argv, &a);
     if (prc != 0) return prc > 0 ? 0 : 2;
@@ -661,13 +659,17 @@ int main(int argc, char **argv) {
     worker_ranks w = {0};
     Baton__StageSpec *spec = worker_read_spec(a.spec_path, &diag);
     int rc = spec ? 0 : BT_EINVAL, setup_rc = rc, rollback = 0;
-    if (spec != NULL && a.single_process)
+    /* the CUDA engine is loaded for a stage on GPUs only (worker_cuda.h) */
+    if (spec != NULL && worker_spec_cuda(spec)) setup_rc = rc = worker_cuda_load(&diag);
+    if (rc != 0)
+        ;
+    else if (spec != NULL && a.single_process)
         worker_single_process(spec);
     else if (spec != NULL) {
 #ifdef BATON_CUDA_EMULATED /* tests/gpu: the emulation's device memory is host memory */
         int use_nccl = 0;
 #else
-        int use_nccl = spec->cluster && spec->cluster->device == BATON__CLUSTER__DEVICE__CUDA;
+        int use_nccl = worker_spec_cuda(spec);
 #endif
         setup_rc = rc = worker_ranks_join(&w, a.comm_timeout_s, use_nccl, &diag);
     }

@@ -12,34 +12,20 @@
 #include "layout.h"
 #include "util/buf.h"
 #include "util/kv_wire.h"
+#include "worker_cuda.h"
 
-/* The NCCL world (comm_nccl.c), or, in a baton-worker built without NCCL, the error
- * that says so. The choice is made at build time: worker/CMakeLists.txt defines
- * BATON_HAVE_NCCL when it links baton_comm_nccl. */
-#ifdef BATON_HAVE_NCCL
-#include "comm_nccl.h"
-
+/* The NCCL world (comm_nccl.c, in the CUDA engine's module: worker_cuda.h), or the error
+ * that says why there is none. */
 static int ranks_nccl_init(worker_ranks *w, const comm_bootstrap *bs, bt_diag *diag) {
     int n = 0;
-    int rc = comm_nccl_device_count(&n, diag);
+    int rc = worker_nccl_device_count(&n, diag);
     if (rc != 0) {
         if (bs->store.close) bs->store.close(bs->store.ctx);
         return rc;
     }
     w->device = w->info.local_rank % n;
-    return comm_nccl_init(&w->world, bs, w->device, diag);
+    return worker_nccl_init(&w->world, bs, w->device, diag);
 }
-#else
-static int ranks_nccl_init(worker_ranks *w, const comm_bootstrap *bs, bt_diag *diag) {
-    (void)w;
-    if (bs->store.close) bs->store.close(bs->store.ctx);
-    bt_diag_set(diag, "cluster.device is cuda, but this baton-worker was built without NCCL "
-                      "(no CUDA toolkit and NCCL at build time, BATON_CUDA=OFF or the sanitizer "
-                      "build), so its ranks cannot communicate on GPUs; rebuild baton with the "
-                      "CUDA toolkit and NCCL installed, or set cluster.device: cpu");
-    return BT_EUNSUPPORTED;
-}
-#endif
 
 /* The rendezvous directory: BATON_JOB_DIR when the launcher gives one (it is private to
  * the job attempt and removed with it), else a directory named after the PMIx namespace

@@ -31,7 +31,7 @@ typedef struct worker_ranks {
 /* Joins the job. timeout_s bounds the rendezvous and every collective. use_nccl (the
  * stage's cluster.device is cuda): the world is an NCCL group on CUDA device
  * local_rank % (devices on this node), else a Gloo group. BT_EUNSUPPORTED when NCCL is
- * wanted and this baton-worker was built without it (BATON_HAVE_NCCL unset). One
+ * wanted and the CUDA engine's module has no NCCL, or was not loaded (worker_cuda.h). One
  * process (started by hand, or a world of 1) has no world group whatever use_nccl. */
 int worker_ranks_join(worker_ranks *w, double timeout_s, int use_nccl, bt_diag *diag);
 /* This rank's tp, dp and pp groups for the layout p (stages/layout.h, p->order), split
