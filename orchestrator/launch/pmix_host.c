@@ -30,6 +30,7 @@
 #include <pmix.h>
 #include <pmix_server.h>
 
+#include "launch_tmpdir.h"
 #include "pmix_host.h"
 #include "util/clock.h"
 #include "util/buf.h"
@@ -377,23 +378,6 @@ int pmixhost_progress(launch_server *srv, double now) {
 
 /* ---- server init / close ------------------------------------------------------------- */
 
-static int pmixhost_mkdtemp(launch_server *srv, bt_diag *diag) {
-    const char *root = getenv("TMPDIR");
-    if (root == NULL || root[0] == '\0') root = "/tmp";
-    int n = snprintf(srv->tmpdir, sizeof srv->tmpdir, "%s/baton-launch-XXXXXX", root);
-    if (n < 0 || (size_t)n >= sizeof srv->tmpdir) {
-        bt_diag_set(diag, "TMPDIR '%s' is too long for a temp dir path", root);
-        srv->tmpdir[0] = '\0';
-        return BT_EINVAL;
-    }
-    if (mkdtemp(srv->tmpdir) == NULL) { /* mode 0700 */
-        bt_diag_set(diag, "cannot create a temp dir under %s: %s", root, strerror(errno));
-        srv->tmpdir[0] = '\0';
-        return BT_EIO;
-    }
-    return 0;
-}
-
 /* Removes path and everything below it (no symlinks followed). */
 void pmixhost_rmtree(const char *path) {
     DIR *d = opendir(path);
@@ -450,7 +434,8 @@ int pmixhost_init(launch_server *srv, bt_diag *diag) {
     sigemptyset(&ign.sa_mask);
     sigaction(SIGPIPE, &ign, NULL);
     setenv("PMIX_MCA_gds", "hash", 1);
-    int rc = pmixhost_mkdtemp(srv, diag);
+    launch_tmpdir_sweep(); /* those of servers killed before they could */
+    int rc = launch_tmpdir_make(srv->tmpdir, sizeof srv->tmpdir, diag);
     if (rc != 0) return rc;
     if (pipe2(srv->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
         bt_diag_set(diag, "cannot create a pipe: %s", strerror(errno));

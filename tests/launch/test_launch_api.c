@@ -1,14 +1,18 @@
 /* The launch library as `baton run` will drive it: one embedded server, several job
  * attempts in a row (each a fresh namespace), output through a callback, the caller's
- * own fd polled with the job, and a stop requested by the caller.
+ * own fd polled with the job, and a stop requested by the caller; the temp dirs of killed
+ * servers swept.
  *   test_launch_api PMIX_PROBE TAG   (TAG goes on the probes' command lines) */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "launch.h"
+#include "launch_tmpdir.h"
 
 static int failures;
 
@@ -99,11 +103,52 @@ static void stop_job(launch_server *srv, char **argv) {
     close(p[1]);
 }
 
+/* TMPDIR/NAME as a directory with a file in it. */
+static void fake_dir(const char *name, char *path, size_t cap) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, cap, "%s/%s", tmp && *tmp ? tmp : "/tmp", name);
+    CHECK(mkdir(path, 0700) == 0, "mkdir %s", path);
+    char file[600];
+    snprintf(file, sizeof file, "%s/pmix-socket", path);
+    FILE *f = fopen(file, "w");
+    CHECK(f != NULL, "create %s", file);
+    if (f) fclose(f);
+}
+
+/* Launch temp dirs left by servers killed with their process (launch_tmpdir.h): the next
+ * server removes those of processes that are gone, and only those. */
+static void check_sweep(void) {
+    pid_t child = fork();
+    if (child == 0) _exit(0);
+    waitpid(child, NULL, 0); /* a pid no process has now */
+    char name[64], dead[512], alive[512], odd[512], old[512];
+    snprintf(name, sizeof name, "baton-launch-%d-Ab12Cd", (int)child);
+    fake_dir(name, dead, sizeof dead);
+    snprintf(name, sizeof name, "baton-launch-%d-Ab12Cd", (int)getppid());
+    fake_dir(name, alive, sizeof alive);
+    snprintf(name, sizeof name, "baton-launch-%d-short", (int)child);
+    fake_dir(name, odd, sizeof odd);
+    fake_dir("baton-launch-Ab12Cd", old, sizeof old);
+    int removed = launch_tmpdir_sweep();
+    CHECK(removed == 1, "swept %d dirs, expected 1", removed);
+    CHECK(access(dead, F_OK) != 0, "the dead server's %s was not removed", dead);
+    CHECK(access(alive, F_OK) == 0, "a live process's %s was removed", alive);
+    CHECK(access(odd, F_OK) == 0 && access(old, F_OK) == 0, "a dir of another name was removed");
+    const char *keep[] = {alive, odd, old};
+    for (int i = 0; i < 3; i++) {
+        char file[600];
+        snprintf(file, sizeof file, "%s/pmix-socket", keep[i]);
+        unlink(file);
+        rmdir(keep[i]);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: test_launch_api PMIX_PROBE TAG\n");
         return 2;
     }
+    check_sweep();
     bt_diag d;
     bt_diag_init(&d);
     launch_server srv;
@@ -111,6 +156,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "FAIL server: %s\n", d.msg);
         return 1;
     }
+    char mine[64];
+    snprintf(mine, sizeof mine, "/baton-launch-%d-", (int)getpid());
+    CHECK(strstr(srv.tmpdir, mine) != NULL, "temp dir %s is not named after this process",
+          srv.tmpdir);
     launch_server other;
     bt_diag_init(&d);
     CHECK(launch_server_init(&other, &d) == BT_EINVAL, "a second server was allowed");

@@ -10,7 +10,8 @@
 #   spare         the same recipe with a spare node: a whole node killed in the first
 #                 stage is replaced by the spare, the layout stays, and every loss is exact.
 #   kill-baton    kill -9 `baton run` itself mid-stage, run it again on the same run
-#                 directory: it continues and ends on the same losses.
+#                 directory: it continues and ends on the same losses, and the killed
+#                 run's launch temp dir is gone (the second run removed it).
 #   bad-input     a bad recipe, an unwritable run directory, missing data: exit 2 with a
 #                 clear message before any worker starts.
 #   stop          SIGTERM to `baton run`: the workers checkpoint and it exits 75;
@@ -25,6 +26,8 @@ set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
 export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 work=$(mktemp -d /tmp/baton-test-run.XXXXXX)
+export TMPDIR=$work/tmp # what the runs leave there goes with $work, whatever happens
+mkdir "$TMPDIR"
 bpid=
 cleanup() {
   [[ -n $bpid ]] && kill -9 "$bpid" 2>/dev/null
@@ -165,10 +168,14 @@ kill-baton)
   bpid=
   sleep 0.5
   [[ -z $(pgrep -f -- "--spec $work/r1/" || true) ]] || fail "workers outlived baton run"
+  [[ -n $(ls -A "$TMPDIR") ]] || fail "the killed baton run left no launch temp dir to sweep"
   "$baton" run "$recipe" --run-dir r1 --quiet >run2.out 2>&1 || { cat run2.out; fail "the second baton run failed"; }
   stage_losses r1 >r1.losses
   diff ref.losses r1.losses || fail "the continued run did not end on the same losses"
-  echo "$case: killed mid-stage, continued, same losses"
+  # the killed run's launch temp dir was removed by the next one (launch_tmpdir.h)
+  left=$(ls -A "$TMPDIR")
+  [[ -z $left ]] || fail "left in TMPDIR: $left"
+  echo "$case: killed mid-stage, continued, same losses, nothing left in TMPDIR"
   ;;
 stop)
   reference

@@ -30,6 +30,8 @@ set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
 export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 work=$(mktemp -d /tmp/baton-test-spike.XXXXXX)
+export TMPDIR=$work/tmp # what the runs leave there goes with $work
+mkdir "$TMPDIR"
 cleanup() {
   pkill -9 -f -- "--spec $work/" 2>/dev/null || true
   rm -rf "$work"

@@ -1,0 +1,65 @@
+#include "launch_tmpdir.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pmix_host.h"
+
+#define LAUNCH_TMPDIR_PREFIX "baton-launch-"
+
+static const char *launch_tmpdir_root(void) {
+    const char *root = getenv("TMPDIR");
+    return root == NULL || root[0] == '\0' ? "/tmp" : root;
+}
+
+int launch_tmpdir_make(char *out, size_t cap, bt_diag *diag) {
+    const char *root = launch_tmpdir_root();
+    int n = snprintf(out, cap, "%s/" LAUNCH_TMPDIR_PREFIX "%d-XXXXXX", root, (int)getpid());
+    if (n < 0 || (size_t)n >= cap) {
+        bt_diag_set(diag, "TMPDIR '%s' is too long for a temp dir path", root);
+        out[0] = '\0';
+        return BT_EINVAL;
+    }
+    if (mkdtemp(out) == NULL) { /* mode 0700 */
+        bt_diag_set(diag, "cannot create a temp dir under %s: %s", root, strerror(errno));
+        out[0] = '\0';
+        return BT_EIO;
+    }
+    return 0;
+}
+
+/* The pid in a launch temp dir's name "baton-launch-<pid>-XXXXXX", or 0. */
+static pid_t launch_tmpdir_pid(const char *name) {
+    size_t k = strlen(LAUNCH_TMPDIR_PREFIX);
+    if (strncmp(name, LAUNCH_TMPDIR_PREFIX, k) != 0) return 0;
+    char *end;
+    long pid = strtol(name + k, &end, 10);
+    if (end == name + k || *end != '-' || strlen(end + 1) != 6 || pid <= 0) return 0;
+    return (pid_t)pid;
+}
+
+int launch_tmpdir_sweep(void) {
+    const char *root = launch_tmpdir_root();
+    DIR *d = opendir(root);
+    if (d == NULL) return 0;
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        pid_t pid = launch_tmpdir_pid(e->d_name);
+        if (pid == 0 || pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;
+        char path[4352];
+        snprintf(path, sizeof path, "%s/%s", root, e->d_name);
+        struct stat st;
+        if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid()) continue;
+        pmixhost_rmtree(path);
+        removed++;
+    }
+    closedir(d);
+    return removed;
+}
