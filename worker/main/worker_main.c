@@ -661,11 +661,9 @@ int main(int argc, char **argv) {
     int rc = spec ? 0 : BT_EINVAL, setup_rc = rc, rollback = 0;
     /* the CUDA engine is loaded for a stage on GPUs only (worker_cuda.h) */
     if (spec != NULL && worker_spec_cuda(spec)) setup_rc = rc = worker_cuda_load(&diag);
-    if (rc != 0)
-        ;
-    else if (spec != NULL && a.single_process)
+    if (rc == 0 && a.single_process)
         worker_single_process(spec);
-    else if (spec != NULL) {
+    else if (rc == 0) {
 #ifdef BATON_CUDA_EMULATED /* tests/gpu: the emulation's device memory is host memory */
         int use_nccl = 0;
 #else
