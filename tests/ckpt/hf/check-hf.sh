@@ -47,7 +47,10 @@ train() { # STAGE RANKS: a checkpoint of the stage's last step under run-STAGE
 }
 json_loss() { "$py" -c 'import json, sys; print(repr(json.load(sys.stdin)["loss"]))'; }
 eval_loss() { "$baton" eval "$1" --data "$data" --seq-len $T --num-seqs $N --json | json_loss; }
-torch_loss() { "$py" "$here/hf_llama_loss.py" "$1" "$data" $T $N | json_loss; }
+# torch_losses DIR...: the oracle on every DIR in one run (torch imported once), into
+# torch.jsonl; torch_loss DIR then reads DIR's
+torch_losses() { "$py" "$here/hf_llama_loss.py" "$@" "$data" $T $N >torch.jsonl || fail "oracle"; }
+torch_loss() { grep -F "{\"dir\": \"$1\"," torch.jsonl | json_loss; }
 # within WHAT A B TOL: |a - b| <= TOL |a|; beyond: the opposite.
 within() {
   awk -v w="$1" -v a="$2" -v b="$3" -v tol="$4" 'BEGIN { d = a - b; if (d < 0) d = -d
@@ -102,19 +105,25 @@ PY
 }
 
 # ---- export against the PyTorch oracle ----
+cases=() oracle=()
 for case in plain:1 linear:1 ntk:1 llama3:1 yarn:1 tp2:2; do
   s=${case%:*} ranks=${case#*:}
   train "$s" "$ranks" || { fail "$s: training to make a checkpoint"; continue; }
   "$baton" ckpt export "run-$s" --format hf --out "hf-$s" >/dev/null || { fail "$s: export"; continue; }
   check_format "hf-$s" F32 2
-  ref=$(eval_loss "run-$s") got=$(torch_loss "hf-$s")
-  within "$s: baton eval vs PyTorch on the export" "$ref" "$got" 1e-5
-  control "hf-$s" "ctl-$s" && beyond "$s: ... with another RoPE" "$ref" "$(torch_loss "ctl-$s")" 1e-5
+  control "hf-$s" "ctl-$s" || { fail "$s: control copy"; continue; }
+  cases+=("$s") oracle+=("hf-$s" "ctl-$s")
 done
 grep -q '"rope_type": "yarn"' hf-yarn/config.json || fail "yarn: rope_scaling not in config.json"
-
 "$baton" ckpt export run-plain --dtype bf16 --out hf16 >/dev/null || fail "export --dtype bf16"
 check_format hf16 BF16 2
+torch_losses "${oracle[@]}" hf16
+for s in "${cases[@]}"; do
+  ref=$(eval_loss "run-$s")
+  within "$s: baton eval vs PyTorch on the export" "$ref" "$(torch_loss "hf-$s")" 1e-5
+  beyond "$s: ... with another RoPE" "$ref" "$(torch_loss "ctl-$s")" 1e-5
+done
+[[ ${#cases[@]} -eq 6 ]] || fail "only ${#cases[@]} of 6 cases reached the oracle"
 within "plain: bf16 export vs fp32 checkpoint" "$(eval_loss run-plain)" "$(torch_loss hf16)" 1e-2
 
 # ---- round trips ----

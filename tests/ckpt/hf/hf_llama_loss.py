@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Mean next-token loss of a Hugging Face LLaMA directory, computed in float64 PyTorch.
 
-  /usr/bin/python3 hf_llama_loss.py HF_DIR DATA_PREFIX SEQ_LEN NUM_SEQS
+  /usr/bin/python3 hf_llama_loss.py HF_DIR [HF_DIR...] DATA_PREFIX SEQ_LEN NUM_SEQS
 
 An oracle for `baton ckpt export --format hf`, independent of baton's code: it reads
 HF_DIR/model.safetensors with its own few lines (8-byte little-endian header length,
@@ -11,7 +11,9 @@ rotate-half RoPE with rope_theta and rope_scaling none/linear/llama3/yarn, group
 attention, SwiGLU MLP, untied head), and evaluates the first NUM_SEQS windows of
 SEQ_LEN + 1 consecutive tokens (window i = tokens [i (T+1), (i+1) (T+1)) of all documents
 concatenated) of the Megatron indexed dataset DATA_PREFIX.bin/.idx, read here too.
-Prints {"loss": mean over windows of the mean cross-entropy of the T targets, "tokens"}.
+Prints, per HF_DIR, a line {"dir": HF_DIR, "loss": mean over windows of the mean
+cross-entropy of the T targets, "tokens"} (several directories in one run pay torch's
+import once).
 Exit status: 0 done, 77 torch unavailable (SKIPPED), 1 error.
 """
 import array
@@ -175,17 +177,24 @@ def read_tokens(prefix, count):
     return out
 
 
-def main():
-    hf_dir, prefix, T, N = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    torch.set_default_dtype(torch.float64)
+def dir_loss(hf_dir, toks):
     with open(hf_dir + "/config.json") as f:
         cfg = json.load(f)
     assert cfg["model_type"] == "llama" and "LlamaForCausalLM" in cfg["architectures"]
     p = read_safetensors(hf_dir + "/model.safetensors")
-    toks = torch.tensor(read_tokens(prefix, N * (T + 1)), dtype=torch.long).view(N, T + 1)
     with torch.no_grad():
-        losses = [forward_loss(cfg, p, toks[i : i + 1]).item() for i in range(N)]
-    print(json.dumps({"loss": sum(losses) / N, "tokens": N * T}))
+        losses = [forward_loss(cfg, p, toks[i : i + 1]).item() for i in range(len(toks))]
+    return sum(losses) / len(losses)
+
+
+def main():
+    if len(sys.argv) < 5:
+        sys.exit("usage: hf_llama_loss.py HF_DIR [HF_DIR...] DATA_PREFIX SEQ_LEN NUM_SEQS")
+    dirs, prefix, T, N = sys.argv[1:-3], sys.argv[-3], int(sys.argv[-2]), int(sys.argv[-1])
+    torch.set_default_dtype(torch.float64)
+    toks = torch.tensor(read_tokens(prefix, N * (T + 1)), dtype=torch.long).view(N, T + 1)
+    for d in dirs:
+        print(json.dumps({"dir": d, "loss": dir_loss(d, toks), "tokens": N * T}), flush=True)
 
 
 if __name__ == "__main__":
