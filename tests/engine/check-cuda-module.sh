@@ -11,6 +11,8 @@
 #   check-cuda-module.sh BATON BATON_WORKER SOURCE_DIR
 set -u
 baton=$1 worker=$2 src=$3
+# Under ASan, OpenPMIx's own leaks are suppressed (see that file); ours are not.
+export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 work=$(mktemp -d /tmp/baton-test-cuda-module.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cd "$work" || exit 1
