@@ -366,7 +366,7 @@ static int child_large(const child_env *env) {
         return 2;
     }
     const int r = env->rank, w = env->world;
-    const size_t n = (size_t)4 << 20;
+    const size_t n = ((size_t)4 << 20) / (size_t)w * (size_t)w; /* 4M, a multiple of w */
     float *x = xmalloc(n * 4), *y = xmalloc(n * 4);
     for (size_t i = 0; i < n; i++)
         x[i] = (float)(r + (int)(i % 4096));
@@ -678,6 +678,7 @@ const scenario comm_scenarios[] = {
     {"collectives-w8", 8, 0, 40, child_collectives, NULL, NULL},
     {"large-w2", 2, 0, 30, child_large, NULL, check_large},
     {"large-w4", 4, 0, 30, child_large, NULL, check_large},
+    {"large-w3", 3, 0, 30, child_large, NULL, check_large},
     {"subgroups-tp2dp2", 4, 0, 30, child_subgroups, NULL, NULL},
     {"subgroups-tp2dp4", 8, 0, 40, child_subgroups, NULL, NULL},
     {"p2p-w2", 2, 0, 30, child_p2p, NULL, NULL},
