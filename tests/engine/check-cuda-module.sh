@@ -7,7 +7,8 @@
 #    runs where there is a GPU, else it exits 2 saying there is no CUDA device (which
 #    shows the module loaded and answered), or, for a worker built without CUDA (the
 #    sanitizer build), that it was built without the CUDA backend;
-#  - the module missing or not a module: exit 2, naming the file and dlopen's reason.
+#  - the module missing or not a module: exit 2, naming the file and dlopen's reason;
+#    --help says where the module is taken from and whether it is there.
 #   check-cuda-module.sh BATON BATON_WORKER SOURCE_DIR
 set -u
 baton=$1 worker=$2 src=$3
@@ -55,11 +56,16 @@ if [[ -f $module ]]; then
   mkdir -p bare/bin junk/bin junk/lib
   cp "$worker" bare/bin/ && cp "$worker" junk/bin/
   echo 'not a shared object' >junk/lib/baton-cuda.so
-  check "module missing" 2 'CUDA engine cannot be loaded: .*bare/bin/../lib/baton-cuda.so' \
+  check "module missing" 2 'CUDA engine cannot be loaded: .*bare/lib/baton-cuda.so' \
     bare/bin/baton-worker --spec cuda.pb --single-process --steps 1 --eval-windows 0
-  check "module not a module" 2 'CUDA engine cannot be loaded: .*junk/bin/../lib/baton-cuda.so' \
+  check "--help names the module" 0 "^  $(cd "$(dirname "$module")" && pwd)/baton-cuda.so\$" \
+    "$worker" --help
+  check "--help says it is missing" 0 'bare/lib/baton-cuda.so, which is missing' \
+    bare/bin/baton-worker --help
+  check "module not a module" 2 'CUDA engine cannot be loaded: .*junk/lib/baton-cuda.so' \
     junk/bin/baton-worker --spec cuda.pb --single-process --steps 1 --eval-windows 0
 else
+  check "--help says it is not built" 0 '^  not built \(' "$worker" --help
   check "cuda stage, worker without CUDA" 2 'built without the CUDA backend' \
     "$worker" --spec cuda.pb --single-process --steps 1 --eval-windows 0
   check "cuda stage, 2 ranks, worker without CUDA" 2 'built without the CUDA backend' \

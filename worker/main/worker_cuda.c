@@ -23,7 +23,8 @@ static const char worker_cuda_not_built[] =
 static const baton_cuda_table *worker_cuda_table;
 
 #ifdef BATON_CUDA_MODULE
-/* <directory of this executable>/../lib/baton-cuda.so */
+/* <directory of this executable>/../lib/baton-cuda.so, without the "..": /proc/self/exe
+ * has no symbolic links left. */
 static int worker_cuda_path(char *path, size_t cap, bt_diag *diag) {
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -35,9 +36,11 @@ static int worker_cuda_path(char *path, size_t cap, bt_diag *diag) {
         return BT_EUNSUPPORTED;
     }
     exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (slash != NULL) *slash = '\0';
-    int len = snprintf(path, cap, "%s/../lib/%s", exe, BATON_CUDA_MODULE_FILE);
+    for (int up = 0; up < 2; up++) { /* the executable's name, then its directory's */
+        char *slash = strrchr(exe, '/');
+        if (slash != NULL) *slash = '\0';
+    }
+    int len = snprintf(path, cap, "%s/lib/%s", exe, BATON_CUDA_MODULE_FILE);
     if (len < 0 || (size_t)len >= cap) {
         bt_diag_set(diag, "cluster.device is cuda: the CUDA engine's path under %s is too long",
                     exe);
@@ -82,6 +85,28 @@ static int worker_cuda_open(bt_diag *diag) {
 static int worker_cuda_open(bt_diag *diag) {
     bt_diag_set(diag, "%s", worker_cuda_not_built);
     return BT_EUNSUPPORTED;
+}
+#endif
+
+#ifdef BATON_CUDA_MODULE
+void worker_cuda_status(char *out, size_t cap) {
+    char path[PATH_MAX + 32];
+    bt_diag d;
+    bt_diag_init(&d);
+    if (worker_cuda_path(path, sizeof path, &d) != 0)
+        snprintf(out, cap, "%s", d.msg);
+    else if (access(path, R_OK) == 0)
+        snprintf(out, cap, "%s", path);
+    else
+        snprintf(out, cap, "%s, which is missing", path);
+}
+#elif defined(BATON_CUDA_EMULATED)
+void worker_cuda_status(char *out, size_t cap) {
+    snprintf(out, cap, "compiled in, run by the CPU emulation of CUDA (tests/gpu)");
+}
+#else
+void worker_cuda_status(char *out, size_t cap) {
+    snprintf(out, cap, "not built (no nvcc at build time, or a sanitizer build)");
 }
 #endif
 

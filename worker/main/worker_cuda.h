@@ -40,6 +40,10 @@ typedef const baton_cuda_table *(*baton_cuda_module_fn)(void);
  * (not built: no nvcc at build time, a sanitizer build; or dlopen's error). */
 int worker_cuda_load(bt_diag *diag);
 
+/* Where this worker takes its CUDA engine from and whether it is there, in words, for
+ * --help (nothing is loaded). */
+void worker_cuda_status(char *out, size_t cap);
+
 /* The NCCL functions of the loaded module; BT_EUNSUPPORTED with diag when there are none
  * (not loaded, or built without NCCL). */
 int worker_nccl_device_count(int *count, bt_diag *diag);

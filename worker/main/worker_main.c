@@ -15,6 +15,7 @@
  * BATON_CONTROL_TOKEN is set, every rank reports its phase and steps to the orchestrator,
  * rank 0 its metrics, and a failing rank its error; the worker trains the same without. */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,8 +77,10 @@ static void worker_usage(FILE *f) {
                "  --save-every N       checkpoint every N steps (default: the stage's\n"
                "                       checkpoint.every_steps; 0 = only at the end)\n"
                "  --async-save         write checkpoints on a thread while training goes on\n\n"
-               "Under a PMIx launcher (baton launch, srun --mpi=pmix) each process is one rank;\n"
-               "the ranks connect over Gloo and the stage's layout must match their number.\n\n"
+               "Under a PMIx launcher (baton launch, srun --mpi=pmix) each process is one rank\n"
+               "and the stage's layout must match their number. A CPU stage's ranks connect in\n"
+               "shared memory on one host and over Gloo (TCP) across hosts, a cuda stage's\n"
+               "over NCCL.\n\n"
                "A Stop from the orchestrator's control channel (the spec's control_address,\n"
                "token in BATON_CONTROL_TOKEN) or SIGTERM on any rank stops every rank after\n"
                "the current step, with a checkpoint at that step when there is a run dir.\n\n"
@@ -85,6 +88,9 @@ static void worker_usage(FILE *f) {
                "75 stopped on request after saving (resume with --init RUN_DIR), 76 loss\n"
                "spikes in a row (recipe restart.spike_zscore): stopped without saving, the\n"
                "message names the sample window to skip after a rollback.\n");
+    char status[PATH_MAX + 160];
+    worker_cuda_status(status, sizeof status);
+    fprintf(f, "\nCUDA engine (loaded for stages with cluster.device: cuda only):\n  %s\n", status);
 }
 
 static int parse_count(const char *s, uint64_t *out) {
