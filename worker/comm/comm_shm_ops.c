@@ -80,10 +80,11 @@ int shm_allreduce(comm *c, const void *in, void *out, size_t count, comm_dtype d
                   void *stream) {
     (void)stream;
     const size_t es = comm_dtype_size(dtype), per = shm_of(c)->slot / es;
+    const int split = c->size >= 3 && count >= SHM_SPLIT_MIN_COUNT;
     for (size_t done = 0; done < count;) {
         size_t n = min_sz(per, count - done);
         int rc = shm_own_round(c, (const byte *)in + done * es, n * es, "allreduce");
-        if (rc == 0 && c->size >= 3 && count >= SHM_SPLIT_MIN_COUNT)
+        if (rc == 0 && split)
             rc = shm_allreduce_split(c, (byte *)out + done * es, n, dtype, op);
         else if (rc == 0)
             shm_reduce_parts(c, (byte *)out + done * es, 0, n, dtype, op);

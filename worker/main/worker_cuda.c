@@ -111,18 +111,10 @@ void worker_cuda_status(char *out, size_t cap) {
 #endif
 
 int worker_cuda_load(bt_diag *diag) {
-    static int loaded, status;
-    static char message[sizeof diag->msg];
-    if (!loaded) {
-        bt_diag mine;
-        bt_diag_init(&mine);
-        status = worker_cuda_open(&mine);
-        if (status == 0) worker_cuda_table->backend_register();
-        snprintf(message, sizeof message, "%s", mine.msg);
-        loaded = 1;
-    }
-    if (status != 0) bt_diag_set(diag, "%s", message);
-    return status;
+    if (worker_cuda_table != NULL) return 0;
+    int rc = worker_cuda_open(diag);
+    if (rc == 0) worker_cuda_table->backend_register();
+    return rc;
 }
 
 static int worker_nccl_missing(bt_diag *diag) {

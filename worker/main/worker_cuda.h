@@ -35,8 +35,8 @@ typedef struct baton_cuda_table {
 
 typedef const baton_cuda_table *(*baton_cuda_module_fn)(void);
 
-/* Loads the module once per process (later calls return the first result) and registers
- * its backend. 0, or BT_EUNSUPPORTED with diag naming the module's path and the reason
+/* Loads the module and registers its backend (once: later calls after a success return
+ * 0). 0, or BT_EUNSUPPORTED with diag naming the module's path and the reason
  * (not built: no nvcc at build time, a sanitizer build; or dlopen's error). */
 int worker_cuda_load(bt_diag *diag);
 
