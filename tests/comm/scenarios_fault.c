@@ -226,7 +226,13 @@ int child_fail_leave(const child_env *env) {
     CHECK(comm_fault_of(c) == COMM_FAULT_PEER_LOST);
     char peer[32];
     snprintf(peer, sizeof peer, " %d (global %d)", KILL_VICTIM, KILL_VICTIM);
-    CHECK_STR_CONTAINS(comm_error(c), peer);
+    /* Over Gloo a survivor that failed first closes its connections at once, which the
+     * other survivor cannot tell from its death: that one then names it (1 run in 40). */
+    int other = env->rank == 0 ? 2 : 0;
+    char survivor[32];
+    snprintf(survivor, sizeof survivor, " %d (global %d)", other, other);
+    if (strcmp(comm_backend(c), "gloo") != 0 || strstr(comm_error(c), survivor) == NULL)
+        CHECK_STR_CONTAINS(comm_error(c), peer);
     comm_destroy(c);
     return check_status();
 }
