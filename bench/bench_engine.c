@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "cpu_backend.h"
+#include "cpu_blas_core.h"
 #include "model.h"
 #include "optim.h"
 
@@ -260,6 +261,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: bench_engine [--dim C] [--layers L] [--heads H] [--kv-heads KV] [--ffn F]\n"
                "                    [--vocab V] [--seq T] [--batch B] [--warmup N] [--steps N]\n"
                "                    [--threads N] [--seed S] [--profile]\n"
+               "       bench_engine --blas-core   (prints OpenBLAS's kernels as the engine runs)\n"
                "Times full training steps (zero grad, forward, backward, AdamW) of the CPU\n"
                "engine and prints one JSON line. Defaults: dim 256, layers 4, heads dim/64,\n"
                "kv-heads heads/2, ffn 8/3 dim rounded up to 64, vocab 4096, seq 256, batch 4,\n"
@@ -294,6 +296,10 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         const char *o = argv[i];
         if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
             usage(stdout);
+            return 1;
+        }
+        if (strcmp(o, "--blas-core") == 0) {
+            printf("%s\n", cpu_blas_core_name());
             return 1;
         }
         if (strcmp(o, "--profile") == 0) {
@@ -471,6 +477,7 @@ static void print_profile(const bench_state *s, int steps, double step_ms_mean) 
 }
 
 int main(int argc, char **argv) {
+    cpu_blas_core_ensure(argv); /* the kernels for this CPU (cpu_blas_core.h) */
     bench_args a;
     int pa = parse_args(argc, argv, &a);
     if (pa != 0) return pa > 0 ? 0 : 2;

@@ -7,9 +7,12 @@
 #            [--warmup N] [--steps N] [--rounds R] [--python PATH] [--json FILE]
 #        bench/run-engine-bench.sh --table FILE   (the table again from a --json FILE)
 #
-#   --coretype NAME  export OPENBLAS_CORETYPE=NAME (e.g. Cooperlake, SkylakeX, Haswell)
-#                    for both sides; "auto" unsets OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE
-#                    so OpenBLAS detects the CPU itself. Default: the environment as is.
+#   --coretype NAME  export OPENBLAS_CORETYPE=NAME (e.g. Cooperlake, SkylakeX, Haswell,
+#                    Prescott) for both sides; "auto" unsets OPENBLAS_CORETYPE and
+#                    OPENBLAS_L2_SIZE first. Default: the environment as is. Where
+#                    OPENBLAS_CORETYPE is then unset, both sides get the kernels baton runs
+#                    with (bench_engine --blas-core: OpenBLAS's own choice, or baton's where
+#                    OpenBLAS fell back to a pre-AVX2 kernel, worker/cpu/cpu_blas_core.h).
 #   --warmup/--steps override the per-dim defaults (256: 2/10, 512: 1/7, 768: 1/4, others
 #                    1/5), chosen so each side of each config takes under a minute on the
 #                    2-core machine with OpenBLAS's default (Prescott) kernels.
@@ -96,6 +99,10 @@ if [[ $coretype == auto ]]; then
   unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
 elif [[ -n $coretype ]]; then
   export OPENBLAS_CORETYPE=$coretype
+fi
+if [[ -z ${OPENBLAS_CORETYPE:-} ]]; then
+  core=$("$bin" --blas-core) || { echo "run-engine-bench: $bin --blas-core failed" >&2; exit 1; }
+  export OPENBLAS_CORETYPE=$core
 fi
 
 out=$(mktemp)

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cpu_blas_core.h"
 #include "util/err.h"
 
 #ifndef BATON_VERSION
@@ -39,6 +40,8 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    /* `baton eval` multiplies on the CPU, and the workers inherit the choice */
+    cpu_blas_core_ensure(argv);
     if (argc < 2) {
         usage(stderr);
         return BT_EXIT_USAGE;

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cpu_blas_core.h"
 #include "cpu_threads.h"
 #include "model_zero.h"
 #include "model_moe.h"
@@ -591,6 +592,13 @@ static void worker_blas_threads(const Baton__StageSpec *spec, const worker_ranks
         printf("cpu backend: %d BLAS thread(s) per rank (%d CPUs / %d rank(s) on this host; "
                "OPENBLAS_NUM_THREADS overrides)\n",
                t.threads, t.cpus, t.host_ranks);
+    const char *was = cpu_blas_core_replaced();
+    if (was != NULL)
+        printf("cpu backend: OpenBLAS kernels for %s (OpenBLAS took this CPU for a %s; "
+               "OPENBLAS_CORETYPE overrides)\n",
+               cpu_blas_core_name(), was);
+    else
+        printf("cpu backend: OpenBLAS kernels for %s\n", cpu_blas_core_name());
 }
 
 /* Rank 0 of a CPU stage says what its world group's collectives run on (comm_shm.h). */
@@ -657,6 +665,7 @@ static int worker_exit_status(int rc, int setup_rc, int stopped, int rollback) {
 }
 
 int main(int argc, char **argv) {
+    cpu_blas_core_ensure(argv); /* may execute the worker again (cpu_blas_core.h) */
     worker_args a = {0};
     int prc = worker_parse(argc, argv, &a);
     if (prc != 0) return prc > 0 ? 0 : 2;

@@ -1,0 +1,60 @@
+/* cpu_blas_core: OpenBLAS's kernels replaced where it fell back to a pre-AVX2 core on a
+ * CPU with AVX2 + FMA, by executing the program again with OPENBLAS_CORETYPE.
+ *
+ * test_blas_core                  after cpu_blas_core_ensure, the kernels fit the CPU
+ *                                 (unless the caller set OPENBLAS_CORETYPE itself)
+ * test_blas_core --forced NAME    run with OPENBLAS_CORETYPE=NAME: that is left alone */
+#include <stdlib.h>
+#include <strings.h>
+
+#include "check.h"
+#include "cpu_blas_core.h"
+
+static void test_decision(void) {
+    CHECK_STR_CONTAINS(cpu_blas_core_better("Prescott", CPU_BLAS_ISA_AVX512), "SkylakeX");
+    CHECK_STR_CONTAINS(cpu_blas_core_better("Prescott", CPU_BLAS_ISA_AVX2), "Haswell");
+    CHECK_STR_CONTAINS(cpu_blas_core_better("PRESCOTT", CPU_BLAS_ISA_AVX2), "Haswell");
+    CHECK_STR_CONTAINS(cpu_blas_core_better("Sandybridge", CPU_BLAS_ISA_AVX2), "Haswell");
+    CHECK_STR_CONTAINS(cpu_blas_core_better("Nehalem", CPU_BLAS_ISA_AVX512), "SkylakeX");
+    CHECK_STR_CONTAINS(cpu_blas_core_better("unknown", CPU_BLAS_ISA_AVX2), "Haswell");
+    /* a CPU without AVX2 + FMA keeps whatever OpenBLAS chose */
+    CHECK(cpu_blas_core_better("Prescott", CPU_BLAS_ISA_OLD) == NULL);
+    /* AVX2 kernels or newer, and names this list does not know, are left alone */
+    const char *fine[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids", "Zen5"};
+    for (size_t i = 0; i < sizeof fine / sizeof *fine; i++) {
+        CHECK(cpu_blas_core_better(fine[i], CPU_BLAS_ISA_AVX512) == NULL);
+        CHECK(cpu_blas_core_better(fine[i], CPU_BLAS_ISA_AVX2) == NULL);
+    }
+    CHECK(cpu_blas_core_better(NULL, CPU_BLAS_ISA_AVX512) == NULL);
+}
+
+/* What runs after cpu_blas_core_ensure. */
+static void test_live(const char *forced) {
+    const char *core = cpu_blas_core_name(), *was = cpu_blas_core_replaced();
+    const char *env = getenv("OPENBLAS_CORETYPE");
+    cpu_blas_isa isa = cpu_blas_isa_detect();
+    printf("OpenBLAS kernels: %s; CPU: %s; replaced: %s; OPENBLAS_CORETYPE=%s\n", core,
+           isa == CPU_BLAS_ISA_AVX512 ? "AVX-512"
+           : isa == CPU_BLAS_ISA_AVX2 ? "AVX2"
+                                      : "older",
+           was ? was : "no", env ? env : "<unset>");
+    if (forced != NULL) { /* the caller's choice stands, and nothing claims otherwise */
+        CHECK(strcasecmp(core, forced) == 0);
+        CHECK(was == NULL);
+        return;
+    }
+    if (env != NULL && *env != '\0' && was == NULL) return; /* set by whoever runs the test */
+    CHECK(cpu_blas_core_better(core, isa) == NULL);
+    if (was != NULL) { /* replaced here: by the core named, from a pre-AVX2 one */
+        CHECK(env != NULL && strcasecmp(core, env) == 0);
+        CHECK(cpu_blas_core_better(was, isa) != NULL);
+    }
+}
+
+int main(int argc, char **argv) {
+    cpu_blas_core_ensure(argv);
+    const char *forced = argc == 3 && strcmp(argv[1], "--forced") == 0 ? argv[2] : NULL;
+    test_decision();
+    test_live(forced);
+    return check_status();
+}
