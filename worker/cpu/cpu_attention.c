@@ -77,7 +77,8 @@ static void block_scores(float *S, const att_head *a, int i0, int rows, int i1) 
 }
 
 /* Forward for one pair: out (T rows, stride ldo), lse (T), att (T, T) or NULL. */
-static void head_forward(const att_head *a, float *out, float *lse, float *att, float *scratch) {
+CPU_CLONES static void head_forward(const att_head *a, float *out, float *lse, float *att,
+                                    float *scratch) {
     int T = a->T;
     for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {
         int rows = T - i0 < ATT_BLOCK ? T - i0 : ATT_BLOCK, i1 = i0 + rows;
@@ -135,8 +136,8 @@ static const float *block_probs(const att_head *a, const float *att, const float
     return P;
 }
 
-static void head_backward(const att_head *a, const att_grads *d, const float *att, const float *lse,
-                          float *scratch) {
+CPU_CLONES static void head_backward(const att_head *a, const att_grads *d, const float *att,
+                                     const float *lse, float *scratch) {
     int T = a->T, hd = a->hd, ld = a->ld;
     float *dP = scratch + (size_t)block_rows(T) * T;
     for (int i0 = 0; i0 < T; i0 += ATT_BLOCK) {

@@ -96,7 +96,7 @@ static float sigmoidf(float x) {
     return 1.0f / (1.0f + cpu_expf(-x));
 }
 
-void cpu_swiglu_forward(backend *be, float *out, const float *inp, int N, int F) {
+CPU_CLONES void cpu_swiglu_forward(backend *be, float *out, const float *inp, int N, int F) {
     (void)be;
     for (int n = 0; n < N; n++) {
         const float *gate = inp + (size_t)n * 2 * F;
@@ -108,8 +108,8 @@ void cpu_swiglu_forward(backend *be, float *out, const float *inp, int N, int F)
 }
 
 /* d up = dout * silu(gate); d gate = dout * up * s * (1 + gate * (1 - s)), s = sigmoid(gate). */
-void cpu_swiglu_backward(backend *be, float *dinp, const float *dout, const float *inp, int N,
-                         int F) {
+CPU_CLONES void cpu_swiglu_backward(backend *be, float *dinp, const float *dout, const float *inp,
+                                    int N, int F) {
     (void)be;
     for (int n = 0; n < N; n++) {
         const float *gate = inp + (size_t)n * 2 * F;

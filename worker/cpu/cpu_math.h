@@ -23,6 +23,20 @@
 #include <stdint.h>
 #include <string.h>
 
+/* CPU_CLONES before a hot elementwise function of the backend: gcc builds it for AVX-512,
+ * AVX2 and baseline x86-64 and the loader picks one for this CPU (an ifunc), since the
+ * engine is built for baseline x86-64 (SSE2). The copies give the same bits: vector width
+ * changes no IEEE operation, nothing is reassociated, and -ffp-contract=off (worker/
+ * CMakeLists.txt) keeps multiplies and adds apart where FMA exists. Functions they call
+ * that are not inlined run in baseline code. Not under the sanitizers, nor with clang, nor
+ * with -DBATON_NO_CPU_CLONES (to compare). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
+    !defined(__SANITIZE_ADDRESS__) && defined(__OPTIMIZE__) && !defined(BATON_NO_CPU_CLONES)
+#define CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CPU_CLONES
+#endif
+
 #define CPU_EXPF_HI 88.7228394f /* expf of anything larger overflows */
 #define CPU_EXPF_LO -104.0f     /* expf of anything smaller rounds to 0 */
 

@@ -3,10 +3,11 @@
  * index order: accurate for wide rows and independent of buffer addresses. */
 #include <math.h>
 
+#include "cpu_math.h"
 #include "cpu_ops.h"
 
-void cpu_rmsnorm_forward(backend *be, float *out, float *rstd, const float *inp,
-                         const float *weight, int N, int C, float eps) {
+CPU_CLONES void cpu_rmsnorm_forward(backend *be, float *out, float *rstd, const float *inp,
+                                    const float *weight, int N, int C, float eps) {
     (void)be;
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
@@ -23,8 +24,9 @@ void cpu_rmsnorm_forward(backend *be, float *out, float *rstd, const float *inp,
 
 /* With g = weight * dout and r = rstd:
  *   dinp = r * (g - inp * r^2 * mean(g * inp)),  dweight += dout * inp * r. */
-void cpu_rmsnorm_backward(backend *be, float *dinp, float *dweight, const float *dout,
-                          const float *inp, const float *weight, const float *rstd, int N, int C) {
+CPU_CLONES void cpu_rmsnorm_backward(backend *be, float *dinp, float *dweight, const float *dout,
+                                     const float *inp, const float *weight, const float *rstd,
+                                     int N, int C) {
     (void)be;
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
