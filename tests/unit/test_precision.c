@@ -275,6 +275,28 @@ static void test_qdq(void) {
     CHECK(buf[0] == 3.5f && buf[1] == 57344.0f);
 }
 
+/* prec_fp8_qdq_array (branch-free, vectorized) against decode(encode(x * scale)) / scale,
+ * bit for bit, over every stride-th float32 pattern (stride 1: all 2^32, about a minute;
+ * `test_precision --exhaustive`). */
+static void test_qdq_patterns(prec_fp8_format fmt, uint32_t stride, float scale) {
+    enum { CHUNK = 4096 };
+    static float src[CHUNK], dst[CHUNK];
+    uint64_t bad = 0, u = 0;
+    while (u <= 0xFFFFFFFFull) {
+        size_t n = 0;
+        for (; n < CHUNK && u <= 0xFFFFFFFFull; n++, u += stride)
+            src[n] = float_of((uint32_t)u);
+        prec_fp8_qdq_array(dst, src, n, scale, fmt);
+        for (size_t i = 0; i < n; i++) {
+            float want = prec_fp8_decode(prec_fp8_encode(src[i] * scale, fmt), fmt) / scale;
+            if (bits_of(dst[i]) != bits_of(want) && bad++ < 5)
+                fprintf(stderr, "fmt %d qdq %08x * %g: got %08x want %08x\n", fmt, bits_of(src[i]),
+                        (double)scale, bits_of(dst[i]), bits_of(want));
+        }
+    }
+    CHECK(bad == 0);
+}
+
 static void test_meta(void) {
     float hist[3];
     prec_fp8_meta m;
@@ -412,7 +434,8 @@ static void test_torch_crosscheck(void) {
     rmdir(dir);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    uint32_t stride = argc > 1 && strcmp(argv[1], "--exhaustive") == 0 ? 1 : 127;
     static fp8_ref e4m3, e5m2;
     fp8_ref_build(&e4m3, 4, 3, 0);
     fp8_ref_build(&e5m2, 5, 2, 1);
@@ -427,6 +450,11 @@ int main(void) {
     test_fp8_sweep(&e4m3, PREC_E4M3, 11);
     test_fp8_sweep(&e5m2, PREC_E5M2, 12);
     test_qdq();
+    for (int f = 0; f < 2; f++) {
+        test_qdq_patterns((prec_fp8_format)f, stride, 1.0f);
+        test_qdq_patterns((prec_fp8_format)f, stride * 8 + 1, 0.75f);
+        test_qdq_patterns((prec_fp8_format)f, stride * 8 + 1, 96.0f);
+    }
     test_meta();
     test_torch_crosscheck();
     return check_status();
