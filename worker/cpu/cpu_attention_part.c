@@ -51,32 +51,77 @@ static void part_scores(float *S, const part_head *a, int i0, int rows) {
                 a->q + (size_t)i0 * a->ldq, a->ldq, a->k, a->ldkv, 0.0f, S, a->Tk);
 }
 
-/* The log-sum-exp of the visible scaled scores of row s (query position p). */
-static float part_row_lse(const float *s, const part_head *a, int32_t p) {
+/* max of scale * s[j] over the visible keys (kpos[j] <= p), -INFINITY if none, NaN
+ * ignored: in CPU_LANES lanes, which gcc vectorizes. Which of two equal zeros wins may
+ * differ from one pass in index order, and nothing downstream tells them apart: exp(x - m)
+ * and m + log(sum) (log(1) = +0) are the same for m = +0 and -0. */
+static inline float part_row_max(const float *s, const int32_t *kpos, int Tk, int32_t p,
+                                 float scale) {
+    float mx[CPU_LANES];
+    for (int l = 0; l < CPU_LANES; l++)
+        mx[l] = -INFINITY;
+    int j = 0;
+    for (; j + CPU_LANES <= Tk; j += CPU_LANES)
+        for (int l = 0; l < CPU_LANES; l++) {
+            float v = kpos[j + l] <= p ? s[j + l] * scale : -INFINITY;
+            mx[l] = v > mx[l] ? v : mx[l];
+        }
     float m = -INFINITY;
-    for (int j = 0; j < a->Tk; j++)
-        if (a->kpos[j] <= p && s[j] * a->scale > m) m = s[j] * a->scale;
+    for (; j < Tk; j++) {
+        float v = kpos[j] <= p ? s[j] * scale : -INFINITY;
+        m = v > m ? v : m;
+    }
+    for (int l = 0; l < CPU_LANES; l++)
+        m = mx[l] > m ? mx[l] : m;
+    return m;
+}
+
+/* The log-sum-exp of the visible scaled scores of row s (query position p). The
+ * exponentials go to e (Tk floats) first, every key's computed and the invisible ones
+ * replaced by +0.0 (no branch: gcc vectorizes the loop), then they are summed in double in
+ * index order; a +0.0 changes no sum. */
+CPU_CLONES static float part_row_lse(const float *s, const part_head *a, int32_t p, float *e) {
+    const int32_t *kpos = a->kpos;
+    const float scale = a->scale;
+    const int Tk = a->Tk;
+    float m = part_row_max(s, kpos, Tk, p, scale);
     if (m == -INFINITY) return m;
+    for (int j = 0; j < Tk; j++) {
+        float x = cpu_expf(s[j] * scale - m);
+        e[j] = kpos[j] <= p ? x : 0.0f;
+    }
     double sum = 0.0;
-    for (int j = 0; j < a->Tk; j++)
-        if (a->kpos[j] <= p) sum += (double)cpu_expf(s[j] * a->scale - m);
+    for (int j = 0; j < Tk; j++)
+        sum += (double)e[j];
     return m + (float)log(sum);
 }
 
 /* Row s becomes the probabilities exp(scale s - lse) on the visible keys, 0 elsewhere. */
-static void part_row_probs(float *s, const part_head *a, int32_t p, float lse) {
-    for (int j = 0; j < a->Tk; j++)
-        s[j] = a->kpos[j] <= p && lse != -INFINITY ? cpu_expf(s[j] * a->scale - lse) : 0.0f;
+CPU_CLONES static void part_row_probs(float *s, const part_head *a, int32_t p, float lse) {
+    const int32_t *kpos = a->kpos;
+    const float scale = a->scale;
+    const int Tk = a->Tk;
+    if (lse == -INFINITY) { /* no visible key */
+        memset(s, 0, (size_t)Tk * sizeof *s);
+        return;
+    }
+    for (int j = 0; j < Tk; j++) {
+        float x = cpu_expf(s[j] * scale - lse);
+        s[j] = kpos[j] <= p ? x : 0.0f;
+    }
 }
 
-static void part_head_forward(const part_head *a, float *out, int ldo, float *lse, float *S) {
+/* S: the scratch's first block; the row of exponentials is the second block's first. */
+CPU_CLONES static void part_head_forward(const part_head *a, float *out, int ldo, float *lse,
+                                         float *S) {
+    float *e = S + (size_t)part_rows(a->Tq) * a->Tk;
     for (int i0 = 0; i0 < a->Tq; i0 += PART_BLOCK) {
         int rows = a->Tq - i0 < PART_BLOCK ? a->Tq - i0 : PART_BLOCK;
         part_scores(S, a, i0, rows);
         for (int r = 0; r < rows; r++) {
             float *s = S + (size_t)r * a->Tk;
             int32_t p = a->qpos[i0 + r];
-            lse[i0 + r] = part_row_lse(s, a, p);
+            lse[i0 + r] = part_row_lse(s, a, p, e);
             part_row_probs(s, a, p, lse[i0 + r]);
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, a->hd, a->Tk, 1.0f, S, a->Tk,
@@ -141,7 +186,7 @@ typedef struct part_grads {
     const float *delta, *lse;
 } part_grads;
 
-static void part_head_backward(const part_head *a, const part_grads *d, float *scratch) {
+CPU_CLONES static void part_head_backward(const part_head *a, const part_grads *d, float *scratch) {
     int Tk = a->Tk, hd = a->hd;
     float *P = scratch, *dP = scratch + (size_t)part_rows(a->Tq) * Tk;
     for (int i0 = 0; i0 < a->Tq; i0 += PART_BLOCK) {
