@@ -37,18 +37,21 @@
 #define CPU_CLONES
 #endif
 
+/* Inlined always, so that a CPU_CLONES caller runs its own width of them. */
+#define CPU_INLINE static inline __attribute__((always_inline))
+
 #define CPU_EXPF_HI 88.7228394f /* expf of anything larger overflows */
 #define CPU_EXPF_LO -104.0f     /* expf of anything smaller rounds to 0 */
 
 /* 2^k for -126 <= k <= 127, from the exponent bits. */
-static inline float cpu_pow2i(int32_t k) {
+CPU_INLINE float cpu_pow2i(int32_t k) {
     int32_t bits = (k + 127) * (1 << 23);
     float f;
     memcpy(&f, &bits, sizeof f);
     return f;
 }
 
-static inline float cpu_expf(float x) {
+CPU_INLINE float cpu_expf(float x) {
     float xc = x > CPU_EXPF_HI ? CPU_EXPF_HI : x;
     xc = xc < CPU_EXPF_LO ? CPU_EXPF_LO : xc;
     /* n = round(x log2 e); |x log2 e| < 2^22, so adding and removing 1.5 * 2^23 rounds. */
@@ -78,7 +81,7 @@ static inline float cpu_expf(float x) {
 
 /* max over x[0..n) (n >= 1) of x[j] * scale, NaN elements ignored as by fmaxf: lanes
  * then lanes combined; max is exact, so the order does not change the result. */
-static inline float cpu_max_scaled(const float *x, int n, float scale) {
+CPU_INLINE float cpu_max_scaled(const float *x, int n, float scale) {
     float mx[CPU_LANES];
     for (int l = 0; l < CPU_LANES; l++)
         mx[l] = -INFINITY;
@@ -101,7 +104,7 @@ static inline float cpu_max_scaled(const float *x, int n, float scale) {
 /* sum over x[0..n) of cpu_expf(x[j] * scale - shift): CPU_LANES float lanes per chunk of
  * CPU_SUM_CHUNK elements, each chunk's lanes added into a double in lane order. The
  * order is fixed by n alone, so the result is deterministic. */
-static inline double cpu_sum_exp(const float *x, int n, float scale, float shift) {
+CPU_INLINE double cpu_sum_exp(const float *x, int n, float scale, float shift) {
     double sum = 0.0;
     for (int c = 0; c < n; c += CPU_SUM_CHUNK) {
         int end = n - c < CPU_SUM_CHUNK ? n : c + CPU_SUM_CHUNK;
