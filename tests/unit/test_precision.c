@@ -87,6 +87,25 @@ static void test_bf16_sweep(void) {
         CHECK(dst[i] == prec_bf16_round(src[i]));
 }
 
+/* prec_bf16_round_array (branch-free, vectorized) against the reference over every
+ * stride-th float32 pattern, NaNs and Infs included. */
+static void test_bf16_array_patterns(uint32_t stride) {
+    enum { CHUNK = 4096 };
+    static float src[CHUNK], dst[CHUNK];
+    uint64_t bad = 0, u = 0;
+    while (u <= 0xFFFFFFFFull) {
+        size_t n = 0;
+        for (; n < CHUNK && u <= 0xFFFFFFFFull; n++, u += stride)
+            src[n] = float_of((uint32_t)u);
+        prec_bf16_round_array(dst, src, n);
+        for (size_t i = 0; i < n; i++)
+            if (bits_of(dst[i]) != (uint32_t)bf16_ref(bits_of(src[i])) << 16 && bad++ < 5)
+                fprintf(stderr, "bf16 array %08x: got %08x want %04x0000\n", bits_of(src[i]),
+                        bits_of(dst[i]), bf16_ref(bits_of(src[i])));
+    }
+    CHECK(bad == 0);
+}
+
 /* ---- fp8 reference from the definition ---- */
 
 typedef struct fp8_ref {
@@ -443,6 +462,7 @@ int main(int argc, char **argv) {
 
     test_bf16_patterns();
     test_bf16_sweep();
+    test_bf16_array_patterns(stride);
     test_e4m3_patterns();
     test_e5m2_patterns();
     test_fp8_decode_table(&e4m3, PREC_E4M3);
