@@ -63,5 +63,7 @@ const char *cpu_blas_core_name(void) {
 
 const char *cpu_blas_core_replaced(void) {
     const char *v = getenv(CPU_BLAS_CORE_REPLACED_ENV);
-    return v != NULL && *v != '\0' ? v : NULL;
+    if (v == NULL || *v == '\0') return NULL;
+    /* an OpenBLAS built for one CPU (no DYNAMIC_ARCH) ignores OPENBLAS_CORETYPE */
+    return strcasecmp(v, cpu_blas_core_name()) != 0 ? v : NULL;
 }

@@ -40,7 +40,8 @@ const char *cpu_blas_core_better(const char *core, cpu_blas_isa isa);
 void cpu_blas_core_ensure(char **argv);
 
 /* OpenBLAS's kernels now ("SkylakeX"), and the core it had chosen itself where baton
- * replaced it (NULL otherwise). */
+ * replaced it (NULL otherwise, and where the replacement changed nothing: an OpenBLAS
+ * built for one CPU ignores OPENBLAS_CORETYPE). */
 const char *cpu_blas_core_name(void);
 const char *cpu_blas_core_replaced(void);
 
