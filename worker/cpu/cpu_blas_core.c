@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "cpu_blas_core.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -43,11 +44,34 @@ static int env_set(const char *name) {
     return v != NULL && *v != '\0';
 }
 
+/* The core OpenBLAS had chosen, where this process replaced it ("" otherwise). */
+static char replaced[32];
+
+/* 0 where /proc/self/exe is the dynamic loader (the program was started as
+ * `ld-linux-x86-64.so.2 PROGRAM`): executing it again would lose the program. */
+static int self_is_program(void) {
+    char path[4096];
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+    if (n <= 0) return 0;
+    path[n] = '\0';
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    return strncmp(base, "ld-", 3) != 0 && strncmp(base, "ld.so", 5) != 0;
+}
+
 void cpu_blas_core_ensure(char **argv) {
+    const char *was = getenv(CPU_BLAS_CORE_REPLACED_ENV);
+    if (was != NULL) { /* executed again below: OpenBLAS read the variable as it loaded */
+        snprintf(replaced, sizeof replaced, "%s", was);
+        /* what this program starts decides for itself (another host's CPU under srun,
+         * another program under `baton launch`) */
+        unsetenv("OPENBLAS_CORETYPE");
+        unsetenv(CPU_BLAS_CORE_REPLACED_ENV);
+        return;
+    }
     if (env_set("OPENBLAS_CORETYPE") || argv == NULL || argv[0] == NULL) return;
     const char *core = openblas_get_corename();
     const char *better = cpu_blas_core_better(core, cpu_blas_isa_detect());
-    if (better == NULL) return;
+    if (better == NULL || !self_is_program()) return;
     if (setenv(CPU_BLAS_CORE_REPLACED_ENV, core, 1) != 0 ||
         setenv("OPENBLAS_CORETYPE", better, 1) != 0)
         return;
@@ -62,8 +86,7 @@ const char *cpu_blas_core_name(void) {
 }
 
 const char *cpu_blas_core_replaced(void) {
-    const char *v = getenv(CPU_BLAS_CORE_REPLACED_ENV);
-    if (v == NULL || *v == '\0') return NULL;
+    if (replaced[0] == '\0') return NULL;
     /* an OpenBLAS built for one CPU (no DYNAMIC_ARCH) ignores OPENBLAS_CORETYPE */
-    return strcasecmp(v, cpu_blas_core_name()) != 0 ? v : NULL;
+    return strcasecmp(replaced, cpu_blas_core_name()) != 0 ? replaced : NULL;
 }

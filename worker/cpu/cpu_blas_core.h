@@ -9,13 +9,16 @@
  * The choice can only be changed before the library loads, through OPENBLAS_CORETYPE. So
  * a program that finds OpenBLAS on a kernel older than AVX2 while the CPU has AVX2 and
  * FMA sets OPENBLAS_CORETYPE (SkylakeX with AVX-512, Haswell without) and executes itself
- * again, same pid, same arguments, before it has started anything. Its children inherit
- * the variable, so a baton-worker started by `baton run` does not execute again. A set
- * OPENBLAS_CORETYPE is left as it is (OPENBLAS_CORETYPE=Prescott keeps the fallback). */
+ * again, first thing in main: same pid, same arguments, nothing opened yet (only
+ * OpenBLAS's own threads, started as it loaded). The second run removes the variable
+ * again, so that what it starts decides for itself: a worker under `baton run` does the
+ * same (about 10 ms), one on another host under srun looks at that host's CPU. A set
+ * OPENBLAS_CORETYPE is left as it is (OPENBLAS_CORETYPE=Prescott keeps the fallback; any
+ * value keeps the program from executing itself, e.g. under valgrind). */
 #ifndef BATON_CPU_BLAS_CORE_H
 #define BATON_CPU_BLAS_CORE_H
 
-/* Names the variable that records which core OpenBLAS had chosen when baton replaced it. */
+/* Carries the core OpenBLAS had chosen from the first run to the second (and no further). */
 #define CPU_BLAS_CORE_REPLACED_ENV "BATON_BLAS_CORE_REPLACED"
 
 /* The CPU's vector units, as far as the kernels are concerned. */
@@ -33,10 +36,11 @@ cpu_blas_isa cpu_blas_isa_detect(void);
  * know, or a CPU without AVX2 + FMA. */
 const char *cpu_blas_core_better(const char *core, cpu_blas_isa isa);
 
-/* Call first in main, before any thread, file or connection is opened. Returns at once
- * where OPENBLAS_CORETYPE is set or OpenBLAS's kernels are fine; otherwise sets
- * OPENBLAS_CORETYPE and CPU_BLAS_CORE_REPLACED_ENV and executes /proc/self/exe with argv
- * again (it returns only when that fails, the variables then unset again). */
+/* Call first in main, before any file or connection is opened. Returns at once where
+ * OPENBLAS_CORETYPE is set or OpenBLAS's kernels are fine (or the program was started
+ * through the dynamic loader); otherwise sets OPENBLAS_CORETYPE and
+ * CPU_BLAS_CORE_REPLACED_ENV and executes /proc/self/exe with argv again (it returns only
+ * when that fails, the variables then unset again). In the second run it removes both. */
 void cpu_blas_core_ensure(char **argv);
 
 /* OpenBLAS's kernels now ("SkylakeX"), and the core it had chosen itself where baton
