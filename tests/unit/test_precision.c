@@ -305,7 +305,12 @@ static void test_qdq_patterns(prec_fp8_format fmt, uint32_t stride, float scale)
         size_t n = 0;
         for (; n < CHUNK && u <= 0xFFFFFFFFull; n++, u += stride)
             src[n] = float_of((uint32_t)u);
-        prec_fp8_qdq_array(dst, src, n, scale, fmt);
+        float amax = prec_fp8_qdq_array(dst, src, n, scale, fmt), want_amax = 0.0f;
+        for (size_t i = 0; i < n; i++) /* in index order, NaN ignored */
+            want_amax = fabsf(src[i]) > want_amax ? fabsf(src[i]) : want_amax;
+        if (bits_of(amax) != bits_of(want_amax) && bad++ < 5)
+            fprintf(stderr, "fmt %d amax of %zu from %08x: got %g want %g\n", fmt, n,
+                    bits_of(src[0]), (double)amax, (double)want_amax);
         for (size_t i = 0; i < n; i++) {
             float want = prec_fp8_decode(prec_fp8_encode(src[i] * scale, fmt), fmt) / scale;
             if (bits_of(dst[i]) != bits_of(want) && bad++ < 5)

@@ -36,6 +36,7 @@ typedef enum prec_fp8_format { PREC_E4M3 = 0, PREC_E5M2 = 1 } prec_fp8_format;
 
 float prec_bf16_round(float x);
 uint16_t prec_bf16_bits(float x); /* the rounded value's 16-bit pattern */
+/* dst equal to src (in place) or not overlapping it, as for the _array functions below. */
 void prec_bf16_round_array(float *dst, const float *src, size_t n);
 
 uint16_t prec_fp16_bits(float x);      /* the binary16 pattern, RNE */
@@ -48,7 +49,7 @@ float prec_fp8_decode(uint8_t bits, prec_fp8_format fmt);
 float prec_fp8_max(prec_fp8_format fmt); /* PREC_E4M3_MAX or PREC_E5M2_MAX */
 
 /* dst[i] = decode(encode(src[i] * scale)) / scale; returns max |src[i]| (the amax that
- * feeds the history), ignoring NaN. dst may equal src. */
+ * feeds the history), ignoring NaN. dst may equal src; otherwise they do not overlap. */
 float prec_fp8_qdq_array(float *dst, const float *src, size_t n, float scale, prec_fp8_format fmt);
 
 /* Per-tensor delayed-scaling state. The caller owns history (len floats). */
