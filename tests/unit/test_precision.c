@@ -459,6 +459,13 @@ static void test_torch_crosscheck(void) {
 }
 
 int main(int argc, char **argv) {
+#ifdef BATON_TEST_NEEDS_AVX2 /* the AVX2 build (tests/CMakeLists.txt) */
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+        printf("SKIPPED: this CPU has no AVX2 + FMA\n");
+        return 77;
+    }
+#endif
     uint32_t stride = argc > 1 && strcmp(argv[1], "--exhaustive") == 0 ? 1 : 127;
     static fp8_ref e4m3, e5m2;
     fp8_ref_build(&e4m3, 4, 3, 0);
