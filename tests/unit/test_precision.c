@@ -87,16 +87,22 @@ static void test_bf16_sweep(void) {
         CHECK(dst[i] == prec_bf16_round(src[i]));
 }
 
+/* The array tests' inputs: every stride-th float32 pattern, NaNs and Infs included, in
+ * chunks of up to PATTERN_CHUNK from *u on (0 when all are done). */
+enum { PATTERN_CHUNK = 4096 };
+static size_t next_patterns(float *src, uint64_t *u, uint32_t stride) {
+    size_t n = 0;
+    for (; n < PATTERN_CHUNK && *u <= 0xFFFFFFFFull; n++, *u += stride)
+        src[n] = float_of((uint32_t)*u);
+    return n;
+}
+
 /* prec_bf16_round_array (branch-free, vectorized) against the reference over every
- * stride-th float32 pattern, NaNs and Infs included. */
+ * stride-th float32 pattern. */
 static void test_bf16_array_patterns(uint32_t stride) {
-    enum { CHUNK = 4096 };
-    static float src[CHUNK], dst[CHUNK];
+    static float src[PATTERN_CHUNK], dst[PATTERN_CHUNK];
     uint64_t bad = 0, u = 0;
-    while (u <= 0xFFFFFFFFull) {
-        size_t n = 0;
-        for (; n < CHUNK && u <= 0xFFFFFFFFull; n++, u += stride)
-            src[n] = float_of((uint32_t)u);
+    for (size_t n; (n = next_patterns(src, &u, stride)) > 0;) {
         prec_bf16_round_array(dst, src, n);
         for (size_t i = 0; i < n; i++)
             if (bits_of(dst[i]) != (uint32_t)bf16_ref(bits_of(src[i])) << 16 && bad++ < 5)
@@ -298,13 +304,9 @@ static void test_qdq(void) {
  * bit for bit, over every stride-th float32 pattern (stride 1: all 2^32, about a minute;
  * `test_precision --exhaustive`). */
 static void test_qdq_patterns(prec_fp8_format fmt, uint32_t stride, float scale) {
-    enum { CHUNK = 4096 };
-    static float src[CHUNK], dst[CHUNK];
+    static float src[PATTERN_CHUNK], dst[PATTERN_CHUNK];
     uint64_t bad = 0, u = 0;
-    while (u <= 0xFFFFFFFFull) {
-        size_t n = 0;
-        for (; n < CHUNK && u <= 0xFFFFFFFFull; n++, u += stride)
-            src[n] = float_of((uint32_t)u);
+    for (size_t n; (n = next_patterns(src, &u, stride)) > 0;) {
         float amax = prec_fp8_qdq_array(dst, src, n, scale, fmt), want_amax = 0.0f;
         for (size_t i = 0; i < n; i++) /* in index order, NaN ignored */
             want_amax = fabsf(src[i]) > want_amax ? fabsf(src[i]) : want_amax;
