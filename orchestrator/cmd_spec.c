@@ -1,6 +1,7 @@
-/* baton spec RECIPE [--stage NAME|INDEX] [--out FILE]: resolves one stage of a recipe
- * into the StageSpec a worker receives, and prints it as YAML or writes it as a
- * binary protobuf (the input of `baton-worker --spec FILE`). */
+/* baton spec RECIPE [--stage NAME|INDEX] [--out FILE] [--set KEY=VALUE ...] [--nodes K]
+ * [--gpus-per-node G]: resolves one stage of a recipe, with baton run's overrides, into
+ * the StageSpec a worker receives, and prints it as YAML or writes it as a binary
+ * protobuf (the input of `baton-worker --spec FILE`). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,22 +13,30 @@
 #include "recipe.h"
 
 static void spec_usage(FILE *f) {
-    fprintf(f, "usage: baton spec RECIPE [--stage NAME|INDEX] [--out FILE]\n\n"
+    fprintf(f, "usage: baton spec RECIPE [--stage NAME|INDEX] [--out FILE] [--set KEY=VALUE ...]\n"
+               "                  [--nodes K] [--gpus-per-node G]\n\n"
                "Resolves a stage of RECIPE (defaults, earlier stages and transforms merged)\n"
                "into the self-contained StageSpec a worker runs, and prints it as YAML.\n\n"
                "  --stage NAME|INDEX  the stage (default: the first)\n"
                "  --out FILE          write the binary StageSpec to FILE instead\n"
+               "  --set KEY=VALUE, --nodes K, --gpus-per-node G\n"
+               "                      override the recipe as baton run does (e.g. --set\n"
+               "                      cluster.device=cuda, --set stages.pretrain.steps=10)\n"
                "  --help              show this help\n\n"
                "Exit status: 0 done, 1 cannot write FILE, 2 invalid recipe or usage.\n");
 }
 
 typedef struct spec_args {
     const char *recipe, *stage, *out;
+    recipe_sets sets; /* --set, --nodes, --gpus-per-node */
 } spec_args;
 
 static int spec_parse_args(int argc, char **argv, spec_args *a) {
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
+        int taken = recipe_sets_parse(&a->sets, "baton spec", argc, argv, &i);
+        if (taken < 0) return -1;
+        if (taken > 0) continue;
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
             spec_usage(stdout);
             return 1;
@@ -105,12 +114,16 @@ static int spec_emit(const Baton__StageSpec *s, const char *out, bt_diag *diag) 
 int cmd_spec(int argc, char **argv) {
     spec_args a = {0};
     int prc = spec_parse_args(argc, argv, &a);
-    if (prc != 0) return prc > 0 ? BT_EXIT_OK : BT_EXIT_USAGE;
+    if (prc != 0) {
+        recipe_sets_free(&a.sets);
+        return prc > 0 ? BT_EXIT_OK : BT_EXIT_USAGE;
+    }
     bt_diag diag;
     bt_diag_init(&diag);
     recipe_doc doc = {0};
     Baton__StageSpec *spec = NULL;
     int rc = recipe_load_file(a.recipe, &doc, &diag);
+    rc = rc ? rc : recipe_sets_apply(&a.sets, &doc, &diag);
     rc = rc ? rc : recipe_validate(&doc, &diag);
     long stage = rc ? -1 : spec_find_stage(&doc, a.stage, &diag);
     if (rc == 0 && stage < 0) rc = BT_EINVAL;
@@ -120,6 +133,7 @@ int cmd_spec(int argc, char **argv) {
     if (rc != 0) fprintf(stderr, "%s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
     if (spec != NULL) protobuf_c_message_free_unpacked(&spec->base, NULL);
     recipe_doc_free(&doc);
+    recipe_sets_free(&a.sets);
     if (rc == 0) return BT_EXIT_OK;
     return input_rc != 0 && input_rc != BT_ENOMEM ? BT_EXIT_USAGE : BT_EXIT_FAILURE;
 }

@@ -45,5 +45,12 @@ expect 0 '16 nodes x 4 GPUs' -- plan "$recipes/llama3-70b-64gpu.yaml" --gpus-per
 expect 2 '--set defaults.parallel.bogus=1.*unknown key "bogus"' -- plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.bogus=1
 expect 2 "expected KEY=VALUE" -- plan "$recipes/tiny-cpu.yaml" --set nothing
 expect 2 "usage: baton plan" -- plan "$recipes/tiny-cpu.yaml" --set
+# spec resolves a stage with the same overrides (a cuda stage of the tiny recipe, say)
+expect 0 'usage: baton spec RECIPE.*--set' -- spec --help
+expect 0 'device: cuda$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8 --set cluster.device=cuda
+expect 0 'steps: 7$' -- spec "$recipes/tiny-cpu.yaml" --stage long-context --set stages.long-context.steps=7
+expect 0 'nodes: 2$' -- spec "$recipes/tiny-cpu.yaml" --nodes 2 --set stages.long-context.parallel.dp=2
+expect 2 '--set defaults.parallel.bogus=1.*unknown key "bogus"' -- spec "$recipes/tiny-cpu.yaml" --set defaults.parallel.bogus=1
+expect 2 "--set needs a value" -- spec "$recipes/tiny-cpu.yaml" --set
 
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
