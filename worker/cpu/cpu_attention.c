@@ -65,7 +65,7 @@ static void probs_row(float *s, int i, int ncols, float scale, float lse) {
         s[j] = 0.0f;
 }
 
-CPU_CLONES static float row_lse(const float *s, int i, float scale) {
+CPU_INLINE float row_lse(const float *s, int i, float scale) {
     float m = cpu_max_scaled(s, i + 1, scale);
     return m + (float)log(cpu_sum_exp(s, i + 1, scale, m));
 }
@@ -109,7 +109,7 @@ void cpu_attention_forward(backend *be, float *out, float *lse, float *att, cons
 }
 
 /* dS = P * (dP - rowsum(P * dP)) * scale over j <= i, zero beyond, in place of dP. */
-CPU_CLONES static void dscores_row(float *dp, const float *p, int i, int ncols, float scale) {
+CPU_INLINE void dscores_row(float *dp, const float *p, int i, int ncols, float scale) {
     double dot = 0.0;
     for (int j = 0; j <= i; j++)
         dot += (double)p[j] * (double)dp[j];

@@ -55,8 +55,7 @@ static void part_scores(float *S, const part_head *a, int i0, int rows) {
  * ignored: in CPU_LANES lanes, which gcc vectorizes. Which of two equal zeros wins may
  * differ from one pass in index order, and nothing downstream tells them apart: exp(x - m)
  * and m + log(sum) (log(1) = +0) are the same for m = +0 and -0. */
-static inline float part_row_max(const float *s, const int32_t *kpos, int Tk, int32_t p,
-                                 float scale) {
+CPU_INLINE float part_row_max(const float *s, const int32_t *kpos, int Tk, int32_t p, float scale) {
     float mx[CPU_LANES];
     for (int l = 0; l < CPU_LANES; l++)
         mx[l] = -INFINITY;
@@ -80,7 +79,7 @@ static inline float part_row_max(const float *s, const int32_t *kpos, int Tk, in
  * exponentials go to e (Tk floats) first, every key's computed and the invisible ones
  * replaced by +0.0 (no branch: gcc vectorizes the loop), then they are summed in double in
  * index order; a +0.0 changes no sum. */
-CPU_CLONES static float part_row_lse(const float *s, const part_head *a, int32_t p, float *e) {
+CPU_INLINE float part_row_lse(const float *s, const part_head *a, int32_t p, float *e) {
     const int32_t *kpos = a->kpos;
     const float scale = a->scale;
     const int Tk = a->Tk;
@@ -97,7 +96,7 @@ CPU_CLONES static float part_row_lse(const float *s, const part_head *a, int32_t
 }
 
 /* Row s becomes the probabilities exp(scale s - lse) on the visible keys, 0 elsewhere. */
-CPU_CLONES static void part_row_probs(float *s, const part_head *a, int32_t p, float lse) {
+CPU_INLINE void part_row_probs(float *s, const part_head *a, int32_t p, float lse) {
     const int32_t *kpos = a->kpos;
     const float scale = a->scale;
     const int Tk = a->Tk;

@@ -37,7 +37,8 @@
 #define CPU_CLONES
 #endif
 
-/* Inlined always, so that a CPU_CLONES caller runs its own width of them. */
+/* Inlined always, so that a CPU_CLONES caller runs its own width of them (row helpers of
+ * a cloned function: inlined, not cloned themselves, they cost no indirect call per row). */
 #define CPU_INLINE static inline __attribute__((always_inline))
 
 #define CPU_EXPF_HI 88.7228394f /* expf of anything larger overflows */
