@@ -22,12 +22,11 @@ typedef struct fp8_desc {
     uint8_t max_code;
     uint8_t nan_code;
     float max;
-    float unit; /* the smallest subnormal, 2^(1 - bias - man_bits) */
 } fp8_desc;
 
 static const fp8_desc fp8_descs[2] = {
-    [PREC_E4M3] = {3, 7, 0x7E, 0x7F, PREC_E4M3_MAX, 0x1p-9f},
-    [PREC_E5M2] = {2, 15, 0x7B, 0x7E, PREC_E5M2_MAX, 0x1p-16f},
+    [PREC_E4M3] = {3, 7, 0x7E, 0x7F, PREC_E4M3_MAX},
+    [PREC_E5M2] = {2, 15, 0x7B, 0x7E, PREC_E5M2_MAX},
 };
 
 static uint32_t f32_bits(float x) {
@@ -204,8 +203,9 @@ static float amax_of(const float *x, size_t n) {
 }
 
 /* What prec_fp8_decode(prec_fp8_encode(.)) makes of the float32 pattern u, without
- * branches so that gcc vectorizes the loop around it: each case computed, one selected. */
-static inline uint32_t fp8_qdq_bits(uint32_t u, const fp8_desc *d) {
+ * branches so that gcc vectorizes the loop around it: each case computed, one selected.
+ * unit: the format's smallest subnormal, 2^(1 - bias - man_bits). */
+static inline uint32_t fp8_qdq_bits(uint32_t u, const fp8_desc *d, float unit) {
     const int sh = 23 - d->man_bits, emin = 1 - d->bias;
     uint32_t sign = u & 0x80000000u, a = u & 0x7FFFFFFFu;
     /* normal: the mantissa rounded to man_bits, half to even; a carry is the next binade */
@@ -217,7 +217,7 @@ static inline uint32_t fp8_qdq_bits(uint32_t u, const fp8_desc *d) {
     uint32_t sig = (a & 0x007FFFFFu) | 0x00800000u;
     uint32_t q = sig >> s, rem = sig & ((1u << s) - 1u), half = 1u << (s - 1);
     q += (uint32_t)(rem > half || (rem == half && (q & 1u)));
-    uint32_t sub = f32_bits((float)q * d->unit); /* exact: q <= 2^man_bits */
+    uint32_t sub = f32_bits((float)q * unit); /* exact: q <= 2^man_bits */
     uint32_t r = a < ((uint32_t)(emin + 127) << 23) ? sub : nrm;
     r = a >= f32_bits(d->max) ? f32_bits(d->max) : r; /* saturating, Inf included */
     r = a > 0x7F800000u ? 0x7FC00000u : r;            /* NaN: the canonical quiet one */
@@ -227,9 +227,10 @@ static inline uint32_t fp8_qdq_bits(uint32_t u, const fp8_desc *d) {
 CPU_CLONES float prec_fp8_qdq_array(float *dst, const float *src, size_t n, float scale,
                                     prec_fp8_format fmt) {
     const fp8_desc *d = &fp8_descs[fmt];
+    const float unit = ldexpf(1.0f, 1 - d->bias - d->man_bits);
     float amax = amax_of(src, n); /* first: dst may be src */
     for (size_t i = 0; i < n; i++)
-        dst[i] = f32_from_bits(fp8_qdq_bits(f32_bits(src[i] * scale), d)) / scale;
+        dst[i] = f32_from_bits(fp8_qdq_bits(f32_bits(src[i] * scale), d, unit)) / scale;
     return amax;
 }
 
