@@ -1,5 +1,6 @@
-/* The CPU engine's collectives: Gloo over TCP against shared memory (worker/comm/
- * comm_shm.h), side by side on this host (bench/README.md, "Collectives").
+/* The CPU engine's collectives and point to point (a ring rotation: each rank sends its
+ * buffer right and receives the left one's): Gloo over TCP against shared memory
+ * (worker/comm/comm_shm.h), side by side on this host (bench/README.md, "Collectives").
  *
  *   bench_comm [--ranks N] [--reps R] [--rounds K] [--sizes "16 1024 65536 1048576"]
  *
@@ -21,9 +22,9 @@
 #include "comm.h"
 #include "comm_shm.h"
 
-enum { OPS = 5, MAX_SIZES = 8, MAX_ROUNDS = 15 };
-static const char *const op_names[OPS] = {"allreduce", "allgather", "reduce-scatter", "alltoall",
-                                          "broadcast"};
+enum { OPS = 6, MAX_SIZES = 8, MAX_ROUNDS = 15 };
+static const char *const op_names[OPS] = {"allreduce", "allgather", "reduce-scatter",
+                                          "alltoall",  "broadcast", "sendrecv"};
 
 typedef struct bench_cfg {
     int ranks, reps, rounds, nsizes;
@@ -49,8 +50,12 @@ static int run_op(comm *c, int op, float *x, float *y, size_t n) {
         return comm_reduce_scatter(c, x, y, n, COMM_F32, COMM_SUM, NULL);
     case 3:
         return comm_alltoall(c, x, y, n, COMM_F32, NULL);
-    default:
+    case 4:
         return comm_broadcast(c, x, n, COMM_F32, 0, NULL);
+    default: {
+        int r = comm_rank(c), w = comm_size(c);
+        return comm_sendrecv(c, x, (r + 1) % w, y, (r + w - 1) % w, n, COMM_F32, 9, NULL);
+    }
     }
 }
 

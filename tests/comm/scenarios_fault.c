@@ -15,9 +15,10 @@
 
 enum { KILL_VICTIM = 1, HANG_VICTIM = 2, HANG_TIMEOUT_MS = 2000, NOSTART_TIMEOUT_MS = 2000 };
 
-/* All-reduces of 1M floats until one fails; reports when and how, then checks that the
- * failure is sticky and that destroy returns promptly. */
-static int loop_until_error(const child_env *env, const char *prefix, int timeout_ms) {
+/* All-reduces of 1M floats (p2p: ring rotations of them, each rank sending right and
+ * receiving left) until one fails; reports when and how, then checks that the failure is
+ * sticky and that destroy returns promptly. */
+static int loop_until_error(const child_env *env, const char *prefix, int timeout_ms, int p2p) {
     comm *c;
     bt_diag d;
     bt_diag_init(&d);
@@ -30,14 +31,16 @@ static int loop_until_error(const child_env *env, const char *prefix, int timeou
     if (x == NULL || y == NULL) return 2;
     child_event(env, "ready", now_s());
     int rc = 0;
+    const int w = env->world, right = (env->rank + 1) % w, left = (env->rank + w - 1) % w;
     for (int k = 0; rc == 0 && k < 100000; k++)
-        rc = comm_allreduce(c, x, y, n, COMM_F32, COMM_SUM, NULL);
+        rc = p2p ? comm_sendrecv(c, x, right, y, left, n, COMM_F32, 3, NULL)
+                 : comm_allreduce(c, x, y, n, COMM_F32, COMM_SUM, NULL);
     double t = now_s();
     child_event(env, "err_t", t);
     child_event(env, "fault", (double)comm_fault_of(c));
     printf("rank %d: %s [%s]\n", env->rank, comm_error(c), comm_fault_name(comm_fault_of(c)));
     CHECK(rc == BT_EIO);
-    CHECK_STR_CONTAINS(comm_error(c), "allreduce");
+    CHECK_STR_CONTAINS(comm_error(c), p2p ? "p2p" : "allreduce");
     char peer[32];
     snprintf(peer, sizeof peer, " %d (global %d)", KILL_VICTIM, KILL_VICTIM);
     child_event(env, "names_victim", strstr(comm_error(c), peer) != NULL);
@@ -52,7 +55,11 @@ static int loop_until_error(const child_env *env, const char *prefix, int timeou
 }
 
 int child_fail_kill(const child_env *env) {
-    return loop_until_error(env, "kill", 10000);
+    return loop_until_error(env, "kill", 10000, 0);
+}
+
+int child_fail_kill_p2p(const child_env *env) {
+    return loop_until_error(env, "kill-p2p", 10000, 1);
 }
 
 /* Once every rank is looping, waits 300 ms and kills the victim. */
@@ -104,7 +111,11 @@ int check_kill(supervisor *s) {
 }
 
 int child_fail_hang(const child_env *env) {
-    return loop_until_error(env, "hang", HANG_TIMEOUT_MS);
+    return loop_until_error(env, "hang", HANG_TIMEOUT_MS, 0);
+}
+
+int child_fail_hang_p2p(const child_env *env) {
+    return loop_until_error(env, "hang-p2p", HANG_TIMEOUT_MS, 1);
 }
 
 /* Stops the victim once every rank is looping; kills it once every survivor failed. */
@@ -201,6 +212,28 @@ static int attempt(const child_env *env, const char *prefix) {
     return rc != 0 || x != (float)env->world;
 }
 
+void leave_names_victim(const child_env *env, comm *c, int victim) {
+    char peer[32];
+    snprintf(peer, sizeof peer, " %d (global %d)", victim, victim);
+    int named = strstr(comm_error(c), peer) != NULL;
+    child_event(env, "names_victim", named);
+    if (strcmp(comm_backend(c), "gloo") != 0) CHECK(named);
+}
+
+int check_leave(supervisor *s) {
+    int fail = 0, named = 0;
+    for (int r = 0; r < s->world; r++) {
+        double v = 0;
+        fail += sup_expect_exit(s, r, 0, 0);
+        named += r != KILL_VICTIM && sup_value(s, r, "names_victim", &v) && v == 1;
+    }
+    if (named == 0) {
+        fprintf(stderr, "no survivor's message names the rank %d that left\n", KILL_VICTIM);
+        fail++;
+    }
+    return fail;
+}
+
 /* A rank that destroys the group and exits while the others wait for it in a barrier:
  * they fail within a second (the timeout is 10 s), peer lost, naming it. */
 int child_fail_leave(const child_env *env) {
@@ -224,15 +257,7 @@ int child_fail_leave(const child_env *env) {
     CHECK(rc == BT_EIO);
     CHECK(now_s() - t0 < 1.0);
     CHECK(comm_fault_of(c) == COMM_FAULT_PEER_LOST);
-    char peer[32];
-    snprintf(peer, sizeof peer, " %d (global %d)", KILL_VICTIM, KILL_VICTIM);
-    /* Over Gloo a survivor that failed first closes its connections at once, which the
-     * other survivor cannot tell from its death: that one then names it (1 run in 40). */
-    int other = env->rank == 0 ? 2 : 0;
-    char survivor[32];
-    snprintf(survivor, sizeof survivor, " %d (global %d)", other, other);
-    if (strcmp(comm_backend(c), "gloo") != 0 || strstr(comm_error(c), survivor) == NULL)
-        CHECK_STR_CONTAINS(comm_error(c), peer);
+    leave_names_victim(env, c, KILL_VICTIM);
     comm_destroy(c);
     return check_status();
 }

@@ -88,7 +88,7 @@ blas_check() { # WHAT RANKS OUTPUT
     if grep -Eq "^\[0\] cpu backend: $2" <<<"$3"; then echo "ok   $1"; else
       echo "FAIL: $1: no '$2' in:"; grep -F 'cpu backend' <<<"$3"; failures=$((failures + 1)); fi
   }
-  comm_check "4 ranks: shared memory" 'collectives in shared memory \(all 4 ranks on one host' "$out"
+  comm_check "4 ranks: shared memory" 'collectives and point to point in shared memory \(all 4 ranks on one host' "$out"
   comm_check "4 ranks: Gloo when BATON_COMM_SHM=0" \
     'collectives over Gloo \(TCP\), as BATON_COMM_SHM=0 asks' \
     "$(BATON_COMM_SHM=0 timeout 120 "$baton" launch -n 4 --nodes 2 -- "$worker" --spec dp4.pb \

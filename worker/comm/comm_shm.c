@@ -13,7 +13,6 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "comm_gloo.h"
@@ -21,35 +20,30 @@
 
 enum { SHM_NAME = 64, SHM_SPINS = 200, SHM_SLICE_MS = 20 };
 
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-
-static void futex_wait(_Atomic uint32_t *w, uint32_t v, int ms) {
+void shm_futex_wait(_Atomic uint32_t *w, uint32_t v, int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, v, &ts, NULL, 0);
 }
 
-static void futex_wake(_Atomic uint32_t *w) {
+void shm_futex_wake(_Atomic uint32_t *w) {
     syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
 /* ---- failures ---------------------------------------------------------------------- */
 
-/* Aborts the segment so that every member waiting in a round fails at once. */
-static void shm_abort_segment(comm *c) {
-    shm_impl *s = shm_of(c);
+void shm_abort_segment(comm *c) {
+    shm_head *h = shm_of(c)->head;
     uint32_t none = 0;
-    atomic_compare_exchange_strong(&s->head->aborted, &none, (uint32_t)c->rank + 1);
-    futex_wake(&s->head->arrived);
+    atomic_compare_exchange_strong(&h->aborted, &none, (uint32_t)c->rank + 1);
+    shm_futex_wake(&h->arrived);
+    for (int p = 0; p < c->size; p++) {
+        atomic_fetch_add(&h->member[p].bell, 1);
+        shm_futex_wake(&h->member[p].bell);
+    }
 }
 
-/* What became of member p, which has not entered round k: NULL while it lives (or when
- * that cannot be told: EDEADLK, a thread id from another pid namespace), else why it
- * never will. */
-static const char *shm_member_gone(comm *c, int p) {
+/* (Cannot be told: EDEADLK, a thread id from another pid namespace.) */
+const char *shm_member_gone(comm *c, int p) {
     static const char left[] = "left the group (destroyed it)";
     shm_member *m = &shm_of(c)->head->member[p];
     if (atomic_load(&m->left)) return left;
@@ -107,17 +101,17 @@ static int shm_wait(comm *c, uint32_t k, uint32_t target, const char *op) {
     shm_head *h = shm_of(c)->head;
     for (int i = 0; i < SHM_SPINS; i++)
         if (shm_done(h, target)) return 0;
-    const double deadline = now_ms() + c->timeout_ms;
+    const double deadline = shm_now_ms() + c->timeout_ms;
     for (int slices = 0;; slices++) {
         uint32_t v = atomic_load_explicit(&h->arrived, memory_order_acquire);
         if ((int32_t)(v - target) >= 0) return 0;
         uint32_t by = atomic_load(&h->aborted);
         if (by != 0) return shm_fail_aborted(c, k, op, by);
         int rc = slices > 0 ? shm_check_members(c, k, op) : 0;
-        double left = deadline - now_ms();
+        double left = deadline - shm_now_ms();
         if (rc == 0 && left <= 0) rc = shm_fail_timeout(c, k, op);
         if (rc != 0) return rc;
-        futex_wait(&h->arrived, v, left < SHM_SLICE_MS ? (int)left + 1 : SHM_SLICE_MS);
+        shm_futex_wait(&h->arrived, v, left < SHM_SLICE_MS ? (int)left + 1 : SHM_SLICE_MS);
     }
 }
 
@@ -128,7 +122,7 @@ int shm_round(comm *c, const char *op) {
     atomic_store_explicit(&h->member[c->rank].round, k, memory_order_release);
     uint32_t now = atomic_fetch_add_explicit(&h->arrived, 1, memory_order_acq_rel) + 1;
     if (now == target) {
-        futex_wake(&h->arrived);
+        shm_futex_wake(&h->arrived);
         return 0;
     }
     int rc = shm_wait(c, k, target, op);
@@ -155,6 +149,7 @@ static int shm_inner_failed(comm *c, int rc) {
 }
 
 static int shm_p2p(comm *c, const comm_p2p_op *ops, int n, void *stream) {
+    if (shm_of(c)->ring > 0) return shm_p2p_channels(c, ops, n);
     comm *in = shm_of(c)->inner;
     uint64_t before = in->bytes_sent;
     comm_set_timeout_ms(in, c->timeout_ms);
@@ -208,6 +203,7 @@ static void shm_unmap(shm_impl *s, int rank) {
 static void shm_destroy(comm *c) {
     shm_impl *s = shm_of(c);
     shm_unmap(s, c->rank);
+    shm_p2p_free(c);
     comm_destroy(s->inner);
     free(s);
     c->impl = NULL;
@@ -242,19 +238,38 @@ size_t shm_slot_bytes(int size) {
     return b > ((size_t)256 << 10) ? (size_t)256 << 10 : b < (16 << 10) ? 16 << 10 : b;
 }
 
-static size_t shm_layout(int size, size_t *data_off) {
+size_t shm_ring_bytes(int size) {
+    const char *t = getenv("BATON_COMM_SHM_RING");
+    size_t want = t           ? (size_t)strtoull(t, NULL, 10)
+                  : size > 16 ? 0
+                              : ((size_t)2 << 20) / ((size_t)size * (size_t)(size - 1));
+    if (want == 0) return 0;
+    size_t b = 64;
+    while (b * 2 <= want)
+        b *= 2;
+    if (t) return b;
+    return b > ((size_t)1 << 20) ? (size_t)1 << 20 : b < (16 << 10) ? 16 << 10 : b;
+}
+
+/* The header and members, the slots at data_off, the channels at chans_off. */
+static size_t shm_layout(int size, size_t *data_off, size_t *chans_off) {
     size_t head = sizeof(shm_head) + (size_t)size * sizeof(shm_member);
     *data_off = (head + 4095) & ~(size_t)4095;
-    return *data_off + 2 * (size_t)size * shm_slot_bytes(size);
+    *chans_off = (*data_off + 2 * (size_t)size * shm_slot_bytes(size) + 63) & ~(size_t)63;
+    size_t ring = shm_ring_bytes(size);
+    size_t chans = ring ? (size_t)size * (size_t)(size - 1) * (sizeof(shm_chan) + ring) : 0;
+    return *chans_off + chans;
 }
 
 static int shm_map(shm_impl *s, int fd, int size) {
-    size_t off, len = shm_layout(size, &off);
+    size_t off, chans, len = shm_layout(size, &off, &chans);
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) return -1;
     s->head = p;
     s->data = (unsigned char *)p + off;
     s->slot = shm_slot_bytes(size);
+    s->chans = (unsigned char *)p + chans;
+    s->ring = shm_ring_bytes(size);
     s->map_len = len;
     return 0;
 }
@@ -269,6 +284,7 @@ static int shm_init_head(shm_head *h, int size) {
     pthread_mutexattr_destroy(&a);
     h->size = (uint32_t)size;
     h->slot_bytes = (uint32_t)shm_slot_bytes(size);
+    h->ring_bytes = (uint32_t)shm_ring_bytes(size);
     return rc;
 }
 
@@ -276,10 +292,10 @@ static int shm_init_head(shm_head *h, int size) {
  * /dev/shm is an error here, not a SIGBUS later). name is "" on failure. */
 static void shm_create(shm_impl *s, int size, char name[SHM_NAME]) {
     uint64_t r = 0;
-    if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) r ^= (uint64_t)now_ms();
+    if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) r ^= (uint64_t)shm_now_ms();
     snprintf(name, SHM_NAME, "/baton-comm-%d-%016llx", (int)getpid(), (unsigned long long)r);
     int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    size_t off, len = shm_layout(size, &off);
+    size_t off, chans, len = shm_layout(size, &off, &chans);
     int ok = fd >= 0 && posix_fallocate(fd, 0, (off_t)len) == 0 && shm_map(s, fd, size) == 0 &&
              shm_init_head(s->head, size) == 0;
     if (fd >= 0) close(fd);
@@ -295,7 +311,8 @@ static int shm_open_existing(shm_impl *s, const char *name, int size) {
     if (fd < 0) return -1;
     int rc = shm_map(s, fd, size);
     close(fd);
-    if (rc == 0 && (s->head->size != (uint32_t)size || s->head->slot_bytes != s->slot)) {
+    if (rc == 0 && (s->head->size != (uint32_t)size || s->head->slot_bytes != s->slot ||
+                    s->head->ring_bytes != s->ring)) {
         munmap(s->head, s->map_len);
         s->head = NULL;
         rc = -1;
@@ -353,6 +370,10 @@ int comm_shm_wrap(comm **c) {
     }
     *c = out;
     return 0;
+}
+
+int comm_shm_p2p(const comm *c) {
+    return c != NULL && c->ops == &shm_ops && shm_of(c)->ring > 0;
 }
 
 int comm_cpu_init(comm **out, const comm_bootstrap *bs, bt_diag *diag) {

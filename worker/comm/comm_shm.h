@@ -1,18 +1,26 @@
-/* Collectives through shared memory for a group whose members share a host.
+/* Collectives and point to point through shared memory for a group whose members share
+ * a host.
  *
  * Over Gloo's TCP loopback every message of a collective passes through Gloo's event-loop
  * thread: a small all-reduce among 4 ranks on 2 CPUs took 3-12 ms. Here each member
  * writes its part into its slot of a segment all members map, one atomic counter tells
  * when every member has written (a futex wakes the waiters), and each member reads the
- * others' slots: the same all-reduce takes about 0.1 ms.
+ * others' slots: the same all-reduce takes about 0.1 ms. Point-to-point transfers (ring
+ * attention's, the pipeline's) go through a channel per ordered pair of members in the
+ * same segment, a ring buffer the sender writes and the receiver reads, with a futex
+ * per member to sleep on (comm_shm_p2p.c): over Gloo they had taken a third of the
+ * long-context stage's CPU time in the kernel (epoll, TCP, futexes).
  *
- * comm_shm_wrap(&c) replaces a transport comm c (Gloo) by a comm whose collectives go
- * through such a segment and that owns c: point-to-point transfers, sub-group
- * rendezvous and the segment's own setup still go through c. Splits of the wrapped comm
- * are wrapped too. c stays as it is (and the call returns 0) when the group has one
- * member or more than 64, when BATON_COMM_SHM=0, or when the members do not all see the
- * segment rank 0 created (other hosts, no /dev/shm, no space in it): it then works over
- * c alone. A segment takes about 4 MiB of /dev/shm (comm_shm_impl.h).
+ * comm_shm_wrap(&c) replaces a transport comm c (Gloo) by a comm whose collectives and
+ * point to point go through such a segment and that owns c: sub-group rendezvous and the
+ * segment's own setup still go through c, and so does point to point in groups of more
+ * than 16 members (whose channels would take too much memory) or when
+ * BATON_COMM_SHM_RING=0. Splits of the wrapped comm are wrapped too. c stays as it is
+ * (and the call returns 0) when the group has one member or more than 64, when
+ * BATON_COMM_SHM=0, or when the members do not all see the segment rank 0 created
+ * (other hosts, no /dev/shm, no space in it): it then works over c alone. A segment
+ * takes about 4 MiB of /dev/shm for the collectives and 1 to 4 MiB for the channels
+ * (comm_shm_impl.h).
  *
  * The rules of comm.h hold:
  *  - Results are deterministic and bitwise identical on every member: each reduces the
@@ -27,7 +35,9 @@
  *    `baton plan` estimates), as the Gloo backend does: (size-1) blocks per rank for
  *    reduce-scatter, all-gather and all-to-all, 2 (size-1)/size of the buffer for
  *    all-reduce, the whole buffer to each other rank for a broadcast root, the buffer
- *    for each non-root of a reduce.
+ *    for each non-root of a reduce, the payload of each send.
+ *  - A send completes once its message is in the channel, which may be before the peer
+ *    posts its receive (Gloo waits for the receive): callers must not count on either.
  *
  * The segment is a POSIX shared-memory object that rank 0 creates under a random name
  * and unlinks as soon as every member has mapped it, so nothing is left in /dev/shm
@@ -44,6 +54,10 @@ extern "C" {
 /* Collective over c's members. 0 (with *c wrapped or left as it was) or the error of a
  * failed operation on c (c stays owned by the caller, its error sticky). */
 int comm_shm_wrap(comm **c);
+
+/* 1 when c's point-to-point transfers go through shared memory (c wrapped, at most 16
+ * members, BATON_COMM_SHM_RING not 0). */
+int comm_shm_p2p(const comm *c);
 
 /* The CPU engine's world group: comm_gloo_init (comm_gloo.h), then comm_shm_wrap. On
  * failure *out is NULL and diag says why. */

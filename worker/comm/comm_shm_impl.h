@@ -1,5 +1,6 @@
-/* What comm_shm.c (the segment, its rounds and failures) and comm_shm_ops.c (the
- * collectives over rounds) share. Not for callers: they use comm.h and comm_shm.h.
+/* What comm_shm.c (the segment, its rounds and failures), comm_shm_ops.c (the
+ * collectives over rounds) and comm_shm_p2p.c (point to point over channels) share. Not
+ * for callers: they use comm.h and comm_shm.h.
  *
  * A round: every member writes its part into its slot of the round's parity (rounds
  * alternate between two sets of slots), then enters the round (shm_round), which returns
@@ -13,6 +14,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "comm.h"
 
@@ -26,11 +28,21 @@ enum { SHM_MAX_MEMBERS = 64 };
  * rounds. */
 size_t shm_slot_bytes(int size);
 
+/* The ring of a point-to-point channel (comm_shm_p2p.c), a power of two: about 2 MiB over
+ * the size (size - 1) channels of a group, each 16 KiB to 1 MiB; 0 (point to point over
+ * the transport) for groups of more than 16 members. The tests set
+ * BATON_COMM_SHM_RING=BYTES (rounded down to a power of two, at least 64) to send every
+ * message in many pieces; BATON_COMM_SHM_RING=0 keeps point to point on the transport. */
+size_t shm_ring_bytes(int size);
+
 typedef struct shm_member {
     pthread_mutex_t alive;  /* robust; locked by the member for the group's life */
     _Atomic uint32_t round; /* the last round it entered */
     _Atomic uint32_t left;  /* 1 once it destroyed the group */
-    char pad[64];
+    char pad0[64];
+    _Atomic uint32_t bell;     /* futex word: bumped by whoever may have unblocked its p2p */
+    _Atomic uint32_t sleeping; /* 1 while it waits on bell (a bump must then wake it) */
+    char pad1[56];
 } shm_member;
 
 typedef struct shm_head {
@@ -38,15 +50,31 @@ typedef struct shm_head {
     _Atomic uint32_t aborted; /* 0, or 1 + the group rank that aborted the segment */
     uint32_t size;
     uint32_t slot_bytes;
-    char pad[48];
+    uint32_t ring_bytes;
+    char pad[44];
     shm_member member[]; /* size of them */
 } shm_head;
 
+/* A point-to-point channel from one member to another: a byte stream through a ring of
+ * shm_ring_bytes that follows this header. The sender alone advances tail (bytes
+ * written), the receiver alone head (bytes taken); both count from 0 and never wrap. */
+typedef struct shm_chan {
+    _Atomic uint64_t head;
+    char pad0[56];
+    _Atomic uint64_t tail;
+    char pad1[56];
+} shm_chan;
+
+struct shm_rx;
+
 typedef struct shm_impl {
-    comm *inner; /* the transport: point to point, splits */
+    comm *inner; /* the transport: splits (and point to point where ring is 0) */
     shm_head *head;
-    unsigned char *data; /* 2 * size slots of slot bytes */
-    size_t slot;         /* shm_slot_bytes(size) */
+    unsigned char *data;  /* 2 * size slots of slot bytes */
+    size_t slot;          /* shm_slot_bytes(size) */
+    unsigned char *chans; /* size (size - 1) channels, each a header and ring bytes */
+    size_t ring;          /* shm_ring_bytes(size) */
+    struct shm_rx *rx;    /* (size) this member's receiving side of each channel, or NULL */
     size_t map_len;
     uint32_t round; /* rounds this member entered */
     int holds_alive;
@@ -73,6 +101,27 @@ static inline const unsigned char *shm_slot_done(const comm *c, int r) {
 
 /* Enters the next round and waits until every member has: 0, or the (sticky) error. */
 int shm_round(comm *c, const char *op);
+
+static inline double shm_now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+/* FUTEX_WAIT on w while it holds v, at most ms; FUTEX_WAKE of every waiter on w. */
+void shm_futex_wait(_Atomic uint32_t *w, uint32_t v, int ms);
+void shm_futex_wake(_Atomic uint32_t *w);
+
+/* Aborts the segment: every member waiting in a round or on its bell fails at once. */
+void shm_abort_segment(comm *c);
+/* What became of member p: NULL while it lives (or when that cannot be told), else why
+ * it will never take part again (it left, or it died). */
+const char *shm_member_gone(comm *c, int p);
+
+/* Point to point through the channels (comm_shm_p2p.c); shm_p2p_free releases what a
+ * member keeps of messages received ahead of their receives. */
+int shm_p2p_channels(comm *c, const comm_p2p_op *ops, int n);
+void shm_p2p_free(comm *c);
 
 /* The collectives (comm_shm_ops.c), for comm_shm.c's table. */
 int shm_allreduce(comm *c, const void *in, void *out, size_t count, comm_dtype dtype, comm_redop op,

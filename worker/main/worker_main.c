@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "comm_shm.h"
 #include "cpu_blas_core.h"
 #include "cpu_threads.h"
 #include "model_zero.h"
@@ -607,9 +608,9 @@ static void worker_comm_backend(const Baton__StageSpec *spec, const worker_ranks
     const char *v = getenv("BATON_COMM_SHM");
     int off = v != NULL && strcmp(v, "0") == 0;
     if (strcmp(comm_backend(w->world), "shm") == 0)
-        printf("cpu backend: collectives in shared memory (all %d ranks on one host; "
+        printf("cpu backend: collectives %sin shared memory (all %d ranks on one host; "
                "BATON_COMM_SHM=0 for Gloo over TCP)\n",
-               w->info.size);
+               comm_shm_p2p(w->world) ? "and point to point " : "", w->info.size);
     else
         printf("cpu backend: collectives over Gloo (TCP)%s\n",
                off ? ", as BATON_COMM_SHM=0 asks" : "; groups within one host in shared memory");
