@@ -92,7 +92,7 @@ void cpu_vocab_embedding_backward(backend *be, float *dwte, const float *dout,
     }
 }
 
-static float sigmoidf(float x) {
+CPU_INLINE float sigmoidf(float x) {
     return 1.0f / (1.0f + cpu_expf(-x));
 }
 
