@@ -9,7 +9,8 @@
 #include "cpu_math.h"
 #include "cpu_ops.h"
 
-/* Query rows per block; scratch holds two (PART_BLOCK, Tk) blocks. */
+/* Query rows per block; scratch holds two (PART_BLOCK, Tk) blocks (the backward's P and
+ * dP; the forward uses the first). */
 #define PART_BLOCK 64
 
 static int part_rows(int Tq) {
@@ -75,24 +76,37 @@ CPU_INLINE float part_row_max(const float *s, const int32_t *kpos, int Tk, int32
     return m;
 }
 
-/* The log-sum-exp of the visible scaled scores of row s (query position p). The
- * exponentials go to e (Tk floats) first, every key's computed and the invisible ones
- * replaced by +0.0 (no branch: gcc vectorizes the loop), then they are summed in double in
- * index order; a +0.0 changes no sum. */
-CPU_INLINE float part_row_lse(const float *s, const part_head *a, int32_t p, float *e) {
-    const int32_t *kpos = a->kpos;
-    const float scale = a->scale;
-    const int Tk = a->Tk;
-    float m = part_row_max(s, kpos, Tk, p, scale);
-    if (m == -INFINITY) return m;
-    for (int j = 0; j < Tk; j++) {
-        float x = cpu_expf(s[j] * scale - m);
-        e[j] = kpos[j] <= p ? x : 0.0f;
-    }
+/* The sum of exp(scale s[j] - m) over the visible keys, in the order cpu_sum_exp sums
+ * (CPU_LANES float lanes per chunk of CPU_SUM_CHUNK keys, each chunk's lanes added into a
+ * double in lane order), fixed by Tk alone: deterministic. An invisible key's term is
+ * +0.0, which changes no sum (no branch: gcc vectorizes the loop). */
+CPU_INLINE double part_row_sum(const float *s, const int32_t *kpos, int Tk, int32_t p, float scale,
+                               float m) {
     double sum = 0.0;
-    for (int j = 0; j < Tk; j++)
-        sum += (double)e[j];
-    return m + (float)log(sum);
+    for (int c = 0; c < Tk; c += CPU_SUM_CHUNK) {
+        int end = Tk - c < CPU_SUM_CHUNK ? Tk : c + CPU_SUM_CHUNK;
+        float acc[CPU_LANES] = {0};
+        int j = c;
+        for (; j + CPU_LANES <= end; j += CPU_LANES)
+            for (int l = 0; l < CPU_LANES; l++) {
+                float x = cpu_expf(s[j + l] * scale - m);
+                acc[l] += kpos[j + l] <= p ? x : 0.0f;
+            }
+        for (int l = 0; j + l < end; l++) {
+            float x = cpu_expf(s[j + l] * scale - m);
+            acc[l] += kpos[j + l] <= p ? x : 0.0f;
+        }
+        for (int l = 0; l < CPU_LANES; l++)
+            sum += (double)acc[l];
+    }
+    return sum;
+}
+
+/* The log-sum-exp of the visible scaled scores of row s (query position p). */
+CPU_INLINE float part_row_lse(const float *s, const part_head *a, int32_t p) {
+    float m = part_row_max(s, a->kpos, a->Tk, p, a->scale);
+    if (m == -INFINITY) return m;
+    return m + (float)log(part_row_sum(s, a->kpos, a->Tk, p, a->scale, m));
 }
 
 /* Row s becomes the probabilities exp(scale s - lse) on the visible keys, 0 elsewhere. */
@@ -110,17 +124,16 @@ CPU_INLINE void part_row_probs(float *s, const part_head *a, int32_t p, float ls
     }
 }
 
-/* S: the scratch's first block; the row of exponentials is the second block's first. */
+/* S: the scratch's first block. */
 CPU_CLONES static void part_head_forward(const part_head *a, float *out, int ldo, float *lse,
                                          float *S) {
-    float *e = S + (size_t)part_rows(a->Tq) * a->Tk;
     for (int i0 = 0; i0 < a->Tq; i0 += PART_BLOCK) {
         int rows = a->Tq - i0 < PART_BLOCK ? a->Tq - i0 : PART_BLOCK;
         part_scores(S, a, i0, rows);
         for (int r = 0; r < rows; r++) {
             float *s = S + (size_t)r * a->Tk;
             int32_t p = a->qpos[i0 + r];
-            lse[i0 + r] = part_row_lse(s, a, p, e);
+            lse[i0 + r] = part_row_lse(s, a, p);
             part_row_probs(s, a, p, lse[i0 + r]);
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, a->hd, a->Tk, 1.0f, S, a->Tk,
