@@ -58,7 +58,7 @@ static att_head head_view(const float *q, const float *k, const float *v, int ld
 }
 
 /* Row i of a block: probabilities for columns j <= i, zero for i < j < ncols. */
-static void probs_row(float *s, int i, int ncols, float scale, float lse) {
+CPU_INLINE void probs_row(float *s, int i, int ncols, float scale, float lse) {
     for (int j = 0; j <= i; j++)
         s[j] = cpu_expf(s[j] * scale - lse);
     for (int j = i + 1; j < ncols; j++)

@@ -13,7 +13,7 @@ void cpu_zero(backend *be, float *x, size_t n) {
     if (n) memset(x, 0, n * sizeof *x);
 }
 
-void cpu_add(backend *be, float *out, const float *a, const float *b, size_t n) {
+CPU_CLONES void cpu_add(backend *be, float *out, const float *a, const float *b, size_t n) {
     (void)be;
     for (size_t i = 0; i < n; i++)
         out[i] = a[i] + b[i];

@@ -11,13 +11,14 @@
 #include "cpu_math.h"
 #include "cpu_ops.h"
 
-static float row_lse(const float *x, int V) {
+CPU_INLINE float row_lse(const float *x, int V) {
     float m = cpu_max_scaled(x, V, 1.0f);
     return (float)((double)m + log(cpu_sum_exp(x, V, 1.0f, m)));
 }
 
-void cpu_crossentropy_forward(backend *be, float *losses, float *lse, const float *logits,
-                              const int32_t *targets, int N, int V) {
+CPU_CLONES void cpu_crossentropy_forward(backend *be, float *losses, float *lse,
+                                         const float *logits, const int32_t *targets, int N,
+                                         int V) {
     (void)be;
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * V;
@@ -31,8 +32,9 @@ void cpu_crossentropy_forward(backend *be, float *losses, float *lse, const floa
     }
 }
 
-void cpu_crossentropy_backward(backend *be, float *dlogits, const float *logits, const float *lse,
-                               const int32_t *targets, float dloss, int N, int V) {
+CPU_CLONES void cpu_crossentropy_backward(backend *be, float *dlogits, const float *logits,
+                                          const float *lse, const int32_t *targets, float dloss,
+                                          int N, int V) {
     (void)be;
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * V;
@@ -49,8 +51,8 @@ void cpu_crossentropy_backward(backend *be, float *dlogits, const float *logits,
     }
 }
 
-void cpu_vocab_ce_partial(backend *be, float *part, const float *logits, const int32_t *targets,
-                          int N, int Vl, int v0) {
+CPU_CLONES void cpu_vocab_ce_partial(backend *be, float *part, const float *logits,
+                                     const int32_t *targets, int N, int Vl, int v0) {
     (void)be;
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * Vl;
@@ -86,8 +88,9 @@ void cpu_vocab_ce_combine(backend *be, float *losses, float *lse, const float *p
     }
 }
 
-void cpu_vocab_ce_backward(backend *be, float *dlogits, const float *logits, const float *lse,
-                           const int32_t *targets, float dloss, int N, int Vl, int v0) {
+CPU_CLONES void cpu_vocab_ce_backward(backend *be, float *dlogits, const float *logits,
+                                      const float *lse, const int32_t *targets, float dloss, int N,
+                                      int Vl, int v0) {
     (void)be;
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * Vl;

@@ -46,8 +46,8 @@ CPU_CLONES void cpu_rmsnorm_backward(backend *be, float *dinp, float *dweight, c
 
 /* One head's rotation by the angle table row (cs, sn), sign +1 forward, -1 backward
  * (the transpose). Pairs are (i, i + hd/2): Hugging Face's rotate_half. */
-static void rope_head(float *out, const float *x, const float *cs, const float *sn, int half,
-                      float sign) {
+CPU_INLINE void rope_head(float *out, const float *x, const float *cs, const float *sn, int half,
+                          float sign) {
     for (int i = 0; i < half; i++) {
         float x0 = x[i], x1 = x[i + half];
         float s = sign * sn[i];
@@ -56,8 +56,8 @@ static void rope_head(float *out, const float *x, const float *cs, const float *
     }
 }
 
-static void rope_apply(float *out, const float *inp, const float *cos, const float *sin, int B,
-                       int T, int nh, int hd, int ld, float sign) {
+CPU_CLONES static void rope_apply(float *out, const float *inp, const float *cos, const float *sin,
+                                  int B, int T, int nh, int hd, int ld, float sign) {
     int half = hd / 2;
     for (int n = 0; n < B * T; n++) {
         const float *cs = cos + (size_t)(n % T) * half;

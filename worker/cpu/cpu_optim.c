@@ -2,11 +2,12 @@
 #include <math.h>
 #include <string.h>
 
+#include "cpu_math.h"
 #include "cpu_ops.h"
 #include "precision.h"
 
-void cpu_adamw_range(float *param, float *grad, float *m, float *v, size_t n,
-                     const backend_adamw *a, int decay) {
+CPU_CLONES void cpu_adamw_range(float *param, float *grad, float *m, float *v, size_t n,
+                                const backend_adamw *a, int decay) {
     const float b1 = a->b1, b2 = a->b2, c1 = a->one_minus_b1, c2 = a->one_minus_b2;
     const float eps = a->eps, keep = decay ? a->keep : 1.0f, coef = a->grad_coef;
     const float step_size = a->step_size, inv_bc2_sqrt = a->inv_bc2_sqrt;
