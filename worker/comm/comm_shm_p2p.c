@@ -125,8 +125,9 @@ static int push(comm *c, batch *b, int i) {
     return 1;
 }
 
-/* Sends go into a channel in the order of the batch: only the first pending send to a
- * peer writes. */
+/* Whether op i is the first unfinished op of its kind with its peer: sends go into a
+ * channel in the order of the batch (only the first writes), and a peer's channel is
+ * pulled once per pass (for its first unfinished receive, on behalf of all). */
 static int first_to_peer(const batch *b, int i) {
     for (int j = 0; j < i; j++)
         if (b->ops[j].kind == b->ops[i].kind && b->ops[j].peer == b->ops[i].peer &&
