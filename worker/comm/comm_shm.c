@@ -242,13 +242,13 @@ size_t shm_ring_bytes(int size) {
     const char *t = getenv("BATON_COMM_SHM_RING");
     size_t want = t           ? (size_t)strtoull(t, NULL, 10)
                   : size > 16 ? 0
-                              : ((size_t)2 << 20) / ((size_t)size * (size_t)(size - 1));
+                              : ((size_t)1 << 20) / ((size_t)size * (size_t)(size - 1));
     if (want == 0) return 0;
     size_t b = 64;
     while (b * 2 <= want)
         b *= 2;
     if (t) return b;
-    return b > ((size_t)1 << 20) ? (size_t)1 << 20 : b < (16 << 10) ? 16 << 10 : b;
+    return b > ((size_t)512 << 10) ? (size_t)512 << 10 : b < (4 << 10) ? 4 << 10 : b;
 }
 
 /* The header and members, the slots at data_off, the channels at chans_off. */

@@ -19,8 +19,8 @@
  * (and the call returns 0) when the group has one member or more than 64, when
  * BATON_COMM_SHM=0, or when the members do not all see the segment rank 0 created
  * (other hosts, no /dev/shm, no space in it): it then works over c alone. A segment
- * takes about 4 MiB of /dev/shm for the collectives and 1 to 4 MiB for the channels
- * (comm_shm_impl.h).
+ * takes about 4 MiB of /dev/shm for the collectives (1 MiB for 2 members) and at most 1
+ * MiB for the channels (comm_shm_impl.h).
  *
  * The rules of comm.h hold:
  *  - Results are deterministic and bitwise identical on every member: each reduces the

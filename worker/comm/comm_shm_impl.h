@@ -28,9 +28,11 @@ enum { SHM_MAX_MEMBERS = 64 };
  * rounds. */
 size_t shm_slot_bytes(int size);
 
-/* The ring of a point-to-point channel (comm_shm_p2p.c), a power of two: about 2 MiB over
- * the size (size - 1) channels of a group, each 16 KiB to 1 MiB; 0 (point to point over
- * the transport) for groups of more than 16 members. The tests set
+/* The ring of a point-to-point channel (comm_shm_p2p.c), a power of two: at most 1 MiB
+ * over the size (size - 1) channels of a group, each 4 KiB (16 members) to 512 KiB (2);
+ * 0 (point to point over the transport) for groups of more than 16 members. Most groups
+ * never send point to point (only pipeline and context-parallel groups do), and a host's
+ * /dev/shm is often 64 MiB, hence the small budget. The tests set
  * BATON_COMM_SHM_RING=BYTES (rounded down to a power of two, at least 64) to send every
  * message in many pieces; BATON_COMM_SHM_RING=0 keeps point to point on the transport. */
 size_t shm_ring_bytes(int size);
