@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Kill one rank of a data-parallel run mid-step: the other ranks stop with a clear error
-# well within the communication timeout, `baton launch` exits nonzero naming the killed
-# rank, and no process, socket or temporary directory is left behind.
-#   check-kill.sh BATON BATON_WORKER SOURCE_DIR
+# Kill one rank of a 4-rank run mid-step: the other ranks stop with a clear error well
+# within the communication timeout, `baton launch` exits nonzero naming the killed rank,
+# and no process, socket or temporary directory is left behind. By default a
+# data-parallel run (dp.yaml's zero1: collectives); RECIPE and STAGE pick another, e.g.
+# pp.yaml's plain (pp2 x dp2: the pipeline's point to point) or cp.yaml's ring (cp2 x dp2:
+# ring attention's).
+#   check-kill.sh BATON BATON_WORKER SOURCE_DIR [RECIPE STAGE]
 set -u
-baton=$1 worker=$2 src=$3
+baton=$1 worker=$2 src=$3 recipe=${4:-dp.yaml} stage=${5:-zero1}
 # OpenPMIx 4.2 leaks a little in every client; the sanitizer build must not fail on it.
 export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 work=$(mktemp -d /tmp/baton-test-kill.XXXXXX)
@@ -21,8 +24,8 @@ export TMPDIR=$work/tmp
 "$baton" data prepare --input /usr/share/games/fortunes --split-on-percent \
   --output data/fortunes >/dev/null || exit 1
 sed "s/gpus_per_node: 2/gpus_per_node: 4/; s/steps: 20/steps: 100000/" \
-  "$src/tests/engine/dp.yaml" >kill.yaml
-"$baton" spec kill.yaml --stage zero1 --out "$work/kill.pb" || exit 1
+  "$src/tests/engine/$recipe" >kill.yaml
+"$baton" spec kill.yaml --stage "$stage" --out "$work/kill.pb" || exit 1
 
 "$baton" launch -n 4 -- "$worker" --spec "$work/kill.pb" --eval-windows 0 --comm-timeout 20 \
   --log-every 5 >launch.log 2>&1 &
