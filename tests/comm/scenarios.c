@@ -429,11 +429,30 @@ typedef struct group_job {
     int failures;
 } group_job;
 
-/* reps all-reduces of the global rank over the group, each checked. */
+/* A ring rotation of the global rank over the group: 0 or a failure. */
+static int group_rotate(comm *c) {
+    const int r = comm_rank(c), w = comm_size(c), left = (r + w - 1) % w;
+    float x[33], y[33];
+    for (int i = 0; i < 33; i++)
+        x[i] = (float)(comm_global_rank(c, r) * 100 + i);
+    if (comm_sendrecv(c, x, (r + 1) % w, y, left, 33, COMM_F32, 5, NULL) != 0) {
+        fprintf(stderr, "%s\n", comm_error(c));
+        return 1;
+    }
+    for (int i = 0; i < 33; i++)
+        if (y[i] != (float)(comm_global_rank(c, left) * 100 + i)) return 1;
+    return 0;
+}
+
+/* reps all-reduces of the global rank over the group and ring rotations, each checked. */
 static void *group_loop(void *arg) {
     group_job *j = arg;
     float x[33];
     for (int k = 0; k < j->reps; k++) {
+        if (comm_size(j->c) > 1 && group_rotate(j->c) != 0) {
+            j->failures++;
+            break;
+        }
         for (int i = 0; i < 33; i++)
             x[i] = (float)(comm_global_rank(j->c, comm_rank(j->c)) + i);
         if (comm_allreduce(j->c, x, x, 33, COMM_F32, COMM_SUM, NULL) != 0) {
@@ -467,7 +486,8 @@ static comm *split_dim(comm *world, const layout *l, enum layout_dim dim, const 
 }
 
 /* TP and DP groups of a tp2 x dpN layout: checked one after the other, then driven from
- * two threads at once; a list split twice gives two independent groups. */
+ * three threads at once (collectives and point to point); a list split twice gives two
+ * independent groups. */
 static int child_subgroups(const child_env *env) {
     comm *w;
     bt_diag d;
