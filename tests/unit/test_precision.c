@@ -97,17 +97,21 @@ static size_t next_patterns(float *src, uint64_t *u, uint32_t stride) {
     return n;
 }
 
-/* prec_bf16_round_array (branch-free, vectorized) against the reference over every
- * stride-th float32 pattern. */
+/* prec_bf16_round_array and prec_bf16_bits_array (branch-free, vectorized) against the
+ * reference over every stride-th float32 pattern. */
 static void test_bf16_array_patterns(uint32_t stride) {
     static float src[PATTERN_CHUNK], dst[PATTERN_CHUNK];
+    static uint16_t bits[PATTERN_CHUNK];
     uint64_t bad = 0, u = 0;
     for (size_t n; (n = next_patterns(src, &u, stride)) > 0;) {
         prec_bf16_round_array(dst, src, n);
-        for (size_t i = 0; i < n; i++)
-            if (bits_of(dst[i]) != (uint32_t)bf16_ref(bits_of(src[i])) << 16 && bad++ < 5)
-                fprintf(stderr, "bf16 array %08x: got %08x want %04x0000\n", bits_of(src[i]),
-                        bits_of(dst[i]), bf16_ref(bits_of(src[i])));
+        prec_bf16_bits_array(bits, src, n);
+        for (size_t i = 0; i < n; i++) {
+            uint16_t want = bf16_ref(bits_of(src[i]));
+            if ((bits_of(dst[i]) != (uint32_t)want << 16 || bits[i] != want) && bad++ < 5)
+                fprintf(stderr, "bf16 array %08x: got %08x and %04x, want %04x\n", bits_of(src[i]),
+                        bits_of(dst[i]), bits[i], want);
+        }
     }
     CHECK(bad == 0);
 }

@@ -41,8 +41,7 @@ void cpu_copy_floats(backend *be, float *dst, const float *src, size_t n) {
 
 void cpu_pack_bf16(backend *be, uint16_t *dst, const float *src, size_t n) {
     (void)be;
-    for (size_t i = 0; i < n; i++)
-        dst[i] = prec_bf16_bits(src[i]);
+    prec_bf16_bits_array(dst, src, n);
 }
 
 void cpu_unpack_bf16(backend *be, float *dst, const uint16_t *src, size_t n) {

@@ -83,6 +83,11 @@ CPU_CLONES void prec_bf16_round_array(float *dst, const float *src, size_t n) {
         dst[i] = f32_from_bits(bf16_round_bits(f32_bits(src[i])));
 }
 
+CPU_CLONES void prec_bf16_bits_array(uint16_t *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        dst[i] = (uint16_t)(bf16_round_bits(f32_bits(src[i])) >> 16);
+}
+
 /* ---- fp16 ---- */
 
 /* Magnitude of the binary16 code of |x| (float32 pattern a, not NaN). */
@@ -184,7 +189,7 @@ float prec_fp8_decode(uint8_t bits, prec_fp8_format fmt) {
 
 /* max |x[i]|, NaN ignored: in 16 lanes, which gcc vectorizes; max is exact, so the order
  * does not change the result. */
-static float amax_of(const float *x, size_t n) {
+CPU_INLINE float amax_of(const float *x, size_t n) {
     float lane[16] = {0};
     size_t i = 0;
     for (; i + 16 <= n; i += 16)

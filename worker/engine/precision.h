@@ -36,6 +36,8 @@ typedef enum prec_fp8_format { PREC_E4M3 = 0, PREC_E5M2 = 1 } prec_fp8_format;
 
 float prec_bf16_round(float x);
 uint16_t prec_bf16_bits(float x); /* the rounded value's 16-bit pattern */
+/* dst[i] = prec_bf16_bits(src[i]), i < n. */
+void prec_bf16_bits_array(uint16_t *dst, const float *src, size_t n);
 /* dst equal to src (in place) or not overlapping it, as for the _array functions below. */
 void prec_bf16_round_array(float *dst, const float *src, size_t n);
 
