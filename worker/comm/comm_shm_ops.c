@@ -11,26 +11,39 @@ static size_t min_sz(size_t a, size_t b) {
     return a < b ? a : b;
 }
 
+/* o[i] = o[i] op x[i], one loop per type and op so that gcc vectorizes each (this file
+ * is built with BATON_CPU_MATH_FLAGS, worker/CMakeLists.txt); every element's result is
+ * what the scalar expression gives. */
+static void fold_parts(void *out, const void *part, size_t n, comm_dtype dtype, comm_redop op) {
+    if (dtype == COMM_F32) {
+        float *restrict o = out;
+        const float *restrict x = part;
+        if (op == COMM_SUM)
+            for (size_t i = 0; i < n; i++)
+                o[i] = o[i] + x[i];
+        else
+            for (size_t i = 0; i < n; i++)
+                o[i] = x[i] > o[i] ? x[i] : o[i];
+    } else {
+        double *restrict o = out;
+        const double *restrict x = part;
+        if (op == COMM_SUM)
+            for (size_t i = 0; i < n; i++)
+                o[i] = o[i] + x[i];
+        else
+            for (size_t i = 0; i < n; i++)
+                o[i] = x[i] > o[i] ? x[i] : o[i];
+    }
+}
+
 /* out[i] = part 0 op part 1 op ... in member order, over the parts' elements
  * [off, off + n) of the round just completed. */
 static void shm_reduce_parts(comm *c, void *out, size_t off, size_t n, comm_dtype dtype,
                              comm_redop op) {
     const size_t es = comm_dtype_size(dtype);
     memcpy(out, shm_slot_done(c, 0) + off * es, n * es);
-    for (int p = 1; p < c->size; p++) {
-        const unsigned char *part = shm_slot_done(c, p) + off * es;
-        if (dtype == COMM_F32) {
-            float *o = out;
-            const float *x = (const float *)part;
-            for (size_t i = 0; i < n; i++)
-                o[i] = op == COMM_SUM ? o[i] + x[i] : (x[i] > o[i] ? x[i] : o[i]);
-        } else {
-            double *o = out;
-            const double *x = (const double *)part;
-            for (size_t i = 0; i < n; i++)
-                o[i] = op == COMM_SUM ? o[i] + x[i] : (x[i] > o[i] ? x[i] : o[i]);
-        }
-    }
+    for (int p = 1; p < c->size; p++)
+        fold_parts(out, shm_slot_done(c, p) + off * es, n, dtype, op);
 }
 
 /* Writes bytes of src into this member's slot, then enters the round: all-reduce, reduce
