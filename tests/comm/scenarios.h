@@ -8,11 +8,12 @@
 int child_fail_kill(const child_env *env);
 int child_fail_kill_p2p(const child_env *env);
 int child_fail_leave(const child_env *env);
-/* Reports whether c's error names victim; over shared memory it must. Over Gloo a survivor
- * that failed first closes its connections at once, which the other survivor may take
- * for its death (naming it) or see as a reset Gloo names no peer for: check_leave then
- * wants only some survivor to name the victim. */
-void leave_names_victim(const child_env *env, comm *c, int victim);
+/* Reports (an event) whether c's error names victim, and returns 0 where it must and does
+ * not: over shared memory. Over Gloo a survivor that failed first closes its connections
+ * at once, which the other survivor may take for its death (naming it) or see as a reset
+ * Gloo names no peer for: check_leave then wants only some survivor to name the victim.
+ * (The caller CHECKs the result: check.h's failure count is per file.) */
+int leave_names_victim(const child_env *env, comm *c, int victim);
 int check_leave(supervisor *s);
 int on_event_kill(supervisor *s, int rank, const char *key, double val);
 int check_kill(supervisor *s);

@@ -98,6 +98,37 @@ static void early_messages(comm *c, int r) {
     }
 }
 
+/* One batch of 20 sends to the right and 20 receives from the left (more ops than the
+ * batch keeps on the stack), tags 80-82 each used several times, sizes 0 to 28500 floats:
+ * the receives are posted grouped by tag (in send order within a tag), so messages of the
+ * other tags arrive first and are set aside, empty ones included. */
+static void many_ops(comm *c, int r, int right, int left) {
+    enum { M = 20 };
+    float *out[M], *in[M];
+    size_t n[M];
+    comm_p2p_op ops[2 * M];
+    int k_of[M], j = 0;
+    for (int k = 0; k < M; k++) {
+        n[k] = k % 4 == 0 ? 0 : (size_t)k * 1500;
+        out[k] = filled(r, 30 + k, n[k]);
+        in[k] = malloc(n[k] * sizeof *in[k] + 4);
+        ops[M + k] = (comm_p2p_op){COMM_SEND, right, out[k], n[k], COMM_F32, 80 + (uint32_t)k % 3};
+    }
+    for (int t = 0; t < 3; t++)
+        for (int k = t; k < M; k += 3, j++) {
+            ops[j] = (comm_p2p_op){COMM_RECV, left, in[k], n[k], COMM_F32, 80 + (uint32_t)t};
+            k_of[j] = k;
+        }
+    if (call(c, comm_p2p(c, ops, 2 * M, NULL), "many ops"))
+        for (j = 0; j < M; j++) {
+            char what[48];
+            snprintf(what, sizeof what, "many ops, message %d", k_of[j]);
+            check_msg(what, in[k_of[j]], left, 30 + k_of[j], n[k_of[j]]);
+        }
+    for (int k = 0; k < M; k++)
+        free(out[k]), free(in[k]);
+}
+
 /* Rank 0 sends 10 floats, rank 1 expects 11: rank 1 fails naming the sizes; the send
  * completed (it fit in the channel). */
 static void size_mismatch(comm *c, int r) {
@@ -121,6 +152,7 @@ int child_p2p_large(const child_env *env) {
     }
     const int r = env->rank, w = env->world;
     ring_sizes(c, r, (r + 1) % w, (r + w - 1) % w);
+    many_ops(c, r, (r + 1) % w, (r + w - 1) % w);
     const int shm = strcmp(comm_backend(c), "shm") == 0;
     if (shm) early_messages(c, r);
     CHECK(call(c, comm_barrier(c, NULL), "barrier"));
@@ -129,11 +161,24 @@ int child_p2p_large(const child_env *env) {
     return check_status();
 }
 
+/* Rank 2, once a receive on pair group a failed (rank 1 destroyed b, then a): a send of
+ * one float on b, which fits in any channel, fails at once all the same. */
+static void send_to_departed(comm *a, comm *b) {
+    float y = 0;
+    CHECK(comm_recv(a, &y, 1, COMM_F32, 0, 9, NULL) == BT_EIO);
+    double t0 = now_s();
+    int rc = comm_send(b, &y, 1, COMM_F32, 0, 9, NULL);
+    printf("rank 2: send to the departed: %.3f s: %s\n", now_s() - t0, comm_error(b));
+    CHECK(rc == BT_EIO && comm_fault_of(b) == COMM_FAULT_PEER_LOST);
+    CHECK(now_s() - t0 < 1.0);
+}
+
 /* Rank 1 sends rank 0 a message and leaves. Rank 0 receives it (it was sent before the
  * peer left), then waits for a second one; rank 2 sends rank 1 more than any channel
- * holds. Both fail within a second (the timeout is 10 s), peer lost. */
+ * holds. Both fail within a second (the timeout is 10 s), peer lost. Before that, rank 2
+ * sends rank 1 a small message over a pair group rank 1 left (send_to_departed). */
 int child_fail_leave_p2p(const child_env *env) {
-    comm *c;
+    comm *c, *a = NULL, *b = NULL;
     bt_diag d;
     bt_diag_init(&d);
     if (child_init(env, "leave-p2p", 10000, &c, &d) != 0) {
@@ -141,13 +186,23 @@ int child_fail_leave_p2p(const child_env *env) {
         return 2;
     }
     float *x = filled(env->rank, 0, LEAVE_BIG);
+    const uint32_t pair[2] = {LEAVER, 2};
+    if (env->rank != 0) {
+        CHECK(call(c, comm_split(c, pair, 2, "pair-a", &a), "split a"));
+        CHECK(call(c, comm_split(c, pair, 2, "pair-b", &b), "split b"));
+    }
     CHECK(call(c, comm_barrier(c, NULL), "barrier"));
     if (env->rank == LEAVER) {
         CHECK(call(c, comm_send(c, x, LEAVE_MSG, COMM_F32, 0, 5, NULL), "send before leaving"));
+        comm_destroy(b);
+        comm_destroy(a);
         comm_destroy(c);
         free(x);
         return check_status();
     }
+    if (env->rank == 2 && a != NULL && b != NULL) send_to_departed(a, b);
+    comm_destroy(b);
+    comm_destroy(a);
     double t0 = now_s();
     int rc = 0;
     if (env->rank == 0) {
@@ -165,7 +220,7 @@ int child_fail_leave_p2p(const child_env *env) {
     CHECK(rc == BT_EIO);
     CHECK(now_s() - t0 < 1.0);
     CHECK(comm_fault_of(c) == COMM_FAULT_PEER_LOST);
-    leave_names_victim(env, c, LEAVER);
+    CHECK(leave_names_victim(env, c, LEAVER));
     comm_destroy(c);
     free(x);
     return check_status();

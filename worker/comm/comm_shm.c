@@ -195,16 +195,23 @@ static void shm_unmap(shm_impl *s, int rank) {
     if (s->holds_alive) {
         atomic_store(&s->head->member[rank].left, 1);
         pthread_mutex_unlock(&s->head->member[rank].alive);
+        for (uint32_t p = 0; p < s->head->size; p++) { /* peers waiting on it look now */
+            atomic_fetch_add(&s->head->member[p].bell, 1);
+            shm_futex_wake(&s->head->member[p].bell);
+        }
     }
     munmap(s->head, s->map_len);
     s->head = NULL;
 }
 
+/* The transport first: its goodbyes reach peers that have not noticed this member leave
+ * yet (one that noticed, destroyed its own group and closed could hold a goodbye up to a
+ * second); then the segment says it left. */
 static void shm_destroy(comm *c) {
     shm_impl *s = shm_of(c);
+    comm_destroy(s->inner);
     shm_unmap(s, c->rank);
     shm_p2p_free(c);
-    comm_destroy(s->inner);
     free(s);
     c->impl = NULL;
 }
@@ -239,16 +246,15 @@ size_t shm_slot_bytes(int size) {
 }
 
 size_t shm_ring_bytes(int size) {
+    if (size < 2 || size > 16) return 0;
     const char *t = getenv("BATON_COMM_SHM_RING");
-    size_t want = t           ? (size_t)strtoull(t, NULL, 10)
-                  : size > 16 ? 0
-                              : ((size_t)1 << 20) / ((size_t)size * (size_t)(size - 1));
+    size_t want =
+        t ? (size_t)strtoull(t, NULL, 10) : ((size_t)1 << 20) / ((size_t)size * (size_t)(size - 1));
     if (want == 0) return 0;
     size_t b = 64;
-    while (b * 2 <= want)
+    while (b * 2 <= want && b < ((size_t)512 << 10))
         b *= 2;
-    if (t) return b;
-    return b > ((size_t)512 << 10) ? (size_t)512 << 10 : b < (4 << 10) ? 4 << 10 : b;
+    return t || b >= (4 << 10) ? b : 4 << 10;
 }
 
 /* The header and members, the slots at data_off, the channels at chans_off. */

@@ -33,7 +33,7 @@ size_t shm_slot_bytes(int size);
  * 0 (point to point over the transport) for groups of more than 16 members. Most groups
  * never send point to point (only pipeline and context-parallel groups do), and a host's
  * /dev/shm is often 64 MiB, hence the small budget. The tests set
- * BATON_COMM_SHM_RING=BYTES (rounded down to a power of two, at least 64) to send every
+ * BATON_COMM_SHM_RING=BYTES (rounded down to a power of two, 64 to 512 KiB) to send every
  * message in many pieces; BATON_COMM_SHM_RING=0 keeps point to point on the transport. */
 size_t shm_ring_bytes(int size);
 

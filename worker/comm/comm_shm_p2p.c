@@ -12,9 +12,11 @@
  * into a buffer of its own, which a later receive takes first.
  *
  * A send is complete once its message is in the channel (the receiver may take it after
- * the sender left). Failures as for rounds: the timeout counts from the batch's start and
- * names the peers still pending; a peer that died or left fails the transfers pending with
- * it, after what it had written has been taken; a failure aborts the segment. */
+ * the sender left); one to a peer already lost fails at once. Failures as for rounds: the
+ * timeout bounds the time a batch makes no progress and names the peers still pending; a
+ * peer that died or left fails the transfers pending with it, after what it had written
+ * has been taken; a failure aborts the segment. Early messages are not bounded: a message
+ * whose tag is never received stays buffered until the group is destroyed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,9 +178,13 @@ static int bind(comm *c, batch *b, int peer, const msg_hdr *h) {
         b->state[i] = BOUND;
         return 0;
     }
-    early_msg *e = calloc(1, sizeof *e + (size_t)h->len);
+    if (h->len > SIZE_MAX - sizeof(early_msg))
+        return comm_fail(c, BT_EIO, COMM_FAULT_INTERNAL, "recv",
+                         "corrupt channel from peer %d (global %d): a message of %llu bytes", peer,
+                         c->members[peer], (unsigned long long)h->len);
+    early_msg *e = malloc(sizeof *e + (size_t)h->len);
     if (e == NULL) return comm_fail(c, BT_ENOMEM, COMM_FAULT_INTERNAL, "recv", "out of memory");
-    e->tag = h->tag, e->len = h->len;
+    *e = (early_msg){.tag = h->tag, .len = h->len};
     early_msg **end = &rx->early;
     while (*end != NULL)
         end = &(*end)->next;
@@ -320,6 +326,26 @@ static int check_peers(comm *c, batch *b) {
     return 0;
 }
 
+static int fail_aborted(comm *c, const batch *b, uint32_t by) {
+    return comm_fail(c, BT_EIO, COMM_FAULT_PEER_LOST, op_name(b),
+                     "peer %d (global %d) aborted the group after a failure", (int)by - 1,
+                     c->members[by - 1]);
+}
+
+/* Before anything moves: a send to a peer already lost (it would fit in the channel, and
+ * nobody would take it), or a segment already aborted, fails the batch (naming the lost
+ * peer first, as idle does). */
+static int check_start(comm *c, const batch *b) {
+    for (int i = 0; i < b->n; i++) {
+        const char *why = b->ops[i].kind == COMM_SEND ? shm_member_gone(c, b->ops[i].peer) : NULL;
+        if (why != NULL)
+            return comm_fail(c, BT_EIO, COMM_FAULT_PEER_LOST, op_name(b), "peer %d (global %d) %s",
+                             b->ops[i].peer, c->members[b->ops[i].peer], why);
+    }
+    uint32_t by = atomic_load(&shm_of(c)->head->aborted);
+    return by != 0 ? fail_aborted(c, b, by) : 0;
+}
+
 /* Nothing moved: checks for failures, then sleeps on this member's bell until it moves
  * (it was bell when the last pass began) or a slice ends. 0 or the error. */
 static int idle(comm *c, batch *b, uint32_t bell, double deadline) {
@@ -328,10 +354,7 @@ static int idle(comm *c, batch *b, uint32_t bell, double deadline) {
     uint32_t by = atomic_load(&h->aborted);
     int rc = check_peers(c, b);
     if (rc != 0 || b->left == 0) return rc;
-    if (by != 0)
-        return comm_fail(c, BT_EIO, COMM_FAULT_PEER_LOST, op_name(b),
-                         "peer %d (global %d) aborted the group after a failure", (int)by - 1,
-                         c->members[by - 1]);
+    if (by != 0) return fail_aborted(c, b, by);
     double left = deadline - shm_now_ms();
     if (left <= 0) {
         char who[512];
@@ -347,18 +370,22 @@ static int idle(comm *c, batch *b, uint32_t bell, double deadline) {
 }
 
 /* Passes until every transfer is done: spinning a while after the last one that moved
- * anything, then sleeping between passes. */
+ * anything, then sleeping between passes. The timeout bounds the time without progress
+ * (as Gloo gives each transfer its whole timeout): a long message through a small ring
+ * under a loaded CPU is not cut short. */
 static int run_batch(comm *c, batch *b) {
     shm_member *me = &shm_of(c)->head->member[c->rank];
-    const double deadline = shm_now_ms() + c->timeout_ms;
-    int rc = claim_early(c, b);
+    double deadline = shm_now_ms() + c->timeout_ms;
+    int rc = check_start(c, b), moved_since = 0;
+    rc = rc ? rc : claim_early(c, b);
     for (int spins = 0; rc == 0 && b->left > 0;) {
         uint32_t bell = atomic_load(&me->bell);
         int moved = pass(c, b);
         if (moved != 0 || b->left == 0) {
             rc = moved < 0 ? moved : 0;
-            spins = 0;
+            spins = 0, moved_since = 1;
         } else if (++spins >= P2P_SPINS) {
+            if (moved_since) deadline = shm_now_ms() + c->timeout_ms, moved_since = 0;
             rc = idle(c, b, bell, deadline);
         }
     }
