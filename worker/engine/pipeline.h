@@ -30,8 +30,8 @@
  * communication queue by an event: a peer that died then surfaces as the watchdog's timeout
  * instead of a host blocked on the ops' queue. A failed send is reported by the next wait.
  * BATON_PP_OVERLAP=0 keeps every transfer on the ops' queue, waited for at once;
- * BATON_PP_OVERLAP=1 runs the deferred-send bookkeeping without a queue too (the CPU engine
- * with Gloo, whose transfers complete before they return: the tests' way to run it). */
+ * BATON_PP_OVERLAP=1 runs the deferred-send bookkeeping without a queue too (the CPU engine,
+ * whose comm backends complete transfers before they return: the tests' way to run it). */
 #ifndef BATON_PIPELINE_H
 #define BATON_PIPELINE_H
 
