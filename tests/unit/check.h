@@ -11,7 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int check_failures;
+/* One count per program, shared by all its files (weak: each file's copy is the same
+ * variable), so a check failed in a helper file fails the test that main reports. */
+__attribute__((weak)) int check_failures;
 
 /* A float's bits and back (for tests of roundings). */
 static inline uint32_t bits_of(float x) {
