@@ -31,18 +31,24 @@ void shm_futex_wake(_Atomic uint32_t *w) {
 
 /* ---- failures ---------------------------------------------------------------------- */
 
-void shm_abort_segment(comm *c) {
-    shm_head *h = shm_of(c)->head;
-    uint32_t none = 0;
-    atomic_compare_exchange_strong(&h->aborted, &none, (uint32_t)c->rank + 1);
-    shm_futex_wake(&h->arrived);
-    for (int p = 0; p < c->size; p++) {
+/* Bumps and wakes every member's bell: whoever waits in point to point looks again. */
+static void shm_wake_all(shm_head *h) {
+    for (uint32_t p = 0; p < h->size; p++) {
         atomic_fetch_add(&h->member[p].bell, 1);
         shm_futex_wake(&h->member[p].bell);
     }
 }
 
-/* (Cannot be told: EDEADLK, a thread id from another pid namespace.) */
+void shm_abort_segment(comm *c) {
+    shm_head *h = shm_of(c)->head;
+    uint32_t none = 0;
+    atomic_compare_exchange_strong(&h->aborted, &none, (uint32_t)c->rank + 1);
+    shm_futex_wake(&h->arrived);
+    shm_wake_all(h);
+}
+
+/* Whether member p left or died (comm_shm_impl.h). It cannot be told (NULL) from EDEADLK
+ * or a thread id from another pid namespace. */
 const char *shm_member_gone(comm *c, int p) {
     static const char left[] = "left the group (destroyed it)";
     shm_member *m = &shm_of(c)->head->member[p];
@@ -195,10 +201,7 @@ static void shm_unmap(shm_impl *s, int rank) {
     if (s->holds_alive) {
         atomic_store(&s->head->member[rank].left, 1);
         pthread_mutex_unlock(&s->head->member[rank].alive);
-        for (uint32_t p = 0; p < s->head->size; p++) { /* peers waiting on it look now */
-            atomic_fetch_add(&s->head->member[p].bell, 1);
-            shm_futex_wake(&s->head->member[p].bell);
-        }
+        shm_wake_all(s->head); /* peers waiting on it look now */
     }
     munmap(s->head, s->map_len);
     s->head = NULL;

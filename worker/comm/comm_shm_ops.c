@@ -11,29 +11,26 @@ static size_t min_sz(size_t a, size_t b) {
     return a < b ? a : b;
 }
 
-/* o[i] = o[i] op x[i], one loop per type and op so that gcc vectorizes each (this file
- * is built with BATON_CPU_MATH_FLAGS, worker/CMakeLists.txt); every element's result is
- * what the scalar expression gives. */
+/* o[i] = o[i] op x[i] over n elements of type T: one loop per op, so that gcc vectorizes
+ * each (this file is built with BATON_CPU_MATH_FLAGS, worker/CMakeLists.txt); every
+ * element's result is what the scalar expression gives. */
+#define FOLD(T, out, part, n, op)                                                                  \
+    do {                                                                                           \
+        T *restrict o_ = (out);                                                                    \
+        const T *restrict x_ = (part);                                                             \
+        if ((op) == COMM_SUM)                                                                      \
+            for (size_t i = 0; i < (n); i++)                                                       \
+                o_[i] = o_[i] + x_[i];                                                             \
+        else                                                                                       \
+            for (size_t i = 0; i < (n); i++)                                                       \
+                o_[i] = x_[i] > o_[i] ? x_[i] : o_[i];                                             \
+    } while (0)
+
 static void fold_parts(void *out, const void *part, size_t n, comm_dtype dtype, comm_redop op) {
-    if (dtype == COMM_F32) {
-        float *restrict o = out;
-        const float *restrict x = part;
-        if (op == COMM_SUM)
-            for (size_t i = 0; i < n; i++)
-                o[i] = o[i] + x[i];
-        else
-            for (size_t i = 0; i < n; i++)
-                o[i] = x[i] > o[i] ? x[i] : o[i];
-    } else {
-        double *restrict o = out;
-        const double *restrict x = part;
-        if (op == COMM_SUM)
-            for (size_t i = 0; i < n; i++)
-                o[i] = o[i] + x[i];
-        else
-            for (size_t i = 0; i < n; i++)
-                o[i] = x[i] > o[i] ? x[i] : o[i];
-    }
+    if (dtype == COMM_F32)
+        FOLD(float, out, part, n, op);
+    else
+        FOLD(double, out, part, n, op);
 }
 
 /* out[i] = part 0 op part 1 op ... in member order, over the parts' elements

@@ -393,8 +393,7 @@ static int run_batch(comm *c, batch *b) {
 }
 
 int shm_p2p_channels(comm *c, const comm_p2p_op *ops, int n) {
-    shm_impl *s = shm_of(c);
-    if (c->err != 0) return c->err;
+    shm_impl *s = shm_of(c); /* comm.c returned a sticky error before this */
     if (s->rx == NULL && (s->rx = calloc((size_t)c->size, sizeof *s->rx)) == NULL)
         return comm_fail(c, BT_ENOMEM, COMM_FAULT_INTERNAL, "p2p", "out of memory");
     unsigned char state_s[OPS_ON_STACK];
