@@ -1,5 +1,6 @@
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,8 +101,7 @@ static float read_elem(const unsigned char *p, Baton__DType t) {
     return f;
 }
 
-/* One shard's bytes [a, b) (relative to its byte_offset), widened to whole CRC blocks
- * and checked; *base gets the widened start. */
+/* One shard of a tensor, as a read sees it. */
 typedef struct read_span {
     ckpt_reader *r; /* the checkpoint (dir, manifest) and its open files */
     const Baton__TensorEntry *e;
@@ -200,15 +200,52 @@ static int read_check_blocks(const read_span *sp, const unsigned char *buf, uint
     return 0;
 }
 
-static int read_span_bytes(const read_span *sp, uint64_t a, uint64_t b, unsigned char **out,
-                           uint64_t *base, bt_diag *diag) {
+/* The bytes [A, B) of a shard to read for its bytes [a, b) (relative to its
+ * byte_offset): widened to whole CRC blocks, or to the whole shard when only the shard
+ * has a checksum. */
+static void span_bounds(const read_span *sp, uint64_t a, uint64_t b, uint64_t *A, uint64_t *B) {
     const Baton__Shard *s = sp->s;
     uint64_t bb = sp->r->m->block_bytes ? sp->r->m->block_bytes : CKPT_DEFAULT_BLOCK;
     int blocks = s->n_block_crc32c > 0;
-    uint64_t A = blocks ? a / bb * bb : 0;
-    uint64_t B = blocks ? (b + bb - 1) / bb * bb : s->byte_length;
-    if (B > s->byte_length) B = s->byte_length;
-    if (!blocks && s->has_crc32c) A = 0, B = s->byte_length;
+    *A = blocks ? a / bb * bb : 0;
+    *B = blocks ? (b + bb - 1) / bb * bb : s->byte_length;
+    if (*B > s->byte_length) *B = s->byte_length;
+    if (!blocks && s->has_crc32c) *A = 0, *B = s->byte_length;
+}
+
+/* Bytes [lo, hi) of a shard read into dst (where byte lo goes) and checked: one part of a
+ * span, run on a thread of its own for the upper half of a large one. */
+typedef struct read_part {
+    const read_span *sp;
+    int fd;
+    unsigned char *dst;
+    uint64_t lo, hi, got;
+    int rc;
+    bt_diag diag;
+} read_part;
+
+static void *read_part_run(void *arg) {
+    read_part *p = arg;
+    const Baton__Shard *s = p->sp->s;
+    while (p->got < p->hi - p->lo) {
+        ssize_t r = pread(p->fd, p->dst + p->got, p->hi - p->lo - p->got,
+                          (off_t)(s->byte_offset + p->lo + p->got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        p->got += (uint64_t)r;
+    }
+    if (p->got == p->hi - p->lo) p->rc = read_check_blocks(p->sp, p->dst, p->lo, p->hi, &p->diag);
+    return NULL;
+}
+
+/* Spans of at least this many bytes are read and checked as two halves on two threads
+ * (the disk's queue and the CRCs of one half overlap the other's). */
+#define READ_SPLIT (8u << 20)
+
+/* Reads the shard's bytes [A, B) (span_bounds) into buf and checks their blocks. */
+static int read_span_into(const read_span *sp, uint64_t A, uint64_t B, unsigned char *buf,
+                          bt_diag *diag) {
+    const Baton__Shard *s = sp->s;
     char path[CKPT_PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", sp->r->dir, s->file);
     int fd = reader_fd(sp->r, s->file);
@@ -217,26 +254,32 @@ static int read_span_bytes(const read_span *sp, uint64_t a, uint64_t b, unsigned
                     strerror(errno));
         return BT_EIO;
     }
-    unsigned char *buf = malloc(B - A ? B - A : 1);
-    uint64_t got = 0;
-    while (buf && got < B - A) {
-        ssize_t r = pread(fd, buf + got, B - A - got, (off_t)(s->byte_offset + A + got));
-        if (r <= 0) break;
-        got += (uint64_t)r;
+    uint64_t bb = sp->r->m->block_bytes ? sp->r->m->block_bytes : CKPT_DEFAULT_BLOCK;
+    uint64_t M = B - A >= READ_SPLIT && s->n_block_crc32c > 0 ? (A + (B - A) / 2) / bb * bb : A;
+    read_part part[2] = {{.sp = sp, .fd = fd, .dst = buf, .lo = A, .hi = M > A ? M : B},
+                         {.sp = sp, .fd = fd, .dst = buf + (M - A), .lo = M, .hi = B}};
+    pthread_t th;
+    int threaded = M > A && pthread_create(&th, NULL, read_part_run, &part[1]) == 0;
+    read_part_run(&part[0]);
+    if (threaded)
+        pthread_join(th, NULL);
+    else if (M > A)
+        read_part_run(&part[1]);
+    int n_parts = M > A ? 2 : 1;
+    for (int i = 0; i < n_parts; i++) {
+        const read_part *p = &part[i];
+        if (p->got < p->hi - p->lo) {
+            bt_diag_set(diag,
+                        "%s: truncated: tensor %s needs bytes up to %llu, the file ends at %llu",
+                        path, sp->e->key, (unsigned long long)(s->byte_offset + B),
+                        (unsigned long long)(s->byte_offset + p->lo + p->got));
+            return BT_EIO;
+        }
+        if (p->rc != 0) {
+            memcpy(diag, &p->diag, sizeof *diag);
+            return p->rc;
+        }
     }
-    int rc = buf == NULL ? BT_ENOMEM : 0;
-    if (rc == 0 && got < B - A) {
-        bt_diag_set(diag, "%s: truncated: tensor %s needs bytes up to %llu, the file ends at %llu",
-                    path, sp->e->key, (unsigned long long)(s->byte_offset + B),
-                    (unsigned long long)(s->byte_offset + A + got));
-        rc = BT_EIO;
-    }
-    rc = rc ? rc : read_check_blocks(sp, buf, A, B, diag);
-    if (rc != 0) {
-        free(buf);
-        return rc;
-    }
-    *out = buf, *base = A;
     return 0;
 }
 
@@ -257,14 +300,18 @@ static int read_shard(const read_span *sp, const ckpt_box *want, float *out, uin
         free(runs.v);
         return rc;
     }
-    uint64_t a = runs.v[0].src * esz, b = 0;
+    uint64_t a = runs.v[0].src * esz, b = 0, A, B;
     for (size_t i = 0; i < runs.n; i++)
         if ((runs.v[i].src + runs.v[i].n) * esz > b) b = (runs.v[i].src + runs.v[i].n) * esz;
-    unsigned char *buf = NULL;
-    uint64_t base = 0;
-    rc = read_span_bytes(sp, a, b, &buf, &base, diag);
-    for (size_t i = 0; rc == 0 && i < runs.n; i++) {
-        const unsigned char *p = buf + (runs.v[i].src * esz - base);
+    span_bounds(sp, a, b, &A, &B);
+    /* One float32 run that is the whole span (a shard loaded whole, as a resume under the
+     * same layout does): read straight into out, no staging copy. */
+    int direct = sp->e->dtype == BATON__DTYPE__F32 && runs.n == 1 && A == a && B == b;
+    unsigned char *buf =
+        direct ? (unsigned char *)(out + runs.v[0].dst) : malloc(B - A ? B - A : 1);
+    rc = buf ? read_span_into(sp, A, B, buf, diag) : BT_ENOMEM;
+    for (size_t i = 0; rc == 0 && !direct && i < runs.n; i++) {
+        const unsigned char *p = buf + (runs.v[i].src * esz - A);
         float *o = out + runs.v[i].dst;
         if (sp->e->dtype == BATON__DTYPE__F32)
             memcpy(o, p, runs.v[i].n * 4);
@@ -272,7 +319,7 @@ static int read_shard(const read_span *sp, const ckpt_box *want, float *out, uin
             for (uint64_t k = 0; k < runs.v[i].n; k++)
                 o[k] = read_elem(p + k * esz, sp->e->dtype);
     }
-    free(buf);
+    if (!direct) free(buf);
     free(runs.v);
     *covered += rc == 0 ? n : 0;
     return rc;

@@ -214,7 +214,8 @@ static void test_round_trip(void) {
     baton__manifest__free_unpacked(m, NULL);
 }
 
-/* A piece large enough to be written by two threads reads back intact. */
+/* A piece large enough to be written and read by two threads reads back intact, whole
+ * and in part; damage in either half is found. */
 static void test_large_piece(void) {
     uint64_t n = 3u << 20, g[1] = {n};
     float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
@@ -243,6 +244,20 @@ static void test_large_piece(void) {
     CHECK(memcmp(x, y, n * sizeof *x) == 0);
     ckpt_verify_report rep;
     CHECK(m && ckpt_verify(dir, m, NULL, NULL, &rep, &d) == 0 && rep.problems == 0);
+    /* A part that starts and ends inside blocks: staged, read as two halves too. */
+    ckpt_box mid = {.off = {0, 1000}, .shape = {1, n - 2000}};
+    memset(y, 0, n * sizeof *y);
+    CHECK(e && read_box(dir, m, e, &mid, y, &d) == 0);
+    CHECK(memcmp(x + 1000, y, (n - 2000) * sizeof *x) == 0);
+    /* Damage in the upper half (read on the second thread) is found and placed. */
+    corrupt(dir, "rank-00000.bin", (10 << 20) + 5, 0);
+    CHECK(e && ckpt_read_tensor(dir, m, e, y, &d) == BT_EIO);
+    CHECK(strstr(d.msg, "CRC32C mismatch") && strstr(d.msg, "block 10)"));
+    bt_diag_init(&d);
+    corrupt(dir, "rank-00000.bin", 11 << 20, 1);
+    CHECK(e && ckpt_read_tensor(dir, m, e, y, &d) == BT_EIO);
+    CHECK(strstr(d.msg, "truncated") && strstr(d.msg, "the file ends at 11534336"));
+    if (!strstr(d.msg, "the file ends at 11534336")) fprintf(stderr, "%s\n", d.msg);
     if (m) baton__manifest__free_unpacked(m, NULL);
     free(x);
     free(y);
