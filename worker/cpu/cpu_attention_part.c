@@ -78,10 +78,10 @@ CPU_INLINE float part_row_max(const float *s, const int32_t *kpos, int Tk, int32
 
 /* The sum of exp(scale s[j] - m) over the visible keys, in the order cpu_sum_exp sums
  * (CPU_LANES float lanes per chunk of CPU_SUM_CHUNK keys, each chunk's lanes added into a
- * double in lane order), fixed by Tk alone: deterministic. An invisible key's term is
- * +0.0, which changes no sum (no branch: gcc vectorizes the loop). */
-CPU_INLINE double part_row_sum(const float *s, const int32_t *kpos, int Tk, int32_t p, float scale,
-                               float m) {
+ * double in lane order), fixed by Tk alone: deterministic. Each term replaces its score
+ * in s; an invisible key's is +0.0, which changes no sum (no branch: gcc vectorizes). */
+CPU_INLINE double part_row_exps(float *s, const int32_t *kpos, int Tk, int32_t p, float scale,
+                                float m) {
     double sum = 0.0;
     for (int c = 0; c < Tk; c += CPU_SUM_CHUNK) {
         int end = Tk - c < CPU_SUM_CHUNK ? Tk : c + CPU_SUM_CHUNK;
@@ -90,11 +90,13 @@ CPU_INLINE double part_row_sum(const float *s, const int32_t *kpos, int Tk, int3
         for (; j + CPU_LANES <= end; j += CPU_LANES)
             for (int l = 0; l < CPU_LANES; l++) {
                 float x = cpu_expf(s[j + l] * scale - m);
-                acc[l] += kpos[j + l] <= p ? x : 0.0f;
+                s[j + l] = kpos[j + l] <= p ? x : 0.0f;
+                acc[l] += s[j + l];
             }
         for (int l = 0; j + l < end; l++) {
             float x = cpu_expf(s[j + l] * scale - m);
-            acc[l] += kpos[j + l] <= p ? x : 0.0f;
+            s[j + l] = kpos[j + l] <= p ? x : 0.0f;
+            acc[l] += s[j + l];
         }
         for (int l = 0; l < CPU_LANES; l++)
             sum += (double)acc[l];
@@ -102,11 +104,22 @@ CPU_INLINE double part_row_sum(const float *s, const int32_t *kpos, int Tk, int3
     return sum;
 }
 
-/* The log-sum-exp of the visible scaled scores of row s (query position p). */
-CPU_INLINE float part_row_lse(const float *s, const part_head *a, int32_t p) {
+/* The forward's row: s (scores of query position p) becomes the probabilities
+ * exp(scale s - m) / sum on the visible keys, 0 elsewhere, each exponential computed once;
+ * returns the log-sum-exp m + log(sum) (-INFINITY when no key is visible). The backward
+ * recomputes them as exp(scale s - lse) (part_row_probs), equal but for the last bits, as
+ * FlashAttention's passes are. */
+CPU_INLINE float part_row_softmax(float *s, const part_head *a, int32_t p) {
     float m = part_row_max(s, a->kpos, a->Tk, p, a->scale);
-    if (m == -INFINITY) return m;
-    return m + (float)log(part_row_sum(s, a->kpos, a->Tk, p, a->scale, m));
+    if (m == -INFINITY) {
+        memset(s, 0, (size_t)a->Tk * sizeof *s);
+        return m;
+    }
+    double sum = part_row_exps(s, a->kpos, a->Tk, p, a->scale, m);
+    float inv = (float)(1.0 / sum);
+    for (int j = 0; j < a->Tk; j++)
+        s[j] *= inv;
+    return m + (float)log(sum);
 }
 
 /* Row s becomes the probabilities exp(scale s - lse) on the visible keys, 0 elsewhere. */
@@ -133,8 +146,7 @@ CPU_CLONES static void part_head_forward(const part_head *a, float *out, int ldo
         for (int r = 0; r < rows; r++) {
             float *s = S + (size_t)r * a->Tk;
             int32_t p = a->qpos[i0 + r];
-            lse[i0 + r] = part_row_lse(s, a, p);
-            part_row_probs(s, a, p, lse[i0 + r]);
+            lse[i0 + r] = part_row_softmax(s, a, p);
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, a->hd, a->Tk, 1.0f, S, a->Tk,
                     a->v, a->ldkv, 0.0f, out + (size_t)i0 * ldo, ldo);
