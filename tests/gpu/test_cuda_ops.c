@@ -220,6 +220,36 @@ static void test_embedding(void) {
     cpu.free(&cpu, tc), gpu.free(&gpu, tg);
 }
 
+/* The backward's sums in the CPU's order whatever the repeats: one token throughout (a
+ * single chain), a few tokens (repeats within each thread's window of rows), tokens
+ * outside the vocabulary shard, and a token range wider than a thread's share. */
+static void test_embedding_backward_repeats(void) {
+    enum { N = 1000, C = 130, V = 300 };
+    static const struct {
+        const char *name;
+        int mod, mul, v0, Vl;
+    } cases[] = {{"one token", 1, 0, 0, V},
+                 {"three tokens", 3, 1, 0, V},
+                 {"17 tokens, shard [5, 12)", 17, 5, 5, 7},
+                 {"300 tokens", V, 37, 0, V},
+                 {"300 tokens, shard [100, 260)", V, 37, 100, 160}};
+    int32_t tok[N];
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        for (int i = 0; i < N; i++)
+            tok[i] = (int32_t)((i * cases[k].mul + i * i / 7 + 42) % cases[k].mod);
+        int32_t *tc = ints_on(&cpu, tok, N), *tg = ints_on(&gpu, tok, N);
+        pair dout = pair_rand((size_t)N * C, 1.0f), dwte = pair_rand((size_t)V * C, 1.0f);
+        cpu.vocab_embedding_backward(&cpu, dwte.c, dout.c, tc, N, C, cases[k].v0, cases[k].Vl);
+        gpu.vocab_embedding_backward(&gpu, dwte.g, dout.g, tg, N, C, cases[k].v0, cases[k].Vl);
+        char name[96];
+        snprintf(name, sizeof name, "embedding_backward (%s)", cases[k].name);
+        compare_pair(name, &dwte, 0.0);
+        pair_free(&dout), pair_free(&dwte);
+        cpu.free(&cpu, tc), gpu.free(&gpu, tg);
+    }
+    check_sync("embedding_backward repeats");
+}
+
 static void test_norm_rope_swiglu(void) {
     enum { N = 97, C = 1000, B = 3, T = 29, NH = 5, HD = 40, LD = 230, F = 333 };
     pair x = pair_rand((size_t)N * C, 2.0f), w = pair_rand(C, 1.0f),
@@ -916,7 +946,7 @@ int main(int argc, char **argv) {
     if (wanted("elementwise")) test_elementwise();
     if (wanted("copy")) test_copy();
     if (wanted("adamw")) test_adamw();
-    if (wanted("embedding")) test_embedding();
+    if (wanted("embedding")) test_embedding(), test_embedding_backward_repeats();
     if (wanted("norm")) test_norm_rope_swiglu();
     if (wanted("matmul")) test_matmul();
     if (wanted("matmul_wcache")) test_wcache_all();

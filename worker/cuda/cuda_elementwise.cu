@@ -64,15 +64,57 @@ __global__ void embedding_forward_kernel(float *out, const int32_t *tokens, cons
     }
 }
 
-/* One thread per column c: dwte[tokens[n] - v0][c] += dout[n][c] for n in order. */
+/* dwte[tokens[n] - v0][c] += dout[n][c] for n in order, as the CPU backend adds them.
+ * Thread (c, g) owns column c of the tokens t with t % EMB_GROUPS == g: each sum is one
+ * thread's, in row order. It takes its rows EMB_WINDOW at a time: their dout values and
+ * the window's first reads of dwte issued together, repeats of a token within the window
+ * added in registers, each token's sum stored once (one thread per column ran every row's
+ * read-add-write in turn: N dependent round trips to memory on C threads). */
+#define EMB_GROUPS 16
+#define EMB_WINDOW 8
 __global__ void embedding_backward_kernel(float *dwte, const float *dout, const int32_t *tokens,
                                           int N, int C, int v0, int Vl) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int c = blockIdx.x * blockDim.x + threadIdx.x, g = blockIdx.y;
     if (c >= C) return;
-    for (int n = 0; n < N; n++) {
-        int t = tokens[n] - v0;
-        if (t < 0 || t >= Vl) continue;
-        dwte[(size_t)t * C + c] += dout[(size_t)n * C + c];
+    for (int n = 0; n < N;) {
+        int row[EMB_WINDOW], tok[EMB_WINDOW], k = 0; /* constant indices: registers */
+#pragma unroll
+        for (int i = 0; i < EMB_WINDOW; i++) {
+            tok[i] = -1, row[i] = 0;
+            for (; n < N; n++) {
+                int t = tokens[n] - v0;
+                if (t >= 0 && t < Vl && t % EMB_GROUPS == g) {
+                    tok[i] = t, row[i] = n++, k = i + 1;
+                    break;
+                }
+            }
+        }
+        float sum[EMB_WINDOW];
+#pragma unroll
+        for (int i = 0; i < EMB_WINDOW; i++)
+            sum[i] = i < k ? dout[(size_t)row[i] * C + c] : 0.0f;
+#pragma unroll
+        for (int i = 0; i < EMB_WINDOW; i++) {
+            if (i >= k) break;
+            int prev = -1; /* the window's latest earlier row of this token */
+#pragma unroll
+            for (int j = 0; j < i; j++)
+                if (tok[j] == tok[i]) prev = j;
+            float base = dwte[(size_t)tok[i] * C + c];
+#pragma unroll
+            for (int j = 0; j < i; j++)
+                if (j == prev) base = sum[j];
+            sum[i] = base + sum[i];
+        }
+#pragma unroll
+        for (int i = 0; i < EMB_WINDOW; i++) {
+            if (i >= k) break;
+            int last = 1;
+#pragma unroll
+            for (int j = i + 1; j < EMB_WINDOW; j++)
+                if (j < k && tok[j] == tok[i]) last = 0;
+            if (last) dwte[(size_t)tok[i] * C + c] = sum[i];
+        }
     }
 }
 
@@ -204,8 +246,8 @@ void cuda_vocab_embedding_backward(backend *be, float *dwte, const float *dout,
                                    const int32_t *tokens, int N, int C, int v0, int Vl) {
     cuda_ctx *c = cuda_ctx_of(be);
     if (N == 0 || C == 0) return;
-    embedding_backward_kernel<<<(C + 127) / 128, 128, 0, c->stream>>>(dwte, dout, tokens, N, C, v0,
-                                                                      Vl);
+    dim3 grid((unsigned)(C + 127) / 128, EMB_GROUPS);
+    embedding_backward_kernel<<<grid, 128, 0, c->stream>>>(dwte, dout, tokens, N, C, v0, Vl);
     CUDA_LAUNCHED(c, "embedding_backward_kernel");
 }
 
