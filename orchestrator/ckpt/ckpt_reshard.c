@@ -149,8 +149,9 @@ static int reshard_fp8(reshard_job *j, ckpt_writer *w, const Baton__Fp8State *f,
 
 /* The shard of virtual rank (tp rank r, stage s, ep rank q): its tensors' replica-0
  * boxes, the dense ones on ep rank 0 only. */
-static int reshard_rank(reshard_job *j, const model_config *base, int r, int s, int q, int rank,
-                        bt_diag *diag) {
+/* The model as virtual rank (tp rank r, stage s, ep rank q) of the target layout holds it. */
+static model_config reshard_cfg(const reshard_job *j, const model_config *base, int r, int s,
+                                int q) {
     model_config cfg = *base;
     cfg.tp = (int)j->to->tp, cfg.tp_rank = r, cfg.pp = (int)j->to->pp, cfg.pp_rank = s;
     cfg.vp = (int)j->to->virtual_stages;
@@ -158,6 +159,12 @@ static int reshard_rank(reshard_job *j, const model_config *base, int r, int s, 
     cfg.ep = (int)j->to->ep, cfg.ep_rank = q;
     if (cfg.ep > 1)
         cfg.moe.n_local = cfg.moe.n_experts / cfg.ep, cfg.moe.expert0 = q * cfg.moe.n_local;
+    return cfg;
+}
+
+static int reshard_rank(reshard_job *j, const model_config *base, int r, int s, int q, int rank,
+                        bt_diag *diag) {
+    model_config cfg = reshard_cfg(j, base, r, s, q);
     ckpt_writer w;
     int rc = ckpt_writer_open(&w, j->part, rank, CKPT_DEFAULT_BLOCK, diag);
     static const char *const pre[3] = {"", "optim.exp_avg.", "optim.exp_avg_sq."};
@@ -242,6 +249,15 @@ static int reshard_write(reshard_job *j, const char *out, bt_diag *diag) {
                     "--to: ep %u must divide dp x cp = %u (tp %u does not fold into the "
                     "experts' parallelism: that needs tp > 1 and an MoE model)",
                     j->to->ep, j->to->dp * j->to->cp, j->to->tp);
+        return BT_EINVAL;
+    }
+    /* The worker's own checks of a layout against the model (tp dividing the heads, the
+     * ffn and the vocabulary, ...): every rank's shapes follow from rank 0's. */
+    model_config c0 = reshard_cfg(j, &cfg, 0, 0, 0);
+    bt_diag d;
+    bt_diag_init(&d);
+    if (model_config_check(&c0, &d) != 0) {
+        bt_diag_set(diag, "--to: %s", d.msg);
         return BT_EINVAL;
     }
     rc = ckpt_begin(root, name, diag);

@@ -29,29 +29,31 @@ typedef struct store_args {
     const char *what, *pos[2];
     int npos, want_pos;
     const char *into, *endpoint;
-    long max_time_s;
+    long max_time_s, stall_time_s;
     int64_t limit_rate;
 } store_args;
 
 static void push_usage(FILE *f) {
-    fprintf(f,
-            "usage: baton ckpt push CKPT URL [--endpoint URL] [--max-time S] [--limit-rate B]\n\n"
-            "Uploads checkpoint CKPT (a checkpoint or run directory) as URL/<name>/<file>,\n"
-            "manifest.pb last. Files the store already holds at their full size are skipped,\n"
-            "so an interrupted push is resumed by running it again.\n\n"
-            "URL: http(s)://HOST[:PORT]/PREFIX (PUT/GET/HEAD, e.g. a WebDAV server) or\n"
-            "     s3://BUCKET/PREFIX (path-style, SigV4; credentials from AWS_ACCESS_KEY_ID,\n"
-            "     AWS_SECRET_ACCESS_KEY, AWS_REGION)\n\n"
-            "options:\n"
-            "  --endpoint URL   the S3 endpoint, http(s)://HOST[:PORT]\n"
-            "  --max-time S     give up on one request after S seconds (then retried)\n"
-            "  --limit-rate B   at most B bytes per second\n"
-            "  --help           show this help\n");
+    fprintf(f, "usage: baton ckpt push CKPT URL [--endpoint URL] [--max-time S] [--stall-time S]\n"
+               "                                [--limit-rate B]\n\n"
+               "Uploads checkpoint CKPT (a checkpoint or run directory) as URL/<name>/<file>,\n"
+               "manifest.pb last. Files the store already holds at their full size are skipped,\n"
+               "so an interrupted push is resumed by running it again.\n\n"
+               "URL: http(s)://HOST[:PORT]/PREFIX (PUT/GET/HEAD, e.g. a WebDAV server) or\n"
+               "     s3://BUCKET/PREFIX (path-style, SigV4; credentials from AWS_ACCESS_KEY_ID,\n"
+               "     AWS_SECRET_ACCESS_KEY, AWS_REGION)\n\n"
+               "options:\n"
+               "  --endpoint URL   the S3 endpoint, http(s)://HOST[:PORT]\n"
+               "  --max-time S     give up on one request after S seconds (then retried)\n"
+               "  --stall-time S   give up on one request that moves no byte for S seconds\n"
+               "                   (then retried; default 60, 0: never)\n"
+               "  --limit-rate B   at most B bytes per second\n"
+               "  --help           show this help\n");
 }
 
 static void pull_usage(FILE *f) {
     fprintf(f, "usage: baton ckpt pull URL [--into DIR] [--endpoint URL] [--max-time S]\n"
-               "                           [--limit-rate B]\n\n"
+               "                           [--stall-time S] [--limit-rate B]\n\n"
                "Downloads the checkpoint URL names (http(s)://HOST/PREFIX/<name> or\n"
                "s3://BUCKET/PREFIX/<name>) into DIR/<name> through DIR/<name>.partial,\n"
                "checking every CRC32C before the rename. An interrupted pull is resumed by\n"
@@ -60,6 +62,8 @@ static void pull_usage(FILE *f) {
                "  --into DIR       where to put it (default: the current directory)\n"
                "  --endpoint URL   the S3 endpoint, http(s)://HOST[:PORT]\n"
                "  --max-time S     give up on one request after S seconds (then retried)\n"
+               "  --stall-time S   give up on one request that moves no byte for S seconds\n"
+               "                   (then retried; default 60, 0: never)\n"
                "  --limit-rate B   at most B bytes per second\n"
                "  --help           show this help\n");
 }
@@ -82,7 +86,8 @@ static int store_option(store_args *a, int argc, char **argv, int *i) {
     const char *o = argv[*i];
     int pull = strcmp(a->what, "pull") == 0;
     int known = strcmp(o, "--endpoint") == 0 || strcmp(o, "--max-time") == 0 ||
-                strcmp(o, "--limit-rate") == 0 || (pull && strcmp(o, "--into") == 0);
+                strcmp(o, "--stall-time") == 0 || strcmp(o, "--limit-rate") == 0 ||
+                (pull && strcmp(o, "--into") == 0);
     if (!known) return 0;
     if (*i + 1 >= argc) {
         fprintf(stderr, "baton ckpt %s: %s needs a value\n", a->what, o);
@@ -98,6 +103,8 @@ static int store_option(store_args *a, int argc, char **argv, int *i) {
         return -1;
     else if (strcmp(o, "--max-time") == 0)
         a->max_time_s = (long)n;
+    else if (strcmp(o, "--stall-time") == 0)
+        a->stall_time_s = (long)n;
     else
         a->limit_rate = n;
     return 1;
@@ -127,6 +134,7 @@ static int store_parse(int argc, char **argv, store_args *a) {
 static int store_open(const store_args *a, const char *url, ckpt_remote *r, bt_diag *diag) {
     int rc = ckpt_remote_init(r, url, a->endpoint, diag);
     r->max_time_s = a->max_time_s;
+    r->stall_time_s = a->stall_time_s;
     r->limit_rate = a->limit_rate;
     return rc;
 }
@@ -171,7 +179,7 @@ static int push_ckpt(ckpt_remote *r, const char *dir, const char *name, bt_diag 
 }
 
 int ckpt_cmd_push(int argc, char **argv) {
-    store_args a = {.what = "push", .want_pos = 2};
+    store_args a = {.what = "push", .want_pos = 2, .stall_time_s = REMOTE_STALL_S};
     int p = store_parse(argc, argv, &a);
     if (p != 0) {
         push_usage(p == 1 ? stdout : stderr);
@@ -271,7 +279,7 @@ static int pull_ckpt(ckpt_remote *r, const char *name, const char *partial, bt_d
 }
 
 int ckpt_cmd_pull(int argc, char **argv) {
-    store_args a = {.what = "pull", .want_pos = 1, .into = "."};
+    store_args a = {.what = "pull", .want_pos = 1, .into = ".", .stall_time_s = REMOTE_STALL_S};
     int p = store_parse(argc, argv, &a);
     if (p != 0) {
         pull_usage(p == 1 ? stdout : stderr);

@@ -77,6 +77,7 @@ static int remote_s3_base(ckpt_remote *r, const char *url, const char *endpoint,
 int ckpt_remote_init(ckpt_remote *r, const char *url, const char *endpoint, bt_diag *diag) {
     memset(r, 0, sizeof *r);
     r->tries = REMOTE_TRIES;
+    r->stall_time_s = REMOTE_STALL_S;
     int rc = 0;
     if (strncmp(url, "s3://", 5) == 0) {
         rc = remote_s3_base(r, url, endpoint, diag);
@@ -172,6 +173,10 @@ static void remote_common(ckpt_remote *r, CURL *c, const char *url) {
         curl_easy_setopt(c, CURLOPT_HTTPHEADER, r->headers);
     }
     if (r->max_time_s > 0) curl_easy_setopt(c, CURLOPT_TIMEOUT, r->max_time_s);
+    if (r->stall_time_s > 0) { /* a server that accepts and never answers */
+        curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+        curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, r->stall_time_s);
+    }
     if (r->limit_rate > 0) {
         curl_easy_setopt(c, CURLOPT_MAX_RECV_SPEED_LARGE, (curl_off_t)r->limit_rate);
         curl_easy_setopt(c, CURLOPT_MAX_SEND_SPEED_LARGE, (curl_off_t)r->limit_rate);

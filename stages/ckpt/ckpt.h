@@ -52,7 +52,8 @@ void ckpt_names_free(char **names, size_t n);
  * is taken. BT_ENOENT with the places looked at when there is none. */
 int ckpt_resolve(const char *path, char *dir, size_t cap, bt_diag *diag);
 /* ckpt_resolve, then ckpt_manifest_read of the checkpoint found: what every tool that
- * takes a checkpoint or run directory starts with. */
+ * takes a checkpoint or run directory starts with. A manifest without a model or without
+ * tensors (an empty file decodes as one) is BT_EINVAL: not a checkpoint's. */
 int ckpt_open(const char *path, char *dir, size_t cap, Baton__Manifest **out, bt_diag *diag);
 /* Reads and decodes dir/manifest.pb; free with baton__manifest__free_unpacked(m, NULL).
  * BT_EUNSUPPORTED: a later format than CKPT_FORMAT_VERSION. */

@@ -121,7 +121,16 @@ int ckpt_resolve(const char *path, char *dir, size_t cap, bt_diag *diag) {
 int ckpt_open(const char *path, char *dir, size_t cap, Baton__Manifest **out, bt_diag *diag) {
     *out = NULL;
     int rc = ckpt_resolve(path, dir, cap, diag);
-    return rc ? rc : ckpt_manifest_read(dir, out, diag);
+    rc = rc ? rc : ckpt_manifest_read(dir, out, diag);
+    if (rc == 0 && ((*out)->model == NULL || (*out)->n_tensors == 0)) {
+        /* an empty file decodes as an empty message: no model, no tensors */
+        bt_diag_set(diag, "%s/%s: not a checkpoint manifest (%s)", dir, CKPT_MANIFEST,
+                    (*out)->model == NULL ? "no model in it" : "no tensors in it");
+        baton__manifest__free_unpacked(*out, NULL);
+        *out = NULL;
+        rc = BT_EINVAL;
+    }
+    return rc;
 }
 
 int ckpt_manifest_read(const char *dir, Baton__Manifest **out, bt_diag *diag) {

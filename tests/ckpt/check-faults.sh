@@ -3,7 +3,8 @@
 # pinpointed by `baton ckpt verify`, loading refuses it and falls back to the previous
 # complete checkpoint, and the resumed run ends on the uninterrupted run's losses.
 #   check-faults.sh BATON BATON_WORKER SOURCE_DIR CASE
-#   CASE: kill-during-write | flipped-byte | truncated | disk-full | async-save
+#   CASE: kill-during-write | flipped-byte | truncated | disk-full | async-save |
+#         bad-tool-input
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
 export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
@@ -106,6 +107,33 @@ async-save)
   tp2 --init run/checkpoints/s00-step00000010 >b.log
   same_tail ref.log b.log 11
   echo "$case: losses unchanged, 3 checkpoints kept and intact, resumed from step 10 bitwise"
+  ;;
+bad-tool-input)
+  # The checkpoint tools refuse what they cannot do right, with a message and exit 2,
+  # leaving nothing behind: a layout the model does not split into (tp 3 divides none of
+  # 4 heads, ffn 176 and vocab 272; tp 8 exceeds the heads), a manifest that is empty.
+  one --run-dir run --steps 2 >/dev/null
+  for to in tp3 tp8 tp2,pp3; do
+    rc=0
+    "$baton" ckpt reshard run --to "$to" --out "out-$to" 2>err.log || rc=$?
+    [[ $rc == 2 ]] || fail "reshard --to $to: exit $rc, want 2"
+    grep -q "baton ckpt reshard: --to: " err.log || fail "reshard --to $to: $(cat err.log)"
+    ls -d out-"$to"* 2>/dev/null && fail "reshard --to $to left output behind"
+  done
+  grep -q "parallel.tp 3 must divide model.n_heads (4)" <("$baton" ckpt reshard run --to tp3 \
+    --out x 2>&1) || fail "reshard --to tp3 does not say why"
+  cp -a run/checkpoints/s00-step00000002 empty && : >empty/manifest.pb
+  for cmd in "inspect empty" "verify empty" "reshard empty --to tp2 --out y" \
+    "export empty --format hf --out z"; do
+    rc=0
+    # shellcheck disable=SC2086 # the words of the command
+    "$baton" ckpt $cmd 2>err.log || rc=$?
+    [[ $rc == 2 ]] || fail "ckpt $cmd on an empty manifest: exit $rc, want 2"
+    grep -q "empty/manifest.pb: not a checkpoint manifest (no model in it)" err.log ||
+      fail "ckpt $cmd: $(cat err.log)"
+  done
+  [[ ! -e y && ! -e z ]] || fail "output left behind for an empty manifest"
+  echo "$case: reshard to layouts the model does not split into and an empty manifest refused"
   ;;
 *) fail "unknown case" ;;
 esac

@@ -5,7 +5,7 @@
 # push resuming (skipping what the server holds in full, manifest.pb last); pull
 # interrupted (a rate limit and a time limit) and resumed with a Range request for
 # exactly the missing bytes, as nginx's access log shows; damaged remote data and a
-# later checkpoint format refused.
+# later checkpoint format refused; a server that accepts and never answers given up on.
 # Exit 77 (SKIPPED) only when nginx is not installed.
 #   check-http.sh BATON MAKE_CKPT
 set -u
@@ -145,6 +145,21 @@ expect 1 "GET $url/s00-step00000099/manifest.pb: HTTP 404" -- pull "$url/s00-ste
 kill "$server_pid" && wait "$server_pid" 2>/dev/null
 server_pid=
 expect 1 "HEAD $url/$name/rank-00000.bin: .*(onnect|refused)" -- push run "$url"
+
+# A server that accepts and never answers: each request gives up after --stall-time
+# seconds without a byte (default 60; no --max-time given), then the tries are spent.
+/usr/bin/python3 -c '
+import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(8)
+held = []
+while True: held.append(s.accept()[0])' "$port" &
+server_pid=$!
+wait_port "$port" "$server_pid" || fail "the silent server did not start"
+t0=$SECONDS
+expect 1 "HEAD $url/$name/rank-00000.bin: .*too slow" -- push run "$url" --stall-time 1
+(( SECONDS - t0 < 20 )) && ok "stalled server: gave up in $((SECONDS - t0)) s" ||
+  fail "stalled server: took $((SECONDS - t0)) s"
+expect 2 "expects a non-negative number" -- pull "$url/$name" --stall-time never
 
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
 echo "all http push/pull checks passed"
