@@ -240,8 +240,13 @@ static int train_model_init(trainer *t, const train_groups *g, bt_diag *diag) {
     rc = rc ? rc : model_cp_init(&t->m, cp_group, diag);
     rc = rc ? rc : model_moe_init(&t->m, g->ep, diag);
     rc = rc ? rc : train_tp_init(&t->tp, tp_group, &t->m.cfg, diag);
-    /* ZeRO-3: later, unit by unit into the shards (train_zero_init_weights) */
-    if (rc == 0 && !cfg.zero3) rc = model_init_weights(&t->m, t->spec->seed);
+    /* ZeRO-3: later, unit by unit into the shards (train_zero_init_weights). A stage that
+     * starts from a checkpoint loads every weight (train_ckpt_load fails on a missing one;
+     * a failed load ends the worker): the random values, which cost a restart seconds on
+     * a large model, would only be overwritten. */
+    const char *init = t->spec->init_checkpoint;
+    if (rc == 0 && !cfg.zero3 && (init == NULL || init[0] == '\0'))
+        rc = model_init_weights(&t->m, t->spec->seed);
     return rc;
 }
 

@@ -633,6 +633,11 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
                            .edp = w->edp,
                            .xdp = w->xdp,
                            .local_rank = w->info.local_rank};
+    if (a->init != NULL) { /* --init: the trainer knows it starts from a checkpoint */
+        if (spec->init_checkpoint != protobuf_c_empty_string) free(spec->init_checkpoint);
+        spec->init_checkpoint = strdup(a->init);
+        if (spec->init_checkpoint == NULL) rc = rc ? rc : BT_ENOMEM;
+    }
     rc = rc ? rc : train_init(&t, spec, &groups, diag);
     *setup_rc = rc;
     if (rc != 0) return rc;
