@@ -57,6 +57,7 @@ typedef enum attempt_end {
     ATTEMPT_FATAL,    /* a configuration error: never retried */
     ATTEMPT_STOPPED,  /* stopped on request (signal) */
     ATTEMPT_ROLLBACK, /* loss spikes: rolled back, retry with a window skipped */
+    ATTEMPT_BROKEN,   /* failed as every further attempt would: the run fails, not retried */
 } attempt_end;
 
 /* Appends a record of kind for stage (r may be NULL); a failure is printed. */
@@ -85,5 +86,11 @@ void run_check_topology(run_ctx *c, launch_job *job, uint32_t stage, uint32_t at
 void run_exclude_node(run_ctx *c, uint32_t stage, uint32_t attempt, const char *name,
                       const char *detail);
 void run_find_lost_nodes(run_ctx *c, const launch_job *job, uint32_t stage, uint32_t attempt);
+
+/* run_ckpts.c */
+/* 1 when the run's checkpoint root holds stage's final checkpoint (stage_final, at step
+ * `steps`): what makes workers that all exited 0 a completed stage; else 0 with why (the
+ * step reached, the checkpoint missing). */
+int run_stage_finished(run_ctx *c, uint32_t stage, uint64_t steps, char *why, size_t cap);
 
 #endif

@@ -196,11 +196,26 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
     r.has_loss = c->prog.have_step, r.loss = c->prog.loss;
     int status = launch_job_exit_status(job);
     r.has_exit_code = 1, r.exit_code = status;
-    if (job->cause == LAUNCH_SUCCESS) {
-        run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
-        return ATTEMPT_DONE;
-    }
     char why[1024];
+    if (job->cause == LAUNCH_SUCCESS) {
+        /* Exit status 0 alone is no proof: a worker told to take fewer steps, or a wrapper
+         * that never ran one, exits 0 too. The stage's final checkpoint is. */
+        if (run_stage_finished(c, stage, c->spec->stage->steps, why, sizeof why)) {
+            run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
+            return ATTEMPT_DONE;
+        }
+        /* Every rank did what it was told and would do it again: not retried. */
+        r.detail = why;
+        r.has_retryable = 1, r.retryable = 0;
+        run_journal(c, BATON__JOURNAL_RECORD__KIND__FAILURE, stage, &r);
+        run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
+        run_progress_end(&c->prog);
+        fprintf(stderr,
+                "baton run: stage \"%s\" attempt %u failed: %s (not retried: another attempt "
+                "would end the same way)\n",
+                c->prog.stage, attempt, why);
+        return ATTEMPT_BROKEN;
+    }
     launch_job_describe(job, why, sizeof why);
     if (c->o->slurm) launch_slurm_describe(c->o->slurm, job, why, sizeof why);
     if (c->topo_refused)
@@ -381,6 +396,8 @@ static int run_stage(run_ctx *c, size_t i) {
             status = RUN_EXIT_STOPPED;
         } else if (end == ATTEMPT_FATAL) {
             status = BT_EXIT_USAGE;
+        } else if (end == ATTEMPT_BROKEN) {
+            status = BT_EXIT_FAILURE;
         } else if (end == ATTEMPT_ROLLBACK) {
             if (run_rollbacks(c, (uint32_t)i) > RUN_MAX_ROLLBACKS) {
                 fprintf(stderr, "baton run: stage \"%s\": giving up after %u rollbacks\n",

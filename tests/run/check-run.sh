@@ -21,6 +21,9 @@
 #   topology      a layout whose TP groups span the two virtual nodes: the report warns;
 #                 with cluster.strict_topology the stage is refused before its first step
 #                 (exit 2, not retried, no checkpoint).
+#   early-exit    workers that all exit 0 before the stage's last step (a wrapper adding
+#                 --steps 3; /bin/true): the attempt fails without the stage's final
+#                 checkpoint, is not retried, the run exits 1 and no stage is done.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -289,6 +292,32 @@ PY
   /usr/bin/python3 "$src/tests/control/read_tb.py" r1/tb >tb.txt || fail "unreadable events"
   [[ $(grep -c "^moe/load_max_mean " tb.txt) == 6 ]] || fail "no MoE scalars in the TensorBoard events"
   echo "$case: per-expert load, max/mean and dropped pairs in metrics.jsonl and TensorBoard"
+  ;;
+early-exit)
+  sets=(--set stages.pretrain.steps=8 --set stages.1.steps=3 --set stages.fp8.steps=2)
+  printf '#!/bin/bash\nexec "%s" "$@" --steps 3\n' "$worker" >short.sh
+  chmod +x short.sh
+  for w in "$PWD/short.sh" /bin/true; do
+    rm -rf r1
+    set +e; "$baton" run "$recipe" --run-dir r1 --quiet "${sets[@]}" --worker "$w" >run.out 2>&1
+    rc=$?; set -e
+    [[ $rc == 1 ]] || fail "$w: exit $rc, not 1"
+    if [[ $w == */short.sh ]]; then
+      why="workers exited 0 at step 3 of 8 without the stage's final checkpoint"
+    else
+      why="workers exited 0 without a completed step \(the stage has 8\) and without the stage's final checkpoint"
+    fi
+    grep -Eq "stage \"pretrain\" attempt 0 failed: $why .*not retried" run.out ||
+      fail "$w: no clear cause"
+    "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+st = [(x["state"], x["attempts"]) for x in s["stages"]]
+assert s["state"] != "completed" and st[0] == ("stopped", 1), st
+assert all(x["state"] != "done" for x in s["stages"]), st' || fail "$w: a stage counted as done"
+    echo "$w: $(grep -m1 'failed:' run.out)"
+  done
+  echo "$case: workers exiting 0 short of the final checkpoint fail the run (exit 1), not retried"
   ;;
 *) fail "unknown case" ;;
 esac
