@@ -92,5 +92,10 @@ void run_find_lost_nodes(run_ctx *c, const launch_job *job, uint32_t stage, uint
  * `steps`): what makes workers that all exited 0 a completed stage; else 0 with why (the
  * step reached, the checkpoint missing). */
 int run_stage_finished(run_ctx *c, uint32_t stage, uint64_t steps, char *why, size_t cap);
+/* Removes the run's stale checkpoints/NAME.partial directories (a failed or killed save;
+ * never a valid checkpoint, and on a full disk what holds the space the next save needs),
+ * saying so in one line. Only real directories directly in the checkpoint root whose name
+ * ends in .partial; a symbolic link is left alone. Call it only while no worker runs. */
+void run_sweep_partials(run_ctx *c);
 
 #endif

@@ -282,6 +282,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     char spec_file[4200], log_file[4200], name[64];
     bt_diag d;
     bt_diag_init(&d);
+    run_sweep_partials(c); /* no worker runs now: any .partial is a dead save's */
     int wrc = run_write_spec(c, i, attempt, &spec, spec_file, sizeof spec_file, &d);
     if (wrc != 0) {
         fprintf(stderr, "baton run: %s\n", d.msg);

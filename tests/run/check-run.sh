@@ -24,6 +24,10 @@
 #   early-exit    workers that all exit 0 before the stage's last step (a wrapper adding
 #                 --steps 3; /bin/true): the attempt fails without the stage's final
 #                 checkpoint, is not retried, the run exits 1 and no stage is done.
+#   partials      stale checkpoints/*.partial directories (planted, and one left by a rank
+#                 killed mid-save in attempt 0) are gone before every attempt starts, said
+#                 in one line; nothing else is touched (a symlink named *.partial and
+#                 its target, a file, a nested one, a longer name, one outside checkpoints/).
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -318,6 +322,47 @@ assert all(x["state"] != "done" for x in s["stages"]), st' || fail "$w: a stage 
     echo "$w: $(grep -m1 'failed:' run.out)"
   done
   echo "$case: workers exiting 0 short of the final checkpoint fail the run (exit 1), not retried"
+  ;;
+partials)
+  sets=(--set stages.pretrain.steps=8 --set stages.1.steps=3 --set stages.fp8.steps=2)
+  ck=r1/checkpoints
+  mkdir -p "$ck/s00-step00000003.partial" "$ck/junk.partial" "$ck/keep/inner.partial" \
+    "$ck/s00-step00000003.partial.d" r1/other.partial outside
+  head -c 1048576 /dev/zero >"$ck/s00-step00000003.partial/rank-00000.bin"
+  : >"$ck/junk.partial/x"
+  echo precious >outside/precious
+  ln -s "$work/outside" "$ck/link.partial"
+  : >"$ck/file.partial"
+  # each rank notes its attempt and the *.partial names in checkpoints/ it starts with;
+  # rank 1 of attempt 0 dies halfway through writing step 5's checkpoint (its .partial
+  # stays behind for attempt 1)
+  cat >wrap.sh <<EOF
+#!/bin/bash
+{ echo "\$*" | grep -o 's00-a[0-9]*' || true; ls -A "$work/$ck" | grep '[.]partial\$' || true; } \
+  >>"$work/seen.\$\$"
+[[ "\$*" == *s00-a00.pb* ]] && export BATON_FAULT_SAVE_EXIT=1:5
+exec "$worker" "\$@"
+EOF
+  chmod +x wrap.sh
+  "$baton" run "$recipe" --run-dir r1 --quiet "${sets[@]}" --worker "$PWD/wrap.sh" >run.out 2>&1 ||
+    fail "the run failed"
+  grep -q 'restarting stage "pretrain"' run.out || fail "attempt 0 did not fail as planned"
+  [[ $(grep -c "removed .* unfinished checkpoint save" run.out) == 2 ]] ||
+    fail "not one line per sweep (before attempt 0 and before attempt 1)"
+  grep -q "removed 2 unfinished checkpoint save(s) .*: .*s00-step00000003.partial" run.out ||
+    fail "the planted .partial was not reported"
+  grep -q "removed 1 unfinished checkpoint save(s) .*: s00-step00000005.partial" run.out ||
+    fail "attempt 0's .partial was not reported"
+  if grep -Eq '^(s00-step|junk)' seen.*; then
+    grep -E '^(s00-step|junk)' seen.*; fail "a worker started beside a stale .partial"
+  fi
+  [[ $(cat seen.* | grep -c '^s00-a01$') == 4 ]] || fail "attempt 1 did not start 4 ranks"
+  [[ -L $ck/link.partial && $(cat outside/precious) == precious ]] ||
+    fail "the symlink or its target was touched"
+  [[ -f $ck/file.partial && -d $ck/keep/inner.partial && -d $ck/s00-step00000003.partial.d &&
+    -d r1/other.partial ]] || fail "something other than a stale .partial was removed"
+  [[ ! -e $ck/s00-step00000003.partial && ! -e $ck/junk.partial ]] || fail "stale .partial left"
+  echo "$case: $(grep -m1 'removed' run.out)"
   ;;
 *) fail "unknown case" ;;
 esac
