@@ -33,6 +33,7 @@ typedef struct run_ctx {
     launch_server srv;
     int sfd;          /* signalfd: SIGINT, SIGTERM, SIGHUP */
     int got_signal;   /* a stop was asked for */
+    int killed_now;   /* a second SIGINT/SIGTERM: the workers were killed at once */
     double failed_at; /* monotonic time of the last failure (recovery pending), else 0 */
     run_progress prog;
     control_server cs; /* the control channel: Hello, heartbeats, metrics, Fatal, Stop */

@@ -148,10 +148,25 @@ static int run_hung(run_ctx *c, double started, double hang_s) {
     return 0;
 }
 
+/* The first signal asks the workers to checkpoint and stop (RUN_STOP_GRACE_S); a second
+ * SIGINT or SIGTERM (the user will not wait) kills them at once: the run resumes from its
+ * last complete checkpoint. */
 static void run_on_signal(run_ctx *c, launch_job *job) {
     struct signalfd_siginfo si;
-    if (read(c->sfd, &si, sizeof si) != (ssize_t)sizeof si || c->got_signal) return;
-    c->got_signal = (int)si.ssi_signo;
+    if (read(c->sfd, &si, sizeof si) != (ssize_t)sizeof si) return;
+    int sig = (int)si.ssi_signo;
+    if (c->got_signal) {
+        if (c->killed_now || (sig != SIGINT && sig != SIGTERM)) return;
+        c->killed_now = 1;
+        run_progress_end(&c->prog);
+        fprintf(stderr,
+                "baton run: got SIG%s again: killing the workers now (SIGKILL); the run "
+                "resumes from its last complete checkpoint\n",
+                sigabbrev_np(sig));
+        launch_job_kill_now(job, LAUNCH_STOPPED);
+        return;
+    }
+    c->got_signal = sig;
     run_progress_end(&c->prog);
     fprintf(stderr, "baton run: got SIG%s: asking the workers to checkpoint and stop\n",
             sigabbrev_np(c->got_signal));
@@ -175,12 +190,16 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
         run_note_recovery(c, stage, attempt);
         run_note_ckpt(c, stage, attempt);
         if (c->sfd >= 0 && (pfd[0].revents & POLLIN)) run_on_signal(c, job);
-        if (!*hung && !c->got_signal && !c->topo_refused && run_hung(c, started, hang_s)) {
+        /* also while a stop is under way: a hung rank would hold it for RUN_STOP_GRACE_S */
+        if (!*hung && !c->killed_now && !c->topo_refused && run_hung(c, started, hang_s)) {
             *hung = 1;
             run_progress_end(&c->prog);
             fprintf(stderr, "baton run: stage \"%s\": %s: killing the attempt\n", c->prog.stage,
                     c->hang_why);
-            launch_job_kill(job, LAUNCH_STOPPED);
+            if (c->got_signal) /* the SIGTERMs went out with the stop request */
+                launch_job_kill_now(job, LAUNCH_STOPPED);
+            else
+                launch_job_kill(job, LAUNCH_STOPPED);
         }
     }
     run_note_ckpt(c, stage, attempt);

@@ -28,6 +28,10 @@
 #                 killed mid-save in attempt 0) are gone before every attempt starts, said
 #                 in one line; nothing else is touched (a symlink named *.partial and
 #                 its target, a file, a nested one, a longer name, one outside checkpoints/).
+#   stop-hung     SIGTERM to `baton run` while a worker is SIGSTOPped: the hang is still
+#                 seen, so it exits 75 within heartbeat_timeout, not RUN_STOP_GRACE_S; a
+#                 second SIGINT kills the workers at once (one line, exit 75 within 4 s);
+#                 `baton resume` completes the run.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -363,6 +367,41 @@ EOF
     -d r1/other.partial ]] || fail "something other than a stale .partial was removed"
   [[ ! -e $ck/s00-step00000003.partial && ! -e $ck/junk.partial ]] || fail "stale .partial left"
   echo "$case: $(grep -m1 'removed' run.out)"
+  ;;
+stop-hung)
+  # $1: "hang" (one SIGTERM; the hang is seen within heartbeat_timeout, 5 s) or "again"
+  # (a second SIGINT 1 s after the SIGTERM kills the workers at once)
+  stop_hung() {
+    rm -rf r1 && struck=
+    BATON_FAULT_STEP_SLEEP=0.15 "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
+    bpid=$!
+    strike 0 4 6 STOP
+    local t0=$SECONDS
+    kill -TERM "$bpid"
+    if [[ $1 == again ]]; then sleep 1; kill -INT "$bpid"; fi
+    set +e; wait "$bpid"; rc=$?; set -e
+    bpid=
+    local took=$((SECONDS - t0))
+    [[ $rc == 75 ]] || fail "$1: baton run exited $rc, not 75"
+    [[ -z $(pgrep -f -- "--spec $work/r1/" || true) ]] || fail "$1: workers outlived baton run"
+    if [[ $1 == hang ]]; then
+      ((took <= 20)) || fail "hang: the stop took $took s with a hung worker"
+      grep -q 'hang: rank [0-9]* sent no heartbeat' run.out || fail "hang: the hang was not seen"
+    else
+      ((took <= 4)) || fail "again: the second signal took $took s"
+      [[ $(grep -c "got SIGINT again: killing the workers now" run.out) == 1 ]] ||
+        fail "again: no single line for the second signal"
+      ! grep -q 'hang:' run.out || fail "again: taken for a hang"
+    fi
+    echo "$1: exit 75 after $took s"
+  }
+  stop_hung hang
+  stop_hung again
+  "$baton" resume r1 --quiet >run2.out 2>&1 || { cat run2.out; fail "resume after the kill failed"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+assert json.load(sys.stdin)["state"] == "completed"' || fail "the resumed run did not complete"
+  echo "$case: a hung worker ends the stop within heartbeat_timeout; a second signal kills at once; resumable"
   ;;
 *) fail "unknown case" ;;
 esac
