@@ -404,6 +404,13 @@ void launch_job_kill(launch_job *job, launch_cause cause) {
     job->t_kill = bt_clock_now() + job->opts.kill_grace_s;
 }
 
+void launch_job_kill_now(launch_job *job, launch_cause cause) {
+    launch_job_kill(job, cause);
+    if (!job->stopping) return;
+    launch_signal_all(job, SIGKILL);
+    job->t_kill = 0;
+}
+
 static void launch_check_deadlines(launch_job *job, double now) {
     double limit = job->opts.timeout_s;
     if (!job->stopping && limit > 0 && now >= job->t_start + limit)

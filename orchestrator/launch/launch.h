@@ -161,6 +161,11 @@ void launch_job_kill(launch_job *job, launch_cause cause);
  * when the ranks are asked to checkpoint before they exit). */
 void launch_job_kill_after(launch_job *job, launch_cause cause, double grace_s);
 
+/* SIGKILL to every live rank now, also when a stop (launch_job_kill) is under way and
+ * its grace has not run out: a rank that is hung or stopped (SIGSTOP) ignores SIGTERM.
+ * Keep stepping. */
+void launch_job_kill_now(launch_job *job, launch_cause cause);
+
 /* Stops (SIGKILL) and reaps any rank still running, deregisters the namespace and frees
  * what init allocated. Safe after a failed init or start. */
 void launch_job_close(launch_job *job);

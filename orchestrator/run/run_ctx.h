@@ -33,6 +33,7 @@ typedef struct run_ctx {
     launch_server srv;
     int sfd;          /* signalfd: SIGINT, SIGTERM, SIGHUP */
     int got_signal;   /* a stop was asked for */
+    int killed_now;   /* a second SIGINT/SIGTERM: the workers were killed at once */
     double failed_at; /* monotonic time of the last failure (recovery pending), else 0 */
     run_progress prog;
     control_server cs; /* the control channel: Hello, heartbeats, metrics, Fatal, Stop */
@@ -57,6 +58,7 @@ typedef enum attempt_end {
     ATTEMPT_FATAL,    /* a configuration error: never retried */
     ATTEMPT_STOPPED,  /* stopped on request (signal) */
     ATTEMPT_ROLLBACK, /* loss spikes: rolled back, retry with a window skipped */
+    ATTEMPT_BROKEN,   /* failed as every further attempt would: the run fails, not retried */
 } attempt_end;
 
 /* Appends a record of kind for stage (r may be NULL); a failure is printed. */
@@ -85,5 +87,16 @@ void run_check_topology(run_ctx *c, launch_job *job, uint32_t stage, uint32_t at
 void run_exclude_node(run_ctx *c, uint32_t stage, uint32_t attempt, const char *name,
                       const char *detail);
 void run_find_lost_nodes(run_ctx *c, const launch_job *job, uint32_t stage, uint32_t attempt);
+
+/* run_ckpts.c */
+/* 1 when the run's checkpoint root holds stage's final checkpoint (stage_final, at step
+ * `steps`): what makes workers that all exited 0 a completed stage; else 0 with why (the
+ * step reached, the checkpoint missing). */
+int run_stage_finished(run_ctx *c, uint32_t stage, uint64_t steps, char *why, size_t cap);
+/* Removes the run's stale checkpoints/NAME.partial directories (a failed or killed save;
+ * never a valid checkpoint, and on a full disk what holds the space the next save needs),
+ * saying so in one line. Only real directories directly in the checkpoint root whose name
+ * ends in .partial; a symbolic link is left alone. Call it only while no worker runs. */
+void run_sweep_partials(run_ctx *c);
 
 #endif

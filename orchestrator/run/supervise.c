@@ -148,10 +148,25 @@ static int run_hung(run_ctx *c, double started, double hang_s) {
     return 0;
 }
 
+/* The first signal asks the workers to checkpoint and stop (RUN_STOP_GRACE_S); a second
+ * SIGINT or SIGTERM (the user will not wait) kills them at once: the run resumes from its
+ * last complete checkpoint. */
 static void run_on_signal(run_ctx *c, launch_job *job) {
     struct signalfd_siginfo si;
-    if (read(c->sfd, &si, sizeof si) != (ssize_t)sizeof si || c->got_signal) return;
-    c->got_signal = (int)si.ssi_signo;
+    if (read(c->sfd, &si, sizeof si) != (ssize_t)sizeof si) return;
+    int sig = (int)si.ssi_signo;
+    if (c->got_signal) {
+        if (c->killed_now || (sig != SIGINT && sig != SIGTERM)) return;
+        c->killed_now = 1;
+        run_progress_end(&c->prog);
+        fprintf(stderr,
+                "baton run: got SIG%s again: killing the workers now (SIGKILL); the run "
+                "resumes from its last complete checkpoint\n",
+                sigabbrev_np(sig));
+        launch_job_kill_now(job, LAUNCH_STOPPED);
+        return;
+    }
+    c->got_signal = sig;
     run_progress_end(&c->prog);
     fprintf(stderr, "baton run: got SIG%s: asking the workers to checkpoint and stop\n",
             sigabbrev_np(c->got_signal));
@@ -175,12 +190,16 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
         run_note_recovery(c, stage, attempt);
         run_note_ckpt(c, stage, attempt);
         if (c->sfd >= 0 && (pfd[0].revents & POLLIN)) run_on_signal(c, job);
-        if (!*hung && !c->got_signal && !c->topo_refused && run_hung(c, started, hang_s)) {
+        /* also while a stop is under way: a hung rank would hold it for RUN_STOP_GRACE_S */
+        if (!*hung && !c->killed_now && !c->topo_refused && run_hung(c, started, hang_s)) {
             *hung = 1;
             run_progress_end(&c->prog);
             fprintf(stderr, "baton run: stage \"%s\": %s: killing the attempt\n", c->prog.stage,
                     c->hang_why);
-            launch_job_kill(job, LAUNCH_STOPPED);
+            if (c->got_signal) /* the SIGTERMs went out with the stop request */
+                launch_job_kill_now(job, LAUNCH_STOPPED);
+            else
+                launch_job_kill(job, LAUNCH_STOPPED);
         }
     }
     run_note_ckpt(c, stage, attempt);
@@ -196,11 +215,26 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
     r.has_loss = c->prog.have_step, r.loss = c->prog.loss;
     int status = launch_job_exit_status(job);
     r.has_exit_code = 1, r.exit_code = status;
-    if (job->cause == LAUNCH_SUCCESS) {
-        run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
-        return ATTEMPT_DONE;
-    }
     char why[1024];
+    if (job->cause == LAUNCH_SUCCESS) {
+        /* Exit status 0 alone is no proof: a worker told to take fewer steps, or a wrapper
+         * that never ran one, exits 0 too. The stage's final checkpoint is. */
+        if (run_stage_finished(c, stage, c->spec->stage->steps, why, sizeof why)) {
+            run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
+            return ATTEMPT_DONE;
+        }
+        /* Every rank did what it was told and would do it again: not retried. */
+        r.detail = why;
+        r.has_retryable = 1, r.retryable = 0;
+        run_journal(c, BATON__JOURNAL_RECORD__KIND__FAILURE, stage, &r);
+        run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
+        run_progress_end(&c->prog);
+        fprintf(stderr,
+                "baton run: stage \"%s\" attempt %u failed: %s (not retried: another attempt "
+                "would end the same way)\n",
+                c->prog.stage, attempt, why);
+        return ATTEMPT_BROKEN;
+    }
     launch_job_describe(job, why, sizeof why);
     if (c->o->slurm) launch_slurm_describe(c->o->slurm, job, why, sizeof why);
     if (c->topo_refused)
@@ -267,6 +301,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     char spec_file[4200], log_file[4200], name[64];
     bt_diag d;
     bt_diag_init(&d);
+    run_sweep_partials(c); /* no worker runs now: any .partial is a dead save's */
     int wrc = run_write_spec(c, i, attempt, &spec, spec_file, sizeof spec_file, &d);
     if (wrc != 0) {
         fprintf(stderr, "baton run: %s\n", d.msg);
@@ -381,6 +416,8 @@ static int run_stage(run_ctx *c, size_t i) {
             status = RUN_EXIT_STOPPED;
         } else if (end == ATTEMPT_FATAL) {
             status = BT_EXIT_USAGE;
+        } else if (end == ATTEMPT_BROKEN) {
+            status = BT_EXIT_FAILURE;
         } else if (end == ATTEMPT_ROLLBACK) {
             if (run_rollbacks(c, (uint32_t)i) > RUN_MAX_ROLLBACKS) {
                 fprintf(stderr, "baton run: stage \"%s\": giving up after %u rollbacks\n",

@@ -32,7 +32,8 @@
  * attempt's hosts are checked with Slurm and a probe step, and a lost one is excluded.
  *
  * SIGINT/SIGTERM/SIGHUP: the workers are asked to stop (SIGTERM: they checkpoint and
- * exit), and baton run exits with status 75 (resumable). */
+ * exit), and baton run exits with status 75 (resumable). Hang detection goes on meanwhile;
+ * a second SIGINT/SIGTERM kills the workers at once (SIGKILL), still exit 75. */
 #ifndef BATON_SUPERVISE_H
 #define BATON_SUPERVISE_H
 

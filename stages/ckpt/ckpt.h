@@ -203,9 +203,19 @@ int ckpt_writer_add_fp8(ckpt_writer *w, const char *name, float scale, const flo
 int ckpt_writer_finish(ckpt_writer *w, bt_diag *diag);
 /* Closes and frees without writing the index (the checkpoint will never complete). */
 void ckpt_writer_abort(ckpt_writer *w);
+/* A directory root/name, name a checkpoint's (as ckpt_name makes), without manifest.pb: an
+ * incomplete checkpoint (a crash, or a user, deleted its manifest). It is renamed to
+ * NAME.incomplete, or NAME.incomplete.N when that is taken (never removed, never renamed
+ * over anything), and the name it got goes into aside; aside is "" when there was nothing
+ * to set aside (no such directory, a complete checkpoint, not a checkpoint's name, not a
+ * directory). ckpt_commit does this itself; a writer calls it first to say so. */
+int ckpt_set_aside_incomplete(const char *root, const char *name, char *aside, size_t cap,
+                              bt_diag *diag);
 /* Waits up to timeout_s for the indexes of ranks [0, world), merges them into a copy of
  * header (tensors and fp8 states; block_bytes and world set), writes manifest.pb, and
- * publishes: rename, fsync of the root, `latest`, retention keeping `keep` (0: all). */
+ * publishes: rename, fsync of the root, `latest`, retention keeping `keep` (0: all). A
+ * complete checkpoint of that name is replaced, an incomplete one set aside
+ * (ckpt_set_aside_incomplete); anything else of that name is refused (BT_EINVAL). */
 int ckpt_commit(const char *root, const char *name, const Baton__Manifest *header, uint32_t world,
                 double timeout_s, uint32_t keep, bt_diag *diag);
 

@@ -1,6 +1,8 @@
 /* Publishing a checkpoint: the ranks' indexes merged into manifest.pb, then the rename
  * that makes it complete. */
+#define _GNU_SOURCE /* renameat2 */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,16 +116,83 @@ static int commit_write_manifest(const char *part, Baton__Manifest *m, bt_diag *
     return rc;
 }
 
-/* A checkpoint of the same name (an earlier attempt's) is renamed to NAME.old, replaced,
- * and only then removed, so a crash leaves one of the two complete; anything else under
- * that name is not ours to remove. */
-static int commit_set_aside(const char *fin, char *old, size_t cap, bt_diag *diag) {
+/* "s<digits>-step<digits>" and nothing more: a name ckpt_name makes. */
+static int commit_is_ckpt_name(const char *name) {
+    size_t k = 0;
+    if (name[k++] != 's' || name[k] < '0' || name[k] > '9') return 0;
+    while (name[k] >= '0' && name[k] <= '9')
+        k++;
+    if (strncmp(name + k, "-step", 5) != 0) return 0;
+    k += 5;
+    if (name[k] < '0' || name[k] > '9') return 0;
+    while (name[k] >= '0' && name[k] <= '9')
+        k++;
+    return name[k] == '\0';
+}
+
+/* Renames from to the first free one of to, to.1, to.2, ... (never over anything: rename
+ * would replace an empty directory); the name taken into out. */
+static int commit_rename_free(const char *from, const char *to, char *out, size_t cap) {
     struct stat st;
-    char man[CKPT_PATH_MAX + 32];
+    for (unsigned k = 0; k < 1000; k++) {
+        if (k == 0)
+            snprintf(out, cap, "%s", to);
+        else
+            snprintf(out, cap, "%s.%u", to, k);
+        if (lstat(out, &st) == 0) continue;
+        if (errno != ENOENT) return -1;
+        if (renameat2(AT_FDCWD, from, AT_FDCWD, out, RENAME_NOREPLACE) == 0) return 0;
+        if (errno == EEXIST) continue;
+        if (errno != EINVAL && errno != ENOSYS) return -1;
+        return rename(from, out); /* a filesystem without RENAME_NOREPLACE: lstat said free */
+    }
+    errno = EEXIST;
+    return -1;
+}
+
+int ckpt_set_aside_incomplete(const char *root, const char *name, char *aside, size_t cap,
+                              bt_diag *diag) {
+    char fin[CKPT_PATH_MAX], man[CKPT_PATH_MAX + 32], to[CKPT_PATH_MAX + 16];
+    char got[CKPT_PATH_MAX + 32];
+    struct stat st;
+    aside[0] = '\0';
+    snprintf(fin, sizeof fin, "%s/%s", root, name);
+    snprintf(man, sizeof man, "%s/%s", fin, CKPT_MANIFEST);
+    if (!commit_is_ckpt_name(name) || lstat(fin, &st) != 0 || !S_ISDIR(st.st_mode) ||
+        lstat(man, &st) == 0)
+        return 0;
+    snprintf(to, sizeof to, "%s.incomplete", fin);
+    if (commit_rename_free(fin, to, got, sizeof got) != 0) {
+        bt_diag_set(diag,
+                    "%s is an incomplete checkpoint (no %s) and cannot be set aside as "
+                    "%s[.N]: %s",
+                    fin, CKPT_MANIFEST, to, strerror(errno));
+        return BT_EIO;
+    }
+    if (ckpt_fsync_dir(root) != 0) {
+        bt_diag_set(diag, "%s: cannot fsync: %s", root, strerror(errno));
+        return BT_EIO;
+    }
+    const char *base = strrchr(got, '/');
+    snprintf(aside, cap, "%s", base ? base + 1 : got);
+    return 0;
+}
+
+/* A checkpoint of the same name (an earlier attempt's) is renamed to NAME.old, replaced,
+ * and only then removed, so a crash leaves one of the two complete. A directory of a
+ * checkpoint's name without manifest.pb (a crash's, or a user's deletion) is set aside
+ * as NAME.incomplete (never removed: it may hold someone's data); anything else under
+ * that name is not ours to touch. */
+static int commit_set_aside(const char *root, const char *name, const char *fin, char *old,
+                            size_t cap, bt_diag *diag) {
+    struct stat st;
+    char man[CKPT_PATH_MAX + 32], aside[CKPT_PATH_MAX];
     old[0] = '\0';
     if (lstat(fin, &st) != 0) return 0;
     snprintf(man, sizeof man, "%s/%s", fin, CKPT_MANIFEST);
     if (!S_ISDIR(st.st_mode) || lstat(man, &st) != 0) {
+        int rc = ckpt_set_aside_incomplete(root, name, aside, sizeof aside, diag);
+        if (rc != 0 || aside[0]) return rc;
         bt_diag_set(diag, "%s exists and is not a checkpoint: not replacing it", fin);
         return BT_EINVAL;
     }
@@ -139,7 +208,7 @@ static int commit_set_aside(const char *fin, char *old, size_t cap, bt_diag *dia
 static int commit_publish(const char *root, const char *name, const char *part, bt_diag *diag) {
     char fin[CKPT_PATH_MAX], latest[CKPT_PATH_MAX], old[CKPT_PATH_MAX + 8];
     snprintf(fin, sizeof fin, "%s/%s", root, name);
-    int rc = commit_set_aside(fin, old, sizeof old, diag);
+    int rc = commit_set_aside(root, name, fin, old, sizeof old, diag);
     if (rc != 0) return rc;
     if (rename(part, fin) != 0) {
         bt_diag_set(diag, "%s: cannot rename to %s: %s", part, fin, strerror(errno));

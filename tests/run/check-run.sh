@@ -21,6 +21,17 @@
 #   topology      a layout whose TP groups span the two virtual nodes: the report warns;
 #                 with cluster.strict_topology the stage is refused before its first step
 #                 (exit 2, not retried, no checkpoint).
+#   early-exit    workers that all exit 0 before the stage's last step (a wrapper adding
+#                 --steps 3; /bin/true): the attempt fails without the stage's final
+#                 checkpoint, is not retried, the run exits 1 and no stage is done.
+#   partials      stale checkpoints/*.partial directories (planted, and one left by a rank
+#                 killed mid-save in attempt 0) are gone before every attempt starts, said
+#                 in one line; nothing else is touched (a symlink named *.partial and
+#                 its target, a file, a nested one, a longer name, one outside checkpoints/).
+#   stop-hung     SIGTERM to `baton run` while a worker is SIGSTOPped: the hang is still
+#                 seen, so it exits 75 within heartbeat_timeout, not RUN_STOP_GRACE_S; a
+#                 second SIGINT kills the workers at once (one line, exit 75 within 4 s);
+#                 `baton resume` completes the run.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -289,6 +300,108 @@ PY
   /usr/bin/python3 "$src/tests/control/read_tb.py" r1/tb >tb.txt || fail "unreadable events"
   [[ $(grep -c "^moe/load_max_mean " tb.txt) == 6 ]] || fail "no MoE scalars in the TensorBoard events"
   echo "$case: per-expert load, max/mean and dropped pairs in metrics.jsonl and TensorBoard"
+  ;;
+early-exit)
+  sets=(--set stages.pretrain.steps=8 --set stages.1.steps=3 --set stages.fp8.steps=2)
+  printf '#!/bin/bash\nexec "%s" "$@" --steps 3\n' "$worker" >short.sh
+  chmod +x short.sh
+  for w in "$PWD/short.sh" /bin/true; do
+    rm -rf r1
+    set +e; "$baton" run "$recipe" --run-dir r1 --quiet "${sets[@]}" --worker "$w" >run.out 2>&1
+    rc=$?; set -e
+    [[ $rc == 1 ]] || fail "$w: exit $rc, not 1"
+    if [[ $w == */short.sh ]]; then
+      why="workers exited 0 at step 3 of 8 without the stage's final checkpoint"
+    else
+      why="workers exited 0 without a completed step \(the stage has 8\) and without the stage's final checkpoint"
+    fi
+    grep -Eq "stage \"pretrain\" attempt 0 failed: $why .*not retried" run.out ||
+      fail "$w: no clear cause"
+    "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+st = [(x["state"], x["attempts"]) for x in s["stages"]]
+assert s["state"] != "completed" and st[0] == ("stopped", 1), st
+assert all(x["state"] != "done" for x in s["stages"]), st' || fail "$w: a stage counted as done"
+    echo "$w: $(grep -m1 'failed:' run.out)"
+  done
+  echo "$case: workers exiting 0 short of the final checkpoint fail the run (exit 1), not retried"
+  ;;
+partials)
+  sets=(--set stages.pretrain.steps=8 --set stages.1.steps=3 --set stages.fp8.steps=2)
+  ck=r1/checkpoints
+  mkdir -p "$ck/s00-step00000003.partial" "$ck/junk.partial" "$ck/keep/inner.partial" \
+    "$ck/s00-step00000003.partial.d" r1/other.partial outside
+  head -c 1048576 /dev/zero >"$ck/s00-step00000003.partial/rank-00000.bin"
+  : >"$ck/junk.partial/x"
+  echo precious >outside/precious
+  ln -s "$work/outside" "$ck/link.partial"
+  : >"$ck/file.partial"
+  # each rank notes its attempt and the *.partial names in checkpoints/ it starts with;
+  # rank 1 of attempt 0 dies halfway through writing step 5's checkpoint (its .partial
+  # stays behind for attempt 1)
+  cat >wrap.sh <<EOF
+#!/bin/bash
+{ echo "\$*" | grep -o 's00-a[0-9]*' || true; ls -A "$work/$ck" | grep '[.]partial\$' || true; } \
+  >>"$work/seen.\$\$"
+[[ "\$*" == *s00-a00.pb* ]] && export BATON_FAULT_SAVE_EXIT=1:5
+exec "$worker" "\$@"
+EOF
+  chmod +x wrap.sh
+  "$baton" run "$recipe" --run-dir r1 --quiet "${sets[@]}" --worker "$PWD/wrap.sh" >run.out 2>&1 ||
+    fail "the run failed"
+  grep -q 'restarting stage "pretrain"' run.out || fail "attempt 0 did not fail as planned"
+  [[ $(grep -c "removed .* unfinished checkpoint save" run.out) == 2 ]] ||
+    fail "not one line per sweep (before attempt 0 and before attempt 1)"
+  grep -q "removed 2 unfinished checkpoint save(s) .*: .*s00-step00000003.partial" run.out ||
+    fail "the planted .partial was not reported"
+  grep -q "removed 1 unfinished checkpoint save(s) .*: s00-step00000005.partial" run.out ||
+    fail "attempt 0's .partial was not reported"
+  if grep -Eq '^(s00-step|junk)' seen.*; then
+    grep -E '^(s00-step|junk)' seen.*; fail "a worker started beside a stale .partial"
+  fi
+  [[ $(cat seen.* | grep -c '^s00-a01$') == 4 ]] || fail "attempt 1 did not start 4 ranks"
+  [[ -L $ck/link.partial && $(cat outside/precious) == precious ]] ||
+    fail "the symlink or its target was touched"
+  [[ -f $ck/file.partial && -d $ck/keep/inner.partial && -d $ck/s00-step00000003.partial.d &&
+    -d r1/other.partial ]] || fail "something other than a stale .partial was removed"
+  [[ ! -e $ck/s00-step00000003.partial && ! -e $ck/junk.partial ]] || fail "stale .partial left"
+  echo "$case: $(grep -m1 'removed' run.out)"
+  ;;
+stop-hung)
+  # $1: "hang" (one SIGTERM; the hang is seen within heartbeat_timeout, 5 s) or "again"
+  # (a second SIGINT 1 s after the SIGTERM kills the workers at once)
+  stop_hung() {
+    rm -rf r1 && struck=
+    BATON_FAULT_STEP_SLEEP=0.15 "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
+    bpid=$!
+    strike 0 4 6 STOP
+    local t0=$SECONDS
+    kill -TERM "$bpid"
+    if [[ $1 == again ]]; then sleep 1; kill -INT "$bpid"; fi
+    set +e; wait "$bpid"; rc=$?; set -e
+    bpid=
+    local took=$((SECONDS - t0))
+    [[ $rc == 75 ]] || fail "$1: baton run exited $rc, not 75"
+    [[ -z $(pgrep -f -- "--spec $work/r1/" || true) ]] || fail "$1: workers outlived baton run"
+    if [[ $1 == hang ]]; then
+      ((took <= 20)) || fail "hang: the stop took $took s with a hung worker"
+      grep -q 'hang: rank [0-9]* sent no heartbeat' run.out || fail "hang: the hang was not seen"
+    else
+      ((took <= 4)) || fail "again: the second signal took $took s"
+      [[ $(grep -c "got SIGINT again: killing the workers now" run.out) == 1 ]] ||
+        fail "again: no single line for the second signal"
+      ! grep -q 'hang:' run.out || fail "again: taken for a hang"
+    fi
+    echo "$1: exit 75 after $took s"
+  }
+  stop_hung hang
+  stop_hung again
+  "$baton" resume r1 --quiet >run2.out 2>&1 || { cat run2.out; fail "resume after the kill failed"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+assert json.load(sys.stdin)["state"] == "completed"' || fail "the resumed run did not complete"
+  echo "$case: a hung worker ends the stop within heartbeat_timeout; a second signal kills at once; resumable"
   ;;
 *) fail "unknown case" ;;
 esac

@@ -2,7 +2,9 @@
  * write/commit/read round trip across ranks and dtypes, damage detection, resolution
  * and retention. */
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -266,43 +268,116 @@ static void test_large_piece(void) {
 /* Committing a name again replaces the earlier checkpoint (set aside as NAME.old, then
  * removed); a directory of that name that is not a checkpoint is never replaced; stray
  * directories in the root that are not ours survive retention. */
+/* One checkpoint `name` under root holding x = {v, 2, 3, 4}, written and committed. */
+static int replace_commit(const char *root, const char *name, float v, bt_diag *d) {
+    char part[CKPT_PATH_MAX];
+    float x[4] = {v, 2, 3, 4};
+    uint64_t g[1] = {4};
+    ckpt_box all = {.shape = {1, 4}};
+    CHECK(ckpt_begin(root, name, d) == 0);
+    ckpt_partial_dir(root, name, part, sizeof part);
+    ckpt_writer w;
+    CHECK(ckpt_writer_open(&w, part, 0, 0, d) == 0);
+    CHECK(ckpt_writer_add(&w, "x", 1, g, &all, BATON__DTYPE__F32, x, d) == 0);
+    CHECK(ckpt_writer_finish(&w, d) == 0);
+    Baton__Manifest h = BATON__MANIFEST__INIT;
+    bt_diag_init(d);
+    return ckpt_commit(root, name, &h, 1, 10, 0, d);
+}
+
+/* x[0] of checkpoint root/name, or -1 when it cannot be read. */
+static float replace_read(const char *root, const char *name) {
+    char dir[CKPT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/%s", root, name);
+    bt_diag d;
+    bt_diag_init(&d);
+    Baton__Manifest *m = NULL;
+    float y[4] = {-1, -1, -1, -1};
+    if (ckpt_manifest_read(dir, &m, &d) == 0) ckpt_read_tensor(dir, m, ckpt_find(m, "x"), y, &d);
+    if (m) baton__manifest__free_unpacked(m, NULL);
+    return y[0];
+}
+
+/* A file's first line under root, or "" when there is none. */
+static const char *replace_file(const char *root, const char *path, char *buf, size_t cap) {
+    char p[CKPT_PATH_MAX];
+    snprintf(p, sizeof p, "%s/%s", root, path);
+    FILE *f = fopen(p, "r");
+    buf[0] = '\0';
+    if (f && fgets(buf, (int)cap, f) == NULL) buf[0] = '\0';
+    if (f) fclose(f);
+    return buf;
+}
+
+static void replace_write(const char *root, const char *path, const char *text) {
+    char p[CKPT_PATH_MAX];
+    snprintf(p, sizeof p, "%s/%s", root, path);
+    FILE *f = fopen(p, "w");
+    CHECK(f != NULL);
+    if (f) fputs(text, f), fclose(f);
+}
+
+/* Committing over a name: an earlier complete checkpoint is replaced (no .old left); a
+ * directory of a checkpoint's name without manifest.pb (incomplete) is set aside as
+ * NAME.incomplete, then NAME.incomplete.1, its files kept; a directory of another name, a
+ * file or a symbolic link of a checkpoint's name are never replaced nor moved. */
 static void test_replace(void) {
-    char root[300], dir[CKPT_PATH_MAX], part[CKPT_PATH_MAX];
+    char root[300], dir[CKPT_PATH_MAX], buf[64], aside[CKPT_PATH_MAX];
     snprintf(root, sizeof root, "%s/replace", test_root);
     bt_diag d;
     bt_diag_init(&d);
-    float x[4] = {1, 2, 3, 4};
-    uint64_t g[1] = {4};
-    ckpt_box all = {.shape = {1, 4}};
-    for (int round = 0; round < 3; round++) {
-        const char *name = round < 2 ? "s00-step00000001" : "s00-step00000002";
-        if (round == 2) {
-            snprintf(dir, sizeof dir, "%s/%s", root, name);
-            CHECK(mkdir(dir, 0700) == 0); /* not a checkpoint: must not be replaced */
-        }
-        x[0] = (float)round;
-        CHECK(ckpt_begin(root, name, &d) == 0);
-        ckpt_partial_dir(root, name, part, sizeof part);
-        ckpt_writer w;
-        CHECK(ckpt_writer_open(&w, part, 0, 0, &d) == 0);
-        CHECK(ckpt_writer_add(&w, "x", 1, g, &all, BATON__DTYPE__F32, x, &d) == 0);
-        CHECK(ckpt_writer_finish(&w, &d) == 0);
-        Baton__Manifest h = BATON__MANIFEST__INIT;
-        bt_diag_init(&d);
-        int rc = ckpt_commit(root, name, &h, 1, 10, 0, &d);
-        CHECK(round < 2 ? rc == 0 : rc == BT_EINVAL);
-    }
-    CHECK(strstr(d.msg, "is not a checkpoint") != NULL);
-    snprintf(dir, sizeof dir, "%s/s00-step00000001", root);
-    Baton__Manifest *m = NULL;
-    float y[4] = {0};
-    CHECK(ckpt_manifest_read(dir, &m, &d) == 0);
-    CHECK(m && ckpt_read_tensor(dir, m, ckpt_find(m, "x"), y, &d) == 0 && y[0] == 1.0f);
-    if (m) baton__manifest__free_unpacked(m, NULL);
-    snprintf(dir, sizeof dir, "%s/s00-step00000001.old", root);
+    const char *one = "s00-step00000001", *two = "s00-step00000002";
+    CHECK(replace_commit(root, one, 0, &d) == 0);
+    CHECK(replace_commit(root, one, 1, &d) == 0);
+    CHECK(replace_read(root, one) == 1.0f);
+    snprintf(dir, sizeof dir, "%s/%s.old", root, one);
     CHECK(access(dir, F_OK) != 0);
-    snprintf(dir, sizeof dir, "%s/s00-step00000002", root);
-    CHECK(access(dir, F_OK) == 0); /* the user's directory is still there */
+
+    /* an incomplete checkpoint (a user's file in it) is set aside, never removed */
+    snprintf(dir, sizeof dir, "%s/%s", root, two);
+    CHECK(mkdir(dir, 0700) == 0);
+    replace_write(root, "s00-step00000002/notes", "mine\n");
+    CHECK(replace_commit(root, two, 2, &d) == 0);
+    CHECK(replace_read(root, two) == 2.0f);
+    CHECK(strcmp(replace_file(root, "s00-step00000002.incomplete/notes", buf, sizeof buf),
+                 "mine\n") == 0);
+    /* the same again (its manifest deleted): .incomplete is taken, so .incomplete.1 */
+    snprintf(dir, sizeof dir, "%s/%s/%s", root, two, CKPT_MANIFEST);
+    CHECK(unlink(dir) == 0);
+    replace_write(root, "s00-step00000002/notes", "again\n");
+    CHECK(replace_commit(root, two, 3, &d) == 0);
+    CHECK(replace_read(root, two) == 3.0f);
+    CHECK(strcmp(replace_file(root, "s00-step00000002.incomplete/notes", buf, sizeof buf),
+                 "mine\n") == 0);
+    CHECK(strcmp(replace_file(root, "s00-step00000002.incomplete.1/notes", buf, sizeof buf),
+                 "again\n") == 0);
+    /* nothing to set aside: a complete checkpoint, a missing name */
+    CHECK(ckpt_set_aside_incomplete(root, two, aside, sizeof aside, &d) == 0 && aside[0] == 0);
+    CHECK(ckpt_set_aside_incomplete(root, "s00-step00000009", aside, sizeof aside, &d) == 0 &&
+          aside[0] == 0);
+
+    /* not a checkpoint: a directory of another name, a file and a symbolic link of a
+     * checkpoint's name; each refused and left as it was */
+    snprintf(dir, sizeof dir, "%s/keep-me", root);
+    CHECK(mkdir(dir, 0700) == 0);
+    replace_write(root, "keep-me/notes", "kept\n");
+    replace_write(root, "s00-step00000003", "a file\n");
+    snprintf(dir, sizeof dir, "%s/s00-step00000004", root);
+    CHECK(symlink("keep-me", dir) == 0);
+    const char *refused[] = {"keep-me", "s00-step00000003", "s00-step00000004"};
+    for (int k = 0; k < 3; k++) {
+        CHECK(replace_commit(root, refused[k], 4, &d) == BT_EINVAL);
+        CHECK(strstr(d.msg, "is not a checkpoint: not replacing it") != NULL);
+        CHECK(ckpt_set_aside_incomplete(root, refused[k], aside, sizeof aside, &d) == 0 &&
+              aside[0] == 0);
+    }
+    CHECK(strcmp(replace_file(root, "keep-me/notes", buf, sizeof buf), "kept\n") == 0);
+    CHECK(strcmp(replace_file(root, "s00-step00000003", buf, sizeof buf), "a file\n") == 0);
+    struct stat st;
+    snprintf(dir, sizeof dir, "%s/s00-step00000004", root);
+    CHECK(lstat(dir, &st) == 0 && S_ISLNK(st.st_mode));
+    snprintf(dir, sizeof dir, "%s/keep-me.incomplete", root);
+    CHECK(access(dir, F_OK) != 0);
 }
 
 /* The sorted lookups find every key of a shuffled manifest, and nothing else. */

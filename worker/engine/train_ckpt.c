@@ -279,8 +279,19 @@ int train_ckpt_wait(train_ckpt *c, bt_diag *diag) {
     return c->status;
 }
 
+/* Rank 0 sets aside an incomplete checkpoint of this name (ckpt_commit would too, but
+ * silently) and makes the .partial directory. */
 static int ckpt_begin_all(train_ckpt *c, bt_diag *diag) {
-    int rc = c->world_rank == 0 ? ckpt_begin(c->root, c->name, diag) : 0;
+    char aside[CKPT_PATH_MAX];
+    int rc = c->world_rank == 0
+                 ? ckpt_set_aside_incomplete(c->root, c->name, aside, sizeof aside, diag)
+                 : 0;
+    if (rc == 0 && c->world_rank == 0 && aside[0]) {
+        printf("checkpoint %s: %s/%s has no %s (an incomplete checkpoint): set aside as %s\n",
+               c->name, c->root, c->name, CKPT_MANIFEST, aside);
+        fflush(stdout);
+    }
+    rc = rc ? rc : c->world_rank == 0 ? ckpt_begin(c->root, c->name, diag) : 0;
     if (c->world && comm_barrier(c->world, NULL) != 0) {
         bt_diag_set(diag, "checkpoint %s: %s", c->name, comm_error(c->world));
         return BT_EIO;

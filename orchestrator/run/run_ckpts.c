@@ -1,0 +1,74 @@
+/* What the supervisor checks and tidies in the run's checkpoint root (RUN_DIR/checkpoints)
+ * between attempts: whether a stage whose workers all exited 0 really ended with its final
+ * checkpoint, and the .partial directories failed saves left behind. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ckpt/ckpt.h"
+#include "run_ctx.h"
+
+int run_stage_finished(run_ctx *c, uint32_t stage, uint64_t steps, char *why, size_t cap) {
+    char root[4200], name[64], dir[4300];
+    run_dir_file(c->dir, CKPT_ROOT_IN_RUN, root, sizeof root);
+    ckpt_name(stage, steps, name, sizeof name);
+    snprintf(dir, sizeof dir, "%s/%s", root, name);
+    Baton__Manifest *m = NULL;
+    bt_diag d;
+    bt_diag_init(&d);
+    int ok = ckpt_manifest_read(dir, &m, &d) == 0 && m->has_step && m->step == steps &&
+             m->stage_final && m->stage_index == stage;
+    if (m) baton__manifest__free_unpacked(m, NULL);
+    if (ok) return 1;
+    if (c->prog.have_step)
+        snprintf(why, cap,
+                 "workers exited 0 at step %llu of %llu without the stage's final checkpoint "
+                 "(%s/%s)",
+                 (unsigned long long)c->prog.step, (unsigned long long)steps, CKPT_ROOT_IN_RUN,
+                 name);
+    else
+        snprintf(why, cap,
+                 "workers exited 0 without a completed step (the stage has %llu) and without "
+                 "the stage's final checkpoint (%s/%s)",
+                 (unsigned long long)steps, CKPT_ROOT_IN_RUN, name);
+    return 0;
+}
+/* A name ckpt_begin's directories end with, with something before it. */
+static int run_is_partial_name(const char *name) {
+    size_t n = strlen(name), k = strlen(CKPT_PARTIAL_SUFFIX);
+    return n > k && strcmp(name + n - k, CKPT_PARTIAL_SUFFIX) == 0;
+}
+
+void run_sweep_partials(run_ctx *c) {
+    char root[4200], p[4600], removed[512] = "";
+    run_dir_file(c->dir, CKPT_ROOT_IN_RUN, root, sizeof root);
+    DIR *d = opendir(root);
+    if (d == NULL) return; /* no checkpoint yet */
+    struct dirent *de;
+    size_t n = 0, l = 0;
+    while ((de = readdir(d)) != NULL) {
+        if (!run_is_partial_name(de->d_name)) continue;
+        /* lstat: a symbolic link named *.partial is not followed (nor removed) */
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", root, de->d_name);
+        if (lstat(p, &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+        if (ckpt_remove_dir(p) != 0) {
+            fprintf(stderr, "baton run: %s: cannot remove this unfinished checkpoint: %s\n", p,
+                    strerror(errno));
+            continue;
+        }
+        if (l < sizeof removed)
+            l += (size_t)snprintf(removed + l, sizeof removed - l, "%s%s", n ? ", " : "",
+                                  de->d_name);
+        n++;
+    }
+    closedir(d);
+    if (n == 0) return;
+    run_progress_end(&c->prog);
+    fprintf(stderr,
+            "baton run: removed %zu unfinished checkpoint save(s) in %s (a .partial "
+            "directory is never a valid checkpoint): %s\n",
+            n, root, removed);
+}
