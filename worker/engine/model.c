@@ -6,9 +6,11 @@
 #include <limits.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model_cp.h"
 #include "model_moe.h"
@@ -860,16 +862,73 @@ static void fill_normal(float *x, size_t begin, size_t n, uint64_t key, double s
     }
 }
 
-/* This rank's slice of tensor t of the one-process model: element (i, j) of the slice is
- * element (row0 + i, col0 + j) of the global tensor, generated from its global index. */
-static void fill_slice(float *x, const model_tensor *t, uint64_t key, double std) {
+/* Elements [lo, hi) of this rank's slice of tensor t of the one-process model into x
+ * (x[0] is element lo): element (i, j) of the slice is element (row0 + i, col0 + j) of the
+ * global tensor, generated from its global index. */
+static void fill_slice_range(float *x, const model_tensor *t, uint64_t key, double std, size_t lo,
+                             size_t hi) {
     size_t gcols = (size_t)t->global_shape[1], cols = (size_t)t->shape[1];
     if (t->ndim == 1 || cols == gcols) {
-        fill_normal(x, (size_t)t->row0 * (t->ndim == 1 ? 1 : gcols), t->count, key, std);
+        fill_normal(x, (size_t)t->row0 * (t->ndim == 1 ? 1 : gcols) + lo, hi - lo, key, std);
         return;
     }
-    for (size_t i = 0; i < (size_t)t->shape[0]; i++)
-        fill_normal(x + i * cols, ((size_t)t->row0 + i) * gcols + (size_t)t->col0, cols, key, std);
+    for (size_t k = lo; k < hi;) {
+        size_t i = k / cols, j = k % cols, n = cols - j < hi - k ? cols - j : hi - k;
+        fill_normal(x + (k - lo), ((size_t)t->row0 + i) * gcols + (size_t)t->col0 + j, n, key, std);
+        k += n;
+    }
+}
+
+typedef struct fill_part {
+    float *x;
+    const model_tensor *t;
+    uint64_t key;
+    double std;
+    size_t lo, hi;
+} fill_part;
+
+static void *fill_part_run(void *arg) {
+    fill_part *p = arg;
+    fill_slice_range(p->x + p->lo, p->t, p->key, p->std, p->lo, p->hi);
+    return NULL;
+}
+
+/* Threads for the initialization: this host's CPUs shared among its ranks (BATON_HOST_RANKS,
+ * which baton launch sets), at most FILL_MAX_THREADS. */
+#define FILL_MAX_THREADS 32
+#define FILL_MIN_PART    ((size_t)1 << 18)
+static int fill_threads(void) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *v = getenv("BATON_HOST_RANKS");
+    long ranks = v ? strtol(v, NULL, 10) : 1;
+    long n = cpus / (ranks > 0 ? ranks : 1);
+    return n < 1 ? 1 : n > FILL_MAX_THREADS ? FILL_MAX_THREADS : (int)n;
+}
+
+/* The whole slice, split over threads when large: every element is a function of its
+ * global index alone, so the bits do not depend on the split. */
+static void fill_slice(float *x, const model_tensor *t, uint64_t key, double std) {
+    size_t n = t->count;
+    int nt = fill_threads();
+    if (nt > (int)(n / FILL_MIN_PART)) nt = (int)(n / FILL_MIN_PART);
+    if (nt < 2) {
+        fill_slice_range(x, t, key, std, 0, n);
+        return;
+    }
+    fill_part part[FILL_MAX_THREADS];
+    pthread_t th[FILL_MAX_THREADS];
+    int started[FILL_MAX_THREADS] = {0};
+    for (int i = 0; i < nt; i++) {
+        part[i] = (fill_part){
+            x, t, key, std, n * (size_t)i / (size_t)nt, n * (size_t)(i + 1) / (size_t)nt};
+        if (i > 0) started[i] = pthread_create(&th[i], NULL, fill_part_run, &part[i]) == 0;
+    }
+    fill_part_run(&part[0]);
+    for (int i = 1; i < nt; i++)
+        if (started[i])
+            pthread_join(th[i], NULL);
+        else
+            fill_part_run(&part[i]);
 }
 
 int model_init_weights(model *m, uint64_t seed) {
