@@ -64,7 +64,8 @@ int ckpt_manifest_check_version(const Baton__Manifest *m, const char *where, bt_
  * says stage_final; removes the rest and any .partial directory other than `busy`
  * (may be NULL). keep 0 keeps everything. */
 int ckpt_retain(const char *root, uint32_t keep, const char *busy, bt_diag *diag);
-/* rm -r of a directory tree of plain files (a checkpoint is flat). */
+/* rm -r of a directory tree of plain files (a checkpoint is flat); a symbolic link (at the
+ * top or inside) is removed itself, never what it points to. */
 int ckpt_remove_dir(const char *dir);
 /* Writes data to path through path.tmp, fsync and rename, then fsyncs the directory. */
 int ckpt_write_file_atomic(const char *path, const void *data, size_t n, bt_diag *diag);

@@ -175,6 +175,10 @@ int ckpt_fsync_dir(const char *dir) {
 }
 
 int ckpt_remove_dir(const char *dir) {
+    struct stat st;
+    if (lstat(dir, &st) != 0) return errno == ENOENT ? 0 : BT_EIO;
+    if (!S_ISDIR(st.st_mode)) /* a link named like a checkpoint goes, never what it names */
+        return unlink(dir) == 0 ? 0 : BT_EIO;
     DIR *d = opendir(dir);
     if (d == NULL) return errno == ENOENT ? 0 : BT_EIO;
     struct dirent *de;

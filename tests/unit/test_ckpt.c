@@ -549,6 +549,28 @@ static void test_reader_files(void) {
     baton__manifest__free_unpacked(m, NULL);
 }
 
+/* Retention removes a stale .partial that is a link to a directory as the link alone:
+ * what it points to (here a directory of the user's) keeps its files. */
+static void test_retain_links(void) {
+    char root[300], user[300], file[CKPT_PATH_MAX], link[CKPT_PATH_MAX];
+    snprintf(root, sizeof root, "%s/links", test_root);
+    snprintf(user, sizeof user, "%s/users-data", test_root);
+    snprintf(file, sizeof file, "%s/precious", user);
+    snprintf(link, sizeof link, "%s/s00-step00000009.partial", root);
+    CHECK(mkdir(root, 0700) == 0 && mkdir(user, 0700) == 0);
+    FILE *f = fopen(file, "w");
+    CHECK(f != NULL);
+    if (f) fclose(f);
+    CHECK(symlink(user, link) == 0);
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(ckpt_retain(root, 2, NULL, &d) == 0);
+    struct stat st;
+    CHECK(lstat(link, &st) != 0); /* the link went */
+    CHECK(stat(file, &st) == 0);  /* the user's file stayed */
+    CHECK(ckpt_remove_dir(user) == 0 && ckpt_remove_dir(root) == 0);
+}
+
 int main(void) {
     snprintf(test_root, sizeof test_root, "/tmp/baton-test-ckpt.XXXXXX");
     if (mkdtemp(test_root) == NULL) return 1;
@@ -560,6 +582,7 @@ int main(void) {
     test_sorted_find();
     test_fp8_history();
     test_reader_files();
+    test_retain_links();
     check_rmdir(test_root);
     return check_status();
 }
