@@ -120,16 +120,45 @@ static const char *status_stage_state(const status_view *v, size_t i) {
     const run_stage_state *s = &v->st.stage[i];
     if (s->completed) return "done";
     if (!s->started) return "pending";
-    return v->running ? "running" : "stopped";
+    if (v->running) return "running";
+    return s->failed ? "failed" : "stopped";
 }
 
+/* A run the supervisor gave up on is failed, not stopped: a stopped run was asked to stop
+ * (a signal) or was killed, and `baton resume` is what it waits for. */
 static const char *status_run_state(const status_view *v) {
-    return v->st.completed ? "completed" : v->running ? "running" : "stopped";
+    if (v->st.completed) return "completed";
+    if (v->running) return "running";
+    return v->st.failed_stage ? "failed" : "stopped";
+}
+
+/* Why the run gave up: the reason journaled with STAGE_FAILED ("giving up after 5
+ * restarts (max_restarts)"; NULL for journals older than that record) and the cause of
+ * the failed stage's last failure (NULL when none was journaled). */
+static void status_failure(const status_view *v, const char **reason, const char **cause) {
+    *reason = NULL, *cause = NULL;
+    uint32_t stage = v->st.failed_stage - 1;
+    for (size_t i = 0; i < v->n; i++) {
+        const Baton__JournalRecord *r = v->rec[i];
+        if (r->stage_index != stage) continue;
+        if (r->kind == BATON__JOURNAL_RECORD__KIND__ATTEMPT_STARTED) *reason = NULL, *cause = NULL;
+        if (r->kind == BATON__JOURNAL_RECORD__KIND__STAGE_FAILED) *reason = r->detail;
+        if (r->kind == BATON__JOURNAL_RECORD__KIND__FAILURE) *cause = r->detail;
+    }
 }
 
 static void status_text(bt_buf *b, const status_view *v) {
-    bt_buf_printf(b, "run %s: %s; %u failure(s) recovered or pending\n", v->dir,
-                  status_run_state(v), v->st.total_failures);
+    const char *state = status_run_state(v);
+    bt_buf_printf(b, "run %s: %s", v->dir, state);
+    if (strcmp(state, "failed") == 0) {
+        const char *reason, *cause;
+        status_failure(v, &reason, &cause);
+        bt_buf_printf(b, " (stage %s: %s; last failure: %s)",
+                      status_stage_name(v, v->st.failed_stage - 1), reason ? reason : "not retried",
+                      cause ? cause : "not journaled");
+    }
+    bt_buf_printf(b, "; %u failure(s), recovered %u time(s)\n", v->st.total_failures,
+                  v->st.total_recoveries);
     bt_buf_printf(b, "  %-18s %-8s %13s %10s %10s %9s %8s %8s %12s\n", "stage", "state", "steps",
                   "loss", "tok/s", "wall s", "attempts", "restarts", "recovery s");
     for (size_t i = 0; i < status_n_stages(v); i++) {
@@ -142,7 +171,7 @@ static void status_text(bt_buf *b, const status_view *v) {
         if (s->recoveries) snprintf(rec, sizeof rec, "%.2f avg", s->recovery_s_sum / s->recoveries);
         bt_buf_printf(b, "  %-18s %-8s %13s %10.4f %10.0f %9.1f %8u %8u %12s\n",
                       status_stage_name(v, i), status_stage_state(v, i), steps, s->loss,
-                      s->tokens_per_s, s->wall_s, s->attempts, s->failures, rec);
+                      s->tokens_per_s, s->wall_s, s->attempts, s->restarts, rec);
     }
 }
 
@@ -157,6 +186,9 @@ static void status_failures(bt_buf *b, const status_view *v) {
         else if (r->kind == BATON__JOURNAL_RECORD__KIND__ROLLBACK)
             bt_buf_printf(b, "  rollback: stage %s attempt %u: %s\n",
                           status_stage_name(v, r->stage_index), r->attempt,
+                          r->detail ? r->detail : "?");
+        else if (r->kind == BATON__JOURNAL_RECORD__KIND__STAGE_FAILED)
+            bt_buf_printf(b, "  gave up: stage %s: %s\n", status_stage_name(v, r->stage_index),
                           r->detail ? r->detail : "?");
         else if (r->kind == BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED)
             bt_buf_printf(b, "  node excluded: stage %s attempt %u: %s\n",
@@ -208,8 +240,28 @@ static void status_eta(bt_buf *b, const status_view *v) {
 static void status_json(bt_buf *b, const status_view *v) {
     bt_buf_printf(b, "{\"run_dir\": ");
     bt_buf_json_string(b, v->dir);
-    bt_buf_printf(b, ", \"state\": \"%s\", \"restarts\": %u, \"stages\": [", status_run_state(v),
-                  v->st.total_failures);
+    const char *state = status_run_state(v);
+    bt_buf_printf(b,
+                  ", \"state\": \"%s\", \"failures\": %u, \"restarts\": %u, \"recoveries\": %u, "
+                  "\"failure\": ",
+                  state, v->st.total_failures, v->st.total_restarts, v->st.total_recoveries);
+    if (strcmp(state, "failed") == 0) {
+        const char *reason, *cause;
+        status_failure(v, &reason, &cause);
+        bt_buf_printf(b, "{\"stage\": ");
+        bt_buf_json_string(b, status_stage_name(v, v->st.failed_stage - 1));
+        bt_buf_printf(b, ", \"reason\": ");
+        bt_buf_json_string(b, reason ? reason : "not retried");
+        bt_buf_printf(b, ", \"last_cause\": ");
+        if (cause)
+            bt_buf_json_string(b, cause);
+        else
+            bt_buf_printf(b, "null");
+        bt_buf_printf(b, "}");
+    } else {
+        bt_buf_printf(b, "null");
+    }
+    bt_buf_printf(b, ", \"stages\": [");
     for (size_t i = 0; i < status_n_stages(v); i++) {
         const run_stage_state *s = &v->st.stage[i];
         bt_buf_printf(b, "%s{\"name\": ", i ? ", " : "");
@@ -224,7 +276,7 @@ static void status_json(bt_buf *b, const status_view *v) {
                                      ? v->m_step
                                      : s->last_step),
             (unsigned long long)status_stage_steps(v, i), s->loss, s->tokens_per_s, s->wall_s,
-            s->attempts, s->failures, s->recoveries,
+            s->attempts, s->restarts, s->recoveries,
             s->recoveries ? s->recovery_s_sum / s->recoveries : 0.0);
     }
     bt_buf_printf(b, "], \"recovery_s\": [");

@@ -21,6 +21,10 @@
 #   topology      a layout whose TP groups span the two virtual nodes: the report warns;
 #                 with cluster.strict_topology the stage is refused before its first step
 #                 (exit 2, not retried, no checkpoint).
+#   give-up       every attempt's worker exits 1: after max_restarts the run gives up (exit
+#                 1) and `baton status` says failed, not stopped (text and JSON), with the
+#                 reason and the last failure's cause, and counts no recovery; SIGTERM
+#                 instead (the stop case) leaves it stopped.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -186,6 +190,11 @@ stop)
   set +e; wait "$bpid"; rc=$?; set -e
   bpid=
   [[ $rc == 75 ]] || fail "baton run exited $rc on SIGTERM, not 75"
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "stopped" and s["failure"] is None, s
+assert s["stages"][0]["state"] == "stopped", s["stages"]' || fail "a stopped run is not reported stopped"
   "$baton" resume r1 --quiet >run2.out 2>&1 || { cat run2.out; fail "resume failed"; }
   stage_losses r1 >r1.losses
   diff ref.losses r1.losses || fail "the resumed run did not end on the same losses"
@@ -289,6 +298,38 @@ PY
   /usr/bin/python3 "$src/tests/control/read_tb.py" r1/tb >tb.txt || fail "unreadable events"
   [[ $(grep -c "^moe/load_max_mean " tb.txt) == 6 ]] || fail "no MoE scalars in the TensorBoard events"
   echo "$case: per-expert load, max/mean and dropped pairs in metrics.jsonl and TensorBoard"
+  ;;
+give-up)
+  printf '#!/bin/sh\necho "a worker that always fails" >&2\nexit 1\n' >failing-worker
+  chmod +x failing-worker
+  set +e
+  "$baton" run "$recipe" --run-dir r1 --worker "$PWD/failing-worker" --quiet \
+    --set defaults.restart.max_restarts=2 --set defaults.restart.backoff=0.1s >run.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 1 ]] || fail "baton run exited $rc after exhausting its restarts, not 1"
+  grep -q 'giving up after 2 restarts' run.out || fail "baton run did not say it gave up"
+  "$baton" status r1 >status.txt
+  head -1 status.txt
+  grep -q "^run r1: failed (stage pretrain: giving up after 2 restarts (max_restarts); last failure: rank [0-9]* (node node[01], pid [0-9]*) exited with status 1); 3 failure(s), recovered 0 time(s)$" status.txt ||
+    { cat status.txt; fail "the run line does not say failed with the cause"; }
+  grep -Eq "^  pretrain +failed +0/30 .* 3 +2 +-$" status.txt || { cat status.txt; fail "the stage is not failed"; }
+  grep -Eq "^  extend +pending " status.txt || { cat status.txt; fail "the next stage is not pending"; }
+  grep -q "gave up: stage pretrain: giving up after 2 restarts (max_restarts)" status.txt ||
+    { cat status.txt; fail "no gave-up line"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "failed", s
+assert (s["failures"], s["restarts"], s["recoveries"]) == (3, 2, 0), s
+f = s["failure"]
+assert f["stage"] == "pretrain" and f["reason"] == "giving up after 2 restarts (max_restarts)", f
+assert f["last_cause"].endswith("exited with status 1"), f
+st = s["stages"]
+assert [x["state"] for x in st] == ["failed", "pending", "pending"], st
+assert (st[0]["attempts"], st[0]["restarts"]) == (3, 2), st[0]' ||
+    fail "status --json does not report the failed run"
+  echo "$case: gave up after 2 restarts (exit 1); status says failed, with reason and cause"
   ;;
 *) fail "unknown case" ;;
 esac
