@@ -1,6 +1,7 @@
 /* baton status RUN_DIR [--json]: a run's state from its journal, checkpoints and
  * metrics; also the summary table `baton run` prints at the end. */
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,13 @@
 #include "run/supervise.h"
 #include "util/buf.h"
 
+/* A stage's latest step as metrics.jsonl has it; a field it lacks (or has as null) is
+ * unknown. */
+typedef struct status_last {
+    int has_loss, has_tok;
+    double time, loss, tok;
+} status_last;
+
 typedef struct status_view {
     const char *dir;
     recipe_doc doc;
@@ -27,6 +35,7 @@ typedef struct status_view {
     uint32_t m_stage;
     double m_step_time, m_loss, m_tok;
     int have_metrics;
+    status_last last[RUN_MAX_STAGES]; /* per stage: its last line of metrics.jsonl */
 } status_view;
 
 static void status_usage(FILE *f) {
@@ -54,13 +63,35 @@ static double status_num(const char *line, const char *key) {
     return p ? strtod(p + strlen(key), NULL) : 0;
 }
 
+/* The number after key in line; 0 when key is missing or its value is not a number. */
+static int status_field(const char *line, const char *key, double *out) {
+    const char *p = strstr(line, key);
+    if (p == NULL) return 0;
+    char *end;
+    *out = strtod(p + strlen(key), &end);
+    return end != p + strlen(key);
+}
+
+static void status_metrics_line(status_view *v, const char *line) {
+    double stage, x;
+    if (!status_field(line, "\"stage_index\": ", &stage) || stage < 0 || stage >= RUN_MAX_STAGES)
+        return;
+    status_last *l = &v->last[(size_t)stage];
+    l->time = status_field(line, "\"time\": ", &x) ? x : 0;
+    l->has_loss = status_field(line, "\"loss\": ", &l->loss);
+    l->has_tok = status_field(line, "\"tokens_per_s\": ", &l->tok);
+}
+
 static void status_metrics(status_view *v) {
     char path[4200], line[4096], last[4096] = "";
     snprintf(path, sizeof path, "%s/metrics.jsonl", v->dir);
     FILE *f = fopen(path, "r");
     if (f == NULL) return;
-    while (fgets(line, sizeof line, f))
-        if (strchr(line, '\n')) memcpy(last, line, sizeof last);
+    while (fgets(line, sizeof line, f)) {
+        if (strchr(line, '\n') == NULL) continue; /* torn, or longer than any we write */
+        memcpy(last, line, sizeof last);
+        status_metrics_line(v, line);
+    }
     fclose(f);
     if (last[0] == '\0') return;
     v->have_metrics = 1;
@@ -147,6 +178,26 @@ static void status_failure(const status_view *v, const char **reason, const char
     }
 }
 
+/* A stage's loss and tokens/s: of the latest step any attempt reported, whether the
+ * journal has it (an attempt's end, the stage's completion) or only metrics.jsonl (a
+ * stage completed by an attempt that trained no step, its last step's attempt killed
+ * before it was journaled). 0 for unknown: never shown as a value. */
+static int status_stage_loss(const status_view *v, size_t i, double *loss) {
+    const run_stage_state *s = &v->st.stage[i];
+    const status_last *l = &v->last[i];
+    int journal = s->has_loss && (!l->has_loss || s->loss_at >= l->time);
+    *loss = journal ? s->loss : l->loss;
+    return journal || l->has_loss;
+}
+
+static int status_stage_tok(const status_view *v, size_t i, double *tok) {
+    const run_stage_state *s = &v->st.stage[i];
+    const status_last *l = &v->last[i];
+    int journal = s->has_tokens_per_s && (!l->has_tok || s->tokens_per_s_at >= l->time);
+    *tok = journal ? s->tokens_per_s : l->tok;
+    return journal || l->has_tok;
+}
+
 static void status_text(bt_buf *b, const status_view *v) {
     const char *state = status_run_state(v);
     bt_buf_printf(b, "run %s: %s", v->dir, state);
@@ -169,9 +220,13 @@ static void status_text(bt_buf *b, const status_view *v) {
         snprintf(steps, sizeof steps, "%llu/%llu", (unsigned long long)step,
                  (unsigned long long)status_stage_steps(v, i));
         if (s->recoveries) snprintf(rec, sizeof rec, "%.2f avg", s->recovery_s_sum / s->recoveries);
-        bt_buf_printf(b, "  %-18s %-8s %13s %10.4f %10.0f %9.1f %8u %8u %12s\n",
-                      status_stage_name(v, i), status_stage_state(v, i), steps, s->loss,
-                      s->tokens_per_s, s->wall_s, s->attempts, s->restarts, rec);
+        char loss[32] = "-", tok[32] = "-";
+        double x;
+        if (status_stage_loss(v, i, &x)) snprintf(loss, sizeof loss, "%.4f", x);
+        if (status_stage_tok(v, i, &x)) snprintf(tok, sizeof tok, "%.0f", x);
+        bt_buf_printf(b, "  %-18s %-8s %13s %10s %10s %9.1f %8u %8u %12s\n",
+                      status_stage_name(v, i), status_stage_state(v, i), steps, loss, tok,
+                      s->wall_s, s->attempts, s->restarts, rec);
     }
 }
 
@@ -266,18 +321,22 @@ static void status_json(bt_buf *b, const status_view *v) {
         const run_stage_state *s = &v->st.stage[i];
         bt_buf_printf(b, "%s{\"name\": ", i ? ", " : "");
         bt_buf_json_string(b, status_stage_name(v, i));
-        bt_buf_printf(
-            b,
-            ", \"state\": \"%s\", \"step\": %llu, \"steps\": %llu, \"loss\": %.9g, "
-            "\"tokens_per_s\": %.6g, \"wall_s\": %.3f, \"attempts\": %u, \"restarts\": %u, "
-            "\"recoveries\": %u, \"recovery_s_avg\": %.3f}",
-            status_stage_state(v, i),
-            (unsigned long long)(!s->completed && v->have_metrics && v->m_stage == i
-                                     ? v->m_step
-                                     : s->last_step),
-            (unsigned long long)status_stage_steps(v, i), s->loss, s->tokens_per_s, s->wall_s,
-            s->attempts, s->restarts, s->recoveries,
-            s->recoveries ? s->recovery_s_sum / s->recoveries : 0.0);
+        /* an unknown loss or tokens/s is null, never 0 */
+        char loss[32] = "null", tok[32] = "null";
+        double x;
+        if (status_stage_loss(v, i, &x) && isfinite(x)) snprintf(loss, sizeof loss, "%.9g", x);
+        if (status_stage_tok(v, i, &x) && isfinite(x)) snprintf(tok, sizeof tok, "%.6g", x);
+        bt_buf_printf(b,
+                      ", \"state\": \"%s\", \"step\": %llu, \"steps\": %llu, \"loss\": %s, "
+                      "\"tokens_per_s\": %s, \"wall_s\": %.3f, \"attempts\": %u, \"restarts\": %u, "
+                      "\"recoveries\": %u, \"recovery_s_avg\": %.3f}",
+                      status_stage_state(v, i),
+                      (unsigned long long)(!s->completed && v->have_metrics && v->m_stage == i
+                                               ? v->m_step
+                                               : s->last_step),
+                      (unsigned long long)status_stage_steps(v, i), loss, tok, s->wall_s,
+                      s->attempts, s->restarts, s->recoveries,
+                      s->recoveries ? s->recovery_s_sum / s->recoveries : 0.0);
     }
     bt_buf_printf(b, "], \"recovery_s\": [");
     int k = 0;

@@ -58,8 +58,10 @@ void run_state_replay(run_state *s, Baton__JournalRecord *const *v, size_t n) {
         default:
             break;
         }
-        if (staged && r->has_loss) st->loss = r->loss;
-        if (staged && r->has_tokens_per_s) st->tokens_per_s = r->tokens_per_s;
+        if (staged && r->has_loss) st->has_loss = 1, st->loss = r->loss, st->loss_at = r->wall_time;
+        if (staged && r->has_tokens_per_s)
+            st->has_tokens_per_s = 1, st->tokens_per_s = r->tokens_per_s,
+            st->tokens_per_s_at = r->wall_time;
         if (r->has_recovery_s && r->recovery_s > 0)
             st->recovery_s_sum += r->recovery_s, st->recoveries++, s->total_recoveries++;
     }

@@ -25,8 +25,10 @@ typedef struct run_stage_state {
     double wall_s;       /* time spent in attempts */
     int failed;          /* the run gave up on it (STAGE_FAILED, or a failure not retried)
                           * and no attempt started since */
-    double loss;         /* the last loss journaled */
-    double tokens_per_s; /* at completion */
+    int has_loss, has_tokens_per_s;
+    double loss_at, tokens_per_s_at; /* wall times of the records they came from */
+    double loss;                     /* the last loss journaled (has_loss) */
+    double tokens_per_s;             /* at completion (has_tokens_per_s) */
 } run_stage_state;
 
 typedef struct run_state {

@@ -25,6 +25,11 @@
 #                 1) and `baton status` says failed, not stopped (text and JSON), with the
 #                 reason and the last failure's cause, and counts no recovery; SIGTERM
 #                 instead (the stop case) leaves it stopped.
+#   ckpt-then-kill  kill -9 `baton run` after stage extend's final checkpoint but before
+#                 the stage is journaled complete (its workers held at exit by a wrapper);
+#                 `baton resume` completes it without a step, and status must show the
+#                 loss and tokens/s of its step 16 as the worker logged them, not 0; a
+#                 stage with no step shows "-" (JSON null).
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -298,6 +303,59 @@ PY
   /usr/bin/python3 "$src/tests/control/read_tb.py" r1/tb >tb.txt || fail "unreadable events"
   [[ $(grep -c "^moe/load_max_mean " tb.txt) == 6 ]] || fail "no MoE scalars in the TensorBoard events"
   echo "$case: per-expert load, max/mean and dropped pairs in metrics.jsonl and TensorBoard"
+  ;;
+ckpt-then-kill)
+  # The wrapper holds stage extend's first attempt once its worker exited 0 (its final
+  # checkpoint written), until baton run is killed: a builtin read on a FIFO, so nothing
+  # outlives the wrapper, which dies with its launcher.
+  mkfifo hold.fifo
+  cat >held-worker <<WRAPPER
+#!/usr/bin/env bash
+"$worker" "\$@"; rc=\$?
+if [[ \$rc == 0 && "\$*" == *"/specs/s01-a00.pb"* ]]; then
+  : >"$work/held.\$\$"
+  read -r -t 60 <>"$work/hold.fifo"
+fi
+exit \$rc
+WRAPPER
+  chmod +x held-worker
+  "$baton" run "$recipe" --run-dir r1 --worker "$PWD/held-worker" --quiet >run.out 2>&1 &
+  bpid=$!
+  deadline=$((SECONDS + 120))
+  until compgen -G "held.*" >/dev/null; do
+    kill -0 "$bpid" 2>/dev/null || fail "baton run ended before stage extend was held"
+    ((SECONDS < deadline)) || fail "stage extend never finished"
+    sleep 0.05
+  done
+  kill -9 "$bpid"
+  wait "$bpid" 2>/dev/null || true
+  bpid=
+  [[ -d r1/checkpoints/s01-step00000016 ]] || fail "no final checkpoint of stage extend"
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+st = json.load(sys.stdin)["stages"]
+assert [s["state"] for s in st] == ["done", "stopped", "pending"], st
+assert st[2]["loss"] is None and st[2]["tokens_per_s"] is None, st[2]' ||
+    fail "status before the resume"
+  "$baton" status r1 | grep -Eq "^  fp8 +pending +0/12 +- +- " || { "$baton" status r1; fail "an unknown loss is not -"; }
+  "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "resume failed"; }
+  [[ $(ls r1/logs/s01-a*.log | wc -l) == 2 ]] || fail "stage extend was not resumed by a second attempt"
+  ! grep -q "step *16/16" r1/logs/s01-a01.log || fail "the resumed attempt trained step 16 again"
+  logged=$(sed -En 's/^\[0\] step +16\/16 +loss ([0-9.]+) .* ([0-9]+) tok\/s .*/\1 \2/p' r1/logs/s01-a00.log)
+  [[ -n $logged ]] || fail "no step 16 in the first attempt's log"
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+loss, tok = map(float, sys.argv[1].split())
+st = json.load(sys.stdin)["stages"]
+e = st[1]
+print("extend: status loss %r tok/s %r; the worker logged %r, %r" % (e["loss"], e["tokens_per_s"], loss, tok))
+assert [s["state"] for s in st] == ["done", "done", "done"], st
+assert e["step"] == 16 and abs(e["loss"] - loss) < 5e-7 and abs(e["tokens_per_s"] - tok) <= 1, e' \
+    "$logged" || fail "the completed stage does not show its last step's loss and tokens/s"
+  printf -v want '%.4f +%s' "${logged%% *}" "${logged##* }"
+  "$baton" status r1 | grep -Eq "^  extend +done +16/16 +$want " ||
+    { "$baton" status r1; fail "the text shows another loss or tokens/s"; }
+  echo "$case: stage completed by a resume without a step shows loss $logged (the worker's step 16)"
   ;;
 give-up)
   printf '#!/bin/sh\necho "a worker that always fails" >&2\nexit 1\n' >failing-worker
