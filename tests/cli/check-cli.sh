@@ -60,5 +60,8 @@ done
 expect 2 "^--set stages\\.\\.steps=5: the key" -- spec "$recipes/tiny-cpu.yaml" --set stages..steps=5 --set stages.pretrain.steps=5
 expect 2 "the key \"model.d:im\" has ':' in the path segment \"d:im\"" -- \
   plan "$recipes/tiny-cpu.yaml" --set model.d:im=64
+# the recipe name is the default run directory's (runs/<name>): one plain name, checked
+expect 2 "tiny-cpu.yaml:[0-9]+:[0-9]+: name: the recipe name \"a/b\" has '/'" -- \
+  plan "$recipes/tiny-cpu.yaml" --set name=a/b
 
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
