@@ -1,6 +1,7 @@
 /* baton status RUN_DIR [--json]: a run's state from its journal, checkpoints and
  * metrics; also the summary table `baton run` prints at the end. */
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,13 @@
 #include "run/supervise.h"
 #include "util/buf.h"
 
+/* A stage's latest step as metrics.jsonl has it; a field it lacks (or has as null) is
+ * unknown. */
+typedef struct status_last {
+    int has_loss, has_tok;
+    double time, loss, tok;
+} status_last;
+
 typedef struct status_view {
     const char *dir;
     recipe_doc doc;
@@ -27,6 +35,7 @@ typedef struct status_view {
     uint32_t m_stage;
     double m_step_time, m_loss, m_tok;
     int have_metrics;
+    status_last last[RUN_MAX_STAGES]; /* per stage: its last line of metrics.jsonl */
 } status_view;
 
 static void status_usage(FILE *f) {
@@ -54,13 +63,35 @@ static double status_num(const char *line, const char *key) {
     return p ? strtod(p + strlen(key), NULL) : 0;
 }
 
+/* The number after key in line; 0 when key is missing or its value is not a number. */
+static int status_field(const char *line, const char *key, double *out) {
+    const char *p = strstr(line, key);
+    if (p == NULL) return 0;
+    char *end;
+    *out = strtod(p + strlen(key), &end);
+    return end != p + strlen(key);
+}
+
+static void status_metrics_line(status_view *v, const char *line) {
+    double stage, x;
+    if (!status_field(line, "\"stage_index\": ", &stage) || stage < 0 || stage >= RUN_MAX_STAGES)
+        return;
+    status_last *l = &v->last[(size_t)stage];
+    l->time = status_field(line, "\"time\": ", &x) ? x : 0;
+    l->has_loss = status_field(line, "\"loss\": ", &l->loss);
+    l->has_tok = status_field(line, "\"tokens_per_s\": ", &l->tok);
+}
+
 static void status_metrics(status_view *v) {
     char path[4200], line[4096], last[4096] = "";
     snprintf(path, sizeof path, "%s/metrics.jsonl", v->dir);
     FILE *f = fopen(path, "r");
     if (f == NULL) return;
-    while (fgets(line, sizeof line, f))
-        if (strchr(line, '\n')) memcpy(last, line, sizeof last);
+    while (fgets(line, sizeof line, f)) {
+        if (strchr(line, '\n') == NULL) continue; /* torn, or longer than any we write */
+        memcpy(last, line, sizeof last);
+        status_metrics_line(v, line);
+    }
     fclose(f);
     if (last[0] == '\0') return;
     v->have_metrics = 1;
@@ -120,16 +151,65 @@ static const char *status_stage_state(const status_view *v, size_t i) {
     const run_stage_state *s = &v->st.stage[i];
     if (s->completed) return "done";
     if (!s->started) return "pending";
-    return v->running ? "running" : "stopped";
+    if (v->running) return "running";
+    return s->failed ? "failed" : "stopped";
 }
 
+/* A run the supervisor gave up on is failed, not stopped: a stopped run was asked to stop
+ * (a signal) or was killed, and `baton resume` is what it waits for. */
 static const char *status_run_state(const status_view *v) {
-    return v->st.completed ? "completed" : v->running ? "running" : "stopped";
+    if (v->st.completed) return "completed";
+    if (v->running) return "running";
+    return v->st.failed_stage ? "failed" : "stopped";
+}
+
+/* Why the run gave up: the reason journaled with STAGE_FAILED ("giving up after 5
+ * restarts (max_restarts)"; NULL for journals older than that record) and the cause of
+ * the failed stage's last failure (NULL when none was journaled). */
+static void status_failure(const status_view *v, const char **reason, const char **cause) {
+    *reason = NULL, *cause = NULL;
+    uint32_t stage = v->st.failed_stage - 1;
+    for (size_t i = 0; i < v->n; i++) {
+        const Baton__JournalRecord *r = v->rec[i];
+        if (r->stage_index != stage) continue;
+        if (r->kind == BATON__JOURNAL_RECORD__KIND__ATTEMPT_STARTED) *reason = NULL, *cause = NULL;
+        if (r->kind == BATON__JOURNAL_RECORD__KIND__STAGE_FAILED) *reason = r->detail;
+        if (r->kind == BATON__JOURNAL_RECORD__KIND__FAILURE) *cause = r->detail;
+    }
+}
+
+/* A stage's loss and tokens/s: of the latest step any attempt reported, whether the
+ * journal has it (an attempt's end, the stage's completion) or only metrics.jsonl (a
+ * stage completed by an attempt that trained no step, its last step's attempt killed
+ * before it was journaled). 0 for unknown: never shown as a value. */
+static int status_stage_loss(const status_view *v, size_t i, double *loss) {
+    const run_stage_state *s = &v->st.stage[i];
+    const status_last *l = &v->last[i];
+    int journal = s->has_loss && (!l->has_loss || s->loss_at >= l->time);
+    *loss = journal ? s->loss : l->loss;
+    return journal || l->has_loss;
+}
+
+static int status_stage_tok(const status_view *v, size_t i, double *tok) {
+    const run_stage_state *s = &v->st.stage[i];
+    const status_last *l = &v->last[i];
+    int journal = s->has_tokens_per_s && (!l->has_tok || s->tokens_per_s_at >= l->time);
+    *tok = journal ? s->tokens_per_s : l->tok;
+    return journal || l->has_tok;
 }
 
 static void status_text(bt_buf *b, const status_view *v) {
-    bt_buf_printf(b, "run %s: %s; %u failure(s) recovered or pending\n", v->dir,
-                  status_run_state(v), v->st.total_failures);
+    const char *state = status_run_state(v);
+    bt_buf_printf(b, "run %s: %s", v->dir, state);
+    if (strcmp(state, "failed") == 0) {
+        const char *reason, *cause;
+        status_failure(v, &reason, &cause);
+        bt_buf_printf(b, " (stage %s: %s; last failure: %s)",
+                      status_stage_name(v, v->st.failed_stage - 1), reason ? reason : "not retried",
+                      cause ? cause : "not journaled");
+    }
+    bt_buf_printf(b, "; %u failure(s), recovered %u time(s)\n", v->st.total_failures,
+                  v->st.total_recoveries);
     bt_buf_printf(b, "  %-18s %-8s %13s %10s %10s %9s %8s %8s %12s\n", "stage", "state", "steps",
                   "loss", "tok/s", "wall s", "attempts", "restarts", "recovery s");
     for (size_t i = 0; i < status_n_stages(v); i++) {
@@ -140,9 +220,13 @@ static void status_text(bt_buf *b, const status_view *v) {
         snprintf(steps, sizeof steps, "%llu/%llu", (unsigned long long)step,
                  (unsigned long long)status_stage_steps(v, i));
         if (s->recoveries) snprintf(rec, sizeof rec, "%.2f avg", s->recovery_s_sum / s->recoveries);
-        bt_buf_printf(b, "  %-18s %-8s %13s %10.4f %10.0f %9.1f %8u %8u %12s\n",
-                      status_stage_name(v, i), status_stage_state(v, i), steps, s->loss,
-                      s->tokens_per_s, s->wall_s, s->attempts, s->failures, rec);
+        char loss[32] = "-", tok[32] = "-";
+        double x;
+        if (status_stage_loss(v, i, &x)) snprintf(loss, sizeof loss, "%.4f", x);
+        if (status_stage_tok(v, i, &x)) snprintf(tok, sizeof tok, "%.0f", x);
+        bt_buf_printf(b, "  %-18s %-8s %13s %10s %10s %9.1f %8u %8u %12s\n",
+                      status_stage_name(v, i), status_stage_state(v, i), steps, loss, tok,
+                      s->wall_s, s->attempts, s->restarts, rec);
     }
 }
 
@@ -157,6 +241,9 @@ static void status_failures(bt_buf *b, const status_view *v) {
         else if (r->kind == BATON__JOURNAL_RECORD__KIND__ROLLBACK)
             bt_buf_printf(b, "  rollback: stage %s attempt %u: %s\n",
                           status_stage_name(v, r->stage_index), r->attempt,
+                          r->detail ? r->detail : "?");
+        else if (r->kind == BATON__JOURNAL_RECORD__KIND__STAGE_FAILED)
+            bt_buf_printf(b, "  gave up: stage %s: %s\n", status_stage_name(v, r->stage_index),
                           r->detail ? r->detail : "?");
         else if (r->kind == BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED)
             bt_buf_printf(b, "  node excluded: stage %s attempt %u: %s\n",
@@ -208,24 +295,48 @@ static void status_eta(bt_buf *b, const status_view *v) {
 static void status_json(bt_buf *b, const status_view *v) {
     bt_buf_printf(b, "{\"run_dir\": ");
     bt_buf_json_string(b, v->dir);
-    bt_buf_printf(b, ", \"state\": \"%s\", \"restarts\": %u, \"stages\": [", status_run_state(v),
-                  v->st.total_failures);
+    const char *state = status_run_state(v);
+    bt_buf_printf(b,
+                  ", \"state\": \"%s\", \"failures\": %u, \"restarts\": %u, \"recoveries\": %u, "
+                  "\"failure\": ",
+                  state, v->st.total_failures, v->st.total_restarts, v->st.total_recoveries);
+    if (strcmp(state, "failed") == 0) {
+        const char *reason, *cause;
+        status_failure(v, &reason, &cause);
+        bt_buf_printf(b, "{\"stage\": ");
+        bt_buf_json_string(b, status_stage_name(v, v->st.failed_stage - 1));
+        bt_buf_printf(b, ", \"reason\": ");
+        bt_buf_json_string(b, reason ? reason : "not retried");
+        bt_buf_printf(b, ", \"last_cause\": ");
+        if (cause)
+            bt_buf_json_string(b, cause);
+        else
+            bt_buf_printf(b, "null");
+        bt_buf_printf(b, "}");
+    } else {
+        bt_buf_printf(b, "null");
+    }
+    bt_buf_printf(b, ", \"stages\": [");
     for (size_t i = 0; i < status_n_stages(v); i++) {
         const run_stage_state *s = &v->st.stage[i];
         bt_buf_printf(b, "%s{\"name\": ", i ? ", " : "");
         bt_buf_json_string(b, status_stage_name(v, i));
-        bt_buf_printf(
-            b,
-            ", \"state\": \"%s\", \"step\": %llu, \"steps\": %llu, \"loss\": %.9g, "
-            "\"tokens_per_s\": %.6g, \"wall_s\": %.3f, \"attempts\": %u, \"restarts\": %u, "
-            "\"recoveries\": %u, \"recovery_s_avg\": %.3f}",
-            status_stage_state(v, i),
-            (unsigned long long)(!s->completed && v->have_metrics && v->m_stage == i
-                                     ? v->m_step
-                                     : s->last_step),
-            (unsigned long long)status_stage_steps(v, i), s->loss, s->tokens_per_s, s->wall_s,
-            s->attempts, s->failures, s->recoveries,
-            s->recoveries ? s->recovery_s_sum / s->recoveries : 0.0);
+        /* an unknown loss or tokens/s is null, never 0 */
+        char loss[32] = "null", tok[32] = "null";
+        double x;
+        if (status_stage_loss(v, i, &x) && isfinite(x)) snprintf(loss, sizeof loss, "%.9g", x);
+        if (status_stage_tok(v, i, &x) && isfinite(x)) snprintf(tok, sizeof tok, "%.6g", x);
+        bt_buf_printf(b,
+                      ", \"state\": \"%s\", \"step\": %llu, \"steps\": %llu, \"loss\": %s, "
+                      "\"tokens_per_s\": %s, \"wall_s\": %.3f, \"attempts\": %u, \"restarts\": %u, "
+                      "\"recoveries\": %u, \"recovery_s_avg\": %.3f}",
+                      status_stage_state(v, i),
+                      (unsigned long long)(!s->completed && v->have_metrics && v->m_stage == i
+                                               ? v->m_step
+                                               : s->last_step),
+                      (unsigned long long)status_stage_steps(v, i), loss, tok, s->wall_s,
+                      s->attempts, s->restarts, s->recoveries,
+                      s->recoveries ? s->recovery_s_sum / s->recoveries : 0.0);
     }
     bt_buf_printf(b, "], \"recovery_s\": [");
     int k = 0;

@@ -35,6 +35,37 @@ static long set_stage_index(const recipe_doc *doc, const char *key, size_t n) {
     return -1;
 }
 
+/* Every segment of a dotted key must be a field name or a stage's name or index: an
+ * empty one ("stages..steps", ".model.dim") would address stage 0 or produce YAML that
+ * fails to parse, far from the mistake. */
+static int set_check_key(const char *what, const char *key, bt_diag *diag) {
+    for (const char *seg = key;; seg++) {
+        size_t n = strcspn(seg, ".");
+        const char *bad = NULL;
+        if (n == 0) {
+            bt_diag_set(diag,
+                        "%s: the key \"%s\" has an empty path segment at character %zu (two "
+                        "dots, or a dot at its start or end); a key is dot-separated field "
+                        "names, e.g. stages.pretrain.steps",
+                        what, key, (size_t)(seg - key) + 1);
+            return BT_ERECIPE;
+        }
+        for (size_t k = 0; k < n && bad == NULL; k++)
+            if (strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-",
+                       seg[k]) == NULL)
+                bad = seg + k;
+        if (bad) {
+            bt_diag_set(diag,
+                        "%s: the key \"%s\" has '%c' in the path segment \"%.*s\"; a segment "
+                        "is a field name, or a stage's name or index (letters, digits, '_', '-')",
+                        what, key, *bad, (int)n, seg);
+            return BT_ERECIPE;
+        }
+        seg += n;
+        if (*seg == '\0') return 0;
+    }
+}
+
 /* Loads text as a recipe and overlays it (or its first stage onto stage si). */
 static int set_overlay(recipe_doc *doc, const char *what, const char *text, long si,
                        bt_diag *diag) {
@@ -67,7 +98,7 @@ int recipe_apply_set(recipe_doc *doc, const char *assignment, bt_diag *diag) {
     bt_buf b;
     bt_buf_init(&b);
     long si = -1;
-    int rc = key ? 0 : BT_ENOMEM;
+    int rc = key ? set_check_key(what, key, diag) : BT_ENOMEM;
     if (rc == 0 && strncmp(key, "stages.", 7) == 0) {
         const char *rest = key + 7, *dot = strchr(rest, '.');
         si = dot ? set_stage_index(doc, rest, (size_t)(dot - rest)) : -1;

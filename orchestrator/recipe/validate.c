@@ -501,6 +501,25 @@ static int check_stage(vctx *v, const Baton__Recipe *r) {
     return rc;
 }
 
+/* The name is a path component: the default run directory is runs/<name> (and the
+ * Slurm job's name), so it must stay one plain directory name inside runs/. */
+static int check_recipe_name(vctx *v, const Baton__Recipe *r) {
+    const char *name = r->name;
+    if (name == NULL) return 0; /* unnamed: runs/run */
+    size_t n = strlen(name),
+           ok = strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                             "0123456789._-");
+    const char *valid = "letters, digits, '.', '_' and '-', not starting with '.' (the default "
+                        "run directory is runs/<name>), e.g. name: tiny-cpu";
+    if (n == 0) return verr(v, "name", "the recipe name is empty; use %s", valid);
+    if (ok < n)
+        return verr(v, "name", "the recipe name \"%s\" has '%c' at character %zu; use %s", name,
+                    name[ok], ok + 1, valid);
+    if (name[0] == '.')
+        return verr(v, "name", "the recipe name \"%s\" starts with '.'; use %s", name, valid);
+    return 0;
+}
+
 static int check_stage_names(vctx *v, const Baton__Recipe *r) {
     for (size_t i = 0; i < r->n_stages; i++) {
         if (r->stages[i]->name == NULL || r->stages[i]->name[0] == '\0') {
@@ -523,7 +542,8 @@ static int check_stage_names(vctx *v, const Baton__Recipe *r) {
 int recipe_validate(const recipe_doc *doc, bt_diag *diag) {
     const Baton__Recipe *r = doc->recipe;
     vctx v = {.doc = doc, .diag = diag, .stage = -1};
-    int rc = check_model(&v, r->model);
+    int rc = check_recipe_name(&v, r);
+    rc = rc ? rc : check_model(&v, r->model);
     rc = rc ? rc : check_cluster(&v, r->cluster);
     if (rc == 0 && r->n_stages == 0)
         rc = verr(&v, "stages",

@@ -1,4 +1,6 @@
-/* Per-attempt checks of where the ranks landed: the topology report and lost nodes. */
+/* Per-attempt checks of where the ranks landed: the topology report and lost nodes; and
+ * the journaled verdict when the run gives up on a stage. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -73,4 +75,16 @@ void run_exclude_node(run_ctx *c, uint32_t stage, uint32_t attempt, const char *
     run_journal(c, BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED, stage, &r);
     run_progress_end(&c->prog);
     fprintf(stderr, "baton run: %s\n", detail);
+}
+
+void run_give_up(run_ctx *c, uint32_t stage, int say, const char *fmt, ...) {
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
+    r.detail = why;
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__STAGE_FAILED, stage, &r);
+    if (say) fprintf(stderr, "baton run: stage \"%s\": %s\n", c->prog.stage, why);
 }

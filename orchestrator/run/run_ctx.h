@@ -1,5 +1,6 @@
 /* The supervisor's private state (supervise.c), shared with the pieces split off it:
- * rollbacks (run_rollback.c) and the per-attempt checks (run_checks.c). */
+ * rollbacks (run_rollback.c) and the per-attempt checks and the verdict on a stage
+ * (run_checks.c). */
 #ifndef BATON_RUN_CTX_H
 #define BATON_RUN_CTX_H
 
@@ -87,6 +88,11 @@ void run_check_topology(run_ctx *c, launch_job *job, uint32_t stage, uint32_t at
 void run_exclude_node(run_ctx *c, uint32_t stage, uint32_t attempt, const char *name,
                       const char *detail);
 void run_find_lost_nodes(run_ctx *c, const launch_job *job, uint32_t stage, uint32_t attempt);
+/* The run gives up on stage: journals STAGE_FAILED with the formatted reason as its detail
+ * (what `baton status` reports as the stage's and the run's failure) and, when say is
+ * set, prints it on stderr. */
+void run_give_up(run_ctx *c, uint32_t stage, int say, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* run_ckpts.c */
 /* 1 when the run's checkpoint root holds stage's final checkpoint (stage_final, at step

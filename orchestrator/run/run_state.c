@@ -31,15 +31,25 @@ void run_state_replay(run_state *s, Baton__JournalRecord *const *v, size_t n) {
         case BATON__JOURNAL_RECORD__KIND__ATTEMPT_STARTED:
             st->attempts++;
             attempt_t0 = r->wall_time;
+            st->failed = 0;
+            if (st->failure_open) st->restarts++, s->total_restarts++;
+            st->failure_open = 0;
+            if (s->failed_stage == k + 1) s->failed_stage = 0;
             break;
         case BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED:
             state_attempt_ended(st, r, &attempt_t0);
             break;
         case BATON__JOURNAL_RECORD__KIND__FAILURE:
-            st->failures++, s->total_failures++;
+            st->failures++, s->total_failures++, st->failure_open = 1;
+            /* journals older than STAGE_FAILED: a failure not retried ended the run */
+            if (r->has_retryable && !r->retryable) st->failed = 1, s->failed_stage = k + 1;
+            break;
+        case BATON__JOURNAL_RECORD__KIND__STAGE_FAILED:
+            st->failed = 1, s->failed_stage = k + 1;
             break;
         case BATON__JOURNAL_RECORD__KIND__STAGE_COMPLETED:
-            st->completed = 1, st->completed_at = r->wall_time;
+            st->completed = 1, st->completed_at = r->wall_time, st->failed = 0;
+            if (s->failed_stage == k + 1) s->failed_stage = 0;
             if (r->has_step) st->last_step = r->step;
             break;
         case BATON__JOURNAL_RECORD__KIND__RUN_COMPLETED:
@@ -48,9 +58,11 @@ void run_state_replay(run_state *s, Baton__JournalRecord *const *v, size_t n) {
         default:
             break;
         }
-        if (staged && r->has_loss) st->loss = r->loss;
-        if (staged && r->has_tokens_per_s) st->tokens_per_s = r->tokens_per_s;
+        if (staged && r->has_loss) st->has_loss = 1, st->loss = r->loss, st->loss_at = r->wall_time;
+        if (staged && r->has_tokens_per_s)
+            st->has_tokens_per_s = 1, st->tokens_per_s = r->tokens_per_s,
+            st->tokens_per_s_at = r->wall_time;
         if (r->has_recovery_s && r->recovery_s > 0)
-            st->recovery_s_sum += r->recovery_s, st->recoveries++;
+            st->recovery_s_sum += r->recovery_s, st->recoveries++, s->total_recoveries++;
     }
 }

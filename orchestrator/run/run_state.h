@@ -16,13 +16,19 @@ typedef struct run_stage_state {
     int started, completed;
     uint32_t attempts;  /* ATTEMPT_STARTED records */
     uint32_t failures;  /* FAILURE records */
+    uint32_t restarts;  /* failures followed by another attempt */
+    int failure_open;   /* a failure no attempt followed yet */
     uint64_t last_step; /* of the last ATTEMPT_ENDED / STAGE_COMPLETED */
     double started_at, completed_at;
     double recovery_s_sum;
     uint32_t recoveries; /* failures followed by a completed step */
     double wall_s;       /* time spent in attempts */
-    double loss;         /* the last loss journaled */
-    double tokens_per_s; /* at completion */
+    int failed;          /* the run gave up on it (STAGE_FAILED, or a failure not retried)
+                          * and no attempt started since */
+    int has_loss, has_tokens_per_s;
+    double loss_at, tokens_per_s_at; /* wall times of the records they came from */
+    double loss;                     /* the last loss journaled (has_loss) */
+    double tokens_per_s;             /* at completion (has_tokens_per_s) */
 } run_stage_state;
 
 typedef struct run_state {
@@ -30,6 +36,9 @@ typedef struct run_state {
     size_t n_stages; /* stages seen in the journal (index + 1 of the highest) */
     run_stage_state stage[RUN_MAX_STAGES];
     uint32_t total_failures;
+    uint32_t total_restarts;
+    uint32_t total_recoveries; /* RECOVERED records */
+    uint32_t failed_stage;     /* index + 1 of the stage the run gave up on, else 0 */
     double started_at;
 } run_state;
 

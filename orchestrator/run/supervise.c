@@ -415,13 +415,13 @@ static int run_stage(run_ctx *c, size_t i) {
         } else if (end == ATTEMPT_STOPPED) {
             status = RUN_EXIT_STOPPED;
         } else if (end == ATTEMPT_FATAL) {
+            run_give_up(c, (uint32_t)i, 0, "a configuration error: not retried");
             status = BT_EXIT_USAGE;
         } else if (end == ATTEMPT_BROKEN) {
             status = BT_EXIT_FAILURE;
         } else if (end == ATTEMPT_ROLLBACK) {
             if (run_rollbacks(c, (uint32_t)i) > RUN_MAX_ROLLBACKS) {
-                fprintf(stderr, "baton run: stage \"%s\": giving up after %u rollbacks\n",
-                        c->prog.stage, RUN_MAX_ROLLBACKS);
+                run_give_up(c, (uint32_t)i, 1, "giving up after %u rollbacks", RUN_MAX_ROLLBACKS);
                 status = BT_EXIT_FAILURE;
             } else {
                 fprintf(stderr,
@@ -430,8 +430,8 @@ static int run_stage(run_ctx *c, size_t i) {
                         c->prog.stage);
             }
         } else if (++ss->failures > max_restarts) {
-            fprintf(stderr, "baton run: stage \"%s\": giving up after %u restarts (max_restarts)\n",
-                    c->prog.stage, max_restarts);
+            run_give_up(c, (uint32_t)i, 1, "giving up after %u restarts (max_restarts)",
+                        max_restarts);
             status = BT_EXIT_FAILURE;
         } else {
             c->failed_at = bt_clock_now();

@@ -52,5 +52,16 @@ expect 0 'steps: 7$' -- spec "$recipes/tiny-cpu.yaml" --stage long-context --set
 expect 0 'nodes: 2$' -- spec "$recipes/tiny-cpu.yaml" --nodes 2 --set stages.long-context.parallel.dp=2
 expect 2 '--set defaults.parallel.bogus=1.*unknown key "bogus"' -- spec "$recipes/tiny-cpu.yaml" --set defaults.parallel.bogus=1
 expect 2 "--set needs a value" -- spec "$recipes/tiny-cpu.yaml" --set
+# an empty path segment is refused by name, never taken as stage 0 or turned into bad YAML
+for k in stages..steps model..dim .model.dim model.dim. stages.pretrain..steps; do
+  expect 2 "^--set $k=5: the key \"$k\" has an empty path segment at character [0-9]+ " -- \
+    spec "$recipes/tiny-cpu.yaml" --stage pretrain --set "$k=5"
+done
+expect 2 "^--set stages\\.\\.steps=5: the key" -- spec "$recipes/tiny-cpu.yaml" --set stages..steps=5 --set stages.pretrain.steps=5
+expect 2 "the key \"model.d:im\" has ':' in the path segment \"d:im\"" -- \
+  plan "$recipes/tiny-cpu.yaml" --set model.d:im=64
+# the recipe name is the default run directory's (runs/<name>): one plain name, checked
+expect 2 "tiny-cpu.yaml:[0-9]+:[0-9]+: name: the recipe name \"a/b\" has '/'" -- \
+  plan "$recipes/tiny-cpu.yaml" --set name=a/b
 
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }

@@ -32,6 +32,15 @@
 #                 seen, so it exits 75 within heartbeat_timeout, not RUN_STOP_GRACE_S; a
 #                 second SIGINT kills the workers at once (one line, exit 75 within 4 s);
 #                 `baton resume` completes the run.
+#   give-up       every attempt's worker exits 1: after max_restarts the run gives up (exit
+#                 1) and `baton status` says failed, not stopped (text and JSON), with the
+#                 reason and the last failure's cause, and counts no recovery; SIGTERM
+#                 instead (the stop case) leaves it stopped.
+#   ckpt-then-kill  kill -9 `baton run` after stage extend's final checkpoint but before
+#                 the stage is journaled complete (its workers held at exit by a wrapper);
+#                 `baton resume` completes it without a step, and status must show the
+#                 loss and tokens/s of its step 16 as the worker logged them, not 0; a
+#                 stage with no step shows "-" (JSON null).
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -197,6 +206,11 @@ stop)
   set +e; wait "$bpid"; rc=$?; set -e
   bpid=
   [[ $rc == 75 ]] || fail "baton run exited $rc on SIGTERM, not 75"
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "stopped" and s["failure"] is None, s
+assert s["stages"][0]["state"] == "stopped", s["stages"]' || fail "a stopped run is not reported stopped"
   "$baton" resume r1 --quiet >run2.out 2>&1 || { cat run2.out; fail "resume failed"; }
   stage_losses r1 >r1.losses
   diff ref.losses r1.losses || fail "the resumed run did not end on the same losses"
@@ -321,7 +335,7 @@ early-exit)
 import json, sys
 s = json.load(sys.stdin)
 st = [(x["state"], x["attempts"]) for x in s["stages"]]
-assert s["state"] != "completed" and st[0] == ("stopped", 1), st
+assert s["state"] != "completed" and st[0] == ("failed", 1), st
 assert all(x["state"] != "done" for x in s["stages"]), st' || fail "$w: a stage counted as done"
     echo "$w: $(grep -m1 'failed:' run.out)"
   done
@@ -402,6 +416,91 @@ stop-hung)
 import json, sys
 assert json.load(sys.stdin)["state"] == "completed"' || fail "the resumed run did not complete"
   echo "$case: a hung worker ends the stop within heartbeat_timeout; a second signal kills at once; resumable"
+  ;;
+ckpt-then-kill)
+  # The wrapper holds stage extend's first attempt once its worker exited 0 (its final
+  # checkpoint written), until baton run is killed: a builtin read on a FIFO, so nothing
+  # outlives the wrapper, which dies with its launcher.
+  mkfifo hold.fifo
+  cat >held-worker <<WRAPPER
+#!/usr/bin/env bash
+"$worker" "\$@"; rc=\$?
+if [[ \$rc == 0 && "\$*" == *"/specs/s01-a00.pb"* ]]; then
+  : >"$work/held.\$\$"
+  read -r -t 60 <>"$work/hold.fifo"
+fi
+exit \$rc
+WRAPPER
+  chmod +x held-worker
+  "$baton" run "$recipe" --run-dir r1 --worker "$PWD/held-worker" --quiet >run.out 2>&1 &
+  bpid=$!
+  deadline=$((SECONDS + 120))
+  until compgen -G "held.*" >/dev/null; do
+    kill -0 "$bpid" 2>/dev/null || fail "baton run ended before stage extend was held"
+    ((SECONDS < deadline)) || fail "stage extend never finished"
+    sleep 0.05
+  done
+  kill -9 "$bpid"
+  wait "$bpid" 2>/dev/null || true
+  bpid=
+  [[ -d r1/checkpoints/s01-step00000016 ]] || fail "no final checkpoint of stage extend"
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+st = json.load(sys.stdin)["stages"]
+assert [s["state"] for s in st] == ["done", "stopped", "pending"], st
+assert st[2]["loss"] is None and st[2]["tokens_per_s"] is None, st[2]' ||
+    fail "status before the resume"
+  "$baton" status r1 | grep -Eq "^  fp8 +pending +0/12 +- +- " || { "$baton" status r1; fail "an unknown loss is not -"; }
+  "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "resume failed"; }
+  [[ $(ls r1/logs/s01-a*.log | wc -l) == 2 ]] || fail "stage extend was not resumed by a second attempt"
+  ! grep -q "step *16/16" r1/logs/s01-a01.log || fail "the resumed attempt trained step 16 again"
+  logged=$(sed -En 's/^\[0\] step +16\/16 +loss ([0-9.]+) .* ([0-9]+) tok\/s .*/\1 \2/p' r1/logs/s01-a00.log)
+  [[ -n $logged ]] || fail "no step 16 in the first attempt's log"
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+loss, tok = map(float, sys.argv[1].split())
+st = json.load(sys.stdin)["stages"]
+e = st[1]
+print("extend: status loss %r tok/s %r; the worker logged %r, %r" % (e["loss"], e["tokens_per_s"], loss, tok))
+assert [s["state"] for s in st] == ["done", "done", "done"], st
+assert e["step"] == 16 and abs(e["loss"] - loss) < 5e-7 and abs(e["tokens_per_s"] - tok) <= 1, e' \
+    "$logged" || fail "the completed stage does not show its last step's loss and tokens/s"
+  printf -v want '%.4f +%s' "${logged%% *}" "${logged##* }"
+  "$baton" status r1 | grep -Eq "^  extend +done +16/16 +$want " ||
+    { "$baton" status r1; fail "the text shows another loss or tokens/s"; }
+  echo "$case: stage completed by a resume without a step shows loss $logged (the worker's step 16)"
+  ;;
+give-up)
+  printf '#!/bin/sh\necho "a worker that always fails" >&2\nexit 1\n' >failing-worker
+  chmod +x failing-worker
+  set +e
+  "$baton" run "$recipe" --run-dir r1 --worker "$PWD/failing-worker" --quiet \
+    --set defaults.restart.max_restarts=2 --set defaults.restart.backoff=0.1s >run.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 1 ]] || fail "baton run exited $rc after exhausting its restarts, not 1"
+  grep -q 'giving up after 2 restarts' run.out || fail "baton run did not say it gave up"
+  "$baton" status r1 >status.txt
+  head -1 status.txt
+  grep -q "^run r1: failed (stage pretrain: giving up after 2 restarts (max_restarts); last failure: rank [0-9]* (node node[01], pid [0-9]*) exited with status 1); 3 failure(s), recovered 0 time(s)$" status.txt ||
+    { cat status.txt; fail "the run line does not say failed with the cause"; }
+  grep -Eq "^  pretrain +failed +0/30 .* 3 +2 +-$" status.txt || { cat status.txt; fail "the stage is not failed"; }
+  grep -Eq "^  extend +pending " status.txt || { cat status.txt; fail "the next stage is not pending"; }
+  grep -q "gave up: stage pretrain: giving up after 2 restarts (max_restarts)" status.txt ||
+    { cat status.txt; fail "no gave-up line"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "failed", s
+assert (s["failures"], s["restarts"], s["recoveries"]) == (3, 2, 0), s
+f = s["failure"]
+assert f["stage"] == "pretrain" and f["reason"] == "giving up after 2 restarts (max_restarts)", f
+assert f["last_cause"].endswith("exited with status 1"), f
+st = s["stages"]
+assert [x["state"] for x in st] == ["failed", "pending", "pending"], st
+assert (st[0]["attempts"], st[0]["restarts"]) == (3, 2), st[0]' ||
+    fail "status --json does not report the failed run"
+  echo "$case: gave up after 2 restarts (exit 1); status says failed, with reason and cause"
   ;;
 *) fail "unknown case" ;;
 esac
