@@ -122,18 +122,45 @@ static void run_note_ckpt(run_ctx *c, uint32_t stage, uint32_t attempt) {
     c->prog.ckpt[0] = '\0';
 }
 
+/* A rank of this host's job whose process is stopped (state T or t in /proc/PID/stat),
+ * or -1: the likely cause of a hang, which the rank silent longest need not be (the
+ * others block waiting on it, some of them earlier). Not for a Slurm step, whose
+ * processes are srun's, not the ranks. */
+static int run_stopped_rank(const launch_job *job) {
+    if (job == NULL || job->opts.plain) return -1;
+    for (int r = 0; r < job->nprocs; r++) {
+        const launch_rank *lr = &job->ranks[r];
+        if (!lr->running || lr->pid <= 0) continue;
+        char path[64], buf[512];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)lr->pid);
+        FILE *f = fopen(path, "r");
+        if (f == NULL) continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        const char *close = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+        if (close != NULL && close[1] == ' ' && (close[2] == 'T' || close[2] == 't')) return r;
+    }
+    return -1;
+}
+
 /* The hang rule: no heartbeat from some connected rank for hang_s (the control channel),
  * or, with no rank connected, neither a step from rank 0 nor a word from any rank for
  * hang_s (before the ranks connect; or after they all closed the channel and the job still
  * has not ended — a lost host whose launcher step waits on it). */
-static int run_hung(run_ctx *c, double started, double hang_s) {
+static int run_hung(run_ctx *c, const launch_job *job, double started, double hang_s) {
     double now = bt_clock_now();
     int rank = -1;
     double quiet = c->cs_open ? control_server_silence(&c->cs, now, &rank) : -1;
     if (quiet > hang_s) {
+        int stopped = run_stopped_rank(job);
+        char who[96] = "";
+        if (stopped >= 0)
+            snprintf(who, sizeof who, "rank %d (pid %d) is stopped (SIGSTOP or a debugger); ",
+                     stopped, (int)job->ranks[stopped].pid);
         snprintf(c->hang_why, sizeof c->hang_why,
-                 "hang: rank %d sent no heartbeat for %.1f s (heartbeat_timeout %.0f s)", rank,
-                 quiet, hang_s);
+                 "hang: %srank %d sent no heartbeat for %.1f s (heartbeat_timeout %.0f s)", who,
+                 rank, quiet, hang_s);
         return 1;
     }
     double since = c->prog.steps_seen ? c->prog.last_step_at : started;
@@ -191,7 +218,7 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
         run_note_ckpt(c, stage, attempt);
         if (c->sfd >= 0 && (pfd[0].revents & POLLIN)) run_on_signal(c, job);
         /* also while a stop is under way: a hung rank would hold it for RUN_STOP_GRACE_S */
-        if (!*hung && !c->killed_now && !c->topo_refused && run_hung(c, started, hang_s)) {
+        if (!*hung && !c->killed_now && !c->topo_refused && run_hung(c, job, started, hang_s)) {
             *hung = 1;
             run_progress_end(&c->prog);
             fprintf(stderr, "baton run: stage \"%s\": %s: killing the attempt\n", c->prog.stage,

@@ -2,8 +2,9 @@
 # `baton run` end to end on tests/run/run.yaml (three stages, 4 workers on 2 virtual
 # nodes). CASE:
 #   faults        kill -9 a random worker at a random step three times, SIGSTOP one once
-#                 (a hang), and kill a whole virtual node once (in the last stage: it is
-#                 excluded and, with no spare, dp shrinks 2 -> 1); the run must finish by
+#                 (a hang, blamed on the stopped rank), and kill a whole virtual node once
+#                 (in the last stage: it is excluded and, with no spare, dp shrinks
+#                 2 -> 1); the run must finish by
 #                 itself, the journal must show five recoveries and the exclusion, and every
 #                 stage must end on exactly the uninterrupted run's loss (within 1e-5 after
 #                 the shrink).
@@ -127,7 +128,7 @@ strike() { # STAGE FROM TO SIGNAL [RANKS...]: at a random step in [FROM, TO]
   [[ -n $pids ]] || { pgrep -af baton-worker | cut -c1-160; fail "no worker to strike in $log"; }
   echo "stage $1 step $k: SIG$4 to pid(s) $(echo $pids)"
   kill -s "$4" $pids
-  struck=$log
+  struck=$log struck_pids=$pids
 }
 
 case $case in
@@ -138,6 +139,7 @@ faults)
   strike 0 4 10 KILL
   strike 0 16 24 KILL
   strike 1 3 8 STOP
+  stopped_pid=$struck_pids
   strike 2 2 5 KILL
   strike 2 7 10 KILL 2 3 # node1: ranks 2 and 3
   wait "$bpid" || fail "baton run exited $?"
@@ -153,8 +155,8 @@ print("restarts", s["restarts"], "recoveries (s):", " ".join("%.2f" % r for r in
 assert s["state"] == "completed" and s["restarts"] == 5 and len(rec) == 5, s
 PY
   "$baton" status r1 >status.txt
-  grep -Eq "failure: stage extend .*hang: rank [0-9]+ sent no heartbeat" status.txt ||
-    { cat status.txt; fail "the SIGSTOP was not seen as a hang"; }
+  grep -Eq "failure: stage extend .*hang: rank [0-9]+ \(pid $stopped_pid\) is stopped .*rank [0-9]+ sent no heartbeat" status.txt ||
+    { cat status.txt; fail "the SIGSTOP was not seen as a hang of pid $stopped_pid"; }
   grep -q "node excluded: stage fp8 .*node1 lost" status.txt || { cat status.txt; fail "node1 not excluded"; }
   grep -q "data parallelism shrinks from 2 to 1 on 1 node" status.txt ||
     { cat status.txt; fail "no DP shrink after the node loss"; }
@@ -400,7 +402,7 @@ stop-hung)
     [[ -z $(pgrep -f -- "--spec $work/r1/" || true) ]] || fail "$1: workers outlived baton run"
     if [[ $1 == hang ]]; then
       ((took <= 20)) || fail "hang: the stop took $took s with a hung worker"
-      grep -q 'hang: rank [0-9]* sent no heartbeat' run.out || fail "hang: the hang was not seen"
+      grep -Eq 'hang: rank [0-9]+ \(pid [0-9]+\) is stopped .*sent no heartbeat' run.out || fail "hang: the hang was not seen"
     else
       ((took <= 4)) || fail "again: the second signal took $took s"
       [[ $(grep -c "got SIGINT again: killing the workers now" run.out) == 1 ]] ||
