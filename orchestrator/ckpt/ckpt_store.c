@@ -33,39 +33,42 @@ typedef struct store_args {
     int64_t limit_rate;
 } store_args;
 
+/* The options push and pull share, as their usage lists them. */
+#define STORE_COMMON_OPTIONS                                                                       \
+    "  --endpoint URL   the S3 endpoint, http(s)://HOST[:PORT]\n"                                  \
+    "  --max-time S     give up on one request after S seconds (then retried)\n"                   \
+    "  --stall-time S   give up on one request that moves no byte for S seconds\n"                 \
+    "                   (then retried; default 60, 0: never)\n"                                    \
+    "  --limit-rate B   at most B bytes per second\n"                                              \
+    "  --help           show this help\n"
+
 static void push_usage(FILE *f) {
-    fprintf(f, "usage: baton ckpt push CKPT URL [--endpoint URL] [--max-time S] [--stall-time S]\n"
-               "                                [--limit-rate B]\n\n"
-               "Uploads checkpoint CKPT (a checkpoint or run directory) as URL/<name>/<file>,\n"
-               "manifest.pb last. Files the store already holds at their full size are skipped,\n"
-               "so an interrupted push is resumed by running it again.\n\n"
-               "URL: http(s)://HOST[:PORT]/PREFIX (PUT/GET/HEAD, e.g. a WebDAV server) or\n"
-               "     s3://BUCKET/PREFIX (path-style, SigV4; credentials from AWS_ACCESS_KEY_ID,\n"
-               "     AWS_SECRET_ACCESS_KEY, AWS_REGION)\n\n"
-               "options:\n"
-               "  --endpoint URL   the S3 endpoint, http(s)://HOST[:PORT]\n"
-               "  --max-time S     give up on one request after S seconds (then retried)\n"
-               "  --stall-time S   give up on one request that moves no byte for S seconds\n"
-               "                   (then retried; default 60, 0: never)\n"
-               "  --limit-rate B   at most B bytes per second\n"
-               "  --help           show this help\n");
+    fprintf(f,
+            "usage: baton ckpt push CKPT URL [--endpoint URL] [--max-time S] [--stall-time S]\n"
+            "                                [--limit-rate B]\n\n"
+            "Uploads checkpoint CKPT (a checkpoint or run directory) as URL/<name>/<file>,\n"
+            "manifest.pb last. Files the store already holds at their full size are skipped,\n"
+            "so an interrupted push is resumed by running it again.\n\n"
+            "URL: http(s)://HOST[:PORT]/PREFIX (PUT/GET/HEAD, e.g. a WebDAV server) or\n"
+            "     s3://BUCKET/PREFIX (path-style, SigV4; credentials from AWS_ACCESS_KEY_ID,\n"
+            "     AWS_SECRET_ACCESS_KEY, AWS_REGION)\n\n"
+            "options:\n"
+            "%s",
+            STORE_COMMON_OPTIONS);
 }
 
 static void pull_usage(FILE *f) {
-    fprintf(f, "usage: baton ckpt pull URL [--into DIR] [--endpoint URL] [--max-time S]\n"
-               "                           [--stall-time S] [--limit-rate B]\n\n"
-               "Downloads the checkpoint URL names (http(s)://HOST/PREFIX/<name> or\n"
-               "s3://BUCKET/PREFIX/<name>) into DIR/<name> through DIR/<name>.partial,\n"
-               "checking every CRC32C before the rename. An interrupted pull is resumed by\n"
-               "running it again (Range requests continue partly downloaded files).\n\n"
-               "options:\n"
-               "  --into DIR       where to put it (default: the current directory)\n"
-               "  --endpoint URL   the S3 endpoint, http(s)://HOST[:PORT]\n"
-               "  --max-time S     give up on one request after S seconds (then retried)\n"
-               "  --stall-time S   give up on one request that moves no byte for S seconds\n"
-               "                   (then retried; default 60, 0: never)\n"
-               "  --limit-rate B   at most B bytes per second\n"
-               "  --help           show this help\n");
+    fprintf(f,
+            "usage: baton ckpt pull URL [--into DIR] [--endpoint URL] [--max-time S]\n"
+            "                           [--stall-time S] [--limit-rate B]\n\n"
+            "Downloads the checkpoint URL names (http(s)://HOST/PREFIX/<name> or\n"
+            "s3://BUCKET/PREFIX/<name>) into DIR/<name> through DIR/<name>.partial,\n"
+            "checking every CRC32C before the rename. An interrupted pull is resumed by\n"
+            "running it again (Range requests continue partly downloaded files).\n\n"
+            "options:\n"
+            "  --into DIR       where to put it (default: the current directory)\n"
+            "%s",
+            STORE_COMMON_OPTIONS);
 }
 
 static int parse_count(const char *what, const char *opt, const char *s, int64_t *out) {
