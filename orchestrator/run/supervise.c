@@ -459,12 +459,19 @@ static int run_signals(void) {
 static int run_load_state(run_ctx *c) {
     Baton__JournalRecord **v;
     size_t n;
-    int torn;
+    journal_tail tail;
     bt_diag d;
     bt_diag_init(&d);
-    if (journal_read(c->dir->path, &v, &n, &torn, &d) != 0) {
+    if (journal_read(c->dir->path, &v, &n, &tail, &d) != 0) {
         fprintf(stderr, "baton run: %s\n", d.msg);
         return BT_EIO;
+    }
+    if (tail.damaged) {
+        /* continuing would replay a run that lost records (a checkpoint, a stage's end) */
+        journal_records_free(v, n);
+        journal_diag_damaged(c->dir->path, &tail, &d);
+        fprintf(stderr, "baton run: %s\n", d.msg);
+        return BT_EINVAL;
     }
     run_state_replay(&c->st, v, n);
     run_nodes_init(&c->nodes, c->doc->recipe->cluster);
@@ -478,7 +485,7 @@ static int run_load_state(run_ctx *c) {
             run_skip_add(c, v[k]->stage_index, from, to);
     }
     journal_records_free(v, n);
-    if (torn) fprintf(stderr, "baton run: the journal's torn last record was dropped\n");
+    if (tail.torn) fprintf(stderr, "baton run: the journal's torn last record was dropped\n");
     return 0;
 }
 
@@ -486,10 +493,10 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
     run_ctx c = {.dir = dir, .doc = doc, .o = o, .sfd = -1};
     bt_diag d;
     bt_diag_init(&d);
-    if (run_load_state(&c) != 0 || journal_open(&c.j, dir->path, &d) != 0) {
-        if (d.msg[0]) fprintf(stderr, "baton run: %s\n", d.msg);
-        return BT_EXIT_FAILURE;
-    }
+    int rc = run_load_state(&c);
+    if (rc == 0 && (rc = journal_open(&c.j, dir->path, &d)) != 0)
+        fprintf(stderr, "baton run: %s\n", d.msg);
+    if (rc != 0) return rc == BT_EINVAL ? BT_EXIT_USAGE : BT_EXIT_FAILURE; /* damaged: 2 */
     int status = 0;
     if (c.st.completed) {
         printf("baton run: %s: the run has already completed\n", dir->path);
