@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt/crc32c.h"
 #include "launch_slurm.h"
 #include "run_ctx.h"
 #include "util/clock.h"
@@ -21,6 +22,7 @@
 #define RUN_DEFAULT_BACKOFF_S   1.0
 #define RUN_KILL_GRACE_S        5.0   /* after a failure: the others are stuck or failing too */
 #define RUN_STOP_GRACE_S        120.0 /* on a signal: time for the workers to checkpoint */
+#define RUN_OVERRIDES_KEPT_MAX  (16u << 10) /* overrides kept in RUN_STARTED whole */
 
 int run_journal(run_ctx *c, Baton__JournalRecord__Kind kind, uint32_t stage,
                 Baton__JournalRecord *r) {
@@ -489,6 +491,20 @@ static int run_load_state(run_ctx *c) {
     return 0;
 }
 
+/* RUN_STARTED, with the CRC32C (and, short, the bytes) of the overrides kept with the run:
+ * what run_dir_open checks the kept copy against whenever the run is continued. */
+static void run_journal_started(run_ctx *c) {
+    Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
+    char *text = NULL;
+    size_t n = 0;
+    if (run_dir_read_overrides(c->dir, &text, &n) == 0) {
+        r.has_overrides_crc32c = 1, r.overrides_crc32c = crc32c_update(0, text, n);
+        if (n < RUN_OVERRIDES_KEPT_MAX && memchr(text, '\0', n) == NULL) r.overrides = text;
+    }
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__RUN_STARTED, 0, &r);
+    free(text);
+}
+
 int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
     run_ctx c = {.dir = dir, .doc = doc, .o = o, .sfd = -1};
     bt_diag d;
@@ -501,7 +517,7 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
     if (c.st.completed) {
         printf("baton run: %s: the run has already completed\n", dir->path);
     } else {
-        if (!c.st.started) run_journal(&c, BATON__JOURNAL_RECORD__KIND__RUN_STARTED, 0, NULL);
+        if (!c.st.started) run_journal_started(&c);
         c.sfd = run_signals();
         bt_diag_init(&c.cs_diag);
         const char *host = o->slurm ? launch_slurm_listen(o->slurm) : "127.0.0.1";
