@@ -119,8 +119,15 @@ static int status_load(status_view *v, const char *dir, bt_diag *diag) {
     v->dir = dir;
     char recipe[4200];
     snprintf(recipe, sizeof recipe, "%s/recipe.yaml", dir);
-    int torn;
-    int rc = journal_read(dir, &v->rec, &v->n, &torn, diag);
+    journal_tail tail;
+    int rc = journal_read(dir, &v->rec, &v->n, &tail, diag);
+    if (rc == 0 && tail.damaged) {
+        bt_diag w;
+        bt_diag_init(&w);
+        journal_diag_damaged(dir, &tail, &w);
+        fprintf(stderr, "baton status: warning: %s; shown: the %zu records before it\n", w.msg,
+                v->n);
+    }
     if (rc == 0 && v->n == 0) {
         bt_diag_set(diag, "%s: not a run directory (no journal)", dir);
         rc = BT_EINVAL;

@@ -19,28 +19,67 @@ static void journal_path(const char *run_dir, char *out, size_t cap) {
     snprintf(out, cap, "%s/%s", run_dir, JOURNAL_FILE);
 }
 
-/* Scans buf for whole records: their count (into *n, with decoded records into v when
- * not NULL) and the length of the valid prefix. */
+/* The payload length of the whole record that starts at buf[off], or 0 when none does
+ * (fewer than 8 bytes left, a length past the end or over the limit, a CRC or protobuf
+ * that does not check out). Every record written has a seq, so a zero length is damage
+ * too: the zero-filled tail a crash can leave is not read as empty records. With r, the
+ * record is decoded into *r. */
+static uint32_t journal_frame(const uint8_t *buf, size_t len, size_t off,
+                              Baton__JournalRecord **r) {
+    if (off > len || len - off < 8) return 0;
+    uint32_t rl = (uint32_t)buf[off] | (uint32_t)buf[off + 1] << 8 | (uint32_t)buf[off + 2] << 16 |
+                  (uint32_t)buf[off + 3] << 24;
+    uint32_t crc = (uint32_t)buf[off + 4] | (uint32_t)buf[off + 5] << 8 |
+                   (uint32_t)buf[off + 6] << 16 | (uint32_t)buf[off + 7] << 24;
+    if (rl == 0 || rl > JOURNAL_MAX_RECORD || rl > len - off - 8) return 0;
+    if (crc32c_update(0, buf + off + 8, rl) != crc) return 0;
+    Baton__JournalRecord *d = baton__journal_record__unpack(NULL, rl, buf + off + 8);
+    if (d == NULL) return 0;
+    if (r)
+        *r = d;
+    else
+        baton__journal_record__free_unpacked(d, NULL);
+    return rl;
+}
+
+/* Scans buf for whole records from the start: their count (into *n, with decoded
+ * records into v when not NULL) and the length of the valid prefix. */
 static size_t journal_scan(const uint8_t *buf, size_t len, Baton__JournalRecord **v, size_t *n) {
     size_t off = 0, k = 0;
-    while (len - off >= 8) {
-        uint32_t rl = (uint32_t)buf[off] | (uint32_t)buf[off + 1] << 8 |
-                      (uint32_t)buf[off + 2] << 16 | (uint32_t)buf[off + 3] << 24;
-        uint32_t crc = (uint32_t)buf[off + 4] | (uint32_t)buf[off + 5] << 8 |
-                       (uint32_t)buf[off + 6] << 16 | (uint32_t)buf[off + 7] << 24;
-        if (rl > JOURNAL_MAX_RECORD || rl > len - off - 8) break;
-        if (crc32c_update(0, buf + off + 8, rl) != crc) break;
-        Baton__JournalRecord *r = baton__journal_record__unpack(NULL, rl, buf + off + 8);
-        if (r == NULL) break;
-        if (v)
-            v[k] = r;
-        else
-            baton__journal_record__free_unpacked(r, NULL);
-        k++;
-        off += 8 + rl;
-    }
+    uint32_t rl;
+    while ((rl = journal_frame(buf, len, off, v ? &v[k] : NULL)) != 0)
+        k++, off += 8 + (size_t)rl;
     *n = k;
     return off;
+}
+
+/* What follows the valid prefix buf[0..valid): nothing, a torn last record, or damage.
+ * A crash in the middle of an append leaves a prefix of one record, with no whole record
+ * after it; bad bytes with a whole record somewhere after them are damage. The length
+ * field is outside the CRC, so a bad record's own length cannot be trusted to find the
+ * next one: every later offset is tried, for this diagnosis only (records past damage are
+ * never read). A false whole record in a torn tail needs a 32-bit CRC to match by chance. */
+static void journal_classify(const uint8_t *buf, size_t len, size_t valid, journal_tail *t) {
+    t->valid = valid, t->size = len;
+    t->torn = t->damaged = 0;
+    if (valid == len) return;
+    for (size_t p = valid + 1; p + 8 < len; p++)
+        if (journal_frame(buf, len, p, NULL) != 0) {
+            t->damaged = 1;
+            return;
+        }
+    t->torn = 1;
+}
+
+void journal_diag_damaged(const char *run_dir, const journal_tail *t, bt_diag *diag) {
+    bt_diag_set(diag,
+                "%s/%s is damaged at byte %zu of %zu: the record there does not check out "
+                "(its length or CRC32C) and whole records follow it, so it is not the torn "
+                "end a crash leaves; the journal was not changed. Restore it from a copy, or "
+                "keep only the %zu bytes before the damage ('truncate -s %zu %s/%s': the "
+                "records after it are lost) or move it aside",
+                run_dir, JOURNAL_FILE, t->valid, t->size, t->valid, t->valid, run_dir,
+                JOURNAL_FILE);
 }
 
 /* The journal's bytes; a missing journal is empty (*buf NULL). */
@@ -56,17 +95,18 @@ static int journal_slurp(const char *path, uint8_t **buf, size_t *len, bt_diag *
     return BT_EIO;
 }
 
-int journal_read(const char *run_dir, Baton__JournalRecord ***out, size_t *n, int *torn,
+int journal_read(const char *run_dir, Baton__JournalRecord ***out, size_t *n, journal_tail *tail,
                  bt_diag *diag) {
     char path[4096];
     journal_path(run_dir, path, sizeof path);
     uint8_t *buf;
     size_t len, count;
-    *out = NULL, *n = 0, *torn = 0;
+    *out = NULL, *n = 0;
+    memset(tail, 0, sizeof *tail);
     int rc = journal_slurp(path, &buf, &len, diag);
     if (rc != 0 || buf == NULL) return rc;
     size_t valid = journal_scan(buf, len, NULL, &count);
-    *torn = valid != len;
+    journal_classify(buf, len, valid, tail);
     *out = calloc(count ? count : 1, sizeof **out);
     if (*out == NULL) {
         free(buf);
@@ -91,8 +131,15 @@ int journal_open(journal *j, const char *run_dir, bt_diag *diag) {
     int rc = journal_slurp(path, &buf, &len, diag);
     if (rc != 0) return rc;
     count = 0;
+    journal_tail t;
     size_t valid = buf ? journal_scan(buf, len, NULL, &count) : 0;
+    journal_classify(buf, len, valid, &t);
     free(buf);
+    j->fd = -1;
+    if (t.damaged) {
+        journal_diag_damaged(run_dir, &t, diag);
+        return BT_EINVAL;
+    }
     j->next_seq = count;
     j->fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     if (j->fd < 0 || ftruncate(j->fd, (off_t)valid) != 0 || lseek(j->fd, 0, SEEK_END) < 0) {

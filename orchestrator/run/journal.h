@@ -3,7 +3,10 @@
  * the serialized JournalRecord, fsynced one by one. A crash can only leave a torn last
  * record: reading stops at the first record whose length or CRC does not check out, and
  * opening for append cuts such a tail off first, so the file is always a sequence of
- * whole records. */
+ * whole records. A bad record with whole records after it is not what a crash leaves but
+ * damage (a flipped bit, an edit); the length is outside the CRC, so the next record
+ * cannot be found safely from it: the records before it are read, opening refuses, and
+ * nothing is cut off. */
 #ifndef BATON_JOURNAL_H
 #define BATON_JOURNAL_H
 
@@ -19,16 +22,27 @@ typedef struct journal {
     uint64_t next_seq;
 } journal;
 
-/* Opens (creating, 0600) RUN_DIR/journal for appending; a torn tail is truncated. */
+/* What follows the journal's whole records. */
+typedef struct journal_tail {
+    size_t valid; /* the bytes of the whole records from the start (where damage begins) */
+    size_t size;  /* the file's bytes */
+    int torn;     /* a torn last record (bytes with no whole record after them) follows */
+    int damaged;  /* a bad record with a whole record after it follows */
+} journal_tail;
+
+/* Opens (creating, 0600) RUN_DIR/journal for appending; a torn tail is truncated. A
+ * damaged journal is refused (BT_EINVAL, journal_diag_damaged's message), unchanged. */
 int journal_open(journal *j, const char *run_dir, bt_diag *diag);
 void journal_close(journal *j);
 /* Appends r (its seq and wall_time are set here) and fsyncs. */
 int journal_append(journal *j, Baton__JournalRecord *r, bt_diag *diag);
 
-/* Every whole record of RUN_DIR/journal, in order; free with journal_records_free.
- * A missing journal gives none. *torn is set when a damaged tail was ignored. */
-int journal_read(const char *run_dir, Baton__JournalRecord ***out, size_t *n, int *torn,
+/* The whole records of RUN_DIR/journal up to the first bad one, in order; free with
+ * journal_records_free. A missing journal gives none. *tail says what follows them. */
+int journal_read(const char *run_dir, Baton__JournalRecord ***out, size_t *n, journal_tail *tail,
                  bt_diag *diag);
+/* The message for a damaged journal: where, and what the user can do. */
+void journal_diag_damaged(const char *run_dir, const journal_tail *t, bt_diag *diag);
 void journal_records_free(Baton__JournalRecord **v, size_t n);
 
 const char *journal_kind_name(Baton__JournalRecord__Kind k);

@@ -11,7 +11,9 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt/crc32c.h"
 #include "indexed.h"
+#include "journal.h"
 #include "loader.h"
 #include "util/file.h"
 
@@ -37,6 +39,86 @@ static int run_dir_keep(run_dir *d, const char *name, const char *data, size_t n
                 "another --run-dir, or continue it with 'baton resume %s'",
                 d->path, what, copy, d->path);
     return BT_EINVAL;
+}
+
+int run_dir_read_overrides(const run_dir *d, char **text, size_t *n) {
+    char path[4200];
+    run_dir_file(d, "overrides", path, sizeof path);
+    *text = NULL, *n = 0;
+    return bt_read_file(path, RUN_DIR_MAX_FILE, text, n) == 0 ? 0 : -1;
+}
+
+/* The overrides as --set options on one line ("--set a=1 --set b=2"), or "no --set". */
+static void run_dir_sets_line(const char *text, char *out, size_t cap) {
+    size_t k = 0;
+    out[0] = '\0';
+    for (const char *p = text; *p && k + 1 < cap;) {
+        size_t len = strcspn(p, "\n");
+        if (len > 0) {
+            int w = snprintf(out + k, cap - k, "%s--set %.*s", k ? " " : "", (int)len, p);
+            k = w > 0 && (size_t)w < cap - k ? k + (size_t)w : cap - 1;
+        }
+        p += len + (p[len] == '\n');
+    }
+    if (k == 0) snprintf(out, cap, "no --set");
+}
+
+/* The kept overrides against the CRC32C the journal's RUN_STARTED has of them as the run
+ * started (journals older than that have none: nothing to check). `baton resume`
+ * reapplies the kept copy, so a lost or edited one would go on under another schedule
+ * in the middle of a stage; it is refused rather than replaced. A lost copy is no loss
+ * when the caller's overrides (none, for resume) are the run's: it is written again. */
+static int run_dir_check_overrides(run_dir *d, const char *overrides, bt_diag *diag) {
+    Baton__JournalRecord **v;
+    size_t n;
+    journal_tail tail;
+    int rc = journal_read(d->path, &v, &n, &tail, diag);
+    if (rc != 0) return rc;
+    const Baton__JournalRecord *started = NULL;
+    for (size_t i = 0; i < n && started == NULL; i++)
+        if (v[i]->kind == BATON__JOURNAL_RECORD__KIND__RUN_STARTED && v[i]->has_overrides_crc32c)
+            started = v[i];
+    char *kept = NULL, copy[4200], sets[2048];
+    size_t kept_n = 0;
+    int have = started ? run_dir_read_overrides(d, &kept, &kept_n) == 0 : 0;
+    if (started) {
+        run_dir_file(d, "overrides", copy, sizeof copy);
+        if (started->overrides)
+            run_dir_sets_line(started->overrides, sets, sizeof sets);
+        else
+            snprintf(sets, sizeof sets, "--set overrides of CRC32C %08x",
+                     started->overrides_crc32c);
+    }
+    if (started && !have && errno != ENOENT) {
+        bt_diag_set(diag, "%s: cannot read: %s", copy, strerror(errno));
+        rc = BT_EIO;
+    } else if (started && !have &&
+               crc32c_update(0, overrides, strlen(overrides)) != started->overrides_crc32c) {
+        if (started->overrides)
+            bt_diag_set(diag,
+                        "%s is missing (the run was started with %s); restore it with those "
+                        "assignments, one per line, or continue with 'baton run %s/recipe.yaml "
+                        "--run-dir %s %s', which writes it again; to start over, choose another "
+                        "--run-dir",
+                        copy, sets, d->path, d->path, sets);
+        else
+            bt_diag_set(diag,
+                        "%s is missing (the run was started with %s); restore it, or continue "
+                        "with 'baton run' and the run's --set, which writes it again; to start "
+                        "over, choose another --run-dir",
+                        copy, sets);
+        rc = BT_EINVAL;
+    } else if (have && crc32c_update(0, kept, kept_n) != started->overrides_crc32c) {
+        bt_diag_set(diag,
+                    "%s was changed since the run started (the run was started with %s); "
+                    "restore those assignments, one per line, to continue it; to run with "
+                    "other overrides, choose another --run-dir",
+                    copy, sets);
+        rc = BT_EINVAL;
+    }
+    free(kept);
+    journal_records_free(v, n);
+    return rc;
 }
 
 static int run_dir_recipe(run_dir *d, const char *recipe_file, const char *overrides,
@@ -136,6 +218,7 @@ int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const ch
     }
     snprintf(d->path, sizeof d->path, "%s", abs); /* workers and specs see one absolute path */
     int rc = run_dir_lock(d, diag);
+    rc = rc ? rc : run_dir_check_overrides(d, overrides, diag);
     rc = rc ? rc : run_dir_recipe(d, recipe_file, overrides, diag);
     rc = rc ? rc : run_dir_secret(d, diag);
     const char *subs[] = {"specs", "logs"};

@@ -22,13 +22,17 @@ typedef struct run_dir {
 } run_dir;
 
 /* Creates (0700) or reopens path for recipe_file and overrides (the --set lines), whose
- * bytes must equal the copies kept there when the directory already holds a run; takes
- * the lock; makes the secret. Every
+ * bytes must equal the copies kept there when the directory already holds a run; the
+ * kept overrides must also still be those the journal says the run started with (a lost
+ * copy is written again only when overrides are those); takes the lock; makes the
+ * secret. Every
  * failure (unwritable, another run's directory, locked by another baton run) is a
  * clear message and BT_EINVAL / BT_EIO. */
 int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const char *overrides,
                  bt_diag *diag);
 void run_dir_close(run_dir *d);
+/* The bytes of the kept overrides (free *text); -1 (errno set) when they cannot be read. */
+int run_dir_read_overrides(const run_dir *d, char **text, size_t *n);
 /* Whether a baton run holds path's lock now (tested, not taken). */
 int run_dir_busy(const char *path);
 /* Every dataset the recipe's stages read (train, mix, valid) exists and opens. */

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt/crc32c.h"
 #include "launch_slurm.h"
 #include "run_ctx.h"
 #include "util/clock.h"
@@ -21,6 +22,7 @@
 #define RUN_DEFAULT_BACKOFF_S   1.0
 #define RUN_KILL_GRACE_S        5.0   /* after a failure: the others are stuck or failing too */
 #define RUN_STOP_GRACE_S        120.0 /* on a signal: time for the workers to checkpoint */
+#define RUN_OVERRIDES_KEPT_MAX  (16u << 10) /* overrides kept in RUN_STARTED whole */
 
 int run_journal(run_ctx *c, Baton__JournalRecord__Kind kind, uint32_t stage,
                 Baton__JournalRecord *r) {
@@ -486,12 +488,19 @@ static int run_signals(void) {
 static int run_load_state(run_ctx *c) {
     Baton__JournalRecord **v;
     size_t n;
-    int torn;
+    journal_tail tail;
     bt_diag d;
     bt_diag_init(&d);
-    if (journal_read(c->dir->path, &v, &n, &torn, &d) != 0) {
+    if (journal_read(c->dir->path, &v, &n, &tail, &d) != 0) {
         fprintf(stderr, "baton run: %s\n", d.msg);
         return BT_EIO;
+    }
+    if (tail.damaged) {
+        /* continuing would replay a run that lost records (a checkpoint, a stage's end) */
+        journal_records_free(v, n);
+        journal_diag_damaged(c->dir->path, &tail, &d);
+        fprintf(stderr, "baton run: %s\n", d.msg);
+        return BT_EINVAL;
     }
     run_state_replay(&c->st, v, n);
     run_nodes_init(&c->nodes, c->doc->recipe->cluster);
@@ -505,23 +514,37 @@ static int run_load_state(run_ctx *c) {
             run_skip_add(c, v[k]->stage_index, from, to);
     }
     journal_records_free(v, n);
-    if (torn) fprintf(stderr, "baton run: the journal's torn last record was dropped\n");
+    if (tail.torn) fprintf(stderr, "baton run: the journal's torn last record was dropped\n");
     return 0;
+}
+
+/* RUN_STARTED, with the CRC32C (and, short, the bytes) of the overrides kept with the run:
+ * what run_dir_open checks the kept copy against whenever the run is continued. */
+static void run_journal_started(run_ctx *c) {
+    Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
+    char *text = NULL;
+    size_t n = 0;
+    if (run_dir_read_overrides(c->dir, &text, &n) == 0) {
+        r.has_overrides_crc32c = 1, r.overrides_crc32c = crc32c_update(0, text, n);
+        if (n < RUN_OVERRIDES_KEPT_MAX && memchr(text, '\0', n) == NULL) r.overrides = text;
+    }
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__RUN_STARTED, 0, &r);
+    free(text);
 }
 
 int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
     run_ctx c = {.dir = dir, .doc = doc, .o = o, .sfd = -1};
     bt_diag d;
     bt_diag_init(&d);
-    if (run_load_state(&c) != 0 || journal_open(&c.j, dir->path, &d) != 0) {
-        if (d.msg[0]) fprintf(stderr, "baton run: %s\n", d.msg);
-        return BT_EXIT_FAILURE;
-    }
+    int rc = run_load_state(&c);
+    if (rc == 0 && (rc = journal_open(&c.j, dir->path, &d)) != 0)
+        fprintf(stderr, "baton run: %s\n", d.msg);
+    if (rc != 0) return rc == BT_EINVAL ? BT_EXIT_USAGE : BT_EXIT_FAILURE; /* damaged: 2 */
     int status = 0;
     if (c.st.completed) {
         printf("baton run: %s: the run has already completed\n", dir->path);
     } else {
-        if (!c.st.started) run_journal(&c, BATON__JOURNAL_RECORD__KIND__RUN_STARTED, 0, NULL);
+        if (!c.st.started) run_journal_started(&c);
         c.sfd = run_signals();
         bt_diag_init(&c.cs_diag);
         const char *host = o->slurm ? launch_slurm_listen(o->slurm) : "127.0.0.1";

@@ -18,7 +18,10 @@
 #   stop          SIGTERM to `baton run`: the workers checkpoint and it exits 75;
 #                 `baton resume` finishes with the uninterrupted losses.
 #   overrides     --set and --nodes: applied, kept with the run, reapplied by resume, a
-#                 different set on the same run directory refused, bad ones exit 2.
+#                 different set on the same run directory refused, bad ones exit 2; the
+#                 kept copy removed or edited: resume and run exit 2 naming the run's
+#                 --set (the journal's RUN_STARTED has its CRC32C), the run's own --set
+#                 writes it again; a run without --set resumes without its (empty) copy.
 #   topology      a layout whose TP groups span the two virtual nodes: the report warns;
 #                 with cluster.strict_topology the stage is refused before its first step
 #                 (exit 2, not retried, no checkpoint).
@@ -264,7 +267,40 @@ print("overrides: stages ran", got)'
   [[ $rc1 == 2 ]] && grep -q "other --set overrides" x.out || { cat x.out; fail "other overrides accepted"; }
   [[ $rc2 == 2 ]] && grep -q "name a stage and a field" y.out || { cat y.out; fail "bad stage accepted"; }
   [[ $rc3 == 2 ]] && grep -q "cluster has 3 nodes" z.out || { cat z.out; fail "--nodes not applied"; }
-  echo "$case: applied, kept, reapplied on resume; conflicting and bad ones exit 2"
+  # The kept copy lost or edited: refused (resume would reapply other overrides), never
+  # written afresh; the run's own --set writes it again.
+  cp r1/overrides kept
+  rm r1/overrides
+  started="(the run was started with --set stages.pretrain.steps=6 --set stages.1.steps=3 --set stages.fp8.steps=2 --set defaults.optimizer.lr=1e-3)"
+  set +e
+  "$baton" resume r1 --quiet >m1.out 2>&1; rc1=$?
+  "$baton" run "$recipe" --run-dir r1 --quiet >m2.out 2>&1; rc2=$?
+  set -e
+  [[ $rc1 == 2 ]] && grep -qF "r1/overrides is missing $started" m1.out ||
+    { cat m1.out; fail "resume without the overrides: exit $rc1"; }
+  [[ $rc2 == 2 ]] && grep -qF "r1/overrides is missing $started" m2.out ||
+    { cat m2.out; fail "run without the overrides: exit $rc2"; }
+  [[ ! -e r1/overrides ]] || fail "the lost overrides were written afresh"
+  sed 's/steps=6/steps=7/' kept >r1/overrides
+  set +e
+  "$baton" resume r1 --quiet >m3.out 2>&1; rc3=$?
+  set -e
+  [[ $rc3 == 2 ]] && grep -qF "r1/overrides was changed since the run started $started" m3.out ||
+    { cat m3.out; fail "resume with edited overrides: exit $rc3"; }
+  rm r1/overrides
+  "$baton" run "$recipe" --run-dir r1 --quiet "${sets[@]}" >m4.out 2>&1 ||
+    { cat m4.out; fail "the run's own --set did not write the overrides again"; }
+  cmp -s kept r1/overrides || fail "the overrides written again differ"
+  "$baton" resume r1 --quiet >m5.out 2>&1 || { cat m5.out; fail "resume after the restore failed"; }
+  grep -q "already completed" m5.out || fail "resume after the restore did not see the completed run"
+  # A run without --set: a lost (empty) copy changes nothing, so it is written again.
+  sed -E 's/^    steps: 30$/    steps: 4/; s/^    steps: (16|12)$/    steps: 2/' "$recipe" >plain.yaml
+  "$baton" run plain.yaml --run-dir r4 --quiet >p1.out 2>&1 || { cat p1.out; fail "the plain run failed"; }
+  rm r4/overrides
+  "$baton" resume r4 --quiet >p2.out 2>&1 || { cat p2.out; fail "resume of a run without --set refused"; }
+  grep -q "already completed" p2.out && [[ -f r4/overrides && ! -s r4/overrides ]] ||
+    { cat p2.out; fail "the plain run's overrides were not written again, empty"; }
+  echo "$case: applied, kept, reapplied on resume; conflicting and bad ones exit 2; a lost or edited copy exit 2"
   ;;
 topology)
   sets=(--set stages.pretrain.parallel.order=pp-tp-cp-dp --set stages.pretrain.steps=4
