@@ -475,12 +475,23 @@ static int run_stage(run_ctx *c, size_t i) {
     return status;
 }
 
+static void run_signal_set(sigset_t *set) {
+    sigemptyset(set);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGHUP);
+}
+
+void run_signals_block(void) {
+    sigset_t set;
+    run_signal_set(&set);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+}
+
+/* A signal that came since run_signals_block waits in the signalfd. */
 static int run_signals(void) {
     sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP);
+    run_signal_set(&set);
     if (sigprocmask(SIG_BLOCK, &set, NULL) != 0) return -1;
     return signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
 }

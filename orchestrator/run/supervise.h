@@ -59,5 +59,9 @@ void run_print_summary(const run_dir *dir);
 
 /* Runs (or continues) every stage; returns the process exit status. */
 int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o);
+/* Blocks SIGINT, SIGTERM and SIGHUP from here on, so that one arriving while the recipe
+ * is loaded and checked is taken by run_supervise (a stop: exit 75), not by the default
+ * action (exit 143). The launchers unblock them in the children they start. */
+void run_signals_block(void);
 
 #endif
