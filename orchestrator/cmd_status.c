@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt/crc32c.h"
 #include "cli.h"
 #include "recipe.h"
 #include "run/journal.h"
@@ -15,6 +16,7 @@
 #include "run/run_state.h"
 #include "run/supervise.h"
 #include "util/buf.h"
+#include "util/file.h"
 
 /* A stage's latest step as metrics.jsonl has it; a field it lacks (or has as null) is
  * unknown. */
@@ -102,16 +104,45 @@ static void status_metrics(status_view *v) {
     v->m_tok = status_num(last, "\"tokens_per_s\": ");
 }
 
-/* The run's --set overrides (RUN_DIR/overrides), so that step counts are the run's. */
+/* The overrides the run started with, as its RUN_STARTED record keeps them (NULL for a
+ * journal from before that); *crc their CRC32C. */
+static const char *status_started_overrides(const status_view *v, uint32_t *crc) {
+    for (size_t i = 0; i < v->n; i++)
+        if (v->rec[i]->kind == BATON__JOURNAL_RECORD__KIND__RUN_STARTED &&
+            v->rec[i]->has_overrides_crc32c && v->rec[i]->overrides) {
+            *crc = v->rec[i]->overrides_crc32c;
+            return v->rec[i]->overrides;
+        }
+    return NULL;
+}
+
+/* The run's --set overrides, so that step counts are the run's: those the journal kept as
+ * the run started (a warning when RUN_DIR/overrides is lost or differs, which resume
+ * refuses), else RUN_DIR/overrides. */
 static void status_apply_overrides(status_view *v, bt_diag *diag) {
-    char path[4200], line[1024];
+    char path[4200], *kept = NULL;
+    size_t kept_n = 0;
+    uint32_t crc = 0;
     snprintf(path, sizeof path, "%s/overrides", v->dir);
-    FILE *f = fopen(path, "r");
-    while (f && fgets(line, sizeof line, f)) {
-        line[strcspn(line, "\n")] = '\0';
-        if (line[0]) recipe_apply_set(&v->doc, line, diag);
+    int have = bt_read_file(path, 1 << 20, &kept, &kept_n) == 0;
+    const char *started = status_started_overrides(v, &crc);
+    if (started && (!have || crc32c_update(0, kept, kept_n) != crc))
+        fprintf(stderr,
+                "baton status: warning: %s %s since the run started; showing the run's own "
+                "overrides, which the journal keeps\n",
+                path, have ? "was changed" : "is missing");
+    const char *text = started ? started : have ? kept : "";
+    for (const char *p = text; *p;) {
+        size_t len = strcspn(p, "\n");
+        char line[1024];
+        if (len > 0 && len < sizeof line) {
+            memcpy(line, p, len);
+            line[len] = '\0';
+            recipe_apply_set(&v->doc, line, diag);
+        }
+        p += len + (p[len] == '\n');
     }
-    if (f) fclose(f);
+    free(kept);
 }
 
 static int status_load(status_view *v, const char *dir, bt_diag *diag) {

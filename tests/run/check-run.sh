@@ -287,6 +287,14 @@ print("overrides: stages ran", got)'
   set -e
   [[ $rc3 == 2 ]] && grep -qF "r1/overrides was changed since the run started $started" m3.out ||
     { cat m3.out; fail "resume with edited overrides: exit $rc3"; }
+  # status shows the run's own step counts (the journal's copy) and warns
+  "$baton" status r1 --json >s3.json 2>s3.err
+  grep -q "r1/overrides was changed since the run started; showing the run's own" s3.err ||
+    { cat s3.err; fail "status did not warn about the edited overrides"; }
+  /usr/bin/python3 -c '
+import json
+got = [(x["step"], x["steps"]) for x in json.load(open("s3.json"))["stages"]]
+assert got == [(6, 6), (3, 3), (2, 2)], got' || fail "status took the edited overrides"
   rm r1/overrides
   "$baton" run "$recipe" --run-dir r1 --quiet "${sets[@]}" >m4.out 2>&1 ||
     { cat m4.out; fail "the run's own --set did not write the overrides again"; }
