@@ -4,7 +4,7 @@
 # complete checkpoint, and the resumed run ends on the uninterrupted run's losses.
 #   check-faults.sh BATON BATON_WORKER SOURCE_DIR CASE
 #   CASE: kill-during-write | flipped-byte | truncated | disk-full | async-save |
-#         bad-tool-input
+#         bad-tool-input | all-damaged
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
 export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
@@ -107,6 +107,20 @@ async-save)
   tp2 --init run/checkpoints/s00-step00000010 >b.log
   same_tail ref.log b.log 11
   echo "$case: losses unchanged, 3 checkpoints kept and intact, resumed from step 10 bitwise"
+  ;;
+all-damaged)
+  # Every checkpoint damaged in rank 1's shard only: the load fails on every rank, and
+  # rank 0, whose own reads were fine, names the rank whose log says why.
+  tp2 --run-dir run --save-every 5 >/dev/null
+  for c in run/checkpoints/s00-step*; do
+    printf '\x5a\x5a\x5a\x5a' | dd of="$c/rank-00001.bin" bs=1 seek=200 conv=notrunc status=none
+  done
+  if tp2 --run-dir run --init run >b.log 2>&1; then fail "a run started from damaged checkpoints"; fi
+  grep -q "^\[1\] .*no usable checkpoint (the oldest refused: .*rank-00001.bin: .*CRC32C mismatch" b.log ||
+    { cat b.log; fail "rank 1 did not say why"; }
+  grep -q "^\[0\] .*no usable checkpoint (the oldest refused: on rank 1: its log says why)" b.log ||
+    { cat b.log; fail "rank 0 did not name rank 1"; }
+  echo "$case: every checkpoint refused on rank 1; rank 0 names it"
   ;;
 bad-tool-input)
   # The checkpoint tools refuse what they cannot do right, with a message and exit 2,

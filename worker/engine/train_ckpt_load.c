@@ -263,11 +263,12 @@ static int load_candidates(const char *path, char ***dirs, size_t *n, bt_diag *d
     return rc;
 }
 
-/* Whether any rank failed (max over the world of the flags). */
+/* 0 when no rank failed, else 1 + the highest world rank that failed (-1 when that is
+ * not known: the vote itself failed). */
 static int load_any_failed(comm *world, int failed) {
-    float f = failed ? 1.0f : 0.0f;
-    if (world && comm_allreduce(world, &f, &f, 1, COMM_F32, COMM_MAX, NULL) != 0) return 1;
-    return f != 0.0f;
+    float f = failed ? (float)(world ? comm_rank(world) : 0) + 1.0f : 0.0f;
+    if (world && comm_allreduce(world, &f, &f, 1, COMM_F32, COMM_MAX, NULL) != 0) return -1;
+    return (int)f;
 }
 
 int train_ckpt_load(trainer *t, const char *path, comm *world, bt_diag *diag) {
@@ -284,8 +285,10 @@ int train_ckpt_load(trainer *t, const char *path, comm *world, bt_diag *diag) {
         load_undo(t, &start); /* every rank, whether its own load failed or not */
         if (r != 0) fprintf(stderr, "baton-worker: checkpoint refused: %s\n", mine.msg);
         if (i + 1 == n) {
+            char other[64] = "on another rank";
+            if (any > 0) snprintf(other, sizeof other, "on rank %d: its log says why", any - 1);
             bt_diag_set(diag, "%s: no usable checkpoint (the oldest refused: %s)", path,
-                        r ? mine.msg : "on another rank");
+                        r ? mine.msg : other);
             rc = r ? r : BT_EIO;
         } else {
             fprintf(stderr, "baton-worker: falling back to %s\n", dirs[i + 1]);
