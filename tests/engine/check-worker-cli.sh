@@ -37,6 +37,16 @@ expect 2 'junk.pb: not a StageSpec' -- --spec junk.pb
 expect 2 'layout tp2 pp2 cp1 dp1 ep1 is not supported by this worker' -- --spec tiny.pb
 expect 0 'step +3/300' -- --spec tiny.pb --single-process --steps 3 --eval-windows 0
 expect 0 'valid loss [0-9.]+ ' -- --spec small.pb --steps 30 --log-every 10 --eval-windows 8
+# A validation set smaller than the windows asked for: each window once, said so; one with
+# no whole window (a small corpus's split): not evaluated, and the stage still succeeds.
+head -c 1300 /usr/share/games/fortunes/fortunes >few.txt
+"$baton" data prepare --input few.txt --output data/few --valid-fraction 0 >/dev/null || exit 1
+expect 0 'valid loss [0-9.]+ .* over 20 windows of data/few_train \(all it holds\)' -- \
+  --spec small.pb --steps 1 --valid data/few_train
+printf 'tiny' >tiny.txt
+"$baton" data prepare --input tiny.txt --output data/tiny --valid-fraction 0 >/dev/null || exit 1
+expect 0 'valid loss not evaluated: data/tiny_train holds no window of seq_len \+ 1 = 65 tokens' \
+  -- --spec small.pb --steps 1 --valid data/tiny_train
 
 # The loss after 30 steps is below the loss after 10.
 out=$("$worker" --spec small.pb --steps 30 --log-every 10 --eval-windows 0)

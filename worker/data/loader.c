@@ -106,7 +106,7 @@ static int stream_open(loader *ld, size_t s, const char *prefix, bt_diag *diag) 
     uint64_t n = st->ds.n_tokens, L = ld->cfg.seq_len;
     st->n_windows = n > L ? (n - 1) / L : 0;
     st->seed = ld->cfg.seed + s * SPLITMIX64_GAMMA;
-    if (st->n_windows == 0) {
+    if (st->n_windows == 0 && !ld->cfg.allow_empty) {
         bt_diag_set(diag,
                     "%s: %llu tokens are fewer than one sample of seq_len + 1 = %llu tokens; "
                     "use more data or a shorter sequence",

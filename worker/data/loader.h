@@ -60,6 +60,8 @@ typedef struct loader_config {
     uint64_t seed;       /* fixes the sample order and the mixture interleaving */
     uint32_t vocab_size; /* 0: no check; else every token must be < vocab_size */
     uint32_t mix_block;  /* mixture slots per block; 0: LOADER_MIX_BLOCK */
+    int allow_empty;     /* a source with no whole window opens (n_windows 0; nothing to
+                          * get from it) instead of failing: an evaluation set too small */
 } loader_config;
 
 typedef struct loader_stream {

@@ -829,13 +829,18 @@ int train_fp8_calibrate(trainer *t, uint32_t *n_micro, float *lo, float *hi, bt_
     return 0;
 }
 
-int train_eval(trainer *t, const char *prefix, uint32_t n, double *loss, bt_diag *diag) {
+int train_eval(trainer *t, const char *prefix, uint32_t *n_io, double *loss, bt_diag *diag) {
     train_gemms_begin(t); /* the scales the last step's amaxes gave, not the ones it ran with */
     loader ev;
     loader_source src = {.prefix = prefix, .weight = 1};
-    loader_config lc = {.seq_len = t->T, .seed = t->spec->seed, .vocab_size = t->m.cfg.vocab};
+    loader_config lc = {
+        .seq_len = t->T, .seed = t->spec->seed, .vocab_size = t->m.cfg.vocab, .allow_empty = 1};
+    *loss = 0;
     int rc = loader_open(&ev, &src, 1, &lc, diag);
     if (rc != 0) return rc;
+    uint32_t n = *n_io;
+    if (ev.src[0].n_windows < n) n = (uint32_t)ev.src[0].n_windows;
+    *n_io = n;
     double sum = 0;
     uint32_t done = 0;
     for (uint32_t i = 0; rc == 0 && i < n; i += t->B) {

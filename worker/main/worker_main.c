@@ -498,10 +498,14 @@ static int worker_eval(trainer *t, const worker_args *a, bt_diag *diag) {
         return 0; /* under ep every rank takes part: the experts are spread over them; under
                    * ZeRO-3 too: the forward gathers the parameters over the dp group */
     double loss = 0;
-    int rc = train_eval(t, valid, a->eval_windows, &loss, diag);
-    if (rc == 0 && !a->quiet)
-        printf("valid loss %.6f (%.4f bits per token) over %u windows of %s\n", loss,
-               loss / 0.6931471805599453, a->eval_windows, valid);
+    uint32_t n = a->eval_windows;
+    int rc = train_eval(t, valid, &n, &loss, diag);
+    if (rc == 0 && n == 0 && !a->quiet)
+        printf("valid loss not evaluated: %s holds no window of seq_len + 1 = %u tokens\n", valid,
+               t->T + 1);
+    else if (rc == 0 && !a->quiet)
+        printf("valid loss %.6f (%.4f bits per token) over %u windows of %s%s\n", loss,
+               loss / 0.6931471805599453, n, valid, n < a->eval_windows ? " (all it holds)" : "");
     return rc;
 }
 
