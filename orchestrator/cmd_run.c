@@ -194,7 +194,8 @@ static int run_open_slurm(run_args *a, recipe_doc *doc, run_dir *dir, launch_slu
 /* baton submit: the run directory is made (and released: the job takes it), then the batch
  * script is written there and submitted. */
 static int run_submit(run_args *a, recipe_doc *doc, run_dir *dir) {
-    char script[4200], job[64], baton[PATH_MAX], worker[PATH_MAX], path[4096];
+    char script[4200], job[64], baton[PATH_MAX], worker[PATH_MAX], path[4096], cwd[PATH_MAX];
+    if (getcwd(cwd, sizeof cwd) == NULL) snprintf(cwd, sizeof cwd, ".");
     const Baton__Cluster *cl = doc->recipe->cluster;
     ssize_t n = readlink("/proc/self/exe", baton, sizeof baton - 1);
     baton[n > 0 ? n : 0] = '\0';
@@ -206,6 +207,10 @@ static int run_submit(run_args *a, recipe_doc *doc, run_dir *dir) {
                       .worker = a->worker ? a->worker : run_worker_path(worker, sizeof worker),
                       .nodes = (cl && cl->nodes ? cl->nodes : 1) + (cl ? cl->spare_nodes : 0),
                       .tasks_per_node = cl && cl->gpus_per_node ? cl->gpus_per_node : 1,
+                      .gpus_per_node = cl && cl->device == BATON__CLUSTER__DEVICE__CUDA
+                                           ? (cl->gpus_per_node ? cl->gpus_per_node : 1)
+                                           : 0,
+                      .workdir = cwd,
                       .sbatch = a->sbatch,
                       .n_sbatch = a->n_sbatch,
                       .template_path = a->template_path,

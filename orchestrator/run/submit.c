@@ -49,7 +49,11 @@ static int submit_value(const submit_opts *o, const char *script, const char *na
         submit_quote(b, o->baton);
     else if (strcmp(name, "WORKER") == 0)
         submit_quote(b, o->worker);
-    else if (strcmp(name, "SBATCH_OPTIONS") == 0)
+    else if (strcmp(name, "WORKDIR") == 0)
+        bt_buf_printf(b, "%s", o->workdir);
+    else if (strcmp(name, "GPU_OPTIONS") == 0) {
+        if (o->gpus_per_node > 0) bt_buf_printf(b, "#SBATCH --gpus-per-node=%u", o->gpus_per_node);
+    } else if (strcmp(name, "SBATCH_OPTIONS") == 0)
         for (int i = 0; i < o->n_sbatch; i++)
             bt_buf_printf(b, "%s#SBATCH %s", i ? "\n" : "", o->sbatch[i]);
     else
@@ -74,7 +78,8 @@ static int submit_render(const submit_opts *o, const char *tpl, const char *text
         if (submit_value(o, script, name, out) != 0) {
             bt_diag_set(diag,
                         "%s:%d: unknown placeholder @%s@ (known: RUN_DIR, RUN_DIR_Q, SCRIPT, "
-                        "JOB_NAME, NODES, TASKS_PER_NODE, BATON, WORKER, SBATCH_OPTIONS)",
+                        "JOB_NAME, NODES, TASKS_PER_NODE, WORKDIR, GPU_OPTIONS, BATON, WORKER, "
+                        "SBATCH_OPTIONS)",
                         tpl, line, name);
             return BT_EINVAL;
         }
@@ -95,9 +100,34 @@ static int submit_sbatch(const char *script, char *job_id, size_t cap, bt_diag *
     return 0;
 }
 
+/* What goes on an #SBATCH line as is: sbatch splits a directive at whitespace and ends
+ * the directives at a line that is not one, so a space would cut a path short and a
+ * newline would write a shell line into the script. */
+static int submit_check_word(const char *what, const char *s, int spaces_ok, bt_diag *diag) {
+    for (const char *p = s; *p; p++)
+        if (*p == '\n' || *p == '\r' || (!spaces_ok && (*p == ' ' || *p == '\t'))) {
+            bt_diag_set(diag, "%s '%s' holds %s, which an #SBATCH line cannot: %s", what, s,
+                        *p == ' ' || *p == '\t' ? "whitespace" : "a line break",
+                        spaces_ok ? "give it on one line" : "choose a path without spaces");
+            return BT_EINVAL;
+        }
+    return 0;
+}
+
+static int submit_check(const submit_opts *o, bt_diag *diag) {
+    int rc = submit_check_word("the run directory", o->run_dir, 0, diag);
+    rc = rc ? rc : submit_check_word("the working directory", o->workdir, 0, diag);
+    rc = rc ? rc : submit_check_word("the recipe name", o->job_name, 0, diag);
+    for (int i = 0; rc == 0 && i < o->n_sbatch; i++)
+        rc = submit_check_word("the sbatch option", o->sbatch[i], 1, diag);
+    return rc;
+}
+
 int submit_batch(const submit_opts *o, char *script, size_t script_cap, char *job_id, size_t cap,
                  bt_diag *diag) {
     const char *tpl = submit_template(o);
+    int rc = submit_check(o, diag);
+    if (rc != 0) return rc;
     job_id[0] = '\0';
     snprintf(script, script_cap, "%s/baton.sbatch", o->run_dir);
     char *text = NULL;
@@ -111,7 +141,7 @@ int submit_batch(const submit_opts *o, char *script, size_t script_cap, char *jo
     }
     bt_buf b;
     bt_buf_init(&b);
-    int rc = submit_render(o, tpl, text, script, &b, diag);
+    rc = submit_render(o, tpl, text, script, &b, diag);
     free(text);
     FILE *f = rc == 0 ? fopen(script, "w") : NULL;
     int bad = f == NULL || fputs(bt_buf_str(&b), f) < 0;

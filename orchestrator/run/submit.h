@@ -10,7 +10,11 @@ typedef struct submit_opts {
     const char *job_name; /* the recipe's name */
     const char *baton, *worker;
     unsigned nodes, tasks_per_node;
-    char *const *sbatch; /* extra sbatch options, each written as an #SBATCH line */
+    unsigned gpus_per_node; /* a CUDA recipe's devices per node (#SBATCH --gpus-per-node);
+                               0: a CPU recipe, none asked for */
+    const char *workdir;    /* where the recipe's relative paths (data) resolve: the
+                               directory baton submit ran in (#SBATCH --chdir) */
+    char *const *sbatch;    /* extra sbatch options, each written as an #SBATCH line */
     int n_sbatch;
     const char *template_path; /* NULL: $BATON_SBATCH_TEMPLATE, then the installed one */
     int dry_run;               /* write the script, do not submit */

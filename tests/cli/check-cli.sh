@@ -64,4 +64,27 @@ expect 2 "the key \"model.d:im\" has ':' in the path segment \"d:im\"" -- \
 expect 2 "tiny-cpu.yaml:[0-9]+:[0-9]+: name: the recipe name \"a/b\" has '/'" -- \
   plan "$recipes/tiny-cpu.yaml" --set name=a/b
 
+# baton submit --dry-run: the script asks for the devices of a CUDA recipe, runs where
+# submit ran (relative data paths), and refuses what an #SBATCH line cannot hold.
+sub=$(mktemp -d /tmp/baton-test-submit.XXXXXX)
+trap 'rm -rf "$sub"' EXIT
+small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
+(
+  cd "$sub" || exit 1
+  "$baton" data prepare --input /usr/share/games/fortunes --split-on-percent \
+    --output data/fortunes >/dev/null || exit 1
+  expect 0 "wrote $sub/r1/baton.sbatch \(not submitted" -- submit "$small" --run-dir r1 --dry-run
+  grep -qx "#SBATCH --chdir=$sub" r1/baton.sbatch || { echo "FAIL: no --chdir"; exit 1; }
+  grep -q -- "--gpus-per-node" r1/baton.sbatch && { echo "FAIL: a CPU recipe asks for GPUs"; exit 1; }
+  expect 0 "wrote" -- submit "$small" --run-dir r2 --dry-run --set cluster.device=cuda \
+    --set cluster.gpus_per_node=2 --set defaults.parallel.dp=2
+  grep -qx "#SBATCH --gpus-per-node=2" r2/baton.sbatch || { echo "FAIL: no --gpus-per-node=2"; exit 1; }
+  expect 1 "echo INJECTED' holds a line break, which an #SBATCH line cannot" -- \
+    submit "$small" --run-dir r3 --dry-run $'--comment=x\necho INJECTED'
+  [[ ! -e r3/baton.sbatch ]] || { echo "FAIL: a script with a line break was written"; exit 1; }
+  expect 1 "the run directory '$sub/r 4' holds whitespace" -- \
+    submit "$small" --run-dir "r 4" --dry-run
+  exit "$failures"
+) || failures=$((failures + $?))
+
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
