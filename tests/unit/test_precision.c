@@ -116,6 +116,22 @@ static void test_bf16_array_patterns(uint32_t stride) {
     CHECK(bad == 0);
 }
 
+/* prec_fp16_round_array (branch-free, vectorized) against prec_fp16_round (the
+ * definition, checked against numpy by unit.test_fp16), bit for bit, over every stride-th
+ * float32 pattern. */
+static void test_fp16_array_patterns(uint32_t stride) {
+    static float src[PATTERN_CHUNK], dst[PATTERN_CHUNK];
+    uint64_t bad = 0, u = 0;
+    for (size_t n; (n = next_patterns(src, &u, stride)) > 0;) {
+        prec_fp16_round_array(dst, src, n);
+        for (size_t i = 0; i < n; i++)
+            if (bits_of(dst[i]) != bits_of(prec_fp16_round(src[i])) && bad++ < 5)
+                fprintf(stderr, "fp16 array %08x: got %08x, want %08x\n", bits_of(src[i]),
+                        bits_of(dst[i]), bits_of(prec_fp16_round(src[i])));
+    }
+    CHECK(bad == 0);
+}
+
 /* ---- fp8 reference from the definition ---- */
 
 typedef struct fp8_ref {
@@ -481,6 +497,7 @@ int main(int argc, char **argv) {
     test_bf16_patterns();
     test_bf16_sweep();
     test_bf16_array_patterns(stride);
+    test_fp16_array_patterns(stride);
     test_e4m3_patterns();
     test_e5m2_patterns();
     test_fp8_decode_table(&e4m3, PREC_E4M3);
