@@ -255,3 +255,11 @@ int layout_group_crosses_nodes(const layout *l, enum layout_dim dim, uint32_t ra
         if (layout_node_of(l, group_member(l, dim, c, i)) != node) return 1;
     return 0;
 }
+
+int layout_any_group_crosses(const layout *l, enum layout_dim dim) {
+    for (uint32_t r = 0; r < l->world; r++) {
+        layout_coord c = layout_coord_of(l, r);
+        if (c.c[dim] == 0 && layout_group_crosses_nodes(l, dim, r)) return 1;
+    }
+    return 0;
+}

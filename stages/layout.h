@@ -72,6 +72,9 @@ static inline int layout_fold_tp_experts(uint32_t tp, int sequence_parallel, uin
 
 /* 1 if the group along dim containing rank spans more than one node. */
 int layout_group_crosses_nodes(const layout *l, enum layout_dim dim, uint32_t rank);
+/* 1 if any group along dim spans more than one node (O(world): each group once, through
+ * its member with coordinate 0 along dim). */
+int layout_any_group_crosses(const layout *l, enum layout_dim dim);
 
 const char *layout_dim_name(enum layout_dim dim);
 

@@ -418,16 +418,6 @@ static void comm_stage(const plan_stage *ps, const comm_dims *d, uint32_t stage,
     bytes[PLAN_COMM_EP] = comm_ep(ps, d, stage) + comm_zero_ep(ps, stage);
 }
 
-/* 1 if any group along dim spans more than one node. Visits each group once through
- * its first member (coordinate 0 along dim), so the cost is O(world). */
-static int any_group_crosses(const layout *l, enum layout_dim dim) {
-    for (uint32_t r = 0; r < l->world; r++) {
-        layout_coord c = layout_coord_of(l, r);
-        if (c.c[dim] == 0 && layout_group_crosses_nodes(l, dim, r)) return 1;
-    }
-    return 0;
-}
-
 /* The data-parallel reduction runs over the whole cp x dp block of a (tp, pp) cell. */
 static int any_block_crosses(const layout *l) {
     for (uint32_t r = 0; r < l->world; r++) {
@@ -446,10 +436,10 @@ static int any_block_crosses(const layout *l) {
 static void comm_links(const plan_stage *ps, plan_comm *out) {
     const layout *l = &ps->lay;
     const plan_shape *sh = &ps->shape;
-    out->crosses_nodes[PLAN_COMM_TP] = any_group_crosses(l, LAYOUT_TP);
-    out->crosses_nodes[PLAN_COMM_PP] = any_group_crosses(l, LAYOUT_PP);
-    out->crosses_nodes[PLAN_COMM_CP] = any_group_crosses(l, LAYOUT_CP);
-    out->crosses_nodes[PLAN_COMM_EP] = any_group_crosses(l, LAYOUT_EP);
+    out->crosses_nodes[PLAN_COMM_TP] = layout_any_group_crosses(l, LAYOUT_TP);
+    out->crosses_nodes[PLAN_COMM_PP] = layout_any_group_crosses(l, LAYOUT_PP);
+    out->crosses_nodes[PLAN_COMM_CP] = layout_any_group_crosses(l, LAYOUT_CP);
+    out->crosses_nodes[PLAN_COMM_EP] = layout_any_group_crosses(l, LAYOUT_EP);
     out->crosses_nodes[PLAN_COMM_DP] = any_block_crosses(l);
     out->group_size[PLAN_COMM_TP] = sh->tp;
     out->group_size[PLAN_COMM_PP] = sh->pp;

@@ -415,6 +415,14 @@ static int check_layout(vctx *v, const Baton__Model *m, const Baton__Parallel *p
     if (layout_init(&l, p->tp, p->cp, dp, p->pp, p->ep, plan_parallel_folds_experts(p, m->moe),
                     p->order, c->gpus_per_node, &d) != 0)
         return verr(v, "parallel.order", "%s", d.msg);
+    /* what baton run would refuse once the ranks report their hosts (run_topology.h) */
+    static const enum layout_dim hungry[] = {LAYOUT_TP, LAYOUT_CP, LAYOUT_EP};
+    for (int i = 0; c->strict_topology && i < 3; i++)
+        REQUIRE(!layout_any_group_crosses(&l, hungry[i]), v, "parallel",
+                "a %s group of %u ranks spans nodes (gpus_per_node %u), which "
+                "cluster.strict_topology refuses: shrink it or move it earlier in "
+                "parallel.order",
+                layout_dim_name(hungry[i]), l.size[hungry[i]], c->gpus_per_node);
     return 0;
 }
 

@@ -23,8 +23,8 @@
 #                 --set (the journal's RUN_STARTED has its CRC32C), the run's own --set
 #                 writes it again; a run without --set resumes without its (empty) copy.
 #   topology      a layout whose TP groups span the two virtual nodes: the report warns;
-#                 with cluster.strict_topology the stage is refused before its first step
-#                 (exit 2, not retried, no checkpoint).
+#                 with cluster.strict_topology validation refuses it (exit 2, nothing
+#                 started), and workers placed across hosts refuse before their first step.
 #   early-exit    workers that all exit 0 before the stage's last step (a wrapper adding
 #                 --steps 3; /bin/true): the attempt fails without the stage's final
 #                 checkpoint, is not retried, the run exits 1 and no stage is done.
@@ -317,16 +317,32 @@ topology)
   grep -q "topology of attempt 0 (WARNING)" run.out || fail "no topology warning"
   grep -q "tp group \[0 2\]: node0 node1  <- spans hosts" run.out || fail "the report lacks the group"
   grep -q "topology of attempt 0 (as planned)" run.out || fail "no report for the good stages"
+  # The planned layout spreads a tp group over the nodes: validation refuses it (plan and
+  # run alike) before any worker starts.
   set +e
   "$baton" run "$recipe" --run-dir r2 "${sets[@]}" --set cluster.strict_topology=true >strict.out 2>&1
   rc=$?
+  "$baton" plan "$recipe" "${sets[@]}" --set cluster.strict_topology=true >plan.out 2>&1
+  rcp=$?
   set -e
-  [[ $rc == 2 ]] || { cat strict.out; fail "strict_topology: exit $rc, not 2"; }
-  grep -q "tensor-parallel group spans hosts (rank 0 on node0, rank 2 on node1)" strict.out ||
-    { cat strict.out; fail "the worker did not refuse"; }
-  [[ -z $(ls r2/checkpoints 2>/dev/null | grep step || true) ]] || fail "a refused stage trained"
-  "$baton" status r2 | grep -q "strict_topology is set (not retried)" || fail "not journaled"
-  echo "$case: warned, and refused under strict_topology before any step"
+  [[ $rc == 2 && $rcp == 2 ]] || { cat strict.out plan.out; fail "strict_topology: exit $rc/$rcp, not 2"; }
+  grep -q "a tp group of 2 ranks spans nodes (gpus_per_node 2), which cluster.strict_topology refuses" \
+    strict.out || { cat strict.out; fail "run did not refuse the planned layout"; }
+  [[ ! -e r2/journal ]] || fail "a refused run started"
+  # Planned within a node, placed across hosts (4 virtual nodes of one rank): the
+  # workers refuse once they see their hosts, before any step.
+  "$baton" spec "$recipe" --stage pretrain --set stages.pretrain.steps=4 \
+    --set cluster.strict_topology=true --out strict.pb
+  set +e
+  timeout 120 "$baton" launch -n 4 --nodes 4 -- "$worker" --spec strict.pb --eval-windows 0 \
+    >w.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc != 0 ]] || { cat w.out; fail "strict_topology: the spread-out job ran"; }
+  grep -q "tensor-parallel group spans hosts (rank 0 on node0, rank 1 on node1)" w.out ||
+    { cat w.out; fail "the worker did not refuse"; }
+  ! grep -q "step *1/" w.out || fail "a refused stage trained"
+  echo "$case: warned; refused under strict_topology by validation, and by the workers placed across hosts"
   ;;
 slow-save)
   # Every checkpoint write takes 7 s, longer than the 5 s heartbeat_timeout: the workers'
