@@ -22,6 +22,21 @@ static int32_t eval_argmax(const float *row, int V) {
     return best;
 }
 
+/* The words before the answer at the end of every passkey document (passkey.h). */
+#define PASSKEY_ASKED "The pass key is "
+
+/* Whether a document's tokens end as passkey_generate's do: the asked words, five digits
+ * at `at`, then "." (the EOS after it). */
+static int eval_is_passkey_doc(const int32_t *tokens, uint64_t at) {
+    size_t n = strlen(PASSKEY_ASKED);
+    if (at < n) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (tokens[at - n + i] != (unsigned char)PASSKEY_ASKED[i]) return 0;
+    for (int j = 0; j < PASSKEY_DIGITS; j++)
+        if (tokens[at + (uint64_t)j] < '0' || tokens[at + (uint64_t)j] > '9') return 0;
+    return tokens[at + PASSKEY_DIGITS] == '.';
+}
+
 /* Whether document s is retrieved; tokens has room for its length. */
 static int eval_passkey_doc(trainer *t, const indexed_dataset *ds, uint64_t s, int32_t *tokens,
                             int *hit, int *digits, int32_t *pred, bt_diag *diag) {
@@ -30,6 +45,13 @@ static int eval_passkey_doc(trainer *t, const indexed_dataset *ds, uint64_t s, i
     *hit = 0, *digits = 0;
     if (len < PASSKEY_DIGITS + 3 || at < 1) return 0;
     int rc = indexed_read(ds, s, 0, len, tokens, diag);
+    if (rc == 0 && !eval_is_passkey_doc(tokens, at)) {
+        bt_diag_set(diag,
+                    "document %llu is not a passkey document (it does not end with \"%s"
+                    "NNNNN.\"): make the data with 'baton data passkey'",
+                    (unsigned long long)s, PASSKEY_ASKED);
+        return BT_EINVAL;
+    }
     int T = (int)(at + PASSKEY_DIGITS - 1); /* predicts through the last digit */
     rc = rc ? rc : model_forward(&t->m, tokens, NULL, 1, T, NULL);
     if (rc != 0) return rc;

@@ -18,5 +18,10 @@ cd "$work"
 ck=r/checkpoints/s00-step00000012
 "$baton" eval "$ck" --passkey data/pk --json >baton.json
 "$baton" eval "$ck" --passkey data/pk
+# data that is not passkey data is refused, not scored
+rc=0
+"$baton" eval "$ck" --passkey data/fortunes_valid >np.out 2>&1 || rc=$?
+[[ $rc == 2 ]] && grep -q "document 0 is not a passkey document" np.out ||
+  { cat np.out; echo "eval --passkey of fortunes: exit $rc, not refused"; exit 1; }
 "$baton" ckpt export "$ck" --format hf --out hf >/dev/null
 /usr/bin/python3 "$src/tests/run/passkey_oracle.py" hf data/pk 6 baton.json
