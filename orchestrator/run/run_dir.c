@@ -253,6 +253,15 @@ static int run_dir_check_prefix(const char *prefix, const char *stage, const cha
 }
 
 int run_dir_check_data(const recipe_doc *doc, bt_diag *diag) {
+    const char *init = doc->recipe->init;
+    char dir[CKPT_PATH_MAX];
+    bt_diag inner;
+    bt_diag_init(&inner);
+    if (init != NULL && init[0] != '\0' && ckpt_resolve(init, dir, sizeof dir, &inner) != 0) {
+        bt_diag_set(diag, "init: %s (make one with 'baton ckpt import', or give a run's)",
+                    inner.msg);
+        return BT_EINVAL;
+    }
     for (size_t i = 0; i < doc->recipe->n_stages; i++) {
         Baton__StageSpec *spec = NULL;
         int rc = recipe_resolve_stage(doc, i, &spec, diag);

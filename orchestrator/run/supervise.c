@@ -66,9 +66,13 @@ static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSp
     if (rc != 0) return rc;
     bt_diag quiet;
     bt_diag_init(&quiet);
+    const char *init = c->doc->recipe->init;
     if (ckpt_resolve(ckroot, probe, sizeof probe, &quiet) == 0) {
         free(s->init_checkpoint);
         s->init_checkpoint = strdup(c->dir->path);
+    } else if (init != NULL && init[0] != '\0') { /* none of its own yet: the recipe's */
+        free(s->init_checkpoint);
+        s->init_checkpoint = strdup(init);
     }
     size_t n = baton__stage_spec__get_packed_size(s);
     uint8_t *buf = malloc(n ? n : 1);

@@ -142,6 +142,17 @@ for s in linear ntk llama3 yarn tp2; do # every rope_scaling reads back as it wa
 done
 echo "round trips: byte-identical model.safetensors and config.json"
 
+# ---- a run that starts from the imported model (recipe key init) ----
+sed -n '1,/^stages:/p' "$here/hf.yaml" >one.yaml && echo '  - {name: plain, steps: 3}' >>one.yaml
+"$baton" run one.yaml --run-dir fine --set init=ck/imp --quiet --worker "$worker" >fine.out 2>&1 ||
+  fail "run from the import: $(tail -n 3 fine.out)"
+grep -rqh "started from ck/imp at step 0" fine/logs || fail "the run did not start from the import"
+rc=0
+"$baton" run one.yaml --run-dir nowhere-run --set init=nowhere --quiet >bad.out 2>&1 || rc=$?
+[[ $rc == 2 ]] && grep -q "init: nowhere: no such checkpoint" bad.out ||
+  fail "init of a missing checkpoint: exit $rc: $(cat bad.out)"
+echo "a run starts from the imported model; a missing init is refused before it starts"
+
 # ---- usage and bad input ----
 expect() { # STATUS PATTERN -- ARGS
   local status=$1 pattern=$2 out rc
