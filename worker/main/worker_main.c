@@ -533,14 +533,16 @@ static uint64_t worker_save_every(const Baton__StageSpec *spec, const worker_arg
     return p ? p->every_steps : 1000;
 }
 
+/* *load_rc: the checkpoint load's own code (0 when none or it worked). */
 static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, worker_control *wc,
-                            bt_diag *diag) {
+                            int *load_rc, bt_diag *diag) {
     const char *init = a->init ? a->init : t->spec->init_checkpoint;
     int rc = 0;
     if (init != NULL && init[0] != '\0') {
         worker_control_busy(wc, BATON__HEARTBEAT__PHASE__LOAD, 0);
         double t0 = bt_clock_now();
         rc = train_ckpt_load(t, init, w->world, diag);
+        *load_rc = rc;
         worker_control_idle(wc);
         if (rc == 0 && w->info.rank == 0 && !a->quiet)
             printf("started from %s at step %llu (global sample %llu), loaded in %.3f s (%u "
@@ -652,7 +654,11 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
     train_ckpt c;
     char root[4096];
     worker_ckpt_setup(&c, root, sizeof root, spec, a, w);
-    rc = worker_init_from(&t, &mine, w, wc, diag);
+    int load_rc = 0;
+    rc = worker_init_from(&t, &mine, w, wc, &load_rc, diag);
+    /* every checkpoint refused as not this model's, or inconsistent (BT_EINVAL): another
+     * attempt would read the same bytes, so it is a configuration error, not retried */
+    if (load_rc == BT_EINVAL) *setup_rc = load_rc;
     rc = rc ? rc : worker_train(&t, &c, worker_save_every(spec, a), &mine, wc, rollback, diag);
     if (!wc->stopping) {
         worker_control_busy(wc, BATON__HEARTBEAT__PHASE__EVAL, t.step);

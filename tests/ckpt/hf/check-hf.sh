@@ -151,7 +151,14 @@ rc=0
 "$baton" run one.yaml --run-dir nowhere-run --set init=nowhere --quiet >bad.out 2>&1 || rc=$?
 [[ $rc == 2 ]] && grep -q "init: nowhere: no such checkpoint" bad.out ||
   fail "init of a missing checkpoint: exit $rc: $(cat bad.out)"
-echo "a run starts from the imported model; a missing init is refused before it starts"
+# another model's checkpoint: refused by the workers as a configuration error, not retried
+rc=0
+"$baton" run one.yaml --run-dir other --set init=ck/imp --set model.n_layers=1 --quiet \
+  --worker "$worker" >other.out 2>&1 || rc=$?
+attempts=$("$baton" status other --json | "$py" -c 'import json, sys; print(json.load(sys.stdin)["stages"][0]["attempts"])')
+[[ $rc == 2 && $attempts == 1 ]] && grep -q "saved from a different model" other.out ||
+  fail "init of another model: exit $rc after $attempts attempt(s): $(tail -n 3 other.out)"
+echo "a run starts from the imported model; a missing init is refused before it starts, another model's after one attempt"
 
 # ---- usage and bad input ----
 expect() { # STATUS PATTERN -- ARGS
