@@ -68,7 +68,7 @@ static int order_parse_string(const char *order, order_parse *op, bt_diag *diag)
         if (!seen[d]) {
             bt_diag_set(diag,
                         "parallel.order \"%s\": \"%s\" is missing; tp, cp, dp and pp must "
-                        "each be named once",
+                        "each be named once (ep may be left out)",
                         order, dim_names[d]);
             return BT_EINVAL;
         }
