@@ -233,6 +233,9 @@ static int run_submit(run_args *a, recipe_doc *doc, run_dir *dir) {
 static int run_main(run_args *a) {
     char recipe_copy[4200], dflt[512], worker[PATH_MAX];
     if (!a->submit) run_signals_block(); /* submit runs sbatch, which should see a Ctrl-C */
+    /* a line at a time into a file too (a Slurm job's output): in order with stderr. Only
+     * here: `baton status | grep -q` must not meet a closed pipe between lines. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (a->resume) {
         snprintf(recipe_copy, sizeof recipe_copy, "%s/recipe.yaml", a->run_dir);
         a->recipe = recipe_copy;

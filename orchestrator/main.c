@@ -42,8 +42,6 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
     /* `baton eval` multiplies on the CPU, and the workers inherit the choice */
     cpu_blas_core_ensure(argv);
-    /* a line at a time into a file too (a Slurm job's output): in order with stderr */
-    setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) {
         usage(stderr);
         return BT_EXIT_USAGE;
