@@ -104,18 +104,6 @@ static void status_metrics(status_view *v) {
     v->m_tok = status_num(last, "\"tokens_per_s\": ");
 }
 
-/* The overrides the run started with, as its RUN_STARTED record keeps them (NULL for a
- * journal from before that); *crc their CRC32C. */
-static const char *status_started_overrides(const status_view *v, uint32_t *crc) {
-    for (size_t i = 0; i < v->n; i++)
-        if (v->rec[i]->kind == BATON__JOURNAL_RECORD__KIND__RUN_STARTED &&
-            v->rec[i]->has_overrides_crc32c && v->rec[i]->overrides) {
-            *crc = v->rec[i]->overrides_crc32c;
-            return v->rec[i]->overrides;
-        }
-    return NULL;
-}
-
 /* The run's --set overrides, so that step counts are the run's: those the journal kept as
  * the run started (a warning when RUN_DIR/overrides is lost or differs, which resume
  * refuses), else RUN_DIR/overrides. */
@@ -125,7 +113,9 @@ static void status_apply_overrides(status_view *v, bt_diag *diag) {
     uint32_t crc = 0;
     snprintf(path, sizeof path, "%s/overrides", v->dir);
     int have = bt_read_file(path, 1 << 20, &kept, &kept_n) == 0;
-    const char *started = status_started_overrides(v, &crc);
+    const Baton__JournalRecord *rs = journal_run_started(v->rec, v->n);
+    const char *started = rs && rs->overrides ? rs->overrides : NULL;
+    if (started) crc = rs->overrides_crc32c;
     if (started && (!have || crc32c_update(0, kept, kept_n) != crc))
         fprintf(stderr,
                 "baton status: warning: %s %s since the run started; showing the run's own "
@@ -220,20 +210,24 @@ static void status_failure(const status_view *v, const char **reason, const char
  * journal has it (an attempt's end, the stage's completion) or only metrics.jsonl (a
  * stage completed by an attempt that trained no step, its last step's attempt killed
  * before it was journaled). 0 for unknown: never shown as a value. */
+static int status_newer(int has_j, double j, double j_at, int has_m, double m, double m_at,
+                        double *out) {
+    int journal = has_j && (!has_m || j_at >= m_at);
+    *out = journal ? j : m;
+    return journal || has_m;
+}
+
 static int status_stage_loss(const status_view *v, size_t i, double *loss) {
     const run_stage_state *s = &v->st.stage[i];
     const status_last *l = &v->last[i];
-    int journal = s->has_loss && (!l->has_loss || s->loss_at >= l->time);
-    *loss = journal ? s->loss : l->loss;
-    return journal || l->has_loss;
+    return status_newer(s->has_loss, s->loss, s->loss_at, l->has_loss, l->loss, l->time, loss);
 }
 
 static int status_stage_tok(const status_view *v, size_t i, double *tok) {
     const run_stage_state *s = &v->st.stage[i];
     const status_last *l = &v->last[i];
-    int journal = s->has_tokens_per_s && (!l->has_tok || s->tokens_per_s_at >= l->time);
-    *tok = journal ? s->tokens_per_s : l->tok;
-    return journal || l->has_tok;
+    return status_newer(s->has_tokens_per_s, s->tokens_per_s, s->tokens_per_s_at, l->has_tok,
+                        l->tok, l->time, tok);
 }
 
 static void status_text(bt_buf *b, const status_view *v) {

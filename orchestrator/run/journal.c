@@ -190,3 +190,10 @@ const char *journal_kind_name(Baton__JournalRecord__Kind k) {
         protobuf_c_enum_descriptor_get_value(&baton__journal_record__kind__descriptor, (int)k);
     return v ? v->name : "UNKNOWN";
 }
+
+const Baton__JournalRecord *journal_run_started(Baton__JournalRecord *const *v, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (v[i]->kind == BATON__JOURNAL_RECORD__KIND__RUN_STARTED && v[i]->has_overrides_crc32c)
+            return v[i];
+    return NULL;
+}

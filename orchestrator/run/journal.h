@@ -44,6 +44,9 @@ int journal_read(const char *run_dir, Baton__JournalRecord ***out, size_t *n, jo
 /* The message for a damaged journal: where, and what the user can do. */
 void journal_diag_damaged(const char *run_dir, const journal_tail *t, bt_diag *diag);
 void journal_records_free(Baton__JournalRecord **v, size_t n);
+/* The run's RUN_STARTED record that keeps the overrides' CRC32C (and, when short, their
+ * text), or NULL (a journal from before that). */
+const Baton__JournalRecord *journal_run_started(Baton__JournalRecord *const *v, size_t n);
 
 const char *journal_kind_name(Baton__JournalRecord__Kind k);
 

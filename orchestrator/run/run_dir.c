@@ -74,10 +74,7 @@ static int run_dir_check_overrides(run_dir *d, const char *overrides, bt_diag *d
     journal_tail tail;
     int rc = journal_read(d->path, &v, &n, &tail, diag);
     if (rc != 0) return rc;
-    const Baton__JournalRecord *started = NULL;
-    for (size_t i = 0; i < n && started == NULL; i++)
-        if (v[i]->kind == BATON__JOURNAL_RECORD__KIND__RUN_STARTED && v[i]->has_overrides_crc32c)
-            started = v[i];
+    const Baton__JournalRecord *started = journal_run_started(v, n);
     char *kept = NULL, copy[4200], sets[2048];
     size_t kept_n = 0;
     int have = started ? run_dir_read_overrides(d, &kept, &kept_n) == 0 : 0;
