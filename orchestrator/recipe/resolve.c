@@ -103,6 +103,60 @@ static int resolve_model(const recipe_doc *doc, size_t i, Baton__Model *m) {
     return rc;
 }
 
+/* Stage i's data block: the last one given up to it replaces the recipe's. */
+static const Baton__Data *stage_data(const Baton__Recipe *r, size_t i) {
+    const Baton__Data *data = r->data;
+    for (size_t k = 0; k <= i && k < r->n_stages; k++)
+        if (r->stages[k]->data != NULL) data = r->stages[k]->data;
+    return data;
+}
+
+/* Whether stages a and b train on the same samples: the same training sources and
+ * weights (the validation set aside) cut into windows of the same length. */
+static int same_samples(const Baton__Data *a, const Baton__Data *b) {
+    if (a == b) return 1;
+    if (a == NULL || b == NULL) return 0;
+    Baton__Data x = *a, y = *b;
+    x.valid = y.valid = NULL;
+    size_t n = baton__data__get_packed_size(&x);
+    if (n != baton__data__get_packed_size(&y)) return 0;
+    uint8_t *bx = malloc(n ? n : 1), *by = malloc(n ? n : 1);
+    int same = bx && by;
+    if (same) {
+        baton__data__pack(&x, bx), baton__data__pack(&y, by);
+        same = memcmp(bx, by, n) == 0;
+    }
+    free(bx), free(by);
+    return same;
+}
+
+/* Where stage i's data starts: after every sample the earlier stages with the same
+ * samples (same_samples, same seq_len) consumed, so a run split into stages over one
+ * data set (a precision switch, a schedule change) does not train on its first samples
+ * again. A stage over other data or another window length starts at its sample 0 (its
+ * windows are another set, in another order), as does one that says data_from_start.
+ * Each stage's position follows from those before it: end = start + steps x batch. */
+static int stage_data_start(const recipe_doc *doc, size_t i, uint64_t *start) {
+    const Baton__Recipe *r = doc->recipe;
+    uint64_t *end = calloc(i + 1, sizeof *end), *len = calloc(i + 1, sizeof *len);
+    int rc = end && len ? 0 : BT_ENOMEM;
+    for (size_t k = 0; rc == 0 && k <= i; k++) {
+        Baton__Stage *eff = NULL;
+        rc = recipe_effective_stage(doc, k, &eff);
+        if (rc != 0) break;
+        uint64_t at = 0;
+        len[k] = eff->seq_len;
+        for (size_t j = 0; j < k && !eff->data_from_start; j++)
+            if (len[j] == len[k] && same_samples(stage_data(r, j), stage_data(r, k)))
+                at = end[j] > at ? end[j] : at;
+        end[k] = k < i ? at + eff->steps * eff->global_batch : at;
+        protobuf_c_message_free_unpacked(&eff->base, NULL);
+    }
+    if (rc == 0) *start = end[i];
+    free(end), free(len);
+    return rc;
+}
+
 static int build_spec(const recipe_doc *doc, size_t i, Baton__Stage *st, Baton__StageSpec *s) {
     const Baton__Recipe *r = doc->recipe;
     s->recipe_name = strdup(r->name ? r->name : "");
@@ -116,9 +170,9 @@ static int build_spec(const recipe_doc *doc, size_t i, Baton__Stage *st, Baton__
     int rc = complete_stage(st);
     rc = rc ? rc : complete_cluster(s->cluster);
     rc = rc ? rc : resolve_model(doc, i, s->model);
-    const Baton__Data *data = r->data; /* the last data block given replaces the others */
-    for (size_t k = 0; k <= i; k++)
-        if (r->stages[k]->data != NULL) data = r->stages[k]->data;
+    const Baton__Data *data = stage_data(r, i);
+    rc = rc ? rc : stage_data_start(doc, i, &s->start_sample);
+    s->has_start_sample = 1;
     if (rc == 0 && data != NULL && (s->data = (Baton__Data *)pb_clone(&data->base)) == NULL)
         rc = BT_ENOMEM;
     if (rc == 0) rc = ensure_message((void **)&s->data, &baton__data__descriptor);

@@ -197,6 +197,9 @@ kill-baton)
   "$baton" run "$recipe" --run-dir r1 --quiet >run2.out 2>&1 || { cat run2.out; fail "the second baton run failed"; }
   stage_losses r1 >r1.losses
   diff ref.losses r1.losses || fail "the continued run did not end on the same losses"
+  # fp8 trains on extend's data at its seq_len: it continues after extend's 16 x 8 samples
+  pos=$("$baton" ckpt inspect r1 --json | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["data_position"])')
+  [[ $pos == 224 ]] || fail "the final checkpoint's data position is $pos, not 16 x 8 + 12 x 8 = 224"
   # the killed run's launch temp dir was removed by the next one (launch_tmpdir.h)
   left=$(ls -A "$TMPDIR")
   [[ -z $left ]] || fail "left in TMPDIR: $left"

@@ -191,6 +191,43 @@ static void test_stage_split(void) {
     test_split_set_new_block();
 }
 
+/* Where each stage's data starts: after the samples of the earlier stages over the same
+ * training data and window length (a valid set of its own does not matter). */
+static const char *carry_text =
+    "name: c\n"
+    "model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, ffn_dim: 176, vocab_size: 256}\n"
+    "cluster: {nodes: 1, gpus_per_node: 1}\n"
+    "data: {mix: [{path: a, weight: 0.7}, {path: b, weight: 0.3}], valid: v}\n"
+    "defaults: {seq_len: 64, global_batch: 8}\n"
+    "stages:\n"
+    "  - {name: s0, steps: 100}\n"
+    "  - {name: s1, steps: 30, global_batch: 4, precision: bf16}\n"
+    "  - {name: s2, steps: 7, seq_len: 128}\n"
+    "  - {name: s3, steps: 5, seq_len: 64, data: {mix: [{path: a, weight: 0.7},\n"
+    "                                                {path: b, weight: 0.3}], valid: w}}\n"
+    "  - {name: s4, steps: 9, data: {mix: [{path: a, weight: 0.6}, {path: b, weight: 0.4}]}}\n"
+    "  - {name: s5, steps: 2, data: {train: a}}\n"
+    "  - {name: s6, steps: 3, data_from_start: true}\n"
+    "  - {name: s7, steps: 4}\n"
+    "  - {name: s8, steps: 1, data_from_start: false}\n";
+
+static void test_data_carry(void) {
+    recipe_doc doc = {0};
+    if (load_valid("c.yaml", carry_text, &doc) != 0) return;
+    /* s0 first; s1 after s0's 100 x 8; s2 another window length; s3 the same data as
+     * s0/s1 though it names it again; s4 other weights; s5 other sources; s6 from the
+     * start on purpose, s7 too (inherited); s8 after the furthest of s5-s7 (s7: 4 x 4) */
+    const uint64_t want[] = {0, 800, 0, 800 + 120, 0, 0, 0, 0, 16};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        Baton__StageSpec *s = resolve(&doc, i);
+        if (s == NULL) continue;
+        CHECK(s->has_start_sample);
+        CHECK_EQ_U64(s->start_sample, want[i]);
+        protobuf_c_message_free_unpacked(&s->base, NULL);
+    }
+    recipe_doc_free(&doc);
+}
+
 int main(void) {
     recipe_doc doc = {0};
     if (load_valid("t.yaml", recipe_text, &doc) == 0) {
@@ -199,5 +236,6 @@ int main(void) {
     }
     recipe_doc_free(&doc);
     test_stage_split();
+    test_data_carry();
     return check_status();
 }
