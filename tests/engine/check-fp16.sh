@@ -66,6 +66,19 @@ paste <(scales overflow.log) <(seq 20) | awk -v skipped="$(skips overflow.log | 
   END { if (n != 20) { print "FAIL: " n " steps with a loss scale"; bad = 1 }; exit bad }'
 echo "overflow: $n_skip of 20 steps skipped, scale $(scales overflow.log | sed -n 1p | cut -d' ' -f2) after step 1," \
   "$(scales overflow.log | tail -1 | cut -d' ' -f2) after step 20, as the rule says"
+# the LR schedule advances with the updates applied: a step after k skipped ones runs at
+# the LR of schedule step (step - k) (fp16.yaml: lr 3e-3, min 3e-4, 5 warmup, cosine to 20)
+sed -En 's/^step +([0-9]+)\/20  .*  lr ([^ ]+)  .*/\1 \2/p' overflow.log | awk -v skipped="$(skips overflow.log | cut -d' ' -f1)" '
+  BEGIN { split(skipped, k, "\n"); for (i in k) skip[k[i]] = 1; pi = atan2(0, -1) }
+  { s = $1 - done_skips
+    if (s <= 5) want = 3e-3 * s / 5
+    else if (s >= 20) want = 3e-4
+    else want = 3e-4 + 0.5 * (1 + cos(pi * (s - 5) / 15)) * (3e-3 - 3e-4)
+    if (sprintf("%.3e", want) != $2) { printf "FAIL: step %d: lr %s, schedule step %d gives %.3e\n", $1, $2, s, want; bad = 1 }
+    if ($1 in skip) done_skips++
+    n++ }
+  END { if (n != 20) { print "FAIL: " n " steps with an lr"; bad = 1 }; exit bad }'
+echo "overflow: the LR schedule held still on the $n_skip skipped steps"
 # skipped steps change nothing (steps 1-4 run at 2^40..2^28: they all overflow)
 one --spec overflow.pb --steps 1 --dump-params skip1 >/dev/null
 one --spec overflow.pb --steps 4 --dump-params skip4 --run-dir run4 >/dev/null

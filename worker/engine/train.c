@@ -700,7 +700,10 @@ static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
     *out = (train_metrics){0};
     train_zero_grads(t);
     train_gemms_begin(t);
-    double lr = optim_lr_at(t->step + 1, t->total_steps, &t->hp), norm = 0;
+    /* The schedule advances with the updates applied, not with the steps: a skipped step
+     * (fp16 overflow, non-finite gradients, a loss spike) leaves it where it was, as
+     * Megatron's and DeepSpeed's schedulers do. */
+    double lr = optim_lr_at(t->step - t->skipped_steps + 1, t->total_steps, &t->hp), norm = 0;
     t->dp.grads_reduced = 0;
     int rc = train_micro_batches(t, &loss, diag);
     /* Unhooked and waited for even after a failure: nothing may still write the gradients. */

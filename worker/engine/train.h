@@ -108,7 +108,7 @@ typedef struct trainer {
     uint64_t comm_steps;                    /* the train_step calls they cover */
     uint64_t step, total_steps;
     uint64_t skipped_steps;       /* steps whose update was skipped (non-finite gradients
-                                   * or a loss spike) */
+                                   * or a loss spike); the LR schedule is at step - this */
     train_spike spike;            /* the loss-spike guard */
     train_scaler scaler;          /* fp16 dynamic loss scaling (off otherwise) */
     uint64_t step0, first_sample; /* the stage resumed at step0 with global sample first_sample */
