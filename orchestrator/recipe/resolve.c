@@ -31,17 +31,22 @@ void recipe_drop_stale_split(Baton__Parallel *e, const Baton__Parallel *given, u
     e->stage_layers = NULL, e->n_stage_layers = 0;
 }
 
+/* st (stage k-1's effective settings, or the defaults) becomes stage k's. */
+static int effective_next(const Baton__Recipe *r, size_t k, Baton__Stage *st) {
+    uint32_t pp0 = st->parallel ? st->parallel->pp : 0;
+    uint32_t v0 = st->parallel ? st->parallel->virtual_stages : 0;
+    int rc = pb_merge(&st->base, &r->stages[k]->base);
+    if (rc == 0) recipe_drop_stale_split(st->parallel, r->stages[k]->parallel, pp0, v0);
+    return rc;
+}
+
 int recipe_effective_stage(const recipe_doc *doc, size_t i, Baton__Stage **out) {
     const Baton__Recipe *r = doc->recipe;
     Baton__Stage *st = new_message(&baton__stage__descriptor);
     if (st == NULL) return BT_ENOMEM;
     int rc = r->defaults ? pb_merge(&st->base, &r->defaults->base) : 0;
-    for (size_t k = 0; rc == 0 && k <= i && k < r->n_stages; k++) {
-        uint32_t pp0 = st->parallel ? st->parallel->pp : 0;
-        uint32_t v0 = st->parallel ? st->parallel->virtual_stages : 0;
-        rc = pb_merge(&st->base, &r->stages[k]->base);
-        if (rc == 0) recipe_drop_stale_split(st->parallel, r->stages[k]->parallel, pp0, v0);
-    }
+    for (size_t k = 0; rc == 0 && k <= i && k < r->n_stages; k++)
+        rc = effective_next(r, k, st);
     if (rc != 0) {
         protobuf_c_message_free_unpacked(&st->base, NULL);
         return rc;
@@ -139,10 +144,11 @@ static int same_samples(const Baton__Data *a, const Baton__Data *b) {
 static int stage_data_start(const recipe_doc *doc, size_t i, uint64_t *start) {
     const Baton__Recipe *r = doc->recipe;
     uint64_t *end = calloc(i + 1, sizeof *end), *len = calloc(i + 1, sizeof *len);
-    int rc = end && len ? 0 : BT_ENOMEM;
+    Baton__Stage *eff = new_message(&baton__stage__descriptor);
+    int rc = end && len && eff ? 0 : BT_ENOMEM;
+    if (rc == 0 && r->defaults) rc = pb_merge(&eff->base, &r->defaults->base);
     for (size_t k = 0; rc == 0 && k <= i; k++) {
-        Baton__Stage *eff = NULL;
-        rc = recipe_effective_stage(doc, k, &eff);
+        rc = effective_next(r, k, eff);
         if (rc != 0) break;
         uint64_t at = 0;
         len[k] = eff->seq_len;
@@ -150,9 +156,9 @@ static int stage_data_start(const recipe_doc *doc, size_t i, uint64_t *start) {
             if (len[j] == len[k] && same_samples(stage_data(r, j), stage_data(r, k)))
                 at = end[j] > at ? end[j] : at;
         end[k] = k < i ? at + eff->steps * eff->global_batch : at;
-        protobuf_c_message_free_unpacked(&eff->base, NULL);
     }
     if (rc == 0) *start = end[i];
+    if (eff) protobuf_c_message_free_unpacked(&eff->base, NULL);
     free(end), free(len);
     return rc;
 }
