@@ -108,6 +108,21 @@ static int resolve_model(const recipe_doc *doc, size_t i, Baton__Model *m) {
     return rc;
 }
 
+/* The keys that are actions at a stage rather than settings: a stage's own value, else
+ * the defaults', never an earlier stage's (a reset asked of stage 2 is not one of stage 3). */
+static int stage_data_from_start(const Baton__Recipe *r, size_t i) {
+    const Baton__Stage *own = r->stages[i], *def = r->defaults;
+    if (own->has_data_from_start) return own->data_from_start;
+    return def && def->has_data_from_start && def->data_from_start;
+}
+
+static int stage_optimizer_reset(const Baton__Recipe *r, size_t i) {
+    const Baton__Optimizer *own = r->stages[i]->optimizer;
+    const Baton__Optimizer *def = r->defaults ? r->defaults->optimizer : NULL;
+    if (own && own->has_reset) return own->reset;
+    return def && def->has_reset && def->reset;
+}
+
 /* Stage i's data block: the last one given up to it replaces the recipe's. */
 static const Baton__Data *stage_data(const Baton__Recipe *r, size_t i) {
     const Baton__Data *data = r->data;
@@ -152,7 +167,7 @@ static int stage_data_start(const recipe_doc *doc, size_t i, uint64_t *start) {
         if (rc != 0) break;
         uint64_t at = 0;
         len[k] = eff->seq_len;
-        for (size_t j = 0; j < k && !eff->data_from_start; j++)
+        for (size_t j = 0; j < k && !stage_data_from_start(r, k); j++)
             if (len[j] == len[k] && same_samples(stage_data(r, j), stage_data(r, k)))
                 at = end[j] > at ? end[j] : at;
         end[k] = k < i ? at + eff->steps * eff->global_batch : at;
@@ -183,6 +198,8 @@ static int build_spec(const recipe_doc *doc, size_t i, Baton__Stage *st, Baton__
         rc = BT_ENOMEM;
     if (rc == 0) rc = ensure_message((void **)&s->data, &baton__data__descriptor);
     if (rc != 0) return rc;
+    st->data_from_start = stage_data_from_start(r, i), st->has_data_from_start = 1;
+    st->optimizer->reset = stage_optimizer_reset(r, i), st->optimizer->has_reset = 1;
     resolve_dp(st->parallel, s->cluster);
     return 0;
 }

@@ -201,7 +201,7 @@ static const char *carry_text =
     "defaults: {seq_len: 64, global_batch: 8}\n"
     "stages:\n"
     "  - {name: s0, steps: 100}\n"
-    "  - {name: s1, steps: 30, global_batch: 4, precision: bf16}\n"
+    "  - {name: s1, steps: 30, global_batch: 4, precision: bf16, optimizer: {reset: true}}\n"
     "  - {name: s2, steps: 7, seq_len: 128}\n"
     "  - {name: s3, steps: 5, seq_len: 64, data: {mix: [{path: a, weight: 0.7},\n"
     "                                                {path: b, weight: 0.3}], valid: w}}\n"
@@ -216,13 +216,15 @@ static void test_data_carry(void) {
     if (load_valid("c.yaml", carry_text, &doc) != 0) return;
     /* s0 first; s1 after s0's 100 x 8; s2 another window length; s3 the same data as
      * s0/s1 though it names it again; s4 other weights; s5 other sources; s6 from the
-     * start on purpose, s7 too (inherited); s8 after the furthest of s5-s7 (s7: 4 x 4) */
-    const uint64_t want[] = {0, 800, 0, 800 + 120, 0, 0, 0, 0, 16};
+     * start on purpose (an action: not inherited), so s7 after the furthest of s5 (2 x 4)
+     * and s6 (3 x 4); s8 says false: after s7's 4 x 4 */
+    const uint64_t want[] = {0, 800, 0, 800 + 120, 0, 0, 0, 12, 28};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         Baton__StageSpec *s = resolve(&doc, i);
         if (s == NULL) continue;
         CHECK(s->has_start_sample);
         CHECK_EQ_U64(s->start_sample, want[i]);
+        CHECK(s->stage->optimizer->reset == (i == 1)); /* s1's reset is not s2's */
         protobuf_c_message_free_unpacked(&s->base, NULL);
     }
     recipe_doc_free(&doc);
