@@ -1,7 +1,10 @@
 #include "recipe.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "pb_util.h"
 
@@ -131,23 +134,45 @@ static const Baton__Data *stage_data(const Baton__Recipe *r, size_t i) {
     return data;
 }
 
-/* Whether stages a and b train on the same samples: the same training sources and
- * weights (the validation set aside) cut into windows of the same length. */
+/* Source k of d's training data (a train path is one source) and its share of the mix. */
+static size_t data_sources(const Baton__Data *d) {
+    return d == NULL ? 0 : d->n_mix > 0 ? d->n_mix : d->train != NULL;
+}
+
+static const char *data_source(const Baton__Data *d, size_t k, double *share) {
+    if (d->n_mix == 0) return *share = 1, d->train;
+    double sum = 0;
+    for (size_t j = 0; j < d->n_mix; j++)
+        sum += d->mix[j]->weight;
+    *share = sum > 0 ? d->mix[k]->weight / sum : 0;
+    return d->mix[k]->path;
+}
+
+/* Whether two dataset prefixes name the same files: the same PREFIX.bin (device and
+ * inode) where both exist, else the same spelling. */
+static int same_prefix(const char *a, const char *b) {
+    if (a == NULL || b == NULL) return a == b;
+    char pa[4200], pb[4200];
+    struct stat sa, sb;
+    snprintf(pa, sizeof pa, "%s.bin", a), snprintf(pb, sizeof pb, "%s.bin", b);
+    if (stat(pa, &sa) == 0 && stat(pb, &sb) == 0)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    return strcmp(a, b) == 0;
+}
+
+/* Whether stages a and b train on the same samples (given the same seq_len): the same
+ * sources in the same order with the same shares, however spelled (./x or an absolute
+ * path, a one-source mix or train); the validation set aside. */
 static int same_samples(const Baton__Data *a, const Baton__Data *b) {
     if (a == b) return 1;
-    if (a == NULL || b == NULL) return 0;
-    Baton__Data x = *a, y = *b;
-    x.valid = y.valid = NULL;
-    size_t n = baton__data__get_packed_size(&x);
-    if (n != baton__data__get_packed_size(&y)) return 0;
-    uint8_t *bx = malloc(n ? n : 1), *by = malloc(n ? n : 1);
-    int same = bx && by;
-    if (same) {
-        baton__data__pack(&x, bx), baton__data__pack(&y, by);
-        same = memcmp(bx, by, n) == 0;
+    size_t n = data_sources(a);
+    if (n == 0 || n != data_sources(b)) return 0;
+    for (size_t k = 0; k < n; k++) {
+        double sa, sb;
+        const char *pa = data_source(a, k, &sa), *pb = data_source(b, k, &sb);
+        if (fabs(sa - sb) > 1e-12 || !same_prefix(pa, pb)) return 0;
     }
-    free(bx), free(by);
-    return same;
+    return 1;
 }
 
 /* Where stage i's data starts: after every sample the earlier stages with the same

@@ -1,6 +1,7 @@
 /* Stage resolution: inheritance (defaults, then every earlier stage), the effective
  * RoPE and data, dp auto, and completion of every sub-message. */
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "recipe.h"
@@ -230,6 +231,61 @@ static void test_data_carry(void) {
     recipe_doc_free(&doc);
 }
 
+/* The same data under other spellings continues; other data does not. */
+static void test_data_identity(void) {
+    char dir[] = "/tmp/test_resolve.XXXXXX", path[200], text[2048];
+    if (mkdtemp(dir) == NULL) {
+        CHECK(!"mkdtemp");
+        return;
+    }
+    const char *files[] = {"x.bin", "y.bin"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        FILE *f = fopen(path, "w");
+        CHECK(f != NULL);
+        if (f) fclose(f);
+    }
+    snprintf(path, sizeof path, "%s/link", dir);
+    CHECK(symlink(".", path) == 0);
+    snprintf(text, sizeof text,
+             "name: d\n"
+             "model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, ffn_dim: 176, "
+             "vocab_size: 256}\n"
+             "cluster: {nodes: 1, gpus_per_node: 1}\n"
+             "data: {train: %s/x}\n"
+             "defaults: {seq_len: 64, global_batch: 2}\n"
+             "stages:\n"
+             "  - {name: a, steps: 10}\n"
+             "  - {name: b, steps: 10, data: {train: %s/./x}}\n"
+             "  - {name: c, steps: 10, data: {mix: [{path: %s/link/x, weight: 3}]}}\n"
+             "  - {name: d, steps: 10, data: {train: %s/y}}\n"
+             "  - {name: e, steps: 10, data: {mix: [{path: %s/x}, {path: %s/y}]}}\n"
+             "  - {name: f, steps: 10, data: {mix: [{path: %s/link/x, weight: 2},\n"
+             "                                     {path: %s/y, weight: 2}]}}\n"
+             "  - {name: g, steps: 10, data: {mix: [{path: %s/y}, {path: %s/x}]}}\n",
+             dir, dir, dir, dir, dir, dir, dir, dir, dir, dir);
+    recipe_doc doc = {0};
+    if (load_valid("d.yaml", text, &doc) == 0) {
+        /* b and c are a's data spelled otherwise; d other data; f is e's mix (the same
+         * shares); g the same sources in another order: another interleaving */
+        const uint64_t want[] = {0, 20, 40, 0, 0, 20, 0};
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+            Baton__StageSpec *sp = resolve(&doc, i);
+            if (sp == NULL) continue;
+            CHECK_EQ_U64(sp->start_sample, want[i]);
+            protobuf_c_message_free_unpacked(&sp->base, NULL);
+        }
+    }
+    recipe_doc_free(&doc);
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+    snprintf(path, sizeof path, "%s/link", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void) {
     recipe_doc doc = {0};
     if (load_valid("t.yaml", recipe_text, &doc) == 0) {
@@ -239,5 +295,6 @@ int main(void) {
     recipe_doc_free(&doc);
     test_stage_split();
     test_data_carry();
+    test_data_identity();
     return check_status();
 }
