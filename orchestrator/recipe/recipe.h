@@ -24,6 +24,14 @@ int recipe_validate(const recipe_doc *doc, bt_diag *diag);
  * n_kv_heads and parallel.dp are explicit. Call after recipe_validate succeeded. */
 int recipe_resolve_stage(const recipe_doc *doc, size_t i, Baton__StageSpec **out, bt_diag *diag);
 
+/* Stage i's first global sample (StageSpec.start_sample): after every sample the earlier
+ * stages over the same training data and seq_len consumed, so a run split into stages
+ * over one data set does not train on its first samples again; 0 for a stage over other
+ * data, another window length, or with data_from_start. extra[k] (NULL: none) are the
+ * samples stage k read beyond its steps x global_batch: the windows its loss-spike
+ * rollbacks skipped. */
+int recipe_data_start(const recipe_doc *doc, size_t i, const uint64_t *extra, uint64_t *start);
+
 /* The effective (merged, not yet completed) Stage i: defaults then stages 0..i.
  * Caller frees with protobuf_c_message_free_unpacked. */
 int recipe_effective_stage(const recipe_doc *doc, size_t i, Baton__Stage **out);

@@ -175,13 +175,10 @@ static int same_samples(const Baton__Data *a, const Baton__Data *b) {
     return 1;
 }
 
-/* Where stage i's data starts: after every sample the earlier stages with the same
- * samples (same_samples, same seq_len) consumed, so a run split into stages over one
- * data set (a precision switch, a schedule change) does not train on its first samples
- * again. A stage over other data or another window length starts at its sample 0 (its
- * windows are another set, in another order), as does one that says data_from_start.
- * Each stage's position follows from those before it: end = start + steps x batch. */
-static int stage_data_start(const recipe_doc *doc, size_t i, uint64_t *start) {
+/* (recipe.h) Each stage's position follows from those before it: it ends at its start +
+ * steps x global_batch + extra; the same data's next stage starts at the furthest end.
+ * data_from_start is the stage's own or the defaults' (stage_data_from_start). */
+int recipe_data_start(const recipe_doc *doc, size_t i, const uint64_t *extra, uint64_t *start) {
     const Baton__Recipe *r = doc->recipe;
     uint64_t *end = calloc(i + 1, sizeof *end), *len = calloc(i + 1, sizeof *len);
     Baton__Stage *eff = new_message(&baton__stage__descriptor);
@@ -195,7 +192,7 @@ static int stage_data_start(const recipe_doc *doc, size_t i, uint64_t *start) {
         for (size_t j = 0; j < k && !stage_data_from_start(r, k); j++)
             if (len[j] == len[k] && same_samples(stage_data(r, j), stage_data(r, k)))
                 at = end[j] > at ? end[j] : at;
-        end[k] = k < i ? at + eff->steps * eff->global_batch : at;
+        end[k] = k < i ? at + eff->steps * eff->global_batch + (extra ? extra[k] : 0) : at;
     }
     if (rc == 0) *start = end[i];
     if (eff) protobuf_c_message_free_unpacked(&eff->base, NULL);
@@ -217,7 +214,7 @@ static int build_spec(const recipe_doc *doc, size_t i, Baton__Stage *st, Baton__
     rc = rc ? rc : complete_cluster(s->cluster);
     rc = rc ? rc : resolve_model(doc, i, s->model);
     const Baton__Data *data = stage_data(r, i);
-    rc = rc ? rc : stage_data_start(doc, i, &s->start_sample);
+    rc = rc ? rc : recipe_data_start(doc, i, NULL, &s->start_sample);
     s->has_start_sample = 1;
     if (rc == 0 && data != NULL && (s->data = (Baton__Data *)pb_clone(&data->base)) == NULL)
         rc = BT_ENOMEM;

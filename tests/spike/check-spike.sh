@@ -24,7 +24,8 @@
 #             checkpoint after the skipped step 15 has step 14's fp8 scales and histories
 #             (and weights), exactly.
 #   run       `baton run` with steps 15..17 spiking in attempt 0 only: ROLLBACK journaled,
-#             the later checkpoints moved aside, the window skipped, the run completes.
+#             the later checkpoints moved aside, the window skipped, the run completes; the
+#             next stage's data starts after the window's samples too.
 #   check-spike.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -108,6 +109,10 @@ run)
   grep -q "started from .* at step 12 (global sample 96)" r1/logs/s00-a01.log ||
     { grep started r1/logs/s00-a01.log; fail "attempt 1 did not start from step 12"; }
   ! grep -q "loss spike" r1/logs/s00-a01.log || fail "attempt 1 spiked"
+  # the fp8 stage (same data, same seq_len) starts after what pretrain read: its 24 x 8
+  # samples and the 24 of the window it skipped
+  grep -q "started from .* at step 0 (global sample 216)" r1/logs/s01-a00.log ||
+    { grep started r1/logs/s01-a00.log; fail "the fp8 stage did not start at sample 192 + 24"; }
   /usr/bin/python3 - status.json <<'PY' || fail "status check"
 import json, sys
 s = json.load(open(sys.argv[1]))

@@ -4,9 +4,9 @@
  * last TRAIN_SPIKE_WINDOW steps whose update was applied. Once it holds at least
  * TRAIN_SPIKE_WARMUP of them, a step whose loss or norm exceeds mean + z std of the window
  * is a spike: its update is undone (weights, Adam moments and the optimizer's step count
- * as before the step; the trainer's step still advances, so the schedule and the data move
- * on, as for a non-finite norm). Both values are reduced over every group before the
- * decision, so every rank decides the same.
+ * as before the step; the trainer's step still advances, so the data moves on, as for a
+ * non-finite norm, while the LR schedule, which follows the updates applied, does not). Both values
+ * are reduced over every group before the decision, so every rank decides the same.
  *
  * train_dp_update applies the update as soon as it has the norm, so the guard snapshots
  * the weights and this rank's moments before each armed step and restores them on a
