@@ -45,6 +45,11 @@
 #                 `baton resume` completes it without a step, and status must show the
 #                 loss and tokens/s of its step 16 as the worker logged them, not 0; a
 #                 stage with no step shows "-" (JSON null).
+#   replay        kill -9 a worker of pretrain after its checkpoint at step 5: the resumed
+#                 attempt repeats the steps after its checkpoint, and metrics.jsonl must
+#                 still hold each step once (those before the checkpoint from attempt 0,
+#                 the rest from attempt 1) and the event file TensorBoard's restart marker
+#                 (session_log START) at the first repeated step.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -564,6 +569,34 @@ assert [x["state"] for x in st] == ["failed", "pending", "pending"], st
 assert (st[0]["attempts"], st[0]["restarts"]) == (3, 2), st[0]' ||
     fail "status --json does not report the failed run"
   echo "$case: gave up after 2 restarts (exit 1); status says failed, with reason and cause"
+  ;;
+replay)
+  sets=(--set stages.pretrain.steps=12 --set stages.1.steps=2 --set stages.fp8.steps=2)
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run "$recipe" --run-dir r1 --quiet "${sets[@]}" >run.out 2>&1 &
+  bpid=$!
+  strike 0 7 9 KILL
+  wait "$bpid" || fail "baton run exited $?"
+  bpid=
+  [[ -f r1/logs/s00-a01.log ]] || fail "pretrain was not restarted"
+  # the step the restart resumed from (0: none of its checkpoints was complete)
+  from=$(sed -En 's/^\[0\] started from .* at step ([0-9]+) .*/\1/p' r1/logs/s00-a01.log)
+  from=${from:-0}
+  last0=$(sed -En 's/^\[0\] step +([0-9]+)\/.*/\1/p' r1/logs/s00-a00.log | tail -1)
+  ((last0 > from)) || fail "attempt 0 ended at step $last0, not past the checkpoint at $from"
+  /usr/bin/python3 - r1/metrics.jsonl "$from" <<'PY' || fail "metrics.jsonl after the restart"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+frm = int(sys.argv[2])
+steps = [r["global_step"] for r in rows]
+assert steps == list(range(1, 17)), f"global steps {steps}, expected 1..16 once each"
+for r in rows[:12]:
+    assert r["attempt"] == (0 if r["step"] <= frm else 1), r
+print(f"metrics.jsonl: steps 1-16 once each; pretrain's 1-{frm} from attempt 0, {frm + 1}-12 from attempt 1")
+PY
+  /usr/bin/python3 "$src/tests/control/read_tb.py" r1/tb r1/metrics.jsonl >tb.txt ||
+    { tail -3 tb.txt; fail "the event file does not match metrics.jsonl"; }
+  grep -qx "session_log START $((from + 1))" tb.txt || { grep session_log tb.txt; fail "no restart marker at step $((from + 1))"; }
+  echo "$case: attempt 0 reached step $last0, resumed at $from; each step once, restart marker at $((from + 1))"
   ;;
 *) fail "unknown case" ;;
 esac
