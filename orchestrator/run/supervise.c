@@ -219,6 +219,10 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
         if (c->cs_open) n += control_server_pollfds(&c->cs, pfd + n, RUN_MAX_POLL - n);
         if ((rc = launch_job_step(job, pfd, n, 200)) <= 0) break;
         if (c->cs_open) control_server_handle(&c->cs, pfd, n, bt_clock_now());
+        /* the metrics carry the stage's count from its first step, also after a resume
+         * (the count is in the checkpoint), before any "update skipped" line */
+        if (c->cs_open && c->cs.have_metrics && c->cs.last.skipped_steps > c->prog.skipped)
+            c->prog.skipped = c->cs.last.skipped_steps;
         run_check_topology(c, job, stage, attempt);
         run_note_recovery(c, stage, attempt);
         run_note_ckpt(c, stage, attempt);

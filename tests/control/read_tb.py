@@ -15,6 +15,7 @@ METRICS_JSONL, checks that every line's loss, lr, grad_norm and tokens_per_s are
 event files at its global_step (as float32)."""
 import glob
 import json
+import math
 import struct
 import sys
 
@@ -131,7 +132,10 @@ def check(scalars, jsonl):
         m = json.loads(line)
         for key in ("loss", "lr", "grad_norm", "tokens_per_s"):
             got = scalars.get(("train/" + key, m["global_step"]))
-            if got is None or got != f32(m[key]):
+            if m[key] is None:  # metrics.jsonl writes a non-finite number as null
+                if got is None or math.isfinite(got):
+                    sys.exit(f"train/{key} at step {m['global_step']}: {got}, metrics.jsonl null")
+            elif got is None or got != f32(m[key]):
                 sys.exit(f"train/{key} at step {m['global_step']}: {got}, metrics.jsonl {m[key]}")
         n += 1
     if n == 0:

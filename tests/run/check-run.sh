@@ -50,6 +50,10 @@
 #                 still hold each step once (those before the checkpoint from attempt 0,
 #                 the rest from attempt 1) and the event file TensorBoard's restart marker
 #                 (session_log START) at the first repeated step.
+#   fp16-skips    the fp16 overflow stage of tests/engine/fp16.yaml (scale 2^40: the first
+#                 steps overflow): `baton run`'s progress lines show the skipped count and
+#                 the scale as the worker logged them, and metrics.jsonl and TensorBoard
+#                 have train/loss_scale and train/overflow per step.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -597,6 +601,31 @@ PY
     { tail -3 tb.txt; fail "the event file does not match metrics.jsonl"; }
   grep -qx "session_log START $((from + 1))" tb.txt || { grep session_log tb.txt; fail "no restart marker at step $((from + 1))"; }
   echo "$case: attempt 0 reached step $last0, resumed at $from; each step once, restart marker at $((from + 1))"
+  ;;
+fp16-skips)
+  sed -n '1,/^stages:/p' "$src/tests/engine/fp16.yaml" >fp16.yaml
+  sed -n '/^  - name: overflow/,$p' "$src/tests/engine/fp16.yaml" >>fp16.yaml
+  "$baton" run fp16.yaml --run-dir r1 >run.out 2>&1 || fail "the fp16 run failed"
+  log=r1/logs/s00-a00.log
+  # every rank prints the skip; rank 0's lines are the ones counted
+  skips=$(grep -Ec '^\[0\] step +[0-9]+: update skipped: Inf/NaN in the fp16 gradients' "$log" || true)
+  ((skips >= 3)) || fail "$skips overflow steps in the worker's log, expected a few"
+  last_scale=$(sed -En 's/^\[0\] step +20\/20 .*  loss_scale ([^ ]+)$/\1/p' "$log")
+  grep -Eq "^\[overflow\] step 20/20 .*  skipped $skips  scale $last_scale\$" run.out ||
+    { grep '^\[overflow\]' run.out; fail "the last progress line lacks 'skipped $skips  scale $last_scale'"; }
+  /usr/bin/python3 - r1/metrics.jsonl <<'PY' || fail "metrics.jsonl lacks the fp16 figures"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["step"] for r in rows] == list(range(1, 21)), rows
+over = [r["step"] for r in rows if r["overflow"]]
+assert rows[-1]["skipped_steps"] == len(over) and all(r["loss_scale"] > 0 for r in rows), rows[-1]
+PY
+  /usr/bin/python3 "$src/tests/control/read_tb.py" r1/tb r1/metrics.jsonl >tb.txt || fail "unreadable events"
+  [[ $(grep -c "^train/loss_scale " tb.txt) == 20 ]] ||
+    fail "train/loss_scale not per step"
+  [[ $(grep -Ec "^train/overflow [0-9]+ 1.0$" tb.txt) == "$skips" && $(grep -c "^train/overflow " tb.txt) == 20 ]] ||
+    { grep "^train/overflow" tb.txt; fail "train/overflow is not 1 at the $skips skipped steps"; }
+  echo "$case: $(grep '^\[overflow\] step 20/20' run.out)"
   ;;
 *) fail "unknown case" ;;
 esac
