@@ -54,6 +54,10 @@
 #                 steps overflow): `baton run`'s progress lines show the skipped count and
 #                 the scale as the worker logged them, and metrics.jsonl and TensorBoard
 #                 have train/loss_scale and train/overflow per step.
+#   status-live   `baton status` of a run in progress (pretrain at step 8 or more): the
+#                 running stage's wall time counts from its attempt's start to now (not
+#                 0.0), and an ETA from the recent pace is in the text ("stage ETA") and
+#                 the JSON ("eta_s", the stage's and the run's); none for other stages.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -626,6 +630,47 @@ PY
   [[ $(grep -Ec "^train/overflow [0-9]+ 1.0$" tb.txt) == "$skips" && $(grep -c "^train/overflow " tb.txt) == 20 ]] ||
     { grep "^train/overflow" tb.txt; fail "train/overflow is not 1 at the $skips skipped steps"; }
   echo "$case: $(grep '^\[overflow\] step 20/20' run.out)"
+  ;;
+status-live)
+  t0=$(date +%s.%N)
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 8 >/dev/null
+  sleep 1
+  "$baton" status r1 --json >live.json
+  "$baton" status r1 >live.txt
+  t1=$(date +%s.%N)
+  /usr/bin/python3 - live.json "$t0" "$t1" <<'PY' || { cat live.json; fail "status --json of the running run"; }
+import json, sys
+s = json.load(open(sys.argv[1]))
+t0, t1 = float(sys.argv[2]), float(sys.argv[3])
+st = s["stages"]
+p = st[0]
+assert s["state"] == "running" and p["state"] == "running", s
+left = p["steps"] - p["step"]
+# 8 steps of at least 0.15 s and a 1 s wait: over 2 s in the stage, less than since the launch
+assert 2.0 <= p["wall_s"] <= t1 - t0, (p["wall_s"], t1 - t0)
+# about the injected 0.15 s per step left, at most 3 s per step (2 shared cores)
+assert p["eta_s"] is not None and 0.1 * left <= p["eta_s"] <= 3.0 * left, (p, left)
+assert s["eta_s"] == p["eta_s"], s["eta_s"]
+assert all(x["eta_s"] is None for x in st[1:]), st
+print(f"running: step {p['step']}/{p['steps']}, wall {p['wall_s']:.1f} s "
+      f"(launched {t1 - t0:.1f} s ago), ETA {p['eta_s']:.1f} s")
+PY
+  grep -Eq "^  pretrain +running +[0-9]+/30 .* ([2-9]|[1-9][0-9]+)\.[0-9] +1 +0 " live.txt ||
+    { cat live.txt; fail "the running stage's wall time is not shown"; }
+  grep -Eq "^  now: stage pretrain step [0-9]+/30, .*s in the stage, stage ETA [0-9]+ s$" live.txt ||
+    { cat live.txt; fail "no ETA line"; }
+  kill -TERM "$bpid"
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  [[ $rc == 75 ]] || fail "baton run exited $rc on SIGTERM, not 75"
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "stopped" and s["eta_s"] is None and s["stages"][0]["eta_s"] is None, s' ||
+    fail "a stopped run still has an ETA"
+  echo "$case: $(grep '^  now:' live.txt)"
   ;;
 *) fail "unknown case" ;;
 esac
