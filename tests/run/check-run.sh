@@ -58,6 +58,10 @@
 #                 running stage's wall time counts from its attempt's start to now (not
 #                 0.0), and an ETA from the recent pace is in the text ("stage ETA") and
 #                 the JSON ("eta_s", the stage's and the run's); none for other stages.
+#   early-signal  a SIGTERM while `baton run`'s shared libraries initialize, before main
+#                 (a preloaded library's initializer sends it; BATON_TEST_EARLY_SIGNAL_LIB):
+#                 it waits blocked for the supervisor, which stops the run: exit 75, not
+#                 143, and `baton resume` completes it.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -671,6 +675,23 @@ s = json.load(sys.stdin)
 assert s["state"] == "stopped" and s["eta_s"] is None and s["stages"][0]["eta_s"] is None, s' ||
     fail "a stopped run still has an ETA"
   echo "$case: $(grep '^  now:' live.txt)"
+  ;;
+early-signal)
+  lib=${BATON_TEST_EARLY_SIGNAL_LIB:?the test library}
+  sets=(--set stages.pretrain.steps=4 --set stages.1.steps=2 --set stages.fp8.steps=2)
+  set +e
+  # ASan wants its runtime first among the libraries; the preloaded one comes before it
+  BATON_TEST_EARLY_SIGNAL=1 LD_PRELOAD=$lib ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+    "$baton" run "$recipe" --run-dir r1 --quiet "${sets[@]}" >run.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 75 ]] || fail "a SIGTERM before main: exit $rc, not 75"
+  grep -q "got SIGTERM: asking the workers to checkpoint and stop" run.out || fail "the stop was not said"
+  "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "resume failed"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+assert json.load(sys.stdin)["state"] == "completed"' || fail "the resumed run did not complete"
+  echo "$case: SIGTERM before main -> exit 75, resumed to completion"
   ;;
 *) fail "unknown case" ;;
 esac
