@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* memmem */
 #include "run_progress.h"
 
 #include <stdio.h>
@@ -101,6 +102,7 @@ void run_progress_line(void *arg, int rank, int stream, const char *line, size_t
     run_progress *p = arg;
     if (p->log) fprintf(p->log, "[%d%s] %.*s\n", rank, stream == 2 ? " err" : "", (int)len, line);
     if (stream == 2) {
+        if (memmem(line, len, "no usable checkpoint", 20) != NULL) p->no_ckpt = 1;
         run_progress_end(p);
         fprintf(stderr, "[%s rank %d] %.*s\n", p->stage, rank, (int)len, line);
         return;

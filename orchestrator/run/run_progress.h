@@ -26,6 +26,7 @@ typedef struct run_progress {
     char ckpt[128];
     uint64_t ckpt_step;
     int bar_open; /* a progress bar is on the terminal line */
+    int no_ckpt;  /* a rank said "no usable checkpoint": it refused every candidate */
 } run_progress;
 
 /* launch_output_cb for launch_opts.on_output; arg is a run_progress. */

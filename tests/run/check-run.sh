@@ -62,6 +62,9 @@
 #                 (a preloaded library's initializer sends it; BATON_TEST_EARLY_SIGNAL_LIB):
 #                 it waits blocked for the supervisor, which stops the run: exit 75, not
 #                 143, and `baton resume` completes it.
+#   damaged-ckpts every checkpoint of a stopped run damaged (4 bytes of a shard, CRC32C):
+#                 `baton resume` fails promptly, exit 1, after two attempts that found no
+#                 usable checkpoint (not max_restarts + 1), saying so; status says failed.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -692,6 +695,35 @@ early-signal)
 import json, sys
 assert json.load(sys.stdin)["state"] == "completed"' || fail "the resumed run did not complete"
   echo "$case: SIGTERM before main -> exit 75, resumed to completion"
+  ;;
+damaged-ckpts)
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 12 >/dev/null
+  kill -TERM "$bpid"
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  [[ $rc == 75 ]] || fail "baton run exited $rc on SIGTERM, not 75"
+  n=0
+  for c in r1/checkpoints/s00-step*; do
+    printf '\x5a\x5a\x5a\x5a' | dd of="$c/rank-00000.bin" bs=1 seek=200 conv=notrunc status=none
+    n=$((n + 1))
+  done
+  ((n >= 2)) || fail "$n checkpoints to damage, expected 2 or more"
+  t0=$SECONDS
+  set +e; "$baton" resume r1 --quiet >resume.out 2>&1; rc=$?; set -e
+  [[ $rc == 1 ]] || { cat resume.out; fail "resume from damaged checkpoints: exit $rc, not 1"; }
+  grep -q "not retried: no usable checkpoint in two attempts in a row" resume.out ||
+    { cat resume.out; fail "no clear message"; }
+  [[ $(grep -c "restarting stage" resume.out) == 1 ]] || { cat resume.out; fail "not exactly one retry"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+p = s["stages"][0]
+assert s["state"] == "failed" and p["state"] == "failed" and p["attempts"] == 3, (s["state"], p)
+assert "no usable checkpoint" in s["failure"]["last_cause"], s["failure"]' ||
+    fail "status does not say failed after 2 attempts of the resume"
+  echo "$case: $n damaged checkpoints: resume failed after 2 attempts in $((SECONDS - t0)) s"
   ;;
 *) fail "unknown case" ;;
 esac
