@@ -65,6 +65,11 @@
 #   damaged-ckpts every checkpoint of a stopped run damaged (4 bytes of a shard, CRC32C):
 #                 `baton resume` fails promptly, exit 1, after two attempts that found no
 #                 usable checkpoint (not max_restarts + 1), saying so; status says failed.
+#   strict-runtime  cluster.strict_topology, 3 virtual nodes of 4 (tp2 x pp3 x dp2, placed
+#                 as planned); node2 killed whole: with no spare dp shrinks to 1, and the
+#                 launcher spreads the 6 ranks 3 + 3 where the plan puts 4 + 2, so a tp
+#                 group spans hosts: baton run refuses the attempt once the ranks said
+#                 where they are (exit 2, not retried, status failed).
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -724,6 +729,48 @@ assert s["state"] == "failed" and p["state"] == "failed" and p["attempts"] == 3,
 assert "no usable checkpoint" in s["failure"]["last_cause"], s["failure"]' ||
     fail "status does not say failed after 2 attempts of the resume"
   echo "$case: $n damaged checkpoints: resume failed after 2 attempts in $((SECONDS - t0)) s"
+  ;;
+strict-runtime)
+  cat >topo.yaml <<'YAML'
+name: strict-runtime
+seed: 7
+model: {arch: llama, dim: 64, n_layers: 3, n_heads: 4, n_kv_heads: 2, ffn_dim: 176,
+        vocab_size: 272, rope: {theta: 10000}}
+cluster: {nodes: 3, gpus_per_node: 4, device: cpu, strict_topology: true}
+data: {train: data/fortunes_train, valid: data/fortunes_valid}
+defaults:
+  seq_len: 64
+  global_batch: 8
+  micro_batch: 1
+  optimizer: {lr: 3e-3, min_lr: 3e-4, warmup_steps: 2, grad_clip: 0.5}
+  checkpoint: {every_steps: 2, keep: 2}
+  restart: {max_restarts: 3, backoff: 0.2s, heartbeat_timeout: 20s}
+stages:
+  - name: pretrain
+    steps: 12
+    parallel: {tp: 2, pp: 3, dp: 2}
+YAML
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run topo.yaml --run-dir r1 >run.out 2>&1 &
+  bpid=$!
+  strike 0 2 4 KILL 8 9 10 11 # node2
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  [[ $rc == 2 ]] || fail "exit $rc, not 2"
+  grep -q "topology of attempt 0 (as planned)" run.out || fail "attempt 0 was not placed as planned"
+  grep -q "node2 lost: every rank on it was killed; excluded" run.out || fail "node2 not excluded"
+  grep -q "data parallelism shrinks from 2 to 1 on 2 node(s)" run.out || fail "dp did not shrink"
+  grep -q "topology of attempt 1 (REFUSED: strict_topology)" run.out || fail "no runtime refusal"
+  grep -q "tp group \[2 3\]: node0 node1  <- spans hosts" run.out || fail "the spread group is not named"
+  grep -q "rank 3 landed on node1, the plan put it on node 0" run.out || fail "the misplaced rank is not named"
+  grep -q 'attempt 1 failed: topology: .*strict_topology is set (a configuration error: not retried)' run.out ||
+    fail "the attempt did not fail on the topology"
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+p = s["stages"][0]
+assert s["state"] == "failed" and p["attempts"] == 2, (s["state"], p)
+assert s["failure"]["last_cause"].startswith("topology: "), s["failure"]' || fail "status after the refusal"
+  echo "$case: attempt 1 after the dp shrink refused at run time: $(grep -m1 'spans hosts' run.out)"
   ;;
 *) fail "unknown case" ;;
 esac
