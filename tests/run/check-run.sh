@@ -594,7 +594,7 @@ replay)
   sets=(--set stages.pretrain.steps=12 --set stages.1.steps=2 --set stages.fp8.steps=2)
   BATON_FAULT_STEP_SLEEP=0.15 "$baton" run "$recipe" --run-dir r1 --quiet "${sets[@]}" >run.out 2>&1 &
   bpid=$!
-  strike 0 7 9 KILL
+  strike 0 6 7 KILL # between the checkpoints at 5 and 10, whatever a step or two of lag
   wait "$bpid" || fail "baton run exited $?"
   bpid=
   [[ -f r1/logs/s00-a01.log ]] || fail "pretrain was not restarted"
