@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
@@ -25,6 +26,15 @@ typedef struct status_last {
     double time, loss, tok;
 } status_last;
 
+/* One line of metrics.jsonl, for the recent pace of the running stage. */
+typedef struct status_point {
+    double time;
+    uint64_t step;
+    uint32_t stage, attempt;
+} status_point;
+
+#define STATUS_RECENT 16 /* the lines the ETA's pace is taken over */
+
 typedef struct status_view {
     const char *dir;
     recipe_doc doc;
@@ -37,7 +47,10 @@ typedef struct status_view {
     uint32_t m_stage;
     double m_step_time, m_loss, m_tok;
     int have_metrics;
-    status_last last[RUN_MAX_STAGES]; /* per stage: its last line of metrics.jsonl */
+    status_last last[RUN_MAX_STAGES];   /* per stage: its last line of metrics.jsonl */
+    status_point recent[STATUS_RECENT]; /* the last lines, recent[n_lines % STATUS_RECENT] next */
+    size_t n_lines;
+    double now; /* unix seconds when status looked */
 } status_view;
 
 static void status_usage(FILE *f) {
@@ -82,6 +95,13 @@ static void status_metrics_line(status_view *v, const char *line) {
     l->time = status_field(line, "\"time\": ", &x) ? x : 0;
     l->has_loss = status_field(line, "\"loss\": ", &l->loss);
     l->has_tok = status_field(line, "\"tokens_per_s\": ", &l->tok);
+    double step, attempt;
+    if (!status_field(line, "\"step\": ", &step) || !status_field(line, "\"attempt\": ", &attempt))
+        return;
+    v->recent[v->n_lines++ % STATUS_RECENT] = (status_point){.time = l->time,
+                                                             .step = (uint64_t)step,
+                                                             .stage = (uint32_t)stage,
+                                                             .attempt = (uint32_t)attempt};
 }
 
 static void status_metrics(status_view *v) {
@@ -160,6 +180,9 @@ static int status_load(status_view *v, const char *dir, bt_diag *diag) {
     if (v->have_doc) status_apply_overrides(v, &ignore);
     run_state_replay(&v->st, v->rec, v->n);
     v->running = run_dir_busy(dir);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    v->now = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
     status_metrics(v);
     return 0;
 }
@@ -230,6 +253,45 @@ static int status_stage_tok(const status_view *v, size_t i, double *tok) {
                         l->tok, l->time, tok);
 }
 
+/* A stage's wall time: its ended attempts, and while the run is supervised the attempt
+ * under way, from its ATTEMPT_STARTED record to now. */
+static double status_stage_wall(const status_view *v, size_t i) {
+    const run_stage_state *s = &v->st.stage[i];
+    double w = s->wall_s;
+    if (v->running && !s->completed && s->open_at > 0 && v->now > s->open_at)
+        w += v->now - s->open_at;
+    return w;
+}
+
+/* Seconds per step of the running stage lately: over the last lines of metrics.jsonl from
+ * its current attempt (checkpoint saves and evaluation included), else the last step's
+ * step_time_s; 0: unknown. */
+static double status_pace(const status_view *v) {
+    size_t n = v->n_lines < STATUS_RECENT ? v->n_lines : STATUS_RECENT;
+    if (n == 0) return v->m_step_time;
+    const status_point *last = &v->recent[(v->n_lines - 1) % STATUS_RECENT], *first = last;
+    for (size_t k = 2; k <= n; k++) {
+        const status_point *p = &v->recent[(v->n_lines - k) % STATUS_RECENT];
+        if (p->stage != last->stage || p->attempt != last->attempt || p->step >= first->step) break;
+        first = p;
+    }
+    if (last->step > first->step && last->time > first->time)
+        return (last->time - first->time) / (double)(last->step - first->step);
+    return v->m_step_time;
+}
+
+/* Seconds until stage i ends at the recent pace; only for the stage a supervised run is
+ * training. */
+static int status_stage_eta(const status_view *v, size_t i, double *eta) {
+    const run_stage_state *s = &v->st.stage[i];
+    if (!v->running || !v->have_metrics || v->m_stage != i || s->completed || !s->started) return 0;
+    double pace = status_pace(v);
+    uint64_t total = status_stage_steps(v, i);
+    if (pace <= 0 || total == 0) return 0;
+    *eta = total > v->m_step ? (double)(total - v->m_step) * pace : 0;
+    return 1;
+}
+
 static void status_text(bt_buf *b, const status_view *v) {
     const char *state = status_run_state(v);
     bt_buf_printf(b, "run %s: %s", v->dir, state);
@@ -258,7 +320,7 @@ static void status_text(bt_buf *b, const status_view *v) {
         if (status_stage_tok(v, i, &x)) snprintf(tok, sizeof tok, "%.0f", x);
         bt_buf_printf(b, "  %-18s %-8s %13s %10s %10s %9.1f %8u %8u %12s\n",
                       status_stage_name(v, i), status_stage_state(v, i), steps, loss, tok,
-                      s->wall_s, s->attempts, s->restarts, rec);
+                      status_stage_wall(v, i), s->attempts, s->restarts, rec);
     }
 }
 
@@ -316,12 +378,14 @@ static void status_ckpts(bt_buf *b, const status_view *v, int json) {
 }
 
 static void status_eta(bt_buf *b, const status_view *v) {
-    if (!v->running || !v->have_metrics || v->m_step_time <= 0) return;
-    uint64_t total = status_stage_steps(v, v->m_stage);
-    double eta = total > v->m_step ? (double)(total - v->m_step) * v->m_step_time : 0;
-    bt_buf_printf(b, "  now: stage %s step %llu/%llu, loss %.4f, %.0f tok/s, stage ETA %.0f s\n",
+    double eta;
+    if (!status_stage_eta(v, v->m_stage, &eta)) return;
+    bt_buf_printf(b,
+                  "  now: stage %s step %llu/%llu, loss %.4f, %.0f tok/s, %.1f s in the stage, "
+                  "stage ETA %.0f s\n",
                   status_stage_name(v, v->m_stage), (unsigned long long)v->m_step,
-                  (unsigned long long)total, v->m_loss, v->m_tok, eta);
+                  (unsigned long long)status_stage_steps(v, v->m_stage), v->m_loss, v->m_tok,
+                  status_stage_wall(v, v->m_stage), eta);
 }
 
 static void status_json(bt_buf *b, const status_view *v) {
@@ -348,6 +412,11 @@ static void status_json(bt_buf *b, const status_view *v) {
     } else {
         bt_buf_printf(b, "null");
     }
+    double eta;
+    if (v->have_metrics && v->m_stage < RUN_MAX_STAGES && status_stage_eta(v, v->m_stage, &eta))
+        bt_buf_printf(b, ", \"eta_s\": %.3f", eta); /* the running stage's */
+    else
+        bt_buf_printf(b, ", \"eta_s\": null");
     bt_buf_printf(b, ", \"stages\": [");
     for (size_t i = 0; i < status_n_stages(v); i++) {
         const run_stage_state *s = &v->st.stage[i];
@@ -358,16 +427,18 @@ static void status_json(bt_buf *b, const status_view *v) {
         double x;
         if (status_stage_loss(v, i, &x) && isfinite(x)) snprintf(loss, sizeof loss, "%.9g", x);
         if (status_stage_tok(v, i, &x) && isfinite(x)) snprintf(tok, sizeof tok, "%.6g", x);
+        char eta[32] = "null"; /* known for the stage a supervised run is training */
+        if (status_stage_eta(v, i, &x)) snprintf(eta, sizeof eta, "%.3f", x);
         bt_buf_printf(b,
                       ", \"state\": \"%s\", \"step\": %llu, \"steps\": %llu, \"loss\": %s, "
-                      "\"tokens_per_s\": %s, \"wall_s\": %.3f, \"attempts\": %u, \"restarts\": %u, "
-                      "\"recoveries\": %u, \"recovery_s_avg\": %.3f}",
+                      "\"tokens_per_s\": %s, \"wall_s\": %.3f, \"eta_s\": %s, \"attempts\": %u, "
+                      "\"restarts\": %u, \"recoveries\": %u, \"recovery_s_avg\": %.3f}",
                       status_stage_state(v, i),
                       (unsigned long long)(!s->completed && v->have_metrics && v->m_stage == i
                                                ? v->m_step
                                                : s->last_step),
-                      (unsigned long long)status_stage_steps(v, i), loss, tok, s->wall_s,
-                      s->attempts, s->restarts, s->recoveries,
+                      (unsigned long long)status_stage_steps(v, i), loss, tok,
+                      status_stage_wall(v, i), eta, s->attempts, s->restarts, s->recoveries,
                       s->recoveries ? s->recovery_s_sum / s->recoveries : 0.0);
     }
     bt_buf_printf(b, "], \"recovery_s\": [");

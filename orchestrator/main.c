@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "cpu_blas_core.h"
+#include "run/supervise.h"
 #include "util/err.h"
 
 #ifndef BATON_VERSION
@@ -38,6 +39,24 @@ static void usage(FILE *f) {
     fprintf(f, "\nRun 'baton COMMAND --help' for a command's options.\n"
                "Exit status: 0 success, 1 failure, 2 bad usage or invalid input.\n");
 }
+
+/* run and resume: a SIGINT, SIGTERM or SIGHUP that comes while the libraries initialize,
+ * the re-exec in main (cpu_blas_core_ensure) and the recipe's checks take their tens of
+ * milliseconds waits for the supervisor's signalfd (a stop, exit 75) instead of killing
+ * us (exit 143). An ELF executable's .preinit_array runs before any shared library's
+ * initializer (OpenBLAS's starts a thread, which inherits the mask), so this is the
+ * earliest code of ours; the mask and a pending signal survive the execv. What stays open
+ * is the dynamic loader mapping and relocating the libraries before it: no code of the
+ * program runs then, only a parent that blocks the signals could cover it. glibc passes
+ * argc, argv and envp. */
+static void main_block_signals(int argc, char **argv, char **envp) {
+    (void)envp;
+    if (argc >= 2 && argv != NULL && argv[1] != NULL &&
+        (strcmp(argv[1], "run") == 0 || strcmp(argv[1], "resume") == 0))
+        run_signals_block();
+}
+__attribute__((section(".preinit_array"),
+               used)) static void (*const main_preinit)(int, char **, char **) = main_block_signals;
 
 int main(int argc, char **argv) {
     /* `baton eval` multiplies on the CPU, and the workers inherit the choice */

@@ -2,11 +2,129 @@
 #include "control_metrics.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #include "util/buf.h"
+
+/* The "global_step" of one metrics.jsonl line (as control_metrics_jsonl writes it). */
+static int metrics_line_step(const char *line, uint64_t *step) {
+    static const char key[] = "\"global_step\": ";
+    const char *k = strstr(line, key);
+    if (k == NULL) return -1;
+    const char *at = k + sizeof key - 1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(at, &end, 10);
+    if (end == at || errno != 0) return -1;
+    *step = v;
+    return 0;
+}
+
+/* Reads metrics.jsonl line by line: the lines whose global_step is below `below` (and
+ * lines without one: not ours to judge) are kept, and copied to out unless out is NULL;
+ * notes the largest global_step kept. *torn: the file ends in a line without its newline
+ * (a writer killed mid-line), which is never kept. */
+static int metrics_scan(control_metrics_sink *s, uint64_t below, FILE *out, int *torn,
+                        bt_diag *diag) {
+    s->have_step = 0, s->max_step = 0, *torn = 0;
+    FILE *in = fopen(s->jsonl_path, "re");
+    if (in == NULL) {
+        if (errno == ENOENT) return 0;
+        bt_diag_set(diag, "%s: cannot read: %s", s->jsonl_path, strerror(errno));
+        return BT_EIO;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int rc = 0;
+    while ((n = getline(&line, &cap, in)) > 0) {
+        if (line[n - 1] != '\n') {
+            *torn = 1;
+            break;
+        }
+        uint64_t step;
+        int has = metrics_line_step(line, &step) == 0;
+        if (has && step >= below) continue;
+        if (has && (!s->have_step || step > s->max_step)) s->have_step = 1, s->max_step = step;
+        if (out != NULL && fwrite(line, 1, (size_t)n, out) != (size_t)n) {
+            bt_diag_set(diag, "%s.tmp: cannot write: %s", s->jsonl_path, strerror(errno));
+            rc = BT_EIO;
+            break;
+        }
+    }
+    if (rc == 0 && ferror(in)) {
+        bt_diag_set(diag, "%s: cannot read: %s", s->jsonl_path, strerror(errno));
+        rc = BT_EIO;
+    }
+    free(line);
+    fclose(in);
+    return rc;
+}
+
+/* The directory entry of a rename made durable. */
+static int metrics_sync_dir(const char *path) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL)
+        snprintf(dir, sizeof dir, ".");
+    else
+        *slash = '\0';
+    int fd = open(dir[0] ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* metrics.jsonl without the records of global_step >= below: written whole to a temp
+ * file, synced and renamed over it, so that a reader (baton status) sees the old file or
+ * the new one, never a part; then reopened for appending. */
+static int metrics_rewrite(control_metrics_sink *s, uint64_t below, bt_diag *diag) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", s->jsonl_path);
+    int rc, torn;
+    if (s->jsonl != NULL) fclose(s->jsonl);
+    s->jsonl = NULL;
+    FILE *out = fopen(tmp, "we");
+    if (out == NULL) {
+        bt_diag_set(diag, "%s: cannot create: %s", tmp, strerror(errno));
+        rc = BT_EIO;
+        goto error;
+    }
+    if ((rc = metrics_scan(s, below, out, &torn, diag)) != 0) goto error;
+    rc = BT_EIO;
+    if (fflush(out) != 0 || fsync(fileno(out)) != 0) {
+        bt_diag_set(diag, "%s: cannot write: %s", tmp, strerror(errno));
+        goto error;
+    }
+    int closed = fclose(out);
+    out = NULL;
+    if (closed != 0 || rename(tmp, s->jsonl_path) != 0) {
+        bt_diag_set(diag, "%s: cannot replace it with %s: %s", s->jsonl_path, tmp, strerror(errno));
+        goto error;
+    }
+    if (metrics_sync_dir(s->jsonl_path) != 0) {
+        bt_diag_set(diag, "%s: cannot sync its directory: %s", s->jsonl_path, strerror(errno));
+        goto error;
+    }
+    if ((s->jsonl = fopen(s->jsonl_path, "ae")) == NULL) {
+        bt_diag_set(diag, "%s: cannot open for appending: %s", s->jsonl_path, strerror(errno));
+        return BT_EIO;
+    }
+    return 0;
+error:
+    if (out != NULL) fclose(out);
+    unlink(tmp);
+    if (s->jsonl == NULL) s->jsonl = fopen(s->jsonl_path, "ae"); /* append to what is there */
+    return rc;
+}
 
 int control_metrics_open(control_metrics_sink *s, const char *run_dir, bt_diag *diag) {
     memset(s, 0, sizeof *s);
@@ -16,14 +134,21 @@ int control_metrics_open(control_metrics_sink *s, const char *run_dir, bt_diag *
         return BT_EIO;
     }
     snprintf(s->jsonl_path, sizeof s->jsonl_path, "%s/metrics.jsonl", run_dir);
-    s->jsonl = fopen(s->jsonl_path, "ae");
+    int torn, rc = metrics_scan(s, UINT64_MAX, NULL, &torn, diag);
+    /* a line appended after a torn one would be unreadable too */
+    if (rc == 0 && torn) rc = metrics_rewrite(s, UINT64_MAX, diag);
+    if (rc != 0) {
+        control_metrics_close(s);
+        return rc;
+    }
+    if (s->jsonl == NULL) s->jsonl = fopen(s->jsonl_path, "ae");
     if (s->jsonl == NULL) {
         bt_diag_set(diag, "%s: cannot open for appending: %s", s->jsonl_path, strerror(errno));
         return BT_EIO;
     }
     char tb_dir[4096];
     snprintf(tb_dir, sizeof tb_dir, "%s/tb", run_dir);
-    int rc = tb_writer_open(&s->tb, tb_dir, diag);
+    rc = tb_writer_open(&s->tb, tb_dir, diag);
     if (rc != 0) control_metrics_close(s);
     return rc;
 }
@@ -81,18 +206,35 @@ static int control_metrics_jsonl(control_metrics_sink *s, const control_metrics_
     return 0;
 }
 
+/* A repeated step: the records and events of it and the steps after go (the header). */
+static int control_metrics_rewind(control_metrics_sink *s, uint64_t step, double wall_time,
+                                  bt_diag *diag) {
+    s->rewinds++;
+    int rc = metrics_rewrite(s, step, diag);
+    int trc = tb_writer_session_start(&s->tb, (int64_t)step, wall_time, diag);
+    return rc ? rc : trc;
+}
+
 int control_metrics_write(control_metrics_sink *s, const control_metrics_where *w,
                           const control_metrics *m, bt_diag *diag) {
-    if (s->jsonl == NULL) return 0;
-    int rc = control_metrics_jsonl(s, w, m, diag);
+    if (s->jsonl_path[0] == '\0') return 0;
+    uint64_t global = w->step_offset + m->step;
+    int rc = 0;
+    if (s->have_step && global <= s->max_step)
+        rc = control_metrics_rewind(s, global, m->time, diag);
+    if (s->jsonl == NULL) return rc ? rc : BT_EIO;
+    int jrc = control_metrics_jsonl(s, w, m, diag);
+    if (jrc == 0 && (!s->have_step || global > s->max_step)) s->have_step = 1, s->max_step = global;
+    rc = rc ? rc : jrc;
     static const char *const tags[] = {"train/loss",        "train/lr",
                                        "train/grad_norm",   "train/tokens_per_s",
                                        "train/step_time_s", "train/skipped_steps",
-                                       "train/loss_scale"};
-    const float vals[] = {(float)m->loss,         (float)m->lr,          (float)m->grad_norm,
-                          (float)m->tokens_per_s, (float)m->step_time_s, (float)m->skipped_steps,
-                          (float)m->loss_scale};
-    size_t n = sizeof vals / sizeof vals[0] - (m->loss_scale > 0 ? 0 : 1); /* fp16 only */
+                                       "train/loss_scale",  "train/overflow"};
+    const float vals[] = {(float)m->loss,        (float)m->lr,
+                          (float)m->grad_norm,   (float)m->tokens_per_s,
+                          (float)m->step_time_s, (float)m->skipped_steps,
+                          (float)m->loss_scale,  m->overflow ? 1.0f : 0.0f};
+    size_t n = sizeof vals / sizeof vals[0] - (m->loss_scale > 0 ? 0 : 2); /* the last: fp16 */
     int64_t step = (int64_t)(w->step_offset + m->step);
     int trc = tb_writer_scalars(&s->tb, step, m->time, tags, vals, n, diag);
     if (trc == 0 && m->moe_experts > 0) {
@@ -107,5 +249,6 @@ int control_metrics_write(control_metrics_sink *s, const control_metrics_where *
 void control_metrics_close(control_metrics_sink *s) {
     if (s->jsonl != NULL) fclose(s->jsonl);
     s->jsonl = NULL;
+    s->jsonl_path[0] = '\0'; /* writes nothing from now on */
     tb_writer_close(&s->tb);
 }

@@ -6,11 +6,19 @@
  *    "skipped_steps", and for fp16 "loss_scale", "overflow"}
  * (a non-finite number is written as null). TensorBoard: scalars train/loss, train/lr,
  * train/grad_norm, train/tokens_per_s, train/step_time_s, train/skipped_steps (and for
- * fp16 train/loss_scale) at global_step.
+ * fp16 train/loss_scale and train/overflow, 1 for a step skipped on Inf/NaN gradients)
+ * at global_step.
  *
  * global_step = step_offset + step, where the caller's step_offset is the sum of the
  * steps of the recipe's stages before this one: the stages follow each other on one
- * x axis, and an attempt that resumes a stage rewrites the steps it repeats. */
+ * x axis.
+ *
+ * Each global step is in metrics.jsonl once. A record whose global_step is not past the
+ * file's largest (an attempt resumed from a checkpoint at step S repeats S + 1 ...)
+ * first rewrites the file without the records of that step and later ones (a temp file,
+ * fsync, rename: a reader sees the old file or the new one), and writes TensorBoard's
+ * restart marker at that step (tb_writer_session_start), so TensorBoard drops the stale
+ * events too. The "attempt" field tells which attempt wrote a record. */
 #ifndef BATON_CONTROL_METRICS_H
 #define BATON_CONTROL_METRICS_H
 
@@ -45,12 +53,16 @@ typedef struct control_metrics_sink {
     FILE *jsonl; /* NULL: not writing */
     char jsonl_path[4096];
     tb_writer tb;
+    int have_step;     /* metrics.jsonl holds a record */
+    uint64_t max_step; /* ... and this is its largest global_step */
+    unsigned rewinds;  /* times records were dropped for a repeated step */
 } control_metrics_sink;
 
-/* Opens RUN_DIR/metrics.jsonl for appending and a new event file in RUN_DIR/tb/.
+/* Opens RUN_DIR/metrics.jsonl for appending (reading the global steps it holds, and
+ * dropping a torn last line a killed writer left) and a new event file in RUN_DIR/tb/.
  * run_dir NULL or "": the sink writes nothing. */
 int control_metrics_open(control_metrics_sink *s, const char *run_dir, bt_diag *diag);
-/* Appends m to both files. */
+/* Appends m to both files (after dropping the records m repeats, see above). */
 int control_metrics_write(control_metrics_sink *s, const control_metrics_where *w,
                           const control_metrics *m, bt_diag *diag);
 void control_metrics_close(control_metrics_sink *s);

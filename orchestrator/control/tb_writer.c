@@ -111,6 +111,18 @@ int tb_writer_scalars(tb_writer *w, int64_t step, double wall_time, const char *
     return tb_write_event(w, &ev, diag);
 }
 
+int tb_writer_session_start(tb_writer *w, int64_t step, double wall_time, bt_diag *diag) {
+    if (w->f == NULL) return BT_EINVAL;
+    Tensorboard__SessionLog log = TENSORBOARD__SESSION_LOG__INIT;
+    log.has_status = 1, log.status = TENSORBOARD__SESSION_LOG__SESSION_STATUS__START;
+    Tensorboard__Event ev = TENSORBOARD__EVENT__INIT;
+    ev.has_wall_time = 1, ev.wall_time = wall_time;
+    ev.has_step = 1, ev.step = step;
+    ev.what_case = TENSORBOARD__EVENT__WHAT_SESSION_LOG;
+    ev.session_log = &log;
+    return tb_write_event(w, &ev, diag);
+}
+
 void tb_writer_close(tb_writer *w) {
     if (w->f != NULL) fclose(w->f);
     w->f = NULL;

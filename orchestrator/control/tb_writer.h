@@ -27,6 +27,12 @@ int tb_writer_open(tb_writer *w, const char *dir, bt_diag *diag);
 int tb_writer_scalars(tb_writer *w, int64_t step, double wall_time, const char *const *tags,
                       const float *values, size_t n, bt_diag *diag);
 
+/* The restart marker: an Event with session_log START at step. TensorBoard then drops the
+ * events of step >= step that it read before (from this file or an earlier one of the
+ * directory): an attempt that resumes from a checkpoint at step S writes it at S + 1,
+ * so each step shows once, with the values of the attempt that wrote it last. */
+int tb_writer_session_start(tb_writer *w, int64_t step, double wall_time, bt_diag *diag);
+
 void tb_writer_close(tb_writer *w);
 
 /* The masked CRC32C TFRecord stores: ((c >> 15) | (c << 17)) + 0xa282ead8. */

@@ -48,6 +48,8 @@ typedef struct run_ctx {
     run_skip skips[RUN_MAX_SKIPS]; /* from the ROLLBACK records, in journal order */
     size_t n_skips;
     char rollback_note[768]; /* for the next attempt's journal detail, then cleared */
+    /* attempts of the current stage in a row whose workers found no usable checkpoint */
+    uint32_t no_ckpt_streak;
 } run_ctx;
 
 #define RUN_MAX_POLL 1100

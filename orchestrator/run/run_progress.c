@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* memmem */
 #include "run_progress.h"
 
 #include <stdio.h>
@@ -10,25 +11,52 @@ void run_progress_end(run_progress *p) {
     p->bar_open = 0;
 }
 
+/* "  skipped N" once an update was skipped, "  scale S" for fp16: what the line adds. */
+static void progress_extra(const run_progress *p, char *out, size_t cap) {
+    size_t l = 0;
+    out[0] = '\0';
+    if (p->skipped > 0)
+        l = (size_t)snprintf(out, cap, "  skipped %llu", (unsigned long long)p->skipped);
+    if (p->loss_scale > 0 && l < cap) snprintf(out + l, cap - l, "  scale %g", p->loss_scale);
+}
+
 static void progress_show(run_progress *p) {
     if (p->quiet || p->total == 0) return;
+    char extra[96];
+    progress_extra(p, extra, sizeof extra);
     if (p->tty) {
         int width = 30, done = (int)(width * p->step / p->total);
         char bar[64];
         for (int i = 0; i < width; i++)
             bar[i] = i < done ? '#' : '.';
         bar[width] = '\0';
-        printf("\r[%s] %s %llu/%llu  loss %.4f  %.0f tok/s ", p->stage, bar,
-               (unsigned long long)p->step, (unsigned long long)p->total, p->loss, p->tokens_per_s);
+        printf("\r[%s] %s %llu/%llu  loss %.4f  %.0f tok/s%s ", p->stage, bar,
+               (unsigned long long)p->step, (unsigned long long)p->total, p->loss, p->tokens_per_s,
+               extra);
         p->bar_open = 1;
     } else {
         uint64_t every = p->total >= 20 ? p->total / 20 : 1;
         if (p->step % every != 0 && p->step != p->total) return;
-        printf("[%s] step %llu/%llu  loss %.6f  lr %.3e  grad_norm %.4f  %.0f tok/s\n", p->stage,
+        printf("[%s] step %llu/%llu  loss %.6f  lr %.3e  grad_norm %.4f  %.0f tok/s%s\n", p->stage,
                (unsigned long long)p->step, (unsigned long long)p->total, p->loss, p->lr,
-               p->grad_norm, p->tokens_per_s);
+               p->grad_norm, p->tokens_per_s, extra);
     }
     fflush(stdout);
+}
+
+/* rank 0's "step N: ... update skipped ... (K skipped so far)" (an fp16 overflow, a loss
+ * spike, a non-finite gradient norm): printed after the step's own line, so a bar is
+ * redrawn with the count now; a plain line shows it from the next step on. */
+static void progress_skipped(run_progress *p, const char *line) {
+    const char *at = strstr(line, " skipped so far)");
+    if (at == NULL) return;
+    const char *d = at;
+    while (d > line && d[-1] >= '0' && d[-1] <= '9')
+        d--;
+    unsigned long long k;
+    if (d == at || sscanf(d, "%llu", &k) != 1) return;
+    p->skipped = k;
+    if (p->tty && p->have_step) progress_show(p);
 }
 
 /* rank 0's "step N/M  loss L  lr R  grad_norm G  T tok/s ..." */
@@ -40,6 +68,9 @@ static void progress_step(run_progress *p, const char *line) {
         return;
     p->have_step = 1, p->step = s, p->total = t;
     p->loss = loss, p->lr = lr, p->grad_norm = gn, p->tokens_per_s = tok;
+    const char *scale = strstr(line, "  loss_scale ");
+    double ls;
+    if (scale != NULL && sscanf(scale, "  loss_scale %lf", &ls) == 1) p->loss_scale = ls;
     p->last_step_at = bt_clock_now();
     p->steps_seen++;
     progress_show(p);
@@ -71,6 +102,7 @@ void run_progress_line(void *arg, int rank, int stream, const char *line, size_t
     run_progress *p = arg;
     if (p->log) fprintf(p->log, "[%d%s] %.*s\n", rank, stream == 2 ? " err" : "", (int)len, line);
     if (stream == 2) {
+        if (memmem(line, len, "no usable checkpoint", 20) != NULL) p->no_ckpt = 1;
         run_progress_end(p);
         fprintf(stderr, "[%s rank %d] %.*s\n", p->stage, rank, (int)len, line);
         return;
@@ -78,7 +110,9 @@ void run_progress_line(void *arg, int rank, int stream, const char *line, size_t
     if (rank != 0) return;
     char buf[512];
     snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf ? len : sizeof buf - 1), line);
-    if (strncmp(buf, "step ", 5) == 0)
+    if (strncmp(buf, "step ", 5) == 0 && strstr(buf, " skipped so far)") != NULL)
+        progress_skipped(p, buf);
+    else if (strncmp(buf, "step ", 5) == 0)
         progress_step(p, buf);
     else if (strncmp(buf, "checkpoint ", 11) == 0)
         progress_ckpt(p, buf);

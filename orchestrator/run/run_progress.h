@@ -1,6 +1,8 @@
 /* What an attempt's ranks print: every line to the attempt's log file; rank 0's step
- * lines parsed into progress (step, loss, tokens/s) and shown on the terminal (a bar
- * redrawn in place on a tty, a plain line every 5% otherwise); stderr lines of any rank
+ * lines parsed into progress (step, loss, tokens/s, fp16's loss scale; the count of
+ * skipped updates from its "update skipped" lines) and shown on the terminal (a bar
+ * redrawn in place on a tty, a plain line every 5% otherwise; "skipped N" once N is not
+ * 0, "scale S" for fp16); stderr lines of any rank
  * shown with the rank; checkpoint lines noted for the journal. */
 #ifndef BATON_RUN_PROGRESS_H
 #define BATON_RUN_PROGRESS_H
@@ -16,12 +18,15 @@ typedef struct run_progress {
     int have_step;
     uint64_t step, total;
     double loss, lr, grad_norm, tokens_per_s;
+    double loss_scale;   /* fp16's, after the latest step; 0: not fp16 */
+    uint64_t skipped;    /* updates skipped so far (fp16 overflow, loss spike, Inf/NaN) */
     double last_step_at; /* monotonic time of the latest step line */
     uint64_t steps_seen; /* step lines this attempt */
     /* a checkpoint rank 0 reported since the last call of run_progress_take_ckpt */
     char ckpt[128];
     uint64_t ckpt_step;
     int bar_open; /* a progress bar is on the terminal line */
+    int no_ckpt;  /* a rank said "no usable checkpoint": it refused every candidate */
 } run_progress;
 
 /* launch_output_cb for launch_opts.on_output; arg is a run_progress. */

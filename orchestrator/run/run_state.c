@@ -7,6 +7,7 @@ static void state_attempt_ended(run_stage_state *st, const Baton__JournalRecord 
     if (r->has_step) st->last_step = r->step;
     if (*attempt_t0 > 0) st->wall_s += r->wall_time - *attempt_t0;
     *attempt_t0 = 0;
+    st->open_at = 0;
 }
 
 void run_state_replay(run_state *s, Baton__JournalRecord *const *v, size_t n) {
@@ -31,6 +32,11 @@ void run_state_replay(run_state *s, Baton__JournalRecord *const *v, size_t n) {
         case BATON__JOURNAL_RECORD__KIND__ATTEMPT_STARTED:
             st->attempts++;
             attempt_t0 = r->wall_time;
+            /* a killed `baton run` leaves its last attempt open: status counts it as running
+             * only while a supervisor holds the run */
+            for (size_t o = 0; o < RUN_MAX_STAGES; o++)
+                s->stage[o].open_at = 0;
+            st->open_at = r->wall_time;
             st->failed = 0;
             if (st->failure_open) st->restarts++, s->total_restarts++;
             st->failure_open = 0;

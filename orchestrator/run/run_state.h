@@ -22,7 +22,8 @@ typedef struct run_stage_state {
     double started_at, completed_at;
     double recovery_s_sum;
     uint32_t recoveries; /* failures followed by a completed step */
-    double wall_s;       /* time spent in attempts */
+    double wall_s;       /* time spent in attempts that ended */
+    double open_at;      /* wall time an attempt that has not ended (yet) started; 0: none */
     int failed;          /* the run gave up on it (STAGE_FAILED, or a failure not retried)
                           * and no attempt started since */
     int has_loss, has_tokens_per_s;

@@ -219,6 +219,10 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
         if (c->cs_open) n += control_server_pollfds(&c->cs, pfd + n, RUN_MAX_POLL - n);
         if ((rc = launch_job_step(job, pfd, n, 200)) <= 0) break;
         if (c->cs_open) control_server_handle(&c->cs, pfd, n, bt_clock_now());
+        /* the metrics carry the stage's count from its first step, also after a resume
+         * (the count is in the checkpoint), before any "update skipped" line */
+        if (c->cs_open && c->cs.have_metrics && c->cs.last.skipped_steps > c->prog.skipped)
+            c->prog.skipped = c->cs.last.skipped_steps;
         run_check_topology(c, job, stage, attempt);
         run_note_recovery(c, stage, attempt);
         run_note_ckpt(c, stage, attempt);
@@ -299,7 +303,15 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
     }
     int fatal = (rk && rk->exited && rk->exit_status == 2) || job->cause == LAUNCH_SPAWN_FAILED ||
                 (c->o->slurm && c->o->slurm->step_refused) || c->topo_refused;
-    attempt_end end = c->got_signal ? ATTEMPT_STOPPED : fatal ? ATTEMPT_FATAL : ATTEMPT_RETRY;
+    /* Every candidate checkpoint refused (CRC mismatches, a truncated shard) twice in a
+     * row: no attempt writes a checkpoint before it loads one, so the next would read the
+     * same damaged bytes. Once is retried: the refusal may have been a passing I/O error. */
+    int damaged = !c->got_signal && !fatal && c->prog.no_ckpt && c->no_ckpt_streak >= 1;
+    c->no_ckpt_streak = c->prog.no_ckpt ? c->no_ckpt_streak + 1 : 0;
+    attempt_end end = c->got_signal ? ATTEMPT_STOPPED
+                      : fatal       ? ATTEMPT_FATAL
+                      : damaged     ? ATTEMPT_BROKEN
+                                    : ATTEMPT_RETRY;
     r.detail = why;
     r.has_retryable = 1, r.retryable = end == ATTEMPT_RETRY;
     if (end != ATTEMPT_STOPPED) run_journal(c, BATON__JOURNAL_RECORD__KIND__FAILURE, stage, &r);
@@ -308,7 +320,13 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
     run_progress_end(&c->prog);
     if (end != ATTEMPT_STOPPED)
         fprintf(stderr, "baton run: stage \"%s\" attempt %u failed: %s%s\n", c->prog.stage, attempt,
-                why, end == ATTEMPT_FATAL ? " (a configuration error: not retried)" : "");
+                why,
+                end == ATTEMPT_FATAL ? " (a configuration error: not retried)"
+                : end == ATTEMPT_BROKEN
+                    ? " (not retried: no usable checkpoint in two attempts in a row, every "
+                      "candidate refused: the checkpoints are damaged; 'baton ckpt verify' "
+                      "says where)"
+                    : "");
     return end;
 }
 
@@ -434,6 +452,7 @@ static int run_stage(run_ctx *c, size_t i) {
     uint32_t max_restarts = pol && pol->has_max_restarts ? pol->max_restarts : 10;
     double backoff = run_seconds(pol ? pol->backoff : NULL, RUN_DEFAULT_BACKOFF_S);
     int status = -1;
+    c->no_ckpt_streak = 0;
     for (uint32_t attempt = ss->attempts; status < 0; attempt++) {
         double hang_s = 0;
         attempt_end end = run_attempt(c, i, attempt, &hang_s);

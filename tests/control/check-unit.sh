@@ -18,3 +18,18 @@ if /usr/bin/python3 "$here/read_tb.py" "$work/bad" >/dev/null 2>&1; then
   exit 1
 fi
 echo "control unit: a damaged event file is refused"
+# A restart: each step once in metrics.jsonl (the repeated ones from the new attempt, a
+# killed writer's torn line gone), and TensorBoard's restart marker where the steps repeat.
+"$test_control" replay "$work/replay"
+/usr/bin/python3 - "$work/replay/metrics.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+got = [(r["global_step"], r["attempt"]) for r in rows]
+want = [(100 + s, 0) for s in (1, 2, 3)] + [(100 + s, 1) for s in range(4, 9)]
+assert got == want, f"metrics.jsonl (global_step, attempt): {got}, expected {want}"
+print("control replay: metrics.jsonl holds steps 101-108 once each, 104-108 from attempt 1")
+PY
+/usr/bin/python3 "$here/read_tb.py" "$work/replay/tb" "$work/replay/metrics.jsonl" >"$work/replay.tb"
+grep -qx "session_log START 104" "$work/replay.tb" || { cat "$work/replay.tb"; echo "FAIL: no restart marker at step 104"; exit 1; }
+[[ $(grep -c "^train/loss " "$work/replay.tb") == 8 ]] || { cat "$work/replay.tb"; echo "FAIL: not 8 loss points"; exit 1; }
+tail -1 "$work/replay.tb"

@@ -5,10 +5,17 @@ python3-protobuf from descriptors built at run time (TensorFlow's field numbers,
 
     read_tb.py TB_DIR [METRICS_JSONL]
 
-Prints "tag step value" per scalar. With METRICS_JSONL, checks that every line's loss, lr,
-grad_norm and tokens_per_s are in the event file at its global_step (as float32)."""
+Reads the event files of TB_DIR in name order, as TensorBoard's EventAccumulator does with
+purge_orphaned_data: an Event with session_log START at step S (a restart) drops every
+scalar read before of step >= S. A scalar of a tag at a step it already holds, with no
+restart marker between, is an error (TensorBoard would draw both).
+
+Prints "tag step value" per scalar kept and "session_log START S" per restart marker. With
+METRICS_JSONL, checks that every line's loss, lr, grad_norm and tokens_per_s are in the
+event files at its global_step (as float32)."""
 import glob
 import json
+import math
 import struct
 import sys
 
@@ -47,10 +54,16 @@ def event_class():
     msg("Value", [("tag", 1, F.TYPE_STRING, opt, None, None),
                   ("simple_value", 2, F.TYPE_FLOAT, opt, None, 0)], ["value"])
     msg("Summary", [("value", 1, F.TYPE_MESSAGE, rep, ".tbr.Value", None)])
+    # SessionLog.status is an enum in event.proto (START = 1); an enum is a varint on the
+    # wire, read here as int32
+    msg("SessionLog", [("status", 1, F.TYPE_INT32, opt, None, None),
+                       ("checkpoint_path", 2, F.TYPE_STRING, opt, None, None),
+                       ("msg", 3, F.TYPE_STRING, opt, None, None)])
     msg("Event", [("wall_time", 1, F.TYPE_DOUBLE, opt, None, None),
                   ("step", 2, F.TYPE_INT64, opt, None, None),
                   ("file_version", 3, F.TYPE_STRING, opt, None, 0),
-                  ("summary", 5, F.TYPE_MESSAGE, opt, ".tbr.Summary", 0)], ["what"])
+                  ("summary", 5, F.TYPE_MESSAGE, opt, ".tbr.Summary", 0),
+                  ("session_log", 6, F.TYPE_MESSAGE, opt, ".tbr.SessionLog", 0)], ["what"])
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fd)
     desc = pool.FindMessageTypeByName("tbr.Event")
@@ -81,23 +94,33 @@ def records(path):
 
 def main():
     files = sorted(glob.glob(sys.argv[1] + "/events.out.tfevents.*"))
-    if len(files) != 1:
-        sys.exit(f"expected one event file in {sys.argv[1]}, found {files}")
+    if not files:
+        sys.exit(f"no event file in {sys.argv[1]}")
     Event = event_class()
     scalars = {}
-    for i, body in enumerate(records(files[0])):
-        ev = Event.FromString(body)
-        if i == 0:
-            if ev.WhichOneof("what") != "file_version" or ev.file_version != "brain.Event:2":
-                sys.exit("the first record is not file_version brain.Event:2")
-            continue
-        if ev.WhichOneof("what") != "summary":
-            sys.exit(f"record {i} is not a summary")
-        for v in ev.summary.value:
-            if v.WhichOneof("value") != "simple_value":
-                sys.exit(f"record {i}: {v.tag} has no simple_value")
-            scalars[(v.tag, ev.step)] = v.simple_value
-            print(v.tag, ev.step, v.simple_value)
+    for path in files:
+        for i, body in enumerate(records(path)):
+            ev = Event.FromString(body)
+            if i == 0:
+                if ev.WhichOneof("what") != "file_version" or ev.file_version != "brain.Event:2":
+                    sys.exit(f"{path}: the first record is not file_version brain.Event:2")
+                continue
+            if ev.WhichOneof("what") == "session_log":
+                if ev.session_log.status == 1:  # START: a restart at ev.step
+                    scalars = {k: x for k, x in scalars.items() if k[1] < ev.step}
+                    print("session_log START", ev.step)
+                continue
+            if ev.WhichOneof("what") != "summary":
+                sys.exit(f"{path}: record {i} is neither a summary nor a session log")
+            for v in ev.summary.value:
+                if v.WhichOneof("value") != "simple_value":
+                    sys.exit(f"{path}: record {i}: {v.tag} has no simple_value")
+                if (v.tag, ev.step) in scalars:
+                    sys.exit(f"{path}: record {i}: {v.tag} at step {ev.step} a second time "
+                             "without a restart marker (session_log START) before it")
+                scalars[(v.tag, ev.step)] = v.simple_value
+    for (tag, step), x in sorted(scalars.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        print(tag, step, x)
     if len(sys.argv) > 2:
         check(scalars, sys.argv[2])
 
@@ -109,12 +132,15 @@ def check(scalars, jsonl):
         m = json.loads(line)
         for key in ("loss", "lr", "grad_norm", "tokens_per_s"):
             got = scalars.get(("train/" + key, m["global_step"]))
-            if got is None or got != f32(m[key]):
+            if m[key] is None:  # metrics.jsonl writes a non-finite number as null
+                if got is None or math.isfinite(got):
+                    sys.exit(f"train/{key} at step {m['global_step']}: {got}, metrics.jsonl null")
+            elif got is None or got != f32(m[key]):
                 sys.exit(f"train/{key} at step {m['global_step']}: {got}, metrics.jsonl {m[key]}")
         n += 1
     if n == 0:
         sys.exit(f"{jsonl} is empty")
-    print(f"tensorboard: {n} step(s) of metrics.jsonl found in the event file, CRCs good")
+    print(f"tensorboard: {n} step(s) of metrics.jsonl found in the event files, CRCs good")
 
 
 main()

@@ -6,6 +6,12 @@
  *     0's metrics reach RUN_DIR/metrics.jsonl with every field, a wrong token, garbage, an
  *     oversized frame and a straggler of another attempt are refused without harm to the
  *     others, silence is measured, Stop reaches the client.
+ *   test_control replay RUN_DIR
+ *     The metrics sink across a restart: attempt 0 writes steps 1-6 of stage 1 (offset
+ *     100) and is killed mid-line; a new sink (baton resume) drops the torn line, and
+ *     attempt 1, resumed from a checkpoint at step 3, writes steps 4-8: metrics.jsonl
+ *     must end with each step once (1-3 of attempt 0, 4-8 of attempt 1) and the second
+ *     event file holds TensorBoard's restart marker at step 104 (check-unit.sh reads it).
  *   test_control serve SPEC_IN SPEC_OUT RUN_DIR WORLD STOP_AT ACTION
  *     For the worker tests: writes SPEC_IN with this server's control_address to SPEC_OUT,
  *     then serves (token from BATON_CONTROL_TOKEN). When rank 0 reports step STOP_AT it
@@ -204,6 +210,41 @@ static int unit(const char *run_dir) {
     return failures ? 1 : 0;
 }
 
+/* ---- replay ---------------------------------------------------------------------------- */
+
+static void replay_attempt(const char *run_dir, uint32_t attempt, uint64_t from, uint64_t to) {
+    control_metrics_sink sink;
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(control_metrics_open(&sink, run_dir, &d) == 0, "open: %s", d.msg);
+    control_metrics_where w = {"pretrain", 1, attempt, 100};
+    for (uint64_t step = from; step <= to; step++) {
+        /* tokens_per_s tells the attempts apart, as a real replay's timing would */
+        control_metrics m = {.step = step,
+                             .loss = 5.0 - 0.1 * (double)step,
+                             .lr = 1e-3,
+                             .grad_norm = 0.5,
+                             .tokens_per_s = 1000.0 * (attempt + 1),
+                             .time = 1.7e9 + (double)step};
+        CHECK(control_metrics_write(&sink, &w, &m, &d) == 0, "step %llu: %s",
+              (unsigned long long)step, d.msg);
+    }
+    control_metrics_close(&sink);
+}
+
+static int replay(const char *run_dir) {
+    char path[4200];
+    replay_attempt(run_dir, 0, 1, 6);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    FILE *f = fopen(path, "a");
+    CHECK(f != NULL && fputs("{\"time\": 1.7e9, \"stage\": \"pretr", f) >= 0, "torn line");
+    if (f != NULL) fclose(f);
+    sleep_s(1.1); /* the second event file gets a name of its own (unix seconds) */
+    replay_attempt(run_dir, 1, 4, 8);
+    printf("control replay: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
+    return failures ? 1 : 0;
+}
+
 /* ---- serve ----------------------------------------------------------------------------- */
 
 static int serve_write_spec(const char *in, const char *out, const char *address) {
@@ -283,8 +324,11 @@ static int serve(char **argv) {
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     if (argc == 3 && strcmp(argv[1], "unit") == 0) return unit(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "replay") == 0) return replay(argv[2]);
     if (argc == 8 && strcmp(argv[1], "serve") == 0) return serve(argv);
-    fprintf(stderr, "usage: test_control unit RUN_DIR | serve SPEC_IN SPEC_OUT RUN_DIR WORLD "
-                    "STOP_AT stop|term1|mark\n");
+    fprintf(
+        stderr,
+        "usage: test_control unit RUN_DIR | replay RUN_DIR | serve SPEC_IN SPEC_OUT RUN_DIR WORLD "
+        "STOP_AT stop|term1|mark\n");
     return 2;
 }

@@ -45,6 +45,31 @@
 #                 `baton resume` completes it without a step, and status must show the
 #                 loss and tokens/s of its step 16 as the worker logged them, not 0; a
 #                 stage with no step shows "-" (JSON null).
+#   replay        kill -9 a worker of pretrain after its checkpoint at step 5: the resumed
+#                 attempt repeats the steps after its checkpoint, and metrics.jsonl must
+#                 still hold each step once (those before the checkpoint from attempt 0,
+#                 the rest from attempt 1) and the event file TensorBoard's restart marker
+#                 (session_log START) at the first repeated step.
+#   fp16-skips    the fp16 overflow stage of tests/engine/fp16.yaml (scale 2^40: the first
+#                 steps overflow): `baton run`'s progress lines show the skipped count and
+#                 the scale as the worker logged them, and metrics.jsonl and TensorBoard
+#                 have train/loss_scale and train/overflow per step.
+#   status-live   `baton status` of a run in progress (pretrain at step 8 or more): the
+#                 running stage's wall time counts from its attempt's start to now (not
+#                 0.0), and an ETA from the recent pace is in the text ("stage ETA") and
+#                 the JSON ("eta_s", the stage's and the run's); none for other stages.
+#   early-signal  a SIGTERM while `baton run`'s shared libraries initialize, before main
+#                 (a preloaded library's initializer sends it; BATON_TEST_EARLY_SIGNAL_LIB):
+#                 it waits blocked for the supervisor, which stops the run: exit 75, not
+#                 143, and `baton resume` completes it.
+#   damaged-ckpts every checkpoint of a stopped run damaged (4 bytes of a shard, CRC32C):
+#                 `baton resume` fails promptly, exit 1, after two attempts that found no
+#                 usable checkpoint (not max_restarts + 1), saying so; status says failed.
+#   strict-runtime  cluster.strict_topology, 3 virtual nodes of 4 (tp2 x pp3 x dp2, placed
+#                 as planned); node2 killed whole: with no spare dp shrinks to 1, and the
+#                 launcher spreads the 6 ranks 3 + 3 where the plan puts 4 + 2, so a tp
+#                 group spans hosts: baton run refuses the attempt once the ranks said
+#                 where they are (exit 2, not retried, status failed).
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -567,6 +592,188 @@ assert [x["state"] for x in st] == ["failed", "pending", "pending"], st
 assert (st[0]["attempts"], st[0]["restarts"]) == (3, 2), st[0]' ||
     fail "status --json does not report the failed run"
   echo "$case: gave up after 2 restarts (exit 1); status says failed, with reason and cause"
+  ;;
+replay)
+  sets=(--set stages.pretrain.steps=12 --set stages.1.steps=2 --set stages.fp8.steps=2)
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run "$recipe" --run-dir r1 --quiet "${sets[@]}" >run.out 2>&1 &
+  bpid=$!
+  strike 0 6 7 KILL # between the checkpoints at 5 and 10, whatever a step or two of lag
+  wait "$bpid" || fail "baton run exited $?"
+  bpid=
+  [[ -f r1/logs/s00-a01.log ]] || fail "pretrain was not restarted"
+  # the step the restart resumed from (0: none of its checkpoints was complete)
+  from=$(sed -En 's/^\[0\] started from .* at step ([0-9]+) .*/\1/p' r1/logs/s00-a01.log)
+  from=${from:-0}
+  last0=$(sed -En 's/^\[0\] step +([0-9]+)\/.*/\1/p' r1/logs/s00-a00.log | tail -1)
+  ((last0 > from)) || fail "attempt 0 ended at step $last0, not past the checkpoint at $from"
+  /usr/bin/python3 - r1/metrics.jsonl "$from" <<'PY' || fail "metrics.jsonl after the restart"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+frm = int(sys.argv[2])
+steps = [r["global_step"] for r in rows]
+assert steps == list(range(1, 17)), f"global steps {steps}, expected 1..16 once each"
+for r in rows[:12]:
+    assert r["attempt"] == (0 if r["step"] <= frm else 1), r
+print(f"metrics.jsonl: steps 1-16 once each; pretrain's 1-{frm} from attempt 0, {frm + 1}-12 from attempt 1")
+PY
+  /usr/bin/python3 "$src/tests/control/read_tb.py" r1/tb r1/metrics.jsonl >tb.txt ||
+    { tail -3 tb.txt; fail "the event file does not match metrics.jsonl"; }
+  grep -qx "session_log START $((from + 1))" tb.txt || { grep session_log tb.txt; fail "no restart marker at step $((from + 1))"; }
+  echo "$case: attempt 0 reached step $last0, resumed at $from; each step once, restart marker at $((from + 1))"
+  ;;
+fp16-skips)
+  sed -n '1,/^stages:/p' "$src/tests/engine/fp16.yaml" >fp16.yaml
+  sed -n '/^  - name: overflow/,$p' "$src/tests/engine/fp16.yaml" >>fp16.yaml
+  "$baton" run fp16.yaml --run-dir r1 >run.out 2>&1 || fail "the fp16 run failed"
+  log=r1/logs/s00-a00.log
+  # every rank prints the skip; rank 0's lines are the ones counted
+  skips=$(grep -Ec '^\[0\] step +[0-9]+: update skipped: Inf/NaN in the fp16 gradients' "$log" || true)
+  ((skips >= 3)) || fail "$skips overflow steps in the worker's log, expected a few"
+  last_scale=$(sed -En 's/^\[0\] step +20\/20 .*  loss_scale ([^ ]+)$/\1/p' "$log")
+  grep -Eq "^\[overflow\] step 20/20 .*  skipped $skips  scale $last_scale\$" run.out ||
+    { grep '^\[overflow\]' run.out; fail "the last progress line lacks 'skipped $skips  scale $last_scale'"; }
+  /usr/bin/python3 - r1/metrics.jsonl <<'PY' || fail "metrics.jsonl lacks the fp16 figures"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["step"] for r in rows] == list(range(1, 21)), rows
+over = [r["step"] for r in rows if r["overflow"]]
+assert rows[-1]["skipped_steps"] == len(over) and all(r["loss_scale"] > 0 for r in rows), rows[-1]
+PY
+  /usr/bin/python3 "$src/tests/control/read_tb.py" r1/tb r1/metrics.jsonl >tb.txt || fail "unreadable events"
+  [[ $(grep -c "^train/loss_scale " tb.txt) == 20 ]] ||
+    fail "train/loss_scale not per step"
+  [[ $(grep -Ec "^train/overflow [0-9]+ 1.0$" tb.txt) == "$skips" && $(grep -c "^train/overflow " tb.txt) == 20 ]] ||
+    { grep "^train/overflow" tb.txt; fail "train/overflow is not 1 at the $skips skipped steps"; }
+  echo "$case: $(grep '^\[overflow\] step 20/20' run.out)"
+  ;;
+status-live)
+  t0=$(date +%s.%N)
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 8 >/dev/null
+  sleep 1
+  "$baton" status r1 --json >live.json
+  "$baton" status r1 >live.txt
+  t1=$(date +%s.%N)
+  /usr/bin/python3 - live.json "$t0" "$t1" <<'PY' || { cat live.json; fail "status --json of the running run"; }
+import json, sys
+s = json.load(open(sys.argv[1]))
+t0, t1 = float(sys.argv[2]), float(sys.argv[3])
+st = s["stages"]
+p = st[0]
+assert s["state"] == "running" and p["state"] == "running", s
+left = p["steps"] - p["step"]
+# 8 steps of at least 0.15 s and a 1 s wait: over 2 s in the stage, less than since the launch
+assert 2.0 <= p["wall_s"] <= t1 - t0, (p["wall_s"], t1 - t0)
+# about the injected 0.15 s per step left, at most 3 s per step (2 shared cores)
+assert p["eta_s"] is not None and 0.1 * left <= p["eta_s"] <= 3.0 * left, (p, left)
+assert s["eta_s"] == p["eta_s"], s["eta_s"]
+assert all(x["eta_s"] is None for x in st[1:]), st
+print(f"running: step {p['step']}/{p['steps']}, wall {p['wall_s']:.1f} s "
+      f"(launched {t1 - t0:.1f} s ago), ETA {p['eta_s']:.1f} s")
+PY
+  grep -Eq "^  pretrain +running +[0-9]+/30 .* ([2-9]|[1-9][0-9]+)\.[0-9] +1 +0 " live.txt ||
+    { cat live.txt; fail "the running stage's wall time is not shown"; }
+  grep -Eq "^  now: stage pretrain step [0-9]+/30, .*s in the stage, stage ETA [0-9]+ s$" live.txt ||
+    { cat live.txt; fail "no ETA line"; }
+  kill -TERM "$bpid"
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  [[ $rc == 75 ]] || fail "baton run exited $rc on SIGTERM, not 75"
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "stopped" and s["eta_s"] is None and s["stages"][0]["eta_s"] is None, s' ||
+    fail "a stopped run still has an ETA"
+  echo "$case: $(grep '^  now:' live.txt)"
+  ;;
+early-signal)
+  lib=${BATON_TEST_EARLY_SIGNAL_LIB:?the test library}
+  sets=(--set stages.pretrain.steps=4 --set stages.1.steps=2 --set stages.fp8.steps=2)
+  set +e
+  # ASan wants its runtime first among the libraries; the preloaded one comes before it
+  BATON_TEST_EARLY_SIGNAL=1 LD_PRELOAD=$lib ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+    "$baton" run "$recipe" --run-dir r1 --quiet "${sets[@]}" >run.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 75 ]] || fail "a SIGTERM before main: exit $rc, not 75"
+  grep -q "got SIGTERM: asking the workers to checkpoint and stop" run.out || fail "the stop was not said"
+  "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "resume failed"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+assert json.load(sys.stdin)["state"] == "completed"' || fail "the resumed run did not complete"
+  echo "$case: SIGTERM before main -> exit 75, resumed to completion"
+  ;;
+damaged-ckpts)
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 12 >/dev/null
+  kill -TERM "$bpid"
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  [[ $rc == 75 ]] || fail "baton run exited $rc on SIGTERM, not 75"
+  n=0
+  for c in r1/checkpoints/s00-step*; do
+    printf '\x5a\x5a\x5a\x5a' | dd of="$c/rank-00000.bin" bs=1 seek=200 conv=notrunc status=none
+    n=$((n + 1))
+  done
+  ((n >= 2)) || fail "$n checkpoints to damage, expected 2 or more"
+  t0=$SECONDS
+  set +e; "$baton" resume r1 --quiet >resume.out 2>&1; rc=$?; set -e
+  [[ $rc == 1 ]] || { cat resume.out; fail "resume from damaged checkpoints: exit $rc, not 1"; }
+  grep -q "not retried: no usable checkpoint in two attempts in a row" resume.out ||
+    { cat resume.out; fail "no clear message"; }
+  [[ $(grep -c "restarting stage" resume.out) == 1 ]] || { cat resume.out; fail "not exactly one retry"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+p = s["stages"][0]
+assert s["state"] == "failed" and p["state"] == "failed" and p["attempts"] == 3, (s["state"], p)
+assert "no usable checkpoint" in s["failure"]["last_cause"], s["failure"]' ||
+    fail "status does not say failed after 2 attempts of the resume"
+  echo "$case: $n damaged checkpoints: resume failed after 2 attempts in $((SECONDS - t0)) s"
+  ;;
+strict-runtime)
+  cat >topo.yaml <<'YAML'
+name: strict-runtime
+seed: 7
+model: {arch: llama, dim: 64, n_layers: 3, n_heads: 4, n_kv_heads: 2, ffn_dim: 176,
+        vocab_size: 272, rope: {theta: 10000}}
+cluster: {nodes: 3, gpus_per_node: 4, device: cpu, strict_topology: true}
+data: {train: data/fortunes_train, valid: data/fortunes_valid}
+defaults:
+  seq_len: 64
+  global_batch: 8
+  micro_batch: 1
+  optimizer: {lr: 3e-3, min_lr: 3e-4, warmup_steps: 2, grad_clip: 0.5}
+  checkpoint: {every_steps: 2, keep: 2}
+  restart: {max_restarts: 3, backoff: 0.2s, heartbeat_timeout: 20s}
+stages:
+  - name: pretrain
+    steps: 12
+    parallel: {tp: 2, pp: 3, dp: 2}
+YAML
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run topo.yaml --run-dir r1 >run.out 2>&1 &
+  bpid=$!
+  strike 0 2 4 KILL 8 9 10 11 # node2
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  [[ $rc == 2 ]] || fail "exit $rc, not 2"
+  grep -q "topology of attempt 0 (as planned)" run.out || fail "attempt 0 was not placed as planned"
+  grep -q "node2 lost: every rank on it was killed; excluded" run.out || fail "node2 not excluded"
+  grep -q "data parallelism shrinks from 2 to 1 on 2 node(s)" run.out || fail "dp did not shrink"
+  grep -q "topology of attempt 1 (REFUSED: strict_topology)" run.out || fail "no runtime refusal"
+  grep -q "tp group \[2 3\]: node0 node1  <- spans hosts" run.out || fail "the spread group is not named"
+  grep -q "rank 3 landed on node1, the plan put it on node 0" run.out || fail "the misplaced rank is not named"
+  grep -q 'attempt 1 failed: topology: .*strict_topology is set (a configuration error: not retried)' run.out ||
+    fail "the attempt did not fail on the topology"
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+p = s["stages"][0]
+assert s["state"] == "failed" and p["attempts"] == 2, (s["state"], p)
+assert s["failure"]["last_cause"].startswith("topology: "), s["failure"]' || fail "status after the refusal"
+  echo "$case: attempt 1 after the dp shrink refused at run time: $(grep -m1 'spans hosts' run.out)"
   ;;
 *) fail "unknown case" ;;
 esac
