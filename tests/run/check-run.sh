@@ -630,7 +630,7 @@ fp16-skips)
   skips=$(grep -Ec '^\[0\] step +[0-9]+: update skipped: Inf/NaN in the fp16 gradients' "$log" || true)
   ((skips >= 3)) || fail "$skips overflow steps in the worker's log, expected a few"
   last_scale=$(sed -En 's/^\[0\] step +20\/20 .*  loss_scale ([^ ]+)$/\1/p' "$log")
-  grep -Eq "^\[overflow\] step 20/20 .*  skipped $skips  scale $last_scale\$" run.out ||
+  [[ $(grep '^\[overflow\] step 20/20 ' run.out) == *"  skipped $skips  scale $last_scale" ]] ||
     { grep '^\[overflow\]' run.out; fail "the last progress line lacks 'skipped $skips  scale $last_scale'"; }
   /usr/bin/python3 - r1/metrics.jsonl <<'PY' || fail "metrics.jsonl lacks the fp16 figures"
 import json, sys
