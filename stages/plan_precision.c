@@ -30,3 +30,13 @@ void plan_precision_text(FILE *f, const Baton__Precision *p) {
         break;
     }
 }
+
+double plan_peak_flops(const Baton__Gpu *gpu, Baton__Precision__Type prec) {
+    if (gpu == NULL) return 0;
+    double bf16 = gpu->peak_tflops_bf16 * 1e12;
+    if (prec == BATON__PRECISION__TYPE__FP8)
+        return gpu->peak_tflops_fp8 > 0 ? gpu->peak_tflops_fp8 * 1e12 : 2 * bf16;
+    if (prec == BATON__PRECISION__TYPE__FP32)
+        return gpu->peak_tflops_fp32 > 0 ? gpu->peak_tflops_fp32 * 1e12 : bf16 / 2;
+    return bf16;
+}

@@ -7,6 +7,12 @@
 
 #include "recipe.pb-c.h"
 
+/* The peak rate a stage of precision prec is measured against, in FLOP/s (0: not
+ * given): fp8 its own (0: 2 x bf16), fp32 its own (0: bf16 / 2, the TF32 tensor-core
+ * rate), bf16 and fp16 the bf16 peak. The plan's step time and the worker's logged MFU
+ * both use it. gpu may be NULL. */
+double plan_peak_flops(const Baton__Gpu *gpu, Baton__Precision__Type prec);
+
 /* One or two "precision ..." lines of `baton plan`'s text report; p may be NULL (fp32). */
 void plan_precision_text(FILE *f, const Baton__Precision *p);
 

@@ -2,6 +2,7 @@
  * is absent), builds the layout and runs the estimates, then collects warnings. */
 #include "plan.h"
 #include "pipe_order.h"
+#include "plan_precision.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -61,17 +62,6 @@ static void shape_stage(const Baton__StageSpec *spec, plan_shape *sh) {
     sh->fp8_first_last_bf16 = st->precision ? st->precision->first_last_bf16 : 1;
 }
 
-/* BF16/FP16 use the bf16 peak; FP8 the fp8 peak (0 = 2 x bf16); FP32 half the bf16
- * peak (TF32 tensor-core rate on current NVIDIA parts). */
-static double shape_peak(const Baton__Gpu *gpu, Baton__Precision__Type prec) {
-    if (gpu == NULL) return 0;
-    double bf16 = gpu->peak_tflops_bf16 * 1e12;
-    if (prec == BATON__PRECISION__TYPE__FP8)
-        return gpu->peak_tflops_fp8 > 0 ? gpu->peak_tflops_fp8 * 1e12 : 2 * bf16;
-    if (prec == BATON__PRECISION__TYPE__FP32) return bf16 / 2;
-    return bf16;
-}
-
 static void shape_cluster(const Baton__StageSpec *spec, plan_shape *sh) {
     const Baton__Cluster *c = spec_cluster(spec);
     sh->nodes = c->nodes ? c->nodes : 1;
@@ -82,7 +72,7 @@ static void shape_cluster(const Baton__StageSpec *spec, plan_shape *sh) {
     const Baton__Links *links = c->links;
     sh->intra_bw = links && links->intra_node ? links->intra_node->bytes_per_s : 0;
     sh->inter_bw = links && links->inter_node ? links->inter_node->bytes_per_s : 0;
-    sh->peak_flops = shape_peak(gpu, sh->precision);
+    sh->peak_flops = plan_peak_flops(gpu, sh->precision);
     sh->mfu = c->mfu > 0 ? c->mfu : PLAN_DEFAULT_MFU;
     sh->fp8_speedup = 1;
     if (sh->precision == BATON__PRECISION__TYPE__FP8)

@@ -70,6 +70,8 @@
 #                 launcher spreads the 6 ranks 3 + 3 where the plan puts 4 + 2, so a tp
 #                 group spans hosts: baton run refuses the attempt once the ranks said
 #                 where they are (exit 2, not retried, status failed).
+#   mfu           the MFU a worker logs (metrics.jsonl) is over the peak the plan takes:
+#                 fp32 stages' bf16 / 2 or cluster.gpu.peak_tflops_fp32, bf16's its own.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -774,6 +776,37 @@ p = s["stages"][0]
 assert s["state"] == "failed" and p["attempts"] == 2, (s["state"], p)
 assert s["failure"]["last_cause"].startswith("topology: "), s["failure"]' || fail "status after the refusal"
   echo "$case: attempt 1 after the dp shrink refused at run time: $(grep -m1 'spans hosts' run.out)"
+  ;;
+mfu)
+  # one worker, an fp32 stage then a bf16 one; the implied peak of every step is the
+  # plan's FLOPs per step over (step time x logged mfu)
+  cat >mfu.yaml <<'YAML'
+name: mfu
+model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 176, vocab_size: 272}
+cluster: {nodes: 1, gpus_per_node: 1, device: cpu, gpu: {memory: 2GB, peak_tflops_bf16: 0.05}}
+data: {train: data/fortunes_train, valid: data/fortunes_valid}
+defaults: {seq_len: 64, global_batch: 4, optimizer: {lr: 1e-3}}
+stages:
+  - {name: full, steps: 3, precision: fp32}
+  - {name: half, steps: 3, precision: bf16}
+  - {name: own, steps: 3, precision: fp32}
+YAML
+  sed 's/peak_tflops_bf16: 0.05}/peak_tflops_bf16: 0.05, peak_tflops_fp32: 0.01}/' mfu.yaml >mfu32.yaml
+  for r in mfu mfu32; do
+    "$baton" run $r.yaml --run-dir $r --quiet >$r.out 2>&1 || { cat $r.out; fail "the $r run failed"; }
+    "$baton" plan $r.yaml --json >$r.plan.json
+  done
+  /usr/bin/python3 - <<'PY' || fail "the logged mfu is not over the plan's peak"
+import json
+for run, want in (("mfu", {"full": 0.025, "half": 0.05, "own": 0.025}),
+                  ("mfu32", {"full": 0.01, "half": 0.05, "own": 0.01})):
+    flops = {s["name"]: s["flops_per_step"] for s in json.load(open(run + ".plan.json"))["stages"]}
+    for r in map(json.loads, open(run + "/metrics.jsonl")):
+        peak = flops[r["stage"]] / (r["step_time_s"] * r["mfu"]) / 1e12
+        assert abs(peak - want[r["stage"]]) <= 1e-6 * want[r["stage"]], (run, r["stage"], peak)
+print("the logged mfu divides by the plan's peak: fp32 bf16/2 or peak_tflops_fp32, bf16 its own")
+PY
+  echo "$case: fp32 stages' MFU against bf16/2 (or peak_tflops_fp32), bf16's against its peak"
   ;;
 *) fail "unknown case" ;;
 esac

@@ -10,6 +10,7 @@
 #include "model_cp.h"
 #include "model_moe.h"
 #include "plan.h"
+#include "plan_precision.h"
 #include "util/clock.h"
 
 /* Model FLOPs of one step: 6 N T for the matrices (embedding lookup excluded) plus
@@ -673,15 +674,14 @@ static int train_moe_pp(trainer *t, model_moe_step *s) {
     return 0;
 }
 
-/* Achieved over peak: the recipe's cluster.gpu peak for the stage's precision (fp8: its
- * own, or twice bf16's), in TFLOP/s per device; 0 when the recipe gives none. */
+/* Achieved over peak: the recipe's cluster.gpu peak for the stage's precision, as the
+ * plan takes it (plan_peak_flops: fp8 its own or twice bf16's, fp32 its own or half
+ * bf16's); 0 when the recipe gives none. */
 static double train_mfu(const trainer *t, double gflops_per_s) {
     const Baton__Cluster *c = t->spec->cluster;
-    if (c == NULL || c->gpu == NULL) return 0;
-    double peak = c->gpu->peak_tflops_bf16;
-    if (t->m.cfg.prec == BACKEND_PREC_FP8)
-        peak = c->gpu->peak_tflops_fp8 > 0 ? c->gpu->peak_tflops_fp8 : 2 * peak;
-    return peak > 0 ? gflops_per_s / (peak * 1e3) : 0;
+    const Baton__Precision *p = t->spec->stage->precision;
+    double peak = plan_peak_flops(c ? c->gpu : NULL, p ? p->type : BATON__PRECISION__TYPE__FP32);
+    return peak > 0 ? gflops_per_s * 1e9 / peak : 0;
 }
 
 int train_step(trainer *t, train_metrics *out, bt_diag *diag) {
