@@ -152,10 +152,18 @@ static int set_overlay(recipe_doc *doc, const char *what, const char *text, long
     return rc;
 }
 
-int recipe_apply_set(recipe_doc *doc, const char *assignment, bt_diag *diag) {
+static const char *const set_opt[] = {"--set", "--nodes", "--gpus-per-node"};
+static const char *const set_opt_key[] = {"", "cluster.nodes=", "cluster.gpus_per_node="};
+
+/* recipe_apply_set for the assignment option opt gave (an index into set_opt), which
+ * its messages name as the user wrote it: "--nodes abc", not "--set cluster.nodes=abc". */
+static int set_apply(recipe_doc *doc, const char *assignment, int opt, bt_diag *diag) {
     const char *eq = strchr(assignment, '=');
     char what[300], base[300];
-    snprintf(what, sizeof what, "--set %s", assignment);
+    if (opt > 0 && eq != NULL)
+        snprintf(what, sizeof what, "%s %s", set_opt[opt], eq + 1);
+    else
+        snprintf(what, sizeof what, "--set %s", assignment);
     if (eq == NULL || eq == assignment || eq[1] == '\0') {
         bt_diag_set(diag, "%s: expected KEY=VALUE, e.g. --set stages.pretrain.steps=100", what);
         return BT_ERECIPE;
@@ -194,6 +202,10 @@ int recipe_apply_set(recipe_doc *doc, const char *assignment, bt_diag *diag) {
     return rc;
 }
 
+int recipe_apply_set(recipe_doc *doc, const char *assignment, bt_diag *diag) {
+    return set_apply(doc, assignment, 0, diag);
+}
+
 int recipe_sets_add(recipe_sets *s, const char *cmd, const char *key, const char *value) {
     if (s->n == RECIPE_MAX_SETS) {
         fprintf(stderr, "%s: at most %d --set overrides\n", cmd, RECIPE_MAX_SETS);
@@ -204,21 +216,22 @@ int recipe_sets_add(recipe_sets *s, const char *cmd, const char *key, const char
         fprintf(stderr, "%s: out of memory\n", cmd);
         return -1;
     }
-    snprintf(s->set[s->n++], n, "%s%s", key, value);
+    snprintf(s->set[s->n], n, "%s%s", key, value);
+    s->opt[s->n++] = 0;
     return 0;
 }
 
 int recipe_sets_parse(recipe_sets *s, const char *cmd, int argc, char **argv, int *i) {
-    static const char *const opt[] = {"--set", "--nodes", "--gpus-per-node"};
-    static const char *const key[] = {"", "cluster.nodes=", "cluster.gpus_per_node="};
     for (int k = 0; k < 3; k++) {
-        if (strcmp(argv[*i], opt[k]) != 0) continue;
+        if (strcmp(argv[*i], set_opt[k]) != 0) continue;
         if (*i + 1 >= argc) {
-            fprintf(stderr, "%s: %s needs a value\n", cmd, opt[k]);
+            fprintf(stderr, "%s: %s needs a value\n", cmd, set_opt[k]);
             return -1;
         }
         *i += 1;
-        return recipe_sets_add(s, cmd, key[k], argv[*i]) == 0 ? 1 : -1;
+        if (recipe_sets_add(s, cmd, set_opt_key[k], argv[*i]) != 0) return -1;
+        s->opt[s->n - 1] = (unsigned char)k;
+        return 1;
     }
     return 0;
 }
@@ -226,7 +239,7 @@ int recipe_sets_parse(recipe_sets *s, const char *cmd, int argc, char **argv, in
 int recipe_sets_apply(const recipe_sets *s, recipe_doc *doc, bt_diag *diag) {
     int rc = 0;
     for (int i = 0; rc == 0 && i < s->n; i++)
-        rc = recipe_apply_set(doc, s->set[i], diag);
+        rc = set_apply(doc, s->set[i], s->opt[i], diag);
     return rc;
 }
 

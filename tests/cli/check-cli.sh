@@ -82,6 +82,10 @@ expect 2 "^--set defaults\.parallel\.tp=3: defaults\.parallel: tp×pp×cp = 3×2
   plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.tp=3
 expect 2 "^--set model\.rope\.theta=\{: YAML syntax error: did not find expected node content$" -- \
   plan "$recipes/tiny-cpu.yaml" --set "model.rope.theta={"
+expect 2 "^--nodes abc: cluster\\.nodes: expected a non-negative integer" -- \
+  plan "$recipes/tiny-cpu.yaml" --nodes abc
+expect 2 "^--gpus-per-node 0: cluster\\.gpus_per_node: expected at least 1 device per node" -- \
+  spec "$recipes/tiny-cpu.yaml" --gpus-per-node 0
 expect 2 "/heads-vs-tp\.yaml:9:14: defaults\.parallel\.tp: tp 4 does not divide n_heads 6" -- \
   plan "$recipes/../tests/recipes/bad/heads-vs-tp.yaml" --set stages.0.steps=3
 
