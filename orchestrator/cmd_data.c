@@ -51,14 +51,30 @@ static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out) {
     return 0;
 }
 
-/* Creates the directories above the file prefix, like mkdir -p. */
-static int make_parents(const char *prefix, bt_diag *diag) {
+/* A dataset prefix as given on the command line: a path naming one of the pair's files
+ * ("data/x.bin", "data/x.idx") stands for its prefix ("data/x"), so that a path completed
+ * by the shell works. The caller frees it; NULL when out of memory. */
+static char *data_prefix(const char *arg) {
+    size_t n = strlen(arg);
+    if (n > 4 && (strcmp(arg + n - 4, ".bin") == 0 || strcmp(arg + n - 4, ".idx") == 0) &&
+        arg[n - 5] != '/')
+        n -= 4;
+    return strndup(arg, n);
+}
+
+/* Creates the directories above the file prefix, like mkdir -p. *made is the length of
+ * the first directory it created (0: none), the ones below it having been created too:
+ * remove_parents takes exactly those away again when the command fails. */
+static int make_parents(const char *prefix, size_t *made, bt_diag *diag) {
     char *p = strdup(prefix);
+    *made = 0;
     if (p == NULL) return BT_ENOMEM;
     int rc = BT_OK;
     for (char *s = strchr(p + 1, '/'); s != NULL && rc == BT_OK; s = strchr(s + 1, '/')) {
         *s = '\0';
-        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+        if (mkdir(p, 0777) == 0) {
+            if (*made == 0) *made = (size_t)(s - p);
+        } else if (errno != EEXIST) {
             bt_diag_set(diag, "output '%s': cannot create directory '%s': %s", prefix, p,
                         strerror(errno));
             rc = BT_EIO;
@@ -67,6 +83,18 @@ static int make_parents(const char *prefix, bt_diag *diag) {
     }
     free(p);
     return rc;
+}
+
+/* Removes, deepest first, the directories above prefix that make_parents created (made:
+ * its *made). rmdir leaves a directory something else has written into since. */
+static void remove_parents(const char *prefix, size_t made) {
+    char *p = made ? strdup(prefix) : NULL;
+    if (p == NULL) return;
+    for (char *s = strrchr(p, '/'); s != NULL && (size_t)(s - p) >= made; s = strrchr(p, '/')) {
+        *s = '\0';
+        rmdir(p);
+    }
+    free(p);
 }
 
 /* ---- prepare ----------------------------------------------------------------- */
@@ -108,7 +136,8 @@ typedef struct prep_opts {
 /* The sink: tokenizes each document into the train or valid writer. */
 typedef struct prep {
     indexed_writer w[2]; /* train, valid */
-    int open[2];
+    int open[2], finished[2];
+    size_t made; /* make_parents' record of the directories it created */
     double valid_fraction;
     uint64_t doc; /* ordinal of the next document */
     int cur;      /* writer of the current document, -1 between documents */
@@ -170,12 +199,13 @@ static void prep_on_skip(void *ctx, const char *path, const char *member, const 
         fprintf(stderr, "skipped %s: %s\n", path, why);
 }
 
+static const char *const prep_suffix[2] = {"_train", "_valid"};
+
 static int prep_open(prep *p, const prep_opts *o, bt_diag *diag) {
-    static const char *const suffix[2] = {"_train", "_valid"};
-    int rc = make_parents(o->output, diag);
+    int rc = make_parents(o->output, &p->made, diag);
     for (int k = 0; k < 2 && rc == BT_OK; k++) {
         if (k == 1 && o->valid_fraction <= 0) break;
-        char *prefix = bt_str_concat(o->output, suffix[k]);
+        char *prefix = bt_str_concat(o->output, prep_suffix[k]);
         rc = prefix
                  ? indexed_writer_open(&p->w[k], prefix, indexed_dtype_for_vocab(TOK_VOCAB), diag)
                  : BT_ENOMEM;
@@ -188,18 +218,34 @@ static int prep_open(prep *p, const prep_opts *o, bt_diag *diag) {
 static int prep_finish(prep *p, bt_diag *diag) {
     int rc = BT_OK;
     for (int k = 0; k < 2; k++) {
-        if (p->open[k] && rc == BT_OK)
+        if (p->open[k] && rc == BT_OK) {
             rc = indexed_writer_finish(&p->w[k], diag);
-        else if (p->open[k])
+            p->finished[k] = rc == BT_OK;
+        } else if (p->open[k])
             indexed_writer_abort(&p->w[k]);
         p->open[k] = 0;
     }
     return rc;
 }
 
-static void prep_abort(prep *p) {
-    for (int k = 0; k < 2; k++)
+/* Takes away what a failed prepare wrote: the writers' partial files, a train pair
+ * already renamed into place when the valid one then failed (half an output is no
+ * output), and the directories it created. */
+static void prep_abort(prep *p, const char *output) {
+    static const char *const ext[2] = {".bin", ".idx"};
+    for (int k = 0; k < 2; k++) {
         if (p->open[k]) indexed_writer_abort(&p->w[k]);
+        p->open[k] = 0;
+        for (int e = 0; e < 2 && p->finished[k]; e++) {
+            bt_buf name;
+            bt_buf_init(&name);
+            bt_buf_printf(&name, "%s%s%s", output, prep_suffix[k], ext[e]);
+            if (!name.oom) unlink(bt_buf_str(&name));
+            bt_buf_free(&name);
+        }
+        p->finished[k] = 0;
+    }
+    remove_parents(output, p->made);
 }
 
 static void prep_summary(const prep *p, const corpus *c, const prep_opts *o) {
@@ -259,7 +305,7 @@ static int prepare_run(const prep_opts *o, bt_diag *diag) {
 done:
     if (rc == BT_ENOMEM) bt_diag_set(diag, "out of memory");
     if (p != NULL) {
-        prep_abort(p);
+        if (rc != BT_OK) prep_abort(p, o->output);
         free(p->tok);
     }
     free(p);
@@ -347,7 +393,8 @@ static void passkey_usage(FILE *f) {
             "at a seeded random depth, and at the end \"What is the pass key? The pass key is\n"
             "NNNNN.\". The answer's 5 digits are always tokens [TOKENS-7, TOKENS-2) of a\n"
             "document, followed by '.' and EOS. Keys and depths follow from --seed.\n\n"
-            "  --output PREFIX  output path prefix (missing directories are created)\n"
+            "  --output PREFIX  output path prefix (missing directories are created; a\n"
+            "                   trailing .bin or .idx is dropped)\n"
             "  --n-docs N       number of documents, >= 1\n"
             "  --length TOKENS  tokens per document, %u to %u\n"
             "  --seed S         seed (default 1234)\n"
@@ -361,7 +408,8 @@ static int passkey_write(const char *prefix, uint64_t n_docs, uint32_t length, u
     indexed_writer w;
     char *text = malloc(length);
     int32_t *tok = malloc((size_t)length * sizeof *tok);
-    int rc = text && tok ? make_parents(prefix, diag) : BT_ENOMEM;
+    size_t made = 0;
+    int rc = text && tok ? make_parents(prefix, &made, diag) : BT_ENOMEM;
     rc = rc ? rc : indexed_writer_open(&w, prefix, indexed_dtype_for_vocab(TOK_VOCAB), diag);
     int opened = rc == BT_OK;
     passkey_info info = {0}, first = {0};
@@ -377,6 +425,7 @@ static int passkey_write(const char *prefix, uint64_t n_docs, uint32_t length, u
         rc = indexed_writer_finish(&w, diag);
     else if (opened)
         indexed_writer_abort(&w);
+    if (rc != BT_OK) remove_parents(prefix, made);
     if (rc == BT_OK)
         printf("wrote %llu passkey documents of %u tokens to %s.bin/.idx (seed %llu)\n"
                "  answer: the 5 digits at tokens [%llu, %llu), then '.' and EOS\n"
@@ -433,9 +482,11 @@ static int data_passkey(int argc, char **argv) {
     }
     bt_diag diag;
     bt_diag_init(&diag);
-    int rc = passkey_write(output, n_docs, (uint32_t)length, seed, &diag);
+    char *prefix = data_prefix(output);
+    int rc = prefix ? passkey_write(prefix, n_docs, (uint32_t)length, seed, &diag) : BT_ENOMEM;
     if (rc != BT_OK)
         fprintf(stderr, "baton data passkey: %s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
+    free(prefix);
     return data_exit(rc);
 }
 
@@ -445,7 +496,8 @@ static void inspect_usage(FILE *f) {
     fprintf(f, "usage: baton data inspect PREFIX [--doc N] [--max-tokens K]\n\n"
                "Checks the Megatron-LM indexed dataset PREFIX.bin/.idx and shows its dtype,\n"
                "sequence, document and token counts, document lengths, and a preview of one\n"
-               "document (bytes as text, <eos> for token 257, \\xHH for other bytes).\n\n"
+               "document (bytes as text, <eos> for token 257, \\xHH for other bytes).\n"
+               "PREFIX.bin or PREFIX.idx may be given for PREFIX.\n\n"
                "  --doc N         the document to preview (default 0)\n"
                "  --max-tokens K  preview at most K tokens (default 400)\n"
                "  --help          show this help\n\n"
@@ -505,7 +557,7 @@ static int inspect_preview(const indexed_dataset *ds, uint64_t doc, uint64_t max
 }
 
 static int data_inspect(int argc, char **argv) {
-    const char *prefix = NULL, *v;
+    const char *arg = NULL, *v;
     uint64_t doc = 0, max_tokens = 400;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -521,22 +573,23 @@ static int data_inspect(int argc, char **argv) {
         } else if (a[0] == '-' && a[1] != '\0') {
             fprintf(stderr, "baton data inspect: unknown option '%s'\n", a);
             return BT_EXIT_USAGE;
-        } else if (prefix == NULL) {
-            prefix = a;
+        } else if (arg == NULL) {
+            arg = a;
         } else {
-            fprintf(stderr, "baton data inspect: one dataset at a time (got '%s' and '%s')\n",
-                    prefix, a);
+            fprintf(stderr, "baton data inspect: one dataset at a time (got '%s' and '%s')\n", arg,
+                    a);
             return BT_EXIT_USAGE;
         }
     }
-    if (prefix == NULL) {
+    if (arg == NULL) {
         inspect_usage(stderr);
         return BT_EXIT_USAGE;
     }
     bt_diag diag;
     bt_diag_init(&diag);
     indexed_dataset ds;
-    int rc = indexed_open(&ds, prefix, &diag);
+    char *prefix = data_prefix(arg);
+    int rc = prefix ? indexed_open(&ds, prefix, &diag) : BT_ENOMEM;
     if (rc == BT_OK) {
         printf("dataset %s (Megatron indexed, version 1)\n", prefix);
         inspect_counts(&ds);
@@ -551,6 +604,7 @@ static int data_inspect(int argc, char **argv) {
     }
     if (rc != BT_OK)
         fprintf(stderr, "baton data inspect: %s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
+    free(prefix);
     return data_exit(rc);
 }
 

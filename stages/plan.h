@@ -287,6 +287,14 @@ double plan_hw_flops(const plan_shape *sh, double flops, double attn);
  * exposed_comm_s, step_time_s and tokens_per_s from the parts above (mem, comm). */
 void plan_time_estimate(plan_stage *ps);
 
+/* A memory size as the report prints it: in GB with 2 decimals from 1 GB up, below that
+ * in the unit that fits ("12.34 MB", "512 B"), so that a small model or GPU never reads
+ * "0.00 GB". Decimal units. Returns buf (32 bytes are enough). */
+const char *plan_format_memory(char *buf, size_t n, double bytes);
+/* "35.84 of 80.00 GB", or, where either is below 1 GB, each in its own unit ("12.34 MB
+ * of 2.00 GB"). Returns buf (80 bytes are enough). */
+const char *plan_format_memory_of(char *buf, size_t n, double used, double capacity);
+
 /* The human-readable report for one stage, formulas shown next to the figures. */
 void plan_report_text(FILE *f, const Baton__StageSpec *spec, const plan_stage *ps);
 

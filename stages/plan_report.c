@@ -53,11 +53,19 @@ static const char *fmt_bytes(char *buf, size_t n, double v) {
     return buf;
 }
 
-/* Memory figures in GB with 2 decimals; below 10 MB, where that would read 0.00 GB,
- * in the unit that fits. */
-static const char *fmt_gb(char *buf, size_t n, double v) {
-    if (fabs(v) < 1e7) return fmt_bytes(buf, n, v);
-    snprintf(buf, n, "%.2f GB", v / 1e9);
+const char *plan_format_memory(char *buf, size_t n, double bytes) {
+    if (fabs(bytes) < 1e9) return fmt_bytes(buf, n, bytes);
+    snprintf(buf, n, "%.2f GB", bytes / 1e9);
+    return buf;
+}
+
+const char *plan_format_memory_of(char *buf, size_t n, double used, double capacity) {
+    char a[32], b[32];
+    if (used >= 1e9 && capacity >= 1e9)
+        snprintf(buf, n, "%.2f of %.2f GB", used / 1e9, capacity / 1e9);
+    else
+        snprintf(buf, n, "%s of %s", plan_format_memory(a, sizeof a, used),
+                 plan_format_memory(b, sizeof b, capacity));
     return buf;
 }
 
@@ -211,12 +219,12 @@ static void text_memory_zero(FILE *f, const plan_stage *ps) {
     fprintf(f,
             "  grads       %10s = 4 B x (%s shard + 2 x %s buffers: one unit's backward, one "
             "being reduce-scattered; no whole gradient buffer)\n",
-            fmt_gb(a, sizeof a, m->grads), s, u);
+            plan_format_memory(a, sizeof a, m->grads), s, u);
     uint32_t n = ps->shape.dp * ps->shape.cp, ep = ps->shape.ep;
     fprintf(f,
             "  optimizer   %10s = %.0f B (%s) x %s shard (ZeRO-%u: per-unit shards over %u "
             "ranks",
-            fmt_gb(a, sizeof a, m->optimizer), m->optim_bytes,
+            plan_format_memory(a, sizeof a, m->optimizer), m->optim_bytes,
             m->optim_bytes == 12 ? "fp32 master + Adam m, v" : "Adam m, v", s, m->zero_level, n);
     if (ep > 1 && m->moe_layers_on_stage > 0)
         fprintf(f, "; MoE layers' over the %u of the expert-data-parallel group", n / ep);
@@ -232,7 +240,8 @@ static void text_memory_params(FILE *f, const plan_stage *ps) {
             sh->pp, m->layers_on_stage, st == 0 ? " + embedding" : "",
             st + 1 == sh->pp ? " + final norm + head" : "");
     fmt_grouped(b, sizeof b, m->params_on_rank);
-    fprintf(f, "  params      %10s = %.0f B x ", fmt_gb(a, sizeof a, m->params), m->weight_bytes);
+    fprintf(f, "  params      %10s = %.0f B x ", plan_format_memory(a, sizeof a, m->params),
+            m->weight_bytes);
     if (m->zero_level == 3) /* the shard and two units' gather buffers (plan_memory.c) */
         fprintf(f, "(%s shard + 2 x %s gather buffer) of ", fmt_grouped(a, sizeof a, m->zero_shard),
                 fmt_grouped(c, sizeof c, m->zero_unit));
@@ -243,7 +252,7 @@ static void text_memory_params(FILE *f, const plan_stage *ps) {
     fprintf(f, ")%s\n", m->zero_level == 3 ? "" : " (fp32 weights)");
     if (m->gemm_copies > 0)
         fprintf(f, "              + %s of the GEMMs' converted weight copies (%s)\n",
-                fmt_gb(a, sizeof a, m->gemm_copies),
+                plan_format_memory(a, sizeof a, m->gemm_copies),
                 sh->precision == BATON__PRECISION__TYPE__FP8
                     ? "E4M3 and its transpose; the head bf16"
                     : "16-bit");
@@ -251,10 +260,11 @@ static void text_memory_params(FILE *f, const plan_stage *ps) {
         text_memory_zero(f, ps);
         return;
     }
-    fprintf(f, "  grads       %10s = 4 B (fp32 main grads) x %s\n", fmt_gb(a, sizeof a, m->grads),
-            b);
-    fprintf(f, "  optimizer   %10s = %.0f B (%s) x (", fmt_gb(a, sizeof a, m->optimizer),
-            m->optim_bytes, m->optim_bytes == 12 ? "fp32 master + Adam m, v" : "Adam m, v");
+    fprintf(f, "  grads       %10s = 4 B (fp32 main grads) x %s\n",
+            plan_format_memory(a, sizeof a, m->grads), b);
+    fprintf(f, "  optimizer   %10s = %.0f B (%s) x (",
+            plan_format_memory(a, sizeof a, m->optimizer), m->optim_bytes,
+            m->optim_bytes == 12 ? "fp32 master + Adam m, v" : "Adam m, v");
     fprintf(f, "%s / %u", fmt_grouped(b, sizeof b, m->dense_params_on_rank), m->optim_shards_dense);
     if (m->expert_params_on_rank)
         fprintf(f, " + %s / %u", fmt_grouped(b, sizeof b, m->expert_params_on_rank),
@@ -283,12 +293,12 @@ static const char *act_formula(const plan_shape *sh) {
 static void text_memory_acts(FILE *f, const plan_stage *ps) {
     const plan_memory *m = &ps->mem;
     const plan_shape *sh = &ps->shape;
-    char a[32], b[32], c[32];
+    char a[32], b[32], c[32], of[80];
     uint32_t v = sh->pp > 1 && sh->virtual_stages > 1 ? sh->virtual_stages : 1;
     fprintf(f,
             "  activations %10s = %u %sin flight x %u layers x %s (%s; s=%g b=%" PRIu64
             " h=%u a=%u t=%u)\n",
-            fmt_gb(a, sizeof a, m->activations), m->microbatches_in_flight,
+            plan_format_memory(a, sizeof a, m->activations), m->microbatches_in_flight,
             v > 1 ? "model chunks (interleaved) " : "", m->layers_per_slot,
             fmt_bytes(b, sizeof b, m->act_per_layer), act_formula(sh), (double)sh->seq_len / sh->cp,
             sh->micro_batch, sh->dim, sh->n_heads, sh->tp);
@@ -306,12 +316,12 @@ static void text_memory_acts(FILE *f, const plan_stage *ps) {
                 fmt_bytes(c, sizeof c, m->act_moe), m->moe_caches,
                 fmt_bytes(b, sizeof b, m->act_moe / m->moe_caches),
                 sh->ep > 1 ? "; their room for expert rows grows with the imbalance met" : "");
-    fprintf(f, "  total       %10s: ", fmt_gb(a, sizeof a, m->total));
+    fprintf(f, "  total       %10s: ", plan_format_memory(a, sizeof a, m->total));
     if (m->fits < 0)
         fprintf(f, "capacity not given\n");
     else
-        fprintf(f, "%s (%.2f of %.2f GB)\n", m->fits ? "fits" : "DOES NOT FIT", m->total / 1e9,
-                m->capacity / 1e9);
+        fprintf(f, "%s (%s)\n", m->fits ? "fits" : "DOES NOT FIT",
+                plan_format_memory_of(of, sizeof of, m->total, m->capacity));
 }
 
 static void text_comm(FILE *f, const plan_stage *ps) {

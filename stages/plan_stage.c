@@ -164,16 +164,18 @@ static void warn_groups(plan_stage *ps) {
 
 static void warn_memory(plan_stage *ps) {
     const plan_memory *m = &ps->mem;
+    char need[32], have[32];
+    plan_format_memory(need, sizeof need, m->total);
+    plan_format_memory(have, sizeof have, m->capacity);
     if (m->fits == 0)
         warn(ps,
-             "DOES NOT FIT: %.2f GB needed on pipeline stage %u, %.2f GB available; %sraise tp "
-             "or pp, or lower micro_batch",
-             m->total / 1e9, m->heaviest_pp_stage, m->capacity / 1e9,
+             "DOES NOT FIT: %s needed on pipeline stage %u, %s available; %sraise tp or pp, "
+             "or lower micro_batch",
+             need, m->heaviest_pp_stage, have,
              ps->shape.recompute == BATON__STAGE__RECOMPUTE__FULL ? ""
                                                                   : "turn on full recomputation, ");
     else if (m->fits < 0)
-        warn(ps, "cluster.gpu.memory not given: cannot tell whether %.2f GB per GPU fits",
-             m->total / 1e9);
+        warn(ps, "cluster.gpu.memory not given: cannot tell whether %s per GPU fits", need);
 }
 
 static void warn_batch(plan_stage *ps) {
@@ -273,14 +275,15 @@ static void balance_suggest(plan_stage *ps) {
     const char *what = ps->pp_slowest == sh->pp - 1 ? " (its layers and the head)" : "";
     int fits;
     double bubble = step_bubble, need = split_memory(ps, split, n, &fits, &bubble);
+    char gb[32];
     /* evening the stages' totals can still lengthen a step (interleaved: a chunk's length
      * counts too; few micro-batches): offered only where the replayed schedule idles less */
     if (ps->bubble_replayed && (bubble < 0 || bubble >= ps->bubble - 0.001)) return;
     if (fits == 0) {
         warn(ps,
              "pipeline stage %u computes %.2fx the stages' mean%s; the split that evens it "
-             "best (%.2fx) would need %.2f GB a GPU, more than there is",
-             ps->pp_slowest, ps->pp_balance, what, best, need / 1e9);
+             "best (%.2fx) would need %s a GPU, more than there is",
+             ps->pp_slowest, ps->pp_balance, what, best, plan_format_memory(gb, sizeof gb, need));
         return;
     }
     memcpy(ps->pp_best_split, split, n * sizeof *split);

@@ -97,8 +97,9 @@ static void export_usage(FILE *f) {
             "Writes the model of checkpoint CKPT (a checkpoint directory or a run directory:\n"
             "its newest complete checkpoint), consolidated from any saved layout, as a\n"
             "Hugging Face LlamaForCausalLM: DIR/" HF_WEIGHTS " (tensors sorted by name)\n"
-            "and DIR/" HF_CONFIG ". Optimizer state is not exported. DIR is created (0700)\n"
-            "if missing; files are written under temporary names and renamed.\n\n"
+            "and DIR/" HF_CONFIG ". Optimizer state is not exported. Both are written in\n"
+            "a new directory beside DIR (DIR.partial-XXXXXX, 0700) and moved to DIR (created\n"
+            "if missing) once complete: a failed export leaves DIR as it was.\n\n"
             "  --out DIR          output directory\n"
             "  --format hf        the only format (default)\n"
             "  --dtype fp32|bf16  tensor dtype in the file (default fp32; bf16 rounds to\n"
@@ -306,25 +307,53 @@ static int export_weights(export_ctx *x, const char *out, hf_tensor *t, size_t n
     return rc;
 }
 
-static int export_config(const Baton__Model *m, const export_opts *o, bt_diag *diag) {
+static int export_config(const char *dir, const bt_buf *text, bt_diag *diag) {
     char path[CKPT_PATH_MAX];
-    if (hf_path(path, sizeof path, o->out, HF_CONFIG))
-        return bt_diag_set(diag, "%s: path too long", o->out), BT_EINVAL;
-    bt_buf b;
-    bt_buf_init(&b);
-    int rc = hf_config_write(m, o->max_position, o->bf16 ? "bfloat16" : "float32", &b, diag);
-    if (!rc) rc = ckpt_write_file_atomic(path, b.data, b.len, diag);
-    bt_buf_free(&b);
-    return rc;
+    if (hf_path(path, sizeof path, dir, HF_CONFIG))
+        return bt_diag_set(diag, "%s: path too long", dir), BT_EINVAL;
+    return ckpt_write_file_atomic(path, text->data, text->len, diag);
 }
 
-static int export_mkdir(const char *out, bt_diag *diag) {
+/* The export is written into a new directory beside --out (OUT.partial-XXXXXX, 0700)
+ * and moved into place only once complete, so that a failed export leaves no --out
+ * behind, nor half of one in a directory that was already there. */
+static int export_stage_dir(const char *out, char *tmp, size_t cap, bt_diag *diag) {
     struct stat st;
-    if (mkdir(out, 0700) == 0 || (errno == EEXIST && stat(out, &st) == 0 && S_ISDIR(st.st_mode)))
-        return 0;
-    bt_diag_set(diag, "%s: cannot create the output directory: %s", out,
-                errno == EEXIST ? "a file of that name exists" : strerror(errno));
-    return errno == ENOENT || errno == EEXIST ? BT_EINVAL : BT_EIO;
+    size_t l = strlen(out);
+    while (l > 1 && out[l - 1] == '/')
+        l--;
+    if (stat(out, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        bt_diag_set(diag, "%s: cannot create the output directory: a file of that name exists",
+                    out);
+        return BT_EINVAL;
+    }
+    if ((size_t)snprintf(tmp, cap, "%.*s.partial-XXXXXX", (int)l, out) >= cap)
+        return bt_diag_set(diag, "%s: path too long", out), BT_EINVAL;
+    if (mkdtemp(tmp) != NULL) return 0;
+    int err = errno;
+    bt_diag_set(diag, "%s: cannot create the output directory (%s beside it): %s", out, tmp,
+                strerror(err));
+    return err == ENOENT || err == ENOTDIR ? BT_EINVAL : BT_EIO;
+}
+
+/* Moves the finished export in tmp to out: the directory itself when out does not
+ * exist, else its two files into out (whose other contents stay). */
+static int export_publish(const char *tmp, const char *out, bt_diag *diag) {
+    static const char *const files[] = {HF_WEIGHTS, HF_CONFIG};
+    char from[CKPT_PATH_MAX], to[CKPT_PATH_MAX];
+    if (ckpt_fsync_dir(tmp) != 0) return bt_diag_set(diag, "%s: cannot sync", tmp), BT_EIO;
+    struct stat st;
+    if (lstat(out, &st) != 0 && errno == ENOENT && rename(tmp, out) == 0) return 0;
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        if (hf_path(from, sizeof from, tmp, files[i]) || hf_path(to, sizeof to, out, files[i]))
+            return bt_diag_set(diag, "%s: path too long", out), BT_EINVAL;
+        if (rename(from, to) != 0) {
+            bt_diag_set(diag, "%s: cannot move into place: %s", to, strerror(errno));
+            return BT_EIO;
+        }
+    }
+    rmdir(tmp);
+    return ckpt_fsync_dir(out) == 0 ? 0 : BT_EIO;
 }
 
 static int export_run(const export_opts *o, const char *dir, const Baton__Manifest *m,
@@ -335,19 +364,43 @@ static int export_run(const export_opts *o, const char *dir, const Baton__Manife
     }
     hf_tensor *t = NULL;
     size_t n = 0;
-    int rc = hf_model_tensors(m->model, &t, &n, diag);
+    char tmp[CKPT_PATH_MAX] = "";
+    bt_buf cfg;
+    bt_buf_init(&cfg);
+    /* config.json first: it refuses what has no Hugging Face form (MoE, a RoPE scaling
+     * transformers lacks) before anything is read or written */
+    int rc =
+        hf_config_write(m->model, o->max_position, o->bf16 ? "bfloat16" : "float32", &cfg, diag);
+    if (rc) {
+        char msg[sizeof diag->msg];
+        snprintf(msg, sizeof msg, "%s", diag->msg);
+        bt_diag_init(diag);
+        bt_diag_set(diag, "%s: %s", dir, msg);
+    }
+    if (!rc) rc = hf_model_tensors(m->model, &t, &n, diag);
     if (!rc) rc = export_check(dir, m, t, n, diag);
-    if (!rc) rc = export_mkdir(o->out, diag);
-    qsort(t, n, sizeof *t, by_name);
+    if (!rc) rc = export_stage_dir(o->out, tmp, sizeof tmp, diag);
+    if (t != NULL) qsort(t, n, sizeof *t, by_name);
     export_ctx x = {.dir = dir, .m = m, .bf16 = o->bf16, .diag = diag};
     ckpt_reader_init(&x.rd, dir, m);
-    if (!rc) rc = export_weights(&x, o->out, t, n);
+    if (!rc) rc = export_weights(&x, tmp, t, n);
     ckpt_reader_close(&x.rd);
-    if (!rc) rc = export_config(m->model, o, diag);
-    if (!rc && ckpt_fsync_dir(o->out) != 0) rc = BT_EIO;
+    if (!rc) rc = export_config(tmp, &cfg, diag);
+    if (!rc) rc = export_publish(tmp, o->out, diag);
+    if (rc && tmp[0] != '\0') ckpt_remove_dir(tmp);
+    int known;
+    uint64_t max_position = hf_config_max_position(m->model, o->max_position, &known);
     if (!rc)
         printf("exported %zu tensors (%s) of %s step %" PRIu64 " to %s\n", n,
                o->bf16 ? "bf16" : "fp32", dir, m->step, o->out);
+    if (!rc && !known)
+        fprintf(stderr,
+                "baton ckpt export: note: max_position_embeddings is %" PRIu64
+                ", Hugging Face's default: the checkpoint does not say how long a context the "
+                "model was trained for (--max-position N says it; so does a RoPE scaling's "
+                "original_max_position)\n",
+                max_position);
+    bt_buf_free(&cfg);
     free(x.buf);
     free(x.half);
     free(t);

@@ -42,7 +42,7 @@ static void put_rope_scaling(bt_buf *b, const Baton__RopeScaling *s) {
         put_key_double(b, in, "high_freq_factor", s->high_freq_factor);
         bt_buf_printf(b, ",\n%s\"original_max_position_embeddings\": %llu", in,
                       (unsigned long long)s->original_max_position);
-    } else {
+    } else { /* yarn: export_rope lets no other type through */
         double af = s->attn_factor > 0 ? s->attn_factor
                     : s->factor <= 1.0 ? 1.0
                                        : 0.1 * log(s->factor) + 1.0;
@@ -57,35 +57,65 @@ static void put_rope_scaling(bt_buf *b, const Baton__RopeScaling *s) {
     bt_buf_printf(b, "\n  }");
 }
 
-/* The scaling transformers should see (NULL: none) and the base it goes with. */
-static const Baton__RopeScaling *export_rope(const Baton__Model *m, double *theta) {
+/* The scaling transformers should see (*out NULL: none) and the base it goes with;
+ * BT_EUNSUPPORTED for a scaling with no Hugging Face equivalent, rather than a
+ * config.json that would give the model other frequencies than it was trained with. */
+static int export_rope(const Baton__Model *m, double *theta, const Baton__RopeScaling **out,
+                       bt_diag *diag) {
     const Baton__Rope *r = m->rope;
     *theta = r ? r->theta : 10000.0;
     const Baton__RopeScaling *s = r ? r->scaling : NULL;
-    if (s == NULL || s->type == BATON__ROPE_SCALING__TYPE__NONE) return NULL;
-    if (s->type == BATON__ROPE_SCALING__TYPE__NTK) {
-        double hd = (double)(m->dim / m->n_heads);
-        *theta *= pow(s->factor, hd / (hd - 2));
-        return NULL;
+    double hd = m->n_heads ? (double)(m->dim / m->n_heads) : 0;
+    *out = NULL;
+    switch (s ? s->type : BATON__ROPE_SCALING__TYPE__NONE) {
+    case BATON__ROPE_SCALING__TYPE__NONE:
+        return 0;
+    case BATON__ROPE_SCALING__TYPE__NTK:
+        if (hd > 2) {
+            *theta *= pow(s->factor, hd / (hd - 2));
+            return 0;
+        }
+        break;
+    case BATON__ROPE_SCALING__TYPE__LINEAR:
+    case BATON__ROPE_SCALING__TYPE__LLAMA3:
+    case BATON__ROPE_SCALING__TYPE__YARN:
+        *out = s;
+        return 0;
+    default:
+        break;
     }
-    return s;
+    bt_diag_set(diag,
+                "rope.scaling type %d (head_dim %g) has no Hugging Face rope_scaling "
+                "equivalent (exportable: none, linear, ntk with head_dim > 2, llama3, yarn)",
+                (int)s->type, hd);
+    return BT_EUNSUPPORTED;
 }
 
-static uint64_t export_max_position(const Baton__RopeScaling *s, uint64_t max_position) {
+uint64_t hf_config_max_position(const Baton__Model *m, uint64_t max_position, int *known) {
+    const Baton__RopeScaling *s = m->rope ? m->rope->scaling : NULL;
+    *known = 1;
     if (max_position) return max_position;
-    if (s != NULL && s->original_max_position > 0)
+    if (s != NULL && s->type != BATON__ROPE_SCALING__TYPE__NONE && s->original_max_position > 0)
         return (uint64_t)llround((double)s->original_max_position * s->factor);
+    *known = 0;
     return HF_DEFAULT_MAX_POSITION;
 }
 
 int hf_config_write(const Baton__Model *m, uint64_t max_position, const char *torch_dtype,
                     bt_buf *out, bt_diag *diag) {
     if (m->arch != BATON__MODEL__ARCH__LLAMA) {
-        bt_diag_set(diag, "only dense LLaMA models can be exported (this one is MoE)");
+        const Baton__Moe *e = m->moe;
+        bt_diag_set(diag,
+                    "the model is a mixture of experts (n_experts %u, top_k %u): MoE models are "
+                    "not exportable to the Hugging Face LLaMA format (yet; LlamaForCausalLM has "
+                    "no experts); only dense models (model.arch: llama) are",
+                    e ? e->n_experts : 0, e ? e->top_k : 0);
         return BT_EUNSUPPORTED;
     }
     double theta;
-    const Baton__RopeScaling *s = export_rope(m, &theta);
+    const Baton__RopeScaling *s;
+    int known, rc = export_rope(m, &theta, &s, diag);
+    if (rc) return rc;
     unsigned kv = m->n_kv_heads ? m->n_kv_heads : m->n_heads;
     bt_buf_printf(out,
                   "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
@@ -104,7 +134,7 @@ int hf_config_write(const Baton__Model *m, uint64_t max_position, const char *to
     else
         put_rope_scaling(out, s);
     bt_buf_printf(out, ",\n  \"max_position_embeddings\": %llu,\n  \"torch_dtype\": \"%s\"\n}\n",
-                  (unsigned long long)export_max_position(s, max_position), torch_dtype);
+                  (unsigned long long)hf_config_max_position(m, max_position, &known), torch_dtype);
     return out->oom ? BT_ENOMEM : 0;
 }
 
@@ -212,6 +242,14 @@ static int cfg_rope_params(const cfg_ctx *c, const hf_json *rs, hf_model *h) {
     Baton__RopeScaling *s = &h->scaling;
     s->has_factor = s->has_type = 1;
     int rc = cfg_num(c, rs, "factor", NAN, &s->factor);
+    if (!rc && s->type == BATON__ROPE_SCALING__TYPE__LINEAR) {
+        /* HF's linear scaling has no original context; baton keeps max_position_embeddings
+         * / factor there (linear RoPE does not use it), so that an export of the import
+         * writes max_position_embeddings back as it was. */
+        uint64_t orig = (uint64_t)llround((double)h->max_position / s->factor);
+        if (orig > 0 && llround((double)orig * s->factor) == (long long)h->max_position)
+            s->original_max_position = orig, s->has_original_max_position = 1;
+    }
     if (rc || s->type == BATON__ROPE_SCALING__TYPE__LINEAR) return rc;
     uint64_t orig;
     rc = cfg_uint(c, rs, "original_max_position_embeddings",

@@ -21,7 +21,12 @@
  *           theta * factor^(hd / (hd - 2)) and rope_scaling null, which is the same
  *           frequencies exactly; an import reads it back as plain RoPE with that base.
  * On import, "type" is accepted for "rope_type" (older transformers) and "default" is
- * none; "dynamic", "longrope" and DeepSeek's mscale fields are refused. */
+ * none; "dynamic", "longrope" and DeepSeek's mscale fields are refused. A linear
+ * scaling keeps max_position_embeddings / factor as its original_max_position, which
+ * export multiplies back.
+ * max_position_embeddings is the context the model was extended to: original * factor
+ * for a scaling that names its original context (llama3 and yarn always do; linear and
+ * ntk may), else HF's default 2048 unless --max-position says. */
 #ifndef BATON_HF_CONFIG_H
 #define BATON_HF_CONFIG_H
 
@@ -44,9 +49,14 @@ typedef struct hf_model {
     uint64_t max_position; /* max_position_embeddings */
 } hf_model;
 
-/* config.json for m into out. max_position 0: original * factor for llama3 and yarn,
- * else HF_DEFAULT_MAX_POSITION. torch_dtype: "float32" or "bfloat16". BT_EUNSUPPORTED
- * for an MoE model. */
+/* max_position_embeddings for m: max_position when not 0, else the context the scaled
+ * RoPE was extended to (original_max_position * factor, for any scaling that gives the
+ * original), else HF_DEFAULT_MAX_POSITION with *known = 0 (nothing in the model says how
+ * long a context it saw). */
+uint64_t hf_config_max_position(const Baton__Model *m, uint64_t max_position, int *known);
+/* config.json for m into out, max_position_embeddings from hf_config_max_position.
+ * torch_dtype: "float32" or "bfloat16". BT_EUNSUPPORTED for an MoE model and for a RoPE
+ * scaling with no Hugging Face equivalent. */
 int hf_config_write(const Baton__Model *m, uint64_t max_position, const char *torch_dtype,
                     bt_buf *out, bt_diag *diag);
 /* Parses config.json text (path for messages) into *out. BT_EINVAL / BT_EUNSUPPORTED

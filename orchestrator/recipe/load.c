@@ -249,7 +249,7 @@ static int load_pos_add(load_ctx *c, yaml_mark_t mark) {
     }
     char *path = strdup(c->path);
     if (path == NULL) return load_oom(c);
-    doc->pos[doc->npos++] = (recipe_pos){path, (int)mark.line + 1, (int)mark.column + 1};
+    doc->pos[doc->npos++] = (recipe_pos){path, (int)mark.line + 1, (int)mark.column + 1, NULL};
     return 0;
 }
 
@@ -877,8 +877,10 @@ static int load_document(load_ctx *c, const char *data, size_t len, size_t nodes
 
 void recipe_doc_free(recipe_doc *doc) {
     if (doc == NULL) return;
-    for (size_t i = 0; i < doc->npos; i++)
+    for (size_t i = 0; i < doc->npos; i++) {
         free(doc->pos[i].path);
+        free(doc->pos[i].set);
+    }
     free(doc->pos);
     free(doc->file);
     if (doc->recipe != NULL) protobuf_c_message_free_unpacked(&doc->recipe->base, NULL);
@@ -961,27 +963,30 @@ int recipe_load_file(const char *path, recipe_doc *doc, bt_diag *diag) {
     return rc;
 }
 
-/* Whether path[0, len) is recorded; returns its index or -1. */
+/* Whether path[0, len) is recorded; returns its index or -1. The last entry wins: the
+ * overrides are appended after the file's entries, in the order they were applied. */
 static long load_find(const recipe_doc *doc, const char *path, size_t len) {
-    for (size_t i = 0; i < doc->npos; i++)
+    for (size_t i = doc->npos; i-- > 0;)
         if (strlen(doc->pos[i].path) == len && strncmp(doc->pos[i].path, path, len) == 0)
             return (long)i;
     return -1;
 }
 
-int recipe_doc_where(const recipe_doc *doc, const char *path, int *line, int *col) {
+const recipe_pos *recipe_doc_find(const recipe_doc *doc, const char *path) {
     size_t len = strlen(path);
-    *line = *col = 0;
     for (;;) {
         long i = load_find(doc, path, len);
-        if (i >= 0) {
-            *line = doc->pos[i].line;
-            *col = doc->pos[i].col;
-            return 0;
-        }
-        if (len == 0) return -1;
+        if (i >= 0) return &doc->pos[i];
+        if (len == 0) return NULL;
         do /* the next shorter prefix ends before a '.' or '[' */
             len--;
         while (len > 0 && path[len] != '.' && path[len] != '[');
     }
+}
+
+int recipe_doc_where(const recipe_doc *doc, const char *path, int *line, int *col) {
+    const recipe_pos *p = recipe_doc_find(doc, path);
+    *line = p ? p->line : 0;
+    *col = p ? p->col : 0;
+    return p ? 0 : -1;
 }

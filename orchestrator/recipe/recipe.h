@@ -52,7 +52,8 @@ int recipe_apply_set(recipe_doc *doc, const char *assignment, bt_diag *diag);
  * submit and plan). */
 #define RECIPE_MAX_SETS 32
 typedef struct recipe_sets {
-    char *set[RECIPE_MAX_SETS]; /* KEY=VALUE, owned */
+    char *set[RECIPE_MAX_SETS];         /* KEY=VALUE, owned */
+    unsigned char opt[RECIPE_MAX_SETS]; /* which gave it: 0 --set, 1 --nodes, 2 --gpus-per-node */
     int n;
 } recipe_sets;
 /* Appends key followed by value; -1 (a message naming cmd on stderr) when full or out of
@@ -61,7 +62,8 @@ int recipe_sets_add(recipe_sets *s, const char *cmd, const char *key, const char
 /* The override option at argv[*i] with its value (*i moves past it): 1 taken, 0 not one,
  * -1 (a message naming cmd on stderr) when its value is missing or the list is full. */
 int recipe_sets_parse(recipe_sets *s, const char *cmd, int argc, char **argv, int *i);
-/* recipe_apply_set for each, in order; the first failure. */
+/* recipe_apply_set for each, in order (messages name --nodes and --gpus-per-node as
+ * given); the first failure. */
 int recipe_sets_apply(const recipe_sets *s, recipe_doc *doc, bt_diag *diag);
 void recipe_sets_free(recipe_sets *s);
 

@@ -27,11 +27,14 @@
  * start of its key ("tp" in "tp: 8"); for a sequence item, the start of the item's node
  * (the first key of a block mapping, the '{' of a flow mapping, the scalar itself; for an
  * alias, the node it refers to); for the document root (path ""), the start of the root
- * mapping. A scalar given for a message ("precision: fp8") records only the field's key. */
+ * mapping. A scalar given for a message ("precision: fp8") records only the field's key.
+ * A value from a --set override (recipe_apply_set) has no place in the file: set names
+ * the override ("--set stages.0.steps=7") and line = col = 0. */
 typedef struct recipe_pos {
     char *path;
-    int line; /* 1-based */
-    int col;  /* 1-based */
+    int line;  /* 1-based; 0 for an override */
+    int col;   /* 1-based; 0 for an override */
+    char *set; /* owned; NULL for a value from the file */
 } recipe_pos;
 
 typedef struct recipe_doc {
@@ -50,6 +53,9 @@ int recipe_load_buffer(const char *name, const char *data, size_t len, recipe_do
                        bt_diag *diag);
 
 void recipe_doc_free(recipe_doc *doc);
+
+/* The entry for path, or for its longest recorded prefix; NULL when there is none. */
+const recipe_pos *recipe_doc_find(const recipe_doc *doc, const char *path);
 
 /* Finds the position of path, or of its longest recorded prefix ("stages[1].parallel.cp"
  * falls back to "stages[1].parallel", then "stages[1]"). Returns 0 if something was

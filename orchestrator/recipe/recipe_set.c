@@ -66,30 +66,104 @@ static int set_check_key(const char *what, const char *key, bt_diag *diag) {
     }
 }
 
-/* Loads text as a recipe and overlays it (or its first stage onto stage si). */
+/* The loader places its messages in the small document built from the assignment
+ * ("--set a.b=x:2:5: a.b: ..."; a YAML syntax error adds "(... that starts at line 4,
+ * column 1)"), places that mean nothing to someone who wrote a command line: the message
+ * keeps the assignment and drops them. */
+static void set_diag_unplace(bt_diag *diag, const char *what, const bt_diag *inner) {
+    const char *m = inner->msg, *p, *q;
+    size_t n = strlen(what);
+    if (strncmp(m, what, n) != 0 || m[n] != ':') goto keep;
+    p = m + n + 1;
+    q = p + strspn(p, "0123456789");
+    if (q == p || q[0] != ':' || q[1] < '0' || q[1] > '9') goto keep;
+    q += 1 + strspn(q + 1, "0123456789");
+    if (*q != ':') goto keep;
+    const char *ctx = strstr(q, " that starts at line ");
+    const char *open = ctx ? ctx : q;
+    while (open > q && strncmp(open, " (", 2) != 0)
+        open--;
+    int cut = ctx != NULL && open > q && q[strlen(q) - 1] == ')';
+    bt_diag_set(diag, "%s%.*s", what, cut ? (int)(open - q) : (int)strlen(q), q);
+    return;
+keep:
+    bt_diag_set(diag, "%s", m);
+}
+
+/* Whether path is base or lies under it ("a.b" and "a[0]" are under "a"). */
+static int set_path_within(const char *path, const char *base) {
+    size_t n = strlen(base);
+    return strncmp(path, base, n) == 0 && (path[n] == '\0' || path[n] == '.' || path[n] == '[');
+}
+
+/* Records where the values the override wrote came from: part's entries at or under base
+ * (the assignment's key as a recipe path, "stages[1].steps") join doc's, naming the
+ * assignment, so that validation errors about them cite the command line, not the file. */
+static int set_record(recipe_doc *doc, const recipe_doc *part, const char *base, const char *what,
+                      bt_diag *diag) {
+    size_t n = 0;
+    for (size_t k = 0; k < part->npos; k++)
+        n += set_path_within(part->pos[k].path, base) != 0;
+    if (n == 0) return 0;
+    recipe_pos *pos = realloc(doc->pos, (doc->npos + n) * sizeof *pos);
+    if (pos == NULL) goto oom;
+    doc->pos = pos;
+    for (size_t k = 0; k < part->npos; k++) {
+        if (!set_path_within(part->pos[k].path, base)) continue;
+        recipe_pos *p = &doc->pos[doc->npos];
+        *p = (recipe_pos){strdup(part->pos[k].path), 0, 0, strdup(what)};
+        if (p->path == NULL || p->set == NULL) {
+            free(p->path);
+            free(p->set);
+            goto oom;
+        }
+        doc->npos++;
+    }
+    return 0;
+oom:
+    bt_diag_set(diag, "%s: out of memory", what);
+    return BT_ENOMEM;
+}
+
+/* Loads text as a recipe and overlays it (or its stage si onto stage si); base is the
+ * assignment's key as a recipe path. */
 static int set_overlay(recipe_doc *doc, const char *what, const char *text, long si,
-                       bt_diag *diag) {
+                       const char *base, bt_diag *diag) {
     recipe_doc part;
-    int rc = recipe_load_buffer(what, text, strlen(text), &part, diag);
-    if (rc != 0) return rc;
+    bt_diag inner;
+    bt_diag_init(&inner);
+    int rc = recipe_load_buffer(what, text, strlen(text), &part, &inner);
+    if (rc != 0) {
+        set_diag_unplace(diag, what, &inner);
+        return rc;
+    }
     Baton__Stage *d = doc->recipe->defaults, *g = part.recipe->defaults;
     uint32_t pp0 = d && d->parallel ? d->parallel->pp : 0;
     uint32_t v0 = d && d->parallel ? d->parallel->virtual_stages : 0;
-    if (si >= 0 && part.recipe->n_stages == 1)
-        rc = pb_merge(&doc->recipe->stages[si]->base, &part.recipe->stages[0]->base);
+    if (si >= 0 && part.recipe->n_stages == (size_t)si + 1)
+        rc = pb_merge(&doc->recipe->stages[si]->base, &part.recipe->stages[si]->base);
     else if (si < 0)
         rc = pb_merge(&doc->recipe->base, &part.recipe->base);
     d = doc->recipe->defaults; /* --set defaults.parallel.pp=N: as a stage changing it */
     if (rc == 0 && si < 0 && d != NULL && g != NULL)
         recipe_drop_stale_split(d->parallel, g->parallel, pp0, v0);
+    if (rc == 0) rc = set_record(doc, &part, base, what, diag);
     recipe_doc_free(&part);
     return rc;
 }
 
-int recipe_apply_set(recipe_doc *doc, const char *assignment, bt_diag *diag) {
+static const char *const set_opt[] = {"--set", "--nodes", "--gpus-per-node"};
+static const char *const set_opt_key[] = {"", "cluster.nodes=", "cluster.gpus_per_node="};
+
+/* recipe_apply_set for the assignment option opt gave (an index into set_opt), which
+ * its messages name as the user wrote it: "--nodes abc", not "--set cluster.nodes=abc". */
+static int set_apply(recipe_doc *doc, const char *assignment, int opt, bt_diag *diag) {
     const char *eq = strchr(assignment, '=');
-    char what[300];
-    snprintf(what, sizeof what, "--set %s", assignment);
+    char what[300], base[300];
+    if (opt > 0 && eq != NULL)
+        snprintf(what, sizeof what, "%s %s", set_opt[opt], eq + 1);
+    else
+        snprintf(what, sizeof what, "--set %s", assignment);
     if (eq == NULL || eq == assignment || eq[1] == '\0') {
         bt_diag_set(diag, "%s: expected KEY=VALUE, e.g. --set stages.pretrain.steps=100", what);
         return BT_ERECIPE;
@@ -109,16 +183,27 @@ int recipe_apply_set(recipe_doc *doc, const char *assignment, bt_diag *diag) {
                         what, doc->recipe->n_stages ? doc->recipe->stages[0]->name : "NAME");
             rc = BT_ERECIPE;
         } else {
-            bt_buf_printf(&b, "stages:\n  -\n");
+            /* Empty stages before it, so that the loader's paths (and messages) say
+             * stages[si] as the merged recipe does. */
+            bt_buf_printf(&b, "stages:\n");
+            for (long k = 0; k < si; k++)
+                bt_buf_printf(&b, "  - {}\n");
+            bt_buf_printf(&b, "  -\n");
             set_nested(&b, dot + 1, eq + 1, 2);
+            snprintf(base, sizeof base, "stages[%ld].%s", si, dot + 1);
         }
     } else if (rc == 0) {
         set_nested(&b, key, eq + 1, 0);
+        snprintf(base, sizeof base, "%s", key);
     }
-    if (rc == 0) rc = set_overlay(doc, what, bt_buf_str(&b), si, diag);
+    if (rc == 0) rc = set_overlay(doc, what, bt_buf_str(&b), si, base, diag);
     bt_buf_free(&b);
     free(key);
     return rc;
+}
+
+int recipe_apply_set(recipe_doc *doc, const char *assignment, bt_diag *diag) {
+    return set_apply(doc, assignment, 0, diag);
 }
 
 int recipe_sets_add(recipe_sets *s, const char *cmd, const char *key, const char *value) {
@@ -131,21 +216,22 @@ int recipe_sets_add(recipe_sets *s, const char *cmd, const char *key, const char
         fprintf(stderr, "%s: out of memory\n", cmd);
         return -1;
     }
-    snprintf(s->set[s->n++], n, "%s%s", key, value);
+    snprintf(s->set[s->n], n, "%s%s", key, value);
+    s->opt[s->n++] = 0;
     return 0;
 }
 
 int recipe_sets_parse(recipe_sets *s, const char *cmd, int argc, char **argv, int *i) {
-    static const char *const opt[] = {"--set", "--nodes", "--gpus-per-node"};
-    static const char *const key[] = {"", "cluster.nodes=", "cluster.gpus_per_node="};
     for (int k = 0; k < 3; k++) {
-        if (strcmp(argv[*i], opt[k]) != 0) continue;
+        if (strcmp(argv[*i], set_opt[k]) != 0) continue;
         if (*i + 1 >= argc) {
-            fprintf(stderr, "%s: %s needs a value\n", cmd, opt[k]);
+            fprintf(stderr, "%s: %s needs a value\n", cmd, set_opt[k]);
             return -1;
         }
         *i += 1;
-        return recipe_sets_add(s, cmd, key[k], argv[*i]) == 0 ? 1 : -1;
+        if (recipe_sets_add(s, cmd, set_opt_key[k], argv[*i]) != 0) return -1;
+        s->opt[s->n - 1] = (unsigned char)k;
+        return 1;
     }
     return 0;
 }
@@ -153,7 +239,7 @@ int recipe_sets_parse(recipe_sets *s, const char *cmd, int argc, char **argv, in
 int recipe_sets_apply(const recipe_sets *s, recipe_doc *doc, bt_diag *diag) {
     int rc = 0;
     for (int i = 0; rc == 0 && i < s->n; i++)
-        rc = recipe_apply_set(doc, s->set[i], diag);
+        rc = set_apply(doc, s->set[i], s->opt[i], diag);
     return rc;
 }
 

@@ -36,18 +36,36 @@ typedef struct vctx {
     const char *stage_name;
 } vctx;
 
-static const recipe_pos *pos_exact(const recipe_doc *doc, const char *path) {
-    for (size_t k = 0; k < doc->npos; k++)
-        if (strcmp(doc->pos[k].path, path) == 0) return &doc->pos[k];
-    return NULL;
+/* Whether path is base or lies under it ("a.b" and "a[0]" are under "a"). */
+static int path_within(const char *path, const char *base) {
+    size_t n = strlen(base);
+    return strncmp(path, base, n) == 0 && (path[n] == '\0' || path[n] == '.' || path[n] == '[');
+}
+
+/* Where the value at path came from, NULL when nowhere: the last --set override that
+ * wrote it or a field under it (a check of parallel that fails after --set
+ * defaults.parallel.tp=3 is the override's doing), else the file's entry for path, else
+ * an override that wrote a block holding it. */
+static const recipe_pos *pos_origin(const recipe_doc *doc, const char *path) {
+    const recipe_pos *set = NULL, *exact = NULL, *above = NULL;
+    for (size_t k = 0; k < doc->npos; k++) {
+        const recipe_pos *p = &doc->pos[k];
+        if (p->set != NULL && path_within(p->path, path))
+            set = p;
+        else if (p->set == NULL && strcmp(p->path, path) == 0)
+            exact = p;
+        else if (p->set != NULL && path_within(path, p->path))
+            above = p;
+    }
+    return set ? set : exact ? exact : above;
 }
 
 /* Where field (relative to a stage, e.g. "parallel.cp") of stage i was written: the
  * stage, else the nearest earlier stage, else the defaults, else (for blocks that also
  * live at the top or in the model, like data and rope) the recipe's top level or the
  * model, else the stage itself. */
-static void stage_field_where(const recipe_doc *doc, long i, const char *field, char *path,
-                              size_t cap, int *line, int *col) {
+static const recipe_pos *stage_field_where(const recipe_doc *doc, long i, const char *field,
+                                           char *path, size_t cap) {
     for (long k = i; k >= -3; k--) {
         if (k >= 0)
             snprintf(path, cap, "stages[%ld].%s", k, field);
@@ -57,40 +75,41 @@ static void stage_field_where(const recipe_doc *doc, long i, const char *field, 
             snprintf(path, cap, "%s", field);
         else
             snprintf(path, cap, "model.%s", field);
-        const recipe_pos *p = pos_exact(doc, path);
-        if (p != NULL) {
-            *line = p->line, *col = p->col;
-            return;
-        }
+        const recipe_pos *p = pos_origin(doc, path);
+        if (p != NULL) return p;
     }
     snprintf(path, cap, "stages[%ld]", i);
-    recipe_doc_where(doc, path, line, col);
+    const recipe_pos *p = recipe_doc_find(doc, path);
     snprintf(path, cap, "stages[%ld].%s", i, field);
+    return p;
 }
 
 /* Reports a problem with field: a stage-relative name when checking a stage,
- * else a recipe path ("model.n_heads"). */
+ * else a recipe path ("model.n_heads"). The place is the file's line and column, or the
+ * --set override that wrote the value. */
 static int verr(vctx *v, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static int verr(vctx *v, const char *field, const char *fmt, ...) {
-    char path[256], msg[1536];
-    int line = 0, col = 0;
+    char path[256], msg[1536], place[400], stage[320] = "";
+    const recipe_pos *p;
     if (v->stage >= 0) {
-        stage_field_where(v->doc, v->stage, field, path, sizeof path, &line, &col);
+        p = stage_field_where(v->doc, v->stage, field, path, sizeof path);
+        snprintf(stage, sizeof stage, " (stage %ld \"%s\")", v->stage, v->stage_name);
     } else {
         snprintf(path, sizeof path, "%s", field);
-        recipe_doc_where(v->doc, path, &line, &col);
+        p = pos_origin(v->doc, path);
+        if (p == NULL) p = recipe_doc_find(v->doc, path);
     }
+    if (p != NULL && p->set != NULL)
+        snprintf(place, sizeof place, "%s", p->set);
+    else
+        snprintf(place, sizeof place, "%s:%d:%d", v->doc->file, p ? p->line : 0, p ? p->col : 0);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (v->stage >= 0)
-        bt_diag_set(v->diag, "%s:%d:%d: %s: %s (stage %ld \"%s\")", v->doc->file, line, col, path,
-                    msg, v->stage, v->stage_name);
-    else
-        bt_diag_set(v->diag, "%s:%d:%d: %s: %s", v->doc->file, line, col, path, msg);
+    bt_diag_set(v->diag, "%s: %s: %s%s", place, path, msg, stage);
     return BT_ERECIPE;
 }
 

@@ -61,8 +61,33 @@ expect 2 "^--set stages\\.\\.steps=5: the key" -- spec "$recipes/tiny-cpu.yaml" 
 expect 2 "the key \"model.d:im\" has ':' in the path segment \"d:im\"" -- \
   plan "$recipes/tiny-cpu.yaml" --set model.d:im=64
 # the recipe name is the default run directory's (runs/<name>): one plain name, checked
-expect 2 "tiny-cpu.yaml:[0-9]+:[0-9]+: name: the recipe name \"a/b\" has '/'" -- \
+expect 2 "^--set name=a/b: name: the recipe name \"a/b\" has '/'" -- \
   plan "$recipes/tiny-cpu.yaml" --set name=a/b
+# a bad value given by --set is reported at the override, never at a line of the file
+# (nor at a line of the document the override is loaded as); the recipe's own mistakes
+# keep their file:line:column
+expect 2 "^--set stages\.0\.steps=abc: stages\[0\]\.steps: expected a non-negative integer" -- \
+  plan "$recipes/tiny-cpu.yaml" --set stages.0.steps=abc
+expect 2 "^--set stages\.fp8\.precision=bogus: stages\[2\]\.precision: expected one of fp32, bf16" -- \
+  plan "$recipes/tiny-cpu.yaml" --set stages.fp8.precision=bogus
+expect 2 "^--set stages\.0\.steps=0: stages\[0\]\.steps: expected a positive number of steps" -- \
+  plan "$recipes/tiny-cpu.yaml" --set stages.0.steps=0
+expect 2 "^--set stages\.0\.steps=0: stages\[0\]\.steps: expected a positive" -- \
+  spec "$recipes/tiny-cpu.yaml" --set stages.0.steps=5 --set stages.0.steps=0
+expect 2 "^--set model\.n_heads=0: model\.n_heads: expected a positive number of heads" -- \
+  plan "$recipes/tiny-cpu.yaml" --set model.n_heads=0
+expect 2 "^--set stages\.1\.rope=\{scaling: \{factor: 0\.5\}\}: stages\[1\]\.rope\.scaling\.factor: scaling factor must be at least 1" -- \
+  plan "$recipes/tiny-cpu.yaml" --set "stages.1.rope={scaling: {factor: 0.5}}"
+expect 2 "^--set defaults\.parallel\.tp=3: defaults\.parallel: tp×pp×cp = 3×2×1 is more than" -- \
+  plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.tp=3
+expect 2 "^--set model\.rope\.theta=\{: YAML syntax error: did not find expected node content$" -- \
+  plan "$recipes/tiny-cpu.yaml" --set "model.rope.theta={"
+expect 2 "^--nodes abc: cluster\\.nodes: expected a non-negative integer" -- \
+  plan "$recipes/tiny-cpu.yaml" --nodes abc
+expect 2 "^--gpus-per-node 0: cluster\\.gpus_per_node: expected at least 1 device per node" -- \
+  spec "$recipes/tiny-cpu.yaml" --gpus-per-node 0
+expect 2 "/heads-vs-tp\.yaml:9:14: defaults\.parallel\.tp: tp 4 does not divide n_heads 6" -- \
+  plan "$recipes/../tests/recipes/bad/heads-vs-tp.yaml" --set stages.0.steps=3
 
 # baton submit --dry-run: the script asks for the devices of a CUDA recipe, runs where
 # submit ran (relative data paths), and refuses what an #SBATCH line cannot hold.

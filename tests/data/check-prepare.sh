@@ -131,6 +131,15 @@ run 0 "$baton" data inspect "$tmp/pk/pass" --max-tokens 700
 expect_out "doc tokens:  min 700, mean 700.0, max 700"
 grep -qE "What is the pass key\? The pass key is [0-9]{5}\.<eos>$" "$tmp/stdout" ||
   fail "passkey document does not end with the question"
+# a path naming one of the pair's files stands for the prefix (as a shell completes it)
+for f in pass.bin pass.idx; do
+  run 0 "$baton" data inspect "$tmp/pk/$f" --max-tokens 5
+  expect_out "dataset $tmp/pk/pass (Megatron"
+  expect_out "documents:   50"
+done
+run 0 "$baton" data passkey --output "$tmp/pk/other.idx" --n-docs 2 --length 200
+[[ -f "$tmp/pk/other.bin" && -f "$tmp/pk/other.idx" && ! -e "$tmp/pk/other.idx.bin" ]] ||
+  fail "passkey --output PREFIX.idx did not write PREFIX.bin/.idx"
 echo "ok passkey"
 
 # --- help and errors ----------------------------------------------------------------
@@ -149,11 +158,20 @@ run 2 "$baton" data prepare --input "$in" --output "$tmp/out/x" --valid-fraction
 expect_err "--valid-fraction '1.5'"
 run 2 "$baton" data prepare --input "$in/sub/d.bin" --output "$tmp/out/x"
 expect_err "no documents found"
+# a failed prepare takes away the directories it created, and only those
+mkdir "$tmp/keep"
+run 2 "$baton" data prepare --input "$in/sub/d.bin" --output "$tmp/keep/new1/new2/x"
+expect_err "no documents found"
+[[ -d "$tmp/keep" && ! -e "$tmp/keep/new1" ]] || fail "a failed prepare left the directories it made"
+run 2 "$baton" data prepare --input "$in/sub/d.bin" --output "$tmp/new0/x"
+[[ ! -e "$tmp/new0" ]] || fail "a failed prepare left the directory it made"
 head -c 600 "$tmp/small.tar" >"$tmp/broken.tar" # cut inside the first member
 run 2 "$baton" data prepare --input "$tmp/broken.tar" --output "$tmp/out/broken"
 expect_err "input '$tmp/broken.tar': member 'a.txt': "
 [[ ! -e "$tmp/out/broken_train.bin.partial" && ! -e "$tmp/out/broken_train.bin" ]] ||
   fail "a failed prepare left files behind"
+run 2 "$baton" data prepare --input "$tmp/broken.tar" --output "$tmp/keep/made/broken"
+[[ -d "$tmp/keep" && -z "$(ls -A "$tmp/keep")" ]] || fail "a failed prepare left $(ls -A "$tmp/keep")"
 size=$(stat -c %s "$tmp/small.tar.gz")
 head -c $((size / 2)) "$tmp/small.tar.gz" >"$tmp/broken.tar.gz"
 run 2 "$baton" data prepare --input "$tmp/broken.tar.gz" --output "$tmp/out/broken"

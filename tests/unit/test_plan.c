@@ -792,6 +792,36 @@ static void test_warnings_and_fit(void) {
     free(text);
 }
 
+/* Memory below 1 GB is printed in the unit that fits, never "0.00 GB"; from 1 GB up in
+ * GB with 2 decimals, as always. */
+static void test_memory_units(void) {
+    char buf[80], want[96];
+    CHECK(strcmp(plan_format_memory(buf, sizeof buf, 35.84e9), "35.84 GB") == 0);
+    CHECK(strcmp(plan_format_memory(buf, sizeof buf, 1e9), "1.00 GB") == 0);
+    CHECK(strcmp(plan_format_memory(buf, sizeof buf, 999.5e6), "999.50 MB") == 0);
+    CHECK(strcmp(plan_format_memory(buf, sizeof buf, 12345678), "12.35 MB") == 0);
+    CHECK(strcmp(plan_format_memory(buf, sizeof buf, 1500), "1.50 KB") == 0);
+    CHECK(strcmp(plan_format_memory(buf, sizeof buf, 512), "512 B") == 0);
+    CHECK(strcmp(plan_format_memory_of(buf, sizeof buf, 35.84e9, 80e9), "35.84 of 80.00 GB") == 0);
+    CHECK(strcmp(plan_format_memory_of(buf, sizeof buf, 10.36e6, 2e9), "10.36 MB of 2.00 GB") == 0);
+    CHECK(strcmp(plan_format_memory_of(buf, sizeof buf, 10.36e6, 1e6), "10.36 MB of 1.00 MB") == 0);
+    /* a small model on a 1 MB "GPU": the report and the warning say MB */
+    fixture fx;
+    fixture_small(&fx);
+    fx.mem.bytes = 1000000;
+    plan_stage ps;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK(ps.mem.fits == 0 && ps.mem.total > 1e6 && ps.mem.total < 1e9);
+    char *text = report_text(&fx, &ps);
+    snprintf(want, sizeof want, "DOES NOT FIT (%.2f MB of 1.00 MB)", ps.mem.total / 1e6);
+    CHECK_STR_CONTAINS(text, want);
+    free(text);
+    snprintf(want, sizeof want,
+             "DOES NOT FIT: %.2f MB needed on pipeline stage 0, 1.00 MB available",
+             ps.mem.total / 1e6);
+    CHECK(has_warning(&ps, want));
+}
+
 /* Absent submessages take the proto defaults; bad stages fail with a message. */
 static void test_defensive(void) {
     fixture fx;
@@ -1141,6 +1171,7 @@ int main(void) {
     test_flops();
     test_flops_fp8();
     test_warnings_and_fit();
+    test_memory_units();
     test_defensive();
     test_json();
     return check_status();

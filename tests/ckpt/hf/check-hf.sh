@@ -205,5 +205,43 @@ expect 2 "--out 'ck/imp' already exists" -- import hf-plain --out ck/imp
 left=$(ls -A ck | grep -Ev '^(imp|imp16|imp-[a-z0-9]+|latest)$')
 [[ -z "$left" ]] || fail "failed imports left behind: $left"
 
+# ---- max_position_embeddings and what has no Hugging Face form ----
+# a linear scaling keeps its context through import and export (HF's linear has no
+# original_max_position: the import keeps max_position_embeddings / factor)
+bad lin 'c["rope_scaling"] = {"rope_type": "linear", "factor": 2.0}; c["max_position_embeddings"] = 256'
+"$baton" ckpt import lin --out ck/lin >/dev/null && "$baton" ckpt export ck/lin --out hf-lin >/dev/null &&
+  cmp lin/config.json hf-lin/config.json >/dev/null 2>&1 ||
+  "$py" - lin/config.json hf-lin/config.json <<'PY' || fail "linear: max_position_embeddings or rope_scaling changed"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert b["max_position_embeddings"] == 256, b["max_position_embeddings"]
+assert b["rope_scaling"] == {"rope_type": "linear", "factor": 2.0}, b["rope_scaling"]
+PY
+# nothing says how long a context the plain model saw: the default, said out loud
+expect 0 "note: max_position_embeddings is 2048, Hugging Face's default" -- export run-plain --out hf-note
+expect 0 "exported" -- export run-plain --out hf-note2 --max-position 64
+grep -q '"max_position_embeddings": 64,' hf-note2/config.json || fail "--max-position 64 not in config.json"
+# a failed export leaves no --out, no partial directory beside it, and a directory that
+# was there as it was
+cp -r run-plain run-cut && shard=$(ls run-cut/checkpoints/*/rank-*.bin | head -n 1) &&
+  truncate -s 100000 "$shard"
+expect 1 'run-cut/checkpoints/.*truncated' -- export run-cut --out hf-cut
+mkdir -p mine && echo keep >mine/notes.txt
+expect 1 'truncated' -- export run-cut --out mine
+[[ ! -e hf-cut && -z "$(ls -d hf-cut.partial-* mine.partial-* 2>/dev/null)" ]] ||
+  fail "a failed export left $(ls -d hf-cut* mine.partial-* 2>/dev/null)"
+[[ "$(ls -A mine)" == notes.txt ]] || fail "a failed export changed mine/: $(ls -A mine)"
+expect 0 "exported" -- export run-plain --out mine
+[[ "$(ls -A mine | tr '\n' ' ')" == "config.json model.safetensors notes.txt " ]] ||
+  fail "an export into mine/: $(ls -A mine)"
+# an MoE model: refused, saying why, before anything is written
+"$baton" spec "$src/tests/engine/moe.yaml" --set defaults.steps=2 --set defaults.parallel.ep=1 \
+  --set cluster.gpus_per_node=1 --out moe.pb &&
+  "$worker" --spec moe.pb --eval-windows 0 --save-every 0 --run-dir run-moe --single-process \
+    >moe.log 2>&1 || fail "training an MoE checkpoint"
+expect 2 'mixture of experts \(n_experts 4, top_k 2\): MoE models are not exportable to the Hugging Face LLaMA format' \
+  -- export run-moe --out hf-moe
+[[ ! -e hf-moe && -z "$(ls -d hf-moe.partial-* 2>/dev/null)" ]] || fail "a refused MoE export left hf-moe"
+
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
 echo "Hugging Face export/import: all checks passed"

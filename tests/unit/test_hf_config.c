@@ -1,0 +1,139 @@
+/* config.json of a Hugging Face LLaMA (orchestrator/ckpt/hf_config.c): the rope_scaling
+ * dict of each RoPE scaling in transformers' field names, max_position_embeddings as the
+ * context the model was extended to, read back by import as it was written, and the
+ * models and scalings that have no Hugging Face form refused with a reason. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "hf_config.h"
+
+typedef struct model_fx {
+    Baton__Model m;
+    Baton__Rope rope;
+    Baton__RopeScaling s;
+    Baton__Moe moe;
+} model_fx;
+
+static void fx_init(model_fx *f, Baton__RopeScaling__Type type, double factor, uint64_t orig) {
+    *f = (model_fx){BATON__MODEL__INIT, BATON__ROPE__INIT, BATON__ROPE_SCALING__INIT,
+                    BATON__MOE__INIT};
+    f->m.dim = 64, f->m.n_layers = 2, f->m.n_heads = 4, f->m.n_kv_heads = 2;
+    f->m.ffn_dim = 176, f->m.vocab_size = 272, f->m.norm_eps = 1e-5;
+    f->m.rope = &f->rope;
+    f->rope.theta = 10000;
+    f->s.type = type, f->s.factor = factor, f->s.original_max_position = orig;
+    if (type != BATON__ROPE_SCALING__TYPE__NONE) f->rope.scaling = &f->s;
+}
+
+/* Writes m's config.json into *text (caller frees); returns the rc. */
+static int write_config(const Baton__Model *m, uint64_t max_position, char **text, char *err) {
+    bt_buf b;
+    bt_diag d;
+    bt_buf_init(&b);
+    bt_diag_init(&d);
+    int rc = hf_config_write(m, max_position, "float32", &b, &d);
+    *text = rc == 0 ? strdup(bt_buf_str(&b)) : NULL;
+    snprintf(err, sizeof d.msg, "%s", d.msg);
+    bt_buf_free(&b);
+    return rc;
+}
+
+static void test_llama3(void) {
+    model_fx f;
+    char *t, err[2048];
+    fx_init(&f, BATON__ROPE_SCALING__TYPE__LLAMA3, 4, 128);
+    f.s.low_freq_factor = 1, f.s.high_freq_factor = 4;
+    CHECK(write_config(&f.m, 0, &t, err) == 0);
+    CHECK_STR_CONTAINS(t, "\"rope_scaling\": {\n    \"rope_type\": \"llama3\",\n"
+                          "    \"factor\": 4.0,\n    \"low_freq_factor\": 1.0,\n"
+                          "    \"high_freq_factor\": 4.0,\n"
+                          "    \"original_max_position_embeddings\": 128\n  }");
+    CHECK_STR_CONTAINS(t, "\"max_position_embeddings\": 512,");
+    hf_model h;
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(hf_config_read(t, strlen(t), "c.json", &h, &d) == 0);
+    CHECK(h.rope.scaling == &h.scaling && h.scaling.type == BATON__ROPE_SCALING__TYPE__LLAMA3);
+    CHECK(h.scaling.factor == 4 && h.scaling.original_max_position == 128);
+    CHECK(h.scaling.low_freq_factor == 1 && h.scaling.high_freq_factor == 4);
+    CHECK_EQ_U64(h.max_position, 512);
+    free(t);
+}
+
+static void test_yarn(void) {
+    model_fx f;
+    char *t, err[2048];
+    fx_init(&f, BATON__ROPE_SCALING__TYPE__YARN, 4, 2048);
+    f.s.beta_fast = 32, f.s.beta_slow = 1;
+    CHECK(write_config(&f.m, 0, &t, err) == 0);
+    CHECK_STR_CONTAINS(t, "\"rope_type\": \"yarn\",\n    \"factor\": 4.0,\n"
+                          "    \"original_max_position_embeddings\": 2048,\n"
+                          "    \"beta_fast\": 32.0,\n    \"beta_slow\": 1.0,\n"
+                          "    \"attention_factor\": ");
+    CHECK_STR_CONTAINS(t, "\"max_position_embeddings\": 8192,");
+    free(t);
+}
+
+/* linear and ntk give the extended context when the recipe names the original one; a
+ * linear import keeps max_position_embeddings / factor so that it exports back. */
+static void test_linear_ntk_context(void) {
+    model_fx f;
+    char *t, err[2048];
+    int known;
+    fx_init(&f, BATON__ROPE_SCALING__TYPE__LINEAR, 2, 0);
+    CHECK_EQ_U64(hf_config_max_position(&f.m, 0, &known), HF_DEFAULT_MAX_POSITION);
+    CHECK(known == 0);
+    CHECK_EQ_U64(hf_config_max_position(&f.m, 300, &known), 300);
+    CHECK(known == 1);
+    f.s.original_max_position = 1024;
+    CHECK(write_config(&f.m, 0, &t, err) == 0);
+    CHECK_STR_CONTAINS(t, "\"rope_scaling\": {\n    \"rope_type\": \"linear\",\n"
+                          "    \"factor\": 2.0\n  },\n  \"max_position_embeddings\": 2048,");
+    hf_model h;
+    bt_diag d;
+    bt_diag_init(&d);
+    static const char lin[] = "{\"hidden_size\": 64, \"intermediate_size\": 176, "
+                              "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+                              "\"vocab_size\": 272, \"max_position_embeddings\": 6000, "
+                              "\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 3.0}}";
+    CHECK(hf_config_read(lin, strlen(lin), "lin.json", &h, &d) == 0);
+    CHECK(h.scaling.type == BATON__ROPE_SCALING__TYPE__LINEAR && h.scaling.factor == 3);
+    CHECK_EQ_U64(h.scaling.original_max_position, 2000);
+    CHECK_EQ_U64(hf_config_max_position(&h.model, 0, &known), 6000);
+    CHECK(known == 1);
+    free(t);
+    fx_init(&f, BATON__ROPE_SCALING__TYPE__NTK, 4, 4096);
+    CHECK(write_config(&f.m, 0, &t, err) == 0);
+    CHECK_STR_CONTAINS(t, "\"rope_scaling\": null,\n  \"max_position_embeddings\": 16384,");
+    free(t);
+}
+
+/* What has no Hugging Face form is refused, saying why; nothing is half written. */
+static void test_refused(void) {
+    model_fx f;
+    char *t, err[2048];
+    fx_init(&f, BATON__ROPE_SCALING__TYPE__NONE, 1, 0);
+    f.m.arch = BATON__MODEL__ARCH__MOE;
+    f.moe.n_experts = 8, f.moe.top_k = 2;
+    f.m.moe = &f.moe;
+    CHECK(write_config(&f.m, 0, &t, err) == BT_EUNSUPPORTED);
+    CHECK_STR_CONTAINS(err, "mixture of experts (n_experts 8, top_k 2): MoE models are not "
+                            "exportable to the Hugging Face LLaMA format");
+    fx_init(&f, (Baton__RopeScaling__Type)99, 2, 0);
+    CHECK(write_config(&f.m, 0, &t, err) == BT_EUNSUPPORTED);
+    CHECK_STR_CONTAINS(err, "rope.scaling type 99 (head_dim 16) has no Hugging Face rope_scaling "
+                            "equivalent");
+    fx_init(&f, BATON__ROPE_SCALING__TYPE__NTK, 2, 0);
+    f.m.n_heads = 32; /* head_dim 2: NTK's exponent hd / (hd - 2) has no value */
+    CHECK(write_config(&f.m, 0, &t, err) == BT_EUNSUPPORTED);
+    CHECK_STR_CONTAINS(err, "has no Hugging Face rope_scaling equivalent");
+}
+
+int main(void) {
+    test_llama3();
+    test_yarn();
+    test_linear_ntk_context();
+    test_refused();
+    return check_status();
+}
