@@ -49,6 +49,8 @@ typedef struct status_view {
     int have_metrics;
     status_last last[RUN_MAX_STAGES];   /* per stage: its last line of metrics.jsonl */
     status_point recent[STATUS_RECENT]; /* the last lines, recent[n_lines % STATUS_RECENT] next */
+    int has_valid[RUN_MAX_STAGES];      /* per stage: valid.jsonl's last line for it */
+    double valid[RUN_MAX_STAGES];
     size_t n_lines;
     double now; /* unix seconds when status looked */
 } status_view;
@@ -124,6 +126,22 @@ static void status_metrics(status_view *v) {
     v->m_tok = status_num(last, "\"tokens_per_s\": ");
 }
 
+/* Each stage's closing validation loss, from valid.jsonl (its last line for the stage). */
+static void status_valid(status_view *v) {
+    char path[4200], line[4096];
+    snprintf(path, sizeof path, "%s/valid.jsonl", v->dir);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return;
+    while (fgets(line, sizeof line, f)) {
+        double stage, loss;
+        if (strchr(line, '\n') == NULL || !status_field(line, "\"stage_index\": ", &stage) ||
+            stage < 0 || stage >= RUN_MAX_STAGES || !status_field(line, "\"valid_loss\": ", &loss))
+            continue;
+        v->has_valid[(size_t)stage] = 1, v->valid[(size_t)stage] = loss;
+    }
+    fclose(f);
+}
+
 /* The run's --set overrides, so that step counts are the run's: those the journal kept as
  * the run started (a warning when RUN_DIR/overrides is lost or differs, which resume
  * refuses), else RUN_DIR/overrides. */
@@ -184,6 +202,7 @@ static int status_load(status_view *v, const char *dir, bt_diag *diag) {
     clock_gettime(CLOCK_REALTIME, &ts);
     v->now = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
     status_metrics(v);
+    status_valid(v);
     return 0;
 }
 
@@ -322,6 +341,13 @@ static void status_text(bt_buf *b, const status_view *v) {
                       status_stage_name(v, i), status_stage_state(v, i), steps, loss, tok,
                       status_stage_wall(v, i), s->attempts, s->restarts, rec);
     }
+    int any = 0;
+    for (size_t i = 0; i < status_n_stages(v); i++) {
+        if (!v->has_valid[i]) continue;
+        bt_buf_printf(b, "%s  %s %.4f", any++ ? "" : "  valid loss", status_stage_name(v, i),
+                      v->valid[i]);
+    }
+    if (any) bt_buf_printf(b, "\n");
 }
 
 static void status_failures(bt_buf *b, const status_view *v) {
@@ -429,17 +455,21 @@ static void status_json(bt_buf *b, const status_view *v) {
         if (status_stage_tok(v, i, &x) && isfinite(x)) snprintf(tok, sizeof tok, "%.6g", x);
         char eta[32] = "null"; /* known for the stage a supervised run is training */
         if (status_stage_eta(v, i, &x)) snprintf(eta, sizeof eta, "%.3f", x);
+        char valid[32] = "null"; /* the stage's closing validation, once it had one */
+        if (v->has_valid[i] && isfinite(v->valid[i]))
+            snprintf(valid, sizeof valid, "%.9g", v->valid[i]);
         bt_buf_printf(b,
                       ", \"state\": \"%s\", \"step\": %llu, \"steps\": %llu, \"loss\": %s, "
                       "\"tokens_per_s\": %s, \"wall_s\": %.3f, \"eta_s\": %s, \"attempts\": %u, "
-                      "\"restarts\": %u, \"recoveries\": %u, \"recovery_s_avg\": %.3f}",
+                      "\"restarts\": %u, \"recoveries\": %u, \"recovery_s_avg\": %.3f, "
+                      "\"valid_loss\": %s}",
                       status_stage_state(v, i),
                       (unsigned long long)(!s->completed && v->have_metrics && v->m_stage == i
                                                ? v->m_step
                                                : s->last_step),
                       (unsigned long long)status_stage_steps(v, i), loss, tok,
                       status_stage_wall(v, i), eta, s->attempts, s->restarts, s->recoveries,
-                      s->recoveries ? s->recovery_s_sum / s->recoveries : 0.0);
+                      s->recoveries ? s->recovery_s_sum / s->recoveries : 0.0, valid);
     }
     bt_buf_printf(b, "], \"recovery_s\": [");
     int k = 0;

@@ -39,6 +39,16 @@ static void control_metrics_in(control_server *cs, uint32_t rank, const Baton__M
     if (rank != 0) return;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
+    control_metrics_where w = {.stage_name = cs->stage_name,
+                               .stage_index = cs->stage_index,
+                               .attempt = cs->attempt,
+                               .step_offset = cs->step_offset};
+    double now = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    if (m->has_valid_loss) { /* the closing validation, not a step */
+        control_metrics_write_valid(&cs->sink, &w, m->step, m->valid_loss, m->valid_windows, now,
+                                    cs->diag);
+        return;
+    }
     control_metrics c = {.rank = rank,
                          .step = m->step,
                          .loss = m->loss,
@@ -54,17 +64,13 @@ static void control_metrics_in(control_server *cs, uint32_t rank, const Baton__M
                          .moe_load_max_mean = m->moe_load_max_mean,
                          .moe_dropped = m->moe_dropped,
                          .moe_aux_loss = m->moe_aux_loss,
-                         .time = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec};
+                         .time = now};
     size_t ne = m->n_moe_expert_load;
     c.moe_experts = (int)(ne < 512 ? ne : 512);
     if (c.moe_experts > 0)
         memcpy(c.moe_expert_load, m->moe_expert_load, (size_t)c.moe_experts * sizeof(float));
     cs->last = c;
     cs->have_metrics = 1;
-    control_metrics_where w = {.stage_name = cs->stage_name,
-                               .stage_index = cs->stage_index,
-                               .attempt = cs->attempt,
-                               .step_offset = cs->step_offset};
     control_metrics_write(&cs->sink, &w, &c, cs->diag);
 }
 

@@ -126,10 +126,56 @@ error:
     return rc;
 }
 
+static int valid_seen_add(control_metrics_sink *s, uint64_t stage_index, uint64_t global) {
+    if (s->n_valid_seen + 2 > s->cap_valid_seen) {
+        size_t cap = s->cap_valid_seen ? 2 * s->cap_valid_seen : 32;
+        uint64_t *v = realloc(s->valid_seen, cap * sizeof *v);
+        if (v == NULL) return BT_ENOMEM;
+        s->valid_seen = v, s->cap_valid_seen = cap;
+    }
+    s->valid_seen[s->n_valid_seen++] = stage_index;
+    s->valid_seen[s->n_valid_seen++] = global;
+    return 0;
+}
+
+static int valid_seen_has(const control_metrics_sink *s, uint64_t stage_index, uint64_t global) {
+    for (size_t i = 0; i + 1 < s->n_valid_seen; i += 2)
+        if (s->valid_seen[i] == stage_index && s->valid_seen[i + 1] == global) return 1;
+    return 0;
+}
+
+/* valid.jsonl's (stage_index, global_step) pairs, and the file opened for appending (a
+ * torn last line, a writer killed mid-line, is only ever followed by a newline-led one,
+ * which a line reader then reads whole). */
+static int valid_open(control_metrics_sink *s, const char *run_dir, bt_diag *diag) {
+    snprintf(s->valid_path, sizeof s->valid_path, "%s/valid.jsonl", run_dir);
+    FILE *in = fopen(s->valid_path, "re");
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int rc = 0, torn = 0;
+    while (in != NULL && rc == 0 && (n = getline(&line, &cap, in)) > 0) {
+        torn = line[n - 1] != '\n';
+        const char *k = strstr(line, "\"stage_index\": ");
+        uint64_t global;
+        if (!torn && k != NULL && metrics_line_step(line, &global) == 0)
+            rc = valid_seen_add(s, strtoull(k + 15, NULL, 10), global);
+    }
+    free(line);
+    if (in != NULL) fclose(in);
+    s->valid = rc == 0 ? fopen(s->valid_path, "ae") : NULL;
+    if (rc == 0 && s->valid == NULL) {
+        bt_diag_set(diag, "%s: cannot open for appending: %s", s->valid_path, strerror(errno));
+        rc = BT_EIO;
+    }
+    if (rc == 0 && torn && fputc('\n', s->valid) == EOF) rc = BT_EIO;
+    return rc;
+}
+
 int control_metrics_open(control_metrics_sink *s, const char *run_dir, bt_diag *diag) {
     memset(s, 0, sizeof *s);
     if (run_dir == NULL || run_dir[0] == '\0') return 0;
-    if (mkdir(run_dir, 0755) != 0 && errno != EEXIST) {
+    if (mkdir(run_dir, 0700) != 0 && errno != EEXIST) {
         bt_diag_set(diag, "%s: cannot create the run directory: %s", run_dir, strerror(errno));
         return BT_EIO;
     }
@@ -148,7 +194,8 @@ int control_metrics_open(control_metrics_sink *s, const char *run_dir, bt_diag *
     }
     char tb_dir[4096];
     snprintf(tb_dir, sizeof tb_dir, "%s/tb", run_dir);
-    rc = tb_writer_open(&s->tb, tb_dir, diag);
+    rc = valid_open(s, run_dir, diag);
+    rc = rc ? rc : tb_writer_open(&s->tb, tb_dir, diag);
     if (rc != 0) control_metrics_close(s);
     return rc;
 }
@@ -210,6 +257,13 @@ static int control_metrics_jsonl(control_metrics_sink *s, const control_metrics_
 static int control_metrics_rewind(control_metrics_sink *s, uint64_t step, double wall_time,
                                   bt_diag *diag) {
     s->rewinds++;
+    /* TensorBoard drops valid/loss of those steps too: a new evaluation there is written */
+    size_t kept = 0;
+    for (size_t i = 0; i + 1 < s->n_valid_seen; i += 2)
+        if (s->valid_seen[i + 1] < step)
+            s->valid_seen[kept] = s->valid_seen[i], s->valid_seen[kept + 1] = s->valid_seen[i + 1],
+            kept += 2;
+    s->n_valid_seen = kept;
     int rc = metrics_rewrite(s, step, diag);
     int trc = tb_writer_session_start(&s->tb, (int64_t)step, wall_time, diag);
     return rc ? rc : trc;
@@ -246,9 +300,39 @@ int control_metrics_write(control_metrics_sink *s, const control_metrics_where *
     return rc ? rc : trc;
 }
 
+int control_metrics_write_valid(control_metrics_sink *s, const control_metrics_where *w,
+                                uint64_t step, double loss, uint32_t windows, double time,
+                                bt_diag *diag) {
+    uint64_t global = w->step_offset + step;
+    if (s->valid == NULL || valid_seen_has(s, w->stage_index, global)) return 0;
+    bt_buf b;
+    bt_buf_init(&b);
+    bt_buf_printf(&b, "{\"time\": %.6f, \"stage\": ", time);
+    bt_buf_json_string(&b, w->stage_name ? w->stage_name : "");
+    bt_buf_printf(&b,
+                  ", \"stage_index\": %u, \"attempt\": %u, \"step\": %llu, \"global_step\": %llu",
+                  w->stage_index, w->attempt, (unsigned long long)step, (unsigned long long)global);
+    json_num(&b, "valid_loss", loss);
+    json_num(&b, "bits_per_token", loss / log(2.0));
+    bt_buf_printf(&b, ", \"windows\": %u}\n", windows);
+    int ok = !b.oom && fputs(bt_buf_str(&b), s->valid) >= 0 && fflush(s->valid) == 0;
+    int rc = b.oom ? BT_ENOMEM : ok ? 0 : BT_EIO;
+    bt_buf_free(&b);
+    if (rc == BT_EIO) bt_diag_set(diag, "%s: cannot append: %s", s->valid_path, strerror(errno));
+    rc = rc ? rc : valid_seen_add(s, w->stage_index, global);
+    static const char *const tag[] = {"valid/loss"};
+    const float v[] = {(float)loss};
+    int trc = tb_writer_scalars(&s->tb, (int64_t)global, time, tag, v, 1, diag);
+    return rc ? rc : trc;
+}
+
 void control_metrics_close(control_metrics_sink *s) {
     if (s->jsonl != NULL) fclose(s->jsonl);
     s->jsonl = NULL;
+    if (s->valid != NULL) fclose(s->valid);
+    s->valid = NULL;
+    free(s->valid_seen);
+    s->valid_seen = NULL, s->n_valid_seen = s->cap_valid_seen = 0;
     s->jsonl_path[0] = '\0'; /* writes nothing from now on */
     tb_writer_close(&s->tb);
 }

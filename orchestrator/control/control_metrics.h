@@ -18,7 +18,14 @@
  * first rewrites the file without the records of that step and later ones (a temp file,
  * fsync, rename: a reader sees the old file or the new one), and writes TensorBoard's
  * restart marker at that step (tb_writer_session_start), so TensorBoard drops the stale
- * events too. The "attempt" field tells which attempt wrote a record. */
+ * events too. The "attempt" field tells which attempt wrote a record.
+ *
+ * RUN_DIR/valid.jsonl: one line per stage's closing validation,
+ *   {"time", "stage", "stage_index", "attempt", "step", "global_step", "valid_loss",
+ *    "bits_per_token", "windows"}
+ * and the TensorBoard scalar valid/loss at global_step. A stage completed again (a resume
+ * that trains no step evaluates the same checkpoint on the same windows) adds nothing: a
+ * (stage_index, global_step) the file holds is not written twice. */
 #ifndef BATON_CONTROL_METRICS_H
 #define BATON_CONTROL_METRICS_H
 
@@ -56,6 +63,10 @@ typedef struct control_metrics_sink {
     int have_step;     /* metrics.jsonl holds a record */
     uint64_t max_step; /* ... and this is its largest global_step */
     unsigned rewinds;  /* times records were dropped for a repeated step */
+    FILE *valid;       /* valid.jsonl, appended */
+    char valid_path[4096];
+    uint64_t *valid_seen; /* n_valid_seen (stage_index, global_step) pairs it holds */
+    size_t n_valid_seen, cap_valid_seen;
 } control_metrics_sink;
 
 /* Opens RUN_DIR/metrics.jsonl for appending (reading the global steps it holds, and
@@ -65,6 +76,11 @@ int control_metrics_open(control_metrics_sink *s, const char *run_dir, bt_diag *
 /* Appends m to both files (after dropping the records m repeats, see above). */
 int control_metrics_write(control_metrics_sink *s, const control_metrics_where *w,
                           const control_metrics *m, bt_diag *diag);
+/* A stage's closing validation: loss (nats per token) over windows windows after the
+ * stage's step `step`, into valid.jsonl and TensorBoard (unless already there, above). */
+int control_metrics_write_valid(control_metrics_sink *s, const control_metrics_where *w,
+                                uint64_t step, double loss, uint32_t windows, double time,
+                                bt_diag *diag);
 void control_metrics_close(control_metrics_sink *s);
 
 #endif

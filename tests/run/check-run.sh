@@ -44,7 +44,9 @@
 #                 the stage is journaled complete (its workers held at exit by a wrapper);
 #                 `baton resume` completes it without a step, and status must show the
 #                 loss and tokens/s of its step 16 as the worker logged them, not 0; a
-#                 stage with no step shows "-" (JSON null).
+#                 stage with no step shows "-" (JSON null). Each stage's closing validation
+#                 loss is in valid.jsonl, TensorBoard (valid/loss) and status once, as its
+#                 rank 0 logged it, though extend evaluated again in the resume.
 #   replay        kill -9 a worker of pretrain after its checkpoint at step 5: the resumed
 #                 attempt repeats the steps after its checkpoint, and metrics.jsonl must
 #                 still hold each step once (those before the checkpoint from attempt 0,
@@ -561,6 +563,31 @@ assert e["step"] == 16 and abs(e["loss"] - loss) < 5e-7 and abs(e["tokens_per_s"
   printf -v want '%.4f +%s' "${logged%% *}" "${logged##* }"
   "$baton" status r1 | grep -Eq "^  extend +done +16/16 +$want " ||
     { "$baton" status r1; fail "the text shows another loss or tokens/s"; }
+  # each stage's closing validation once in valid.jsonl, TensorBoard and status, as its
+  # rank 0 logged it, though extend evaluated twice (before the kill and in the resume)
+  [[ $(grep -c "valid loss" r1/logs/s01-a01.log) == 1 ]] || fail "the resumed attempt did not evaluate"
+  for i in 0 1 2; do
+    sed -En 's/^\[0\] valid loss ([0-9.]+) .* over ([0-9]+) windows.*/\1 \2/p' "$(ls r1/logs/s0$i-a*.log | tail -1)"
+  done >valid.logged
+  /usr/bin/python3 "$src/tests/control/read_tb.py" r1/tb >tb.txt || fail "unreadable events"
+  "$baton" status r1 --json >status.json
+  /usr/bin/python3 - valid.logged r1/valid.jsonl tb.txt status.json <<'PY' || fail "the validation losses"
+import json, struct, sys
+logged = [tuple(l.split()) for l in open(sys.argv[1])]
+rows = [json.loads(l) for l in open(sys.argv[2])]
+assert [(r["stage_index"], r["global_step"]) for r in rows] == [(0, 30), (1, 46), (2, 58)], rows
+tb = [l.split() for l in open(sys.argv[3]) if l.startswith("valid/loss ")]
+st = json.load(open(sys.argv[4]))["stages"]
+f32 = lambda x: struct.unpack("<f", struct.pack("<f", x))[0]
+for r, (loss, n), t, s in zip(rows, logged, tb, st):
+    assert abs(r["valid_loss"] - float(loss)) <= 5e-7 and r["windows"] == int(n), (r, loss, n)
+    assert int(t[1]) == r["global_step"] and float(t[2]) == f32(r["valid_loss"]), (t, r)
+    assert abs(s["valid_loss"] - r["valid_loss"]) <= 1e-8 * r["valid_loss"], (s, r)
+assert len(tb) == 3, tb
+print("valid.jsonl, TensorBoard, status:", [r["valid_loss"] for r in rows])
+PY
+  "$baton" status r1 | grep -Eq "^  valid loss  pretrain [0-9.]+  extend [0-9.]+  fp8 [0-9.]+$" ||
+    { "$baton" status r1; fail "status shows no valid loss line"; }
   echo "$case: stage completed by a resume without a step shows loss $logged (the worker's step 16)"
   ;;
 give-up)

@@ -96,6 +96,17 @@ int worker_control_after_step(worker_control *wc, const train_metrics *m, bt_dia
     return worker_control_agree(wc, mine, diag);
 }
 
+void worker_control_valid(worker_control *wc, uint64_t step, double loss, uint32_t windows) {
+    if (wc->rank != 0) return;
+    Baton__Metrics m = BATON__METRICS__INIT;
+    m.has_step = 1, m.step = step;
+    m.has_valid_loss = 1, m.valid_loss = loss;
+    m.has_valid_windows = 1, m.valid_windows = windows;
+    worker_pacer_lock(&wc->pacer);
+    control_client_metrics(&wc->client, &m);
+    worker_pacer_unlock(&wc->pacer);
+}
+
 const char *worker_control_stop_reason(worker_control *wc) {
     /* Another rank's request may have come first while ours was on its way. */
     worker_pacer_lock(&wc->pacer);

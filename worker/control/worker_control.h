@@ -46,6 +46,8 @@ void worker_control_idle(worker_control *wc);
  * stop, agreed over the world. Every rank calls it after every step. Returns 1 to stop,
  * 0 to go on, a BT_ code when the agreement (a collective) failed. */
 int worker_control_after_step(worker_control *wc, const train_metrics *m, bt_diag *diag);
+/* From rank 0: the stage's closing validation (loss over windows windows at step). */
+void worker_control_valid(worker_control *wc, uint64_t step, double loss, uint32_t windows);
 /* Why the stop was requested, for the log: the Stop's reason, "SIGTERM" or "another
  * rank's request" (this rank's own Stop may still arrive: it reads the channel again). */
 const char *worker_control_stop_reason(worker_control *wc);

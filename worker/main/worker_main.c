@@ -491,7 +491,7 @@ static int worker_dump_params(trainer *t, const char *path, int writer, bt_diag 
 
 /* Evaluation is collective over the tp and pp groups: those of world rank 0 (dp rank 0)
  * evaluate, rank 0 prints. */
-static int worker_eval(trainer *t, const worker_args *a, bt_diag *diag) {
+static int worker_eval(trainer *t, const worker_args *a, worker_control *wc, bt_diag *diag) {
     const char *valid = a->valid ? a->valid : t->spec->data->valid;
     if (a->eval_windows == 0 || valid == NULL || valid[0] == '\0' ||
         (t->dp_rank != 0 && t->m.ep_group == NULL && !t->m.cfg.zero3))
@@ -506,6 +506,7 @@ static int worker_eval(trainer *t, const worker_args *a, bt_diag *diag) {
     else if (rc == 0 && !a->quiet)
         printf("valid loss %.6f (%.4f bits per token) over %u windows of %s%s\n", loss,
                loss / 0.6931471805599453, n, valid, n < a->eval_windows ? " (all it holds)" : "");
+    if (rc == 0 && n > 0) worker_control_valid(wc, t->step, loss, n);
     return rc;
 }
 
@@ -662,7 +663,7 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
     rc = rc ? rc : worker_train(&t, &c, worker_save_every(spec, a), &mine, wc, rollback, diag);
     if (!wc->stopping) {
         worker_control_busy(wc, BATON__HEARTBEAT__PHASE__EVAL, t.step);
-        rc = rc ? rc : worker_eval(&t, &mine, diag);
+        rc = rc ? rc : worker_eval(&t, &mine, wc, diag);
         worker_control_idle(wc);
         rc = rc ? rc : worker_dump_params(&t, mine.dump_params, w->info.rank == 0, diag);
     }
