@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -61,9 +62,24 @@ typedef struct run_args {
     /* baton submit */
     int submit, dry_run;
     const char *template_path;
-    char *sbatch[RUN_MAX_SETS]; /* options for sbatch, as given */
+    char *sbatch[RUN_MAX_SETS];       /* options for sbatch, as given */
+    char *sbatch_value[RUN_MAX_SETS]; /* the value given apart (--time 1:00:00), or NULL */
     int n_sbatch;
 } run_args;
+
+static const char *run_name(const run_args *a) {
+    return a->submit ? "submit" : a->resume ? "resume" : "run";
+}
+
+/* Whether argv[i] is the value of the sbatch option before it written apart (--time
+ * 1:00:00): not an option itself, and, while no recipe was given, not a file (the recipe
+ * after a flag such as --requeue). */
+static int run_sbatch_value(int argc, char **argv, int i, const run_args *a) {
+    struct stat st;
+    const char *o = argv[i - 1];
+    if (i >= argc || argv[i][0] == '-' || o[0] != '-' || strchr(o, '=') != NULL) return 0;
+    return a->recipe != NULL || stat(argv[i], &st) != 0 || !S_ISREG(st.st_mode);
+}
 
 /* baton submit's own options and sbatch's (anything after --, or an unknown option with
  * its value attached); 1 when argv[*i] was taken. */
@@ -74,10 +90,14 @@ static int run_parse_submit(int argc, char **argv, int *i, run_args *a) {
     } else if (strcmp(o, "--template") == 0 && *i + 1 < argc) {
         a->template_path = argv[++*i];
     } else if (strcmp(o, "--") == 0) {
-        while (*i + 1 < argc && a->n_sbatch < RUN_MAX_SETS)
+        while (*i + 1 < argc && a->n_sbatch < RUN_MAX_SETS) {
             a->sbatch[a->n_sbatch++] = argv[++*i];
+            if (*i + 1 < argc && argv[*i + 1][0] != '-' && strchr(argv[*i], '=') == NULL)
+                a->sbatch_value[a->n_sbatch - 1] = argv[++*i];
+        }
     } else if (o[0] == '-' && a->n_sbatch < RUN_MAX_SETS) {
         a->sbatch[a->n_sbatch++] = argv[*i];
+        if (run_sbatch_value(argc, argv, *i + 1, a)) a->sbatch_value[a->n_sbatch - 1] = argv[++*i];
     } else {
         return 0;
     }
@@ -96,7 +116,8 @@ static int run_parse(int argc, char **argv, run_args *a) {
         } else if (strcmp(o, "--run-dir") == 0 && v && !a->resume) {
             a->run_dir = argv[++i];
         } else if (!a->resume &&
-                   (taken = recipe_sets_parse(&a->sets, "baton run", argc, argv, &i)) != 0) {
+                   (taken = recipe_sets_parse(&a->sets, a->submit ? "baton submit" : "baton run",
+                                              argc, argv, &i)) != 0) {
             if (taken < 0) return run_usage(stderr), -1;
         } else if (strcmp(o, "--worker") == 0 && v) {
             a->worker = argv[++i];
@@ -111,14 +132,14 @@ static int run_parse(int argc, char **argv, run_args *a) {
         } else if (o[0] != '-' && a->run_dir == NULL && a->resume) {
             a->run_dir = o;
         } else {
-            fprintf(stderr, "baton %s: unexpected argument '%s'\n", a->resume ? "resume" : "run",
-                    o);
+            fprintf(stderr, "baton %s: unexpected argument '%s'\n", run_name(a), o);
             run_usage(stderr);
             return -1;
         }
     }
     if (a->launcher && strcmp(a->launcher, "local") != 0 && strcmp(a->launcher, "slurm") != 0) {
-        fprintf(stderr, "baton run: --launcher '%s': expected local or slurm\n", a->launcher);
+        fprintf(stderr, "baton %s: --launcher '%s': expected local or slurm\n", run_name(a),
+                a->launcher);
         return -1;
     }
     if ((!a->resume && a->recipe == NULL) || (a->resume && a->run_dir == NULL)) {
@@ -212,6 +233,7 @@ static int run_submit(run_args *a, recipe_doc *doc, run_dir *dir) {
                                            : 0,
                       .workdir = cwd,
                       .sbatch = a->sbatch,
+                      .sbatch_value = a->sbatch_value,
                       .n_sbatch = a->n_sbatch,
                       .template_path = a->template_path,
                       .dry_run = a->dry_run};
@@ -245,7 +267,7 @@ static int run_main(run_args *a) {
     bt_diag_init(&diag);
     recipe_doc doc;
     if (run_load(a, &doc, &diag) != 0) {
-        fprintf(stderr, "baton %s: %s\n", a->resume ? "resume" : "run", diag.msg);
+        fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
         return BT_EXIT_USAGE;
     }
     if (a->run_dir == NULL) {
@@ -260,7 +282,7 @@ static int run_main(run_args *a) {
     int rc = run_dir_open(&dir, a->run_dir, a->recipe, bt_buf_str(&sets), &diag);
     bt_buf_free(&sets);
     if (rc != 0) {
-        fprintf(stderr, "baton %s: %s\n", a->resume ? "resume" : "run", diag.msg);
+        fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
         recipe_doc_free(&doc);
         return BT_EXIT_USAGE;
     }

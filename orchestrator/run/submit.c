@@ -54,8 +54,12 @@ static int submit_value(const submit_opts *o, const char *script, const char *na
     else if (strcmp(name, "GPU_OPTIONS") == 0) {
         if (o->gpus_per_node > 0) bt_buf_printf(b, "#SBATCH --gpus-per-node=%u", o->gpus_per_node);
     } else if (strcmp(name, "SBATCH_OPTIONS") == 0)
-        for (int i = 0; i < o->n_sbatch; i++)
-            bt_buf_printf(b, "%s#SBATCH %s", i ? "\n" : "", o->sbatch[i]);
+        for (int i = 0; i < o->n_sbatch; i++) {
+            const char *v = o->sbatch_value ? o->sbatch_value[i] : NULL;
+            const char *sep = strncmp(o->sbatch[i], "--", 2) == 0 ? "=" : " "; /* -p gpu */
+            bt_buf_printf(b, "%s#SBATCH %s%s%s", i ? "\n" : "", o->sbatch[i], v ? sep : "",
+                          v ? v : "");
+        }
     else
         return -1;
     return 0;
@@ -114,12 +118,47 @@ static int submit_check_word(const char *what, const char *s, int spaces_ok, bt_
     return 0;
 }
 
+/* The options the script writes itself, which a later line would silently override. */
+static const struct {
+    const char *lng, *shrt, *instead;
+} submit_reserved[] = {
+    {"--nodes", "-N", "give the recipe's node count as baton submit --nodes K (no '=')"},
+    {"--ntasks-per-node", NULL, "it is the recipe's cluster.gpus_per_node: --gpus-per-node G"},
+    {"--ntasks", "-n", "the tasks are nodes x cluster.gpus_per_node: --nodes K --gpus-per-node G"},
+    {"--gpus-per-node", NULL, "give the recipe's as baton submit --gpus-per-node G (no '=')"},
+    {"--output", "-o", "the job's log is RUN_DIR/slurm-%j.out; edit the script or --template"},
+    {"--open-mode", NULL, "the log is appended to across requeues; edit the script or --template"},
+    {"--chdir", "-D", "it is where baton submit runs: the recipe's relative paths resolve there"},
+};
+
+/* Whether opt (as given: --nodes=2, -N2, -N) is one of submit_reserved. */
+static int submit_reserved_check(const char *opt, bt_diag *diag) {
+    for (size_t k = 0; k < sizeof submit_reserved / sizeof submit_reserved[0]; k++) {
+        size_t n = strlen(submit_reserved[k].lng);
+        const char *sh = submit_reserved[k].shrt;
+        int hit = strncmp(opt, submit_reserved[k].lng, n) == 0 && (opt[n] == '\0' || opt[n] == '=');
+        hit = hit || (sh != NULL && strncmp(opt, sh, 2) == 0);
+        if (hit) {
+            bt_diag_set(diag,
+                        "sbatch option '%s': the batch script sets %s itself (a second line "
+                        "would win and the run would not match its allocation): %s",
+                        opt, submit_reserved[k].lng, submit_reserved[k].instead);
+            return BT_EINVAL;
+        }
+    }
+    return 0;
+}
+
 static int submit_check(const submit_opts *o, bt_diag *diag) {
     int rc = submit_check_word("the run directory", o->run_dir, 0, diag);
     rc = rc ? rc : submit_check_word("the working directory", o->workdir, 0, diag);
     rc = rc ? rc : submit_check_word("the recipe name", o->job_name, 0, diag);
-    for (int i = 0; rc == 0 && i < o->n_sbatch; i++)
+    for (int i = 0; rc == 0 && i < o->n_sbatch; i++) {
         rc = submit_check_word("the sbatch option", o->sbatch[i], 1, diag);
+        rc = rc ? rc : submit_reserved_check(o->sbatch[i], diag);
+        if (rc == 0 && o->sbatch_value && o->sbatch_value[i])
+            rc = submit_check_word("the sbatch option's value", o->sbatch_value[i], 1, diag);
+    }
     return rc;
 }
 

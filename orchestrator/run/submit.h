@@ -10,18 +10,23 @@ typedef struct submit_opts {
     const char *job_name; /* the recipe's name */
     const char *baton, *worker;
     unsigned nodes, tasks_per_node;
-    unsigned gpus_per_node; /* a CUDA recipe's devices per node (#SBATCH --gpus-per-node);
-                               0: a CPU recipe, none asked for */
-    const char *workdir;    /* where the recipe's relative paths (data) resolve: the
-                               directory baton submit ran in (#SBATCH --chdir) */
-    char *const *sbatch;    /* extra sbatch options, each written as an #SBATCH line */
+    unsigned gpus_per_node;    /* a CUDA recipe's devices per node (#SBATCH --gpus-per-node);
+                                  0: a CPU recipe, none asked for */
+    const char *workdir;       /* where the recipe's relative paths (data) resolve: the
+                                  directory baton submit ran in (#SBATCH --chdir) */
+    char *const *sbatch;       /* extra sbatch options, each written as an #SBATCH line */
+    char *const *sbatch_value; /* NULL, or per option its value given apart (or NULL) */
     int n_sbatch;
     const char *template_path; /* NULL: $BATON_SBATCH_TEMPLATE, then the installed one */
     int dry_run;               /* write the script, do not submit */
 } submit_opts;
 
 /* Writes the script and (unless dry_run) runs `sbatch --parsable` on it; *job_id gets
- * the job id (cap bytes). Errors name the template, the script or sbatch's message. */
+ * the job id (cap bytes). Errors name the template, the script or sbatch's message. An
+ * extra option the script sets itself from the recipe or needs as it is (--nodes,
+ * --ntasks-per-node, --ntasks, --gpus-per-node, --output, --open-mode, --chdir: Slurm
+ * would take the later line and the run would not match its allocation) is refused,
+ * saying what to do instead. */
 int submit_batch(const submit_opts *o, char *script, size_t script_cap, char *job_id, size_t cap,
                  bt_diag *diag);
 

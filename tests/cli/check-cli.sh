@@ -109,6 +109,22 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   [[ ! -e r3/baton.sbatch ]] || { echo "FAIL: a script with a line break was written"; exit 1; }
   expect 1 "the run directory '$sub/r 4' holds whitespace" -- \
     submit "$small" --run-dir "r 4" --dry-run
+  # options the script sets itself are refused (Slurm takes the later line: the allocation
+  # would not be the run's); a value given apart joins its option; errors say submit
+  expect 1 "sbatch option '--nodes=2': the batch script sets --nodes itself .*baton submit --nodes K" -- \
+    submit "$small" --run-dir r5 --dry-run --nodes=2
+  expect 1 "sbatch option '-o': the batch script sets --output itself" -- \
+    submit "$small" --run-dir r5 --dry-run -- --time=5 -o /tmp/x.out
+  expect 1 "sbatch option '--ntasks-per-node=8'" -- submit "$small" --run-dir r5 --dry-run --ntasks-per-node=8
+  [[ ! -e r5/baton.sbatch ]] || { echo "FAIL: a script with a reserved option was written"; exit 1; }
+  expect 0 "wrote" -- submit --time 1:00:00 "$small" --requeue --run-dir r6 --dry-run \
+    -p debug -- --qos high -J name --exclusive
+  want=$'#SBATCH --time=1:00:00\n#SBATCH --requeue\n#SBATCH -p debug\n#SBATCH --qos=high\n#SBATCH -J name\n#SBATCH --exclusive'
+  [[ $(grep -A7 -- "^#SBATCH --chdir" r6/baton.sbatch | grep -v "^$" | tail -6) == "$want" ]] ||
+    { echo "FAIL: the sbatch options were not written as given:"; cat r6/baton.sbatch; exit 1; }
+  expect 2 "^baton submit: unexpected argument 'extra'" -- submit "$small" extra --run-dir r7
+  expect 2 "^baton submit: .*no-such-data" -- submit "$small" --run-dir r7 --dry-run \
+    --set data.train=no-such-data
   exit "$failures"
 ) || failures=$((failures + $?))
 
