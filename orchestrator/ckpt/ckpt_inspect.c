@@ -32,12 +32,16 @@ static const char *inspect_dtype(Baton__DType t) {
     return v ? v->name : "?";
 }
 
-static void inspect_layout(bt_buf *b, const Baton__Parallel *p) {
-    if (p == NULL)
+void ckpt_layout_text(bt_buf *b, const Baton__Parallel *p) {
+    if (p == NULL) {
         bt_buf_printf(b, "unknown");
-    else
-        bt_buf_printf(b, "tp%u pp%u cp%u dp%u ep%u zero%u", p->tp, p->pp, p->cp, p->dp, p->ep,
-                      p->zero);
+        return;
+    }
+    bt_buf_printf(b, "tp%u,pp%u", p->tp, p->pp);
+    if (p->virtual_stages > 1) bt_buf_printf(b, ",v%u", p->virtual_stages);
+    for (size_t k = 0; k < p->n_stage_layers; k++)
+        bt_buf_printf(b, "%s%u", k ? "+" : ",layers=", p->stage_layers[k]);
+    bt_buf_printf(b, ",cp%u,dp%u,ep%u,zero%u", p->cp, p->dp, p->ep, p->zero);
 }
 
 static int inspect_text(bt_buf *b, const char *dir, const Baton__Manifest *m, bt_diag *diag) {
@@ -50,7 +54,7 @@ static int inspect_text(bt_buf *b, const char *dir, const Baton__Manifest *m, bt
                   (unsigned long long)m->step, (unsigned long long)m->stage_steps,
                   (unsigned long long)m->data_position);
     bt_buf_printf(b, "  saved under ");
-    inspect_layout(b, m->layout);
+    ckpt_layout_text(b, m->layout);
     bt_buf_printf(b, " by %u rank(s); AdamW step %llu; %zu fp8 scaling state(s)\n", m->world,
                   (unsigned long long)m->optim_step, m->n_fp8);
     const Baton__LossScalerState *ls = m->loss_scaler;
@@ -123,7 +127,7 @@ static int inspect_json(bt_buf *b, const char *dir, const Baton__Manifest *m, bt
                   (unsigned long long)m->optim_step, m->world);
     bt_buf lay;
     bt_buf_init(&lay);
-    inspect_layout(&lay, m->layout);
+    ckpt_layout_text(&lay, m->layout);
     bt_buf_json_string(b, bt_buf_str(&lay));
     bt_buf_free(&lay);
     bt_buf_printf(b, ", \"skipped_steps\": %llu", (unsigned long long)m->skipped_steps);

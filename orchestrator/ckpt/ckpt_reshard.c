@@ -317,10 +317,10 @@ int ckpt_cmd_reshard(int argc, char **argv) {
         fprintf(stderr, "baton ckpt reshard: %s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
         return rc == BT_EIO || rc == BT_ENOMEM ? BT_EXIT_FAILURE : BT_EXIT_USAGE;
     }
-    printf("%s: written for tp%u pp%u", out, lay.tp, lay.pp);
-    if (lay.virtual_stages > 1) printf(" v%u", lay.virtual_stages);
-    for (size_t k = 0; k < lay.n_stage_layers; k++)
-        printf("%s%u", k ? "+" : " layers=", lay.stage_layers[k]);
-    printf(" ep%u (cp%u dp%u zero%u) from %s\n", lay.ep, lay.cp, lay.dp, lay.zero, dir);
+    bt_buf text;
+    bt_buf_init(&text);
+    ckpt_layout_text(&text, &lay);
+    printf("%s: written for %s from %s\n", out, bt_buf_str(&text), dir);
+    bt_buf_free(&text);
     return BT_EXIT_OK;
 }

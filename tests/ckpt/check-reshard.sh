@@ -77,6 +77,14 @@ if ((offline)); then
   "$baton" ckpt reshard "$init" --to "$to" --out resharded/s00-step00000010 >/dev/null
   "$baton" ckpt verify resharded/s00-step00000010 >verify.log ||
     { echo "$case: the resharded checkpoint fails verification"; cat verify.log; exit 1; }
+  # inspect shows the layout in --to's syntax, interleaving and stage split included
+  shown=$("$baton" ckpt inspect resharded/s00-step00000010 | sed -En 's/^  saved under ([^ ]+) by .*/\1/p')
+  if [[ $to =~ v([0-9]+) ]] && [[ $shown != *",v${BASH_REMATCH[1]},"* ]]; then
+    echo "$case: inspect shows '$shown', without the v${BASH_REMATCH[1]} of --to $to"; exit 1
+  fi
+  if [[ $to =~ layers=([0-9+]+) ]] && [[ $shown != *",layers=${BASH_REMATCH[1]},"* ]]; then
+    echo "$case: inspect shows '$shown', without the layers=${BASH_REMATCH[1]} of --to $to"; exit 1
+  fi
   if ((fp8)); then # every fp8 state's history copied into a shard and checked
     states=$("$baton" ckpt inspect resharded/s00-step00000010 | sed -En 's/.*; ([0-9]+) fp8 scaling state.*/\1/p')
     grep -q ": [0-9]* tensors, ${states:-none} fp8 histories, " verify.log && ((states > 0)) ||
