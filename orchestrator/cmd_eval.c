@@ -1,7 +1,8 @@
 /* baton eval CKPT|RUN_DIR --data PREFIX --seq-len T --num-seqs N [--json]: the mean
  * next-token loss (fp32, one process) of a checkpoint's model over the first N windows
- * of T+1 consecutive tokens of a dataset: window i is tokens [i(T+1), (i+1)(T+1)) of its
- * documents concatenated, its first T tokens the input and its last T the targets. */
+ * of T+1 consecutive tokens of a dataset as the loader cuts them (loader.h): window i is
+ * tokens [iT, iT+T+1) of its documents concatenated, its first T tokens the input and its
+ * last T the targets; the windows a run's closing validation reads (loader_get_window). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include "cli.h"
 #include "eval_passkey.h"
 #include "indexed.h"
+#include "loader.h"
 #include "train.h"
 #include "train_ckpt.h"
 
@@ -18,7 +20,8 @@
 
 typedef struct eval_args {
     const char *ckpt, *data, *passkey;
-    uint64_t seq_len, num_seqs;
+    uint64_t seq_len, num_seqs; /* num_seqs: clamped to the windows the data holds */
+    uint64_t asked;             /* --num-seqs as given */
     int json;
 } eval_args;
 
@@ -27,8 +30,11 @@ static void eval_usage(FILE *f) {
                "       baton eval CKPT|RUN_DIR --passkey PREFIX [--num-seqs N] [--json]\n\n"
                "Mean next-token loss, in fp32, of the checkpoint's model (whatever layout saved\n"
                "it) over the first N windows of T+1 consecutive tokens of the dataset PREFIX\n"
-               "(.bin/.idx, 'baton data prepare'): window i is tokens [i(T+1), (i+1)(T+1)) of\n"
-               "the documents concatenated. RUN_DIR means its newest complete checkpoint.\n\n"
+               "(.bin/.idx, 'baton data prepare'): window i is tokens [iT, iT+T+1) of the\n"
+               "documents concatenated (consecutive windows share one token), the windows a\n"
+               "run's closing validation reads at seq_len T, so its 'valid loss' over N\n"
+               "windows is reproduced. N beyond what PREFIX holds: all it holds. RUN_DIR\n"
+               "means its newest complete checkpoint.\n\n"
                "  --json   print {\"loss\": ..., \"tokens\": ...}\n\n"
                "With --passkey: the passkey-retrieval accuracy over the (first N) documents of\n"
                "PREFIX ('baton data passkey'): a document counts when the greedy prediction of\n"
@@ -81,28 +87,6 @@ static int eval_parse(int argc, char **argv, eval_args *a) {
     return 0;
 }
 
-/* A cursor over the dataset's tokens, documents concatenated. */
-typedef struct eval_stream {
-    indexed_dataset ds;
-    uint64_t seq, pos;
-} eval_stream;
-
-static int eval_stream_read(eval_stream *s, int32_t *out, uint64_t n, bt_diag *diag) {
-    while (n > 0) {
-        if (s->seq >= s->ds.n_sequences) {
-            bt_diag_set(diag, "%s: the dataset ends before the windows asked for (%llu tokens)",
-                        s->ds.bin_path, (unsigned long long)s->ds.n_tokens);
-            return BT_EINVAL;
-        }
-        uint64_t len = indexed_seq_length(&s->ds, s->seq), k = len - s->pos < n ? len - s->pos : n;
-        int rc = k ? indexed_read(&s->ds, s->seq, s->pos, k, out, diag) : 0;
-        if (rc != 0) return rc;
-        out += k, n -= k, s->pos += k;
-        if (s->pos == len) s->seq++, s->pos = 0;
-    }
-    return 0;
-}
-
 /* The StageSpec of a one-process fp32 forward over batches of b windows of T tokens. */
 typedef struct eval_spec {
     Baton__StageSpec spec;
@@ -127,25 +111,44 @@ static void eval_make_spec(eval_spec *e, const Baton__Manifest *m, const eval_ar
     e->spec.stage = &e->stage, e->spec.data = &e->data;
 }
 
-static int eval_run(trainer *t, eval_stream *s, const eval_args *a, double *loss, bt_diag *diag) {
+/* The loss over the first a->num_seqs windows of ld (at most what it holds). */
+static int eval_run(trainer *t, loader *ld, const eval_args *a, double *loss, bt_diag *diag) {
     uint64_t T = a->seq_len;
-    int32_t *win = malloc((T + 1) * sizeof *win);
     double sum = 0;
-    int rc = win ? 0 : BT_ENOMEM;
+    int rc = 0;
     for (uint64_t i = 0; rc == 0 && i < a->num_seqs; i += t->B) {
         uint32_t b = 0;
-        for (; rc == 0 && b < t->B && i + b < a->num_seqs; b++) {
-            rc = eval_stream_read(s, win, T + 1, diag);
-            memcpy(t->tokens + b * T, win, T * sizeof *win);
-            memcpy(t->targets + b * T, win + 1, T * sizeof *win);
+        for (; rc == 0 && b < t->B && i + b < a->num_seqs; b++)
+            rc = loader_get_window(ld, i + b, t->tokens + b * T, t->targets + b * T);
+        if (rc != 0) {
+            bt_diag_set(diag, "%s: %s", a->data, loader_error(ld));
+            break;
         }
         float l = 0;
-        rc = rc ? rc : model_forward(&t->m, t->tokens, t->targets, (int)b, (int)T, &l);
+        rc = model_forward(&t->m, t->tokens, t->targets, (int)b, (int)T, &l);
         sum += (double)l * b;
     }
-    free(win);
     *loss = sum / (double)a->num_seqs;
     return rc;
+}
+
+/* PREFIX cut into windows of T+1 tokens; *n_io clamped to the windows it holds (none: an
+ * error naming what it holds). */
+static int eval_open(loader *ld, const eval_args *a, uint32_t vocab, uint64_t *n_io,
+                     bt_diag *diag) {
+    loader_source src = {.prefix = a->data, .weight = 1};
+    loader_config lc = {.seq_len = (uint32_t)a->seq_len, .vocab_size = vocab, .allow_empty = 1};
+    int rc = loader_open(ld, &src, 1, &lc, diag);
+    if (rc != 0) return rc;
+    uint64_t have = ld->src[0].n_windows;
+    if (have == 0) {
+        bt_diag_set(diag, "%s.bin: %llu tokens hold no window of --seq-len %llu + 1", a->data,
+                    (unsigned long long)ld->src[0].ds.n_tokens, (unsigned long long)a->seq_len);
+        loader_close(ld);
+        return BT_EINVAL;
+    }
+    if (*n_io > have) *n_io = have;
+    return 0;
 }
 
 typedef struct eval_result {
@@ -183,7 +186,7 @@ static int eval_passkey_run(const eval_args *a0, const Baton__Manifest *m, const
     return rc;
 }
 
-static int eval_checkpoint(const eval_args *a, eval_result *res, bt_diag *diag) {
+static int eval_checkpoint(eval_args *a, eval_result *res, bt_diag *diag) {
     char dir[CKPT_PATH_MAX];
     Baton__Manifest *m = NULL;
     int rc = ckpt_open(a->ckpt, dir, sizeof dir, &m, diag);
@@ -199,18 +202,18 @@ static int eval_checkpoint(const eval_args *a, eval_result *res, bt_diag *diag) 
     }
     double *loss = &res->loss;
     eval_spec e;
-    eval_make_spec(&e, m, a, a->num_seqs < EVAL_BATCH ? (uint32_t)a->num_seqs : EVAL_BATCH);
-    eval_stream s = {0};
+    loader ld;
     trainer t;
-    rc = indexed_open(&s.ds, a->data, diag);
+    rc = eval_open(&ld, a, m->model->vocab_size, &a->num_seqs, diag);
     int opened = rc == 0;
+    eval_make_spec(&e, m, a, a->num_seqs < EVAL_BATCH ? (uint32_t)a->num_seqs : EVAL_BATCH);
     rc = rc ? rc : train_init(&t, &e.spec, NULL, diag);
     if (rc == 0) {
         rc = train_ckpt_load_params(&t, dir, m, diag);
-        rc = rc ? rc : eval_run(&t, &s, a, loss, diag);
+        rc = rc ? rc : eval_run(&t, &ld, a, loss, diag);
         train_free(&t);
     }
-    if (opened) indexed_close(&s.ds);
+    if (opened) loader_close(&ld);
     baton__manifest__free_unpacked(m, NULL);
     return rc;
 }
@@ -238,6 +241,7 @@ int cmd_eval(int argc, char **argv) {
     bt_diag diag;
     bt_diag_init(&diag);
     eval_result res = {0};
+    a.asked = a.num_seqs;
     int rc = eval_checkpoint(&a, &res, &diag);
     double loss = res.loss;
     if (rc != 0) {
@@ -252,10 +256,12 @@ int cmd_eval(int argc, char **argv) {
     }
     uint64_t tokens = a.num_seqs * a.seq_len;
     if (a.json)
-        printf("{\"loss\": %.9g, \"tokens\": %llu}\n", loss, (unsigned long long)tokens);
+        printf("{\"loss\": %.9g, \"tokens\": %llu, \"windows\": %llu}\n", loss,
+               (unsigned long long)tokens, (unsigned long long)a.num_seqs);
     else
-        printf("loss %.6f (%.4f bits per token) over %llu windows of %llu+1 tokens of %s\n", loss,
+        printf("loss %.6f (%.4f bits per token) over %llu windows of %llu+1 tokens of %s%s\n", loss,
                loss / 0.6931471805599453, (unsigned long long)a.num_seqs,
-               (unsigned long long)a.seq_len, a.data);
+               (unsigned long long)a.seq_len, a.data,
+               a.num_seqs < a.asked ? " (all it holds)" : "");
     return BT_EXIT_OK;
 }

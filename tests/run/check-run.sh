@@ -73,7 +73,9 @@
 #                 group spans hosts: baton run refuses the attempt once the ranks said
 #                 where they are (exit 2, not retried, status failed).
 #   mfu           the MFU a worker logs (metrics.jsonl) is over the peak the plan takes:
-#                 fp32 stages' bf16 / 2 or cluster.gpu.peak_tflops_fp32, bf16's its own.
+#                 fp32 stages' bf16 / 2 or cluster.gpu.peak_tflops_fp32, bf16's its own;
+#                 and baton eval of the first stage's final checkpoint gives its closing
+#                 validation loss (valid.jsonl) over the same windows.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -833,7 +835,20 @@ for run, want in (("mfu", {"full": 0.025, "half": 0.05, "own": 0.025}),
         assert abs(peak - want[r["stage"]]) <= 1e-6 * want[r["stage"]], (run, r["stage"], peak)
 print("the logged mfu divides by the plan's peak: fp32 bf16/2 or peak_tflops_fp32, bf16 its own")
 PY
-  echo "$case: fp32 stages' MFU against bf16/2 (or peak_tflops_fp32), bf16's against its peak"
+  # baton eval on a stage's final checkpoint reproduces its closing validation (the same
+  # windows: the first N of the valid set in file order)
+  read -r vloss vn < <(/usr/bin/python3 -c '
+import json
+r = [json.loads(l) for l in open("mfu/valid.jsonl")][0]
+print(r["valid_loss"], r["windows"])')
+  got=$("$baton" eval mfu/checkpoints/s00-step00000003 --data data/fortunes_valid --seq-len 64 \
+    --num-seqs "$vn" --json | sed -En 's/.*"loss": ([^,]+),.*/\1/p')
+  /usr/bin/python3 -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-5 * a)' \
+    "$vloss" "$got" || fail "baton eval gives $got, the run's validation $vloss over $vn windows"
+  "$baton" eval mfu/checkpoints/s00-step00000003 --data data/fortunes_valid --seq-len 64 \
+    --num-seqs 1000000 | grep -q "(all it holds)" || fail "eval beyond the set's windows"
+  echo "$case: fp32 stages' MFU against bf16/2 (or peak_tflops_fp32), bf16's against its peak;" \
+    "baton eval $got = the run's valid loss $vloss"
   ;;
 *) fail "unknown case" ;;
 esac

@@ -225,17 +225,32 @@ static int check_vocab(loader *ld, const loader_stream *st, uint64_t window) {
     return BT_OK;
 }
 
-int loader_get(loader *ld, uint64_t global_index, int32_t *tokens, int32_t *targets) {
-    bt_diag_init(&ld->diag);
-    loader_pos p = loader_locate(ld, global_index);
-    const loader_stream *st = &ld->src[p.source];
+static int get_window(loader *ld, size_t source, uint64_t window, int32_t *tokens,
+                      int32_t *targets) {
+    const loader_stream *st = &ld->src[source];
     uint32_t L = ld->cfg.seq_len;
-    int rc = stream_read(st, p.window * L, (size_t)L + 1, ld->window, &ld->diag);
-    rc = rc ? rc : check_vocab(ld, st, p.window);
+    int rc = stream_read(st, window * L, (size_t)L + 1, ld->window, &ld->diag);
+    rc = rc ? rc : check_vocab(ld, st, window);
     if (rc != BT_OK) return rc;
     memcpy(tokens, ld->window, L * sizeof *tokens);
     memcpy(targets, ld->window + 1, L * sizeof *targets);
     return BT_OK;
+}
+
+int loader_get(loader *ld, uint64_t global_index, int32_t *tokens, int32_t *targets) {
+    bt_diag_init(&ld->diag);
+    loader_pos p = loader_locate(ld, global_index);
+    return get_window(ld, p.source, p.window, tokens, targets);
+}
+
+int loader_get_window(loader *ld, uint64_t window, int32_t *tokens, int32_t *targets) {
+    bt_diag_init(&ld->diag);
+    if (window >= ld->src[0].n_windows) {
+        bt_diag_set(&ld->diag, "window %llu of a set of %llu", (unsigned long long)window,
+                    (unsigned long long)ld->src[0].n_windows);
+        return BT_EINVAL;
+    }
+    return get_window(ld, 0, window, tokens, targets);
 }
 
 const char *loader_error(const loader *ld) {

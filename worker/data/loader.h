@@ -99,6 +99,10 @@ loader_pos loader_locate(const loader *ld, uint64_t global_index);
 /* Fills tokens[0..seq_len) and targets[0..seq_len) for a global sample index.
  * Returns BT_OK, or a negative BT_ code with the reason in loader_error(). */
 int loader_get(loader *ld, uint64_t global_index, int32_t *tokens, int32_t *targets);
+/* The same for window `window` of the first source in file order, no permutation: what
+ * validation reads (its first n windows), the same set whatever the seed, and what
+ * `baton eval` reads. */
+int loader_get_window(loader *ld, uint64_t window, int32_t *tokens, int32_t *targets);
 const char *loader_error(const loader *ld);
 
 /* The global sample index of the j-th sample (j < global_batch / dp) that

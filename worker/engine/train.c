@@ -849,8 +849,8 @@ int train_eval(trainer *t, const char *prefix, uint32_t *n_io, double *loss, bt_
     for (uint32_t i = 0; rc == 0 && i < n; i += t->B) {
         uint32_t b = 0;
         for (; b < t->B && i + b < n && rc == 0; b++)
-            rc =
-                loader_get(&ev, i + b, t->tokens + (size_t)b * t->T, t->targets + (size_t)b * t->T);
+            rc = loader_get_window(&ev, i + b, t->tokens + (size_t)b * t->T,
+                                   t->targets + (size_t)b * t->T);
         train_cp_rows(t, b);
         float l = 0;
         if (rc == 0 && t->pp.group != NULL)

@@ -174,7 +174,8 @@ int train_fp8_calibrate(trainer *t, uint32_t *n_micro, float *lo, float *hi, bt_
 /* Every GEMM's delayed-scaling state back to scale 1 and an empty history, fresh. */
 void train_fp8_reset(trainer *t);
 
-/* Mean next-token loss over the first *n windows of the dataset prefix (no update), at
+/* Mean next-token loss over the first *n windows of the dataset prefix in file order (no
+ * update; loader_get_window: what `baton eval` reads), at
  * most the windows it holds (more would count some twice): *n gets how many were
  * evaluated, 0 when it holds not one (loss 0; not an error: a small validation split). */
 int train_eval(trainer *t, const char *prefix, uint32_t *n, double *loss, bt_diag *diag);

@@ -9,8 +9,9 @@ JSON header, raw data; no `safetensors` package) and HF_DIR/config.json, builds
 LlamaForCausalLM's forward from the config the way transformers defines it (RMSNorm,
 rotate-half RoPE with rope_theta and rope_scaling none/linear/llama3/yarn, grouped-query
 attention, SwiGLU MLP, untied head), and evaluates the first NUM_SEQS windows of
-SEQ_LEN + 1 consecutive tokens (window i = tokens [i (T+1), (i+1) (T+1)) of all documents
-concatenated) of the Megatron indexed dataset DATA_PREFIX.bin/.idx, read here too.
+SEQ_LEN + 1 consecutive tokens (window i = tokens [i T, i T + T + 1) of all documents
+concatenated: consecutive windows share a token, as baton's loader cuts them) of the
+Megatron indexed dataset DATA_PREFIX.bin/.idx, read here too.
 Prints, per HF_DIR, a line {"dir": HF_DIR, "loss": mean over windows of the mean
 cross-entropy of the T targets, "tokens"} (several directories in one run pay torch's
 import once).
@@ -192,7 +193,8 @@ def main():
         sys.exit("usage: hf_llama_loss.py HF_DIR [HF_DIR...] DATA_PREFIX SEQ_LEN NUM_SEQS")
     dirs, prefix, T, N = sys.argv[1:-3], sys.argv[-3], int(sys.argv[-2]), int(sys.argv[-1])
     torch.set_default_dtype(torch.float64)
-    toks = torch.tensor(read_tokens(prefix, N * (T + 1)), dtype=torch.long).view(N, T + 1)
+    flat = torch.tensor(read_tokens(prefix, N * T + 1), dtype=torch.long)
+    toks = torch.stack([flat[i * T : i * T + T + 1] for i in range(N)])
     for d in dirs:
         print(json.dumps({"dir": d, "loss": dir_loss(d, toks), "tokens": N * T}), flush=True)
 
