@@ -369,8 +369,12 @@ static int export_run(const export_opts *o, const char *dir, const Baton__Manife
     bt_buf_init(&cfg);
     /* config.json first: it refuses what has no Hugging Face form (MoE, a RoPE scaling
      * transformers lacks) before anything is read or written */
-    int rc =
-        hf_config_write(m->model, o->max_position, o->bf16 ? "bfloat16" : "float32", &cfg, diag);
+    int scaled;
+    uint64_t max_position = o->max_position;
+    hf_config_max_position(m->model, 0, &scaled);
+    if (max_position == 0 && !scaled && m->seq_len > 0)
+        max_position = m->seq_len; /* the context it was trained at, where no scaling says */
+    int rc = hf_config_write(m->model, max_position, o->bf16 ? "bfloat16" : "float32", &cfg, diag);
     if (rc) {
         char msg[sizeof diag->msg];
         snprintf(msg, sizeof msg, "%s", diag->msg);
@@ -389,7 +393,7 @@ static int export_run(const export_opts *o, const char *dir, const Baton__Manife
     if (!rc) rc = export_publish(tmp, o->out, diag);
     if (rc && tmp[0] != '\0') ckpt_remove_dir(tmp);
     int known;
-    uint64_t max_position = hf_config_max_position(m->model, o->max_position, &known);
+    max_position = hf_config_max_position(m->model, max_position, &known);
     if (!rc)
         printf("exported %zu tensors (%s) of %s step %" PRIu64 " to %s\n", n,
                o->bf16 ? "bf16" : "fp32", dir, m->step, o->out);
@@ -397,8 +401,8 @@ static int export_run(const export_opts *o, const char *dir, const Baton__Manife
         fprintf(stderr,
                 "baton ckpt export: note: max_position_embeddings is %" PRIu64
                 ", Hugging Face's default: the checkpoint does not say how long a context the "
-                "model was trained for (--max-position N says it; so does a RoPE scaling's "
-                "original_max_position)\n",
+                "model was trained for (one saved before baton recorded it; --max-position N "
+                "says it; so does a RoPE scaling's original_max_position)\n",
                 max_position);
     bt_buf_free(&cfg);
     free(x.buf);
@@ -654,6 +658,7 @@ static int import_write(import_ctx *x, const import_opts *o, const char *root, c
     hdr.stage_name = (char *)"import";
     hdr.has_stage_index = hdr.has_step = hdr.has_data_position = hdr.has_optim_step = 1;
     hdr.model = (Baton__Model *)&x->h->model;
+    hdr.has_seq_len = 1, hdr.seq_len = x->h->max_position; /* the context it is for */
     hdr.layout = &layout;
     hdr.precision = &prec;
     if (!rc) rc = ckpt_commit(root, name, &hdr, 1, HF_COMMIT_TIMEOUT, 0, x->diag);

@@ -8,6 +8,7 @@
  *                                     by dp (worker/engine/train.c, train_backward_scale)
  *   ckpt_edit DIR --drop-fp8 TEXT     the fp8 states whose name holds TEXT removed (a
  *                                     checkpoint from before those GEMMs ran fp8)
+ *   ckpt_edit DIR --drop-seq-len      no seq_len (a checkpoint from before it was kept)
  *
  * The shard files stay as they are (a dropped or inlined history's bytes are left unread);
  * manifest.pb is replaced atomically. A test tool: not installed. */
@@ -19,7 +20,8 @@
 
 static int usage(void) {
     fprintf(stderr, "usage: ckpt_edit DIR --format-1\n"
-                    "       ckpt_edit DIR --drop-fp8 TEXT\n");
+                    "       ckpt_edit DIR --drop-fp8 TEXT\n"
+                    "       ckpt_edit DIR --drop-seq-len\n");
     return 2;
 }
 
@@ -87,12 +89,14 @@ static int write_manifest(const char *dir, const Baton__Manifest *m, bt_diag *di
 int main(int argc, char **argv) {
     int fmt1 = argc == 3 && strcmp(argv[2], "--format-1") == 0;
     int drop = argc == 4 && strcmp(argv[2], "--drop-fp8") == 0;
-    if (!fmt1 && !drop) return usage();
+    int no_len = argc == 3 && strcmp(argv[2], "--drop-seq-len") == 0;
+    if (!fmt1 && !drop && !no_len) return usage();
     const char *dir = argv[1];
     bt_diag diag = {0};
     Baton__Manifest *m = NULL;
     int rc = ckpt_manifest_read(dir, &m, &diag);
     if (rc == 0 && fmt1) rc = to_format_1(dir, m, &diag);
+    if (rc == 0 && no_len) m->has_seq_len = 0, m->seq_len = 0;
     if (rc == 0 && drop) {
         size_t n = drop_fp8(m, argv[3]);
         printf("%s: %zu fp8 state(s) holding \"%s\" dropped, %zu kept\n", dir, n, argv[3],

@@ -14,7 +14,7 @@
 # SKIPPED (77) where /usr/bin/python3 cannot import torch.
 #   check-hf.sh BATON BATON_WORKER SOURCE_DIR
 set -u
-baton=$1 worker=$2 src=$3
+baton=$1 worker=$2 src=$3 ckpt_edit=$4
 # Under ASan, OpenPMIx's own leaks are suppressed (see that file); ours are not.
 export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 here=$src/tests/ckpt/hf
@@ -217,9 +217,12 @@ a, b = (json.load(open(p)) for p in sys.argv[1:])
 assert b["max_position_embeddings"] == 256, b["max_position_embeddings"]
 assert b["rope_scaling"] == {"rope_type": "linear", "factor": 2.0}, b["rope_scaling"]
 PY
-# nothing says how long a context the plain model saw: the default, said out loud
-expect 0 "note: max_position_embeddings is 2048, Hugging Face's default" -- export run-plain --out hf-note
-expect 0 "exported" -- export run-plain --out hf-note2 --max-position 64
+# the plain model's context is the seq_len it was trained at (the checkpoint keeps it);
+# one saved before that was kept: the default, said out loud
+grep -q '"max_position_embeddings": 64,' hf-plain/config.json || fail "the plain export's context is not its seq_len 64"
+cp -r run-plain run-old && "$ckpt_edit" "$(ls -d run-old/checkpoints/s*)" --drop-seq-len || fail "ckpt_edit"
+expect 0 "note: max_position_embeddings is 2048, Hugging Face's default" -- export run-old --out hf-note
+expect 0 "exported" -- export run-old --out hf-note2 --max-position 64
 grep -q '"max_position_embeddings": 64,' hf-note2/config.json || fail "--max-position 64 not in config.json"
 # a failed export leaves no --out, no partial directory beside it, and a directory that
 # was there as it was
