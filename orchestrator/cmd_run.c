@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -72,13 +71,15 @@ static const char *run_name(const run_args *a) {
 }
 
 /* Whether argv[i] is the value of the sbatch option before it written apart (--time
- * 1:00:00): not an option itself, and, while no recipe was given, not a file (the recipe
- * after a flag such as --requeue). */
+ * 1:00:00): not an option itself, and, while no recipe was given, not a name ending in
+ * .yaml or .yml (the recipe after a flag such as --requeue). */
 static int run_sbatch_value(int argc, char **argv, int i, const run_args *a) {
-    struct stat st;
     const char *o = argv[i - 1];
     if (i >= argc || argv[i][0] == '-' || o[0] != '-' || strchr(o, '=') != NULL) return 0;
-    return a->recipe != NULL || stat(argv[i], &st) != 0 || !S_ISREG(st.st_mode);
+    size_t n = strlen(argv[i]);
+    int yaml = (n > 5 && strcmp(argv[i] + n - 5, ".yaml") == 0) ||
+               (n > 4 && strcmp(argv[i] + n - 4, ".yml") == 0);
+    return a->recipe != NULL || !yaml;
 }
 
 /* baton submit's own options and sbatch's (anything after --, or an unknown option with

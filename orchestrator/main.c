@@ -49,6 +49,7 @@ static void usage(FILE *f) {
  * is the dynamic loader mapping and relocating the libraries before it: no code of the
  * program runs then, only a parent that blocks the signals could cover it. glibc passes
  * argc, argv and envp. */
+#ifdef __GLIBC__ /* others may call it without arguments (musl does) */
 static void main_block_signals(int argc, char **argv, char **envp) {
     (void)envp;
     if (argc >= 2 && argv != NULL && argv[1] != NULL &&
@@ -57,6 +58,7 @@ static void main_block_signals(int argc, char **argv, char **envp) {
 }
 __attribute__((section(".preinit_array"),
                used)) static void (*const main_preinit)(int, char **, char **) = main_block_signals;
+#endif
 
 int main(int argc, char **argv) {
     /* `baton eval` multiplies on the CPU, and the workers inherit the choice */

@@ -26,17 +26,20 @@ static int metrics_line_step(const char *line, uint64_t *step) {
     return 0;
 }
 
-/* Reads metrics.jsonl line by line: the lines whose global_step is below `below` (and
- * lines without one: not ours to judge) are kept, and copied to out unless out is NULL;
- * notes the largest global_step kept. *torn: the file ends in a line without its newline
- * (a writer killed mid-line), which is never kept. */
-static int metrics_scan(control_metrics_sink *s, uint64_t below, FILE *out, int *torn,
-                        bt_diag *diag) {
-    s->have_step = 0, s->max_step = 0, *torn = 0;
-    FILE *in = fopen(s->jsonl_path, "re");
+/* Called for each line a scan keeps, with its global_step when it has one. */
+typedef void (*jsonl_keep_fn)(control_metrics_sink *s, const char *line, int has, uint64_t step);
+
+/* Reads the JSON-lines file path line by line: the lines whose global_step is below
+ * `below` (and lines without one: not ours to judge) are kept, passed to keep and copied
+ * to out unless out is NULL. *torn: the file ends in a line without its newline (a writer
+ * killed mid-line), which is never kept. */
+static int jsonl_scan(control_metrics_sink *s, const char *path, uint64_t below, FILE *out,
+                      int *torn, jsonl_keep_fn keep, bt_diag *diag) {
+    *torn = 0;
+    FILE *in = fopen(path, "re");
     if (in == NULL) {
         if (errno == ENOENT) return 0;
-        bt_diag_set(diag, "%s: cannot read: %s", s->jsonl_path, strerror(errno));
+        bt_diag_set(diag, "%s: cannot read: %s", path, strerror(errno));
         return BT_EIO;
     }
     char *line = NULL;
@@ -48,18 +51,18 @@ static int metrics_scan(control_metrics_sink *s, uint64_t below, FILE *out, int 
             *torn = 1;
             break;
         }
-        uint64_t step;
+        uint64_t step = 0;
         int has = metrics_line_step(line, &step) == 0;
         if (has && step >= below) continue;
-        if (has && (!s->have_step || step > s->max_step)) s->have_step = 1, s->max_step = step;
+        keep(s, line, has, step);
         if (out != NULL && fwrite(line, 1, (size_t)n, out) != (size_t)n) {
-            bt_diag_set(diag, "%s.tmp: cannot write: %s", s->jsonl_path, strerror(errno));
+            bt_diag_set(diag, "%s.tmp: cannot write: %s", path, strerror(errno));
             rc = BT_EIO;
             break;
         }
     }
     if (rc == 0 && ferror(in)) {
-        bt_diag_set(diag, "%s: cannot read: %s", s->jsonl_path, strerror(errno));
+        bt_diag_set(diag, "%s: cannot read: %s", path, strerror(errno));
         rc = BT_EIO;
     }
     free(line);
@@ -83,22 +86,23 @@ static int metrics_sync_dir(const char *path) {
     return rc;
 }
 
-/* metrics.jsonl without the records of global_step >= below: written whole to a temp
- * file, synced and renamed over it, so that a reader (baton status) sees the old file or
- * the new one, never a part; then reopened for appending. */
-static int metrics_rewrite(control_metrics_sink *s, uint64_t below, bt_diag *diag) {
+/* The file without the records of global_step >= below: written whole to a temp file,
+ * synced and renamed over it, so that a reader (baton status) sees the old file or the
+ * new one, never a part; then *f reopened for appending. */
+static int jsonl_rewrite(control_metrics_sink *s, const char *path, FILE **f, uint64_t below,
+                         jsonl_keep_fn keep, bt_diag *diag) {
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", s->jsonl_path);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
     int rc, torn;
-    if (s->jsonl != NULL) fclose(s->jsonl);
-    s->jsonl = NULL;
+    if (*f != NULL) fclose(*f);
+    *f = NULL;
     FILE *out = fopen(tmp, "we");
     if (out == NULL) {
         bt_diag_set(diag, "%s: cannot create: %s", tmp, strerror(errno));
         rc = BT_EIO;
         goto error;
     }
-    if ((rc = metrics_scan(s, below, out, &torn, diag)) != 0) goto error;
+    if ((rc = jsonl_scan(s, path, below, out, &torn, keep, diag)) != 0) goto error;
     rc = BT_EIO;
     if (fflush(out) != 0 || fsync(fileno(out)) != 0) {
         bt_diag_set(diag, "%s: cannot write: %s", tmp, strerror(errno));
@@ -106,24 +110,35 @@ static int metrics_rewrite(control_metrics_sink *s, uint64_t below, bt_diag *dia
     }
     int closed = fclose(out);
     out = NULL;
-    if (closed != 0 || rename(tmp, s->jsonl_path) != 0) {
-        bt_diag_set(diag, "%s: cannot replace it with %s: %s", s->jsonl_path, tmp, strerror(errno));
+    if (closed != 0 || rename(tmp, path) != 0) {
+        bt_diag_set(diag, "%s: cannot replace it with %s: %s", path, tmp, strerror(errno));
         goto error;
     }
-    if (metrics_sync_dir(s->jsonl_path) != 0) {
-        bt_diag_set(diag, "%s: cannot sync its directory: %s", s->jsonl_path, strerror(errno));
+    if (metrics_sync_dir(path) != 0) {
+        bt_diag_set(diag, "%s: cannot sync its directory: %s", path, strerror(errno));
         goto error;
     }
-    if ((s->jsonl = fopen(s->jsonl_path, "ae")) == NULL) {
-        bt_diag_set(diag, "%s: cannot open for appending: %s", s->jsonl_path, strerror(errno));
+    if ((*f = fopen(path, "ae")) == NULL) {
+        bt_diag_set(diag, "%s: cannot open for appending: %s", path, strerror(errno));
         return BT_EIO;
     }
     return 0;
 error:
     if (out != NULL) fclose(out);
     unlink(tmp);
-    if (s->jsonl == NULL) s->jsonl = fopen(s->jsonl_path, "ae"); /* append to what is there */
+    if (*f == NULL) *f = fopen(path, "ae"); /* append to what is there */
     return rc;
+}
+
+/* metrics.jsonl: the largest global_step kept. */
+static void metrics_keep(control_metrics_sink *s, const char *line, int has, uint64_t step) {
+    (void)line;
+    if (has && (!s->have_step || step > s->max_step)) s->have_step = 1, s->max_step = step;
+}
+
+static int metrics_rewrite(control_metrics_sink *s, uint64_t below, bt_diag *diag) {
+    s->have_step = 0, s->max_step = 0;
+    return jsonl_rewrite(s, s->jsonl_path, &s->jsonl, below, metrics_keep, diag);
 }
 
 static int valid_seen_add(control_metrics_sink *s, uint64_t stage_index, uint64_t global) {
@@ -144,31 +159,28 @@ static int valid_seen_has(const control_metrics_sink *s, uint64_t stage_index, u
     return 0;
 }
 
-/* valid.jsonl's (stage_index, global_step) pairs, and the file opened for appending (a
- * torn last line, a writer killed mid-line, is only ever followed by a newline-led one,
- * which a line reader then reads whole). */
+/* valid.jsonl: the (stage_index, global_step) pairs kept (a pair that cannot be noted,
+ * out of memory, is only written again). */
+static void valid_keep(control_metrics_sink *s, const char *line, int has, uint64_t step) {
+    const char *k = strstr(line, "\"stage_index\": ");
+    if (has && k != NULL) valid_seen_add(s, strtoull(k + 15, NULL, 10), step);
+}
+
+static int valid_rewrite(control_metrics_sink *s, uint64_t below, bt_diag *diag) {
+    s->n_valid_seen = 0;
+    return jsonl_rewrite(s, s->valid_path, &s->valid, below, valid_keep, diag);
+}
+
+/* valid.jsonl's pairs, a torn last line dropped, and the file opened for appending. */
 static int valid_open(control_metrics_sink *s, const char *run_dir, bt_diag *diag) {
     snprintf(s->valid_path, sizeof s->valid_path, "%s/valid.jsonl", run_dir);
-    FILE *in = fopen(s->valid_path, "re");
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    int rc = 0, torn = 0;
-    while (in != NULL && rc == 0 && (n = getline(&line, &cap, in)) > 0) {
-        torn = line[n - 1] != '\n';
-        const char *k = strstr(line, "\"stage_index\": ");
-        uint64_t global;
-        if (!torn && k != NULL && metrics_line_step(line, &global) == 0)
-            rc = valid_seen_add(s, strtoull(k + 15, NULL, 10), global);
-    }
-    free(line);
-    if (in != NULL) fclose(in);
-    s->valid = rc == 0 ? fopen(s->valid_path, "ae") : NULL;
+    int torn, rc = jsonl_scan(s, s->valid_path, UINT64_MAX, NULL, &torn, valid_keep, diag);
+    if (rc == 0 && torn) rc = valid_rewrite(s, UINT64_MAX, diag);
+    if (rc == 0 && s->valid == NULL) s->valid = fopen(s->valid_path, "ae");
     if (rc == 0 && s->valid == NULL) {
         bt_diag_set(diag, "%s: cannot open for appending: %s", s->valid_path, strerror(errno));
         rc = BT_EIO;
     }
-    if (rc == 0 && torn && fputc('\n', s->valid) == EOF) rc = BT_EIO;
     return rc;
 }
 
@@ -180,7 +192,7 @@ int control_metrics_open(control_metrics_sink *s, const char *run_dir, bt_diag *
         return BT_EIO;
     }
     snprintf(s->jsonl_path, sizeof s->jsonl_path, "%s/metrics.jsonl", run_dir);
-    int torn, rc = metrics_scan(s, UINT64_MAX, NULL, &torn, diag);
+    int torn, rc = jsonl_scan(s, s->jsonl_path, UINT64_MAX, NULL, &torn, metrics_keep, diag);
     /* a line appended after a torn one would be unreadable too */
     if (rc == 0 && torn) rc = metrics_rewrite(s, UINT64_MAX, diag);
     if (rc != 0) {
@@ -257,16 +269,11 @@ static int control_metrics_jsonl(control_metrics_sink *s, const control_metrics_
 static int control_metrics_rewind(control_metrics_sink *s, uint64_t step, double wall_time,
                                   bt_diag *diag) {
     s->rewinds++;
-    /* TensorBoard drops valid/loss of those steps too: a new evaluation there is written */
-    size_t kept = 0;
-    for (size_t i = 0; i + 1 < s->n_valid_seen; i += 2)
-        if (s->valid_seen[i + 1] < step)
-            s->valid_seen[kept] = s->valid_seen[i], s->valid_seen[kept + 1] = s->valid_seen[i + 1],
-            kept += 2;
-    s->n_valid_seen = kept;
     int rc = metrics_rewrite(s, step, diag);
+    /* TensorBoard drops valid/loss of those steps too: a new evaluation there is written */
+    int vrc = s->valid ? valid_rewrite(s, step, diag) : 0;
     int trc = tb_writer_session_start(&s->tb, (int64_t)step, wall_time, diag);
-    return rc ? rc : trc;
+    return rc ? rc : vrc ? vrc : trc;
 }
 
 int control_metrics_write(control_metrics_sink *s, const control_metrics_where *w,

@@ -25,7 +25,9 @@
  *    "bits_per_token", "windows"}
  * and the TensorBoard scalar valid/loss at global_step. A stage completed again (a resume
  * that trains no step evaluates the same checkpoint on the same windows) adds nothing: a
- * (stage_index, global_step) the file holds is not written twice. */
+ * (stage_index, global_step) the file holds is not written twice. A repeated step drops
+ * the lines of it and later steps here too (the same rewrite), as a torn last line is
+ * dropped on open. */
 #ifndef BATON_CONTROL_METRICS_H
 #define BATON_CONTROL_METRICS_H
 

@@ -1,5 +1,7 @@
+#define _DEFAULT_SOURCE /* realpath */
 #include "recipe.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,8 +150,21 @@ static const char *data_source(const Baton__Data *d, size_t k, double *share) {
     return d->mix[k]->path;
 }
 
+/* A prefix's directory resolved (realpath: ./, .., links) and its last component, or
+ * the prefix as written when the directory does not resolve. */
+static void prefix_canon(const char *p, char *out, size_t cap) {
+    char dir[4096], real[PATH_MAX];
+    const char *slash = strrchr(p, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - p) : 1, slash ? p : ".");
+    if (slash == p) snprintf(dir, sizeof dir, "/");
+    if (realpath(dir, real) != NULL)
+        snprintf(out, cap, "%s/%s", real, slash ? slash + 1 : p);
+    else
+        snprintf(out, cap, "%s", p);
+}
+
 /* Whether two dataset prefixes name the same files: the same PREFIX.bin (device and
- * inode) where both exist, else the same spelling. */
+ * inode) where both exist, else the same resolved path (prefix_canon). */
 static int same_prefix(const char *a, const char *b) {
     if (a == NULL || b == NULL) return a == b;
     char pa[4200], pb[4200];
@@ -157,7 +172,8 @@ static int same_prefix(const char *a, const char *b) {
     snprintf(pa, sizeof pa, "%s.bin", a), snprintf(pb, sizeof pb, "%s.bin", b);
     if (stat(pa, &sa) == 0 && stat(pb, &sb) == 0)
         return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-    return strcmp(a, b) == 0;
+    prefix_canon(a, pa, sizeof pa), prefix_canon(b, pb, sizeof pb);
+    return strcmp(pa, pb) == 0;
 }
 
 /* Whether stages a and b train on the same samples (given the same seq_len): the same

@@ -131,12 +131,13 @@ static const struct {
     {"--chdir", "-D", "it is where baton submit runs: the recipe's relative paths resolve there"},
 };
 
-/* Whether opt (as given: --nodes=2, -N2, -N) is one of submit_reserved. */
+/* Whether opt (as given: --nodes=2, -N2, -N, or an abbreviation sbatch takes as the
+ * option, --nod=2 or --out=x: three letters at least) is one of submit_reserved. */
 static int submit_reserved_check(const char *opt, bt_diag *diag) {
+    size_t len = strncmp(opt, "--", 2) == 0 ? strcspn(opt, "=") : 0;
     for (size_t k = 0; k < sizeof submit_reserved / sizeof submit_reserved[0]; k++) {
-        size_t n = strlen(submit_reserved[k].lng);
         const char *sh = submit_reserved[k].shrt;
-        int hit = strncmp(opt, submit_reserved[k].lng, n) == 0 && (opt[n] == '\0' || opt[n] == '=');
+        int hit = len >= 5 && strncmp(opt, submit_reserved[k].lng, len) == 0;
         hit = hit || (sh != NULL && strncmp(opt, sh, 2) == 0);
         if (hit) {
             bt_diag_set(diag,

@@ -116,6 +116,8 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   expect 1 "sbatch option '-o': the batch script sets --output itself" -- \
     submit "$small" --run-dir r5 --dry-run -- --time=5 -o /tmp/x.out
   expect 1 "sbatch option '--ntasks-per-node=8'" -- submit "$small" --run-dir r5 --dry-run --ntasks-per-node=8
+  expect 1 "sbatch option '--out=x': the batch script sets --output itself" -- \
+    submit "$small" --run-dir r5 --dry-run --out=x
   [[ ! -e r5/baton.sbatch ]] || { echo "FAIL: a script with a reserved option was written"; exit 1; }
   expect 0 "wrote" -- submit --time 1:00:00 "$small" --requeue --run-dir r6 --dry-run \
     -p debug -- --qos high -J name --exclusive

@@ -29,7 +29,18 @@ want = [(100 + s, 0) for s in (1, 2, 3)] + [(100 + s, 1) for s in range(4, 9)]
 assert got == want, f"metrics.jsonl (global_step, attempt): {got}, expected {want}"
 print("control replay: metrics.jsonl holds steps 101-108 once each, 104-108 from attempt 1")
 PY
+# valid.jsonl: attempt 0's validation at 106 went with the repeated steps, a torn line with
+# the reopening, attempt 1's at 108 is there once
+/usr/bin/python3 - "$work/replay/valid.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+got = [(r["global_step"], r["attempt"], r["valid_loss"]) for r in rows]
+assert got == [(108, 1, 5.0)], f"valid.jsonl (global_step, attempt, valid_loss): {got}"
+print("control replay: valid.jsonl holds attempt 1's validation at 108 once")
+PY
 /usr/bin/python3 "$here/read_tb.py" "$work/replay/tb" "$work/replay/metrics.jsonl" >"$work/replay.tb"
 grep -qx "session_log START 104" "$work/replay.tb" || { cat "$work/replay.tb"; echo "FAIL: no restart marker at step 104"; exit 1; }
 [[ $(grep -c "^train/loss " "$work/replay.tb") == 8 ]] || { cat "$work/replay.tb"; echo "FAIL: not 8 loss points"; exit 1; }
+[[ $(grep "^valid/loss " "$work/replay.tb") == "valid/loss 108 5.0" ]] ||
+  { cat "$work/replay.tb"; echo "FAIL: valid/loss is not 5.0 at 108 alone"; exit 1; }
 tail -1 "$work/replay.tb"

@@ -229,6 +229,10 @@ static void replay_attempt(const char *run_dir, uint32_t attempt, uint64_t from,
         CHECK(control_metrics_write(&sink, &w, &m, &d) == 0, "step %llu: %s",
               (unsigned long long)step, d.msg);
     }
+    /* the closing validation after the last step; a second one of it is not written */
+    for (int k = 0; k < 2; k++)
+        CHECK(control_metrics_write_valid(&sink, &w, to, 4.0 + attempt, 64, 1.7e9 + 20, &d) == 0,
+              "valid: %s", d.msg);
     control_metrics_close(&sink);
 }
 
@@ -238,6 +242,10 @@ static int replay(const char *run_dir) {
     snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
     FILE *f = fopen(path, "a");
     CHECK(f != NULL && fputs("{\"time\": 1.7e9, \"stage\": \"pretr", f) >= 0, "torn line");
+    if (f != NULL) fclose(f);
+    snprintf(path, sizeof path, "%s/valid.jsonl", run_dir);
+    f = fopen(path, "a");
+    CHECK(f != NULL && fputs("{\"time\": 1.7e9, \"stage\": \"pretr", f) >= 0, "torn valid line");
     if (f != NULL) fclose(f);
     sleep_s(1.1); /* the second event file gets a name of its own (unix seconds) */
     replay_attempt(run_dir, 1, 4, 8);

@@ -576,6 +576,7 @@ assert e["step"] == 16 and abs(e["loss"] - loss) < 5e-7 and abs(e["tokens_per_s"
   /usr/bin/python3 - valid.logged r1/valid.jsonl tb.txt status.json <<'PY' || fail "the validation losses"
 import json, struct, sys
 logged = [tuple(l.split()) for l in open(sys.argv[1])]
+assert len(logged) == 3, logged
 rows = [json.loads(l) for l in open(sys.argv[2])]
 assert [(r["stage_index"], r["global_step"]) for r in rows] == [(0, 30), (1, 46), (2, 58)], rows
 tb = [l.split() for l in open(sys.argv[3]) if l.startswith("valid/loss ")]

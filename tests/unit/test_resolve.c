@@ -233,7 +233,7 @@ static void test_data_carry(void) {
 
 /* The same data under other spellings continues; other data does not. */
 static void test_data_identity(void) {
-    char dir[] = "/tmp/test_resolve.XXXXXX", path[200], text[2048];
+    char dir[] = "/tmp/test_resolve.XXXXXX", path[200], text[4096];
     if (mkdtemp(dir) == NULL) {
         CHECK(!"mkdtemp");
         return;
@@ -262,13 +262,16 @@ static void test_data_identity(void) {
              "  - {name: e, steps: 10, data: {mix: [{path: %s/x}, {path: %s/y}]}}\n"
              "  - {name: f, steps: 10, data: {mix: [{path: %s/link/x, weight: 2},\n"
              "                                     {path: %s/y, weight: 2}]}}\n"
-             "  - {name: g, steps: 10, data: {mix: [{path: %s/y}, {path: %s/x}]}}\n",
-             dir, dir, dir, dir, dir, dir, dir, dir, dir, dir);
+             "  - {name: g, steps: 10, data: {mix: [{path: %s/y}, {path: %s/x}]}}\n"
+             "  - {name: h, steps: 10, data: {train: %s/gone}}\n"
+             "  - {name: i, steps: 10, data: {train: %s/link/./gone}}\n",
+             dir, dir, dir, dir, dir, dir, dir, dir, dir, dir, dir, dir);
     recipe_doc doc = {0};
     if (load_valid("d.yaml", text, &doc) == 0) {
         /* b and c are a's data spelled otherwise; d other data; f is e's mix (the same
-         * shares); g the same sources in another order: another interleaving */
-        const uint64_t want[] = {0, 20, 40, 0, 0, 20, 0};
+         * shares); g the same sources in another order: another interleaving; i is h's
+         * data, whose files are gone (moved, deleted): compared by resolved path */
+        const uint64_t want[] = {0, 20, 40, 0, 0, 20, 0, 0, 20};
         for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
             Baton__StageSpec *sp = resolve(&doc, i);
             if (sp == NULL) continue;
