@@ -123,6 +123,13 @@ reference() {
   stage_losses ref >ref.losses
 }
 
+# stop_run: SIGTERM to the baton run in the background; it must stop (exit 75)
+stop_run() {
+  kill -TERM "$bpid"
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  [[ $rc == 75 ]] || fail "baton run exited $rc on SIGTERM, not 75"
+}
 # newest_log STAGE: the newest attempt's log of stage STAGE
 newest_log() { ls -t r1/logs/s0"$1"-a*.log 2>/dev/null | head -1 || true; }
 # wait_step STAGE K: until rank 0 of the stage's newest attempt has completed step K; never
@@ -241,10 +248,7 @@ stop)
   "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
   bpid=$!
   wait_step 0 12 >/dev/null
-  kill -TERM "$bpid"
-  set +e; wait "$bpid"; rc=$?; set -e
-  bpid=
-  [[ $rc == 75 ]] || fail "baton run exited $rc on SIGTERM, not 75"
+  stop_run
   "$baton" status r1 --json | /usr/bin/python3 -c '
 import json, sys
 s = json.load(sys.stdin)
@@ -708,10 +712,7 @@ PY
     { cat live.txt; fail "the running stage's wall time is not shown"; }
   grep -Eq "^  now: stage pretrain step [0-9]+/30, .*s in the stage, stage ETA [0-9]+ s$" live.txt ||
     { cat live.txt; fail "no ETA line"; }
-  kill -TERM "$bpid"
-  set +e; wait "$bpid"; rc=$?; set -e
-  bpid=
-  [[ $rc == 75 ]] || fail "baton run exited $rc on SIGTERM, not 75"
+  stop_run
   "$baton" status r1 --json | /usr/bin/python3 -c '
 import json, sys
 s = json.load(sys.stdin)
@@ -740,10 +741,7 @@ damaged-ckpts)
   BATON_FAULT_STEP_SLEEP=0.15 "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
   bpid=$!
   wait_step 0 12 >/dev/null
-  kill -TERM "$bpid"
-  set +e; wait "$bpid"; rc=$?; set -e
-  bpid=
-  [[ $rc == 75 ]] || fail "baton run exited $rc on SIGTERM, not 75"
+  stop_run
   n=0
   for c in r1/checkpoints/s00-step*; do
     printf '\x5a\x5a\x5a\x5a' | dd of="$c/rank-00000.bin" bs=1 seek=200 conv=notrunc status=none
