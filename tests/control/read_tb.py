@@ -54,6 +54,7 @@ def event_class():
     msg("Value", [("tag", 1, F.TYPE_STRING, opt, None, None),
                   ("simple_value", 2, F.TYPE_FLOAT, opt, None, 0)], ["value"])
     msg("Summary", [("value", 1, F.TYPE_MESSAGE, rep, ".tbr.Value", None)])
+    # TensorFlow event.proto: session_log is field 7 (6 is the deprecated log_message).
     # SessionLog.status is an enum in event.proto (START = 1); an enum is a varint on the
     # wire, read here as int32
     msg("SessionLog", [("status", 1, F.TYPE_INT32, opt, None, None),
@@ -63,7 +64,7 @@ def event_class():
                   ("step", 2, F.TYPE_INT64, opt, None, None),
                   ("file_version", 3, F.TYPE_STRING, opt, None, 0),
                   ("summary", 5, F.TYPE_MESSAGE, opt, ".tbr.Summary", 0),
-                  ("session_log", 6, F.TYPE_MESSAGE, opt, ".tbr.SessionLog", 0)], ["what"])
+                  ("session_log", 7, F.TYPE_MESSAGE, opt, ".tbr.SessionLog", 0)], ["what"])
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fd)
     desc = pool.FindMessageTypeByName("tbr.Event")
