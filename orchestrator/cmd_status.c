@@ -403,15 +403,33 @@ static void status_ckpts(bt_buf *b, const status_view *v, int json) {
     ckpt_names_free(names, n);
 }
 
+/* Seconds until the run ends: the running stage's ETA, then every later stage's tokens
+ * (steps x global_batch x seq_len) at the running stage's tokens/s (a guess: their layout
+ * and length may run faster or slower). */
+static int status_run_eta(const status_view *v, double *eta) {
+    if (!status_stage_eta(v, v->m_stage, eta)) return 0;
+    for (size_t k = (size_t)v->m_stage + 1; k < status_n_stages(v) && v->m_tok > 0; k++) {
+        Baton__Stage *eff = NULL;
+        if (v->have_doc && !v->st.stage[k].completed &&
+            recipe_effective_stage(&v->doc, k, &eff) == 0 && eff)
+            *eta +=
+                (double)eff->steps * (double)eff->global_batch * (double)eff->seq_len / v->m_tok;
+        if (eff) protobuf_c_message_free_unpacked(&eff->base, NULL);
+    }
+    return 1;
+}
+
 static void status_eta(bt_buf *b, const status_view *v) {
-    double eta;
-    if (!status_stage_eta(v, v->m_stage, &eta)) return;
+    double eta, run;
+    if (!status_stage_eta(v, v->m_stage, &eta) || !status_run_eta(v, &run)) return;
     bt_buf_printf(b,
                   "  now: stage %s step %llu/%llu, loss %.4f, %.0f tok/s, %.1f s in the stage, "
-                  "stage ETA %.0f s\n",
+                  "stage ETA %.0f s",
                   status_stage_name(v, v->m_stage), (unsigned long long)v->m_step,
                   (unsigned long long)status_stage_steps(v, v->m_stage), v->m_loss, v->m_tok,
                   status_stage_wall(v, v->m_stage), eta);
+    if (run > eta) bt_buf_printf(b, ", run ETA %.0f s (later stages at this tokens/s)", run);
+    bt_buf_printf(b, "\n");
 }
 
 static void status_json(bt_buf *b, const status_view *v) {
@@ -439,8 +457,8 @@ static void status_json(bt_buf *b, const status_view *v) {
         bt_buf_printf(b, "null");
     }
     double eta;
-    if (v->have_metrics && v->m_stage < RUN_MAX_STAGES && status_stage_eta(v, v->m_stage, &eta))
-        bt_buf_printf(b, ", \"eta_s\": %.3f", eta); /* the running stage's */
+    if (v->have_metrics && v->m_stage < RUN_MAX_STAGES && status_run_eta(v, &eta))
+        bt_buf_printf(b, ", \"eta_s\": %.3f", eta); /* the run's (status_run_eta) */
     else
         bt_buf_printf(b, ", \"eta_s\": null");
     bt_buf_printf(b, ", \"stages\": [");
