@@ -44,9 +44,11 @@ static void run_usage(FILE *f) {
                "  --quiet         no progress lines\n\n"
                "baton submit makes the run directory, writes RUN_DIR/baton.sbatch from\n"
                "deploy/slurm/baton.sbatch.in (--template FILE) with the recipe's nodes and\n"
-               "gpus_per_node, every sbatch option given (values attached, or after --) as an\n"
-               "#SBATCH line, and 'baton resume RUN_DIR --launcher slurm' as its command, runs\n"
-               "sbatch on it and prints the job id (--dry-run: only writes the script).\n\n"
+               "gpus_per_node, every sbatch option given (--time=1:00:00 or --time 1:00:00,\n"
+               "or after --) as an #SBATCH line, and 'baton resume RUN_DIR --launcher slurm'\n"
+               "as its command, runs sbatch on it and prints the job id (--dry-run: only\n"
+               "writes the script). Options the script sets itself (--nodes=, --output, ...)\n"
+               "are refused (exit 2); sbatch failing exits 1.\n\n"
                "Exit status: 0 the run completed, 1 it failed (restarts exhausted), 2 bad\n"
                "recipe, run directory or data (nothing was started), 75 stopped by a signal\n"
                "(resumable).\n");
@@ -240,9 +242,10 @@ static int run_submit(run_args *a, recipe_doc *doc, run_dir *dir) {
                       .dry_run = a->dry_run};
     bt_diag d;
     bt_diag_init(&d);
-    if (submit_batch(&so, script, sizeof script, job, sizeof job, &d) != 0) {
+    int rc = submit_batch(&so, script, sizeof script, job, sizeof job, &d);
+    if (rc != 0) {
         fprintf(stderr, "baton submit: %s\n", d.msg);
-        return BT_EXIT_FAILURE;
+        return rc == BT_EINVAL ? BT_EXIT_USAGE : BT_EXIT_FAILURE; /* an option it refuses */
     }
     if (a->dry_run)
         printf("baton submit: wrote %s (not submitted: --dry-run)\n", script);

@@ -118,36 +118,57 @@ static int submit_check_word(const char *what, const char *s, int spaces_ok, bt_
     return 0;
 }
 
-/* The options the script writes itself, which a later line would silently override. */
+/* The options the script writes itself, which a later line would silently override, and
+ * what to do instead. */
 static const struct {
     const char *lng, *shrt, *instead;
 } submit_reserved[] = {
-    {"--nodes", "-N", "give the recipe's node count as baton submit --nodes K (no '=')"},
-    {"--ntasks-per-node", NULL, "it is the recipe's cluster.gpus_per_node: --gpus-per-node G"},
-    {"--ntasks", "-n", "the tasks are nodes x cluster.gpus_per_node: --nodes K --gpus-per-node G"},
-    {"--gpus-per-node", NULL, "give the recipe's as baton submit --gpus-per-node G (no '=')"},
+    {"--nodes", "-N",
+     "the run would not match its allocation: give the recipe's node count as baton submit "
+     "--nodes K (no '=')"},
+    {"--ntasks-per-node", NULL,
+     "the run would not match its allocation: it is the recipe's cluster.gpus_per_node, "
+     "--gpus-per-node G"},
+    {"--ntasks", "-n",
+     "the run would not match its allocation: the tasks are nodes x cluster.gpus_per_node, "
+     "--nodes K --gpus-per-node G"},
+    {"--gpus-per-node", NULL,
+     "the run would not match its allocation: give the recipe's as baton submit "
+     "--gpus-per-node G (no '=')"},
+    {"--gpus", "-G",
+     "a CUDA recipe asks for --gpus-per-node from cluster.gpus_per_node: --gpus-per-node G"},
     {"--output", "-o", "the job's log is RUN_DIR/slurm-%j.out; edit the script or --template"},
     {"--open-mode", NULL, "the log is appended to across requeues; edit the script or --template"},
     {"--chdir", "-D", "it is where baton submit runs: the recipe's relative paths resolve there"},
 };
+#define SUBMIT_N_RESERVED (sizeof submit_reserved / sizeof submit_reserved[0])
 
-/* Whether opt (as given: --nodes=2, -N2, -N, or an abbreviation sbatch takes as the
- * option, --nod=2 or --out=x: three letters at least) is one of submit_reserved. */
-static int submit_reserved_check(const char *opt, bt_diag *diag) {
+/* The reserved option opt names (as given: --nodes=2, -N2, -N, or an abbreviation sbatch
+ * takes as the option, --nod=2 or --out=x: three letters at least), or -1. An option
+ * named whole comes before one it abbreviates (--ntasks, --gpus). */
+static int submit_reserved_index(const char *opt) {
     size_t len = strncmp(opt, "--", 2) == 0 ? strcspn(opt, "=") : 0;
-    for (size_t k = 0; k < sizeof submit_reserved / sizeof submit_reserved[0]; k++) {
+    for (size_t k = 0; k < SUBMIT_N_RESERVED; k++)
+        if (len > 0 && strlen(submit_reserved[k].lng) == len &&
+            strncmp(opt, submit_reserved[k].lng, len) == 0)
+            return (int)k;
+    for (size_t k = 0; k < SUBMIT_N_RESERVED; k++) {
         const char *sh = submit_reserved[k].shrt;
-        int hit = len >= 5 && strncmp(opt, submit_reserved[k].lng, len) == 0;
-        hit = hit || (sh != NULL && strncmp(opt, sh, 2) == 0);
-        if (hit) {
-            bt_diag_set(diag,
-                        "sbatch option '%s': the batch script sets %s itself (a second line "
-                        "would win and the run would not match its allocation): %s",
-                        opt, submit_reserved[k].lng, submit_reserved[k].instead);
-            return BT_EINVAL;
-        }
+        if ((len >= 5 && strncmp(opt, submit_reserved[k].lng, len) == 0) ||
+            (sh != NULL && strncmp(opt, sh, 2) == 0))
+            return (int)k;
     }
-    return 0;
+    return -1;
+}
+
+static int submit_reserved_check(const char *opt, bt_diag *diag) {
+    int k = submit_reserved_index(opt);
+    if (k < 0) return 0;
+    bt_diag_set(diag,
+                "sbatch option '%s': the batch script sets %s itself (Slurm would take the "
+                "later line): %s",
+                opt, submit_reserved[k].lng, submit_reserved[k].instead);
+    return BT_EINVAL;
 }
 
 static int submit_check(const submit_opts *o, bt_diag *diag) {

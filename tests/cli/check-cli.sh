@@ -104,20 +104,22 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   expect 0 "wrote" -- submit "$small" --run-dir r2 --dry-run --set cluster.device=cuda \
     --set cluster.gpus_per_node=2 --set defaults.parallel.dp=2
   grep -qx "#SBATCH --gpus-per-node=2" r2/baton.sbatch || { echo "FAIL: no --gpus-per-node=2"; exit 1; }
-  expect 1 "echo INJECTED' holds a line break, which an #SBATCH line cannot" -- \
+  expect 2 "echo INJECTED' holds a line break, which an #SBATCH line cannot" -- \
     submit "$small" --run-dir r3 --dry-run $'--comment=x\necho INJECTED'
   [[ ! -e r3/baton.sbatch ]] || { echo "FAIL: a script with a line break was written"; exit 1; }
-  expect 1 "the run directory '$sub/r 4' holds whitespace" -- \
+  expect 2 "the run directory '$sub/r 4' holds whitespace" -- \
     submit "$small" --run-dir "r 4" --dry-run
   # options the script sets itself are refused (Slurm takes the later line: the allocation
   # would not be the run's); a value given apart joins its option; errors say submit
-  expect 1 "sbatch option '--nodes=2': the batch script sets --nodes itself .*baton submit --nodes K" -- \
+  expect 2 "sbatch option '--nodes=2': the batch script sets --nodes itself .*baton submit --nodes K" -- \
     submit "$small" --run-dir r5 --dry-run --nodes=2
-  expect 1 "sbatch option '-o': the batch script sets --output itself" -- \
+  expect 2 "sbatch option '-o': the batch script sets --output itself" -- \
     submit "$small" --run-dir r5 --dry-run -- --time=5 -o /tmp/x.out
-  expect 1 "sbatch option '--ntasks-per-node=8'" -- submit "$small" --run-dir r5 --dry-run --ntasks-per-node=8
-  expect 1 "sbatch option '--out=x': the batch script sets --output itself" -- \
+  expect 2 "sbatch option '--ntasks-per-node=8'" -- submit "$small" --run-dir r5 --dry-run --ntasks-per-node=8
+  expect 2 "sbatch option '--out=x': the batch script sets --output itself" -- \
     submit "$small" --run-dir r5 --dry-run --out=x
+  expect 2 "sbatch option '--ntasks=3': the batch script sets --ntasks itself" -- \
+    submit "$small" --run-dir r5 --dry-run --ntasks=3
   [[ ! -e r5/baton.sbatch ]] || { echo "FAIL: a script with a reserved option was written"; exit 1; }
   expect 0 "wrote" -- submit --time 1:00:00 "$small" --requeue --run-dir r6 --dry-run \
     -p debug -- --qos high -J name --exclusive
