@@ -36,10 +36,18 @@ void recipe_drop_stale_split(Baton__Parallel *e, const Baton__Parallel *given, u
     e->stage_layers = NULL, e->n_stage_layers = 0;
 }
 
-/* st (stage k-1's effective settings, or the defaults) becomes stage k's. */
+/* st (stage k-1's effective settings, or the defaults) becomes stage k's. A stage that
+ * switches precision.type leaves the loss scaling behind unless it gives its own: it is
+ * fp16's alone (an fp16 stage, then a bf16 one). */
 static int effective_next(const Baton__Recipe *r, size_t k, Baton__Stage *st) {
     uint32_t pp0 = st->parallel ? st->parallel->pp : 0;
     uint32_t v0 = st->parallel ? st->parallel->virtual_stages : 0;
+    const Baton__Precision *given = r->stages[k]->precision;
+    if (given && given->has_type && st->precision && st->precision->type != given->type &&
+        given->loss_scale == NULL && st->precision->loss_scale != NULL) {
+        protobuf_c_message_free_unpacked(&st->precision->loss_scale->base, NULL);
+        st->precision->loss_scale = NULL;
+    }
     int rc = pb_merge(&st->base, &r->stages[k]->base);
     if (rc == 0) recipe_drop_stale_split(st->parallel, r->stages[k]->parallel, pp0, v0);
     return rc;

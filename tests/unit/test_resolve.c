@@ -289,6 +289,34 @@ static void test_data_identity(void) {
     rmdir(dir);
 }
 
+/* An fp16 stage's loss scaling stays with fp16: a stage that switches type leaves it
+ * behind (validation refuses loss_scale on bf16), one that keeps fp16 inherits it. */
+static void test_loss_scale_left_behind(void) {
+    static const char *text =
+        "name: l\n"
+        "model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, ffn_dim: 176, vocab_size: 256}\n"
+        "cluster: {nodes: 1, gpus_per_node: 1}\n"
+        "data: {train: a}\n"
+        "defaults: {steps: 2, seq_len: 64, global_batch: 2}\n"
+        "stages:\n"
+        "  - {name: a, precision: {type: fp16, loss_scale: {initial: 1024}}}\n"
+        "  - {name: b, precision: {type: fp16}}\n"
+        "  - {name: c, precision: bf16}\n"
+        "  - {name: d, precision: fp16}\n";
+    recipe_doc doc = {0};
+    if (load_valid("l.yaml", text, &doc) == 0) {
+        const double want[] = {1024, 1024, 0, 0}; /* 0: none (the default scaler) */
+        for (size_t i = 0; i < 4; i++) {
+            Baton__StageSpec *sp = resolve(&doc, i);
+            if (sp == NULL) continue;
+            const Baton__LossScale *ls = sp->stage->precision->loss_scale;
+            CHECK_REL(ls ? ls->initial : 0, want[i], 0);
+            protobuf_c_message_free_unpacked(&sp->base, NULL);
+        }
+    }
+    recipe_doc_free(&doc);
+}
+
 int main(void) {
     recipe_doc doc = {0};
     if (load_valid("t.yaml", recipe_text, &doc) == 0) {
@@ -299,5 +327,6 @@ int main(void) {
     test_stage_split();
     test_data_carry();
     test_data_identity();
+    test_loss_scale_left_behind();
     return check_status();
 }
