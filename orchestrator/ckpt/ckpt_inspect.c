@@ -48,11 +48,15 @@ static int inspect_text(bt_buf *b, const char *dir, const Baton__Manifest *m, bt
     (void)diag;
     uint64_t total = 0;
     bt_buf_printf(b, "checkpoint %s (format %u)\n", dir, m->format_version);
-    bt_buf_printf(b, "  recipe %s, stage %u \"%s\"%s, step %llu of %llu, next global sample %llu\n",
+    bt_buf_printf(b, "  recipe %s, stage %u \"%s\"%s, step %llu of %llu, next global sample %llu",
                   m->recipe_name ? m->recipe_name : "?", m->stage_index,
                   m->stage_name ? m->stage_name : "?", m->stage_final ? " (final)" : "",
                   (unsigned long long)m->step, (unsigned long long)m->stage_steps,
-                  (unsigned long long)m->data_position);
+                  (unsigned long long)(m->data_position + m->skipped_samples));
+    if (m->skipped_samples > 0)
+        bt_buf_printf(b, " (%llu logical + %llu skipped after loss spikes)",
+                      (unsigned long long)m->data_position, (unsigned long long)m->skipped_samples);
+    bt_buf_printf(b, "\n");
     bt_buf_printf(b, "  saved under ");
     ckpt_layout_text(b, m->layout);
     bt_buf_printf(b, " by %u rank(s); AdamW step %llu; %zu fp8 scaling state(s)\n", m->world,
@@ -121,9 +125,12 @@ static int inspect_json(bt_buf *b, const char *dir, const Baton__Manifest *m, bt
     bt_buf_json_string(b, m->stage_name ? m->stage_name : "");
     bt_buf_printf(b,
                   ", \"step\": %llu, \"stage_steps\": %llu, \"final\": %s, \"data_position\": "
-                  "%llu, \"optim_step\": %llu, \"world\": %u, \"layout\": ",
+                  "%llu, \"skipped_samples\": %llu, \"next_sample\": %llu, \"optim_step\": %llu, "
+                  "\"world\": %u, \"layout\": ",
                   (unsigned long long)m->step, (unsigned long long)m->stage_steps,
                   m->stage_final ? "true" : "false", (unsigned long long)m->data_position,
+                  (unsigned long long)m->skipped_samples,
+                  (unsigned long long)(m->data_position + m->skipped_samples),
                   (unsigned long long)m->optim_step, m->world);
     bt_buf lay;
     bt_buf_init(&lay);

@@ -113,6 +113,14 @@ run)
   # samples and the 24 of the window it skipped
   grep -q "started from .* at step 0 (global sample 216)" r1/logs/s01-a00.log ||
     { grep started r1/logs/s01-a00.log; fail "the fp8 stage did not start at sample 192 + 24"; }
+  # and pretrain's final checkpoint says so: 192 logical, 216 read next
+  "$baton" ckpt inspect r1/checkpoints/s00-step00000024 --json | /usr/bin/python3 -c '
+import json, sys
+m = json.load(sys.stdin)
+assert (m["data_position"], m["skipped_samples"], m["next_sample"]) == (192, 24, 216), m' ||
+    fail "inspect of the final checkpoint does not count the skipped window"
+  [[ $("$baton" ckpt inspect r1/checkpoints/s00-step00000024) == *"next global sample 216 (192 logical + 24 skipped after loss spikes)"* ]] ||
+    fail "inspect's text does not count the skipped window"
   /usr/bin/python3 - status.json <<'PY' || fail "status check"
 import json, sys
 s = json.load(open(sys.argv[1]))

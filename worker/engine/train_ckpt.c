@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
+#include "train_spike.h"
 #include "util/clock.h"
 
 struct train_ckpt_piece {
@@ -171,6 +172,8 @@ static void ckpt_header(train_ckpt *c, const trainer *t, int final) {
     h->has_block_bytes = 1, h->block_bytes = CKPT_DEFAULT_BLOCK;
     h->has_stage_steps = 1, h->stage_steps = t->total_steps;
     h->has_seq_len = 1, h->seq_len = s->stage->seq_len;
+    h->has_skipped_samples = 1;
+    h->skipped_samples = train_spike_map_sample(s, h->data_position) - h->data_position;
     h->has_skipped_steps = 1, h->skipped_steps = t->skipped_steps;
     if (t->scaler.on) train_scaler_to_pb(&t->scaler, &c->scaler), h->loss_scaler = &c->scaler;
 }
