@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt.h"
@@ -269,10 +270,12 @@ static int read_span_into(const read_span *sp, uint64_t A, uint64_t B, unsigned 
     for (int i = 0; i < n_parts; i++) {
         const read_part *p = &part[i];
         if (p->got < p->hi - p->lo) {
+            struct stat st; /* where the file ends: a read past it gets nothing at all */
+            unsigned long long end = fstat(fd, &st) == 0 ? (unsigned long long)st.st_size
+                                                         : s->byte_offset + p->lo + p->got;
             bt_diag_set(diag,
                         "%s: truncated: tensor %s needs bytes up to %llu, the file ends at %llu",
-                        path, sp->e->key, (unsigned long long)(s->byte_offset + B),
-                        (unsigned long long)(s->byte_offset + p->lo + p->got));
+                        path, sp->e->key, (unsigned long long)(s->byte_offset + B), end);
             return BT_EIO;
         }
         if (p->rc != 0) {

@@ -260,6 +260,13 @@ static void test_large_piece(void) {
     CHECK(e && ckpt_read_tensor(dir, m, e, y, &d) == BT_EIO);
     CHECK(strstr(d.msg, "truncated") && strstr(d.msg, "the file ends at 11534336"));
     if (!strstr(d.msg, "the file ends at 11534336")) fprintf(stderr, "%s\n", d.msg);
+    /* cut below where the upper half starts: that read gets nothing, the end is the file's */
+    bt_diag_init(&d);
+    corrupt(dir, "rank-00000.bin", 100, 1);
+    ckpt_box far = {.off = {0, 1u << 20}, .shape = {1, 1000}}; /* from byte 4 MB on */
+    CHECK(e && read_box(dir, m, e, &far, y, &d) == BT_EIO);
+    CHECK(strstr(d.msg, "truncated") && strstr(d.msg, "the file ends at 100"));
+    if (!strstr(d.msg, "the file ends at 100")) fprintf(stderr, "%s\n", d.msg);
     if (m) baton__manifest__free_unpacked(m, NULL);
     free(x);
     free(y);
