@@ -90,8 +90,30 @@ static const recipe_pos *stage_field_where(const recipe_doc *doc, long i, const 
 static int verr(vctx *v, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* " (with --set A, --nodes 2 in effect)": the overrides that were applied, for an error
+ * placed in the file, which one of them may have caused (a layout that no longer fits the
+ * cluster an override shrank); "" when there are none. */
+static void overrides_note(const recipe_doc *doc, char *out, size_t cap) {
+    size_t used = 0, shown = 0;
+    out[0] = '\0';
+    for (size_t k = 0; k < doc->npos && used + 1 < cap; k++) {
+        const char *set = doc->pos[k].set;
+        int seen = set == NULL;
+        for (size_t j = 0; !seen && j < k; j++)
+            seen = doc->pos[j].set != NULL && strcmp(doc->pos[j].set, set) == 0;
+        if (seen) continue;
+        int n = shown == 4
+                    ? snprintf(out + used, cap - used, ", ...")
+                    : snprintf(out + used, cap - used, "%s%s", shown ? ", " : " (with ", set);
+        if (n < 0 || (size_t)n >= cap - used) break;
+        used += (size_t)n;
+        if (++shown > 4) break;
+    }
+    if (shown > 0 && used + 12 < cap) snprintf(out + used, cap - used, " in effect)");
+}
+
 static int verr(vctx *v, const char *field, const char *fmt, ...) {
-    char path[256], msg[1536], place[400], stage[320] = "";
+    char path[256], msg[1536], place[400], stage[320] = "", note[512] = "";
     const recipe_pos *p;
     if (v->stage >= 0) {
         p = stage_field_where(v->doc, v->stage, field, path, sizeof path);
@@ -105,11 +127,12 @@ static int verr(vctx *v, const char *field, const char *fmt, ...) {
         snprintf(place, sizeof place, "%s", p->set);
     else
         snprintf(place, sizeof place, "%s:%d:%d", v->doc->file, p ? p->line : 0, p ? p->col : 0);
+    if (p == NULL || p->set == NULL) overrides_note(v->doc, note, sizeof note);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    bt_diag_set(v->diag, "%s: %s: %s%s", place, path, msg, stage);
+    bt_diag_set(v->diag, "%s: %s: %s%s%s", place, path, msg, stage, note);
     return BT_ERECIPE;
 }
 
