@@ -176,7 +176,19 @@ static int set_apply(recipe_doc *doc, const char *assignment, int opt, bt_diag *
     if (rc == 0 && strncmp(key, "stages.", 7) == 0) {
         const char *rest = key + 7, *dot = strchr(rest, '.');
         si = dot ? set_stage_index(doc, rest, (size_t)(dot - rest)) : -1;
-        if (si < 0) {
+        if (si < 0 && dot != NULL && dot > rest) {
+            bt_buf names;
+            bt_buf_init(&names);
+            for (size_t k = 0; k < doc->recipe->n_stages; k++)
+                bt_buf_printf(&names, "%s%s", k ? ", " : "",
+                              doc->recipe->stages[k]->name ? doc->recipe->stages[k]->name : "?");
+            bt_diag_set(diag,
+                        "%s: the recipe has no stage '%.*s' (its stages: %s; or a 0-based "
+                        "index below %zu)",
+                        what, (int)(dot - rest), rest, bt_buf_str(&names), doc->recipe->n_stages);
+            bt_buf_free(&names);
+            rc = BT_ERECIPE;
+        } else if (si < 0) {
             bt_diag_set(diag,
                         "%s: name a stage and a field, e.g. stages.%s.steps (stages: by name "
                         "or 0-based index)",

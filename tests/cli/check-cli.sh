@@ -88,6 +88,8 @@ expect 2 "^--gpus-per-node 0: cluster\\.gpus_per_node: expected at least 1 devic
   spec "$recipes/tiny-cpu.yaml" --gpus-per-node 0
 expect 2 "/heads-vs-tp\.yaml:9:14: defaults\.parallel\.tp: tp 4 does not divide n_heads 6" -- \
   plan "$recipes/../tests/recipes/bad/heads-vs-tp.yaml" --set stages.0.steps=3
+expect 2 "--set stages\.nosuch\.steps=3: the recipe has no stage 'nosuch' \(its stages: pretrain, long-context, fp8" -- \
+  plan "$recipes/tiny-cpu.yaml" --set stages.nosuch.steps=3
 # an error the file's line is cited for says which overrides were in effect (one of them
 # may be the cause: a cluster shrunk under the file's layout)
 expect 2 "tiny-cpu\.yaml:[0-9]+:[0-9]+: defaults\.parallel: .*3 devices.* \(with --set cluster\.gpus_per_node=3 in effect\)$" -- \

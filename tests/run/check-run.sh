@@ -304,7 +304,7 @@ print("overrides: stages ran", got)'
   "$baton" run "$recipe" --run-dir r3 --nodes 3 >z.out 2>&1; rc3=$?
   set -e
   [[ $rc1 == 2 ]] && grep -q "other --set overrides" x.out || { cat x.out; fail "other overrides accepted"; }
-  [[ $rc2 == 2 ]] && grep -q "name a stage and a field" y.out || { cat y.out; fail "bad stage accepted"; }
+  [[ $rc2 == 2 ]] && grep -q "the recipe has no stage 'nope'" y.out || { cat y.out; fail "bad stage accepted"; }
   [[ $rc3 == 2 ]] && grep -q "cluster has 3 nodes" z.out || { cat z.out; fail "--nodes not applied"; }
   # The kept copy lost or edited: refused (resume would reapply other overrides), never
   # written afresh; the run's own --set writes it again.
