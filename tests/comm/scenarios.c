@@ -696,6 +696,8 @@ const scenario comm_scenarios[] = {
     {"collectives-w4", 4, 0, 30, child_collectives, NULL, NULL},
     {"collectives-w5", 5, 0, 30, child_collectives, NULL, NULL},
     {"collectives-w8", 8, 0, 40, child_collectives, NULL, NULL},
+    /* 12 members: 4 MB of slots over 2 x 12 is no multiple of 8 bytes (comm_shm.c) */
+    {"collectives-w12", 12, 0, 60, child_collectives, NULL, NULL},
     {"large-w2", 2, 0, 30, child_large, NULL, check_large},
     {"large-w4", 4, 0, 30, child_large, NULL, check_large},
     {"large-w3", 3, 0, 30, child_large, NULL, check_large},

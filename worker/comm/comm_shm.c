@@ -245,6 +245,9 @@ size_t shm_slot_bytes(int size) {
     size_t b =
         t ? (size_t)strtoull(t, NULL, 10) & ~(size_t)7 : ((size_t)4 << 20) / (2 * (size_t)size);
     if (t) return b < 8 * (size_t)size ? 8 * (size_t)size : b;
+    /* a multiple of 64: every slot starts aligned for any element type (4 MB over 12
+     * members is 174762 bytes, which left odd members' floats at 2-byte offsets) */
+    b &= ~(size_t)63;
     return b > ((size_t)256 << 10) ? (size_t)256 << 10 : b < (16 << 10) ? 16 << 10 : b;
 }
 
