@@ -413,6 +413,11 @@ static pmix_status_t pmixhost_server_start(launch_server *srv) {
     PMIX_INFO_LOAD(&info[3], PMIX_SERVER_SYSTEM_SUPPORT, &no, PMIX_BOOL);
     /* The server "is" node0: a single-node job then looks exactly like one on a host. */
     PMIX_INFO_LOAD(&info[4], PMIX_HOSTNAME, "node0", PMIX_STRING);
+    /* The server's hwloc topology needs the CPUs, not OpenCL devices: its OpenCL plugin
+     * would load every OpenCL driver into baton (on a GPU node, initializing the GPU
+     * driver), and a driver's dynamic TLS, left behind when the plugin is unloaded, made
+     * LeakSanitizer's exit scan crash. A user's own HWLOC_COMPONENTS is kept. */
+    setenv("HWLOC_COMPONENTS", "-opencl", 0);
     pmix_status_t rc = PMIx_server_init(&module, info, 5);
     for (int i = 0; i < 5; i++)
         PMIX_INFO_DESTRUCT(&info[i]);
