@@ -1,8 +1,9 @@
 /* baton eval CKPT|RUN_DIR --data PREFIX --seq-len T --num-seqs N [--json]: the mean
- * next-token loss (fp32, one process) of a checkpoint's model over the first N windows
- * of T+1 consecutive tokens of a dataset as the loader cuts them (loader.h): window i is
- * tokens [iT, iT+T+1) of its documents concatenated, its first T tokens the input and its
- * last T the targets; the windows a run's closing validation reads (loader_get_window). */
+ * next-token loss (one process; a bf16 or fp16 checkpoint in its precision, else fp32) of
+ * a checkpoint's model over the first N windows of T+1 consecutive tokens of a dataset as
+ * the loader cuts them (loader.h): window i is tokens [iT, iT+T+1) of its documents
+ * concatenated, its first T tokens the input and its last T the targets; the windows a
+ * run's closing validation reads (loader_get_window). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,8 +29,9 @@ typedef struct eval_args {
 static void eval_usage(FILE *f) {
     fprintf(f, "usage: baton eval CKPT|RUN_DIR --data PREFIX --seq-len T --num-seqs N [--json]\n"
                "       baton eval CKPT|RUN_DIR --passkey PREFIX [--num-seqs N] [--json]\n\n"
-               "Mean next-token loss, in fp32, of the checkpoint's model (whatever layout saved\n"
-               "it) over the first N windows of T+1 consecutive tokens of the dataset PREFIX\n"
+               "Mean next-token loss of the checkpoint's model (whatever layout saved it; in\n"
+               "its precision when that is bf16 or fp16, else fp32) over the first N windows\n"
+               "of T+1 consecutive tokens of the dataset PREFIX\n"
                "(.bin/.idx, 'baton data prepare'): window i is tokens [iT, iT+T+1) of the\n"
                "documents concatenated (consecutive windows share one token), the windows a\n"
                "run's closing validation reads at seq_len T, so its 'valid loss' over N\n"
@@ -97,12 +99,27 @@ typedef struct eval_spec {
     Baton__Data data;
 } eval_spec;
 
+/* The checkpoint's own precision where its forward needs no state (bf16, fp16: its
+ * validation's numbers), else fp32 (an fp8 stage's delayed scaling is not loaded here). */
+static Baton__Precision__Type eval_precision(const Baton__Manifest *m) {
+    Baton__Precision__Type t = m->precision ? m->precision->type : BATON__PRECISION__TYPE__FP32;
+    return t == BATON__PRECISION__TYPE__BF16 || t == BATON__PRECISION__TYPE__FP16
+               ? t
+               : BATON__PRECISION__TYPE__FP32;
+}
+
+static const char *eval_precision_name(Baton__Precision__Type t) {
+    return t == BATON__PRECISION__TYPE__BF16   ? "bf16"
+           : t == BATON__PRECISION__TYPE__FP16 ? "fp16"
+                                               : "fp32";
+}
+
 static void eval_make_spec(eval_spec *e, const Baton__Manifest *m, const eval_args *a, uint32_t b) {
     baton__stage_spec__init(&e->spec), baton__stage__init(&e->stage);
     baton__parallel__init(&e->par), baton__precision__init(&e->prec);
     baton__optimizer__init(&e->opt), baton__data__init(&e->data);
     e->par.tp = e->par.pp = e->par.cp = e->par.dp = e->par.ep = 1;
-    e->prec.type = BATON__PRECISION__TYPE__FP32;
+    e->prec.type = eval_precision(m);
     e->stage.name = "eval", e->stage.steps = 1, e->stage.seq_len = a->seq_len;
     e->stage.global_batch = e->stage.micro_batch = b;
     e->stage.parallel = &e->par, e->stage.precision = &e->prec, e->stage.optimizer = &e->opt;
@@ -156,6 +173,7 @@ typedef struct eval_result {
     double loss, accuracy, digits;
     uint64_t docs;
     uint32_t length;
+    const char *precision; /* the forward's number format (eval_precision) */
 } eval_result;
 
 /* Passkey mode: a trainer for the longest document, then the accuracy. */
@@ -201,6 +219,7 @@ static int eval_checkpoint(eval_args *a, eval_result *res, bt_diag *diag) {
         return rc;
     }
     double *loss = &res->loss;
+    res->precision = eval_precision_name(eval_precision(m));
     eval_spec e;
     loader ld;
     trainer t;
@@ -256,12 +275,12 @@ int cmd_eval(int argc, char **argv) {
     }
     uint64_t tokens = a.num_seqs * a.seq_len;
     if (a.json)
-        printf("{\"loss\": %.9g, \"tokens\": %llu, \"windows\": %llu}\n", loss,
-               (unsigned long long)tokens, (unsigned long long)a.num_seqs);
+        printf("{\"loss\": %.9g, \"tokens\": %llu, \"windows\": %llu, \"precision\": \"%s\"}\n",
+               loss, (unsigned long long)tokens, (unsigned long long)a.num_seqs, res.precision);
     else
-        printf("loss %.6f (%.4f bits per token) over %llu windows of %llu+1 tokens of %s%s\n", loss,
-               loss / 0.6931471805599453, (unsigned long long)a.num_seqs,
-               (unsigned long long)a.seq_len, a.data,
-               a.num_seqs < a.asked ? " (all it holds)" : "");
+        printf("loss %.6f (%.4f bits per token) over %llu windows of %llu+1 tokens of %s%s, %s\n",
+               loss, loss / 0.6931471805599453, (unsigned long long)a.num_seqs,
+               (unsigned long long)a.seq_len, a.data, a.num_seqs < a.asked ? " (all it holds)" : "",
+               res.precision);
     return BT_EXIT_OK;
 }

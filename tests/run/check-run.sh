@@ -840,14 +840,17 @@ print("the logged mfu divides by the plan's peak: fp32 bf16/2 or peak_tflops_fp3
 PY
   # baton eval on a stage's final checkpoint reproduces its closing validation (the same
   # windows: the first N of the valid set in file order)
-  read -r vloss vn < <(/usr/bin/python3 -c '
-import json
-r = [json.loads(l) for l in open("mfu/valid.jsonl")][0]
-print(r["valid_loss"], r["windows"])')
-  got=$("$baton" eval mfu/checkpoints/s00-step00000003 --data data/fortunes_valid --seq-len 64 \
-    --num-seqs "$vn" --json | sed -En 's/.*"loss": ([^,]+),.*/\1/p')
-  /usr/bin/python3 -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-5 * a)' \
-    "$vloss" "$got" || fail "baton eval gives $got, the run's validation $vloss over $vn windows"
+  # (stage full in fp32, half in bf16: eval takes a bf16 checkpoint's precision)
+  for i in 0 1; do
+    read -r vloss vn < <(/usr/bin/python3 -c '
+import json, sys
+r = [json.loads(l) for l in open("mfu/valid.jsonl")][int(sys.argv[1])]
+print(r["valid_loss"], r["windows"])' $i)
+    got=$("$baton" eval mfu/checkpoints/s0$i-step00000003 --data data/fortunes_valid --seq-len 64 \
+      --num-seqs "$vn" --json | sed -En 's/.*"loss": ([^,]+),.*/\1/p')
+    /usr/bin/python3 -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-6 * a)' \
+      "$vloss" "$got" || fail "stage $i: baton eval gives $got, the run's validation $vloss over $vn windows"
+  done
   "$baton" eval mfu/checkpoints/s00-step00000003 --data data/fortunes_valid --seq-len 64 \
     --num-seqs 1000000 | grep -q "(all it holds)" || fail "eval beyond the set's windows"
   echo "$case: fp32 stages' MFU against bf16/2 (or peak_tflops_fp32), bf16's against its peak;" \
