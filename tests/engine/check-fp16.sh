@@ -72,8 +72,8 @@ sed -En 's/^step +([0-9]+)\/20  .*  lr ([^ ]+)  .*/\1 \2/p' overflow.log | awk -
   BEGIN { split(skipped, k, "\n"); for (i in k) skip[k[i]] = 1; pi = atan2(0, -1) }
   { s = $1 - done_skips
     if (s <= 5) want = 3e-3 * s / 5
-    else if (s >= 20) want = 3e-4
-    else want = 3e-4 + 0.5 * (1 + cos(pi * (s - 5) / 15)) * (3e-3 - 3e-4)
+    else if (s > 20) want = 3e-4
+    else want = 3e-4 + 0.5 * (1 + cos(pi * (s - 6) / 15)) * (3e-3 - 3e-4)
     if (sprintf("%.3e", want) != $2) { printf "FAIL: step %d: lr %s, schedule step %d gives %.3e\n", $1, $2, s, want; bad = 1 }
     if ($1 in skip) done_skips++
     n++ }

@@ -20,15 +20,16 @@ import torch
 
 
 def lr_at(step, total, hp):
-    """Megatron's convention, steps from 1: warmup lr*step/warmup, then decay to min_lr."""
+    """Steps from 1: warmup lr*step/warmup, then Megatron's decay (iteration k decays by
+    k - 1 - warmup steps of total - warmup), so the first decay step runs at lr."""
     lr, min_lr, warmup, sched = hp["lr"], hp["min_lr"], hp["warmup"], hp["schedule"]
     if warmup > 0 and step <= warmup:
         return lr * step / warmup
     if sched == "constant":
         return lr
-    if step >= total:
+    if step > total:
         return min_lr
-    ratio = (step - warmup) / (total - warmup)
+    ratio = (step - warmup - 1) / (total - warmup)
     if sched == "linear":
         coef = 1.0 - ratio
     else:

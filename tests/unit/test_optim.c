@@ -25,29 +25,33 @@ static void test_schedule(void) {
     CHECK_REL(optim_lr_at(1, total, &hp), 1e-4, 1e-15);    /* lr * 1 / 10 */
     CHECK_REL(optim_lr_at(5, total, &hp), 5e-4, 1e-15);    /* lr * 5 / 10 */
     CHECK_REL(optim_lr_at(10, total, &hp), 1e-3, 1e-15);   /* end of warmup: peak */
-    CHECK_REL(optim_lr_at(60, total, &hp), 5.5e-4, 1e-14); /* cosine midpoint */
+    CHECK_REL(optim_lr_at(11, total, &hp), 1e-3, 1e-15);   /* first decay step: peak */
+    CHECK_REL(optim_lr_at(61, total, &hp), 5.5e-4, 1e-14); /* cosine midpoint, 50 of 100 */
     /* ratio 1/4: min + (lr - min) * (1 + cos(pi/4)) / 2 = 1e-4 + 9e-4 * 0.853553390593 */
-    CHECK_REL(optim_lr_at(35, total, &hp), 8.68198051533946e-4, 1e-13);
-    CHECK_REL(optim_lr_at(110, total, &hp), 1e-4, 1e-15); /* last step: min_lr */
+    CHECK_REL(optim_lr_at(36, total, &hp), 8.68198051533946e-4, 1e-13);
+    /* last step, 99 of 100: min + 9e-4 * (1 + cos(0.99 pi)) / 2, short of min_lr */
+    CHECK_REL(optim_lr_at(110, total, &hp), 1e-4 + 9e-4 * 0.5 * (1 + cos(0.99 * acos(-1.0))), 1e-13);
+    CHECK_REL(optim_lr_at(111, total, &hp), 1e-4, 1e-15); /* past the schedule: min_lr */
     CHECK_REL(optim_lr_at(500, total, &hp), 1e-4, 1e-15);
     CHECK(optim_lr_at(0, total, &hp) == 0.0);
 
     hp.schedule = OPTIM_SCHEDULE_LINEAR;
     CHECK_REL(optim_lr_at(10, total, &hp), 1e-3, 1e-15);
-    CHECK_REL(optim_lr_at(35, total, &hp), 7.75e-4, 1e-14); /* 1e-4 + 9e-4 * 3/4 */
-    CHECK_REL(optim_lr_at(60, total, &hp), 5.5e-4, 1e-14);
-    CHECK_REL(optim_lr_at(110, total, &hp), 1e-4, 1e-15);
+    CHECK_REL(optim_lr_at(36, total, &hp), 7.75e-4, 1e-14); /* 1e-4 + 9e-4 * 3/4 */
+    CHECK_REL(optim_lr_at(61, total, &hp), 5.5e-4, 1e-14);
+    CHECK_REL(optim_lr_at(110, total, &hp), 1e-4 + 9e-4 * 0.01, 1e-13);
 
     hp.schedule = OPTIM_SCHEDULE_CONSTANT;
     CHECK_REL(optim_lr_at(3, total, &hp), 3e-4, 1e-15); /* warmup still applies */
     CHECK_REL(optim_lr_at(60, total, &hp), 1e-3, 1e-15);
     CHECK_REL(optim_lr_at(110, total, &hp), 1e-3, 1e-15);
 
-    hp.schedule = OPTIM_SCHEDULE_COSINE; /* no warmup: decay starts at step 0 */
+    hp.schedule = OPTIM_SCHEDULE_COSINE; /* no warmup: step 1 at the peak */
     hp.warmup_steps = 0;
-    CHECK_REL(optim_lr_at(0, 100, &hp), 1e-3, 1e-15);
-    CHECK_REL(optim_lr_at(50, 100, &hp), 5.5e-4, 1e-14);
-    CHECK_REL(optim_lr_at(100, 100, &hp), 1e-4, 1e-15);
+    CHECK_REL(optim_lr_at(1, 100, &hp), 1e-3, 1e-15);
+    CHECK_REL(optim_lr_at(51, 100, &hp), 5.5e-4, 1e-14);
+    CHECK_REL(optim_lr_at(101, 100, &hp), 1e-4, 1e-15);
+    CHECK_REL(optim_lr_at(1, 1, &hp), 1e-3, 1e-15); /* a one-step stage trains at lr, not 0 */
 }
 
 static void test_hparams_from_pb(void) {

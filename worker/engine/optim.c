@@ -54,8 +54,10 @@ double optim_lr_at(uint64_t step, uint64_t total_steps, const optim_hparams *hp)
     uint64_t warmup = hp->warmup_steps;
     if (warmup > 0 && step <= warmup) return hp->lr * (double)step / (double)warmup;
     if (hp->schedule == OPTIM_SCHEDULE_CONSTANT) return hp->lr;
-    if (step >= total_steps) return hp->min_lr;
-    double ratio = (double)(step - warmup) / (double)(total_steps - warmup);
+    if (step > total_steps) return hp->min_lr;
+    /* the first decay step at the peak, the last one decay step short of min_lr (Megatron's
+     * iteration k decays by k - 1 - warmup steps): a 1-step stage trains at lr, not 0 */
+    double ratio = (double)(step - warmup - 1) / (double)(total_steps - warmup);
     double coef =
         hp->schedule == OPTIM_SCHEDULE_LINEAR ? 1.0 - ratio : 0.5 * (1.0 + cos(optim_pi * ratio));
     return hp->min_lr + coef * (hp->lr - hp->min_lr);

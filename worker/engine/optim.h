@@ -61,7 +61,9 @@ void optim_hparams_default(optim_hparams *hp);
  * unpacked or BATON__OPTIMIZER__INIT message already hold the schema defaults. */
 void optim_hparams_from_pb(optim_hparams *hp, const Baton__Optimizer *pb);
 
-/* The learning rate of step `step` (1-based) in a schedule of total_steps steps. */
+/* The learning rate of step `step` (1-based) in a schedule of total_steps steps: warmup
+ * lr step / warmup_steps (the last warmup step at lr), then the decay from lr (the first
+ * step after warmup) toward min_lr, which the step after the last would reach. */
 double optim_lr_at(uint64_t step, uint64_t total_steps, const optim_hparams *hp);
 
 /* One AdamW step on n contiguous elements. step is the 1-based count of steps taken
