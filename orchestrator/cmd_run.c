@@ -1,6 +1,8 @@
+#define _DEFAULT_SOURCE /* realpath */
 /* baton run RECIPE [--run-dir DIR] and baton resume RUN_DIR: the supervised multi-stage
  * run (run/supervise.h). Everything that can be checked before a worker starts is: the
  * recipe, the run directory, the data. */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -262,13 +264,29 @@ static int run_main(run_args *a) {
     /* a line at a time into a file too (a Slurm job's output): in order with stderr. Only
      * here: `baton status | grep -q` must not meet a closed pipe between lines. */
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (a->resume) {
+    bt_diag diag;
+    bt_diag_init(&diag);
+    static char run_abs[PATH_MAX];
+    if (a->resume) { /* from anywhere: in the run's working directory (run_dir.h) */
+        int moved = 0;
+        if (realpath(a->run_dir, run_abs) == NULL) {
+            fprintf(stderr, "baton resume: %s: %s\n", a->run_dir, strerror(errno));
+            return BT_EXIT_USAGE;
+        }
+        a->run_dir = run_abs;
+        if (run_dir_enter_workdir(a->run_dir, &moved, &diag) != 0) {
+            fprintf(stderr, "baton resume: %s\n", diag.msg);
+            return BT_EXIT_USAGE;
+        }
+        if (moved && !a->quiet) {
+            char cwd[PATH_MAX];
+            printf("baton resume: working in %s, where the run started\n",
+                   getcwd(cwd, sizeof cwd) ? cwd : "?");
+        }
         snprintf(recipe_copy, sizeof recipe_copy, "%s/recipe.yaml", a->run_dir);
         a->recipe = recipe_copy;
         if (run_read_sets(a, a->run_dir) != 0) return BT_EXIT_USAGE;
     }
-    bt_diag diag;
-    bt_diag_init(&diag);
     recipe_doc doc;
     if (run_load(a, &doc, &diag) != 0) {
         fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
@@ -287,6 +305,13 @@ static int run_main(run_args *a) {
     bt_buf_free(&sets);
     if (rc != 0) {
         fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
+        recipe_doc_free(&doc);
+        return BT_EXIT_USAGE;
+    }
+    if (rc == 0 && !a->resume) rc = run_dir_note_workdir(&dir, &diag);
+    if (rc != 0) {
+        fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
+        run_dir_close(&dir);
         recipe_doc_free(&doc);
         return BT_EXIT_USAGE;
     }

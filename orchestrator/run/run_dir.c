@@ -230,6 +230,36 @@ int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const ch
     return rc;
 }
 
+int run_dir_note_workdir(const run_dir *d, bt_diag *diag) {
+    char path[4200], cwd[PATH_MAX];
+    run_dir_file(d, "workdir", path, sizeof path);
+    if (access(path, F_OK) == 0) return 0;
+    if (getcwd(cwd, sizeof cwd) == NULL) return 0; /* nothing to note: resume stays put */
+    return ckpt_write_file_atomic(path, cwd, strlen(cwd), diag);
+}
+
+int run_dir_enter_workdir(const char *run_dir_path, int *moved, bt_diag *diag) {
+    char path[4200], cwd[PATH_MAX], *dir = NULL;
+    size_t n = 0;
+    *moved = 0;
+    snprintf(path, sizeof path, "%s/workdir", run_dir_path);
+    if (bt_read_file(path, PATH_MAX, &dir, &n) != 0) return 0; /* an older run: stay */
+    int rc = 0;
+    if (getcwd(cwd, sizeof cwd) == NULL || strcmp(cwd, dir) != 0) {
+        if (chdir(dir) != 0) {
+            bt_diag_set(diag,
+                        "%s: the run's working directory %s, where its relative data paths "
+                        "resolve, cannot be entered: %s",
+                        run_dir_path, dir, strerror(errno));
+            rc = BT_EINVAL;
+        } else {
+            *moved = 1;
+        }
+    }
+    free(dir);
+    return rc;
+}
+
 void run_dir_close(run_dir *d) {
     if (d->lock_fd >= 0) close(d->lock_fd);
     d->lock_fd = -1;

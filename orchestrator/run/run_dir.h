@@ -37,6 +37,13 @@ int run_dir_read_overrides(const run_dir *d, char **text, size_t *n);
 int run_dir_busy(const char *path);
 /* Every dataset the recipe's stages read (train, mix, valid) exists and opens. */
 int run_dir_check_data(const recipe_doc *doc, bt_diag *diag);
+/* RUN_DIR/workdir: the directory `baton run` worked in, where the recipe's relative data
+ * paths resolve; written when the run directory has none yet. */
+int run_dir_note_workdir(const run_dir *d, bt_diag *diag);
+/* For `baton resume` from anywhere: changes into the run's workdir (when it has one and
+ * it is not the current directory; *moved says so). run_dir_path must be absolute. A
+ * workdir that is gone is an error naming it. */
+int run_dir_enter_workdir(const char *run_dir_path, int *moved, bt_diag *diag);
 /* path/<sub> into out. */
 void run_dir_file(const run_dir *d, const char *sub, char *out, size_t cap);
 

@@ -14,9 +14,11 @@
 #                 directory: it continues and ends on the same losses, and the killed
 #                 run's launch temp dir is gone (the second run removed it).
 #   bad-input     a bad recipe, an unwritable run directory, missing data: exit 2 with a
-#                 clear message before any worker starts.
+#                 clear message before any worker starts; data with tokens outside the
+#                 model's vocabulary fails the run (exit 2) after one attempt, not retried.
 #   stop          SIGTERM to `baton run`: the workers checkpoint and it exits 75;
-#                 `baton resume` finishes with the uninterrupted losses.
+#                 `baton resume`, from another directory, finishes with the uninterrupted
+#                 losses (it works in the directory the run started in).
 #   overrides     --set and --nodes: applied, kept with the run, reapplied by resume, a
 #                 different set on the same run directory refused, bad ones exit 2; the
 #                 kept copy removed or edited: resume and run exit 2 naming the run's
@@ -255,10 +257,15 @@ import json, sys
 s = json.load(sys.stdin)
 assert s["state"] == "stopped" and s["failure"] is None, s
 assert s["stages"][0]["state"] == "stopped", s["stages"]' || fail "a stopped run is not reported stopped"
-  "$baton" resume r1 --quiet >run2.out 2>&1 || { cat run2.out; fail "resume failed"; }
+  # resumed from another directory: it works where the run started (the data's relative
+  # paths resolve there)
+  mkdir elsewhere
+  (cd elsewhere && "$baton" resume ../r1 >../run2.out 2>&1) || { cat run2.out; fail "resume failed"; }
+  grep -q "^baton resume: working in $work, where the run started" run2.out ||
+    { head -3 run2.out; fail "resume did not say where it works"; }
   stage_losses r1 >r1.losses
   diff ref.losses r1.losses || fail "the resumed run did not end on the same losses"
-  echo "$case: SIGTERM -> exit 75, resumed to the same losses"
+  echo "$case: SIGTERM -> exit 75, resumed from another directory to the same losses"
   ;;
 bad-input)
   expect2() { # WHAT PATTERN CMD...
@@ -283,6 +290,13 @@ bad-input)
   expect2 "missing data" "data/fortunes_train.*baton data prepare" "$baton" run "$recipe" --run-dir nodata
   [[ ! -e nodata ]] || fail "missing data: the run directory was created anyway"
   mv data.hidden data
+  # data the model cannot read (byte tokens up to 257, a 256-token vocabulary): the
+  # worker says so and the run fails at once (exit 2), not after max_restarts attempts
+  set +e; "$baton" run "$recipe" --run-dir vocab --set model.vocab_size=256 >vocab.out 2>&1; rc=$?; set -e
+  [[ $rc == 2 ]] || { tail -5 vocab.out; fail "vocabulary mismatch: exit $rc, not 2"; }
+  grep -q "outside the model's vocabulary \[0, 256)" vocab.out || { tail -5 vocab.out; fail "vocabulary mismatch: unclear"; }
+  [[ $(ls vocab/logs/s00-a*.log | wc -l) == 1 ]] || fail "vocabulary mismatch: retried ($(ls vocab/logs))"
+  echo "vocabulary mismatch: one attempt, $(grep -m1 -o "token id [0-9]* .*vocabulary \[0, 256)" vocab.out)"
   ;;
 overrides)
   sets=(--set stages.pretrain.steps=6 --set stages.1.steps=3 --set stages.fp8.steps=2

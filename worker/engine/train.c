@@ -443,9 +443,11 @@ static int train_fetch(trainer *t, uint32_t j, bt_diag *diag) {
                                          (uint32_t)t->dp_size, (uint32_t)t->dp_rank, j * t->B + b);
         g = train_spike_map_sample(t->spec, g);
         size_t off = (size_t)b * t->T;
-        if (loader_get(&t->ld, g, t->tokens + off, t->targets + off) != 0) {
+        int lrc = loader_get(&t->ld, g, t->tokens + off, t->targets + off);
+        if (lrc != 0) {
             bt_diag_set(diag, "sample %llu: %s", (unsigned long long)g, loader_error(&t->ld));
-            return BT_EIO;
+            /* a token outside the vocabulary is in the data: no retry reads it otherwise */
+            return lrc == BT_ERANGE ? BT_ERECIPE : BT_EIO;
         }
     }
     train_cp_rows(t, t->B);

@@ -661,6 +661,8 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
      * attempt would read the same bytes, so it is a configuration error, not retried */
     if (load_rc == BT_EINVAL) *setup_rc = load_rc;
     rc = rc ? rc : worker_train(&t, &c, worker_save_every(spec, a), &mine, wc, rollback, diag);
+    /* data the model cannot read (a token outside its vocabulary): a configuration error */
+    if (rc == BT_ERECIPE) *setup_rc = rc;
     if (!wc->stopping) {
         worker_control_busy(wc, BATON__HEARTBEAT__PHASE__EVAL, t.step);
         rc = rc ? rc : worker_eval(&t, &mine, wc, diag);
