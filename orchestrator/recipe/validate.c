@@ -577,6 +577,15 @@ static int check_stage_names(vctx *v, const Baton__Recipe *r) {
             snprintf(f, sizeof f, "stages[%zu]", i);
             return verr(v, f, "every stage needs a name, e.g. {name: pretrain, steps: 1000}");
         }
+        const char *nm = r->stages[i]->name;
+        if (strspn(nm, "0123456789") == strlen(nm)) {
+            char f[64];
+            snprintf(f, sizeof f, "stages[%zu].name", i);
+            return verr(v, f,
+                        "stage name \"%s\" is a number: --stage and --set stages.%s name "
+                        "stages by index too; give it a name with a letter",
+                        nm, nm);
+        }
         for (size_t j = 0; j < i; j++)
             if (r->stages[i]->name && r->stages[j]->name &&
                 strcmp(r->stages[i]->name, r->stages[j]->name) == 0) {
