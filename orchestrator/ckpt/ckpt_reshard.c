@@ -61,7 +61,8 @@ static uint32_t *reshard_slot(Baton__Parallel *p, const char *key) {
 
 /* "tp2,pp2" / "tp2pp2" / "tp=2,pp=2" / "pp2v2,layers=1+2+2+1" into p (its stage_layers in
  * list). */
-static int reshard_parse_layout(const char *s, Baton__Parallel *p, uint32_t *list) {
+/* -1: not the syntax; -2: a layout reshard cannot write, why in diag. */
+static int reshard_parse_layout(const char *s, Baton__Parallel *p, uint32_t *list, bt_diag *diag) {
     baton__parallel__init(p);
     p->tp = p->pp = p->cp = p->dp = p->ep = p->virtual_stages = 1, p->zero = 0;
     while (*s) {
@@ -90,7 +91,20 @@ static int reshard_parse_layout(const char *s, Baton__Parallel *p, uint32_t *lis
     p->has_virtual_stages = 1;
     uint64_t shards = (uint64_t)p->tp * p->pp * p->ep; /* one file each */
     uint64_t block = (uint64_t)p->tp * p->dp * p->cp;  /* the fold's; reshard_write narrows */
-    return p->zero <= 1 && block % p->ep == 0 && shards <= 65536 ? 0 : -1;
+    if (p->zero > 1)
+        bt_diag_set(diag, "zero %u: reshard writes zero 0 or 1 (a ZeRO-2/3 stage loads either)",
+                    p->zero);
+    else if (block % p->ep != 0)
+        bt_diag_set(diag,
+                    "ep %u must divide the ranks the experts spread over, tp x dp x cp = %llu "
+                    "(give dp so that it does)",
+                    p->ep, (unsigned long long)block);
+    else if (shards > 65536)
+        bt_diag_set(diag, "tp x pp x ep = %llu shard files: at most 65536",
+                    (unsigned long long)shards);
+    else
+        return 0;
+    return -2;
 }
 
 typedef struct reshard_job {
@@ -294,7 +308,14 @@ int ckpt_cmd_reshard(int argc, char **argv) {
         reshard_usage(stderr);
         return BT_EXIT_USAGE;
     }
-    if (reshard_parse_layout(to, &lay, list) != 0) {
+    bt_diag diag;
+    bt_diag_init(&diag);
+    int prc = reshard_parse_layout(to, &lay, list, &diag);
+    if (prc == -2) {
+        fprintf(stderr, "baton ckpt reshard: --to %s: %s\n", to, diag.msg);
+        return BT_EXIT_USAGE;
+    }
+    if (prc != 0) {
         fprintf(stderr,
                 "baton ckpt reshard: --to %s: expected degrees like tp2,pp2,dp4,zero1 "
                 "(zero 0 or 1, ep dividing dp x cp, or tp x dp x cp for an MoE model; "
@@ -302,8 +323,6 @@ int ckpt_cmd_reshard(int argc, char **argv) {
                 to);
         return BT_EXIT_USAGE;
     }
-    bt_diag diag;
-    bt_diag_init(&diag);
     char dir[CKPT_PATH_MAX];
     Baton__Manifest *m = NULL;
     int rc = ckpt_open(path, dir, sizeof dir, &m, &diag);

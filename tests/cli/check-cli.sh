@@ -90,6 +90,10 @@ expect 2 "/heads-vs-tp\.yaml:9:14: defaults\.parallel\.tp: tp 4 does not divide 
   plan "$recipes/../tests/recipes/bad/heads-vs-tp.yaml" --set stages.0.steps=3
 expect 2 "--set stages\.nosuch\.steps=3: the recipe has no stage 'nosuch' \(its stages: pretrain, long-context, fp8" -- \
   plan "$recipes/tiny-cpu.yaml" --set stages.nosuch.steps=3
+# reshard names what is wrong with a layout it cannot write, not only the syntax
+expect 2 "--to dp2,ep4: ep 4 must divide the ranks the experts spread over, tp x dp x cp = 2" -- \
+  ckpt reshard nowhere --to dp2,ep4 --out x
+expect 2 "--to dp2,zero3: zero 3: reshard writes zero 0 or 1" -- ckpt reshard nowhere --to dp2,zero3 --out x
 # an error the file's line is cited for says which overrides were in effect (one of them
 # may be the cause: a cluster shrunk under the file's layout)
 expect 2 "tiny-cpu\.yaml:[0-9]+:[0-9]+: defaults\.parallel: .*3 devices.* \(with --set cluster\.gpus_per_node=3 in effect\)$" -- \
