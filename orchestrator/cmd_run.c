@@ -266,7 +266,7 @@ static int run_main(run_args *a) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     bt_diag diag;
     bt_diag_init(&diag);
-    static char run_abs[PATH_MAX];
+    static char run_abs[PATH_MAX], worker_abs[PATH_MAX];
     if (a->resume) { /* from anywhere: in the run's working directory (run_dir.h) */
         int moved = 0;
         if (realpath(a->run_dir, run_abs) == NULL) {
@@ -274,6 +274,9 @@ static int run_main(run_args *a) {
             return BT_EXIT_USAGE;
         }
         a->run_dir = run_abs;
+        /* a --worker path relative to here, before the run's directory becomes the current one */
+        if (a->worker && strchr(a->worker, '/') && realpath(a->worker, worker_abs) != NULL)
+            a->worker = worker_abs;
         if (run_dir_enter_workdir(a->run_dir, &moved, &diag) != 0) {
             fprintf(stderr, "baton resume: %s\n", diag.msg);
             return BT_EXIT_USAGE;
