@@ -30,7 +30,8 @@ static void test_schedule(void) {
     /* ratio 1/4: min + (lr - min) * (1 + cos(pi/4)) / 2 = 1e-4 + 9e-4 * 0.853553390593 */
     CHECK_REL(optim_lr_at(36, total, &hp), 8.68198051533946e-4, 1e-13);
     /* last step, 99 of 100: min + 9e-4 * (1 + cos(0.99 pi)) / 2, short of min_lr */
-    CHECK_REL(optim_lr_at(110, total, &hp), 1e-4 + 9e-4 * 0.5 * (1 + cos(0.99 * acos(-1.0))), 1e-13);
+    CHECK_REL(optim_lr_at(110, total, &hp), 1e-4 + 9e-4 * 0.5 * (1 + cos(0.99 * acos(-1.0))),
+              1e-13);
     CHECK_REL(optim_lr_at(111, total, &hp), 1e-4, 1e-15); /* past the schedule: min_lr */
     CHECK_REL(optim_lr_at(500, total, &hp), 1e-4, 1e-15);
     CHECK(optim_lr_at(0, total, &hp) == 0.0);
