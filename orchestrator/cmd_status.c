@@ -106,17 +106,27 @@ static void status_metrics_line(status_view *v, const char *line) {
                                                              .attempt = (uint32_t)attempt};
 }
 
-static void status_metrics(status_view *v) {
-    char path[4200], line[4096], last[4096] = "";
-    snprintf(path, sizeof path, "%s/metrics.jsonl", v->dir);
+/* Each whole line of RUN_DIR/name to on_line; a torn line (or one longer than any baton
+ * writes) is skipped. Returns the last line it passed on into last ("" for none). */
+static void status_jsonl(status_view *v, const char *name,
+                         void (*on_line)(status_view *v, const char *line), char *last,
+                         size_t cap) {
+    char path[4200], line[4096];
+    last[0] = '\0';
+    snprintf(path, sizeof path, "%s/%s", v->dir, name);
     FILE *f = fopen(path, "r");
     if (f == NULL) return;
     while (fgets(line, sizeof line, f)) {
-        if (strchr(line, '\n') == NULL) continue; /* torn, or longer than any we write */
-        memcpy(last, line, sizeof last);
-        status_metrics_line(v, line);
+        if (strchr(line, '\n') == NULL) continue;
+        snprintf(last, cap, "%s", line);
+        on_line(v, line);
     }
     fclose(f);
+}
+
+static void status_metrics(status_view *v) {
+    char last[4096];
+    status_jsonl(v, "metrics.jsonl", status_metrics_line, last, sizeof last);
     if (last[0] == '\0') return;
     v->have_metrics = 1;
     v->m_step = (uint64_t)status_num(last, "\"step\": ");
@@ -126,20 +136,18 @@ static void status_metrics(status_view *v) {
     v->m_tok = status_num(last, "\"tokens_per_s\": ");
 }
 
-/* Each stage's closing validation loss, from valid.jsonl (its last line for the stage). */
+/* A stage's closing validation loss from a line of valid.jsonl (the last for it stays). */
+static void status_valid_line(status_view *v, const char *line) {
+    double stage, loss;
+    if (!status_field(line, "\"stage_index\": ", &stage) || stage < 0 || stage >= RUN_MAX_STAGES ||
+        !status_field(line, "\"valid_loss\": ", &loss))
+        return;
+    v->has_valid[(size_t)stage] = 1, v->valid[(size_t)stage] = loss;
+}
+
 static void status_valid(status_view *v) {
-    char path[4200], line[4096];
-    snprintf(path, sizeof path, "%s/valid.jsonl", v->dir);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) return;
-    while (fgets(line, sizeof line, f)) {
-        double stage, loss;
-        if (strchr(line, '\n') == NULL || !status_field(line, "\"stage_index\": ", &stage) ||
-            stage < 0 || stage >= RUN_MAX_STAGES || !status_field(line, "\"valid_loss\": ", &loss))
-            continue;
-        v->has_valid[(size_t)stage] = 1, v->valid[(size_t)stage] = loss;
-    }
-    fclose(f);
+    char last[4096];
+    status_jsonl(v, "valid.jsonl", status_valid_line, last, sizeof last);
 }
 
 /* The run's --set overrides, so that step counts are the run's: those the journal kept as

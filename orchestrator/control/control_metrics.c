@@ -162,8 +162,9 @@ static int valid_seen_has(const control_metrics_sink *s, uint64_t stage_index, u
 /* valid.jsonl: the (stage_index, global_step) pairs kept (a pair that cannot be noted,
  * out of memory, is only written again). */
 static void valid_keep(control_metrics_sink *s, const char *line, int has, uint64_t step) {
-    const char *k = strstr(line, "\"stage_index\": ");
-    if (has && k != NULL) valid_seen_add(s, strtoull(k + 15, NULL, 10), step);
+    static const char key[] = "\"stage_index\": ";
+    const char *k = strstr(line, key);
+    if (has && k != NULL) valid_seen_add(s, strtoull(k + sizeof key - 1, NULL, 10), step);
 }
 
 static int valid_rewrite(control_metrics_sink *s, uint64_t below, bt_diag *diag) {

@@ -88,6 +88,14 @@ int tb_writer_open(tb_writer *w, const char *dir, bt_diag *diag) {
     return rc;
 }
 
+/* ev (its what filled in) stamped with step and wall_time and written. */
+static int tb_write_at(tb_writer *w, Tensorboard__Event *ev, int64_t step, double wall_time,
+                       bt_diag *diag) {
+    ev->has_wall_time = 1, ev->wall_time = wall_time;
+    ev->has_step = 1, ev->step = step;
+    return tb_write_event(w, ev, diag);
+}
+
 int tb_writer_scalars(tb_writer *w, int64_t step, double wall_time, const char *const *tags,
                       const float *values, size_t n, bt_diag *diag) {
     if (w->f == NULL) return BT_EINVAL;
@@ -104,11 +112,9 @@ int tb_writer_scalars(tb_writer *w, int64_t step, double wall_time, const char *
     sum.n_value = n;
     sum.value = pv;
     Tensorboard__Event ev = TENSORBOARD__EVENT__INIT;
-    ev.has_wall_time = 1, ev.wall_time = wall_time;
-    ev.has_step = 1, ev.step = step;
     ev.what_case = TENSORBOARD__EVENT__WHAT_SUMMARY;
     ev.summary = &sum;
-    return tb_write_event(w, &ev, diag);
+    return tb_write_at(w, &ev, step, wall_time, diag);
 }
 
 int tb_writer_session_start(tb_writer *w, int64_t step, double wall_time, bt_diag *diag) {
@@ -116,11 +122,9 @@ int tb_writer_session_start(tb_writer *w, int64_t step, double wall_time, bt_dia
     Tensorboard__SessionLog log = TENSORBOARD__SESSION_LOG__INIT;
     log.has_status = 1, log.status = TENSORBOARD__SESSION_LOG__SESSION_STATUS__START;
     Tensorboard__Event ev = TENSORBOARD__EVENT__INIT;
-    ev.has_wall_time = 1, ev.wall_time = wall_time;
-    ev.has_step = 1, ev.step = step;
     ev.what_case = TENSORBOARD__EVENT__WHAT_SESSION_LOG;
     ev.session_log = &log;
-    return tb_write_event(w, &ev, diag);
+    return tb_write_at(w, &ev, step, wall_time, diag);
 }
 
 void tb_writer_close(tb_writer *w) {

@@ -205,22 +205,22 @@ static int same_samples(const Baton__Data *a, const Baton__Data *b) {
 int recipe_data_start(const recipe_doc *doc, size_t i, const uint64_t *extra, uint64_t *start) {
     const Baton__Recipe *r = doc->recipe;
     uint64_t *end = calloc(i + 1, sizeof *end), *len = calloc(i + 1, sizeof *len);
+    const Baton__Data **dat = calloc(i + 1, sizeof *dat);
     Baton__Stage *eff = new_message(&baton__stage__descriptor);
-    int rc = end && len && eff ? 0 : BT_ENOMEM;
+    int rc = end && len && dat && eff ? 0 : BT_ENOMEM;
     if (rc == 0 && r->defaults) rc = pb_merge(&eff->base, &r->defaults->base);
     for (size_t k = 0; rc == 0 && k <= i; k++) {
         rc = effective_next(r, k, eff);
         if (rc != 0) break;
         uint64_t at = 0;
-        len[k] = eff->seq_len;
+        len[k] = eff->seq_len, dat[k] = stage_data(r, k);
         for (size_t j = 0; j < k && !stage_data_from_start(r, k); j++)
-            if (len[j] == len[k] && same_samples(stage_data(r, j), stage_data(r, k)))
-                at = end[j] > at ? end[j] : at;
+            if (len[j] == len[k] && same_samples(dat[j], dat[k])) at = end[j] > at ? end[j] : at;
         end[k] = k < i ? at + eff->steps * eff->global_batch + (extra ? extra[k] : 0) : at;
     }
     if (rc == 0) *start = end[i];
     if (eff) protobuf_c_message_free_unpacked(&eff->base, NULL);
-    free(end), free(len);
+    free(end), free(len), free(dat);
     return rc;
 }
 
