@@ -74,8 +74,11 @@ static void control_metrics_in(control_server *cs, uint32_t rank, const Baton__M
     control_metrics_write(&cs->sink, &w, &c, cs->diag);
 }
 
+/* The first Fatal, unless a configuration error (code 2) comes after another rank's:
+ * the ranks a bad input stopped fail too, often first, but the attempt failed on the
+ * input and is not to be retried. */
 static void control_fatal_in(control_server *cs, uint32_t rank, const Baton__Fatal *f) {
-    if (cs->fatal.seen) return;
+    if (cs->fatal.seen && (cs->fatal.code == 2 || f->code != 2)) return;
     cs->fatal.seen = 1;
     cs->fatal.rank = rank;
     cs->fatal.code = f->code;

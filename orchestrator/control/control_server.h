@@ -45,7 +45,7 @@ typedef struct control_rank {
     uint32_t hello_attempt; /* the attempt the worker says it belongs to */
 } control_rank;
 
-/* The first Fatal of the attempt. */
+/* The first Fatal of the attempt, or the first configuration error (code 2) after it. */
 typedef struct control_fatal {
     int seen;
     uint32_t rank;

@@ -301,8 +301,10 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
         r.node = node;
         if (c->o->slurm) run_slurm_blame(c, &r, node, sizeof node);
     }
-    int fatal = (rk && rk->exited && rk->exit_status == 2) || job->cause == LAUNCH_SPAWN_FAILED ||
-                (c->o->slurm && c->o->slurm->step_refused) || c->topo_refused;
+    int fatal = (rk && rk->exited && rk->exit_status == 2) ||
+                (c->cs_open && c->cs.fatal.seen && c->cs.fatal.code == 2) ||
+                job->cause == LAUNCH_SPAWN_FAILED || (c->o->slurm && c->o->slurm->step_refused) ||
+                c->topo_refused;
     /* Every candidate checkpoint refused (CRC mismatches, a truncated shard) twice in a
      * row: no attempt writes a checkpoint before it loads one, so the next would read the
      * same damaged bytes. Once is retried: the refusal may have been a passing I/O error. */
