@@ -1,5 +1,5 @@
 /* baton eval CKPT|RUN_DIR --data PREFIX --seq-len T --num-seqs N [--json]: the mean
- * next-token loss (one process; a bf16 or fp16 checkpoint in its precision, else fp32) of
+ * next-token loss (one process, in the checkpoint's precision) of
  * a checkpoint's model over the first N windows of T+1 consecutive tokens of a dataset as
  * the loader cuts them (loader.h): window i is tokens [iT, iT+T+1) of its documents
  * concatenated, its first T tokens the input and its last T the targets; the windows a
@@ -30,7 +30,7 @@ static void eval_usage(FILE *f) {
     fprintf(f, "usage: baton eval CKPT|RUN_DIR --data PREFIX --seq-len T --num-seqs N [--json]\n"
                "       baton eval CKPT|RUN_DIR --passkey PREFIX [--num-seqs N] [--json]\n\n"
                "Mean next-token loss of the checkpoint's model (whatever layout saved it; in\n"
-               "its precision when that is bf16 or fp16, else fp32) over the first N windows\n"
+               "its precision, fp8 with its delayed scaling) over the first N windows\n"
                "of T+1 consecutive tokens of the dataset PREFIX\n"
                "(.bin/.idx, 'baton data prepare'): window i is tokens [iT, iT+T+1) of the\n"
                "documents concatenated (consecutive windows share one token), the windows a\n"
@@ -99,18 +99,13 @@ typedef struct eval_spec {
     Baton__Data data;
 } eval_spec;
 
-/* The checkpoint's own precision where its forward needs no state (bf16, fp16: its
- * validation's numbers), else fp32 (an fp8 stage's delayed scaling is not loaded here). */
-static Baton__Precision__Type eval_precision(const Baton__Manifest *m) {
+/* The checkpoint's own precision (an fp8 one with its delayed-scaling state), so that the
+ * numbers are its stage's validation's. */
+static const char *eval_precision_name(const Baton__Manifest *m) {
     Baton__Precision__Type t = m->precision ? m->precision->type : BATON__PRECISION__TYPE__FP32;
-    return t == BATON__PRECISION__TYPE__BF16 || t == BATON__PRECISION__TYPE__FP16
-               ? t
-               : BATON__PRECISION__TYPE__FP32;
-}
-
-static const char *eval_precision_name(Baton__Precision__Type t) {
     return t == BATON__PRECISION__TYPE__BF16   ? "bf16"
            : t == BATON__PRECISION__TYPE__FP16 ? "fp16"
+           : t == BATON__PRECISION__TYPE__FP8  ? "fp8"
                                                : "fp32";
 }
 
@@ -119,34 +114,13 @@ static void eval_make_spec(eval_spec *e, const Baton__Manifest *m, const eval_ar
     baton__parallel__init(&e->par), baton__precision__init(&e->prec);
     baton__optimizer__init(&e->opt), baton__data__init(&e->data);
     e->par.tp = e->par.pp = e->par.cp = e->par.dp = e->par.ep = 1;
-    e->prec.type = eval_precision(m);
+    if (m->precision) e->prec = *m->precision; /* fp8: its format, history and margin */
     e->stage.name = "eval", e->stage.steps = 1, e->stage.seq_len = a->seq_len;
     e->stage.global_batch = e->stage.micro_batch = b;
     e->stage.parallel = &e->par, e->stage.precision = &e->prec, e->stage.optimizer = &e->opt;
     e->data.train = (char *)a->data;
     e->spec.recipe_name = m->recipe_name, e->spec.model = m->model;
     e->spec.stage = &e->stage, e->spec.data = &e->data;
-}
-
-/* The loss over the first a->num_seqs windows of ld (at most what it holds). */
-static int eval_run(trainer *t, loader *ld, const eval_args *a, double *loss, bt_diag *diag) {
-    uint64_t T = a->seq_len;
-    double sum = 0;
-    int rc = 0;
-    for (uint64_t i = 0; rc == 0 && i < a->num_seqs; i += t->B) {
-        uint32_t b = 0;
-        for (; rc == 0 && b < t->B && i + b < a->num_seqs; b++)
-            rc = loader_get_window(ld, i + b, t->tokens + b * T, t->targets + b * T);
-        if (rc != 0) {
-            bt_diag_set(diag, "%s: %s", a->data, loader_error(ld));
-            break;
-        }
-        float l = 0;
-        rc = model_forward(&t->m, t->tokens, t->targets, (int)b, (int)T, &l);
-        sum += (double)l * b;
-    }
-    *loss = sum / (double)a->num_seqs;
-    return rc;
 }
 
 /* PREFIX cut into windows of T+1 tokens; *n_io clamped to the windows it holds (none: an
@@ -173,7 +147,7 @@ typedef struct eval_result {
     double loss, accuracy, digits;
     uint64_t docs;
     uint32_t length;
-    const char *precision; /* the forward's number format (eval_precision) */
+    const char *precision; /* the forward's number format (eval_precision_name) */
 } eval_result;
 
 /* Passkey mode: a trainer for the longest document, then the accuracy. */
@@ -195,6 +169,7 @@ static int eval_passkey_run(const eval_args *a0, const Baton__Manifest *m, const
     rc = res->pred ? train_init(&t, &e.spec, NULL, diag) : BT_ENOMEM;
     if (rc == 0) {
         rc = train_ckpt_load_params(&t, dir, m, diag);
+        if (rc == 0) train_gemms_begin(&t);
         rc = rc ? rc
                 : eval_passkey(&t, &ds, max_docs, &res->accuracy, &res->digits, res->pred,
                                &res->docs, diag);
@@ -219,20 +194,21 @@ static int eval_checkpoint(eval_args *a, eval_result *res, bt_diag *diag) {
         return rc;
     }
     double *loss = &res->loss;
-    res->precision = eval_precision_name(eval_precision(m));
+    res->precision = eval_precision_name(m);
     eval_spec e;
     loader ld;
     trainer t;
     rc = eval_open(&ld, a, m->model->vocab_size, &a->num_seqs, diag);
-    int opened = rc == 0;
-    eval_make_spec(&e, m, a, a->num_seqs < EVAL_BATCH ? (uint32_t)a->num_seqs : EVAL_BATCH);
+    if (rc == 0) loader_close(&ld); /* opened to check and clamp; train_eval reads */
+    if (a->num_seqs > UINT32_MAX) a->num_seqs = UINT32_MAX;
+    uint32_t n = (uint32_t)a->num_seqs;
+    eval_make_spec(&e, m, a, n < EVAL_BATCH ? n : EVAL_BATCH);
     rc = rc ? rc : train_init(&t, &e.spec, NULL, diag);
     if (rc == 0) {
         rc = train_ckpt_load_params(&t, dir, m, diag);
-        rc = rc ? rc : eval_run(&t, &ld, a, loss, diag);
+        rc = rc ? rc : train_eval(&t, a->data, &n, loss, diag); /* the run's validation */
         train_free(&t);
     }
-    if (opened) loader_close(&ld);
     baton__manifest__free_unpacked(m, NULL);
     return rc;
 }

@@ -836,6 +836,7 @@ stages:
   - {name: full, steps: 3, precision: fp32}
   - {name: half, steps: 3, precision: bf16}
   - {name: own, steps: 3, precision: fp32}
+  - {name: eight, steps: 3, precision: fp8}
 YAML
   sed 's/peak_tflops_bf16: 0.05}/peak_tflops_bf16: 0.05, peak_tflops_fp32: 0.01}/' mfu.yaml >mfu32.yaml
   for r in mfu mfu32; do
@@ -844,8 +845,8 @@ YAML
   done
   /usr/bin/python3 - <<'PY' || fail "the logged mfu is not over the plan's peak"
 import json
-for run, want in (("mfu", {"full": 0.025, "half": 0.05, "own": 0.025}),
-                  ("mfu32", {"full": 0.01, "half": 0.05, "own": 0.01})):
+for run, want in (("mfu", {"full": 0.025, "half": 0.05, "own": 0.025, "eight": 0.1}),
+                  ("mfu32", {"full": 0.01, "half": 0.05, "own": 0.01, "eight": 0.1})):
     flops = {s["name"]: s["flops_per_step"] for s in json.load(open(run + ".plan.json"))["stages"]}
     for r in map(json.loads, open(run + "/metrics.jsonl")):
         peak = flops[r["stage"]] / (r["step_time_s"] * r["mfu"]) / 1e12
@@ -854,8 +855,9 @@ print("the logged mfu divides by the plan's peak: fp32 bf16/2 or peak_tflops_fp3
 PY
   # baton eval on a stage's final checkpoint reproduces its closing validation (the same
   # windows: the first N of the valid set in file order)
-  # (stage full in fp32, half in bf16: eval takes a bf16 checkpoint's precision)
-  for i in 0 1; do
+  # (stage full in fp32, half in bf16, eight in fp8: eval takes the checkpoint's precision,
+  # an fp8 one's delayed scaling with it)
+  for i in 0 1 3; do
     read -r vloss vn < <(/usr/bin/python3 -c '
 import json, sys
 r = [json.loads(l) for l in open("mfu/valid.jsonl")][int(sys.argv[1])]

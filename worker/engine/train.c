@@ -338,10 +338,7 @@ void train_free(trainer *t) {
     memset(t, 0, sizeof *t);
 }
 
-/* Before a step or an evaluation: the GEMMs' cached weight conversions dropped (the last
- * update changed the weights), scales from the delayed-scaling state into the GEMMs, and
- * the GEMMs' running amaxes (model.h: amax_acc, in backend memory) zeroed. */
-static void train_gemms_begin(trainer *t) {
+void train_gemms_begin(trainer *t) {
     model_weights_changed(&t->m);
     if (t->fp8 == NULL) return;
     for (int g = 0; g < train_n_gemm(t); g++)

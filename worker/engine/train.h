@@ -174,6 +174,12 @@ int train_fp8_calibrate(trainer *t, uint32_t *n_micro, float *lo, float *hi, bt_
 /* Every GEMM's delayed-scaling state back to scale 1 and an empty history, fresh. */
 void train_fp8_reset(trainer *t);
 
+/* Before a step or a forward outside one (evaluation, after weights were loaded): the
+ * GEMMs' cached weight conversions dropped (the weights changed), scales from the
+ * delayed-scaling state into the GEMMs, and the GEMMs' running amaxes (model.h: amax_acc,
+ * in backend memory) zeroed. */
+void train_gemms_begin(trainer *t);
+
 /* Mean next-token loss over the first *n windows of the dataset prefix in file order (no
  * update; loader_get_window: what `baton eval` reads), at
  * most the windows it holds (more would count some twice): *n gets how many were

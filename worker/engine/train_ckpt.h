@@ -68,8 +68,9 @@ void train_ckpt_free(train_ckpt *c);
  * checkpoint, or when a rank refuses that one (damaged, truncated) the newest one every
  * rank can load, each refusal printed. Collective over world (NULL: one process). */
 int train_ckpt_load(trainer *t, const char *path, comm *world, bt_diag *diag);
-/* Parameters only (no optimizer state or position), e.g. for evaluation; m's keys sorted
- * (ckpt_manifest_sort_keys). */
+/* Parameters (and, when t runs fp8, the delayed-scaling state, which m must hold) without
+ * optimizer state or position, e.g. for evaluation; m's keys sorted
+ * (ckpt_manifest_sort_keys). Then train_gemms_begin before a forward. */
 int train_ckpt_load_params(trainer *t, const char *dir, const Baton__Manifest *m, bt_diag *diag);
 
 /* Shared by saving and loading. Tensor mt's global shape and this rank's box of it (a

@@ -82,14 +82,6 @@ static int load_params(trainer *t, ckpt_reader *r, bt_diag *diag) {
     return 0;
 }
 
-int train_ckpt_load_params(trainer *t, const char *dir, const Baton__Manifest *m, bt_diag *diag) {
-    ckpt_reader r;
-    ckpt_reader_init(&r, dir, m);
-    int rc = load_params(t, &r, diag);
-    ckpt_reader_close(&r);
-    return rc;
-}
-
 static int load_moments(trainer *t, ckpt_reader *r, bt_diag *diag) {
     static const char *const prefix[2] = {"optim.exp_avg.", "optim.exp_avg_sq."};
     for (int i = 0; i < model_n_tensors(&t->m); i++) {
@@ -157,6 +149,15 @@ static int load_fp8(trainer *t, ckpt_reader *r, bt_diag *diag) {
         t->fp8[g].fresh = loaded < BACKEND_FP8_SLOTS; /* calibrated before step 1 */
     }
     return 0;
+}
+
+int train_ckpt_load_params(trainer *t, const char *dir, const Baton__Manifest *m, bt_diag *diag) {
+    ckpt_reader r;
+    ckpt_reader_init(&r, dir, m);
+    int rc = load_params(t, &r, diag);
+    rc = rc ? rc : load_fp8(t, &r, diag); /* nothing unless t runs fp8 */
+    ckpt_reader_close(&r);
+    return rc;
 }
 
 static int load_model_matches(const trainer *t, const Baton__Manifest *m, const char *dir,
