@@ -42,16 +42,33 @@ static int path_within(const char *path, const char *base) {
     return strncmp(path, base, n) == 0 && (path[n] == '\0' || path[n] == '.' || path[n] == '[');
 }
 
+/* Whether under, a path within block path, is one the check names: keys NULL (any), the
+ * block itself, or a field of it in keys, a comma-separated list ("tp,pp,cp"), or under
+ * one. */
+static int path_implicated(const char *under, const char *path, const char *keys) {
+    size_t n = strlen(path);
+    if (keys == NULL || under[n] == '\0') return 1;
+    const char *f = under + n + 1;
+    size_t flen = strcspn(f, ".[");
+    for (const char *k = keys; *k != '\0';) {
+        size_t klen = strcspn(k, ",");
+        if (klen == flen && strncmp(k, f, flen) == 0) return 1;
+        k += klen + (k[klen] == ',');
+    }
+    return 0;
+}
+
 /* Where the value at path came from, NULL when nowhere: the last --set override that
- * wrote it or a field under it (a check of parallel that fails after --set
- * defaults.parallel.tp=3 is the override's doing), else the file's entry for path, else
- * an override that wrote a block holding it. */
-static const recipe_pos *pos_origin(const recipe_doc *doc, const char *path) {
+ * wrote it or a field under it that the check names (keys: path_implicated; a check of
+ * parallel's tp×pp×cp that fails after --set defaults.parallel.tp=3 is the override's
+ * doing, one after --set defaults.parallel.zero=1 is not), else the file's entry for
+ * path, else an override that wrote a block holding it. */
+static const recipe_pos *pos_origin(const recipe_doc *doc, const char *path, const char *keys) {
     const recipe_pos *set = NULL, *exact = NULL, *above = NULL;
     for (size_t k = 0; k < doc->npos; k++) {
         const recipe_pos *p = &doc->pos[k];
         if (p->set != NULL && path_within(p->path, path))
-            set = p;
+            set = path_implicated(p->path, path, keys) ? p : set;
         else if (p->set == NULL && strcmp(p->path, path) == 0)
             exact = p;
         else if (p->set != NULL && path_within(path, p->path))
@@ -65,7 +82,7 @@ static const recipe_pos *pos_origin(const recipe_doc *doc, const char *path) {
  * live at the top or in the model, like data and rope) the recipe's top level or the
  * model, else the stage itself. */
 static const recipe_pos *stage_field_where(const recipe_doc *doc, long i, const char *field,
-                                           char *path, size_t cap) {
+                                           const char *keys, char *path, size_t cap) {
     for (long k = i; k >= -3; k--) {
         if (k >= 0)
             snprintf(path, cap, "stages[%ld].%s", k, field);
@@ -75,7 +92,7 @@ static const recipe_pos *stage_field_where(const recipe_doc *doc, long i, const 
             snprintf(path, cap, "%s", field);
         else
             snprintf(path, cap, "model.%s", field);
-        const recipe_pos *p = pos_origin(doc, path);
+        const recipe_pos *p = pos_origin(doc, path, keys);
         if (p != NULL) return p;
     }
     snprintf(path, cap, "stages[%ld]", i);
@@ -86,7 +103,8 @@ static const recipe_pos *stage_field_where(const recipe_doc *doc, long i, const 
 
 /* Reports a problem with field: a stage-relative name when checking a stage,
  * else a recipe path ("model.n_heads"). The place is the file's line and column, or the
- * --set override that wrote the value. */
+ * --set override that wrote the value. A block's check names the fields it reads in
+ * braces, "parallel{tp,pp,cp}": only an override of one of them is its cause. */
 static int verr(vctx *v, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -112,15 +130,18 @@ static void overrides_note(const recipe_doc *doc, char *out, size_t cap) {
     if (shown > 0 && used + 12 < cap) snprintf(out + used, cap - used, " in effect)");
 }
 
-static int verr(vctx *v, const char *field, const char *fmt, ...) {
-    char path[256], msg[1536], place[400], stage[320] = "", note[512] = "";
+static int verr(vctx *v, const char *field0, const char *fmt, ...) {
+    char path[256], msg[1536], place[400], stage[320] = "", note[512] = "", field[128];
     const recipe_pos *p;
+    snprintf(field, sizeof field, "%s", field0);
+    char *keys = strchr(field, '{');
+    if (keys != NULL) *keys++ = '\0', keys[strcspn(keys, "}")] = '\0';
     if (v->stage >= 0) {
-        p = stage_field_where(v->doc, v->stage, field, path, sizeof path);
+        p = stage_field_where(v->doc, v->stage, field, keys, path, sizeof path);
         snprintf(stage, sizeof stage, " (stage %ld \"%s\")", v->stage, v->stage_name);
     } else {
         snprintf(path, sizeof path, "%s", field);
-        p = pos_origin(v->doc, path);
+        p = pos_origin(v->doc, path, keys);
         if (p == NULL) p = recipe_doc_find(v->doc, path);
     }
     if (p != NULL && p->set != NULL)
@@ -290,18 +311,18 @@ static int check_world(vctx *v, const Baton__Parallel *p, const Baton__Cluster *
     uint64_t world = (uint64_t)c->nodes * c->gpus_per_node;
     uint64_t inner = mul_sat(mul_sat(p->tp, p->pp), p->cp);
     uint32_t dp = p->dp;
-    REQUIRE(inner <= world, v, "parallel",
+    REQUIRE(inner <= world, v, "parallel{tp,pp,cp}",
             "tp×pp×cp = %u×%u×%u is more than the %llu devices of the cluster (%u nodes × %u)",
             p->tp, p->pp, p->cp, (unsigned long long)world, c->nodes, c->gpus_per_node);
     if (dp == 0) {
-        REQUIRE(world % inner == 0, v, "parallel",
+        REQUIRE(world % inner == 0, v, "parallel{tp,pp,cp,dp}",
                 "dp auto: tp×pp×cp = %u×%u×%u = %llu does not divide the %llu devices of the "
                 "cluster (%u nodes × %u)",
                 p->tp, p->pp, p->cp, (unsigned long long)inner, (unsigned long long)world, c->nodes,
                 c->gpus_per_node);
         dp = (uint32_t)(world / inner);
     }
-    REQUIRE(mul_sat(inner, dp) == world, v, "parallel",
+    REQUIRE(mul_sat(inner, dp) == world, v, "parallel{tp,pp,cp,dp}",
             "tp×pp×dp×cp = %u×%u×%u×%u = %llu but the cluster has %u nodes × %u devices = "
             "%llu (set dp: auto to derive dp)",
             p->tp, p->pp, dp, p->cp, (unsigned long long)mul_sat(inner, dp), c->nodes,
@@ -460,7 +481,7 @@ static int check_layout(vctx *v, const Baton__Model *m, const Baton__Parallel *p
     /* what baton run would refuse once the ranks report their hosts (run_topology.h) */
     static const enum layout_dim hungry[] = {LAYOUT_TP, LAYOUT_CP, LAYOUT_EP};
     for (int i = 0; c->strict_topology && i < 3; i++)
-        REQUIRE(!layout_any_group_crosses(&l, hungry[i]), v, "parallel",
+        REQUIRE(!layout_any_group_crosses(&l, hungry[i]), v, "parallel{tp,cp,ep,dp,pp,order}",
                 "a %s group of %u ranks spans nodes (gpus_per_node %u), which "
                 "cluster.strict_topology refuses: shrink it or move it earlier in "
                 "parallel.order",
@@ -496,7 +517,7 @@ static int check_precision(vctx *v, const Baton__Model *m, const Baton__Precisio
     int rc = pr != NULL ? check_loss_scale(v, pr) : 0;
     if (rc != 0) return rc;
     if (pr == NULL || pr->type != BATON__PRECISION__TYPE__FP8) return 0;
-    REQUIRE(m->dim % 16 == 0 && m->ffn_dim % 16 == 0, v, "precision",
+    REQUIRE(m->dim % 16 == 0 && m->ffn_dim % 16 == 0, v, "precision{type}",
             "fp8 GEMMs need dim (%u) and ffn_dim (%u) divisible by 16", m->dim, m->ffn_dim);
     REQUIRE(pr->amax_history >= 1, v, "precision.amax_history",
             "fp8 delayed scaling needs amax_history of at least 1");

@@ -98,6 +98,9 @@ expect 2 "--to dp2,zero3: zero 3: reshard writes zero 0 or 1" -- ckpt reshard no
 # may be the cause: a cluster shrunk under the file's layout)
 expect 2 "tiny-cpu\.yaml:[0-9]+:[0-9]+: defaults\.parallel: .*3 devices.* \(with --set cluster\.gpus_per_node=3 in effect\)$" -- \
   plan "$recipes/tiny-cpu.yaml" --set cluster.gpus_per_node=3
+# ... and an override of another field of the block the check reads is not its cause
+expect 2 "tiny-cpu\.yaml:[0-9]+:[0-9]+: defaults\.parallel: tp×pp×cp.*3 devices.* \(with --set cluster\.gpus_per_node=3, --set defaults\.parallel\.zero=1 in effect\)$" -- \
+  plan "$recipes/tiny-cpu.yaml" --set cluster.gpus_per_node=3 --set defaults.parallel.zero=1
 
 # baton submit --dry-run: the script asks for the devices of a CUDA recipe, runs where
 # submit ran (relative data paths), and refuses what an #SBATCH line cannot hold.
