@@ -171,6 +171,71 @@ static int submit_reserved_check(const char *opt, bt_diag *diag) {
     return BT_EINVAL;
 }
 
+/* sbatch options that need a value (sbatch(1); the usual ones, long and short): given
+ * bare (no '=', nothing attached, no value after it), sbatch would refuse the script. */
+static const char *const submit_valued[] = {
+    "--time",
+    "-t",
+    "--partition",
+    "-p",
+    "--account",
+    "-A",
+    "--qos",
+    "-q",
+    "--job-name",
+    "-J",
+    "--constraint",
+    "-C",
+    "--dependency",
+    "-d",
+    "--exclude",
+    "-x",
+    "--nodelist",
+    "-w",
+    "--cpus-per-task",
+    "-c",
+    "--array",
+    "-a",
+    "--licenses",
+    "-L",
+    "--mem",
+    "--mem-per-cpu",
+    "--mem-per-gpu",
+    "--mail-type",
+    "--mail-user",
+    "--reservation",
+    "--begin",
+    "--signal",
+    "--comment",
+    "--gres",
+    "--time-min",
+    "--deadline",
+    "--wckey",
+    "--export",
+    "--cluster",
+    "-M",
+    "--error",
+    "-e",
+    "--input",
+    "-i",
+    "--priority",
+    "--switches",
+    "--cores-per-socket",
+    "--gpus-per-task",
+    "--cpus-per-gpu",
+};
+
+static int submit_bare_check(const char *opt, const char *value, bt_diag *diag) {
+    if (value != NULL) return 0;
+    for (size_t k = 0; k < sizeof submit_valued / sizeof submit_valued[0]; k++)
+        if (strcmp(opt, submit_valued[k]) == 0) {
+            bt_diag_set(diag, "sbatch option '%s' needs a value (%s=VALUE or %s VALUE)", opt, opt,
+                        opt);
+            return BT_EINVAL;
+        }
+    return 0;
+}
+
 static int submit_check(const submit_opts *o, bt_diag *diag) {
     int rc = submit_check_word("the run directory", o->run_dir, 0, diag);
     rc = rc ? rc : submit_check_word("the working directory", o->workdir, 0, diag);
@@ -178,6 +243,9 @@ static int submit_check(const submit_opts *o, bt_diag *diag) {
     for (int i = 0; rc == 0 && i < o->n_sbatch; i++) {
         rc = submit_check_word("the sbatch option", o->sbatch[i], 1, diag);
         rc = rc ? rc : submit_reserved_check(o->sbatch[i], diag);
+        rc =
+            rc ? rc
+               : submit_bare_check(o->sbatch[i], o->sbatch_value ? o->sbatch_value[i] : NULL, diag);
         if (rc == 0 && o->sbatch_value && o->sbatch_value[i])
             rc = submit_check_word("the sbatch option's value", o->sbatch_value[i], 1, diag);
     }

@@ -133,6 +133,10 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
     submit "$small" --run-dir r5 --dry-run --out=x
   expect 2 "sbatch option '--ntasks=3': the batch script sets --ntasks itself" -- \
     submit "$small" --run-dir r5 --dry-run --ntasks=3
+  # a value-taking option given bare would make sbatch refuse the script
+  expect 2 "sbatch option '--time' needs a value \(--time=VALUE or --time VALUE\)" -- \
+    submit "$small" --run-dir r5 --dry-run --requeue --time
+  expect 2 "sbatch option '-p' needs a value" -- submit "$small" --run-dir r5 --dry-run -p --requeue
   [[ ! -e r5/baton.sbatch ]] || { echo "FAIL: a script with a reserved option was written"; exit 1; }
   expect 0 "wrote" -- submit --time 1:00:00 "$small" --requeue --run-dir r6 --dry-run \
     -p debug -- --qos high -J name --exclusive
