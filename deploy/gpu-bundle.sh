@@ -52,6 +52,9 @@ done
 cp "$build/lib/baton-cuda.so" "$root/lib/"
 bundle_libs "$build/lib/baton-cuda.so"
 git -C "$src" rev-parse HEAD >"$root/COMMIT" 2>/dev/null || echo unknown >"$root/COMMIT"
+# The sources it was built from (every tracked file as it is now), which gpu-check.sh
+# compares with the tree it runs in: a bundle older than the tests it runs is refused.
+(cd "$src" && git ls-files -z | xargs -0 sha256sum) >"$root/SOURCES.sha256"
 tar -C "$stage" -cJf "$out/bundle.tar.xz" baton-bundle
 echo "$out/bundle.tar.xz: $(du -h "$out/bundle.tar.xz" | cut -f1) ($(ls "$root/lib" | wc -l) libraries," \
   "$(du -sh "$root" | cut -f1) unpacked), commit $(cat "$root/COMMIT")"

@@ -327,6 +327,11 @@ static int lt_setup(cuda_ctx *c, lt_gemm *g, int may_refuse) {
         if (!e->refused) e->algo = res.algo;
         e->valid = 1;
         hit = e;
+        if (e->refused && may_refuse) /* once per shape: the fallback's cost shows why */
+            fprintf(stderr,
+                    "baton-cuda: cuBLASLt has no algorithm for m %d n %d k %d, types %d x %d, "
+                    "alignments %d/%d/%d bytes (status %d): carried in bf16\n",
+                    g->m, g->n, g->k, (int)g->A.type, (int)g->B.type, aa, ab, ad, (int)s);
     }
     if (!hit->refused) {
         g->algo = hit->algo;
