@@ -302,12 +302,21 @@ __global__ void att_tc_delta_kernel(float *dq, const float *dout, const float *o
     if (lane == 0) dq[r / H * ld + r % H * hd] = (float)s;
 }
 
-/* dk, dv of TC_ROWS keys of (b, g), 16 per warp: sums over the group's query heads in
- * order and over the query tiles (BQ rows) from the block's first key on. Blocks: key
- * tiles in order (the first ones are the heaviest) times (b, g). */
+/* Where the dk/dv kernel writes: dk and dv (row stride ld, kv head g at column g hd) when
+ * the group's query heads are not split (slices 1), else slice s's partial sums at
+ * dk + s sstride (and dv's), summed by att_tc_slices_kernel. */
+typedef struct tc_dkdv_out {
+    float *dk, *dv;
+    size_t ld, sstride;
+    int slices; /* the group's query heads in this many slices, one block each */
+} tc_dkdv_out;
+
+/* dk, dv of TC_ROWS keys of (b, g), 16 per warp: sums over the query heads of the block's
+ * slice of the group in order and over the query tiles (BQ rows) from the block's first
+ * key on. Blocks: key tiles in order (the first ones are the heaviest) times (b, g, slice). */
 template <int HD, int BQ>
 __global__ void __launch_bounds__(TC_THREADS)
-    att_tc_dkdv_kernel(att_args a, float *dk, float *dv, const float *dq_park, const float *dout,
+    att_tc_dkdv_kernel(att_args a, tc_dkdv_out o, const float *dq_park, const float *dout,
                        const float *lse) {
     typedef tc_dkdv_layout<HD, BQ> L;
     extern __shared__ __align__(128) unsigned char tc_smem[];
@@ -319,9 +328,12 @@ __global__ void __launch_bounds__(TC_THREADS)
     bf16 *ps = (bf16 *)(tc_smem + L::P) + warp * 16 * L::LDP;
     bf16 *dss = (bf16 *)(tc_smem + L::DS) + warp * 16 * L::LDP;
     float *lse_s = (float *)(tc_smem + L::LSE), *del_s = (float *)(tc_smem + L::DEL);
-    int T = a.Tq, hd = a.hd, nt = hd / 16, nbg = a.B * a.KV, rep = a.H / a.KV;
-    int j0b = (int)(blockIdx.x / nbg) * TC_ROWS, bg = (int)(blockIdx.x % nbg);
+    int T = a.Tq, hd = a.hd, nt = hd / 16, nbg = a.B * a.KV * o.slices;
+    int per = a.H / a.KV / o.slices; /* query heads per slice */
+    int j0b = (int)(blockIdx.x / nbg) * TC_ROWS, bgs = (int)(blockIdx.x % nbg);
+    int sl = bgs % o.slices, bg = bgs / o.slices;
     int g = bg % a.KV, b = bg / a.KV, wj0 = j0b + 16 * warp;
+    int h0 = g * (a.H / a.KV) + sl * per;
     int nk = T - j0b < TC_ROWS ? T - j0b : TC_ROWS;
     size_t ldo = (size_t)a.H * hd;
     tc_stage<HD>(ks, L::LDH, a.k + (size_t)b * T * a.ldkv + (size_t)g * hd, a.ldkv, j0b, nk,
@@ -337,7 +349,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         }
     bool live = wj0 < T;
     const bf16 *kw = ks + (size_t)warp * 16 * L::LDH, *vw = vs + (size_t)warp * 16 * L::LDH;
-    for (int h = g * rep; h < (g + 1) * rep; h++) {
+    for (int h = h0; h < h0 + per; h++) {
         const float *qb = a.q + (size_t)b * T * a.ldq + (size_t)h * hd;
         const float *db = dout + (size_t)b * T * ldo + (size_t)h * hd;
         const float *lb = lse + ((size_t)b * a.H + h) * T;
@@ -385,14 +397,33 @@ __global__ void __launch_bounds__(TC_THREADS)
         }
     }
     if (!live) return;
-    float *dkb = dk + (size_t)b * T * a.ldkv + (size_t)g * hd;
-    float *dvb = dv + (size_t)b * T * a.ldkv + (size_t)g * hd;
+    size_t at = (size_t)sl * o.sstride + (size_t)b * T * o.ld + (size_t)g * hd;
+    float *dkb = o.dk + at, *dvb = o.dv + at;
 #pragma unroll
     for (int t = 0; t < HD / 16; t++)
         if (t < nt) {
-            tc_write_tile(dkb + t * 16, a.ldkv, wj0, T, dkf[t], ss, L::LDS, NULL);
-            tc_write_tile(dvb + t * 16, a.ldkv, wj0, T, dvf[t], ss, L::LDS, NULL);
+            tc_write_tile(dkb + t * 16, o.ld, wj0, T, dkf[t], ss, L::LDS, NULL);
+            tc_write_tile(dvb + t * 16, o.ld, wj0, T, dvf[t], ss, L::LDS, NULL);
         }
+}
+
+/* dk, dv (row stride ldkv) = the sum of the slices' partial sums (part: slices blocks of
+ * sstride floats, row stride KV hd; dv's follow dk's at vpart), in slice order. */
+__global__ void att_tc_slices_kernel(float *dk, float *dv, int ldkv, const float *part,
+                                     const float *vpart, size_t sstride, int slices, size_t rows,
+                                     int w) {
+    size_t n = rows * (size_t)w;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
+         e += (size_t)gridDim.x * blockDim.x) {
+        size_t r = e / (size_t)w, x = e % (size_t)w;
+        float sk = 0.0f, sv = 0.0f;
+        for (int s = 0; s < slices; s++) {
+            sk += part[(size_t)s * sstride + e];
+            sv += vpart[(size_t)s * sstride + e];
+        }
+        dk[r * ldkv + x] = sk;
+        dv[r * ldkv + x] = sv;
+    }
 }
 
 /* dq of TC_ROWS query rows of (b, h), 16 per warp, over the keys up to the causal bound
@@ -501,6 +532,58 @@ template <int HD, int BK> static void tc_forward(cuda_ctx *c, att_args a, float 
     CUDA_LAUNCHED(c, "att_tc_forward_kernel");
 }
 
+/* Under grouped-query attention the dk/dv kernel's blocks, one per (key tile, sequence, kv
+ * head), each loop over the group's query heads: few blocks, the first key tile's doing
+ * rep times the causal triangle's longest row alone (the 1.1B benchmark model, 4 kv heads
+ * of 8 query heads, at 4K: 256 blocks, the longest 512 tile steps against 63 per block
+ * slot on average). So the group splits into the fewest slices (a divisor of rep) that
+ * give TC_DKDV_BLOCKS blocks, each writing partial sums that a second kernel adds in slice
+ * order: a function of the shapes alone, so results stay the same run to run. */
+#define TC_DKDV_BLOCKS 1024
+
+static int tc_dkdv_slices(const att_args *a, unsigned tiles) {
+    int rep = a->H / a->KV, s = 1;
+    size_t blocks = (size_t)tiles * a->B * a->KV;
+    while (s < rep && blocks * s < TC_DKDV_BLOCKS) {
+        s++;
+        while (rep % s != 0) /* ends at rep */
+            s++;
+    }
+    return s;
+}
+
+/* The slices' partial sums: c->att_part, grown to floats (an allocation synchronizes the
+ * device: at the first backward of the largest shape only). */
+static float *tc_part(cuda_ctx *c, size_t floats) {
+    if (c->att_part_floats >= floats) return c->att_part;
+    if (c->att_part) cudaFree(c->att_part);
+    c->att_part = NULL, c->att_part_floats = 0;
+    cudaError_t e = cudaMalloc((void **)&c->att_part, floats * sizeof(float));
+    cuda_check(c, e, "attention backward: cudaMalloc of the dk/dv slices");
+    if (e != cudaSuccess) return c->att_part = NULL;
+    c->att_part_floats = floats;
+    return c->att_part;
+}
+
+template <int HD, int BQ>
+static void tc_dkdv(cuda_ctx *c, att_args a, unsigned tiles, float *dk, float *dv,
+                    const float *dq_park, const float *dout, const float *lse, size_t bytes) {
+    int S = tc_dkdv_slices(&a, tiles);
+    size_t rows = (size_t)a.B * a.Tq, w = (size_t)a.KV * a.hd, sstride = rows * w;
+    tc_dkdv_out o = {dk, dv, (size_t)a.ldkv, 0, 1};
+    float *part = S > 1 ? tc_part(c, 2 * (size_t)S * sstride) : NULL;
+    if (S > 1 && part == NULL) return; /* recorded */
+    if (S > 1) o = {part, part + (size_t)S * sstride, w, sstride, S};
+    att_tc_dkdv_kernel<HD, BQ>
+        <<<tiles * a.B * a.KV * S, TC_THREADS, bytes, c->stream>>>(a, o, dq_park, dout, lse);
+    CUDA_LAUNCHED(c, "att_tc_dkdv_kernel");
+    if (S == 1) return;
+    unsigned n = (unsigned)((rows * w + 255) / 256 < 65535 ? (rows * w + 255) / 256 : 65535);
+    att_tc_slices_kernel<<<n, 256, 0, c->stream>>>(dk, dv, a.ldkv, o.dk, o.dv, sstride, S, rows,
+                                                   (int)w);
+    CUDA_LAUNCHED(c, "att_tc_slices_kernel");
+}
+
 template <int HD, int BQ, int BK>
 static void tc_backward(cuda_ctx *c, att_args a, float *dq, float *dk, float *dv, const float *dout,
                         const float *lse) {
@@ -509,9 +592,7 @@ static void tc_backward(cuda_ctx *c, att_args a, float *dq, float *dk, float *dv
     if (!tc_smem(c, att_tc_dkdv_kernel<HD, BQ>, b1, "att_tc_dkdv_kernel (smem)") ||
         !tc_smem(c, att_tc_dq_kernel<HD, BK>, b2, "att_tc_dq_kernel (smem)"))
         return;
-    att_tc_dkdv_kernel<HD, BQ>
-        <<<tiles * a.B * a.KV, TC_THREADS, b1, c->stream>>>(a, dk, dv, dq, dout, lse);
-    CUDA_LAUNCHED(c, "att_tc_dkdv_kernel");
+    tc_dkdv<HD, BQ>(c, a, tiles, dk, dv, dq, dout, lse, b1);
     att_tc_dq_kernel<HD, BK><<<tiles * a.B * a.H, TC_THREADS, b2, c->stream>>>(a, dq, dout, lse);
     CUDA_LAUNCHED(c, "att_tc_dq_kernel");
 }

@@ -70,6 +70,10 @@ typedef struct cuda_ctx {
     cuda_adamw_chunk *adamw_dev;  /* device (2 * CUDA_ADAMW_TABLE) */
     cudaEvent_t adamw_copied[2];  /* recorded behind each half's last host-to-device copy */
     int adamw_half;               /* the half the next batch fills (calls alternate too) */
+    float *att_part; /* device (att_part_floats): the tensor-core dk/dv kernel's per-slice
+                      * partial sums under grouped-query attention (cuda_attention_tc.cu);
+                      * grown on first need, used on stream only */
+    size_t att_part_floats;
     int att_fp32;    /* BATON_CUDA_ATTENTION=fp32 at init: attention keeps to the float32
                       * kernels whatever the precision (cuda_attention_tc.cu) */
     int fp8_carried; /* BATON_CUDA_FP8=carried at init: fp8 products carried in bf16
