@@ -675,6 +675,7 @@ PY
 fp16-skips)
   sed -n '1,/^stages:/p' "$src/tests/engine/fp16.yaml" >fp16.yaml
   sed -n '/^  - name: overflow/,$p' "$src/tests/engine/fp16.yaml" >>fp16.yaml
+  echo "  - {name: after, steps: 4}" >>fp16.yaml # fp16 again: takes the scale overflow found
   "$baton" run fp16.yaml --run-dir r1 >run.out 2>&1 || fail "the fp16 run failed"
   log=r1/logs/s00-a00.log
   # every rank prints the skip; rank 0's lines are the ones counted
@@ -686,14 +687,19 @@ fp16-skips)
   /usr/bin/python3 - r1/metrics.jsonl <<'PY' || fail "metrics.jsonl lacks the fp16 figures"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
+after = [r for r in rows if r["stage"] == "after"]
+rows = [r for r in rows if r["stage"] == "overflow"]
 assert [r["step"] for r in rows] == list(range(1, 21)), rows
 over = [r["step"] for r in rows if r["overflow"]]
 assert rows[-1]["skipped_steps"] == len(over) and all(r["loss_scale"] > 0 for r in rows), rows[-1]
+# the next fp16 stage starts from the scale the overflow stage ended with, not 2^40 again
+assert [r["overflow"] for r in after] == [0] * 4, after
+assert rows[-1]["loss_scale"] / 2 <= after[0]["loss_scale"] <= rows[-1]["loss_scale"] * 2, (rows[-1], after[0])
 PY
   /usr/bin/python3 "$src/tests/control/read_tb.py" r1/tb r1/metrics.jsonl >tb.txt || fail "unreadable events"
-  [[ $(grep -c "^train/loss_scale " tb.txt) == 20 ]] ||
+  [[ $(grep -c "^train/loss_scale " tb.txt) == 24 ]] ||
     fail "train/loss_scale not per step"
-  [[ $(grep -Ec "^train/overflow [0-9]+ 1.0$" tb.txt) == "$skips" && $(grep -c "^train/overflow " tb.txt) == 20 ]] ||
+  [[ $(grep -Ec "^train/overflow [0-9]+ 1.0$" tb.txt) == "$skips" && $(grep -c "^train/overflow " tb.txt) == 24 ]] ||
     { grep "^train/overflow" tb.txt; fail "train/overflow is not 1 at the $skips skipped steps"; }
   echo "$case: $(grep '^\[overflow\] step 20/20' run.out)"
   ;;

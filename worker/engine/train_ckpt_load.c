@@ -214,6 +214,12 @@ static int load_one(trainer *t, const char *dir, bt_diag *diag) {
         t->skipped_steps = m->skipped_steps;
         train_scaler_from_pb(&t->scaler, m->loss_scaler);
         rc = load_fp8(t, &r, diag);
+    } else if (rc == 0 && !reset) {
+        /* An fp16 stage after an fp16 stage keeps the loss scale the earlier one found, as
+         * it keeps the moments (nothing unless both run fp16: only fp16 saves a scaler);
+         * its skipped-step count is its own. */
+        train_scaler_from_pb(&t->scaler, m->loss_scaler);
+        t->scaler.overflow_steps = 0;
     }
     if (rc == 0 && t->be.sync(&t->be) != 0) { /* a failed copy into device memory */
         bt_diag_set(diag, "%s: copying into %s memory failed: %s", dir, t->be.name,
