@@ -428,6 +428,15 @@ print("metrics.jsonl: per-expert load", rows[-1]["moe"]["expert_load"],
 PY
   /usr/bin/python3 "$src/tests/control/read_tb.py" r1/tb >tb.txt || fail "unreadable events"
   [[ $(grep -c "^moe/load_max_mean " tb.txt) == 6 ]] || fail "no MoE scalars in the TensorBoard events"
+  # the aux loss is the mean over the step's micro-batches: the same step at micro_batch 2
+  # (half as many) logs about the same value, not twice or half of it
+  "$baton" run "$src/tests/engine/moe.yaml" --run-dir r2 --set stages.train.steps=1 \
+    --set defaults.micro_batch=2 >run2.out 2>&1 || fail "the MoE run at micro_batch 2 failed"
+  /usr/bin/python3 - r1/metrics.jsonl r2/metrics.jsonl <<'PY' || fail "aux loss depends on micro_batch"
+import json, sys
+a, b = (json.loads(open(f).readline())["moe"]["aux_loss"] for f in sys.argv[1:])
+assert a > 0 and 0.8 < b / a < 1.25, (a, b)
+PY
   echo "$case: per-expert load, max/mean and dropped pairs in metrics.jsonl and TensorBoard"
   ;;
 early-exit)

@@ -177,7 +177,7 @@ void model_moe_forward(model *m, int l, const float *x, float *y) {
     if (y == NULL) return; /* a recomputation: the forward was counted already */
     for (int e = 0; e < E; e++)
         mo->routed[(size_t)l * E + e] += (double)st.routed[e];
-    mo->dropped += (double)st.dropped, mo->aux += st.aux_loss;
+    mo->dropped += (double)st.dropped, mo->aux += st.aux_loss, mo->aux_n += 1;
 }
 
 void model_moe_backward(model *m, int l, const float *dy, float *dx, float loss_scale) {
@@ -261,10 +261,11 @@ static void moe_bias_step(model *m, int l, const double *r) {
 /* The counts summed over group (NULL or one rank: nothing to do). */
 static int moe_counts_sum(model_moe *mo, comm *group, size_t n) {
     if (group == NULL || comm_size(group) < 2) return 0;
+    double v[3] = {mo->dropped, mo->aux, mo->aux_n};
     if (comm_allreduce(group, mo->routed, mo->routed, n, COMM_F64, COMM_SUM, NULL) != 0 ||
-        comm_allreduce(group, &mo->dropped, &mo->dropped, 1, COMM_F64, COMM_SUM, NULL) != 0 ||
-        comm_allreduce(group, &mo->aux, &mo->aux, 1, COMM_F64, COMM_SUM, NULL) != 0)
+        comm_allreduce(group, v, v, 3, COMM_F64, COMM_SUM, NULL) != 0)
         return BT_EIO;
+    mo->dropped = v[0], mo->aux = v[1], mo->aux_n = v[2];
     return 0;
 }
 
@@ -272,7 +273,7 @@ void model_moe_step_discard(model *m) {
     model_moe *mo = m->moew;
     if (mo == NULL) return;
     memset(mo->routed, 0, (size_t)m->n_layers * m->cfg.moe.n_experts * sizeof *mo->routed);
-    mo->dropped = mo->aux = 0;
+    mo->dropped = mo->aux = mo->aux_n = 0;
     if (mo->scratch) moe_dev_scratch_release(mo->scratch);
 }
 
@@ -304,9 +305,10 @@ int model_moe_step_end(model *m, comm *group, model_moe_step *out) {
     for (int e = 0; e < E && layers > 0; e++)
         out->expert_load[e] /= (float)layers;
     out->layers = layers;
-    out->dropped = mo->dropped, out->aux = mo->aux;
+    /* aux_n / layers: the micro-batch forwards counted (each ran every MoE layer here) */
+    out->dropped = mo->dropped, out->aux = mo->aux_n > 0 ? mo->aux * layers / mo->aux_n : 0;
     memset(mo->routed, 0, n * sizeof *mo->routed);
-    mo->dropped = mo->aux = 0;
+    mo->dropped = mo->aux = mo->aux_n = 0;
     if (mo->scratch) moe_dev_scratch_release(mo->scratch); /* the step's work is queued */
     return 0;
 }

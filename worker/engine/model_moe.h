@@ -34,6 +34,7 @@ typedef struct model_moe {
     double *routed; /* (stage layers, E) pairs routed per expert since the step began */
     double dropped; /* pairs dropped since then */
     double aux;     /* aux losses since then, summed over layers */
+    double aux_n;   /* the MoE layer forwards they came from (layers x micro-batches) */
     int tp_folded;  /* the routed experts' gradients are summed over tp by the data-parallel
                      * update (model_moe_fold_tp), not by model_moe_reduce_tp */
 } model_moe;
@@ -56,11 +57,12 @@ void model_moe_backward(model *m, int l, const float *dy, float *dx, float loss_
 
 /* A step's MoE figures (over the whole data-parallel block). */
 typedef struct model_moe_step {
-    int n_experts;                      /* 0: a dense model */
-    int layers;                         /* MoE layers the figures cover */
-    double load_max_mean;               /* the largest max/mean expert load over the layers */
-    double dropped;                     /* (token, expert) pairs the capacity dropped */
-    double aux;                         /* aux losses, summed over layers and micro-batches */
+    int n_experts;        /* 0: a dense model */
+    int layers;           /* MoE layers the figures cover */
+    double load_max_mean; /* the largest max/mean expert load over the layers */
+    double dropped;       /* (token, expert) pairs the capacity dropped */
+    double aux; /* aux losses summed over the layers, the mean over the step's micro-batches
+                 * (and ranks): comparable across micro_batch and dp */
     float expert_load[MOE_MAX_EXPERTS]; /* each expert's load / the mean, averaged over layers */
 } model_moe_step;
 
