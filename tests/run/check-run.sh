@@ -428,6 +428,18 @@ print("metrics.jsonl: per-expert load", rows[-1]["moe"]["expert_load"],
 PY
   /usr/bin/python3 "$src/tests/control/read_tb.py" r1/tb >tb.txt || fail "unreadable events"
   [[ $(grep -c "^moe/load_max_mean " tb.txt) == 6 ]] || fail "no MoE scalars in the TensorBoard events"
+  # the memory a step reports covers every part rank 0's worker says it allocated, the MoE
+  # layers' caches included (MB figures rounded to 0.01)
+  /usr/bin/python3 - r1/metrics.jsonl r1/logs/s00-a00.log <<'PY' || fail "memory_bytes misses a part"
+import json, re, sys
+got = json.loads(open(sys.argv[1]).readline())["memory_bytes"]
+log = open(sys.argv[2]).read()
+mb = re.search(r"^\[0\] memory: params ([\d.]+) MB, grads ([\d.]+) MB, optimizer ([\d.]+) MB, "
+               r"activations ([\d.]+) MB .*\+ ([\d.]+) MB", log, re.M).groups()
+moe = int(re.search(r"^\[0\] MoE caches allocated by this rank: (\d+) bytes", log, re.M).group(1))
+want = sum(float(x) for x in mb) * 1e6 + moe
+assert got >= want - 0.03e6, (got, want)
+PY
   # the aux loss is the mean over the step's micro-batches: the same step at micro_batch 2
   # (half as many) logs about the same value, not twice or half of it
   "$baton" run "$src/tests/engine/moe.yaml" --run-dir r2 --set stages.train.steps=1 \

@@ -758,7 +758,7 @@ static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
     out->mfu = train_mfu(t, out->gflops_per_s);
     out->memory_bytes = 8 * (uint64_t)t->m.sizes.param_floats + 8 * (uint64_t)t->opt.n +
                         (uint64_t)t->m.act_bytes + (uint64_t)t->m.work_bytes +
-                        4 * (uint64_t)t->m.wcache_floats;
+                        4 * (uint64_t)t->m.wcache_floats + (uint64_t)model_moe_cache_bytes(&t->m);
     if (!isfinite(loss)) {
         bt_diag_set(diag, "step %llu: loss is %g", (unsigned long long)t->step, loss);
         return BT_ERANGE;
