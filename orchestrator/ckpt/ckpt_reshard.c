@@ -97,7 +97,7 @@ static int reshard_parse_layout(const char *s, Baton__Parallel *p, uint32_t *lis
     else if (block % p->ep != 0)
         bt_diag_set(diag,
                     "ep %u must divide the ranks the experts spread over, tp x dp x cp = %llu "
-                    "(give dp so that it does)",
+                    "(an MoE model's: give dp so that it does; a dense model takes no ep)",
                     p->ep, (unsigned long long)block);
     else if (shards > 65536)
         bt_diag_set(diag, "tp x pp x ep = %llu shard files: at most 65536",
@@ -253,8 +253,11 @@ static int reshard_write(reshard_job *j, const char *out, bt_diag *diag) {
     int tp = (int)j->to->tp, pp = (int)j->to->pp, ep = (int)j->to->ep;
     if (reshard_check_pipeline(j->to, (uint32_t)cfg.n_layers, diag) != 0) return BT_EINVAL;
     if (ep > 1 && (cfg.moe.n_experts == 0 || cfg.moe.n_experts % ep != 0)) {
-        bt_diag_set(diag, "--to: ep %d must divide the model's routed experts (%d)", ep,
-                    cfg.moe.n_experts);
+        if (cfg.moe.n_experts == 0)
+            bt_diag_set(diag, "--to: ep %d needs an MoE model; this checkpoint's is dense", ep);
+        else
+            bt_diag_set(diag, "--to: ep %d must divide the model's routed experts (%d)", ep,
+                        cfg.moe.n_experts);
         return BT_EINVAL;
     }
     const Baton__Moe *moe = j->m->model ? j->m->model->moe : NULL;

@@ -136,6 +136,8 @@ bad-tool-input)
   done
   grep -q "parallel.tp 3 must divide model.n_heads (4)" <("$baton" ckpt reshard run --to tp3 \
     --out x 2>&1) || fail "reshard --to tp3 does not say why"
+  grep -q "ep 2 needs an MoE model; this checkpoint's is dense" <("$baton" ckpt reshard run \
+    --to ep2,dp2 --out x 2>&1) || fail "reshard --to ep2 of a dense model does not say why"
   cp -a run/checkpoints/s00-step00000002 empty && : >empty/manifest.pb
   for cmd in "inspect empty" "verify empty" "reshard empty --to tp2 --out y" \
     "export empty --format hf --out z"; do
