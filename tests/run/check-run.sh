@@ -235,6 +235,22 @@ kill-baton)
   sleep 0.5
   [[ -z $(pgrep -f -- "--spec $work/r1/" || true) ]] || fail "workers outlived baton run"
   [[ -n $(ls -A "$TMPDIR") ]] || fail "the killed baton run left no launch temp dir to sweep"
+  # again through a --worker wrapper that does not exec (a container runtime's shape): the
+  # ranks below it die with baton run too, not only the wrapper
+  printf '#!/bin/bash\n"%s" "$@"\n' "$worker" >wrap.sh
+  chmod +x wrap.sh
+  "$baton" run "$recipe" --run-dir r1 --quiet --worker "$PWD/wrap.sh" >run1b.out 2>&1 &
+  bpid=$!
+  wait_step 2 2 >/dev/null
+  kill -9 "$bpid"
+  wait "$bpid" 2>/dev/null || true
+  bpid=
+  for _ in $(seq 10); do # a second at most: the fp8 stage is short enough to end in more
+    [[ -z $(pgrep -f -- "--spec $work/r1/" || true) ]] && break
+    sleep 0.1
+  done
+  [[ -z $(pgrep -f -- "--spec $work/r1/" || true) ]] ||
+    { pgrep -af -- "--spec $work/r1/"; fail "workers below a wrapper outlived baton run"; }
   "$baton" run "$recipe" --run-dir r1 --quiet >run2.out 2>&1 || { cat run2.out; fail "the second baton run failed"; }
   stage_losses r1 >r1.losses
   diff ref.losses r1.losses || fail "the continued run did not end on the same losses"

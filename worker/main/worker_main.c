@@ -16,10 +16,13 @@
  * rank 0 its metrics, and a failing rank its error; the worker trains the same without. */
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm_shm.h"
 #include "cpu_blas_core.h"
@@ -683,7 +686,20 @@ static int worker_exit_status(int rc, int setup_rc, int stopped, int rollback) {
     return setup_rc != 0 && setup_rc != BT_ENOMEM && setup_rc != BT_EIO ? 2 : 1;
 }
 
+/* A rank dies with whatever started it. baton's launcher gives its children
+ * PR_SET_PDEATHSIG, but a --worker wrapper that does not exec (a container runtime, a
+ * script running `baton-worker "$@"`) is that child, not this process: killed with a
+ * killed baton run, it would leave this rank training and writing checkpoints on its own
+ * into a run directory the next baton run uses. So the rank also dies with its own
+ * parent (the wrapper, the launcher, slurmstepd). */
+static void worker_die_with_parent(void) {
+    pid_t parent = getppid();
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return;
+    if (getppid() != parent) _exit(137); /* it is gone already */
+}
+
 int main(int argc, char **argv) {
+    worker_die_with_parent();
     cpu_blas_core_ensure(argv); /* may execute the worker again (cpu_blas_core.h) */
     worker_args a = {0};
     int prc = worker_parse(argc, argv, &a);
