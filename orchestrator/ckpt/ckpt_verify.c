@@ -30,12 +30,19 @@ int ckpt_cmd_verify(int argc, char **argv) {
     }
     bt_diag diag;
     bt_diag_init(&diag);
-    char dir[CKPT_PATH_MAX];
+    char found[CKPT_PATH_MAX], dir[CKPT_PATH_MAX];
     Baton__Manifest *m = NULL;
-    int rc = ckpt_open(argv[1], dir, sizeof dir, &m, &diag);
+    if (ckpt_resolve(argv[1], found, sizeof found, &diag) != 0) { /* no checkpoint there */
+        fprintf(stderr, "baton ckpt verify: %s\n", diag.msg);
+        return BT_EXIT_USAGE;
+    }
+    if (ckpt_open(found, dir, sizeof dir, &m, &diag) != 0) { /* its manifest is damaged */
+        printf("DAMAGED: %s\n%s: DAMAGED (its manifest)\n", diag.msg, found);
+        return BT_EXIT_FAILURE;
+    }
     ckpt_verify_report rep;
-    rc = rc ? rc : ckpt_verify(dir, m, verify_print, NULL, &rep, &diag);
-    if (m) baton__manifest__free_unpacked(m, NULL);
+    int rc = ckpt_verify(dir, m, verify_print, NULL, &rep, &diag);
+    baton__manifest__free_unpacked(m, NULL);
     if (rc != 0) {
         fprintf(stderr, "baton ckpt verify: %s\n", diag.msg);
         return BT_EXIT_USAGE;

@@ -139,7 +139,17 @@ bad-tool-input)
   grep -q "ep 2 needs an MoE model; this checkpoint's is dense" <("$baton" ckpt reshard run \
     --to ep2,dp2 --out x 2>&1) || fail "reshard --to ep2 of a dense model does not say why"
   cp -a run/checkpoints/s00-step00000002 empty && : >empty/manifest.pb
-  for cmd in "inspect empty" "verify empty" "reshard empty --to tp2 --out y" \
+  # verify: a checkpoint whose manifest is empty or cut short is damaged (exit 1), not a
+  # usage error
+  cp -a run/checkpoints/s00-step00000002 short && truncate -s 100 short/manifest.pb
+  for d in empty short; do
+    rc=0
+    "$baton" ckpt verify $d >verify.log 2>&1 || rc=$?
+    [[ $rc == 1 ]] || fail "ckpt verify of a damaged manifest ($d): exit $rc, want 1"
+    grep -q "^DAMAGED: .*$d/manifest.pb: not a checkpoint manifest" verify.log ||
+      fail "ckpt verify $d: $(cat verify.log)"
+  done
+  for cmd in "inspect empty" "reshard empty --to tp2 --out y" \
     "export empty --format hf --out z"; do
     rc=0
     # shellcheck disable=SC2086 # the words of the command
