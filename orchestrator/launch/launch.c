@@ -792,8 +792,11 @@ void launch_job_describe(const launch_job *job, char *buf, size_t cap) {
                  rk->connected && !rk->finalized ? " without calling PMIx_Finalize" : "");
         break;
     case LAUNCH_SIGNALED:
-        snprintf(buf, cap, "%s killed by signal %s", who,
-                 launch_signame(rk->term_signal, sig, sizeof sig));
+        snprintf(buf, cap, "%s killed by signal %s%s", who,
+                 launch_signame(rk->term_signal, sig, sizeof sig),
+                 rk->term_signal == SIGXFSZ ? " (a file it wrote reached the file-size limit, "
+                                              "ulimit -f)"
+                                            : "");
         break;
     case LAUNCH_ABORTED:
         snprintf(buf, cap, "%s called PMIx_Abort(%d): %s", who, rk->abort_status, rk->abort_msg);

@@ -193,9 +193,9 @@ static void run_on_signal(run_ctx *c, launch_job *job) {
         c->killed_now = 1;
         run_progress_end(&c->prog);
         fprintf(stderr,
-                "baton run: got SIG%s again: killing the workers now (SIGKILL); the run "
+                "baton run: got SIG%s after SIG%s: killing the workers now (SIGKILL); the run "
                 "resumes from its last complete checkpoint\n",
-                sigabbrev_np(sig));
+                sigabbrev_np(sig), sigabbrev_np(c->got_signal));
         launch_job_kill_now(job, LAUNCH_STOPPED);
         return;
     }

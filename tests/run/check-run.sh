@@ -555,7 +555,7 @@ stop-hung)
       grep -Eq 'hang: rank [0-9]+ \(pid [0-9]+\) is stopped .*sent no heartbeat' run.out || fail "hang: the hang was not seen"
     else
       ((took <= 4)) || fail "again: the second signal took $took s"
-      [[ $(grep -c "got SIGINT again: killing the workers now" run.out) == 1 ]] ||
+      [[ $(grep -c "got SIGINT after SIGTERM: killing the workers now" run.out) == 1 ]] ||
         fail "again: no single line for the second signal"
       ! grep -q 'hang:' run.out || fail "again: taken for a hang"
     fi
