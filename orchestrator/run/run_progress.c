@@ -72,7 +72,7 @@ static void progress_step(run_progress *p, const char *line) {
     double ls;
     if (scale != NULL && sscanf(scale, "  loss_scale %lf", &ls) == 1) p->loss_scale = ls;
     p->last_step_at = bt_clock_now();
-    p->steps_seen++;
+    if (p->steps_seen++ == 0) p->first_step = s, p->first_step_at = p->last_step_at;
     progress_show(p);
 }
 

@@ -22,6 +22,8 @@ typedef struct run_progress {
     uint64_t skipped;    /* updates skipped so far (fp16 overflow, loss spike, Inf/NaN) */
     double last_step_at; /* monotonic time of the latest step line */
     uint64_t steps_seen; /* step lines this attempt */
+    uint64_t first_step; /* the first of them (steps_seen > 0): a recovery's */
+    double first_step_at;
     /* a checkpoint rank 0 reported since the last call of run_progress_take_ckpt */
     char ckpt[128];
     uint64_t ckpt_step;

@@ -107,13 +107,14 @@ static void run_note_recovery(run_ctx *c, uint32_t stage, uint32_t attempt) {
     if (c->failed_at <= 0 || c->prog.steps_seen == 0) return;
     Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
     r.has_attempt = 1, r.attempt = attempt;
-    r.has_step = 1, r.step = c->prog.step;
-    r.has_recovery_s = 1, r.recovery_s = c->prog.last_step_at - c->failed_at;
+    /* the attempt's first step: several may arrive in one read of rank 0's output */
+    r.has_step = 1, r.step = c->prog.first_step;
+    r.has_recovery_s = 1, r.recovery_s = c->prog.first_step_at - c->failed_at;
     run_journal(c, BATON__JOURNAL_RECORD__KIND__RECOVERED, stage, &r);
     if (!c->o->quiet) {
         run_progress_end(&c->prog);
         printf("[%s] recovered: step %llu completed %.2f s after the failure\n", c->prog.stage,
-               (unsigned long long)c->prog.step, r.recovery_s);
+               (unsigned long long)r.step, r.recovery_s);
     }
     c->failed_at = 0;
 }

@@ -202,6 +202,22 @@ PY
   grep -Eq "failure: stage extend .*hang: rank [0-9]+ \(pid $stopped_pid\) is stopped .*rank [0-9]+ sent no heartbeat" status.txt ||
     { cat status.txt; fail "the SIGSTOP was not seen as a hang of pid $stopped_pid"; }
   grep -q "node excluded: stage fp8 .*node1 lost" status.txt || { cat status.txt; fail "node1 not excluded"; }
+  # each recovery is the restarted attempt's first step: one past where it started from
+  /usr/bin/python3 - status.txt r1/logs <<'PY' || fail "a recovery names a later step"
+import os, re, sys
+names = {0: "pretrain", 1: "extend", 2: "fp8"}
+start = {}
+for f in os.listdir(sys.argv[2]):
+    m = re.match(r"s(\d+)-a(\d+)\.log$", f)
+    if not m:
+        continue
+    k = re.search(r"^\[0\] started from .* at step (\d+)", open(os.path.join(sys.argv[2], f)).read(), re.M)
+    start[(names[int(m.group(1))], int(m.group(2)))] = int(k.group(1)) if k else 0
+rec = re.findall(r"recovered: stage (\S+) attempt (\d+), step (\d+)", open(sys.argv[1]).read())
+assert len(rec) == 5, rec
+for st, at, step in rec:
+    assert int(step) == start[(st, int(at))] + 1, (st, at, step, start[(st, int(at))])
+PY
   grep -q "data parallelism shrinks from 2 to 1 on 1 node" status.txt ||
     { cat status.txt; fail "no DP shrink after the node loss"; }
   echo "$case: 5 failures, 5 recoveries, node1 excluded with dp 2 -> 1, losses as uninterrupted"
