@@ -216,7 +216,8 @@ static int check_vocab(loader *ld, const loader_stream *st, uint64_t window) {
         if (ld->window[i] < 0 || (uint32_t)ld->window[i] >= V) {
             bt_diag_set(&ld->diag,
                         "%s: token id %ld at token %llu is outside the model's vocabulary "
-                        "[0, %u): the data was prepared with another tokenizer",
+                        "[0, %u): model.vocab_size is too small for this data, or the data was "
+                        "prepared with another tokenizer",
                         st->ds.bin_path, (long)ld->window[i],
                         (unsigned long long)(window * ld->cfg.seq_len + i), V);
             return BT_ERANGE;
