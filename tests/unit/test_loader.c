@@ -323,7 +323,9 @@ static void test_errors(void) {
         for (uint64_t g = 0; g < ld.src[0].n_windows; g++)
             if (loader_get(&ld, g, tok, tgt) == BT_ERANGE) {
                 bad++;
-                CHECK_STR_CONTAINS(loader_error(&ld), "outside the model's vocabulary [0, 259): model.vocab_size is too small");
+                CHECK_STR_CONTAINS(
+                    loader_error(&ld),
+                    "outside the model's vocabulary [0, 259): model.vocab_size is too small");
             }
         CHECK(bad > 0);
         loader_close(&ld);
