@@ -41,9 +41,10 @@ typedef struct plan_params {
 } plan_params;
 
 typedef struct plan_memory {
-    double params, grads, optimizer, activations, total; /* bytes, heaviest rank */
-    double capacity;                                     /* device memory, bytes */
-    int fits; /* 1 fits, 0 does not, -1 capacity not given */
+    /* bytes, heaviest rank; total = params + grads + optimizer + activations + backward */
+    double params, grads, optimizer, activations, total;
+    double capacity; /* device memory, bytes */
+    int fits;        /* 1 fits, 0 does not, -1 capacity not given */
     uint32_t heaviest_pp_stage;
     uint64_t params_on_rank;   /* parameters held by the heaviest rank */
     double act_per_microbatch; /* bytes for one micro-batch on that rank */
@@ -60,12 +61,23 @@ typedef struct plan_memory {
     uint32_t optim_shards_dense;  /* ZeRO-1 divisor of dense optimizer state: dp*cp or 1 */
     uint32_t optim_shards_expert; /* ... of expert optimizer state: edp (over tp x cp x dp folded)
                                      or 1 */
-    double act_per_layer;         /* one layer, one micro-batch, kept from forward to backward */
-    double act_working_set;       /* full recompute: one layer's full activations, once */
-    double act_logits;            /* last stage: fp32 logits of one micro-batch */
-    double act_grad_in;           /* interleaved: received output gradients' buffers */
-    double act_moe;               /* the MoE layers' caches (worker/engine/moe_dev.h), once */
-    uint32_t moe_caches;          /* how many: MoE layers of a chunk x slots, or 1 */
+    /* Activations as worker/engine/model.c carves them (all float32): a slot per
+     * micro-batch (interleaved: model chunk) in flight holds layers_per_slot layers'
+     * act_per_layer and act_slot_extra, a head slot on the last stage act_logits too. */
+    double act_layer_set;  /* one layer's set (norms, q/k/v, attention, MLP), one micro-batch */
+    double act_resid;      /* one layer's input in the residual stream, one micro-batch */
+    double act_per_layer;  /* kept per layer and slot: act_resid, and the set unless full */
+    double act_slot_extra; /* per slot: the chunk's output (act_resid), under full
+                            * recomputation the set of the layer being recomputed */
+    double act_per_slot;   /* layers_per_slot x act_per_layer + act_slot_extra */
+    double act_logits;     /* last stage, a head slot: final norm, fp32 logits, losses */
+    /* Backward buffers and op scratch (model.c carve_work), apart from the activations as
+     * the worker's "memory:" line has them. */
+    double backward;     /* all of it: the gradient buffers, act_grad_in, act_scratch, RoPE */
+    double act_grad_in;  /* interleaved: received output gradients' buffers */
+    double act_scratch;  /* the largest op's scratch (the backend's: CPU or CUDA) */
+    double act_moe;      /* the MoE layers' caches (worker/engine/moe_dev.h), once */
+    uint32_t moe_caches; /* how many: MoE layers of a chunk x slots, or 1 */
     /* ZeRO-2/3 (zero_level >= 2): per-unit shards (worker/engine/train_zero.h); the units are
      * the embedding, each layer and the final norm with the head, each padded to a multiple
      * of dp*cp. */
@@ -95,6 +107,7 @@ typedef struct plan_comm {
  * named in the comment) filled in wherever a submessage or field is absent. */
 typedef struct plan_shape {
     uint32_t dim, n_layers, n_heads, n_kv_heads, head_dim, vocab; /* n_kv 0 -> n_heads */
+    uint32_t ffn; /* model.ffn_dim: every layer's activations carve its width, MoE too */
     uint64_t seq_len, micro_batch, global_batch; /* global_batch 0 -> micro_batch * dp */
     uint32_t tp, cp, dp, pp, ep, virtual_stages, zero;
     int sequence_parallel, cp_ulysses;
@@ -124,10 +137,15 @@ typedef struct plan_stage {
     plan_comm comm;
     double flops_per_step;     /* model FLOPs (6 N T + attention), whole cluster */
     double fp8_flops_per_step; /* those of the GEMMs that run in fp8 (plan_layer_fp8_flops) */
-    double compute_s;      /* flops / (world * peak * mfu), the flops not in fp8 GEMMs at bf16's */
-    double step_time_s;    /* compute + non-overlapped communication estimate */
+    double compute_s;      /* flops / (world * peak * mfu), the flops not in fp8 GEMMs at bf16's:
+                            * cluster.mfu is the compute's efficiency, before the bubble and the
+                            * communication not hidden */
+    double bubble_s;       /* the pipeline bubble's time: compute_s * bubble / (1 - bubble) */
+    double step_time_s;    /* compute + bubble + non-overlapped communication estimate */
+    double mfu_e2e;        /* flops_per_step / (world * peak * step_time_s), as the workers log
+                            * MFU (0 when the step time is unknown) */
     uint64_t microbatches; /* per data-parallel rank per step */
-    char warnings[PLAN_MAX_WARNINGS][256];
+    char warnings[PLAN_MAX_WARNINGS][320];
     int n_warnings;
     plan_shape shape;
     double hw_flops_per_step; /* flops_per_step plus what recomputation repeats */
@@ -283,8 +301,8 @@ void plan_comm_estimate(const plan_stage *ps, plan_comm *out);
 /* Model FLOPs with what recomputation repeats: x 4/3 under full recomputation, the
  * attention scores' (attn of flops) a third again under selective. */
 double plan_hw_flops(const plan_shape *sh, double flops, double attn);
-/* Fills flops_per_step, hw_flops_per_step, tokens_per_step, compute_s, bubble,
- * exposed_comm_s, step_time_s and tokens_per_s from the parts above (mem, comm). */
+/* Fills flops_per_step, hw_flops_per_step, tokens_per_step, compute_s, bubble, bubble_s,
+ * exposed_comm_s, step_time_s, tokens_per_s and mfu_e2e from the parts above (mem, comm). */
 void plan_time_estimate(plan_stage *ps);
 
 /* A memory size as the report prints it: in GB with 2 decimals from 1 GB up, below that

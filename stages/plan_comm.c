@@ -503,6 +503,16 @@ void plan_time_estimate(plan_stage *ps) {
     double dp_exposed = s[PLAN_COMM_DP] > dp_hidden ? s[PLAN_COMM_DP] - dp_hidden : 0;
     ps->exposed_comm_s =
         s[PLAN_COMM_TP] + s[PLAN_COMM_CP] + s[PLAN_COMM_EP] + s[PLAN_COMM_PP] / 2 + dp_exposed;
-    ps->step_time_s = ps->compute_s > 0 ? ps->compute_s + ps->exposed_comm_s : 0;
+    /* The bubble is the idle share of the stages' time, so a stage's compute (the mean
+     * stage's, compute_s) takes 1 - bubble of the pipeline's span. */
+    ps->bubble_s =
+        ps->bubble > 0 && ps->bubble < 1 ? ps->compute_s * ps->bubble / (1 - ps->bubble) : 0;
+    ps->step_time_s = ps->compute_s > 0 ? ps->compute_s + ps->bubble_s + ps->exposed_comm_s : 0;
     ps->tokens_per_s = ps->step_time_s > 0 ? ps->tokens_per_step / ps->step_time_s : 0;
+    /* end to end, as the workers log it and as papers report it: every model FLOP over the
+     * devices' peak (the stage precision's, plan_peak_flops) for the whole step */
+    double world_peak = (double)ps->lay.world * sh->peak_flops;
+    ps->mfu_e2e = ps->step_time_s > 0 && world_peak > 0
+                      ? ps->flops_per_step / (world_peak * ps->step_time_s)
+                      : 0;
 }

@@ -30,33 +30,37 @@
  *           prefetched); grads 4 x (S + 2U), as ZeRO-2's; optimizer x S.
  * With dp*cp = 1 there is nothing to shard: the zero 0 figures.
  *
- * Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in
- * Large Transformer Models"), per layer and micro-batch, with s = seq_len/cp,
- * b = micro_batch, h = dim, a = n_heads, t = tp, in bytes for 16-bit activations:
- *   none       SP: sbh/t (34 + 5as/h)       no SP: sbh (10 + 24/t + 5as/(ht))
- *   selective  SP: sbh/t * 34               no SP: sbh (10 + 24/t)
- *   full       SP: 2sbh/t (layer input)     no SP: 2sbh,
- *              plus one layer's "none" activations once, the recompute working set.
- * The paper's constants are for a GPT block (4h GeLU MLP, multi-head attention); they
- * are used as they are for SwiGLU/GQA, so treat them as the paper's estimate, not an
- * exact count. MoE layers add their caches as the engines allocate them (moe_cache_bytes
- * below: top_k copies of the routed rows, the experts' activations; equal to the
- * worker's figure, engine.layout.ep*): one per MoE layer of a chunk per slot, one in all
- * under full recomputation.
- * fp32 activations double them. 1F1B keeps min(pp - p, m) micro-batches in flight on
- * stage p. The last stage also holds one micro-batch's fp32 logits, s*b*V*4/t.
+ * Activations are what worker/engine/model.c carves for them (its size tables, mirrored
+ * below: act_layer_set, act_head), all float32 whatever the precision (only the GEMMs'
+ * operands are rounded), per micro-batch with T = seq_len/cp tokens, N = B T rows, R = N/tp
+ * rows of the residual stream under sequence parallelism (else N): a layer's set is the
+ * norms' inputs, outputs and rstds, q/k/v, the log-sum-exp, the attention output and the
+ * MLP's gate, up and SwiGLU output, about (3C + 3F/t + qkv/t + qd/t) N floats; the attention
+ * probabilities (B H/t T^2) only without recomputation, in fp32 and without cp (the flash
+ * kernels that bf16/fp16/fp8 may run keep none; the CPU backward recomputes them). No
+ * dropout, so none of Korthikanti et al.'s 5as/h masks. Per slot: every layer's input
+ * (R C) and the chunk's output, plus every layer's set (recompute none and selective,
+ * which the engine keeps alike but for the probabilities) or, under full recomputation,
+ * one set for the layer being recomputed. MoE layers add their caches as the engines
+ * allocate them (moe_cache_bytes below: top_k copies of the routed rows, the experts'
+ * activations; equal to the worker's figure, engine.layout.ep*): one per MoE layer of a
+ * chunk per slot, one in all under full recomputation.
+ * The backward's buffers and op scratch (model.c carve_work) are counted apart.
+ * 1F1B keeps min(pp - p, m) micro-batches in flight on stage p. The last stage's slot
+ * also holds the final norm, the fp32 logits (N V/t) and the losses.
  * Interleaved (v virtual stages, pipe_schedule.h) stage p keeps one model chunk's
  * activations per slot (layers/v; its longest chunk's under parallel.stage_layers), as
  * many slots as the schedule the worker runs needs (counted from its list:
  * min(m v, 2 (pp - p - 1) + (v - 1) pp + 1) when pp divides m, Megatron-LM's, one more
  * on the last stage, whose head slot is apart; m v when m = pp, every forward first,
  * every micro-batch's logits too; more when pp does not divide m, the last group of
- * micro-batches being larger), plus the buffers output gradients received ahead of their
- * backward wait in (sb/t h 4 each with sequence parallelism). */
+ * micro-batches being larger); the buffers output gradients received ahead of their
+ * backward wait in (R C floats each) are among the backward's. */
 #include "plan.h"
 
 #include "pipe_schedule.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -220,14 +224,6 @@ static void memory_states(const plan_stage *ps, uint32_t stage, plan_memory *out
     if (out->zero_level == 3) out->params = out->weight_bytes * (S + 2 * U);
 }
 
-/* Korthikanti's per-layer activations without recomputation. */
-static double act_layer_full(const plan_shape *sh, double s) {
-    double b = (double)sh->micro_batch, h = sh->dim, a = sh->n_heads, t = sh->tp;
-    double sbh = s * b * h;
-    if (sh->sequence_parallel) return sbh / t * (34 + 5 * a * s / h);
-    return sbh * (10 + 24 / t + 5 * a * s / (h * t));
-}
-
 /* The most layers one of the stage's chunks has: what an activation slot holds (the
  * stage's layers without interleaving). */
 static uint32_t stage_chunk_most(const plan_stage *ps, uint32_t stage) {
@@ -257,27 +253,90 @@ static void memory_vp_slots(uint32_t pp, uint32_t stage, uint64_t K, uint64_t v,
     pipe_schedule_free(&s);
 }
 
+/* The rank's widths and rows of one micro-batch, as worker/engine/model.c's dims_of and
+ * sp_rows: T = seq_len / cp tokens, N = B T rows, R = N / tp under sequence parallelism;
+ * the query heads, kv heads (one where tp > n_kv_heads), ffn rows and vocabulary rows of
+ * a tp rank. */
+typedef struct act_dims {
+    double B, T, N, R, C, H, qkv, qd, F, V, hd, t;
+} act_dims;
+
+static act_dims act_dims_of(const plan_shape *sh) {
+    act_dims d;
+    d.t = sh->tp ? sh->tp : 1;
+    d.B = (double)sh->micro_batch, d.T = (double)(sh->seq_len / (sh->cp ? sh->cp : 1));
+    d.N = d.B * d.T, d.R = sh->sequence_parallel ? d.N / d.t : d.N, d.C = sh->dim;
+    d.hd = sh->head_dim, d.H = (double)(sh->n_heads / sh->tp);
+    double KV = sh->n_kv_heads >= sh->tp ? (double)(sh->n_kv_heads / sh->tp) : 1;
+    d.qkv = (d.H + 2 * KV) * d.hd, d.qd = d.H * d.hd;
+    d.F = (double)(sh->ffn / sh->tp), d.V = (double)(sh->vocab / sh->tp);
+    return d;
+}
+
+/* Whether the engine keeps attention's probabilities (model.c carve_acts): only without
+ * recomputation, without context parallelism and in float32; the flash kernels that bf16,
+ * fp16 and fp8 may run keep none, and the CPU backward recomputes them. */
+static int act_keeps_probs(const plan_shape *sh) {
+    return sh->recompute == BATON__STAGE__RECOMPUTE__NONE && sh->cp <= 1 &&
+           sh->precision == BATON__PRECISION__TYPE__FP32;
+}
+
+/* One layer's activation set as model.c carve_layer_acts carves it, in floats: the norms'
+ * inputs and outputs (ln1, xmid, ln2: R C each) and rstds (R each), q/k/v (N qkv), the
+ * log-sum-exp (B H T), the attention output (N qd), the MLP's gate and up (2 N F) and
+ * SwiGLU output (N F); the probabilities (B H T^2) where act_keeps_probs; under Ulysses
+ * the all-to-all's copies (N qkv + N qd + B H T). Every activation is float32, whatever
+ * the precision: only the GEMMs' operands are rounded. */
+static double act_layer_set(const plan_shape *sh, const act_dims *d) {
+    double f = 3 * d->R * d->C + 2 * d->R + d->N * d->qkv + d->B * d->H * d->T + d->N * d->qd +
+               3 * d->N * d->F;
+    if (act_keeps_probs(sh)) f += d->B * d->H * d->T * d->T;
+    if (sh->cp > 1 && sh->cp_ulysses) f += d->N * d->qkv + d->N * d->qd + d->B * d->H * d->T;
+    return f;
+}
+
+/* The head's part of a slot on the last stage (model.c carve_acts): the final norm's
+ * output and rstd, the logits (N V), the cross-entropy's log-sum-exp and losses, and under
+ * tp its partial sums (3 tp N), in floats. */
+static double act_head(const act_dims *d) {
+    return d->R * d->C + d->R + d->N * d->V + 2 * d->N + (d->t > 1 ? 3 * d->t * d->N : 0);
+}
+
+/* The op scratch (model.c scratch_floats): the most any GEMM or the attention takes, in
+ * floats. The CPU backend rounds a GEMM's operands into copies of N C + OC C + N OC floats
+ * (bf16/fp16/fp8) and its attention takes 2 min(T, 64) T; the CUDA backend keeps 16-bit
+ * copies (half as many floats; under fp8 the rows padded to 16 and a 16-row tail) and no
+ * attention scratch (worker/cpu/cpu_matmul.c, worker/cuda/cuda_matmul.cu; its alignment
+ * padding not counted). */
+static double act_scratch(const plan_shape *sh, const act_dims *d) {
+    const double shapes[5][2] = {
+        {d->C, d->qkv}, {d->qd, d->C}, {d->C, 2 * d->F}, {d->F, d->C}, {d->C, d->V}};
+    int fp8 = sh->precision == BATON__PRECISION__TYPE__FP8;
+    double most = sh->cuda ? 0 : 2 * (d->T < 64 ? d->T : 64) * d->T;
+    for (int i = 0; sh->precision != BATON__PRECISION__TYPE__FP32 && i < 5; i++) {
+        double C = shapes[i][0], OC = shapes[i][1], f;
+        if (sh->cuda) {
+            double rows = fp8 ? ceil(d->N / 16) * 16 : d->N;
+            f = (rows * C + OC * C + rows * OC) / 2 + 64 + (fp8 ? 16 * (C > OC ? C : OC) + 64 : 0);
+        } else {
+            f = d->N * C + OC * C + d->N * OC;
+        }
+        most = f > most ? f : most;
+    }
+    return most;
+}
+
 static void memory_activations(const plan_stage *ps, uint32_t stage, plan_memory *out) {
     const plan_shape *sh = &ps->shape;
-    double s = (double)sh->seq_len / sh->cp, b = (double)sh->micro_batch, h = sh->dim;
-    double t = sh->tp, sbh = s * b * h,
-           scale = sh->precision == BATON__PRECISION__TYPE__FP32 ? 2 : 1;
-    double t_sp = sh->sequence_parallel ? t : 1;
-    out->act_working_set = 0;
-    switch (sh->recompute) {
-    case BATON__STAGE__RECOMPUTE__FULL:
-        out->act_per_layer = 2 * sbh / t_sp;
-        out->act_working_set = act_layer_full(sh, s) * scale;
-        break;
-    case BATON__STAGE__RECOMPUTE__SELECTIVE:
-        out->act_per_layer = sh->sequence_parallel ? sbh * 34 / t : sbh * (10 + 24 / t);
-        break;
-    default:
-        out->act_per_layer = act_layer_full(sh, s);
-        break;
-    }
-    out->act_per_layer *= scale;
-    out->act_logits = stage + 1 == sh->pp ? s * b * sh->vocab * 4 / t : 0;
+    act_dims d = act_dims_of(sh);
+    int full = sh->recompute == BATON__STAGE__RECOMPUTE__FULL;
+    out->act_layer_set = 4 * act_layer_set(sh, &d);
+    out->act_resid = 4 * d.R * d.C;
+    /* per layer of a slot: its input in the residual stream, and its set unless full
+     * recomputation keeps one set per slot for the layer being recomputed */
+    out->act_per_layer = out->act_resid + (full ? 0 : out->act_layer_set);
+    out->act_slot_extra = out->act_resid + (full ? out->act_layer_set : 0);
+    out->act_logits = stage + 1 == sh->pp ? 4 * act_head(&d) : 0;
     uint64_t K = ps->microbatches, v = sh->virtual_stages > 1 ? sh->virtual_stages : 1;
     uint64_t in_flight = sh->pp - stage, heads = 1, grads = 0;
     if (v > 1 && sh->pp > 1) {        /* chunk activations (pipe_schedule.h) */
@@ -289,12 +348,19 @@ static void memory_activations(const plan_stage *ps, uint32_t stage, plan_memory
     out->head_slots = (uint32_t)(out->act_logits > 0 ? heads : 0);
     out->grad_buffers = (uint32_t)grads;
     out->layers_per_slot = stage_chunk_most(ps, stage);
-    double per_slot = (double)out->layers_per_slot * out->act_per_layer;
+    out->act_per_slot = (double)out->layers_per_slot * out->act_per_layer + out->act_slot_extra;
     out->act_per_microbatch = out->layers_on_stage * out->act_per_layer + out->act_logits;
-    /* interleaved: output gradients received ahead wait in buffers of the rank's rows */
-    out->act_grad_in = (double)grads * s * b / t_sp * h * 4;
-    out->activations = (double)in_flight * per_slot + out->act_working_set +
-                       (double)heads * out->act_logits + out->act_grad_in;
+    out->activations = (double)in_flight * out->act_per_slot + (double)heads * out->act_logits;
+    /* model.c carve_work: the backward's gradient buffers (dres, dln, dx: N C each; the
+     * wider and narrower of the layer's GEMM outputs), the op scratch, the norm weights'
+     * gradient under sequence parallelism, interleaved the buffers output gradients received
+     * ahead wait in (R C each), the RoPE tables (T hd) */
+    double wide = d.qkv > 2 * d.F ? d.qkv : 2 * d.F, narrow = d.qd > d.F ? d.qd : d.F;
+    out->act_grad_in = 4 * (double)grads * d.R * d.C;
+    out->act_scratch = 4 * act_scratch(sh, &d);
+    out->backward = 4 * (3 * d.N * d.C + d.N * wide + d.N * narrow +
+                         (sh->sequence_parallel ? d.C : 0) + d.T * d.hd) +
+                    out->act_grad_in + out->act_scratch;
 }
 
 /* One MoE layer's cache as worker/engine/moe_dev.c carves it, in bytes: float32 x, scores,
@@ -345,7 +411,7 @@ void plan_memory_for_pp_stage(const plan_stage *ps, uint32_t stage, plan_memory 
     memory_states(ps, stage, out);
     memory_activations(ps, stage, out);
     memory_moe(ps, stage, out);
-    out->total = out->params + out->grads + out->optimizer + out->activations;
+    out->total = out->params + out->grads + out->optimizer + out->activations + out->backward;
     out->capacity = ps->shape.capacity;
     out->fits = out->capacity > 0 ? out->total <= out->capacity : -1;
 }

@@ -240,18 +240,20 @@ static void text_memory_params(FILE *f, const plan_stage *ps) {
             sh->pp, m->layers_on_stage, st == 0 ? " + embedding" : "",
             st + 1 == sh->pp ? " + final norm + head" : "");
     fmt_grouped(b, sizeof b, m->params_on_rank);
-    fprintf(f, "  params      %10s = %.0f B x ", plan_format_memory(a, sizeof a, m->params),
-            m->weight_bytes);
+    fprintf(f, "  params      %10s = ", plan_format_memory(a, sizeof a, m->params));
+    if (m->gemm_copies > 0) /* the sum's terms, each with what it is */
+        fprintf(f, "%s (", plan_format_memory(a, sizeof a, m->params - m->gemm_copies));
+    fprintf(f, "%.0f B x ", m->weight_bytes);
     if (m->zero_level == 3) /* the shard and two units' gather buffers (plan_memory.c) */
         fprintf(f, "(%s shard + 2 x %s gather buffer) of ", fmt_grouped(a, sizeof a, m->zero_shard),
                 fmt_grouped(c, sizeof c, m->zero_unit));
-    fprintf(f, "%s params on the rank (stage share / tp", b);
+    fprintf(f, "%s params on the rank: stage share / tp", b);
     if (m->expert_params_on_rank)
-        fprintf(f, ", routed experts / ep; the MoE block whole on every tp rank%s",
-                sh->sequence_parallel ? ", run on its own rows" : "");
-    fprintf(f, ")%s\n", m->zero_level == 3 ? "" : " (fp32 weights)");
+        fprintf(f, ", routed experts / ep, the MoE block whole on every tp rank%s",
+                sh->sequence_parallel ? " (run on its own rows)" : "");
+    fprintf(f, "%s%s\n", m->zero_level == 3 ? "" : ", fp32 weights", m->gemm_copies > 0 ? ")" : "");
     if (m->gemm_copies > 0)
-        fprintf(f, "              + %s of the GEMMs' converted weight copies (%s)\n",
+        fprintf(f, "                         + %s (the GEMMs' converted weight copies: %s)\n",
                 plan_format_memory(a, sizeof a, m->gemm_copies),
                 sh->precision == BATON__PRECISION__TYPE__FP8
                     ? "E4M3 and its transpose; the head bf16"
@@ -279,43 +281,53 @@ static void text_memory_params(FILE *f, const plan_stage *ps) {
                    : " (ZeRO-1 over dp*cp; experts over edp)");
 }
 
-static const char *act_formula(const plan_shape *sh) {
-    switch (sh->recompute) {
-    case BATON__STAGE__RECOMPUTE__FULL:
-        return sh->sequence_parallel ? "full recompute: 2sbh/t" : "full recompute: 2sbh";
-    case BATON__STAGE__RECOMPUTE__SELECTIVE:
-        return sh->sequence_parallel ? "selective: 34sbh/t" : "selective: sbh(10 + 24/t)";
-    default:
-        return sh->sequence_parallel ? "sbh/t (34 + 5as/h)" : "sbh (10 + 24/t + 5as/(ht))";
-    }
-}
-
+/* The activations' lines (plan_memory.c): the headline the sum of the terms printed after
+ * it, then what a slot and a layer's set hold. */
 static void text_memory_acts(FILE *f, const plan_stage *ps) {
     const plan_memory *m = &ps->mem;
     const plan_shape *sh = &ps->shape;
     char a[32], b[32], c[32], of[80];
     uint32_t v = sh->pp > 1 && sh->virtual_stages > 1 ? sh->virtual_stages : 1;
-    fprintf(f,
-            "  activations %10s = %u %sin flight x %u layers x %s (%s; s=%g b=%" PRIu64
-            " h=%u a=%u t=%u)\n",
+    int full = sh->recompute == BATON__STAGE__RECOMPUTE__FULL;
+    fprintf(f, "  activations %10s = %u x %s (%s in flight)",
             plan_format_memory(a, sizeof a, m->activations), m->microbatches_in_flight,
-            v > 1 ? "model chunks (interleaved) " : "", m->layers_per_slot,
-            fmt_bytes(b, sizeof b, m->act_per_layer), act_formula(sh), (double)sh->seq_len / sh->cp,
-            sh->micro_batch, sh->dim, sh->n_heads, sh->tp);
-    if (m->act_working_set > 0)
-        fprintf(f, "              + %s recompute working set (one layer, no recompute form)\n",
-                fmt_bytes(b, sizeof b, m->act_working_set));
+            fmt_bytes(b, sizeof b, m->act_per_slot),
+            v > 1 ? "model chunks (interleaved)" : "micro-batches");
     if (m->act_logits > 0)
-        fprintf(f, "              + %u x %s fp32 logits of a micro-batch (s*b*V*4/t)\n",
-                m->head_slots, fmt_bytes(c, sizeof c, m->act_logits));
-    if (m->act_grad_in > 0)
-        fprintf(f, "              + %u x %s received output gradients (interleaved: sbh/t*4)\n",
-                m->grad_buffers, fmt_bytes(c, sizeof c, m->act_grad_in / m->grad_buffers));
+        fprintf(f, " + %u x %s (head)", m->head_slots, fmt_bytes(c, sizeof c, m->act_logits));
+    if (m->act_moe > 0) fprintf(f, " + %s (MoE caches)", fmt_bytes(c, sizeof c, m->act_moe));
+    fprintf(f, "\n");
+    fprintf(
+        f,
+        "              a slot: %u layers x %s (each layer's input%s) + %s (the chunk's output%s)\n",
+        m->layers_per_slot, fmt_bytes(b, sizeof b, m->act_per_layer),
+        full ? "; recompute full" : " and its set", fmt_bytes(c, sizeof c, m->act_slot_extra),
+        full ? " and the set of the layer being recomputed" : "");
+    fprintf(f,
+            "              a layer's set %s, float32 whatever the precision: norms, q/k/v, "
+            "attention out, log-sum-exp, MLP gate/up/out%s (s=%" PRIu64 " b=%" PRIu64
+            " h=%u t=%u%s)\n",
+            fmt_bytes(b, sizeof b, m->act_layer_set),
+            sh->recompute == BATON__STAGE__RECOMPUTE__NONE && sh->cp <= 1 &&
+                    sh->precision == BATON__PRECISION__TYPE__FP32
+                ? ", attention probabilities (fp32, no recompute)"
+                : "; no attention probabilities",
+            sh->seq_len / (sh->cp ? sh->cp : 1), sh->micro_batch, sh->dim, sh->tp,
+            sh->sequence_parallel ? ", norms on s/t rows" : "");
+    if (m->act_logits > 0)
+        fprintf(f, "              head: final norm, fp32 logits (s*b*V/t), losses\n");
     if (m->act_moe > 0)
-        fprintf(f, "              + %s MoE caches: %u x %s (the MoE layers' kept activations%s)\n",
-                fmt_bytes(c, sizeof c, m->act_moe), m->moe_caches,
-                fmt_bytes(b, sizeof b, m->act_moe / m->moe_caches),
+        fprintf(f, "              MoE caches: %u x %s (the MoE layers' kept activations%s)\n",
+                m->moe_caches, fmt_bytes(b, sizeof b, m->act_moe / m->moe_caches),
                 sh->ep > 1 ? "; their room for expert rows grows with the imbalance met" : "");
+    fprintf(f, "  backward    %10s = %s (gradient buffers, RoPE tables) + %s (op scratch, %s)",
+            plan_format_memory(a, sizeof a, m->backward),
+            fmt_bytes(b, sizeof b, m->backward - m->act_scratch - m->act_grad_in),
+            fmt_bytes(c, sizeof c, m->act_scratch), sh->cuda ? "CUDA" : "CPU");
+    if (m->act_grad_in > 0)
+        fprintf(f, " + %u x %s (received output gradients, interleaved)", m->grad_buffers,
+                fmt_bytes(c, sizeof c, m->act_grad_in / m->grad_buffers));
+    fprintf(f, "\n");
     fprintf(f, "  total       %10s: ", plan_format_memory(a, sizeof a, m->total));
     if (m->fits < 0)
         fprintf(f, "capacity not given\n");
@@ -385,12 +397,22 @@ static void text_time(FILE *f, const plan_stage *ps) {
                 sh->mfu);
     } else {
         text_compute(f, ps);
+        if (sh->pp > 1)
+            fprintf(f,
+                    "            bubble %.3f s = compute x %.1f%% / (1 - %.1f%%) (the pipeline "
+                    "bubble below)\n",
+                    ps->bubble_s, 100 * ps->bubble, 100 * ps->bubble);
         fprintf(f,
                 "            exposed comm %.3f s = tp + cp + ep + pp/2 + dp beyond the last "
                 "micro-batch's backward\n",
                 ps->exposed_comm_s);
-        fprintf(f, "            step %.3f s, %s tokens/s\n", ps->step_time_s,
+        fprintf(f, "            step %.3f s = compute%s + exposed comm, %s tokens/s\n",
+                ps->step_time_s, sh->pp > 1 ? " + bubble" : "",
                 fmt_count(a, sizeof a, ps->tokens_per_s));
+        fprintf(f,
+                "            MFU %.3f end to end = model flops / (%u devices x %.4g TFLOP/s x "
+                "step), as the workers log it (mfu %.2f is the compute's alone)\n",
+                ps->mfu_e2e, ps->lay.world, sh->peak_flops / 1e12, sh->mfu);
     }
     if (sh->pp < 2) {
         fprintf(f, "            pipeline bubble 0%% (no pipeline), m %" PRIu64 "\n",
@@ -489,6 +511,14 @@ static void json_memory(bt_buf *b, const plan_memory *m) {
     bt_buf_printf(b, ", ");
     json_int(b, "moe_cache_bytes", m->act_moe);
     bt_buf_printf(b, ", ");
+    json_int(b, "activation_slot_bytes", m->act_per_slot);
+    bt_buf_printf(b, ", ");
+    json_int(b, "head_bytes", m->act_logits);
+    bt_buf_printf(b, ", ");
+    json_int(b, "backward", m->backward);
+    bt_buf_printf(b, ", ");
+    json_int(b, "op_scratch", m->act_scratch);
+    bt_buf_printf(b, ", ");
     json_int(b, "total", m->total);
     bt_buf_printf(b, ", \"heaviest_pp_stage\": %u", m->heaviest_pp_stage);
     bt_buf_printf(b, ", \"activation_slots\": %u, \"grad_buffers\": %u", m->microbatches_in_flight,
@@ -541,7 +571,17 @@ static void json_times(bt_buf *b, const plan_stage *ps) {
     bt_buf_printf(b, ", ");
     json_num(b, "compute_s", ps->compute_s);
     bt_buf_printf(b, ", ");
+    json_num(b, "bubble_s", ps->bubble_s);
+    bt_buf_printf(b, ", ");
+    json_num(b, "exposed_comm_s", ps->exposed_comm_s);
+    bt_buf_printf(b, ", ");
     json_num(b, "step_time_s", ps->step_time_s);
+    bt_buf_printf(b, ", ");
+    json_num(b, "peak_flops", ps->shape.peak_flops);
+    bt_buf_printf(b, ", ");
+    json_num(b, "mfu", ps->shape.mfu);
+    bt_buf_printf(b, ", ");
+    json_num(b, "mfu_end_to_end", ps->mfu_e2e);
     bt_buf_printf(b, ", ");
     json_num(b, "tokens_per_s", ps->tokens_per_s);
     bt_buf_printf(b, ", ");

@@ -40,6 +40,7 @@ static void shape_model(const Baton__Model *m, plan_shape *sh) {
     sh->n_kv_heads = m->n_kv_heads ? m->n_kv_heads : m->n_heads;
     sh->head_dim = m->n_heads ? m->dim / m->n_heads : 0;
     sh->vocab = m->vocab_size;
+    sh->ffn = m->ffn_dim;
 }
 
 static void shape_stage(const Baton__StageSpec *spec, plan_shape *sh) {
@@ -162,20 +163,67 @@ static void warn_groups(plan_stage *ps) {
     }
 }
 
+static uint64_t stage_microbatches(const plan_shape *sh);
+
+/* The heaviest rank's total with one setting changed (what = 0: zero 2, 1: zero 3, 2: full
+ * recomputation, 3: micro_batch 1), or 0 where it would change nothing or cannot be
+ * tried. */
+static double memory_if(const plan_stage *ps, int what) {
+    const plan_shape *sh = &ps->shape;
+    uint64_t replicas = (uint64_t)sh->dp * sh->cp;
+    if ((what == 0 && (sh->zero >= 2 || replicas < 2)) ||
+        (what == 1 && (sh->zero >= 3 || replicas < 2)) ||
+        (what == 2 && sh->recompute == BATON__STAGE__RECOMPUTE__FULL) ||
+        (what == 3 && sh->micro_batch <= 1))
+        return 0;
+    plan_stage *alt = malloc(sizeof *alt);
+    if (alt == NULL) return 0;
+    *alt = *ps;
+    if (what <= 1) alt->shape.zero = what == 0 ? 2 : 3;
+    if (what == 2) alt->shape.recompute = BATON__STAGE__RECOMPUTE__FULL;
+    if (what == 3) {
+        alt->shape.micro_batch = 1;
+        alt->microbatches = stage_microbatches(&alt->shape);
+    }
+    plan_memory m;
+    plan_memory_estimate(alt, &m);
+    free(alt);
+    return m.total < ps->mem.total ? m.total : 0;
+}
+
+/* Memory the plan does not count (the CUDA context, NCCL's and cuBLAS's buffers, the
+ * allocator's fragmentation) takes several GB of a GPU: a plan above this share of
+ * cluster.gpu.memory may not fit in practice. */
+#define PLAN_MEMORY_HEADROOM 0.9
+
 static void warn_memory(plan_stage *ps) {
+    static const char *const change[4] = {"zero: 2", "zero: 3", "recompute: full",
+                                          "micro_batch: 1"};
     const plan_memory *m = &ps->mem;
-    char need[32], have[32];
+    char need[32], have[32], alt[32], advice[200] = "";
     plan_format_memory(need, sizeof need, m->total);
     plan_format_memory(have, sizeof have, m->capacity);
-    if (m->fits == 0)
+    if (m->fits == 0) {
+        /* the changes that would lower the total, each with what it would need */
+        size_t o = 0;
+        for (int w = 0; w < 4; w++) {
+            double t = memory_if(ps, w);
+            if (t <= 0 || o >= sizeof advice) continue;
+            o += (size_t)snprintf(advice + o, sizeof advice - o, "%s%s would need %s%s",
+                                  o ? ", " : "", change[w], plan_format_memory(alt, sizeof alt, t),
+                                  t <= m->capacity ? " (fits)" : "");
+        }
+        warn(ps, "DOES NOT FIT: %s needed on pipeline stage %u, %s available; %s%sraise tp or pp",
+             need, m->heaviest_pp_stage, have, advice, advice[0] ? "; or " : "");
+    } else if (m->fits > 0 && m->total > PLAN_MEMORY_HEADROOM * m->capacity) {
         warn(ps,
-             "DOES NOT FIT: %s needed on pipeline stage %u, %s available; %sraise tp or pp, "
-             "or lower micro_batch",
-             need, m->heaviest_pp_stage, have,
-             ps->shape.recompute == BATON__STAGE__RECOMPUTE__FULL ? ""
-                                                                  : "turn on full recomputation, ");
-    else if (m->fits < 0)
+             "%s of %s is above %.0f%% of cluster.gpu.memory: the plan does not count the "
+             "CUDA context, NCCL's and cuBLAS's buffers or the allocator's fragmentation "
+             "(several GB on a GPU), so it may not fit",
+             need, have, 100 * PLAN_MEMORY_HEADROOM);
+    } else if (m->fits < 0) {
         warn(ps, "cluster.gpu.memory not given: cannot tell whether %s per GPU fits", need);
+    }
 }
 
 static void warn_batch(plan_stage *ps) {

@@ -388,19 +388,41 @@ static double activations_with(Baton__Stage__Recompute r, int sp) {
     return ps.mem.activations;
 }
 
+/* Activations as worker/engine/model.c carves them, float32 whatever the precision. The
+ * 70B stage 0 (20 layers, 4 micro-batches in flight), tp 8 with sequence parallelism:
+ * T = N = 8192 rows, R = 1024 of the residual stream, per rank H 8 query heads, 1 kv head
+ * (hd 128: q/k/v 1280 wide, the attention output 1024), F 3584. A layer's set: ln1, xmid,
+ * ln2 (R C), their rstds (R), q/k/v, the log-sum-exp (H T), attention output, gate/up and
+ * SwiGLU output (3 N F); no probabilities but under fp32 with recompute none (H T^2); no
+ * 5as/h term (no dropout, the flash kernels keep no scores). */
 static void test_activation_order(void) {
-    for (int sp = 0; sp <= 1; sp++) {
-        double none = activations_with(BATON__STAGE__RECOMPUTE__NONE, sp);
-        double sel = activations_with(BATON__STAGE__RECOMPUTE__SELECTIVE, sp);
-        double full = activations_with(BATON__STAGE__RECOMPUTE__FULL, sp);
-        CHECK(none > sel && sel > full && full > 0);
-    }
-    CHECK(activations_with(BATON__STAGE__RECOMPUTE__SELECTIVE, 1) <
-          activations_with(BATON__STAGE__RECOMPUTE__SELECTIVE, 0));
-    /* selective with SP, stage 0 (20 layers, 4 in flight): 34 sbh/t per layer */
-    double sbh = 8192.0 * 8192.0;
-    CHECK_REL(activations_with(BATON__STAGE__RECOMPUTE__SELECTIVE, 1), 4 * 20 * 34 * sbh / 8,
+    double R = 1024, N = 8192, C = 8192, RC = R * C;
+    double set = 3 * RC + 2 * R + N * 1280 + 8 * N + N * 1024 + 3 * N * 3584;
+    double probs = 8 * N * N;
+    /* none and selective keep every layer's input and set; full each layer's input and one
+     * set per slot; every slot the chunk's output too */
+    CHECK_REL(activations_with(BATON__STAGE__RECOMPUTE__NONE, 1), 4 * 4 * (21 * RC + 20 * set),
               1e-12);
+    CHECK_REL(activations_with(BATON__STAGE__RECOMPUTE__SELECTIVE, 1), 4 * 4 * (21 * RC + 20 * set),
+              1e-12);
+    CHECK_REL(activations_with(BATON__STAGE__RECOMPUTE__FULL, 1), 4 * 4 * (21 * RC + set), 1e-12);
+    /* without sequence parallelism the norms hold every row */
+    double set_nosp = set + 3 * (N - R) * C + 2 * (N - R);
+    CHECK_REL(activations_with(BATON__STAGE__RECOMPUTE__FULL, 0), 4 * 4 * (21 * N * C + set_nosp),
+              1e-12);
+    /* fp32: the same floats, and recompute none keeps the probabilities */
+    fixture fx;
+    fixture_70b(&fx);
+    fx.prec.type = BATON__PRECISION__TYPE__FP32;
+    plan_stage ps;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK_REL(ps.mem.activations, 4 * 4 * (21 * RC + set), 1e-12);
+    fx.stage.recompute = BATON__STAGE__RECOMPUTE__NONE;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK_REL(ps.mem.act_layer_set, 4 * (set + probs), 1e-12);
+    fx.stage.recompute = BATON__STAGE__RECOMPUTE__SELECTIVE;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK_REL(ps.mem.act_layer_set, 4 * set, 1e-12);
 }
 
 /* Small config (bf16), m = 16 / (2 * 2) = 4 micro-batches, A = s*b*h*4 = 128*2*64*4 = 65536:
@@ -430,9 +452,27 @@ static void test_comm_small(void) {
     CHECK_EQ_U64(ps.mem.params_on_rank, 26368);
     CHECK_EQ_U64(ps.mem.microbatches_in_flight, 2);
     CHECK_REL(ps.mem.optimizer, 8.0 * 26368 / 2, 1e-12);
-    /* none, SP: sbh/t (34 + 5as/h) = 128*2*64/2 * (34 + 40) per layer */
-    CHECK_REL(ps.mem.act_per_layer, 8192.0 * 74, 1e-12);
-    CHECK_REL(ps.mem.activations, 2 * 8192.0 * 74, 1e-12);
+    /* none, SP, bf16 (model.c's carving, float32): N = 256 rows, R = 128, per rank 2 heads,
+     * 1 kv head (hd 16: q/k/v 64 wide, output 32), F 88: the set 3 R C + 2 R + 64 N + 2 T B
+     * + 32 N + 3 N F = 117504 floats; a slot its layer's input, set and the output R C */
+    CHECK_REL(ps.mem.act_layer_set, 4 * 117504.0, 1e-12);
+    CHECK_REL(ps.mem.act_per_layer, 4 * (8192 + 117504.0), 1e-12);
+    CHECK_REL(ps.mem.activations, 2 * 4 * (2 * 8192 + 117504.0), 1e-12);
+    /* the last stage's head: final norm R C + R, logits N V/t, 2 N, tp's 3 t N */
+    plan_memory last;
+    plan_memory_for_pp_stage(&ps, 1, &last);
+    CHECK_REL(last.act_logits, 4 * (8192 + 128 + 256 * 50 + 512 + 3 * 2 * 256.0), 1e-12);
+    /* the backward's buffers: 3 N C, N max(qkv, 2F), N max(qd, F), the norms' dnorm C, RoPE
+     * T hd; the CPU's op scratch the largest GEMM's bf16 copies, the MLP's gate and up:
+     * N C + 2F C + N 2F */
+    double scratch = 256 * 64 + 176 * 64 + 256 * 176;
+    CHECK_REL(ps.mem.act_scratch, 4 * scratch, 1e-12);
+    CHECK_REL(ps.mem.backward, 4 * (3 * 256 * 64 + 256 * 176 + 256 * 88 + 64 + 128 * 16 + scratch),
+              1e-12);
+    CHECK_REL(ps.mem.total,
+              ps.mem.params + ps.mem.grads + ps.mem.optimizer + ps.mem.activations +
+                  ps.mem.backward,
+              1e-12);
     fx.par.zero = 0; /* all-reduce of fp32 grads: 2 (n-1)/n x P x 4 */
     CHECK(build(&fx, &ps) == BT_OK);
     CHECK_REL(ps.comm.bytes[PLAN_COMM_DP], 2 * 0.5 * 26432 * 4, 1e-12);
@@ -790,6 +830,90 @@ static void test_warnings_and_fit(void) {
     text = report_text(&fx, &ps);
     CHECK_STR_CONTAINS(text, "capacity not given");
     free(text);
+}
+
+/* The step time counts the pipeline bubble: compute / (1 - bubble) + the exposed
+ * communication; the end-to-end MFU is the model FLOPs over the devices' peak for the whole
+ * step, as the workers log it. Fewer idle stages (virtual stages) give a shorter step. */
+static void test_step_time(void) {
+    fixture fx;
+    fixture_70b(&fx);
+    fx.stage.global_batch = 16; /* m = 8 over pp 4: a large bubble */
+    plan_stage ps;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK(ps.bubble > 0.2);
+    CHECK_REL(ps.bubble_s, ps.compute_s * ps.bubble / (1 - ps.bubble), 1e-12);
+    CHECK_REL(ps.step_time_s, ps.compute_s / (1 - ps.bubble) + ps.exposed_comm_s, 1e-12);
+    CHECK_REL(ps.tokens_per_s, 16 * 8192 / ps.step_time_s, 1e-12);
+    CHECK_REL(ps.mfu_e2e, ps.flops_per_step / (64 * 989e12 * ps.step_time_s), 1e-12);
+    CHECK(ps.mfu_e2e < 0.4 * (1 - ps.bubble));
+    char *text = report_text(&fx, &ps);
+    char want[160];
+    snprintf(want, sizeof want, "step %.3f s = compute + bubble + exposed comm", ps.step_time_s);
+    CHECK_STR_CONTAINS(text, want);
+    snprintf(want, sizeof want, "MFU %.3f end to end = model flops / (64 devices x 989 TFLOP/s",
+             ps.mfu_e2e);
+    CHECK_STR_CONTAINS(text, want);
+    free(text);
+    double step = ps.step_time_s, bubble = ps.bubble;
+    fx.par.virtual_stages = 2; /* 80 layers over pp 4 x v 2 */
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK(ps.bubble < bubble - 0.05);
+    CHECK(ps.step_time_s < step - 0.05 * ps.compute_s);
+    /* no pipeline: no bubble, step = compute + exposed comm */
+    set_parallel(&fx.par, 8, 1, 8, 1, 1);
+    fx.par.virtual_stages = 0;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK(ps.bubble == 0 && ps.bubble_s == 0);
+    CHECK_REL(ps.step_time_s, ps.compute_s + ps.exposed_comm_s, 1e-12);
+}
+
+/* The memory report's sums read true: the headline is the sum of the terms printed after
+ * "=". Above 90% of the device memory the plan warns of what it does not count; a plan
+ * that does not fit names the changes that would lower it, with what they would need
+ * (not micro_batch when it is 1), and the ZeRO levels where there are replicas. */
+static void test_memory_report_and_advice(void) {
+    fixture fx;
+    fixture_70b(&fx);
+    fx.cluster.device = BATON__CLUSTER__DEVICE__CUDA;
+    plan_stage ps;
+    CHECK(build(&fx, &ps) == BT_OK);
+    char *text = report_text(&fx, &ps), want[200], a[32], b[32];
+    snprintf(want, sizeof want, "params      %10s = %s (4 B x ",
+             plan_format_memory(a, sizeof a, ps.mem.params),
+             plan_format_memory(b, sizeof b, ps.mem.params - ps.mem.gemm_copies));
+    CHECK_STR_CONTAINS(text, want);
+    snprintf(want, sizeof want, "+ %s (the GEMMs' converted weight copies",
+             plan_format_memory(a, sizeof a, ps.mem.gemm_copies));
+    CHECK_STR_CONTAINS(text, want);
+    char slot[32];
+    snprintf(slot, sizeof slot, "%.2f GB", ps.mem.act_per_slot / 1e9);
+    snprintf(want, sizeof want, "activations %10s = 4 x %s (micro-batches in flight)",
+             plan_format_memory(a, sizeof a, ps.mem.activations), slot);
+    CHECK_STR_CONTAINS(text, want);
+    free(text);
+    CHECK(ps.mem.fits == 1 && !has_warning(&ps, "above 90%"));
+    fx.mem.bytes = (uint64_t)(ps.mem.total / 0.95);
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK(ps.mem.fits == 1 && has_warning(&ps, "above 90% of cluster.gpu.memory"));
+    /* micro_batch 1, zero 1, full recomputation: only ZeRO-2/3 and tp/pp to offer */
+    fx.mem.bytes = (uint64_t)(ps.mem.total * 0.8);
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK(ps.mem.fits == 0 && has_warning(&ps, "DOES NOT FIT"));
+    CHECK(has_warning(&ps, "zero: 2 would need") && has_warning(&ps, "zero: 3 would need"));
+    CHECK(has_warning(&ps, "raise tp or pp"));
+    CHECK(!has_warning(&ps, "micro_batch") && !has_warning(&ps, "recompute"));
+    /* selective, micro_batch 2: full recomputation and micro_batch 1 lower it too */
+    fx.stage.recompute = BATON__STAGE__RECOMPUTE__SELECTIVE;
+    fx.stage.micro_batch = 2;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK(has_warning(&ps, "recompute: full would need") &&
+          has_warning(&ps, "micro_batch: 1 would need"));
+    /* no replicas (dp*cp 1): no ZeRO to offer */
+    set_parallel(&fx.par, 8, 1, 1, 4, 1);
+    fx.cluster.nodes = 4;
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK(ps.mem.fits == 0 && !has_warning(&ps, "zero:"));
 }
 
 /* Memory below 1 GB is printed in the unit that fits, never "0.00 GB"; from 1 GB up in
@@ -1170,6 +1294,8 @@ int main(void) {
     test_comm_cp_ep();
     test_flops();
     test_flops_fp8();
+    test_step_time();
+    test_memory_report_and_advice();
     test_warnings_and_fit();
     test_memory_units();
     test_defensive();

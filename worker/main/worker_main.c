@@ -248,6 +248,11 @@ static void worker_print_state(const trainer *t) {
     printf("model state allocated by this rank (zero %u): params %.0f grads %.0f optimizer %.0f "
            "bytes\n",
            t->spec->stage->parallel->zero, params, grads, optim);
+    /* what `baton plan` counts as the rank's activations (less the MoE caches) and its
+     * backward buffers */
+    printf("activations allocated by this rank: %zu bytes in %d slot(s), backward buffers and "
+           "scratch %zu bytes (pipeline stage %d)\n",
+           t->m.act_bytes, t->m.n_slots, t->m.work_bytes, t->m.cfg.pp_rank);
     size_t moe = model_moe_cache_bytes(&t->m);
     if (moe > 0) /* the MoE layers' activations kept from a forward to its backward */
         printf("MoE caches allocated by this rank: %zu bytes (pipeline stage %d)\n", moe,
