@@ -154,6 +154,13 @@ static int load_is_units_type(const ProtobufCMessageDescriptor *d) {
            d == &baton__duration__descriptor;
 }
 
+/* Whether f is parallel.dp, the one integer field where "auto" (stored as 0) means
+ * something: the data-parallel degree derived from the cluster. Everywhere else 0 is a
+ * value of its own (or an invalid one), so "auto" there is refused rather than read as 0. */
+static int load_takes_auto(const ProtobufCFieldDescriptor *f) {
+    return f == protobuf_c_message_descriptor_get_field_by_name(&baton__parallel__descriptor, "dp");
+}
+
 /* What a value of field f must look like, for "expected ..." messages. */
 static void load_expected(const ProtobufCFieldDescriptor *f, char *out) {
     char list[LOAD_LIST_CAP];
@@ -163,7 +170,8 @@ static void load_expected(const ProtobufCFieldDescriptor *f, char *out) {
     case PROTOBUF_C_TYPE_FIXED32:
     case PROTOBUF_C_TYPE_UINT64:
     case PROTOBUF_C_TYPE_FIXED64:
-        snprintf(out, LOAD_WANT_CAP, "a non-negative integer (such as 8, 8K = 8192, or auto)");
+        snprintf(out, LOAD_WANT_CAP, "a non-negative integer (such as 8, 8K = 8192%s)",
+                 load_takes_auto(f) ? ", or auto" : "");
         return;
     case PROTOBUF_C_TYPE_FLOAT:
     case PROTOBUF_C_TYPE_DOUBLE:
@@ -275,12 +283,21 @@ static int load_fail_number(load_ctx *c, yaml_node_t *n, const ProtobufCFieldDes
     return load_fail(c, n->start_mark, BT_ERECIPE, "value %s is out of range (%s)", got, range);
 }
 
+/* "auto" in an integer field: 0 for parallel.dp, an error naming the field elsewhere. */
+static int load_parse_auto(load_ctx *c, yaml_node_t *n, const ProtobufCFieldDescriptor *f) {
+    if (load_takes_auto(f)) return 0;
+    return load_fail(c, n->start_mark, BT_ERECIPE,
+                     "\"auto\" is only for parallel.dp (derived from the cluster); give %s a "
+                     "number (such as 8, 8K = 8192)",
+                     f->name);
+}
+
 static int load_parse_uint(load_ctx *c, yaml_node_t *n, const ProtobufCFieldDescriptor *f,
                            const char *text, uint64_t max, uint64_t *v) {
     char range[64];
     if (strcasecmp(text, "auto") == 0) {
         *v = 0;
-        return 0;
+        return load_parse_auto(c, n, f);
     }
     int rc = units_parse_uint(text, max, v);
     if (rc == BT_ERANGE && text[0] == '-') rc = BT_EINVAL;
@@ -293,7 +310,7 @@ static int load_parse_int(load_ctx *c, yaml_node_t *n, const ProtobufCFieldDescr
     char range[64];
     if (strcasecmp(text, "auto") == 0) {
         *v = 0;
-        return 0;
+        return load_parse_auto(c, n, f);
     }
     int rc = units_parse_int(text, min, max, v);
     snprintf(range, sizeof range, "%lld to %lld", (long long)min, (long long)max);

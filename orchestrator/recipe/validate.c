@@ -296,10 +296,10 @@ static int check_sizes(vctx *v) {
 }
 
 static int check_degrees(vctx *v, const Baton__Parallel *p) {
-    REQUIRE(p->tp >= 1, v, "parallel.tp", "tp must be at least 1 (\"auto\" is only for dp)");
-    REQUIRE(p->pp >= 1, v, "parallel.pp", "pp must be at least 1 (\"auto\" is only for dp)");
-    REQUIRE(p->cp >= 1, v, "parallel.cp", "cp must be at least 1 (\"auto\" is only for dp)");
-    REQUIRE(p->ep >= 1, v, "parallel.ep", "ep must be at least 1 (\"auto\" is only for dp)");
+    REQUIRE(p->tp >= 1, v, "parallel.tp", "tp must be at least 1 (1: no tensor parallelism)");
+    REQUIRE(p->pp >= 1, v, "parallel.pp", "pp must be at least 1 (1: no pipeline)");
+    REQUIRE(p->cp >= 1, v, "parallel.cp", "cp must be at least 1 (1: no context parallelism)");
+    REQUIRE(p->ep >= 1, v, "parallel.ep", "ep must be at least 1 (1: no expert parallelism)");
     REQUIRE(p->zero <= 3, v, "parallel.zero", "zero must be 0, 1, 2 or 3, got %u", p->zero);
     REQUIRE(p->virtual_stages >= 1, v, "parallel.virtual_stages",
             "virtual_stages must be at least 1");

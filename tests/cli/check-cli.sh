@@ -84,6 +84,14 @@ expect 2 "^--set model\.rope\.theta=\{: YAML syntax error: did not find expected
   plan "$recipes/tiny-cpu.yaml" --set "model.rope.theta={"
 expect 2 "^--nodes abc: cluster\\.nodes: expected a non-negative integer" -- \
   plan "$recipes/tiny-cpu.yaml" --nodes abc
+# "auto" is parallel.dp's alone: any other integer field refuses it by name (it was read as 0)
+expect 2 "^--set model\\.n_heads=auto: model\\.n_heads: \"auto\" is only for parallel\\.dp" -- \
+  plan "$recipes/tiny-cpu.yaml" --set model.n_heads=auto
+expect 2 "^--nodes auto: cluster\\.nodes: \"auto\" is only for parallel\\.dp" -- \
+  plan "$recipes/tiny-cpu.yaml" --nodes auto
+expect 2 "^--set stages\\.0\\.steps=abc: stages\\[0\\]\\.steps: expected a non-negative integer \\(such as 8, 8K = 8192\\), got \"abc\"$" -- \
+  plan "$recipes/tiny-cpu.yaml" --set stages.0.steps=abc
+expect 0 "tp 2 x cp 1 x dp 1 x pp 2 = 4 ranks" -- plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.dp=auto
 expect 2 "^--gpus-per-node 0: cluster\\.gpus_per_node: expected at least 1 device per node" -- \
   spec "$recipes/tiny-cpu.yaml" --gpus-per-node 0
 expect 2 "/heads-vs-tp\.yaml:9:14: defaults\.parallel\.tp: tp 4 does not divide n_heads 6" -- \

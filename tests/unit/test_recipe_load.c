@@ -18,7 +18,7 @@ static const char full_recipe[] =
     "  dim: 4K\n"                                                             /* 5 */
     "  n_layers: 32\n"                                                        /* 6 */
     "  n_heads: 32\n"                                                         /* 7 */
-    "  n_kv_heads: auto\n"                                                    /* 8 */
+    "  n_kv_heads: 0\n"                                                       /* 8 */
     "  vocab_size: 128K\n"                                                    /* 9 */
     "  norm_eps: 1e-5\n"                                                      /* 10 */
     "  rope: 500000\n"                                                        /* 11 */
@@ -76,7 +76,7 @@ static void test_full_values(const Baton__Recipe *r) {
     CHECK(m->has_arch && m->arch == BATON__MODEL__ARCH__LLAMA);
     CHECK(m->has_dim && m->dim == 4096);
     CHECK(m->n_layers == 32 && m->n_heads == 32);
-    CHECK(m->has_n_kv_heads && m->n_kv_heads == 0); /* auto */
+    CHECK(m->has_n_kv_heads && m->n_kv_heads == 0); /* = n_heads */
     CHECK(m->vocab_size == 131072);
     CHECK(m->has_norm_eps && m->norm_eps == 1e-5);
     CHECK(m->rope != NULL && m->rope->has_theta && m->rope->theta == 500000.0);
@@ -217,6 +217,18 @@ static void test_errors_values(void) {
     expect_error("name:\n", 1, 6, "name: expected a string, got nothing (null)");
     expect_error("cluster: {nodes: ~}\n", 1, 18, "got nothing (null)");
     expect_error("name: \"a\\0b\"\n", 1, 7, "name: a value must not contain a NUL character");
+    /* "auto" is parallel.dp's alone: elsewhere it is refused, never read as 0, and the
+     * other integer fields' messages do not offer it */
+    expect_error("model: {n_kv_heads: auto}\n", 1, 21,
+                 "model.n_kv_heads: \"auto\" is only for parallel.dp (derived from the cluster); "
+                 "give n_kv_heads a number");
+    expect_error("defaults: {global_batch: AUTO}\n", 1, 26, "\"auto\" is only for parallel.dp");
+    expect_error("seed: auto\n", 1, 7, "seed: \"auto\" is only for parallel.dp");
+    expect_error("defaults: {steps: x}\n", 1, 19,
+                 "defaults.steps: expected a non-negative integer (such as 8, 8K = 8192), got");
+    expect_error("defaults: {parallel: {dp: x}}\n", 1, 27,
+                 "defaults.parallel.dp: expected a non-negative integer (such as 8, 8K = 8192, or "
+                 "auto), got \"x\"");
 }
 
 static void test_errors_units(void) {
