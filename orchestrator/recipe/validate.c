@@ -430,9 +430,22 @@ static const Baton__Data *effective_data(const Baton__Recipe *r, long stage) {
     return d;
 }
 
+/* Whether the stage's data block is a stage's own or an earlier stage's, not the recipe's. */
+static int data_from_stage(const Baton__Recipe *r, long stage) {
+    for (long k = 0; k <= stage; k++)
+        if (r->stages[k]->data != NULL) return 1;
+    return 0;
+}
+
 static int check_data(vctx *v, const Baton__Recipe *r) {
     const Baton__Data *d = effective_data(r, v->stage);
     if (d == NULL) return 0; /* planning needs no data; the run checks that it has some */
+    /* A block without training data (only valid, or mix: []) is a mistake that baton run
+     * would refuse without a place; data_from_stage says why a stage lost the recipe's. */
+    REQUIRE(d->n_mix > 0 || (d->train != NULL && d->train[0] != '\0'), v, "data",
+            "no training data (%sgive train or mix)",
+            data_from_stage(r, v->stage) ? "a stage's data block replaces the recipe's whole; "
+                                         : "");
     REQUIRE(d->n_mix <= MAX_MIX_SOURCES, v, "data.mix",
             "%zu mixture sources; at most %d are supported", d->n_mix, MAX_MIX_SOURCES);
     for (size_t i = 0; i < d->n_mix; i++) {

@@ -92,6 +92,10 @@ expect 2 "^--nodes auto: cluster\\.nodes: \"auto\" is only for parallel\\.dp" --
 expect 2 "^--set stages\\.0\\.steps=abc: stages\\[0\\]\\.steps: expected a non-negative integer \\(such as 8, 8K = 8192\\), got \"abc\"$" -- \
   plan "$recipes/tiny-cpu.yaml" --set stages.0.steps=abc
 expect 0 "tp 2 x cp 1 x dp 1 x pp 2 = 4 ranks" -- plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.dp=auto
+# a data block without training data is refused at validation, at its place, not by run
+expect 2 "^--set data\\.mix=\\[\\]: data: no training data \\(give train or mix\\)" -- \
+  plan "$recipes/tiny-cpu.yaml" --set data.mix=[]
+expect 2 "^--set data\\.mix=\\[\\]: data: no training data" -- spec "$recipes/tiny-cpu.yaml" --set data.mix=[]
 expect 2 "^--gpus-per-node 0: cluster\\.gpus_per_node: expected at least 1 device per node" -- \
   spec "$recipes/tiny-cpu.yaml" --gpus-per-node 0
 expect 2 "/heads-vs-tp\.yaml:9:14: defaults\.parallel\.tp: tp 4 does not divide n_heads 6" -- \
