@@ -35,6 +35,16 @@ expect 2 'not a regular file|cannot read|is a directory' -- plan "$recipes"
 expect 0 'fits \(' -- plan "$recipes/tiny-cpu.yaml"
 expect 0 'stage 2 "fp8"' -- plan "$recipes/tiny-cpu.yaml"
 expect 0 '"stages": ?\[' -- plan --json "$recipes/tiny-cpu.yaml"
+# status and eval name the option that is unknown or missing, as plan does
+expect 2 "^baton status: unknown option '--bogus'" -- status "$recipes" --bogus
+expect 2 "^baton status: one run directory at a time \\(got 'a' and 'b'\\)" -- status a b
+expect 2 "^baton status: no run directory given" -- status
+expect 2 "^baton eval: missing --data PREFIX \\(with --seq-len T and --num-seqs N\\), or --passkey PREFIX" -- eval run
+expect 2 "^baton eval: --data needs --num-seqs N" -- eval run --data d --seq-len 8
+expect 2 "^baton eval: --data needs --seq-len T" -- eval run --data d --num-seqs 8
+expect 2 "^baton eval: --data and --passkey are two modes" -- eval run --data d --passkey p
+expect 2 "^baton eval: no checkpoint: give CKPT or RUN_DIR" -- eval --passkey p
+expect 2 "^baton eval: --seq-len 2000000 is above the limit" -- eval run --data d --seq-len 2000000 --num-seqs 1
 # plan takes baton run's overrides, so a layout can be tried before it is run
 expect 0 'pipeline bubble [0-9.]+% of the stages.*\(equal stages: \(pp-1\)/\(v\*m\+pp-1\) = 0\.1%\)' -- \
   plan "$recipes/llama3-70b-64gpu.yaml" --set defaults.parallel.virtual_stages=5
