@@ -26,6 +26,18 @@ expect 2 'usage: baton' --
 expect 0 'plan +check a recipe' -- --help
 expect 0 '^baton [0-9]+\.[0-9]+' -- --version
 expect 2 "unknown command 'frobnicate'" -- frobnicate
+expect 0 'eval +.*passkey accuracy' -- --help
+# every command has its own help, with its exit statuses
+expect 0 '^usage: baton resume RUN_DIR' -- resume --help
+expect 0 '^usage: baton submit RECIPE .*--nodes K\] \[--gpus-per-node G\]' -- submit --help
+for o in '--dry-run' '--template FILE' 'SBATCH_OPTION' '^Exit status: 0 submitted'; do
+  expect 0 "$o" -- submit --help
+done
+[[ $("$baton" run --help) != *"baton submit"* ]] || { echo "FAIL: run --help shows submit's usage"; failures=$((failures + 1)); }
+expect 2 "^baton resume: no run directory given" -- resume
+expect 2 "^baton resume: unexpected argument '--set'" -- resume r --set a=1
+for c in pack unpack push pull export; do expect 0 '^Exit status: 0 ' -- ckpt $c --help; done
+expect 0 'scaling, the seq_len the checkpoint was trained at' -- ckpt export --help
 expect 0 'usage: baton plan RECIPE' -- plan --help
 expect 2 'usage: baton plan RECIPE' -- plan
 expect 2 "unknown option '--bogus'" -- plan --bogus "$recipes/tiny-cpu.yaml"
