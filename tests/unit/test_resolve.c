@@ -317,6 +317,41 @@ static void test_loss_scale_left_behind(void) {
     recipe_doc_free(&doc);
 }
 
+/* fp8's own settings stay with fp8 likewise: a later fp16 or bf16 stage resolves to the
+ * defaults (amax_history 1024, margin 0, first_last_bf16 on, format hybrid) unless it
+ * gives them; a stage that stays fp8 inherits them. */
+static void test_fp8_settings_left_behind(void) {
+    static const char *text =
+        "name: f\n"
+        "model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, ffn_dim: 176, vocab_size: 256}\n"
+        "cluster: {nodes: 1, gpus_per_node: 1}\n"
+        "data: {train: a}\n"
+        "defaults: {steps: 2, seq_len: 64, global_batch: 2}\n"
+        "stages:\n"
+        "  - {name: a, precision: {type: fp8, format: e4m3, amax_history: 16, margin: 2,\n"
+        "                          first_last_bf16: false}}\n"
+        "  - {name: b, steps: 3}\n"
+        "  - {name: c, precision: {type: fp16, margin: 3}}\n"
+        "  - {name: d, precision: bf16}\n";
+    recipe_doc doc = {0};
+    if (load_valid("f.yaml", text, &doc) == 0) {
+        const uint32_t hist[] = {16, 16, 1024, 1024}, margin[] = {2, 2, 3, 0};
+        const int fmt[] = {1, 1, 0, 0}, first_last[] = {0, 0, 1, 1};
+        for (size_t i = 0; i < 4; i++) {
+            Baton__StageSpec *sp = resolve(&doc, i);
+            if (sp == NULL) continue;
+            const Baton__Precision *p = sp->stage->precision;
+            CHECK_EQ_U64(p->amax_history, hist[i]);
+            CHECK_EQ_U64(p->margin, margin[i]);
+            CHECK_EQ_U64((uint64_t)p->format, (uint64_t)fmt[i]);
+            CHECK_EQ_U64(p->first_last_bf16, (uint64_t)first_last[i]);
+            CHECK(p->has_amax_history == (i < 2));
+            protobuf_c_message_free_unpacked(&sp->base, NULL);
+        }
+    }
+    recipe_doc_free(&doc);
+}
+
 int main(void) {
     recipe_doc doc = {0};
     if (load_valid("t.yaml", recipe_text, &doc) == 0) {
@@ -328,5 +363,6 @@ int main(void) {
     test_data_carry();
     test_data_identity();
     test_loss_scale_left_behind();
+    test_fp8_settings_left_behind();
     return check_status();
 }
