@@ -605,6 +605,11 @@ static int check_recipe_name(vctx *v, const Baton__Recipe *r) {
 }
 
 static int check_stage_names(vctx *v, const Baton__Recipe *r) {
+    /* defaults is a Stage for its settings; a name there would be no stage's */
+    if (r->defaults != NULL && r->defaults->name != NULL)
+        return verr(v, "defaults.name",
+                    "defaults takes no name: a stage's name goes in stages, e.g. stages: "
+                    "[{name: pretrain, steps: 1000}]");
     for (size_t i = 0; i < r->n_stages; i++) {
         if (r->stages[i]->name == NULL || r->stages[i]->name[0] == '\0') {
             char f[64];
