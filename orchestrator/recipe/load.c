@@ -1016,6 +1016,7 @@ int recipe_load_buffer(const char *name, const char *data, size_t len, recipe_do
     *c = (load_ctx){.file = file, .doc = doc, .diag = diag};
     rc = load_document(c, data, len, nodes);
     free(c);
+    doc->warn = stderr;
     if (rc == 0 && (doc->file = strdup(file)) == NULL) {
         bt_diag_set(diag, "%s: out of memory", file);
         rc = BT_ENOMEM;

@@ -118,6 +118,14 @@ expect 0 "tp 2 x cp 1 x dp 1 x pp 2 = 4 ranks" -- plan "$recipes/tiny-cpu.yaml" 
 expect 2 "^--set data\\.mix=\\[\\]: data: no training data \\(give train or mix\\)" -- \
   plan "$recipes/tiny-cpu.yaml" --set data.mix=[]
 expect 2 "^--set data\\.mix=\\[\\]: data: no training data" -- spec "$recipes/tiny-cpu.yaml" --set data.mix=[]
+# what runs but likely not as meant is a warning: plan and spec go on (exit 0)
+expect 0 "^warning: --set stages\\.long-context\\.seq_len=2048: stages\\[1\\]\\.seq_len: seq_len 2048 is beyond the context the RoPE scaling extends to" -- \
+  plan "$recipes/tiny-cpu.yaml" --set stages.long-context.seq_len=2048
+expect 0 "original_max_position 64 is not the seq_len 128 the previous stage \\(\"pretrain\"\\) trained at" -- \
+  spec "$recipes/tiny-cpu.yaml" --stage 0 --set stages.long-context.rope.scaling.original_max_position=64
+expect 0 "tiny-cpu\\.yaml:[0-9]+:[0-9]+: defaults\\.optimizer\\.warmup_steps: warmup_steps 20 is more than the stage's 10 steps" -- \
+  plan "$recipes/tiny-cpu.yaml" --set stages.0.steps=10
+[[ -z $("$baton" plan "$recipes/tiny-cpu.yaml" 2>&1 >/dev/null) ]] || { echo "FAIL: tiny-cpu.yaml plans with warnings"; failures=$((failures + 1)); }
 expect 2 "^--gpus-per-node 0: cluster\\.gpus_per_node: expected at least 1 device per node" -- \
   spec "$recipes/tiny-cpu.yaml" --gpus-per-node 0
 expect 2 "/heads-vs-tp\.yaml:9:14: defaults\.parallel\.tp: tp 4 does not divide n_heads 6" -- \
