@@ -15,4 +15,8 @@ int cmd_resume(int argc, char **argv);
 int cmd_submit(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 
+/* A dataset prefix as given on a command line: "data/x.bin" or "data/x.idx" stands for
+ * "data/x" (a path the shell completed). The caller frees it; NULL when out of memory. */
+char *cli_data_prefix(const char *arg);
+
 #endif

@@ -54,7 +54,7 @@ static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out) {
 /* A dataset prefix as given on the command line: a path naming one of the pair's files
  * ("data/x.bin", "data/x.idx") stands for its prefix ("data/x"), so that a path completed
  * by the shell works. The caller frees it; NULL when out of memory. */
-static char *data_prefix(const char *arg) {
+char *cli_data_prefix(const char *arg) {
     size_t n = strlen(arg);
     if (n > 4 && (strcmp(arg + n - 4, ".bin") == 0 || strcmp(arg + n - 4, ".idx") == 0) &&
         arg[n - 5] != '/')
@@ -482,7 +482,7 @@ static int data_passkey(int argc, char **argv) {
     }
     bt_diag diag;
     bt_diag_init(&diag);
-    char *prefix = data_prefix(output);
+    char *prefix = cli_data_prefix(output);
     int rc = prefix ? passkey_write(prefix, n_docs, (uint32_t)length, seed, &diag) : BT_ENOMEM;
     if (rc != BT_OK)
         fprintf(stderr, "baton data passkey: %s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
@@ -588,7 +588,7 @@ static int data_inspect(int argc, char **argv) {
     bt_diag diag;
     bt_diag_init(&diag);
     indexed_dataset ds;
-    char *prefix = data_prefix(arg);
+    char *prefix = cli_data_prefix(arg);
     int rc = prefix ? indexed_open(&ds, prefix, &diag) : BT_ENOMEM;
     if (rc == BT_OK) {
         printf("dataset %s (Megatron indexed, version 1)\n", prefix);

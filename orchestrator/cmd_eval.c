@@ -21,8 +21,9 @@
 
 typedef struct eval_args {
     const char *ckpt, *data, *passkey;
-    uint64_t seq_len, num_seqs; /* num_seqs: clamped to the windows the data holds */
-    uint64_t asked;             /* --num-seqs as given */
+    char *data_own, *passkey_own; /* the prefixes data and passkey point to, owned */
+    uint64_t seq_len, num_seqs;   /* num_seqs: clamped to the windows the data holds */
+    uint64_t asked;               /* --num-seqs as given */
     int json;
 } eval_args;
 
@@ -54,6 +55,19 @@ static int eval_count(const char *s, uint64_t *out) {
     return 0;
 }
 
+/* What the command line lacks for either mode, NULL when it is complete. */
+static const char *eval_missing(const eval_args *a) {
+    if (a->ckpt == NULL) return "no checkpoint: give CKPT or RUN_DIR";
+    if (a->data && a->passkey)
+        return "--data and --passkey are two modes (the loss, the passkey accuracy); give one";
+    if (a->passkey) return NULL;
+    if (a->data == NULL)
+        return "missing --data PREFIX (with --seq-len T and --num-seqs N), or --passkey PREFIX";
+    if (a->seq_len == 0) return "--data needs --seq-len T (the windows' length)";
+    if (a->num_seqs == 0) return "--data needs --num-seqs N (how many windows)";
+    return NULL;
+}
+
 static int eval_parse(int argc, char **argv, eval_args *a) {
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -81,9 +95,21 @@ static int eval_parse(int argc, char **argv, eval_args *a) {
         }
         i++;
     }
-    int loss_mode = a->data && a->seq_len && a->num_seqs, pk_mode = a->passkey && !a->data;
-    if (!a->ckpt || !(loss_mode || pk_mode) || a->seq_len > (1u << 20)) {
+    const char *missing = eval_missing(a);
+    if (missing != NULL) {
+        fprintf(stderr, "baton eval: %s\n", missing);
         eval_usage(stderr);
+        return -1;
+    }
+    if (a->seq_len > (1u << 20)) {
+        fprintf(stderr, "baton eval: --seq-len %llu is above the limit of 1M (1048576)\n",
+                (unsigned long long)a->seq_len);
+        return -1;
+    }
+    /* PREFIX.bin and PREFIX.idx name PREFIX, as for baton data */
+    if ((a->data && (a->data = a->data_own = cli_data_prefix(a->data)) == NULL) ||
+        (a->passkey && (a->passkey = a->passkey_own = cli_data_prefix(a->passkey)) == NULL)) {
+        fprintf(stderr, "baton eval: out of memory\n");
         return -1;
     }
     return 0;
@@ -229,10 +255,9 @@ static void eval_passkey_print(const eval_args *a, const eval_result *res) {
     }
 }
 
-int cmd_eval(int argc, char **argv) {
-    eval_args a = {0};
-    int prc = eval_parse(argc, argv, &a);
-    if (prc != 0) return prc > 0 ? BT_EXIT_OK : BT_EXIT_USAGE;
+/* The evaluation the parsed command line asks for; an exit status. */
+static int eval_main(eval_args *a0) {
+    eval_args a = *a0;
     bt_diag diag;
     bt_diag_init(&diag);
     eval_result res = {0};
@@ -259,4 +284,15 @@ int cmd_eval(int argc, char **argv) {
                (unsigned long long)a.seq_len, a.data, a.num_seqs < a.asked ? " (all it holds)" : "",
                res.precision);
     return BT_EXIT_OK;
+}
+
+int cmd_eval(int argc, char **argv) {
+    eval_args a = {0};
+    int prc = eval_parse(argc, argv, &a);
+    if (prc == 0)
+        prc = eval_main(&a);
+    else
+        prc = prc > 0 ? BT_EXIT_OK : BT_EXIT_USAGE;
+    free(a.data_own), free(a.passkey_own);
+    return prc;
 }

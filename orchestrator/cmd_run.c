@@ -21,10 +21,7 @@
 static void run_usage(FILE *f) {
     fprintf(f, "usage: baton run RECIPE [--run-dir DIR] [--nodes K] [--gpus-per-node G]\n"
                "                 [--set KEY=VALUE ...] [--worker PATH] [--quiet]\n"
-               "                 [--launcher local|slurm] [--listen ADDRESS]\n"
-               "       baton resume RUN_DIR [--worker PATH] [--quiet] [--launcher ...]\n"
-               "       baton submit RECIPE [--run-dir DIR] [--set ...] [--template FILE]\n"
-               "                 [--dry-run] [SBATCH_OPTION=VALUE ...] [-- SBATCH_OPTIONS ...]\n\n"
+               "                 [--launcher local|slurm] [--listen ADDRESS]\n\n"
                "Runs every stage of RECIPE in order, each as a job of baton-worker ranks under\n"
                "the embedded PMIx server, handing each stage the previous stage's final\n"
                "checkpoint, and restarting a failed attempt from the newest complete\n"
@@ -44,16 +41,53 @@ static void run_usage(FILE *f) {
                "  --listen ADDR   (slurm) the address the workers reach this host at\n"
                "                  (default: its first non-loopback IPv4 address)\n"
                "  --quiet         no progress lines\n\n"
-               "baton submit makes the run directory, writes RUN_DIR/baton.sbatch from\n"
-               "deploy/slurm/baton.sbatch.in (--template FILE) with the recipe's nodes and\n"
-               "gpus_per_node, every sbatch option given (--time=1:00:00 or --time 1:00:00,\n"
-               "or after --) as an #SBATCH line, and 'baton resume RUN_DIR --launcher slurm'\n"
-               "as its command, runs sbatch on it and prints the job id (--dry-run: only\n"
-               "writes the script). Options the script sets itself (--nodes=, --output, ...)\n"
-               "are refused (exit 2); sbatch failing exits 1.\n\n"
                "Exit status: 0 the run completed, 1 it failed (restarts exhausted), 2 bad\n"
                "recipe, run directory or data (nothing was started), 75 stopped by a signal\n"
                "(resumable).\n");
+}
+
+static void resume_usage(FILE *f) {
+    fprintf(f, "usage: baton resume RUN_DIR [--worker PATH] [--quiet] [--launcher local|slurm]\n"
+               "                    [--listen ADDRESS]\n\n"
+               "Continues a stopped or interrupted run from its run directory, with the recipe\n"
+               "copy and the --set overrides kept there (RUN_DIR/recipe.yaml, RUN_DIR/overrides),\n"
+               "from the newest complete checkpoint. It works in the directory the run started\n"
+               "in (RUN_DIR/workdir), where the recipe's relative data paths resolve, and says\n"
+               "so. A completed run is reported as such.\n\n"
+               "  --worker PATH   the worker program (default: baton-worker next to baton)\n"
+               "  --launcher L    local (default) or slurm (inside an allocation; what a\n"
+               "                  'baton submit' job runs)\n"
+               "  --listen ADDR   (slurm) the address the workers reach this host at\n"
+               "  --quiet         no progress lines\n\n"
+               "Exit status: 0 the run completed, 1 it failed (restarts exhausted), 2 bad\n"
+               "run directory, recipe or data (nothing was started), 75 stopped by a signal\n"
+               "(resumable).\n");
+}
+
+static void submit_usage(FILE *f) {
+    fprintf(
+        f, "usage: baton submit RECIPE [--run-dir DIR] [--nodes K] [--gpus-per-node G]\n"
+           "                    [--set KEY=VALUE ...] [--worker PATH] [--template FILE]\n"
+           "                    [--dry-run] [SBATCH_OPTION[=VALUE] ...] [-- SBATCH_OPTIONS ...]\n\n"
+           "Makes the run directory, writes RUN_DIR/baton.sbatch from\n"
+           "deploy/slurm/baton.sbatch.in with the recipe's nodes and gpus_per_node, every\n"
+           "sbatch option given as an #SBATCH line, and 'baton resume RUN_DIR --launcher\n"
+           "slurm' as its command, runs sbatch on it and prints the job id.\n\n"
+           "  --run-dir DIR   the run directory (default as for baton run)\n"
+           "  --nodes K, --gpus-per-node G   the cluster (as --set cluster.nodes=K ...): the\n"
+           "                  allocation asked for; give them so, without '='\n"
+           "  --set KEY=VALUE override a recipe field, as for baton run\n"
+           "  --worker PATH   the worker program the job runs\n"
+           "  --template FILE the batch script template (default:\n"
+           "                  deploy/slurm/baton.sbatch.in)\n"
+           "  --dry-run       write the script only, do not run sbatch\n"
+           "  SBATCH_OPTION   any other option is sbatch's (--time=1:00:00 or --time\n"
+           "                  1:00:00, -p debug), as is everything after --; the options\n"
+           "                  the script sets itself (--nodes=, --ntasks-per-node,\n"
+           "                  --ntasks, --gpus-per-node=, --output, --open-mode, --chdir)\n"
+           "                  are refused, as is a value-taking option given bare\n\n"
+           "Exit status: 0 submitted (or written, --dry-run), 1 sbatch failed, 2 bad\n"
+           "recipe, run directory or option.\n");
 }
 
 #define RUN_MAX_SETS 32
@@ -72,6 +106,16 @@ typedef struct run_args {
 
 static const char *run_name(const run_args *a) {
     return a->submit ? "submit" : a->resume ? "resume" : "run";
+}
+
+/* The command's own usage. */
+static void run_usage_of(const run_args *a, FILE *f) {
+    if (a->submit)
+        submit_usage(f);
+    else if (a->resume)
+        resume_usage(f);
+    else
+        run_usage(f);
 }
 
 /* Whether argv[i] is the value of the sbatch option before it written apart (--time
@@ -114,7 +158,7 @@ static int run_parse(int argc, char **argv, run_args *a) {
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
-            run_usage(stdout);
+            run_usage_of(a, stdout);
             return 1;
         } else if (strcmp(o, "--quiet") == 0) {
             a->quiet = 1;
@@ -123,7 +167,7 @@ static int run_parse(int argc, char **argv, run_args *a) {
         } else if (!a->resume &&
                    (taken = recipe_sets_parse(&a->sets, a->submit ? "baton submit" : "baton run",
                                               argc, argv, &i)) != 0) {
-            if (taken < 0) return run_usage(stderr), -1;
+            if (taken < 0) return run_usage_of(a, stderr), -1;
         } else if (strcmp(o, "--worker") == 0 && v) {
             a->worker = argv[++i];
         } else if (strcmp(o, "--launcher") == 0 && v) {
@@ -138,7 +182,7 @@ static int run_parse(int argc, char **argv, run_args *a) {
             a->run_dir = o;
         } else {
             fprintf(stderr, "baton %s: unexpected argument '%s'\n", run_name(a), o);
-            run_usage(stderr);
+            run_usage_of(a, stderr);
             return -1;
         }
     }
@@ -148,7 +192,9 @@ static int run_parse(int argc, char **argv, run_args *a) {
         return -1;
     }
     if ((!a->resume && a->recipe == NULL) || (a->resume && a->run_dir == NULL)) {
-        run_usage(stderr);
+        fprintf(stderr, "baton %s: no %s given\n", run_name(a),
+                a->resume ? "run directory" : "recipe");
+        run_usage_of(a, stderr);
         return -1;
     }
     return 0;
@@ -206,13 +252,13 @@ static int run_open_slurm(run_args *a, recipe_doc *doc, run_dir *dir, launch_slu
     int rc = launch_slurm_open(s, a->listen, dir->token, &d);
     rc = rc ? rc : launch_slurm_check_nodes(s, wanted, &d);
     if (rc != 0) {
-        fprintf(stderr, "baton run: %s\n", d.msg);
+        fprintf(stderr, "baton %s: %s\n", run_name(a), d.msg);
         launch_slurm_close(s);
         return BT_EXIT_USAGE;
     }
     if (!a->quiet)
-        printf("baton run: Slurm job %s, %d host(s), workers reach this host at %s\n", s->job_id,
-               s->n_hosts, s->listen);
+        printf("baton %s: Slurm job %s, %d host(s), workers reach this host at %s\n", run_name(a),
+               s->job_id, s->n_hosts, s->listen);
     o->slurm = s;
     return 0;
 }
@@ -323,9 +369,10 @@ static int run_main(run_args *a) {
         recipe_doc_free(&doc);
         return st;
     }
-    if (!a->quiet) printf("baton run: %s, run directory %s\n", a->recipe, dir.path);
+    if (!a->quiet) printf("baton %s: %s, run directory %s\n", run_name(a), a->recipe, dir.path);
     run_opts o = {.worker = a->worker ? a->worker : run_worker_path(worker, sizeof worker),
-                  .quiet = a->quiet};
+                  .quiet = a->quiet,
+                  .prog = a->resume ? "baton resume" : "baton run"};
     int status = 0;
     if (a->launcher && strcmp(a->launcher, "slurm") == 0) {
         launch_slurm *slurm = malloc(sizeof *slurm); /* large: the step's argv buffers */

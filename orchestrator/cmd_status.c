@@ -533,11 +533,17 @@ int cmd_status(int argc, char **argv) {
         } else if (argv[i][0] != '-' && dir == NULL) {
             dir = argv[i];
         } else {
+            if (argv[i][0] == '-')
+                fprintf(stderr, "baton status: unknown option '%s'\n", argv[i]);
+            else
+                fprintf(stderr, "baton status: one run directory at a time (got '%s' and '%s')\n",
+                        dir, argv[i]);
             status_usage(stderr);
             return BT_EXIT_USAGE;
         }
     }
     if (dir == NULL) {
+        fprintf(stderr, "baton status: no run directory given\n");
         status_usage(stderr);
         return BT_EXIT_USAGE;
     }

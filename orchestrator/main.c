@@ -28,7 +28,7 @@ static const command commands[] = {
     {"data", cmd_data, "prepare token datasets (Megatron indexed format) from text, tar or zip"},
     {"launch", cmd_launch, "start N PMIx processes (local embedded PMIx server)"},
     {"ckpt", cmd_ckpt, "inspect, verify, reshard, export, pack and move checkpoints"},
-    {"eval", cmd_eval, "mean next-token loss of a checkpoint on a dataset"},
+    {"eval", cmd_eval, "a checkpoint's mean next-token loss on a dataset, or passkey accuracy"},
 };
 
 static void usage(FILE *f) {

@@ -105,7 +105,9 @@ static void export_usage(FILE *f) {
             "  --dtype fp32|bf16  tensor dtype in the file (default fp32; bf16 rounds to\n"
             "                     nearest even)\n"
             "  --max-position N   max_position_embeddings in " HF_CONFIG " (default: the\n"
-            "                     RoPE scaling's original context times its factor, else %d)\n"
+            "                     RoPE scaling's original context times its factor; without\n"
+            "                     scaling, the seq_len the checkpoint was trained at; for a\n"
+            "                     checkpoint too old to record it, %d, with a note)\n"
             "  --help             show this help\n\n"
             "Exit status: 0 written, 1 cannot write, 2 bad usage or bad checkpoint.\n",
             HF_DEFAULT_MAX_POSITION);

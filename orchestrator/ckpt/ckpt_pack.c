@@ -28,7 +28,9 @@ static void pack_usage(FILE *f) {
                "checking every shard byte against the manifest's CRC32C on the way.\n\n"
                "options:\n"
                "  --out FILE   the archive to write (default: ./<checkpoint-name>.tar.zst)\n"
-               "  --help       show this help\n");
+               "  --help       show this help\n\n"
+               "Exit status: 0 packed, 1 failed (a shard that fails its CRC32C, cannot\n"
+               "write), 2 bad usage or not a checkpoint.\n");
 }
 
 /* Streams one file into the archive as NAME/FILE; chk (may be NULL) checks its bytes. */
@@ -220,7 +222,9 @@ static void unpack_usage(FILE *f) {
                "CRC32C has been checked. Absolute paths, '..' and links are refused.\n\n"
                "options:\n"
                "  --into DIR   where to restore it (default: the current directory)\n"
-               "  --help       show this help\n");
+               "  --help       show this help\n\n"
+               "Exit status: 0 unpacked, 1 failed (a damaged or unsafe archive, a CRC32C\n"
+               "mismatch, cannot write), 2 bad usage or no such archive.\n");
 }
 
 typedef struct unpack_state {

@@ -53,7 +53,9 @@ static void push_usage(FILE *f) {
             "     s3://BUCKET/PREFIX (path-style, SigV4; credentials from AWS_ACCESS_KEY_ID,\n"
             "     AWS_SECRET_ACCESS_KEY, AWS_REGION)\n\n"
             "options:\n"
-            "%s",
+            "%s\n"
+            "Exit status: 0 pushed, 1 failed (the store refused or could not be reached\n"
+            "after the retries, a shard failed its CRC32C), 2 bad usage, URL or checkpoint.\n",
             STORE_COMMON_OPTIONS);
 }
 
@@ -67,7 +69,9 @@ static void pull_usage(FILE *f) {
             "running it again (Range requests continue partly downloaded files).\n\n"
             "options:\n"
             "  --into DIR       where to put it (default: the current directory)\n"
-            "%s",
+            "%s\n"
+            "Exit status: 0 pulled, 1 failed (not found, unreachable after the retries, a\n"
+            "CRC32C mismatch, a later checkpoint format), 2 bad usage or URL.\n",
             STORE_COMMON_OPTIONS);
 }
 

@@ -34,6 +34,7 @@
 #define LOAD_QUOTE_CAP    256 /* room for LOAD_QUOTE_SRC bytes escaped, quotes and "..." */
 #define LOAD_LIST_CAP     1024
 #define LOAD_WANT_CAP     (LOAD_LIST_CAP + 128) /* an "expected ..." phrase */
+#define LOAD_MERGE_MAX    16                    /* mappings one merge key (<<) takes */
 
 typedef struct load_ctx {
     const char *file;
@@ -154,6 +155,13 @@ static int load_is_units_type(const ProtobufCMessageDescriptor *d) {
            d == &baton__duration__descriptor;
 }
 
+/* Whether f is parallel.dp, the one integer field where "auto" (stored as 0) means
+ * something: the data-parallel degree derived from the cluster. Everywhere else 0 is a
+ * value of its own (or an invalid one), so "auto" there is refused rather than read as 0. */
+static int load_takes_auto(const ProtobufCFieldDescriptor *f) {
+    return f == protobuf_c_message_descriptor_get_field_by_name(&baton__parallel__descriptor, "dp");
+}
+
 /* What a value of field f must look like, for "expected ..." messages. */
 static void load_expected(const ProtobufCFieldDescriptor *f, char *out) {
     char list[LOAD_LIST_CAP];
@@ -163,7 +171,8 @@ static void load_expected(const ProtobufCFieldDescriptor *f, char *out) {
     case PROTOBUF_C_TYPE_FIXED32:
     case PROTOBUF_C_TYPE_UINT64:
     case PROTOBUF_C_TYPE_FIXED64:
-        snprintf(out, LOAD_WANT_CAP, "a non-negative integer (such as 8, 8K = 8192, or auto)");
+        snprintf(out, LOAD_WANT_CAP, "a non-negative integer (such as 8, 8K = 8192%s)",
+                 load_takes_auto(f) ? ", or auto" : "");
         return;
     case PROTOBUF_C_TYPE_FLOAT:
     case PROTOBUF_C_TYPE_DOUBLE:
@@ -275,12 +284,21 @@ static int load_fail_number(load_ctx *c, yaml_node_t *n, const ProtobufCFieldDes
     return load_fail(c, n->start_mark, BT_ERECIPE, "value %s is out of range (%s)", got, range);
 }
 
+/* "auto" in an integer field: 0 for parallel.dp, an error naming the field elsewhere. */
+static int load_parse_auto(load_ctx *c, yaml_node_t *n, const ProtobufCFieldDescriptor *f) {
+    if (load_takes_auto(f)) return 0;
+    return load_fail(c, n->start_mark, BT_ERECIPE,
+                     "\"auto\" is only for parallel.dp (derived from the cluster); give %s a "
+                     "number (such as 8, 8K = 8192)",
+                     f->name);
+}
+
 static int load_parse_uint(load_ctx *c, yaml_node_t *n, const ProtobufCFieldDescriptor *f,
                            const char *text, uint64_t max, uint64_t *v) {
     char range[64];
     if (strcasecmp(text, "auto") == 0) {
         *v = 0;
-        return 0;
+        return load_parse_auto(c, n, f);
     }
     int rc = units_parse_uint(text, max, v);
     if (rc == BT_ERANGE && text[0] == '-') rc = BT_EINVAL;
@@ -293,7 +311,7 @@ static int load_parse_int(load_ctx *c, yaml_node_t *n, const ProtobufCFieldDescr
     char range[64];
     if (strcasecmp(text, "auto") == 0) {
         *v = 0;
-        return 0;
+        return load_parse_auto(c, n, f);
     }
     int rc = units_parse_int(text, min, max, v);
     snprintf(range, sizeof range, "%lld to %lld", (long long)min, (long long)max);
@@ -670,6 +688,7 @@ static int load_check_oneof(load_ctx *c, yaml_node_t *k, ProtobufCMessage *msg,
                      f->name, other ? other->name : "?");
 }
 
+/* Loads pair i of mapping n (whose keys before i were loaded) into msg. */
 static int load_pair(load_ctx *c, yaml_node_t *n, size_t i, ProtobufCMessage *msg, int depth) {
     yaml_node_pair_t *pair = &n->data.mapping.pairs.start[i];
     yaml_node_t *k = yaml_document_get_node(c->ydoc, pair->key);
@@ -686,11 +705,98 @@ static int load_pair(load_ctx *c, yaml_node_t *n, size_t i, ProtobufCMessage *ms
     return rc;
 }
 
-/* Fills msg from mapping node n, one field per key. */
+/* YAML's merge key: "<<: *base" (or "<<: [*a, *b]") merges a mapping's entries into the
+ * mapping that holds it. libyaml leaves it to the application, as a plain key "<<". */
+static int load_is_merge_key(const yaml_node_t *k) {
+    return k->type == YAML_SCALAR_NODE && k->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+           k->data.scalar.length == 2 && memcmp(k->data.scalar.value, "<<", 2) == 0;
+}
+
+/* Whether mapping m gives key k (a scalar) itself, not through a merge key. */
+static int load_gives_key(load_ctx *c, yaml_node_t *m, const yaml_node_t *k) {
+    for (yaml_node_pair_t *p = m->data.mapping.pairs.start; p < m->data.mapping.pairs.top; p++) {
+        yaml_node_t *q = yaml_document_get_node(c->ydoc, p->key);
+        if (q->type == YAML_SCALAR_NODE && !load_is_merge_key(q) &&
+            q->data.scalar.length == k->data.scalar.length &&
+            memcmp(q->data.scalar.value, k->data.scalar.value, k->data.scalar.length) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* The merge sources of merge value v: v itself (a mapping) or its items (mappings). */
+static int load_merge_sources(load_ctx *c, yaml_node_t *v, yaml_node_t **src, size_t *n,
+                              int depth) {
+    int rc = load_enter(c, v, depth);
+    if (rc < 0) return rc;
+    if (v->type == YAML_MAPPING_NODE) {
+        src[0] = v, *n = 1;
+        return 0;
+    }
+    size_t items = v->type == YAML_SEQUENCE_NODE
+                       ? (size_t)(v->data.sequence.items.top - v->data.sequence.items.start)
+                       : 0;
+    for (size_t i = 0; i < items && i < LOAD_MERGE_MAX; i++) {
+        src[i] = yaml_document_get_node(c->ydoc, v->data.sequence.items.start[i]);
+        if (src[i]->type != YAML_MAPPING_NODE) items = 0;
+    }
+    if (items == 0 || items > LOAD_MERGE_MAX)
+        return load_fail(c, v->start_mark, BT_ERECIPE,
+                         "a merge key (<<) takes a mapping or a list of at most %d mappings, "
+                         "usually aliases: <<: *base or <<: [*a, *b]",
+                         LOAD_MERGE_MAX);
+    *n = items;
+    return 0;
+}
+
+/* Merges the entries of the merge key at pair i of n into msg: each source's keys that n
+ * does not give itself and no earlier source gave (YAML's rule: explicit keys win, then
+ * the sources in order). Their places are the sources' keys. */
+static int load_merge(load_ctx *c, yaml_node_t *n, size_t i, ProtobufCMessage *msg, int depth) {
+    yaml_node_pair_t *pair = &n->data.mapping.pairs.start[i];
+    yaml_node_t *k = yaml_document_get_node(c->ydoc, pair->key);
+    yaml_node_t *src[LOAD_MERGE_MAX];
+    size_t nsrc = 0, saved = c->path_len;
+    int rc = load_path_push_key(c, "<<", 2, k->start_mark);
+    if (rc == 0)
+        rc = load_merge_sources(c, yaml_document_get_node(c->ydoc, pair->value), src, &nsrc,
+                                depth + 1);
+    if (rc < 0) return rc;
+    load_path_pop(c, saved);
+    for (size_t s = 0; s < nsrc; s++) {
+        size_t npairs = (size_t)(src[s]->data.mapping.pairs.top - src[s]->data.mapping.pairs.start);
+        for (size_t j = 0; rc == 0 && j < npairs; j++) {
+            yaml_node_t *sk =
+                yaml_document_get_node(c->ydoc, src[s]->data.mapping.pairs.start[j].key);
+            int given = 0;
+            if (sk->type == YAML_SCALAR_NODE && !load_is_merge_key(sk)) {
+                given = load_gives_key(c, n, sk);
+                for (size_t e = 0; !given && e < s; e++)
+                    given = load_gives_key(c, src[e], sk);
+            } else if (load_is_merge_key(sk)) {
+                rc = load_fail(c, sk->start_mark, BT_ERECIPE,
+                               "a mapping merged with << holds a merge key of its own; merge "
+                               "both into the outer mapping instead: <<: [*a, *b]");
+            }
+            if (rc == 0 && !given) rc = load_pair(c, src[s], j, msg, depth + 1);
+        }
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+/* Fills msg from mapping node n, one field per key; then the merge key's entries. */
 static int load_message(load_ctx *c, yaml_node_t *n, ProtobufCMessage *msg, int depth) {
     size_t npairs = (size_t)(n->data.mapping.pairs.top - n->data.mapping.pairs.start);
     for (size_t i = 0; i < npairs; i++) {
-        int rc = load_pair(c, n, i, msg, depth);
+        yaml_node_t *k = yaml_document_get_node(c->ydoc, n->data.mapping.pairs.start[i].key);
+        int rc =
+            load_is_merge_key(k) ? load_check_duplicate(c, n, i) : load_pair(c, n, i, msg, depth);
+        if (rc < 0) return rc;
+    }
+    for (size_t i = 0; i < npairs; i++) {
+        yaml_node_t *k = yaml_document_get_node(c->ydoc, n->data.mapping.pairs.start[i].key);
+        int rc = load_is_merge_key(k) ? load_merge(c, n, i, msg, depth) : 0;
         if (rc < 0) return rc;
     }
     return 0;
@@ -910,6 +1016,7 @@ int recipe_load_buffer(const char *name, const char *data, size_t len, recipe_do
     *c = (load_ctx){.file = file, .doc = doc, .diag = diag};
     rc = load_document(c, data, len, nodes);
     free(c);
+    doc->warn = stderr;
     if (rc == 0 && (doc->file = strdup(file)) == NULL) {
         bt_diag_set(diag, "%s: out of memory", file);
         rc = BT_ENOMEM;

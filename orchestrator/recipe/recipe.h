@@ -16,7 +16,9 @@
  * precision, optimizer, RoPE). The first problem is reported in diag as
  * "FILE:LINE:COL: PATH: message", pointing at the key that set the offending value
  * (for inherited values: the stage or the defaults where it was written).
- * Returns 0 or BT_ERECIPE. */
+ * Returns 0 or BT_ERECIPE. What runs but is likely a mistake (a seq_len beyond the
+ * context a RoPE scaling extends to, a warmup longer than the stage) is written to
+ * doc->warn as "warning: FILE:LINE:COL: PATH: message" lines. */
 int recipe_validate(const recipe_doc *doc, bt_diag *diag);
 
 /* Builds the StageSpec of stage i (0-based). The spec owns all its memory: free it with

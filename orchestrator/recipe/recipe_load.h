@@ -18,6 +18,7 @@
 #define BATON_RECIPE_LOAD_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "recipe.pb-c.h"
 #include "util/err.h"
@@ -42,6 +43,9 @@ typedef struct recipe_doc {
     Baton__Recipe *recipe; /* owned */
     recipe_pos *pos;       /* one per mapping key, sequence item and document root */
     size_t npos;
+    /* Where recipe_validate writes its warnings (a recipe that runs, but likely not as
+     * meant), one line each: stderr after loading; NULL silences them. */
+    FILE *warn;
 } recipe_doc;
 
 /* Loads and maps a recipe file. On failure returns a negative BT_ code and sets diag

@@ -36,18 +36,30 @@ void recipe_drop_stale_split(Baton__Parallel *e, const Baton__Parallel *given, u
     e->stage_layers = NULL, e->n_stage_layers = 0;
 }
 
-/* st (stage k-1's effective settings, or the defaults) becomes stage k's. A stage that
- * switches precision.type leaves the loss scaling behind unless it gives its own: it is
- * fp16's alone (an fp16 stage, then a bf16 one). */
+/* A stage that switches precision.type (given) leaves behind the old type's own settings
+ * that it does not give again: the loss scaling is fp16's alone (an fp16 stage, then a
+ * bf16 one), format, amax_history, margin and first_last_bf16 fp8's (an fp8 stage, then
+ * an fp16 one), so they go back to their defaults unless the new type is fp8. */
+static void precision_switch(Baton__Precision *p, const Baton__Precision *given) {
+    static const Baton__Precision dflt = BATON__PRECISION__INIT;
+    if (given == NULL || !given->has_type || p == NULL || p->type == given->type) return;
+    if (given->loss_scale == NULL && p->loss_scale != NULL) {
+        protobuf_c_message_free_unpacked(&p->loss_scale->base, NULL);
+        p->loss_scale = NULL;
+    }
+    if (given->type == BATON__PRECISION__TYPE__FP8) return;
+    if (!given->has_format) p->has_format = 0, p->format = dflt.format;
+    if (!given->has_amax_history) p->has_amax_history = 0, p->amax_history = dflt.amax_history;
+    if (!given->has_margin) p->has_margin = 0, p->margin = dflt.margin;
+    if (!given->has_first_last_bf16)
+        p->has_first_last_bf16 = 0, p->first_last_bf16 = dflt.first_last_bf16;
+}
+
+/* st (stage k-1's effective settings, or the defaults) becomes stage k's. */
 static int effective_next(const Baton__Recipe *r, size_t k, Baton__Stage *st) {
     uint32_t pp0 = st->parallel ? st->parallel->pp : 0;
     uint32_t v0 = st->parallel ? st->parallel->virtual_stages : 0;
-    const Baton__Precision *given = r->stages[k]->precision;
-    if (given && given->has_type && st->precision && st->precision->type != given->type &&
-        given->loss_scale == NULL && st->precision->loss_scale != NULL) {
-        protobuf_c_message_free_unpacked(&st->precision->loss_scale->base, NULL);
-        st->precision->loss_scale = NULL;
-    }
+    precision_switch(st->precision, r->stages[k]->precision);
     int rc = pb_merge(&st->base, &r->stages[k]->base);
     if (rc == 0) recipe_drop_stale_split(st->parallel, r->stages[k]->parallel, pp0, v0);
     return rc;

@@ -130,7 +130,9 @@ static void overrides_note(const recipe_doc *doc, char *out, size_t cap) {
     if (shown > 0 && used + 12 < cap) snprintf(out + used, cap - used, " in effect)");
 }
 
-static int verr(vctx *v, const char *field0, const char *fmt, ...) {
+/* "PLACE: PATH: message (stage ...)(overrides)" for field, as verr reports it. */
+static void vformat(vctx *v, const char *field0, char *out, size_t cap, const char *fmt,
+                    va_list ap) {
     char path[256], msg[1536], place[400], stage[320] = "", note[512] = "", field[128];
     const recipe_pos *p;
     snprintf(field, sizeof field, "%s", field0);
@@ -149,12 +151,30 @@ static int verr(vctx *v, const char *field0, const char *fmt, ...) {
     else
         snprintf(place, sizeof place, "%s:%d:%d", v->doc->file, p ? p->line : 0, p ? p->col : 0);
     if (p == NULL || p->set == NULL) overrides_note(v->doc, note, sizeof note);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    snprintf(out, cap, "%s: %s: %s%s%s", place, path, msg, stage, note);
+}
+
+static int verr(vctx *v, const char *field, const char *fmt, ...) {
+    char text[3200];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vformat(v, field, text, sizeof text, fmt, ap);
     va_end(ap);
-    bt_diag_set(v->diag, "%s: %s: %s%s%s", place, path, msg, stage, note);
+    bt_diag_set(v->diag, "%s", text);
     return BT_ERECIPE;
+}
+
+/* A warning about field, placed as verr places an error, on doc->warn. */
+static void vwarn(vctx *v, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void vwarn(vctx *v, const char *field, const char *fmt, ...) {
+    char text[3200];
+    va_list ap;
+    va_start(ap, fmt);
+    vformat(v, field, text, sizeof text, fmt, ap);
+    va_end(ap);
+    if (v->doc->warn != NULL) fprintf(v->doc->warn, "warning: %s\n", text);
 }
 
 #define REQUIRE(cond, v, field, ...)                                                               \
@@ -296,10 +316,10 @@ static int check_sizes(vctx *v) {
 }
 
 static int check_degrees(vctx *v, const Baton__Parallel *p) {
-    REQUIRE(p->tp >= 1, v, "parallel.tp", "tp must be at least 1 (\"auto\" is only for dp)");
-    REQUIRE(p->pp >= 1, v, "parallel.pp", "pp must be at least 1 (\"auto\" is only for dp)");
-    REQUIRE(p->cp >= 1, v, "parallel.cp", "cp must be at least 1 (\"auto\" is only for dp)");
-    REQUIRE(p->ep >= 1, v, "parallel.ep", "ep must be at least 1 (\"auto\" is only for dp)");
+    REQUIRE(p->tp >= 1, v, "parallel.tp", "tp must be at least 1 (1: no tensor parallelism)");
+    REQUIRE(p->pp >= 1, v, "parallel.pp", "pp must be at least 1 (1: no pipeline)");
+    REQUIRE(p->cp >= 1, v, "parallel.cp", "cp must be at least 1 (1: no context parallelism)");
+    REQUIRE(p->ep >= 1, v, "parallel.ep", "ep must be at least 1 (1: no expert parallelism)");
     REQUIRE(p->zero <= 3, v, "parallel.zero", "zero must be 0, 1, 2 or 3, got %u", p->zero);
     REQUIRE(p->virtual_stages >= 1, v, "parallel.virtual_stages",
             "virtual_stages must be at least 1");
@@ -430,9 +450,22 @@ static const Baton__Data *effective_data(const Baton__Recipe *r, long stage) {
     return d;
 }
 
+/* Whether the stage's data block is a stage's own or an earlier stage's, not the recipe's. */
+static int data_from_stage(const Baton__Recipe *r, long stage) {
+    for (long k = 0; k <= stage; k++)
+        if (r->stages[k]->data != NULL) return 1;
+    return 0;
+}
+
 static int check_data(vctx *v, const Baton__Recipe *r) {
     const Baton__Data *d = effective_data(r, v->stage);
     if (d == NULL) return 0; /* planning needs no data; the run checks that it has some */
+    /* A block without training data (only valid, or mix: []) is a mistake that baton run
+     * would refuse without a place; data_from_stage says why a stage lost the recipe's. */
+    REQUIRE(d->n_mix > 0 || (d->train != NULL && d->train[0] != '\0'), v, "data",
+            "no training data (%sgive train or mix)",
+            data_from_stage(r, v->stage) ? "a stage's data block replaces the recipe's whole; "
+                                         : "");
     REQUIRE(d->n_mix <= MAX_MIX_SOURCES, v, "data.mix",
             "%zu mixture sources; at most %d are supported", d->n_mix, MAX_MIX_SOURCES);
     for (size_t i = 0; i < d->n_mix; i++) {
@@ -552,6 +585,78 @@ static int check_policies(vctx *v) {
     return 0;
 }
 
+/* The RoPE scaling the stage trains with (check_effective_rope's overlay), or NULL. */
+static Baton__RopeScaling *effective_scaling(const Baton__Recipe *r, long stage) {
+    const Baton__RopeScaling *s = r->model->rope ? r->model->rope->scaling : NULL;
+    Baton__RopeScaling *eff = s ? (Baton__RopeScaling *)pb_clone(&s->base) : NULL;
+    const Baton__Rope *over[2] = {r->defaults ? r->defaults->rope : NULL, NULL};
+    for (long k = -1; k <= stage; k++) {
+        const Baton__Rope *o = k < 0 ? over[0] : r->stages[k]->rope;
+        if (o == NULL || o->scaling == NULL) continue;
+        if (eff == NULL && (eff = malloc(sizeof *eff)) != NULL) baton__rope_scaling__init(eff);
+        if (eff == NULL || pb_merge(&eff->base, &o->scaling->base) != 0) break;
+    }
+    if (eff != NULL && eff->type == BATON__ROPE_SCALING__TYPE__NONE) {
+        protobuf_c_message_free_unpacked(&eff->base, NULL);
+        eff = NULL;
+    }
+    return eff;
+}
+
+/* The context scaling sc extends the RoPE to: original_max_position × factor, where
+ * linear, NTK and YaRN's factor is the ratio of the contexts; llama3's interpolates only
+ * the low frequencies and is used at twice that (Llama 3.1: 8K × factor 8 for 128K). */
+static double scaling_extent(const Baton__RopeScaling *sc) {
+    double ext = (double)sc->original_max_position * sc->factor;
+    return sc->type == BATON__ROPE_SCALING__TYPE__LLAMA3 ? 2 * ext : ext;
+}
+
+/* Whether a stage of seq_len under scaling sc trains beyond the context sc extends to. */
+static int beyond_scaling(uint64_t seq_len, const Baton__RopeScaling *sc) {
+    return sc != NULL && sc->original_max_position > 0 && sc->factor >= 1 &&
+           (double)seq_len > scaling_extent(sc);
+}
+
+/* What runs but likely not as meant: a seq_len beyond the context the RoPE scaling
+ * extends to; a scaling that starts from another context than the previous stage trained
+ * at (original_max_position is the pretraining context); a warmup longer than the stage,
+ * whose learning rate then never reaches its peak. A stage that inherits the same
+ * settings as the stage before it is not warned about again. */
+static void warn_stage(vctx *v, const Baton__Recipe *r) {
+    const Baton__Stage *s = v->eff;
+    Baton__Stage *prev = NULL;
+    if (v->stage > 0 && recipe_effective_stage(v->doc, (size_t)v->stage - 1, &prev) != 0)
+        return; /* out of memory: no warnings */
+    Baton__RopeScaling *sc = effective_scaling(r, v->stage);
+    Baton__RopeScaling *before = prev ? effective_scaling(r, v->stage - 1) : NULL;
+    uint64_t orig = sc ? sc->original_max_position : 0;
+    int same = prev && before && prev->seq_len == s->seq_len &&
+               before->original_max_position == orig && before->factor == sc->factor;
+    if (beyond_scaling(s->seq_len, sc) && !same)
+        vwarn(v, "seq_len",
+              "seq_len %llu is beyond the context the RoPE scaling extends to, %s"
+              "original_max_position %llu × factor %g = %.0f",
+              (unsigned long long)s->seq_len,
+              sc->type == BATON__ROPE_SCALING__TYPE__LLAMA3 ? "for llama3 twice " : "",
+              (unsigned long long)orig, sc->factor, scaling_extent(sc));
+    if (orig > 0 && prev != NULL && before == NULL && prev->seq_len != orig)
+        vwarn(v, "rope.scaling.original_max_position",
+              "original_max_position %llu is not the seq_len %llu the previous stage (\"%s\") "
+              "trained at, the context the scaling extends",
+              (unsigned long long)orig, (unsigned long long)prev->seq_len,
+              prev->name ? prev->name : "");
+    const Baton__Optimizer *o = s->optimizer, *po = prev ? prev->optimizer : NULL;
+    if (o != NULL && o->warmup_steps > s->steps &&
+        !(po && po->warmup_steps == o->warmup_steps && prev->steps == s->steps))
+        vwarn(v, "optimizer.warmup_steps",
+              "warmup_steps %llu is more than the stage's %llu steps: the learning rate never "
+              "reaches lr",
+              (unsigned long long)o->warmup_steps, (unsigned long long)s->steps);
+    if (before) protobuf_c_message_free_unpacked(&before->base, NULL);
+    if (sc) protobuf_c_message_free_unpacked(&sc->base, NULL);
+    if (prev) protobuf_c_message_free_unpacked(&prev->base, NULL);
+}
+
 static int check_stage(vctx *v, const Baton__Recipe *r) {
     static const Baton__Parallel par0 = BATON__PARALLEL__INIT;
     const Baton__Parallel *p = v->eff->parallel ? v->eff->parallel : &par0;
@@ -569,6 +674,7 @@ static int check_stage(vctx *v, const Baton__Recipe *r) {
     rc = rc ? rc : check_policies(v);
     rc = rc ? rc : check_data(v, r);
     rc = rc ? rc : check_effective_rope(v, r);
+    if (rc == 0) warn_stage(v, r);
     return rc;
 }
 
@@ -592,6 +698,11 @@ static int check_recipe_name(vctx *v, const Baton__Recipe *r) {
 }
 
 static int check_stage_names(vctx *v, const Baton__Recipe *r) {
+    /* defaults is a Stage for its settings; a name there would be no stage's */
+    if (r->defaults != NULL && r->defaults->name != NULL)
+        return verr(v, "defaults.name",
+                    "defaults takes no name: a stage's name goes in stages, e.g. stages: "
+                    "[{name: pretrain, steps: 1000}]");
     for (size_t i = 0; i < r->n_stages; i++) {
         if (r->stages[i]->name == NULL || r->stages[i]->name[0] == '\0') {
             char f[64];

@@ -31,8 +31,8 @@ void run_check_topology(run_ctx *c, launch_job *job, uint32_t stage, uint32_t at
                bad ? (strict ? "REFUSED: strict_topology" : "WARNING") : "as planned",
                bt_buf_str(&b));
     if (bad)
-        fprintf(stderr,
-                "baton run: stage \"%s\": %d TP/CP/EP group(s) span hosts, %d rank(s) off their "
+        run_err(c,
+                "stage \"%s\": %d TP/CP/EP group(s) span hosts, %d rank(s) off their "
                 "planned node%s\n",
                 c->prog.stage, t.hungry_crossing, t.misplaced,
                 strict ? ": strict_topology refuses to run it" : "");
@@ -74,7 +74,7 @@ void run_exclude_node(run_ctx *c, uint32_t stage, uint32_t attempt, const char *
     r.node = (char *)name, r.detail = (char *)detail;
     run_journal(c, BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED, stage, &r);
     run_progress_end(&c->prog);
-    fprintf(stderr, "baton run: %s\n", detail);
+    run_err(c, "%s\n", detail);
 }
 
 void run_give_up(run_ctx *c, uint32_t stage, int say, const char *fmt, ...) {
@@ -86,5 +86,5 @@ void run_give_up(run_ctx *c, uint32_t stage, int say, const char *fmt, ...) {
     Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
     r.detail = why;
     run_journal(c, BATON__JOURNAL_RECORD__KIND__STAGE_FAILED, stage, &r);
-    if (say) fprintf(stderr, "baton run: stage \"%s\": %s\n", c->prog.stage, why);
+    if (say) run_err(c, "stage \"%s\": %s\n", c->prog.stage, why);
 }

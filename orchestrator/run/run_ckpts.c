@@ -55,8 +55,7 @@ void run_sweep_partials(run_ctx *c) {
         snprintf(p, sizeof p, "%s/%s", root, de->d_name);
         if (lstat(p, &st) != 0 || !S_ISDIR(st.st_mode)) continue;
         if (ckpt_remove_dir(p) != 0) {
-            fprintf(stderr, "baton run: %s: cannot remove this unfinished checkpoint: %s\n", p,
-                    strerror(errno));
+            run_err(c, "%s: cannot remove this unfinished checkpoint: %s\n", p, strerror(errno));
             continue;
         }
         if (l < sizeof removed)
@@ -67,8 +66,8 @@ void run_sweep_partials(run_ctx *c) {
     closedir(d);
     if (n == 0) return;
     run_progress_end(&c->prog);
-    fprintf(stderr,
-            "baton run: removed %zu unfinished checkpoint save(s) in %s (a .partial "
+    run_err(c,
+            "removed %zu unfinished checkpoint save(s) in %s (a .partial "
             "directory is never a valid checkpoint): %s\n",
             n, root, removed);
 }

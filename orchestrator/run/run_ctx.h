@@ -93,6 +93,8 @@ void run_find_lost_nodes(run_ctx *c, const launch_job *job, uint32_t stage, uint
 /* The run gives up on stage: journals STAGE_FAILED with the formatted reason as its detail
  * (what `baton status` reports as the stage's and the run's failure) and, when say is
  * set, prints it on stderr. */
+/* A message on stderr that begins with the command (c->o->prog: "baton run: ..."). */
+void run_err(const run_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void run_give_up(run_ctx *c, uint32_t stage, int say, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

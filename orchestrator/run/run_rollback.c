@@ -116,15 +116,14 @@ int run_rollback(run_ctx *c, uint32_t stage, uint32_t attempt) {
         sscanf(at, "at steps %" SCNu64 "..%" SCNu64, &first, &last) != 2 || first == 0)
         return -1;
     if (c->n_skips == RUN_MAX_SKIPS) { /* counted as a plain failure: max_restarts ends it */
-        fprintf(stderr, "baton run: rollback: the run already skips %d sample windows\n",
-                RUN_MAX_SKIPS);
+        run_err(c, "rollback: the run already skips %d sample windows\n", RUN_MAX_SKIPS);
         return -1;
     }
     char kept[256], detail[768];
     bt_diag d;
     bt_diag_init(&d);
     if (run_rollback_ckpts(c, stage, attempt, first, kept, sizeof kept, &d) != 0) {
-        fprintf(stderr, "baton run: rollback: %s\n", d.msg);
+        run_err(c, "rollback: %s\n", d.msg);
         return -1;
     }
     snprintf(detail, sizeof detail,
@@ -139,7 +138,7 @@ int run_rollback(run_ctx *c, uint32_t stage, uint32_t attempt) {
     (void)run_skip_add(c, stage, from, to); /* room checked above */
     snprintf(c->rollback_note, sizeof c->rollback_note, "%s", detail);
     run_progress_end(&c->prog);
-    fprintf(stderr, "baton run: stage \"%s\": %s\n", c->prog.stage, detail);
+    run_err(c, "stage \"%s\": %s\n", c->prog.stage, detail);
     return 0;
 }
 

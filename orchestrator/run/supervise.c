@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,14 @@
 #define RUN_STOP_GRACE_S        120.0 /* on a signal: time for the workers to checkpoint */
 #define RUN_OVERRIDES_KEPT_MAX  (16u << 10) /* overrides kept in RUN_STARTED whole */
 
+void run_err(const run_ctx *c, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "%s: ", c->o && c->o->prog ? c->o->prog : "baton run");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
+
 int run_journal(run_ctx *c, Baton__JournalRecord__Kind kind, uint32_t stage,
                 Baton__JournalRecord *r) {
     Baton__JournalRecord def = BATON__JOURNAL_RECORD__INIT;
@@ -33,7 +42,7 @@ int run_journal(run_ctx *c, Baton__JournalRecord__Kind kind, uint32_t stage,
     bt_diag d;
     bt_diag_init(&d);
     int rc = journal_append(&c->j, r, &d);
-    if (rc != 0) fprintf(stderr, "baton run: %s\n", d.msg);
+    if (rc != 0) run_err(c, "%s\n", d.msg);
     return rc;
 }
 
@@ -193,8 +202,8 @@ static void run_on_signal(run_ctx *c, launch_job *job) {
         if (c->killed_now || (sig != SIGINT && sig != SIGTERM)) return;
         c->killed_now = 1;
         run_progress_end(&c->prog);
-        fprintf(stderr,
-                "baton run: got SIG%s after SIG%s: killing the workers now (SIGKILL); the run "
+        run_err(c,
+                "got SIG%s after SIG%s: killing the workers now (SIGKILL); the run "
                 "resumes from its last complete checkpoint\n",
                 sigabbrev_np(sig), sigabbrev_np(c->got_signal));
         launch_job_kill_now(job, LAUNCH_STOPPED);
@@ -202,7 +211,7 @@ static void run_on_signal(run_ctx *c, launch_job *job) {
     }
     c->got_signal = sig;
     run_progress_end(&c->prog);
-    fprintf(stderr, "baton run: got SIG%s: asking the workers to checkpoint and stop\n",
+    run_err(c, "got SIG%s: asking the workers to checkpoint and stop\n",
             sigabbrev_np(c->got_signal));
     if (c->cs_open) control_server_stop_all(&c->cs, 1, "baton run got a signal");
     launch_job_kill_after(job, LAUNCH_STOPPED, RUN_STOP_GRACE_S);
@@ -232,8 +241,7 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
         if (!*hung && !c->killed_now && !c->topo_refused && run_hung(c, job, started, hang_s)) {
             *hung = 1;
             run_progress_end(&c->prog);
-            fprintf(stderr, "baton run: stage \"%s\": %s: killing the attempt\n", c->prog.stage,
-                    c->hang_why);
+            run_err(c, "stage \"%s\": %s: killing the attempt\n", c->prog.stage, c->hang_why);
             if (c->got_signal) /* the SIGTERMs went out with the stop request */
                 launch_job_kill_now(job, LAUNCH_STOPPED);
             else
@@ -267,8 +275,8 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
         run_journal(c, BATON__JOURNAL_RECORD__KIND__FAILURE, stage, &r);
         run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
         run_progress_end(&c->prog);
-        fprintf(stderr,
-                "baton run: stage \"%s\" attempt %u failed: %s (not retried: another attempt "
+        run_err(c,
+                "stage \"%s\" attempt %u failed: %s (not retried: another attempt "
                 "would end the same way)\n",
                 c->prog.stage, attempt, why);
         return ATTEMPT_BROKEN;
@@ -322,8 +330,7 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
     run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
     run_progress_end(&c->prog);
     if (end != ATTEMPT_STOPPED)
-        fprintf(stderr, "baton run: stage \"%s\" attempt %u failed: %s%s\n", c->prog.stage, attempt,
-                why,
+        run_err(c, "stage \"%s\" attempt %u failed: %s%s\n", c->prog.stage, attempt, why,
                 end == ATTEMPT_FATAL ? " (a configuration error: not retried)"
                 : end == ATTEMPT_BROKEN
                     ? " (not retried: no usable checkpoint in two attempts in a row, every "
@@ -344,7 +351,7 @@ static void run_attempt_detail(run_ctx *c, const char *spec_file, char *out, siz
     if (c->nodes_note[0] && l < cap) {
         l += (size_t)snprintf(out + l, cap - l, " (%s)", c->nodes_note);
         run_progress_end(&c->prog);
-        fprintf(stderr, "baton run: %s\n", c->nodes_note);
+        run_err(c, "%s\n", c->nodes_note);
     }
     if (c->rollback_note[0] && l < cap) snprintf(out + l, cap - l, " (%s)", c->rollback_note);
     c->rollback_note[0] = '\0';
@@ -358,7 +365,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     run_sweep_partials(c); /* no worker runs now: any .partial is a dead save's */
     int wrc = run_write_spec(c, i, attempt, &spec, spec_file, sizeof spec_file, &d);
     if (wrc != 0) {
-        fprintf(stderr, "baton run: %s\n", d.msg);
+        run_err(c, "%s\n", d.msg);
         if (spec) protobuf_c_message_free_unpacked(&spec->base, NULL);
         return run_transient(wrc) ? ATTEMPT_RETRY : ATTEMPT_FATAL;
     }
@@ -375,7 +382,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     if (c->cs_open &&
         control_server_begin_attempt(&c->cs, (uint32_t)i, c->doc->recipe->stages[i]->name, attempt,
                                      world, run_step_offset(c, i)) != 0) {
-        fprintf(stderr, "baton run: out of memory\n");
+        run_err(c, "out of memory\n");
         protobuf_c_message_free_unpacked(&spec->base, NULL);
         return ATTEMPT_FATAL;
     }
@@ -390,7 +397,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
                       .output_arg = &c->prog};
     if (c->o->slurm && run_slurm_opts(c, &lo, argv, i, attempt, (int)world, store_env,
                                       sizeof store_env, &d) != 0) {
-        fprintf(stderr, "baton run: %s\n", d.msg);
+        run_err(c, "%s\n", d.msg);
         protobuf_c_message_free_unpacked(&spec->base, NULL);
         return ATTEMPT_FATAL;
     }
@@ -419,8 +426,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
         else if (end == ATTEMPT_RETRY)
             run_find_lost_nodes(c, &job, (uint32_t)i, attempt);
     } else {
-        fprintf(stderr, "baton run: cannot launch the workers: %s\n",
-                d.msg[0] ? d.msg : bt_strerror(rc));
+        run_err(c, "cannot launch the workers: %s\n", d.msg[0] ? d.msg : bt_strerror(rc));
         if (run_transient(rc)) end = ATTEMPT_RETRY; /* e.g. fork failing for a moment */
     }
     launch_job_close(&job);
@@ -479,8 +485,8 @@ static int run_stage(run_ctx *c, size_t i) {
                 run_give_up(c, (uint32_t)i, 1, "giving up after %u rollbacks", RUN_MAX_ROLLBACKS);
                 status = BT_EXIT_FAILURE;
             } else {
-                fprintf(stderr,
-                        "baton run: restarting stage \"%s\" from its newest checkpoint "
+                run_err(c,
+                        "restarting stage \"%s\" from its newest checkpoint "
                         "before the spikes (a rollback, not counted in max_restarts)\n",
                         c->prog.stage);
             }
@@ -490,8 +496,8 @@ static int run_stage(run_ctx *c, size_t i) {
             status = BT_EXIT_FAILURE;
         } else {
             c->failed_at = bt_clock_now();
-            fprintf(stderr,
-                    "baton run: restarting stage \"%s\" from its newest checkpoint in %.1f s "
+            run_err(c,
+                    "restarting stage \"%s\" from its newest checkpoint in %.1f s "
                     "(restart %u of at most %u)\n",
                     c->prog.stage, backoff, ss->failures, max_restarts);
             if (run_backoff(c, backoff)) status = RUN_EXIT_STOPPED;
@@ -529,14 +535,14 @@ static int run_load_state(run_ctx *c) {
     bt_diag d;
     bt_diag_init(&d);
     if (journal_read(c->dir->path, &v, &n, &tail, &d) != 0) {
-        fprintf(stderr, "baton run: %s\n", d.msg);
+        run_err(c, "%s\n", d.msg);
         return BT_EIO;
     }
     if (tail.damaged) {
         /* continuing would replay a run that lost records (a checkpoint, a stage's end) */
         journal_records_free(v, n);
         journal_diag_damaged(c->dir->path, &tail, &d);
-        fprintf(stderr, "baton run: %s\n", d.msg);
+        run_err(c, "%s\n", d.msg);
         return BT_EINVAL;
     }
     run_state_replay(&c->st, v, n);
@@ -551,7 +557,7 @@ static int run_load_state(run_ctx *c) {
             run_skip_add(c, v[k]->stage_index, from, to);
     }
     journal_records_free(v, n);
-    if (tail.torn) fprintf(stderr, "baton run: the journal's torn last record was dropped\n");
+    if (tail.torn) run_err(c, "the journal's torn last record was dropped\n");
     return 0;
 }
 
@@ -574,12 +580,12 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
     bt_diag d;
     bt_diag_init(&d);
     int rc = run_load_state(&c);
-    if (rc == 0 && (rc = journal_open(&c.j, dir->path, &d)) != 0)
-        fprintf(stderr, "baton run: %s\n", d.msg);
+    if (rc == 0 && (rc = journal_open(&c.j, dir->path, &d)) != 0) run_err(&c, "%s\n", d.msg);
     if (rc != 0) return rc == BT_EINVAL ? BT_EXIT_USAGE : BT_EXIT_FAILURE; /* damaged: 2 */
     int status = 0;
     if (c.st.completed) {
-        printf("baton run: %s: the run has already completed\n", dir->path);
+        printf("%s: %s: the run has already completed\n", o->prog ? o->prog : "baton run",
+               dir->path);
     } else {
         if (!c.st.started) run_journal_started(&c);
         c.sfd = run_signals();
@@ -588,10 +594,10 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
         if (control_server_open(&c.cs, dir->token, dir->path, host, &c.cs_diag) == 0)
             c.cs_open = 1;
         else
-            fprintf(stderr, "baton run: no control channel (hangs are seen by progress only): %s\n",
+            run_err(&c, "no control channel (hangs are seen by progress only): %s\n",
                     c.cs_diag.msg);
         if (launch_server_init(&c.srv, &d) != 0) {
-            fprintf(stderr, "baton run: cannot start the PMIx server: %s\n", d.msg);
+            run_err(&c, "cannot start the PMIx server: %s\n", d.msg);
             if (c.cs_open) control_server_close(&c.cs);
             journal_close(&c.j);
             return BT_EXIT_FAILURE;
@@ -606,6 +612,6 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
     journal_close(&c.j);
     if (status == 0) run_print_summary(dir);
     if (status == RUN_EXIT_STOPPED)
-        fprintf(stderr, "baton run: stopped; continue with 'baton resume %s'\n", dir->path);
+        run_err(&c, "stopped; continue with 'baton resume %s'\n", dir->path);
     return status;
 }

@@ -51,6 +51,7 @@ typedef struct run_opts {
     int quiet;                  /* no progress lines */
     struct launch_slurm *slurm; /* opened: every attempt is an srun step (launch_slurm.h);
                                    NULL: the embedded PMIx server on this host */
+    const char *prog;           /* what messages begin with: "baton resume"; NULL "baton run" */
 } run_opts;
 
 /* The per-stage table of a run (the text of `baton status`), printed at the end of a

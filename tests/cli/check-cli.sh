@@ -26,6 +26,18 @@ expect 2 'usage: baton' --
 expect 0 'plan +check a recipe' -- --help
 expect 0 '^baton [0-9]+\.[0-9]+' -- --version
 expect 2 "unknown command 'frobnicate'" -- frobnicate
+expect 0 'eval +.*passkey accuracy' -- --help
+# every command has its own help, with its exit statuses
+expect 0 '^usage: baton resume RUN_DIR' -- resume --help
+expect 0 '^usage: baton submit RECIPE .*--nodes K\] \[--gpus-per-node G\]' -- submit --help
+for o in '--dry-run' '--template FILE' 'SBATCH_OPTION' '^Exit status: 0 submitted'; do
+  expect 0 "$o" -- submit --help
+done
+[[ $("$baton" run --help) != *"baton submit"* ]] || { echo "FAIL: run --help shows submit's usage"; failures=$((failures + 1)); }
+expect 2 "^baton resume: no run directory given" -- resume
+expect 2 "^baton resume: unexpected argument '--set'" -- resume r --set a=1
+for c in pack unpack push pull export; do expect 0 '^Exit status: 0 ' -- ckpt $c --help; done
+expect 0 'scaling, the seq_len the checkpoint was trained at' -- ckpt export --help
 expect 0 'usage: baton plan RECIPE' -- plan --help
 expect 2 'usage: baton plan RECIPE' -- plan
 expect 2 "unknown option '--bogus'" -- plan --bogus "$recipes/tiny-cpu.yaml"
@@ -35,6 +47,16 @@ expect 2 'not a regular file|cannot read|is a directory' -- plan "$recipes"
 expect 0 'fits \(' -- plan "$recipes/tiny-cpu.yaml"
 expect 0 'stage 2 "fp8"' -- plan "$recipes/tiny-cpu.yaml"
 expect 0 '"stages": ?\[' -- plan --json "$recipes/tiny-cpu.yaml"
+# status and eval name the option that is unknown or missing, as plan does
+expect 2 "^baton status: unknown option '--bogus'" -- status "$recipes" --bogus
+expect 2 "^baton status: one run directory at a time \\(got 'a' and 'b'\\)" -- status a b
+expect 2 "^baton status: no run directory given" -- status
+expect 2 "^baton eval: missing --data PREFIX \\(with --seq-len T and --num-seqs N\\), or --passkey PREFIX" -- eval run
+expect 2 "^baton eval: --data needs --num-seqs N" -- eval run --data d --seq-len 8
+expect 2 "^baton eval: --data needs --seq-len T" -- eval run --data d --num-seqs 8
+expect 2 "^baton eval: --data and --passkey are two modes" -- eval run --data d --passkey p
+expect 2 "^baton eval: no checkpoint: give CKPT or RUN_DIR" -- eval --passkey p
+expect 2 "^baton eval: --seq-len 2000000 is above the limit" -- eval run --data d --seq-len 2000000 --num-seqs 1
 # plan takes baton run's overrides, so a layout can be tried before it is run
 expect 0 'pipeline bubble [0-9.]+% of the stages.*\(equal stages: \(pp-1\)/\(v\*m\+pp-1\) = 0\.1%\)' -- \
   plan "$recipes/llama3-70b-64gpu.yaml" --set defaults.parallel.virtual_stages=5
@@ -84,6 +106,26 @@ expect 2 "^--set model\.rope\.theta=\{: YAML syntax error: did not find expected
   plan "$recipes/tiny-cpu.yaml" --set "model.rope.theta={"
 expect 2 "^--nodes abc: cluster\\.nodes: expected a non-negative integer" -- \
   plan "$recipes/tiny-cpu.yaml" --nodes abc
+# "auto" is parallel.dp's alone: any other integer field refuses it by name (it was read as 0)
+expect 2 "^--set model\\.n_heads=auto: model\\.n_heads: \"auto\" is only for parallel\\.dp" -- \
+  plan "$recipes/tiny-cpu.yaml" --set model.n_heads=auto
+expect 2 "^--nodes auto: cluster\\.nodes: \"auto\" is only for parallel\\.dp" -- \
+  plan "$recipes/tiny-cpu.yaml" --nodes auto
+expect 2 "^--set stages\\.0\\.steps=abc: stages\\[0\\]\\.steps: expected a non-negative integer \\(such as 8, 8K = 8192\\), got \"abc\"$" -- \
+  plan "$recipes/tiny-cpu.yaml" --set stages.0.steps=abc
+expect 0 "tp 2 x cp 1 x dp 1 x pp 2 = 4 ranks" -- plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.dp=auto
+# a data block without training data is refused at validation, at its place, not by run
+expect 2 "^--set data\\.mix=\\[\\]: data: no training data \\(give train or mix\\)" -- \
+  plan "$recipes/tiny-cpu.yaml" --set data.mix=[]
+expect 2 "^--set data\\.mix=\\[\\]: data: no training data" -- spec "$recipes/tiny-cpu.yaml" --set data.mix=[]
+# what runs but likely not as meant is a warning: plan and spec go on (exit 0)
+expect 0 "^warning: --set stages\\.long-context\\.seq_len=2048: stages\\[1\\]\\.seq_len: seq_len 2048 is beyond the context the RoPE scaling extends to" -- \
+  plan "$recipes/tiny-cpu.yaml" --set stages.long-context.seq_len=2048
+expect 0 "original_max_position 64 is not the seq_len 128 the previous stage \\(\"pretrain\"\\) trained at" -- \
+  spec "$recipes/tiny-cpu.yaml" --stage 0 --set stages.long-context.rope.scaling.original_max_position=64
+expect 0 "tiny-cpu\\.yaml:[0-9]+:[0-9]+: defaults\\.optimizer\\.warmup_steps: warmup_steps 20 is more than the stage's 10 steps" -- \
+  plan "$recipes/tiny-cpu.yaml" --set stages.0.steps=10
+[[ -z $("$baton" plan "$recipes/tiny-cpu.yaml" 2>&1 >/dev/null) ]] || { echo "FAIL: tiny-cpu.yaml plans with warnings"; failures=$((failures + 1)); }
 expect 2 "^--gpus-per-node 0: cluster\\.gpus_per_node: expected at least 1 device per node" -- \
   spec "$recipes/tiny-cpu.yaml" --gpus-per-node 0
 expect 2 "/heads-vs-tp\.yaml:9:14: defaults\.parallel\.tp: tp 4 does not divide n_heads 6" -- \

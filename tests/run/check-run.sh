@@ -926,8 +926,10 @@ print(r["valid_loss"], r["windows"])' $i)
     /usr/bin/python3 -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-6 * a)' \
       "$vloss" "$got" || fail "stage $i: baton eval gives $got, the run's validation $vloss over $vn windows"
   done
-  "$baton" eval mfu/checkpoints/s00-step00000003 --data data/fortunes_valid --seq-len 64 \
-    --num-seqs 1000000 | grep -q "(all it holds)" || fail "eval beyond the set's windows"
+  # (PREFIX.bin names PREFIX, as for baton data)
+  "$baton" eval mfu/checkpoints/s00-step00000003 --data data/fortunes_valid.bin --seq-len 64 \
+    --num-seqs 1000000 | grep -q "of data/fortunes_valid (all it holds)" ||
+    fail "eval of PREFIX.bin beyond the set's windows"
   echo "$case: fp32 stages' MFU against bf16/2 (or peak_tflops_fp32), bf16's against its peak;" \
     "baton eval $got = the run's valid loss $vloss"
   ;;

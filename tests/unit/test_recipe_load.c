@@ -18,7 +18,7 @@ static const char full_recipe[] =
     "  dim: 4K\n"                                                             /* 5 */
     "  n_layers: 32\n"                                                        /* 6 */
     "  n_heads: 32\n"                                                         /* 7 */
-    "  n_kv_heads: auto\n"                                                    /* 8 */
+    "  n_kv_heads: 0\n"                                                       /* 8 */
     "  vocab_size: 128K\n"                                                    /* 9 */
     "  norm_eps: 1e-5\n"                                                      /* 10 */
     "  rope: 500000\n"                                                        /* 11 */
@@ -76,7 +76,7 @@ static void test_full_values(const Baton__Recipe *r) {
     CHECK(m->has_arch && m->arch == BATON__MODEL__ARCH__LLAMA);
     CHECK(m->has_dim && m->dim == 4096);
     CHECK(m->n_layers == 32 && m->n_heads == 32);
-    CHECK(m->has_n_kv_heads && m->n_kv_heads == 0); /* auto */
+    CHECK(m->has_n_kv_heads && m->n_kv_heads == 0); /* = n_heads */
     CHECK(m->vocab_size == 131072);
     CHECK(m->has_norm_eps && m->norm_eps == 1e-5);
     CHECK(m->rope != NULL && m->rope->has_theta && m->rope->theta == 500000.0);
@@ -217,6 +217,18 @@ static void test_errors_values(void) {
     expect_error("name:\n", 1, 6, "name: expected a string, got nothing (null)");
     expect_error("cluster: {nodes: ~}\n", 1, 18, "got nothing (null)");
     expect_error("name: \"a\\0b\"\n", 1, 7, "name: a value must not contain a NUL character");
+    /* "auto" is parallel.dp's alone: elsewhere it is refused, never read as 0, and the
+     * other integer fields' messages do not offer it */
+    expect_error("model: {n_kv_heads: auto}\n", 1, 21,
+                 "model.n_kv_heads: \"auto\" is only for parallel.dp (derived from the cluster); "
+                 "give n_kv_heads a number");
+    expect_error("defaults: {global_batch: AUTO}\n", 1, 26, "\"auto\" is only for parallel.dp");
+    expect_error("seed: auto\n", 1, 7, "seed: \"auto\" is only for parallel.dp");
+    expect_error("defaults: {steps: x}\n", 1, 19,
+                 "defaults.steps: expected a non-negative integer (such as 8, 8K = 8192), got");
+    expect_error("defaults: {parallel: {dp: x}}\n", 1, 27,
+                 "defaults.parallel.dp: expected a non-negative integer (such as 8, 8K = 8192, or "
+                 "auto), got \"x\"");
 }
 
 static void test_errors_units(void) {
@@ -279,6 +291,53 @@ static void test_errors_file(void) {
     expect_error("name: a: b\n", 1, 8, "YAML syntax error: mapping values are not allowed");
     expect_error("name: a\n---\nname: b\n", 2, 1, "a second YAML document");
     expect_error("name: *nope\n", 1, 7, "YAML syntax error: found undefined alias");
+}
+
+/* YAML merge keys: a mapping's entries merged under another, its own keys winning, then
+ * the sources in order; merged values keep their source's place. */
+static void test_merge_keys(void) {
+    static const char text[] =
+        "defaults:\n"                                                   /* 1 */
+        "  optimizer: &opt {lr: 1e-3, min_lr: 1e-4, warmup_steps: 7}\n" /* 2 */
+        "  restart: &rs {max_restarts: 4}\n"                            /* 3 */
+        "stages:\n"                                                     /* 4 */
+        "  - name: a\n"                                                 /* 5 */
+        "    optimizer: {<<: *opt, lr: 2e-3}\n"                         /* 6 */
+        "  - name: b\n"                                                 /* 7 */
+        "    optimizer:\n"                                              /* 8 */
+        "      <<: [{lr: 5e-3, grad_clip: 0.5}, *opt]\n"                /* 9 */
+        "      weight_decay: 0.2\n"                                     /* 10 */
+        "    restart: {<<: *rs}\n";                                     /* 11 */
+    recipe_doc doc;
+    bt_diag diag;
+    bt_diag_init(&diag);
+    int rc = recipe_load_buffer("m.yaml", text, sizeof text - 1, &doc, &diag);
+    CHECK(rc == 0);
+    if (rc != 0) {
+        fprintf(stderr, "%s\n", diag.msg);
+        return;
+    }
+    const Baton__Optimizer *a = doc.recipe->stages[0]->optimizer;
+    const Baton__Optimizer *b = doc.recipe->stages[1]->optimizer;
+    CHECK(a->lr == 2e-3 && a->has_min_lr && a->min_lr == 1e-4 && a->warmup_steps == 7);
+    CHECK(!a->has_grad_clip);
+    CHECK(b->lr == 5e-3 && b->grad_clip == 0.5 && b->min_lr == 1e-4 && b->warmup_steps == 7);
+    CHECK(b->weight_decay == 0.2);
+    CHECK(doc.recipe->stages[1]->restart->has_max_restarts &&
+          doc.recipe->stages[1]->restart->max_restarts == 4);
+    check_where(&doc, "stages[0].optimizer.lr", 6, 27);
+    check_where(&doc, "stages[0].optimizer.min_lr", 2, 30);
+    check_where(&doc, "stages[1].optimizer.grad_clip", 9, 23);
+    recipe_doc_free(&doc);
+    expect_error("defaults:\n  optimizer: {<<: [a, b]}\n", 2, 19,
+                 "defaults.optimizer.<<: a merge key (<<) takes a mapping or a list of at most 16");
+    expect_error("defaults:\n  optimizer: {<<: {lr: 1, lr: 2}}\n", 2, 27,
+                 "defaults.optimizer.lr: duplicate key \"lr\"");
+    expect_error("defaults:\n  optimizer: {<<: &o {<<: *o}}\n", 2, 23,
+                 "a mapping merged with << holds a merge key of its own");
+    /* a quoted "<<" is a key like any other */
+    expect_error("defaults:\n  optimizer: {\"<<\": {lr: 1}}\n", 2, 15,
+                 "unknown key \"<<\" in defaults.optimizer");
 }
 
 static void test_limits(void) {
@@ -395,6 +454,7 @@ int main(void) {
     test_errors_units();
     test_errors_shape();
     test_errors_file();
+    test_merge_keys();
     test_limits();
     test_error_late();
     test_aliases();

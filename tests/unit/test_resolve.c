@@ -317,6 +317,88 @@ static void test_loss_scale_left_behind(void) {
     recipe_doc_free(&doc);
 }
 
+/* fp8's own settings stay with fp8 likewise: a later fp16 or bf16 stage resolves to the
+ * defaults (amax_history 1024, margin 0, first_last_bf16 on, format hybrid) unless it
+ * gives them; a stage that stays fp8 inherits them. */
+static void test_fp8_settings_left_behind(void) {
+    static const char *text =
+        "name: f\n"
+        "model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, ffn_dim: 176, vocab_size: 256}\n"
+        "cluster: {nodes: 1, gpus_per_node: 1}\n"
+        "data: {train: a}\n"
+        "defaults: {steps: 2, seq_len: 64, global_batch: 2}\n"
+        "stages:\n"
+        "  - {name: a, precision: {type: fp8, format: e4m3, amax_history: 16, margin: 2,\n"
+        "                          first_last_bf16: false}}\n"
+        "  - {name: b, steps: 3}\n"
+        "  - {name: c, precision: {type: fp16, margin: 3}}\n"
+        "  - {name: d, precision: bf16}\n";
+    recipe_doc doc = {0};
+    if (load_valid("f.yaml", text, &doc) == 0) {
+        const uint32_t hist[] = {16, 16, 1024, 1024}, margin[] = {2, 2, 3, 0};
+        const int fmt[] = {1, 1, 0, 0}, first_last[] = {0, 0, 1, 1};
+        for (size_t i = 0; i < 4; i++) {
+            Baton__StageSpec *sp = resolve(&doc, i);
+            if (sp == NULL) continue;
+            const Baton__Precision *p = sp->stage->precision;
+            CHECK_EQ_U64(p->amax_history, hist[i]);
+            CHECK_EQ_U64(p->margin, margin[i]);
+            CHECK_EQ_U64((uint64_t)p->format, (uint64_t)fmt[i]);
+            CHECK_EQ_U64(p->first_last_bf16, (uint64_t)first_last[i]);
+            CHECK(p->has_amax_history == (i < 2));
+            protobuf_c_message_free_unpacked(&sp->base, NULL);
+        }
+    }
+    recipe_doc_free(&doc);
+}
+
+/* Validation's warnings: the recipe stays valid, each warning names its place. */
+static void test_warnings(void) {
+    static const char *text =
+        "name: w\n" /* 1 */
+        "model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, ffn_dim: 176, vocab_size: 256}\n"
+        "cluster: {nodes: 1, gpus_per_node: 1}\n" /* 3 */
+        "data: {train: a}\n"                      /* 4 */
+        "defaults: {steps: 20, seq_len: 64, global_batch: 2, optimizer: {warmup_steps: 10}}\n"
+        "stages:\n"                                                                   /* 6 */
+        "  - {name: a}\n"                                                             /* 7 */
+        "  - name: b\n"                                                               /* 8 */
+        "    seq_len: 1024\n"                                                         /* 9 */
+        "    rope: {scaling: {type: llama3, factor: 4, original_max_position: 32}}\n" /* 10 */
+        "  - {name: c, steps: 5}\n"                                                   /* 11 */
+        "  - {name: d, seq_len: 128, steps: 20}\n";                                   /* 12 */
+    recipe_doc doc = {0};
+    bt_diag d;
+    bt_diag_init(&d);
+    char out[4096] = "";
+    int rc = recipe_load_buffer("w.yaml", text, strlen(text), &doc, &d);
+    CHECK(rc == 0 && doc.warn == stderr);
+    FILE *f = tmpfile();
+    doc.warn = f;
+    if (rc == 0 && f != NULL) {
+        CHECK(recipe_validate(&doc, &d) == 0);
+        rewind(f);
+        size_t n = fread(out, 1, sizeof out - 1, f);
+        out[n] = '\0';
+    }
+    /* b: 1024 beyond 2 x 32 x 4 (llama3), and 32 is not a's 64; c: warmup 10 of 5 steps (b's 1024
+     * is not warned about again); d: 128 within 128, warmup within 20 steps */
+    CHECK_STR_CONTAINS(out, "warning: w.yaml:9:5: stages[1].seq_len: seq_len 1024 is beyond the "
+                            "context the RoPE scaling extends to, for llama3 twice "
+                            "original_max_position 32 × factor 4 = 256 (stage 1 \"b\")\n");
+    CHECK_STR_CONTAINS(out, "warning: w.yaml:10:47: stages[1].rope.scaling.original_max_position: "
+                            "original_max_position 32 is not the seq_len 64 the previous stage "
+                            "(\"a\") trained at");
+    CHECK_STR_CONTAINS(out, "warning: w.yaml:5:65: defaults.optimizer.warmup_steps: warmup_steps "
+                            "10 is more than the stage's 5 steps");
+    CHECK(strstr(out, "stage 3") == NULL);
+    const char *first = strstr(out, "is beyond the context");
+    CHECK(first != NULL && strstr(first + 1, "is beyond the context") == NULL);
+    CHECK(strstr(out, "original_max_position 32 is not the seq_len 1024") == NULL);
+    if (f) fclose(f);
+    recipe_doc_free(&doc);
+}
+
 int main(void) {
     recipe_doc doc = {0};
     if (load_valid("t.yaml", recipe_text, &doc) == 0) {
@@ -328,5 +410,7 @@ int main(void) {
     test_data_carry();
     test_data_identity();
     test_loss_scale_left_behind();
+    test_fp8_settings_left_behind();
+    test_warnings();
     return check_status();
 }
