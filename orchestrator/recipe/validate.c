@@ -291,7 +291,7 @@ static int check_cluster(vctx *v, const Baton__Cluster *c) {
     REQUIRE(c->gpus_per_node >= 1, v, "cluster.gpus_per_node",
             "expected at least 1 device per node");
     REQUIRE((uint64_t)c->nodes * c->gpus_per_node <= MAX_WORLD, v, "cluster",
-            "%u nodes × %u devices is more than the %u devices baton plans for", c->nodes,
+            "%u node(s) × %u devices is more than the %u devices baton plans for", c->nodes,
             c->gpus_per_node, MAX_WORLD);
     REQUIRE(c->mfu > 0 && c->mfu <= 1, v, "cluster.mfu", "mfu must be in (0, 1], got %g", c->mfu);
     return 0;
@@ -332,21 +332,22 @@ static int check_world(vctx *v, const Baton__Parallel *p, const Baton__Cluster *
     uint64_t inner = mul_sat(mul_sat(p->tp, p->pp), p->cp);
     uint32_t dp = p->dp;
     REQUIRE(inner <= world, v, "parallel{tp,pp,cp}",
-            "tp×pp×cp = %u×%u×%u is more than the %llu devices of the cluster (%u nodes × %u)",
-            p->tp, p->pp, p->cp, (unsigned long long)world, c->nodes, c->gpus_per_node);
+            "tp×pp×cp = %u×%u×%u is more than the %llu devices of the cluster (%u node%s × %u)",
+            p->tp, p->pp, p->cp, (unsigned long long)world, c->nodes, c->nodes == 1 ? "" : "s",
+            c->gpus_per_node);
     if (dp == 0) {
         REQUIRE(world % inner == 0, v, "parallel{tp,pp,cp,dp}",
                 "dp auto: tp×pp×cp = %u×%u×%u = %llu does not divide the %llu devices of the "
-                "cluster (%u nodes × %u)",
+                "cluster (%u node%s × %u)",
                 p->tp, p->pp, p->cp, (unsigned long long)inner, (unsigned long long)world, c->nodes,
-                c->gpus_per_node);
+                c->nodes == 1 ? "" : "s", c->gpus_per_node);
         dp = (uint32_t)(world / inner);
     }
     REQUIRE(mul_sat(inner, dp) == world, v, "parallel{tp,pp,cp,dp}",
-            "tp×pp×dp×cp = %u×%u×%u×%u = %llu but the cluster has %u nodes × %u devices = "
+            "tp×pp×dp×cp = %u×%u×%u×%u = %llu but the cluster has %u node%s × %u devices = "
             "%llu (set dp: auto to derive dp)",
             p->tp, p->pp, dp, p->cp, (unsigned long long)mul_sat(inner, dp), c->nodes,
-            c->gpus_per_node, (unsigned long long)world);
+            c->nodes == 1 ? "" : "s", c->gpus_per_node, (unsigned long long)world);
     *dp_out = dp;
     return 0;
 }
