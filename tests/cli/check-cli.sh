@@ -45,6 +45,11 @@ expect 0 '16 nodes x 4 GPUs' -- plan "$recipes/llama3-70b-64gpu.yaml" --gpus-per
 expect 2 '--set defaults.parallel.bogus=1.*unknown key "bogus"' -- plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.bogus=1
 expect 2 "expected KEY=VALUE" -- plan "$recipes/tiny-cpu.yaml" --set nothing
 expect 2 "usage: baton plan" -- plan "$recipes/tiny-cpu.yaml" --set
+# status and ckpt inspect say what their JSON holds and how they exit
+expect 0 'failure_list \(per failure: stage, stage_index, attempt, time, step,' -- status --help
+expect 0 '^Exit status: 0 shown, 2 usage or RUN_DIR is not a run directory' -- status --help
+expect 0 '^  --json +one JSON object instead' -- ckpt inspect --help
+expect 0 '^Exit status: 0 shown; 1 a checkpoint or an fp8 state that cannot be read' -- ckpt inspect --help
 # spec resolves a stage with the same overrides (a cuda stage of the tiny recipe, say)
 expect 0 'usage: baton spec RECIPE.*--set' -- spec --help
 expect 0 'device: cuda$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8 --set cluster.device=cuda
