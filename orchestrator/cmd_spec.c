@@ -105,7 +105,17 @@ static int spec_emit(const Baton__StageSpec *s, const char *out, bt_diag *diag) 
     bt_buf_init(&b);
     bt_buf_printf(&b, "# StageSpec: stage %u \"%s\" of recipe %s\n", s->stage_index, s->stage->name,
                   s->recipe_name);
-    pb_dump_yaml(&b, &s->base, 0, 0);
+    /* Every value the worker reads, those left at their defaults too, marked so. Not the
+     * stage's rope: the recipe's overlay as given, which the resolver merged into
+     * model.rope (the one the worker reads), and whose own unset fields, shown with their
+     * defaults, would not be the stage's (theta 10000 beside a model's 500000). */
+    Baton__Stage stage = *s->stage;
+    Baton__StageSpec shown = *s;
+    stage.rope = NULL, shown.stage = &stage;
+    bt_buf_printf(&b,
+                  "# model.rope is the stage's RoPE, its rope overlay merged in; \"# default\"\n"
+                  "# marks a value the recipe leaves unset, the schema's default\n");
+    pb_dump_yaml(&b, &shown.base, 0, 1);
     fputs(bt_buf_str(&b), stdout);
     bt_buf_free(&b);
     return 0;

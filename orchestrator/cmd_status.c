@@ -1,7 +1,9 @@
 /* baton status RUN_DIR [--json]: a run's state from its journal, checkpoints and
  * metrics; also the summary table `baton run` prints at the end. */
+#define _GNU_SOURCE /* sigabbrev_np */
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +61,18 @@ static void status_usage(FILE *f) {
     fprintf(f, "usage: baton status RUN_DIR [--json]\n\n"
                "A run's state: per stage its state, steps, loss, tokens/s, wall time, attempts\n"
                "and restarts; every failure with its cause and time to recover; the\n"
-               "checkpoints; and for a running stage the latest step and an ETA.\n");
+               "checkpoints; and for a running stage the latest step and an ETA.\n\n"
+               "  --json   one JSON object instead: run_dir, state (completed, running,\n"
+               "           stopped, failed), failures, restarts, recoveries, failure (why a\n"
+               "           failed run gave up, else null), eta_s, stages (per stage: name,\n"
+               "           state, step, steps, loss, tokens_per_s, wall_s, eta_s, attempts,\n"
+               "           restarts, recoveries, recovery_s_avg, valid_loss), recovery_s,\n"
+               "           failure_list (per failure: stage, stage_index, attempt, time, step,\n"
+               "           rank, node, pid, exit_status, signal, cause, retryable),\n"
+               "           recovery_list (stage, stage_index, attempt, time, step,\n"
+               "           recovery_s) and checkpoints; an unknown value is null\n"
+               "  --help   show this help\n\n"
+               "Exit status: 0 shown, 2 usage or RUN_DIR is not a run directory.\n");
 }
 
 static const char *status_stage_name(const status_view *v, size_t i) {
@@ -440,6 +453,69 @@ static void status_eta(bt_buf *b, const status_view *v) {
     bt_buf_printf(b, "\n");
 }
 
+/* An optional integer of a journal record: its value, or null when the record lacks it. */
+static void status_json_opt(bt_buf *b, const char *key, int has, long long x) {
+    if (has)
+        bt_buf_printf(b, ", \"%s\": %lld", key, x);
+    else
+        bt_buf_printf(b, ", \"%s\": null", key);
+}
+
+/* The fields every listed event has: its stage (name and index), attempt and time. */
+static void status_json_event(bt_buf *b, const status_view *v, const Baton__JournalRecord *r) {
+    bt_buf_printf(b, "{\"stage\": ");
+    bt_buf_json_string(b, status_stage_name(v, r->stage_index));
+    bt_buf_printf(b, ", \"stage_index\": %u, \"attempt\": %u, \"time\": %.3f", r->stage_index,
+                  r->attempt, r->wall_time);
+}
+
+/* Every failure the text lists ("failure: ..."), in journal order: where it happened,
+ * which rank (node, pid; null where the journal does not say: a whole-job cause such as
+ * a timeout, a Slurm task's pid, a journal older than the field), how it ended (exit
+ * status; the signal that killed the rank, by name, else null), the cause as the text
+ * words it, and whether it was retryable (a configuration error is not; the last failure
+ * before the run gave up is, though it was not retried). */
+static void status_json_failures(bt_buf *b, const status_view *v) {
+    int k = 0;
+    for (size_t i = 0; i < v->n; i++) {
+        const Baton__JournalRecord *r = v->rec[i];
+        if (r->kind != BATON__JOURNAL_RECORD__KIND__FAILURE) continue;
+        bt_buf_printf(b, "%s", k++ ? ", " : "");
+        status_json_event(b, v, r);
+        status_json_opt(b, "step", r->has_step, (long long)r->step);
+        status_json_opt(b, "rank", r->has_rank, r->rank);
+        bt_buf_printf(b, ", \"node\": ");
+        if (r->node)
+            bt_buf_json_string(b, r->node);
+        else
+            bt_buf_printf(b, "null");
+        status_json_opt(b, "pid", r->has_pid, r->pid);
+        status_json_opt(b, "exit_status", r->has_exit_code, r->exit_code);
+        const char *sig = r->has_signal && r->signal != 0 ? sigabbrev_np(r->signal) : NULL;
+        if (sig)
+            bt_buf_printf(b, ", \"signal\": \"SIG%s\"", sig);
+        else
+            status_json_opt(b, "signal", r->has_signal && r->signal != 0, r->signal);
+        bt_buf_printf(b, ", \"cause\": ");
+        bt_buf_json_string(b, r->detail ? r->detail : "?");
+        bt_buf_printf(b, ", \"retryable\": %s}", r->retryable ? "true" : "false");
+    }
+}
+
+/* Every recovery the text lists ("recovered: ..."): the first step completed after a
+ * failure and how long after it. */
+static void status_json_recoveries(bt_buf *b, const status_view *v) {
+    int k = 0;
+    for (size_t i = 0; i < v->n; i++) {
+        const Baton__JournalRecord *r = v->rec[i];
+        if (r->kind != BATON__JOURNAL_RECORD__KIND__RECOVERED) continue;
+        bt_buf_printf(b, "%s", k++ ? ", " : "");
+        status_json_event(b, v, r);
+        bt_buf_printf(b, ", \"step\": %llu, \"recovery_s\": %.3f}", (unsigned long long)r->step,
+                      r->recovery_s);
+    }
+}
+
 static void status_json(bt_buf *b, const status_view *v) {
     bt_buf_printf(b, "{\"run_dir\": ");
     bt_buf_json_string(b, v->dir);
@@ -502,6 +578,10 @@ static void status_json(bt_buf *b, const status_view *v) {
     for (size_t i = 0; i < v->n; i++)
         if (v->rec[i]->kind == BATON__JOURNAL_RECORD__KIND__RECOVERED)
             bt_buf_printf(b, "%s%.3f", k++ ? ", " : "", v->rec[i]->recovery_s);
+    bt_buf_printf(b, "], \"failure_list\": [");
+    status_json_failures(b, v);
+    bt_buf_printf(b, "], \"recovery_list\": [");
+    status_json_recoveries(b, v);
     bt_buf_printf(b, "], \"checkpoints\": [");
     status_ckpts(b, v, 1);
     bt_buf_printf(b, "]}\n");

@@ -10,8 +10,23 @@
 static void inspect_usage(FILE *f) {
     fprintf(f, "usage: baton ckpt inspect CKPT [--json]\n\n"
                "Shows a checkpoint's recipe, stage, step, data position, layout, and every\n"
-               "tensor with its global shape, dtype, shard count and bytes. CKPT is a\n"
-               "checkpoint directory or a run directory (its newest complete checkpoint).\n");
+               "tensor with its global shape, dtype, shard count and bytes (the model's in\n"
+               "layer order, then each optimizer state's), and its fp8 scaling states: how\n"
+               "many are active and how many are placeholders (scale 1, no amax recorded:\n"
+               "the GEMMs kept in bf16, such as first_last_bf16's layers and the head). CKPT\n"
+               "is a checkpoint directory or a run directory (its newest complete\n"
+               "checkpoint).\n\n"
+               "  --json   one JSON object instead: dir, format_version, recipe, stage_index,\n"
+               "           stage, step, stage_steps, final, data_position, skipped_samples,\n"
+               "           next_sample, optim_step, world, layout, skipped_steps, loss_scaler\n"
+               "           (fp16 only), tensors (key, shape, dtype, shards, bytes; in the\n"
+               "           text's order), tensor_bytes, fp8_states, fp8_active,\n"
+               "           fp8_placeholders, fp8_history_bytes and fp8 (every state with\n"
+               "           its name, scale, pos, amax_history and placeholder; a history that\n"
+               "           cannot be read is null, with its \"error\")\n"
+               "  --help   show this help\n\n"
+               "Exit status: 0 shown; 1 a checkpoint or an fp8 state that cannot be read\n"
+               "(every other state is still shown); 2 usage, or CKPT is not a checkpoint.\n");
 }
 
 static uint64_t inspect_bytes(const Baton__TensorEntry *e) {
@@ -44,8 +59,244 @@ void ckpt_layout_text(bt_buf *b, const Baton__Parallel *p) {
     bt_buf_printf(b, ",cp%u,dp%u,ep%u,zero%u", p->cp, p->dp, p->ep, p->zero);
 }
 
+/* ---- the order tensors and fp8 states are listed in ----
+ * The manifest keeps them in the order the ranks' shards were merged, which mixes a
+ * tensor's optimizer moments in with the weights (and, after a pipeline stage's shards,
+ * layers out of order). Listed instead: the model's tensors first, in the model's order
+ * (embedding, each layer by number, the final norm, the head), then each optimizer state's
+ * tensors in the same order. */
+
+enum { INSPECT_KNOWN_STATES = 2 };
+static const char *const inspect_states[INSPECT_KNOWN_STATES] = {"exp_avg", "exp_avg_sq"};
+
+/* A layer's tensors in model_tensor_info's order (worker/engine/model.h); others (an MoE
+ * layer's router and experts) after them. */
+static const char *const inspect_layer_order[] = {
+    "input_layernorm",  "self_attn.q_proj", "self_attn.k_proj",
+    "self_attn.v_proj", "self_attn.o_proj", "post_attention_layernorm",
+    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj",
+    "mlp.gate.",
+};
+#define INSPECT_N_LAYER_ORDER (sizeof inspect_layer_order / sizeof inspect_layer_order[0])
+
+/* Where a name sorts: its optimizer state (0 for the model's own tensor, 1.. for the
+ * known states, then others), its block (embedding 0, layers 1, final norm 2, head 3,
+ * anything else 4), the layer's number, and the place in the layer of what follows. */
+typedef struct inspect_key {
+    size_t index; /* in the manifest: the last tie-break */
+    const char *state, *rest;
+    size_t state_len;
+    int state_rank, block;
+    unsigned long long layer;
+    size_t in_layer;
+} inspect_key;
+
+static int inspect_prefix(const char *s, const char *prefix) {
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+static void inspect_key_of(const char *name, size_t index, inspect_key *k) {
+    *k = (inspect_key){.index = index, .state = "", .rest = name};
+    const char *p = name;
+    if (inspect_prefix(p, "optim.") && strchr(p + 6, '.') != NULL) {
+        k->state = p + 6;
+        k->state_len = (size_t)(strchr(k->state, '.') - k->state);
+        k->state_rank = INSPECT_KNOWN_STATES + 1;
+        for (int i = 0; i < INSPECT_KNOWN_STATES; i++)
+            if (strlen(inspect_states[i]) == k->state_len &&
+                strncmp(k->state, inspect_states[i], k->state_len) == 0)
+                k->state_rank = i + 1;
+        p = k->state + k->state_len + 1;
+    }
+    if (inspect_prefix(p, "model.")) p += 6; /* fp8 states name "layers.N..." and "head" */
+    char *end;
+    k->block = 4, k->rest = p;
+    if (inspect_prefix(p, "embed_tokens")) {
+        k->block = 0;
+    } else if (inspect_prefix(p, "layers.") && p[7] >= '0' && p[7] <= '9') {
+        k->layer = strtoull(p + 7, &end, 10);
+        k->block = 1, k->rest = *end == '.' ? end + 1 : end;
+        k->in_layer = INSPECT_N_LAYER_ORDER;
+        for (size_t i = 0; i < INSPECT_N_LAYER_ORDER; i++)
+            if (inspect_prefix(k->rest, inspect_layer_order[i])) {
+                k->in_layer = i;
+                break;
+            }
+    } else if (inspect_prefix(p, "norm")) {
+        k->block = 2;
+    } else if (inspect_prefix(p, "lm_head") || inspect_prefix(p, "head")) {
+        k->block = 3;
+    }
+}
+
+/* strcmp, but a run of digits compares as the number it spells: experts.2 before
+ * experts.10. */
+static int inspect_natural_cmp(const char *a, const char *b) {
+    while (*a && *b) {
+        if (*a >= '0' && *a <= '9' && *b >= '0' && *b <= '9') {
+            while (*a == '0')
+                a++;
+            while (*b == '0')
+                b++;
+            size_t na = strspn(a, "0123456789"), nb = strspn(b, "0123456789");
+            if (na != nb) return na < nb ? -1 : 1;
+            int c = strncmp(a, b, na);
+            if (c != 0) return c;
+            a += na, b += nb;
+        } else {
+            if (*a != *b) return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+            a++, b++;
+        }
+    }
+    return *a ? 1 : *b ? -1 : 0;
+}
+
+#define INSPECT_CMP(x, y)                                                                          \
+    do {                                                                                           \
+        if ((x) != (y)) return (x) < (y) ? -1 : 1;                                                 \
+    } while (0)
+
+/* Tensors: by state, block, layer, place in the layer, then the name read naturally. */
+static int inspect_tensor_cmp(const void *pa, const void *pb) {
+    const inspect_key *a = pa, *b = pb;
+    INSPECT_CMP(a->state_rank, b->state_rank);
+    if (a->state_rank > INSPECT_KNOWN_STATES) {
+        size_t n = a->state_len < b->state_len ? a->state_len : b->state_len;
+        int c = strncmp(a->state, b->state, n);
+        if (c != 0) return c;
+        INSPECT_CMP(a->state_len, b->state_len);
+    }
+    INSPECT_CMP(a->block, b->block);
+    INSPECT_CMP(a->layer, b->layer);
+    INSPECT_CMP(a->in_layer, b->in_layer);
+    int c = inspect_natural_cmp(a->rest, b->rest);
+    if (c != 0) return c;
+    INSPECT_CMP(a->index, b->index);
+    return 0;
+}
+
+/* fp8 states: by block and layer; within a layer as saved (each GEMM's x, w, dy). */
+static int inspect_fp8_cmp(const void *pa, const void *pb) {
+    const inspect_key *a = pa, *b = pb;
+    INSPECT_CMP(a->block, b->block);
+    INSPECT_CMP(a->layer, b->layer);
+    INSPECT_CMP(a->index, b->index);
+    return 0;
+}
+
+/* The manifest indices of m's tensors (fp8 = 0) or fp8 states (fp8 = 1) in listing order;
+ * NULL when out of memory (with n > 0). */
+static size_t *inspect_order(const Baton__Manifest *m, int fp8) {
+    size_t n = fp8 ? m->n_fp8 : m->n_tensors;
+    inspect_key *k = malloc((n ? n : 1) * sizeof *k);
+    size_t *order = malloc((n ? n : 1) * sizeof *order);
+    if (k == NULL || order == NULL) {
+        free(k), free(order);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *name = fp8 ? m->fp8[i]->tensor : m->tensors[i]->key;
+        inspect_key_of(name ? name : "", i, &k[i]);
+    }
+    qsort(k, n, sizeof *k, fp8 ? inspect_fp8_cmp : inspect_tensor_cmp);
+    for (size_t i = 0; i < n; i++)
+        order[i] = k[i].index;
+    free(k);
+    return order;
+}
+
+/* ---- fp8 scaling states ---- */
+
+/* One state's history as read from the checkpoint. A placeholder is a state no amax ever
+ * went into (scale 1, every history entry 0): a GEMM that stayed in bf16 (the
+ * first_last_bf16 layers, the head) keeps one so that every layer saves the same set. */
+typedef struct inspect_fp8 {
+    float *history; /* ckpt_fp8_history_len floats; NULL when unreadable */
+    uint64_t n;
+    int placeholder;
+    bt_diag error; /* why it could not be read */
+} inspect_fp8;
+
+/* Reads every state's history (each shard file opened once). Returns the first error's
+ * code (0 when every one was read; the others are still read), NULL *out when out of
+ * memory. */
+static int inspect_fp8_read(const char *dir, const Baton__Manifest *m, inspect_fp8 **out,
+                            bt_diag *diag) {
+    inspect_fp8 *st = calloc(m->n_fp8 ? m->n_fp8 : 1, sizeof *st);
+    *out = st;
+    if (st == NULL) {
+        bt_diag_set(diag, "out of memory for %zu fp8 states", m->n_fp8);
+        return BT_ENOMEM;
+    }
+    int rc = 0;
+    ckpt_reader rd;
+    ckpt_reader_init(&rd, dir, m);
+    for (size_t i = 0; i < m->n_fp8; i++) {
+        const Baton__Fp8State *f = m->fp8[i];
+        inspect_fp8 *s = &st[i];
+        bt_diag_init(&s->error);
+        s->n = ckpt_fp8_history_len(f);
+        s->history = malloc((s->n ? s->n : 1) * sizeof *s->history);
+        int r = s->history ? ckpt_reader_fp8(&rd, f, s->history, &s->error) : BT_ENOMEM;
+        if (s->history == NULL)
+            bt_diag_set(&s->error, "out of memory for an fp8 history of %llu floats",
+                        (unsigned long long)s->n);
+        if (r != 0) {
+            free(s->history), s->history = NULL;
+            if (rc == 0) rc = r, *diag = s->error;
+            continue;
+        }
+        s->placeholder = f->scale == 1.0f;
+        for (uint64_t k = 0; k < s->n && s->placeholder; k++)
+            s->placeholder = s->history[k] == 0.0f;
+    }
+    ckpt_reader_close(&rd);
+    return rc;
+}
+
+static void inspect_fp8_free(inspect_fp8 *st, size_t n) {
+    for (size_t i = 0; st && i < n; i++)
+        free(st[i].history);
+    free(st);
+}
+
+/* The counts both listings give: states, placeholders, unreadable ones, history bytes. */
+typedef struct inspect_fp8_counts {
+    size_t states, placeholders, unreadable, histories;
+    uint64_t history_bytes;
+} inspect_fp8_counts;
+
+static inspect_fp8_counts inspect_fp8_count(const Baton__Manifest *m, const inspect_fp8 *st) {
+    inspect_fp8_counts c = {.states = m->n_fp8};
+    for (size_t i = 0; i < m->n_fp8; i++) {
+        c.placeholders += st[i].history != NULL && st[i].placeholder;
+        c.unreadable += st[i].history == NULL;
+        if (m->fp8[i]->history) c.history_bytes += inspect_bytes(m->fp8[i]->history), c.histories++;
+    }
+    return c;
+}
+
+/* bytes with a unit that keeps the figure readable: "512 B", "3.26 KB", "9.84 MB". */
+static const char *inspect_size(char *buf, size_t cap, uint64_t bytes) {
+    static const char *const units[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1000 && u < 5)
+        v /= 1000, u++;
+    snprintf(buf, cap, u ? "%.2f %s" : "%.0f %s", v, units[u]);
+    return buf;
+}
+
 static int inspect_text(bt_buf *b, const char *dir, const Baton__Manifest *m, bt_diag *diag) {
-    (void)diag;
+    inspect_fp8 *st = NULL;
+    int rc = inspect_fp8_read(dir, m, &st, diag);
+    size_t *order = inspect_order(m, 0);
+    if (st == NULL || order == NULL) {
+        free(order), inspect_fp8_free(st, m->n_fp8);
+        bt_diag_set(diag, "out of memory listing %zu tensors", m->n_tensors);
+        return BT_ENOMEM;
+    }
+    inspect_fp8_counts c = inspect_fp8_count(m, st);
     uint64_t total = 0;
     bt_buf_printf(b, "checkpoint %s (format %u)\n", dir, m->format_version);
     bt_buf_printf(b, "  recipe %s, stage %u \"%s\"%s, step %llu of %llu, next global sample %llu",
@@ -59,8 +310,13 @@ static int inspect_text(bt_buf *b, const char *dir, const Baton__Manifest *m, bt
     bt_buf_printf(b, "\n");
     bt_buf_printf(b, "  saved under ");
     ckpt_layout_text(b, m->layout);
-    bt_buf_printf(b, " by %u rank(s); AdamW step %llu; %zu fp8 scaling state(s)\n", m->world,
-                  (unsigned long long)m->optim_step, m->n_fp8);
+    bt_buf_printf(b, " by %u rank(s); AdamW step %llu; %zu fp8 scaling state(s)", m->world,
+                  (unsigned long long)m->optim_step, c.states);
+    if (c.states)
+        bt_buf_printf(b, ": %zu active, %zu placeholder(s)",
+                      c.states - c.placeholders - c.unreadable, c.placeholders);
+    if (c.unreadable) bt_buf_printf(b, ", %zu unreadable", c.unreadable);
+    bt_buf_printf(b, "\n");
     const Baton__LossScalerState *ls = m->loss_scaler;
     if (ls != NULL)
         bt_buf_printf(b,
@@ -68,55 +324,73 @@ static int inspect_text(bt_buf *b, const char *dir, const Baton__Manifest *m, bt
                       "step(s) skipped on overflow, %llu skipped in all\n",
                       ls->scale, ls->good_steps, (unsigned long long)ls->overflow_steps,
                       (unsigned long long)m->skipped_steps);
-    bt_buf_printf(b, "  %-52s %-14s %-5s %6s %12s\n", "tensor", "shape", "dtype", "shards",
-                  "bytes");
+    /* the columns as wide as their longest entry */
+    int key_w = 6, shape_w = 5;
     for (size_t i = 0; i < m->n_tensors; i++) {
-        const Baton__TensorEntry *e = m->tensors[i];
+        bt_buf shape;
+        bt_buf_init(&shape);
+        inspect_shape(&shape, m->tensors[i], "x");
+        int kw = (int)strlen(m->tensors[i]->key ? m->tensors[i]->key : "");
+        int sw = (int)strlen(bt_buf_str(&shape));
+        key_w = kw > key_w ? kw : key_w, shape_w = sw > shape_w ? sw : shape_w;
+        bt_buf_free(&shape);
+    }
+    bt_buf_printf(b, "  %-*s %-*s %-5s %6s %12s\n", key_w, "tensor", shape_w, "shape", "dtype",
+                  "shards", "bytes");
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        const Baton__TensorEntry *e = m->tensors[order[i]];
         bt_buf shape;
         bt_buf_init(&shape);
         inspect_shape(&shape, e, "x");
-        bt_buf_printf(b, "  %-52s %-14s %-5s %6zu %12llu\n", e->key, bt_buf_str(&shape),
-                      inspect_dtype(e->dtype), e->n_shards, (unsigned long long)inspect_bytes(e));
+        bt_buf_printf(b, "  %-*s %-*s %-5s %6zu %12llu\n", key_w, e->key ? e->key : "", shape_w,
+                      bt_buf_str(&shape), inspect_dtype(e->dtype), e->n_shards,
+                      (unsigned long long)inspect_bytes(e));
         bt_buf_free(&shape);
         total += inspect_bytes(e);
     }
-    bt_buf_printf(b, "  %zu tensors, %llu bytes (%.2f MB)\n", m->n_tensors,
-                  (unsigned long long)total, (double)total / 1e6);
-    uint64_t hist = 0, n_hist = 0;
+    char size[32];
+    bt_buf_printf(b, "  %zu tensors, %llu bytes (%s)\n", m->n_tensors, (unsigned long long)total,
+                  inspect_size(size, sizeof size, total));
+    if (c.histories)
+        bt_buf_printf(b, "  %zu fp8 amax histories in the shards, %llu bytes (%s)\n", c.histories,
+                      (unsigned long long)c.history_bytes,
+                      inspect_size(size, sizeof size, c.history_bytes));
     for (size_t i = 0; i < m->n_fp8; i++)
-        if (m->fp8[i]->history) hist += inspect_bytes(m->fp8[i]->history), n_hist++;
-    if (n_hist)
-        bt_buf_printf(b, "  %llu fp8 amax histories in the shards, %llu bytes (%.2f MB)\n",
-                      (unsigned long long)n_hist, (unsigned long long)hist, (double)hist / 1e6);
-    return 0;
-}
-
-/* State f as JSON, its history read from its shard (format 2) or the manifest; one that
- * cannot be read is null, with an "error" (and the return is nonzero, diag set). */
-static int inspect_fp8(bt_buf *b, ckpt_reader *r, const Baton__Fp8State *f, bt_diag *diag) {
-    uint64_t n = ckpt_fp8_history_len(f);
-    float *h = malloc((n ? n : 1) * sizeof *h);
-    int rc = h ? ckpt_reader_fp8(r, f, h, diag) : BT_ENOMEM;
-    if (h == NULL)
-        bt_diag_set(diag, "out of memory for an fp8 history of %llu floats", (unsigned long long)n);
-    bt_buf_printf(b, "{\"name\": ");
-    bt_buf_json_string(b, f->tensor ? f->tensor : "");
-    bt_buf_printf(b, ", \"scale\": %.9g, \"pos\": %u, \"amax_history\": ", f->scale, f->pos);
-    if (rc != 0) {
-        bt_buf_printf(b, "null, \"error\": ");
-        bt_buf_json_string(b, diag->msg);
-    } else {
-        bt_buf_printf(b, "[");
-        for (uint64_t k = 0; k < n; k++)
-            bt_buf_printf(b, "%s%.9g", k ? ", " : "", h[k]);
-        bt_buf_printf(b, "]");
-    }
-    bt_buf_printf(b, "}");
-    free(h);
+        if (st[i].history == NULL)
+            bt_buf_printf(b, "  fp8 state %s: %s\n", m->fp8[i]->tensor ? m->fp8[i]->tensor : "?",
+                          st[i].error.msg);
+    free(order);
+    inspect_fp8_free(st, m->n_fp8);
     return rc;
 }
 
+/* State f as JSON with its history (null, with an "error", when it cannot be read). */
+static void inspect_fp8_json(bt_buf *b, const Baton__Fp8State *f, const inspect_fp8 *s) {
+    bt_buf_printf(b, "{\"name\": ");
+    bt_buf_json_string(b, f->tensor ? f->tensor : "");
+    bt_buf_printf(b, ", \"scale\": %.9g, \"pos\": %u, \"amax_history\": ", f->scale, f->pos);
+    if (s->history == NULL) {
+        bt_buf_printf(b, "null, \"placeholder\": null, \"error\": ");
+        bt_buf_json_string(b, s->error.msg);
+    } else {
+        bt_buf_printf(b, "[");
+        for (uint64_t k = 0; k < s->n; k++)
+            bt_buf_printf(b, "%s%.9g", k ? ", " : "", s->history[k]);
+        bt_buf_printf(b, "], \"placeholder\": %s", s->placeholder ? "true" : "false");
+    }
+    bt_buf_printf(b, "}");
+}
+
 static int inspect_json(bt_buf *b, const char *dir, const Baton__Manifest *m, bt_diag *diag) {
+    inspect_fp8 *st = NULL;
+    int rc = inspect_fp8_read(dir, m, &st, diag);
+    size_t *order = inspect_order(m, 0), *fp8_order = inspect_order(m, 1);
+    if (st == NULL || order == NULL || fp8_order == NULL) {
+        free(order), free(fp8_order), inspect_fp8_free(st, m->n_fp8);
+        bt_diag_set(diag, "out of memory listing %zu tensors", m->n_tensors);
+        return BT_ENOMEM;
+    }
+    inspect_fp8_counts c = inspect_fp8_count(m, st);
     bt_buf_printf(b, "{\"dir\": ");
     bt_buf_json_string(b, dir);
     bt_buf_printf(b, ", \"format_version\": %u, \"recipe\": ", m->format_version);
@@ -145,30 +419,29 @@ static int inspect_json(bt_buf *b, const char *dir, const Baton__Manifest *m, bt
                       m->loss_scaler->scale, m->loss_scaler->good_steps,
                       (unsigned long long)m->loss_scaler->overflow_steps);
     bt_buf_printf(b, ", \"tensors\": [");
+    uint64_t total = 0;
     for (size_t i = 0; i < m->n_tensors; i++) {
-        const Baton__TensorEntry *e = m->tensors[i];
+        const Baton__TensorEntry *e = m->tensors[order[i]];
         bt_buf_printf(b, "%s{\"key\": ", i ? ", " : "");
-        bt_buf_json_string(b, e->key);
+        bt_buf_json_string(b, e->key ? e->key : "");
         bt_buf_printf(b, ", \"shape\": [");
         inspect_shape(b, e, ", ");
         bt_buf_printf(b, "], \"dtype\": \"%s\", \"shards\": %zu, \"bytes\": %llu}",
                       inspect_dtype(e->dtype), e->n_shards, (unsigned long long)inspect_bytes(e));
+        total += inspect_bytes(e);
     }
-    bt_buf_printf(b, "], \"fp8\": [");
-    int rc = 0; /* the first unreadable history's, every state listed */
-    bt_diag first;
-    bt_diag_init(&first);
-    ckpt_reader rd; /* each shard file opened once for every history in it */
-    ckpt_reader_init(&rd, dir, m);
+    bt_buf_printf(b,
+                  "], \"tensor_bytes\": %llu, \"fp8_states\": %zu, \"fp8_active\": %zu, "
+                  "\"fp8_placeholders\": %zu, \"fp8_history_bytes\": %llu, \"fp8\": [",
+                  (unsigned long long)total, c.states, c.states - c.placeholders - c.unreadable,
+                  c.placeholders, (unsigned long long)c.history_bytes);
     for (size_t i = 0; i < m->n_fp8; i++) {
         bt_buf_printf(b, "%s", i ? ", " : "");
-        bt_diag_init(diag);
-        int r = inspect_fp8(b, &rd, m->fp8[i], diag);
-        if (r != 0 && rc == 0) rc = r, first = *diag;
+        inspect_fp8_json(b, m->fp8[fp8_order[i]], &st[fp8_order[i]]);
     }
-    ckpt_reader_close(&rd);
     bt_buf_printf(b, "]}\n");
-    *diag = first;
+    free(order), free(fp8_order);
+    inspect_fp8_free(st, m->n_fp8);
     return rc;
 }
 

@@ -5,6 +5,8 @@
 #include <ctype.h>
 #include <inttypes.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const void *field_ptr(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) {
@@ -15,11 +17,26 @@ static int field_present(const ProtobufCMessage *m, const ProtobufCFieldDescript
     const char *base = (const char *)m;
     if (f->label == PROTOBUF_C_LABEL_REPEATED)
         return *(const size_t *)(base + f->quantifier_offset) > 0;
-    if (f->type == PROTOBUF_C_TYPE_MESSAGE || f->type == PROTOBUF_C_TYPE_STRING)
-        return *(const void *const *)field_ptr(m, f) != NULL;
+    /* an absent string holds its default's own storage (protobuf-c's INIT and unpack) */
+    if (f->type == PROTOBUF_C_TYPE_STRING)
+        return *(const void *const *)field_ptr(m, f) != NULL &&
+               *(const void *const *)field_ptr(m, f) != f->default_value;
+    if (f->type == PROTOBUF_C_TYPE_MESSAGE) return *(const void *const *)field_ptr(m, f) != NULL;
     if (f->label == PROTOBUF_C_LABEL_OPTIONAL && f->quantifier_offset != 0)
         return *(const protobuf_c_boolean *)(base + f->quantifier_offset);
     return 1;
+}
+
+/* The shortest of %.{min}g .. %.{max}g that reads back as x: 0.0003, not
+ * 0.00029999999999999997 (%.17g, which every double survives, only where it must). */
+static void dump_real(bt_buf *out, double x, int min, int max, int is_float) {
+    char text[40];
+    for (int prec = min; prec <= max; prec++) {
+        snprintf(text, sizeof text, "%.*g", prec, x);
+        double back = strtod(text, NULL);
+        if (is_float ? (float)back == (float)x : back == x) break;
+    }
+    bt_buf_printf(out, "%s", text);
 }
 
 static void dump_enum(bt_buf *out, const ProtobufCEnumDescriptor *e, int v) {
@@ -54,10 +71,10 @@ static void dump_scalar(bt_buf *out, const ProtobufCFieldDescriptor *f, const vo
         bt_buf_printf(out, "%" PRIu64, *(const uint64_t *)p);
         break;
     case PROTOBUF_C_TYPE_FLOAT:
-        bt_buf_printf(out, "%.9g", (double)*(const float *)p);
+        dump_real(out, (double)*(const float *)p, 6, 9, 1);
         break;
     case PROTOBUF_C_TYPE_DOUBLE:
-        bt_buf_printf(out, "%.17g", *(const double *)p);
+        dump_real(out, *(const double *)p, 15, 17, 0);
         break;
     case PROTOBUF_C_TYPE_BOOL:
         bt_buf_printf(out, "%s", *(const protobuf_c_boolean *)p ? "true" : "false");
@@ -110,10 +127,12 @@ void pb_dump_yaml(bt_buf *out, const ProtobufCMessage *m, int indent, int with_d
                 bt_buf_printf(out, "%*s%s:\n", indent, "", f->name);
                 pb_dump_yaml(out, sub, indent + 2, with_defaults);
             }
-        } else {
+        } else if (present || f->type != PROTOBUF_C_TYPE_BYTES) {
+            /* an absent string without a default is "", which nothing reads as a value */
+            if (!present && f->type == PROTOBUF_C_TYPE_STRING && f->default_value == NULL) continue;
             bt_buf_printf(out, "%*s%s: ", indent, "", f->name);
             dump_scalar(out, f, field_ptr(m, f));
-            bt_buf_printf(out, "\n");
+            bt_buf_printf(out, "%s\n", present ? "" : "  # default");
         }
     }
 }

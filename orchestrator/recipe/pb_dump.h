@@ -7,9 +7,12 @@
 
 #include "util/buf.h"
 
-/* Appends m as a YAML block mapping indented by indent spaces. Fields that are not
- * present (proto2 has_ unset, NULL messages, empty repeated) are printed only when
- * with_defaults is set, then with their default values. */
+/* Appends m as a YAML block mapping indented by indent spaces; a real number in the
+ * fewest digits that read back as the same value. Fields that are not present (proto2
+ * has_ unset, a string left at its default) are printed only when with_defaults is set:
+ * a scalar with the value it holds, its default (what a reader of the message gets),
+ * followed by "  # default"; a NULL message, an empty repeated field, a string without a
+ * default and bytes are left out. */
 void pb_dump_yaml(bt_buf *out, const ProtobufCMessage *m, int indent, int with_defaults);
 
 #endif

@@ -39,6 +39,7 @@ void run_slurm_blame(const run_ctx *c, Baton__JournalRecord *r, char *node, size
     const launch_slurm *s = c->o->slurm;
     r->has_rank = s->failed_task >= 0, r->rank = s->failed_task >= 0 ? (uint32_t)s->failed_task : 0;
     r->has_signal = 0;
+    r->has_pid = 0; /* the launcher's child is srun, not the failed task */
     run_slurm_node_of(c, s->failed_host, node, cap);
     r->node = node[0] ? node : NULL;
 }

@@ -306,6 +306,7 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
     if (rk) {
         r.has_rank = 1, r.rank = rk->rank;
         r.has_signal = rk->term_signal != 0, r.signal = rk->term_signal;
+        r.has_pid = rk->pid > 0, r.pid = (int32_t)rk->pid;
         run_nodes_name(&c->nodes, rk->node, node, sizeof node);
         r.node = node;
         if (c->o->slurm) run_slurm_blame(c, &r, node, sizeof node);

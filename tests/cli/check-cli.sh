@@ -67,11 +67,28 @@ expect 0 '16 nodes x 4 GPUs' -- plan "$recipes/llama3-70b-64gpu.yaml" --gpus-per
 expect 2 '--set defaults.parallel.bogus=1.*unknown key "bogus"' -- plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.bogus=1
 expect 2 "expected KEY=VALUE" -- plan "$recipes/tiny-cpu.yaml" --set nothing
 expect 2 "usage: baton plan" -- plan "$recipes/tiny-cpu.yaml" --set
+# status and ckpt inspect say what their JSON holds and how they exit
+expect 0 'failure_list \(per failure: stage, stage_index, attempt, time, step,' -- status --help
+expect 0 '^Exit status: 0 shown, 2 usage or RUN_DIR is not a run directory' -- status --help
+expect 0 '^  --json +one JSON object instead' -- ckpt inspect --help
+expect 0 '^Exit status: 0 shown; 1 a checkpoint or an fp8 state that cannot be read' -- ckpt inspect --help
 # spec resolves a stage with the same overrides (a cuda stage of the tiny recipe, say)
 expect 0 'usage: baton spec RECIPE.*--set' -- spec --help
 expect 0 'device: cuda$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8 --set cluster.device=cuda
 expect 0 'steps: 7$' -- spec "$recipes/tiny-cpu.yaml" --stage long-context --set stages.long-context.steps=7
 expect 0 'nodes: 2$' -- spec "$recipes/tiny-cpu.yaml" --nodes 2 --set stages.long-context.parallel.dp=2
+# ... printing every value the worker reads: the schema's defaults marked, real numbers
+# in the fewest digits that read back (min_lr 0.0003, not 0.00029999999999999997)
+expect 0 '^    zero: 1  # default$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8
+expect 0 '^    first_last_bf16: true  # default$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8
+expect 0 '^      high_freq_factor: 4  # default$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8
+expect 0 '^    min_lr: 0\.0003$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8
+expect 0 '^        weight: 0\.8$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8
+# ... and the stage's RoPE once, as model.rope: not the overlay with a default theta
+if "$baton" spec "$recipes/tiny-cpu.yaml" --stage long-context | grep -q '^    theta: 10000  # default$'; then
+  echo "FAIL: baton spec shows the stage's rope overlay with the default theta"
+  failures=$((failures + 1))
+fi
 expect 2 '--set defaults.parallel.bogus=1.*unknown key "bogus"' -- spec "$recipes/tiny-cpu.yaml" --set defaults.parallel.bogus=1
 expect 2 "--set needs a value" -- spec "$recipes/tiny-cpu.yaml" --set
 # an empty path segment is refused by name, never taken as stage 0 or turned into bad YAML

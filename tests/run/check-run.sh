@@ -191,12 +191,27 @@ faults)
   stage_losses r1 >r1.losses
   same_losses ref.losses r1.losses fp8 || fail "the stages did not end on the uninterrupted losses"
   "$baton" status r1 --json >status.json
-  /usr/bin/python3 - status.json <<'PY' || fail "journal check"
+  /usr/bin/python3 - status.json "$stopped_pid" <<'PY' || fail "journal check"
 import json, sys
 s = json.load(open(sys.argv[1]))
 rec = s["recovery_s"]
 print("restarts", s["restarts"], "recoveries (s):", " ".join("%.2f" % r for r in rec))
 assert s["state"] == "completed" and s["restarts"] == 5 and len(rec) == 5, s
+# the failures and recoveries the text lists, one by one
+fl, rl = s["failure_list"], s["recovery_list"]
+stages = [x["stage"] for x in fl]
+assert stages == ["pretrain", "pretrain", "extend", "fp8", "fp8"], fl
+assert [x["recovery_s"] for x in rl] == rec and [x["stage"] for x in rl] == stages, rl
+for x, r in zip(fl, rl):
+    assert x["retryable"] and r["attempt"] == x["attempt"] + 1 and r["time"] >= x["time"], (x, r)
+    assert x["stage_index"] == ["pretrain", "extend", "fp8"].index(x["stage"]), x
+kills = [x for x in fl if x["stage"] != "extend"]
+for x in kills: # kill -9 of a worker: who and how, as the cause says
+    assert x["signal"] == "SIGKILL" and x["exit_status"] == 137, x
+    assert x["cause"].startswith("rank %d (node %s, pid %d) killed by signal SIGKILL" %
+                                 (x["rank"], x["node"], x["pid"])), x
+hang = fl[2]
+assert "is stopped" in hang["cause"] and "pid %s)" % sys.argv[2] in hang["cause"], hang
 PY
   "$baton" status r1 >status.txt
   grep -Eq "failure: stage extend .*hang: rank [0-9]+ \(pid $stopped_pid\) is stopped .*rank [0-9]+ sent no heartbeat" status.txt ||
@@ -693,8 +708,18 @@ assert f["stage"] == "pretrain" and f["reason"] == "giving up after 2 restarts (
 assert f["last_cause"].endswith("exited with status 1"), f
 st = s["stages"]
 assert [x["state"] for x in st] == ["failed", "pending", "pending"], st
-assert (st[0]["attempts"], st[0]["restarts"]) == (3, 2), st[0]' ||
+assert (st[0]["attempts"], st[0]["restarts"]) == (3, 2), st[0]
+# every failure the text lists, with where and who: the cause names the same rank and pid
+fl = s["failure_list"]
+assert [(x["stage"], x["stage_index"], x["attempt"]) for x in fl] == [("pretrain", 0, k) for k in range(3)], fl
+for x in fl:
+    assert x["cause"] == "rank %d (node %s, pid %d) exited with status 1" % (x["rank"], x["node"], x["pid"]), x
+    assert (x["exit_status"], x["signal"], x["retryable"]) == (1, None, True), x
+assert fl[-1]["cause"] == f["last_cause"] and s["recovery_list"] == [], s' ||
     fail "status --json does not report the failed run"
+  # ... and the text lists each of them
+  [[ $(grep -c "^  failure: stage pretrain attempt [0-2] at step 0: rank [0-9] (node node[01], pid [0-9]*) exited with status 1$" status.txt) == 3 ]] ||
+    { cat status.txt; fail "the text does not list the 3 failures"; }
   echo "$case: gave up after 2 restarts (exit 1); status says failed, with reason and cause"
   ;;
 replay)

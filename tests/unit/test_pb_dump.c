@@ -1,0 +1,164 @@
+/* pb_dump_yaml, as `baton spec` prints a resolved StageSpec: every value the worker reads,
+ * those the recipe leaves unset with their schema defaults (marked "# default"); real
+ * numbers in the fewest digits that read back as the same value; and the same text from
+ * the spec packed and unpacked again (what `baton spec --out` writes and the worker
+ * reads). */
+#include <stdlib.h>
+
+#include "check.h"
+#include "manifest.pb-c.h"
+#include "pb_dump.h"
+#include "recipe.h"
+
+/* A recipe that leaves the optimizer, zero, sequence_parallel, the llama3 blend factors
+ * and fp8's margin and first_last_bf16 to their defaults. */
+static const char *recipe_text =
+    "name: d\n"
+    "model: {arch: llama, dim: 64, n_layers: 4, n_heads: 4, ffn_dim: 176, vocab_size: 256,\n"
+    "        rope: {theta: 500000}}\n"
+    "cluster: {nodes: 1, gpus_per_node: 2, mfu: 0.3}\n"
+    "data: {mix: [{path: a/train, weight: 0.8}, {path: b/train, weight: 0.2}], valid: a/v}\n"
+    "defaults: {seq_len: 64, global_batch: 8, parallel: {tp: 2}}\n"
+    "stages:\n"
+    "  - {name: pretrain, steps: 10}\n"
+    "  - name: long\n"
+    "    steps: 5\n"
+    "    seq_len: 256\n"
+    "    rope: {scaling: {type: llama3, factor: 4, original_max_position: 64}}\n"
+    "    precision: {type: fp8, amax_history: 16}\n"
+    "    optimizer: {lr: 0.30000000000000004, min_lr: 3e-4}\n";
+
+static int has(const char *text, const char *line) {
+    if (strstr(text, line) != NULL) return 1;
+    fprintf(stderr, "missing: \"%s\"\n", line);
+    return 0;
+}
+
+static char *dump(const ProtobufCMessage *m, int with_defaults) {
+    bt_buf b;
+    bt_buf_init(&b);
+    pb_dump_yaml(&b, m, 0, with_defaults);
+    char *s = strdup(bt_buf_str(&b));
+    bt_buf_free(&b);
+    return s;
+}
+
+static Baton__StageSpec *resolve(const recipe_doc *doc, size_t i) {
+    bt_diag d;
+    bt_diag_init(&d);
+    Baton__StageSpec *s = NULL;
+    int rc = recipe_resolve_stage(doc, i, &s, &d);
+    if (rc != 0) fprintf(stderr, "resolve %zu: %s\n", i, d.msg);
+    CHECK(rc == 0);
+    return s;
+}
+
+static void test_defaults(const recipe_doc *doc) {
+    Baton__StageSpec *s0 = resolve(doc, 0), *s1 = resolve(doc, 1);
+    if (s0 == NULL || s1 == NULL) return;
+    char *a = dump(&s0->base, 1), *b = dump(&s1->base, 1);
+    /* the stage's parallel block: tp given, the rest the schema's */
+    CHECK(has(a, "  parallel:\n    tp: 2\n"));
+    CHECK(has(a, "    zero: 1  # default\n"));
+    CHECK(has(a, "    sequence_parallel: true  # default\n"));
+    CHECK(has(a, "    order: \"tp-cp-ep-dp-pp\"  # default\n"));
+    /* no optimizer in the recipe: the worker's AdamW runs on the schema's values */
+    CHECK(has(a, "    lr: 0.0003  # default\n"));
+    CHECK(has(
+        a, "    beta1: 0.9  # default\n    beta2: 0.95  # default\n    eps: 1e-08  # default\n"));
+    CHECK(has(a, "    weight_decay: 0.1  # default\n    grad_clip: 1  # default\n"));
+    /* the llama3 blend and fp8's unset fields */
+    CHECK(has(b, "      low_freq_factor: 1  # default\n      high_freq_factor: 4  # default\n"));
+    CHECK(has(b, "    margin: 0  # default\n"));
+    CHECK(has(b, "    first_last_bf16: true  # default\n"));
+    CHECK(has(b, "    amax_history: 16\n"));
+    /* shortest round-tripping digits: 0.8 not 0.80000000000000004, 1e-05 not
+     * 1.0000000000000001e-05, and 17 digits where 15 and 16 would change the value */
+    CHECK(has(b, "weight: 0.8\n") && has(b, "weight: 0.2\n"));
+    CHECK(has(b, "  norm_eps: 1e-05  # default\n"));
+    CHECK(has(b, "  mfu: 0.3\n"));
+    CHECK(has(b, "    min_lr: 0.0003\n"));
+    CHECK(has(b, "    lr: 0.30000000000000004\n"));
+    CHECK(has(b, "    theta: 500000\n"));
+    /* an unset string without a default is left out, not printed as "" */
+    CHECK(strstr(a, "init_checkpoint") == NULL && strstr(a, "run_dir") == NULL);
+    /* without defaults: only what is set */
+    char *c = dump(&s0->base, 0);
+    CHECK(strstr(c, "zero:") == NULL && strstr(c, "# default") == NULL);
+    CHECK(has(c, "  parallel:\n    tp: 2\n"));
+    free(a), free(b), free(c);
+    protobuf_c_message_free_unpacked(&s0->base, NULL);
+    protobuf_c_message_free_unpacked(&s1->base, NULL);
+}
+
+/* The spec packed (baton spec --out) and unpacked (the worker) prints the same, defaults
+ * included: what the text shows is what the worker gets. */
+static void test_round_trip(const recipe_doc *doc) {
+    for (size_t i = 0; i < 2; i++) {
+        Baton__StageSpec *s = resolve(doc, i);
+        if (s == NULL) continue;
+        size_t n = protobuf_c_message_get_packed_size(&s->base);
+        uint8_t *buf = malloc(n ? n : 1);
+        protobuf_c_message_pack(&s->base, buf);
+        Baton__StageSpec *back = baton__stage_spec__unpack(NULL, n, buf);
+        CHECK(back != NULL);
+        if (back != NULL) {
+            for (int d = 0; d < 2; d++) {
+                char *x = dump(&s->base, d), *y = dump(&back->base, d);
+                CHECK(strcmp(x, y) == 0);
+                free(x), free(y);
+            }
+            CHECK(back->stage->parallel->zero == 1 && back->stage->optimizer->beta2 == 0.95);
+            baton__stage_spec__free_unpacked(back, NULL);
+        }
+        free(buf);
+        protobuf_c_message_free_unpacked(&s->base, NULL);
+    }
+}
+
+/* Real numbers alone: every double and float reads back as itself, in as few digits. */
+static void test_reals(void) {
+    const double xs[] = {0.1, 1.0 / 3.0, 0.1 + 0.2, 3e-4, 1e-5, 2.5e-310, 1e300, 65536, 0};
+    for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) {
+        Baton__Optimizer o = BATON__OPTIMIZER__INIT;
+        o.has_lr = 1, o.lr = xs[i];
+        char *t = dump(&o.base, 0), *end;
+        CHECK(strncmp(t, "lr: ", 4) == 0);
+        double back = strtod(t + 4, &end);
+        CHECK(back == xs[i] && *end == '\n');
+        /* one significant digit fewer would not read back */
+        int digits = 0, lead = 1;
+        for (const char *p = t + 4; *p && *p != 'e' && *p != '\n'; p++) {
+            if (*p < '0' || *p > '9') continue;
+            lead = lead && *p == '0';
+            digits += !lead;
+        }
+        char shorter[400];
+        snprintf(shorter, sizeof shorter, "%.*g", digits > 1 ? digits - 1 : 1, xs[i]);
+        CHECK(digits <= 1 || digits <= 15 || strtod(shorter, NULL) != xs[i]);
+        if (digits > 15) printf("%s", t); /* the few that need more than %.15g */
+        free(t);
+    }
+    Baton__Fp8State f = BATON__FP8_STATE__INIT;
+    f.has_scale = 1, f.scale = 0.1f;
+    char *t = dump(&f.base, 0);
+    CHECK(has(t, "scale: 0.1\n"));
+    free(t);
+}
+
+int main(void) {
+    recipe_doc doc = {0};
+    bt_diag d;
+    bt_diag_init(&d);
+    int rc = recipe_load_buffer("d.yaml", recipe_text, strlen(recipe_text), &doc, &d);
+    if (rc == 0) rc = recipe_validate(&doc, &d);
+    if (rc != 0) fprintf(stderr, "%s\n", d.msg);
+    CHECK(rc == 0);
+    if (rc == 0) {
+        test_defaults(&doc);
+        test_round_trip(&doc);
+    }
+    recipe_doc_free(&doc);
+    test_reals();
+    return check_status();
+}
