@@ -631,7 +631,7 @@ static void warn_stage(vctx *v, const Baton__Recipe *r) {
     Baton__RopeScaling *sc = effective_scaling(r, v->stage);
     Baton__RopeScaling *before = prev ? effective_scaling(r, v->stage - 1) : NULL;
     uint64_t orig = sc ? sc->original_max_position : 0;
-    int same = prev && before && prev->seq_len == s->seq_len &&
+    int same = prev && before && sc && prev->seq_len == s->seq_len &&
                before->original_max_position == orig && before->factor == sc->factor;
     if (beyond_scaling(s->seq_len, sc) && !same)
         vwarn(v, "seq_len",

@@ -143,6 +143,7 @@ expect 0 "original_max_position 64 is not the seq_len 128 the previous stage \\(
 expect 0 "tiny-cpu\\.yaml:[0-9]+:[0-9]+: defaults\\.optimizer\\.warmup_steps: warmup_steps 20 is more than the stage's 10 steps" -- \
   plan "$recipes/tiny-cpu.yaml" --set stages.0.steps=10
 [[ -z $("$baton" plan "$recipes/tiny-cpu.yaml" 2>&1 >/dev/null) ]] || { echo "FAIL: tiny-cpu.yaml plans with warnings"; failures=$((failures + 1)); }
+expect 0 "^== stage 1 \"b\"" -- plan "$recipes/../tests/cli/rope-off.yaml"
 expect 2 "^--gpus-per-node 0: cluster\\.gpus_per_node: expected at least 1 device per node" -- \
   spec "$recipes/tiny-cpu.yaml" --gpus-per-node 0
 expect 2 "/heads-vs-tp\.yaml:9:14: defaults\.parallel\.tp: tp 4 does not divide n_heads 6" -- \
