@@ -845,11 +845,12 @@ int train_eval(trainer *t, const char *prefix, uint32_t *n_io, double *loss, bt_
     *n_io = n;
     double sum = 0;
     uint32_t done = 0;
+    int read_rc = 0; /* the loader's failure, which it words (a token outside the vocabulary) */
     for (uint32_t i = 0; rc == 0 && i < n; i += t->B) {
         uint32_t b = 0;
         for (; b < t->B && i + b < n && rc == 0; b++)
-            rc = loader_get_window(&ev, i + b, t->tokens + (size_t)b * t->T,
-                                   t->targets + (size_t)b * t->T);
+            rc = read_rc = loader_get_window(&ev, i + b, t->tokens + (size_t)b * t->T,
+                                             t->targets + (size_t)b * t->T);
         train_cp_rows(t, b);
         float l = 0;
         if (rc == 0 && t->pp.group != NULL)
@@ -859,8 +860,12 @@ int train_eval(trainer *t, const char *prefix, uint32_t *n_io, double *loss, bt_
             rc = rc ? rc : model_forward(&t->m, t->tokens, t->targets, (int)b, (int)t->Tl, &l);
         sum += (double)l * b, done += b;
     }
-    if (rc != 0) bt_diag_set(diag, "eval on %s: %s", prefix, bt_strerror(rc));
+    if (read_rc != 0)
+        bt_diag_set(diag, "eval on %s: %s", prefix, loader_error(&ev));
+    else if (rc != 0)
+        bt_diag_set(diag, "eval on %s: %s", prefix, bt_strerror(rc));
     loader_close(&ev);
+    model_moe_step_discard(&t->m); /* its routing counts are not the next step's */
     *loss = done ? sum / done : 0;
     return rc;
 }
