@@ -963,6 +963,16 @@ int main(int argc, char **argv) {
         test_attention_bf16(1, 130, 2, 1, 128, 4);
         test_attention_bf16(1, 40, 2, 1, 40, 3);
         test_attention_bf16(1, 21, 2, 1, 160, 3);
+        /* 4 query heads per kv head, 2 key tiles x 2 kv heads = 4 blocks unsplit: the dk/dv
+         * kernel's group whole (aiming at 1 block), in slices of 2 heads (8), one head per
+         * slice (the default 1024) */
+        unsigned aim[] = {1, 8}, was = 0;
+        for (int k = 0; k < 2; k++) {
+            was = cuda_attention_dkdv_blocks(&gpu, aim[k]);
+            test_attention_bf16(1, 70, 8, 2, 32, 3);
+            cuda_attention_dkdv_blocks(&gpu, was);
+        }
+        test_attention_bf16(1, 70, 8, 2, 32, 3);
     }
     if (wanted("attention_part")) {
         test_attention_part(2, 21, 33, 4, 2, 16);

@@ -13,11 +13,15 @@
  *    accumulator fragment loaded from a 16x16 table of row numbers holds, element for
  *    element, the row of any accumulator fragment of the same type. lse = m + log(l) of
  *    the scaled float32 scores, as the float32 kernels define it.
- *  - Backward, three launches: delta = rowsum(dout * out) per (row, head) from the
- *    forward's output (FlashAttention-2's row term; it is parked, as in cuda_attention.cu,
- *    in the first element of the row's dq head slice); dk, dv per (sequence, kv head,
- *    TC_ROWS keys), each warp 16 keys, looping over the group's query heads in order and
- *    the query tiles that see the keys; dq per (sequence, head, TC_ROWS query rows). Both
+ *  - Backward, three or four launches: delta = rowsum(dout * out) per (row, head) from
+ *    the forward's output (FlashAttention-2's row term; it is parked, as in
+ *    cuda_attention.cu, in the first element of the row's dq head slice); dk, dv per
+ *    (sequence, kv head, TC_ROWS keys), each warp 16 keys, looping over the group's query
+ *    heads in order and the query tiles that see the keys — under grouped-query attention
+ *    with few blocks, over a slice of the group's heads, each slice's partial sums then
+ *    added in slice order by a fourth launch (tc_dkdv_slices: the slices follow from B, T
+ *    and the heads per rank, so dk and dv's last bits do too, as any tiling's would); dq
+ *    per (sequence, head, TC_ROWS query rows). Both
  *    recompute S and dP = dout V^T on the tensor cores, P = exp(scale S - lse) and
  *    dS = P (dP - delta) scale in float32, and multiply P and dS rounded to bf16.
  *
@@ -516,6 +520,13 @@ int cuda_attention_tensor_cores(backend *be, backend_prec prec, int hd) {
     return att_tc_takes(cuda_ctx_of(be), prec, NULL, hd);
 }
 
+unsigned cuda_attention_dkdv_blocks(backend *be, unsigned blocks) {
+    cuda_ctx *c = cuda_ctx_of(be);
+    unsigned was = c->att_dkdv_blocks;
+    c->att_dkdv_blocks = blocks;
+    return was;
+}
+
 /* Raises kernel k's dynamic shared memory limit to bytes (above the default 48 KB). */
 template <typename K> static int tc_smem(cuda_ctx *c, K *k, size_t bytes, const char *what) {
     cudaError_t e =
@@ -537,14 +548,12 @@ template <int HD, int BK> static void tc_forward(cuda_ctx *c, att_args a, float 
  * rep times the causal triangle's longest row alone (the 1.1B benchmark model, 4 kv heads
  * of 8 query heads, at 4K: 256 blocks, the longest 512 tile steps against 63 per block
  * slot on average). So the group splits into the fewest slices (a divisor of rep) that
- * give TC_DKDV_BLOCKS blocks, each writing partial sums that a second kernel adds in slice
- * order: a function of the shapes alone, so results stay the same run to run. */
-#define TC_DKDV_BLOCKS 1024
-
-static int tc_dkdv_slices(const att_args *a, unsigned tiles) {
+ * give c->att_dkdv_blocks (1024) blocks, each writing partial sums that a second kernel adds in
+ * slice order: a function of the shapes alone, so results stay the same run to run. */
+static int tc_dkdv_slices(const cuda_ctx *c, const att_args *a, unsigned tiles) {
     int rep = a->H / a->KV, s = 1;
     size_t blocks = (size_t)tiles * a->B * a->KV;
-    while (s < rep && blocks * s < TC_DKDV_BLOCKS) {
+    while (s < rep && blocks * s < c->att_dkdv_blocks) {
         s++;
         while (rep % s != 0) /* ends at rep */
             s++;
@@ -568,7 +577,7 @@ static float *tc_part(cuda_ctx *c, size_t floats) {
 template <int HD, int BQ>
 static void tc_dkdv(cuda_ctx *c, att_args a, unsigned tiles, float *dk, float *dv,
                     const float *dq_park, const float *dout, const float *lse, size_t bytes) {
-    int S = tc_dkdv_slices(&a, tiles);
+    int S = tc_dkdv_slices(c, &a, tiles);
     size_t rows = (size_t)a.B * a.Tq, w = (size_t)a.KV * a.hd, sstride = rows * w;
     tc_dkdv_out o = {dk, dv, (size_t)a.ldkv, 0, 1};
     float *part = S > 1 ? tc_part(c, 2 * (size_t)S * sstride) : NULL;

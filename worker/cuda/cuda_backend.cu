@@ -190,6 +190,7 @@ extern "C" int cuda_backend_init(backend *be, int device, bt_diag *diag) {
     c->device = device;
     const char *att_env = getenv("BATON_CUDA_ATTENTION"); /* "fp32": no tensor-core attention */
     c->att_fp32 = att_env != NULL && strcmp(att_env, "fp32") == 0;
+    c->att_dkdv_blocks = 1024;
     const char *fp8_env = getenv("BATON_CUDA_FP8"); /* "carried": no fp8 tensor cores */
     c->fp8_carried = fp8_env != NULL && strcmp(fp8_env, "carried") == 0;
     const char *step = "cudaSetDevice";

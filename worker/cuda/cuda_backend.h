@@ -67,6 +67,11 @@ void cuda_fp8_gemm_counts(backend *be, long *native, long *carried);
  * the tensor-core kernels (cuda_attention_tc.cu), 0 when on the float32 ones. */
 int cuda_attention_tensor_cores(backend *be, backend_prec prec, int hd);
 
+/* The block count the tensor-core dk/dv kernel splits a grouped-query group's heads to
+ * reach (cuda_attention_tc.cu; 1024 by default); returns the previous one. For tests: a
+ * small shape takes every split (whole group, some heads, one head per slice) with it. */
+unsigned cuda_attention_dkdv_blocks(backend *be, unsigned blocks);
+
 #ifdef __cplusplus
 }
 #endif

@@ -74,11 +74,12 @@ typedef struct cuda_ctx {
                       * partial sums under grouped-query attention (cuda_attention_tc.cu);
                       * grown on first need, used on stream only */
     size_t att_part_floats;
-    int att_fp32;    /* BATON_CUDA_ATTENTION=fp32 at init: attention keeps to the float32
-                      * kernels whatever the precision (cuda_attention_tc.cu) */
-    int fp8_carried; /* BATON_CUDA_FP8=carried at init: fp8 products carried in bf16
-                      * (cuda_matmul.cu) */
-    int err;         /* first failure recorded since the last sync, a BT_ code; 0 none */
+    unsigned att_dkdv_blocks; /* the blocks the dk/dv kernel's split aims at (1024) */
+    int att_fp32;             /* BATON_CUDA_ATTENTION=fp32 at init: attention keeps to the float32
+                               * kernels whatever the precision (cuda_attention_tc.cu) */
+    int fp8_carried;          /* BATON_CUDA_FP8=carried at init: fp8 products carried in bf16
+                               * (cuda_matmul.cu) */
+    int err;                  /* first failure recorded since the last sync, a BT_ code; 0 none */
     char errmsg[512];
 } cuda_ctx;
 
