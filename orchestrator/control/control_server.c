@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "control.pb-c.h"
+#include "util/clock.h"
 #include "util/tcp.h"
 #include "control_internal.h"
 
@@ -186,6 +187,24 @@ void control_server_handle(control_server *cs, const struct pollfd *fds, size_t 
             cs->rejected++;
             control_conn_close(cs, i);
         }
+}
+
+void control_server_drain(control_server *cs, double timeout_s) {
+    struct pollfd fds[1 + CONTROL_MAX_CONNS];
+    double end = bt_clock_now() + timeout_s;
+    for (int last = 0; !last;) {
+        double now = bt_clock_now();
+        int open = 0;
+        for (size_t i = 0; i < cs->n_conns; i++)
+            open += cs->conns[i].rank >= 0;
+        last = now >= end;
+        int ms = open && !last ? (int)((end - now) * 1000.0) + 1 : 0;
+        size_t n = control_server_pollfds(cs, fds, sizeof fds / sizeof *fds);
+        int got = poll(fds, n, ms);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) break; /* nothing more to read, or the rest stays silent past timeout_s */
+        control_server_handle(cs, fds, n, bt_clock_now());
+    }
 }
 
 double control_server_silence(const control_server *cs, double now, int *rank) {

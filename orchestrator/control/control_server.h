@@ -104,6 +104,13 @@ size_t control_server_pollfds(const control_server *cs, struct pollfd *out, size
  * monotonic seconds (bt_clock_now). Never blocks. */
 void control_server_handle(control_server *cs, const struct pollfd *fds, size_t n, double now);
 
+/* Once the attempt's processes are gone: reads every connection to its end (what a rank
+ * sent before it exited may still wait unread, e.g. when the supervisor was paused while
+ * the ranks finished: its last metrics, its closing validation) and closes it, accepting
+ * connections still queued. Waits at most timeout_s for ranks' connections that stay
+ * open (a lost host's); unauthenticated connections are read, not waited for. */
+void control_server_drain(control_server *cs, double timeout_s);
+
 /* Seconds since the connected rank heard from longest ago (its rank in *rank when rank is
  * not NULL), or -1 when no rank is connected. */
 double control_server_silence(const control_server *cs, double now, int *rank);

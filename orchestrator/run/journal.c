@@ -156,6 +156,14 @@ void journal_close(journal *j) {
     j->fd = -1;
 }
 
+/* Test hook: BATON_FAULT_JOURNAL_FULL=SEQ makes every append from record SEQ (0-based)
+ * on fail as on a full disk, to check that a run stops when its journal cannot be
+ * written (tests/run/check-run.sh journal-full). */
+static int journal_fault_full(uint64_t seq) {
+    const char *f = getenv("BATON_FAULT_JOURNAL_FULL");
+    return f != NULL && f[0] >= '0' && f[0] <= '9' && seq >= strtoull(f, NULL, 10);
+}
+
 int journal_append(journal *j, Baton__JournalRecord *r, bt_diag *diag) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -171,6 +179,7 @@ int journal_append(journal *j, Baton__JournalRecord *r, bt_diag *diag) {
     off_t end = lseek(j->fd, 0, SEEK_END);
     size_t off = 0;
     ssize_t w = 0;
+    if (journal_fault_full(r->seq)) off = n + 8 + 1, errno = ENOSPC; /* nothing written */
     while (off < n + 8 && ((w = write(j->fd, buf + off, n + 8 - off)) > 0 || errno == EINTR))
         off += w > 0 ? (size_t)w : 0;
     free(buf);

@@ -78,7 +78,7 @@ void run_exclude_node(run_ctx *c, uint32_t stage, uint32_t attempt, const char *
 }
 
 void run_give_up(run_ctx *c, uint32_t stage, int say, const char *fmt, ...) {
-    char why[512];
+    char why[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);

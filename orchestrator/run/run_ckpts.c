@@ -35,6 +35,56 @@ int run_stage_finished(run_ctx *c, uint32_t stage, uint64_t steps, char *why, si
                  (unsigned long long)steps, CKPT_ROOT_IN_RUN, name);
     return 0;
 }
+void run_ckpt_note_record(run_ctx *c, const Baton__JournalRecord *r) {
+    uint32_t k = r->stage_index;
+    if (k >= RUN_MAX_STAGES) return;
+    if (r->kind == BATON__JOURNAL_RECORD__KIND__CHECKPOINT_COMMITTED && r->detail && r->has_step &&
+        strlen(r->detail) < sizeof c->journaled[k].name) {
+        snprintf(c->journaled[k].name, sizeof c->journaled[k].name, "%s", r->detail);
+        c->journaled[k].step = r->step;
+    } else if (r->kind == BATON__JOURNAL_RECORD__KIND__ROLLBACK && r->has_step &&
+               c->journaled[k].step >= r->step) {
+        /* moved to rolled-back/ with the others from the first spiking step on; what
+         * remains of the stage before it is not known here, so nothing is required of it */
+        c->journaled[k].name[0] = '\0';
+    }
+}
+
+int run_ckpt_start_from(run_ctx *c, uint32_t stage, char *out, size_t cap) {
+    char root[4200], **names = NULL;
+    size_t n = 0;
+    bt_diag d;
+    bt_diag_init(&d);
+    out[0] = '\0';
+    run_dir_file(c->dir, CKPT_ROOT_IN_RUN, root, sizeof root);
+    if (ckpt_list(root, &names, &n, &d) != 0) return 0;
+    for (size_t i = n; i-- > 0;) { /* oldest first: names sort in training order */
+        unsigned st;
+        if (sscanf(names[i], "s%u-step", &st) == 1 && st <= stage) {
+            snprintf(out, cap, "%s", names[i]);
+            break;
+        }
+    }
+    ckpt_names_free(names, n);
+    return out[0] != '\0';
+}
+
+int run_ckpt_missing(run_ctx *c, uint32_t stage, char *why, size_t cap) {
+    char have[128];
+    if (run_ckpt_start_from(c, stage, have, sizeof have)) return 0;
+    for (uint32_t k = stage + 1; k-- > 0;) {
+        if (k >= RUN_MAX_STAGES || c->journaled[k].name[0] == '\0') continue;
+        snprintf(why, cap,
+                 "the journal records checkpoint %s/%s as committed, but it is gone from %s/%s "
+                 "with every other checkpoint this stage could start from; not starting it "
+                 "from random weights. Restore the checkpoint (a backup, 'baton ckpt pull') "
+                 "and resume",
+                 CKPT_ROOT_IN_RUN, c->journaled[k].name, c->dir->path, CKPT_ROOT_IN_RUN);
+        return 1;
+    }
+    return 0;
+}
+
 /* A name ckpt_begin's directories end with, with something before it. */
 static int run_is_partial_name(const char *name) {
     size_t n = strlen(name), k = strlen(CKPT_PARTIAL_SUFFIX);

@@ -50,6 +50,13 @@ typedef struct run_ctx {
     char rollback_note[768]; /* for the next attempt's journal detail, then cleared */
     /* attempts of the current stage in a row whose workers found no usable checkpoint */
     uint32_t no_ckpt_streak;
+    int journal_broken; /* an append failed: the run stops (nothing more is journaled) */
+    /* per stage, the newest CHECKPOINT_COMMITTED the journal holds that no later ROLLBACK
+     * set aside ("" when none): what a later attempt must find in checkpoints/ */
+    struct {
+        char name[64];
+        uint64_t step;
+    } journaled[RUN_MAX_STAGES];
 } run_ctx;
 
 #define RUN_MAX_POLL 1100
@@ -99,6 +106,16 @@ void run_give_up(run_ctx *c, uint32_t stage, int say, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 /* run_ckpts.c */
+/* Notes a journal record (read back or appended) in c->journaled. */
+void run_ckpt_note_record(run_ctx *c, const Baton__JournalRecord *r);
+/* The newest complete checkpoint in the run's checkpoint root that stage may start from:
+ * its own or an earlier stage's, never a later one's (name into out, cap > 0); 0 when
+ * there is none. */
+int run_ckpt_start_from(run_ctx *c, uint32_t stage, char *out, size_t cap);
+/* 0 when stage can start as the journal says it must: from a checkpoint of its own or an
+ * earlier stage when the journal records one committed (else a fresh start is what the
+ * run did). Otherwise 1 with why (the journaled checkpoint that is gone). */
+int run_ckpt_missing(run_ctx *c, uint32_t stage, char *why, size_t cap);
 /* 1 when the run's checkpoint root holds stage's final checkpoint (stage_final, at step
  * `steps`): what makes workers that all exited 0 a completed stage; else 0 with why (the
  * step reached, the checkpoint missing). */

@@ -1,6 +1,7 @@
 #define _GNU_SOURCE /* realpath, F_OFD_SETLK */
 #include "run_dir.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
@@ -21,6 +22,28 @@
 
 void run_dir_file(const run_dir *d, const char *sub, char *out, size_t cap) {
     snprintf(out, cap, "%s/%s", d->path, sub);
+}
+
+int run_dir_has_history(const run_dir *d, char *what, size_t cap) {
+    char dir[4200], **names = NULL;
+    size_t n = 0;
+    bt_diag quiet;
+    bt_diag_init(&quiet);
+    run_dir_file(d, CKPT_ROOT_IN_RUN, dir, sizeof dir);
+    if (ckpt_list(dir, &names, &n, &quiet) == 0 && n > 0) /* complete checkpoints only */
+        snprintf(what, cap, "%s/%s", CKPT_ROOT_IN_RUN, names[n - 1]);
+    ckpt_names_free(names, n);
+    if (n > 0) return 1;
+    run_dir_file(d, "specs", dir, sizeof dir);
+    DIR *dh = opendir(dir);
+    struct dirent *de = NULL;
+    while (dh != NULL && (de = readdir(dh)) != NULL) {
+        size_t k = strlen(de->d_name);
+        if (k > 3 && strcmp(de->d_name + k - 3, ".pb") == 0) break; /* an attempt's spec */
+    }
+    if (de != NULL) snprintf(what, cap, "specs/%s", de->d_name);
+    if (dh != NULL) closedir(dh);
+    return de != NULL;
 }
 
 /* A file kept in the run directory: written on first use, compared afterwards. */

@@ -44,6 +44,10 @@ int run_dir_note_workdir(const run_dir *d, bt_diag *diag);
  * it is not the current directory; *moved says so). run_dir_path must be absolute. A
  * workdir that is gone is an error naming it. */
 int run_dir_enter_workdir(const char *run_dir_path, int *moved, bt_diag *diag);
+/* Whether the directory shows that a run already worked here (a complete checkpoint in
+ * checkpoints/, an attempt's spec in specs/): then a journal with no record is lost, not
+ * new. *what names what was found. */
+int run_dir_has_history(const run_dir *d, char *what, size_t cap);
 /* path/<sub> into out. */
 void run_dir_file(const run_dir *d, const char *sub, char *out, size_t cap);
 

@@ -24,6 +24,7 @@
 #define RUN_KILL_GRACE_S        5.0   /* after a failure: the others are stuck or failing too */
 #define RUN_STOP_GRACE_S        120.0 /* on a signal: time for the workers to checkpoint */
 #define RUN_OVERRIDES_KEPT_MAX  (16u << 10) /* overrides kept in RUN_STARTED whole */
+#define RUN_DRAIN_S             2.0         /* for the control channel of an attempt that ended */
 
 void run_err(const run_ctx *c, const char *fmt, ...) {
     va_list ap;
@@ -41,8 +42,22 @@ int run_journal(run_ctx *c, Baton__JournalRecord__Kind kind, uint32_t stage,
     r->has_stage_index = 1, r->stage_index = stage;
     bt_diag d;
     bt_diag_init(&d);
+    if (c->journal_broken) return BT_EIO; /* said once; the run is stopping */
     int rc = journal_append(&c->j, r, &d);
-    if (rc != 0) run_err(c, "%s\n", d.msg);
+    if (rc == 0) {
+        run_ckpt_note_record(c, r);
+        return 0;
+    }
+    /* A run that goes on with records missing (a failure, a checkpoint, a stage's end) is
+     * no longer what its journal says: status would count wrong, a resume could replay
+     * the wrong history. It stops instead, its workers checkpointing as on SIGTERM. */
+    c->journal_broken = 1;
+    run_progress_end(&c->prog);
+    run_err(c,
+            "%s (%s/%s, record %s): stopping the run, since a journal that misses "
+            "records no longer describes it; make room (or fix the cause), then 'baton resume "
+            "%s'\n",
+            d.msg, c->dir->path, JOURNAL_FILE, journal_kind_name(kind), c->dir->path);
     return rc;
 }
 
@@ -61,8 +76,7 @@ static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSp
     int rc = recipe_resolve_stage(c->doc, i, out, diag);
     if (rc != 0) return rc;
     Baton__StageSpec *s = *out;
-    char ckroot[4200], probe[4200];
-    run_dir_file(c->dir, CKPT_ROOT_IN_RUN, ckroot, sizeof ckroot);
+    char probe[128];
     free(s->run_dir);
     s->run_dir = strdup(c->dir->path);
     s->has_attempt = 1, s->attempt = attempt;
@@ -73,10 +87,10 @@ static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSp
     rc = run_nodes_plan(&c->nodes, s, c->nodes_note, sizeof c->nodes_note, diag);
     rc = rc ? rc : run_skip_apply(c, (uint32_t)i, s);
     if (rc != 0) return rc;
-    bt_diag quiet;
-    bt_diag_init(&quiet);
     const char *init = c->doc->recipe->init;
-    if (ckpt_resolve(ckroot, probe, sizeof probe, &quiet) == 0) {
+    /* the worker takes the newest of the run's checkpoints it can load, skipping later
+     * stages' (train_ckpt_load); with none of this stage or an earlier one, the recipe's */
+    if (run_ckpt_start_from(c, (uint32_t)i, probe, sizeof probe)) {
         free(s->init_checkpoint);
         s->init_checkpoint = strdup(c->dir->path);
     } else if (init != NULL && init[0] != '\0') { /* none of its own yet: the recipe's */
@@ -191,6 +205,13 @@ static int run_hung(run_ctx *c, const launch_job *job, double started, double ha
     return 0;
 }
 
+/* Asks the workers to checkpoint and stop (Stop over the control channel, SIGTERM), then
+ * kills what is left after RUN_STOP_GRACE_S. */
+static void run_stop_workers(run_ctx *c, launch_job *job, const char *reason) {
+    if (c->cs_open) control_server_stop_all(&c->cs, 1, reason);
+    launch_job_kill_after(job, LAUNCH_STOPPED, RUN_STOP_GRACE_S);
+}
+
 /* The first signal asks the workers to checkpoint and stop (RUN_STOP_GRACE_S); a second
  * SIGINT or SIGTERM (the user will not wait) kills them at once: the run resumes from its
  * last complete checkpoint. */
@@ -213,8 +234,7 @@ static void run_on_signal(run_ctx *c, launch_job *job) {
     run_progress_end(&c->prog);
     run_err(c, "got SIG%s: asking the workers to checkpoint and stop\n",
             sigabbrev_np(c->got_signal));
-    if (c->cs_open) control_server_stop_all(&c->cs, 1, "baton run got a signal");
-    launch_job_kill_after(job, LAUNCH_STOPPED, RUN_STOP_GRACE_S);
+    run_stop_workers(c, job, "baton run got a signal");
 }
 
 /* Polls the job until it ends; kills it on a signal or a hang (*hung set). */
@@ -237,6 +257,10 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
         run_note_recovery(c, stage, attempt);
         run_note_ckpt(c, stage, attempt);
         if (c->sfd >= 0 && (pfd[0].revents & POLLIN)) run_on_signal(c, job);
+        if (c->journal_broken && !c->got_signal) { /* a stop, as on SIGTERM */
+            c->got_signal = SIGTERM;
+            run_stop_workers(c, job, "baton run cannot write its journal");
+        }
         /* also while a stop is under way: a hung rank would hold it for RUN_STOP_GRACE_S */
         if (!*hung && !c->killed_now && !c->topo_refused && run_hung(c, job, started, hang_s)) {
             *hung = 1;
@@ -248,8 +272,59 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
                 launch_job_kill(job, LAUNCH_STOPPED);
         }
     }
+    /* what the ranks sent before they exited, read before the attempt is judged and torn
+     * down (a paused `baton run` finds them all gone at once) */
+    if (c->cs_open) control_server_drain(&c->cs, RUN_DRAIN_S);
     run_note_ckpt(c, stage, attempt);
     return rc;
+}
+
+/* Every rank of the job exited with status 0 (none killed by a signal). */
+static int run_all_exited_zero(const launch_job *job) {
+    for (int r = 0; r < job->nprocs; r++)
+        if (!job->ranks[r].exited || job->ranks[r].exit_status != 0) return 0;
+    return job->nprocs > 0;
+}
+
+/* A rank of a stopped job that did not end as asked: killed by a signal baton run did not
+ * send (first), else a nonzero exit; "" when none. */
+static void run_stop_casualty(const run_ctx *c, const launch_job *job, char *out, size_t cap) {
+    out[0] = '\0';
+    for (int pass = 0; pass < 2 && out[0] == '\0'; pass++)
+        for (int k = 0; k < job->nprocs && out[0] == '\0'; k++) {
+            const launch_rank *rk = &job->ranks[k];
+            char node[32];
+            run_nodes_name(&c->nodes, rk->node, node, sizeof node);
+            if (pass == 0 && rk->term_signal != 0 && !rk->signal_from_launcher)
+                snprintf(out, cap, "rank %d (node %s, pid %d) was killed by signal SIG%s", k, node,
+                         (int)rk->pid, sigabbrev_np(rk->term_signal));
+            else if (pass == 1 && rk->exited && rk->exit_status != 0)
+                snprintf(out, cap, "rank %d (node %s, pid %d) exited with status %d", k, node,
+                         (int)rk->pid, rk->exit_status);
+        }
+}
+
+/* A stopped attempt: whether its stop checkpoint (at the last step trained) was committed.
+ * When not (a rank died while saving it, a full disk), says so and from which checkpoint
+ * a resume continues, and journals that step as the attempt's: the one the run stands at. */
+static void run_check_stop(run_ctx *c, const launch_job *job, uint32_t stage,
+                           Baton__JournalRecord *r) {
+    char have[128], who[256];
+    unsigned st = 0;
+    unsigned long long at = 0;
+    int own = run_ckpt_start_from(c, stage, have, sizeof have) &&
+              sscanf(have, "s%u-step%llu", &st, &at) == 2 && st == stage;
+    if (!own) at = 0;
+    if (!c->prog.have_step || at >= c->prog.step) return;
+    run_stop_casualty(c, job, who, sizeof who);
+    run_progress_end(&c->prog);
+    run_err(c,
+            "stage \"%s\": the stop checkpoint at step %llu was not completed%s%s%s; "
+            "a resume continues from %s%s (step %llu)\n",
+            c->prog.stage, (unsigned long long)c->prog.step, who[0] ? " (" : "", who,
+            who[0] ? ")" : "", own ? CKPT_ROOT_IN_RUN "/" : "the start of the stage",
+            own ? have : "", at);
+    r->has_step = 1, r->step = at;
 }
 
 /* Journals how the attempt ended and decides what comes next. */
@@ -262,6 +337,21 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
     int status = launch_job_exit_status(job);
     r.has_exit_code = 1, r.exit_code = status;
     char why[1024];
+    /* Ranks that all exited 0, some without PMIx_Finalize (its reply never came: this
+     * process, the PMIx server's, was paused meanwhile, say by Ctrl-Z), finished their
+     * work all the same: the stage's final checkpoint says whether it was all of it. */
+    int all_zero = job->cause == LAUNCH_EXITED && run_all_exited_zero(job);
+    if (all_zero && !c->got_signal &&
+        run_stage_finished(c, stage, c->spec->stage->steps, why, sizeof why)) {
+        launch_job_describe(job, why, sizeof why);
+        run_progress_end(&c->prog);
+        run_err(c,
+                "stage \"%s\": %s, but every rank exited 0 and the stage's final "
+                "checkpoint is committed: the stage is complete\n",
+                c->prog.stage, why);
+        run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
+        return ATTEMPT_DONE;
+    }
     if (job->cause == LAUNCH_SUCCESS) {
         /* Exit status 0 alone is no proof: a worker told to take fewer steps, or a wrapper
          * that never ran one, exits 0 too. The stage's final checkpoint is. */
@@ -324,6 +414,7 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
                       : fatal       ? ATTEMPT_FATAL
                       : damaged     ? ATTEMPT_BROKEN
                                     : ATTEMPT_RETRY;
+    if (end == ATTEMPT_STOPPED) run_check_stop(c, job, stage, &r);
     r.detail = why;
     r.has_retryable = 1, r.retryable = end == ATTEMPT_RETRY;
     if (end != ATTEMPT_STOPPED) run_journal(c, BATON__JOURNAL_RECORD__KIND__FAILURE, stage, &r);
@@ -364,6 +455,12 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     bt_diag d;
     bt_diag_init(&d);
     run_sweep_partials(c); /* no worker runs now: any .partial is a dead save's */
+    char why[1024];
+    if (run_ckpt_missing(c, (uint32_t)i, why, sizeof why)) {
+        c->prog.stage = c->doc->recipe->stages[i]->name;
+        run_give_up(c, (uint32_t)i, 1, "%s", why);
+        return ATTEMPT_BROKEN;
+    }
     int wrc = run_write_spec(c, i, attempt, &spec, spec_file, sizeof spec_file, &d);
     if (wrc != 0) {
         run_err(c, "%s\n", d.msg);
@@ -466,7 +563,9 @@ static int run_stage(run_ctx *c, size_t i) {
     for (uint32_t attempt = ss->attempts; status < 0; attempt++) {
         double hang_s = 0;
         attempt_end end = run_attempt(c, i, attempt, &hang_s);
-        if (end == ATTEMPT_DONE) {
+        if (c->journal_broken) {
+            status = BT_EXIT_FAILURE; /* whatever the attempt came to: said in run_journal */
+        } else if (end == ATTEMPT_DONE) {
             Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
             r.has_step = 1, r.step = c->prog.step;
             r.has_loss = c->prog.have_step, r.loss = c->prog.loss;
@@ -546,7 +645,24 @@ static int run_load_state(run_ctx *c) {
         run_err(c, "%s\n", d.msg);
         return BT_EINVAL;
     }
+    char seen[300];
+    if (n == 0 && run_dir_has_history(c->dir, seen, sizeof seen)) {
+        /* Replaying nothing would start the run over on top of its checkpoints: stage 0
+         * retrained from whatever is newest there, complete checkpoints replaced. */
+        journal_records_free(v, n);
+        run_err(c,
+                "%s/%s is %s, but a run already worked in this directory (it holds "
+                "%s): without its journal baton cannot tell which stages completed and "
+                "which checkpoint each one ended with, and will not guess; nothing was "
+                "changed. Restore the journal, or start a new run in another --run-dir (a "
+                "checkpoint here can be its recipe's init)\n",
+                c->dir->path, JOURNAL_FILE,
+                tail.size ? "holds no whole record" : "missing or empty", seen);
+        return BT_EINVAL;
+    }
     run_state_replay(&c->st, v, n);
+    for (size_t k = 0; k < n; k++)
+        run_ckpt_note_record(c, v[k]);
     run_nodes_init(&c->nodes, c->doc->recipe->cluster);
     for (size_t k = 0; k < n; k++)
         if (v[k]->kind == BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED && v[k]->node)
@@ -603,9 +719,10 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
             journal_close(&c.j);
             return BT_EXIT_FAILURE;
         }
-        for (size_t i = 0; status == 0 && i < doc->recipe->n_stages; i++)
+        for (size_t i = 0; status == 0 && !c.journal_broken && i < doc->recipe->n_stages; i++)
             if (!c.st.stage[i].completed) status = run_stage(&c, i);
         if (status == 0) run_journal(&c, BATON__JOURNAL_RECORD__KIND__RUN_COMPLETED, 0, NULL);
+        if (c.journal_broken) status = BT_EXIT_FAILURE;
         launch_server_close(&c.srv);
         if (c.cs_open) control_server_close(&c.cs);
         if (c.sfd >= 0) close(c.sfd);
@@ -614,5 +731,10 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
     if (status == 0) run_print_summary(dir);
     if (status == RUN_EXIT_STOPPED)
         run_err(&c, "stopped; continue with 'baton resume %s'\n", dir->path);
+    if (c.journal_broken)
+        run_err(&c,
+                "stopped because the journal could not be written; once it can, continue "
+                "with 'baton resume %s'\n",
+                dir->path);
     return status;
 }

@@ -79,6 +79,23 @@
 #                 fp32 stages' bf16 / 2 or cluster.gpu.peak_tflops_fp32, bf16's its own;
 #                 and baton eval of the first stage's final checkpoint gives its closing
 #                 validation loss (valid.jsonl) over the same windows.
+#   lost-journal  a run stopped in extend, then its journal deleted or emptied: `baton
+#                 resume` and `baton run` refuse (exit 2), nothing changed; a journal from
+#                 before pretrain completed: pretrain starts from its own final checkpoint
+#                 (extend's newer ones refused), trains no step, leaves that checkpoint
+#                 untouched, and the run ends on the uninterrupted losses; every checkpoint
+#                 deleted: resume fails (exit 1) naming the journaled checkpoint, no attempt.
+#   pause         `baton run` SIGSTOPped while pretrain's workers finish it (and, where
+#                 PMIx_Finalize gives up on the paused server, exit): every step's metrics
+#                 and each closing validation are recorded once, no failed attempt, and
+#                 the losses are the uninterrupted run's.
+#   journal-full  journal appends failing from record 6 on (BATON_FAULT_JOURNAL_FULL, as on
+#                 a full disk): the workers checkpoint and stop, the run exits 1 saying
+#                 why, once; `baton resume` ends on the uninterrupted losses.
+#   stop-kill     rank 1 killed -9 while the SIGTERM stop checkpoint is written: exit 75,
+#                 saying that the stop checkpoint was not completed, which rank died and
+#                 from which checkpoint a resume continues; the resume ends on the
+#                 uninterrupted losses.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -113,6 +130,22 @@ for a, b in zip(ref, got):
     print("%-12s %s vs %s (relative %.2g)%s" % (a[0], b[2], a[2], r, "" if good else "  <- differs"))
     ok = ok and good
 sys.exit(0 if ok else 1)
+PY
+}
+# same_metrics REF GOT: every step's loss and grad_norm in GOT's metrics.jsonl equal REF's,
+# bit for bit, each step once; and the closing validations alike
+same_metrics() {
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import json, sys
+def rows(d, f, key):
+    return [(r["stage"] if "stage" in r else r["stage_index"], r.get("step"), r[key])
+            for r in map(json.loads, open(d + "/" + f))]
+for f, keys in (("metrics.jsonl", ("loss", "grad_norm")), ("valid.jsonl", ("valid_loss",))):
+    for k in keys:
+        a, b = rows(sys.argv[1], f, k), rows(sys.argv[2], f, k)
+        bad = [(x, y) for x, y in zip(a, b) if x != y]
+        assert len(a) == len(b) and not bad, (f, k, len(a), len(b), bad[:3])
+print("metrics.jsonl and valid.jsonl equal the reference's")
 PY
 }
 # stage_losses DIR: "name loss" per stage, as the journal has them
@@ -957,6 +990,139 @@ print(r["valid_loss"], r["windows"])' $i)
     fail "eval of PREFIX.bin beyond the set's windows"
   echo "$case: fp32 stages' MFU against bf16/2 (or peak_tflops_fp32), bf16's against its peak;" \
     "baton eval $got = the run's valid loss $vloss"
+  ;;
+lost-journal)
+  reference
+  BATON_FAULT_STEP_SLEEP=0.1 "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 20 >/dev/null
+  cp r1/journal journal.mid # pretrain not completed yet (a torn last record is dropped)
+  wait_step 1 6 >/dev/null
+  stop_run
+  [[ -f r1/checkpoints/s00-step00000030/manifest.pb ]] || fail "no final checkpoint of pretrain"
+  cp -a r1 r2 && cp -a r1 r3
+  prints() { (cd "$1/checkpoints" && find . -type f -printf '%p %i %s %T@\n' | sort && md5sum */*); }
+  prints r1 >before.txt
+  # the journal deleted, emptied: refused before anything starts, nothing changed
+  for how in deleted emptied; do
+    if [[ $how == deleted ]]; then rm r1/journal; else : >r1/journal; fi
+    for cmd in resume run; do
+      set +e
+      if [[ $cmd == resume ]]; then "$baton" resume r1 --quiet >lost.out 2>&1; else
+        "$baton" run "$recipe" --run-dir r1 --quiet >lost.out 2>&1; fi
+      rc=$?; set -e
+      [[ $rc == 2 ]] || { cat lost.out; fail "$cmd with the journal $how: exit $rc, not 2"; }
+      grep -q "journal is missing or empty, but a run already worked in this directory" lost.out ||
+        { cat lost.out; fail "$cmd with the journal $how: no clear message"; }
+    done
+  done
+  prints r1 >after.txt
+  diff before.txt after.txt || fail "the checkpoints changed"
+  [[ ! -e r1/logs/s00-a01.log && ! -e r1/logs/s01-a01.log ]] || fail "an attempt was started"
+  # a journal from before pretrain completed (an older backup): pretrain runs again from
+  # its own final checkpoint, never from extend's newer ones, trains no step and leaves
+  # that checkpoint as it was; the run ends on the uninterrupted losses
+  cp journal.mid r3/journal
+  final=$(stat -c '%i %Y' r3/checkpoints/s00-step00000030/manifest.pb)
+  "$baton" resume r3 --quiet >resume3.out 2>&1 || { cat resume3.out; fail "resume with the older journal failed"; }
+  log=$(ls -t r3/logs/s00-a*.log | head -1)
+  grep -q "started from $work/r3 at step 30" "$log" || { cat "$log"; fail "pretrain did not start from its final checkpoint"; }
+  [[ $(grep -c "passing over .*/s01-step.*a stage never starts from a later stage's checkpoint" "$log") == 2 ]] ||
+    { cat "$log"; fail "extend's two checkpoints were not passed over (once each)"; }
+  grep -q "checkpoint s00-step00000030: already there" "$log" || { cat "$log"; fail "no word on the final checkpoint"; }
+  ! grep -Eq "^\[0\] step +[0-9]+/30" "$log" || fail "pretrain trained again"
+  [[ $(stat -c '%i %Y' r3/checkpoints/s00-step00000030/manifest.pb) == "$final" ]] ||
+    fail "pretrain's final checkpoint was written again"
+  same_metrics ref r3 || fail "the run did not end on the uninterrupted losses"
+  # every checkpoint gone: extend would start from random weights; it fails instead, naming
+  # the checkpoint the journal says pretrain ended with, before any worker starts
+  rm -rf r2/checkpoints
+  set +e; "$baton" resume r2 --quiet >resume2.out 2>&1; rc=$?; set -e
+  [[ $rc == 1 ]] || { cat resume2.out; fail "resume without checkpoints: exit $rc, not 1"; }
+  grep -q "stage \"extend\": the journal records checkpoint checkpoints/s01-step.* as committed, but it is gone" resume2.out ||
+    { cat resume2.out; fail "no message naming the missing checkpoint"; }
+  [[ ! -e r2/logs/s01-a01.log ]] || fail "an attempt was started without a checkpoint"
+  "$baton" status r2 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "failed" and s["stages"][1]["state"] == "failed", s
+assert "is gone" in s["failure"]["reason"], s["failure"]' || { "$baton" status r2; fail "status does not say failed"; }
+  echo "$case: no journal -> exit 2, nothing changed; an older journal -> pretrain from its own final checkpoint; no checkpoints -> exit 1"
+  ;;
+pause)
+  reference
+  BATON_FAULT_STEP_SLEEP=0.1 "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 25 >/dev/null
+  kill -STOP "$bpid"
+  # the workers go on without it: pretrain ends (final checkpoint, closing validation) while
+  # baton run is stopped; they exit once PMIx_Finalize gives up on the paused server
+  deadline=$((SECONDS + 15))
+  while pgrep -f -- "--spec $work/r1/specs/s00-a00.pb" >/dev/null && ((SECONDS < deadline)); do
+    sleep 0.1
+  done
+  gone=$(pgrep -f -- "--spec $work/r1/specs/s00-a00.pb" >/dev/null && echo no || echo yes)
+  sleep 2
+  kill -CONT "$bpid"
+  wait "$bpid" || { cat run.out; fail "baton run exited $?"; }
+  bpid=
+  [[ ! -e r1/logs/s00-a01.log ]] || { cat run.out; fail "pretrain was restarted"; }
+  /usr/bin/python3 - r1/metrics.jsonl r1/valid.jsonl <<'PY' || { cat run.out; fail "metrics or validation lost"; }
+import json, sys
+steps = [(r["stage"], r["step"]) for r in map(json.loads, open(sys.argv[1]))]
+want = [("pretrain", k) for k in range(1, 31)] + [("extend", k) for k in range(1, 17)] + \
+       [("fp8", k) for k in range(1, 13)]
+assert steps == want, [x for x in want if x not in steps]
+valid = [r["stage_index"] for r in map(json.loads, open(sys.argv[2]))]
+assert valid == [0, 1, 2], valid
+PY
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "completed" and s["failures"] == 0, s' || fail "status counts a failure"
+  stage_losses r1 >r1.losses
+  diff ref.losses r1.losses || fail "the run did not end on the uninterrupted losses"
+  echo "$case: baton run paused while pretrain ended (workers gone before it went on: $gone): every step and validation recorded, no failure"
+  ;;
+journal-full)
+  reference
+  set +e
+  BATON_FAULT_JOURNAL_FULL=6 BATON_FAULT_STEP_SLEEP=0.05 "$baton" run "$recipe" --run-dir r1 \
+    --quiet >run.out 2>&1
+  rc=$?; set -e
+  [[ $rc == 1 ]] || { cat run.out; fail "a journal that cannot be written: exit $rc, not 1"; }
+  grep -q "journal: cannot append a record: No space left on device .*stopping the run" run.out ||
+    { cat run.out; fail "no clear message"; }
+  [[ $(grep -c "cannot append" run.out) == 1 ]] || { cat run.out; fail "said more than once"; }
+  grep -q "stopping at step" r1/logs/s00-a00.log || fail "the workers were not stopped"
+  [[ ! -e r1/logs/s00-a01.log && ! -e r1/logs/s01-a00.log ]] || fail "the run went on"
+  "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "resume failed"; }
+  stage_losses r1 >r1.losses
+  diff ref.losses r1.losses || fail "the resumed run did not end on the uninterrupted losses"
+  echo "$case: the journal full at record 6: the run stopped (exit 1), resumed to the same losses"
+  ;;
+stop-kill)
+  reference
+  BATON_FAULT_SAVE_SLEEP=1.5 BATON_FAULT_STEP_SLEEP=0.05 "$baton" run "$recipe" --run-dir r1 \
+    --quiet >run.out 2>&1 &
+  bpid=$!
+  log=$(wait_step 0 7)
+  kill -TERM "$bpid"
+  deadline=$((SECONDS + 30))
+  until compgen -G "r1/checkpoints/s00-step*.partial" >/dev/null; do
+    ((SECONDS < deadline)) || fail "no checkpoint save after the stop"
+    sleep 0.02
+  done
+  kill -9 $(worker_pids "$log" 1)
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  [[ $rc == 75 ]] || { cat run.out; fail "exit $rc, not 75"; }
+  grep -Eq "the stop checkpoint at step [0-9]+ was not completed \(rank 1 \(node node0, pid [0-9]+\) was killed by signal SIGKILL\); a resume continues from checkpoints/s00-step000000(05|10) \(step (5|10)\)" run.out ||
+    { cat run.out; fail "no word on the stop checkpoint"; }
+  "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "resume failed"; }
+  stage_losses r1 >r1.losses
+  diff ref.losses r1.losses || fail "the resumed run did not end on the uninterrupted losses"
+  echo "$case: $(grep -o 'the stop checkpoint.*' run.out)"
   ;;
 *) fail "unknown case" ;;
 esac

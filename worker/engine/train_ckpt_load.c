@@ -175,7 +175,25 @@ static int load_model_matches(const trainer *t, const Baton__Manifest *m, const 
     return 0;
 }
 
-/* Loads checkpoint directory dir. */
+/* A checkpoint a later stage of this recipe saved is no start for this one when it was
+ * found in a run directory or checkpoint root: a run's directory holds them once its
+ * stages went on, and a stage run again there would otherwise take the newest, a later
+ * stage's weights, moments and schedule position. (A checkpoint directory named itself
+ * is taken as given.) */
+static int load_not_later(const trainer *t, const Baton__Manifest *m, const char *dir,
+                          bt_diag *diag) {
+    const Baton__StageSpec *s = t->spec;
+    if (!m->recipe_name || !s->recipe_name || strcmp(m->recipe_name, s->recipe_name) != 0 ||
+        m->stage_index <= s->stage_index)
+        return 0;
+    bt_diag_set(diag,
+                "%s: saved by stage %u (%s) of recipe %s, which comes after this stage %u "
+                "(%s): a stage never starts from a later stage's checkpoint",
+                dir, m->stage_index, m->stage_name ? m->stage_name : "?", m->recipe_name,
+                s->stage_index, s->stage && s->stage->name ? s->stage->name : "?");
+    return BT_EINVAL;
+}
+
 /* What a checkpoint sets besides the weights and moments, as train_init left it: put back
  * before every candidate, so that one refused (on any rank: the ranks that loaded it fall
  * back too) leaves nothing behind when the next is another stage's (which sets none of it). */
@@ -233,16 +251,17 @@ out:
     return rc;
 }
 
-/* The checkpoints path stands for, newest first: itself when it is one, else the
- * complete checkpoints of the run directory or checkpoint root. */
-static int load_candidates(const char *path, char ***dirs, size_t *n, bt_diag *diag) {
+/* The checkpoints path stands for, newest first: itself when it is one (*explicit set),
+ * else the complete checkpoints of the run directory or checkpoint root. */
+static int load_candidates(const char *path, char ***dirs, size_t *n, int *explicit,
+                           bt_diag *diag) {
     char root[CKPT_PATH_MAX], probe[CKPT_PATH_MAX + 16];
     snprintf(probe, sizeof probe, "%s/%s", path, CKPT_MANIFEST);
     *dirs = NULL, *n = 0;
     if (access(probe, F_OK) == 0) {
         *dirs = malloc(sizeof **dirs);
         if (*dirs == NULL || ((*dirs)[0] = strdup(path)) == NULL) return BT_ENOMEM;
-        *n = 1;
+        *n = 1, *explicit = 1;
         return 0;
     }
     snprintf(root, sizeof root, "%s/%s", path, CKPT_ROOT_IN_RUN);
@@ -270,6 +289,25 @@ static int load_candidates(const char *path, char ***dirs, size_t *n, bt_diag *d
     return rc;
 }
 
+/* How many of the candidates, newest first, a later stage of this recipe saved
+ * (load_not_later): passed over, said once by world rank 0. Names sort in training order,
+ * so they are the first ones; a manifest that cannot be read ends the count (the load
+ * refuses it, saying why). */
+static size_t load_skip_later(const trainer *t, char **dirs, size_t n, comm *world) {
+    size_t k = 0;
+    for (; k < n; k++) {
+        Baton__Manifest *m = NULL;
+        bt_diag d;
+        bt_diag_init(&d);
+        int later = ckpt_manifest_read(dirs[k], &m, &d) == 0 && load_not_later(t, m, dirs[k], &d);
+        if (m) baton__manifest__free_unpacked(m, NULL);
+        if (!later) break;
+        if (world == NULL || comm_rank(world) == 0)
+            fprintf(stderr, "baton-worker: passing over %s\n", d.msg);
+    }
+    return k;
+}
+
 /* 0 when no rank failed, else 1 + the highest world rank that failed (-1 when that is
  * not known: the vote itself failed). */
 static int load_any_failed(comm *world, int failed) {
@@ -281,9 +319,18 @@ static int load_any_failed(comm *world, int failed) {
 int train_ckpt_load(trainer *t, const char *path, comm *world, bt_diag *diag) {
     char **dirs = NULL;
     size_t n = 0;
-    int rc = load_candidates(path, &dirs, &n, diag), any = 1;
+    int explicit = 0;
+    int rc = load_candidates(path, &dirs, &n, &explicit, diag), any = 1;
     load_start start = {t->step, t->first_sample, t->skipped_steps, t->scaler};
-    for (size_t i = 0; rc == 0 && i < n && any; i++) {
+    size_t first = rc == 0 && !explicit ? load_skip_later(t, dirs, n, world) : 0;
+    if (rc == 0 && first == n && n > 0) {
+        bt_diag_set(diag,
+                    "%s: no usable checkpoint (every complete one there is a later stage's; the "
+                    "newest: %s)",
+                    path, dirs[0]);
+        rc = BT_ENOENT;
+    }
+    for (size_t i = first; rc == 0 && i < n && any; i++) {
         bt_diag mine;
         bt_diag_init(&mine);
         int r = load_one(t, dirs[i], &mine);

@@ -383,6 +383,30 @@ static void worker_fault_step_sleep(void) {
         nanosleep(&(struct timespec){(time_t)s, (long)((s - (double)(time_t)s) * 1e9)}, NULL);
 }
 
+/* An attempt that trained no step (it started from the stage's final checkpoint: the
+ * previous attempt died after saving it) finds that checkpoint in place: it is not
+ * written again, as an existing complete checkpoint is never replaced by a save of the
+ * same state. Every rank decides alike, from the same manifest. */
+static int worker_saved_already(const train_ckpt *c, const trainer *t, const worker_args *a) {
+    if (c->root == NULL || t->step != t->step0 || t->step == 0) return 0;
+    char name[64], dir[CKPT_PATH_MAX];
+    ckpt_name(t->spec->stage_index, t->step, name, sizeof name);
+    snprintf(dir, sizeof dir, "%s/%s", c->root, name);
+    Baton__Manifest *m = NULL;
+    bt_diag d;
+    bt_diag_init(&d);
+    int same = ckpt_manifest_read(dir, &m, &d) == 0 && m->has_step && m->step == t->step &&
+               m->stage_index == t->spec->stage_index && m->recipe_name && t->spec->recipe_name &&
+               strcmp(m->recipe_name, t->spec->recipe_name) == 0 &&
+               m->stage_final == (t->step == t->total_steps);
+    if (m) baton__manifest__free_unpacked(m, NULL);
+    if (same && !a->quiet)
+        printf("checkpoint %s: already there (this attempt started from it and trained no "
+               "step): not written again\n",
+               name);
+    return same;
+}
+
 static int worker_train(trainer *t, train_ckpt *c, uint64_t save_every, const worker_args *a,
                         worker_control *wc, int *rollback, bt_diag *diag) {
     train_metrics m;
@@ -406,6 +430,7 @@ static int worker_train(trainer *t, train_ckpt *c, uint64_t save_every, const wo
         worker_fault_step_sleep();
     }
     worker_print_comm(t); /* every rank: pipeline stages send different amounts */
+    if (worker_saved_already(c, t, a)) return 0;
     int rc = worker_save(c, t, a, wc, diag);
     rc = rc ? rc : worker_save_wait(c, t->step, wc, diag);
     fflush(stdout);
