@@ -237,6 +237,17 @@ static void run_on_signal(run_ctx *c, launch_job *job) {
     run_stop_workers(c, job, "baton run got a signal");
 }
 
+/* During a stop: a rank gone other than by finishing (exit 0) or stopping (75). */
+static int run_stop_lost_rank(const launch_job *job) {
+    for (int k = 0; k < job->nprocs; k++) {
+        const launch_rank *rk = &job->ranks[k];
+        if (rk->pid != 0 && !rk->running &&
+            !(rk->exited && (rk->exit_status == 0 || rk->exit_status == RUN_EXIT_STOPPED)))
+            return 1;
+    }
+    return 0;
+}
+
 /* Polls the job until it ends; kills it on a signal or a hang (*hung set). */
 static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attempt, double hang_s,
                      int *hung) {
@@ -260,6 +271,12 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
         if (c->journal_broken && !c->got_signal) { /* a stop, as on SIGTERM */
             c->got_signal = SIGTERM;
             run_stop_workers(c, job, "baton run cannot write its journal");
+        }
+        if (c->got_signal && !c->killed_now && run_stop_lost_rank(job)) {
+            /* the stop checkpoint is collective: the others would wait for the lost rank
+             * until their collective timeout; run_check_stop says what was saved */
+            c->killed_now = 1;
+            launch_job_kill_now(job, LAUNCH_STOPPED);
         }
         /* also while a stop is under way: a hung rank would hold it for RUN_STOP_GRACE_S */
         if (!*hung && !c->killed_now && !c->topo_refused && run_hung(c, job, started, hang_s)) {
