@@ -36,9 +36,14 @@ int ckpt_cmd_verify(int argc, char **argv) {
         fprintf(stderr, "baton ckpt verify: %s\n", diag.msg);
         return BT_EXIT_USAGE;
     }
-    if (ckpt_open(found, dir, sizeof dir, &m, &diag) != 0) { /* its manifest is damaged */
+    int orc = ckpt_open(found, dir, sizeof dir, &m, &diag);
+    if (orc == BT_EINVAL) { /* its manifest does not decode, or is empty: damaged */
         printf("DAMAGED: %s\n%s: DAMAGED (its manifest)\n", diag.msg, found);
         return BT_EXIT_FAILURE;
+    }
+    if (orc != 0) { /* unreadable here, or a newer baton's format: not known damaged */
+        fprintf(stderr, "baton ckpt verify: %s\n", diag.msg);
+        return BT_EXIT_USAGE;
     }
     ckpt_verify_report rep;
     int rc = ckpt_verify(dir, m, verify_print, NULL, &rep, &diag);

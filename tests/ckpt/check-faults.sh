@@ -149,6 +149,13 @@ bad-tool-input)
     grep -q "^DAMAGED: .*$d/manifest.pb: not a checkpoint manifest" verify.log ||
       fail "ckpt verify $d: $(cat verify.log)"
   done
+  # ... but one of a newer baton's format is not known damaged: exit 2, said so (field 1,
+  # format_version, appended to the manifest: the last value read wins)
+  cp -a run/checkpoints/s00-step00000002 newer && printf '\x08\x63' >>newer/manifest.pb
+  rc=0
+  "$baton" ckpt verify newer >verify.log 2>&1 || rc=$?
+  [[ $rc == 2 ]] && grep -q "format 99, written by a newer baton" verify.log ||
+    fail "ckpt verify of a newer format: exit $rc, $(cat verify.log)"
   for cmd in "inspect empty" "reshard empty --to tp2 --out y" \
     "export empty --format hf --out z"; do
     rc=0
