@@ -302,12 +302,37 @@ static double act_head(const act_dims *d) {
     return d->R * d->C + d->R + d->N * d->V + 2 * d->N + (d->t > 1 ? 3 * d->t * d->N : 0);
 }
 
+/* The CUDA backend's own buffer for the tensor-core attention backward under
+ * grouped-query attention (worker/cuda/cuda_attention_tc.cu tc_dkdv_slices): the dk/dv
+ * kernel splits each kv head's group of query heads into the fewest slices S (a divisor
+ * of the group) that give 1024 blocks of 64 keys, each slice's partial dk and dv kept,
+ * 2 S B T KV hd floats; none for a group of one, float32 attention, heads the tensor
+ * cores do not take, or ring attention (its own kernels). Under Ulysses the attention
+ * sees the whole sequence with cp times fewer heads. */
+static double act_dkdv_slices(const plan_shape *sh, const act_dims *d) {
+    uint32_t cp = sh->cp ? sh->cp : 1, hd = sh->head_dim;
+    if (!sh->cuda || sh->precision == BATON__PRECISION__TYPE__FP32 || hd % 16 || hd > 128 ||
+        (cp > 1 && !sh->cp_ulysses))
+        return 0;
+    double T = cp > 1 ? d->T * cp : d->T, H = d->H / cp;
+    uint32_t kv = sh->n_kv_heads ? sh->n_kv_heads : sh->n_heads;
+    double KV = kv >= sh->tp * cp ? (double)kv / sh->tp / cp : 1;
+    uint32_t rep = (uint32_t)(H / KV), S = 1;
+    double blocks = ceil(T / 64) * d->B * KV;
+    while (S < rep && blocks * S < 1024) {
+        S++;
+        while (rep % S != 0)
+            S++;
+    }
+    return S > 1 ? 2 * S * d->B * T * KV * hd : 0;
+}
+
 /* The op scratch (model.c scratch_floats): the most any GEMM or the attention takes, in
  * floats. The CPU backend rounds a GEMM's operands into copies of N C + OC C + N OC floats
  * (bf16/fp16/fp8) and its attention takes 2 min(T, 64) T; the CUDA backend keeps 16-bit
- * copies (half as many floats; under fp8 the rows padded to 16 and a 16-row tail) and no
- * attention scratch (worker/cpu/cpu_matmul.c, worker/cuda/cuda_matmul.cu; its alignment
- * padding not counted). */
+ * copies (half as many floats; under fp8 the rows padded to 16 and a 16-row tail) and its
+ * grouped-query attention's dk/dv slices, added (worker/cpu/cpu_matmul.c,
+ * worker/cuda/cuda_matmul.cu; its alignment padding not counted). */
 static double act_scratch(const plan_shape *sh, const act_dims *d) {
     const double shapes[5][2] = {
         {d->C, d->qkv}, {d->qd, d->C}, {d->C, 2 * d->F}, {d->F, d->C}, {d->C, d->V}};
@@ -323,7 +348,7 @@ static double act_scratch(const plan_shape *sh, const act_dims *d) {
         }
         most = f > most ? f : most;
     }
-    return most;
+    return most + act_dkdv_slices(sh, d);
 }
 
 static void memory_activations(const plan_stage *ps, uint32_t stage, plan_memory *out) {

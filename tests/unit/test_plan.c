@@ -918,6 +918,39 @@ static void test_memory_report_and_advice(void) {
 
 /* Memory below 1 GB is printed in the unit that fits, never "0.00 GB"; from 1 GB up in
  * GB with 2 decimals, as always. */
+/* The CUDA backend's dk/dv slices of the tensor-core attention under grouped-query
+ * attention, in its op scratch: the 1.1B benchmark model's shape (32 heads of 64, 4 kv
+ * heads, seq 4K, one sequence): 64 key tiles x 4 kv heads = 256 blocks, split into 4
+ * slices for 1024: 2 x 4 x 4096 x 4 x 64 floats more than without grouping (the head's
+ * GEMM the largest either way); none in float32 (no tensor-core attention). */
+static void test_cuda_dkdv_slices(void) {
+    fixture fx;
+    fixture_init(&fx);
+    set_model(&fx.model, 2048, 2, 32, 4, 5632, 32000);
+    fx.stage.name = "gqa";
+    fx.stage.seq_len = 4096;
+    fx.stage.micro_batch = 1;
+    fx.stage.global_batch = 1;
+    set_parallel(&fx.par, 1, 1, 1, 1, 1);
+    fx.prec.type = BATON__PRECISION__TYPE__BF16;
+    fx.cluster.nodes = 1;
+    fx.cluster.gpus_per_node = 1;
+    fx.cluster.device = BATON__CLUSTER__DEVICE__CUDA;
+    fx.mem.bytes = 80000000000ull;
+    fx.gpu.peak_tflops_bf16 = 989;
+    plan_stage gqa, mha;
+    CHECK(build(&fx, &gqa) == BT_OK);
+    fx.model.n_kv_heads = 32;
+    CHECK(build(&fx, &mha) == BT_OK);
+    CHECK_REL(gqa.mem.act_scratch - mha.mem.act_scratch, 4 * 2.0 * 4 * 4096 * 4 * 64, 1e-12);
+    fx.prec.type = BATON__PRECISION__TYPE__FP32;
+    fx.model.n_kv_heads = 4;
+    CHECK(build(&fx, &gqa) == BT_OK);
+    fx.model.n_kv_heads = 32;
+    CHECK(build(&fx, &mha) == BT_OK);
+    CHECK_REL(gqa.mem.act_scratch, mha.mem.act_scratch, 1e-12);
+}
+
 static void test_memory_units(void) {
     char buf[80], want[96];
     CHECK(strcmp(plan_format_memory(buf, sizeof buf, 35.84e9), "35.84 GB") == 0);
@@ -1298,6 +1331,7 @@ int main(void) {
     test_memory_report_and_advice();
     test_warnings_and_fit();
     test_memory_units();
+    test_cuda_dkdv_slices();
     test_defensive();
     test_json();
     return check_status();
