@@ -135,6 +135,13 @@ expect 0 "tp 2 x cp 1 x dp 1 x pp 2 = 4 ranks" -- plan "$recipes/tiny-cpu.yaml" 
 expect 2 "^--set data\\.mix=\\[\\]: data: no training data \\(give train or mix\\)" -- \
   plan "$recipes/tiny-cpu.yaml" --set data.mix=[]
 expect 2 "^--set data\\.mix=\\[\\]: data: no training data" -- spec "$recipes/tiny-cpu.yaml" --set data.mix=[]
+# an element of any list, by its 0-based index (as stages); past the end: the list's length
+expect 0 "^      weight: 0\\.5$" -- spec "$recipes/tiny-cpu.yaml" --stage 0 --set data.mix.0.weight=0.5
+expect 0 'path: "data/x"' -- spec "$recipes/tiny-cpu.yaml" --stage 1 --set stages.1.data.mix.1.path=data/x
+expect 2 "^--set data\\.mix\\.2\\.weight=1: data\\.mix \\(.*tiny-cpu\\.yaml:27:3\\) has 2 elements, so index 2 is out of range \\(0-based, 0 to 1\\); to change its length, give the whole list: data\\.mix=\\[\\.\\.\\.\\]$" -- \
+  plan "$recipes/tiny-cpu.yaml" --set data.mix.2.weight=1
+expect 2 "^--set defaults\\.parallel\\.stage_layers\\.1=3: defaults\\.parallel\\.stage_layers is not in the recipe" -- \
+  plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.stage_layers.1=3
 # what runs but likely not as meant is a warning: plan and spec go on (exit 0)
 expect 0 "^warning: --set stages\\.long-context\\.seq_len=2048: stages\\[1\\]\\.seq_len: seq_len 2048 is beyond the context the RoPE scaling extends to" -- \
   plan "$recipes/tiny-cpu.yaml" --set stages.long-context.seq_len=2048
