@@ -357,7 +357,7 @@ static int set_apply(recipe_doc *doc, const char *assignment, int opt, bt_diag *
         snprintf(what, sizeof what, "%s %s", set_opt[opt], eq + 1);
     else
         snprintf(what, sizeof what, "--set %s", assignment);
-    if (eq == NULL || eq == assignment || eq[1] == '\0') {
+    if (eq == NULL || eq == assignment) {
         bt_diag_set(diag, "%s: expected KEY=VALUE, e.g. --set stages.pretrain.steps=100", what);
         return BT_ERECIPE;
     }
@@ -366,7 +366,16 @@ static int set_apply(recipe_doc *doc, const char *assignment, int opt, bt_diag *
     bt_buf_init(&p.text);
     bt_buf_init(&p.base);
     int rc = key ? set_check_key(what, key, diag) : BT_ENOMEM;
-    if (rc == 0) rc = set_plan_build(&p, doc, what, key, eq + 1, diag);
+    /* An empty value is the empty string: YAML's empty value would be null, which no
+     * field takes. */
+    if (rc == 0) rc = set_plan_build(&p, doc, what, key, eq[1] ? eq + 1 : "\"\"", diag);
+    if (rc == 0 && eq[1] == '\0' && p.last != NULL && p.last->type != PROTOBUF_C_TYPE_STRING) {
+        bt_diag_set(diag,
+                    "%s: empty value for %s, which is not a string; give one after '=' "
+                    "(\"\" is taken only by a string field)",
+                    what, bt_buf_str(&p.base));
+        rc = BT_ERECIPE;
+    }
     if (rc == 0 && (p.text.oom || p.base.oom)) rc = BT_ENOMEM;
     if (rc == 0) rc = set_overlay(doc, what, &p, diag);
     if (rc == BT_ENOMEM) bt_diag_set(diag, "%s: out of memory", what);

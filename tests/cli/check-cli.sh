@@ -67,6 +67,11 @@ expect 0 '16 nodes x 4 GPUs' -- plan "$recipes/llama3-70b-64gpu.yaml" --gpus-per
 expect 2 '--set defaults.parallel.bogus=1.*unknown key "bogus"' -- plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.bogus=1
 expect 2 "expected KEY=VALUE" -- plan "$recipes/tiny-cpu.yaml" --set nothing
 expect 2 "usage: baton plan" -- plan "$recipes/tiny-cpu.yaml" --set
+# an empty value is the empty string, which only a string field takes
+expect 2 "^--set name=: name: the recipe name is empty" -- plan "$recipes/tiny-cpu.yaml" --set name=
+expect 2 "^--set stages\\.0\\.steps=: empty value for stages\\[0\\]\\.steps, which is not a string" -- \
+  plan "$recipes/tiny-cpu.yaml" --set stages.0.steps=
+expect 0 "valid: \"\"$" -- spec "$recipes/tiny-cpu.yaml" --stage 0 --set data.valid=
 # status and ckpt inspect say what their JSON holds and how they exit
 expect 0 'failure_list \(per failure: stage, stage_index, attempt, time, step,' -- status --help
 expect 0 '^Exit status: 0 shown, 2 usage or RUN_DIR is not a run directory' -- status --help
