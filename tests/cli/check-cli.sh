@@ -190,6 +190,12 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   expect 0 "wrote $sub/r1/baton.sbatch \(not submitted" -- submit "$small" --run-dir r1 --dry-run
   grep -qx "#SBATCH --chdir=$sub" r1/baton.sbatch || { echo "FAIL: no --chdir"; exit 1; }
   grep -q -- "--gpus-per-node" r1/baton.sbatch && { echo "FAIL: a CPU recipe asks for GPUs"; exit 1; }
+  # without --run-dir: runs/<name>, or for a recipe without a name runs/<file stem>, so
+  # that two unnamed recipes get a directory each
+  expect 0 "wrote $sub/runs/precision/baton.sbatch" -- submit "$small" --dry-run
+  grep -v '^name:' "$small" >unnamed-a.yaml && cp unnamed-a.yaml unnamed-b.yml
+  expect 0 "wrote $sub/runs/unnamed-a/baton.sbatch" -- submit unnamed-a.yaml --dry-run
+  expect 0 "wrote $sub/runs/unnamed-b/baton.sbatch" -- submit unnamed-b.yml --dry-run
   expect 0 "wrote" -- submit "$small" --run-dir r2 --dry-run --set cluster.device=cuda \
     --set cluster.gpus_per_node=2 --set defaults.parallel.dp=2
   grep -qx "#SBATCH --gpus-per-node=2" r2/baton.sbatch || { echo "FAIL: no --gpus-per-node=2"; exit 1; }
