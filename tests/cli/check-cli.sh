@@ -228,6 +228,12 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   expect 2 "^baton submit: unexpected argument 'extra'" -- submit "$small" extra --run-dir r7
   expect 2 "^baton submit: .*no-such-data" -- submit "$small" --run-dir r7 --dry-run \
     --set data.train=no-such-data
+  # a relative data path resolves where baton runs: the message names that directory
+  expect 2 "^baton run: stage \"fp32\": training data no-such-data: no-such-data\\.idx: cannot open: .* \\(relative to $sub; make it with 'baton data prepare'\\)$" -- \
+    run "$small" --run-dir r8 --set data.train=no-such-data
+  expect 2 "^baton run: init: no-such-ckpt: .*\\(relative to $sub; make one with" -- \
+    run "$small" --run-dir r8 --set init=no-such-ckpt
+  [[ ! -e r8 ]] || { echo "FAIL: a run with missing data made its run directory"; exit 1; }
   exit "$failures"
 ) || failures=$((failures + $?))
 
