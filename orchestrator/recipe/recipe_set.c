@@ -304,8 +304,7 @@ static int set_merge(ProtobufCMessage *dst, const ProtobufCMessage *src, const s
     for (int k = 0; k < p->nsteps; k++) {
         const set_step *s = &p->step[k];
         if (s->index < 0) {
-            ProtobufCMessage **dm = (ProtobufCMessage **)((char *)dst + s->f->offset);
-            dst = *dm;
+            dst = *(ProtobufCMessage **)((char *)dst + s->f->offset);
             src = *(ProtobufCMessage *const *)((const char *)src + s->f->offset);
             continue;
         }
