@@ -19,31 +19,33 @@
 #include "util/buf.h"
 
 static void run_usage(FILE *f) {
-    fprintf(f, "usage: baton run RECIPE [--run-dir DIR] [--nodes K] [--gpus-per-node G]\n"
-               "                 [--set KEY=VALUE ...] [--worker PATH] [--quiet]\n"
-               "                 [--launcher local|slurm] [--listen ADDRESS]\n\n"
-               "Runs every stage of RECIPE in order, each as a job of baton-worker ranks under\n"
-               "the embedded PMIx server, handing each stage the previous stage's final\n"
-               "checkpoint, and restarting a failed attempt from the newest complete\n"
-               "checkpoint (restart.max_restarts, restart.backoff; no progress for\n"
-               "restart.heartbeat_timeout counts as a hang). Everything is journaled in the run\n"
-               "directory; running again on the same directory (or 'baton resume') continues\n"
-               "where it stood. See 'baton status RUN_DIR'.\n\n"
-               "  --run-dir DIR   the run directory (default: runs/<recipe name>), created 0700\n"
-               "  --nodes K, --gpus-per-node G   the cluster (as --set cluster.nodes=K ...)\n"
-               "  --set KEY=VALUE override a recipe field: a dotted path as in the YAML, stages\n"
-               "                  by name or index (stages.pretrain.steps=100,\n"
-               "                  defaults.optimizer.lr=1e-3); kept with the run for resume\n"
-               "  --worker PATH   the worker program (default: baton-worker next to baton)\n"
-               "  --launcher L    local (default): the embedded PMIx server on this host;\n"
-               "                  slurm: inside an allocation, each attempt is an\n"
-               "                  'srun --mpi=pmix' step on the allocation's hosts\n"
-               "  --listen ADDR   (slurm) the address the workers reach this host at\n"
-               "                  (default: its first non-loopback IPv4 address)\n"
-               "  --quiet         no progress lines\n\n"
-               "Exit status: 0 the run completed, 1 it failed (restarts exhausted), 2 bad\n"
-               "recipe, run directory or data (nothing was started), 75 stopped by a signal\n"
-               "(resumable).\n");
+    fprintf(f,
+            "usage: baton run RECIPE [--run-dir DIR] [--nodes K] [--gpus-per-node G]\n"
+            "                 [--set KEY=VALUE ...] [--worker PATH] [--quiet]\n"
+            "                 [--launcher local|slurm] [--listen ADDRESS]\n\n"
+            "Runs every stage of RECIPE in order, each as a job of baton-worker ranks under\n"
+            "the embedded PMIx server, handing each stage the previous stage's final\n"
+            "checkpoint, and restarting a failed attempt from the newest complete\n"
+            "checkpoint (restart.max_restarts, restart.backoff; no progress for\n"
+            "restart.heartbeat_timeout counts as a hang). Everything is journaled in the run\n"
+            "directory; running again on the same directory (or 'baton resume') continues\n"
+            "where it stood. See 'baton status RUN_DIR'.\n\n"
+            "  --run-dir DIR   the run directory (default: runs/<recipe name>, runs/<file stem>\n"
+            "                  for a recipe without a name), created 0700\n"
+            "  --nodes K, --gpus-per-node G   the cluster (as --set cluster.nodes=K ...)\n"
+            "  --set KEY=VALUE override a recipe field: a dotted path as in the YAML, stages\n"
+            "                  by name or index (stages.pretrain.steps=100,\n"
+            "                  defaults.optimizer.lr=1e-3); kept with the run for resume\n"
+            "  --worker PATH   the worker program (default: baton-worker next to baton)\n"
+            "  --launcher L    local (default): the embedded PMIx server on this host;\n"
+            "                  slurm: inside an allocation, each attempt is an\n"
+            "                  'srun --mpi=pmix' step on the allocation's hosts\n"
+            "  --listen ADDR   (slurm) the address the workers reach this host at\n"
+            "                  (default: its first non-loopback IPv4 address)\n"
+            "  --quiet         no progress lines\n\n"
+            "Exit status: 0 the run completed, 1 it failed (restarts exhausted), 2 bad\n"
+            "recipe, run directory or data (nothing was started), 75 stopped by a signal\n"
+            "(resumable).\n");
 }
 
 static void resume_usage(FILE *f) {
@@ -304,6 +306,31 @@ static int run_submit(run_args *a, recipe_doc *doc, run_dir *dir) {
     return BT_EXIT_OK;
 }
 
+/* The default run directory: runs/<recipe name>, or for a recipe without a name
+ * runs/<its file's stem> (recipes/a.yaml: runs/a), so that two unnamed recipes do not
+ * share one; runs/run where the stem names no directory ("..yaml"). */
+static void run_default_dir(char *out, size_t cap, const char *name, const char *recipe) {
+    if (name != NULL && name[0] != '\0') {
+        snprintf(out, cap, "runs/%s", name);
+        return;
+    }
+    const char *base = strrchr(recipe, '/');
+    base = base ? base + 1 : recipe;
+    size_t n = strlen(base);
+    static const char *const ext[] = {".yaml", ".yml"};
+    for (int k = 0; k < 2; k++) {
+        size_t e = strlen(ext[k]);
+        if (n > e && strcmp(base + n - e, ext[k]) == 0) {
+            n -= e;
+            break;
+        }
+    }
+    if (n == 0 || (n == 1 && base[0] == '.') || (n == 2 && strncmp(base, "..", 2) == 0))
+        snprintf(out, cap, "runs/run");
+    else
+        snprintf(out, cap, "runs/%.*s", (int)n, base);
+}
+
 static int run_main(run_args *a) {
     char recipe_copy[4200], dflt[512], worker[PATH_MAX];
     if (!a->submit) run_signals_block(); /* submit runs sbatch, which should see a Ctrl-C */
@@ -342,7 +369,7 @@ static int run_main(run_args *a) {
         return BT_EXIT_USAGE;
     }
     if (a->run_dir == NULL) {
-        snprintf(dflt, sizeof dflt, "runs/%s", doc.recipe->name ? doc.recipe->name : "run");
+        run_default_dir(dflt, sizeof dflt, doc.recipe->name, a->recipe);
         a->run_dir = dflt;
     }
     bt_buf sets;

@@ -1,7 +1,8 @@
 /* Rank layout arithmetic (see layout.h for the model).
  *
  * Invariants kept by layout_init:
- *   - tp, cp, dp, pp each occupy one slot of the order; stride[d] is the product of
+ *   - tp, cp, dp, pp each occupy one slot of the order (one of size 1 that the order
+ *     leaves out gets the slot order_insert gives it); stride[d] is the product of
  *     the sizes of the dense dims before d, so rank = sum c[d] * stride[d] over the
  *     dense dims (tp, cp, dp, pp) and world = tp * cp * dp * pp.
  *   - The expert view splits the "block index" of a rank into ep = b % ep (fastest) and
@@ -40,7 +41,28 @@ static int order_token_dim(const char *tok, size_t len) {
     return -1;
 }
 
-static int order_parse_string(const char *order, order_parse *op, bt_diag *diag) {
+/* Where a dense dimension of size 1 that the order leaves out goes: beside the dims the
+ * expert block needs it next to (cp just before dp, dp just after cp, tp just before cp),
+ * pp last. Of size 1 it moves no rank; placed there, the expert block (cp x dp, tp x cp x
+ * dp under the fold) stays as contiguous as the named dims make it, so the layout is the
+ * one naming it there would give. */
+static void order_insert(order_parse *op, enum layout_dim d) {
+    int at = op->n;
+    for (int i = 0; i < op->n; i++) {
+        if ((d == LAYOUT_CP && op->dims[i] == LAYOUT_DP) ||
+            (d == LAYOUT_TP && op->dims[i] == LAYOUT_CP))
+            at = i;
+        if (d == LAYOUT_DP && op->dims[i] == LAYOUT_CP) at = i + 1;
+    }
+    memmove(&op->dims[at + 1], &op->dims[at], (size_t)(op->n - at) * sizeof *op->dims);
+    op->dims[at] = d;
+    op->n++;
+}
+
+/* Parses order into op; size[d] are the sizes of the dense dims (tp, cp, dp, pp), of
+ * which those of size 1 may be left out (order_insert places them). */
+static int order_parse_string(const char *order, const uint32_t *size, order_parse *op,
+                              bt_diag *diag) {
     int seen[LAYOUT_NDIMS] = {0};
     const char *p = order;
     op->n = 0;
@@ -65,14 +87,17 @@ static int order_parse_string(const char *order, order_parse *op, bt_diag *diag)
         p = end + 1;
     }
     for (int d = LAYOUT_TP; d <= LAYOUT_PP; d++) {
-        if (!seen[d]) {
+        if (!seen[d] && size[d] != 1) {
             bt_diag_set(diag,
-                        "parallel.order \"%s\": \"%s\" is missing; tp, cp, dp and pp must "
-                        "each be named once (ep may be left out)",
-                        order, dim_names[d]);
+                        "parallel.order \"%s\": \"%s\" is missing, and %s is %u; name each of "
+                        "tp, cp, dp and pp once (one of size 1, and ep, may be left out)",
+                        order, dim_names[d], dim_names[d], size[d]);
             return BT_EINVAL;
         }
     }
+    static const enum layout_dim fill[] = {LAYOUT_CP, LAYOUT_DP, LAYOUT_TP, LAYOUT_PP};
+    for (int k = 0; k < 4; k++)
+        if (!seen[fill[k]]) order_insert(op, fill[k]);
     return BT_OK;
 }
 
@@ -183,7 +208,9 @@ int layout_init(layout *l, uint32_t tp, uint32_t cp, uint32_t dp, uint32_t pp, u
     int rc = layout_check_sizes(tp, cp, dp, pp, ep, fold_tp, gpus_per_node, diag);
     if (rc != BT_OK) return rc;
     order_parse op;
-    rc = order_parse_string(order, &op, diag);
+    const uint32_t size[LAYOUT_NDIMS] = {
+        [LAYOUT_TP] = tp, [LAYOUT_CP] = cp, [LAYOUT_DP] = dp, [LAYOUT_PP] = pp};
+    rc = order_parse_string(order, size, &op, diag);
     if (rc == BT_OK && ep > 1) rc = order_check_expert(order, &op, diag);
     if (rc != BT_OK) return rc;
     l->size[LAYOUT_TP] = tp;

@@ -10,8 +10,10 @@
  * tp*cp*dp block instead: ep takes the fastest ranks (the tp group's first, so an ep
  * group stays inside a node when it fits), ep must divide tp*cp*dp, and the edp group
  * holds every copy of a rank's routed experts. An order string names each of tp, cp,
- * dp, pp once; ep may be named or left out (it always takes the fastest ranks of its
- * block; cp and dp must be adjacent in the order when ep > 1).
+ * dp, pp once, except that one of size 1 may be left out (the layout is the one naming it
+ * beside the expert block would give: "tp-dp-pp" with cp 1 is "tp-cp-dp-pp"); ep may be
+ * named or left out (it always takes the fastest ranks of its block; cp and dp must be
+ * adjacent in the order when ep > 1).
  * Ranks are numbered node-major: node = rank / gpus_per_node. */
 #ifndef BATON_LAYOUT_H
 #define BATON_LAYOUT_H

@@ -49,8 +49,7 @@ static void dump_enum(bt_buf *out, const ProtobufCEnumDescriptor *e, int v) {
         bt_buf_printf(out, "%c", *p == '_' ? '_' : tolower((unsigned char)*p));
 }
 
-/* One scalar element at p (a pointer to the C storage of the value). */
-static void dump_scalar(bt_buf *out, const ProtobufCFieldDescriptor *f, const void *p) {
+void pb_dump_scalar(bt_buf *out, const ProtobufCFieldDescriptor *f, const void *p) {
     switch (f->type) {
     case PROTOBUF_C_TYPE_INT32:
     case PROTOBUF_C_TYPE_SINT32:
@@ -101,7 +100,7 @@ static void dump_repeated(bt_buf *out, const ProtobufCMessage *m, const Protobuf
         bt_buf_printf(out, "%*s%s: [", indent, "", f->name);
         for (size_t i = 0; i < n; i++) {
             bt_buf_printf(out, i ? ", " : "");
-            dump_scalar(out, f, arr + i * pb_elem_size(f->type));
+            pb_dump_scalar(out, f, arr + i * pb_elem_size(f->type));
         }
         bt_buf_printf(out, "]\n");
         return;
@@ -131,7 +130,7 @@ void pb_dump_yaml(bt_buf *out, const ProtobufCMessage *m, int indent, int with_d
             /* an absent string without a default is "", which nothing reads as a value */
             if (!present && f->type == PROTOBUF_C_TYPE_STRING && f->default_value == NULL) continue;
             bt_buf_printf(out, "%*s%s: ", indent, "", f->name);
-            dump_scalar(out, f, field_ptr(m, f));
+            pb_dump_scalar(out, f, field_ptr(m, f));
             bt_buf_printf(out, "%s\n", present ? "" : "  # default");
         }
     }

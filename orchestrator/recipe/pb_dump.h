@@ -15,4 +15,9 @@
  * default and bytes are left out. */
 void pb_dump_yaml(bt_buf *out, const ProtobufCMessage *m, int indent, int with_defaults);
 
+/* Appends one scalar element of field f, at p (a pointer to the C storage of the value), as
+ * the recipe loader reads it back: a number, true/false, an enum value's name, a string
+ * double-quoted. */
+void pb_dump_scalar(bt_buf *out, const ProtobufCFieldDescriptor *f, const void *p);
+
 #endif

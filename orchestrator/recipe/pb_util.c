@@ -139,6 +139,22 @@ static int pb_merge_repeated(ProtobufCMessage *dst, const ProtobufCMessage *src,
     return 0;
 }
 
+int pb_repeated_set(ProtobufCMessage *dst, const ProtobufCMessage *src,
+                    const ProtobufCFieldDescriptor *f, size_t i) {
+    size_t sz = pb_elem_size(f->type);
+    if (f->label != PROTOBUF_C_LABEL_REPEATED || i >= *(size_t *)pb_at(dst, f->quantifier_offset) ||
+        i >= *(size_t *)pb_at(src, f->quantifier_offset))
+        return BT_EINVAL;
+    char *d = *(char **)pb_at(dst, f->offset) + i * sz;
+    const char *s = *(char *const *)pb_at(src, f->offset) + i * sz;
+    /* Copy first, release the old element after: dst stays valid when the copy fails. */
+    unsigned char tmp[sizeof(ProtobufCBinaryData)] = {0};
+    if (pb_elem_copy(f, tmp, s) < 0) return BT_ENOMEM;
+    pb_elem_release(f, d);
+    memcpy(d, tmp, sz);
+    return 0;
+}
+
 /* Whether singular field f is set in m. */
 static int pb_has_field(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) {
     const void *v = pb_at(m, f->offset);

@@ -20,4 +20,10 @@ ProtobufCMessage *pb_clone(const ProtobufCMessage *m);
  * its memory in the free_unpacked sense. Returns 0 or BT_ENOMEM. */
 int pb_merge(ProtobufCMessage *dst, const ProtobufCMessage *src);
 
+/* Replaces element i of dst's repeated field f with a deep copy of src's element i (a
+ * message element keeps its lists given empty); both hold more than i elements. dst is
+ * untouched on failure. Returns 0, BT_EINVAL (i out of range) or BT_ENOMEM. */
+int pb_repeated_set(ProtobufCMessage *dst, const ProtobufCMessage *src,
+                    const ProtobufCFieldDescriptor *f, size_t i);
+
 #endif

@@ -45,7 +45,8 @@ void recipe_drop_stale_split(Baton__Parallel *e, const Baton__Parallel *given, u
                              uint32_t v0);
 
 /* Overlays one --set KEY=VALUE assignment (recipe_set.c) onto the loaded recipe: KEY a
- * dotted field path (stages by name or index: stages.pretrain.steps), VALUE YAML. Errors
+ * dotted field path (stages by name or index: stages.pretrain.steps; an element of another
+ * list by index: data.mix.0.weight), VALUE YAML. Errors
  * name the assignment. Validate afterwards. */
 int recipe_apply_set(recipe_doc *doc, const char *assignment, bt_diag *diag);
 

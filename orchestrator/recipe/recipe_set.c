@@ -1,5 +1,6 @@
 /* --set KEY=VALUE overrides: KEY is a dotted path of recipe fields (as in YAML), with
- * stages addressed by name or index (stages.pretrain.steps, stages.1.parallel.dp);
+ * stages addressed by name or index (stages.pretrain.steps, stages.1.parallel.dp) and the
+ * elements of other lists by index (data.mix.0.weight, defaults.parallel.stage_layers.1);
  * VALUE is YAML (units and shorthands as in a recipe file). The assignment is turned into
  * a small recipe document, loaded by the same loader (so it is checked the same way), and
  * overlaid onto the loaded recipe. */
@@ -7,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pb_dump.h"
 #include "pb_util.h"
 #include "recipe.h"
 #include "util/buf.h"
@@ -22,17 +24,6 @@ static void set_nested(bt_buf *b, const char *path, const char *value, int depth
     } else {
         bt_buf_printf(b, " %s\n", value);
     }
-}
-
-static long set_stage_index(const recipe_doc *doc, const char *key, size_t n) {
-    char *end;
-    long i = strtol(key, &end, 10);
-    if (end == key + n && i >= 0 && (size_t)i < doc->recipe->n_stages) return i;
-    for (size_t k = 0; k < doc->recipe->n_stages; k++) {
-        const char *name = doc->recipe->stages[k]->name;
-        if (name && strlen(name) == n && strncmp(name, key, n) == 0) return (long)k;
-    }
-    return -1;
 }
 
 /* Every segment of a dotted key must be a field name or a stage's name or index: an
@@ -125,13 +116,216 @@ oom:
     return BT_ENOMEM;
 }
 
-/* Loads text as a recipe and overlays it (or its stage si onto stage si); base is the
- * assignment's key as a recipe path. */
-static int set_overlay(recipe_doc *doc, const char *what, const char *text, long si,
-                       const char *base, bt_diag *diag) {
+/* One step of an assignment's key resolved against the schema: field f of the message
+ * reached so far, and for a list the element (index >= 0) the next steps go into. */
+typedef struct set_step {
+    const ProtobufCFieldDescriptor *f;
+    long index; /* -1: the field itself */
+} set_step;
+
+/* Deeper than any path in the schema: a longer key names a field that is not there, which
+ * the loader reports. */
+#define SET_MAX_STEPS 32
+
+/* An assignment resolved against the loaded recipe: the small recipe document that says
+ * it (text), its key as a recipe path (base, "data.mix[1].weight") and the steps that
+ * lead to the value. */
+typedef struct set_plan {
+    bt_buf text;
+    bt_buf base;
+    set_step step[SET_MAX_STEPS];
+    int nsteps;
+    int nindex;                           /* list elements among the steps */
+    const ProtobufCFieldDescriptor *last; /* the field the value is for; NULL: unknown */
+} set_plan;
+
+static size_t set_count(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) {
+    return m ? *(const size_t *)((const char *)m + f->quantifier_offset) : 0;
+}
+
+static void *set_elem(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f, size_t i) {
+    return *(char *const *)((const char *)m + f->offset) + i * pb_elem_size(f->type);
+}
+
+/* A stage's name or index, or -1. */
+static long set_stage_index(const recipe_doc *doc, const char *key, size_t n) {
+    for (size_t k = 0; k < doc->recipe->n_stages; k++) {
+        const char *name = doc->recipe->stages[k]->name;
+        if (name && strlen(name) == n && strncmp(name, key, n) == 0) return (long)k;
+    }
+    return -1;
+}
+
+/* seg[0, n) as a 0-based index (digits only), or -1. */
+static long set_index(const char *seg, size_t n) {
+    long i = 0;
+    if (n == 0 || n > 9 || strspn(seg, "0123456789") < n) return -1;
+    for (size_t k = 0; k < n; k++)
+        i = i * 10 + (seg[k] - '0');
+    return i;
+}
+
+/* The element of list f of m (m may be NULL: a block the recipe does not give) that
+ * segment seg[0, n) of key names, or an error; key[0, at) names the list. */
+static long set_list_index(const recipe_doc *doc, const char *what, const char *key, size_t at,
+                           const char *seg, size_t n, const ProtobufCMessage *m,
+                           const ProtobufCFieldDescriptor *f, const char *path, bt_diag *diag) {
+    size_t count = set_count(m, f);
+    int stages = m == &doc->recipe->base && strcmp(f->name, "stages") == 0;
+    long i = set_index(seg, n);
+    if (stages && (i < 0 || (size_t)i >= count)) i = set_stage_index(doc, seg, n);
+    if (i >= 0 && (size_t)i < count) return i;
+    if (stages) {
+        bt_buf names;
+        bt_buf_init(&names);
+        for (size_t k = 0; k < doc->recipe->n_stages; k++)
+            bt_buf_printf(&names, "%s%s", k ? ", " : "",
+                          doc->recipe->stages[k]->name ? doc->recipe->stages[k]->name : "?");
+        bt_diag_set(diag,
+                    "%s: the recipe has no stage '%.*s' (its stages: %s; or a 0-based "
+                    "index below %zu)",
+                    what, (int)n, seg, bt_buf_str(&names), doc->recipe->n_stages);
+        bt_buf_free(&names);
+        return -1;
+    }
+    char place[300] = "";
+    const recipe_pos *at_file = recipe_doc_find(doc, path);
+    if (at_file != NULL && at_file->line > 0 && strcmp(at_file->path, path) == 0)
+        snprintf(place, sizeof place, " (%s:%d:%d)", doc->file, at_file->line, at_file->col);
+    if (i < 0)
+        bt_diag_set(diag,
+                    "%s: %s is a list: name an element by its 0-based index (%.*s.0), not "
+                    "\"%.*s\", or give the whole list: %.*s=[...]",
+                    what, path, (int)at, key, (int)n, seg, (int)at, key);
+    else if (count == 0)
+        bt_diag_set(diag,
+                    "%s: %s%s %s, so there is no element %ld; give the whole list: %.*s=[...]",
+                    what, path, place,
+                    m && *(void *const *)((const char *)m + f->offset) ? "is empty"
+                                                                       : "is not in the recipe",
+                    i, (int)at, key);
+    else
+        bt_diag_set(diag,
+                    "%s: %s%s has %zu element%s, so index %ld is out of range (0-based, 0 to "
+                    "%zu); to change its length, give the whole list: %.*s=[...]",
+                    what, path, place, count, count == 1 ? "" : "s", i, count - 1, (int)at, key);
+    return -1;
+}
+
+/* Resolves key (checked by set_check_key) against the schema and doc, and writes the
+ * document that assigns value to it: "a.b.c" -> "a:\n  b:\n    c: VALUE\n"; an element of
+ * a list (stages by name or index, others by index) as that list with the elements before
+ * it as placeholders, so that the loader's paths and messages say [i] as the merged recipe
+ * does ("- {}" for a message; for a single value, the one the recipe has, which loads). A
+ * key that leaves the schema (an unknown field, a field under a single value) is written
+ * as given, for the loader to report. */
+static int set_plan_build(set_plan *p, const recipe_doc *doc, const char *what, const char *key,
+                          const char *value, bt_diag *diag) {
+    const ProtobufCMessageDescriptor *d = &baton__recipe__descriptor;
+    const ProtobufCMessage *m = &doc->recipe->base;
+    int depth = 0;
+    for (const char *seg = key;;) {
+        const char *dot = strchr(seg, '.');
+        size_t n = dot ? (size_t)(dot - seg) : strlen(seg);
+        const ProtobufCFieldDescriptor *f = NULL;
+        if (d != NULL && p->nsteps < SET_MAX_STEPS - 1) {
+            char name[128];
+            snprintf(name, sizeof name, "%.*s", (int)n, seg);
+            f = n < sizeof name ? protobuf_c_message_descriptor_get_field_by_name(d, name) : NULL;
+        }
+        if (f == NULL) { /* unknown to the schema here: the loader says what is wrong */
+            set_nested(&p->text, seg, value, depth);
+            bt_buf_printf(&p->base, "%s%s", p->base.len ? "." : "", seg);
+            p->last = NULL;
+            return 0;
+        }
+        bt_buf_printf(&p->base, "%s%s", p->base.len ? "." : "", f->name);
+        bt_buf_printf(&p->text, "%*s%s:", depth * 2, "", f->name);
+        p->step[p->nsteps++] = (set_step){f, -1};
+        p->last = f;
+        if (dot == NULL) {
+            bt_buf_printf(&p->text, " %s\n", value);
+            return 0;
+        }
+        bt_buf_printf(&p->text, "\n");
+        seg = dot + 1;
+        if (f->label != PROTOBUF_C_LABEL_REPEATED) {
+            m = f->type == PROTOBUF_C_TYPE_MESSAGE && m != NULL
+                    ? *(ProtobufCMessage *const *)((const char *)m + f->offset)
+                    : NULL;
+            d = f->type == PROTOBUF_C_TYPE_MESSAGE ? f->descriptor : NULL;
+            depth++;
+            continue;
+        }
+        /* an element of a list */
+        dot = strchr(seg, '.');
+        n = dot ? (size_t)(dot - seg) : strlen(seg);
+        if (m == &doc->recipe->base && strcmp(f->name, "stages") == 0 && dot == NULL) {
+            bt_diag_set(diag,
+                        "%s: name a stage and a field, e.g. stages.%s.steps (stages: by name "
+                        "or 0-based index)",
+                        what, doc->recipe->n_stages ? doc->recipe->stages[0]->name : "NAME");
+            return BT_ERECIPE;
+        }
+        long i = set_list_index(doc, what, key, (size_t)(seg - 1 - key), seg, n, m, f,
+                                bt_buf_str(&p->base), diag);
+        if (i < 0) return BT_ERECIPE;
+        p->step[p->nsteps - 1].index = i;
+        p->nindex++;
+        bt_buf_printf(&p->base, "[%ld]", i);
+        for (long k = 0; k < i; k++) {
+            bt_buf_printf(&p->text, "%*s- ", depth * 2 + 2, "");
+            if (f->type == PROTOBUF_C_TYPE_MESSAGE)
+                bt_buf_printf(&p->text, "{}");
+            else
+                pb_dump_scalar(&p->text, f, set_elem(m, f, (size_t)k));
+            bt_buf_printf(&p->text, "\n");
+        }
+        bt_buf_printf(&p->text, "%*s-", depth * 2 + 2, "");
+        if (dot == NULL) {
+            bt_buf_printf(&p->text, " %s\n", value);
+            return 0;
+        }
+        bt_buf_printf(&p->text, "\n");
+        seg = dot + 1;
+        m = f->type == PROTOBUF_C_TYPE_MESSAGE
+                ? *(ProtobufCMessage *const *)set_elem(m, f, (size_t)i)
+                : NULL;
+        d = f->type == PROTOBUF_C_TYPE_MESSAGE ? f->descriptor : NULL;
+        depth += 2;
+    }
+}
+
+/* Overlays part (the assignment's document) onto dst along the plan's steps: at the last
+ * list element on the way, that element's given fields (or, when the element itself is
+ * the value, the whole element) replace the recipe's; without one, everything given. */
+static int set_merge(ProtobufCMessage *dst, const ProtobufCMessage *src, const set_plan *p) {
+    int seen = 0;
+    for (int k = 0; k < p->nsteps; k++) {
+        const set_step *s = &p->step[k];
+        if (s->index < 0) {
+            dst = *(ProtobufCMessage **)((char *)dst + s->f->offset);
+            src = *(ProtobufCMessage *const *)((const char *)src + s->f->offset);
+            continue;
+        }
+        if (++seen < p->nindex) {
+            dst = *(ProtobufCMessage **)set_elem(dst, s->f, (size_t)s->index);
+            src = *(ProtobufCMessage *const *)set_elem(src, s->f, (size_t)s->index);
+            continue;
+        }
+        if (k == p->nsteps - 1) return pb_repeated_set(dst, src, s->f, (size_t)s->index);
+        return pb_merge(*(ProtobufCMessage **)set_elem(dst, s->f, (size_t)s->index),
+                        *(ProtobufCMessage *const *)set_elem(src, s->f, (size_t)s->index));
+    }
+    return pb_merge(dst, src);
+}
+
+/* Loads the plan's document and overlays it onto doc. */
+static int set_overlay(recipe_doc *doc, const char *what, const set_plan *p, bt_diag *diag) {
     recipe_doc part;
     bt_diag inner;
     bt_diag_init(&inner);
+    const char *text = bt_buf_str(&p->text);
     int rc = recipe_load_buffer(what, text, strlen(text), &part, &inner);
     if (rc != 0) {
         set_diag_unplace(diag, what, &inner);
@@ -140,14 +334,12 @@ static int set_overlay(recipe_doc *doc, const char *what, const char *text, long
     Baton__Stage *d = doc->recipe->defaults, *g = part.recipe->defaults;
     uint32_t pp0 = d && d->parallel ? d->parallel->pp : 0;
     uint32_t v0 = d && d->parallel ? d->parallel->virtual_stages : 0;
-    if (si >= 0 && part.recipe->n_stages == (size_t)si + 1)
-        rc = pb_merge(&doc->recipe->stages[si]->base, &part.recipe->stages[si]->base);
-    else if (si < 0)
-        rc = pb_merge(&doc->recipe->base, &part.recipe->base);
+    rc = p->nindex > 0 ? set_merge(&doc->recipe->base, &part.recipe->base, p)
+                       : pb_merge(&doc->recipe->base, &part.recipe->base);
     d = doc->recipe->defaults; /* --set defaults.parallel.pp=N: as a stage changing it */
-    if (rc == 0 && si < 0 && d != NULL && g != NULL)
+    if (rc == 0 && p->nindex == 0 && d != NULL && g != NULL)
         recipe_drop_stale_split(d->parallel, g->parallel, pp0, v0);
-    if (rc == 0) rc = set_record(doc, &part, base, what, diag);
+    if (rc == 0) rc = set_record(doc, &part, bt_buf_str(&p->base), what, diag);
     recipe_doc_free(&part);
     return rc;
 }
@@ -159,57 +351,35 @@ static const char *const set_opt_key[] = {"", "cluster.nodes=", "cluster.gpus_pe
  * its messages name as the user wrote it: "--nodes abc", not "--set cluster.nodes=abc". */
 static int set_apply(recipe_doc *doc, const char *assignment, int opt, bt_diag *diag) {
     const char *eq = strchr(assignment, '=');
-    char what[300], base[300];
+    char what[300];
     if (opt > 0 && eq != NULL)
         snprintf(what, sizeof what, "%s %s", set_opt[opt], eq + 1);
     else
         snprintf(what, sizeof what, "--set %s", assignment);
-    if (eq == NULL || eq == assignment || eq[1] == '\0') {
+    if (eq == NULL || eq == assignment) {
         bt_diag_set(diag, "%s: expected KEY=VALUE, e.g. --set stages.pretrain.steps=100", what);
         return BT_ERECIPE;
     }
     char *key = strndup(assignment, (size_t)(eq - assignment));
-    bt_buf b;
-    bt_buf_init(&b);
-    long si = -1;
+    set_plan p = {0};
+    bt_buf_init(&p.text);
+    bt_buf_init(&p.base);
     int rc = key ? set_check_key(what, key, diag) : BT_ENOMEM;
-    if (rc == 0 && strncmp(key, "stages.", 7) == 0) {
-        const char *rest = key + 7, *dot = strchr(rest, '.');
-        si = dot ? set_stage_index(doc, rest, (size_t)(dot - rest)) : -1;
-        if (si < 0 && dot != NULL && dot > rest) {
-            bt_buf names;
-            bt_buf_init(&names);
-            for (size_t k = 0; k < doc->recipe->n_stages; k++)
-                bt_buf_printf(&names, "%s%s", k ? ", " : "",
-                              doc->recipe->stages[k]->name ? doc->recipe->stages[k]->name : "?");
-            bt_diag_set(diag,
-                        "%s: the recipe has no stage '%.*s' (its stages: %s; or a 0-based "
-                        "index below %zu)",
-                        what, (int)(dot - rest), rest, bt_buf_str(&names), doc->recipe->n_stages);
-            bt_buf_free(&names);
-            rc = BT_ERECIPE;
-        } else if (si < 0) {
-            bt_diag_set(diag,
-                        "%s: name a stage and a field, e.g. stages.%s.steps (stages: by name "
-                        "or 0-based index)",
-                        what, doc->recipe->n_stages ? doc->recipe->stages[0]->name : "NAME");
-            rc = BT_ERECIPE;
-        } else {
-            /* Empty stages before it, so that the loader's paths (and messages) say
-             * stages[si] as the merged recipe does. */
-            bt_buf_printf(&b, "stages:\n");
-            for (long k = 0; k < si; k++)
-                bt_buf_printf(&b, "  - {}\n");
-            bt_buf_printf(&b, "  -\n");
-            set_nested(&b, dot + 1, eq + 1, 2);
-            snprintf(base, sizeof base, "stages[%ld].%s", si, dot + 1);
-        }
-    } else if (rc == 0) {
-        set_nested(&b, key, eq + 1, 0);
-        snprintf(base, sizeof base, "%s", key);
+    /* An empty value is the empty string: YAML's empty value would be null, which no
+     * field takes. */
+    if (rc == 0) rc = set_plan_build(&p, doc, what, key, eq[1] ? eq + 1 : "\"\"", diag);
+    if (rc == 0 && eq[1] == '\0' && p.last != NULL && p.last->type != PROTOBUF_C_TYPE_STRING) {
+        bt_diag_set(diag,
+                    "%s: empty value for %s, which is not a string; give one after '=' "
+                    "(\"\" is taken only by a string field)",
+                    what, bt_buf_str(&p.base));
+        rc = BT_ERECIPE;
     }
-    if (rc == 0) rc = set_overlay(doc, what, bt_buf_str(&b), si, base, diag);
-    bt_buf_free(&b);
+    if (rc == 0 && (p.text.oom || p.base.oom)) rc = BT_ENOMEM;
+    if (rc == 0) rc = set_overlay(doc, what, &p, diag);
+    if (rc == BT_ENOMEM) bt_diag_set(diag, "%s: out of memory", what);
+    bt_buf_free(&p.text);
+    bt_buf_free(&p.base);
     free(key);
     return rc;
 }

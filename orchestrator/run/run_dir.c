@@ -288,14 +288,24 @@ void run_dir_close(run_dir *d) {
     d->lock_fd = -1;
 }
 
+/* For a message about path: "relative to CWD; " where path is relative (it resolves
+ * against the working directory, not the recipe's), else "". */
+static void run_dir_relative_note(char *out, size_t cap, const char *path) {
+    char cwd[PATH_MAX];
+    out[0] = '\0';
+    if (path[0] != '/') snprintf(out, cap, "relative to %s; ", getcwd(cwd, sizeof cwd) ? cwd : "?");
+}
+
 static int run_dir_check_prefix(const char *prefix, const char *stage, const char *what,
                                 bt_diag *diag) {
     indexed_dataset ds;
     bt_diag inner;
     bt_diag_init(&inner);
     if (indexed_open(&ds, prefix, &inner) != 0) {
-        bt_diag_set(diag, "stage \"%s\": %s data %s: %s (make it with 'baton data prepare')", stage,
-                    what, prefix, inner.msg);
+        char rel[PATH_MAX + 32];
+        run_dir_relative_note(rel, sizeof rel, prefix);
+        bt_diag_set(diag, "stage \"%s\": %s data %s: %s (%smake it with 'baton data prepare')",
+                    stage, what, prefix, inner.msg, rel);
         return BT_EINVAL;
     }
     indexed_close(&ds);
@@ -308,8 +318,10 @@ int run_dir_check_data(const recipe_doc *doc, bt_diag *diag) {
     bt_diag inner;
     bt_diag_init(&inner);
     if (init != NULL && init[0] != '\0' && ckpt_resolve(init, dir, sizeof dir, &inner) != 0) {
-        bt_diag_set(diag, "init: %s (make one with 'baton ckpt import', or give a run's)",
-                    inner.msg);
+        char rel[PATH_MAX + 32];
+        run_dir_relative_note(rel, sizeof rel, init);
+        bt_diag_set(diag, "init: %s (%smake one with 'baton ckpt import', or give a run's)",
+                    inner.msg, rel);
         return BT_EINVAL;
     }
     for (size_t i = 0; i < doc->recipe->n_stages; i++) {

@@ -67,6 +67,11 @@ expect 0 '16 nodes x 4 GPUs' -- plan "$recipes/llama3-70b-64gpu.yaml" --gpus-per
 expect 2 '--set defaults.parallel.bogus=1.*unknown key "bogus"' -- plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.bogus=1
 expect 2 "expected KEY=VALUE" -- plan "$recipes/tiny-cpu.yaml" --set nothing
 expect 2 "usage: baton plan" -- plan "$recipes/tiny-cpu.yaml" --set
+# an empty value is the empty string, which only a string field takes
+expect 2 "^--set name=: name: the recipe name is empty" -- plan "$recipes/tiny-cpu.yaml" --set name=
+expect 2 "^--set stages\\.0\\.steps=: empty value for stages\\[0\\]\\.steps, which is not a string" -- \
+  plan "$recipes/tiny-cpu.yaml" --set stages.0.steps=
+expect 0 "valid: \"\"$" -- spec "$recipes/tiny-cpu.yaml" --stage 0 --set data.valid=
 # status and ckpt inspect say what their JSON holds and how they exit
 expect 0 'failure_list \(per failure: stage, stage_index, attempt, time, step,' -- status --help
 expect 0 '^Exit status: 0 shown, 2 usage or RUN_DIR is not a run directory' -- status --help
@@ -135,6 +140,18 @@ expect 0 "tp 2 x cp 1 x dp 1 x pp 2 = 4 ranks" -- plan "$recipes/tiny-cpu.yaml" 
 expect 2 "^--set data\\.mix=\\[\\]: data: no training data \\(give train or mix\\)" -- \
   plan "$recipes/tiny-cpu.yaml" --set data.mix=[]
 expect 2 "^--set data\\.mix=\\[\\]: data: no training data" -- spec "$recipes/tiny-cpu.yaml" --set data.mix=[]
+# parallel.order may leave out a dimension of size 1 (cp 1 in stage 0), not one larger
+expect 0 "cp 1 x dp 1 x pp 2 = 4 ranks .*order tp-dp-pp$" -- plan "$recipes/tiny-cpu.yaml" \
+  --set defaults.parallel.order=tp-dp-pp --set stages.1.parallel.order=tp-cp-dp-pp
+expect 2 "^--set defaults\\.parallel\\.order=tp-dp-pp: defaults\\.parallel\\.order: parallel\\.order \"tp-dp-pp\": \"cp\" is missing, and cp is 2" -- \
+  plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.order=tp-dp-pp
+# an element of any list, by its 0-based index (as stages); past the end: the list's length
+expect 0 "^      weight: 0\\.5$" -- spec "$recipes/tiny-cpu.yaml" --stage 0 --set data.mix.0.weight=0.5
+expect 0 'path: "data/x"' -- spec "$recipes/tiny-cpu.yaml" --stage 1 --set stages.1.data.mix.1.path=data/x
+expect 2 "^--set data\\.mix\\.2\\.weight=1: data\\.mix \\(.*tiny-cpu\\.yaml:27:3\\) has 2 elements, so index 2 is out of range \\(0-based, 0 to 1\\); to change its length, give the whole list: data\\.mix=\\[\\.\\.\\.\\]$" -- \
+  plan "$recipes/tiny-cpu.yaml" --set data.mix.2.weight=1
+expect 2 "^--set defaults\\.parallel\\.stage_layers\\.1=3: defaults\\.parallel\\.stage_layers is not in the recipe" -- \
+  plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.stage_layers.1=3
 # what runs but likely not as meant is a warning: plan and spec go on (exit 0)
 expect 0 "^warning: --set stages\\.long-context\\.seq_len=2048: stages\\[1\\]\\.seq_len: seq_len 2048 is beyond the context the RoPE scaling extends to" -- \
   plan "$recipes/tiny-cpu.yaml" --set stages.long-context.seq_len=2048
@@ -174,6 +191,12 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   expect 0 "wrote $sub/r1/baton.sbatch \(not submitted" -- submit "$small" --run-dir r1 --dry-run
   grep -qx "#SBATCH --chdir=$sub" r1/baton.sbatch || { echo "FAIL: no --chdir"; exit 1; }
   grep -q -- "--gpus-per-node" r1/baton.sbatch && { echo "FAIL: a CPU recipe asks for GPUs"; exit 1; }
+  # without --run-dir: runs/<name>, or for a recipe without a name runs/<file stem>, so
+  # that two unnamed recipes get a directory each
+  expect 0 "wrote $sub/runs/precision/baton.sbatch" -- submit "$small" --dry-run
+  grep -v '^name:' "$small" >unnamed-a.yaml && cp unnamed-a.yaml unnamed-b.yml
+  expect 0 "wrote $sub/runs/unnamed-a/baton.sbatch" -- submit unnamed-a.yaml --dry-run
+  expect 0 "wrote $sub/runs/unnamed-b/baton.sbatch" -- submit unnamed-b.yml --dry-run
   expect 0 "wrote" -- submit "$small" --run-dir r2 --dry-run --set cluster.device=cuda \
     --set cluster.gpus_per_node=2 --set defaults.parallel.dp=2
   grep -qx "#SBATCH --gpus-per-node=2" r2/baton.sbatch || { echo "FAIL: no --gpus-per-node=2"; exit 1; }
@@ -206,6 +229,12 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   expect 2 "^baton submit: unexpected argument 'extra'" -- submit "$small" extra --run-dir r7
   expect 2 "^baton submit: .*no-such-data" -- submit "$small" --run-dir r7 --dry-run \
     --set data.train=no-such-data
+  # a relative data path resolves where baton runs: the message names that directory
+  expect 2 "^baton run: stage \"fp32\": training data no-such-data: no-such-data\\.idx: cannot open: .* \\(relative to $sub; make it with 'baton data prepare'\\)$" -- \
+    run "$small" --run-dir r8 --set data.train=no-such-data
+  expect 2 "^baton run: init: no-such-ckpt: .*\\(relative to $sub; make one with" -- \
+    run "$small" --run-dir r8 --set init=no-such-ckpt
+  [[ ! -e r8 ]] || { echo "FAIL: a run with missing data made its run directory"; exit 1; }
   exit "$failures"
 ) || failures=$((failures + $?))
 

@@ -284,6 +284,56 @@ static void test_fold_view(void) {
     CHECK_STR_CONTAINS(d.msg, "must divide tp*cp*dp = 2");
 }
 
+/* Whether a and b are the same layout: sizes, strides and every rank's group along every
+ * dim (the expert view's included). */
+static void check_same(const layout *a, const layout *b) {
+    CHECK_EQ_U64(a->world, b->world);
+    for (int d = 0; d < LAYOUT_NDIMS; d++) {
+        CHECK_EQ_U64(a->size[d], b->size[d]);
+        CHECK_EQ_U64(a->stride[d], b->stride[d]);
+    }
+    uint32_t ga[64], gb[64];
+    for (uint32_t r = 0; r < a->world && r < 64; r++)
+        for (int d = 0; d < LAYOUT_NDIMS; d++) {
+            uint32_t n = layout_group(a, (enum layout_dim)d, r, ga);
+            CHECK_EQ_U64(layout_group(b, (enum layout_dim)d, r, gb), n);
+            for (uint32_t i = 0; i < n; i++)
+                CHECK_EQ_U64(ga[i], gb[i]);
+        }
+}
+
+/* A dense dim of size 1 may be left out of the order, as ep may: the layout is the one
+ * naming it beside the expert block gives. */
+static void test_order_leaves_out_size_one(void) {
+    static const struct {
+        uint32_t tp, cp, dp, pp, ep;
+        int fold;
+        const char *given, *named;
+    } cases[] = {
+        {2, 1, 2, 2, 1, 0, "tp-dp-pp", "tp-cp-dp-pp"},
+        {2, 1, 2, 2, 1, 0, "dp-tp-pp", "cp-dp-tp-pp"},
+        {2, 1, 4, 1, 2, 0, "tp-ep-dp-pp", NULL},
+        {2, 1, 4, 1, 4, 0, "tp-dp", NULL},
+        {2, 1, 4, 1, 2, 1, "tp-dp-pp", NULL},
+        {1, 2, 2, 1, 4, 1, "cp-dp-pp", NULL},
+        {2, 2, 2, 1, 1, 0, "dp-cp-tp", "dp-cp-tp-pp"},
+        {1, 1, 4, 1, 1, 0, "dp", NULL},
+        {2, 2, 1, 2, 2, 0, "pp-cp-tp", "pp-cp-dp-tp"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        layout a, b;
+        int ra = make_fold(&a, cases[k].tp, cases[k].cp, cases[k].dp, cases[k].pp, cases[k].ep,
+                           cases[k].fold, cases[k].given, 4);
+        int rb = make_fold(&b, cases[k].tp, cases[k].cp, cases[k].dp, cases[k].pp, cases[k].ep,
+                           cases[k].fold, cases[k].named, 4);
+        CHECK(ra == BT_OK && rb == BT_OK);
+        if (ra != BT_OK || rb != BT_OK) continue;
+        check_same(&a, &b);
+        check_round_trip(&a, 1);
+        CHECK_STR_CONTAINS(a.order, cases[k].given); /* the order as the recipe gave it */
+    }
+}
+
 static void expect_error(uint32_t tp, uint32_t cp, uint32_t dp, uint32_t pp, uint32_t ep,
                          const char *order, const char *needle) {
     layout l;
@@ -296,7 +346,8 @@ static void expect_error(uint32_t tp, uint32_t cp, uint32_t dp, uint32_t pp, uin
 static void test_errors(void) {
     expect_error(1, 1, 1, 1, 1, "tp-xx-dp-pp", "unknown token \"xx\"");
     expect_error(1, 1, 1, 1, 1, "tp-cp-dp-pp-tp", "\"tp\" is named twice");
-    expect_error(1, 1, 1, 1, 1, "tp-cp-dp", "\"pp\" is missing");
+    expect_error(1, 1, 1, 2, 1, "tp-cp-dp", "\"pp\" is missing, and pp is 2");
+    expect_error(1, 2, 2, 1, 1, "tp-dp-pp", "\"cp\" is missing, and cp is 2");
     expect_error(1, 1, 1, 1, 1, "tp--cp-dp-pp", "unknown token");
     expect_error(1, 2, 2, 1, 2, "tp-cp-pp-dp", "cp and dp must be adjacent");
     expect_error(1, 2, 2, 1, 2, "ep-tp-cp-dp-pp", "ep must sit next to cp or dp");
@@ -317,6 +368,7 @@ int main(void) {
     test_round_trips_large();
     test_tp_in_node();
     test_custom_order();
+    test_order_leaves_out_size_one();
     test_megatron_example();
     test_expert_view();
     test_fold_view();

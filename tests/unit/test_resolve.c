@@ -399,6 +399,78 @@ static void test_warnings(void) {
     recipe_doc_free(&doc);
 }
 
+/* --set into an element of a list (any list, as stages): the element's field, a whole
+ * element, one value of a list of numbers; the other elements and the list's length stay,
+ * and an index past the end is refused naming the length. */
+static const char *list_text =
+    "name: l\n"
+    "model: {arch: llama, dim: 64, n_layers: 4, n_heads: 4, ffn_dim: 176, vocab_size: 256}\n"
+    "cluster: {nodes: 1, gpus_per_node: 4}\n"
+    "data:\n"
+    "  mix: [{path: a, weight: 0.25}, {path: b, weight: 0.75}]\n"
+    "defaults:\n"
+    "  seq_len: 64\n"
+    "  global_batch: 16\n"
+    "  parallel: {pp: 2, dp: auto, stage_layers: [3, 1]}\n"
+    "  optimizer: {lr: 1e-3}\n"
+    "stages:\n"
+    "  - {name: a, steps: 10}\n"
+    "  - {name: b, steps: 10, data: {mix: [{path: c}, {path: d, weight: 2}]}}\n";
+
+static void test_set_list_element(void) {
+    static const char *const sets[] = {"data.mix.0.weight=0.5",
+                                       "data.mix.1={path: e}",
+                                       "defaults.parallel.stage_layers.1=2",
+                                       "defaults.parallel.stage_layers.0=2",
+                                       "stages.b.data.mix.1.path=f",
+                                       "stages.1.data.mix.0.weight=3"};
+    recipe_doc doc = {0};
+    bt_diag d;
+    bt_diag_init(&d);
+    int rc = recipe_load_buffer("l.yaml", list_text, strlen(list_text), &doc, &d);
+    for (size_t k = 0; rc == 0 && k < sizeof sets / sizeof *sets; k++)
+        rc = recipe_apply_set(&doc, sets[k], &d);
+    if (rc == 0) rc = recipe_validate(&doc, &d);
+    if (rc != 0) fprintf(stderr, "%s\n", d.msg);
+    CHECK(rc == 0);
+    Baton__StageSpec *s0 = rc == 0 ? resolve(&doc, 0) : NULL;
+    Baton__StageSpec *s1 = rc == 0 ? resolve(&doc, 1) : NULL;
+    if (s0 != NULL && s1 != NULL) {
+        Baton__Data *d0 = s0->data, *d1 = s1->data;
+        CHECK_EQ_U64(d0->n_mix, 2);
+        CHECK(strcmp(d0->mix[0]->path, "a") == 0);
+        CHECK_REL(d0->mix[0]->weight, 0.5, 0);
+        CHECK(strcmp(d0->mix[1]->path, "e") == 0); /* the element replaced whole */
+        CHECK(!d0->mix[1]->has_weight);
+        CHECK_EQ_U64(s0->stage->parallel->n_stage_layers, 2);
+        CHECK_EQ_U64(s0->stage->parallel->stage_layers[0], 2);
+        CHECK_EQ_U64(s0->stage->parallel->stage_layers[1], 2);
+        CHECK_EQ_U64(d1->n_mix, 2);
+        CHECK(strcmp(d1->mix[0]->path, "c") == 0);
+        CHECK_REL(d1->mix[0]->weight, 3, 0);
+        CHECK(strcmp(d1->mix[1]->path, "f") == 0);
+        CHECK_REL(d1->mix[1]->weight, 2, 0);
+    }
+    if (s0 != NULL) protobuf_c_message_free_unpacked(&s0->base, NULL);
+    if (s1 != NULL) protobuf_c_message_free_unpacked(&s1->base, NULL);
+    static const char *const bad[][2] = {
+        {"data.mix.2.weight=1", "--set data.mix.2.weight=1: data.mix (l.yaml:5:3) has 2 "
+                                "elements, so index 2 is out of range"},
+        {"defaults.parallel.stage_layers.5=1", "stage_layers (l.yaml:9:31) has 2 elements"},
+        {"stages.a.data.mix.0.path=x",
+         "stages[0].data.mix is not in the recipe, so there is "
+         "no element 0; give the whole list: stages.a.data.mix=[...]"},
+        {"data.mix.weight=1", "data.mix is a list: name an element by its 0-based index"},
+        {"data.mix.0.weight=abc", "--set data.mix.0.weight=abc: data.mix[0].weight: expected"},
+        {"defaults.parallel.stage_layers.1=x", "defaults.parallel.stage_layers[1]: expected"}};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        bt_diag_init(&d);
+        CHECK(recipe_apply_set(&doc, bad[k][0], &d) == BT_ERECIPE);
+        CHECK_STR_CONTAINS(d.msg, bad[k][1]);
+    }
+    recipe_doc_free(&doc);
+}
+
 int main(void) {
     recipe_doc doc = {0};
     if (load_valid("t.yaml", recipe_text, &doc) == 0) {
@@ -407,6 +479,7 @@ int main(void) {
     }
     recipe_doc_free(&doc);
     test_stage_split();
+    test_set_list_element();
     test_data_carry();
     test_data_identity();
     test_loss_scale_left_behind();
