@@ -58,7 +58,7 @@ int run_ckpt_start_from(run_ctx *c, uint32_t stage, char *out, size_t cap) {
     out[0] = '\0';
     run_dir_file(c->dir, CKPT_ROOT_IN_RUN, root, sizeof root);
     if (ckpt_list(root, &names, &n, &d) != 0) return 0;
-    for (size_t i = n; i-- > 0;) { /* oldest first: names sort in training order */
+    for (size_t i = n; i-- > 0;) { /* newest first: ckpt_list sorts in training order */
         unsigned st;
         if (sscanf(names[i], "s%u-step", &st) == 1 && st <= stage) {
             snprintf(out, cap, "%s", names[i]);
