@@ -211,7 +211,9 @@ static void warn_memory(plan_stage *ps) {
             if (t <= 0 || o >= sizeof advice) continue;
             o += (size_t)snprintf(advice + o, sizeof advice - o, "%s%s would need %s%s",
                                   o ? ", " : "", change[w], plan_format_memory(alt, sizeof alt, t),
-                                  t <= m->capacity ? " (fits)" : "");
+                                  t <= PLAN_MEMORY_HEADROOM * m->capacity ? " (fits)"
+                                  : t <= m->capacity                      ? " (fits, tight)"
+                                                                          : "");
         }
         warn(ps, "DOES NOT FIT: %s needed on pipeline stage %u, %s available; %s%sraise tp or pp",
              need, m->heaviest_pp_stage, have, advice, advice[0] ? "; or " : "");

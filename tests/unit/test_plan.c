@@ -902,6 +902,29 @@ static void test_memory_report_and_advice(void) {
     CHECK(ps.mem.fits == 0 && has_warning(&ps, "DOES NOT FIT"));
     CHECK(has_warning(&ps, "zero: 2 would need") && has_warning(&ps, "zero: 3 would need"));
     CHECK(has_warning(&ps, "raise tp or pp"));
+    /* an alternative is "(fits)" only under the 90% the plan warns above: each one's figure
+     * against the capacity */
+    for (int i = 0; i < ps.n_warnings; i++)
+        for (const char *w = strstr(ps.warnings[i], " would need "); w != NULL;
+             w = strstr(w + 1, " would need ")) {
+            double gb = strtod(w + 12, NULL) * 1e9, cap = (double)fx.mem.bytes;
+            const char *end = strchr(w + 12, ',');
+            const char *fits = strstr(w, " (fits");
+            int said = fits != NULL && (end == NULL || fits < end);
+            int tight = said && strncmp(fits, " (fits, tight)", 14) == 0;
+            CHECK(said == (gb <= cap * 1.0001));
+            CHECK(!said || tight == (gb > 0.9 * cap * 1.0001));
+        }
+    /* zero: 2's figure at 95% of a device that the stage as it is does not fit */
+    double z2 = 0;
+    for (int i = 0; i < ps.n_warnings && z2 == 0; i++) {
+        const char *w = strstr(ps.warnings[i], "zero: 2 would need ");
+        if (w != NULL) z2 = strtod(w + 19, NULL) * 1e9;
+    }
+    CHECK(z2 > 0 && z2 / 0.95 < ps.mem.total);
+    fx.mem.bytes = (uint64_t)(z2 / 0.95);
+    CHECK(build(&fx, &ps) == BT_OK);
+    CHECK(ps.mem.fits == 0 && has_warning(&ps, "(fits, tight)"));
     CHECK(!has_warning(&ps, "micro_batch") && !has_warning(&ps, "recompute"));
     /* selective, micro_batch 2: full recomputation and micro_batch 1 lower it too */
     fx.stage.recompute = BATON__STAGE__RECOMPUTE__SELECTIVE;
@@ -916,8 +939,6 @@ static void test_memory_report_and_advice(void) {
     CHECK(ps.mem.fits == 0 && !has_warning(&ps, "zero:"));
 }
 
-/* Memory below 1 GB is printed in the unit that fits, never "0.00 GB"; from 1 GB up in
- * GB with 2 decimals, as always. */
 /* The CUDA backend's dk/dv slices of the tensor-core attention under grouped-query
  * attention, in its op scratch: the 1.1B benchmark model's shape (32 heads of 64, 4 kv
  * heads, seq 4K, one sequence): 64 key tiles x 4 kv heads = 256 blocks, split into 4
@@ -951,6 +972,8 @@ static void test_cuda_dkdv_slices(void) {
     CHECK_REL(gqa.mem.act_scratch, mha.mem.act_scratch, 1e-12);
 }
 
+/* Memory below 1 GB is printed in the unit that fits, never "0.00 GB"; from 1 GB up in
+ * GB with 2 decimals, as always. */
 static void test_memory_units(void) {
     char buf[80], want[96];
     CHECK(strcmp(plan_format_memory(buf, sizeof buf, 35.84e9), "35.84 GB") == 0);
