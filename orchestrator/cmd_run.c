@@ -275,8 +275,12 @@ static int run_submit(run_args *a, recipe_doc *doc, run_dir *dir) {
     baton[n > 0 ? n : 0] = '\0';
     snprintf(path, sizeof path, "%s", dir->path);
     run_dir_close(dir);
+    /* an unnamed recipe's job is named as its run directory (runs/<file stem> by default) */
+    const char *name = doc->recipe->name, *last = strrchr(path, '/');
     submit_opts so = {.run_dir = path,
-                      .job_name = doc->recipe->name ? doc->recipe->name : "baton",
+                      .job_name = name && name[0]   ? name
+                                  : last && last[1] ? last + 1
+                                                    : "baton",
                       .baton = baton,
                       .worker = a->worker ? a->worker : run_worker_path(worker, sizeof worker),
                       .nodes = (cl && cl->nodes ? cl->nodes : 1) + (cl ? cl->spare_nodes : 0),

@@ -197,6 +197,8 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   grep -v '^name:' "$small" >unnamed-a.yaml && cp unnamed-a.yaml unnamed-b.yml
   expect 0 "wrote $sub/runs/unnamed-a/baton.sbatch" -- submit unnamed-a.yaml --dry-run
   expect 0 "wrote $sub/runs/unnamed-b/baton.sbatch" -- submit unnamed-b.yml --dry-run
+  grep -qx "#SBATCH --job-name=unnamed-b" runs/unnamed-b/baton.sbatch ||
+    { echo "FAIL: an unnamed recipe's job is not named as its run directory"; exit 1; }
   expect 0 "wrote" -- submit "$small" --run-dir r2 --dry-run --set cluster.device=cuda \
     --set cluster.gpus_per_node=2 --set defaults.parallel.dp=2
   grep -qx "#SBATCH --gpus-per-node=2" r2/baton.sbatch || { echo "FAIL: no --gpus-per-node=2"; exit 1; }
