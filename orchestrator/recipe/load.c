@@ -742,7 +742,7 @@ static int load_merge_sources(load_ctx *c, yaml_node_t *v, yaml_node_t **src, si
     }
     if (items == 0 || items > LOAD_MERGE_MAX)
         return load_fail(c, v->start_mark, BT_ERECIPE,
-                         "a merge key (<<) takes a mapping or a list of at most %d mappings, "
+                         "a merge key (<<) takes a mapping or a list of 1 to %d mappings, "
                          "usually aliases: <<: *base or <<: [*a, *b]",
                          LOAD_MERGE_MAX);
     *n = items;

@@ -330,7 +330,7 @@ static void test_merge_keys(void) {
     check_where(&doc, "stages[1].optimizer.grad_clip", 9, 23);
     recipe_doc_free(&doc);
     expect_error("defaults:\n  optimizer: {<<: [a, b]}\n", 2, 19,
-                 "defaults.optimizer.<<: a merge key (<<) takes a mapping or a list of at most 16");
+                 "defaults.optimizer.<<: a merge key (<<) takes a mapping or a list of 1 to 16");
     expect_error("defaults:\n  optimizer: {<<: {lr: 1, lr: 2}}\n", 2, 27,
                  "defaults.optimizer.lr: duplicate key \"lr\"");
     expect_error("defaults:\n  optimizer: {<<: &o {<<: *o}}\n", 2, 23,
