@@ -90,7 +90,7 @@ static int order_parse_string(const char *order, const uint32_t *size, order_par
         if (!seen[d] && size[d] != 1) {
             bt_diag_set(diag,
                         "parallel.order \"%s\": \"%s\" is missing, and %s is %u; name each of "
-                        "tp, cp, dp and pp once (one of size 1, and ep, may be left out)",
+                        "tp, cp, dp and pp once (those of size 1, and ep, may be left out)",
                         order, dim_names[d], dim_names[d], size[d]);
             return BT_EINVAL;
         }

@@ -668,13 +668,13 @@ static int run_load_state(run_ctx *c) {
          * retrained from whatever is newest there, complete checkpoints replaced. */
         journal_records_free(v, n);
         run_err(c,
-                "%s/%s is %s, but a run already worked in this directory (it holds "
+                "%s/%s %s, but a run already worked in this directory (it holds "
                 "%s): without its journal baton cannot tell which stages completed and "
                 "which checkpoint each one ended with, and will not guess; nothing was "
                 "changed. Restore the journal, or start a new run in another --run-dir (a "
                 "checkpoint here can be its recipe's init)\n",
                 c->dir->path, JOURNAL_FILE,
-                tail.size ? "holds no whole record" : "missing or empty", seen);
+                tail.size ? "holds no whole record" : "is missing or empty", seen);
         return BT_EINVAL;
     }
     run_state_replay(&c->st, v, n);
