@@ -210,11 +210,13 @@ static void load_undo(trainer *t, const load_start *s) {
     train_fp8_reset(t);
 }
 
-/* Loads checkpoint directory dir, every shard file opened once (ckpt_reader). */
-static int load_one(trainer *t, const char *dir, bt_diag *diag) {
+/* Loads checkpoint directory dir, every shard file opened once (ckpt_reader); one a later
+ * stage saved is refused unless dir was named itself (refuse_later 0). */
+static int load_one(trainer *t, const char *dir, int refuse_later, bt_diag *diag) {
     Baton__Manifest *m = NULL;
     ckpt_reader r;
     int rc = ckpt_manifest_read(dir, &m, diag);
+    if (rc == 0 && refuse_later) rc = load_not_later(t, m, dir, diag);
     ckpt_reader_init(&r, dir, m);
     if (rc == 0) ckpt_manifest_sort_keys(m); /* every lookup below in log time */
     rc = rc ? rc : load_model_matches(t, m, dir, diag);
@@ -322,7 +324,15 @@ int train_ckpt_load(trainer *t, const char *path, comm *world, bt_diag *diag) {
     int explicit = 0;
     int rc = load_candidates(path, &dirs, &n, &explicit, diag), any = 1;
     load_start start = {t->step, t->first_sample, t->skipped_steps, t->scaler};
-    size_t first = rc == 0 && !explicit ? load_skip_later(t, dirs, n, world) : 0;
+    /* the later stages' newest checkpoints passed over, as many as every rank found (a
+     * rank that could not read a manifest stops counting there; load_one refuses a later
+     * stage's checkpoint after it all the same, through the ranks' vote) */
+    float skip = rc == 0 && !explicit ? -(float)load_skip_later(t, dirs, n, world) : 0.0f;
+    if (world && comm_allreduce(world, &skip, &skip, 1, COMM_F32, COMM_MAX, NULL) != 0) {
+        bt_diag_set(diag, "%s: the ranks could not agree on the checkpoints to pass over", path);
+        rc = BT_EIO;
+    }
+    size_t first = (size_t)-skip;
     if (rc == 0 && first == n && n > 0) {
         bt_diag_set(diag,
                     "%s: no usable checkpoint (every complete one there is a later stage's; the "
@@ -333,7 +343,7 @@ int train_ckpt_load(trainer *t, const char *path, comm *world, bt_diag *diag) {
     for (size_t i = first; rc == 0 && i < n && any; i++) {
         bt_diag mine;
         bt_diag_init(&mine);
-        int r = load_one(t, dirs[i], &mine);
+        int r = load_one(t, dirs[i], !explicit, &mine);
         any = load_any_failed(world, r != 0);
         if (!any) break;
         load_undo(t, &start); /* every rank, whether its own load failed or not */
