@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -202,15 +203,20 @@ static int supervise(const scenario *sc, supervisor *s, int rfd) {
 }
 
 /* Shared-memory segments (comm_shm.h) are unlinked once every member mapped them: none
- * created by a rank may be left in /dev/shm, whatever became of the ranks. */
-static int shm_leftovers(const supervisor *s) {
+ * created by a rank may be left in /dev/shm, whatever became of the ranks. A segment is
+ * named by its creator's pid; one from before the scenario started is an earlier
+ * process's that had the same pid (pids are reused; a process killed while its group
+ * formed leaves its segment), not one of these ranks'. */
+static int shm_leftovers(const supervisor *s, time_t started) {
     DIR *d = opendir("/dev/shm");
     int left = 0;
     for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;)
         for (int r = 0; r < s->world; r++) {
             char prefix[64];
+            struct stat st;
             snprintf(prefix, sizeof prefix, "baton-comm-%d-", (int)s->ranks[r].pid);
-            if (s->ranks[r].started && strncmp(e->d_name, prefix, strlen(prefix)) == 0) {
+            if (s->ranks[r].started && strncmp(e->d_name, prefix, strlen(prefix)) == 0 &&
+                fstatat(dirfd(d), e->d_name, &st, 0) == 0 && st.st_ctime >= started) {
                 fprintf(stderr, "rank %d left /dev/shm/%s behind\n", r, e->d_name);
                 left++;
             }
@@ -234,6 +240,7 @@ static int run_parent(const scenario *sc) {
         return 1;
     }
     supervisor s = {.world = sc->world};
+    time_t started = time(NULL);
     for (int r = 0; r < sc->world - sc->absent; r++) {
         s.ranks[r].started = 1;
         s.ranks[r].pid = spawn_child(sc, r, dir, fds[1]);
@@ -245,7 +252,7 @@ static int run_parent(const scenario *sc) {
     if (!fail && sc->check) fail = sc->check(&s);
     for (int r = 0; !fail && !sc->check && r < sc->world - sc->absent; r++)
         fail += sup_expect_exit(&s, r, 0, 0);
-    fail += shm_leftovers(&s);
+    fail += shm_leftovers(&s, started);
     remove_tree(dir);
     printf("%s: %s\n", sc->name, fail ? "FAILED" : "passed");
     return fail ? 1 : 0;
