@@ -528,6 +528,12 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     run_attempt_detail(c, spec_file, detail, sizeof detail);
     r.detail = detail;
     run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_STARTED, (uint32_t)i, &r);
+    if (c->journal_broken) { /* the stage's or the attempt's start not journaled: no workers */
+        if (c->prog.log) fclose(c->prog.log);
+        c->prog.log = NULL;
+        protobuf_c_message_free_unpacked(&spec->base, NULL);
+        return ATTEMPT_STOPPED;
+    }
     launch_job job;
     c->spec = spec, c->topo_checked = 0, c->topo_refused = 0;
     int hung = 0, rc = launch_job_init(&job, &c->srv, &lo, &d);

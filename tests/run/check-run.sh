@@ -1109,7 +1109,14 @@ journal-full)
   "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "resume failed"; }
   stage_losses r1 >r1.losses
   diff ref.losses r1.losses || fail "the resumed run did not end on the uninterrupted losses"
-  echo "$case: the journal full at record 6: the run stopped (exit 1), resumed to the same losses"
+  # the first record (the stage's start) not written: no worker is started at all
+  set +e
+  BATON_FAULT_JOURNAL_FULL=1 "$baton" run "$recipe" --run-dir r2 --quiet >run2.out 2>&1
+  rc=$?; set -e
+  [[ $rc == 1 ]] || { cat run2.out; fail "the stage's start not journaled: exit $rc, not 1"; }
+  [[ ! -s r2/logs/s00-a00.log && ! -d r2/checkpoints ]] || fail "workers ran without a journaled start"
+  echo "$case: the journal full at record 6: the run stopped (exit 1), resumed to the same losses;" \
+    "at record 1: no worker started"
   ;;
 stop-kill)
   reference
