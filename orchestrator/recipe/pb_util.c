@@ -148,10 +148,16 @@ int pb_repeated_set(ProtobufCMessage *dst, const ProtobufCMessage *src,
     char *d = *(char **)pb_at(dst, f->offset) + i * sz;
     const char *s = *(char *const *)pb_at(src, f->offset) + i * sz;
     /* Copy first, release the old element after: dst stays valid when the copy fails. */
-    unsigned char tmp[sizeof(ProtobufCBinaryData)] = {0};
-    if (pb_elem_copy(f, tmp, s) < 0) return BT_ENOMEM;
+    union { /* any element type, aligned for it */
+        ProtobufCBinaryData bytes;
+        void *ptr;
+        double d;
+        uint64_t u;
+    } tmp;
+    memset(&tmp, 0, sizeof tmp);
+    if (pb_elem_copy(f, &tmp, s) < 0) return BT_ENOMEM;
     pb_elem_release(f, d);
-    memcpy(d, tmp, sz);
+    memcpy(d, &tmp, sz);
     return 0;
 }
 
