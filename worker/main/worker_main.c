@@ -16,11 +16,11 @@
  * rank 0 its metrics, and a failing rank its error; the worker trains the same without. */
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -721,11 +721,30 @@ static int worker_exit_status(int rc, int setup_rc, int stopped, int rollback) {
  * script running `baton-worker "$@"`) is that child, not this process: killed with a
  * killed baton run, it would leave this rank training and writing checkpoints on its own
  * into a run directory the next baton run uses. So the rank also dies with its own
- * parent (the wrapper, the launcher, slurmstepd). */
+ * parent (the wrapper, the launcher, slurmstepd): a thread sees it reparented within
+ * WORKER_PARENT_POLL_NS. Not PR_SET_PDEATHSIG here: it fires when the parent's forking
+ * *thread* ends, which a multithreaded parent (a Go container runtime) may do while it
+ * lives on. */
+#define WORKER_PARENT_POLL_NS 200000000L
+static pid_t worker_parent;
+
+static void *worker_parent_watch(void *arg) {
+    (void)arg;
+    for (;;) {
+        if (getppid() != worker_parent) _exit(137); /* as if killed by SIGKILL */
+        nanosleep(&(struct timespec){0, WORKER_PARENT_POLL_NS}, NULL);
+    }
+    return NULL;
+}
+
 static void worker_die_with_parent(void) {
-    pid_t parent = getppid();
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return;
-    if (getppid() != parent) _exit(137); /* it is gone already */
+    worker_parent = getppid();
+    sigset_t all, old;
+    sigfillset(&all); /* the signals stay the main thread's (SIGTERM: a stop) */
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    pthread_t th;
+    if (pthread_create(&th, NULL, worker_parent_watch, NULL) == 0) pthread_detach(th);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 int main(int argc, char **argv) {
