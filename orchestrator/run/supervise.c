@@ -327,10 +327,8 @@ static void run_stop_casualty(const run_ctx *c, const launch_job *job, char *out
 static void run_check_stop(run_ctx *c, const launch_job *job, uint32_t stage,
                            Baton__JournalRecord *r) {
     char have[128], who[256];
-    unsigned st = 0;
-    unsigned long long at = 0;
-    int own = run_ckpt_start_from(c, stage, have, sizeof have) &&
-              sscanf(have, "s%u-step%llu", &st, &at) == 2 && st == stage;
+    uint64_t at = 0;
+    int own = run_ckpt_own(c, stage, have, sizeof have, &at);
     if (!own) at = 0;
     if (!c->prog.have_step || at >= c->prog.step) return;
     run_stop_casualty(c, job, who, sizeof who);
@@ -340,7 +338,7 @@ static void run_check_stop(run_ctx *c, const launch_job *job, uint32_t stage,
             "a resume continues from %s%s (step %llu)\n",
             c->prog.stage, (unsigned long long)c->prog.step, who[0] ? " (" : "", who,
             who[0] ? ")" : "", own ? CKPT_ROOT_IN_RUN "/" : "the start of the stage",
-            own ? have : "", at);
+            own ? have : "", (unsigned long long)at);
     r->has_step = 1, r->step = at;
 }
 
@@ -669,7 +667,19 @@ static int run_load_state(run_ctx *c) {
         return BT_EINVAL;
     }
     char seen[300];
-    if (n == 0 && run_dir_has_history(c->dir, seen, sizeof seen)) {
+    int history = n == 0 ? run_dir_has_history(c->dir, seen, sizeof seen, &d) : 0;
+    if (history < 0) {
+        /* an unreadable checkpoints/ is no proof that no run worked here */
+        journal_records_free(v, n);
+        run_err(c,
+                "%s/%s %s, and whether a run already worked in this directory cannot be "
+                "told: %s; nothing was changed. Make it readable (or mend the cause), then "
+                "run again\n",
+                c->dir->path, JOURNAL_FILE,
+                tail.size ? "holds no whole record" : "is missing or empty", d.msg);
+        return BT_EINVAL;
+    }
+    if (history > 0) {
         /* Replaying nothing would start the run over on top of its checkpoints: stage 0
          * retrained from whatever is newest there, complete checkpoints replaced. */
         journal_records_free(v, n);

@@ -96,6 +96,14 @@
 #                 saying that the stop checkpoint was not completed, which rank died and
 #                 from which checkpoint a resume continues; the resume ends on the
 #                 uninterrupted losses.
+#   history       a two-stage run stopped in its second stage: every checkpoint of that
+#                 stage deleted (the first's left): resume refuses (exit 1) naming the
+#                 journaled one, starts no attempt, changes nothing, status says failed;
+#                 its newest checkpoint renamed as a later stage's, nothing else left: baton
+#                 run and the worker both judge it by its manifest, and the stage resumes
+#                 from it to the losses of a plain resume; the journal lost and
+#                 checkpoints/ unreadable (not a directory; chmod 000, as nobody when run
+#                 as root, else SKIPPED): exit 2 naming the directory and why.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -1140,6 +1148,87 @@ stop-kill)
   stage_losses r1 >r1.losses
   diff ref.losses r1.losses || fail "the resumed run did not end on the uninterrupted losses"
   echo "$case: $(grep -o 'the stop checkpoint.*' run.out)"
+  ;;
+history)
+  # a two-stage recipe on one worker (a second a run): stopped in stage second
+  cat >h.yaml <<'YAML'
+name: hist
+model: {arch: llama, dim: 32, n_layers: 2, n_heads: 2, n_kv_heads: 2, ffn_dim: 64, vocab_size: 272}
+cluster: {nodes: 1, gpus_per_node: 1, device: cpu}
+data: {train: data/fortunes_train, valid: data/fortunes_valid}
+defaults:
+  seq_len: 32
+  global_batch: 2
+  optimizer: {lr: 1e-3}
+  checkpoint: {every_steps: 2, keep: 5}
+stages:
+  - {name: first, steps: 6}
+  - {name: second, steps: 12}
+YAML
+  BATON_FAULT_STEP_SLEEP=0.1 "$baton" run h.yaml --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 1 5 >/dev/null
+  stop_run
+  ck() { (cd "$1/checkpoints" && find . -printf '%p %i %s %T@\n' | sort); }
+  newest=$(cd r1/checkpoints && ls -d s01-step* | sort | tail -1) # the journaled stop checkpoint
+  [[ -n $newest && -d r1/checkpoints/s00-step00000006 ]] || fail "not stopped in stage second"
+  for r in r2 r3 r4 r5; do cp -a r1 $r; done
+  # 1. every checkpoint of stage second gone, stage first's left: refused (exit 1, as when
+  # every checkpoint is gone) naming the journaled one, not trained again from the hand-off
+  rm -rf r2/checkpoints/s01-step*
+  ck r2 >before.txt
+  set +e; "$baton" resume r2 --quiet >resume2.out 2>&1; rc=$?; set -e
+  [[ $rc == 1 ]] || { cat resume2.out; fail "stage second's checkpoints gone: exit $rc, not 1"; }
+  grep -q "stage \"second\": the journal records checkpoint checkpoints/$newest (step [0-9]*) as the stage's newest committed, but it is gone .* only another stage's is left (checkpoints/s00-step00000006)" resume2.out ||
+    { cat resume2.out; fail "no clear message naming $newest"; }
+  [[ ! -e r2/logs/s01-a01.log ]] || fail "an attempt was started from the hand-off"
+  ck r2 | diff before.txt - || fail "the checkpoints changed"
+  "$baton" status r2 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "failed" and s["stages"][1]["state"] == "failed", s
+assert "is gone" in s["failure"]["reason"], s["failure"]' || { "$baton" status r2; fail "status does not say failed"; }
+  # 2. the stage's newest checkpoint under a later stage's name, nothing else left: baton run
+  # and the worker both judge it by its manifest (stage second's), so the stage resumes from
+  # it (by the name, baton run called it gone while the worker would have taken it)
+  step=$((10#${newest#s01-step}))
+  rm -rf r3/checkpoints/s00-step* && mv r3/checkpoints/"$newest" r3/checkpoints/s02-step99999999
+  find r3/checkpoints -maxdepth 1 -name 's01-step*' -exec rm -rf {} +
+  "$baton" resume r3 --quiet >resume3.out 2>&1 || { cat resume3.out; fail "resume of the renamed checkpoint failed"; }
+  grep -q "started from $work/r3 at step $step " r3/logs/s01-a01.log ||
+    { cat r3/logs/s01-a01.log; fail "stage second did not resume from its renamed checkpoint"; }
+  "$baton" resume r1 --quiet >resume1.out 2>&1 || { cat resume1.out; fail "resume r1 failed"; }
+  stage_losses r1 >r1.losses && stage_losses r3 >r3.losses
+  diff r1.losses r3.losses || fail "the renamed checkpoint's resume ended elsewhere"
+  # 3. the journal lost and checkpoints/ unreadable: no proof that no run worked here, so
+  # refused (exit 2) naming the directory and why, nothing changed
+  unreadable() { # RUN_DIR WHY [as]
+    set +e; ${3:-} "$baton" resume "$1" --quiet >lost.out 2>&1; rc=$?; set -e
+    [[ $rc == 2 ]] || { cat lost.out; fail "$2: exit $rc, not 2"; }
+    grep -q "journal is missing or empty, and whether a run already worked in this directory cannot be told: $work/$1/checkpoints: cannot list checkpoints: $2; nothing was changed" lost.out ||
+      { cat lost.out; fail "$2: no clear message"; }
+    [[ ! -e $1/journal && ! -e $1/logs/s01-a01.log ]] || fail "$2: the run went on"
+  }
+  # (the attempts' specs gone too: checkpoints/ is all that could tell a run worked here)
+  rm r4/journal r4/specs/*.pb r5/journal r5/specs/*.pb
+  mv r4/checkpoints r4/ck && : >r4/checkpoints
+  unreadable r4 "Not a directory"
+  chmod 000 r5/checkpoints
+  if [[ $(id -u) != 0 ]]; then
+    unreadable r5 "Permission denied"
+    eacces=checked
+  elif command -v setpriv >/dev/null && chmod 711 "$work" &&
+    setpriv --reuid=nobody --regid=nogroup --clear-groups test -x "$baton" 2>/dev/null; then
+    chown -R nobody:nogroup r5 # as root, which ignores permissions: as nobody
+    unreadable r5 "Permission denied" "setpriv --reuid=nobody --regid=nogroup --clear-groups"
+    eacces="checked as nobody"
+  else
+    eacces="SKIPPED: running as root, which ignores permissions, and baton cannot run as nobody here"
+    echo "$case: chmod 000 checkpoints/ $eacces"
+  fi
+  chmod 700 r5/checkpoints
+  echo "$case: second's checkpoints gone -> exit 1 naming $newest; renamed -> resumed from step $step by" \
+    "manifest; checkpoints/ unreadable -> exit 2 (ENOTDIR; EACCES $eacces)"
   ;;
 *) fail "unknown case" ;;
 esac
