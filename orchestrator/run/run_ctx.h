@@ -41,7 +41,8 @@ typedef struct run_ctx {
     int cs_open;
     bt_diag cs_diag; /* the server reports late errors (metrics writes) here */
     char hang_why[256];
-    run_nodes nodes;              /* usable, excluded and this attempt's nodes */
+    int hang_rank;   /* the rank a hang was judged on (stopped, else silent longest), or -1 */
+    run_nodes nodes; /* usable, excluded and this attempt's nodes */
     const Baton__StageSpec *spec; /* this attempt's */
     int topo_checked, topo_refused;
     char nodes_note[256];          /* what the node plan changed for this attempt */

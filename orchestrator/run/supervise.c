@@ -182,15 +182,20 @@ static int run_hung(run_ctx *c, const launch_job *job, double started, double ha
     double now = bt_clock_now();
     int rank = -1;
     double quiet = c->cs_open ? control_server_silence(&c->cs, now, &rank) : -1;
+    c->hang_rank = -1;
     if (quiet > hang_s) {
         int stopped = run_stopped_rank(job);
-        char who[96] = "";
+        c->hang_rank = stopped >= 0 ? stopped : rank;
+        char who[96] = "", pid[32] = "";
         if (stopped >= 0)
             snprintf(who, sizeof who, "rank %d (pid %d) is stopped (SIGSTOP or a debugger); ",
                      stopped, (int)job->ranks[stopped].pid);
+        else if (job && !job->opts.plain && rank >= 0 && rank < job->nprocs &&
+                 job->ranks[rank].pid > 0) /* the one blamed: its pid, as for a stopped one */
+            snprintf(pid, sizeof pid, " (pid %d)", (int)job->ranks[rank].pid);
         snprintf(c->hang_why, sizeof c->hang_why,
-                 "hang: %srank %d sent no heartbeat for %.1f s (heartbeat_timeout %.0f s)", who,
-                 rank, quiet, hang_s);
+                 "hang: %srank %d%s sent no heartbeat for %.1f s (heartbeat_timeout %.0f s)", who,
+                 rank, pid, quiet, hang_s);
         return 1;
     }
     double since = c->prog.steps_seen ? c->prog.last_step_at : started;
@@ -342,6 +347,23 @@ static void run_check_stop(run_ctx *c, const launch_job *job, uint32_t stage,
     r->has_step = 1, r->step = at;
 }
 
+/* A hang's FAILURE record, when no rank failed on its own (whose exit status and signal
+ * say more): the rank the hang was judged on and, where this host's launcher started it
+ * (not a Slurm step's srun), its pid and node; no exit status, as baton run killed the
+ * ranks (launch_job_exit_status's 1 is none of theirs). */
+static void run_blame_hang(const run_ctx *c, const launch_job *job, Baton__JournalRecord *r,
+                           char *node, size_t cap) {
+    int k = c->hang_rank;
+    r->has_exit_code = 0;
+    if (k < 0) return;
+    r->has_rank = 1, r->rank = k;
+    if (job->opts.plain || k >= job->nprocs) return;
+    const launch_rank *lr = &job->ranks[k];
+    r->has_pid = lr->pid > 0, r->pid = (int32_t)lr->pid;
+    run_nodes_name(&c->nodes, lr->node, node, cap);
+    r->node = node;
+}
+
 /* Journals how the attempt ended and decides what comes next. */
 static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stage, uint32_t attempt,
                                 int hung) {
@@ -415,6 +437,8 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
         run_nodes_name(&c->nodes, rk->node, node, sizeof node);
         r.node = node;
         if (c->o->slurm) run_slurm_blame(c, &r, node, sizeof node);
+    } else if (hung && !c->topo_refused) {
+        run_blame_hang(c, job, &r, node, sizeof node);
     }
     int fatal = (rk && rk->exited && rk->exit_status == 2) ||
                 (c->cs_open && c->cs.fatal.seen && c->cs.fatal.code == 2) ||
