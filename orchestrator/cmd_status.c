@@ -293,14 +293,17 @@ static int status_stage_tok(const status_view *v, size_t i, double *tok) {
                         l->tok, l->time, tok);
 }
 
-/* A stage's wall time: its ended attempts, and while the run is supervised the attempt
- * under way, from its ATTEMPT_STARTED record to now. */
+/* A stage's wall time: its ended attempts (run_state), and an attempt that has not ended
+ * from its ATTEMPT_STARTED record: to now while the run is supervised, else (its `baton
+ * run` was killed before journaling the end) to the last sign of it, the stage's last
+ * record or line of metrics.jsonl. */
 static double status_stage_wall(const status_view *v, size_t i) {
     const run_stage_state *s = &v->st.stage[i];
-    double w = s->wall_s;
-    if (v->running && !s->completed && s->open_at > 0 && v->now > s->open_at)
-        w += v->now - s->open_at;
-    return w;
+    double w = s->wall_s, end = s->last_at;
+    if (s->completed || s->open_at <= 0) return w;
+    if (v->last[i].time > end) end = v->last[i].time;
+    if (v->running) end = v->now;
+    return end > s->open_at ? w + (end - s->open_at) : w;
 }
 
 /* Seconds per step of the running stage lately: over the last lines of metrics.jsonl from
@@ -470,9 +473,10 @@ static void status_json_event(bt_buf *b, const status_view *v, const Baton__Jour
 }
 
 /* Every failure the text lists ("failure: ..."), in journal order: where it happened,
- * which rank (node, pid; null where the journal does not say: a whole-job cause such as
- * a timeout, a Slurm task's pid, a journal older than the field), how it ended (exit
- * status; the signal that killed the rank, by name, else null), the cause as the text
+ * which rank (node, pid; a hang's, the rank it was judged on; null where the journal does
+ * not say: a whole-job cause such as a timeout, a Slurm task's pid, a journal older than
+ * the field), how it ended (exit status, null for a hang: baton run killed the ranks; the
+ * signal that killed the rank, by name, else null), the cause as the text
  * words it, and whether it was retryable (a configuration error is not; the last failure
  * before the run gave up is, though it was not retried). */
 static void status_json_failures(bt_buf *b, const status_view *v) {

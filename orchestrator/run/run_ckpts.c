@@ -10,6 +10,12 @@
 #include "ckpt/ckpt.h"
 #include "run_ctx.h"
 
+/* The recipe's name as the stages' specs carry it (recipe_resolve_stage): what the
+ * workers' manifests record. */
+static const char *run_recipe_name(const run_ctx *c) {
+    return c->doc->recipe->name ? c->doc->recipe->name : "";
+}
+
 int run_stage_finished(run_ctx *c, uint32_t stage, uint64_t steps, char *why, size_t cap) {
     char root[4200], name[64], dir[4300];
     run_dir_file(c->dir, CKPT_ROOT_IN_RUN, root, sizeof root);
@@ -19,7 +25,7 @@ int run_stage_finished(run_ctx *c, uint32_t stage, uint64_t steps, char *why, si
     bt_diag d;
     bt_diag_init(&d);
     int ok = ckpt_manifest_read(dir, &m, &d) == 0 && m->has_step && m->step == steps &&
-             m->stage_final && m->stage_index == stage;
+             m->stage_final && ckpt_stage_relation(m, run_recipe_name(c), stage) == CKPT_SAME_STAGE;
     if (m) baton__manifest__free_unpacked(m, NULL);
     if (ok) return 1;
     if (c->prog.have_step)
@@ -50,17 +56,47 @@ void run_ckpt_note_record(run_ctx *c, const Baton__JournalRecord *r) {
     }
 }
 
-int run_ckpt_start_from(run_ctx *c, uint32_t stage, char *out, size_t cap) {
-    char root[4200], **names = NULL;
-    size_t n = 0;
+/* How checkpoint root/name stands against stage as the worker judges it: by its manifest
+ * (ckpt_stage_relation); by its name only when the manifest cannot be read (the worker
+ * refuses it then, saying why). *step: the checkpoint's step. */
+static ckpt_stage_rel run_ckpt_relation(const run_ctx *c, const char *root, const char *name,
+                                        uint32_t stage, uint64_t *step) {
+    char dir[4400];
+    unsigned st = 0;
+    unsigned long long at = 0;
+    sscanf(name, "s%u-step%llu", &st, &at); /* ckpt_list lists no other names */
+    ckpt_stage_rel rel = st < stage    ? CKPT_EARLIER_STAGE
+                         : st == stage ? CKPT_SAME_STAGE
+                                       : CKPT_LATER_STAGE;
+    *step = at;
+    snprintf(dir, sizeof dir, "%s/%s", root, name);
+    Baton__Manifest *m = NULL;
     bt_diag d;
     bt_diag_init(&d);
+    if (ckpt_manifest_read(dir, &m, &d) == 0) {
+        rel = ckpt_stage_relation(m, run_recipe_name(c), stage);
+        if (m->has_step) *step = m->step;
+    }
+    if (m) baton__manifest__free_unpacked(m, NULL);
+    return rel;
+}
+
+/* The newest complete checkpoint in the run's checkpoint root that stage may start from
+ * (any but a later stage's), or with own set only the stage's own: 1 with its name in out
+ * and its step in *step, 0 when there is none, -1 when the root cannot be listed (d). */
+static int run_ckpt_find(run_ctx *c, uint32_t stage, int own, char *out, size_t cap, uint64_t *step,
+                         bt_diag *d) {
+    char root[4200], **names = NULL;
+    size_t n = 0;
     out[0] = '\0';
     run_dir_file(c->dir, CKPT_ROOT_IN_RUN, root, sizeof root);
-    if (ckpt_list(root, &names, &n, &d) != 0) return 0;
+    if (ckpt_list(root, &names, &n, d) != 0) {
+        ckpt_names_free(names, n);
+        return -1;
+    }
     for (size_t i = n; i-- > 0;) { /* newest first: ckpt_list sorts in training order */
-        unsigned st;
-        if (sscanf(names[i], "s%u-step", &st) == 1 && st <= stage) {
+        ckpt_stage_rel rel = run_ckpt_relation(c, root, names[i], stage, step);
+        if (own ? rel == CKPT_SAME_STAGE : rel != CKPT_LATER_STAGE) {
             snprintf(out, cap, "%s", names[i]);
             break;
         }
@@ -69,9 +105,52 @@ int run_ckpt_start_from(run_ctx *c, uint32_t stage, char *out, size_t cap) {
     return out[0] != '\0';
 }
 
+int run_ckpt_start_from(run_ctx *c, uint32_t stage, char *out, size_t cap) {
+    uint64_t step;
+    bt_diag d;
+    bt_diag_init(&d);
+    return run_ckpt_find(c, stage, 0, out, cap, &step, &d) > 0;
+}
+
+int run_ckpt_own(run_ctx *c, uint32_t stage, char *out, size_t cap, uint64_t *step) {
+    bt_diag d;
+    bt_diag_init(&d);
+    return run_ckpt_find(c, stage, 1, out, cap, step, &d) > 0;
+}
+
+/* Stage's own checkpoints all gone though the journal records one committed, while another
+ * (an earlier stage's: have) remains: the hand-off from it would train the stage again
+ * from step 0, without a word. */
+static int run_ckpt_own_gone(run_ctx *c, uint32_t stage, const char *have, char *why, size_t cap) {
+    char mine[128];
+    uint64_t step;
+    if (stage >= RUN_MAX_STAGES || c->journaled[stage].name[0] == '\0' ||
+        run_ckpt_own(c, stage, mine, sizeof mine, &step))
+        return 0;
+    snprintf(why, cap,
+             "the journal records checkpoint %s/%s (step %llu) as the stage's newest "
+             "committed, but it is gone from %s/%s with every other checkpoint of the stage: "
+             "only another stage's is left (%s/%s), from which it would start again at step "
+             "0; not restarting it so. Restore the stage's checkpoints (a backup, 'baton ckpt "
+             "pull') and resume, or train the stage again as a new run in another --run-dir "
+             "with %s/%s/%s as its recipe's init",
+             CKPT_ROOT_IN_RUN, c->journaled[stage].name,
+             (unsigned long long)c->journaled[stage].step, c->dir->path, CKPT_ROOT_IN_RUN,
+             CKPT_ROOT_IN_RUN, have, c->dir->path, CKPT_ROOT_IN_RUN, have);
+    return 1;
+}
+
 int run_ckpt_missing(run_ctx *c, uint32_t stage, char *why, size_t cap) {
     char have[128];
-    if (run_ckpt_start_from(c, stage, have, sizeof have)) return 0;
+    uint64_t step;
+    bt_diag d;
+    bt_diag_init(&d);
+    int found = run_ckpt_find(c, stage, 0, have, sizeof have, &step, &d);
+    if (found < 0) {
+        snprintf(why, cap, "%s; not starting the stage without seeing its checkpoints", d.msg);
+        return 1;
+    }
+    if (found) return run_ckpt_own_gone(c, stage, have, why, cap);
     for (uint32_t k = stage + 1; k-- > 0;) {
         if (k >= RUN_MAX_STAGES || c->journaled[k].name[0] == '\0') continue;
         snprintf(why, cap,

@@ -41,7 +41,8 @@ typedef struct run_ctx {
     int cs_open;
     bt_diag cs_diag; /* the server reports late errors (metrics writes) here */
     char hang_why[256];
-    run_nodes nodes;              /* usable, excluded and this attempt's nodes */
+    int hang_rank;   /* the rank a hang was judged on (stopped, else silent longest), or -1 */
+    run_nodes nodes; /* usable, excluded and this attempt's nodes */
     const Baton__StageSpec *spec; /* this attempt's */
     int topo_checked, topo_refused;
     char nodes_note[256];          /* what the node plan changed for this attempt */
@@ -109,12 +110,19 @@ void run_give_up(run_ctx *c, uint32_t stage, int say, const char *fmt, ...)
 /* Notes a journal record (read back or appended) in c->journaled. */
 void run_ckpt_note_record(run_ctx *c, const Baton__JournalRecord *r);
 /* The newest complete checkpoint in the run's checkpoint root that stage may start from:
- * its own or an earlier stage's, never a later one's (name into out, cap > 0); 0 when
- * there is none. */
+ * its own or an earlier stage's, never a later one's, judged as the worker judges it, by
+ * the manifest's stage index (ckpt_stage_relation; by the name only where the manifest
+ * cannot be read) (name into out, cap > 0); 0 when there is none. */
 int run_ckpt_start_from(run_ctx *c, uint32_t stage, char *out, size_t cap);
-/* 0 when stage can start as the journal says it must: from a checkpoint of its own or an
- * earlier stage when the journal records one committed (else a fresh start is what the
- * run did). Otherwise 1 with why (the journaled checkpoint that is gone). */
+/* The newest complete checkpoint stage saved itself (by its manifest, as above): 1 with its
+ * name in out and its step in *step, else 0. */
+int run_ckpt_own(run_ctx *c, uint32_t stage, char *out, size_t cap, uint64_t *step);
+/* 0 when stage can start as the journal says it must: from a checkpoint of its own when
+ * the journal records one of the stage committed, else of its own or an earlier stage
+ * when the journal records one of those (else a fresh start is what the run did).
+ * Otherwise 1 with why: the journaled checkpoint that is gone (the stage's own, with only
+ * an earlier stage's left, whose hand-off would start it again from step 0; or every one
+ * it could start from), or the checkpoint root that cannot be listed. */
 int run_ckpt_missing(run_ctx *c, uint32_t stage, char *why, size_t cap);
 /* 1 when the run's checkpoint root holds stage's final checkpoint (stage_final, at step
  * `steps`): what makes workers that all exited 0 a completed stage; else 0 with why (the

@@ -24,26 +24,38 @@ void run_dir_file(const run_dir *d, const char *sub, char *out, size_t cap) {
     snprintf(out, cap, "%s/%s", d->path, sub);
 }
 
-int run_dir_has_history(const run_dir *d, char *what, size_t cap) {
-    char dir[4200], **names = NULL;
-    size_t n = 0;
-    bt_diag quiet;
-    bt_diag_init(&quiet);
-    run_dir_file(d, CKPT_ROOT_IN_RUN, dir, sizeof dir);
-    if (ckpt_list(dir, &names, &n, &quiet) == 0 && n > 0) /* complete checkpoints only */
-        snprintf(what, cap, "%s/%s", CKPT_ROOT_IN_RUN, names[n - 1]);
-    ckpt_names_free(names, n);
-    if (n > 0) return 1;
+/* An attempt's spec (NAME.pb) in RUN_DIR/specs: 1 with its name in what, 0 when there is
+ * none (or no specs/), -1 when the directory cannot be read (diag). */
+static int run_dir_has_spec(const run_dir *d, char *what, size_t cap, bt_diag *diag) {
+    char dir[4200];
     run_dir_file(d, "specs", dir, sizeof dir);
     DIR *dh = opendir(dir);
+    if (dh == NULL && errno == ENOENT) return 0;
     struct dirent *de = NULL;
-    while (dh != NULL && (de = readdir(dh)) != NULL) {
+    while (dh != NULL && (errno = 0, de = readdir(dh)) != NULL) {
         size_t k = strlen(de->d_name);
         if (k > 3 && strcmp(de->d_name + k - 3, ".pb") == 0) break; /* an attempt's spec */
     }
+    int err = de == NULL ? errno : 0;
     if (de != NULL) snprintf(what, cap, "specs/%s", de->d_name);
     if (dh != NULL) closedir(dh);
+    if (de == NULL && err != 0) {
+        bt_diag_set(diag, "%s: cannot read: %s", dir, strerror(err));
+        return -1;
+    }
     return de != NULL;
+}
+
+int run_dir_has_history(const run_dir *d, char *what, size_t cap, bt_diag *diag) {
+    char dir[4200], **names = NULL;
+    size_t n = 0;
+    run_dir_file(d, CKPT_ROOT_IN_RUN, dir, sizeof dir);
+    /* complete checkpoints only; a root that cannot be listed (EACCES, EIO) tells nothing */
+    int rc = ckpt_list(dir, &names, &n, diag);
+    if (rc == 0 && n > 0) snprintf(what, cap, "%s/%s", CKPT_ROOT_IN_RUN, names[n - 1]);
+    ckpt_names_free(names, n);
+    if (rc != 0) return -1;
+    return n > 0 ? 1 : run_dir_has_spec(d, what, cap, diag);
 }
 
 /* A file kept in the run directory: written on first use, compared afterwards. */

@@ -46,8 +46,9 @@ int run_dir_note_workdir(const run_dir *d, bt_diag *diag);
 int run_dir_enter_workdir(const char *run_dir_path, int *moved, bt_diag *diag);
 /* Whether the directory shows that a run already worked here (a complete checkpoint in
  * checkpoints/, an attempt's spec in specs/): then a journal with no record is lost, not
- * new. *what names what was found. */
-int run_dir_has_history(const run_dir *d, char *what, size_t cap);
+ * new. 1 with what naming what was found, 0 when neither is there, -1 when either
+ * directory cannot be read (diag: which, and why), which tells nothing either way. */
+int run_dir_has_history(const run_dir *d, char *what, size_t cap, bt_diag *diag);
 /* path/<sub> into out. */
 void run_dir_file(const run_dir *d, const char *sub, char *out, size_t cap);
 

@@ -10,9 +10,17 @@ static void state_attempt_ended(run_stage_state *st, const Baton__JournalRecord 
     st->open_at = 0;
 }
 
+/* An attempt left open when the next one starts: its supervisor was killed (kill -9)
+ * before it could journal the end. It lasted at least until its stage's last record. */
+static void state_attempt_abandoned(run_stage_state *st, double *attempt_t0) {
+    if (*attempt_t0 > 0 && st->last_at > *attempt_t0) st->wall_s += st->last_at - *attempt_t0;
+    *attempt_t0 = 0;
+}
+
 void run_state_replay(run_state *s, Baton__JournalRecord *const *v, size_t n) {
     memset(s, 0, sizeof *s);
     double attempt_t0 = 0;
+    size_t open_stage = 0;
     for (size_t i = 0; i < n; i++) {
         const Baton__JournalRecord *r = v[i];
         uint32_t k = r->stage_index < RUN_MAX_STAGES ? r->stage_index : RUN_MAX_STAGES - 1;
@@ -30,8 +38,9 @@ void run_state_replay(run_state *s, Baton__JournalRecord *const *v, size_t n) {
             st->started = 1;
             break;
         case BATON__JOURNAL_RECORD__KIND__ATTEMPT_STARTED:
+            state_attempt_abandoned(&s->stage[open_stage], &attempt_t0);
             st->attempts++;
-            attempt_t0 = r->wall_time;
+            attempt_t0 = r->wall_time, open_stage = k;
             /* a killed `baton run` leaves its last attempt open: status counts it as running
              * only while a supervisor holds the run */
             for (size_t o = 0; o < RUN_MAX_STAGES; o++)
@@ -64,6 +73,7 @@ void run_state_replay(run_state *s, Baton__JournalRecord *const *v, size_t n) {
         default:
             break;
         }
+        if (staged && r->wall_time > st->last_at) st->last_at = r->wall_time;
         if (staged && r->has_loss) st->has_loss = 1, st->loss = r->loss, st->loss_at = r->wall_time;
         if (staged && r->has_tokens_per_s)
             st->has_tokens_per_s = 1, st->tokens_per_s = r->tokens_per_s,

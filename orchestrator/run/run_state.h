@@ -22,7 +22,9 @@ typedef struct run_stage_state {
     double started_at, completed_at;
     double recovery_s_sum;
     uint32_t recoveries; /* failures followed by a completed step */
-    double wall_s;       /* time spent in attempts that ended */
+    double wall_s;       /* time spent in attempts that ended, and in those a killed
+                          * supervisor left open, up to their last record */
+    double last_at;      /* wall time of the stage's last record */
     double open_at;      /* wall time an attempt that has not ended (yet) started; 0: none */
     int failed;          /* the run gave up on it (STAGE_FAILED, or a failure not retried)
                           * and no attempt started since */

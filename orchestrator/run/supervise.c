@@ -182,15 +182,20 @@ static int run_hung(run_ctx *c, const launch_job *job, double started, double ha
     double now = bt_clock_now();
     int rank = -1;
     double quiet = c->cs_open ? control_server_silence(&c->cs, now, &rank) : -1;
+    c->hang_rank = -1;
     if (quiet > hang_s) {
         int stopped = run_stopped_rank(job);
-        char who[96] = "";
+        c->hang_rank = stopped >= 0 ? stopped : rank;
+        char who[96] = "", pid[32] = "";
         if (stopped >= 0)
             snprintf(who, sizeof who, "rank %d (pid %d) is stopped (SIGSTOP or a debugger); ",
                      stopped, (int)job->ranks[stopped].pid);
+        else if (job && !job->opts.plain && rank >= 0 && rank < job->nprocs &&
+                 job->ranks[rank].pid > 0) /* the one blamed: its pid, as for a stopped one */
+            snprintf(pid, sizeof pid, " (pid %d)", (int)job->ranks[rank].pid);
         snprintf(c->hang_why, sizeof c->hang_why,
-                 "hang: %srank %d sent no heartbeat for %.1f s (heartbeat_timeout %.0f s)", who,
-                 rank, quiet, hang_s);
+                 "hang: %srank %d%s sent no heartbeat for %.1f s (heartbeat_timeout %.0f s)", who,
+                 rank, pid, quiet, hang_s);
         return 1;
     }
     double since = c->prog.steps_seen ? c->prog.last_step_at : started;
@@ -327,10 +332,8 @@ static void run_stop_casualty(const run_ctx *c, const launch_job *job, char *out
 static void run_check_stop(run_ctx *c, const launch_job *job, uint32_t stage,
                            Baton__JournalRecord *r) {
     char have[128], who[256];
-    unsigned st = 0;
-    unsigned long long at = 0;
-    int own = run_ckpt_start_from(c, stage, have, sizeof have) &&
-              sscanf(have, "s%u-step%llu", &st, &at) == 2 && st == stage;
+    uint64_t at = 0;
+    int own = run_ckpt_own(c, stage, have, sizeof have, &at);
     if (!own) at = 0;
     if (!c->prog.have_step || at >= c->prog.step) return;
     run_stop_casualty(c, job, who, sizeof who);
@@ -340,8 +343,25 @@ static void run_check_stop(run_ctx *c, const launch_job *job, uint32_t stage,
             "a resume continues from %s%s (step %llu)\n",
             c->prog.stage, (unsigned long long)c->prog.step, who[0] ? " (" : "", who,
             who[0] ? ")" : "", own ? CKPT_ROOT_IN_RUN "/" : "the start of the stage",
-            own ? have : "", at);
+            own ? have : "", (unsigned long long)at);
     r->has_step = 1, r->step = at;
+}
+
+/* A hang's FAILURE record, when no rank failed on its own (whose exit status and signal
+ * say more): the rank the hang was judged on and, where this host's launcher started it
+ * (not a Slurm step's srun), its pid and node; no exit status, as baton run killed the
+ * ranks (launch_job_exit_status's 1 is none of theirs). */
+static void run_blame_hang(const run_ctx *c, const launch_job *job, Baton__JournalRecord *r,
+                           char *node, size_t cap) {
+    int k = c->hang_rank;
+    r->has_exit_code = 0;
+    if (k < 0) return;
+    r->has_rank = 1, r->rank = k;
+    if (job->opts.plain || k >= job->nprocs) return;
+    const launch_rank *lr = &job->ranks[k];
+    r->has_pid = lr->pid > 0, r->pid = (int32_t)lr->pid;
+    run_nodes_name(&c->nodes, lr->node, node, cap);
+    r->node = node;
 }
 
 /* Journals how the attempt ended and decides what comes next. */
@@ -417,6 +437,8 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
         run_nodes_name(&c->nodes, rk->node, node, sizeof node);
         r.node = node;
         if (c->o->slurm) run_slurm_blame(c, &r, node, sizeof node);
+    } else if (hung && !c->topo_refused) {
+        run_blame_hang(c, job, &r, node, sizeof node);
     }
     int fatal = (rk && rk->exited && rk->exit_status == 2) ||
                 (c->cs_open && c->cs.fatal.seen && c->cs.fatal.code == 2) ||
@@ -669,7 +691,19 @@ static int run_load_state(run_ctx *c) {
         return BT_EINVAL;
     }
     char seen[300];
-    if (n == 0 && run_dir_has_history(c->dir, seen, sizeof seen)) {
+    int history = n == 0 ? run_dir_has_history(c->dir, seen, sizeof seen, &d) : 0;
+    if (history < 0) {
+        /* an unreadable checkpoints/ is no proof that no run worked here */
+        journal_records_free(v, n);
+        run_err(c,
+                "%s/%s %s, and whether a run already worked in this directory cannot be "
+                "told: %s; nothing was changed. Make it readable (or mend the cause), then "
+                "run again\n",
+                c->dir->path, JOURNAL_FILE,
+                tail.size ? "holds no whole record" : "is missing or empty", d.msg);
+        return BT_EINVAL;
+    }
+    if (history > 0) {
         /* Replaying nothing would start the run over on top of its checkpoints: stage 0
          * retrained from whatever is newest there, complete checkpoints replaced. */
         journal_records_free(v, n);

@@ -46,6 +46,19 @@ void ckpt_name(uint32_t stage, uint64_t step, char *out, size_t cap);
  * array of malloc'd strings (free with ckpt_names_free). A missing root gives 0. */
 int ckpt_list(const char *root, char ***names, size_t *n, bt_diag *diag);
 void ckpt_names_free(char **names, size_t n);
+/* Where the checkpoint whose manifest is m stands against stage `stage` (its index) of the
+ * recipe named `recipe`, by what the manifest records: its recipe's name and its stage's
+ * index in that recipe's order. Never by the directory's name (a copy or a rename changes
+ * it) or the stage's name (a stage renamed, two names sharing a prefix). What the worker
+ * (which checkpoint a stage may start from, whether it resumes one) and `baton run` (which
+ * checkpoint an attempt starts from, whether it is the stage's own) both judge by. */
+typedef enum ckpt_stage_rel {
+    CKPT_OTHER_RECIPE, /* another recipe's (or one that records none): a hand-off at most */
+    CKPT_EARLIER_STAGE,
+    CKPT_SAME_STAGE,
+    CKPT_LATER_STAGE, /* never a start for the stage when found in a run directory */
+} ckpt_stage_rel;
+ckpt_stage_rel ckpt_stage_relation(const Baton__Manifest *m, const char *recipe, uint32_t stage);
 /* path: a checkpoint directory, a checkpoint root, or a run directory (its
  * checkpoints/ root): the checkpoint directory to read, into dir. A root's `latest`
  * pointer is followed when it names a complete checkpoint, else the newest complete one

@@ -52,7 +52,8 @@ int ckpt_list(const char *root, char ***names, size_t *n, bt_diag *diag) {
     size_t cap = 0;
     struct dirent *de;
     int rc = 0;
-    while (rc == 0 && (de = readdir(d)) != NULL) {
+    /* errno tells readdir's end from its failure (EIO on a failing disk) */
+    while (rc == 0 && (errno = 0, de = readdir(d)) != NULL) {
         if (!list_wanted(root, de->d_name)) continue;
         if (*n == cap) {
             cap = cap ? cap * 2 : 16;
@@ -62,9 +63,21 @@ int ckpt_list(const char *root, char ***names, size_t *n, bt_diag *diag) {
         }
         if (rc == 0 && ((*names)[*n] = strdup(de->d_name)) != NULL) (*n)++;
     }
+    if (rc == 0 && errno != 0) {
+        bt_diag_set(diag, "%s: cannot list checkpoints: %s", root, strerror(errno));
+        rc = BT_EIO;
+    }
     closedir(d);
     if (*n) qsort(*names, *n, sizeof **names, name_cmp);
     return rc;
+}
+
+ckpt_stage_rel ckpt_stage_relation(const Baton__Manifest *m, const char *recipe, uint32_t stage) {
+    if (m->recipe_name == NULL || recipe == NULL || strcmp(m->recipe_name, recipe) != 0)
+        return CKPT_OTHER_RECIPE;
+    return m->stage_index < stage    ? CKPT_EARLIER_STAGE
+           : m->stage_index == stage ? CKPT_SAME_STAGE
+                                     : CKPT_LATER_STAGE;
 }
 
 void ckpt_names_free(char **names, size_t n) {

@@ -96,6 +96,19 @@
 #                 saying that the stop checkpoint was not completed, which rank died and
 #                 from which checkpoint a resume continues; the resume ends on the
 #                 uninterrupted losses.
+#   history       a two-stage run stopped in its second stage: every checkpoint of that
+#                 stage deleted (the first's left): resume refuses (exit 1) naming the
+#                 journaled one, starts no attempt, changes nothing, status says failed;
+#                 its newest checkpoint renamed as a later stage's, nothing else left: baton
+#                 run and the worker both judge it by its manifest, and the stage resumes
+#                 from it to the losses of a plain resume; the journal lost and
+#                 checkpoints/ unreadable (not a directory; chmod 000, as nobody when run
+#                 as root, else SKIPPED): exit 2 naming the directory and why.
+#   status-killed a hang (rank 1 SIGSTOPped), then `baton run` killed -9: status's
+#                 failure_list has the hang's rank, pid and node, exit_status and signal
+#                 null; the stage's wall time counts the killed attempt to its last line
+#                 of metrics (not 0, not to now), and after a resume to its last record;
+#                 a hang with no rank stopped (one slow) names the silent rank and its pid.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -1140,6 +1153,168 @@ stop-kill)
   stage_losses r1 >r1.losses
   diff ref.losses r1.losses || fail "the resumed run did not end on the uninterrupted losses"
   echo "$case: $(grep -o 'the stop checkpoint.*' run.out)"
+  ;;
+history)
+  # a two-stage recipe on one worker (a second a run): stopped in stage second
+  cat >h.yaml <<'YAML'
+name: hist
+model: {arch: llama, dim: 32, n_layers: 2, n_heads: 2, n_kv_heads: 2, ffn_dim: 64, vocab_size: 272}
+cluster: {nodes: 1, gpus_per_node: 1, device: cpu}
+data: {train: data/fortunes_train, valid: data/fortunes_valid}
+defaults:
+  seq_len: 32
+  global_batch: 2
+  optimizer: {lr: 1e-3}
+  checkpoint: {every_steps: 2, keep: 5}
+stages:
+  - {name: first, steps: 6}
+  - {name: second, steps: 12}
+YAML
+  BATON_FAULT_STEP_SLEEP=0.1 "$baton" run h.yaml --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 1 5 >/dev/null
+  stop_run
+  ck() { (cd "$1/checkpoints" && find . -printf '%p %i %s %T@\n' | sort); }
+  newest=$(cd r1/checkpoints && ls -d s01-step* | sort | tail -1) # the journaled stop checkpoint
+  [[ -n $newest && -d r1/checkpoints/s00-step00000006 ]] || fail "not stopped in stage second"
+  for r in r2 r3 r4 r5; do cp -a r1 $r; done
+  # 1. every checkpoint of stage second gone, stage first's left: refused (exit 1, as when
+  # every checkpoint is gone) naming the journaled one, not trained again from the hand-off
+  rm -rf r2/checkpoints/s01-step*
+  ck r2 >before.txt
+  set +e; "$baton" resume r2 --quiet >resume2.out 2>&1; rc=$?; set -e
+  [[ $rc == 1 ]] || { cat resume2.out; fail "stage second's checkpoints gone: exit $rc, not 1"; }
+  grep -q "stage \"second\": the journal records checkpoint checkpoints/$newest (step [0-9]*) as the stage's newest committed, but it is gone .* only another stage's is left (checkpoints/s00-step00000006)" resume2.out ||
+    { cat resume2.out; fail "no clear message naming $newest"; }
+  [[ ! -e r2/logs/s01-a01.log ]] || fail "an attempt was started from the hand-off"
+  ck r2 | diff before.txt - || fail "the checkpoints changed"
+  "$baton" status r2 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "failed" and s["stages"][1]["state"] == "failed", s
+assert "is gone" in s["failure"]["reason"], s["failure"]' || { "$baton" status r2; fail "status does not say failed"; }
+  # 2. the stage's newest checkpoint under a later stage's name, nothing else left: baton run
+  # and the worker both judge it by its manifest (stage second's), so the stage resumes from
+  # it (by the name, baton run called it gone while the worker would have taken it)
+  step=$((10#${newest#s01-step}))
+  rm -rf r3/checkpoints/s00-step* && mv r3/checkpoints/"$newest" r3/checkpoints/s02-step99999999
+  find r3/checkpoints -maxdepth 1 -name 's01-step*' -exec rm -rf {} +
+  "$baton" resume r3 --quiet >resume3.out 2>&1 || { cat resume3.out; fail "resume of the renamed checkpoint failed"; }
+  grep -q "started from $work/r3 at step $step " r3/logs/s01-a01.log ||
+    { cat r3/logs/s01-a01.log; fail "stage second did not resume from its renamed checkpoint"; }
+  "$baton" resume r1 --quiet >resume1.out 2>&1 || { cat resume1.out; fail "resume r1 failed"; }
+  stage_losses r1 >r1.losses && stage_losses r3 >r3.losses
+  diff r1.losses r3.losses || fail "the renamed checkpoint's resume ended elsewhere"
+  # 3. the journal lost and checkpoints/ unreadable: no proof that no run worked here, so
+  # refused (exit 2) naming the directory and why, nothing changed
+  unreadable() { # RUN_DIR WHY [as]
+    set +e; ${3:-} "$baton" resume "$1" --quiet >lost.out 2>&1; rc=$?; set -e
+    [[ $rc == 2 ]] || { cat lost.out; fail "$2: exit $rc, not 2"; }
+    grep -q "journal is missing or empty, and whether a run already worked in this directory cannot be told: $work/$1/checkpoints: cannot list checkpoints: $2; nothing was changed" lost.out ||
+      { cat lost.out; fail "$2: no clear message"; }
+    [[ ! -e $1/journal && ! -e $1/logs/s01-a01.log ]] || fail "$2: the run went on"
+  }
+  # (the attempts' specs gone too: checkpoints/ is all that could tell a run worked here)
+  rm r4/journal r4/specs/*.pb r5/journal r5/specs/*.pb
+  mv r4/checkpoints r4/ck && : >r4/checkpoints
+  unreadable r4 "Not a directory"
+  chmod 000 r5/checkpoints
+  if [[ $(id -u) != 0 ]]; then
+    unreadable r5 "Permission denied"
+    eacces=checked
+  elif command -v setpriv >/dev/null && chmod 711 "$work" &&
+    setpriv --reuid=nobody --regid=nogroup --clear-groups test -x "$baton" 2>/dev/null; then
+    chown -R nobody:nogroup r5 # as root, which ignores permissions: as nobody
+    unreadable r5 "Permission denied" "setpriv --reuid=nobody --regid=nogroup --clear-groups"
+    eacces="checked as nobody"
+  else
+    eacces="SKIPPED: running as root, which ignores permissions, and baton cannot run as nobody here"
+    echo "$case: chmod 000 checkpoints/ $eacces"
+  fi
+  chmod 700 r5/checkpoints
+  echo "$case: second's checkpoints gone -> exit 1 naming $newest; renamed -> resumed from step $step by" \
+    "manifest; checkpoints/ unreadable -> exit 2 (ENOTDIR; EACCES $eacces)"
+  ;;
+status-killed)
+  # two ranks (dp 2) of one stage: rank 1 SIGSTOPped in attempt 0 (a hang), then `baton run`
+  # killed -9 in attempt 1, which leaves that attempt without an end in the journal
+  cat >k.yaml <<'YAML'
+name: killed
+model: {arch: llama, dim: 32, n_layers: 2, n_heads: 2, n_kv_heads: 2, ffn_dim: 64, vocab_size: 272}
+cluster: {nodes: 1, gpus_per_node: 2, device: cpu}
+data: {train: data/fortunes_train, valid: data/fortunes_valid}
+defaults:
+  seq_len: 32
+  global_batch: 2
+  parallel: {dp: 2}
+  optimizer: {lr: 1e-3}
+  checkpoint: {every_steps: 2, keep: 3}
+  restart: {max_restarts: 2, backoff: 0.1s, heartbeat_timeout: 2s}
+stages:
+  - {name: only, steps: 60}
+YAML
+  t0=$(date +%s.%N)
+  BATON_FAULT_STEP_SLEEP=0.1 "$baton" run k.yaml --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  strike 0 3 3 STOP 1
+  stopped_pid=$struck_pids
+  log=$(wait_step 0 25)
+  [[ $log == r1/logs/s00-a01.log ]] || fail "the hang did not end attempt 0"
+  kill -9 "$bpid"
+  wait "$bpid" 2>/dev/null || true
+  t1=$(date +%s.%N)
+  bpid=
+  sleep 0.5
+  # the wall time: the ended attempt 0, and attempt 1 to its last line of metrics (not 0, not
+  # up to now); after a resume, attempt 1 still counts up to its last journaled record
+  check_status() { # WHEN
+    "$baton" status r1 --json >status.json
+    /usr/bin/python3 - status.json r1/metrics.jsonl "$stopped_pid" "$t0" "$t1" "$1" <<'PY' || { "$baton" status r1; fail "status $1"; }
+import json, sys
+s = json.load(open(sys.argv[1]))
+lines = [json.loads(l) for l in open(sys.argv[2])]
+pid, t0, t1, when = int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
+fl = s["failure_list"]
+assert len(fl) == 1, fl
+h = fl[0]  # the hang: the rank it was judged on (the stopped one), no exit status of its own
+assert h["cause"].startswith("hang: rank 1 (pid %d) is stopped" % pid), h
+assert h["rank"] == 1 and h["pid"] == pid and h["node"] == "node0", h
+assert h["exit_status"] is None and h["signal"] is None, h
+spans = {}
+for r in lines:
+    a = spans.setdefault(r["attempt"], [r["time"], r["time"]])
+    a[0], a[1] = min(a[0], r["time"]), max(a[1], r["time"])
+spans[0][1] = h["time"]  # attempt 0 lasted at least until its failure was journaled
+least = sum(b - a for a, b in spans.values())
+wall = s["stages"][0]["wall_s"]
+# killed: attempt 1 to its last line of metrics, within the run's life; resumed: to its last
+# journaled record, which may precede the checkpoint the resume started from when baton run
+# was killed between its commit and its record (one save: two steps)
+most = t1 - t0 if when == "killed" else 1e9
+slack = 0 if when == "killed" else 0.5
+print("%s: wall %.2f s, the attempts' metrics span %.2f s, at most %.2f" % (when, wall, least, most))
+assert 1 in spans and least - slack <= wall <= most, (wall, least, most, spans)
+PY
+  }
+  check_status killed
+  "$baton" status r1 | grep -q "failure: stage only attempt 0 at step [0-9]*: hang: rank 1 (pid $stopped_pid) is stopped" ||
+    { "$baton" status r1; fail "the text does not show the hang's rank"; }
+  "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "resume failed"; }
+  check_status resumed
+  # a hang with no rank stopped: rank 1 slow (10 s a step); the rank judged on is named
+  printf '#!/bin/bash\n[[ $PMIX_RANK == 1 ]] && export BATON_FAULT_STEP_SLEEP=10\nexec %q "$@"\n' \
+    "$worker" >slow.sh && chmod +x slow.sh
+  set +e; "$baton" run k.yaml --run-dir r2 --quiet --worker "$PWD/slow.sh" \
+    --set defaults.restart.max_restarts=0 >run2.out 2>&1; rc=$?; set -e
+  [[ $rc == 1 ]] || { cat run2.out; fail "the slow rank's run: exit $rc, not 1"; }
+  "$baton" status r2 --json | /usr/bin/python3 -c '
+import json, sys
+h = json.load(sys.stdin)["failure_list"][0]
+# (the one silent longest: rank 0 may be, waiting on rank 1 where it sends nothing)
+assert h["rank"] in (0, 1) and h["node"] == "node0" and h["pid"] > 0, h
+assert h["cause"].startswith("hang: rank %d (pid %d) sent no heartbeat" % (h["rank"], h["pid"])), h
+assert h["exit_status"] is None and h["signal"] is None, h' || { "$baton" status r2; fail "the silent rank is not in status"; }
+  echo "$case: the hang journaled as rank 1 (pid $stopped_pid), exit status null; wall time after kill -9 counted"
   ;;
 *) fail "unknown case" ;;
 esac

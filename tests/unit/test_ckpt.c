@@ -578,6 +578,28 @@ static void test_retain_links(void) {
     CHECK(ckpt_remove_dir(user) == 0 && ckpt_remove_dir(root) == 0);
 }
 
+/* Where a checkpoint stands against a stage is what its manifest records (recipe name,
+ * stage index), the same for `baton run` and the worker: never its stage's name, so that a
+ * renamed stage, or two whose names share a prefix, change nothing; and not its directory's
+ * name (ckpt_stage_relation takes none). Another recipe's is never a later stage's. */
+static void test_stage_relation(void) {
+    Baton__Manifest m = BATON__MANIFEST__INIT;
+    m.recipe_name = "run-test", m.has_stage_index = 1, m.stage_index = 1;
+    m.stage_name = "pretrain-long"; /* stage 0 of the recipe is "pretrain" */
+    CHECK(ckpt_stage_relation(&m, "run-test", 0) == CKPT_LATER_STAGE);
+    CHECK(ckpt_stage_relation(&m, "run-test", 1) == CKPT_SAME_STAGE);
+    CHECK(ckpt_stage_relation(&m, "run-test", 2) == CKPT_EARLIER_STAGE);
+    m.stage_name = "renamed"; /* the same stage by its index */
+    CHECK(ckpt_stage_relation(&m, "run-test", 1) == CKPT_SAME_STAGE);
+    CHECK(ckpt_stage_relation(&m, "run-test-2", 0) == CKPT_OTHER_RECIPE);
+    CHECK(ckpt_stage_relation(&m, "run", 0) == CKPT_OTHER_RECIPE);
+    CHECK(ckpt_stage_relation(&m, NULL, 0) == CKPT_OTHER_RECIPE);
+    m.recipe_name = ""; /* a recipe without a name: its specs and manifests carry "" */
+    CHECK(ckpt_stage_relation(&m, "", 0) == CKPT_LATER_STAGE);
+    m.recipe_name = NULL; /* a manifest that records none */
+    CHECK(ckpt_stage_relation(&m, "", 0) == CKPT_OTHER_RECIPE);
+}
+
 int main(void) {
     snprintf(test_root, sizeof test_root, "/tmp/baton-test-ckpt.XXXXXX");
     if (mkdtemp(test_root) == NULL) return 1;
@@ -590,6 +612,7 @@ int main(void) {
     test_fp8_history();
     test_reader_files();
     test_retain_links();
+    test_stage_relation();
     check_rmdir(test_root);
     return check_status();
 }

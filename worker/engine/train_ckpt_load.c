@@ -178,14 +178,13 @@ static int load_model_matches(const trainer *t, const Baton__Manifest *m, const 
 /* A checkpoint a later stage of this recipe saved is no start for this one when it was
  * found in a run directory or checkpoint root: a run's directory holds them once its
  * stages went on, and a stage run again there would otherwise take the newest, a later
- * stage's weights, moments and schedule position. (A checkpoint directory named itself
- * is taken as given.) */
+ * stage's weights, moments and schedule position. Later by its manifest's stage index
+ * (ckpt_stage_relation), as `baton run` judges which checkpoint an attempt starts from.
+ * (A checkpoint directory named itself is taken as given.) */
 static int load_not_later(const trainer *t, const Baton__Manifest *m, const char *dir,
                           bt_diag *diag) {
     const Baton__StageSpec *s = t->spec;
-    if (!m->recipe_name || !s->recipe_name || strcmp(m->recipe_name, s->recipe_name) != 0 ||
-        m->stage_index <= s->stage_index)
-        return 0;
+    if (ckpt_stage_relation(m, s->recipe_name, s->stage_index) != CKPT_LATER_STAGE) return 0;
     bt_diag_set(diag,
                 "%s: saved by stage %u (%s) of recipe %s, which comes after this stage %u "
                 "(%s): a stage never starts from a later stage's checkpoint",
@@ -223,8 +222,7 @@ static int load_one(trainer *t, const char *dir, int refuse_later, bt_diag *diag
     rc = rc ? rc : load_params(t, &r, diag);
     if (rc != 0) goto out;
     const Baton__StageSpec *s = t->spec;
-    int resume = m->stage_index == s->stage_index && m->recipe_name && s->recipe_name &&
-                 strcmp(m->recipe_name, s->recipe_name) == 0;
+    int resume = ckpt_stage_relation(m, s->recipe_name, s->stage_index) == CKPT_SAME_STAGE;
     int reset = !resume && s->stage->optimizer && s->stage->optimizer->reset;
     optim_adamw_reset(&t->opt);
     if (!reset && load_has_moments(m)) rc = load_moments(t, &r, diag);

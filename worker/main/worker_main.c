@@ -395,10 +395,10 @@ static int worker_saved_already(const train_ckpt *c, const trainer *t, const wor
     Baton__Manifest *m = NULL;
     bt_diag d;
     bt_diag_init(&d);
-    int same = ckpt_manifest_read(dir, &m, &d) == 0 && m->has_step && m->step == t->step &&
-               m->stage_index == t->spec->stage_index && m->recipe_name && t->spec->recipe_name &&
-               strcmp(m->recipe_name, t->spec->recipe_name) == 0 &&
-               m->stage_final == (t->step == t->total_steps);
+    int same =
+        ckpt_manifest_read(dir, &m, &d) == 0 && m->has_step && m->step == t->step &&
+        ckpt_stage_relation(m, t->spec->recipe_name, t->spec->stage_index) == CKPT_SAME_STAGE &&
+        m->stage_final == (t->step == t->total_steps);
     if (m) baton__manifest__free_unpacked(m, NULL);
     if (same && !a->quiet)
         printf("checkpoint %s: already there (this attempt started from it and trained no "
