@@ -173,6 +173,13 @@ static long set_list_index(const recipe_doc *doc, const char *what, const char *
     size_t count = set_count(m, f);
     int stages = m == &doc->recipe->base && strcmp(f->name, "stages") == 0;
     long i = set_index(seg, n);
+    if (i >= 0 && seg[0] == '0' && n > 1) { /* "01": a number written two ways */
+        bt_diag_set(diag,
+                    "%s: index \"%.*s\" of %s has a leading zero; write an index as a plain "
+                    "0-based number, %.*s.%ld",
+                    what, (int)n, seg, path, (int)at, key, i);
+        return -1;
+    }
     if (stages && (i < 0 || (size_t)i >= count)) i = set_stage_index(doc, seg, n);
     if (i >= 0 && (size_t)i < count) return i;
     if (stages) {
