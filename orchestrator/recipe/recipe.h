@@ -21,6 +21,11 @@
  * doc->warn as "warning: FILE:LINE:COL: PATH: message" lines. */
 int recipe_validate(const recipe_doc *doc, bt_diag *diag);
 
+/* Whether name can be a recipe's name, which names the default run directory runs/<name>
+ * (and a Slurm job): 0, or BT_ERECIPE with what is wrong in why ("\"a/b\" has '/' at
+ * character 2; use letters, ..."), to follow "the recipe name". */
+int recipe_name_problem(const char *name, char *why, size_t cap);
+
 /* Builds the StageSpec of stage i (0-based). The spec owns all its memory: free it with
  * protobuf_c_message_free_unpacked(&spec->base, NULL). All sub-messages are present,
  * n_kv_heads and parallel.dp are explicit. Call after recipe_validate succeeded. */

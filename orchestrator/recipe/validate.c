@@ -679,23 +679,33 @@ static int check_stage(vctx *v, const Baton__Recipe *r) {
     return rc;
 }
 
-/* The name is a path component: the default run directory is runs/<name> (and the
- * Slurm job's name), so it must stay one plain directory name inside runs/. */
-static int check_recipe_name(vctx *v, const Baton__Recipe *r) {
-    const char *name = r->name;
-    if (name == NULL) return 0; /* unnamed: runs/run */
+#define NAME_RULE                                                                                  \
+    "letters, digits, '.', '_' and '-', not starting with '.' (the default run directory is "      \
+    "runs/<name>)"
+
+int recipe_name_problem(const char *name, char *why, size_t cap) {
     size_t n = strlen(name),
            ok = strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                              "0123456789._-");
-    const char *valid = "letters, digits, '.', '_' and '-', not starting with '.' (the default "
-                        "run directory is runs/<name>), e.g. name: tiny-cpu";
-    if (n == 0) return verr(v, "name", "the recipe name is empty; use %s", valid);
-    if (ok < n)
-        return verr(v, "name", "the recipe name \"%s\" has '%c' at character %zu; use %s", name,
-                    name[ok], ok + 1, valid);
-    if (name[0] == '.')
-        return verr(v, "name", "the recipe name \"%s\" starts with '.'; use %s", name, valid);
-    return 0;
+    if (n == 0)
+        snprintf(why, cap, "is empty; use " NAME_RULE);
+    else if (ok < n)
+        snprintf(why, cap, "\"%s\" has '%c' at character %zu; use " NAME_RULE, name, name[ok],
+                 ok + 1);
+    else if (name[0] == '.')
+        snprintf(why, cap, "\"%s\" starts with '.'; use " NAME_RULE, name);
+    else
+        return 0;
+    return BT_ERECIPE;
+}
+
+/* The name is a path component: the default run directory is runs/<name> (and the
+ * Slurm job's name), so it must stay one plain directory name inside runs/. */
+static int check_recipe_name(vctx *v, const Baton__Recipe *r) {
+    char why[512];
+    if (r->name == NULL) return 0; /* unnamed: runs/<file stem>, checked by baton run */
+    if (recipe_name_problem(r->name, why, sizeof why) == 0) return 0;
+    return verr(v, "name", "the recipe name %s, e.g. name: tiny-cpu", why);
 }
 
 static int check_stage_names(vctx *v, const Baton__Recipe *r) {

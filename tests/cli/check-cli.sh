@@ -150,6 +150,11 @@ expect 0 "^      weight: 0\\.5$" -- spec "$recipes/tiny-cpu.yaml" --stage 0 --se
 expect 0 'path: "data/x"' -- spec "$recipes/tiny-cpu.yaml" --stage 1 --set stages.1.data.mix.1.path=data/x
 expect 2 "^--set data\\.mix\\.2\\.weight=1: data\\.mix \\(.*tiny-cpu\\.yaml:27:3\\) has 2 elements, so index 2 is out of range \\(0-based, 0 to 1\\); to change its length, give the whole list: data\\.mix=\\[\\.\\.\\.\\]$" -- \
   plan "$recipes/tiny-cpu.yaml" --set data.mix.2.weight=1
+# an index is a plain 0-based number: "01" is refused, not taken as 1
+expect 2 "^--set data\\.mix\\.01\\.weight=1: index \"01\" of data\\.mix has a leading zero; write an index as a plain 0-based number, data\\.mix\\.1$" -- \
+  plan "$recipes/tiny-cpu.yaml" --set data.mix.01.weight=1
+expect 2 "^--set stages\\.00\\.steps=3: index \"00\" of stages has a leading zero" -- \
+  spec "$recipes/tiny-cpu.yaml" --set stages.00.steps=3
 expect 2 "^--set defaults\\.parallel\\.stage_layers\\.1=3: defaults\\.parallel\\.stage_layers is not in the recipe" -- \
   plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.stage_layers.1=3
 # what runs but likely not as meant is a warning: plan and spec go on (exit 0)
@@ -199,6 +204,13 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   expect 0 "wrote $sub/runs/unnamed-b/baton.sbatch" -- submit unnamed-b.yml --dry-run
   grep -qx "#SBATCH --job-name=unnamed-b" runs/unnamed-b/baton.sbatch ||
     { echo "FAIL: an unnamed recipe's job is not named as its run directory"; exit 1; }
+  # the stem stands in for the name, so it is checked as one: no hidden runs/.x, no runs/.
+  grep -v '^name:' "$small" >.x.yaml && cp .x.yaml ..yaml
+  expect 2 "^baton submit: \.x\.yaml: the recipe has no name:, so its file's stem would name the run directory, and the stem \"\.x\" starts with '\.'.*; add a name: to the recipe" -- \
+    submit .x.yaml --dry-run
+  expect 2 "^baton run: \.\.yaml: the recipe has no name:.*the stem \"\.\" starts with '\.'" -- run ..yaml
+  [[ ! -e runs/.x ]] || { echo "FAIL: a stem that is no name made a run directory"; exit 1; }
+  expect 0 "wrote $sub/rx/baton.sbatch" -- submit .x.yaml --run-dir rx --dry-run
   expect 0 "wrote" -- submit "$small" --run-dir r2 --dry-run --set cluster.device=cuda \
     --set cluster.gpus_per_node=2 --set defaults.parallel.dp=2
   grep -qx "#SBATCH --gpus-per-node=2" r2/baton.sbatch || { echo "FAIL: no --gpus-per-node=2"; exit 1; }
