@@ -741,6 +741,30 @@ static int check_stage_names(vctx *v, const Baton__Recipe *r) {
     return 0;
 }
 
+/* A data block gives its training data as train or as mix, not both: the mix would be
+ * read and train silently ignored. */
+static int check_data_block(vctx *v, const Baton__Data *d, const char *where) {
+    if (d == NULL || d->n_mix == 0 || d->train == NULL || d->train[0] == '\0') return 0;
+    char f[64];
+    snprintf(f, sizeof f, "%s.train", where);
+    return verr(v, f,
+                "train and mix both give the training data; give one: train for one dataset, "
+                "mix for several (train: %s as a mix source is {path: %s}; mix: [] drops a mix)",
+                d->train, d->train);
+}
+
+static int check_data_blocks(vctx *v, const Baton__Recipe *r) {
+    int rc = check_data_block(v, r->data, "data");
+    if (rc == 0 && r->defaults != NULL)
+        rc = check_data_block(v, r->defaults->data, "defaults.data");
+    for (size_t i = 0; rc == 0 && i < r->n_stages; i++) {
+        char where[48];
+        snprintf(where, sizeof where, "stages[%zu].data", i);
+        rc = check_data_block(v, r->stages[i]->data, where);
+    }
+    return rc;
+}
+
 int recipe_validate(const recipe_doc *doc, bt_diag *diag) {
     const Baton__Recipe *r = doc->recipe;
     vctx v = {.doc = doc, .diag = diag, .stage = -1};
@@ -752,6 +776,7 @@ int recipe_validate(const recipe_doc *doc, bt_diag *diag) {
                   "no stages: a recipe needs at least one stage, e.g. stages: "
                   "[{name: pretrain, steps: 1000}]");
     rc = rc ? rc : check_stage_names(&v, r);
+    rc = rc ? rc : check_data_blocks(&v, r);
     for (size_t i = 0; rc == 0 && i < r->n_stages; i++) {
         Baton__Stage *eff = NULL;
         rc = recipe_effective_stage(doc, i, &eff);
