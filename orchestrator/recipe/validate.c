@@ -618,11 +618,30 @@ static int beyond_scaling(uint64_t seq_len, const Baton__RopeScaling *sc) {
            (double)seq_len > scaling_extent(sc);
 }
 
+/* Whether a stage of seq_len that turns off the scaling the stage before it had (before)
+ * trains beyond the context that scaling extended, the one RoPE covers unscaled. */
+static int beyond_unscaled(uint64_t seq_len, const Baton__RopeScaling *before) {
+    return before != NULL && before->original_max_position > 0 &&
+           seq_len > before->original_max_position;
+}
+
+/* The scaling's type as a recipe writes it ("llama3"). */
+static const char *scaling_name(const Baton__RopeScaling *sc, char *buf, size_t cap) {
+    const ProtobufCEnumValue *e =
+        protobuf_c_enum_descriptor_get_value(&baton__rope_scaling__type__descriptor, sc->type);
+    size_t k = 0;
+    for (const char *p = e ? e->name : "?"; *p != '\0' && k + 1 < cap; p++)
+        buf[k++] = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
+    buf[k] = '\0';
+    return buf;
+}
+
 /* What runs but likely not as meant: a seq_len beyond the context the RoPE scaling
- * extends to; a scaling that starts from another context than the previous stage trained
- * at (original_max_position is the pretraining context); a warmup longer than the stage,
- * whose learning rate then never reaches its peak. A stage that inherits the same
- * settings as the stage before it is not warned about again. */
+ * extends to, or, where a stage turns the scaling off, beyond the one it extended; a scaling that
+ * starts from another context than the previous stage trained at (original_max_position is the
+ * pretraining context); a warmup longer than the stage, whose learning rate then never reaches its
+ * peak. A stage that inherits the same settings as the stage before it is not warned about again.
+ */
 static void warn_stage(vctx *v, const Baton__Recipe *r) {
     const Baton__Stage *s = v->eff;
     Baton__Stage *prev = NULL;
@@ -631,6 +650,7 @@ static void warn_stage(vctx *v, const Baton__Recipe *r) {
     Baton__RopeScaling *sc = effective_scaling(r, v->stage);
     Baton__RopeScaling *before = prev ? effective_scaling(r, v->stage - 1) : NULL;
     uint64_t orig = sc ? sc->original_max_position : 0;
+    char type[16];
     int same = prev && before && sc && prev->seq_len == s->seq_len &&
                before->original_max_position == orig && before->factor == sc->factor;
     if (beyond_scaling(s->seq_len, sc) && !same)
@@ -640,6 +660,14 @@ static void warn_stage(vctx *v, const Baton__Recipe *r) {
               (unsigned long long)s->seq_len,
               sc->type == BATON__ROPE_SCALING__TYPE__LLAMA3 ? "for llama3 twice " : "",
               (unsigned long long)orig, sc->factor, scaling_extent(sc));
+    if (sc == NULL && beyond_unscaled(s->seq_len, before))
+        vwarn(v, "rope.scaling",
+              "RoPE scaling is off from this stage, but seq_len %llu is beyond "
+              "original_max_position %llu, the context the previous stage's %s scaling "
+              "extended (to %.0f): the positions beyond it get rotations the model did not "
+              "train at",
+              (unsigned long long)s->seq_len, (unsigned long long)before->original_max_position,
+              scaling_name(before, type, sizeof type), scaling_extent(before));
     if (orig > 0 && prev != NULL && before == NULL && prev->seq_len != orig)
         vwarn(v, "rope.scaling.original_max_position",
               "original_max_position %llu is not the seq_len %llu the previous stage (\"%s\") "

@@ -164,6 +164,17 @@ expect 0 "original_max_position 64 is not the seq_len 128 the previous stage \\(
   spec "$recipes/tiny-cpu.yaml" --stage 0 --set stages.long-context.rope.scaling.original_max_position=64
 expect 0 "tiny-cpu\\.yaml:[0-9]+:[0-9]+: defaults\\.optimizer\\.warmup_steps: warmup_steps 20 is more than the stage's 10 steps" -- \
   plan "$recipes/tiny-cpu.yaml" --set stages.0.steps=10
+# ... and so is a stage that turns the scaling off while its seq_len stays beyond the
+# context the scaling extended (once: the stage after it inherits the same), not one
+# that goes back within it
+expect 0 "^warning: --set stages\\.fp8\\.rope\\.scaling\\.type=none: stages\\[2\\]\\.rope\\.scaling: RoPE scaling is off from this stage, but seq_len 512 is beyond original_max_position 128, the context the previous stage's llama3 scaling extended \\(to 1024\\).* \\(stage 2 \"fp8\"\\)$" -- \
+  plan "$recipes/tiny-cpu.yaml" --set stages.fp8.rope.scaling.type=none
+[[ $("$baton" plan "$recipes/../tests/cli/rope-off-long.yaml" 2>&1 >/dev/null) == \
+  "warning: "*"/rope-off-long.yaml:11:33: stages[2].rope.scaling: RoPE scaling is off from this stage, but seq_len 1024 is beyond original_max_position 256, the context the previous stage's linear scaling extended (to 1024): "*'(stage 2 "c")' ]] ||
+  { echo "FAIL: scaling off not warned about once, at the stage that turns it off"; failures=$((failures + 1)); }
+[[ -z $("$baton" plan "$recipes/tiny-cpu.yaml" --set stages.fp8.rope.scaling.type=none --set stages.fp8.seq_len=128 \
+  --set stages.fp8.parallel.cp=1 --set stages.fp8.parallel.dp=2 2>&1 >/dev/null) ]] ||
+  { echo "FAIL: scaling turned off at the pretraining context warned about"; failures=$((failures + 1)); }
 [[ -z $("$baton" plan "$recipes/tiny-cpu.yaml" 2>&1 >/dev/null) ]] || { echo "FAIL: tiny-cpu.yaml plans with warnings"; failures=$((failures + 1)); }
 expect 0 "^== stage 1 \"b\"" -- plan "$recipes/../tests/cli/rope-off.yaml"
 expect 2 "^--gpus-per-node 0: cluster\\.gpus_per_node: expected at least 1 device per node" -- \
