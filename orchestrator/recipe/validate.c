@@ -504,14 +504,78 @@ static int check_experts(vctx *v, const Baton__Model *m, const Baton__Parallel *
     return 0;
 }
 
+/* The first of tp, cp, dp, pp (sizes in that order) larger than 1 that order does not
+ * name, its index, or -1. */
+static int order_omits(const char *order, const uint32_t size[4]) {
+    static const char *const dims[4] = {"tp", "cp", "dp", "pp"};
+    if (order == NULL || order[0] == '\0') return -1; /* the default names them all */
+    for (int k = 0; k < 4; k++) {
+        size_t n = strlen(dims[k]);
+        int named = 0;
+        for (const char *t = order; t != NULL && !named; t = strchr(t, '-'), t = t ? t + 1 : t)
+            named = strncmp(t, dims[k], n) == 0 && (t[n] == '-' || t[n] == '\0');
+        if (!named && size[k] > 1) return k;
+    }
+    return -1;
+}
+
+/* The path of the block the value at path lies in ("defaults.parallel" of
+ * "defaults.parallel.order"). */
+static void path_block(const char *path, char *out, size_t cap) {
+    const char *dot = strrchr(path, '.');
+    snprintf(out, cap, "%.*s", dot ? (int)(dot - path) : (int)strlen(path), path);
+}
+
+/* A parallel.order the stage inherits (from the defaults or an earlier stage, where it
+ * suited the layout) that leaves out a dimension this stage makes larger than 1: reported
+ * at the stage, where the size was written, naming the order's own place; 1 when it was
+ * reported, 0 when this is not that case. */
+static int order_inherited_err(vctx *v, const Baton__Parallel *p, uint32_t dp, int *rc) {
+    static const char *const dims[4] = {"tp", "cp", "dp", "pp"};
+    const uint32_t size[4] = {p->tp, p->cp, dp, p->pp};
+    char opath[256], own[64], dpath[256], ob[256], db[256], field[64], full[64], at[400];
+    const recipe_pos *op =
+        stage_field_where(v->doc, v->stage, "parallel.order", NULL, opath, sizeof opath);
+    snprintf(own, sizeof own, "stages[%ld].parallel.order", v->stage);
+    int k = order_omits(p->order, size);
+    if (op == NULL || strcmp(opath, own) == 0 || k < 0) return 0;
+    if (k == 2 && p->dp == 0) /* dp auto: what made it larger is the stage's other sizes */
+        snprintf(field, sizeof field, "parallel{tp,cp,pp,dp}");
+    else
+        snprintf(field, sizeof field, "parallel.%s", dims[k]);
+    char bare[64];
+    snprintf(bare, sizeof bare, "%.*s", (int)strcspn(field, "{"), field);
+    stage_field_where(v->doc, v->stage, bare, strchr(field, '{') ? "tp,cp,pp,dp" : NULL, dpath,
+                      sizeof dpath);
+    path_block(opath, ob, sizeof ob);
+    if (strchr(field, '{') == NULL)
+        path_block(dpath, db, sizeof db);
+    else
+        snprintf(db, sizeof db, "%s", dpath);
+    if (strcmp(ob, db) == 0) return 0; /* the order and the size written together */
+    if (op->set != NULL)
+        snprintf(at, sizeof at, "%s", op->set);
+    else
+        snprintf(at, sizeof at, "%s:%d:%d", v->doc->file, op->line, op->col);
+    layout_order_full(p->order, full, sizeof full);
+    *rc = verr(v, field,
+               "parallel.order \"%s\" omits %s, which is %u in this stage; the order is "
+               "inherited from %s (%s), which may leave out only dimensions of size 1: give "
+               "this stage its own parallel.order naming %s, e.g. \"%s\" (the same layout "
+               "where %s is 1)",
+               p->order, dims[k], size[k], opath, at, dims[k], full, dims[k]);
+    return 1;
+}
+
 static int check_layout(vctx *v, const Baton__Model *m, const Baton__Parallel *p,
                         const Baton__Cluster *c, uint32_t dp) {
     layout l;
     bt_diag d;
     bt_diag_init(&d);
+    int rc;
     if (layout_init(&l, p->tp, p->cp, dp, p->pp, p->ep, plan_parallel_folds_experts(p, m->moe),
                     p->order, c->gpus_per_node, &d) != 0)
-        return verr(v, "parallel.order", "%s", d.msg);
+        return order_inherited_err(v, p, dp, &rc) ? rc : verr(v, "parallel.order", "%s", d.msg);
     /* what baton run would refuse once the ranks report their hosts (run_topology.h) */
     static const enum layout_dim hungry[] = {LAYOUT_TP, LAYOUT_CP, LAYOUT_EP};
     for (int i = 0; c->strict_topology && i < 3; i++)

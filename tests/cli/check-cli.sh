@@ -143,8 +143,13 @@ expect 2 "^--set data\\.mix=\\[\\]: data: no training data" -- spec "$recipes/ti
 # parallel.order may leave out a dimension of size 1 (cp 1 in stage 0), not one larger
 expect 0 "cp 1 x dp 1 x pp 2 = 4 ranks .*order tp-dp-pp$" -- plan "$recipes/tiny-cpu.yaml" \
   --set defaults.parallel.order=tp-dp-pp --set stages.1.parallel.order=tp-cp-dp-pp
-expect 2 "^--set defaults\\.parallel\\.order=tp-dp-pp: defaults\\.parallel\\.order: parallel\\.order \"tp-dp-pp\": \"cp\" is missing, and cp is 2" -- \
+# ... an order inherited from where that held is reported at the stage that makes the
+# dimension larger, naming where the order came from (tests/recipes/bad/order-inherited.yaml)
+expect 2 "tiny-cpu\\.yaml:[0-9]+:[0-9]+: stages\\[1\\]\\.parallel\\.cp: parallel\\.order \"tp-dp-pp\" omits cp, which is 2 in this stage; the order is inherited from defaults\\.parallel\\.order \\(--set defaults\\.parallel\\.order=tp-dp-pp\\).*e\\.g\\. \"tp-cp-dp-pp\"" -- \
   plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.order=tp-dp-pp
+# ... the stage's own order, at its place
+expect 2 "^--set stages\\.1\\.parallel\\.order=tp-dp-pp: stages\\[1\\]\\.parallel\\.order: parallel\\.order \"tp-dp-pp\": \"cp\" is missing, and cp is 2" -- \
+  plan "$recipes/tiny-cpu.yaml" --set stages.1.parallel.order=tp-dp-pp
 # an element of any list, by its 0-based index (as stages); past the end: the list's length
 expect 0 "^      weight: 0\\.5$" -- spec "$recipes/tiny-cpu.yaml" --stage 0 --set data.mix.0.weight=0.5
 expect 0 'path: "data/x"' -- spec "$recipes/tiny-cpu.yaml" --stage 1 --set stages.1.data.mix.1.path=data/x
