@@ -89,6 +89,23 @@ expect 0 '^    first_last_bf16: true  # default$' -- spec "$recipes/tiny-cpu.yam
 expect 0 '^      high_freq_factor: 4  # default$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8
 expect 0 '^    min_lr: 0\.0003$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8
 expect 0 '^        weight: 0\.8$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8
+# ... those the resolver fills in too: the seed, n_kv_heads, heartbeat_timeout, the
+# actions reset and data_from_start, an fp16 stage's loss scaling
+off=$recipes/../tests/cli/rope-off.yaml
+for want in '^seed: 1234  # default$' '^      seconds: 300  # default$' '^    reset: false  # default$' \
+  '^  data_from_start: false  # default$' '^      initial: 65536  # default$'; do
+  expect 0 "$want" -- spec "$off" --stage 1 --set defaults.precision=fp16
+done
+nokv=$(mktemp /tmp/baton-test-nokv.XXXXXX.yaml)
+sed 's/ n_kv_heads: 2,//' "$off" >"$nokv"
+expect 0 '^  n_kv_heads: 4  # default$' -- spec "$nokv"
+rm -f "$nokv"
+# ... and not where the recipe gives them
+for want in '^seed: 1234$' '^      seconds: 30$' '^  n_kv_heads: 2$'; do
+  expect 0 "$want" -- spec "$recipes/tiny-cpu.yaml" --stage 1
+done
+expect 0 '^    reset: true$' -- spec "$recipes/tiny-cpu.yaml" --stage 1 --set stages.1.optimizer.reset=true
+expect 0 '^  data_from_start: false$' -- spec "$recipes/tiny-cpu.yaml" --stage 1 --set defaults.data_from_start=false
 # ... and the stage's RoPE once, as model.rope: not the overlay with a default theta
 if "$baton" spec "$recipes/tiny-cpu.yaml" --stage long-context | grep -q '^    theta: 10000  # default$'; then
   echo "FAIL: baton spec shows the stage's rope overlay with the default theta"
