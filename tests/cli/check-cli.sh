@@ -179,6 +179,36 @@ expect 2 "^--set stages\\.00\\.steps=3: index \"00\" of stages has a leading zer
   spec "$recipes/tiny-cpu.yaml" --set stages.00.steps=3
 expect 2 "^--set defaults\\.parallel\\.stage_layers\\.1=3: defaults\\.parallel\\.stage_layers is not in the recipe" -- \
   plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.stage_layers.1=3
+# an element of a list the stage inherits: the list is copied into the stage first, and
+# every stage resolves as if the whole list were given there (for data, the whole block:
+# a stage's data block replaces the one before it, so valid is copied too)
+same_spec() { # DESCRIPTION -- SETS_A... -- SETS_B...
+  local what=$1 a=() b=() st
+  shift 2
+  while [[ $1 != -- ]]; do a+=("$1"); shift; done
+  shift
+  b=("$@")
+  for st in 0 1 2; do
+    if ! diff <("$baton" spec "$recipes/tiny-cpu.yaml" --stage $st "${a[@]}" 2>&1) \
+      <("$baton" spec "$recipes/tiny-cpu.yaml" --stage $st "${b[@]}" 2>&1) >/dev/null; then
+      echo "FAIL: $what: stage $st resolves otherwise than with the whole list given"
+      failures=$((failures + 1))
+      return
+    fi
+  done
+  echo "ok   $what"
+}
+same_spec "an inherited data.mix element" -- --set stages.2.data.mix.0.weight=0.5 -- \
+  --set 'stages.2.data={mix: [{path: data/fortunes_train, weight: 0.5}, {path: data/passkey512_train, weight: 0.2}], valid: data/fortunes_valid}'
+same_spec "an inherited stage_layers element" -- --set defaults.parallel.stage_layers=[1,3] \
+  --set stages.0.parallel.stage_layers.0=3 --set stages.pretrain.parallel.stage_layers.1=1 -- \
+  --set defaults.parallel.stage_layers=[1,3] --set stages.0.parallel.stage_layers=[3,1]
+expect 0 "^      weight: 0\\.5$" -- spec "$recipes/tiny-cpu.yaml" --stage 0 --set stages.0.data.mix.0.weight=0.5
+expect 2 "^--set stages\\.0\\.parallel\\.stage_layers\\.0=2: stages\\[0\\]\\.parallel\\.stage_layers: the stages' layers add up to 5" -- \
+  plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.stage_layers=[1,3] --set stages.0.parallel.stage_layers.0=2
+# ... not one the stage does not inherit (a pp it changes drops the split)
+expect 2 "^--set stages\\.1\\.parallel\\.stage_layers\\.0=2: stages\\[1\\]\\.parallel\\.stage_layers is not in the recipe" -- \
+  plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.stage_layers=[1,3] --set stages.1.parallel.stage_layers.0=2
 # what runs but likely not as meant is a warning: plan and spec go on (exit 0)
 expect 0 "^warning: --set stages\\.long-context\\.seq_len=2048: stages\\[1\\]\\.seq_len: seq_len 2048 is beyond the context the RoPE scaling extends to" -- \
   plan "$recipes/tiny-cpu.yaml" --set stages.long-context.seq_len=2048
