@@ -327,6 +327,33 @@ static int set_merge(ProtobufCMessage *dst, const ProtobufCMessage *src, const s
     return pb_merge(dst, src);
 }
 
+/* What set_inherit copied into a stage, taken back when the assignment then fails:
+ * the stage's data block, or its list f of message m. */
+typedef struct set_undo {
+    Baton__Stage *stage; /* data: stage->data was copied */
+    ProtobufCMessage *m;
+    const ProtobufCFieldDescriptor *f;
+} set_undo;
+
+static void set_undo_apply(set_undo *u) {
+    if (u->stage != NULL) {
+        protobuf_c_message_free_unpacked(&u->stage->data->base, NULL);
+        u->stage->data = NULL;
+    }
+    if (u->m != NULL) {
+        size_t *n = (size_t *)((char *)u->m + u->f->quantifier_offset);
+        void **arr = (void **)((char *)u->m + u->f->offset);
+        for (size_t k = 0; k < *n; k++) {
+            if (u->f->type == PROTOBUF_C_TYPE_MESSAGE)
+                protobuf_c_message_free_unpacked(((ProtobufCMessage **)*arr)[k], NULL);
+            else if (u->f->type == PROTOBUF_C_TYPE_STRING)
+                free(((char **)*arr)[k]);
+        }
+        free(*arr);
+        *arr = NULL, *n = 0;
+    }
+}
+
 /* Copies list f of src into dst's, which is empty (its array, if any, given empty). */
 static int set_copy_list(ProtobufCMessage *dst, const ProtobufCMessage *src,
                          const ProtobufCFieldDescriptor *f) {
@@ -381,13 +408,14 @@ static ProtobufCMessage *set_own_path(ProtobufCMessage *m, const ProtobufCFieldD
  * copied whole (valid too), since a stage's data block replaces the one before it. Does
  * nothing where the stage gives the list itself (or a data block of its own), or inherits
  * none. */
-static int set_inherit_list(recipe_doc *doc, size_t i, const char *rest) {
+static int set_inherit_list(recipe_doc *doc, size_t i, const char *rest, set_undo *undo) {
     Baton__Stage *own = doc->recipe->stages[i], *eff = NULL;
     if (strncmp(rest, "data.", 5) == 0) {
         const Baton__Data *d = set_inherited_data(doc->recipe, i);
         if (own->data != NULL || d == NULL || d->n_mix == 0 || strncmp(rest + 5, "mix.", 4) != 0)
             return 0;
         own->data = (Baton__Data *)pb_clone(&d->base);
+        undo->stage = own->data ? own : NULL;
         return own->data ? 0 : BT_ENOMEM;
     }
     if (recipe_effective_stage(doc, i, &eff) != 0) return BT_ENOMEM;
@@ -406,6 +434,7 @@ static int set_inherit_list(recipe_doc *doc, size_t i, const char *rest) {
             if (set_count(o, f) == 0 && set_count(e, f) > 0) {
                 ProtobufCMessage *to = set_own_path(&own->base, path, n);
                 rc = to ? set_copy_list(to, e, f) : BT_ENOMEM;
+                if (to != NULL) undo->m = to, undo->f = f;
             }
             break;
         }
@@ -419,14 +448,14 @@ static int set_inherit_list(recipe_doc *doc, size_t i, const char *rest) {
 }
 
 /* For key "stages.S.REST" naming a list element in REST: set_inherit_list. */
-static int set_inherit(recipe_doc *doc, const char *key) {
+static int set_inherit(recipe_doc *doc, const char *key, set_undo *undo) {
     if (strncmp(key, "stages.", 7) != 0) return 0;
     const char *seg = key + 7, *dot = strchr(seg, '.');
     if (dot == NULL) return 0;
     size_t n = (size_t)(dot - seg);
     long i = seg[0] == '0' && n > 1 ? -1 : set_index(seg, n);
     if (i < 0 || (size_t)i >= doc->recipe->n_stages) i = set_stage_index(doc, seg, n);
-    return i < 0 ? 0 : set_inherit_list(doc, (size_t)i, dot + 1);
+    return i < 0 ? 0 : set_inherit_list(doc, (size_t)i, dot + 1, undo);
 }
 
 /* Loads the plan's document and overlays it onto doc. */
@@ -476,7 +505,8 @@ static int set_apply(recipe_doc *doc, const char *assignment, int opt, bt_diag *
     int rc = key ? set_check_key(what, key, diag) : BT_ENOMEM;
     /* An empty value is the empty string: YAML's empty value would be null, which no
      * field takes. */
-    if (rc == 0) rc = set_inherit(doc, key);
+    set_undo undo = {0};
+    if (rc == 0) rc = set_inherit(doc, key, &undo);
     if (rc == 0) rc = set_plan_build(&p, doc, what, key, eq[1] ? eq + 1 : "\"\"", diag);
     if (rc == 0 && eq[1] == '\0' && p.last != NULL && p.last->type != PROTOBUF_C_TYPE_STRING) {
         bt_diag_set(diag,
@@ -487,6 +517,7 @@ static int set_apply(recipe_doc *doc, const char *assignment, int opt, bt_diag *
     }
     if (rc == 0 && (p.text.oom || p.base.oom)) rc = BT_ENOMEM;
     if (rc == 0) rc = set_overlay(doc, what, &p, diag);
+    if (rc != 0) set_undo_apply(&undo); /* the recipe as it was, but for a failed overlay */
     if (rc == BT_ENOMEM) bt_diag_set(diag, "%s: out of memory", what);
     bt_buf_free(&p.text);
     bt_buf_free(&p.base);
