@@ -47,6 +47,17 @@ expect 2 'not a regular file|cannot read|is a directory' -- plan "$recipes"
 expect 0 'fits \(' -- plan "$recipes/tiny-cpu.yaml"
 expect 0 'stage 2 "fp8"' -- plan "$recipes/tiny-cpu.yaml"
 expect 0 '"stages": ?\[' -- plan --json "$recipes/tiny-cpu.yaml"
+# a stage that does not fit: exit 1, the plan printed whole, with what fits on the same
+# devices (plan.figures re-plans each)
+expect 1 '^  on the same 64 devices these fit \(recipe keys for the stage; best first\):$' -- \
+  plan "$recipes/llama3-70b-64gpu.yaml" --set defaults.recompute=none --set defaults.micro_batch=2
+expect 1 '^    parallel: \{tp: 4, pp: 8\}, recompute: full, micro_batch: 1: fits \(50\.23 of 80\.00 GB\), step [0-9.]+ s$' -- \
+  plan "$recipes/llama3-70b-64gpu.yaml" --set defaults.recompute=none --set defaults.micro_batch=2
+expect 1 'DOES NOT FIT: .*; or raise tp or pp \(what fits on the same devices: under "memory"\)$' -- \
+  plan "$recipes/llama3-70b-64gpu.yaml" --set defaults.recompute=none --set defaults.micro_batch=2
+expect 1 '"alternatives": \[\{"tp": 4,' -- \
+  plan --json "$recipes/llama3-70b-64gpu.yaml" --set defaults.recompute=none --set defaults.micro_batch=2
+expect 0 'Exit status: 0 every stage fits .* 1 some$' -- plan --help
 # status and eval name the option that is unknown or missing, as plan does
 expect 2 "^baton status: unknown option '--bogus'" -- status "$recipes" --bogus
 expect 2 "^baton status: one run directory at a time \\(got 'a' and 'b'\\)" -- status a b
