@@ -32,8 +32,13 @@ static void plan_usage(FILE *f) {
                "           defaults.parallel.virtual_stages=2), to plan a layout before\n"
                "           running it; applied in the order given\n"
                "  --help   show this help\n\n"
-               "Exit status: 0 planned (a stage that does not fit is reported, not an error),\n"
-               "2 invalid recipe or usage.\n");
+               "A stage whose heaviest rank does not fit in cluster.gpu.memory is told which\n"
+               "settings fit on the same devices (tp and pp with dp taking the rest, ZeRO,\n"
+               "recomputation, micro_batch: each re-planned), the best three with their\n"
+               "memory and step time.\n\n"
+               "Exit status: 0 every stage fits (or cluster.gpu.memory is not given), 1 some\n"
+               "stage does not fit (the plan is printed in full, --json too), 2 invalid recipe\n"
+               "or usage.\n");
 }
 
 typedef struct plan_all {
@@ -95,9 +100,13 @@ static int plan_run(const char *path, const recipe_sets *sets, int json) {
         plan_print_text(&doc, &pa);
     else
         fprintf(stderr, "%s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
+    int misfit = 0;
+    for (size_t i = 0; rc == 0 && i < pa.n; i++)
+        misfit |= pa.stages[i].mem.fits == 0;
     plan_all_free(&pa);
     recipe_doc_free(&doc);
-    return rc == 0 ? BT_EXIT_OK : (rc == BT_ENOMEM ? BT_EXIT_FAILURE : BT_EXIT_USAGE);
+    if (rc != 0) return rc == BT_ENOMEM ? BT_EXIT_FAILURE : BT_EXIT_USAGE;
+    return misfit ? BT_EXIT_FAILURE : BT_EXIT_OK;
 }
 
 int cmd_plan(int argc, char **argv) {

@@ -312,11 +312,13 @@ static int run_submit(run_args *a, recipe_doc *doc, run_dir *dir) {
 
 /* The default run directory: runs/<recipe name>, or for a recipe without a name
  * runs/<its file's stem> (recipes/a.yaml: runs/a), so that two unnamed recipes do not
- * share one; runs/run where the stem names no directory ("..yaml"). */
-static void run_default_dir(char *out, size_t cap, const char *name, const char *recipe) {
+ * share one. The stem stands in for the name, so it must be one too (recipe_name_problem):
+ * ".x.yaml" would make a hidden runs/.x, "..yaml" runs/. itself. */
+static int run_default_dir(char *out, size_t cap, const char *name, const char *recipe,
+                           bt_diag *diag) {
     if (name != NULL && name[0] != '\0') {
         snprintf(out, cap, "runs/%s", name);
-        return;
+        return 0;
     }
     const char *base = strrchr(recipe, '/');
     base = base ? base + 1 : recipe;
@@ -329,10 +331,20 @@ static void run_default_dir(char *out, size_t cap, const char *name, const char 
             break;
         }
     }
-    if (n == 0 || (n == 1 && base[0] == '.') || (n == 2 && strncmp(base, "..", 2) == 0))
-        snprintf(out, cap, "runs/run");
-    else
-        snprintf(out, cap, "runs/%.*s", (int)n, base);
+    char stem[256], why[512];
+    snprintf(stem, sizeof stem, "%.*s", (int)n, base);
+    if (n >= sizeof stem || recipe_name_problem(stem, why, sizeof why) != 0) {
+        if (n >= sizeof stem)
+            snprintf(why, sizeof why, "is longer than %zu characters", sizeof stem - 1);
+        bt_diag_set(diag,
+                    "%s: the recipe has no name:, so its file's stem would name the run "
+                    "directory, and the stem %s; add a name: to the recipe (e.g. name: "
+                    "pretrain) or give --run-dir DIR",
+                    recipe, why);
+        return BT_ERECIPE;
+    }
+    snprintf(out, cap, "runs/%s", stem);
+    return 0;
 }
 
 static int run_main(run_args *a) {
@@ -373,7 +385,11 @@ static int run_main(run_args *a) {
         return BT_EXIT_USAGE;
     }
     if (a->run_dir == NULL) {
-        run_default_dir(dflt, sizeof dflt, doc.recipe->name, a->recipe);
+        if (run_default_dir(dflt, sizeof dflt, doc.recipe->name, a->recipe, &diag) != 0) {
+            fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
+            recipe_doc_free(&doc);
+            return BT_EXIT_USAGE;
+        }
         a->run_dir = dflt;
     }
     bt_buf sets;

@@ -139,6 +139,7 @@ int cmd_spec(int argc, char **argv) {
     if (rc == 0 && stage < 0) rc = BT_EINVAL;
     rc = rc ? rc : recipe_resolve_stage(&doc, (size_t)stage, &spec, &diag);
     int input_rc = rc; /* errors up to here are about the recipe or the command line */
+    if (rc == 0 && a.out == NULL) recipe_spec_mark_defaults(&doc, (size_t)stage, spec);
     rc = rc ? rc : spec_emit(spec, a.out, &diag);
     if (rc != 0) fprintf(stderr, "%s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
     if (spec != NULL) protobuf_c_message_free_unpacked(&spec->base, NULL);

@@ -227,6 +227,20 @@ int layout_init(layout *l, uint32_t tp, uint32_t cp, uint32_t dp, uint32_t pp, u
     return BT_OK;
 }
 
+int layout_order_full(const char *order, char *out, size_t cap) {
+    static const uint32_t ones[LAYOUT_NDIMS] = {1, 1, 1, 1, 1, 1};
+    order_parse op;
+    bt_diag d;
+    bt_diag_init(&d);
+    if (order == NULL || order[0] == '\0') order = LAYOUT_DEFAULT_ORDER;
+    if (cap > 0) out[0] = '\0';
+    if (strlen(order) >= 64 || order_parse_string(order, ones, &op, &d) != BT_OK) return BT_EINVAL;
+    for (int i = 0, used = 0; i < op.n && used >= 0 && (size_t)used < cap; i++)
+        used +=
+            snprintf(out + used, cap - (size_t)used, "%s%s", i ? "-" : "", dim_names[op.dims[i]]);
+    return BT_OK;
+}
+
 static void coord_expert_from_dense(const layout *l, layout_coord *c) {
     enum layout_dim b[3];
     uint32_t block = 0;

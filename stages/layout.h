@@ -50,6 +50,12 @@ typedef struct layout_coord {
 int layout_init(layout *l, uint32_t tp, uint32_t cp, uint32_t dp, uint32_t pp, uint32_t ep,
                 int fold_tp, const char *order, uint32_t gpus_per_node, bt_diag *diag);
 
+/* The order with every dense dimension it leaves out (those it may leave out at size 1)
+ * placed where layout_init places them: "tp-dp-pp" -> "tp-cp-dp-pp", the order that names
+ * them all and lays the ranks out the same. NULL or "" is the default order. Returns
+ * BT_EINVAL (out: "") for an order layout_init refuses whatever the sizes. */
+int layout_order_full(const char *order, char *out, size_t cap);
+
 layout_coord layout_coord_of(const layout *l, uint32_t rank);
 uint32_t layout_rank_of(const layout *l, const layout_coord *c);
 static inline uint32_t layout_node_of(const layout *l, uint32_t rank) {

@@ -124,6 +124,22 @@ typedef struct plan_shape {
 } plan_shape;
 
 #define PLAN_MAX_WARNINGS 16
+/* Memory the plan does not count (the CUDA context, NCCL's and cuBLAS's buffers, the
+ * allocator's fragmentation) takes several GB of a GPU: a plan above this share of
+ * cluster.gpu.memory may not fit in practice. */
+#define PLAN_MEMORY_HEADROOM 0.9
+
+/* For a stage that does not fit: settings that do on the same devices (plan_alts.c). */
+typedef struct plan_alt {
+    uint32_t tp, pp, dp, zero, virtual_stages; /* cp and ep as the stage has them */
+    Baton__Stage__Recompute recompute;
+    uint64_t micro_batch;
+    double memory;      /* the heaviest rank's total, bytes */
+    double step_time_s; /* 0 when unknown (no peak given) */
+    int tight;          /* above PLAN_MEMORY_HEADROOM of the capacity */
+    int changes;        /* settings changed from the stage's */
+} plan_alt;
+#define PLAN_MAX_ALTS 3
 /* the most entries (stages, or interleaved chunks) a suggested split is given for; the
  * exact search for stages takes at most PLAN_MAX_DP_SPLIT (its cost: pp L^2) */
 #define PLAN_MAX_SPLIT    256
@@ -145,7 +161,7 @@ typedef struct plan_stage {
     double mfu_e2e;        /* flops_per_step / (world * peak * step_time_s), as the workers log
                             * MFU (0 when the step time is unknown) */
     uint64_t microbatches; /* per data-parallel rank per step */
-    char warnings[PLAN_MAX_WARNINGS][320];
+    char warnings[PLAN_MAX_WARNINGS][400];
     int n_warnings;
     plan_shape shape;
     double hw_flops_per_step; /* flops_per_step plus what recomputation repeats */
@@ -164,10 +180,25 @@ typedef struct plan_stage {
     uint32_t pp_best_split_n;
     double pp_best_balance;
     double pp_best_bubble; /* the pipeline bubble with it */
+    /* When the heaviest rank does not fit: the best settings that do on the same devices,
+     * best first (plan_find_alternatives); n_alts 0: none found, or it fits. */
+    plan_alt alts[PLAN_MAX_ALTS];
+    int n_alts;
 } plan_stage;
 
 /* Computes everything for one resolved stage (spec->stage fully resolved, dp != 0). */
 int plan_stage_build(const Baton__StageSpec *spec, plan_stage *out, bt_diag *diag);
+
+/* For a stage that does not fit (mem.fits 0): plans every split of its devices into tp
+ * (up to gpus_per_node, or the stage's own) and pp, dp taking the rest (cp, ep, the order
+ * kept; a split the recipe's validation would refuse is skipped), with ZeRO and the
+ * recomputation from the stage's up and the micro-batch from the stage's down, and keeps
+ * in alts those whose heaviest rank fits: with room before tight ones, then the shortest
+ * step, then the fewest changes; one per split of tp and pp. */
+void plan_find_alternatives(plan_stage *ps);
+/* What a changes from the stage (shape sh) as recipe keys: "parallel: {tp: 8, pp: 8, dp:
+ * 1}, recompute: full". Returns buf. */
+const char *plan_alt_keys(const plan_shape *sh, const plan_alt *a, char *buf, size_t cap);
 
 /* Exact parameter counts of a model. */
 int plan_params_count(const Baton__Model *m, plan_params *out, bt_diag *diag);
@@ -321,7 +352,7 @@ void plan_report_text(FILE *f, const Baton__StageSpec *spec, const plan_stage *p
  *   {"params", "grads", "optimizer", "activations", "moe_cache_bytes" (part of activations),
  *    "total", "heaviest_pp_stage", "activation_slots" (micro-batches, or interleaved model
  *    chunks, in flight), "grad_buffers" (interleaved: received gradients waiting),
- *    "zero", "zero_shard_params", "zero_unit_params"}, "fits",
+ *    "zero", "zero_shard_params", "zero_unit_params"}, "fits", "alternatives",
  *   "comm_bytes_per_step": {"tp", "pp", "dp", "cp", "ep"}, "flops_per_step",
  *   "warnings": [...]}]} */
 void plan_report_json(FILE *f, Baton__StageSpec *const *specs, const plan_stage *stages, size_t n);

@@ -336,6 +336,29 @@ static void text_memory_acts(FILE *f, const plan_stage *ps) {
                 plan_format_memory_of(of, sizeof of, m->total, m->capacity));
 }
 
+/* A stage that does not fit: what does on the same devices, best first. */
+static void text_alternatives(FILE *f, const plan_stage *ps) {
+    if (ps->mem.fits != 0) return;
+    if (ps->n_alts == 0) {
+        fprintf(f,
+                "  no split of the %u devices into tp, pp and dp, with ZeRO, recomputation "
+                "or a smaller micro_batch, fits\n",
+                ps->lay.world);
+        return;
+    }
+    fprintf(f, "  on the same %u devices these fit (recipe keys for the stage; best first):\n",
+            ps->lay.world);
+    for (int k = 0; k < ps->n_alts; k++) {
+        const plan_alt *a = &ps->alts[k];
+        char keys[256], of[80];
+        fprintf(f, "    %s: %s (%s)", plan_alt_keys(&ps->shape, a, keys, sizeof keys),
+                a->tight ? "fits, tight" : "fits",
+                plan_format_memory_of(of, sizeof of, a->memory, ps->mem.capacity));
+        if (a->step_time_s > 0) fprintf(f, ", step %.3f s", a->step_time_s);
+        fprintf(f, "\n");
+    }
+}
+
 static void text_comm(FILE *f, const plan_stage *ps) {
     const plan_comm *c = &ps->comm;
     char a[32], b[32];
@@ -461,6 +484,7 @@ void plan_report_text(FILE *f, const Baton__StageSpec *spec, const plan_stage *p
     text_rank_table(f, &ps->lay);
     text_memory_params(f, ps);
     text_memory_acts(f, ps);
+    text_alternatives(f, ps);
     text_comm(f, ps);
     text_flops(f, ps);
     text_time(f, ps);
@@ -597,6 +621,34 @@ static void json_times(bt_buf *b, const plan_stage *ps) {
     bt_buf_printf(b, ", \"microbatches\": %" PRIu64 ", ", ps->microbatches);
 }
 
+/* "alternatives": [{"tp", "pp", "dp", "cp", "ep", "zero", "virtual_stages", "recompute",
+ * "micro_batch", "memory_total", "tight", "step_time_s" (null: unknown), "keys"}], for a
+ * stage that does not fit ([] where none does). */
+static void json_alternatives(bt_buf *b, const plan_stage *ps) {
+    static const char *const rc[] = {"none", "selective", "full"};
+    bt_buf_printf(b, "\"alternatives\": [");
+    for (int k = 0; k < ps->n_alts; k++) {
+        const plan_alt *a = &ps->alts[k];
+        char keys[256];
+        bt_buf_printf(b,
+                      "%s{\"tp\": %u, \"pp\": %u, \"dp\": %u, \"cp\": %u, \"ep\": %u, "
+                      "\"zero\": %u, \"virtual_stages\": %u, \"recompute\": \"%s\", "
+                      "\"micro_batch\": %llu, \"memory_total\": %.0f, \"tight\": %s, "
+                      "\"step_time_s\": ",
+                      k ? ", " : "", a->tp, a->pp, a->dp, ps->shape.cp, ps->shape.ep, a->zero,
+                      a->virtual_stages, rc[a->recompute <= 2 ? a->recompute : 0],
+                      (unsigned long long)a->micro_batch, a->memory, a->tight ? "true" : "false");
+        if (a->step_time_s > 0)
+            bt_buf_printf(b, "%.6g", a->step_time_s);
+        else
+            bt_buf_printf(b, "null");
+        bt_buf_printf(b, ", \"keys\": ");
+        bt_buf_json_string(b, plan_alt_keys(&ps->shape, a, keys, sizeof keys));
+        bt_buf_printf(b, "}");
+    }
+    bt_buf_printf(b, "], ");
+}
+
 static void json_stage(bt_buf *b, const Baton__StageSpec *spec, const plan_stage *ps) {
     bt_buf_printf(b, "{\"name\": ");
     bt_buf_json_string(b, stage_name(spec));
@@ -609,6 +661,7 @@ static void json_stage(bt_buf *b, const Baton__StageSpec *spec, const plan_stage
     json_comm(b, "comm_bytes_per_step", ps->comm.bytes, 1);
     json_comm(b, "comm_seconds_per_step", ps->comm.seconds, 0);
     json_times(b, ps);
+    json_alternatives(b, ps);
     json_warnings(b, ps);
     bt_buf_printf(b, "}");
 }

@@ -191,11 +191,6 @@ static double memory_if(const plan_stage *ps, int what) {
     return m.total < ps->mem.total ? m.total : 0;
 }
 
-/* Memory the plan does not count (the CUDA context, NCCL's and cuBLAS's buffers, the
- * allocator's fragmentation) takes several GB of a GPU: a plan above this share of
- * cluster.gpu.memory may not fit in practice. */
-#define PLAN_MEMORY_HEADROOM 0.9
-
 static void warn_memory(plan_stage *ps) {
     static const char *const change[4] = {"zero: 2", "zero: 3", "recompute: full",
                                           "micro_batch: 1"};
@@ -215,8 +210,9 @@ static void warn_memory(plan_stage *ps) {
                                   : t <= m->capacity                      ? " (fits, tight)"
                                                                           : "");
         }
-        warn(ps, "DOES NOT FIT: %s needed on pipeline stage %u, %s available; %s%sraise tp or pp",
-             need, m->heaviest_pp_stage, have, advice, advice[0] ? "; or " : "");
+        warn(ps, "DOES NOT FIT: %s needed on pipeline stage %u, %s available; %s%sraise tp or pp%s",
+             need, m->heaviest_pp_stage, have, advice, advice[0] ? "; or " : "",
+             ps->n_alts ? " (what fits on the same devices: under \"memory\")" : "");
     } else if (m->fits > 0 && m->total > PLAN_MEMORY_HEADROOM * m->capacity) {
         warn(ps,
              "%s of %s is above %.0f%% of cluster.gpu.memory: the plan does not count the "
@@ -400,6 +396,7 @@ int plan_stage_build(const Baton__StageSpec *spec, plan_stage *out, bt_diag *dia
     plan_comm_estimate(out, &out->comm);
     plan_time_estimate(out);
     plan_pp_balance(out, &out->pp_balance, &out->pp_slowest);
+    plan_find_alternatives(out);
     plan_stage_warnings(out);
     return BT_OK;
 }

@@ -21,10 +21,23 @@
  * doc->warn as "warning: FILE:LINE:COL: PATH: message" lines. */
 int recipe_validate(const recipe_doc *doc, bt_diag *diag);
 
+/* Whether name can be a recipe's name, which names the default run directory runs/<name>
+ * (and a Slurm job): 0, or BT_ERECIPE with what is wrong in why ("\"a/b\" has '/' at
+ * character 2; use letters, ..."), to follow "the recipe name". */
+int recipe_name_problem(const char *name, char *why, size_t cap);
+
 /* Builds the StageSpec of stage i (0-based). The spec owns all its memory: free it with
  * protobuf_c_message_free_unpacked(&spec->base, NULL). All sub-messages are present,
  * n_kv_heads and parallel.dp are explicit. Call after recipe_validate succeeded. */
 int recipe_resolve_stage(const recipe_doc *doc, size_t i, Baton__StageSpec **out, bt_diag *diag);
+
+/* For showing stage i's spec s (from recipe_resolve_stage) as baton spec does: the
+ * values the resolver filled in where the recipe gives none (the seed, n_kv_heads,
+ * restart.heartbeat_timeout, optimizer.reset, data_from_start) are marked not present,
+ * holding the same value, and an fp16 stage without a loss_scale block gets one of
+ * defaults (what the worker reads), so that pb_dump_yaml shows them as defaults. s is
+ * then for showing only: packed, it would lose them. */
+void recipe_spec_mark_defaults(const recipe_doc *doc, size_t i, Baton__StageSpec *s);
 
 /* Stage i's first global sample (StageSpec.start_sample): after every sample the earlier
  * stages over the same training data and seq_len consumed, so a run split into stages

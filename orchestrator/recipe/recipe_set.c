@@ -173,6 +173,13 @@ static long set_list_index(const recipe_doc *doc, const char *what, const char *
     size_t count = set_count(m, f);
     int stages = m == &doc->recipe->base && strcmp(f->name, "stages") == 0;
     long i = set_index(seg, n);
+    if (i >= 0 && seg[0] == '0' && n > 1) { /* "01": a number written two ways */
+        bt_diag_set(diag,
+                    "%s: index \"%.*s\" of %s has a leading zero; write an index as a plain "
+                    "0-based number, %.*s.%ld",
+                    what, (int)n, seg, path, (int)at, key, i);
+        return -1;
+    }
     if (stages && (i < 0 || (size_t)i >= count)) i = set_stage_index(doc, seg, n);
     if (i >= 0 && (size_t)i < count) return i;
     if (stages) {
@@ -320,6 +327,137 @@ static int set_merge(ProtobufCMessage *dst, const ProtobufCMessage *src, const s
     return pb_merge(dst, src);
 }
 
+/* What set_inherit copied into a stage, taken back when the assignment then fails:
+ * the stage's data block, or its list f of message m. */
+typedef struct set_undo {
+    Baton__Stage *stage; /* data: stage->data was copied */
+    ProtobufCMessage *m;
+    const ProtobufCFieldDescriptor *f;
+} set_undo;
+
+static void set_undo_apply(set_undo *u) {
+    if (u->stage != NULL) {
+        protobuf_c_message_free_unpacked(&u->stage->data->base, NULL);
+        u->stage->data = NULL;
+    }
+    if (u->m != NULL) {
+        size_t *n = (size_t *)((char *)u->m + u->f->quantifier_offset);
+        void **arr = (void **)((char *)u->m + u->f->offset);
+        for (size_t k = 0; k < *n; k++) {
+            if (u->f->type == PROTOBUF_C_TYPE_MESSAGE)
+                protobuf_c_message_free_unpacked(((ProtobufCMessage **)*arr)[k], NULL);
+            else if (u->f->type == PROTOBUF_C_TYPE_STRING)
+                free(((char **)*arr)[k]);
+        }
+        free(*arr);
+        *arr = NULL, *n = 0;
+    }
+}
+
+/* Copies list f of src into dst's, which is empty (its array, if any, given empty). */
+static int set_copy_list(ProtobufCMessage *dst, const ProtobufCMessage *src,
+                         const ProtobufCFieldDescriptor *f) {
+    size_t n = set_count(src, f), es = pb_elem_size(f->type);
+    char *arr = calloc(n ? n : 1, es);
+    if (arr == NULL) return BT_ENOMEM;
+    for (size_t k = 0; k < n; k++) {
+        const void *e = set_elem(src, f, k);
+        void *to = arr + k * es;
+        if (f->type == PROTOBUF_C_TYPE_MESSAGE)
+            *(ProtobufCMessage **)to = pb_clone(*(ProtobufCMessage *const *)e);
+        else if (f->type == PROTOBUF_C_TYPE_STRING)
+            *(char **)to = strdup(*(char *const *)e);
+        else
+            memcpy(to, e, es);
+        if ((f->type == PROTOBUF_C_TYPE_MESSAGE || f->type == PROTOBUF_C_TYPE_STRING) &&
+            *(void **)to == NULL) {
+            n = k; /* dst owns (and frees) the k copied; the caller fails */
+            break;
+        }
+    }
+    void **slot = (void **)((char *)dst + f->offset);
+    free(*slot);
+    *slot = arr;
+    *(size_t *)((char *)dst + f->quantifier_offset) = n;
+    return n == set_count(src, f) ? 0 : BT_ENOMEM;
+}
+
+/* Stage i's data block when the stage gives none: the last one given before it. */
+static const Baton__Data *set_inherited_data(const Baton__Recipe *r, size_t i) {
+    const Baton__Data *d = r->data;
+    for (size_t k = 0; k < i; k++)
+        if (r->stages[k]->data != NULL) d = r->stages[k]->data;
+    return d;
+}
+
+/* The stage's own message along fields path[0, n) (made where missing), or NULL. */
+static ProtobufCMessage *set_own_path(ProtobufCMessage *m, const ProtobufCFieldDescriptor **path,
+                                      int n) {
+    for (int k = 0; k < n && m != NULL; k++) {
+        ProtobufCMessage **slot = (ProtobufCMessage **)((char *)m + path[k]->offset);
+        const ProtobufCMessageDescriptor *d = path[k]->descriptor;
+        if (*slot == NULL && (*slot = calloc(1, d->sizeof_message)) != NULL) d->message_init(*slot);
+        m = *slot;
+    }
+    return m;
+}
+
+/* An element of a list stage i inherits (rest: the key after "stages.S.", e.g.
+ * "parallel.stage_layers.1" or "data.mix.0.weight"): the list is copied into the stage
+ * first, as if the stage gave it, so that the element can be set there. A data block is
+ * copied whole (valid too), since a stage's data block replaces the one before it. Does
+ * nothing where the stage gives the list itself (or a data block of its own), or inherits
+ * none. */
+static int set_inherit_list(recipe_doc *doc, size_t i, const char *rest, set_undo *undo) {
+    Baton__Stage *own = doc->recipe->stages[i], *eff = NULL;
+    if (strncmp(rest, "data.", 5) == 0) {
+        const Baton__Data *d = set_inherited_data(doc->recipe, i);
+        if (own->data != NULL || d == NULL || d->n_mix == 0 || strncmp(rest + 5, "mix.", 4) != 0)
+            return 0;
+        own->data = (Baton__Data *)pb_clone(&d->base);
+        undo->stage = own->data ? own : NULL;
+        return own->data ? 0 : BT_ENOMEM;
+    }
+    if (recipe_effective_stage(doc, i, &eff) != 0) return BT_ENOMEM;
+    const ProtobufCMessageDescriptor *d = &baton__stage__descriptor;
+    const ProtobufCFieldDescriptor *path[SET_MAX_STEPS];
+    const ProtobufCMessage *e = &eff->base, *o = &own->base;
+    int n = 0, rc = 0;
+    for (const char *seg = rest; seg != NULL && e != NULL && n < SET_MAX_STEPS;) {
+        const char *dot = strchr(seg, '.');
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", dot ? (int)(dot - seg) : (int)strlen(seg), seg);
+        const ProtobufCFieldDescriptor *f =
+            protobuf_c_message_descriptor_get_field_by_name(d, name);
+        if (f == NULL || dot == NULL) break;
+        if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+            if (set_count(o, f) == 0 && set_count(e, f) > 0) {
+                ProtobufCMessage *to = set_own_path(&own->base, path, n);
+                rc = to ? set_copy_list(to, e, f) : BT_ENOMEM;
+                if (to != NULL) undo->m = to, undo->f = f;
+            }
+            break;
+        }
+        if (f->type != PROTOBUF_C_TYPE_MESSAGE) break;
+        e = *(ProtobufCMessage *const *)((const char *)e + f->offset);
+        o = o ? *(ProtobufCMessage *const *)((const char *)o + f->offset) : NULL;
+        path[n++] = f, d = f->descriptor, seg = dot + 1;
+    }
+    protobuf_c_message_free_unpacked(&eff->base, NULL);
+    return rc;
+}
+
+/* For key "stages.S.REST" naming a list element in REST: set_inherit_list. */
+static int set_inherit(recipe_doc *doc, const char *key, set_undo *undo) {
+    if (strncmp(key, "stages.", 7) != 0) return 0;
+    const char *seg = key + 7, *dot = strchr(seg, '.');
+    if (dot == NULL) return 0;
+    size_t n = (size_t)(dot - seg);
+    long i = seg[0] == '0' && n > 1 ? -1 : set_index(seg, n);
+    if (i < 0 || (size_t)i >= doc->recipe->n_stages) i = set_stage_index(doc, seg, n);
+    return i < 0 ? 0 : set_inherit_list(doc, (size_t)i, dot + 1, undo);
+}
+
 /* Loads the plan's document and overlays it onto doc. */
 static int set_overlay(recipe_doc *doc, const char *what, const set_plan *p, bt_diag *diag) {
     recipe_doc part;
@@ -367,6 +505,8 @@ static int set_apply(recipe_doc *doc, const char *assignment, int opt, bt_diag *
     int rc = key ? set_check_key(what, key, diag) : BT_ENOMEM;
     /* An empty value is the empty string: YAML's empty value would be null, which no
      * field takes. */
+    set_undo undo = {0};
+    if (rc == 0) rc = set_inherit(doc, key, &undo);
     if (rc == 0) rc = set_plan_build(&p, doc, what, key, eq[1] ? eq + 1 : "\"\"", diag);
     if (rc == 0 && eq[1] == '\0' && p.last != NULL && p.last->type != PROTOBUF_C_TYPE_STRING) {
         bt_diag_set(diag,
@@ -377,6 +517,7 @@ static int set_apply(recipe_doc *doc, const char *assignment, int opt, bt_diag *
     }
     if (rc == 0 && (p.text.oom || p.base.oom)) rc = BT_ENOMEM;
     if (rc == 0) rc = set_overlay(doc, what, &p, diag);
+    if (rc != 0) set_undo_apply(&undo); /* the recipe as it was, but for a failed overlay */
     if (rc == BT_ENOMEM) bt_diag_set(diag, "%s: out of memory", what);
     bt_buf_free(&p.text);
     bt_buf_free(&p.base);

@@ -283,3 +283,28 @@ int recipe_resolve_stage(const recipe_doc *doc, size_t i, Baton__StageSpec **out
     *out = s;
     return 0;
 }
+
+/* (recipe.h) The values build_spec and complete_stage fill in where the recipe says
+ * nothing: the seed, n_kv_heads (n_heads), restart.heartbeat_timeout (300 s), the
+ * actions optimizer.reset and data_from_start (false); and fp16's loss scaling, which the
+ * worker reads with its defaults when the recipe gives no loss_scale block. */
+void recipe_spec_mark_defaults(const recipe_doc *doc, size_t i, Baton__StageSpec *s) {
+    const Baton__Recipe *r = doc->recipe;
+    const Baton__Stage *own = r->stages[i], *def = r->defaults;
+    const Baton__Optimizer *oo = own->optimizer, *od = def ? def->optimizer : NULL;
+    if (!r->has_seed) s->has_seed = 0;
+    if (!r->model->has_n_kv_heads && s->model != NULL) s->model->has_n_kv_heads = 0;
+    Baton__Stage *st = s->stage, *eff = NULL;
+    if (st == NULL) return;
+    if (!own->has_data_from_start && !(def && def->has_data_from_start))
+        st->has_data_from_start = 0;
+    if (st->optimizer && !(oo && oo->has_reset) && !(od && od->has_reset))
+        st->optimizer->has_reset = 0;
+    Baton__Precision *pr = st->precision; /* fp16 reads its loss scaling's defaults */
+    if (pr && pr->type == BATON__PRECISION__TYPE__FP16 && pr->loss_scale == NULL)
+        ensure_message((void **)&pr->loss_scale, &baton__loss_scale__descriptor);
+    Baton__Duration *hb = st->restart ? st->restart->heartbeat_timeout : NULL;
+    if (hb == NULL || recipe_effective_stage(doc, i, &eff) != 0) return;
+    if (eff->restart == NULL || eff->restart->heartbeat_timeout == NULL) hb->has_seconds = 0;
+    protobuf_c_message_free_unpacked(&eff->base, NULL);
+}

@@ -504,14 +504,78 @@ static int check_experts(vctx *v, const Baton__Model *m, const Baton__Parallel *
     return 0;
 }
 
+/* The first of tp, cp, dp, pp (sizes in that order) larger than 1 that order does not
+ * name, its index, or -1. */
+static int order_omits(const char *order, const uint32_t size[4]) {
+    static const char *const dims[4] = {"tp", "cp", "dp", "pp"};
+    if (order == NULL || order[0] == '\0') return -1; /* the default names them all */
+    for (int k = 0; k < 4; k++) {
+        size_t n = strlen(dims[k]);
+        int named = 0;
+        for (const char *t = order; t != NULL && !named; t = strchr(t, '-'), t = t ? t + 1 : t)
+            named = strncmp(t, dims[k], n) == 0 && (t[n] == '-' || t[n] == '\0');
+        if (!named && size[k] > 1) return k;
+    }
+    return -1;
+}
+
+/* The path of the block the value at path lies in ("defaults.parallel" of
+ * "defaults.parallel.order"). */
+static void path_block(const char *path, char *out, size_t cap) {
+    const char *dot = strrchr(path, '.');
+    snprintf(out, cap, "%.*s", dot ? (int)(dot - path) : (int)strlen(path), path);
+}
+
+/* A parallel.order the stage inherits (from the defaults or an earlier stage, where it
+ * suited the layout) that leaves out a dimension this stage makes larger than 1: reported
+ * at the stage, where the size was written, naming the order's own place; 1 when it was
+ * reported, 0 when this is not that case. */
+static int order_inherited_err(vctx *v, const Baton__Parallel *p, uint32_t dp, int *rc) {
+    static const char *const dims[4] = {"tp", "cp", "dp", "pp"};
+    const uint32_t size[4] = {p->tp, p->cp, dp, p->pp};
+    char opath[256], own[64], dpath[256], ob[256], db[256], field[64], full[64], at[400];
+    const recipe_pos *op =
+        stage_field_where(v->doc, v->stage, "parallel.order", NULL, opath, sizeof opath);
+    snprintf(own, sizeof own, "stages[%ld].parallel.order", v->stage);
+    int k = order_omits(p->order, size);
+    if (op == NULL || strcmp(opath, own) == 0 || k < 0) return 0;
+    if (k == 2 && p->dp == 0) /* dp auto: what made it larger is the stage's other sizes */
+        snprintf(field, sizeof field, "parallel{tp,cp,pp,dp}");
+    else
+        snprintf(field, sizeof field, "parallel.%s", dims[k]);
+    char bare[64];
+    snprintf(bare, sizeof bare, "%.*s", (int)strcspn(field, "{"), field);
+    stage_field_where(v->doc, v->stage, bare, strchr(field, '{') ? "tp,cp,pp,dp" : NULL, dpath,
+                      sizeof dpath);
+    path_block(opath, ob, sizeof ob);
+    if (strchr(field, '{') == NULL)
+        path_block(dpath, db, sizeof db);
+    else
+        snprintf(db, sizeof db, "%s", dpath);
+    if (strcmp(ob, db) == 0) return 0; /* the order and the size written together */
+    if (op->set != NULL)
+        snprintf(at, sizeof at, "%s", op->set);
+    else
+        snprintf(at, sizeof at, "%s:%d:%d", v->doc->file, op->line, op->col);
+    layout_order_full(p->order, full, sizeof full);
+    *rc = verr(v, field,
+               "parallel.order \"%s\" omits %s, which is %u in this stage; the order is "
+               "inherited from %s (%s), which may leave out only dimensions of size 1: give "
+               "this stage its own parallel.order naming %s, e.g. \"%s\" (the same layout "
+               "where %s is 1)",
+               p->order, dims[k], size[k], opath, at, dims[k], full, dims[k]);
+    return 1;
+}
+
 static int check_layout(vctx *v, const Baton__Model *m, const Baton__Parallel *p,
                         const Baton__Cluster *c, uint32_t dp) {
     layout l;
     bt_diag d;
     bt_diag_init(&d);
+    int rc;
     if (layout_init(&l, p->tp, p->cp, dp, p->pp, p->ep, plan_parallel_folds_experts(p, m->moe),
                     p->order, c->gpus_per_node, &d) != 0)
-        return verr(v, "parallel.order", "%s", d.msg);
+        return order_inherited_err(v, p, dp, &rc) ? rc : verr(v, "parallel.order", "%s", d.msg);
     /* what baton run would refuse once the ranks report their hosts (run_topology.h) */
     static const enum layout_dim hungry[] = {LAYOUT_TP, LAYOUT_CP, LAYOUT_EP};
     for (int i = 0; c->strict_topology && i < 3; i++)
@@ -618,11 +682,30 @@ static int beyond_scaling(uint64_t seq_len, const Baton__RopeScaling *sc) {
            (double)seq_len > scaling_extent(sc);
 }
 
+/* Whether a stage of seq_len that turns off the scaling the stage before it had (before)
+ * trains beyond the context that scaling extended, the one RoPE covers unscaled. */
+static int beyond_unscaled(uint64_t seq_len, const Baton__RopeScaling *before) {
+    return before != NULL && before->original_max_position > 0 &&
+           seq_len > before->original_max_position;
+}
+
+/* The scaling's type as a recipe writes it ("llama3"). */
+static const char *scaling_name(const Baton__RopeScaling *sc, char *buf, size_t cap) {
+    const ProtobufCEnumValue *e =
+        protobuf_c_enum_descriptor_get_value(&baton__rope_scaling__type__descriptor, sc->type);
+    size_t k = 0;
+    for (const char *p = e ? e->name : "?"; *p != '\0' && k + 1 < cap; p++)
+        buf[k++] = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
+    buf[k] = '\0';
+    return buf;
+}
+
 /* What runs but likely not as meant: a seq_len beyond the context the RoPE scaling
- * extends to; a scaling that starts from another context than the previous stage trained
- * at (original_max_position is the pretraining context); a warmup longer than the stage,
- * whose learning rate then never reaches its peak. A stage that inherits the same
- * settings as the stage before it is not warned about again. */
+ * extends to, or, where a stage turns the scaling off, beyond the one it extended; a scaling that
+ * starts from another context than the previous stage trained at (original_max_position is the
+ * pretraining context); a warmup longer than the stage, whose learning rate then never reaches its
+ * peak. A stage that inherits the same settings as the stage before it is not warned about again.
+ */
 static void warn_stage(vctx *v, const Baton__Recipe *r) {
     const Baton__Stage *s = v->eff;
     Baton__Stage *prev = NULL;
@@ -631,6 +714,7 @@ static void warn_stage(vctx *v, const Baton__Recipe *r) {
     Baton__RopeScaling *sc = effective_scaling(r, v->stage);
     Baton__RopeScaling *before = prev ? effective_scaling(r, v->stage - 1) : NULL;
     uint64_t orig = sc ? sc->original_max_position : 0;
+    char type[16];
     int same = prev && before && sc && prev->seq_len == s->seq_len &&
                before->original_max_position == orig && before->factor == sc->factor;
     if (beyond_scaling(s->seq_len, sc) && !same)
@@ -640,6 +724,14 @@ static void warn_stage(vctx *v, const Baton__Recipe *r) {
               (unsigned long long)s->seq_len,
               sc->type == BATON__ROPE_SCALING__TYPE__LLAMA3 ? "for llama3 twice " : "",
               (unsigned long long)orig, sc->factor, scaling_extent(sc));
+    if (sc == NULL && beyond_unscaled(s->seq_len, before))
+        vwarn(v, "rope.scaling",
+              "RoPE scaling is off from this stage, but seq_len %llu is beyond "
+              "original_max_position %llu, the context the previous stage's %s scaling "
+              "extended (to %.0f): the positions beyond it get rotations the model did not "
+              "train at",
+              (unsigned long long)s->seq_len, (unsigned long long)before->original_max_position,
+              scaling_name(before, type, sizeof type), scaling_extent(before));
     if (orig > 0 && prev != NULL && before == NULL && prev->seq_len != orig)
         vwarn(v, "rope.scaling.original_max_position",
               "original_max_position %llu is not the seq_len %llu the previous stage (\"%s\") "
@@ -679,23 +771,33 @@ static int check_stage(vctx *v, const Baton__Recipe *r) {
     return rc;
 }
 
-/* The name is a path component: the default run directory is runs/<name> (and the
- * Slurm job's name), so it must stay one plain directory name inside runs/. */
-static int check_recipe_name(vctx *v, const Baton__Recipe *r) {
-    const char *name = r->name;
-    if (name == NULL) return 0; /* unnamed: runs/run */
+#define NAME_RULE                                                                                  \
+    "letters, digits, '.', '_' and '-', not starting with '.' (the default run directory is "      \
+    "runs/<name>)"
+
+int recipe_name_problem(const char *name, char *why, size_t cap) {
     size_t n = strlen(name),
            ok = strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                              "0123456789._-");
-    const char *valid = "letters, digits, '.', '_' and '-', not starting with '.' (the default "
-                        "run directory is runs/<name>), e.g. name: tiny-cpu";
-    if (n == 0) return verr(v, "name", "the recipe name is empty; use %s", valid);
-    if (ok < n)
-        return verr(v, "name", "the recipe name \"%s\" has '%c' at character %zu; use %s", name,
-                    name[ok], ok + 1, valid);
-    if (name[0] == '.')
-        return verr(v, "name", "the recipe name \"%s\" starts with '.'; use %s", name, valid);
-    return 0;
+    if (n == 0)
+        snprintf(why, cap, "is empty; use " NAME_RULE);
+    else if (ok < n)
+        snprintf(why, cap, "\"%s\" has '%c' at character %zu; use " NAME_RULE, name, name[ok],
+                 ok + 1);
+    else if (name[0] == '.')
+        snprintf(why, cap, "\"%s\" starts with '.'; use " NAME_RULE, name);
+    else
+        return 0;
+    return BT_ERECIPE;
+}
+
+/* The name is a path component: the default run directory is runs/<name> (and the
+ * Slurm job's name), so it must stay one plain directory name inside runs/. */
+static int check_recipe_name(vctx *v, const Baton__Recipe *r) {
+    char why[512];
+    if (r->name == NULL) return 0; /* unnamed: runs/<file stem>, checked by baton run */
+    if (recipe_name_problem(r->name, why, sizeof why) == 0) return 0;
+    return verr(v, "name", "the recipe name %s, e.g. name: tiny-cpu", why);
 }
 
 static int check_stage_names(vctx *v, const Baton__Recipe *r) {
@@ -731,6 +833,30 @@ static int check_stage_names(vctx *v, const Baton__Recipe *r) {
     return 0;
 }
 
+/* A data block gives its training data as train or as mix, not both: the mix would be
+ * read and train silently ignored. */
+static int check_data_block(vctx *v, const Baton__Data *d, const char *where) {
+    if (d == NULL || d->n_mix == 0 || d->train == NULL || d->train[0] == '\0') return 0;
+    char f[64];
+    snprintf(f, sizeof f, "%s.train", where);
+    return verr(v, f,
+                "train and mix both give the training data; give one: train for one dataset, "
+                "mix for several (train: %s as a mix source is {path: %s}; mix: [] drops a mix)",
+                d->train, d->train);
+}
+
+static int check_data_blocks(vctx *v, const Baton__Recipe *r) {
+    int rc = check_data_block(v, r->data, "data");
+    if (rc == 0 && r->defaults != NULL)
+        rc = check_data_block(v, r->defaults->data, "defaults.data");
+    for (size_t i = 0; rc == 0 && i < r->n_stages; i++) {
+        char where[48];
+        snprintf(where, sizeof where, "stages[%zu].data", i);
+        rc = check_data_block(v, r->stages[i]->data, where);
+    }
+    return rc;
+}
+
 int recipe_validate(const recipe_doc *doc, bt_diag *diag) {
     const Baton__Recipe *r = doc->recipe;
     vctx v = {.doc = doc, .diag = diag, .stage = -1};
@@ -742,6 +868,7 @@ int recipe_validate(const recipe_doc *doc, bt_diag *diag) {
                   "no stages: a recipe needs at least one stage, e.g. stages: "
                   "[{name: pretrain, steps: 1000}]");
     rc = rc ? rc : check_stage_names(&v, r);
+    rc = rc ? rc : check_data_blocks(&v, r);
     for (size_t i = 0; rc == 0 && i < r->n_stages; i++) {
         Baton__Stage *eff = NULL;
         rc = recipe_effective_stage(doc, i, &eff);

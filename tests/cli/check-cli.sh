@@ -47,6 +47,17 @@ expect 2 'not a regular file|cannot read|is a directory' -- plan "$recipes"
 expect 0 'fits \(' -- plan "$recipes/tiny-cpu.yaml"
 expect 0 'stage 2 "fp8"' -- plan "$recipes/tiny-cpu.yaml"
 expect 0 '"stages": ?\[' -- plan --json "$recipes/tiny-cpu.yaml"
+# a stage that does not fit: exit 1, the plan printed whole, with what fits on the same
+# devices (plan.figures re-plans each)
+expect 1 '^  on the same 64 devices these fit \(recipe keys for the stage; best first\):$' -- \
+  plan "$recipes/llama3-70b-64gpu.yaml" --set defaults.recompute=none --set defaults.micro_batch=2
+expect 1 '^    parallel: \{tp: 4, pp: 8\}, recompute: full, micro_batch: 1: fits \(50\.23 of 80\.00 GB\), step [0-9.]+ s$' -- \
+  plan "$recipes/llama3-70b-64gpu.yaml" --set defaults.recompute=none --set defaults.micro_batch=2
+expect 1 'DOES NOT FIT: .*; or raise tp or pp \(what fits on the same devices: under "memory"\)$' -- \
+  plan "$recipes/llama3-70b-64gpu.yaml" --set defaults.recompute=none --set defaults.micro_batch=2
+expect 1 '"alternatives": \[\{"tp": 4,' -- \
+  plan --json "$recipes/llama3-70b-64gpu.yaml" --set defaults.recompute=none --set defaults.micro_batch=2
+expect 0 'Exit status: 0 every stage fits .* 1 some$' -- plan --help
 # status and eval name the option that is unknown or missing, as plan does
 expect 2 "^baton status: unknown option '--bogus'" -- status "$recipes" --bogus
 expect 2 "^baton status: one run directory at a time \\(got 'a' and 'b'\\)" -- status a b
@@ -89,6 +100,23 @@ expect 0 '^    first_last_bf16: true  # default$' -- spec "$recipes/tiny-cpu.yam
 expect 0 '^      high_freq_factor: 4  # default$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8
 expect 0 '^    min_lr: 0\.0003$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8
 expect 0 '^        weight: 0\.8$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8
+# ... those the resolver fills in too: the seed, n_kv_heads, heartbeat_timeout, the
+# actions reset and data_from_start, an fp16 stage's loss scaling
+off=$recipes/../tests/cli/rope-off.yaml
+for want in '^seed: 1234  # default$' '^      seconds: 300  # default$' '^    reset: false  # default$' \
+  '^  data_from_start: false  # default$' '^      initial: 65536  # default$'; do
+  expect 0 "$want" -- spec "$off" --stage 1 --set defaults.precision=fp16
+done
+nokv=$(mktemp /tmp/baton-test-nokv.XXXXXX.yaml)
+sed 's/ n_kv_heads: 2,//' "$off" >"$nokv"
+expect 0 '^  n_kv_heads: 4  # default$' -- spec "$nokv"
+rm -f "$nokv"
+# ... and not where the recipe gives them
+for want in '^seed: 1234$' '^      seconds: 30$' '^  n_kv_heads: 2$'; do
+  expect 0 "$want" -- spec "$recipes/tiny-cpu.yaml" --stage 1
+done
+expect 0 '^    reset: true$' -- spec "$recipes/tiny-cpu.yaml" --stage 1 --set stages.1.optimizer.reset=true
+expect 0 '^  data_from_start: false$' -- spec "$recipes/tiny-cpu.yaml" --stage 1 --set defaults.data_from_start=false
 # ... and the stage's RoPE once, as model.rope: not the overlay with a default theta
 if "$baton" spec "$recipes/tiny-cpu.yaml" --stage long-context | grep -q '^    theta: 10000  # default$'; then
   echo "FAIL: baton spec shows the stage's rope overlay with the default theta"
@@ -143,15 +171,55 @@ expect 2 "^--set data\\.mix=\\[\\]: data: no training data" -- spec "$recipes/ti
 # parallel.order may leave out a dimension of size 1 (cp 1 in stage 0), not one larger
 expect 0 "cp 1 x dp 1 x pp 2 = 4 ranks .*order tp-dp-pp$" -- plan "$recipes/tiny-cpu.yaml" \
   --set defaults.parallel.order=tp-dp-pp --set stages.1.parallel.order=tp-cp-dp-pp
-expect 2 "^--set defaults\\.parallel\\.order=tp-dp-pp: defaults\\.parallel\\.order: parallel\\.order \"tp-dp-pp\": \"cp\" is missing, and cp is 2" -- \
+# ... an order inherited from where that held is reported at the stage that makes the
+# dimension larger, naming where the order came from (tests/recipes/bad/order-inherited.yaml)
+expect 2 "tiny-cpu\\.yaml:[0-9]+:[0-9]+: stages\\[1\\]\\.parallel\\.cp: parallel\\.order \"tp-dp-pp\" omits cp, which is 2 in this stage; the order is inherited from defaults\\.parallel\\.order \\(--set defaults\\.parallel\\.order=tp-dp-pp\\).*e\\.g\\. \"tp-cp-dp-pp\"" -- \
   plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.order=tp-dp-pp
+# ... the stage's own order, at its place
+expect 2 "^--set stages\\.1\\.parallel\\.order=tp-dp-pp: stages\\[1\\]\\.parallel\\.order: parallel\\.order \"tp-dp-pp\": \"cp\" is missing, and cp is 2" -- \
+  plan "$recipes/tiny-cpu.yaml" --set stages.1.parallel.order=tp-dp-pp
 # an element of any list, by its 0-based index (as stages); past the end: the list's length
 expect 0 "^      weight: 0\\.5$" -- spec "$recipes/tiny-cpu.yaml" --stage 0 --set data.mix.0.weight=0.5
 expect 0 'path: "data/x"' -- spec "$recipes/tiny-cpu.yaml" --stage 1 --set stages.1.data.mix.1.path=data/x
 expect 2 "^--set data\\.mix\\.2\\.weight=1: data\\.mix \\(.*tiny-cpu\\.yaml:27:3\\) has 2 elements, so index 2 is out of range \\(0-based, 0 to 1\\); to change its length, give the whole list: data\\.mix=\\[\\.\\.\\.\\]$" -- \
   plan "$recipes/tiny-cpu.yaml" --set data.mix.2.weight=1
+# an index is a plain 0-based number: "01" is refused, not taken as 1
+expect 2 "^--set data\\.mix\\.01\\.weight=1: index \"01\" of data\\.mix has a leading zero; write an index as a plain 0-based number, data\\.mix\\.1$" -- \
+  plan "$recipes/tiny-cpu.yaml" --set data.mix.01.weight=1
+expect 2 "^--set stages\\.00\\.steps=3: index \"00\" of stages has a leading zero" -- \
+  spec "$recipes/tiny-cpu.yaml" --set stages.00.steps=3
 expect 2 "^--set defaults\\.parallel\\.stage_layers\\.1=3: defaults\\.parallel\\.stage_layers is not in the recipe" -- \
   plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.stage_layers.1=3
+# an element of a list the stage inherits: the list is copied into the stage first, and
+# every stage resolves as if the whole list were given there (for data, the whole block:
+# a stage's data block replaces the one before it, so valid is copied too)
+same_spec() { # DESCRIPTION -- SETS_A... -- SETS_B...
+  local what=$1 a=() b=() st
+  shift 2
+  while [[ $1 != -- ]]; do a+=("$1"); shift; done
+  shift
+  b=("$@")
+  for st in 0 1 2; do
+    if ! diff <("$baton" spec "$recipes/tiny-cpu.yaml" --stage $st "${a[@]}" 2>&1) \
+      <("$baton" spec "$recipes/tiny-cpu.yaml" --stage $st "${b[@]}" 2>&1) >/dev/null; then
+      echo "FAIL: $what: stage $st resolves otherwise than with the whole list given"
+      failures=$((failures + 1))
+      return
+    fi
+  done
+  echo "ok   $what"
+}
+same_spec "an inherited data.mix element" -- --set stages.2.data.mix.0.weight=0.5 -- \
+  --set 'stages.2.data={mix: [{path: data/fortunes_train, weight: 0.5}, {path: data/passkey512_train, weight: 0.2}], valid: data/fortunes_valid}'
+same_spec "an inherited stage_layers element" -- --set defaults.parallel.stage_layers=[1,3] \
+  --set stages.0.parallel.stage_layers.0=3 --set stages.pretrain.parallel.stage_layers.1=1 -- \
+  --set defaults.parallel.stage_layers=[1,3] --set stages.0.parallel.stage_layers=[3,1]
+expect 0 "^      weight: 0\\.5$" -- spec "$recipes/tiny-cpu.yaml" --stage 0 --set stages.0.data.mix.0.weight=0.5
+expect 2 "^--set stages\\.0\\.parallel\\.stage_layers\\.0=2: stages\\[0\\]\\.parallel\\.stage_layers: the stages' layers add up to 5" -- \
+  plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.stage_layers=[1,3] --set stages.0.parallel.stage_layers.0=2
+# ... not one the stage does not inherit (a pp it changes drops the split)
+expect 2 "^--set stages\\.1\\.parallel\\.stage_layers\\.0=2: stages\\[1\\]\\.parallel\\.stage_layers is not in the recipe" -- \
+  plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.stage_layers=[1,3] --set stages.1.parallel.stage_layers.0=2
 # what runs but likely not as meant is a warning: plan and spec go on (exit 0)
 expect 0 "^warning: --set stages\\.long-context\\.seq_len=2048: stages\\[1\\]\\.seq_len: seq_len 2048 is beyond the context the RoPE scaling extends to" -- \
   plan "$recipes/tiny-cpu.yaml" --set stages.long-context.seq_len=2048
@@ -159,6 +227,17 @@ expect 0 "original_max_position 64 is not the seq_len 128 the previous stage \\(
   spec "$recipes/tiny-cpu.yaml" --stage 0 --set stages.long-context.rope.scaling.original_max_position=64
 expect 0 "tiny-cpu\\.yaml:[0-9]+:[0-9]+: defaults\\.optimizer\\.warmup_steps: warmup_steps 20 is more than the stage's 10 steps" -- \
   plan "$recipes/tiny-cpu.yaml" --set stages.0.steps=10
+# ... and so is a stage that turns the scaling off while its seq_len stays beyond the
+# context the scaling extended (once: the stage after it inherits the same), not one
+# that goes back within it
+expect 0 "^warning: --set stages\\.fp8\\.rope\\.scaling\\.type=none: stages\\[2\\]\\.rope\\.scaling: RoPE scaling is off from this stage, but seq_len 512 is beyond original_max_position 128, the context the previous stage's llama3 scaling extended \\(to 1024\\).* \\(stage 2 \"fp8\"\\)$" -- \
+  plan "$recipes/tiny-cpu.yaml" --set stages.fp8.rope.scaling.type=none
+[[ $("$baton" plan "$recipes/../tests/cli/rope-off-long.yaml" 2>&1 >/dev/null) == \
+  "warning: "*"/rope-off-long.yaml:11:33: stages[2].rope.scaling: RoPE scaling is off from this stage, but seq_len 1024 is beyond original_max_position 256, the context the previous stage's linear scaling extended (to 1024): "*'(stage 2 "c")' ]] ||
+  { echo "FAIL: scaling off not warned about once, at the stage that turns it off"; failures=$((failures + 1)); }
+[[ -z $("$baton" plan "$recipes/tiny-cpu.yaml" --set stages.fp8.rope.scaling.type=none --set stages.fp8.seq_len=128 \
+  --set stages.fp8.parallel.cp=1 --set stages.fp8.parallel.dp=2 2>&1 >/dev/null) ]] ||
+  { echo "FAIL: scaling turned off at the pretraining context warned about"; failures=$((failures + 1)); }
 [[ -z $("$baton" plan "$recipes/tiny-cpu.yaml" 2>&1 >/dev/null) ]] || { echo "FAIL: tiny-cpu.yaml plans with warnings"; failures=$((failures + 1)); }
 expect 0 "^== stage 1 \"b\"" -- plan "$recipes/../tests/cli/rope-off.yaml"
 expect 2 "^--gpus-per-node 0: cluster\\.gpus_per_node: expected at least 1 device per node" -- \
@@ -199,6 +278,13 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   expect 0 "wrote $sub/runs/unnamed-b/baton.sbatch" -- submit unnamed-b.yml --dry-run
   grep -qx "#SBATCH --job-name=unnamed-b" runs/unnamed-b/baton.sbatch ||
     { echo "FAIL: an unnamed recipe's job is not named as its run directory"; exit 1; }
+  # the stem stands in for the name, so it is checked as one: no hidden runs/.x, no runs/.
+  grep -v '^name:' "$small" >.x.yaml && cp .x.yaml ..yaml
+  expect 2 "^baton submit: \.x\.yaml: the recipe has no name:, so its file's stem would name the run directory, and the stem \"\.x\" starts with '\.'.*; add a name: to the recipe" -- \
+    submit .x.yaml --dry-run
+  expect 2 "^baton run: \.\.yaml: the recipe has no name:.*the stem \"\.\" starts with '\.'" -- run ..yaml
+  [[ ! -e runs/.x ]] || { echo "FAIL: a stem that is no name made a run directory"; exit 1; }
+  expect 0 "wrote $sub/rx/baton.sbatch" -- submit .x.yaml --run-dir rx --dry-run
   expect 0 "wrote" -- submit "$small" --run-dir r2 --dry-run --set cluster.device=cuda \
     --set cluster.gpus_per_node=2 --set defaults.parallel.dp=2
   grep -qx "#SBATCH --gpus-per-node=2" r2/baton.sbatch || { echo "FAIL: no --gpus-per-node=2"; exit 1; }

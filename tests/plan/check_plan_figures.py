@@ -49,6 +49,40 @@ def check_shape(stage):
     check(mem["total"] >= parts * 0.999, f"{stage['name']}: total memory covers its parts")
 
 
+def plan_sets(baton, path, sets):
+    args = [baton, "plan", "--json", path]
+    for s in sets:
+        args += ["--set", s]
+    out = subprocess.run(args, capture_output=True, text=True)
+    return out.returncode, (json.loads(out.stdout) if out.stdout.startswith("{") else None)
+
+
+def check_alternatives(baton, path, micro_batch):
+    """A stage that does not fit (no recomputation, a larger micro_batch): plan exits 1,
+    prints the whole plan, and offers at most three settings of the same devices, each of
+    which, given to the recipe, plans as offered: it fits, with that memory and step time;
+    one per split of tp and pp."""
+    base = ["defaults.recompute=none", f"defaults.micro_batch={micro_batch}"]
+    rc, p = plan_sets(baton, path, base)
+    name = os.path.basename(path)
+    check(rc == 1 and p is not None, f"{name} without recomputation: plan exits 1 ({rc}), JSON printed")
+    if p is None:
+        return
+    st = p["stages"][0]
+    alts = st["alternatives"]
+    check(st["fits"] is False and 1 <= len(alts) <= 3, f"{name}: {len(alts)} alternatives offered")
+    check(len({(a["tp"], a["pp"]) for a in alts}) == len(alts), f"{name}: one per tp x pp split")
+    for a in alts:
+        sets = base + [f"defaults.parallel.{k}={a[k]}" for k in ("tp", "pp", "dp", "zero", "virtual_stages")]
+        sets += [f"defaults.recompute={a['recompute']}", f"defaults.micro_batch={a['micro_batch']}"]
+        rc, q = plan_sets(baton, path, sets)
+        got = q["stages"][0] if q else None
+        check(rc == 0 and got is not None and got["fits"] is True and got["world"] == st["world"]
+              and got["memory_per_gpu"]["total"] == a["memory_total"]
+              and near(got["step_time_s"], a["step_time_s"], 1e-5),
+              f"{name}: alternative {a['keys']} plans to fit as offered (exit {rc})")
+
+
 def main():
     baton, recipes = sys.argv[1], sys.argv[2]
 
@@ -94,6 +128,9 @@ def main():
     check_shape(st)
     check(st["comm_bytes_per_step"]["ep"] > 0, "MoE plan has EP traffic")
     check(near(st["params_total"], 16.4e9, 0.03), f"MoE params {st['params_total']:.4e} ~ 16.4B")
+
+    check_alternatives(baton, os.path.join(recipes, "llama3-70b-64gpu.yaml"), 2)
+    check_alternatives(baton, os.path.join(recipes, "deepseek-moe-16b.yaml"), 4)
 
     if failures:
         sys.exit(f"{len(failures)} check(s) failed")

@@ -331,7 +331,18 @@ static void test_order_leaves_out_size_one(void) {
         check_same(&a, &b);
         check_round_trip(&a, 1);
         CHECK_STR_CONTAINS(a.order, cases[k].given); /* the order as the recipe gave it */
+        /* the order naming every dense dim, which the validator suggests, is that layout */
+        char full[64];
+        CHECK(layout_order_full(cases[k].given, full, sizeof full) == BT_OK);
+        if (cases[k].named != NULL) CHECK(strcmp(full, cases[k].named) == 0);
+        CHECK(make_fold(&b, cases[k].tp, cases[k].cp, cases[k].dp, cases[k].pp, cases[k].ep,
+                        cases[k].fold, full, 4) == BT_OK);
+        check_same(&a, &b);
     }
+    char full[64];
+    CHECK(layout_order_full(NULL, full, sizeof full) == BT_OK);
+    CHECK(strcmp(full, "tp-cp-ep-dp-pp") == 0);
+    CHECK(layout_order_full("tp-xx", full, sizeof full) == BT_EINVAL && full[0] == '\0');
 }
 
 static void expect_error(uint32_t tp, uint32_t cp, uint32_t dp, uint32_t pp, uint32_t ep,

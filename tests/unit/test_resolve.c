@@ -457,9 +457,8 @@ static void test_set_list_element(void) {
         {"data.mix.2.weight=1", "--set data.mix.2.weight=1: data.mix (l.yaml:5:3) has 2 "
                                 "elements, so index 2 is out of range"},
         {"defaults.parallel.stage_layers.5=1", "stage_layers (l.yaml:9:31) has 2 elements"},
-        {"stages.a.data.mix.0.path=x",
-         "stages[0].data.mix is not in the recipe, so there is "
-         "no element 0; give the whole list: stages.a.data.mix=[...]"},
+        {"stages.a.data.mix.2.path=x",
+         "stages[0].data.mix has 2 elements, so index 2 is out of range"},
         {"data.mix.weight=1", "data.mix is a list: name an element by its 0-based index"},
         {"data.mix.0.weight=abc", "--set data.mix.0.weight=abc: data.mix[0].weight: expected"},
         {"defaults.parallel.stage_layers.1=x", "defaults.parallel.stage_layers[1]: expected"}};
@@ -468,6 +467,45 @@ static void test_set_list_element(void) {
         CHECK(recipe_apply_set(&doc, bad[k][0], &d) == BT_ERECIPE);
         CHECK_STR_CONTAINS(d.msg, bad[k][1]);
     }
+    CHECK(doc.recipe->stages[0]->data == NULL); /* the refused one copied nothing */
+    recipe_doc_free(&doc);
+}
+
+/* --set into an element of a list a stage inherits: the list is copied into the stage
+ * (a data block whole), the element set there; what it was inherited from, and the
+ * stages that do not inherit it, stay as they were. */
+static void test_set_inherited_list(void) {
+    static const char *const sets[] = {"stages.a.data.mix.1.weight=0.5",
+                                       "stages.0.parallel.stage_layers.0=1",
+                                       "stages.a.parallel.stage_layers.1=3"};
+    recipe_doc doc = {0};
+    bt_diag d;
+    bt_diag_init(&d);
+    int rc = recipe_load_buffer("l.yaml", list_text, strlen(list_text), &doc, &d);
+    for (size_t k = 0; rc == 0 && k < sizeof sets / sizeof *sets; k++)
+        rc = recipe_apply_set(&doc, sets[k], &d);
+    if (rc == 0) rc = recipe_validate(&doc, &d);
+    if (rc != 0) fprintf(stderr, "%s\n", d.msg);
+    CHECK(rc == 0);
+    Baton__StageSpec *s0 = rc == 0 ? resolve(&doc, 0) : NULL;
+    if (s0 != NULL) {
+        CHECK_EQ_U64(s0->data->n_mix, 2);
+        CHECK(strcmp(s0->data->mix[0]->path, "a") == 0);
+        CHECK_REL(s0->data->mix[0]->weight, 0.25, 0);
+        CHECK(strcmp(s0->data->mix[1]->path, "b") == 0);
+        CHECK_REL(s0->data->mix[1]->weight, 0.5, 0);
+        CHECK_EQ_U64(s0->stage->parallel->n_stage_layers, 2);
+        CHECK_EQ_U64(s0->stage->parallel->stage_layers[0], 1);
+        CHECK_EQ_U64(s0->stage->parallel->stage_layers[1], 3);
+        protobuf_c_message_free_unpacked(&s0->base, NULL);
+    }
+    const Baton__Recipe *r = doc.recipe;
+    CHECK_REL(r->data->mix[1]->weight, 0.75, 0); /* the recipe's own block */
+    CHECK_EQ_U64(r->defaults->parallel->stage_layers[0], 3);
+    CHECK(r->stages[1]->data->n_mix == 2 && strcmp(r->stages[1]->data->mix[0]->path, "c") == 0);
+    bt_diag_init(&d); /* stage b gives its own data: its list, not the recipe's */
+    CHECK(recipe_apply_set(&doc, "stages.b.data.mix.2.weight=1", &d) == BT_ERECIPE);
+    CHECK_STR_CONTAINS(d.msg, "stages[1].data.mix (l.yaml:13:33) has 2 elements");
     recipe_doc_free(&doc);
 }
 
@@ -480,6 +518,7 @@ int main(void) {
     recipe_doc_free(&doc);
     test_stage_split();
     test_set_list_element();
+    test_set_inherited_list();
     test_data_carry();
     test_data_identity();
     test_loss_scale_left_behind();
