@@ -200,6 +200,14 @@ static int unit(const char *run_dir) {
     int who = -1;
     double s = control_server_silence(&cs, bt_clock_now(), &who);
     CHECK(who == 0 && s >= 0.3 && s < 3, "silence %.3f s of rank %d", s, who);
+    /* baton run was not running for 0.25 s, then for longer than any silence: forgiven */
+    double now = bt_clock_now();
+    control_server_forgive(&cs, 0.25, now);
+    double f = control_server_silence(&cs, now, &who);
+    CHECK(who == 0 && f > s - 0.3 && f < s - 0.2, "silence %.3f s after 0.25 s forgiven", f);
+    control_server_forgive(&cs, 100, now);
+    CHECK(control_server_silence(&cs, now, NULL) == 0, "silence %.3f s after all forgiven",
+          control_server_silence(&cs, now, NULL));
     CHECK(control_server_stop_all(&cs, 1, "preempted") == 2, "Stop not sent to both");
     double end = bt_clock_now() + 5;
     while (!control_client_poll(&r0) && bt_clock_now() < end)
