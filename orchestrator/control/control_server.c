@@ -217,6 +217,20 @@ double control_server_silence(const control_server *cs, double now, int *rank) {
     return worst;
 }
 
+static double control_later(double t, double gap_s, double now) {
+    return t + gap_s < now ? t + gap_s : now;
+}
+
+void control_server_forgive(control_server *cs, double gap_s, double now) {
+    if (gap_s <= 0) return;
+    for (uint32_t r = 0; r < cs->world; r++)
+        if (cs->ranks[r].last_heard > 0)
+            cs->ranks[r].last_heard = control_later(cs->ranks[r].last_heard, gap_s, now);
+    for (size_t i = 0; i < cs->n_conns; i++)
+        if (cs->conns[i].rank < 0)
+            cs->conns[i].opened = control_later(cs->conns[i].opened, gap_s, now);
+}
+
 double control_server_last_heard(const control_server *cs) {
     double last = 0;
     for (uint32_t r = 0; r < cs->world; r++)

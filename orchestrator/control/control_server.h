@@ -115,6 +115,12 @@ void control_server_drain(control_server *cs, double timeout_s);
  * not NULL), or -1 when no rank is connected. */
 double control_server_silence(const control_server *cs, double now, int *rank);
 
+/* The supervisor was not running for gap_s seconds (stopped: SIGSTOP, Ctrl-Z; or
+ * starved) and read nothing meanwhile: moves every rank's last_heard (and the Hello
+ * deadline of connections not yet authenticated) gap_s later, never past now, so that
+ * silence counts only while the supervisor runs. */
+void control_server_forgive(control_server *cs, double gap_s, double now);
+
 /* When the attempt last heard from any rank (connected now or not; monotonic seconds as
  * passed to control_server_handle), 0 if never. */
 double control_server_last_heard(const control_server *cs);

@@ -25,6 +25,8 @@
 #define RUN_STOP_GRACE_S        120.0 /* on a signal: time for the workers to checkpoint */
 #define RUN_OVERRIDES_KEPT_MAX  (16u << 10) /* overrides kept in RUN_STARTED whole */
 #define RUN_DRAIN_S             2.0         /* for the control channel of an attempt that ended */
+#define RUN_POLL_MS             200         /* run_watch's poll */
+#define RUN_PAUSE_GAP_S         1.0 /* a turn of run_watch this long: baton run was not running */
 
 void run_err(const run_ctx *c, const char *fmt, ...) {
     va_list ap;
@@ -178,8 +180,7 @@ static int run_stopped_rank(const launch_job *job) {
  * or, with no rank connected, neither a step from rank 0 nor a word from any rank for
  * hang_s (before the ranks connect; or after they all closed the channel and the job still
  * has not ended — a lost host whose launcher step waits on it). */
-static int run_hung(run_ctx *c, const launch_job *job, double started, double hang_s) {
-    double now = bt_clock_now();
+static int run_hung(run_ctx *c, const launch_job *job, double started, double hang_s, double now) {
     int rank = -1;
     double quiet = c->cs_open ? control_server_silence(&c->cs, now, &rank) : -1;
     c->hang_rank = -1;
@@ -208,6 +209,33 @@ static int run_hung(run_ctx *c, const launch_job *job, double started, double ha
         return 1;
     }
     return 0;
+}
+
+static double run_later(double t, double gap_s, double now) {
+    return t + gap_s < now ? t + gap_s : now;
+}
+
+/* A turn of run_watch's loop far longer than its poll (RUN_PAUSE_GAP_S): baton run itself
+ * was not running (stopped by SIGSTOP, Ctrl-Z or a debugger; starved of CPU) and read
+ * nothing from the ranks meanwhile, which may have blocked on it (a full socket or pipe,
+ * the PMIx server). That silence is not theirs: the hang clocks (every rank's last word,
+ * the attempt's start, rank 0's last step) move on by the gap, so a rank is judged hung
+ * only after heartbeat_timeout of silence while baton run runs; a gap of half of it or
+ * more is said. *last: the previous check's time, updated; returns now. */
+static double run_pause_check(run_ctx *c, double *last, double *started, double hang_s) {
+    double now = bt_clock_now(), gap = now - *last;
+    *last = now;
+    if (gap < RUN_PAUSE_GAP_S) return now;
+    if (c->cs_open) control_server_forgive(&c->cs, gap, now);
+    *started = run_later(*started, gap, now);
+    if (c->prog.steps_seen) c->prog.last_step_at = run_later(c->prog.last_step_at, gap, now);
+    if (gap < hang_s / 2) return now;
+    run_progress_end(&c->prog);
+    run_err(c,
+            "was not running for %.1f s (stopped, e.g. SIGSTOP or Ctrl-Z, or starved of CPU): "
+            "the ranks' silence over that time does not count toward heartbeat_timeout\n",
+            gap);
+    return now;
 }
 
 /* Asks the workers to checkpoint and stop (Stop over the control channel, SIGTERM), then
@@ -257,13 +285,14 @@ static int run_stop_lost_rank(const launch_job *job) {
 static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attempt, double hang_s,
                      int *hung) {
     struct pollfd pfd[RUN_MAX_POLL];
-    double started = bt_clock_now();
+    double started = bt_clock_now(), last = started;
     int rc;
     for (;;) {
         size_t n = 0;
         if (c->sfd >= 0) pfd[n++] = (struct pollfd){.fd = c->sfd, .events = POLLIN};
         if (c->cs_open) n += control_server_pollfds(&c->cs, pfd + n, RUN_MAX_POLL - n);
-        if ((rc = launch_job_step(job, pfd, n, 200)) <= 0) break;
+        if ((rc = launch_job_step(job, pfd, n, RUN_POLL_MS)) <= 0) break;
+        run_pause_check(c, &last, &started, hang_s);
         if (c->cs_open) control_server_handle(&c->cs, pfd, n, bt_clock_now());
         /* the metrics carry the stage's count from its first step, also after a resume
          * (the count is in the checkpoint), before any "update skipped" line */
@@ -284,7 +313,10 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
             launch_job_kill_now(job, LAUNCH_STOPPED);
         }
         /* also while a stop is under way: a hung rank would hold it for RUN_STOP_GRACE_S */
-        if (!*hung && !c->killed_now && !c->topo_refused && run_hung(c, job, started, hang_s)) {
+        double now =
+            run_pause_check(c, &last, &started, hang_s); /* also a pause within this turn */
+        if (!*hung && !c->killed_now && !c->topo_refused &&
+            run_hung(c, job, started, hang_s, now)) {
             *hung = 1;
             run_progress_end(&c->prog);
             run_err(c, "stage \"%s\": %s: killing the attempt\n", c->prog.stage, c->hang_why);

@@ -12,6 +12,13 @@
  *     attempt 1, resumed from a checkpoint at step 3, writes steps 4-8: metrics.jsonl
  *     must end with each step once (1-3 of attempt 0, 4-8 of attempt 1) and the second
  *     event file holds TensorBoard's restart marker at step 104 (check-unit.sh reads it).
+ *   test_control backlog RUN_DIR
+ *     A server that does not read (baton run stopped): 20000 metrics sent meanwhile over a
+ *     socket with a small send buffer wait in the client's outbox, none of the sends
+ *     waits, the channel stays open, and closing the client waits until the server,
+ *     reading again, has them all: metrics.jsonl holds every step once, in order. An
+ *     outbox over its limit drops the newest messages, the channel stays, and those
+ *     before arrive.
  *   test_control serve SPEC_IN SPEC_OUT RUN_DIR WORLD STOP_AT ACTION
  *     For the worker tests: writes SPEC_IN with this server's control_address to SPEC_OUT,
  *     then serves (token from BATON_CONTROL_TOKEN). When rank 0 reports step STOP_AT it
@@ -22,6 +29,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,6 +200,14 @@ static int unit(const char *run_dir) {
     int who = -1;
     double s = control_server_silence(&cs, bt_clock_now(), &who);
     CHECK(who == 0 && s >= 0.3 && s < 3, "silence %.3f s of rank %d", s, who);
+    /* baton run was not running for 0.25 s, then for longer than any silence: forgiven */
+    double now = bt_clock_now();
+    control_server_forgive(&cs, 0.25, now);
+    double f = control_server_silence(&cs, now, &who);
+    CHECK(who == 0 && f > s - 0.3 && f < s - 0.2, "silence %.3f s after 0.25 s forgiven", f);
+    control_server_forgive(&cs, 100, now);
+    CHECK(control_server_silence(&cs, now, NULL) == 0, "silence %.3f s after all forgiven",
+          control_server_silence(&cs, now, NULL));
     CHECK(control_server_stop_all(&cs, 1, "preempted") == 2, "Stop not sent to both");
     double end = bt_clock_now() + 5;
     while (!control_client_poll(&r0) && bt_clock_now() < end)
@@ -250,6 +266,126 @@ static int replay(const char *run_dir) {
     sleep_s(1.1); /* the second event file gets a name of its own (unix seconds) */
     replay_attempt(run_dir, 1, 4, 8);
     printf("control replay: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
+    return failures ? 1 : 0;
+}
+
+/* ---- backlog --------------------------------------------------------------------------- */
+
+#define BACKLOG_N 20000
+
+static int backlog_done;
+static int backlog_connected(const control_server *cs) {
+    return control_server_connected(cs) == 1;
+}
+
+/* The server, reading again after 0.5 s, while the main thread closes the client. */
+static void *backlog_serve(void *arg) {
+    control_server *cs = arg;
+    sleep_s(0.5);
+    double end = bt_clock_now() + 30;
+    while (!__atomic_load_n(&backlog_done, __ATOMIC_ACQUIRE) && bt_clock_now() < end)
+        pump(cs, 20);
+    return NULL;
+}
+
+/* A client of a new attempt of cs, with a send buffer far smaller than the messages sent. */
+static void backlog_client(control_server *cs, control_client *c, uint32_t attempt) {
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(control_server_begin_attempt(cs, 0, "pretrain", attempt, 1, 0) == 0, "begin");
+    CHECK(control_client_open(c, cs->address, "s3cret", 0, 1, attempt, NULL, &d) == 0, "%s", d.msg);
+    CHECK(pump_until(cs, backlog_connected), "the rank did not connect");
+    int small = 4096;
+    setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+}
+
+/* Sends metrics 1..n, none read meanwhile; returns the seconds the sends took. */
+static double backlog_send(control_client *c, uint64_t n) {
+    double t0 = bt_clock_now();
+    for (uint64_t step = 1; step <= n; step++)
+        send_metrics(c, step, 1.0);
+    return bt_clock_now() - t0;
+}
+
+/* Steps of metrics.jsonl in RUN_DIR: how many lines, whether each is above the one before. */
+static int backlog_lines(const char *run_dir, int *increasing) {
+    char path[4200], line[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    unsigned long long prev = 0, step = 0;
+    *increasing = f != NULL;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+        const char *p = strstr(line, "\"step\": ");
+        if (p == NULL || sscanf(p + 8, "%llu", &step) != 1 || step <= prev) *increasing = 0;
+        prev = step;
+        n++;
+    }
+    if (f != NULL) fclose(f);
+    return n;
+}
+
+/* Lets the server read again (a thread) while the client closes: close waits for it. */
+static void backlog_close(control_server *cs, control_client *c) {
+    pthread_t th;
+    backlog_done = 0;
+    CHECK(pthread_create(&th, NULL, backlog_serve, cs) == 0, "thread");
+    control_client_close(c); /* waits until the server has read it all */
+    sleep_s(0.2);
+    __atomic_store_n(&backlog_done, 1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+}
+
+static void backlog_all(const char *run_dir) {
+    control_server cs;
+    control_client c;
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(control_server_open(&cs, "s3cret", run_dir, "127.0.0.1", &d) == 0, "open: %s", d.msg);
+    backlog_client(&cs, &c, 0);
+    double took = backlog_send(&c, BACKLOG_N);
+    CHECK(took < 1.5, "%d sends to a server not reading took %.1f s", BACKLOG_N, took);
+    CHECK(c.fd >= 0 && c.out_len > 0 && c.dropped == 0,
+          "the channel (fd %d) did not keep the backlog (%zu bytes waiting, %u dropped)", c.fd,
+          c.out_len, c.dropped);
+    backlog_close(&cs, &c);
+    control_server_close(&cs);
+    int increasing, lines = backlog_lines(run_dir, &increasing);
+    CHECK(lines == BACKLOG_N && increasing, "metrics.jsonl has %d lines (%s), expected %d", lines,
+          increasing ? "in order" : "out of order", BACKLOG_N);
+}
+
+/* More than the outbox (CONTROL_CLIENT_MAX_QUEUE) and the kernel's buffers take: messages
+ * that do not fit are dropped, the channel stays, every other one arrives, in order. */
+static void backlog_overflow(const char *run_dir) {
+    control_server cs;
+    control_client c;
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(control_server_open(&cs, "s3cret", run_dir, "127.0.0.1", &d) == 0, "open: %s", d.msg);
+    backlog_client(&cs, &c, 0);
+    uint64_t n = 0;
+    while (c.dropped == 0 && n < 4000000) /* the kernel's share varies: until one is dropped */
+        send_metrics(&c, ++n, 1.0);
+    for (int k = 0; k < 100; k++)
+        send_metrics(&c, ++n, 1.0);
+    CHECK(c.fd >= 0 && c.dropped > 0, "fd %d, %u of %llu dropped", c.fd, c.dropped,
+          (unsigned long long)n);
+    uint64_t kept = n - c.dropped;
+    backlog_close(&cs, &c);
+    control_server_close(&cs);
+    int increasing, lines = backlog_lines(run_dir, &increasing);
+    CHECK((uint64_t)lines == kept && increasing,
+          "metrics.jsonl has %d lines (%s), expected the %llu not dropped", lines,
+          increasing ? "in order" : "out of order", (unsigned long long)kept);
+}
+
+static int backlog(const char *run_dir) {
+    char other[4200];
+    snprintf(other, sizeof other, "%s-overflow", run_dir);
+    backlog_all(run_dir);
+    backlog_overflow(other);
+    printf("control backlog: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
     return failures ? 1 : 0;
 }
 
@@ -333,10 +469,10 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     if (argc == 3 && strcmp(argv[1], "unit") == 0) return unit(argv[2]);
     if (argc == 3 && strcmp(argv[1], "replay") == 0) return replay(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "backlog") == 0) return backlog(argv[2]);
     if (argc == 8 && strcmp(argv[1], "serve") == 0) return serve(argv);
-    fprintf(
-        stderr,
-        "usage: test_control unit RUN_DIR | replay RUN_DIR | serve SPEC_IN SPEC_OUT RUN_DIR WORLD "
-        "STOP_AT stop|term1|mark\n");
+    fprintf(stderr, "usage: test_control unit RUN_DIR | replay RUN_DIR | backlog RUN_DIR | serve "
+                    "SPEC_IN SPEC_OUT RUN_DIR WORLD "
+                    "STOP_AT stop|term1|mark\n");
     return 2;
 }

@@ -89,6 +89,12 @@
 #                 PMIx_Finalize gives up on the paused server, exit): every step's metrics
 #                 and each closing validation are recorded once, no failed attempt, and
 #                 the losses are the uninterrupted run's.
+#   pause-hang    `baton run` not running for longer than heartbeat_timeout (5 s), twice in
+#                 pretrain: SIGSTOPped for 7 s while its ranks, held by a wrapper, have not
+#                 started, and 7 s together with every rank (as a frozen container would be):
+#                 it says so and forgives the ranks' silence over it (no failure); a worker
+#                 SIGSTOPped in extend afterwards is still a hang, seen within about
+#                 heartbeat_timeout: the run completes with that one failure.
 #   journal-full  journal appends failing from record 6 on (BATON_FAULT_JOURNAL_FULL, as on
 #                 a full disk): the workers checkpoint and stop, the run exits 1 saying
 #                 why, once; `baton resume` ends on the uninterrupted losses.
@@ -1106,6 +1112,58 @@ assert s["state"] == "completed" and s["failures"] == 0, s' || fail "status coun
   stage_losses r1 >r1.losses
   diff ref.losses r1.losses || fail "the run did not end on the uninterrupted losses"
   echo "$case: baton run paused while pretrain ended (workers gone before it went on: $gone): every step and validation recorded, no failure"
+  ;;
+pause-hang)
+  # pretrain's first attempt's ranks wait for the file go before they start
+  cat >gate-worker <<WRAPPER
+#!/usr/bin/env bash
+if [[ "\$*" == *"/specs/s00-a00.pb"* ]]; then
+  : >"$work/gate.\$\$"
+  until [[ -e "$work/go" ]]; do sleep 0.05; done
+fi
+exec "$worker" "\$@"
+WRAPPER
+  chmod +x gate-worker
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run "$recipe" --run-dir r1 --worker "$PWD/gate-worker" \
+    --quiet >run.out 2>&1 &
+  bpid=$!
+  deadline=$((SECONDS + 60))
+  until [[ $(compgen -G "gate.*" | wc -l) -ge 4 ]]; do
+    kill -0 "$bpid" 2>/dev/null || fail "baton run ended before its ranks started"
+    ((SECONDS < deadline)) || fail "the ranks never started"
+    sleep 0.05
+  done
+  kill -STOP "$bpid"
+  sleep 7
+  : >go
+  kill -CONT "$bpid"
+  log=$(wait_step 0 8)
+  pids=$(worker_pids "$log")
+  kill -STOP "$bpid"
+  kill -STOP $pids
+  sleep 7
+  kill -CONT $pids
+  kill -CONT "$bpid"
+  log=$(wait_step 1 3)
+  kill -STOP $(worker_pids "$log" 1)
+  t0=$SECONDS
+  until grep -q 'hang:' run.out; do
+    ((SECONDS - t0 <= 20)) || fail "a worker stopped after the pauses was not seen as hung"
+    sleep 0.1
+  done
+  took=$((SECONDS - t0))
+  wait "$bpid" || { cat run.out; fail "baton run exited $?"; }
+  bpid=
+  [[ $(grep -c 'was not running for [0-9.]* s' run.out) == 2 ]] ||
+    { cat run.out; fail "the two pauses were not said"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+fl = s["failure_list"]
+assert s["state"] == "completed" and len(fl) == 1, fl
+assert fl[0]["stage"] == "extend" and "hang" in fl[0]["cause"], fl[0]
+assert s["stages"][0]["attempts"] == 1, s["stages"][0]' || { cat run.out; fail "status"; }
+  echo "$case: two 7 s pauses of baton run forgiven; a worker stopped afterwards seen hung after $took s"
   ;;
 journal-full)
   reference

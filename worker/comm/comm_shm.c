@@ -301,8 +301,11 @@ static int shm_init_head(shm_head *h, int size) {
 }
 
 /* Rank 0: a fresh object under a random name, its space reserved (so that a full
- * /dev/shm is an error here, not a SIGBUS later). name is "" on failure. */
+ * /dev/shm is an error here, not a SIGBUS later). name is "" on failure. The process's
+ * first one sweeps the dead processes' stale ones first. */
 static void shm_create(shm_impl *s, int size, char name[SHM_NAME]) {
+    static int swept;
+    if (!__atomic_exchange_n(&swept, 1, __ATOMIC_ACQ_REL)) comm_shm_sweep(COMM_SHM_SWEEP_AGE_S);
     uint64_t r = 0;
     if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) r ^= (uint64_t)shm_now_ms();
     snprintf(name, SHM_NAME, "/baton-comm-%d-%016llx", (int)getpid(), (unsigned long long)r);

@@ -55,6 +55,17 @@ extern "C" {
  * failed operation on c (c stays owned by the caller, its error sticky). */
 int comm_shm_wrap(comm **c);
 
+/* Removes the segments a process killed while its group formed left behind (between
+ * rank 0's shm_open and its unlink; named "baton-comm-PID-RANDOM" after their creator):
+ * those in /dev/shm of this user whose creator's PID does not exist (kill(PID, 0) fails
+ * with ESRCH) and that nobody changed for min_age_s seconds. A live PID's are kept, even
+ * if the PID was reused; the age keeps those whose creator is alive in another PID
+ * namespace sharing /dev/shm (a group forms within its timeout). Returns how many were
+ * removed. Rank 0 of the first group a process creates calls it with
+ * COMM_SHM_SWEEP_AGE_S. */
+#define COMM_SHM_SWEEP_AGE_S 600.0
+int comm_shm_sweep(double min_age_s);
+
 /* 1 when c's point-to-point transfers go through shared memory (c wrapped, at most 16
  * members, BATON_COMM_SHM_RING not 0). */
 int comm_shm_p2p(const comm *c);

@@ -11,8 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
+
+#include "util/clock.h"
 
 /* Splits "host:port" or "[host]:port". */
 static int control_split(const char *address, char *host, size_t cap, const char **port) {
@@ -28,7 +29,7 @@ static int control_split(const char *address, char *host, size_t cap, const char
     return 0;
 }
 
-/* connect() bounded by the timeout; fd stays blocking afterwards. */
+/* connect() bounded by the timeout; fd stays non-blocking afterwards (control_flush). */
 static int control_connect_one(const struct addrinfo *ai) {
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0) return -1;
@@ -46,11 +47,8 @@ static int control_connect_one(const struct addrinfo *ai) {
         if (err != 0) errno = err;
         if (rc != 0 && err == 0) errno = ETIMEDOUT;
     }
-    fcntl(fd, F_SETFL, fl);
-    struct timeval tv = {CONTROL_CLIENT_SEND_TIMEOUT_S, 0};
     int one = 1;
     if (rc == 0) {
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         return fd;
     }
@@ -60,28 +58,72 @@ static int control_connect_one(const struct addrinfo *ai) {
     return -1;
 }
 
-static int control_send(control_client *c, const Baton__Envelope *env) {
-    if (c->fd < 0) return -1;
-    uint8_t small[512], *buf = small;
-    size_t n = baton__envelope__get_packed_size(env);
-    if (n + 4 > sizeof small && (buf = malloc(n + 4)) == NULL) return -1;
-    for (int i = 0; i < 4; i++)
-        buf[i] = (uint8_t)(n >> (8 * i));
-    baton__envelope__pack(env, buf + 4);
-    size_t off = 0;
-    while (off < n + 4) {
-        ssize_t w = send(c->fd, buf + off, n + 4 - off, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) break;
-        off += (size_t)w;
-    }
-    if (buf != small) free(buf);
-    if (off == n + 4) return 0;
+/* Closes the channel at once; what waits in the outbox is lost. */
+static void control_drop(control_client *c) {
+    if (c->fd >= 0) close(c->fd);
+    c->fd = -1;
+    free(c->out);
+    c->out = NULL, c->out_len = 0, c->out_cap = 0;
+}
+
+static void control_lost(control_client *c, const char *why) {
     fprintf(stderr,
             "baton-worker: rank %u: control channel lost (%s); training goes on without it\n",
-            c->rank, strerror(errno));
-    control_client_close(c);
-    return -1;
+            c->rank, why);
+    control_drop(c);
+}
+
+/* Sends what the outbox holds, as far as the socket takes it without waiting. Returns 0,
+ * or -1 when the channel failed (then closed). */
+static int control_flush(control_client *c) {
+    size_t off = 0;
+    while (c->fd >= 0 && off < c->out_len) {
+        ssize_t w = send(c->fd, c->out + off, c->out_len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (w <= 0) {
+            control_lost(c, w < 0 ? strerror(errno) : "the socket took nothing");
+            return -1;
+        }
+        off += (size_t)w;
+    }
+    if (c->fd < 0) return -1;
+    memmove(c->out, c->out + off, c->out_len - off);
+    c->out_len -= off;
+    return 0;
+}
+
+/* Appends env's frame to the outbox. Returns -1 when it does not fit (dropped). */
+static int control_queue(control_client *c, const Baton__Envelope *env) {
+    size_t n = baton__envelope__get_packed_size(env), need = c->out_len + n + 4;
+    if (need > CONTROL_CLIENT_MAX_QUEUE) {
+        if (c->dropped++ == 0)
+            fprintf(stderr,
+                    "baton-worker: rank %u: %zu bytes of control messages wait for baton run "
+                    "to read them (stopped?); dropping new ones until it does\n",
+                    c->rank, c->out_len);
+        return -1;
+    }
+    if (need > c->out_cap) {
+        size_t cap = c->out_cap ? 2 * c->out_cap : 4096;
+        cap = cap < need ? need : cap;
+        uint8_t *p = realloc(c->out, cap);
+        if (p == NULL) return -1;
+        c->out = p, c->out_cap = cap;
+    }
+    uint8_t *f = c->out + c->out_len;
+    for (int i = 0; i < 4; i++)
+        f[i] = (uint8_t)(n >> (8 * i));
+    baton__envelope__pack(env, f + 4);
+    c->out_len = need;
+    return 0;
+}
+
+/* Queues env behind what waits and sends what the socket takes now; never waits. */
+static int control_send(control_client *c, const Baton__Envelope *env) {
+    if (c->fd < 0) return -1;
+    int queued = control_queue(c, env);
+    return control_flush(c) == 0 && queued == 0 ? 0 : -1;
 }
 
 static int control_hello(control_client *c, const char *token, uint32_t world, uint32_t attempt,
@@ -108,6 +150,7 @@ static int control_hello(control_client *c, const char *token, uint32_t world, u
 int control_client_open(control_client *c, const char *address, const char *token, uint32_t rank,
                         uint32_t world, uint32_t attempt, const char *node, bt_diag *diag) {
     c->fd = -1, c->rank = rank, c->stop = 0, c->in_len = 0, c->stop_reason[0] = '\0';
+    c->out = NULL, c->out_len = 0, c->out_cap = 0, c->dropped = 0;
     char host[256];
     const char *port;
     if (control_split(address, host, sizeof host, &port) != 0) {
@@ -190,6 +233,7 @@ static int control_decode(control_client *c) {
 }
 
 int control_client_poll(control_client *c) {
+    if (c->fd >= 0) control_flush(c); /* what waited for a stopped baton run */
     while (c->fd >= 0) {
         ssize_t got = recv(c->fd, c->in + c->in_len, sizeof c->in - c->in_len, MSG_DONTWAIT);
         if (got < 0 && errno == EINTR) continue;
@@ -199,13 +243,27 @@ int control_client_poll(control_client *c) {
                     "baton-worker: rank %u: the control channel closed; training goes on "
                     "without it\n",
                     c->rank);
-            control_client_close(c);
+            control_drop(c);
         }
     }
     return c->stop;
 }
 
 void control_client_close(control_client *c) {
-    if (c->fd >= 0) close(c->fd);
-    c->fd = -1;
+    double end = bt_clock_now() + CONTROL_CLIENT_CLOSE_WAIT_S;
+    while (c->fd >= 0 && c->out_len > 0 && control_flush(c) == 0 && c->out_len > 0) {
+        double left = end - bt_clock_now();
+        if (left <= 0) break;
+        struct pollfd p = {c->fd, POLLOUT, 0};
+        poll(&p, 1, (int)(left * 1000) + 1);
+    }
+    if (c->fd >= 0 && c->out_len > 0)
+        fprintf(stderr,
+                "baton-worker: rank %u: %zu bytes of control messages not delivered: baton run "
+                "did not read them within %d s\n",
+                c->rank, c->out_len, CONTROL_CLIENT_CLOSE_WAIT_S);
+    if (c->dropped > 0)
+        fprintf(stderr, "baton-worker: rank %u: %u control messages were dropped (outbox full)\n",
+                c->rank, c->dropped);
+    control_drop(c);
 }

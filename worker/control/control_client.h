@@ -3,9 +3,13 @@
  * little-endian uint32 length and a serialized baton.Envelope, the first one a Hello with
  * the run's secret token.
  *
- * Training never depends on the channel: every failure (cannot connect, a send that fails
- * or would block for more than CONTROL_CLIENT_SEND_TIMEOUT_S, the orchestrator going away)
- * closes it, is reported once on stderr, and the worker goes on without it. */
+ * Training never depends on the channel, nor waits on it: messages the socket cannot take
+ * at once (the orchestrator stopped by SIGSTOP or Ctrl-Z, or slow) wait in an outbox, in
+ * order, and go out with the next message or poll, and at close (which waits for them at
+ * most CONTROL_CLIENT_CLOSE_WAIT_S). An outbox over CONTROL_CLIENT_MAX_QUEUE drops new
+ * messages (said once). Every failure (cannot connect, a send that fails, the orchestrator
+ * going away) closes the channel, is reported once on stderr, and the worker goes on
+ * without it. */
 #ifndef BATON_CONTROL_CLIENT_H
 #define BATON_CONTROL_CLIENT_H
 
@@ -16,7 +20,8 @@
 #include "util/err.h"
 
 #define CONTROL_CLIENT_CONNECT_TIMEOUT_S 5
-#define CONTROL_CLIENT_SEND_TIMEOUT_S    2
+#define CONTROL_CLIENT_CLOSE_WAIT_S      10
+#define CONTROL_CLIENT_MAX_QUEUE         (4u << 20) /* bytes waiting in the outbox */
 #define CONTROL_CLIENT_MAX_FRAME         (1u << 16) /* the orchestrator only sends Stop */
 
 typedef struct control_client {
@@ -27,6 +32,9 @@ typedef struct control_client {
     char stop_reason[256];
     uint8_t in[CONTROL_CLIENT_MAX_FRAME + 4]; /* bytes received, not yet decoded */
     size_t in_len;
+    uint8_t *out; /* frames not yet sent whole, in order (malloc'd) */
+    size_t out_len, out_cap;
+    unsigned dropped; /* messages dropped because the outbox was full */
 } control_client;
 
 /* Connects to address ("host:port", "[v6]:port") within CONTROL_CLIENT_CONNECT_TIMEOUT_S
@@ -44,6 +52,8 @@ void control_client_fatal(control_client *c, int32_t code, const char *message);
 /* Reads what arrived without waiting; returns c->stop. */
 int control_client_poll(control_client *c);
 
+/* Sends what waits in the outbox, waiting for the orchestrator to take it at most
+ * CONTROL_CLIENT_CLOSE_WAIT_S, then closes the channel. */
 void control_client_close(control_client *c);
 
 #endif
