@@ -168,6 +168,7 @@ static void ctx_release(cuda_ctx *c) {
     if (c->adamw_host) cudaFreeHost(c->adamw_host);
     for (int h = 0; h < 2; h++)
         if (c->adamw_copied[h]) cudaEventDestroy(c->adamw_copied[h]);
+    if (c->queue_mark) cudaEventDestroy(c->queue_mark);
     if (c->lt) cublasLtDestroy(c->lt);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
@@ -232,6 +233,7 @@ extern "C" int cuda_backend_init(backend *be, int device, bt_diag *diag) {
         step = "cudaEventCreateWithFlags";
         e = cudaEventCreateWithFlags(&c->adamw_copied[h], cudaEventDisableTiming);
     }
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->queue_mark, cudaEventDisableTiming);
     if (e != cudaSuccess) {
         bt_diag_set(diag, "cuda backend on device %d: %s: %s", device, step, cudaGetErrorString(e));
         (void)cudaGetLastError();

@@ -69,6 +69,8 @@ typedef struct cuda_ctx {
     cuda_adamw_chunk *adamw_host; /* pinned (2 * CUDA_ADAMW_TABLE): two halves used in turn */
     cuda_adamw_chunk *adamw_dev;  /* device (2 * CUDA_ADAMW_TABLE) */
     cudaEvent_t adamw_copied[2];  /* recorded behind each half's last host-to-device copy */
+    cudaEvent_t queue_mark;       /* stream_wait's event, recorded anew by every call
+                                   * (cuda_stream.cu) */
     int adamw_half;               /* the half the next batch fills (calls alternate too) */
     float *att_part; /* device (att_part_floats): the tensor-core dk/dv kernel's per-slice
                       * partial sums under grouped-query attention (cuda_attention_tc.cu);
