@@ -159,6 +159,7 @@ static void ctx_release(cuda_ctx *c) {
     if (c->lt_workspace) cudaFree(c->lt_workspace);
     if (c->sumsq_part) cudaFree(c->sumsq_part);
     if (c->att_part) cudaFree(c->att_part);
+    if (c->emb_sort) cudaFree(c->emb_sort);
     if (c->sumsq_seg) cudaFree(c->sumsq_seg);
     if (c->moe_chunk) cudaFree(c->moe_chunk);
     if (c->amax_dev) cudaFree(c->amax_dev);

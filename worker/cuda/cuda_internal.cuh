@@ -76,6 +76,10 @@ typedef struct cuda_ctx {
                       * partial sums under grouped-query attention (cuda_attention_tc.cu);
                       * grown on first need, used on stream only */
     size_t att_part_floats;
+    uint32_t *emb_sort; /* device (emb_sort_words): the embedding backward's sort of its
+                         * rows by token (cuda_embedding.cu); grown on first need, used on
+                         * stream only */
+    size_t emb_sort_words;
     unsigned att_dkdv_blocks; /* the blocks the dk/dv kernel's split aims at (1024) */
     int att_fp32;             /* BATON_CUDA_ATTENTION=fp32 at init: attention keeps to the float32
                                * kernels whatever the precision (cuda_attention_tc.cu) */
@@ -159,6 +163,11 @@ void cuda_copy2d(backend *be, float *dst, size_t ldd, const float *src, size_t l
                  size_t width);
 double cuda_sumsq(backend *be, const float *x, size_t n);
 double cuda_sumsq_segs(backend *be, const float *x, const backend_seg *segs, size_t nseg);
+void cuda_swiglu_forward(backend *be, float *out, const float *inp, int N, int F);
+void cuda_swiglu_backward(backend *be, float *dinp, const float *dout, const float *inp, int N,
+                          int F);
+
+/* cuda_embedding.cu */
 void cuda_embedding_forward(backend *be, float *out, const int32_t *tokens, const float *wte, int N,
                             int C);
 void cuda_embedding_backward(backend *be, float *dwte, const float *dout, const int32_t *tokens,
@@ -167,9 +176,6 @@ void cuda_vocab_embedding_forward(backend *be, float *out, const int32_t *tokens
                                   int N, int C, int v0, int Vl);
 void cuda_vocab_embedding_backward(backend *be, float *dwte, const float *dout,
                                    const int32_t *tokens, int N, int C, int v0, int Vl);
-void cuda_swiglu_forward(backend *be, float *out, const float *inp, int N, int F);
-void cuda_swiglu_backward(backend *be, float *dinp, const float *dout, const float *inp, int N,
-                          int F);
 
 /* cuda_optim.cu */
 void cuda_adamw(backend *be, float *param, float *grad, float *m, float *v, const backend_seg *segs,
