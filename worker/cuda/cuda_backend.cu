@@ -162,6 +162,7 @@ static void ctx_release(cuda_ctx *c) {
     if (c->emb_sort) cudaFree(c->emb_sort);
     if (c->sumsq_seg) cudaFree(c->sumsq_seg);
     if (c->moe_chunk) cudaFree(c->moe_chunk);
+    if (c->moe_mean_part) cudaFree(c->moe_mean_part);
     if (c->amax_dev) cudaFree(c->amax_dev);
     if (c->adamw_dev) cudaFree(c->adamw_dev);
     if (c->sumsq_host) cudaFreeHost(c->sumsq_host);
@@ -215,6 +216,9 @@ extern "C" int cuda_backend_init(backend *be, int device, bt_diag *diag) {
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&c->moe_chunk,
                        (size_t)CUDA_MOE_CHUNKS * CUDA_MOE_EXPERTS * sizeof(int32_t));
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&c->moe_mean_part,
+                       (size_t)CUDA_MOE_MEAN_CHUNKS * CUDA_MOE_EXPERTS * sizeof(double));
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&c->amax_dev, BACKEND_FP8_SLOTS * sizeof(unsigned));
     if (e == cudaSuccess) {
