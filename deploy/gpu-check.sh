@@ -163,7 +163,7 @@ step "bench-bf16-4096" 120 "$out/checks.log" "$bench" model --seq 4096 --prec bf
 step cuda_train 300 "$out/checks.log" bash "$src/tests/gpu/check-cuda-train.sh" "$baton" "$worker" \
   "$src"
 # NCCL with one GPU: the one-rank scenarios (the two-rank ones need two devices).
-for s in collectives-w1 host-w1 side-queue-w1; do
+for s in collectives-w1 host-w1 queued-w1 side-queue-w1; do
   step "nccl-$s" 60 "$out/checks.log" "$nccl" "$s"
 done
 # tokens/s and MFU of the ~1.1B model (bf16, fp8) at 4K and 8K, attention TFLOP/s

@@ -11,6 +11,9 @@
  * collectives-*, timeout-w2 and nopeer-w2 pass device buffers and streams; host-* and
  * timeout-host-w2 the engine's way of calling: host buffers (staged) and stream NULL
  * (complete on return, on the comm's default stream). host-w1 needs one GPU.
+ * queued-w1 checks that work queued ahead of a collective does not count against its
+ * timeout, timeout-behind-w2 that a hung collective is still reported by a wait for a
+ * later one queued behind it (the watchdog, comm_watch.h).
  * side-queue-* is the trainer's overlapped gradient all-reduce (train_dp_overlap.h) with
  * the CUDA backend's side queue (built where the CUDA compute backend is: not in the
  * sanitizer builds).
@@ -624,6 +627,70 @@ static int child_timeout_host(child *ch) {
     return ch->fails ? 1 : 0;
 }
 
+/* A host function on a stream: holds the stream for 1.5 s, as long queued compute would. */
+static void CUDART_CB hold_stream(void *arg) {
+    (void)arg;
+    struct timespec ts = {1, 500000000};
+    nanosleep(&ts, NULL);
+}
+
+/* Work queued ahead of a collective for three times the group's timeout (0.5 s) is not
+ * the collective's: its deadline starts when that work is done (comm_watch.h). On the
+ * stream, then with stream NULL and a host buffer (the comm's default stream). */
+static int child_queued(child *ch) {
+    comm *c = NULL;
+    if (init(ch, 30000, &c) < 0) return 1;
+    comm_set_timeout_ms(c, 500);
+    void *buf = dev_alloc(ch, N * 4);
+    double in[N], got[N];
+    for (int i = 0; i < N; i++)
+        in[i] = i + 0.5;
+    put_f32(ch, buf, in, N);
+    CHECK(ch, cudaLaunchHostFunc(ch->stream, hold_stream, NULL) == cudaSuccess, "host function");
+    double t0 = now_s();
+    OK(ch, c, comm_allreduce(c, buf, buf, N, COMM_F32, COMM_SUM, ch->stream));
+    OK(ch, c, comm_wait(c, ch->stream));
+    double dt = now_s() - t0;
+    CHECK(ch, dt >= 1.4, "the wait took %.2f s behind 1.5 s of queued work", dt);
+    get_f32(ch, got, buf, N);
+    expect(ch, "allreduce behind queued work", got, in, N);
+    comm_set_stream(c, ch->stream);
+    double x = 2.5;
+    CHECK(ch, cudaLaunchHostFunc(ch->stream, hold_stream, NULL) == cudaSuccess, "host function");
+    OK(ch, c, comm_allreduce(c, &x, &x, 1, COMM_F64, COMM_SUM, NULL));
+    CHECK(ch, x == 2.5, "host all-reduce behind queued work: %g", x);
+    cudaFree(buf);
+    comm_destroy(c);
+    return ch->fails ? 1 : 0;
+}
+
+/* A hung all-reduce A, and a second one B on another stream made to wait for A: B's
+ * deadline never starts, but comm_wait on B's stream must still fail within A's. */
+static int child_timeout_behind(child *ch) {
+    comm *c = NULL;
+    int role = join_with_idle_peer(ch, &c);
+    if (role != 0) return role < 0;
+    void *a = dev_alloc(ch, N * 4), *b = dev_alloc(ch, N * 4);
+    cudaStream_t s2 = NULL;
+    cudaEvent_t ev = NULL;
+    CHECK(ch, cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess, "stream");
+    CHECK(ch, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess, "event");
+    double t0 = now_s();
+    int rc = comm_allreduce(c, a, a, N, COMM_F32, COMM_SUM, ch->stream);
+    if (rc == 0) {
+        cudaEventRecord(ev, ch->stream);
+        cudaStreamWaitEvent(s2, ev, 0);
+        rc = comm_allreduce(c, b, b, N, COMM_F32, COMM_SUM, s2);
+    }
+    if (rc == 0) rc = comm_wait(c, s2);
+    check_timed_out(ch, c, rc, now_s() - t0, s2);
+    comm_destroy(c);
+    cudaFree(a), cudaFree(b);
+    cudaEventDestroy(ev);
+    cudaStreamDestroy(s2);
+    return ch->fails ? 1 : 0;
+}
+
 #ifdef BATON_TEST_NCCL_CUDA_BACKEND
 /* The trainer's overlapped all-reduce (train_dp_overlap.h) as it drives the CUDA backend
  * and NCCL: "gradients" written by an op on the backend's stream after milliseconds of
@@ -713,6 +780,8 @@ static const scenario scenarios[] = {
     {"host-w1", 1, 1, child_host},
     {"host-w2", 2, 2, child_host},
     {"timeout-host-w2", 2, 2, child_timeout_host},
+    {"queued-w1", 1, 1, child_queued},
+    {"timeout-behind-w2", 2, 2, child_timeout_behind},
 #ifdef BATON_TEST_NCCL_CUDA_BACKEND
     {"side-queue-w1", 1, 1, child_side_queue},
     {"side-queue-w2", 2, 2, child_side_queue},

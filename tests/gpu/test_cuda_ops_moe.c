@@ -270,7 +270,46 @@ static void test_moe_assign_limit(const char *what, const ipair *tk, int N, int 
     check_sync(what);
 }
 
+/* moe_score_mean over one chunk (N <= MOE_MEAN_CHUNK_MIN), two, and more tokens than
+ * MOE_MEAN_CHUNKS chunks of the minimum (longer chunks, the last one short), E beyond a
+ * warp's 32 experts: bit for bit the CPU's, and within 1e-6 of the plain mean (the order
+ * of a double sum moves it by far less). */
+static void test_moe_score_mean_chunks(void) {
+    static const int Ns[] = {1, 256, 257, MOE_MEAN_CHUNKS * MOE_MEAN_CHUNK_MIN + 4099};
+    enum { E = 40 };
+    for (size_t k = 0; k < sizeof Ns / sizeof Ns[0]; k++) {
+        const int N = Ns[k];
+        float *s = host_rand((size_t)N * E, 1.0f), *ss = host_rand((size_t)N, 1.0f);
+        for (int n = 0; n < N; n++)
+            ss[n] = 1.5f + ss[n]; /* in [0.5, 2.5) */
+        pair sc = pair_from(s, (size_t)N * E), sum = pair_from(ss, (size_t)N);
+        pair pmean = pair_rand(E, 1.0f);
+        cpu.moe_score_mean(&cpu, pmean.c, sc.c, sum.c, N, E);
+        gpu.moe_score_mean(&gpu, pmean.g, sc.g, sum.g, N, E);
+        char what[64];
+        snprintf(what, sizeof what, "moe_score_mean N %d E %d", N, E);
+        compare_pair_bits(what, &pmean);
+        float got[E];
+        cpu.to_host(&cpu, got, pmean.c, sizeof got);
+        for (int e = 0; e < E; e++) {
+            double P = 0.0;
+            for (int n = 0; n < N; n++)
+                P += (double)(s[(size_t)n * E + e] / ss[n]);
+            if (fabs(got[e] - P / N) > 1e-6) {
+                fprintf(stderr, "FAIL %s: expert %d: %.9g, the plain mean %.9g\n", what, e,
+                        (double)got[e], P / N);
+                failures++;
+                break;
+            }
+        }
+        check_sync(what);
+        free(s), free(ss);
+        pair_free(&sc), pair_free(&sum), pair_free(&pmean);
+    }
+}
+
 void test_moe_all(void) {
+    test_moe_score_mean_chunks();
     /* N, E, K, C, score, norm_topk, bias, capacity, aux_coef */
     test_moe(300, 37, 4, 67, MOE_SCORE_SOFTMAX, 0, 0, 0, 0.0);
     test_moe(257, 5, 1, 33, MOE_SCORE_SIGMOID, 1, 1, 30, 0.01);

@@ -1,12 +1,18 @@
 /* The NCCL backend: the communication interface over non-blocking NCCL communicators.
  *
  * Rules this file keeps:
- *  - Nothing waits without a deadline. Communicators are created with
+ *  - No wait for a peer lacks a deadline. Communicators are created with
  *    ncclConfig_t.blocking = 0, so every NCCL call returns at once, possibly with
  *    ncclInProgress; settle() then polls ncclCommGetAsyncError until the call is done or
  *    the group's timeout passes. comm_wait polls cudaStreamQuery and the async error the
- *    same way. When a deadline passes the communicator is aborted (ncclCommAbort makes
- *    NCCL's kernels on every stream of this rank exit) and the comm fails with BT_EIO.
+ *    same way, and with them the watchdog (comm_watch.h): every collective enqueued is
+ *    followed from an event recorded just before it to one just after, and its deadline
+ *    runs from when the first is reached, i.e. from when the work queued ahead of it on
+ *    its stream has finished, not from its enqueue (queued compute is no peer's fault);
+ *    every wait polls every collective of the process's groups, so that a hung earlier
+ *    collective is reported even where the wait is for a later one queued behind it.
+ *    When a deadline passes the communicator is aborted (ncclCommAbort makes NCCL's
+ *    kernels on every stream of this rank exit) and the comm fails with BT_EIO.
  *  - Every CUDA or NCCL error becomes a negative BT_ code and a message that names the
  *    API call and its error string (plus ncclGetLastError's detail); the comm is then
  *    aborted and the failure sticky, as comm.h requires. Nothing here exits.
@@ -41,6 +47,7 @@
  *    from every rank but the last of the chain, point-to-point what is sent. */
 #include "comm_nccl.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -52,11 +59,15 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "comm_watch.h"
+
 /* What a process's groups share. */
 typedef struct nccl_root {
     comm_store store;
     atomic_int refs;
     int device;
+    pthread_mutex_t watch_mu; /* guards watch: groups may be used from different threads */
+    comm_watch watch;         /* every group's collectives in flight (comm_watch.h) */
 } nccl_root;
 
 /* How many groups were split from one member list (keyed by its hash). */
@@ -143,16 +154,27 @@ static int cuda_code(cudaError_t e) {
     return e == cudaErrorMemoryAllocation ? BT_ENOMEM : BT_EIO;
 }
 
+/* Aborts g's communicator; its collectives in flight are no longer watched (their
+ * kernels exit, and the group's failure is already the one reported). */
 static void group_abort(nccl_group *g) {
     if (g->nc != NULL) {
         ncclCommAbort(g->nc);
         g->nc = NULL;
     }
+    pthread_mutex_lock(&g->root->watch_mu);
+    comm_watch_drop_owner(&g->root->watch, g);
+    pthread_mutex_unlock(&g->root->watch_mu);
+}
+
+static void event_release(void *ev) {
+    cudaEventDestroy((cudaEvent_t)ev);
 }
 
 static void root_release(nccl_root *root) {
     if (root == NULL || atomic_fetch_sub(&root->refs, 1) != 1) return;
     if (root->store.close) root->store.close(root->store.ctx);
+    comm_watch_free(&root->watch, event_release);
+    pthread_mutex_destroy(&root->watch_mu);
     free(root);
 }
 
@@ -383,6 +405,7 @@ int comm_nccl_init(comm **out, const comm_bootstrap *bs, int device, bt_diag *di
     }
     root->store = store;
     root->device = device;
+    pthread_mutex_init(&root->watch_mu, NULL);
     atomic_init(&root->refs, 1); /* the init's own reference, dropped below */
     g = group_new(root, bs->prefix);
     root_release(root);
@@ -417,11 +440,76 @@ int comm_nccl_device_count(int *count, bt_diag *diag) {
     return 0;
 }
 
-/* The watchdog: waits until stream s is done, an asynchronous NCCL error, or the
- * deadline (then the communicator is aborted). op names the caller in messages. */
+/* ---- the watchdog (comm_watch.h) --------------------------------------------------- */
+
+static cudaError_t event_make(void **ev) {
+    return cudaEventCreateWithFlags((cudaEvent_t *)ev, cudaEventDisableTiming);
+}
+
+/* What a collective's events say: done reached, else ready reached, else neither. */
+static int event_probe(void *ctx, const comm_watch_op *op, comm_watch_state *seen) {
+    cudaError_t e = cudaEventQuery((cudaEvent_t)op->done);
+    if (e == cudaSuccess) {
+        *seen = COMM_WATCH_DONE;
+        return 0;
+    }
+    if (e == cudaErrorNotReady) e = cudaEventQuery((cudaEvent_t)op->ready);
+    if (e == cudaSuccess || e == cudaErrorNotReady) {
+        *seen = e == cudaSuccess ? COMM_WATCH_RUNNING : COMM_WATCH_QUEUED;
+        return 0;
+    }
+    *(cudaError_t *)ctx = e;
+    return BT_EIO;
+}
+
+/* An expired collective, copied out of the list for the message. */
+typedef struct expired_op {
+    const void *owner;
+    char what[128];
+    int timeout_ms;
+} expired_op;
+
+/* One poll of the process's collectives: 1 with *x filled when one has expired, 0 when
+ * none has, or the failure of an event query (recorded on c). */
+static int watch_poll(comm *c, const char *op, expired_op *x) {
+    nccl_root *r = ((nccl_group *)c->impl)->root;
+    cudaError_t e = cudaSuccess;
+    int k = -1;
+    pthread_mutex_lock(&r->watch_mu);
+    int rc = comm_watch_poll(&r->watch, now_ms(), event_probe, &e, &k);
+    if (k >= 0) {
+        const comm_watch_op *w = &r->watch.ops[k];
+        x->owner = w->owner;
+        x->timeout_ms = w->timeout_ms;
+        snprintf(x->what, sizeof x->what, "%s", w->what);
+    }
+    pthread_mutex_unlock(&r->watch_mu);
+    if (rc < 0) return fail_cuda(c, op, "cudaEventQuery (watchdog)", e);
+    return k >= 0;
+}
+
+/* Fails c, whose wait found x expired, and aborts c's group. */
+static int watch_timeout(comm *c, const char *op, const expired_op *x) {
+    nccl_group *g = c->impl;
+    const unsigned pending = g->pending;
+    group_abort(g);
+    if (x->owner == g)
+        return comm_fail(c, BT_EIO, COMM_FAULT_TIMEOUT, op,
+                         "%s not complete %d ms after the work queued ahead of it finished (a "
+                         "peer is hung or dead; %u operation%s enqueued since the last wait, the "
+                         "last %s); communicator aborted",
+                         x->what, x->timeout_ms, pending, pending == 1 ? "" : "s", g->last_op);
+    return comm_fail(c, BT_EIO, COMM_FAULT_TIMEOUT, op,
+                     "waiting behind %s, which is not complete %d ms after the work queued "
+                     "ahead of it finished (a peer is hung or dead); communicator aborted",
+                     x->what, x->timeout_ms);
+}
+
+/* Waits until stream s is done, or an asynchronous NCCL error, or a collective of this
+ * process past its deadline (then this communicator is aborted). Work on s that is not
+ * a collective has no deadline (comm_watch.h). op names the caller in messages. */
 static int wait_stream(comm *c, const char *op, cudaStream_t s) {
     nccl_group *g = c->impl;
-    const int64_t deadline = now_ms() + c->timeout_ms;
     unsigned spins = 0;
     for (;;) {
         cudaError_t e = cudaStreamQuery(s);
@@ -432,15 +520,10 @@ static int wait_stream(comm *c, const char *op, cudaStream_t s) {
             return fail_nccl(c, op, "asynchronous NCCL error", ae);
         if (e == cudaSuccess) break;
         if (e != cudaErrorNotReady) return fail_cuda(c, op, "cudaStreamQuery", e);
-        if (now_ms() > deadline) {
-            unsigned pending = g->pending;
-            group_abort(g);
-            return comm_fail(c, BT_EIO, COMM_FAULT_TIMEOUT, op,
-                             "%u operation%s enqueued since the last wait (last: %s) not "
-                             "complete after %d ms (a peer is hung or dead); communicator "
-                             "aborted",
-                             pending, pending == 1 ? "" : "s", g->last_op, c->timeout_ms);
-        }
+        expired_op x;
+        int rc = watch_poll(c, op, &x);
+        if (rc < 0) return rc;
+        if (rc > 0) return watch_timeout(c, op, &x);
         poll_pause(&spins);
     }
     g->pending = 0;
@@ -470,6 +553,7 @@ typedef struct xfer {
     int n;
     stage_copy *copies; /* (at most the max_copies of xfer_begin) */
     stage_copy few[4];
+    int slot; /* the collective's slot in the watchdog's list; -1 none */
 } xfer;
 
 /* max_copies: how many host buffers the call may stage. */
@@ -482,6 +566,7 @@ static int xfer_begin(xfer *x, comm *c, const char *op, void *stream, int max_co
     x->need = 0;
     x->n = 0;
     x->copies = x->few;
+    x->slot = -1;
     if (max_copies > (int)(sizeof x->few / sizeof x->few[0])) {
         x->copies = malloc((size_t)max_copies * sizeof *x->copies);
         if (x->copies == NULL) {
@@ -601,12 +686,68 @@ static int xfer_pair(xfer *x, const void *in, size_t in_bytes, void *out, size_t
     return 0;
 }
 
-/* Ends a call whose enqueue returned rc: a synchronous or staged call copies its
- * staged outputs back, waits for the stream under the watchdog, then hands the outputs
- * to the caller. */
+/* Files the collective about to be enqueued on x->s with the watchdog and records its
+ * ready event (the slot's events made at its first use, then reused). Called after the
+ * staged inputs' copies, just before the NCCL call(s); xfer_end arms or frees it. When
+ * every slot is taken, a poll first frees those of finished collectives: a wait may find
+ * its stream done at once and poll nothing (overlapped reductions waited for long after),
+ * so without it the list would grow by a slot per collective. Its expiries are left to
+ * the waits. */
+static int xfer_watch(xfer *x) {
+    comm *c = x->c;
+    nccl_group *g = c->impl;
+    nccl_root *r = g->root;
+    char what[128];
+    snprintf(what, sizeof what, "%s (group '%s')", g->last_op, comm_name(c));
+    const char *api = "cudaEventCreateWithFlags";
+    cudaError_t e = cudaSuccess;
+    pthread_mutex_lock(&r->watch_mu);
+    if (!comm_watch_has_free(&r->watch)) {
+        int expired = -1;
+        cudaError_t qe = cudaSuccess;
+        (void)comm_watch_poll(&r->watch, now_ms(), event_probe, &qe, &expired);
+    }
+    int i = comm_watch_add(&r->watch, g, c->timeout_ms, what);
+    if (i >= 0) {
+        comm_watch_op *w = &r->watch.ops[i];
+        if (w->ready == NULL) e = event_make(&w->ready);
+        if (e == cudaSuccess && w->done == NULL) e = event_make(&w->done);
+        if (e == cudaSuccess) {
+            api = "cudaEventRecord";
+            e = cudaEventRecord((cudaEvent_t)w->ready, x->s);
+        }
+        if (e != cudaSuccess) comm_watch_drop(&r->watch, i);
+    }
+    pthread_mutex_unlock(&r->watch_mu);
+    if (i < 0) return comm_fail(c, i, COMM_FAULT_INTERNAL, x->op, "out of memory");
+    if (e != cudaSuccess) return fail_cuda(c, x->op, api, e);
+    x->slot = i;
+    return 0;
+}
+
+/* After the enqueue returned rc: records the collective's done event and arms its slot,
+ * or (the enqueue failed) frees it. */
+static int xfer_arm(xfer *x, int rc) {
+    nccl_root *r = ((nccl_group *)x->c->impl)->root;
+    cudaError_t e = cudaSuccess;
+    pthread_mutex_lock(&r->watch_mu);
+    if (rc == 0) e = cudaEventRecord((cudaEvent_t)r->watch.ops[x->slot].done, x->s);
+    if (rc == 0 && e == cudaSuccess)
+        comm_watch_arm(&r->watch, x->slot);
+    else
+        comm_watch_drop(&r->watch, x->slot);
+    pthread_mutex_unlock(&r->watch_mu);
+    x->slot = -1;
+    return e != cudaSuccess ? fail_cuda(x->c, x->op, "cudaEventRecord", e) : rc;
+}
+
+/* Ends a call whose enqueue returned rc: arms the watchdog's slot, then a synchronous or
+ * staged call copies its staged outputs back, waits for the stream under the watchdog,
+ * and hands the outputs to the caller. */
 static int xfer_end(xfer *x, int rc) {
     comm *c = x->c;
     nccl_group *g = c->impl;
+    if (x->slot >= 0) rc = xfer_arm(x, rc);
     for (int i = 0; rc == 0 && i < x->n; i++) {
         const stage_copy *k = &x->copies[i];
         if (!k->to_host) continue;
@@ -639,6 +780,7 @@ static int reduction(comm *c, const char *name, const void *in, void *out, size_
     if (rc < 0) return rc;
     note_op(c, name, count, dtype);
     rc = xfer_pair(&x, in, bytes, out, bytes, &in, &out);
+    if (rc == 0) rc = xfer_watch(&x);
     ncclDataType_t t = nccl_type(dtype);
     if (rc == 0 && root < 0)
         rc = settle(c, name, "ncclAllReduce",
@@ -672,6 +814,7 @@ static int op_reduce_scatter(comm *c, const void *in, void *out, size_t count, c
     if (rc < 0) return rc;
     note_op(c, "reduce-scatter", count, dtype);
     rc = xfer_pair(&x, in, (size_t)c->size * bytes, out, bytes, &in, &out);
+    if (rc == 0) rc = xfer_watch(&x);
     if (rc == 0)
         rc = settle(c, "reduce-scatter", "ncclReduceScatter",
                     ncclReduceScatter(in, out, count, nccl_type(dtype), nccl_op(op), g->nc, x.s));
@@ -688,6 +831,7 @@ static int op_allgather(comm *c, const void *in, void *out, size_t count, comm_d
     if (rc < 0) return rc;
     note_op(c, "allgather", count, dtype);
     rc = xfer_pair(&x, in, bytes, out, (size_t)c->size * bytes, &in, &out);
+    if (rc == 0) rc = xfer_watch(&x);
     if (rc == 0)
         rc = settle(c, "allgather", "ncclAllGather",
                     ncclAllGather(in, out, count, nccl_type(dtype), g->nc, x.s));
@@ -754,6 +898,7 @@ static int alltoall_blocks(comm *c, const char *op, const void *in, const size_t
     if (rc < 0) return rc;
     note_op(c, op, noted, dtype);
     rc = xfer_pair(&x, in, n_in * es, out, n_out * es, &in, &out);
+    if (rc == 0) rc = xfer_watch(&x);
     if (rc == 0)
         rc = exchange_blocks(c, op, in, in_off, send_counts, out, out_off, recv_counts, dtype, x.s);
     return xfer_end(&x, rc);
@@ -806,6 +951,7 @@ static int op_broadcast(comm *c, void *buf, size_t count, comm_dtype dtype, int 
     note_op(c, op, count, dtype);
     const void *in = buf;
     rc = xfer_pair(&x, buf, bytes, buf, bytes, &in, &buf);
+    if (rc == 0) rc = xfer_watch(&x);
     if (rc == 0)
         rc = settle(c, op, "ncclBroadcast",
                     ncclBroadcast(in, buf, count, nccl_type(dtype), root, g->nc, x.s));
@@ -820,8 +966,10 @@ static int op_barrier(comm *c, void *stream) {
     int rc = xfer_begin(&x, c, "barrier", stream, 0);
     if (rc < 0) return rc;
     note_op(c, "barrier", 1, COMM_F32);
-    rc = settle(c, "barrier", "ncclAllReduce",
-                ncclAllReduce(g->zero, g->zero, 1, ncclFloat32, ncclSum, g->nc, x.s));
+    rc = xfer_watch(&x);
+    if (rc == 0)
+        rc = settle(c, "barrier", "ncclAllReduce",
+                    ncclAllReduce(g->zero, g->zero, 1, ncclFloat32, ncclSum, g->nc, x.s));
     if (rc == 0) c->bytes_sent += ring_allreduce_bytes(c->size, sizeof(float));
     return xfer_end(&x, rc);
 }
@@ -855,6 +1003,7 @@ static int op_p2p(comm *c, const comm_p2p_op *ops, int n, void *stream) {
         }
     }
     if (rc == 0) rc = xfer_stage_in(&x);
+    if (rc == 0) rc = xfer_watch(&x);
     ncclResult_t first = rc == 0 ? ncclGroupStart() : ncclSuccess;
     if (rc == 0 && first != ncclSuccess) rc = fail_nccl(c, op, "ncclGroupStart", first);
     if (rc == 0) {

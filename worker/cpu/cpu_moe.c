@@ -89,10 +89,16 @@ void cpu_moe_assign(backend *be, int32_t *row, int32_t *tok, int32_t *slot, int3
 void cpu_moe_score_mean(backend *be, float *pmean, const float *scores, const float *ssum, int N,
                         int E) {
     (void)be;
+    const size_t CH = moe_mean_chunk((size_t)N);
     for (int e = 0; e < E; e++) {
         double P = 0.0;
-        for (int n = 0; n < N; n++)
-            P += scores[(size_t)n * E + e] / ssum[n];
+        for (size_t n0 = 0; n0 < (size_t)N; n0 += CH) {
+            const size_t n1 = (size_t)N - n0 < CH ? (size_t)N : n0 + CH;
+            double part = 0.0;
+            for (size_t n = n0; n < n1; n++)
+                part += scores[n * E + e] / ssum[n];
+            P += part;
+        }
         pmean[e] = (float)(P / N);
     }
 }

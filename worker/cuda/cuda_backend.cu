@@ -159,8 +159,10 @@ static void ctx_release(cuda_ctx *c) {
     if (c->lt_workspace) cudaFree(c->lt_workspace);
     if (c->sumsq_part) cudaFree(c->sumsq_part);
     if (c->att_part) cudaFree(c->att_part);
+    if (c->emb_sort) cudaFree(c->emb_sort);
     if (c->sumsq_seg) cudaFree(c->sumsq_seg);
     if (c->moe_chunk) cudaFree(c->moe_chunk);
+    if (c->moe_mean_part) cudaFree(c->moe_mean_part);
     if (c->amax_dev) cudaFree(c->amax_dev);
     if (c->adamw_dev) cudaFree(c->adamw_dev);
     if (c->sumsq_host) cudaFreeHost(c->sumsq_host);
@@ -168,6 +170,7 @@ static void ctx_release(cuda_ctx *c) {
     if (c->adamw_host) cudaFreeHost(c->adamw_host);
     for (int h = 0; h < 2; h++)
         if (c->adamw_copied[h]) cudaEventDestroy(c->adamw_copied[h]);
+    if (c->queue_mark) cudaEventDestroy(c->queue_mark);
     if (c->lt) cublasLtDestroy(c->lt);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
@@ -214,6 +217,9 @@ extern "C" int cuda_backend_init(backend *be, int device, bt_diag *diag) {
         e = cudaMalloc((void **)&c->moe_chunk,
                        (size_t)CUDA_MOE_CHUNKS * CUDA_MOE_EXPERTS * sizeof(int32_t));
     if (e == cudaSuccess)
+        e = cudaMalloc((void **)&c->moe_mean_part,
+                       (size_t)CUDA_MOE_MEAN_CHUNKS * CUDA_MOE_EXPERTS * sizeof(double));
+    if (e == cudaSuccess)
         e = cudaMalloc((void **)&c->amax_dev, BACKEND_FP8_SLOTS * sizeof(unsigned));
     if (e == cudaSuccess) {
         step = "cudaMalloc (AdamW chunk table)";
@@ -232,6 +238,7 @@ extern "C" int cuda_backend_init(backend *be, int device, bt_diag *diag) {
         step = "cudaEventCreateWithFlags";
         e = cudaEventCreateWithFlags(&c->adamw_copied[h], cudaEventDisableTiming);
     }
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->queue_mark, cudaEventDisableTiming);
     if (e != cudaSuccess) {
         bt_diag_set(diag, "cuda backend on device %d: %s: %s", device, step, cudaGetErrorString(e));
         (void)cudaGetLastError();

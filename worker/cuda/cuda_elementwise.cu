@@ -1,11 +1,9 @@
-/* Elementwise CUDA operations: fill, add, scale, 2-D copy, sum of squares, embedding
- * lookup (whole or vocabulary-parallel) and SwiGLU.
+/* Elementwise CUDA operations: fill, add, scale, 2-D copy, sum of squares and SwiGLU
+ * (the embedding lookup is cuda_embedding.cu's).
  *
- * Rules: backward ops accumulate (+=) into parameter gradients and write (=) activation
- * gradients. The embedding's backward gives each column of the table to one thread,
- * which walks the rows n in order: a token seen twice sums in the CPU's order, with no
- * atomics. The sum of squares reduces over a fixed grid, then the partials in a fixed
- * tree, in double. Launchers take the backend, queue on its stream and check the launch. */
+ * Rules: backward ops write (=) activation gradients. The sum of squares reduces over a
+ * fixed grid, then the partials in a fixed tree, in double. Launchers take the backend,
+ * queue on its stream and check the launch. */
 #include "cuda_internal.cuh"
 
 #define EW_THREADS 256
@@ -50,72 +48,6 @@ __global__ void sumsq_add_kernel(double *total, const double *seg, int n) {
     for (int i = 0; i < n; i++)
         t += seg[i];
     *total = t;
-}
-
-/* out (N, C) = wte[tokens[n] - v0] when in [0, Vl), else 0 (v0 0, Vl INT_MAX: plain). */
-__global__ void embedding_forward_kernel(float *out, const int32_t *tokens, const float *wte, int N,
-                                         int C, int v0, int Vl) {
-    size_t total = (size_t)N * C;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
-         i += (size_t)gridDim.x * blockDim.x) {
-        size_t n = i / C, c = i % C;
-        int t = tokens[n] - v0;
-        out[i] = (t >= 0 && t < Vl) ? wte[(size_t)t * C + c] : 0.0f;
-    }
-}
-
-/* dwte[tokens[n] - v0][c] += dout[n][c] for n in order, as the CPU backend adds them.
- * Thread (c, g) owns column c of the tokens t with t % EMB_GROUPS == g: each sum is one
- * thread's, in row order. It takes its rows EMB_WINDOW at a time: their dout values and
- * the window's first reads of dwte issued together, repeats of a token within the window
- * added in registers, each token's sum stored once (one thread per column ran every row's
- * read-add-write in turn: N dependent round trips to memory on C threads). */
-#define EMB_GROUPS 16
-#define EMB_WINDOW 8
-__global__ void embedding_backward_kernel(float *dwte, const float *dout, const int32_t *tokens,
-                                          int N, int C, int v0, int Vl) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x, g = blockIdx.y;
-    if (c >= C) return;
-    for (int n = 0; n < N;) {
-        int row[EMB_WINDOW], tok[EMB_WINDOW], k = 0; /* constant indices: registers */
-#pragma unroll
-        for (int i = 0; i < EMB_WINDOW; i++) {
-            tok[i] = -1, row[i] = 0;
-            for (; n < N; n++) {
-                int t = tokens[n] - v0;
-                if (t >= 0 && t < Vl && t % EMB_GROUPS == g) {
-                    tok[i] = t, row[i] = n++, k = i + 1;
-                    break;
-                }
-            }
-        }
-        float sum[EMB_WINDOW];
-#pragma unroll
-        for (int i = 0; i < EMB_WINDOW; i++)
-            sum[i] = i < k ? dout[(size_t)row[i] * C + c] : 0.0f;
-#pragma unroll
-        for (int i = 0; i < EMB_WINDOW; i++) {
-            if (i >= k) break;
-            int prev = -1; /* the window's latest earlier row of this token */
-#pragma unroll
-            for (int j = 0; j < i; j++)
-                if (tok[j] == tok[i]) prev = j;
-            float base = dwte[(size_t)tok[i] * C + c];
-#pragma unroll
-            for (int j = 0; j < i; j++)
-                if (j == prev) base = sum[j];
-            sum[i] = base + sum[i];
-        }
-#pragma unroll
-        for (int i = 0; i < EMB_WINDOW; i++) {
-            if (i >= k) break;
-            int last = 1;
-#pragma unroll
-            for (int j = i + 1; j < EMB_WINDOW; j++)
-                if (j < k && tok[j] == tok[i]) last = 0;
-            if (last) dwte[(size_t)tok[i] * C + c] = sum[i];
-        }
-    }
 }
 
 __device__ __forceinline__ float sigmoid_dev(float x) {
@@ -220,35 +152,6 @@ double cuda_sumsq_segs(backend *be, const float *x, const backend_seg *segs, siz
         "sumsq_segs: cudaMemcpyAsync");
     cuda_check(c, cudaStreamSynchronize(c->stream), "sumsq_segs: cudaStreamSynchronize");
     return c->err ? 0.0 : *c->sumsq_host;
-}
-
-void cuda_embedding_forward(backend *be, float *out, const int32_t *tokens, const float *wte, int N,
-                            int C) {
-    cuda_vocab_embedding_forward(be, out, tokens, wte, N, C, 0, 0x7fffffff);
-}
-
-void cuda_embedding_backward(backend *be, float *dwte, const float *dout, const int32_t *tokens,
-                             int N, int C) {
-    cuda_vocab_embedding_backward(be, dwte, dout, tokens, N, C, 0, 0x7fffffff);
-}
-
-void cuda_vocab_embedding_forward(backend *be, float *out, const int32_t *tokens, const float *wte,
-                                  int N, int C, int v0, int Vl) {
-    cuda_ctx *c = cuda_ctx_of(be);
-    size_t n = (size_t)N * C;
-    if (n == 0) return;
-    embedding_forward_kernel<<<cuda_grid(n, EW_THREADS), EW_THREADS, 0, c->stream>>>(
-        out, tokens, wte, N, C, v0, Vl);
-    CUDA_LAUNCHED(c, "embedding_forward_kernel");
-}
-
-void cuda_vocab_embedding_backward(backend *be, float *dwte, const float *dout,
-                                   const int32_t *tokens, int N, int C, int v0, int Vl) {
-    cuda_ctx *c = cuda_ctx_of(be);
-    if (N == 0 || C == 0) return;
-    dim3 grid((unsigned)(C + 127) / 128, EMB_GROUPS);
-    embedding_backward_kernel<<<grid, 128, 0, c->stream>>>(dwte, dout, tokens, N, C, v0, Vl);
-    CUDA_LAUNCHED(c, "embedding_backward_kernel");
 }
 
 void cuda_swiglu_forward(backend *be, float *out, const float *inp, int N, int F) {

@@ -19,9 +19,10 @@
 #define CUDA_SUMSQ_SEGS 32
 /* moe_assign's chunks of (token, expert) pairs: at most this many, each of at least
  * CUDA_MOE_CHUNK_MIN pairs (cuda_moe.cu). */
-#define CUDA_MOE_CHUNKS    1024
-#define CUDA_MOE_CHUNK_MIN 256
-#define CUDA_MOE_EXPERTS   512 /* moe.h's MOE_MAX_EXPERTS */
+#define CUDA_MOE_CHUNKS      1024
+#define CUDA_MOE_CHUNK_MIN   256
+#define CUDA_MOE_EXPERTS     512 /* moe.h's MOE_MAX_EXPERTS */
+#define CUDA_MOE_MEAN_CHUNKS 256 /* moe.h's MOE_MEAN_CHUNKS: moe_score_mean's chunk sums */
 /* cuBLASLt algorithms kept per backend: (shape, types, ops, alignment) -> algorithm. */
 #define CUDA_LT_CACHE 128
 /* AdamW's multi-tensor launch (cuda_optim.cu): elements per chunk (one block each) and
@@ -55,25 +56,33 @@ typedef struct cuda_ctx {
     void *lt_workspace; /* (lt_workspace_bytes) */
     size_t lt_workspace_bytes;
     cuda_lt_entry lt_cache[CUDA_LT_CACHE];
-    int lt_next;         /* next cache slot to replace once full */
-    double *sumsq_part;  /* device (CUDA_SUMSQ_BLOCKS + 1): partials, then the total */
-    double *sumsq_seg;   /* device (CUDA_SUMSQ_SEGS + 1): a batch's segment totals, then the
-                          * running total of sumsq_segs */
-    int32_t *moe_chunk;  /* device (CUDA_MOE_CHUNKS, CUDA_MOE_EXPERTS): moe_assign's per-chunk
-                          * counts, then the pairs of each expert before each chunk */
-    double *sumsq_host;  /* pinned (1) */
-    unsigned *amax_dev;  /* device (BACKEND_FP8_SLOTS): float bits of each operand's amax */
-    unsigned *amax_host; /* pinned (BACKEND_FP8_SLOTS) */
-    long fp8_gemms[2];   /* fp8 products run natively (E4M3/E5M2 operands) [0], or with
-                          * the fp8 values carried in bf16 [1] (cuda_matmul.cu) */
+    int lt_next;           /* next cache slot to replace once full */
+    double *sumsq_part;    /* device (CUDA_SUMSQ_BLOCKS + 1): partials, then the total */
+    double *sumsq_seg;     /* device (CUDA_SUMSQ_SEGS + 1): a batch's segment totals, then the
+                            * running total of sumsq_segs */
+    int32_t *moe_chunk;    /* device (CUDA_MOE_CHUNKS, CUDA_MOE_EXPERTS): moe_assign's per-chunk
+                            * counts, then the pairs of each expert before each chunk */
+    double *moe_mean_part; /* device (CUDA_MOE_MEAN_CHUNKS, CUDA_MOE_EXPERTS): moe_score_mean's
+                            * per-chunk sums (cuda_moe.cu) */
+    double *sumsq_host;    /* pinned (1) */
+    unsigned *amax_dev;    /* device (BACKEND_FP8_SLOTS): float bits of each operand's amax */
+    unsigned *amax_host;   /* pinned (BACKEND_FP8_SLOTS) */
+    long fp8_gemms[2];     /* fp8 products run natively (E4M3/E5M2 operands) [0], or with
+                            * the fp8 values carried in bf16 [1] (cuda_matmul.cu) */
     cuda_adamw_chunk *adamw_host; /* pinned (2 * CUDA_ADAMW_TABLE): two halves used in turn */
     cuda_adamw_chunk *adamw_dev;  /* device (2 * CUDA_ADAMW_TABLE) */
     cudaEvent_t adamw_copied[2];  /* recorded behind each half's last host-to-device copy */
+    cudaEvent_t queue_mark;       /* stream_wait's event, recorded anew by every call
+                                   * (cuda_stream.cu) */
     int adamw_half;               /* the half the next batch fills (calls alternate too) */
     float *att_part; /* device (att_part_floats): the tensor-core dk/dv kernel's per-slice
                       * partial sums under grouped-query attention (cuda_attention_tc.cu);
                       * grown on first need, used on stream only */
     size_t att_part_floats;
+    uint32_t *emb_sort; /* device (emb_sort_words): the embedding backward's sort of its
+                         * rows by token (cuda_embedding.cu); grown on first need, used on
+                         * stream only */
+    size_t emb_sort_words;
     unsigned att_dkdv_blocks; /* the blocks the dk/dv kernel's split aims at (1024) */
     int att_fp32;             /* BATON_CUDA_ATTENTION=fp32 at init: attention keeps to the float32
                                * kernels whatever the precision (cuda_attention_tc.cu) */
@@ -157,6 +166,11 @@ void cuda_copy2d(backend *be, float *dst, size_t ldd, const float *src, size_t l
                  size_t width);
 double cuda_sumsq(backend *be, const float *x, size_t n);
 double cuda_sumsq_segs(backend *be, const float *x, const backend_seg *segs, size_t nseg);
+void cuda_swiglu_forward(backend *be, float *out, const float *inp, int N, int F);
+void cuda_swiglu_backward(backend *be, float *dinp, const float *dout, const float *inp, int N,
+                          int F);
+
+/* cuda_embedding.cu */
 void cuda_embedding_forward(backend *be, float *out, const int32_t *tokens, const float *wte, int N,
                             int C);
 void cuda_embedding_backward(backend *be, float *dwte, const float *dout, const int32_t *tokens,
@@ -165,9 +179,6 @@ void cuda_vocab_embedding_forward(backend *be, float *out, const int32_t *tokens
                                   int N, int C, int v0, int Vl);
 void cuda_vocab_embedding_backward(backend *be, float *dwte, const float *dout,
                                    const int32_t *tokens, int N, int C, int v0, int Vl);
-void cuda_swiglu_forward(backend *be, float *out, const float *inp, int N, int F);
-void cuda_swiglu_backward(backend *be, float *dinp, const float *dout, const float *inp, int N,
-                          int F);
 
 /* cuda_optim.cu */
 void cuda_adamw(backend *be, float *param, float *grad, float *m, float *v, const backend_seg *segs,

@@ -190,14 +190,34 @@ __global__ void moe_assign_place_kernel(int32_t *row, int32_t *tok, int32_t *slo
     }
 }
 
-/* One thread per expert: the double sum over n in order, of the float quotient. */
-__global__ void moe_score_mean_kernel(float *pmean, const float *scores, const float *ssum, int N,
-                                      int E) {
-    int e = blockIdx.x * blockDim.x + threadIdx.x;
+/* moe_score_mean in two kernels, in backend.h's order:
+ *  1. part[g][e] = the double sum over chunk g's tokens n in order of the float quotient
+ *     s[n][e] / ssum[n]: a thread per (expert, chunk), a warp's lanes on 32 consecutive
+ *     experts (one read of a score row's 32 floats), MOE_MEAN_ROWS chunks per block;
+ *  2. pmean[e] = the sum of part[g][e] in g order over N, a thread per expert.
+ * A thread walks one chunk (moe_mean_chunk(N) tokens, at least MOE_MEAN_CHUNK_MIN), then
+ * the chunks (at most MOE_MEAN_CHUNKS), instead of all N tokens. */
+#define MOE_MEAN_ROWS 8
+static_assert(CUDA_MOE_MEAN_CHUNKS == MOE_MEAN_CHUNKS && CUDA_MOE_EXPERTS == MOE_MAX_EXPERTS,
+              "c->moe_mean_part holds a sum per chunk and expert");
+__global__ void __launch_bounds__(32 * MOE_MEAN_ROWS)
+    moe_score_part_kernel(double *part, const float *scores, const float *ssum, int N, int E,
+                          size_t CH, int G) {
+    const int e = blockIdx.x * 32 + threadIdx.x, g = blockIdx.y * MOE_MEAN_ROWS + threadIdx.y;
+    if (e >= E || g >= G) return;
+    const size_t n0 = (size_t)g * CH, n1 = (size_t)N - n0 < CH ? (size_t)N : n0 + CH;
+    double P = 0.0;
+    for (size_t n = n0; n < n1; n++)
+        P += (double)__fdiv_rn(scores[n * E + e], ssum[n]);
+    part[(size_t)g * E + e] = P;
+}
+
+__global__ void moe_score_mean_kernel(float *pmean, const double *part, int N, int E, int G) {
+    const int e = blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= E) return;
     double P = 0.0;
-    for (int n = 0; n < N; n++)
-        P += (double)__fdiv_rn(scores[(size_t)n * E + e], ssum[n]);
+    for (int g = 0; g < G; g++)
+        P += part[(size_t)g * E + e];
     pmean[e] = (float)(P / N);
 }
 
@@ -376,8 +396,19 @@ void cuda_moe_score_mean(backend *be, float *pmean, const float *scores, const f
                          int E) {
     cuda_ctx *c = cuda_ctx_of(be);
     if (E <= 0) return;
-    moe_score_mean_kernel<<<(E + 127) / 128, 128, 0, c->stream>>>(pmean, scores, ssum, N, E);
-    CUDA_LAUNCHED(c, "moe_score_mean_kernel");
+    if (E > MOE_MAX_EXPERTS) {
+        moe_shape_ok(c, "moe_score_mean", E, 1);
+        return;
+    }
+    const size_t CH = moe_mean_chunk(N > 0 ? (size_t)N : 0);
+    const int G = N > 0 ? (int)(((size_t)N + CH - 1) / CH) : 0; /* <= MOE_MEAN_CHUNKS */
+    if (G > 0) {
+        dim3 grid((unsigned)(E + 31) / 32, (unsigned)(G + MOE_MEAN_ROWS - 1) / MOE_MEAN_ROWS);
+        moe_score_part_kernel<<<grid, dim3(32, MOE_MEAN_ROWS), 0, c->stream>>>(
+            c->moe_mean_part, scores, ssum, N, E, CH, G);
+    }
+    moe_score_mean_kernel<<<(E + 127) / 128, 128, 0, c->stream>>>(pmean, c->moe_mean_part, N, E, G);
+    CUDA_LAUNCHED(c, "moe_score_mean kernels");
 }
 
 void cuda_gather_rows(backend *be, float *dst, const float *src, const int32_t *idx, int M, int C) {

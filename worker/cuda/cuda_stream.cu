@@ -22,16 +22,18 @@ void cuda_stream_free(backend *be, void *s) {
     cuda_check(c, cudaStreamDestroy((cudaStream_t)s), "cudaStreamDestroy");
 }
 
-/* An event per call: recorded on waitee, waited for on waiter, destroyed at once (CUDA
- * releases it once the wait is done), so calls never share one. */
+/* One event, made at init and recorded anew by every call: cudaStreamWaitEvent makes the
+ * waiter wait for the work the event's latest record captured when the wait is enqueued,
+ * and a later record of the same event changes nothing for a wait already enqueued (the
+ * CUDA runtime's documented semantics). So record-then-wait pairs may reuse it freely as
+ * long as no other record comes between a pair's two calls: the backend's ops, this one
+ * included, are called from one thread. (One event created and destroyed per call cost a
+ * driver allocation per layer and queue.) */
 void cuda_stream_wait(backend *be, void *waiter, void *waitee) {
     cuda_ctx *c = cuda_ctx_of(be);
     cudaStream_t to = queue_of(c, waiter), from = queue_of(c, waitee);
     if (to == from) return;
-    cudaEvent_t ev = NULL;
-    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-    if (e == cudaSuccess) e = cudaEventRecord(ev, from);
-    if (e == cudaSuccess) e = cudaStreamWaitEvent(to, ev, 0);
-    if (ev != NULL) cudaEventDestroy(ev);
+    cudaError_t e = cudaEventRecord(c->queue_mark, from);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(to, c->queue_mark, 0);
     cuda_check(c, e, "stream_wait: event");
 }

@@ -328,8 +328,11 @@ struct backend {
     void (*moe_assign)(backend *be, int32_t *row, int32_t *tok, int32_t *slot, int32_t *counts,
                        const int32_t *topk, int N, int K, int E, int capacity,
                        const int32_t *limit);
-    /* pmean (E) = (float)(P / N), P = the double sum in n order of the floats
-     * s[n][e] / ssum[n] (the aux loss's P_e). */
+    /* pmean (E) = (float)(P / N), P = the double sum of the floats s[n][e] / ssum[n]
+     * (the aux loss's P_e) in a fixed order: over chunks of moe_mean_chunk(N) consecutive
+     * n (moe.h), each chunk's sum in n order, the chunks' sums in chunk order (with N up
+     * to MOE_MEAN_CHUNK_MIN, the plain sum in n order), so that a GPU sums the chunks in
+     * parallel. */
     void (*moe_score_mean)(backend *be, float *pmean, const float *scores, const float *ssum, int N,
                            int E);
     /* dst (M, C) row r = src row idx[r], for r < M (the permutation into expert order). */

@@ -43,6 +43,15 @@
 #include <stddef.h>
 
 #define MOE_MAX_EXPERTS 512
+/* moe_score_mean's chunks of consecutive tokens (backend.h): at most MOE_MEAN_CHUNKS, each
+ * of moe_mean_chunk(N) tokens but the last; the chunks' sums are added in chunk order. */
+#define MOE_MEAN_CHUNKS    256
+#define MOE_MEAN_CHUNK_MIN 256
+
+static inline size_t moe_mean_chunk(size_t N) {
+    size_t ch = (N + MOE_MEAN_CHUNKS - 1) / MOE_MEAN_CHUNKS;
+    return ch < MOE_MEAN_CHUNK_MIN ? MOE_MEAN_CHUNK_MIN : ch;
+}
 
 typedef struct moe_config {
     int dim;                /* C */
