@@ -4,6 +4,8 @@
 #ifndef BATON_CLI_H
 #define BATON_CLI_H
 
+#include <stdint.h>
+
 int cmd_plan(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_spec(int argc, char **argv);
@@ -18,5 +20,20 @@ int cmd_status(int argc, char **argv);
 /* A dataset prefix as given on a command line: "data/x.bin" or "data/x.idx" stands for
  * "data/x" (a path the shell completed). The caller frees it; NULL when out of memory. */
 char *cli_data_prefix(const char *arg);
+
+/* An option that takes one value refused when given again: prev is its earlier value (NULL:
+ * none yet, 0 returned). Otherwise prints "baton CMD: OPT given twice ('PREV' and 'V'); give
+ * it once" and returns -1 (the caller exits 2). */
+int cli_once(const char *cmd, const char *opt, const char *prev, const char *v);
+
+/* An --output path prefix (PREFIX.bin, PREFIX_train.idx ...): not empty and not a directory
+ * (a trailing '/', a last component "." or ".."), which would make hidden files such as
+ * "dir/.bin". Otherwise prints "baton CMD: --output 'OUT' must be a path prefix such as
+ * EXAMPLE, not a directory" and returns -1. */
+int cli_output_prefix(const char *cmd, const char *output, const char *example);
+
+/* A count as recipes write it (units.h: 8, 128K, 1M; K/M/G/T are powers of two) in
+ * [lo, hi]; -1 (nothing printed) when it is not one. */
+int cli_count(const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
 
 #endif

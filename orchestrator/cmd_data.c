@@ -42,15 +42,6 @@ static const char *opt_value(int argc, char **argv, int *i, const char *cmd) {
     return argv[++*i];
 }
 
-static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (s[0] == '\0' || s[0] == '-' || *end != '\0' || errno != 0 || v < min || v > max) return -1;
-    *out = v;
-    return 0;
-}
-
 /* A dataset prefix as given on the command line: a path naming one of the pair's files
  * ("data/x.bin", "data/x.idx") stands for its prefix ("data/x"), so that a path completed
  * by the shell works. The caller frees it; NULL when out of memory. */
@@ -114,7 +105,8 @@ static void prepare_usage(FILE *f) {
                "  --output PREFIX     output path prefix; missing directories are created\n"
                "  --valid-fraction F  share of documents for validation, 0 <= F < 1\n"
                "                      (default 0.01); document i is a validation document\n"
-               "                      when floor((i+1)F) > floor(iF), i.e. evenly spread\n"
+               "                      when floor((i+1)F) > floor(iF), i.e. evenly spread;\n"
+               "                      at 0 an earlier PREFIX_valid.bin/.idx is removed\n"
                "  --split-on-percent  fortune(6) files: every entry between lines holding\n"
                "                      only '%%' is a document (default: one file, one document)\n"
                "  --progress          show progress on stderr even when it is not a terminal\n"
@@ -142,7 +134,8 @@ typedef struct prep {
     uint64_t doc; /* ordinal of the next document */
     int cur;      /* writer of the current document, -1 between documents */
     uint64_t docs[2], tokens[2];
-    int32_t *tok; /* PREP_CHUNK tokens */
+    int stale_removed; /* files of an earlier PREFIX_valid pair removed (prep_drop_stale) */
+    int32_t *tok;      /* PREP_CHUNK tokens */
     bt_diag *diag;
     int progress, tty, progress_shown;
     double last_progress;
@@ -248,6 +241,26 @@ static void prep_abort(prep *p, const char *output) {
     remove_parents(output, p->made);
 }
 
+/* With no validation set written (fraction 0), the PREFIX_valid pair of an earlier prepare
+ * would pass for this train set's: removed, once the new train set is in place. Returns
+ * how many of its files were removed; one that cannot be is a warning. */
+static int prep_drop_stale_valid(const char *output) {
+    static const char *const ext[2] = {".bin", ".idx"};
+    int removed = 0;
+    for (int e = 0; e < 2; e++) {
+        bt_buf name;
+        bt_buf_init(&name);
+        bt_buf_printf(&name, "%s%s%s", output, prep_suffix[1], ext[e]);
+        if (!name.oom && unlink(bt_buf_str(&name)) == 0)
+            removed++;
+        else if (!name.oom && errno != ENOENT)
+            fprintf(stderr, "warning: cannot remove %s, left by an earlier prepare: %s\n",
+                    bt_buf_str(&name), strerror(errno));
+        bt_buf_free(&name);
+    }
+    return removed;
+}
+
 static void prep_summary(const prep *p, const corpus *c, const prep_opts *o) {
     const corpus_stats *s = &c->stats;
     printf("prepared %llu documents, %llu tokens, from %llu files (%llu archives) of %s\n",
@@ -259,6 +272,9 @@ static void prep_summary(const prep *p, const corpus *c, const prep_opts *o) {
     if (o->valid_fraction > 0)
         printf("  valid: %s_valid.bin/.idx  %llu documents, %llu tokens\n", o->output,
                (unsigned long long)p->docs[1], (unsigned long long)p->tokens[1]);
+    else if (p->stale_removed)
+        printf("  valid: none at fraction 0; removed %s_valid.bin/.idx, an earlier prepare's\n",
+               o->output);
     printf("  tokenizer: bytes 0..255, EOS %d after each document, vocab %d; dtype %s\n", TOK_EOS,
            TOK_VOCAB, indexed_dtype_name(indexed_dtype_for_vocab(TOK_VOCAB)));
     if (s->skipped_binary + s->skipped_links + s->skipped_other > 0)
@@ -301,6 +317,7 @@ static int prepare_run(const prep_opts *o, bt_diag *diag) {
         rc = BT_EINVAL;
     }
     rc = rc ? rc : prep_finish(p, diag);
+    if (rc == BT_OK && o->valid_fraction <= 0) p->stale_removed = prep_drop_stale_valid(o->output);
     if (rc == BT_OK) prep_summary(p, &c, o);
 done:
     if (rc == BT_ENOMEM) bt_diag_set(diag, "out of memory");
@@ -316,6 +333,7 @@ done:
 /* Parses prepare's options into o; returns -1 after printing the problem, 1 for help. */
 static int prepare_parse(int argc, char **argv, prep_opts *o) {
     o->valid_fraction = 0.01;
+    const char *fraction = NULL; /* --valid-fraction as given */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return 1;
@@ -328,9 +346,15 @@ static int prepare_parse(int argc, char **argv, prep_opts *o) {
                 return -1;
             }
         } else if (strcmp(a, "--output") == 0) {
-            if ((o->output = opt_value(argc, argv, &i, "prepare")) == NULL) return -1;
+            if ((v = opt_value(argc, argv, &i, "prepare")) == NULL ||
+                cli_once("data prepare", a, o->output, v) != 0)
+                return -1;
+            o->output = v;
         } else if (strcmp(a, "--valid-fraction") == 0) {
-            if ((v = opt_value(argc, argv, &i, "prepare")) == NULL) return -1;
+            if ((v = opt_value(argc, argv, &i, "prepare")) == NULL ||
+                cli_once("data prepare", a, fraction, v) != 0)
+                return -1;
+            fraction = v;
             char *end;
             o->valid_fraction = strtod(v, &end);
             if (*v == '\0' || *end != '\0' || !(o->valid_fraction >= 0 && o->valid_fraction < 1)) {
@@ -365,12 +389,7 @@ static int data_prepare(int argc, char **argv) {
     } else if (pr == 0 && (o.n_inputs == 0 || o.output == NULL)) {
         fprintf(stderr, "baton data prepare: --input and --output are required\n\n");
         prepare_usage(stderr);
-    } else if (pr == 0 && (o.output[0] == '\0' || o.output[strlen(o.output) - 1] == '/')) {
-        fprintf(stderr,
-                "baton data prepare: --output '%s' must be a path prefix such as "
-                "data/fortunes, not a directory\n",
-                o.output);
-    } else if (pr == 0) {
+    } else if (pr == 0 && cli_output_prefix("data prepare", o.output, "data/fortunes") == 0) {
         bt_diag diag;
         bt_diag_init(&diag);
         int rc = prepare_run(&o, &diag);
@@ -440,46 +459,61 @@ static int passkey_write(const char *prefix, uint64_t n_docs, uint32_t length, u
     return rc;
 }
 
-/* An integer option's value into *out, within [lo, hi]; reports and returns -1. */
-static int opt_u64(int argc, char **argv, int *i, uint64_t lo, uint64_t hi, uint64_t *out) {
-    const char *name = argv[*i], *v = opt_value(argc, argv, i, "passkey");
-    if (v == NULL) return -1;
-    if (parse_u64(v, lo, hi, out) != 0) {
-        fprintf(stderr, "baton data passkey: %s '%s': need an integer in [%llu, %llu]\n", name, v,
-                (unsigned long long)lo, (unsigned long long)hi);
-        return -1;
-    }
-    return 0;
+/* passkey's options: each given once; given[k] is option k's value as written. */
+enum { PK_OUTPUT, PK_N_DOCS, PK_LENGTH, PK_SEED, PK_OPTIONS };
+
+/* A count option's value (K/M suffixes as in recipes) into *out, within [lo, hi]; reports
+ * and returns -1. */
+static int opt_count(const char *name, const char *v, uint64_t lo, uint64_t hi, uint64_t *out) {
+    if (cli_count(v, lo, hi, out) == 0) return 0;
+    fprintf(stderr,
+            "baton data passkey: %s '%s': need an integer in [%llu, %llu] (K, M: 2^10, 2^20)\n",
+            name, v, (unsigned long long)lo, (unsigned long long)hi);
+    return -1;
+}
+
+static const char *const pk_names[PK_OPTIONS] = {"--output", "--n-docs", "--length", "--seed"};
+
+static int passkey_option_index(const char *a) {
+    for (int k = 0; k < PK_OPTIONS; k++)
+        if (strcmp(a, pk_names[k]) == 0) return k;
+    return -1;
+}
+
+/* Option k's value v: refused when given before, or when a count out of its range. */
+static int passkey_take(int k, const char *v, const char **given, uint64_t *n) {
+    const uint64_t lo[PK_OPTIONS] = {0, 1, passkey_min_length(), 0};
+    const uint64_t hi[PK_OPTIONS] = {0, UINT32_MAX, PASSKEY_MAX_LENGTH, UINT64_MAX};
+    if (cli_once("data passkey", pk_names[k], given[k], v) != 0) return -1;
+    given[k] = v;
+    return k == PK_OUTPUT ? 0 : opt_count(pk_names[k], v, lo[k], hi[k], &n[k]);
 }
 
 static int data_passkey(int argc, char **argv) {
-    const char *output = NULL;
-    uint64_t n_docs = 0, length = 0, seed = 1234;
+    const char *given[PK_OPTIONS] = {0};
+    uint64_t n[PK_OPTIONS] = {[PK_SEED] = 1234};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int bad = 0;
+        const char *a = argv[i], *v;
+        int k = passkey_option_index(a);
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             passkey_usage(stdout);
             return BT_EXIT_OK;
-        } else if (strcmp(a, "--output") == 0) {
-            bad = (output = opt_value(argc, argv, &i, "passkey")) == NULL;
-        } else if (strcmp(a, "--n-docs") == 0) {
-            bad = opt_u64(argc, argv, &i, 1, UINT32_MAX, &n_docs);
-        } else if (strcmp(a, "--length") == 0) {
-            bad = opt_u64(argc, argv, &i, passkey_min_length(), PASSKEY_MAX_LENGTH, &length);
-        } else if (strcmp(a, "--seed") == 0) {
-            bad = opt_u64(argc, argv, &i, 0, UINT64_MAX, &seed);
-        } else {
+        } else if (k < 0) {
             fprintf(stderr, "baton data passkey: unknown argument '%s'\n", a);
-            bad = 1;
+            return BT_EXIT_USAGE;
+        } else if ((v = opt_value(argc, argv, &i, "passkey")) == NULL ||
+                   passkey_take(k, v, given, n) != 0) {
+            return BT_EXIT_USAGE;
         }
-        if (bad) return BT_EXIT_USAGE;
     }
+    const char *output = given[PK_OUTPUT];
+    uint64_t n_docs = n[PK_N_DOCS], length = n[PK_LENGTH], seed = n[PK_SEED];
     if (output == NULL || n_docs == 0 || length == 0) {
         fprintf(stderr, "baton data passkey: --output, --n-docs and --length are required\n\n");
         passkey_usage(stderr);
         return BT_EXIT_USAGE;
     }
+    if (cli_output_prefix("data passkey", output, "data/passkey") != 0) return BT_EXIT_USAGE;
     bt_diag diag;
     bt_diag_init(&diag);
     char *prefix = cli_data_prefix(output);
@@ -531,6 +565,11 @@ static void inspect_counts(const indexed_dataset *ds) {
            (unsigned long long)ds->n_documents, TOK_EOS);
     printf("  layout:      %s%s\n", ds->contiguous ? "contiguous" : "sequences not back to back",
            ds->has_modes ? ", with sequence modes" : "");
+    if (ds->bin_size > ds->bin_end) /* Megatron's reader never looks there either */
+        fprintf(stderr,
+                "warning: %s: its last %zu bytes (from byte %zu) belong to no sequence of the "
+                "index; they are never read\n",
+                ds->bin_path, ds->bin_size - ds->bin_end, ds->bin_end);
 }
 
 static int inspect_preview(const indexed_dataset *ds, uint64_t doc, uint64_t max_tokens,
@@ -557,17 +596,21 @@ static int inspect_preview(const indexed_dataset *ds, uint64_t doc, uint64_t max
 }
 
 static int data_inspect(int argc, char **argv) {
-    const char *arg = NULL, *v;
+    const char *arg = NULL, *v, *given[2] = {NULL, NULL}; /* --doc, --max-tokens */
     uint64_t doc = 0, max_tokens = 400;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        int k = strcmp(a, "--doc") == 0 ? 0 : 1;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             inspect_usage(stdout);
             return BT_EXIT_OK;
-        } else if (strcmp(a, "--doc") == 0 || strcmp(a, "--max-tokens") == 0) {
+        } else if (k == 0 || strcmp(a, "--max-tokens") == 0) {
             if ((v = opt_value(argc, argv, &i, "inspect")) == NULL ||
-                parse_u64(v, 0, UINT32_MAX, a[2] == 'd' ? &doc : &max_tokens) != 0) {
-                fprintf(stderr, "baton data inspect: %s needs a non-negative integer\n", a);
+                cli_once("data inspect", a, given[k], v) != 0)
+                return BT_EXIT_USAGE;
+            given[k] = v;
+            if (cli_count(v, 0, UINT32_MAX, k == 0 ? &doc : &max_tokens) != 0) {
+                fprintf(stderr, "baton data inspect: %s '%s': need a non-negative integer\n", a, v);
                 return BT_EXIT_USAGE;
             }
         } else if (a[0] == '-' && a[1] != '\0') {

@@ -4,7 +4,7 @@
  * the loader cuts them (loader.h): window i is tokens [iT, iT+T+1) of its documents
  * concatenated, its first T tokens the input and its last T the targets; the windows a
  * run's closing validation reads (loader_get_window). */
-#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,21 +38,43 @@ static void eval_usage(FILE *f) {
                "run's closing validation reads at seq_len T, so its 'valid loss' over N\n"
                "windows is reproduced. N beyond what PREFIX holds: all it holds. RUN_DIR\n"
                "means its newest complete checkpoint.\n\n"
-               "  --json   print {\"loss\": ..., \"tokens\": ...}\n\n"
+               "  --json   print {\"loss\": ..., \"tokens\": ..., \"windows\": ...,\n"
+               "           \"precision\": ...}; a loss that is not finite is null (exit 1)\n\n"
+               "T and N may carry K or M (2^10, 2^20) as in recipes: --seq-len 8K.\n"
+               "The forward keeps no activations for a backward and no T x T attention\n"
+               "matrix: memory grows with T, not T^2.\n\n"
                "With --passkey: the passkey-retrieval accuracy over the (first N) documents of\n"
-               "PREFIX ('baton data passkey'): a document counts when the greedy prediction of\n"
+               "PREFIX ('baton data passkey'), each evaluated whole (no --seq-len: the longest\n"
+               "document sets the length): a document counts when the greedy prediction of\n"
                "each of its 5 answer digits is right; --json prints {\"passkey_accuracy\": ...,\n"
-               "\"digit_accuracy\": ..., \"docs\": ..., \"length\": ...}.\n\n"
-               "Exit status: 0 done, 1 failed, 2 bad usage or input.\n");
+               "\"digit_accuracy\": ..., \"docs\": ..., \"length\": ..., \"predicted\": [...]},\n"
+               "predicted holding the 5 predicted answer tokens of each document in turn\n"
+               "(docs x 5 token ids; -1 for a document too short to hold an answer).\n\n"
+               "Exit status: 0 done, 1 failed (also: a loss that is not finite), 2 bad usage\n"
+               "or input.\n");
 }
 
-static int eval_count(const char *s, uint64_t *out) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*s == '\0' || *s == '-' || *end != '\0' || errno != 0 || v == 0) return -1;
-    *out = v;
-    return 0;
+/* The options that take a value, each given once. */
+enum { EVAL_DATA, EVAL_PASSKEY, EVAL_SEQ_LEN, EVAL_NUM_SEQS, EVAL_OPTIONS };
+static const char *const eval_options[EVAL_OPTIONS] = {"--data", "--passkey", "--seq-len",
+                                                       "--num-seqs"};
+
+/* Option o's value v into a; -1 (reported) for an unknown option, a repeated one or a bad
+ * count. given[k]: option k's earlier value. */
+static int eval_option(eval_args *a, const char *o, const char *v, const char **given) {
+    int k = 0;
+    while (k < EVAL_OPTIONS && strcmp(o, eval_options[k]) != 0)
+        k++;
+    if (k < EVAL_OPTIONS && cli_once("eval", o, given[k], v) != 0) return -1;
+    if (k < EVAL_OPTIONS) given[k] = v;
+    if (k == EVAL_DATA || k == EVAL_PASSKEY) {
+        *(k == EVAL_DATA ? &a->data : &a->passkey) = v;
+        return 0;
+    }
+    uint64_t *count = k == EVAL_SEQ_LEN ? &a->seq_len : &a->num_seqs;
+    if (k < EVAL_OPTIONS && cli_count(v, 1, UINT64_MAX, count) == 0) return 0;
+    fprintf(stderr, "baton eval: bad option or value: '%s %s'\n", o, v);
+    return -1;
 }
 
 /* What the command line lacks for either mode, NULL when it is complete. */
@@ -60,6 +82,9 @@ static const char *eval_missing(const eval_args *a) {
     if (a->ckpt == NULL) return "no checkpoint: give CKPT or RUN_DIR";
     if (a->data && a->passkey)
         return "--data and --passkey are two modes (the loss, the passkey accuracy); give one";
+    if (a->passkey && a->seq_len)
+        return "--passkey takes no --seq-len: each document is evaluated whole, the longest "
+               "setting the length";
     if (a->passkey) return NULL;
     if (a->data == NULL)
         return "missing --data PREFIX (with --seq-len T and --num-seqs N), or --passkey PREFIX";
@@ -69,6 +94,7 @@ static const char *eval_missing(const eval_args *a) {
 }
 
 static int eval_parse(int argc, char **argv, eval_args *a) {
+    const char *given[EVAL_OPTIONS] = {0};
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
@@ -83,14 +109,7 @@ static int eval_parse(int argc, char **argv, eval_args *a) {
         } else if (v == NULL) {
             fprintf(stderr, "baton eval: unknown option or missing value: '%s'\n", o);
             return -1;
-        } else if (strcmp(o, "--data") == 0) {
-            a->data = v;
-        } else if (strcmp(o, "--passkey") == 0) {
-            a->passkey = v;
-        } else if ((strcmp(o, "--seq-len") == 0 && eval_count(v, &a->seq_len) == 0) ||
-                   (strcmp(o, "--num-seqs") == 0 && eval_count(v, &a->num_seqs) == 0)) {
-        } else {
-            fprintf(stderr, "baton eval: bad option or value: '%s %s'\n", o, v);
+        } else if (eval_option(a, o, v, given) != 0) {
             return -1;
         }
         i++;
@@ -174,7 +193,38 @@ typedef struct eval_result {
     uint64_t docs;
     uint32_t length;
     const char *precision; /* the forward's number format (eval_precision_name) */
+    /* A loss that is not finite: the first weight that is not either ("": all are) */
+    char bad_tensor[64];
+    uint64_t bad_index; /* its first such element */
+    float bad_value;
 } eval_result;
+
+/* The first parameter tensor holding a NaN or an Inf, into res (bad_tensor "" when none);
+ * run once the loss came out non-finite, so a finite evaluation pays nothing. */
+static int eval_find_nonfinite(trainer *t, eval_result *res) {
+    res->bad_tensor[0] = '\0';
+    float *host = NULL;
+    size_t cap = 0;
+    for (int i = 0; i < model_n_tensors(&t->m); i++) {
+        model_tensor ti;
+        if (model_tensor_info(&t->m, i, &ti) != 0 || ti.data == NULL) continue;
+        if (ti.count > cap) {
+            free(host);
+            cap = ti.count;
+            if ((host = malloc(cap * sizeof *host)) == NULL) return BT_ENOMEM;
+        }
+        t->be.to_host(&t->be, host, ti.data, ti.count * sizeof *host);
+        for (size_t j = 0; j < ti.count; j++)
+            if (!isfinite(host[j])) {
+                snprintf(res->bad_tensor, sizeof res->bad_tensor, "%s", ti.name);
+                res->bad_index = j, res->bad_value = host[j];
+                free(host);
+                return 0;
+            }
+    }
+    free(host);
+    return 0;
+}
 
 /* Passkey mode: a trainer for the longest document, then the accuracy. */
 static int eval_passkey_run(const eval_args *a0, const Baton__Manifest *m, const char *dir,
@@ -185,6 +235,14 @@ static int eval_passkey_run(const eval_args *a0, const Baton__Manifest *m, const
     uint64_t max_docs = a0->num_seqs ? a0->num_seqs : UINT64_MAX;
     eval_args a = *a0;
     res->length = eval_passkey_max_length(&ds, max_docs);
+    if (res->length == 0) {
+        bt_diag_set(diag,
+                    "%s holds no document to evaluate (%llu sequences, none with a token): make "
+                    "passkey documents with 'baton data passkey'",
+                    a0->passkey, (unsigned long long)ds.n_sequences);
+        indexed_close(&ds);
+        return BT_EINVAL;
+    }
     a.seq_len = res->length > 1 ? res->length - 1 : 1;
     a.data = a0->passkey;
     eval_spec e;
@@ -192,7 +250,7 @@ static int eval_passkey_run(const eval_args *a0, const Baton__Manifest *m, const
     uint64_t n = ds.n_sequences < max_docs ? ds.n_sequences : max_docs;
     res->pred = calloc(n ? n * 5 : 1, sizeof *res->pred);
     trainer t;
-    rc = res->pred ? train_init(&t, &e.spec, NULL, diag) : BT_ENOMEM;
+    rc = res->pred ? train_init_forward(&t, &e.spec, diag) : BT_ENOMEM;
     if (rc == 0) {
         rc = train_ckpt_load_params(&t, dir, m, diag);
         if (rc == 0) train_gemms_begin(&t);
@@ -229,10 +287,11 @@ static int eval_checkpoint(eval_args *a, eval_result *res, bt_diag *diag) {
     if (a->num_seqs > UINT32_MAX) a->num_seqs = UINT32_MAX;
     uint32_t n = (uint32_t)a->num_seqs;
     eval_make_spec(&e, m, a, n < EVAL_BATCH ? n : EVAL_BATCH);
-    rc = rc ? rc : train_init(&t, &e.spec, NULL, diag);
+    rc = rc ? rc : train_init_forward(&t, &e.spec, diag);
     if (rc == 0) {
         rc = train_ckpt_load_params(&t, dir, m, diag);
         rc = rc ? rc : train_eval(&t, a->data, &n, loss, diag); /* the run's validation */
+        if (rc == 0 && !isfinite(*loss)) rc = eval_find_nonfinite(&t, res);
         train_free(&t);
     }
     baton__manifest__free_unpacked(m, NULL);
@@ -255,6 +314,22 @@ static void eval_passkey_print(const eval_args *a, const eval_result *res) {
     }
 }
 
+/* Why the loss is not finite, on stderr: the first weight that is not, or, all being
+ * finite, the forward's overflow. */
+static void eval_nonfinite_report(const eval_args *a, const eval_result *res) {
+    if (res->bad_tensor[0])
+        fprintf(stderr,
+                "baton eval: loss is not finite (%g): the checkpoint holds NaN/Inf weights: "
+                "%s, the first, has %g at element %llu (%s)\n",
+                res->loss, res->bad_tensor, res->bad_value, (unsigned long long)res->bad_index,
+                a->ckpt);
+    else
+        fprintf(stderr,
+                "baton eval: loss is not finite (%g) though every weight of %s is: the forward "
+                "overflowed in %s\n",
+                res->loss, a->ckpt, res->precision);
+}
+
 /* The evaluation the parsed command line asks for; an exit status. */
 static int eval_main(eval_args *a0) {
     eval_args a = *a0;
@@ -275,15 +350,19 @@ static int eval_main(eval_args *a0) {
         return BT_EXIT_OK;
     }
     uint64_t tokens = a.num_seqs * a.seq_len;
+    char num[32] = "null"; /* JSON has no NaN or Infinity */
+    if (isfinite(loss)) snprintf(num, sizeof num, "%.9g", loss);
     if (a.json)
-        printf("{\"loss\": %.9g, \"tokens\": %llu, \"windows\": %llu, \"precision\": \"%s\"}\n",
-               loss, (unsigned long long)tokens, (unsigned long long)a.num_seqs, res.precision);
-    else
+        printf("{\"loss\": %s, \"tokens\": %llu, \"windows\": %llu, \"precision\": \"%s\"}\n", num,
+               (unsigned long long)tokens, (unsigned long long)a.num_seqs, res.precision);
+    else if (isfinite(loss))
         printf("loss %.6f (%.4f bits per token) over %llu windows of %llu+1 tokens of %s%s, %s\n",
                loss, loss / 0.6931471805599453, (unsigned long long)a.num_seqs,
                (unsigned long long)a.seq_len, a.data, a.num_seqs < a.asked ? " (all it holds)" : "",
                res.precision);
-    return BT_EXIT_OK;
+    if (isfinite(loss)) return BT_EXIT_OK;
+    eval_nonfinite_report(&a, &res);
+    return BT_EXIT_FAILURE;
 }
 
 int cmd_eval(int argc, char **argv) {

@@ -68,6 +68,15 @@ expect 2 "^baton eval: --data needs --seq-len T" -- eval run --data d --num-seqs
 expect 2 "^baton eval: --data and --passkey are two modes" -- eval run --data d --passkey p
 expect 2 "^baton eval: no checkpoint: give CKPT or RUN_DIR" -- eval --passkey p
 expect 2 "^baton eval: --seq-len 2000000 is above the limit" -- eval run --data d --seq-len 2000000 --num-seqs 1
+# counts as recipes write them (K, M: powers of two); options that take one value, once
+expect 2 "^baton eval: --seq-len 2097152 is above the limit" -- eval run --data d --seq-len 2M --num-seqs 1
+expect 2 "^baton eval: bad option or value: '--num-seqs 1X'" -- eval run --data d --seq-len 8 --num-seqs 1X
+expect 2 "^baton eval: --data given twice \\('d' and 'e'\\); give it once" -- eval run --data d --data e --seq-len 8 --num-seqs 1
+expect 2 "^baton eval: --seq-len given twice \\('8' and '16'\\)" -- eval run --data d --seq-len 8 --seq-len 16 --num-seqs 1
+expect 2 "^baton eval: --passkey given twice" -- eval run --passkey p --passkey q
+# --passkey evaluates whole documents: a --seq-len is refused, not ignored
+expect 2 "^baton eval: --passkey takes no --seq-len: each document is evaluated whole" -- eval run --passkey p --seq-len 64
+expect 0 '"predicted": \[\.\.\.\]\},' -- eval --help
 # plan takes baton run's overrides, so a layout can be tried before it is run
 expect 0 'pipeline bubble [0-9.]+% of the stages.*\(equal stages: \(pp-1\)/\(v\*m\+pp-1\) = 0\.1%\)' -- \
   plan "$recipes/llama3-70b-64gpu.yaml" --set defaults.parallel.virtual_stages=5

@@ -96,6 +96,19 @@ run 0 "$baton" data prepare --input "$tmp/a.txt.gz" "$in/b.txt" --input "$in/sub
 pycheck check-files "$tmp/out/gz_train" "${want[@]}"
 echo "ok prepare compressed single file, several --input"
 
+# at fraction 0 a validation pair of an earlier prepare of the same prefix goes (the new
+# train set in place first), and the summary says so
+run 0 "$baton" data prepare --input "$in" --output "$tmp/out/again" --valid-fraction 0.5
+[[ -f "$tmp/out/again_valid.bin" && -f "$tmp/out/again_valid.idx" ]] || fail "no validation set at 0.5"
+run 0 "$baton" data prepare --input "$in/a.txt" --output "$tmp/out/again" --valid-fraction 0
+expect_out "removed $tmp/out/again_valid.bin/.idx, an earlier prepare's"
+[[ ! -e "$tmp/out/again_valid.bin" && ! -e "$tmp/out/again_valid.idx" ]] ||
+  fail "a stale validation set survived --valid-fraction 0"
+pycheck check-files "$tmp/out/again_train" "$in/a.txt"
+run 0 "$baton" data prepare --input "$in/a.txt" --output "$tmp/out/again" --valid-fraction 0
+[[ $(cat "$tmp/stdout") != *removed* ]] || fail "prepare claims to remove what is not there"
+echo "ok stale validation set removed"
+
 # --- fortune splitting --------------------------------------------------------------
 fort=$tmp/fortunes
 mkdir -p "$fort"
@@ -137,6 +150,10 @@ for f in pass.bin pass.idx; do
   expect_out "dataset $tmp/pk/pass (Megatron"
   expect_out "documents:   50"
 done
+# counts as recipes write them: K and M are powers of two
+run 0 "$baton" data passkey --output "$tmp/pk/k" --n-docs 2 --length 1K
+expect_out "wrote 2 passkey documents of 1024 tokens"
+pycheck check-passkey "$tmp/pk/k" 2 1024
 run 0 "$baton" data passkey --output "$tmp/pk/other.idx" --n-docs 2 --length 200
 [[ -f "$tmp/pk/other.bin" && -f "$tmp/pk/other.idx" && ! -e "$tmp/pk/other.idx.bin" ]] ||
   fail "passkey --output PREFIX.idx did not write PREFIX.bin/.idx"
@@ -180,6 +197,33 @@ run 1 "$baton" data prepare --input "$in" --output /proc/baton-no-such-dir/x
 expect_err "cannot create directory"
 run 2 "$baton" data passkey --output "$tmp/pk/x" --n-docs 2 --length 50
 expect_err "--length '50': need an integer in [106,"
+run 2 "$baton" data passkey --output "$tmp/pk/x" --n-docs 2 --length 1G
+expect_err "--length '1G': need an integer in [106, 268435456]"
+# an output that is a directory, not a prefix, is refused as prepare refuses it (no
+# hidden ".bin" and ".idx" written)
+mkdir "$tmp/pdir"
+for out in "" "$tmp/pdir/" "$tmp/pdir/."; do
+  for sub in passkey prepare; do
+    args=(--n-docs 1 --length 200)
+    [[ $sub == prepare ]] && args=(--input "$in/a.txt")
+    (cd "$tmp/pdir" && run 2 "$baton" data $sub --output "$out" "${args[@]}")
+    expect_err "--output '$out' must be a path prefix such as data/"
+  done
+done
+[[ -z "$(ls -A "$tmp/pdir")" ]] || fail "an --output directory got $(ls -A "$tmp/pdir")"
+# an option that takes one value, given twice, is refused naming it (not last-wins)
+run 2 "$baton" data passkey --output "$tmp/pk/a" --n-docs 1 --length 200 --output "$tmp/pk/b"
+expect_err "baton data passkey: --output given twice ('$tmp/pk/a' and '$tmp/pk/b')"
+run 2 "$baton" data passkey --output "$tmp/pk/a" --n-docs 1 --length 200 --length 300
+expect_err "--length given twice ('200' and '300')"
+[[ ! -e "$tmp/pk/a.bin" && ! -e "$tmp/pk/b.bin" ]] || fail "passkey wrote despite a repeated option"
+run 2 "$baton" data prepare --input "$in" --output "$tmp/out/r1" --output "$tmp/out/r2"
+expect_err "baton data prepare: --output given twice ('$tmp/out/r1' and '$tmp/out/r2')"
+run 2 "$baton" data prepare --input "$in" --output "$tmp/out/r1" --valid-fraction 0 --valid-fraction 0.5
+expect_err "--valid-fraction given twice ('0' and '0.5')"
+[[ ! -e "$tmp/out/r1_train.bin" && ! -e "$tmp/out/r2_train.bin" ]] || fail "prepare wrote despite a repeated option"
+run 2 "$baton" data inspect "$tmp/pk/pass" --doc 1 --doc 2
+expect_err "baton data inspect: --doc given twice ('1' and '2')"
 run 2 "$baton" data inspect "$tmp/nope"
 expect_err "$tmp/nope.idx: cannot open"
 head -c 40 "$tmp/out/dir_train.idx" >"$tmp/cut.idx"
@@ -190,5 +234,28 @@ head -c 10 "$tmp/out/dir_train.bin" >"$tmp/cut.bin"
 cp "$tmp/out/dir_train.idx" "$tmp/cut.idx"
 run 2 "$baton" data inspect "$tmp/cut"
 expect_err "ends past the end of $tmp/cut.bin"
+# bytes after the last sequence that no sequence references: a warning, not an error
+cp "$tmp/out/dir_train.idx" "$tmp/tail.idx"
+cp "$tmp/out/dir_train.bin" "$tmp/tail.bin"
+size=$(stat -c %s "$tmp/tail.bin")
+printf 'xyz' >>"$tmp/tail.bin"
+run 0 "$baton" data inspect "$tmp/tail"
+expect_out "documents:   3"
+expect_err "warning: $tmp/tail.bin: its last 3 bytes (from byte $size) belong to no sequence"
+run 0 "$baton" data inspect "$tmp/out/dir_train"
+[[ ! -s "$tmp/stderr" ]] || fail "inspect warns about a dataset without trailing bytes"
+# a sequence pointer off the uint16 token boundaries (sequence 1's, at byte 34 + 4*3 + 8 of
+# the index, plus one) is corrupt: exit 2 naming the sequence
+cp "$tmp/out/dir_train.bin" "$tmp/odd.bin"
+"$py" - "$tmp/out/dir_train.idx" "$tmp/odd.idx" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+assert struct.unpack_from("<Q", b, 18)[0] == 3
+struct.pack_into("<q", b, 54, struct.unpack_from("<q", b, 54)[0] + 1)
+open(sys.argv[2], "wb").write(b)
+PY
+run 2 "$baton" data inspect "$tmp/odd"
+expect_err "$tmp/odd.idx: sequence 1 starts at byte"
+expect_err "not a multiple of 2 (the size of a uint16 token)"
 echo "ok errors"
 echo "PASS"

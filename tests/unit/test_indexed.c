@@ -249,6 +249,16 @@ static void test_megatron_layouts(void) {
     CHECK(out[0] == 0 && out[1] == 1 && out[2] == 2);
     CHECK(indexed_read(&ds, 2, 1, 3, out, &d) == BT_OK);
     CHECK(out[0] == 21 && out[2] == 23);
+    CHECK_EQ_U64(ds.bin_end, sizeof bin);
+    indexed_close(&ds);
+    /* bytes after the furthest sequence's end: allowed (Megatron never reads them), and
+     * bin_end says where they start */
+    int32_t longer[11] = {10, 11, 0, 1, 2, 20, 21, 22, 23, 99, 99};
+    write_bytes(path, longer, sizeof longer);
+    CHECK(indexed_open(&ds, prefix, &d) == BT_OK);
+    if (ds.idx == NULL) return;
+    CHECK_EQ_U64(ds.bin_end, sizeof bin);
+    CHECK_EQ_U64(ds.bin_size, sizeof longer);
     indexed_close(&ds);
 }
 
@@ -332,6 +342,12 @@ static void test_corrupt(void) {
     n = build_idx(bad, 8, 2, L, P2, 3, D, NULL);
     write_pair(prefix, bad, n, bin, sizeof bin);
     expect_error(prefix, BT_EINVAL, idx_path, "sequence 1 (3 tokens of uint16 at byte 1000)");
+    /* a pointer inside the file but not at a token boundary */
+    int64_t P3[] = {0, 7};
+    n = build_idx(bad, 8, 2, L, P3, 3, D, NULL);
+    write_pair(prefix, bad, n, bin, sizeof bin);
+    expect_error(prefix, BT_EINVAL, idx_path, "sequence 1 starts at byte 7 of " /* bin_path */);
+    expect_error(prefix, BT_EINVAL, bin_path, "not a multiple of 2 (the size of a uint16 token)");
     /* A huge declared count must not overflow the size check. */
     n = build_idx(bad, 8, 2, L, P, 3, D, NULL);
     put(bad, 18, UINT64_MAX / 4, 8);

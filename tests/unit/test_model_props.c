@@ -84,6 +84,44 @@ static void test_recompute_bitwise(backend *be) {
         model_free(&m[mode]);
 }
 
+/* A forward-only model (baton eval's) gives the stored-everything model's logits and loss
+ * bit for bit, over 3 layers (its two residual buffers alternate) and 80-token sequences
+ * (two attention row blocks), keeps activations linear in T (the other's attention
+ * probabilities grow with T^2) and refuses a backward. */
+static void test_forward_only(backend *be) {
+    enum { B = 2, T = 80 };
+    int32_t tokens[B * T], targets[B * T];
+    make_batch(tokens, targets, B * T, 256, 42, 1);
+    model m[2];
+    float loss[2];
+    for (int k = 0; k < 2; k++) {
+        model_config cfg = base_config();
+        cfg.n_layers = 3, cfg.forward_only = k;
+        CHECK(setup(&m[k], be, &cfg, B, T) == 0);
+        CHECK(model_forward(&m[k], tokens, targets, B, T, &loss[k]) == 0);
+    }
+    CHECK(memcmp(&loss[0], &loss[1], sizeof loss[0]) == 0);
+    CHECK(memcmp(m[0].acts.logits, m[1].acts.logits, (size_t)B * T * 256 * sizeof(float)) == 0);
+    CHECK(model_backward(&m[1], 1.0f) == BT_EINVAL);
+    CHECK(m[1].act_bytes < m[0].act_bytes / 2 && m[1].work_bytes < m[0].work_bytes);
+    model_free(&m[0]);
+    model_free(&m[1]);
+    /* activations at T = 1024 against T = 512: twice as many with forward_only */
+    model_config cfg = base_config();
+    cfg.forward_only = 1;
+    model big, half;
+    CHECK(setup(&half, be, &cfg, 1, 512) == 0 && setup(&big, be, &cfg, 1, 1024) == 0);
+    CHECK(big.act_bytes <= 2 * half.act_bytes);
+    model_free(&big);
+    model_free(&half);
+    /* one pipeline stage only */
+    cfg.pp = 2, cfg.pp_rank = 0;
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(model_init(&big, &cfg, be, 1, 8, &d) == BT_EINVAL);
+    CHECK_STR_CONTAINS(d.msg, "forward-only passes run one pipeline stage");
+}
+
 /* max |a - b| / max |b| */
 static double rel_err(const float *a, const float *b, size_t n) {
     double num = 0.0, den = 0.0;
@@ -315,6 +353,7 @@ int main(void) {
     backend be;
     cpu_backend_init(&be);
     test_recompute_bitwise(&be);
+    test_forward_only(&be);
     test_accumulation(&be);
     test_precision_paths(&be);
     test_errors(&be);

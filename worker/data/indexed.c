@@ -152,6 +152,7 @@ static int check_sequences(indexed_dataset *ds, bt_diag *diag) {
     uint64_t next = 0;
     ds->contiguous = 1;
     ds->n_tokens = 0;
+    ds->bin_end = 0;
     for (uint64_t i = 0; i < ds->n_sequences; i++) {
         int32_t len = (int32_t)rd_u32(ds->lengths + 4 * i);
         int64_t ptr = (int64_t)rd_u64(ds->pointers + 8 * i);
@@ -159,6 +160,14 @@ static int check_sequences(indexed_dataset *ds, bt_diag *diag) {
             bt_diag_set(diag, "%s: sequence %llu has a negative %s (%lld)", ds->idx_path,
                         (unsigned long long)i, len < 0 ? "length" : "pointer",
                         len < 0 ? (long long)len : (long long)ptr);
+            return BT_EINVAL;
+        }
+        if ((uint64_t)ptr % ds->itemsize != 0) {
+            bt_diag_set(diag,
+                        "%s: sequence %llu starts at byte %lld of %s, not a multiple of %zu (the "
+                        "size of a %s token): its tokens would be read across their boundaries",
+                        ds->idx_path, (unsigned long long)i, (long long)ptr, ds->bin_path,
+                        ds->itemsize, indexed_dtype_name(ds->dtype));
             return BT_EINVAL;
         }
         uint64_t bytes = (uint64_t)len * ds->itemsize;
@@ -173,6 +182,7 @@ static int check_sequences(indexed_dataset *ds, bt_diag *diag) {
         }
         if ((uint64_t)ptr != next) ds->contiguous = 0;
         next = (uint64_t)ptr + bytes;
+        if (next > ds->bin_end) ds->bin_end = (size_t)next;
         ds->n_tokens += (uint64_t)len;
     }
     return BT_OK;

@@ -74,13 +74,18 @@ typedef struct indexed_dataset {
     uint64_t n_tokens;       /* sum of the sequence lengths */
     int has_modes;           /* the optional per-sequence mode array is present */
     int contiguous;          /* pointer[i] = itemsize * (length[0] + ... + length[i-1]) */
+    size_t bin_end;          /* where the sequence ending furthest into PREFIX.bin ends: the
+                              * bytes after it (bin_size - bin_end) belong to none */
     const uint8_t *lengths;  /* S x i32, unaligned: use the accessors */
     const uint8_t *pointers; /* S x i64 */
     const uint8_t *docs;     /* D x i64 */
 } indexed_dataset;
 
-/* Maps PREFIX.idx and PREFIX.bin and validates them. On error returns a negative
- * BT_ code, fills diag with the file and what is wrong, and leaves nothing open. */
+/* Maps PREFIX.idx and PREFIX.bin and validates them: every sequence inside PREFIX.bin and
+ * starting at a multiple of the token size (Megatron's reader would take tokens across
+ * their boundaries), the document indices in order. Bytes of PREFIX.bin no sequence
+ * covers are allowed (bin_end). On error returns a negative BT_ code, fills diag with the
+ * file and what is wrong, and leaves nothing open. */
 int indexed_open(indexed_dataset *ds, const char *prefix, bt_diag *diag);
 void indexed_close(indexed_dataset *ds);
 

@@ -224,7 +224,13 @@ static void carve_layer_acts(carve *c, const model_config *cfg, int B, int T, in
 
 /* A slot holds one chunk's activations (the stage's layers when not interleaved). */
 static int layer_act_sets(const model_config *cfg, model_recompute mode) {
-    return mode == MODEL_RECOMPUTE_FULL ? 1 : model_chunk_layers(cfg);
+    return mode == MODEL_RECOMPUTE_FULL || cfg->forward_only ? 1 : model_chunk_layers(cfg);
+}
+
+/* Residual-stream buffers of a slot: each layer's input and the output, or forward only
+ * two, a layer reading one and writing the other. */
+static size_t resid_sets(const model_config *cfg) {
+    return cfg->forward_only ? 2 : (size_t)model_chunk_layers(cfg) + 1;
 }
 
 /* a->layer must hold layer_act_sets() views, or be NULL when only counting; head: the
@@ -234,11 +240,13 @@ static void carve_acts(carve *c, const model_config *cfg, int B, int T, model_re
     size_t N = (size_t)B * T, C = cfg->dim, V = dims_of(cfg).V;
     int tp = tp_of(cfg);
     model_layer_acts scratch;
-    a->resid = take(c, (size_t)(model_chunk_layers(cfg) + 1) * sp_rows(cfg, N) * C);
+    a->resid = take(c, resid_sets(cfg) * sp_rows(cfg, N) * C);
     /* Attention's probabilities are kept only under recompute none in float32: in bf16 or
      * fp8 the backend may run the flash kernels (the CUDA backend's tensor-core ones),
-     * which keep none; the CPU backend's backward then recomputes them, bit for bit. */
-    int with_att = mode == MODEL_RECOMPUTE_NONE && cfg->cp <= 1 && cfg->prec == BACKEND_PREC_FP32;
+     * which keep none; the CPU backend's backward then recomputes them, bit for bit. A
+     * forward-only model keeps none either: no backward reads them. */
+    int with_att = mode == MODEL_RECOMPUTE_NONE && cfg->cp <= 1 && cfg->prec == BACKEND_PREC_FP32 &&
+                   !cfg->forward_only;
     for (int s = 0; s < layer_act_sets(cfg, mode); s++)
         carve_layer_acts(c, cfg, B, T, with_att, a->layer ? &a->layer[s] : &scratch);
     a->lnf = a->lnf_rstd = a->logits = a->ce_lse = a->losses = a->ce_part = NULL;
@@ -268,16 +276,17 @@ static size_t scratch_floats(const model_config *cfg, backend *be, int B, int T)
     return s;
 }
 
-/* Backward buffers, op scratch and the RoPE tables. */
+/* Backward buffers, op scratch and the RoPE tables. Forward only: no backward buffers but
+ * dx, where sequence parallelism gathers the norms' outputs in the forward too. */
 static void carve_work(carve *c, const model_config *cfg, backend *be, int B, int T,
                        model_grad_acts *g, float **rope_cos, float **rope_sin) {
     local_dims d = dims_of(cfg);
-    size_t N = (size_t)B * T, C = cfg->dim;
-    g->dres = take(c, N * C);
-    g->dln = take(c, N * C);
-    g->dx = take(c, N * C);
-    g->dwide = take(c, N * max_z(d.qkv, 2 * d.F));
-    g->dnarrow = take(c, N * max_z(d.qd, d.F));
+    size_t N = (size_t)B * T, C = cfg->dim, bwd = cfg->forward_only ? 0 : N;
+    g->dres = take(c, bwd * C);
+    g->dln = take(c, bwd * C);
+    g->dx = take(c, (cfg->forward_only && !cfg->sp ? 0 : N) * C);
+    g->dwide = take(c, bwd * max_z(d.qkv, 2 * d.F));
+    g->dnarrow = take(c, bwd * max_z(d.qd, d.F));
     g->scratch = take(c, scratch_floats(cfg, be, B, T));
     g->dnorm = take(c, cfg->sp ? C : 0);
     g->grad_in = take(c, (size_t)(cfg->grad_in > 0 ? cfg->grad_in : 0) * sp_rows(cfg, N) * C);

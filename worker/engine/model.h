@@ -138,6 +138,13 @@ typedef struct model_config {
      * rows dispatched to the experts): half the bytes, the same results (backend.h:
      * pack_bf16). The trainer sets it (BATON_COMM_BF16=0: every transfer float32). */
     int comm_bf16;
+    /* Forward passes only (baton eval): nothing is kept for a backward. One layer's
+     * activations serve every layer, the residual stream alternates between two buffers,
+     * attention keeps no probabilities (its memory grows with T, not T^2: the rows are
+     * formed a block at a time, as under recompute selective, giving the same bits) and
+     * backward's activation-gradient buffers are not allocated; model_backward refuses.
+     * One pipeline stage only. */
+    int forward_only;
 } model_config;
 
 /* 1 if layer l (a model layer index) is an MoE layer. */
@@ -239,7 +246,8 @@ typedef struct model_layer_acts {
     float *ln1;      /* (N, C) input_layernorm output */
     float *ln1_rstd; /* (N) */
     float *qkv;      /* (N, QKV) q, k after RoPE; v */
-    float *att;      /* (B, H, T, T) softmax probabilities; NULL unless recompute none */
+    float *att;      /* (B, H, T, T) softmax probabilities; NULL unless recompute none in
+                      * float32 and not forward_only */
     float *lse;      /* (B, H, T) softmax log-sum-exp */
     float *atty;     /* (N, H*hd) attention output, input of o_proj */
     float *xmid;     /* (N, C) residual stream after attention */
@@ -256,8 +264,10 @@ typedef struct model_layer_acts {
 /* One slot's activations; lnf .. ce_part exist on the last stage only. */
 typedef struct model_acts {
     float *resid;            /* (L+1, N, C) each layer's input, then the last output (N/tp
-                              * rows under sequence parallelism, as xmid and the rstds) */
-    model_layer_acts *layer; /* (L) views, or (1) shared when recompute is full */
+                              * rows under sequence parallelism, as xmid and the rstds);
+                              * (2, N, C) under forward_only: layer l reads l % 2 */
+    model_layer_acts *layer; /* (L) views, or (1) shared when recompute is full or
+                              * forward_only */
     float *lnf;              /* (N, C) final norm output (R rows under sequence parallelism, */
     float *lnf_rstd;         /* (N)  as lnf_rstd) */
     float *logits;           /* (N, V); backward overwrites it with dlogits */

@@ -255,5 +255,10 @@ int model_config_check(const model_config *cfg, bt_diag *diag) {
         bt_diag_set(diag, "stage.recompute must be none, selective or full");
         return BT_EINVAL;
     }
+    if (cfg->forward_only && (cfg->pp > 1 || cfg->vp > 1)) {
+        bt_diag_set(diag, "model: forward-only passes run one pipeline stage, not pp %d vp %d",
+                    cfg->pp, cfg->vp);
+        return BT_EINVAL;
+    }
     return 0;
 }

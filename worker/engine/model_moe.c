@@ -20,12 +20,13 @@ static int moe_index(const model *m, int l) {
 
 /* Caches per slot, from mo->index: the most MoE layers a chunk has (0: the stage has
  * none), and one under full recompute (a layer's forward is rerun just before its
- * backward, so one cache serves every layer and slot). */
+ * backward, so one cache serves every layer and slot) or forward only (no backward). */
 static int moe_sets(const model *m) {
     int most = 0;
     for (int l = 0; l < m->n_layers; l++)
         most = m->moew->index[l] + 1 > most ? m->moew->index[l] + 1 : most;
-    return m->cfg.recompute == MODEL_RECOMPUTE_FULL && most > 0 ? 1 : most;
+    int one = m->cfg.recompute == MODEL_RECOMPUTE_FULL || m->cfg.forward_only;
+    return one && most > 0 ? 1 : most;
 }
 
 /* A slot holds one chunk's layers (model.h): MoE layer l's cache is the slot's k-th, k its
@@ -118,7 +119,7 @@ int model_moe_init(model *m, comm *ep_group, bt_diag *diag) {
     model_moe *mo = calloc(1, sizeof *mo);
     if (mo == NULL) return BT_ENOMEM;
     m->moew = mo, m->ep_group = ep > 1 ? ep_group : NULL;
-    mo->slots = m->cfg.recompute == MODEL_RECOMPUTE_FULL ? 1 : m->n_slots;
+    mo->slots = m->cfg.recompute == MODEL_RECOMPUTE_FULL || m->cfg.forward_only ? 1 : m->n_slots;
     mo->index = calloc((size_t)(m->n_layers ? m->n_layers : 1), sizeof *mo->index);
     for (int l = 0; mo->index != NULL && l < m->n_layers; l++)
         mo->index[l] = moe_index(m, l);

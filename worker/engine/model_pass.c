@@ -68,6 +68,7 @@ void model_gemm_shape(const model *m, int i, int *C, int *OC) {
 static float *resid_at(const model *m, int l) {
     int l0 = m->chunk_l0;
     size_t k = l == l0 + m->chunk_len ? (size_t)m->chunk_layers : (size_t)(l - l0);
+    if (m->cfg.forward_only) k = (size_t)l % 2; /* two buffers (model.h) */
     return m->acts.resid + k * model_sp_rows(m, m->B * m->T) * m->cfg.dim;
 }
 
@@ -141,7 +142,8 @@ static float *dres_whole(model *m, backend_prec prec) {
 }
 
 static model_layer_acts *acts_of(model *m, int l) {
-    return &m->acts.layer[m->cfg.recompute == MODEL_RECOMPUTE_FULL ? 0 : l - m->chunk_l0];
+    int shared = m->cfg.recompute == MODEL_RECOMPUTE_FULL || m->cfg.forward_only;
+    return &m->acts.layer[shared ? 0 : l - m->chunk_l0];
 }
 
 static backend_gemm *gemm_of(model *m, int l, int which) {
@@ -459,6 +461,7 @@ int model_stage_backward(model *m, int chunk, int slot, float loss_scale) {
     backend *be = m->be;
     const model_config *cfg = &m->cfg;
     if (select_chunk(m, chunk, slot) != 0) return BT_ERANGE;
+    if (cfg->forward_only) return BT_EINVAL; /* nothing was kept for it */
     int N = m->B * m->T;
     m->n_valid = m->slot_n_valid[slot];
     /* backward needs a forward, with targets where it ran the loss */

@@ -195,6 +195,7 @@ static int train_model_init(trainer *t, const train_groups *g, bt_diag *diag) {
     int rc = model_config_from_pb(&cfg, t->spec->model, diag);
     if (rc != 0) return rc;
     model_config_apply_stage(&cfg, t->spec->stage);
+    cfg.forward_only = t->forward_only;
     cfg.tp = tp_group ? comm_size(tp_group) : 1;
     cfg.tp_rank = tp_group ? comm_rank(tp_group) : 0;
     cfg.pp = pp_group ? comm_size(pp_group) : 1;
@@ -251,10 +252,11 @@ static int train_model_init(trainer *t, const train_groups *g, bt_diag *diag) {
     return rc;
 }
 
-int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *groups,
-               bt_diag *diag) {
+static int train_init_as(trainer *t, const Baton__StageSpec *spec, const train_groups *groups,
+                         int forward_only, bt_diag *diag) {
     memset(t, 0, sizeof *t);
     t->spec = spec;
+    t->forward_only = forward_only;
     train_groups none = {0}, g = groups ? *groups : none;
     int rc = train_check_layout(spec, &g, diag);
     if (rc != 0) return rc;
@@ -308,6 +310,15 @@ int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *gro
     double ranks = (double)s->parallel->tp * s->parallel->pp * s->parallel->cp * s->parallel->dp;
     t->flops_per_step = train_flops(&t->m, s->global_batch * s->seq_len, t->T) / ranks;
     return 0;
+}
+
+int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *groups,
+               bt_diag *diag) {
+    return train_init_as(t, spec, groups, 0, diag);
+}
+
+int train_init_forward(trainer *t, const Baton__StageSpec *spec, bt_diag *diag) {
+    return train_init_as(t, spec, NULL, 1, diag);
 }
 
 void train_abort_comms(trainer *t) {

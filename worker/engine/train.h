@@ -113,6 +113,7 @@ typedef struct trainer {
     train_scaler scaler;          /* fp16 dynamic loss scaling (off otherwise) */
     uint64_t step0, first_sample; /* the stage resumed at step0 with global sample first_sample */
     double flops_per_step;        /* this rank's share of the model FLOPs of one step */
+    int forward_only;             /* train_init_forward's: evaluation only (model.h) */
 } trainer;
 
 /* The groups a rank trains in, from the stage's layout (stages/layout.h). Borrowed: they
@@ -142,6 +143,10 @@ int train_folds_experts(const Baton__StageSpec *spec);
  * (one process). Collective over the groups. Returns 0 or a negative BT_ code with diag
  * set. */
 int train_init(trainer *t, const Baton__StageSpec *spec, const train_groups *groups, bt_diag *diag);
+/* train_init of one process whose model runs forward passes only (model_config
+ * forward_only: activation memory linear in seq_len, no backward buffers), for evaluation
+ * (train_eval, model_forward); train_step and train_fp8_calibrate must not be called. */
+int train_init_forward(trainer *t, const Baton__StageSpec *spec, bt_diag *diag);
 void train_free(trainer *t);
 /* After a failure on a device backend, before train_free: aborts the groups the trainer
  * made itself (the tp-kv group, ZeRO's dense ep group), so that no collective still

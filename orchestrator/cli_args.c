@@ -1,0 +1,34 @@
+/* Checks the `baton` subcommands share on their arguments (cli.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "units.h"
+
+int cli_once(const char *cmd, const char *opt, const char *prev, const char *v) {
+    if (prev == NULL) return 0;
+    fprintf(stderr, "baton %s: %s given twice ('%s' and '%s'); give it once\n", cmd, opt, prev, v);
+    return -1;
+}
+
+/* Whether the last component of path is "." or "..". */
+static int cli_dot_dir(const char *path) {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    return strcmp(base, ".") == 0 || strcmp(base, "..") == 0;
+}
+
+int cli_output_prefix(const char *cmd, const char *output, const char *example) {
+    size_t n = strlen(output);
+    if (n > 0 && output[n - 1] != '/' && !cli_dot_dir(output)) return 0;
+    fprintf(stderr, "baton %s: --output '%s' must be a path prefix such as %s, not a directory\n",
+            cmd, output, example);
+    return -1;
+}
+
+int cli_count(const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
+    uint64_t v;
+    if (units_parse_uint(s, hi, &v) != 0 || v < lo) return -1;
+    *out = v;
+    return 0;
+}

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# `baton eval` end to end on a checkpoint of eval.yaml trained two steps in one process:
+#  - its forward-only model (no activations kept for a backward, no attention
+#    probabilities) gives the loss the worker's closing validation gives (the training
+#    model, which keeps them all) over the same windows, within 1e-6;
+#  - --seq-len 8K runs under a 1 GB address-space limit (ulimit -v), where the T x T
+#    attention probabilities alone would take 2 GiB (1 window x 4 heads x 8192^2 floats
+#    x 2 layers): memory linear in T (without the limit under a sanitizer);
+#  - a checkpoint holding a NaN weight (an HF export with one poisoned float, imported):
+#    --json prints valid JSON with "loss": null, stderr names the tensor, exit 1;
+#  - --passkey on a dataset without documents says so.
+#   check-eval.sh BATON BATON_WORKER SOURCE_DIR
+set -euo pipefail
+baton=$1 worker=$2 src=$3
+py=/usr/bin/python3
+export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+work=$(mktemp -d /tmp/baton-test-eval.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+# 400 short documents, half of them for validation (about 20000 tokens)
+mkdir text
+for i in $(seq 1 400); do
+  printf 'Document %d: %d plus %d is %d, and %d times %d is %d.\n' \
+    "$i" "$i" $((i * 7 % 13)) $((i + i * 7 % 13)) "$i" $((i % 9)) $((i * (i % 9))) >"text/$i.txt"
+done
+"$baton" data prepare --input text --output data/text --valid-fraction 0.5 >/dev/null
+"$baton" spec "$src/tests/run/eval.yaml" --stage base --out base.pb
+"$worker" --spec base.pb --single-process --eval-windows 8 --save-every 0 --run-dir r >train.log
+ck=r/checkpoints/s00-step00000002
+[[ -d $ck ]] || fail "no checkpoint $ck: $(cat train.log)"
+
+json_loss() { "$py" -c 'import json, sys; print(json.load(sys.stdin)["loss"])'; }
+# the worker's validation (every activation kept) against eval's forward-only pass
+want=$(sed -En 's/^valid loss ([0-9.]+) .* over 8 windows of .*/\1/p' train.log)
+got=$("$baton" eval "$ck" --data data/text_valid --seq-len 256 --num-seqs 8 --json | json_loss)
+"$py" -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-6)' "$want" "$got" ||
+  fail "eval at seq_len 256: $got, the worker's validation $want"
+echo "ok eval $got = the worker's validation $want"
+
+# a long window in bounded memory (one BLAS thread: its buffers are address space too)
+limit=1000000 # KiB
+if grep -q __asan_init "$baton"; then
+  echo "SKIPPED: the address-space limit (a sanitizer build reserves terabytes of it)"
+  limit=unlimited
+fi
+rc=0
+(ulimit -v $limit && OPENBLAS_NUM_THREADS=1 exec "$baton" eval "$ck" --data data/text_valid \
+  --seq-len 8K --num-seqs 1 --json) >long.json 2>long.err || rc=$?
+[[ $rc == 0 ]] || fail "eval --seq-len 8K under ulimit -v $limit: exit $rc: $(cat long.err)"
+"$py" - long.json <<'PY' || fail "eval --seq-len 8K: $(cat long.json)"
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+assert r["tokens"] == 8192 and r["windows"] == 1 and math.isfinite(r["loss"]), r
+assert 0 < r["loss"] < 8, r  # two steps in: about ln 272 = 5.6
+PY
+echo "ok eval at seq_len 8K within ulimit -v $limit: $(cat long.json)"
+
+# a NaN weight: valid JSON, the tensor named, exit 1
+"$baton" ckpt export "$ck" --out hf >/dev/null
+"$py" - hf/model.safetensors model.layers.1.mlp.up_proj.weight 5 <<'PY'
+import json, struct, sys
+path, name, index = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with open(path, "r+b") as f:
+    n, = struct.unpack("<Q", f.read(8))
+    meta = json.loads(f.read(n))[name]
+    assert meta["dtype"] == "F32"
+    f.seek(8 + n + meta["data_offsets"][0] + 4 * index)
+    f.write(struct.pack("<f", float("nan")))
+PY
+"$baton" ckpt import hf --out nan/ck >/dev/null
+rc=0
+"$baton" eval nan/ck --data data/text_valid --seq-len 64 --num-seqs 4 --json >nan.json 2>nan.err || rc=$?
+[[ $rc == 1 ]] || fail "eval of a NaN checkpoint: exit $rc, not 1"
+"$py" -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["loss"] is None, r' nan.json ||
+  fail "eval --json of a NaN checkpoint: $(cat nan.json)"
+grep -qF "baton eval: loss is not finite (nan): the checkpoint holds NaN/Inf weights: model.layers.1.mlp.up_proj.weight, the first, has nan at element 5" nan.err ||
+  fail "eval of a NaN checkpoint says: $(cat nan.err)"
+echo "ok a NaN weight: $(cat nan.json); $(cat nan.err)"
+
+# passkey data without a document
+"$py" -c '
+import struct
+open("empty.idx", "wb").write(b"MMIDIDX\0\0" + struct.pack("<QBQQq", 1, 8, 0, 1, 0))
+open("empty.bin", "wb").close()'
+rc=0
+"$baton" eval "$ck" --passkey empty >empty.out 2>&1 || rc=$?
+[[ $rc == 2 ]] && grep -q "empty holds no document to evaluate" empty.out ||
+  fail "eval --passkey of an empty dataset: exit $rc: $(cat empty.out)"
+echo "ok eval --passkey of an empty dataset: $(cat empty.out)"
+echo PASS
