@@ -221,5 +221,10 @@ int ckpt_set_aside_incomplete(const char *root, const char *name, char *aside, s
  * (ckpt_set_aside_incomplete); anything else of that name is refused (BT_EINVAL). */
 int ckpt_commit(const char *root, const char *name, const Baton__Manifest *header, uint32_t world,
                 double timeout_s, uint32_t keep, bt_diag *diag);
+/* ckpt_commit for a tool that writes one checkpoint directory wherever it is asked to
+ * (reshard, import): the same merge and rename, but neither `latest` nor retention, which
+ * belong to a run's checkpoint root, not to whatever folder holds a tool's output. */
+int ckpt_commit_dir(const char *root, const char *name, const Baton__Manifest *header,
+                    uint32_t world, double timeout_s, bt_diag *diag);
 
 #endif
