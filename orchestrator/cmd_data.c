@@ -19,6 +19,7 @@
 
 #include "cli.h"
 #include "util/buf.h"
+#include "util/cleanup.h"
 #include "util/clock.h"
 #include "corpus.h"
 #include "indexed.h"
@@ -143,6 +144,7 @@ typedef struct prep {
 
 static int prep_doc_data(void *ctx, const uint8_t *bytes, size_t n) {
     prep *p = ctx;
+    if (bt_cleanup_check(p->diag) != 0) return BT_EIO; /* a signal: fail, prep_abort cleans */
     if (p->cur < 0) {
         double f = p->valid_fraction, i = (double)p->doc;
         p->cur = floor((i + 1) * f) > floor(i * f) ? 1 : 0;
@@ -392,10 +394,11 @@ static int data_prepare(int argc, char **argv) {
     } else if (pr == 0 && cli_output_prefix("data prepare", o.output, "data/fortunes") == 0) {
         bt_diag diag;
         bt_diag_init(&diag);
+        bt_cleanup_install();
         int rc = prepare_run(&o, &diag);
         if (rc != BT_OK)
             fprintf(stderr, "baton data prepare: %s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
-        status = data_exit(rc);
+        status = bt_cleanup_exit(data_exit(rc));
     }
     free(o.inputs);
     return status;
@@ -433,7 +436,8 @@ static int passkey_write(const char *prefix, uint64_t n_docs, uint32_t length, u
     int opened = rc == BT_OK;
     passkey_info info = {0}, first = {0};
     for (uint64_t d = 0; rc == BT_OK && d < n_docs; d++) {
-        rc = passkey_generate(seed, d, length, text, &info, diag);
+        rc = bt_cleanup_check(diag);
+        rc = rc ? rc : passkey_generate(seed, d, length, text, &info, diag);
         first = d == 0 ? info : first;
         tok_encode((const uint8_t *)text, length - 1, tok);
         tok[length - 1] = TOK_EOS;
@@ -517,11 +521,12 @@ static int data_passkey(int argc, char **argv) {
     bt_diag diag;
     bt_diag_init(&diag);
     char *prefix = cli_data_prefix(output);
+    bt_cleanup_install();
     int rc = prefix ? passkey_write(prefix, n_docs, (uint32_t)length, seed, &diag) : BT_ENOMEM;
     if (rc != BT_OK)
         fprintf(stderr, "baton data passkey: %s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
     free(prefix);
-    return data_exit(rc);
+    return bt_cleanup_exit(data_exit(rc));
 }
 
 /* ---- inspect ----------------------------------------------------------------- */

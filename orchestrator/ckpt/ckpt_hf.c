@@ -12,6 +12,7 @@
  *
  * Exit status: 0 done, 1 failed (out of memory, cannot write), 2 bad usage or input. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,11 +22,13 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt_cmds.h"
+#include "ckpt_store_fs.h"
 #include "hf_config.h"
 #include "model.h"
 #include "precision.h"
 #include "safetensors.h"
 #include "util/buf.h"
+#include "util/cleanup.h"
 
 #define HF_WEIGHTS        "model.safetensors"
 #define HF_CONFIG         "config.json"
@@ -97,9 +100,11 @@ static void export_usage(FILE *f) {
             "Writes the model of checkpoint CKPT (a checkpoint directory or a run directory:\n"
             "its newest complete checkpoint), consolidated from any saved layout, as a\n"
             "Hugging Face LlamaForCausalLM: DIR/" HF_WEIGHTS " (tensors sorted by name)\n"
-            "and DIR/" HF_CONFIG ". Optimizer state is not exported. Both are written in\n"
-            "a new directory beside DIR (DIR.partial-XXXXXX, 0700) and moved to DIR (created\n"
-            "if missing) once complete: a failed export leaves DIR as it was.\n\n"
+            "and DIR/" HF_CONFIG ", both 0644 under umask 022 (an export is for sharing).\n"
+            "Optimizer state is not exported. Both are written in a new directory beside\n"
+            "DIR (DIR.partial-XXXXXX, 0700) and moved to DIR (created, with its missing\n"
+            "parents, if missing) once complete: a failed export leaves DIR as it was and\n"
+            "removes the directories it created.\n\n"
             "  --out DIR          output directory\n"
             "  --format hf        the only format (default)\n"
             "  --dtype fp32|bf16  tensor dtype in the file (default fp32; bf16 rounds to\n"
@@ -163,6 +168,10 @@ static int export_parse(int argc, char **argv, export_opts *o) {
             o->ckpt = a;
         }
         i += takes;
+    }
+    if (o->out != NULL && o->out[0] == '\0') {
+        fprintf(stderr, "baton ckpt export: --out '': name the output directory\n");
+        return -1;
     }
     if (o->ckpt != NULL && o->out != NULL) return 0;
     fprintf(stderr, "baton ckpt export: %s is required\n", o->ckpt ? "--out DIR" : "CKPT");
@@ -230,7 +239,8 @@ static int export_tensor(export_ctx *x, const hf_tensor *t) {
     for (uint64_t r = 0; r < rows; r += step) {
         uint64_t nr = rows - r < step ? rows - r : step, count = nr * cols;
         ckpt_box want = {.off = {r, 0}, .shape = {nr, cols}};
-        int rc = ckpt_reader_box(&x->rd, e, &want, x->buf, x->diag);
+        int rc = bt_cleanup_check(x->diag);
+        if (!rc) rc = ckpt_reader_box(&x->rd, e, &want, x->buf, x->diag);
         if (rc) return rc;
         if (!x->bf16) {
             rc = export_write(x, x->buf, count * sizeof(float));
@@ -286,7 +296,7 @@ static int export_weights(export_ctx *x, const char *out, hf_tensor *t, size_t n
         hf_path(tmp, sizeof tmp, out, HF_WEIGHTS ".tmp"))
         return bt_diag_set(x->diag, "%s: path too long", out), BT_EINVAL;
     x->tmp = tmp;
-    x->f = fopen(tmp, "wb");
+    x->f = fopen(tmp, "wb"); /* 0666 less the umask, as config.json (export_config) */
     if (x->f == NULL) {
         bt_diag_set(x->diag, "%s: cannot create: %s", tmp, strerror(errno));
         return BT_EIO;
@@ -309,11 +319,23 @@ static int export_weights(export_ctx *x, const char *out, hf_tensor *t, size_t n
     return rc;
 }
 
+/* out/config.json through a temporary name, fsynced, renamed: mode 0666 less the umask,
+ * as model.safetensors (fopen's). */
 static int export_config(const char *dir, const bt_buf *text, bt_diag *diag) {
-    char path[CKPT_PATH_MAX];
-    if (hf_path(path, sizeof path, dir, HF_CONFIG))
+    char path[CKPT_PATH_MAX], tmp[CKPT_PATH_MAX];
+    if (hf_path(path, sizeof path, dir, HF_CONFIG) ||
+        hf_path(tmp, sizeof tmp, dir, HF_CONFIG ".tmp"))
         return bt_diag_set(diag, "%s: path too long", dir), BT_EINVAL;
-    return ckpt_write_file_atomic(path, text->data, text->len, diag);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    int rc = fd < 0 ? BT_EIO : ckpt_write_all(fd, text->data, text->len, tmp, diag);
+    if (fd >= 0 && rc == 0 && fsync(fd) != 0) rc = BT_EIO;
+    if (fd >= 0 && close(fd) != 0) rc = BT_EIO;
+    if (rc == 0 && rename(tmp, path) != 0) rc = BT_EIO;
+    if (rc) {
+        bt_diag_set(diag, "%s: cannot write: %s", path, strerror(errno));
+        unlink(tmp);
+    }
+    return rc;
 }
 
 /* The export is written into a new directory beside --out (OUT.partial-XXXXXX, 0700)
@@ -331,7 +353,11 @@ static int export_stage_dir(const char *out, char *tmp, size_t cap, bt_diag *dia
     }
     if ((size_t)snprintf(tmp, cap, "%.*s.partial-XXXXXX", (int)l, out) >= cap)
         return bt_diag_set(diag, "%s: path too long", out), BT_EINVAL;
-    if (mkdtemp(tmp) != NULL) return 0;
+    char parent[CKPT_PATH_MAX];
+    ckpt_path_parent(tmp, parent, sizeof parent);
+    int rc = ckpt_out_mkdirs(parent, diag);
+    if (rc) return rc;
+    if (mkdtemp(tmp) != NULL) return bt_cleanup_add(tmp, BT_CLEANUP_TREE) ? BT_ENOMEM : 0;
     int err = errno;
     bt_diag_set(diag, "%s: cannot create the output directory (%s beside it): %s", out, tmp,
                 strerror(err));
@@ -345,7 +371,12 @@ static int export_publish(const char *tmp, const char *out, bt_diag *diag) {
     char from[CKPT_PATH_MAX], to[CKPT_PATH_MAX];
     if (ckpt_fsync_dir(tmp) != 0) return bt_diag_set(diag, "%s: cannot sync", tmp), BT_EIO;
     struct stat st;
-    if (lstat(out, &st) != 0 && errno == ENOENT && rename(tmp, out) == 0) return 0;
+    mode_t mask = umask(0);
+    umask(mask);
+    /* the new directory becomes DIR: the usual mode for what is meant to be shared */
+    if (lstat(out, &st) != 0 && errno == ENOENT && chmod(tmp, 0777 & ~mask) == 0 &&
+        rename(tmp, out) == 0)
+        return 0;
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         if (hf_path(from, sizeof from, tmp, files[i]) || hf_path(to, sizeof to, out, files[i]))
             return bt_diag_set(diag, "%s: path too long", out), BT_EINVAL;
@@ -421,13 +452,14 @@ int ckpt_cmd_export(int argc, char **argv) {
     bt_diag_init(&diag);
     char dir[CKPT_PATH_MAX];
     Baton__Manifest *m = NULL;
+    bt_cleanup_install();
     int rc = ckpt_open(o.ckpt, dir, sizeof dir, &m, &diag);
     if (!rc) rc = export_run(&o, dir, m, &diag);
     if (m) baton__manifest__free_unpacked(m, NULL);
     if (rc)
         fprintf(stderr, "baton ckpt export: %s\n",
                 bt_diag_isset(&diag) ? diag.msg : bt_strerror(rc));
-    return hf_exit(rc);
+    return bt_cleanup_exit(hf_exit(rc));
 }
 
 /* ================================ import ================================ */
@@ -439,8 +471,10 @@ static void import_usage(FILE *f) {
             "(" HF_CONFIG " and one " HF_WEIGHTS " with F32, BF16 or F16 tensors): one\n"
             "rank's shard (layout tp1 pp1 dp1) in float32, step 0, no optimizer state.\n"
             "A run can start from it (baton-worker --init CKPT_DIR) with any layout.\n"
-            "CKPT_DIR must not exist; it is written as CKPT_DIR.partial and renamed, and\n"
-            "its parent's `latest` pointer is set to it.\n\n"
+            "CKPT_DIR must not exist; it is written as CKPT_DIR.partial and renamed, its\n"
+            "missing parents created (and removed again on failure); nothing else is touched.\n"
+            "With tie_word_embeddings true the head is the embedding, as transformers\n"
+            "loads it, whatever lm_head.weight the file holds (a note says when it differs).\n\n"
             "  --out CKPT_DIR     the checkpoint directory to create\n"
             "  --format hf        the only format (default)\n"
             "  --recipe-name N    recipe name recorded in the manifest (default " HF_DEFAULT_RECIPE
@@ -540,13 +574,18 @@ static void hf_shape_str(const uint64_t *shape, int ndim, char *out, size_t cap)
     if (k < cap) snprintf(out + k, cap - k, "]");
 }
 
+/* 1 when t is the head and config.json ties it to the embedding. */
+static int import_tied_head(const hf_model *h, const hf_tensor *t) {
+    return h->tied && strcmp(t->name, "lm_head.weight") == 0;
+}
+
 /* The safetensors tensor to read for model tensor t (lm_head from embed_tokens when
- * tied); its shape must be t's. */
+ * tied, as transformers ties them whatever the file holds); its shape must be t's. */
 static int import_source(const safetensors_file *sf, const hf_model *h, const hf_tensor *t,
                          const safetensors_tensor **out, bt_diag *diag) {
-    const safetensors_tensor *s = safetensors_find(sf, t->name);
-    if (s == NULL && h->tied && strcmp(t->name, "lm_head.weight") == 0)
-        s = safetensors_find(sf, "model.embed_tokens.weight");
+    const safetensors_tensor *s = import_tied_head(h, t)
+                                      ? safetensors_find(sf, "model.embed_tokens.weight")
+                                      : safetensors_find(sf, t->name);
     if (s == NULL) {
         bt_diag_set(diag, "%s: tensor '%s' is missing (the model " HF_CONFIG " describes has it)",
                     sf->path, t->name);
@@ -620,12 +659,35 @@ typedef struct import_ctx {
     bt_diag *diag;
 } import_ctx;
 
+/* The head tied to the embedding (now in x->buf, n floats): a note when the file's own
+ * lm_head.weight, which transformers would not use either, differs from it. */
+static int import_tied_note(import_ctx *x, uint64_t n) {
+    const safetensors_tensor *s = safetensors_find(x->sf, "lm_head.weight");
+    if (s == NULL) return 0;
+    int differs = safetensors_count(s) != n;
+    float *own = differs ? NULL : malloc(n * sizeof *own);
+    if (!differs && own == NULL) return BT_ENOMEM;
+    int rc = differs ? 0 : safetensors_read_f32(x->sf, s, own, x->diag);
+    for (uint64_t i = 0; rc == 0 && !differs && i < n; i++)
+        differs = memcmp(&own[i], &x->buf[i], sizeof *own) != 0;
+    free(own);
+    if (rc == 0 && differs)
+        fprintf(stderr,
+                "baton ckpt import: note: %s: tie_word_embeddings is true, so the head is "
+                "model.embed_tokens.weight, as transformers loads it; the file's own "
+                "lm_head.weight differs from it and is not used\n",
+                x->sf->path);
+    return rc;
+}
+
 static int import_tensors(import_ctx *x, ckpt_writer *w) {
     for (size_t i = 0; i < x->n; i++) {
         const hf_tensor *t = &x->t[i];
         const safetensors_tensor *s;
-        int rc = import_source(x->sf, x->h, t, &s, x->diag);
+        int rc = bt_cleanup_check(x->diag);
+        if (!rc) rc = import_source(x->sf, x->h, t, &s, x->diag);
         if (!rc) rc = safetensors_read_f32(x->sf, s, x->buf, x->diag);
+        if (!rc && import_tied_head(x->h, t)) rc = import_tied_note(x, hf_tensor_count(t));
         uint64_t rows = t->ndim == 2 ? t->shape[0] : 1, cols = hf_tensor_count(t) / rows;
         ckpt_box piece = {.shape = {rows, cols}};
         if (!rc)
@@ -638,9 +700,8 @@ static int import_tensors(import_ctx *x, ckpt_writer *w) {
 
 static int import_write(import_ctx *x, const import_opts *o, const char *root, const char *name) {
     char partial[CKPT_PATH_MAX];
-    int rc = ckpt_begin(root, name, x->diag);
+    int rc = ckpt_out_begin(root, name, partial, sizeof partial, x->diag);
     if (rc) return rc;
-    ckpt_partial_dir(root, name, partial, sizeof partial);
     ckpt_writer w;
     rc = ckpt_writer_open(&w, partial, 0, CKPT_DEFAULT_BLOCK, x->diag);
     if (!rc) {
@@ -663,8 +724,7 @@ static int import_write(import_ctx *x, const import_opts *o, const char *root, c
     hdr.has_seq_len = 1, hdr.seq_len = x->h->max_position; /* the context it is for */
     hdr.layout = &layout;
     hdr.precision = &prec;
-    if (!rc) rc = ckpt_commit(root, name, &hdr, 1, HF_COMMIT_TIMEOUT, 0, x->diag);
-    if (rc) ckpt_remove_dir(partial);
+    if (!rc) rc = ckpt_commit_dir(root, name, &hdr, 1, HF_COMMIT_TIMEOUT, x->diag);
     return rc;
 }
 
@@ -698,9 +758,10 @@ int ckpt_cmd_import(int argc, char **argv) {
     if (p) return p > 0 ? BT_EXIT_OK : BT_EXIT_USAGE;
     bt_diag diag;
     bt_diag_init(&diag);
+    bt_cleanup_install();
     int rc = import_run(&o, &diag);
     if (rc)
         fprintf(stderr, "baton ckpt import: %s\n",
                 bt_diag_isset(&diag) ? diag.msg : bt_strerror(rc));
-    return hf_exit(rc);
+    return bt_cleanup_exit(hf_exit(rc));
 }

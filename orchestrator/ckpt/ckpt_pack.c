@@ -17,6 +17,7 @@
 #include "ckpt_cmds.h"
 #include "ckpt_store_crc.h"
 #include "ckpt_store_fs.h"
+#include "util/cleanup.h"
 
 #define PACK_CHUNK (1u << 20)
 
@@ -27,10 +28,11 @@ static void pack_usage(FILE *f) {
                "Archives checkpoint CKPT (a checkpoint or run directory) as pax tar + zstd,\n"
                "checking every shard byte against the manifest's CRC32C on the way.\n\n"
                "options:\n"
-               "  --out FILE   the archive to write (default: ./<checkpoint-name>.tar.zst)\n"
+               "  --out FILE   the archive to write (default: ./<checkpoint-name>.tar.zst);\n"
+               "               it must not exist; missing directories above it are created\n"
                "  --help       show this help\n\n"
                "Exit status: 0 packed, 1 failed (a shard that fails its CRC32C, cannot\n"
-               "write), 2 bad usage or not a checkpoint.\n");
+               "write), 2 bad usage, not a checkpoint, or FILE exists.\n");
 }
 
 /* Streams one file into the archive as NAME/FILE; chk (may be NULL) checks its bytes. */
@@ -73,6 +75,7 @@ static int pack_file(struct archive *a, const char *dir, const char *top, const 
             break;
         }
         if (chk) rc = ckpt_check_feed(chk, buf, (size_t)got, path, diag);
+        if (rc == 0) rc = bt_cleanup_check(diag);
         if (rc == 0 && archive_write_data(a, buf, (size_t)got) != got) {
             bt_diag_set(diag, "%s: cannot archive: %s", path, archive_error_string(a));
             rc = BT_EIO;
@@ -146,11 +149,16 @@ static int pack_to(const char *dir, const char *out, bt_diag *diag) {
     if (m) baton__manifest__free_unpacked(m, NULL);
     if (rc < 0) return rc;
     snprintf(partial, sizeof partial, "%s%s", out, CKPT_PARTIAL_SUFFIX);
-    int fd = open(partial, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    ckpt_path_parent(out, parent, sizeof parent);
+    rc = ckpt_out_mkdirs(parent, diag);
+    int fd = rc == 0 ? open(partial, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
+    if (fd >= 0 && bt_cleanup_add(partial, BT_CLEANUP_FILE) != 0) {
+        close(fd), unlink(partial), fd = -1, errno = ENOMEM;
+    }
     if (fd < 0) {
-        bt_diag_set(diag, "%s: cannot create: %s", partial, strerror(errno));
+        if (rc == 0) bt_diag_set(diag, "%s: cannot create: %s", partial, strerror(errno));
         ckpt_files_free(&set);
-        return BT_EIO;
+        return rc ? rc : BT_EIO;
     }
     rc = pack_stream(fd, dir, top, &set, out, diag);
     ckpt_files_free(&set);
@@ -159,7 +167,6 @@ static int pack_to(const char *dir, const char *out, bt_diag *diag) {
         rc = BT_EIO;
     }
     close(fd);
-    ckpt_path_parent(out, parent, sizeof parent);
     if (rc == 0 && (rename(partial, out) != 0 || ckpt_fsync_dir(parent) < 0)) {
         bt_diag_set(diag, "%s: cannot rename to %s: %s", partial, out, strerror(errno));
         rc = BT_EIO;
@@ -197,6 +204,10 @@ int ckpt_cmd_pack(int argc, char **argv) {
     char dir[CKPT_PATH_MAX], name[256], def_out[300];
     bt_diag diag;
     bt_diag_init(&diag);
+    if (out != NULL && out[0] == '\0') {
+        fprintf(stderr, "baton ckpt pack: --out '': name the archive to write\n");
+        return BT_EXIT_USAGE;
+    }
     if (ckpt_resolve(ckpt, dir, sizeof dir, &diag) < 0) {
         fprintf(stderr, "baton ckpt pack: %s\n", diag.msg);
         return BT_EXIT_USAGE;
@@ -205,12 +216,19 @@ int ckpt_cmd_pack(int argc, char **argv) {
         snprintf(def_out, sizeof def_out, "%s.tar.zst", name);
         out = def_out;
     }
+    struct stat st;
+    if (out != NULL && lstat(out, &st) == 0) {
+        fprintf(stderr, "baton ckpt pack: %s: already exists; remove it or choose another --out\n",
+                out);
+        return BT_EXIT_USAGE;
+    }
+    bt_cleanup_install();
     if (out == NULL || pack_to(dir, out, &diag) < 0) {
         fprintf(stderr, "baton ckpt pack: %s\n", diag.msg);
-        return BT_EXIT_FAILURE;
+        return bt_cleanup_exit(BT_EXIT_FAILURE);
     }
     printf("packed %s into %s\n", dir, out);
-    return BT_EXIT_OK;
+    return bt_cleanup_exit(BT_EXIT_OK);
 }
 
 /* ---- unpack ---- */
@@ -221,10 +239,12 @@ static void unpack_usage(FILE *f) {
                "extracting into <checkpoint-name>.partial and renaming it only after every\n"
                "CRC32C has been checked. Absolute paths, '..' and links are refused.\n\n"
                "options:\n"
-               "  --into DIR   where to restore it (default: the current directory)\n"
+               "  --into DIR   where to restore it (default: the current directory; created\n"
+               "               with its missing parents, which a failure removes again)\n"
                "  --help       show this help\n\n"
                "Exit status: 0 unpacked, 1 failed (a damaged or unsafe archive, a CRC32C\n"
-               "mismatch, cannot write), 2 bad usage or no such archive.\n");
+               "mismatch, cannot write), 2 bad usage, no such archive, or DIR/<name>\n"
+               "already exists.\n");
 }
 
 typedef struct unpack_state {
@@ -232,6 +252,7 @@ typedef struct unpack_state {
     char top[256];
     char partial[CKPT_PATH_MAX], final[CKPT_PATH_MAX];
     unsigned char *buf;
+    int exists; /* INTO/NAME was there already */
 } unpack_state;
 
 /* Splits an entry path into its top directory and file ("" for the directory itself);
@@ -263,7 +284,13 @@ static int unpack_begin(unpack_state *u, const char *top, bt_diag *diag) {
         return BT_EINVAL;
     }
     snprintf(u->top, sizeof u->top, "%s", top);
-    return ckpt_partial_prepare(u->into, top, 0, u->partial, u->final, sizeof u->partial, diag);
+    struct stat st;
+    char final[CKPT_PATH_MAX];
+    if (ckpt_path_join(final, sizeof final, u->into, top) == 0 && lstat(final, &st) == 0)
+        u->exists = 1;
+    int rc = ckpt_partial_prepare(u->into, top, 0, u->partial, u->final, sizeof u->partial, diag);
+    if (rc == 0 && bt_cleanup_add(u->partial, BT_CLEANUP_TREE) != 0) rc = BT_ENOMEM;
+    return rc;
 }
 
 /* Streams the data of the current entry into partial/file. */
@@ -280,12 +307,12 @@ static int unpack_data(struct archive *a, unpack_state *u, const char *file, bt_
         la_ssize_t got = archive_read_data(a, u->buf, PACK_CHUNK);
         if (got == 0) break;
         if (got < 0) {
-            bt_diag_set(diag, "%s: entry %s/%s: %s", u->archive_path, u->top, file,
-                        archive_error_string(a));
+            bt_diag_set(diag, "entry %s/%s: %s", u->top, file, archive_error_string(a));
             rc = BT_EIO;
             break;
         }
         rc = ckpt_write_all(fd, u->buf, (size_t)got, path, diag);
+        if (rc == 0) rc = bt_cleanup_check(diag);
         if (rc < 0) break;
     }
     if (rc == 0 && fsync(fd) != 0) {
@@ -341,7 +368,9 @@ static int unpack_entries(struct archive *a, unpack_state *u, bt_diag *diag) {
     return 0;
 }
 
-static int unpack_from(const char *file, const char *into, char *final, bt_diag *diag) {
+/* *exists: the checkpoint was already in into. */
+static int unpack_from(const char *file, const char *into, char *final, int *exists,
+                       bt_diag *diag) {
     unpack_state u = {.archive_path = file, .into = into};
     u.buf = malloc(PACK_CHUNK);
     struct archive *a = archive_read_new();
@@ -364,6 +393,7 @@ static int unpack_from(const char *file, const char *into, char *final, bt_diag 
     if (rc == 0) rc = ckpt_partial_publish(into, u.partial, u.final, diag);
     if (rc < 0 && u.partial[0]) ckpt_remove_dir(u.partial);
     snprintf(final, CKPT_PATH_MAX, "%s", u.final);
+    *exists = u.exists;
     return rc;
 }
 
@@ -395,6 +425,10 @@ int ckpt_cmd_unpack(int argc, char **argv) {
         return p == 1 ? BT_EXIT_OK : BT_EXIT_USAGE;
     }
     struct stat st;
+    if (into[0] == '\0') {
+        fprintf(stderr, "baton ckpt unpack: --into '': name a directory (. for this one)\n");
+        return BT_EXIT_USAGE;
+    }
     if (stat(file, &st) != 0) {
         fprintf(stderr, "baton ckpt unpack: %s: %s\n", file, strerror(errno));
         return BT_EXIT_USAGE;
@@ -402,10 +436,12 @@ int ckpt_cmd_unpack(int argc, char **argv) {
     char final[CKPT_PATH_MAX];
     bt_diag diag;
     bt_diag_init(&diag);
-    if (unpack_from(file, into, final, &diag) < 0) {
+    int exists = 0;
+    bt_cleanup_install();
+    if (unpack_from(file, into, final, &exists, &diag) < 0) {
         fprintf(stderr, "baton ckpt unpack: %s: %s\n", file, diag.msg);
-        return BT_EXIT_FAILURE;
+        return bt_cleanup_exit(exists ? BT_EXIT_USAGE : BT_EXIT_FAILURE);
     }
     printf("unpacked %s into %s\n", file, final);
-    return BT_EXIT_OK;
+    return bt_cleanup_exit(BT_EXIT_OK);
 }

@@ -1,12 +1,13 @@
-/* baton ckpt reshard CKPT --to LAYOUT --out DIR: rewrites a checkpoint as the ranks of
- * another tensor/pipeline/expert layout would have saved it, offline. Loading already
- * reshards, so this is for moving a checkpoint somewhere its shards should match the
- * readers one-to-one. Optimizer moments are written per (tp, pp, ep) rank as whole boxes
- * (the ZeRO shards of the source are merged); ep rank 0 writes the dense tensors, every
- * ep rank its routed experts; dp, cp and zero are recorded in the layout only. When the
- * tp ranks fold into the experts' parallelism (an MoE model, tp > 1; stages/layout.h),
- * ep may divide tp x dp x cp instead of dp x cp; the files stay one per (tp, pp, ep)
- * position (the loader reads boxes, so any grid loads), no longer one per rank. */
+/* baton ckpt reshard CKPT --to LAYOUT --out DIR: rewrites a checkpoint offline for
+ * another tensor/pipeline/expert layout, its weights as that layout's ranks would have
+ * saved them. Loading already reshards, so this is for moving a checkpoint somewhere its
+ * shards should match the readers one-to-one. Optimizer moments are written per (tp, pp,
+ * ep) rank as whole boxes (the ZeRO shards of the source are merged; a ZeRO-1 save would
+ * split them over dp); ep rank 0 writes the dense tensors, every ep rank its routed
+ * experts; dp, cp and zero are recorded in the layout only. When the tp ranks fold into
+ * the experts' parallelism (an MoE model, tp > 1; stages/layout.h), ep may divide
+ * tp x dp x cp instead of dp x cp; the files stay one per (tp, pp, ep) position (the
+ * loader reads boxes, so any grid loads), no longer one per rank. DIR is all it writes. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,9 +16,11 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt_cmds.h"
+#include "ckpt_store_fs.h"
 #include "model.h"
 #include "plan.h"
 #include "train_ckpt.h"
+#include "util/cleanup.h"
 
 static void reshard_usage(FILE *f) {
     fprintf(f, "usage: baton ckpt reshard CKPT --to LAYOUT --out DIR\n\n"
@@ -27,8 +30,11 @@ static void reshard_usage(FILE *f) {
                "model with tp > 1 (the tp ranks fold in), and must divide the experts);\n"
                "'pp2v2' an interleaved pipeline (v: virtual_stages), 'pp2,layers=3+1' its\n"
                "stages' layers (parallel.stage_layers; interleaved: pp x v chunks).\n"
-               "DIR is the new checkpoint directory (its parent is created). CKPT is a\n"
-               "checkpoint directory or a run directory (its newest complete checkpoint).\n\n"
+               "DIR is the new checkpoint directory: it must not exist; its missing parent\n"
+               "directories are created (and removed again should reshard fail). It is\n"
+               "written as DIR.partial and renamed once complete; nothing else is touched.\n"
+               "CKPT is a checkpoint directory or a run directory (its newest complete\n"
+               "checkpoint).\n\n"
                "Exit status: 0 done, 1 failed, 2 bad usage or input.\n");
 }
 
@@ -131,6 +137,7 @@ static int reshard_piece(reshard_job *j, ckpt_writer *w, const char *key, const 
                          bt_diag *diag) {
     const Baton__TensorEntry *e = ckpt_find(j->m, key);
     if (e == NULL) return 0;
+    if (bt_cleanup_check(diag) != 0) return BT_EIO;
     ckpt_box b;
     int nd;
     uint64_t g[2];
@@ -277,15 +284,14 @@ static int reshard_write(reshard_job *j, const char *out, bt_diag *diag) {
         bt_diag_set(diag, "--to: %s", d.msg);
         return BT_EINVAL;
     }
-    rc = ckpt_begin(root, name, diag);
-    ckpt_partial_dir(root, name, j->part, sizeof j->part);
+    rc = ckpt_out_begin(root, name, j->part, sizeof j->part, diag);
     int n = tp * pp * ep;
     for (int rank = 0; rc == 0 && rank < n; rank++)
         rc = reshard_rank(j, &cfg, rank % tp, rank / tp % pp, rank / (tp * pp), rank, diag);
     Baton__Manifest h = *j->m;
     h.n_tensors = 0, h.tensors = NULL, h.n_fp8 = 0, h.fp8 = NULL;
     h.layout = (Baton__Parallel *)j->to;
-    return rc ? rc : ckpt_commit(root, name, &h, (uint32_t)n, 10, 0, diag);
+    return rc ? rc : ckpt_commit_dir(root, name, &h, (uint32_t)n, 10, diag);
 }
 
 int ckpt_cmd_reshard(int argc, char **argv) {
@@ -311,6 +317,10 @@ int ckpt_cmd_reshard(int argc, char **argv) {
         reshard_usage(stderr);
         return BT_EXIT_USAGE;
     }
+    if (out[0] == '\0') {
+        fprintf(stderr, "baton ckpt reshard: --out '': name a new checkpoint directory\n");
+        return BT_EXIT_USAGE;
+    }
     bt_diag diag;
     bt_diag_init(&diag);
     int prc = reshard_parse_layout(to, &lay, list, &diag);
@@ -328,6 +338,7 @@ int ckpt_cmd_reshard(int argc, char **argv) {
     }
     char dir[CKPT_PATH_MAX];
     Baton__Manifest *m = NULL;
+    bt_cleanup_install();
     int rc = ckpt_open(path, dir, sizeof dir, &m, &diag);
     reshard_job j = {.src = dir, .m = m, .to = &lay};
     ckpt_reader_init(&j.rd, dir, m);
@@ -337,12 +348,12 @@ int ckpt_cmd_reshard(int argc, char **argv) {
     if (m) baton__manifest__free_unpacked(m, NULL);
     if (rc != 0) {
         fprintf(stderr, "baton ckpt reshard: %s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
-        return rc == BT_EIO || rc == BT_ENOMEM ? BT_EXIT_FAILURE : BT_EXIT_USAGE;
+        return bt_cleanup_exit(rc == BT_EIO || rc == BT_ENOMEM ? BT_EXIT_FAILURE : BT_EXIT_USAGE);
     }
     bt_buf text;
     bt_buf_init(&text);
     ckpt_layout_text(&text, &lay);
     printf("%s: written for %s from %s\n", out, bt_buf_str(&text), dir);
     bt_buf_free(&text);
-    return BT_EXIT_OK;
+    return bt_cleanup_exit(BT_EXIT_OK);
 }

@@ -1,9 +1,13 @@
 /* baton ckpt push / pull: a checkpoint to and from a remote store (ckpt_store_remote.h),
  * one object per file, manifest.pb last.
  *
- * push is resumable: a shard file whose remote size already equals the local size is not
- * sent again; manifest.pb is always sent, and last, so that its presence marks the remote
- * copy complete. Shard bytes are checked against the manifest's CRC32C as they are read.
+ * push sends a shard file again unless the store's manifest.pb lists it with the same size
+ * and CRC32C values (and the object has that size): a size alone says nothing of the
+ * content, a later checkpoint of the same name having files of the same sizes. Before
+ * replacing anything that manifest lists, push removes it (DELETE), and it sends its own
+ * manifest.pb last, so that a manifest in the store always describes the files there and
+ * marks the copy complete. Shard bytes are checked against the manifest's CRC32C as they
+ * are read.
  *
  * pull fetches manifest.pb first (it lists the files) into NAME.partial, then every shard
  * file, continuing a partly downloaded one with a Range request, checks each file's CRCs,
@@ -22,6 +26,7 @@
 #include "ckpt_store_crc.h"
 #include "ckpt_store_fs.h"
 #include "ckpt_store_remote.h"
+#include "util/cleanup.h"
 
 #define MANIFEST_DOWNLOAD CKPT_MANIFEST ".download"
 
@@ -47,8 +52,10 @@ static void push_usage(FILE *f) {
             "usage: baton ckpt push CKPT URL [--endpoint URL] [--max-time S] [--stall-time S]\n"
             "                                [--limit-rate B]\n\n"
             "Uploads checkpoint CKPT (a checkpoint or run directory) as URL/<name>/<file>,\n"
-            "manifest.pb last. Files the store already holds at their full size are skipped,\n"
-            "so an interrupted push is resumed by running it again.\n\n"
+            "manifest.pb last. A file is skipped when the store's manifest.pb lists it with\n"
+            "the same size and CRC32C values; before replacing any file that manifest lists,\n"
+            "push removes it (DELETE), so a complete push is needed for the store to hold a\n"
+            "manifest.pb again, and a stale manifest never describes new files.\n\n"
             "URL: http(s)://HOST[:PORT]/PREFIX (PUT/GET/HEAD, e.g. a WebDAV server) or\n"
             "     s3://BUCKET/PREFIX (path-style, SigV4; credentials from AWS_ACCESS_KEY_ID,\n"
             "     AWS_SECRET_ACCESS_KEY, AWS_REGION)\n\n"
@@ -70,8 +77,11 @@ static void pull_usage(FILE *f) {
             "options:\n"
             "  --into DIR       where to put it (default: the current directory)\n"
             "%s\n"
+            "A failed pull keeps DIR/<name>.partial to continue from when it holds any\n"
+            "shard bytes, else removes it and the directories it created for --into.\n\n"
             "Exit status: 0 pulled, 1 failed (not found, unreachable after the retries, a\n"
-            "CRC32C mismatch, a later checkpoint format), 2 bad usage or URL.\n",
+            "CRC32C mismatch, a later checkpoint format), 2 bad usage or URL, or\n"
+            "DIR/<name> already exists.\n",
             STORE_COMMON_OPTIONS);
 }
 
@@ -148,24 +158,115 @@ static int store_open(const store_args *a, const char *url, ckpt_remote *r, bt_d
 
 /* ---- push ---- */
 
-static int push_file(ckpt_remote *r, const char *dir, const char *name, ckpt_file_check *c,
-                     bt_diag *diag) {
-    char path[CKPT_PATH_MAX];
-    ckpt_path_join(path, sizeof path, dir, c->name);
+static int load_manifest(const char *path, Baton__Manifest **out, bt_diag *diag) {
+    FILE *f = fopen(path, "rb");
     struct stat st;
-    if (stat(path, &st) != 0) {
+    if (f == NULL || fstat(fileno(f), &st) != 0) {
         bt_diag_set(diag, "%s: %s", path, strerror(errno));
+        if (f) fclose(f);
         return BT_EIO;
     }
-    int64_t remote = -1;
-    int rc = ckpt_remote_head(r, name, c->name, &remote, diag);
-    if (rc < 0) return rc;
-    if (remote == (int64_t)st.st_size) {
-        printf("  %s: already there (%" PRId64 " bytes), skipped\n", c->name, remote);
+    uint8_t *buf = malloc(st.st_size ? (size_t)st.st_size : 1);
+    size_t got = buf ? fread(buf, 1, (size_t)st.st_size, f) : 0;
+    fclose(f);
+    *out = got == (size_t)st.st_size ? baton__manifest__unpack(NULL, got, buf) : NULL;
+    free(buf);
+    if (*out == NULL) {
+        bt_diag_set(diag, "%s: not a checkpoint manifest (Baton.Manifest)", path);
+        return BT_EIO;
+    }
+    int rc = ckpt_manifest_check_version(*out, path, diag);
+    if (rc != 0) {
+        baton__manifest__free_unpacked(*out, NULL);
+        *out = NULL;
+    }
+    return rc;
+}
+
+/* The files the store's manifest.pb lists for checkpoint name into *set (empty when
+ * there is none, or one that does not decode); *present: a manifest.pb is there. A push
+ * removes it before changing any file it lists and sends it last, so while it is there
+ * the store's files are the ones it lists. */
+static int push_remote_files(ckpt_remote *r, const char *name, ckpt_file_set *set, int *present,
+                             bt_diag *diag) {
+    int64_t size = -1;
+    *present = 0;
+    int rc = ckpt_remote_head(r, name, CKPT_MANIFEST, &size, diag);
+    if (rc < 0 || size < 0) return rc;
+    *present = 1;
+    const char *tmpdir = getenv("TMPDIR");
+    char tmp[CKPT_PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s/baton-push-manifest.XXXXXX",
+             tmpdir && tmpdir[0] ? tmpdir : "/tmp");
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        bt_diag_set(diag, "%s: cannot create a temporary file: %s", tmp, strerror(errno));
+        return BT_EIO;
+    }
+    close(fd);
+    rc = ckpt_remote_get(r, name, CKPT_MANIFEST, tmp, 0, diag);
+    Baton__Manifest *m = NULL;
+    bt_diag ignored;
+    bt_diag_init(&ignored);
+    if (rc == 0 && load_manifest(tmp, &m, &ignored) == 0) {
+        if (ckpt_files_from_manifest(m, set, &ignored) != 0) {
+            ckpt_files_free(set);
+            *set = (ckpt_file_set){0};
+        }
+        baton__manifest__free_unpacked(m, NULL);
+    }
+    unlink(tmp);
+    return rc;
+}
+
+/* 1 when the store holds file c as it is here: its manifest lists the file with the same
+ * size and CRC32C values, and the object has that size. */
+static int push_have(ckpt_remote *r, const char *name, const ckpt_file_check *c,
+                     const ckpt_file_set *remote, int *have, bt_diag *diag) {
+    const ckpt_file_check *known = ckpt_files_find(remote, c->name);
+    int64_t size = -1;
+    *have = 0;
+    if (known == NULL || !ckpt_file_same(c, known)) return 0;
+    int rc = ckpt_remote_head(r, name, c->name, &size, diag);
+    *have = rc == 0 && size == (int64_t)c->size;
+    return rc;
+}
+
+static int push_file(ckpt_remote *r, const char *dir, const char *name, ckpt_file_check *c,
+                     int have, bt_diag *diag) {
+    char path[CKPT_PATH_MAX];
+    ckpt_path_join(path, sizeof path, dir, c->name);
+    if (have) {
+        printf("  %s: already there (%" PRIu64 " bytes, the CRC32C values the store's %s "
+               "lists), skipped\n",
+               c->name, c->size, CKPT_MANIFEST);
         return 0;
     }
-    rc = ckpt_remote_put(r, name, c->name, path, c, diag);
-    if (rc == 0) printf("  %s: sent (%lld bytes)\n", c->name, (long long)st.st_size);
+    int rc = ckpt_remote_put(r, name, c->name, path, c, diag);
+    if (rc == 0) printf("  %s: sent (%" PRIu64 " bytes)\n", c->name, c->size);
+    return rc;
+}
+
+/* Sends what the store does not hold, the store's manifest.pb removed first when
+ * anything it lists is replaced, and ours last. */
+static int push_files(ckpt_remote *r, const char *dir, const char *name, ckpt_file_set *set,
+                      bt_diag *diag) {
+    ckpt_file_set remote = {0};
+    int present = 0, stale = 0;
+    int *have = calloc(set->n ? set->n : 1, sizeof *have);
+    int rc = have ? push_remote_files(r, name, &remote, &present, diag) : BT_ENOMEM;
+    for (size_t i = 0; rc == 0 && i < set->n; i++) {
+        rc = push_have(r, name, &set->file[i], &remote, &have[i], diag);
+        stale |= !have[i];
+    }
+    ckpt_files_free(&remote);
+    if (rc == 0 && present && stale) {
+        rc = ckpt_remote_delete(r, name, CKPT_MANIFEST, diag);
+        if (rc == 0) printf("  %s: removed until the files it lists are replaced\n", CKPT_MANIFEST);
+    }
+    for (size_t i = 0; rc == 0 && i < set->n; i++)
+        rc = push_file(r, dir, name, &set->file[i], have[i], diag);
+    free(have);
     return rc;
 }
 
@@ -175,8 +276,7 @@ static int push_ckpt(ckpt_remote *r, const char *dir, const char *name, bt_diag 
     int rc = ckpt_manifest_read(dir, &m, diag);
     if (rc == 0) rc = ckpt_files_from_manifest(m, &set, diag);
     if (m) baton__manifest__free_unpacked(m, NULL);
-    for (size_t i = 0; rc == 0 && i < set.n; i++)
-        rc = push_file(r, dir, name, &set.file[i], diag);
+    if (rc == 0) rc = push_files(r, dir, name, &set, diag);
     ckpt_files_free(&set);
     char path[CKPT_PATH_MAX];
     ckpt_path_join(path, sizeof path, dir, CKPT_MANIFEST);
@@ -213,31 +313,6 @@ int ckpt_cmd_push(int argc, char **argv) {
 }
 
 /* ---- pull ---- */
-
-static int load_manifest(const char *path, Baton__Manifest **out, bt_diag *diag) {
-    FILE *f = fopen(path, "rb");
-    struct stat st;
-    if (f == NULL || fstat(fileno(f), &st) != 0) {
-        bt_diag_set(diag, "%s: %s", path, strerror(errno));
-        if (f) fclose(f);
-        return BT_EIO;
-    }
-    uint8_t *buf = malloc(st.st_size ? (size_t)st.st_size : 1);
-    size_t got = buf ? fread(buf, 1, (size_t)st.st_size, f) : 0;
-    fclose(f);
-    *out = got == (size_t)st.st_size ? baton__manifest__unpack(NULL, got, buf) : NULL;
-    free(buf);
-    if (*out == NULL) {
-        bt_diag_set(diag, "%s: not a checkpoint manifest (Baton.Manifest)", path);
-        return BT_EIO;
-    }
-    int rc = ckpt_manifest_check_version(*out, path, diag);
-    if (rc != 0) {
-        baton__manifest__free_unpacked(*out, NULL);
-        *out = NULL;
-    }
-    return rc;
-}
 
 /* Downloads (or continues) one shard file and checks it; a file that fails its check
  * after a resumed download is fetched once more from scratch. */
@@ -285,6 +360,15 @@ static int pull_ckpt(ckpt_remote *r, const char *name, const char *partial, bt_d
     return rc;
 }
 
+/* After a failed pull: a .partial directory holding no shard byte is nothing to resume
+ * from (the manifest not found, say) and goes. */
+static void pull_tidy(const char *partial) {
+    char p[CKPT_PATH_MAX];
+    ckpt_path_join(p, sizeof p, partial, MANIFEST_DOWNLOAD);
+    unlink(p);
+    rmdir(partial); /* only when empty */
+}
+
 int ckpt_cmd_pull(int argc, char **argv) {
     store_args a = {.what = "pull", .want_pos = 1, .into = ".", .stall_time_s = REMOTE_STALL_S};
     int p = store_parse(argc, argv, &a);
@@ -302,15 +386,29 @@ int ckpt_cmd_pull(int argc, char **argv) {
         ckpt_remote_free(&r);
         return BT_EXIT_USAGE;
     }
+    struct stat st;
+    snprintf(final, sizeof final, "%s/%s", a.into, name);
+    if (a.into[0] == '\0' || lstat(final, &st) == 0) {
+        if (a.into[0] == '\0')
+            fprintf(stderr, "baton ckpt pull: --into '': name a directory (. for this one)\n");
+        else
+            fprintf(stderr,
+                    "baton ckpt pull: %s: already exists; remove it or choose another --into\n",
+                    final);
+        ckpt_remote_free(&r);
+        return BT_EXIT_USAGE;
+    }
     int rc = ckpt_partial_prepare(a.into, name, 1, partial, final, sizeof partial, &diag);
+    int made = rc == 0, bad_into = rc == BT_EINVAL; /* --into is a file, say */
     if (rc == 0) rc = pull_ckpt(&r, name, partial, &diag);
     if (rc == BT_EUNSUPPORTED) ckpt_remove_dir(partial); /* nothing worth resuming */
     if (rc == 0) rc = ckpt_partial_publish(a.into, partial, final, &diag);
+    if (rc < 0 && made) pull_tidy(partial);
     ckpt_remote_free(&r);
     if (rc < 0) {
         fprintf(stderr, "baton ckpt pull: %s\n", diag.msg);
-        return BT_EXIT_FAILURE;
+        return bt_cleanup_exit(bad_into ? BT_EXIT_USAGE : BT_EXIT_FAILURE);
     }
     printf("pulled %s into %s\n", a.pos[0], final);
-    return BT_EXIT_OK;
+    return bt_cleanup_exit(BT_EXIT_OK);
 }

@@ -159,6 +159,23 @@ void ckpt_files_free(ckpt_file_set *s) {
     memset(s, 0, sizeof *s);
 }
 
+int ckpt_file_same(const ckpt_file_check *a, const ckpt_file_check *b) {
+    if (a->size != b->size || a->n != b->n) return 0;
+    for (size_t i = 0; i < a->n; i++) {
+        const ckpt_crc_unit *x = &a->unit[i], *y = &b->unit[i];
+        if (x->off != y->off || x->len != y->len || x->crc != y->crc ||
+            x->range_end != y->range_end || (x->range_end && x->range_crc != y->range_crc))
+            return 0;
+    }
+    return 1;
+}
+
+const ckpt_file_check *ckpt_files_find(const ckpt_file_set *s, const char *name) {
+    for (size_t i = 0; i < s->n; i++)
+        if (strcmp(s->file[i].name, name) == 0) return &s->file[i];
+    return NULL;
+}
+
 void ckpt_check_reset(ckpt_file_check *c) {
     c->cur = 0;
     c->pos = 0;

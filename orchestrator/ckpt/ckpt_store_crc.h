@@ -42,6 +42,11 @@ typedef struct ckpt_file_set {
  * paths and URLs; overlapping ranges are an error. */
 int ckpt_files_from_manifest(const Baton__Manifest *m, ckpt_file_set *out, bt_diag *diag);
 void ckpt_files_free(ckpt_file_set *s);
+/* 1 when a and b describe the same bytes: the same size and the same check units (offsets,
+ * lengths and CRC32C values), as two manifests listing one file's content do. */
+int ckpt_file_same(const ckpt_file_check *a, const ckpt_file_check *b);
+/* The file of set s named name, or NULL. */
+const ckpt_file_check *ckpt_files_find(const ckpt_file_set *s, const char *name);
 /* 1 when name is a plain file name as above. */
 int ckpt_name_is_plain(const char *name);
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
+#include "util/cleanup.h"
 
 int ckpt_path_basename(const char *path, char *out, size_t cap, bt_diag *diag) {
     size_t end = strlen(path);
@@ -36,12 +37,6 @@ void ckpt_path_parent(const char *path, char *out, size_t cap) {
     }
 }
 
-static int make_dir(const char *dir, bt_diag *diag) {
-    if (mkdir(dir, 0700) == 0 || errno == EEXIST) return 0;
-    bt_diag_set(diag, "%s: cannot create directory: %s", dir, strerror(errno));
-    return BT_EIO;
-}
-
 int ckpt_partial_prepare(const char *into, const char *name, int keep, char *partial, char *final,
                          size_t cap, bt_diag *diag) {
     struct stat st;
@@ -55,13 +50,15 @@ int ckpt_partial_prepare(const char *into, const char *name, int keep, char *par
         bt_diag_set(diag, "%s: already exists; remove it or choose another --into", final);
         return BT_EINVAL;
     }
-    int rc = make_dir(into, diag);
+    int rc = ckpt_out_mkdirs(into, diag);
     if (rc < 0) return rc;
     if (!keep && lstat(partial, &st) == 0 && ckpt_remove_dir(partial) < 0) {
         bt_diag_set(diag, "%s: cannot remove the stale partial copy", partial);
         return BT_EIO;
     }
-    return make_dir(partial, diag);
+    if (mkdir(partial, 0700) == 0 || errno == EEXIST) return 0;
+    bt_diag_set(diag, "%s: cannot create directory: %s", partial, strerror(errno));
+    return BT_EIO;
 }
 
 int ckpt_partial_publish(const char *into, const char *partial, const char *final, bt_diag *diag) {
@@ -89,4 +86,18 @@ int ckpt_write_all(int fd, const void *p, size_t n, const char *path, bt_diag *d
 int ckpt_path_join(char *out, size_t cap, const char *dir, const char *file) {
     int n = snprintf(out, cap, "%s/%s", dir, file);
     return n < 0 || (size_t)n >= cap ? BT_EINVAL : 0;
+}
+
+int ckpt_out_mkdirs(const char *dir, bt_diag *diag) {
+    if (bt_cleanup_mkdirs(dir, 0777) == 0) return 0;
+    bt_diag_set(diag, "%s: cannot create the directory: %s", dir, strerror(errno));
+    return errno == ENOTDIR || errno == EEXIST ? BT_EINVAL : BT_EIO;
+}
+
+int ckpt_out_begin(const char *root, const char *name, char *part, size_t cap, bt_diag *diag) {
+    int rc = ckpt_out_mkdirs(root, diag);
+    rc = rc ? rc : ckpt_begin(root, name, diag);
+    ckpt_partial_dir(root, name, part, cap);
+    if (rc == 0 && bt_cleanup_add(part, BT_CLEANUP_TREE) != 0) rc = BT_ENOMEM;
+    return rc;
 }

@@ -259,6 +259,26 @@ int ckpt_remote_head(ckpt_remote *r, const char *name, const char *file, int64_t
     return 0;
 }
 
+/* ---- DELETE ---- */
+
+static int delete_setup(remote_req *q, CURL *c, bt_diag *diag) {
+    (void)q, (void)diag;
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "DELETE");
+    curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    return 0;
+}
+
+int ckpt_remote_delete(ckpt_remote *r, const char *name, const char *file, bt_diag *diag) {
+    char url[CKPT_PATH_MAX + 512];
+    int rc = remote_url(r, name, file, url, sizeof url, diag);
+    if (rc < 0) return rc;
+    remote_req q = {.method = "DELETE", .url = url, .setup = delete_setup, .fd = -1};
+    rc = remote_run(r, &q, diag);
+    if (rc == 0 && q.status != 404 && (q.status < 200 || q.status >= 300))
+        rc = status_error(&q, file, diag);
+    return rc;
+}
+
 /* ---- PUT ---- */
 
 static size_t put_read(char *buf, size_t size, size_t nitems, void *ud) {

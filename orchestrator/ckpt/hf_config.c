@@ -149,6 +149,11 @@ typedef struct cfg_ctx {
 static int cfg_bad(const cfg_ctx *c, const char *key, const char *want, const hf_json *got) {
     if (got == NULL)
         bt_diag_set(c->diag, "%s: missing \"%s\" (%s)", c->path, key, want);
+    else if (got->type == HF_JSON_NUMBER && got->is_u64)
+        bt_diag_set(c->diag, "%s: \"%s\": %llu: must be %s", c->path, key,
+                    (unsigned long long)got->u64, want);
+    else if (got->type == HF_JSON_NUMBER)
+        bt_diag_set(c->diag, "%s: \"%s\": %.17g: must be %s", c->path, key, got->num, want);
     else
         bt_diag_set(c->diag, "%s: \"%s\" must be %s, not %s", c->path, key, want,
                     hf_json_type_name(got->type));
@@ -160,7 +165,12 @@ static int cfg_uint(const cfg_ctx *c, const hf_json *obj, const char *key, uint6
                     uint64_t max, uint64_t *out) {
     const hf_json *v = hf_json_get(obj, key);
     if ((v == NULL || v->type == HF_JSON_NULL) && dflt) return *out = dflt, 0;
-    if (v == NULL || v->type != HF_JSON_NUMBER || !v->is_u64 || v->u64 == 0 || v->u64 > max)
+    if (v != NULL && v->type == HF_JSON_NUMBER && v->is_u64 && v->u64 > max) {
+        char want[64];
+        snprintf(want, sizeof want, "a positive integer of at most %llu", (unsigned long long)max);
+        return cfg_bad(c, key, want, v);
+    }
+    if (v == NULL || v->type != HF_JSON_NUMBER || !v->is_u64 || v->u64 == 0)
         return cfg_bad(c, key, "a positive integer", v);
     *out = v->u64;
     return 0;

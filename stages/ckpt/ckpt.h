@@ -178,10 +178,12 @@ typedef struct ckpt_verify_report {
 } ckpt_verify_report;
 
 /* Checks every shard of checkpoint dir: geometry, file length, whole and per-block
- * CRC32C, and that the shards of every tensor cover it exactly once (no gap, no
- * overlap); the fp8 amax histories stored in shards too. Each problem is passed to fn (may be NULL)
- * as one line naming the file, byte range and tensor. Returns 0 when readable (problems or not; see
- * the report), else a BT_ code with diag. */
+ * CRC32C, that the shards of every tensor cover it exactly once (no gap, no overlap), and
+ * that no shard file holds bytes after the last range the manifest places in it; the fp8
+ * amax histories stored in shards too. Each problem is passed to fn (may be NULL) as one
+ * line naming the file, byte range and tensor. Returns 0 when readable (problems or not;
+ * see the report), else a BT_ code with diag: BT_EIO when a shard file may not be read
+ * here (permission: no verdict on it, not damage). */
 int ckpt_verify(const char *dir, const Baton__Manifest *m, void (*fn)(void *, const char *),
                 void *ctx, ckpt_verify_report *out, bt_diag *diag);
 
@@ -232,5 +234,10 @@ int ckpt_set_aside_incomplete(const char *root, const char *name, char *aside, s
  * (ckpt_set_aside_incomplete); anything else of that name is refused (BT_EINVAL). */
 int ckpt_commit(const char *root, const char *name, const Baton__Manifest *header, uint32_t world,
                 double timeout_s, uint32_t keep, bt_diag *diag);
+/* ckpt_commit for a tool that writes one checkpoint directory wherever it is asked to
+ * (reshard, import): the same merge and rename, but neither `latest` nor retention, which
+ * belong to a run's checkpoint root, not to whatever folder holds a tool's output. */
+int ckpt_commit_dir(const char *root, const char *name, const Baton__Manifest *header,
+                    uint32_t world, double timeout_s, bt_diag *diag);
 
 #endif

@@ -205,7 +205,9 @@ static int commit_set_aside(const char *root, const char *name, const char *fin,
     return 0;
 }
 
-static int commit_publish(const char *root, const char *name, const char *part, bt_diag *diag) {
+/* Renames part to root/name; a run's save (run_save) then points root's `latest` at it. */
+static int commit_publish(const char *root, const char *name, const char *part, int run_save,
+                          bt_diag *diag) {
     char fin[CKPT_PATH_MAX], latest[CKPT_PATH_MAX], old[CKPT_PATH_MAX + 8];
     snprintf(fin, sizeof fin, "%s/%s", root, name);
     int rc = commit_set_aside(root, name, fin, old, sizeof old, diag);
@@ -219,14 +221,15 @@ static int commit_publish(const char *root, const char *name, const char *part, 
         return BT_EIO;
     }
     if (old[0]) ckpt_remove_dir(old);
+    if (!run_save) return 0;
     char line[300];
     int n = snprintf(line, sizeof line, "%s\n", name);
     snprintf(latest, sizeof latest, "%s/%s", root, CKPT_LATEST);
     return ckpt_write_file_atomic(latest, line, (size_t)n, diag);
 }
 
-int ckpt_commit(const char *root, const char *name, const Baton__Manifest *header, uint32_t world,
-                double timeout_s, uint32_t keep, bt_diag *diag) {
+static int commit_run(const char *root, const char *name, const Baton__Manifest *header,
+                      uint32_t world, double timeout_s, int run_save, bt_diag *diag) {
     char part[CKPT_PATH_MAX];
     ckpt_partial_dir(root, name, part, sizeof part);
     int rc = commit_wait(part, world, timeout_s, diag);
@@ -242,6 +245,16 @@ int ckpt_commit(const char *root, const char *name, const Baton__Manifest *heade
     rc = rc ? rc : commit_write_manifest(part, m, diag);
     if (m) baton__manifest__free_unpacked(m, NULL);
     if (rc == 0 && ckpt_fsync_dir(part) != 0) rc = BT_EIO;
-    rc = rc ? rc : commit_publish(root, name, part, diag);
+    return rc ? rc : commit_publish(root, name, part, run_save, diag);
+}
+
+int ckpt_commit(const char *root, const char *name, const Baton__Manifest *header, uint32_t world,
+                double timeout_s, uint32_t keep, bt_diag *diag) {
+    int rc = commit_run(root, name, header, world, timeout_s, 1, diag);
     return rc ? rc : ckpt_retain(root, keep, NULL, diag);
+}
+
+int ckpt_commit_dir(const char *root, const char *name, const Baton__Manifest *header,
+                    uint32_t world, double timeout_s, bt_diag *diag) {
+    return commit_run(root, name, header, world, timeout_s, 0, diag);
 }

@@ -121,6 +121,11 @@ int ckpt_resolve(const char *path, char *dir, size_t cap, bt_diag *diag) {
         snprintf(dir, cap, "%s", path);
         return 0;
     }
+    struct stat st;
+    if (stat(path, &st) != 0 && errno != ENOENT && errno != ENOTDIR) { /* EACCES, ELOOP, ... */
+        bt_diag_set(diag, "%s: cannot access: %s", path, strerror(errno));
+        return BT_EIO;
+    }
     if (!dir_exists(path)) {
         bt_diag_set(diag, "%s: no such checkpoint or run directory", path);
         return BT_ENOENT;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt.h"
@@ -18,6 +19,8 @@ typedef struct verify_ctx {
     ckpt_verify_report *rep;
     unsigned char *buf;
     size_t cap;
+    int unreadable; /* a shard file this process may not read: no verdict (diag says which) */
+    bt_diag *diag;
 } verify_ctx;
 
 __attribute__((format(printf, 2, 3))) static void verify_problem(verify_ctx *v, const char *fmt,
@@ -42,6 +45,11 @@ static void verify_shard_bytes(verify_ctx *v, const Baton__TensorEntry *e, size_
         v->buf = b, v->cap = s->byte_length;
     }
     int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && (errno == EACCES || errno == EPERM)) { /* not damage: not ours to read */
+        if (!v->unreadable) bt_diag_set(v->diag, "%s: cannot read (%s)", p, strerror(errno));
+        v->unreadable = 1;
+        return;
+    }
     if (fd < 0) return verify_problem(v, "%s: missing (tensor %s): %s", p, e->key, strerror(errno));
     uint64_t got = 0;
     ssize_t r = 1;
@@ -106,11 +114,56 @@ static void verify_tensor(verify_ctx *v, const Baton__TensorEntry *e) {
     free(boxes);
 }
 
+/* Entry i of m's tensors followed by its fp8 histories (NULL for a state without one). */
+static const Baton__TensorEntry *verify_entry(const Baton__Manifest *m, size_t i) {
+    return i < m->n_tensors ? m->tensors[i] : m->fp8[i - m->n_tensors]->history;
+}
+
+typedef struct verify_file {
+    const char *name;
+    uint64_t end; /* of the last range the manifest places in it */
+} verify_file;
+
+/* Bytes after the last range the manifest places in a shard file: not the file a save
+ * wrote (appended to, or another file of that name). */
+static void verify_trailing(verify_ctx *v) {
+    verify_file *f = NULL;
+    size_t n = 0, cap = 0;
+    for (size_t i = 0; i < v->m->n_tensors + v->m->n_fp8; i++) {
+        const Baton__TensorEntry *e = verify_entry(v->m, i);
+        for (size_t k = 0; e && k < e->n_shards; k++) {
+            const Baton__Shard *s = e->shards[k];
+            size_t j = 0;
+            while (s->file && j < n && strcmp(f[j].name, s->file) != 0)
+                j++;
+            if (s->file == NULL || strchr(s->file, '/')) continue;
+            if (j == n && n == cap) {
+                verify_file *g = realloc(f, (cap = cap ? cap * 2 : 16) * sizeof *g);
+                if (g == NULL) return free(f);
+                f = g;
+            }
+            if (j == n) f[n++] = (verify_file){s->file, 0};
+            if (s->byte_offset + s->byte_length > f[j].end)
+                f[j].end = s->byte_offset + s->byte_length;
+        }
+    }
+    for (size_t j = 0; j < n; j++) {
+        char p[CKPT_PATH_MAX];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", v->dir, f[j].name);
+        if (stat(p, &st) == 0 && (uint64_t)st.st_size > f[j].end)
+            verify_problem(v,
+                           "%s: bytes [%llu, %llu) lie after the last range the manifest "
+                           "places there (trailing data: appended to, or not the file saved)",
+                           p, (unsigned long long)f[j].end, (unsigned long long)st.st_size);
+    }
+    free(f);
+}
+
 int ckpt_verify(const char *dir, const Baton__Manifest *m, void (*fn)(void *, const char *),
                 void *ctx, ckpt_verify_report *out, bt_diag *diag) {
-    (void)diag;
     memset(out, 0, sizeof *out);
-    verify_ctx v = {.dir = dir, .m = m, .fn = fn, .ctx = ctx, .rep = out};
+    verify_ctx v = {.dir = dir, .m = m, .fn = fn, .ctx = ctx, .rep = out, .diag = diag};
     for (size_t i = 0; i < m->n_tensors; i++)
         verify_tensor(&v, m->tensors[i]), out->tensors++;
     for (size_t i = 0; i < m->n_fp8; i++) {
@@ -121,6 +174,7 @@ int ckpt_verify(const char *dir, const Baton__Manifest *m, void (*fn)(void *, co
                            m->fp8[i]->tensor ? m->fp8[i]->tensor : "?");
         verify_tensor(&v, h), out->fp8_histories++;
     }
+    verify_trailing(&v);
     free(v.buf);
-    return 0;
+    return v.unreadable ? BT_EIO : 0;
 }

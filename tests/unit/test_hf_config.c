@@ -2,6 +2,7 @@
  * dict of each RoPE scaling in transformers' field names, max_position_embeddings as the
  * context the model was extended to, read back by import as it was written, and the
  * models and scalings that have no Hugging Face form refused with a reason. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,7 +131,42 @@ static void test_refused(void) {
     CHECK_STR_CONTAINS(err, "has no Hugging Face rope_scaling equivalent");
 }
 
+/* A config.json whose key `key` holds the JSON text `value`: the message says what the
+ * value is and what is wrong with it (not "not a number" for a number). */
+static void check_bad_value(const char *key, const char *value, const char *want) {
+    char t[1024];
+    const char *scaling =
+        strcmp(key, "factor") == 0 ? "{\"rope_type\": \"linear\", \"factor\": " : NULL;
+    snprintf(t, sizeof t,
+             "{\"hidden_size\": %s, \"intermediate_size\": 176, \"num_hidden_layers\": %s, "
+             "\"num_attention_heads\": 4, \"vocab_size\": %s, \"rope_scaling\": %s%s%s}",
+             strcmp(key, "hidden_size") == 0 ? value : "64",
+             strcmp(key, "num_hidden_layers") == 0 ? value : "2",
+             strcmp(key, "vocab_size") == 0 ? value : "272", scaling ? scaling : "null",
+             scaling ? value : "", scaling ? "}" : "");
+    hf_model h;
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(hf_config_read(t, strlen(t), "c.json", &h, &d) == BT_EINVAL);
+    CHECK_STR_CONTAINS(d.msg, want);
+    CHECK(strstr(d.msg, "not a number") == NULL);
+}
+
+static void test_bad_values(void) {
+    check_bad_value("num_hidden_layers", "-1",
+                    "\"num_hidden_layers\": -1: must be a positive integer");
+    check_bad_value("hidden_size", "128.5", "\"hidden_size\": 128.5: must be a positive integer");
+    check_bad_value("vocab_size", "1099511627776",
+                    "\"vocab_size\": 1099511627776: must be a positive integer of at most");
+    check_bad_value("num_hidden_layers", "0",
+                    "\"num_hidden_layers\": 0: must be a positive integer");
+    check_bad_value("factor", "-2", "\"factor\": -2: must be a positive number");
+    check_bad_value("hidden_size", "\"64\"",
+                    "\"hidden_size\" must be a positive integer, not a string");
+}
+
 int main(void) {
+    test_bad_values();
     test_llama3();
     test_yarn();
     test_linear_ntk_context();

@@ -2,7 +2,9 @@
 # baton ckpt push/pull against a real WebDAV-style HTTP server: nginx on a free loopback
 # port, with its own prefix, config and temp paths in a temp directory, killed on exit.
 # Round trip (the fixture's fp8 histories too, in a shard file that holds nothing else);
-# push resuming (skipping what the server holds in full, manifest.pb last); pull
+# push skipping only what the store's manifest.pb lists with the same size and CRC32C
+# values (a same-named later checkpoint, files of the same sizes, replaced in full, the
+# old manifest.pb removed first, the new one last); pull
 # interrupted (a rate limit and a time limit) and resumed with a Range request for
 # exactly the missing bytes, as nginx's access log shows; damaged remote data and a
 # later checkpoint format refused; a server that accepts and never answers given up on.
@@ -86,19 +88,45 @@ puts=$(grep -c '^PUT ' "$log")
 [[ $puts -eq 1 ]] && grep -q "^PUT /store/$name/manifest.pb" "$log" &&
   ok "push again: only manifest.pb re-sent" || fail "push again: $puts PUTs: $(cat "$log")"
 
-# A push broken off (remote shard cut short, no manifest yet): only that shard is resent.
+# A push broken off (a shard cut short, no manifest.pb yet): nothing in the store vouches
+# for what is there, so every file is sent again.
 rm "$remote/manifest.pb" && truncate -s 12345 "$remote/rank-00001.bin"
 : >"$log"
 expect 0 "rank-00001.bin: sent" -- push run "$url"
-grep -q "^PUT /store/$name/rank-00000.bin" "$log" && fail "resumed push re-sent rank-00000.bin"
+[[ $(grep -c '^PUT ' "$log") -eq 4 ]] && ok "resumed push without a manifest: every file sent" ||
+  fail "resumed push without a manifest: $(cat "$log")"
 same_files "$src" "$remote" && ok "resumed push: identical files" || fail "resumed push: files differ"
+
+# A later checkpoint of the same name (other values, files of the same sizes): nothing is
+# skipped for its size; the store's manifest.pb goes before the first file is replaced,
+# the new one comes last, and a pull reads the new values.
+"$make_ckpt" write run-b 2 8192 1 || exit 1
+: >"$log"
+out=$("$baton" ckpt push run-b "$url" 2>&1) || fail "second push: $out"
+grep -q "already there" <<<"$out" && fail "second push skipped a file: $out"
+[[ $(grep -E '^(PUT|DELETE) ' "$log" | head -n 1) == "DELETE /store/$name/manifest.pb "* ]] &&
+  ok "second push: the old manifest.pb removed before any file" ||
+  fail "second push: first change was '$(grep -E '^(PUT|DELETE) ' "$log" | head -n 1)'"
+[[ $(grep -c '^PUT ' "$log") -eq 4 ]] && ok "second push: every file sent" ||
+  fail "second push: $(grep -c '^PUT ' "$log") PUTs"
+same_files run-b/checkpoints/$name "$remote" && ok "second push: the store holds the new files" ||
+  fail "second push: files differ"
+mkdir got-b
+expect 0 "pulled" -- pull "$url/$name" --into got-b
+"$make_ckpt" read "got-b/$name" 1 && ok "second push: pull reads the new values" ||
+  fail "second push: pull does not read the new values"
+# and back to the first: the store's manifest lists other CRC32C values, so again all
+: >"$log"
+expect 0 "rank-00000.bin: sent" -- push run "$url"
+same_files "$src" "$remote" && ok "push back: identical files" || fail "push back: files differ"
 
 # Pull: identical files, every tensor reads back with its CRCs checked.
 mkdir got
 expect 0 "pulled .* into got/$name" -- pull "$url/$name" --into got
 same_files "$src" "got/$name" && ok "pull: identical files" || fail "pull: files differ"
 "$make_ckpt" read "got/$name" && ok "pull: tensors read back" || fail "pull: tensors unreadable"
-expect 1 'already exists' -- pull "$url/$name" --into got
+expect 2 'already exists' -- pull "$url/$name" --into got
+expect 2 "--into ''" -- pull "$url/$name" --into ""
 
 # A checkpoint of a later format than this baton reads (format_version, field 1, is the
 # manifest's first bytes): pull refuses it and leaves nothing.
@@ -142,9 +170,12 @@ expect 1 "rank-00001.bin: CRC32C mismatch in bytes \[9961472, 10027008\)" -- pul
 [[ -e got3/$name ]] && fail "damaged pull: a complete checkpoint was left"
 [[ -e got3/$name.partial/rank-00001.bin ]] && fail "damaged pull: kept the damaged file to resume from"
 expect 1 "GET $url/s00-step00000099/manifest.pb: HTTP 404" -- pull "$url/s00-step00000099" --into got3
+[[ -e got3/s00-step00000099.partial ]] && fail "pull of a missing checkpoint left its .partial"
+expect 1 "HTTP 404" -- pull "$url/s00-step00000099" --into new/a
+[[ -e new ]] && fail "pull of a missing checkpoint left the --into it created: $(find new)"
 kill "$server_pid" && wait "$server_pid" 2>/dev/null
 server_pid=
-expect 1 "HEAD $url/$name/rank-00000.bin: .*(onnect|refused)" -- push run "$url"
+expect 1 "HEAD $url/$name/manifest.pb: .*(onnect|refused)" -- push run "$url"
 
 # A server that accepts and never answers: each request gives up after --stall-time
 # seconds without a byte (default 60; no --max-time given), then the tries are spent.
@@ -156,7 +187,7 @@ while True: held.append(s.accept()[0])' "$port" &
 server_pid=$!
 wait_port "$port" "$server_pid" || fail "the silent server did not start"
 t0=$SECONDS
-expect 1 "HEAD $url/$name/rank-00000.bin: .*too slow" -- push run "$url" --stall-time 1
+expect 1 "HEAD $url/$name/manifest.pb: .*too slow" -- push run "$url" --stall-time 1
 (( SECONDS - t0 < 20 )) && ok "stalled server: gave up in $((SECONDS - t0)) s" ||
   fail "stalled server: took $((SECONDS - t0)) s"
 expect 2 "expects a non-negative number" -- pull "$url/$name" --stall-time never

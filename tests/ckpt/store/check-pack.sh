@@ -2,7 +2,9 @@
 # baton ckpt pack/unpack: a round trip gives identical files that read back with every
 # CRC checked; a flipped shard byte makes pack refuse (naming file and byte range); a
 # damaged, truncated or tampered archive, or one with unsafe entries, makes unpack fail
-# leaving neither the checkpoint nor its .partial directory behind.
+# leaving neither the checkpoint nor its .partial directory behind, nor the --into it
+# created; an existing or empty output refused (exit 2), missing directories created;
+# a file size limit (SIGXFSZ) mid-way leaves nothing.
 #   check-pack.sh BATON MAKE_CKPT
 set -u
 baton=$1 make_ckpt=$2
@@ -42,8 +44,36 @@ listing=$(zstd -dc "$name.tar.zst" | tar -tf -)
 if [[ $(head -n 1 <<<"$listing") == "$name/" && $(tail -n 1 <<<"$listing") == "$name/manifest.pb" ]] &&
    ! grep -qv "^$name/" <<<"$listing"; then ok "archive layout: $name/ first, manifest.pb last"
 else fail "archive layout: $listing"; fi
-expect 1 'already exists' -- unpack "$name.tar.zst" --into restored
+expect 2 'already exists' -- unpack "$name.tar.zst" --into restored
 expect 0 "into out.tar.zst" -- pack "$src" --out out.tar.zst
+
+# Outputs: an existing one is refused (exit 2) before anything is written, an empty
+# path too; missing directories above one are created, and removed again on failure.
+cp out.tar.zst keep.tar.zst
+expect 2 'out.tar.zst: already exists' -- pack "$src" --out out.tar.zst
+cmp -s out.tar.zst keep.tar.zst && ok "pack: an existing --out is left as it was" || fail "pack overwrote out.tar.zst"
+mkdir adir
+expect 2 'adir: already exists' -- pack "$src" --out adir
+[[ -e adir.partial || -n $(ls -A adir) ]] && fail "pack --out DIR wrote something: $(ls -d adir*)"
+expect 2 "--out ''" -- pack "$src" --out ""
+expect 2 "--into ''" -- unpack out.tar.zst --into ""
+expect 0 "into deep/er/x.tar.zst" -- pack "$src" --out deep/er/x.tar.zst
+expect 0 "into new/a/$name" -- unpack deep/er/x.tar.zst --into new/a
+same_files "$src" "new/a/$name" && ok "unpack into new directories: identical files" || fail "unpack --into new/a"
+# a file size limit (SIGXFSZ, not ignored) mid-way: nothing left, the directories gone
+(ulimit -f 1000; "$baton" ckpt pack "$src" --out big/x.tar.zst >xfsz.out 2>&1)
+rc=$?
+[[ $rc -eq 153 && ! -e big ]] && ok "pack stopped by SIGXFSZ -> $rc, nothing left" ||
+  fail "pack under ulimit -f: exit $rc, left $(find big 2>/dev/null): $(cat xfsz.out)"
+(ulimit -f 1000; "$baton" ckpt unpack out.tar.zst --into big2/a >xfsz.out 2>&1)
+rc=$?
+[[ $rc -eq 153 && ! -e big2 ]] && ok "unpack stopped by SIGXFSZ -> $rc, nothing left" ||
+  fail "unpack under ulimit -f: exit $rc, left $(find big2 2>/dev/null): $(cat xfsz.out)"
+(trap '' XFSZ; ulimit -f 1000; "$baton" ckpt pack "$src" --out big3/x.tar.zst >xfsz.out 2>&1)
+rc=$?
+[[ $rc -eq 1 && ! -e big3 ]] &&
+  ok "pack past a file size limit (SIGXFSZ ignored) -> 1, nothing left" ||
+  fail "pack under ulimit -f, SIGXFSZ ignored: exit $rc, left $(find big3 2>/dev/null): $(cat xfsz.out)"
 
 # A flipped byte in a shard file: pack refuses, naming file and byte range.
 cp -r "$src" "$name" && chmod -R u+w "$name"
@@ -64,6 +94,11 @@ nothing_left into
 head -c $((size * 3 / 4)) "$name.tar.zst" >truncated.tar.zst
 expect 1 "truncated.tar.zst" -- unpack truncated.tar.zst --into into
 nothing_left into
+out=$("$baton" ckpt unpack truncated.tar.zst --into made/here 2>&1)
+[[ $? -eq 1 && ! -e made ]] && ok "failed unpack: the --into it created is gone" ||
+  fail "failed unpack left $(find made 2>/dev/null)"
+[[ $(grep -o 'truncated.tar.zst' <<<"$out" | wc -l) -eq 1 ]] && ok "the archive named once: $out" ||
+  fail "the archive named more than once: $out"
 # A well-formed archive of tampered data: the CRC check after extraction catches it.
 rm -rf "$name" && cp -r "$src" "$name" && chmod -R u+w "$name"
 printf '\x01' | dd of="$name/rank-00000.bin" bs=1 seek=5 conv=notrunc status=none

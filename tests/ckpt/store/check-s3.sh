@@ -2,7 +2,8 @@
 # baton ckpt push/pull to s3:// (path-style, SigV4 signed by libcurl) against
 # s3_server.py, a local S3-compatible server that verifies every request's signature
 # with its own SigV4 implementation, itself first checked against AWS's published test
-# vectors. Round trip; a pull resumed from a partly fetched file (Range request); wrong
+# vectors. Round trip; a same-named later checkpoint replacing the store's (manifest.pb
+# deleted first); a pull resumed from a partly fetched file (Range request); wrong
 # credentials answered 403 and reported; missing credentials refused.
 #   check-s3.sh BATON MAKE_CKPT SOURCE_DIR
 set -u
@@ -61,8 +62,29 @@ want="GET /ckpts/pre/$name/rank-00000.bin 206 $((size0 - 300000)) bytes=300000-"
   fail "s3 resumed pull: log has '$line', want '$want'"
 same_files "$src" "got2/$name" && ok "s3 resumed pull: identical files" || fail "s3 resumed pull: files differ"
 
+# A later checkpoint of the same name, files of the same sizes: none skipped for its size,
+# the store's manifest.pb deleted before the first file is replaced, the new one last.
+"$make_ckpt" write run-b 2 1024 1 || exit 1
+: >"$log"
+out=$("$baton" ckpt push run-b s3://ckpts/pre --endpoint "$endpoint" 2>&1) || fail "s3 second push: $out"
+grep -q "already there" <<<"$out" && fail "s3 second push skipped a file: $out"
+[[ $(grep -E '^(PUT|DELETE) ' "$log" | head -n 1) == "DELETE /ckpts/pre/$name/manifest.pb 204"* ]] &&
+  ok "s3 second push: the old manifest.pb deleted (signed) before any file" ||
+  fail "s3 second push: $(cat "$log")"
+[[ $(grep '^PUT ' "$log" | tail -n 1) == "PUT /ckpts/pre/$name/manifest.pb 200"* &&
+   $(grep -c '^PUT ' "$log") -eq 4 ]] && ok "s3 second push: every file, manifest.pb last" ||
+  fail "s3 second push: $(cat "$log")"
+mkdir got-b
+expect 0 "pulled" -- pull "s3://ckpts/pre/$name" --endpoint "$endpoint" --into got-b
+"$make_ckpt" read "got-b/$name" 1 && ok "s3 second push: pull reads the new values" ||
+  fail "s3 second push: pull does not read the new values"
+: >"$log"
+expect 0 "already there" -- push run-b s3://ckpts/pre --endpoint "$endpoint"
+[[ $(grep -c '^PUT ' "$log") -eq 1 ]] && ! grep -q '^DELETE ' "$log" &&
+  ok "s3 push of the same files again: only manifest.pb sent" || fail "s3 push again: $(cat "$log")"
+
 # Wrong secret: 403 reported with the URL; missing credentials and a bad URL refused.
-AWS_SECRET_ACCESS_KEY=wrong expect 1 "HEAD $endpoint/ckpts/pre/$name/rank-00000.bin: HTTP 403" -- \
+AWS_SECRET_ACCESS_KEY=wrong expect 1 "HEAD $endpoint/ckpts/pre/$name/manifest.pb: HTTP 403" -- \
   push run s3://ckpts/pre --endpoint "$endpoint"
 AWS_REGION=us-west-2 expect 1 "HTTP 403" -- pull "s3://ckpts/pre/$name" --endpoint "$endpoint" --into got3
 env -u AWS_ACCESS_KEY_ID "$baton" ckpt push run s3://ckpts/pre --endpoint "$endpoint" >out 2>&1

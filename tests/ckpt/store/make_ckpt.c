@@ -1,11 +1,14 @@
 /* Test fixture for the pack/unpack/push/pull tests, built on the checkpoint library.
  *
- *   make_ckpt write RUN_DIR WORLD ROWS   RUN_DIR/checkpoints/s00-step00000004: WORLD
+ *   make_ckpt write RUN_DIR WORLD ROWS [SEED]
+ *                                        RUN_DIR/checkpoints/s00-step00000004: WORLD
  *                                        shard files, each holding two tensors of
  *                                        ROWS x 256 float32 (block size 64 KiB), and one
  *                                        more (rank WORLD) holding only two fp8 states'
- *                                        amax histories (no tensor names that file)
- *   make_ckpt read CKPT_DIR              reads every tensor and fp8 history back
+ *                                        amax histories (no tensor names that file);
+ *                                        another SEED (default 0): other values, the
+ *                                        same sizes (a later checkpoint of that name)
+ *   make_ckpt read CKPT_DIR [SEED]       reads every tensor and fp8 history back
  *                                        (every block CRC32C checked) and compares them
  *                                        with the values written
  *
@@ -19,9 +22,11 @@
 #define COLS  256
 #define BLOCK (64u * 1024u)
 
+static uint64_t seed; /* SEED */
+
 /* The value written at element i of tensor t: deterministic, so `read` can recompute it. */
 static float value_at(uint64_t t, uint64_t i) {
-    uint64_t x = (t + 1) * 0x9E3779B97F4A7C15ull ^ (i * 0xBF58476D1CE4E5B9ull);
+    uint64_t x = (t + 1 + seed * 1000) * 0x9E3779B97F4A7C15ull ^ (i * 0xBF58476D1CE4E5B9ull);
     x ^= x >> 31;
     return (float)(x % 100000) / 1000.0f - 50.0f;
 }
@@ -125,12 +130,15 @@ int main(int argc, char **argv) {
     bt_diag d;
     bt_diag_init(&d);
     int rc;
-    if (argc == 5 && strcmp(argv[1], "write") == 0) {
+    if ((argc == 5 || argc == 6) && strcmp(argv[1], "write") == 0) {
+        seed = argc == 6 ? strtoull(argv[5], NULL, 10) : 0;
         rc = cmd_write(argv[2], (uint32_t)atoi(argv[3]), strtoull(argv[4], NULL, 10), &d);
-    } else if (argc == 3 && strcmp(argv[1], "read") == 0) {
+    } else if ((argc == 3 || argc == 4) && strcmp(argv[1], "read") == 0) {
+        seed = argc == 4 ? strtoull(argv[3], NULL, 10) : 0;
         rc = cmd_read(argv[2], &d);
     } else {
-        fprintf(stderr, "usage: make_ckpt write RUN_DIR WORLD ROWS | make_ckpt read CKPT_DIR\n");
+        fprintf(stderr, "usage: make_ckpt write RUN_DIR WORLD ROWS [SEED] | make_ckpt read "
+                        "CKPT_DIR [SEED]\n");
         return 2;
     }
     if (rc < 0) fprintf(stderr, "make_ckpt: %s\n", d.msg);

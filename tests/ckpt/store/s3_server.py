@@ -165,6 +165,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         os.replace(obj + ".tmp", obj)
         self._reply(200, b"", [("ETag", '"%s"' % hashlib.md5(body).hexdigest())], signed)
 
+    def do_DELETE(self):
+        obj, signed = self._start()
+        if obj is None:
+            return
+        if os.path.isfile(obj):
+            os.remove(obj)
+        self._reply(204, b"", [], signed)  # S3 answers 204 whether or not the key was there
+
     def _read(self):
         obj, signed = self._start()
         if obj is None:

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The `baton ckpt` tools' outputs and reports, on checkpoints imported from small Hugging
+# Face models that make_hf.py writes:
+#  - reshard and import write --out and nothing else: the folder above keeps its `latest`
+#    (a file, a directory, a run's pointer) and its other .partial directories;
+#  - a write failure (a file size limit, SIGXFSZ ignored or not) leaves no .partial and
+#    none of the directories created for --out; an empty or existing --out is exit 2;
+#    missing parents are created;
+#  - export writes config.json and model.safetensors with the same mode (0644, umask 022);
+#  - import with tie_word_embeddings true takes the head from the embedding, as
+#    transformers does, with a note when the file's own lm_head.weight differs;
+#  - verify reports bytes appended to a shard file as damage (file and byte range);
+#  - permission problems are reported as such (not as "no such checkpoint" or damage);
+#    skipped under root, which may read anything.
+#   check-tools.sh BATON SOURCE_DIR
+set -u
+baton=$1 src=$2
+py=/usr/bin/python3
+[[ -x $py ]] || { echo "SKIPPED: $py is not installed"; exit 77; }
+work=$(mktemp -d /tmp/baton-test-ckpt-tools.XXXXXX)
+trap 'chmod -R u+rwX "$work" 2>/dev/null; rm -rf "$work"' EXIT
+cd "$work" || exit 1
+# fail, ok and expect (baton ckpt ARGS exits STATUS with PATTERN) come from server-lib.sh
+source "$src/tests/ckpt/store/server-lib.sh"
+make_hf() { "$py" "$src/tests/ckpt/make_hf.py" "$@"; }
+umask 022
+
+make_hf hf 64 2 272 && "$baton" ckpt import hf --out ck/small >/dev/null || exit 1
+make_hf hf-big 128 1 8192 && "$baton" ckpt import hf-big --out ck/big >/dev/null || exit 1
+
+# ---- only --out is written ----
+mkdir rs3 && echo notes >rs3/latest && mkdir rs3/s00-step00000009.partial
+expect 0 "rs3/b: written" -- reshard ck/small --to tp2 --out rs3/b
+expect 0 "imported" -- import hf --out rs3/imp
+[[ $(cat rs3/latest) == notes ]] && ok "reshard/import: the folder's latest file kept" ||
+  fail "rs3/latest is now '$(cat rs3/latest)'"
+[[ -d rs3/s00-step00000009.partial ]] && ok "reshard/import: another .partial kept" ||
+  fail "rs3/s00-step00000009.partial was removed"
+mkdir -p rs4/latest
+expect 0 "rs4/b: written" -- reshard ck/small --to tp2 --out rs4/b
+expect 0 "imported" -- import hf --out rs4/imp
+[[ -d rs4/latest && -z $(ls -A rs4/latest) ]] && ok "a directory named latest left alone" ||
+  fail "rs4/latest changed"
+mkdir -p run/checkpoints && cp -r ck/small run/checkpoints/s00-step00000001 &&
+  echo s00-step00000001 >run/checkpoints/latest
+expect 0 "written" -- reshard ck/small --to tp2 --out run/checkpoints/foo
+expect 0 "imported" -- import hf --out run/checkpoints/bar
+[[ $(cat run/checkpoints/latest) == s00-step00000001 ]] && ok "a run's latest pointer kept" ||
+  fail "run/checkpoints/latest is now '$(cat run/checkpoints/latest)'"
+
+# ---- failures, and the output paths ----
+(trap '' XFSZ; ulimit -f 100; "$baton" ckpt reshard ck/big --to tp1 --out n1/n2/r2 >out 2>&1)
+rc=$?
+[[ $rc -eq 1 && ! -e n1 ]] && grep -q "File too large" out &&
+  ok "reshard past a file size limit -> 1, no .partial, no directories left" ||
+  fail "reshard past a file size limit: exit $rc, left $(find n1 2>/dev/null): $(cat out)"
+(ulimit -f 100; "$baton" ckpt reshard ck/big --to tp1 --out n1/n2/r2 >out 2>&1)
+rc=$?
+[[ $rc -eq 153 && ! -e n1 ]] && ok "reshard stopped by SIGXFSZ -> 153, nothing left" ||
+  fail "reshard stopped by SIGXFSZ: exit $rc, left $(find n1 2>/dev/null): $(cat out)"
+for cmd in "import hf-big --out i1/i2/x" "export ck/big --out e1/e2/x"; do
+  (ulimit -f 100; "$baton" ckpt $cmd >out 2>&1)
+  rc=$?
+  [[ $rc -eq 153 && ! -e ${cmd##* --out }  && ! -e ${cmd##* --out }.partial &&
+     -z $(ls -d [ie]1 2>/dev/null) ]] && ok "$cmd stopped by SIGXFSZ -> 153, nothing left" ||
+    fail "$cmd under ulimit -f: exit $rc, left $(ls -d [ie]1 2>/dev/null): $(cat out)"
+done
+expect 2 "--out ''" -- reshard ck/small --to tp1 --out ""
+expect 2 "--out ''" -- import hf --out ""
+expect 2 "--out ''" -- export ck/small --out ""
+expect 2 "already exists" -- reshard ck/small --to tp1 --out rs3/b
+expect 2 "already exists" -- import hf --out rs3/b
+expect 0 "written" -- reshard ck/small --to tp1 --out p1/p2/r
+expect 0 "imported" -- import hf --out p3/p4/i
+expect 0 "exported" -- export ck/small --out p5/p6/e
+[[ -d p1/p2/r && -d p3/p4/i && -f p5/p6/e/config.json ]] && ok "missing parents created" ||
+  fail "missing parents: $(find p1 p3 p5)"
+
+# ---- export's modes ----
+modes=$(stat -c '%a' p5/p6/e p5/p6/e/config.json p5/p6/e/model.safetensors | tr '\n' ' ')
+[[ $modes == "755 644 644 " ]] && ok "export: directory 755, both files 644 (umask 022)" ||
+  fail "export modes (dir, config.json, model.safetensors): $modes"
+
+# ---- tied embeddings ----
+make_hf tied 64 2 272 --tied --head other
+expect 0 "note: .*tie_word_embeddings is true, so the head is model.embed_tokens.weight.*differs" \
+  -- import tied --out ck/tied
+expect 0 "exported" -- export ck/tied --out ex-tied
+"$py" "$src/tests/ckpt/make_hf.py" --compare ex-tied/model.safetensors lm_head.weight \
+  model.embed_tokens.weight && ok "tied: the head is the embedding" ||
+  fail "tied: the imported head is the file's lm_head.weight, not the embedding"
+make_hf tied2 64 2 272 --tied --head same
+out=$("$baton" ckpt import tied2 --out ck/tied2 2>&1) && ! grep -q note <<<"$out" &&
+  ok "tied, lm_head.weight equal to the embedding: no note" || fail "tied2: $out"
+make_hf untied 64 2 272 --head other
+"$baton" ckpt import untied --out ck/untied >/dev/null && "$baton" ckpt export ck/untied --out ex-untied >/dev/null
+"$py" "$src/tests/ckpt/make_hf.py" --compare ex-untied/model.safetensors lm_head.weight \
+  model.embed_tokens.weight && fail "untied: the head became the embedding" ||
+  ok "untied: the head is the file's own"
+
+# ---- verify: trailing bytes ----
+cp -r ck/small tr && chmod -R u+w tr
+size=$(stat -c %s tr/rank-00000.bin)
+printf 'extra' >>tr/rank-00000.bin
+expect 1 "DAMAGED: tr/rank-00000.bin: bytes \[$size, $((size + 5))\) lie after the last range" -- verify tr
+
+# ---- permissions ----
+if [[ $(id -u) -eq 0 ]]; then
+  echo "SKIPPED: the permission checks (running as root, which may read anything)"
+else
+  mkdir -p perm/p && cp -r ck/small perm/p/c && chmod 000 perm/p
+  expect 1 "perm/p/c: cannot access: Permission denied" -- inspect perm/p/c
+  chmod 755 perm/p && chmod 000 perm/p/c/rank-00000.bin
+  out=$("$baton" ckpt verify perm/p/c 2>&1)
+  rc=$?
+  [[ $rc -eq 2 ]] && grep -q "perm/p/c/rank-00000.bin: cannot read (Permission denied)" <<<"$out" &&
+    ! grep -q DAMAGED <<<"$out" && ok "verify of an unreadable shard -> 2, not damage" ||
+    fail "verify of an unreadable shard -> $rc: $out"
+fi
+
+[[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
+echo "all ckpt tool checks passed"
