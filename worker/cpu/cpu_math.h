@@ -55,6 +55,7 @@ CPU_INLINE float cpu_pow2i(int32_t k) {
 CPU_INLINE float cpu_expf(float x) {
     float xc = x > CPU_EXPF_HI ? CPU_EXPF_HI : x;
     xc = xc < CPU_EXPF_LO ? CPU_EXPF_LO : xc;
+    xc = xc == xc ? xc : 0.0f; /* NaN: its result is x below; no NaN cast to an integer */
     /* n = round(x log2 e); |x log2 e| < 2^22, so adding and removing 1.5 * 2^23 rounds. */
     float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     /* r = x - n ln 2, with ln 2 = 0.693359375 - 2.12194440e-4 (n * 0.693359375 exact). */
