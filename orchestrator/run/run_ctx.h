@@ -32,10 +32,13 @@ typedef struct run_ctx {
     journal j;
     run_state st;
     launch_server srv;
-    int sfd;          /* signalfd: SIGINT, SIGTERM, SIGHUP */
-    int got_signal;   /* a stop was asked for */
-    int killed_now;   /* a second SIGINT/SIGTERM: the workers were killed at once */
-    double failed_at; /* monotonic time of the last failure (recovery pending), else 0 */
+    int sfd;        /* signalfd: SIGINT, SIGTERM, SIGHUP */
+    int cfd;        /* signalfd: SIGCONT, read by run_pause_check only */
+    int cont_carry; /* a SIGCONT seen in a short turn: the next turn's gap may hold the stop */
+    double slow_forgiven; /* this attempt's gaps forgiven without a SIGCONT (at most hang_s) */
+    int got_signal;       /* a stop was asked for */
+    int killed_now;       /* a second SIGINT/SIGTERM: the workers were killed at once */
+    double failed_at;     /* monotonic time of the last failure (recovery pending), else 0 */
     run_progress prog;
     control_server cs; /* the control channel: Hello, heartbeats, metrics, Fatal, Stop */
     int cs_open;
