@@ -115,11 +115,12 @@ void run_ckpt_note_record(run_ctx *c, const Baton__JournalRecord *r);
 /* The newest complete checkpoint in the run's checkpoint root that stage may start from:
  * its own or an earlier stage's, never a later one's, judged as the worker judges it, by
  * the manifest's stage index (ckpt_stage_relation; by the name only where the manifest
- * cannot be read) (name into out, cap > 0); 0 when there is none. */
-int run_ckpt_start_from(run_ctx *c, uint32_t stage, char *out, size_t cap);
+ * cannot be read) (name into out, cap > 0); 0 when there is none, -1 when the checkpoint
+ * root cannot be listed (d says why). */
+int run_ckpt_start_from(run_ctx *c, uint32_t stage, char *out, size_t cap, bt_diag *d);
 /* The newest complete checkpoint stage saved itself (by its manifest, as above): 1 with its
- * name in out and its step in *step, else 0. */
-int run_ckpt_own(run_ctx *c, uint32_t stage, char *out, size_t cap, uint64_t *step);
+ * name in out and its step in *step, 0 when there is none, -1 as above. */
+int run_ckpt_own(run_ctx *c, uint32_t stage, char *out, size_t cap, uint64_t *step, bt_diag *d);
 /* 0 when stage can start as the journal says it must: from a checkpoint of its own when
  * the journal records one of the stage committed, else of its own or an earlier stage
  * when the journal records one of those (else a fresh start is what the run did).

@@ -92,7 +92,17 @@ static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSp
     const char *init = c->doc->recipe->init;
     /* the worker takes the newest of the run's checkpoints it can load, skipping later
      * stages' (train_ckpt_load); with none of this stage or an earlier one, the recipe's */
-    if (run_ckpt_start_from(c, (uint32_t)i, probe, sizeof probe)) {
+    int from = run_ckpt_start_from(c, (uint32_t)i, probe, sizeof probe, diag);
+    if (from < 0) { /* not a fresh start from the recipe's init: another attempt looks again */
+        char why[sizeof diag->msg];
+        snprintf(why, sizeof why, "%s", diag->msg);
+        bt_diag_set(diag,
+                    "stage \"%s\": %s; cannot tell which checkpoint the stage starts from: "
+                    "the attempt fails (retried)",
+                    c->doc->recipe->stages[i]->name, why);
+        return BT_EIO;
+    }
+    if (from > 0) {
         free(s->init_checkpoint);
         s->init_checkpoint = strdup(c->dir->path);
     } else if (init != NULL && init[0] != '\0') { /* none of its own yet: the recipe's */
@@ -404,20 +414,26 @@ static void run_stop_casualty(const run_ctx *c, const launch_job *job, char *out
  * a resume continues, and journals that step as the attempt's: the one the run stands at. */
 static void run_check_stop(run_ctx *c, const launch_job *job, uint32_t stage,
                            Baton__JournalRecord *r) {
-    char have[128], who[256];
+    char have[128], who[256], from[2200];
     uint64_t at = 0;
-    int own = run_ckpt_own(c, stage, have, sizeof have, &at);
-    if (!own) at = 0;
-    if (!c->prog.have_step || at >= c->prog.step) return;
+    bt_diag d;
+    bt_diag_init(&d);
+    int own = run_ckpt_own(c, stage, have, sizeof have, &at, &d);
+    if (own <= 0) at = 0;
+    if (!c->prog.have_step || (own >= 0 && at >= c->prog.step)) return;
+    if (own > 0)
+        snprintf(from, sizeof from, "a resume continues from %s/%s (step %llu)", CKPT_ROOT_IN_RUN,
+                 have, (unsigned long long)at);
+    else if (own == 0)
+        snprintf(from, sizeof from, "a resume continues from the start of the stage (step 0)");
+    else /* the journal keeps the last step it knows of; the resume looks again */
+        snprintf(from, sizeof from, "where a resume continues cannot be told now: %s", d.msg);
     run_stop_casualty(c, job, who, sizeof who);
     run_progress_end(&c->prog);
-    run_err(c,
-            "stage \"%s\": the stop checkpoint at step %llu was not completed%s%s%s; "
-            "a resume continues from %s%s (step %llu)\n",
+    run_err(c, "stage \"%s\": the stop checkpoint at step %llu was not completed%s%s%s; %s\n",
             c->prog.stage, (unsigned long long)c->prog.step, who[0] ? " (" : "", who,
-            who[0] ? ")" : "", own ? CKPT_ROOT_IN_RUN "/" : "the start of the stage",
-            own ? have : "", (unsigned long long)at);
-    r->has_step = 1, r->step = at;
+            who[0] ? ")" : "", from);
+    r->has_step = own >= 0, r->step = at; /* unknown: none */
 }
 
 /* A hang's FAILURE record, when no rank failed on its own (whose exit status and signal
