@@ -294,6 +294,18 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   expect 2 "^baton run: \.\.yaml: the recipe has no name:.*the stem \"\.\" starts with '\.'" -- run ..yaml
   [[ ! -e runs/.x ]] || { echo "FAIL: a stem that is no name made a run directory"; exit 1; }
   expect 0 "wrote $sub/rx/baton.sbatch" -- submit .x.yaml --run-dir rx --dry-run
+  # any other stem names its directory as it always did: runs/exp+1, runs/ünï
+  cp .x.yaml exp+1.yaml && cp .x.yaml ünï.yaml && cp .x.yaml "llama 3.yaml"
+  cp .x.yaml "$(printf 'a\tb.yaml')"
+  expect 0 "wrote $sub/runs/exp\+1/baton.sbatch" -- submit exp+1.yaml --dry-run
+  grep -qx "#SBATCH --job-name=exp+1" runs/exp+1/baton.sbatch ||
+    { echo "FAIL: exp+1.yaml's job is not named exp+1"; exit 1; }
+  expect 0 "wrote $sub/runs/ünï/baton.sbatch" -- submit ünï.yaml --dry-run
+  # a space is fine in runs/llama 3, but not on an #SBATCH line: submit says so
+  expect 2 "^baton submit: the run directory '$sub/runs/llama 3' holds whitespace" -- \
+    submit "llama 3.yaml" --dry-run
+  expect 2 "^baton run: a\sb\.yaml: the recipe has no name:.*the stem \"a\sb\" holds a control character" -- \
+    run "$(printf 'a\tb.yaml')"
   expect 0 "wrote" -- submit "$small" --run-dir r2 --dry-run --set cluster.device=cuda \
     --set cluster.gpus_per_node=2 --set defaults.parallel.dp=2
   grep -qx "#SBATCH --gpus-per-node=2" r2/baton.sbatch || { echo "FAIL: no --gpus-per-node=2"; exit 1; }
