@@ -310,10 +310,21 @@ static int run_submit(run_args *a, recipe_doc *doc, run_dir *dir) {
     return BT_EXIT_OK;
 }
 
+/* Why stem cannot name a directory of its own under runs/, or NULL: empty, hidden or
+ * "."/".." (starting with '.'), or holding a control character ('/' cannot occur). Any
+ * other file stem is taken as it is ("exp+1", "llama 3", non-ASCII). */
+static const char *run_stem_problem(const char *stem) {
+    if (stem[0] == '\0') return "is empty";
+    if (stem[0] == '.') return "starts with '.' (a hidden directory, or . or ..)";
+    for (const unsigned char *p = (const unsigned char *)stem; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) return "holds a control character";
+    return NULL;
+}
+
 /* The default run directory: runs/<recipe name>, or for a recipe without a name
  * runs/<its file's stem> (recipes/a.yaml: runs/a), so that two unnamed recipes do not
- * share one. The stem stands in for the name, so it must be one too (recipe_name_problem):
- * ".x.yaml" would make a hidden runs/.x, "..yaml" runs/. itself. */
+ * share one; a stem that cannot name a directory (run_stem_problem: ".x.yaml" would make
+ * a hidden runs/.x, "..yaml" runs/. itself) is refused. */
 static int run_default_dir(char *out, size_t cap, const char *name, const char *recipe,
                            bt_diag *diag) {
     if (name != NULL && name[0] != '\0') {
@@ -331,16 +342,15 @@ static int run_default_dir(char *out, size_t cap, const char *name, const char *
             break;
         }
     }
-    char stem[256], why[512];
+    char stem[256];
     snprintf(stem, sizeof stem, "%.*s", (int)n, base);
-    if (n >= sizeof stem || recipe_name_problem(stem, why, sizeof why) != 0) {
-        if (n >= sizeof stem)
-            snprintf(why, sizeof why, "is longer than %zu characters", sizeof stem - 1);
+    const char *why = n >= sizeof stem ? "is longer than 255 bytes" : run_stem_problem(stem);
+    if (why != NULL) {
         bt_diag_set(diag,
                     "%s: the recipe has no name:, so its file's stem would name the run "
-                    "directory, and the stem %s; add a name: to the recipe (e.g. name: "
+                    "directory, and the stem \"%s\" %s; add a name: to the recipe (e.g. name: "
                     "pretrain) or give --run-dir DIR",
-                    recipe, why);
+                    recipe, stem, why);
         return BT_ERECIPE;
     }
     snprintf(out, cap, "runs/%s", stem);

@@ -111,6 +111,7 @@ typedef struct plan_shape {
     uint64_t seq_len, micro_batch, global_batch; /* global_batch 0 -> micro_batch * dp */
     uint32_t tp, cp, dp, pp, ep, virtual_stages, zero;
     int sequence_parallel, cp_ulysses;
+    int sp_wanted; /* parallel.sequence_parallel as the recipe has it (also at tp 1) */
     Baton__Stage__Recompute recompute;
     Baton__Precision__Type precision;
     int fp8_first_last_bf16; /* fp8: the first and last layers' GEMMs in bf16 */
@@ -138,6 +139,7 @@ typedef struct plan_alt {
     double step_time_s; /* 0 when unknown (no peak given) */
     int tight;          /* above PLAN_MEMORY_HEADROOM of the capacity */
     int changes;        /* settings changed from the stage's */
+    int drop_split;     /* pp or virtual_stages changed: the stage's stage_layers must go */
 } plan_alt;
 #define PLAN_MAX_ALTS 3
 /* the most entries (stages, or interleaved chunks) a suggested split is given for; the
@@ -329,6 +331,9 @@ double plan_pp_best_split(const plan_stage *ps, uint32_t *split);
 void plan_memory_for_pp_stage(const plan_stage *ps, uint32_t stage, plan_memory *out);
 void plan_memory_estimate(const plan_stage *ps, plan_memory *out);
 void plan_comm_estimate(const plan_stage *ps, plan_comm *out);
+/* The same with which groups cross nodes taken from crosses (a plan of the same layout),
+ * not looked up rank by rank (O(world)); NULL: looked up. */
+void plan_comm_estimate_known(const plan_stage *ps, plan_comm *out, const int *crosses);
 /* Model FLOPs with what recomputation repeats: x 4/3 under full recomputation, the
  * attention scores' (attn of flops) a third again under selective. */
 double plan_hw_flops(const plan_shape *sh, double flops, double attn);

@@ -1,11 +1,21 @@
 /* plan_find_alternatives: for a stage whose heaviest rank does not fit, the settings that
  * do fit on the same devices, found by planning each candidate as the stage is planned:
  * tp and pp (dp taking the rest of the devices; cp and ep as the recipe has them), ZeRO,
- * the recomputation and the micro-batch. The fastest few are kept. */
+ * the recomputation and the micro-batch. The fastest few are kept.
+ *
+ * The search is bounded for any size: tp and pp range over the divisors of the devices,
+ * the splits nearest the stage's (tp, pp) first; which groups cross nodes (a look at every
+ * rank) is found once per split; and the splits planned are at most ALT_RANK_BUDGET / world
+ * (ALT_MIN_SPLITS at least), so that a million devices take as long as a few thousand. */
 #include "plan.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define ALT_RANK_BUDGET (1u << 24) /* world x splits planned, at most */
+#define ALT_MIN_SPLITS  16
+#define ALT_MAX_DIVS    2048 /* a uint32_t has at most 1344 divisors */
 
 /* Whether the recipe's validation would take tp and pp for this stage (the checks of
  * orchestrator/recipe/validate.c that the sizes meet). */
@@ -15,7 +25,7 @@ static int alt_valid_split(const plan_stage *ps, uint32_t tp, uint32_t pp) {
     if (sh->n_heads % tp || (kv % tp && tp % kv) || sh->ffn % tp || sh->vocab % tp) return 0;
     if (pp > sh->n_layers) return 0;
     uint64_t rows = sh->seq_len / sh->cp;
-    if (tp > 1 && ps->shape.sequence_parallel && rows % tp) return 0;
+    if (tp > 1 && ps->shape.sp_wanted && rows % tp) return 0;
     if (sh->cp_ulysses && sh->cp > 1) {
         uint32_t kv_tp = kv >= tp ? kv / tp : 1;
         if (sh->n_heads % (tp * sh->cp) || kv_tp % sh->cp) return 0;
@@ -23,18 +33,23 @@ static int alt_valid_split(const plan_stage *ps, uint32_t tp, uint32_t pp) {
     return 1;
 }
 
+/* Which groups of one split's layout cross nodes, once found (alt_split). */
+typedef struct alt_links {
+    int known;
+    int crosses[PLAN_COMM_NGROUPS];
+} alt_links;
+
 /* Plans candidate c (its tp, pp, dp, zero, recompute, micro_batch set) into alt, a copy
  * of ps: 1 when it is valid and its heaviest rank fits, with its step time. */
-static int alt_plan(const plan_stage *ps, const plan_alt *c, plan_stage *alt) {
+static int alt_plan(const plan_stage *ps, const plan_alt *c, plan_stage *alt, alt_links *links) {
     const plan_shape *sh = &ps->shape;
     if (sh->global_batch % (c->micro_batch * c->dp) != 0) return 0;
     *alt = *ps;
     plan_shape *a = &alt->shape;
-    int sp = sh->sequence_parallel || sh->tp == 1; /* the recipe's, or the default: on */
     a->tp = c->tp, a->pp = c->pp, a->dp = c->dp, a->zero = c->zero;
     a->recompute = c->recompute, a->micro_batch = c->micro_batch;
     a->virtual_stages = c->virtual_stages;
-    a->sequence_parallel = sp && c->tp > 1;
+    a->sequence_parallel = sh->sp_wanted && c->tp > 1; /* the recipe's choice */
     if (c->pp != sh->pp || c->virtual_stages != sh->virtual_stages)
         alt->params.stage_layers = NULL, alt->params.n_stage_layers = 0;
     alt->microbatches = (a->global_batch + a->micro_batch * a->dp - 1) / (a->micro_batch * a->dp);
@@ -48,7 +63,9 @@ static int alt_plan(const plan_stage *ps, const plan_alt *c, plan_stage *alt) {
         return 0;
     plan_memory_estimate(alt, &alt->mem);
     if (alt->mem.fits != 1) return 0;
-    plan_comm_estimate(alt, &alt->comm);
+    plan_comm_estimate_known(alt, &alt->comm, links->known ? links->crosses : NULL);
+    if (!links->known) memcpy(links->crosses, alt->comm.crosses_nodes, sizeof links->crosses);
+    links->known = 1;
     plan_time_estimate(alt);
     return 1;
 }
@@ -100,13 +117,16 @@ static void alt_split(plan_stage *ps, plan_stage *scratch, plan_alt c) {
     int n_mb = 0;
     for (uint64_t mb = sh->micro_batch; mb >= 1 && n_mb < 23; mb /= 2)
         mbs[n_mb++] = mb;
-    if (mbs[n_mb - 1] != 1) mbs[n_mb++] = 1;
+    if (n_mb == 0 || mbs[n_mb - 1] != 1) mbs[n_mb++] = 1;
+    alt_links links = {0};
+    c.drop_split =
+        ps->params.n_stage_layers > 0 && (c.pp != sh->pp || c.virtual_stages != sh->virtual_stages);
     for (uint32_t z = sh->zero; z <= 3; z++)
         for (int r = sh->recompute; r <= BATON__STAGE__RECOMPUTE__FULL; r++)
             for (int k = 0; k < n_mb; k++) {
                 c.zero = z, c.recompute = (Baton__Stage__Recompute)r, c.micro_batch = mbs[k];
                 if (z > 0 && z > sh->zero && (uint64_t)c.dp * sh->cp < 2) continue;
-                if (alt_changes(sh, &c) == 0 || !alt_plan(ps, &c, scratch)) continue;
+                if (alt_changes(sh, &c) == 0 || !alt_plan(ps, &c, scratch, &links)) continue;
                 c.memory = scratch->mem.total;
                 c.step_time_s = scratch->step_time_s;
                 c.tight = c.memory > PLAN_MEMORY_HEADROOM * scratch->mem.capacity;
@@ -115,24 +135,72 @@ static void alt_split(plan_stage *ps, plan_stage *scratch, plan_alt c) {
             }
 }
 
+/* The divisors of n, ascending, into d (at most ALT_MAX_DIVS); returns how many. */
+static int alt_divisors(uint32_t n, uint32_t *d) {
+    int lo = 0, hi = 0;
+    uint32_t big[ALT_MAX_DIVS / 2];
+    for (uint32_t k = 1; (uint64_t)k * k <= n && lo < ALT_MAX_DIVS / 2; k++) {
+        if (n % k) continue;
+        d[lo++] = k;
+        if (k != n / k) big[hi++] = n / k;
+    }
+    while (hi > 0)
+        d[lo++] = big[--hi];
+    return lo;
+}
+
+typedef struct alt_cand {
+    uint32_t tp, pp;
+    double far; /* from the stage's split: |log2 tp/tp0| + |log2 pp/pp0| */
+} alt_cand;
+
+static int alt_nearer(const void *a, const void *b) {
+    const alt_cand *x = a, *y = b;
+    if (x->far != y->far) return x->far < y->far ? -1 : 1;
+    return x->tp != y->tp ? (x->tp < y->tp ? -1 : 1) : (x->pp < y->pp ? -1 : 1);
+}
+
+/* The valid tp x pp splits of the devices, nearest the stage's first; returns how many
+ * (*out malloc'd). */
+static size_t alt_splits(const plan_stage *ps, alt_cand **out) {
+    const plan_shape *sh = &ps->shape;
+    uint32_t cells = ps->lay.world / sh->cp,
+             most_tp = sh->tp > sh->gpus_per_node ? sh->tp : sh->gpus_per_node;
+    uint32_t *div = malloc(ALT_MAX_DIVS * sizeof *div);
+    int nd = div ? alt_divisors(cells, div) : 0;
+    alt_cand *v = nd ? malloc((size_t)nd * (size_t)nd * sizeof *v) : NULL;
+    size_t n = 0;
+    for (int i = 0; v != NULL && i < nd && div[i] <= most_tp; i++)
+        for (int j = 0; j < nd && (uint64_t)div[i] * div[j] <= cells; j++) {
+            uint32_t tp = div[i], pp = div[j];
+            if ((cells / tp) % pp || !alt_valid_split(ps, tp, pp)) continue;
+            double far = fabs(log2((double)tp / sh->tp)) + fabs(log2((double)pp / sh->pp));
+            v[n++] = (alt_cand){.tp = tp, .pp = pp, .far = far};
+        }
+    free(div);
+    if (n > 0) qsort(v, n, sizeof *v, alt_nearer);
+    *out = v;
+    return n;
+}
+
 void plan_find_alternatives(plan_stage *ps) {
     const plan_shape *sh = &ps->shape;
     ps->n_alts = 0;
-    if (ps->mem.fits != 0) return;
+    if (ps->mem.fits != 0 || sh->tp == 0 || sh->pp == 0 || sh->cp == 0) return;
     plan_stage *scratch = malloc(sizeof *scratch);
-    if (scratch == NULL) return;
-    uint32_t world = ps->lay.world, cells = world / sh->cp;
-    uint32_t most_tp = sh->tp > sh->gpus_per_node ? sh->tp : sh->gpus_per_node;
-    for (uint32_t tp = 1; tp <= cells && tp <= most_tp; tp++) {
-        if (cells % tp) continue;
-        for (uint32_t pp = 1; pp <= cells / tp; pp++) {
-            if ((cells / tp) % pp || !alt_valid_split(ps, tp, pp)) continue;
-            plan_alt c = {.tp = tp, .pp = pp, .dp = cells / tp / pp, .virtual_stages = 1};
-            uint32_t v = sh->virtual_stages; /* kept where it still interleaves */
-            if (v > 1 && pp > 1 && sh->n_layers % (pp * v) == 0) c.virtual_stages = v;
-            alt_split(ps, scratch, c);
-        }
+    alt_cand *v = NULL;
+    size_t n = scratch ? alt_splits(ps, &v) : 0;
+    uint32_t world = ps->lay.world ? ps->lay.world : 1, cells = world / sh->cp;
+    size_t most = ALT_RANK_BUDGET / world;
+    most = most < ALT_MIN_SPLITS ? ALT_MIN_SPLITS : most;
+    for (size_t k = 0; k < n && k < most; k++) {
+        uint32_t tp = v[k].tp, pp = v[k].pp;
+        plan_alt c = {.tp = tp, .pp = pp, .dp = cells / tp / pp, .virtual_stages = 1};
+        uint32_t vs = sh->virtual_stages; /* kept where it still interleaves */
+        if (vs > 1 && pp > 1 && sh->n_layers % (pp * vs) == 0) c.virtual_stages = vs;
+        alt_split(ps, scratch, c);
     }
+    free(v);
     free(scratch);
 }
 
@@ -149,6 +217,7 @@ const char *plan_alt_keys(const plan_shape *sh, const plan_alt *a, char *buf, si
     PAR(a->dp != sh->dp, "dp: %u", a->dp)
     PAR(a->zero != sh->zero, "zero: %u", a->zero)
     PAR(a->virtual_stages != sh->virtual_stages, "virtual_stages: %u", a->virtual_stages)
+    PAR(a->drop_split, "stage_layers: []") /* the old split does not fit the new pipeline */
 #undef PAR
     int n = 0;
     buf[0] = '\0';

@@ -433,14 +433,18 @@ static int any_block_crosses(const layout *l) {
     return 0;
 }
 
-static void comm_links(const plan_stage *ps, plan_comm *out) {
+static void comm_links(const plan_stage *ps, plan_comm *out, const int *crosses) {
     const layout *l = &ps->lay;
     const plan_shape *sh = &ps->shape;
-    out->crosses_nodes[PLAN_COMM_TP] = layout_any_group_crosses(l, LAYOUT_TP);
-    out->crosses_nodes[PLAN_COMM_PP] = layout_any_group_crosses(l, LAYOUT_PP);
-    out->crosses_nodes[PLAN_COMM_CP] = layout_any_group_crosses(l, LAYOUT_CP);
-    out->crosses_nodes[PLAN_COMM_EP] = layout_any_group_crosses(l, LAYOUT_EP);
-    out->crosses_nodes[PLAN_COMM_DP] = any_block_crosses(l);
+    if (crosses != NULL) {
+        memcpy(out->crosses_nodes, crosses, sizeof out->crosses_nodes);
+    } else {
+        out->crosses_nodes[PLAN_COMM_TP] = layout_any_group_crosses(l, LAYOUT_TP);
+        out->crosses_nodes[PLAN_COMM_PP] = layout_any_group_crosses(l, LAYOUT_PP);
+        out->crosses_nodes[PLAN_COMM_CP] = layout_any_group_crosses(l, LAYOUT_CP);
+        out->crosses_nodes[PLAN_COMM_EP] = layout_any_group_crosses(l, LAYOUT_EP);
+        out->crosses_nodes[PLAN_COMM_DP] = any_block_crosses(l);
+    }
     out->group_size[PLAN_COMM_TP] = sh->tp;
     out->group_size[PLAN_COMM_PP] = sh->pp;
     out->group_size[PLAN_COMM_DP] = sh->dp * sh->cp;
@@ -453,6 +457,10 @@ static void comm_links(const plan_stage *ps, plan_comm *out) {
 }
 
 void plan_comm_estimate(const plan_stage *ps, plan_comm *out) {
+    plan_comm_estimate_known(ps, out, NULL);
+}
+
+void plan_comm_estimate_known(const plan_stage *ps, plan_comm *out, const int *crosses) {
     memset(out, 0, sizeof *out);
     comm_dims d = comm_dims_of(ps);
     for (uint32_t stage = 0; stage < ps->shape.pp; stage++) {
@@ -465,7 +473,7 @@ void plan_comm_estimate(const plan_stage *ps, plan_comm *out) {
             }
         }
     }
-    comm_links(ps, out);
+    comm_links(ps, out, crosses);
 }
 
 double plan_hw_flops(const plan_shape *sh, double flops, double attn) {

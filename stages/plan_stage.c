@@ -57,6 +57,7 @@ static void shape_stage(const Baton__StageSpec *spec, plan_shape *sh) {
     sh->virtual_stages = par->virtual_stages ? par->virtual_stages : 1;
     sh->zero = par->zero;
     sh->sequence_parallel = par->sequence_parallel && par->tp > 1;
+    sh->sp_wanted = par->sequence_parallel != 0;
     sh->cp_ulysses = par->cp_comm == BATON__PARALLEL__CP_COMM__ULYSSES;
     sh->recompute = st->recompute;
     sh->precision = spec_precision(spec);

@@ -333,9 +333,15 @@ typedef struct set_undo {
     Baton__Stage *stage; /* data: stage->data was copied */
     ProtobufCMessage *m;
     const ProtobufCFieldDescriptor *f;
+    ProtobufCMessage **made; /* the first message on the way to m that was made, or NULL */
 } set_undo;
 
 static void set_undo_apply(set_undo *u) {
+    if (u->made != NULL) { /* m is inside it: all goes, the stage as it was */
+        protobuf_c_message_free_unpacked(*u->made, NULL);
+        *u->made = NULL;
+        return;
+    }
     if (u->stage != NULL) {
         protobuf_c_message_free_unpacked(&u->stage->data->base, NULL);
         u->stage->data = NULL;
@@ -390,13 +396,18 @@ static const Baton__Data *set_inherited_data(const Baton__Recipe *r, size_t i) {
     return d;
 }
 
-/* The stage's own message along fields path[0, n) (made where missing), or NULL. */
+/* The stage's own message along fields path[0, n) (made where missing; *made: the slot
+ * of the first one made, else NULL), or NULL. */
 static ProtobufCMessage *set_own_path(ProtobufCMessage *m, const ProtobufCFieldDescriptor **path,
-                                      int n) {
+                                      int n, ProtobufCMessage ***made) {
+    *made = NULL;
     for (int k = 0; k < n && m != NULL; k++) {
         ProtobufCMessage **slot = (ProtobufCMessage **)((char *)m + path[k]->offset);
         const ProtobufCMessageDescriptor *d = path[k]->descriptor;
-        if (*slot == NULL && (*slot = calloc(1, d->sizeof_message)) != NULL) d->message_init(*slot);
+        if (*slot == NULL && (*slot = calloc(1, d->sizeof_message)) != NULL) {
+            d->message_init(*slot);
+            if (*made == NULL) *made = slot;
+        }
         m = *slot;
     }
     return m;
@@ -432,7 +443,7 @@ static int set_inherit_list(recipe_doc *doc, size_t i, const char *rest, set_und
         if (f == NULL || dot == NULL) break;
         if (f->label == PROTOBUF_C_LABEL_REPEATED) {
             if (set_count(o, f) == 0 && set_count(e, f) > 0) {
-                ProtobufCMessage *to = set_own_path(&own->base, path, n);
+                ProtobufCMessage *to = set_own_path(&own->base, path, n, &undo->made);
                 rc = to ? set_copy_list(to, e, f) : BT_ENOMEM;
                 if (to != NULL) undo->m = to, undo->f = f;
             }

@@ -105,17 +105,13 @@ static int run_ckpt_find(run_ctx *c, uint32_t stage, int own, char *out, size_t 
     return out[0] != '\0';
 }
 
-int run_ckpt_start_from(run_ctx *c, uint32_t stage, char *out, size_t cap) {
+int run_ckpt_start_from(run_ctx *c, uint32_t stage, char *out, size_t cap, bt_diag *d) {
     uint64_t step;
-    bt_diag d;
-    bt_diag_init(&d);
-    return run_ckpt_find(c, stage, 0, out, cap, &step, &d) > 0;
+    return run_ckpt_find(c, stage, 0, out, cap, &step, d);
 }
 
-int run_ckpt_own(run_ctx *c, uint32_t stage, char *out, size_t cap, uint64_t *step) {
-    bt_diag d;
-    bt_diag_init(&d);
-    return run_ckpt_find(c, stage, 1, out, cap, step, &d) > 0;
+int run_ckpt_own(run_ctx *c, uint32_t stage, char *out, size_t cap, uint64_t *step, bt_diag *d) {
+    return run_ckpt_find(c, stage, 1, out, cap, step, d);
 }
 
 /* Stage's own checkpoints all gone though the journal records one committed, while another
@@ -124,9 +120,13 @@ int run_ckpt_own(run_ctx *c, uint32_t stage, char *out, size_t cap, uint64_t *st
 static int run_ckpt_own_gone(run_ctx *c, uint32_t stage, const char *have, char *why, size_t cap) {
     char mine[128];
     uint64_t step;
-    if (stage >= RUN_MAX_STAGES || c->journaled[stage].name[0] == '\0' ||
-        run_ckpt_own(c, stage, mine, sizeof mine, &step))
-        return 0;
+    bt_diag d;
+    bt_diag_init(&d);
+    if (stage >= RUN_MAX_STAGES || c->journaled[stage].name[0] == '\0') return 0;
+    int own = run_ckpt_own(c, stage, mine, sizeof mine, &step, &d);
+    if (own < 0)
+        snprintf(why, cap, "%s; not starting the stage without seeing its checkpoints", d.msg);
+    if (own != 0) return own < 0;
     snprintf(why, cap,
              "the journal records checkpoint %s/%s (step %llu) as the stage's newest "
              "committed, but it is gone from %s/%s with every other checkpoint of the stage: "

@@ -32,10 +32,13 @@ typedef struct run_ctx {
     journal j;
     run_state st;
     launch_server srv;
-    int sfd;          /* signalfd: SIGINT, SIGTERM, SIGHUP */
-    int got_signal;   /* a stop was asked for */
-    int killed_now;   /* a second SIGINT/SIGTERM: the workers were killed at once */
-    double failed_at; /* monotonic time of the last failure (recovery pending), else 0 */
+    int sfd;        /* signalfd: SIGINT, SIGTERM, SIGHUP */
+    int cfd;        /* signalfd: SIGCONT, read by run_pause_check only */
+    int cont_carry; /* a SIGCONT seen in a short turn: the next turn's gap may hold the stop */
+    double slow_forgiven; /* this attempt's gaps forgiven without a SIGCONT (at most hang_s) */
+    int got_signal;       /* a stop was asked for */
+    int killed_now;       /* a second SIGINT/SIGTERM: the workers were killed at once */
+    double failed_at;     /* monotonic time of the last failure (recovery pending), else 0 */
     run_progress prog;
     control_server cs; /* the control channel: Hello, heartbeats, metrics, Fatal, Stop */
     int cs_open;
@@ -112,11 +115,12 @@ void run_ckpt_note_record(run_ctx *c, const Baton__JournalRecord *r);
 /* The newest complete checkpoint in the run's checkpoint root that stage may start from:
  * its own or an earlier stage's, never a later one's, judged as the worker judges it, by
  * the manifest's stage index (ckpt_stage_relation; by the name only where the manifest
- * cannot be read) (name into out, cap > 0); 0 when there is none. */
-int run_ckpt_start_from(run_ctx *c, uint32_t stage, char *out, size_t cap);
+ * cannot be read) (name into out, cap > 0); 0 when there is none, -1 when the checkpoint
+ * root cannot be listed (d says why). */
+int run_ckpt_start_from(run_ctx *c, uint32_t stage, char *out, size_t cap, bt_diag *d);
 /* The newest complete checkpoint stage saved itself (by its manifest, as above): 1 with its
- * name in out and its step in *step, else 0. */
-int run_ckpt_own(run_ctx *c, uint32_t stage, char *out, size_t cap, uint64_t *step);
+ * name in out and its step in *step, 0 when there is none, -1 as above. */
+int run_ckpt_own(run_ctx *c, uint32_t stage, char *out, size_t cap, uint64_t *step, bt_diag *d);
 /* 0 when stage can start as the journal says it must: from a checkpoint of its own when
  * the journal records one of the stage committed, else of its own or an earlier stage
  * when the journal records one of those (else a fresh start is what the run did).

@@ -92,7 +92,17 @@ static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSp
     const char *init = c->doc->recipe->init;
     /* the worker takes the newest of the run's checkpoints it can load, skipping later
      * stages' (train_ckpt_load); with none of this stage or an earlier one, the recipe's */
-    if (run_ckpt_start_from(c, (uint32_t)i, probe, sizeof probe)) {
+    int from = run_ckpt_start_from(c, (uint32_t)i, probe, sizeof probe, diag);
+    if (from < 0) { /* not a fresh start from the recipe's init: another attempt looks again */
+        char why[sizeof diag->msg];
+        snprintf(why, sizeof why, "%s", diag->msg);
+        bt_diag_set(diag,
+                    "stage \"%s\": %s; cannot tell which checkpoint the stage starts from: "
+                    "the attempt fails (retried)",
+                    c->doc->recipe->stages[i]->name, why);
+        return BT_EIO;
+    }
+    if (from > 0) {
         free(s->init_checkpoint);
         s->init_checkpoint = strdup(c->dir->path);
     } else if (init != NULL && init[0] != '\0') { /* none of its own yet: the recipe's */
@@ -215,26 +225,65 @@ static double run_later(double t, double gap_s, double now) {
     return t + gap_s < now ? t + gap_s : now;
 }
 
+/* Whether a SIGCONT came since the last look: baton run was stopped (SIGSTOP, Ctrl-Z)
+ * and continued. SIGCONT is blocked: it resumes the process all the same, and waits in
+ * c->cfd, which this drains. */
+static int run_got_cont(run_ctx *c) {
+    struct signalfd_siginfo si;
+    int got = 0;
+    while (c->cfd >= 0 && read(c->cfd, &si, sizeof si) == (ssize_t)sizeof si)
+        got = 1;
+    return got;
+}
+
+/* Moves the hang clocks (every rank's last word, the attempt's start, rank 0's last step)
+ * on by s seconds. */
+static void run_forgive(run_ctx *c, double *started, double s, double now) {
+    if (s <= 0) return;
+    if (c->cs_open) control_server_forgive(&c->cs, s, now);
+    *started = run_later(*started, s, now);
+    if (c->prog.steps_seen) c->prog.last_step_at = run_later(c->prog.last_step_at, s, now);
+}
+
 /* A turn of run_watch's loop far longer than its poll (RUN_PAUSE_GAP_S): baton run itself
- * was not running (stopped by SIGSTOP, Ctrl-Z or a debugger; starved of CPU) and read
- * nothing from the ranks meanwhile, which may have blocked on it (a full socket or pipe,
- * the PMIx server). That silence is not theirs: the hang clocks (every rank's last word,
- * the attempt's start, rank 0's last step) move on by the gap, so a rank is judged hung
- * only after heartbeat_timeout of silence while baton run runs; a gap of half of it or
- * more is said. *last: the previous check's time, updated; returns now. */
+ * was not running and read nothing from the ranks meanwhile, which may have blocked on it
+ * (a full socket or pipe, the PMIx server). Two causes are told apart by SIGCONT:
+ *  - stopped (SIGSTOP, Ctrl-Z) and continued, a SIGCONT seen: the whole gap is forgiven,
+ *    since the ranks' silence over it is not theirs;
+ *  - no SIGCONT: slow (starved of CPU, its own work taking long), held by a debugger, or
+ *    frozen with its container (the cgroup freezer sends no SIGCONT). Starvation can make
+ *    every turn long, and forgiving each would never let a real hang be declared, so these
+ *    gaps are forgiven only up to heartbeat_timeout in all per attempt (c->slow_forgiven):
+ *    a freeze longer than that, or a starved run, may see its ranks judged hung.
+ * A gap of half of heartbeat_timeout or more is said. *last: the previous check's time,
+ * updated; returns now. */
 static double run_pause_check(run_ctx *c, double *last, double *started, double hang_s) {
     double now = bt_clock_now(), gap = now - *last;
     *last = now;
+    /* a SIGCONT read after the clock may end a stop that began after it: the gap that
+     * holds that stop is the next one */
+    int cont = run_got_cont(c), stopped = cont || c->cont_carry;
+    c->cont_carry = cont && gap < RUN_PAUSE_GAP_S;
     if (gap < RUN_PAUSE_GAP_S) return now;
-    if (c->cs_open) control_server_forgive(&c->cs, gap, now);
-    *started = run_later(*started, gap, now);
-    if (c->prog.steps_seen) c->prog.last_step_at = run_later(c->prog.last_step_at, gap, now);
-    if (gap < hang_s / 2) return now;
+    double forgive = gap, left = hang_s - c->slow_forgiven;
+    if (!stopped) forgive = gap < left ? gap : left > 0 ? left : 0;
+    if (!stopped) c->slow_forgiven += forgive;
+    run_forgive(c, started, forgive, now);
+    int ran_out = !stopped && forgive < gap && forgive > 0;
+    if (gap < hang_s / 2 && !ran_out) return now;
     run_progress_end(&c->prog);
-    run_err(c,
-            "was not running for %.1f s (stopped, e.g. SIGSTOP or Ctrl-Z, or starved of CPU): "
-            "the ranks' silence over that time does not count toward heartbeat_timeout\n",
-            gap);
+    if (stopped)
+        run_err(c,
+                "was stopped for %.1f s (it got SIGCONT: SIGSTOP or Ctrl-Z, then continued): "
+                "the ranks' silence over that time does not count toward heartbeat_timeout\n",
+                gap);
+    else
+        run_err(c,
+                "was not running for %.1f s and got no SIGCONT (starved of CPU, slow, held "
+                "by a debugger or frozen): %.1f s of the ranks' silence forgiven, %.1f s of "
+                "at most %.0f s (heartbeat_timeout) in this attempt%s\n",
+                gap, forgive, c->slow_forgiven, hang_s,
+                forgive < gap ? "; no more is forgiven" : "");
     return now;
 }
 
@@ -287,6 +336,8 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
     struct pollfd pfd[RUN_MAX_POLL];
     double started = bt_clock_now(), last = started;
     int rc;
+    c->slow_forgiven = 0, c->cont_carry = 0;
+    run_got_cont(c); /* one from before the attempt stopped none of its turns */
     for (;;) {
         size_t n = 0;
         if (c->sfd >= 0) pfd[n++] = (struct pollfd){.fd = c->sfd, .events = POLLIN};
@@ -363,20 +414,26 @@ static void run_stop_casualty(const run_ctx *c, const launch_job *job, char *out
  * a resume continues, and journals that step as the attempt's: the one the run stands at. */
 static void run_check_stop(run_ctx *c, const launch_job *job, uint32_t stage,
                            Baton__JournalRecord *r) {
-    char have[128], who[256];
+    char have[128], who[256], from[2200];
     uint64_t at = 0;
-    int own = run_ckpt_own(c, stage, have, sizeof have, &at);
-    if (!own) at = 0;
-    if (!c->prog.have_step || at >= c->prog.step) return;
+    bt_diag d;
+    bt_diag_init(&d);
+    int own = run_ckpt_own(c, stage, have, sizeof have, &at, &d);
+    if (own <= 0) at = 0;
+    if (!c->prog.have_step || (own >= 0 && at >= c->prog.step)) return;
+    if (own > 0)
+        snprintf(from, sizeof from, "a resume continues from %s/%s (step %llu)", CKPT_ROOT_IN_RUN,
+                 have, (unsigned long long)at);
+    else if (own == 0)
+        snprintf(from, sizeof from, "a resume continues from the start of the stage (step 0)");
+    else /* the journal keeps the last step it knows of; the resume looks again */
+        snprintf(from, sizeof from, "where a resume continues cannot be told now: %s", d.msg);
     run_stop_casualty(c, job, who, sizeof who);
     run_progress_end(&c->prog);
-    run_err(c,
-            "stage \"%s\": the stop checkpoint at step %llu was not completed%s%s%s; "
-            "a resume continues from %s%s (step %llu)\n",
+    run_err(c, "stage \"%s\": the stop checkpoint at step %llu was not completed%s%s%s; %s\n",
             c->prog.stage, (unsigned long long)c->prog.step, who[0] ? " (" : "", who,
-            who[0] ? ")" : "", own ? CKPT_ROOT_IN_RUN "/" : "the start of the stage",
-            own ? have : "", (unsigned long long)at);
-    r->has_step = 1, r->step = at;
+            who[0] ? ")" : "", from);
+    r->has_step = own >= 0, r->step = at; /* unknown: none */
 }
 
 /* A hang's FAILURE record, when no rank failed on its own (whose exit status and signal
@@ -691,16 +748,24 @@ static void run_signal_set(sigset_t *set) {
     sigaddset(set, SIGHUP);
 }
 
+/* SIGCONT too: blocked, it still continues a stopped process, and waits for c->cfd (the
+ * launcher's children start with no signal blocked). */
 void run_signals_block(void) {
     sigset_t set;
     run_signal_set(&set);
+    sigaddset(&set, SIGCONT);
     sigprocmask(SIG_BLOCK, &set, NULL);
 }
 
-/* A signal that came since run_signals_block waits in the signalfd. */
-static int run_signals(void) {
-    sigset_t set;
+/* A signal that came since run_signals_block waits in the signalfd; SIGCONT in *cfd. */
+static int run_signals(int *cfd) {
+    sigset_t set, cont;
     run_signal_set(&set);
+    sigemptyset(&cont);
+    sigaddset(&cont, SIGCONT);
+    *cfd = -1;
+    if (sigprocmask(SIG_BLOCK, &cont, NULL) == 0)
+        *cfd = signalfd(-1, &cont, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sigprocmask(SIG_BLOCK, &set, NULL) != 0) return -1;
     return signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
 }
@@ -782,7 +847,7 @@ static void run_journal_started(run_ctx *c) {
 }
 
 int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
-    run_ctx c = {.dir = dir, .doc = doc, .o = o, .sfd = -1};
+    run_ctx c = {.dir = dir, .doc = doc, .o = o, .sfd = -1, .cfd = -1};
     bt_diag d;
     bt_diag_init(&d);
     int rc = run_load_state(&c);
@@ -794,7 +859,7 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
                dir->path);
     } else {
         if (!c.st.started) run_journal_started(&c);
-        c.sfd = run_signals();
+        c.sfd = run_signals(&c.cfd);
         bt_diag_init(&c.cs_diag);
         const char *host = o->slurm ? launch_slurm_listen(o->slurm) : "127.0.0.1";
         if (control_server_open(&c.cs, dir->token, dir->path, host, &c.cs_diag) == 0)
@@ -815,6 +880,7 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
         launch_server_close(&c.srv);
         if (c.cs_open) control_server_close(&c.cs);
         if (c.sfd >= 0) close(c.sfd);
+        if (c.cfd >= 0) close(c.cfd);
     }
     journal_close(&c.j);
     if (status == 0) run_print_summary(dir);

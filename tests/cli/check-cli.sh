@@ -58,6 +58,23 @@ expect 1 'DOES NOT FIT: .*; or raise tp or pp \(what fits on the same devices: u
 expect 1 '"alternatives": \[\{"tp": 4,' -- \
   plan --json "$recipes/llama3-70b-64gpu.yaml" --set defaults.recompute=none --set defaults.micro_batch=2
 expect 0 'Exit status: 0 every stage fits .* 1 some$' -- plan --help
+# the search for what fits is bounded: a million devices, on one node or on 256, take
+# seconds (a recipe fuzzer's extremes too), not minutes
+for shape in "1 1048576" "256 4096"; do
+  read -r nodes gpn <<<"$shape"
+  t0=$SECONDS
+  out=$(timeout 20 "$baton" plan "$recipes/llama3-70b-64gpu.yaml" --set defaults.recompute=none \
+    --set defaults.micro_batch=2 --set defaults.seq_len=64K --set cluster.nodes="$nodes" \
+    --set cluster.gpus_per_node="$gpn" --set defaults.parallel.dp=32768 \
+    --set defaults.global_batch=65536 2>&1)
+  rc=$?
+  if [[ $rc -ne 1 ]] || ! grep -q '^  on the same 1048576 devices these fit' <<<"$out"; then
+    echo "FAIL: plan on $nodes x $gpn devices -> exit $rc after $((SECONDS - t0)) s (want 1, alternatives)"
+    failures=$((failures + 1))
+  else
+    echo "ok   plan on $nodes x $gpn devices -> 1 in $((SECONDS - t0)) s"
+  fi
+done
 # status and eval name the option that is unknown or missing, as plan does
 expect 2 "^baton status: unknown option '--bogus'" -- status "$recipes" --bogus
 expect 2 "^baton status: one run directory at a time \\(got 'a' and 'b'\\)" -- status a b
@@ -294,6 +311,18 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   expect 2 "^baton run: \.\.yaml: the recipe has no name:.*the stem \"\.\" starts with '\.'" -- run ..yaml
   [[ ! -e runs/.x ]] || { echo "FAIL: a stem that is no name made a run directory"; exit 1; }
   expect 0 "wrote $sub/rx/baton.sbatch" -- submit .x.yaml --run-dir rx --dry-run
+  # any other stem names its directory as it always did: runs/exp+1, runs/ünï
+  cp .x.yaml exp+1.yaml && cp .x.yaml ünï.yaml && cp .x.yaml "llama 3.yaml"
+  cp .x.yaml "$(printf 'a\tb.yaml')"
+  expect 0 "wrote $sub/runs/exp\+1/baton.sbatch" -- submit exp+1.yaml --dry-run
+  grep -qx "#SBATCH --job-name=exp+1" runs/exp+1/baton.sbatch ||
+    { echo "FAIL: exp+1.yaml's job is not named exp+1"; exit 1; }
+  expect 0 "wrote $sub/runs/ünï/baton.sbatch" -- submit ünï.yaml --dry-run
+  # a space is fine in runs/llama 3, but not on an #SBATCH line: submit says so
+  expect 2 "^baton submit: the run directory '$sub/runs/llama 3' holds whitespace" -- \
+    submit "llama 3.yaml" --dry-run
+  expect 2 "^baton run: a\sb\.yaml: the recipe has no name:.*the stem \"a\sb\" holds a control character" -- \
+    run "$(printf 'a\tb.yaml')"
   expect 0 "wrote" -- submit "$small" --run-dir r2 --dry-run --set cluster.device=cuda \
     --set cluster.gpus_per_node=2 --set defaults.parallel.dp=2
   grep -qx "#SBATCH --gpus-per-node=2" r2/baton.sbatch || { echo "FAIL: no --gpus-per-node=2"; exit 1; }

@@ -57,12 +57,14 @@ def plan_sets(baton, path, sets):
     return out.returncode, (json.loads(out.stdout) if out.stdout.startswith("{") else None)
 
 
-def check_alternatives(baton, path, micro_batch):
+def check_alternatives(baton, path, micro_batch, extra=()):
     """A stage that does not fit (no recomputation, a larger micro_batch): plan exits 1,
     prints the whole plan, and offers at most three settings of the same devices, each of
     which, given to the recipe, plans as offered: it fits, with that memory and step time;
-    one per split of tp and pp."""
-    base = ["defaults.recompute=none", f"defaults.micro_batch={micro_batch}"]
+    one per split of tp and pp. extra: more settings of the recipe, which the offers keep
+    (sequence_parallel off stays off); one that changes pp where the recipe gives
+    stage_layers says to drop them."""
+    base = ["defaults.recompute=none", f"defaults.micro_batch={micro_batch}", *extra]
     rc, p = plan_sets(baton, path, base)
     name = os.path.basename(path)
     check(rc == 1 and p is not None, f"{name} without recomputation: plan exits 1 ({rc}), JSON printed")
@@ -75,6 +77,10 @@ def check_alternatives(baton, path, micro_batch):
     for a in alts:
         sets = base + [f"defaults.parallel.{k}={a[k]}" for k in ("tp", "pp", "dp", "zero", "virtual_stages")]
         sets += [f"defaults.recompute={a['recompute']}", f"defaults.micro_batch={a['micro_batch']}"]
+        split = [x for x in extra if x.startswith("defaults.parallel.stage_layers=")]
+        if split and "pp: " in a["keys"]:  # the keys name pp where it changed
+            check("stage_layers: []" in a["keys"], f"{name}: {a['keys']} does not drop stage_layers")
+            sets.append("defaults.parallel.stage_layers=[]")
         rc, q = plan_sets(baton, path, sets)
         got = q["stages"][0] if q else None
         check(rc == 0 and got is not None and got["fits"] is True and got["world"] == st["world"]
@@ -131,6 +137,11 @@ def main():
 
     check_alternatives(baton, os.path.join(recipes, "llama3-70b-64gpu.yaml"), 2)
     check_alternatives(baton, os.path.join(recipes, "deepseek-moe-16b.yaml"), 4)
+    check_alternatives(baton, os.path.join(recipes, "llama3-70b-64gpu.yaml"), 2,
+                       ["defaults.parallel.tp=1", "defaults.parallel.dp=16",
+                        "defaults.parallel.sequence_parallel=false"])
+    check_alternatives(baton, os.path.join(recipes, "llama3-70b-64gpu.yaml"), 2,
+                       ["defaults.parallel.stage_layers=[21,20,20,19]"])
 
     if failures:
         sys.exit(f"{len(failures)} check(s) failed")

@@ -506,6 +506,12 @@ static void test_set_inherited_list(void) {
     bt_diag_init(&d); /* stage b gives its own data: its list, not the recipe's */
     CHECK(recipe_apply_set(&doc, "stages.b.data.mix.2.weight=1", &d) == BT_ERECIPE);
     CHECK_STR_CONTAINS(d.msg, "stages[1].data.mix (l.yaml:13:33) has 2 elements");
+    /* a refused one leaves no trace: not the copied list, nor the parallel block made
+     * to hold it */
+    bt_diag_init(&d);
+    CHECK(recipe_apply_set(&doc, "stages.b.parallel.stage_layers.5=1", &d) == BT_ERECIPE);
+    CHECK_STR_CONTAINS(d.msg, "has 2 elements, so index 5 is out of range");
+    CHECK(r->stages[1]->parallel == NULL);
     recipe_doc_free(&doc);
 }
 

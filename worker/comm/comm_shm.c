@@ -302,10 +302,14 @@ static int shm_init_head(shm_head *h, int size) {
 
 /* Rank 0: a fresh object under a random name, its space reserved (so that a full
  * /dev/shm is an error here, not a SIGBUS later). name is "" on failure. The process's
- * first one sweeps the dead processes' stale ones first. */
-static void shm_create(shm_impl *s, int size, char name[SHM_NAME]) {
+ * first one sweeps the dead processes' stale ones first: those older than
+ * COMM_SHM_SWEEP_AGE_S, or twice the group's timeout where that is longer (a group
+ * forms within its timeout). */
+static void shm_create(shm_impl *s, int size, int timeout_ms, char name[SHM_NAME]) {
     static int swept;
-    if (!__atomic_exchange_n(&swept, 1, __ATOMIC_ACQ_REL)) comm_shm_sweep(COMM_SHM_SWEEP_AGE_S);
+    double age = 2.0 * timeout_ms / 1000;
+    if (!__atomic_exchange_n(&swept, 1, __ATOMIC_ACQ_REL))
+        comm_shm_sweep(age > COMM_SHM_SWEEP_AGE_S ? age : COMM_SHM_SWEEP_AGE_S);
     uint64_t r = 0;
     if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) r ^= (uint64_t)shm_now_ms();
     snprintf(name, SHM_NAME, "/baton-comm-%d-%016llx", (int)getpid(), (unsigned long long)r);
@@ -345,7 +349,7 @@ static int shm_disabled(void) {
  * transport's error. */
 static int shm_join(comm *in, shm_impl *s) {
     char name[SHM_NAME] = "";
-    if (in->rank == 0) shm_create(s, in->size, name);
+    if (in->rank == 0) shm_create(s, in->size, in->timeout_ms, name);
     int rc = comm_broadcast(in, name, sizeof name, COMM_BYTE, 0, NULL);
     if (rc != 0 || name[0] == '\0') {
         if (s->head != NULL) munmap(s->head, s->map_len), s->head = NULL;

@@ -62,7 +62,7 @@ int comm_shm_wrap(comm **c);
  * if the PID was reused; the age keeps those whose creator is alive in another PID
  * namespace sharing /dev/shm (a group forms within its timeout). Returns how many were
  * removed. Rank 0 of the first group a process creates calls it with
- * COMM_SHM_SWEEP_AGE_S. */
+ * COMM_SHM_SWEEP_AGE_S, or twice the group's timeout where that is longer. */
 #define COMM_SHM_SWEEP_AGE_S 600.0
 int comm_shm_sweep(double min_age_s);
 

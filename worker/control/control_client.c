@@ -63,7 +63,7 @@ static void control_drop(control_client *c) {
     if (c->fd >= 0) close(c->fd);
     c->fd = -1;
     free(c->out);
-    c->out = NULL, c->out_len = 0, c->out_cap = 0;
+    c->out = NULL, c->out_head = 0, c->out_len = 0, c->out_cap = 0;
 }
 
 static void control_lost(control_client *c, const char *why) {
@@ -73,37 +73,62 @@ static void control_lost(control_client *c, const char *why) {
     control_drop(c);
 }
 
+/* Bytes of frames waiting in the outbox. */
+static size_t control_pending(const control_client *c) {
+    return c->out_len - c->out_head;
+}
+
+/* Moves what waits to the outbox's start once the sent part before it is the larger half:
+ * each byte moves O(1) times on average, however long baton run leaves the outbox full
+ * (the buffer grows to at most twice what waits). */
+static void control_compact(control_client *c) {
+    if (c->out_head == 0 || c->out_head < control_pending(c)) return;
+    memmove(c->out, c->out + c->out_head, control_pending(c));
+    c->out_len -= c->out_head;
+    c->out_head = 0;
+}
+
 /* Sends what the outbox holds, as far as the socket takes it without waiting. Returns 0,
  * or -1 when the channel failed (then closed). */
 static int control_flush(control_client *c) {
-    size_t off = 0;
-    while (c->fd >= 0 && off < c->out_len) {
-        ssize_t w = send(c->fd, c->out + off, c->out_len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (c->fd >= 0 && c->out_head < c->out_len) {
+        ssize_t w =
+            send(c->fd, c->out + c->out_head, control_pending(c), MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0 && errno == EINTR) continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
         if (w <= 0) {
             control_lost(c, w < 0 ? strerror(errno) : "the socket took nothing");
             return -1;
         }
-        off += (size_t)w;
+        c->out_head += (size_t)w;
     }
     if (c->fd < 0) return -1;
-    memmove(c->out, c->out + off, c->out_len - off);
-    c->out_len -= off;
+    if (c->out_head == c->out_len) c->out_head = c->out_len = 0;
+    control_compact(c);
     return 0;
+}
+
+/* What must arrive if anything does: a Fatal (why the rank failed) and the DONE heartbeat
+ * (the stage's end), for which CONTROL_CLIENT_RESERVE of the outbox is kept. */
+static int control_vital(const Baton__Envelope *env) {
+    return env->body_case == BATON__ENVELOPE__BODY_FATAL ||
+           (env->body_case == BATON__ENVELOPE__BODY_HEARTBEAT && env->heartbeat->has_phase &&
+            env->heartbeat->phase == BATON__HEARTBEAT__PHASE__DONE);
 }
 
 /* Appends env's frame to the outbox. Returns -1 when it does not fit (dropped). */
 static int control_queue(control_client *c, const Baton__Envelope *env) {
-    size_t n = baton__envelope__get_packed_size(env), need = c->out_len + n + 4;
-    if (need > CONTROL_CLIENT_MAX_QUEUE) {
+    size_t n = baton__envelope__get_packed_size(env), need = control_pending(c) + n + 4;
+    size_t most = CONTROL_CLIENT_MAX_QUEUE - (control_vital(env) ? 0 : CONTROL_CLIENT_RESERVE);
+    if (need > most) {
         if (c->dropped++ == 0)
             fprintf(stderr,
                     "baton-worker: rank %u: %zu bytes of control messages wait for baton run "
                     "to read them (stopped?); dropping new ones until it does\n",
-                    c->rank, c->out_len);
+                    c->rank, control_pending(c));
         return -1;
     }
+    need = c->out_len + n + 4;
     if (need > c->out_cap) {
         size_t cap = c->out_cap ? 2 * c->out_cap : 4096;
         cap = cap < need ? need : cap;
@@ -150,7 +175,7 @@ static int control_hello(control_client *c, const char *token, uint32_t world, u
 int control_client_open(control_client *c, const char *address, const char *token, uint32_t rank,
                         uint32_t world, uint32_t attempt, const char *node, bt_diag *diag) {
     c->fd = -1, c->rank = rank, c->stop = 0, c->in_len = 0, c->stop_reason[0] = '\0';
-    c->out = NULL, c->out_len = 0, c->out_cap = 0, c->dropped = 0;
+    c->out = NULL, c->out_head = 0, c->out_len = 0, c->out_cap = 0, c->dropped = 0;
     char host[256];
     const char *port;
     if (control_split(address, host, sizeof host, &port) != 0) {
@@ -174,6 +199,7 @@ int control_client_open(control_client *c, const char *address, const char *toke
     }
     if (control_hello(c, token, world, attempt, node) != 0) {
         bt_diag_set(diag, "control channel at %s: cannot send Hello", address);
+        control_drop(c); /* no channel without its Hello (c->fd -1, as documented) */
         return BT_EIO;
     }
     return 0;
@@ -251,17 +277,18 @@ int control_client_poll(control_client *c) {
 
 void control_client_close(control_client *c) {
     double end = bt_clock_now() + CONTROL_CLIENT_CLOSE_WAIT_S;
-    while (c->fd >= 0 && c->out_len > 0 && control_flush(c) == 0 && c->out_len > 0) {
+    while (c->fd >= 0 && control_pending(c) > 0 && control_flush(c) == 0 &&
+           control_pending(c) > 0) {
         double left = end - bt_clock_now();
         if (left <= 0) break;
         struct pollfd p = {c->fd, POLLOUT, 0};
         poll(&p, 1, (int)(left * 1000) + 1);
     }
-    if (c->fd >= 0 && c->out_len > 0)
+    if (c->fd >= 0 && control_pending(c) > 0)
         fprintf(stderr,
                 "baton-worker: rank %u: %zu bytes of control messages not delivered: baton run "
                 "did not read them within %d s\n",
-                c->rank, c->out_len, CONTROL_CLIENT_CLOSE_WAIT_S);
+                c->rank, control_pending(c), CONTROL_CLIENT_CLOSE_WAIT_S);
     if (c->dropped > 0)
         fprintf(stderr, "baton-worker: rank %u: %u control messages were dropped (outbox full)\n",
                 c->rank, c->dropped);

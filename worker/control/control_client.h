@@ -7,9 +7,10 @@
  * at once (the orchestrator stopped by SIGSTOP or Ctrl-Z, or slow) wait in an outbox, in
  * order, and go out with the next message or poll, and at close (which waits for them at
  * most CONTROL_CLIENT_CLOSE_WAIT_S). An outbox over CONTROL_CLIENT_MAX_QUEUE drops new
- * messages (said once). Every failure (cannot connect, a send that fails, the orchestrator
- * going away) closes the channel, is reported once on stderr, and the worker goes on
- * without it. */
+ * messages (said once); the last CONTROL_CLIENT_RESERVE bytes of it take only a Fatal or
+ * the DONE heartbeat, so that those are not dropped behind a backlog of heartbeats. Every failure
+ * (cannot connect, a send that fails, the orchestrator going away) closes the channel, is reported
+ * once on stderr, and the worker goes on without it. */
 #ifndef BATON_CONTROL_CLIENT_H
 #define BATON_CONTROL_CLIENT_H
 
@@ -21,8 +22,9 @@
 
 #define CONTROL_CLIENT_CONNECT_TIMEOUT_S 5
 #define CONTROL_CLIENT_CLOSE_WAIT_S      10
-#define CONTROL_CLIENT_MAX_QUEUE         (4u << 20) /* bytes waiting in the outbox */
-#define CONTROL_CLIENT_MAX_FRAME         (1u << 16) /* the orchestrator only sends Stop */
+#define CONTROL_CLIENT_MAX_QUEUE         (4u << 20)  /* bytes waiting in the outbox */
+#define CONTROL_CLIENT_RESERVE           (64u << 10) /* of it, kept for Fatal and DONE */
+#define CONTROL_CLIENT_MAX_FRAME         (1u << 16)  /* the orchestrator only sends Stop */
 
 typedef struct control_client {
     int fd;        /* -1: no channel */
@@ -32,8 +34,8 @@ typedef struct control_client {
     char stop_reason[256];
     uint8_t in[CONTROL_CLIENT_MAX_FRAME + 4]; /* bytes received, not yet decoded */
     size_t in_len;
-    uint8_t *out; /* frames not yet sent whole, in order (malloc'd) */
-    size_t out_len, out_cap;
+    uint8_t *out; /* frames not yet sent whole, in order, from out_head (malloc'd) */
+    size_t out_head, out_len, out_cap;
     unsigned dropped; /* messages dropped because the outbox was full */
 } control_client;
 
