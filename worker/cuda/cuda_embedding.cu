@@ -11,7 +11,10 @@
  *     chunk of EMB_CHUNK pairs, a thread per digit value walking its chunk in shared
  *     memory), scans the counts digit-major (one block, a thread per digit value walking
  *     the chunks), then places each chunk's pairs at their digit's offsets in chunk
- *     order (the count's walk again): stable, so each token's rows end in n order.
+ *     order (the count's walk again): stable, so each token's rows end in n order. Four
+ *     passes sort 32-bit keys; a shard of Vl <= 0xffff needs two: its keys are below
+ *     0xffff, the low 16 bits of EMB_NONE, which so still sorts last (the same order, so
+ *     the same sums, bit for bit).
  *  2. The sums: a block takes EMB_SPAN sorted positions (or more for very large N) and
  *     128 columns; for each token whose run of positions starts in its span, a thread
  *     adds the run's dout rows to the table value in order and stores the sum once.
@@ -179,14 +182,15 @@ void cuda_vocab_embedding_backward(backend *be, float *dwte, const float *dout,
     int32_t *row[2] = {(int32_t *)(s + 2 * (size_t)N), (int32_t *)(s + 3 * (size_t)N)};
     emb_keys_kernel<<<cuda_grid(N, EMB_THREADS), EMB_THREADS, 0, c->stream>>>(key[0], row[0],
                                                                               tokens, N, v0, Vl);
-    for (int p = 0; p < EMB_PASSES; p++) {
+    const int passes = Vl <= 0xffff ? 2 : EMB_PASSES; /* even, as EMB_PASSES */
+    for (int p = 0; p < passes; p++) {
         const int in = p & 1, shift = p * EMB_DIGIT_BITS;
         emb_count_kernel<<<G, EMB_DIGITS, 0, c->stream>>>(hist, key[in], N, G, shift);
         emb_scan_kernel<<<1, EMB_DIGITS, 0, c->stream>>>(hist, G);
         emb_place_kernel<<<G, EMB_DIGITS, 0, c->stream>>>(key[!in], row[!in], key[in], row[in],
                                                           hist, N, G, shift);
     }
-    /* EMB_PASSES is even: the sorted pairs are back in key[0], row[0]. */
+    /* An even number of passes: the sorted pairs are back in key[0], row[0]. */
     const int span = N / 65535 + 1 > EMB_SPAN ? N / 65535 + 1 : EMB_SPAN;
     dim3 grid((unsigned)(C + 127) / 128, (unsigned)((N + span - 1) / span));
     emb_sum_kernel<<<grid, 128, 0, c->stream>>>(dwte, dout, key[0], row[0], N, C, span);
