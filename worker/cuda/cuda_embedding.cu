@@ -22,8 +22,10 @@
  * threads in the scan, and in the sums its span plus the lengths of the runs starting
  * there: a token repeated r times is a chain of r additions whatever the scheme, if the
  * sums are to be the CPU's. The sort's scratch, c->emb_sort, grows at the first call
- * with more rows than before (an allocation synchronizes the device). Launchers take the
- * backend, queue on its stream and check the launch. */
+ * with more rows than before, by a stream-ordered free and allocation on the backend's
+ * stream (cudaFreeAsync, cudaMallocAsync): cudaFree and cudaMalloc would synchronize the
+ * device, waiting with no deadline behind NCCL kernels in flight on other streams.
+ * Launchers take the backend, queue on its stream and check the launch. */
 #include "cuda_internal.cuh"
 
 #define EMB_THREADS    256
@@ -138,13 +140,14 @@ __global__ void emb_sum_kernel(float *dwte, const float *dout, const uint32_t *k
     }
 }
 
-/* c->emb_sort holding at least words (grown; the old contents are not kept). */
+/* c->emb_sort holding at least words (grown, in stream order; the old contents are not
+ * kept). */
 static uint32_t *emb_scratch(cuda_ctx *c, size_t words) {
     if (c->emb_sort_words >= words) return c->emb_sort;
-    if (c->emb_sort) cudaFree(c->emb_sort);
+    if (c->emb_sort) cudaFreeAsync(c->emb_sort, c->stream);
     c->emb_sort = NULL, c->emb_sort_words = 0;
-    cudaError_t e = cudaMalloc((void **)&c->emb_sort, words * sizeof(uint32_t));
-    cuda_check(c, e, "embedding backward: cudaMalloc of the sort's scratch");
+    cudaError_t e = cudaMallocAsync((void **)&c->emb_sort, words * sizeof(uint32_t), c->stream);
+    cuda_check(c, e, "embedding backward: cudaMallocAsync of the sort's scratch");
     if (e != cudaSuccess) return c->emb_sort = NULL;
     c->emb_sort_words = words;
     return c->emb_sort;
