@@ -13,7 +13,8 @@
  * (complete on return, on the comm's default stream). host-w1 needs one GPU.
  * queued-w1 checks that work queued ahead of a collective does not count against its
  * timeout, timeout-behind-w2 that a hung collective is still reported by a wait for a
- * later one queued behind it (the watchdog, comm_watch.h).
+ * later one queued behind it (the watchdog, comm_watch.h), timeout-other-w2 the same
+ * with the hung one in another group, which is then failed and aborted too.
  * side-queue-* is the trainer's overlapped gradient all-reduce (train_dp_overlap.h) with
  * the CUDA backend's side queue (built where the CUDA compute backend is: not in the
  * sanitizer builds).
@@ -691,6 +692,52 @@ static int child_timeout_behind(child *ch) {
     return ch->fails ? 1 : 0;
 }
 
+/* A hung all-reduce A of another group ("other", the world's members split off) and
+ * B of the world on another stream made to wait for A: comm_wait on B's stream fails
+ * within A's deadline naming A, and "other" is failed and aborted as well (its kernels
+ * are what blocks; left armed, A's slot would fail every later wait of the process). */
+static int child_timeout_other(child *ch) {
+    comm *c = NULL, *o = NULL;
+    if (init(ch, 30000, &c) < 0) return 1;
+    const uint32_t all[2] = {0, 1};
+    OK(ch, c, comm_split(c, all, 2, "other", &o));
+    if (o == NULL || ch->rank == 1) {
+        if (o != NULL) sleep(8);
+        comm_abort(o), comm_abort(c);
+        comm_destroy(o), comm_destroy(c);
+        return o != NULL && !ch->fails ? 0 : 1;
+    }
+    comm_set_timeout_ms(o, 2000);
+    comm_set_timeout_ms(c, 2000);
+    void *a = dev_alloc(ch, N * 4), *b = dev_alloc(ch, N * 4);
+    cudaStream_t s2 = NULL;
+    cudaEvent_t ev = NULL;
+    CHECK(ch, cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess, "stream");
+    CHECK(ch, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess, "event");
+    double t0 = now_s();
+    int rc = comm_allreduce(o, a, a, N, COMM_F32, COMM_SUM, ch->stream);
+    if (rc == 0) {
+        cudaEventRecord(ev, ch->stream);
+        cudaStreamWaitEvent(s2, ev, 0);
+        rc = comm_allreduce(c, b, b, N, COMM_F32, COMM_SUM, s2);
+    }
+    if (rc == 0) rc = comm_wait(c, s2);
+    double dt = now_s() - t0;
+    printf("rank 0: after %.2f s: %d: %s | other: %s\n", dt, rc, comm_error(c), comm_error(o));
+    CHECK(ch, rc == BT_EIO && comm_fault_of(c) == COMM_FAULT_TIMEOUT, "rc %d", rc);
+    CHECK(ch, strstr(comm_error(c), "while waiting") && strstr(comm_error(c), "'other'"),
+          "world's message: %s", comm_error(c));
+    CHECK(ch, comm_fault_of(o) == COMM_FAULT_TIMEOUT && strstr(comm_error(o), "'world'"),
+          "other's message: %s", comm_error(o));
+    CHECK(ch, dt >= 1.9 && dt < 6.0, "took %.2f s for a 2 s timeout", dt);
+    CHECK(ch, comm_barrier(o, NULL) == BT_EIO, "other not failed");
+    comm_destroy(o), comm_destroy(c);
+    cudaFree(a), cudaFree(b);
+    cudaEventDestroy(ev);
+    cudaStreamDestroy(s2);
+    return ch->fails ? 1 : 0;
+}
+
 #ifdef BATON_TEST_NCCL_CUDA_BACKEND
 /* The trainer's overlapped all-reduce (train_dp_overlap.h) as it drives the CUDA backend
  * and NCCL: "gradients" written by an op on the backend's stream after milliseconds of
@@ -782,6 +829,7 @@ static const scenario scenarios[] = {
     {"timeout-host-w2", 2, 2, child_timeout_host},
     {"queued-w1", 1, 1, child_queued},
     {"timeout-behind-w2", 2, 2, child_timeout_behind},
+    {"timeout-other-w2", 2, 2, child_timeout_other},
 #ifdef BATON_TEST_NCCL_CUDA_BACKEND
     {"side-queue-w1", 1, 1, child_side_queue},
     {"side-queue-w2", 2, 2, child_side_queue},

@@ -250,6 +250,58 @@ static void test_embedding_backward_repeats(void) {
     check_sync("embedding_backward repeats");
 }
 
+/* Keys (token - v0) beyond one or two sort digits, and the pass count's threshold: a
+ * shard of Vl <= 0xffff is sorted in two passes (keys below 0xffff, the low half of the
+ * outside-shard key), a wider one in four. Rows of each case: keys k or hi + k (k < M),
+ * alternately, so that keys equal in their low digits differ in their high ones; every
+ * 11th row a token below the shard, every 13th above; the last four rows, after
+ * outside-shard ones, the keys that share low digits with the outside-shard key 2^32 - 1
+ * (Vl - 1, 0xffff, 0x1ffff, 0xffffff; Vl - 1 where one is not in the shard): a sort that
+ * skips a digit it needs puts them among the outside-shard rows, and their sums are lost
+ * (a key split into several runs adds up the same where the blocks run in order, as
+ * under the emulation). The large case (span of sorted positions per block over 32) keeps C 1,
+ * and runs on a GPU only. */
+static void test_embedding_backward_wide(void) {
+    static const struct {
+        const char *name;
+        int N, C, M;
+        int32_t v0, Vl, hi;
+    } cases[] = {
+        {"keys across 2^16, shard [1000, 71000)", 1000, 3, 300, 1000, 70000, 65516},
+        {"Vl 65535 (two passes), ids over 2^24", 1000, 3, 300, (1 << 24) + 9, 65535, 65235},
+        {"Vl 65536 (four passes)", 1000, 3, 300, 70000, 65536, 65236},
+        {"keys over 2^24, shard [7, 7 + 2^24 + 300)", 1000, 1, 300, 7, (1 << 24) + 300, 1 << 24},
+#ifndef TEST_CUDA_OPS_EMULATED /* minutes there (its sort: 8600 blocks a launch); GPU only */
+        {"2.2M rows, C 1", 2200000, 1, 1000, 1 << 20, 1000, 0},
+#endif
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const int N = cases[k].N, C = cases[k].C, M = cases[k].M;
+        const int32_t v0 = cases[k].v0, Vl = cases[k].Vl, hi = cases[k].hi;
+        const int32_t edge[4] = {Vl - 1, 0xffff, 0x1ffff, 0xffffff};
+        int32_t *tok = malloc((size_t)N * sizeof *tok);
+        for (int i = 0; i < N; i++) {
+            int32_t key = (int32_t)(((int64_t)i * 37 + (int64_t)i * i / 7) % M) + (i % 2 ? hi : 0);
+            if (i >= N - 4) key = edge[N - 1 - i] < Vl ? edge[N - 1 - i] : Vl - 1;
+            tok[i] = i >= N - 4    ? v0 + key
+                     : i % 11 == 0 ? v0 - 1 - i % 5
+                     : i % 13 == 0 ? v0 + Vl + i % 3
+                                   : v0 + key;
+        }
+        int32_t *tc = ints_on(&cpu, tok, (size_t)N), *tg = ints_on(&gpu, tok, (size_t)N);
+        pair dout = pair_rand((size_t)N * C, 1.0f), dwte = pair_rand((size_t)Vl * C, 1.0f);
+        cpu.vocab_embedding_backward(&cpu, dwte.c, dout.c, tc, N, C, v0, Vl);
+        gpu.vocab_embedding_backward(&gpu, dwte.g, dout.g, tg, N, C, v0, Vl);
+        char name[128];
+        snprintf(name, sizeof name, "embedding_backward (%s)", cases[k].name);
+        compare_pair(name, &dwte, 0.0);
+        pair_free(&dout), pair_free(&dwte);
+        cpu.free(&cpu, tc), gpu.free(&gpu, tg);
+        free(tok);
+    }
+    check_sync("embedding_backward wide keys");
+}
+
 static void test_norm_rope_swiglu(void) {
     enum { N = 97, C = 1000, B = 3, T = 29, NH = 5, HD = 40, LD = 230, F = 333 };
     pair x = pair_rand((size_t)N * C, 2.0f), w = pair_rand(C, 1.0f),
@@ -946,7 +998,8 @@ int main(int argc, char **argv) {
     if (wanted("elementwise")) test_elementwise();
     if (wanted("copy")) test_copy();
     if (wanted("adamw")) test_adamw();
-    if (wanted("embedding")) test_embedding(), test_embedding_backward_repeats();
+    if (wanted("embedding"))
+        test_embedding(), test_embedding_backward_repeats(), test_embedding_backward_wide();
     if (wanted("norm")) test_norm_rope_swiglu();
     if (wanted("matmul")) test_matmul();
     if (wanted("matmul_wcache")) test_wcache_all();

@@ -308,8 +308,36 @@ static void test_moe_score_mean_chunks(void) {
     }
 }
 
+/* moe_score_mean with no rows: N 0 (0 / 0, NaN on both) and N -1 (a caller's bug: -0 on
+ * both, and nothing read; a negative N taken as a size would run the CPU's loop far past
+ * the scores). */
+static void test_moe_score_mean_empty(void) {
+    enum { E = 5 };
+    pair sc = pair_rand(E, 1.0f), sum = pair_rand(1, 1.0f);
+    for (int N = 0; N >= -1; N--) {
+        pair pmean = pair_rand(E, 1.0f);
+        cpu.moe_score_mean(&cpu, pmean.c, sc.c, sum.c, N, E);
+        gpu.moe_score_mean(&gpu, pmean.g, sc.g, sum.g, N, E);
+        float c[E], g[E];
+        cpu.to_host(&cpu, c, pmean.c, sizeof c);
+        gpu.to_host(&gpu, g, pmean.g, sizeof g);
+        for (int e = 0; e < E; e++)
+            if (N == 0 ? !(isnan(c[e]) && isnan(g[e]))
+                       : !(c[e] == 0.0f && signbit(c[e]) && g[e] == 0.0f && signbit(g[e]))) {
+                fprintf(stderr, "FAIL moe_score_mean N %d: expert %d: cpu %g, gpu %g\n", N, e,
+                        (double)c[e], (double)g[e]);
+                failures++;
+                break;
+            }
+        pair_free(&pmean);
+    }
+    check_sync("moe_score_mean empty");
+    pair_free(&sc), pair_free(&sum);
+}
+
 void test_moe_all(void) {
     test_moe_score_mean_chunks();
+    test_moe_score_mean_empty();
     /* N, E, K, C, score, norm_topk, bias, capacity, aux_coef */
     test_moe(300, 37, 4, 67, MOE_SCORE_SOFTMAX, 0, 0, 0, 0.0);
     test_moe(257, 5, 1, 33, MOE_SCORE_SIGMOID, 1, 1, 30, 0.01);

@@ -24,10 +24,12 @@ static int probe(void *ctx, const comm_watch_op *op, comm_watch_state *seen) {
     return 0;
 }
 
-/* Adds a collective that must land in slot k, and arms it. */
-static void add(comm_watch *w, const void *owner, int k, int t_ms, const char *what) {
-    CHECK(comm_watch_add(w, owner, t_ms, what) == k);
-    comm_watch_arm(w, k);
+/* Adds a collective that must land in slot k, and arms it; returns its generation. */
+static uint64_t add(comm_watch *w, const void *owner, int k, int t_ms, const char *what) {
+    uint64_t gen = 0;
+    CHECK(comm_watch_add(w, owner, t_ms, what, &gen) == k);
+    comm_watch_arm(w, k, gen);
+    return gen;
 }
 
 static int poll_at(comm_watch *w, marks *m, int64_t now) {
@@ -108,11 +110,12 @@ static void test_slots(void) {
     CHECK(!comm_watch_has_free(&w));
     CHECK(poll_at(&w, &m, 0) == -1);
     CHECK(w.ops[0].owner == NULL && w.n == 3 && comm_watch_has_free(&w));
-    CHECK(comm_watch_add(&w, &g2, 5, "d") == 0); /* the freed slot, markers kept */
+    uint64_t gen = 0;
+    CHECK(comm_watch_add(&w, &g2, 5, "d", &gen) == 0); /* the freed slot, markers kept */
     CHECK(w.ops[0].ready == ready && w.ops[0].done == done && w.ops[0].started_ms == -1);
     m.probes = 0; /* not armed: its markers may still say "done" from their last use */
     CHECK(poll_at(&w, &m, 1) == -1 && w.ops[0].owner == &g2 && m.probes == 2);
-    comm_watch_drop(&w, 0);
+    comm_watch_drop(&w, 0, gen);
     comm_watch_drop_owner(&w, &g1);
     CHECK(w.ops[2].owner == NULL && w.ops[1].owner == &g2);
     m.err = BT_EIO, m.w = &w;
@@ -124,10 +127,57 @@ static void test_slots(void) {
     CHECK(w.n == 0 && w.ops == NULL);
 }
 
+/* A slot freed under its caller (its group aborted between the enqueue and the arming)
+ * and reused by another group's collective: the first caller's arm and drop, which
+ * name its generation, leave the new collective alone; arming twice is arming once. */
+static void test_generations(void) {
+    comm_watch w = {0};
+    marks m = {{COMM_WATCH_RUNNING}, 0, 0, NULL};
+    int g = 0, h = 0;
+    uint64_t gg = 0, gh = 0;
+    CHECK(comm_watch_add(&w, &g, 10, "g's", &gg) == 0);
+    comm_watch_drop_owner(&w, &g); /* g aborted before arming */
+    CHECK(comm_watch_add(&w, &h, 10, "h's", &gh) == 0 && gh != gg);
+    comm_watch_arm(&w, 0, gg); /* g's late arm */
+    CHECK(!w.ops[0].armed && w.ops[0].owner == &h);
+    comm_watch_drop(&w, 0, gg); /* g's late drop (its enqueue failed) */
+    CHECK(w.ops[0].owner == &h);
+    comm_watch_arm(&w, 0, gh);
+    comm_watch_arm(&w, 0, gh);
+    CHECK(w.ops[0].armed && w.ops[0].owner == &h);
+    CHECK(poll_at(&w, &m, 0) == -1 && poll_at(&w, &m, 11) == 0);
+    comm_watch_drop(&w, 0, gh);
+    CHECK(w.ops[0].owner == NULL);
+    comm_watch_arm(&w, 0, gh); /* a freed slot is not armed again */
+    CHECK(poll_at(&w, &m, 100) == -1);
+    comm_watch_arm(&w, 5, gh); /* out of range: nothing */
+    comm_watch_drop(&w, -1, gh);
+    comm_watch_free(&w, free);
+}
+
+/* Waits poll the other collectives at most once per COMM_WATCH_POLL_MS: the first poll
+ * of a list is due, then none until that much time has passed since the last one let
+ * through. */
+static void test_due(void) {
+    comm_watch w = {0};
+    CHECK(comm_watch_due(&w, 0));
+    CHECK(!comm_watch_due(&w, 0));
+    CHECK(!comm_watch_due(&w, COMM_WATCH_POLL_MS - 1));
+    CHECK(comm_watch_due(&w, COMM_WATCH_POLL_MS));
+    CHECK(!comm_watch_due(&w, COMM_WATCH_POLL_MS));
+    CHECK(comm_watch_due(&w, 1000));
+    CHECK(!comm_watch_due(&w, 1000));
+    CHECK(comm_watch_due(&w, 1000 + COMM_WATCH_POLL_MS));
+    comm_watch fresh = {0}; /* a clock far from 0, as CLOCK_MONOTONIC is */
+    CHECK(comm_watch_due(&fresh, (int64_t)1 << 40) && !comm_watch_due(&fresh, (int64_t)1 << 40));
+}
+
 int main(void) {
     test_compute_ahead();
     test_hung_earlier();
     test_longest_first();
     test_slots();
+    test_generations();
+    test_due();
     return check_status();
 }

@@ -7,12 +7,16 @@
  *    the group's timeout passes. comm_wait polls cudaStreamQuery and the async error the
  *    same way, and with them the watchdog (comm_watch.h): every collective enqueued is
  *    followed from an event recorded just before it to one just after, and its deadline
- *    runs from when the first is reached, i.e. from when the work queued ahead of it on
- *    its stream has finished, not from its enqueue (queued compute is no peer's fault);
- *    every wait polls every collective of the process's groups, so that a hung earlier
+ *    runs from when the first is seen reached by a poll, i.e. from when the work queued
+ *    ahead of it on its stream has finished, not from its enqueue (this rank's queued
+ *    compute is no peer's fault; a peer's still counts, comm_watch.h); every wait polls
+ *    every collective of the process's groups (at most once a millisecond), and each
+ *    one's group for an asynchronous NCCL error, so that a hung or failed earlier
  *    collective is reported even where the wait is for a later one queued behind it.
- *    When a deadline passes the communicator is aborted (ncclCommAbort makes NCCL's
- *    kernels on every stream of this rank exit) and the comm fails with BT_EIO.
+ *    When a deadline passes, or a group has an asynchronous error, the waiting group and
+ *    the collective's own group are aborted (ncclCommAbort stops that communicator's
+ *    kernels only, so aborting the waiting group alone would leave the culprit running
+ *    and its stream blocked) and both comms fail, with BT_EIO for a deadline.
  *  - Every CUDA or NCCL error becomes a negative BT_ code and a message that names the
  *    API call and its error string (plus ncclGetLastError's detail); the comm is then
  *    aborted and the failure sticky, as comm.h requires. Nothing here exits.
@@ -78,6 +82,7 @@ typedef struct split_count {
 
 typedef struct nccl_group {
     nccl_root *root;
+    comm *self;    /* the comm whose impl this is; NULL until it is made */
     ncclComm_t nc; /* NULL once aborted */
     char *prefix;
     float *zero; /* (1) device scratch of the barrier; stays 0 (0 + 0 = 0) */
@@ -416,6 +421,7 @@ int comm_nccl_init(comm **out, const comm_bootstrap *bs, int device, bt_diag *di
     rc = group_connect(g, bs->rank, bs->size, bs->timeout_ms, name, &err);
     if (rc < 0) goto error;
     rc = comm_create(nccl_ops(), g, bs->rank, bs->size, NULL, name, bs->timeout_ms, out);
+    if (rc == 0) g->self = *out;
     if (rc < 0) {
         snprintf(err.msg, sizeof err.msg, "out of memory");
         goto error;
@@ -446,63 +452,105 @@ static cudaError_t event_make(void **ev) {
     return cudaEventCreateWithFlags((cudaEvent_t *)ev, cudaEventDisableTiming);
 }
 
-/* What a collective's events say: done reached, else ready reached, else neither. */
+/* A collective a poll found expired or failed, copied out of the list for the message;
+ * also the probe's context. */
+typedef struct watch_find {
+    nccl_group *owner;
+    char what[128];
+    int timeout_ms;
+    cudaError_t ce;  /* an event query's failure, else cudaSuccess */
+    ncclResult_t ae; /* the owner's asynchronous NCCL error, else ncclSuccess */
+} watch_find;
+
+static void find_set(watch_find *f, const comm_watch_op *op) {
+    f->owner = (nccl_group *)op->owner;
+    f->timeout_ms = op->timeout_ms;
+    snprintf(f->what, sizeof f->what, "%s", op->what);
+}
+
+/* What a collective's events say: done reached, else ready reached, else neither. A
+ * collective not done whose group has an asynchronous NCCL error fails the poll. */
 static int event_probe(void *ctx, const comm_watch_op *op, comm_watch_state *seen) {
+    watch_find *f = ctx;
+    const nccl_group *h = op->owner;
     cudaError_t e = cudaEventQuery((cudaEvent_t)op->done);
     if (e == cudaSuccess) {
         *seen = COMM_WATCH_DONE;
         return 0;
+    }
+    ncclResult_t ae = ncclSuccess;
+    if (e == cudaErrorNotReady && h->nc != NULL &&
+        ncclCommGetAsyncError(h->nc, &ae) == ncclSuccess && ae != ncclSuccess &&
+        ae != ncclInProgress) {
+        find_set(f, op);
+        f->ae = ae;
+        return BT_EIO;
     }
     if (e == cudaErrorNotReady) e = cudaEventQuery((cudaEvent_t)op->ready);
     if (e == cudaSuccess || e == cudaErrorNotReady) {
         *seen = e == cudaSuccess ? COMM_WATCH_RUNNING : COMM_WATCH_QUEUED;
         return 0;
     }
-    *(cudaError_t *)ctx = e;
+    find_set(f, op);
+    f->ce = e;
     return BT_EIO;
 }
 
-/* An expired collective, copied out of the list for the message. */
-typedef struct expired_op {
-    const void *owner;
-    char what[128];
-    int timeout_ms;
-} expired_op;
-
-/* One poll of the process's collectives: 1 with *x filled when one has expired, 0 when
- * none has, or the failure of an event query (recorded on c). */
-static int watch_poll(comm *c, const char *op, expired_op *x) {
-    nccl_root *r = ((nccl_group *)c->impl)->root;
-    cudaError_t e = cudaSuccess;
-    int k = -1;
-    pthread_mutex_lock(&r->watch_mu);
-    int rc = comm_watch_poll(&r->watch, now_ms(), event_probe, &e, &k);
-    if (k >= 0) {
-        const comm_watch_op *w = &r->watch.ops[k];
-        x->owner = w->owner;
-        x->timeout_ms = w->timeout_ms;
-        snprintf(x->what, sizeof x->what, "%s", w->what);
-    }
-    pthread_mutex_unlock(&r->watch_mu);
-    if (rc < 0) return fail_cuda(c, op, "cudaEventQuery (watchdog)", e);
-    return k >= 0;
-}
-
-/* Fails c, whose wait found x expired, and aborts c's group. */
-static int watch_timeout(comm *c, const char *op, const expired_op *x) {
+/* Fails c, whose wait found f's collective expired (f->ae: failed) in c's own group. */
+static int watch_fail_own(comm *c, const char *op, const watch_find *f) {
     nccl_group *g = c->impl;
+    if (f->ae != ncclSuccess) return fail_nccl(c, op, "asynchronous NCCL error", f->ae);
     const unsigned pending = g->pending;
     group_abort(g);
-    if (x->owner == g)
-        return comm_fail(c, BT_EIO, COMM_FAULT_TIMEOUT, op,
-                         "%s not complete %d ms after the work queued ahead of it finished (a "
-                         "peer is hung or dead; %u operation%s enqueued since the last wait, the "
-                         "last %s); communicator aborted",
-                         x->what, x->timeout_ms, pending, pending == 1 ? "" : "s", g->last_op);
     return comm_fail(c, BT_EIO, COMM_FAULT_TIMEOUT, op,
-                     "waiting behind %s, which is not complete %d ms after the work queued "
-                     "ahead of it finished (a peer is hung or dead); communicator aborted",
-                     x->what, x->timeout_ms);
+                     "%s not complete %d ms after the work queued ahead of it finished (a peer "
+                     "is hung or dead; %u operation%s enqueued since the last wait, the last "
+                     "%s); communicator aborted",
+                     f->what, f->timeout_ms, pending, pending == 1 ? "" : "s", g->last_op);
+}
+
+/* Fails c, whose wait found f's collective expired or failed, and aborts c's group; when
+ * the collective is another group's, that group is failed and aborted too: its kernels
+ * are what blocks, and its slot would otherwise fail every later wait. */
+static int watch_fail(comm *c, const char *op, const watch_find *f) {
+    nccl_group *g = c->impl, *h = f->owner;
+    if (h == g) return watch_fail_own(c, op, f);
+    char why[256];
+    if (f->ae != ncclSuccess)
+        snprintf(why, sizeof why, "failed (asynchronous NCCL error: %s)",
+                 ncclGetErrorString(f->ae));
+    else
+        snprintf(why, sizeof why,
+                 "expired (not complete %d ms after the work queued ahead of it finished: a "
+                 "peer is hung or dead)",
+                 f->timeout_ms);
+    const int code = f->ae != ncclSuccess ? nccl_code(f->ae) : BT_EIO;
+    const comm_fault fault = f->ae != ncclSuccess ? nccl_fault(f->ae) : COMM_FAULT_TIMEOUT;
+    if (h->self != NULL)
+        comm_fail(h->self, code, fault, "watchdog",
+                  "%s %s, found by a wait of group '%s'; communicator aborted", f->what, why,
+                  comm_name(c));
+    group_abort(h);
+    group_abort(g);
+    return comm_fail(c, code, fault, op,
+                     "while waiting, %s %s; this communicator and that of group '%s' aborted",
+                     f->what, why, h->self != NULL ? comm_name(h->self) : "?");
+}
+
+/* One poll of the process's collectives, when one is due (comm_watch_due): 0 when none
+ * has expired or failed, else the failure (recorded on c, and on the collective's group). */
+static int watch_poll(comm *c, const char *op) {
+    nccl_root *r = ((nccl_group *)c->impl)->root;
+    watch_find f = {.owner = NULL, .ce = cudaSuccess, .ae = ncclSuccess};
+    int k = -1, rc = 0;
+    pthread_mutex_lock(&r->watch_mu);
+    if (comm_watch_due(&r->watch, now_ms())) {
+        rc = comm_watch_poll(&r->watch, now_ms(), event_probe, &f, &k);
+        if (k >= 0) find_set(&f, &r->watch.ops[k]);
+    }
+    pthread_mutex_unlock(&r->watch_mu);
+    if (rc < 0 && f.ce != cudaSuccess) return fail_cuda(c, op, "cudaEventQuery (watchdog)", f.ce);
+    return rc < 0 || k >= 0 ? watch_fail(c, op, &f) : 0;
 }
 
 /* Waits until stream s is done, or an asynchronous NCCL error, or a collective of this
@@ -520,10 +568,8 @@ static int wait_stream(comm *c, const char *op, cudaStream_t s) {
             return fail_nccl(c, op, "asynchronous NCCL error", ae);
         if (e == cudaSuccess) break;
         if (e != cudaErrorNotReady) return fail_cuda(c, op, "cudaStreamQuery", e);
-        expired_op x;
-        int rc = watch_poll(c, op, &x);
+        int rc = watch_poll(c, op);
         if (rc < 0) return rc;
-        if (rc > 0) return watch_timeout(c, op, &x);
         poll_pause(&spins);
     }
     g->pending = 0;
@@ -553,7 +599,8 @@ typedef struct xfer {
     int n;
     stage_copy *copies; /* (at most the max_copies of xfer_begin) */
     stage_copy few[4];
-    int slot; /* the collective's slot in the watchdog's list; -1 none */
+    int slot;     /* the collective's slot in the watchdog's list; -1 none */
+    uint64_t gen; /* and that slot's generation (comm_watch.h) */
 } xfer;
 
 /* max_copies: how many host buffers the call may stage. */
@@ -704,10 +751,11 @@ static int xfer_watch(xfer *x) {
     pthread_mutex_lock(&r->watch_mu);
     if (!comm_watch_has_free(&r->watch)) {
         int expired = -1;
-        cudaError_t qe = cudaSuccess;
-        (void)comm_watch_poll(&r->watch, now_ms(), event_probe, &qe, &expired);
+        watch_find f = {.owner = NULL, .ce = cudaSuccess, .ae = ncclSuccess};
+        (void)comm_watch_poll(&r->watch, now_ms(), event_probe, &f, &expired);
     }
-    int i = comm_watch_add(&r->watch, g, c->timeout_ms, what);
+    uint64_t gen = 0;
+    int i = comm_watch_add(&r->watch, g, c->timeout_ms, what, &gen);
     if (i >= 0) {
         comm_watch_op *w = &r->watch.ops[i];
         if (w->ready == NULL) e = event_make(&w->ready);
@@ -716,12 +764,13 @@ static int xfer_watch(xfer *x) {
             api = "cudaEventRecord";
             e = cudaEventRecord((cudaEvent_t)w->ready, x->s);
         }
-        if (e != cudaSuccess) comm_watch_drop(&r->watch, i);
+        if (e != cudaSuccess) comm_watch_drop(&r->watch, i, gen);
     }
     pthread_mutex_unlock(&r->watch_mu);
     if (i < 0) return comm_fail(c, i, COMM_FAULT_INTERNAL, x->op, "out of memory");
     if (e != cudaSuccess) return fail_cuda(c, x->op, api, e);
     x->slot = i;
+    x->gen = gen;
     return 0;
 }
 
@@ -731,11 +780,13 @@ static int xfer_arm(xfer *x, int rc) {
     nccl_root *r = ((nccl_group *)x->c->impl)->root;
     cudaError_t e = cudaSuccess;
     pthread_mutex_lock(&r->watch_mu);
-    if (rc == 0) e = cudaEventRecord((cudaEvent_t)r->watch.ops[x->slot].done, x->s);
+    const comm_watch_op *w = &r->watch.ops[x->slot];
+    const int mine = w->owner != NULL && w->gen == x->gen; /* not freed meanwhile */
+    if (rc == 0 && mine) e = cudaEventRecord((cudaEvent_t)w->done, x->s);
     if (rc == 0 && e == cudaSuccess)
-        comm_watch_arm(&r->watch, x->slot);
+        comm_watch_arm(&r->watch, x->slot, x->gen);
     else
-        comm_watch_drop(&r->watch, x->slot);
+        comm_watch_drop(&r->watch, x->slot, x->gen);
     pthread_mutex_unlock(&r->watch_mu);
     x->slot = -1;
     return e != cudaSuccess ? fail_cuda(x->c, x->op, "cudaEventRecord", e) : rc;
@@ -1073,6 +1124,7 @@ static int op_split(comm *c, const int *parent_ranks, int n, const char *name, c
         rc = group_connect(sub, me, n, c->timeout_ms, label, &err);
     }
     if (rc == 0) rc = comm_create(nccl_ops(), sub, me, n, global, name, c->timeout_ms, out);
+    if (rc == 0) sub->self = *out;
     free(prefix);
     free(global);
     if (rc == 0) return 0;

@@ -12,7 +12,8 @@ int comm_watch_expired(comm_watch_op *op, comm_watch_state seen, int64_t now_ms)
     return seen == COMM_WATCH_RUNNING && now_ms - op->started_ms > op->timeout_ms;
 }
 
-int comm_watch_add(comm_watch *w, const void *owner, int timeout_ms, const char *what) {
+int comm_watch_add(comm_watch *w, const void *owner, int timeout_ms, const char *what,
+                   uint64_t *gen) {
     int i = 0;
     while (i < w->n && w->ops[i].owner != NULL)
         i++;
@@ -24,6 +25,7 @@ int comm_watch_add(comm_watch *w, const void *owner, int timeout_ms, const char 
     }
     comm_watch_op *op = &w->ops[i];
     op->owner = owner;
+    op->gen = *gen = ++w->gen;
     op->started_ms = -1;
     op->armed = 0;
     op->timeout_ms = timeout_ms;
@@ -37,12 +39,27 @@ int comm_watch_has_free(const comm_watch *w) {
     return 0;
 }
 
-void comm_watch_arm(comm_watch *w, int i) {
-    if (i >= 0 && i < w->n && w->ops[i].owner != NULL) w->ops[i].armed = 1;
+/* Slot i, when it is live in generation gen; else NULL. */
+static comm_watch_op *live(comm_watch *w, int i, uint64_t gen) {
+    if (i < 0 || i >= w->n) return NULL;
+    comm_watch_op *op = &w->ops[i];
+    return op->owner != NULL && op->gen == gen ? op : NULL;
 }
 
-void comm_watch_drop(comm_watch *w, int i) {
-    if (i >= 0 && i < w->n) w->ops[i].owner = NULL;
+void comm_watch_arm(comm_watch *w, int i, uint64_t gen) {
+    comm_watch_op *op = live(w, i, gen);
+    if (op != NULL) op->armed = 1;
+}
+
+void comm_watch_drop(comm_watch *w, int i, uint64_t gen) {
+    comm_watch_op *op = live(w, i, gen);
+    if (op != NULL) op->owner = NULL;
+}
+
+int comm_watch_due(comm_watch *w, int64_t now_ms) {
+    if (now_ms < w->next_poll_ms) return 0;
+    w->next_poll_ms = now_ms + COMM_WATCH_POLL_MS;
+    return 1;
 }
 
 void comm_watch_drop_owner(comm_watch *w, const void *owner) {

@@ -89,11 +89,13 @@ void cpu_moe_assign(backend *be, int32_t *row, int32_t *tok, int32_t *slot, int3
 void cpu_moe_score_mean(backend *be, float *pmean, const float *scores, const float *ssum, int N,
                         int E) {
     (void)be;
-    const size_t CH = moe_mean_chunk((size_t)N);
+    /* No rows when N <= 0 (P = 0, pmean = 0 / N, as the CUDA backend's): (size_t)N of a
+     * negative N would be huge. */
+    const size_t rows = N > 0 ? (size_t)N : 0, CH = moe_mean_chunk(rows);
     for (int e = 0; e < E; e++) {
         double P = 0.0;
-        for (size_t n0 = 0; n0 < (size_t)N; n0 += CH) {
-            const size_t n1 = (size_t)N - n0 < CH ? (size_t)N : n0 + CH;
+        for (size_t n0 = 0; n0 < rows; n0 += CH) {
+            const size_t n1 = rows - n0 < CH ? rows : n0 + CH;
             double part = 0.0;
             for (size_t n = n0; n < n1; n++)
                 part += scores[n * E + e] / ssum[n];

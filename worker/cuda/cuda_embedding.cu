@@ -11,7 +11,10 @@
  *     chunk of EMB_CHUNK pairs, a thread per digit value walking its chunk in shared
  *     memory), scans the counts digit-major (one block, a thread per digit value walking
  *     the chunks), then places each chunk's pairs at their digit's offsets in chunk
- *     order (the count's walk again): stable, so each token's rows end in n order.
+ *     order (the count's walk again): stable, so each token's rows end in n order. Four
+ *     passes sort 32-bit keys; a shard of Vl <= 0xffff needs two: its keys are below
+ *     0xffff, the low 16 bits of EMB_NONE, which so still sorts last (the same order, so
+ *     the same sums, bit for bit).
  *  2. The sums: a block takes EMB_SPAN sorted positions (or more for very large N) and
  *     128 columns; for each token whose run of positions starts in its span, a thread
  *     adds the run's dout rows to the table value in order and stores the sum once.
@@ -19,8 +22,10 @@
  * threads in the scan, and in the sums its span plus the lengths of the runs starting
  * there: a token repeated r times is a chain of r additions whatever the scheme, if the
  * sums are to be the CPU's. The sort's scratch, c->emb_sort, grows at the first call
- * with more rows than before (an allocation synchronizes the device). Launchers take the
- * backend, queue on its stream and check the launch. */
+ * with more rows than before, by a stream-ordered free and allocation on the backend's
+ * stream (cudaFreeAsync, cudaMallocAsync): cudaFree and cudaMalloc would synchronize the
+ * device, waiting with no deadline behind NCCL kernels in flight on other streams.
+ * Launchers take the backend, queue on its stream and check the launch. */
 #include "cuda_internal.cuh"
 
 #define EMB_THREADS    256
@@ -135,13 +140,14 @@ __global__ void emb_sum_kernel(float *dwte, const float *dout, const uint32_t *k
     }
 }
 
-/* c->emb_sort holding at least words (grown; the old contents are not kept). */
+/* c->emb_sort holding at least words (grown, in stream order; the old contents are not
+ * kept). */
 static uint32_t *emb_scratch(cuda_ctx *c, size_t words) {
     if (c->emb_sort_words >= words) return c->emb_sort;
-    if (c->emb_sort) cudaFree(c->emb_sort);
+    if (c->emb_sort) cudaFreeAsync(c->emb_sort, c->stream);
     c->emb_sort = NULL, c->emb_sort_words = 0;
-    cudaError_t e = cudaMalloc((void **)&c->emb_sort, words * sizeof(uint32_t));
-    cuda_check(c, e, "embedding backward: cudaMalloc of the sort's scratch");
+    cudaError_t e = cudaMallocAsync((void **)&c->emb_sort, words * sizeof(uint32_t), c->stream);
+    cuda_check(c, e, "embedding backward: cudaMallocAsync of the sort's scratch");
     if (e != cudaSuccess) return c->emb_sort = NULL;
     c->emb_sort_words = words;
     return c->emb_sort;
@@ -179,14 +185,15 @@ void cuda_vocab_embedding_backward(backend *be, float *dwte, const float *dout,
     int32_t *row[2] = {(int32_t *)(s + 2 * (size_t)N), (int32_t *)(s + 3 * (size_t)N)};
     emb_keys_kernel<<<cuda_grid(N, EMB_THREADS), EMB_THREADS, 0, c->stream>>>(key[0], row[0],
                                                                               tokens, N, v0, Vl);
-    for (int p = 0; p < EMB_PASSES; p++) {
+    const int passes = Vl <= 0xffff ? 2 : EMB_PASSES; /* even, as EMB_PASSES */
+    for (int p = 0; p < passes; p++) {
         const int in = p & 1, shift = p * EMB_DIGIT_BITS;
         emb_count_kernel<<<G, EMB_DIGITS, 0, c->stream>>>(hist, key[in], N, G, shift);
         emb_scan_kernel<<<1, EMB_DIGITS, 0, c->stream>>>(hist, G);
         emb_place_kernel<<<G, EMB_DIGITS, 0, c->stream>>>(key[!in], row[!in], key[in], row[in],
                                                           hist, N, G, shift);
     }
-    /* EMB_PASSES is even: the sorted pairs are back in key[0], row[0]. */
+    /* An even number of passes: the sorted pairs are back in key[0], row[0]. */
     const int span = N / 65535 + 1 > EMB_SPAN ? N / 65535 + 1 : EMB_SPAN;
     dim3 grid((unsigned)(C + 127) / 128, (unsigned)((N + span - 1) / span));
     emb_sum_kernel<<<grid, 128, 0, c->stream>>>(dwte, dout, key[0], row[0], N, C, span);

@@ -80,8 +80,8 @@ typedef struct cuda_ctx {
                       * grown on first need, used on stream only */
     size_t att_part_floats;
     uint32_t *emb_sort; /* device (emb_sort_words): the embedding backward's sort of its
-                         * rows by token (cuda_embedding.cu); grown on first need, used on
-                         * stream only */
+                         * rows by token (cuda_embedding.cu); grown on first need, in stream
+                         * order (cudaMallocAsync), used on stream only */
     size_t emb_sort_words;
     unsigned att_dkdv_blocks; /* the blocks the dk/dv kernel's split aims at (1024) */
     int att_fp32;             /* BATON_CUDA_ATTENTION=fp32 at init: attention keeps to the float32

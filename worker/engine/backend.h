@@ -332,7 +332,7 @@ struct backend {
      * (the aux loss's P_e) in a fixed order: over chunks of moe_mean_chunk(N) consecutive
      * n (moe.h), each chunk's sum in n order, the chunks' sums in chunk order (with N up
      * to MOE_MEAN_CHUNK_MIN, the plain sum in n order), so that a GPU sums the chunks in
-     * parallel. */
+     * parallel. The reference (moe.c's aux_loss) keeps the plain sum in n order. */
     void (*moe_score_mean)(backend *be, float *pmean, const float *scores, const float *ssum, int N,
                            int E);
     /* dst (M, C) row r = src row idx[r], for r < M (the permutation into expert order). */

@@ -180,7 +180,9 @@ static void assign(const moe_config *c, int N, moe_cache *m, moe_stats *st) {
     }
 }
 
-/* aux = coef * E * sum_e f_e * P_e */
+/* aux = coef * E * sum_e f_e * P_e. This reference keeps P_e the plain double sum in n
+ * order; the backends' moe_score_mean sums in chunks (backend.h), so the two differ in
+ * the last bits for N > MOE_MEAN_CHUNK_MIN (within 1e-6: test_cuda_ops). */
 static double aux_loss(const moe_config *c, int N, const moe_cache *m) {
     if (c->aux_loss_coef == 0.0) return 0.0;
     int E = c->n_experts;

@@ -72,6 +72,13 @@ inline cudaError_t cudaFree(void *p) {
     free(p);
     return 0;
 }
+/* Stream-ordered allocation: streams run every call to completion, so at once. */
+inline cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t) {
+    return cudaMalloc(p, n);
+}
+inline cudaError_t cudaFreeAsync(void *p, cudaStream_t) {
+    return cudaFree(p);
+}
 inline cudaError_t cudaFreeHost(void *p) {
     free(p);
     return 0;
