@@ -210,22 +210,28 @@ static int prep_open(prep *p, const prep_opts *o, bt_diag *diag) {
     return rc;
 }
 
+/* Completes both writers (indexes written, all four files synced under their .partial
+ * names), then publishes them: until the first rename an earlier prepare's output of the
+ * same prefix stays whole, so a failure (a full disk, a size limit, a signal) keeps it. */
 static int prep_finish(prep *p, bt_diag *diag) {
     int rc = BT_OK;
-    for (int k = 0; k < 2; k++) {
-        if (p->open[k] && rc == BT_OK) {
-            rc = indexed_writer_finish(&p->w[k], diag);
-            p->finished[k] = rc == BT_OK;
-        } else if (p->open[k])
-            indexed_writer_abort(&p->w[k]);
+    for (int k = 0; k < 2 && rc == BT_OK; k++)
+        if (p->open[k]) rc = indexed_writer_complete(&p->w[k], diag);
+    for (int k = 0; k < 2 && rc == BT_OK; k++)
+        if (p->open[k]) rc = indexed_writer_check_targets(&p->w[k], diag);
+    rc = rc ? rc : bt_cleanup_check(diag);
+    for (int k = 0; k < 2 && rc == BT_OK; k++) {
+        if (!p->open[k]) continue;
+        rc = indexed_writer_publish(&p->w[k], diag);
         p->open[k] = 0;
+        p->finished[k] = rc == BT_OK;
     }
     return rc;
 }
 
 /* Takes away what a failed prepare wrote: the writers' partial files, a train pair
- * already renamed into place when the valid one then failed (half an output is no
- * output), and the directories it created. */
+ * already published when the valid one then could not be (half an output is no output;
+ * only a failing rename gets there), and the directories it created. */
 static void prep_abort(prep *p, const char *output) {
     static const char *const ext[2] = {".bin", ".idx"};
     for (int k = 0; k < 2; k++) {

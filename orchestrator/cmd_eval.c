@@ -49,9 +49,11 @@ static void eval_usage(FILE *f) {
                "each of its 5 answer digits is right; --json prints {\"passkey_accuracy\": ...,\n"
                "\"digit_accuracy\": ..., \"docs\": ..., \"length\": ..., \"predicted\": [...]},\n"
                "predicted holding the 5 predicted answer tokens of each document in turn\n"
-               "(docs x 5 token ids; -1 for a document too short to hold an answer).\n\n"
-               "Exit status: 0 done, 1 failed (also: a loss that is not finite), 2 bad usage\n"
-               "or input.\n");
+               "(docs x 5 token ids; -1 for a document too short to hold an answer). A logit\n"
+               "that is not finite makes both accuracies null (no line without --json) and\n"
+               "names the first NaN/Inf weight, as a loss that is not finite does (exit 1).\n\n"
+               "Exit status: 0 done, 1 failed (also: a loss or a logit that is not finite),\n"
+               "2 bad usage or input.\n");
 }
 
 /* The options that take a value, each given once. */
@@ -189,18 +191,19 @@ static int eval_open(loader *ld, const eval_args *a, uint32_t vocab, uint64_t *n
 
 typedef struct eval_result {
     int32_t *pred; /* passkey: 5 predicted tokens per document */
-    double loss, accuracy, digits;
-    uint64_t docs;
+    double loss;
+    eval_passkey_result pk;
     uint32_t length;
     const char *precision; /* the forward's number format (eval_precision_name) */
-    /* A loss that is not finite: the first weight that is not either ("": all are) */
+    /* A loss (passkey: a logit) that is not finite: the first weight that is not either
+     * ("": all are) */
     char bad_tensor[64];
     uint64_t bad_index; /* its first such element */
     float bad_value;
 } eval_result;
 
 /* The first parameter tensor holding a NaN or an Inf, into res (bad_tensor "" when none);
- * run once the loss came out non-finite, so a finite evaluation pays nothing. */
+ * run once the loss or a logit came out non-finite, so a finite evaluation pays nothing. */
 static int eval_find_nonfinite(trainer *t, eval_result *res) {
     res->bad_tensor[0] = '\0';
     float *host = NULL;
@@ -244,6 +247,7 @@ static int eval_passkey_run(const eval_args *a0, const Baton__Manifest *m, const
         return BT_EINVAL;
     }
     a.seq_len = res->length > 1 ? res->length - 1 : 1;
+    res->precision = eval_precision_name(m);
     a.data = a0->passkey;
     eval_spec e;
     eval_make_spec(&e, m, &a, 1);
@@ -254,9 +258,8 @@ static int eval_passkey_run(const eval_args *a0, const Baton__Manifest *m, const
     if (rc == 0) {
         rc = train_ckpt_load_params(&t, dir, m, diag);
         if (rc == 0) train_gemms_begin(&t);
-        rc = rc ? rc
-                : eval_passkey(&t, &ds, max_docs, &res->accuracy, &res->digits, res->pred,
-                               &res->docs, diag);
+        rc = rc ? rc : eval_passkey(&t, &ds, max_docs, &res->pk, res->pred, diag);
+        if (rc == 0 && res->pk.nonfinite_docs > 0) rc = eval_find_nonfinite(&t, res);
         train_free(&t);
     }
     indexed_close(&ds);
@@ -298,36 +301,52 @@ static int eval_checkpoint(eval_args *a, eval_result *res, bt_diag *diag) {
     return rc;
 }
 
+/* The accuracies; with a logit that is not finite they mean nothing: null in the JSON,
+ * no line of text (eval_nonfinite_report says why). */
 static void eval_passkey_print(const eval_args *a, const eval_result *res) {
+    const eval_passkey_result *pk = &res->pk;
+    int finite = pk->nonfinite_docs == 0;
     if (a->json) {
-        printf("{\"passkey_accuracy\": %.6g, \"digit_accuracy\": %.6g, \"docs\": %llu, "
+        char acc[32] = "null", dig[32] = "null"; /* JSON has no NaN */
+        if (finite) snprintf(acc, sizeof acc, "%.6g", pk->accuracy);
+        if (finite) snprintf(dig, sizeof dig, "%.6g", pk->digit_accuracy);
+        printf("{\"passkey_accuracy\": %s, \"digit_accuracy\": %s, \"docs\": %llu, "
                "\"length\": %u, \"predicted\": [",
-               res->accuracy, res->digits, (unsigned long long)res->docs, res->length);
-        for (uint64_t i = 0; i < res->docs * 5; i++)
+               acc, dig, (unsigned long long)pk->docs, res->length);
+        for (uint64_t i = 0; i < pk->docs * 5; i++)
             printf("%s%d", i ? ", " : "", res->pred[i]);
         printf("]}\n");
-    } else {
+    } else if (finite) {
         printf("passkey retrieval %.1f%% (digits %.1f%%) over %llu documents of up to %u tokens "
                "of %s\n",
-               100 * res->accuracy, 100 * res->digits, (unsigned long long)res->docs, res->length,
-               a->passkey);
+               100 * pk->accuracy, 100 * pk->digit_accuracy, (unsigned long long)pk->docs,
+               res->length, a->passkey);
     }
 }
 
-/* Why the loss is not finite, on stderr: the first weight that is not, or, all being
- * finite, the forward's overflow. */
-static void eval_nonfinite_report(const eval_args *a, const eval_result *res) {
+/* x as %g, a NaN as "nan" whatever its sign bit (printf writes "-nan" for some). */
+static const char *eval_num(char *buf, size_t cap, double x) {
+    if (isnan(x))
+        snprintf(buf, cap, "nan");
+    else
+        snprintf(buf, cap, "%g", x);
+    return buf;
+}
+
+/* Why the loss (what: "loss is not finite (nan)") or the logits are not finite, on
+ * stderr: the first weight that is not, or, all being finite, the forward's overflow. */
+static void eval_nonfinite_report(const eval_args *a, const eval_result *res, const char *what) {
+    char v[32];
     if (res->bad_tensor[0])
         fprintf(stderr,
-                "baton eval: loss is not finite (%g): the checkpoint holds NaN/Inf weights: "
-                "%s, the first, has %g at element %llu (%s)\n",
-                res->loss, res->bad_tensor, res->bad_value, (unsigned long long)res->bad_index,
-                a->ckpt);
+                "baton eval: %s: the checkpoint holds NaN/Inf weights: %s, the first, has %s at "
+                "element %llu (%s)\n",
+                what, res->bad_tensor, eval_num(v, sizeof v, res->bad_value),
+                (unsigned long long)res->bad_index, a->ckpt);
     else
         fprintf(stderr,
-                "baton eval: loss is not finite (%g) though every weight of %s is: the forward "
-                "overflowed in %s\n",
-                res->loss, a->ckpt, res->precision);
+                "baton eval: %s though every weight of %s is: the forward overflowed in %s\n", what,
+                a->ckpt, res->precision);
 }
 
 /* The evaluation the parsed command line asks for; an exit status. */
@@ -344,10 +363,15 @@ static int eval_main(eval_args *a0) {
         fprintf(stderr, "baton eval: %s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
         return rc == BT_EIO || rc == BT_ENOMEM ? BT_EXIT_FAILURE : BT_EXIT_USAGE;
     }
+    char what[128], v[32];
     if (a.passkey) {
         eval_passkey_print(&a, &res);
         free(res.pred);
-        return BT_EXIT_OK;
+        if (res.pk.nonfinite_docs == 0) return BT_EXIT_OK;
+        snprintf(what, sizeof what, "logits are not finite in %llu of %llu passkey documents",
+                 (unsigned long long)res.pk.nonfinite_docs, (unsigned long long)res.pk.docs);
+        eval_nonfinite_report(&a, &res, what);
+        return BT_EXIT_FAILURE;
     }
     uint64_t tokens = a.num_seqs * a.seq_len;
     char num[32] = "null"; /* JSON has no NaN or Infinity */
@@ -361,7 +385,8 @@ static int eval_main(eval_args *a0) {
                (unsigned long long)a.seq_len, a.data, a.num_seqs < a.asked ? " (all it holds)" : "",
                res.precision);
     if (isfinite(loss)) return BT_EXIT_OK;
-    eval_nonfinite_report(&a, &res);
+    snprintf(what, sizeof what, "loss is not finite (%s)", eval_num(v, sizeof v, loss));
+    eval_nonfinite_report(&a, &res, what);
     return BT_EXIT_FAILURE;
 }
 

@@ -3,6 +3,7 @@
  * digits, given the document up to that digit, is the digit. */
 #include "eval_passkey.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,10 +16,13 @@ uint32_t eval_passkey_max_length(const indexed_dataset *ds, uint64_t max_docs) {
     return n;
 }
 
-static int32_t eval_argmax(const float *row, int V) {
+/* The argmax of row; *finite cleared when a logit is NaN or infinite. */
+static int32_t eval_argmax(const float *row, int V, int *finite) {
     int32_t best = 0;
-    for (int v = 1; v < V; v++)
+    for (int v = 0; v < V; v++) {
+        if (!isfinite(row[v])) *finite = 0;
         if (row[v] > row[best]) best = v;
+    }
     return best;
 }
 
@@ -39,7 +43,7 @@ static int eval_is_passkey_doc(const int32_t *tokens, uint64_t at) {
 
 /* Whether document s is retrieved; tokens has room for its length. */
 static int eval_passkey_doc(trainer *t, const indexed_dataset *ds, uint64_t s, int32_t *tokens,
-                            int *hit, int *digits, int32_t *pred, bt_diag *diag) {
+                            int *hit, int *digits, int32_t *pred, int *finite, bt_diag *diag) {
     uint32_t len = indexed_seq_length(ds, s);
     uint64_t at = passkey_answer_offset(len);
     *hit = 0, *digits = 0;
@@ -58,29 +62,30 @@ static int eval_passkey_doc(trainer *t, const indexed_dataset *ds, uint64_t s, i
     int V = t->m.cfg.vocab;
     for (int j = 0; j < PASSKEY_DIGITS; j++) {
         const float *row = t->m.acts.logits + (size_t)(at - 1 + (uint64_t)j) * (size_t)V;
-        pred[j] = eval_argmax(row, V);
+        pred[j] = eval_argmax(row, V, finite);
         *digits += pred[j] == tokens[at + (uint64_t)j];
     }
     *hit = *digits == PASSKEY_DIGITS;
     return 0;
 }
 
-int eval_passkey(trainer *t, const indexed_dataset *ds, uint64_t max_docs, double *accuracy,
-                 double *digit_accuracy, int32_t *pred, uint64_t *docs, bt_diag *diag) {
+int eval_passkey(trainer *t, const indexed_dataset *ds, uint64_t max_docs, eval_passkey_result *r,
+                 int32_t *pred, bt_diag *diag) {
     uint32_t maxlen = eval_passkey_max_length(ds, max_docs);
     int32_t *tokens = malloc((maxlen ? maxlen : 1) * sizeof *tokens);
-    uint64_t n = 0, hits = 0, digit_hits = 0;
+    uint64_t n = 0, hits = 0, digit_hits = 0, nonfinite = 0;
     int rc = tokens ? 0 : BT_ENOMEM;
     for (uint64_t s = 0; rc == 0 && s < ds->n_sequences && s < max_docs; s++, n++) {
-        int hit = 0, digits = 0;
+        int hit = 0, digits = 0, finite = 1;
         int32_t mine[PASSKEY_DIGITS] = {-1, -1, -1, -1, -1};
-        rc = eval_passkey_doc(t, ds, s, tokens, &hit, &digits, mine, diag);
+        rc = eval_passkey_doc(t, ds, s, tokens, &hit, &digits, mine, &finite, diag);
         if (pred) memcpy(pred + s * PASSKEY_DIGITS, mine, sizeof mine);
-        hits += (uint64_t)hit, digit_hits += (uint64_t)digits;
+        hits += (uint64_t)hit, digit_hits += (uint64_t)digits, nonfinite += !finite;
     }
     free(tokens);
-    *docs = n;
-    *accuracy = n ? (double)hits / (double)n : 0;
-    *digit_accuracy = n ? (double)digit_hits / (double)(n * PASSKEY_DIGITS) : 0;
+    r->docs = n;
+    r->nonfinite_docs = nonfinite;
+    r->accuracy = n ? (double)hits / (double)n : 0;
+    r->digit_accuracy = n ? (double)digit_hits / (double)(n * PASSKEY_DIGITS) : 0;
     return rc;
 }

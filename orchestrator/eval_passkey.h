@@ -10,11 +10,19 @@
 
 /* The longest of the first max_docs documents. */
 uint32_t eval_passkey_max_length(const indexed_dataset *ds, uint64_t max_docs);
-/* Fraction of the first max_docs documents whose 5 answer digits the model predicts
- * (argmax given the document up to each digit, one process), and the fraction of all
- * answer digits predicted; t must take sequences of the longest document. pred (may be
- * NULL) gets the 5 predicted tokens of every document evaluated. */
-int eval_passkey(trainer *t, const indexed_dataset *ds, uint64_t max_docs, double *accuracy,
-                 double *digit_accuracy, int32_t *pred, uint64_t *docs, bt_diag *diag);
+typedef struct eval_passkey_result {
+    double accuracy;         /* fraction of the documents retrieved (all 5 digits right) */
+    double digit_accuracy;   /* fraction of all answer digits right */
+    uint64_t docs;           /* documents evaluated */
+    uint64_t nonfinite_docs; /* of them, those with a NaN or an infinite logit where a digit
+                              * is predicted (the accuracy then means nothing) */
+} eval_passkey_result;
+
+/* The passkey accuracy over the first max_docs documents: a document is retrieved when
+ * the model predicts its 5 answer digits (argmax given the document up to each digit, one
+ * process); t must take sequences of the longest document. pred (may be NULL) gets the 5
+ * predicted tokens of every document evaluated. */
+int eval_passkey(trainer *t, const indexed_dataset *ds, uint64_t max_docs, eval_passkey_result *r,
+                 int32_t *pred, bt_diag *diag);
 
 #endif

@@ -338,6 +338,26 @@ static int export_config(const char *dir, const bt_buf *text, bt_diag *diag) {
     return rc;
 }
 
+/* BT_EINVAL naming it when out/model.safetensors or out/config.json is a directory: a
+ * rename onto it would fail once the other file had been replaced. */
+static int export_targets_free(const char *out, bt_diag *diag) {
+    static const char *const files[] = {HF_WEIGHTS, HF_CONFIG};
+    char to[CKPT_PATH_MAX];
+    struct stat st;
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        if (hf_path(to, sizeof to, out, files[i]))
+            return bt_diag_set(diag, "%s: path too long", out), BT_EINVAL;
+        if (lstat(to, &st) == 0 && S_ISDIR(st.st_mode)) {
+            bt_diag_set(diag,
+                        "%s: a directory is in the way of the export; remove it or choose "
+                        "another --out",
+                        to);
+            return BT_EINVAL;
+        }
+    }
+    return 0;
+}
+
 /* The export is written into a new directory beside --out (OUT.partial-XXXXXX, 0700)
  * and moved into place only once complete, so that a failed export leaves no --out
  * behind, nor half of one in a directory that was already there. */
@@ -351,11 +371,13 @@ static int export_stage_dir(const char *out, char *tmp, size_t cap, bt_diag *dia
                     out);
         return BT_EINVAL;
     }
+    int rc = export_targets_free(out, diag);
+    if (rc) return rc;
     if ((size_t)snprintf(tmp, cap, "%.*s.partial-XXXXXX", (int)l, out) >= cap)
         return bt_diag_set(diag, "%s: path too long", out), BT_EINVAL;
     char parent[CKPT_PATH_MAX];
     ckpt_path_parent(tmp, parent, sizeof parent);
-    int rc = ckpt_out_mkdirs(parent, diag);
+    rc = ckpt_out_mkdirs(parent, diag);
     if (rc) return rc;
     if (mkdtemp(tmp) != NULL) return bt_cleanup_add(tmp, BT_CLEANUP_TREE) ? BT_ENOMEM : 0;
     int err = errno;
@@ -377,6 +399,8 @@ static int export_publish(const char *tmp, const char *out, bt_diag *diag) {
     if (lstat(out, &st) != 0 && errno == ENOENT && chmod(tmp, 0777 & ~mask) == 0 &&
         rename(tmp, out) == 0)
         return 0;
+    int rc = export_targets_free(out, diag); /* checked at the start too: made since? */
+    if (rc) return rc;
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         if (hf_path(from, sizeof from, tmp, files[i]) || hf_path(to, sizeof to, out, files[i]))
             return bt_diag_set(diag, "%s: path too long", out), BT_EINVAL;

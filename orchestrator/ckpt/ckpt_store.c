@@ -55,14 +55,17 @@ static void push_usage(FILE *f) {
             "manifest.pb last. A file is skipped when the store's manifest.pb lists it with\n"
             "the same size and CRC32C values; before replacing any file that manifest lists,\n"
             "push removes it (DELETE), so a complete push is needed for the store to hold a\n"
-            "manifest.pb again, and a stale manifest never describes new files.\n\n"
+            "manifest.pb again, and a stale manifest never describes new files. A store\n"
+            "without DELETE (HTTP 405 or 501) cannot have a checkpoint of the same name\n"
+            "replaced: push under another name.\n\n"
             "URL: http(s)://HOST[:PORT]/PREFIX (PUT/GET/HEAD, e.g. a WebDAV server) or\n"
             "     s3://BUCKET/PREFIX (path-style, SigV4; credentials from AWS_ACCESS_KEY_ID,\n"
             "     AWS_SECRET_ACCESS_KEY, AWS_REGION)\n\n"
             "options:\n"
             "%s\n"
             "Exit status: 0 pushed, 1 failed (the store refused or could not be reached\n"
-            "after the retries, a shard failed its CRC32C), 2 bad usage, URL or checkpoint.\n",
+            "after the retries, a shard failed its CRC32C), 2 bad usage, URL or checkpoint,\n"
+            "or a checkpoint of that name to replace in a store without DELETE.\n",
             STORE_COMMON_OPTIONS);
 }
 
@@ -247,6 +250,25 @@ static int push_file(ckpt_remote *r, const char *dir, const char *name, ckpt_fil
     return rc;
 }
 
+/* Removes the store's manifest.pb of name before anything it lists is replaced; a store
+ * without DELETE cannot have a checkpoint replaced (BT_EUNSUPPORTED, saying so). */
+static int push_drop_manifest(ckpt_remote *r, const char *name, bt_diag *diag) {
+    bt_diag d;
+    bt_diag_init(&d);
+    int rc = ckpt_remote_delete(r, name, CKPT_MANIFEST, &d);
+    if (rc == BT_EUNSUPPORTED)
+        bt_diag_set(diag,
+                    "%s: the store does not support DELETE, so the checkpoint already there as "
+                    "%s (other files than this one's) cannot be replaced: push under another "
+                    "name, or remove it from the store by other means",
+                    d.msg, name);
+    else if (rc != 0)
+        bt_diag_set(diag, "%s", d.msg);
+    else
+        printf("  %s: removed until the files it lists are replaced\n", CKPT_MANIFEST);
+    return rc;
+}
+
 /* Sends what the store does not hold, the store's manifest.pb removed first when
  * anything it lists is replaced, and ours last. */
 static int push_files(ckpt_remote *r, const char *dir, const char *name, ckpt_file_set *set,
@@ -260,10 +282,7 @@ static int push_files(ckpt_remote *r, const char *dir, const char *name, ckpt_fi
         stale |= !have[i];
     }
     ckpt_files_free(&remote);
-    if (rc == 0 && present && stale) {
-        rc = ckpt_remote_delete(r, name, CKPT_MANIFEST, diag);
-        if (rc == 0) printf("  %s: removed until the files it lists are replaced\n", CKPT_MANIFEST);
-    }
+    if (rc == 0 && present && stale) rc = push_drop_manifest(r, name, diag);
     for (size_t i = 0; rc == 0 && i < set->n; i++)
         rc = push_file(r, dir, name, &set->file[i], have[i], diag);
     free(have);
@@ -309,6 +328,7 @@ int ckpt_cmd_push(int argc, char **argv) {
     else
         printf("pushed %s to %s/%s\n", dir, r.base, name);
     ckpt_remote_free(&r);
+    if (rc == BT_EUNSUPPORTED) return BT_EXIT_USAGE; /* the store will say the same again */
     return rc < 0 ? BT_EXIT_FAILURE : BT_EXIT_OK;
 }
 

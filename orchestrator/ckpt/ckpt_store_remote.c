@@ -152,8 +152,10 @@ static int transient_curl(CURLcode e) {
            e == CURLE_COULDNT_RESOLVE_HOST;
 }
 
+/* A status worth another try: a timeout, a rate limit, a server error; not 501 (Not
+ * Implemented) nor 505 (HTTP Version Not Supported), which say the same every time. */
 static int transient_status(long s) {
-    return s == 408 || s == 429 || s >= 500;
+    return s == 408 || s == 429 || (s >= 500 && s != 501 && s != 505);
 }
 
 static void backoff(int attempt) {
@@ -274,6 +276,10 @@ int ckpt_remote_delete(ckpt_remote *r, const char *name, const char *file, bt_di
     if (rc < 0) return rc;
     remote_req q = {.method = "DELETE", .url = url, .setup = delete_setup, .fd = -1};
     rc = remote_run(r, &q, diag);
+    if (rc == 0 && (q.status == 405 || q.status == 501)) { /* Method Not Allowed, Not Implemented */
+        bt_diag_set(diag, "%s %s: HTTP %ld", q.method, q.url, q.status);
+        return BT_EUNSUPPORTED;
+    }
     if (rc == 0 && q.status != 404 && (q.status < 200 || q.status >= 300))
         rc = status_error(&q, file, diag);
     return rc;

@@ -41,7 +41,8 @@ int ckpt_remote_split(const char *url, char *store, size_t store_cap, char *name
 /* The size of object NAME/FILE into *size, -1 when the store does not have it. */
 int ckpt_remote_head(ckpt_remote *r, const char *name, const char *file, int64_t *size,
                      bt_diag *diag);
-/* Removes object NAME/FILE; one the store does not have is no error. */
+/* Removes object NAME/FILE; one the store does not have is no error. BT_EUNSUPPORTED
+ * (diag: the request and its status) when the store does not take DELETE (HTTP 405, 501). */
 int ckpt_remote_delete(ckpt_remote *r, const char *name, const char *file, bt_diag *diag);
 /* Uploads path as NAME/FILE; chk (may be NULL) checks the bytes as they are sent. */
 int ckpt_remote_put(ckpt_remote *r, const char *name, const char *file, const char *path,

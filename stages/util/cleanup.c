@@ -47,15 +47,18 @@ int bt_cleanup_signal(void) {
     return cleanup_caught;
 }
 
+static const char *cleanup_signal_name(int sig) {
+    return sig == SIGINT    ? "SIGINT"
+           : sig == SIGTERM ? "SIGTERM"
+           : sig == SIGHUP  ? "SIGHUP"
+           : sig == SIGXFSZ ? "SIGXFSZ (file size limit exceeded)"
+                            : "a signal";
+}
+
 int bt_cleanup_check(bt_diag *diag) {
     int sig = cleanup_caught;
     if (sig == 0) return 0;
-    const char *name = sig == SIGINT    ? "SIGINT"
-                       : sig == SIGTERM ? "SIGTERM"
-                       : sig == SIGHUP  ? "SIGHUP"
-                       : sig == SIGXFSZ ? "SIGXFSZ (file size limit exceeded)"
-                                        : "a signal";
-    bt_diag_set(diag, "interrupted by %s", name);
+    bt_diag_set(diag, "interrupted by %s", cleanup_signal_name(sig));
     return BT_EIO;
 }
 
@@ -153,9 +156,17 @@ static void cleanup_clear(void) {
 
 int bt_cleanup_exit(int status) {
     int sig = cleanup_caught;
-    if (sig == 0 && status == 0) cleanup_clear();
-    if (sig == 0 && status != 0) bt_cleanup_run();
-    if (sig == 0) return status;
+    if (status == 0) { /* the output is in place: a signal noted after that stops nothing */
+        cleanup_clear();
+        if (sig != 0)
+            fprintf(stderr, "note: %s came after the command completed; its output is kept\n",
+                    cleanup_signal_name(sig));
+        return 0;
+    }
+    if (sig == 0) {
+        bt_cleanup_run();
+        return status;
+    }
     bt_cleanup_run();
     fflush(NULL);
     if (sig == SIGXFSZ) { /* a full quota is no crash: no core file */

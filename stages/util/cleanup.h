@@ -4,10 +4,12 @@
  * SIGXFSZ that only note the signal (async-signal-safe: a recursive removal is not). The
  * command checks for it in its loops (bt_cleanup_check) and fails through its normal
  * error path; bt_cleanup_exit then removes what is still registered and dies of the
- * signal (the shell's 128 + N). The handler of INT, TERM and HUP resets itself: a second
- * one kills at once (SIGXFSZ comes with every write past the limit and stays caught). A signal the
- * process was started ignoring (nohup, trap '') stays ignored. For one command per process, used
- * from its main thread. */
+ * signal (the shell's 128 + N). A signal that comes after the command completed (status
+ * 0: its output is in place) changes nothing but a note: the exit status stays 0. The
+ * handler of INT, TERM and HUP resets itself: a second one kills at once (SIGXFSZ comes
+ * with every write past the limit and stays caught). A signal the process was started
+ * ignoring (nohup, trap '') stays ignored. For one command per process, used from its
+ * main thread. */
 #ifndef BATON_CLEANUP_H
 #define BATON_CLEANUP_H
 
@@ -36,9 +38,10 @@ void bt_cleanup_forget(const char *path);
 int bt_cleanup_mkdirs(const char *path, mode_t mode);
 /* Removes the registered paths, the latest registered first, and forgets them. */
 void bt_cleanup_run(void);
-/* The command's end: after a caught signal, removes what is registered and dies of that
- * signal (does not return); else removes it when status is not 0, forgets it when 0,
- * and returns status. */
+/* The command's end. Status 0 (the command completed, its output published): forgets
+ * what is registered and returns 0, a signal caught since only noted on stderr. Else
+ * removes what is registered, then dies of the caught signal (does not return) or
+ * returns status. */
 int bt_cleanup_exit(int status);
 
 #endif

@@ -6,7 +6,8 @@
 #  - a write failure (a file size limit, SIGXFSZ ignored or not) leaves no .partial and
 #    none of the directories created for --out; an empty or existing --out is exit 2;
 #    missing parents are created;
-#  - export writes config.json and model.safetensors with the same mode (0644, umask 022);
+#  - export writes config.json and model.safetensors with the same mode (0644, umask 022),
+#    and refuses a directory in the way of either before replacing the other;
 #  - import with tie_word_embeddings true takes the head from the embedding, as
 #    transformers does, with a note when the file's own lm_head.weight differs;
 #  - verify reports bytes appended to a shard file as damage (file and byte range);
@@ -80,6 +81,15 @@ expect 0 "exported" -- export ck/small --out p5/p6/e
 modes=$(stat -c '%a' p5/p6/e p5/p6/e/config.json p5/p6/e/model.safetensors | tr '\n' ' ')
 [[ $modes == "755 644 644 " ]] && ok "export: directory 755, both files 644 (umask 022)" ||
   fail "export modes (dir, config.json, model.safetensors): $modes"
+# a directory in the way of one of the two files in an existing --out: refused (exit 2)
+# before either file is replaced, the rest of the directory untouched
+mkdir -p ex-in/config.json && cp p5/p6/e/model.safetensors ex-in/ && echo keep >ex-in/notes
+sum=$(md5sum <ex-in/model.safetensors)
+expect 2 "ex-in/config.json: a directory is in the way of the export" -- export ck/big --out ex-in
+[[ $(md5sum <ex-in/model.safetensors) == "$sum" && -d ex-in/config.json && $(cat ex-in/notes) == keep &&
+   -z $(ls -d ex-in.partial-* 2>/dev/null) ]] &&
+  ok "export: a directory in the way refused, model.safetensors kept" ||
+  fail "export with ex-in/config.json a directory: $(ls -la ex-in ex-in.partial-* 2>&1)"
 
 # ---- tied embeddings ----
 make_hf tied 64 2 272 --tied --head other

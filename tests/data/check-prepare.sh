@@ -109,6 +109,28 @@ run 0 "$baton" data prepare --input "$in/a.txt" --output "$tmp/out/again" --vali
 [[ $(cat "$tmp/stdout") != *removed* ]] || fail "prepare claims to remove what is not there"
 echo "ok stale validation set removed"
 
+# a prepare that fails after writing its train set (here the file size limit stops the
+# validation index) keeps an earlier prepare's pair of the same prefix whole: nothing is
+# published until all four files are complete, and no .partial stays
+run 0 "$baton" data prepare --input "$in" --output "$tmp/out/keep" --valid-fraction 0.5
+md5sum "$tmp/out/keep_"* >"$tmp/keep.md5"
+"$py" -c "import sys; sys.stdout.write('a\\n%\\n' * 100000)" >"$tmp/many.txt"
+(set +e; ulimit -f 1000 && "$baton" data prepare --input "$tmp/many.txt" --split-on-percent \
+  --output "$tmp/out/keep" --valid-fraction 0.9; echo $? >"$tmp/rc") >"$tmp/stdout" 2>"$tmp/stderr"
+rc=$(cat "$tmp/rc")
+[[ $rc == 153 ]] || { cat "$tmp/stderr" >&2; fail "a prepare past the size limit: exit $rc, not 153"; }
+expect_err "keep_valid.idx.partial"
+md5sum -c --quiet "$tmp/keep.md5" || fail "a failed prepare changed the earlier output"
+[[ $(ls "$tmp/out" | grep -c '^keep_') == 4 ]] || fail "a failed prepare left $(ls "$tmp/out" | grep '^keep_')"
+# a directory in the way of the validation index: refused before anything is published
+rm "$tmp/out/keep_valid.bin" "$tmp/out/keep_valid.idx"
+mkdir "$tmp/out/keep_valid.idx"
+run 2 "$baton" data prepare --input "$in/a.txt" --output "$tmp/out/keep" --valid-fraction 0.5
+expect_err "$tmp/out/keep_valid.idx: a directory is in the way of the output"
+md5sum -c --quiet <(grep _train "$tmp/keep.md5") || fail "a refused prepare changed the earlier train set"
+[[ $(ls "$tmp/out" | grep -c '^keep_') == 3 ]] || fail "a refused prepare left $(ls "$tmp/out" | grep '^keep_')"
+echo "ok a failed prepare keeps an earlier output"
+
 # --- fortune splitting --------------------------------------------------------------
 fort=$tmp/fortunes
 mkdir -p "$fort"

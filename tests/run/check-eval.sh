@@ -7,7 +7,8 @@
 #    attention probabilities alone would take 2 GiB (1 window x 4 heads x 8192^2 floats
 #    x 2 layers): memory linear in T (without the limit under a sanitizer);
 #  - a checkpoint holding a NaN weight (an HF export with one poisoned float, imported):
-#    --json prints valid JSON with "loss": null, stderr names the tensor, exit 1;
+#    --json prints valid JSON with "loss": null, stderr names the tensor, exit 1 (a NaN
+#    with its sign bit set printed "nan" too); --passkey the same, its accuracies null;
 #  - --passkey on a dataset without documents says so.
 #   check-eval.sh BATON BATON_WORKER SOURCE_DIR
 set -euo pipefail
@@ -62,16 +63,21 @@ echo "ok eval at seq_len 8K within ulimit -v $limit: $(cat long.json)"
 
 # a NaN weight: valid JSON, the tensor named, exit 1
 "$baton" ckpt export "$ck" --out hf >/dev/null
-"$py" - hf/model.safetensors model.layers.1.mlp.up_proj.weight 5 <<'PY'
+# poison HF_DIR TENSOR INDEX BITS: the float32 of those bits at TENSOR[INDEX]
+poison() {
+  "$py" - "$1/model.safetensors" "$2" "$3" "$4" <<'PY'
 import json, struct, sys
-path, name, index = sys.argv[1], sys.argv[2], int(sys.argv[3])
+path, name, index, bits = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4], 16)
 with open(path, "r+b") as f:
     n, = struct.unpack("<Q", f.read(8))
     meta = json.loads(f.read(n))[name]
     assert meta["dtype"] == "F32"
     f.seek(8 + n + meta["data_offsets"][0] + 4 * index)
-    f.write(struct.pack("<f", float("nan")))
+    f.write(struct.pack("<I", bits))
 PY
+}
+cp -r hf hf-neg
+poison hf model.layers.1.mlp.up_proj.weight 5 7fc00000
 "$baton" ckpt import hf --out nan/ck >/dev/null
 rc=0
 "$baton" eval nan/ck --data data/text_valid --seq-len 64 --num-seqs 4 --json >nan.json 2>nan.err || rc=$?
@@ -81,6 +87,33 @@ rc=0
 grep -qF "baton eval: loss is not finite (nan): the checkpoint holds NaN/Inf weights: model.layers.1.mlp.up_proj.weight, the first, has nan at element 5" nan.err ||
   fail "eval of a NaN checkpoint says: $(cat nan.err)"
 echo "ok a NaN weight: $(cat nan.json); $(cat nan.err)"
+# a NaN with its sign bit set: printed "nan" all the same, never "-nan"
+poison hf-neg model.layers.0.self_attn.q_proj.weight 3 ffc00000
+"$baton" ckpt import hf-neg --out nan/neg >/dev/null
+rc=0
+"$baton" eval nan/neg --data data/text_valid --seq-len 64 --num-seqs 4 >neg.out 2>neg.err || rc=$?
+[[ $rc == 1 ]] || fail "eval of a -NaN checkpoint: exit $rc, not 1"
+grep -qF "baton eval: loss is not finite (nan): the checkpoint holds NaN/Inf weights: model.layers.0.self_attn.q_proj.weight, the first, has nan at element 3" neg.err &&
+  ! grep -q -- "-nan" neg.err || fail "eval of a -NaN checkpoint says: $(cat neg.err)"
+echo "ok a negative NaN weight: $(cat neg.err)"
+
+# --passkey on the NaN checkpoint: null accuracies, the tensor named, exit 1 (the healthy
+# checkpoint: numbers, exit 0)
+"$baton" data passkey --output pk/pk --n-docs 3 --length 200 >/dev/null
+"$baton" eval "$ck" --passkey pk/pk --json >pk.json || fail "eval --passkey: exit $?"
+"$py" -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["docs"] == 3 and 0 <= r["passkey_accuracy"] <= 1, r' pk.json ||
+  fail "eval --passkey --json: $(cat pk.json)"
+rc=0
+"$baton" eval nan/ck --passkey pk/pk --json >pknan.json 2>pknan.err || rc=$?
+[[ $rc == 1 ]] || fail "eval --passkey of a NaN checkpoint: exit $rc, not 1: $(cat pknan.err)"
+"$py" -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["passkey_accuracy"] is None and r["digit_accuracy"] is None and r["docs"] == 3, r' pknan.json ||
+  fail "eval --passkey --json of a NaN checkpoint: $(cat pknan.json)"
+grep -qF "baton eval: logits are not finite in 3 of 3 passkey documents: the checkpoint holds NaN/Inf weights: model.layers.1.mlp.up_proj.weight, the first, has nan at element 5" pknan.err ||
+  fail "eval --passkey of a NaN checkpoint says: $(cat pknan.err)"
+rc=0
+"$baton" eval nan/ck --passkey pk/pk >pknan.out 2>pknan.err || rc=$?
+[[ $rc == 1 && ! -s pknan.out ]] || fail "eval --passkey of a NaN checkpoint (text): exit $rc: $(cat pknan.out)"
+echo "ok --passkey on a NaN weight: $(cat pknan.err)"
 
 # passkey data without a document
 "$py" -c '

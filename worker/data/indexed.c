@@ -480,7 +480,7 @@ static int close_synced(FILE *f, const char *path, bt_diag *diag) {
     return BT_OK;
 }
 
-int indexed_writer_finish(indexed_writer *w, bt_diag *diag) {
+int indexed_writer_complete(indexed_writer *w, bt_diag *diag) {
     int rc = BT_OK;
     if (w->open_seq || w->n_sequences != (uint64_t)w->docs[w->n_docs - 1])
         rc = indexed_writer_end_document(w, diag);
@@ -488,17 +488,36 @@ int indexed_writer_finish(indexed_writer *w, bt_diag *diag) {
     w->bin = NULL;
     int brc = close_synced(bin, w->bin_partial, diag);
     rc = rc ? rc : brc;
-    if (rc != BT_OK) goto error;
+    if (rc != BT_OK) return rc;
     FILE *idx = fopen(w->idx_partial, "wb");
     if (idx == NULL) {
         bt_diag_set(diag, "%s: cannot create: %s", w->idx_partial, strerror(errno));
-        rc = BT_EIO;
-        goto error;
+        return BT_EIO;
     }
     rc = write_index(w, idx);
     if (rc != BT_OK) bt_diag_set(diag, "%s: write failed: %s", w->idx_partial, strerror(errno));
     int irc = close_synced(idx, w->idx_partial, diag);
-    rc = rc ? rc : irc;
+    return rc ? rc : irc;
+}
+
+/* BT_EINVAL naming path when a directory has its name (a rename onto it would fail). */
+static int target_free(const char *path, bt_diag *diag) {
+    struct stat st;
+    if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return BT_OK;
+    bt_diag_set(diag,
+                "%s: a directory is in the way of the output; remove it or choose another "
+                "output",
+                path);
+    return BT_EINVAL;
+}
+
+int indexed_writer_check_targets(const indexed_writer *w, bt_diag *diag) {
+    int rc = target_free(w->bin_path, diag);
+    return rc ? rc : target_free(w->idx_path, diag);
+}
+
+int indexed_writer_publish(indexed_writer *w, bt_diag *diag) {
+    int rc = indexed_writer_check_targets(w, diag);
     if (rc == BT_OK && rename(w->bin_partial, w->bin_path) != 0) {
         bt_diag_set(diag, "%s: cannot move into place: %s", w->bin_path, strerror(errno));
         rc = BT_EIO;
@@ -507,12 +526,17 @@ int indexed_writer_finish(indexed_writer *w, bt_diag *diag) {
         unlink(w->bin_path); /* no data file without its index */
         rc = BT_EIO;
     }
-    if (rc != BT_OK) goto error;
-    indexed_writer_abort(w); /* the partial names no longer exist: this only frees */
-    return BT_OK;
-error:
-    indexed_writer_abort(w);
+    indexed_writer_abort(w); /* frees; removes the partial names where still there */
     return rc;
+}
+
+int indexed_writer_finish(indexed_writer *w, bt_diag *diag) {
+    int rc = indexed_writer_complete(w, diag);
+    if (rc != BT_OK) {
+        indexed_writer_abort(w);
+        return rc;
+    }
+    return indexed_writer_publish(w, diag);
 }
 
 void indexed_writer_abort(indexed_writer *w) {

@@ -133,8 +133,18 @@ int indexed_writer_append(indexed_writer *w, const int32_t *tokens, size_t n, bt
 /* Ends the current document (an empty one becomes one zero-length sequence). */
 int indexed_writer_end_document(indexed_writer *w, bt_diag *diag);
 /* Writes the index, syncs both files and renames them into place; frees w. A
- * document still open is ended first. On error the partial files are removed. */
+ * document still open is ended first. On error the partial files are removed. The
+ * same as complete, then publish (abort when complete fails). */
 int indexed_writer_finish(indexed_writer *w, bt_diag *diag);
+/* The first half of finish, for a caller that publishes several writers together only
+ * once all are complete: ends an open document, writes the index and syncs both files,
+ * still under their .partial names. On error the caller aborts w. */
+int indexed_writer_complete(indexed_writer *w, bt_diag *diag);
+/* BT_EINVAL (with diag) when a directory has the final name of the .bin or the .idx. */
+int indexed_writer_check_targets(const indexed_writer *w, bt_diag *diag);
+/* The second half: renames a completed w's files into place and frees w (also on error,
+ * after removing its partial files and a .bin already renamed). */
+int indexed_writer_publish(indexed_writer *w, bt_diag *diag);
 /* Removes the partial files and frees w. Safe on a zeroed or finished writer. */
 void indexed_writer_abort(indexed_writer *w);
 

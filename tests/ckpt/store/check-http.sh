@@ -7,7 +7,8 @@
 # old manifest.pb removed first, the new one last); pull
 # interrupted (a rate limit and a time limit) and resumed with a Range request for
 # exactly the missing bytes, as nginx's access log shows; damaged remote data and a
-# later checkpoint format refused; a server that accepts and never answers given up on.
+# later checkpoint format refused; a server that accepts and never answers given up on; a
+# store without DELETE: a checkpoint there not replaced, said at once (exit 2, no retry).
 # Exit 77 (SKIPPED) only when nginx is not installed.
 #   check-http.sh BATON MAKE_CKPT
 set -u
@@ -162,6 +163,49 @@ want="GET /store/$name/$cut 206 $((size0 - part)) \"bytes=$part-\""
   fail "resumed pull: log has '$line', want '$want'"
 same_files "$src" "got2/$name" && ok "resumed pull: identical files" || fail "resumed pull: files differ"
 [[ -e got2/$name.partial ]] && fail "resumed pull left the .partial directory"
+
+# A store without DELETE (a small PUT/GET/HEAD server; DELETE answers 501 Not
+# Implemented): a first push works; replacing it with another checkpoint of the same name
+# is refused at once (a 501 is not retried), exit 2, saying why, the store untouched.
+cat >nodel.py <<'PY'
+import http.server, os, sys
+root = sys.argv[2]
+class H(http.server.BaseHTTPRequestHandler):
+    def path_of(self): return os.path.join(root, self.path.lstrip("/"))
+    def log_message(self, *a): pass
+    def log_request(self, code="-", size="-"): sys.stderr.write("%s %s %s\n" % (self.command, self.path, code))
+    def reply(self, code, data=b""):
+        self.send_response(code); self.send_header("Content-Length", str(len(data))); self.end_headers()
+        if self.command != "HEAD": self.wfile.write(data)
+    def do_PUT(self):
+        f = self.path_of(); os.makedirs(os.path.dirname(f), exist_ok=True)
+        with open(f, "wb") as o: o.write(self.rfile.read(int(self.headers["Content-Length"])))
+        self.reply(201)
+    def do_GET(self):
+        f = self.path_of()
+        if not os.path.isfile(f): return self.reply(404)
+        self.reply(200, open(f, "rb").read())
+    do_HEAD = do_GET
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+PY
+nport=$(free_port) || exit 1
+mkdir nodel
+/usr/bin/python3 nodel.py "$nport" nodel 2>nodel.log &
+nodel_pid=$!
+if wait_port "$nport" "$nodel_pid"; then
+  expect 0 "pushed" -- push run "http://127.0.0.1:$nport/store"
+  out=$("$baton" ckpt push run-b "http://127.0.0.1:$nport/store" 2>&1)
+  rc=$?
+  [[ $rc -eq 2 && $out == *"DELETE http://127.0.0.1:$nport/store/$name/manifest.pb: HTTP 501: the store does not support DELETE"*"push under another name"* &&
+     $out != *retrying* && $(grep -c '^DELETE' nodel.log) -eq 1 && $(grep -c '^PUT' nodel.log) -eq 4 ]] &&
+    ok "push to a store without DELETE: refused at once, exit 2" ||
+    fail "push to a store without DELETE: exit $rc: $out; $(grep -E '^(PUT|DELETE)' nodel.log)"
+  same_files "$src" "nodel/store/$name" && ok "store without DELETE: its checkpoint untouched" ||
+    fail "store without DELETE: its checkpoint changed"
+else
+  fail "the store without DELETE did not start: $(cat nodel.log)"
+fi
+kill "$nodel_pid" && wait "$nodel_pid" 2>/dev/null
 
 # Damaged remote data, a missing checkpoint, a server that is gone.
 printf '\x5a' | dd of="$remote/rank-00001.bin" bs=1 seek=10000000 conv=notrunc status=none
