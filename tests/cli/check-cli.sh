@@ -60,10 +60,13 @@ expect 1 '"alternatives": \[\{"tp": 4,' -- \
 expect 0 'Exit status: 0 every stage fits .* 1 some$' -- plan --help
 # the search for what fits is bounded: a million devices, on one node or on 256, take
 # seconds (a recipe fuzzer's extremes too), not minutes
+# (a sanitizer build, at -O0 with its checks, takes several times longer)
+limit=20
+ldd "$baton" 2>/dev/null | grep -q libasan && limit=120
 for shape in "1 1048576" "256 4096"; do
   read -r nodes gpn <<<"$shape"
   t0=$SECONDS
-  out=$(timeout 20 "$baton" plan "$recipes/llama3-70b-64gpu.yaml" --set defaults.recompute=none \
+  out=$(timeout $limit "$baton" plan "$recipes/llama3-70b-64gpu.yaml" --set defaults.recompute=none \
     --set defaults.micro_batch=2 --set defaults.seq_len=64K --set cluster.nodes="$nodes" \
     --set cluster.gpus_per_node="$gpn" --set defaults.parallel.dp=32768 \
     --set defaults.global_batch=65536 2>&1)

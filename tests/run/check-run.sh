@@ -1179,8 +1179,14 @@ pause-slow)
   bpid=$!
   log=$(wait_step 0 3)
   kill -STOP $(worker_pids "$log" 1)
-  gdb -nx -batch -p "$bpid" -ex 'shell sleep 12' >gdb.out 2>&1 ||
-    { cat gdb.out; echo "$case: skipped (gdb cannot attach here)"; kill "$bpid"; exit 77; }
+  # gdb -batch exits 0 when it cannot attach (its last command, the sleep, succeeds):
+  # whether it held baton run is read from what it says
+  gdb -nx -batch -p "$bpid" -ex 'info proc' -ex 'shell sleep 12' >gdb.out 2>&1 || true
+  if grep -q 'ptrace:' gdb.out || ! grep -q "^process $bpid\$" gdb.out; then
+    cat gdb.out
+    echo "$case: skipped (gdb cannot attach here)"
+    exit 77
+  fi
   t0=$SECONDS
   until grep -q 'hang:' run.out; do
     ((SECONDS - t0 <= 20)) || { cat run.out; fail "the stopped rank was not seen as hung"; }
@@ -1188,7 +1194,9 @@ pause-slow)
   done
   took=$((SECONDS - t0))
   ((took <= 3)) || { cat run.out; fail "the hang took $took s after the debugger let go: the whole 12 s were forgiven"; }
-  grep -Eq 'was not running for [0-9.]+ s and got no SIGCONT .*: 5\.0 s of the ranks.* silence forgiven.*no more is forgiven' run.out ||
+  # up to 5 s (heartbeat_timeout) forgiven in all: slow turns before the debugger (a
+  # busy machine) may have used part of it
+  grep -Eq 'was not running for [0-9.]+ s and got no SIGCONT .*: [0-5]\.[0-9] s of the ranks.* silence forgiven.*no more is forgiven' run.out ||
     { cat run.out; fail "the gap without SIGCONT was not said"; }
   ! grep -q 'was stopped for' run.out || { cat run.out; fail "a ptrace stop taken for SIGSTOP"; }
   wait "$bpid" || { cat run.out; fail "baton run exited $?"; }

@@ -20,6 +20,10 @@ static int child_end(const char *path, int sig, int status) {
     if (pid == 0) {
         FILE *f = fopen(path, "w");
         if (f == NULL || fclose(f) != 0) _exit(99);
+        /* bt_cleanup_install keeps a signal the process was started ignoring (a
+         * background job of a script ignores SIGINT, nohup SIGHUP): this test's are not */
+        signal(SIGINT, SIG_DFL), signal(SIGTERM, SIG_DFL), signal(SIGHUP, SIG_DFL);
+        signal(SIGXFSZ, SIG_DFL);
         bt_cleanup_install();
         if (bt_cleanup_add(path, BT_CLEANUP_FILE) != 0) _exit(98);
         if (sig != 0) raise(sig);
@@ -44,6 +48,13 @@ int main(void) {
     unlink(path);
     ws = child_end(path, SIGTERM, 0);
     CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    CHECK(access(path, F_OK) == 0);
+    unlink(path);
+
+    /* completed, but a write it did not check went past the file size limit: kept, yet
+     * dead of SIGXFSZ (no exit 0 over a cut-short write) */
+    ws = child_end(path, SIGXFSZ, 0);
+    CHECK(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGXFSZ);
     CHECK(access(path, F_OK) == 0);
     unlink(path);
 
