@@ -95,7 +95,8 @@ static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSp
     int from = run_ckpt_start_from(c, (uint32_t)i, probe, sizeof probe, diag);
     if (from < 0) { /* not a fresh start from the recipe's init: another attempt looks again */
         char why[sizeof diag->msg];
-        snprintf(why, sizeof why, "%s", diag->msg);
+        snprintf(why, sizeof why, "%s", diag->msg[0] ? diag->msg : "cannot list checkpoints");
+        bt_diag_init(diag); /* bt_diag_set keeps a message already set */
         bt_diag_set(diag,
                     "stage \"%s\": %s; cannot tell which checkpoint the stage starts from: "
                     "the attempt fails (retried)",
@@ -263,8 +264,13 @@ static double run_pause_check(run_ctx *c, double *last, double *started, double 
     /* a SIGCONT read after the clock may end a stop that began after it: the gap that
      * holds that stop is the next one */
     int cont = run_got_cont(c), stopped = cont || c->cont_carry;
-    c->cont_carry = cont && gap < RUN_PAUSE_GAP_S;
-    if (gap < RUN_PAUSE_GAP_S) return now;
+    if (gap < RUN_PAUSE_GAP_S) {
+        c->cont_carry = stopped; /* kept until a long gap uses it */
+        return now;
+    }
+    /* a long gap uses a SIGCONT; one read now may also belong to the next gap (the stop
+     * fell between the clock and the read): kept for it, over-forgiving one turn at most */
+    c->cont_carry = cont;
     double forgive = gap, left = hang_s - c->slow_forgiven;
     if (!stopped) forgive = gap < left ? gap : left > 0 ? left : 0;
     if (!stopped) c->slow_forgiven += forgive;
@@ -430,8 +436,9 @@ static void run_check_stop(run_ctx *c, const launch_job *job, uint32_t stage,
         snprintf(from, sizeof from, "where a resume continues cannot be told now: %s", d.msg);
     run_stop_casualty(c, job, who, sizeof who);
     run_progress_end(&c->prog);
-    run_err(c, "stage \"%s\": the stop checkpoint at step %llu was not completed%s%s%s; %s\n",
-            c->prog.stage, (unsigned long long)c->prog.step, who[0] ? " (" : "", who,
+    run_err(c, "stage \"%s\": the stop checkpoint at step %llu %s%s%s%s; %s\n", c->prog.stage,
+            (unsigned long long)c->prog.step,
+            own >= 0 ? "was not completed" : "may not have been completed", who[0] ? " (" : "", who,
             who[0] ? ")" : "", from);
     r->has_step = own >= 0, r->step = at; /* unknown: none */
 }
