@@ -210,16 +210,36 @@ static int prep_open(prep *p, const prep_opts *o, bt_diag *diag) {
     return rc;
 }
 
+/* Before the renames, the earlier prepare's indexes (train's and valid's) go: a crash
+ * between renames then leaves a .bin without its .idx, which every reader refuses, never
+ * a new .bin under an old .idx or a new train set beside an old valid one. */
+static int prep_drop_old_indexes(const char *output, bt_diag *diag) {
+    for (int k = 0; k < 2; k++) {
+        bt_buf name;
+        bt_buf_init(&name);
+        bt_buf_printf(&name, "%s%s.idx", output, prep_suffix[k]);
+        int rc = name.oom ? BT_ENOMEM : BT_OK;
+        if (rc == BT_OK && unlink(bt_buf_str(&name)) != 0 && errno != ENOENT) {
+            bt_diag_set(diag, "%s: cannot replace: %s", bt_buf_str(&name), strerror(errno));
+            rc = BT_EIO;
+        }
+        bt_buf_free(&name);
+        if (rc != BT_OK) return rc;
+    }
+    return BT_OK;
+}
+
 /* Completes both writers (indexes written, all four files synced under their .partial
- * names), then publishes them: until the first rename an earlier prepare's output of the
- * same prefix stays whole, so a failure (a full disk, a size limit, a signal) keeps it. */
-static int prep_finish(prep *p, bt_diag *diag) {
+ * names), then publishes them: until then an earlier prepare's output of the same prefix
+ * stays whole, so a failure (a full disk, a size limit, a signal) keeps it. */
+static int prep_finish(prep *p, const char *output, bt_diag *diag) {
     int rc = BT_OK;
     for (int k = 0; k < 2 && rc == BT_OK; k++)
         if (p->open[k]) rc = indexed_writer_complete(&p->w[k], diag);
     for (int k = 0; k < 2 && rc == BT_OK; k++)
         if (p->open[k]) rc = indexed_writer_check_targets(&p->w[k], diag);
     rc = rc ? rc : bt_cleanup_check(diag);
+    rc = rc ? rc : prep_drop_old_indexes(output, diag);
     for (int k = 0; k < 2 && rc == BT_OK; k++) {
         if (!p->open[k]) continue;
         rc = indexed_writer_publish(&p->w[k], diag);
@@ -324,7 +344,7 @@ static int prepare_run(const prep_opts *o, bt_diag *diag) {
                     (unsigned long long)c.stats.files, (unsigned long long)c.stats.skipped_binary);
         rc = BT_EINVAL;
     }
-    rc = rc ? rc : prep_finish(p, diag);
+    rc = rc ? rc : prep_finish(p, o->output, diag);
     if (rc == BT_OK && o->valid_fraction <= 0) p->stale_removed = prep_drop_stale_valid(o->output);
     if (rc == BT_OK) prep_summary(p, &c, o);
 done:

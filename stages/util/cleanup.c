@@ -154,10 +154,17 @@ static void cleanup_clear(void) {
     cleanup_n = 0;
 }
 
+static int cleanup_die(int sig);
+
 int bt_cleanup_exit(int status) {
     int sig = cleanup_caught;
     if (status == 0) { /* the output is in place: a signal noted after that stops nothing */
         cleanup_clear();
+        if (sig == SIGXFSZ) { /* but a write it did not check (stdout) was cut short */
+            fprintf(stderr, "note: a write went past the file size limit (SIGXFSZ) after the "
+                            "command completed; its output is kept\n");
+            return cleanup_die(sig);
+        }
         if (sig != 0)
             fprintf(stderr, "note: %s came after the command completed; its output is kept\n",
                     cleanup_signal_name(sig));
@@ -168,6 +175,11 @@ int bt_cleanup_exit(int status) {
         return status;
     }
     bt_cleanup_run();
+    return cleanup_die(sig);
+}
+
+/* Dies of sig, as the signal's default action would have. */
+static int cleanup_die(int sig) {
     fflush(NULL);
     if (sig == SIGXFSZ) { /* a full quota is no crash: no core file */
         struct rlimit no_core = {0, 0};
