@@ -665,6 +665,19 @@ static int child_queued(child *ch) {
     return ch->fails ? 1 : 0;
 }
 
+/* An all-reduce of a on ca (the test's stream), then one of b on cb on s2, made to wait
+ * for the first through ev; then comm_wait on s2. Its status. */
+static int allreduce_behind(child *ch, comm *ca, void *a, comm *cb, void *b, cudaStream_t s2,
+                            cudaEvent_t ev) {
+    int rc = comm_allreduce(ca, a, a, N, COMM_F32, COMM_SUM, ch->stream);
+    if (rc == 0) {
+        cudaEventRecord(ev, ch->stream);
+        cudaStreamWaitEvent(s2, ev, 0);
+        rc = comm_allreduce(cb, b, b, N, COMM_F32, COMM_SUM, s2);
+    }
+    return rc == 0 ? comm_wait(cb, s2) : rc;
+}
+
 /* A hung all-reduce A, and a second one B on another stream made to wait for A: B's
  * deadline never starts, but comm_wait on B's stream must still fail within A's. */
 static int child_timeout_behind(child *ch) {
@@ -677,13 +690,7 @@ static int child_timeout_behind(child *ch) {
     CHECK(ch, cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess, "stream");
     CHECK(ch, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess, "event");
     double t0 = now_s();
-    int rc = comm_allreduce(c, a, a, N, COMM_F32, COMM_SUM, ch->stream);
-    if (rc == 0) {
-        cudaEventRecord(ev, ch->stream);
-        cudaStreamWaitEvent(s2, ev, 0);
-        rc = comm_allreduce(c, b, b, N, COMM_F32, COMM_SUM, s2);
-    }
-    if (rc == 0) rc = comm_wait(c, s2);
+    int rc = allreduce_behind(ch, c, a, c, b, s2, ev);
     check_timed_out(ch, c, rc, now_s() - t0, s2);
     comm_destroy(c);
     cudaFree(a), cudaFree(b);
@@ -715,13 +722,7 @@ static int child_timeout_other(child *ch) {
     CHECK(ch, cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess, "stream");
     CHECK(ch, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess, "event");
     double t0 = now_s();
-    int rc = comm_allreduce(o, a, a, N, COMM_F32, COMM_SUM, ch->stream);
-    if (rc == 0) {
-        cudaEventRecord(ev, ch->stream);
-        cudaStreamWaitEvent(s2, ev, 0);
-        rc = comm_allreduce(c, b, b, N, COMM_F32, COMM_SUM, s2);
-    }
-    if (rc == 0) rc = comm_wait(c, s2);
+    int rc = allreduce_behind(ch, o, a, c, b, s2, ev);
     double dt = now_s() - t0;
     printf("rank 0: after %.2f s: %d: %s | other: %s\n", dt, rc, comm_error(c), comm_error(o));
     CHECK(ch, rc == BT_EIO && comm_fault_of(c) == COMM_FAULT_TIMEOUT, "rc %d", rc);

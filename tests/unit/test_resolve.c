@@ -417,6 +417,18 @@ static const char *list_text =
     "  - {name: a, steps: 10}\n"
     "  - {name: b, steps: 10, data: {mix: [{path: c}, {path: d, weight: 2}]}}\n";
 
+/* list_text loaded, the n overrides applied, validated; 0 or the error (said, CHECKed). */
+static int load_list_with_sets(recipe_doc *doc, const char *const *sets, size_t n, bt_diag *d) {
+    bt_diag_init(d);
+    int rc = recipe_load_buffer("l.yaml", list_text, strlen(list_text), doc, d);
+    for (size_t k = 0; rc == 0 && k < n; k++)
+        rc = recipe_apply_set(doc, sets[k], d);
+    if (rc == 0) rc = recipe_validate(doc, d);
+    if (rc != 0) fprintf(stderr, "%s\n", d->msg);
+    CHECK(rc == 0);
+    return rc;
+}
+
 static void test_set_list_element(void) {
     static const char *const sets[] = {"data.mix.0.weight=0.5",
                                        "data.mix.1={path: e}",
@@ -426,13 +438,7 @@ static void test_set_list_element(void) {
                                        "stages.1.data.mix.0.weight=3"};
     recipe_doc doc = {0};
     bt_diag d;
-    bt_diag_init(&d);
-    int rc = recipe_load_buffer("l.yaml", list_text, strlen(list_text), &doc, &d);
-    for (size_t k = 0; rc == 0 && k < sizeof sets / sizeof *sets; k++)
-        rc = recipe_apply_set(&doc, sets[k], &d);
-    if (rc == 0) rc = recipe_validate(&doc, &d);
-    if (rc != 0) fprintf(stderr, "%s\n", d.msg);
-    CHECK(rc == 0);
+    int rc = load_list_with_sets(&doc, sets, sizeof sets / sizeof *sets, &d);
     Baton__StageSpec *s0 = rc == 0 ? resolve(&doc, 0) : NULL;
     Baton__StageSpec *s1 = rc == 0 ? resolve(&doc, 1) : NULL;
     if (s0 != NULL && s1 != NULL) {
@@ -480,13 +486,7 @@ static void test_set_inherited_list(void) {
                                        "stages.a.parallel.stage_layers.1=3"};
     recipe_doc doc = {0};
     bt_diag d;
-    bt_diag_init(&d);
-    int rc = recipe_load_buffer("l.yaml", list_text, strlen(list_text), &doc, &d);
-    for (size_t k = 0; rc == 0 && k < sizeof sets / sizeof *sets; k++)
-        rc = recipe_apply_set(&doc, sets[k], &d);
-    if (rc == 0) rc = recipe_validate(&doc, &d);
-    if (rc != 0) fprintf(stderr, "%s\n", d.msg);
-    CHECK(rc == 0);
+    int rc = load_list_with_sets(&doc, sets, sizeof sets / sizeof *sets, &d);
     Baton__StageSpec *s0 = rc == 0 ? resolve(&doc, 0) : NULL;
     if (s0 != NULL) {
         CHECK_EQ_U64(s0->data->n_mix, 2);
