@@ -65,12 +65,20 @@ static uint32_t *reshard_slot(Baton__Parallel *p, const char *key) {
                                                                : NULL;
 }
 
+/* A degree given twice in --to (tp2,tp4): refused, not the last taken. */
+static int reshard_twice(bt_diag *diag, const char *key) {
+    bt_diag_set(diag, "%s given twice", key);
+    return -2;
+}
+
 /* "tp2,pp2" / "tp2pp2" / "tp=2,pp=2" / "pp2v2,layers=1+2+2+1" into p (its stage_layers in
  * list). */
 /* -1: not the syntax; -2: a layout reshard cannot write, why in diag. */
 static int reshard_parse_layout(const char *s, Baton__Parallel *p, uint32_t *list, bt_diag *diag) {
     baton__parallel__init(p);
     p->tp = p->pp = p->cp = p->dp = p->ep = p->virtual_stages = 1, p->zero = 0;
+    const uint32_t *seen[8];
+    size_t n_seen = 0;
     while (*s) {
         if (*s == ',' || *s == 'x' || *s == ' ') {
             s++;
@@ -83,6 +91,7 @@ static int reshard_parse_layout(const char *s, Baton__Parallel *p, uint32_t *lis
         s += n;
         if (*s == '=') s++;
         if (strcmp(key, "layers") == 0) {
+            if (p->stage_layers != NULL) return reshard_twice(diag, key);
             if ((n = reshard_parse_list(s, list, &p->n_stage_layers)) < 0) return -1;
             p->stage_layers = list, s += n;
             continue;
@@ -91,7 +100,14 @@ static int reshard_parse_layout(const char *s, Baton__Parallel *p, uint32_t *lis
         s += n;
         uint32_t *slot = reshard_slot(p, key);
         if (slot == NULL || (v == 0 && slot != &p->zero)) return -1;
+        for (size_t k = 0; k < n_seen; k++)
+            if (seen[k] == slot) return reshard_twice(diag, key);
+        seen[n_seen++] = slot; /* 7 slots: a repeat is refused before an 8th */
         *slot = v;
+    }
+    if (n_seen == 0 && p->stage_layers == NULL) {
+        bt_diag_set(diag, "no degree given (tp1 for one shard file)");
+        return -2;
     }
     p->has_tp = p->has_pp = p->has_cp = p->has_dp = p->has_ep = p->has_zero = 1;
     p->has_virtual_stages = 1;
@@ -300,10 +316,16 @@ int ckpt_cmd_reshard(int argc, char **argv) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             reshard_usage(stdout);
             return BT_EXIT_OK;
-        } else if (strcmp(argv[i], "--to") == 0 && i + 1 < argc) {
-            to = argv[++i];
-        } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
-            out = argv[++i];
+        } else if ((strcmp(argv[i], "--to") == 0 && to == NULL) ||
+                   (strcmp(argv[i], "--out") == 0 && out == NULL)) {
+            if (i + 1 == argc) {
+                fprintf(stderr, "baton ckpt reshard: %s needs a value\n", argv[i]);
+                return BT_EXIT_USAGE;
+            }
+            *(argv[i][2] == 't' ? &to : &out) = argv[i + 1], i++;
+        } else if (strcmp(argv[i], "--to") == 0 || strcmp(argv[i], "--out") == 0) {
+            fprintf(stderr, "baton ckpt reshard: %s given twice\n", argv[i]);
+            return BT_EXIT_USAGE;
         } else if (argv[i][0] != '-' && path == NULL) {
             path = argv[i];
         } else {

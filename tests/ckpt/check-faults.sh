@@ -138,6 +138,17 @@ bad-tool-input)
     --out x 2>&1) || fail "reshard --to tp3 does not say why"
   grep -q "ep 2 needs an MoE model; this checkpoint's is dense" <("$baton" ckpt reshard run \
     --to ep2,dp2 --out x 2>&1) || fail "reshard --to ep2 of a dense model does not say why"
+  # --to given empty, a degree given twice, --to twice: refused (were tp1 everywhere,
+  # the last one taken)
+  for args in "--to=" "--to=tp2,tp4" "--to=zero1,z0" "--to=tp1 --to=tp2"; do
+    read -ra a <<<"${args//=/ }"
+    [[ $args == "--to=" ]] && a=(--to "")
+    rc=0
+    "$baton" ckpt reshard run "${a[@]}" --out out-twice 2>err.log || rc=$?
+    [[ $rc == 2 ]] && grep -Eq "no degree given|given twice" err.log ||
+      fail "reshard $args: exit $rc: $(cat err.log)"
+    [[ ! -e out-twice ]] || fail "reshard $args left output behind"
+  done
   cp -a run/checkpoints/s00-step00000002 empty && : >empty/manifest.pb
   # verify: a checkpoint whose manifest is empty or cut short is damaged (exit 1), not a
   # usage error
