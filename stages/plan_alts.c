@@ -1,7 +1,8 @@
 /* plan_find_alternatives: for a stage whose heaviest rank does not fit, the settings that
  * do fit on the same devices, found by planning each candidate as the stage is planned:
- * tp and pp (dp taking the rest of the devices; cp and ep as the recipe has them), ZeRO,
- * the recomputation and the micro-batch. The fastest few are kept.
+ * tp and pp (dp taking the rest of the devices; cp and ep as the recipe has them), the
+ * recipe's virtual_stages (where the split still interleaves) and none, ZeRO, the
+ * recomputation and the micro-batch. The fastest few are kept.
  *
  * The search is bounded for any size: tp and pp range over the divisors of the devices,
  * the splits nearest the stage's (tp, pp) first; which groups cross nodes (a look at every
@@ -167,10 +168,12 @@ static size_t alt_splits(const plan_stage *ps, alt_cand **out) {
     uint32_t cells = ps->lay.world / sh->cp,
              most_tp = sh->tp > sh->gpus_per_node ? sh->tp : sh->gpus_per_node;
     uint32_t *div = malloc(ALT_MAX_DIVS * sizeof *div);
-    int nd = div ? alt_divisors(cells, div) : 0;
-    alt_cand *v = nd ? malloc((size_t)nd * (size_t)nd * sizeof *v) : NULL;
+    int nd = div ? alt_divisors(cells, div) : 0, ntp = 0;
+    while (ntp < nd && div[ntp] <= most_tp)
+        ntp++;
+    alt_cand *v = ntp ? malloc((size_t)ntp * (size_t)nd * sizeof *v) : NULL;
     size_t n = 0;
-    for (int i = 0; v != NULL && i < nd && div[i] <= most_tp; i++)
+    for (int i = 0; v != NULL && i < ntp; i++)
         for (int j = 0; j < nd && (uint64_t)div[i] * div[j] <= cells; j++) {
             uint32_t tp = div[i], pp = div[j];
             if ((cells / tp) % pp || !alt_valid_split(ps, tp, pp)) continue;
@@ -199,6 +202,10 @@ void plan_find_alternatives(plan_stage *ps) {
         uint32_t vs = sh->virtual_stages; /* kept where it still interleaves */
         if (vs > 1 && pp > 1 && sh->n_layers % (pp * vs) == 0) c.virtual_stages = vs;
         alt_split(ps, scratch, c);
+        if (c.virtual_stages > 1) { /* and without interleaving: fewer in-flight activations */
+            c.virtual_stages = 1;
+            alt_split(ps, scratch, c);
+        }
     }
     free(v);
     free(scratch);

@@ -58,6 +58,12 @@ expect 1 'DOES NOT FIT: .*; or raise tp or pp \(what fits on the same devices: u
 expect 1 '"alternatives": \[\{"tp": 4,' -- \
   plan --json "$recipes/llama3-70b-64gpu.yaml" --set defaults.recompute=none --set defaults.micro_batch=2
 expect 0 'Exit status: 0 every stage fits .* 1 some$' -- plan --help
+# an interleaved pipeline that does not fit: the same split without interleaving is
+# offered, and fits as offered
+pi="$recipes/../tests/cli/plan-interleaved.yaml"
+expect 1 '^    parallel: \{virtual_stages: 1\}, recompute: full, micro_batch: 1: fits' -- plan "$pi"
+expect 0 '^  total .*: fits \(' -- plan "$pi" --set defaults.parallel.virtual_stages=1 \
+  --set defaults.recompute=full --set defaults.micro_batch=1
 # the search for what fits is bounded: a million devices, on one node or on 256, take
 # seconds (a recipe fuzzer's extremes too), not minutes
 # (a sanitizer build, at -O0 with its checks, takes several times longer)
