@@ -373,6 +373,10 @@ static int run_main(run_args *a) {
             return BT_EXIT_USAGE;
         }
         a->run_dir = run_abs;
+        if (run_dir_check_resumable(a->run_dir, &diag) != 0) {
+            fprintf(stderr, "baton resume: %s\n", diag.msg);
+            return BT_EXIT_USAGE;
+        }
         /* a --worker path relative to here, before the run's directory becomes the current one */
         if (a->worker && strchr(a->worker, '/') && realpath(a->worker, worker_abs) != NULL)
             a->worker = worker_abs;

@@ -58,6 +58,29 @@ int run_dir_has_history(const run_dir *d, char *what, size_t cap, bt_diag *diag)
     return n > 0 ? 1 : run_dir_has_spec(d, what, cap, diag);
 }
 
+int run_dir_check_resumable(const char *path, bt_diag *diag) {
+    Baton__JournalRecord **v;
+    size_t n;
+    journal_tail tail;
+    if (journal_read(path, &v, &n, &tail, diag) != 0) return BT_EINVAL;
+    journal_records_free(v, n);
+    run_dir d = {.lock_fd = -1};
+    char file[4200], what[300];
+    snprintf(d.path, sizeof d.path, "%s", path);
+    run_dir_file(&d, "workdir", file, sizeof file);
+    /* a record, a run made by baton run or submit (its workdir noted; no attempt yet), or
+     * a run's traces (whose lost journal the run itself refuses, saying more) */
+    if (n > 0 || tail.size > 0 || access(file, F_OK) == 0 ||
+        run_dir_has_history(&d, what, sizeof what, diag) != 0)
+        return 0;
+    run_dir_file(&d, JOURNAL_FILE, file, sizeof file);
+    bt_diag_set(diag,
+                "%s: not a run directory (%s); start a run with 'baton run RECIPE --run-dir "
+                "%s'",
+                path, access(file, F_OK) == 0 ? "its journal is empty" : "no journal", path);
+    return BT_EINVAL;
+}
+
 /* A file kept in the run directory: written on first use, compared afterwards. */
 static int run_dir_keep(run_dir *d, const char *name, const char *data, size_t n, const char *what,
                         bt_diag *diag) {

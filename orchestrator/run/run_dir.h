@@ -49,6 +49,10 @@ int run_dir_enter_workdir(const char *run_dir_path, int *moved, bt_diag *diag);
  * new. 1 with what naming what was found, 0 when neither is there, -1 when either
  * directory cannot be read (diag: which, and why), which tells nothing either way. */
 int run_dir_has_history(const run_dir *d, char *what, size_t cap, bt_diag *diag);
+/* For `baton resume`: whether path holds a run to continue: a journal record, or a run
+ * that baton run or submit made (RUN_DIR/workdir) or that left checkpoints or specs.
+ * Else BT_EINVAL, "not a run directory (no journal)", as baton status says. */
+int run_dir_check_resumable(const char *path, bt_diag *diag);
 /* path/<sub> into out. */
 void run_dir_file(const run_dir *d, const char *sub, char *out, size_t cap);
 

@@ -370,6 +370,17 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   expect 2 "^baton run: init: no-such-ckpt: .*\\(relative to $sub; make one with" -- \
     run "$small" --run-dir r8 --set init=no-such-ckpt
   [[ ! -e r8 ]] || { echo "FAIL: a run with missing data made its run directory"; exit 1; }
+  # resume continues a run: a directory that never held one is refused, as status says,
+  # not trained from scratch; one that submit made (no journal yet) is a run
+  mkdir -p norun empty && cp "$small" norun/recipe.yaml
+  expect 2 "^baton resume: $sub/norun: not a run directory \(no journal\)" -- resume norun --quiet
+  expect 2 "^baton resume: $sub/empty: not a run directory \(no journal\)" -- resume empty
+  : >norun/journal
+  expect 2 "^baton resume: $sub/norun: not a run directory \(its journal is empty\)" -- resume norun
+  [[ ! -e norun/workdir && ! -e norun/specs ]] || { echo "FAIL: resume of a non-run wrote into it"; exit 1; }
+  # workers that cannot start: exit 2, journaled as the failure's cause
+  expect 2 "cannot launch the workers: /nonexistent" -- resume r1 --quiet --worker /nonexistent
+  expect 0 "last failure: cannot launch the workers: /nonexistent" -- status r1
   exit "$failures"
 ) || failures=$((failures + $?))
 
