@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,34 @@ int run_dir_check_resumable(const char *path, bt_diag *diag) {
                 "%s'",
                 path, access(file, F_OK) == 0 ? "its journal is empty" : "no journal", path);
     return BT_EINVAL;
+}
+
+int run_dir_missing_root(const char *path, char *root, size_t cap) {
+    struct stat st;
+    char p[4096];
+    if (stat(path, &st) == 0 || snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return 0;
+    snprintf(root, cap, "%s", p);
+    for (;;) {
+        size_t n = strlen(p);
+        while (n > 1 && p[n - 1] == '/')
+            p[--n] = '\0';
+        char *slash = strrchr(p, '/');
+        if (slash == NULL || slash == p) break;
+        *slash = '\0';
+        if (stat(p, &st) == 0) break;
+        snprintf(root, cap, "%s", p);
+    }
+    return 1;
+}
+
+static int run_dir_rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+void run_dir_remove_new(const char *root) {
+    nftw(root, run_dir_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* A file kept in the run directory: written on first use, compared afterwards. */
