@@ -180,7 +180,7 @@ expect 2 "^--set name=a/b: name: the recipe name \"a/b\" has '/'" -- \
 # a bad value given by --set is reported at the override, never at a line of the file
 # (nor at a line of the document the override is loaded as); the recipe's own mistakes
 # keep their file:line:column
-expect 2 "^--set stages\.0\.steps=abc: stages\[0\]\.steps: expected a non-negative integer" -- \
+expect 2 "^--set stages\.0\.steps=abc: stages\[0\]\.steps: expected a positive integer" -- \
   plan "$recipes/tiny-cpu.yaml" --set stages.0.steps=abc
 expect 2 "^--set stages\.fp8\.precision=bogus: stages\[2\]\.precision: expected one of fp32, bf16" -- \
   plan "$recipes/tiny-cpu.yaml" --set stages.fp8.precision=bogus
@@ -196,14 +196,14 @@ expect 2 "^--set defaults\.parallel\.tp=3: defaults\.parallel: tp×pp×cp = 3×2
   plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.tp=3
 expect 2 "^--set model\.rope\.theta=\{: YAML syntax error: did not find expected node content$" -- \
   plan "$recipes/tiny-cpu.yaml" --set "model.rope.theta={"
-expect 2 "^--nodes abc: cluster\\.nodes: expected a non-negative integer" -- \
+expect 2 "^--nodes abc: cluster\\.nodes: expected a positive integer" -- \
   plan "$recipes/tiny-cpu.yaml" --nodes abc
 # "auto" is parallel.dp's alone: any other integer field refuses it by name (it was read as 0)
 expect 2 "^--set model\\.n_heads=auto: model\\.n_heads: \"auto\" is only for parallel\\.dp" -- \
   plan "$recipes/tiny-cpu.yaml" --set model.n_heads=auto
 expect 2 "^--nodes auto: cluster\\.nodes: \"auto\" is only for parallel\\.dp" -- \
   plan "$recipes/tiny-cpu.yaml" --nodes auto
-expect 2 "^--set stages\\.0\\.steps=abc: stages\\[0\\]\\.steps: expected a non-negative integer \\(such as 8, 8K = 8192\\), got \"abc\"$" -- \
+expect 2 "^--set stages\\.0\\.steps=abc: stages\\[0\\]\\.steps: expected a positive integer \\(such as 8, 8K = 8192\\), got \"abc\"$" -- \
   plan "$recipes/tiny-cpu.yaml" --set stages.0.steps=abc
 expect 0 "tp 2 x cp 1 x dp 1 x pp 2 = 4 ranks" -- plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.dp=auto
 # a data block without training data is refused at validation, at its place, not by run
