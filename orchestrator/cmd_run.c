@@ -80,16 +80,21 @@ static void submit_usage(FILE *f) {
            "                  allocation asked for; give them so, without '='\n"
            "  --set KEY=VALUE override a recipe field, as for baton run\n"
            "  --worker PATH   the worker program the job runs\n"
-           "  --template FILE the batch script template (default:\n"
-           "                  deploy/slurm/baton.sbatch.in)\n"
+           "  --template FILE the batch script template (default: $BATON_SBATCH_TEMPLATE,\n"
+           "                  else deploy/slurm/baton.sbatch.in)\n"
            "  --dry-run       write the script only, do not run sbatch\n"
            "  SBATCH_OPTION   any other option is sbatch's (--time=1:00:00 or --time\n"
-           "                  1:00:00, -p debug), as is everything after --; the options\n"
-           "                  the script sets itself (--nodes=, --ntasks-per-node,\n"
-           "                  --ntasks, --gpus-per-node=, --output, --open-mode, --chdir)\n"
-           "                  are refused, as is a value-taking option given bare\n\n"
+           "                  1:00:00, -p debug or -pdebug), as is everything after --;\n"
+           "                  the options the script sets itself (--nodes=/-N,\n"
+           "                  --ntasks-per-node, --ntasks/-n, --gpus-per-node=, --gpus/-G,\n"
+           "                  --output/-o, --open-mode, --chdir/-D) are refused, also\n"
+           "                  abbreviated as sbatch takes them (--out=x, --nod=2), as is a\n"
+           "                  value-taking option given bare\n\n"
+           "Every option and the template are checked before the run directory is made; a\n"
+           "run directory submit made and could not use (refused, or sbatch failed) is\n"
+           "removed again.\n\n"
            "Exit status: 0 submitted (or written, --dry-run), 1 sbatch failed, 2 bad\n"
-           "recipe, run directory or option.\n");
+           "recipe, run directory, option or template.\n");
 }
 
 #define RUN_MAX_SETS 32
@@ -155,6 +160,15 @@ static int run_parse_submit(int argc, char **argv, int *i, run_args *a) {
     return 1;
 }
 
+/* Whether o is an option of this command that takes a value. */
+static int run_takes_value(const run_args *a, const char *o) {
+    static const char *const all[] = {"--worker", "--launcher", "--listen"};
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
+        if (strcmp(o, all[k]) == 0) return !a->submit || k == 0; /* submit: --worker only */
+    if (strcmp(o, "--run-dir") == 0) return !a->resume;
+    return a->submit && strcmp(o, "--template") == 0;
+}
+
 static int run_parse(int argc, char **argv, run_args *a) {
     int taken;
     for (int i = 1; i < argc; i++) {
@@ -176,6 +190,10 @@ static int run_parse(int argc, char **argv, run_args *a) {
             a->launcher = argv[++i];
         } else if (strcmp(o, "--listen") == 0 && v) {
             a->listen = argv[++i];
+        } else if (v == NULL && run_takes_value(a, o)) {
+            fprintf(stderr, "baton %s: %s needs a value\n", run_name(a), o);
+            run_usage_of(a, stderr);
+            return -1;
         } else if (a->submit && run_parse_submit(argc, argv, &i, a) != 0) {
             continue; /* taken: a submit option */
         } else if (o[0] != '-' && a->recipe == NULL && !a->resume) {
@@ -265,35 +283,67 @@ static int run_open_slurm(run_args *a, recipe_doc *doc, run_dir *dir, launch_slu
     return 0;
 }
 
+/* What a submit_opts points at. */
+typedef struct run_submit_paths {
+    char baton[PATH_MAX], worker[PATH_MAX], cwd[PATH_MAX];
+} run_submit_paths;
+
+/* The batch script's settings for run directory path. */
+static void run_submit_opts(const run_args *a, const recipe_doc *doc, const char *path,
+                            run_submit_paths *p, submit_opts *so) {
+    if (getcwd(p->cwd, sizeof p->cwd) == NULL) snprintf(p->cwd, sizeof p->cwd, ".");
+    const Baton__Cluster *cl = doc->recipe->cluster;
+    ssize_t n = readlink("/proc/self/exe", p->baton, sizeof p->baton - 1);
+    p->baton[n > 0 ? n : 0] = '\0';
+    /* an unnamed recipe's job is named as its run directory (runs/<file stem> by default) */
+    const char *name = doc->recipe->name, *last = strrchr(path, '/');
+    *so = (submit_opts){.run_dir = path,
+                        .job_name = name && name[0]   ? name
+                                    : last && last[1] ? last + 1
+                                                      : "baton",
+                        .baton = p->baton,
+                        .worker =
+                            a->worker ? a->worker : run_worker_path(p->worker, sizeof p->worker),
+                        .nodes = (cl && cl->nodes ? cl->nodes : 1) + (cl ? cl->spare_nodes : 0),
+                        .tasks_per_node = cl && cl->gpus_per_node ? cl->gpus_per_node : 1,
+                        .gpus_per_node = cl && cl->device == BATON__CLUSTER__DEVICE__CUDA
+                                             ? (cl->gpus_per_node ? cl->gpus_per_node : 1)
+                                             : 0,
+                        .workdir = p->cwd,
+                        .sbatch = a->sbatch,
+                        .sbatch_value = a->sbatch_value,
+                        .n_sbatch = a->n_sbatch,
+                        .template_path = a->template_path,
+                        .dry_run = a->dry_run};
+}
+
+/* Every option, and the template, checked before the run directory is made: a refused
+ * submit leaves nothing behind to block a corrected one. */
+static int run_submit_precheck(const run_args *a, const recipe_doc *doc) {
+    char path[PATH_MAX + 4096], cwd[PATH_MAX];
+    if (a->run_dir[0] == '/' || getcwd(cwd, sizeof cwd) == NULL)
+        snprintf(path, sizeof path, "%s", a->run_dir);
+    else
+        snprintf(path, sizeof path, "%s/%s", cwd, a->run_dir);
+    static run_submit_paths p; /* large */
+    submit_opts so;
+    run_submit_opts(a, doc, path, &p, &so);
+    bt_diag d;
+    bt_diag_init(&d);
+    if (submit_precheck(&so, &d) == 0) return 0;
+    fprintf(stderr, "baton submit: %s\n", d.msg);
+    return BT_EXIT_USAGE;
+}
+
 /* baton submit: the run directory is made (and released: the job takes it), then the batch
  * script is written there and submitted. */
 static int run_submit(run_args *a, recipe_doc *doc, run_dir *dir) {
-    char script[4200], job[64], baton[PATH_MAX], worker[PATH_MAX], path[4096], cwd[PATH_MAX];
-    if (getcwd(cwd, sizeof cwd) == NULL) snprintf(cwd, sizeof cwd, ".");
-    const Baton__Cluster *cl = doc->recipe->cluster;
-    ssize_t n = readlink("/proc/self/exe", baton, sizeof baton - 1);
-    baton[n > 0 ? n : 0] = '\0';
+    char script[4200], job[64], path[4096];
     snprintf(path, sizeof path, "%s", dir->path);
     run_dir_close(dir);
-    /* an unnamed recipe's job is named as its run directory (runs/<file stem> by default) */
-    const char *name = doc->recipe->name, *last = strrchr(path, '/');
-    submit_opts so = {.run_dir = path,
-                      .job_name = name && name[0]   ? name
-                                  : last && last[1] ? last + 1
-                                                    : "baton",
-                      .baton = baton,
-                      .worker = a->worker ? a->worker : run_worker_path(worker, sizeof worker),
-                      .nodes = (cl && cl->nodes ? cl->nodes : 1) + (cl ? cl->spare_nodes : 0),
-                      .tasks_per_node = cl && cl->gpus_per_node ? cl->gpus_per_node : 1,
-                      .gpus_per_node = cl && cl->device == BATON__CLUSTER__DEVICE__CUDA
-                                           ? (cl->gpus_per_node ? cl->gpus_per_node : 1)
-                                           : 0,
-                      .workdir = cwd,
-                      .sbatch = a->sbatch,
-                      .sbatch_value = a->sbatch_value,
-                      .n_sbatch = a->n_sbatch,
-                      .template_path = a->template_path,
-                      .dry_run = a->dry_run};
+    static run_submit_paths p;
+    submit_opts so;
+    run_submit_opts(a, doc, path, &p, &so);
     bt_diag d;
     bt_diag_init(&d);
     int rc = submit_batch(&so, script, sizeof script, job, sizeof job, &d);
@@ -357,6 +407,34 @@ static int run_default_dir(char *out, size_t cap, const char *name, const char *
     return 0;
 }
 
+/* The run directory opened (made, locked, the recipe and overrides kept) and, for a new
+ * run, the working directory noted; nonzero after saying why. */
+static int run_open_dir(run_args *a, run_dir *dir) {
+    bt_diag diag;
+    bt_diag_init(&diag);
+    bt_buf sets;
+    bt_buf_init(&sets);
+    for (int i = 0; i < a->sets.n; i++)
+        bt_buf_printf(&sets, "%s\n", a->sets.set[i]);
+    int rc = run_dir_open(dir, a->run_dir, a->recipe, bt_buf_str(&sets), &diag);
+    bt_buf_free(&sets);
+    if (rc == 0 && !a->resume && (rc = run_dir_note_workdir(dir, &diag)) != 0) run_dir_close(dir);
+    if (rc != 0) fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
+    return rc;
+}
+
+/* baton submit once the recipe is loaded: a run directory it made and then could not use
+ * is removed again (with any parent it made), so that a corrected retry starts afresh. */
+static int run_submit_main(run_args *a, recipe_doc *doc) {
+    char root[4096];
+    run_dir dir;
+    if (run_submit_precheck(a, doc) != 0) return BT_EXIT_USAGE;
+    int created = run_dir_missing_root(a->run_dir, root, sizeof root);
+    int st = run_open_dir(a, &dir) != 0 ? BT_EXIT_USAGE : run_submit(a, doc, &dir);
+    if (st != BT_EXIT_OK && created) run_dir_remove_new(root);
+    return st;
+}
+
 static int run_main(run_args *a) {
     char recipe_copy[4200], dflt[512], worker[PATH_MAX];
     if (!a->submit) run_signals_block(); /* submit runs sbatch, which should see a Ctrl-C */
@@ -373,6 +451,10 @@ static int run_main(run_args *a) {
             return BT_EXIT_USAGE;
         }
         a->run_dir = run_abs;
+        if (run_dir_check_resumable(a->run_dir, &diag) != 0) {
+            fprintf(stderr, "baton resume: %s\n", diag.msg);
+            return BT_EXIT_USAGE;
+        }
         /* a --worker path relative to here, before the run's directory becomes the current one */
         if (a->worker && strchr(a->worker, '/') && realpath(a->worker, worker_abs) != NULL)
             a->worker = worker_abs;
@@ -402,29 +484,15 @@ static int run_main(run_args *a) {
         }
         a->run_dir = dflt;
     }
-    bt_buf sets;
-    bt_buf_init(&sets);
-    for (int i = 0; i < a->sets.n; i++)
-        bt_buf_printf(&sets, "%s\n", a->sets.set[i]);
-    run_dir dir;
-    int rc = run_dir_open(&dir, a->run_dir, a->recipe, bt_buf_str(&sets), &diag);
-    bt_buf_free(&sets);
-    if (rc != 0) {
-        fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
-        recipe_doc_free(&doc);
-        return BT_EXIT_USAGE;
-    }
-    if (rc == 0 && !a->resume) rc = run_dir_note_workdir(&dir, &diag);
-    if (rc != 0) {
-        fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
-        run_dir_close(&dir);
-        recipe_doc_free(&doc);
-        return BT_EXIT_USAGE;
-    }
     if (a->submit) {
-        int st = run_submit(a, &doc, &dir);
+        int st = run_submit_main(a, &doc);
         recipe_doc_free(&doc);
         return st;
+    }
+    run_dir dir;
+    if (run_open_dir(a, &dir) != 0) {
+        recipe_doc_free(&doc);
+        return BT_EXIT_USAGE;
     }
     if (!a->quiet) printf("baton %s: %s, run directory %s\n", run_name(a), a->recipe, dir.path);
     run_opts o = {.worker = a->worker ? a->worker : run_worker_path(worker, sizeof worker),

@@ -162,6 +162,35 @@ static int load_takes_auto(const ProtobufCFieldDescriptor *f) {
     return f == protobuf_c_message_descriptor_get_field_by_name(&baton__parallel__descriptor, "dp");
 }
 
+/* Whether f is a count that validation requires to be at least 1 (cluster.nodes, a
+ * stage's steps, parallel.tp, ...): "a positive integer", not "non-negative". */
+static int load_positive(const ProtobufCFieldDescriptor *f) {
+    static const struct {
+        const ProtobufCMessageDescriptor *md;
+        const char *name;
+    } counts[] = {
+        {&baton__cluster__descriptor, "nodes"},
+        {&baton__cluster__descriptor, "gpus_per_node"},
+        {&baton__model__descriptor, "dim"},
+        {&baton__model__descriptor, "n_layers"},
+        {&baton__model__descriptor, "n_heads"},
+        {&baton__model__descriptor, "vocab_size"},
+        {&baton__parallel__descriptor, "tp"},
+        {&baton__parallel__descriptor, "pp"},
+        {&baton__parallel__descriptor, "cp"},
+        {&baton__parallel__descriptor, "ep"},
+        {&baton__parallel__descriptor, "virtual_stages"},
+        {&baton__stage__descriptor, "steps"},
+        {&baton__stage__descriptor, "seq_len"},
+        {&baton__stage__descriptor, "global_batch"},
+        {&baton__stage__descriptor, "micro_batch"},
+    };
+    for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+        if (f == protobuf_c_message_descriptor_get_field_by_name(counts[k].md, counts[k].name))
+            return 1;
+    return 0;
+}
+
 /* What a value of field f must look like, for "expected ..." messages. */
 static void load_expected(const ProtobufCFieldDescriptor *f, char *out) {
     char list[LOAD_LIST_CAP];
@@ -171,7 +200,8 @@ static void load_expected(const ProtobufCFieldDescriptor *f, char *out) {
     case PROTOBUF_C_TYPE_FIXED32:
     case PROTOBUF_C_TYPE_UINT64:
     case PROTOBUF_C_TYPE_FIXED64:
-        snprintf(out, LOAD_WANT_CAP, "a non-negative integer (such as 8, 8K = 8192%s)",
+        snprintf(out, LOAD_WANT_CAP, "a %s integer (such as 8, 8K = 8192%s)",
+                 load_positive(f) ? "positive" : "non-negative",
                  load_takes_auto(f) ? ", or auto" : "");
         return;
     case PROTOBUF_C_TYPE_FLOAT:

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,57 @@ int run_dir_has_history(const run_dir *d, char *what, size_t cap, bt_diag *diag)
     ckpt_names_free(names, n);
     if (rc != 0) return -1;
     return n > 0 ? 1 : run_dir_has_spec(d, what, cap, diag);
+}
+
+int run_dir_check_resumable(const char *path, bt_diag *diag) {
+    Baton__JournalRecord **v;
+    size_t n;
+    journal_tail tail;
+    if (journal_read(path, &v, &n, &tail, diag) != 0) return BT_EINVAL;
+    journal_records_free(v, n);
+    run_dir d = {.lock_fd = -1};
+    char file[4200], what[300];
+    snprintf(d.path, sizeof d.path, "%s", path);
+    run_dir_file(&d, "workdir", file, sizeof file);
+    /* a record, a run made by baton run or submit (its workdir noted; no attempt yet), or
+     * a run's traces (whose lost journal the run itself refuses, saying more) */
+    if (n > 0 || tail.size > 0 || access(file, F_OK) == 0 ||
+        run_dir_has_history(&d, what, sizeof what, diag) != 0)
+        return 0;
+    run_dir_file(&d, JOURNAL_FILE, file, sizeof file);
+    bt_diag_set(diag,
+                "%s: not a run directory (%s); start a run with 'baton run RECIPE --run-dir "
+                "%s'",
+                path, access(file, F_OK) == 0 ? "its journal is empty" : "no journal", path);
+    return BT_EINVAL;
+}
+
+int run_dir_missing_root(const char *path, char *root, size_t cap) {
+    struct stat st;
+    char p[4096];
+    if (stat(path, &st) == 0 || snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return 0;
+    snprintf(root, cap, "%s", p);
+    for (;;) {
+        size_t n = strlen(p);
+        while (n > 1 && p[n - 1] == '/')
+            p[--n] = '\0';
+        char *slash = strrchr(p, '/');
+        if (slash == NULL || slash == p) break;
+        *slash = '\0';
+        if (stat(p, &st) == 0) break;
+        snprintf(root, cap, "%s", p);
+    }
+    return 1;
+}
+
+static int run_dir_rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+void run_dir_remove_new(const char *root) {
+    nftw(root, run_dir_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* A file kept in the run directory: written on first use, compared afterwards. */

@@ -49,6 +49,15 @@ int run_dir_enter_workdir(const char *run_dir_path, int *moved, bt_diag *diag);
  * new. 1 with what naming what was found, 0 when neither is there, -1 when either
  * directory cannot be read (diag: which, and why), which tells nothing either way. */
 int run_dir_has_history(const run_dir *d, char *what, size_t cap, bt_diag *diag);
+/* For `baton resume`: whether path holds a run to continue: a journal record, or a run
+ * that baton run or submit made (RUN_DIR/workdir) or that left checkpoints or specs.
+ * Else BT_EINVAL, "not a run directory (no journal)", as baton status says. */
+int run_dir_check_resumable(const char *path, bt_diag *diag);
+/* Whether path does not exist yet: then 1, and root gets the outermost directory that
+ * creating it makes (path itself, or a missing parent). */
+int run_dir_missing_root(const char *path, char *root, size_t cap);
+/* Removes root and everything under it: a run directory made and then not used. */
+void run_dir_remove_new(const char *root);
 /* path/<sub> into out. */
 void run_dir_file(const run_dir *d, const char *sub, char *out, size_t cap);
 

@@ -161,9 +161,18 @@ static int submit_reserved_index(const char *opt) {
     return -1;
 }
 
-static int submit_reserved_check(const char *opt, bt_diag *diag) {
+static int submit_reserved_check(const char *opt, unsigned gpus_per_node, bt_diag *diag) {
     int k = submit_reserved_index(opt);
     if (k < 0) return 0;
+    if (gpus_per_node == 0 && strcmp(submit_reserved[k].lng, "--gpus") == 0) {
+        bt_diag_set(diag,
+                    "sbatch option '%s': the recipe runs on CPUs (cluster.device is not cuda), "
+                    "so its job asks for no GPU; for GPUs set cluster.device: cuda and "
+                    "cluster.gpus_per_node (or --gpus-per-node G), which the batch script "
+                    "asks for itself",
+                    opt);
+        return BT_EINVAL;
+    }
     bt_diag_set(diag,
                 "sbatch option '%s': the batch script sets %s itself (Slurm would take the "
                 "later line): %s",
@@ -229,8 +238,12 @@ static int submit_bare_check(const char *opt, const char *value, bt_diag *diag) 
     if (value != NULL) return 0;
     for (size_t k = 0; k < sizeof submit_valued / sizeof submit_valued[0]; k++)
         if (strcmp(opt, submit_valued[k]) == 0) {
-            bt_diag_set(diag, "sbatch option '%s' needs a value (%s=VALUE or %s VALUE)", opt, opt,
-                        opt);
+            if (opt[1] == '-')
+                bt_diag_set(diag, "sbatch option '%s' needs a value (%s=VALUE or %s VALUE)", opt,
+                            opt, opt);
+            else /* -p=debug would be the value "=debug" */
+                bt_diag_set(diag, "sbatch option '%s' needs a value (%s VALUE or %sVALUE)", opt,
+                            opt, opt);
             return BT_EINVAL;
         }
     return 0;
@@ -242,7 +255,7 @@ static int submit_check(const submit_opts *o, bt_diag *diag) {
     rc = rc ? rc : submit_check_word("the recipe name", o->job_name, 0, diag);
     for (int i = 0; rc == 0 && i < o->n_sbatch; i++) {
         rc = submit_check_word("the sbatch option", o->sbatch[i], 1, diag);
-        rc = rc ? rc : submit_reserved_check(o->sbatch[i], diag);
+        rc = rc ? rc : submit_reserved_check(o->sbatch[i], o->gpus_per_node, diag);
         rc =
             rc ? rc
                : submit_bare_check(o->sbatch[i], o->sbatch_value ? o->sbatch_value[i] : NULL, diag);
@@ -252,26 +265,48 @@ static int submit_check(const submit_opts *o, bt_diag *diag) {
     return rc;
 }
 
-int submit_batch(const submit_opts *o, char *script, size_t script_cap, char *job_id, size_t cap,
-                 bt_diag *diag) {
+/* The template's text (free *text); a template that cannot be read is bad input. */
+static int submit_read_template(const submit_opts *o, char **text, bt_diag *diag) {
     const char *tpl = submit_template(o);
-    int rc = submit_check(o, diag);
-    if (rc != 0) return rc;
-    job_id[0] = '\0';
-    snprintf(script, script_cap, "%s/baton.sbatch", o->run_dir);
-    char *text = NULL;
     size_t len = 0;
-    if (bt_read_file(tpl, 1 << 20, &text, &len) != 0) {
+    *text = NULL;
+    if (bt_read_file(tpl, 1 << 20, text, &len) != 0) {
         bt_diag_set(diag,
-                    "batch template %s: %s (give another with --template or "
-                    "BATON_SBATCH_TEMPLATE)",
+                    "batch template %s: %s (give another with --template FILE or "
+                    "BATON_SBATCH_TEMPLATE=FILE)",
                     tpl, strerror(errno));
-        return BT_EIO;
+        return BT_EINVAL;
     }
+    return 0;
+}
+
+/* The options checked and the script rendered, into b. */
+static int submit_script(const submit_opts *o, const char *script, bt_buf *b, bt_diag *diag) {
+    char *text = NULL;
+    int rc = submit_check(o, diag);
+    rc = rc ? rc : submit_read_template(o, &text, diag);
+    rc = rc ? rc : submit_render(o, submit_template(o), text, script, b, diag);
+    free(text);
+    return rc;
+}
+
+int submit_precheck(const submit_opts *o, bt_diag *diag) {
+    char script[4200];
+    snprintf(script, sizeof script, "%s/baton.sbatch", o->run_dir);
     bt_buf b;
     bt_buf_init(&b);
-    rc = submit_render(o, tpl, text, script, &b, diag);
-    free(text);
+    int rc = submit_script(o, script, &b, diag);
+    bt_buf_free(&b);
+    return rc;
+}
+
+int submit_batch(const submit_opts *o, char *script, size_t script_cap, char *job_id, size_t cap,
+                 bt_diag *diag) {
+    job_id[0] = '\0';
+    snprintf(script, script_cap, "%s/baton.sbatch", o->run_dir);
+    bt_buf b;
+    bt_buf_init(&b);
+    int rc = submit_script(o, script, &b, diag);
     FILE *f = rc == 0 ? fopen(script, "w") : NULL;
     int bad = f == NULL || fputs(bt_buf_str(&b), f) < 0;
     if (f != NULL && fclose(f) != 0) bad = 1;

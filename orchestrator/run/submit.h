@@ -21,12 +21,17 @@ typedef struct submit_opts {
     int dry_run;               /* write the script, do not submit */
 } submit_opts;
 
+/* What submit_batch checks before it writes anything (the options, the run and working
+ * directories as #SBATCH words, the template read and rendered): for a run directory
+ * not made yet. BT_EINVAL with the message. */
+int submit_precheck(const submit_opts *o, bt_diag *diag);
 /* Writes the script and (unless dry_run) runs `sbatch --parsable` on it; *job_id gets
  * the job id (cap bytes). Errors name the template, the script or sbatch's message. An
  * extra option the script sets itself from the recipe or needs as it is (--nodes,
  * --ntasks-per-node, --ntasks, --gpus-per-node, --output, --open-mode, --chdir: Slurm
  * would take the later line and the run would not match its allocation) is refused,
- * saying what to do instead. */
+ * saying what to do instead. A template that cannot be read is BT_EINVAL; sbatch failing
+ * BT_EIO. */
 int submit_batch(const submit_opts *o, char *script, size_t script_cap, char *job_id, size_t cap,
                  bt_diag *diag);
 

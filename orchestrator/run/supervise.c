@@ -584,6 +584,23 @@ static void run_attempt_detail(run_ctx *c, const char *spec_file, char *out, siz
     c->rollback_note[0] = '\0';
 }
 
+/* The workers could not be started (no such worker program, fork failing): said, and
+ * journaled as the attempt's failure, so that baton status names the cause. */
+static attempt_end run_launch_failed(run_ctx *c, uint32_t stage, uint32_t attempt, int rc,
+                                     const char *msg) {
+    char why[1200];
+    snprintf(why, sizeof why, "cannot launch the workers: %.1000s", msg);
+    run_err(c, "%s\n", why);
+    attempt_end end = run_transient(rc) ? ATTEMPT_RETRY : ATTEMPT_FATAL; /* fork: a moment */
+    Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
+    r.has_attempt = 1, r.attempt = attempt;
+    r.detail = why;
+    r.has_retryable = 1, r.retryable = end == ATTEMPT_RETRY;
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__FAILURE, stage, &r);
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
+    return end;
+}
+
 static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *hang_s) {
     Baton__StageSpec *spec = NULL;
     char spec_file[4200], log_file[4200], name[64];
@@ -665,8 +682,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
         else if (end == ATTEMPT_RETRY)
             run_find_lost_nodes(c, &job, (uint32_t)i, attempt);
     } else {
-        run_err(c, "cannot launch the workers: %s\n", d.msg[0] ? d.msg : bt_strerror(rc));
-        if (run_transient(rc)) end = ATTEMPT_RETRY; /* e.g. fork failing for a moment */
+        end = run_launch_failed(c, (uint32_t)i, attempt, rc, d.msg[0] ? d.msg : bt_strerror(rc));
     }
     launch_job_close(&job);
     if (c->prog.log) fclose(c->prog.log);

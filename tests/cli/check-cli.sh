@@ -36,6 +36,13 @@ done
 [[ $("$baton" run --help) != *"baton submit"* ]] || { echo "FAIL: run --help shows submit's usage"; failures=$((failures + 1)); }
 expect 2 "^baton resume: no run directory given" -- resume
 expect 2 "^baton resume: unexpected argument '--set'" -- resume r --set a=1
+# a value missing at the end is said so, not taken for an unexpected argument
+expect 2 "^baton run: --launcher needs a value" -- run r.yaml --launcher
+expect 2 "^baton run: --run-dir needs a value" -- run r.yaml --run-dir
+expect 2 "^baton resume: --worker needs a value" -- resume r --worker
+expect 2 "^baton submit: --template needs a value" -- submit r.yaml --template
+expect 0 'default: \$BATON_SBATCH_TEMPLATE' -- submit --help
+expect 0 '--gpus/-G' -- submit --help
 for c in pack unpack push pull export; do expect 0 '^Exit status: 0 ' -- ckpt $c --help; done
 expect 0 'scaling, the seq_len the checkpoint was trained at' -- ckpt export --help
 expect 0 'usage: baton plan RECIPE' -- plan --help
@@ -173,7 +180,7 @@ expect 2 "^--set name=a/b: name: the recipe name \"a/b\" has '/'" -- \
 # a bad value given by --set is reported at the override, never at a line of the file
 # (nor at a line of the document the override is loaded as); the recipe's own mistakes
 # keep their file:line:column
-expect 2 "^--set stages\.0\.steps=abc: stages\[0\]\.steps: expected a non-negative integer" -- \
+expect 2 "^--set stages\.0\.steps=abc: stages\[0\]\.steps: expected a positive integer" -- \
   plan "$recipes/tiny-cpu.yaml" --set stages.0.steps=abc
 expect 2 "^--set stages\.fp8\.precision=bogus: stages\[2\]\.precision: expected one of fp32, bf16" -- \
   plan "$recipes/tiny-cpu.yaml" --set stages.fp8.precision=bogus
@@ -189,14 +196,14 @@ expect 2 "^--set defaults\.parallel\.tp=3: defaults\.parallel: tp×pp×cp = 3×2
   plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.tp=3
 expect 2 "^--set model\.rope\.theta=\{: YAML syntax error: did not find expected node content$" -- \
   plan "$recipes/tiny-cpu.yaml" --set "model.rope.theta={"
-expect 2 "^--nodes abc: cluster\\.nodes: expected a non-negative integer" -- \
+expect 2 "^--nodes abc: cluster\\.nodes: expected a positive integer" -- \
   plan "$recipes/tiny-cpu.yaml" --nodes abc
 # "auto" is parallel.dp's alone: any other integer field refuses it by name (it was read as 0)
 expect 2 "^--set model\\.n_heads=auto: model\\.n_heads: \"auto\" is only for parallel\\.dp" -- \
   plan "$recipes/tiny-cpu.yaml" --set model.n_heads=auto
 expect 2 "^--nodes auto: cluster\\.nodes: \"auto\" is only for parallel\\.dp" -- \
   plan "$recipes/tiny-cpu.yaml" --nodes auto
-expect 2 "^--set stages\\.0\\.steps=abc: stages\\[0\\]\\.steps: expected a non-negative integer \\(such as 8, 8K = 8192\\), got \"abc\"$" -- \
+expect 2 "^--set stages\\.0\\.steps=abc: stages\\[0\\]\\.steps: expected a positive integer \\(such as 8, 8K = 8192\\), got \"abc\"$" -- \
   plan "$recipes/tiny-cpu.yaml" --set stages.0.steps=abc
 expect 0 "tp 2 x cp 1 x dp 1 x pp 2 = 4 ranks" -- plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.dp=auto
 # a data block without training data is refused at validation, at its place, not by run
@@ -354,8 +361,32 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   # a value-taking option given bare would make sbatch refuse the script
   expect 2 "sbatch option '--time' needs a value \(--time=VALUE or --time VALUE\)" -- \
     submit "$small" --run-dir r5 --dry-run --requeue --time
-  expect 2 "sbatch option '-p' needs a value" -- submit "$small" --run-dir r5 --dry-run -p --requeue
-  [[ ! -e r5/baton.sbatch ]] || { echo "FAIL: a script with a reserved option was written"; exit 1; }
+  expect 2 "sbatch option '-p' needs a value \(-p VALUE or -pVALUE\)" -- submit "$small" --run-dir r5 --dry-run -p --requeue
+  # --gpus: a CPU recipe's job asks for no GPU; a CUDA recipe's asks for --gpus-per-node
+  expect 2 "sbatch option '--gpus=2': the recipe runs on CPUs .*set cluster\.device: cuda" -- \
+    submit "$small" --run-dir r5 --dry-run --gpus=2
+  expect 2 "sbatch option '-G': the recipe runs on CPUs" -- submit "$small" --run-dir r5 --dry-run -G 2
+  expect 2 "sbatch option '--gpus=2': the batch script sets --gpus itself" -- submit "$small" --run-dir r5 \
+    --dry-run --gpus=2 --set cluster.device=cuda --set cluster.gpus_per_node=2 --set defaults.parallel.dp=2
+  [[ ! -e r5 ]] || { echo "FAIL: a refused submit left its run directory"; exit 1; }
+  # a refused submit leaves no run directory (nor a parent it made) to block a corrected
+  # retry with other --set overrides; nor does one whose sbatch fails
+  expect 2 "^baton submit: batch template nope\.in: No such file or directory \(give another with --template FILE or BATON_SBATCH_TEMPLATE=FILE\)" -- \
+    submit "$small" --run-dir n1/n2/r9 --dry-run --template nope.in --set stages.fp32.steps=3
+  expect 2 "^baton submit: sbatch option '-N': the batch script sets --nodes" -- \
+    submit "$small" --run-dir r9 --dry-run --set stages.fp32.steps=3 -p debug -- -N 2
+  BATON_SBATCH_TEMPLATE=nope.in expect 2 "^baton submit: batch template nope\.in" -- \
+    submit "$small" --run-dir r9 --dry-run
+  [[ ! -e n1 && ! -e r9 && ! -e "r 4" && ! -e "runs/llama 3" && ! -e r3 ]] ||
+    { echo "FAIL: a refused submit left a run directory"; exit 1; }
+  mkdir fakebin && printf '#!/bin/sh\necho "sbatch: error: no" >&2\nexit 1\n' >fakebin/sbatch && chmod +x fakebin/sbatch
+  PATH="$sub/fakebin:$PATH" expect 1 "^baton submit: sbatch .*/r9/baton.sbatch failed \(status 1\): sbatch: error: no" -- \
+    submit "$small" --run-dir r9 --set stages.fp32.steps=3
+  [[ ! -e r9 ]] || { echo "FAIL: a submit whose sbatch failed left its run directory"; exit 1; }
+  expect 0 "wrote $sub/r9/baton.sbatch" -- submit "$small" --run-dir r9 --dry-run --set stages.fp32.steps=4
+  # a run directory that was there is kept
+  expect 2 "sbatch option '-o'" -- submit "$small" --run-dir r9 --dry-run --set stages.fp32.steps=4 -o x
+  [[ -e r9/baton.sbatch ]] || { echo "FAIL: a refused submit removed a run directory it did not make"; exit 1; }
   expect 0 "wrote" -- submit --time 1:00:00 "$small" --requeue --run-dir r6 --dry-run \
     -p debug -- --qos high -J name --exclusive
   want=$'#SBATCH --time=1:00:00\n#SBATCH --requeue\n#SBATCH -p debug\n#SBATCH --qos=high\n#SBATCH -J name\n#SBATCH --exclusive'
@@ -370,6 +401,17 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   expect 2 "^baton run: init: no-such-ckpt: .*\\(relative to $sub; make one with" -- \
     run "$small" --run-dir r8 --set init=no-such-ckpt
   [[ ! -e r8 ]] || { echo "FAIL: a run with missing data made its run directory"; exit 1; }
+  # resume continues a run: a directory that never held one is refused, as status says,
+  # not trained from scratch; one that submit made (no journal yet) is a run
+  mkdir -p norun empty && cp "$small" norun/recipe.yaml
+  expect 2 "^baton resume: $sub/norun: not a run directory \(no journal\)" -- resume norun --quiet
+  expect 2 "^baton resume: $sub/empty: not a run directory \(no journal\)" -- resume empty
+  : >norun/journal
+  expect 2 "^baton resume: $sub/norun: not a run directory \(its journal is empty\)" -- resume norun
+  [[ ! -e norun/workdir && ! -e norun/specs ]] || { echo "FAIL: resume of a non-run wrote into it"; exit 1; }
+  # workers that cannot start: exit 2, journaled as the failure's cause
+  expect 2 "cannot launch the workers: /nonexistent" -- resume r1 --quiet --worker /nonexistent
+  expect 0 "last failure: cannot launch the workers: /nonexistent" -- status r1
   exit "$failures"
 ) || failures=$((failures + $?))
 

@@ -198,14 +198,14 @@ static void expect_error(const char *text, int line, int col, const char *want) 
 
 static void test_errors_values(void) {
     expect_error("defaults:\n  parallel:\n    tp: two\n", 3, 9,
-                 "defaults.parallel.tp: expected a non-negative integer");
+                 "defaults.parallel.tp: expected a positive integer");
     expect_error("defaults:\n  parallel:\n    tp: two\n", 3, 9, "got \"two\"");
-    expect_error("cluster: {nodes: -2}\n", 1, 18, "cluster.nodes: expected a non-negative integer");
+    expect_error("cluster: {nodes: -2}\n", 1, 18, "cluster.nodes: expected a positive integer");
     expect_error("cluster: {nodes: 4294967296}\n", 1, 18,
                  "cluster.nodes: value \"4294967296\" is out of range (0 to 4294967295)");
     expect_error("cluster: {nodes: 4G}\n", 1, 18, "out of range (0 to 4294967295)");
     expect_error("seed: 18446744073709551616\n", 1, 7, "seed: value");
-    expect_error("model: {dim: 1.5}\n", 1, 14, "model.dim: expected a non-negative integer");
+    expect_error("model: {dim: 1.5}\n", 1, 14, "model.dim: expected a positive integer");
     expect_error("model: {norm_eps: .inf}\n", 1, 19, "expected a finite number");
     expect_error("model: {norm_eps: 1e999}\n", 1, 19, "out of range (not a finite double)");
     expect_error("defaults: {precision: fp4}\n", 1, 23,
@@ -225,7 +225,7 @@ static void test_errors_values(void) {
     expect_error("defaults: {global_batch: AUTO}\n", 1, 26, "\"auto\" is only for parallel.dp");
     expect_error("seed: auto\n", 1, 7, "seed: \"auto\" is only for parallel.dp");
     expect_error("defaults: {steps: x}\n", 1, 19,
-                 "defaults.steps: expected a non-negative integer (such as 8, 8K = 8192), got");
+                 "defaults.steps: expected a positive integer (such as 8, 8K = 8192), got");
     expect_error("defaults: {parallel: {dp: x}}\n", 1, 27,
                  "defaults.parallel.dp: expected a non-negative integer (such as 8, 8K = 8192, or "
                  "auto), got \"x\"");
@@ -363,7 +363,7 @@ static void test_error_late(void) {
     char *text = malloc(sizeof full_recipe + 64);
     strcpy(text, full_recipe);
     strcat(text, "    seq_len: 8X\n"); /* line 49, inside stages[2] */
-    expect_error(text, 49, 14, "stages[2].seq_len: expected a non-negative integer");
+    expect_error(text, 49, 14, "stages[2].seq_len: expected a positive integer");
     free(text);
 }
 
