@@ -113,8 +113,9 @@ static int spec_emit(const Baton__StageSpec *s, const char *out, bt_diag *diag) 
     if (out != NULL) return spec_write(s, out, diag);
     bt_buf b;
     bt_buf_init(&b);
+    const char *recipe = s->recipe_name && s->recipe_name[0] ? s->recipe_name : "(unnamed)";
     bt_buf_printf(&b, "# StageSpec: stage %u \"%s\" of recipe %s\n", s->stage_index, s->stage->name,
-                  s->recipe_name);
+                  recipe);
     /* Every value the worker reads, those left at their defaults too, marked so. Not the
      * stage's rope: the recipe's overlay as given, which the resolver merged into
      * model.rope (the one the worker reads), and whose own unset fields, shown with their

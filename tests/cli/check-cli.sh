@@ -127,6 +127,11 @@ expect 0 "take K and M" -- data passkey --help
   { echo "FAIL: baton help run is not run --help"; failures=$((failures + 1)); }
 expect 2 "^baton help: unknown command 'nope'" -- help nope
 expect 0 "commands add their own codes; see 'baton COMMAND --help'" -- --help
+# a recipe without name: reads "(unnamed)" in the lines for people; the field stays ""
+grep -v '^name:' "$recipes/tiny-cpu.yaml" >"$msg/unnamed.yaml"
+expect 0 '^== stage 0 "pretrain" \(1 of 3\), recipe \(unnamed\) ==$' -- plan "$msg/unnamed.yaml"
+expect 0 '^# StageSpec: stage 0 "pretrain" of recipe \(unnamed\)$' -- spec "$msg/unnamed.yaml"
+expect 0 '^recipe_name: ""$' -- spec "$msg/unnamed.yaml"
 rm -rf "$msg"
 expect 2 "^baton eval: missing --data PREFIX \\(with --seq-len T and --num-seqs N\\), or --passkey PREFIX" -- eval run
 expect 2 "^baton eval: --data needs --num-seqs N" -- eval run --data d --seq-len 8
