@@ -417,5 +417,15 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   [[ ! -e r8 ]] || { echo "FAIL: a run with missing data made its run directory"; exit 1; }
   exit "$failures"
 ) || failures=$((failures + $?))
+# a run directory kept for one recipe names the other one's difference in plain words
+(
+  cd "$sub" || exit 1
+  sed 's/^name: .*/name: other/' "$small" >other.yaml
+  expect 2 "r1: this run directory belongs to a run with another recipe \\(kept in " -- \
+    submit other.yaml --run-dir r1 --dry-run
+  expect 2 "r1: this run directory belongs to a run with other --set overrides \\(kept in " -- \
+    submit "$small" --run-dir r1 --dry-run --set stages.0.steps=3
+  exit "$failures"
+) || failures=$((failures + $?))
 
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
