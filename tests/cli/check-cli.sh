@@ -132,6 +132,10 @@ grep -v '^name:' "$recipes/tiny-cpu.yaml" >"$msg/unnamed.yaml"
 expect 0 '^== stage 0 "pretrain" \(1 of 3\), recipe \(unnamed\) ==$' -- plan "$msg/unnamed.yaml"
 expect 0 '^# StageSpec: stage 0 "pretrain" of recipe \(unnamed\)$' -- spec "$msg/unnamed.yaml"
 expect 0 '^recipe_name: ""$' -- spec "$msg/unnamed.yaml"
+# a file given for a checkpoint is said to be one, not "no such checkpoint"
+expect 2 "^baton ckpt inspect: $msg/afile: not a directory \\(give a checkpoint or run directory\\)$" -- \
+  ckpt inspect "$msg/afile"
+expect 2 "^baton ckpt inspect: $msg/missing: no such checkpoint or run directory$" -- ckpt inspect "$msg/missing"
 rm -rf "$msg"
 expect 2 "^baton eval: missing --data PREFIX \\(with --seq-len T and --num-seqs N\\), or --passkey PREFIX" -- eval run
 expect 2 "^baton eval: --data needs --num-seqs N" -- eval run --data d --seq-len 8
