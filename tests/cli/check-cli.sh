@@ -103,10 +103,17 @@ expect 2 "^baton plan: --json given twice; give it once$" -- plan --json --json 
 expect 2 "^baton spec: --stage given twice \\('1' and '2'\\); give it once$" -- \
   spec "$recipes/tiny-cpu.yaml" --stage 1 --stage 2
 expect 2 "^baton spec: --out given twice" -- spec "$recipes/tiny-cpu.yaml" --out a --out b
+expect 2 "^baton eval: --json given twice; give it once$" -- eval run --passkey p --json --json
+expect 2 "^baton ckpt inspect: --json given twice; give it once$" -- ckpt inspect x --json --json
+expect 2 "^baton ckpt pack: --out given twice \\('a' and 'b'\\); give it once$" -- ckpt pack x --out a --out b
+expect 2 "^baton ckpt unpack: --into given twice \\('a' and 'b'\\); give it once$" -- ckpt unpack f --into a --into b
 # a missing value is named as such, not as an unknown option
 expect 2 "^baton spec: --stage needs a value$" -- spec "$recipes/tiny-cpu.yaml" --stage
 expect 2 "^baton spec: unknown option '--bogus'$" -- spec "$recipes/tiny-cpu.yaml" --bogus
 expect 2 "^baton data inspect: --doc needs a value$" -- data inspect x --doc
+expect 2 "^baton eval: --passkey needs a value$" -- eval run --passkey
+expect 2 "^baton ckpt pack: --out needs a value$" -- ckpt pack x --out
+expect 2 "^baton ckpt unpack: --into needs a value$" -- ckpt unpack f --into
 # --stage takes an index as --set does: a plain 0-based number, not 01, +1 or " 1"
 for s in 01 +1 " 1" 1x; do
   expect 2 "no stage \"${s/+/\\+}\"; stages are: pretrain, long-context, fp8" -- spec "$recipes/tiny-cpu.yaml" --stage "$s"
