@@ -26,6 +26,14 @@ char *cli_data_prefix(const char *arg);
  * it once" and returns -1 (the caller exits 2). */
 int cli_once(const char *cmd, const char *opt, const char *prev, const char *v);
 
+/* A flag given twice: prints "baton CMD: OPT given twice; give it once" and returns
+ * BT_EXIT_USAGE. */
+int cli_twice(const char *cmd, const char *opt);
+
+/* An option's value missing (OPT is the last argument): prints "baton CMD: OPT needs a
+ * value" and returns -1. */
+int cli_no_value(const char *cmd, const char *opt);
+
 /* An --output path prefix (PREFIX.bin, PREFIX_train.idx ...): not empty and not a directory
  * (a trailing '/', a last component "." or ".."), which would make hidden files such as
  * "dir/.bin". Otherwise prints "baton CMD: --output 'OUT' must be a path prefix such as

@@ -4,10 +4,21 @@
 
 #include "cli.h"
 #include "units.h"
+#include "util/err.h"
 
 int cli_once(const char *cmd, const char *opt, const char *prev, const char *v) {
     if (prev == NULL) return 0;
     fprintf(stderr, "baton %s: %s given twice ('%s' and '%s'); give it once\n", cmd, opt, prev, v);
+    return -1;
+}
+
+int cli_twice(const char *cmd, const char *opt) {
+    fprintf(stderr, "baton %s: %s given twice; give it once\n", cmd, opt);
+    return BT_EXIT_USAGE;
+}
+
+int cli_no_value(const char *cmd, const char *opt) {
+    fprintf(stderr, "baton %s: %s needs a value\n", cmd, opt);
     return -1;
 }
 

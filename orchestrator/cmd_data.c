@@ -37,7 +37,7 @@ static int data_exit(int rc) {
 /* The value after option argv[*i], advancing *i; NULL (reported) when missing. */
 static const char *opt_value(int argc, char **argv, int *i, const char *cmd) {
     if (*i + 1 >= argc) {
-        fprintf(stderr, "baton data %s: option %s needs a value\n", cmd, argv[*i]);
+        fprintf(stderr, "baton data %s: %s needs a value\n", cmd, argv[*i]);
         return NULL;
     }
     return argv[++*i];
@@ -289,12 +289,18 @@ static int prep_drop_stale_valid(const char *output) {
     return removed;
 }
 
+/* The plural ending for a count of n: "1 file", "2 files". */
+static const char *plural(uint64_t n) {
+    return n == 1 ? "" : "s";
+}
+
 static void prep_summary(const prep *p, const corpus *c, const prep_opts *o) {
     const corpus_stats *s = &c->stats;
-    printf("prepared %llu documents, %llu tokens, from %llu files (%llu archives) of %s\n",
-           (unsigned long long)(p->docs[0] + p->docs[1]),
-           (unsigned long long)(p->tokens[0] + p->tokens[1]), (unsigned long long)s->files,
-           (unsigned long long)s->archives, o->split_on_percent ? "fortune entries" : "text");
+    uint64_t docs = p->docs[0] + p->docs[1], tokens = p->tokens[0] + p->tokens[1];
+    printf("prepared %llu document%s, %llu token%s, from %llu file%s (%llu archive%s) of %s\n",
+           (unsigned long long)docs, plural(docs), (unsigned long long)tokens, plural(tokens),
+           (unsigned long long)s->files, plural(s->files), (unsigned long long)s->archives,
+           plural(s->archives), o->split_on_percent ? "fortune entries" : "text");
     printf("  train: %s_train.bin/.idx  %llu documents, %llu tokens\n", o->output,
            (unsigned long long)p->docs[0], (unsigned long long)p->tokens[0]);
     if (o->valid_fraction > 0)
@@ -445,6 +451,7 @@ static void passkey_usage(FILE *f) {
             "                   trailing .bin or .idx is dropped)\n"
             "  --n-docs N       number of documents, >= 1\n"
             "  --length TOKENS  tokens per document, %u to %u\n"
+            "                   (N and TOKENS take K and M: 2^10 and 2^20, as in 4K)\n"
             "  --seed S         seed (default 1234)\n"
             "  --help           show this help\n\n"
             "Exit status: 0 written, 1 cannot write the output, 2 bad usage.\n",
@@ -476,10 +483,10 @@ static int passkey_write(const char *prefix, uint64_t n_docs, uint32_t length, u
         indexed_writer_abort(&w);
     if (rc != BT_OK) remove_parents(prefix, made);
     if (rc == BT_OK)
-        printf("wrote %llu passkey documents of %u tokens to %s.bin/.idx (seed %llu)\n"
+        printf("wrote %llu passkey document%s of %u tokens to %s.bin/.idx (seed %llu)\n"
                "  answer: the 5 digits at tokens [%llu, %llu), then '.' and EOS\n"
                "  document 0: key %05u, key line at token %llu (depth %.2f)\n",
-               (unsigned long long)n_docs, length, prefix, (unsigned long long)seed,
+               (unsigned long long)n_docs, plural(n_docs), length, prefix, (unsigned long long)seed,
                (unsigned long long)passkey_answer_offset(length),
                (unsigned long long)passkey_answer_offset(length) + PASSKEY_DIGITS, first.key,
                (unsigned long long)first.key_line_offset, first.depth);
@@ -665,14 +672,18 @@ static int data_inspect(int argc, char **argv) {
     char *prefix = cli_data_prefix(arg);
     int rc = prefix ? indexed_open(&ds, prefix, &diag) : BT_ENOMEM;
     if (rc == BT_OK) {
-        printf("dataset %s (Megatron indexed, version 1)\n", prefix);
-        inspect_counts(&ds);
-        if (doc < ds.n_documents)
-            rc = inspect_preview(&ds, doc, max_tokens, &diag);
-        else if (ds.n_documents > 0 || doc > 0) {
-            bt_diag_set(&diag, "%s: --doc %llu is out of range: the dataset has %llu documents",
-                        prefix, (unsigned long long)doc, (unsigned long long)ds.n_documents);
+        /* the range first: nothing is shown of a command that fails */
+        if (doc >= ds.n_documents && (ds.n_documents > 0 || doc > 0)) {
+            bt_diag_set(&diag,
+                        "%s: --doc %llu is out of range: the dataset has %llu document%s "
+                        "(0-based)",
+                        prefix, (unsigned long long)doc, (unsigned long long)ds.n_documents,
+                        plural(ds.n_documents));
             rc = BT_EINVAL;
+        } else {
+            printf("dataset %s (Megatron indexed, version 1)\n", prefix);
+            inspect_counts(&ds);
+            if (doc < ds.n_documents) rc = inspect_preview(&ds, doc, max_tokens, &diag);
         }
         indexed_close(&ds);
     }

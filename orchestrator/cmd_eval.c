@@ -103,12 +103,17 @@ static int eval_parse(int argc, char **argv, eval_args *a) {
             eval_usage(stdout);
             return 1;
         } else if (strcmp(o, "--json") == 0) {
+            if (a->json) return cli_twice("eval", "--json"), -1;
             a->json = 1;
             continue;
         } else if (o[0] != '-' && a->ckpt == NULL) {
             a->ckpt = o;
             continue;
         } else if (v == NULL) {
+            int known = 0;
+            for (int k = 0; k < EVAL_OPTIONS; k++)
+                known |= strcmp(o, eval_options[k]) == 0;
+            if (known) return cli_no_value("eval", o);
             fprintf(stderr, "baton eval: unknown option or missing value: '%s'\n", o);
             return -1;
         } else if (eval_option(a, o, v, given) != 0) {

@@ -123,6 +123,7 @@ int cmd_plan(int argc, char **argv) {
             plan_usage(stdout);
             return recipe_sets_free(&sets), BT_EXIT_OK;
         } else if (strcmp(argv[i], "--json") == 0) {
+            if (json) return recipe_sets_free(&sets), cli_twice("plan", "--json");
             json = 1;
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
             fprintf(stderr, "baton plan: unknown option '%s'\n", argv[i]);

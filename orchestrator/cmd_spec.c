@@ -40,10 +40,13 @@ static int spec_parse_args(int argc, char **argv, spec_args *a) {
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
             spec_usage(stdout);
             return 1;
-        } else if ((strcmp(arg, "--stage") == 0 || strcmp(arg, "--out") == 0) && i + 1 < argc) {
-            *(arg[2] == 's' ? &a->stage : &a->out) = argv[++i];
+        } else if (strcmp(arg, "--stage") == 0 || strcmp(arg, "--out") == 0) {
+            const char **v = arg[2] == 's' ? &a->stage : &a->out;
+            if (i + 1 >= argc) return cli_no_value("spec", arg);
+            if (cli_once("spec", arg, *v, argv[i + 1]) != 0) return -1;
+            *v = argv[++i];
         } else if (arg[0] == '-' && arg[1] != '\0') {
-            fprintf(stderr, "baton spec: unknown option or missing value: '%s'\n", arg);
+            fprintf(stderr, "baton spec: unknown option '%s'\n", arg);
             return -1;
         } else if (a->recipe == NULL) {
             a->recipe = arg;
@@ -60,15 +63,22 @@ static int spec_parse_args(int argc, char **argv, spec_args *a) {
     return 0;
 }
 
+/* name as a stage index: a plain 0-based number (digits only, no leading zero, as
+ * --set writes one); -1 when it is not one. */
+static long spec_index(const char *name) {
+    size_t n = strlen(name);
+    if (n == 0 || n > 9 || strspn(name, "0123456789") != n || (name[0] == '0' && n > 1)) return -1;
+    return strtol(name, NULL, 10);
+}
+
 /* The stage named name, or with that index; -1 with a message when there is none. */
 static long spec_find_stage(const recipe_doc *doc, const char *name, bt_diag *diag) {
     const Baton__Recipe *r = doc->recipe;
     if (name == NULL) return 0;
     for (size_t i = 0; i < r->n_stages; i++)
         if (r->stages[i]->name != NULL && strcmp(r->stages[i]->name, name) == 0) return (long)i;
-    char *end;
-    long i = strtol(name, &end, 10);
-    if (*name != '\0' && *end == '\0' && i >= 0 && (size_t)i < r->n_stages) return i;
+    long i = spec_index(name);
+    if (i >= 0 && (size_t)i < r->n_stages) return i;
     bt_buf names;
     bt_buf_init(&names);
     for (size_t k = 0; k < r->n_stages; k++)
@@ -103,8 +113,9 @@ static int spec_emit(const Baton__StageSpec *s, const char *out, bt_diag *diag) 
     if (out != NULL) return spec_write(s, out, diag);
     bt_buf b;
     bt_buf_init(&b);
+    const char *recipe = s->recipe_name && s->recipe_name[0] ? s->recipe_name : "(unnamed)";
     bt_buf_printf(&b, "# StageSpec: stage %u \"%s\" of recipe %s\n", s->stage_index, s->stage->name,
-                  s->recipe_name);
+                  recipe);
     /* Every value the worker reads, those left at their defaults too, marked so. Not the
      * stage's rope: the recipe's overlay as given, which the resolver merged into
      * model.rope (the one the worker reads), and whose own unset fields, shown with their

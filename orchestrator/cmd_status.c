@@ -1,12 +1,14 @@
 /* baton status RUN_DIR [--json]: a run's state from its journal, checkpoints and
  * metrics; also the summary table `baton run` prints at the end. */
 #define _GNU_SOURCE /* sigabbrev_np */
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -194,9 +196,37 @@ static void status_apply_overrides(status_view *v, bt_diag *diag) {
     free(kept);
 }
 
+/* Why dir cannot be a run directory before its journal is read: it is missing or not a
+ * directory, or its journal is not a file or is empty; 0 when none of these. */
+static int status_check_dir(const char *dir, bt_diag *diag) {
+    struct stat st;
+    char journal[4200];
+    if (stat(dir, &st) != 0) {
+        if (errno == ENOENT)
+            bt_diag_set(diag, "%s: no such directory", dir);
+        else
+            bt_diag_set(diag, "%s: cannot read: %s", dir, strerror(errno));
+        return BT_EINVAL;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        bt_diag_set(diag, "%s: not a directory", dir);
+        return BT_EINVAL;
+    }
+    snprintf(journal, sizeof journal, "%s/journal", dir);
+    if (stat(journal, &st) != 0) return 0; /* no journal: said after reading it */
+    if (!S_ISREG(st.st_mode))
+        bt_diag_set(diag, "%s: not a run directory (its journal is not a file)", dir);
+    else if (st.st_size == 0)
+        bt_diag_set(diag, "%s: not a run directory (its journal is empty)", dir);
+    else
+        return 0;
+    return BT_EINVAL;
+}
+
 static int status_load(status_view *v, const char *dir, bt_diag *diag) {
     memset(v, 0, sizeof *v);
     v->dir = dir;
+    if (status_check_dir(dir, diag) != 0) return BT_EINVAL;
     char recipe[4200];
     snprintf(recipe, sizeof recipe, "%s/recipe.yaml", dir);
     journal_tail tail;
@@ -613,6 +643,7 @@ int cmd_status(int argc, char **argv) {
             status_usage(stdout);
             return BT_EXIT_OK;
         } else if (strcmp(argv[i], "--json") == 0) {
+            if (json) return cli_twice("status", "--json");
             json = 1;
         } else if (argv[i][0] != '-' && dir == NULL) {
             dir = argv[i];

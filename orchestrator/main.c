@@ -37,7 +37,32 @@ static void usage(FILE *f) {
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\nRun 'baton COMMAND --help' for a command's options.\n"
-               "Exit status: 0 success, 1 failure, 2 bad usage or invalid input.\n");
+               "Run 'baton help COMMAND' for the same.\n"
+               "Exit status: 0 success, 1 failure, 2 bad usage or invalid input (some\n"
+               "commands add their own codes; see 'baton COMMAND --help').\n");
+}
+
+static const command *find_command(const char *name) {
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(name, commands[i].name) == 0) return &commands[i];
+    return NULL;
+}
+
+/* `baton help [COMMAND]`: the top-level help, or COMMAND's own (its --help). */
+static int help(int argc, char **argv) {
+    if (argc < 3) {
+        usage(stdout);
+        return BT_EXIT_OK;
+    }
+    const command *c = find_command(argv[2]);
+    if (c == NULL || argc > 3) {
+        fprintf(stderr, "baton help: %s '%s'\n\n",
+                c ? "one command at a time, not" : "unknown command", c ? argv[3] : argv[2]);
+        usage(stderr);
+        return BT_EXIT_USAGE;
+    }
+    char *sub[] = {argv[2], (char *)"--help", NULL};
+    return c->run(2, sub);
 }
 
 /* run and resume: a SIGINT, SIGTERM or SIGHUP that comes while the libraries initialize,
@@ -67,17 +92,17 @@ int main(int argc, char **argv) {
         usage(stderr);
         return BT_EXIT_USAGE;
     }
-    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
-        strcmp(argv[1], "help") == 0) {
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(stdout);
         return BT_EXIT_OK;
     }
+    if (strcmp(argv[1], "help") == 0) return help(argc, argv);
     if (strcmp(argv[1], "--version") == 0) {
         printf("baton %s\n", BATON_VERSION);
         return BT_EXIT_OK;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+    const command *c = find_command(argv[1]);
+    if (c != NULL) return c->run(argc - 1, argv + 1);
     fprintf(stderr, "baton: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return BT_EXIT_USAGE;

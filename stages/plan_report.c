@@ -109,7 +109,8 @@ static void text_header(FILE *f, const Baton__StageSpec *spec, const plan_stage 
     const plan_shape *sh = &ps->shape;
     fprintf(f, "== stage %u \"%s\" (%u of %u)", spec->stage_index, stage_name(spec),
             spec->stage_index + 1, spec->n_stages ? spec->n_stages : 1);
-    if (spec->recipe_name) fprintf(f, ", recipe %s", spec->recipe_name);
+    if (spec->recipe_name)
+        fprintf(f, ", recipe %s", spec->recipe_name[0] ? spec->recipe_name : "(unnamed)");
     fprintf(f, " ==\n");
     fprintf(f,
             "setup       seq_len %" PRIu64 ", global_batch %" PRIu64 ", micro_batch %" PRIu64

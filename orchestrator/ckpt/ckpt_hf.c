@@ -139,7 +139,7 @@ static int export_parse(int argc, char **argv, export_opts *o) {
         int takes = strcmp(a, "--out") == 0 || strcmp(a, "--format") == 0 ||
                     strcmp(a, "--dtype") == 0 || strcmp(a, "--max-position") == 0;
         if (takes && v == NULL) {
-            fprintf(stderr, "baton ckpt export: option %s needs a value\n", a);
+            fprintf(stderr, "baton ckpt export: %s needs a value\n", a);
             return -1;
         }
         if (strcmp(a, "--out") == 0)
@@ -519,7 +519,7 @@ static int import_parse(int argc, char **argv, import_opts *o) {
         int takes = strcmp(a, "--out") == 0 || strcmp(a, "--format") == 0 ||
                     strcmp(a, "--recipe-name") == 0;
         if (takes && v == NULL) {
-            fprintf(stderr, "baton ckpt import: option %s needs a value\n", a);
+            fprintf(stderr, "baton ckpt import: %s needs a value\n", a);
             return -1;
         }
         if (strcmp(a, "--out") == 0)

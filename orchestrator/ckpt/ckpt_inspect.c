@@ -5,6 +5,7 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt_cmds.h"
+#include "../cli.h"
 #include "util/buf.h"
 
 static void inspect_usage(FILE *f) {
@@ -453,6 +454,7 @@ int ckpt_cmd_inspect(int argc, char **argv) {
             inspect_usage(stdout);
             return BT_EXIT_OK;
         } else if (strcmp(argv[i], "--json") == 0) {
+            if (json) return cli_twice("ckpt inspect", "--json");
             json = 1;
         } else if (argv[i][0] == '-' || path != NULL) {
             fprintf(stderr, "baton ckpt inspect: unexpected argument '%s'\n", argv[i]);

@@ -17,6 +17,7 @@
 #include "ckpt_cmds.h"
 #include "ckpt_store_crc.h"
 #include "ckpt_store_fs.h"
+#include "../cli.h"
 #include "util/cleanup.h"
 
 #define PACK_CHUNK (1u << 20)
@@ -181,7 +182,9 @@ static int pack_parse(int argc, char **argv, const char **ckpt, const char **out
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return 1;
-        if (strcmp(a, "--out") == 0 && i + 1 < argc) {
+        if (strcmp(a, "--out") == 0) {
+            if (i + 1 >= argc) return cli_no_value("ckpt pack", a), 2;
+            if (cli_once("ckpt pack", a, *out, argv[i + 1]) != 0) return 2;
             *out = argv[++i];
         } else if (a[0] == '-' || *ckpt) {
             fprintf(stderr, "baton ckpt pack: unexpected argument '%s'\n", a);
@@ -401,10 +404,13 @@ static int unpack_from(const char *file, const char *into, char *final, int *exi
 static int unpack_parse(int argc, char **argv, const char **file, const char **into) {
     *file = NULL;
     *into = ".";
+    int given = 0; /* --into */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return 1;
-        if (strcmp(a, "--into") == 0 && i + 1 < argc) {
+        if (strcmp(a, "--into") == 0) {
+            if (i + 1 >= argc) return cli_no_value("ckpt unpack", a), 2;
+            if (given++ && cli_once("ckpt unpack", a, *into, argv[i + 1]) != 0) return 2;
             *into = argv[++i];
         } else if (a[0] == '-' || *file) {
             fprintf(stderr, "baton ckpt unpack: unexpected argument '%s'\n", a);

@@ -152,7 +152,8 @@ static void vformat(vctx *v, const char *field0, char *out, size_t cap, const ch
         snprintf(place, sizeof place, "%s:%d:%d", v->doc->file, p ? p->line : 0, p ? p->col : 0);
     if (p == NULL || p->set == NULL) overrides_note(v->doc, note, sizeof note);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    snprintf(out, cap, "%s: %s: %s%s%s", place, path, msg, stage, note);
+    /* a check of the whole recipe (a missing block) has no path to name */
+    snprintf(out, cap, "%s: %s%s%s%s%s", place, path, path[0] ? ": " : "", msg, stage, note);
 }
 
 static int verr(vctx *v, const char *field, const char *fmt, ...) {

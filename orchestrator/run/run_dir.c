@@ -122,7 +122,7 @@ static int run_dir_keep(run_dir *d, const char *name, const char *data, size_t n
     free(kept);
     if (same) return 0;
     bt_diag_set(diag,
-                "%s: this run directory belongs to a run with other %s (kept in %s); choose "
+                "%s: this run directory belongs to a run with %s (kept in %s); choose "
                 "another --run-dir, or continue it with 'baton resume %s'",
                 d->path, what, copy, d->path);
     return BT_EINVAL;
@@ -213,10 +213,11 @@ static int run_dir_recipe(run_dir *d, const char *recipe_file, const char *overr
         bt_diag_set(diag, "%s: cannot read: %s", recipe_file, strerror(errno));
         return BT_EINVAL;
     }
-    int rc = run_dir_keep(d, "recipe.yaml", mine, n1, "recipe", diag);
+    int rc = run_dir_keep(d, "recipe.yaml", mine, n1, "another recipe", diag);
     free(mine);
     return rc ? rc
-              : run_dir_keep(d, "overrides", overrides, strlen(overrides), "--set overrides", diag);
+              : run_dir_keep(d, "overrides", overrides, strlen(overrides), "other --set overrides",
+                             diag);
 }
 
 /* 32 random bytes as hex, kept in secret (0600). */

@@ -122,9 +122,14 @@ int ckpt_resolve(const char *path, char *dir, size_t cap, bt_diag *diag) {
         return 0;
     }
     struct stat st;
-    if (stat(path, &st) != 0 && errno != ENOENT && errno != ENOTDIR) { /* EACCES, ELOOP, ... */
+    int found = stat(path, &st) == 0;
+    if (!found && errno != ENOENT && errno != ENOTDIR) { /* EACCES, ELOOP, ... */
         bt_diag_set(diag, "%s: cannot access: %s", path, strerror(errno));
         return BT_EIO;
+    }
+    if (found && !S_ISDIR(st.st_mode)) {
+        bt_diag_set(diag, "%s: not a directory (give a checkpoint or run directory)", path);
+        return BT_ENOENT;
     }
     if (!dir_exists(path)) {
         bt_diag_set(diag, "%s: no such checkpoint or run directory", path);

@@ -73,6 +73,7 @@ flipped-byte | truncated)
   grep -q "checkpoint refused" b.err || fail "no refusal printed"
   grep -q "falling back to run/checkpoints/s00-step00000010" b.err || fail "no fallback"
   same_tail ref.log b.log 11
+  grep -q "^started from .* (1 shard file opened)$" b.log || fail "one shard file not said as one"
   echo "$case: verify located it ($(grep -c DAMAGED: verify.log) line(s)), loading fell back to step 10, steps 11-20 bitwise"
   ;;
 disk-full)

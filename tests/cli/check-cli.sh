@@ -95,6 +95,62 @@ done
 expect 2 "^baton status: unknown option '--bogus'" -- status "$recipes" --bogus
 expect 2 "^baton status: one run directory at a time \\(got 'a' and 'b'\\)" -- status a b
 expect 2 "^baton status: no run directory given" -- status
+# status says what RUN_DIR is when it is no run directory: missing, a file, a journal
+# that is empty or not a file
+msg=$(mktemp -d /tmp/baton-test-msg.XXXXXX)
+mkdir "$msg/empty" "$msg/j0" "$msg/jdir" "$msg/jdir/journal" && : >"$msg/j0/journal" && : >"$msg/afile"
+expect 2 "^baton status: $msg/missing: no such directory$" -- status "$msg/missing"
+expect 2 "^baton status: $msg/afile: not a directory$" -- status "$msg/afile"
+expect 2 "^baton status: $msg/empty: not a run directory \\(no journal\\)$" -- status "$msg/empty"
+expect 2 "^baton status: $msg/j0: not a run directory \\(its journal is empty\\)$" -- status "$msg/j0"
+expect 2 "^baton status: $msg/jdir: not a run directory \\(its journal is not a file\\)$" -- status "$msg/jdir"
+# an option that takes one value, or a flag, given twice is refused, as data and eval do
+expect 2 "^baton status: --json given twice; give it once$" -- status "$msg/empty" --json --json
+expect 2 "^baton plan: --json given twice; give it once$" -- plan --json --json "$recipes/tiny-cpu.yaml"
+expect 2 "^baton spec: --stage given twice \\('1' and '2'\\); give it once$" -- \
+  spec "$recipes/tiny-cpu.yaml" --stage 1 --stage 2
+expect 2 "^baton spec: --out given twice" -- spec "$recipes/tiny-cpu.yaml" --out a --out b
+expect 2 "^baton eval: --json given twice; give it once$" -- eval run --passkey p --json --json
+expect 2 "^baton ckpt inspect: --json given twice; give it once$" -- ckpt inspect x --json --json
+expect 2 "^baton ckpt pack: --out given twice \\('a' and 'b'\\); give it once$" -- ckpt pack x --out a --out b
+expect 2 "^baton ckpt unpack: --into given twice \\('a' and 'b'\\); give it once$" -- ckpt unpack f --into a --into b
+# a missing value is named as such, not as an unknown option
+expect 2 "^baton spec: --stage needs a value$" -- spec "$recipes/tiny-cpu.yaml" --stage
+expect 2 "^baton spec: unknown option '--bogus'$" -- spec "$recipes/tiny-cpu.yaml" --bogus
+expect 2 "^baton data inspect: --doc needs a value$" -- data inspect x --doc
+expect 2 "^baton eval: --passkey needs a value$" -- eval run --passkey
+expect 2 "^baton ckpt pack: --out needs a value$" -- ckpt pack x --out
+expect 2 "^baton ckpt unpack: --into needs a value$" -- ckpt unpack f --into
+# --stage takes an index as --set does: a plain 0-based number, not 01, +1 or " 1"
+for s in 01 +1 " 1" 1x; do
+  expect 2 "no stage \"${s/+/\\+}\"; stages are: pretrain, long-context, fp8" -- spec "$recipes/tiny-cpu.yaml" --stage "$s"
+done
+expect 0 '^# StageSpec: stage 1 "long-context"' -- spec "$recipes/tiny-cpu.yaml" --stage 1
+# data inspect checks --doc's range before it shows anything; counts of one are singular
+expect 0 "^wrote 1 passkey document of 128 tokens" -- data passkey --output "$msg/pk" --n-docs 1 --length 128
+expect 2 "^baton data inspect: $msg/pk: --doc 5 is out of range: the dataset has 1 document \\(0-based\\)$" -- \
+  data inspect "$msg/pk" --doc 5
+[[ -z $("$baton" data inspect "$msg/pk" --doc 5 2>/dev/null) ]] ||
+  { echo "FAIL: data inspect printed a summary before refusing --doc"; failures=$((failures + 1)); }
+printf 'one line\n' >"$msg/one.txt"
+expect 0 "^prepared 1 document, [0-9]+ tokens, from 1 file \\(0 archives\\)" -- \
+  data prepare --input "$msg/one.txt" --output "$msg/one" --valid-fraction 0
+expect 0 "take K and M" -- data passkey --help
+# baton help COMMAND is COMMAND --help
+[[ $("$baton" help run) == "$("$baton" run --help)" ]] ||
+  { echo "FAIL: baton help run is not run --help"; failures=$((failures + 1)); }
+expect 2 "^baton help: unknown command 'nope'" -- help nope
+expect 0 "commands add their own codes; see 'baton COMMAND --help'" -- --help
+# a recipe without name: reads "(unnamed)" in the lines for people; the field stays ""
+grep -v '^name:' "$recipes/tiny-cpu.yaml" >"$msg/unnamed.yaml"
+expect 0 '^== stage 0 "pretrain" \(1 of 3\), recipe \(unnamed\) ==$' -- plan "$msg/unnamed.yaml"
+expect 0 '^# StageSpec: stage 0 "pretrain" of recipe \(unnamed\)$' -- spec "$msg/unnamed.yaml"
+expect 0 '^recipe_name: ""$' -- spec "$msg/unnamed.yaml"
+# a file given for a checkpoint is said to be one, not "no such checkpoint"
+expect 2 "^baton ckpt inspect: $msg/afile: not a directory \\(give a checkpoint or run directory\\)$" -- \
+  ckpt inspect "$msg/afile"
+expect 2 "^baton ckpt inspect: $msg/missing: no such checkpoint or run directory$" -- ckpt inspect "$msg/missing"
+rm -rf "$msg"
 expect 2 "^baton eval: missing --data PREFIX \\(with --seq-len T and --num-seqs N\\), or --passkey PREFIX" -- eval run
 expect 2 "^baton eval: --data needs --num-seqs N" -- eval run --data d --seq-len 8
 expect 2 "^baton eval: --data needs --seq-len T" -- eval run --data d --num-seqs 8
@@ -412,6 +468,16 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   # workers that cannot start: exit 2, journaled as the failure's cause
   expect 2 "cannot launch the workers: /nonexistent" -- resume r1 --quiet --worker /nonexistent
   expect 0 "last failure: cannot launch the workers: /nonexistent" -- status r1
+  exit "$failures"
+) || failures=$((failures + $?))
+# a run directory kept for one recipe names the other one's difference in plain words
+(
+  cd "$sub" || exit 1
+  sed 's/^name: .*/name: other/' "$small" >other.yaml
+  expect 2 "r1: this run directory belongs to a run with another recipe \\(kept in " -- \
+    submit other.yaml --run-dir r1 --dry-run
+  expect 2 "r1: this run directory belongs to a run with other --set overrides \\(kept in " -- \
+    submit "$small" --run-dir r1 --dry-run --set stages.0.steps=3
   exit "$failures"
 ) || failures=$((failures + $?))
 

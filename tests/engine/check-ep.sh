@@ -312,7 +312,7 @@ ep_resume() { # NAME RANKS_B SED_B TOL [SED_A]
   # every tensor, moment and fp8 history read through one open file per shard file
   local files opened
   files=$(find "$name.a.run/checkpoints/s00-step00000010" -name 'rank-*.bin' | wc -l)
-  opened=$(sed -En 's/^(\[0\] )?started from .*\(([0-9]+) shard file\(s\) opened\)$/\2/p' "$name.b.log")
+  opened=$(sed -En 's/^(\[0\] )?started from .*\(([0-9]+) shard files? opened\)$/\2/p' "$name.b.log")
   echo "$name: rank 0 opened ${opened:-no} shard file(s) of the checkpoint's $files"
   if [[ -z $opened ]] || ((opened < 1 || opened > files)); then failures=$((failures + 1)); fi
 }
