@@ -1,0 +1,113 @@
+# Sourced by check-run.sh and check-supervise.sh (their arguments: BATON BATON_WORKER SOURCE_DIR
+# CASE): a private work directory removed on exit with every process the case started,
+# the prepared data, the recipe, and the helpers the cases share.
+baton=$1 worker=$2 src=$3 case=$4
+export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+work=$(mktemp -d /tmp/baton-test-run.XXXXXX)
+export TMPDIR=$work/tmp # what the runs leave there goes with $work, whatever happens
+mkdir "$TMPDIR"
+bpid=
+cleanup() {
+  [[ -n $bpid ]] && kill -9 "$bpid" 2>/dev/null
+  pkill -9 -f -- "--spec $work/" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+cd "$work"
+"$baton" data prepare --input /usr/share/games/fortunes --split-on-percent \
+  --output data/fortunes >/dev/null
+recipe=$src/tests/run/run.yaml
+fail() { { echo "$case: $*"; [[ -f run.out ]] && tail -20 run.out; } >&2; exit 1; }
+
+# same_losses REF GOT [SHRUNK_STAGE]: exact per stage, within 1e-5 for SHRUNK_STAGE
+same_losses() {
+  /usr/bin/python3 - "$@" <<'PY'
+import sys
+ref = [l.split() for l in open(sys.argv[1])]
+got = [l.split() for l in open(sys.argv[2])]
+shrunk = sys.argv[3] if len(sys.argv) > 3 else None
+ok = len(ref) == len(got)
+for a, b in zip(ref, got):
+    r = abs(float(a[2]) - float(b[2])) / abs(float(a[2]))
+    good = a[:2] == b[:2] and (r <= 1e-5 if a[0] == shrunk else a[2] == b[2])
+    print("%-12s %s vs %s (relative %.2g)%s" % (a[0], b[2], a[2], r, "" if good else "  <- differs"))
+    ok = ok and good
+sys.exit(0 if ok else 1)
+PY
+}
+# same_metrics REF GOT: every step's loss and grad_norm in GOT's metrics.jsonl equal REF's,
+# bit for bit, each step once; and the closing validations alike
+same_metrics() {
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import json, sys
+def rows(d, f, key):
+    return [(r["stage"] if "stage" in r else r["stage_index"], r.get("step"), r[key])
+            for r in map(json.loads, open(d + "/" + f))]
+for f, keys in (("metrics.jsonl", ("loss", "grad_norm")), ("valid.jsonl", ("valid_loss",))):
+    for k in keys:
+        a, b = rows(sys.argv[1], f, k), rows(sys.argv[2], f, k)
+        bad = [(x, y) for x, y in zip(a, b) if x != y]
+        assert len(a) == len(b) and not bad, (f, k, len(a), len(b), bad[:3])
+print("metrics.jsonl and valid.jsonl equal the reference's")
+PY
+}
+# stage_losses DIR: "name loss" per stage, as the journal has them
+stage_losses() {
+  "$baton" status "$1" --json | /usr/bin/python3 -c '
+import json, sys
+for s in json.load(sys.stdin)["stages"]: print(s["name"], s["state"], "%.9g" % s["loss"])'
+}
+reference() {
+  "$baton" run "$recipe" --run-dir ref --quiet >ref.out 2>&1 || { cat ref.out; fail "the reference run failed"; }
+  stage_losses ref >ref.losses
+}
+
+# stop_run: SIGTERM to the baton run in the background; it must stop (exit 75)
+stop_run() {
+  kill -TERM "$bpid"
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  [[ $rc == 75 ]] || fail "baton run exited $rc on SIGTERM, not 75"
+}
+# newest_log STAGE: the newest attempt's log of stage STAGE
+newest_log() { ls -t r1/logs/s0"$1"-a*.log 2>/dev/null | head -1 || true; }
+# wait_step STAGE K: until rank 0 of the stage's newest attempt has completed step K; never
+# in the attempt struck last (its restart may not have begun yet)
+struck=
+wait_step() {
+  local deadline=$((SECONDS + 120)) log step
+  while ((SECONDS < deadline)); do
+    log=$(newest_log "$1")
+    if [[ -n $log && $log != "$struck" ]]; then
+      step=$(sed -En 's/^\[0\] step +([0-9]+)\/.*/\1/p' "$log" | tail -1)
+      [[ -n $step && $step -ge $2 ]] && { echo "$log"; return 0; }
+    fi
+    kill -0 "$bpid" 2>/dev/null || fail "baton run ended early"
+    sleep 0.05
+  done
+  fail "stage $1 never reached step $2"
+}
+# The runs struck below take 0.15 s longer per step (BATON_FAULT_STEP_SLEEP, a test hook
+# of baton-worker), so that a strike lands within a step or two of its aim however fast
+# the steps are: a fast stage could otherwise end between wait_step and the strike.
+# worker_pids LOG [RANK...]: the pids of that attempt's workers (all, or those ranks)
+worker_pids() {
+  local spec
+  spec=$(basename "$1" .log)
+  for p in $(pgrep -f -- "--spec $work/r1/specs/$spec.pb" || true); do
+    local r
+    r=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^PMIX_RANK=//p')
+    if [[ $# -eq 1 ]] || [[ " ${*:2} " == *" $r "* ]]; then echo "$p"; fi
+  done
+}
+strike() { # STAGE FROM TO SIGNAL [RANKS...]: at a random step in [FROM, TO]
+  local k=$(($2 + RANDOM % ($3 - $2 + 1))) log pids
+  log=$(wait_step "$1" "$k")
+  pids=$(worker_pids "$log" "${@:5}")
+  [[ $# -eq 4 ]] && pids=$(shuf -n 1 <<<"$pids")
+  [[ -n $pids ]] || { pgrep -af baton-worker | cut -c1-160; fail "no worker to strike in $log"; }
+  echo "stage $1 step $k: SIG$4 to pid(s) $(echo $pids)"
+  kill -s "$4" $pids
+  struck=$log struck_pids=$pids
+}
+
