@@ -132,7 +132,7 @@ int on_event_hang(supervisor *s, int rank, const char *key, double val) {
     return 0;
 }
 
-/* Survivors fail at the timeout (not before, and within 0.9 s after), at least one of
+/* Survivors fail at the timeout (not 0.3 s before, nor 0.9 s after), at least one of
  * them with a timeout fault (the others may see the connections it closed). */
 int check_hang(supervisor *s) {
     int fail = sup_expect_exit(s, HANG_VICTIM, 0, SIGKILL), timeouts = 0;
@@ -150,7 +150,9 @@ int check_hang(supervisor *s) {
         printf("rank %d: error %.3f s after the stop (timeout %.1f s), fault %d\n", r, dt, limit,
                (int)fault);
         timeouts += (int)fault == COMM_FAULT_TIMEOUT;
-        if (dt < limit - 0.1 || dt > limit + 0.9 ||
+        /* an operation begun just before the stop (a loop turn, longer on a loaded
+         * machine: 0.117 s seen in CI) times out that much before stop + timeout */
+        if (dt < limit - 0.3 || dt > limit + 0.9 ||
             ((int)fault != COMM_FAULT_TIMEOUT && (int)fault != COMM_FAULT_PEER_LOST)) {
             fprintf(stderr, "rank %d: error %.3f s after the stop, fault %d\n", r, dt, (int)fault);
             fail++;
