@@ -665,17 +665,35 @@ static int child_queued(child *ch) {
     return ch->fails ? 1 : 0;
 }
 
-/* An all-reduce of a on ca (the test's stream), then one of b on cb on s2, made to wait
- * for the first through ev; then comm_wait on s2. Its status. */
-static int allreduce_behind(child *ch, comm *ca, void *a, comm *cb, void *b, cudaStream_t s2,
-                            cudaEvent_t ev) {
-    int rc = comm_allreduce(ca, a, a, N, COMM_F32, COMM_SUM, ch->stream);
+/* Two buffers, a second stream and an event for an all-reduce made to wait for another. */
+typedef struct behind {
+    void *a, *b;
+    cudaStream_t s2;
+    cudaEvent_t ev;
+} behind;
+
+static void behind_open(child *ch, behind *w) {
+    *w = (behind){.a = dev_alloc(ch, N * 4), .b = dev_alloc(ch, N * 4)};
+    CHECK(ch, cudaStreamCreateWithFlags(&w->s2, cudaStreamNonBlocking) == cudaSuccess, "stream");
+    CHECK(ch, cudaEventCreateWithFlags(&w->ev, cudaEventDisableTiming) == cudaSuccess, "event");
+}
+
+static void behind_close(behind *w) {
+    cudaFree(w->a), cudaFree(w->b);
+    cudaEventDestroy(w->ev);
+    cudaStreamDestroy(w->s2);
+}
+
+/* An all-reduce of w->a on ca (the test's stream), then one of w->b on cb on w->s2, made
+ * to wait for the first through w->ev; then comm_wait on w->s2. Its status. */
+static int allreduce_behind(child *ch, comm *ca, comm *cb, behind *w) {
+    int rc = comm_allreduce(ca, w->a, w->a, N, COMM_F32, COMM_SUM, ch->stream);
     if (rc == 0) {
-        cudaEventRecord(ev, ch->stream);
-        cudaStreamWaitEvent(s2, ev, 0);
-        rc = comm_allreduce(cb, b, b, N, COMM_F32, COMM_SUM, s2);
+        cudaEventRecord(w->ev, ch->stream);
+        cudaStreamWaitEvent(w->s2, w->ev, 0);
+        rc = comm_allreduce(cb, w->b, w->b, N, COMM_F32, COMM_SUM, w->s2);
     }
-    return rc == 0 ? comm_wait(cb, s2) : rc;
+    return rc == 0 ? comm_wait(cb, w->s2) : rc;
 }
 
 /* A hung all-reduce A, and a second one B on another stream made to wait for A: B's
@@ -684,18 +702,13 @@ static int child_timeout_behind(child *ch) {
     comm *c = NULL;
     int role = join_with_idle_peer(ch, &c);
     if (role != 0) return role < 0;
-    void *a = dev_alloc(ch, N * 4), *b = dev_alloc(ch, N * 4);
-    cudaStream_t s2 = NULL;
-    cudaEvent_t ev = NULL;
-    CHECK(ch, cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess, "stream");
-    CHECK(ch, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess, "event");
+    behind w;
+    behind_open(ch, &w);
     double t0 = now_s();
-    int rc = allreduce_behind(ch, c, a, c, b, s2, ev);
-    check_timed_out(ch, c, rc, now_s() - t0, s2);
+    int rc = allreduce_behind(ch, c, c, &w);
+    check_timed_out(ch, c, rc, now_s() - t0, w.s2);
     comm_destroy(c);
-    cudaFree(a), cudaFree(b);
-    cudaEventDestroy(ev);
-    cudaStreamDestroy(s2);
+    behind_close(&w);
     return ch->fails ? 1 : 0;
 }
 
@@ -716,13 +729,10 @@ static int child_timeout_other(child *ch) {
     }
     comm_set_timeout_ms(o, 2000);
     comm_set_timeout_ms(c, 2000);
-    void *a = dev_alloc(ch, N * 4), *b = dev_alloc(ch, N * 4);
-    cudaStream_t s2 = NULL;
-    cudaEvent_t ev = NULL;
-    CHECK(ch, cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess, "stream");
-    CHECK(ch, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess, "event");
+    behind w;
+    behind_open(ch, &w);
     double t0 = now_s();
-    int rc = allreduce_behind(ch, o, a, c, b, s2, ev);
+    int rc = allreduce_behind(ch, o, c, &w);
     double dt = now_s() - t0;
     printf("rank 0: after %.2f s: %d: %s | other: %s\n", dt, rc, comm_error(c), comm_error(o));
     CHECK(ch, rc == BT_EIO && comm_fault_of(c) == COMM_FAULT_TIMEOUT, "rc %d", rc);
@@ -733,9 +743,7 @@ static int child_timeout_other(child *ch) {
     CHECK(ch, dt >= 1.9 && dt < 6.0, "took %.2f s for a 2 s timeout", dt);
     CHECK(ch, comm_barrier(o, NULL) == BT_EIO, "other not failed");
     comm_destroy(o), comm_destroy(c);
-    cudaFree(a), cudaFree(b);
-    cudaEventDestroy(ev);
-    cudaStreamDestroy(s2);
+    behind_close(&w);
     return ch->fails ? 1 : 0;
 }
 

@@ -300,12 +300,14 @@ static void *backlog_serve(void *arg) {
     return NULL;
 }
 
-/* A client of a new attempt of cs, with a send buffer far smaller than the messages sent. */
-static void backlog_client(control_server *cs, control_client *c, uint32_t attempt) {
+/* A server for run_dir and a client of its first attempt, with a send buffer far smaller
+ * than the messages sent. */
+static void backlog_open(const char *run_dir, control_server *cs, control_client *c) {
     bt_diag d;
     bt_diag_init(&d);
-    CHECK(control_server_begin_attempt(cs, 0, "pretrain", attempt, 1, 0) == 0, "begin");
-    CHECK(control_client_open(c, cs->address, "s3cret", 0, 1, attempt, NULL, &d) == 0, "%s", d.msg);
+    CHECK(control_server_open(cs, "s3cret", run_dir, "127.0.0.1", &d) == 0, "open: %s", d.msg);
+    CHECK(control_server_begin_attempt(cs, 0, "pretrain", 0, 1, 0) == 0, "begin");
+    CHECK(control_client_open(c, cs->address, "s3cret", 0, 1, 0, NULL, &d) == 0, "%s", d.msg);
     CHECK(pump_until(cs, backlog_connected), "the rank did not connect");
     int small = 4096;
     setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
@@ -359,10 +361,7 @@ static void backlog_close(control_server *cs, control_client *c) {
 static void backlog_all(const char *run_dir) {
     control_server cs;
     control_client c;
-    bt_diag d;
-    bt_diag_init(&d);
-    CHECK(control_server_open(&cs, "s3cret", run_dir, "127.0.0.1", &d) == 0, "open: %s", d.msg);
-    backlog_client(&cs, &c, 0);
+    backlog_open(run_dir, &cs, &c);
     double took = backlog_send(&c, BACKLOG_N);
     CHECK(took < 1.5 * BACKLOG_SLACK, "%d sends to a server not reading took %.1f s", BACKLOG_N,
           took);
@@ -381,10 +380,7 @@ static void backlog_all(const char *run_dir) {
 static void backlog_overflow(const char *run_dir) {
     control_server cs;
     control_client c;
-    bt_diag d;
-    bt_diag_init(&d);
-    CHECK(control_server_open(&cs, "s3cret", run_dir, "127.0.0.1", &d) == 0, "open: %s", d.msg);
-    backlog_client(&cs, &c, 0);
+    backlog_open(run_dir, &cs, &c);
     uint64_t n = 0;
     while (c.dropped == 0 && n < 4000000) /* the kernel's share varies: until one is dropped */
         send_metrics(&c, ++n, 1.0);
