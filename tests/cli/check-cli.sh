@@ -117,6 +117,24 @@ expect 2 "^baton eval: --json given twice; give it once$" -- eval run --passkey 
 expect 2 "^baton ckpt inspect: --json given twice; give it once$" -- ckpt inspect x --json --json
 expect 2 "^baton ckpt pack: --out given twice \\('a' and 'b'\\); give it once$" -- ckpt pack x --out a --out b
 expect 2 "^baton ckpt unpack: --into given twice \\('a' and 'b'\\); give it once$" -- ckpt unpack f --into a --into b
+# --nodes and --gpus-per-node take one value each (--set repeats), in every command that
+# shares the overrides; run, resume and submit's own options too
+for c in spec plan run submit; do
+  expect 2 "^baton $c: --nodes given twice \\('2' and '3'\\); give it once$" -- \
+    $c "$recipes/tiny-cpu.yaml" --nodes 2 --set a=1 --nodes 3
+  expect 2 "^baton $c: --gpus-per-node given twice \\('1' and '2'\\); give it once$" -- \
+    $c "$recipes/tiny-cpu.yaml" --gpus-per-node 1 --gpus-per-node 2
+done
+[[ $("$baton" plan "$recipes/tiny-cpu.yaml" --nodes 2 --nodes 3 2>&1) != *usage:* ]] ||
+  { echo "FAIL: plan shows its usage after an option given twice"; failures=$((failures + 1)); }
+for o in --run-dir --worker --launcher --listen; do
+  expect 2 "^baton run: $o given twice \\('a' and 'b'\\); give it once$" -- run r.yaml $o a $o b
+done
+expect 2 "^baton run: --quiet given twice; give it once$" -- run r.yaml --quiet --quiet
+expect 2 "^baton resume: --worker given twice \\('a' and 'b'\\)" -- resume r --worker a --worker b
+expect 2 "^baton resume: --quiet given twice; give it once$" -- resume r --quiet --quiet
+expect 2 "^baton submit: --template given twice \\('a' and 'b'\\)" -- submit r.yaml --template a --template b
+expect 2 "^baton submit: --dry-run given twice; give it once$" -- submit r.yaml --dry-run --dry-run
 # a missing value is named as such, not as an unknown option
 expect 2 "^baton spec: --stage needs a value$" -- spec "$recipes/tiny-cpu.yaml" --stage
 expect 2 "^baton spec: unknown option '--bogus'$" -- spec "$recipes/tiny-cpu.yaml" --bogus
