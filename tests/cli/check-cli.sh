@@ -140,6 +140,10 @@ expect 2 "^baton spec: --stage needs a value$" -- spec "$recipes/tiny-cpu.yaml" 
 expect 2 "^baton spec: unknown option '--bogus'$" -- spec "$recipes/tiny-cpu.yaml" --bogus
 expect 2 "^baton data inspect: --doc needs a value$" -- data inspect x --doc
 expect 2 "^baton eval: --passkey needs a value$" -- eval run --passkey
+expect 2 "^baton eval: --seq-len needs a value$" -- eval run --data d --seq-len
+expect 2 "^baton eval: unknown option '--bogus'$" -- eval run --data d --bogus
+expect 2 "^baton eval: unknown option '--bogus'$" -- eval run --bogus x --data d
+expect 2 "^baton eval: one checkpoint at a time \\(got 'a' and 'b'\\)$" -- eval a b --passkey p
 expect 2 "^baton ckpt pack: --out needs a value$" -- ckpt pack x --out
 expect 2 "^baton ckpt unpack: --into needs a value$" -- ckpt unpack f --into
 # --stage takes an index as --set does: a plain 0-based number, not 01, +1 or " 1"
