@@ -32,6 +32,10 @@ expect 2 "unknown command 'frobnicate'" -- frobnicate
 expect 0 'eval +.*passkey accuracy' -- --help
 # every command has its own help, with its exit statuses
 expect 0 '^usage: baton resume RUN_DIR' -- resume --help
+# --listen's default, said alike by run and resume
+for c in run resume; do
+  expect 0 '^ +\(default: its first non-loopback IPv4 address that is up\)$' -- $c --help
+done
 expect 0 '^usage: baton submit RECIPE .*--nodes K\] \[--gpus-per-node G\]' -- submit --help
 for o in '--dry-run' '--template FILE' 'SBATCH_OPTION' '^Exit status: 0 submitted'; do
   expect 0 "$o" -- submit --help
