@@ -451,6 +451,23 @@ static int run_submit_main(run_args *a, recipe_doc *doc) {
     return st;
 }
 
+/* resume's RUN_DIR as an absolute path into abs (PATH_MAX); -1 after saying why it is
+ * none: missing, or not a directory (a file given for it). */
+static int run_resume_dir(const char *path, char *abs) {
+    struct stat st;
+    if (realpath(path, abs) == NULL || stat(abs, &st) != 0) {
+        fprintf(stderr, "baton resume: %s: %s\n", path,
+                errno == ENOENT || errno == ENOTDIR ? "no such directory" : strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "baton resume: %s: not a directory (baton resume takes a run directory)\n",
+                path);
+        return -1;
+    }
+    return 0;
+}
+
 static int run_main(run_args *a) {
     char recipe_copy[4200], dflt[512], worker[PATH_MAX];
     if (!a->submit) run_signals_block(); /* submit runs sbatch, which should see a Ctrl-C */
@@ -462,10 +479,7 @@ static int run_main(run_args *a) {
     static char run_abs[PATH_MAX], worker_abs[PATH_MAX];
     if (a->resume) { /* from anywhere: in the run's working directory (run_dir.h) */
         int moved = 0;
-        if (realpath(a->run_dir, run_abs) == NULL) {
-            fprintf(stderr, "baton resume: %s: %s\n", a->run_dir, strerror(errno));
-            return BT_EXIT_USAGE;
-        }
+        if (run_resume_dir(a->run_dir, run_abs) != 0) return BT_EXIT_USAGE;
         a->run_dir = run_abs;
         if (run_dir_check_resumable(a->run_dir, &diag) != 0) {
             fprintf(stderr, "baton resume: %s\n", diag.msg);

@@ -106,6 +106,10 @@ expect 2 "^baton status: no run directory given" -- status
 # that is empty or not a file
 msg=$(mktemp -d /tmp/baton-test-msg.XXXXXX)
 mkdir "$msg/empty" "$msg/j0" "$msg/jdir" "$msg/jdir/journal" && : >"$msg/j0/journal" && : >"$msg/afile"
+# resume says so too: a file is not a run directory
+expect 2 "^baton resume: $msg/afile: not a directory \\(baton resume takes a run directory\\)$" -- \
+  resume "$msg/afile"
+expect 2 "^baton resume: $msg/missing: no such directory$" -- resume "$msg/missing"
 expect 2 "^baton status: $msg/missing: no such directory$" -- status "$msg/missing"
 expect 2 "^baton status: $msg/afile: not a directory$" -- status "$msg/afile"
 expect 2 "^baton status: $msg/empty: not a run directory \\(no journal\\)$" -- status "$msg/empty"
