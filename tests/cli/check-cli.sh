@@ -231,6 +231,25 @@ expect 0 '^    first_last_bf16: true  # default$' -- spec "$recipes/tiny-cpu.yam
 expect 0 '^      high_freq_factor: 4  # default$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8
 expect 0 '^    min_lr: 0\.0003$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8
 expect 0 '^        weight: 0\.8$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8
+# ... with the exponent as people write it (8e-5, not C's 8e-05), and what is printed
+# reads back as the very same double (the binary StageSpecs equal)
+rt=$(mktemp -d /tmp/baton-test-real.XXXXXX)
+for pair in 8e-5:8e-5 1e-10:1e-10 3.5e20:3.5e20 5e-324:5e-324 0.0001:0.0001 10000:10000 \
+  0.30000000000000004:0.30000000000000004 1e15:1e15 1e14:100000000000000 \
+  2.2250738585072014e-308:2.2250738585072014e-308 1.7976931348623157e308:1.7976931348623157e308; do
+  v=${pair%%:*} want=${pair#*:}
+  got=$("$baton" spec "$recipes/tiny-cpu.yaml" --set defaults.optimizer.eps="$v" | sed -n 's/^    eps: //p')
+  "$baton" spec "$recipes/tiny-cpu.yaml" --set defaults.optimizer.eps="$v" --out "$rt/a.pb"
+  "$baton" spec "$recipes/tiny-cpu.yaml" --set defaults.optimizer.eps="$got" --out "$rt/b.pb"
+  if [[ $got != "$want" ]] || ! cmp -s "$rt/a.pb" "$rt/b.pb"; then
+    echo "FAIL: spec prints eps $v as '$got' (want '$want', reading back the same double)"
+    failures=$((failures + 1))
+  else
+    echo "ok   spec prints eps $v as $got, which reads back"
+  fi
+done
+rm -rf "$rt"
+expect 0 '^  norm_eps: 1e-5$' -- spec "$recipes/tiny-cpu.yaml"
 # ... those the resolver fills in too: the seed, n_kv_heads, heartbeat_timeout, the
 # actions reset and data_from_start, an fp16 stage's loss scaling
 off=$recipes/../tests/cli/rope-off.yaml
