@@ -87,8 +87,10 @@ wait "$pid"
 killed=$pid pid=
 host=$(hostname | tr -c 'A-Za-z0-9.\n-' '_')
 left=$(compgen -G "k1/hf.partial-$host-$killed-??????")
-if [[ -z $left ]]; then
-  echo "note: the export finished before it could be killed (no k1/hf.partial-$host-$killed-*): not checked"
+if [[ -z $left && -e k1/hf ]]; then
+  echo "note: the export finished before it could be killed: not checked"
+elif [[ -z $left ]]; then
+  fail "the export killed by SIGKILL left $(ls -d k1/* 2>&1), not k1/hf.partial-$host-$killed-XXXXXX"
 elif out=$("$baton" ckpt export ck --out k1/hf 2>&1) && [[ ! -e $left && -f k1/hf/config.json &&
   $out == *"removed $left, left by an export that no longer runs (pid $killed)"* ]]; then
   ok "an export killed by SIGKILL left $left; the next export removed it"
