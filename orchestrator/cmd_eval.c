@@ -61,20 +61,26 @@ enum { EVAL_DATA, EVAL_PASSKEY, EVAL_SEQ_LEN, EVAL_NUM_SEQS, EVAL_OPTIONS };
 static const char *const eval_options[EVAL_OPTIONS] = {"--data", "--passkey", "--seq-len",
                                                        "--num-seqs"};
 
-/* Option o's value v into a; -1 (reported) for an unknown option, a repeated one or a bad
- * count. given[k]: option k's earlier value. */
-static int eval_option(eval_args *a, const char *o, const char *v, const char **given) {
+/* Option o's index in eval_options; EVAL_OPTIONS when it is none of them. */
+static int eval_option_index(const char *o) {
     int k = 0;
     while (k < EVAL_OPTIONS && strcmp(o, eval_options[k]) != 0)
         k++;
-    if (k < EVAL_OPTIONS && cli_once("eval", o, given[k], v) != 0) return -1;
-    if (k < EVAL_OPTIONS) given[k] = v;
+    return k;
+}
+
+/* Option k's value v into a; -1 (reported) for a repeated one or a bad count. given[k]:
+ * option k's earlier value. */
+static int eval_option(eval_args *a, int k, const char *v, const char **given) {
+    const char *o = eval_options[k];
+    if (cli_once("eval", o, given[k], v) != 0) return -1;
+    given[k] = v;
     if (k == EVAL_DATA || k == EVAL_PASSKEY) {
         *(k == EVAL_DATA ? &a->data : &a->passkey) = v;
         return 0;
     }
     uint64_t *count = k == EVAL_SEQ_LEN ? &a->seq_len : &a->num_seqs;
-    if (k < EVAL_OPTIONS && cli_count(v, 1, UINT64_MAX, count) == 0) return 0;
+    if (cli_count(v, 1, UINT64_MAX, count) == 0) return 0;
     fprintf(stderr, "baton eval: bad option or value: '%s %s'\n", o, v);
     return -1;
 }
@@ -109,14 +115,18 @@ static int eval_parse(int argc, char **argv, eval_args *a) {
         } else if (o[0] != '-' && a->ckpt == NULL) {
             a->ckpt = o;
             continue;
-        } else if (v == NULL) {
-            int known = 0;
-            for (int k = 0; k < EVAL_OPTIONS; k++)
-                known |= strcmp(o, eval_options[k]) == 0;
-            if (known) return cli_no_value("eval", o);
-            fprintf(stderr, "baton eval: unknown option or missing value: '%s'\n", o);
+        }
+        int k = eval_option_index(o);
+        if (k == EVAL_OPTIONS && o[0] == '-') {
+            fprintf(stderr, "baton eval: unknown option '%s'\n", o);
             return -1;
-        } else if (eval_option(a, o, v, given) != 0) {
+        } else if (k == EVAL_OPTIONS) {
+            fprintf(stderr, "baton eval: one checkpoint at a time (got '%s' and '%s')\n", a->ckpt,
+                    o);
+            return -1;
+        } else if (v == NULL) {
+            return cli_no_value("eval", o);
+        } else if (eval_option(a, k, v, given) != 0) {
             return -1;
         }
         i++;

@@ -30,7 +30,8 @@ static void plan_usage(FILE *f) {
                "  --set KEY=VALUE, --nodes K, --gpus-per-node G\n"
                "           override the recipe as baton run does (e.g. --set\n"
                "           defaults.parallel.virtual_stages=2), to plan a layout before\n"
-               "           running it; applied in the order given\n"
+               "           running it; applied in the order given (--set repeats;\n"
+               "           --nodes and --gpus-per-node are given once)\n"
                "  --help   show this help\n\n"
                "A stage whose heaviest rank does not fit in cluster.gpu.memory is told which\n"
                "settings fit on the same devices (tp and pp with dp taking the rest, ZeRO,\n"
@@ -116,7 +117,7 @@ int cmd_plan(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if ((taken = recipe_sets_parse(&sets, "baton plan", argc, argv, &i)) != 0) {
             if (taken < 0) {
-                plan_usage(stderr);
+                if (taken == -1) plan_usage(stderr);
                 return recipe_sets_free(&sets), BT_EXIT_USAGE;
             }
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -41,7 +42,7 @@ static void run_usage(FILE *f) {
             "                  slurm: inside an allocation, each attempt is an\n"
             "                  'srun --mpi=pmix' step on the allocation's hosts\n"
             "  --listen ADDR   (slurm) the address the workers reach this host at\n"
-            "                  (default: its first non-loopback IPv4 address)\n"
+            "                  (default: its first non-loopback IPv4 address that is up)\n"
             "  --quiet         no progress lines\n\n"
             "Exit status: 0 the run completed, 1 it failed (restarts exhausted), 2 bad\n"
             "recipe, run directory or data (nothing was started), 75 stopped by a signal\n"
@@ -60,6 +61,7 @@ static void resume_usage(FILE *f) {
                "  --launcher L    local (default) or slurm (inside an allocation; what a\n"
                "                  'baton submit' job runs)\n"
                "  --listen ADDR   (slurm) the address the workers reach this host at\n"
+               "                  (default: its first non-loopback IPv4 address that is up)\n"
                "  --quiet         no progress lines\n\n"
                "Exit status: 0 the run completed, 1 it failed (restarts exhausted), 2 bad\n"
                "run directory, recipe or data (nothing was started), 75 stopped by a signal\n"
@@ -138,12 +140,15 @@ static int run_sbatch_value(int argc, char **argv, int i, const run_args *a) {
 }
 
 /* baton submit's own options and sbatch's (anything after --, or an unknown option with
- * its value attached); 1 when argv[*i] was taken. */
+ * its value attached); 1 when argv[*i] was taken, -1 when one of submit's own was given
+ * twice (said). */
 static int run_parse_submit(int argc, char **argv, int *i, run_args *a) {
     const char *o = argv[*i];
     if (strcmp(o, "--dry-run") == 0) {
+        if (a->dry_run) return cli_twice("submit", o), -1;
         a->dry_run = 1;
     } else if (strcmp(o, "--template") == 0 && *i + 1 < argc) {
+        if (cli_once("submit", o, a->template_path, argv[*i + 1]) != 0) return -1;
         a->template_path = argv[++*i];
     } else if (strcmp(o, "--") == 0) {
         while (*i + 1 < argc && a->n_sbatch < RUN_MAX_SETS) {
@@ -169,6 +174,21 @@ static int run_takes_value(const run_args *a, const char *o) {
     return a->submit && strcmp(o, "--template") == 0;
 }
 
+/* --run-dir (not resume's), --worker, --launcher or --listen with its value at argv[*i]
+ * (*i moves past it): 1 taken, 0 not one (or its value missing), -1 given twice (said). */
+static int run_parse_value(int argc, char **argv, int *i, run_args *a) {
+    const char *o = argv[*i];
+    const char **v = strcmp(o, "--worker") == 0                  ? &a->worker
+                     : strcmp(o, "--launcher") == 0              ? &a->launcher
+                     : strcmp(o, "--listen") == 0                ? &a->listen
+                     : strcmp(o, "--run-dir") == 0 && !a->resume ? &a->run_dir
+                                                                 : NULL;
+    if (v == NULL || *i + 1 >= argc) return 0;
+    if (cli_once(run_name(a), o, *v, argv[*i + 1]) != 0) return -1;
+    *v = argv[++*i];
+    return 1;
+}
+
 static int run_parse(int argc, char **argv, run_args *a) {
     int taken;
     for (int i = 1; i < argc; i++) {
@@ -177,25 +197,21 @@ static int run_parse(int argc, char **argv, run_args *a) {
             run_usage_of(a, stdout);
             return 1;
         } else if (strcmp(o, "--quiet") == 0) {
+            if (a->quiet) return cli_twice(run_name(a), o), -1;
             a->quiet = 1;
-        } else if (strcmp(o, "--run-dir") == 0 && v && !a->resume) {
-            a->run_dir = argv[++i];
+        } else if ((taken = run_parse_value(argc, argv, &i, a)) != 0) {
+            if (taken < 0) return -1;
         } else if (!a->resume &&
                    (taken = recipe_sets_parse(&a->sets, a->submit ? "baton submit" : "baton run",
                                               argc, argv, &i)) != 0) {
-            if (taken < 0) return run_usage_of(a, stderr), -1;
-        } else if (strcmp(o, "--worker") == 0 && v) {
-            a->worker = argv[++i];
-        } else if (strcmp(o, "--launcher") == 0 && v) {
-            a->launcher = argv[++i];
-        } else if (strcmp(o, "--listen") == 0 && v) {
-            a->listen = argv[++i];
+            if (taken == -1) run_usage_of(a, stderr);
+            if (taken < 0) return -1;
         } else if (v == NULL && run_takes_value(a, o)) {
             fprintf(stderr, "baton %s: %s needs a value\n", run_name(a), o);
             run_usage_of(a, stderr);
             return -1;
-        } else if (a->submit && run_parse_submit(argc, argv, &i, a) != 0) {
-            continue; /* taken: a submit option */
+        } else if (a->submit && (taken = run_parse_submit(argc, argv, &i, a)) != 0) {
+            if (taken < 0) return -1; /* else taken: a submit option */
         } else if (o[0] != '-' && a->recipe == NULL && !a->resume) {
             a->recipe = o;
         } else if (o[0] != '-' && a->run_dir == NULL && a->resume) {
@@ -435,6 +451,23 @@ static int run_submit_main(run_args *a, recipe_doc *doc) {
     return st;
 }
 
+/* resume's RUN_DIR as an absolute path into abs (PATH_MAX); -1 after saying why it is
+ * none: missing, or not a directory (a file given for it). */
+static int run_resume_dir(const char *path, char *abs) {
+    struct stat st;
+    if (realpath(path, abs) == NULL || stat(abs, &st) != 0) {
+        fprintf(stderr, "baton resume: %s: %s\n", path,
+                errno == ENOENT || errno == ENOTDIR ? "no such directory" : strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "baton resume: %s: not a directory (baton resume takes a run directory)\n",
+                path);
+        return -1;
+    }
+    return 0;
+}
+
 static int run_main(run_args *a) {
     char recipe_copy[4200], dflt[512], worker[PATH_MAX];
     if (!a->submit) run_signals_block(); /* submit runs sbatch, which should see a Ctrl-C */
@@ -446,10 +479,7 @@ static int run_main(run_args *a) {
     static char run_abs[PATH_MAX], worker_abs[PATH_MAX];
     if (a->resume) { /* from anywhere: in the run's working directory (run_dir.h) */
         int moved = 0;
-        if (realpath(a->run_dir, run_abs) == NULL) {
-            fprintf(stderr, "baton resume: %s: %s\n", a->run_dir, strerror(errno));
-            return BT_EXIT_USAGE;
-        }
+        if (run_resume_dir(a->run_dir, run_abs) != 0) return BT_EXIT_USAGE;
         a->run_dir = run_abs;
         if (run_dir_check_resumable(a->run_dir, &diag) != 0) {
             fprintf(stderr, "baton resume: %s\n", diag.msg);

@@ -23,6 +23,7 @@
 #include "ckpt/ckpt.h"
 #include "ckpt_cmds.h"
 #include "ckpt_store_fs.h"
+#include "export_partial.h"
 #include "hf_config.h"
 #include "model.h"
 #include "precision.h"
@@ -102,9 +103,11 @@ static void export_usage(FILE *f) {
             "Hugging Face LlamaForCausalLM: DIR/" HF_WEIGHTS " (tensors sorted by name)\n"
             "and DIR/" HF_CONFIG ", both 0644 under umask 022 (an export is for sharing).\n"
             "Optimizer state is not exported. Both are written in a new directory beside\n"
-            "DIR (DIR.partial-XXXXXX, 0700) and moved to DIR (created, with its missing\n"
-            "parents, if missing) once complete: a failed export leaves DIR as it was and\n"
-            "removes the directories it created.\n\n"
+            "DIR (DIR.partial-HOST-PID-XXXXXX, 0700) and moved to DIR (created, with its\n"
+            "missing parents, if missing) once complete: a failed export leaves DIR as it\n"
+            "was and removes the directories it created. One left by an export killed\n"
+            "before it could clean up is removed by the next export to DIR on that host,\n"
+            "once that process no longer runs.\n\n"
             "  --out DIR          output directory\n"
             "  --format hf        the only format (default)\n"
             "  --dtype fp32|bf16  tensor dtype in the file (default fp32; bf16 rounds to\n"
@@ -358,9 +361,10 @@ static int export_targets_free(const char *out, bt_diag *diag) {
     return 0;
 }
 
-/* The export is written into a new directory beside --out (OUT.partial-XXXXXX, 0700)
- * and moved into place only once complete, so that a failed export leaves no --out
- * behind, nor half of one in a directory that was already there. */
+/* The export is written into a new directory beside --out (OUT.partial-HOST-PID-XXXXXX,
+ * 0700; export_partial.h) and moved into place only once complete, so that a failed
+ * export leaves no --out behind, nor half of one in a directory that was already there.
+ * Those an export that no longer runs left are removed first. */
 static int export_stage_dir(const char *out, char *tmp, size_t cap, bt_diag *diag) {
     struct stat st;
     size_t l = strlen(out);
@@ -373,12 +377,13 @@ static int export_stage_dir(const char *out, char *tmp, size_t cap, bt_diag *dia
     }
     int rc = export_targets_free(out, diag);
     if (rc) return rc;
-    if ((size_t)snprintf(tmp, cap, "%.*s.partial-XXXXXX", (int)l, out) >= cap)
+    if (export_partial_template(out, l, tmp, cap) != 0)
         return bt_diag_set(diag, "%s: path too long", out), BT_EINVAL;
     char parent[CKPT_PATH_MAX];
     ckpt_path_parent(tmp, parent, sizeof parent);
     rc = ckpt_out_mkdirs(parent, diag);
     if (rc) return rc;
+    export_partial_sweep(out, l);
     if (mkdtemp(tmp) != NULL) return bt_cleanup_add(tmp, BT_CLEANUP_TREE) ? BT_ENOMEM : 0;
     int err = errno;
     bt_diag_set(diag, "%s: cannot create the output directory (%s beside it): %s", out, tmp,

@@ -56,8 +56,9 @@ static void push_usage(FILE *f) {
             "the same size and CRC32C values; before replacing any file that manifest lists,\n"
             "push removes it (DELETE), so a complete push is needed for the store to hold a\n"
             "manifest.pb again, and a stale manifest never describes new files. A store\n"
-            "without DELETE (HTTP 405 or 501) cannot have a checkpoint of the same name\n"
-            "replaced: push under another name.\n\n"
+            "without DELETE (HTTP 405 or 501), or that refuses it (401, 403: check the\n"
+            "credentials), cannot have a checkpoint of the same name replaced: push under\n"
+            "another name; push says so before changing anything.\n\n"
             "URL: http(s)://HOST[:PORT]/PREFIX (PUT/GET/HEAD, e.g. a WebDAV server) or\n"
             "     s3://BUCKET/PREFIX (path-style, SigV4; credentials from AWS_ACCESS_KEY_ID,\n"
             "     AWS_SECRET_ACCESS_KEY, AWS_REGION)\n\n"
@@ -65,7 +66,8 @@ static void push_usage(FILE *f) {
             "%s\n"
             "Exit status: 0 pushed, 1 failed (the store refused or could not be reached\n"
             "after the retries, a shard failed its CRC32C), 2 bad usage, URL or checkpoint,\n"
-            "or a checkpoint of that name to replace in a store without DELETE.\n",
+            "or a checkpoint of that name to replace in a store without DELETE or that\n"
+            "refuses it.\n",
             STORE_COMMON_OPTIONS);
 }
 
@@ -251,17 +253,25 @@ static int push_file(ckpt_remote *r, const char *dir, const char *name, ckpt_fil
 }
 
 /* Removes the store's manifest.pb of name before anything it lists is replaced; a store
- * without DELETE cannot have a checkpoint replaced (BT_EUNSUPPORTED, saying so). */
+ * without DELETE, or that refuses it to these credentials, cannot have a checkpoint
+ * replaced (BT_EUNSUPPORTED, saying so). */
 static int push_drop_manifest(ckpt_remote *r, const char *name, bt_diag *diag) {
     bt_diag d;
     bt_diag_init(&d);
-    int rc = ckpt_remote_delete(r, name, CKPT_MANIFEST, &d);
+    long status;
+    int rc = ckpt_remote_delete(r, name, CKPT_MANIFEST, &status, &d);
+    int denied = status == 401 || status == 403;
     if (rc == BT_EUNSUPPORTED)
         bt_diag_set(diag,
-                    "%s: the store does not support DELETE, so the checkpoint already there as "
-                    "%s (other files than this one's) cannot be replaced: push under another "
-                    "name, or remove it from the store by other means",
-                    d.msg, name);
+                    "%s: the store %s, so the checkpoint already there as %s (other files than "
+                    "this one's) cannot be replaced: push under another name, %s",
+                    d.msg,
+                    denied ? "refused to delete it (no permission with these credentials)"
+                           : "does not support DELETE",
+                    name,
+                    denied ? "or check the credentials (s3://: AWS_ACCESS_KEY_ID, "
+                             "AWS_SECRET_ACCESS_KEY) and that they may delete"
+                           : "or remove it from the store by other means");
     else if (rc != 0)
         bt_diag_set(diag, "%s", d.msg);
     else

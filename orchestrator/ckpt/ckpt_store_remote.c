@@ -270,13 +270,22 @@ static int delete_setup(remote_req *q, CURL *c, bt_diag *diag) {
     return 0;
 }
 
-int ckpt_remote_delete(ckpt_remote *r, const char *name, const char *file, bt_diag *diag) {
+/* A DELETE the store will never do: Method Not Allowed, Not Implemented, or refused to
+ * these credentials (Unauthorized, Forbidden). */
+static int delete_refused(long s) {
+    return s == 405 || s == 501 || s == 401 || s == 403;
+}
+
+int ckpt_remote_delete(ckpt_remote *r, const char *name, const char *file, long *status,
+                       bt_diag *diag) {
     char url[CKPT_PATH_MAX + 512];
+    *status = 0;
     int rc = remote_url(r, name, file, url, sizeof url, diag);
     if (rc < 0) return rc;
     remote_req q = {.method = "DELETE", .url = url, .setup = delete_setup, .fd = -1};
     rc = remote_run(r, &q, diag);
-    if (rc == 0 && (q.status == 405 || q.status == 501)) { /* Method Not Allowed, Not Implemented */
+    if (rc == 0) *status = q.status;
+    if (rc == 0 && delete_refused(q.status)) {
         bt_diag_set(diag, "%s %s: HTTP %ld", q.method, q.url, q.status);
         return BT_EUNSUPPORTED;
     }

@@ -42,8 +42,11 @@ int ckpt_remote_split(const char *url, char *store, size_t store_cap, char *name
 int ckpt_remote_head(ckpt_remote *r, const char *name, const char *file, int64_t *size,
                      bt_diag *diag);
 /* Removes object NAME/FILE; one the store does not have is no error. BT_EUNSUPPORTED
- * (diag: the request and its status) when the store does not take DELETE (HTTP 405, 501). */
-int ckpt_remote_delete(ckpt_remote *r, const char *name, const char *file, bt_diag *diag);
+ * (diag: the request and its status) when the store does not take DELETE (HTTP 405, 501)
+ * or refuses it (401, 403: these credentials may not delete); *status: the answer's HTTP
+ * status (0: none came). */
+int ckpt_remote_delete(ckpt_remote *r, const char *name, const char *file, long *status,
+                       bt_diag *diag);
 /* Uploads path as NAME/FILE; chk (may be NULL) checks the bytes as they are sent. */
 int ckpt_remote_put(ckpt_remote *r, const char *name, const char *file, const char *path,
                     ckpt_file_check *chk, bt_diag *diag);

@@ -27,15 +27,40 @@ static int field_present(const ProtobufCMessage *m, const ProtobufCFieldDescript
     return 1;
 }
 
-/* The shortest of %.{min}g .. %.{max}g that reads back as x: 0.0003, not
- * 0.00029999999999999997 (%.17g, which every double survives, only where it must). */
-static void dump_real(bt_buf *out, double x, int min, int max, int is_float) {
-    char text[40];
-    for (int prec = min; prec <= max; prec++) {
-        snprintf(text, sizeof text, "%.*g", prec, x);
+/* text's exponent as people write it: "8e-05" as 8e-5, "3.5e+20" as 3.5e20 (C pads it to
+ * two digits and signs it); the same number. */
+static void dump_exponent(char *text) {
+    char *e = strchr(text, 'e');
+    if (e == NULL) return;
+    char *from = e + 1, *to = e + 1;
+    if (*from == '+')
+        from++;
+    else if (*from == '-')
+        *to++ = *from++;
+    while (from[0] == '0' && from[1] != '\0')
+        from++;
+    memmove(to, from, strlen(from) + 1);
+}
+
+/* x in the fewest significant digits (at most max) that read back as x: 0.0003, not
+ * 0.00029999999999999997, 5e-324, not 4.94065645841247e-324; written out (10000, 0.0003)
+ * when its decimal exponent is in [-4, fixed_below), as %g would at that precision, else
+ * with an unpadded exponent (8e-5, 3.5e20). */
+static void dump_real(bt_buf *out, double x, int fixed_below, int max, int is_float) {
+    char text[64];
+    int digits = 1;
+    for (; digits <= max; digits++) {
+        snprintf(text, sizeof text, "%.*e", digits - 1, x);
         double back = strtod(text, NULL);
         if (is_float ? (float)back == (float)x : back == x) break;
     }
+    if (digits > max) digits = max; /* text holds max digits: the most a value needs */
+    const char *e = strchr(text, 'e');
+    int exp10 = e ? atoi(e + 1) : fixed_below; /* inf, nan: as they are */
+    if (exp10 >= -4 && exp10 < fixed_below)
+        snprintf(text, sizeof text, "%.*f", digits - 1 - exp10 > 0 ? digits - 1 - exp10 : 0, x);
+    else
+        dump_exponent(text);
     bt_buf_printf(out, "%s", text);
 }
 

@@ -8,11 +8,11 @@
 #include "util/buf.h"
 
 /* Appends m as a YAML block mapping indented by indent spaces; a real number in the
- * fewest digits that read back as the same value. Fields that are not present (proto2
- * has_ unset, a string left at its default) are printed only when with_defaults is set:
- * a scalar with the value it holds, its default (what a reader of the message gets),
- * followed by "  # default"; a NULL message, an empty repeated field, a string without a
- * default and bytes are left out. */
+ * fewest digits that read back as the same value, its exponent unpadded (8e-5). Fields that are not
+ * present (proto2 has_ unset, a string left at its default) are printed only when with_defaults is
+ * set: a scalar with the value it holds, its default (what a reader of the message gets), followed
+ * by "  # default"; a NULL message, an empty repeated field, a string without a default and bytes
+ * are left out. */
 void pb_dump_yaml(bt_buf *out, const ProtobufCMessage *m, int indent, int with_defaults);
 
 /* Appends one scalar element of field f, at p (a pointer to the C storage of the value), as

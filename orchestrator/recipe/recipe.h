@@ -76,7 +76,9 @@ typedef struct recipe_sets {
  * memory. */
 int recipe_sets_add(recipe_sets *s, const char *cmd, const char *key, const char *value);
 /* The override option at argv[*i] with its value (*i moves past it): 1 taken, 0 not one,
- * -1 (a message naming cmd on stderr) when its value is missing or the list is full. */
+ * -1 (a message naming cmd on stderr) when its value is missing or the list is full, -2
+ * (said so) when it is --nodes or --gpus-per-node given again (each takes one value;
+ * --set repeats). */
 int recipe_sets_parse(recipe_sets *s, const char *cmd, int argc, char **argv, int *i);
 /* recipe_apply_set for each, in order (messages name --nodes and --gpus-per-node as
  * given); the first failure. */

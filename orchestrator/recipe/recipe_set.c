@@ -555,6 +555,19 @@ int recipe_sets_add(recipe_sets *s, const char *cmd, const char *key, const char
     return 0;
 }
 
+/* Whether option k (--nodes, --gpus-per-node: one value each) was given before; says so
+ * naming both values. */
+static int sets_repeated(const recipe_sets *s, const char *cmd, int k, const char *v) {
+    for (int j = 0; j < s->n; j++) {
+        if (s->opt[j] != k) continue;
+        const char *prev = s->set[j] + strlen(set_opt_key[k]);
+        fprintf(stderr, "%s: %s given twice ('%s' and '%s'); give it once\n", cmd, set_opt[k], prev,
+                v);
+        return 1;
+    }
+    return 0;
+}
+
 int recipe_sets_parse(recipe_sets *s, const char *cmd, int argc, char **argv, int *i) {
     for (int k = 0; k < 3; k++) {
         if (strcmp(argv[*i], set_opt[k]) != 0) continue;
@@ -563,6 +576,7 @@ int recipe_sets_parse(recipe_sets *s, const char *cmd, int argc, char **argv, in
             return -1;
         }
         *i += 1;
+        if (k > 0 && sets_repeated(s, cmd, k, argv[*i])) return -2;
         if (recipe_sets_add(s, cmd, set_opt_key[k], argv[*i]) != 0) return -1;
         s->opt[s->n - 1] = (unsigned char)k;
         return 1;

@@ -70,6 +70,9 @@ int run_topology_check(const Baton__StageSpec *spec, const control_server *cs, b
     static const enum layout_dim dims[] = {LAYOUT_TP, LAYOUT_CP, LAYOUT_EP, LAYOUT_DP, LAYOUT_PP};
     for (size_t i = 0; rc == 0 && i < sizeof dims / sizeof dims[0]; i++)
         if (l.size[dims[i]] > 1) rc = topo_dim(&l, dims[i], cs, out, t);
+    if (rc == 0 && l.world == 1) /* no group to list: where the one rank is */
+        bt_buf_printf(out, "  rank 0: %s (the only rank: no tp, cp, ep, dp or pp group)\n",
+                      topo_host(cs, 0));
     if (rc == 0) topo_placement(&l, cs, out, t);
     return rc;
 }

@@ -16,8 +16,8 @@ typedef struct run_topology {
     int misplaced;       /* ranks on another host than the plan's node */
 } run_topology;
 
-/* Writes the report (one line per group, then the verdict) into out; 0 or BT_EINVAL
- * when the layout cannot be built. */
+/* Writes the report (one line per group, or for a single rank its host, then the
+ * verdict) into out; 0 or BT_EINVAL when the layout cannot be built. */
 int run_topology_check(const Baton__StageSpec *spec, const control_server *cs, bt_buf *out,
                        run_topology *t, bt_diag *diag);
 

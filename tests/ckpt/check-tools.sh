@@ -7,7 +7,9 @@
 #    none of the directories created for --out; an empty or existing --out is exit 2;
 #    missing parents are created;
 #  - export writes config.json and model.safetensors with the same mode (0644, umask 022),
-#    and refuses a directory in the way of either before replacing the other;
+#    and refuses a directory in the way of either before replacing the other; it removes
+#    the partial directories beside --out that an export no longer running left on this
+#    host (DIR.partial-HOST-PID-XXXXXX), and nothing else;
 #  - import with tie_word_embeddings true takes the head from the embedding, as
 #    transformers does, with a note when the file's own lm_head.weight differs;
 #  - verify reports bytes appended to a shard file as damage (file and byte range);
@@ -90,6 +92,22 @@ expect 2 "ex-in/config.json: a directory is in the way of the export" -- export 
    -z $(ls -d ex-in.partial-* 2>/dev/null) ]] &&
   ok "export: a directory in the way refused, model.safetensors kept" ||
   fail "export with ex-in/config.json a directory: $(ls -la ex-in ex-in.partial-* 2>&1)"
+# an export's partial directory is named for its host and pid (DIR.partial-HOST-PID-XXXXXX):
+# the next export to DIR removes those of this host whose process is gone, and nothing else
+host=$(hostname | tr -c 'A-Za-z0-9.\n-' '_')
+dead=$(sh -c 'echo $$')
+while kill -0 "$dead" 2>/dev/null; do dead=$(sh -c 'echo $$'); done
+gone="ex-sw.partial-$host-$dead-aB3xYz"
+mkdir "$gone" && echo half >"$gone/model.safetensors.tmp"
+kept=("ex-sw.partial-$host-$$-aB3xYz" "ex-sw.partial-other$host-$dead-aB3xYz" "ex-sw.partial-Qw12Er"
+      "ex-sw.partial-$host-$dead-aB3xY" "ex-sw.partial-$host-$dead-aB3xYz0" "ex-swx.partial-$host-$dead-aB3xYz")
+for k in "${kept[@]}"; do mkdir "$k"; done
+mkdir target && ln -s target "ex-sw.partial-$host-$dead-lInK12" && : >"ex-sw.partial-$host-$dead-fIlE12"
+expect 0 "removed $gone, left by an export that no longer runs \\(pid $dead\\)" -- export ck/small --out ex-sw
+left=$(ls -d "${kept[@]}" target "ex-sw.partial-$host-$dead-lInK12" "ex-sw.partial-$host-$dead-fIlE12" 2>/dev/null | wc -l)
+[[ ! -e $gone && $left -eq 9 && -f ex-sw/config.json ]] &&
+  ok "export: a partial of a process that is gone removed, the others kept" ||
+  fail "export's sweep: $gone $([[ -e $gone ]] && echo kept || echo removed), $left of 9 others kept: $(ls -d ex-sw*)"
 
 # ---- tied embeddings ----
 make_hf tied 64 2 272 --tied --head other

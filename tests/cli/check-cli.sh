@@ -32,6 +32,10 @@ expect 2 "unknown command 'frobnicate'" -- frobnicate
 expect 0 'eval +.*passkey accuracy' -- --help
 # every command has its own help, with its exit statuses
 expect 0 '^usage: baton resume RUN_DIR' -- resume --help
+# --listen's default, said alike by run and resume
+for c in run resume; do
+  expect 0 '^ +\(default: its first non-loopback IPv4 address that is up\)$' -- $c --help
+done
 expect 0 '^usage: baton submit RECIPE .*--nodes K\] \[--gpus-per-node G\]' -- submit --help
 for o in '--dry-run' '--template FILE' 'SBATCH_OPTION' '^Exit status: 0 submitted'; do
   expect 0 "$o" -- submit --help
@@ -102,6 +106,10 @@ expect 2 "^baton status: no run directory given" -- status
 # that is empty or not a file
 msg=$(mktemp -d /tmp/baton-test-msg.XXXXXX)
 mkdir "$msg/empty" "$msg/j0" "$msg/jdir" "$msg/jdir/journal" && : >"$msg/j0/journal" && : >"$msg/afile"
+# resume says so too: a file is not a run directory
+expect 2 "^baton resume: $msg/afile: not a directory \\(baton resume takes a run directory\\)$" -- \
+  resume "$msg/afile"
+expect 2 "^baton resume: $msg/missing: no such directory$" -- resume "$msg/missing"
 expect 2 "^baton status: $msg/missing: no such directory$" -- status "$msg/missing"
 expect 2 "^baton status: $msg/afile: not a directory$" -- status "$msg/afile"
 expect 2 "^baton status: $msg/empty: not a run directory \\(no journal\\)$" -- status "$msg/empty"
@@ -117,11 +125,33 @@ expect 2 "^baton eval: --json given twice; give it once$" -- eval run --passkey 
 expect 2 "^baton ckpt inspect: --json given twice; give it once$" -- ckpt inspect x --json --json
 expect 2 "^baton ckpt pack: --out given twice \\('a' and 'b'\\); give it once$" -- ckpt pack x --out a --out b
 expect 2 "^baton ckpt unpack: --into given twice \\('a' and 'b'\\); give it once$" -- ckpt unpack f --into a --into b
+# --nodes and --gpus-per-node take one value each (--set repeats), in every command that
+# shares the overrides; run, resume and submit's own options too
+for c in spec plan run submit; do
+  expect 2 "^baton $c: --nodes given twice \\('2' and '3'\\); give it once$" -- \
+    $c "$recipes/tiny-cpu.yaml" --nodes 2 --set a=1 --nodes 3
+  expect 2 "^baton $c: --gpus-per-node given twice \\('1' and '2'\\); give it once$" -- \
+    $c "$recipes/tiny-cpu.yaml" --gpus-per-node 1 --gpus-per-node 2
+done
+[[ $("$baton" plan "$recipes/tiny-cpu.yaml" --nodes 2 --nodes 3 2>&1) != *usage:* ]] ||
+  { echo "FAIL: plan shows its usage after an option given twice"; failures=$((failures + 1)); }
+for o in --run-dir --worker --launcher --listen; do
+  expect 2 "^baton run: $o given twice \\('a' and 'b'\\); give it once$" -- run r.yaml $o a $o b
+done
+expect 2 "^baton run: --quiet given twice; give it once$" -- run r.yaml --quiet --quiet
+expect 2 "^baton resume: --worker given twice \\('a' and 'b'\\)" -- resume r --worker a --worker b
+expect 2 "^baton resume: --quiet given twice; give it once$" -- resume r --quiet --quiet
+expect 2 "^baton submit: --template given twice \\('a' and 'b'\\)" -- submit r.yaml --template a --template b
+expect 2 "^baton submit: --dry-run given twice; give it once$" -- submit r.yaml --dry-run --dry-run
 # a missing value is named as such, not as an unknown option
 expect 2 "^baton spec: --stage needs a value$" -- spec "$recipes/tiny-cpu.yaml" --stage
 expect 2 "^baton spec: unknown option '--bogus'$" -- spec "$recipes/tiny-cpu.yaml" --bogus
 expect 2 "^baton data inspect: --doc needs a value$" -- data inspect x --doc
 expect 2 "^baton eval: --passkey needs a value$" -- eval run --passkey
+expect 2 "^baton eval: --seq-len needs a value$" -- eval run --data d --seq-len
+expect 2 "^baton eval: unknown option '--bogus'$" -- eval run --data d --bogus
+expect 2 "^baton eval: unknown option '--bogus'$" -- eval run --bogus x --data d
+expect 2 "^baton eval: one checkpoint at a time \\(got 'a' and 'b'\\)$" -- eval a b --passkey p
 expect 2 "^baton ckpt pack: --out needs a value$" -- ckpt pack x --out
 expect 2 "^baton ckpt unpack: --into needs a value$" -- ckpt unpack f --into
 # --stage takes an index as --set does: a plain 0-based number, not 01, +1 or " 1"
@@ -201,6 +231,25 @@ expect 0 '^    first_last_bf16: true  # default$' -- spec "$recipes/tiny-cpu.yam
 expect 0 '^      high_freq_factor: 4  # default$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8
 expect 0 '^    min_lr: 0\.0003$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8
 expect 0 '^        weight: 0\.8$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8
+# ... with the exponent as people write it (8e-5, not C's 8e-05), and what is printed
+# reads back as the very same double (the binary StageSpecs equal)
+rt=$(mktemp -d /tmp/baton-test-real.XXXXXX)
+for pair in 8e-5:8e-5 1e-10:1e-10 3.5e20:3.5e20 5e-324:5e-324 0.0001:0.0001 10000:10000 \
+  0.30000000000000004:0.30000000000000004 1e15:1e15 1e14:100000000000000 \
+  2.2250738585072014e-308:2.2250738585072014e-308 1.7976931348623157e308:1.7976931348623157e308; do
+  v=${pair%%:*} want=${pair#*:}
+  got=$("$baton" spec "$recipes/tiny-cpu.yaml" --set defaults.optimizer.eps="$v" | sed -n 's/^    eps: //p')
+  "$baton" spec "$recipes/tiny-cpu.yaml" --set defaults.optimizer.eps="$v" --out "$rt/a.pb"
+  "$baton" spec "$recipes/tiny-cpu.yaml" --set defaults.optimizer.eps="$got" --out "$rt/b.pb"
+  if [[ $got != "$want" ]] || ! cmp -s "$rt/a.pb" "$rt/b.pb"; then
+    echo "FAIL: spec prints eps $v as '$got' (want '$want', reading back the same double)"
+    failures=$((failures + 1))
+  else
+    echo "ok   spec prints eps $v as $got, which reads back"
+  fi
+done
+rm -rf "$rt"
+expect 0 '^  norm_eps: 1e-5$' -- spec "$recipes/tiny-cpu.yaml"
 # ... those the resolver fills in too: the seed, n_kv_heads, heartbeat_timeout, the
 # actions reset and data_from_start, an fp16 stage's loss scaling
 off=$recipes/../tests/cli/rope-off.yaml

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A command that writes files, stopped by SIGINT, SIGTERM or SIGHUP mid-way, removes its
 # partial outputs and the directories it created, then dies of that signal (exit status
-# 128 + N): data prepare, data passkey, ckpt reshard, export, import, pack and unpack.
+# 128 + N): data prepare, data passkey, ckpt reshard, export, import, pack and unpack. An
+# export killed outright leaves its partial directory, which the next one removes.
 # Each is started with its output under directories that do not exist yet; once its
 # first partial output appears it is stopped (SIGSTOP), checked to be still mid-way, sent
 # the signal and continued. A case whose command finished before it could be stopped is
@@ -70,6 +71,32 @@ stopped HUP 'e1/x/hf.partial-*/model.safetensors.tmp' e1 -- ckpt export ck --out
 stopped TERM 'i1/x/imp.partial/rank-00000.bin' i1 -- ckpt import hf --out i1/x/imp
 stopped INT 'p1/x/ck.tar.zst.partial' p1 -- ckpt pack ck --out p1/x/ck.tar.zst
 stopped TERM 'u1/x/ck.partial/rank-00000.bin' u1 -- ckpt unpack ck.tar.zst --into u1/x
+
+# Killed outright (SIGKILL, or a second Ctrl-C before it cleaned up), an export leaves its
+# partial directory, named for this host and its pid; the next export to the same --out,
+# that process being gone, removes it.
+"$baton" ckpt export ck --out k1/hf >out 2>&1 &
+pid=$!
+for _ in $(seq 4000); do
+  compgen -G 'k1/hf.partial-*/model.safetensors.tmp' >/dev/null && break
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.005
+done
+kill -9 "$pid" 2>/dev/null
+wait "$pid"
+killed=$pid pid=
+host=$(hostname | tr -c 'A-Za-z0-9.\n-' '_')
+left=$(compgen -G "k1/hf.partial-$host-$killed-??????")
+if [[ -z $left && -e k1/hf ]]; then
+  echo "note: the export finished before it could be killed: not checked"
+elif [[ -z $left ]]; then
+  fail "the export killed by SIGKILL left $(ls -d k1/* 2>&1), not k1/hf.partial-$host-$killed-XXXXXX"
+elif out=$("$baton" ckpt export ck --out k1/hf 2>&1) && [[ ! -e $left && -f k1/hf/config.json &&
+  $out == *"removed $left, left by an export that no longer runs (pid $killed)"* ]]; then
+  ok "an export killed by SIGKILL left $left; the next export removed it"
+else
+  fail "the export killed by SIGKILL left $left; the next: $out; now $(ls -d k1/*)"
+fi
 
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
 echo "all signal checks passed"

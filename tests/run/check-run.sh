@@ -26,7 +26,8 @@
 #                 writes it again; a run without --set resumes without its (empty) copy.
 #   topology      a layout whose TP groups span the two virtual nodes: the report warns;
 #                 with cluster.strict_topology validation refuses it (exit 2, nothing
-#                 started), and workers placed across hosts refuse before their first step.
+#                 started), and workers placed across hosts refuse before their first step;
+#                 a one-rank run's report names its host (no group to list).
 #   early-exit    workers that all exit 0 before the stage's last step (a wrapper adding
 #                 --steps 3; /bin/true): the attempt fails without the stage's final
 #                 checkpoint, is not retried, the run exits 1 and no stage is done.
@@ -339,7 +340,22 @@ topology)
   grep -q "tensor-parallel group spans hosts (rank 0 on node0, rank 1 on node1)" w.out ||
     { cat w.out; fail "the worker did not refuse"; }
   ! grep -q "step *1/" w.out || fail "a refused stage trained"
-  echo "$case: warned; refused under strict_topology by validation, and by the workers placed across hosts"
+  # One rank: no group to list, so the report names the rank's host, not nothing.
+  cat >one.yaml <<'EOF'
+name: one-rank
+model: {arch: llama, dim: 32, n_layers: 1, n_heads: 2, n_kv_heads: 2, ffn_dim: 64,
+        vocab_size: 272, rope: {theta: 10000}}
+cluster: {nodes: 1, gpus_per_node: 1, device: cpu}
+data: {train: data/fortunes_train, valid: data/fortunes_valid}
+defaults: {seq_len: 32, global_batch: 2, micro_batch: 1, optimizer: {lr: 1e-3}}
+stages:
+  - {name: only, steps: 2, parallel: {tp: 1, pp: 1, dp: 1}}
+EOF
+  "$baton" run one.yaml --run-dir r3 >one.out 2>&1 || { cat one.out; fail "the one-rank run failed"; }
+  grep -A1 "topology of attempt 0 (as planned):$" one.out |
+    grep -q "^  rank 0: node0 (the only rank: no tp, cp, ep, dp or pp group)$" ||
+    { cat one.out; fail "the one-rank report is empty"; }
+  echo "$case: warned; refused under strict_topology by validation, and by the workers placed across hosts; one rank's host named"
   ;;
 slow-save)
   # Every checkpoint write takes 7 s, longer than the 5 s heartbeat_timeout: the workers'

@@ -64,18 +64,19 @@ static void test_defaults(const recipe_doc *doc) {
     CHECK(has(a, "    order: \"tp-cp-ep-dp-pp\"  # default\n"));
     /* no optimizer in the recipe: the worker's AdamW runs on the schema's values */
     CHECK(has(a, "    lr: 0.0003  # default\n"));
-    CHECK(has(
-        a, "    beta1: 0.9  # default\n    beta2: 0.95  # default\n    eps: 1e-08  # default\n"));
+    CHECK(has(a,
+              "    beta1: 0.9  # default\n    beta2: 0.95  # default\n    eps: 1e-8  # default\n"));
     CHECK(has(a, "    weight_decay: 0.1  # default\n    grad_clip: 1  # default\n"));
     /* the llama3 blend and fp8's unset fields */
     CHECK(has(b, "      low_freq_factor: 1  # default\n      high_freq_factor: 4  # default\n"));
     CHECK(has(b, "    margin: 0  # default\n"));
     CHECK(has(b, "    first_last_bf16: true  # default\n"));
     CHECK(has(b, "    amax_history: 16\n"));
-    /* shortest round-tripping digits: 0.8 not 0.80000000000000004, 1e-05 not
-     * 1.0000000000000001e-05, and 17 digits where 15 and 16 would change the value */
+    /* shortest round-tripping digits: 0.8 not 0.80000000000000004, 1e-5 not
+     * 1.0000000000000001e-05 (nor C's 1e-05), and 17 digits where 15 and 16 would change
+     * the value */
     CHECK(has(b, "weight: 0.8\n") && has(b, "weight: 0.2\n"));
-    CHECK(has(b, "  norm_eps: 1e-05  # default\n"));
+    CHECK(has(b, "  norm_eps: 1e-5  # default\n"));
     CHECK(has(b, "  mfu: 0.3\n"));
     CHECK(has(b, "    min_lr: 0.0003\n"));
     CHECK(has(b, "    lr: 0.30000000000000004\n"));
@@ -135,8 +136,34 @@ static void test_reals(void) {
         }
         char shorter[400];
         snprintf(shorter, sizeof shorter, "%.*g", digits > 1 ? digits - 1 : 1, xs[i]);
-        CHECK(digits <= 1 || digits <= 15 || strtod(shorter, NULL) != xs[i]);
+        CHECK(digits <= 1 || strtod(shorter, NULL) != xs[i]);
         if (digits > 15) printf("%s", t); /* the few that need more than %.15g */
+        free(t);
+    }
+    /* written out from 1e-4 to below 1e15, else with an exponent people write: no '+', no
+     * padding zero (C's %g writes 8e-05, 3.5e+20) */
+    static const struct {
+        double x;
+        const char *text;
+    } forms[] = {{8e-5, "8e-5"},
+                 {1e-10, "1e-10"},
+                 {3.5e20, "3.5e20"},
+                 {-2.5e-7, "-2.5e-7"},
+                 {5e-324, "5e-324"},
+                 {1e100, "1e100"},
+                 {1e15, "1e15"},
+                 {1e14, "100000000000000"},
+                 {1e-4, "0.0001"},
+                 {10000, "10000"},
+                 {123456789.125, "123456789.125"}};
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        Baton__Optimizer o = BATON__OPTIMIZER__INIT;
+        o.has_lr = 1, o.lr = forms[i].x;
+        char *t = dump(&o.base, 0), want[64];
+        snprintf(want, sizeof want, "lr: %s\n", forms[i].text);
+        CHECK(strcmp(t, want) == 0);
+        if (strcmp(t, want) != 0) printf("got %s", t);
+        CHECK(strtod(t + 4, NULL) == forms[i].x);
         free(t);
     }
     Baton__Fp8State f = BATON__FP8_STATE__INIT;

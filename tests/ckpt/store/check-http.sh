@@ -8,7 +8,8 @@
 # interrupted (a rate limit and a time limit) and resumed with a Range request for
 # exactly the missing bytes, as nginx's access log shows; damaged remote data and a
 # later checkpoint format refused; a server that accepts and never answers given up on; a
-# store without DELETE: a checkpoint there not replaced, said at once (exit 2, no retry).
+# store without DELETE, or refusing it (401, 403): a checkpoint there not replaced, said
+# at once (exit 2, no retry).
 # Exit 77 (SKIPPED) only when nginx is not installed.
 #   check-http.sh BATON MAKE_CKPT
 set -u
@@ -186,6 +187,8 @@ class H(http.server.BaseHTTPRequestHandler):
         if not os.path.isfile(f): return self.reply(404)
         self.reply(200, open(f, "rb").read())
     do_HEAD = do_GET
+    if len(sys.argv) > 3:  # a store that refuses DELETE with this status (401, 403)
+        def do_DELETE(self): self.reply(int(sys.argv[3]))
 http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 PY
 nport=$(free_port) || exit 1
@@ -206,6 +209,29 @@ else
   fail "the store without DELETE did not start: $(cat nodel.log)"
 fi
 kill "$nodel_pid" && wait "$nodel_pid" 2>/dev/null
+# The same server refusing DELETE to these credentials (401 Unauthorized, 403 Forbidden):
+# also said at once with what to do, exit 2, the store untouched.
+for code in 401 403; do
+  nport=$(free_port) || exit 1
+  rm -rf "denied$code" && mkdir "denied$code"
+  /usr/bin/python3 nodel.py "$nport" "denied$code" "$code" 2>"denied$code.log" &
+  nodel_pid=$!
+  if wait_port "$nport" "$nodel_pid"; then
+    expect 0 "pushed" -- push run "http://127.0.0.1:$nport/store"
+    out=$("$baton" ckpt push run-b "http://127.0.0.1:$nport/store" 2>&1)
+    rc=$?
+    [[ $rc -eq 2 && $out == *"DELETE http://127.0.0.1:$nport/store/$name/manifest.pb: HTTP $code: the store refused to delete it"*"push under another name, or check the credentials"* &&
+       $out != *retrying* && $(grep -c '^DELETE' "denied$code.log") -eq 1 &&
+       $(grep -c '^PUT' "denied$code.log") -eq 4 ]] &&
+      ok "push to a store refusing DELETE ($code): refused at once, exit 2" ||
+      fail "push to a store refusing DELETE ($code): exit $rc: $out; $(grep -E '^(PUT|DELETE)' "denied$code.log")"
+    same_files "$src" "denied$code/store/$name" && ok "store refusing DELETE ($code): its checkpoint untouched" ||
+      fail "store refusing DELETE ($code): its checkpoint changed"
+  else
+    fail "the store refusing DELETE did not start: $(cat "denied$code.log")"
+  fi
+  kill "$nodel_pid" && wait "$nodel_pid" 2>/dev/null
+done
 
 # Damaged remote data, a missing checkpoint, a server that is gone.
 printf '\x5a' | dd of="$remote/rank-00001.bin" bs=1 seek=10000000 conv=notrunc status=none
