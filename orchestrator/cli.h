@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include "util/argv_eq.h"
+
 int cmd_plan(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_spec(int argc, char **argv);
@@ -16,6 +18,12 @@ int cmd_run(int argc, char **argv);
 int cmd_resume(int argc, char **argv);
 int cmd_submit(int argc, char **argv);
 int cmd_status(int argc, char **argv);
+
+/* baton's whole command line (argv[1] the command) with every "--opt=value" of the
+ * command's own options written as "--opt" "value" (util/argv_eq.h) into *out, to free
+ * with bt_argv_free. 0, or the exit status after saying what is wrong (a flag given a
+ * value: "baton CMD: --json takes no value (got '--json=1')"). */
+int cli_split_eq(int argc, char **argv, bt_argv *out);
 
 /* A dataset prefix as given on a command line: "data/x.bin" or "data/x.idx" stands for
  * "data/x" (a path the shell completed). The caller frees it; NULL when out of memory. */
@@ -43,5 +51,18 @@ int cli_output_prefix(const char *cmd, const char *output, const char *example);
 /* A count as recipes write it (units.h: 8, 128K, 1M; K/M/G/T are powers of two) in
  * [lo, hi]; -1 (nothing printed) when it is not one. */
 int cli_count(const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
+
+/* A duration as recipes write it (units.h: 250ms, 30s, 5m, 1h, 2d; a plain number is
+ * seconds) in [lo, hi] seconds; -1 after "baton CMD: OPT 'S': expected a duration ...". */
+int cli_duration(const char *cmd, const char *opt, const char *s, double lo, double hi,
+                 double *out);
+
+/* Bytes per second: a count as recipes write one (500K, 100M: K/M/G/T are powers of two,
+ * as in curl's --limit-rate) or a rate (100MB/s: MB powers of ten, MiB/s of two; 1Gb/s
+ * bits); -1 after "baton CMD: OPT 'S': expected CLI_RATE_FORMS". */
+#define CLI_RATE_FORMS                                                                             \
+    "bytes per second such as 500K or 100M (K/M/G/T are powers of two, 1K = 1024, as for "         \
+    "counts in recipes), or a rate such as 100MB/s or 50MiB/s (MB powers of ten, MiB of two)"
+int cli_rate(const char *cmd, const char *opt, const char *s, uint64_t *out);
 
 #endif

@@ -43,3 +43,43 @@ int cli_count(const char *s, uint64_t lo, uint64_t hi, uint64_t *out) {
     *out = v;
     return 0;
 }
+
+/* Seconds as a duration is written: 1ms, 30s, 100000s. */
+static void cli_print_seconds(double s) {
+    if (s > 0 && s < 1)
+        fprintf(stderr, "%gms", s * 1e3);
+    else
+        fprintf(stderr, "%.0fs", s);
+}
+
+int cli_duration(const char *cmd, const char *opt, const char *s, double lo, double hi,
+                 double *out) {
+    double v;
+    int rc = units_parse_duration(s, &v);
+    if (rc == 0 && v >= lo && v <= hi) {
+        *out = v;
+        return 0;
+    }
+    fprintf(stderr, "baton %s: %s '%s': ", cmd, opt, s);
+    if (rc == 0 || rc == BT_ERANGE) {
+        fprintf(stderr, "out of range, from ");
+        cli_print_seconds(lo);
+        fprintf(stderr, " to ");
+        cli_print_seconds(hi);
+        fprintf(stderr, "\n");
+    } else {
+        fprintf(stderr, "expected %s\n", UNITS_DURATION_FORMS);
+    }
+    return -1;
+}
+
+int cli_rate(const char *cmd, const char *opt, const char *s, uint64_t *out) {
+    double v;
+    if (cli_count(s, 0, INT64_MAX, out) == 0) return 0;
+    if (units_parse_bandwidth(s, &v) == 0 && v < 9e18) {
+        *out = (uint64_t)v;
+        return 0;
+    }
+    fprintf(stderr, "baton %s: %s '%s': expected %s\n", cmd, opt, s, CLI_RATE_FORMS);
+    return -1;
+}

@@ -301,12 +301,11 @@ static void prep_summary(const prep *p, const corpus *c, const prep_opts *o) {
            (unsigned long long)docs, plural(docs), (unsigned long long)tokens, plural(tokens),
            (unsigned long long)s->files, plural(s->files), (unsigned long long)s->archives,
            plural(s->archives), o->split_on_percent ? "fortune entries" : "text");
-    printf("  train: %s_train.bin/.idx  %llu documents, %llu tokens\n", o->output,
-           (unsigned long long)p->docs[0], (unsigned long long)p->tokens[0]);
-    if (o->valid_fraction > 0)
-        printf("  valid: %s_valid.bin/.idx  %llu documents, %llu tokens\n", o->output,
-               (unsigned long long)p->docs[1], (unsigned long long)p->tokens[1]);
-    else if (p->stale_removed)
+    for (int k = 0; k < (o->valid_fraction > 0 ? 2 : 1); k++)
+        printf("  %s: %s_%s.bin/.idx  %llu document%s, %llu token%s\n", k ? "valid" : "train",
+               o->output, k ? "valid" : "train", (unsigned long long)p->docs[k], plural(p->docs[k]),
+               (unsigned long long)p->tokens[k], plural(p->tokens[k]));
+    if (o->valid_fraction <= 0 && p->stale_removed)
         printf("  valid: none at fraction 0; removed %s_valid.bin/.idx, an earlier prepare's\n",
                o->output);
     printf("  tokenizer: bytes 0..255, EOS %d after each document, vocab %d; dtype %s\n", TOK_EOS,
@@ -663,6 +662,7 @@ static int data_inspect(int argc, char **argv) {
         }
     }
     if (arg == NULL) {
+        fprintf(stderr, "baton data inspect: missing PREFIX\n");
         inspect_usage(stderr);
         return BT_EXIT_USAGE;
     }

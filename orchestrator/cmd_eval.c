@@ -281,6 +281,28 @@ static int eval_passkey_run(const eval_args *a0, const Baton__Manifest *m, const
     return rc;
 }
 
+/* A --seq-len beyond the context the weights are for (the seq_len the manifest records,
+ * or what the model's RoPE scaling extends its original context to, the larger) runs, as
+ * plan lets a recipe's, with a warning: the loss then measures extrapolation. */
+static void eval_warn_context(const Baton__Manifest *m, uint64_t seq_len) {
+    const Baton__RopeScaling *s = m->model->rope ? m->model->rope->scaling : NULL;
+    uint64_t scaled = 0;
+    if (s != NULL && s->type != BATON__ROPE_SCALING__TYPE__NONE && s->original_max_position > 0)
+        scaled = (uint64_t)llround((double)s->original_max_position * s->factor);
+    uint64_t ctx = scaled > m->seq_len ? scaled : m->seq_len;
+    if (ctx == 0 || seq_len <= ctx) return; /* a checkpoint too old to record it: unknown */
+    char why[160];
+    if (ctx == scaled)
+        snprintf(why, sizeof why, "its RoPE scaling's original_max_position %llu x factor %g",
+                 (unsigned long long)s->original_max_position, s->factor);
+    else
+        snprintf(why, sizeof why, "the seq_len it was trained at");
+    fprintf(stderr,
+            "baton eval: warning: --seq-len %llu is beyond the context the checkpoint is for, "
+            "%llu (%s): the loss measures how far the model extrapolates\n",
+            (unsigned long long)seq_len, (unsigned long long)ctx, why);
+}
+
 static int eval_checkpoint(eval_args *a, eval_result *res, bt_diag *diag) {
     char dir[CKPT_PATH_MAX];
     Baton__Manifest *m = NULL;
@@ -297,6 +319,7 @@ static int eval_checkpoint(eval_args *a, eval_result *res, bt_diag *diag) {
     }
     double *loss = &res->loss;
     res->precision = eval_precision_name(m);
+    eval_warn_context(m, a->seq_len);
     eval_spec e;
     loader ld;
     trainer t;
@@ -332,10 +355,10 @@ static void eval_passkey_print(const eval_args *a, const eval_result *res) {
             printf("%s%d", i ? ", " : "", res->pred[i]);
         printf("]}\n");
     } else if (finite) {
-        printf("passkey retrieval %.1f%% (digits %.1f%%) over %llu documents of up to %u tokens "
-               "of %s\n",
+        printf("passkey retrieval %.1f%% (digits %.1f%%) over %llu document%s of up to %u "
+               "tokens of %s\n",
                100 * pk->accuracy, 100 * pk->digit_accuracy, (unsigned long long)pk->docs,
-               res->length, a->passkey);
+               pk->docs == 1 ? "" : "s", res->length, a->passkey);
     }
 }
 
@@ -395,10 +418,10 @@ static int eval_main(eval_args *a0) {
         printf("{\"loss\": %s, \"tokens\": %llu, \"windows\": %llu, \"precision\": \"%s\"}\n", num,
                (unsigned long long)tokens, (unsigned long long)a.num_seqs, res.precision);
     else if (isfinite(loss))
-        printf("loss %.6f (%.4f bits per token) over %llu windows of %llu+1 tokens of %s%s, %s\n",
+        printf("loss %.6f (%.4f bits per token) over %llu window%s of %llu+1 tokens of %s%s, %s\n",
                loss, loss / 0.6931471805599453, (unsigned long long)a.num_seqs,
-               (unsigned long long)a.seq_len, a.data, a.num_seqs < a.asked ? " (all it holds)" : "",
-               res.precision);
+               a.num_seqs == 1 ? "" : "s", (unsigned long long)a.seq_len, a.data,
+               a.num_seqs < a.asked ? " (all it holds)" : "", res.precision);
     if (isfinite(loss)) return BT_EXIT_OK;
     snprintf(what, sizeof what, "loss is not finite (%s)", eval_num(v, sizeof v, loss));
     eval_nonfinite_report(&a, &res, what);

@@ -1,4 +1,4 @@
-/* baton launch -n N [--nodes K] [--timeout S] [--kill-grace S] -- CMD [ARGS...]: starts N
+/* baton launch -n N [--nodes K] [--timeout T] [--kill-grace T] -- CMD [ARGS...]: starts N
  * copies of CMD as PMIx clients of an embedded PMIx server, prefixes their output with
  * the rank, and on the first failure stops the others and says which rank failed and
  * why. Any PMIx program runs under it unchanged. */
@@ -15,7 +15,7 @@
 #include "launch.h"
 
 static void launch_usage(FILE *f) {
-    fprintf(f, "usage: baton launch -n N [--nodes K] [--timeout SECONDS] [--kill-grace SECONDS]\n"
+    fprintf(f, "usage: baton launch -n N [--nodes K] [--timeout T] [--kill-grace T]\n"
                "                    -- CMD [ARGS...]\n\n"
                "Starts N processes of CMD on this machine as clients of an embedded PMIx server\n"
                "(namespace baton-<pid>-0, ranks 0..N-1), prefixes each output line with\n"
@@ -30,8 +30,10 @@ static void launch_usage(FILE *f) {
                "                        one PMIx server still serves them all, so data put\n"
                "                        with PMIX_REMOTE scope does not reach other nodes\n"
                "                        (PMIX_GLOBAL does)\n"
-               "  --timeout SECONDS     stop the whole job after SECONDS (default: no limit)\n"
-               "  --kill-grace SECONDS  SIGTERM -> SIGKILL delay when stopping (default 5)\n"
+               "  --timeout T           stop the whole job after T, a duration as recipes\n"
+               "                        write it: 90 (seconds), 30s, 5m, 1h (default: no\n"
+               "                        limit)\n"
+               "  --kill-grace T        SIGTERM -> SIGKILL delay when stopping (default 5s)\n"
                "  --help                show this help\n\n"
                "A rank that exits without PMIx_Finalize after PMIx_Init has failed, even with\n"
                "status 0 (its peers' fences can no longer complete).\n\n"
@@ -80,10 +82,12 @@ static int launch_option(launch_args *a, const char *opt, const char *val) {
         if (launch_count(opt, val, &a->nprocs) != 0) return -1;
     } else if (strcmp(opt, "--nodes") == 0) {
         if (launch_count(opt, val, &a->nnodes) != 0) return -1;
+    } else if (val == NULL && (strcmp(opt, "--timeout") == 0 || strcmp(opt, "--kill-grace") == 0)) {
+        return cli_no_value("launch", opt);
     } else if (strcmp(opt, "--timeout") == 0) {
-        if (launch_number(opt, val, 0.001, 1e7, &a->timeout_s) != 0) return -1;
+        if (cli_duration("launch", opt, val, 0.001, 1e7, &a->timeout_s) != 0) return -1;
     } else if (strcmp(opt, "--kill-grace") == 0) {
-        if (launch_number(opt, val, 0, 1e5, &a->kill_grace_s) != 0) return -1;
+        if (cli_duration("launch", opt, val, 0, 1e5, &a->kill_grace_s) != 0) return -1;
     } else {
         fprintf(stderr, "baton launch: unknown option '%s' (see baton launch --help)\n", opt);
         return -1;

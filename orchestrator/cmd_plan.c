@@ -139,9 +139,10 @@ int cmd_plan(int argc, char **argv) {
         }
     }
     int rc = BT_EXIT_USAGE;
-    if (path == NULL)
+    if (path == NULL) {
+        fprintf(stderr, "baton plan: no recipe given\n");
         plan_usage(stderr);
-    else
+    } else
         rc = plan_run(path, &sets, json);
     recipe_sets_free(&sets);
     return rc;

@@ -79,7 +79,7 @@ static void submit_usage(FILE *f) {
            "slurm' as its command, runs sbatch on it and prints the job id.\n\n"
            "  --run-dir DIR   the run directory (default as for baton run)\n"
            "  --nodes K, --gpus-per-node G   the cluster (as --set cluster.nodes=K ...): the\n"
-           "                  allocation asked for; give them so, without '='\n"
+           "                  allocation asked for (--nodes=K too; after -- it is sbatch's)\n"
            "  --set KEY=VALUE override a recipe field, as for baton run\n"
            "  --worker PATH   the worker program the job runs\n"
            "  --template FILE the batch script template (default: $BATON_SBATCH_TEMPLATE,\n"
@@ -245,6 +245,21 @@ static const char *run_worker_path(char *buf, size_t cap) {
     if (slash == NULL) return "baton-worker";
     strcpy(slash + 1, "baton-worker");
     return access(buf, X_OK) == 0 ? buf : "baton-worker";
+}
+
+/* For the default worker taken from PATH (not beside baton): where baton looked, said if
+ * it is not in PATH either; NULL for a path. */
+static const char *run_worker_note(const char *worker, char *buf, size_t cap) {
+    if (strchr(worker, '/') != NULL) return NULL;
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    char *slash = n > 0 ? (self[n] = '\0', strrchr(self, '/')) : NULL;
+    if (slash != NULL) *slash = '\0';
+    snprintf(buf, cap,
+             "looked for baton-worker beside baton, as %.*s/baton-worker, then in PATH; "
+             "give --worker PATH",
+             slash ? 1024 : 1, slash ? self : "?");
+    return buf;
 }
 
 /* The overrides kept with a run (resume), one per line, into a. */
@@ -525,7 +540,10 @@ static int run_main(run_args *a) {
         return BT_EXIT_USAGE;
     }
     if (!a->quiet) printf("baton %s: %s, run directory %s\n", run_name(a), a->recipe, dir.path);
-    run_opts o = {.worker = a->worker ? a->worker : run_worker_path(worker, sizeof worker),
+    char note[1200];
+    const char *w = a->worker ? a->worker : run_worker_path(worker, sizeof worker);
+    run_opts o = {.worker = w,
+                  .worker_note = a->worker ? NULL : run_worker_note(w, note, sizeof note),
                   .quiet = a->quiet,
                   .prog = a->resume ? "baton resume" : "baton run"};
     int status = 0;

@@ -57,6 +57,7 @@ static int spec_parse_args(int argc, char **argv, spec_args *a) {
         }
     }
     if (a->recipe == NULL) {
+        fprintf(stderr, "baton spec: no recipe given\n");
         spec_usage(stderr);
         return -1;
     }

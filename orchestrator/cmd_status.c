@@ -375,8 +375,9 @@ static void status_text(bt_buf *b, const status_view *v) {
                       status_stage_name(v, v->st.failed_stage - 1), reason ? reason : "not retried",
                       cause ? cause : "not journaled");
     }
-    bt_buf_printf(b, "; %u failure(s), recovered %u time(s)\n", v->st.total_failures,
-                  v->st.total_recoveries);
+    bt_buf_printf(b, "; %u failure%s, recovered %u time%s\n", v->st.total_failures,
+                  v->st.total_failures == 1 ? "" : "s", v->st.total_recoveries,
+                  v->st.total_recoveries == 1 ? "" : "s");
     bt_buf_printf(b, "  %-18s %-8s %13s %10s %10s %9s %8s %8s %12s\n", "stage", "state", "steps",
                   "loss", "tok/s", "wall s", "attempts", "restarts", "recovery s");
     for (size_t i = 0; i < status_n_stages(v); i++) {

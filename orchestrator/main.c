@@ -16,19 +16,20 @@ typedef struct command {
     const char *name;
     int (*run)(int argc, char **argv);
     const char *summary;
+    int groups; /* its first argument names one of its own commands (baton ckpt verify) */
 } command;
 
 static const command commands[] = {
-    {"run", cmd_run, "run every stage of a recipe, supervised, restarting after failures"},
-    {"resume", cmd_resume, "continue a stopped or interrupted run from its run directory"},
-    {"submit", cmd_submit, "write a Slurm batch script for a recipe and submit it with sbatch"},
-    {"status", cmd_status, "a run's stages, steps, losses, restarts and checkpoints"},
-    {"plan", cmd_plan, "check a recipe and show layout, memory, communication and step time"},
-    {"spec", cmd_spec, "resolve one stage of a recipe into the StageSpec a worker runs"},
-    {"data", cmd_data, "prepare token datasets (Megatron indexed format) from text, tar or zip"},
-    {"launch", cmd_launch, "start N PMIx processes (local embedded PMIx server)"},
-    {"ckpt", cmd_ckpt, "inspect, verify, reshard, export, pack and move checkpoints"},
-    {"eval", cmd_eval, "a checkpoint's mean next-token loss on a dataset, or passkey accuracy"},
+    {"run", cmd_run, "run every stage of a recipe, supervised, restarting after failures", 0},
+    {"resume", cmd_resume, "continue a stopped or interrupted run from its run directory", 0},
+    {"submit", cmd_submit, "write a Slurm batch script for a recipe and submit it with sbatch", 0},
+    {"status", cmd_status, "a run's stages, steps, losses, restarts and checkpoints", 0},
+    {"plan", cmd_plan, "check a recipe and show layout, memory, communication and step time", 0},
+    {"spec", cmd_spec, "resolve one stage of a recipe into the StageSpec a worker runs", 0},
+    {"data", cmd_data, "prepare token datasets (Megatron indexed format) from text, tar or zip", 1},
+    {"launch", cmd_launch, "start N PMIx processes (local embedded PMIx server)", 0},
+    {"ckpt", cmd_ckpt, "inspect, verify, reshard, export, pack and move checkpoints", 1},
+    {"eval", cmd_eval, "a checkpoint's mean next-token loss on a dataset, or passkey accuracy", 0},
 };
 
 static void usage(FILE *f) {
@@ -37,7 +38,8 @@ static void usage(FILE *f) {
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\nRun 'baton COMMAND --help' for a command's options.\n"
-               "Run 'baton help COMMAND' for the same.\n"
+               "Run 'baton help COMMAND' for the same (baton help ckpt verify).\n"
+               "An option's value follows it, --opt VALUE, or joins it, --opt=VALUE.\n"
                "Exit status: 0 success, 1 failure, 2 bad usage or invalid input (some\n"
                "commands add their own codes; see 'baton COMMAND --help').\n");
 }
@@ -48,21 +50,23 @@ static const command *find_command(const char *name) {
     return NULL;
 }
 
-/* `baton help [COMMAND]`: the top-level help, or COMMAND's own (its --help). */
+/* `baton help [COMMAND [SUBCOMMAND]]`: the top-level help, or COMMAND's own (its --help);
+ * a subcommand of data and ckpt as `baton ckpt verify --help`. */
 static int help(int argc, char **argv) {
     if (argc < 3) {
         usage(stdout);
         return BT_EXIT_OK;
     }
     const command *c = find_command(argv[2]);
-    if (c == NULL || argc > 3) {
+    int most = c != NULL && c->groups ? 4 : 3;
+    if (c == NULL || argc > most) {
         fprintf(stderr, "baton help: %s '%s'\n\n",
-                c ? "one command at a time, not" : "unknown command", c ? argv[3] : argv[2]);
+                c ? "one command at a time, not" : "unknown command", c ? argv[most] : argv[2]);
         usage(stderr);
         return BT_EXIT_USAGE;
     }
-    char *sub[] = {argv[2], (char *)"--help", NULL};
-    return c->run(2, sub);
+    char *sub[] = {argv[2], argc > 3 ? argv[3] : (char *)"--help", (char *)"--help", NULL};
+    return c->run(argc - 1, sub);
 }
 
 /* run and resume: a SIGINT, SIGTERM or SIGHUP that comes while the libraries initialize,
@@ -102,7 +106,14 @@ int main(int argc, char **argv) {
         return BT_EXIT_OK;
     }
     const command *c = find_command(argv[1]);
-    if (c != NULL) return c->run(argc - 1, argv + 1);
+    if (c != NULL) {
+        bt_argv a;
+        int rc = cli_split_eq(argc, argv, &a);
+        if (rc != 0) return rc;
+        rc = c->run(a.argc - 1, a.argv + 1);
+        bt_argv_free(&a);
+        return rc;
+    }
     fprintf(stderr, "baton: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return BT_EXIT_USAGE;

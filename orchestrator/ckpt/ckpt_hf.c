@@ -23,6 +23,7 @@
 #include "ckpt/ckpt.h"
 #include "ckpt_cmds.h"
 #include "ckpt_store_fs.h"
+#include "../cli.h"
 #include "export_partial.h"
 #include "hf_config.h"
 #include "model.h"
@@ -45,16 +46,6 @@ static int hf_exit(int rc) {
 
 static int hf_path(char *out, size_t cap, const char *dir, const char *file) {
     return (size_t)snprintf(out, cap, "%s/%s", dir, file) < cap ? 0 : BT_ERANGE;
-}
-
-static int parse_count(const char *s, uint64_t *out) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (s[0] < '0' || s[0] > '9' || *end != '\0' || errno != 0 || v == 0 || v > UINT32_MAX)
-        return -1;
-    *out = v;
-    return 0;
 }
 
 /* The tensors of the one-process model (model.c's table), tp1 pp1. */
@@ -155,10 +146,11 @@ static int export_parse(int argc, char **argv, export_opts *o) {
                 return -1;
             }
             o->bf16 = strcmp(v, "bf16") == 0;
-        } else if (strcmp(a, "--max-position") == 0 && parse_count(v, &o->max_position)) {
+        } else if (strcmp(a, "--max-position") == 0 &&
+                   cli_count(v, 1, UINT32_MAX, &o->max_position) != 0) {
             fprintf(stderr,
-                    "baton ckpt export: --max-position expects a positive count, "
-                    "got '%s'\n",
+                    "baton ckpt export: --max-position expects a positive count such as 4096 "
+                    "or 4K (K = 1024), got '%s'\n",
                     v);
             return -1;
         } else if (!takes && a[0] == '-') {

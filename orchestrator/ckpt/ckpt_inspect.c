@@ -456,15 +456,20 @@ int ckpt_cmd_inspect(int argc, char **argv) {
         } else if (strcmp(argv[i], "--json") == 0) {
             if (json) return cli_twice("ckpt inspect", "--json");
             json = 1;
-        } else if (argv[i][0] == '-' || path != NULL) {
-            fprintf(stderr, "baton ckpt inspect: unexpected argument '%s'\n", argv[i]);
+        } else if (argv[i][0] == '-') {
+            fprintf(stderr, "baton ckpt inspect: unknown option '%s'\n", argv[i]);
             inspect_usage(stderr);
+            return BT_EXIT_USAGE;
+        } else if (path != NULL) {
+            fprintf(stderr, "baton ckpt inspect: one checkpoint at a time (got '%s' and '%s')\n",
+                    path, argv[i]);
             return BT_EXIT_USAGE;
         } else {
             path = argv[i];
         }
     }
     if (path == NULL) {
+        fprintf(stderr, "baton ckpt inspect: missing CKPT\n");
         inspect_usage(stderr);
         return BT_EXIT_USAGE;
     }

@@ -336,6 +336,11 @@ int ckpt_cmd_reshard(int argc, char **argv) {
     Baton__Parallel lay;
     uint32_t list[RESHARD_MAX_LIST];
     if (!path || !to || !out) {
+        fprintf(stderr, "baton ckpt reshard: %s\n",
+                !path         ? "missing CKPT"
+                : !to && !out ? "--to LAYOUT and --out DIR are required"
+                : !to         ? "--to LAYOUT is required"
+                              : "--out DIR is required");
         reshard_usage(stderr);
         return BT_EXIT_USAGE;
     }

@@ -15,6 +15,7 @@
  * NAME.partial for the next pull to continue. */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 #include "ckpt_store_crc.h"
 #include "ckpt_store_fs.h"
 #include "ckpt_store_remote.h"
+#include "../cli.h"
 #include "util/cleanup.h"
 
 #define MANIFEST_DOWNLOAD CKPT_MANIFEST ".download"
@@ -34,22 +36,25 @@ typedef struct store_args {
     const char *what, *pos[2];
     int npos, want_pos;
     const char *into, *endpoint;
-    long max_time_s, stall_time_s;
-    int64_t limit_rate;
+    long max_time_ms, stall_time_s;
+    uint64_t limit_rate;
 } store_args;
 
 /* The options push and pull share, as their usage lists them. */
 #define STORE_COMMON_OPTIONS                                                                       \
     "  --endpoint URL   the S3 endpoint, http(s)://HOST[:PORT]\n"                                  \
-    "  --max-time S     give up on one request after S seconds (then retried)\n"                   \
-    "  --stall-time S   give up on one request that moves no byte for S seconds\n"                 \
-    "                   (then retried; default 60, 0: never)\n"                                    \
-    "  --limit-rate B   at most B bytes per second\n"                                              \
+    "  --max-time T     give up on one request after T (then retried): a duration\n"               \
+    "                   as recipes write it, 90 (seconds), 30s, 5m, 1h\n"                          \
+    "  --stall-time T   give up on one request that moves no byte for T (then\n"                   \
+    "                   retried; default 60s, 0: never; whole seconds, rounded up)\n"              \
+    "  --limit-rate B   at most B bytes per second: 500K, 100M (K/M/G are powers of\n"             \
+    "                   two, 1K = 1024, as in recipes' counts and curl), or 100MB/s\n"             \
+    "                   (MB/s powers of ten), 50MiB/s\n"                                           \
     "  --help           show this help\n"
 
 static void push_usage(FILE *f) {
     fprintf(f,
-            "usage: baton ckpt push CKPT URL [--endpoint URL] [--max-time S] [--stall-time S]\n"
+            "usage: baton ckpt push CKPT URL [--endpoint URL] [--max-time T] [--stall-time T]\n"
             "                                [--limit-rate B]\n\n"
             "Uploads checkpoint CKPT (a checkpoint or run directory) as URL/<name>/<file>,\n"
             "manifest.pb last. A file is skipped when the store's manifest.pb lists it with\n"
@@ -74,7 +79,7 @@ static void push_usage(FILE *f) {
 static void pull_usage(FILE *f) {
     fprintf(f,
             "usage: baton ckpt pull URL [--into DIR] [--endpoint URL] [--max-time S]\n"
-            "                           [--stall-time S] [--limit-rate B]\n\n"
+            "                           [--stall-time T] [--limit-rate B]\n\n"
             "Downloads the checkpoint URL names (http(s)://HOST/PREFIX/<name> or\n"
             "s3://BUCKET/PREFIX/<name>) into DIR/<name> through DIR/<name>.partial,\n"
             "checking every CRC32C before the rename. An interrupted pull is resumed by\n"
@@ -90,16 +95,17 @@ static void pull_usage(FILE *f) {
             STORE_COMMON_OPTIONS);
 }
 
-static int parse_count(const char *what, const char *opt, const char *s, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < 0) {
-        fprintf(stderr, "baton ckpt %s: %s expects a non-negative number, got '%s'\n", what, opt,
-                s);
-        return -1;
-    }
-    *out = v;
+/* --max-time, --stall-time or --limit-rate's value v; -1 when bad (said). */
+static int store_number(store_args *a, const char *o, const char *v) {
+    char cmd[16];
+    snprintf(cmd, sizeof cmd, "ckpt %s", a->what);
+    if (strcmp(o, "--limit-rate") == 0) return cli_rate(cmd, o, v, &a->limit_rate);
+    double s;
+    if (cli_duration(cmd, o, v, 0, 1e7, &s) != 0) return -1;
+    if (strcmp(o, "--max-time") == 0)
+        a->max_time_ms = (long)ceil(s * 1e3);
+    else
+        a->stall_time_s = (long)ceil(s);
     return 0;
 }
 
@@ -116,28 +122,22 @@ static int store_option(store_args *a, int argc, char **argv, int *i) {
         return -1;
     }
     const char *v = argv[++*i];
-    int64_t n = 0;
     if (strcmp(o, "--endpoint") == 0)
         a->endpoint = v;
     else if (strcmp(o, "--into") == 0)
         a->into = v;
-    else if (parse_count(a->what, o, v, &n) < 0)
+    else if (store_number(a, o, v) != 0)
         return -1;
-    else if (strcmp(o, "--max-time") == 0)
-        a->max_time_s = (long)n;
-    else if (strcmp(o, "--stall-time") == 0)
-        a->stall_time_s = (long)n;
-    else
-        a->limit_rate = n;
     return 1;
 }
 
-/* 0 to run, 1 for --help, 2 on a usage error. */
+/* 0 to run, 1 for --help, 2 on a usage error (said; the usage follows), 3 on an option's
+ * missing or bad value (said). */
 static int store_parse(int argc, char **argv, store_args *a) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
         int o = store_option(a, argc, argv, &i);
-        if (o < 0) return 2;
+        if (o < 0) return 3;
         if (o > 0) continue;
         if (argv[i][0] == '-' || a->npos == a->want_pos) {
             fprintf(stderr, "baton ckpt %s: unexpected argument '%s'\n", a->what, argv[i]);
@@ -155,9 +155,9 @@ static int store_parse(int argc, char **argv, store_args *a) {
 
 static int store_open(const store_args *a, const char *url, ckpt_remote *r, bt_diag *diag) {
     int rc = ckpt_remote_init(r, url, a->endpoint, diag);
-    r->max_time_s = a->max_time_s;
+    r->max_time_ms = a->max_time_ms;
     r->stall_time_s = a->stall_time_s;
-    r->limit_rate = a->limit_rate;
+    r->limit_rate = (int64_t)a->limit_rate;
     return rc;
 }
 
@@ -318,7 +318,7 @@ int ckpt_cmd_push(int argc, char **argv) {
     store_args a = {.what = "push", .want_pos = 2, .stall_time_s = REMOTE_STALL_S};
     int p = store_parse(argc, argv, &a);
     if (p != 0) {
-        push_usage(p == 1 ? stdout : stderr);
+        if (p < 3) push_usage(p == 1 ? stdout : stderr);
         return p == 1 ? BT_EXIT_OK : BT_EXIT_USAGE;
     }
     char dir[CKPT_PATH_MAX], name[256];
@@ -403,7 +403,7 @@ int ckpt_cmd_pull(int argc, char **argv) {
     store_args a = {.what = "pull", .want_pos = 1, .into = ".", .stall_time_s = REMOTE_STALL_S};
     int p = store_parse(argc, argv, &a);
     if (p != 0) {
-        pull_usage(p == 1 ? stdout : stderr);
+        if (p < 3) pull_usage(p == 1 ? stdout : stderr);
         return p == 1 ? BT_EXIT_OK : BT_EXIT_USAGE;
     }
     char store[CKPT_PATH_MAX], name[256], partial[CKPT_PATH_MAX], final[CKPT_PATH_MAX];

@@ -174,7 +174,7 @@ static void remote_common(ckpt_remote *r, CURL *c, const char *url) {
         curl_easy_setopt(c, CURLOPT_USERPWD, r->userpwd);
         curl_easy_setopt(c, CURLOPT_HTTPHEADER, r->headers);
     }
-    if (r->max_time_s > 0) curl_easy_setopt(c, CURLOPT_TIMEOUT, r->max_time_s);
+    if (r->max_time_ms > 0) curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, r->max_time_ms);
     if (r->stall_time_s > 0) { /* a server that accepts and never answers */
         curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
         curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, r->stall_time_s);

@@ -22,7 +22,7 @@ typedef struct ckpt_remote {
     char base[CKPT_PATH_MAX]; /* no trailing '/' */
     char sigv4[160];          /* CURLOPT_AWS_SIGV4, "" for plain HTTP */
     char userpwd[1024];       /* access key:secret for SigV4 */
-    long max_time_s;          /* per-request time limit, 0 for none */
+    long max_time_ms;         /* per-request time limit, 0 for none */
     long stall_time_s;        /* a request moving no byte for this long fails, 0 for never */
     int64_t limit_rate;       /* bytes per second, 0 for none */
     int tries;

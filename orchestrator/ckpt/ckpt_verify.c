@@ -19,20 +19,42 @@ static void verify_print(void *ctx, const char *line) {
     printf("DAMAGED: %s\n", line);
 }
 
-int ckpt_cmd_verify(int argc, char **argv) {
-    if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-        verify_usage(stdout);
-        return BT_EXIT_OK;
+/* The one argument, CKPT; NULL after saying what is wrong (status: the exit status). */
+static const char *verify_arg(int argc, char **argv, int *status) {
+    const char *path = NULL;
+    *status = BT_EXIT_USAGE;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            verify_usage(stdout);
+            *status = BT_EXIT_OK;
+            return NULL;
+        } else if (argv[i][0] == '-') {
+            fprintf(stderr, "baton ckpt verify: unknown option '%s'\n", argv[i]);
+            verify_usage(stderr);
+            return NULL;
+        } else if (path != NULL) {
+            fprintf(stderr, "baton ckpt verify: one checkpoint at a time (got '%s' and '%s')\n",
+                    path, argv[i]);
+            return NULL;
+        }
+        path = argv[i];
     }
-    if (argc != 2 || argv[1][0] == '-') {
+    if (path == NULL) {
+        fprintf(stderr, "baton ckpt verify: missing CKPT\n");
         verify_usage(stderr);
-        return BT_EXIT_USAGE;
     }
+    return path;
+}
+
+int ckpt_cmd_verify(int argc, char **argv) {
+    int status;
+    const char *path = verify_arg(argc, argv, &status);
+    if (path == NULL) return status;
     bt_diag diag;
     bt_diag_init(&diag);
     char found[CKPT_PATH_MAX], dir[CKPT_PATH_MAX];
     Baton__Manifest *m = NULL;
-    if (ckpt_resolve(argv[1], found, sizeof found, &diag) != 0) { /* no checkpoint there */
+    if (ckpt_resolve(path, found, sizeof found, &diag) != 0) { /* no checkpoint there */
         fprintf(stderr, "baton ckpt verify: %s\n", diag.msg);
         return BT_EXIT_USAGE;
     }
@@ -56,6 +78,8 @@ int ckpt_cmd_verify(int argc, char **argv) {
            (unsigned long long)rep.tensors, (unsigned long long)rep.fp8_histories,
            (unsigned long long)rep.shards, (unsigned long long)rep.bytes,
            rep.problems ? "DAMAGED" : "intact");
-    if (rep.problems) printf("%llu problem(s) found\n", (unsigned long long)rep.problems);
+    if (rep.problems)
+        printf("%llu problem%s found\n", (unsigned long long)rep.problems,
+               rep.problems == 1 ? "" : "s");
     return rep.problems ? BT_EXIT_FAILURE : BT_EXIT_OK;
 }

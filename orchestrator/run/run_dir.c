@@ -276,6 +276,24 @@ int run_dir_busy(const char *path) {
     return busy;
 }
 
+/* d->path made (0700) unless there; *st and *existed: what was there. A file there is
+ * refused before anything is said about its mode. */
+static int run_dir_make(run_dir *d, struct stat *st, int *existed, bt_diag *diag) {
+    *existed = stat(d->path, st) == 0;
+    if (*existed && !S_ISDIR(st->st_mode)) {
+        bt_diag_set(diag, "%s: exists and is not a directory (give --run-dir another path)",
+                    d->path);
+        return BT_EINVAL;
+    }
+    if (bt_mkdir_p(d->path, 0700) == 0 && (*existed || chmod(d->path, 0700) == 0)) return 0;
+    int err = errno;
+    char cwd[PATH_MAX];
+    int rel = d->path[0] != '/' && getcwd(cwd, sizeof cwd) != NULL;
+    bt_diag_set(diag, "%s: cannot create the run directory: %s%s%s%s", d->path, strerror(err),
+                rel ? " (relative to " : "", rel ? cwd : "", rel ? ")" : "");
+    return BT_EINVAL;
+}
+
 int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const char *overrides,
                  bt_diag *diag) {
     memset(d, 0, sizeof *d);
@@ -286,11 +304,8 @@ int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const ch
     }
     char sub[4200];
     struct stat st;
-    int existed = stat(d->path, &st) == 0;
-    if (bt_mkdir_p(d->path, 0700) != 0 || (!existed && chmod(d->path, 0700) != 0)) {
-        bt_diag_set(diag, "%s: cannot create the run directory: %s", d->path, strerror(errno));
-        return BT_EINVAL;
-    }
+    int existed;
+    if (run_dir_make(d, &st, &existed, diag) != 0) return BT_EINVAL;
     if (existed && (st.st_mode & 077))
         fprintf(stderr,
                 "baton run: warning: %s is accessible to other users (mode %03o); run "

@@ -125,7 +125,7 @@ static const struct {
 } submit_reserved[] = {
     {"--nodes", "-N",
      "the run would not match its allocation: give the recipe's node count as baton submit "
-     "--nodes K (no '=')"},
+     "--nodes K, before any --"},
     {"--ntasks-per-node", NULL,
      "the run would not match its allocation: it is the recipe's cluster.gpus_per_node, "
      "--gpus-per-node G"},
@@ -134,7 +134,7 @@ static const struct {
      "--nodes K --gpus-per-node G"},
     {"--gpus-per-node", NULL,
      "the run would not match its allocation: give the recipe's as baton submit "
-     "--gpus-per-node G (no '=')"},
+     "--gpus-per-node G, before any --"},
     {"--gpus", "-G",
      "a CUDA recipe asks for --gpus-per-node from cluster.gpus_per_node: --gpus-per-node G"},
     {"--output", "-o", "the job's log is RUN_DIR/slurm-%j.out; edit the script or --template"},

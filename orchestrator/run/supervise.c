@@ -588,8 +588,10 @@ static void run_attempt_detail(run_ctx *c, const char *spec_file, char *out, siz
  * journaled as the attempt's failure, so that baton status names the cause. */
 static attempt_end run_launch_failed(run_ctx *c, uint32_t stage, uint32_t attempt, int rc,
                                      const char *msg) {
-    char why[1200];
-    snprintf(why, sizeof why, "cannot launch the workers: %.1000s", msg);
+    char why[1800];
+    int noted = rc == BT_ENOENT && c->o->worker_note != NULL;
+    snprintf(why, sizeof why, "cannot launch the workers: %.1000s%s%.600s%s", msg,
+             noted ? " (" : "", noted ? c->o->worker_note : "", noted ? ")" : "");
     run_err(c, "%s\n", why);
     attempt_end end = run_transient(rc) ? ATTEMPT_RETRY : ATTEMPT_FATAL; /* fork: a moment */
     Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;

@@ -131,6 +131,12 @@ cp -r ck/small tr && chmod -R u+w tr
 size=$(stat -c %s tr/rank-00000.bin)
 printf 'extra' >>tr/rank-00000.bin
 expect 1 "DAMAGED: tr/rank-00000.bin: bytes \[$size, $((size + 5))\) lie after the last range" -- verify tr
+expect 1 "^1 problem found$" -- verify tr
+
+# ---- export: --max-position as a count in recipes' units, joined by '=' ----
+expect 0 "exported" -- export ck/small --out ex4k --max-position=4K
+grep -q '"max_position_embeddings": 4096,' ex4k/config.json && ok "export --max-position=4K: 4096" ||
+  fail "export --max-position=4K: $(grep max_position ex4k/config.json)"
 
 # ---- permissions ----
 if [[ $(id -u) -eq 0 ]]; then

@@ -458,7 +458,7 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   # options the script sets itself are refused (Slurm takes the later line: the allocation
   # would not be the run's); a value given apart joins its option; errors say submit
   expect 2 "sbatch option '--nodes=2': the batch script sets --nodes itself .*baton submit --nodes K" -- \
-    submit "$small" --run-dir r5 --dry-run --nodes=2
+    submit "$small" --run-dir r5 --dry-run -- --nodes=2
   expect 2 "sbatch option '-o': the batch script sets --output itself" -- \
     submit "$small" --run-dir r5 --dry-run -- --time=5 -o /tmp/x.out
   expect 2 "sbatch option '--ntasks-per-node=8'" -- submit "$small" --run-dir r5 --dry-run --ntasks-per-node=8

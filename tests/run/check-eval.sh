@@ -38,7 +38,8 @@ ck=r/checkpoints/s00-step00000002
 json_loss() { "$py" -c 'import json, sys; print(json.load(sys.stdin)["loss"])'; }
 # the worker's validation (every activation kept) against eval's forward-only pass
 want=$(sed -En 's/^valid loss ([0-9.]+) .* over 8 windows of .*/\1/p' train.log)
-got=$("$baton" eval "$ck" --data data/text_valid --seq-len 256 --num-seqs 8 --json | json_loss)
+got=$("$baton" eval "$ck" --data data/text_valid --seq-len 256 --num-seqs 8 --json 2>short.err | json_loss)
+[[ ! -s short.err ]] || fail "eval at the trained seq_len 256 says: $(cat short.err)"
 "$py" -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-6)' "$want" "$got" ||
   fail "eval at seq_len 256: $got, the worker's validation $want"
 echo "ok eval $got = the worker's validation $want"
@@ -60,6 +61,21 @@ assert r["tokens"] == 8192 and r["windows"] == 1 and math.isfinite(r["loss"]), r
 assert 0 < r["loss"] < 8, r  # two steps in: about ln 272 = 5.6
 PY
 echo "ok eval at seq_len 8K within ulimit -v $limit: $(cat long.json)"
+# ... beyond the 256 tokens the checkpoint was trained at: run, with a warning
+grep -qF "baton eval: warning: --seq-len 8192 is beyond the context the checkpoint is for, 256 (the seq_len it was trained at)" long.err ||
+  fail "eval --seq-len 8K of a checkpoint trained at 256 says: $(cat long.err)"
+
+# ... or than its RoPE scaling extends to (128 x 4 = 512, beyond the 256 trained at)
+"$baton" spec "$src/tests/run/eval.yaml" --stage base --out scaled.pb \
+  --set 'model.rope={theta: 10000, scaling: {type: linear, factor: 4, original_max_position: 128}}'
+"$worker" --spec scaled.pb --single-process --eval-windows 0 --save-every 0 --run-dir rs >/dev/null
+"$baton" eval rs --data data/text_valid --seq-len 512 --num-seqs 1 >scaled.out 2>scaled.err
+[[ ! -s scaled.err ]] || fail "eval at the scaled context 512 says: $(cat scaled.err)"
+grep -q " over 1 window of 512+1 tokens of " scaled.out || fail "eval of one window says: $(cat scaled.out)"
+"$baton" eval rs --data data/text_valid --seq-len 1K --num-seqs 1 >/dev/null 2>scaled.err
+grep -qF "warning: --seq-len 1024 is beyond the context the checkpoint is for, 512 (its RoPE scaling's original_max_position 128 x factor 4)" scaled.err ||
+  fail "eval --seq-len 1K beyond the scaled context says: $(cat scaled.err)"
+echo "ok eval beyond the trained context: $(cat scaled.err)"
 
 # a NaN weight: valid JSON, the tensor named, exit 1
 "$baton" ckpt export "$ck" --out hf >/dev/null

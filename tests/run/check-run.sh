@@ -605,7 +605,7 @@ give-up)
   grep -q 'giving up after 2 restarts' run.out || fail "baton run did not say it gave up"
   "$baton" status r1 >status.txt
   head -1 status.txt
-  grep -q "^run r1: failed (stage pretrain: giving up after 2 restarts (max_restarts); last failure: rank [0-9]* (node node[01], pid [0-9]*) exited with status 1); 3 failure(s), recovered 0 time(s)$" status.txt ||
+  grep -q "^run r1: failed (stage pretrain: giving up after 2 restarts (max_restarts); last failure: rank [0-9]* (node node[01], pid [0-9]*) exited with status 1); 3 failures, recovered 0 times$" status.txt ||
     { cat status.txt; fail "the run line does not say failed with the cause"; }
   grep -Eq "^  pretrain +failed +0/30 .* 3 +2 +-$" status.txt || { cat status.txt; fail "the stage is not failed"; }
   grep -Eq "^  extend +pending " status.txt || { cat status.txt; fail "the next stage is not pending"; }

@@ -30,6 +30,7 @@
 #include "model_zero.h"
 #include "model_moe.h"
 #include "train.h"
+#include "util/argv_eq.h"
 #include "util/clock.h"
 #include "util/file.h"
 #include "train_ckpt.h"
@@ -747,12 +748,38 @@ static void worker_die_with_parent(void) {
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
+/* The options as worker_parse takes them, for "--opt=value" (util/argv_eq.h). */
+static const bt_argv_opts worker_options = {
+    (const char *const[]){"--spec", "--steps", "--log-every", "--eval-windows", "--valid",
+                          "--comm-timeout", "--dump-params", "--run-dir", "--init", "--save-every",
+                          NULL},
+    (const char *const[]){"--help", "--single-process", "--async-save", NULL}, 0};
+
+/* The command line with "--opt=value" split, parsed into *a; 0 to run, else the exit
+ * status (0 after --help). */
+static int worker_args_read(int argc, char **argv, bt_argv *split, worker_args *a) {
+    const char *bad = NULL;
+    int rc = bt_argv_split_eq(&worker_options, argc, argv, 1, split, &bad);
+    if (rc != 0) {
+        if (rc == -1)
+            fprintf(stderr, "baton-worker: %.*s takes no value (got '%s')\n",
+                    (int)strcspn(bad, "="), bad, bad);
+        return rc == -1 ? 2 : 1;
+    }
+    int prc = worker_parse(split->argc, split->argv, a);
+    return prc == 0 ? -1 : prc > 0 ? 0 : 2;
+}
+
 int main(int argc, char **argv) {
     worker_die_with_parent();
     cpu_blas_core_ensure(argv); /* may execute the worker again (cpu_blas_core.h) */
     worker_args a = {0};
-    int prc = worker_parse(argc, argv, &a);
-    if (prc != 0) return prc > 0 ? 0 : 2;
+    bt_argv split;
+    int prc = worker_args_read(argc, argv, &split, &a);
+    if (prc >= 0) {
+        bt_argv_free(&split);
+        return prc;
+    }
     bt_diag diag;
     bt_diag_init(&diag);
     worker_ranks w = {0};
@@ -788,5 +815,6 @@ int main(int argc, char **argv) {
     worker_control_close(&ctl);
     worker_ranks_leave(&w);
     if (spec != NULL) baton__stage_spec__free_unpacked(spec, NULL);
+    bt_argv_free(&split);
     return status;
 }

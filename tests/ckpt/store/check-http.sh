@@ -74,7 +74,10 @@ expect 0 'usage: baton ckpt push' -- push --help
 expect 0 'usage: baton ckpt pull' -- pull --help
 expect 2 'missing' -- push run
 expect 2 'expected http' -- push run ftp://example.org/x
-expect 2 'expects a non-negative number' -- pull "$url/$name" --max-time soon
+expect 2 "^baton ckpt pull: --max-time 'soon': expected a duration such as 250ms, 300s, 5m" -- pull "$url/$name" --max-time soon
+expect 2 "^baton ckpt push: --limit-rate '1X': expected bytes per second such as 500K or 100M" -- push run "$url" --limit-rate 1X
+[[ $("$baton" ckpt push run "$url" --limit-rate 1X 2>&1) != *usage:* ]] ||
+  fail "push: a bad --limit-rate is followed by the whole usage"
 
 # Push: every file, manifest.pb last.
 expect 0 "pushed .* to $url/$name" -- push run "$url"
@@ -144,10 +147,13 @@ expect 1 "format 3, written by a newer baton" -- pull "$url/$name" --into got4
 [[ -e got4/$name || -e got4/$name.partial ]] && fail "newer format: something was left: $(ls got4)"
 cp manifest.keep "$remote/manifest.pb"
 
-# A pull broken off: 10 kB/s (libcurl lets the first ~1.6 MB of a request through
-# quickly) for at most 1 s per try, 3 tries, then fail, leaving a file partly fetched.
+# A pull broken off: 10 KiB/s (libcurl lets the first ~1.6 MB of a request through
+# quickly) for at most 1 s per try, 3 tries, then fail, leaving a file partly fetched
+# (the values in the units recipes use, one of them joined by '=').
 mkdir got2
-expect 1 "GET $url/$name/rank-0000[01].bin: .*" -- pull "$url/$name" --into got2 --limit-rate 10000 --max-time 1
+t0=$SECONDS
+expect 1 "GET $url/$name/rank-0000[01].bin: .*" -- pull "$url/$name" --into got2 --limit-rate=10K --max-time 1000ms
+(( SECONDS - t0 < 15 )) || fail "--max-time 1000ms: the broken pull took $((SECONDS - t0)) s"
 [[ -e got2/$name ]] && fail "broken pull: a complete checkpoint was left"
 cut= part=0
 for f in got2/$name.partial/rank-*.bin; do
@@ -257,10 +263,10 @@ while True: held.append(s.accept()[0])' "$port" &
 server_pid=$!
 wait_port "$port" "$server_pid" || fail "the silent server did not start"
 t0=$SECONDS
-expect 1 "HEAD $url/$name/manifest.pb: .*too slow" -- push run "$url" --stall-time 1
+expect 1 "HEAD $url/$name/manifest.pb: .*too slow" -- push run "$url" --stall-time 1s
 (( SECONDS - t0 < 20 )) && ok "stalled server: gave up in $((SECONDS - t0)) s" ||
   fail "stalled server: took $((SECONDS - t0)) s"
-expect 2 "expects a non-negative number" -- pull "$url/$name" --stall-time never
+expect 2 "^baton ckpt pull: --stall-time 'never': expected a duration" -- pull "$url/$name" --stall-time never
 
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
 echo "all http push/pull checks passed"

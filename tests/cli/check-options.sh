@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# How the `baton` and `baton-worker` command lines are written, whatever the command:
+#  - "--opt=value" is "--opt value" for every option that takes a value, in every command
+#    (each option its --help lists is tried), with the same checks (given twice); a flag
+#    given a value is refused; nothing after "--" or after launch's CMD is touched;
+#  - `baton help GROUP SUB` is `baton GROUP SUB --help`;
+#  - a missing argument is said first, then the usage;
+#  - durations and rates in the units recipes use (launch --timeout 500ms);
+#  - the run directory: a file there refused without a mode warning, a relative one that
+#    cannot be made named with the working directory, a worker not found named where baton
+#    looked.
+#   check-options.sh BATON BATON_WORKER SOURCE_DIR
+set -u
+baton=$1 worker=$2 src=$3
+recipes=$src/recipes
+export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+work=$(mktemp -d /tmp/baton-test-options.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+failures=0
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+ok() { echo "ok   $*"; }
+
+# expect STATUS PATTERN -- PROGRAM ARGS...: the exit status, and stdout+stderr matching
+# the extended regex PATTERN.
+expect() {
+  local status=$1 pattern=$2 out rc
+  shift 3
+  out=$("$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne $status ]] || ! grep -Eq -- "$pattern" <<<"$out"; then
+    fail "${*#"$baton "} -> exit $rc (want $status), output:"
+    echo "$out" | head -n 5
+  else
+    ok "${*#"$src/"} -> $rc"
+  fi
+}
+
+# ---- every option a command's --help lists takes "=value" (or, a flag, refuses it) ----
+# The options are those of the usage lines (up to the first empty line) and those at the
+# start of a help line ("  --out DIR   ...", "  --nodes K, --gpus-per-node G ...").
+# "--opt=x" must never come back as an unknown option or an unexpected argument quoted
+# whole.
+cmds=(run resume submit status plan spec launch eval "ckpt inspect" "ckpt verify"
+  "ckpt reshard" "ckpt export" "ckpt import" "ckpt pack" "ckpt unpack" "ckpt push" "ckpt pull"
+  "data prepare" "data passkey" "data inspect")
+tried=0
+for c in "${cmds[@]}" worker; do
+  if [[ $c == worker ]]; then prog=("$worker"); else read -ra prog <<<"$baton $c"; fi
+  help=$("${prog[@]}" --help)
+  opts=$({
+    sed '/^$/q' <<<"$help" | grep -oE -- '--[a-z][a-z0-9-]*'
+    grep -E '^  --' <<<"$help" | grep -oE -- '(^  |, )--[a-z][a-z0-9-]*' | sed 's/^[ ,]*//'
+  } | sort -u)
+  [[ -n $opts || $c == "ckpt verify" ]] || { fail "$c --help lists no option"; continue; }
+  for o in $opts; do
+    [[ $o == --help ]] && continue
+    out=$("${prog[@]}" "$o=x" 2>&1)
+    tried=$((tried + 1))
+    if grep -Eq "(unknown|unexpected)[^']*'$o=x'" <<<"$out"; then
+      fail "$c $o=x: $(head -n 1 <<<"$out")"
+    fi
+  done
+done
+ok "$tried options tried as --opt=x"
+((tried > 60)) || fail "only $tried options found in the --help texts"
+
+# the same result as "--opt value"
+diff <("$baton" plan "$recipes/tiny-cpu.yaml" --json --nodes 1 --set stages.0.steps=7 2>&1) \
+  <("$baton" plan "$recipes/tiny-cpu.yaml" --json --nodes=1 --set=stages.0.steps=7 2>&1) >/dev/null &&
+  ok "plan --nodes=1 --set=K=V is plan --nodes 1 --set K=V" || fail "plan with '=' differs"
+expect 0 'steps: 7$' -- "$baton" spec "$recipes/tiny-cpu.yaml" --stage=long-context \
+  --set=stages.long-context.steps=7
+# ... with the same checks: once, whichever spelling
+expect 2 "^baton run: --run-dir given twice \\('a' and 'b'\\); give it once$" -- \
+  "$baton" run r.yaml --run-dir=a --run-dir b
+expect 2 "^baton plan: --nodes given twice \\('2' and '3'\\); give it once$" -- \
+  "$baton" plan "$recipes/tiny-cpu.yaml" --nodes=2 --nodes=3
+expect 2 "^baton eval: --data given twice \\('d' and 'e'\\)" -- "$baton" eval run --data=d --data e --seq-len=8 --num-seqs=1
+expect 2 "^baton run: --run-dir needs a value$" -- "$baton" run r.yaml --run-dir
+# an empty value is a value ("--out=" is --out ''), the value keeps its own '='
+expect 2 "^baton ckpt reshard: --out '': name a new checkpoint directory" -- \
+  "$baton" ckpt reshard nowhere --to=tp2 --out=
+# a flag takes no value
+expect 2 "^baton plan: --json takes no value \\(got '--json=1'\\); see 'baton plan --help'$" -- \
+  "$baton" plan "$recipes/tiny-cpu.yaml" --json=1
+expect 2 "^baton run: --quiet takes no value \\(got '--quiet=yes'\\)" -- "$baton" run r.yaml --quiet=yes
+expect 2 "^baton data prepare: --progress takes no value" -- "$baton" data prepare --progress=1
+expect 2 "^baton ckpt inspect: --json takes no value" -- "$baton" ckpt inspect x --json=
+expect 2 "^baton-worker: --async-save takes no value \\(got '--async-save=1'\\)$" -- "$worker" --async-save=1
+# an option the command does not know keeps its '=' in the message
+expect 2 "^baton plan: unknown option '--bogus=1'" -- "$baton" plan "$recipes/tiny-cpu.yaml" --bogus=1
+# the worker's own
+expect 2 "nope\\.pb: cannot open" -- "$worker" --spec=nope.pb
+expect 2 "^baton-worker: --steps expects a count, got 'many'" -- "$worker" --spec=nope.pb --steps=many
+# launch: its options only; CMD's arguments and everything after -- stay as given
+expect 0 '^\[0\] --timeout=5 --nodes=2$' -- "$baton" launch -n 1 --timeout=5m -- echo --timeout=5 --nodes=2
+expect 0 '^\[0\] --nodes=3$' -- "$baton" launch --np=1 echo --nodes=3
+# submit: its own options (--nodes=2 is baton's --nodes 2); sbatch's keep their '=', after
+# -- every one is sbatch's
+"$baton" data prepare --input /usr/share/games/fortunes --split-on-percent \
+  --output data/fortunes >/dev/null || exit 1
+small=$src/tests/engine/precision.yaml
+expect 2 "^baton submit: --nodes given twice \\('2' and '3'\\)" -- "$baton" submit "$small" --nodes=2 --nodes 3
+expect 0 "wrote $work/s1/baton.sbatch" -- "$baton" submit "$small" --run-dir=s1 --dry-run --time=5 \
+  --set=stages.fp32.steps=3
+grep -qx "#SBATCH --time=5" s1/baton.sbatch && ok "submit: --time=5 is sbatch's" ||
+  fail "submit: no '#SBATCH --time=5' in s1/baton.sbatch"
+expect 2 "sbatch option '--nodes=2': the batch script sets --nodes itself.*baton submit --nodes K, before any --" -- \
+  "$baton" submit "$small" --run-dir s2 --dry-run -- --nodes=2
+# data prepare: --input's several values, and the others
+expect 0 "^prepared [0-9]+ documents" -- "$baton" data prepare --input=/usr/share/games/fortunes/fortunes \
+  --output=data/f2 --valid-fraction=0 --split-on-percent
+# counts of one are singular
+expect 0 "^  train: data/f3_train\.bin/\.idx  1 document, [0-9]+ tokens$" -- \
+  "$baton" data prepare --input=/usr/share/games/fortunes/fortunes --output=data/f3 --valid-fraction=0
+
+# ---- baton help GROUP SUB ----
+for c in "ckpt verify" "ckpt push" "data prepare" "data inspect"; do
+  [[ $("$baton" help $c) == "$("$baton" $c --help)" ]] && ok "baton help $c is baton $c --help" ||
+    fail "baton help $c is not baton $c --help"
+done
+[[ $("$baton" help ckpt) == "$("$baton" ckpt --help)" ]] && ok "baton help ckpt" || fail "baton help ckpt"
+expect 2 "^baton ckpt: unknown command 'bogus'" -- "$baton" help ckpt bogus
+expect 2 "^baton help: one command at a time, not 'x'" -- "$baton" help ckpt verify x
+expect 2 "^baton help: one command at a time, not 'x'" -- "$baton" help run x
+
+# ---- a missing argument said first, then the usage ----
+expect 2 "^baton ckpt reshard: --to LAYOUT is required$" -- "$baton" ckpt reshard ck --out x
+expect 2 "^baton ckpt reshard: --to LAYOUT and --out DIR are required$" -- "$baton" ckpt reshard ck
+expect 2 "^baton ckpt reshard: missing CKPT$" -- "$baton" ckpt reshard --to tp2 --out x
+expect 2 "^baton ckpt verify: missing CKPT$" -- "$baton" ckpt verify
+expect 2 "^baton ckpt verify: one checkpoint at a time \\(got 'a' and 'b'\\)$" -- "$baton" ckpt verify a b
+expect 2 "^baton ckpt verify: unknown option '--bogus'$" -- "$baton" ckpt verify --bogus
+expect 2 "^baton ckpt inspect: missing CKPT$" -- "$baton" ckpt inspect
+expect 2 "^baton ckpt inspect: one checkpoint at a time \\(got 'a' and 'b'\\)$" -- "$baton" ckpt inspect a b
+expect 2 "^baton data inspect: missing PREFIX$" -- "$baton" data inspect
+expect 2 "^baton spec: no recipe given$" -- "$baton" spec
+expect 2 "^baton plan: no recipe given$" -- "$baton" plan
+for c in "ckpt reshard ck" "ckpt verify" "ckpt inspect" "data inspect" spec plan; do
+  [[ $("$baton" $c 2>&1 | sed -n 2p) == "usage: baton "* ]] && ok "$c: the reason, then the usage" ||
+    fail "$c: the second line is not the usage"
+done
+
+# ---- durations and rates as recipes write them ----
+t0=$(date +%s%N)
+expect 124 "job timed out after 0\\.5 s" -- "$baton" launch -n 1 --timeout 500ms -- sleep 30
+(($(date +%s%N) - t0 < 8000000000)) && ok "launch --timeout 500ms stopped the job at once" ||
+  fail "launch --timeout 500ms took $((($(date +%s%N) - t0) / 1000000)) ms"
+expect 0 '^\[0\] hi$' -- "$baton" launch -n 1 --timeout 1h --kill-grace=2s -- echo hi
+expect 2 "^baton launch: --timeout 'soon': expected a duration such as 250ms, 300s, 5m, 1h or 2d" -- \
+  "$baton" launch -n 1 --timeout soon -- true
+expect 2 "^baton launch: --kill-grace '2d': out of range, from 0s to 100000s$" -- \
+  "$baton" launch -n 1 --kill-grace 2d -- true
+expect 2 "^baton launch: --timeout needs a value$" -- "$baton" launch -n 1 --timeout
+expect 2 "^baton ckpt pull: --limit-rate '100X': expected bytes per second such as 500K or 100M \\(K/M/G/T are powers of two, 1K = 1024" -- \
+  "$baton" ckpt pull http://127.0.0.1:9/x --limit-rate 100X
+expect 2 "^baton ckpt push: --stall-time '1y': expected a duration" -- \
+  "$baton" ckpt push ck http://127.0.0.1:9/ --stall-time 1y
+expect 2 "^baton ckpt export: --max-position expects a positive count such as 4096 or 4K" -- \
+  "$baton" ckpt export ck --out x --max-position 4X
+
+# ---- the run directory ----
+: >afile
+out=$("$baton" run "$small" --run-dir afile 2>&1)
+rc=$?
+[[ $rc == 2 && $out == "baton run: afile: exists and is not a directory (give --run-dir another path)" ]] &&
+  ok "run --run-dir on a file: refused, no mode warning" || fail "run --run-dir on a file: exit $rc: $out"
+expect 2 "^baton run: afile/r: cannot create the run directory: Not a directory \\(relative to $work\\)$" -- \
+  "$baton" run "$small" --run-dir afile/r
+# baton alone, without baton-worker beside it nor in PATH: where it looked is said
+mkdir alone && cp "$baton" alone/
+PATH=/usr/bin:/bin expect 2 "cannot launch the workers: baton-worker: command not found in PATH \\(looked for baton-worker beside baton, as $work/alone/baton-worker, then in PATH; give --worker PATH\\)" -- \
+  alone/baton run "$small" --run-dir r-alone --quiet
+expect 2 "cannot launch the workers: /nonexistent/w: No such file or directory$" -- \
+  "$baton" run "$small" --run-dir r-w --quiet --worker /nonexistent/w
+
+[[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
+echo PASS
