@@ -5,7 +5,9 @@
 # Each is started with its output under directories that do not exist yet; once its
 # first partial output appears it is stopped (SIGSTOP), checked to be still mid-way, sent
 # the signal and continued. A case whose command finished before it could be stopped is
-# reported and not counted (a machine much faster than this test's sizes assume).
+# reported and not counted (a machine much faster than this test's sizes assume, or a
+# command that no longer writes that partial output): fewer than 4 of the 7 checked fails,
+# any not checked makes the test SKIPPED (77) once the checked ones passed.
 #   check-signals.sh BATON SOURCE_DIR
 set -u
 baton=$1 src=$2
@@ -16,6 +18,7 @@ pid=
 trap '[[ -n $pid ]] && kill -9 "$pid" 2>/dev/null; rm -rf "$work"' EXIT
 cd "$work" || exit 1
 failures=0
+checked=0 unchecked=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 ok() { echo "ok   $*"; }
 # A background job of a script starts with SIGINT ignored (which the commands respect):
@@ -43,8 +46,10 @@ stopped() {
     wait "$pid"
     pid=
     echo "note: baton $* finished before it could be stopped ($glob never seen or gone): not checked"
+    unchecked=$((unchecked + 1))
     return
   fi
+  checked=$((checked + 1))
   kill -"$sig" "$pid" && kill -CONT "$pid"
   wait "$pid"
   local rc=$? want=$((128 + $(kill -l "$sig")))
@@ -71,5 +76,10 @@ stopped TERM 'i1/x/imp.partial/rank-00000.bin' i1 -- ckpt import hf --out i1/x/i
 stopped INT 'p1/x/ck.tar.zst.partial' p1 -- ckpt pack ck --out p1/x/ck.tar.zst
 stopped TERM 'u1/x/ck.partial/rank-00000.bin' u1 -- ckpt unpack ck.tar.zst --into u1/x
 
+((checked >= 4)) || fail "only $checked of $((checked + unchecked)) cases could be stopped mid-way"
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
+if ((unchecked > 0)); then
+  echo "SKIPPED: $unchecked of $((checked + unchecked)) cases not checked (the $checked checked passed)"
+  exit 77
+fi
 echo "all signal checks passed"
