@@ -9,8 +9,8 @@ set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
 export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 work=$(mktemp -d /tmp/baton-test-faults.XXXXXX)
-cleanup() {
-  [[ -n "${mnt_pid:-}" ]] && kill "$mnt_pid" 2>/dev/null
+cleanup() { # any rank left (their --spec lies in $work), then $work
+  pkill -9 -f -- "--spec $work/" 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -24,9 +24,9 @@ sed "s/RANKS/1/; s/LAYOUT/{tp: 1}/" "$src/tests/ckpt/reshard.yaml" >one.yaml
 
 fail() { echo "$case: $*"; exit 1; }
 losses() { sed -En 's/^(\[0\] )?step +([0-9]+)\/[0-9]+  loss ([0-9.]+).*/\2 \3/p' "$@"; }
-tp2() { timeout 300 "$baton" launch -n 2 -- "$worker" --spec tp2.pb --eval-windows 0 \
+tp2() { timeout 300 "$baton" launch -n 2 -- "$worker" --spec "$work/tp2.pb" --eval-windows 0 \
   --comm-timeout 30 "$@"; }
-one() { "$worker" --spec one.pb --eval-windows 0 "$@"; }
+one() { "$worker" --spec "$work/one.pb" --eval-windows 0 "$@"; }
 steps=20 # reshard.yaml's
 # tail_losses LOG FROM: "step loss" of LOG's steps FROM to the last, after checking that
 # there is one line for each (so that two logs with no losses found never compare equal);
@@ -97,7 +97,7 @@ disk-full)
   mkdir -p small
   # a 2 MB tmpfs holds the step 5 checkpoint (1.5 MB) but not step 10's as well
   unshare -Urm bash -c "mount -t tmpfs -o size=2m tmpfs small && \
-    { \"$worker\" --spec one.pb --eval-windows 0 --run-dir small/run --save-every 5 --steps 12 \
+    { \"$worker\" --spec \"$work/one.pb\" --eval-windows 0 --run-dir small/run --save-every 5 --steps 12 \
         >a.log 2>a.err; echo \$? >a.rc; } ; \"$baton\" ckpt verify small/run >verify.log; \
     echo \$? >verify.rc; cp -r small/run saved"
   [[ $(cat a.rc) != 0 ]] || fail "a full disk went unnoticed"
