@@ -15,7 +15,8 @@ build_pkgs=(
   fortunes-min fortunes
 )
 test_pkgs=(python3 python3-protobuf python3-numpy python3-torch nginx
-  munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins iproute2)
+  munge slurmctld slurmd slurm-client slurm-wlm-basic-plugins iproute2
+  zstd gdb util-linux)
 
 want=("${build_pkgs[@]}")
 if [[ "${1:-}" == "--test" ]]; then

@@ -322,9 +322,14 @@ int main(int argc, char **argv) {
     if (o.steps < 1 || o.reps < 1 || o.batch < 1 || o.layers < 1 || o.seq < 0) return usage();
     bt_diag d;
     bt_diag_init(&d);
-    if (cuda_device_count(&d) < 0) {
+    int ndev = cuda_device_count(&d);
+    if (ndev == BT_EUNSUPPORTED) {
         printf("SKIPPED: %s\n", d.msg);
         return EXIT_SKIP;
+    }
+    if (ndev < 0) {
+        fprintf(stderr, "bench_gpu: %s\n", d.msg);
+        return 1;
     }
     backend be;
     int rc = cuda_backend_init(&be, 0, &d);

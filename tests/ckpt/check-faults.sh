@@ -9,8 +9,8 @@ set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
 export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 work=$(mktemp -d /tmp/baton-test-faults.XXXXXX)
-cleanup() {
-  [[ -n "${mnt_pid:-}" ]] && kill "$mnt_pid" 2>/dev/null
+cleanup() { # any rank left (their --spec lies in $work), then $work
+  pkill -9 -f -- "--spec $work/" 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -24,13 +24,25 @@ sed "s/RANKS/1/; s/LAYOUT/{tp: 1}/" "$src/tests/ckpt/reshard.yaml" >one.yaml
 
 fail() { echo "$case: $*"; exit 1; }
 losses() { sed -En 's/^(\[0\] )?step +([0-9]+)\/[0-9]+  loss ([0-9.]+).*/\2 \3/p' "$@"; }
-tp2() { timeout 300 "$baton" launch -n 2 -- "$worker" --spec tp2.pb --eval-windows 0 \
+tp2() { timeout 300 "$baton" launch -n 2 -- "$worker" --spec "$work/tp2.pb" --eval-windows 0 \
   --comm-timeout 30 "$@"; }
-one() { "$worker" --spec one.pb --eval-windows 0 "$@"; }
+one() { "$worker" --spec "$work/one.pb" --eval-windows 0 "$@"; }
+steps=20 # reshard.yaml's
+# tail_losses LOG FROM: "step loss" of LOG's steps FROM to the last, after checking that
+# there is one line for each (so that two logs with no losses found never compare equal);
+# run in $(...), it fails the case through the caller's `|| exit 1`
+tail_losses() {
+  local got
+  got=$(losses "$1" | awk -v f="$2" '$1 >= f')
+  [[ $(grep -c . <<<"$got") -eq $((steps - $2 + 1)) ]] ||
+    fail "$1: expected the losses of steps $2 to $steps, found: ${got:-none}" >&2
+  echo "$got"
+}
 # same_tail REF LOG FROM: LOG's steps are REF's from step FROM on, bitwise
 same_tail() {
-  diff <(losses "$1" | awk -v f="$3" '$1 >= f') <(losses "$2" | awk -v f="$3" '$1 >= f') ||
-    fail "losses after the resume differ from the uninterrupted run"
+  local ref got
+  ref=$(tail_losses "$1" "$3") && got=$(tail_losses "$2" "$3") || exit 1
+  diff <(echo "$ref") <(echo "$got") || fail "losses after the resume differ from the uninterrupted run"
 }
 
 case $case in
@@ -85,7 +97,7 @@ disk-full)
   mkdir -p small
   # a 2 MB tmpfs holds the step 5 checkpoint (1.5 MB) but not step 10's as well
   unshare -Urm bash -c "mount -t tmpfs -o size=2m tmpfs small && \
-    { \"$worker\" --spec one.pb --eval-windows 0 --run-dir small/run --save-every 5 --steps 12 \
+    { \"$worker\" --spec \"$work/one.pb\" --eval-windows 0 --run-dir small/run --save-every 5 --steps 12 \
         >a.log 2>a.err; echo \$? >a.rc; } ; \"$baton\" ckpt verify small/run >verify.log; \
     echo \$? >verify.rc; cp -r small/run saved"
   [[ $(cat a.rc) != 0 ]] || fail "a full disk went unnoticed"
@@ -101,7 +113,8 @@ async-save)
   # async saves change nothing in training, and their checkpoints resume bitwise
   tp2 >ref.log
   tp2 --run-dir run --save-every 5 --async-save >a.log
-  diff <(losses ref.log) <(losses a.log) >/dev/null || fail "async saves changed the losses"
+  ref=$(tail_losses ref.log 1) && got=$(tail_losses a.log 1) || exit 1
+  [[ $ref == "$got" ]] || fail "async saves changed the losses"
   grep -q "snapshot taken, writing in the background" a.log || fail "the saves were not async"
   ls run/checkpoints | grep -c '^s00-step' | grep -qx 3 || fail "retention did not keep 3"
   for c in run/checkpoints/s00-step*; do "$baton" ckpt verify "$c" >/dev/null || fail "$c"; done

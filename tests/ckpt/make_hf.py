@@ -10,7 +10,8 @@ its own values (other, the default), the embedding's (same), or nothing (none).
 
   make_hf.py --compare FILE NAME_A NAME_B
 
-exits 0 when tensors NAME_A and NAME_B of safetensors FILE hold the same bytes, 1 if not.
+exits 0 when tensors NAME_A and NAME_B of safetensors FILE hold the same bytes, 3 if not
+(not 1, which is what an error such as a missing FILE exits with).
 """
 import array
 import json
@@ -85,9 +86,12 @@ def tensor_bytes(path, name):
         return f.read(e - b)
 
 
+DIFFER = 3  # --compare's exit for tensors that differ
+
+
 def main(argv):
     if argv[:1] == ["--compare"]:
-        return 0 if tensor_bytes(argv[1], argv[2]) == tensor_bytes(argv[1], argv[3]) else 1
+        return 0 if tensor_bytes(argv[1], argv[2]) == tensor_bytes(argv[1], argv[3]) else DIFFER
     out, hidden, layers, vocab = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
     tied = "--tied" in argv
     head = argv[argv.index("--head") + 1] if "--head" in argv else "other"

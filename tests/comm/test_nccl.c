@@ -6,7 +6,8 @@
  * NCCL allows one rank per device in a communicator, so rank r uses device r and a
  * scenario needs as many devices as it starts ranks. Without them the parent prints
  * "SKIPPED: ..." with the reason and exits 77 (ctest's SKIP_RETURN_CODE): on a machine
- * without a GPU or driver, cudaGetDeviceCount fails and names why.
+ * without a GPU or driver, cudaGetDeviceCount fails and names why. A driver that is
+ * installed but fails (too old for the runtime) fails the test instead.
  *
  * collectives-*, timeout-w2 and nopeer-w2 pass device buffers and streams; host-* and
  * timeout-host-w2 the engine's way of calling: host buffers (staged) and stream NULL
@@ -875,9 +876,15 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 
 static int run_parent(const scenario *sc) {
     /* Skip, out loud, where the scenario cannot run: no driver, or too few devices. */
-    int ndev = 0;
+    int ndev = 0, driver = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess) {
+        (void)cudaDriverGetVersion(&driver);
+        if (e != cudaErrorNoDevice && driver != 0) {
+            fprintf(stderr, "FAIL: the CUDA driver (CUDA %d.%d) fails: cudaGetDeviceCount: %s\n",
+                    driver / 1000, driver % 1000 / 10, cudaGetErrorString(e));
+            return 1;
+        }
         printf("SKIPPED: no CUDA device (cudaGetDeviceCount: %s)\n", cudaGetErrorString(e));
         return EXIT_SKIP;
     }

@@ -11,9 +11,10 @@ baton=$1 worker=$2 test_control=$3 src=$4 case=$5
 export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 work=$(mktemp -d /tmp/baton-test-stop.XXXXXX)
 serve_pid= launch_pid=
-cleanup() {
+cleanup() { # the launcher, the server, and any rank left (their --spec lies in $work)
   [[ -n "$launch_pid" ]] && kill -9 "$launch_pid" 2>/dev/null
   [[ -n "$serve_pid" ]] && kill -9 "$serve_pid" 2>/dev/null
+  pkill -9 -f -- "--spec $work/" 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -26,7 +27,8 @@ fail() { echo "FAIL $case: $*"; exit 1; }
 "$baton" spec "$src/tests/control/stop.yaml" --out base.pb
 run2() { timeout 200 "$baton" launch -n 2 -- "$worker" --eval-windows 0 --comm-timeout 30 "$@"; }
 losses() { sed -En 's/^(\[0\] )?step +([0-9]+)\/[0-9]+  loss ([0-9.]+).*/\2 \3/p' "$@"; }
-run2 --spec base.pb >ref.log
+steps=60 # stop.yaml's
+run2 --spec "$work/base.pb" >ref.log
 
 case $case in
 stop-message) action=stop reason="test stop|another rank's request" want_rc=75 ;;
@@ -41,7 +43,7 @@ serve_pid=$!
 for _ in $(seq 100); do [[ -s ctl.pb ]] && break; sleep 0.1; done
 [[ -s ctl.pb ]] || { cat serve.log; fail "the test server did not start"; }
 # in the background without `timeout` in between, so that $! is the launcher itself
-"$baton" launch -n 2 -- "$worker" --eval-windows 0 --comm-timeout 30 --spec ctl.pb \
+"$baton" launch -n 2 -- "$worker" --eval-windows 0 --comm-timeout 30 --spec "$work/ctl.pb" \
   --run-dir run --save-every 0 >a.log 2>&1 &
 launch_pid=$!
 if [[ $case == sigterm-launcher ]]; then
@@ -78,8 +80,12 @@ grep -q "baton-worker: " a.log && fail "a rank reported an error"
 /usr/bin/python3 "$src/tests/control/read_tb.py" run/tb run/metrics.jsonl | tail -1
 # the stop checkpoint resumes onto the uninterrupted run, bitwise
 unset BATON_CONTROL_TOKEN
-run2 --spec base.pb --run-dir run --init run --save-every 0 >b.log
+run2 --spec "$work/base.pb" --run-dir run --init run --save-every 0 >b.log
 grep -q "started from run at step $k " b.log || fail "did not resume at step $k"
-diff <(losses ref.log | awk -v f="$k" '$1 > f') <(losses b.log) ||
-  fail "losses after the resume differ from the uninterrupted run"
+ref=$(losses ref.log | awk -v f="$k" '$1 > f') got=$(losses b.log)
+for x in ref got; do # a loss for each step after k in both, so that none found is no match
+  n=$(grep -c . <<<"${!x}" || true)
+  [[ $n -eq $((steps - k)) ]] || fail "$x: $n losses after step $k, expected $((steps - k))"
+done
+diff <(echo "$ref") <(echo "$got") || fail "losses after the resume differ from the uninterrupted run"
 echo "$case: stopped at step $k ($(sed -En 's/.*stopping at step [0-9]+ \((.*)\).*/\1/p' a.log)), exit $rc, checkpoint $ckpt resumed, steps $((k + 1))-60 bitwise"

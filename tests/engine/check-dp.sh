@@ -21,6 +21,11 @@ dp_case() { # NAME RANKS STAGE
   got=$(optim_mb "$1.log") ref=$(optim_mb "$1.ref.log")
   echo "$1: optimizer $got MB per rank vs $ref MB in one process"
   [[ "$3" == zero1 ]] || return 0
+  if [[ -z $got || -z $ref ]]; then # no figure found on a side: nothing to compare
+    echo "FAIL: $1: no 'optimizer N MB' figure in $1.log or $1.ref.log"
+    failures=$((failures + 1))
+    return 0
+  fi
   # ZeRO-1 shards the optimizer state: 1/dp of the one-process memory (up to padding).
   if ! awk -v a="$got" -v r="$ref" -v n="$2" \
       'BEGIN { d = a - r / n; if (d < 0) d = -d; exit !(d <= 0.01 * r / n + 0.01) }'; then

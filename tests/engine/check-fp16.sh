@@ -92,11 +92,15 @@ BATON_CONTROL_TOKEN=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 export BATON_CONTROL_TOKEN
 "$test_control" serve overflow.pb ctl.pb run 4 20 mark >serve.log 2>&1 &
 serve_pid=$!
+# whatever ends the script (set -e), the server and any rank go too, then $work
+trap '[[ -n $serve_pid ]] && kill -9 "$serve_pid" 2>/dev/null
+  pkill -9 -f -- "--spec $work/" 2>/dev/null || true; rm -rf "$work"' EXIT
 for _ in $(seq 100); do [[ -s ctl.pb ]] && break; sleep 0.1; done
 [[ -s ctl.pb ]] || { cat serve.log; fail "the test control server did not start"; }
-timeout 300 "$baton" launch -n 4 -- "$worker" --spec ctl.pb --eval-windows 0 --comm-timeout 30 \
+timeout 300 "$baton" launch -n 4 -- "$worker" --spec "$work/ctl.pb" --eval-windows 0 --comm-timeout 30 \
   --dump-params overflow.params >launch.log
 wait "$serve_pid" || { cat serve.log; fail "the test control server did not see every rank"; }
+serve_pid=
 unset BATON_CONTROL_TOKEN
 layout_compare_losses tp2-dp2 overflow.log launch.log || failures=$((failures + 1))
 /usr/bin/python3 - overflow.ref overflow.params <<'PY' || failures=$((failures + 1))

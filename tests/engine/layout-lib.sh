@@ -140,7 +140,8 @@ layout_finish() { # SUMMARY
 }
 
 # A layout_run's (or launch's) log then: every rank's "model state allocated" figures
-# (parameters, gradients, optimizer) and rank 0's dp bytes per step within 10% of
+# (parameters, gradients, optimizer; one line from each of the plan's world ranks, none
+# missing) and rank 0's dp bytes per step within 10% of
 # `baton plan --json`'s for STAGE of NAME.yaml. With MODE "heaviest" (pipeline stages
 # that hold different layers) the plan's figures, its heaviest stage's, must be the
 # largest rank's within 10%, and no rank's above them by more.
@@ -153,12 +154,13 @@ plan = next(s for s in json.load(open(plan_path))["stages"] if s["name"] == stag
 mem = plan["memory_per_gpu"]
 pat = re.compile(r"^\[(\d+)\] model state allocated by this rank \(zero \d\): params (\d+) "
                  r"grads (\d+) optimizer (\d+) bytes")
-bad, ranks, most = 0, 0, {}
+bad, ranks, most, seen = 0, 0, {}, set()
 for line in open(log_path):
     m = pat.match(line)
     if not m:
         continue
     ranks += 1
+    seen.add(int(m.group(1)))
     got = dict(zip(("params", "grads", "optimizer"), map(float, m.groups()[1:])))
     for k, v in got.items():
         most[k] = max(most.get(k, 0), v)
@@ -182,6 +184,10 @@ dp = max(sent)
 want = plan["comm_bytes_per_step"]["dp"]
 rel = abs(dp - want) / want if want else float(dp != 0)
 print(f"{name}: dp measured {dp:.0f} B/step, plan {want:.0f} ({rel:.2%}); {ranks} ranks checked")
+if ranks != plan["world"] or seen != set(range(plan["world"])):
+    print(f"{name}: model state lines from ranks {sorted(seen)} ({ranks} lines), "
+          f"expected one from each of the plan's {plan['world']} ranks")
+    bad = 1
 sys.exit(1 if bad or rel > 0.10 or ranks == 0 else 0)
 PY
 }

@@ -752,4 +752,5 @@ import json, sys
 assert json.load(sys.stdin)["state"] == "completed"' || fail "the resumed run did not complete"
   echo "$case: SIGTERM before main -> exit 75, resumed to completion"
   ;;
+*) fail "unknown case" ;;
 esac

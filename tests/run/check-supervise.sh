@@ -151,7 +151,10 @@ import json
 for run, want in (("mfu", {"full": 0.025, "half": 0.05, "own": 0.025, "eight": 0.1}),
                   ("mfu32", {"full": 0.01, "half": 0.05, "own": 0.01, "eight": 0.1})):
     flops = {s["name"]: s["flops_per_step"] for s in json.load(open(run + ".plan.json"))["stages"]}
-    for r in map(json.loads, open(run + "/metrics.jsonl")):
+    rows = [json.loads(l) for l in open(run + "/metrics.jsonl")]
+    steps = {st: sum(r["stage"] == st for r in rows) for st in want}
+    assert steps == {st: 3 for st in want} and len(rows) == 12, (run, "rows per stage", steps)
+    for r in rows:
         peak = flops[r["stage"]] / (r["step_time_s"] * r["mfu"]) / 1e12
         assert abs(peak - want[r["stage"]]) <= 1e-6 * want[r["stage"]], (run, r["stage"], peak)
 print("the logged mfu divides by the plan's peak: fp32 bf16/2 or peak_tflops_fp32, bf16 its own")

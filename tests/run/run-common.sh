@@ -19,14 +19,18 @@ cd "$work"
 recipe=$src/tests/run/run.yaml
 fail() { { echo "$case: $*"; [[ -f run.out ]] && tail -20 run.out; } >&2; exit 1; }
 
-# same_losses REF GOT [SHRUNK_STAGE]: exact per stage, within 1e-5 for SHRUNK_STAGE
+# same_losses REF GOT [SHRUNK_STAGE]: exact per stage, within 1e-5 for SHRUNK_STAGE; both
+# files must hold a line for each of $recipe's stages (two empty files are no match)
 same_losses() {
-  /usr/bin/python3 - "$@" <<'PY'
+  /usr/bin/python3 - "$(grep -c '^  - name:' "$recipe")" "$@" <<'PY'
 import sys
+want = int(sys.argv.pop(1))
 ref = [l.split() for l in open(sys.argv[1])]
 got = [l.split() for l in open(sys.argv[2])]
 shrunk = sys.argv[3] if len(sys.argv) > 3 else None
-ok = len(ref) == len(got)
+ok = want > 0 and len(ref) == len(got) == want
+if not ok:
+    print(f"{len(ref)} reference and {len(got)} stage losses, expected {want} (the recipe's stages)")
 for a, b in zip(ref, got):
     r = abs(float(a[2]) - float(b[2])) / abs(float(a[2]))
     good = a[:2] == b[:2] and (r <= 1e-5 if a[0] == shrunk else a[2] == b[2])

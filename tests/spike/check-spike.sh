@@ -44,7 +44,7 @@ cd "$work"
 recipe=$src/tests/spike/spike.yaml
 fail() { echo "$case: $*"; exit 1; }
 "$baton" spec "$recipe" --out s0.pb
-w() { "$worker" --spec s0.pb --single-process --eval-windows 0 "$@"; }
+w() { "$worker" --spec "$work/s0.pb" --single-process --eval-windows 0 "$@"; }
 
 case $case in
 guard-fp8)
@@ -57,7 +57,7 @@ text = text.replace("  - name: pretrain\n", "  - name: pretrain\n" + prec + "\n"
 open(sys.argv[2], "w").write(text)
 PY
   "$baton" spec fp8.yaml --out f.pb
-  f() { "$worker" --spec f.pb --single-process --eval-windows 0 "$@"; }
+  f() { "$worker" --spec "$work/f.pb" --single-process --eval-windows 0 "$@"; }
   f --steps 14 --run-dir a --save-every 0 >a.out
   # from scratch: no scaling state to start from, so step 1's micro-batches calibrate it
   grep -q "^fp8 scales calibrated from 4 micro-batch(es)" a.out || { cat a.out; fail "no calibration"; }
@@ -163,7 +163,7 @@ calib-fallback)
   # that one (nothing of the refused checkpoint left: step 0, calibrated), so its losses
   # are those of the first hand-off.
   "$baton" spec "$recipe" --stage fp8 --out s1.pb
-  f1() { "$worker" --spec s1.pb --single-process --eval-windows 0 "$@"; }
+  f1() { "$worker" --spec "$work/s1.pb" --single-process --eval-windows 0 "$@"; }
   w --steps 4 --run-dir r --save-every 0 >a.out
   f1 --steps 2 --run-dir r --init r --save-every 0 >b.out
   ck=r/checkpoints/s01-step00000002
@@ -184,7 +184,7 @@ calib-fallback)
   sed '/^  - name: fp8/,$ s/parallel: {tp: 1, pp: 1, dp: 2}/parallel: {tp: 1, pp: 2, dp: 1}/' \
     "$recipe" >pp.yaml
   "$baton" spec pp.yaml --stage fp8 --out pp.pb
-  p2() { timeout 120 "$baton" launch -n 2 -- "$worker" --spec pp.pb --eval-windows 0 \
+  p2() { timeout 120 "$baton" launch -n 2 -- "$worker" --spec "$work/pp.pb" --eval-windows 0 \
     --comm-timeout 20 --save-every 0 "$@"; }
   mkdir -p q/checkpoints && cp -r r/checkpoints/s00-step00000004 q/checkpoints/
   p2 --steps 2 --run-dir q --init q >d.out || { cat d.out; fail "the pp2 hand-off failed"; }
@@ -209,7 +209,7 @@ calib-moe)
          s/^defaults:/defaults:\n  precision: {type: $p, first_last_bf16: false}/" \
       "$src/tests/engine/moe.yaml" >"moe-$p.yaml"
     "$baton" spec "moe-$p.yaml" --out "moe-$p.pb"
-    "$worker" --spec "moe-$p.pb" --single-process --eval-windows 0 --steps 1 >"moe-$p.out"
+    "$worker" --spec "$work/moe-$p.pb" --single-process --eval-windows 0 --steps 1 >"moe-$p.out"
   done
   grep -q "^fp8 scales calibrated" moe-fp8.out || fail "the fp8 stage did not calibrate"
   d32=$(sed -En 's/^step +1\/.* dropped ([0-9]+).*/\1/p' moe-fp32.out)

@@ -4,7 +4,9 @@
  * dy to a temporary file, runs tests/oracle/moe_ref.py (float64 PyTorch, spawned without a
  * shell) and compares y, the aux loss, the routed loads and the dropped count (exactly),
  * dx and every weight gradient. Error measure per tensor: max |c - ref| / max |ref|,
- * required <= 1e-5. Without /usr/bin/python3 or torch only this part is SKIPPED.
+ * required <= 1e-5. Without /usr/bin/python3 or torch (moe_ref.py exits 77) this part is
+ * SKIPPED and the test exits 77 once the pure C part has passed; a reference that cannot be
+ * started, is killed by a signal or exits otherwise fails the test.
  *
  * Pure C part: central finite differences of L = sum(y * dy) + aux for a few elements of
  * every tensor, bitwise determinism, first-come-first-served capacity, argument checks,
@@ -137,16 +139,25 @@ static int write_inputs(const char *path, const problem *p) {
     return (fclose(f) == 0 && ok) ? 0 : BT_EIO;
 }
 
-/* Runs moe_ref.py IN OUT; returns its exit status, or -1. */
+/* Runs moe_ref.py IN OUT; returns its exit status, or -1 (said why) when it could not be
+ * started or did not exit normally. */
 static int run_reference(const char *in, const char *out) {
     char script[1024];
     snprintf(script, sizeof script, "%s/tests/oracle/moe_ref.py", BATON_SOURCE_DIR);
     char *argv[] = {"/usr/bin/python3", script, (char *)in, (char *)out, NULL};
     pid_t pid;
-    if (posix_spawn(&pid, argv[0], NULL, NULL, argv, environ) != 0) return -1;
-    int st;
-    if (waitpid(pid, &st, 0) != pid) return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    int rc = posix_spawn(&pid, argv[0], NULL, NULL, argv, environ), st;
+    if (rc != 0) {
+        fprintf(stderr, "  %s: cannot start: %s\n", script, strerror(rc));
+        return -1;
+    }
+    if (waitpid(pid, &st, 0) != pid) {
+        perror("  waitpid moe_ref.py");
+        return -1;
+    }
+    if (WIFEXITED(st)) return WEXITSTATUS(st);
+    fprintf(stderr, "  %s: killed by signal %d\n", script, WTERMSIG(st));
+    return -1;
 }
 
 /* max |a - ref| / max |ref| */
@@ -222,7 +233,7 @@ static int bias_alters_selection(problem *p) {
     return differs;
 }
 
-/* Returns 0, or SKIP when the reference cannot run here. */
+/* Returns 0, or SKIP when the reference says it cannot run here (exit 77: no torch). */
 static int oracle_case(const test_case *tc, const char *dir, uint64_t seed) {
     problem p;
     CHECK(problem_init(&p, &tc->cfg, N_TOK, seed, tc->use_bias) == 0);
@@ -232,11 +243,12 @@ static int oracle_case(const test_case *tc, const char *dir, uint64_t seed) {
     int rc = write_inputs(in, &p);
     CHECK(rc == 0);
     int ref_rc = rc == 0 ? run_reference(in, out) : -1;
-    if (ref_rc == SKIP || ref_rc == -1) {
+    if (ref_rc == SKIP) {
         unlink(in);
         problem_free(&p);
         return SKIP;
     }
+    if (ref_rc != 0) fprintf(stderr, "  %s: moe_ref.py failed (exit %d)\n", tc->name, ref_rc);
     CHECK(ref_rc == 0);
     double *ref = malloc(out_doubles(&p) * sizeof(double));
     CHECK(ref != NULL);
@@ -254,10 +266,11 @@ static int oracle_case(const test_case *tc, const char *dir, uint64_t seed) {
     return 0;
 }
 
-static void oracle_checks(void) {
+/* Returns 1 when the oracle part was SKIPPED, else 0. */
+static int oracle_checks(void) {
     if (access("/usr/bin/python3", X_OK) != 0) {
         printf("oracle SKIPPED: /usr/bin/python3 is not installed (needs python3-torch)\n");
-        return;
+        return 1;
     }
     const char *tmp = getenv("TMPDIR");
     char dir[256];
@@ -265,15 +278,15 @@ static void oracle_checks(void) {
     if (mkdtemp(dir) == NULL) {
         perror("mkdtemp");
         check_failures++;
-        return;
+        return 0;
     }
-    for (int i = 0; i < N_CASES; i++) {
-        if (oracle_case(&cases[i], dir, 100 + (uint64_t)i) == SKIP) {
-            printf("oracle SKIPPED: moe_ref.py could not run (torch missing?)\n");
-            break;
-        }
-    }
+    int skipped = 0;
+    for (int i = 0; i < N_CASES && !skipped; i++)
+        skipped = oracle_case(&cases[i], dir, 100 + (uint64_t)i) == SKIP;
+    if (skipped)
+        printf("oracle SKIPPED: moe_ref.py exited 77 (/usr/bin/python3 cannot import torch)\n");
     rmdir(dir);
+    return skipped;
 }
 
 /* ---- pure C ---- */
@@ -444,12 +457,13 @@ static void balance_check(void) {
 }
 
 int main(void) {
-    oracle_checks();
+    int oracle_skipped = oracle_checks();
     fd_checks();
     determinism_check();
     capacity_check();
     argument_checks();
     balance_check();
     if (check_failures) fprintf(stderr, "%d check(s) failed\n", check_failures);
-    return check_failures ? 1 : 0;
+    if (check_failures) return 1;
+    return oracle_skipped ? SKIP : 0;
 }

@@ -82,14 +82,31 @@ extern "C" const char *cuda_backend_error(backend *be) {
     return c ? c->errmsg : "";
 }
 
+/* cudaGetDeviceCount failed with e: BT_EUNSUPPORTED where there is no device or no driver
+ * installed at all (driver version 0), BT_EIO where a driver is there but does not work
+ * (too old for the runtime, mismatched): an error to fix, not the absence of a GPU. */
+static int cuda_count_error(cudaError_t e, bt_diag *diag) {
+    int driver = 0, runtime = 0;
+    (void)cudaDriverGetVersion(&driver);
+    (void)cudaRuntimeGetVersion(&runtime);
+    (void)cudaGetLastError();
+    if (e == cudaErrorNoDevice || driver == 0) {
+        bt_diag_set(diag, "no CUDA device: cudaGetDeviceCount: %s%s", cudaGetErrorString(e),
+                    driver == 0 ? " (no CUDA driver installed)" : "");
+        return BT_EUNSUPPORTED;
+    }
+    bt_diag_set(diag,
+                "CUDA driver error: cudaGetDeviceCount: %s (driver supports CUDA %d.%d, "
+                "runtime %d.%d)",
+                cudaGetErrorString(e), driver / 1000, driver % 1000 / 10, runtime / 1000,
+                runtime % 1000 / 10);
+    return BT_EIO;
+}
+
 extern "C" int cuda_device_count(bt_diag *diag) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) {
-        bt_diag_set(diag, "no CUDA device: cudaGetDeviceCount: %s", cudaGetErrorString(e));
-        (void)cudaGetLastError();
-        return BT_EUNSUPPORTED;
-    }
+    if (e != cudaSuccess) return cuda_count_error(e, diag);
     if (n == 0) {
         bt_diag_set(diag, "no CUDA device: cudaGetDeviceCount found 0 devices");
         return BT_EUNSUPPORTED;

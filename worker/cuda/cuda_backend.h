@@ -54,8 +54,10 @@ const char *cuda_backend_error(backend *be);
  * cuda: device local_rank % devices, its errors through be->error. */
 void cuda_backend_register(void);
 
-/* The number of CUDA devices, or a negative BT_ code with the reason in diag (for tests
- * and benchmarks that SKIP without a GPU). */
+/* The number of CUDA devices, or a negative BT_ code with the reason in diag:
+ * BT_EUNSUPPORTED when there is no device (none found, or no driver installed: tests and
+ * benchmarks SKIP), BT_EIO when a driver is installed but fails (too old for the runtime,
+ * mismatched: an error, never a skip). */
 int cuda_device_count(bt_diag *diag);
 
 /* How many fp8 matrix products this backend has run on the fp8 tensor cores (*native)

@@ -51,18 +51,25 @@ eval_loss() { "$baton" eval "$1" --data "$data" --seq-len $T --num-seqs $N --jso
 # torch.jsonl; torch_loss DIR then reads DIR's
 torch_losses() { "$py" "$here/hf_llama_loss.py" "$@" "$data" $T $N >torch.jsonl || fail "oracle"; }
 torch_loss() { grep -F "{\"dir\": \"$1\"," torch.jsonl | json_loss; }
-# within WHAT A B TOL: |a - b| <= TOL |a|; beyond: the opposite.
+# within WHAT A B TOL: |a - b| <= TOL |a|; beyond: the opposite. Both fail unless A and
+# B are finite decimal numbers: mawk's NaN compares true with <= (and ==), so a nan or
+# inf loss must be rejected by its printed form before any comparison.
+finite='^[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$'
 within() {
-  awk -v w="$1" -v a="$2" -v b="$3" -v tol="$4" 'BEGIN { d = a - b; if (d < 0) d = -d
+  awk -v w="$1" -v a="$2" -v b="$3" -v tol="$4" -v num="$finite" 'BEGIN {
+    if (a !~ num || b !~ num) { printf "%s: %s vs %s, not both finite numbers\n", w, a, b; exit 1 }
+    d = a - b; if (d < 0) d = -d
     r = a != 0 ? d / (a < 0 ? -a : a) : 1
     printf "%s: %s vs %s, relative difference %.3g (tolerance %s)\n", w, a, b, r, tol
-    exit !(a != "" && b != "" && r <= tol) }' || fail "$1"
+    exit !(r <= tol) }' || fail "$1"
 }
 beyond() {
-  awk -v w="$1" -v a="$2" -v b="$3" -v tol="$4" 'BEGIN { d = a - b; if (d < 0) d = -d
+  awk -v w="$1" -v a="$2" -v b="$3" -v tol="$4" -v num="$finite" 'BEGIN {
+    if (a !~ num || b !~ num) { printf "%s: %s vs %s, not both finite numbers\n", w, a, b; exit 1 }
+    d = a - b; if (d < 0) d = -d
     r = a != 0 ? d / (a < 0 ? -a : a) : 0
     printf "%s: %s vs %s, relative difference %.3g (must exceed %s)\n", w, a, b, r, tol
-    exit !(a != "" && b != "" && r > tol) }' || fail "$1"
+    exit !(r > tol) }' || fail "$1"
 }
 # check_format DIR DTYPE LAYERS: the safetensors layout export promises.
 check_format() {
