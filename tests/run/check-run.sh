@@ -67,6 +67,9 @@
 #                 (a preloaded library's initializer sends it; BATON_TEST_EARLY_SIGNAL_LIB):
 #                 it waits blocked for the supervisor, which stops the run: exit 75, not
 #                 143, and `baton resume` completes it.
+#   init-end      checkpoint.every_steps: 0 saves only at the stage's end (-1 refused);
+#                 a run whose init is that checkpoint, of another ffn_dim, is refused
+#                 naming model.ffn_dim and both values.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 #   (the supervisor's judgements, pauses, journal and history: check-supervise.sh;
 #   what both share: run-common.sh)
@@ -735,5 +738,39 @@ early-signal)
 import json, sys
 assert json.load(sys.stdin)["state"] == "completed"' || fail "the resumed run did not complete"
   echo "$case: SIGTERM before main -> exit 75, resumed to completion"
+  ;;
+init-end)
+  cat >one.yaml <<'YAML'
+name: one
+seed: 3
+model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 176,
+        vocab_size: 272, rope: {theta: 10000}}
+cluster: {nodes: 1, gpus_per_node: 1, device: cpu}
+data: {train: data/fortunes_train, valid: data/fortunes_valid}
+defaults:
+  seq_len: 64
+  global_batch: 4
+  micro_batch: 1
+  optimizer: {lr: 3e-3, warmup_steps: 1}
+  checkpoint: {every_steps: 0, keep: 5}
+stages:
+  - {name: a, steps: 5}
+YAML
+  "$baton" run one.yaml --run-dir r1 --quiet >run.out 2>&1 || fail "the every_steps: 0 run failed"
+  [[ $(cd r1/checkpoints && ls -d s*) == s00-step00000005 ]] ||
+    fail "every_steps 0: checkpoints $(ls r1/checkpoints | tr '\n' ' '), not only the stage's end"
+  set +e
+  "$baton" plan one.yaml --set defaults.checkpoint.every_steps=-1 >neg.out 2>&1; rc=$?
+  set -e
+  [[ $rc == 2 ]] && grep -q "every_steps: expected a non-negative integer" neg.out ||
+    { cat neg.out; fail "every_steps -1: exit $rc"; }
+  set +e
+  "$baton" run one.yaml --run-dir r2 --quiet --set name=two --set init=r1 \
+    --set model.ffn_dim=128 >init.out 2>&1; rc=$?
+  set -e
+  [[ $rc == 2 ]] || { tail -5 init.out; fail "init of another model: exit $rc, not 2"; }
+  grep -qF "saved from a different model (model.ffn_dim 176 in the checkpoint, 128 in this stage)" init.out ||
+    { tail -5 init.out; fail "init of another model: the dimension is not named"; }
+  echo "$case: every_steps 0 saved only step 5; $(grep -o -m1 'saved from a different model (.*)' init.out)"
   ;;
 esac
