@@ -459,6 +459,15 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
     run "$small" --run-dir r8 --set data.train=no-such-data
   expect 2 "^baton run: init: no-such-ckpt: .*\\(relative to $sub; make one with" -- \
     run "$small" --run-dir r8 --set init=no-such-ckpt
+  # passkey documents are made by data passkey; every missing dataset is named at once
+  expect 2 "^baton run: stage \"fp32\": training data data/passkey64_train: .* \(relative to $sub; make it with 'baton data passkey'\)$" -- \
+    run "$small" --run-dir r8 --set data.train=data/passkey64_train
+  expect 2 "^baton run: 2 datasets the recipe reads cannot be read \(relative paths resolve against $sub\):$" -- \
+    run "$small" --run-dir r8 --set data.train=no-such-data --set data.valid=data/passkey64_valid
+  expect 2 "^  stage \"fp32\": training data no-such-data: no-such-data\.idx: cannot open: .* \(make it with 'baton data prepare'\)$" -- \
+    run "$small" --run-dir r8 --set data.train=no-such-data --set data.valid=data/passkey64_valid
+  expect 2 "^  stage \"fp32\": validation data data/passkey64_valid: .* \(make it with 'baton data passkey'\)$" -- \
+    run "$small" --run-dir r8 --set data.train=no-such-data --set data.valid=data/passkey64_valid
   [[ ! -e r8 ]] || { echo "FAIL: a run with missing data made its run directory"; exit 1; }
   # resume continues a run: a directory that never held one is refused, as status says,
   # not trained from scratch; one that submit made (no journal yet) is a run
