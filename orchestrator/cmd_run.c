@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "launch_slurm.h"
+#include "launch_tmpdir.h"
 #include "recipe.h"
 #include "run/run_dir.h"
 #include "run/run_state.h"
@@ -488,6 +489,13 @@ static int run_main(run_args *a) {
         int st = run_submit_main(a, &doc);
         recipe_doc_free(&doc);
         return st;
+    }
+    /* the local launcher's temp dir: a stale $TMPDIR is said before anything is made */
+    int local = a->launcher == NULL || strcmp(a->launcher, "local") == 0;
+    if (local && launch_tmpdir_check(&diag) != 0) {
+        fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
+        recipe_doc_free(&doc);
+        return BT_EXIT_USAGE;
     }
     run_dir dir;
     if (run_open_dir(a, &dir) != 0) {

@@ -468,6 +468,11 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
     run "$small" --run-dir r8 --set data.train=no-such-data --set data.valid=data/passkey64_valid
   expect 2 "^  stage \"fp32\": validation data data/passkey64_valid: .* \(make it with 'baton data passkey'\)$" -- \
     run "$small" --run-dir r8 --set data.train=no-such-data --set data.valid=data/passkey64_valid
+  # a stale TMPDIR (a finished job's scratch): exit 2 naming it, before anything is made
+  TMPDIR=$sub/gone expect 2 "^baton run: \\\$TMPDIR \($sub/gone\): No such file or directory; .*set TMPDIR to a writable directory" -- \
+    run "$small" --run-dir r8
+  TMPDIR=$sub/gone expect 2 "^baton launch: \\\$TMPDIR \($sub/gone\): No such file or directory" -- \
+    launch -n 1 -- true
   [[ ! -e r8 ]] || { echo "FAIL: a run with missing data made its run directory"; exit 1; }
   # resume continues a run: a directory that never held one is refused, as status says,
   # not trained from scratch; one that submit made (no journal yet) is a run
