@@ -37,7 +37,8 @@ static void run_usage(FILE *f) {
             "  --set KEY=VALUE override a recipe field: a dotted path as in the YAML, stages\n"
             "                  by name or index (stages.pretrain.steps=100,\n"
             "                  defaults.optimizer.lr=1e-3); kept with the run for resume\n"
-            "  --worker PATH   the worker program (default: baton-worker next to baton)\n"
+            "  --worker PATH   the worker program (default: baton-worker next to baton);\n"
+            "                  kept with the run (RUN_DIR/worker) and used again on resume\n"
             "  --launcher L    local (default): the embedded PMIx server on this host;\n"
             "                  slurm: inside an allocation, each attempt is an\n"
             "                  'srun --mpi=pmix' step on the allocation's hosts\n"
@@ -53,11 +54,14 @@ static void resume_usage(FILE *f) {
     fprintf(f, "usage: baton resume RUN_DIR [--worker PATH] [--quiet] [--launcher local|slurm]\n"
                "                    [--listen ADDRESS]\n\n"
                "Continues a stopped or interrupted run from its run directory, with the recipe\n"
-               "copy and the --set overrides kept there (RUN_DIR/recipe.yaml, RUN_DIR/overrides),\n"
-               "from the newest complete checkpoint. It works in the directory the run started\n"
-               "in (RUN_DIR/workdir), where the recipe's relative data paths resolve, and says\n"
-               "so. A completed run is reported as such.\n\n"
-               "  --worker PATH   the worker program (default: baton-worker next to baton)\n"
+               "copy, the --set overrides and the --worker kept there (RUN_DIR/recipe.yaml,\n"
+               "RUN_DIR/overrides, RUN_DIR/worker), from the newest complete checkpoint. It\n"
+               "works in the directory the run started in (RUN_DIR/workdir), where the\n"
+               "recipe's relative data paths resolve, and says so. A completed run is\n"
+               "reported as such.\n\n"
+               "  --worker PATH   the worker program (default: the one the run was started\n"
+               "                  with, else baton-worker next to baton); said when it\n"
+               "                  replaces the run's\n"
                "  --launcher L    local (default) or slurm (inside an allocation; what a\n"
                "                  'baton submit' job runs)\n"
                "  --listen ADDR   (slurm) the address the workers reach this host at\n"
@@ -230,6 +234,22 @@ static const char *run_worker_path(char *buf, size_t cap) {
     if (slash == NULL) return "baton-worker";
     strcpy(slash + 1, "baton-worker");
     return access(buf, X_OK) == 0 ? buf : "baton-worker";
+}
+
+/* The worker this run of the run directory starts: --worker as given, else the one the
+ * run was started with (RUN_DIR/worker: a container's wrapper, say), else baton-worker
+ * next to baton. Said when the kept one is taken, and when --worker replaces it. */
+static const char *run_pick_worker(const run_args *a, const run_dir *dir, char *buf, size_t cap) {
+    int kept = run_dir_read_worker(dir->path, buf, cap);
+    if (a->worker && kept && strcmp(a->worker, buf) != 0)
+        printf("baton %s: worker %s (--worker), not the %s the run was started with (kept "
+               "in %s/worker)\n",
+               run_name(a), a->worker, buf, dir->path);
+    if (a->worker) return a->worker;
+    if (kept && !a->quiet)
+        printf("baton %s: worker %s, as the run was started with (%s/worker)\n", run_name(a), buf,
+               dir->path);
+    return kept ? buf : run_worker_path(buf, cap);
 }
 
 /* The overrides kept with a run (resume), one per line, into a. */
@@ -409,7 +429,7 @@ static int run_default_dir(char *out, size_t cap, const char *name, const char *
 }
 
 /* The run directory opened (made, locked, the recipe and overrides kept) and, for a new
- * run, the working directory noted; nonzero after saying why. */
+ * run, the working directory and --worker noted; nonzero after saying why. */
 static int run_open_dir(run_args *a, run_dir *dir) {
     bt_diag diag;
     bt_diag_init(&diag);
@@ -419,7 +439,8 @@ static int run_open_dir(run_args *a, run_dir *dir) {
         bt_buf_printf(&sets, "%s\n", a->sets.set[i]);
     int rc = run_dir_open(dir, a->run_dir, a->recipe, bt_buf_str(&sets), &diag);
     bt_buf_free(&sets);
-    if (rc == 0 && !a->resume && (rc = run_dir_note_workdir(dir, &diag)) != 0) run_dir_close(dir);
+    if (rc == 0 && !a->resume && (rc = run_dir_note_start(dir, a->worker, &diag)) != 0)
+        run_dir_close(dir);
     if (rc != 0) fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
     return rc;
 }
@@ -445,6 +466,10 @@ static int run_main(run_args *a) {
     bt_diag diag;
     bt_diag_init(&diag);
     static char run_abs[PATH_MAX], worker_abs[PATH_MAX];
+    /* a --worker path relative to here: absolute before resume enters the run's working
+     * directory, and as the run keeps it (RUN_DIR/worker) */
+    if (a->worker && strchr(a->worker, '/') && realpath(a->worker, worker_abs) != NULL)
+        a->worker = worker_abs;
     if (a->resume) { /* from anywhere: in the run's working directory (run_dir.h) */
         int moved = 0;
         if (realpath(a->run_dir, run_abs) == NULL) {
@@ -456,9 +481,6 @@ static int run_main(run_args *a) {
             fprintf(stderr, "baton resume: %s\n", diag.msg);
             return BT_EXIT_USAGE;
         }
-        /* a --worker path relative to here, before the run's directory becomes the current one */
-        if (a->worker && strchr(a->worker, '/') && realpath(a->worker, worker_abs) != NULL)
-            a->worker = worker_abs;
         if (run_dir_enter_workdir(a->run_dir, &moved, &diag) != 0) {
             fprintf(stderr, "baton resume: %s\n", diag.msg);
             return BT_EXIT_USAGE;
@@ -503,7 +525,7 @@ static int run_main(run_args *a) {
         return BT_EXIT_USAGE;
     }
     if (!a->quiet) printf("baton %s: %s, run directory %s\n", run_name(a), a->recipe, dir.path);
-    run_opts o = {.worker = a->worker ? a->worker : run_worker_path(worker, sizeof worker),
+    run_opts o = {.worker = run_pick_worker(a, &dir, worker, sizeof worker),
                   .quiet = a->quiet,
                   .prog = a->resume ? "baton resume" : "baton run"};
     int status = 0;

@@ -319,12 +319,29 @@ int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const ch
     return rc;
 }
 
-int run_dir_note_workdir(const run_dir *d, bt_diag *diag) {
+int run_dir_note_start(const run_dir *d, const char *worker, bt_diag *diag) {
     char path[4200], cwd[PATH_MAX];
     run_dir_file(d, "workdir", path, sizeof path);
-    if (access(path, F_OK) == 0) return 0;
+    if (access(path, F_OK) == 0) return 0; /* the run started before */
+    if (worker != NULL) {
+        char kept[4200];
+        run_dir_file(d, "worker", kept, sizeof kept);
+        int rc = ckpt_write_file_atomic(kept, worker, strlen(worker), diag);
+        if (rc != 0) return rc;
+    }
     if (getcwd(cwd, sizeof cwd) == NULL) return 0; /* nothing to note: resume stays put */
     return ckpt_write_file_atomic(path, cwd, strlen(cwd), diag);
+}
+
+int run_dir_read_worker(const char *run_dir_path, char *out, size_t cap) {
+    char path[4200], *text = NULL;
+    size_t n = 0;
+    snprintf(path, sizeof path, "%s/worker", run_dir_path);
+    if (bt_read_file(path, PATH_MAX, &text, &n) != 0) return 0;
+    int ok = n > 0 && n < cap && memchr(text, '\0', n) == NULL;
+    if (ok) memcpy(out, text, n), out[n] = '\0';
+    free(text);
+    return ok;
 }
 
 int run_dir_enter_workdir(const char *run_dir_path, int *moved, bt_diag *diag) {
