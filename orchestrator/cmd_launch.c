@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "launch.h"
+#include "launch_tmpdir.h"
 
 static void launch_usage(FILE *f) {
     fprintf(f, "usage: baton launch -n N [--nodes K] [--timeout T] [--kill-grace T]\n"
@@ -202,6 +203,11 @@ int cmd_launch(int argc, char **argv) {
     launch_server srv;
     launch_job job;
     int status = BT_EXIT_FAILURE;
+    if (launch_tmpdir_check(&diag) != 0) {
+        fprintf(stderr, "baton launch: %s\n", diag.msg);
+        if (sfd >= 0) close(sfd);
+        return BT_EXIT_USAGE;
+    }
     int rc = launch_server_init(&srv, &diag);
     if (rc != 0) goto done;
     launch_opts o = {.nprocs = a.nprocs,

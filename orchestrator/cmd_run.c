@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "launch_slurm.h"
+#include "launch_tmpdir.h"
 #include "recipe.h"
 #include "run/run_dir.h"
 #include "run/run_state.h"
@@ -37,7 +38,8 @@ static void run_usage(FILE *f) {
             "  --set KEY=VALUE override a recipe field: a dotted path as in the YAML, stages\n"
             "                  by name or index (stages.pretrain.steps=100,\n"
             "                  defaults.optimizer.lr=1e-3); kept with the run for resume\n"
-            "  --worker PATH   the worker program (default: baton-worker next to baton)\n"
+            "  --worker PATH   the worker program (default: baton-worker next to baton);\n"
+            "                  kept with the run (RUN_DIR/worker) and used again on resume\n"
             "  --launcher L    local (default): the embedded PMIx server on this host;\n"
             "                  slurm: inside an allocation, each attempt is an\n"
             "                  'srun --mpi=pmix' step on the allocation's hosts\n"
@@ -53,11 +55,14 @@ static void resume_usage(FILE *f) {
     fprintf(f, "usage: baton resume RUN_DIR [--worker PATH] [--quiet] [--launcher local|slurm]\n"
                "                    [--listen ADDRESS]\n\n"
                "Continues a stopped or interrupted run from its run directory, with the recipe\n"
-               "copy and the --set overrides kept there (RUN_DIR/recipe.yaml, RUN_DIR/overrides),\n"
-               "from the newest complete checkpoint. It works in the directory the run started\n"
-               "in (RUN_DIR/workdir), where the recipe's relative data paths resolve, and says\n"
-               "so. A completed run is reported as such.\n\n"
-               "  --worker PATH   the worker program (default: baton-worker next to baton)\n"
+               "copy, the --set overrides and the --worker kept there (RUN_DIR/recipe.yaml,\n"
+               "RUN_DIR/overrides, RUN_DIR/worker), from the newest complete checkpoint. It\n"
+               "works in the directory the run started in (RUN_DIR/workdir), where the\n"
+               "recipe's relative data paths resolve, and says so. A completed run is\n"
+               "reported as such.\n\n"
+               "  --worker PATH   the worker program (default: the one the run was started\n"
+               "                  with, else baton-worker next to baton); said when it\n"
+               "                  replaces the run's\n"
                "  --launcher L    local (default) or slurm (inside an allocation; what a\n"
                "                  'baton submit' job runs)\n"
                "  --listen ADDR   (slurm) the address the workers reach this host at\n"
@@ -262,6 +267,22 @@ static const char *run_worker_note(const char *worker, char *buf, size_t cap) {
     return buf;
 }
 
+/* The worker this run of the run directory starts: --worker as given, else the one the
+ * run was started with (RUN_DIR/worker: a container's wrapper, say), else baton-worker
+ * next to baton. Said when the kept one is taken, and when --worker replaces it. */
+static const char *run_pick_worker(const run_args *a, const run_dir *dir, char *buf, size_t cap) {
+    int kept = run_dir_read_worker(dir->path, buf, cap);
+    if (a->worker && kept && strcmp(a->worker, buf) != 0)
+        printf("baton %s: worker %s (--worker), not the %s the run was started with (kept "
+               "in %s/worker)\n",
+               run_name(a), a->worker, buf, dir->path);
+    if (a->worker) return a->worker;
+    if (kept && !a->quiet)
+        printf("baton %s: worker %s, as the run was started with (%s/worker)\n", run_name(a), buf,
+               dir->path);
+    return kept ? buf : run_worker_path(buf, cap);
+}
+
 /* The overrides kept with a run (resume), one per line, into a. */
 static int run_read_sets(run_args *a, const char *run_dir) {
     char path[4200], line[1024];
@@ -439,7 +460,7 @@ static int run_default_dir(char *out, size_t cap, const char *name, const char *
 }
 
 /* The run directory opened (made, locked, the recipe and overrides kept) and, for a new
- * run, the working directory noted; nonzero after saying why. */
+ * run, the working directory and --worker noted; nonzero after saying why. */
 static int run_open_dir(run_args *a, run_dir *dir) {
     bt_diag diag;
     bt_diag_init(&diag);
@@ -449,7 +470,8 @@ static int run_open_dir(run_args *a, run_dir *dir) {
         bt_buf_printf(&sets, "%s\n", a->sets.set[i]);
     int rc = run_dir_open(dir, a->run_dir, a->recipe, bt_buf_str(&sets), &diag);
     bt_buf_free(&sets);
-    if (rc == 0 && !a->resume && (rc = run_dir_note_workdir(dir, &diag)) != 0) run_dir_close(dir);
+    if (rc == 0 && !a->resume && (rc = run_dir_note_start(dir, a->worker, &diag)) != 0)
+        run_dir_close(dir);
     if (rc != 0) fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
     return rc;
 }
@@ -492,6 +514,10 @@ static int run_main(run_args *a) {
     bt_diag diag;
     bt_diag_init(&diag);
     static char run_abs[PATH_MAX], worker_abs[PATH_MAX];
+    /* a --worker path relative to here: absolute before resume enters the run's working
+     * directory, and as the run keeps it (RUN_DIR/worker) */
+    if (a->worker && strchr(a->worker, '/') && realpath(a->worker, worker_abs) != NULL)
+        a->worker = worker_abs;
     if (a->resume) { /* from anywhere: in the run's working directory (run_dir.h) */
         int moved = 0;
         if (run_resume_dir(a->run_dir, run_abs) != 0) return BT_EXIT_USAGE;
@@ -500,9 +526,6 @@ static int run_main(run_args *a) {
             fprintf(stderr, "baton resume: %s\n", diag.msg);
             return BT_EXIT_USAGE;
         }
-        /* a --worker path relative to here, before the run's directory becomes the current one */
-        if (a->worker && strchr(a->worker, '/') && realpath(a->worker, worker_abs) != NULL)
-            a->worker = worker_abs;
         if (run_dir_enter_workdir(a->run_dir, &moved, &diag) != 0) {
             fprintf(stderr, "baton resume: %s\n", diag.msg);
             return BT_EXIT_USAGE;
@@ -534,6 +557,13 @@ static int run_main(run_args *a) {
         recipe_doc_free(&doc);
         return st;
     }
+    /* the local launcher's temp dir: a stale $TMPDIR is said before anything is made */
+    int local = a->launcher == NULL || strcmp(a->launcher, "local") == 0;
+    if (local && launch_tmpdir_check(&diag) != 0) {
+        fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
+        recipe_doc_free(&doc);
+        return BT_EXIT_USAGE;
+    }
     run_dir dir;
     if (run_open_dir(a, &dir) != 0) {
         recipe_doc_free(&doc);
@@ -541,7 +571,7 @@ static int run_main(run_args *a) {
     }
     if (!a->quiet) printf("baton %s: %s, run directory %s\n", run_name(a), a->recipe, dir.path);
     char note[1200];
-    const char *w = a->worker ? a->worker : run_worker_path(worker, sizeof worker);
+    const char *w = run_pick_worker(a, &dir, worker, sizeof worker);
     run_opts o = {.worker = w,
                   .worker_note = a->worker ? NULL : run_worker_note(w, note, sizeof note),
                   .quiet = a->quiet,

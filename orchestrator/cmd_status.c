@@ -47,7 +47,10 @@ typedef struct status_view {
     size_t n;
     run_state st;
     int running;
-    uint64_t m_step; /* from metrics.jsonl's last line, if any */
+    int not_started;   /* made by baton run or submit, no journal record yet */
+    char job_id[64];   /* baton submit's job (RUN_DIR/job_id), or "" */
+    char worker[4200]; /* the --worker the run was started with (RUN_DIR/worker), or "" */
+    uint64_t m_step;   /* from metrics.jsonl's last line, if any */
     uint32_t m_stage;
     double m_step_time, m_loss, m_tok;
     int have_metrics;
@@ -63,10 +66,15 @@ static void status_usage(FILE *f) {
     fprintf(f, "usage: baton status RUN_DIR [--json]\n\n"
                "A run's state: per stage its state, steps, loss, tokens/s, wall time, attempts\n"
                "and restarts; every failure with its cause and time to recover; the\n"
-               "checkpoints; and for a running stage the latest step and an ETA.\n\n"
+               "checkpoints; and for a running stage the latest step and an ETA. A run\n"
+               "that baton run or submit made and no attempt started yet (a job waiting in\n"
+               "the queue) is shown as not started, with the job id submit kept.\n\n"
                "  --json   one JSON object instead: run_dir, state (completed, running,\n"
-               "           stopped, failed), failures, restarts, recoveries, failure (why a\n"
-               "           failed run gave up, else null), eta_s, stages (per stage: name,\n"
+               "           stopped, failed, not_started: made by baton run or submit, no\n"
+               "           attempt yet), failures, restarts, recoveries, failure (why a\n"
+               "           failed run gave up, else null), job_id (baton submit's job, else\n"
+               "           null), worker (the --worker the run was started with, else\n"
+               "           null), eta_s, stages (per stage: name,\n"
                "           state, step, steps, loss, tokens_per_s, wall_s, eta_s, attempts,\n"
                "           restarts, recoveries, recovery_s_avg, valid_loss), recovery_s,\n"
                "           failure_list (per failure: stage, stage_index, attempt, time, step,\n"
@@ -196,6 +204,32 @@ static void status_apply_overrides(status_view *v, bt_diag *diag) {
     free(kept);
 }
 
+/* Whether dir is a run directory baton run or submit made (RUN_DIR/workdir) whose run
+ * has not started: no journal record yet, and no checkpoint or attempt's spec (a run
+ * whose journal was lost is no new one). */
+static int status_is_new_run(const char *dir) {
+    run_dir d = {.lock_fd = -1};
+    char file[4200], what[300];
+    snprintf(d.path, sizeof d.path, "%s", dir);
+    run_dir_file(&d, "workdir", file, sizeof file);
+    if (access(file, F_OK) != 0) return 0;
+    bt_diag ignore;
+    bt_diag_init(&ignore);
+    return run_dir_has_history(&d, what, sizeof what, &ignore) == 0;
+}
+
+/* A one-line file of the run directory (job_id) into out, its line break dropped; "" when
+ * it is missing. */
+static void status_read_line(const char *dir, const char *name, char *out, size_t cap) {
+    char path[4200], *text = NULL;
+    size_t n = 0;
+    out[0] = '\0';
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (bt_read_file(path, 4096, &text, &n) != 0) return;
+    snprintf(out, cap, "%.*s", (int)strcspn(text, "\n"), text);
+    free(text);
+}
+
 /* Why dir cannot be a run directory before its journal is read: it is missing or not a
  * directory, or its journal is not a file or is empty; 0 when none of these. */
 static int status_check_dir(const char *dir, bt_diag *diag) {
@@ -216,10 +250,10 @@ static int status_check_dir(const char *dir, bt_diag *diag) {
     if (stat(journal, &st) != 0) return 0; /* no journal: said after reading it */
     if (!S_ISREG(st.st_mode))
         bt_diag_set(diag, "%s: not a run directory (its journal is not a file)", dir);
-    else if (st.st_size == 0)
+    else if (st.st_size == 0 && !status_is_new_run(dir))
         bt_diag_set(diag, "%s: not a run directory (its journal is empty)", dir);
     else
-        return 0;
+        return 0; /* records to read, or none yet in a run made and not started */
     return BT_EINVAL;
 }
 
@@ -238,11 +272,15 @@ static int status_load(status_view *v, const char *dir, bt_diag *diag) {
         fprintf(stderr, "baton status: warning: %s; shown: the %zu records before it\n", w.msg,
                 v->n);
     }
-    if (rc == 0 && v->n == 0) {
+    if (rc == 0 && v->n == 0 && tail.size == 0 && status_is_new_run(dir)) {
+        v->not_started = 1;
+        status_read_line(dir, "job_id", v->job_id, sizeof v->job_id);
+    } else if (rc == 0 && v->n == 0) {
         bt_diag_set(diag, "%s: not a run directory (no journal)", dir);
         rc = BT_EINVAL;
     }
     if (rc != 0) return rc;
+    if (!run_dir_read_worker(dir, v->worker, sizeof v->worker)) v->worker[0] = '\0';
     bt_diag ignore;
     bt_diag_init(&ignore);
     v->have_doc = recipe_load_file(recipe, &v->doc, &ignore) == 0;
@@ -281,6 +319,7 @@ static const char *status_stage_state(const status_view *v, size_t i) {
 static const char *status_run_state(const status_view *v) {
     if (v->st.completed) return "completed";
     if (v->running) return "running";
+    if (v->not_started) return "not_started";
     return v->st.failed_stage ? "failed" : "stopped";
 }
 
@@ -365,9 +404,37 @@ static int status_stage_eta(const status_view *v, size_t i, double *eta) {
     return 1;
 }
 
+/* The first line of a run that has not started: submitted (as which job, where its
+ * script is) or made by baton run, and what starts it. */
+static void status_text_new(bt_buf *b, const status_view *v) {
+    char script[4200];
+    snprintf(script, sizeof script, "%s/baton.sbatch", v->dir);
+    int sbatch = access(script, F_OK) == 0;
+    bt_buf_printf(b, "run %s: not started yet", v->dir);
+    if (sbatch && v->job_id[0])
+        bt_buf_printf(b,
+                      " (submitted as Slurm job %s, batch script %s; it starts when the job "
+                      "does: squeue -j %s)",
+                      v->job_id, script, v->job_id);
+    else if (sbatch)
+        bt_buf_printf(b,
+                      " (batch script %s written, no job id kept: --dry-run, or not "
+                      "submitted; sbatch %s submits it)",
+                      script, script);
+    else
+        bt_buf_printf(b,
+                      " (made by baton run, no attempt journaled; 'baton resume %s' "
+                      "starts it)",
+                      v->dir);
+}
+
 static void status_text(bt_buf *b, const status_view *v) {
     const char *state = status_run_state(v);
-    bt_buf_printf(b, "run %s: %s", v->dir, state);
+    if (strcmp(state, "not_started") == 0)
+        status_text_new(b, v);
+    else
+        bt_buf_printf(b, "run %s: %s", v->dir, state);
+    if (strcmp(state, "not_started") == 0) bt_buf_printf(b, "\n");
     if (strcmp(state, "failed") == 0) {
         const char *reason, *cause;
         status_failure(v, &reason, &cause);
@@ -375,9 +442,15 @@ static void status_text(bt_buf *b, const status_view *v) {
                       status_stage_name(v, v->st.failed_stage - 1), reason ? reason : "not retried",
                       cause ? cause : "not journaled");
     }
-    bt_buf_printf(b, "; %u failure%s, recovered %u time%s\n", v->st.total_failures,
-                  v->st.total_failures == 1 ? "" : "s", v->st.total_recoveries,
-                  v->st.total_recoveries == 1 ? "" : "s");
+    if (strcmp(state, "not_started") != 0)
+        bt_buf_printf(b, "; %u failure%s, recovered %u time%s\n", v->st.total_failures,
+                      v->st.total_failures == 1 ? "" : "s", v->st.total_recoveries,
+                      v->st.total_recoveries == 1 ? "" : "s");
+    if (v->worker[0])
+        bt_buf_printf(b,
+                      "  worker: %s (the --worker the run was started with; baton resume "
+                      "uses it)\n",
+                      v->worker);
     bt_buf_printf(b, "  %-18s %-8s %13s %10s %10s %9s %8s %8s %12s\n", "stage", "state", "steps",
                   "loss", "tok/s", "wall s", "attempts", "restarts", "recovery s");
     for (size_t i = 0; i < status_n_stages(v); i++) {
@@ -551,6 +624,34 @@ static void status_json_recoveries(bt_buf *b, const status_view *v) {
     }
 }
 
+/* Why a failed run gave up (JSON "failure"), else null. */
+static void status_json_failure(bt_buf *b, const status_view *v, const char *state) {
+    if (strcmp(state, "failed") != 0) {
+        bt_buf_printf(b, "null");
+        return;
+    }
+    const char *reason, *cause;
+    status_failure(v, &reason, &cause);
+    bt_buf_printf(b, "{\"stage\": ");
+    bt_buf_json_string(b, status_stage_name(v, v->st.failed_stage - 1));
+    bt_buf_printf(b, ", \"reason\": ");
+    bt_buf_json_string(b, reason ? reason : "not retried");
+    bt_buf_printf(b, ", \"last_cause\": ");
+    if (cause)
+        bt_buf_json_string(b, cause);
+    else
+        bt_buf_printf(b, "null");
+    bt_buf_printf(b, "}");
+}
+
+/* A string, or null when it is empty. */
+static void status_json_opt_string(bt_buf *b, const char *s) {
+    if (s[0])
+        bt_buf_json_string(b, s);
+    else
+        bt_buf_printf(b, "null");
+}
+
 static void status_json(bt_buf *b, const status_view *v) {
     bt_buf_printf(b, "{\"run_dir\": ");
     bt_buf_json_string(b, v->dir);
@@ -559,22 +660,11 @@ static void status_json(bt_buf *b, const status_view *v) {
                   ", \"state\": \"%s\", \"failures\": %u, \"restarts\": %u, \"recoveries\": %u, "
                   "\"failure\": ",
                   state, v->st.total_failures, v->st.total_restarts, v->st.total_recoveries);
-    if (strcmp(state, "failed") == 0) {
-        const char *reason, *cause;
-        status_failure(v, &reason, &cause);
-        bt_buf_printf(b, "{\"stage\": ");
-        bt_buf_json_string(b, status_stage_name(v, v->st.failed_stage - 1));
-        bt_buf_printf(b, ", \"reason\": ");
-        bt_buf_json_string(b, reason ? reason : "not retried");
-        bt_buf_printf(b, ", \"last_cause\": ");
-        if (cause)
-            bt_buf_json_string(b, cause);
-        else
-            bt_buf_printf(b, "null");
-        bt_buf_printf(b, "}");
-    } else {
-        bt_buf_printf(b, "null");
-    }
+    status_json_failure(b, v, state);
+    bt_buf_printf(b, ", \"job_id\": ");
+    status_json_opt_string(b, v->job_id);
+    bt_buf_printf(b, ", \"worker\": ");
+    status_json_opt_string(b, v->worker);
     double eta;
     if (v->have_metrics && v->m_stage < RUN_MAX_STAGES && status_run_eta(v, &eta))
         bt_buf_printf(b, ", \"eta_s\": %.3f", eta); /* the run's (status_run_eta) */

@@ -18,6 +18,35 @@ static const char *launch_tmpdir_root(void) {
     return root == NULL || root[0] == '\0' ? "/tmp" : root;
 }
 
+/* How root is named in a message: "$TMPDIR (PATH)", or "/tmp" when TMPDIR is unset. */
+static void launch_tmpdir_name(char *out, size_t cap) {
+    const char *env = getenv("TMPDIR");
+    if (env != NULL && env[0] != '\0')
+        snprintf(out, cap, "$TMPDIR (%s)", env);
+    else
+        snprintf(out, cap, "%s (TMPDIR is unset)", launch_tmpdir_root());
+}
+
+int launch_tmpdir_check(bt_diag *diag) {
+    const char *root = launch_tmpdir_root();
+    struct stat st;
+    const char *why = NULL;
+    if (stat(root, &st) != 0)
+        why = strerror(errno);
+    else if (!S_ISDIR(st.st_mode))
+        why = "not a directory";
+    else if (access(root, W_OK | X_OK) != 0)
+        why = errno == EACCES ? "not writable by this user" : strerror(errno);
+    if (why == NULL) return 0;
+    char name[4200];
+    launch_tmpdir_name(name, sizeof name);
+    bt_diag_set(diag,
+                "%s: %s; the launcher's sockets and rendezvous files go there: set TMPDIR to "
+                "a writable directory (or unset it for /tmp)",
+                name, why);
+    return BT_EINVAL;
+}
+
 int launch_tmpdir_make(char *out, size_t cap, bt_diag *diag) {
     const char *root = launch_tmpdir_root();
     int n = snprintf(out, cap, "%s/" LAUNCH_TMPDIR_PREFIX "%d-XXXXXX", root, (int)getpid());
@@ -27,7 +56,10 @@ int launch_tmpdir_make(char *out, size_t cap, bt_diag *diag) {
         return BT_EINVAL;
     }
     if (mkdtemp(out) == NULL) { /* mode 0700 */
-        bt_diag_set(diag, "cannot create a temp dir under %s: %s", root, strerror(errno));
+        int err = errno;
+        char name[4200];
+        launch_tmpdir_name(name, sizeof name);
+        bt_diag_set(diag, "cannot create a temp dir under %s: %s", name, strerror(err));
         out[0] = '\0';
         return BT_EIO;
     }

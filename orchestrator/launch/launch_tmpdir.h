@@ -9,6 +9,11 @@
 
 #include "util/err.h"
 
+/* Whether $TMPDIR (or /tmp) is a directory this user can create the dir in: checked
+ * before anything is made, so that a stale TMPDIR (a finished job's scratch) is a clear
+ * usage error naming it. BT_EINVAL with the message. */
+int launch_tmpdir_check(bt_diag *diag);
+
 /* Creates the dir and writes its path to out; BT_EINVAL (TMPDIR too long) or BT_EIO with
  * diag set, out "" then. */
 int launch_tmpdir_make(char *out, size_t cap, bt_diag *diag);

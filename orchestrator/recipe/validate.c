@@ -641,7 +641,6 @@ static int check_optimizer(vctx *v, const Baton__Optimizer *o) {
 static int check_policies(vctx *v) {
     const Baton__CheckpointPolicy *c = v->eff->checkpoint;
     if (c != NULL) {
-        REQUIRE(c->every_steps >= 1, v, "checkpoint.every_steps", "every_steps must be >= 1");
         REQUIRE(c->keep >= 1, v, "checkpoint.keep", "keep must be >= 1");
     }
     const Baton__RestartPolicy *r = v->eff->restart;
@@ -814,6 +813,17 @@ static int check_stage_names(vctx *v, const Baton__Recipe *r) {
             return verr(v, f, "every stage needs a name, e.g. {name: pretrain, steps: 1000}");
         }
         const char *nm = r->stages[i]->name;
+        size_t ok = strspn(nm, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                               "0123456789_-");
+        if (ok < strlen(nm)) {
+            char f[64];
+            snprintf(f, sizeof f, "stages[%zu].name", i);
+            return verr(v, f,
+                        "stage name \"%s\" has '%c' at character %zu: --set addresses a "
+                        "stage by name as stages.NAME.KEY, so a stage name is letters, "
+                        "digits, '_' and '-' (e.g. v1-5)",
+                        nm, nm[ok], ok + 1);
+        }
         if (strspn(nm, "0123456789") == strlen(nm)) {
             char f[64];
             snprintf(f, sizeof f, "stages[%zu].name", i);

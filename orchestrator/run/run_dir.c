@@ -17,6 +17,7 @@
 #include "indexed.h"
 #include "journal.h"
 #include "loader.h"
+#include "util/buf.h"
 #include "util/file.h"
 
 #define RUN_DIR_MAX_FILE (64u << 20)
@@ -333,12 +334,29 @@ int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const ch
     return rc;
 }
 
-int run_dir_note_workdir(const run_dir *d, bt_diag *diag) {
+int run_dir_note_start(const run_dir *d, const char *worker, bt_diag *diag) {
     char path[4200], cwd[PATH_MAX];
     run_dir_file(d, "workdir", path, sizeof path);
-    if (access(path, F_OK) == 0) return 0;
+    if (access(path, F_OK) == 0) return 0; /* the run started before */
+    if (worker != NULL) {
+        char kept[4200];
+        run_dir_file(d, "worker", kept, sizeof kept);
+        int rc = ckpt_write_file_atomic(kept, worker, strlen(worker), diag);
+        if (rc != 0) return rc;
+    }
     if (getcwd(cwd, sizeof cwd) == NULL) return 0; /* nothing to note: resume stays put */
     return ckpt_write_file_atomic(path, cwd, strlen(cwd), diag);
+}
+
+int run_dir_read_worker(const char *run_dir_path, char *out, size_t cap) {
+    char path[4200], *text = NULL;
+    size_t n = 0;
+    snprintf(path, sizeof path, "%s/worker", run_dir_path);
+    if (bt_read_file(path, PATH_MAX, &text, &n) != 0) return 0;
+    int ok = n > 0 && n < cap && memchr(text, '\0', n) == NULL;
+    if (ok) memcpy(out, text, n), out[n] = '\0';
+    free(text);
+    return ok;
 }
 
 int run_dir_enter_workdir(const char *run_dir_path, int *moved, bt_diag *diag) {
@@ -376,20 +394,68 @@ static void run_dir_relative_note(char *out, size_t cap, const char *path) {
     if (path[0] != '/') snprintf(out, cap, "relative to %s; ", getcwd(cwd, sizeof cwd) ? cwd : "?");
 }
 
-static int run_dir_check_prefix(const char *prefix, const char *stage, const char *what,
-                                bt_diag *diag) {
+/* The command that makes a missing dataset: passkey documents by their name ("passkey"
+ * in the file name, as the shipped recipes and quickstart name them), else text. */
+static const char *run_dir_data_maker(const char *prefix) {
+    const char *base = strrchr(prefix, '/');
+    return strstr(base ? base + 1 : prefix, "passkey") ? "baton data passkey"
+                                                       : "baton data prepare";
+}
+
+#define RUN_DIR_MAX_DATASETS 64
+
+/* The datasets checked so far (each once, however many stages read it) and a line for
+ * each that cannot be read. */
+typedef struct run_dir_missing {
+    char *seen[RUN_DIR_MAX_DATASETS];
+    size_t n_seen;
+    int n, relative;
+    char first[4096];        /* the first missing one's line, without the note */
+    char first_prefix[1024]; /* and its prefix */
+    bt_buf lines;            /* every missing one's line, each with what makes it */
+} run_dir_missing;
+
+static void run_dir_check_prefix(run_dir_missing *m, const char *prefix, const char *stage,
+                                 const char *what) {
+    for (size_t i = 0; i < m->n_seen; i++)
+        if (strcmp(m->seen[i], prefix) == 0) return;
+    char *copy = m->n_seen < RUN_DIR_MAX_DATASETS ? strdup(prefix) : NULL;
+    if (copy) m->seen[m->n_seen++] = copy;
     indexed_dataset ds;
     bt_diag inner;
     bt_diag_init(&inner);
-    if (indexed_open(&ds, prefix, &inner) != 0) {
-        char rel[PATH_MAX + 32];
-        run_dir_relative_note(rel, sizeof rel, prefix);
-        bt_diag_set(diag, "stage \"%s\": %s data %s: %s (%smake it with 'baton data prepare')",
-                    stage, what, prefix, inner.msg, rel);
-        return BT_EINVAL;
+    if (indexed_open(&ds, prefix, &inner) == 0) {
+        indexed_close(&ds);
+        return;
     }
-    indexed_close(&ds);
-    return 0;
+    char line[4096];
+    snprintf(line, sizeof line, "stage \"%s\": %s data %s: %s", stage, what, prefix, inner.msg);
+    if (m->n == 0) {
+        snprintf(m->first, sizeof m->first, "%s", line);
+        snprintf(m->first_prefix, sizeof m->first_prefix, "%s", prefix);
+    }
+    bt_buf_printf(&m->lines, "%s%s (make it with '%s')", m->n ? "\n  " : "", line,
+                  run_dir_data_maker(prefix));
+    m->n++;
+    m->relative |= prefix[0] != '/';
+}
+
+/* The missing datasets' message: one as it always read, "(relative to CWD; make it with
+ * ...)"; several one per line under a line that counts them and names the directory. */
+static void run_dir_missing_diag(const run_dir_missing *m, bt_diag *diag) {
+    char rel[PATH_MAX + 48], cwd[PATH_MAX];
+    const char *prefix = m->first_prefix;
+    if (m->n == 1) {
+        run_dir_relative_note(rel, sizeof rel, prefix);
+        bt_diag_set(diag, "%s (%smake it with '%s')", m->first, rel, run_dir_data_maker(prefix));
+        return;
+    }
+    rel[0] = '\0';
+    if (m->relative)
+        snprintf(rel, sizeof rel, " (relative paths resolve against %s)",
+                 getcwd(cwd, sizeof cwd) ? cwd : "?");
+    bt_diag_set(diag, "%d datasets the recipe reads cannot be read%s:\n  %s", m->n, rel,
+                bt_buf_str(&m->lines));
 }
 
 int run_dir_check_data(const recipe_doc *doc, bt_diag *diag) {
@@ -404,9 +470,12 @@ int run_dir_check_data(const recipe_doc *doc, bt_diag *diag) {
                     inner.msg, rel);
         return BT_EINVAL;
     }
-    for (size_t i = 0; i < doc->recipe->n_stages; i++) {
+    run_dir_missing m = {.n = 0};
+    bt_buf_init(&m.lines);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < doc->recipe->n_stages; i++) {
         Baton__StageSpec *spec = NULL;
-        int rc = recipe_resolve_stage(doc, i, &spec, diag);
+        rc = recipe_resolve_stage(doc, i, &spec, diag);
         loader_source src[16];
         size_t n = rc == 0 ? loader_sources_from_data(spec->data, src, 16) : 0;
         if (rc == 0 && n == 0) {
@@ -415,11 +484,17 @@ int run_dir_check_data(const recipe_doc *doc, bt_diag *diag) {
             rc = BT_EINVAL;
         }
         for (size_t k = 0; rc == 0 && k < n; k++)
-            rc = run_dir_check_prefix(src[k].prefix, spec->stage->name, "training", diag);
+            run_dir_check_prefix(&m, src[k].prefix, spec->stage->name, "training");
         if (rc == 0 && spec->data->valid && spec->data->valid[0])
-            rc = run_dir_check_prefix(spec->data->valid, spec->stage->name, "validation", diag);
+            run_dir_check_prefix(&m, spec->data->valid, spec->stage->name, "validation");
         if (spec) protobuf_c_message_free_unpacked(&spec->base, NULL);
-        if (rc != 0) return rc;
     }
-    return 0;
+    if (rc == 0 && m.n > 0) {
+        run_dir_missing_diag(&m, diag);
+        rc = BT_EINVAL;
+    }
+    for (size_t i = 0; i < m.n_seen; i++)
+        free(m.seen[i]);
+    bt_buf_free(&m.lines);
+    return rc;
 }

@@ -1,6 +1,8 @@
 /* A run directory: everything one `baton run` owns, 0700.
  *   recipe.yaml   the recipe as given (what `baton resume` reruns)
  *   overrides     its --set assignments, one per line (reapplied by `baton resume`)
+ *   workdir       the directory the run started in (run_dir_note_start)
+ *   worker        the --worker it was started with, if any (used again by `baton resume`)
  *   secret        the control channel's per-run token (0600)
  *   lock          held (flock) by the one `baton run` working here
  *   journal       run_state.h / journal.h
@@ -37,9 +39,14 @@ int run_dir_read_overrides(const run_dir *d, char **text, size_t *n);
 int run_dir_busy(const char *path);
 /* Every dataset the recipe's stages read (train, mix, valid) exists and opens. */
 int run_dir_check_data(const recipe_doc *doc, bt_diag *diag);
-/* RUN_DIR/workdir: the directory `baton run` worked in, where the recipe's relative data
- * paths resolve; written when the run directory has none yet. */
-int run_dir_note_workdir(const run_dir *d, bt_diag *diag);
+/* A run's start (`baton run` or `baton submit` on a run directory without RUN_DIR/workdir
+ * yet): RUN_DIR/worker gets worker, the --worker the run was started with (when one was
+ * given: NULL, none), and RUN_DIR/workdir the directory baton works in, where the
+ * recipe's relative data paths resolve. Nothing when the run started before. */
+int run_dir_note_start(const run_dir *d, const char *worker, bt_diag *diag);
+/* The --worker the run was started with (RUN_DIR/worker) into out: 1, else 0 (none kept,
+ * or unreadable). */
+int run_dir_read_worker(const char *run_dir_path, char *out, size_t cap);
 /* For `baton resume` from anywhere: changes into the run's workdir (when it has one and
  * it is not the current directory; *moved says so). run_dir_path must be absolute. A
  * workdir that is gone is an error naming it. */

@@ -300,6 +300,20 @@ int submit_precheck(const submit_opts *o, bt_diag *diag) {
     return rc;
 }
 
+/* The job id kept in RUN_DIR/job_id, for `baton status` while the job waits in the
+ * queue; the job is submitted either way, so a failure is only warned about. */
+static void submit_note_job(const char *run_dir, const char *job_id) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/job_id", run_dir);
+    FILE *f = fopen(path, "w");
+    int bad = f == NULL || fprintf(f, "%s\n", job_id) < 0;
+    if (f != NULL && fclose(f) != 0) bad = 1;
+    if (bad)
+        fprintf(stderr,
+                "baton submit: warning: cannot write %s: %s (baton status will not name the job)\n",
+                path, strerror(errno));
+}
+
 int submit_batch(const submit_opts *o, char *script, size_t script_cap, char *job_id, size_t cap,
                  bt_diag *diag) {
     job_id[0] = '\0';
@@ -316,5 +330,8 @@ int submit_batch(const submit_opts *o, char *script, size_t script_cap, char *jo
     }
     bt_buf_free(&b);
     if (rc == 0) chmod(script, 0700);
-    return rc == 0 && !o->dry_run ? submit_sbatch(script, job_id, cap, diag) : rc;
+    if (rc != 0 || o->dry_run) return rc;
+    rc = submit_sbatch(script, job_id, cap, diag);
+    if (rc == 0) submit_note_job(o->run_dir, job_id);
+    return rc;
 }

@@ -26,8 +26,9 @@ typedef struct submit_opts {
  * not made yet. BT_EINVAL with the message. */
 int submit_precheck(const submit_opts *o, bt_diag *diag);
 /* Writes the script and (unless dry_run) runs `sbatch --parsable` on it; *job_id gets
- * the job id (cap bytes). Errors name the template, the script or sbatch's message. An
- * extra option the script sets itself from the recipe or needs as it is (--nodes,
+ * the job id (cap bytes), also kept in RUN_DIR/job_id. Errors name the template, the script or
+ * sbatch's message. An extra option the script sets itself from the recipe or needs as it is
+ * (--nodes,
  * --ntasks-per-node, --ntasks, --gpus-per-node, --output, --open-mode, --chdir: Slurm
  * would take the later line and the run would not match its allocation) is refused,
  * saying what to do instead. A template that cannot be read is BT_EINVAL; sbatch failing

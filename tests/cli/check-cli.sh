@@ -418,6 +418,10 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   "$baton" data prepare --input /usr/share/games/fortunes --split-on-percent \
     --output data/fortunes >/dev/null || exit 1
   expect 0 "wrote $sub/r1/baton.sbatch \(not submitted" -- submit "$small" --run-dir r1 --dry-run
+  # a run submit made that has not started (its job in the queue): status says so, exit 0
+  expect 0 "^run r1: not started yet \(batch script r1/baton\.sbatch written, no job id kept" -- status r1
+  expect 0 "^  fp32 +pending +0/" -- status r1
+  expect 0 '"state": "not_started", .*"job_id": null' -- status r1 --json
   grep -qx "#SBATCH --chdir=$sub" r1/baton.sbatch || { echo "FAIL: no --chdir"; exit 1; }
   grep -q -- "--gpus-per-node" r1/baton.sbatch && { echo "FAIL: a CPU recipe asks for GPUs"; exit 1; }
   # without --run-dir: runs/<name>, or for a recipe without a name runs/<file stem>, so
@@ -492,6 +496,12 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
     submit "$small" --run-dir r9 --set stages.fp32.steps=3
   [[ ! -e r9 ]] || { echo "FAIL: a submit whose sbatch failed left its run directory"; exit 1; }
   expect 0 "wrote $sub/r9/baton.sbatch" -- submit "$small" --run-dir r9 --dry-run --set stages.fp32.steps=4
+  # a submitted job's id is kept, and status names it while the job waits
+  mkdir okbin && printf '#!/bin/sh\necho "4242;cluster1"\n' >okbin/sbatch && chmod +x okbin/sbatch
+  PATH="$sub/okbin:$PATH" expect 0 "^baton submit: job 4242, script $sub/rq/baton\.sbatch" -- \
+    submit "$small" --run-dir rq
+  expect 0 "^run rq: not started yet \(submitted as Slurm job 4242, batch script rq/baton\.sbatch" -- status rq
+  expect 0 '"state": "not_started", .*"job_id": "4242"' -- status rq --json
   # a run directory that was there is kept
   expect 2 "sbatch option '-o'" -- submit "$small" --run-dir r9 --dry-run --set stages.fp32.steps=4 -o x
   [[ -e r9/baton.sbatch ]] || { echo "FAIL: a refused submit removed a run directory it did not make"; exit 1; }
@@ -508,6 +518,20 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
     run "$small" --run-dir r8 --set data.train=no-such-data
   expect 2 "^baton run: init: no-such-ckpt: .*\\(relative to $sub; make one with" -- \
     run "$small" --run-dir r8 --set init=no-such-ckpt
+  # passkey documents are made by data passkey; every missing dataset is named at once
+  expect 2 "^baton run: stage \"fp32\": training data data/passkey64_train: .* \(relative to $sub; make it with 'baton data passkey'\)$" -- \
+    run "$small" --run-dir r8 --set data.train=data/passkey64_train
+  expect 2 "^baton run: 2 datasets the recipe reads cannot be read \(relative paths resolve against $sub\):$" -- \
+    run "$small" --run-dir r8 --set data.train=no-such-data --set data.valid=data/passkey64_valid
+  expect 2 "^  stage \"fp32\": training data no-such-data: no-such-data\.idx: cannot open: .* \(make it with 'baton data prepare'\)$" -- \
+    run "$small" --run-dir r8 --set data.train=no-such-data --set data.valid=data/passkey64_valid
+  expect 2 "^  stage \"fp32\": validation data data/passkey64_valid: .* \(make it with 'baton data passkey'\)$" -- \
+    run "$small" --run-dir r8 --set data.train=no-such-data --set data.valid=data/passkey64_valid
+  # a stale TMPDIR (a finished job's scratch): exit 2 naming it, before anything is made
+  TMPDIR=$sub/gone expect 2 "^baton run: \\\$TMPDIR \($sub/gone\): No such file or directory; .*set TMPDIR to a writable directory" -- \
+    run "$small" --run-dir r8
+  TMPDIR=$sub/gone expect 2 "^baton launch: \\\$TMPDIR \($sub/gone\): No such file or directory" -- \
+    launch -n 1 -- true
   [[ ! -e r8 ]] || { echo "FAIL: a run with missing data made its run directory"; exit 1; }
   # resume continues a run: a directory that never held one is refused, as status says,
   # not trained from scratch; one that submit made (no journal yet) is a run

@@ -68,6 +68,14 @@
 #                 (a preloaded library's initializer sends it; BATON_TEST_EARLY_SIGNAL_LIB):
 #                 it waits blocked for the supervisor, which stops the run: exit 75, not
 #                 143, and `baton resume` completes it.
+#   worker-kept   a run started with --worker (a wrapper that logs each rank it starts,
+#                 given by a relative path), stopped by SIGTERM, is resumed from another
+#                 directory with no --worker: the wrapper starts its ranks again, and the
+#                 resume says so; status shows it; an explicit --worker replaces it for
+#                 that invocation (the kept one stays), said even under --quiet.
+#   init-end      checkpoint.every_steps: 0 saves only at the stage's end (-1 refused);
+#                 a run whose init is that checkpoint, of another ffn_dim, is refused
+#                 naming model.ffn_dim and both values.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 #   (the supervisor's judgements, pauses, journal and history: check-supervise.sh;
 #   what both share: run-common.sh)
@@ -751,6 +759,72 @@ early-signal)
 import json, sys
 assert json.load(sys.stdin)["state"] == "completed"' || fail "the resumed run did not complete"
   echo "$case: SIGTERM before main -> exit 75, resumed to completion"
+  ;;
+worker-kept)
+  sets=(--set stages.pretrain.steps=12 --set stages.1.steps=2 --set stages.fp8.steps=2)
+  mkdir bin
+  printf '#!/bin/sh\necho "$PMIX_RANK $*" >>%q/wrap.log\nexec %q "$@"\n' "$work" "$worker" >bin/wrap.sh
+  chmod +x bin/wrap.sh
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run "$recipe" --run-dir r1 --quiet "${sets[@]}" \
+    --worker bin/wrap.sh >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 3 >/dev/null
+  stop_run
+  [[ $(grep -c "s00-a00.pb" wrap.log) == 4 ]] || fail "the wrapper did not start attempt 0's 4 ranks"
+  [[ $(cat r1/worker) == "$work/bin/wrap.sh" ]] || fail "r1/worker is '$(cat r1/worker)', not the wrapper's absolute path"
+  mkdir elsewhere
+  (cd elsewhere && "$baton" resume ../r1 >../resume.out 2>&1) || { cat resume.out; fail "resume failed"; }
+  grep -qF "baton resume: worker $work/bin/wrap.sh, as the run was started with ($work/r1/worker)" resume.out ||
+    { head -5 resume.out; fail "resume did not say which worker it runs"; }
+  [[ $(grep -c "s00-a01.pb" wrap.log) == 4 ]] || fail "resume did not start pretrain's ranks through the wrapper"
+  [[ $(grep -c "s02-a00.pb" wrap.log) == 4 ]] || fail "resume did not start fp8's ranks through the wrapper"
+  "$baton" status r1 | grep -qF "  worker: $work/bin/wrap.sh (the --worker the run was started with" ||
+    { "$baton" status r1; fail "status does not show the run's worker"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "completed" and s["worker"] == sys.argv[1] and s["job_id"] is None, s' \
+    "$work/bin/wrap.sh" || fail "status --json: no worker"
+  # --worker given: it replaces the kept one for this invocation, which says so
+  "$baton" resume r1 --quiet --worker "$worker" >again.out 2>&1 || { cat again.out; fail "resume --worker failed"; }
+  grep -qF "baton resume: worker $worker (--worker), not the $work/bin/wrap.sh the run was started with" again.out ||
+    { cat again.out; fail "resume --worker did not say it replaces the run's worker"; }
+  [[ $(cat r1/worker) == "$work/bin/wrap.sh" ]] || fail "resume --worker changed the kept worker"
+  echo "$case: the run's --worker kept ($(cat r1/worker)) and used by resume; --worker replaces it, said"
+  ;;
+init-end)
+  cat >one.yaml <<'YAML'
+name: one
+seed: 3
+model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 176,
+        vocab_size: 272, rope: {theta: 10000}}
+cluster: {nodes: 1, gpus_per_node: 1, device: cpu}
+data: {train: data/fortunes_train, valid: data/fortunes_valid}
+defaults:
+  seq_len: 64
+  global_batch: 4
+  micro_batch: 1
+  optimizer: {lr: 3e-3, warmup_steps: 1}
+  checkpoint: {every_steps: 0, keep: 5}
+stages:
+  - {name: a, steps: 5}
+YAML
+  "$baton" run one.yaml --run-dir r1 --quiet >run.out 2>&1 || fail "the every_steps: 0 run failed"
+  [[ $(cd r1/checkpoints && ls -d s*) == s00-step00000005 ]] ||
+    fail "every_steps 0: checkpoints $(ls r1/checkpoints | tr '\n' ' '), not only the stage's end"
+  set +e
+  "$baton" plan one.yaml --set defaults.checkpoint.every_steps=-1 >neg.out 2>&1; rc=$?
+  set -e
+  [[ $rc == 2 ]] && grep -q "every_steps: expected a non-negative integer" neg.out ||
+    { cat neg.out; fail "every_steps -1: exit $rc"; }
+  set +e
+  "$baton" run one.yaml --run-dir r2 --quiet --set name=two --set init=r1 \
+    --set model.ffn_dim=128 >init.out 2>&1; rc=$?
+  set -e
+  [[ $rc == 2 ]] || { tail -5 init.out; fail "init of another model: exit $rc, not 2"; }
+  grep -qF "saved from a different model (model.ffn_dim 176 in the checkpoint, 128 in this stage)" init.out ||
+    { tail -5 init.out; fail "init of another model: the dimension is not named"; }
+  echo "$case: every_steps 0 saved only step 5; $(grep -o -m1 'saved from a different model (.*)' init.out)"
   ;;
 *) fail "unknown case" ;;
 esac

@@ -488,7 +488,10 @@ assert "is gone" in s["failure"]["reason"], s["failure"]' || { "$baton" status r
   elif command -v setpriv >/dev/null && chmod 711 "$work" &&
     setpriv --reuid=nobody --regid=nogroup --clear-groups test -x "$baton" 2>/dev/null; then
     chown -R nobody:nogroup r5 # as root, which ignores permissions: as nobody
-    unreadable r5 "Permission denied" "setpriv --reuid=nobody --regid=nogroup --clear-groups"
+    # (with a TMPDIR of its own: baton refuses one it cannot write before the run directory)
+    mkdir tmp-nobody && chown nobody:nogroup tmp-nobody
+    unreadable r5 "Permission denied" \
+      "setpriv --reuid=nobody --regid=nogroup --clear-groups env TMPDIR=$work/tmp-nobody"
     eacces="checked as nobody"
   else
     eacces="SKIPPED: running as root, which ignores permissions, and baton cannot run as nobody here"

@@ -160,19 +160,37 @@ int train_ckpt_load_params(trainer *t, const char *dir, const Baton__Manifest *m
     return rc;
 }
 
+/* The first model dimension in which checkpoint model a and the stage's b differ,
+ * named as the recipe's key with both values, into out; 0 when none differs. */
+static int load_model_diff(const Baton__Model *a, const Baton__Model *b, char *out, size_t cap) {
+    const struct {
+        const char *key;
+        uint64_t ckpt, stage;
+    } f[] = {{"dim", a->dim, b->dim},
+             {"n_layers", a->n_layers, b->n_layers},
+             {"n_heads", a->n_heads, b->n_heads},
+             {"n_kv_heads", a->n_kv_heads, b->n_kv_heads},
+             {"ffn_dim", a->ffn_dim, b->ffn_dim},
+             {"vocab_size", a->vocab_size, b->vocab_size}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].ckpt != f[i].stage) {
+            snprintf(out, cap, "model.%s %llu in the checkpoint, %llu in this stage", f[i].key,
+                     (unsigned long long)f[i].ckpt, (unsigned long long)f[i].stage);
+            return 1;
+        }
+    return 0;
+}
+
 static int load_model_matches(const trainer *t, const Baton__Manifest *m, const char *dir,
                               bt_diag *diag) {
     const Baton__Model *a = m->model, *b = t->spec->model;
-    if (a == NULL || a->dim != b->dim || a->n_layers != b->n_layers || a->n_heads != b->n_heads ||
-        a->n_kv_heads != b->n_kv_heads || a->ffn_dim != b->ffn_dim ||
-        a->vocab_size != b->vocab_size) {
-        bt_diag_set(diag,
-                    "%s: saved from a different model (dim, layers, heads, kv heads, ffn_dim or "
-                    "vocab_size differ from this stage's model)",
-                    dir);
-        return BT_EINVAL;
-    }
-    return 0;
+    char why[160];
+    if (a == NULL)
+        snprintf(why, sizeof why, "its manifest has no model");
+    else if (!load_model_diff(a, b, why, sizeof why))
+        return 0;
+    bt_diag_set(diag, "%s: saved from a different model (%s)", dir, why);
+    return BT_EINVAL;
 }
 
 /* A checkpoint a later stage of this recipe saved is no start for this one when it was
