@@ -157,7 +157,7 @@ static double comm_tp_kv(const plan_stage *ps, uint32_t stage, uint32_t layers) 
  * block's gradients all-reduced over tp once a step (under ZeRO-2/3 the rank's shard of
  * them, a g-th, g the group its unit is sharded over), and with a capacity or an aux
  * loss each forward pass all-gathers the rank's per-chunk expert counts over tp. */
-/* The most of unit u's MoE block (its last parameters, the engine's bias after them) in
+/* The most of unit u's MoE block (its last parameters, the balancing bias last of all) in
  * one rank's chunk. The stage's MoE units have one shape, so one rank is the busiest in
  * each and the sum of these is that rank's. */
 static uint64_t zero_moe_most(const plan_zero_unit *u) {
