@@ -27,6 +27,10 @@ typedef struct plan_params {
     uint64_t moe_router;  /* dim * n_experts, replicated across tp */
     uint64_t moe_experts; /* n_experts * 3 * dim * expert_ffn, split by ep (whole on tp) */
     uint64_t moe_shared;  /* n_shared * 3 * dim * expert_ffn, whole on every tp rank */
+    /* balance: bias: the per-expert selection bias (n_experts, else 0), the block's last
+     * floats on every rank, held with a gradient and optimizer state as the block's other
+     * parameters (worker/engine/model.c), though not trained: not in moe_layer or total */
+    uint64_t moe_bias;
     uint32_t n_experts, top_k;
     uint32_t moe_shared_n, moe_ffn;      /* shared experts; an expert's ffn width */
     uint32_t moe_first_dense, moe_every; /* layer pattern, see plan_layer_is_moe */

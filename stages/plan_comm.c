@@ -118,15 +118,38 @@ static comm_dims comm_dims_of(const plan_stage *ps) {
     return d;
 }
 
-/* tp > n_kv_heads: r = tp / n_kv_heads ranks hold each kv head's k and v (2 d hd each),
- * whose gradients are all-reduced over them once a step (under ZeRO-2/3 the rank's shard
- * of them, a (dp cp)-th). */
-static double comm_tp_kv(const plan_stage *ps, uint32_t layers) {
+/* The most of unit u's floats [lo, hi) in one rank's chunk. */
+static uint64_t zero_range_most(const plan_zero_unit *u, uint64_t lo, uint64_t hi) {
+    uint64_t most = 0;
+    for (uint64_t r = 0; r < u->group; r++) {
+        uint64_t a = r * u->chunk > lo ? r * u->chunk : lo;
+        uint64_t b = (r + 1) * u->chunk < hi ? (r + 1) * u->chunk : hi;
+        if (b > a && b - a > most) most = b - a;
+    }
+    return most;
+}
+
+/* tp > n_kv_heads: r = tp / n_kv_heads ranks hold each kv head's k and v (d hd each, as
+ * model_tp_reduce_grads sums them), whose gradients are all-reduced over them once a step;
+ * under ZeRO-2/3 the parts of them in the rank's shard (train_zero_reduce_tp), the
+ * busiest rank's (a layer's k and v follow its norm and q: they may all fall in one
+ * rank's chunk). */
+static double comm_tp_kv(const plan_stage *ps, uint32_t stage, uint32_t layers) {
     const plan_shape *sh = &ps->shape;
     if (sh->n_kv_heads == 0 || sh->tp <= sh->n_kv_heads) return 0;
-    double r = (double)sh->tp / sh->n_kv_heads, kv = 2.0 * 2 * sh->dim * sh->head_dim;
-    double n = sh->zero >= 2 ? (double)sh->dp * sh->cp : 1;
-    return layers * 2 * (r - 1) / r * kv / n * 4;
+    double r = (double)sh->tp / sh->n_kv_heads;
+    uint64_t C = sh->dim, kv = 2 * C * sh->head_dim, held = layers * kv;
+    uint64_t at = C + (uint64_t)(sh->n_heads / sh->tp) * sh->head_dim * C; /* norm, q */
+    if (sh->zero >= 2 && (uint64_t)sh->dp * sh->cp >= 2) {
+        plan_zero_unit *unit = malloc(((size_t)ps->params.n_layers + 2) * sizeof *unit);
+        if (unit == NULL) return 0;
+        uint32_t n = plan_zero_units(ps, stage, unit), first = stage == 0;
+        held = 0;
+        for (uint32_t k = first; k < n && k < first + layers; k++)
+            held += zero_range_most(&unit[k], at, at + kv);
+        free(unit);
+    }
+    return 2 * (r - 1) / r * (double)held * 4;
 }
 
 /* MoE layers (worker/engine/model_moe.h): whole on every tp rank, so without sequence
@@ -134,17 +157,11 @@ static double comm_tp_kv(const plan_stage *ps, uint32_t layers) {
  * block's gradients all-reduced over tp once a step (under ZeRO-2/3 the rank's shard of
  * them, a g-th, g the group its unit is sharded over), and with a capacity or an aux
  * loss each forward pass all-gathers the rank's per-chunk expert counts over tp. */
-/* The most of unit u's MoE block (its last parameters, the engine's bias after them) in
+/* The most of unit u's MoE block (its last parameters, the balancing bias last of all) in
  * one rank's chunk. The stage's MoE units have one shape, so one rank is the busiest in
  * each and the sum of these is that rank's. */
 static uint64_t zero_moe_most(const plan_zero_unit *u) {
-    uint64_t most = 0, start = u->size - u->moe;
-    for (uint64_t r = 0; r < u->group; r++) {
-        uint64_t lo = r * u->chunk > start ? r * u->chunk : start;
-        uint64_t hi = (r + 1) * u->chunk < u->size ? (r + 1) * u->chunk : u->size;
-        if (hi > lo && hi - lo > most) most = hi - lo;
-    }
-    return most;
+    return zero_range_most(u, u->size - u->moe, u->size);
 }
 
 /* The MoE blocks' parameters on the stage whose gradients a rank holds: whole, or under
@@ -228,7 +245,7 @@ static double comm_tp(const plan_stage *ps, const comm_dims *d, uint32_t stage) 
     for (uint32_t i = 0; i < n; i++)
         units += tp_layer_units(
             ps, d, plan_pp_stage_layer(&ps->params, sh->pp, sh->virtual_stages, stage, i));
-    return d->m * units * (t - 1) / t * d->act + comm_tp_kv(ps, n) +
+    return d->m * units * (t - 1) / t * d->act + comm_tp_kv(ps, stage, n) +
            comm_tp_moe(ps, d, n_moe, stage) + comm_tp_ends(ps, d, n, stage);
 }
 

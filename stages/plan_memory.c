@@ -86,8 +86,8 @@ static void memory_params(const plan_stage *ps, uint32_t stage, plan_memory *out
     /* the MoE block (router, shared experts, the local routed experts) is whole on every
      * tp rank: the engine's expert tensor parallelism is 1 (worker/engine/model.c) */
     uint64_t split = n_dense * p->mlp_layer;
-    uint64_t replicated =
-        n * (p->norms_layer + attn_on_rank(p, sh)) + n_moe * (p->moe_router + p->moe_shared);
+    uint64_t replicated = n * (p->norms_layer + attn_on_rank(p, sh)) +
+                          n_moe * (p->moe_router + p->moe_shared + p->moe_bias);
     if (stage == 0) split += p->embedding;
     if (stage + 1 == sh->pp) {
         split += p->head;
@@ -118,8 +118,9 @@ uint32_t plan_zero_units(const plan_stage *ps, uint32_t stage, plan_zero_unit *o
             out[k++] = (plan_zero_unit){div_ceil(u, n), n, 0, u, 0};
             continue;
         }
-        uint64_t x = div_ceil(p->moe_experts, sh->ep), block = p->moe_shared + p->moe_router + x;
-        u += p->moe_shared + p->moe_router;
+        uint64_t x = div_ceil(p->moe_experts, sh->ep);
+        uint64_t block = p->moe_shared + p->moe_router + p->moe_bias + x;
+        u += p->moe_shared + p->moe_router + p->moe_bias;
         out[k++] = (plan_zero_unit){div_ceil(u + x, edp), edp, edp < n ? u : 0, u + x, block};
     }
     if (stage + 1 == sh->pp) out[k++] = (plan_zero_unit){div_ceil(head, n), n, 0, head, 0};

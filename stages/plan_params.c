@@ -72,6 +72,7 @@ static int params_moe(const Baton__Model *m, plan_params *out, bt_diag *diag) {
     out->moe_experts = (uint64_t)moe->n_experts * 3 * d * effn;
     out->moe_shared = (uint64_t)moe->n_shared_experts * 3 * d * effn;
     out->moe_layer = out->moe_router + out->moe_experts + out->moe_shared;
+    out->moe_bias = moe->balance == BATON__MOE__BALANCE__BIAS ? moe->n_experts : 0;
     out->moe_counts = moe->capacity_factor > 0 ||
                       (moe->balance == BATON__MOE__BALANCE__AUX_LOSS && moe->aux_loss_coef != 0);
     return BT_OK;

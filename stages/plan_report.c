@@ -250,8 +250,9 @@ static void text_memory_params(FILE *f, const plan_stage *ps) {
                 fmt_grouped(c, sizeof c, m->zero_unit));
     fprintf(f, "%s params on the rank: stage share / tp", b);
     if (m->expert_params_on_rank)
-        fprintf(f, ", routed experts / ep, the MoE block whole on every tp rank%s",
-                sh->sequence_parallel ? " (run on its own rows)" : "");
+        fprintf(f, ", routed experts / ep, the MoE block whole on every tp rank%s%s",
+                sh->sequence_parallel ? " (run on its own rows)" : "",
+                ps->params.moe_bias ? " with its balancing bias (E)" : "");
     fprintf(f, "%s%s\n", m->zero_level == 3 ? "" : ", fp32 weights", m->gemm_copies > 0 ? ")" : "");
     if (m->gemm_copies > 0)
         fprintf(f, "                         + %s (the GEMMs' converted weight copies: %s)\n",

@@ -469,6 +469,15 @@ static int set_inherit(recipe_doc *doc, const char *key, set_undo *undo) {
     return i < 0 ? 0 : set_inherit_list(doc, (size_t)i, dot + 1, undo);
 }
 
+/* Whether an earlier override gave the defaults' stage_layers or one of its values. */
+static int set_split_overridden(const recipe_doc *doc) {
+    for (size_t k = 0; k < doc->npos; k++)
+        if (doc->pos[k].set != NULL &&
+            set_path_within(doc->pos[k].path, "defaults.parallel.stage_layers"))
+            return 1;
+    return 0;
+}
+
 /* Loads the plan's document and overlays it onto doc. */
 static int set_overlay(recipe_doc *doc, const char *what, const set_plan *p, bt_diag *diag) {
     recipe_doc part;
@@ -485,8 +494,10 @@ static int set_overlay(recipe_doc *doc, const char *what, const set_plan *p, bt_
     uint32_t v0 = d && d->parallel ? d->parallel->virtual_stages : 0;
     rc = p->nindex > 0 ? set_merge(&doc->recipe->base, &part.recipe->base, p)
                        : pb_merge(&doc->recipe->base, &part.recipe->base);
-    d = doc->recipe->defaults; /* --set defaults.parallel.pp=N: as a stage changing it */
-    if (rc == 0 && p->nindex == 0 && d != NULL && g != NULL)
+    /* --set defaults.parallel.pp=N: as a stage changing it, it drops the file's split but
+     * not one an earlier --set gave (which then holds, as when given after it) */
+    d = doc->recipe->defaults;
+    if (rc == 0 && p->nindex == 0 && d != NULL && g != NULL && !set_split_overridden(doc))
         recipe_drop_stale_split(d->parallel, g->parallel, pp0, v0);
     if (rc == 0) rc = set_record(doc, &part, bt_buf_str(&p->base), what, diag);
     recipe_doc_free(&part);

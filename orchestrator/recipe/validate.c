@@ -401,8 +401,27 @@ static int check_model_split(vctx *v, const Baton__Model *m, const Baton__Parall
     return check_stage_layers(v, m, p);
 }
 
+/* Of the n fields a check of the stage reads (verr's names, "parallel{tp,cp}" too), the
+ * one an override wrote last, for verr to name that override; NULL when none did. */
+static const char *field_set_last(const vctx *v, const char *const *fields, size_t n) {
+    const char *last = NULL;
+    const recipe_pos *at = NULL;
+    for (size_t k = 0; k < n && v->stage >= 0; k++) {
+        char field[128], path[256];
+        snprintf(field, sizeof field, "%s", fields[k]);
+        char *keys = strchr(field, '{');
+        if (keys != NULL) *keys++ = '\0', keys[strcspn(keys, "}")] = '\0';
+        const recipe_pos *p = stage_field_where(v->doc, v->stage, field, keys, path, sizeof path);
+        if (p != NULL && p->set != NULL && (at == NULL || p > at)) at = p, last = fields[k];
+    }
+    return last;
+}
+
 static int check_sequence(vctx *v, const Baton__Model *m, const Baton__Parallel *p) {
     const Baton__Stage *s = v->eff;
+    /* sequence parallelism's split: an override of seq_len, tp or cp is its cause */
+    static const char *const sp_reads[] = {"seq_len", "parallel{tp,cp,sequence_parallel}"};
+    const char *sp = field_set_last(v, sp_reads, 2);
     REQUIRE(p->cp == 1 || s->seq_len % (2ull * p->cp) == 0, v, "seq_len",
             "seq_len %llu must be divisible by 2×cp = %llu (load-balanced context split)",
             (unsigned long long)s->seq_len, 2ull * p->cp);
@@ -419,7 +438,7 @@ static int check_sequence(vctx *v, const Baton__Model *m, const Baton__Parallel 
             "tp %u) divisible by cp %u; use cp_comm: ring",
             kv_per_tp, m->n_kv_heads, p->tp, p->cp);
     REQUIRE(!p->sequence_parallel || p->tp == 1 || (s->seq_len / p->cp) % p->tp == 0, v,
-            "parallel.sequence_parallel",
+            sp ? sp : "parallel.sequence_parallel",
             "sequence parallelism needs the per-rank sequence %llu divisible by tp %u",
             (unsigned long long)(s->seq_len / p->cp), p->tp);
     return 0;

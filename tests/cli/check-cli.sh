@@ -340,6 +340,18 @@ expect 2 "^--set stages\\.00\\.steps=3: index \"00\" of stages has a leading zer
   spec "$recipes/tiny-cpu.yaml" --set stages.00.steps=3
 expect 2 "^--set defaults\\.parallel\\.stage_layers\\.1=3: defaults\\.parallel\\.stage_layers is not in the recipe" -- \
   plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.stage_layers.1=3
+# sequence parallelism's split refused at the override of seq_len or tp that caused it (the
+# recipe sets no sequence_parallel), the later of them when both are given
+expect 2 "^--set defaults\\.seq_len=3: defaults\\.seq_len: sequence parallelism needs the per-rank sequence 3 divisible by tp 2 \\(stage 0" -- \
+  plan "$recipes/tiny-cpu.yaml" --set defaults.seq_len=3
+expect 2 "^--set defaults\\.parallel\\.tp=4: defaults\\.parallel: sequence parallelism needs the per-rank sequence 6 divisible by tp 4 \\(stage 0" -- \
+  plan "$recipes/tiny-cpu.yaml" --set defaults.seq_len=6 --set defaults.parallel.tp=4 \
+  --set defaults.parallel.pp=1
+# a split given by --set holds whatever the order: a later --set of pp does not drop it
+# (as it drops the file's), so an invalid one is refused, as in the file
+expect 2 "^--set defaults\\.parallel\\.stage_layers=\\[1,1,1,2\\]: defaults\\.parallel\\.stage_layers: the stages' layers add up to 5 but the model has n_layers 4" -- \
+  plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.stage_layers=[1,1,1,2] \
+  --set defaults.parallel.pp=4 --set defaults.parallel.tp=1
 # an element of a list the stage inherits: the list is copied into the stage first, and
 # every stage resolves as if the whole list were given there (for data, the whole block:
 # a stage's data block replaces the one before it, so valid is copied too)

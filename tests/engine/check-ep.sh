@@ -16,7 +16,8 @@
 # step's loss agrees with `baton-worker --single-process` within 1e-5 relative, the dropped
 # (token, expert) pairs of every step are exactly the one-process counts, and the final
 # checkpoint (each expert written by its owner) loaded into one process gives the
-# one-process parameters within 1e-5. In fp8, resumed bitwise (the scaling states too),
+# one-process parameters within 1e-5, as does the layout's own final dump (`--dump-params`,
+# each expert gathered from its ep rank). In fp8, resumed bitwise (the scaling states too),
 # also from the checkpoint rewritten as format 1 saved it, and, without the experts'
 # states, those calibrated and the loaded ones kept (tests/ckpt/ckpt_edit.c rewrites it;
 # BATON_CKPT_EDIT, else next to BATON's directory: ../tests/ckpt_edit).
@@ -85,8 +86,11 @@ ep_case() { # NAME RANKS TP EP BALANCE [SED]: SED edits the recipe further
   "$worker" --spec "$name.pb" --single-process --eval-windows 0 --dump-params "$name.ref" \
     >"$name.ref.log"
   timeout 300 "$baton" launch -n "$n" -- "$worker" --spec "$name.pb" --eval-windows 0 \
-    --comm-timeout 30 --run-dir "$name.run" >"$name.log"
+    --comm-timeout 30 --run-dir "$name.run" --dump-params "$name.dumped" >"$name.log"
   layout_compare_losses "$name" "$name.ref.log" "$name.log" || failures=$((failures + 1))
+  # the layout's own dump: every expert gathered from its ep rank, at its place
+  layout_compare_params "$name (--dump-params)" "$name.ref" "$name.dumped" ||
+    failures=$((failures + 1))
   ep_check_dropped "$name" "$([[ $5 == *capacity_factor* ]] && echo 1)" || failures=$((failures + 1))
   "$worker" --spec "$name.pb" --single-process --eval-windows 0 --dump-params "$name.params" \
     --init "$name.run/checkpoints/s00-step00000020" >"$name.reload.log"

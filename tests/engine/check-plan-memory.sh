@@ -9,6 +9,9 @@
 # recomputation) against bf16 and fp8 (float32 activations all the same), tp with and
 # without sequence parallelism, 1F1B and interleaved pipelines, and context parallelism
 # (ring and Ulysses), and an MoE model (whose layers carve the dense ffn's activations too).
+# Those ranks' model state (parameters, gradients, optimizer state) must be the plan's to
+# the byte as well, also for an MoE model with aux-loss-free balancing (its per-expert
+# bias) under ZeRO-1, -2 and -3.
 #   check-plan-memory.sh BATON BATON_WORKER SOURCE_DIR
 set -euo pipefail
 baton=$1 worker=$2 src=$3
@@ -64,6 +67,9 @@ mine = [m for m in got if int(m.group(5)) == mem["heaviest_pp_stage"]]
 if not mine:
     sys.exit(f"{name}: no rank of pipeline stage {mem['heaviest_pp_stage']} printed its "
              f"activations ({len(got)} ranks did)")
+state = {m.group(1): m.groups()[1:] for l in open(log_path) if (m := re.match(
+    r"^\[(\d+)\] model state allocated by this rank \(zero \d\): params (\d+) grads (\d+) "
+    r"optimizer (\d+) bytes", l))}
 bad = False
 for m in mine:
     act, back = float(m.group(2)), float(m.group(4))
@@ -72,6 +78,12 @@ for m in mine:
           f"{act:.0f} B, plan {want_act:.0f} ({ra:.3%}); backward {back:.0f} B, plan "
           f"{want_back:.0f} ({rb:.3%})")
     bad |= act != want_act or back != want_back
+    # the model state too: parameters, gradients, optimizer state
+    got = dict(zip(("params", "grads", "optimizer"), map(float, state.get(m.group(1), ()))))
+    off = [f"{k} {v:.0f} B, plan {mem[k]:.0f}" for k, v in got.items() if v != mem[k]]
+    if len(got) != 3 or off:
+        print(f"{name}: rank {m.group(1)} model state " + ("; ".join(off) or "not printed"))
+        bad = True
 sys.exit(1 if bad else 0)
 PY
 }
@@ -91,9 +103,15 @@ case_run pp2-v2-bf16-none 2 bf16 none "tp: 1, pp: 2, dp: 1, virtual_stages: 2"
 case_run cp2-fp32-none 2 fp32 none "tp: 1, pp: 1, dp: 1, cp: 2"
 case_run cp2-ulysses-bf16-none 2 bf16 none "tp: 1, pp: 1, dp: 1, cp: 2, cp_comm: ulysses"
 case_run moe-ep2-bf16-selective 2 bf16 selective "tp: 1, pp: 1, dp: 2, ep: 2" "$moe"
+# aux-loss-free balancing: each MoE layer's per-expert bias, held with a gradient and
+# Adam's moments as the block's other parameters (also in ZeRO's units)
+bias="${moe%\}}, balance: bias}"
+case_run moe-bias-dp2-zero1 2 fp32 none "tp: 1, pp: 1, dp: 2, zero: 1" "$bias"
+case_run moe-bias-ep2-zero3 2 fp32 none "tp: 1, pp: 1, dp: 2, ep: 2, zero: 3" "$bias"
+case_run moe-bias-tp2-dp2-zero2 4 fp32 none "tp: 2, pp: 1, dp: 2, zero: 2" "$bias"
 
 if ((failures > 0)); then
-  echo "$failures case(s) where the plan's activation memory is not what the workers allocate"
+  echo "$failures case(s) where the plan's memory is not what the workers allocate"
   exit 1
 fi
-echo "the plan's activations and backward buffers are what the workers allocate, every case"
+echo "the plan's model state, activations and backward buffers are what the workers allocate, every case"

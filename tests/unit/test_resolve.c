@@ -157,6 +157,54 @@ static void test_split_set_new_block(void) {
     }
 }
 
+/* SPLIT_HEAD's recipe (pp 2 with [3, 1]) with two overrides applied in order, then
+ * validated; the validation's code, diag its message. */
+static int split_two_sets(recipe_doc *doc, const char *first, const char *second, bt_diag *d) {
+    static const char *text = SPLIT_HEAD "  - {name: a, steps: 10}\n";
+    bt_diag_init(d);
+    int rc = recipe_load_buffer("s.yaml", text, strlen(text), doc, d);
+    rc = rc ? rc : recipe_apply_set(doc, first, d);
+    rc = rc ? rc : recipe_apply_set(doc, second, d);
+    return rc ? rc : recipe_validate(doc, d);
+}
+
+/* A split an override gives holds whether it comes before or after the override of pp
+ * that would drop the file's: the order of --set options does not matter. Given before,
+ * an invalid split is refused as after, naming its override; so is one value of the
+ * file's list set (before: too few entries; after: the list the pp override dropped). */
+static void test_split_set_order(void) {
+    static const char *const pp4 = "defaults.parallel.pp=4";
+    static const char *const sets[][2] = {
+        {"defaults.parallel.stage_layers=[1, 1, 1, 1]", NULL},
+        {"defaults.parallel={stage_layers: [1, 1, 1, 1]}", NULL},
+        {"defaults.parallel.stage_layers=[2, 1, 1, 1]",
+         "--set defaults.parallel.stage_layers=[2, 1, 1, 1]: defaults.parallel.stage_layers: "
+         "the stages' layers add up to 5"},
+        {"defaults.parallel.stage_layers.0=1",
+         "--set defaults.parallel.stage_layers.0=1: defaults.parallel.stage_layers"}};
+    for (size_t k = 0; k < sizeof sets / sizeof *sets; k++) {
+        for (int order = 0; order < 2; order++) {
+            recipe_doc doc = {0};
+            bt_diag d;
+            int rc = order ? split_two_sets(&doc, pp4, sets[k][0], &d)
+                           : split_two_sets(&doc, sets[k][0], pp4, &d);
+            const char *want = sets[k][1];
+            if ((rc == 0) != (want == NULL) || (want && strstr(d.msg, want) == NULL))
+                fprintf(stderr, "%s and %s in order %d: %s\n", sets[k][0], pp4, order,
+                        rc ? d.msg : "accepted");
+            Baton__Parallel *p = doc.recipe ? doc.recipe->defaults->parallel : NULL;
+            if (want == NULL) {
+                CHECK(rc == 0);
+                if (rc == 0) CHECK_EQ_U64(p->n_stage_layers, 4);
+            } else {
+                CHECK(rc == BT_ERECIPE);
+                CHECK(strstr(d.msg, want) != NULL);
+            }
+            recipe_doc_free(&doc);
+        }
+    }
+}
+
 static void test_stage_split(void) {
     recipe_doc doc = {0};
     bt_diag d;
@@ -190,6 +238,7 @@ static void test_stage_split(void) {
     }
     recipe_doc_free(&doc);
     test_split_set_new_block();
+    test_split_set_order();
 }
 
 /* Where each stage's data starts: after the samples of the earlier stages over the same

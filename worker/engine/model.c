@@ -833,6 +833,34 @@ int model_tensor_slice(const model_config *cfg, int i, model_tensor *t) {
     return 0;
 }
 
+/* The index in the stage's one-process tensors (ep 1: every routed expert's) of tensor i
+ * of a rank holding the routed experts [x0, x0 + El) of E: each MoE block's tensors are
+ * the router, the experts' gates and ups, their downs, then the rest (moe_tensor). */
+static int one_process_index(const model_config *cfg, int x0, int i) {
+    int E = cfg->moe.n_experts, El = moe_local_experts(&cfg->moe), L = stage_n_layers(cfg);
+    int j = i, k = i - is_first_stage(cfg); /* k: from the first layer's first tensor */
+    for (int l = 0; l < L && k >= 0; l++) {
+        int gl = model_stage_layer(cfg, l), n = layer_n_tensors(cfg, gl);
+        int moe = model_layer_is_moe(cfg, gl), b = k - LAYER_ATTN_TENSORS; /* in the block */
+        if (k >= n || !moe) {
+            j += moe ? 3 * (E - El) : 0, k -= n;
+            continue;
+        }
+        if (b >= 1 && b < 1 + 2 * El) return j + 2 * x0;
+        if (b >= 1 + 2 * El && b < 1 + 3 * El) return j + 2 * (E - El) + x0;
+        return b >= 1 ? j + 3 * (E - El) : j;
+    }
+    return j;
+}
+
+size_t model_tensor_global_offset(const model_config *cfg, int ep_rank, int i) {
+    model_config one = one_process(cfg, cfg->pp_rank);
+    model_tensor t;
+    int x0 = ep_rank * moe_local_experts(&cfg->moe);
+    if (model_tensor_slice(&one, one_process_index(cfg, x0, i), &t) != 0) return 0;
+    return t.offset;
+}
+
 int model_tensor_info(const model *m, int i, model_tensor *t) {
     int rc = model_tensor_slice(&m->cfg, i, t);
     if (rc != 0) return rc;

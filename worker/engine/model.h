@@ -502,5 +502,10 @@ int model_tensor_info(const model *m, int i, model_tensor *t);
 /* Tensor i's name, shapes, slice and offset for the rank cfg->tp_rank, without pointers:
  * what model_tensor_info gives on that rank. */
 int model_tensor_slice(const model_config *cfg, int i, model_tensor *t);
+/* Where tensor i of the stage cfg->pp_rank lies in that stage's one-process (tp 1, ep 1)
+ * parameters (model_stage_global_floats floats): its float offset there, on the expert-
+ * parallel rank ep_rank (which holds the routed experts [ep_rank x n_local, + n_local);
+ * cfg->ep_rank for this rank's own tensors). */
+size_t model_tensor_global_offset(const model_config *cfg, int ep_rank, int i);
 
 #endif

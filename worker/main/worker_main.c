@@ -438,20 +438,44 @@ static int worker_train(trainer *t, train_ckpt *c, uint64_t save_every, const wo
     return rc;
 }
 
-/* The stage's one-process tensors, in order, gathered over the tp group into out. */
+/* Under expert parallelism each rank holds its share of the routed experts (at their
+ * places in out): every routed expert's tensor from the ep rank that holds it, into out. */
+static int worker_gather_experts(trainer *t, float *out) {
+    comm *ep = t->m.ep_group;
+    const model_config *cfg = &t->m.cfg;
+    int rc = 0;
+    for (int i = 0; ep != NULL && rc == 0 && i < model_n_tensors(&t->m); i++) {
+        model_tensor mt;
+        model_tensor_slice(cfg, i, &mt);
+        if (!mt.expert) continue;
+        size_t n = mt.global_count;
+        float *all = malloc((size_t)cfg->ep * n * sizeof *all);
+        rc = all ? 0 : BT_ENOMEM;
+        rc = rc ? rc
+                : comm_allgather(ep, out + model_tensor_global_offset(cfg, cfg->ep_rank, i), all, n,
+                                 COMM_F32, NULL);
+        for (int r = 0; rc == 0 && r < cfg->ep; r++)
+            memcpy(out + model_tensor_global_offset(cfg, r, i), all + (size_t)r * n,
+                   n * sizeof *all);
+        free(all);
+    }
+    return rc;
+}
+
+/* The stage's one-process tensors, at their places, gathered over the tp group (and the
+ * routed experts over the ep group) into out. */
 static int worker_gather_stage(trainer *t, float *out) {
-    size_t off = 0;
     for (int i = 0, unit = -1; i < model_n_tensors(&t->m); i++) {
         model_tensor mt;
         model_tensor_info(&t->m, i, &mt);
         /* ZeRO-3: each unit gathered over the dp group once, before its first tensor */
         int u = t->m.zw ? model_zero_unit_at(&t->m, mt.offset) : -1, rc = 0;
         if (u != unit) rc = model_zero_fetch(&t->m, u), unit = u;
+        size_t off = model_tensor_global_offset(&t->m.cfg, t->m.cfg.ep_rank, i);
         rc = rc ? rc : model_gather_tensor(&t->m, i, out + off);
         if (rc != 0) return rc;
-        off += mt.global_count;
     }
-    return 0;
+    return worker_gather_experts(t, out);
 }
 
 /* Tag of a stage's parameters on their way to stage 0 (training uses small tags). */
@@ -495,7 +519,7 @@ static int worker_dump_params(trainer *t, const char *path, int writer, bt_diag 
         size_t n = model_stage_global_floats(cfg, s);
         biggest = n > biggest ? n : biggest;
     }
-    float *buf = malloc(biggest * sizeof *buf);
+    float *buf = calloc(biggest ? biggest : 1, sizeof *buf);
     FILE *f = writer ? fopen(path, "wb") : NULL;
     int rc = buf == NULL ? BT_ENOMEM : 0, ok = !writer || f != NULL, pp_failed = 0;
     rc = rc ? rc : worker_gather_stage(t, buf);
