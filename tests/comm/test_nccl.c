@@ -6,8 +6,9 @@
  * NCCL allows one rank per device in a communicator, so rank r uses device r and a
  * scenario needs as many devices as it starts ranks. Without them the parent prints
  * "SKIPPED: ..." with the reason and exits 77 (ctest's SKIP_RETURN_CODE): on a machine
- * without a GPU or driver, cudaGetDeviceCount fails and names why. A driver that is
- * installed but fails (too old for the runtime) fails the test instead.
+ * without a GPU (no /dev/nvidia* node) or driver, cudaGetDeviceCount fails and names why.
+ * A driver that is installed, with a device node, but fails (too old for the runtime)
+ * fails the test instead.
  *
  * collectives-*, timeout-w2 and nopeer-w2 pass device buffers and streams; host-* and
  * timeout-host-w2 the engine's way of calling: host buffers (staged) and stream NULL
@@ -880,7 +881,8 @@ static int run_parent(const scenario *sc) {
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess) {
         (void)cudaDriverGetVersion(&driver);
-        if (e != cudaErrorNoDevice && driver != 0) {
+        int nodes = access("/dev/nvidiactl", F_OK) == 0 || access("/dev/nvidia0", F_OK) == 0;
+        if (e != cudaErrorNoDevice && driver != 0 && nodes) {
             fprintf(stderr, "FAIL: the CUDA driver (CUDA %d.%d) fails: cudaGetDeviceCount: %s\n",
                     driver / 1000, driver % 1000 / 10, cudaGetErrorString(e));
             return 1;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cuda_backend.h"
 #include "cuda_internal.cuh"
@@ -82,17 +83,28 @@ extern "C" const char *cuda_backend_error(backend *be) {
     return c ? c->errmsg : "";
 }
 
-/* cudaGetDeviceCount failed with e: BT_EUNSUPPORTED where there is no device or no driver
- * installed at all (driver version 0), BT_EIO where a driver is there but does not work
- * (too old for the runtime, mismatched): an error to fix, not the absence of a GPU. */
+/* Whether this machine shows an NVIDIA device node at all (/dev/nvidiactl, /dev/nvidia0;
+ * WSL's /dev/dxg): without one no GPU can be used, whatever the driver library says. */
+static int cuda_device_nodes(void) {
+    return access("/dev/nvidiactl", F_OK) == 0 || access("/dev/nvidia0", F_OK) == 0 ||
+           access("/dev/dxg", F_OK) == 0;
+}
+
+/* cudaGetDeviceCount failed with e: BT_EUNSUPPORTED where there is no device (no device
+ * node, or the driver says none) or no driver installed at all (driver version 0), BT_EIO
+ * where a driver and a device are there but do not work (too old for the runtime,
+ * mismatched): an error to fix, not the absence of a GPU. */
 static int cuda_count_error(cudaError_t e, bt_diag *diag) {
     int driver = 0, runtime = 0;
     (void)cudaDriverGetVersion(&driver);
     (void)cudaRuntimeGetVersion(&runtime);
     (void)cudaGetLastError();
-    if (e == cudaErrorNoDevice || driver == 0) {
+    int nodes = cuda_device_nodes();
+    if (e == cudaErrorNoDevice || driver == 0 || !nodes) {
         bt_diag_set(diag, "no CUDA device: cudaGetDeviceCount: %s%s", cudaGetErrorString(e),
-                    driver == 0 ? " (no CUDA driver installed)" : "");
+                    driver == 0 ? " (no CUDA driver installed)"
+                    : !nodes    ? " (no /dev/nvidia* device node)"
+                                : "");
         return BT_EUNSUPPORTED;
     }
     bt_diag_set(diag,
