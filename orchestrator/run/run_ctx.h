@@ -109,6 +109,15 @@ void run_err(const run_ctx *c, const char *fmt, ...) __attribute__((format(print
 void run_give_up(run_ctx *c, uint32_t stage, int say, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* run_metrics.c: what the stage attempt's metrics log holds and metrics.jsonl (written
+ * from what baton run received) lacks is written there, TensorBoard and valid.jsonl too,
+ * saying so (control_server_replay). before 0: the log of attempt itself, once it ended;
+ * before 1: that of the newest earlier attempt of the stage that left one (a killed
+ * baton run's), waiting a moment for a rank 0 that still writes it; call it before
+ * anything else of the new attempt. */
+void run_metrics_take(run_ctx *c, uint32_t stage, uint32_t attempt, int before,
+                      uint64_t step_offset);
+
 /* run_ckpts.c */
 /* Notes a journal record (read back or appended) in c->journaled. */
 void run_ckpt_note_record(run_ctx *c, const Baton__JournalRecord *r);

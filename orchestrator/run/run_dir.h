@@ -5,7 +5,8 @@
  *   lock          held (flock) by the one `baton run` working here
  *   journal       run_state.h / journal.h
  *   specs/        the StageSpec of every attempt (sNN-aMM.pb)
- *   logs/         every attempt's worker output (sNN-aMM.log)
+ *   logs/         every attempt's worker output (sNN-aMM.log) and rank 0's metrics log
+ *                 (sNN-aMM.metrics, stages/metrics_log.h)
  *   checkpoints/  stages/ckpt/ckpt.h
  *   metrics.jsonl, tb/   the control channel's metrics */
 #ifndef BATON_RUN_DIR_H

@@ -386,6 +386,8 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
     /* what the ranks sent before they exited, read before the attempt is judged and torn
      * down (a paused `baton run` finds them all gone at once) */
     if (c->cs_open) control_server_drain(&c->cs, RUN_DRAIN_S);
+    /* and what never came (a rank's outbox full or lost with it) from rank 0's own log */
+    if (c->cs_open) run_metrics_take(c, stage, attempt, 0, c->cs.step_offset);
     run_note_ckpt(c, stage, attempt);
     return rc;
 }
@@ -606,6 +608,8 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     char spec_file[4200], log_file[4200], name[64];
     bt_diag d;
     bt_diag_init(&d);
+    /* first: it waits for a rank 0 a killed baton run left to end */
+    run_metrics_take(c, (uint32_t)i, attempt, 1, run_step_offset(c, i));
     run_sweep_partials(c); /* no worker runs now: any .partial is a dead save's */
     char why[1024];
     if (run_ckpt_missing(c, (uint32_t)i, why, sizeof why)) {

@@ -55,6 +55,12 @@
 #                 still hold each step once (those before the checkpoint from attempt 0,
 #                 the rest from attempt 1) and the event file TensorBoard's restart marker
 #                 (session_log START) at the first repeated step.
+#   lost-metrics  `baton run` stopped (SIGSTOP) once it has a record of stage extend while
+#                 the workers go on past a checkpoint, then killed -9: the steps it never
+#                 received are in rank 0's metrics log (logs/s01-a00.metrics), and
+#                 `baton resume` takes them from there before it starts, so that
+#                 metrics.jsonl holds every step once, equal to the uninterrupted run's,
+#                 and TensorBoard has them too.
 #   fp16-skips    the fp16 overflow stage of tests/engine/fp16.yaml (scale 2^40: the first
 #                 steps overflow): `baton run`'s progress lines show the skipped count and
 #                 the scale as the worker logged them, and metrics.jsonl and TensorBoard
@@ -662,6 +668,37 @@ PY
     { tail -3 tb.txt; fail "the event file does not match metrics.jsonl"; }
   grep -qx "session_log START $((from + 1))" tb.txt || { grep session_log tb.txt; fail "no restart marker at step $((from + 1))"; }
   echo "$case: attempt 0 reached step $last0, resumed at $from; each step once, restart marker at $((from + 1))"
+  ;;
+lost-metrics)
+  reference
+  "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  for _ in $(seq 600); do
+    grep -q '"stage_index": 1' r1/metrics.jsonl 2>/dev/null && break
+    sleep 0.02
+  done
+  kill -STOP "$bpid"
+  # the workers go on (a worker never waits on the channel) past extend's checkpoint at 10
+  for _ in $(seq 600); do
+    [[ -f r1/checkpoints/s01-step00000010/manifest.pb ]] && break
+    sleep 0.02
+  done
+  kill -9 "$bpid"
+  wait "$bpid" 2>/dev/null || true
+  bpid=
+  [[ -f r1/checkpoints/s01-step00000010/manifest.pb ]] || fail "extend's checkpoint at step 10 was never committed"
+  sleep 0.5 # the ranks follow their baton run within 0.2 s
+  last=$(/usr/bin/python3 -c '
+import json, sys
+print(max(r["step"] for r in map(json.loads, open(sys.argv[1])) if r["stage_index"] == 1))' r1/metrics.jsonl)
+  ((last < 10)) || fail "the killed run received extend's step $last: no step to lose"
+  "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "the resume failed"; }
+  same_metrics ref r1 || fail "metrics.jsonl differs from the uninterrupted run's"
+  grep -q 'stage "extend": [0-9]* step record(s) of attempt 0 that baton run had not received taken from .*/logs/s01-a00.metrics' resume.out ||
+    { cat resume.out; fail "the resume did not say it took the lost records"; }
+  /usr/bin/python3 "$src/tests/control/read_tb.py" r1/tb r1/metrics.jsonl >tb.txt ||
+    { tail -3 tb.txt; fail "the event file does not match metrics.jsonl"; }
+  echo "$case: the killed run had extend up to step $last, its checkpoint at 10 committed; every step once after the resume"
   ;;
 fp16-skips)
   sed -n '1,/^stages:/p' "$src/tests/engine/fp16.yaml" >fp16.yaml
