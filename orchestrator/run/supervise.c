@@ -73,8 +73,10 @@ static double run_seconds(const Baton__Duration *d, double dflt) {
     return d && d->has_seconds && d->seconds > 0 ? d->seconds : dflt;
 }
 
+/* The attempt's spec, written to file; *full set when that failed on a full disk (or
+ * quota). */
 static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSpec **out,
-                          char *file, size_t cap, bt_diag *diag) {
+                          char *file, size_t cap, int *full, bt_diag *diag) {
     int rc = recipe_resolve_stage(c->doc, i, out, diag);
     if (rc != 0) return rc;
     Baton__StageSpec *s = *out;
@@ -118,6 +120,7 @@ static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSp
     snprintf(name, sizeof name, "specs/s%02zu-a%02u.pb", i, attempt);
     run_dir_file(c->dir, name, file, cap);
     rc = ckpt_write_file_atomic(file, buf, n, diag);
+    *full = rc != 0 && (errno == ENOSPC || errno == EDQUOT);
     free(buf);
     return rc;
 }
@@ -586,6 +589,32 @@ static void run_attempt_detail(run_ctx *c, const char *spec_file, char *out, siz
     c->rollback_note[0] = '\0';
 }
 
+/* The attempt's spec could not be made or written (no worker started): said, naming the
+ * stage, and journaled as the attempt's failure, so that baton status names the cause. A
+ * full disk ends the run (exit 1) at once: no worker ran since the last try, so nothing
+ * frees room, and every restart would fail alike within its backoff; a resume goes on
+ * once there is room. Another I/O failure is retried as a failed attempt. */
+static attempt_end run_spec_failed(run_ctx *c, uint32_t stage, uint32_t attempt, int rc, int full,
+                                   const char *msg) {
+    char why[1200];
+    snprintf(why, sizeof why, "attempt %u cannot start: %.1100s", attempt, msg);
+    c->prog.stage = c->doc->recipe->stages[stage]->name;
+    run_progress_end(&c->prog);
+    run_err(c, "stage \"%s\": %s\n", c->prog.stage, why);
+    attempt_end end = full ? ATTEMPT_BROKEN : run_transient(rc) ? ATTEMPT_RETRY : ATTEMPT_FATAL;
+    Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
+    r.has_attempt = 1, r.attempt = attempt;
+    r.detail = why;
+    r.has_retryable = 1, r.retryable = end != ATTEMPT_FATAL;
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__FAILURE, stage, &r);
+    if (full)
+        run_give_up(c, stage, 1,
+                    "the disk is full: not retried, as every restart would fail alike; make "
+                    "room, then 'baton resume %s'",
+                    c->dir->path);
+    return end;
+}
+
 /* The workers could not be started (no such worker program, fork failing): said, and
  * journaled as the attempt's failure, so that baton status names the cause. */
 static attempt_end run_launch_failed(run_ctx *c, uint32_t stage, uint32_t attempt, int rc,
@@ -617,11 +646,12 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
         run_give_up(c, (uint32_t)i, 1, "%s", why);
         return ATTEMPT_BROKEN;
     }
-    int wrc = run_write_spec(c, i, attempt, &spec, spec_file, sizeof spec_file, &d);
+    int full = 0,
+        wrc = run_write_spec(c, i, attempt, &spec, spec_file, sizeof spec_file, &full, &d);
     if (wrc != 0) {
-        run_err(c, "%s\n", d.msg);
         if (spec) protobuf_c_message_free_unpacked(&spec->base, NULL);
-        return run_transient(wrc) ? ATTEMPT_RETRY : ATTEMPT_FATAL;
+        return run_spec_failed(c, (uint32_t)i, attempt, wrc, full,
+                               d.msg[0] ? d.msg : bt_strerror(wrc));
     }
     *hang_s = run_seconds(spec->stage->restart ? spec->stage->restart->heartbeat_timeout : NULL,
                           RUN_DEFAULT_HEARTBEAT_S);

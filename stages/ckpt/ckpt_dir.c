@@ -237,6 +237,7 @@ int ckpt_write_file_atomic(const char *path, const void *data, size_t n, bt_diag
     if (!ok) {
         unlink(tmp);
         bt_diag_set(diag, "%s: cannot write: %s", path, strerror(err));
+        errno = err; /* the caller may tell a full disk from other failures */
         return BT_EIO;
     }
     snprintf(dir, sizeof dir, "%s", path);

@@ -37,6 +37,12 @@
 #   journal-full  journal appends failing from record 6 on (BATON_FAULT_JOURNAL_FULL, as on
 #                 a full disk): the workers checkpoint and stop, the run exits 1 saying
 #                 why, once; `baton resume` ends on the uninterrupted losses.
+#   spec-full     the next attempt's spec cannot be written for a full disk (its temp file
+#                 a link to /dev/full, whose writes fail with ENOSPC): `baton resume` exits
+#                 1 at once, naming the stage and the cause, without burning its restarts;
+#                 `baton status` says failed with that cause as the failure's; the next
+#                 resume (the failed write removed the link) ends on the uninterrupted
+#                 losses.
 #   stop-kill     rank 1 killed -9 while the SIGTERM stop checkpoint is written: exit 75,
 #                 saying that the stop checkpoint was not completed, which rank died and
 #                 from which checkpoint a resume continues; the resume ends on the
@@ -390,6 +396,35 @@ journal-full)
   [[ ! -s r2/logs/s00-a00.log && ! -d r2/checkpoints ]] || fail "workers ran without a journaled start"
   echo "$case: the journal full at record 6: the run stopped (exit 1), resumed to the same losses;" \
     "at record 1: no worker started"
+  ;;
+spec-full)
+  reference
+  BATON_FAULT_STEP_SLEEP=0.05 "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 1 3 >/dev/null
+  stop_run
+  ln -s /dev/full r1/specs/s01-a01.pb.tmp
+  set +e
+  "$baton" resume r1 --quiet >resume.out 2>&1
+  rc=$?; set -e
+  [[ $rc == 1 ]] || { cat resume.out; fail "a spec that cannot be written for a full disk: exit $rc, not 1"; }
+  grep -q 'stage "extend": attempt 1 cannot start: .*specs/s01-a01.pb: cannot write: No space left on device' resume.out ||
+    { cat resume.out; fail "no clear message naming the stage"; }
+  grep -q "stage \"extend\": the disk is full: not retried, .*make room, then 'baton resume " resume.out ||
+    { cat resume.out; fail "no word on what to do"; }
+  ! grep -q "restarting\|(null)" resume.out || { cat resume.out; fail "restarts burnt on a full disk"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+f = s["failure_list"]
+assert s["state"] == "failed" and len(f) == 1, s
+assert f[0]["stage"] == "extend" and "No space left on device" in f[0]["cause"], f
+print("status:", s["state"], "-", f[0]["cause"])' || fail "status does not name the full disk"
+  rm -f r1/specs/s01-a01.pb.tmp # the failed write removed it
+  "$baton" resume r1 --quiet >resume2.out 2>&1 || { cat resume2.out; fail "resume with room failed"; }
+  stage_losses r1 >r1.losses
+  diff ref.losses r1.losses || fail "the resumed run did not end on the uninterrupted losses"
+  echo "$case: $(grep -o 'stage "extend": attempt 1 cannot start.*' resume.out | cut -c1-60)...; exit 1 at once; resumed with room"
   ;;
 stop-kill)
   reference
