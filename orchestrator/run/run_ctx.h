@@ -143,8 +143,9 @@ int run_ckpt_missing(run_ctx *c, uint32_t stage, char *why, size_t cap);
 int run_stage_finished(run_ctx *c, uint32_t stage, uint64_t steps, char *why, size_t cap);
 /* Removes the run's stale checkpoints/NAME.partial directories (a failed or killed save;
  * never a valid checkpoint, and on a full disk what holds the space the next save needs),
- * saying so in one line. Only real directories directly in the checkpoint root whose name
- * ends in .partial; a symbolic link is left alone. Call it only while no worker runs. */
+ * saying so in one line, and the NAME.deleting ones (a retention's removal cut short),
+ * in another. Only real directories directly in the checkpoint root whose name ends so;
+ * a symbolic link is left alone. Call it only while no worker runs. */
 void run_sweep_partials(run_ctx *c);
 
 #endif

@@ -35,6 +35,11 @@
 #                 killed mid-save in attempt 0) are gone before every attempt starts, said
 #                 in one line; nothing else is touched (a symlink named *.partial and
 #                 its target, a file, a nested one, a longer name, one outside checkpoints/).
+#   retain-kill   rank 0 killed (an LD_PRELOAD'ed unlink; BATON_TEST_KILL_ON_UNLINK_LIB)
+#                 while retention removes pretrain's checkpoint at step 5, its manifest
+#                 and some shards gone: the half-removed checkpoint bears a name that the
+#                 next attempt's sweep removes, saying so; nothing of it is left when the
+#                 run ends on the uninterrupted losses.
 #   stop-hung     SIGTERM to `baton run` while a worker is SIGSTOPped: the hang is still
 #                 seen, so it exits 75 within heartbeat_timeout, not RUN_STOP_GRACE_S; a
 #                 second SIGINT kills the workers at once (one line, exit 75 within 4 s);
@@ -483,6 +488,24 @@ EOF
     -d r1/other.partial ]] || fail "something other than a stale .partial was removed"
   [[ ! -e $ck/s00-step00000003.partial && ! -e $ck/junk.partial ]] || fail "stale .partial left"
   echo "$case: $(grep -m1 'removed' run.out)"
+  ;;
+retain-kill)
+  lib=${BATON_TEST_KILL_ON_UNLINK_LIB:?the test library}
+  reference
+  # ASan wants its runtime first among the libraries; the preloaded one comes before it
+  LD_PRELOAD=$lib ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+    BATON_TEST_UNLINK_DIR=/s00-step00000005 BATON_TEST_UNLINK_FILE=rank-00001.bin \
+    BATON_TEST_UNLINK_ONCE=$work/struck "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 ||
+    fail "baton run exited $?"
+  [[ -f struck ]] || fail "no worker was killed while removing checkpoint s00-step00000005"
+  grep -q "pretrain.*killed by signal SIGKILL" run.out || fail "the struck attempt did not fail"
+  left=$(ls r1/checkpoints | grep step00000005 || true)
+  [[ -z $left ]] || { ls -la r1/checkpoints/$left; fail "left in checkpoints/: $left"; }
+  grep -q "removed what is left of 1 checkpoint(s) whose removal by retention was cut short in .*: s00-step00000005.deleting" run.out ||
+    { cat run.out; fail "the half-removed checkpoint was not swept, saying so"; }
+  stage_losses r1 >r1.losses
+  diff ref.losses r1.losses || fail "the run did not end on the uninterrupted losses"
+  echo "$case: rank 0 killed while removing s00-step00000005; its remains swept, same losses"
   ;;
 stop-hung)
   # $1: "hang" (one SIGTERM; the hang is seen within heartbeat_timeout, 5 s) or "again"
