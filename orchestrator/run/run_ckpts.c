@@ -57,8 +57,8 @@ void run_ckpt_note_record(run_ctx *c, const Baton__JournalRecord *r) {
 }
 
 /* How checkpoint root/name stands against stage as the worker judges it: by its manifest
- * (ckpt_stage_relation); by its name only when the manifest cannot be read (the worker
- * refuses it then, saying why). *step: the checkpoint's step. */
+ * (ckpt_stage_relation); by its name only when the manifest cannot be read or is empty
+ * (the worker refuses it then, saying why). *step: the checkpoint's step. */
 static ckpt_stage_rel run_ckpt_relation(const run_ctx *c, const char *root, const char *name,
                                         uint32_t stage, uint64_t *step) {
     char dir[4400];
@@ -73,7 +73,7 @@ static ckpt_stage_rel run_ckpt_relation(const run_ctx *c, const char *root, cons
     Baton__Manifest *m = NULL;
     bt_diag d;
     bt_diag_init(&d);
-    if (ckpt_manifest_read(dir, &m, &d) == 0) {
+    if (ckpt_manifest_read(dir, &m, &d) == 0 && m->model != NULL) {
         rel = ckpt_stage_relation(m, run_recipe_name(c), stage);
         if (m->has_step) *step = m->step;
     }

@@ -50,6 +50,9 @@
 #   history       a two-stage run stopped in its second stage: every checkpoint of that
 #                 stage deleted (the first's left): resume refuses (exit 1) naming the
 #                 journaled one, starts no attempt, changes nothing, status says failed;
+#                 every one of them damaged instead (shard bytes; an empty manifest): the
+#                 worker takes no earlier stage's hand-off, and after two attempts the run
+#                 exits 1 naming the damage and 'baton ckpt verify';
 #                 its newest checkpoint renamed as a later stage's, nothing else left: baton
 #                 run and the worker both judge it by its manifest, and the stage resumes
 #                 from it to the losses of a plain resume; the journal lost and
@@ -472,7 +475,7 @@ YAML
   ck() { (cd "$1/checkpoints" && find . -printf '%p %i %s %T@\n' | sort); }
   newest=$(cd r1/checkpoints && ls -d s01-step* | sort | tail -1) # the journaled stop checkpoint
   [[ -n $newest && -d r1/checkpoints/s00-step00000006 ]] || fail "not stopped in stage second"
-  for r in r2 r3 r4 r5; do cp -a r1 $r; done
+  for r in r2 r3 r4 r5 r6; do cp -a r1 $r; done
   # 1. every checkpoint of stage second gone, stage first's left: refused (exit 1, as when
   # every checkpoint is gone) naming the journaled one, not trained again from the hand-off
   rm -rf r2/checkpoints/s01-step*
@@ -488,6 +491,22 @@ import json, sys
 s = json.load(sys.stdin)
 assert s["state"] == "failed" and s["stages"][1]["state"] == "failed", s
 assert "is gone" in s["failure"]["reason"], s["failure"]' || { "$baton" status r2; fail "status does not say failed"; }
+  # 1b. every checkpoint of stage second damaged instead (a shard's bytes overwritten, the
+  # newest's manifest emptied), stage first's intact: the worker refuses them and does not
+  # take the hand-off either, which would train the stage again from step 0: exit 1 after
+  # two attempts, naming the damage and 'baton ckpt verify'
+  for c in r6/checkpoints/s01-step*; do
+    printf '\x5a\x5a\x5a\x5a' | dd of="$c/rank-00000.bin" bs=1 seek=200 conv=notrunc status=none
+  done
+  : >r6/checkpoints/"$newest"/manifest.pb
+  set +e; "$baton" resume r6 --quiet >resume6.out 2>&1; rc=$?; set -e
+  [[ $rc == 1 ]] || { cat resume6.out; fail "stage second's checkpoints damaged: exit $rc, not 1"; }
+  grep -q "no usable checkpoint of this stage: every one it saved was refused .*checkpoints/s00-step00000006, an earlier stage's, would train it again from step 0" resume6.out ||
+    { cat resume6.out; fail "no clear message on the damaged checkpoints of stage second"; }
+  grep -q "not retried: .*'baton ckpt verify' says where" resume6.out || { cat resume6.out; fail "no word on ckpt verify"; }
+  grep -q "$newest/manifest.pb: not a checkpoint manifest (no model in it: empty or damaged)" r6/logs/s01-a01.log ||
+    { cat r6/logs/s01-a01.log; fail "the empty manifest was not called so"; }
+  ! grep -q "started from\|^\[0\] step " r6/logs/s01-a0[12].log || fail "stage second started from the hand-off"
   # 2. the stage's newest checkpoint under a later stage's name, nothing else left: baton run
   # and the worker both judge it by its manifest (stage second's), so the stage resumes from
   # it (by the name, baton run called it gone while the worker would have taken it)
