@@ -2,7 +2,9 @@
  *   recipe.yaml   the recipe as given (what `baton resume` reruns)
  *   overrides     its --set assignments, one per line (reapplied by `baton resume`)
  *   secret        the control channel's per-run token (0600)
- *   lock          held (flock) by the one `baton run` working here
+ *   lock          held (an OFD lock) by the one `baton run` working here, which also
+ *                 holds a flock on the directory itself: a lock file deleted as "stale"
+ *                 lets no second one in
  *   journal       run_state.h / journal.h
  *   specs/        the StageSpec of every attempt (sNN-aMM.pb)
  *   logs/         every attempt's worker output (sNN-aMM.log) and rank 0's metrics log
@@ -20,6 +22,7 @@ typedef struct run_dir {
     char path[4096];
     char token[65];
     int lock_fd;
+    int dir_lock_fd; /* the directory, flock'ed */
 } run_dir;
 
 /* Creates (0700) or reopens path for recipe_file and overrides (the --set lines), whose

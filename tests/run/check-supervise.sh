@@ -43,6 +43,10 @@
 #                 `baton status` says failed with that cause as the failure's; the next
 #                 resume (the failed write removed the link) ends on the uninterrupted
 #                 losses.
+#   lock          a second `baton resume` of a running run is refused (exit 2, nothing
+#                 started), also after the run's `lock` file was deleted as "stale" (the
+#                 run directory itself is locked too); status still says running; the
+#                 first run completes.
 #   stop-kill     rank 1 killed -9 while the SIGTERM stop checkpoint is written: exit 75,
 #                 saying that the stop checkpoint was not completed, which rank died and
 #                 from which checkpoint a resume continues; the resume ends on the
@@ -428,6 +432,31 @@ print("status:", s["state"], "-", f[0]["cause"])' || fail "status does not name 
   stage_losses r1 >r1.losses
   diff ref.losses r1.losses || fail "the resumed run did not end on the uninterrupted losses"
   echo "$case: $(grep -o 'stage "extend": attempt 1 cannot start.*' resume.out | cut -c1-60)...; exit 1 at once; resumed with room"
+  ;;
+lock)
+  BATON_FAULT_STEP_SLEEP=0.1 "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 3 >/dev/null
+  second() { # WHY: a second baton resume must be refused, starting nothing
+    set +e; "$baton" resume r1 --quiet >second.out 2>&1; rc=$?; set -e
+    [[ $rc == 2 ]] || { cat second.out; fail "$1: a second baton resume exited $rc, not 2"; }
+    grep -q "r1: another baton run is working in this run directory" second.out ||
+      { cat second.out; fail "$1: no clear message"; }
+    [[ ! -e r1/logs/s00-a01.log && ! -e r1/specs/s00-a01.pb ]] || fail "$1: the second one started an attempt"
+  }
+  second "the lock file in place"
+  rm r1/lock
+  second "the lock file deleted"
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+assert json.load(sys.stdin)["state"] == "running"' || fail "status does not say running without the lock file"
+  wait "$bpid" || { cat run.out; fail "the first baton run exited $?"; }
+  bpid=
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "completed" and s["failures"] == 0, s' || fail "the first run did not complete cleanly"
+  echo "$case: a second resume refused with and without the lock file; the first completed"
   ;;
 stop-kill)
   reference
