@@ -238,7 +238,11 @@ static int status_load(status_view *v, const char *dir, bt_diag *diag) {
         fprintf(stderr, "baton status: warning: %s; shown: the %zu records before it\n", w.msg,
                 v->n);
     }
-    if (rc == 0 && v->n == 0) {
+    if (rc == 0 && v->n == 0 && tail.size > 0) { /* there, but nothing to show of it */
+        bt_diag_set(diag, "%s: its journal holds no whole record (%zu bytes: cut short or damaged)",
+                    dir, tail.size);
+        rc = BT_EINVAL;
+    } else if (rc == 0 && v->n == 0) {
         bt_diag_set(diag, "%s: not a run directory (no journal)", dir);
         rc = BT_EINVAL;
     }
