@@ -751,6 +751,15 @@ static int run_stage(run_ctx *c, size_t i) {
     double backoff = run_seconds(pol ? pol->backoff : NULL, RUN_DEFAULT_BACKOFF_S);
     int status = -1;
     c->no_ckpt_streak = 0;
+    /* a failure an earlier baton run gave up on (or was killed after): the first step of
+     * this one is its recovery, counted from the failure on the monotonic clock */
+    if (ss->failure_open && c->failed_at <= 0 && ss->failure_at > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double ago = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - ss->failure_at;
+        double t = bt_clock_now() - (ago > 0 ? ago : 0);
+        c->failed_at = t > 0 ? t : 1e-9; /* before the boot: counted from it */
+    }
     for (uint32_t attempt = ss->attempts; status < 0; attempt++) {
         double hang_s = 0;
         attempt_end end = run_attempt(c, i, attempt, &hang_s);

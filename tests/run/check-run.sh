@@ -47,7 +47,8 @@
 #   give-up       every attempt's worker exits 1: after max_restarts the run gives up (exit
 #                 1) and `baton status` says failed, not stopped (text and JSON), with the
 #                 reason and the last failure's cause, and counts no recovery; SIGTERM
-#                 instead (the stop case) leaves it stopped.
+#                 instead (the stop case) leaves it stopped. Resumed with a working
+#                 worker, it completes and counts one recovery (the resume's first step).
 #   ckpt-then-kill  kill -9 `baton run` after stage extend's final checkpoint but before
 #                 the stage is journaled complete (its workers held at exit by a wrapper);
 #                 `baton resume` completes it without a step, and status must show the
@@ -662,7 +663,17 @@ assert fl[-1]["cause"] == f["last_cause"] and s["recovery_list"] == [], s' ||
   # ... and the text lists each of them
   [[ $(grep -c "^  failure: stage pretrain attempt [0-2] at step 0: rank [0-9] (node node[01], pid [0-9]*) exited with status 1$" status.txt) == 3 ]] ||
     { cat status.txt; fail "the text does not list the 3 failures"; }
-  echo "$case: gave up after 2 restarts (exit 1); status says failed, with reason and cause"
+  # resumed with a worker that works: its first step is the recovery from the last failure,
+  # though another baton run journaled that failure
+  "$baton" resume r1 --worker "$worker" --quiet >resume.out 2>&1 || { cat resume.out; fail "the resume failed"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "completed" and (s["failures"], s["recoveries"]) == (3, 1), s
+r = s["recovery_list"]
+assert [(x["stage"], x["attempt"], x["step"]) for x in r] == [("pretrain", 3, 1)] and r[0]["recovery_s"] > 0, r' ||
+    { "$baton" status r1; fail "the resumed run does not count its recovery"; }
+  echo "$case: gave up after 2 restarts (exit 1); status says failed, with reason and cause; resumed: 1 recovery"
   ;;
 replay)
   sets=(--set stages.pretrain.steps=12 --set stages.1.steps=2 --set stages.fp8.steps=2)
