@@ -272,7 +272,11 @@ static int status_load(status_view *v, const char *dir, bt_diag *diag) {
         fprintf(stderr, "baton status: warning: %s; shown: the %zu records before it\n", w.msg,
                 v->n);
     }
-    if (rc == 0 && v->n == 0 && tail.size == 0 && status_is_new_run(dir)) {
+    if (rc == 0 && v->n == 0 && tail.size > 0) { /* there, but nothing to show of it */
+        bt_diag_set(diag, "%s: its journal holds no whole record (%zu bytes: cut short or damaged)",
+                    dir, tail.size);
+        rc = BT_EINVAL;
+    } else if (rc == 0 && v->n == 0 && tail.size == 0 && status_is_new_run(dir)) {
         v->not_started = 1;
         status_read_line(dir, "job_id", v->job_id, sizeof v->job_id);
     } else if (rc == 0 && v->n == 0) {

@@ -33,6 +33,29 @@ static int control_hello(control_server *cs, size_t i, const Baton__Hello *h, do
     return 0;
 }
 
+void control_metrics_from(const Baton__Metrics *m, uint32_t rank, double time, control_metrics *c) {
+    *c = (control_metrics){.rank = rank,
+                           .step = m->step,
+                           .loss = m->loss,
+                           .grad_norm = m->grad_norm,
+                           .lr = m->lr,
+                           .tokens_per_s = m->tokens_per_s,
+                           .mfu = m->mfu,
+                           .step_time_s = m->step_time_s,
+                           .memory_bytes = m->memory_bytes,
+                           .skipped_steps = m->skipped_steps,
+                           .loss_scale = m->has_loss_scale ? m->loss_scale : 0,
+                           .overflow = m->overflow,
+                           .moe_load_max_mean = m->moe_load_max_mean,
+                           .moe_dropped = m->moe_dropped,
+                           .moe_aux_loss = m->moe_aux_loss,
+                           .time = time};
+    size_t ne = m->n_moe_expert_load;
+    c->moe_experts = (int)(ne < 512 ? ne : 512);
+    if (c->moe_experts > 0)
+        memcpy(c->moe_expert_load, m->moe_expert_load, (size_t)c->moe_experts * sizeof(float));
+}
+
 static void control_metrics_in(control_server *cs, uint32_t rank, const Baton__Metrics *m) {
     control_rank *r = &cs->ranks[rank];
     if (m->has_step) r->step = m->step;
@@ -49,29 +72,9 @@ static void control_metrics_in(control_server *cs, uint32_t rank, const Baton__M
                                     cs->diag);
         return;
     }
-    control_metrics c = {.rank = rank,
-                         .step = m->step,
-                         .loss = m->loss,
-                         .grad_norm = m->grad_norm,
-                         .lr = m->lr,
-                         .tokens_per_s = m->tokens_per_s,
-                         .mfu = m->mfu,
-                         .step_time_s = m->step_time_s,
-                         .memory_bytes = m->memory_bytes,
-                         .skipped_steps = m->skipped_steps,
-                         .loss_scale = m->has_loss_scale ? m->loss_scale : 0,
-                         .overflow = m->overflow,
-                         .moe_load_max_mean = m->moe_load_max_mean,
-                         .moe_dropped = m->moe_dropped,
-                         .moe_aux_loss = m->moe_aux_loss,
-                         .time = now};
-    size_t ne = m->n_moe_expert_load;
-    c.moe_experts = (int)(ne < 512 ? ne : 512);
-    if (c.moe_experts > 0)
-        memcpy(c.moe_expert_load, m->moe_expert_load, (size_t)c.moe_experts * sizeof(float));
-    cs->last = c;
+    control_metrics_from(m, rank, now, &cs->last);
     cs->have_metrics = 1;
-    control_metrics_write(&cs->sink, &w, &c, cs->diag);
+    control_metrics_write(&cs->sink, &w, &cs->last, cs->diag);
 }
 
 /* The first Fatal, unless a configuration error (code 2) comes after another rank's:

@@ -16,6 +16,8 @@ struct control_conn {
 /* Applies one decoded message from connection i. Returns 0, or -1 when the connection
  * must be closed (bad Hello, anything before a good Hello). */
 int control_apply(control_server *cs, size_t i, const Baton__Envelope *env, double now);
+/* A Metrics message as the sink writes it, stamped with time (unix seconds). */
+void control_metrics_from(const Baton__Metrics *m, uint32_t rank, double time, control_metrics *c);
 /* Closes connection i (the last one takes its slot). */
 void control_conn_close(control_server *cs, size_t i);
 

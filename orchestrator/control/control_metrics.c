@@ -12,18 +12,23 @@
 
 #include "util/buf.h"
 
-/* The "global_step" of one metrics.jsonl line (as control_metrics_jsonl writes it). */
-static int metrics_line_step(const char *line, uint64_t *step) {
-    static const char key[] = "\"global_step\": ";
+/* The number after key (e.g. ", \"global_step\": ") in one metrics.jsonl line (as
+ * control_metrics_jsonl writes it; with the comma, a stage name's escaped quotes never
+ * match). */
+static int metrics_line_field(const char *line, const char *key, uint64_t *out) {
     const char *k = strstr(line, key);
     if (k == NULL) return -1;
-    const char *at = k + sizeof key - 1;
+    const char *at = k + strlen(key);
     char *end;
     errno = 0;
     unsigned long long v = strtoull(at, &end, 10);
     if (end == at || errno != 0) return -1;
-    *step = v;
+    *out = v;
     return 0;
+}
+
+static int metrics_line_step(const char *line, uint64_t *step) {
+    return metrics_line_field(line, ", \"global_step\": ", step);
 }
 
 /* Called for each line a scan keeps, with its global_step when it has one. */
@@ -130,14 +135,20 @@ error:
     return rc;
 }
 
-/* metrics.jsonl: the largest global_step kept. */
+/* metrics.jsonl: the largest global_step kept, and whose the last record is. */
 static void metrics_keep(control_metrics_sink *s, const char *line, int has, uint64_t step) {
-    (void)line;
     if (has && (!s->have_step || step > s->max_step)) s->have_step = 1, s->max_step = step;
+    uint64_t st, at, k;
+    if (!has || metrics_line_field(line, ", \"stage_index\": ", &st) != 0 ||
+        metrics_line_field(line, ", \"attempt\": ", &at) != 0 ||
+        metrics_line_field(line, ", \"step\": ", &k) != 0)
+        return;
+    s->have_last = 1, s->last_stage = (uint32_t)st, s->last_attempt = (uint32_t)at;
+    s->last_step = k;
 }
 
 static int metrics_rewrite(control_metrics_sink *s, uint64_t below, bt_diag *diag) {
-    s->have_step = 0, s->max_step = 0;
+    s->have_step = 0, s->max_step = 0, s->have_last = 0;
     return jsonl_rewrite(s, s->jsonl_path, &s->jsonl, below, metrics_keep, diag);
 }
 
@@ -287,6 +298,9 @@ int control_metrics_write(control_metrics_sink *s, const control_metrics_where *
     if (s->jsonl == NULL) return rc ? rc : BT_EIO;
     int jrc = control_metrics_jsonl(s, w, m, diag);
     if (jrc == 0 && (!s->have_step || global > s->max_step)) s->have_step = 1, s->max_step = global;
+    if (jrc == 0)
+        s->have_last = 1, s->last_stage = w->stage_index, s->last_attempt = w->attempt,
+        s->last_step = m->step;
     rc = rc ? rc : jrc;
     static const char *const tags[] = {"train/loss",        "train/lr",
                                        "train/grad_norm",   "train/tokens_per_s",

@@ -62,10 +62,13 @@ typedef struct control_metrics_sink {
     FILE *jsonl; /* NULL: not writing */
     char jsonl_path[4096];
     tb_writer tb;
-    int have_step;     /* metrics.jsonl holds a record */
-    uint64_t max_step; /* ... and this is its largest global_step */
-    unsigned rewinds;  /* times records were dropped for a repeated step */
-    FILE *valid;       /* valid.jsonl, appended */
+    int have_step;                     /* metrics.jsonl holds a record */
+    uint64_t max_step;                 /* ... and this is its largest global_step */
+    int have_last;                     /* metrics.jsonl's last record is of ... */
+    uint32_t last_stage, last_attempt; /* ... this stage index and attempt, */
+    uint64_t last_step;                /* ... and this step of it */
+    unsigned rewinds;                  /* times records were dropped for a repeated step */
+    FILE *valid;                       /* valid.jsonl, appended */
     char valid_path[4096];
     uint64_t *valid_seen; /* n_valid_seen (stage_index, global_step) pairs it holds */
     size_t n_valid_seen, cap_valid_seen;

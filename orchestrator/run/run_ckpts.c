@@ -57,8 +57,8 @@ void run_ckpt_note_record(run_ctx *c, const Baton__JournalRecord *r) {
 }
 
 /* How checkpoint root/name stands against stage as the worker judges it: by its manifest
- * (ckpt_stage_relation); by its name only when the manifest cannot be read (the worker
- * refuses it then, saying why). *step: the checkpoint's step. */
+ * (ckpt_stage_relation); by its name only when the manifest cannot be read or is empty
+ * (the worker refuses it then, saying why). *step: the checkpoint's step. */
 static ckpt_stage_rel run_ckpt_relation(const run_ctx *c, const char *root, const char *name,
                                         uint32_t stage, uint64_t *step) {
     char dir[4400];
@@ -73,7 +73,7 @@ static ckpt_stage_rel run_ckpt_relation(const run_ctx *c, const char *root, cons
     Baton__Manifest *m = NULL;
     bt_diag d;
     bt_diag_init(&d);
-    if (ckpt_manifest_read(dir, &m, &d) == 0) {
+    if (ckpt_manifest_read(dir, &m, &d) == 0 && m->model != NULL) {
         rel = ckpt_stage_relation(m, run_recipe_name(c), stage);
         if (m->has_step) *step = m->step;
     }
@@ -164,39 +164,56 @@ int run_ckpt_missing(run_ctx *c, uint32_t stage, char *why, size_t cap) {
     return 0;
 }
 
-/* A name ckpt_begin's directories end with, with something before it. */
-static int run_is_partial_name(const char *name) {
-    size_t n = strlen(name), k = strlen(CKPT_PARTIAL_SUFFIX);
-    return n > k && strcmp(name + n - k, CKPT_PARTIAL_SUFFIX) == 0;
+/* A name ending in suffix, with something before it. */
+static int run_has_suffix(const char *name, const char *suffix) {
+    size_t n = strlen(name), k = strlen(suffix);
+    return n > k && strcmp(name + n - k, suffix) == 0;
 }
 
-void run_sweep_partials(run_ctx *c) {
-    char root[4200], p[4600], removed[512] = "";
-    run_dir_file(c->dir, CKPT_ROOT_IN_RUN, root, sizeof root);
+/* Removes the real directories directly in root whose names end in suffix; their names,
+ * comma-separated, into removed. Returns how many. */
+static size_t run_sweep_suffix(run_ctx *c, const char *root, const char *suffix, char *removed,
+                               size_t cap) {
+    char p[4600];
     DIR *d = opendir(root);
-    if (d == NULL) return; /* no checkpoint yet */
+    removed[0] = '\0';
+    if (d == NULL) return 0; /* no checkpoint yet */
     struct dirent *de;
     size_t n = 0, l = 0;
     while ((de = readdir(d)) != NULL) {
-        if (!run_is_partial_name(de->d_name)) continue;
-        /* lstat: a symbolic link named *.partial is not followed (nor removed) */
+        if (!run_has_suffix(de->d_name, suffix)) continue;
+        /* lstat: a symbolic link named so is not followed (nor removed) */
         struct stat st;
         snprintf(p, sizeof p, "%s/%s", root, de->d_name);
         if (lstat(p, &st) != 0 || !S_ISDIR(st.st_mode)) continue;
         if (ckpt_remove_dir(p) != 0) {
-            run_err(c, "%s: cannot remove this unfinished checkpoint: %s\n", p, strerror(errno));
+            run_err(c, "%s: cannot remove this directory: %s\n", p, strerror(errno));
             continue;
         }
-        if (l < sizeof removed)
-            l += (size_t)snprintf(removed + l, sizeof removed - l, "%s%s", n ? ", " : "",
-                                  de->d_name);
+        if (l < cap) l += (size_t)snprintf(removed + l, cap - l, "%s%s", n ? ", " : "", de->d_name);
         n++;
     }
     closedir(d);
-    if (n == 0) return;
-    run_progress_end(&c->prog);
-    run_err(c,
-            "removed %zu unfinished checkpoint save(s) in %s (a .partial "
-            "directory is never a valid checkpoint): %s\n",
-            n, root, removed);
+    return n;
+}
+
+void run_sweep_partials(run_ctx *c) {
+    char root[4200], removed[512];
+    run_dir_file(c->dir, CKPT_ROOT_IN_RUN, root, sizeof root);
+    size_t n = run_sweep_suffix(c, root, CKPT_PARTIAL_SUFFIX, removed, sizeof removed);
+    if (n > 0) {
+        run_progress_end(&c->prog);
+        run_err(c,
+                "removed %zu unfinished checkpoint save(s) in %s (a .partial "
+                "directory is never a valid checkpoint): %s\n",
+                n, root, removed);
+    }
+    n = run_sweep_suffix(c, root, CKPT_DELETING_SUFFIX, removed, sizeof removed);
+    if (n > 0) {
+        run_progress_end(&c->prog);
+        run_err(c,
+                "removed what is left of %zu checkpoint(s) whose removal by retention was cut "
+                "short in %s: %s\n",
+                n, root, removed);
+    }
 }

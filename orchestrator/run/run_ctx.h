@@ -109,6 +109,15 @@ void run_err(const run_ctx *c, const char *fmt, ...) __attribute__((format(print
 void run_give_up(run_ctx *c, uint32_t stage, int say, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* run_metrics.c: what the stage attempt's metrics log holds and metrics.jsonl (written
+ * from what baton run received) lacks is written there, TensorBoard and valid.jsonl too,
+ * saying so (control_server_replay). before 0: the log of attempt itself, once it ended;
+ * before 1: that of the newest earlier attempt of the stage that left one (a killed
+ * baton run's), waiting a moment for a rank 0 that still writes it; call it before
+ * anything else of the new attempt. */
+void run_metrics_take(run_ctx *c, uint32_t stage, uint32_t attempt, int before,
+                      uint64_t step_offset);
+
 /* run_ckpts.c */
 /* Notes a journal record (read back or appended) in c->journaled. */
 void run_ckpt_note_record(run_ctx *c, const Baton__JournalRecord *r);
@@ -134,8 +143,9 @@ int run_ckpt_missing(run_ctx *c, uint32_t stage, char *why, size_t cap);
 int run_stage_finished(run_ctx *c, uint32_t stage, uint64_t steps, char *why, size_t cap);
 /* Removes the run's stale checkpoints/NAME.partial directories (a failed or killed save;
  * never a valid checkpoint, and on a full disk what holds the space the next save needs),
- * saying so in one line. Only real directories directly in the checkpoint root whose name
- * ends in .partial; a symbolic link is left alone. Call it only while no worker runs. */
+ * saying so in one line, and the NAME.deleting ones (a retention's removal cut short),
+ * in another. Only real directories directly in the checkpoint root whose name ends so;
+ * a symbolic link is left alone. Call it only while no worker runs. */
 void run_sweep_partials(run_ctx *c);
 
 #endif

@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
@@ -66,7 +68,7 @@ int run_dir_check_resumable(const char *path, bt_diag *diag) {
     journal_tail tail;
     if (journal_read(path, &v, &n, &tail, diag) != 0) return BT_EINVAL;
     journal_records_free(v, n);
-    run_dir d = {.lock_fd = -1};
+    run_dir d = {.lock_fd = -1, .dir_lock_fd = -1};
     char file[4200], what[300];
     snprintf(d.path, sizeof d.path, "%s", path);
     run_dir_file(&d, "workdir", file, sizeof file);
@@ -246,10 +248,34 @@ static int run_dir_secret(run_dir *d, bt_diag *diag) {
     return ckpt_write_file_atomic(path, d->token, 64, diag);
 }
 
-/* An open-file-description write lock on RUN_DIR/lock: held while a baton run works here
- * (released by the kernel if it dies); `baton status` only tests it (run_dir_busy). */
+/* A flock on the run directory itself, which no one deletes as a stale lock file: 0
+ * taken (or flock unsupported there, e.g. some network file systems: the lock file alone
+ * then), -1 held by another baton run. Waits a moment, as `baton status` tests it by
+ * taking it briefly (run_dir_busy). */
+static int run_dir_lock_dir(run_dir *d) {
+    d->dir_lock_fd = open(d->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (d->dir_lock_fd < 0) return 0; /* run_dir_lock says why it is not usable */
+    struct timespec nap = {0, 20 * 1000 * 1000};
+    for (int tries = 0; tries < 10; tries++) {
+        if (flock(d->dir_lock_fd, LOCK_EX | LOCK_NB) == 0) return 0;
+        if (errno != EWOULDBLOCK) break;
+        nanosleep(&nap, NULL);
+    }
+    int held = errno == EWOULDBLOCK;
+    close(d->dir_lock_fd);
+    d->dir_lock_fd = -1;
+    return held ? -1 : 0;
+}
+
+/* An open-file-description write lock on RUN_DIR/lock and a flock on RUN_DIR: held while a
+ * baton run works here (released by the kernel if it dies); `baton status` only tests
+ * them (run_dir_busy). */
 static int run_dir_lock(run_dir *d, bt_diag *diag) {
     char path[4200];
+    if (run_dir_lock_dir(d) != 0) {
+        bt_diag_set(diag, "%s: another baton run is working in this run directory", d->path);
+        return BT_EINVAL;
+    }
     run_dir_file(d, "lock", path, sizeof path);
     d->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (d->lock_fd < 0) {
@@ -266,15 +292,26 @@ static int run_dir_lock(run_dir *d, bt_diag *diag) {
     return 0;
 }
 
+/* Whether a baton run holds the flock on directory path (taken shared for a moment). */
+static int run_dir_busy_dir(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    int busy = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd);
+    return busy;
+}
+
 int run_dir_busy(const char *path) {
     char lock[4200];
     snprintf(lock, sizeof lock, "%s/lock", path);
     int fd = open(lock, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-    int busy = fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
-    close(fd);
-    return busy;
+    int busy = 0;
+    if (fd >= 0) {
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+        busy = fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+        close(fd);
+    }
+    return busy || run_dir_busy_dir(path); /* the lock file deleted as stale */
 }
 
 /* d->path made (0700) unless there; *st and *existed: what was there. A file there is
@@ -298,7 +335,7 @@ static int run_dir_make(run_dir *d, struct stat *st, int *existed, bt_diag *diag
 int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const char *overrides,
                  bt_diag *diag) {
     memset(d, 0, sizeof *d);
-    d->lock_fd = -1;
+    d->lock_fd = d->dir_lock_fd = -1;
     if (snprintf(d->path, sizeof d->path, "%s", path) >= (int)sizeof d->path) {
         bt_diag_set(diag, "%s: the run directory's path is too long", path);
         return BT_EINVAL;
@@ -383,7 +420,8 @@ int run_dir_enter_workdir(const char *run_dir_path, int *moved, bt_diag *diag) {
 
 void run_dir_close(run_dir *d) {
     if (d->lock_fd >= 0) close(d->lock_fd);
-    d->lock_fd = -1;
+    if (d->dir_lock_fd >= 0) close(d->dir_lock_fd);
+    d->lock_fd = d->dir_lock_fd = -1;
 }
 
 /* For a message about path: "relative to CWD; " where path is relative (it resolves

@@ -4,10 +4,13 @@
  *   workdir       the directory the run started in (run_dir_note_start)
  *   worker        the --worker it was started with, if any (used again by `baton resume`)
  *   secret        the control channel's per-run token (0600)
- *   lock          held (flock) by the one `baton run` working here
+ *   lock          held (an OFD lock) by the one `baton run` working here, which also
+ *                 holds a flock on the directory itself: a lock file deleted as "stale"
+ *                 lets no second one in
  *   journal       run_state.h / journal.h
  *   specs/        the StageSpec of every attempt (sNN-aMM.pb)
- *   logs/         every attempt's worker output (sNN-aMM.log)
+ *   logs/         every attempt's worker output (sNN-aMM.log) and rank 0's metrics log
+ *                 (sNN-aMM.metrics, stages/metrics_log.h)
  *   checkpoints/  stages/ckpt/ckpt.h
  *   metrics.jsonl, tb/   the control channel's metrics */
 #ifndef BATON_RUN_DIR_H
@@ -21,6 +24,7 @@ typedef struct run_dir {
     char path[4096];
     char token[65];
     int lock_fd;
+    int dir_lock_fd; /* the directory, flock'ed */
 } run_dir;
 
 /* Creates (0700) or reopens path for recipe_file and overrides (the --set lines), whose

@@ -56,6 +56,7 @@ void run_state_replay(run_state *s, Baton__JournalRecord *const *v, size_t n) {
             break;
         case BATON__JOURNAL_RECORD__KIND__FAILURE:
             st->failures++, s->total_failures++, st->failure_open = 1;
+            st->failure_at = r->wall_time;
             /* journals older than STAGE_FAILED: a failure not retried ended the run */
             if (r->has_retryable && !r->retryable) st->failed = 1, s->failed_stage = k + 1;
             break;

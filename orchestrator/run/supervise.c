@@ -73,8 +73,10 @@ static double run_seconds(const Baton__Duration *d, double dflt) {
     return d && d->has_seconds && d->seconds > 0 ? d->seconds : dflt;
 }
 
+/* The attempt's spec, written to file; *full set when that failed on a full disk (or
+ * quota). */
 static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSpec **out,
-                          char *file, size_t cap, bt_diag *diag) {
+                          char *file, size_t cap, int *full, bt_diag *diag) {
     int rc = recipe_resolve_stage(c->doc, i, out, diag);
     if (rc != 0) return rc;
     Baton__StageSpec *s = *out;
@@ -118,6 +120,7 @@ static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSp
     snprintf(name, sizeof name, "specs/s%02zu-a%02u.pb", i, attempt);
     run_dir_file(c->dir, name, file, cap);
     rc = ckpt_write_file_atomic(file, buf, n, diag);
+    *full = rc != 0 && (errno == ENOSPC || errno == EDQUOT);
     free(buf);
     return rc;
 }
@@ -386,6 +389,8 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
     /* what the ranks sent before they exited, read before the attempt is judged and torn
      * down (a paused `baton run` finds them all gone at once) */
     if (c->cs_open) control_server_drain(&c->cs, RUN_DRAIN_S);
+    /* and what never came (a rank's outbox full or lost with it) from rank 0's own log */
+    if (c->cs_open) run_metrics_take(c, stage, attempt, 0, c->cs.step_offset);
     run_note_ckpt(c, stage, attempt);
     return rc;
 }
@@ -584,6 +589,32 @@ static void run_attempt_detail(run_ctx *c, const char *spec_file, char *out, siz
     c->rollback_note[0] = '\0';
 }
 
+/* The attempt's spec could not be made or written (no worker started): said, naming the
+ * stage, and journaled as the attempt's failure, so that baton status names the cause. A
+ * full disk ends the run (exit 1) at once: no worker ran since the last try, so nothing
+ * frees room, and every restart would fail alike within its backoff; a resume goes on
+ * once there is room. Another I/O failure is retried as a failed attempt. */
+static attempt_end run_spec_failed(run_ctx *c, uint32_t stage, uint32_t attempt, int rc, int full,
+                                   const char *msg) {
+    char why[1200];
+    snprintf(why, sizeof why, "attempt %u cannot start: %.1100s", attempt, msg);
+    c->prog.stage = c->doc->recipe->stages[stage]->name;
+    run_progress_end(&c->prog);
+    run_err(c, "stage \"%s\": %s\n", c->prog.stage, why);
+    attempt_end end = full ? ATTEMPT_BROKEN : run_transient(rc) ? ATTEMPT_RETRY : ATTEMPT_FATAL;
+    Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
+    r.has_attempt = 1, r.attempt = attempt;
+    r.detail = why;
+    r.has_retryable = 1, r.retryable = end != ATTEMPT_FATAL;
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__FAILURE, stage, &r);
+    if (full)
+        run_give_up(c, stage, 1,
+                    "the disk is full: not retried, as every restart would fail alike; make "
+                    "room, then 'baton resume %s'",
+                    c->dir->path);
+    return end;
+}
+
 /* The workers could not be started (no such worker program, fork failing): said, and
  * journaled as the attempt's failure, so that baton status names the cause. */
 static attempt_end run_launch_failed(run_ctx *c, uint32_t stage, uint32_t attempt, int rc,
@@ -608,6 +639,8 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     char spec_file[4200], log_file[4200], name[64];
     bt_diag d;
     bt_diag_init(&d);
+    /* first: it waits for a rank 0 a killed baton run left to end */
+    run_metrics_take(c, (uint32_t)i, attempt, 1, run_step_offset(c, i));
     run_sweep_partials(c); /* no worker runs now: any .partial is a dead save's */
     char why[1024];
     if (run_ckpt_missing(c, (uint32_t)i, why, sizeof why)) {
@@ -615,11 +648,12 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
         run_give_up(c, (uint32_t)i, 1, "%s", why);
         return ATTEMPT_BROKEN;
     }
-    int wrc = run_write_spec(c, i, attempt, &spec, spec_file, sizeof spec_file, &d);
+    int full = 0,
+        wrc = run_write_spec(c, i, attempt, &spec, spec_file, sizeof spec_file, &full, &d);
     if (wrc != 0) {
-        run_err(c, "%s\n", d.msg);
         if (spec) protobuf_c_message_free_unpacked(&spec->base, NULL);
-        return run_transient(wrc) ? ATTEMPT_RETRY : ATTEMPT_FATAL;
+        return run_spec_failed(c, (uint32_t)i, attempt, wrc, full,
+                               d.msg[0] ? d.msg : bt_strerror(wrc));
     }
     *hang_s = run_seconds(spec->stage->restart ? spec->stage->restart->heartbeat_timeout : NULL,
                           RUN_DEFAULT_HEARTBEAT_S);
@@ -719,6 +753,15 @@ static int run_stage(run_ctx *c, size_t i) {
     double backoff = run_seconds(pol ? pol->backoff : NULL, RUN_DEFAULT_BACKOFF_S);
     int status = -1;
     c->no_ckpt_streak = 0;
+    /* a failure an earlier baton run gave up on (or was killed after): the first step of
+     * this one is its recovery, counted from the failure on the monotonic clock */
+    if (ss->failure_open && c->failed_at <= 0 && ss->failure_at > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double ago = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - ss->failure_at;
+        double t = bt_clock_now() - (ago > 0 ? ago : 0);
+        c->failed_at = t > 0 ? t : 1e-9; /* before the boot: counted from it */
+    }
     for (uint32_t attempt = ss->attempts; status < 0; attempt++) {
         double hang_s = 0;
         attempt_end end = run_attempt(c, i, attempt, &hang_s);

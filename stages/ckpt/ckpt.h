@@ -27,13 +27,14 @@
 #include "manifest.pb-c.h"
 #include "util/err.h"
 
-#define CKPT_MANIFEST       "manifest.pb"
-#define CKPT_LATEST         "latest"
-#define CKPT_ROOT_IN_RUN    "checkpoints"
-#define CKPT_PARTIAL_SUFFIX ".partial"
-#define CKPT_DEFAULT_BLOCK  (1u << 20)
-#define CKPT_PATH_MAX       4096
-#define CKPT_MAX_MANIFEST   (1u << 30) /* bytes of a manifest or a rank index */
+#define CKPT_MANIFEST        "manifest.pb"
+#define CKPT_LATEST          "latest"
+#define CKPT_ROOT_IN_RUN     "checkpoints"
+#define CKPT_PARTIAL_SUFFIX  ".partial"
+#define CKPT_DELETING_SUFFIX ".deleting" /* a checkpoint retention is removing */
+#define CKPT_DEFAULT_BLOCK   (1u << 20)
+#define CKPT_PATH_MAX        4096
+#define CKPT_MAX_MANIFEST    (1u << 30) /* bytes of a manifest or a rank index */
 /* The manifest format written: 2 stores the fp8 amax histories in the shard files
  * (Fp8State.history) instead of inline. Format 1 is still read; a later one is refused. */
 #define CKPT_FORMAT_VERSION 2
@@ -74,13 +75,15 @@ int ckpt_manifest_read(const char *dir, Baton__Manifest **out, bt_diag *diag);
 /* BT_EUNSUPPORTED (diag naming where) when m is of a later format than this reader's. */
 int ckpt_manifest_check_version(const Baton__Manifest *m, const char *where, bt_diag *diag);
 /* Keeps the newest `keep` complete checkpoints under root plus every one whose manifest
- * says stage_final; removes the rest and any .partial directory other than `busy`
- * (may be NULL). keep 0 keeps everything. */
+ * says stage_final; removes the rest (each renamed to NAME.deleting first, then removed)
+ * and any .partial, .old or .deleting directory other than `busy` (may be NULL): what a
+ * crash left. keep 0 keeps everything. */
 int ckpt_retain(const char *root, uint32_t keep, const char *busy, bt_diag *diag);
 /* rm -r of a directory tree of plain files (a checkpoint is flat); a symbolic link (at the
  * top or inside) is removed itself, never what it points to. */
 int ckpt_remove_dir(const char *dir);
-/* Writes data to path through path.tmp, fsync and rename, then fsyncs the directory. */
+/* Writes data to path through path.tmp, fsync and rename, then fsyncs the directory. On
+ * a failure to write, errno is the cause (ENOSPC: a full disk). */
 int ckpt_write_file_atomic(const char *path, const void *data, size_t n, bt_diag *diag);
 /* fsync of a directory by path. */
 int ckpt_fsync_dir(const char *dir);

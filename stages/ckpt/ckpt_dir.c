@@ -237,6 +237,7 @@ int ckpt_write_file_atomic(const char *path, const void *data, size_t n, bt_diag
     if (!ok) {
         unlink(tmp);
         bt_diag_set(diag, "%s: cannot write: %s", path, strerror(err));
+        errno = err; /* the caller may tell a full disk from other failures */
         return BT_EIO;
     }
     snprintf(dir, sizeof dir, "%s", path);
@@ -268,15 +269,16 @@ static int retain_ours(const char *name, const char *suffix) {
     return strcmp(name + end, suffix) == 0;
 }
 
-/* Removes the .partial (and .old) checkpoint directories a crash left, other than busy;
- * nothing else in root is touched. */
+/* Removes the .partial, .old and .deleting checkpoint directories a crash left, other than
+ * busy; nothing else in root is touched. */
 static void retain_partials(const char *root, const char *busy) {
     DIR *d = opendir(root);
     if (d == NULL) return;
     struct dirent *de;
     char p[CKPT_PATH_MAX];
     while ((de = readdir(d)) != NULL) {
-        if (!retain_ours(de->d_name, CKPT_PARTIAL_SUFFIX) && !retain_ours(de->d_name, ".old"))
+        if (!retain_ours(de->d_name, CKPT_PARTIAL_SUFFIX) && !retain_ours(de->d_name, ".old") &&
+            !retain_ours(de->d_name, CKPT_DELETING_SUFFIX))
             continue;
         if (busy && strcmp(de->d_name, busy) == 0) continue;
         snprintf(p, sizeof p, "%s/%s", root, de->d_name);
@@ -294,12 +296,15 @@ int ckpt_retain(const char *root, uint32_t keep, const char *busy, bt_diag *diag
     char p[CKPT_PATH_MAX];
     for (size_t i = 0; rc == 0 && i + keep < n; i++) {
         if (retain_is_final(root, names[i])) continue;
-        /* unpublish first: a reader never sees a half-removed checkpoint as complete */
-        snprintf(p, sizeof p, "%s/%s/%s", root, names[i], CKPT_MANIFEST);
-        if (unlink(p) == 0) {
-            snprintf(p, sizeof p, "%s/%s", root, names[i]);
-            ckpt_remove_dir(p);
-        }
+        /* Renamed first, in one step: no reader sees a half-removed checkpoint as complete,
+         * and what a crash mid-removal leaves bears a name the next retention and baton
+         * run's sweep remove (a checkpoint's name without a manifest is never removed: it
+         * may be a user's). */
+        char gone[CKPT_PATH_MAX + 16];
+        snprintf(p, sizeof p, "%s/%s", root, names[i]);
+        snprintf(gone, sizeof gone, "%s%s", p, CKPT_DELETING_SUFFIX);
+        ckpt_remove_dir(gone); /* swept above; one made since by another writer at most */
+        if (rename(p, gone) == 0) ckpt_remove_dir(gone);
     }
     ckpt_names_free(names, n);
     return rc;

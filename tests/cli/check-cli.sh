@@ -114,6 +114,9 @@ expect 2 "^baton status: $msg/missing: no such directory$" -- status "$msg/missi
 expect 2 "^baton status: $msg/afile: not a directory$" -- status "$msg/afile"
 expect 2 "^baton status: $msg/empty: not a run directory \\(no journal\\)$" -- status "$msg/empty"
 expect 2 "^baton status: $msg/j0: not a run directory \\(its journal is empty\\)$" -- status "$msg/j0"
+# a journal cut short before its first whole record is there all the same: not "no journal"
+mkdir "$msg/j5" && printf '\x20\x00\x00\x00\x01' >"$msg/j5/journal"
+expect 2 "^baton status: $msg/j5: its journal holds no whole record \\(5 bytes: cut short or damaged\\)$" -- status "$msg/j5"
 expect 2 "^baton status: $msg/jdir: not a run directory \\(its journal is not a file\\)$" -- status "$msg/jdir"
 # an option that takes one value, or a flag, given twice is refused, as data and eval do
 expect 2 "^baton status: --json given twice; give it once$" -- status "$msg/empty" --json --json

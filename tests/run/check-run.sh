@@ -35,6 +35,11 @@
 #                 killed mid-save in attempt 0) are gone before every attempt starts, said
 #                 in one line; nothing else is touched (a symlink named *.partial and
 #                 its target, a file, a nested one, a longer name, one outside checkpoints/).
+#   retain-kill   rank 0 killed (an LD_PRELOAD'ed unlink; BATON_TEST_KILL_ON_UNLINK_LIB)
+#                 while retention removes pretrain's checkpoint at step 5, its manifest
+#                 and some shards gone: the half-removed checkpoint bears a name that the
+#                 next attempt's sweep removes, saying so; nothing of it is left when the
+#                 run ends on the uninterrupted losses.
 #   stop-hung     SIGTERM to `baton run` while a worker is SIGSTOPped: the hang is still
 #                 seen, so it exits 75 within heartbeat_timeout, not RUN_STOP_GRACE_S; a
 #                 second SIGINT kills the workers at once (one line, exit 75 within 4 s);
@@ -42,7 +47,8 @@
 #   give-up       every attempt's worker exits 1: after max_restarts the run gives up (exit
 #                 1) and `baton status` says failed, not stopped (text and JSON), with the
 #                 reason and the last failure's cause, and counts no recovery; SIGTERM
-#                 instead (the stop case) leaves it stopped.
+#                 instead (the stop case) leaves it stopped. Resumed with a working
+#                 worker, it completes and counts one recovery (the resume's first step).
 #   ckpt-then-kill  kill -9 `baton run` after stage extend's final checkpoint but before
 #                 the stage is journaled complete (its workers held at exit by a wrapper);
 #                 `baton resume` completes it without a step, and status must show the
@@ -55,6 +61,12 @@
 #                 still hold each step once (those before the checkpoint from attempt 0,
 #                 the rest from attempt 1) and the event file TensorBoard's restart marker
 #                 (session_log START) at the first repeated step.
+#   lost-metrics  `baton run` stopped (SIGSTOP) once it has a record of stage extend while
+#                 the workers go on past a checkpoint, then killed -9: the steps it never
+#                 received are in rank 0's metrics log (logs/s01-a00.metrics), and
+#                 `baton resume` takes them from there before it starts, so that
+#                 metrics.jsonl holds every step once, equal to the uninterrupted run's,
+#                 and TensorBoard has them too.
 #   fp16-skips    the fp16 overflow stage of tests/engine/fp16.yaml (scale 2^40: the first
 #                 steps overflow): `baton run`'s progress lines show the skipped count and
 #                 the scale as the worker logged them, and metrics.jsonl and TensorBoard
@@ -486,6 +498,24 @@ EOF
   [[ ! -e $ck/s00-step00000003.partial && ! -e $ck/junk.partial ]] || fail "stale .partial left"
   echo "$case: $(grep -m1 'removed' run.out)"
   ;;
+retain-kill)
+  lib=${BATON_TEST_KILL_ON_UNLINK_LIB:?the test library}
+  reference
+  # ASan wants its runtime first among the libraries; the preloaded one comes before it
+  LD_PRELOAD=$lib ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+    BATON_TEST_UNLINK_DIR=/s00-step00000005 BATON_TEST_UNLINK_FILE=rank-00001.bin \
+    BATON_TEST_UNLINK_ONCE=$work/struck "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 ||
+    fail "baton run exited $?"
+  [[ -f struck ]] || fail "no worker was killed while removing checkpoint s00-step00000005"
+  grep -q "pretrain.*killed by signal SIGKILL" run.out || fail "the struck attempt did not fail"
+  left=$(ls r1/checkpoints | grep step00000005 || true)
+  [[ -z $left ]] || { ls -la r1/checkpoints/$left; fail "left in checkpoints/: $left"; }
+  grep -q "removed what is left of 1 checkpoint(s) whose removal by retention was cut short in .*: s00-step00000005.deleting" run.out ||
+    { cat run.out; fail "the half-removed checkpoint was not swept, saying so"; }
+  stage_losses r1 >r1.losses
+  diff ref.losses r1.losses || fail "the run did not end on the uninterrupted losses"
+  echo "$case: rank 0 killed while removing s00-step00000005; its remains swept, same losses"
+  ;;
 stop-hung)
   # $1: "hang" (one SIGTERM; the hang is seen within heartbeat_timeout, 5 s) or "again"
   # (a second SIGINT 1 s after the SIGTERM kills the workers at once)
@@ -641,7 +671,17 @@ assert fl[-1]["cause"] == f["last_cause"] and s["recovery_list"] == [], s' ||
   # ... and the text lists each of them
   [[ $(grep -c "^  failure: stage pretrain attempt [0-2] at step 0: rank [0-9] (node node[01], pid [0-9]*) exited with status 1$" status.txt) == 3 ]] ||
     { cat status.txt; fail "the text does not list the 3 failures"; }
-  echo "$case: gave up after 2 restarts (exit 1); status says failed, with reason and cause"
+  # resumed with a worker that works: its first step is the recovery from the last failure,
+  # though another baton run journaled that failure
+  "$baton" resume r1 --worker "$worker" --quiet >resume.out 2>&1 || { cat resume.out; fail "the resume failed"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "completed" and (s["failures"], s["recoveries"]) == (3, 1), s
+r = s["recovery_list"]
+assert [(x["stage"], x["attempt"], x["step"]) for x in r] == [("pretrain", 3, 1)] and r[0]["recovery_s"] > 0, r' ||
+    { "$baton" status r1; fail "the resumed run does not count its recovery"; }
+  echo "$case: gave up after 2 restarts (exit 1); status says failed, with reason and cause; resumed: 1 recovery"
   ;;
 replay)
   sets=(--set stages.pretrain.steps=12 --set stages.1.steps=2 --set stages.fp8.steps=2)
@@ -670,6 +710,37 @@ PY
     { tail -3 tb.txt; fail "the event file does not match metrics.jsonl"; }
   grep -qx "session_log START $((from + 1))" tb.txt || { grep session_log tb.txt; fail "no restart marker at step $((from + 1))"; }
   echo "$case: attempt 0 reached step $last0, resumed at $from; each step once, restart marker at $((from + 1))"
+  ;;
+lost-metrics)
+  reference
+  "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  for _ in $(seq 600); do
+    grep -q '"stage_index": 1' r1/metrics.jsonl 2>/dev/null && break
+    sleep 0.02
+  done
+  kill -STOP "$bpid"
+  # the workers go on (a worker never waits on the channel) past extend's checkpoint at 10
+  for _ in $(seq 600); do
+    [[ -f r1/checkpoints/s01-step00000010/manifest.pb ]] && break
+    sleep 0.02
+  done
+  kill -9 "$bpid"
+  wait "$bpid" 2>/dev/null || true
+  bpid=
+  [[ -f r1/checkpoints/s01-step00000010/manifest.pb ]] || fail "extend's checkpoint at step 10 was never committed"
+  sleep 0.5 # the ranks follow their baton run within 0.2 s
+  last=$(/usr/bin/python3 -c '
+import json, sys
+print(max(r["step"] for r in map(json.loads, open(sys.argv[1])) if r["stage_index"] == 1))' r1/metrics.jsonl)
+  ((last < 10)) || fail "the killed run received extend's step $last: no step to lose"
+  "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "the resume failed"; }
+  same_metrics ref r1 || fail "metrics.jsonl differs from the uninterrupted run's"
+  grep -q 'stage "extend": [0-9]* step record(s) of attempt 0 that baton run had not received taken from .*/logs/s01-a00.metrics' resume.out ||
+    { cat resume.out; fail "the resume did not say it took the lost records"; }
+  /usr/bin/python3 "$src/tests/control/read_tb.py" r1/tb r1/metrics.jsonl >tb.txt ||
+    { tail -3 tb.txt; fail "the event file does not match metrics.jsonl"; }
+  echo "$case: the killed run had extend up to step $last, its checkpoint at 10 committed; every step once after the resume"
   ;;
 fp16-skips)
   sed -n '1,/^stages:/p' "$src/tests/engine/fp16.yaml" >fp16.yaml

@@ -37,6 +37,16 @@
 #   journal-full  journal appends failing from record 6 on (BATON_FAULT_JOURNAL_FULL, as on
 #                 a full disk): the workers checkpoint and stop, the run exits 1 saying
 #                 why, once; `baton resume` ends on the uninterrupted losses.
+#   spec-full     the next attempt's spec cannot be written for a full disk (its temp file
+#                 a link to /dev/full, whose writes fail with ENOSPC): `baton resume` exits
+#                 1 at once, naming the stage and the cause, without burning its restarts;
+#                 `baton status` says failed with that cause as the failure's; the next
+#                 resume (the failed write removed the link) ends on the uninterrupted
+#                 losses.
+#   lock          a second `baton resume` of a running run is refused (exit 2, nothing
+#                 started), also after the run's `lock` file was deleted as "stale" (the
+#                 run directory itself is locked too); status still says running; the
+#                 first run completes.
 #   stop-kill     rank 1 killed -9 while the SIGTERM stop checkpoint is written: exit 75,
 #                 saying that the stop checkpoint was not completed, which rank died and
 #                 from which checkpoint a resume continues; the resume ends on the
@@ -44,6 +54,9 @@
 #   history       a two-stage run stopped in its second stage: every checkpoint of that
 #                 stage deleted (the first's left): resume refuses (exit 1) naming the
 #                 journaled one, starts no attempt, changes nothing, status says failed;
+#                 every one of them damaged instead (shard bytes; an empty manifest): the
+#                 worker takes no earlier stage's hand-off, and after two attempts the run
+#                 exits 1 naming the damage and 'baton ckpt verify';
 #                 its newest checkpoint renamed as a later stage's, nothing else left: baton
 #                 run and the worker both judge it by its manifest, and the stage resumes
 #                 from it to the losses of a plain resume; the journal lost and
@@ -394,6 +407,60 @@ journal-full)
   echo "$case: the journal full at record 6: the run stopped (exit 1), resumed to the same losses;" \
     "at record 1: no worker started"
   ;;
+spec-full)
+  reference
+  BATON_FAULT_STEP_SLEEP=0.05 "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 1 3 >/dev/null
+  stop_run
+  ln -s /dev/full r1/specs/s01-a01.pb.tmp
+  set +e
+  "$baton" resume r1 --quiet >resume.out 2>&1
+  rc=$?; set -e
+  [[ $rc == 1 ]] || { cat resume.out; fail "a spec that cannot be written for a full disk: exit $rc, not 1"; }
+  grep -q 'stage "extend": attempt 1 cannot start: .*specs/s01-a01.pb: cannot write: No space left on device' resume.out ||
+    { cat resume.out; fail "no clear message naming the stage"; }
+  grep -q "stage \"extend\": the disk is full: not retried, .*make room, then 'baton resume " resume.out ||
+    { cat resume.out; fail "no word on what to do"; }
+  ! grep -q "restarting\|(null)" resume.out || { cat resume.out; fail "restarts burnt on a full disk"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+f = s["failure_list"]
+assert s["state"] == "failed" and len(f) == 1, s
+assert f[0]["stage"] == "extend" and "No space left on device" in f[0]["cause"], f
+print("status:", s["state"], "-", f[0]["cause"])' || fail "status does not name the full disk"
+  rm -f r1/specs/s01-a01.pb.tmp # the failed write removed it
+  "$baton" resume r1 --quiet >resume2.out 2>&1 || { cat resume2.out; fail "resume with room failed"; }
+  stage_losses r1 >r1.losses
+  diff ref.losses r1.losses || fail "the resumed run did not end on the uninterrupted losses"
+  echo "$case: $(grep -o 'stage "extend": attempt 1 cannot start.*' resume.out | cut -c1-60)...; exit 1 at once; resumed with room"
+  ;;
+lock)
+  BATON_FAULT_STEP_SLEEP=0.1 "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 3 >/dev/null
+  second() { # WHY: a second baton resume must be refused, starting nothing
+    set +e; "$baton" resume r1 --quiet >second.out 2>&1; rc=$?; set -e
+    [[ $rc == 2 ]] || { cat second.out; fail "$1: a second baton resume exited $rc, not 2"; }
+    grep -q "r1: another baton run is working in this run directory" second.out ||
+      { cat second.out; fail "$1: no clear message"; }
+    [[ ! -e r1/logs/s00-a01.log && ! -e r1/specs/s00-a01.pb ]] || fail "$1: the second one started an attempt"
+  }
+  second "the lock file in place"
+  rm r1/lock
+  second "the lock file deleted"
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+assert json.load(sys.stdin)["state"] == "running"' || fail "status does not say running without the lock file"
+  wait "$bpid" || { cat run.out; fail "the first baton run exited $?"; }
+  bpid=
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "completed" and s["failures"] == 0, s' || fail "the first run did not complete cleanly"
+  echo "$case: a second resume refused with and without the lock file; the first completed"
+  ;;
 stop-kill)
   reference
   BATON_FAULT_SAVE_SLEEP=1.5 BATON_FAULT_STEP_SLEEP=0.05 "$baton" run "$recipe" --run-dir r1 \
@@ -440,7 +507,7 @@ YAML
   ck() { (cd "$1/checkpoints" && find . -printf '%p %i %s %T@\n' | sort); }
   newest=$(cd r1/checkpoints && ls -d s01-step* | sort | tail -1) # the journaled stop checkpoint
   [[ -n $newest && -d r1/checkpoints/s00-step00000006 ]] || fail "not stopped in stage second"
-  for r in r2 r3 r4 r5; do cp -a r1 $r; done
+  for r in r2 r3 r4 r5 r6; do cp -a r1 $r; done
   # 1. every checkpoint of stage second gone, stage first's left: refused (exit 1, as when
   # every checkpoint is gone) naming the journaled one, not trained again from the hand-off
   rm -rf r2/checkpoints/s01-step*
@@ -456,6 +523,22 @@ import json, sys
 s = json.load(sys.stdin)
 assert s["state"] == "failed" and s["stages"][1]["state"] == "failed", s
 assert "is gone" in s["failure"]["reason"], s["failure"]' || { "$baton" status r2; fail "status does not say failed"; }
+  # 1b. every checkpoint of stage second damaged instead (a shard's bytes overwritten, the
+  # newest's manifest emptied), stage first's intact: the worker refuses them and does not
+  # take the hand-off either, which would train the stage again from step 0: exit 1 after
+  # two attempts, naming the damage and 'baton ckpt verify'
+  for c in r6/checkpoints/s01-step*; do
+    printf '\x5a\x5a\x5a\x5a' | dd of="$c/rank-00000.bin" bs=1 seek=200 conv=notrunc status=none
+  done
+  : >r6/checkpoints/"$newest"/manifest.pb
+  set +e; "$baton" resume r6 --quiet >resume6.out 2>&1; rc=$?; set -e
+  [[ $rc == 1 ]] || { cat resume6.out; fail "stage second's checkpoints damaged: exit $rc, not 1"; }
+  grep -q "no usable checkpoint of this stage: every one it saved was refused .*checkpoints/s00-step00000006, an earlier stage's, would train it again from step 0" resume6.out ||
+    { cat resume6.out; fail "no clear message on the damaged checkpoints of stage second"; }
+  grep -q "not retried: .*'baton ckpt verify' says where" resume6.out || { cat resume6.out; fail "no word on ckpt verify"; }
+  grep -q "$newest/manifest.pb: not a checkpoint manifest (no model in it: empty or damaged)" r6/logs/s01-a01.log ||
+    { cat r6/logs/s01-a01.log; fail "the empty manifest was not called so"; }
+  ! grep -q "started from\|^\[0\] step " r6/logs/s01-a0[12].log || fail "stage second started from the hand-off"
   # 2. the stage's newest checkpoint under a later stage's name, nothing else left: baton run
   # and the worker both judge it by its manifest (stage second's), so the stage resumes from
   # it (by the name, baton run called it gone while the worker would have taken it)

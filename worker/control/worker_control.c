@@ -4,13 +4,28 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 
 #include "worker_signal.h"
+
+/* Rank 0 of an attempt baton run supervises: its metrics log (metrics_log.h). */
+static void worker_control_log_open(worker_control *wc, const Baton__StageSpec *spec) {
+    char path[4200];
+    bt_diag diag;
+    bt_diag_init(&diag);
+    metrics_log_path(spec->run_dir, spec->stage_index, spec->attempt, path, sizeof path);
+    if (metrics_log_open(&wc->mlog, path, &diag) != 0)
+        fprintf(stderr,
+                "baton-worker: rank 0: %s; going on without it (metrics baton run does not "
+                "receive are lost)\n",
+                diag.msg);
+}
 
 void worker_control_start(worker_control *wc, const Baton__StageSpec *spec, comm *world,
                           uint32_t rank, uint32_t world_size, const char *host) {
     memset(wc, 0, sizeof *wc);
     wc->client.fd = -1;
+    wc->mlog.fd = -1;
     wc->world = world;
     wc->rank = rank;
     worker_pacer_init(&wc->pacer, &wc->client);
@@ -18,6 +33,7 @@ void worker_control_start(worker_control *wc, const Baton__StageSpec *spec, comm
         fprintf(stderr, "baton-worker: rank %u: cannot install the SIGTERM handler\n", rank);
     const char *addr = spec->control_address, *token = getenv("BATON_CONTROL_TOKEN");
     if (addr == NULL || addr[0] == '\0') return;
+    if (rank == 0 && spec->run_dir && spec->run_dir[0]) worker_control_log_open(wc, spec);
     if (token == NULL || token[0] == '\0') {
         fprintf(stderr,
                 "baton-worker: rank %u: the spec names a control channel (%s) but "
@@ -61,6 +77,29 @@ static int worker_control_agree(worker_control *wc, int mine, bt_diag *diag) {
     return f > 0.0f;
 }
 
+/* m to the metrics log (stamped with the time), then over the channel. */
+static void worker_control_send_metrics(worker_control *wc, Baton__Metrics *m) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    m->has_time = 1, m->time = (double)tv.tv_sec + 1e-6 * (double)tv.tv_usec;
+    m->has_rank = 1, m->rank = wc->rank;
+    bt_diag diag;
+    bt_diag_init(&diag);
+    if (metrics_log_append(&wc->mlog, m, &diag) != 0 && wc->mlog_failed++ == 0)
+        fprintf(stderr,
+                "baton-worker: rank 0: %s (said once; metrics baton run does not receive are "
+                "lost)\n",
+                diag.msg);
+    control_client_metrics(&wc->client, m);
+}
+
+void worker_control_sync_metrics(worker_control *wc) {
+    bt_diag diag;
+    bt_diag_init(&diag);
+    if (metrics_log_sync(&wc->mlog, &diag) != 0)
+        fprintf(stderr, "baton-worker: rank 0: %s; saving the checkpoint all the same\n", diag.msg);
+}
+
 static void worker_control_metrics(worker_control *wc, const train_metrics *tm) {
     Baton__Metrics m = BATON__METRICS__INIT;
     m.has_step = 1, m.step = tm->step;
@@ -83,7 +122,7 @@ static void worker_control_metrics(worker_control *wc, const train_metrics *tm) 
         memcpy(load, tm->moe.expert_load, (size_t)tm->moe.n_experts * sizeof *load);
         m.n_moe_expert_load = (size_t)tm->moe.n_experts, m.moe_expert_load = load;
     }
-    control_client_metrics(&wc->client, &m);
+    worker_control_send_metrics(wc, &m);
 }
 
 int worker_control_after_step(worker_control *wc, const train_metrics *m, bt_diag *diag) {
@@ -103,7 +142,7 @@ void worker_control_valid(worker_control *wc, uint64_t step, double loss, uint32
     m.has_valid_loss = 1, m.valid_loss = loss;
     m.has_valid_windows = 1, m.valid_windows = windows;
     worker_pacer_lock(&wc->pacer);
-    control_client_metrics(&wc->client, &m);
+    worker_control_send_metrics(wc, &m);
     worker_pacer_unlock(&wc->pacer);
 }
 
@@ -123,6 +162,7 @@ void worker_control_fatal(worker_control *wc, int32_t code, const char *message)
 }
 
 void worker_control_close(worker_control *wc) {
+    metrics_log_close(&wc->mlog);
     worker_pacer_free(&wc->pacer);
     control_client_close(&wc->client);
 }

@@ -12,6 +12,7 @@
 
 #include "comm.h"
 #include "control_client.h"
+#include "metrics_log.h"
 #include "worker_pacer.h"
 #include "stage_spec.pb-c.h"
 #include "train.h"
@@ -23,6 +24,8 @@
 typedef struct worker_control {
     control_client client; /* client.fd < 0: no channel */
     worker_pacer pacer;    /* heartbeats during long saves and loads; guards client */
+    metrics_log mlog;      /* rank 0 under baton run: what it sends, kept (metrics_log.h) */
+    unsigned mlog_failed;  /* appends that failed (the first is said) */
     comm *world;           /* NULL for one process */
     uint32_t rank;
     int stopping; /* the training loop stopped early on the ranks' agreed request (it sets
@@ -31,7 +34,9 @@ typedef struct worker_control {
 
 /* Installs the SIGTERM handler (sigaction; it only sets a flag) and, when the spec has a
  * control_address and BATON_CONTROL_TOKEN is set, connects and says Hello (a failure is
- * printed as a warning and the worker goes on without the channel). Never fails. */
+ * printed as a warning and the worker goes on without the channel). Rank 0 of a run
+ * (the spec has a run_dir and a control_address) also creates its attempt's metrics log,
+ * which every Metrics it sends goes to first. Never fails. */
 void worker_control_start(worker_control *wc, const Baton__StageSpec *spec, comm *world,
                           uint32_t rank, uint32_t world_size, const char *host);
 
@@ -41,6 +46,10 @@ void worker_control_phase(worker_control *wc, Baton__Heartbeat__Phase phase, uin
  * worker_control_idle (worker_pacer.h), so that `baton run` does not take it for a hang. */
 void worker_control_busy(worker_control *wc, Baton__Heartbeat__Phase phase, uint64_t step);
 void worker_control_idle(worker_control *wc);
+
+/* Rank 0: syncs the metrics log before a checkpoint is saved, so that the metrics of every
+ * step up to a committed checkpoint are on disk (a failure is said, and saving goes on). */
+void worker_control_sync_metrics(worker_control *wc);
 
 /* After a step: TRAIN heartbeat and, from rank 0, the step's metrics; then whether to
  * stop, agreed over the world. Every rank calls it after every step. Returns 1 to stop,

@@ -66,7 +66,10 @@ void train_ckpt_free(train_ckpt *c);
 /* Loads path into the trainer; every rank reads what it needs. path is a checkpoint
  * directory (taken as is) or a run directory / checkpoint root: its newest complete
  * checkpoint, or when a rank refuses that one (damaged, truncated) the newest one every
- * rank can load, each refusal printed. Collective over world (NULL: one process). */
+ * rank can load, each refusal printed; except that in the stage's own run directory
+ * (spec->run_dir) it never falls back from a refused checkpoint of this stage to an
+ * earlier stage's, whose hand-off would train the stage again from step 0: "no usable
+ * checkpoint of this stage" then. Collective over world (NULL: one process). */
 int train_ckpt_load(trainer *t, const char *path, comm *world, bt_diag *diag);
 /* Parameters (and, when t runs fp8, the delayed-scaling state, which m must hold) without
  * optimizer state or position, e.g. for evaluation; m's keys sorted

@@ -233,6 +233,11 @@ static int load_one(trainer *t, const char *dir, int refuse_later, bt_diag *diag
     Baton__Manifest *m = NULL;
     ckpt_reader r;
     int rc = ckpt_manifest_read(dir, &m, diag);
+    if (rc == 0 && m->model == NULL) { /* an empty file decodes as an empty message */
+        bt_diag_set(diag, "%s/%s: not a checkpoint manifest (no model in it: empty or damaged)",
+                    dir, CKPT_MANIFEST);
+        rc = BT_EINVAL;
+    }
     if (rc == 0 && refuse_later) rc = load_not_later(t, m, dir, diag);
     ckpt_reader_init(&r, dir, m);
     if (rc == 0) ckpt_manifest_sort_keys(m); /* every lookup below in log time */
@@ -326,6 +331,28 @@ static size_t load_skip_later(const trainer *t, char **dirs, size_t n, comm *wor
     return k;
 }
 
+/* Whether candidate dir of this run's own checkpoint root is this stage's: by its
+ * manifest; by its name (sNN-step...) where the manifest cannot be read or is empty, as
+ * baton run judges it. */
+static int load_own(const trainer *t, const char *dir) {
+    const Baton__StageSpec *s = t->spec;
+    Baton__Manifest *m = NULL;
+    bt_diag d;
+    bt_diag_init(&d);
+    int own;
+    if (ckpt_manifest_read(dir, &m, &d) == 0 && m->model != NULL) {
+        own = ckpt_stage_relation(m, s->recipe_name, s->stage_index) == CKPT_SAME_STAGE;
+    } else {
+        const char *base = strrchr(dir, '/');
+        unsigned st = 0;
+        unsigned long long step;
+        own =
+            sscanf(base ? base + 1 : dir, "s%u-step%llu", &st, &step) == 2 && st == s->stage_index;
+    }
+    if (m) baton__manifest__free_unpacked(m, NULL);
+    return own;
+}
+
 /* 0 when no rank failed, else 1 + the highest world rank that failed (-1 when that is
  * not known: the vote itself failed). */
 static int load_any_failed(comm *world, int failed) {
@@ -356,6 +383,10 @@ int train_ckpt_load(trainer *t, const char *path, comm *world, bt_diag *diag) {
                     path, dirs[0]);
         rc = BT_ENOENT;
     }
+    /* In the run's own root, once a checkpoint of this stage was refused, none of an
+     * earlier stage is taken: its hand-off would train the stage again from step 0 */
+    int own_root = !explicit && t->spec->run_dir && strcmp(path, t->spec->run_dir) == 0;
+    int refused_own = 0;
     for (size_t i = first; rc == 0 && i < n && any; i++) {
         bt_diag mine;
         bt_diag_init(&mine);
@@ -364,9 +395,20 @@ int train_ckpt_load(trainer *t, const char *path, comm *world, bt_diag *diag) {
         if (!any) break;
         load_undo(t, &start); /* every rank, whether its own load failed or not */
         if (r != 0) fprintf(stderr, "baton-worker: checkpoint refused: %s\n", mine.msg);
-        if (i + 1 == n) {
-            char other[64] = "on another rank";
-            if (any > 0) snprintf(other, sizeof other, "on rank %d: its log says why", any - 1);
+        char other[64] = "on another rank";
+        if (any > 0) snprintf(other, sizeof other, "on rank %d: its log says why", any - 1);
+        refused_own = refused_own || (own_root && load_own(t, dirs[i]));
+        /* voted whenever own_root, so that every rank takes part alike */
+        int stop = refused_own && i + 1 < n && !load_own(t, dirs[i + 1]);
+        if (own_root && i + 1 < n && load_any_failed(world, stop)) {
+            bt_diag_set(diag,
+                        "%s: no usable checkpoint of this stage: every one it saved was refused "
+                        "(the oldest: %s), and %s, an earlier stage's, would train it again "
+                        "from step 0; not falling back to it ('baton ckpt verify' says what "
+                        "is damaged)",
+                        path, r ? mine.msg : other, dirs[i + 1]);
+            rc = r ? r : BT_EIO;
+        } else if (i + 1 == n) {
             bt_diag_set(diag, "%s: no usable checkpoint (the oldest refused: %s)", path,
                         r ? mine.msg : other);
             rc = r ? r : BT_EIO;

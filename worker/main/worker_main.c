@@ -317,6 +317,7 @@ static int worker_save_wait(train_ckpt *c, uint64_t step, worker_control *wc, bt
 static int worker_save(train_ckpt *c, trainer *t, const worker_args *a, worker_control *wc,
                        bt_diag *diag) {
     int final = t->step == t->total_steps;
+    worker_control_sync_metrics(wc); /* the steps up to this checkpoint: on disk before it */
     if (c->root) worker_control_busy(wc, BATON__HEARTBEAT__PHASE__SAVE, t->step);
     int rc = train_ckpt_save(c, t, final, diag);
     if (c->root) worker_control_idle(wc);
@@ -821,7 +822,7 @@ int main(int argc, char **argv) {
 #endif
         setup_rc = rc = worker_ranks_join(&w, a.comm_timeout_s, use_nccl, &diag);
     }
-    worker_control ctl = {.client.fd = -1};
+    worker_control ctl = {.client.fd = -1, .mlog.fd = -1};
     worker_pacer_init(&ctl.pacer, &ctl.client); /* worker_control_start starts afresh */
     if (rc == 0) {
         uint32_t size = w.world ? (uint32_t)w.info.size : 1;

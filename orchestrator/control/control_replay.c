@@ -1,0 +1,64 @@
+/* A stage attempt's metrics log replayed into metrics.jsonl, valid.jsonl and TensorBoard
+ * (control_server_replay in control_server.h). */
+#include <time.h>
+
+#include "control_internal.h"
+#include "metrics_log.h"
+
+/* Which of the log's records metrics.jsonl lacks, by whose its last record is. */
+typedef enum replay_from {
+    REPLAY_ALL,   /* none of the attempt's: an earlier stage's or attempt's, or none */
+    REPLAY_AFTER, /* the attempt's own, at step `after`: the ones after it */
+    REPLAY_PAST,  /* a later stage's or attempt's (a journal older than the file): only
+                   * records past its largest global step, never a rewind over those */
+} replay_from;
+
+typedef struct replay {
+    control_metrics_sink *sink;
+    const control_metrics_where *w;
+    replay_from from;
+    uint64_t after;
+    unsigned n;
+    bt_diag *diag;
+} replay;
+
+static double replay_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int replay_one(void *arg, const Baton__Metrics *m) {
+    replay *r = arg;
+    double t = m->has_time ? m->time : replay_now();
+    if (m->has_valid_loss) /* written unless valid.jsonl holds it */
+        return control_metrics_write_valid(r->sink, r->w, m->step, m->valid_loss, m->valid_windows,
+                                           t, r->diag);
+    if (r->from == REPLAY_AFTER && m->step <= r->after) return 0;
+    if (r->from == REPLAY_PAST && r->sink->have_step &&
+        r->w->step_offset + m->step <= r->sink->max_step)
+        return 0;
+    control_metrics c;
+    control_metrics_from(m, 0, t, &c);
+    int rc = control_metrics_write(r->sink, r->w, &c, r->diag);
+    if (rc == 0) r->n++;
+    return rc;
+}
+
+int control_server_replay(control_server *cs, const control_metrics_where *w, const char *path,
+                          double wait_s, unsigned *n, int *busy, bt_diag *diag) {
+    control_metrics_sink *s = &cs->sink;
+    replay r = {.sink = s, .w = w, .diag = diag, .after = s->last_step};
+    uint32_t st = s->last_stage, at = s->last_attempt;
+    if (!s->have_last || st < w->stage_index || (st == w->stage_index && at < w->attempt))
+        r.from = REPLAY_ALL;
+    else if (st == w->stage_index && at == w->attempt)
+        r.from = REPLAY_AFTER;
+    else
+        r.from = REPLAY_PAST;
+    *n = 0, *busy = 0;
+    if (s->jsonl_path[0] == '\0') return 0; /* no metrics.jsonl to mend */
+    int rc = metrics_log_read(path, wait_s, busy, replay_one, &r, diag);
+    *n = r.n;
+    return rc;
+}

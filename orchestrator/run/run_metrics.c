@@ -1,0 +1,58 @@
+/* Metrics rank 0 sent that baton run never received, taken from the attempt's metrics log
+ * (stages/metrics_log.h): the workers go on training and committing checkpoints while
+ * baton run is stopped or starved, and for a moment after it dies, and a record still in
+ * the socket, in a killed worker's outbox or in a line torn by the crash would otherwise
+ * be lost for good, as the next attempt resumes after it. */
+#include <stdio.h>
+
+#include "metrics_log.h"
+#include "run_ctx.h"
+
+/* How long a live rank 0 of an earlier baton run (killed: its ranks follow it within
+ * 0.2 s) may hold its log before it is read as it stands. */
+#define RUN_METRICS_WAIT_S 10.0
+
+/* Replays stage's attempt's log; 1 when the log exists. */
+static int run_metrics_replay(run_ctx *c, uint32_t stage, uint32_t attempt, uint64_t step_offset) {
+    char path[4200];
+    metrics_log_path(c->dir->path, stage, attempt, path, sizeof path);
+    FILE *f = fopen(path, "re");
+    if (f == NULL) return 0;
+    fclose(f);
+    control_metrics_where w = {.stage_name = c->doc->recipe->stages[stage]->name,
+                               .stage_index = stage,
+                               .attempt = attempt,
+                               .step_offset = step_offset};
+    unsigned n = 0;
+    int busy = 0;
+    bt_diag d;
+    bt_diag_init(&d);
+    int rc = control_server_replay(&c->cs, &w, path, RUN_METRICS_WAIT_S, &n, &busy, &d);
+    if (busy || rc != 0 || n > 0) run_progress_end(&c->prog);
+    if (busy)
+        run_err(c,
+                "%s: rank 0 of stage \"%s\" attempt %u still writes it after %.0f s (an "
+                "earlier baton run's worker that did not end): read as it stands\n",
+                path, w.stage_name, attempt, RUN_METRICS_WAIT_S);
+    if (rc != 0)
+        run_err(c, "stage \"%s\": cannot take the metrics baton run did not receive: %s\n",
+                w.stage_name, d.msg);
+    if (n > 0)
+        run_err(c,
+                "stage \"%s\": %u step record(s) of attempt %u that baton run had not "
+                "received taken from %s into metrics.jsonl and TensorBoard\n",
+                w.stage_name, n, attempt, path);
+    return 1;
+}
+
+void run_metrics_take(run_ctx *c, uint32_t stage, uint32_t attempt, int before,
+                      uint64_t step_offset) {
+    if (!c->cs_open) return; /* no metrics.jsonl is written either */
+    if (!before) {
+        run_metrics_replay(c, stage, attempt, step_offset);
+        return;
+    }
+    /* the newest that ran: each before it was taken before the next one started */
+    for (uint32_t a = attempt; a-- > 0;)
+        if (run_metrics_replay(c, stage, a, step_offset)) return;
+}
