@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,8 +59,10 @@ int export_partial_lock(const char *tmp) {
     if (fd < 0) return -1;
     /* locked under another name first: a sweep never finds the lock file unlocked */
     if (partial_try_lock(fd) != 0 || rename(fresh, lock) != 0) {
+        int err = errno;
         unlink(fresh);
         close(fd);
+        errno = err;
         return -1;
     }
     return fd;
