@@ -125,8 +125,22 @@ static int opt_format(const char *cmd, const char *v) {
     return -1;
 }
 
+/* Option a, one of names[0..n), with value v: -1 after saying so when given before
+ * (given[k] its earlier value), else 0 with given[k] = v; 0 when not among names. */
+static int opt_once(const char *cmd, const char *const *names, const char **given, int n,
+                    const char *a, const char *v) {
+    for (int k = 0; k < n; k++) {
+        if (strcmp(a, names[k]) != 0) continue;
+        if (cli_once(cmd, a, given[k], v) != 0) return -1;
+        given[k] = v;
+    }
+    return 0;
+}
+
 /* 0 parsed, 1 help shown, -1 usage error (reported). */
 static int export_parse(int argc, char **argv, export_opts *o) {
+    static const char *const names[] = {"--out", "--format", "--dtype", "--max-position"};
+    const char *given[4] = {0};
     *o = (export_opts){0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -137,6 +151,7 @@ static int export_parse(int argc, char **argv, export_opts *o) {
             fprintf(stderr, "baton ckpt export: %s needs a value\n", a);
             return -1;
         }
+        if (takes && opt_once("ckpt export", names, given, 4, a, v) != 0) return -1;
         if (strcmp(a, "--out") == 0)
             o->out = v;
         else if (strcmp(a, "--format") == 0 && opt_format("export", v))
@@ -519,6 +534,8 @@ typedef struct import_opts {
 } import_opts;
 
 static int import_parse(int argc, char **argv, import_opts *o) {
+    static const char *const names[] = {"--out", "--format", "--recipe-name"};
+    const char *given[3] = {0};
     *o = (import_opts){.recipe = HF_DEFAULT_RECIPE};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -529,6 +546,7 @@ static int import_parse(int argc, char **argv, import_opts *o) {
             fprintf(stderr, "baton ckpt import: %s needs a value\n", a);
             return -1;
         }
+        if (takes && opt_once("ckpt import", names, given, 3, a, v) != 0) return -1;
         if (strcmp(a, "--out") == 0)
             o->out = v;
         else if (strcmp(a, "--recipe-name") == 0)

@@ -143,6 +143,18 @@ expect 2 "^baton resume: --worker given twice \\('a' and 'b'\\)" -- resume r --w
 expect 2 "^baton resume: --quiet given twice; give it once$" -- resume r --quiet --quiet
 expect 2 "^baton submit: --template given twice \\('a' and 'b'\\)" -- submit r.yaml --template a --template b
 expect 2 "^baton submit: --dry-run given twice; give it once$" -- submit r.yaml --dry-run --dry-run
+# launch, ckpt export/import/push/pull and data prepare too (check-options.sh tries every
+# option of every command); launch's -n and --np are one option
+expect 2 "^baton launch: -n/--np given twice \\('1' and '2'\\); give it once$" -- launch -n 1 --np 2 -- true
+expect 2 "^baton launch: --timeout given twice \\('1' and '2'\\)" -- launch -n 1 --timeout 1 --timeout=2 -- true
+expect 2 "^baton ckpt export: --out given twice \\('o1' and 'o2'\\); give it once$" -- ckpt export ck --out o1 --out=o2
+expect 2 "^baton ckpt export: --dtype given twice \\('bf16' and 'fp32'\\)" -- ckpt export ck --out o --dtype bf16 --dtype=fp32
+expect 2 "^baton ckpt import: --recipe-name given twice \\('a' and 'b'\\)" -- ckpt import hf --out x --recipe-name a --recipe-name=b
+expect 2 "^baton ckpt push: --max-time given twice \\('1s' and '2s'\\)" -- ckpt push ck http://127.0.0.1:9/x --max-time 1s --max-time=2s
+expect 2 "^baton ckpt pull: --into given twice \\('a' and 'b'\\)" -- ckpt pull http://127.0.0.1:9/x --into a --into=b
+for f in --verbose --progress --split-on-percent; do
+  expect 2 "^baton data prepare: $f given twice; give it once$" -- data prepare --input i --output o $f $f
+done
 # a missing value is named as such, not as an unknown option
 expect 2 "^baton spec: --stage needs a value$" -- spec "$recipes/tiny-cpu.yaml" --stage
 expect 2 "^baton spec: unknown option '--bogus'$" -- spec "$recipes/tiny-cpu.yaml" --bogus
