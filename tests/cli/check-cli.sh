@@ -155,6 +155,11 @@ expect 2 "^baton ckpt pull: --into given twice \\('a' and 'b'\\)" -- ckpt pull h
 for f in --verbose --progress --split-on-percent; do
   expect 2 "^baton data prepare: $f given twice; give it once$" -- data prepare --input i --output o $f $f
 done
+# submit's job runs baton resume --launcher slurm itself: --launcher and --listen are
+# refused in both spellings (not ignored, nor written as #SBATCH lines sbatch refuses)
+for o in "--launcher local" "--launcher=local" "--listen 1.2.3.4" "--listen=1.2.3.4"; do
+  expect 2 "^baton submit: ${o%%[ =]*} is not submit's: the job.*baton resume.*--launcher slurm" -- submit r.yaml $o
+done
 # a missing value is named as such, not as an unknown option
 expect 2 "^baton spec: --stage needs a value$" -- spec "$recipes/tiny-cpu.yaml" --stage
 expect 2 "^baton spec: unknown option '--bogus'$" -- spec "$recipes/tiny-cpu.yaml" --bogus
