@@ -53,7 +53,8 @@ static const char *const store_names[] = {"--endpoint", "--max-time", "--stall-t
     "                   retried; default 60s, 0: never; whole seconds, rounded up)\n"              \
     "  --limit-rate B   at most B bytes per second: 500K, 100M (K/M/G are powers of\n"             \
     "                   two, 1K = 1024, as in recipes' counts and curl), or 100MB/s\n"             \
-    "                   (MB/s powers of ten), 50MiB/s\n"                                           \
+    "                   (MB/s powers of ten), 50MiB/s; 0 (the default): no limit;\n"               \
+    "                   below 1 byte per second is refused\n"                                      \
     "  --help           show this help\n"
 
 static void push_usage(FILE *f) {
@@ -82,7 +83,7 @@ static void push_usage(FILE *f) {
 
 static void pull_usage(FILE *f) {
     fprintf(f,
-            "usage: baton ckpt pull URL [--into DIR] [--endpoint URL] [--max-time S]\n"
+            "usage: baton ckpt pull URL [--into DIR] [--endpoint URL] [--max-time T]\n"
             "                           [--stall-time T] [--limit-rate B]\n\n"
             "Downloads the checkpoint URL names (http(s)://HOST/PREFIX/<name> or\n"
             "s3://BUCKET/PREFIX/<name>) into DIR/<name> through DIR/<name>.partial,\n"

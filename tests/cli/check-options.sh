@@ -197,6 +197,16 @@ expect 2 "^baton launch: --kill-grace '2d': out of range, from 0s to 100000s$" -
 expect 2 "^baton launch: --timeout needs a value$" -- "$baton" launch -n 1 --timeout
 expect 2 "^baton ckpt pull: --limit-rate '100X': expected bytes per second such as 500K or 100M \\(K/M/G/T are powers of two, 1K = 1024" -- \
   "$baton" ckpt pull http://127.0.0.1:9/x --limit-rate 100X
+# below 1 byte per second would be 0, no limit: refused; 0 itself is no limit, said so
+for r in 4b/s 0.5B/s 0.5; do
+  expect 2 "^baton ckpt pull: --limit-rate '$r': below 1 byte per second \\(0 is no limit\\)$" -- \
+    "$baton" ckpt pull http://127.0.0.1:9/x --limit-rate=$r
+done
+expect 0 "0 \\(the default\\): no limit" -- "$baton" ckpt push --help
+# every duration is T, as pull's usage line says
+expect 0 "^usage: baton ckpt pull URL .*--max-time T\\]" -- "$baton" ckpt pull --help
+[[ $("$baton" ckpt pull --help; "$baton" ckpt push --help) != *" S]"* ]] && ok "push and pull: no 'S' for a duration" ||
+  fail "push or pull --help still has '[... S]'"
 expect 2 "^baton ckpt push: --stall-time '1y': expected a duration" -- \
   "$baton" ckpt push ck http://127.0.0.1:9/ --stall-time 1y
 expect 2 "^baton ckpt export: --max-position expects a positive count such as 4096 or 4K" -- \
