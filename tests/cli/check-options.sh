@@ -163,6 +163,12 @@ for c in "ckpt verify" "ckpt push" "data prepare" "data inspect"; do
     fail "baton help $c is not baton $c --help"
 done
 [[ $("$baton" help ckpt) == "$("$baton" ckpt --help)" ]] && ok "baton help ckpt" || fail "baton help ckpt"
+# ... a --help after them asks for the same
+for c in "run" "launch" "ckpt verify" "ckpt"; do
+  [[ $("$baton" help $c --help 2>&1) == "$("$baton" $c --help)" ]] && ok "baton help $c --help is baton $c --help" ||
+    fail "baton help $c --help: $("$baton" help $c --help 2>&1 | head -n 1)"
+done
+expect 0 "^usage: baton \\[--help\\]" -- "$baton" help --help
 expect 2 "^baton ckpt: unknown command 'bogus'" -- "$baton" help ckpt bogus
 expect 2 "^baton help: one command at a time, not 'x'" -- "$baton" help ckpt verify x
 expect 2 "^baton help: one command at a time, not 'x'" -- "$baton" help run x
