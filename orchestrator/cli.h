@@ -59,7 +59,9 @@ int cli_duration(const char *cmd, const char *opt, const char *s, double lo, dou
 
 /* Bytes per second: a count as recipes write one (500K, 100M: K/M/G/T are powers of two,
  * as in curl's --limit-rate) or a rate (100MB/s: MB powers of ten, MiB/s of two; 1Gb/s
- * bits); -1 after "baton CMD: OPT 'S': expected CLI_RATE_FORMS". */
+ * bits), fractions of a byte dropped; -1 after "baton CMD: OPT 'S': expected
+ * CLI_RATE_FORMS", or after saying it is below 1 byte per second but not 0 (4b/s, 0.5),
+ * which would be 0, for the caller no limit. */
 #define CLI_RATE_FORMS                                                                             \
     "bytes per second such as 500K or 100M (K/M/G/T are powers of two, 1K = 1024, as for "         \
     "counts in recipes), or a rate such as 100MB/s or 50MiB/s (MB powers of ten, MiB of two)"

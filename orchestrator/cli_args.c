@@ -76,10 +76,15 @@ int cli_duration(const char *cmd, const char *opt, const char *s, double lo, dou
 int cli_rate(const char *cmd, const char *opt, const char *s, uint64_t *out) {
     double v;
     if (cli_count(s, 0, INT64_MAX, out) == 0) return 0;
-    if (units_parse_bandwidth(s, &v) == 0 && v < 9e18) {
+    int rc = units_parse_bandwidth(s, &v);
+    if (rc == 0 && (v == 0 || (v >= 1 && v < 9e18))) {
         *out = (uint64_t)v;
         return 0;
     }
-    fprintf(stderr, "baton %s: %s '%s': expected %s\n", cmd, opt, s, CLI_RATE_FORMS);
+    if (rc == 0 && v > 0 && v < 1) /* it would be 0: no limit at all */
+        fprintf(stderr, "baton %s: %s '%s': below 1 byte per second (0 is no limit)\n", cmd, opt,
+                s);
+    else
+        fprintf(stderr, "baton %s: %s '%s': expected %s\n", cmd, opt, s, CLI_RATE_FORMS);
     return -1;
 }

@@ -23,7 +23,8 @@ static const cli_options cli_table[] = {
     {"resume", {OPTS("--worker", "--launcher", "--listen"), OPTS(HELP, "--quiet"), 0}},
     /* any other option is sbatch's, its '=' kept */
     {"submit",
-     {OPTS("--run-dir", "--nodes", "--gpus-per-node", "--set", "--worker", "--template"),
+     {OPTS("--run-dir", "--nodes", "--gpus-per-node", "--set", "--worker", "--template",
+           "--launcher", "--listen"), /* refused, in both spellings */
       OPTS(HELP, "--dry-run"), 0}},
     {"status", {OPTS(NULL), OPTS(HELP, "--json"), 0}},
     {"plan", {OPTS("--set", "--nodes", "--gpus-per-node"), OPTS(HELP, "--json"), 0}},

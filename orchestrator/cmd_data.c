@@ -363,6 +363,23 @@ done:
     return rc;
 }
 
+static int prepare_is_flag(const char *a) {
+    return strcmp(a, "--split-on-percent") == 0 || strcmp(a, "--progress") == 0 ||
+           strcmp(a, "--verbose") == 0;
+}
+
+/* Flag a set in o; -1 after saying so when it was set already; 0 when not a flag. */
+static int prepare_flag(const char *a, prep_opts *o) {
+    int *f = strcmp(a, "--split-on-percent") == 0 ? &o->split_on_percent
+             : strcmp(a, "--progress") == 0       ? &o->progress
+             : strcmp(a, "--verbose") == 0        ? &o->verbose
+                                                  : NULL;
+    if (f == NULL) return 0;
+    if (*f) return cli_twice("data prepare", a), -1;
+    *f = 1;
+    return 0;
+}
+
 /* Parses prepare's options into o; returns -1 after printing the problem, 1 for help. */
 static int prepare_parse(int argc, char **argv, prep_opts *o) {
     o->valid_fraction = 0.01;
@@ -397,13 +414,9 @@ static int prepare_parse(int argc, char **argv, prep_opts *o) {
                         v);
                 return -1;
             }
-        } else if (strcmp(a, "--split-on-percent") == 0) {
-            o->split_on_percent = 1;
-        } else if (strcmp(a, "--progress") == 0) {
-            o->progress = 1;
-        } else if (strcmp(a, "--verbose") == 0) {
-            o->verbose = 1;
-        } else {
+        } else if (prepare_flag(a, o) != 0) {
+            return -1;
+        } else if (!prepare_is_flag(a)) {
             fprintf(stderr, "baton data prepare: unknown argument '%s'\n", a);
             return -1;
         }

@@ -14,6 +14,7 @@
 #include "eval_passkey.h"
 #include "indexed.h"
 #include "loader.h"
+#include "recipe.h"
 #include "train.h"
 #include "train_ckpt.h"
 
@@ -286,15 +287,14 @@ static int eval_passkey_run(const eval_args *a0, const Baton__Manifest *m, const
  * plan lets a recipe's, with a warning: the loss then measures extrapolation. */
 static void eval_warn_context(const Baton__Manifest *m, uint64_t seq_len) {
     const Baton__RopeScaling *s = m->model->rope ? m->model->rope->scaling : NULL;
-    uint64_t scaled = 0;
-    if (s != NULL && s->type != BATON__ROPE_SCALING__TYPE__NONE && s->original_max_position > 0)
-        scaled = (uint64_t)llround((double)s->original_max_position * s->factor);
+    uint64_t scaled = (uint64_t)llround(recipe_rope_extent(s)); /* as plan measures it */
     uint64_t ctx = scaled > m->seq_len ? scaled : m->seq_len;
     if (ctx == 0 || seq_len <= ctx) return; /* a checkpoint too old to record it: unknown */
     char why[160];
     if (ctx == scaled)
-        snprintf(why, sizeof why, "its RoPE scaling's original_max_position %llu x factor %g",
-                 (unsigned long long)s->original_max_position, s->factor);
+        snprintf(why, sizeof why, "its RoPE scaling's original_max_position %llu x factor %g%s",
+                 (unsigned long long)s->original_max_position, s->factor,
+                 s->type == BATON__ROPE_SCALING__TYPE__LLAMA3 ? " x 2 for llama3" : "");
     else
         snprintf(why, sizeof why, "the seq_len it was trained at");
     fprintf(stderr,

@@ -50,6 +50,7 @@ typedef struct launch_args {
     int nprocs, nnodes;
     double timeout_s, kill_grace_s;
     char **cmd;
+    const char *given[4]; /* each option's value so far (-n and --np are one), or NULL */
 } launch_args;
 
 /* A number in [lo, hi] from the value of option opt; -1 with a message if it is not. */
@@ -78,7 +79,20 @@ static int launch_count(const char *opt, const char *s, int *out) {
     return 0;
 }
 
+/* An option given before refused (-n and --np are one): -1 after saying so. */
+static int launch_once(launch_args *a, const char *opt, const char *val) {
+    static const char *const names[] = {"-n", "--nodes", "--timeout", "--kill-grace"};
+    int k = strcmp(opt, "--np") == 0 ? 0 : -1;
+    for (int i = 0; i < 4 && k < 0; i++)
+        if (strcmp(opt, names[i]) == 0) k = i;
+    if (k < 0 || val == NULL) return 0;
+    if (cli_once("launch", k == 0 ? "-n/--np" : opt, a->given[k], val) != 0) return -1;
+    a->given[k] = val;
+    return 0;
+}
+
 static int launch_option(launch_args *a, const char *opt, const char *val) {
+    if (launch_once(a, opt, val) != 0) return -1;
     if (strcmp(opt, "-n") == 0 || strcmp(opt, "--np") == 0) {
         if (launch_count(opt, val, &a->nprocs) != 0) return -1;
     } else if (strcmp(opt, "--nodes") == 0) {

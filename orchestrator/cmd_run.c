@@ -90,6 +90,8 @@ static void submit_usage(FILE *f) {
            "  --template FILE the batch script template (default: $BATON_SBATCH_TEMPLATE,\n"
            "                  else deploy/slurm/baton.sbatch.in)\n"
            "  --dry-run       write the script only, do not run sbatch\n"
+           "  --launcher, --listen  refused: the job runs 'baton resume RUN_DIR --launcher\n"
+           "                  slurm' itself, at its host's first non-loopback IPv4 address\n"
            "  SBATCH_OPTION   any other option is sbatch's (--time=1:00:00 or --time\n"
            "                  1:00:00, -p debug or -pdebug), as is everything after --;\n"
            "                  the options the script sets itself (--nodes=/-N,\n"
@@ -179,10 +181,30 @@ static int run_takes_value(const run_args *a, const char *o) {
     return a->submit && strcmp(o, "--template") == 0;
 }
 
+/* -1 after saying why when o is --launcher or --listen given to submit, else 0: the job
+ * submit writes runs 'baton resume RUN_DIR --launcher slurm' itself, and neither is an
+ * sbatch option (written as an #SBATCH line, sbatch would refuse it). */
+static int run_submit_refuses(const run_args *a, const char *o) {
+    if (!a->submit) return 0;
+    if (strcmp(o, "--launcher") == 0)
+        fprintf(stderr, "baton submit: --launcher is not submit's: the job it submits runs "
+                        "'baton resume RUN_DIR --launcher slurm' itself\n");
+    else if (strcmp(o, "--listen") == 0)
+        fprintf(stderr, "baton submit: --listen is not submit's: the job's 'baton resume "
+                        "--launcher slurm' takes its host's first non-loopback IPv4 address; "
+                        "for another, write the script with --dry-run, add --listen ADDR to its "
+                        "last line and sbatch it\n");
+    else
+        return 0;
+    return -1;
+}
+
 /* --run-dir (not resume's), --worker, --launcher or --listen with its value at argv[*i]
- * (*i moves past it): 1 taken, 0 not one (or its value missing), -1 given twice (said). */
+ * (*i moves past it): 1 taken, 0 not one (or its value missing), -1 given twice or
+ * --launcher/--listen given to submit (said). */
 static int run_parse_value(int argc, char **argv, int *i, run_args *a) {
     const char *o = argv[*i];
+    if (run_submit_refuses(a, o) != 0) return -1;
     const char **v = strcmp(o, "--worker") == 0                  ? &a->worker
                      : strcmp(o, "--launcher") == 0              ? &a->launcher
                      : strcmp(o, "--listen") == 0                ? &a->listen

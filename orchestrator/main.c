@@ -50,9 +50,16 @@ static const command *find_command(const char *name) {
     return NULL;
 }
 
+static int is_help(const char *a) {
+    return strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0;
+}
+
 /* `baton help [COMMAND [SUBCOMMAND]]`: the top-level help, or COMMAND's own (its --help);
- * a subcommand of data and ckpt as `baton ckpt verify --help`. */
+ * a subcommand of data and ckpt as `baton ckpt verify --help`. A --help after them asks
+ * for the same (baton help run --help). */
 static int help(int argc, char **argv) {
+    while (argc > 2 && is_help(argv[argc - 1]))
+        argc--;
     if (argc < 3) {
         usage(stdout);
         return BT_EXIT_OK;

@@ -96,9 +96,10 @@ static void export_usage(FILE *f) {
             "Optimizer state is not exported. Both are written in a new directory beside\n"
             "DIR (DIR.partial-HOST-PID-XXXXXX, 0700) and moved to DIR (created, with its\n"
             "missing parents, if missing) once complete: a failed export leaves DIR as it\n"
-            "was and removes the directories it created. One left by an export killed\n"
-            "before it could clean up is removed by the next export to DIR on that host,\n"
-            "once that process no longer runs.\n\n"
+            "was and removes the directories it created. The export holds a lock on a\n"
+            "file in it while it runs: one left by an export killed before it could clean\n"
+            "up is removed by the next export to DIR on that host, once nothing holds\n"
+            "that lock (whatever the pid in its name says, as in another container).\n\n"
             "  --out DIR          output directory\n"
             "  --format hf        the only format (default)\n"
             "  --dtype fp32|bf16  tensor dtype in the file (default fp32; bf16 rounds to\n"
@@ -124,8 +125,22 @@ static int opt_format(const char *cmd, const char *v) {
     return -1;
 }
 
+/* Option a, one of names[0..n), with value v: -1 after saying so when given before
+ * (given[k] its earlier value), else 0 with given[k] = v; 0 when not among names. */
+static int opt_once(const char *cmd, const char *const *names, const char **given, int n,
+                    const char *a, const char *v) {
+    for (int k = 0; k < n; k++) {
+        if (strcmp(a, names[k]) != 0) continue;
+        if (cli_once(cmd, a, given[k], v) != 0) return -1;
+        given[k] = v;
+    }
+    return 0;
+}
+
 /* 0 parsed, 1 help shown, -1 usage error (reported). */
 static int export_parse(int argc, char **argv, export_opts *o) {
+    static const char *const names[] = {"--out", "--format", "--dtype", "--max-position"};
+    const char *given[4] = {0};
     *o = (export_opts){0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -136,6 +151,7 @@ static int export_parse(int argc, char **argv, export_opts *o) {
             fprintf(stderr, "baton ckpt export: %s needs a value\n", a);
             return -1;
         }
+        if (takes && opt_once("ckpt export", names, given, 4, a, v) != 0) return -1;
         if (strcmp(a, "--out") == 0)
             o->out = v;
         else if (strcmp(a, "--format") == 0 && opt_format("export", v))
@@ -357,7 +373,7 @@ static int export_targets_free(const char *out, bt_diag *diag) {
  * 0700; export_partial.h) and moved into place only once complete, so that a failed
  * export leaves no --out behind, nor half of one in a directory that was already there.
  * Those an export that no longer runs left are removed first. */
-static int export_stage_dir(const char *out, char *tmp, size_t cap, bt_diag *diag) {
+static int export_stage_dir(const char *out, char *tmp, size_t cap, int *lock, bt_diag *diag) {
     struct stat st;
     size_t l = strlen(out);
     while (l > 1 && out[l - 1] == '/')
@@ -376,11 +392,17 @@ static int export_stage_dir(const char *out, char *tmp, size_t cap, bt_diag *dia
     rc = ckpt_out_mkdirs(parent, diag);
     if (rc) return rc;
     export_partial_sweep(out, l);
-    if (mkdtemp(tmp) != NULL) return bt_cleanup_add(tmp, BT_CLEANUP_TREE) ? BT_ENOMEM : 0;
-    int err = errno;
-    bt_diag_set(diag, "%s: cannot create the output directory (%s beside it): %s", out, tmp,
-                strerror(err));
-    return err == ENOENT || err == ENOTDIR ? BT_EINVAL : BT_EIO;
+    if (mkdtemp(tmp) == NULL) {
+        int err = errno;
+        bt_diag_set(diag, "%s: cannot create the output directory (%s beside it): %s", out, tmp,
+                    strerror(err));
+        return err == ENOENT || err == ENOTDIR ? BT_EINVAL : BT_EIO;
+    }
+    if (bt_cleanup_add(tmp, BT_CLEANUP_TREE)) return BT_ENOMEM;
+    *lock = export_partial_lock(tmp); /* held until the export ends: it is not abandoned */
+    if (*lock >= 0) return 0;
+    bt_diag_set(diag, "%s/" EXPORT_PARTIAL_LOCK ": cannot lock: %s", tmp, strerror(errno));
+    return BT_EIO;
 }
 
 /* Moves the finished export in tmp to out: the directory itself when out does not
@@ -388,6 +410,7 @@ static int export_stage_dir(const char *out, char *tmp, size_t cap, bt_diag *dia
 static int export_publish(const char *tmp, const char *out, bt_diag *diag) {
     static const char *const files[] = {HF_WEIGHTS, HF_CONFIG};
     char from[CKPT_PATH_MAX], to[CKPT_PATH_MAX];
+    export_partial_unlink_lock(tmp); /* not moved with it; still held until the export ends */
     if (ckpt_fsync_dir(tmp) != 0) return bt_diag_set(diag, "%s: cannot sync", tmp), BT_EIO;
     struct stat st;
     mode_t mask = umask(0);
@@ -419,6 +442,7 @@ static int export_run(const export_opts *o, const char *dir, const Baton__Manife
     hf_tensor *t = NULL;
     size_t n = 0;
     char tmp[CKPT_PATH_MAX] = "";
+    int lock = -1;
     bt_buf cfg;
     bt_buf_init(&cfg);
     /* config.json first: it refuses what has no Hugging Face form (MoE, a RoPE scaling
@@ -437,7 +461,7 @@ static int export_run(const export_opts *o, const char *dir, const Baton__Manife
     }
     if (!rc) rc = hf_model_tensors(m->model, &t, &n, diag);
     if (!rc) rc = export_check(dir, m, t, n, diag);
-    if (!rc) rc = export_stage_dir(o->out, tmp, sizeof tmp, diag);
+    if (!rc) rc = export_stage_dir(o->out, tmp, sizeof tmp, &lock, diag);
     if (t != NULL) qsort(t, n, sizeof *t, by_name);
     export_ctx x = {.dir = dir, .m = m, .bf16 = o->bf16, .diag = diag};
     ckpt_reader_init(&x.rd, dir, m);
@@ -446,6 +470,7 @@ static int export_run(const export_opts *o, const char *dir, const Baton__Manife
     if (!rc) rc = export_config(tmp, &cfg, diag);
     if (!rc) rc = export_publish(tmp, o->out, diag);
     if (rc && tmp[0] != '\0') ckpt_remove_dir(tmp);
+    if (lock >= 0) close(lock);
     int known;
     max_position = hf_config_max_position(m->model, max_position, &known);
     if (!rc)
@@ -509,6 +534,8 @@ typedef struct import_opts {
 } import_opts;
 
 static int import_parse(int argc, char **argv, import_opts *o) {
+    static const char *const names[] = {"--out", "--format", "--recipe-name"};
+    const char *given[3] = {0};
     *o = (import_opts){.recipe = HF_DEFAULT_RECIPE};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -519,6 +546,7 @@ static int import_parse(int argc, char **argv, import_opts *o) {
             fprintf(stderr, "baton ckpt import: %s needs a value\n", a);
             return -1;
         }
+        if (takes && opt_once("ckpt import", names, given, 3, a, v) != 0) return -1;
         if (strcmp(a, "--out") == 0)
             o->out = v;
         else if (strcmp(a, "--recipe-name") == 0)

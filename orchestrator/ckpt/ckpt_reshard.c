@@ -21,6 +21,7 @@
 #include "plan.h"
 #include "train_ckpt.h"
 #include "util/cleanup.h"
+#include "../cli.h"
 
 static void reshard_usage(FILE *f) {
     fprintf(f, "usage: baton ckpt reshard CKPT --to LAYOUT --out DIR\n\n"
@@ -316,16 +317,14 @@ int ckpt_cmd_reshard(int argc, char **argv) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             reshard_usage(stdout);
             return BT_EXIT_OK;
-        } else if ((strcmp(argv[i], "--to") == 0 && to == NULL) ||
-                   (strcmp(argv[i], "--out") == 0 && out == NULL)) {
+        } else if (strcmp(argv[i], "--to") == 0 || strcmp(argv[i], "--out") == 0) {
+            const char **v = argv[i][2] == 't' ? &to : &out;
             if (i + 1 == argc) {
                 fprintf(stderr, "baton ckpt reshard: %s needs a value\n", argv[i]);
                 return BT_EXIT_USAGE;
             }
-            *(argv[i][2] == 't' ? &to : &out) = argv[i + 1], i++;
-        } else if (strcmp(argv[i], "--to") == 0 || strcmp(argv[i], "--out") == 0) {
-            fprintf(stderr, "baton ckpt reshard: %s given twice\n", argv[i]);
-            return BT_EXIT_USAGE;
+            if (cli_once("ckpt reshard", argv[i], *v, argv[i + 1]) != 0) return BT_EXIT_USAGE;
+            *v = argv[++i];
         } else if (argv[i][0] != '-' && path == NULL) {
             path = argv[i];
         } else {

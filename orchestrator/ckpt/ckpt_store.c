@@ -38,7 +38,11 @@ typedef struct store_args {
     const char *into, *endpoint;
     long max_time_ms, stall_time_s;
     uint64_t limit_rate;
+    const char *given[5]; /* each option's value so far (store_names), or NULL */
 } store_args;
+
+static const char *const store_names[] = {"--endpoint", "--max-time", "--stall-time",
+                                          "--limit-rate", "--into"};
 
 /* The options push and pull share, as their usage lists them. */
 #define STORE_COMMON_OPTIONS                                                                       \
@@ -49,7 +53,8 @@ typedef struct store_args {
     "                   retried; default 60s, 0: never; whole seconds, rounded up)\n"              \
     "  --limit-rate B   at most B bytes per second: 500K, 100M (K/M/G are powers of\n"             \
     "                   two, 1K = 1024, as in recipes' counts and curl), or 100MB/s\n"             \
-    "                   (MB/s powers of ten), 50MiB/s\n"                                           \
+    "                   (MB/s powers of ten), 50MiB/s; 0 (the default): no limit;\n"               \
+    "                   below 1 byte per second is refused\n"                                      \
     "  --help           show this help\n"
 
 static void push_usage(FILE *f) {
@@ -78,7 +83,7 @@ static void push_usage(FILE *f) {
 
 static void pull_usage(FILE *f) {
     fprintf(f,
-            "usage: baton ckpt pull URL [--into DIR] [--endpoint URL] [--max-time S]\n"
+            "usage: baton ckpt pull URL [--into DIR] [--endpoint URL] [--max-time T]\n"
             "                           [--stall-time T] [--limit-rate B]\n\n"
             "Downloads the checkpoint URL names (http(s)://HOST/PREFIX/<name> or\n"
             "s3://BUCKET/PREFIX/<name>) into DIR/<name> through DIR/<name>.partial,\n"
@@ -112,16 +117,19 @@ static int store_number(store_args *a, const char *o, const char *v) {
 /* One option with its value at argv[*i + 1]; -1 on a bad one, 0 when not an option. */
 static int store_option(store_args *a, int argc, char **argv, int *i) {
     const char *o = argv[*i];
-    int pull = strcmp(a->what, "pull") == 0;
-    int known = strcmp(o, "--endpoint") == 0 || strcmp(o, "--max-time") == 0 ||
-                strcmp(o, "--stall-time") == 0 || strcmp(o, "--limit-rate") == 0 ||
-                (pull && strcmp(o, "--into") == 0);
-    if (!known) return 0;
+    int k = 0, pull = strcmp(a->what, "pull") == 0;
+    while (k < (pull ? 5 : 4) && strcmp(o, store_names[k]) != 0)
+        k++;
+    if (k == (pull ? 5 : 4)) return 0;
     if (*i + 1 >= argc) {
         fprintf(stderr, "baton ckpt %s: %s needs a value\n", a->what, o);
         return -1;
     }
     const char *v = argv[++*i];
+    char cmd[16];
+    snprintf(cmd, sizeof cmd, "ckpt %s", a->what);
+    if (cli_once(cmd, o, a->given[k], v) != 0) return -1;
+    a->given[k] = v;
     if (strcmp(o, "--endpoint") == 0)
         a->endpoint = v;
     else if (strcmp(o, "--into") == 0)

@@ -1,9 +1,10 @@
+#define _GNU_SOURCE /* F_OFD_SETLK */
 #include "export_partial.h"
 
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
-#include <signal.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,47 @@ static long partial_pid(const char *name, const char *base, size_t blen, const c
     return strtol(p, NULL, 10);
 }
 
+/* An exclusive OFD lock on fd without waiting: 0 taken, -1 held by another (or failed). */
+static int partial_try_lock(int fd) {
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    return fcntl(fd, F_OFD_SETLK, &fl);
+}
+
+int export_partial_lock(const char *tmp) {
+    char lock[CKPT_PATH_MAX], fresh[CKPT_PATH_MAX];
+    if (snprintf(lock, sizeof lock, "%s/" EXPORT_PARTIAL_LOCK, tmp) >= (int)sizeof lock ||
+        snprintf(fresh, sizeof fresh, "%s/" EXPORT_PARTIAL_LOCK "-new", tmp) >= (int)sizeof fresh)
+        return -1;
+    int fd = open(fresh, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) return -1;
+    /* locked under another name first: a sweep never finds the lock file unlocked */
+    if (partial_try_lock(fd) != 0 || rename(fresh, lock) != 0) {
+        int err = errno;
+        unlink(fresh);
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    return fd;
+}
+
+void export_partial_unlink_lock(const char *tmp) {
+    char lock[CKPT_PATH_MAX];
+    if (snprintf(lock, sizeof lock, "%s/" EXPORT_PARTIAL_LOCK, tmp) < (int)sizeof lock)
+        unlink(lock);
+}
+
+/* Whether the partial directory p was left by an export that no longer runs: it holds
+ * its lock file (no link) and no one holds the lock. The lock is kept, in *fd, until the
+ * directory is removed. */
+static int partial_abandoned(const char *p, int *fd) {
+    char lock[CKPT_PATH_MAX];
+    *fd = -1;
+    if (snprintf(lock, sizeof lock, "%s/" EXPORT_PARTIAL_LOCK, p) >= (int)sizeof lock) return 0;
+    *fd = open(lock, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    return *fd >= 0 && partial_try_lock(*fd) == 0;
+}
+
 void export_partial_sweep(const char *out, size_t len) {
     char path[CKPT_PATH_MAX], parent[CKPT_PATH_MAX], host[65];
     if (len >= sizeof path) return;
@@ -57,14 +99,15 @@ void export_partial_sweep(const char *out, size_t len) {
         long pid = partial_pid(de->d_name, base, strlen(base), host);
         struct stat st;
         char p[CKPT_PATH_MAX];
+        int fd;
         if (pid <= 0 || snprintf(p, sizeof p, "%s/%s", parent, de->d_name) >= (int)sizeof p ||
             lstat(p, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid())
             continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* running, or not ours */
-        if (ckpt_remove_dir(p) == 0)
+        if (partial_abandoned(p, &fd) && ckpt_remove_dir(p) == 0)
             printf("baton ckpt export: removed %s, left by an export that no longer runs "
                    "(pid %ld)\n",
                    slash ? p : de->d_name, pid);
+        if (fd >= 0) close(fd);
     }
     closedir(d);
 }

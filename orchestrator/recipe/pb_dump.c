@@ -27,27 +27,29 @@ static int field_present(const ProtobufCMessage *m, const ProtobufCFieldDescript
     return 1;
 }
 
-/* text's exponent as people write it: "8e-05" as 8e-5, "3.5e+20" as 3.5e20 (C pads it to
- * two digits and signs it); the same number. */
+/* text (C's %e form) as a float that YAML 1.1 readers (PyYAML) take for one, as 1.2 ones
+ * do: a dot in the mantissa and a signed exponent, unpadded: C's 8e-05 as 8.0e-5, 3.5e+20
+ * as 3.5e+20, 1e-10 as 1.0e-10; the same number. */
 static void dump_exponent(char *text) {
     char *e = strchr(text, 'e');
     if (e == NULL) return;
-    char *from = e + 1, *to = e + 1;
-    if (*from == '+')
-        from++;
-    else if (*from == '-')
-        *to++ = *from++;
+    char *from = e + 2, *to = e + 2; /* past the sign C always writes */
     while (from[0] == '0' && from[1] != '\0')
         from++;
     memmove(to, from, strlen(from) + 1);
+    if (memchr(text, '.', (size_t)(e - text)) != NULL) return;
+    memmove(e + 2, e, strlen(e) + 1);
+    e[0] = '.', e[1] = '0';
 }
 
 /* x in the fewest significant digits (at most max) that read back as x: 0.0003, not
- * 0.00029999999999999997, 5e-324, not 4.94065645841247e-324; written out (10000, 0.0003)
- * when its decimal exponent is in [-4, fixed_below), as %g would at that precision, else
- * with an unpadded exponent (8e-5, 3.5e20). */
+ * 0.00029999999999999997, 5.0e-324, not 4.94065645841247e-324; written out (10000.0,
+ * 0.0003) when its decimal exponent is in [-4, fixed_below), as %g would at that
+ * precision, else with an exponent (8.0e-5, 3.5e+20). Always with a dot, and the exponent
+ * signed, so that YAML 1.1 readers (PyYAML) read a float too, not an integer or a string
+ * (recipe values are finite: no inf or nan to write). */
 static void dump_real(bt_buf *out, double x, int fixed_below, int max, int is_float) {
-    char text[64];
+    char text[72];
     int digits = 1;
     for (; digits <= max; digits++) {
         snprintf(text, sizeof text, "%.*e", digits - 1, x);
@@ -57,10 +59,12 @@ static void dump_real(bt_buf *out, double x, int fixed_below, int max, int is_fl
     if (digits > max) digits = max; /* text holds max digits: the most a value needs */
     const char *e = strchr(text, 'e');
     int exp10 = e ? atoi(e + 1) : fixed_below; /* inf, nan: as they are */
-    if (exp10 >= -4 && exp10 < fixed_below)
+    if (exp10 >= -4 && exp10 < fixed_below) {
         snprintf(text, sizeof text, "%.*f", digits - 1 - exp10 > 0 ? digits - 1 - exp10 : 0, x);
-    else
+        if (strchr(text, '.') == NULL) strcat(text, ".0");
+    } else {
         dump_exponent(text);
+    }
     bt_buf_printf(out, "%s", text);
 }
 

@@ -8,7 +8,8 @@
 #include "util/buf.h"
 
 /* Appends m as a YAML block mapping indented by indent spaces; a real number in the
- * fewest digits that read back as the same value, its exponent unpadded (8e-5). Fields that are not
+ * fewest digits that read back as the same value, with a dot and a signed, unpadded exponent
+ * (8.0e-5, 3.5e+20, 10000.0: a float to YAML 1.1 readers as to 1.2 ones). Fields that are not
  * present (proto2 has_ unset, a string left at its default) are printed only when with_defaults is
  * set: a scalar with the value it holds, its default (what a reader of the message gets), followed
  * by "  # default"; a NULL message, an empty repeated field, a string without a default and bytes

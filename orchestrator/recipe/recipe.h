@@ -21,6 +21,13 @@
  * doc->warn as "warning: FILE:LINE:COL: PATH: message" lines. */
 int recipe_validate(const recipe_doc *doc, bt_diag *diag);
 
+/* The context a RoPE scaling extends to: original_max_position × factor, where linear, NTK
+ * and YaRN's factor is the ratio of the contexts; twice that for llama3, which interpolates
+ * only the low frequencies and is used so (Llama 3.1: 8K × factor 8 for 128K). 0 when sc
+ * is NULL, of type none, or has no original_max_position or a factor below 1: none to
+ * speak of. The one measure for plan's warnings and baton eval's. */
+double recipe_rope_extent(const Baton__RopeScaling *sc);
+
 /* Whether name can be a recipe's name, which names the default run directory runs/<name>
  * (and a Slurm job): 0, or BT_ERECIPE with what is wrong in why ("\"a/b\" has '/' at
  * character 2; use letters, ..."), to follow "the recipe name". */

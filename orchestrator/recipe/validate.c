@@ -687,18 +687,18 @@ static Baton__RopeScaling *effective_scaling(const Baton__Recipe *r, long stage)
     return eff;
 }
 
-/* The context scaling sc extends the RoPE to: original_max_position × factor, where
- * linear, NTK and YaRN's factor is the ratio of the contexts; llama3's interpolates only
- * the low frequencies and is used at twice that (Llama 3.1: 8K × factor 8 for 128K). */
-static double scaling_extent(const Baton__RopeScaling *sc) {
+double recipe_rope_extent(const Baton__RopeScaling *sc) {
+    if (sc == NULL || sc->type == BATON__ROPE_SCALING__TYPE__NONE ||
+        sc->original_max_position == 0 || !(sc->factor >= 1))
+        return 0;
     double ext = (double)sc->original_max_position * sc->factor;
     return sc->type == BATON__ROPE_SCALING__TYPE__LLAMA3 ? 2 * ext : ext;
 }
 
 /* Whether a stage of seq_len under scaling sc trains beyond the context sc extends to. */
 static int beyond_scaling(uint64_t seq_len, const Baton__RopeScaling *sc) {
-    return sc != NULL && sc->original_max_position > 0 && sc->factor >= 1 &&
-           (double)seq_len > scaling_extent(sc);
+    double ext = recipe_rope_extent(sc);
+    return ext > 0 && (double)seq_len > ext;
 }
 
 /* Whether a stage of seq_len that turns off the scaling the stage before it had (before)
@@ -742,7 +742,7 @@ static void warn_stage(vctx *v, const Baton__Recipe *r) {
               "original_max_position %llu × factor %g = %.0f",
               (unsigned long long)s->seq_len,
               sc->type == BATON__ROPE_SCALING__TYPE__LLAMA3 ? "for llama3 twice " : "",
-              (unsigned long long)orig, sc->factor, scaling_extent(sc));
+              (unsigned long long)orig, sc->factor, recipe_rope_extent(sc));
     if (sc == NULL && beyond_unscaled(s->seq_len, before))
         vwarn(v, "rope.scaling",
               "RoPE scaling is off from this stage, but seq_len %llu is beyond "
@@ -750,7 +750,7 @@ static void warn_stage(vctx *v, const Baton__Recipe *r) {
               "extended (to %.0f): the positions beyond it get rotations the model did not "
               "train at",
               (unsigned long long)s->seq_len, (unsigned long long)before->original_max_position,
-              scaling_name(before, type, sizeof type), scaling_extent(before));
+              scaling_name(before, type, sizeof type), recipe_rope_extent(before));
     if (orig > 0 && prev != NULL && before == NULL && prev->seq_len != orig)
         vwarn(v, "rope.scaling.original_max_position",
               "original_max_position %llu is not the seq_len %llu the previous stage (\"%s\") "

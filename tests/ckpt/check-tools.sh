@@ -9,7 +9,9 @@
 #  - export writes config.json and model.safetensors with the same mode (0644, umask 022),
 #    and refuses a directory in the way of either before replacing the other; it removes
 #    the partial directories beside --out that an export no longer running left on this
-#    host (DIR.partial-HOST-PID-XXXXXX), and nothing else;
+#    host (DIR.partial-HOST-PID-XXXXXX, its .lock not locked), and nothing else: a live
+#    export's is kept whatever its pid says (one blocked on a FIFO; the sweeper in another
+#    PID namespace where unshare -p can run);
 #  - import with tie_word_embeddings true takes the head from the embedding, as
 #    transformers does, with a note when the file's own lm_head.weight differs;
 #  - verify reports bytes appended to a shard file as damage (file and byte range);
@@ -93,22 +95,65 @@ expect 2 "ex-in/config.json: a directory is in the way of the export" -- export 
    -z $(ls -d ex-in.partial-* 2>/dev/null) ]] &&
   ok "export: a directory in the way refused, model.safetensors kept" ||
   fail "export with ex-in/config.json a directory: $(ls -la ex-in ex-in.partial-* 2>&1)"
-# an export's partial directory is named for its host and pid (DIR.partial-HOST-PID-XXXXXX):
-# the next export to DIR removes those of this host whose process is gone, and nothing else
+# an export's partial directory is named for its host and pid (DIR.partial-HOST-PID-XXXXXX)
+# and holds .lock, which the export keeps an OFD lock on while it runs: the next export to
+# DIR removes those of this host whose lock is free, and nothing else
 host=$(hostname | tr -c 'A-Za-z0-9.\n-' '_')
 dead=$(sh -c 'echo $$')
 while kill -0 "$dead" 2>/dev/null; do dead=$(sh -c 'echo $$'); done
 gone="ex-sw.partial-$host-$dead-aB3xYz"
-mkdir "$gone" && echo half >"$gone/model.safetensors.tmp"
-kept=("ex-sw.partial-$host-$$-aB3xYz" "ex-sw.partial-other$host-$dead-aB3xYz" "ex-sw.partial-Qw12Er"
-      "ex-sw.partial-$host-$dead-aB3xY" "ex-sw.partial-$host-$dead-aB3xYz0" "ex-swx.partial-$host-$dead-aB3xYz")
-for k in "${kept[@]}"; do mkdir "$k"; done
+mkdir "$gone" && echo half >"$gone/model.safetensors.tmp" && : >"$gone/.lock"
+kept=("ex-sw.partial-other$host-$dead-aB3xYz" "ex-sw.partial-Qw12Er" "ex-sw.partial-$host-$dead-aB3xY"
+      "ex-sw.partial-$host-$dead-aB3xYz0" "ex-swx.partial-$host-$dead-aB3xYz")
+for k in "${kept[@]}"; do mkdir "$k" && : >"$k/.lock"; done
+# without a lock file (an older baton's, or not yet locked): kept, whatever its pid
+kept+=("ex-sw.partial-$host-$$-nOlOck" "ex-sw.partial-$host-$dead-nOlOck")
+mkdir "${kept[@]: -2}"
 mkdir target && ln -s target "ex-sw.partial-$host-$dead-lInK12" && : >"ex-sw.partial-$host-$dead-fIlE12"
+mkdir "ex-sw.partial-$host-$dead-lInKlk" && : >target/lock && ln -s ../target/lock "ex-sw.partial-$host-$dead-lInKlk/.lock"
+kept+=("ex-sw.partial-$host-$dead-lInKlk")
 expect 0 "removed $gone, left by an export that no longer runs \\(pid $dead\\)" -- export ck/small --out ex-sw
 left=$(ls -d "${kept[@]}" target "ex-sw.partial-$host-$dead-lInK12" "ex-sw.partial-$host-$dead-fIlE12" 2>/dev/null | wc -l)
-[[ ! -e $gone && $left -eq 9 && -f ex-sw/config.json ]] &&
-  ok "export: a partial of a process that is gone removed, the others kept" ||
-  fail "export's sweep: $gone $([[ -e $gone ]] && echo kept || echo removed), $left of 9 others kept: $(ls -d ex-sw*)"
+[[ ! -e $gone && $left -eq 11 && -f ex-sw/config.json ]] &&
+  ok "export: a partial whose lock is free removed, the others kept" ||
+  fail "export's sweep: $gone $([[ -e $gone ]] && echo kept || echo removed), $left of 11 others kept: $(ls -d ex-sw*)"
+# a live export (blocked opening its checkpoint's shard, a FIFO) holds its partial's lock:
+# its partial is kept by a sweep that cannot see its pid (here: renamed to a pid that is
+# gone, as an export in another PID namespace sharing the hostname looks), and removed
+# once it is killed
+cp -r ck/small ck/fifo && rm ck/fifo/rank-00000.bin && mkfifo ck/fifo/rank-00000.bin
+"$baton" ckpt export ck/fifo --out ex-live >live.out 2>&1 &
+live=$!
+for _ in $(seq 100); do ls ex-live.partial-$host-$live-*/.lock >/dev/null 2>&1 && break; sleep 0.1; done
+part=$(ls -d ex-live.partial-$host-$live-* 2>/dev/null)
+[[ -n $part ]] || fail "the blocked export made no partial directory: $(cat live.out)"
+if [[ -n $part ]] && unshare -p -f --mount-proc true 2>/dev/null; then
+  # the sweeper in a PID namespace of its own, where the live export's pid does not exist;
+  # also a partial without a lock file whose process is alive here (sleep)
+  sleep 1000 & sleeper=$!
+  mkdir "ex-live.partial-$host-$sleeper-sLeEp1" && echo data >"ex-live.partial-$host-$sleeper-sLeEp1/x"
+  out=$(unshare -p -f --mount-proc "$baton" ckpt export ck/small --out ex-live 2>&1)
+  [[ -d $part && -d ex-live.partial-$host-$sleeper-sLeEp1 ]] && ! grep -q removed <<<"$out" &&
+    ok "export in another PID namespace: a live export's partial kept" ||
+    fail "export in another PID namespace removed a live export's partial: $out"
+  kill "$sleeper"; wait "$sleeper" 2>/dev/null
+  rm -rf "ex-live.partial-$host-$sleeper-sLeEp1"
+else
+  echo "note: unshare -p cannot run here: the sweep across PID namespaces is checked by renaming only"
+fi
+if [[ -n $part ]]; then
+  moved="ex-live.partial-$host-$dead-${part: -6}"
+  mv "$part" "$moved"
+  out=$("$baton" ckpt export ck/small --out ex-live 2>&1)
+  [[ -d $moved ]] && ! grep -q removed <<<"$out" &&
+    ok "export: a live export's partial named for a pid that is gone kept (its lock held)" ||
+    fail "export removed a live export's partial (renamed for pid $dead): $out"
+  kill -KILL "$live"; wait "$live" 2>/dev/null
+  expect 0 "removed $moved, left by an export that no longer runs" -- export ck/small --out ex-live
+  [[ ! -e $moved ]] || fail "the killed export's partial $moved was kept"
+else
+  kill -KILL "$live"; wait "$live" 2>/dev/null
+fi
 
 # ---- tied embeddings ----
 make_hf tied 64 2 272 --tied --head other

@@ -146,6 +146,23 @@ expect 2 "^baton resume: --worker given twice \\('a' and 'b'\\)" -- resume r --w
 expect 2 "^baton resume: --quiet given twice; give it once$" -- resume r --quiet --quiet
 expect 2 "^baton submit: --template given twice \\('a' and 'b'\\)" -- submit r.yaml --template a --template b
 expect 2 "^baton submit: --dry-run given twice; give it once$" -- submit r.yaml --dry-run --dry-run
+# launch, ckpt export/import/push/pull and data prepare too (check-options.sh tries every
+# option of every command); launch's -n and --np are one option
+expect 2 "^baton launch: -n/--np given twice \\('1' and '2'\\); give it once$" -- launch -n 1 --np 2 -- true
+expect 2 "^baton launch: --timeout given twice \\('1' and '2'\\)" -- launch -n 1 --timeout 1 --timeout=2 -- true
+expect 2 "^baton ckpt export: --out given twice \\('o1' and 'o2'\\); give it once$" -- ckpt export ck --out o1 --out=o2
+expect 2 "^baton ckpt export: --dtype given twice \\('bf16' and 'fp32'\\)" -- ckpt export ck --out o --dtype bf16 --dtype=fp32
+expect 2 "^baton ckpt import: --recipe-name given twice \\('a' and 'b'\\)" -- ckpt import hf --out x --recipe-name a --recipe-name=b
+expect 2 "^baton ckpt push: --max-time given twice \\('1s' and '2s'\\)" -- ckpt push ck http://127.0.0.1:9/x --max-time 1s --max-time=2s
+expect 2 "^baton ckpt pull: --into given twice \\('a' and 'b'\\)" -- ckpt pull http://127.0.0.1:9/x --into a --into=b
+for f in --verbose --progress --split-on-percent; do
+  expect 2 "^baton data prepare: $f given twice; give it once$" -- data prepare --input i --output o $f $f
+done
+# submit's job runs baton resume --launcher slurm itself: --launcher and --listen are
+# refused in both spellings (not ignored, nor written as #SBATCH lines sbatch refuses)
+for o in "--launcher local" "--launcher=local" "--listen 1.2.3.4" "--listen=1.2.3.4"; do
+  expect 2 "^baton submit: ${o%%[ =]*} is not submit's: the job.*baton resume.*--launcher slurm" -- submit r.yaml $o
+done
 # a missing value is named as such, not as an unknown option
 expect 2 "^baton spec: --stage needs a value$" -- spec "$recipes/tiny-cpu.yaml" --stage
 expect 2 "^baton spec: unknown option '--bogus'$" -- spec "$recipes/tiny-cpu.yaml" --bogus
@@ -231,17 +248,30 @@ expect 0 'nodes: 2$' -- spec "$recipes/tiny-cpu.yaml" --nodes 2 --set stages.lon
 # in the fewest digits that read back (min_lr 0.0003, not 0.00029999999999999997)
 expect 0 '^    zero: 1  # default$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8
 expect 0 '^    first_last_bf16: true  # default$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8
-expect 0 '^      high_freq_factor: 4  # default$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8
+expect 0 '^      high_freq_factor: 4\.0  # default$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8
 expect 0 '^    min_lr: 0\.0003$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8
 expect 0 '^        weight: 0\.8$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8
-# ... with the exponent as people write it (8e-5, not C's 8e-05), and what is printed
-# reads back as the very same double (the binary StageSpecs equal)
+# ... always with a dot, the exponent signed (8.0e-5, 3.5e+20, 10000.0; not C's 8e-05 nor
+# 3.5e20, which YAML 1.1 readers such as PyYAML read as strings, nor 10000, an integer),
+# and what is printed reads back as the very same double: through baton's own recipe
+# loader (the binary StageSpecs equal), and as a float through PyYAML's safe_load
+# (spec_yaml_floats.py: every real field of the spec a float, eps the value given)
 rt=$(mktemp -d /tmp/baton-test-real.XXXXXX)
-for pair in 8e-5:8e-5 1e-10:1e-10 3.5e20:3.5e20 5e-324:5e-324 0.0001:0.0001 10000:10000 \
-  0.30000000000000004:0.30000000000000004 1e15:1e15 1e14:100000000000000 \
-  2.2250738585072014e-308:2.2250738585072014e-308 1.7976931348623157e308:1.7976931348623157e308; do
+floats=(python3 "$recipes/../tests/cli/spec_yaml_floats.py" "$recipes/../schema")
+yaml_check() { # yaml_check SPEC_TEXT [FIELD=VALUE ...]: PyYAML reads every real as a float
+  local out rc
+  out=$("${floats[@]}" "$@" 2>&1)
+  rc=$?
+  if [[ $rc -eq 77 || $rc -eq 127 ]]; then echo "note: not checked with PyYAML: $out"
+  elif [[ $rc -ne 0 ]]; then echo "$out" | head -n 5; failures=$((failures + 1))
+  else echo "$out"; fi
+}
+for pair in 8e-5:8.0e-5 1e-10:1.0e-10 3.5e20:3.5e+20 5e-324:5.0e-324 0.0001:0.0001 10000:10000.0 \
+  0.30000000000000004:0.30000000000000004 1e15:1.0e+15 1e14:100000000000000.0 \
+  2.2250738585072014e-308:2.2250738585072014e-308 1.7976931348623157e308:1.7976931348623157e+308; do
   v=${pair%%:*} want=${pair#*:}
-  got=$("$baton" spec "$recipes/tiny-cpu.yaml" --set defaults.optimizer.eps="$v" | sed -n 's/^    eps: //p')
+  "$baton" spec "$recipes/tiny-cpu.yaml" --set defaults.optimizer.eps="$v" >"$rt/spec.yaml"
+  got=$(sed -n 's/^    eps: //p' "$rt/spec.yaml")
   "$baton" spec "$recipes/tiny-cpu.yaml" --set defaults.optimizer.eps="$v" --out "$rt/a.pb"
   "$baton" spec "$recipes/tiny-cpu.yaml" --set defaults.optimizer.eps="$got" --out "$rt/b.pb"
   if [[ $got != "$want" ]] || ! cmp -s "$rt/a.pb" "$rt/b.pb"; then
@@ -250,14 +280,23 @@ for pair in 8e-5:8e-5 1e-10:1e-10 3.5e20:3.5e20 5e-324:5e-324 0.0001:0.0001 1000
   else
     echo "ok   spec prints eps $v as $got, which reads back"
   fi
+  yaml_check "$rt/spec.yaml" stage.optimizer.eps="$v"
+done
+# every stage of every shipped recipe, the defaults shown too
+for r in "$recipes"/*.yaml; do
+  n=$("$baton" plan --json "$r" 2>/dev/null | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["stages"]))' 2>/dev/null || echo 1)
+  for ((st = 0; st < n; st++)); do
+    "$baton" spec "$r" --stage $st >"$rt/$(basename "$r" .yaml)-$st.yaml" &&
+      yaml_check "$rt/$(basename "$r" .yaml)-$st.yaml"
+  done
 done
 rm -rf "$rt"
-expect 0 '^  norm_eps: 1e-5$' -- spec "$recipes/tiny-cpu.yaml"
+expect 0 '^  norm_eps: 1\.0e-5$' -- spec "$recipes/tiny-cpu.yaml"
 # ... those the resolver fills in too: the seed, n_kv_heads, heartbeat_timeout, the
 # actions reset and data_from_start, an fp16 stage's loss scaling
 off=$recipes/../tests/cli/rope-off.yaml
-for want in '^seed: 1234  # default$' '^      seconds: 300  # default$' '^    reset: false  # default$' \
-  '^  data_from_start: false  # default$' '^      initial: 65536  # default$'; do
+for want in '^seed: 1234  # default$' '^      seconds: 300\.0  # default$' '^    reset: false  # default$' \
+  '^  data_from_start: false  # default$' '^      initial: 65536\.0  # default$'; do
   expect 0 "$want" -- spec "$off" --stage 1 --set defaults.precision=fp16
 done
 nokv=$(mktemp /tmp/baton-test-nokv.XXXXXX.yaml)
@@ -265,13 +304,13 @@ sed 's/ n_kv_heads: 2,//' "$off" >"$nokv"
 expect 0 '^  n_kv_heads: 4  # default$' -- spec "$nokv"
 rm -f "$nokv"
 # ... and not where the recipe gives them
-for want in '^seed: 1234$' '^      seconds: 30$' '^  n_kv_heads: 2$'; do
+for want in '^seed: 1234$' '^      seconds: 30\.0$' '^  n_kv_heads: 2$'; do
   expect 0 "$want" -- spec "$recipes/tiny-cpu.yaml" --stage 1
 done
 expect 0 '^    reset: true$' -- spec "$recipes/tiny-cpu.yaml" --stage 1 --set stages.1.optimizer.reset=true
 expect 0 '^  data_from_start: false$' -- spec "$recipes/tiny-cpu.yaml" --stage 1 --set defaults.data_from_start=false
 # ... and the stage's RoPE once, as model.rope: not the overlay with a default theta
-if "$baton" spec "$recipes/tiny-cpu.yaml" --stage long-context | grep -q '^    theta: 10000  # default$'; then
+if "$baton" spec "$recipes/tiny-cpu.yaml" --stage long-context | grep -q '^    theta: 10000\.0  # default$'; then
   echo "FAIL: baton spec shows the stage's rope overlay with the default theta"
   failures=$((failures + 1))
 fi

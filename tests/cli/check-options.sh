@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # How the `baton` and `baton-worker` command lines are written, whatever the command:
 #  - "--opt=value" is "--opt value" for every option that takes a value, in every command
-#    (each option its --help lists is tried), with the same checks (given twice); a flag
-#    given a value is refused; nothing after "--" or after launch's CMD is touched;
+#    (each option its --help lists is tried: the same output and exit status either way,
+#    and for submit the same batch script), with the same checks (given twice, which every
+#    option but --set and --input refuses, as every flag does); a flag given a value is
+#    refused; nothing after "--" or after launch's CMD is touched;
 #  - `baton help GROUP SUB` is `baton GROUP SUB --help`;
 #  - a missing argument is said first, then the usage;
 #  - durations and rates in the units recipes use (launch --timeout 500ms);
@@ -42,12 +44,35 @@ expect() {
 # ---- every option a command's --help lists takes "=value" (or, a flag, refuses it) ----
 # The options are those of the usage lines (up to the first empty line) and those at the
 # start of a help line ("  --out DIR   ...", "  --nodes K, --gpus-per-node G ...").
-# "--opt=x" must never come back as an unknown option or an unexpected argument quoted
-# whole.
+# For each:
+#  - "--opt=x" must never come back as an unknown option or an unexpected argument quoted
+#    whole;
+#  - an option that takes a value gives the same output and exit status as "--opt=x" and
+#    "--opt x" (submit with --dry-run, comparing the batch scripts too: an option missing
+#    from submit's table would be sbatch's, an "#SBATCH --opt=x" line);
+#  - given twice (a value, in both spellings, or a flag) it is refused naming it: --set
+#    and --input are the ones that repeat; submit refuses --launcher and --listen.
 cmds=(run resume submit status plan spec launch eval "ckpt inspect" "ckpt verify"
   "ckpt reshard" "ckpt export" "ckpt import" "ckpt pack" "ckpt unpack" "ckpt push" "ckpt pull"
   "data prepare" "data passkey" "data inspect")
-tried=0
+# submit --dry-run writes its script only once the recipe's data is there
+small=$src/tests/engine/precision.yaml
+"$baton" data prepare --input /usr/share/games/fortunes --split-on-percent \
+  --output data/fortunes >/dev/null || exit 1
+# a value each option accepts, where 1 is not one (given twice, the second is refused
+# whatever the checks on its value)
+declare -A good=([--dtype]=fp32 [--format]=hf [--launcher]=local [--to]=tp1 [--length]=200
+  [--valid-fraction]=0 [--listen]=127.0.0.1)
+# spelled PROG ARGS...: the exit status and output of PROG ARGS, and for submit the
+# batch script it wrote (in sub/, removed after)
+spelled() {
+  local out
+  out=$("$@" 2>&1)
+  echo "exit $? $out"
+  [[ -f sub/baton.sbatch ]] && cat sub/baton.sbatch
+  rm -rf sub
+}
+tried=0 compared=0 twice=0
 for c in "${cmds[@]}" worker; do
   if [[ $c == worker ]]; then prog=("$worker"); else read -ra prog <<<"$baton $c"; fi
   help=$("${prog[@]}" --help)
@@ -56,16 +81,33 @@ for c in "${cmds[@]}" worker; do
     grep -E '^  --' <<<"$help" | grep -oE -- '(^  |, )--[a-z][a-z0-9-]*' | sed 's/^[ ,]*//'
   } | sort -u)
   [[ -n $opts || $c == "ckpt verify" ]] || { fail "$c --help lists no option"; continue; }
+  args=("${prog[@]}")
+  [[ $c == submit ]] && args+=("$small" --dry-run --run-dir=sub)
   for o in $opts; do
-    [[ $o == --help ]] && continue
+    [[ $o == --help || ($c == submit && ($o == --dry-run || $o == --run-dir)) ]] && continue
     out=$("${prog[@]}" "$o=x" 2>&1)
     tried=$((tried + 1))
     if grep -Eq "(unknown|unexpected)[^']*'$o=x'" <<<"$out"; then
       fail "$c $o=x: $(head -n 1 <<<"$out")"
     fi
+    v=${good[$o]:-1}
+    if grep -q "takes no value" <<<"$out"; then
+      out=$("${args[@]}" "$o" "$o" 2>&1)
+      want="$o given twice; give it once"
+    else
+      a=$(spelled "${args[@]}" "$o=x") b=$(spelled "${args[@]}" "$o" x)
+      compared=$((compared + 1))
+      [[ $a == "$b" ]] || fail "$c: $o=x and $o x differ: $(diff <(echo "$a") <(echo "$b") | head -n 6)"
+      [[ $o == --set || $o == --input ]] && continue
+      out=$(spelled "${args[@]}" "$o=$v" "$o" "$v")
+      want="$o given twice \\('$v' and '$v'\\); give it once"
+      [[ $c == submit && ($o == --launcher || $o == --listen) ]] && want="baton submit: $o is not submit's"
+    fi
+    twice=$((twice + 1))
+    grep -Eq -- "$want" <<<"$out" || fail "$c $o given twice: $(head -n 2 <<<"$out")"
   done
 done
-ok "$tried options tried as --opt=x"
+ok "$tried options tried as --opt=x, $compared compared with --opt x, $twice given twice"
 ((tried > 60)) || fail "only $tried options found in the --help texts"
 
 # the same result as "--opt value"
@@ -101,9 +143,6 @@ expect 0 '^\[0\] --timeout=5 --nodes=2$' -- "$baton" launch -n 1 --timeout=5m --
 expect 0 '^\[0\] --nodes=3$' -- "$baton" launch --np=1 echo --nodes=3
 # submit: its own options (--nodes=2 is baton's --nodes 2); sbatch's keep their '=', after
 # -- every one is sbatch's
-"$baton" data prepare --input /usr/share/games/fortunes --split-on-percent \
-  --output data/fortunes >/dev/null || exit 1
-small=$src/tests/engine/precision.yaml
 expect 2 "^baton submit: --nodes given twice \\('2' and '3'\\)" -- "$baton" submit "$small" --nodes=2 --nodes 3
 expect 0 "wrote $work/s1/baton.sbatch" -- "$baton" submit "$small" --run-dir=s1 --dry-run --time=5 \
   --set=stages.fp32.steps=3
@@ -124,6 +163,12 @@ for c in "ckpt verify" "ckpt push" "data prepare" "data inspect"; do
     fail "baton help $c is not baton $c --help"
 done
 [[ $("$baton" help ckpt) == "$("$baton" ckpt --help)" ]] && ok "baton help ckpt" || fail "baton help ckpt"
+# ... a --help after them asks for the same
+for c in "run" "launch" "ckpt verify" "ckpt"; do
+  [[ $("$baton" help $c --help 2>&1) == "$("$baton" $c --help)" ]] && ok "baton help $c --help is baton $c --help" ||
+    fail "baton help $c --help: $("$baton" help $c --help 2>&1 | head -n 1)"
+done
+expect 0 "^usage: baton \\[--help\\]" -- "$baton" help --help
 expect 2 "^baton ckpt: unknown command 'bogus'" -- "$baton" help ckpt bogus
 expect 2 "^baton help: one command at a time, not 'x'" -- "$baton" help ckpt verify x
 expect 2 "^baton help: one command at a time, not 'x'" -- "$baton" help run x
@@ -158,6 +203,16 @@ expect 2 "^baton launch: --kill-grace '2d': out of range, from 0s to 100000s$" -
 expect 2 "^baton launch: --timeout needs a value$" -- "$baton" launch -n 1 --timeout
 expect 2 "^baton ckpt pull: --limit-rate '100X': expected bytes per second such as 500K or 100M \\(K/M/G/T are powers of two, 1K = 1024" -- \
   "$baton" ckpt pull http://127.0.0.1:9/x --limit-rate 100X
+# below 1 byte per second would be 0, no limit: refused; 0 itself is no limit, said so
+for r in 4b/s 0.5B/s 0.5; do
+  expect 2 "^baton ckpt pull: --limit-rate '$r': below 1 byte per second \\(0 is no limit\\)$" -- \
+    "$baton" ckpt pull http://127.0.0.1:9/x --limit-rate=$r
+done
+expect 0 "0 \\(the default\\): no limit" -- "$baton" ckpt push --help
+# every duration is T, as pull's usage line says
+expect 0 "^usage: baton ckpt pull URL .*--max-time T\\]" -- "$baton" ckpt pull --help
+[[ $("$baton" ckpt pull --help; "$baton" ckpt push --help) != *" S]"* ]] && ok "push and pull: no 'S' for a duration" ||
+  fail "push or pull --help still has '[... S]'"
 expect 2 "^baton ckpt push: --stall-time '1y': expected a duration" -- \
   "$baton" ckpt push ck http://127.0.0.1:9/ --stall-time 1y
 expect 2 "^baton ckpt export: --max-position expects a positive count such as 4096 or 4K" -- \

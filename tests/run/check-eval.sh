@@ -9,7 +9,9 @@
 #  - a checkpoint holding a NaN weight (an HF export with one poisoned float, imported):
 #    --json prints valid JSON with "loss": null, stderr names the tensor, exit 1 (a NaN
 #    with its sign bit set printed "nan" too); --passkey the same, its accuracies null;
-#  - --passkey on a dataset without documents says so.
+#  - --passkey on a dataset without documents says so;
+#  - a --seq-len beyond the context the checkpoint is for warns: the seq_len it trained at,
+#    or its RoPE scaling's extent as plan counts it (llama3: twice original x factor).
 #   check-eval.sh BATON BATON_WORKER SOURCE_DIR
 set -euo pipefail
 baton=$1 worker=$2 src=$3
@@ -76,6 +78,17 @@ grep -q " over 1 window of 512+1 tokens of " scaled.out || fail "eval of one win
 grep -qF "warning: --seq-len 1024 is beyond the context the checkpoint is for, 512 (its RoPE scaling's original_max_position 128 x factor 4)" scaled.err ||
   fail "eval --seq-len 1K beyond the scaled context says: $(cat scaled.err)"
 echo "ok eval beyond the trained context: $(cat scaled.err)"
+# ... llama3's extends to twice original x factor, as plan counts it (128 x 2 x 2 = 512):
+# no warning at 512, one naming the doubling beyond it
+"$baton" spec "$src/tests/run/eval.yaml" --stage base --out l3.pb \
+  --set 'model.rope={theta: 10000, scaling: {type: llama3, factor: 2, original_max_position: 128, low_freq_factor: 1, high_freq_factor: 4}}'
+"$worker" --spec l3.pb --single-process --eval-windows 0 --save-every 0 --run-dir rl3 >/dev/null
+"$baton" eval rl3 --data data/text_valid --seq-len 512 --num-seqs 1 >/dev/null 2>l3.err
+[[ ! -s l3.err ]] || fail "eval at llama3's scaled context 512 says: $(cat l3.err)"
+"$baton" eval rl3 --data data/text_valid --seq-len 1K --num-seqs 1 >/dev/null 2>l3.err
+grep -qF "warning: --seq-len 1024 is beyond the context the checkpoint is for, 512 (its RoPE scaling's original_max_position 128 x factor 2 x 2 for llama3)" l3.err ||
+  fail "eval --seq-len 1K beyond llama3's scaled context says: $(cat l3.err)"
+echo "ok eval beyond llama3's context: $(cat l3.err)"
 
 # a NaN weight: valid JSON, the tensor named, exit 1
 "$baton" ckpt export "$ck" --out hf >/dev/null

@@ -3,6 +3,7 @@
  * numbers in the fewest digits that read back as the same value; and the same text from
  * the spec packed and unpacked again (what `baton spec --out` writes and the worker
  * reads). */
+#include <math.h>
 #include <stdlib.h>
 
 #include "check.h"
@@ -64,11 +65,12 @@ static void test_defaults(const recipe_doc *doc) {
     CHECK(has(a, "    order: \"tp-cp-ep-dp-pp\"  # default\n"));
     /* no optimizer in the recipe: the worker's AdamW runs on the schema's values */
     CHECK(has(a, "    lr: 0.0003  # default\n"));
-    CHECK(has(a,
-              "    beta1: 0.9  # default\n    beta2: 0.95  # default\n    eps: 1e-8  # default\n"));
-    CHECK(has(a, "    weight_decay: 0.1  # default\n    grad_clip: 1  # default\n"));
+    CHECK(has(
+        a, "    beta1: 0.9  # default\n    beta2: 0.95  # default\n    eps: 1.0e-8  # default\n"));
+    CHECK(has(a, "    weight_decay: 0.1  # default\n    grad_clip: 1.0  # default\n"));
     /* the llama3 blend and fp8's unset fields */
-    CHECK(has(b, "      low_freq_factor: 1  # default\n      high_freq_factor: 4  # default\n"));
+    CHECK(
+        has(b, "      low_freq_factor: 1.0  # default\n      high_freq_factor: 4.0  # default\n"));
     CHECK(has(b, "    margin: 0  # default\n"));
     CHECK(has(b, "    first_last_bf16: true  # default\n"));
     CHECK(has(b, "    amax_history: 16\n"));
@@ -76,11 +78,11 @@ static void test_defaults(const recipe_doc *doc) {
      * 1.0000000000000001e-05 (nor C's 1e-05), and 17 digits where 15 and 16 would change
      * the value */
     CHECK(has(b, "weight: 0.8\n") && has(b, "weight: 0.2\n"));
-    CHECK(has(b, "  norm_eps: 1e-5  # default\n"));
+    CHECK(has(b, "  norm_eps: 1.0e-5  # default\n"));
     CHECK(has(b, "  mfu: 0.3\n"));
     CHECK(has(b, "    min_lr: 0.0003\n"));
     CHECK(has(b, "    lr: 0.30000000000000004\n"));
-    CHECK(has(b, "    theta: 500000\n"));
+    CHECK(has(b, "    theta: 500000.0\n"));
     /* an unset string without a default is left out, not printed as "" */
     CHECK(strstr(a, "init_checkpoint") == NULL && strstr(a, "run_dir") == NULL);
     /* without defaults: only what is set */
@@ -127,9 +129,14 @@ static void test_reals(void) {
         CHECK(strncmp(t, "lr: ", 4) == 0);
         double back = strtod(t + 4, &end);
         CHECK(back == xs[i] && *end == '\n');
-        /* one significant digit fewer would not read back */
+        /* one significant digit fewer would not read back (the ".0" every real is written
+         * with, 65536.0 and 1.0e+300, is no digit of it) */
         int digits = 0, lead = 1;
-        for (const char *p = t + 4; *p && *p != 'e' && *p != '\n'; p++) {
+        const char *stop = t + 4 + strcspn(t + 4, "e\n");
+        if (memchr(t + 4, '.', (size_t)(stop - (t + 4))) != NULL)
+            while (stop[-1] == '0' || stop[-1] == '.')
+                stop--;
+        for (const char *p = t + 4; p < stop; p++) {
             if (*p < '0' || *p > '9') continue;
             lead = lead && *p == '0';
             digits += !lead;
@@ -140,21 +147,24 @@ static void test_reals(void) {
         if (digits > 15) printf("%s", t); /* the few that need more than %.15g */
         free(t);
     }
-    /* written out from 1e-4 to below 1e15, else with an exponent people write: no '+', no
-     * padding zero (C's %g writes 8e-05, 3.5e+20) */
+    /* written out from 1e-4 to below 1e15, else with an exponent; always as YAML 1.1
+     * readers (PyYAML) read a float, as well as 1.2 ones: a dot in the mantissa, the
+     * exponent signed, not padded (C's %g writes 8e-05, 3.5e+20, 10000) */
     static const struct {
         double x;
         const char *text;
-    } forms[] = {{8e-5, "8e-5"},
-                 {1e-10, "1e-10"},
-                 {3.5e20, "3.5e20"},
+    } forms[] = {{8e-5, "8.0e-5"},
+                 {1e-10, "1.0e-10"},
+                 {3.5e20, "3.5e+20"},
                  {-2.5e-7, "-2.5e-7"},
-                 {5e-324, "5e-324"},
-                 {1e100, "1e100"},
-                 {1e15, "1e15"},
-                 {1e14, "100000000000000"},
+                 {5e-324, "5.0e-324"},
+                 {1e100, "1.0e+100"},
+                 {1e15, "1.0e+15"},
+                 {1e14, "100000000000000.0"},
                  {1e-4, "0.0001"},
-                 {10000, "10000"},
+                 {10000, "10000.0"},
+                 {0, "0.0"},
+                 {-0.0, "-0.0"},
                  {123456789.125, "123456789.125"}};
     for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
         Baton__Optimizer o = BATON__OPTIMIZER__INIT;
@@ -163,7 +173,8 @@ static void test_reals(void) {
         snprintf(want, sizeof want, "lr: %s\n", forms[i].text);
         CHECK(strcmp(t, want) == 0);
         if (strcmp(t, want) != 0) printf("got %s", t);
-        CHECK(strtod(t + 4, NULL) == forms[i].x);
+        CHECK(strtod(t + 4, NULL) == forms[i].x &&
+              signbit(strtod(t + 4, NULL)) == signbit(forms[i].x));
         free(t);
     }
     Baton__Fp8State f = BATON__FP8_STATE__INIT;

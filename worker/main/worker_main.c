@@ -132,13 +132,36 @@ static int worker_parse_count_opt(worker_args *a, const char *o, const char *v) 
     return 0;
 }
 
+/* Option o (value v, unused for a flag) refused when given before: given[k] holds option
+ * k's earlier value. -1 after saying so; 0 otherwise, o recorded. */
+static int worker_once(const char **given, const char *o, const char *v) {
+    static const char *const names[] = {
+        "--single-process", "--async-save", /* the flags */
+        "--spec",           "--valid",      "--dump-params",  "--run-dir",    "--init",
+        "--steps",          "--log-every",  "--eval-windows", "--save-every", "--comm-timeout"};
+    for (int k = 0; k < (int)(sizeof names / sizeof names[0]); k++) {
+        if (strcmp(o, names[k]) != 0) continue;
+        if (given[k] != NULL && k < 2)
+            fprintf(stderr, "baton-worker: %s given twice; give it once\n", o);
+        else if (given[k] != NULL)
+            fprintf(stderr, "baton-worker: %s given twice ('%s' and '%s'); give it once\n", o,
+                    given[k], v ? v : "");
+        if (given[k] != NULL) return -1;
+        given[k] = v ? v : "";
+    }
+    return 0;
+}
+
 static int worker_parse(int argc, char **argv, worker_args *a) {
     a->log_every = 1, a->eval_windows = 64, a->comm_timeout_s = 60, a->save_every = -1;
+    const char *given[12] = {0};
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
             worker_usage(stdout);
             return 1;
+        } else if (worker_once(given, o, v) != 0) {
+            return -1;
         } else if (strcmp(o, "--single-process") == 0) {
             a->single_process = 1;
             continue;
