@@ -56,9 +56,9 @@ typedef struct corpus_stats {
 
 typedef struct corpus_file {
     char *path;
-    uint64_t size;        /* when listed */
-    uint64_t dev, ino;    /* what it is, to find a file reached twice */
-    size_t input;         /* the corpus_add call it came from (corpus.inputs) */
+    uint64_t size;     /* when listed */
+    uint64_t dev, ino; /* what it is, to find a file reached twice */
+    size_t input;      /* the corpus_add call it came from (corpus.inputs) */
 } corpus_file;
 
 typedef struct corpus {
