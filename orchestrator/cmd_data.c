@@ -9,6 +9,7 @@
  * Exit status: 0 done, 1 failed (out of memory, cannot write the output), 2 bad
  * usage or bad input (missing, unreadable or corrupt). */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +88,11 @@ static void remove_parents(const char *prefix, size_t made) {
         rmdir(p);
     }
     free(p);
+}
+
+/* The plural ending for a count of n: "1 file", "2 files". */
+static const char *plural(uint64_t n) {
+    return n == 1 ? "" : "s";
 }
 
 /* ---- prepare ----------------------------------------------------------------- */
@@ -180,10 +186,10 @@ static void prep_progress(void *ctx, uint64_t done, uint64_t total) {
     p->last_progress = t;
     p->progress_shown = 1;
     /* On a terminal one line is redrawn (\r, then erase to the end of the line). */
-    fprintf(stderr, "%sprepare: %.1f / %.1f MiB (%.0f%%), %llu documents%s", p->tty ? "\r" : "",
+    fprintf(stderr, "%sprepare: %.1f / %.1f MiB (%.0f%%), %llu document%s%s", p->tty ? "\r" : "",
             (double)done / 1048576.0, (double)total / 1048576.0,
             total ? 100.0 * (double)done / (double)total : 100.0, (unsigned long long)p->doc,
-            p->tty ? "\033[K" : "\n");
+            plural(p->doc), p->tty ? "\033[K" : "\n");
 }
 
 static void prep_on_skip(void *ctx, const char *path, const char *member, const char *why) {
@@ -192,6 +198,11 @@ static void prep_on_skip(void *ctx, const char *path, const char *member, const 
         fprintf(stderr, "skipped %s: member '%s': %s\n", path, member, why);
     else
         fprintf(stderr, "skipped %s: %s\n", path, why);
+}
+
+static void prep_on_warning(void *ctx, const char *path, const char *what) {
+    (void)ctx;
+    fprintf(stderr, "warning: input '%s': %s\n", path, what);
 }
 
 static const char *const prep_suffix[2] = {"_train", "_valid"};
@@ -289,11 +300,6 @@ static int prep_drop_stale_valid(const char *output) {
     return removed;
 }
 
-/* The plural ending for a count of n: "1 file", "2 files". */
-static const char *plural(uint64_t n) {
-    return n == 1 ? "" : "s";
-}
-
 static void prep_summary(const prep *p, const corpus *c, const prep_opts *o) {
     const corpus_stats *s = &c->stats;
     uint64_t docs = p->docs[0] + p->docs[1], tokens = p->tokens[0] + p->tokens[1];
@@ -310,13 +316,16 @@ static void prep_summary(const prep *p, const corpus *c, const prep_opts *o) {
                o->output);
     printf("  tokenizer: bytes 0..255, EOS %d after each document, vocab %d; dtype %s\n", TOK_EOS,
            TOK_VOCAB, indexed_dtype_name(indexed_dtype_for_vocab(TOK_VOCAB)));
-    if (s->skipped_binary + s->skipped_links + s->skipped_other > 0)
-        printf("  skipped: %llu binary files, %llu links, %llu other (--verbose names them)\n",
-               (unsigned long long)s->skipped_binary, (unsigned long long)s->skipped_links,
+    if (s->skipped_binary + s->skipped_packed + s->skipped_links + s->skipped_other > 0)
+        printf("  skipped: %llu binary file%s, %llu compressed or archive member%s, %llu "
+               "link%s, %llu other (--verbose names them)\n",
+               (unsigned long long)s->skipped_binary, plural(s->skipped_binary),
+               (unsigned long long)s->skipped_packed, plural(s->skipped_packed),
+               (unsigned long long)s->skipped_links, plural(s->skipped_links),
                (unsigned long long)s->skipped_other);
     if (o->valid_fraction > 0 && p->docs[1] == 0)
-        fprintf(stderr, "warning: the validation set is empty: %llu documents at fraction %g\n",
-                (unsigned long long)p->doc, o->valid_fraction);
+        fprintf(stderr, "warning: the validation set is empty: %llu document%s at fraction %g\n",
+                (unsigned long long)p->doc, plural(p->doc), o->valid_fraction);
 }
 
 static int prepare_run(const prep_opts *o, bt_diag *diag) {
@@ -324,6 +333,7 @@ static int prepare_run(const prep_opts *o, bt_diag *diag) {
     corpus_init(&c);
     c.split_on_percent = o->split_on_percent;
     if (o->verbose) c.on_skip = prep_on_skip;
+    c.on_warning = prep_on_warning;
     prep *p = calloc(1, sizeof *p);
     int rc = BT_ENOMEM;
     if (p == NULL || (p->tok = malloc(PREP_CHUNK * sizeof *p->tok)) == NULL) goto done;
@@ -339,14 +349,16 @@ static int prepare_run(const prep_opts *o, bt_diag *diag) {
     corpus_sink sink = {prep_doc_data, prep_doc_end, prep_progress, p};
     rc = rc ? rc : corpus_read(&c, &sink, diag);
     if (p->progress_shown)
-        fprintf(stderr, "%sprepare: %.1f MiB read, %llu documents%s\n", p->tty ? "\r" : "",
-                (double)c.total_bytes / 1048576.0, (unsigned long long)p->doc,
+        fprintf(stderr, "%sprepare: %.1f MiB read, %llu document%s%s\n", p->tty ? "\r" : "",
+                (double)c.stats.bytes_read / 1048576.0, (unsigned long long)p->doc, plural(p->doc),
                 p->tty ? "\033[K" : "");
     if (rc == BT_OK && p->doc == 0) {
         bt_diag_set(diag,
-                    "no documents found in the inputs (%llu files read, %llu binary "
-                    "skipped): nothing to write",
-                    (unsigned long long)c.stats.files, (unsigned long long)c.stats.skipped_binary);
+                    "no documents found in the inputs (%llu file%s read; %llu skipped as "
+                    "binary, %llu as compressed or archive members): nothing to write",
+                    (unsigned long long)c.stats.files, plural(c.stats.files),
+                    (unsigned long long)c.stats.skipped_binary,
+                    (unsigned long long)c.stats.skipped_packed);
         rc = BT_EINVAL;
     }
     rc = rc ? rc : prep_finish(p, o->output, diag);
@@ -378,6 +390,21 @@ static int prepare_flag(const char *a, prep_opts *o) {
     if (*f) return cli_twice("data prepare", a), -1;
     *f = 1;
     return 0;
+}
+
+/* Whether --valid-fraction's value v, parsed in range, is a nonzero number that a double
+ * cannot hold (strtod's ERANGE: 0 or a subnormal), which would count as 0 and remove an
+ * earlier validation set. Reported. */
+static int fraction_underflows(const char *v) {
+    errno = 0;
+    double f = strtod(v, NULL);
+    if (errno != ERANGE || !(fabs(f) < DBL_MIN)) return 0;
+    fprintf(stderr,
+            "baton data prepare: --valid-fraction '%s' is nonzero but too small for a "
+            "double (under %g), which would take it as 0 or nearly: give 0 for no "
+            "validation set, or a larger fraction\n",
+            v, DBL_MIN);
+    return 1;
 }
 
 /* Parses prepare's options into o; returns -1 after printing the problem, 1 for help. */
@@ -421,6 +448,7 @@ static int prepare_parse(int argc, char **argv, prep_opts *o) {
             return -1;
         }
     }
+    if (fraction != NULL && fraction_underflows(fraction)) return -1;
     return 0;
 }
 
@@ -686,7 +714,11 @@ static int data_inspect(int argc, char **argv) {
     int rc = prefix ? indexed_open(&ds, prefix, &diag) : BT_ENOMEM;
     if (rc == BT_OK) {
         /* the range first: nothing is shown of a command that fails */
-        if (doc >= ds.n_documents && (ds.n_documents > 0 || doc > 0)) {
+        if (doc >= ds.n_documents && ds.n_documents == 0 && given[0] != NULL) {
+            bt_diag_set(&diag, "%s: --doc %llu: the dataset has no documents", prefix,
+                        (unsigned long long)doc);
+            rc = BT_EINVAL;
+        } else if (doc >= ds.n_documents && ds.n_documents > 0) {
             bt_diag_set(&diag,
                         "%s: --doc %llu is out of range: the dataset has %llu document%s "
                         "(0-based)",

@@ -9,25 +9,28 @@
 #include "util/buf.h"
 
 static void inspect_usage(FILE *f) {
-    fprintf(f, "usage: baton ckpt inspect CKPT [--json]\n\n"
-               "Shows a checkpoint's recipe, stage, step, data position, layout, and every\n"
-               "tensor with its global shape, dtype, shard count and bytes (the model's in\n"
-               "layer order, then each optimizer state's), and its fp8 scaling states: how\n"
-               "many are active and how many are placeholders (scale 1, no amax recorded:\n"
-               "the GEMMs kept in bf16, such as first_last_bf16's layers and the head). CKPT\n"
-               "is a checkpoint directory or a run directory (its newest complete\n"
-               "checkpoint).\n\n"
-               "  --json   one JSON object instead: dir, format_version, recipe, stage_index,\n"
-               "           stage, step, stage_steps, final, data_position, skipped_samples,\n"
-               "           next_sample, optim_step, world, layout, skipped_steps, loss_scaler\n"
-               "           (fp16 only), tensors (key, shape, dtype, shards, bytes; in the\n"
-               "           text's order), tensor_bytes, fp8_states, fp8_active,\n"
-               "           fp8_placeholders, fp8_history_bytes and fp8 (every state with\n"
-               "           its name, scale, pos, amax_history and placeholder; a history that\n"
-               "           cannot be read is null, with its \"error\")\n"
-               "  --help   show this help\n\n"
-               "Exit status: 0 shown; 1 a checkpoint or an fp8 state that cannot be read\n"
-               "(every other state is still shown); 2 usage, or CKPT is not a checkpoint.\n");
+    fprintf(
+        f, "usage: baton ckpt inspect CKPT [--json]\n\n"
+           "Shows a checkpoint's recipe, stage, step, data position, training data (its\n"
+           "counts at save), layout, and every tensor with its global shape, dtype,\n"
+           "shard count and bytes (the model's in layer order, then each optimizer\n"
+           "state's), and its fp8 scaling states: how many are active and how many are\n"
+           "placeholders (scale 1, no amax recorded: the GEMMs kept in bf16, such as\n"
+           "first_last_bf16's layers and the head). CKPT is a checkpoint directory or a\n"
+           "run directory (its newest complete checkpoint).\n\n"
+           "  --json   one JSON object instead: dir, format_version, recipe, stage_index,\n"
+           "           stage, step, stage_steps, final, data_position, skipped_samples,\n"
+           "           next_sample, optim_step, world, layout, skipped_steps, data (the\n"
+           "           training sources' path, tokens, documents at save; [] in older\n"
+           "           checkpoints), sample_order (1 per source; 0 by slot, older),\n"
+           "           loss_scaler (fp16 only), tensors (key, shape, dtype, shards, bytes; in the\n"
+           "           text's order), tensor_bytes, fp8_states, fp8_active,\n"
+           "           fp8_placeholders, fp8_history_bytes and fp8 (every state with\n"
+           "           its name, scale, pos, amax_history and placeholder; a history that\n"
+           "           cannot be read is null, with its \"error\")\n"
+           "  --help   show this help\n\n"
+           "Exit status: 0 shown; 1 a checkpoint or an fp8 state that cannot be read\n"
+           "(every other state is still shown); 2 usage, or CKPT is not a checkpoint.\n");
 }
 
 static uint64_t inspect_bytes(const Baton__TensorEntry *e) {
@@ -288,6 +291,34 @@ static const char *inspect_size(char *buf, size_t cap, uint64_t bytes) {
     return buf;
 }
 
+/* The training data the stage read, with its counts at save time (older checkpoints: none). */
+static void inspect_data_text(bt_buf *b, const Baton__Manifest *m) {
+    for (size_t i = 0; i < m->n_data; i++) {
+        const Baton__DataCounts *d = m->data[i];
+        bt_buf_printf(b, "%s%s (%llu tokens, %llu document%s)",
+                      i ? ", " : "  training data: ", d->path ? d->path : "?",
+                      (unsigned long long)d->tokens, (unsigned long long)d->documents,
+                      d->documents == 1 ? "" : "s");
+    }
+    if (m->n_data > 1)
+        bt_buf_printf(b, "; mixture order %s",
+                      m->has_sample_order && m->sample_order == 1 ? "per source"
+                                                                  : "by slot (older)");
+    if (m->n_data > 0) bt_buf_printf(b, "\n");
+}
+
+static void inspect_data_json(bt_buf *b, const Baton__Manifest *m) {
+    bt_buf_printf(b, ", \"data\": [");
+    for (size_t i = 0; i < m->n_data; i++) {
+        const Baton__DataCounts *d = m->data[i];
+        bt_buf_printf(b, "%s{\"path\": ", i ? ", " : "");
+        bt_buf_json_string(b, d->path ? d->path : "");
+        bt_buf_printf(b, ", \"tokens\": %llu, \"documents\": %llu}", (unsigned long long)d->tokens,
+                      (unsigned long long)d->documents);
+    }
+    bt_buf_printf(b, "], \"sample_order\": %u", m->has_sample_order ? m->sample_order : 0);
+}
+
 static int inspect_text(bt_buf *b, const char *dir, const Baton__Manifest *m, bt_diag *diag) {
     inspect_fp8 *st = NULL;
     int rc = inspect_fp8_read(dir, m, &st, diag);
@@ -309,6 +340,7 @@ static int inspect_text(bt_buf *b, const char *dir, const Baton__Manifest *m, bt
         bt_buf_printf(b, " (%llu logical + %llu skipped after loss spikes)",
                       (unsigned long long)m->data_position, (unsigned long long)m->skipped_samples);
     bt_buf_printf(b, "\n");
+    inspect_data_text(b, m);
     bt_buf_printf(b, "  saved under ");
     ckpt_layout_text(b, m->layout);
     bt_buf_printf(b, " by %u rank(s); AdamW step %llu; %zu fp8 scaling state(s)", m->world,
@@ -413,6 +445,7 @@ static int inspect_json(bt_buf *b, const char *dir, const Baton__Manifest *m, bt
     bt_buf_json_string(b, bt_buf_str(&lay));
     bt_buf_free(&lay);
     bt_buf_printf(b, ", \"skipped_steps\": %llu", (unsigned long long)m->skipped_steps);
+    inspect_data_json(b, m);
     if (m->loss_scaler != NULL)
         bt_buf_printf(b,
                       ", \"loss_scaler\": {\"scale\": %.17g, \"good_steps\": %u, "

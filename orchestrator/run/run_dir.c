@@ -450,6 +450,7 @@ typedef struct run_dir_missing {
     int n, relative;
     char first[4096];        /* the first missing one's line, without the note */
     char first_prefix[1024]; /* and its prefix */
+    int first_absent;        /* its files are not there (not: there but unreadable) */
     bt_buf lines;            /* every missing one's line, each with what makes it */
 } run_dir_missing;
 
@@ -462,7 +463,8 @@ static void run_dir_check_prefix(run_dir_missing *m, const char *prefix, const c
     indexed_dataset ds;
     bt_diag inner;
     bt_diag_init(&inner);
-    if (indexed_open(&ds, prefix, &inner) == 0) {
+    int rc = indexed_open(&ds, prefix, &inner);
+    if (rc == 0) {
         indexed_close(&ds);
         return;
     }
@@ -471,9 +473,13 @@ static void run_dir_check_prefix(run_dir_missing *m, const char *prefix, const c
     if (m->n == 0) {
         snprintf(m->first, sizeof m->first, "%s", line);
         snprintf(m->first_prefix, sizeof m->first_prefix, "%s", prefix);
+        m->first_absent = rc == BT_ENOENT;
     }
-    bt_buf_printf(&m->lines, "%s%s (make it with '%s')", m->n ? "\n  " : "", line,
-                  run_dir_data_maker(prefix));
+    /* how to make it only where it is not there: a file there but unreadable (a float
+     * dtype, corrupt) is no dataset to make */
+    bt_buf_printf(&m->lines, "%s%s", m->n ? "\n  " : "", line);
+    if (rc == BT_ENOENT)
+        bt_buf_printf(&m->lines, " (make it with '%s')", run_dir_data_maker(prefix));
     m->n++;
     m->relative |= prefix[0] != '/';
 }
@@ -483,6 +489,10 @@ static void run_dir_check_prefix(run_dir_missing *m, const char *prefix, const c
 static void run_dir_missing_diag(const run_dir_missing *m, bt_diag *diag) {
     char rel[PATH_MAX + 48], cwd[PATH_MAX];
     const char *prefix = m->first_prefix;
+    if (m->n == 1 && !m->first_absent) {
+        bt_diag_set(diag, "%s", m->first);
+        return;
+    }
     if (m->n == 1) {
         run_dir_relative_note(rel, sizeof rel, prefix);
         bt_diag_set(diag, "%s (%smake it with '%s')", m->first, rel, run_dir_data_maker(prefix));

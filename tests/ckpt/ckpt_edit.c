@@ -9,6 +9,9 @@
  *   ckpt_edit DIR --drop-fp8 TEXT     the fp8 states whose name holds TEXT removed (a
  *                                     checkpoint from before those GEMMs ran fp8)
  *   ckpt_edit DIR --drop-seq-len      no seq_len (a checkpoint from before it was kept)
+ *   ckpt_edit DIR --drop-data         no training data counts and no sample_order (a
+ *                                     checkpoint from before they were kept: a mixture
+ *                                     resumes in the order by slot, worker/data/loader.h)
  *
  * The shard files stay as they are (a dropped or inlined history's bytes are left unread);
  * manifest.pb is replaced atomically. A test tool: not installed. */
@@ -21,7 +24,8 @@
 static int usage(void) {
     fprintf(stderr, "usage: ckpt_edit DIR --format-1\n"
                     "       ckpt_edit DIR --drop-fp8 TEXT\n"
-                    "       ckpt_edit DIR --drop-seq-len\n");
+                    "       ckpt_edit DIR --drop-seq-len\n"
+                    "       ckpt_edit DIR --drop-data\n");
     return 2;
 }
 
@@ -90,13 +94,20 @@ int main(int argc, char **argv) {
     int fmt1 = argc == 3 && strcmp(argv[2], "--format-1") == 0;
     int drop = argc == 4 && strcmp(argv[2], "--drop-fp8") == 0;
     int no_len = argc == 3 && strcmp(argv[2], "--drop-seq-len") == 0;
-    if (!fmt1 && !drop && !no_len) return usage();
+    int no_data = argc == 3 && strcmp(argv[2], "--drop-data") == 0;
+    if (!fmt1 && !drop && !no_len && !no_data) return usage();
     const char *dir = argv[1];
     bt_diag diag = {0};
     Baton__Manifest *m = NULL;
     int rc = ckpt_manifest_read(dir, &m, &diag);
     if (rc == 0 && fmt1) rc = to_format_1(dir, m, &diag);
     if (rc == 0 && no_len) m->has_seq_len = 0, m->seq_len = 0;
+    if (rc == 0 && no_data) {
+        for (size_t i = 0; i < m->n_data; i++)
+            baton__data_counts__free_unpacked(m->data[i], NULL);
+        m->n_data = 0;
+        m->has_sample_order = 0, m->sample_order = 0;
+    }
     if (rc == 0 && drop) {
         size_t n = drop_fp8(m, argv[3]);
         printf("%s: %zu fp8 state(s) holding \"%s\" dropped, %zu kept\n", dir, n, argv[3],

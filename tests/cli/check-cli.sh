@@ -212,7 +212,8 @@ expect 2 "^baton eval: no checkpoint: give CKPT or RUN_DIR" -- eval --passkey p
 expect 2 "^baton eval: --seq-len 2000000 is above the limit" -- eval run --data d --seq-len 2000000 --num-seqs 1
 # counts as recipes write them (K, M: powers of two); options that take one value, once
 expect 2 "^baton eval: --seq-len 2097152 is above the limit" -- eval run --data d --seq-len 2M --num-seqs 1
-expect 2 "^baton eval: bad option or value: '--num-seqs 1X'" -- eval run --data d --seq-len 8 --num-seqs 1X
+expect 2 "^baton eval: --num-seqs '1X': need an integer >= 1 \\(K and M" -- eval run --data d --seq-len 8 --num-seqs 1X
+expect 2 "^baton eval: --seq-len '0': need an integer >= 1 " -- eval run --data d --seq-len 0 --num-seqs 1
 expect 2 "^baton eval: --data given twice \\('d' and 'e'\\); give it once" -- eval run --data d --data e --seq-len 8 --num-seqs 1
 expect 2 "^baton eval: --seq-len given twice \\('8' and '16'\\)" -- eval run --data d --seq-len 8 --seq-len 16 --num-seqs 1
 expect 2 "^baton eval: --passkey given twice" -- eval run --passkey p --passkey q
@@ -581,6 +582,14 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
     run "$small" --run-dir r8 --set data.train=no-such-data --set data.valid=data/passkey64_valid
   expect 2 "^  stage \"fp32\": validation data data/passkey64_valid: .* \(make it with 'baton data passkey'\)$" -- \
     run "$small" --run-dir r8 --set data.train=no-such-data --set data.valid=data/passkey64_valid
+  # a dataset that is there but unreadable (token ids stored as float32, dtype code 7) is
+  # named with why, and with no hint to make it
+  cp data/fortunes_train.bin data/float_train.bin
+  /usr/bin/python3 -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); b[17] = 7; open(sys.argv[2], "wb").write(b)' \
+    data/fortunes_train.idx data/float_train.idx
+  expect 2 "^baton run: stage \"fp32\": training data data/float_train: data/float_train\.idx: dtype code 7 is a float type; token ids need an integer dtype \(1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 8 uint16\)$" -- \
+    run "$small" --run-dir r8 --set data.train=data/float_train
+  rm data/float_train.bin data/float_train.idx
   # a stale TMPDIR (a finished job's scratch): exit 2 naming it, before anything is made
   TMPDIR=$sub/gone expect 2 "^baton run: \\\$TMPDIR \($sub/gone\): No such file or directory; .*set TMPDIR to a writable directory" -- \
     run "$small" --run-dir r8

@@ -137,6 +137,68 @@ md5sum -c --quiet <(grep _train "$tmp/keep.md5") || fail "a refused prepare chan
 [[ $(ls "$tmp/out" | grep -c '^keep_') == 3 ]] || fail "a refused prepare left $(ls "$tmp/out" | grep '^keep_')"
 echo "ok a failed prepare keeps an earlier output"
 
+# a --valid-fraction that is nonzero but too small for a double (1e-400 parses as 0) is
+# refused before anything is written: as 0 it would remove the earlier validation set
+run 0 "$baton" data prepare --input "$in" --output "$tmp/out/tiny" --valid-fraction 0.5
+md5sum "$tmp/out/tiny_"* >"$tmp/tiny.md5"
+for f in 1e-400 1e-310 -1e-400; do
+  run 2 "$baton" data prepare --input "$in" --output "$tmp/out/tiny" --valid-fraction $f
+  expect_err "--valid-fraction '$f' is nonzero but too small for a double"
+done
+md5sum -c --quiet "$tmp/tiny.md5" || fail "a refused --valid-fraction changed the earlier output"
+echo "ok an underflowing --valid-fraction refused"
+
+# the same file reached twice (given twice, spelled twice, inside a directory given too,
+# hard-linked) is refused naming both ways to it: its documents would be in the data twice
+ln "$in/b.txt" "$tmp/hard.txt"
+for args in "$in/a.txt $in/a.txt" "$in/sub/../a.txt $in/a.txt" "$in $in/b.txt" "$in/b.txt $tmp/hard.txt"; do
+  run 2 "$baton" data prepare --input $args --output "$tmp/out/twice"
+  expect_err "the same file is listed twice, as '"
+  [[ ! -e "$tmp/out/twice_train.bin" ]] || fail "prepare wrote a file read twice: $args"
+done
+expect_err "as '$in/b.txt' and as '$tmp/hard.txt' (device "
+run 2 "$baton" data prepare --input "$in" --input "$in/b.txt" --output "$tmp/out/twice"
+expect_err "as '$in/b.txt' (in input '$in') and as '$in/b.txt' (device "
+rm "$tmp/hard.txt"
+echo "ok a file listed twice refused"
+
+# a file whose size changed between listing and reading (here one /proc reports as 0
+# bytes): a warning with the bytes read, which the final progress line counts
+if [[ -r /proc/version ]]; then
+  run 0 "$baton" data prepare --input /proc/version --output "$tmp/out/proc" --valid-fraction 0 --progress
+  bytes=$(wc -c </proc/version)
+  expect_err "warning: input '/proc/version': changed while being read: 0 bytes when listed, $bytes bytes read"
+  expect_out "1 document, $((bytes + 1)) tokens"
+  grep -qE "^prepare: 0\.0 MiB read, 1 document$" "$tmp/stderr" || { cat "$tmp/stderr" >&2; fail "final progress line"; }
+  run 0 "$baton" data prepare --input "$in" --output "$tmp/out/quiet" --valid-fraction 0
+  [[ ! -s "$tmp/stderr" ]] || fail "prepare warns about files that did not change: $(cat "$tmp/stderr")"
+  echo "ok a file that changed while being read"
+else
+  skip "a file that changes while being read (no /proc/version)"
+fi
+
+# members that are compressed files or archives are skipped as what they are (not as
+# binary); a text file starting like a zip or bzip2 archive is read as text, with a warning
+gzip -c "$in/b.txt" >"$tmp/m.txt.gz"
+bzip2 -c "$in/b.txt" >"$tmp/m.txt.bz2"
+xz -c "$in/b.txt" >"$tmp/m.txt.xz"
+(cd "$tmp" && tar -cf nested.tar small.tar m.txt.gz m.txt.bz2 m.txt.xz -C "$in" a.txt)
+run 0 "$baton" data prepare --input "$tmp/nested.tar" --output "$tmp/out/nested" --valid-fraction 0 --verbose
+expect_err "skipped $tmp/nested.tar: member 'small.tar': an archive (tar inside an archive: unpack it first)"
+expect_err "skipped $tmp/nested.tar: member 'm.txt.gz': compressed (gzip inside an archive: decompress it first)"
+expect_err "member 'm.txt.bz2': compressed (bzip2 inside"
+expect_err "member 'm.txt.xz': compressed (xz inside"
+expect_out "skipped: 0 binary files, 4 compressed or archive members, 0 links, 0 other"
+pycheck check-files "$tmp/out/nested_train" "$in/a.txt"
+printf 'PK\003\004 is how this text starts\n' >"$tmp/pk.txt"
+printf 'BZh9 also text\n' >"$tmp/bzh.txt"
+run 0 "$baton" data prepare --input "$tmp/pk.txt" "$tmp/bzh.txt" --output "$tmp/out/pk" --valid-fraction 0
+expect_err "warning: input '$tmp/pk.txt': starts like an archive but is none ("
+expect_out "prepared 2 documents"
+expect_out "from 2 files (0 archives)"
+pycheck check-files "$tmp/out/pk_train" "$tmp/pk.txt" "$tmp/bzh.txt"
+echo "ok compressed members, text that starts like an archive"
+
 # --- fortune splitting --------------------------------------------------------------
 fort=$tmp/fortunes
 mkdir -p "$fort"
@@ -202,7 +264,7 @@ expect_err "input '$tmp/nope': No such file or directory"
 run 2 "$baton" data prepare --input "$in" --output "$tmp/out/x" --valid-fraction 1.5
 expect_err "--valid-fraction '1.5'"
 run 2 "$baton" data prepare --input "$in/sub/d.bin" --output "$tmp/out/x"
-expect_err "no documents found"
+expect_err "no documents found in the inputs (0 files read; 1 skipped as binary, 0 as compressed or archive members)"
 # a failed prepare takes away the directories it created, and only those
 mkdir "$tmp/keep"
 run 2 "$baton" data prepare --input "$in/sub/d.bin" --output "$tmp/keep/new1/new2/x"
@@ -252,6 +314,16 @@ expect_err "--valid-fraction given twice ('0' and '0.5')"
 [[ ! -e "$tmp/out/r1_train.bin" && ! -e "$tmp/out/r2_train.bin" ]] || fail "prepare wrote despite a repeated option"
 run 2 "$baton" data inspect "$tmp/pk/pass" --doc 1 --doc 2
 expect_err "baton data inspect: --doc given twice ('1' and '2')"
+# an empty dataset: inspect shows its counts, and refuses a --doc to preview
+"$py" - "$tmp/empty" <<'PY'
+import struct, sys
+open(sys.argv[1] + ".bin", "wb").close()
+open(sys.argv[1] + ".idx", "wb").write(b"MMIDIDX\0\0" + struct.pack("<QBQQ", 1, 8, 0, 1) + struct.pack("<q", 0))
+PY
+run 0 "$baton" data inspect "$tmp/empty"
+expect_out "documents:   0"
+run 2 "$baton" data inspect "$tmp/empty" --doc 0
+expect_err "$tmp/empty: --doc 0: the dataset has no documents"
 run 2 "$baton" data inspect "$tmp/nope"
 expect_err "$tmp/nope.idx: cannot open"
 head -c 40 "$tmp/out/dir_train.idx" >"$tmp/cut.idx"

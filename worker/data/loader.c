@@ -40,6 +40,22 @@ uint64_t loader_global_index(uint64_t step, uint32_t global_batch, uint32_t dp, 
     return step * global_batch + (uint64_t)dp_rank * (global_batch / dp) + j;
 }
 
+/* The slots' sources and the scratch of a block's draws (loader_locate). */
+static int mix_tables(loader *ld, uint32_t block, bt_diag *diag) {
+    ld->slot_src = malloc(block * sizeof *ld->slot_src);
+    ld->draw_src = malloc(block * sizeof *ld->draw_src);
+    ld->draw_rank = malloc(block * sizeof *ld->draw_rank);
+    ld->count = malloc(ld->n_src * sizeof *ld->count);
+    if (!ld->slot_src || !ld->draw_src || !ld->draw_rank || !ld->count) {
+        bt_diag_set(diag, "loader: out of memory for a mixture block of %u slots", block);
+        return BT_ENOMEM;
+    }
+    for (uint32_t s = 0; s < ld->n_src; s++)
+        for (uint32_t p = 0; p < ld->src[s].quota; p++)
+            ld->slot_src[ld->src[s].slot0 + p] = s;
+    return BT_OK;
+}
+
 /* Largest-remainder shares of `block` slots, at least one each. */
 static int mix_quotas(loader *ld, const loader_source *src, uint32_t block, bt_diag *diag) {
     double total = 0;
@@ -82,7 +98,7 @@ static int mix_quotas(loader *ld, const loader_source *src, uint32_t block, bt_d
         ld->src[s].slot0 = slot;
         slot += ld->src[s].quota;
     }
-    return BT_OK;
+    return mix_tables(ld, block, diag);
 }
 
 /* Token offsets of every sequence, for datasets not stored back to back. */
@@ -120,6 +136,7 @@ int loader_open(loader *ld, const loader_source *src, size_t n_src, const loader
                 bt_diag *diag) {
     memset(ld, 0, sizeof *ld);
     ld->cfg = *cfg;
+    ld->drawn = UINT64_MAX;
     if (ld->cfg.mix_block == 0) ld->cfg.mix_block = LOADER_MIX_BLOCK;
     if (n_src == 0 || cfg->seq_len == 0) {
         bt_diag_set(diag, "loader: need at least one source and seq_len >= 1 (got %zu, %u)", n_src,
@@ -151,20 +168,47 @@ void loader_close(loader *ld) {
     }
     free(ld->src);
     free(ld->window);
+    free(ld->slot_src);
+    free(ld->draw_src);
+    free(ld->draw_rank);
+    free(ld->count);
     memset(ld, 0, sizeof *ld);
 }
 
-loader_pos loader_locate(const loader *ld, uint64_t g) {
+static uint64_t mix_key(const loader *ld, uint64_t block) {
+    return splitmix64_mix(splitmix64_mix(ld->cfg.seed ^ MIX_SALT) + block);
+}
+
+/* Block b's draws: for each index o, the source of its slot and how many of that
+ * source's draws come before it in the block. */
+static void mix_draw_block(loader *ld, uint64_t b) {
+    uint32_t B = ld->cfg.mix_block;
+    uint64_t key = mix_key(ld, b);
+    memset(ld->count, 0, ld->n_src * sizeof *ld->count);
+    for (uint32_t o = 0; o < B; o++) {
+        uint32_t s = ld->slot_src[loader_permute(B, key, o)];
+        ld->draw_src[o] = s;
+        ld->draw_rank[o] = ld->count[s]++;
+    }
+    ld->drawn = b;
+}
+
+loader_pos loader_locate(loader *ld, uint64_t g) {
     loader_pos p = {0, g, 0, 0};
     if (ld->n_src > 1) {
-        uint64_t B = ld->cfg.mix_block, block = g / B;
-        uint64_t key = splitmix64_mix(splitmix64_mix(ld->cfg.seed ^ MIX_SALT) + block);
-        uint64_t slot = loader_permute(B, key, g % B);
-        uint32_t s = 0;
-        while (slot >= (uint64_t)ld->src[s].slot0 + ld->src[s].quota)
-            s++;
+        uint64_t B = ld->cfg.mix_block, block = g / B, o = g % B, d;
+        uint32_t s;
+        if (ld->cfg.mix_by_slot) {
+            uint64_t slot = loader_permute(B, mix_key(ld, block), o);
+            s = ld->slot_src[slot];
+            d = slot - ld->src[s].slot0;
+        } else {
+            if (ld->drawn != block) mix_draw_block(ld, block);
+            s = ld->draw_src[o];
+            d = ld->draw_rank[o];
+        }
         p.source = s;
-        p.sample = block * ld->src[s].quota + (slot - ld->src[s].slot0);
+        p.sample = block * ld->src[s].quota + d;
     }
     const loader_stream *st = &ld->src[p.source];
     p.epoch = p.sample / st->n_windows;

@@ -28,13 +28,23 @@
  * Mixtures. With several sources, the global indices are grouped in blocks of B
  * (mix_block, default 1024) slots. Each source owns a fixed quota of every block,
  * q_s = its weight's share of B by largest remainder (ties to the earlier source;
- * at least 1 slot for every source), laid out as consecutive slot ranges; the slots
- * of block b are shuffled by a Feistel permutation keyed by (seed, b). So global
- * index g = b*B + o takes slot p = Q_b(o); p falls in source s's range, and it is
- * that source's sample k = b*q_s + (p - first slot of s). This is a seeded weighted
- * draw without replacement inside each block (stratified): computed from g alone
- * in O(sources), the weights hold exactly (to 1/B) over every block of B samples,
- * and each source's counter advances without gaps, so its epochs stay whole.
+ * at least 1 slot for every source: a weight under 1/B of the total is raised to 1/B,
+ * and at most B sources), laid out as consecutive slot ranges; the slots of block b
+ * are shuffled by a Feistel permutation keyed by (seed, b). So global index
+ * g = b*B + o takes slot Q_b(o), which falls in source s's range: a seeded weighted
+ * draw without replacement inside each block (stratified), the weights exact (to 1/B)
+ * over every block of B samples. The d-th draw of source s in block b (d counting the
+ * block's indices o in order) is that source's sample k = b*q_s + d: each source takes
+ * its samples in its own counter order, so its epochs stay whole (all of epoch e's
+ * windows before any of epoch e+1's) and nothing repeats before a source's epoch wraps,
+ * as in Megatron's blended datasets. Finding d takes the whole block's draws: they are
+ * computed once per block (B permutations) and kept (loader_locate).
+ *
+ * By slot (mix_by_slot): the order of baton before, where the draw taking slot p was
+ * sample b*q_s + (p - first slot of s), the block's samples of a source taken in the
+ * shuffled order (a small source, with fewer windows than its quota, then drew from up to
+ * q_s / n_windows epochs at once, repeating windows before its epoch was seen). Kept to
+ * resume the checkpoints saved under it exactly (their manifests record no sample_order).
  * A single source skips the blocks: its sample k is g itself.
  *
  * No allocation happens per sample; one loader is used by one thread at a time (its
@@ -62,6 +72,8 @@ typedef struct loader_config {
     uint32_t mix_block;  /* mixture slots per block; 0: LOADER_MIX_BLOCK */
     int allow_empty;     /* a source with no whole window opens (n_windows 0; nothing to
                           * get from it) instead of failing: an evaluation set too small */
+    int mix_by_slot;     /* the mixture order of older checkpoints (above); may be changed
+                          * after loader_open */
 } loader_config;
 
 typedef struct loader_stream {
@@ -78,7 +90,10 @@ typedef struct loader {
     loader_stream *src; /* n_src sources */
     size_t n_src;
     int32_t *window; /* seq_len + 1 tokens of scratch */
-    bt_diag diag;    /* why the last loader_get failed */
+    /* mixtures: each slot's source; the draws of block `drawn` (source, d), per index */
+    uint32_t *slot_src, *draw_src, *draw_rank, *count;
+    uint64_t drawn; /* UINT64_MAX: none yet */
+    bt_diag diag;   /* why the last loader_get failed */
 } loader;
 
 /* Where a global sample index lands. */
@@ -94,7 +109,8 @@ int loader_open(loader *ld, const loader_source *src, size_t n_src, const loader
                 bt_diag *diag);
 void loader_close(loader *ld);
 
-loader_pos loader_locate(const loader *ld, uint64_t global_index);
+/* Where a global index lands (it computes and keeps the index's block of draws). */
+loader_pos loader_locate(loader *ld, uint64_t global_index);
 
 /* Fills tokens[0..seq_len) and targets[0..seq_len) for a global sample index.
  * Returns BT_OK, or a negative BT_ code with the reason in loader_error(). */

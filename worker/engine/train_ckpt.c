@@ -152,6 +152,26 @@ static int ckpt_collect(train_ckpt *c, const trainer *t) {
     return ckpt_collect_fp8(c, t);
 }
 
+/* The training sources with their counts, and the mixture's sample order (manifest.proto). */
+static void ckpt_header_data(train_ckpt *c, const trainer *t) {
+    Baton__Manifest *h = &c->header;
+    loader_source src[TRAIN_CKPT_MAX_SOURCES];
+    size_t n = loader_sources_from_data(t->spec->data, src, TRAIN_CKPT_MAX_SOURCES);
+    n = n < t->ld.n_src ? n : t->ld.n_src;
+    n = n < TRAIN_CKPT_MAX_SOURCES ? n : TRAIN_CKPT_MAX_SOURCES;
+    for (size_t i = 0; i < n; i++) {
+        const indexed_dataset *ds = &t->ld.src[i].ds;
+        Baton__DataCounts *d = &c->data[i];
+        baton__data_counts__init(d);
+        d->path = (char *)src[i].prefix; /* the spec's: lives as long as the trainer */
+        d->has_tokens = 1, d->tokens = ds->n_tokens;
+        d->has_documents = 1, d->documents = ds->n_documents;
+        c->data_ptr[i] = d;
+    }
+    h->n_data = n, h->data = c->data_ptr;
+    h->has_sample_order = 1, h->sample_order = t->ld.cfg.mix_by_slot ? 0 : 1;
+}
+
 static void ckpt_header(train_ckpt *c, const trainer *t, int final) {
     const Baton__StageSpec *s = t->spec;
     Baton__Manifest *h = &c->header;
@@ -175,6 +195,7 @@ static void ckpt_header(train_ckpt *c, const trainer *t, int final) {
     h->has_skipped_samples = 1;
     h->skipped_samples = train_spike_map_sample(s, h->data_position) - h->data_position;
     h->has_skipped_steps = 1, h->skipped_steps = t->skipped_steps;
+    ckpt_header_data(c, t);
     if (t->scaler.on) train_scaler_to_pb(&t->scaler, &c->scaler), h->loss_scaler = &c->scaler;
 }
 

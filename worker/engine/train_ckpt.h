@@ -11,10 +11,13 @@
  *    the first of its holders, and layers.<l>.shared<s>.<w13|w2>.<slot>);
  *  - fp16: the dynamic loss scaler's state (manifest loss_scaler, train_scaler.h);
  *  - in the manifest: recipe, stage, step, data position (global sample index), AdamW's
- *    step count, the model (rope as trained), layout, precision and seed.
+ *    step count, the model (rope as trained), layout, precision and seed; the training
+ *    sources with their token and document counts, and the mixture's sample order.
  * Loading reads the boxes this rank needs under its own layout, whatever layout saved
  * them. A checkpoint of the same recipe and stage resumes it (step, data position,
- * moments, fp8 state, loss scaler: bitwise the run that never stopped); one of another
+ * moments, fp8 state, loss scaler, the mixture order it saved under: bitwise the run that
+ * never stopped), unless its sources' counts differ from the files' now (refused, no fall
+ * back: BT_EINVAL, the data rewritten under the same names); one of another
  * stage hands over (weights, and the moments unless the stage's optimizer says reset;
  * step 0).
  *
@@ -31,6 +34,8 @@
 #include "train.h"
 
 typedef struct train_ckpt_piece train_ckpt_piece;
+
+#define TRAIN_CKPT_MAX_SOURCES 16 /* data.mix's limit (recipe validation) */
 
 typedef struct train_ckpt {
     const char *root; /* checkpoint root (RUN_DIR/checkpoints); NULL: saving is off */
@@ -51,7 +56,8 @@ typedef struct train_ckpt {
     Baton__Manifest header;
     uint8_t rng[8];
     Baton__LossScalerState scaler; /* the header's loss_scaler (fp16) */
-    double stall_s;                /* time training stood still for the last save */
+    Baton__DataCounts data[TRAIN_CKPT_MAX_SOURCES], *data_ptr[TRAIN_CKPT_MAX_SOURCES];
+    double stall_s; /* time training stood still for the last save */
 } train_ckpt;
 
 /* Saves the trainer's state as checkpoint s<stage>-step<step> under c->root; final marks

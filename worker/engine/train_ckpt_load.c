@@ -217,14 +217,80 @@ static int load_not_later(const trainer *t, const Baton__Manifest *m, const char
 typedef struct load_start {
     uint64_t step, first_sample, skipped_steps;
     train_scaler scaler;
+    int mix_by_slot;
 } load_start;
 
 static void load_undo(trainer *t, const load_start *s) {
+    t->ld.cfg.mix_by_slot = s->mix_by_slot;
     t->step = t->step0 = s->step;
     t->first_sample = s->first_sample, t->skipped_steps = s->skipped_steps;
     t->scaler = s->scaler;
     t->fp8_fresh = 0;
     train_fp8_reset(t);
+}
+
+/* A resumed stage keeps the mixture order its checkpoint was saved under: by slot for one
+ * from before manifests recorded it (loader.h), so that it goes on as the run went. */
+static int load_sample_order(trainer *t, const Baton__Manifest *m, const char *dir, bt_diag *diag) {
+    if (m->has_sample_order && m->sample_order > 1) {
+        bt_diag_set(diag,
+                    "%s: saved under sample order %u, which this baton does not know (a later "
+                    "baton's checkpoint)",
+                    dir, m->sample_order);
+        return BT_EINVAL;
+    }
+    t->ld.cfg.mix_by_slot = !(m->has_sample_order && m->sample_order == 1);
+    return 0;
+}
+
+/* The counts a checkpoint recorded for the training data against the files' now: a
+ * difference is data rewritten under the same names, where the data position would index
+ * other samples. Refused, BT_EINVAL. */
+static int load_data_compare(const trainer *t, const Baton__Manifest *m, const char *dir,
+                             bt_diag *diag) {
+    const char *stage = t->spec->stage && t->spec->stage->name ? t->spec->stage->name : "?";
+    if (m->n_data != t->ld.n_src) {
+        bt_diag_set(diag,
+                    "%s: saved by stage \"%s\" reading %zu training source%s; it reads %zu now, "
+                    "so its data position (sample %llu) would index other samples",
+                    dir, stage, m->n_data, m->n_data == 1 ? "" : "s", t->ld.n_src,
+                    (unsigned long long)m->data_position);
+        return BT_EINVAL;
+    }
+    loader_source src[TRAIN_CKPT_MAX_SOURCES];
+    size_t n = loader_sources_from_data(t->spec->data, src, TRAIN_CKPT_MAX_SOURCES);
+    for (size_t i = 0; i < m->n_data && i < n && i < TRAIN_CKPT_MAX_SOURCES; i++) {
+        const Baton__DataCounts *d = m->data[i];
+        const indexed_dataset *ds = &t->ld.src[i].ds;
+        if (d->tokens == ds->n_tokens && d->documents == ds->n_documents) continue;
+        bt_diag_set(diag,
+                    "%s: stage \"%s\" cannot resume: its training data %s changed since this "
+                    "checkpoint (%llu tokens, %llu document%s now; %llu, %llu when saved as %s), "
+                    "so its data position (sample %llu) would index other samples. Put the "
+                    "stage's data back, or start a new run from these weights (init: %s)",
+                    dir, stage, src[i].prefix, (unsigned long long)ds->n_tokens,
+                    (unsigned long long)ds->n_documents, ds->n_documents == 1 ? "" : "s",
+                    (unsigned long long)d->tokens, (unsigned long long)d->documents,
+                    d->path ? d->path : "?", (unsigned long long)m->data_position, dir);
+        return BT_EINVAL;
+    }
+    return 0;
+}
+
+/* Whether the checkpoint a load starts with resumes this stage over changed data
+ * (load_data_compare); 0 also when it is another stage's, records no counts (an older
+ * checkpoint) or cannot be read (load_one then says why). */
+static int load_data_changed(const trainer *t, const char *dir, bt_diag *diag) {
+    Baton__Manifest *m = NULL;
+    bt_diag d;
+    bt_diag_init(&d);
+    if (ckpt_manifest_read(dir, &m, &d) != 0) return 0;
+    const Baton__StageSpec *s = t->spec;
+    int rc = 0;
+    if (ckpt_stage_relation(m, s->recipe_name, s->stage_index) == CKPT_SAME_STAGE && m->n_data > 0)
+        rc = load_data_compare(t, m, dir, diag);
+    baton__manifest__free_unpacked(m, NULL);
+    return rc;
 }
 
 /* Loads checkpoint directory dir, every shard file opened once (ckpt_reader); one a later
@@ -249,6 +315,7 @@ static int load_one(trainer *t, const char *dir, int refuse_later, bt_diag *diag
     int reset = !resume && s->stage->optimizer && s->stage->optimizer->reset;
     optim_adamw_reset(&t->opt);
     if (!reset && load_has_moments(m)) rc = load_moments(t, &r, diag);
+    if (rc == 0 && resume) rc = load_sample_order(t, m, dir, diag);
     if (rc == 0 && resume) {
         t->step = t->step0 = m->step;
         t->first_sample = m->data_position;
@@ -361,12 +428,25 @@ static int load_any_failed(comm *world, int failed) {
     return (int)f;
 }
 
+/* load_data_changed on every rank, which all refuse when one does (BT_EINVAL). */
+static int load_data_vote(const trainer *t, const char *dir, comm *world, bt_diag *diag) {
+    int r = load_data_changed(t, dir, diag), any = load_any_failed(world, r != 0);
+    if (any == 0) return 0;
+    if (r == 0 && any > 0)
+        bt_diag_set(diag, "%s: its training data changed since, on rank %d: its log says why", dir,
+                    any - 1);
+    else if (r == 0)
+        bt_diag_set(diag, "%s: the ranks could not agree on whether its data changed", dir);
+    return any > 0 ? BT_EINVAL : BT_EIO;
+}
+
 int train_ckpt_load(trainer *t, const char *path, comm *world, bt_diag *diag) {
     char **dirs = NULL;
     size_t n = 0;
     int explicit = 0;
     int rc = load_candidates(path, &dirs, &n, &explicit, diag), any = 1;
-    load_start start = {t->step, t->first_sample, t->skipped_steps, t->scaler};
+    load_start start = {t->step, t->first_sample, t->skipped_steps, t->scaler,
+                        t->ld.cfg.mix_by_slot};
     /* the later stages' newest checkpoints passed over, as many as every rank found (a
      * rank that could not read a manifest stops counting there; load_one refuses a later
      * stage's checkpoint after it all the same, through the ranks' vote) */
@@ -387,6 +467,8 @@ int train_ckpt_load(trainer *t, const char *path, comm *world, bt_diag *diag) {
      * earlier stage is taken: its hand-off would train the stage again from step 0 */
     int own_root = !explicit && t->spec->run_dir && strcmp(path, t->spec->run_dir) == 0;
     int refused_own = 0;
+    /* changed data is refused outright: an older checkpoint of the stage read the same */
+    if (rc == 0 && first < n) rc = load_data_vote(t, dirs[first], world, diag);
     for (size_t i = first; rc == 0 && i < n && any; i++) {
         bt_diag mine;
         bt_diag_init(&mine);
