@@ -283,7 +283,11 @@ static int status_load(status_view *v, const char *dir, bt_diag *diag) {
         bt_diag_set(diag, "%s: not a run directory (no journal)", dir);
         rc = BT_EINVAL;
     }
-    if (rc != 0) return rc;
+    if (rc != 0) {
+        journal_records_free(v->rec, v->n); /* an empty array may be allocated */
+        v->rec = NULL, v->n = 0;
+        return rc;
+    }
     if (!run_dir_read_worker(dir, v->worker, sizeof v->worker)) v->worker[0] = '\0';
     bt_diag ignore;
     bt_diag_init(&ignore);
