@@ -235,6 +235,7 @@ int cmd_launch(int argc, char **argv) {
         launch_server_close(&srv);
         goto done;
     }
+    if (job.fds_note[0]) fprintf(stderr, "baton launch: %s\n", job.fds_note);
     rc = launch_job_start(&job, &diag);
     if (rc != 0) fprintf(stderr, "baton launch: %s\n", diag.msg);
     status = launch_run(&job, sfd);

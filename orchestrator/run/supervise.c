@@ -681,7 +681,8 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
                       .env_extra = env,
                       .kill_grace_s = RUN_KILL_GRACE_S,
                       .on_output = run_progress_line,
-                      .output_arg = &c->prog};
+                      .output_arg = &c->prog,
+                      .fds_per_rank = c->cs_open}; /* each rank's control connection */
     if (c->o->slurm && run_slurm_opts(c, &lo, argv, i, attempt, (int)world, store_env,
                                       sizeof store_env, &d) != 0) {
         run_err(c, "%s\n", d.msg);
@@ -711,6 +712,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     launch_job job;
     c->spec = spec, c->topo_checked = 0, c->topo_refused = 0;
     int hung = 0, rc = launch_job_init(&job, &c->srv, &lo, &d);
+    if (rc == 0 && job.fds_note[0]) run_err(c, "%s\n", job.fds_note);
     rc = rc ? rc : launch_job_start(&job, &d);
     rc = rc ? rc : run_watch(c, &job, (uint32_t)i, attempt, *hang_s, &hung);
     attempt_end end = ATTEMPT_FATAL;

@@ -31,10 +31,12 @@ fail() {
   failures=$((failures + 1))
 }
 
-# launch ARGS...: runs baton launch ARGS with a hard outer bound; sets out, rc, secs.
+# launch ARGS...: runs baton launch ARGS with a hard outer bound (under `ulimit $ulim` when
+# ulim is set); sets out, rc, secs.
 launch() {
   local t0=$SECONDS
-  out=$(timeout -s KILL 45 "$baton" launch "$@" 2>&1)
+  out=$(if [[ -n ${ulim:-} ]]; then ulimit $ulim || exit 99; fi
+    timeout -s KILL 45 "$baton" launch "$@" 2>&1)
   rc=$?
   secs=$((SECONDS - t0))
   printf '%s\n' "$out" | sed 's/^/    | /'
@@ -211,6 +213,18 @@ signal-launcher)
   expect_rc 143
   expect_line '^baton launch: got SIGTERM, stopping all ranks$'
   expect_line '^baton launch: job stopped; stopped 3 ranks: 0 1 2$'
+  ;;
+fd-limit)
+  # 32 ranks need about 4 descriptors each: refused before any starts (exit 2, the limits
+  # and the count named), never a start that fails part way on EMFILE
+  ulim="-n 100" launch -n 32 -- sh -c : "$tag"
+  expect_rc 2
+  expect_line '^baton launch: 32 ranks need about [0-9]+ open files here .* RLIMIT_NOFILE allows 100 \(soft\) and 100 \(hard\): raise the hard limit \(ulimit -Hn [0-9]+'
+  expect_no_line 'Too many open files'
+  # a soft limit under the hard one is raised to it, and that is said
+  ulim="-Sn 100" launch -n 32 -- sh -c : "$tag"
+  expect_rc 0
+  expect_line '^baton launch: 32 ranks need about [0-9]+ open files here, over the soft limit \(RLIMIT_NOFILE, ulimit -n\) of 100: raised it to [0-9]+ \(the hard limit '
   ;;
 example-hello)
   launch -n 4 -- "$prog" "$tag"

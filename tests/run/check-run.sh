@@ -900,6 +900,40 @@ print("stages", st, "failure at step", fl[0]["step"], "(struck after", k, ") rec
   grep -q "^\[pretrain\] recovered: step " run.out || fail "the recovery was not said"
   echo "$case: steps, the failure's step, the recovery and valid losses without the ranks' output"
   ;;
+fd-limit)
+  # 32 ranks under `ulimit -n 120`: refused before any worker starts, exit 2, not retried
+  # (every attempt would fail alike on EMFILE), the limits and the count needed named
+  cat >wide.yaml <<'YAML'
+name: wide
+seed: 3
+model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 176,
+        vocab_size: 272, rope: {theta: 10000}}
+cluster: {nodes: 2, gpus_per_node: 16, device: cpu}
+data: {train: data/fortunes_train, valid: data/fortunes_valid}
+defaults:
+  seq_len: 32
+  global_batch: 32
+  micro_batch: 1
+  parallel: {tp: 1, pp: 1, dp: 32}
+  restart: {max_restarts: 3, backoff: 0.2s}
+stages:
+  - name: pretrain
+    steps: 2
+YAML
+  set +e; (ulimit -n 120; "$baton" run wide.yaml --run-dir r1 >run.out 2>&1); rc=$?; set -e
+  [[ $rc == 2 ]] || fail "baton run under ulimit -n 120 exited $rc, not 2"
+  grep -Eq "^baton run: cannot launch the workers: 32 ranks need about [0-9]+ open files here .* RLIMIT_NOFILE allows 120 \(soft\) and 120 \(hard\)" run.out ||
+    fail "no message naming the limits"
+  ! grep -q "restarting stage" run.out || fail "the launch was retried"
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+fl = s["failure_list"]
+assert s["state"] == "failed" and s["stages"][0]["attempts"] == 1, s
+assert len(fl) == 1 and not fl[0]["retryable"] and "RLIMIT_NOFILE" in fl[0]["cause"], fl' ||
+    fail "status after the refused launch"
+  echo "$case: 32 ranks under ulimit -n 120 refused at once (exit 2), not retried"
+  ;;
 init-end)
   cat >one.yaml <<'YAML'
 name: one
