@@ -226,6 +226,15 @@ fd-limit)
   expect_rc 0
   expect_line '^baton launch: 32 ranks need about [0-9]+ open files here, over the soft limit \(RLIMIT_NOFILE, ulimit -n\) of 100: raised it to [0-9]+ \(the hard limit '
   ;;
+comm)
+  # baton keeps its name (comm: what ps -C, pgrep, top and killall match) also where it
+  # executed itself again for OpenBLAS's kernels (worker/cpu/cpu_blas_core.h): the
+  # rank's parent is the launcher
+  launch -n 2 -- sh -c 'cat /proc/$PPID/comm' "$tag"
+  expect_rc 0
+  expect_line '^\[0\] baton$'
+  expect_line '^\[1\] baton$'
+  ;;
 example-hello)
   launch -n 4 -- "$prog" "$tag"
   expect_rc 0
