@@ -784,18 +784,37 @@ static int launch_who(const launch_job *job, int r, char *buf, size_t cap) {
     return snprintf(buf, cap, "rank %d (node node%d, pid %ld)", r, rk->node, (long)rk->pid);
 }
 
-/* The ranks the launcher stopped, e.g. "; stopped 3 rank(s): 1 2 3". */
+void launch_rank_ranges(const unsigned char *in, int n, char *buf, size_t cap) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int r = 0; r < n && len < cap; r++) {
+        if (!in[r]) continue;
+        int end = r;
+        while (end + 1 < n && in[end + 1])
+            end++;
+        if (end - r >= 2) /* three or more in a row */
+            len += (size_t)snprintf(buf + len, cap - len, "%s%d-%d", len ? " " : "", r, end);
+        else
+            for (int k = r; k <= end && len < cap; k++)
+                len += (size_t)snprintf(buf + len, cap - len, "%s%d", len ? " " : "", k);
+        r = end;
+    }
+}
+
+/* The ranks the launcher stopped, e.g. "; stopped 3 other ranks: 0 1 3" or
+ * "; stopped 127 other ranks: 0-4 6-127". */
 static void launch_describe_stopped(const launch_job *job, char *buf, size_t cap) {
     size_t len = strlen(buf);
     int n = 0;
-    for (int r = 0; r < job->nprocs; r++)
-        n += job->ranks[r].stopped && r != job->failed_rank;
-    if (n == 0 || len >= cap) return;
-    len += (size_t)snprintf(buf + len, cap - len, "; stopped %d %srank%s:", n,
-                            job->failed_rank >= 0 ? "other " : "", n == 1 ? "" : "s");
-    for (int r = 0; r < job->nprocs && len < cap; r++)
-        if (job->ranks[r].stopped && r != job->failed_rank)
-            len += (size_t)snprintf(buf + len, cap - len, " %d", r);
+    unsigned char *in = calloc((size_t)job->nprocs, 1);
+    for (int r = 0; in != NULL && r < job->nprocs; r++)
+        n += in[r] = job->ranks[r].stopped && r != job->failed_rank;
+    if (n > 0 && len < cap) {
+        len += (size_t)snprintf(buf + len, cap - len, "; stopped %d %srank%s: ", n,
+                                job->failed_rank >= 0 ? "other " : "", n == 1 ? "" : "s");
+        if (len < cap) launch_rank_ranges(in, job->nprocs, buf + len, cap - len);
+    }
+    free(in);
 }
 
 void launch_job_describe(const launch_job *job, char *buf, size_t cap) {

@@ -144,6 +144,9 @@ typedef struct launch_job {
  * said in job->fds_note), resolves the program through PATH and registers the namespace.
  * The job keeps pointers into opts->argv and opts->env_extra until close. */
 int launch_job_init(launch_job *job, launch_server *srv, const launch_opts *opts, bt_diag *diag);
+/* The ranks r < n with in[r] set, in order, runs of three or more as "a-b":
+ * "0 1 3", "0-4 6-127". */
+void launch_rank_ranges(const unsigned char *in, int n, char *buf, size_t cap);
 
 /* Forks and execs every rank, each in its own process group, with the PMIx env. On an
  * error after some ranks started, those are being stopped: keep stepping (or close). */
