@@ -152,10 +152,12 @@ void run_progress_line(void *arg, int rank, int stream, const char *line, size_t
         progress_ckpt(p, buf);
     else if (strncmp(buf, "started from ", 13) == 0)
         progress_started(p, buf);
-    /* the closing validation comes over the control channel when there is one */
-    int valid = strncmp(buf, "valid loss", 10) == 0;
-    if (!p->quiet && ((valid && (!p->channel || strncmp(buf, "valid loss not", 14) == 0)) ||
-                      strncmp(buf, "started from", 12) == 0)) {
+    /* the closing validation comes with the metrics once they arrive; this line only
+     * before (no control channel, or rank 0 not connected to it), and only once */
+    int valid = strncmp(buf, "valid loss", 10) == 0, none = strncmp(buf, "valid loss not", 14) == 0;
+    if (valid && !none && (p->metrics || p->valid_shown)) return;
+    if (valid && !none) p->valid_shown = 1;
+    if (!p->quiet && (valid || strncmp(buf, "started from", 12) == 0)) {
         run_progress_end(p);
         printf("[%s] %s\n", p->stage, buf);
     }

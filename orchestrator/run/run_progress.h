@@ -19,9 +19,8 @@ typedef struct run_progress {
     FILE *log;
     const char *stage;
     int tty, quiet;
-    int channel; /* the control channel is open: the closing validation comes over it */
-    int metrics; /* Metrics arrived this attempt: stdout's step lines no longer count */
-    int valid_shown;
+    int metrics;     /* Metrics arrived this attempt: stdout's step lines no longer count */
+    int valid_shown; /* the closing validation's line was printed (from either source) */
     /* rank 0's latest step (Metrics, else its step line) */
     int have_step;
     uint64_t step, total;

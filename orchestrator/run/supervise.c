@@ -694,7 +694,6 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
                              .stage = c->doc->recipe->stages[i]->name,
                              .tty = isatty(1),
                              .quiet = c->o->quiet,
-                             .channel = c->cs_open,
                              .total = spec->stage->steps};
     if (c->prog.log) setvbuf(c->prog.log, NULL, _IOLBF, 0); /* readable while it runs */
     Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
