@@ -152,18 +152,51 @@ static int launch_signals(sigset_t *set) {
     return signalfd(-1, set, SFD_CLOEXEC | SFD_NONBLOCK);
 }
 
-/* One line per rank the launcher stopped, saying how it ended. */
+#define LAUNCH_STOPPED_EACH 8 /* up to this many stopped ranks: a line each */
+
+static void launch_stopped_how(const launch_rank *rk, char *buf, size_t cap) {
+    if (rk->term_signal != 0)
+        snprintf(buf, cap, "killed by signal SIG%s", sigabbrev_np(rk->term_signal));
+    else
+        snprintf(buf, cap, "exited with status %d", rk->exit_status);
+}
+
+/* How the ranks the launcher stopped ended: a line each (with node and pid) when there
+ * are a few; else a line per way they ended, naming the ranks in ranges. */
 static void launch_report_stopped(const launch_job *job) {
+    int n = 0;
+    char how[64], other[64];
+    for (int r = 0; r < job->nprocs; r++)
+        n += job->ranks[r].stopped && r != job->failed_rank;
+    unsigned char *left = n > LAUNCH_STOPPED_EACH ? calloc((size_t)job->nprocs, 2) : NULL;
     for (int r = 0; r < job->nprocs; r++) {
         const launch_rank *rk = &job->ranks[r];
         if (!rk->stopped || r == job->failed_rank) continue;
-        fprintf(stderr, "baton launch: stopped rank %d (node node%d, pid %ld): ", r, rk->node,
-                (long)rk->pid);
-        if (rk->term_signal != 0)
-            fprintf(stderr, "killed by signal SIG%s\n", sigabbrev_np(rk->term_signal));
+        launch_stopped_how(rk, how, sizeof how);
+        if (left == NULL)
+            fprintf(stderr, "baton launch: stopped rank %d (node node%d, pid %ld): %s\n", r,
+                    rk->node, (long)rk->pid, how);
         else
-            fprintf(stderr, "exited with status %d\n", rk->exit_status);
+            left[r] = 1;
     }
+    if (left == NULL) return;
+    unsigned char *same = left + job->nprocs;
+    char ranks[2048];
+    for (int r = 0; r < job->nprocs; r++) {
+        if (!left[r]) continue;
+        launch_stopped_how(&job->ranks[r], how, sizeof how);
+        int k = 0;
+        for (int q = r; q < job->nprocs; q++) {
+            same[q] = 0;
+            if (!left[q]) continue;
+            launch_stopped_how(&job->ranks[q], other, sizeof other);
+            if (strcmp(how, other) == 0) same[q] = 1, left[q] = 0, k++;
+        }
+        launch_rank_ranges(same, job->nprocs, ranks, sizeof ranks);
+        fprintf(stderr, "baton launch: stopped %d rank%s (%s): %s\n", k, k == 1 ? "" : "s", ranks,
+                how);
+    }
+    free(left);
 }
 
 static int launch_run(launch_job *job, int sfd) {
@@ -235,6 +268,7 @@ int cmd_launch(int argc, char **argv) {
         launch_server_close(&srv);
         goto done;
     }
+    if (job.fds_note[0]) fprintf(stderr, "baton launch: %s\n", job.fds_note);
     rc = launch_job_start(&job, &diag);
     if (rc != 0) fprintf(stderr, "baton launch: %s\n", diag.msg);
     status = launch_run(&job, sfd);

@@ -70,11 +70,14 @@ static void control_metrics_in(control_server *cs, uint32_t rank, const Baton__M
     if (m->has_valid_loss) { /* the closing validation, not a step */
         control_metrics_write_valid(&cs->sink, &w, m->step, m->valid_loss, m->valid_windows, now,
                                     cs->diag);
+        control_valid v = {.step = m->step, .loss = m->valid_loss, .windows = m->valid_windows};
+        if (cs->on_metrics) cs->on_metrics(cs->metrics_arg, NULL, &v);
         return;
     }
     control_metrics_from(m, rank, now, &cs->last);
     cs->have_metrics = 1;
     control_metrics_write(&cs->sink, &w, &cs->last, cs->diag);
+    if (cs->on_metrics) cs->on_metrics(cs->metrics_arg, &cs->last, NULL);
 }
 
 /* The first Fatal, unless a configuration error (code 2) comes after another rank's:

@@ -15,6 +15,8 @@ typedef enum replay_from {
 
 typedef struct replay {
     control_metrics_sink *sink;
+    control_metrics_cb cb; /* the server's on_metrics for its current attempt, else NULL */
+    void *cb_arg;
     const control_metrics_where *w;
     replay_from from;
     uint64_t after;
@@ -31,9 +33,12 @@ static double replay_now(void) {
 static int replay_one(void *arg, const Baton__Metrics *m) {
     replay *r = arg;
     double t = m->has_time ? m->time : replay_now();
-    if (m->has_valid_loss) /* written unless valid.jsonl holds it */
+    if (m->has_valid_loss) { /* written unless valid.jsonl holds it */
+        control_valid v = {.step = m->step, .loss = m->valid_loss, .windows = m->valid_windows};
+        if (r->cb) r->cb(r->cb_arg, NULL, &v);
         return control_metrics_write_valid(r->sink, r->w, m->step, m->valid_loss, m->valid_windows,
                                            t, r->diag);
+    }
     if (r->from == REPLAY_AFTER && m->step <= r->after) return 0;
     if (r->from == REPLAY_PAST && r->sink->have_step &&
         r->w->step_offset + m->step <= r->sink->max_step)
@@ -42,6 +47,7 @@ static int replay_one(void *arg, const Baton__Metrics *m) {
     control_metrics_from(m, 0, t, &c);
     int rc = control_metrics_write(r->sink, r->w, &c, r->diag);
     if (rc == 0) r->n++;
+    if (rc == 0 && r->cb) r->cb(r->cb_arg, &c, NULL);
     return rc;
 }
 
@@ -56,6 +62,8 @@ int control_server_replay(control_server *cs, const control_metrics_where *w, co
         r.from = REPLAY_AFTER;
     else
         r.from = REPLAY_PAST;
+    if (w->stage_index == cs->stage_index && w->attempt == cs->attempt)
+        r.cb = cs->on_metrics, r.cb_arg = cs->metrics_arg;
     *n = 0, *busy = 0;
     if (s->jsonl_path[0] == '\0') return 0; /* no metrics.jsonl to mend */
     int rc = metrics_log_read(path, wait_s, busy, replay_one, &r, diag);

@@ -55,6 +55,17 @@ typedef struct control_fatal {
 
 typedef struct control_conn control_conn; /* private */
 
+/* A stage's closing validation, as rank 0 sent it. */
+typedef struct control_valid {
+    uint64_t step;
+    double loss;
+    uint32_t windows;
+} control_valid;
+
+/* Called with each of rank 0's Metrics of the current attempt as it is applied: a step's
+ * (v NULL) or the closing validation (m NULL). */
+typedef void (*control_metrics_cb)(void *arg, const control_metrics *m, const control_valid *v);
+
 typedef struct control_server {
     /* Read-only for the caller. */
     char address[300];    /* "host:port" the workers connect to */
@@ -69,6 +80,10 @@ typedef struct control_server {
     control_fatal fatal;
     unsigned rejected;    /* connections closed for a bad token, garbage or oversize */
     unsigned send_failed; /* Stop messages that could not be sent whole */
+    /* Set by the caller (NULL: none): rank 0's metrics of the current attempt, live and
+     * replayed (control_server_replay) alike, as they are applied. */
+    control_metrics_cb on_metrics;
+    void *metrics_arg;
     /* Private. */
     int listen_fd;
     control_conn *conns;
@@ -140,7 +155,8 @@ int control_server_stop_all(control_server *cs, int checkpoint, const char *reas
  * stage's or attempt's (the journal is older than the file), only those past its largest
  * global step. The closing validation goes to valid.jsonl unless there. Waits up to wait_s for a
  * rank 0 still writing the log (*busy set when it outlasted that). *n: the step records written.
- * For the time no attempt runs. */
+ * For the time no attempt runs. The records of the current attempt (cs->stage_index and
+ * cs->attempt) go to cs->on_metrics too. */
 int control_server_replay(control_server *cs, const control_metrics_where *w, const char *path,
                           double wait_s, unsigned *n, int *busy, bt_diag *diag);
 

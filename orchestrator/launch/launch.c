@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/pidfd.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -34,6 +35,7 @@
 #include <unistd.h>
 
 #include "launch.h"
+#include "launch_fds.h"
 #include "util/clock.h"
 #include "pmix_host.h"
 
@@ -145,6 +147,9 @@ int launch_job_init(launch_job *job, launch_server *srv, const launch_opts *opts
     job->failed_rank = job->cand_rank = -1;
     job->srv = srv;
     int rc = launch_check_opts(opts, diag);
+    int per_rank = LAUNCH_FDS_PER_RANK - (opts->plain ? 1 : 0) + opts->fds_per_rank;
+    if (rc == 0)
+        rc = launch_fds_check(opts->nprocs, per_rank, job->fds_note, sizeof job->fds_note, diag);
     if (rc != 0) return rc;
     job->opts = *opts;
     if (job->opts.nnodes == 0) job->opts.nnodes = 1;
@@ -258,10 +263,23 @@ static int launch_child_fds(int p[7], bt_diag *diag) {
         pipe2(p, O_CLOEXEC) == 0 && pipe2(p + 2, O_CLOEXEC) == 0 && pipe2(p + 4, O_CLOEXEC) == 0;
     if (ok) ok = (p[6] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;
     if (ok) return 0;
-    bt_diag_set(diag, "cannot create pipes for a rank: %s", strerror(errno));
+    int e = errno, full = e == EMFILE || e == ENFILE; /* the same at every attempt */
+    struct rlimit rl = {0, 0};
+    getrlimit(RLIMIT_NOFILE, &rl);
+    char soft[24] = "unlimited", hard[24] = "unlimited";
+    if (rl.rlim_cur != RLIM_INFINITY)
+        snprintf(soft, sizeof soft, "%llu", (unsigned long long)rl.rlim_cur);
+    if (rl.rlim_max != RLIM_INFINITY)
+        snprintf(hard, sizeof hard, "%llu", (unsigned long long)rl.rlim_max);
+    if (full)
+        bt_diag_set(diag, "cannot create pipes for a rank: %s (%s; RLIMIT_NOFILE soft %s, hard %s)",
+                    strerror(e), e == EMFILE ? "this process's limit" : "the system's file table",
+                    soft, hard);
+    else
+        bt_diag_set(diag, "cannot create pipes for a rank: %s", strerror(e));
     for (int i = 0; i < 7; i++)
         launch_close_fd(&p[i]);
-    return BT_EIO;
+    return full ? BT_ERANGE : BT_EIO;
 }
 
 /* Waits for the child's exec: 0 once it happened, else the errno it failed with. */
@@ -766,18 +784,37 @@ static int launch_who(const launch_job *job, int r, char *buf, size_t cap) {
     return snprintf(buf, cap, "rank %d (node node%d, pid %ld)", r, rk->node, (long)rk->pid);
 }
 
-/* The ranks the launcher stopped, e.g. "; stopped 3 rank(s): 1 2 3". */
+void launch_rank_ranges(const unsigned char *in, int n, char *buf, size_t cap) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int r = 0; r < n && len < cap; r++) {
+        if (!in[r]) continue;
+        int end = r;
+        while (end + 1 < n && in[end + 1])
+            end++;
+        if (end - r >= 2) /* three or more in a row */
+            len += (size_t)snprintf(buf + len, cap - len, "%s%d-%d", len ? " " : "", r, end);
+        else
+            for (int k = r; k <= end && len < cap; k++)
+                len += (size_t)snprintf(buf + len, cap - len, "%s%d", len ? " " : "", k);
+        r = end;
+    }
+}
+
+/* The ranks the launcher stopped, e.g. "; stopped 3 other ranks: 0 1 3" or
+ * "; stopped 127 other ranks: 0-4 6-127". */
 static void launch_describe_stopped(const launch_job *job, char *buf, size_t cap) {
     size_t len = strlen(buf);
     int n = 0;
-    for (int r = 0; r < job->nprocs; r++)
-        n += job->ranks[r].stopped && r != job->failed_rank;
-    if (n == 0 || len >= cap) return;
-    len += (size_t)snprintf(buf + len, cap - len, "; stopped %d %srank%s:", n,
-                            job->failed_rank >= 0 ? "other " : "", n == 1 ? "" : "s");
-    for (int r = 0; r < job->nprocs && len < cap; r++)
-        if (job->ranks[r].stopped && r != job->failed_rank)
-            len += (size_t)snprintf(buf + len, cap - len, " %d", r);
+    unsigned char *in = calloc((size_t)job->nprocs, 1);
+    for (int r = 0; in != NULL && r < job->nprocs; r++)
+        n += in[r] = job->ranks[r].stopped && r != job->failed_rank;
+    if (n > 0 && len < cap) {
+        len += (size_t)snprintf(buf + len, cap - len, "; stopped %d %srank%s: ", n,
+                                job->failed_rank >= 0 ? "other " : "", n == 1 ? "" : "s");
+        if (len < cap) launch_rank_ranges(in, job->nprocs, buf + len, cap - len);
+    }
+    free(in);
 }
 
 void launch_job_describe(const launch_job *job, char *buf, size_t cap) {

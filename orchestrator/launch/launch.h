@@ -103,10 +103,12 @@ typedef struct launch_opts {
     double kill_grace_s;        /* SIGTERM -> SIGKILL delay when stopping; < 0 means 5 s */
     launch_output_cb on_output; /* NULL: write "[rank] line" to our stdout/stderr */
     void *output_arg;
-    int plain; /* the processes are not PMIx clients of ours but a launcher that wires its
-                  own ranks (srun --mpi=pmix): no namespace, no PMIX_* variables in their
-                  env, no BATON_JOB_DIR or BATON_HOST_RANKS (every rank's: the job's
-                  process count, all on this host); supervised like ranks otherwise */
+    int plain;        /* the processes are not PMIx clients of ours but a launcher that wires its
+                         own ranks (srun --mpi=pmix): no namespace, no PMIX_* variables in their
+                         env, no BATON_JOB_DIR or BATON_HOST_RANKS (every rank's: the job's
+                         process count, all on this host); supervised like ranks otherwise */
+    int fds_per_rank; /* descriptors the caller itself holds per rank (a control channel's
+                         connection): counted in launch_job_init's RLIMIT_NOFILE check */
 } launch_opts;
 
 typedef struct launch_job {
@@ -118,6 +120,7 @@ typedef struct launch_job {
     launch_cause cause; /* LAUNCH_RUNNING until the job is over */
     int failed_rank;    /* the rank behind cause, or -1 (success, timeout, stop) */
     double elapsed_s;   /* from start to the last reap */
+    char fds_note[256]; /* "" or: the soft RLIMIT_NOFILE was raised for the job (say it) */
     /* Private. */
     launch_server *srv;
     launch_opts opts;
@@ -136,9 +139,14 @@ typedef struct launch_job {
     size_t pfd_cap;
 } launch_job;
 
-/* Validates opts, resolves the program through PATH and registers the namespace. The
- * job keeps pointers into opts->argv and opts->env_extra until close. */
+/* Validates opts, checks that the job's descriptors fit under RLIMIT_NOFILE (launch_fds.h;
+ * BT_ERANGE when they cannot, the soft limit raised to the hard one when that is enough,
+ * said in job->fds_note), resolves the program through PATH and registers the namespace.
+ * The job keeps pointers into opts->argv and opts->env_extra until close. */
 int launch_job_init(launch_job *job, launch_server *srv, const launch_opts *opts, bt_diag *diag);
+/* The ranks r < n with in[r] set, in order, runs of three or more as "a-b":
+ * "0 1 3", "0-4 6-127". */
+void launch_rank_ranges(const unsigned char *in, int n, char *buf, size_t cap);
 
 /* Forks and execs every rank, each in its own process group, with the PMIx env. On an
  * error after some ranks started, those are being stopped: keep stepping (or close). */

@@ -666,27 +666,43 @@ void pmixhost_env_free(char **env) {
 
 /* A copy of base without inherited PMIx wiring (e.g. when we run under srun or another
  * launcher): those variables would point our clients at the wrong server. */
-static char **pmixhost_env_copy(char *const *base, const char *hostname) {
+static char **pmixhost_env_copy(char *const *base) {
     size_t n = 0;
     while (base != NULL && base[n] != NULL)
         n++;
-    char **env = calloc(n + 2, sizeof *env);
+    char **env = calloc(n + 1, sizeof *env);
     if (env == NULL) return NULL;
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         if (strncmp(base[i], "PMIX_", 5) == 0 && strncmp(base[i], "PMIX_MCA_", 9) != 0) continue;
-        if ((env[k] = strdup(base[i])) == NULL) goto error;
+        if ((env[k] = strdup(base[i])) == NULL) {
+            pmixhost_env_free(env);
+            return NULL;
+        }
         k++;
     }
-    /* PMIx clients take their host name from here, which places them on their node. */
-    if (asprintf(&env[k], "PMIX_HOSTNAME=%s", hostname) < 0) {
-        env[k] = NULL;
-        goto error;
-    }
     return env;
-error:
-    pmixhost_env_free(env);
-    return NULL;
+}
+
+/* Sets NAME=value in *env (NAME the text before '=' of `set`), replacing every entry of
+ * that name; 0, or -1 out of memory. */
+static int pmixhost_env_put(char ***env, const char *set) {
+    size_t name = strcspn(set, "=") + 1, n = 0, put = 0;
+    char **e = *env;
+    for (; e[n] != NULL; n++)
+        if (strncmp(e[n], set, name) == 0) {
+            char *v = strdup(set);
+            if (v == NULL) return -1;
+            free(e[n]);
+            e[n] = v, put = 1;
+        }
+    if (put) return 0;
+    char **grown = realloc(e, (n + 2) * sizeof *e);
+    if (grown == NULL) return -1;
+    *env = grown;
+    if ((grown[n] = strdup(set)) == NULL) return -1;
+    grown[n + 1] = NULL;
+    return 0;
 }
 
 int pmixhost_client_setup(launch_server *srv, pmixhost_ns *ns, int rank, char *const *base,
@@ -695,9 +711,10 @@ int pmixhost_client_setup(launch_server *srv, pmixhost_ns *ns, int rank, char *c
     *env = NULL;
     pmix_proc_t proc;
     PMIX_LOAD_PROCID(&proc, ns->name, (pmix_rank_t)rank);
-    char host[32];
-    snprintf(host, sizeof host, "node%d", pmixhost_node_of(rank, ns->nprocs, ns->nnodes));
-    char **e = pmixhost_env_copy(base, host);
+    char host[48];
+    snprintf(host, sizeof host, "PMIX_HOSTNAME=node%d",
+             pmixhost_node_of(rank, ns->nprocs, ns->nnodes));
+    char **e = pmixhost_env_copy(base);
     pmixhost_wait *w = e != NULL ? pmixhost_wait_new() : NULL;
     if (w == NULL) {
         pmixhost_env_free(e);
@@ -707,6 +724,9 @@ int pmixhost_client_setup(launch_server *srv, pmixhost_ns *ns, int rank, char *c
     pmix_status_t rc = pmixhost_wait_for(
         w, PMIx_server_register_client(&proc, getuid(), getgid(), NULL, pmixhost_wait_cb, w));
     if (rc == PMIX_SUCCESS) rc = PMIx_server_setup_fork(&proc, &e);
+    /* PMIx clients take their host name from here, which places them on their node;
+     * PMIx_server_setup_fork writes the server's own (node0) over it, so it comes after */
+    if (rc == PMIX_SUCCESS && pmixhost_env_put(&e, host) != 0) rc = PMIX_ERR_NOMEM;
     if (rc != PMIX_SUCCESS) {
         pmixhost_env_free(e);
         bt_diag_set(diag, "cannot set up PMIx client %s:%d: %s", ns->name, rank,

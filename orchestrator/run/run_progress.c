@@ -59,21 +59,33 @@ static void progress_skipped(run_progress *p, const char *line) {
     if (p->tty && p->have_step) progress_show(p);
 }
 
+/* A step completed: one past the latest (the other source's copy of a step is dropped). */
+static void progress_update(run_progress *p, uint64_t s, double loss, double lr, double gn,
+                            double tok) {
+    if (p->have_step && s <= p->step) return;
+    p->have_step = 1, p->step = s;
+    p->loss = loss, p->lr = lr, p->grad_norm = gn, p->tokens_per_s = tok;
+    p->last_step_at = bt_clock_now();
+    if (p->steps_seen++ == 0) p->first_step = s, p->first_step_at = p->last_step_at;
+    progress_show(p);
+}
+
 /* rank 0's "step N/M  loss L  lr R  grad_norm G  T tok/s ..." */
 static void progress_step(run_progress *p, const char *line) {
     unsigned long long s, t;
     double loss, lr, gn, tok;
-    if (sscanf(line, "step %llu/%llu loss %lf lr %lf grad_norm %lf %lf tok/s", &s, &t, &loss, &lr,
-               &gn, &tok) != 6)
+    if (p->metrics || sscanf(line, "step %llu/%llu loss %lf lr %lf grad_norm %lf %lf tok/s", &s, &t,
+                             &loss, &lr, &gn, &tok) != 6)
         return;
-    p->have_step = 1, p->step = s, p->total = t;
-    p->loss = loss, p->lr = lr, p->grad_norm = gn, p->tokens_per_s = tok;
+    if (p->total == 0) p->total = t;
     const char *scale = strstr(line, "  loss_scale ");
     double ls;
     if (scale != NULL && sscanf(scale, "  loss_scale %lf", &ls) == 1) p->loss_scale = ls;
-    p->last_step_at = bt_clock_now();
-    if (p->steps_seen++ == 0) p->first_step = s, p->first_step_at = p->last_step_at;
-    progress_show(p);
+    progress_update(p, s, loss, lr, gn, tok);
+}
+
+void run_progress_at(run_progress *p, uint64_t step) {
+    if (!p->have_step && step > p->step) p->step = step;
 }
 
 /* "started from CKPT at step N ...": an attempt resumed at step N has done N steps even
@@ -82,7 +94,29 @@ static void progress_started(run_progress *p, const char *line) {
     unsigned long long s;
     const char *at = strstr(line, " at step ");
     if (at == NULL || sscanf(at, " at step %llu", &s) != 1) return;
-    if (s > p->step) p->step = s;
+    run_progress_at(p, s);
+}
+
+static void progress_valid(run_progress *p, const control_valid *v) {
+    if (p->valid_shown) return; /* a replay repeats what arrived live */
+    p->valid_shown = 1;
+    if (p->quiet) return;
+    run_progress_end(p);
+    printf("[%s] valid loss %.6f (%.4f bits per token) over %u windows after step %llu\n", p->stage,
+           v->loss, v->loss / 0.6931471805599453, v->windows, (unsigned long long)v->step);
+    fflush(stdout);
+}
+
+void run_progress_metrics(void *arg, const control_metrics *m, const control_valid *v) {
+    run_progress *p = arg;
+    if (v != NULL) {
+        progress_valid(p, v);
+        return;
+    }
+    p->metrics = 1;
+    if (m->skipped_steps > p->skipped) p->skipped = m->skipped_steps;
+    if (m->loss_scale > 0) p->loss_scale = m->loss_scale;
+    progress_update(p, m->step, m->loss, m->lr, m->grad_norm, m->tokens_per_s);
 }
 
 /* "checkpoint NAME: saved in ..." (sync) or "checkpoint NAME: committed" (async); an
@@ -118,8 +152,12 @@ void run_progress_line(void *arg, int rank, int stream, const char *line, size_t
         progress_ckpt(p, buf);
     else if (strncmp(buf, "started from ", 13) == 0)
         progress_started(p, buf);
-    if (!p->quiet &&
-        (strncmp(buf, "valid loss", 10) == 0 || strncmp(buf, "started from", 12) == 0)) {
+    /* the closing validation comes with the metrics once they arrive; this line only
+     * before (no control channel, or rank 0 not connected to it), and only once */
+    int valid = strncmp(buf, "valid loss", 10) == 0, none = strncmp(buf, "valid loss not", 14) == 0;
+    if (valid && !none && (p->metrics || p->valid_shown)) return;
+    if (valid && !none) p->valid_shown = 1;
+    if (!p->quiet && (valid || strncmp(buf, "started from", 12) == 0)) {
         run_progress_end(p);
         printf("[%s] %s\n", p->stage, buf);
     }

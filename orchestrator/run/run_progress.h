@@ -1,20 +1,27 @@
-/* What an attempt's ranks print: every line to the attempt's log file; rank 0's step
- * lines parsed into progress (step, loss, tokens/s, fp16's loss scale; the count of
- * skipped updates from its "update skipped" lines) and shown on the terminal (a bar
- * redrawn in place on a tty, a plain line every 5% otherwise; "skipped N" once N is not
- * 0, "scale S" for fp16); stderr lines of any rank
- * shown with the rank; checkpoint lines noted for the journal. */
+/* An attempt's progress and what its ranks print: every line to the attempt's log file.
+ * Progress (step, loss, tokens/s, fp16's loss scale, the count of skipped updates) comes
+ * from rank 0's Metrics over the control channel (run_progress_metrics), which arrive
+ * whatever becomes of the ranks' stdout (a --worker wrapper may send it to a file); rank
+ * 0's step lines on stdout count only until the first Metrics arrive (no control
+ * channel, or a rank 0 that could not connect). Shown on the terminal: a bar redrawn in
+ * place on a tty, a plain line every 5% otherwise ("skipped N" once N is not 0, "scale S"
+ * for fp16), and the closing validation; stderr lines of any rank shown with the rank;
+ * checkpoint lines noted for the journal. */
 #ifndef BATON_RUN_PROGRESS_H
 #define BATON_RUN_PROGRESS_H
 
 #include <stdint.h>
 #include <stdio.h>
 
+#include "control_server.h"
+
 typedef struct run_progress {
     FILE *log;
     const char *stage;
     int tty, quiet;
-    /* rank 0's latest step line */
+    int metrics;     /* Metrics arrived this attempt: stdout's step lines no longer count */
+    int valid_shown; /* the closing validation's line was printed (from either source) */
+    /* rank 0's latest step (Metrics, else its step line) */
     int have_step;
     uint64_t step, total;
     double loss, lr, grad_norm, tokens_per_s;
@@ -33,6 +40,11 @@ typedef struct run_progress {
 
 /* launch_output_cb for launch_opts.on_output; arg is a run_progress. */
 void run_progress_line(void *arg, int rank, int stream, const char *line, size_t len);
+/* control_metrics_cb for control_server.on_metrics; arg is a run_progress. */
+void run_progress_metrics(void *arg, const control_metrics *m, const control_valid *v);
+/* Rank 0 stands at step (it resumed there; a heartbeat's): the attempt has done that many
+ * steps before its first one of its own (or without one, when step is the stage's last). */
+void run_progress_at(run_progress *p, uint64_t step);
 /* Ends a bar left on the terminal line. */
 void run_progress_end(run_progress *p);
 

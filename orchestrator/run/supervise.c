@@ -347,6 +347,8 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
     int rc;
     c->slow_forgiven = 0, c->cont_carry = 0;
     run_got_cont(c); /* one from before the attempt stopped none of its turns */
+    /* progress from rank 0's Metrics, as they arrive and as its log replays them */
+    c->cs.on_metrics = run_progress_metrics, c->cs.metrics_arg = &c->prog;
     for (;;) {
         size_t n = 0;
         if (c->sfd >= 0) pfd[n++] = (struct pollfd){.fd = c->sfd, .events = POLLIN};
@@ -354,10 +356,8 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
         if ((rc = launch_job_step(job, pfd, n, RUN_POLL_MS)) <= 0) break;
         run_pause_check(c, &last, &started, hang_s);
         if (c->cs_open) control_server_handle(&c->cs, pfd, n, bt_clock_now());
-        /* the metrics carry the stage's count from its first step, also after a resume
-         * (the count is in the checkpoint), before any "update skipped" line */
-        if (c->cs_open && c->cs.have_metrics && c->cs.last.skipped_steps > c->prog.skipped)
-            c->prog.skipped = c->cs.last.skipped_steps;
+        /* where rank 0 stands before its first step (resumed there), by its heartbeats */
+        if (c->cs_open && c->cs.ranks) run_progress_at(&c->prog, c->cs.ranks[0].step);
         run_check_topology(c, job, stage, attempt);
         run_note_recovery(c, stage, attempt);
         run_note_ckpt(c, stage, attempt);
@@ -391,6 +391,7 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
     if (c->cs_open) control_server_drain(&c->cs, RUN_DRAIN_S);
     /* and what never came (a rank's outbox full or lost with it) from rank 0's own log */
     if (c->cs_open) run_metrics_take(c, stage, attempt, 0, c->cs.step_offset);
+    c->cs.on_metrics = NULL;
     run_note_ckpt(c, stage, attempt);
     return rc;
 }
@@ -680,7 +681,8 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
                       .env_extra = env,
                       .kill_grace_s = RUN_KILL_GRACE_S,
                       .on_output = run_progress_line,
-                      .output_arg = &c->prog};
+                      .output_arg = &c->prog,
+                      .fds_per_rank = c->cs_open}; /* each rank's control connection */
     if (c->o->slurm && run_slurm_opts(c, &lo, argv, i, attempt, (int)world, store_env,
                                       sizeof store_env, &d) != 0) {
         run_err(c, "%s\n", d.msg);
@@ -691,7 +693,8 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     c->prog = (run_progress){.log = fopen(log_file, "w"),
                              .stage = c->doc->recipe->stages[i]->name,
                              .tty = isatty(1),
-                             .quiet = c->o->quiet};
+                             .quiet = c->o->quiet,
+                             .total = spec->stage->steps};
     if (c->prog.log) setvbuf(c->prog.log, NULL, _IOLBF, 0); /* readable while it runs */
     Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
     r.has_attempt = 1, r.attempt = attempt;
@@ -708,6 +711,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     launch_job job;
     c->spec = spec, c->topo_checked = 0, c->topo_refused = 0;
     int hung = 0, rc = launch_job_init(&job, &c->srv, &lo, &d);
+    if (rc == 0 && job.fds_note[0]) run_err(c, "%s\n", job.fds_note);
     rc = rc ? rc : launch_job_start(&job, &d);
     rc = rc ? rc : run_watch(c, &job, (uint32_t)i, attempt, *hang_s, &hung);
     attempt_end end = ATTEMPT_FATAL;

@@ -31,10 +31,12 @@ fail() {
   failures=$((failures + 1))
 }
 
-# launch ARGS...: runs baton launch ARGS with a hard outer bound; sets out, rc, secs.
+# launch ARGS...: runs baton launch ARGS with a hard outer bound (under `ulimit $ulim` when
+# ulim is set); sets out, rc, secs.
 launch() {
   local t0=$SECONDS
-  out=$(timeout -s KILL 45 "$baton" launch "$@" 2>&1)
+  out=$(if [[ -n ${ulim:-} ]]; then ulimit $ulim || exit 99; fi
+    timeout -s KILL 45 "$baton" launch "$@" 2>&1)
   rc=$?
   secs=$((SECONDS - t0))
   printf '%s\n' "$out" | sed 's/^/    | /'
@@ -149,7 +151,7 @@ kill-sigkill)
   launch -n 4 --nodes 2 -- "${P[@]}" --size 4 --nodes 2 --fault-rank 3 --kill-self 9 --at init \
     --linger
   expect_rc 137
-  expect_line '^baton launch: rank 3 \(node node1, pid [0-9]+\) killed by signal SIGKILL; stopped 3 other ranks: 0 1 2$'
+  expect_line '^baton launch: rank 3 \(node node1, pid [0-9]+\) killed by signal SIGKILL; stopped 3 other ranks: 0-2$'
   expect_count 3 '^baton launch: stopped rank [012] .*: killed by signal SIGTERM$'
   ;;
 kill-in-fence)
@@ -176,7 +178,7 @@ abort)
 hang-timeout)
   launch -n 4 --timeout 2 -- "${P[@]}" --size 4 --fault-rank 0 --hang
   expect_rc 124
-  expect_line '^baton launch: job timed out after 2 s; stopped 4 ranks: 0 1 2 3$'
+  expect_line '^baton launch: job timed out after 2 s; stopped 4 ranks: 0-3$'
   [[ $secs -le 25 ]] || fail "took ${secs}s"
   ;;
 hang-ignore-term)
@@ -210,7 +212,48 @@ signal-launcher)
   printf '%s\n' "$out" | sed 's/^/    | /'
   expect_rc 143
   expect_line '^baton launch: got SIGTERM, stopping all ranks$'
-  expect_line '^baton launch: job stopped; stopped 3 ranks: 0 1 2$'
+  expect_line '^baton launch: job stopped; stopped 3 ranks: 0-2$'
+  ;;
+fd-limit)
+  # 32 ranks need about 4 descriptors each: refused before any starts (exit 2, the limits
+  # and the count named), never a start that fails part way on EMFILE
+  ulim="-n 100" launch -n 32 -- sh -c : "$tag"
+  expect_rc 2
+  expect_line '^baton launch: 32 ranks need about [0-9]+ open files here .* RLIMIT_NOFILE allows 100 \(soft\) and 100 \(hard\): raise the hard limit \(ulimit -Hn [0-9]+'
+  expect_no_line 'Too many open files'
+  # a soft limit under the hard one is raised to it, and that is said
+  ulim="-Sn 100" launch -n 32 -- sh -c : "$tag"
+  expect_rc 0
+  expect_line '^baton launch: 32 ranks need about [0-9]+ open files here, over the soft limit \(RLIMIT_NOFILE, ulimit -n\) of 100: raised it to [0-9]+ \(the hard limit '
+  ;;
+comm)
+  # baton keeps its name (comm: what ps -C, pgrep, top and killall match) also where it
+  # executed itself again for OpenBLAS's kernels (worker/cpu/cpu_blas_core.h): the
+  # rank's parent is the launcher
+  launch -n 2 -- sh -c 'cat /proc/$PPID/comm' "$tag"
+  expect_rc 0
+  expect_line '^\[0\] baton$'
+  expect_line '^\[1\] baton$'
+  ;;
+hostname-env)
+  # each rank's PMIX_HOSTNAME names its own virtual node (PMIx_server_setup_fork would
+  # give every rank the server's node0)
+  launch -n 4 --nodes 4 -- sh -c 'echo "host $PMIX_HOSTNAME"' "$tag"
+  expect_rc 0
+  for r in 0 1 2 3; do expect_line "^\[$r\] host node$r$"; done
+  launch -n 5 --nodes 2 -- sh -c 'echo "host $PMIX_HOSTNAME"' "$tag"
+  expect_rc 0
+  expect_line '^\[2\] host node0$'
+  expect_line '^\[3\] host node1$'
+  ;;
+many-stopped)
+  # one rank of 16 fails: the 15 the launcher stopped are named in ranges, one line per
+  # way they ended, not a line each
+  launch -n 16 --nodes 4 -- sh -c '[ "$PMIX_RANK" = 5 ] && exit 3; while :; do sleep 0.2; done' "$tag"
+  expect_rc 3
+  expect_line '^baton launch: rank 5 \(node node1, pid [0-9]+\) exited with status 3; stopped 15 other ranks: 0-4 6-15$'
+  expect_line '^baton launch: stopped 15 ranks \(0-4 6-15\): killed by signal SIGTERM$'
+  expect_count 0 '^baton launch: stopped rank '
   ;;
 example-hello)
   launch -n 4 -- "$prog" "$tag"

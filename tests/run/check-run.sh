@@ -863,6 +863,77 @@ assert s["state"] == "completed" and s["worker"] == sys.argv[1] and s["job_id"] 
   [[ $(cat r1/worker) == "$work/bin/wrap.sh" ]] || fail "resume --worker changed the kept worker"
   echo "$case: the run's --worker kept ($(cat r1/worker)) and used by resume; --worker replaces it, said"
   ;;
+worker-file)
+  # a --worker wrapper that sends the ranks' output to files of its own: progress, the
+  # failure's step, the recovery and the closing validation come over the control channel
+  sets=(--set stages.1.steps=2 --set stages.fp8.steps=2)
+  mkdir bin w
+  printf '#!/bin/sh\nexec %q "$@" >"%q/w/$(basename "$2" .pb).$PMIX_RANK" 2>&1\n' "$worker" "$work" >bin/wrap.sh
+  chmod +x bin/wrap.sh
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run "$recipe" --run-dir r1 "${sets[@]}" \
+    --worker bin/wrap.sh >run.out 2>&1 &
+  bpid=$!
+  k=$((6 + RANDOM % 10)) deadline=$((SECONDS + 120))
+  until grep -Eq "^step +$k/" w/s00-a00.0 2>/dev/null; do
+    ((SECONDS < deadline)) && kill -0 "$bpid" 2>/dev/null || fail "pretrain never reached step $k"
+    sleep 0.05
+  done
+  pids=$(worker_pids r1/logs/s00-a00.log 1)
+  [[ -n $pids ]] || fail "no rank 1 to strike"
+  kill -9 $pids
+  wait "$bpid" || fail "baton run exited $?"
+  bpid=
+  [[ ! -s r1/logs/s00-a00.log ]] || ! grep -q "\] step " r1/logs/s00-a00.log || fail "the wrapper's output reached baton run"
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s, k = json.load(sys.stdin), int(sys.argv[1])
+st = [(x["name"], x["step"], x["steps"]) for x in s["stages"]]
+assert all(a == b for _, a, b in st), ("completed stages at", st)
+fl = s["failure_list"]
+assert len(fl) == 1 and fl[0]["step"] is not None and k <= fl[0]["step"] <= k + 2, ("struck at", k, fl)
+assert s["recoveries"] == 1 and len(s["recovery_list"]) == 1, s["recovery_list"]
+print("stages", st, "failure at step", fl[0]["step"], "(struck after", k, ") recovered at",
+      s["recovery_list"][0]["step"])' "$k" || fail "status after a run whose output went to files"
+  for st in pretrain extend fp8; do
+    grep -Eq "^\[$st\] valid loss [0-9.]+ " run.out || { cat run.out; fail "no valid loss line for $st"; }
+  done
+  grep -q "^\[pretrain\] recovered: step " run.out || fail "the recovery was not said"
+  echo "$case: steps, the failure's step, the recovery and valid losses without the ranks' output"
+  ;;
+fd-limit)
+  # 32 ranks under `ulimit -n 120`: refused before any worker starts, exit 2, not retried
+  # (every attempt would fail alike on EMFILE), the limits and the count needed named
+  cat >wide.yaml <<'YAML'
+name: wide
+seed: 3
+model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 176,
+        vocab_size: 272, rope: {theta: 10000}}
+cluster: {nodes: 2, gpus_per_node: 16, device: cpu}
+data: {train: data/fortunes_train, valid: data/fortunes_valid}
+defaults:
+  seq_len: 32
+  global_batch: 32
+  micro_batch: 1
+  parallel: {tp: 1, pp: 1, dp: 32}
+  restart: {max_restarts: 3, backoff: 0.2s}
+stages:
+  - name: pretrain
+    steps: 2
+YAML
+  set +e; (ulimit -n 120; "$baton" run wide.yaml --run-dir r1 >run.out 2>&1); rc=$?; set -e
+  [[ $rc == 2 ]] || fail "baton run under ulimit -n 120 exited $rc, not 2"
+  grep -Eq "^baton run: cannot launch the workers: 32 ranks need about [0-9]+ open files here .* RLIMIT_NOFILE allows 120 \(soft\) and 120 \(hard\)" run.out ||
+    fail "no message naming the limits"
+  ! grep -q "restarting stage" run.out || fail "the launch was retried"
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+fl = s["failure_list"]
+assert s["state"] == "failed" and s["stages"][0]["attempts"] == 1, s
+assert len(fl) == 1 and not fl[0]["retryable"] and "RLIMIT_NOFILE" in fl[0]["cause"], fl' ||
+    fail "status after the refused launch"
+  echo "$case: 32 ranks under ulimit -n 120 refused at once (exit 2), not retried"
+  ;;
 init-end)
   cat >one.yaml <<'YAML'
 name: one

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cblas.h>
@@ -47,15 +48,24 @@ static int env_set(const char *name) {
 /* The core OpenBLAS had chosen, where this process replaced it ("" otherwise). */
 static char replaced[32];
 
-/* 0 where /proc/self/exe is the dynamic loader (the program was started as
- * `ld-linux-x86-64.so.2 PROGRAM`): executing it again would lose the program. */
-static int self_is_program(void) {
-    char path[4096];
-    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+/* The program's own path, into path (cap bytes): 0 where /proc/self/exe is the dynamic
+ * loader (the program was started as `ld-linux-x86-64.so.2 PROGRAM`: executing it again
+ * would lose the program) or cannot be read. Executed by that path, not as
+ * /proc/self/exe, the process keeps its name (comm, what ps, pgrep, top and killall
+ * show): the kernel takes it from the path executed, and "exe" would name every baton
+ * process alike. Where the path no longer holds this program (deleted, or replaced by a
+ * rebuild since), "/proc/self/exe". */
+static int self_path(char *path, size_t cap) {
+    ssize_t n = readlink("/proc/self/exe", path, cap - 1);
     if (n <= 0) return 0;
     path[n] = '\0';
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    return strncmp(base, "ld-", 3) != 0 && strncmp(base, "ld.so", 5) != 0;
+    if (strncmp(base, "ld-", 3) == 0 || strncmp(base, "ld.so", 5) == 0) return 0;
+    struct stat a, b;
+    if (stat(path, &a) != 0 || stat("/proc/self/exe", &b) != 0 || a.st_dev != b.st_dev ||
+        a.st_ino != b.st_ino)
+        snprintf(path, cap, "/proc/self/exe");
+    return 1;
 }
 
 void cpu_blas_core_ensure(char **argv) {
@@ -71,11 +81,12 @@ void cpu_blas_core_ensure(char **argv) {
     if (env_set("OPENBLAS_CORETYPE") || argv == NULL || argv[0] == NULL) return;
     const char *core = openblas_get_corename();
     const char *better = cpu_blas_core_better(core, cpu_blas_isa_detect());
-    if (better == NULL || !self_is_program()) return;
+    char self[4096];
+    if (better == NULL || !self_path(self, sizeof self)) return;
     if (setenv(CPU_BLAS_CORE_REPLACED_ENV, core, 1) != 0 ||
         setenv("OPENBLAS_CORETYPE", better, 1) != 0)
         return;
-    execv("/proc/self/exe", argv);
+    execv(self, argv);
     unsetenv("OPENBLAS_CORETYPE"); /* not replaced after all: say nothing about it */
     unsetenv(CPU_BLAS_CORE_REPLACED_ENV);
 }

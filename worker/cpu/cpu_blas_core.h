@@ -39,8 +39,9 @@ const char *cpu_blas_core_better(const char *core, cpu_blas_isa isa);
 /* Call first in main, before any file or connection is opened. Returns at once where
  * OPENBLAS_CORETYPE is set or OpenBLAS's kernels are fine (or the program was started
  * through the dynamic loader); otherwise sets OPENBLAS_CORETYPE and
- * CPU_BLAS_CORE_REPLACED_ENV and executes /proc/self/exe with argv again (it returns only
- * when that fails, the variables then unset again). In the second run it removes both. */
+ * CPU_BLAS_CORE_REPLACED_ENV and executes its own program (by the path /proc/self/exe
+ * links to, so that the process keeps its name) with argv again (it returns only when
+ * that fails, the variables then unset again). In the second run it removes both. */
 void cpu_blas_core_ensure(char **argv);
 
 /* OpenBLAS's kernels now ("SkylakeX"), and the core it had chosen itself where baton
