@@ -721,7 +721,8 @@ lost-metrics)
   done
   kill -STOP "$bpid"
   # the workers go on (a worker never waits on the channel) past extend's checkpoint at 10
-  for _ in $(seq 600); do
+  # (up to 60 s: a loaded 2-core machine took more than 12)
+  for _ in $(seq 3000); do
     [[ -f r1/checkpoints/s01-step00000010/manifest.pb ]] && break
     sleep 0.02
   done
