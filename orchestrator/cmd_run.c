@@ -289,20 +289,29 @@ static const char *run_worker_note(const char *worker, char *buf, size_t cap) {
     return buf;
 }
 
-/* The worker this run of the run directory starts: --worker as given, else the one the
- * run was started with (RUN_DIR/worker: a container's wrapper, say), else baton-worker
- * next to baton. Said when the kept one is taken, and when --worker replaces it. */
-static const char *run_pick_worker(const run_args *a, const run_dir *dir, char *buf, size_t cap) {
-    int kept = run_dir_read_worker(dir->path, buf, cap);
-    if (a->worker && kept && strcmp(a->worker, buf) != 0)
+/* The worker this run of the run directory starts (*w): --worker as given, else the one
+ * the run was started with (RUN_DIR/worker: a container's wrapper, say; read only when
+ * continuing a run that started, and refused when another user could have written it),
+ * else baton-worker next to baton. Said when the kept one is taken, and when --worker
+ * replaces it. Nonzero after saying why the kept one is refused. */
+static int run_pick_worker(const run_args *a, const run_dir *dir, char *buf, size_t cap,
+                           const char **w) {
+    bt_diag diag;
+    bt_diag_init(&diag);
+    int kept = dir->started ? run_dir_read_worker(dir->path, buf, cap, &diag) : 0;
+    if (kept < 0 && a->worker == NULL) {
+        fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
+        return -1;
+    }
+    if (a->worker && kept > 0 && strcmp(a->worker, buf) != 0)
         printf("baton %s: worker %s (--worker), not the %s the run was started with (kept "
                "in %s/worker)\n",
                run_name(a), a->worker, buf, dir->path);
-    if (a->worker) return a->worker;
-    if (kept && !a->quiet)
+    if (kept > 0 && a->worker == NULL && !a->quiet)
         printf("baton %s: worker %s, as the run was started with (%s/worker)\n", run_name(a), buf,
                dir->path);
-    return kept ? buf : run_worker_path(buf, cap);
+    *w = a->worker ? a->worker : kept > 0 ? buf : run_worker_path(buf, cap);
+    return 0;
 }
 
 /* The overrides kept with a run (resume), one per line, into a. */
@@ -593,7 +602,12 @@ static int run_main(run_args *a) {
     }
     if (!a->quiet) printf("baton %s: %s, run directory %s\n", run_name(a), a->recipe, dir.path);
     char note[1200];
-    const char *w = run_pick_worker(a, &dir, worker, sizeof worker);
+    const char *w = NULL;
+    if (run_pick_worker(a, &dir, worker, sizeof worker, &w) != 0) {
+        run_dir_close(&dir);
+        recipe_doc_free(&doc);
+        return BT_EXIT_USAGE;
+    }
     run_opts o = {.worker = w,
                   .worker_note = a->worker ? NULL : run_worker_note(w, note, sizeof note),
                   .quiet = a->quiet,

@@ -88,6 +88,11 @@
 #   init-end      checkpoint.every_steps: 0 saves only at the stage's end (-1 refused);
 #                 a run whose init is that checkpoint, of another ffn_dim, is refused
 #                 naming model.ffn_dim and both values.
+#   worker-planted  a `worker` file planted in a fresh run directory (0777) is never run
+#                 (the new run removes it); in a run that started, one that another user
+#                 could have written (the directory or the file writable by group or
+#                 others, owned by another uid, a symbolic link) is refused by resume and
+#                 run alike, exit 2, naming the file and why, and nothing is started.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 #   (the supervisor's judgements, pauses, journal and history: check-supervise.sh;
 #   what both share: run-common.sh)
@@ -896,6 +901,60 @@ YAML
   grep -qF "saved from a different model (model.ffn_dim 176 in the checkpoint, 128 in this stage)" init.out ||
     { tail -5 init.out; fail "init of another model: the dimension is not named"; }
   echo "$case: every_steps 0 saved only step 5; $(grep -o -m1 'saved from a different model (.*)' init.out)"
+  ;;
+worker-planted)
+  cat >one.yaml <<'YAML'
+name: one
+seed: 3
+model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 176,
+        vocab_size: 272, rope: {theta: 10000}}
+cluster: {nodes: 1, gpus_per_node: 1, device: cpu}
+data: {train: data/fortunes_train, valid: data/fortunes_valid}
+defaults: {seq_len: 64, global_batch: 4, micro_batch: 1, optimizer: {lr: 3e-3, warmup_steps: 1}}
+stages:
+  - {name: a, steps: 2}
+YAML
+  printf '#!/bin/sh\ntouch %q/pwned\nexec %q "$@"\n' "$work" "$worker" >evil.sh
+  chmod 0755 evil.sh
+  mkdir -m 0777 rp
+  printf %s "$work/evil.sh" >rp/worker
+  "$baton" run one.yaml --run-dir rp --quiet >run.out 2>&1 || fail "the run in a fresh 0777 directory failed"
+  [[ ! -e pwned ]] || fail "a worker planted in a fresh run directory was run"
+  [[ ! -e rp/worker ]] || fail "the planted rp/worker is still there"
+  # refused: exit 2, naming the file and why; nothing run
+  refused() { # WHY COMMAND...
+    local why=$1 rc
+    shift
+    set +e; "$@" >ref.out 2>&1; rc=$?; set -e
+    [[ $rc == 2 ]] || { cat ref.out; fail "$why: exit $rc, not 2"; }
+    grep -qF "$work/rp/worker: the worker this run was started with is not used: $why" ref.out ||
+      { cat ref.out; fail "$why: not said"; }
+    [[ ! -e pwned ]] || fail "$why: the planted worker ran"
+  }
+  printf %s "$work/evil.sh" >rp/worker
+  refused "$work/rp is writable by group and others (mode 777)" "$baton" resume rp --quiet
+  refused "$work/rp is writable by group and others (mode 777)" "$baton" run one.yaml --run-dir rp
+  chmod 0700 rp
+  chmod 0620 rp/worker
+  refused "$work/rp/worker is writable by its group (mode 620)" "$baton" resume rp
+  chmod 0600 rp/worker
+  if [[ $(id -u) == 0 ]]; then
+    chown 65534 rp/worker
+    refused "$work/rp/worker is owned by uid 65534, not by you (uid 0)" "$baton" resume rp
+    chown 0 rp/worker
+  fi
+  mv rp/worker target
+  ln -s "$work/target" rp/worker
+  set +e; "$baton" resume rp >ref.out 2>&1; rc=$?; set -e
+  [[ $rc == 2 ]] && grep -qF "$work/rp/worker: cannot be read: a symbolic link" ref.out ||
+    { cat ref.out; fail "a symbolic link for rp/worker: exit $rc"; }
+  [[ ! -e pwned ]] || fail "the worker a symbolic link names was run"
+  # the run's own worker, safe, is still taken (resume of the completed run)
+  rm rp/worker
+  printf %s "$worker" >rp/worker
+  "$baton" resume rp >ok.out 2>&1 || { cat ok.out; fail "resume with a safe rp/worker failed"; }
+  grep -qF "worker $worker, as the run was started with" ok.out || { cat ok.out; fail "the safe worker was not taken"; }
+  echo "$case: a planted worker in a fresh directory never ran; refused in a started run (modes, owner, symlink)"
   ;;
 *) fail "unknown case" ;;
 esac
