@@ -111,6 +111,7 @@ static void submit_usage(FILE *f) {
 typedef struct run_args {
     const char *recipe, *run_dir, *worker, *launcher, *listen;
     int quiet, resume;
+    bt_diag naming;   /* a stage name against the rules made after runs could start with it */
     recipe_sets sets; /* --set, --nodes, --gpus-per-node */
     /* baton submit */
     int submit, dry_run;
@@ -334,7 +335,7 @@ static int run_load(run_args *a, recipe_doc *doc, bt_diag *diag) {
     int rc = recipe_load_file(a->recipe, doc, diag);
     if (rc != 0) return rc;
     rc = rc ? rc : recipe_sets_apply(&a->sets, doc, diag);
-    rc = rc ? rc : recipe_validate(doc, diag);
+    rc = rc ? rc : recipe_validate_run(doc, diag, &a->naming);
     if (rc == 0 && doc->recipe->n_stages > RUN_MAX_STAGES) {
         bt_diag_set(diag, "%s: %zu stages; baton run takes at most %d", a->recipe,
                     doc->recipe->n_stages, RUN_MAX_STAGES);
@@ -490,6 +491,22 @@ static int run_default_dir(char *out, size_t cap, const char *name, const char *
     return 0;
 }
 
+/* A stage name against the rules made after runs could be started with it: refused for a
+ * new run, a warning for one that started with this recipe (resume, or run again on its
+ * directory), which must still continue. */
+static int run_check_naming(const run_args *a) {
+    if (a->naming.msg[0] == '\0') return 0;
+    if (!a->resume && !run_dir_has_started(a->run_dir)) {
+        fprintf(stderr, "baton %s: %s\n", run_name(a), a->naming.msg);
+        return -1;
+    }
+    fprintf(stderr,
+            "baton %s: warning: %s (accepted for this run, which started with it before the "
+            "rule; a new run refuses it)\n",
+            run_name(a), a->naming.msg);
+    return 0;
+}
+
 /* The run directory opened (made, locked, the recipe and overrides kept) and, for a new
  * run, the working directory and --worker noted; nonzero after saying why. */
 static int run_open_dir(run_args *a, run_dir *dir) {
@@ -582,6 +599,10 @@ static int run_main(run_args *a) {
             return BT_EXIT_USAGE;
         }
         a->run_dir = dflt;
+    }
+    if (run_check_naming(a) != 0) {
+        recipe_doc_free(&doc);
+        return BT_EXIT_USAGE;
     }
     if (a->submit) {
         int st = run_submit_main(a, &doc);

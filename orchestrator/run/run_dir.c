@@ -332,14 +332,12 @@ static int run_dir_make(run_dir *d, struct stat *st, int *existed, bt_diag *diag
     return BT_EINVAL;
 }
 
-/* Whether a run worked here before this command: its start noted (workdir), or a journal
- * with anything in it (a run older than workdir). */
-static int run_dir_started(const run_dir *d) {
+int run_dir_has_started(const char *run_dir_path) {
     char path[4200];
     struct stat st;
-    run_dir_file(d, "workdir", path, sizeof path);
+    snprintf(path, sizeof path, "%s/workdir", run_dir_path);
     if (access(path, F_OK) == 0) return 1;
-    run_dir_file(d, JOURNAL_FILE, path, sizeof path);
+    snprintf(path, sizeof path, "%s/%s", run_dir_path, JOURNAL_FILE);
     return stat(path, &st) == 0 && st.st_size > 0;
 }
 
@@ -367,7 +365,7 @@ int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const ch
     }
     snprintf(d->path, sizeof d->path, "%s", abs); /* workers and specs see one absolute path */
     int rc = run_dir_lock(d, diag);
-    if (rc == 0) d->started = run_dir_started(d);
+    if (rc == 0) d->started = run_dir_has_started(d->path);
     rc = rc ? rc : run_dir_check_overrides(d, overrides, diag);
     rc = rc ? rc : run_dir_recipe(d, recipe_file, overrides, diag);
     rc = rc ? rc : run_dir_secret(d, diag);

@@ -55,6 +55,9 @@ int run_dir_note_start(const run_dir *d, const char *worker, bt_diag *diag);
  * link or not a regular file, or the file or the run directory owned by another user or
  * writable by group or others. Read only for a run that started (run_dir.started). */
 int run_dir_read_worker(const char *run_dir_path, char *out, size_t cap, bt_diag *diag);
+/* Whether a run started in the directory at path: its start noted (RUN_DIR/workdir), or
+ * a journal with anything in it (a run older than workdir). */
+int run_dir_has_started(const char *run_dir_path);
 /* For `baton resume` from anywhere: changes into the run's workdir (when it has one and
  * it is not the current directory; *moved says so). run_dir_path must be absolute. A
  * workdir that is gone is an error naming it. */

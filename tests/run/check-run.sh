@@ -93,6 +93,10 @@
 #                 could have written (the directory or the file writable by group or
 #                 others, owned by another uid, a symbolic link) is refused by resume and
 #                 run alike, exit 2, naming the file and why, and nothing is started.
+#   old-names     a run stopped mid-stage whose kept recipe names its stage "a.b 1" (as
+#                 runs started before the stage-name rule could): `baton resume` warns
+#                 and completes it, as does `baton run` on its directory; a new run with
+#                 that recipe is refused (exit 2) and makes no directory.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 #   (the supervisor's judgements, pauses, journal and history: check-supervise.sh;
 #   what both share: run-common.sh)
@@ -955,6 +959,43 @@ YAML
   "$baton" resume rp >ok.out 2>&1 || { cat ok.out; fail "resume with a safe rp/worker failed"; }
   grep -qF "worker $worker, as the run was started with" ok.out || { cat ok.out; fail "the safe worker was not taken"; }
   echo "$case: a planted worker in a fresh directory never ran; refused in a started run (modes, owner, symlink)"
+  ;;
+old-names)
+  cat >one.yaml <<'YAML'
+name: one
+seed: 3
+model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 176,
+        vocab_size: 272, rope: {theta: 10000}}
+cluster: {nodes: 1, gpus_per_node: 1, device: cpu}
+data: {train: data/fortunes_train, valid: data/fortunes_valid}
+defaults: {seq_len: 64, global_batch: 4, micro_batch: 1, optimizer: {lr: 3e-3, warmup_steps: 1},
+           checkpoint: {every_steps: 2}}
+stages:
+  - {name: a, steps: 8}
+YAML
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run one.yaml --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 3 >/dev/null
+  stop_run
+  # the name an older baton accepted, in the kept recipe
+  sed -i 's/name: a, steps/name: "a.b 1", steps/' r1/recipe.yaml
+  "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "resume of a run named before the rule failed"; }
+  grep -qF 'baton resume: warning: '"$work"'/r1/recipe.yaml:10:6: stages[0].name: stage name "a.b 1" has '"'.'"' at character 2' resume.out ||
+    { cat resume.out; fail "resume did not warn about the stage name"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+st = s["stages"][0]
+assert s["state"] == "completed" and st["name"] == "a.b 1" and st["step"] == 8, s' ||
+    fail "the resumed run did not complete stage \"a.b 1\""
+  "$baton" run r1/recipe.yaml --run-dir r1 --quiet >again.out 2>&1 || { cat again.out; fail "baton run on the run's directory failed"; }
+  grep -qF "baton run: warning: " again.out || { cat again.out; fail "baton run on the run's directory did not warn"; }
+  cp r1/recipe.yaml new.yaml
+  set +e; "$baton" run new.yaml --run-dir r2 >new.out 2>&1; rc=$?; set -e
+  [[ $rc == 2 ]] && grep -qF 'baton run: new.yaml:10:6: stages[0].name: stage name "a.b 1" has' new.out ||
+    { cat new.out; fail "a new run with stage \"a.b 1\": exit $rc"; }
+  [[ ! -e r2 ]] || fail "the refused new run made r2"
+  echo "$case: a run named before the rule resumed and completed, warned; a new one refused"
   ;;
 *) fail "unknown case" ;;
 esac
