@@ -624,7 +624,8 @@ static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, w
     if (init != NULL && init[0] != '\0') {
         worker_control_busy(wc, BATON__HEARTBEAT__PHASE__LOAD, 0);
         double t0 = bt_clock_now();
-        rc = train_ckpt_load(t, init, w->world, diag);
+        const char *run_dir = a->run_dir ? a->run_dir : t->spec->run_dir;
+        rc = train_ckpt_load(t, init, run_dir, w->world, diag);
         *load_rc = rc;
         worker_control_idle(wc);
         if (rc == 0 && w->info.rank == 0 && !a->quiet)
