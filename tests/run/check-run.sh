@@ -97,6 +97,10 @@
 #                 runs started before the stage-name rule could): `baton resume` warns
 #                 and completes it, as does `baton run` on its directory; a new run with
 #                 that recipe is refused (exit 2) and makes no directory.
+#   metrics-locked  rank 0's metrics log of attempt 0 locked by another process (as a dead
+#                 node's lock stays on a network file system) and that attempt's rank
+#                 killed: the log is waited for once (10 s), after the attempt, not again
+#                 before the next one, and the message says it is still locked, not whose.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 #   (the supervisor's judgements, pauses, journal and history: check-supervise.sh;
 #   what both share: run-common.sh)
@@ -996,6 +1000,45 @@ assert s["state"] == "completed" and st["name"] == "a.b 1" and st["step"] == 8, 
     { cat new.out; fail "a new run with stage \"a.b 1\": exit $rc"; }
   [[ ! -e r2 ]] || fail "the refused new run made r2"
   echo "$case: a run named before the rule resumed and completed, warned; a new one refused"
+  ;;
+metrics-locked)
+  cat >one.yaml <<'YAML'
+name: one
+seed: 3
+model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 176,
+        vocab_size: 272, rope: {theta: 10000}}
+cluster: {nodes: 1, gpus_per_node: 1, device: cpu}
+data: {train: data/fortunes_train, valid: data/fortunes_valid}
+defaults: {seq_len: 64, global_batch: 4, micro_batch: 1, optimizer: {lr: 3e-3, warmup_steps: 1},
+           checkpoint: {every_steps: 2}, restart: {max_restarts: 2, backoff: 0.2s}}
+stages:
+  - {name: a, steps: 8}
+YAML
+  mkdir -m 0700 r1 r1/logs
+  : >r1/logs/s00-a00.metrics
+  # a POSIX lock conflicts with the worker's and baton run's OFD locks alike
+  /usr/bin/python3 -c '
+import fcntl, sys, time
+f = open(sys.argv[1], "r+")
+fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+open(sys.argv[2], "w").close()
+time.sleep(120)' r1/logs/s00-a00.metrics locked &
+  lpid=$!
+  while [[ ! -e locked ]]; do kill -0 "$lpid" 2>/dev/null || fail "the lock was not taken"; sleep 0.05; done
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run one.yaml --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  strike 0 3 4 KILL
+  wait "$bpid" || { kill "$lpid"; fail "baton run exited $?"; }
+  bpid=
+  kill "$lpid"
+  [[ $(grep -c "s00-a00.metrics: rank 0's metrics log is still locked after 10 s (a worker still running, or a stale lock on a network file system); read it as it is" run.out) == 1 ]] ||
+    { cat run.out; fail "the locked log was not said to be locked exactly once"; }
+  /usr/bin/python3 - r1/metrics.jsonl <<'PY' || fail "metrics.jsonl"
+import json, sys
+steps = [json.loads(l)["step"] for l in open(sys.argv[1])]
+assert steps == list(range(1, 9)), steps
+PY
+  echo "$case: a locked metrics log waited for once; $(grep -c 'still locked' run.out) message"
   ;;
 *) fail "unknown case" ;;
 esac
