@@ -34,7 +34,9 @@
 #   partials      stale checkpoints/*.partial directories (planted, and one left by a rank
 #                 killed mid-save in attempt 0) are gone before every attempt starts, said
 #                 in one line; nothing else is touched (a symlink named *.partial and
-#                 its target, a file, a nested one, a longer name, one outside checkpoints/).
+#                 its target, a file, a nested one, a longer name, one outside checkpoints/);
+#                 a planted sNN-stepN.deleting is swept too, a *.deleting of another name
+#                 (mybackup.deleting, s+1-step2.deleting) is not.
 #   retain-kill   rank 0 killed (an LD_PRELOAD'ed unlink; BATON_TEST_KILL_ON_UNLINK_LIB)
 #                 while retention removes pretrain's checkpoint at step 5, its manifest
 #                 and some shards gone: the half-removed checkpoint bears a name that the
@@ -474,7 +476,9 @@ partials)
   sets=(--set stages.pretrain.steps=8 --set stages.1.steps=3 --set stages.fp8.steps=2)
   ck=r1/checkpoints
   mkdir -p "$ck/s00-step00000003.partial" "$ck/junk.partial" "$ck/keep/inner.partial" \
-    "$ck/s00-step00000003.partial.d" r1/other.partial outside
+    "$ck/s00-step00000003.partial.d" r1/other.partial outside \
+    "$ck/s00-step00000002.deleting" "$ck/mybackup.deleting" "$ck/s+1-step2.deleting"
+  : >"$ck/mybackup.deleting/x"
   head -c 1048576 /dev/zero >"$ck/s00-step00000003.partial/rank-00000.bin"
   : >"$ck/junk.partial/x"
   echo precious >outside/precious
@@ -509,6 +513,11 @@ EOF
   [[ -f $ck/file.partial && -d $ck/keep/inner.partial && -d $ck/s00-step00000003.partial.d &&
     -d r1/other.partial ]] || fail "something other than a stale .partial was removed"
   [[ ! -e $ck/s00-step00000003.partial && ! -e $ck/junk.partial ]] || fail "stale .partial left"
+  # a .deleting is retention's: only a checkpoint's name is swept
+  grep -q "removed what is left of 1 checkpoint(s) whose removal by retention was cut short in .*: s00-step00000002.deleting$" run.out ||
+    fail "the planted s00-step00000002.deleting was not swept alone"
+  [[ -f $ck/mybackup.deleting/x && -d $ck/s+1-step2.deleting && ! -e $ck/s00-step00000002.deleting ]] ||
+    fail "a .deleting directory not named as a checkpoint was removed"
   echo "$case: $(grep -m1 'removed' run.out)"
   ;;
 retain-kill)
