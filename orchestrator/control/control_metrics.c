@@ -331,6 +331,9 @@ int control_metrics_write(control_metrics_sink *s, const control_metrics_where *
     int rc = 0;
     if (s->have_step && global <= s->max_step)
         rc = control_metrics_rewind(s, global, m->time, diag);
+    if (s->jsonl == NULL && rc == 0)
+        bt_diag_set(diag, "%s: not open for appending (an earlier rewrite of it failed)",
+                    s->jsonl_path);
     if (s->jsonl == NULL) return rc ? rc : BT_EIO;
     int jrc = control_metrics_jsonl(s, w, m, diag);
     if (jrc == 0 && (!s->have_step || global > s->max_step)) s->have_step = 1, s->max_step = global;

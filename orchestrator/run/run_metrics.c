@@ -43,7 +43,7 @@ static int run_metrics_replay(run_ctx *c, uint32_t stage, uint32_t attempt, uint
         c->metrics_locked = 1, c->metrics_locked_stage = stage, c->metrics_locked_attempt = attempt;
     if (rc != 0)
         run_err(c, "stage \"%s\": cannot take the metrics baton run did not receive: %s\n",
-                w.stage_name, d.msg);
+                w.stage_name, d.msg[0] ? d.msg : bt_strerror(rc));
     if (n > 0)
         run_err(c,
                 "stage \"%s\": %u step record(s) of attempt %u that baton run had not "

@@ -22,7 +22,8 @@
  *   test_control gap RUN_DIR
  *     rank 0's metrics log replayed over a gap in the middle of metrics.jsonl (a full
  *     outbox dropped steps 5-7, 8-10 arrived): every step once, in order, and again
- *     nothing; and over an attempt's first steps dropped, held of the attempt before.
+ *     nothing; and over an attempt's first steps dropped, held of the attempt before; a
+ *     replay into a metrics.jsonl that cannot be written says so (not "cannot read").
  *     check-unit.sh reads the event file: the restart marker at the gap's first step.
  *   test_control serve SPEC_IN SPEC_OUT RUN_DIR WORLD STOP_AT ACTION
  *     For the worker tests: writes SPEC_IN with this server's control_address to SPEC_OUT,
@@ -336,6 +337,21 @@ static void gap_expect(const char *run_dir, const uint64_t (*want)[2], size_t n)
     if (f != NULL) fclose(f);
 }
 
+/* Replays stage 1's attempt 0 into a sink that cannot write: the error must be want. */
+static void gap_unwritable(control_server *cs, const char *run_dir, const char *want) {
+    control_metrics_where w = {"pretrain", 1, 0, 100};
+    char path[4200];
+    bt_diag d;
+    bt_diag_init(&d);
+    metrics_log_path(run_dir, 1, 0, path, sizeof path);
+    unsigned n = 0;
+    int busy = 0;
+    int rc = control_server_replay(cs, &w, path, 0, &n, &busy, &d);
+    CHECK(rc != 0 && strstr(d.msg, want) != NULL && strstr(d.msg, "cannot read") == NULL,
+          "a replay into metrics.jsonl that cannot be written: rc %d, \"%s\", expected \"%s\"", rc,
+          d.msg, want);
+}
+
 static void gap_open(control_server *cs, const char *run_dir) {
     char cmd[4300];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s/logs'", run_dir);
@@ -370,6 +386,17 @@ static int gap(const char *run_dir) {
     const uint64_t first[8][2] = {{101, 0}, {102, 0}, {103, 0}, {104, 1},
                                   {105, 1}, {106, 1}, {107, 1}, {108, 1}};
     gap_expect(dir, first, 8);
+    control_metrics_close(&cs.sink);
+    /* metrics.jsonl that cannot be written: the replay's failure names it, not the log */
+    snprintf(dir, sizeof dir, "%s/unwritable", run_dir);
+    gap_open(&cs, dir);
+    gap_attempt(&cs, dir, 0, 1, 3, 1, 3);
+    fclose(cs.sink.jsonl);
+    cs.sink.jsonl = fopen("/dev/full", "a");
+    gap_unwritable(&cs, dir, "metrics.jsonl: cannot append metrics: No space left on device");
+    if (cs.sink.jsonl != NULL) fclose(cs.sink.jsonl);
+    cs.sink.jsonl = NULL; /* as after a rewrite that failed */
+    gap_unwritable(&cs, dir, "metrics.jsonl: not open for appending");
     control_metrics_close(&cs.sink);
     printf("control gap: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
     return failures ? 1 : 0;
