@@ -251,7 +251,9 @@ static int run_dir_secret(run_dir *d, bt_diag *diag) {
 /* A flock on the run directory itself, which no one deletes as a stale lock file: 0
  * taken (or flock unsupported there, e.g. some network file systems: the lock file alone
  * then), -1 held by another baton run. Waits a moment, as `baton status` tests it by
- * taking it briefly (run_dir_busy). */
+ * taking it briefly (run_dir_busy). On NFS it holds against this host's processes only
+ * (the client keeps a directory's flock to itself): across hosts the OFD lock on the
+ * lock file alone keeps a second baton run out. */
 static int run_dir_lock_dir(run_dir *d) {
     d->dir_lock_fd = open(d->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (d->dir_lock_fd < 0) return 0; /* run_dir_lock says why it is not usable */

@@ -6,7 +6,8 @@
  *   secret        the control channel's per-run token (0600)
  *   lock          held (an OFD lock) by the one `baton run` working here, which also
  *                 holds a flock on the directory itself: a lock file deleted as "stale"
- *                 lets no second one in
+ *                 lets no second one in on this host (on NFS a directory's flock is
+ *                 local to each client; only the OFD lock reaches the server)
  *   journal       run_state.h / journal.h
  *   specs/        the StageSpec of every attempt (sNN-aMM.pb)
  *   logs/         every attempt's worker output (sNN-aMM.log) and rank 0's metrics log
