@@ -111,6 +111,7 @@ static void submit_usage(FILE *f) {
 typedef struct run_args {
     const char *recipe, *run_dir, *worker, *launcher, *listen;
     int quiet, resume;
+    bt_diag naming;   /* a stage name against the rules made after runs could start with it */
     recipe_sets sets; /* --set, --nodes, --gpus-per-node */
     /* baton submit */
     int submit, dry_run;
@@ -289,20 +290,29 @@ static const char *run_worker_note(const char *worker, char *buf, size_t cap) {
     return buf;
 }
 
-/* The worker this run of the run directory starts: --worker as given, else the one the
- * run was started with (RUN_DIR/worker: a container's wrapper, say), else baton-worker
- * next to baton. Said when the kept one is taken, and when --worker replaces it. */
-static const char *run_pick_worker(const run_args *a, const run_dir *dir, char *buf, size_t cap) {
-    int kept = run_dir_read_worker(dir->path, buf, cap);
-    if (a->worker && kept && strcmp(a->worker, buf) != 0)
+/* The worker this run of the run directory starts (*w): --worker as given, else the one
+ * the run was started with (RUN_DIR/worker: a container's wrapper, say; read only when
+ * continuing a run that started, and refused when another user could have written it),
+ * else baton-worker next to baton. Said when the kept one is taken, and when --worker
+ * replaces it. Nonzero after saying why the kept one is refused. */
+static int run_pick_worker(const run_args *a, const run_dir *dir, char *buf, size_t cap,
+                           const char **w) {
+    bt_diag diag;
+    bt_diag_init(&diag);
+    int kept = dir->started ? run_dir_read_worker(dir->path, buf, cap, &diag) : 0;
+    if (kept < 0 && a->worker == NULL) {
+        fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
+        return -1;
+    }
+    if (a->worker && kept > 0 && strcmp(a->worker, buf) != 0)
         printf("baton %s: worker %s (--worker), not the %s the run was started with (kept "
                "in %s/worker)\n",
                run_name(a), a->worker, buf, dir->path);
-    if (a->worker) return a->worker;
-    if (kept && !a->quiet)
+    if (kept > 0 && a->worker == NULL && !a->quiet)
         printf("baton %s: worker %s, as the run was started with (%s/worker)\n", run_name(a), buf,
                dir->path);
-    return kept ? buf : run_worker_path(buf, cap);
+    *w = a->worker ? a->worker : kept > 0 ? buf : run_worker_path(buf, cap);
+    return 0;
 }
 
 /* The overrides kept with a run (resume), one per line, into a. */
@@ -325,7 +335,7 @@ static int run_load(run_args *a, recipe_doc *doc, bt_diag *diag) {
     int rc = recipe_load_file(a->recipe, doc, diag);
     if (rc != 0) return rc;
     rc = rc ? rc : recipe_sets_apply(&a->sets, doc, diag);
-    rc = rc ? rc : recipe_validate(doc, diag);
+    rc = rc ? rc : recipe_validate_run(doc, diag, &a->naming);
     if (rc == 0 && doc->recipe->n_stages > RUN_MAX_STAGES) {
         bt_diag_set(diag, "%s: %zu stages; baton run takes at most %d", a->recipe,
                     doc->recipe->n_stages, RUN_MAX_STAGES);
@@ -481,6 +491,22 @@ static int run_default_dir(char *out, size_t cap, const char *name, const char *
     return 0;
 }
 
+/* A stage name against the rules made after runs could be started with it: refused for a
+ * new run, a warning for one that started with this recipe (resume, or run again on its
+ * directory), which must still continue. */
+static int run_check_naming(const run_args *a) {
+    if (a->naming.msg[0] == '\0') return 0;
+    if (!a->resume && !run_dir_has_started(a->run_dir)) {
+        fprintf(stderr, "baton %s: %s\n", run_name(a), a->naming.msg);
+        return -1;
+    }
+    fprintf(stderr,
+            "baton %s: warning: %s (accepted for this run, which started with it before the "
+            "rule; a new run refuses it)\n",
+            run_name(a), a->naming.msg);
+    return 0;
+}
+
 /* The run directory opened (made, locked, the recipe and overrides kept) and, for a new
  * run, the working directory and --worker noted; nonzero after saying why. */
 static int run_open_dir(run_args *a, run_dir *dir) {
@@ -574,6 +600,10 @@ static int run_main(run_args *a) {
         }
         a->run_dir = dflt;
     }
+    if (run_check_naming(a) != 0) {
+        recipe_doc_free(&doc);
+        return BT_EXIT_USAGE;
+    }
     if (a->submit) {
         int st = run_submit_main(a, &doc);
         recipe_doc_free(&doc);
@@ -593,7 +623,12 @@ static int run_main(run_args *a) {
     }
     if (!a->quiet) printf("baton %s: %s, run directory %s\n", run_name(a), a->recipe, dir.path);
     char note[1200];
-    const char *w = run_pick_worker(a, &dir, worker, sizeof worker);
+    const char *w = NULL;
+    if (run_pick_worker(a, &dir, worker, sizeof worker, &w) != 0) {
+        run_dir_close(&dir);
+        recipe_doc_free(&doc);
+        return BT_EXIT_USAGE;
+    }
     run_opts o = {.worker = w,
                   .worker_note = a->worker ? NULL : run_worker_note(w, note, sizeof note),
                   .quiet = a->quiet,

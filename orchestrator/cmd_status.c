@@ -288,9 +288,9 @@ static int status_load(status_view *v, const char *dir, bt_diag *diag) {
         v->rec = NULL, v->n = 0;
         return rc;
     }
-    if (!run_dir_read_worker(dir, v->worker, sizeof v->worker)) v->worker[0] = '\0';
     bt_diag ignore;
     bt_diag_init(&ignore);
+    if (run_dir_read_worker(dir, v->worker, sizeof v->worker, &ignore) <= 0) v->worker[0] = '\0';
     v->have_doc = recipe_load_file(recipe, &v->doc, &ignore) == 0;
     if (v->have_doc) status_apply_overrides(v, &ignore);
     run_state_replay(&v->st, v->rec, v->n);

@@ -34,6 +34,7 @@ static int log_lock(int fd, short type) {
 
 int metrics_log_open(metrics_log *l, const char *path, bt_diag *diag) {
     snprintf(l->path, sizeof l->path, "%s", path);
+    l->size = 0;
     l->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
     if (l->fd < 0) {
         bt_diag_set(diag, "%s: cannot create: %s", path, strerror(errno));
@@ -42,6 +43,25 @@ int metrics_log_open(metrics_log *l, const char *path, bt_diag *diag) {
     /* a file system without locks (ENOLCK) only loses the reader's wait */
     log_lock(l->fd, F_WRLCK);
     return 0;
+}
+
+/* A record not written whole (w bytes of it, errno err; a full disk): the file cut back to
+ * its last whole record, as a reader stops at a torn one and would never see the records
+ * appended after it; where that cannot be done, nothing more is appended. */
+static int log_append_failed(metrics_log *l, ssize_t w, int err, bt_diag *diag) {
+    const char *why = w < 0 ? strerror(err) : "short write";
+    if (w <= 0 || ftruncate(l->fd, (off_t)l->size) == 0) {
+        bt_diag_set(diag, "%s: cannot append: %s%s", l->path, why,
+                    w > 0 ? " (the torn record cut off)" : "");
+        return BT_EIO;
+    }
+    bt_diag_set(diag,
+                "%s: cannot append: %s, and the torn record cannot be cut off (%s): nothing more "
+                "is appended",
+                l->path, why, strerror(errno));
+    close(l->fd);
+    l->fd = -1;
+    return BT_EIO;
 }
 
 int metrics_log_append(metrics_log *l, const Baton__Metrics *m, bt_diag *diag) {
@@ -56,9 +76,11 @@ int metrics_log_append(metrics_log *l, const Baton__Metrics *m, bt_diag *diag) {
     ssize_t w = write(l->fd, buf, n + 8); /* O_APPEND: one record, whole or torn */
     int err = errno;
     if (buf != stack) free(buf);
-    if (w == (ssize_t)(n + 8)) return 0;
-    bt_diag_set(diag, "%s: cannot append: %s", l->path, w < 0 ? strerror(err) : "short write");
-    return BT_EIO;
+    if (w == (ssize_t)(n + 8)) {
+        l->size += (uint64_t)w;
+        return 0;
+    }
+    return log_append_failed(l, w, err, diag);
 }
 
 int metrics_log_sync(metrics_log *l, bt_diag *diag) {
@@ -116,9 +138,13 @@ int metrics_log_read(const char *path, double wait_s, int *busy, metrics_log_fn 
     Baton__Metrics *m;
     int rc;
     while ((rc = log_next(f, &buf, &cap, &m)) == 0 && m != NULL) {
-        rc = fn(arg, m);
+        int frc = fn(arg, m); /* its failure (a write of what was read) says why itself */
         baton__metrics__free_unpacked(m, NULL);
-        if (rc != 0) break;
+        if (frc != 0) {
+            free(buf);
+            fclose(f);
+            return frc;
+        }
     }
     if (rc == BT_EIO) bt_diag_set(diag, "%s: cannot read: %s", path, strerror(errno));
     free(buf);

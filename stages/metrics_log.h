@@ -23,8 +23,9 @@
 #define METRICS_LOG_MAX_RECORD (1u << 20) /* bytes; a longer length is damage */
 
 typedef struct metrics_log {
-    int fd; /* -1: not open */
+    int fd; /* -1: not open (or given up after a torn record it could not cut off) */
     char path[4200];
+    uint64_t size; /* bytes of the whole records appended */
 } metrics_log;
 
 /* RUN_DIR/logs/sNN-aMM.metrics into out. */
@@ -32,7 +33,9 @@ void metrics_log_path(const char *run_dir, uint32_t stage, uint32_t attempt, cha
 
 /* Creates (truncating) path and takes its write lock. BT_EIO with diag on failure. */
 int metrics_log_open(metrics_log *l, const char *path, bt_diag *diag);
-/* Appends m as one record (one write). BT_EIO with diag (naming the error) on failure. */
+/* Appends m as one record (one write). BT_EIO with diag (naming the error) on failure;
+ * a record written in part (a full disk) is cut off again (ftruncate), so that later
+ * records stay readable, or where that fails the log appends nothing more. */
 int metrics_log_append(metrics_log *l, const Baton__Metrics *m, bt_diag *diag);
 /* fdatasync: the records appended so far survive a crash of the machine. */
 int metrics_log_sync(metrics_log *l, bt_diag *diag);
@@ -43,7 +46,8 @@ typedef int (*metrics_log_fn)(void *arg, const Baton__Metrics *m);
 /* Calls fn with each whole record of path, in order, stopping at a torn or damaged one
  * (or at fn's nonzero return, which it returns). First waits up to wait_s seconds for a
  * live writer's lock (*busy set when one still held it then; read all the same). A
- * missing file has no records. BT_EIO with diag when it cannot be read. */
+ * missing file has no records. BT_EIO with diag when it cannot be read; fn's own failure
+ * is returned as it is, with whatever fn said in its diag. */
 int metrics_log_read(const char *path, double wait_s, int *busy, metrics_log_fn fn, void *arg,
                      bt_diag *diag);
 

@@ -152,6 +152,42 @@ static int metrics_rewrite(control_metrics_sink *s, uint64_t below, bt_diag *dia
     return jsonl_rewrite(s, s->jsonl_path, &s->jsonl, below, metrics_keep, diag);
 }
 
+int control_metrics_attempt_steps(const control_metrics_sink *s, uint32_t stage_index,
+                                  uint32_t attempt, uint64_t **steps, size_t *n, bt_diag *diag) {
+    *steps = NULL, *n = 0;
+    FILE *in = fopen(s->jsonl_path, "re");
+    if (in == NULL) {
+        if (errno == ENOENT) return 0;
+        bt_diag_set(diag, "%s: cannot read: %s", s->jsonl_path, strerror(errno));
+        return BT_EIO;
+    }
+    char *line = NULL;
+    size_t cap = 0, have = 0;
+    int rc = 0;
+    while (rc == 0 && getline(&line, &cap, in) > 0) {
+        uint64_t st, at, k;
+        if (metrics_line_field(line, ", \"stage_index\": ", &st) != 0 || st != stage_index ||
+            metrics_line_field(line, ", \"attempt\": ", &at) != 0 || at != attempt ||
+            metrics_line_field(line, ", \"step\": ", &k) != 0)
+            continue;
+        if (*n == have) {
+            have = have ? 2 * have : 256;
+            uint64_t *v = realloc(*steps, have * sizeof *v);
+            if (v == NULL) rc = BT_ENOMEM;
+            if (v != NULL) *steps = v;
+        }
+        if (rc == 0) (*steps)[(*n)++] = k;
+    }
+    if (rc == 0 && ferror(in)) {
+        bt_diag_set(diag, "%s: cannot read: %s", s->jsonl_path, strerror(errno));
+        rc = BT_EIO;
+    }
+    free(line);
+    fclose(in);
+    if (rc != 0) free(*steps), *steps = NULL, *n = 0;
+    return rc;
+}
+
 static int valid_seen_add(control_metrics_sink *s, uint64_t stage_index, uint64_t global) {
     if (s->n_valid_seen + 2 > s->cap_valid_seen) {
         size_t cap = s->cap_valid_seen ? 2 * s->cap_valid_seen : 32;
@@ -295,6 +331,9 @@ int control_metrics_write(control_metrics_sink *s, const control_metrics_where *
     int rc = 0;
     if (s->have_step && global <= s->max_step)
         rc = control_metrics_rewind(s, global, m->time, diag);
+    if (s->jsonl == NULL && rc == 0)
+        bt_diag_set(diag, "%s: not open for appending (an earlier rewrite of it failed)",
+                    s->jsonl_path);
     if (s->jsonl == NULL) return rc ? rc : BT_EIO;
     int jrc = control_metrics_jsonl(s, w, m, diag);
     if (jrc == 0 && (!s->have_step || global > s->max_step)) s->have_step = 1, s->max_step = global;

@@ -86,6 +86,11 @@ int control_metrics_write(control_metrics_sink *s, const control_metrics_where *
 int control_metrics_write_valid(control_metrics_sink *s, const control_metrics_where *w,
                                 uint64_t step, double loss, uint32_t windows, double time,
                                 bt_diag *diag);
+/* The steps of stage stage_index's attempt `attempt` that metrics.jsonl holds, in its
+ * order (ascending: the file is in global-step order), into *steps (free it); none when
+ * there is no file. */
+int control_metrics_attempt_steps(const control_metrics_sink *s, uint32_t stage_index,
+                                  uint32_t attempt, uint64_t **steps, size_t *n, bt_diag *diag);
 void control_metrics_close(control_metrics_sink *s);
 
 #endif

@@ -1,5 +1,6 @@
 /* A stage attempt's metrics log replayed into metrics.jsonl, valid.jsonl and TensorBoard
  * (control_server_replay in control_server.h). */
+#include <stdlib.h>
 #include <time.h>
 
 #include "control_internal.h"
@@ -8,7 +9,8 @@
 /* Which of the log's records metrics.jsonl lacks, by whose its last record is. */
 typedef enum replay_from {
     REPLAY_ALL,   /* none of the attempt's: an earlier stage's or attempt's, or none */
-    REPLAY_AFTER, /* the attempt's own, at step `after`: the ones after it */
+    REPLAY_AFTER, /* the attempt's own: from the first step of it the file lacks (a gap
+                   * the worker's full outbox left, or the steps after its last) */
     REPLAY_PAST,  /* a later stage's or attempt's (a journal older than the file): only
                    * records past its largest global step, never a rewind over those */
 } replay_from;
@@ -19,7 +21,9 @@ typedef struct replay {
     void *cb_arg;
     const control_metrics_where *w;
     replay_from from;
-    uint64_t after;
+    uint64_t *held; /* REPLAY_AFTER: the attempt's steps metrics.jsonl holds, ascending */
+    size_t n_held;
+    int filling; /* REPLAY_AFTER: a step it lacks was met; every record from there on */
     unsigned n;
     bt_diag *diag;
 } replay;
@@ -28,6 +32,15 @@ static double replay_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int replay_cmp(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int replay_held(const replay *r, uint64_t step) {
+    return r->n_held > 0 && bsearch(&step, r->held, r->n_held, sizeof step, replay_cmp) != NULL;
 }
 
 static int replay_one(void *arg, const Baton__Metrics *m) {
@@ -39,14 +52,19 @@ static int replay_one(void *arg, const Baton__Metrics *m) {
         return control_metrics_write_valid(r->sink, r->w, m->step, m->valid_loss, m->valid_windows,
                                            t, r->diag);
     }
-    if (r->from == REPLAY_AFTER && m->step <= r->after) return 0;
+    int held = r->from == REPLAY_AFTER && replay_held(r, m->step);
+    if (r->from == REPLAY_AFTER && !r->filling) {
+        if (held) return 0;
+        /* written from here on: its rewind drops the steps after it, written again next */
+        r->filling = 1;
+    }
     if (r->from == REPLAY_PAST && r->sink->have_step &&
         r->w->step_offset + m->step <= r->sink->max_step)
         return 0;
     control_metrics c;
     control_metrics_from(m, 0, t, &c);
     int rc = control_metrics_write(r->sink, r->w, &c, r->diag);
-    if (rc == 0) r->n++;
+    if (rc == 0 && !held) r->n++; /* those it lacked */
     if (rc == 0 && r->cb) r->cb(r->cb_arg, &c, NULL);
     return rc;
 }
@@ -54,7 +72,7 @@ static int replay_one(void *arg, const Baton__Metrics *m) {
 int control_server_replay(control_server *cs, const control_metrics_where *w, const char *path,
                           double wait_s, unsigned *n, int *busy, bt_diag *diag) {
     control_metrics_sink *s = &cs->sink;
-    replay r = {.sink = s, .w = w, .diag = diag, .after = s->last_step};
+    replay r = {.sink = s, .w = w, .diag = diag};
     uint32_t st = s->last_stage, at = s->last_attempt;
     if (!s->have_last || st < w->stage_index || (st == w->stage_index && at < w->attempt))
         r.from = REPLAY_ALL;
@@ -66,7 +84,12 @@ int control_server_replay(control_server *cs, const control_metrics_where *w, co
         r.cb = cs->on_metrics, r.cb_arg = cs->metrics_arg;
     *n = 0, *busy = 0;
     if (s->jsonl_path[0] == '\0') return 0; /* no metrics.jsonl to mend */
-    int rc = metrics_log_read(path, wait_s, busy, replay_one, &r, diag);
+    int rc = r.from != REPLAY_AFTER ? 0
+                                    : control_metrics_attempt_steps(s, w->stage_index, w->attempt,
+                                                                    &r.held, &r.n_held, diag);
+    if (r.n_held > 1) qsort(r.held, r.n_held, sizeof *r.held, replay_cmp); /* a file edited */
+    rc = rc ? rc : metrics_log_read(path, wait_s, busy, replay_one, &r, diag);
+    free(r.held);
     *n = r.n;
     return rc;
 }

@@ -149,12 +149,16 @@ int control_server_stop_all(control_server *cs, int checkpoint, const char *reas
 /* Writes what a stage attempt's metrics log (stages/metrics_log.h, its rank 0's own copy
  * of every Metrics it sent) holds and metrics.jsonl lacks, as if those records had
  * arrived (in order, with the time rank 0 sent them), by whose metrics.jsonl's last
- * record is: that attempt's (w: its stage and attempt), the records after that step; an
+ * record is: that attempt's (w: its stage and attempt), the records from the first step
+ * of it the file lacks on (a gap in the middle, which a worker's full outbox leaves as it
+ * drops newer messages, is filled by the rewind below: the steps after it are written
+ * again, TensorBoard's restart marker at its first step); an
  * earlier stage's or attempt's (or none), all of them (one for a step metrics.jsonl holds
  * of an earlier attempt replaces it and the steps after it, the rewind above); a later
  * stage's or attempt's (the journal is older than the file), only those past its largest
  * global step. The closing validation goes to valid.jsonl unless there. Waits up to wait_s for a
- * rank 0 still writing the log (*busy set when it outlasted that). *n: the step records written.
+ * rank 0 still writing the log (*busy set when it outlasted that). *n: the step records written
+ * that metrics.jsonl lacked.
  * For the time no attempt runs. The records of the current attempt (cs->stage_index and
  * cs->attempt) go to cs->on_metrics too. */
 int control_server_replay(control_server *cs, const control_metrics_where *w, const char *path,

@@ -20,6 +20,11 @@
  * context a RoPE scaling extends to, a warmup longer than the stage) is written to
  * doc->warn as "warning: FILE:LINE:COL: PATH: message" lines. */
 int recipe_validate(const recipe_doc *doc, bt_diag *diag);
+/* recipe_validate, except that with naming non-NULL a stage name against the rules made
+ * after runs could be started with such names ('.', a space, all digits) is not refused:
+ * the first such problem goes to naming (its msg "" when none), for the caller to refuse
+ * (a new run) or to warn about (a run that started with that recipe). */
+int recipe_validate_run(const recipe_doc *doc, bt_diag *diag, bt_diag *naming);
 
 /* The context a RoPE scaling extends to: original_max_position × factor, where linear, NTK
  * and YaRN's factor is the ratio of the contexts; twice that for llama3, which interpolates

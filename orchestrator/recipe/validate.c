@@ -34,6 +34,7 @@ typedef struct vctx {
     long stage;              /* index of the stage being checked, -1 for recipe level */
     const Baton__Stage *eff; /* the effective (merged) stage */
     const char *stage_name;
+    bt_diag *naming; /* non-NULL: the stage-name rules only note their first problem here */
 } vctx;
 
 /* Whether path is base or lies under it ("a.b" and "a[0]" are under "a"). */
@@ -819,6 +820,32 @@ static int check_recipe_name(vctx *v, const Baton__Recipe *r) {
     return verr(v, "name", "the recipe name %s, e.g. name: tiny-cpu", why);
 }
 
+/* The rules a stage name follows since --set stages.NAME.KEY and --stage: refused, or with
+ * v->naming (a run that started before the rules) only the first problem noted there. */
+static int check_stage_name_chars(vctx *v, size_t i, const char *nm) {
+    size_t ok = strspn(nm, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                           "0123456789_-");
+    int number = strspn(nm, "0123456789") == strlen(nm);
+    if (ok == strlen(nm) && !number) return 0;
+    if (v->naming != NULL && v->naming->msg[0] != '\0') return 0;
+    bt_diag *keep = v->diag;
+    if (v->naming != NULL) v->diag = v->naming;
+    char f[64];
+    snprintf(f, sizeof f, "stages[%zu].name", i);
+    if (!number)
+        verr(v, f,
+             "stage name \"%s\" has '%c' at character %zu: --set addresses a stage by name "
+             "as stages.NAME.KEY, so a stage name is letters, digits, '_' and '-' (e.g. v1-5)",
+             nm, nm[ok], ok + 1);
+    else
+        verr(v, f,
+             "stage name \"%s\" is a number: --stage and --set stages.%s name stages by index "
+             "too; give it a name with a letter",
+             nm, nm);
+    v->diag = keep;
+    return v->naming != NULL ? 0 : BT_ERECIPE;
+}
+
 static int check_stage_names(vctx *v, const Baton__Recipe *r) {
     /* defaults is a Stage for its settings; a name there would be no stage's */
     if (r->defaults != NULL && r->defaults->name != NULL)
@@ -831,26 +858,7 @@ static int check_stage_names(vctx *v, const Baton__Recipe *r) {
             snprintf(f, sizeof f, "stages[%zu]", i);
             return verr(v, f, "every stage needs a name, e.g. {name: pretrain, steps: 1000}");
         }
-        const char *nm = r->stages[i]->name;
-        size_t ok = strspn(nm, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                               "0123456789_-");
-        if (ok < strlen(nm)) {
-            char f[64];
-            snprintf(f, sizeof f, "stages[%zu].name", i);
-            return verr(v, f,
-                        "stage name \"%s\" has '%c' at character %zu: --set addresses a "
-                        "stage by name as stages.NAME.KEY, so a stage name is letters, "
-                        "digits, '_' and '-' (e.g. v1-5)",
-                        nm, nm[ok], ok + 1);
-        }
-        if (strspn(nm, "0123456789") == strlen(nm)) {
-            char f[64];
-            snprintf(f, sizeof f, "stages[%zu].name", i);
-            return verr(v, f,
-                        "stage name \"%s\" is a number: --stage and --set stages.%s name "
-                        "stages by index too; give it a name with a letter",
-                        nm, nm);
-        }
+        if (check_stage_name_chars(v, i, r->stages[i]->name) != 0) return BT_ERECIPE;
         for (size_t j = 0; j < i; j++)
             if (r->stages[i]->name && r->stages[j]->name &&
                 strcmp(r->stages[i]->name, r->stages[j]->name) == 0) {
@@ -888,8 +896,13 @@ static int check_data_blocks(vctx *v, const Baton__Recipe *r) {
 }
 
 int recipe_validate(const recipe_doc *doc, bt_diag *diag) {
+    return recipe_validate_run(doc, diag, NULL);
+}
+
+int recipe_validate_run(const recipe_doc *doc, bt_diag *diag, bt_diag *naming) {
     const Baton__Recipe *r = doc->recipe;
-    vctx v = {.doc = doc, .diag = diag, .stage = -1};
+    vctx v = {.doc = doc, .diag = diag, .stage = -1, .naming = naming};
+    if (naming != NULL) naming->msg[0] = '\0';
     int rc = check_recipe_name(&v, r);
     rc = rc ? rc : check_model(&v, r->model);
     rc = rc ? rc : check_cluster(&v, r->cluster);

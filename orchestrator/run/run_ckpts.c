@@ -170,10 +170,11 @@ static int run_has_suffix(const char *name, const char *suffix) {
     return n > k && strcmp(name + n - k, suffix) == 0;
 }
 
-/* Removes the real directories directly in root whose names end in suffix; their names,
+/* Removes the real directories directly in root whose names end in suffix (only those a
+ * checkpoint's name makes, sNN-stepNNNNNNNN + suffix, with ckpt_only); their names,
  * comma-separated, into removed. Returns how many. */
-static size_t run_sweep_suffix(run_ctx *c, const char *root, const char *suffix, char *removed,
-                               size_t cap) {
+static size_t run_sweep_suffix(run_ctx *c, const char *root, const char *suffix, int ckpt_only,
+                               char *removed, size_t cap) {
     char p[4600];
     DIR *d = opendir(root);
     removed[0] = '\0';
@@ -181,7 +182,8 @@ static size_t run_sweep_suffix(run_ctx *c, const char *root, const char *suffix,
     struct dirent *de;
     size_t n = 0, l = 0;
     while ((de = readdir(d)) != NULL) {
-        if (!run_has_suffix(de->d_name, suffix)) continue;
+        if (ckpt_only ? !ckpt_name_is(de->d_name, suffix) : !run_has_suffix(de->d_name, suffix))
+            continue;
         /* lstat: a symbolic link named so is not followed (nor removed) */
         struct stat st;
         snprintf(p, sizeof p, "%s/%s", root, de->d_name);
@@ -200,7 +202,7 @@ static size_t run_sweep_suffix(run_ctx *c, const char *root, const char *suffix,
 void run_sweep_partials(run_ctx *c) {
     char root[4200], removed[512];
     run_dir_file(c->dir, CKPT_ROOT_IN_RUN, root, sizeof root);
-    size_t n = run_sweep_suffix(c, root, CKPT_PARTIAL_SUFFIX, removed, sizeof removed);
+    size_t n = run_sweep_suffix(c, root, CKPT_PARTIAL_SUFFIX, 0, removed, sizeof removed);
     if (n > 0) {
         run_progress_end(&c->prog);
         run_err(c,
@@ -208,7 +210,8 @@ void run_sweep_partials(run_ctx *c) {
                 "directory is never a valid checkpoint): %s\n",
                 n, root, removed);
     }
-    n = run_sweep_suffix(c, root, CKPT_DELETING_SUFFIX, removed, sizeof removed);
+    /* a .deleting is retention's rename of a checkpoint: any other name is not ours */
+    n = run_sweep_suffix(c, root, CKPT_DELETING_SUFFIX, 1, removed, sizeof removed);
     if (n > 0) {
         run_progress_end(&c->prog);
         run_err(c,

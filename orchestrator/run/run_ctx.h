@@ -61,6 +61,9 @@ typedef struct run_ctx {
         char name[64];
         uint64_t step;
     } journaled[RUN_MAX_STAGES];
+    /* the metrics log found still locked after the wait (run_metrics.c): not waited again */
+    int metrics_locked;
+    uint32_t metrics_locked_stage, metrics_locked_attempt;
 } run_ctx;
 
 #define RUN_MAX_POLL 1100
@@ -113,8 +116,8 @@ void run_give_up(run_ctx *c, uint32_t stage, int say, const char *fmt, ...)
  * from what baton run received) lacks is written there, TensorBoard and valid.jsonl too,
  * saying so (control_server_replay). before 0: the log of attempt itself, once it ended;
  * before 1: that of the newest earlier attempt of the stage that left one (a killed
- * baton run's), waiting a moment for a rank 0 that still writes it; call it before
- * anything else of the new attempt. */
+ * baton run's); call it before anything else of the new attempt. Either waits a moment
+ * for a rank 0 that still holds the log's lock, once per log. */
 void run_metrics_take(run_ctx *c, uint32_t stage, uint32_t attempt, int before,
                       uint64_t step_offset);
 

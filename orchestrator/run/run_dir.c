@@ -251,7 +251,9 @@ static int run_dir_secret(run_dir *d, bt_diag *diag) {
 /* A flock on the run directory itself, which no one deletes as a stale lock file: 0
  * taken (or flock unsupported there, e.g. some network file systems: the lock file alone
  * then), -1 held by another baton run. Waits a moment, as `baton status` tests it by
- * taking it briefly (run_dir_busy). */
+ * taking it briefly (run_dir_busy). On NFS it holds against this host's processes only
+ * (the client keeps a directory's flock to itself): across hosts the OFD lock on the
+ * lock file alone keeps a second baton run out. */
 static int run_dir_lock_dir(run_dir *d) {
     d->dir_lock_fd = open(d->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (d->dir_lock_fd < 0) return 0; /* run_dir_lock says why it is not usable */
@@ -332,6 +334,15 @@ static int run_dir_make(run_dir *d, struct stat *st, int *existed, bt_diag *diag
     return BT_EINVAL;
 }
 
+int run_dir_has_started(const char *run_dir_path) {
+    char path[4200];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/workdir", run_dir_path);
+    if (access(path, F_OK) == 0) return 1;
+    snprintf(path, sizeof path, "%s/%s", run_dir_path, JOURNAL_FILE);
+    return stat(path, &st) == 0 && st.st_size > 0;
+}
+
 int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const char *overrides,
                  bt_diag *diag) {
     memset(d, 0, sizeof *d);
@@ -356,6 +367,7 @@ int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const ch
     }
     snprintf(d->path, sizeof d->path, "%s", abs); /* workers and specs see one absolute path */
     int rc = run_dir_lock(d, diag);
+    if (rc == 0) d->started = run_dir_has_started(d->path);
     rc = rc ? rc : run_dir_check_overrides(d, overrides, diag);
     rc = rc ? rc : run_dir_recipe(d, recipe_file, overrides, diag);
     rc = rc ? rc : run_dir_secret(d, diag);
@@ -375,9 +387,15 @@ int run_dir_note_start(const run_dir *d, const char *worker, bt_diag *diag) {
     char path[4200], cwd[PATH_MAX];
     run_dir_file(d, "workdir", path, sizeof path);
     if (access(path, F_OK) == 0) return 0; /* the run started before */
+    char kept[4200];
+    run_dir_file(d, "worker", kept, sizeof kept);
+    /* a worker file there before the run started is none of its own: never run */
+    if (worker == NULL && unlink(kept) != 0 && errno != ENOENT) {
+        bt_diag_set(diag, "%s: cannot remove (a new run keeps no worker): %s", kept,
+                    strerror(errno));
+        return BT_EINVAL;
+    }
     if (worker != NULL) {
-        char kept[4200];
-        run_dir_file(d, "worker", kept, sizeof kept);
         int rc = ckpt_write_file_atomic(kept, worker, strlen(worker), diag);
         if (rc != 0) return rc;
     }
@@ -385,15 +403,67 @@ int run_dir_note_start(const run_dir *d, const char *worker, bt_diag *diag) {
     return ckpt_write_file_atomic(path, cwd, strlen(cwd), diag);
 }
 
-int run_dir_read_worker(const char *run_dir_path, char *out, size_t cap) {
-    char path[4200], *text = NULL;
-    size_t n = 0;
+/* Why st (of what, at path) may not name the program a run starts: owned by another user,
+ * or writable by group or others (anyone who can write it chooses what runs); NULL when
+ * it may. */
+static const char *run_dir_unsafe(const struct stat *st, char *why, size_t cap) {
+    if (st->st_uid != geteuid())
+        snprintf(why, cap, "owned by uid %u, not by you (uid %u)", (unsigned)st->st_uid,
+                 (unsigned)geteuid());
+    else if (st->st_mode & 022)
+        snprintf(why, cap, "writable by %s (mode %03o)",
+                 (st->st_mode & 022) == 022 ? "group and others"
+                 : (st->st_mode & 020) != 0 ? "its group"
+                                            : "others",
+                 (unsigned)(st->st_mode & 0777));
+    else
+        return NULL;
+    return why;
+}
+
+/* The kept worker's bytes from fd (a file checked safe) into out: 1, or BT_EINVAL. */
+static int run_dir_worker_text(int fd, const char *path, char *out, size_t cap, bt_diag *diag) {
+    ssize_t n = read(fd, out, cap);
+    if (n <= 0 || (size_t)n >= cap || memchr(out, '\0', (size_t)n) != NULL) {
+        bt_diag_set(diag, "%s: not a program's path (%s)", path,
+                    n < 0    ? strerror(errno)
+                    : n == 0 ? "empty"
+                             : "too long, or binary");
+        return BT_EINVAL;
+    }
+    out[n] = '\0';
+    return 1;
+}
+
+int run_dir_read_worker(const char *run_dir_path, char *out, size_t cap, bt_diag *diag) {
+    char path[4200], why[128];
     snprintf(path, sizeof path, "%s/worker", run_dir_path);
-    if (bt_read_file(path, PATH_MAX, &text, &n) != 0) return 0;
-    int ok = n > 0 && n < cap && memchr(text, '\0', n) == NULL;
-    if (ok) memcpy(out, text, n), out[n] = '\0';
-    free(text);
-    return ok;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) return 0;
+    if (fd < 0) {
+        bt_diag_set(diag, "%s: cannot be read: %s", path,
+                    errno == ELOOP ? "a symbolic link (the run's worker must be a file)"
+                                   : strerror(errno));
+        return BT_EINVAL;
+    }
+    struct stat st, dst;
+    const char *bad = NULL, *what = path;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        bad = "not a regular file";
+    else if ((bad = run_dir_unsafe(&st, why, sizeof why)) == NULL) {
+        what = run_dir_path;
+        bad =
+            stat(run_dir_path, &dst) != 0 ? strerror(errno) : run_dir_unsafe(&dst, why, sizeof why);
+    }
+    int rc = bad == NULL ? run_dir_worker_text(fd, path, out, cap, diag) : BT_EINVAL;
+    close(fd);
+    if (bad != NULL)
+        bt_diag_set(diag,
+                    "%s: the worker this run was started with is not used: %s is %s, so "
+                    "another user may have chosen the program it names (make both yours "
+                    "and writable by you alone, or give --worker PATH)",
+                    path, what, bad);
+    return rc;
 }
 
 int run_dir_enter_workdir(const char *run_dir_path, int *moved, bt_diag *diag) {

@@ -6,7 +6,8 @@
  *   secret        the control channel's per-run token (0600)
  *   lock          held (an OFD lock) by the one `baton run` working here, which also
  *                 holds a flock on the directory itself: a lock file deleted as "stale"
- *                 lets no second one in
+ *                 lets no second one in on this host (on NFS a directory's flock is
+ *                 local to each client; only the OFD lock reaches the server)
  *   journal       run_state.h / journal.h
  *   specs/        the StageSpec of every attempt (sNN-aMM.pb)
  *   logs/         every attempt's worker output (sNN-aMM.log) and rank 0's metrics log
@@ -25,6 +26,7 @@ typedef struct run_dir {
     char token[65];
     int lock_fd;
     int dir_lock_fd; /* the directory, flock'ed */
+    int started;     /* a run worked here before this command (workdir, or a journal) */
 } run_dir;
 
 /* Creates (0700) or reopens path for recipe_file and overrides (the --set lines), whose
@@ -46,11 +48,17 @@ int run_dir_check_data(const recipe_doc *doc, bt_diag *diag);
 /* A run's start (`baton run` or `baton submit` on a run directory without RUN_DIR/workdir
  * yet): RUN_DIR/worker gets worker, the --worker the run was started with (when one was
  * given: NULL, none), and RUN_DIR/workdir the directory baton works in, where the
- * recipe's relative data paths resolve. Nothing when the run started before. */
+ * recipe's relative data paths resolve; a worker file there already (none of this run's)
+ * is removed when worker is NULL. Nothing when the run started before. */
 int run_dir_note_start(const run_dir *d, const char *worker, bt_diag *diag);
-/* The --worker the run was started with (RUN_DIR/worker) into out: 1, else 0 (none kept,
- * or unreadable). */
-int run_dir_read_worker(const char *run_dir_path, char *out, size_t cap);
+/* The --worker the run was started with (RUN_DIR/worker) into out: 1, 0 when none is
+ * kept, BT_EINVAL (diag naming the file and why) when it may not be run: a symbolic
+ * link or not a regular file, or the file or the run directory owned by another user or
+ * writable by group or others. Read only for a run that started (run_dir.started). */
+int run_dir_read_worker(const char *run_dir_path, char *out, size_t cap, bt_diag *diag);
+/* Whether a run started in the directory at path: its start noted (RUN_DIR/workdir), or
+ * a journal with anything in it (a run older than workdir). */
+int run_dir_has_started(const char *run_dir_path);
 /* For `baton resume` from anywhere: changes into the run's workdir (when it has one and
  * it is not the current directory; *moved says so). run_dir_path must be absolute. A
  * workdir that is gone is an error naming it. */

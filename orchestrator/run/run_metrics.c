@@ -12,7 +12,9 @@
  * 0.2 s) may hold its log before it is read as it stands. */
 #define RUN_METRICS_WAIT_S 10.0
 
-/* Replays stage's attempt's log; 1 when the log exists. */
+/* Replays stage's attempt's log; 1 when the log exists. A log found still locked once is
+ * not waited for again (a stale lock, such as a dead node's on a network file system,
+ * would cost the wait at every read). */
 static int run_metrics_replay(run_ctx *c, uint32_t stage, uint32_t attempt, uint64_t step_offset) {
     char path[4200];
     metrics_log_path(c->dir->path, stage, attempt, path, sizeof path);
@@ -23,20 +25,25 @@ static int run_metrics_replay(run_ctx *c, uint32_t stage, uint32_t attempt, uint
                                .stage_index = stage,
                                .attempt = attempt,
                                .step_offset = step_offset};
+    int waited = c->metrics_locked && c->metrics_locked_stage == stage &&
+                 c->metrics_locked_attempt == attempt;
+    double wait_s = waited ? 0.0 : RUN_METRICS_WAIT_S;
     unsigned n = 0;
     int busy = 0;
     bt_diag d;
     bt_diag_init(&d);
-    int rc = control_server_replay(&c->cs, &w, path, RUN_METRICS_WAIT_S, &n, &busy, &d);
-    if (busy || rc != 0 || n > 0) run_progress_end(&c->prog);
-    if (busy)
+    int rc = control_server_replay(&c->cs, &w, path, wait_s, &n, &busy, &d);
+    if ((busy && !waited) || rc != 0 || n > 0) run_progress_end(&c->prog);
+    if (busy && !waited)
         run_err(c,
-                "%s: rank 0 of stage \"%s\" attempt %u still writes it after %.0f s (an "
-                "earlier baton run's worker that did not end): read as it stands\n",
-                path, w.stage_name, attempt, RUN_METRICS_WAIT_S);
+                "%s: rank 0's metrics log is still locked after %.0f s (a worker still "
+                "running, or a stale lock on a network file system); read it as it is\n",
+                path, wait_s);
+    if (busy)
+        c->metrics_locked = 1, c->metrics_locked_stage = stage, c->metrics_locked_attempt = attempt;
     if (rc != 0)
         run_err(c, "stage \"%s\": cannot take the metrics baton run did not receive: %s\n",
-                w.stage_name, d.msg);
+                w.stage_name, d.msg[0] ? d.msg : bt_strerror(rc));
     if (n > 0)
         run_err(c,
                 "stage \"%s\": %u step record(s) of attempt %u that baton run had not "

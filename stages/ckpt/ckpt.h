@@ -43,6 +43,9 @@
 
 /* "s<stage:02>-step<step:08>" into out. */
 void ckpt_name(uint32_t stage, uint64_t step, char *out, size_t cap);
+/* Whether name is "s" digits "-step" digits followed by suffix and nothing more: a name
+ * ckpt_name makes, with suffix ("" for none; ".partial", ".deleting"). */
+int ckpt_name_is(const char *name, const char *suffix);
 /* Complete checkpoints (a manifest.pb present) under root, oldest first; *names is an
  * array of malloc'd strings (free with ckpt_names_free). A missing root gives 0. */
 int ckpt_list(const char *root, char ***names, size_t *n, bt_diag *diag);

@@ -116,20 +116,6 @@ static int commit_write_manifest(const char *part, Baton__Manifest *m, bt_diag *
     return rc;
 }
 
-/* "s<digits>-step<digits>" and nothing more: a name ckpt_name makes. */
-static int commit_is_ckpt_name(const char *name) {
-    size_t k = 0;
-    if (name[k++] != 's' || name[k] < '0' || name[k] > '9') return 0;
-    while (name[k] >= '0' && name[k] <= '9')
-        k++;
-    if (strncmp(name + k, "-step", 5) != 0) return 0;
-    k += 5;
-    if (name[k] < '0' || name[k] > '9') return 0;
-    while (name[k] >= '0' && name[k] <= '9')
-        k++;
-    return name[k] == '\0';
-}
-
 /* Renames from to the first free one of to, to.1, to.2, ... (never over anything: rename
  * would replace an empty directory); the name taken into out. */
 static int commit_rename_free(const char *from, const char *to, char *out, size_t cap) {
@@ -158,7 +144,7 @@ int ckpt_set_aside_incomplete(const char *root, const char *name, char *aside, s
     aside[0] = '\0';
     snprintf(fin, sizeof fin, "%s/%s", root, name);
     snprintf(man, sizeof man, "%s/%s", fin, CKPT_MANIFEST);
-    if (!commit_is_ckpt_name(name) || lstat(fin, &st) != 0 || !S_ISDIR(st.st_mode) ||
+    if (!ckpt_name_is(name, "") || lstat(fin, &st) != 0 || !S_ISDIR(st.st_mode) ||
         lstat(man, &st) == 0)
         return 0;
     snprintf(to, sizeof to, "%s.incomplete", fin);

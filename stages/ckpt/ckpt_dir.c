@@ -14,6 +14,21 @@ void ckpt_name(uint32_t stage, uint64_t step, char *out, size_t cap) {
     snprintf(out, cap, "s%02u-step%08llu", stage, (unsigned long long)step);
 }
 
+/* One or more decimal digits at name + *k, moved past. */
+static int name_digits(const char *name, size_t *k) {
+    size_t at = *k;
+    while (name[*k] >= '0' && name[*k] <= '9')
+        (*k)++;
+    return *k > at;
+}
+
+int ckpt_name_is(const char *name, const char *suffix) {
+    size_t k = 1;
+    if (name[0] != 's' || !name_digits(name, &k) || strncmp(name + k, "-step", 5) != 0) return 0;
+    k += 5;
+    return name_digits(name, &k) && strcmp(name + k, suffix) == 0;
+}
+
 static int dir_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
@@ -262,11 +277,7 @@ static int retain_is_final(const char *root, const char *name) {
 
 /* A name this module made: "s<N>-step<N>" followed by suffix. */
 static int retain_ours(const char *name, const char *suffix) {
-    unsigned st;
-    unsigned long long step;
-    int end = 0;
-    if (sscanf(name, "s%u-step%llu%n", &st, &step, &end) != 2) return 0;
-    return strcmp(name + end, suffix) == 0;
+    return ckpt_name_is(name, suffix);
 }
 
 /* Removes the .partial, .old and .deleting checkpoint directories a crash left, other than

@@ -44,3 +44,12 @@ grep -qx "session_log START 104" "$work/replay.tb" || { cat "$work/replay.tb"; e
 [[ $(grep "^valid/loss " "$work/replay.tb") == "valid/loss 108 5.0" ]] ||
   { cat "$work/replay.tb"; echo "FAIL: valid/loss is not 5.0 at 108 alone"; exit 1; }
 tail -1 "$work/replay.tb"
+# A gap in the middle of metrics.jsonl (a full outbox dropped steps 105-107) filled from
+# rank 0's metrics log: each step once, and TensorBoard's restart marker at 105, where the
+# steps from the gap on are written again.
+"$test_control" gap "$work/gap"
+/usr/bin/python3 "$here/read_tb.py" "$work/gap/middle/tb" "$work/gap/middle/metrics.jsonl" >"$work/gap.tb"
+grep -qx "session_log START 105" "$work/gap.tb" || { cat "$work/gap.tb"; echo "FAIL: no restart marker at step 105"; exit 1; }
+[[ $(grep "^train/loss " "$work/gap.tb" | cut -d' ' -f2 | tr '\n' ' ') == "101 102 103 104 105 106 107 108 109 110 " ]] ||
+  { cat "$work/gap.tb"; echo "FAIL: train/loss is not at 101-110 once each"; exit 1; }
+echo "control gap: metrics.jsonl and TensorBoard hold steps 101-110 once each"

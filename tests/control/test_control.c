@@ -19,6 +19,12 @@
  *     reading again, has them all: metrics.jsonl holds every step once, in order. An
  *     outbox over its limit drops the newest messages, the channel stays, and those
  *     before arrive.
+ *   test_control gap RUN_DIR
+ *     rank 0's metrics log replayed over a gap in the middle of metrics.jsonl (a full
+ *     outbox dropped steps 5-7, 8-10 arrived): every step once, in order, and again
+ *     nothing; and over an attempt's first steps dropped, held of the attempt before; a
+ *     replay into a metrics.jsonl that cannot be written says so (not "cannot read").
+ *     check-unit.sh reads the event file: the restart marker at the gap's first step.
  *   test_control serve SPEC_IN SPEC_OUT RUN_DIR WORLD STOP_AT ACTION
  *     For the worker tests: writes SPEC_IN with this server's control_address to SPEC_OUT,
  *     then serves (token from BATON_CONTROL_TOKEN). When rank 0 reports step STOP_AT it
@@ -39,7 +45,9 @@
 #include <unistd.h>
 
 #include "control_client.h"
+#include "control_internal.h"
 #include "control_server.h"
+#include "metrics_log.h"
 #include "stage_spec.pb-c.h"
 #include "util/clock.h"
 
@@ -269,6 +277,131 @@ static int replay(const char *run_dir) {
     return failures ? 1 : 0;
 }
 
+/* ---- gap ------------------------------------------------------------------------------- */
+
+/* Steps from..to of stage 1 (offset 100) as rank 0 logs them, each also received live
+ * unless in [lost_from, lost_to] (dropped by a full outbox while baton run was stopped). */
+static void gap_attempt(control_server *cs, const char *run_dir, uint32_t attempt, uint64_t from,
+                        uint64_t to, uint64_t lost_from, uint64_t lost_to) {
+    control_metrics_where w = {"pretrain", 1, attempt, 100};
+    char path[4200];
+    bt_diag d;
+    bt_diag_init(&d);
+    metrics_log_path(run_dir, 1, attempt, path, sizeof path);
+    metrics_log l;
+    CHECK(metrics_log_open(&l, path, &d) == 0, "log: %s", d.msg);
+    for (uint64_t k = from; k <= to; k++) {
+        Baton__Metrics m = BATON__METRICS__INIT;
+        m.has_step = m.has_loss = m.has_time = m.has_tokens_per_s = 1;
+        m.step = k, m.loss = 5.0 - 0.1 * (double)k, m.time = 1.7e9 + (double)k;
+        m.tokens_per_s = 1000.0 * (attempt + 1);
+        CHECK(metrics_log_append(&l, &m, &d) == 0, "append: %s", d.msg);
+        control_metrics c;
+        control_metrics_from(&m, 0, m.time, &c);
+        if (k < lost_from || k > lost_to)
+            CHECK(control_metrics_write(&cs->sink, &w, &c, &d) == 0, "write: %s", d.msg);
+    }
+    metrics_log_close(&l);
+}
+
+/* Replays stage 1's attempt; its count of records metrics.jsonl lacked must be want. */
+static void gap_replay(control_server *cs, const char *run_dir, uint32_t attempt, unsigned want) {
+    control_metrics_where w = {"pretrain", 1, attempt, 100};
+    char path[4200];
+    bt_diag d;
+    bt_diag_init(&d);
+    metrics_log_path(run_dir, 1, attempt, path, sizeof path);
+    unsigned n = 0;
+    int busy = 0;
+    CHECK(control_server_replay(cs, &w, path, 0, &n, &busy, &d) == 0, "replay: %s", d.msg);
+    CHECK(n == want && !busy, "attempt %u: %u record(s) replayed, expected %u", attempt, n, want);
+}
+
+/* metrics.jsonl's (global_step, attempt) pairs must be want's n, in order. */
+static void gap_expect(const char *run_dir, const uint64_t (*want)[2], size_t n) {
+    char path[4200], line[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    FILE *f = fopen(path, "r");
+    size_t i = 0;
+    while (f != NULL && fgets(line, sizeof line, f)) {
+        const char *g = strstr(line, "\"global_step\": "), *a = strstr(line, "\"attempt\": ");
+        uint64_t step = g ? strtoull(g + 15, NULL, 10) : 0, at = a ? strtoull(a + 11, NULL, 10) : 0;
+        CHECK(i < n && step == want[i][0] && at == want[i][1],
+              "%s line %zu: global_step %llu of attempt %llu, expected %llu of attempt %llu", path,
+              i + 1, (unsigned long long)step, (unsigned long long)at,
+              (unsigned long long)(i < n ? want[i][0] : 0),
+              (unsigned long long)(i < n ? want[i][1] : 0));
+        i++;
+    }
+    CHECK(f != NULL && i == n, "%s: %zu lines, expected %zu", path, i, n);
+    if (f != NULL) fclose(f);
+}
+
+/* Replays stage 1's attempt 0 into a sink that cannot write: the error must be want. */
+static void gap_unwritable(control_server *cs, const char *run_dir, const char *want) {
+    control_metrics_where w = {"pretrain", 1, 0, 100};
+    char path[4200];
+    bt_diag d;
+    bt_diag_init(&d);
+    metrics_log_path(run_dir, 1, 0, path, sizeof path);
+    unsigned n = 0;
+    int busy = 0;
+    int rc = control_server_replay(cs, &w, path, 0, &n, &busy, &d);
+    CHECK(rc != 0 && strstr(d.msg, want) != NULL && strstr(d.msg, "cannot read") == NULL,
+          "a replay into metrics.jsonl that cannot be written: rc %d, \"%s\", expected \"%s\"", rc,
+          d.msg, want);
+}
+
+static void gap_open(control_server *cs, const char *run_dir) {
+    char cmd[4300];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/logs'", run_dir);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    memset(cs, 0, sizeof *cs);
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(control_metrics_open(&cs->sink, run_dir, &d) == 0, "open: %s", d.msg);
+}
+
+/* A gap in the middle of an attempt (steps 5-7 dropped, 8-10 received), filled; then an
+ * attempt resumed at step 3 whose first steps (4, 5) were dropped, which metrics.jsonl
+ * held of the attempt before: they are the new attempt's after the replay. */
+static int gap(const char *run_dir) {
+    char dir[4200];
+    control_server cs;
+    snprintf(dir, sizeof dir, "%s/middle", run_dir);
+    gap_open(&cs, dir);
+    gap_attempt(&cs, dir, 0, 1, 10, 5, 7);
+    gap_replay(&cs, dir, 0, 3);
+    gap_replay(&cs, dir, 0, 0); /* once filled, nothing more */
+    uint64_t middle[10][2];
+    for (int i = 0; i < 10; i++)
+        middle[i][0] = 101 + (uint64_t)i, middle[i][1] = 0;
+    gap_expect(dir, middle, 10);
+    control_metrics_close(&cs.sink);
+    snprintf(dir, sizeof dir, "%s/first", run_dir);
+    gap_open(&cs, dir);
+    gap_attempt(&cs, dir, 0, 1, 6, 99, 99);
+    gap_attempt(&cs, dir, 1, 4, 8, 4, 5);
+    gap_replay(&cs, dir, 1, 2);
+    const uint64_t first[8][2] = {{101, 0}, {102, 0}, {103, 0}, {104, 1},
+                                  {105, 1}, {106, 1}, {107, 1}, {108, 1}};
+    gap_expect(dir, first, 8);
+    control_metrics_close(&cs.sink);
+    /* metrics.jsonl that cannot be written: the replay's failure names it, not the log */
+    snprintf(dir, sizeof dir, "%s/unwritable", run_dir);
+    gap_open(&cs, dir);
+    gap_attempt(&cs, dir, 0, 1, 3, 1, 3);
+    fclose(cs.sink.jsonl);
+    cs.sink.jsonl = fopen("/dev/full", "a");
+    gap_unwritable(&cs, dir, "metrics.jsonl: cannot append metrics: No space left on device");
+    if (cs.sink.jsonl != NULL) fclose(cs.sink.jsonl);
+    cs.sink.jsonl = NULL; /* as after a rewrite that failed */
+    gap_unwritable(&cs, dir, "metrics.jsonl: not open for appending");
+    control_metrics_close(&cs.sink);
+    printf("control gap: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
+    return failures ? 1 : 0;
+}
+
 /* ---- backlog --------------------------------------------------------------------------- */
 
 #define BACKLOG_N 20000
@@ -494,9 +627,12 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "unit") == 0) return unit(argv[2]);
     if (argc == 3 && strcmp(argv[1], "replay") == 0) return replay(argv[2]);
     if (argc == 3 && strcmp(argv[1], "backlog") == 0) return backlog(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "gap") == 0) return gap(argv[2]);
     if (argc == 8 && strcmp(argv[1], "serve") == 0) return serve(argv);
-    fprintf(stderr, "usage: test_control unit RUN_DIR | replay RUN_DIR | backlog RUN_DIR | serve "
-                    "SPEC_IN SPEC_OUT RUN_DIR WORLD "
-                    "STOP_AT stop|term1|mark\n");
+    fprintf(
+        stderr,
+        "usage: test_control unit RUN_DIR | replay RUN_DIR | backlog RUN_DIR | gap RUN_DIR | serve "
+        "SPEC_IN SPEC_OUT RUN_DIR WORLD "
+        "STOP_AT stop|term1|mark\n");
     return 2;
 }

@@ -6,7 +6,8 @@
 #     (`baton ckpt inspect --json`);
 #   - data rewritten under the same prefix since the checkpoint: the resume is refused,
 #     exit 2, naming the dataset and both counts, with no fall back to an older
-#     checkpoint;
+#     checkpoint, also when the newest is damaged and the older one would be loaded; a
+#     new run with init: that checkpoint (the remedy the refusal names) works, warned;
 #   - a checkpoint from before the counts and the order were recorded (ckpt_edit
 #     --drop-data) resumes in the order it was saved under (by slot: other samples than
 #     the run that never stopped), and a resume of that resume keeps it (equal losses).
@@ -90,6 +91,26 @@ rc=0
 grep -qF "changed/checkpoints/s00-step00000010: stage \"s1\" cannot resume: its training data d/B_train changed since this checkpoint (1025 tokens, 1 document now; 513, 1 when saved as d/B_train)" changed.err ||
   { cat changed.err >&2; fail "the refusal does not name the dataset and its counts"; }
 ! grep -q "^step\|falling back" changed.out changed.err || fail "a refused resume trained or fell back"
+# the newest checkpoint damaged (an empty manifest): the one that is loaded, the older
+# one, is checked, and refused alike
+cp -a changed damaged
+: >damaged/checkpoints/s00-step00000010/manifest.pb
+rc=0
+"$worker" --spec s.pb --single-process --eval-windows 0 --run-dir damaged --init damaged >damaged.out 2>damaged.err || rc=$?
+[[ $rc == 2 ]] || { cat damaged.out damaged.err >&2; fail "a fallback over rewritten data: exit $rc, not 2"; }
+grep -qF "damaged/checkpoints/s00-step00000005: stage \"s1\" cannot resume: its training data d/B_train changed" damaged.err ||
+  { cat damaged.err >&2; fail "the older checkpoint a fallback loads was not checked"; }
+! grep -q "^step" damaged.out || fail "a fallback over rewritten data trained"
+# the remedy the refusal names: a new run from these weights (init: DIR) is not refused,
+# only warned about, whether init names the checkpoint or the run directory
+for init in changed/checkpoints/s00-step00000010 changed; do
+  rm -rf fresh
+  train remedy.log --run-dir fresh --init "$init"
+  [[ $(wc -l <remedy.log) == 10 ]] || fail "init: $init over rewritten data logged $(wc -l <remedy.log) steps, not 10"
+  grep -qF "warning: changed/checkpoints/s00-step00000010: stage \"s1\" continues from it as init names it, though its training data d/B_train changed" remedy.log.err ||
+    { cat remedy.log.err >&2; fail "init: $init over rewritten data: no warning"; }
+done
+echo "ok the remedy (init: the checkpoint, in a new run) works over rewritten data, warned"
 text b.txt 2 KLMNOPQRST # the original B again
 "$baton" data prepare --input b.txt --output d/B --valid-fraction 0 >/dev/null
 train changed.log --run-dir changed --init changed

@@ -20,7 +20,8 @@
 # each expert gathered from its ep rank). In fp8, resumed bitwise (the scaling states too),
 # also from the checkpoint rewritten as format 1 saved it, and, without the experts'
 # states, those calibrated and the loaded ones kept (tests/ckpt/ckpt_edit.c rewrites it;
-# BATON_CKPT_EDIT, else next to BATON's directory: ../tests/ckpt_edit).
+# BATON_CKPT_EDIT, else next to BATON's directory: ../tests/ckpt_edit). --dump-params
+# under ep2 with one rank's gather buffer not allocated fails every rank at once.
 #   check-ep.sh BATON BATON_WORKER SOURCE_DIR [CASE]
 set -euo pipefail
 source "$(dirname "$0")/layout-lib.sh"
@@ -405,4 +406,25 @@ ep_fp8_partial ep2-dp4-fp8-partial
 BATON_DP_OVERLAP=1 ep_case ep2-overlap 2 1 2 "$aux"
 BATON_DP_OVERLAP=1 ep_case ep2-dp4-overlap 4 1 2 "$aux"
 BATON_DP_OVERLAP=1 ep_case ep2-dp4-zero1-overlap 4 1 2 "$aux" "$z1"
+# --dump-params under ep2 when one ep rank cannot allocate the experts' gather buffer
+# (BATON_FAULT_DUMP_NOMEM=1): every rank fails at once, having agreed on it before any
+# allgather (none waits in one the other never enters), rank 0 saying the other failed.
+ep_dump_nomem() { # NAME
+  local name=$1 rc=0 t0=$SECONDS
+  layout_wanted "$name" || return 0
+  sed "s/tp: 1, pp: 1, ep: 2,/tp: 1, pp: 1, ep: 2,/; s/balance: aux_loss, aux_loss_coef: 0.01/$aux/" \
+    "$src/tests/engine/moe.yaml" >"$name.yaml"
+  "$baton" spec "$name.yaml" --out "$name.pb"
+  BATON_FAULT_DUMP_NOMEM=1 timeout 120 "$baton" launch -n 2 -- "$worker" --spec "$name.pb" \
+    --eval-windows 0 --comm-timeout 60 --steps 2 --dump-params "$name.dumped" >"$name.log" 2>&1 || rc=$?
+  echo "$name: exit $rc after $((SECONDS - t0)) s"
+  if [[ $rc == 0 || $rc == 124 ]] || ((SECONDS - t0 >= 50)) ||
+    ! grep -q "^\[1\] .*cannot gather the parameters: out of memory for the experts' gather" "$name.log" ||
+    ! grep -q "^\[0\] .*cannot gather the parameters: another expert-parallel rank could not gather the experts" "$name.log"; then
+    tail -5 "$name.log"
+    echo "$name: a rank's failed allocation was not a prompt failure of every rank"
+    failures=$((failures + 1))
+  fi
+}
+ep_dump_nomem ep2-dump-nomem
 layout_finish "all expert-parallel runs match the one-process run"

@@ -34,7 +34,9 @@
 #   partials      stale checkpoints/*.partial directories (planted, and one left by a rank
 #                 killed mid-save in attempt 0) are gone before every attempt starts, said
 #                 in one line; nothing else is touched (a symlink named *.partial and
-#                 its target, a file, a nested one, a longer name, one outside checkpoints/).
+#                 its target, a file, a nested one, a longer name, one outside checkpoints/);
+#                 a planted sNN-stepN.deleting is swept too, a *.deleting of another name
+#                 (mybackup.deleting, s+1-step2.deleting) is not.
 #   retain-kill   rank 0 killed (an LD_PRELOAD'ed unlink; BATON_TEST_KILL_ON_UNLINK_LIB)
 #                 while retention removes pretrain's checkpoint at step 5, its manifest
 #                 and some shards gone: the half-removed checkpoint bears a name that the
@@ -88,6 +90,19 @@
 #   init-end      checkpoint.every_steps: 0 saves only at the stage's end (-1 refused);
 #                 a run whose init is that checkpoint, of another ffn_dim, is refused
 #                 naming model.ffn_dim and both values.
+#   worker-planted  a `worker` file planted in a fresh run directory (0777) is never run
+#                 (the new run removes it); in a run that started, one that another user
+#                 could have written (the directory or the file writable by group or
+#                 others, owned by another uid, a symbolic link) is refused by resume and
+#                 run alike, exit 2, naming the file and why, and nothing is started.
+#   old-names     a run stopped mid-stage whose kept recipe names its stage "a.b 1" (as
+#                 runs started before the stage-name rule could): `baton resume` warns
+#                 and completes it, as does `baton run` on its directory; a new run with
+#                 that recipe is refused (exit 2) and makes no directory.
+#   metrics-locked  rank 0's metrics log of attempt 0 locked by another process (as a dead
+#                 node's lock stays on a network file system) and that attempt's rank
+#                 killed: the log is waited for once (10 s), after the attempt, not again
+#                 before the next one, and the message says it is still locked, not whose.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 #   (the supervisor's judgements, pauses, journal and history: check-supervise.sh;
 #   what both share: run-common.sh)
@@ -461,7 +476,9 @@ partials)
   sets=(--set stages.pretrain.steps=8 --set stages.1.steps=3 --set stages.fp8.steps=2)
   ck=r1/checkpoints
   mkdir -p "$ck/s00-step00000003.partial" "$ck/junk.partial" "$ck/keep/inner.partial" \
-    "$ck/s00-step00000003.partial.d" r1/other.partial outside
+    "$ck/s00-step00000003.partial.d" r1/other.partial outside \
+    "$ck/s00-step00000002.deleting" "$ck/mybackup.deleting" "$ck/s+1-step2.deleting"
+  : >"$ck/mybackup.deleting/x"
   head -c 1048576 /dev/zero >"$ck/s00-step00000003.partial/rank-00000.bin"
   : >"$ck/junk.partial/x"
   echo precious >outside/precious
@@ -496,6 +513,11 @@ EOF
   [[ -f $ck/file.partial && -d $ck/keep/inner.partial && -d $ck/s00-step00000003.partial.d &&
     -d r1/other.partial ]] || fail "something other than a stale .partial was removed"
   [[ ! -e $ck/s00-step00000003.partial && ! -e $ck/junk.partial ]] || fail "stale .partial left"
+  # a .deleting is retention's: only a checkpoint's name is swept
+  grep -q "removed what is left of 1 checkpoint(s) whose removal by retention was cut short in .*: s00-step00000002.deleting$" run.out ||
+    fail "the planted s00-step00000002.deleting was not swept alone"
+  [[ -f $ck/mybackup.deleting/x && -d $ck/s+1-step2.deleting && ! -e $ck/s00-step00000002.deleting ]] ||
+    fail "a .deleting directory not named as a checkpoint was removed"
   echo "$case: $(grep -m1 'removed' run.out)"
   ;;
 retain-kill)
@@ -968,6 +990,136 @@ YAML
   grep -qF "saved from a different model (model.ffn_dim 176 in the checkpoint, 128 in this stage)" init.out ||
     { tail -5 init.out; fail "init of another model: the dimension is not named"; }
   echo "$case: every_steps 0 saved only step 5; $(grep -o -m1 'saved from a different model (.*)' init.out)"
+  ;;
+worker-planted)
+  cat >one.yaml <<'YAML'
+name: one
+seed: 3
+model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 176,
+        vocab_size: 272, rope: {theta: 10000}}
+cluster: {nodes: 1, gpus_per_node: 1, device: cpu}
+data: {train: data/fortunes_train, valid: data/fortunes_valid}
+defaults: {seq_len: 64, global_batch: 4, micro_batch: 1, optimizer: {lr: 3e-3, warmup_steps: 1}}
+stages:
+  - {name: a, steps: 2}
+YAML
+  printf '#!/bin/sh\ntouch %q/pwned\nexec %q "$@"\n' "$work" "$worker" >evil.sh
+  chmod 0755 evil.sh
+  mkdir -m 0777 rp
+  printf %s "$work/evil.sh" >rp/worker
+  "$baton" run one.yaml --run-dir rp --quiet >run.out 2>&1 || fail "the run in a fresh 0777 directory failed"
+  [[ ! -e pwned ]] || fail "a worker planted in a fresh run directory was run"
+  [[ ! -e rp/worker ]] || fail "the planted rp/worker is still there"
+  # refused: exit 2, naming the file and why; nothing run
+  refused() { # WHY COMMAND...
+    local why=$1 rc
+    shift
+    set +e; "$@" >ref.out 2>&1; rc=$?; set -e
+    [[ $rc == 2 ]] || { cat ref.out; fail "$why: exit $rc, not 2"; }
+    grep -qF "$work/rp/worker: the worker this run was started with is not used: $why" ref.out ||
+      { cat ref.out; fail "$why: not said"; }
+    [[ ! -e pwned ]] || fail "$why: the planted worker ran"
+  }
+  printf %s "$work/evil.sh" >rp/worker
+  refused "$work/rp is writable by group and others (mode 777)" "$baton" resume rp --quiet
+  refused "$work/rp is writable by group and others (mode 777)" "$baton" run one.yaml --run-dir rp
+  chmod 0700 rp
+  chmod 0620 rp/worker
+  refused "$work/rp/worker is writable by its group (mode 620)" "$baton" resume rp
+  chmod 0600 rp/worker
+  if [[ $(id -u) == 0 ]]; then
+    chown 65534 rp/worker
+    refused "$work/rp/worker is owned by uid 65534, not by you (uid 0)" "$baton" resume rp
+    chown 0 rp/worker
+  fi
+  mv rp/worker target
+  ln -s "$work/target" rp/worker
+  set +e; "$baton" resume rp >ref.out 2>&1; rc=$?; set -e
+  [[ $rc == 2 ]] && grep -qF "$work/rp/worker: cannot be read: a symbolic link" ref.out ||
+    { cat ref.out; fail "a symbolic link for rp/worker: exit $rc"; }
+  [[ ! -e pwned ]] || fail "the worker a symbolic link names was run"
+  # the run's own worker, safe, is still taken (resume of the completed run)
+  rm rp/worker
+  printf %s "$worker" >rp/worker
+  "$baton" resume rp >ok.out 2>&1 || { cat ok.out; fail "resume with a safe rp/worker failed"; }
+  grep -qF "worker $worker, as the run was started with" ok.out || { cat ok.out; fail "the safe worker was not taken"; }
+  echo "$case: a planted worker in a fresh directory never ran; refused in a started run (modes, owner, symlink)"
+  ;;
+old-names)
+  cat >one.yaml <<'YAML'
+name: one
+seed: 3
+model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 176,
+        vocab_size: 272, rope: {theta: 10000}}
+cluster: {nodes: 1, gpus_per_node: 1, device: cpu}
+data: {train: data/fortunes_train, valid: data/fortunes_valid}
+defaults: {seq_len: 64, global_batch: 4, micro_batch: 1, optimizer: {lr: 3e-3, warmup_steps: 1},
+           checkpoint: {every_steps: 2}}
+stages:
+  - {name: a, steps: 8}
+YAML
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run one.yaml --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 3 >/dev/null
+  stop_run
+  # the name an older baton accepted, in the kept recipe
+  sed -i 's/name: a, steps/name: "a.b 1", steps/' r1/recipe.yaml
+  "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "resume of a run named before the rule failed"; }
+  grep -qF 'baton resume: warning: '"$work"'/r1/recipe.yaml:10:6: stages[0].name: stage name "a.b 1" has '"'.'"' at character 2' resume.out ||
+    { cat resume.out; fail "resume did not warn about the stage name"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+st = s["stages"][0]
+assert s["state"] == "completed" and st["name"] == "a.b 1" and st["step"] == 8, s' ||
+    fail "the resumed run did not complete stage \"a.b 1\""
+  "$baton" run r1/recipe.yaml --run-dir r1 --quiet >again.out 2>&1 || { cat again.out; fail "baton run on the run's directory failed"; }
+  grep -qF "baton run: warning: " again.out || { cat again.out; fail "baton run on the run's directory did not warn"; }
+  cp r1/recipe.yaml new.yaml
+  set +e; "$baton" run new.yaml --run-dir r2 >new.out 2>&1; rc=$?; set -e
+  [[ $rc == 2 ]] && grep -qF 'baton run: new.yaml:10:6: stages[0].name: stage name "a.b 1" has' new.out ||
+    { cat new.out; fail "a new run with stage \"a.b 1\": exit $rc"; }
+  [[ ! -e r2 ]] || fail "the refused new run made r2"
+  echo "$case: a run named before the rule resumed and completed, warned; a new one refused"
+  ;;
+metrics-locked)
+  cat >one.yaml <<'YAML'
+name: one
+seed: 3
+model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 176,
+        vocab_size: 272, rope: {theta: 10000}}
+cluster: {nodes: 1, gpus_per_node: 1, device: cpu}
+data: {train: data/fortunes_train, valid: data/fortunes_valid}
+defaults: {seq_len: 64, global_batch: 4, micro_batch: 1, optimizer: {lr: 3e-3, warmup_steps: 1},
+           checkpoint: {every_steps: 2}, restart: {max_restarts: 2, backoff: 0.2s}}
+stages:
+  - {name: a, steps: 8}
+YAML
+  mkdir -m 0700 r1 r1/logs
+  : >r1/logs/s00-a00.metrics
+  # a POSIX lock conflicts with the worker's and baton run's OFD locks alike
+  /usr/bin/python3 -c '
+import fcntl, sys, time
+f = open(sys.argv[1], "r+")
+fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+open(sys.argv[2], "w").close()
+time.sleep(120)' r1/logs/s00-a00.metrics locked &
+  lpid=$!
+  while [[ ! -e locked ]]; do kill -0 "$lpid" 2>/dev/null || fail "the lock was not taken"; sleep 0.05; done
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run one.yaml --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  strike 0 3 4 KILL
+  wait "$bpid" || { kill "$lpid"; fail "baton run exited $?"; }
+  bpid=
+  kill "$lpid"
+  [[ $(grep -c "s00-a00.metrics: rank 0's metrics log is still locked after 10 s (a worker still running, or a stale lock on a network file system); read it as it is" run.out) == 1 ]] ||
+    { cat run.out; fail "the locked log was not said to be locked exactly once"; }
+  /usr/bin/python3 - r1/metrics.jsonl <<'PY' || fail "metrics.jsonl"
+import json, sys
+steps = [json.loads(l)["step"] for l in open(sys.argv[1])]
+assert steps == list(range(1, 9)), steps
+PY
+  echo "$case: a locked metrics log waited for once; $(grep -c 'still locked' run.out) message"
   ;;
 *) fail "unknown case" ;;
 esac

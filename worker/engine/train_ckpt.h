@@ -73,10 +73,13 @@ void train_ckpt_free(train_ckpt *c);
  * directory (taken as is) or a run directory / checkpoint root: its newest complete
  * checkpoint, or when a rank refuses that one (damaged, truncated) the newest one every
  * rank can load, each refusal printed; except that in the stage's own run directory
- * (spec->run_dir) it never falls back from a refused checkpoint of this stage to an
- * earlier stage's, whose hand-off would train the stage again from step 0: "no usable
- * checkpoint of this stage" then. Collective over world (NULL: one process). */
-int train_ckpt_load(trainer *t, const char *path, comm *world, bt_diag *diag);
+ * (run_dir, where this worker saves: --run-dir or spec->run_dir) it never falls back from
+ * a refused checkpoint of this stage to an earlier stage's, whose hand-off would train
+ * the stage again from step 0: "no usable checkpoint of this stage" then, and a
+ * checkpoint of this stage recorded over other training data than the stage's now is
+ * refused (checked on the one about to be loaded); one init or --init names elsewhere is
+ * only warned about. Collective over world (NULL: one process). */
+int train_ckpt_load(trainer *t, const char *path, const char *run_dir, comm *world, bt_diag *diag);
 /* Parameters (and, when t runs fp8, the delayed-scaling state, which m must hold) without
  * optimizer state or position, e.g. for evaluation; m's keys sorted
  * (ckpt_manifest_sort_keys). Then train_gemms_begin before a forward. */

@@ -243,19 +243,15 @@ static int load_sample_order(trainer *t, const Baton__Manifest *m, const char *d
     return 0;
 }
 
-/* The counts a checkpoint recorded for the training data against the files' now: a
- * difference is data rewritten under the same names, where the data position would index
- * other samples. Refused, BT_EINVAL. */
-static int load_data_compare(const trainer *t, const Baton__Manifest *m, const char *dir,
-                             bt_diag *diag) {
-    const char *stage = t->spec->stage && t->spec->stage->name ? t->spec->stage->name : "?";
+/* The counts a checkpoint recorded for the training data against the files' now: 1 and
+ * what differs in what (data rewritten under the same names, where the data position
+ * would index other samples), else 0. */
+static int load_data_differs(const trainer *t, const Baton__Manifest *m, char *what, size_t cap) {
     if (m->n_data != t->ld.n_src) {
-        bt_diag_set(diag,
-                    "%s: saved by stage \"%s\" reading %zu training source%s; it reads %zu now, "
-                    "so its data position (sample %llu) would index other samples",
-                    dir, stage, m->n_data, m->n_data == 1 ? "" : "s", t->ld.n_src,
-                    (unsigned long long)m->data_position);
-        return BT_EINVAL;
+        snprintf(what, cap,
+                 "it was saved reading %zu training source%s and the stage reads %zu now",
+                 m->n_data, m->n_data == 1 ? "" : "s", t->ld.n_src);
+        return 1;
     }
     loader_source src[TRAIN_CKPT_MAX_SOURCES];
     size_t n = loader_sources_from_data(t->spec->data, src, TRAIN_CKPT_MAX_SOURCES);
@@ -263,32 +259,49 @@ static int load_data_compare(const trainer *t, const Baton__Manifest *m, const c
         const Baton__DataCounts *d = m->data[i];
         const indexed_dataset *ds = &t->ld.src[i].ds;
         if (d->tokens == ds->n_tokens && d->documents == ds->n_documents) continue;
-        bt_diag_set(diag,
-                    "%s: stage \"%s\" cannot resume: its training data %s changed since this "
-                    "checkpoint (%llu tokens, %llu document%s now; %llu, %llu when saved as %s), "
-                    "so its data position (sample %llu) would index other samples. Put the "
-                    "stage's data back, or start a new run from these weights (init: %s)",
-                    dir, stage, src[i].prefix, (unsigned long long)ds->n_tokens,
-                    (unsigned long long)ds->n_documents, ds->n_documents == 1 ? "" : "s",
-                    (unsigned long long)d->tokens, (unsigned long long)d->documents,
-                    d->path ? d->path : "?", (unsigned long long)m->data_position, dir);
-        return BT_EINVAL;
+        snprintf(what, cap,
+                 "its training data %s changed since this checkpoint (%llu tokens, %llu "
+                 "document%s now; %llu, %llu when saved as %s)",
+                 src[i].prefix, (unsigned long long)ds->n_tokens,
+                 (unsigned long long)ds->n_documents, ds->n_documents == 1 ? "" : "s",
+                 (unsigned long long)d->tokens, (unsigned long long)d->documents,
+                 d->path ? d->path : "?");
+        return 1;
     }
     return 0;
 }
 
-/* Whether the checkpoint a load starts with resumes this stage over changed data
- * (load_data_compare); 0 also when it is another stage's, records no counts (an older
- * checkpoint) or cannot be read (load_one then says why). */
-static int load_data_changed(const trainer *t, const char *dir, bt_diag *diag) {
+/* Whether checkpoint dir resumes this stage over changed data (load_data_differs): for
+ * the run's own checkpoints (own) a refusal, BT_EINVAL; for one named by init or --init
+ * the user's choice, which world rank 0 warns about (0). 0 also when it is another
+ * stage's, records no counts (an older checkpoint) or cannot be read (load_one then says
+ * why). */
+static int load_data_changed(const trainer *t, const char *dir, int own, int say, bt_diag *diag) {
     Baton__Manifest *m = NULL;
     bt_diag d;
     bt_diag_init(&d);
     if (ckpt_manifest_read(dir, &m, &d) != 0) return 0;
     const Baton__StageSpec *s = t->spec;
+    const char *stage = s->stage && s->stage->name ? s->stage->name : "?";
+    char what[1024];
     int rc = 0;
-    if (ckpt_stage_relation(m, s->recipe_name, s->stage_index) == CKPT_SAME_STAGE && m->n_data > 0)
-        rc = load_data_compare(t, m, dir, diag);
+    if (ckpt_stage_relation(m, s->recipe_name, s->stage_index) == CKPT_SAME_STAGE &&
+        m->n_data > 0 && load_data_differs(t, m, what, sizeof what)) {
+        if (own) {
+            bt_diag_set(diag,
+                        "%s: stage \"%s\" cannot resume: %s, so its data position (sample "
+                        "%llu) would index other samples. Put the stage's data back, or start "
+                        "a new run from these weights (init: %s)",
+                        dir, stage, what, (unsigned long long)m->data_position, dir);
+            rc = BT_EINVAL;
+        } else if (say) {
+            fprintf(stderr,
+                    "baton-worker: warning: %s: stage \"%s\" continues from it as init names "
+                    "it, though %s: its data position (sample %llu) indexes other samples "
+                    "now\n",
+                    dir, stage, what, (unsigned long long)m->data_position);
+        }
+    }
     baton__manifest__free_unpacked(m, NULL);
     return rc;
 }
@@ -428,9 +441,10 @@ static int load_any_failed(comm *world, int failed) {
     return (int)f;
 }
 
-/* load_data_changed on every rank, which all refuse when one does (BT_EINVAL). */
+/* load_data_changed of the run's own checkpoint dir on every rank, which all refuse when
+ * one does (BT_EINVAL). */
 static int load_data_vote(const trainer *t, const char *dir, comm *world, bt_diag *diag) {
-    int r = load_data_changed(t, dir, diag), any = load_any_failed(world, r != 0);
+    int r = load_data_changed(t, dir, 1, 0, diag), any = load_any_failed(world, r != 0);
     if (any == 0) return 0;
     if (r == 0 && any > 0)
         bt_diag_set(diag, "%s: its training data changed since, on rank %d: its log says why", dir,
@@ -440,7 +454,7 @@ static int load_data_vote(const trainer *t, const char *dir, comm *world, bt_dia
     return any > 0 ? BT_EINVAL : BT_EIO;
 }
 
-int train_ckpt_load(trainer *t, const char *path, comm *world, bt_diag *diag) {
+int train_ckpt_load(trainer *t, const char *path, const char *run_dir, comm *world, bt_diag *diag) {
     char **dirs = NULL;
     size_t n = 0;
     int explicit = 0;
@@ -465,11 +479,13 @@ int train_ckpt_load(trainer *t, const char *path, comm *world, bt_diag *diag) {
     }
     /* In the run's own root, once a checkpoint of this stage was refused, none of an
      * earlier stage is taken: its hand-off would train the stage again from step 0 */
-    int own_root = !explicit && t->spec->run_dir && strcmp(path, t->spec->run_dir) == 0;
-    int refused_own = 0;
-    /* changed data is refused outright: an older checkpoint of the stage read the same */
-    if (rc == 0 && first < n) rc = load_data_vote(t, dirs[first], world, diag);
+    int own_root = !explicit && run_dir && strcmp(path, run_dir) == 0;
+    int refused_own = 0, say = world == NULL || comm_rank(world) == 0;
     for (size_t i = first; rc == 0 && i < n && any; i++) {
+        /* the data of the checkpoint about to be loaded: changed data ends the load (an
+         * older checkpoint of the stage read the same), for the run's own checkpoints */
+        if (own_root && (rc = load_data_vote(t, dirs[i], world, diag)) != 0) break;
+        if (!own_root) load_data_changed(t, dirs[i], 0, say, diag);
         bt_diag mine;
         bt_diag_init(&mine);
         int r = load_one(t, dirs[i], !explicit, &mine);

@@ -462,33 +462,78 @@ static int worker_train(trainer *t, train_ckpt *c, uint64_t save_every, const wo
     return rc;
 }
 
+/* Whether any rank of group g failed (failed: this one did); a vote that cannot be taken
+ * counts as a failure. Every rank calls it, so that all enter a collective after it or
+ * none does. */
+static int worker_any_failed(comm *g, int failed) {
+    float f = failed ? 1.0f : 0.0f;
+    if (comm_allreduce(g, &f, &f, 1, COMM_F32, COMM_MAX, NULL) != 0) return 1;
+    return f != 0.0f;
+}
+
+/* Test hook: BATON_FAULT_DUMP_NOMEM=EP_RANK makes that expert-parallel rank's buffer for
+ * the experts' gather (worker_gather_experts) fail to be allocated. */
+static int worker_fault_dump_nomem(const model_config *cfg) {
+    const char *f = getenv("BATON_FAULT_DUMP_NOMEM");
+    return f != NULL && f[0] != '\0' && atoi(f) == cfg->ep_rank;
+}
+
+/* The floats of the largest routed expert tensor into *biggest; nonzero when a tensor's
+ * slice cannot be had. */
+static int worker_expert_biggest(trainer *t, size_t *biggest) {
+    *biggest = 0;
+    for (int i = 0; i < model_n_tensors(&t->m); i++) {
+        model_tensor mt;
+        if (model_tensor_slice(&t->m.cfg, i, &mt) != 0) return BT_EINVAL;
+        if (mt.expert && mt.global_count > *biggest) *biggest = mt.global_count;
+    }
+    return 0;
+}
+
 /* Under expert parallelism each rank holds its share of the routed experts (at their
- * places in out): every routed expert's tensor from the ep rank that holds it, into out. */
-static int worker_gather_experts(trainer *t, float *out) {
+ * places in out): every routed expert's tensor from the ep rank that holds it, into out.
+ * One buffer for all, its allocation agreed on by the ep group before any allgather;
+ * why (cap bytes) says what failed. */
+static int worker_gather_experts(trainer *t, float *out, char *why, size_t cap) {
     comm *ep = t->m.ep_group;
     const model_config *cfg = &t->m.cfg;
-    int rc = 0;
-    for (int i = 0; ep != NULL && rc == 0 && i < model_n_tensors(&t->m); i++) {
+    if (ep == NULL) return 0;
+    size_t biggest = 0;
+    int rc = worker_expert_biggest(t, &biggest);
+    float *all = rc == 0 && !worker_fault_dump_nomem(cfg)
+                     ? malloc(((size_t)cfg->ep * biggest + 1) * sizeof *all)
+                     : NULL;
+    if (rc == 0 && all == NULL) rc = BT_ENOMEM;
+    if (rc != 0)
+        snprintf(why, cap, "%s for the experts' gather (%zu floats)",
+                 rc == BT_ENOMEM ? "out of memory" : "no tensor layout", (size_t)cfg->ep * biggest);
+    if (worker_any_failed(ep, rc != 0)) {
+        free(all);
+        if (rc == 0)
+            snprintf(why, cap,
+                     "another expert-parallel rank could not gather the experts (its "
+                     "log says why)");
+        return rc ? rc : BT_EIO;
+    }
+    for (int i = 0; rc == 0 && i < model_n_tensors(&t->m); i++) {
         model_tensor mt;
-        model_tensor_slice(cfg, i, &mt);
+        model_tensor_slice(cfg, i, &mt); /* each one's checked above */
         if (!mt.expert) continue;
         size_t n = mt.global_count;
-        float *all = malloc((size_t)cfg->ep * n * sizeof *all);
-        rc = all ? 0 : BT_ENOMEM;
-        rc = rc ? rc
-                : comm_allgather(ep, out + model_tensor_global_offset(cfg, cfg->ep_rank, i), all, n,
-                                 COMM_F32, NULL);
+        rc = comm_allgather(ep, out + model_tensor_global_offset(cfg, cfg->ep_rank, i), all, n,
+                            COMM_F32, NULL);
+        if (rc != 0) snprintf(why, cap, "the experts' allgather: %s", comm_error(ep));
         for (int r = 0; rc == 0 && r < cfg->ep; r++)
             memcpy(out + model_tensor_global_offset(cfg, r, i), all + (size_t)r * n,
                    n * sizeof *all);
-        free(all);
     }
+    free(all);
     return rc;
 }
 
 /* The stage's one-process tensors, at their places, gathered over the tp group (and the
  * routed experts over the ep group) into out. */
-static int worker_gather_stage(trainer *t, float *out) {
+static int worker_gather_stage(trainer *t, float *out, char *why, size_t cap) {
     for (int i = 0, unit = -1; i < model_n_tensors(&t->m); i++) {
         model_tensor mt;
         model_tensor_info(&t->m, i, &mt);
@@ -499,7 +544,7 @@ static int worker_gather_stage(trainer *t, float *out) {
         rc = rc ? rc : model_gather_tensor(&t->m, i, out + off);
         if (rc != 0) return rc;
     }
-    return worker_gather_experts(t, out);
+    return worker_gather_experts(t, out, why, cap);
 }
 
 /* Tag of a stage's parameters on their way to stage 0 (training uses small tags). */
@@ -546,7 +591,8 @@ static int worker_dump_params(trainer *t, const char *path, int writer, bt_diag 
     float *buf = calloc(biggest ? biggest : 1, sizeof *buf);
     FILE *f = writer ? fopen(path, "wb") : NULL;
     int rc = buf == NULL ? BT_ENOMEM : 0, ok = !writer || f != NULL, pp_failed = 0;
-    rc = rc ? rc : worker_gather_stage(t, buf);
+    char why[256] = "";
+    rc = rc ? rc : worker_gather_stage(t, buf, why, sizeof why);
     for (int s = 0; rc == 0 && s < pp->stages; s++) {
         size_t n = model_stage_global_floats(cfg, s);
         if (s > 0 && pp->stage == 0)
@@ -561,7 +607,9 @@ static int worker_dump_params(trainer *t, const char *path, int writer, bt_diag 
     if (rc != 0) {
         comm *g = pp_failed ? pp->group : t->tp.group;
         bt_diag_set(diag, "%s: cannot gather the parameters: %s", path,
-                    g ? comm_error(g) : bt_strerror(rc));
+                    why[0] ? why
+                    : g    ? comm_error(g)
+                           : bt_strerror(rc));
         return rc;
     }
     if (!ok) {
@@ -624,7 +672,8 @@ static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, w
     if (init != NULL && init[0] != '\0') {
         worker_control_busy(wc, BATON__HEARTBEAT__PHASE__LOAD, 0);
         double t0 = bt_clock_now();
-        rc = train_ckpt_load(t, init, w->world, diag);
+        const char *run_dir = a->run_dir ? a->run_dir : t->spec->run_dir;
+        rc = train_ckpt_load(t, init, run_dir, w->world, diag);
         *load_rc = rc;
         worker_control_idle(wc);
         if (rc == 0 && w->info.rank == 0 && !a->quiet)
