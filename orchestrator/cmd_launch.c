@@ -186,8 +186,8 @@ static void launch_report_stopped(const launch_job *job) {
         if (!left[r]) continue;
         launch_stopped_how(&job->ranks[r], how, sizeof how);
         int k = 0;
+        memset(same, 0, (size_t)job->nprocs);
         for (int q = r; q < job->nprocs; q++) {
-            same[q] = 0;
             if (!left[q]) continue;
             launch_stopped_how(&job->ranks[q], other, sizeof other);
             if (strcmp(how, other) == 0) same[q] = 1, left[q] = 0, k++;

@@ -391,6 +391,8 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
     if (c->cs_open) control_server_drain(&c->cs, RUN_DRAIN_S);
     /* and what never came (a rank's outbox full or lost with it) from rank 0's own log */
     if (c->cs_open) run_metrics_take(c, stage, attempt, 0, c->cs.step_offset);
+    /* a first step only the drain or the log brought is the recovery too */
+    run_note_recovery(c, stage, attempt);
     c->cs.on_metrics = NULL;
     run_note_ckpt(c, stage, attempt);
     return rc;
@@ -778,6 +780,8 @@ static int run_stage(run_ctx *c, size_t i) {
             r.has_tokens_per_s = c->prog.have_step, r.tokens_per_s = c->prog.tokens_per_s;
             run_journal(c, BATON__JOURNAL_RECORD__KIND__STAGE_COMPLETED, (uint32_t)i, &r);
             run_progress_end(&c->prog);
+            /* a failure the stage completed after without a step: not the next stage's */
+            c->failed_at = 0;
             status = 0;
         } else if (end == ATTEMPT_STOPPED) {
             status = RUN_EXIT_STOPPED;

@@ -406,25 +406,27 @@ ep_fp8_partial ep2-dp4-fp8-partial
 BATON_DP_OVERLAP=1 ep_case ep2-overlap 2 1 2 "$aux"
 BATON_DP_OVERLAP=1 ep_case ep2-dp4-overlap 4 1 2 "$aux"
 BATON_DP_OVERLAP=1 ep_case ep2-dp4-zero1-overlap 4 1 2 "$aux" "$z1"
-# --dump-params under ep2 when one ep rank cannot allocate the experts' gather buffer
-# (BATON_FAULT_DUMP_NOMEM=1): every rank fails at once, having agreed on it before any
-# allgather (none waits in one the other never enters), rank 0 saying the other failed.
-ep_dump_nomem() { # NAME
-  local name=$1 rc=0 t0=$SECONDS
+# --dump-params under ep2 when rank 1 cannot allocate the experts' gather buffer
+# (BATON_FAULT_DUMP_NOMEM=1) or the one for its stage's parameters (=stage:1): every rank
+# fails at once, having agreed on it before any collective (none waits in one the other
+# never enters), rank 0 saying the other failed.
+ep_dump_nomem() { # NAME FAULT WHAT: rank 1's buffer WHAT cannot be had (BATON_FAULT_DUMP_NOMEM=FAULT)
+  local name=$1 fault=$2 what=$3 rc=0 t0=$SECONDS
   layout_wanted "$name" || return 0
   sed "s/tp: 1, pp: 1, ep: 2,/tp: 1, pp: 1, ep: 2,/; s/balance: aux_loss, aux_loss_coef: 0.01/$aux/" \
     "$src/tests/engine/moe.yaml" >"$name.yaml"
   "$baton" spec "$name.yaml" --out "$name.pb"
-  BATON_FAULT_DUMP_NOMEM=1 timeout 120 "$baton" launch -n 2 -- "$worker" --spec "$name.pb" \
+  BATON_FAULT_DUMP_NOMEM=$fault timeout 120 "$baton" launch -n 2 -- "$worker" --spec "$name.pb" \
     --eval-windows 0 --comm-timeout 60 --steps 2 --dump-params "$name.dumped" >"$name.log" 2>&1 || rc=$?
   echo "$name: exit $rc after $((SECONDS - t0)) s"
   if [[ $rc == 0 || $rc == 124 ]] || ((SECONDS - t0 >= 50)) ||
-    ! grep -q "^\[1\] .*cannot gather the parameters: out of memory for the experts' gather" "$name.log" ||
-    ! grep -q "^\[0\] .*cannot gather the parameters: another expert-parallel rank could not gather the experts" "$name.log"; then
+    ! grep -q "^\[1\] .*cannot gather the parameters: out of memory for the $what" "$name.log" ||
+    ! grep -q "^\[0\] .*cannot gather the parameters: another rank could not allocate its buffers for the gather" "$name.log"; then
     tail -5 "$name.log"
     echo "$name: a rank's failed allocation was not a prompt failure of every rank"
     failures=$((failures + 1))
   fi
 }
-ep_dump_nomem ep2-dump-nomem
+ep_dump_nomem ep2-dump-nomem 1 "experts' gather"
+ep_dump_nomem ep2-dump-nomem-stage stage:1 "stage's parameters"
 layout_finish "all expert-parallel runs match the one-process run"

@@ -254,6 +254,13 @@ many-stopped)
   expect_line '^baton launch: rank 5 \(node node1, pid [0-9]+\) exited with status 3; stopped 15 other ranks: 0-4 6-15$'
   expect_line '^baton launch: stopped 15 ranks \(0-4 6-15\): killed by signal SIGTERM$'
   expect_count 0 '^baton launch: stopped rank '
+  # two ways of ending: ranks 9 and 15 turn SIGTERM into exit 7; each line names only
+  # its own ranks
+  launch -n 16 --nodes 4 -- sh -c 'case $PMIX_RANK in 5) sleep 0.5; exit 3 ;; 9|15) trap "exit 7" TERM ;; esac
+    while :; do sleep 0.1; done' "$tag"
+  expect_rc 3
+  expect_line '^baton launch: stopped 13 ranks \(0-4 6-8 10-14\): killed by signal SIGTERM$'
+  expect_line '^baton launch: stopped 2 ranks \(9 15\): exited with status 7$'
   ;;
 example-hello)
   launch -n 4 -- "$prog" "$tag"

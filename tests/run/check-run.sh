@@ -103,6 +103,10 @@
 #                 node's lock stays on a network file system) and that attempt's rank
 #                 killed: the log is waited for once (10 s), after the attempt, not again
 #                 before the next one, and the message says it is still locked, not whose.
+#   recovery-stages  one rank, three stages; a wrapper fails stage a's attempt 0 at its
+#                 step-5 checkpoint (attempt 1 recovers at step 6) and stage b's attempt 0
+#                 after its last step (attempt 1 completes it without a step): the journal
+#                 holds exactly one recovery, stage a's, and none for stage c's first step.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 #   (the supervisor's judgements, pauses, journal and history: check-supervise.sh;
 #   what both share: run-common.sh)
@@ -990,6 +994,47 @@ YAML
   grep -qF "saved from a different model (model.ffn_dim 176 in the checkpoint, 128 in this stage)" init.out ||
     { tail -5 init.out; fail "init of another model: the dimension is not named"; }
   echo "$case: every_steps 0 saved only step 5; $(grep -o -m1 'saved from a different model (.*)' init.out)"
+  ;;
+recovery-stages)
+  cat >three.yaml <<'YAML'
+name: three
+seed: 3
+model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 176,
+        vocab_size: 272, rope: {theta: 10000}}
+cluster: {nodes: 1, gpus_per_node: 1, device: cpu}
+data: {train: data/fortunes_train, valid: data/fortunes_valid}
+defaults:
+  seq_len: 64
+  global_batch: 4
+  micro_batch: 1
+  optimizer: {lr: 3e-3, warmup_steps: 1}
+  checkpoint: {every_steps: 5, keep: 5}
+  restart: {max_restarts: 3, backoff: 0.1s}
+stages:
+  - {name: a, steps: 6}
+  - {name: b, steps: 5}
+  - {name: c, steps: 3}
+YAML
+  cat >fail.sh <<SH
+#!/bin/bash
+case "\$*" in
+*/s00-a00.pb*) "$worker" "\$@" --steps 5; exit 1 ;;
+*/s01-a00.pb*) "$worker" "\$@" || exit; exit 1 ;;
+esac
+exec "$worker" "\$@"
+SH
+  chmod +x fail.sh
+  "$baton" run three.yaml --run-dir r1 --quiet --worker "$PWD/fail.sh" >run.out 2>&1 ||
+    fail "the run failed"
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+fl, rl = s["failure_list"], s["recovery_list"]
+assert s["state"] == "completed", s["state"]
+assert [x["stage"] for x in fl] == ["a", "b"], fl
+assert [(x["stage"], x["step"]) for x in rl] == [("a", 6)], rl' ||
+    fail "the journal does not hold exactly stage a's recovery"
+  echo "$case: failures in a and b, one recovery (stage a, step 6)"
   ;;
 worker-planted)
   cat >one.yaml <<'YAML'

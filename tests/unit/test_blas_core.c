@@ -66,6 +66,7 @@ static void test_live(const char *forced, const char *argv0) {
            was ? was : "no", env ? env : "<unset>");
     /* the second run leaves nothing for what it starts, which decides for itself */
     CHECK(getenv(CPU_BLAS_CORE_REPLACED_ENV) == NULL);
+    CHECK(getenv(CPU_BLAS_COMM_ENV) == NULL);
     if (forced != NULL) { /* the caller's choice stands, and nothing claims otherwise */
         CHECK(strcasecmp(core, forced) == 0);
         CHECK(was == NULL);
@@ -74,7 +75,7 @@ static void test_live(const char *forced, const char *argv0) {
     }
     if (was != NULL) {         /* replaced here, from a pre-AVX2 core */
         CHECK(env == NULL);    /* ... and the variable removed again */
-        CHECK(comm_is(argv0)); /* executed again by its path, not as "exe" */
+        CHECK(comm_is(argv0)); /* its name set back: not "exe", nor a link's target's */
         CHECK(cpu_blas_core_better(was, isa) != NULL);
     } else if (env != NULL && *env != '\0')
         return; /* set by whoever runs the test */

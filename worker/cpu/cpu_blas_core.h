@@ -20,6 +20,8 @@
 
 /* Carries the core OpenBLAS had chosen from the first run to the second (and no further). */
 #define CPU_BLAS_CORE_REPLACED_ENV "BATON_BLAS_CORE_REPLACED"
+/* Carries the first run's process name (comm) to the second, which sets it again. */
+#define CPU_BLAS_COMM_ENV "BATON_BLAS_COMM"
 
 /* The CPU's vector units, as far as the kernels are concerned. */
 typedef enum cpu_blas_isa {
@@ -39,9 +41,10 @@ const char *cpu_blas_core_better(const char *core, cpu_blas_isa isa);
 /* Call first in main, before any file or connection is opened. Returns at once where
  * OPENBLAS_CORETYPE is set or OpenBLAS's kernels are fine (or the program was started
  * through the dynamic loader); otherwise sets OPENBLAS_CORETYPE and
- * CPU_BLAS_CORE_REPLACED_ENV and executes its own program (by the path /proc/self/exe
- * links to, so that the process keeps its name) with argv again (it returns only when
- * that fails, the variables then unset again). In the second run it removes both. */
+ * CPU_BLAS_CORE_REPLACED_ENV and executes /proc/self/exe (this program's own file, even
+ * if its path was replaced since) with argv again, CPU_BLAS_COMM_ENV carrying its name
+ * (it returns only when that fails, the variables then unset again). The second run
+ * sets the process's name back (comm: the kernel names it "exe") and removes all three. */
 void cpu_blas_core_ensure(char **argv);
 
 /* OpenBLAS's kernels now ("SkylakeX"), and the core it had chosen itself where baton

@@ -462,20 +462,23 @@ static int worker_train(trainer *t, train_ckpt *c, uint64_t save_every, const wo
     return rc;
 }
 
-/* Whether any rank of group g failed (failed: this one did); a vote that cannot be taken
- * counts as a failure. Every rank calls it, so that all enter a collective after it or
- * none does. */
+/* Whether any rank of group g failed (failed: this one did): 1 if so, 0 if not, -1 when
+ * the vote cannot be taken. Every rank calls it, so that all enter a collective after it
+ * or none does. */
 static int worker_any_failed(comm *g, int failed) {
     float f = failed ? 1.0f : 0.0f;
-    if (comm_allreduce(g, &f, &f, 1, COMM_F32, COMM_MAX, NULL) != 0) return 1;
+    if (comm_allreduce(g, &f, &f, 1, COMM_F32, COMM_MAX, NULL) != 0) return -1;
     return f != 0.0f;
 }
 
 /* Test hook: BATON_FAULT_DUMP_NOMEM=EP_RANK makes that expert-parallel rank's buffer for
- * the experts' gather (worker_gather_experts) fail to be allocated. */
-static int worker_fault_dump_nomem(const model_config *cfg) {
+ * the experts' gather fail to be allocated; BATON_FAULT_DUMP_NOMEM=stage:RANK that world
+ * rank's buffer for a stage's parameters. stage_buf: which buffer is asked about. */
+static int worker_fault_dump_nomem(int stage_buf, int rank) {
     const char *f = getenv("BATON_FAULT_DUMP_NOMEM");
-    return f != NULL && f[0] != '\0' && atoi(f) == cfg->ep_rank;
+    if (f == NULL || f[0] == '\0') return 0;
+    int is_stage = strncmp(f, "stage:", 6) == 0;
+    return is_stage == stage_buf && atoi(f + (is_stage ? 6 : 0)) == rank;
 }
 
 /* The floats of the largest routed expert tensor into *biggest; nonzero when a tensor's
@@ -490,34 +493,33 @@ static int worker_expert_biggest(trainer *t, size_t *biggest) {
     return 0;
 }
 
-/* Under expert parallelism each rank holds its share of the routed experts (at their
- * places in out): every routed expert's tensor from the ep rank that holds it, into out.
- * One buffer for all, its allocation agreed on by the ep group before any allgather;
- * why (cap bytes) says what failed. */
-static int worker_gather_experts(trainer *t, float *out, char *why, size_t cap) {
-    comm *ep = t->m.ep_group;
+/* The buffer for the experts' gather (worker_gather_experts) into *all: NULL without
+ * expert parallelism; why (cap bytes) says what failed. */
+static int worker_experts_alloc(trainer *t, float **all, char *why, size_t cap) {
     const model_config *cfg = &t->m.cfg;
-    if (ep == NULL) return 0;
+    *all = NULL;
+    if (t->m.ep_group == NULL) return 0;
     size_t biggest = 0;
     int rc = worker_expert_biggest(t, &biggest);
-    float *all = rc == 0 && !worker_fault_dump_nomem(cfg)
-                     ? malloc(((size_t)cfg->ep * biggest + 1) * sizeof *all)
-                     : NULL;
-    if (rc == 0 && all == NULL) rc = BT_ENOMEM;
+    if (rc == 0 && !worker_fault_dump_nomem(0, cfg->ep_rank))
+        *all = malloc(((size_t)cfg->ep * biggest + 1) * sizeof **all);
+    if (rc == 0 && *all == NULL) rc = BT_ENOMEM;
     if (rc != 0)
         snprintf(why, cap, "%s for the experts' gather (%zu floats)",
                  rc == BT_ENOMEM ? "out of memory" : "no tensor layout", (size_t)cfg->ep * biggest);
-    if (worker_any_failed(ep, rc != 0)) {
-        free(all);
-        if (rc == 0)
-            snprintf(why, cap,
-                     "another expert-parallel rank could not gather the experts (its "
-                     "log says why)");
-        return rc ? rc : BT_EIO;
-    }
-    for (int i = 0; rc == 0 && i < model_n_tensors(&t->m); i++) {
+    return rc;
+}
+
+/* Under expert parallelism each rank holds its share of the routed experts (at their
+ * places in out): every routed expert's tensor from the ep rank that holds it, into out,
+ * through all (worker_experts_alloc). why (cap bytes) says what failed. */
+static int worker_gather_experts(trainer *t, float *out, float *all, char *why, size_t cap) {
+    comm *ep = t->m.ep_group;
+    const model_config *cfg = &t->m.cfg;
+    int rc = 0;
+    for (int i = 0; ep != NULL && rc == 0 && i < model_n_tensors(&t->m); i++) {
         model_tensor mt;
-        model_tensor_slice(cfg, i, &mt); /* each one's checked above */
+        model_tensor_slice(cfg, i, &mt); /* each one's checked by worker_experts_alloc */
         if (!mt.expert) continue;
         size_t n = mt.global_count;
         rc = comm_allgather(ep, out + model_tensor_global_offset(cfg, cfg->ep_rank, i), all, n,
@@ -527,13 +529,41 @@ static int worker_gather_experts(trainer *t, float *out, char *why, size_t cap) 
             memcpy(out + model_tensor_global_offset(cfg, r, i), all + (size_t)r * n,
                    n * sizeof *all);
     }
-    free(all);
+    return rc;
+}
+
+/* The dump's buffers: *buf for the largest stage's parameters, *all for the experts'
+ * gather. Every rank votes on them over world before any collective of the dump, so
+ * that no rank waits in a collective another one skipped. why (cap bytes) says what
+ * failed; on failure both are NULL. */
+static int worker_dump_alloc(trainer *t, comm *world, int world_rank, float **buf, float **all,
+                             char *why, size_t cap) {
+    size_t biggest = 0;
+    for (int s = 0; s < t->pp.stages; s++) {
+        size_t n = model_stage_global_floats(&t->m.cfg, s);
+        biggest = n > biggest ? n : biggest;
+    }
+    *all = NULL;
+    *buf =
+        worker_fault_dump_nomem(1, world_rank) ? NULL : calloc(biggest ? biggest : 1, sizeof **buf);
+    int rc = *buf == NULL ? BT_ENOMEM : worker_experts_alloc(t, all, why, cap);
+    if (*buf == NULL)
+        snprintf(why, cap, "out of memory for the stage's parameters (%zu floats)", biggest);
+    int vote = world != NULL ? worker_any_failed(world, rc != 0) : 0;
+    if (rc == 0 && vote < 0)
+        snprintf(why, cap, "the vote on the gather's buffers: %s", comm_error(world));
+    else if (rc == 0 && vote > 0)
+        snprintf(why, cap,
+                 "another rank could not allocate its buffers for the gather (its "
+                 "log says why)");
+    rc = rc ? rc : vote ? BT_EIO : 0;
+    if (rc != 0) free(*buf), free(*all), *buf = *all = NULL;
     return rc;
 }
 
 /* The stage's one-process tensors, at their places, gathered over the tp group (and the
  * routed experts over the ep group) into out. */
-static int worker_gather_stage(trainer *t, float *out, char *why, size_t cap) {
+static int worker_gather_stage(trainer *t, float *out, float *all, char *why, size_t cap) {
     for (int i = 0, unit = -1; i < model_n_tensors(&t->m); i++) {
         model_tensor mt;
         model_tensor_info(&t->m, i, &mt);
@@ -544,7 +574,7 @@ static int worker_gather_stage(trainer *t, float *out, char *why, size_t cap) {
         rc = rc ? rc : model_gather_tensor(&t->m, i, out + off);
         if (rc != 0) return rc;
     }
-    return worker_gather_experts(t, out, why, cap);
+    return worker_gather_experts(t, out, all, why, cap);
 }
 
 /* Tag of a stage's parameters on their way to stage 0 (training uses small tags). */
@@ -578,21 +608,19 @@ static int worker_place_stage(const model_config *cfg, int s, const float *block
 
 /* The one-process parameters, tensor after tensor: every rank takes part (under tp the
  * slices are gathered over the tp group; under pp each stage's tensors are sent to stage 0,
- * which writes them at their places), world rank 0 writes. */
-static int worker_dump_params(trainer *t, const char *path, int writer, bt_diag *diag) {
+ * which writes them at their places), world rank 0 writes. world: every rank's group
+ * (NULL when alone), world_rank: this rank's place in it. */
+static int worker_dump_params(trainer *t, comm *world, int world_rank, const char *path,
+                              bt_diag *diag) {
     if (path == NULL) return 0;
     const model_config *cfg = &t->m.cfg;
     train_pp *pp = &t->pp;
-    size_t biggest = 0;
-    for (int s = 0; s < pp->stages; s++) {
-        size_t n = model_stage_global_floats(cfg, s);
-        biggest = n > biggest ? n : biggest;
-    }
-    float *buf = calloc(biggest ? biggest : 1, sizeof *buf);
-    FILE *f = writer ? fopen(path, "wb") : NULL;
-    int rc = buf == NULL ? BT_ENOMEM : 0, ok = !writer || f != NULL, pp_failed = 0;
+    float *buf, *all;
     char why[256] = "";
-    rc = rc ? rc : worker_gather_stage(t, buf, why, sizeof why);
+    int rc = worker_dump_alloc(t, world, world_rank, &buf, &all, why, sizeof why);
+    FILE *f = rc == 0 && world_rank == 0 ? fopen(path, "wb") : NULL;
+    int ok = world_rank != 0 || f != NULL, pp_failed = 0;
+    rc = rc ? rc : worker_gather_stage(t, buf, all, why, sizeof why);
     for (int s = 0; rc == 0 && s < pp->stages; s++) {
         size_t n = model_stage_global_floats(cfg, s);
         if (s > 0 && pp->stage == 0)
@@ -604,6 +632,7 @@ static int worker_dump_params(trainer *t, const char *path, int writer, bt_diag 
     }
     ok = (f == NULL || fclose(f) == 0) && ok;
     free(buf);
+    free(all);
     if (rc != 0) {
         comm *g = pp_failed ? pp->group : t->tp.group;
         bt_diag_set(diag, "%s: cannot gather the parameters: %s", path,
@@ -798,7 +827,9 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
         worker_control_busy(wc, BATON__HEARTBEAT__PHASE__EVAL, t.step);
         rc = rc ? rc : worker_eval(&t, &mine, wc, diag);
         worker_control_idle(wc);
-        rc = rc ? rc : worker_dump_params(&t, mine.dump_params, w->info.rank == 0, diag);
+        rc = rc ? rc
+                : worker_dump_params(&t, w->world, w->world ? w->info.rank : 0, mine.dump_params,
+                                     diag);
     }
     if (rc == 0 && !wc->stopping) worker_control_phase(wc, BATON__HEARTBEAT__PHASE__DONE, t.step);
     train_ckpt_free(&c);
