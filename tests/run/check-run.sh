@@ -112,6 +112,23 @@
 #   what both share: run-common.sh)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
+# one_rank_recipe NAME EXTRA STAGE...: a one-rank recipe over the fortunes (a tiny llama),
+# EXTRA more entries of its defaults (YAML flow, may be empty), each STAGE a flow mapping.
+one_rank_recipe() {
+  local name=$1 extra=$2
+  shift 2
+  cat <<YAML
+name: $name
+seed: 3
+model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 176,
+        vocab_size: 272, rope: {theta: 10000}}
+cluster: {nodes: 1, gpus_per_node: 1, device: cpu}
+data: {train: data/fortunes_train, valid: data/fortunes_valid}
+defaults: {seq_len: 64, global_batch: 4, micro_batch: 1, optimizer: {lr: 3e-3, warmup_steps: 1}${extra:+, $extra}}
+stages:
+YAML
+  printf '  - %s\n' "$@"
+}
 case $case in
 faults)
   reference
@@ -962,22 +979,7 @@ assert len(fl) == 1 and not fl[0]["retryable"] and "RLIMIT_NOFILE" in fl[0]["cau
   echo "$case: 32 ranks under ulimit -n 120 refused at once (exit 2), not retried"
   ;;
 init-end)
-  cat >one.yaml <<'YAML'
-name: one
-seed: 3
-model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 176,
-        vocab_size: 272, rope: {theta: 10000}}
-cluster: {nodes: 1, gpus_per_node: 1, device: cpu}
-data: {train: data/fortunes_train, valid: data/fortunes_valid}
-defaults:
-  seq_len: 64
-  global_batch: 4
-  micro_batch: 1
-  optimizer: {lr: 3e-3, warmup_steps: 1}
-  checkpoint: {every_steps: 0, keep: 5}
-stages:
-  - {name: a, steps: 5}
-YAML
+  one_rank_recipe one 'checkpoint: {every_steps: 0, keep: 5}' '{name: a, steps: 5}' >one.yaml
   "$baton" run one.yaml --run-dir r1 --quiet >run.out 2>&1 || fail "the every_steps: 0 run failed"
   [[ $(cd r1/checkpoints && ls -d s*) == s00-step00000005 ]] ||
     fail "every_steps 0: checkpoints $(ls r1/checkpoints | tr '\n' ' '), not only the stage's end"
@@ -996,25 +998,8 @@ YAML
   echo "$case: every_steps 0 saved only step 5; $(grep -o -m1 'saved from a different model (.*)' init.out)"
   ;;
 recovery-stages)
-  cat >three.yaml <<'YAML'
-name: three
-seed: 3
-model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 176,
-        vocab_size: 272, rope: {theta: 10000}}
-cluster: {nodes: 1, gpus_per_node: 1, device: cpu}
-data: {train: data/fortunes_train, valid: data/fortunes_valid}
-defaults:
-  seq_len: 64
-  global_batch: 4
-  micro_batch: 1
-  optimizer: {lr: 3e-3, warmup_steps: 1}
-  checkpoint: {every_steps: 5, keep: 5}
-  restart: {max_restarts: 3, backoff: 0.1s}
-stages:
-  - {name: a, steps: 6}
-  - {name: b, steps: 5}
-  - {name: c, steps: 3}
-YAML
+  one_rank_recipe three 'checkpoint: {every_steps: 5, keep: 5}, restart: {max_restarts: 3, backoff: 0.1s}' \
+    '{name: a, steps: 6}' '{name: b, steps: 5}' '{name: c, steps: 3}' >three.yaml
   cat >fail.sh <<SH
 #!/bin/bash
 case "\$*" in
@@ -1037,17 +1022,7 @@ assert [(x["stage"], x["step"]) for x in rl] == [("a", 6)], rl' ||
   echo "$case: failures in a and b, one recovery (stage a, step 6)"
   ;;
 worker-planted)
-  cat >one.yaml <<'YAML'
-name: one
-seed: 3
-model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 176,
-        vocab_size: 272, rope: {theta: 10000}}
-cluster: {nodes: 1, gpus_per_node: 1, device: cpu}
-data: {train: data/fortunes_train, valid: data/fortunes_valid}
-defaults: {seq_len: 64, global_batch: 4, micro_batch: 1, optimizer: {lr: 3e-3, warmup_steps: 1}}
-stages:
-  - {name: a, steps: 2}
-YAML
+  one_rank_recipe one '' '{name: a, steps: 2}' >one.yaml
   printf '#!/bin/sh\ntouch %q/pwned\nexec %q "$@"\n' "$work" "$worker" >evil.sh
   chmod 0755 evil.sh
   mkdir -m 0777 rp
@@ -1091,18 +1066,7 @@ YAML
   echo "$case: a planted worker in a fresh directory never ran; refused in a started run (modes, owner, symlink)"
   ;;
 old-names)
-  cat >one.yaml <<'YAML'
-name: one
-seed: 3
-model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 176,
-        vocab_size: 272, rope: {theta: 10000}}
-cluster: {nodes: 1, gpus_per_node: 1, device: cpu}
-data: {train: data/fortunes_train, valid: data/fortunes_valid}
-defaults: {seq_len: 64, global_batch: 4, micro_batch: 1, optimizer: {lr: 3e-3, warmup_steps: 1},
-           checkpoint: {every_steps: 2}}
-stages:
-  - {name: a, steps: 8}
-YAML
+  one_rank_recipe one 'checkpoint: {every_steps: 2}' '{name: a, steps: 8}' >one.yaml
   BATON_FAULT_STEP_SLEEP=0.15 "$baton" run one.yaml --run-dir r1 --quiet >run.out 2>&1 &
   bpid=$!
   wait_step 0 3 >/dev/null
@@ -1110,7 +1074,7 @@ YAML
   # the name an older baton accepted, in the kept recipe
   sed -i 's/name: a, steps/name: "a.b 1", steps/' r1/recipe.yaml
   "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "resume of a run named before the rule failed"; }
-  grep -qF 'baton resume: warning: '"$work"'/r1/recipe.yaml:10:6: stages[0].name: stage name "a.b 1" has '"'.'"' at character 2' resume.out ||
+  grep -qF 'baton resume: warning: '"$work"'/r1/recipe.yaml:9:6: stages[0].name: stage name "a.b 1" has '"'.'"' at character 2' resume.out ||
     { cat resume.out; fail "resume did not warn about the stage name"; }
   "$baton" status r1 --json | /usr/bin/python3 -c '
 import json, sys
@@ -1122,24 +1086,14 @@ assert s["state"] == "completed" and st["name"] == "a.b 1" and st["step"] == 8, 
   grep -qF "baton run: warning: " again.out || { cat again.out; fail "baton run on the run's directory did not warn"; }
   cp r1/recipe.yaml new.yaml
   set +e; "$baton" run new.yaml --run-dir r2 >new.out 2>&1; rc=$?; set -e
-  [[ $rc == 2 ]] && grep -qF 'baton run: new.yaml:10:6: stages[0].name: stage name "a.b 1" has' new.out ||
+  [[ $rc == 2 ]] && grep -qF 'baton run: new.yaml:9:6: stages[0].name: stage name "a.b 1" has' new.out ||
     { cat new.out; fail "a new run with stage \"a.b 1\": exit $rc"; }
   [[ ! -e r2 ]] || fail "the refused new run made r2"
   echo "$case: a run named before the rule resumed and completed, warned; a new one refused"
   ;;
 metrics-locked)
-  cat >one.yaml <<'YAML'
-name: one
-seed: 3
-model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 176,
-        vocab_size: 272, rope: {theta: 10000}}
-cluster: {nodes: 1, gpus_per_node: 1, device: cpu}
-data: {train: data/fortunes_train, valid: data/fortunes_valid}
-defaults: {seq_len: 64, global_batch: 4, micro_batch: 1, optimizer: {lr: 3e-3, warmup_steps: 1},
-           checkpoint: {every_steps: 2}, restart: {max_restarts: 2, backoff: 0.2s}}
-stages:
-  - {name: a, steps: 8}
-YAML
+  one_rank_recipe one 'checkpoint: {every_steps: 2}, restart: {max_restarts: 2, backoff: 0.2s}' \
+    '{name: a, steps: 8}' >one.yaml
   mkdir -m 0700 r1 r1/logs
   : >r1/logs/s00-a00.metrics
   # a POSIX lock conflicts with the worker's and baton run's OFD locks alike
