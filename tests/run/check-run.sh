@@ -611,13 +611,8 @@ WRAPPER
   chmod +x held-worker
   "$baton" run "$recipe" --run-dir r1 --worker "$PWD/held-worker" --quiet >run.out 2>&1 &
   bpid=$!
-  deadline=$((SECONDS + 120))
   # all 4 ranks of extend held: a rank may exit before rank 0 has committed the checkpoint
-  until [[ $(compgen -G "held.*" | wc -l) -ge 4 ]]; do
-    kill -0 "$bpid" 2>/dev/null || fail "baton run ended before stage extend was held"
-    ((SECONDS < deadline)) || fail "stage extend never finished"
-    sleep 0.05
-  done
+  wait_files "held.*" 4 120 "stage extend was held (its 4 ranks finished)"
   kill -9 "$bpid"
   wait "$bpid" 2>/dev/null || true
   bpid=

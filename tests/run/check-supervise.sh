@@ -310,12 +310,7 @@ WRAPPER
   BATON_FAULT_STEP_SLEEP=0.15 "$baton" run "$recipe" --run-dir r1 --worker "$PWD/gate-worker" \
     --quiet >run.out 2>&1 &
   bpid=$!
-  deadline=$((SECONDS + 60))
-  until [[ $(compgen -G "gate.*" | wc -l) -ge 4 ]]; do
-    kill -0 "$bpid" 2>/dev/null || fail "baton run ended before its ranks started"
-    ((SECONDS < deadline)) || fail "the ranks never started"
-    sleep 0.05
-  done
+  wait_files "gate.*" 4 60 "its 4 ranks started"
   kill -STOP "$bpid"
   sleep 7
   : >go

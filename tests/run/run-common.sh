@@ -91,6 +91,16 @@ wait_step() {
   done
   fail "stage $1 never reached step $2"
 }
+# wait_files GLOB N SECONDS WHAT: until N files match GLOB (the ranks' marks, say), while
+# baton run ($bpid) goes on; WHAT names the wait in the failure
+wait_files() {
+  local deadline=$((SECONDS + $3))
+  until [[ $(compgen -G "$1" | wc -l) -ge $2 ]]; do
+    kill -0 "$bpid" 2>/dev/null || fail "baton run ended before $4"
+    ((SECONDS < deadline)) || fail "not within $3 s: $4"
+    sleep 0.05
+  done
+}
 # The runs struck below take 0.15 s longer per step (BATON_FAULT_STEP_SLEEP, a test hook
 # of baton-worker), so that a strike lands within a step or two of its aim however fast
 # the steps are: a fast stage could otherwise end between wait_step and the strike.
