@@ -1,4 +1,4 @@
-/* Shared by control_server.c and control_apply.c; not for callers. */
+/* Shared by the control_*.c files; not for callers. */
 #ifndef BATON_CONTROL_INTERNAL_H
 #define BATON_CONTROL_INTERNAL_H
 
@@ -18,6 +18,10 @@ struct control_conn {
 int control_apply(control_server *cs, size_t i, const Baton__Envelope *env, double now);
 /* A Metrics message as the sink writes it, stamped with time (unix seconds). */
 void control_metrics_from(const Baton__Metrics *m, uint32_t rank, double time, control_metrics *c);
+/* The number after key (e.g. ", \"global_step\": ") in one line of metrics.jsonl or
+ * valid.jsonl (as control_metrics.c writes them; with the comma, a stage name's escaped
+ * quotes never match): 0, or -1 when there is none. */
+int control_metrics_line_field(const char *line, const char *key, uint64_t *out);
 /* Closes connection i (the last one takes its slot). */
 void control_conn_close(control_server *cs, size_t i);
 

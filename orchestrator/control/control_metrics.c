@@ -10,12 +10,10 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "control_internal.h"
 #include "util/buf.h"
 
-/* The number after key (e.g. ", \"global_step\": ") in one metrics.jsonl line (as
- * control_metrics_jsonl writes it; with the comma, a stage name's escaped quotes never
- * match). */
-static int metrics_line_field(const char *line, const char *key, uint64_t *out) {
+int control_metrics_line_field(const char *line, const char *key, uint64_t *out) {
     const char *k = strstr(line, key);
     if (k == NULL) return -1;
     const char *at = k + strlen(key);
@@ -28,7 +26,7 @@ static int metrics_line_field(const char *line, const char *key, uint64_t *out) 
 }
 
 static int metrics_line_step(const char *line, uint64_t *step) {
-    return metrics_line_field(line, ", \"global_step\": ", step);
+    return control_metrics_line_field(line, ", \"global_step\": ", step);
 }
 
 /* Called for each line a scan keeps, with its global_step when it has one. */
@@ -139,9 +137,9 @@ error:
 static void metrics_keep(control_metrics_sink *s, const char *line, int has, uint64_t step) {
     if (has && (!s->have_step || step > s->max_step)) s->have_step = 1, s->max_step = step;
     uint64_t st, at, k;
-    if (!has || metrics_line_field(line, ", \"stage_index\": ", &st) != 0 ||
-        metrics_line_field(line, ", \"attempt\": ", &at) != 0 ||
-        metrics_line_field(line, ", \"step\": ", &k) != 0)
+    if (!has || control_metrics_line_field(line, ", \"stage_index\": ", &st) != 0 ||
+        control_metrics_line_field(line, ", \"attempt\": ", &at) != 0 ||
+        control_metrics_line_field(line, ", \"step\": ", &k) != 0)
         return;
     s->have_last = 1, s->last_stage = (uint32_t)st, s->last_attempt = (uint32_t)at;
     s->last_step = k;
@@ -150,42 +148,6 @@ static void metrics_keep(control_metrics_sink *s, const char *line, int has, uin
 static int metrics_rewrite(control_metrics_sink *s, uint64_t below, bt_diag *diag) {
     s->have_step = 0, s->max_step = 0, s->have_last = 0;
     return jsonl_rewrite(s, s->jsonl_path, &s->jsonl, below, metrics_keep, diag);
-}
-
-int control_metrics_attempt_steps(const control_metrics_sink *s, uint32_t stage_index,
-                                  uint32_t attempt, uint64_t **steps, size_t *n, bt_diag *diag) {
-    *steps = NULL, *n = 0;
-    FILE *in = fopen(s->jsonl_path, "re");
-    if (in == NULL) {
-        if (errno == ENOENT) return 0;
-        bt_diag_set(diag, "%s: cannot read: %s", s->jsonl_path, strerror(errno));
-        return BT_EIO;
-    }
-    char *line = NULL;
-    size_t cap = 0, have = 0;
-    int rc = 0;
-    while (rc == 0 && getline(&line, &cap, in) > 0) {
-        uint64_t st, at, k;
-        if (metrics_line_field(line, ", \"stage_index\": ", &st) != 0 || st != stage_index ||
-            metrics_line_field(line, ", \"attempt\": ", &at) != 0 || at != attempt ||
-            metrics_line_field(line, ", \"step\": ", &k) != 0)
-            continue;
-        if (*n == have) {
-            have = have ? 2 * have : 256;
-            uint64_t *v = realloc(*steps, have * sizeof *v);
-            if (v == NULL) rc = BT_ENOMEM;
-            if (v != NULL) *steps = v;
-        }
-        if (rc == 0) (*steps)[(*n)++] = k;
-    }
-    if (rc == 0 && ferror(in)) {
-        bt_diag_set(diag, "%s: cannot read: %s", s->jsonl_path, strerror(errno));
-        rc = BT_EIO;
-    }
-    free(line);
-    fclose(in);
-    if (rc != 0) free(*steps), *steps = NULL, *n = 0;
-    return rc;
 }
 
 static int valid_seen_add(control_metrics_sink *s, uint64_t stage_index, uint64_t global) {

@@ -86,11 +86,31 @@ int control_metrics_write(control_metrics_sink *s, const control_metrics_where *
 int control_metrics_write_valid(control_metrics_sink *s, const control_metrics_where *w,
                                 uint64_t step, double loss, uint32_t windows, double time,
                                 bt_diag *diag);
+/* Read back (control_metrics_read.c). */
 /* The steps of stage stage_index's attempt `attempt` that metrics.jsonl holds, in its
  * order (ascending: the file is in global-step order), into *steps (free it); none when
  * there is no file. */
 int control_metrics_attempt_steps(const control_metrics_sink *s, uint32_t stage_index,
                                   uint32_t attempt, uint64_t **steps, size_t *n, bt_diag *diag);
+/* The records of that attempt that metrics.jsonl holds at the steps of want (n_want of
+ * them, ascending), as written (a null read as NaN; the time as written, to the
+ * microsecond), into *out (free it), *n of them, in the file's order. */
+int control_metrics_attempt_records(const control_metrics_sink *s, uint32_t stage_index,
+                                    uint32_t attempt, const uint64_t *want, size_t n_want,
+                                    control_metrics **out, size_t *n, bt_diag *diag);
+
+/* One line of valid.jsonl. */
+typedef struct control_metrics_valid {
+    uint32_t attempt;
+    uint64_t step; /* of the stage */
+    double loss, time;
+    uint32_t windows;
+} control_metrics_valid;
+
+/* The lines of valid.jsonl of stage stage_index whose global_step is at least `from`,
+ * into *out (free it), *n of them. */
+int control_metrics_valid_since(const control_metrics_sink *s, uint32_t stage_index, uint64_t from,
+                                control_metrics_valid **out, size_t *n, bt_diag *diag);
 void control_metrics_close(control_metrics_sink *s);
 
 #endif

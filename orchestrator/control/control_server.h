@@ -152,7 +152,10 @@ int control_server_stop_all(control_server *cs, int checkpoint, const char *reas
  * record is: that attempt's (w: its stage and attempt), the records from the first step
  * of it the file lacks on (a gap in the middle, which a worker's full outbox leaves as it
  * drops newer messages, is filled by the rewind below: the steps after it are written
- * again, TensorBoard's restart marker at its first step); an
+ * again, TensorBoard's restart marker at its first step; those the log lacks, holes its
+ * failed appends left while the records went out live, and validations it lacks, are
+ * read back from metrics.jsonl and valid.jsonl first and written again in their places,
+ * so that no record either source holds is lost or written twice); an
  * earlier stage's or attempt's (or none), all of them (one for a step metrics.jsonl holds
  * of an earlier attempt replaces it and the steps after it, the rewind above); a later
  * stage's or attempt's (the journal is older than the file), only those past its largest

@@ -142,14 +142,23 @@ static int launch_check_opts(const launch_opts *o, bt_diag *diag) {
     return 0;
 }
 
+/* The job's descriptors against RLIMIT_NOFILE (launch_fds.h): LAUNCH_FDS_PER_RANK for
+ * each process started (a plain one has no PMIx connection) and the caller's fds_per_rank
+ * for each of its ranks, which are the processes unless fds_ranks says otherwise (a Slurm
+ * step: one srun process, its tasks the ranks). */
+static int launch_check_fds(const launch_opts *o, char *note, size_t cap, bt_diag *diag) {
+    int own = LAUNCH_FDS_PER_RANK - (o->plain ? 1 : 0);
+    if (o->fds_ranks <= 0)
+        return launch_fds_check(o->nprocs, own + o->fds_per_rank, 0, note, cap, diag);
+    return launch_fds_check(o->fds_ranks, o->fds_per_rank, (long)o->nprocs * own, note, cap, diag);
+}
+
 int launch_job_init(launch_job *job, launch_server *srv, const launch_opts *opts, bt_diag *diag) {
     memset(job, 0, sizeof *job);
     job->failed_rank = job->cand_rank = -1;
     job->srv = srv;
     int rc = launch_check_opts(opts, diag);
-    int per_rank = LAUNCH_FDS_PER_RANK - (opts->plain ? 1 : 0) + opts->fds_per_rank;
-    if (rc == 0)
-        rc = launch_fds_check(opts->nprocs, per_rank, job->fds_note, sizeof job->fds_note, diag);
+    rc = rc ? rc : launch_check_fds(opts, job->fds_note, sizeof job->fds_note, diag);
     if (rc != 0) return rc;
     job->opts = *opts;
     if (job->opts.nnodes == 0) job->opts.nnodes = 1;

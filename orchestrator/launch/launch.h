@@ -109,6 +109,8 @@ typedef struct launch_opts {
                          process count, all on this host); supervised like ranks otherwise */
     int fds_per_rank; /* descriptors the caller itself holds per rank (a control channel's
                          connection): counted in launch_job_init's RLIMIT_NOFILE check */
+    int fds_ranks;    /* the ranks fds_per_rank is held for where they are not the processes
+                         started (a Slurm step: one srun, its tasks the ranks); 0: nprocs */
 } launch_opts;
 
 typedef struct launch_job {

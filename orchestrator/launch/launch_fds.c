@@ -18,8 +18,8 @@ static long launch_fds_open(void) {
     return n > 0 ? n - 1 : 0;
 }
 
-long launch_fds_needed(int nprocs, int per_rank) {
-    return launch_fds_open() + (long)nprocs * per_rank + LAUNCH_FDS_STARTING;
+long launch_fds_needed(int ranks, int per_rank, long others) {
+    return launch_fds_open() + (long)ranks * per_rank + others + LAUNCH_FDS_STARTING;
 }
 
 static void launch_fds_limit(rlim_t v, char *out, size_t cap) {
@@ -29,11 +29,11 @@ static void launch_fds_limit(rlim_t v, char *out, size_t cap) {
         snprintf(out, cap, "%llu", (unsigned long long)v);
 }
 
-int launch_fds_check(int nprocs, int per_rank, char *note, size_t cap, bt_diag *diag) {
+int launch_fds_check(int ranks, int per_rank, long others, char *note, size_t cap, bt_diag *diag) {
     struct rlimit rl;
     note[0] = '\0';
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0; /* nothing to judge by */
-    long need = launch_fds_needed(nprocs, per_rank);
+    long need = launch_fds_needed(ranks, per_rank, others);
     if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (rlim_t)need) return 0;
     char soft[32], hard[32];
     launch_fds_limit(rl.rlim_cur, soft, sizeof soft);
@@ -44,14 +44,14 @@ int launch_fds_check(int nprocs, int per_rank, char *note, size_t cap, bt_diag *
             snprintf(note, cap,
                      "%d ranks need about %ld open files here, over the soft limit "
                      "(RLIMIT_NOFILE, ulimit -n) of %s: raised it to %llu (the hard limit %s)",
-                     nprocs, need, soft, (unsigned long long)up.rlim_cur, hard);
+                     ranks, need, soft, (unsigned long long)up.rlim_cur, hard);
             return 0;
         }
         bt_diag_set(diag,
                     "%d ranks need about %ld open files here (%d per rank, %ld more "
                     "besides), but RLIMIT_NOFILE allows %s (soft; hard %s) and raising the soft "
                     "limit failed: %s; raise it (ulimit -n %ld) and run again",
-                    nprocs, need, per_rank, need - (long)nprocs * per_rank, soft, hard,
+                    ranks, need, per_rank, need - (long)ranks * per_rank, soft, hard,
                     strerror(errno), need);
         return BT_ERANGE;
     }
@@ -60,6 +60,6 @@ int launch_fds_check(int nprocs, int per_rank, char *note, size_t cap, bt_diag *
                 "besides), but RLIMIT_NOFILE allows %s (soft) and %s (hard): raise the hard "
                 "limit (ulimit -Hn %ld as root, limits.conf, a container's --ulimit "
                 "nofile=...) and run again, or run fewer ranks",
-                nprocs, need, per_rank, need - (long)nprocs * per_rank, soft, hard, need);
+                ranks, need, per_rank, need - (long)ranks * per_rank, soft, hard, need);
     return BT_ERANGE;
 }

@@ -307,6 +307,17 @@ void launch_slurm_output(void *arg, int rank, int stream, const char *line, size
     s->inner(s->inner_arg, -1, stream, line, len);
 }
 
+void launch_slurm_wrap(launch_slurm *s, launch_opts *lo, char **argv) {
+    s->inner = lo->on_output;
+    s->inner_arg = lo->output_arg;
+    lo->argv = argv;
+    lo->fds_ranks = lo->nprocs;
+    lo->fds_per_rank += lo->nprocs > 1; /* its rendezvous-store connection (kv_store.h) */
+    lo->nprocs = 1, lo->nnodes = 1, lo->plain = 1;
+    lo->on_output = launch_slurm_output;
+    lo->output_arg = s;
+}
+
 void launch_slurm_describe(const launch_slurm *s, const launch_job *job, char *buf, size_t cap) {
     const launch_rank *rk = job->failed_rank >= 0 ? &job->ranks[job->failed_rank] : NULL;
     char end[128] = "ended";

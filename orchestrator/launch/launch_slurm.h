@@ -73,6 +73,14 @@ char **launch_slurm_step_argv(launch_slurm *s, const uint32_t *active, uint32_t 
  * failed tasks and nodes are kept. */
 void launch_slurm_output(void *arg, int rank, int stream, const char *line, size_t len);
 
+/* lo, a job of the step's ranks (nprocs of them), made the one srun process that starts
+ * them: argv (launch_slurm_step_argv's), plain, its output relabelled through s
+ * (launch_slurm_output) to lo's own callback. The descriptors this process holds per
+ * rank are counted for every rank of the step: lo's fds_per_rank (the caller's, e.g. a
+ * control connection) and, with more than one rank, each one's connection to the
+ * rendezvous store. */
+void launch_slurm_wrap(launch_slurm *s, launch_opts *lo, char **argv);
+
 /* One line on how the step failed: srun's exit and what srun reported. */
 void launch_slurm_describe(const launch_slurm *s, const launch_job *job, char *buf, size_t cap);
 

@@ -19,12 +19,7 @@ int run_slurm_opts(run_ctx *c, launch_opts *lo, char *const *worker_argv, size_t
                                          c->nodes.total, ntasks, (int)gpn, name, worker_argv, diag);
     if (argv == NULL) return BT_EINVAL;
     snprintf(store_env, cap, "%s=%s", KV_ENV_ADDRESS, s->kv.address);
-    s->inner = lo->on_output;
-    s->inner_arg = lo->output_arg;
-    lo->argv = argv;
-    lo->nprocs = 1, lo->nnodes = 1, lo->plain = 1;
-    lo->on_output = launch_slurm_output;
-    lo->output_arg = s;
+    launch_slurm_wrap(s, lo, argv);
     return 0;
 }
 

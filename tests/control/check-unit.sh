@@ -53,3 +53,11 @@ grep -qx "session_log START 105" "$work/gap.tb" || { cat "$work/gap.tb"; echo "F
 [[ $(grep "^train/loss " "$work/gap.tb" | cut -d' ' -f2 | tr '\n' ' ') == "101 102 103 104 105 106 107 108 109 110 " ]] ||
   { cat "$work/gap.tb"; echo "FAIL: train/loss is not at 101-110 once each"; exit 1; }
 echo "control gap: metrics.jsonl and TensorBoard hold steps 101-110 once each"
+# A log with holes (steps 104 and 111 and the validation missing from it, metrics.jsonl
+# lacking 103): every step and the validation once in TensorBoard too.
+/usr/bin/python3 "$here/read_tb.py" "$work/gap/holed/tb" "$work/gap/holed/metrics.jsonl" >"$work/holed.tb"
+[[ $(grep "^train/loss " "$work/holed.tb" | cut -d' ' -f2 | tr '\n' ' ') == "101 102 103 104 105 106 107 108 109 110 111 " ]] ||
+  { cat "$work/holed.tb"; echo "FAIL: train/loss is not at 101-111 once each"; exit 1; }
+[[ $(grep "^valid/loss " "$work/holed.tb") == "valid/loss 111 4.5" ]] ||
+  { cat "$work/holed.tb"; echo "FAIL: valid/loss is not 4.5 at 111 alone"; exit 1; }
+echo "control gap: a log with holes: metrics.jsonl and TensorBoard hold steps 101-111 once each"

@@ -22,8 +22,10 @@
  *   test_control gap RUN_DIR
  *     rank 0's metrics log replayed over a gap in the middle of metrics.jsonl (a full
  *     outbox dropped steps 5-7, 8-10 arrived): every step once, in order, and again
- *     nothing; and over an attempt's first steps dropped, held of the attempt before; a
- *     replay into a metrics.jsonl that cannot be written says so (not "cannot read").
+ *     nothing; and over an attempt's first steps dropped, held of the attempt before;
+ *     over a gap in a log with holes (steps and the validation that only metrics.jsonl
+ *     and valid.jsonl hold are kept, in order); a replay into a metrics.jsonl that cannot
+ *     be written says so (not "cannot read").
  *     check-unit.sh reads the event file: the restart marker at the gap's first step.
  *   test_control serve SPEC_IN SPEC_OUT RUN_DIR WORLD STOP_AT ACTION
  *     For the worker tests: writes SPEC_IN with this server's control_address to SPEC_OUT,
@@ -33,6 +35,7 @@
  *     rank has connected and gone (or after 120 s) and prints what it saw. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -279,10 +282,29 @@ static int replay(const char *run_dir) {
 
 /* ---- gap ------------------------------------------------------------------------------- */
 
-/* Steps from..to of stage 1 (offset 100) as rank 0 logs them, each also received live
- * unless in [lost_from, lost_to] (dropped by a full outbox while baton run was stopped). */
-static void gap_attempt(control_server *cs, const char *run_dir, uint32_t attempt, uint64_t from,
-                        uint64_t to, uint64_t lost_from, uint64_t lost_to) {
+/* Every field metrics.jsonl writes, with numbers a short format would round, a null
+ * (odd steps' grad_norm), fp16's and MoE's (step 4): a record written back from
+ * metrics.jsonl must come out the same. */
+static void gap_fields(Baton__Metrics *m, uint64_t k) {
+    static float loads[3] = {0.5f, 1.2345678f, 1.2654322f};
+    m->has_grad_norm = m->has_lr = m->has_mfu = m->has_step_time_s = 1;
+    m->has_memory_bytes = m->has_skipped_steps = 1;
+    m->grad_norm = k % 2 ? NAN : 0.1 * (double)k, m->lr = 3e-4 / 7.0, m->mfu = 1.0 / 3.0;
+    m->step_time_s = 0.123456789, m->memory_bytes = 123456789012ull, m->skipped_steps = k / 3;
+    if (k != 4) return;
+    m->has_loss_scale = m->has_overflow = 1, m->loss_scale = 65536.0, m->overflow = 1;
+    m->has_moe_load_max_mean = m->has_moe_dropped = m->has_moe_aux_loss = 1;
+    m->moe_load_max_mean = 1.2654322, m->moe_dropped = 17, m->moe_aux_loss = 0.01234567;
+    m->n_moe_expert_load = 3, m->moe_expert_load = loads;
+}
+
+/* Steps from..to of stage 1 (offset 100) as rank 0 sends them: logged unless their bit of
+ * unlogged is set (an append that failed, a full disk: a hole in the log), received live
+ * unless their bit of lost is (dropped by a full outbox while baton run was stopped).
+ * valid: the closing validation after step `to`, 0 none, else 1 received live, 2 logged,
+ * 3 both. */
+static void gap_steps(control_server *cs, const char *run_dir, uint32_t attempt, uint64_t from,
+                      uint64_t to, uint64_t lost, uint64_t unlogged, int valid) {
     control_metrics_where w = {"pretrain", 1, attempt, 100};
     char path[4200];
     bt_diag d;
@@ -295,13 +317,35 @@ static void gap_attempt(control_server *cs, const char *run_dir, uint32_t attemp
         m.has_step = m.has_loss = m.has_time = m.has_tokens_per_s = 1;
         m.step = k, m.loss = 5.0 - 0.1 * (double)k, m.time = 1.7e9 + (double)k;
         m.tokens_per_s = 1000.0 * (attempt + 1);
-        CHECK(metrics_log_append(&l, &m, &d) == 0, "append: %s", d.msg);
+        gap_fields(&m, k);
+        if (!(unlogged >> k & 1)) CHECK(metrics_log_append(&l, &m, &d) == 0, "append: %s", d.msg);
         control_metrics c;
         control_metrics_from(&m, 0, m.time, &c);
-        if (k < lost_from || k > lost_to)
+        if (!(lost >> k & 1))
             CHECK(control_metrics_write(&cs->sink, &w, &c, &d) == 0, "write: %s", d.msg);
     }
+    Baton__Metrics v = BATON__METRICS__INIT;
+    v.has_step = v.has_time = v.has_valid_loss = v.has_valid_windows = 1;
+    v.step = to, v.time = 1.7e9 + (double)to + 0.5, v.valid_loss = 4.5, v.valid_windows = 8;
+    if (valid & 2) CHECK(metrics_log_append(&l, &v, &d) == 0, "append: %s", d.msg);
+    if (valid & 1)
+        CHECK(control_metrics_write_valid(&cs->sink, &w, to, 4.5, 8, v.time, &d) == 0, "valid: %s",
+              d.msg);
     metrics_log_close(&l);
+}
+
+/* Steps of [lost_from, lost_to] as a bit mask. */
+static uint64_t gap_mask(uint64_t lo, uint64_t hi) {
+    uint64_t m = 0;
+    for (uint64_t k = lo; k <= hi && k < 64; k++)
+        m |= 1ull << k;
+    return m;
+}
+
+/* Steps from..to, every one logged, received live unless in [lost_from, lost_to]. */
+static void gap_attempt(control_server *cs, const char *run_dir, uint32_t attempt, uint64_t from,
+                        uint64_t to, uint64_t lost_from, uint64_t lost_to) {
+    gap_steps(cs, run_dir, attempt, from, to, gap_mask(lost_from, lost_to), 0, 0);
 }
 
 /* Replays stage 1's attempt; its count of records metrics.jsonl lacked must be want. */
@@ -334,6 +378,47 @@ static void gap_expect(const char *run_dir, const uint64_t (*want)[2], size_t n)
         i++;
     }
     CHECK(f != NULL && i == n, "%s: %zu lines, expected %zu", path, i, n);
+    if (f != NULL) fclose(f);
+}
+
+/* metrics.jsonl whole (free it), or NULL. */
+static char *gap_read(const char *run_dir) {
+    char path[4300];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    FILE *f = fopen(path, "r");
+    char *text = calloc(1, 1 << 20);
+    size_t n = f && text ? fread(text, 1, (1 << 20) - 1, f) : 0;
+    CHECK(f != NULL && text != NULL && n > 0, "%s: cannot read", path);
+    if (f != NULL) fclose(f);
+    return text;
+}
+
+/* Every line of before is in metrics.jsonl now, unchanged (frees before). */
+static void gap_expect_kept(const char *run_dir, char *before) {
+    char *after = gap_read(run_dir);
+    for (char *line = before, *nl; after && line && (nl = strchr(line, '\n')) != NULL;
+         line = nl + 1) {
+        *nl = '\0';
+        CHECK(strstr(after, line) != NULL, "%s/metrics.jsonl: lost or changed: %s", run_dir, line);
+    }
+    free(before);
+    free(after);
+}
+
+/* valid.jsonl must hold one line, of global step want. */
+static void gap_expect_valid(const char *run_dir, uint64_t want) {
+    char path[4300], line[4096];
+    snprintf(path, sizeof path, "%s/valid.jsonl", run_dir);
+    FILE *f = fopen(path, "r");
+    size_t i = 0;
+    while (f != NULL && fgets(line, sizeof line, f)) {
+        const char *g = strstr(line, "\"global_step\": ");
+        uint64_t step = g ? strtoull(g + 15, NULL, 10) : 0;
+        CHECK(step == want, "%s line %zu: global_step %llu, expected %llu", path, i + 1,
+              (unsigned long long)step, (unsigned long long)want);
+        i++;
+    }
+    CHECK(f != NULL && i == 1, "%s: %zu lines, expected 1", path, i);
     if (f != NULL) fclose(f);
 }
 
@@ -386,6 +471,22 @@ static int gap(const char *run_dir) {
     const uint64_t first[8][2] = {{101, 0}, {102, 0}, {103, 0}, {104, 1},
                                   {105, 1}, {106, 1}, {107, 1}, {108, 1}};
     gap_expect(dir, first, 8);
+    control_metrics_close(&cs.sink);
+    /* A log with holes, writing gone on after them: steps 4 and 11 and the closing
+     * validation never reached it but were received live; step 3 was not (a full
+     * outbox). The fill from step 3 on keeps what only metrics.jsonl and valid.jsonl hold. */
+    snprintf(dir, sizeof dir, "%s/holed", run_dir);
+    gap_open(&cs, dir);
+    gap_steps(&cs, dir, 0, 1, 11, gap_mask(3, 3), gap_mask(4, 4) | gap_mask(11, 11), 1);
+    char *before = gap_read(dir);
+    gap_replay(&cs, dir, 0, 1);
+    gap_expect_kept(dir, before);
+    gap_replay(&cs, dir, 0, 0);
+    uint64_t holed[11][2];
+    for (int i = 0; i < 11; i++)
+        holed[i][0] = 101 + (uint64_t)i, holed[i][1] = 0;
+    gap_expect(dir, holed, 11);
+    gap_expect_valid(dir, 111);
     control_metrics_close(&cs.sink);
     /* metrics.jsonl that cannot be written: the replay's failure names it, not the log */
     snprintf(dir, sizeof dir, "%s/unwritable", run_dir);

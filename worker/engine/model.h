@@ -452,8 +452,11 @@ void model_zero_grad(model *m);
 int model_tp_reduce_grads(model *m, comm *kv_group);
 
 /* The one-process tensor i assembled from the group's slices: a collective over the
- * tensor-parallel group; out (host, global count floats) is written on every rank. */
-int model_gather_tensor(model *m, int i, float *out);
+ * tensor-parallel group; out (host, global count floats) is written on every rank. The
+ * ranks vote on the gather's buffers first: where one rank cannot allocate them, every
+ * rank fails (BT_ENOMEM on that one, BT_EIO on the others, diag saying so), none waits in
+ * the collective. */
+int model_gather_tensor(model *m, int i, float *out, bt_diag *diag);
 
 /* Parameters, one tensor at a time, in memory order (HF names, e.g.
  * "model.layers.0.self_attn.q_proj.weight"): the stage's tensors under pp, with their

@@ -473,11 +473,13 @@ static int worker_any_failed(comm *g, int failed) {
 
 /* Test hook: BATON_FAULT_DUMP_NOMEM=EP_RANK makes that expert-parallel rank's buffer for
  * the experts' gather fail to be allocated; BATON_FAULT_DUMP_NOMEM=stage:RANK that world
- * rank's buffer for a stage's parameters. stage_buf: which buffer is asked about. */
+ * rank's buffer for a stage's parameters (=tp:RANK: model_gather_tensor's, model_tp.c).
+ * stage_buf: which buffer is asked about. */
 static int worker_fault_dump_nomem(int stage_buf, int rank) {
     const char *f = getenv("BATON_FAULT_DUMP_NOMEM");
     if (f == NULL || f[0] == '\0') return 0;
     int is_stage = strncmp(f, "stage:", 6) == 0;
+    if (!is_stage && (f[0] < '0' || f[0] > '9')) return 0; /* tp:RANK is model_tp.c's */
     return is_stage == stage_buf && atoi(f + (is_stage ? 6 : 0)) == rank;
 }
 
@@ -571,7 +573,10 @@ static int worker_gather_stage(trainer *t, float *out, float *all, char *why, si
         int u = t->m.zw ? model_zero_unit_at(&t->m, mt.offset) : -1, rc = 0;
         if (u != unit) rc = model_zero_fetch(&t->m, u), unit = u;
         size_t off = model_tensor_global_offset(&t->m.cfg, t->m.cfg.ep_rank, i);
-        rc = rc ? rc : model_gather_tensor(&t->m, i, out + off);
+        bt_diag d;
+        bt_diag_init(&d);
+        rc = rc ? rc : model_gather_tensor(&t->m, i, out + off, &d);
+        if (rc != 0 && d.msg[0]) snprintf(why, cap, "%.200s", d.msg);
         if (rc != 0) return rc;
     }
     return worker_gather_experts(t, out, all, why, cap);
