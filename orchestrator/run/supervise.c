@@ -637,6 +637,20 @@ static attempt_end run_launch_failed(run_ctx *c, uint32_t stage, uint32_t attemp
     return end;
 }
 
+/* The checkpoint root cannot be listed as the attempt starts (why: the path and the
+ * error): which checkpoint the stage starts from cannot be told, so no worker starts, rather
+ * than one that would train the stage again from an earlier checkpoint or from step 0. A
+ * failed attempt, retried under the stage's max_restarts (the cause may pass: a permission
+ * being fixed, a passing I/O error); the checkpoints are left as they are. */
+static attempt_end run_unlisted(run_ctx *c, uint32_t stage, uint32_t attempt, const char *why) {
+    char msg[1100];
+    snprintf(msg, sizeof msg,
+             "%.900s; which checkpoint the stage starts from cannot be told, so no worker "
+             "started (nothing in it was changed)",
+             why);
+    return run_spec_failed(c, stage, attempt, BT_EIO, 0, msg);
+}
+
 static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *hang_s) {
     Baton__StageSpec *spec = NULL;
     char spec_file[4200], log_file[4200], name[64];
@@ -646,7 +660,10 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     run_metrics_take(c, (uint32_t)i, attempt, 1, run_step_offset(c, i));
     run_sweep_partials(c); /* no worker runs now: any .partial is a dead save's */
     char why[1024];
-    if (run_ckpt_missing(c, (uint32_t)i, why, sizeof why)) {
+    int missing = run_ckpt_missing(c, (uint32_t)i, why, sizeof why);
+    if (missing < 0) /* a failed attempt, retried: the cause may pass; nothing is changed */
+        return run_unlisted(c, (uint32_t)i, attempt, why);
+    if (missing > 0) {
         c->prog.stage = c->doc->recipe->stages[i]->name;
         run_give_up(c, (uint32_t)i, 1, "%s", why);
         return ATTEMPT_BROKEN;
