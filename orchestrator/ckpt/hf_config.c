@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "hf_json.h"
+#include "recipe.h"
 
 /* ---- writing ---- */
 
@@ -92,11 +93,12 @@ static int export_rope(const Baton__Model *m, double *theta, const Baton__RopeSc
 }
 
 uint64_t hf_config_max_position(const Baton__Model *m, uint64_t max_position, int *known) {
-    const Baton__RopeScaling *s = m->rope ? m->rope->scaling : NULL;
+    /* the context the scaling extends to as plan and eval measure it: llama3's is twice
+     * original × factor, as Llama 3.1 declares 131072 for 8192 and factor 8 */
+    double ext = recipe_rope_extent(m->rope ? m->rope->scaling : NULL);
     *known = 1;
     if (max_position) return max_position;
-    if (s != NULL && s->type != BATON__ROPE_SCALING__TYPE__NONE && s->original_max_position > 0)
-        return (uint64_t)llround((double)s->original_max_position * s->factor);
+    if (ext > 0) return (uint64_t)llround(ext);
     *known = 0;
     return HF_DEFAULT_MAX_POSITION;
 }

@@ -50,9 +50,11 @@ typedef struct hf_model {
 } hf_model;
 
 /* max_position_embeddings for m: max_position when not 0, else the context the scaled
- * RoPE was extended to (original_max_position * factor, for any scaling that gives the
- * original), else HF_DEFAULT_MAX_POSITION with *known = 0 (nothing in the model says how
- * long a context it saw). */
+ * RoPE was extended to (recipe_rope_extent, for any scaling that gives the original:
+ * original_max_position * factor, for llama3 twice that, as Llama 3.1's config.json says
+ * 131072 for 8192 and factor 8; transformers reads no context from a llama3 factor, and
+ * only asks that the original be below it), else HF_DEFAULT_MAX_POSITION with *known = 0
+ * (nothing in the model says how long a context it saw). */
 uint64_t hf_config_max_position(const Baton__Model *m, uint64_t max_position, int *known);
 /* config.json for m into out, max_position_embeddings from hf_config_max_position.
  * torch_dtype: "float32" or "bfloat16". BT_EUNSUPPORTED for an MoE model and for a RoPE

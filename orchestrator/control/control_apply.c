@@ -3,6 +3,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ckpt/ckpt.h"
 #include "control_internal.h"
 
 /* Equal strings, in time that depends only on the length of b (the secret), so that a
@@ -80,6 +81,15 @@ static void control_metrics_in(control_server *cs, uint32_t rank, const Baton__M
     if (cs->on_metrics) cs->on_metrics(cs->metrics_arg, &cs->last, NULL);
 }
 
+/* Rank 0's commit of the attempt stage's checkpoint name at step (nothing else). */
+static void control_ckpt_in(control_server *cs, uint32_t rank, const Baton__Checkpoint *k) {
+    char want[64];
+    if (rank != 0 || k->name == NULL || !k->has_step || cs->on_checkpoint == NULL) return;
+    ckpt_name(cs->stage_index, k->step, want, sizeof want);
+    if (strcmp(k->name, want) != 0) return;
+    cs->on_checkpoint(cs->ckpt_arg, k->name, k->step);
+}
+
 /* The first Fatal, unless a configuration error (code 2) comes after another rank's:
  * the ranks a bad input stopped fail too, often first, but the attempt failed on the
  * input and is not to be retried. */
@@ -109,6 +119,9 @@ int control_apply(control_server *cs, size_t i, const Baton__Envelope *env, doub
         break;
     case BATON__ENVELOPE__BODY_FATAL:
         control_fatal_in(cs, (uint32_t)rank, env->fatal);
+        break;
+    case BATON__ENVELOPE__BODY_CHECKPOINT:
+        control_ckpt_in(cs, (uint32_t)rank, env->checkpoint);
         break;
     default: /* a second Hello, a Stop or an empty envelope: nothing to do */
         break;

@@ -65,6 +65,9 @@ typedef struct control_valid {
 /* Called with each of rank 0's Metrics of the current attempt as it is applied: a step's
  * (v NULL) or the closing validation (m NULL). */
 typedef void (*control_metrics_cb)(void *arg, const control_metrics *m, const control_valid *v);
+/* Called with each checkpoint rank 0 of the current attempt says it committed: its name
+ * (the attempt's stage's, sNN-stepNNNNNNNN) and step. */
+typedef void (*control_ckpt_cb)(void *arg, const char *name, uint64_t step);
 
 typedef struct control_server {
     /* Read-only for the caller. */
@@ -84,6 +87,10 @@ typedef struct control_server {
      * replayed (control_server_replay) alike, as they are applied. */
     control_metrics_cb on_metrics;
     void *metrics_arg;
+    /* Set by the caller (NULL: none): rank 0's checkpoint commits, as they arrive; a name
+     * that is not the attempt's stage's checkpoint at that step is dropped. */
+    control_ckpt_cb on_checkpoint;
+    void *ckpt_arg;
     /* Private. */
     int listen_fd;
     control_conn *conns;

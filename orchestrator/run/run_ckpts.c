@@ -116,7 +116,7 @@ int run_ckpt_own(run_ctx *c, uint32_t stage, char *out, size_t cap, uint64_t *st
 
 /* Stage's own checkpoints all gone though the journal records one committed, while another
  * (an earlier stage's: have) remains: the hand-off from it would train the stage again
- * from step 0, without a word. */
+ * from step 0, without a word (1, with why). -1 with why when the root cannot be listed. */
 static int run_ckpt_own_gone(run_ctx *c, uint32_t stage, const char *have, char *why, size_t cap) {
     char mine[128];
     uint64_t step;
@@ -124,9 +124,8 @@ static int run_ckpt_own_gone(run_ctx *c, uint32_t stage, const char *have, char 
     bt_diag_init(&d);
     if (stage >= RUN_MAX_STAGES || c->journaled[stage].name[0] == '\0') return 0;
     int own = run_ckpt_own(c, stage, mine, sizeof mine, &step, &d);
-    if (own < 0)
-        snprintf(why, cap, "%s; not starting the stage without seeing its checkpoints", d.msg);
-    if (own != 0) return own < 0;
+    if (own < 0) snprintf(why, cap, "%s", d.msg);
+    if (own != 0) return own < 0 ? -1 : 0; /* -1: cannot be listed; 0: one is there */
     snprintf(why, cap,
              "the journal records checkpoint %s/%s (step %llu) as the stage's newest "
              "committed, but it is gone from %s/%s with every other checkpoint of the stage: "
@@ -147,8 +146,8 @@ int run_ckpt_missing(run_ctx *c, uint32_t stage, char *why, size_t cap) {
     bt_diag_init(&d);
     int found = run_ckpt_find(c, stage, 0, have, sizeof have, &step, &d);
     if (found < 0) {
-        snprintf(why, cap, "%s; not starting the stage without seeing its checkpoints", d.msg);
-        return 1;
+        snprintf(why, cap, "%s", d.msg);
+        return -1;
     }
     if (found) return run_ckpt_own_gone(c, stage, have, why, cap);
     for (uint32_t k = stage + 1; k-- > 0;) {

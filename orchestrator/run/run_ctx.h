@@ -138,7 +138,8 @@ int run_ckpt_own(run_ctx *c, uint32_t stage, char *out, size_t cap, uint64_t *st
  * when the journal records one of those (else a fresh start is what the run did).
  * Otherwise 1 with why: the journaled checkpoint that is gone (the stage's own, with only
  * an earlier stage's left, whose hand-off would start it again from step 0; or every one
- * it could start from), or the checkpoint root that cannot be listed. */
+ * it could start from); or -1 with why naming the checkpoint root and the error when it
+ * cannot be listed (EACCES, EIO: nothing can be told, and the cause may pass). */
 int run_ckpt_missing(run_ctx *c, uint32_t stage, char *why, size_t cap);
 /* 1 when the run's checkpoint root holds stage's final checkpoint (stage_final, at step
  * `steps`): what makes workers that all exited 0 a completed stage; else 0 with why (the

@@ -119,19 +119,6 @@ void run_progress_metrics(void *arg, const control_metrics *m, const control_val
     progress_update(p, m->step, m->loss, m->lr, m->grad_norm, m->tokens_per_s);
 }
 
-/* "checkpoint NAME: saved in ..." (sync) or "checkpoint NAME: committed" (async); an
- * async save's "snapshot taken" line is not a commit yet. */
-static void progress_ckpt(run_progress *p, const char *line) {
-    char name[128];
-    unsigned st;
-    unsigned long long step;
-    if (sscanf(line, "checkpoint %127[^:]:", name) != 1) return;
-    if (!strstr(line, ": saved in ") && !strstr(line, ": committed")) return;
-    if (sscanf(name, "s%u-step%llu", &st, &step) != 2) return;
-    snprintf(p->ckpt, sizeof p->ckpt, "%s", name);
-    p->ckpt_step = step;
-}
-
 void run_progress_line(void *arg, int rank, int stream, const char *line, size_t len) {
     run_progress *p = arg;
     if (p->log) fprintf(p->log, "[%d%s] %.*s\n", rank, stream == 2 ? " err" : "", (int)len, line);
@@ -148,8 +135,6 @@ void run_progress_line(void *arg, int rank, int stream, const char *line, size_t
         progress_skipped(p, buf);
     else if (strncmp(buf, "step ", 5) == 0)
         progress_step(p, buf);
-    else if (strncmp(buf, "checkpoint ", 11) == 0)
-        progress_ckpt(p, buf);
     else if (strncmp(buf, "started from ", 13) == 0)
         progress_started(p, buf);
     /* the closing validation comes with the metrics once they arrive; this line only

@@ -5,8 +5,9 @@
  * 0's step lines on stdout count only until the first Metrics arrive (no control
  * channel, or a rank 0 that could not connect). Shown on the terminal: a bar redrawn in
  * place on a tty, a plain line every 5% otherwise ("skipped N" once N is not 0, "scale S"
- * for fp16), and the closing validation; stderr lines of any rank shown with the rank;
- * checkpoint lines noted for the journal. */
+ * for fp16), and the closing validation; stderr lines of any rank shown with the rank.
+ * Checkpoint commits come over the control channel too (control_server's on_checkpoint),
+ * never from these lines. */
 #ifndef BATON_RUN_PROGRESS_H
 #define BATON_RUN_PROGRESS_H
 
@@ -31,9 +32,6 @@ typedef struct run_progress {
     uint64_t steps_seen; /* step lines this attempt */
     uint64_t first_step; /* the first of them (steps_seen > 0): a recovery's */
     double first_step_at;
-    /* a checkpoint rank 0 reported since the last call of run_progress_take_ckpt */
-    char ckpt[128];
-    uint64_t ckpt_step;
     int bar_open; /* a progress bar is on the terminal line */
     int no_ckpt;  /* a rank said "no usable checkpoint": it refused every candidate */
 } run_progress;

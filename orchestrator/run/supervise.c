@@ -158,14 +158,15 @@ static void run_note_recovery(run_ctx *c, uint32_t stage, uint32_t attempt) {
     c->failed_at = 0;
 }
 
-static void run_note_ckpt(run_ctx *c, uint32_t stage, uint32_t attempt) {
-    if (c->prog.ckpt[0] == '\0') return;
+/* control_ckpt_cb: rank 0 committed checkpoint name of the current attempt, over the
+ * control channel (never from its output, which a --worker wrapper may send elsewhere). */
+static void run_note_ckpt(void *arg, const char *name, uint64_t step) {
+    run_ctx *c = arg;
     Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
-    r.has_attempt = 1, r.attempt = attempt;
-    r.has_step = 1, r.step = c->prog.ckpt_step;
-    r.detail = c->prog.ckpt;
-    run_journal(c, BATON__JOURNAL_RECORD__KIND__CHECKPOINT_COMMITTED, stage, &r);
-    c->prog.ckpt[0] = '\0';
+    r.has_attempt = 1, r.attempt = c->cs.attempt;
+    r.has_step = 1, r.step = step;
+    r.detail = (char *)name;
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__CHECKPOINT_COMMITTED, c->cs.stage_index, &r);
 }
 
 /* A rank of this host's job whose process is stopped (state T or t in /proc/PID/stat),
@@ -349,6 +350,7 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
     run_got_cont(c); /* one from before the attempt stopped none of its turns */
     /* progress from rank 0's Metrics, as they arrive and as its log replays them */
     c->cs.on_metrics = run_progress_metrics, c->cs.metrics_arg = &c->prog;
+    c->cs.on_checkpoint = run_note_ckpt, c->cs.ckpt_arg = c; /* journaled as they come */
     for (;;) {
         size_t n = 0;
         if (c->sfd >= 0) pfd[n++] = (struct pollfd){.fd = c->sfd, .events = POLLIN};
@@ -360,7 +362,6 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
         if (c->cs_open && c->cs.ranks) run_progress_at(&c->prog, c->cs.ranks[0].step);
         run_check_topology(c, job, stage, attempt);
         run_note_recovery(c, stage, attempt);
-        run_note_ckpt(c, stage, attempt);
         if (c->sfd >= 0 && (pfd[0].revents & POLLIN)) run_on_signal(c, job);
         if (c->journal_broken && !c->got_signal) { /* a stop, as on SIGTERM */
             c->got_signal = SIGTERM;
@@ -393,8 +394,7 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
     if (c->cs_open) run_metrics_take(c, stage, attempt, 0, c->cs.step_offset);
     /* a first step only the drain or the log brought is the recovery too */
     run_note_recovery(c, stage, attempt);
-    c->cs.on_metrics = NULL;
-    run_note_ckpt(c, stage, attempt);
+    c->cs.on_metrics = NULL, c->cs.on_checkpoint = NULL;
     return rc;
 }
 
@@ -637,6 +637,20 @@ static attempt_end run_launch_failed(run_ctx *c, uint32_t stage, uint32_t attemp
     return end;
 }
 
+/* The checkpoint root cannot be listed as the attempt starts (why: the path and the
+ * error): which checkpoint the stage starts from cannot be told, so no worker starts, rather
+ * than one that would train the stage again from an earlier checkpoint or from step 0. A
+ * failed attempt, retried under the stage's max_restarts (the cause may pass: a permission
+ * being fixed, a passing I/O error); the checkpoints are left as they are. */
+static attempt_end run_unlisted(run_ctx *c, uint32_t stage, uint32_t attempt, const char *why) {
+    char msg[1100];
+    snprintf(msg, sizeof msg,
+             "%.900s; which checkpoint the stage starts from cannot be told, so no worker "
+             "started (nothing in it was changed)",
+             why);
+    return run_spec_failed(c, stage, attempt, BT_EIO, 0, msg);
+}
+
 static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *hang_s) {
     Baton__StageSpec *spec = NULL;
     char spec_file[4200], log_file[4200], name[64];
@@ -646,7 +660,10 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     run_metrics_take(c, (uint32_t)i, attempt, 1, run_step_offset(c, i));
     run_sweep_partials(c); /* no worker runs now: any .partial is a dead save's */
     char why[1024];
-    if (run_ckpt_missing(c, (uint32_t)i, why, sizeof why)) {
+    int missing = run_ckpt_missing(c, (uint32_t)i, why, sizeof why);
+    if (missing < 0) /* a failed attempt, retried: the cause may pass; nothing is changed */
+        return run_unlisted(c, (uint32_t)i, attempt, why);
+    if (missing > 0) {
         c->prog.stage = c->doc->recipe->stages[i]->name;
         run_give_up(c, (uint32_t)i, 1, "%s", why);
         return ATTEMPT_BROKEN;
@@ -941,7 +958,9 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
         if (control_server_open(&c.cs, dir->token, dir->path, host, &c.cs_diag) == 0)
             c.cs_open = 1;
         else
-            run_err(&c, "no control channel (hangs are seen by progress only): %s\n",
+            run_err(&c,
+                    "no control channel (hangs are seen by progress only, and no checkpoint "
+                    "commit is journaled): %s\n",
                     c.cs_diag.msg);
         if (launch_server_init(&c.srv, &d) != 0) {
             run_err(&c, "cannot start the PMIx server: %s\n", d.msg);

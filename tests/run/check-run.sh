@@ -904,8 +904,9 @@ assert s["state"] == "completed" and s["worker"] == sys.argv[1] and s["job_id"] 
   ;;
 worker-file)
   # a --worker wrapper that sends the ranks' output to files of its own: progress, the
-  # failure's step, the recovery and the closing validation come over the control channel
-  sets=(--set stages.1.steps=2 --set stages.fp8.steps=2)
+  # failure's step, the recovery, the closing validation and the checkpoint commits (extend's
+  # from the async writer's thread) come over the control channel
+  sets=(--set stages.1.steps=2 --set stages.fp8.steps=2 --set stages.extend.checkpoint.async=true)
   mkdir bin w
   printf '#!/bin/sh\nexec %q "$@" >"%q/w/$(basename "$2" .pb).$PMIX_RANK" 2>&1\n' "$worker" "$work" >bin/wrap.sh
   chmod +x bin/wrap.sh
@@ -937,7 +938,24 @@ print("stages", st, "failure at step", fl[0]["step"], "(struck after", k, ") rec
     grep -Eq "^\[$st\] valid loss [0-9.]+ " run.out || { cat run.out; fail "no valid loss line for $st"; }
   done
   grep -q "^\[pretrain\] recovered: step " run.out || fail "the recovery was not said"
-  echo "$case: steps, the failure's step, the recovery and valid losses without the ranks' output"
+  # every commit journaled as its stage's, with its step: each of pretrain's saves (every 5
+  # steps; those the killed attempt lost are committed again), each stage's final one, and
+  # every checkpoint retention kept
+  grep -q "^checkpoint s01-step00000002: committed" w/s01-a00.0 || fail "extend's save was not async"
+  journal_ckpts r1 >ckpts.txt
+  ls r1/checkpoints | grep -E '^s[0-9]+-step[0-9]+$' >kept.txt
+  /usr/bin/python3 - ckpts.txt kept.txt <<'PY' || { cat ckpts.txt; fail "checkpoint records in the journal"; }
+import sys
+recs = [l.split() for l in open(sys.argv[1])]
+got = {(int(s), int(st)) for s, _, st, _ in recs}
+assert all(n == "s%02d-step%08d" % (int(s), int(st)) for s, _, st, n in recs), recs
+want = {(0, k) for k in range(5, 31, 5)} | {(1, 2), (2, 2)}
+assert want <= got, ("missing", sorted(want - got))
+kept = {l.strip() for l in open(sys.argv[2])}
+assert kept and kept <= {n for *_, n in recs}, ("kept but not journaled", kept)
+print("journaled checkpoints:", " ".join(sorted({n for *_, n in recs})))
+PY
+  echo "$case: steps, the failure's step, the recovery, valid losses and checkpoint records without the ranks' output"
   ;;
 fd-limit)
   # 32 ranks under `ulimit -n 120`: refused before any worker starts, exit 2, not retried

@@ -62,6 +62,13 @@
 #                 from it to the losses of a plain resume; the journal lost and
 #                 checkpoints/ unreadable (not a directory; chmod 000, as nobody when run
 #                 as root, else SKIPPED): exit 2 naming the directory and why.
+#   ckpt-unlisted pretrain stopped, then its checkpoints/ unreadable (chmod 000; as nobody
+#                 when run as root, else SKIPPED, 77) as `baton resume` starts: the attempt
+#                 fails before any worker starts, naming the directory and the error, and
+#                 is retried; made readable after the first failure, the stage resumes
+#                 from its stop checkpoint and the run completes (status: the failures
+#                 retryable); unreadable for good: exit 1 after max_restarts (6), the
+#                 checkpoints and logs/ untouched.
 #   status-killed a hang (rank 1 SIGSTOPped), then `baton run` killed -9: status's
 #                 failure_list has the hang's rank, pid and node, exit_status and signal
 #                 null; the stage's wall time counts the killed attempt to its last line
@@ -659,6 +666,70 @@ assert h["rank"] in (0, 1) and h["node"] == "node0" and h["pid"] > 0, h
 assert h["cause"].startswith("hang: rank %d (pid %d) sent no heartbeat" % (h["rank"], h["pid"])), h
 assert h["exit_status"] is None and h["signal"] is None, h' || { "$baton" status r2; fail "the silent rank is not in status"; }
   echo "$case: the hang journaled as rank 1 (pid $stopped_pid), exit status null; wall time after kill -9 counted"
+  ;;
+ckpt-unlisted)
+  # pretrain stopped after step 12 (its stop checkpoint the newest), then checkpoints/
+  # unreadable (chmod 000; as nobody when run as root, which ignores permissions)
+  sets=(--set stages.1.steps=2 --set stages.fp8.steps=2)
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run "$recipe" --run-dir r1 "${sets[@]}" --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 12 >/dev/null
+  stop_run
+  newest=$(ls r1/checkpoints | grep -E '^s00-step[0-9]+$' | tail -1)
+  step=$((10#${newest#s00-step}))
+  as=()
+  if [[ $(id -u) == 0 ]]; then
+    command -v setpriv >/dev/null && chmod 711 "$work" &&
+      setpriv --reuid=nobody --regid=nogroup --clear-groups test -x "$baton" 2>/dev/null || {
+      echo "SKIPPED: running as root, which ignores permissions, and baton cannot run as nobody here"
+      exit 77
+    }
+    chown -R nobody:nogroup r1 && mkdir tmp-nobody && chown nobody:nogroup tmp-nobody
+    as=(setpriv --reuid=nobody --regid=nogroup --clear-groups env "TMPDIR=$work/tmp-nobody")
+  fi
+  cp -a r1 r2 # the same stopped run, for the cause that stays
+  digest() { (cd "$1/checkpoints" && find . -type f -print0 | sort -z | xargs -0 md5sum | md5sum); }
+  before=$(digest r1) logs=$(ls r1/logs | wc -l)
+  cause="cannot start: $work/RUN/checkpoints: cannot list checkpoints: Permission denied; which checkpoint the stage starts from cannot be told, so no worker started"
+  # 1. a cause that passes (the permission fixed after the first failure): the attempt is
+  # retried, and the stage resumes from its stop checkpoint, not from step 0
+  chmod 000 r1/checkpoints
+  "${as[@]}" "$baton" resume r1 --quiet >resume1.out 2>&1 &
+  bpid=$!
+  deadline=$((SECONDS + 60))
+  until grep -q 'restarting stage "pretrain"' resume1.out 2>/dev/null; do
+    ((SECONDS < deadline)) && kill -0 "$bpid" 2>/dev/null || { cat resume1.out; fail "no retry of the unlistable checkpoints/"; }
+    sleep 0.05
+  done
+  chmod 700 r1/checkpoints
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  [[ $rc == 0 ]] || { cat resume1.out; fail "resume after the permission was fixed: exit $rc, not 0"; }
+  grep -qF "stage \"pretrain\": attempt " resume1.out && grep -qF "${cause//RUN/r1}" resume1.out ||
+    { cat resume1.out; fail "no clear message naming checkpoints/ and the error"; }
+  # every attempt of the resume (a00 was the stopped run's) started from the stop checkpoint
+  resumed=(r1/logs/s00-a0[1-9].log)
+  for l in "${resumed[@]}"; do
+    grep -q "started from $work/r1 at step $step " "$l" ||
+      { ls r1/logs; fail "$l: pretrain did not resume from its stop checkpoint at step $step"; }
+  done
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+fl = [f for f in s["failure_list"] if "cannot list checkpoints" in f["cause"]]
+assert s["state"] == "completed" and fl and all(f["retryable"] for f in fl), (s["state"], s["failure_list"])' ||
+    { "$baton" status r1; fail "status: not completed, or the failure not journaled as retried"; }
+  # 2. a cause that stays: every restart fails alike (no worker starts), the run ends as
+  # restarts exhausted do (exit 1, max_restarts 6), the checkpoints untouched
+  chmod 000 r2/checkpoints
+  set +e; "${as[@]}" "$baton" resume r2 --quiet >resume2.out 2>&1; rc=$?; set -e
+  chmod 700 r2/checkpoints
+  [[ $rc == 1 ]] || { cat resume2.out; fail "checkpoints/ unreadable for good: exit $rc, not 1"; }
+  [[ $(grep -c 'restarting stage "pretrain"' resume2.out) == 6 ]] && grep -q "giving up after 6 restarts" resume2.out &&
+    grep -qF "${cause//RUN/r2}" resume2.out || { cat resume2.out; fail "not 6 restarts then giving up, naming the cause"; }
+  [[ $(digest r2) == "$before" && $(ls r2/logs | wc -l) == "$logs" ]] ||
+    { ls -la r2/checkpoints r2/logs; fail "the checkpoints changed, or a worker started"; }
+  echo "$case: checkpoints/ unreadable: retried, resumed from step $step once readable; unreadable for good: exit 1 after 6 restarts, nothing changed${as[*]:+ (as nobody)}"
   ;;
 *) fail "unknown case" ;;
 esac

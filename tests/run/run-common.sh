@@ -61,6 +61,38 @@ stage_losses() {
 import json, sys
 for s in json.load(sys.stdin)["stages"]: print(s["name"], s["state"], "%.9g" % s["loss"])'
 }
+# journal_ckpts DIR: "stage attempt step name" per CHECKPOINT_COMMITTED record of DIR's
+# journal (schema/journal.proto, framed as run/journal.c writes it), read here so that
+# nothing of baton's own reading is taken on trust
+journal_ckpts() {
+  /usr/bin/python3 - "$1/journal" <<'PY'
+import struct, sys
+def varint(b, i):
+    v = s = 0
+    while True:
+        c = b[i]; i += 1; v |= (c & 0x7F) << s; s += 7
+        if c < 0x80: return v, i
+def fields(b):
+    i, f = 0, {}
+    while i < len(b):
+        key, i = varint(b, i)
+        n, w = key >> 3, key & 7
+        if w == 0: v, i = varint(b, i)
+        elif w == 1: v, i = b[i:i + 8], i + 8
+        elif w == 5: v, i = b[i:i + 4], i + 4
+        elif w == 2:
+            l, i = varint(b, i); v, i = b[i:i + l], i + l
+        else: raise ValueError("wire type %d" % w)
+        f[n] = v
+    return f
+data, off = open(sys.argv[1], "rb").read(), 0
+while off + 8 <= len(data):
+    n = struct.unpack_from("<I", data, off)[0]
+    r = fields(data[off + 8:off + 8 + n]); off += 8 + n
+    if r.get(3) == 4:  # CHECKPOINT_COMMITTED: stage_index 4, attempt 5, step 6, detail 11
+        print(r.get(4, 0), r.get(5, 0), r.get(6), r[11].decode())
+PY
+}
 reference() {
   "$baton" run "$recipe" --run-dir ref --quiet >ref.out 2>&1 || { cat ref.out; fail "the reference run failed"; }
   stage_losses ref >ref.losses

@@ -1,7 +1,7 @@
 /* config.json of a Hugging Face LLaMA (orchestrator/ckpt/hf_config.c): the rope_scaling
  * dict of each RoPE scaling in transformers' field names, max_position_embeddings as the
- * context the model was extended to, read back by import as it was written, and the
- * models and scalings that have no Hugging Face form refused with a reason. */
+ * context the model was extended to (llama3's as Llama 3.1 declares it), read back by import as it
+ * was written, and the models and scalings that have no Hugging Face form refused with a reason. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +50,8 @@ static void test_llama3(void) {
                           "    \"factor\": 4.0,\n    \"low_freq_factor\": 1.0,\n"
                           "    \"high_freq_factor\": 4.0,\n"
                           "    \"original_max_position_embeddings\": 128\n  }");
-    CHECK_STR_CONTAINS(t, "\"max_position_embeddings\": 512,");
+    /* twice original x factor, as plan and eval take llama3's context (recipe_rope_extent) */
+    CHECK_STR_CONTAINS(t, "\"max_position_embeddings\": 1024,");
     hf_model h;
     bt_diag d;
     bt_diag_init(&d);
@@ -58,7 +59,13 @@ static void test_llama3(void) {
     CHECK(h.rope.scaling == &h.scaling && h.scaling.type == BATON__ROPE_SCALING__TYPE__LLAMA3);
     CHECK(h.scaling.factor == 4 && h.scaling.original_max_position == 128);
     CHECK(h.scaling.low_freq_factor == 1 && h.scaling.high_freq_factor == 4);
-    CHECK_EQ_U64(h.max_position, 512);
+    CHECK_EQ_U64(h.max_position, 1024);
+    free(t);
+    /* Llama 3.1's config.json: 131072 for original 8192 and factor 8 (not 65536) */
+    fx_init(&f, BATON__ROPE_SCALING__TYPE__LLAMA3, 8, 8192);
+    f.s.low_freq_factor = 1, f.s.high_freq_factor = 4;
+    CHECK(write_config(&f.m, 0, &t, err) == 0);
+    CHECK_STR_CONTAINS(t, "\"max_position_embeddings\": 131072,");
     free(t);
 }
 

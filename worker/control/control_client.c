@@ -108,10 +108,12 @@ static int control_flush(control_client *c) {
     return 0;
 }
 
-/* What must arrive if anything does: a Fatal (why the rank failed) and the DONE heartbeat
- * (the stage's end), for which CONTROL_CLIENT_RESERVE of the outbox is kept. */
+/* What must arrive if anything does: a Fatal (why the rank failed), a Checkpoint (what the
+ * journal records) and the DONE heartbeat (the stage's end), for which
+ * CONTROL_CLIENT_RESERVE of the outbox is kept. */
 static int control_vital(const Baton__Envelope *env) {
     return env->body_case == BATON__ENVELOPE__BODY_FATAL ||
+           env->body_case == BATON__ENVELOPE__BODY_CHECKPOINT ||
            (env->body_case == BATON__ENVELOPE__BODY_HEARTBEAT && env->heartbeat->has_phase &&
             env->heartbeat->phase == BATON__HEARTBEAT__PHASE__DONE);
 }
@@ -220,6 +222,16 @@ void control_client_metrics(control_client *c, const Baton__Metrics *m) {
     mine.has_rank = 1, mine.rank = c->rank;
     Baton__Envelope env = BATON__ENVELOPE__INIT;
     env.body_case = BATON__ENVELOPE__BODY_METRICS, env.metrics = &mine;
+    control_send(c, &env);
+}
+
+void control_client_checkpoint(control_client *c, const char *name, uint64_t step) {
+    Baton__Checkpoint k = BATON__CHECKPOINT__INIT;
+    k.has_rank = 1, k.rank = c->rank;
+    k.name = (char *)name;
+    k.has_step = 1, k.step = step;
+    Baton__Envelope env = BATON__ENVELOPE__INIT;
+    env.body_case = BATON__ENVELOPE__BODY_CHECKPOINT, env.checkpoint = &k;
     control_send(c, &env);
 }
 

@@ -7,10 +7,10 @@
  * at once (the orchestrator stopped by SIGSTOP or Ctrl-Z, or slow) wait in an outbox, in
  * order, and go out with the next message or poll, and at close (which waits for them at
  * most CONTROL_CLIENT_CLOSE_WAIT_S). An outbox over CONTROL_CLIENT_MAX_QUEUE drops new
- * messages (said once); the last CONTROL_CLIENT_RESERVE bytes of it take only a Fatal or
- * the DONE heartbeat, so that those are not dropped behind a backlog of heartbeats. Every failure
- * (cannot connect, a send that fails, the orchestrator going away) closes the channel, is reported
- * once on stderr, and the worker goes on without it. */
+ * messages (said once); the last CONTROL_CLIENT_RESERVE bytes of it take only a Fatal, a
+ * Checkpoint or the DONE heartbeat, so that those are not dropped behind a backlog of
+ * heartbeats. Every failure (cannot connect, a send that fails, the orchestrator going away)
+ * closes the channel, is reported once on stderr, and the worker goes on without it. */
 #ifndef BATON_CONTROL_CLIENT_H
 #define BATON_CONTROL_CLIENT_H
 
@@ -50,6 +50,8 @@ int control_client_open(control_client *c, const char *address, const char *toke
 void control_client_heartbeat(control_client *c, Baton__Heartbeat__Phase phase, uint64_t step);
 void control_client_metrics(control_client *c, const Baton__Metrics *m); /* rank: c->rank */
 void control_client_fatal(control_client *c, int32_t code, const char *message);
+/* Rank 0: checkpoint name (step) is committed. */
+void control_client_checkpoint(control_client *c, const char *name, uint64_t step);
 
 /* Reads what arrived without waiting; returns c->stop. */
 int control_client_poll(control_client *c);

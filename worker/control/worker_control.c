@@ -146,6 +146,14 @@ void worker_control_valid(worker_control *wc, uint64_t step, double loss, uint32
     worker_pacer_unlock(&wc->pacer);
 }
 
+void worker_control_checkpoint(void *arg, const char *name, uint64_t step) {
+    worker_control *wc = arg;
+    if (wc->rank != 0) return;
+    worker_pacer_lock(&wc->pacer);
+    control_client_checkpoint(&wc->client, name, step);
+    worker_pacer_unlock(&wc->pacer);
+}
+
 const char *worker_control_stop_reason(worker_control *wc) {
     /* Another rank's request may have come first while ours was on its way. */
     worker_pacer_lock(&wc->pacer);

@@ -61,6 +61,10 @@ void worker_control_valid(worker_control *wc, uint64_t step, double loss, uint32
  * rank's request" (this rank's own Stop may still arrive: it reads the channel again). */
 const char *worker_control_stop_reason(worker_control *wc);
 
+/* train_ckpt's on_commit (arg: the worker_control): rank 0 tells baton run that checkpoint
+ * name (step) is committed; safe from the async writer's thread. */
+void worker_control_checkpoint(void *arg, const char *name, uint64_t step);
+
 /* Reports a failure (exit status class code, message) before the worker exits. */
 void worker_control_fatal(worker_control *wc, int32_t code, const char *message);
 

@@ -244,10 +244,13 @@ static int ckpt_write(train_ckpt *c) {
     if (rc == 0 && c->world_rank == 0)
         rc = ckpt_commit(c->root, c->name, &c->header, (uint32_t)c->world_size, c->commit_timeout_s,
                          c->keep, &c->diag);
-    if (rc == 0 && c->world_rank == 0 && c->async) { /* what a supervisor may journal */
+    if (rc == 0 && c->world_rank == 0 && c->async) {
         printf("checkpoint %s: committed\n", c->name);
         fflush(stdout);
     }
+    /* what a supervisor journals: told over its control channel, not by this line */
+    if (rc == 0 && c->world_rank == 0 && c->on_commit)
+        c->on_commit(c->commit_arg, c->name, c->header.step);
     return rc;
 }
 

@@ -58,6 +58,9 @@ typedef struct train_ckpt {
     Baton__LossScalerState scaler; /* the header's loss_scaler (fp16) */
     Baton__DataCounts data[TRAIN_CKPT_MAX_SOURCES], *data_ptr[TRAIN_CKPT_MAX_SOURCES];
     double stall_s; /* time training stood still for the last save */
+    /* rank 0, once a save is committed (the async writer's thread calls it too); NULL: none */
+    void (*on_commit)(void *arg, const char *name, uint64_t step);
+    void *commit_arg;
 } train_ckpt;
 
 /* Saves the trainer's state as checkpoint s<stage>-step<step> under c->root; final marks

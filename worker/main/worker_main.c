@@ -820,6 +820,7 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
     train_ckpt c;
     char root[4096];
     worker_ckpt_setup(&c, root, sizeof root, spec, a, w);
+    c.on_commit = worker_control_checkpoint, c.commit_arg = wc;
     int load_rc = 0;
     rc = worker_init_from(&t, &mine, w, wc, &load_rc, diag);
     /* every checkpoint refused as not this model's, or inconsistent (BT_EINVAL): another

@@ -122,6 +122,12 @@ for case in plain:1 linear:1 ntk:1 llama3:1 yarn:1 tp2:2; do
   cases+=("$s") oracle+=("hf-$s" "ctl-$s")
 done
 grep -q '"rope_type": "yarn"' hf-yarn/config.json || fail "yarn: rope_scaling not in config.json"
+# the context the scaling extends to: original 16 x factor 8, twice for llama3 (as Llama
+# 3.1's config.json says 131072 for 8192 and factor 8), and for yarn 16 x 4
+grep -q '"max_position_embeddings": 256,' hf-llama3/config.json ||
+  fail "llama3: max_position_embeddings $(grep -o '"max_position_embeddings": [0-9]*' hf-llama3/config.json), not 256"
+grep -q '"max_position_embeddings": 64,' hf-yarn/config.json ||
+  fail "yarn: max_position_embeddings $(grep -o '"max_position_embeddings": [0-9]*' hf-yarn/config.json), not 64"
 "$baton" ckpt export run-plain --dtype bf16 --out hf16 >/dev/null || fail "export --dtype bf16"
 check_format hf16 BF16 2
 torch_losses "${oracle[@]}" hf16
