@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "plan.h"
+#include "plan_precision.h"
 #include "recipe.h"
 
 static void plan_usage(FILE *f) {
@@ -42,10 +43,18 @@ static void plan_usage(FILE *f) {
                "or usage.\n");
 }
 
+/* The recipe's warnings about a stage (recipe_doc.stage_warn), in the order given. */
+typedef struct plan_recipe_warn {
+    size_t stage;
+    char text[400];
+} plan_recipe_warn;
+
 typedef struct plan_all {
     Baton__StageSpec **specs;
     plan_stage *stages;
     size_t n;
+    plan_recipe_warn *warns;
+    size_t n_warns;
 } plan_all;
 
 static void plan_all_free(plan_all *pa) {
@@ -53,6 +62,46 @@ static void plan_all_free(plan_all *pa) {
         if (pa->specs[i] != NULL) protobuf_c_message_free_unpacked(&pa->specs[i]->base, NULL);
     free(pa->specs);
     free(pa->stages);
+    free(pa->warns);
+}
+
+static void plan_keep_warning(void *ctx, size_t stage, const char *text) {
+    plan_all *pa = ctx;
+    plan_recipe_warn *w = realloc(pa->warns, (pa->n_warns + 1) * sizeof *w);
+    if (w == NULL) return; /* it was printed; the list goes without it */
+    pa->warns = w, w += pa->n_warns++;
+    w->stage = stage;
+    snprintf(w->text, sizeof w->text, "%s", text);
+}
+
+/* The recipe's warnings about each stage at the head of the stage's list (as many as fit). */
+static void plan_add_recipe_warnings(plan_all *pa) {
+    for (size_t i = 0; i < pa->n; i++) {
+        plan_stage *ps = &pa->stages[i];
+        int k = 0;
+        for (size_t j = 0; j < pa->n_warns; j++)
+            k += pa->warns[j].stage == i;
+        k = k < PLAN_MAX_WARNINGS - ps->n_warnings ? k : PLAN_MAX_WARNINGS - ps->n_warnings;
+        if (k <= 0) continue;
+        memmove(ps->warnings[k], ps->warnings[0], (size_t)ps->n_warnings * sizeof ps->warnings[0]);
+        ps->n_warnings += k;
+        for (size_t j = 0, at = 0; j < pa->n_warns && at < (size_t)k; j++)
+            if (pa->warns[j].stage == i)
+                snprintf(ps->warnings[at++], sizeof ps->warnings[0], "%s", pa->warns[j].text);
+    }
+}
+
+/* Where stage i's fp16 loss scale comes from when not from its loss_scale.initial: the
+ * stage before it, or for the first stage the recipe's init (plan_stage.scale_from). */
+static void plan_scale_source(const recipe_doc *doc, plan_all *pa, size_t i) {
+    const Baton__Stage *s = pa->specs[i]->stage, *prev = i ? pa->specs[i - 1]->stage : NULL;
+    plan_stage *ps = &pa->stages[i];
+    const char *init = doc->recipe->init;
+    int reset = s->optimizer && s->optimizer->reset;
+    if (prev && plan_scale_carried(prev->precision, s->precision, reset))
+        snprintf(ps->scale_from, sizeof ps->scale_from, "stage \"%s\"",
+                 prev->name ? prev->name : "");
+    ps->scale_init = i == 0 && init != NULL && init[0] != '\0' && !reset;
 }
 
 static int plan_build_all(const recipe_doc *doc, plan_all *pa, bt_diag *diag) {
@@ -68,6 +117,7 @@ static int plan_build_all(const recipe_doc *doc, plan_all *pa, bt_diag *diag) {
         int rc = recipe_resolve_stage(doc, i, &pa->specs[i], diag);
         if (rc == 0) rc = plan_stage_build(pa->specs[i], &pa->stages[i], diag);
         if (rc != 0) return rc;
+        plan_scale_source(doc, pa, i);
     }
     return 0;
 }
@@ -82,9 +132,12 @@ static void plan_print_text(const recipe_doc *doc, const plan_all *pa) {
     }
 }
 
-static int plan_load(const char *path, const recipe_sets *sets, recipe_doc *doc, bt_diag *diag) {
+/* The recipe's warnings go to stderr as ever and into pa, for the stages' lists. */
+static int plan_load(const char *path, const recipe_sets *sets, recipe_doc *doc, plan_all *pa,
+                     bt_diag *diag) {
     int rc = recipe_load_file(path, doc, diag);
     rc = rc ? rc : recipe_sets_apply(sets, doc, diag);
+    doc->stage_warn = plan_keep_warning, doc->stage_warn_ctx = pa;
     return rc ? rc : recipe_validate(doc, diag);
 }
 
@@ -93,8 +146,9 @@ static int plan_run(const char *path, const recipe_sets *sets, int json) {
     bt_diag_init(&diag);
     recipe_doc doc = {0};
     plan_all pa = {0};
-    int rc = plan_load(path, sets, &doc, &diag);
+    int rc = plan_load(path, sets, &doc, &pa, &diag);
     rc = rc ? rc : plan_build_all(&doc, &pa, &diag);
+    if (rc == 0) plan_add_recipe_warnings(&pa);
     if (rc == 0 && json)
         plan_report_json(stdout, pa.specs, pa.stages, pa.n);
     else if (rc == 0)

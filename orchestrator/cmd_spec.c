@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "pb_dump.h"
+#include "plan_precision.h"
 #include "recipe.h"
 
 static void spec_usage(FILE *f) {
@@ -110,7 +111,29 @@ static int spec_write(const Baton__StageSpec *s, const char *path, bt_diag *diag
     return ok ? 0 : BT_EIO;
 }
 
-static int spec_emit(const Baton__StageSpec *s, const char *out, bt_diag *diag) {
+/* For an fp16 stage i whose loss scale is not its loss_scale.initial, a comment saying
+ * where it comes from (plan_scale_carried: the stage before; the first stage, the
+ * recipe's init where an fp16 stage saved it), into b. */
+static void spec_scale_note(bt_buf *b, const recipe_doc *doc, size_t i, const Baton__StageSpec *s) {
+    Baton__Stage *prev = NULL;
+    if (i > 0 && recipe_effective_stage(doc, i - 1, &prev) != 0) return;
+    const char *init = doc->recipe->init;
+    int reset = s->stage->optimizer && s->stage->optimizer->reset;
+    if (prev && plan_scale_carried(prev->precision, s->stage->precision, reset))
+        bt_buf_printf(b,
+                      "# precision.loss_scale.initial is not used: the stage starts from the loss\n"
+                      "# scale stage \"%s\" ended with (an fp16 stage after an fp16 stage\n"
+                      "# carries it, as it carries the moments; optimizer.reset starts over)\n",
+                      prev->name ? prev->name : "");
+    else if (i == 0 && init && init[0] && s->stage->precision &&
+             s->stage->precision->type == BATON__PRECISION__TYPE__FP16 && !reset)
+        bt_buf_printf(b, "# precision.loss_scale.initial unless init's checkpoint was saved by an "
+                         "fp16\n# stage: then the loss scale it ended with\n");
+    if (prev) protobuf_c_message_free_unpacked(&prev->base, NULL);
+}
+
+static int spec_emit(const recipe_doc *doc, size_t i, const Baton__StageSpec *s, const char *out,
+                     bt_diag *diag) {
     if (out != NULL) return spec_write(s, out, diag);
     bt_buf b;
     bt_buf_init(&b);
@@ -127,6 +150,7 @@ static int spec_emit(const Baton__StageSpec *s, const char *out, bt_diag *diag) 
     bt_buf_printf(&b,
                   "# model.rope is the stage's RoPE, its rope overlay merged in; \"# default\"\n"
                   "# marks a value the recipe leaves unset, the schema's default\n");
+    spec_scale_note(&b, doc, i, s);
     pb_dump_yaml(&b, &shown.base, 0, 1);
     fputs(bt_buf_str(&b), stdout);
     bt_buf_free(&b);
@@ -152,7 +176,7 @@ int cmd_spec(int argc, char **argv) {
     rc = rc ? rc : recipe_resolve_stage(&doc, (size_t)stage, &spec, &diag);
     int input_rc = rc; /* errors up to here are about the recipe or the command line */
     if (rc == 0 && a.out == NULL) recipe_spec_mark_defaults(&doc, (size_t)stage, spec);
-    rc = rc ? rc : spec_emit(spec, a.out, &diag);
+    rc = rc ? rc : spec_emit(&doc, (size_t)stage, spec, a.out, &diag);
     if (rc != 0) fprintf(stderr, "%s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
     if (spec != NULL) protobuf_c_message_free_unpacked(&spec->base, NULL);
     recipe_doc_free(&doc);

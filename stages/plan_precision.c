@@ -4,23 +4,43 @@
  * normal) to 65504, so gradients that sit below 1e-5 (most activation gradients of a
  * language model) flush to zero unless the loss is scaled up first. bf16 keeps float32's
  * 8 exponent bits (1.2e-38 .. 3.4e38) and gives up mantissa instead: no scaling. */
-static void fp16_text(FILE *f, const Baton__Precision *p) {
+static void fp16_text(FILE *f, const Baton__Precision *p, const char *from, int init) {
     static const Baton__LossScale defaults = BATON__LOSS_SCALE__INIT;
     const Baton__LossScale *ls = p->loss_scale ? p->loss_scale : &defaults;
     fprintf(f,
             "precision   fp16 GEMM inputs (range 6e-8 .. 65504, normal from 6.1e-5), fp32 master "
             "weights: needs dynamic loss scaling\n");
+    if (from != NULL)
+        fprintf(f,
+                "            loss scale carried from %s (the one it ended with; initial %g is "
+                "not used)",
+                from, ls->initial);
+    else if (init)
+        fprintf(f,
+                "            loss scale %g, or the one init's checkpoint ended with where an "
+                "fp16 stage saved it",
+                ls->initial);
+    else
+        fprintf(f, "            loss scale %g", ls->initial);
     fprintf(f,
-            "            loss scale %g, x%g after %u clean steps, x%g and the step skipped on "
-            "Inf/NaN gradients on any rank (bf16 has fp32's exponent range and needs none)\n",
-            ls->initial, ls->growth_factor, ls->growth_interval, ls->backoff_factor);
+            ", x%g after %u clean steps, x%g and the step skipped on Inf/NaN gradients on any "
+            "rank (bf16 has fp32's exponent range and needs none)\n",
+            ls->growth_factor, ls->growth_interval, ls->backoff_factor);
 }
 
-void plan_precision_text(FILE *f, const Baton__Precision *p) {
+static int is_fp16(const Baton__Precision *p) {
+    return p && p->type == BATON__PRECISION__TYPE__FP16;
+}
+
+int plan_scale_carried(const Baton__Precision *before, const Baton__Precision *p, int reset) {
+    return is_fp16(before) && is_fp16(p) && !reset;
+}
+
+void plan_precision_text(FILE *f, const Baton__Precision *p, const char *scale_from, int init) {
     if (p == NULL) return;
     switch (p->type) {
     case BATON__PRECISION__TYPE__FP16:
-        fp16_text(f, p);
+        fp16_text(f, p, scale_from, init);
         break;
     case BATON__PRECISION__TYPE__BF16:
         fprintf(f, "precision   bf16 GEMM inputs (fp32's exponent range, 8 significant bits), "

@@ -13,7 +13,16 @@
  * both use it. gpu may be NULL. */
 double plan_peak_flops(const Baton__Gpu *gpu, Baton__Precision__Type prec);
 
-/* One or two "precision ..." lines of `baton plan`'s text report; p may be NULL (fp32). */
-void plan_precision_text(FILE *f, const Baton__Precision *p);
+/* Whether a stage of precision p after a stage of precision before (NULL: none, or fp32)
+ * starts from the loss scale that stage ended with rather than its own
+ * loss_scale.initial, as the worker does (a hand-off keeps the fp16 scaler with the
+ * moments): both fp16, and the stage without optimizer.reset (reset). */
+int plan_scale_carried(const Baton__Precision *before, const Baton__Precision *p, int reset);
+
+/* One or two "precision ..." lines of `baton plan`'s text report; p may be NULL (fp32).
+ * scale_from: where an fp16 stage's loss scale comes from when not from its
+ * loss_scale.initial ("stage \"a\"", plan_scale_carried), else NULL; init: the recipe's
+ * init names the checkpoint the stage starts from (an fp16 stage's carries its scale). */
+void plan_precision_text(FILE *f, const Baton__Precision *p, const char *scale_from, int init);
 
 #endif

@@ -118,7 +118,8 @@ static void text_header(FILE *f, const Baton__StageSpec *spec, const plan_stage 
             sh->seq_len, sh->global_batch, sh->micro_batch, ps->microbatches,
             precision_name(sh->precision), recompute_name(sh->recompute), sh->zero,
             sh->sequence_parallel ? ", sequence parallel" : "");
-    plan_precision_text(f, spec->stage ? spec->stage->precision : NULL);
+    plan_precision_text(f, spec->stage ? spec->stage->precision : NULL,
+                        ps->scale_from[0] ? ps->scale_from : NULL, ps->scale_init);
 }
 
 static void text_params_model(FILE *f, const plan_stage *ps) {

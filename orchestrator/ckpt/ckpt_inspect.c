@@ -340,6 +340,7 @@ static int inspect_text(bt_buf *b, const char *dir, const Baton__Manifest *m, bt
         bt_buf_printf(b, " (%llu logical + %llu skipped after loss spikes)",
                       (unsigned long long)m->data_position, (unsigned long long)m->skipped_samples);
     bt_buf_printf(b, "\n");
+    if (m->run_id != NULL) bt_buf_printf(b, "  saved by run %s\n", m->run_id);
     inspect_data_text(b, m);
     bt_buf_printf(b, "  saved under ");
     ckpt_layout_text(b, m->layout);
@@ -444,7 +445,12 @@ static int inspect_json(bt_buf *b, const char *dir, const Baton__Manifest *m, bt
     ckpt_layout_text(&lay, m->layout);
     bt_buf_json_string(b, bt_buf_str(&lay));
     bt_buf_free(&lay);
-    bt_buf_printf(b, ", \"skipped_steps\": %llu", (unsigned long long)m->skipped_steps);
+    bt_buf_printf(b,
+                  ", \"skipped_steps\": %llu, \"run_id\": ", (unsigned long long)m->skipped_steps);
+    if (m->run_id != NULL)
+        bt_buf_json_string(b, m->run_id);
+    else
+        bt_buf_printf(b, "null");
     inspect_data_json(b, m);
     if (m->loss_scaler != NULL)
         bt_buf_printf(b,

@@ -62,6 +62,10 @@ int recipe_data_start(const recipe_doc *doc, size_t i, const uint64_t *extra, ui
 /* The effective (merged, not yet completed) Stage i: defaults then stages 0..i.
  * Caller frees with protobuf_c_message_free_unpacked. */
 int recipe_effective_stage(const recipe_doc *doc, size_t i, Baton__Stage **out);
+/* Whether stage i resets the optimizer (optimizer.reset): its own value, else the
+ * defaults', never an earlier stage's, as its spec carries it (recipe_effective_stage
+ * merges the earlier stages' in). */
+int recipe_stage_reset(const Baton__Recipe *r, size_t i);
 /* After given (a stage's or an override's parallel settings) was merged into e: when it
  * changed pp or virtual_stages (pp0, v0 before) without giving stage_layers, e goes back to
  * the even split, its inherited list having been for another pipeline (a stage says so

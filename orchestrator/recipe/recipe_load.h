@@ -46,6 +46,10 @@ typedef struct recipe_doc {
     /* Where recipe_validate writes its warnings (a recipe that runs, but likely not as
      * meant), one line each: stderr after loading; NULL silences them. */
     FILE *warn;
+    /* Also given each warning about one stage (its index and the line's text, without
+     * "warning: "), when set: `baton plan` lists them with the stage's own. */
+    void (*stage_warn)(void *ctx, size_t stage, const char *text);
+    void *stage_warn_ctx;
 } recipe_doc;
 
 /* Loads and maps a recipe file. On failure returns a negative BT_ code and sets diag

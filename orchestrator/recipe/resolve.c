@@ -141,7 +141,7 @@ static int stage_data_from_start(const Baton__Recipe *r, size_t i) {
     return def && def->has_data_from_start && def->data_from_start;
 }
 
-static int stage_optimizer_reset(const Baton__Recipe *r, size_t i) {
+int recipe_stage_reset(const Baton__Recipe *r, size_t i) {
     const Baton__Optimizer *own = r->stages[i]->optimizer;
     const Baton__Optimizer *def = r->defaults ? r->defaults->optimizer : NULL;
     if (own && own->has_reset) return own->reset;
@@ -257,7 +257,7 @@ static int build_spec(const recipe_doc *doc, size_t i, Baton__Stage *st, Baton__
     if (rc == 0) rc = ensure_message((void **)&s->data, &baton__data__descriptor);
     if (rc != 0) return rc;
     st->data_from_start = stage_data_from_start(r, i), st->has_data_from_start = 1;
-    st->optimizer->reset = stage_optimizer_reset(r, i), st->optimizer->has_reset = 1;
+    st->optimizer->reset = recipe_stage_reset(r, i), st->optimizer->has_reset = 1;
     resolve_dp(st->parallel, s->cluster);
     return 0;
 }

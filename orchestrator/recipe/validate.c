@@ -11,8 +11,9 @@
 #include <string.h>
 
 #include "layout.h"
-#include "plan.h"
 #include "pb_util.h"
+#include "plan.h"
+#include "plan_precision.h"
 
 /* Bounds that keep every later product in range: the planner walks all ranks, the
  * engine indexes a micro-batch's tokens with int and counts micro-batches in uint32. */
@@ -177,6 +178,8 @@ static void vwarn(vctx *v, const char *field, const char *fmt, ...) {
     vformat(v, field, text, sizeof text, fmt, ap);
     va_end(ap);
     if (v->doc->warn != NULL) fprintf(v->doc->warn, "warning: %s\n", text);
+    if (v->doc->stage_warn != NULL && v->stage >= 0)
+        v->doc->stage_warn(v->doc->stage_warn_ctx, (size_t)v->stage, text);
 }
 
 #define REQUIRE(cond, v, field, ...)                                                               \
@@ -720,6 +723,21 @@ static const char *scaling_name(const Baton__RopeScaling *sc, char *buf, size_t 
     return buf;
 }
 
+/* A loss_scale.initial the stage gives itself, which it does not use: an fp16 stage after
+ * an fp16 stage starts from the loss scale that stage ended with (plan_scale_carried). */
+static void warn_scale_initial(vctx *v, const Baton__Recipe *r, const Baton__Stage *prev) {
+    const Baton__Precision *own = r->stages[v->stage]->precision;
+    if (own == NULL || own->loss_scale == NULL || !own->loss_scale->has_initial || prev == NULL ||
+        !plan_scale_carried(prev->precision, v->eff->precision,
+                            recipe_stage_reset(r, (size_t)v->stage)))
+        return;
+    vwarn(v, "precision.loss_scale.initial",
+          "initial %g is not used: an fp16 stage after an fp16 stage (\"%s\") starts from the "
+          "loss scale that stage ended with, as it takes its moments (optimizer.reset: true "
+          "starts both over)",
+          own->loss_scale->initial, prev->name ? prev->name : "");
+}
+
 /* What runs but likely not as meant: a seq_len beyond the context the RoPE scaling
  * extends to, or, where a stage turns the scaling off, beyond the one it extended; a scaling that
  * starts from another context than the previous stage trained at (original_max_position is the
@@ -765,6 +783,7 @@ static void warn_stage(vctx *v, const Baton__Recipe *r) {
               "warmup_steps %llu is more than the stage's %llu steps: the learning rate never "
               "reaches lr",
               (unsigned long long)o->warmup_steps, (unsigned long long)s->steps);
+    warn_scale_initial(v, r, prev);
     if (before) protobuf_c_message_free_unpacked(&before->base, NULL);
     if (sc) protobuf_c_message_free_unpacked(&sc->base, NULL);
     if (prev) protobuf_c_message_free_unpacked(&prev->base, NULL);

@@ -223,29 +223,33 @@ static int run_dir_recipe(run_dir *d, const char *recipe_file, const char *overr
                              diag);
 }
 
-/* 32 random bytes as hex, kept in secret (0600). */
-static int run_dir_secret(run_dir *d, bt_diag *diag) {
+/* bytes (at most 32) random bytes as hex into out (2 * bytes + 1), kept in the run
+ * directory's file name (0600): the hex digits the file begins with when it holds as many,
+ * else new ones, written there. what: what they are, for a message. */
+static int run_dir_random(run_dir *d, const char *name, size_t bytes, char *out, const char *what,
+                          bt_diag *diag) {
     char path[4200], *have = NULL;
-    size_t n = 0;
-    run_dir_file(d, "secret", path, sizeof path);
-    if (bt_read_file(path, RUN_DIR_MAX_FILE, &have, &n) == 0 && n >= 64) {
-        memcpy(d->token, have, 64);
-        d->token[64] = '\0';
+    size_t n = 0, hex = 2 * bytes;
+    run_dir_file(d, name, path, sizeof path);
+    if (bt_read_file(path, RUN_DIR_MAX_FILE, &have, &n) == 0 && n >= hex &&
+        strspn(have, "0123456789abcdef") >= hex) {
+        memcpy(out, have, hex);
+        out[hex] = '\0';
         free(have);
         return 0;
     }
     free(have);
     unsigned char raw[32];
     int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-    int ok = fd >= 0 && read(fd, raw, sizeof raw) == (ssize_t)sizeof raw;
+    int ok = fd >= 0 && read(fd, raw, bytes) == (ssize_t)bytes;
     if (fd >= 0) close(fd);
     if (!ok) {
-        bt_diag_set(diag, "/dev/urandom: cannot read the run's secret: %s", strerror(errno));
+        bt_diag_set(diag, "/dev/urandom: cannot read the run's %s: %s", what, strerror(errno));
         return BT_EIO;
     }
-    for (int i = 0; i < 32; i++)
-        snprintf(d->token + 2 * i, 3, "%02x", raw[i]);
-    return ckpt_write_file_atomic(path, d->token, 64, diag);
+    for (size_t i = 0; i < bytes; i++)
+        snprintf(out + 2 * i, 3, "%02x", raw[i]);
+    return ckpt_write_file_atomic(path, out, hex, diag);
 }
 
 /* A flock on the run directory itself, which no one deletes as a stale lock file: 0
@@ -370,7 +374,8 @@ int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const ch
     if (rc == 0) d->started = run_dir_has_started(d->path);
     rc = rc ? rc : run_dir_check_overrides(d, overrides, diag);
     rc = rc ? rc : run_dir_recipe(d, recipe_file, overrides, diag);
-    rc = rc ? rc : run_dir_secret(d, diag);
+    rc = rc ? rc : run_dir_random(d, "secret", 32, d->token, "secret", diag);
+    rc = rc ? rc : run_dir_random(d, "run_id", 16, d->run_id, "id", diag);
     const char *subs[] = {"specs", "logs"};
     for (size_t i = 0; rc == 0 && i < 2; i++) {
         run_dir_file(d, subs[i], sub, sizeof sub);

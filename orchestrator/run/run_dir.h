@@ -4,6 +4,10 @@
  *   workdir       the directory the run started in (run_dir_note_start)
  *   worker        the --worker it was started with, if any (used again by `baton resume`)
  *   secret        the control channel's per-run token (0600)
+ *   run_id        the run's identity (32 random hex digits, made with the directory):
+ *                 every attempt's spec carries it and every checkpoint's manifest records
+ *                 it, so that a checkpoint of another run named by `init:` is never taken
+ *                 for one of this run's own (ckpt_same_run)
  *   lock          held (an OFD lock) by the one `baton run` working here, which also
  *                 holds a flock on the directory itself: a lock file deleted as "stale"
  *                 lets no second one in on this host (on NFS a directory's flock is
@@ -24,6 +28,7 @@
 typedef struct run_dir {
     char path[4096];
     char token[65];
+    char run_id[33]; /* RUN_DIR/run_id */
     int lock_fd;
     int dir_lock_fd; /* the directory, flock'ed */
     int started;     /* a run worked here before this command (workdir, or a journal) */
@@ -33,7 +38,7 @@ typedef struct run_dir {
  * bytes must equal the copies kept there when the directory already holds a run; the
  * kept overrides must also still be those the journal says the run started with (a lost
  * copy is written again only when overrides are those); takes the lock; makes the
- * secret. Every
+ * secret and the run id (run_id) where they are not there yet. Every
  * failure (unwritable, another run's directory, locked by another baton run) is a
  * clear message and BT_EINVAL / BT_EIO. */
 int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const char *overrides,

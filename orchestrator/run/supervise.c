@@ -83,6 +83,8 @@ static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSp
     char probe[128];
     free(s->run_dir);
     s->run_dir = strdup(c->dir->path);
+    free(s->run_id);
+    s->run_id = strdup(c->dir->run_id);
     s->has_attempt = 1, s->attempt = attempt;
     if (c->cs_open) {
         free(s->control_address);
@@ -114,7 +116,7 @@ static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSp
     }
     size_t n = baton__stage_spec__get_packed_size(s);
     uint8_t *buf = malloc(n ? n : 1);
-    if (buf == NULL || s->run_dir == NULL) return BT_ENOMEM;
+    if (buf == NULL || s->run_dir == NULL || s->run_id == NULL) return BT_ENOMEM;
     baton__stage_spec__pack(s, buf);
     char name[64];
     snprintf(name, sizeof name, "specs/s%02zu-a%02u.pb", i, attempt);

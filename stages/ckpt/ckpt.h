@@ -57,12 +57,28 @@ void ckpt_names_free(char **names, size_t n);
  * (which checkpoint a stage may start from, whether it resumes one) and `baton run` (which
  * checkpoint an attempt starts from, whether it is the stage's own) both judge by. */
 typedef enum ckpt_stage_rel {
-    CKPT_OTHER_RECIPE, /* another recipe's (or one that records none): a hand-off at most */
+    CKPT_OTHER_RECIPE, /* another recipe's (or one that records none), or another run's
+                        * (ckpt_run_relation): a hand-off at most */
     CKPT_EARLIER_STAGE,
     CKPT_SAME_STAGE,
     CKPT_LATER_STAGE, /* never a start for the stage when found in a run directory */
 } ckpt_stage_rel;
 ckpt_stage_rel ckpt_stage_relation(const Baton__Manifest *m, const char *recipe, uint32_t stage);
+/* Whether the checkpoint whose manifest is m was saved by the run that run_id names
+ * (StageSpec.run_id), so that ckpt_stage_relation may call it one of that run's stages:
+ *   - in_run_root (found in that run's own checkpoints/): yes, whatever it records (its
+ *     checkpoints from before manifests recorded the run, a run_id file lost and made
+ *     again);
+ *   - run_id NULL or "" (a spec no run wrote, `baton spec`'s): yes, as before runs were
+ *     told apart (the recipe's name and the stage's index decide);
+ *   - else only when the manifest records the same run_id: another run's checkpoint, and
+ *     one from before manifests recorded the run, named by init or --init, is another
+ *     run's, whose weights a stage takes (a hand-off), never a resume of its own. */
+int ckpt_same_run(const Baton__Manifest *m, const char *run_id, int in_run_root);
+/* ckpt_stage_relation of the run's stage: CKPT_OTHER_RECIPE for another run's checkpoint
+ * (ckpt_same_run). */
+ckpt_stage_rel ckpt_run_relation(const Baton__Manifest *m, const char *recipe, const char *run_id,
+                                 uint32_t stage, int in_run_root);
 /* path: a checkpoint directory, a checkpoint root, or a run directory (its
  * checkpoints/ root): the checkpoint directory to read, into dir. A root's `latest`
  * pointer is followed when it names a complete checkpoint, else the newest complete one

@@ -95,6 +95,17 @@ ckpt_stage_rel ckpt_stage_relation(const Baton__Manifest *m, const char *recipe,
                                      : CKPT_LATER_STAGE;
 }
 
+int ckpt_same_run(const Baton__Manifest *m, const char *run_id, int in_run_root) {
+    if (in_run_root || run_id == NULL || run_id[0] == '\0') return 1;
+    return m->run_id != NULL && strcmp(m->run_id, run_id) == 0;
+}
+
+ckpt_stage_rel ckpt_run_relation(const Baton__Manifest *m, const char *recipe, const char *run_id,
+                                 uint32_t stage, int in_run_root) {
+    if (!ckpt_same_run(m, run_id, in_run_root)) return CKPT_OTHER_RECIPE;
+    return ckpt_stage_relation(m, recipe, stage);
+}
+
 void ckpt_names_free(char **names, size_t n) {
     for (size_t i = 0; i < n; i++)
         free(names[i]);

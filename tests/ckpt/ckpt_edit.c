@@ -12,6 +12,8 @@
  *   ckpt_edit DIR --drop-data         no training data counts and no sample_order (a
  *                                     checkpoint from before they were kept: a mixture
  *                                     resumes in the order by slot, worker/data/loader.h)
+ *   ckpt_edit DIR --drop-run-id       no run id (a checkpoint from before manifests recorded
+ *                                     the run that saved it: ckpt_same_run)
  *
  * The shard files stay as they are (a dropped or inlined history's bytes are left unread);
  * manifest.pb is replaced atomically. A test tool: not installed. */
@@ -25,7 +27,8 @@ static int usage(void) {
     fprintf(stderr, "usage: ckpt_edit DIR --format-1\n"
                     "       ckpt_edit DIR --drop-fp8 TEXT\n"
                     "       ckpt_edit DIR --drop-seq-len\n"
-                    "       ckpt_edit DIR --drop-data\n");
+                    "       ckpt_edit DIR --drop-data\n"
+                    "       ckpt_edit DIR --drop-run-id\n");
     return 2;
 }
 
@@ -95,13 +98,15 @@ int main(int argc, char **argv) {
     int drop = argc == 4 && strcmp(argv[2], "--drop-fp8") == 0;
     int no_len = argc == 3 && strcmp(argv[2], "--drop-seq-len") == 0;
     int no_data = argc == 3 && strcmp(argv[2], "--drop-data") == 0;
-    if (!fmt1 && !drop && !no_len && !no_data) return usage();
+    int no_run = argc == 3 && strcmp(argv[2], "--drop-run-id") == 0;
+    if (!fmt1 && !drop && !no_len && !no_data && !no_run) return usage();
     const char *dir = argv[1];
     bt_diag diag = {0};
     Baton__Manifest *m = NULL;
     int rc = ckpt_manifest_read(dir, &m, &diag);
     if (rc == 0 && fmt1) rc = to_format_1(dir, m, &diag);
     if (rc == 0 && no_len) m->has_seq_len = 0, m->seq_len = 0;
+    if (rc == 0 && no_run) free(m->run_id), m->run_id = NULL;
     if (rc == 0 && no_data) {
         for (size_t i = 0; i < m->n_data; i++)
             baton__data_counts__free_unpacked(m->data[i], NULL);

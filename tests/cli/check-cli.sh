@@ -445,6 +445,38 @@ expect 0 "^warning: --set stages\\.fp8\\.rope\\.scaling\\.type=none: stages\\[2\
   --set stages.fp8.parallel.cp=1 --set stages.fp8.parallel.dp=2 2>&1 >/dev/null) ]] ||
   { echo "FAIL: scaling turned off at the pretraining context warned about"; failures=$((failures + 1)); }
 [[ -z $("$baton" plan "$recipes/tiny-cpu.yaml" 2>&1 >/dev/null) ]] || { echo "FAIL: tiny-cpu.yaml plans with warnings"; failures=$((failures + 1)); }
+# plan also lists the recipe's warnings with each stage's own, in the text and the JSON
+expect 0 "^  - --set stages\\.long-context\\.seq_len=2048: stages\\[1\\]\\.seq_len: seq_len 2048 is beyond the context the RoPE scaling extends to" -- \
+  plan "$recipes/tiny-cpu.yaml" --set stages.long-context.seq_len=2048
+"$baton" plan "$recipes/tiny-cpu.yaml" --set stages.0.steps=10 --set stages.long-context.seq_len=2048 --json 2>/dev/null |
+  /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)["stages"]
+assert any("warmup_steps 20 is more than the stage" in w for w in s[0]["warnings"]), s[0]["warnings"]
+assert any("seq_len 2048 is beyond the context" in w for w in s[1]["warnings"]), s[1]["warnings"]
+assert not any("seq_len 2048" in w for w in s[0]["warnings"] + s[2]["warnings"]), s' &&
+  echo "ok   plan --json lists the recipe's warnings with their stages" ||
+  { echo "FAIL: plan --json does not list the recipe's warnings with their stages"; failures=$((failures + 1)); }
+# an fp16 stage after an fp16 stage starts from the loss scale that stage ended with: plan
+# and spec say so, and an initial the stage gives itself is warned about (once: the stage
+# inheriting it is not); under optimizer.reset its initial holds, unwarned
+carry=$recipes/../tests/cli/fp16-carry.yaml
+expect 0 '^warning: .*/fp16-carry\.yaml:9:[0-9]+: stages\[1\]\.precision\.loss_scale\.initial: initial 8 is not used: an fp16 stage after an fp16 stage \("a"\) starts from the loss scale that stage ended with' -- \
+  plan "$carry"
+expect 0 '^ +loss scale 1024, x2 after 1 clean steps' -- plan "$carry"
+expect 0 '^ +loss scale carried from stage "a" \(the one it ended with; initial 8 is not used\), x2 after 100 clean steps' -- plan "$carry"
+expect 0 '^ +loss scale carried from stage "b" \(' -- plan "$carry"
+expect 0 '^  - .*initial 8 is not used: an fp16 stage after an fp16 stage \("a"\)' -- plan "$carry"
+expect 0 '^# precision\.loss_scale\.initial is not used: the stage starts from the loss$' -- spec "$carry" --stage b
+expect 0 '^ +loss scale 8, x2 after 100 clean steps' -- plan "$carry" --set stages.b.optimizer.reset=true
+expect 0 '^ +loss scale 1024, or the one init.s checkpoint ended with where an fp16 stage saved it' -- \
+  plan "$carry" --set init=elsewhere
+[[ $("$baton" plan "$carry" 2>&1 >/dev/null | grep -c '^warning') == 1 &&
+  -z $("$baton" plan "$carry" --set stages.b.optimizer.reset=true 2>&1 >/dev/null) &&
+  $("$baton" spec "$carry" --stage b --set stages.b.optimizer.reset=true 2>/dev/null) != *"is not used"* &&
+  $("$baton" spec "$carry" --stage a 2>/dev/null) != *"is not used"* ]] &&
+  echo "ok   an unused loss_scale.initial warned about once, none under optimizer.reset" ||
+  { echo "FAIL: the unused loss_scale.initial warnings"; failures=$((failures + 1)); }
 expect 0 "^== stage 1 \"b\"" -- plan "$recipes/../tests/cli/rope-off.yaml"
 expect 2 "^--gpus-per-node 0: cluster\\.gpus_per_node: expected at least 1 device per node" -- \
   spec "$recipes/tiny-cpu.yaml" --gpus-per-node 0

@@ -7,7 +7,8 @@
 #   - data rewritten under the same prefix since the checkpoint: the resume is refused,
 #     exit 2, naming the dataset and both counts, with no fall back to an older
 #     checkpoint, also when the newest is damaged and the older one would be loaded; a
-#     new run with init: that checkpoint (the remedy the refusal names) works, warned;
+#     worker given that checkpoint by --init (the remedy the refusal names) with this
+#     spec, which `baton spec` wrote and so belongs to no run, continues from it, warned;
 #   - a checkpoint from before the counts and the order were recorded (ckpt_edit
 #     --drop-data) resumes in the order it was saved under (by slot: other samples than
 #     the run that never stopped), and a resume of that resume keeps it (equal losses).

@@ -107,6 +107,14 @@
 #                 step-5 checkpoint (attempt 1 recovers at step 6) and stage b's attempt 0
 #                 after its last step (attempt 1 completes it without a step): the journal
 #                 holds exactly one recovery, stage a's, and none for stage c's first step.
+#   init-handoff  a new run whose init: is another run's stage-0 checkpoint starts its first
+#                 stage from step 0 (its warmup, its own data position) with those weights,
+#                 however alike the two runs' recipes are: both without name: (so both
+#                 record the same empty name), or the same recipe again with fewer and more
+#                 steps; a run with init: stopped mid-stage still resumes its own
+#                 checkpoints, by `baton run` again and by `baton resume`, also when they
+#                 and the run directory predate the run id (ckpt_edit --drop-run-id), and a
+#                 new run whose init: names such an older checkpoint takes its weights.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 #   (the supervisor's judgements, pauses, journal and history: check-supervise.sh;
 #   what both share: run-common.sh)
@@ -1009,6 +1017,85 @@ init-end)
   grep -qF "saved from a different model (model.ffn_dim 176 in the checkpoint, 128 in this stage)" init.out ||
     { tail -5 init.out; fail "init of another model: the dimension is not named"; }
   echo "$case: every_steps 0 saved only step 5; $(grep -o -m1 'saved from a different model (.*)' init.out)"
+  ;;
+init-handoff)
+  ckpt_edit=$(dirname "$baton")/../tests/ckpt_edit
+  # steps DIR: the steps metrics.jsonl holds, in order; first DIR: the first attempt's
+  # "started from" step (none: "-")
+  steps() { /usr/bin/python3 -c 'import json, sys
+print(" ".join(str(json.loads(l)["step"]) for l in open(sys.argv[1] + "/metrics.jsonl")))' "$1"; }
+  started() { sed -En 's/^\[0\] started from (.*) at step ([0-9]+) \(global sample ([0-9]+)\).*/\1 \2 \3/p' "$1"; }
+  # handoff DIR STEPS INIT: DIR's one stage trained steps 1..STEPS from INIT's weights, from
+  # its step 0 and sample 0, its warmup included (the lr of step 1 below step 3's)
+  handoff() {
+    local want
+    want=$(seq -s ' ' 1 "$2")
+    [[ $(started "$1/logs/s00-a00.log") == "$3 0 0" ]] ||
+      { grep -h "started from\|step .*/" "$1/logs/s00-a00.log" | head -3; fail "$1: not a hand-off from $3 at step 0"; }
+    [[ $(steps "$1") == "$want" ]] || fail "$1: trained steps $(steps "$1"), not $want"
+    /usr/bin/python3 -c 'import json, sys
+r = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
+assert r[0]["lr"] < r[2]["lr"], (r[0]["lr"], r[2]["lr"])' "$1" || fail "$1: no warmup"
+  }
+  # A: neither recipe has name:, the second another stage over other windows
+  one_rank_recipe x 'checkpoint: {every_steps: 0}' '{name: pretrain, steps: 8}' |
+    sed '/^name:/d' >u1.yaml
+  "$baton" run u1.yaml --run-dir u1 --quiet >run.out 2>&1 || fail "u1 failed"
+  {
+    one_rank_recipe x 'checkpoint: {every_steps: 4}' \
+      '{name: finetune, steps: 12, seq_len: 32, optimizer: {warmup_steps: 5}}' | sed '/^name:/d'
+    echo "init: u1/checkpoints/s00-step00000008"
+  } >u2.yaml
+  "$baton" run u2.yaml --run-dir u2 --quiet >run.out 2>&1 || fail "u2 failed"
+  handoff u2 12 u1/checkpoints/s00-step00000008
+  echo "$case: unnamed recipes: a hand-off at step 0, steps $(steps u2 | cut -d' ' -f1-3) ..."
+  # B: the same named recipe again in a new run, init: its final checkpoint, fewer steps
+  # (this stage's own final step would be past them) and more
+  one_rank_recipe same 'checkpoint: {every_steps: 0}' \
+    '{name: a, steps: 8, optimizer: {warmup_steps: 5}}' >same.yaml
+  "$baton" run same.yaml --run-dir s1 --quiet >run.out 2>&1 || fail "s1 failed"
+  for n in 6 12; do
+    "$baton" run same.yaml --run-dir "s$n" --quiet --set init=s1/checkpoints/s00-step00000008 \
+      --set stages.a.steps="$n" >run.out 2>&1 || fail "the same recipe with init, $n steps, failed"
+    handoff "s$n" "$n" s1/checkpoints/s00-step00000008
+  done
+  echo "$case: the same named recipe: hand-offs of 6 and 12 steps from step 0"
+  # C: u2's recipe stopped mid-stage: baton run again resumes, also with its checkpoints
+  # and directory as an older baton left them; then baton resume
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run u2.yaml --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 5 >/dev/null
+  stop_run
+  own=$(cd r1/checkpoints && ls -d s00-step* | tail -1)
+  at=$((10#${own#s00-step}))
+  ((at >= 4)) || fail "r1 stopped with checkpoint $own"
+  for c in r1/checkpoints/s00-step*; do "$ckpt_edit" "$c" --drop-run-id; done
+  rm r1/run_id
+  "$baton" ckpt inspect "r1/checkpoints/$own" --json | /usr/bin/python3 -c '
+import json, sys
+assert json.load(sys.stdin)["run_id"] is None' || fail "ckpt_edit --drop-run-id"
+  cp -a "r1/checkpoints/$own" older # for D: retention may remove it from r1
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run u2.yaml --run-dir r1 --quiet >run2.out 2>&1 &
+  bpid=$!
+  log=$(wait_step 0 $((at + 2)))
+  stop_run
+  [[ $(started "$log") == "$work/r1 $at $((at * 4))" ]] ||
+    { grep -h "started from" "$log"; fail "baton run again did not resume r1 at step $at"; }
+  "$baton" resume r1 >run3.out 2>&1 || { cat run3.out; fail "the resume failed"; }
+  log=$(newest_log 0)
+  at=$(started "$log" | cut -d' ' -f2)
+  ((at > 4)) || { grep -h "started from" "$log"; fail "baton resume started r1 at step $at"; }
+  [[ $(steps r1) == "$(seq -s ' ' 1 12)" ]] || fail "r1: steps $(steps r1)"
+  "$baton" ckpt inspect r1/checkpoints/s00-step00000012 --json | /usr/bin/python3 -c '
+import json, sys
+assert json.load(sys.stdin)["run_id"] == open("r1/run_id").read(), "run id"' ||
+    fail "the resumed run's checkpoint does not record the run id"
+  echo "$case: r1 resumed by baton run (older checkpoints) and by baton resume (step $at)"
+  # D: such an older checkpoint named by a new run's init: a hand-off
+  sed "s|^init: .*|init: older|" u2.yaml >u3.yaml
+  "$baton" run u3.yaml --run-dir u3 --quiet >run.out 2>&1 || fail "u3 failed"
+  handoff u3 12 older
+  echo "$case: an older checkpoint named by init: a hand-off"
   ;;
 recovery-stages)
   one_rank_recipe three 'checkpoint: {every_steps: 5, keep: 5}, restart: {max_restarts: 3, backoff: 0.1s}' \

@@ -600,6 +600,29 @@ static void test_stage_relation(void) {
     CHECK(ckpt_stage_relation(&m, "", 0) == CKPT_OTHER_RECIPE);
 }
 
+/* Whose run a checkpoint is: in the run's own checkpoints/ its own, whatever its manifest
+ * records; elsewhere (named by init) only when it records the same run id, so that another
+ * run of the same recipe (or of another without a name) is a hand-off, never a resume; a
+ * spec no run wrote (run id "") judges by the recipe's name and the stage's index alone. */
+static void test_run_relation(void) {
+    Baton__Manifest m = BATON__MANIFEST__INIT;
+    m.recipe_name = "", m.has_stage_index = 1, m.stage_index = 0;
+    m.run_id = "0123456789abcdef0123456789abcdef";
+    CHECK(ckpt_run_relation(&m, "", "0123456789abcdef0123456789abcdef", 0, 0) == CKPT_SAME_STAGE);
+    CHECK(ckpt_run_relation(&m, "", "fedcba9876543210fedcba9876543210", 0, 0) == CKPT_OTHER_RECIPE);
+    CHECK(ckpt_run_relation(&m, "", "fedcba9876543210fedcba9876543210", 1, 0) == CKPT_OTHER_RECIPE);
+    CHECK(ckpt_run_relation(&m, "", "fedcba9876543210fedcba9876543210", 0, 1) == CKPT_SAME_STAGE);
+    CHECK(ckpt_run_relation(&m, "", "", 0, 0) == CKPT_SAME_STAGE);
+    CHECK(ckpt_run_relation(&m, "", NULL, 1, 0) == CKPT_EARLIER_STAGE);
+    CHECK(ckpt_run_relation(&m, "x", "0123456789abcdef0123456789abcdef", 0, 0) ==
+          CKPT_OTHER_RECIPE);
+    m.run_id = NULL; /* saved before manifests recorded the run */
+    CHECK(ckpt_same_run(&m, "0123456789abcdef0123456789abcdef", 0) == 0);
+    CHECK(ckpt_same_run(&m, "0123456789abcdef0123456789abcdef", 1) == 1);
+    CHECK(ckpt_same_run(&m, "", 0) == 1);
+    CHECK(ckpt_run_relation(&m, "", "0123456789abcdef0123456789abcdef", 0, 1) == CKPT_SAME_STAGE);
+}
+
 int main(void) {
     snprintf(test_root, sizeof test_root, "/tmp/baton-test-ckpt.XXXXXX");
     if (mkdtemp(test_root) == NULL) return 1;
@@ -613,6 +636,7 @@ int main(void) {
     test_reader_files();
     test_retain_links();
     test_stage_relation();
+    test_run_relation();
     check_rmdir(test_root);
     return check_status();
 }

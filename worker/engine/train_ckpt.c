@@ -177,6 +177,7 @@ static void ckpt_header(train_ckpt *c, const trainer *t, int final) {
     Baton__Manifest *h = &c->header;
     baton__manifest__init(h);
     h->recipe_name = s->recipe_name;
+    h->run_id = s->run_id && s->run_id[0] ? s->run_id : NULL; /* none: no run wrote the spec */
     h->has_stage_index = 1, h->stage_index = s->stage_index;
     h->stage_name = s->stage->name;
     h->has_step = 1, h->step = t->step;

@@ -193,16 +193,25 @@ static int load_model_matches(const trainer *t, const Baton__Manifest *m, const 
     return BT_EINVAL;
 }
 
-/* A checkpoint a later stage of this recipe saved is no start for this one when it was
+/* How the checkpoint whose manifest is m stands against this stage of this run: another
+ * run's (by the run id its manifest records, ckpt_same_run) is CKPT_OTHER_RECIPE, a
+ * hand-off at most. in_root: it was found in the run's own checkpoints/, which holds only
+ * the run's own. */
+static ckpt_stage_rel load_relation(const trainer *t, const Baton__Manifest *m, int in_root) {
+    const Baton__StageSpec *s = t->spec;
+    return ckpt_run_relation(m, s->recipe_name, s->run_id, s->stage_index, in_root);
+}
+
+/* A checkpoint a later stage of this run saved is no start for this one when it was
  * found in a run directory or checkpoint root: a run's directory holds them once its
  * stages went on, and a stage run again there would otherwise take the newest, a later
  * stage's weights, moments and schedule position. Later by its manifest's stage index
- * (ckpt_stage_relation), as `baton run` judges which checkpoint an attempt starts from.
+ * (load_relation), as `baton run` judges which checkpoint an attempt starts from.
  * (A checkpoint directory named itself is taken as given.) */
-static int load_not_later(const trainer *t, const Baton__Manifest *m, const char *dir,
+static int load_not_later(const trainer *t, const Baton__Manifest *m, const char *dir, int in_root,
                           bt_diag *diag) {
     const Baton__StageSpec *s = t->spec;
-    if (ckpt_stage_relation(m, s->recipe_name, s->stage_index) != CKPT_LATER_STAGE) return 0;
+    if (load_relation(t, m, in_root) != CKPT_LATER_STAGE) return 0;
     bt_diag_set(diag,
                 "%s: saved by stage %u (%s) of recipe %s, which comes after this stage %u "
                 "(%s): a stage never starts from a later stage's checkpoint",
@@ -285,8 +294,8 @@ static int load_data_changed(const trainer *t, const char *dir, int own, int say
     const char *stage = s->stage && s->stage->name ? s->stage->name : "?";
     char what[1024];
     int rc = 0;
-    if (ckpt_stage_relation(m, s->recipe_name, s->stage_index) == CKPT_SAME_STAGE &&
-        m->n_data > 0 && load_data_differs(t, m, what, sizeof what)) {
+    if (load_relation(t, m, own) == CKPT_SAME_STAGE && m->n_data > 0 &&
+        load_data_differs(t, m, what, sizeof what)) {
         if (own) {
             bt_diag_set(diag,
                         "%s: stage \"%s\" cannot resume: %s, so its data position (sample "
@@ -307,8 +316,9 @@ static int load_data_changed(const trainer *t, const char *dir, int own, int say
 }
 
 /* Loads checkpoint directory dir, every shard file opened once (ckpt_reader); one a later
- * stage saved is refused unless dir was named itself (refuse_later 0). */
-static int load_one(trainer *t, const char *dir, int refuse_later, bt_diag *diag) {
+ * stage saved is refused unless dir was named itself (refuse_later 0). in_root: dir is in
+ * the run's own checkpoints/ (load_relation). */
+static int load_one(trainer *t, const char *dir, int refuse_later, int in_root, bt_diag *diag) {
     Baton__Manifest *m = NULL;
     ckpt_reader r;
     int rc = ckpt_manifest_read(dir, &m, diag);
@@ -317,14 +327,14 @@ static int load_one(trainer *t, const char *dir, int refuse_later, bt_diag *diag
                     dir, CKPT_MANIFEST);
         rc = BT_EINVAL;
     }
-    if (rc == 0 && refuse_later) rc = load_not_later(t, m, dir, diag);
+    if (rc == 0 && refuse_later) rc = load_not_later(t, m, dir, in_root, diag);
     ckpt_reader_init(&r, dir, m);
     if (rc == 0) ckpt_manifest_sort_keys(m); /* every lookup below in log time */
     rc = rc ? rc : load_model_matches(t, m, dir, diag);
     rc = rc ? rc : load_params(t, &r, diag);
     if (rc != 0) goto out;
     const Baton__StageSpec *s = t->spec;
-    int resume = ckpt_stage_relation(m, s->recipe_name, s->stage_index) == CKPT_SAME_STAGE;
+    int resume = load_relation(t, m, in_root) == CKPT_SAME_STAGE;
     int reset = !resume && s->stage->optimizer && s->stage->optimizer->reset;
     optim_adamw_reset(&t->opt);
     if (!reset && load_has_moments(m)) rc = load_moments(t, &r, diag);
@@ -396,13 +406,14 @@ static int load_candidates(const char *path, char ***dirs, size_t *n, int *expli
  * (load_not_later): passed over, said once by world rank 0. Names sort in training order,
  * so they are the first ones; a manifest that cannot be read ends the count (the load
  * refuses it, saying why). */
-static size_t load_skip_later(const trainer *t, char **dirs, size_t n, comm *world) {
+static size_t load_skip_later(const trainer *t, char **dirs, size_t n, int in_root, comm *world) {
     size_t k = 0;
     for (; k < n; k++) {
         Baton__Manifest *m = NULL;
         bt_diag d;
         bt_diag_init(&d);
-        int later = ckpt_manifest_read(dirs[k], &m, &d) == 0 && load_not_later(t, m, dirs[k], &d);
+        int later =
+            ckpt_manifest_read(dirs[k], &m, &d) == 0 && load_not_later(t, m, dirs[k], in_root, &d);
         if (m) baton__manifest__free_unpacked(m, NULL);
         if (!later) break;
         if (world == NULL || comm_rank(world) == 0)
@@ -421,7 +432,7 @@ static int load_own(const trainer *t, const char *dir) {
     bt_diag_init(&d);
     int own;
     if (ckpt_manifest_read(dir, &m, &d) == 0 && m->model != NULL) {
-        own = ckpt_stage_relation(m, s->recipe_name, s->stage_index) == CKPT_SAME_STAGE;
+        own = load_relation(t, m, 1) == CKPT_SAME_STAGE;
     } else {
         const char *base = strrchr(dir, '/');
         unsigned st = 0;
@@ -461,10 +472,12 @@ int train_ckpt_load(trainer *t, const char *path, const char *run_dir, comm *wor
     int rc = load_candidates(path, &dirs, &n, &explicit, diag), any = 1;
     load_start start = {t->step, t->first_sample, t->skipped_steps, t->scaler,
                         t->ld.cfg.mix_by_slot};
+    /* the run's own checkpoint root: they are the run's own (load_relation) */
+    int own_root = !explicit && run_dir && strcmp(path, run_dir) == 0;
     /* the later stages' newest checkpoints passed over, as many as every rank found (a
      * rank that could not read a manifest stops counting there; load_one refuses a later
      * stage's checkpoint after it all the same, through the ranks' vote) */
-    float skip = rc == 0 && !explicit ? -(float)load_skip_later(t, dirs, n, world) : 0.0f;
+    float skip = rc == 0 && !explicit ? -(float)load_skip_later(t, dirs, n, own_root, world) : 0.0f;
     if (world && comm_allreduce(world, &skip, &skip, 1, COMM_F32, COMM_MAX, NULL) != 0) {
         bt_diag_set(diag, "%s: the ranks could not agree on the checkpoints to pass over", path);
         rc = BT_EIO;
@@ -479,7 +492,6 @@ int train_ckpt_load(trainer *t, const char *path, const char *run_dir, comm *wor
     }
     /* In the run's own root, once a checkpoint of this stage was refused, none of an
      * earlier stage is taken: its hand-off would train the stage again from step 0 */
-    int own_root = !explicit && run_dir && strcmp(path, run_dir) == 0;
     int refused_own = 0, say = world == NULL || comm_rank(world) == 0;
     for (size_t i = first; rc == 0 && i < n && any; i++) {
         /* the data of the checkpoint about to be loaded: changed data ends the load (an
@@ -488,7 +500,7 @@ int train_ckpt_load(trainer *t, const char *path, const char *run_dir, comm *wor
         if (!own_root) load_data_changed(t, dirs[i], 0, say, diag);
         bt_diag mine;
         bt_diag_init(&mine);
-        int r = load_one(t, dirs[i], !explicit, &mine);
+        int r = load_one(t, dirs[i], !explicit, own_root, &mine);
         any = load_any_failed(world, r != 0);
         if (!any) break;
         load_undo(t, &start); /* every rank, whether its own load failed or not */
