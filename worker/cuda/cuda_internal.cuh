@@ -77,7 +77,8 @@ typedef struct cuda_ctx {
     int adamw_half;               /* the half the next batch fills (calls alternate too) */
     float *att_part; /* device (att_part_floats): the tensor-core dk/dv kernel's per-slice
                       * partial sums under grouped-query attention (cuda_attention_tc.cu);
-                      * grown on first need, used on stream only */
+                      * grown on first need, in stream order (cudaMallocAsync), used on
+                      * stream only */
     size_t att_part_floats;
     uint32_t *emb_sort; /* device (emb_sort_words): the embedding backward's sort of its
                          * rows by token (cuda_embedding.cu); grown on first need, in stream
