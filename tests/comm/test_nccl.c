@@ -12,7 +12,9 @@
  *
  * collectives-*, timeout-w2 and nopeer-w2 pass device buffers and streams; host-* and
  * timeout-host-w2 the engine's way of calling: host buffers (staged) and stream NULL
- * (complete on return, on the comm's default stream). host-w1 needs one GPU.
+ * (complete on return, on the comm's default stream); host-* also check that a wait's polls
+ * of a busy stream leave no cudaErrorNotReady as the thread's last error. host-w1 needs one
+ * GPU.
  * queued-w1 checks that work queued ahead of a collective does not count against its
  * timeout, timeout-behind-w2 that a hung collective is still reported by a wait for a
  * later one queued behind it (the watchdog, comm_watch.h), timeout-other-w2 the same
@@ -557,9 +559,15 @@ static void run_host(child *ch, comm *c, cudaStream_t ns) {
         want[i] = w;
     }
     put_f32(ch, din, in, m);
+    (void)cudaGetLastError();
     keep_busy(ch, ns, ba, bb, big);
     OK(ch, c, comm_allreduce(c, din, dout, m, COMM_F32, COMM_SUM, NULL));
-    cudaError_t q = cudaStreamQuery(ns);
+    /* Its wait polled ns busy: the not-ready answers must not stay the thread's last error,
+     * which the CUDA backend's next launch check would take for its own failure. */
+    cudaError_t q = cudaPeekAtLastError();
+    CHECK(ch, q == cudaSuccess, "a stream-NULL allreduce left %s as the thread's last error",
+          cudaGetErrorName(q));
+    q = cudaStreamQuery(ns);
     CHECK(ch, q == cudaSuccess, "default stream busy after a stream-NULL allreduce returned: %s",
           cudaGetErrorName(q));
     get_f32(ch, got, dout, m);

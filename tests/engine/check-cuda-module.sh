@@ -6,7 +6,8 @@
 #  - a cuda stage, single-process and under `baton launch -n 2` (NCCL's device count): it
 #    runs where there is a GPU, else it exits 2 saying there is no CUDA device (which
 #    shows the module loaded and answered), or, for a worker built without CUDA (the
-#    sanitizer build), that it was built without the CUDA backend;
+#    sanitizer build), that it was built without the CUDA backend; and then
+#    tests/gpu/check-cuda-train.sh fails (a GPU is there) or skips (none is);
 #  - the module missing or not a module: exit 2, naming the file and dlopen's reason;
 #    --help says where the module is taken from and whether it is there.
 #   check-cuda-module.sh BATON BATON_WORKER SOURCE_DIR
@@ -70,6 +71,17 @@ else
     "$worker" --spec cuda.pb --single-process --steps 1 --eval-windows 0
   check "cuda stage, 2 ranks, worker without CUDA" 2 'built without the CUDA backend' \
     timeout 120 "$baton" launch -n 2 -- "$worker" --spec cuda2.pb --steps 1 --eval-windows 0
+  # gpu.cuda_train's script given this worker: a skip only where there is no GPU (its
+  # device nodes named by BATON_GPU_NODES here: one that exists, one that does not)
+  touch "$work/nvidia0"
+  check "GPU training check, worker without CUDA, a GPU" 1 \
+    'has a GPU \(.*/nvidia0\) but the worker was built without the CUDA backend' \
+    env BATON_GPU_NODES="$work/nvidia0" bash "$src/tests/gpu/check-cuda-train.sh" "$baton" \
+    "$worker" "$src"
+  check "GPU training check, worker without CUDA, no GPU" 77 \
+    '^SKIPPED: the worker was built without the CUDA backend and there is no GPU' \
+    env BATON_GPU_NODES="$work/no-such-node" bash "$src/tests/gpu/check-cuda-train.sh" \
+    "$baton" "$worker" "$src"
 fi
 # and the CPU stage still runs
 sed 's/device: cuda/device: cpu/' cuda.yaml >cpu.yaml

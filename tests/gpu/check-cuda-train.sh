@@ -16,8 +16,13 @@
 #    stop.
 #   check-cuda-train.sh BATON BATON_WORKER SOURCE_DIR [CUDA_WORKER]
 # The parameter comparison needs numpy in /usr/bin/python3, or in $BATON_PYTHON.
-# CUDA_WORKER (default BATON_WORKER) runs the cuda side; a worker built without CUDA or a
-# machine without a GPU makes the test print SKIPPED and exit 77. The emulated worker
+# CUDA_WORKER (default BATON_WORKER) runs the cuda side. Only a machine without a GPU makes
+# the test print SKIPPED and exit 77: the worker says "no CUDA device" (no /dev/nvidia*
+# node, the driver finds none, or none is installed), or it was built without CUDA and this
+# machine has no NVIDIA device node either (/dev/nvidiactl, /dev/nvidia0, /dev/dxg; the
+# list is $BATON_GPU_NODES where set, for tests of this rule). A worker built without CUDA
+# on a machine with a GPU fails the test: the GPU check would otherwise pass vacuously. The
+# emulated worker
 # (tests/gpu: baton-worker-emulated) runs the kernels on the CPU emulation instead; it
 # is slow (minutes per step), so BATON_CUDA_TRAIN_QUICK=1 shrinks the check to 2 steps of
 # 2 x 16 tokens, the fp32, bf16 and moe-fp32 stages and a stop after step 1 (no
@@ -62,9 +67,26 @@ run() { # NAME DEVICE STAGE [worker options]; a failure shows the log's end
   return 1
 }
 
-# The GPU side first: no device, or no CUDA in this worker, is a skip.
+gpu_node() { # prints this machine's first NVIDIA device node, if it has one
+  local n
+  for n in ${BATON_GPU_NODES-/dev/nvidiactl /dev/nvidia0 /dev/dxg}; do
+    [[ -e $n ]] && { echo "$n"; return 0; }
+  done
+  return 1
+}
+
+# The GPU side first: no device is a skip; no CUDA in this worker, only where no GPU is.
 if ! run probe cuda fp32 --steps 1 >/dev/null; then
-  reason=$(grep -Eo "no CUDA device.*|built without the CUDA backend.*" probe.log | head -n 1 || true)
+  reason=$(grep -Eo "no CUDA device.*" probe.log | head -n 1 || true)
+  if [[ -z "$reason" ]] && grep -q "built without the CUDA backend" probe.log; then
+    if node=$(gpu_node); then
+      echo "FAIL: this machine has a GPU ($node) but the worker was built without the CUDA" \
+        "backend (BATON_CUDA=AUTO found no nvcc or NCCL?):"
+      cat probe.log
+      exit 1
+    fi
+    reason="the worker was built without the CUDA backend and there is no GPU (no /dev/nvidia* node)"
+  fi
   if [[ -n "$reason" ]]; then
     echo "SKIPPED: $reason"
     exit 77

@@ -19,7 +19,9 @@
  * equal inputs (the CPU's results of the op before, with logits drawn so that no selection
  * is near a tie): selections, rows, counts and permutations must be equal exactly; scores,
  * ssum and combine weights within 1e-5 (CUDA's expf is not libm's); the combine backward's
- * dot products within 2e-5; everything else bit for bit (test_cuda_ops_moe.c).
+ * dot products within 2e-5; everything else bit for bit (test_cuda_ops_moe.c). The group
+ * "stream" checks the backend beside a poll of a busy stream and beside another busy
+ * stream, as NCCL's in training (test_cuda_ops_stream.c).
  *
  * Without a CUDA device it prints "SKIPPED: <reason>" and exits 77 (ctest's skip code).
  * The same source also builds as test_cuda_ops_emulated (tests/gpu/CMakeLists.txt), with
@@ -970,7 +972,7 @@ int main(int argc, char **argv) {
         fprintf(stderr,
                 "usage: %s [GROUP]: run the groups whose name contains GROUP "
                 "(elementwise copy adamw embedding norm matmul matmul_wcache attention "
-                "attention_part loss moe model)\n",
+                "attention_part loss moe model stream)\n",
                 argv[0]);
         return 2;
     }
@@ -1037,6 +1039,7 @@ int main(int argc, char **argv) {
         test_attention_part(1, 9, 13, 2, 1, 136);
     }
     if (wanted("loss")) test_loss();
+    if (wanted("stream")) test_stream_all();
     if (wanted("moe")) test_moe_all();
     if (wanted("model")) {
         test_model(MODEL_RECOMPUTE_NONE, BACKEND_PREC_FP32, 1e-5, 1e-4, 0);

@@ -41,5 +41,8 @@ int gpu_bitwise_equal(const float *a, const float *b, size_t n);
 void test_moe_all(void);
 /* test_cuda_ops_wcache.c: the GEMMs' weight cache against converting in each product. */
 void test_wcache_all(void);
+/* test_cuda_ops_stream.c: the backend beside a poll of a busy stream and another busy
+ * stream (NCCL's, in training). */
+void test_stream_all(void);
 
 #endif

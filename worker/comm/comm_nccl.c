@@ -452,6 +452,16 @@ static cudaError_t event_make(void **ev) {
     return cudaEventCreateWithFlags((cudaEvent_t *)ev, cudaEventDisableTiming);
 }
 
+/* A stream or event query's answer e, the not-ready it gives for unfinished work taken
+ * back out of the CUDA runtime's last error of this thread, where the runtime leaves it
+ * (it does for every failing call): else the next kernel launch of the compute backend on
+ * this thread, which checks cudaGetLastError(), would report it as that launch's failure
+ * ("device not ready"). */
+static cudaError_t query_answer(cudaError_t e) {
+    if (e == cudaErrorNotReady) (void)cudaGetLastError();
+    return e;
+}
+
 /* A collective a poll found expired or failed, copied out of the list for the message;
  * also the probe's context. */
 typedef struct watch_find {
@@ -473,7 +483,7 @@ static void find_set(watch_find *f, const comm_watch_op *op) {
 static int event_probe(void *ctx, const comm_watch_op *op, comm_watch_state *seen) {
     watch_find *f = ctx;
     const nccl_group *h = op->owner;
-    cudaError_t e = cudaEventQuery((cudaEvent_t)op->done);
+    cudaError_t e = query_answer(cudaEventQuery((cudaEvent_t)op->done));
     if (e == cudaSuccess) {
         *seen = COMM_WATCH_DONE;
         return 0;
@@ -486,7 +496,7 @@ static int event_probe(void *ctx, const comm_watch_op *op, comm_watch_state *see
         f->ae = ae;
         return BT_EIO;
     }
-    if (e == cudaErrorNotReady) e = cudaEventQuery((cudaEvent_t)op->ready);
+    if (e == cudaErrorNotReady) e = query_answer(cudaEventQuery((cudaEvent_t)op->ready));
     if (e == cudaSuccess || e == cudaErrorNotReady) {
         *seen = e == cudaSuccess ? COMM_WATCH_RUNNING : COMM_WATCH_QUEUED;
         return 0;
@@ -560,7 +570,7 @@ static int wait_stream(comm *c, const char *op, cudaStream_t s) {
     nccl_group *g = c->impl;
     unsigned spins = 0;
     for (;;) {
-        cudaError_t e = cudaStreamQuery(s);
+        cudaError_t e = query_answer(cudaStreamQuery(s));
         ncclResult_t ae = ncclSuccess;
         ncclResult_t q = ncclCommGetAsyncError(g->nc, &ae);
         if (q != ncclSuccess) return fail_nccl(c, op, "ncclCommGetAsyncError", q);

@@ -561,14 +561,16 @@ static int tc_dkdv_slices(const cuda_ctx *c, const att_args *a, unsigned tiles) 
     return s;
 }
 
-/* The slices' partial sums: c->att_part, grown to floats (an allocation synchronizes the
- * device: at the first backward of the largest shape only). */
+/* The slices' partial sums: c->att_part, grown to floats by a stream-ordered free and
+ * allocation on the backend's stream (cudaFreeAsync, cudaMallocAsync; the old contents are
+ * not kept): cudaFree and cudaMalloc would synchronize the device in the middle of a
+ * backward, waiting with no deadline behind NCCL kernels in flight on other streams. */
 static float *tc_part(cuda_ctx *c, size_t floats) {
     if (c->att_part_floats >= floats) return c->att_part;
-    if (c->att_part) cudaFree(c->att_part);
+    if (c->att_part) cudaFreeAsync(c->att_part, c->stream);
     c->att_part = NULL, c->att_part_floats = 0;
-    cudaError_t e = cudaMalloc((void **)&c->att_part, floats * sizeof(float));
-    cuda_check(c, e, "attention backward: cudaMalloc of the dk/dv slices");
+    cudaError_t e = cudaMallocAsync((void **)&c->att_part, floats * sizeof(float), c->stream);
+    cuda_check(c, e, "attention backward: cudaMallocAsync of the dk/dv slices");
     if (e != cudaSuccess) return c->att_part = NULL;
     c->att_part_floats = floats;
     return c->att_part;

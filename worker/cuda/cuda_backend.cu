@@ -185,10 +185,10 @@ static void fill_table(backend *be) {
 
 static void ctx_release(cuda_ctx *c) {
     if (c->emb_sort) cudaFreeAsync(c->emb_sort, c->stream); /* stream-ordered memory */
+    if (c->att_part) cudaFreeAsync(c->att_part, c->stream);
     if (c->stream) cudaStreamSynchronize(c->stream);
     if (c->lt_workspace) cudaFree(c->lt_workspace);
     if (c->sumsq_part) cudaFree(c->sumsq_part);
-    if (c->att_part) cudaFree(c->att_part);
     if (c->sumsq_seg) cudaFree(c->sumsq_seg);
     if (c->moe_chunk) cudaFree(c->moe_chunk);
     if (c->moe_mean_part) cudaFree(c->moe_mean_part);

@@ -77,7 +77,8 @@ typedef struct cuda_ctx {
     int adamw_half;               /* the half the next batch fills (calls alternate too) */
     float *att_part; /* device (att_part_floats): the tensor-core dk/dv kernel's per-slice
                       * partial sums under grouped-query attention (cuda_attention_tc.cu);
-                      * grown on first need, used on stream only */
+                      * grown on first need, in stream order (cudaMallocAsync), used on
+                      * stream only */
     size_t att_part_floats;
     uint32_t *emb_sort; /* device (emb_sort_words): the embedding backward's sort of its
                          * rows by token (cuda_embedding.cu); grown on first need, in stream
@@ -98,11 +99,19 @@ static inline cuda_ctx *cuda_ctx_of(backend *be) {
 
 /* Records the first failure; later ones are dropped (the first is the cause). */
 void cuda_record(cuda_ctx *c, int code, const char *what, const char *detail);
-/* Checks a CUDA call or, with cudaGetLastError(), the launch just made. */
+/* Checks a CUDA call or, with cuda_launch_error(), the launch just made. */
 static inline void cuda_check(cuda_ctx *c, cudaError_t e, const char *what) {
     if (e != cudaSuccess) cuda_record(c, -3 /* BT_EIO */, what, cudaGetErrorString(e));
 }
-#define CUDA_LAUNCHED(c, what) cuda_check((c), cudaGetLastError(), (what))
+/* The error of the launch just made, from the thread's last error (then cleared). A
+ * cudaErrorNotReady there is no launch's: a launch never fails with it, and a stream or
+ * event query of unfinished work leaves it (NCCL's comm polls, on this same thread), so it
+ * counts as success. */
+static inline cudaError_t cuda_launch_error(void) {
+    cudaError_t e = cudaGetLastError();
+    return e == cudaErrorNotReady ? cudaSuccess : e;
+}
+#define CUDA_LAUNCHED(c, what) cuda_check((c), cuda_launch_error(), (what))
 
 /* Grid size for n elements at `threads` per block, grid-stride loops beyond it. */
 static inline unsigned cuda_grid(size_t n, int threads) {

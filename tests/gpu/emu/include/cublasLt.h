@@ -156,7 +156,7 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
                                      const void *A, cublasLtMatrixLayout_t la, const void *B,
                                      cublasLtMatrixLayout_t lb, const void *beta, const void *C,
                                      cublasLtMatrixLayout_t lc, void *D, cublasLtMatrixLayout_t ld,
-                                     const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t) {
+                                     const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t q) {
     float al = *(const float *)alpha, be = *(const float *)beta;
     size_t m = ld->rows, n = ld->cols;
     size_t k = d->opa == CUBLAS_OP_N ? la->cols : la->rows;
@@ -177,5 +177,6 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
             float cv = ((const float *)C)[i + j * lc->ld];
             *dp = (float)(al * s) + (be != 0.0f ? be * cv : 0.0f);
         }
+    emu::queued(q);
     return CUBLAS_STATUS_SUCCESS;
 }

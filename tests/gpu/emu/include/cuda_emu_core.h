@@ -87,8 +87,14 @@ extern std::mutex atomic_mu;
 struct cfg {
     dim3 g, b;
     size_t shm;
-    cfg(dim3 g_, dim3 b_, size_t shm_ = 0, void * = nullptr) : g(g_), b(b_), shm(shm_) {}
+    void *stream;
+    cfg(dim3 g_, dim3 b_, size_t shm_ = 0, void *s = nullptr)
+        : g(g_), b(b_), shm(shm_), stream(s) {}
 };
+
+/* Work was queued on stream s (nullptr: the default stream); unfinished until waited for
+ * or queried (emu.cpp, the completion model of cuda_runtime_api.h). */
+void queued(void *s);
 
 /* The running block's dynamic shared memory (128-byte aligned). */
 inline void *dyn_shared() {
@@ -170,6 +176,7 @@ template <class... P, class... A> void launch(cfg c, void (*f)(P...), A... a0) {
                 free(blk->dyn);
                 delete blk;
             }
+    queued(c.stream);
 }
 } // namespace emu
 
