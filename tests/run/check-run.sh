@@ -107,6 +107,11 @@
 #                 step-5 checkpoint (attempt 1 recovers at step 6) and stage b's attempt 0
 #                 after its last step (attempt 1 completes it without a step): the journal
 #                 holds exactly one recovery, stage a's, and none for stage c's first step.
+#   control-flood  under `ulimit -n 128`, 400 idle connections to the control port (no
+#                 Hello, each one dropped opened again, as any local user could) while a
+#                 two-stage run goes on: baton holds few descriptors (the connections
+#                 without a Hello are capped), the rank's own connection gets in, and the
+#                 run completes, exit 0, across the stage boundary.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 #   (the supervisor's judgements, pauses, journal and history: check-supervise.sh;
 #   what both share: run-common.sh)
@@ -1114,6 +1119,35 @@ steps = [json.loads(l)["step"] for l in open(sys.argv[1])]
 assert steps == list(range(1, 9)), steps
 PY
   echo "$case: a locked metrics log waited for once; $(grep -c 'still locked' run.out) message"
+  ;;
+control-flood)
+  one_rank_recipe two '' '{name: a, steps: 4}' '{name: b, steps: 4}' >two.yaml
+  # the rank waits for the flood before it starts (every attempt's rank alike)
+  printf '#!/bin/sh\nwhile [ ! -e %q/go ]; do sleep 0.05; done\nexec %q "$@"\n' "$work" "$worker" >wait.sh
+  chmod 0755 wait.sh
+  (ulimit -n 128 && exec "$baton" run two.yaml --run-dir r1 --worker "$work/wait.sh") >run.out 2>&1 &
+  bpid=$!
+  wait_files r1/specs/s00-a00.pb 1 60 "the first attempt's spec"
+  port=$(grep -aoE '127\.0\.0\.1:[0-9]+' r1/specs/s00-a00.pb | head -1 | cut -d: -f2)
+  [[ -n $port ]] || fail "no control address in the spec"
+  /usr/bin/python3 "$src/tests/run/flood.py" 127.0.0.1 "$port" 400 >flood.out &
+  bg_pids=$!
+  deadline=$((SECONDS + 30))
+  until [[ -s flood.out ]]; do ((SECONDS < deadline)) || fail "the flood never started"; sleep 0.05; done
+  sleep 2 # the connections held past a few rounds of eviction
+  nfd=$(ls "/proc/$bpid/fd" | wc -l)
+  ((nfd < 64)) || fail "baton run holds $nfd descriptors under the flood ($(cat flood.out))"
+  touch go
+  deadline=$((SECONDS + 120))
+  while kill -0 "$bpid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+  kill -0 "$bpid" 2>/dev/null && fail "the run under the flood did not end within 120 s"
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  kill "$bg_pids"
+  bg_pids=
+  [[ $rc == 0 ]] || { cat run.out; fail "the run under the flood exited $rc"; }
+  ! grep -h "control channel" r1/logs/*.log || fail "a rank did not get its control connection"
+  echo "$case: $(cat flood.out) idle connections; baton held $nfd descriptors and completed both stages"
   ;;
 *) fail "unknown case" ;;
 esac
