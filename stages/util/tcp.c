@@ -23,7 +23,8 @@ int bt_tcp_listen(const char *host, const char *what, int *fd_out, char *address
         bt_diag_set(diag, "%s: cannot resolve '%s': %s", what, host, gai_strerror(gai));
         return BT_EINVAL;
     }
-    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol), one = 1;
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol),
+        one = 1;
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     int ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
