@@ -15,6 +15,7 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt/crc32c.h"
+#include "util/file.h"
 #include "launch_slurm.h"
 #include "run_ctx.h"
 #include "util/clock.h"
@@ -692,7 +693,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
         return ATTEMPT_FATAL;
     }
     env[1] = c->o->slurm ? store_env : NULL;
-    c->prog = (run_progress){.log = fopen(log_file, "w"),
+    c->prog = (run_progress){.log = bt_fopen_private(log_file, "w"),
                              .stage = c->doc->recipe->stages[i]->name,
                              .tty = isatty(1),
                              .quiet = c->o->quiet,
