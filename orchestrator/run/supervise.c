@@ -340,6 +340,20 @@ static int run_stop_lost_rank(const launch_job *job) {
     return 0;
 }
 
+/* Every rank exited 0 but the stage's final checkpoint could not be read (out of
+ * descriptors, an I/O error): no verdict on it, so a failure another attempt may get
+ * past, not one it would repeat. */
+static attempt_end run_unread_final(run_ctx *c, uint32_t stage, uint32_t attempt,
+                                    Baton__JournalRecord *r, const char *why) {
+    r->detail = (char *)why;
+    r->has_retryable = 1, r->retryable = 1;
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__FAILURE, stage, r);
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, r);
+    run_progress_end(&c->prog);
+    run_err(c, "stage \"%s\" attempt %u failed: %s\n", c->prog.stage, attempt, why);
+    return ATTEMPT_RETRY;
+}
+
 /* Polls the job until it ends; kills it on a signal or a hang (*hung set). */
 static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attempt, double hang_s,
                      int *hung) {
@@ -484,7 +498,7 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
      * work all the same: the stage's final checkpoint says whether it was all of it. */
     int all_zero = job->cause == LAUNCH_EXITED && run_all_exited_zero(job);
     if (all_zero && !c->got_signal &&
-        run_stage_finished(c, stage, c->spec->stage->steps, why, sizeof why)) {
+        run_stage_finished(c, stage, c->spec->stage->steps, why, sizeof why) == 1) {
         launch_job_describe(job, why, sizeof why);
         run_progress_end(&c->prog);
         run_err(c,
@@ -497,10 +511,12 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
     if (job->cause == LAUNCH_SUCCESS) {
         /* Exit status 0 alone is no proof: a worker told to take fewer steps, or a wrapper
          * that never ran one, exits 0 too. The stage's final checkpoint is. */
-        if (run_stage_finished(c, stage, c->spec->stage->steps, why, sizeof why)) {
+        int fin = run_stage_finished(c, stage, c->spec->stage->steps, why, sizeof why);
+        if (fin == 1) {
             run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
             return ATTEMPT_DONE;
         }
+        if (fin < 0) return run_unread_final(c, stage, attempt, &r, why);
         /* Every rank did what it was told and would do it again: not retried. */
         r.detail = why;
         r.has_retryable = 1, r.retryable = 0;

@@ -19,9 +19,11 @@ int bt_read_file(const char *path, size_t max, char **out, size_t *len) {
             if (b == NULL) free(buf);
             buf = b, cap *= 2;
         }
-    int err = ferror(f) ? EIO : cap >= max && n == cap ? EFBIG : ENOMEM;
+    int failed = ferror(f), err = failed                   ? (errno ? errno : EIO)
+                                  : cap >= max && n == cap ? EFBIG
+                                                           : ENOMEM;
     fclose(f);
-    if (buf == NULL || n > max) {
+    if (buf == NULL || n > max || failed) { /* a read error is no shorter file */
         free(buf);
         errno = err;
         return -1;

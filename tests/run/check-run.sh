@@ -113,6 +113,10 @@
 #                 two-stage run goes on: baton holds few descriptors (the connections
 #                 without a Hello are capped), the rank's own connection gets in, and the
 #                 run completes, exit 0, across the stage boundary.
+#   final-unread  every rank exits 0, but the stage's final checkpoint cannot be read
+#                 (its manifest.pb made a directory: EIO, as EMFILE would be): a failure
+#                 said as such and retried, not "without the stage's final checkpoint"
+#                 and given up; the next attempt, the manifest back, completes the run.
 #   run-dir-trust  a run under umask 000 leaves nothing in its run directory that group or
 #                 others may read or write (files 0600, directories 0700); an existing run
 #                 directory writable by group or others (0777, 0770; run and resume), or
@@ -1163,6 +1167,32 @@ control-flood)
   [[ $rc == 0 ]] || { cat run.out; fail "the run under the flood exited $rc"; }
   ! grep -h "control channel" r1/logs/*.log || fail "a rank did not get its control connection"
   echo "$case: $(cat flood.out) idle connections; baton held $nfd descriptors and completed both stages"
+  ;;
+final-unread)
+  one_rank_recipe one 'restart: {max_restarts: 2, backoff: 2s}' '{name: a, steps: 2}' >one.yaml
+  ck=$work/r1/checkpoints/s00-step00000002
+  cat >wrap.sh <<SH
+#!/bin/sh
+[ -e $work/struck ] && exec $worker "\$@"
+$worker "\$@" || exit \$?
+touch $work/struck && mv $ck/manifest.pb $ck/manifest.keep && mkdir $ck/manifest.pb
+SH
+  chmod 0755 wrap.sh
+  "$baton" run one.yaml --run-dir r1 --worker "$work/wrap.sh" --quiet >run.out 2>&1 &
+  bpid=$!
+  # the manifest back within the restart's backoff, as a passing EMFILE or EIO would be
+  deadline=$((SECONDS + 60))
+  until grep -q "restarting stage" run.out; do
+    kill -0 "$bpid" 2>/dev/null && ((SECONDS < deadline)) || { cat run.out; fail "no restart after the unreadable final checkpoint"; }
+    sleep 0.05
+  done
+  rmdir "$ck/manifest.pb" && mv "$ck/manifest.keep" "$ck/manifest.pb"
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  [[ $rc == 0 ]] || { cat run.out; fail "the run whose final checkpoint could not be read once exited $rc"; }
+  grep -qF "stage \"a\" attempt 0 failed: workers exited 0, but the stage's final checkpoint cannot be read: $ck/manifest.pb: cannot read" run.out ||
+    { cat run.out; fail "the unreadable final checkpoint was not said"; }
+  echo "$case: an unreadable final checkpoint said and retried; the run completed"
   ;;
 run-dir-trust)
   one_rank_recipe one '' '{name: a, steps: 2}' >one.yaml
