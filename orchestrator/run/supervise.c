@@ -76,6 +76,17 @@ static double run_seconds(const Baton__Duration *d, double dflt) {
 
 /* The attempt's spec, written to file; *full set when that failed on a full disk (or
  * quota). */
+/* Test hook: BATON_FAULT_SPEC_FULL=sNN-aMM.pb makes writing that attempt's spec fail as
+ * on a full disk (tests/run/check-supervise.sh spec-full), which a link to /dev/full
+ * cannot stand in for: the run's files are never written through links. */
+static int run_spec_fault_full(const char *name, const char *file, bt_diag *diag) {
+    const char *f = getenv("BATON_FAULT_SPEC_FULL");
+    if (f == NULL || strcmp(f, strrchr(name, '/') + 1) != 0) return 0;
+    bt_diag_set(diag, "%s: cannot write: %s", file, strerror(ENOSPC));
+    errno = ENOSPC;
+    return BT_EIO;
+}
+
 static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSpec **out,
                           char *file, size_t cap, int *full, bt_diag *diag) {
     int rc = recipe_resolve_stage(c->doc, i, out, diag);
@@ -120,7 +131,8 @@ static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSp
     char name[64];
     snprintf(name, sizeof name, "specs/s%02zu-a%02u.pb", i, attempt);
     run_dir_file(c->dir, name, file, cap);
-    rc = ckpt_write_file_atomic(file, buf, n, diag);
+    rc = run_spec_fault_full(name, file, diag);
+    rc = rc ? rc : ckpt_write_file_atomic(file, buf, n, diag);
     *full = rc != 0 && (errno == ENOSPC || errno == EDQUOT);
     free(buf);
     return rc;
