@@ -521,6 +521,8 @@ static int run_open_dir(run_args *a, run_dir *dir) {
     if (rc == 0 && !a->resume && (rc = run_dir_note_start(dir, a->worker, &diag)) != 0)
         run_dir_close(dir);
     if (rc != 0) fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
+    if (rc == 0 && dir->warning[0])
+        fprintf(stderr, "baton %s: warning: %s\n", run_name(a), dir->warning);
     return rc;
 }
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "ckpt/crc32c.h"
+#include "util/file.h"
 
 void metrics_log_path(const char *run_dir, uint32_t stage, uint32_t attempt, char *out,
                       size_t cap) {
@@ -35,7 +36,7 @@ static int log_lock(int fd, short type) {
 int metrics_log_open(metrics_log *l, const char *path, bt_diag *diag) {
     snprintf(l->path, sizeof l->path, "%s", path);
     l->size = 0;
-    l->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+    l->fd = bt_open_private(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND);
     if (l->fd < 0) {
         bt_diag_set(diag, "%s: cannot create: %s", path, strerror(errno));
         return BT_EIO;

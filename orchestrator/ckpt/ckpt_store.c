@@ -341,10 +341,12 @@ int ckpt_cmd_push(int argc, char **argv) {
         return BT_EXIT_USAGE;
     }
     int rc = push_ckpt(&r, dir, name, &diag);
+    char shown[CKPT_PATH_MAX];
+    ckpt_url_shown(r.base, shown, sizeof shown);
     if (rc < 0)
         fprintf(stderr, "baton ckpt push: %s\n", diag.msg);
     else
-        printf("pushed %s to %s/%s\n", dir, r.base, name);
+        printf("pushed %s to %s/%s\n", dir, shown, name);
     ckpt_remote_free(&r);
     if (rc == BT_EUNSUPPORTED) return BT_EXIT_USAGE; /* the store will say the same again */
     return rc < 0 ? BT_EXIT_FAILURE : BT_EXIT_OK;
@@ -447,6 +449,7 @@ int ckpt_cmd_pull(int argc, char **argv) {
         fprintf(stderr, "baton ckpt pull: %s\n", diag.msg);
         return bt_cleanup_exit(bad_into ? BT_EXIT_USAGE : BT_EXIT_FAILURE);
     }
-    printf("pulled %s into %s\n", a.pos[0], final);
+    ckpt_url_shown(a.pos[0], partial, sizeof partial);
+    printf("pulled %s into %s\n", partial, final);
     return bt_cleanup_exit(BT_EXIT_OK);
 }

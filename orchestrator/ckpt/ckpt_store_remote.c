@@ -29,6 +29,20 @@ static void strip_slashes(char *s) {
         s[--n] = '\0';
 }
 
+void ckpt_url_shown(const char *url, char *out, size_t cap) {
+    const char *host = strstr(url, "://");
+    host = host ? host + 3 : url;
+    size_t auth = strcspn(host, "/?#"); /* the authority: [USER[:PASSWORD]@]HOST[:PORT] */
+    const char *at = NULL;
+    for (size_t i = 0; i < auth; i++)
+        if (host[i] == '@') at = host + i; /* the userinfo ends at the last one */
+    const char *colon = at ? memchr(host, ':', (size_t)(at - host)) : NULL;
+    if (colon == NULL)
+        snprintf(out, cap, "%s", url);
+    else
+        snprintf(out, cap, "%.*s***%s", (int)(colon + 1 - url), url, at);
+}
+
 /* SigV4 credentials and scope from the environment. */
 static int remote_s3_auth(ckpt_remote *r, char *region, size_t cap, bt_diag *diag) {
     const char *id = getenv("AWS_ACCESS_KEY_ID"), *secret = getenv("AWS_SECRET_ACCESS_KEY");
@@ -84,8 +98,10 @@ int ckpt_remote_init(ckpt_remote *r, const char *url, const char *endpoint, bt_d
     } else if (is_http(url) && endpoint == NULL) {
         snprintf(r->base, sizeof r->base, "%s", url);
     } else {
-        bt_diag_set(diag, "%s: expected http(s)://HOST[:PORT]/PREFIX or s3://BUCKET/PREFIX%s", url,
-                    endpoint ? " (--endpoint is for s3:// only)" : "");
+        char shown[CKPT_PATH_MAX];
+        ckpt_url_shown(url, shown, sizeof shown);
+        bt_diag_set(diag, "%s: expected http(s)://HOST[:PORT]/PREFIX or s3://BUCKET/PREFIX%s",
+                    shown, endpoint ? " (--endpoint is for s3:// only)" : "");
         rc = BT_EINVAL;
     }
     if (rc < 0) return rc;
@@ -117,10 +133,11 @@ int ckpt_remote_split(const char *url, char *store, size_t store_cap, char *name
     const char *scheme_end = strstr(tmp, "://");
     if (slash == NULL || scheme_end == NULL || slash <= scheme_end + 2 ||
         !ckpt_name_is_plain(slash + 1) || strlen(slash + 1) >= name_cap) {
+        ckpt_url_shown(url, tmp, sizeof tmp);
         bt_diag_set(diag,
                     "%s: expected a URL ending in the checkpoint's name, "
                     "e.g. http://HOST/PREFIX/s00-step00000300",
-                    url);
+                    tmp);
         return BT_EINVAL;
     }
     snprintf(name, name_cap, "%s", slash + 1);
@@ -173,6 +190,8 @@ static void remote_common(ckpt_remote *r, CURL *c, const char *url) {
         curl_easy_setopt(c, CURLOPT_AWS_SIGV4, r->sigv4);
         curl_easy_setopt(c, CURLOPT_USERPWD, r->userpwd);
         curl_easy_setopt(c, CURLOPT_HTTPHEADER, r->headers);
+    } else { /* credentials not in the URL: ~/.netrc's for the host, if it has any */
+        curl_easy_setopt(c, CURLOPT_NETRC, (long)CURL_NETRC_OPTIONAL);
     }
     if (r->max_time_ms > 0) curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, r->max_time_ms);
     if (r->stall_time_s > 0) { /* a server that accepts and never answers */
@@ -188,7 +207,8 @@ static void remote_common(ckpt_remote *r, CURL *c, const char *url) {
 /* Runs q with retries; 0 with q->status set once the server answered with a
  * non-transient status, else BT_EIO with the reason in diag. */
 static int remote_run(ckpt_remote *r, remote_req *q, bt_diag *diag) {
-    char why[CURL_ERROR_SIZE + 64] = "";
+    char why[CURL_ERROR_SIZE + 64] = "", shown[CKPT_PATH_MAX + 512];
+    ckpt_url_shown(q->url, shown, sizeof shown);
     for (int attempt = 0; attempt < r->tries; attempt++) {
         if (attempt > 0) backoff(attempt - 1);
         char err[CURL_ERROR_SIZE] = "";
@@ -211,9 +231,9 @@ static int remote_run(ckpt_remote *r, remote_req *q, bt_diag *diag) {
         else if (e != CURLE_OK && !transient_curl(e))
             break;
         if (attempt + 1 < r->tries)
-            fprintf(stderr, "baton ckpt: %s %s: %s; retrying\n", q->method, q->url, why);
+            fprintf(stderr, "baton ckpt: %s %s: %s; retrying\n", q->method, shown, why);
     }
-    bt_diag_set(diag, "%s %s: %s", q->method, q->url, why);
+    bt_diag_set(diag, "%s %s: %s", q->method, shown, why);
     return BT_EIO;
 }
 
@@ -225,14 +245,18 @@ static int remote_url(ckpt_remote *r, const char *name, const char *file, char *
     }
     int n = snprintf(out, cap, "%s/%s/%s", r->base, name, file);
     if (n < 0 || (size_t)n >= cap) {
-        bt_diag_set(diag, "%s/%s/%s: URL too long", r->base, name, file);
+        char shown[CKPT_PATH_MAX];
+        ckpt_url_shown(r->base, shown, sizeof shown);
+        bt_diag_set(diag, "%s/%s/%s: URL too long", shown, name, file);
         return BT_EINVAL;
     }
     return 0;
 }
 
 static int status_error(const remote_req *q, const char *file, bt_diag *diag) {
-    bt_diag_set(diag, "%s %s: HTTP %ld (file %s)", q->method, q->url, q->status, file);
+    char shown[CKPT_PATH_MAX + 512];
+    ckpt_url_shown(q->url, shown, sizeof shown);
+    bt_diag_set(diag, "%s %s: HTTP %ld (file %s)", q->method, shown, q->status, file);
     return BT_EIO;
 }
 
@@ -286,7 +310,9 @@ int ckpt_remote_delete(ckpt_remote *r, const char *name, const char *file, long 
     rc = remote_run(r, &q, diag);
     if (rc == 0) *status = q.status;
     if (rc == 0 && delete_refused(q.status)) {
-        bt_diag_set(diag, "%s %s: HTTP %ld", q.method, q.url, q.status);
+        char shown[CKPT_PATH_MAX + 512];
+        ckpt_url_shown(q.url, shown, sizeof shown);
+        bt_diag_set(diag, "%s %s: HTTP %ld", q.method, shown, q.status);
         return BT_EUNSUPPORTED;
     }
     if (rc == 0 && q.status != 404 && (q.status < 200 || q.status >= 300))

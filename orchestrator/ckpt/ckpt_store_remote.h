@@ -6,7 +6,9 @@
  *
  * Every request is tried up to three times, with a short backoff, when the failure is
  * transient (connection, timeout, a transfer cut short, HTTP 408/429/5xx); errors name
- * the method, the URL and the HTTP status or curl's reason. */
+ * the method, the URL (its password shown as ***, ckpt_url_shown) and the HTTP status or
+ * curl's reason. Credentials for plain HTTP(S): the URL's userinfo, else ~/.netrc's entry
+ * for the host (libcurl's netrc, optional). */
 #ifndef BATON_CKPT_STORE_REMOTE_H
 #define BATON_CKPT_STORE_REMOTE_H
 
@@ -35,6 +37,9 @@ typedef struct ckpt_remote {
  * from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION (default us-east-1). */
 int ckpt_remote_init(ckpt_remote *r, const char *url, const char *endpoint, bt_diag *diag);
 void ckpt_remote_free(ckpt_remote *r);
+/* url as it may be shown (messages, logs): a password in its userinfo replaced by ***
+ * (http://alice:***@HOST/...); the rest as given. */
+void ckpt_url_shown(const char *url, char *out, size_t cap);
 /* Splits URL .../NAME into the store URL and the checkpoint name NAME (into out). */
 int ckpt_remote_split(const char *url, char *store, size_t store_cap, char *name, size_t name_cap,
                       bt_diag *diag);

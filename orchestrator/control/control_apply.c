@@ -5,19 +5,10 @@
 
 #include "ckpt/ckpt.h"
 #include "control_internal.h"
-
-/* Equal strings, in time that depends only on the length of b (the secret), so that a
- * peer cannot learn the token a byte at a time from how fast it is refused. */
-static int control_token_equal(const char *a, const char *b) {
-    size_t na = strlen(a), nb = strlen(b);
-    unsigned char diff = (unsigned char)(na != nb);
-    for (size_t i = 0; i < nb; i++)
-        diff |= (unsigned char)(a[i < na ? i : 0] ^ b[i]);
-    return diff == 0;
-}
+#include "util/tcp.h"
 
 static int control_hello(control_server *cs, size_t i, const Baton__Hello *h, double now) {
-    if (h->token == NULL || !control_token_equal(h->token, cs->token)) return -1;
+    if (h->token == NULL || !bt_token_equal(h->token, strlen(h->token), cs->token)) return -1;
     if (!h->has_rank || h->rank >= cs->world) return -1;
     if (h->has_world && h->world != cs->world) return -1;
     if (h->has_attempt && h->attempt != cs->attempt) return -1;

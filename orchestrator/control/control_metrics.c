@@ -12,6 +12,7 @@
 
 #include "control_internal.h"
 #include "util/buf.h"
+#include "util/file.h"
 
 int control_metrics_line_field(const char *line, const char *key, uint64_t *out) {
     const char *k = strstr(line, key);
@@ -39,7 +40,7 @@ typedef void (*jsonl_keep_fn)(control_metrics_sink *s, const char *line, int has
 static int jsonl_scan(control_metrics_sink *s, const char *path, uint64_t below, FILE *out,
                       int *torn, jsonl_keep_fn keep, bt_diag *diag) {
     *torn = 0;
-    FILE *in = fopen(path, "re");
+    FILE *in = bt_fopen_private(path, "r");
     if (in == NULL) {
         if (errno == ENOENT) return 0;
         bt_diag_set(diag, "%s: cannot read: %s", path, strerror(errno));
@@ -99,7 +100,7 @@ static int jsonl_rewrite(control_metrics_sink *s, const char *path, FILE **f, ui
     int rc, torn;
     if (*f != NULL) fclose(*f);
     *f = NULL;
-    FILE *out = fopen(tmp, "we");
+    FILE *out = bt_fopen_private(tmp, "w");
     if (out == NULL) {
         bt_diag_set(diag, "%s: cannot create: %s", tmp, strerror(errno));
         rc = BT_EIO;
@@ -121,7 +122,7 @@ static int jsonl_rewrite(control_metrics_sink *s, const char *path, FILE **f, ui
         bt_diag_set(diag, "%s: cannot sync its directory: %s", path, strerror(errno));
         goto error;
     }
-    if ((*f = fopen(path, "ae")) == NULL) {
+    if ((*f = bt_fopen_private(path, "a")) == NULL) {
         bt_diag_set(diag, "%s: cannot open for appending: %s", path, strerror(errno));
         return BT_EIO;
     }
@@ -129,7 +130,7 @@ static int jsonl_rewrite(control_metrics_sink *s, const char *path, FILE **f, ui
 error:
     if (out != NULL) fclose(out);
     unlink(tmp);
-    if (*f == NULL) *f = fopen(path, "ae"); /* append to what is there */
+    if (*f == NULL) *f = bt_fopen_private(path, "a"); /* append to what is there */
     return rc;
 }
 
@@ -186,7 +187,7 @@ static int valid_open(control_metrics_sink *s, const char *run_dir, bt_diag *dia
     snprintf(s->valid_path, sizeof s->valid_path, "%s/valid.jsonl", run_dir);
     int torn, rc = jsonl_scan(s, s->valid_path, UINT64_MAX, NULL, &torn, valid_keep, diag);
     if (rc == 0 && torn) rc = valid_rewrite(s, UINT64_MAX, diag);
-    if (rc == 0 && s->valid == NULL) s->valid = fopen(s->valid_path, "ae");
+    if (rc == 0 && s->valid == NULL) s->valid = bt_fopen_private(s->valid_path, "a");
     if (rc == 0 && s->valid == NULL) {
         bt_diag_set(diag, "%s: cannot open for appending: %s", s->valid_path, strerror(errno));
         rc = BT_EIO;
@@ -209,7 +210,7 @@ int control_metrics_open(control_metrics_sink *s, const char *run_dir, bt_diag *
         control_metrics_close(s);
         return rc;
     }
-    if (s->jsonl == NULL) s->jsonl = fopen(s->jsonl_path, "ae");
+    if (s->jsonl == NULL) s->jsonl = bt_fopen_private(s->jsonl_path, "a");
     if (s->jsonl == NULL) {
         bt_diag_set(diag, "%s: cannot open for appending: %s", s->jsonl_path, strerror(errno));
         return BT_EIO;

@@ -3,6 +3,7 @@
 #include "control_server.h"
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -16,9 +17,6 @@
 #include "util/clock.h"
 #include "util/tcp.h"
 #include "control_internal.h"
-
-/* An unauthenticated connection is closed after this long without a Hello. */
-#define CONTROL_HELLO_TIMEOUT_S 10.0
 
 static int control_nonblock(int fd) {
     int fl = fcntl(fd, F_GETFL);
@@ -50,6 +48,7 @@ int control_server_open(control_server *cs, const char *token, const char *run_d
         return BT_EINVAL;
     }
     if ((cs->token = strdup(token)) == NULL) return BT_ENOMEM;
+    cs->max_unauth = bt_tcp_unauth_cap();
     int rc = control_listen(cs, bind_host ? bind_host : "127.0.0.1", diag);
     rc = rc ? rc : control_metrics_open(&cs->sink, run_dir, diag);
     if (rc != 0) control_server_close(cs);
@@ -89,33 +88,67 @@ int control_server_begin_attempt(control_server *cs, uint32_t stage_index, const
 
 size_t control_server_pollfds(const control_server *cs, struct pollfd *out, size_t cap) {
     size_t n = 0;
-    if (cs->listen_fd >= 0 && n < cap) out[n++] = (struct pollfd){cs->listen_fd, POLLIN, 0};
+    /* not while accepting pauses (out of descriptors) */
+    if (cs->listen_fd >= 0 && n < cap && bt_clock_now() >= cs->accept_resume)
+        out[n++] = (struct pollfd){cs->listen_fd, POLLIN, 0};
     for (size_t i = 0; i < cs->n_conns && n < cap; i++)
         out[n++] = (struct pollfd){cs->conns[i].fd, POLLIN, 0};
     return n;
 }
 
+/* The connection without a Hello opened longest ago, before `before` (one accepted in
+ * this round is read before it may be dropped): its index, or -1. *n: how many connections
+ * are without a Hello. */
+static long control_oldest_unauth(const control_server *cs, double before, size_t *n) {
+    long at = -1;
+    *n = 0;
+    for (size_t i = 0; i < cs->n_conns; i++) {
+        if (cs->conns[i].rank >= 0) continue;
+        ++*n;
+        if (cs->conns[i].opened < before && (at < 0 || cs->conns[i].opened < cs->conns[at].opened))
+            at = (long)i;
+    }
+    return at;
+}
+
+static int control_add(control_server *cs, int fd, double now) {
+    if (cs->n_conns == cs->cap_conns) {
+        size_t cap = cs->cap_conns ? 2 * cs->cap_conns : 16;
+        control_conn *p = realloc(cs->conns, cap * sizeof *p);
+        if (p == NULL) return -1;
+        cs->conns = p, cs->cap_conns = cap;
+    }
+    cs->conns[cs->n_conns++] = (control_conn){.fd = fd, .rank = -1, .opened = now};
+    return 0;
+}
+
+/* Accepts what is queued, keeping at most cs->max_unauth connections without a Hello (the
+ * oldest makes room for a new one), so that peers without the secret never hold more
+ * than a small share of the descriptors; out of descriptors, one of theirs is closed, or
+ * else accepting pauses (the socket, still readable, would make poll spin). */
 static void control_accept(control_server *cs, double now) {
-    for (;;) {
-        int fd = accept(cs->listen_fd, NULL, NULL);
-        if (fd < 0) return; /* EAGAIN, or a connection that went away meanwhile */
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        if (cs->n_conns == CONTROL_MAX_CONNS || control_nonblock(fd) != 0) {
+    for (size_t k = 0; k < cs->max_unauth + cs->world; k++) {
+        size_t n_unauth;
+        long old = control_oldest_unauth(cs, now, &n_unauth);
+        if (n_unauth >= cs->max_unauth) {
+            if (old < 0) return; /* all accepted just now: read them first */
             cs->rejected++;
-            close(fd);
+            control_conn_close(cs, (size_t)old);
+        }
+        int out_of_fds, fd = bt_tcp_accept(cs->listen_fd, &out_of_fds);
+        if (fd < 0 && out_of_fds && (old = control_oldest_unauth(cs, INFINITY, &n_unauth)) >= 0) {
+            cs->rejected++;
+            control_conn_close(cs, (size_t)old);
             continue;
         }
-        if (cs->n_conns == cs->cap_conns) {
-            size_t cap = cs->cap_conns ? 2 * cs->cap_conns : 16;
-            control_conn *p = realloc(cs->conns, cap * sizeof *p);
-            if (p == NULL) {
-                close(fd);
-                return;
-            }
-            cs->conns = p, cs->cap_conns = cap;
+        if (fd < 0) {
+            if (out_of_fds) cs->accept_resume = now + BT_TCP_ACCEPT_PAUSE_S;
+            return; /* EAGAIN, or a connection that went away meanwhile */
         }
-        cs->conns[cs->n_conns++] = (control_conn){.fd = fd, .rank = -1, .opened = now};
+        if (cs->n_conns == CONTROL_MAX_CONNS || control_add(cs, fd, now) != 0) {
+            cs->rejected++;
+            close(fd);
+        }
     }
 }
 
@@ -170,10 +203,11 @@ static long control_conn_of(const control_server *cs, int fd) {
 }
 
 void control_server_handle(control_server *cs, const struct pollfd *fds, size_t n, double now) {
+    int accept = 0;
     for (size_t k = 0; k < n; k++) {
         if (fds[k].revents == 0 || fds[k].fd < 0) continue;
         if (fds[k].fd == cs->listen_fd) {
-            control_accept(cs, now);
+            accept = 1; /* after the reads: a Hello that arrived is read before any drop */
             continue;
         }
         long i = control_conn_of(cs, fds[k].fd);
@@ -182,8 +216,9 @@ void control_server_handle(control_server *cs, const struct pollfd *fds, size_t 
         if (rc < 0) cs->rejected++;
         if (rc != 0) control_conn_close(cs, (size_t)i);
     }
+    if (accept) control_accept(cs, now);
     for (size_t i = cs->n_conns; i-- > 0;)
-        if (cs->conns[i].rank < 0 && now - cs->conns[i].opened > CONTROL_HELLO_TIMEOUT_S) {
+        if (cs->conns[i].rank < 0 && now - cs->conns[i].opened > BT_TCP_UNAUTH_TIMEOUT_S) {
             cs->rejected++;
             control_conn_close(cs, i);
         }

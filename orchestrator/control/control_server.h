@@ -6,7 +6,11 @@
  * the run's secret token (compared in constant time); until then nothing it sends is
  * trusted. A wrong or missing token, a frame longer than CONTROL_MAX_FRAME, bytes that do
  * not decode, or a Hello that names a rank outside the attempt's world closes the
- * connection and counts it in `rejected`.
+ * connection and counts it in `rejected`. So does a connection without a Hello after
+ * BT_TCP_UNAUTH_TIMEOUT_S, or when bt_tcp_unauth_cap() such connections are open and a new
+ * one comes (the oldest goes); out of descriptors, accepting closes one of those or
+ * pauses (util/tcp.h): anyone who can reach the port can connect, and must never take the
+ * descriptors the run needs (its checkpoints, its ranks' connections).
  *
  * Single-threaded and never blocking: sockets are nonblocking, reads take what is there,
  * and writes (Stop) that would block are dropped for that peer (counted in `send_failed`)
@@ -93,6 +97,8 @@ typedef struct control_server {
     void *ckpt_arg;
     /* Private. */
     int listen_fd;
+    size_t max_unauth;    /* connections without a Hello kept at once (bt_tcp_unauth_cap) */
+    double accept_resume; /* accepting paused until then (out of descriptors) */
     control_conn *conns;
     size_t n_conns, cap_conns;
     char *token;

@@ -11,6 +11,7 @@
 
 #include "ckpt/crc32c.h"
 #include "tensorboard.pb-c.h"
+#include "util/file.h"
 
 uint32_t tb_masked_crc(const void *data, size_t n) {
     uint32_t c = crc32c_update(0, data, n);
@@ -56,7 +57,7 @@ static int tb_create(tb_writer *w, const char *dir, bt_diag *diag) {
         else
             snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%lld.%s.%ld", dir, secs, host,
                      (long)getpid());
-        fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        fd = bt_open_private(w->path, O_WRONLY | O_CREAT | O_EXCL);
         if (fd < 0 && errno != EEXIST) break;
     }
     if (fd < 0 || (w->f = fdopen(fd, "wb")) == NULL) {
@@ -70,7 +71,7 @@ static int tb_create(tb_writer *w, const char *dir, bt_diag *diag) {
 
 int tb_writer_open(tb_writer *w, const char *dir, bt_diag *diag) {
     memset(w, 0, sizeof *w);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    if (bt_mkdir_private(dir) != 0) {
         bt_diag_set(diag, "%s: cannot create the TensorBoard directory: %s", dir, strerror(errno));
         return BT_EIO;
     }

@@ -1,12 +1,13 @@
 /* The rendezvous store's server (kv_store.h): one thread polls the listening socket and
  * every connection, reads requests into a per-connection buffer and answers each one as
  * soon as it is whole. Only that thread touches the table, so it needs no lock. */
-#define _GNU_SOURCE /* accept4, pipe2 */
+#define _GNU_SOURCE /* pipe2 */
 #include "kv_store.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdint.h>
@@ -16,6 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "util/clock.h"
 #include "util/kv_wire.h"
 #include "util/tcp.h"
 
@@ -28,8 +30,10 @@ typedef struct kv_entry {
 } kv_entry;
 
 typedef struct kv_conn {
-    int fd;       /* -1: a free slot */
-    uint8_t *buf; /* the request read so far */
+    int fd;        /* -1: a free slot */
+    int authed;    /* a request with the right token came */
+    double opened; /* when accepted (bt_clock_now) */
+    uint8_t *buf;  /* the request read so far */
     size_t len, cap;
 } kv_conn;
 
@@ -106,7 +110,9 @@ static int kv_handle(kv_store *s, kv_conn *c, size_t total) {
     uint32_t op = kv_u32(p), tl = kv_u32(p + 4), kl = kv_u32(p + 8), vl = kv_u32(p + 12);
     const uint8_t *tok = p + KV_HEAD, *key = tok + tl, *val = key + kl;
     int rc = 0;
-    if (tl != strlen(s->token) || memcmp(tok, s->token, tl) != 0) {
+    int good = bt_token_equal(tok, tl, s->token);
+    c->authed |= good;
+    if (!good) {
         kv_answer(c->fd, KV_DENIED, NULL, 0);
         rc = -1;
     } else if (op == KV_OP_SET) {
@@ -155,15 +161,81 @@ static void kv_read(kv_store *s, kv_conn *c) {
     }
 }
 
-static void kv_accept(kv_store *s) {
-    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return;
+/* The connection without a good request accepted longest ago, before `before` (one
+ * accepted in this round is read before it may be dropped): its slot, or -1. *n: how many
+ * connections are without one. */
+static int kv_oldest_unauth(const kv_store *s, double before, size_t *n) {
+    int at = -1;
+    *n = 0;
+    for (int i = 0; i < KV_STORE_MAX_CONNS; i++) {
+        const kv_conn *c = &s->conns[i];
+        if (c->fd < 0 || c->authed) continue;
+        ++*n;
+        if (c->opened < before && (at < 0 || c->opened < s->conns[at].opened)) at = i;
+    }
+    return at;
+}
+
+static void kv_put(kv_store *s, int fd, double now) {
     for (int i = 0; i < KV_STORE_MAX_CONNS; i++)
         if (s->conns[i].fd < 0) {
-            s->conns[i].fd = fd;
+            s->conns[i] = (kv_conn){.fd = fd, .opened = now};
             return;
         }
     close(fd); /* full: the client retries */
+}
+
+/* Accepts what is queued, keeping at most s->max_unauth connections without a good
+ * request (the oldest makes room for a new one); out of descriptors, one of those is
+ * closed, or else accepting pauses (util/tcp.h). */
+static void kv_accept(kv_store *s, double now) {
+    for (size_t k = 0; k < s->max_unauth; k++) {
+        size_t n_unauth;
+        int old = kv_oldest_unauth(s, now, &n_unauth);
+        if (n_unauth >= s->max_unauth) {
+            if (old < 0) return; /* all accepted just now: read them first */
+            kv_conn_close(&s->conns[old]);
+        }
+        int out_of_fds, fd = bt_tcp_accept(s->listen_fd, &out_of_fds);
+        if (fd < 0 && out_of_fds && (old = kv_oldest_unauth(s, INFINITY, &n_unauth)) >= 0) {
+            kv_conn_close(&s->conns[old]);
+            continue;
+        }
+        if (fd < 0) {
+            if (out_of_fds) s->accept_resume = now + BT_TCP_ACCEPT_PAUSE_S;
+            return;
+        }
+        kv_put(s, fd, now);
+    }
+}
+
+/* Closes the connections that sent no good request within BT_TCP_UNAUTH_TIMEOUT_S.
+ * Returns how many without one stay open. */
+static size_t kv_expire(kv_store *s, double now) {
+    size_t n = 0;
+    for (int i = 0; i < KV_STORE_MAX_CONNS; i++) {
+        kv_conn *c = &s->conns[i];
+        if (c->fd < 0 || c->authed) continue;
+        if (now - c->opened > BT_TCP_UNAUTH_TIMEOUT_S)
+            kv_conn_close(c);
+        else
+            n++;
+    }
+    return n;
+}
+
+/* Fills pfd (the wake pipe, the listening socket unless accepting pauses, then every
+ * connection, slot[k] naming pfd[k]'s): how many. */
+static int kv_pollfds(const kv_store *s, struct pollfd *pfd, int *slot, double now) {
+    int n = 0;
+    pfd[n++] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
+    pfd[n++] = (struct pollfd){.fd = now >= s->accept_resume ? s->listen_fd : -1, .events = POLLIN};
+    for (int i = 0; i < KV_STORE_MAX_CONNS; i++)
+        if (s->conns[i].fd >= 0) {
+            slot[n] = i;
+            pfd[n++] = (struct pollfd){.fd = s->conns[i].fd, .events = POLLIN};
+        }
+    return n;
 }
 
 static void *kv_thread(void *arg) {
@@ -171,20 +243,17 @@ static void *kv_thread(void *arg) {
     static const int cap = KV_STORE_MAX_CONNS + 2;
     struct pollfd *pfd = calloc((size_t)cap, sizeof *pfd);
     int *slot = calloc((size_t)cap, sizeof *slot);
+    size_t waiting = 0; /* connections without a good request: a deadline to keep */
     for (int stop = pfd == NULL || slot == NULL; !stop;) {
-        int n = 0;
-        pfd[n++] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
-        pfd[n++] = (struct pollfd){.fd = s->listen_fd, .events = POLLIN};
-        for (int i = 0; i < KV_STORE_MAX_CONNS; i++)
-            if (s->conns[i].fd >= 0) {
-                slot[n] = i;
-                pfd[n++] = (struct pollfd){.fd = s->conns[i].fd, .events = POLLIN};
-            }
-        if (poll(pfd, (nfds_t)n, -1) < 0 && errno != EINTR) break;
+        int n = kv_pollfds(s, pfd, slot, bt_clock_now());
+        int ms = waiting > 0 || pfd[1].fd < 0 ? 250 : -1;
+        if (poll(pfd, (nfds_t)n, ms) < 0 && errno != EINTR) break;
         stop = pfd[0].revents != 0;
-        if (pfd[1].revents & POLLIN) kv_accept(s);
-        for (int k = 2; k < n && !stop; k++)
+        double now = bt_clock_now();
+        for (int k = 2; k < n && !stop; k++) /* reads first: a request that came is served */
             if (pfd[k].revents) kv_read(s, &s->conns[slot[k]]);
+        if (!stop && (pfd[1].revents & POLLIN)) kv_accept(s, now);
+        waiting = kv_expire(s, now);
     }
     free(pfd);
     free(slot);
@@ -200,6 +269,7 @@ int kv_store_open(kv_store *s, const char *bind_host, const char *token, bt_diag
         return BT_EINVAL;
     }
     snprintf(s->token, sizeof s->token, "%s", token);
+    s->max_unauth = bt_tcp_unauth_cap();
     s->conns = calloc(KV_STORE_MAX_CONNS, sizeof *s->conns);
     if (s->conns == NULL) return BT_ENOMEM;
     for (int i = 0; i < KV_STORE_MAX_CONNS; i++)

@@ -4,7 +4,12 @@
  *
  * It runs on a thread of its own (started by kv_store_open, joined by kv_store_close),
  * so the supervisor's event loop does not change; keys live until close (every attempt
- * uses a fresh prefix: Slurm's PMIx namespace names the job step). */
+ * uses a fresh prefix: Slurm's PMIx namespace names the job step).
+ *
+ * It listens on an address other hosts reach, so anyone there can connect: a connection
+ * that has not sent a request with the run's token (compared in constant time) is closed
+ * after BT_TCP_UNAUTH_TIMEOUT_S, and at most bt_tcp_unauth_cap() such are kept (the oldest
+ * goes for a new one; util/tcp.h), so that they never shut the workers out. */
 #ifndef BATON_KV_STORE_H
 #define BATON_KV_STORE_H
 
@@ -21,6 +26,8 @@ typedef struct kv_store {
     /* Private. */
     char token[256];
     int listen_fd, wake[2];
+    size_t max_unauth;    /* connections without a good request kept (bt_tcp_unauth_cap) */
+    double accept_resume; /* accepting paused until then (out of descriptors) */
     pthread_t thread;
     int running;
     struct kv_conn *conns; /* KV_STORE_MAX_CONNS slots */

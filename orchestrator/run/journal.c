@@ -141,7 +141,7 @@ int journal_open(journal *j, const char *run_dir, bt_diag *diag) {
         return BT_EINVAL;
     }
     j->next_seq = count;
-    j->fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    j->fd = bt_open_private(path, O_WRONLY | O_CREAT);
     if (j->fd < 0 || ftruncate(j->fd, (off_t)valid) != 0 || lseek(j->fd, 0, SEEK_END) < 0) {
         bt_diag_set(diag, "%s: cannot open for appending: %s", path, strerror(errno));
         if (j->fd >= 0) close(j->fd);

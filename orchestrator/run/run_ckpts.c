@@ -26,10 +26,16 @@ int run_stage_finished(run_ctx *c, uint32_t stage, uint64_t steps, char *why, si
     Baton__Manifest *m = NULL;
     bt_diag d;
     bt_diag_init(&d);
-    int ok = ckpt_manifest_read(dir, &m, &d) == 0 && m->has_step && m->step == steps &&
-             m->stage_final && ckpt_stage_relation(m, run_recipe_name(c), stage) == CKPT_SAME_STAGE;
+    int rc = ckpt_manifest_read(dir, &m, &d);
+    int ok = rc == 0 && m->has_step && m->step == steps && m->stage_final &&
+             ckpt_stage_relation(m, run_recipe_name(c), stage) == CKPT_SAME_STAGE;
     if (m) baton__manifest__free_unpacked(m, NULL);
     if (ok) return 1;
+    if (rc == BT_EIO) { /* there, maybe, but not read (EMFILE, EIO): no verdict */
+        snprintf(why, cap, "workers exited 0, but the stage's final checkpoint cannot be read: %s",
+                 d.msg);
+        return -1;
+    }
     if (c->prog.have_step)
         snprintf(why, cap,
                  "workers exited 0 at step %llu of %llu without the stage's final checkpoint "

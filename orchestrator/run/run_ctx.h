@@ -143,7 +143,8 @@ int run_ckpt_own(run_ctx *c, uint32_t stage, char *out, size_t cap, uint64_t *st
 int run_ckpt_missing(run_ctx *c, uint32_t stage, char *why, size_t cap);
 /* 1 when the run's checkpoint root holds stage's final checkpoint (stage_final, at step
  * `steps`): what makes workers that all exited 0 a completed stage; else 0 with why (the
- * step reached, the checkpoint missing). */
+ * step reached, the checkpoint missing), or -1 with why when its manifest cannot be read
+ * (EMFILE, EIO: no verdict, worth another attempt). */
 int run_stage_finished(run_ctx *c, uint32_t stage, uint64_t steps, char *why, size_t cap);
 /* Removes the run's stale checkpoints/NAME.partial directories (a failed or killed save;
  * never a valid checkpoint, and on a full disk what holds the space the next save needs),

@@ -283,7 +283,7 @@ static int run_dir_lock(run_dir *d, bt_diag *diag) {
         return BT_EINVAL;
     }
     run_dir_file(d, "lock", path, sizeof path);
-    d->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    d->lock_fd = bt_open_private(path, O_RDWR | O_CREAT);
     if (d->lock_fd < 0) {
         bt_diag_set(diag, "%s: the run directory is not writable: %s", d->path, strerror(errno));
         return BT_EINVAL;
@@ -318,6 +318,78 @@ int run_dir_busy(const char *path) {
         close(fd);
     }
     return busy || run_dir_busy_dir(path); /* the lock file deleted as stale */
+}
+
+static const char *run_dir_unsafe(const struct stat *st, char *why, size_t cap);
+
+/* An existing run directory that another user owns or may write is refused: that user
+ * could plant files and symbolic links in it for baton to write through (as ssh's
+ * StrictModes refuses such a home). */
+static int run_dir_check_owner(const run_dir *d, const struct stat *st, bt_diag *diag) {
+    char why[128];
+    if (run_dir_unsafe(st, why, sizeof why) == NULL) return 0;
+    char mode[32] = "";
+    if (st->st_uid != geteuid()) snprintf(mode, sizeof mode, " (mode %03o)", st->st_mode & 0777);
+    bt_diag_set(diag,
+                "%s: not used as a run directory: it is %s%s, so another user could plant "
+                "files or symbolic links in it that baton would write through; make it yours "
+                "and writable by you alone (chown, chmod 700), or choose another run directory",
+                d->path, why, mode);
+    return BT_EINVAL;
+}
+
+/* What baton keeps in a run directory under fixed names, files and then directories:
+ * none may be a symbolic link (another user's, planted to redirect the run's writes), nor
+ * a directory another user owns or may write. */
+static const char *const run_dir_entries[] = {
+    "lock", JOURNAL_FILE, "metrics.jsonl", "valid.jsonl", "specs", "logs", CKPT_ROOT_IN_RUN, "tb"};
+
+static int run_dir_check_entries(const run_dir *d, bt_diag *diag) {
+    char path[4200], why[128];
+    for (size_t i = 0; i < sizeof run_dir_entries / sizeof *run_dir_entries; i++) {
+        struct stat st;
+        run_dir_file(d, run_dir_entries[i], path, sizeof path);
+        const char *bad = lstat(path, &st) != 0  ? NULL
+                          : S_ISLNK(st.st_mode)  ? "a symbolic link"
+                          : !S_ISDIR(st.st_mode) ? NULL /* a file, or said where it is used */
+                                                 : run_dir_unsafe(&st, why, sizeof why);
+        if (bad == NULL) continue;
+        bt_diag_set(diag,
+                    "%s: %s, which baton does not use in a run directory: another user may "
+                    "have made it to redirect what the run writes; %s",
+                    path, bad,
+                    S_ISLNK(st.st_mode) ? "remove it"
+                                        : "make it yours and writable by you alone, or remove it");
+        return BT_EINVAL;
+    }
+    return 0;
+}
+
+/* A directory that was there: refused when another user could have planted anything in
+ * it (run_dir_check_owner, run_dir_check_entries); d->warning when others may read it. */
+static int run_dir_check_existing(run_dir *d, const struct stat *st, bt_diag *diag) {
+    if (run_dir_check_owner(d, st, diag) != 0 || run_dir_check_entries(d, diag) != 0)
+        return BT_EINVAL;
+    if (st->st_mode & 077)
+        snprintf(d->warning, sizeof d->warning,
+                 "%s is readable by other users (mode %03o); run directories baton creates "
+                 "are 0700",
+                 d->path, (unsigned)(st->st_mode & 0777));
+    return 0;
+}
+
+/* specs/ and logs/ made 0700 unless there (never through a symbolic link). */
+static int run_dir_subdirs(const run_dir *d, bt_diag *diag) {
+    const char *subs[] = {"specs", "logs"};
+    char sub[4200];
+    for (size_t i = 0; i < 2; i++) {
+        run_dir_file(d, subs[i], sub, sizeof sub);
+        if (bt_mkdir_private(sub) != 0 && errno != ENOTDIR) { /* a file: said where used */
+            bt_diag_set(diag, "%s: cannot create: %s", sub, strerror(errno));
+            return BT_EINVAL;
+        }
+    }
+    return 0;
 }
 
 /* d->path made (0700) unless there; *st and *existed: what was there. A file there is
@@ -355,35 +427,23 @@ int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const ch
         bt_diag_set(diag, "%s: the run directory's path is too long", path);
         return BT_EINVAL;
     }
-    char sub[4200];
     struct stat st;
     int existed;
     if (run_dir_make(d, &st, &existed, diag) != 0) return BT_EINVAL;
-    if (existed && (st.st_mode & 077))
-        fprintf(stderr,
-                "baton run: warning: %s is accessible to other users (mode %03o); run "
-                "directories baton creates are 0700\n",
-                d->path, (unsigned)(st.st_mode & 0777));
     char abs[PATH_MAX];
     if (realpath(d->path, abs) == NULL || strlen(abs) >= sizeof d->path) {
         bt_diag_set(diag, "%s: cannot resolve the run directory: %s", d->path, strerror(errno));
         return BT_EINVAL;
     }
     snprintf(d->path, sizeof d->path, "%s", abs); /* workers and specs see one absolute path */
+    if (existed && run_dir_check_existing(d, &st, diag) != 0) return BT_EINVAL;
     int rc = run_dir_lock(d, diag);
     if (rc == 0) d->started = run_dir_has_started(d->path);
     rc = rc ? rc : run_dir_check_overrides(d, overrides, diag);
     rc = rc ? rc : run_dir_recipe(d, recipe_file, overrides, diag);
     rc = rc ? rc : run_dir_random(d, "secret", 32, d->token, "secret", diag);
     rc = rc ? rc : run_dir_random(d, "run_id", 16, d->run_id, "id", diag);
-    const char *subs[] = {"specs", "logs"};
-    for (size_t i = 0; rc == 0 && i < 2; i++) {
-        run_dir_file(d, subs[i], sub, sizeof sub);
-        if (mkdir(sub, 0700) != 0 && errno != EEXIST) {
-            bt_diag_set(diag, "%s: cannot create: %s", sub, strerror(errno));
-            rc = BT_EINVAL;
-        }
-    }
+    rc = rc ? rc : run_dir_subdirs(d, diag);
     if (rc != 0) run_dir_close(d);
     return rc;
 }

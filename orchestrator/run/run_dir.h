@@ -1,4 +1,6 @@
-/* A run directory: everything one `baton run` owns, 0700.
+/* A run directory: everything one `baton run` owns, 0700; one that another user owns or
+ * may write is refused, and so is a symbolic link where baton keeps a file or directory
+ * (it opens them O_NOFOLLOW).
  *   recipe.yaml   the recipe as given (what `baton resume` reruns)
  *   overrides     its --set assignments, one per line (reapplied by `baton resume`)
  *   workdir       the directory the run started in (run_dir_note_start)
@@ -30,17 +32,20 @@ typedef struct run_dir {
     char token[65];
     char run_id[33]; /* RUN_DIR/run_id */
     int lock_fd;
-    int dir_lock_fd; /* the directory, flock'ed */
-    int started;     /* a run worked here before this command (workdir, or a journal) */
+    int dir_lock_fd;    /* the directory, flock'ed */
+    int started;        /* a run worked here before this command (workdir, or a journal) */
+    char warning[4300]; /* what the caller says as a warning (the directory's mode), or "" */
 } run_dir;
 
 /* Creates (0700) or reopens path for recipe_file and overrides (the --set lines), whose
  * bytes must equal the copies kept there when the directory already holds a run; the
  * kept overrides must also still be those the journal says the run started with (a lost
  * copy is written again only when overrides are those); takes the lock; makes the
- * secret and the run id (run_id) where they are not there yet. Every
- * failure (unwritable, another run's directory, locked by another baton run) is a
- * clear message and BT_EINVAL / BT_EIO. */
+ * secret and the run id (run_id) where they are not there yet. Every failure
+ * (unwritable; an existing directory another user owns or group or others may write; a
+ * symbolic link for specs/, logs/, checkpoints/ or tb/; another run's directory; locked
+ * by another baton run) is a clear message and BT_EINVAL / BT_EIO. d->warning: one for
+ * the caller to say (a directory others may read). */
 int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const char *overrides,
                  bt_diag *diag);
 void run_dir_close(run_dir *d);

@@ -15,6 +15,7 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt/crc32c.h"
+#include "util/file.h"
 #include "launch_slurm.h"
 #include "run_ctx.h"
 #include "util/clock.h"
@@ -75,6 +76,17 @@ static double run_seconds(const Baton__Duration *d, double dflt) {
 
 /* The attempt's spec, written to file; *full set when that failed on a full disk (or
  * quota). */
+/* Test hook: BATON_FAULT_SPEC_FULL=sNN-aMM.pb makes writing that attempt's spec fail as
+ * on a full disk (tests/run/check-supervise.sh spec-full), which a link to /dev/full
+ * cannot stand in for: the run's files are never written through links. */
+static int run_spec_fault_full(const char *name, const char *file, bt_diag *diag) {
+    const char *f = getenv("BATON_FAULT_SPEC_FULL");
+    if (f == NULL || strcmp(f, strrchr(name, '/') + 1) != 0) return 0;
+    bt_diag_set(diag, "%s: cannot write: %s", file, strerror(ENOSPC));
+    errno = ENOSPC;
+    return BT_EIO;
+}
+
 static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSpec **out,
                           char *file, size_t cap, int *full, bt_diag *diag) {
     int rc = recipe_resolve_stage(c->doc, i, out, diag);
@@ -121,7 +133,8 @@ static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSp
     char name[64];
     snprintf(name, sizeof name, "specs/s%02zu-a%02u.pb", i, attempt);
     run_dir_file(c->dir, name, file, cap);
-    rc = ckpt_write_file_atomic(file, buf, n, diag);
+    rc = run_spec_fault_full(name, file, diag);
+    rc = rc ? rc : ckpt_write_file_atomic(file, buf, n, diag);
     *full = rc != 0 && (errno == ENOSPC || errno == EDQUOT);
     free(buf);
     return rc;
@@ -342,6 +355,20 @@ static int run_stop_lost_rank(const launch_job *job) {
     return 0;
 }
 
+/* Every rank exited 0 but the stage's final checkpoint could not be read (out of
+ * descriptors, an I/O error): no verdict on it, so a failure another attempt may get
+ * past, not one it would repeat. */
+static attempt_end run_unread_final(run_ctx *c, uint32_t stage, uint32_t attempt,
+                                    Baton__JournalRecord *r, const char *why) {
+    r->detail = (char *)why;
+    r->has_retryable = 1, r->retryable = 1;
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__FAILURE, stage, r);
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, r);
+    run_progress_end(&c->prog);
+    run_err(c, "stage \"%s\" attempt %u failed: %s\n", c->prog.stage, attempt, why);
+    return ATTEMPT_RETRY;
+}
+
 /* Polls the job until it ends; kills it on a signal or a hang (*hung set). */
 static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attempt, double hang_s,
                      int *hung) {
@@ -485,7 +512,7 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
      * work all the same: the stage's final checkpoint says whether it was all of it. */
     int all_zero = job->cause == LAUNCH_EXITED && run_all_exited_zero(job);
     if (all_zero && !c->got_signal &&
-        run_stage_finished(c, stage, c->spec->stage->steps, why, sizeof why)) {
+        run_stage_finished(c, stage, c->spec->stage->steps, why, sizeof why) == 1) {
         launch_job_describe(job, why, sizeof why);
         run_progress_end(&c->prog);
         run_err(c,
@@ -498,10 +525,12 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
     if (job->cause == LAUNCH_SUCCESS) {
         /* Exit status 0 alone is no proof: a worker told to take fewer steps, or a wrapper
          * that never ran one, exits 0 too. The stage's final checkpoint is. */
-        if (run_stage_finished(c, stage, c->spec->stage->steps, why, sizeof why)) {
+        int fin = run_stage_finished(c, stage, c->spec->stage->steps, why, sizeof why);
+        if (fin == 1) {
             run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
             return ATTEMPT_DONE;
         }
+        if (fin < 0) return run_unread_final(c, stage, attempt, &r, why);
         /* Every rank did what it was told and would do it again: not retried. */
         r.detail = why;
         r.has_retryable = 1, r.retryable = 0;
@@ -711,7 +740,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
         return ATTEMPT_FATAL;
     }
     env[1] = c->o->slurm ? store_env : NULL;
-    c->prog = (run_progress){.log = fopen(log_file, "w"),
+    c->prog = (run_progress){.log = bt_fopen_private(log_file, "w"),
                              .stage = c->doc->recipe->stages[i]->name,
                              .tty = isatty(1),
                              .quiet = c->o->quiet,

@@ -255,7 +255,7 @@ static int write_all(int fd, const void *data, size_t n) {
 int ckpt_write_file_atomic(const char *path, const void *data, size_t n, bt_diag *diag) {
     char tmp[CKPT_PATH_MAX + 8], dir[CKPT_PATH_MAX];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     int ok = fd >= 0 && write_all(fd, data, n) == 0 && fsync(fd) == 0;
     int err = errno;
     if (fd >= 0 && close(fd) != 0) ok = 0;

@@ -1,10 +1,12 @@
 #include "file.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int bt_read_file(const char *path, size_t max, char **out, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -17,9 +19,11 @@ int bt_read_file(const char *path, size_t max, char **out, size_t *len) {
             if (b == NULL) free(buf);
             buf = b, cap *= 2;
         }
-    int err = ferror(f) ? EIO : cap >= max && n == cap ? EFBIG : ENOMEM;
+    int failed = ferror(f), err = failed                   ? (errno ? errno : EIO)
+                                  : cap >= max && n == cap ? EFBIG
+                                                           : ENOMEM;
     fclose(f);
-    if (buf == NULL || n > max) {
+    if (buf == NULL || n > max || failed) { /* a read error is no shorter file */
         free(buf);
         errno = err;
         return -1;
@@ -46,4 +50,31 @@ int bt_mkdir_p(const char *path, mode_t mode) {
     free(p);
     errno = err;
     return rc;
+}
+
+int bt_open_private(const char *path, int flags) {
+    return open(path, flags | O_NOFOLLOW | O_CLOEXEC, 0600);
+}
+
+FILE *bt_fopen_private(const char *path, const char *how) {
+    int flags = how[0] == 'r'   ? O_RDONLY
+                : how[0] == 'w' ? O_WRONLY | O_CREAT | O_TRUNC
+                                : O_WRONLY | O_CREAT | O_APPEND;
+    int fd = bt_open_private(path, flags);
+    FILE *f = fd >= 0 ? fdopen(fd, how[0] == 'r' ? "r" : how[0] == 'w' ? "w" : "a") : NULL;
+    if (f == NULL && fd >= 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+    }
+    return f;
+}
+
+int bt_mkdir_private(const char *path) {
+    struct stat st;
+    if (mkdir(path, 0700) == 0) return 0;
+    if (errno != EEXIST || lstat(path, &st) != 0) return -1;
+    if (S_ISDIR(st.st_mode)) return 0;
+    errno = S_ISLNK(st.st_mode) ? ELOOP : ENOTDIR;
+    return -1;
 }

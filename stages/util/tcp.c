@@ -1,10 +1,14 @@
+#define _GNU_SOURCE /* accept4 */
 #include "util/tcp.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -19,7 +23,8 @@ int bt_tcp_listen(const char *host, const char *what, int *fd_out, char *address
         bt_diag_set(diag, "%s: cannot resolve '%s': %s", what, host, gai_strerror(gai));
         return BT_EINVAL;
     }
-    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol), one = 1;
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol),
+        one = 1;
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     int ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
@@ -37,4 +42,33 @@ int bt_tcp_listen(const char *host, const char *what, int *fd_out, char *address
     snprintf(address, cap, v6 ? "[%s]:%u" : "%s:%u", host, port);
     *fd_out = fd;
     return 0;
+}
+
+size_t bt_tcp_unauth_cap(void) {
+    struct rlimit rl;
+    rlim_t soft = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur : 1024;
+    if (soft == RLIM_INFINITY || soft > 1024) soft = 1024;
+    size_t cap = (size_t)soft / 16;
+    return cap < 4 ? 4 : cap > 64 ? 64 : cap;
+}
+
+int bt_tcp_accept(int listen_fd, int *out_of_fds) {
+    *out_of_fds = 0;
+    int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+        *out_of_fds = errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM;
+        return -1;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+int bt_token_equal(const void *given, size_t n, const char *secret) {
+    const unsigned char *a = given;
+    size_t ns = strlen(secret);
+    unsigned char diff = (unsigned char)(n != ns);
+    for (size_t i = 0; i < ns; i++)
+        diff |= (unsigned char)((i < n ? a[i] : 0) ^ (unsigned char)secret[i]);
+    return diff == 0;
 }

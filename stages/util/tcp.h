@@ -1,5 +1,8 @@
 /* A listening TCP socket on an ephemeral port, shared by the control channel and the
- * rendezvous store. */
+ * rendezvous store, and what both do alike with peers that have not shown the run's
+ * secret yet: anyone who can reach the port can connect, so such connections are few
+ * (bt_tcp_unauth_cap), short-lived (BT_TCP_UNAUTH_TIMEOUT_S) and never allowed to take
+ * the descriptors the run itself needs (bt_tcp_accept). */
 #ifndef BATON_TCP_H
 #define BATON_TCP_H
 
@@ -8,9 +11,34 @@
 #include "util/err.h"
 
 /* Listens on host (a numeric address or name) at a port the kernel picks; *fd is the
- * socket (close-on-exec), address gets "host:port" ("[host]:port" for IPv6). what names
- * the listener in errors ("control channel"). 0, BT_EINVAL (host not resolved) or BT_EIO. */
+ * socket (close-on-exec, nonblocking: bt_tcp_accept), address gets "host:port" ("[host]:port" for
+ * IPv6). what names the listener in errors ("control channel"). 0, BT_EINVAL (host not resolved) or
+ * BT_EIO. */
 int bt_tcp_listen(const char *host, const char *what, int *fd, char *address, size_t cap,
                   bt_diag *diag);
+
+/* A connection that has not shown the run's token (a Hello, a request) is closed after
+ * this long. */
+#define BT_TCP_UNAUTH_TIMEOUT_S 10.0
+/* How long a server stops accepting when the process is out of descriptors and it has no
+ * unauthenticated connection to close instead. */
+#define BT_TCP_ACCEPT_PAUSE_S 0.5
+
+/* How many unauthenticated connections a server keeps at once: a sixteenth of the soft
+ * open-files limit (RLIMIT_NOFILE, read now), 4 to 64; when that many are open, the
+ * oldest is closed for a new one. */
+size_t bt_tcp_unauth_cap(void);
+
+/* accept4 on listen_fd, nonblocking and close-on-exec, with TCP_NODELAY: the fd, or -1
+ * (errno set) when nothing is waiting or the connection went away. *out_of_fds is set
+ * when it failed for want of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM): the
+ * connection stays queued and the socket readable, so the caller must free a descriptor
+ * or stop polling the socket for a while (BT_TCP_ACCEPT_PAUSE_S), not try again at once. */
+int bt_tcp_accept(int listen_fd, int *out_of_fds);
+
+/* Whether the n bytes at given equal secret (NUL-terminated), in time that depends only
+ * on secret's length, so that a peer cannot learn it a byte at a time from how fast it is
+ * refused. */
+int bt_token_equal(const void *given, size_t n, const char *secret);
 
 #endif

@@ -90,11 +90,12 @@
 #   init-end      checkpoint.every_steps: 0 saves only at the stage's end (-1 refused);
 #                 a run whose init is that checkpoint, of another ffn_dim, is refused
 #                 naming model.ffn_dim and both values.
-#   worker-planted  a `worker` file planted in a fresh run directory (0777) is never run
-#                 (the new run removes it); in a run that started, one that another user
-#                 could have written (the directory or the file writable by group or
-#                 others, owned by another uid, a symbolic link) is refused by resume and
-#                 run alike, exit 2, naming the file and why, and nothing is started.
+#   worker-planted  a `worker` file in a fresh run directory is never run (the new run
+#                 removes it); in a run that started, one that another user could have
+#                 written (the directory writable by group and others: the run directory
+#                 itself refused; the file writable by its group, owned by another uid, a
+#                 symbolic link) is refused by resume and run alike, exit 2, naming the
+#                 file and why, and nothing is started.
 #   old-names     a run stopped mid-stage whose kept recipe names its stage "a.b 1" (as
 #                 runs started before the stage-name rule could): `baton resume` warns
 #                 and completes it, as does `baton run` on its directory; a new run with
@@ -115,6 +116,24 @@
 #                 checkpoints, by `baton run` again and by `baton resume`, also when they
 #                 and the run directory predate the run id (ckpt_edit --drop-run-id), and a
 #                 new run whose init: names such an older checkpoint takes its weights.
+#   control-flood  under `ulimit -n 128`, 400 idle connections to the control port (no
+#                 Hello, each one dropped opened again, as any local user could) while a
+#                 two-stage run goes on: baton holds few descriptors (the connections
+#                 without a Hello are capped), the rank's own connection gets in, and the
+#                 run completes, exit 0, across the stage boundary.
+#   final-unread  every rank exits 0, but the stage's final checkpoint cannot be read
+#                 (its manifest.pb made a directory: EIO, as EMFILE would be): a failure
+#                 said as such and retried, not "without the stage's final checkpoint"
+#                 and given up; the next attempt, the manifest back, completes the run.
+#   run-dir-trust  a run under umask 000 leaves nothing in its run directory that group or
+#                 others may read or write (files 0600, directories 0700); an existing run
+#                 directory writable by group or others (0777, 0770; run and resume), or
+#                 (as root) one another user made (0700, owned by nobody, with links in
+#                 it), is refused, exit 2, naming it, its owner and mode; a symbolic link
+#                 planted in one's own directory for the journal, metrics.jsonl,
+#                 valid.jsonl, lock, specs/, logs/, checkpoints/ or tb/ is refused, exit 2,
+#                 and nothing is written where it points; a directory others may read is
+#                 a warning that names the command (baton resume: warning: ...).
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 #   (the supervisor's judgements, pauses, journal and history: check-supervise.sh;
 #   what both share: run-common.sh)
@@ -1125,9 +1144,9 @@ worker-planted)
   one_rank_recipe one '' '{name: a, steps: 2}' >one.yaml
   printf '#!/bin/sh\ntouch %q/pwned\nexec %q "$@"\n' "$work" "$worker" >evil.sh
   chmod 0755 evil.sh
-  mkdir -m 0777 rp
+  mkdir -m 0700 rp
   printf %s "$work/evil.sh" >rp/worker
-  "$baton" run one.yaml --run-dir rp --quiet >run.out 2>&1 || fail "the run in a fresh 0777 directory failed"
+  "$baton" run one.yaml --run-dir rp --quiet >run.out 2>&1 || fail "the run in a fresh directory failed"
   [[ ! -e pwned ]] || fail "a worker planted in a fresh run directory was run"
   [[ ! -e rp/worker ]] || fail "the planted rp/worker is still there"
   # refused: exit 2, naming the file and why; nothing run
@@ -1141,8 +1160,13 @@ worker-planted)
     [[ ! -e pwned ]] || fail "$why: the planted worker ran"
   }
   printf %s "$work/evil.sh" >rp/worker
-  refused "$work/rp is writable by group and others (mode 777)" "$baton" resume rp --quiet
-  refused "$work/rp is writable by group and others (mode 777)" "$baton" run one.yaml --run-dir rp
+  chmod 0777 rp
+  for cmd in "resume rp --quiet" "run one.yaml --run-dir rp"; do
+    set +e; "$baton" $cmd >ref.out 2>&1; rc=$?; set -e
+    [[ $rc == 2 ]] && grep -qF "$work/rp: not used as a run directory: it is writable by group and others (mode 777)" ref.out ||
+      { cat ref.out; fail "baton $cmd in a 0777 directory: exit $rc"; }
+    [[ ! -e pwned ]] || fail "baton $cmd in a 0777 directory: the planted worker ran"
+  done
   chmod 0700 rp
   chmod 0620 rp/worker
   refused "$work/rp/worker is writable by its group (mode 620)" "$baton" resume rp
@@ -1219,6 +1243,112 @@ steps = [json.loads(l)["step"] for l in open(sys.argv[1])]
 assert steps == list(range(1, 9)), steps
 PY
   echo "$case: a locked metrics log waited for once; $(grep -c 'still locked' run.out) message"
+  ;;
+control-flood)
+  one_rank_recipe two '' '{name: a, steps: 4}' '{name: b, steps: 4}' >two.yaml
+  # the rank waits for the flood before it starts (every attempt's rank alike)
+  printf '#!/bin/sh\nwhile [ ! -e %q/go ]; do sleep 0.05; done\nexec %q "$@"\n' "$work" "$worker" >wait.sh
+  chmod 0755 wait.sh
+  (ulimit -n 128 && exec "$baton" run two.yaml --run-dir r1 --worker "$work/wait.sh") >run.out 2>&1 &
+  bpid=$!
+  wait_files r1/specs/s00-a00.pb 1 60 "the first attempt's spec"
+  port=$(grep -aoE '127\.0\.0\.1:[0-9]+' r1/specs/s00-a00.pb | head -1 | cut -d: -f2)
+  [[ -n $port ]] || fail "no control address in the spec"
+  /usr/bin/python3 "$src/tests/run/flood.py" 127.0.0.1 "$port" 400 >flood.out &
+  bg_pids=$!
+  deadline=$((SECONDS + 30))
+  until [[ -s flood.out ]]; do ((SECONDS < deadline)) || fail "the flood never started"; sleep 0.05; done
+  sleep 2 # the connections held past a few rounds of eviction
+  nfd=$(ls "/proc/$bpid/fd" | wc -l)
+  ((nfd < 64)) || fail "baton run holds $nfd descriptors under the flood ($(cat flood.out))"
+  touch go
+  deadline=$((SECONDS + 120))
+  while kill -0 "$bpid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+  kill -0 "$bpid" 2>/dev/null && fail "the run under the flood did not end within 120 s"
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  kill "$bg_pids"
+  bg_pids=
+  [[ $rc == 0 ]] || { cat run.out; fail "the run under the flood exited $rc"; }
+  ! grep -h "control channel" r1/logs/*.log || fail "a rank did not get its control connection"
+  echo "$case: $(cat flood.out) idle connections; baton held $nfd descriptors and completed both stages"
+  ;;
+final-unread)
+  one_rank_recipe one 'restart: {max_restarts: 2, backoff: 2s}' '{name: a, steps: 2}' >one.yaml
+  ck=$work/r1/checkpoints/s00-step00000002
+  cat >wrap.sh <<SH
+#!/bin/sh
+[ -e $work/struck ] && exec $worker "\$@"
+$worker "\$@" || exit \$?
+touch $work/struck && mv $ck/manifest.pb $ck/manifest.keep && mkdir $ck/manifest.pb
+SH
+  chmod 0755 wrap.sh
+  "$baton" run one.yaml --run-dir r1 --worker "$work/wrap.sh" --quiet >run.out 2>&1 &
+  bpid=$!
+  # the manifest back within the restart's backoff, as a passing EMFILE or EIO would be
+  deadline=$((SECONDS + 60))
+  until grep -q "restarting stage" run.out; do
+    kill -0 "$bpid" 2>/dev/null && ((SECONDS < deadline)) || { cat run.out; fail "no restart after the unreadable final checkpoint"; }
+    sleep 0.05
+  done
+  rmdir "$ck/manifest.pb" && mv "$ck/manifest.keep" "$ck/manifest.pb"
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  [[ $rc == 0 ]] || { cat run.out; fail "the run whose final checkpoint could not be read once exited $rc"; }
+  grep -qF "stage \"a\" attempt 0 failed: workers exited 0, but the stage's final checkpoint cannot be read: $ck/manifest.pb: cannot read" run.out ||
+    { cat run.out; fail "the unreadable final checkpoint was not said"; }
+  echo "$case: an unreadable final checkpoint said and retried; the run completed"
+  ;;
+run-dir-trust)
+  one_rank_recipe one '' '{name: a, steps: 2}' >one.yaml
+  (umask 000 && "$baton" run one.yaml --run-dir r0 --quiet) >run.out 2>&1 || fail "the run under umask 000 failed"
+  open=$(find r0 -perm /077 -printf '%m %p\n')
+  [[ -z $open ]] || fail "under umask 000, open to group or others: $open"
+  # refused: exit 2, the message, nothing written in DIR (no journal) nor through links
+  echo ORIGINAL >victim
+  mkdir -m 0700 vdir
+  refused() { # DIR MESSAGE COMMAND...
+    local dir=$1 msg=$2 rc
+    shift 2
+    set +e; "$baton" "$@" >ref.out 2>&1; rc=$?; set -e
+    [[ $rc == 2 ]] && grep -qF "$msg" ref.out || { cat ref.out; fail "$dir: exit $rc, or not said: $msg"; }
+    [[ $(cat victim) == ORIGINAL && -z $(ls -A vdir) ]] || fail "$dir: written through a planted link"
+  }
+  for mode in 777 770; do
+    mkdir -m $mode rw$mode
+    refused rw$mode "$work/rw$mode: not used as a run directory: it is writable by" run one.yaml --run-dir rw$mode
+    [[ -z $(ls -A rw$mode) ]] || fail "rw$mode: written in: $(ls -A rw$mode)"
+  done
+  cp -a r0 rr
+  chmod 0777 rr
+  refused rr "$work/rr: not used as a run directory: it is writable by group and others (mode 777)" resume rr
+  chmod 0700 rr
+  for name in journal metrics.jsonl valid.jsonl lock specs logs checkpoints tb; do
+    mkdir -m 0700 "l-$name"
+    [[ $name == *.* || $name == journal || $name == lock ]] && target=$work/victim || target=$work/vdir
+    ln -s "$target" "l-$name/$name"
+    refused "l-$name" "$work/l-$name/$name: a symbolic link, which baton does not use in a run directory" \
+      run one.yaml --run-dir "l-$name"
+  done
+  # a link where an earlier run's file was, then resume
+  mv rr/metrics.jsonl rr/m.old && ln -s "$work/victim" rr/metrics.jsonl
+  refused rr "$work/rr/metrics.jsonl: a symbolic link" resume rr
+  nb="setpriv --reuid=nobody --regid=nogroup --clear-groups"
+  if [[ $(id -u) == 0 ]] && command -v setpriv >/dev/null && chmod 711 "$work" && $nb true 2>/dev/null; then
+    mkdir -m 1777 shared
+    $nb sh -c "mkdir -m 0700 shared/rn && ln -s $work/victim shared/rn/metrics.jsonl && ln -s $work/vdir shared/rn/tb"
+    refused shared/rn "$work/shared/rn: not used as a run directory: it is owned by uid $(id -u nobody), not by you (uid 0) (mode 700)" \
+      run one.yaml --run-dir shared/rn
+    owner="another user's 0700 directory refused"
+  else
+    owner="SKIPPED (not root, or no setpriv): another user's directory"
+  fi
+  chmod 0755 rr
+  rm rr/metrics.jsonl && mv rr/m.old rr/metrics.jsonl
+  "$baton" resume rr >warn.out 2>&1 || { cat warn.out; fail "resume in a 0755 directory failed"; }
+  grep -qF "baton resume: warning: $work/rr is readable by other users (mode 755)" warn.out ||
+    { cat warn.out; fail "no 'baton resume: warning:' for a 0755 run directory"; }
+  echo "$case: umask 000 left nothing open; 0777/0770 and planted links refused; $owner"
   ;;
 *) fail "unknown case" ;;
 esac

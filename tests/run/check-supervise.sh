@@ -37,11 +37,12 @@
 #   journal-full  journal appends failing from record 6 on (BATON_FAULT_JOURNAL_FULL, as on
 #                 a full disk): the workers checkpoint and stop, the run exits 1 saying
 #                 why, once; `baton resume` ends on the uninterrupted losses.
-#   spec-full     the next attempt's spec cannot be written for a full disk (its temp file
-#                 a link to /dev/full, whose writes fail with ENOSPC): `baton resume` exits
+#   spec-full     the next attempt's spec cannot be written for a full disk (ENOSPC, by
+#                 the BATON_FAULT_SPEC_FULL hook: a link to /dev/full is refused, never
+#                 written through): `baton resume` exits
 #                 1 at once, naming the stage and the cause, without burning its restarts;
 #                 `baton status` says failed with that cause as the failure's; the next
-#                 resume (the failed write removed the link) ends on the uninterrupted
+#                 resume (with room) ends on the uninterrupted
 #                 losses.
 #   lock          a second `baton resume` of a running run is refused (exit 2, nothing
 #                 started), also after the run's `lock` file was deleted as "stale" (the
@@ -415,9 +416,8 @@ spec-full)
   bpid=$!
   wait_step 1 3 >/dev/null
   stop_run
-  ln -s /dev/full r1/specs/s01-a01.pb.tmp
   set +e
-  "$baton" resume r1 --quiet >resume.out 2>&1
+  BATON_FAULT_SPEC_FULL=s01-a01.pb "$baton" resume r1 --quiet >resume.out 2>&1
   rc=$?; set -e
   [[ $rc == 1 ]] || { cat resume.out; fail "a spec that cannot be written for a full disk: exit $rc, not 1"; }
   grep -q 'stage "extend": attempt 1 cannot start: .*specs/s01-a01.pb: cannot write: No space left on device' resume.out ||
@@ -432,7 +432,6 @@ f = s["failure_list"]
 assert s["state"] == "failed" and len(f) == 1, s
 assert f[0]["stage"] == "extend" and "No space left on device" in f[0]["cause"], f
 print("status:", s["state"], "-", f[0]["cause"])' || fail "status does not name the full disk"
-  rm -f r1/specs/s01-a01.pb.tmp # the failed write removed it
   "$baton" resume r1 --quiet >resume2.out 2>&1 || { cat resume2.out; fail "resume with room failed"; }
   stage_losses r1 >r1.losses
   diff ref.losses r1.losses || fail "the resumed run did not end on the uninterrupted losses"

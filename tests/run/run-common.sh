@@ -6,9 +6,10 @@ export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS
 work=$(mktemp -d /tmp/baton-test-run.XXXXXX)
 export TMPDIR=$work/tmp # what the runs leave there goes with $work, whatever happens
 mkdir "$TMPDIR"
-bpid=
+bpid= bg_pids= # bg_pids: other processes a case started in the background
 cleanup() {
   [[ -n $bpid ]] && kill -9 "$bpid" 2>/dev/null
+  [[ -z $bg_pids ]] || kill -9 $bg_pids 2>/dev/null || true
   pkill -9 -f -- "--spec $work/" 2>/dev/null || true
   rm -rf "$work"
 }

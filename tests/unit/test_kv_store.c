@@ -1,8 +1,13 @@
 /* The rendezvous store of Slurm runs: baton run's server (orchestrator/launch/kv_store.c)
  * and the workers' client (worker/comm/comm_store_tcp.c) against each other over TCP. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "check.h"
@@ -78,7 +83,67 @@ static void check_waiting_get(comm_store *waiter, comm_store *setter) {
     CHECK(l.rc == 0);
 }
 
+/* A plain TCP connection to the store's "127.0.0.1:PORT" that sends nothing: -1 if refused. */
+static int idle_connect(const char *address) {
+    const char *colon = strrchr(address, ':');
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) close(fd), fd = -1;
+    return fd;
+}
+
+/* Whether the store closed fd within timeout_ms (poll sees its end). */
+static int closed_by_store(int fd, int timeout_ms) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    char b;
+    return poll(&p, 1, timeout_ms) == 1 && recv(fd, &b, 1, MSG_DONTWAIT) <= 0;
+}
+
+/* More idle connections than the store has slots (KV_STORE_MAX_CONNS), as anyone who can
+ * reach its port could open: a worker connecting after them is still served, since those
+ * without a request are capped (the oldest dropped); and one that stays idle is closed
+ * after BT_TCP_UNAUTH_TIMEOUT_S. */
+static void check_idle_flood(const char *address) {
+    enum { N = KV_STORE_MAX_CONNS + 100 };
+    static int fds[N];
+    int opened = 0;
+    for (int i = 0; i < N; i++)
+        if ((fds[i] = idle_connect(address)) >= 0) opened++;
+    CHECK(opened == N);
+    comm_store w;
+    bt_diag d;
+    bt_diag_init(&d);
+    void *v = NULL;
+    size_t n = 0;
+    CHECK(comm_store_tcp(&w, address, "secret", NULL, 0, &d) == 0);
+    int set = w.set(w.ctx, "after-flood", "ok", 2, &d);
+    if (set != 0) fprintf(stderr, "after the flood: %s\n", d.msg);
+    CHECK(set == 0);
+    CHECK(w.get(w.ctx, "after-flood", &v, &n, 1000, &d) == 0 && n == 2);
+    free(v);
+    int dropped = 0;
+    for (int i = 0; i < N; i++)
+        if (fds[i] >= 0) dropped += closed_by_store(fds[i], 0), close(fds[i]);
+    CHECK(dropped >= N - 64); /* bt_tcp_unauth_cap() is 64 at most */
+    int idle = idle_connect(address);
+    double t0 = bt_clock_now();
+    CHECK(idle >= 0 && closed_by_store(idle, 20000));
+    double took = bt_clock_now() - t0;
+    CHECK(took > 9.0 && took < 13.0);
+    close(idle);
+    /* the worker's connection, older than that and idle as long, stays open */
+    CHECK(w.get(w.ctx, "after-flood", &v, &n, 1000, &d) == 0 && n == 2);
+    free(v);
+    w.close(w.ctx);
+}
+
 int main(void) {
+    /* room for the flood's both ends in this one process */
+    struct rlimit rl;
+    CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+    if (rl.rlim_cur < 4096) rl.rlim_cur = rl.rlim_max < 4096 ? rl.rlim_max : 4096;
+    CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
     kv_store srv;
     bt_diag d;
     bt_diag_init(&d);
@@ -106,6 +171,11 @@ int main(void) {
     CHECK(strstr(d.msg, "no-port") != NULL);
     a.close(a.ctx);
     b.close(b.ctx);
+    if (rl.rlim_cur >= 2 * KV_STORE_MAX_CONNS + 300)
+        check_idle_flood(srv.address);
+    else
+        fprintf(stderr, "the idle-connection flood skipped: RLIMIT_NOFILE allows %llu\n",
+                (unsigned long long)rl.rlim_cur);
     kv_store_close(&srv);
     return check_status();
 }

@@ -9,7 +9,9 @@
 # exactly the missing bytes, as nginx's access log shows; damaged remote data and a
 # later checkpoint format refused; a server that accepts and never answers given up on; a
 # store without DELETE, or refusing it (401, 403): a checkpoint there not replaced, said
-# at once (exit 2, no retry).
+# at once (exit 2, no retry). A password in the URL is sent (nginx sees the Basic user)
+# but never shown (push's line, an HTTP error, the retries: alice:***@); without one in
+# the URL, ~/.netrc's for the host is sent.
 # Exit 77 (SKIPPED) only when nginx is not installed.
 #   check-http.sh BATON MAKE_CKPT
 set -u
@@ -26,7 +28,7 @@ cleanup() {
 trap cleanup EXIT
 cd "$work" || exit 1
 name=s00-step00000004
-log=$work/nginx/access.log
+log=$work/nginx/access.log auth=$work/nginx/auth.log
 
 start_nginx() {
   local port=$1 user=
@@ -39,6 +41,8 @@ events { worker_connections 64; }
 http {
   log_format store '\$request_method \$uri \$status \$body_bytes_sent "\$http_range"';
   access_log $log store;
+  log_format auth '\$request_method \$uri \$remote_user';
+  access_log $auth auth;
   client_body_temp_path $work/nginx/tmp/body;
   proxy_temp_path $work/nginx/tmp/proxy;
   fastcgi_temp_path $work/nginx/tmp/fastcgi;
@@ -238,6 +242,26 @@ for code in 401 403; do
   fi
   kill "$nodel_pid" && wait "$nodel_pid" 2>/dev/null
 done
+
+# Credentials in the URL: sent, never shown; else ~/.netrc's.
+cred=http://alice:PaSsW0rd@127.0.0.1:$port/store shown="http://alice:***@127.0.0.1:$port/store"
+: >"$auth"
+out=$("$baton" ckpt push run "$cred" 2>&1)
+[[ $? == 0 && $out == *" to $shown/$name"* && $out != *PaSsW0rd* ]] &&
+  grep -q "^PUT /store/$name/manifest.pb alice$" "$auth" &&
+  ok "push with a password: sent as alice, shown as $shown" || fail "push with a password: $out; $(cat "$auth")"
+out=$("$baton" ckpt pull "$cred/s00-step00000099" --into got 2>&1)
+[[ $? == 1 && $out == *"GET $shown/s00-step00000099/manifest.pb: HTTP 404"* && $out != *PaSsW0rd* ]] &&
+  ok "pull error with a password: shown as ***" || fail "pull error with a password: $out"
+dead=$(free_port) || exit 1
+out=$("$baton" ckpt pull "http://alice:PaSsW0rd@127.0.0.1:$dead/store/$name" --into got4 2>&1)
+[[ $? == 1 && $out == *"retrying"* && $out == *"alice:***@127.0.0.1:$dead"* && $out != *PaSsW0rd* ]] &&
+  ok "retries with a password: shown as ***" || fail "retries with a password: $out"
+mkdir home && printf 'machine 127.0.0.1 login bob password NetrcPw\n' >home/.netrc && chmod 600 home/.netrc
+: >"$auth"
+out=$(HOME=$work/home "$baton" ckpt push run "$url" 2>&1)
+[[ $? == 0 && $out != *NetrcPw* ]] && grep -q "^PUT /store/$name/manifest.pb bob$" "$auth" &&
+  ok "push with ~/.netrc: sent as bob" || fail "push with ~/.netrc: $out; $(cat "$auth")"
 
 # Damaged remote data, a missing checkpoint, a server that is gone.
 printf '\x5a' | dd of="$remote/rank-00001.bin" bs=1 seek=10000000 conv=notrunc status=none
