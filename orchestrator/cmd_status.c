@@ -103,13 +103,10 @@ static double status_num(const char *line, const char *key) {
     return p ? strtod(p + strlen(key), NULL) : 0;
 }
 
-/* The number after key in line; 0 when key is missing or its value is not a number. */
+/* The number after key in line; 0 when key is missing or its value is not a number (a
+ * null included). */
 static int status_field(const char *line, const char *key, double *out) {
-    const char *p = strstr(line, key);
-    if (p == NULL) return 0;
-    char *end;
-    *out = strtod(p + strlen(key), &end);
-    return end != p + strlen(key);
+    return bt_json_line_num(line, key, out) == 0 && !isnan(*out);
 }
 
 static void status_metrics_line(status_view *v, const char *line) {

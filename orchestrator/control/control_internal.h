@@ -22,6 +22,8 @@ void control_metrics_from(const Baton__Metrics *m, uint32_t rank, double time, c
  * valid.jsonl (as control_metrics.c writes them; with the comma, a stage name's escaped
  * quotes never match): 0, or -1 when there is none. */
 int control_metrics_line_field(const char *line, const char *key, uint64_t *out);
+/* qsort's and bsearch's order of uint64_t values. */
+int control_u64_cmp(const void *a, const void *b);
 /* Closes connection i (the last one takes its slot). */
 void control_conn_close(control_server *cs, size_t i);
 

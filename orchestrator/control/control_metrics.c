@@ -30,8 +30,36 @@ static int metrics_line_step(const char *line, uint64_t *step) {
     return control_metrics_line_field(line, ", \"global_step\": ", step);
 }
 
+int control_u64_cmp(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 /* Called for each line a scan keeps, with its global_step when it has one. */
 typedef void (*jsonl_keep_fn)(control_metrics_sink *s, const char *line, int has, uint64_t step);
+
+typedef struct jsonl_scan_ctx {
+    control_metrics_sink *s;
+    const char *path;
+    uint64_t below;
+    FILE *out;
+    jsonl_keep_fn keep;
+    bt_diag *diag;
+} jsonl_scan_ctx;
+
+static int jsonl_scan_line(void *arg, const char *line, size_t n, off_t at) {
+    jsonl_scan_ctx *c = arg;
+    (void)at;
+    uint64_t step = 0;
+    int has = metrics_line_step(line, &step) == 0;
+    if (has && step >= c->below) return 0;
+    c->keep(c->s, line, has, step);
+    if (c->out != NULL && fwrite(line, 1, n, c->out) != n) {
+        bt_diag_set(c->diag, "%s.tmp: cannot write: %s", c->path, strerror(errno));
+        return BT_EIO;
+    }
+    return 0;
+}
 
 /* Reads the JSON-lines file path line by line: the lines whose global_step is below
  * `below` (and lines without one: not ours to judge) are kept, passed to keep and copied
@@ -40,36 +68,11 @@ typedef void (*jsonl_keep_fn)(control_metrics_sink *s, const char *line, int has
 static int jsonl_scan(control_metrics_sink *s, const char *path, uint64_t below, FILE *out,
                       int *torn, jsonl_keep_fn keep, bt_diag *diag) {
     *torn = 0;
-    FILE *in = bt_fopen_private(path, "r");
-    if (in == NULL) {
-        if (errno == ENOENT) return 0;
-        bt_diag_set(diag, "%s: cannot read: %s", path, strerror(errno));
-        return BT_EIO;
-    }
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    int rc = 0;
-    while ((n = getline(&line, &cap, in)) > 0) {
-        if (line[n - 1] != '\n') {
-            *torn = 1;
-            break;
-        }
-        uint64_t step = 0;
-        int has = metrics_line_step(line, &step) == 0;
-        if (has && step >= below) continue;
-        keep(s, line, has, step);
-        if (out != NULL && fwrite(line, 1, (size_t)n, out) != (size_t)n) {
-            bt_diag_set(diag, "%s.tmp: cannot write: %s", path, strerror(errno));
-            rc = BT_EIO;
-            break;
-        }
-    }
-    if (rc == 0 && ferror(in)) {
-        bt_diag_set(diag, "%s: cannot read: %s", path, strerror(errno));
-        rc = BT_EIO;
-    }
-    free(line);
+    FILE *in;
+    int rc = bt_file_open_read(path, &in, diag);
+    if (rc != 0 || in == NULL) return rc;
+    jsonl_scan_ctx c = {s, path, below, out, keep, diag};
+    rc = bt_file_lines(in, path, jsonl_scan_line, &c, torn, diag);
     fclose(in);
     return rc;
 }
@@ -152,12 +155,8 @@ static int metrics_rewrite(control_metrics_sink *s, uint64_t below, bt_diag *dia
 }
 
 static int valid_seen_add(control_metrics_sink *s, uint64_t stage_index, uint64_t global) {
-    if (s->n_valid_seen + 2 > s->cap_valid_seen) {
-        size_t cap = s->cap_valid_seen ? 2 * s->cap_valid_seen : 32;
-        uint64_t *v = realloc(s->valid_seen, cap * sizeof *v);
-        if (v == NULL) return BT_ENOMEM;
-        s->valid_seen = v, s->cap_valid_seen = cap;
-    }
+    if (bt_grow(&s->valid_seen, &s->cap_valid_seen, s->n_valid_seen + 2, sizeof *s->valid_seen))
+        return BT_ENOMEM;
     s->valid_seen[s->n_valid_seen++] = stage_index;
     s->valid_seen[s->n_valid_seen++] = global;
     return 0;
@@ -268,7 +267,11 @@ static int control_metrics_jsonl(control_metrics_sink *s, const control_metrics_
     int ok = !b.oom && fputs(bt_buf_str(&b), s->jsonl) >= 0 && fflush(s->jsonl) == 0;
     int oom = b.oom;
     bt_buf_free(&b);
-    if (oom) return BT_ENOMEM;
+    if (oom) {
+        bt_diag_set(diag, "%s: out of memory for a record of step %llu", s->jsonl_path,
+                    (unsigned long long)m->step);
+        return BT_ENOMEM;
+    }
     if (!ok) {
         bt_diag_set(diag, "%s: cannot append metrics: %s", s->jsonl_path, strerror(errno));
         return BT_EIO;
@@ -344,6 +347,9 @@ int control_metrics_write_valid(control_metrics_sink *s, const control_metrics_w
     bt_buf_free(&b);
     if (rc == BT_EIO) bt_diag_set(diag, "%s: cannot append: %s", s->valid_path, strerror(errno));
     rc = rc ? rc : valid_seen_add(s, w->stage_index, global);
+    if (rc == BT_ENOMEM)
+        bt_diag_set(diag, "%s: out of memory for the validation of step %llu", s->valid_path,
+                    (unsigned long long)step);
     static const char *const tag[] = {"valid/loss"};
     const float v[] = {(float)loss};
     int trc = tb_writer_scalars(&s->tb, (int64_t)global, time, tag, v, 1, diag);

@@ -33,6 +33,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "tb_writer.h"
 #include "util/err.h"
@@ -92,12 +93,34 @@ int control_metrics_write_valid(control_metrics_sink *s, const control_metrics_w
  * there is no file. */
 int control_metrics_attempt_steps(const control_metrics_sink *s, uint32_t stage_index,
                                   uint32_t attempt, uint64_t **steps, size_t *n, bt_diag *diag);
+/* Records of metrics.jsonl kept by their places, not read whole (an attempt's steps may
+ * be many): each one's step and where its line starts, ascending by step, and the file as
+ * it was read, held open (a rewind renames a new metrics.jsonl over it: this one still
+ * reads the old lines). */
+typedef struct control_metrics_at {
+    uint64_t step;
+    off_t at;
+} control_metrics_at;
+
+typedef struct control_metrics_kept {
+    FILE *f;
+    const char *path; /* the sink's jsonl_path, for messages */
+    control_metrics_at *rec;
+    size_t n, cap;
+    char *line; /* control_metrics_kept_read's */
+    size_t line_cap;
+} control_metrics_kept;
+
 /* The records of that attempt that metrics.jsonl holds at the steps of want (n_want of
- * them, ascending), as written (a null read as NaN; the time as written, to the
- * microsecond), into *out (free it), *n of them, in the file's order. */
+ * them, ascending) into *out (control_metrics_kept_free it), one per step: where the file
+ * holds a step twice (edited), its last line. */
 int control_metrics_attempt_records(const control_metrics_sink *s, uint32_t stage_index,
                                     uint32_t attempt, const uint64_t *want, size_t n_want,
-                                    control_metrics **out, size_t *n, bt_diag *diag);
+                                    control_metrics_kept *out, bt_diag *diag);
+/* Record i of k read back into m as written (a null read as NaN; the time as written, to
+ * the microsecond). */
+int control_metrics_kept_read(control_metrics_kept *k, size_t i, control_metrics *m, bt_diag *diag);
+void control_metrics_kept_free(control_metrics_kept *k);
 
 /* One line of valid.jsonl. */
 typedef struct control_metrics_valid {

@@ -2,69 +2,31 @@
  * records, a stage's validations. The lines are the ones control_metrics.c writes; a torn
  * last line (a writer killed mid-line) is no record. */
 #include <errno.h>
-#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "control_internal.h"
 #include "control_metrics.h"
-
-typedef int (*line_fn)(void *arg, const char *line);
+#include "util/buf.h"
+#include "util/file.h"
 
 /* Calls fn with each whole line of path until it returns nonzero (returned); a missing
  * file has none. */
-static int read_lines(const char *path, line_fn fn, void *arg, bt_diag *diag) {
-    FILE *in = fopen(path, "re");
-    if (in == NULL) {
-        if (errno == ENOENT) return 0;
-        bt_diag_set(diag, "%s: cannot read: %s", path, strerror(errno));
-        return BT_EIO;
-    }
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    int rc = 0;
-    while (rc == 0 && (n = getline(&line, &cap, in)) > 0)
-        if (line[n - 1] == '\n') rc = fn(arg, line);
-    if (rc == 0 && ferror(in)) {
-        bt_diag_set(diag, "%s: cannot read: %s", path, strerror(errno));
-        rc = BT_EIO;
-    }
-    free(line);
+static int read_lines(const char *path, bt_line_fn fn, void *arg, bt_diag *diag) {
+    FILE *in;
+    int torn, rc = bt_file_open_read(path, &in, diag);
+    if (rc != 0 || in == NULL) return rc;
+    rc = bt_file_lines(in, path, fn, arg, &torn, diag);
     fclose(in);
     return rc;
 }
 
-/* Room in *v (elements of size bytes, *cap of them) for one more after n. */
-static int grow(void **v, size_t *cap, size_t n, size_t size) {
-    if (n < *cap) return 0;
-    size_t c = *cap ? 2 * *cap : 16;
-    void *p = realloc(*v, c * size);
-    if (p == NULL) return BT_ENOMEM;
-    *v = p, *cap = c;
-    return 0;
-}
-
-/* The number after key in line (json_num's, null: NaN) into *out; -1 when it has none. */
-static int line_num(const char *line, const char *key, double *out) {
-    const char *k = strstr(line, key);
-    if (k == NULL) return -1;
-    const char *at = k + strlen(key);
-    if (strncmp(at, "null", 4) == 0) {
-        *out = NAN;
-        return 0;
-    }
-    char *end;
-    *out = strtod(at, &end);
-    return end == at ? -1 : 0;
-}
-
 /* "moe": {"load_max_mean", "dropped", "aux_loss", "expert_load": [...]} into m. */
 static void line_moe(const char *moe, control_metrics *m) {
-    line_num(moe, "{\"load_max_mean\": ", &m->moe_load_max_mean);
-    line_num(moe, ", \"dropped\": ", &m->moe_dropped);
-    line_num(moe, ", \"aux_loss\": ", &m->moe_aux_loss);
+    bt_json_line_num(moe, "{\"load_max_mean\": ", &m->moe_load_max_mean);
+    bt_json_line_num(moe, ", \"dropped\": ", &m->moe_dropped);
+    bt_json_line_num(moe, ", \"aux_loss\": ", &m->moe_aux_loss);
     static const char key[] = "\"expert_load\": [";
     const char *p = strstr(moe, key);
     int cap = (int)(sizeof m->moe_expert_load / sizeof m->moe_expert_load[0]);
@@ -92,12 +54,13 @@ static int line_metrics(const char *line, control_metrics *m) {
                 {", \"step_time_s\": ", offsetof(control_metrics, step_time_s)}};
     memset(m, 0, sizeof *m);
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
-        if (line_num(line, nums[i].key, (double *)(void *)((char *)m + nums[i].at)) != 0) return -1;
+        if (bt_json_line_num(line, nums[i].key, (double *)(void *)((char *)m + nums[i].at)) != 0)
+            return -1;
     if (control_metrics_line_field(line, ", \"step\": ", &m->step) != 0 ||
         control_metrics_line_field(line, ", \"memory_bytes\": ", &m->memory_bytes) != 0 ||
         control_metrics_line_field(line, ", \"skipped_steps\": ", &m->skipped_steps) != 0)
         return -1;
-    line_num(line, ", \"loss_scale\": ", &m->loss_scale); /* fp16's alone */
+    bt_json_line_num(line, ", \"loss_scale\": ", &m->loss_scale); /* fp16's alone */
     m->overflow = strstr(line, ", \"overflow\": true") != NULL;
     const char *moe = strstr(line, ", \"moe\": {");
     if (moe != NULL) line_moe(moe, m);
@@ -109,31 +72,60 @@ typedef struct attempt_scan {
     const uint64_t *want; /* NULL: every step's (steps); else these (records) */
     size_t n_want;
     uint64_t *steps;
-    control_metrics *records;
     size_t n, cap;
+    control_metrics_kept *kept; /* records */
 } attempt_scan;
 
-static int attempt_cmp(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
+/* The line's step when it is of a's attempt. */
+static int attempt_step(const attempt_scan *a, const char *line, uint64_t *k) {
+    uint64_t st, at;
+    return control_metrics_line_field(line, ", \"stage_index\": ", &st) == 0 && st == a->stage &&
+           control_metrics_line_field(line, ", \"attempt\": ", &at) == 0 && at == a->attempt &&
+           control_metrics_line_field(line, ", \"step\": ", k) == 0;
 }
 
-static int attempt_line(void *arg, const char *line) {
+static int attempt_line(void *arg, const char *line, size_t len, off_t at) {
     attempt_scan *a = arg;
-    uint64_t st, at, k;
-    if (control_metrics_line_field(line, ", \"stage_index\": ", &st) != 0 || st != a->stage ||
-        control_metrics_line_field(line, ", \"attempt\": ", &at) != 0 || at != a->attempt ||
-        control_metrics_line_field(line, ", \"step\": ", &k) != 0)
-        return 0;
-    if (a->want == NULL) {
-        if (grow((void **)&a->steps, &a->cap, a->n, sizeof *a->steps) != 0) return BT_ENOMEM;
-        a->steps[a->n++] = k;
-        return 0;
-    }
-    if (a->n_want == 0 || bsearch(&k, a->want, a->n_want, sizeof k, attempt_cmp) == NULL) return 0;
-    if (grow((void **)&a->records, &a->cap, a->n, sizeof *a->records) != 0) return BT_ENOMEM;
-    if (line_metrics(line, &a->records[a->n]) == 0) a->n++;
+    (void)len, (void)at;
+    uint64_t k;
+    if (!attempt_step(a, line, &k)) return 0;
+    if (bt_grow(&a->steps, &a->cap, a->n + 1, sizeof *a->steps) != 0) return BT_ENOMEM;
+    a->steps[a->n++] = k;
     return 0;
+}
+
+/* A record of a wanted step, by its place, when the line reads as one. */
+static int attempt_record(void *arg, const char *line, size_t len, off_t at) {
+    attempt_scan *a = arg;
+    control_metrics_kept *kept = a->kept;
+    control_metrics m;
+    uint64_t k;
+    (void)len;
+    if (!attempt_step(a, line, &k) ||
+        bsearch(&k, a->want, a->n_want, sizeof k, control_u64_cmp) == NULL ||
+        line_metrics(line, &m) != 0)
+        return 0;
+    if (bt_grow(&kept->rec, &kept->cap, kept->n + 1, sizeof *kept->rec) != 0) return BT_ENOMEM;
+    kept->rec[kept->n++] = (control_metrics_at){k, at};
+    return 0;
+}
+
+/* By step, then by place: a step's last line last. */
+static int at_cmp(const void *a, const void *b) {
+    const control_metrics_at *x = a, *y = b;
+    if (x->step != y->step) return x->step < y->step ? -1 : 1;
+    return x->at < y->at ? -1 : x->at > y->at;
+}
+
+/* k's records ascending by step, one per step (its last line). */
+static void kept_order(control_metrics_kept *k) {
+    if (k->n > 1) qsort(k->rec, k->n, sizeof *k->rec, at_cmp);
+    size_t n = 0;
+    for (size_t i = 0; i < k->n; i++) {
+        if (n > 0 && k->rec[n - 1].step == k->rec[i].step) n--;
+        k->rec[n++] = k->rec[i];
+    }
+    k->n = n;
 }
 
 int control_metrics_attempt_steps(const control_metrics_sink *s, uint32_t stage_index,
@@ -147,12 +139,45 @@ int control_metrics_attempt_steps(const control_metrics_sink *s, uint32_t stage_
 
 int control_metrics_attempt_records(const control_metrics_sink *s, uint32_t stage_index,
                                     uint32_t attempt, const uint64_t *want, size_t n_want,
-                                    control_metrics **out, size_t *n, bt_diag *diag) {
-    attempt_scan a = {.stage = stage_index, .attempt = attempt, .want = want, .n_want = n_want};
-    int rc = n_want > 0 ? read_lines(s->jsonl_path, attempt_line, &a, diag) : 0;
-    if (rc != 0) free(a.records), a.records = NULL, a.n = 0;
-    *out = a.records, *n = a.n;
+                                    control_metrics_kept *out, bt_diag *diag) {
+    memset(out, 0, sizeof *out);
+    out->path = s->jsonl_path;
+    attempt_scan a = {
+        .stage = stage_index, .attempt = attempt, .want = want, .n_want = n_want, .kept = out};
+    int torn, rc = n_want > 0 ? bt_file_open_read(s->jsonl_path, &out->f, diag) : 0;
+    if (rc == 0 && out->f != NULL)
+        rc = bt_file_lines(out->f, s->jsonl_path, attempt_record, &a, &torn, diag);
+    if (rc != 0) control_metrics_kept_free(out);
+    kept_order(out);
     return rc;
+}
+
+int control_metrics_kept_read(control_metrics_kept *k, size_t i, control_metrics *m,
+                              bt_diag *diag) {
+    const control_metrics_at *r = &k->rec[i];
+    errno = 0;
+    ssize_t n = fseeko(k->f, r->at, SEEK_SET) == 0 ? getline(&k->line, &k->line_cap, k->f) : -1;
+    int err = n < 0 ? errno : 0;
+    if (err == ENOMEM) {
+        bt_diag_set(diag, "%s: out of memory reading it", k->path);
+        return BT_ENOMEM;
+    }
+    if (n <= 0 || k->line[n - 1] != '\n' || line_metrics(k->line, m) != 0 || m->step != r->step) {
+        bt_diag_set(diag, "%s: cannot read back the record of step %llu at byte %lld: %s", k->path,
+                    (unsigned long long)r->step, (long long)r->at,
+                    err ? strerror(err) : "not the line it was");
+        return BT_EIO;
+    }
+    return 0;
+}
+
+void control_metrics_kept_free(control_metrics_kept *k) {
+    if (k->f != NULL) fclose(k->f);
+    free(k->rec);
+    free(k->line);
+    const char *path = k->path;
+    memset(k, 0, sizeof *k);
+    k->path = path;
 }
 
 typedef struct valid_scan {
@@ -162,8 +187,9 @@ typedef struct valid_scan {
     size_t n, cap;
 } valid_scan;
 
-static int valid_line(void *arg, const char *line) {
+static int valid_line(void *arg, const char *line, size_t len, off_t off) {
     valid_scan *a = arg;
+    (void)len, (void)off;
     uint64_t st, at, k, g, w;
     control_metrics_valid v;
     if (control_metrics_line_field(line, ", \"stage_index\": ", &st) != 0 || st != a->stage ||
@@ -171,10 +197,10 @@ static int valid_line(void *arg, const char *line) {
         control_metrics_line_field(line, ", \"attempt\": ", &at) != 0 ||
         control_metrics_line_field(line, ", \"step\": ", &k) != 0 ||
         control_metrics_line_field(line, ", \"windows\": ", &w) != 0 ||
-        line_num(line, ", \"valid_loss\": ", &v.loss) != 0 ||
-        line_num(line, "{\"time\": ", &v.time) != 0)
+        bt_json_line_num(line, ", \"valid_loss\": ", &v.loss) != 0 ||
+        bt_json_line_num(line, "{\"time\": ", &v.time) != 0)
         return 0;
-    if (grow((void **)&a->v, &a->cap, a->n, sizeof *a->v) != 0) return BT_ENOMEM;
+    if (bt_grow(&a->v, &a->cap, a->n + 1, sizeof *a->v) != 0) return BT_ENOMEM;
     v.attempt = (uint32_t)at, v.step = k, v.windows = (uint32_t)w;
     a->v[a->n++] = v;
     return 0;

@@ -6,6 +6,7 @@
 
 #include "control_internal.h"
 #include "metrics_log.h"
+#include "util/buf.h"
 
 /* Which of the log's records metrics.jsonl lacks, by whose its last record is. */
 typedef enum replay_from {
@@ -27,9 +28,10 @@ typedef struct replay {
     int filling; /* REPLAY_AFTER: a step it lacks was met; every record from there on */
     /* REPLAY_AFTER: what only metrics.jsonl and valid.jsonl hold from that step on (the
      * log's holes: appends that failed while the records went out live), which the fill's
-     * rewind drops: written back in their places, the orphans ascending */
-    control_metrics *orphans;
-    size_t n_orphans, next_orphan;
+     * rewind drops: written back in their places, the orphans ascending, one per step,
+     * read back one at a time (a dead log's orphans may be every step after it) */
+    control_metrics_kept orphans;
+    size_t next_orphan;
     control_metrics_valid *valids;
     size_t n_valids;
     unsigned n;
@@ -42,23 +44,22 @@ static double replay_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int replay_cmp(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 static int replay_held(const replay *r, uint64_t step) {
-    return r->n_held > 0 && bsearch(&step, r->held, r->n_held, sizeof step, replay_cmp) != NULL;
+    return r->n_held > 0 &&
+           bsearch(&step, r->held, r->n_held, sizeof step, control_u64_cmp) != NULL;
 }
 
 /* The orphans up to step `upto` written back, but for one of that step itself, which the
  * log holds after all (appended since they were found). */
 static int replay_orphans(replay *r, uint64_t upto) {
+    control_metrics_kept *k = &r->orphans;
     int rc = 0;
-    while (rc == 0 && r->next_orphan < r->n_orphans && r->orphans[r->next_orphan].step <= upto) {
-        const control_metrics *o = &r->orphans[r->next_orphan++];
-        if (o->step < upto || upto == UINT64_MAX)
-            rc = control_metrics_write(r->sink, r->w, o, r->diag);
+    while (rc == 0 && r->next_orphan < k->n && k->rec[r->next_orphan].step <= upto) {
+        size_t i = r->next_orphan++;
+        if (k->rec[i].step == upto && upto != UINT64_MAX) continue;
+        control_metrics o;
+        rc = control_metrics_kept_read(k, i, &o, r->diag);
+        rc = rc ? rc : control_metrics_write(r->sink, r->w, &o, r->diag);
     }
     return rc;
 }
@@ -116,18 +117,13 @@ typedef struct replay_scan {
 } replay_scan;
 
 static int replay_push(uint64_t **v, size_t *n, size_t *cap, uint64_t x) {
-    if (*n == *cap) {
-        size_t c = *cap ? 2 * *cap : 64;
-        uint64_t *p = realloc(*v, c * sizeof *p);
-        if (p == NULL) return BT_ENOMEM;
-        *v = p, *cap = c;
-    }
+    if (bt_grow(v, cap, *n + 1, sizeof **v) != 0) return BT_ENOMEM;
     (*v)[(*n)++] = x;
     return 0;
 }
 
 static int replay_has(const uint64_t *v, size_t n, uint64_t x) {
-    return n > 0 && bsearch(&x, v, n, sizeof x, replay_cmp) != NULL;
+    return n > 0 && bsearch(&x, v, n, sizeof x, control_u64_cmp) != NULL;
 }
 
 static int replay_scan_one(void *arg, const Baton__Metrics *m) {
@@ -141,16 +137,20 @@ static int replay_scan_one(void *arg, const Baton__Metrics *m) {
  * read back from it; valid.jsonl's validations from there on that the log lacks. */
 static int replay_find_orphans(replay *r, replay_scan *sc, bt_diag *diag) {
     const control_metrics_where *w = r->w;
-    if (sc->n_steps > 1) qsort(sc->steps, sc->n_steps, sizeof *sc->steps, replay_cmp);
-    if (sc->n_valid > 1) qsort(sc->valid, sc->n_valid, sizeof *sc->valid, replay_cmp);
+    if (sc->n_steps > 1) qsort(sc->steps, sc->n_steps, sizeof *sc->steps, control_u64_cmp);
+    if (sc->n_valid > 1) qsort(sc->valid, sc->n_valid, sizeof *sc->valid, control_u64_cmp);
     uint64_t *want = malloc((r->n_held + 1) * sizeof *want);
-    if (want == NULL) return BT_ENOMEM;
+    if (want == NULL) {
+        bt_diag_set(diag, "%s: out of memory for the %zu steps it holds", r->sink->jsonl_path,
+                    r->n_held);
+        return BT_ENOMEM;
+    }
     size_t n = 0;
     for (size_t i = 0; i < r->n_held; i++)
         if (r->held[i] >= sc->first && !replay_has(sc->steps, sc->n_steps, r->held[i]))
             want[n++] = r->held[i];
     int rc = control_metrics_attempt_records(r->sink, w->stage_index, w->attempt, want, n,
-                                             &r->orphans, &r->n_orphans, diag);
+                                             &r->orphans, diag);
     free(want);
     rc = rc ? rc
             : control_metrics_valid_since(r->sink, w->stage_index, w->step_offset + sc->first,
@@ -166,6 +166,7 @@ static int replay_find_orphans(replay *r, replay_scan *sc, bt_diag *diag) {
 static int replay_plan(replay *r, const char *path, double wait_s, int *busy, bt_diag *diag) {
     replay_scan sc = {.r = r};
     int rc = metrics_log_read(path, wait_s, busy, replay_scan_one, &sc, diag);
+    if (rc == BT_ENOMEM) bt_diag_set(diag, "%s: out of memory reading it", path);
     if (rc == 0 && sc.found) rc = replay_find_orphans(r, &sc, diag);
     free(sc.steps);
     free(sc.valid);
@@ -190,14 +191,14 @@ int control_server_replay(control_server *cs, const control_metrics_where *w, co
     int rc = r.from != REPLAY_AFTER ? 0
                                     : control_metrics_attempt_steps(s, w->stage_index, w->attempt,
                                                                     &r.held, &r.n_held, diag);
-    if (r.n_held > 1) qsort(r.held, r.n_held, sizeof *r.held, replay_cmp); /* a file edited */
+    if (r.n_held > 1) qsort(r.held, r.n_held, sizeof *r.held, control_u64_cmp); /* a file edited */
     rc = rc || r.from != REPLAY_AFTER ? rc : replay_plan(&r, path, wait_s, busy, diag);
     int again = 0; /* the plan waited for a live writer already */
     rc = rc ? rc : metrics_log_read(path, *busy ? 0 : wait_s, &again, replay_one, &r, diag);
     *busy = *busy || again;
     rc = rc ? rc : replay_rest(&r);
     free(r.held);
-    free(r.orphans);
+    control_metrics_kept_free(&r.orphans);
     free(r.valids);
     *n = r.n;
     return rc;

@@ -1,9 +1,12 @@
 #include "buf.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "err.h"
 
 void bt_buf_init(bt_buf *b) {
     memset(b, 0, sizeof *b);
@@ -76,4 +79,19 @@ char *bt_str_concat(const char *a, const char *b) {
         memcpy(s + la, b, lb + 1);
     }
     return s;
+}
+
+int bt_grow(void *pv, size_t *cap, size_t need, size_t size) {
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 16;
+    while (c < need && c <= SIZE_MAX / 2)
+        c *= 2;
+    if (c < need || c > SIZE_MAX / size) return BT_ENOMEM;
+    void *v;
+    memcpy(&v, pv, sizeof v);
+    void *p = realloc(v, c * size);
+    if (p == NULL) return BT_ENOMEM;
+    memcpy(pv, &p, sizeof p);
+    *cap = c;
+    return 0;
 }

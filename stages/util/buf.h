@@ -1,4 +1,5 @@
-/* A growable byte buffer for composing text (reports, JSON, messages). */
+/* A growable byte buffer for composing text (reports, JSON, messages), and the growth of
+ * any array. */
 #ifndef BATON_BUF_H
 #define BATON_BUF_H
 
@@ -22,5 +23,10 @@ const char *bt_buf_str(const bt_buf *b);
 /* A new malloc'd string a followed by b (e.g. a path prefix and a suffix), or NULL when
  * out of memory. */
 char *bt_str_concat(const char *a, const char *b);
+
+/* Room in the array *pv (a pointer to any object pointer: elements of size bytes, *cap of
+ * them) for need elements, by doubling (16 at first): 0, or BT_ENOMEM with *pv and *cap
+ * unchanged. */
+int bt_grow(void *pv, size_t *cap, size_t need, size_t size);
 
 #endif

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,4 +78,51 @@ int bt_mkdir_private(const char *path) {
     if (S_ISDIR(st.st_mode)) return 0;
     errno = S_ISLNK(st.st_mode) ? ELOOP : ENOTDIR;
     return -1;
+}
+
+int bt_file_open_read(const char *path, FILE **in, bt_diag *diag) {
+    *in = bt_fopen_private(path, "r");
+    if (*in != NULL || errno == ENOENT) return 0;
+    bt_diag_set(diag, "%s: cannot read: %s", path, strerror(errno));
+    return BT_EIO;
+}
+
+int bt_file_lines(FILE *in, const char *path, bt_line_fn fn, void *arg, int *torn, bt_diag *diag) {
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    off_t at = ftello(in);
+    int rc = 0;
+    *torn = 0;
+    at = at < 0 ? 0 : at;
+    while (rc == 0 && (errno = 0, n = getline(&line, &cap, in)) > 0) {
+        if (line[n - 1] != '\n') {
+            *torn = 1;
+            break;
+        }
+        rc = fn(arg, line, (size_t)n, at);
+        at += n;
+    }
+    int err = errno;
+    if (rc == 0 && n < 0 && err == ENOMEM) rc = BT_ENOMEM;
+    if (rc == BT_ENOMEM) bt_diag_set(diag, "%s: out of memory reading it", path);
+    if (rc == 0 && ferror(in)) {
+        bt_diag_set(diag, "%s: cannot read: %s", path, strerror(err));
+        rc = BT_EIO;
+    }
+    free(line);
+    return rc;
+}
+
+int bt_json_line_num(const char *line, const char *key, double *out) {
+    const char *k = strstr(line, key);
+    if (k == NULL) return -1;
+    const char *at = k + strlen(key);
+    if (strncmp(at, "null", 4) == 0) {
+        *out = NAN;
+        return 0;
+    }
+    char *end;
+    *out = strtod(at, &end);
+    return end == at ? -1 : 0;
 }

@@ -1,10 +1,13 @@
-/* Whole-file reads, directory creation and a run's own files, shared by both programs. */
+/* Whole-file and line-by-line reads (a JSON-lines file's numbers too), directory
+ * creation and a run's own files, shared by both programs. */
 #ifndef BATON_FILE_H
 #define BATON_FILE_H
 
 #include <stddef.h>
 #include <stdio.h>
 #include <sys/types.h>
+
+#include "err.h"
 
 /* Reads path whole into a malloc'd, NUL-terminated buffer (*out, *len bytes before the
  * NUL). Returns 0, or -1 with errno set (EFBIG when it exceeds max bytes). */
@@ -27,5 +30,24 @@ FILE *bt_fopen_private(const char *path, const char *how);
  * symbolic link there is refused (ELOOP), anything else not a directory ENOTDIR. 0, or
  * -1 with errno. */
 int bt_mkdir_private(const char *path);
+
+/* A run's own file opened for reading (close-on-exec; a symbolic link refused, as
+ * bt_fopen_private) into *in: 0, with *in NULL when there is no such file; else BT_EIO,
+ * diag naming path. */
+int bt_file_open_read(const char *path, FILE **in, bt_diag *diag);
+
+/* Called with each whole line of a file: line (NUL-terminated, its newline kept), its len
+ * bytes and the offset in the file it starts at; nonzero stops the reading. */
+typedef int (*bt_line_fn)(void *arg, const char *line, size_t len, off_t at);
+
+/* Reads in (named path in messages) line by line from where it stands, each whole line
+ * to fn, until fn returns nonzero (returned). A last line without its newline (a writer
+ * killed mid-line) is never passed on; *torn says whether there was one. BT_EIO on a read
+ * error, diag naming path; BT_ENOMEM (also fn's), diag naming path unless fn set one. */
+int bt_file_lines(FILE *in, const char *path, bt_line_fn fn, void *arg, int *torn, bt_diag *diag);
+
+/* The number after key (with its quotes, colon and space, e.g. "\"loss\": ") in a line
+ * of a JSON-lines file, a JSON null read as NaN, into *out: 0, or -1 when it has none. */
+int bt_json_line_num(const char *line, const char *key, double *out);
 
 #endif

@@ -61,3 +61,6 @@ echo "control gap: metrics.jsonl and TensorBoard hold steps 101-110 once each"
 [[ $(grep "^valid/loss " "$work/holed.tb") == "valid/loss 111 4.5" ]] ||
   { cat "$work/holed.tb"; echo "FAIL: valid/loss is not 4.5 at 111 alone"; exit 1; }
 echo "control gap: a log with holes: metrics.jsonl and TensorBoard hold steps 101-111 once each"
+# A dead log's orphans (every step after it) written back one at a time: each step once,
+# and the replay's memory does not grow with them.
+"$test_control" orphans "$work/orphans"

@@ -24,9 +24,13 @@
  *     outbox dropped steps 5-7, 8-10 arrived): every step once, in order, and again
  *     nothing; and over an attempt's first steps dropped, held of the attempt before;
  *     over a gap in a log with holes (steps and the validation that only metrics.jsonl
- *     and valid.jsonl hold are kept, in order); a replay into a metrics.jsonl that cannot
- *     be written says so (not "cannot read").
+ *     and valid.jsonl hold are kept, in order), also when an edited metrics.jsonl holds
+ *     them out of order and one twice; a replay into a metrics.jsonl that cannot be
+ *     written says so (not "cannot read").
  *     check-unit.sh reads the event file: the restart marker at the gap's first step.
+ *   test_control orphans RUN_DIR
+ *     A log dead from step 3 and step 2 lost live: 19998 records only metrics.jsonl
+ *     holds are written back without holding them all in memory, each step once.
  *   test_control serve SPEC_IN SPEC_OUT RUN_DIR WORLD STOP_AT ACTION
  *     For the worker tests: writes SPEC_IN with this server's control_address to SPEC_OUT,
  *     then serves (token from BATON_CONTROL_TOKEN). When rank 0 reports step STOP_AT it
@@ -43,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -298,11 +303,27 @@ static void gap_fields(Baton__Metrics *m, uint64_t k) {
     m->n_moe_expert_load = 3, m->moe_expert_load = loads;
 }
 
-/* Steps from..to of stage 1 (offset 100) as rank 0 sends them: logged unless their bit of
- * unlogged is set (an append that failed, a full disk: a hole in the log), received live
- * unless their bit of lost is (dropped by a full outbox while baton run was stopped).
- * valid: the closing validation after step `to`, 0 none, else 1 received live, 2 logged,
- * 3 both. */
+/* Step k of stage 1 (w) as rank 0 sends it: logged into l (unless an append failed: a
+ * hole in the log) and received live (unless dropped by a full outbox while baton run was
+ * stopped). */
+static void gap_send(control_server *cs, metrics_log *l, const control_metrics_where *w, uint64_t k,
+                     int logged, int live) {
+    bt_diag d;
+    bt_diag_init(&d);
+    Baton__Metrics m = BATON__METRICS__INIT;
+    m.has_step = m.has_loss = m.has_time = m.has_tokens_per_s = 1;
+    m.step = k, m.loss = 5.0 - 0.1 * (double)k, m.time = 1.7e9 + (double)k;
+    m.tokens_per_s = 1000.0 * (w->attempt + 1);
+    gap_fields(&m, k);
+    if (logged) CHECK(metrics_log_append(l, &m, &d) == 0, "append: %s", d.msg);
+    control_metrics c;
+    control_metrics_from(&m, 0, m.time, &c);
+    if (live) CHECK(control_metrics_write(&cs->sink, w, &c, &d) == 0, "write: %s", d.msg);
+}
+
+/* Steps from..to of stage 1 (offset 100) as rank 0 sends them (gap_send): logged unless
+ * their bit of unlogged is set, received live unless their bit of lost is. valid: the
+ * closing validation after step `to`, 0 none, else 1 received live, 2 logged, 3 both. */
 static void gap_steps(control_server *cs, const char *run_dir, uint32_t attempt, uint64_t from,
                       uint64_t to, uint64_t lost, uint64_t unlogged, int valid) {
     control_metrics_where w = {"pretrain", 1, attempt, 100};
@@ -312,18 +333,8 @@ static void gap_steps(control_server *cs, const char *run_dir, uint32_t attempt,
     metrics_log_path(run_dir, 1, attempt, path, sizeof path);
     metrics_log l;
     CHECK(metrics_log_open(&l, path, &d) == 0, "log: %s", d.msg);
-    for (uint64_t k = from; k <= to; k++) {
-        Baton__Metrics m = BATON__METRICS__INIT;
-        m.has_step = m.has_loss = m.has_time = m.has_tokens_per_s = 1;
-        m.step = k, m.loss = 5.0 - 0.1 * (double)k, m.time = 1.7e9 + (double)k;
-        m.tokens_per_s = 1000.0 * (attempt + 1);
-        gap_fields(&m, k);
-        if (!(unlogged >> k & 1)) CHECK(metrics_log_append(&l, &m, &d) == 0, "append: %s", d.msg);
-        control_metrics c;
-        control_metrics_from(&m, 0, m.time, &c);
-        if (!(lost >> k & 1))
-            CHECK(control_metrics_write(&cs->sink, &w, &c, &d) == 0, "write: %s", d.msg);
-    }
+    for (uint64_t k = from; k <= to; k++)
+        gap_send(cs, &l, &w, k, !(unlogged >> k & 1), !(lost >> k & 1));
     Baton__Metrics v = BATON__METRICS__INIT;
     v.has_step = v.has_time = v.has_valid_loss = v.has_valid_windows = 1;
     v.step = to, v.time = 1.7e9 + (double)to + 0.5, v.valid_loss = 4.5, v.valid_windows = 8;
@@ -422,6 +433,43 @@ static void gap_expect_valid(const char *run_dir, uint64_t want) {
     if (f != NULL) fclose(f);
 }
 
+/* metrics.jsonl's lines rewritten in the order of `order` (n line numbers, from 1): an
+ * edited file. A line given twice is there twice, its second copy with tokens_per_s 2000
+ * instead of 1000. */
+static void gap_edit(const char *run_dir, const int *order, size_t n) {
+    char *text = gap_read(run_dir), *lines[64], path[4300];
+    size_t k = 0;
+    for (char *p = text, *nl; text && k < 64 && (nl = strchr(p, '\n')) != NULL; p = nl + 1)
+        *nl = '\0', lines[k++] = p;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    FILE *f = fopen(path, "w");
+    int copies[64] = {0};
+    for (size_t i = 0; f != NULL && i < n; i++) {
+        CHECK(order[i] >= 1 && (size_t)order[i] <= k, "%s: no line %d", path, order[i]);
+        if (order[i] < 1 || (size_t)order[i] > k) continue;
+        char *line = lines[order[i] - 1];
+        char *tok = copies[order[i] - 1]++ ? strstr(line, "\"tokens_per_s\": 1000") : NULL;
+        if (tok != NULL) tok[16] = '2';
+        fprintf(f, "%s\n", line);
+    }
+    CHECK(f != NULL && fclose(f) == 0, "%s: cannot write", path);
+    free(text);
+}
+
+/* metrics.jsonl's line of global step `global` must hold want. */
+static void gap_expect_line(const char *run_dir, uint64_t global, const char *want) {
+    char path[4300], line[4096], key[64];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    snprintf(key, sizeof key, "\"global_step\": %llu,", (unsigned long long)global);
+    FILE *f = fopen(path, "r");
+    int found = 0;
+    while (f != NULL && fgets(line, sizeof line, f))
+        if (strstr(line, key) != NULL) found = strstr(line, want) != NULL;
+    CHECK(found, "%s: the line of global step %llu lacks %s", path, (unsigned long long)global,
+          want);
+    if (f != NULL) fclose(f);
+}
+
 /* Replays stage 1's attempt 0 into a sink that cannot write: the error must be want. */
 static void gap_unwritable(control_server *cs, const char *run_dir, const char *want) {
     control_metrics_where w = {"pretrain", 1, 0, 100};
@@ -488,6 +536,26 @@ static int gap(const char *run_dir) {
     gap_expect(dir, holed, 11);
     gap_expect_valid(dir, 111);
     control_metrics_close(&cs.sink);
+    /* An edited metrics.jsonl: the orphans (4-6, holes in a log that holds the closing
+     * validation) out of order and step 6 twice: written back ascending, once each (the
+     * last line of 6), so that none rewinds over another or over the validation. */
+    snprintf(dir, sizeof dir, "%s/edited", run_dir);
+    gap_open(&cs, dir);
+    gap_steps(&cs, dir, 0, 1, 6, gap_mask(3, 3), gap_mask(4, 6), 2);
+    control_metrics_close(&cs.sink);
+    const int order[] = {1, 2, 4, 3, 5, 5}; /* steps 1, 2, 5, 4, 6, 6 */
+    gap_edit(dir, order, sizeof order / sizeof order[0]);
+    gap_open(&cs, dir);
+    uint64_t edited[6][2];
+    for (int i = 0; i < 6; i++)
+        edited[i][0] = 101 + (uint64_t)i, edited[i][1] = 0;
+    for (unsigned want = 1, again = 0; again < 2; want = 0, again++) {
+        gap_replay(&cs, dir, 0, want);
+        gap_expect(dir, edited, 6);
+        gap_expect_line(dir, 106, "\"tokens_per_s\": 2000,");
+        gap_expect_valid(dir, 106);
+    }
+    control_metrics_close(&cs.sink);
     /* metrics.jsonl that cannot be written: the replay's failure names it, not the log */
     snprintf(dir, sizeof dir, "%s/unwritable", run_dir);
     gap_open(&cs, dir);
@@ -500,6 +568,60 @@ static int gap(const char *run_dir) {
     gap_unwritable(&cs, dir, "metrics.jsonl: not open for appending");
     control_metrics_close(&cs.sink);
     printf("control gap: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
+    return failures ? 1 : 0;
+}
+
+/* ---- orphans --------------------------------------------------------------------------- */
+
+#define ORPHANS_N 20000
+
+#if defined(__SANITIZE_ADDRESS__)
+#define ORPHANS_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ORPHANS_ASAN 1
+#endif
+#endif
+
+/* Peak resident memory so far, KiB. */
+static long orphans_peak_kib(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : 0;
+}
+
+/* A log dead from step 3 (every append failed from there on) and step 2 lost live: the
+ * fill from step 2 on writes back ORPHANS_N - 2 records only metrics.jsonl holds. They
+ * are read back one at a time, not held whole (2 KiB a record: 40 MiB here), so the
+ * replay's peak memory grows by less than 16 MiB (not checked under AddressSanitizer,
+ * whose quarantine keeps what is freed); metrics.jsonl ends with every step once. */
+static int orphans(const char *run_dir) {
+    control_server cs;
+    control_metrics_where w = {"pretrain", 1, 0, 100};
+    char path[4200];
+    bt_diag d;
+    bt_diag_init(&d);
+    gap_open(&cs, run_dir);
+    metrics_log_path(run_dir, 1, 0, path, sizeof path);
+    metrics_log l;
+    CHECK(metrics_log_open(&l, path, &d) == 0, "log: %s", d.msg);
+    for (uint64_t k = 1; k <= ORPHANS_N; k++)
+        gap_send(&cs, &l, &w, k, k <= 2, k != 2);
+    metrics_log_close(&l);
+    long before = orphans_peak_kib();
+    gap_replay(&cs, run_dir, 0, 1);
+    long grown = orphans_peak_kib() - before;
+#ifndef ORPHANS_ASAN
+    CHECK(grown < 16 * 1024, "the replay of %d orphans grew the peak memory by %ld KiB",
+          ORPHANS_N - 2, grown);
+#endif
+    uint64_t(*want)[2] = calloc(ORPHANS_N, sizeof *want);
+    for (size_t i = 0; want != NULL && i < ORPHANS_N; i++)
+        want[i][0] = 101 + (uint64_t)i, want[i][1] = 0;
+    if (want != NULL) gap_expect(run_dir, (const uint64_t(*)[2])want, ORPHANS_N);
+    free(want);
+    control_metrics_close(&cs.sink);
+    printf("control orphans: %d records written back, peak memory +%ld KiB: %s\n", ORPHANS_N - 2,
+           grown, failures ? "FAILED" : "ok");
     return failures ? 1 : 0;
 }
 
@@ -729,11 +851,12 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "replay") == 0) return replay(argv[2]);
     if (argc == 3 && strcmp(argv[1], "backlog") == 0) return backlog(argv[2]);
     if (argc == 3 && strcmp(argv[1], "gap") == 0) return gap(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "orphans") == 0) return orphans(argv[2]);
     if (argc == 8 && strcmp(argv[1], "serve") == 0) return serve(argv);
-    fprintf(
-        stderr,
-        "usage: test_control unit RUN_DIR | replay RUN_DIR | backlog RUN_DIR | gap RUN_DIR | serve "
-        "SPEC_IN SPEC_OUT RUN_DIR WORLD "
-        "STOP_AT stop|term1|mark\n");
+    fprintf(stderr,
+            "usage: test_control unit RUN_DIR | replay RUN_DIR | backlog RUN_DIR | gap RUN_DIR | "
+            "orphans RUN_DIR | serve "
+            "SPEC_IN SPEC_OUT RUN_DIR WORLD "
+            "STOP_AT stop|term1|mark\n");
     return 2;
 }

@@ -409,7 +409,7 @@ BATON_DP_OVERLAP=1 ep_case ep2-dp4-zero1-overlap 4 1 2 "$aux" "$z1"
 # --dump-params under ep2 when rank 1 cannot allocate the experts' gather buffer
 # (BATON_FAULT_DUMP_NOMEM=1) or the one for its stage's parameters (=stage:1): every rank
 # fails at once, having agreed on it before any collective (none waits in one the other
-# never enters), rank 0 saying the other failed.
+# never enters), rank 0 saying rank 1 failed.
 ep_dump_nomem() { # NAME FAULT WHAT: rank 1's buffer WHAT cannot be had (BATON_FAULT_DUMP_NOMEM=FAULT)
   local name=$1 fault=$2 what=$3 rc=0 t0=$SECONDS
   layout_wanted "$name" || return 0
@@ -421,7 +421,7 @@ ep_dump_nomem() { # NAME FAULT WHAT: rank 1's buffer WHAT cannot be had (BATON_F
   echo "$name: exit $rc after $((SECONDS - t0)) s"
   if [[ $rc == 0 || $rc == 124 ]] || ((SECONDS - t0 >= 50)) ||
     ! grep -q "^\[1\] .*cannot gather the parameters: out of memory for the $what" "$name.log" ||
-    ! grep -q "^\[0\] .*cannot gather the parameters: another rank could not allocate its buffers for the gather" "$name.log"; then
+    ! grep -q "^\[0\] .*cannot gather the parameters: rank 1 could not allocate its buffers for the gather" "$name.log"; then
     tail -5 "$name.log"
     echo "$name: a rank's failed allocation was not a prompt failure of every rank"
     failures=$((failures + 1))

@@ -5,8 +5,8 @@
 # tp2 without it, launched by
 # `baton launch`, every step's loss and the final parameters (gathered from the tp
 # shards into the one-process tensors) agree with `baton-worker --single-process`
-# within 1e-5 relative. tp2-dump-nomem: a rank that cannot allocate a gather's buffers
-# makes every rank fail promptly (below).
+# within 1e-5 relative. tp2-dump-nomem, tp2-pp2-dump-nomem: a rank that cannot allocate
+# a gather's buffers makes every rank fail promptly (below).
 #   check-tp.sh BATON BATON_WORKER SOURCE_DIR [CASE]
 set -euo pipefail
 source "$(dirname "$0")/layout-lib.sh"
@@ -24,25 +24,37 @@ tp_case tp2-dp2-zero1 4 2 zero1
 tp_case tp4-kv2 4 4 plain
 tp_case tp2-no-sp 2 2 no-sp
 tp_case tp2-full 2 2 full
-# --dump-params under tp2 when rank 1 cannot allocate its buffers for a tensor's gather
-# (BATON_FAULT_DUMP_NOMEM=tp:1): both ranks vote on them before the allgather and fail at
-# once, rank 1 saying it is out of memory and rank 0 that the other failed (none waits
-# in an allgather the other never enters).
-tp_dump_nomem() { # NAME
-  local name=$1 rc=0 t0=$SECONDS
+# --dump-params when world rank BAD cannot allocate its buffers for the tp gather
+# (BATON_FAULT_DUMP_NOMEM=tp:BAD): every rank allocates all the dump's buffers (the tp
+# gather's sized for the largest tensor) and votes on them over world before any
+# collective, so all fail at once: BAD saying it is out of memory, every other rank that
+# rank BAD could not allocate its buffers (none waits in, or fails in, a tp allgather or
+# pp send/recv the failed rank never enters). tp2: rank 1 of the one tp group; tp2-pp2:
+# rank 3 only, so that the other tp group (pp stage 0) is not failing on its own.
+tp_dump_nomem() { # NAME RANKS PP BAD
+  local name=$1 n=$2 bad=$4 rc=0 t0=$SECONDS r
   layout_wanted "$name" || return 0
-  "$baton" spec "$src/tests/engine/tp.yaml" --stage plain --out "$name.pb"
-  BATON_FAULT_DUMP_NOMEM=tp:1 timeout 120 "$baton" launch -n 2 -- "$worker" --spec "$name.pb" \
-    --eval-windows 0 --comm-timeout 60 --steps 2 --dump-params "$name.dumped" >"$name.log" 2>&1 ||
-    rc=$?
+  sed "s/gpus_per_node: 2/gpus_per_node: $n/; s/tp: 2,/tp: 2, pp: $3,/" \
+    "$src/tests/engine/tp.yaml" >"$name.yaml"
+  "$baton" spec "$name.yaml" --stage plain --out "$name.pb"
+  BATON_FAULT_DUMP_NOMEM=tp:$bad timeout 120 "$baton" launch -n "$n" -- "$worker" \
+    --spec "$name.pb" --eval-windows 0 --comm-timeout 60 --steps 2 --dump-params "$name.dumped" \
+    >"$name.log" 2>&1 || rc=$?
   echo "$name: exit $rc after $((SECONDS - t0)) s"
-  if [[ $rc == 0 || $rc == 124 ]] || ((SECONDS - t0 >= 50)) ||
-    ! grep -q "^\[1\] .*cannot gather the parameters: out of memory for .*'s tp gather" "$name.log" ||
-    ! grep -q "^\[0\] .*cannot gather the parameters: another tp rank could not allocate its buffers" "$name.log"; then
-    tail -5 "$name.log"
-    echo "$name: a rank's failed allocation was not a prompt failure of every rank"
+  local ok=1
+  [[ $rc != 0 && $rc != 124 ]] && ((SECONDS - t0 < 50)) || ok=0
+  grep -q "^\[$bad\] .*cannot gather the parameters: out of memory for the tp gather" \
+    "$name.log" || ok=0
+  local other="cannot gather the parameters: rank $bad could not allocate its buffers for the gather"
+  for ((r = 0; r < n; r++)); do
+    ((r == bad)) || grep -q "^\[$r\] .*$other" "$name.log" || ok=0
+  done
+  if ((!ok)) || grep -Eq "allgather|recv:|send:|left the group" "$name.log"; then
+    tail -8 "$name.log"
+    echo "$name: rank $bad's failed allocation was not a prompt failure of every rank naming it"
     failures=$((failures + 1))
   fi
 }
-tp_dump_nomem tp2-dump-nomem
+tp_dump_nomem tp2-dump-nomem 2 1 1
+tp_dump_nomem tp2-pp2-dump-nomem 4 2 3
 layout_finish "all tensor-parallel runs match the one-process run"

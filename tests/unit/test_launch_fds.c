@@ -70,8 +70,6 @@ int main(void) {
     CHECK(strstr(msg, "32 ranks need about") != NULL && strstr(msg, "(2 per rank") != NULL);
     if (rc != BT_ERANGE || strstr(msg, "(2 per rank") == NULL)
         fprintf(stderr, "slurm, 32 ranks: rc %d, \"%s\"\n", rc, msg);
-    /* one rank connects to no store: 1 per rank */
-    CHECK(init_slurm(1, msg, note) == 0);
     /* a local job: 5 per rank (stdout, stderr, pidfd, PMIx, control) */
     launch_opts lo = {.nprocs = 16, .nnodes = 1, .argv = argv_true, .fds_per_rank = 1};
     rc = init(&lo, msg, note);
@@ -81,5 +79,18 @@ int main(void) {
     lo.nprocs = 8;
     lo.plain = 1; /* 4 per rank; plain: no PMIx namespace to register on srv */
     CHECK(init(&lo, msg, note) == 0);
+    /* a one-rank step connects to no store: its control connection, srun's 3 and 8 while
+     * starting fit exactly (soft = hard: no raising), with a store connection they would
+     * not; one descriptor fewer and they do not fit either, so nothing here is slack. Last:
+     * the hard limit cannot be raised again unprivileged. */
+    long one = base + 1 + 3 + LAUNCH_FDS_STARTING;
+    set_limit(one, one);
+    rc = init_slurm(1, msg, note);
+    CHECK(rc == 0);
+    if (rc != 0) fprintf(stderr, "slurm, 1 rank, limit %ld: rc %d, \"%s\"\n", one, rc, msg);
+    set_limit(one - 1, one - 1);
+    rc = init_slurm(1, msg, note);
+    CHECK(rc == BT_ERANGE && strstr(msg, "(1 per rank") != NULL);
+    if (rc != BT_ERANGE) fprintf(stderr, "slurm, 1 rank, limit %ld: rc %d\n", one - 1, rc);
     return check_status();
 }

@@ -451,12 +451,23 @@ void model_zero_grad(model *m);
  * model_tp.c. */
 int model_tp_reduce_grads(model *m, comm *kv_group);
 
+/* model_gather_tensor's buffers under tensor parallelism, sized for the largest tensor:
+ * dev on the device, host in host memory, model_gather_bufs_floats(m) floats each (0, and
+ * none allocated, without tensor parallelism). Allocating them before a gather, rather than
+ * per tensor, lets the caller vote on them over every rank that takes part (a rank that
+ * failed to allocate would skip collectives the others wait in). alloc: 0 or BT_ENOMEM
+ * (both NULL then). */
+typedef struct model_gather_bufs {
+    float *dev, *host;
+} model_gather_bufs;
+size_t model_gather_bufs_floats(const model *m);
+int model_gather_bufs_alloc(model *m, model_gather_bufs *b);
+void model_gather_bufs_free(model *m, model_gather_bufs *b);
+
 /* The one-process tensor i assembled from the group's slices: a collective over the
- * tensor-parallel group; out (host, global count floats) is written on every rank. The
- * ranks vote on the gather's buffers first: where one rank cannot allocate them, every
- * rank fails (BT_ENOMEM on that one, BT_EIO on the others, diag saying so), none waits in
- * the collective. */
-int model_gather_tensor(model *m, int i, float *out, bt_diag *diag);
+ * tensor-parallel group, through b (model_gather_bufs_alloc); out (host, global count
+ * floats) is written on every rank. */
+int model_gather_tensor(model *m, int i, float *out, const model_gather_bufs *b, bt_diag *diag);
 
 /* Parameters, one tensor at a time, in memory order (HF names, e.g.
  * "model.layers.0.self_attn.q_proj.weight"): the stage's tensors under pp, with their

@@ -80,43 +80,38 @@ static void tp_place_slice(float *out, const model_tensor *t, const float *slice
                cols * sizeof *out);
 }
 
-/* Test hook: BATON_FAULT_DUMP_NOMEM=tp:RANK makes that tp rank's buffers for a tensor's
- * gather fail to be allocated (worker_main.c reads the hook's other forms). */
-static int tp_fault_gather_nomem(int tp_rank) {
-    const char *f = getenv("BATON_FAULT_DUMP_NOMEM");
-    return f != NULL && strncmp(f, "tp:", 3) == 0 && atoi(f + 3) == tp_rank;
+/* The floats of the largest tensor's slice on this rank. */
+static size_t tp_biggest_slice(const model *m) {
+    size_t biggest = 0;
+    for (int i = 0; i < model_n_tensors(m); i++) {
+        model_tensor t;
+        if (model_tensor_info(m, i, &t) == 0 && t.count > biggest) biggest = t.count;
+    }
+    return biggest;
 }
 
-/* The gather's buffers, voted on over the tp group before its collective: every rank
- * enters the vote, so that all enter the allgather after it or none does (a rank that
- * skipped it would leave the others waiting in it). */
-static int tp_gather_alloc(model *m, const model_tensor *t, size_t bytes, float **dev, float **host,
-                           bt_diag *diag) {
-    backend *be = m->be;
-    int nomem = tp_fault_gather_nomem(m->shard.rank);
-    *dev = nomem ? NULL : be->alloc(be, bytes);
-    *host = nomem ? NULL : malloc(bytes);
-    float failed = *dev && *host ? 0.0f : 1.0f, any = failed;
-    if (comm_allreduce(m->tp_group, &any, &any, 1, COMM_F32, COMM_MAX, NULL) != 0) {
-        bt_diag_set(diag, "the vote on %s's tp gather buffers: %s", t->name,
-                    comm_error(m->tp_group));
-        return BT_EIO;
-    }
-    if (failed != 0.0f) {
-        bt_diag_set(diag, "out of memory for %s's tp gather (%zu bytes)", t->name, bytes);
-        return BT_ENOMEM;
-    }
-    if (any != 0.0f) {
-        bt_diag_set(diag,
-                    "another tp rank could not allocate its buffers for %s's tp gather (its "
-                    "log says why)",
-                    t->name);
-        return BT_EIO;
-    }
-    return 0;
+size_t model_gather_bufs_floats(const model *m) {
+    return m->tp_group == NULL ? 0 : (size_t)m->shard.tp * tp_biggest_slice(m);
 }
 
-int model_gather_tensor(model *m, int i, float *out, bt_diag *diag) {
+int model_gather_bufs_alloc(model *m, model_gather_bufs *b) {
+    size_t bytes = model_gather_bufs_floats(m) * sizeof(float);
+    b->dev = b->host = NULL;
+    if (bytes == 0) return 0;
+    b->dev = m->be->alloc(m->be, bytes);
+    b->host = malloc(bytes);
+    if (b->dev != NULL && b->host != NULL) return 0;
+    model_gather_bufs_free(m, b);
+    return BT_ENOMEM;
+}
+
+void model_gather_bufs_free(model *m, model_gather_bufs *b) {
+    if (b->dev != NULL) m->be->free(m->be, b->dev);
+    free(b->host);
+    b->dev = b->host = NULL;
+}
+
+int model_gather_tensor(model *m, int i, float *out, const model_gather_bufs *b, bt_diag *diag) {
     backend *be = m->be;
     model_tensor t;
     int rc = model_tensor_info(m, i, &t);
@@ -130,16 +125,17 @@ int model_gather_tensor(model *m, int i, float *out, bt_diag *diag) {
     }
     int tp = m->shard.tp;
     size_t bytes = (size_t)tp * t.count * sizeof(float);
-    float *dev, *host;
-    rc = tp_gather_alloc(m, &t, bytes, &dev, &host, diag);
-    if (rc == 0 && comm_allgather(m->tp_group, t.data, dev, t.count, COMM_F32, NULL) != 0) {
+    float *dev = b->dev, *host = b->host;
+    if (dev == NULL || host == NULL) {
+        bt_diag_set(diag, "%s's tp gather: no buffers (model_gather_bufs_alloc)", t.name);
+        return BT_EINVAL;
+    }
+    if (comm_allgather(m->tp_group, t.data, dev, t.count, COMM_F32, NULL) != 0) {
         bt_diag_set(diag, "the tp allgather of %s: %s", t.name, comm_error(m->tp_group));
-        rc = BT_EIO;
+        return BT_EIO;
     }
-    if (rc == 0) {
-        be->to_host(be, host, dev, bytes);
-        rc = be->sync(be);
-    }
+    be->to_host(be, host, dev, bytes);
+    rc = be->sync(be);
     for (int r = 0; rc == 0 && r < tp; r++) {
         model_config cr = m->cfg;
         cr.tp_rank = r;
@@ -149,7 +145,5 @@ int model_gather_tensor(model *m, int i, float *out, bt_diag *diag) {
         int mine = tr.expert && m->cfg.expert_fold ? r == m->cfg.tp_rank : tr.replica == 0;
         if (mine) tp_place_slice(out, &tr, host + (size_t)r * t.count);
     }
-    if (dev != NULL) be->free(be, dev);
-    free(host);
     return rc;
 }

@@ -464,25 +464,30 @@ static int worker_train(trainer *t, train_ckpt *c, uint64_t save_every, const wo
     return rc;
 }
 
-/* Whether any rank of group g failed (failed: this one did): 1 if so, 0 if not, -1 when
- * the vote cannot be taken. Every rank calls it, so that all enter a collective after it
- * or none does. */
-static int worker_any_failed(comm *g, int failed) {
-    float f = failed ? 1.0f : 0.0f;
+/* Which rank of group g failed (failed: this one did; rank: its place in g): that rank +
+ * 1 (the highest where several did), 0 when none did, -1 when the vote cannot be taken.
+ * Every rank calls it, so that all enter a collective after it or none does. */
+static int worker_failed_rank(comm *g, int failed, int rank) {
+    float f = failed ? (float)rank + 1.0f : 0.0f;
     if (comm_allreduce(g, &f, &f, 1, COMM_F32, COMM_MAX, NULL) != 0) return -1;
-    return f != 0.0f;
+    return (int)f;
 }
+
+/* The dump's buffers (worker_dump_alloc). */
+enum { WORKER_BUF_EXPERTS, WORKER_BUF_STAGE, WORKER_BUF_TP };
 
 /* Test hook: BATON_FAULT_DUMP_NOMEM=EP_RANK makes that expert-parallel rank's buffer for
  * the experts' gather fail to be allocated; BATON_FAULT_DUMP_NOMEM=stage:RANK that world
- * rank's buffer for a stage's parameters (=tp:RANK: model_gather_tensor's, model_tp.c).
- * stage_buf: which buffer is asked about. */
-static int worker_fault_dump_nomem(int stage_buf, int rank) {
+ * rank's buffer for a stage's parameters, =tp:RANK that world rank's buffers for the tp
+ * gather. which: the buffer asked about (WORKER_BUF_*), rank: the rank the form names. */
+static int worker_fault_dump_nomem(int which, int rank) {
     const char *f = getenv("BATON_FAULT_DUMP_NOMEM");
     if (f == NULL || f[0] == '\0') return 0;
-    int is_stage = strncmp(f, "stage:", 6) == 0;
-    if (!is_stage && (f[0] < '0' || f[0] > '9')) return 0; /* tp:RANK is model_tp.c's */
-    return is_stage == stage_buf && atoi(f + (is_stage ? 6 : 0)) == rank;
+    int form = strncmp(f, "stage:", 6) == 0 ? WORKER_BUF_STAGE
+               : strncmp(f, "tp:", 3) == 0  ? WORKER_BUF_TP
+                                            : WORKER_BUF_EXPERTS;
+    if (form == WORKER_BUF_EXPERTS && (f[0] < '0' || f[0] > '9')) return 0;
+    return form == which && atoi(strchr(f, ':') ? strchr(f, ':') + 1 : f) == rank;
 }
 
 /* The floats of the largest routed expert tensor into *biggest; nonzero when a tensor's
@@ -505,7 +510,7 @@ static int worker_experts_alloc(trainer *t, float **all, char *why, size_t cap) 
     if (t->m.ep_group == NULL) return 0;
     size_t biggest = 0;
     int rc = worker_expert_biggest(t, &biggest);
-    if (rc == 0 && !worker_fault_dump_nomem(0, cfg->ep_rank))
+    if (rc == 0 && !worker_fault_dump_nomem(WORKER_BUF_EXPERTS, cfg->ep_rank))
         *all = malloc(((size_t)cfg->ep * biggest + 1) * sizeof **all);
     if (rc == 0 && *all == NULL) rc = BT_ENOMEM;
     if (rc != 0)
@@ -536,38 +541,71 @@ static int worker_gather_experts(trainer *t, float *out, float *all, char *why, 
     return rc;
 }
 
-/* The dump's buffers: *buf for the largest stage's parameters, *all for the experts'
- * gather. Every rank votes on them over world before any collective of the dump, so
- * that no rank waits in a collective another one skipped. why (cap bytes) says what
- * failed; on failure both are NULL. */
-static int worker_dump_alloc(trainer *t, comm *world, int world_rank, float **buf, float **all,
-                             char *why, size_t cap) {
+/* The dump's buffers: stage for the largest stage's parameters, all for the experts'
+ * gather (worker_experts_alloc), tp for the tp gather (model_gather_bufs). */
+typedef struct worker_dump_bufs {
+    float *stage, *all;
+    model_gather_bufs tp;
+} worker_dump_bufs;
+
+static void worker_dump_free(trainer *t, worker_dump_bufs *b) {
+    free(b->stage);
+    free(b->all);
+    b->stage = b->all = NULL;
+    model_gather_bufs_free(&t->m, &b->tp);
+}
+
+/* The buffer for the largest stage's parameters and the tp gather's; why (cap bytes)
+ * says what failed. */
+static int worker_stage_alloc(trainer *t, int world_rank, worker_dump_bufs *b, char *why,
+                              size_t cap) {
     size_t biggest = 0;
     for (int s = 0; s < t->pp.stages; s++) {
         size_t n = model_stage_global_floats(&t->m.cfg, s);
         biggest = n > biggest ? n : biggest;
     }
-    *all = NULL;
-    *buf =
-        worker_fault_dump_nomem(1, world_rank) ? NULL : calloc(biggest ? biggest : 1, sizeof **buf);
-    int rc = *buf == NULL ? BT_ENOMEM : worker_experts_alloc(t, all, why, cap);
-    if (*buf == NULL)
+    if (!worker_fault_dump_nomem(WORKER_BUF_STAGE, world_rank))
+        b->stage = calloc(biggest ? biggest : 1, sizeof *b->stage);
+    if (b->stage == NULL) {
         snprintf(why, cap, "out of memory for the stage's parameters (%zu floats)", biggest);
-    int vote = world != NULL ? worker_any_failed(world, rc != 0) : 0;
+        return BT_ENOMEM;
+    }
+    int rc = t->m.tp_group != NULL && worker_fault_dump_nomem(WORKER_BUF_TP, world_rank)
+                 ? BT_ENOMEM
+                 : model_gather_bufs_alloc(&t->m, &b->tp);
+    if (rc != 0)
+        snprintf(why, cap,
+                 "out of memory for the tp gather (%zu floats on the device and as many "
+                 "in host memory)",
+                 model_gather_bufs_floats(&t->m));
+    return rc;
+}
+
+/* The dump's buffers, all of them before any collective of the dump (a tp gather's too,
+ * sized for the largest tensor): every rank votes on them over world, so that no rank
+ * waits in a collective (tp, pp, ep or ZeRO-3's dp) another one skipped, and every rank's
+ * message names the rank that failed. why (cap bytes) says what failed; on failure none
+ * is held. */
+static int worker_dump_alloc(trainer *t, comm *world, int world_rank, worker_dump_bufs *b,
+                             char *why, size_t cap) {
+    memset(b, 0, sizeof *b);
+    int rc = worker_stage_alloc(t, world_rank, b, why, cap);
+    rc = rc ? rc : worker_experts_alloc(t, &b->all, why, cap);
+    int vote = world != NULL ? worker_failed_rank(world, rc != 0, world_rank) : 0;
     if (rc == 0 && vote < 0)
         snprintf(why, cap, "the vote on the gather's buffers: %s", comm_error(world));
     else if (rc == 0 && vote > 0)
         snprintf(why, cap,
-                 "another rank could not allocate its buffers for the gather (its "
-                 "log says why)");
+                 "rank %d could not allocate its buffers for the gather (its log says why)",
+                 vote - 1);
     rc = rc ? rc : vote ? BT_EIO : 0;
-    if (rc != 0) free(*buf), free(*all), *buf = *all = NULL;
+    if (rc != 0) worker_dump_free(t, b);
     return rc;
 }
 
 /* The stage's one-process tensors, at their places, gathered over the tp group (and the
- * routed experts over the ep group) into out. */
-static int worker_gather_stage(trainer *t, float *out, float *all, char *why, size_t cap) {
+ * routed experts over the ep group) into b->stage. */
+static int worker_gather_stage(trainer *t, const worker_dump_bufs *b, char *why, size_t cap) {
     for (int i = 0, unit = -1; i < model_n_tensors(&t->m); i++) {
         model_tensor mt;
         model_tensor_info(&t->m, i, &mt);
@@ -577,11 +615,11 @@ static int worker_gather_stage(trainer *t, float *out, float *all, char *why, si
         size_t off = model_tensor_global_offset(&t->m.cfg, t->m.cfg.ep_rank, i);
         bt_diag d;
         bt_diag_init(&d);
-        rc = rc ? rc : model_gather_tensor(&t->m, i, out + off, &d);
+        rc = rc ? rc : model_gather_tensor(&t->m, i, b->stage + off, &b->tp, &d);
         if (rc != 0 && d.msg[0]) snprintf(why, cap, "%.200s", d.msg);
         if (rc != 0) return rc;
     }
-    return worker_gather_experts(t, out, all, why, cap);
+    return worker_gather_experts(t, b->stage, b->all, why, cap);
 }
 
 /* Tag of a stage's parameters on their way to stage 0 (training uses small tags). */
@@ -622,24 +660,23 @@ static int worker_dump_params(trainer *t, comm *world, int world_rank, const cha
     if (path == NULL) return 0;
     const model_config *cfg = &t->m.cfg;
     train_pp *pp = &t->pp;
-    float *buf, *all;
+    worker_dump_bufs b;
     char why[256] = "";
-    int rc = worker_dump_alloc(t, world, world_rank, &buf, &all, why, sizeof why);
+    int rc = worker_dump_alloc(t, world, world_rank, &b, why, sizeof why);
     FILE *f = rc == 0 && world_rank == 0 ? fopen(path, "wb") : NULL;
     int ok = world_rank != 0 || f != NULL, pp_failed = 0;
-    rc = rc ? rc : worker_gather_stage(t, buf, all, why, sizeof why);
+    rc = rc ? rc : worker_gather_stage(t, &b, why, sizeof why);
     for (int s = 0; rc == 0 && s < pp->stages; s++) {
         size_t n = model_stage_global_floats(cfg, s);
         if (s > 0 && pp->stage == 0)
-            rc = comm_recv(pp->group, buf, n, COMM_F32, s, WORKER_DUMP_TAG, NULL);
+            rc = comm_recv(pp->group, b.stage, n, COMM_F32, s, WORKER_DUMP_TAG, NULL);
         else if (s > 0 && pp->stage == s)
-            rc = comm_send(pp->group, buf, n, COMM_F32, 0, WORKER_DUMP_TAG, NULL);
+            rc = comm_send(pp->group, b.stage, n, COMM_F32, 0, WORKER_DUMP_TAG, NULL);
         pp_failed = rc != 0;
-        if (rc == 0 && f != NULL) ok = ok && worker_place_stage(cfg, s, buf, f);
+        if (rc == 0 && f != NULL) ok = ok && worker_place_stage(cfg, s, b.stage, f);
     }
     ok = (f == NULL || fclose(f) == 0) && ok;
-    free(buf);
-    free(all);
+    worker_dump_free(t, &b);
     if (rc != 0) {
         comm *g = pp_failed ? pp->group : t->tp.group;
         bt_diag_set(diag, "%s: cannot gather the parameters: %s", path,
