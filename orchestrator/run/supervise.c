@@ -126,9 +126,14 @@ static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSp
         free(s->init_checkpoint);
         s->init_checkpoint = strdup(init);
     }
+    /* a string not copied (strdup failing) is no field to leave out: the spec would
+     * start the stage elsewhere (random weights for a lost init_checkpoint) */
+    int lost = s->run_dir == NULL || s->run_id == NULL ||
+               (c->cs_open && s->control_address == NULL) ||
+               ((from > 0 || (init != NULL && init[0] != '\0')) && s->init_checkpoint == NULL);
     size_t n = baton__stage_spec__get_packed_size(s);
-    uint8_t *buf = malloc(n ? n : 1);
-    if (buf == NULL || s->run_dir == NULL || s->run_id == NULL) return BT_ENOMEM;
+    uint8_t *buf = lost ? NULL : malloc(n ? n : 1);
+    if (buf == NULL) return BT_ENOMEM;
     baton__stage_spec__pack(s, buf);
     char name[64];
     snprintf(name, sizeof name, "specs/s%02zu-a%02u.pb", i, attempt);
