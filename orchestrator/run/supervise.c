@@ -189,6 +189,25 @@ static void run_note_ckpt(void *arg, const char *name, uint64_t step) {
     run_journal(c, BATON__JOURNAL_RECORD__KIND__CHECKPOINT_COMMITTED, c->cs.stage_index, &r);
 }
 
+/* Once the attempt's ranks are gone: its checkpoints no Checkpoint message journaled (rank
+ * 0 without the control channel) journaled from checkpoints/, and, the first time rank 0
+ * trained without ever connecting, a word on what the run goes without. */
+static void run_ckpts_without_channel(run_ctx *c, uint32_t stage, uint32_t attempt) {
+    size_t found = run_ckpt_journal_found(c, stage, attempt);
+    if (c->no_channel_said || !c->cs_open || c->cs.ranks == NULL || c->cs.ranks[0].ever_connected)
+        return;
+    if (found == 0 && c->prog.steps_seen == 0) return; /* it may never have begun */
+    c->no_channel_said = 1;
+    run_progress_end(&c->prog);
+    run_err(c,
+            "stage \"%s\" attempt %u: rank 0 trained without ever connecting to the control "
+            "channel at %s (BATON_CONTROL_TOKEN dropped, say by a --worker wrapper that "
+            "clears the environment, or the address unreachable: its log says which): no "
+            "heartbeats, so a hang is seen by progress only, and its "
+            "checkpoint commits are journaled from %s/ once each attempt ends; said once\n",
+            c->prog.stage, attempt, c->cs.address, CKPT_ROOT_IN_RUN);
+}
+
 /* A rank of this host's job whose process is stopped (state T or t in /proc/PID/stat),
  * or -1: the likely cause of a hang, which the rank silent longest need not be (the
  * others block waiting on it, some of them earlier). Not for a Slurm step, whose
@@ -770,6 +789,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     rc = rc ? rc : launch_job_start(&job, &d);
     rc = rc ? rc : run_watch(c, &job, (uint32_t)i, attempt, *hang_s, &hung);
     attempt_end end = ATTEMPT_FATAL;
+    if (rc == 0) run_ckpts_without_channel(c, (uint32_t)i, attempt);
     if (rc == 0) {
         end = run_classify(c, &job, (uint32_t)i, attempt, hung);
         if (end == ATTEMPT_RETRY && c->o->slurm)
@@ -995,9 +1015,9 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
             c.cs_open = 1;
         else
             run_err(&c,
-                    "no control channel (hangs are seen by progress only, and no checkpoint "
-                    "commit is journaled): %s\n",
-                    c.cs_diag.msg);
+                    "no control channel (hangs are seen by progress only, and checkpoint "
+                    "commits are journaled from %s/ once each attempt ends): %s\n",
+                    CKPT_ROOT_IN_RUN, c.cs_diag.msg);
         if (launch_server_init(&c.srv, &d) != 0) {
             run_err(&c, "cannot start the PMIx server: %s\n", d.msg);
             if (c.cs_open) control_server_close(&c.cs);
