@@ -662,9 +662,14 @@ static attempt_end run_spec_failed(run_ctx *c, uint32_t stage, uint32_t attempt,
     attempt_end end = full ? ATTEMPT_BROKEN : run_transient(rc) ? ATTEMPT_RETRY : ATTEMPT_FATAL;
     Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
     r.has_attempt = 1, r.attempt = attempt;
+    /* journaled as an attempt all the same: the next one (of a resume too) takes the next
+     * number, and status counts it with its failure and the restart after it */
+    r.detail = "not started: no spec written";
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_STARTED, stage, &r);
     r.detail = why;
     r.has_retryable = 1, r.retryable = end != ATTEMPT_FATAL;
     run_journal(c, BATON__JOURNAL_RECORD__KIND__FAILURE, stage, &r);
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
     if (full)
         run_give_up(c, stage, 1,
                     "the disk is full: not retried, as every restart would fail alike; make "
@@ -841,7 +846,8 @@ static int run_stage(run_ctx *c, size_t i) {
         double t = bt_clock_now() - (ago > 0 ? ago : 0);
         c->failed_at = t > 0 ? t : 1e-9; /* before the boot: counted from it */
     }
-    for (uint32_t attempt = ss->attempts; status < 0; attempt++) {
+    uint32_t first = ss->next_attempt > ss->attempts ? ss->next_attempt : ss->attempts;
+    for (uint32_t attempt = first; status < 0; attempt++) {
         double hang_s = 0;
         attempt_end end = run_attempt(c, i, attempt, &hang_s);
         if (c->journal_broken) {

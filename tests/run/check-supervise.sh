@@ -433,6 +433,17 @@ assert s["state"] == "failed" and len(f) == 1, s
 assert f[0]["stage"] == "extend" and "No space left on device" in f[0]["cause"], f
 print("status:", s["state"], "-", f[0]["cause"])' || fail "status does not name the full disk"
   "$baton" resume r1 --quiet >resume2.out 2>&1 || { cat resume2.out; fail "resume with room failed"; }
+  # the attempt that could not start kept its number: the resume's is the next one, and
+  # status counts the three of them, one restart after its failure
+  [[ -e r1/logs/s01-a02.log && ! -e r1/logs/s01-a01.log ]] || { ls r1/logs; fail "the resume reused attempt 1"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+x = [t for t in s["stages"] if t["name"] == "extend"][0]
+f, r = s["failure_list"], s["recovery_list"]
+assert (x["attempts"], x["restarts"]) == (3, 1), x
+assert [e["attempt"] for e in f] == [1] and all(e["attempt"] == 2 for e in r), (f, r)' ||
+    { "$baton" status r1; fail "status: the attempts of extend do not add up"; }
   stage_losses r1 >r1.losses
   diff ref.losses r1.losses || fail "the resumed run did not end on the uninterrupted losses"
   echo "$case: $(grep -o 'stage "extend": attempt 1 cannot start.*' resume.out | cut -c1-60)...; exit 1 at once; resumed with room"
@@ -716,8 +727,15 @@ ckpt-unlisted)
 import json, sys
 s = json.load(sys.stdin)
 fl = [f for f in s["failure_list"] if "cannot list checkpoints" in f["cause"]]
-assert s["state"] == "completed" and fl and all(f["retryable"] for f in fl), (s["state"], s["failure_list"])' ||
-    { "$baton" status r1; fail "status: not completed, or the failure not journaled as retried"; }
+assert s["state"] == "completed" and fl and all(f["retryable"] for f in fl), (s["state"], s["failure_list"])
+# each attempt its own number, the unlistable ones counted: attempts = failures + 2 (the
+# stopped one, the one that completed), a restart after each failure
+p = s["stages"][0]
+n = [f["attempt"] for f in fl]
+assert n == list(range(1, len(n) + 1)), n
+assert (p["attempts"], p["restarts"]) == (len(n) + 2, len(n)), (p, n)
+assert all(r["attempt"] == len(n) + 1 for r in s["recovery_list"]), s["recovery_list"]' ||
+    { "$baton" status r1; fail "status: not completed, the failure not journaled as retried, or attempts reused"; }
   # 2. a cause that stays: every restart fails alike (no worker starts), the run ends as
   # restarts exhausted do (exit 1, max_restarts 6), the checkpoints untouched
   chmod 000 r2/checkpoints
