@@ -448,6 +448,31 @@ assert [e["attempt"] for e in f] == [1] and all(e["attempt"] == 2 for e in r), (
   diff ref.losses r1.losses || fail "the resumed run did not end on the uninterrupted losses"
   echo "$case: $(grep -o 'stage "extend": attempt 1 cannot start.*' resume.out | cut -c1-60)...; exit 1 at once; resumed with room"
   ;;
+spec-oom)
+  # a copy of the run directory's path for the resumed attempt's spec fails (out of
+  # memory; LD_PRELOAD'ed strdup, BATON_TEST_FAIL_STRDUP_LIB): the first, run_dir, then
+  # the second, init_checkpoint, which would start the stage again from step 0: each
+  # attempt fails before any worker starts, and the next resumes from the stop checkpoint
+  lib=${BATON_TEST_FAIL_STRDUP_LIB:?the test library}
+  sets=(--set stages.1.steps=2 --set stages.fp8.steps=2)
+  BATON_FAULT_STEP_SLEEP=0.1 "$baton" run "$recipe" --run-dir r1 "${sets[@]}" --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 6 >/dev/null
+  stop_run
+  step=$(ls r1/checkpoints | sed -En 's/^s00-step0*([0-9]+)$/\1/p' | sort -n | tail -1)
+  for nth in 1 2; do
+    cp -a r1 "r$nth-oom"
+    BATON_TEST_STRDUP_FAIL="$(pwd -P)/r$nth-oom" BATON_TEST_STRDUP_NTH=$nth LD_PRELOAD=$lib \
+      ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+      "$baton" resume "r$nth-oom" --quiet >"resume$nth.out" 2>&1 || { cat "resume$nth.out"; fail "copy $nth failed: resume exit $?"; }
+    grep -q 'stage "pretrain": attempt 1 cannot start: out of memory' "resume$nth.out" ||
+      { cat "resume$nth.out"; fail "copy $nth failed: not said as the attempt's failure"; }
+    [[ ! -e r$nth-oom/logs/s00-a01.log ]] || fail "copy $nth failed: attempt 1 started a worker"
+    grep -q "started from $work/r$nth-oom at step $step " "r$nth-oom/logs/s00-a02.log" ||
+      { head -5 "r$nth-oom/logs/s00-a02.log"; fail "copy $nth failed: attempt 2 did not resume at step $step"; }
+  done
+  echo "$case: a failed copy for the spec is a failed attempt, retried; the stage resumed at step $step"
+  ;;
 lock)
   BATON_FAULT_STEP_SLEEP=0.1 "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
   bpid=$!
