@@ -105,10 +105,12 @@ static void export_usage(FILE *f) {
             "  --dtype fp32|bf16  tensor dtype in the file (default fp32; bf16 rounds to\n"
             "                     nearest even)\n"
             "  --max-position N   max_position_embeddings in " HF_CONFIG " (default: the\n"
-            "                     RoPE scaling's original context times its factor, for\n"
-            "                     llama3 twice that, as Llama 3.1 has it; without\n"
-            "                     scaling, the seq_len the checkpoint was trained at; for a\n"
-            "                     checkpoint too old to record it, %d, with a note)\n"
+            "                     context the checkpoint records, the seq_len it was\n"
+            "                     trained at or an import's max_position_embeddings, where\n"
+            "                     longer than a RoPE scaling's original context; else the\n"
+            "                     scaling's original context times its factor, for llama3\n"
+            "                     twice that (right for Llama 3.1, not 3.2); else, for a\n"
+            "                     checkpoint too old to record its context, %d, with a note)\n"
             "  --help             show this help\n\n"
             "Exit status: 0 written, 1 cannot write, 2 bad usage or bad checkpoint.\n",
             HF_DEFAULT_MAX_POSITION);
@@ -448,11 +450,8 @@ static int export_run(const export_opts *o, const char *dir, const Baton__Manife
     bt_buf_init(&cfg);
     /* config.json first: it refuses what has no Hugging Face form (MoE, a RoPE scaling
      * transformers lacks) before anything is read or written */
-    int scaled;
-    uint64_t max_position = o->max_position;
-    hf_config_max_position(m->model, 0, &scaled);
-    if (max_position == 0 && !scaled && m->seq_len > 0)
-        max_position = m->seq_len; /* the context it was trained at, where no scaling says */
+    int known;
+    uint64_t max_position = hf_config_max_position(m->model, o->max_position, m->seq_len, &known);
     int rc = hf_config_write(m->model, max_position, o->bf16 ? "bfloat16" : "float32", &cfg, diag);
     if (rc) {
         char msg[sizeof diag->msg];
@@ -472,8 +471,6 @@ static int export_run(const export_opts *o, const char *dir, const Baton__Manife
     if (!rc) rc = export_publish(tmp, o->out, diag);
     if (rc && tmp[0] != '\0') ckpt_remove_dir(tmp);
     if (lock >= 0) close(lock);
-    int known;
-    max_position = hf_config_max_position(m->model, max_position, &known);
     if (!rc)
         printf("exported %zu tensors (%s) of %s step %" PRIu64 " to %s\n", n,
                o->bf16 ? "bf16" : "fp32", dir, m->step, o->out);

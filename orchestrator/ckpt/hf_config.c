@@ -92,12 +92,17 @@ static int export_rope(const Baton__Model *m, double *theta, const Baton__RopeSc
     return BT_EUNSUPPORTED;
 }
 
-uint64_t hf_config_max_position(const Baton__Model *m, uint64_t max_position, int *known) {
-    /* the context the scaling extends to as plan and eval measure it: llama3's is twice
-     * original × factor, as Llama 3.1 declares 131072 for 8192 and factor 8 */
-    double ext = recipe_rope_extent(m->rope ? m->rope->scaling : NULL);
+uint64_t hf_config_max_position(const Baton__Model *m, uint64_t max_position, uint64_t seq_len,
+                                int *known) {
+    const Baton__RopeScaling *s = m->rope ? m->rope->scaling : NULL;
+    /* the context the scaling extends to as plan and eval measure it; llama3's, twice
+     * original × factor, is Llama 3.1's (131072 for 8192 and factor 8) but not 3.2's
+     * (131072 for 8192 and factor 32): only a guess where the checkpoint says nothing */
+    double ext = recipe_rope_extent(s);
+    uint64_t orig = ext > 0 ? s->original_max_position : 0;
     *known = 1;
     if (max_position) return max_position;
+    if (seq_len > orig) return seq_len; /* transformers wants the original below it */
     if (ext > 0) return (uint64_t)llround(ext);
     *known = 0;
     return HF_DEFAULT_MAX_POSITION;
@@ -136,7 +141,8 @@ int hf_config_write(const Baton__Model *m, uint64_t max_position, const char *to
     else
         put_rope_scaling(out, s);
     bt_buf_printf(out, ",\n  \"max_position_embeddings\": %llu,\n  \"torch_dtype\": \"%s\"\n}\n",
-                  (unsigned long long)hf_config_max_position(m, max_position, &known), torch_dtype);
+                  (unsigned long long)hf_config_max_position(m, max_position, 0, &known),
+                  torch_dtype);
     return out->oom ? BT_ENOMEM : 0;
 }
 

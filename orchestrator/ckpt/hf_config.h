@@ -49,14 +49,19 @@ typedef struct hf_model {
     uint64_t max_position; /* max_position_embeddings */
 } hf_model;
 
-/* max_position_embeddings for m: max_position when not 0, else the context the scaled
- * RoPE was extended to (recipe_rope_extent, for any scaling that gives the original:
- * original_max_position * factor, for llama3 twice that, as Llama 3.1's config.json says
- * 131072 for 8192 and factor 8; transformers reads no context from a llama3 factor, and
- * only asks that the original be below it), else HF_DEFAULT_MAX_POSITION with *known = 0
- * (nothing in the model says how long a context it saw). */
-uint64_t hf_config_max_position(const Baton__Model *m, uint64_t max_position, int *known);
-/* config.json for m into out, max_position_embeddings from hf_config_max_position.
+/* max_position_embeddings for m: max_position when not 0 (--max-position); else seq_len,
+ * the context the checkpoint records (an import's max_position_embeddings, a trained
+ * stage's seq_len), when it is longer than a RoPE scaling's original context (transformers
+ * asks that the original be below it); else the context the scaled RoPE was extended to
+ * (recipe_rope_extent, for any scaling that gives the original: original_max_position *
+ * factor, for llama3 twice that, which matches Llama 3.1's 131072 for 8192 and factor 8
+ * but not Llama 3.2's 131072 for factor 32: transformers reads no context from a llama3
+ * factor); else HF_DEFAULT_MAX_POSITION with *known = 0 (nothing in the model says how
+ * long a context it saw). seq_len 0: unknown (a checkpoint saved before it was kept). */
+uint64_t hf_config_max_position(const Baton__Model *m, uint64_t max_position, uint64_t seq_len,
+                                int *known);
+/* config.json for m into out, max_position_embeddings from hf_config_max_position (with
+ * no seq_len: give the checkpoint's resolved as max_position).
  * torch_dtype: "float32" or "bfloat16". BT_EUNSUPPORTED for an MoE model and for a RoPE
  * scaling with no Hugging Face equivalent. */
 int hf_config_write(const Baton__Model *m, uint64_t max_position, const char *torch_dtype,

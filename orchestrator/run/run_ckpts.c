@@ -56,12 +56,53 @@ void run_ckpt_note_record(run_ctx *c, const Baton__JournalRecord *r) {
         strlen(r->detail) < sizeof c->journaled[k].name) {
         snprintf(c->journaled[k].name, sizeof c->journaled[k].name, "%s", r->detail);
         c->journaled[k].step = r->step;
-    } else if (r->kind == BATON__JOURNAL_RECORD__KIND__ROLLBACK && r->has_step &&
-               c->journaled[k].step >= r->step) {
-        /* moved to rolled-back/ with the others from the first spiking step on; what
-         * remains of the stage before it is not known here, so nothing is required of it */
-        c->journaled[k].name[0] = '\0';
+        if (r->step >= c->journaled[k].past) c->journaled[k].past = r->step + 1;
+    } else if (r->kind == BATON__JOURNAL_RECORD__KIND__ROLLBACK && r->has_step) {
+        /* those from the first spiking step on are in rolled-back/: saved again, they are
+         * new commits */
+        if (c->journaled[k].past > r->step) c->journaled[k].past = r->step;
+        /* moved with them; what remains of the stage before it is not known here, so
+         * nothing is required of it */
+        if (c->journaled[k].step >= r->step) c->journaled[k].name[0] = '\0';
     }
+}
+
+/* Checkpoint root/name when its manifest reads and makes it stage's own (*step: its step). */
+static int run_ckpt_is_own(const run_ctx *c, const char *root, const char *name, uint32_t stage,
+                           uint64_t *step) {
+    char dir[4400];
+    snprintf(dir, sizeof dir, "%s/%s", root, name);
+    Baton__Manifest *m = NULL;
+    bt_diag d;
+    bt_diag_init(&d);
+    int own = ckpt_manifest_read(dir, &m, &d) == 0 && m->model != NULL && m->has_step &&
+              ckpt_stage_relation(m, run_recipe_name(c), stage) == CKPT_SAME_STAGE;
+    if (own) *step = m->step;
+    if (m) baton__manifest__free_unpacked(m, NULL);
+    return own;
+}
+
+size_t run_ckpt_journal_found(run_ctx *c, uint32_t stage, uint32_t attempt) {
+    char root[4200], **names = NULL;
+    size_t n = 0, added = 0;
+    bt_diag d;
+    bt_diag_init(&d);
+    if (stage >= RUN_MAX_STAGES) return 0;
+    run_dir_file(c->dir, CKPT_ROOT_IN_RUN, root, sizeof root);
+    if (ckpt_list(root, &names, &n, &d) != 0) n = 0;       /* the next attempt's start says why */
+    for (size_t i = 0; i < n && !c->journal_broken; i++) { /* training order */
+        uint64_t step = 0;
+        if (!run_ckpt_is_own(c, root, names[i], stage, &step) || step < c->journaled[stage].past)
+            continue;
+        Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
+        r.has_attempt = 1, r.attempt = attempt;
+        r.has_step = 1, r.step = step;
+        r.detail = names[i];
+        if (run_journal(c, BATON__JOURNAL_RECORD__KIND__CHECKPOINT_COMMITTED, stage, &r) == 0)
+            added++;
+    }
+    ckpt_names_free(names, n);
+    return added;
 }
 
 /* How checkpoint root/name stands against stage as the worker judges it: by its manifest

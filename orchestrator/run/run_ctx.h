@@ -60,7 +60,11 @@ typedef struct run_ctx {
     struct {
         char name[64];
         uint64_t step;
+        /* past the newest step journaled committed, less what rollbacks set aside: the
+         * stage's checkpoints from this step on are not in the journal yet */
+        uint64_t past;
     } journaled[RUN_MAX_STAGES];
+    int no_channel_said; /* the warning that rank 0 never connected, once per baton run */
     /* the metrics log found still locked after the wait (run_metrics.c): not waited again */
     int metrics_locked;
     uint32_t metrics_locked_stage, metrics_locked_attempt;
@@ -124,6 +128,13 @@ void run_metrics_take(run_ctx *c, uint32_t stage, uint32_t attempt, int before,
 /* run_ckpts.c */
 /* Notes a journal record (read back or appended) in c->journaled. */
 void run_ckpt_note_record(run_ctx *c, const Baton__JournalRecord *r);
+/* Journals, as attempt's CHECKPOINT_COMMITTED records in training order, the stage's own
+ * checkpoints in the run's checkpoint root (by a manifest that reads, ckpt_list's complete
+ * ones) that the journal does not record yet: those committed while rank 0 had no control
+ * channel to say so (its token dropped by a --worker wrapper, a failed connect, a channel
+ * lost part-way). Call it once the attempt's ranks are gone and the channel drained.
+ * Returns how many were journaled. */
+size_t run_ckpt_journal_found(run_ctx *c, uint32_t stage, uint32_t attempt);
 /* The newest complete checkpoint in the run's checkpoint root that stage may start from:
  * its own or an earlier stage's, never a later one's, judged as the worker judges it, by
  * the manifest's stage index (ckpt_stage_relation; by the name only where the manifest

@@ -75,6 +75,8 @@ void run_state_replay(run_state *s, Baton__JournalRecord *const *v, size_t n) {
             break;
         }
         if (staged && r->wall_time > st->last_at) st->last_at = r->wall_time;
+        if (staged && r->has_attempt && r->attempt >= st->next_attempt)
+            st->next_attempt = r->attempt + 1;
         if (staged && r->has_loss) st->has_loss = 1, st->loss = r->loss, st->loss_at = r->wall_time;
         if (staged && r->has_tokens_per_s)
             st->has_tokens_per_s = 1, st->tokens_per_s = r->tokens_per_s,

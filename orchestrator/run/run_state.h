@@ -14,12 +14,15 @@
 
 typedef struct run_stage_state {
     int started, completed;
-    uint32_t attempts;  /* ATTEMPT_STARTED records */
-    uint32_t failures;  /* FAILURE records */
-    uint32_t restarts;  /* failures followed by another attempt */
-    int failure_open;   /* a failure no attempt followed yet */
-    double failure_at;  /* wall time of the last failure */
-    uint64_t last_step; /* of the last ATTEMPT_ENDED / STAGE_COMPLETED */
+    uint32_t attempts;     /* ATTEMPT_STARTED records */
+    uint32_t next_attempt; /* past the highest attempt number any record of it names: the
+                            * next attempt's (never one a failure of an older journal used
+                            * without an ATTEMPT_STARTED) */
+    uint32_t failures;     /* FAILURE records */
+    uint32_t restarts;     /* failures followed by another attempt */
+    int failure_open;      /* a failure no attempt followed yet */
+    double failure_at;     /* wall time of the last failure */
+    uint64_t last_step;    /* of the last ATTEMPT_ENDED / STAGE_COMPLETED */
     double started_at, completed_at;
     double recovery_s_sum;
     uint32_t recoveries; /* failures followed by a completed step */

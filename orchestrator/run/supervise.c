@@ -126,9 +126,14 @@ static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSp
         free(s->init_checkpoint);
         s->init_checkpoint = strdup(init);
     }
+    /* a string not copied (strdup failing) is no field to leave out: the spec would
+     * start the stage elsewhere (random weights for a lost init_checkpoint) */
+    int lost = s->run_dir == NULL || s->run_id == NULL ||
+               (c->cs_open && s->control_address == NULL) ||
+               ((from > 0 || (init != NULL && init[0] != '\0')) && s->init_checkpoint == NULL);
     size_t n = baton__stage_spec__get_packed_size(s);
-    uint8_t *buf = malloc(n ? n : 1);
-    if (buf == NULL || s->run_dir == NULL || s->run_id == NULL) return BT_ENOMEM;
+    uint8_t *buf = lost ? NULL : malloc(n ? n : 1);
+    if (buf == NULL) return BT_ENOMEM;
     baton__stage_spec__pack(s, buf);
     char name[64];
     snprintf(name, sizeof name, "specs/s%02zu-a%02u.pb", i, attempt);
@@ -182,6 +187,25 @@ static void run_note_ckpt(void *arg, const char *name, uint64_t step) {
     r.has_step = 1, r.step = step;
     r.detail = (char *)name;
     run_journal(c, BATON__JOURNAL_RECORD__KIND__CHECKPOINT_COMMITTED, c->cs.stage_index, &r);
+}
+
+/* Once the attempt's ranks are gone: its checkpoints no Checkpoint message journaled (rank
+ * 0 without the control channel) journaled from checkpoints/, and, the first time rank 0
+ * trained without ever connecting, a word on what the run goes without. */
+static void run_ckpts_without_channel(run_ctx *c, uint32_t stage, uint32_t attempt) {
+    size_t found = run_ckpt_journal_found(c, stage, attempt);
+    if (c->no_channel_said || !c->cs_open || c->cs.ranks == NULL || c->cs.ranks[0].ever_connected)
+        return;
+    if (found == 0 && c->prog.steps_seen == 0) return; /* it may never have begun */
+    c->no_channel_said = 1;
+    run_progress_end(&c->prog);
+    run_err(c,
+            "stage \"%s\" attempt %u: rank 0 trained without ever connecting to the control "
+            "channel at %s (BATON_CONTROL_TOKEN dropped, say by a --worker wrapper that "
+            "clears the environment, or the address unreachable: its log says which): no "
+            "heartbeats, so a hang is seen by progress only, and its "
+            "checkpoint commits are journaled from %s/ once each attempt ends; said once\n",
+            c->prog.stage, attempt, c->cs.address, CKPT_ROOT_IN_RUN);
 }
 
 /* A rank of this host's job whose process is stopped (state T or t in /proc/PID/stat),
@@ -638,9 +662,14 @@ static attempt_end run_spec_failed(run_ctx *c, uint32_t stage, uint32_t attempt,
     attempt_end end = full ? ATTEMPT_BROKEN : run_transient(rc) ? ATTEMPT_RETRY : ATTEMPT_FATAL;
     Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
     r.has_attempt = 1, r.attempt = attempt;
+    /* journaled as an attempt all the same: the next one (of a resume too) takes the next
+     * number, and status counts it with its failure and the restart after it */
+    r.detail = "not started: no spec written";
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_STARTED, stage, &r);
     r.detail = why;
     r.has_retryable = 1, r.retryable = end != ATTEMPT_FATAL;
     run_journal(c, BATON__JOURNAL_RECORD__KIND__FAILURE, stage, &r);
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
     if (full)
         run_give_up(c, stage, 1,
                     "the disk is full: not retried, as every restart would fail alike; make "
@@ -765,6 +794,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     rc = rc ? rc : launch_job_start(&job, &d);
     rc = rc ? rc : run_watch(c, &job, (uint32_t)i, attempt, *hang_s, &hung);
     attempt_end end = ATTEMPT_FATAL;
+    if (rc == 0) run_ckpts_without_channel(c, (uint32_t)i, attempt);
     if (rc == 0) {
         end = run_classify(c, &job, (uint32_t)i, attempt, hung);
         if (end == ATTEMPT_RETRY && c->o->slurm)
@@ -816,7 +846,8 @@ static int run_stage(run_ctx *c, size_t i) {
         double t = bt_clock_now() - (ago > 0 ? ago : 0);
         c->failed_at = t > 0 ? t : 1e-9; /* before the boot: counted from it */
     }
-    for (uint32_t attempt = ss->attempts; status < 0; attempt++) {
+    uint32_t first = ss->next_attempt > ss->attempts ? ss->next_attempt : ss->attempts;
+    for (uint32_t attempt = first; status < 0; attempt++) {
         double hang_s = 0;
         attempt_end end = run_attempt(c, i, attempt, &hang_s);
         if (c->journal_broken) {
@@ -990,9 +1021,9 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
             c.cs_open = 1;
         else
             run_err(&c,
-                    "no control channel (hangs are seen by progress only, and no checkpoint "
-                    "commit is journaled): %s\n",
-                    c.cs_diag.msg);
+                    "no control channel (hangs are seen by progress only, and checkpoint "
+                    "commits are journaled from %s/ once each attempt ends): %s\n",
+                    CKPT_ROOT_IN_RUN, c.cs_diag.msg);
         if (launch_server_init(&c.srv, &d) != 0) {
             run_err(&c, "cannot start the PMIx server: %s\n", d.msg);
             if (c.cs_open) control_server_close(&c.cs);

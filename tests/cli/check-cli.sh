@@ -51,8 +51,8 @@ expect 2 "^baton submit: --template needs a value" -- submit r.yaml --template
 expect 0 'default: \$BATON_SBATCH_TEMPLATE' -- submit --help
 expect 0 '--gpus/-G' -- submit --help
 for c in pack unpack push pull export; do expect 0 '^Exit status: 0 ' -- ckpt $c --help; done
-expect 0 'scaling, the seq_len the checkpoint was trained at' -- ckpt export --help
-expect 0 'llama3 twice that, as Llama 3.1 has it' -- ckpt export --help
+expect 0 'context the checkpoint records, the seq_len it was' -- ckpt export --help
+expect 0 'twice that \(right for Llama 3\.1, not 3\.2\)' -- ckpt export --help
 expect 0 'usage: baton plan RECIPE' -- plan --help
 expect 2 'usage: baton plan RECIPE' -- plan
 expect 2 "unknown option '--bogus'" -- plan --bogus "$recipes/tiny-cpu.yaml"

@@ -976,6 +976,8 @@ import sys
 recs = [l.split() for l in open(sys.argv[1])]
 got = {(int(s), int(st)) for s, _, st, _ in recs}
 assert all(n == "s%02d-step%08d" % (int(s), int(st)) for s, _, st, n in recs), recs
+# those the Checkpoint message journaled are not journaled again from checkpoints/
+assert len(recs) == len({(s, n) for s, _, _, n in recs}), ("journaled twice", recs)
 want = {(0, k) for k in range(5, 31, 5)} | {(1, 2), (2, 2)}
 assert want <= got, ("missing", sorted(want - got))
 kept = {l.strip() for l in open(sys.argv[2])}
@@ -983,6 +985,55 @@ assert kept and kept <= {n for *_, n in recs}, ("kept but not journaled", kept)
 print("journaled checkpoints:", " ".join(sorted({n for *_, n in recs})))
 PY
   echo "$case: steps, the failure's step, the recovery, valid losses and checkpoint records without the ranks' output"
+  ;;
+worker-tokenless)
+  # a --worker wrapper that drops BATON_CONTROL_TOKEN (as a container's clean environment
+  # does): rank 0 trains without the control channel, so no Checkpoint message comes; the
+  # commits are journaled from checkpoints/ all the same, once each, and the guard against
+  # a stage whose checkpoints are gone holds
+  sets=(--set stages.pretrain.steps=6 --set stages.extend.steps=12 --set stages.fp8.steps=2)
+  mkdir bin
+  printf '#!/bin/sh\nexec env -u BATON_CONTROL_TOKEN %q "$@"\n' "$worker" >bin/wrap.sh
+  chmod +x bin/wrap.sh
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run "$recipe" --run-dir r1 "${sets[@]}" \
+    --worker bin/wrap.sh >run.out 2>&1 &
+  bpid=$!
+  wait_files r1/checkpoints/s01-step00000005/manifest.pb 1 180 "extend's checkpoint at step 5"
+  stop_run
+  grep -q "BATON_CONTROL_TOKEN is not set; going on without it" r1/logs/s00-a00.log ||
+    fail "the wrapper did not drop the token"
+  said="rank 0 trained without ever connecting to the control channel"
+  [[ $(grep -c "$said" run.out) == 1 ]] || { cat run.out; fail "not warned once that rank 0 never connected"; }
+  # each journaled once (the stage and step its name says), every one kept journaled
+  ckpts_once() { # DIR WANT...: the journal records each (stage, step) of WANT
+    journal_ckpts "$1" >ckpts.txt
+    ls "$1"/checkpoints | grep -E '^s[0-9]+-step[0-9]+$' >kept.txt
+    /usr/bin/python3 - ckpts.txt kept.txt "${@:2}" <<'PY' || { cat ckpts.txt; fail "$1: checkpoint records in the journal"; }
+import sys
+recs = [l.split() for l in open(sys.argv[1])]
+names = [(int(s), n) for s, _, _, n in recs]
+assert all(n == "s%02d-step%08d" % (int(s), int(st)) for s, _, st, n in recs), recs
+assert len(names) == len(set(names)), ("journaled twice", recs)
+want = {tuple(map(int, w.split(":"))) for w in sys.argv[3:]}
+got = {(int(s), int(st)) for s, _, st, _ in recs}
+assert want <= got, ("missing", sorted(want - got))
+kept = {l.strip() for l in open(sys.argv[2])}
+assert kept and kept <= {n for _, n in names}, ("kept but not journaled", kept)
+print("journaled checkpoints:", " ".join(n for _, n in names))
+PY
+  }
+  ckpts_once r1 0:5 0:6 1:5
+  cp -a r1 r2 # resumed whole below
+  rm -rf r1/checkpoints/s01-*
+  set +e; "$baton" resume r1 --quiet >gone.out 2>&1; rc=$?; set -e
+  [[ $rc == 1 ]] || { cat gone.out; fail "resume with extend's checkpoints gone: exit $rc, not 1"; }
+  grep -q "the journal records checkpoint checkpoints/s01-step[0-9]* (step [0-9]*) as the stage's newest committed, but it is gone" gone.out ||
+    { cat gone.out; fail "no word on extend's journaled checkpoint being gone"; }
+  [[ ! -e r1/logs/s01-a01.log ]] || fail "extend was started again from step 0"
+  "$baton" resume r2 --quiet >resume.out 2>&1 || { cat resume.out; fail "resume through the wrapper failed"; }
+  [[ $(grep -c "$said" resume.out) == 1 ]] || { cat resume.out; fail "the resume did not warn once"; }
+  ckpts_once r2 0:5 0:6 1:5 1:12 2:2
+  echo "$case: checkpoint commits journaled without the control channel, once each; gone ones refused"
   ;;
 fd-limit)
   # 32 ranks under `ulimit -n 120`: refused before any worker starts, exit 2, not retried

@@ -433,9 +433,45 @@ assert s["state"] == "failed" and len(f) == 1, s
 assert f[0]["stage"] == "extend" and "No space left on device" in f[0]["cause"], f
 print("status:", s["state"], "-", f[0]["cause"])' || fail "status does not name the full disk"
   "$baton" resume r1 --quiet >resume2.out 2>&1 || { cat resume2.out; fail "resume with room failed"; }
+  # the attempt that could not start kept its number: the resume's is the next one, and
+  # status counts the three of them, one restart after its failure
+  [[ -e r1/logs/s01-a02.log && ! -e r1/logs/s01-a01.log ]] || { ls r1/logs; fail "the resume reused attempt 1"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+x = [t for t in s["stages"] if t["name"] == "extend"][0]
+f, r = s["failure_list"], s["recovery_list"]
+assert (x["attempts"], x["restarts"]) == (3, 1), x
+assert [e["attempt"] for e in f] == [1] and all(e["attempt"] == 2 for e in r), (f, r)' ||
+    { "$baton" status r1; fail "status: the attempts of extend do not add up"; }
   stage_losses r1 >r1.losses
   diff ref.losses r1.losses || fail "the resumed run did not end on the uninterrupted losses"
   echo "$case: $(grep -o 'stage "extend": attempt 1 cannot start.*' resume.out | cut -c1-60)...; exit 1 at once; resumed with room"
+  ;;
+spec-oom)
+  # a copy of the run directory's path for the resumed attempt's spec fails (out of
+  # memory; LD_PRELOAD'ed strdup, BATON_TEST_FAIL_STRDUP_LIB): the first, run_dir, then
+  # the second, init_checkpoint, which would start the stage again from step 0: each
+  # attempt fails before any worker starts, and the next resumes from the stop checkpoint
+  lib=${BATON_TEST_FAIL_STRDUP_LIB:?the test library}
+  sets=(--set stages.1.steps=2 --set stages.fp8.steps=2)
+  BATON_FAULT_STEP_SLEEP=0.1 "$baton" run "$recipe" --run-dir r1 "${sets[@]}" --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 6 >/dev/null
+  stop_run
+  step=$(ls r1/checkpoints | sed -En 's/^s00-step0*([0-9]+)$/\1/p' | sort -n | tail -1)
+  for nth in 1 2; do
+    cp -a r1 "r$nth-oom"
+    BATON_TEST_STRDUP_FAIL="$(pwd -P)/r$nth-oom" BATON_TEST_STRDUP_NTH=$nth LD_PRELOAD=$lib \
+      ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+      "$baton" resume "r$nth-oom" --quiet >"resume$nth.out" 2>&1 || { cat "resume$nth.out"; fail "copy $nth failed: resume exit $?"; }
+    grep -q 'stage "pretrain": attempt 1 cannot start: out of memory' "resume$nth.out" ||
+      { cat "resume$nth.out"; fail "copy $nth failed: not said as the attempt's failure"; }
+    [[ ! -e r$nth-oom/logs/s00-a01.log ]] || fail "copy $nth failed: attempt 1 started a worker"
+    grep -q "started from $work/r$nth-oom at step $step " "r$nth-oom/logs/s00-a02.log" ||
+      { head -5 "r$nth-oom/logs/s00-a02.log"; fail "copy $nth failed: attempt 2 did not resume at step $step"; }
+  done
+  echo "$case: a failed copy for the spec is a failed attempt, retried; the stage resumed at step $step"
   ;;
 lock)
   BATON_FAULT_STEP_SLEEP=0.1 "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
@@ -716,8 +752,15 @@ ckpt-unlisted)
 import json, sys
 s = json.load(sys.stdin)
 fl = [f for f in s["failure_list"] if "cannot list checkpoints" in f["cause"]]
-assert s["state"] == "completed" and fl and all(f["retryable"] for f in fl), (s["state"], s["failure_list"])' ||
-    { "$baton" status r1; fail "status: not completed, or the failure not journaled as retried"; }
+assert s["state"] == "completed" and fl and all(f["retryable"] for f in fl), (s["state"], s["failure_list"])
+# each attempt its own number, the unlistable ones counted: attempts = failures + 2 (the
+# stopped one, the one that completed), a restart after each failure
+p = s["stages"][0]
+n = [f["attempt"] for f in fl]
+assert n == list(range(1, len(n) + 1)), n
+assert (p["attempts"], p["restarts"]) == (len(n) + 2, len(n)), (p, n)
+assert all(r["attempt"] == len(n) + 1 for r in s["recovery_list"]), s["recovery_list"]' ||
+    { "$baton" status r1; fail "status: not completed, the failure not journaled as retried, or attempts reused"; }
   # 2. a cause that stays: every restart fails alike (no worker starts), the run ends as
   # restarts exhausted do (exit 1, max_restarts 6), the checkpoints untouched
   chmod 000 r2/checkpoints

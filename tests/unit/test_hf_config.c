@@ -1,7 +1,8 @@
 /* config.json of a Hugging Face LLaMA (orchestrator/ckpt/hf_config.c): the rope_scaling
  * dict of each RoPE scaling in transformers' field names, max_position_embeddings as the
- * context the model was extended to (llama3's as Llama 3.1 declares it), read back by import as it
- * was written, and the models and scalings that have no Hugging Face form refused with a reason. */
+ * context the checkpoint records or else the one the model was extended to, read back by
+ * import as it was written, and the models and scalings that have no Hugging Face form
+ * refused with a reason. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +70,41 @@ static void test_llama3(void) {
     free(t);
 }
 
+/* The context a checkpoint records (a trained stage's seq_len, an import's
+ * max_position_embeddings) wins over the derived one where it is longer than the
+ * original: Llama 3.2's config.json, factor 32 for 8192, says 131072, which twice
+ * original x factor (524288) does not give. */
+static void test_llama3_recorded(void) {
+    static const char l32[] =
+        "{\"hidden_size\": 64, \"intermediate_size\": 176, \"num_hidden_layers\": 2, "
+        "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 272, "
+        "\"max_position_embeddings\": 131072, \"rope_theta\": 500000.0, \"rope_scaling\": "
+        "{\"rope_type\": \"llama3\", \"factor\": 32.0, \"low_freq_factor\": 1.0, "
+        "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}}";
+    hf_model h;
+    bt_diag d;
+    bt_diag_init(&d);
+    int known;
+    CHECK(hf_config_read(l32, strlen(l32), "l32.json", &h, &d) == 0);
+    CHECK_EQ_U64(h.max_position, 131072); /* what the import records as the seq_len */
+    CHECK_EQ_U64(hf_config_max_position(&h.model, 0, h.max_position, &known), 131072);
+    CHECK(known == 1);
+    CHECK_EQ_U64(hf_config_max_position(&h.model, 0, 100000, &known), 100000);
+    /* --max-position still wins; a recorded context not beyond the original, or none,
+     * leaves the derived one (transformers wants the original below it) */
+    CHECK_EQ_U64(hf_config_max_position(&h.model, 4096, h.max_position, &known), 4096);
+    model_fx f;
+    fx_init(&f, BATON__ROPE_SCALING__TYPE__LLAMA3, 8, 8192);
+    CHECK_EQ_U64(hf_config_max_position(&f.m, 0, 8192, &known), 131072);
+    CHECK_EQ_U64(hf_config_max_position(&f.m, 0, 0, &known), 131072);
+    /* unscaled: the recorded context, else the default (known 0) */
+    fx_init(&f, BATON__ROPE_SCALING__TYPE__NONE, 1, 0);
+    CHECK_EQ_U64(hf_config_max_position(&f.m, 0, 64, &known), 64);
+    CHECK(known == 1);
+    CHECK_EQ_U64(hf_config_max_position(&f.m, 0, 0, &known), HF_DEFAULT_MAX_POSITION);
+    CHECK(known == 0);
+}
+
 static void test_yarn(void) {
     model_fx f;
     char *t, err[2048];
@@ -90,9 +126,9 @@ static void test_linear_ntk_context(void) {
     char *t, err[2048];
     int known;
     fx_init(&f, BATON__ROPE_SCALING__TYPE__LINEAR, 2, 0);
-    CHECK_EQ_U64(hf_config_max_position(&f.m, 0, &known), HF_DEFAULT_MAX_POSITION);
+    CHECK_EQ_U64(hf_config_max_position(&f.m, 0, 0, &known), HF_DEFAULT_MAX_POSITION);
     CHECK(known == 0);
-    CHECK_EQ_U64(hf_config_max_position(&f.m, 300, &known), 300);
+    CHECK_EQ_U64(hf_config_max_position(&f.m, 300, 0, &known), 300);
     CHECK(known == 1);
     f.s.original_max_position = 1024;
     CHECK(write_config(&f.m, 0, &t, err) == 0);
@@ -108,7 +144,8 @@ static void test_linear_ntk_context(void) {
     CHECK(hf_config_read(lin, strlen(lin), "lin.json", &h, &d) == 0);
     CHECK(h.scaling.type == BATON__ROPE_SCALING__TYPE__LINEAR && h.scaling.factor == 3);
     CHECK_EQ_U64(h.scaling.original_max_position, 2000);
-    CHECK_EQ_U64(hf_config_max_position(&h.model, 0, &known), 6000);
+    CHECK_EQ_U64(hf_config_max_position(&h.model, 0, 0, &known), 6000);
+    CHECK_EQ_U64(hf_config_max_position(&h.model, 0, h.max_position, &known), 6000);
     CHECK(known == 1);
     free(t);
     fx_init(&f, BATON__ROPE_SCALING__TYPE__NTK, 4, 4096);
@@ -175,6 +212,7 @@ static void test_bad_values(void) {
 int main(void) {
     test_bad_values();
     test_llama3();
+    test_llama3_recorded();
     test_yarn();
     test_linear_ntk_context();
     test_refused();

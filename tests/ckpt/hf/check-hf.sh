@@ -122,10 +122,10 @@ for case in plain:1 linear:1 ntk:1 llama3:1 yarn:1 tp2:2; do
   cases+=("$s") oracle+=("hf-$s" "ctl-$s")
 done
 grep -q '"rope_type": "yarn"' hf-yarn/config.json || fail "yarn: rope_scaling not in config.json"
-# the context the scaling extends to: original 16 x factor 8, twice for llama3 (as Llama
-# 3.1's config.json says 131072 for 8192 and factor 8), and for yarn 16 x 4
-grep -q '"max_position_embeddings": 256,' hf-llama3/config.json ||
-  fail "llama3: max_position_embeddings $(grep -o '"max_position_embeddings": [0-9]*' hf-llama3/config.json), not 256"
+# the context the checkpoint records, the seq_len 64 it was trained at (longer than the
+# scaling's original 16), not twice original x factor (256), which only Llama 3.1 has
+grep -q '"max_position_embeddings": 64,' hf-llama3/config.json ||
+  fail "llama3: max_position_embeddings $(grep -o '"max_position_embeddings": [0-9]*' hf-llama3/config.json), not 64"
 grep -q '"max_position_embeddings": 64,' hf-yarn/config.json ||
   fail "yarn: max_position_embeddings $(grep -o '"max_position_embeddings": [0-9]*' hf-yarn/config.json), not 64"
 "$baton" ckpt export run-plain --dtype bf16 --out hf16 >/dev/null || fail "export --dtype bf16"
@@ -230,6 +230,19 @@ a, b = (json.load(open(p)) for p in sys.argv[1:])
 assert b["max_position_embeddings"] == 256, b["max_position_embeddings"]
 assert b["rope_scaling"] == {"rope_type": "linear", "factor": 2.0}, b["rope_scaling"]
 PY
+# an imported Llama 3.2 (llama3, factor 32 for 8192: 131072) exports the context it came
+# with, not twice original x factor (524288); so does one of another shape (256)
+for l in 131072:8192 256:16; do
+  bad l32 "c['rope_scaling'] = {'rope_type': 'llama3', 'factor': 32.0, 'low_freq_factor': 1.0, 'high_freq_factor': 4.0, 'original_max_position_embeddings': ${l#*:}}; c['max_position_embeddings'] = ${l%:*}"
+  rm -rf ck/l32 hf-l32
+  "$baton" ckpt import l32 --out ck/l32 >/dev/null && "$baton" ckpt export ck/l32 --out hf-l32 >/dev/null &&
+    "$py" - l32/config.json hf-l32/config.json <<'PY' || fail "llama3 factor 32: max_position_embeddings or rope_scaling changed"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert b["max_position_embeddings"] == a["max_position_embeddings"], (b["max_position_embeddings"], a["max_position_embeddings"])
+assert b["rope_scaling"] == a["rope_scaling"], b["rope_scaling"]
+PY
+done
 # the plain model's context is the seq_len it was trained at (the checkpoint keeps it);
 # one saved before that was kept: the default, said out loud
 grep -q '"max_position_embeddings": 64,' hf-plain/config.json || fail "the plain export's context is not its seq_len 64"
