@@ -137,14 +137,23 @@ same_files "$src" "got/$name" && ok "pull: identical files" || fail "pull: files
 expect 2 'already exists' -- pull "$url/$name" --into got
 expect 2 "--into ''" -- pull "$url/$name" --into ""
 
-# A checkpoint of a later format than this baton reads (format_version, field 1, is the
-# manifest's first bytes): pull refuses it and leaves nothing.
+# A checkpoint of a later format than this baton reads (the manifest's own CRC32C field,
+# 6 bytes, then format_version, field 1): pull refuses it and leaves nothing. The CRC32C
+# of the bytes after that field is made again, as a newer baton would write it.
 cp "$remote/manifest.pb" manifest.keep
-/usr/bin/python3 - "$remote/manifest.pb" <<'PY' || fail "manifest.pb does not start with format_version 2"
+/usr/bin/python3 - "$remote/manifest.pb" <<'PY' || fail "manifest.pb does not start with its CRC32C, then format_version 2"
 import sys
+def crc32c(data):
+    c = 0xFFFFFFFF
+    for x in data:
+        c ^= x
+        for _ in range(8):
+            c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
+    return c ^ 0xFFFFFFFF
 p = sys.argv[1]; b = bytearray(open(p, "rb").read())
-assert b[0] == 0x08 and b[1] == 2, b[:2]
-b[1] = 3; open(p, "wb").write(b)
+assert b[0:2] == b"\xd5\x01" and crc32c(b[6:]) == int.from_bytes(b[2:6], "little"), b[:6]
+assert b[6] == 0x08 and b[7] == 2, b[6:8]
+b[7] = 3; b[2:6] = crc32c(b[6:]).to_bytes(4, "little"); open(p, "wb").write(b)
 PY
 mkdir got4
 expect 1 "format 3, written by a newer baton" -- pull "$url/$name" --into got4
