@@ -31,6 +31,7 @@
 #include "safetensors.h"
 #include "util/buf.h"
 #include "util/cleanup.h"
+#include "util/utf8.h"
 
 #define HF_WEIGHTS        "model.safetensors"
 #define HF_CONFIG         "config.json"
@@ -534,6 +535,25 @@ typedef struct import_opts {
     const char *in, *out, *recipe;
 } import_opts;
 
+/* --recipe-name: a name the manifest can record and every tool print as it is (not
+ * empty, UTF-8, no control character); -1 after saying why not, the name escaped. */
+static int import_check_recipe(const char *name) {
+    size_t at = bt_utf8_first_unprintable(name);
+    if (name[0] != '\0' && name[at] == '\0') return 0;
+    bt_buf b;
+    bt_buf_init(&b);
+    if (name[0] == '\0')
+        fprintf(stderr, "baton ckpt import: --recipe-name '': name the recipe (default %s)\n",
+                HF_DEFAULT_RECIPE);
+    else
+        fprintf(stderr,
+                "baton ckpt import: --recipe-name '%s': byte %zu is a control character or "
+                "not UTF-8; a recipe name is printable text\n",
+                bt_buf_text_of(&b, name), at);
+    bt_buf_free(&b);
+    return -1;
+}
+
 static int import_parse(int argc, char **argv, import_opts *o) {
     static const char *const names[] = {"--out", "--format", "--recipe-name"};
     const char *given[3] = {0};
@@ -565,7 +585,7 @@ static int import_parse(int argc, char **argv, import_opts *o) {
         }
         i += takes;
     }
-    if (o->in != NULL && o->out != NULL) return 0;
+    if (o->in != NULL && o->out != NULL) return import_check_recipe(o->recipe);
     fprintf(stderr, "baton ckpt import: %s is required\n", o->in ? "--out CKPT_DIR" : "DIR");
     import_usage(stderr);
     return -1;

@@ -95,8 +95,8 @@ one --init old --steps 6 >old.log 2>&1 && grep -q "started from old at step 4" o
 # a tensor renamed in it: the name's bytes changed in place, the message still decodes
 rename() { # rename DIR FROM TO (same length)
   /usr/bin/python3 - "$1/manifest.pb" "$2" "$3" <<'PY'
-import sys
-p, a, b = sys.argv[1], sys.argv[2].encode(), sys.argv[3].encode()
+import os, sys
+p, a, b = sys.argv[1], os.fsencode(sys.argv[2]), os.fsencode(sys.argv[3])
 d = open(p, "rb").read()
 assert len(a) == len(b) and d.count(a) >= 1
 open(p, "wb").write(d.replace(a, b, 1))
@@ -107,6 +107,21 @@ expect 1 "DAMAGED: old2/manifest.pb: tensor model.norm.weight, which the checkpo
 expect 1 "DAMAGED: old2/manifest.pb: tensor mofel.norm.weight is not one of the checkpoint's model" -- verify old2
 rm -rf old3 && cp -r old old3 && rename old3 optim.exp_avg.model.layers.0.mlp.up_proj optim.exp]avg.model.layers.0.mlp.up_proj
 expect 1 "tensor optim.exp_avg.model.layers.0.mlp.up_proj.weight, which the checkpoint's model needs, is missing" -- verify old3
+# names holding control characters and bytes that are not UTF-8 (a manifest no baton
+# writes now, but one may be read): inspect escapes them in text, keeps its JSON valid
+rm -rf old4 && cp -r old old4 && rename old4 model.norm.weight $'model.norm.weig\x01\xff' &&
+  rename old4 reshard $'resh\nrd'
+"$baton" ckpt inspect old4 >insp.txt 2>&1
+grep -q '^  recipe resh\\nrd, stage 0 "train"' insp.txt &&
+  grep -Eq '^  model\.norm\.weig\\x01\\xff +64 ' insp.txt &&
+  ok "inspect: control characters and bytes that are not UTF-8 escaped in text" ||
+  fail "inspect text: $(head -n 3 insp.txt | cat -v)"
+"$baton" ckpt inspect old4 --json | /usr/bin/python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+assert j["recipe"] == "resh\nrd", j["recipe"]
+assert "model.norm.weig\x01\ufffd" in [t["key"] for t in j["tensors"]], j["tensors"]
+' && ok "inspect --json: valid JSON, the name escaped" || fail "inspect --json of odd names"
 # an imported model (no optimizer state) is whole without moments
 /usr/bin/python3 "$src/tests/ckpt/make_hf.py" hf 64 2 272 >/dev/null 2>&1 &&
   "$baton" ckpt import hf --out imp >/dev/null &&
