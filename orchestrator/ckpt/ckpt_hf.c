@@ -492,6 +492,26 @@ static int export_run(const export_opts *o, const char *dir, const Baton__Manife
     return rc;
 }
 
+/* --max-position against the checkpoint: below the original context a llama3 or yarn
+ * scaling records (original_max_position_embeddings in config.json) it contradicts the
+ * scaling, which transformers warns about; refused. */
+static int export_check_max_position(const export_opts *o, const Baton__Manifest *m,
+                                     bt_diag *diag) {
+    const Baton__RopeScaling *s = m->model && m->model->rope ? m->model->rope->scaling : NULL;
+    if (o->max_position == 0 || s == NULL ||
+        (s->type != BATON__ROPE_SCALING__TYPE__LLAMA3 &&
+         s->type != BATON__ROPE_SCALING__TYPE__YARN) ||
+        o->max_position >= s->original_max_position)
+        return 0;
+    bt_diag_set(diag,
+                "--max-position %" PRIu64 " is below the original context of the checkpoint's "
+                "%s RoPE scaling, original_max_position %" PRIu64
+                " (max_position_embeddings must be at least original_max_position_embeddings)",
+                o->max_position, s->type == BATON__ROPE_SCALING__TYPE__LLAMA3 ? "llama3" : "yarn",
+                (uint64_t)s->original_max_position);
+    return BT_EINVAL;
+}
+
 int ckpt_cmd_export(int argc, char **argv) {
     export_opts o;
     int p = export_parse(argc, argv, &o);
@@ -502,6 +522,7 @@ int ckpt_cmd_export(int argc, char **argv) {
     Baton__Manifest *m = NULL;
     bt_cleanup_install();
     int rc = ckpt_open(o.ckpt, dir, sizeof dir, &m, &diag);
+    if (!rc) rc = export_check_max_position(&o, m, &diag);
     if (!rc) rc = export_run(&o, dir, m, &diag);
     if (m) baton__manifest__free_unpacked(m, NULL);
     if (rc)

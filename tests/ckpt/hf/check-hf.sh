@@ -266,6 +266,12 @@ cp -r run-plain run-old && "$ckpt_edit" "$(ls -d run-old/checkpoints/s*)" --drop
 expect 0 "note: max_position_embeddings is 2048, Hugging Face's default" -- export run-old --out hf-note
 expect 0 "exported" -- export run-old --out hf-note2 --max-position 64
 grep -q '"max_position_embeddings": 64,' hf-note2/config.json || fail "--max-position 64 not in config.json"
+# below the original context a llama3 or yarn scaling records (16): refused, nothing written
+expect 2 "--max-position 8 is below the original context of the checkpoint's llama3 RoPE scaling, original_max_position 16" \
+  -- export run-llama3 --out hf-short --max-position 8
+expect 2 "yarn RoPE scaling, original_max_position 16" -- export run-yarn --out hf-short --max-position 15
+[[ -e hf-short ]] && fail "a refused --max-position left hf-short"
+expect 0 "exported" -- export run-llama3 --out hf-orig --max-position 16
 # a failed export leaves no --out, no partial directory beside it, and a directory that
 # was there as it was
 cp -r run-plain run-cut && shard=$(ls run-cut/checkpoints/*/rank-*.bin | head -n 1) &&
