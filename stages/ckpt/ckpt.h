@@ -106,6 +106,9 @@ int ckpt_manifest_decode(const uint8_t *buf, size_t len, const char *where, Bato
                          bt_diag *diag);
 /* Whether m was read with its checksum checked (0: a manifest from before the checksum). */
 int ckpt_manifest_checked(const Baton__Manifest *m);
+/* Whether checkpoint directory dir is gone (its manifest.pb no longer there): removed
+ * while it was being read, as a run's retention removes older checkpoints. */
+int ckpt_removed(const char *dir);
 /* Reads, checks and decodes dir/manifest.pb (ckpt_manifest_decode); free with
  * baton__manifest__free_unpacked(m, NULL). */
 int ckpt_manifest_read(const char *dir, Baton__Manifest **out, bt_diag *diag);

@@ -182,6 +182,13 @@ int ckpt_open(const char *path, char *dir, size_t cap, Baton__Manifest **out, bt
     return rc;
 }
 
+int ckpt_removed(const char *dir) {
+    char p[CKPT_PATH_MAX + 32];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", dir, CKPT_MANIFEST);
+    return stat(p, &st) != 0 && (errno == ENOENT || errno == ENOTDIR);
+}
+
 int ckpt_fsync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return BT_EIO;
