@@ -26,8 +26,9 @@
 /* A stage's latest step as metrics.jsonl has it; a field it lacks (or has as null) is
  * unknown. */
 typedef struct status_last {
-    int has_loss, has_tok;
+    int has_loss, has_tok, has_skipped;
     double time, loss, tok;
+    double skipped; /* the stage's steps whose update was skipped, so far */
 } status_last;
 
 /* One line of metrics.jsonl, for the recent pace of the running stage. */
@@ -76,7 +77,9 @@ static void status_usage(FILE *f) {
                "           null), worker (the --worker the run was started with, else\n"
                "           null), eta_s, stages (per stage: name,\n"
                "           state, step, steps, loss, tokens_per_s, wall_s, eta_s, attempts,\n"
-               "           restarts, recoveries, recovery_s_avg, valid_loss), recovery_s,\n"
+               "           restarts, recoveries, recovery_s_avg (null without one),\n"
+               "           skipped_steps (steps whose update was skipped, null before any\n"
+               "           step), valid_loss), recovery_s,\n"
                "           failure_list (per failure: stage, stage_index, attempt, time, step,\n"
                "           rank, node, pid, exit_status, signal, cause, retryable),\n"
                "           recovery_list (stage, stage_index, attempt, time, step,\n"
@@ -117,6 +120,7 @@ static void status_metrics_line(status_view *v, const char *line) {
     l->time = status_field(line, "\"time\": ", &x) ? x : 0;
     l->has_loss = status_field(line, "\"loss\": ", &l->loss);
     l->has_tok = status_field(line, "\"tokens_per_s\": ", &l->tok);
+    l->has_skipped = status_field(line, "\"skipped_steps\": ", &l->skipped);
     double step, attempt;
     if (!status_field(line, "\"step\": ", &step) || !status_field(line, "\"attempt\": ", &attempt))
         return;
@@ -433,6 +437,35 @@ static void status_text_new(bt_buf *b, const status_view *v) {
                       v->dir);
 }
 
+/* Steps of stage i whose update was skipped (a non-finite gradient norm, an fp16 overflow,
+ * a loss spike), as its last line of metrics.jsonl counts them; 0 when it has none. */
+static int status_stage_skipped(const status_view *v, size_t i, uint64_t *n) {
+    const status_last *l = &v->last[i];
+    *n = l->has_skipped && l->skipped > 0 ? (uint64_t)l->skipped : 0;
+    return l->has_skipped;
+}
+
+static uint64_t status_skipped_total(const status_view *v) {
+    uint64_t total = 0, n;
+    for (size_t i = 0; i < status_n_stages(v); i++)
+        if (status_stage_skipped(v, i, &n)) total += n;
+    return total;
+}
+
+/* "  skipped steps: pretrain 14 of 15 ..." when a stage skipped an update; nothing else. */
+static void status_skipped_text(bt_buf *b, const status_view *v) {
+    int any = 0;
+    for (size_t i = 0; i < status_n_stages(v); i++) {
+        uint64_t n;
+        if (!status_stage_skipped(v, i, &n) || n == 0) continue;
+        bt_buf_printf(b, "%s  %s %llu", any++ ? "," : "  skipped steps (update not applied):",
+                      status_stage_name(v, i), (unsigned long long)n);
+    }
+    if (any)
+        bt_buf_printf(b, " (a non-finite gradient norm, an fp16 overflow or a loss spike: the "
+                         "stage's log says which)\n");
+}
+
 static void status_text(bt_buf *b, const status_view *v) {
     const char *state = status_run_state(v);
     if (strcmp(state, "not_started") == 0)
@@ -447,10 +480,15 @@ static void status_text(bt_buf *b, const status_view *v) {
                       status_stage_name(v, v->st.failed_stage - 1), reason ? reason : "not retried",
                       cause ? cause : "not journaled");
     }
+    uint64_t skipped = status_skipped_total(v);
     if (strcmp(state, "not_started") != 0)
-        bt_buf_printf(b, "; %u failure%s, recovered %u time%s\n", v->st.total_failures,
+        bt_buf_printf(b, "; %u failure%s, recovered %u time%s", v->st.total_failures,
                       v->st.total_failures == 1 ? "" : "s", v->st.total_recoveries,
                       v->st.total_recoveries == 1 ? "" : "s");
+    if (strcmp(state, "not_started") != 0 && skipped > 0)
+        bt_buf_printf(b, "; %llu step%s skipped", (unsigned long long)skipped,
+                      skipped == 1 ? "" : "s");
+    if (strcmp(state, "not_started") != 0) bt_buf_printf(b, "\n");
     if (v->worker[0])
         bt_buf_printf(b,
                       "  worker: %s (the --worker the run was started with; baton resume "
@@ -474,6 +512,7 @@ static void status_text(bt_buf *b, const status_view *v) {
                       status_stage_name(v, i), status_stage_state(v, i), steps, loss, tok,
                       status_stage_wall(v, i), s->attempts, s->restarts, rec);
     }
+    status_skipped_text(b, v);
     int any = 0;
     for (size_t i = 0; i < status_n_stages(v); i++) {
         if (!v->has_valid[i]) continue;
@@ -687,21 +726,27 @@ static void status_json(bt_buf *b, const status_view *v) {
         if (status_stage_tok(v, i, &x) && isfinite(x)) snprintf(tok, sizeof tok, "%.6g", x);
         char eta[32] = "null"; /* known for the stage a supervised run is training */
         if (status_stage_eta(v, i, &x)) snprintf(eta, sizeof eta, "%.3f", x);
+        char rec_avg[32] = "null", skipped[32] = "null"; /* null: no recovery, no metrics */
+        if (s->recoveries)
+            snprintf(rec_avg, sizeof rec_avg, "%.3f", s->recovery_s_sum / s->recoveries);
+        uint64_t n_skipped;
+        if (status_stage_skipped(v, i, &n_skipped))
+            snprintf(skipped, sizeof skipped, "%llu", (unsigned long long)n_skipped);
         char valid[32] = "null"; /* the stage's closing validation, once it had one */
         if (v->has_valid[i] && isfinite(v->valid[i]))
             snprintf(valid, sizeof valid, "%.9g", v->valid[i]);
         bt_buf_printf(b,
                       ", \"state\": \"%s\", \"step\": %llu, \"steps\": %llu, \"loss\": %s, "
                       "\"tokens_per_s\": %s, \"wall_s\": %.3f, \"eta_s\": %s, \"attempts\": %u, "
-                      "\"restarts\": %u, \"recoveries\": %u, \"recovery_s_avg\": %.3f, "
-                      "\"valid_loss\": %s}",
+                      "\"restarts\": %u, \"recoveries\": %u, \"recovery_s_avg\": %s, "
+                      "\"skipped_steps\": %s, \"valid_loss\": %s}",
                       status_stage_state(v, i),
                       (unsigned long long)(!s->completed && v->have_metrics && v->m_stage == i
                                                ? v->m_step
                                                : s->last_step),
                       (unsigned long long)status_stage_steps(v, i), loss, tok,
                       status_stage_wall(v, i), eta, s->attempts, s->restarts, s->recoveries,
-                      s->recoveries ? s->recovery_s_sum / s->recoveries : 0.0, valid);
+                      rec_avg, skipped, valid);
     }
     bt_buf_printf(b, "], \"recovery_s\": [");
     int k = 0;

@@ -31,6 +31,7 @@
 #include "safetensors.h"
 #include "util/buf.h"
 #include "util/cleanup.h"
+#include "util/utf8.h"
 
 #define HF_WEIGHTS        "model.safetensors"
 #define HF_CONFIG         "config.json"
@@ -488,6 +489,26 @@ static int export_run(const export_opts *o, const char *dir, const Baton__Manife
     return rc;
 }
 
+/* --max-position against the checkpoint: below the original context a llama3 or yarn
+ * scaling records (original_max_position_embeddings in config.json) it contradicts the
+ * scaling, which transformers warns about; refused. */
+static int export_check_max_position(const export_opts *o, const Baton__Manifest *m,
+                                     bt_diag *diag) {
+    const Baton__RopeScaling *s = m->model && m->model->rope ? m->model->rope->scaling : NULL;
+    if (o->max_position == 0 || s == NULL ||
+        (s->type != BATON__ROPE_SCALING__TYPE__LLAMA3 &&
+         s->type != BATON__ROPE_SCALING__TYPE__YARN) ||
+        o->max_position >= s->original_max_position)
+        return 0;
+    bt_diag_set(diag,
+                "--max-position %" PRIu64 " is below the original context of the checkpoint's "
+                "%s RoPE scaling, original_max_position %" PRIu64
+                " (max_position_embeddings must be at least original_max_position_embeddings)",
+                o->max_position, s->type == BATON__ROPE_SCALING__TYPE__LLAMA3 ? "llama3" : "yarn",
+                (uint64_t)s->original_max_position);
+    return BT_EINVAL;
+}
+
 int ckpt_cmd_export(int argc, char **argv) {
     export_opts o;
     int p = export_parse(argc, argv, &o);
@@ -498,6 +519,7 @@ int ckpt_cmd_export(int argc, char **argv) {
     Baton__Manifest *m = NULL;
     bt_cleanup_install();
     int rc = ckpt_open(o.ckpt, dir, sizeof dir, &m, &diag);
+    if (!rc) rc = export_check_max_position(&o, m, &diag);
     if (!rc) rc = export_run(&o, dir, m, &diag);
     if (m) baton__manifest__free_unpacked(m, NULL);
     if (rc)
@@ -531,6 +553,25 @@ typedef struct import_opts {
     const char *in, *out, *recipe;
 } import_opts;
 
+/* --recipe-name: a name the manifest can record and every tool print as it is (not
+ * empty, UTF-8, no control character); -1 after saying why not, the name escaped. */
+static int import_check_recipe(const char *name) {
+    size_t at = bt_utf8_first_unprintable(name);
+    if (name[0] != '\0' && name[at] == '\0') return 0;
+    bt_buf b;
+    bt_buf_init(&b);
+    if (name[0] == '\0')
+        fprintf(stderr, "baton ckpt import: --recipe-name '': name the recipe (default %s)\n",
+                HF_DEFAULT_RECIPE);
+    else
+        fprintf(stderr,
+                "baton ckpt import: --recipe-name '%s': byte %zu is a control character or "
+                "not UTF-8; a recipe name is printable text\n",
+                bt_buf_text_of(&b, name), at);
+    bt_buf_free(&b);
+    return -1;
+}
+
 static int import_parse(int argc, char **argv, import_opts *o) {
     static const char *const names[] = {"--out", "--format", "--recipe-name"};
     const char *given[3] = {0};
@@ -562,7 +603,7 @@ static int import_parse(int argc, char **argv, import_opts *o) {
         }
         i += takes;
     }
-    if (o->in != NULL && o->out != NULL) return 0;
+    if (o->in != NULL && o->out != NULL) return import_check_recipe(o->recipe);
     fprintf(stderr, "baton ckpt import: %s is required\n", o->in ? "--out CKPT_DIR" : "DIR");
     import_usage(stderr);
     return -1;

@@ -295,10 +295,10 @@ static const char *inspect_size(char *buf, size_t cap, uint64_t bytes) {
 static void inspect_data_text(bt_buf *b, const Baton__Manifest *m) {
     for (size_t i = 0; i < m->n_data; i++) {
         const Baton__DataCounts *d = m->data[i];
-        bt_buf_printf(b, "%s%s (%llu tokens, %llu document%s)",
-                      i ? ", " : "  training data: ", d->path ? d->path : "?",
-                      (unsigned long long)d->tokens, (unsigned long long)d->documents,
-                      d->documents == 1 ? "" : "s");
+        bt_buf_printf(b, "%s", i ? ", " : "  training data: ");
+        bt_buf_text(b, d->path ? d->path : "?");
+        bt_buf_printf(b, " (%llu tokens, %llu document%s)", (unsigned long long)d->tokens,
+                      (unsigned long long)d->documents, d->documents == 1 ? "" : "s");
     }
     if (m->n_data > 1)
         bt_buf_printf(b, "; mixture order %s",
@@ -330,17 +330,21 @@ static int inspect_text(bt_buf *b, const char *dir, const Baton__Manifest *m, bt
     }
     inspect_fp8_counts c = inspect_fp8_count(m, st);
     uint64_t total = 0;
-    bt_buf_printf(b, "checkpoint %s (format %u)\n", dir, m->format_version);
-    bt_buf_printf(b, "  recipe %s, stage %u \"%s\"%s, step %llu of %llu, next global sample %llu",
-                  m->recipe_name ? m->recipe_name : "?", m->stage_index,
-                  m->stage_name ? m->stage_name : "?", m->stage_final ? " (final)" : "",
-                  (unsigned long long)m->step, (unsigned long long)m->stage_steps,
+    bt_buf t; /* names as text shows them: control characters escaped (bt_buf_text) */
+    bt_buf_init(&t);
+    bt_buf_printf(b, "checkpoint %s (format %u)\n", bt_buf_text_of(&t, dir), m->format_version);
+    bt_buf_printf(b, "  recipe ");
+    bt_buf_text(b, m->recipe_name ? m->recipe_name : "?");
+    bt_buf_printf(b, ", stage %u \"%s\"%s, step %llu of %llu, next global sample %llu",
+                  m->stage_index, bt_buf_text_of(&t, m->stage_name ? m->stage_name : "?"),
+                  m->stage_final ? " (final)" : "", (unsigned long long)m->step,
+                  (unsigned long long)m->stage_steps,
                   (unsigned long long)(m->data_position + m->skipped_samples));
     if (m->skipped_samples > 0)
         bt_buf_printf(b, " (%llu logical + %llu skipped after loss spikes)",
                       (unsigned long long)m->data_position, (unsigned long long)m->skipped_samples);
     bt_buf_printf(b, "\n");
-    if (m->run_id != NULL) bt_buf_printf(b, "  saved by run %s\n", m->run_id);
+    if (m->run_id != NULL) bt_buf_printf(b, "  saved by run %s\n", bt_buf_text_of(&t, m->run_id));
     inspect_data_text(b, m);
     bt_buf_printf(b, "  saved under ");
     ckpt_layout_text(b, m->layout);
@@ -364,7 +368,7 @@ static int inspect_text(bt_buf *b, const char *dir, const Baton__Manifest *m, bt
         bt_buf shape;
         bt_buf_init(&shape);
         inspect_shape(&shape, m->tensors[i], "x");
-        int kw = (int)strlen(m->tensors[i]->key ? m->tensors[i]->key : "");
+        int kw = (int)strlen(bt_buf_text_of(&t, m->tensors[i]->key ? m->tensors[i]->key : ""));
         int sw = (int)strlen(bt_buf_str(&shape));
         key_w = kw > key_w ? kw : key_w, shape_w = sw > shape_w ? sw : shape_w;
         bt_buf_free(&shape);
@@ -376,9 +380,9 @@ static int inspect_text(bt_buf *b, const char *dir, const Baton__Manifest *m, bt
         bt_buf shape;
         bt_buf_init(&shape);
         inspect_shape(&shape, e, "x");
-        bt_buf_printf(b, "  %-*s %-*s %-5s %6zu %12llu\n", key_w, e->key ? e->key : "", shape_w,
-                      bt_buf_str(&shape), inspect_dtype(e->dtype), e->n_shards,
-                      (unsigned long long)inspect_bytes(e));
+        bt_buf_printf(b, "  %-*s %-*s %-5s %6zu %12llu\n", key_w,
+                      bt_buf_text_of(&t, e->key ? e->key : ""), shape_w, bt_buf_str(&shape),
+                      inspect_dtype(e->dtype), e->n_shards, (unsigned long long)inspect_bytes(e));
         bt_buf_free(&shape);
         total += inspect_bytes(e);
     }
@@ -391,8 +395,10 @@ static int inspect_text(bt_buf *b, const char *dir, const Baton__Manifest *m, bt
                       inspect_size(size, sizeof size, c.history_bytes));
     for (size_t i = 0; i < m->n_fp8; i++)
         if (st[i].history == NULL)
-            bt_buf_printf(b, "  fp8 state %s: %s\n", m->fp8[i]->tensor ? m->fp8[i]->tensor : "?",
+            bt_buf_printf(b, "  fp8 state %s: %s\n",
+                          bt_buf_text_of(&t, m->fp8[i]->tensor ? m->fp8[i]->tensor : "?"),
                           st[i].error.msg);
+    bt_buf_free(&t);
     free(order);
     inspect_fp8_free(st, m->n_fp8);
     return rc;

@@ -36,9 +36,25 @@ static void pack_usage(FILE *f) {
                "write), 2 bad usage, not a checkpoint, or FILE exists.\n");
 }
 
+/* The archive being written: libarchive writes it to `path` (the .partial file). */
+typedef struct pack_out {
+    struct archive *a;
+    const char *path;
+} pack_out;
+
+/* A failed write into the archive: the output is what failed (libarchive only writes), so
+ * the message names it and the errno (ENOSPC: a full disk), what was being archived after. */
+static int pack_write_failed(const pack_out *o, const char *what, bt_diag *diag) {
+    int err = archive_errno(o->a);
+    bt_diag_set(diag, "%s: cannot write (archiving %s): %s", o->path, what,
+                err > 0 ? strerror(err) : archive_error_string(o->a));
+    return BT_EIO;
+}
+
 /* Streams one file into the archive as NAME/FILE; chk (may be NULL) checks its bytes. */
-static int pack_file(struct archive *a, const char *dir, const char *top, const char *file,
+static int pack_file(const pack_out *o, const char *dir, const char *top, const char *file,
                      ckpt_file_check *chk, unsigned char *buf, bt_diag *diag) {
+    struct archive *a = o->a;
     char path[CKPT_PATH_MAX], entry_name[CKPT_PATH_MAX];
     ckpt_path_join(path, sizeof path, dir, file);
     ckpt_path_join(entry_name, sizeof entry_name, top, file);
@@ -55,11 +71,7 @@ static int pack_file(struct archive *a, const char *dir, const char *top, const 
     archive_entry_set_perm(e, st.st_mode & 0777);
     archive_entry_set_size(e, st.st_size);
     archive_entry_set_mtime(e, st.st_mtime, 0);
-    int rc = 0;
-    if (archive_write_header(a, e) != ARCHIVE_OK) {
-        bt_diag_set(diag, "%s: cannot archive: %s", path, archive_error_string(a));
-        rc = BT_EIO;
-    }
+    int rc = archive_write_header(a, e) != ARCHIVE_OK ? pack_write_failed(o, path, diag) : 0;
     if (chk) ckpt_check_reset(chk);
     int64_t total = 0;
     while (rc == 0) {
@@ -77,10 +89,8 @@ static int pack_file(struct archive *a, const char *dir, const char *top, const 
         }
         if (chk) rc = ckpt_check_feed(chk, buf, (size_t)got, path, diag);
         if (rc == 0) rc = bt_cleanup_check(diag);
-        if (rc == 0 && archive_write_data(a, buf, (size_t)got) != got) {
-            bt_diag_set(diag, "%s: cannot archive: %s", path, archive_error_string(a));
-            rc = BT_EIO;
-        }
+        if (rc == 0 && archive_write_data(a, buf, (size_t)got) != got)
+            rc = pack_write_failed(o, path, diag);
         total += got;
     }
     archive_entry_free(e);
@@ -88,7 +98,7 @@ static int pack_file(struct archive *a, const char *dir, const char *top, const 
     return rc;
 }
 
-static int pack_dir_entry(struct archive *a, const char *dir, const char *top, bt_diag *diag) {
+static int pack_dir_entry(const pack_out *o, const char *dir, const char *top, bt_diag *diag) {
     char entry_name[CKPT_PATH_MAX];
     struct stat st;
     if (stat(dir, &st) != 0) st.st_mtime = 0;
@@ -98,42 +108,40 @@ static int pack_dir_entry(struct archive *a, const char *dir, const char *top, b
     archive_entry_set_filetype(e, AE_IFDIR);
     archive_entry_set_perm(e, 0700);
     archive_entry_set_mtime(e, st.st_mtime, 0);
-    int rc = archive_write_header(a, e) == ARCHIVE_OK ? 0 : BT_EIO;
-    if (rc < 0) bt_diag_set(diag, "%s: cannot archive: %s", top, archive_error_string(a));
+    int rc = archive_write_header(o->a, e) == ARCHIVE_OK ? 0 : pack_write_failed(o, dir, diag);
     archive_entry_free(e);
     return rc;
 }
 
 /* The directory entry, each shard file (checked), then manifest.pb. */
-static int pack_entries(struct archive *a, const char *dir, const char *top, ckpt_file_set *set,
+static int pack_entries(const pack_out *o, const char *dir, const char *top, ckpt_file_set *set,
                         bt_diag *diag) {
     unsigned char *buf = malloc(PACK_CHUNK);
     if (buf == NULL) return BT_ENOMEM;
-    int rc = pack_dir_entry(a, dir, top, diag);
+    int rc = pack_dir_entry(o, dir, top, diag);
     for (size_t i = 0; rc == 0 && i < set->n; i++)
-        rc = pack_file(a, dir, top, set->file[i].name, &set->file[i], buf, diag);
-    if (rc == 0) rc = pack_file(a, dir, top, CKPT_MANIFEST, NULL, buf, diag);
+        rc = pack_file(o, dir, top, set->file[i].name, &set->file[i], buf, diag);
+    if (rc == 0) rc = pack_file(o, dir, top, CKPT_MANIFEST, NULL, buf, diag);
     free(buf);
     return rc;
 }
 
-/* Writes the archive of dir to fd. */
+/* Writes the archive of dir to fd, the file at path (the .partial). */
 static int pack_stream(int fd, const char *dir, const char *top, ckpt_file_set *set,
-                       const char *out, bt_diag *diag) {
+                       const char *path, bt_diag *diag) {
     struct archive *a = archive_write_new();
     if (a == NULL) return BT_ENOMEM;
+    pack_out o = {.a = a, .path = path};
     int rc = 0;
     if (archive_write_set_format_pax(a) != ARCHIVE_OK ||
         archive_write_add_filter_zstd(a) != ARCHIVE_OK ||
         archive_write_open_fd(a, fd) != ARCHIVE_OK) {
-        bt_diag_set(diag, "%s: cannot start a tar.zst archive: %s", out, archive_error_string(a));
+        bt_diag_set(diag, "%s: cannot start a tar.zst archive: %s", path, archive_error_string(a));
         rc = BT_EIO;
     }
-    if (rc == 0) rc = pack_entries(a, dir, top, set, diag);
-    if (rc == 0 && archive_write_close(a) != ARCHIVE_OK) {
-        bt_diag_set(diag, "%s: cannot finish the archive: %s", out, archive_error_string(a));
-        rc = BT_EIO;
-    }
+    if (rc == 0) rc = pack_entries(&o, dir, top, set, diag);
+    if (rc == 0 && archive_write_close(a) != ARCHIVE_OK)
+        rc = pack_write_failed(&o, "its end", diag);
     archive_write_free(a);
     return rc;
 }
@@ -161,7 +169,7 @@ static int pack_to(const char *dir, const char *out, bt_diag *diag) {
         ckpt_files_free(&set);
         return rc ? rc : BT_EIO;
     }
-    rc = pack_stream(fd, dir, top, &set, out, diag);
+    rc = pack_stream(fd, dir, top, &set, partial, diag);
     ckpt_files_free(&set);
     if (rc == 0 && fsync(fd) != 0) {
         bt_diag_set(diag, "%s: fsync: %s", partial, strerror(errno));

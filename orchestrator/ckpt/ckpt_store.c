@@ -29,6 +29,7 @@
 #include "ckpt_store_remote.h"
 #include "../cli.h"
 #include "util/cleanup.h"
+#include "util/file.h"
 
 #define MANIFEST_DOWNLOAD CKPT_MANIFEST ".download"
 
@@ -171,29 +172,19 @@ static int store_open(const store_args *a, const char *url, ckpt_remote *r, bt_d
 
 /* ---- push ---- */
 
+/* The manifest at path, its checksum checked (ckpt_manifest_decode): BT_EIO when it cannot
+ * be read or is damaged (a download gone wrong), BT_EUNSUPPORTED for a newer format. */
 static int load_manifest(const char *path, Baton__Manifest **out, bt_diag *diag) {
-    FILE *f = fopen(path, "rb");
-    struct stat st;
-    if (f == NULL || fstat(fileno(f), &st) != 0) {
+    char *buf = NULL;
+    size_t len = 0;
+    *out = NULL;
+    if (bt_read_file(path, CKPT_MAX_MANIFEST, &buf, &len) != 0) {
         bt_diag_set(diag, "%s: %s", path, strerror(errno));
-        if (f) fclose(f);
         return BT_EIO;
     }
-    uint8_t *buf = malloc(st.st_size ? (size_t)st.st_size : 1);
-    size_t got = buf ? fread(buf, 1, (size_t)st.st_size, f) : 0;
-    fclose(f);
-    *out = got == (size_t)st.st_size ? baton__manifest__unpack(NULL, got, buf) : NULL;
+    int rc = ckpt_manifest_decode((const uint8_t *)buf, len, path, out, diag);
     free(buf);
-    if (*out == NULL) {
-        bt_diag_set(diag, "%s: not a checkpoint manifest (Baton.Manifest)", path);
-        return BT_EIO;
-    }
-    int rc = ckpt_manifest_check_version(*out, path, diag);
-    if (rc != 0) {
-        baton__manifest__free_unpacked(*out, NULL);
-        *out = NULL;
-    }
-    return rc;
+    return rc == BT_EINVAL ? BT_EIO : rc;
 }
 
 /* The files the store's manifest.pb lists for checkpoint name into *set (empty when

@@ -16,6 +16,7 @@
 
 #define REMOTE_TRIES      3
 #define REMOTE_BACKOFF_MS 200
+#define REMOTE_MAX_REDIRS 5L
 
 /* ---- the store's address ---- */
 
@@ -155,6 +156,7 @@ typedef struct remote_req {
     int (*setup)(struct remote_req *q, CURL *c, bt_diag *diag);
     void (*finish)(struct remote_req *q);
     int fd, fatal, resume, restart;
+    int follow; /* GET and HEAD of a plain HTTP(S) store follow redirects (remote_follow) */
     int64_t off;
     long status;
     ckpt_file_check *chk;
@@ -204,6 +206,38 @@ static void remote_common(ckpt_remote *r, CURL *c, const char *url) {
     }
 }
 
+/* A GET or HEAD of a plain HTTP(S) store follows up to REMOTE_MAX_REDIRS redirects: from
+ * an http URL to http or https, from an https one to https only (never a downgrade).
+ * Credentials (the URL's userinfo, ~/.netrc's) go to the URL's own host, scheme and port
+ * only (CURLOPT_UNRESTRICTED_AUTH off). PUT and DELETE do not follow (an upload or a
+ * removal goes where the URL says), nor does an s3:// store (SigV4 signs for one host). */
+static void remote_follow(CURL *c, const char *url) {
+    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(c, CURLOPT_MAXREDIRS, REMOTE_MAX_REDIRS);
+    curl_easy_setopt(c, CURLOPT_UNRESTRICTED_AUTH, 0L);
+    int https = strncmp(url, "https://", 8) == 0;
+#if LIBCURL_VERSION_NUM >= 0x075500 /* 7.85: the protocols by name */
+    curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, https ? "https" : "http,https");
+#else
+    curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS,
+                     https ? (long)CURLPROTO_HTTPS : (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+}
+
+/* curl's reason for a failed request, with what a redirect it would not follow means. */
+static void remote_why(const remote_req *q, CURLcode e, const char *err, char *why, size_t cap) {
+    const char *reason = err[0] ? err : curl_easy_strerror(e);
+    if (q->follow && e == CURLE_UNSUPPORTED_PROTOCOL)
+        snprintf(why, cap,
+                 "%s (a redirect to another scheme is not followed: from https:// only to "
+                 "https://, from http:// to http:// or https://)",
+                 reason);
+    else if (q->follow && e == CURLE_TOO_MANY_REDIRECTS)
+        snprintf(why, cap, "%s (at most %ld redirects are followed)", reason, REMOTE_MAX_REDIRS);
+    else
+        snprintf(why, cap, "%s", reason);
+}
+
 /* Runs q with retries; 0 with q->status set once the server answered with a
  * non-transient status, else BT_EIO with the reason in diag. */
 static int remote_run(ckpt_remote *r, remote_req *q, bt_diag *diag) {
@@ -215,8 +249,10 @@ static int remote_run(ckpt_remote *r, remote_req *q, bt_diag *diag) {
         remote_common(r, r->curl, q->url);
         curl_easy_setopt(r->curl, CURLOPT_ERRORBUFFER, err);
         q->status = 0;
+        q->curl = r->curl;
         int rc = q->setup(q, r->curl, diag);
         if (rc < 0) return rc;
+        if (q->follow) remote_follow(r->curl, q->url);
         CURLcode e = curl_easy_perform(r->curl);
         curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &q->status);
         if (q->finish) q->finish(q);
@@ -225,7 +261,7 @@ static int remote_run(ckpt_remote *r, remote_req *q, bt_diag *diag) {
         if (e == CURLE_OK)
             snprintf(why, sizeof why, "HTTP %ld", q->status);
         else
-            snprintf(why, sizeof why, "%s", err[0] ? err : curl_easy_strerror(e));
+            remote_why(q, e, err, why, sizeof why);
         if (e == CURLE_RANGE_ERROR)
             q->restart = 1; /* the server ignores Range */
         else if (e != CURLE_OK && !transient_curl(e))
@@ -253,10 +289,25 @@ static int remote_url(ckpt_remote *r, const char *name, const char *file, char *
     return 0;
 }
 
+/* An answer that is not the one wanted; a redirect not followed says where it points and
+ * why it is not followed (remote_follow). */
 static int status_error(const remote_req *q, const char *file, bt_diag *diag) {
-    char shown[CKPT_PATH_MAX + 512];
+    char shown[CKPT_PATH_MAX + 512], to[CKPT_PATH_MAX + 512] = "";
     ckpt_url_shown(q->url, shown, sizeof shown);
-    bt_diag_set(diag, "%s %s: HTTP %ld (file %s)", q->method, shown, q->status, file);
+    char *loc = NULL;
+    if (q->status >= 300 && q->status < 400 && q->curl &&
+        curl_easy_getinfo(q->curl, CURLINFO_REDIRECT_URL, &loc) == CURLE_OK && loc)
+        ckpt_url_shown(loc, to, sizeof to);
+    if (q->status < 300 || q->status >= 400)
+        bt_diag_set(diag, "%s %s: HTTP %ld (file %s)", q->method, shown, q->status, file);
+    else
+        bt_diag_set(diag, "%s %s: HTTP %ld, a redirect%s%s (file %s), not followed: %s", q->method,
+                    shown, q->status, to[0] ? " to " : " without a Location", to, file,
+                    q->follow ? "it names no place to go"
+                    : strcmp(q->method, "GET") == 0 || strcmp(q->method, "HEAD") == 0
+                        ? "an s3:// store is never redirected (SigV4 signs for one host; give "
+                          "the endpoint the bucket is at, --endpoint)"
+                        : "PUT and DELETE go only where the URL says (give the store's own URL)");
     return BT_EIO;
 }
 
@@ -273,7 +324,8 @@ int ckpt_remote_head(ckpt_remote *r, const char *name, const char *file, int64_t
     char url[CKPT_PATH_MAX + 512];
     int rc = remote_url(r, name, file, url, sizeof url, diag);
     if (rc < 0) return rc;
-    remote_req q = {.method = "HEAD", .url = url, .setup = head_setup, .fd = -1};
+    remote_req q = {
+        .method = "HEAD", .url = url, .setup = head_setup, .fd = -1, .follow = !r->sigv4[0]};
     rc = remote_run(r, &q, diag);
     if (rc < 0) return rc;
     *size = -1;
@@ -446,6 +498,7 @@ int ckpt_remote_get(ckpt_remote *r, const char *name, const char *file, const ch
                     .finish = get_finish,
                     .fd = -1,
                     .resume = resume,
+                    .follow = !r->sigv4[0],
                     .path = path,
                     .diag = diag};
     rc = remote_run(r, &q, diag);

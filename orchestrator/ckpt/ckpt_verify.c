@@ -7,16 +7,38 @@
 
 static void verify_usage(FILE *f) {
     fprintf(f, "usage: baton ckpt verify CKPT\n\n"
-               "Reads every shard of a checkpoint and checks its CRC32C (per block, so damage\n"
-               "is located to the byte range), its length, and that the shards of every tensor\n"
-               "cover it exactly once. Each problem is printed with the file, byte range and\n"
-               "tensor. CKPT is a checkpoint directory or a run directory (its newest complete\n"
+               "Checks the manifest's own CRC32C and that it lists every tensor of the model it\n"
+               "records (and both optimizer moments of each, when it holds optimizer state)\n"
+               "and nothing else, then reads every shard of a checkpoint and checks its CRC32C\n"
+               "(per block, so damage is located to the byte range), its length, and that the\n"
+               "shards of every tensor cover it exactly once. Each problem is printed with the\n"
+               "file, byte range and tensor. A manifest written before manifests carried a\n"
+               "checksum is read unchecked, with a note. CKPT is a checkpoint directory or a run "
+               "directory (its newest complete\n"
                "checkpoint).\n\nExit status: 0 intact, 1 damaged, 2 not a checkpoint.\n");
 }
 
 static void verify_print(void *ctx, const char *line) {
     (void)ctx;
     printf("DAMAGED: %s\n", line);
+}
+
+/* A problem of the manifest's tensor list: named as the manifest's (ctx: its path). */
+static void verify_print_manifest(void *ctx, const char *line) {
+    printf("DAMAGED: %s: %s\n", (const char *)ctx, line);
+}
+
+/* The tensor list against the model (ckpt_check_tensor_set), after a note when the
+ * manifest carries no checksum of its own: its other fields are unchecked. */
+static uint64_t verify_manifest(const char *dir, const Baton__Manifest *m) {
+    char where[CKPT_PATH_MAX + 32];
+    snprintf(where, sizeof where, "%s/%s", dir, CKPT_MANIFEST);
+    if (!ckpt_manifest_checked(m))
+        printf("note: %s carries no checksum of its own (written before baton checksummed "
+               "manifests): its tensor list is checked against its model, its other fields "
+               "(step, data position, model) cannot be\n",
+               where);
+    return ckpt_check_tensor_set(m, verify_print_manifest, where);
 }
 
 /* The one argument, CKPT; NULL after saying what is wrong (status: the exit status). */
@@ -69,6 +91,7 @@ int ckpt_cmd_verify(int argc, char **argv) {
     }
     ckpt_verify_report rep;
     int rc = ckpt_verify(dir, m, verify_print, NULL, &rep, &diag);
+    if (rc == 0) rep.problems += verify_manifest(dir, m);
     baton__manifest__free_unpacked(m, NULL);
     if (rc != 0) {
         fprintf(stderr, "baton ckpt verify: %s\n", diag.msg);

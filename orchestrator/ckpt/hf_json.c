@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/utf8.h"
+
 typedef struct jp {
     const char *s;
     size_t len, pos;
@@ -77,6 +79,9 @@ static int jp_unicode(jp *p, char *o, size_t *k) {
         cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
     } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
         return jp_fail(p, "lone low surrogate in \\u escape");
+    } else if (cp == 0) {
+        p->pos -= 6; /* at the escape */
+        return jp_fail(p, "\\u0000 (NUL) in a string: baton's names and values cannot hold it");
     }
     *k += utf8_put(o + *k, cp);
     return 0;
@@ -110,12 +115,17 @@ static int jp_string(jp *p, char **out) {
     while (p->s[p->pos] != '"') {
         unsigned char c = (unsigned char)p->s[p->pos++];
         int rc = 0;
+        size_t seq =
+            c < 0x80 ? 1
+                     : bt_utf8_seq((const unsigned char *)p->s + p->pos - 1, p->len - p->pos + 1);
         if (c < 0x20)
             rc = (p->pos--, jp_fail(p, "control character in string"));
         else if (c == '\\')
             rc = jp_escape(p, o, &k);
+        else if (seq == 0)
+            rc = (p->pos--, jp_fail(p, "a string that is not UTF-8 (JSON text is UTF-8)"));
         else
-            o[k++] = (char)c;
+            memcpy(o + k, p->s + p->pos - 1, seq), k += seq, p->pos += seq - 1;
         if (rc) return free(o), rc;
     }
     p->pos++;

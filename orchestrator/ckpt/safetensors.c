@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 
 #include "hf_json.h"
+#include "util/buf.h"
+#include "util/utf8.h"
 
 static const char *const dtype_names[] = {"F32", "BF16", "F16"};
 
@@ -56,9 +58,24 @@ void safetensors_prefix(uint64_t len, unsigned char out[8]) {
 
 /* ---- reading ---- */
 
+/* The name as a message shows it (bt_buf_text: control characters escaped). */
 static int st_bad(bt_diag *diag, const char *path, const char *name, const char *what) {
-    bt_diag_set(diag, "%s: tensor '%s': %s", path, name, what);
+    bt_buf b;
+    bt_buf_init(&b);
+    bt_diag_set(diag, "%s: tensor '%s': %s", path, bt_buf_text_of(&b, name), what);
+    bt_buf_free(&b);
     return BT_EINVAL;
+}
+
+/* A name baton can keep and print: not empty, no control character (the JSON parser
+ * already refused \u0000 and text that is not UTF-8). */
+static int st_name_ok(const char *path, const char *name, bt_diag *diag) {
+    size_t at = bt_utf8_first_unprintable(name);
+    char what[96];
+    if (name[0] == '\0') return st_bad(diag, path, name, "an empty name");
+    if (name[at] == '\0') return 0;
+    snprintf(what, sizeof what, "its name holds a control character (byte %zu of the name)", at);
+    return st_bad(diag, path, name, what);
 }
 
 static int st_u64_array(const hf_json *a, uint64_t *out, int max, int *n) {
@@ -80,13 +97,18 @@ static int st_dtype(const hf_json *d, safetensors_dtype *out) {
 /* One header member into t, its byte range checked against its shape. */
 static int st_entry(const hf_json *e, const char *path, safetensors_tensor *t, bt_diag *diag) {
     const char *name = e->key;
+    if (st_name_ok(path, name, diag) != 0) return BT_EINVAL;
     if (e->type != HF_JSON_OBJECT) return st_bad(diag, path, name, "entry is not an object");
     const hf_json *d = hf_json_get(e, "dtype");
     if (d == NULL || d->type != HF_JSON_STRING)
         return st_bad(diag, path, name, "missing \"dtype\" string");
     if (st_dtype(d, &t->dtype) != 0) {
+        bt_buf b;
+        bt_buf_init(&b);
+        bt_buf_text(&b, d->str);
         bt_diag_set(diag, "%s: tensor '%s' has dtype %s; only F32, BF16 and F16 can be read", path,
-                    name, d->str);
+                    name, bt_buf_str(&b));
+        bt_buf_free(&b);
         return BT_EUNSUPPORTED;
     }
     if (st_u64_array(hf_json_get(e, "shape"), t->shape, SAFETENSORS_MAX_DIMS, &t->ndim) != 0)
@@ -117,7 +139,29 @@ static int st_by_begin(const void *a, const void *b) {
                                  : (x->end > y->end) - (x->end < y->end);
 }
 
-/* The tensors' ranges must tile [0, data_size): a shorter file is truncated. */
+/* Two tensors whose bytes overlap (o sorted by begin): the first such pair named. */
+static int st_check_overlap(safetensors_tensor **o, size_t n, const char *path, bt_diag *diag) {
+    size_t last = 0; /* the tensor reaching furthest so far */
+    for (size_t i = 1; i < n; i++) {
+        if (o[i]->begin < o[last]->end && o[i]->end > o[i]->begin) {
+            char what[512];
+            bt_buf b;
+            bt_buf_init(&b);
+            snprintf(what, sizeof what,
+                     "its data [%" PRIu64 ", %" PRIu64 ") overlaps tensor '%s''s [%" PRIu64
+                     ", %" PRIu64 ")",
+                     o[i]->begin, o[i]->end, bt_buf_text_of(&b, o[last]->name), o[last]->begin,
+                     o[last]->end);
+            bt_buf_free(&b);
+            return st_bad(diag, path, o[i]->name, what);
+        }
+        if (o[i]->end > o[last]->end) last = i;
+    }
+    return 0;
+}
+
+/* The tensors' ranges must tile [0, data_size): none overlapping another, no hole between
+ * them, and a shorter file is truncated. */
 static int st_check_tiling(safetensors_file *sf, bt_diag *diag) {
     if (sf->n == 0) return 0;
     safetensors_tensor **o = malloc(sf->n * sizeof *o);
@@ -125,14 +169,12 @@ static int st_check_tiling(safetensors_file *sf, bt_diag *diag) {
     for (size_t i = 0; i < sf->n; i++)
         o[i] = &sf->t[i];
     qsort(o, sf->n, sizeof *o, st_by_begin);
-    int rc = 0;
+    int rc = st_check_overlap(o, sf->n, sf->path, diag);
     uint64_t at = 0;
     for (size_t i = 0; i < sf->n && rc == 0; i++) {
-        if (o[i]->begin != at)
-            rc = st_bad(diag, sf->path, o[i]->name,
-                        o[i]->begin < at ? "data overlaps another tensor's"
-                                         : "a hole in the data buffer before it");
-        at = o[i]->end;
+        if (o[i]->begin > at)
+            rc = st_bad(diag, sf->path, o[i]->name, "a hole in the data buffer before it");
+        if (o[i]->end > at) at = o[i]->end;
     }
     if (rc == 0 && at > sf->data_size) {
         bt_diag_set(diag,

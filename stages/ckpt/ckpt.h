@@ -88,8 +88,29 @@ int ckpt_resolve(const char *path, char *dir, size_t cap, bt_diag *diag);
  * takes a checkpoint or run directory starts with. A manifest without a model or without
  * tensors (an empty file decodes as one) is BT_EINVAL: not a checkpoint's. */
 int ckpt_open(const char *path, char *dir, size_t cap, Baton__Manifest **out, bt_diag *diag);
-/* Reads and decodes dir/manifest.pb; free with baton__manifest__free_unpacked(m, NULL).
- * BT_EUNSUPPORTED: a later format than CKPT_FORMAT_VERSION. */
+/* ---- manifest.pb (ckpt_manifest.c) ----
+ * The file carries its own CRC32C: the field manifest_crc32c first (a protobuf field may
+ * come anywhere), the CRC32C of every byte after it, then the message packed with
+ * `checksummed` set. A reader checks the bytes as they are; a manifest from before the
+ * checksum (neither field) is read unchecked (ckpt_manifest_checked). */
+
+/* The bytes of manifest.pb for m (its own manifest_crc32c and checksummed ignored): a
+ * malloc'd buffer into *out. BT_ENOMEM. */
+int ckpt_manifest_pack(const Baton__Manifest *m, uint8_t **out, size_t *len);
+/* Writes dir/manifest.pb for m (ckpt_manifest_pack) atomically. */
+int ckpt_manifest_write(const char *dir, const Baton__Manifest *m, bt_diag *diag);
+/* Checks and decodes manifest bytes (where: the file, for messages): BT_EINVAL when the
+ * checksum does not match, is missing from a manifest marked checksummed, or the bytes do
+ * not decode; BT_EUNSUPPORTED for a later format than CKPT_FORMAT_VERSION. */
+int ckpt_manifest_decode(const uint8_t *buf, size_t len, const char *where, Baton__Manifest **out,
+                         bt_diag *diag);
+/* Whether m was read with its checksum checked (0: a manifest from before the checksum). */
+int ckpt_manifest_checked(const Baton__Manifest *m);
+/* Whether checkpoint directory dir is gone (its manifest.pb no longer there): removed
+ * while it was being read, as a run's retention removes older checkpoints. */
+int ckpt_removed(const char *dir);
+/* Reads, checks and decodes dir/manifest.pb (ckpt_manifest_decode); free with
+ * baton__manifest__free_unpacked(m, NULL). */
 int ckpt_manifest_read(const char *dir, Baton__Manifest **out, bt_diag *diag);
 /* BT_EUNSUPPORTED (diag naming where) when m is of a later format than this reader's. */
 int ckpt_manifest_check_version(const Baton__Manifest *m, const char *where, bt_diag *diag);

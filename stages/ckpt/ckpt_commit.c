@@ -105,15 +105,7 @@ static int commit_read_index(const char *part, uint32_t r, Baton__Manifest *m, b
 }
 
 static int commit_write_manifest(const char *part, Baton__Manifest *m, bt_diag *diag) {
-    size_t n = baton__manifest__get_packed_size(m);
-    uint8_t *buf = malloc(n ? n : 1);
-    if (buf == NULL) return BT_ENOMEM;
-    baton__manifest__pack(m, buf);
-    char p[CKPT_PATH_MAX + 32];
-    snprintf(p, sizeof p, "%s/%s", part, CKPT_MANIFEST);
-    int rc = ckpt_write_file_atomic(p, buf, n, diag);
-    free(buf);
-    return rc;
+    return ckpt_manifest_write(part, m, diag);
 }
 
 /* Renames from to the first free one of to, to.1, to.2, ... (never over anything: rename

@@ -182,37 +182,11 @@ int ckpt_open(const char *path, char *dir, size_t cap, Baton__Manifest **out, bt
     return rc;
 }
 
-int ckpt_manifest_read(const char *dir, Baton__Manifest **out, bt_diag *diag) {
-    char p[CKPT_PATH_MAX], *buf = NULL;
-    size_t len = 0;
+int ckpt_removed(const char *dir) {
+    char p[CKPT_PATH_MAX + 32];
+    struct stat st;
     snprintf(p, sizeof p, "%s/%s", dir, CKPT_MANIFEST);
-    *out = NULL;
-    if (bt_read_file(p, CKPT_MAX_MANIFEST, &buf, &len) != 0) {
-        int err = errno;
-        bt_diag_set(diag, "%s: cannot read: %s", p, strerror(err));
-        return err == ENOENT ? BT_ENOENT : BT_EIO;
-    }
-    *out = baton__manifest__unpack(NULL, len, (const uint8_t *)buf);
-    free(buf);
-    if (*out == NULL) {
-        bt_diag_set(diag, "%s: not a checkpoint manifest (cannot be decoded)", p);
-        return BT_EINVAL;
-    }
-    int rc = ckpt_manifest_check_version(*out, p, diag);
-    if (rc != 0) {
-        baton__manifest__free_unpacked(*out, NULL);
-        *out = NULL;
-    }
-    return rc;
-}
-
-int ckpt_manifest_check_version(const Baton__Manifest *m, const char *where, bt_diag *diag) {
-    if (m->format_version <= CKPT_FORMAT_VERSION) return 0;
-    bt_diag_set(diag,
-                "%s: checkpoint format %u, written by a newer baton (this one reads up to "
-                "format %u)",
-                where, m->format_version, CKPT_FORMAT_VERSION);
-    return BT_EUNSUPPORTED;
+    return stat(p, &st) != 0 && (errno == ENOENT || errno == ENOTDIR);
 }
 
 int ckpt_fsync_dir(const char *dir) {

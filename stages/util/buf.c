@@ -1,5 +1,7 @@
 #include "buf.h"
 
+#include "utf8.h"
+
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -54,17 +56,54 @@ void bt_buf_printf(bt_buf *b, const char *fmt, ...) {
 
 void bt_buf_json_string(bt_buf *b, const char *s) {
     bt_buf_append(b, "\"", 1);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') {
-            char esc[2] = {'\\', (char)*p};
-            bt_buf_append(b, esc, 2);
-        } else if (*p < 0x20) {
-            bt_buf_printf(b, "\\u%04x", *p);
-        } else {
-            bt_buf_append(b, (const char *)p, 1);
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        size_t k = bt_utf8_seq(p + i, n - i);
+        if (k == 0) {
+            bt_buf_printf(b, "\\ufffd"); /* JSON is Unicode: a byte that is not, replaced */
+            i++;
+            continue;
         }
+        if (p[i] == '"' || p[i] == '\\') {
+            char esc[2] = {'\\', (char)p[i]};
+            bt_buf_append(b, esc, 2);
+        } else if (p[i] < 0x20) {
+            bt_buf_printf(b, "\\u%04x", p[i]);
+        } else {
+            bt_buf_append(b, (const char *)p + i, k);
+        }
+        i += k;
     }
     bt_buf_append(b, "\"", 1);
+}
+
+void bt_buf_text(bt_buf *b, const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        size_t k = bt_utf8_seq(p + i, n - i);
+        const char *named = k == 0         ? NULL
+                            : p[i] == '\n' ? "\\n"
+                            : p[i] == '\t' ? "\\t"
+                            : p[i] == '\r' ? "\\r"
+                            : p[i] == '\\' ? "\\\\"
+                                           : NULL;
+        if (named)
+            bt_buf_printf(b, "%s", named);
+        else if (k == 0 || p[i] < 0x20 || p[i] == 0x7F)
+            bt_buf_printf(b, "\\x%02x", p[i]);
+        else
+            bt_buf_append(b, (const char *)p + i, k);
+        i += k ? k : 1;
+    }
+}
+
+const char *bt_buf_text_of(bt_buf *b, const char *s) {
+    b->len = 0;
+    if (b->data) b->data[0] = '\0';
+    bt_buf_text(b, s);
+    return bt_buf_str(b);
 }
 
 const char *bt_buf_str(const bt_buf *b) {

@@ -16,8 +16,15 @@ void bt_buf_init(bt_buf *b);
 void bt_buf_free(bt_buf *b);
 void bt_buf_printf(bt_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void bt_buf_append(bt_buf *b, const char *s, size_t n);
-/* Appends s as a JSON string literal, quotes included. */
+/* Appends s as a JSON string literal, quotes included; a byte that is not well-formed
+ * UTF-8 becomes U+FFFD, so the JSON stays valid whatever s holds. */
 void bt_buf_json_string(bt_buf *b, const char *s);
+/* Appends s for a line of text: a newline, tab, carriage return and backslash as \n, \t,
+ * \r and \\, any other control character, DEL and a byte that is not well-formed UTF-8
+ * as \xNN; the rest as it is. */
+void bt_buf_text(bt_buf *b, const char *s);
+/* b emptied, then bt_buf_text(b, s): the escaped text, valid until b changes. */
+const char *bt_buf_text_of(bt_buf *b, const char *s);
 const char *bt_buf_str(const bt_buf *b);
 
 /* A new malloc'd string a followed by b (e.g. a path prefix and a suffix), or NULL when

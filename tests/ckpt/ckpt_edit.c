@@ -14,9 +14,14 @@
  *                                     resumes in the order by slot, worker/data/loader.h)
  *   ckpt_edit DIR --drop-run-id       no run id (a checkpoint from before manifests recorded
  *                                     the run that saved it: ckpt_same_run)
+ *   ckpt_edit DIR --drop-checksum     manifest.pb without its own CRC32C (a checkpoint from
+ *                                     before manifests carried one: read unchecked)
+ *   ckpt_edit DIR --set-format N      format_version N (a newer baton's checkpoint when N is
+ *                                     beyond CKPT_FORMAT_VERSION), its checksum made again
  *
  * The shard files stay as they are (a dropped or inlined history's bytes are left unread);
- * manifest.pb is replaced atomically. A test tool: not installed. */
+ * manifest.pb is replaced atomically, with its checksum (ckpt_manifest_write) unless
+ * --drop-checksum. A test tool: not installed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +33,9 @@ static int usage(void) {
                     "       ckpt_edit DIR --drop-fp8 TEXT\n"
                     "       ckpt_edit DIR --drop-seq-len\n"
                     "       ckpt_edit DIR --drop-data\n"
-                    "       ckpt_edit DIR --drop-run-id\n");
+                    "       ckpt_edit DIR --drop-run-id\n"
+                    "       ckpt_edit DIR --drop-checksum\n"
+                    "       ckpt_edit DIR --set-format N\n");
     return 2;
 }
 
@@ -81,11 +88,14 @@ static size_t drop_fp8(Baton__Manifest *m, const char *text) {
     return dropped;
 }
 
-static int write_manifest(const char *dir, const Baton__Manifest *m, bt_diag *diag) {
-    size_t n = baton__manifest__get_packed_size(m);
+static int write_manifest(const char *dir, const Baton__Manifest *m, int unchecked, bt_diag *diag) {
+    if (!unchecked) return ckpt_manifest_write(dir, m, diag);
+    Baton__Manifest old = *m; /* as a baton from before the checksum wrote it */
+    old.has_manifest_crc32c = 0, old.has_checksummed = 0, old.checksummed = 0;
+    size_t n = baton__manifest__get_packed_size(&old);
     uint8_t *buf = malloc(n ? n : 1);
     if (buf == NULL) return BT_ENOMEM;
-    baton__manifest__pack(m, buf);
+    baton__manifest__pack(&old, buf);
     char p[CKPT_PATH_MAX + 32];
     snprintf(p, sizeof p, "%s/%s", dir, CKPT_MANIFEST);
     int rc = ckpt_write_file_atomic(p, buf, n, diag);
@@ -99,11 +109,14 @@ int main(int argc, char **argv) {
     int no_len = argc == 3 && strcmp(argv[2], "--drop-seq-len") == 0;
     int no_data = argc == 3 && strcmp(argv[2], "--drop-data") == 0;
     int no_run = argc == 3 && strcmp(argv[2], "--drop-run-id") == 0;
-    if (!fmt1 && !drop && !no_len && !no_data && !no_run) return usage();
+    int no_crc = argc == 3 && strcmp(argv[2], "--drop-checksum") == 0;
+    int set_fmt = argc == 4 && strcmp(argv[2], "--set-format") == 0;
+    if (!fmt1 && !drop && !no_len && !no_data && !no_run && !no_crc && !set_fmt) return usage();
     const char *dir = argv[1];
     bt_diag diag = {0};
     Baton__Manifest *m = NULL;
     int rc = ckpt_manifest_read(dir, &m, &diag);
+    if (rc == 0 && set_fmt) m->has_format_version = 1, m->format_version = (uint32_t)atoi(argv[3]);
     if (rc == 0 && fmt1) rc = to_format_1(dir, m, &diag);
     if (rc == 0 && no_len) m->has_seq_len = 0, m->seq_len = 0;
     if (rc == 0 && no_run) free(m->run_id), m->run_id = NULL;
@@ -119,7 +132,7 @@ int main(int argc, char **argv) {
                m->n_fp8);
         if (n == 0) bt_diag_set(&diag, "no fp8 state's name holds \"%s\"", argv[3]), rc = 1;
     }
-    if (rc == 0) rc = write_manifest(dir, m, &diag);
+    if (rc == 0) rc = write_manifest(dir, m, no_crc, &diag);
     if (m) baton__manifest__free_unpacked(m, NULL);
     if (rc != 0) {
         fprintf(stderr, "ckpt_edit: %s: %s\n", dir, diag.msg);

@@ -10,6 +10,8 @@
 #    --json prints valid JSON with "loss": null, stderr names the tensor, exit 1 (a NaN
 #    with its sign bit set printed "nan" too); --passkey the same, its accuracies null;
 #  - --passkey on a dataset without documents says so;
+#  - a checkpoint removed while read (a run's retention): the run's newest one read instead,
+#    or, named itself, said to be removed (not damaged);
 #  - a --seq-len beyond the context the checkpoint is for warns: the seq_len it trained at,
 #    or its RoPE scaling's extent as plan counts it (llama3: twice original x factor).
 #   check-eval.sh BATON BATON_WORKER SOURCE_DIR
@@ -45,6 +47,24 @@ got=$("$baton" eval "$ck" --data data/text_valid --seq-len 256 --num-seqs 8 --js
 "$py" -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-6)' "$want" "$got" ||
   fail "eval at seq_len 256: $got, the worker's validation $want"
 echo "ok eval $got = the worker's validation $want"
+
+# a checkpoint removed while eval reads it (a run's retention; BATON_FAULT_EVAL_REMOVE
+# removes it once opened): given the run directory, eval says so and reads the newest
+# checkpoint left; given the checkpoint itself, it says it was removed, not damaged
+mkdir -p r2/checkpoints && cp -r "$ck" r2/checkpoints/s00-step00000001 && cp -r "$ck" r2/checkpoints/
+echo s00-step00000002 >r2/checkpoints/latest
+rc=0
+gone=$(BATON_FAULT_EVAL_REMOVE=s00-step00000002 "$baton" eval r2 --data data/text_valid --seq-len 256 \
+  --num-seqs 8 --json 2>gone.err | json_loss) || rc=$?
+[[ $rc == 0 && $gone == "$got" ]] &&
+  grep -q "note: r2/checkpoints/s00-step00000002 was removed while it was being read (the run's retention, as it saved a newer one); reading r2/checkpoints/s00-step00000001, the newest of r2, instead" gone.err ||
+  fail "eval of a run whose newest checkpoint went while read: exit $rc, loss $gone: $(cat gone.err)"
+rc=0
+BATON_FAULT_EVAL_REMOVE=s00-step00000001 "$baton" eval r2/checkpoints/s00-step00000001 \
+  --data data/text_valid --seq-len 256 --num-seqs 8 >gone.out 2>&1 || rc=$?
+[[ $rc == 1 ]] && grep -q "r2/checkpoints/s00-step00000001: the checkpoint was removed while it was being read" gone.out ||
+  fail "eval of a checkpoint removed while read: exit $rc: $(cat gone.out)"
+echo "ok eval of a checkpoint removed while read: $(cat gone.err)"
 
 # a long window in bounded memory (one BLAS thread: its buffers are address space too)
 limit=1000000 # KiB

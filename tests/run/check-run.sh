@@ -72,7 +72,9 @@
 #   fp16-skips    the fp16 overflow stage of tests/engine/fp16.yaml (scale 2^40: the first
 #                 steps overflow): `baton run`'s progress lines show the skipped count and
 #                 the scale as the worker logged them, and metrics.jsonl and TensorBoard
-#                 have train/loss_scale and train/overflow per step.
+#                 have train/loss_scale and train/overflow per step; the run's summary and
+#                 `baton status` (text and JSON skipped_steps) count the skipped steps per
+#                 stage, and recovery_s_avg is null for a stage that never recovered.
 #   status-live   `baton status` of a run in progress (pretrain at step 8 or more): the
 #                 running stage's wall time counts from its attempt's start to now (not
 #                 0.0), and an ETA from the recent pace is in the text ("stage ETA") and
@@ -837,6 +839,19 @@ PY
     fail "train/loss_scale not per step"
   [[ $(grep -Ec "^train/overflow [0-9]+ 1.0$" tb.txt) == "$skips" && $(grep -c "^train/overflow " tb.txt) == 24 ]] ||
     { grep "^train/overflow" tb.txt; fail "train/overflow is not 1 at the $skips skipped steps"; }
+  # the skips are in the run's closing summary and in status, text and JSON, per stage;
+  # a stage without a recovery has no average recovery time (null, not 0.0)
+  grep -q "^run .*r1: completed; 0 failures, recovered 0 times; $skips steps skipped$" run.out &&
+    grep -q "^  skipped steps (update not applied):  overflow $skips (" run.out ||
+    { tail -n 8 run.out; fail "the summary does not count the $skips skipped steps"; }
+  "$baton" status r1 | grep -q "^  skipped steps (update not applied):  overflow $skips (" ||
+    fail "status does not count the skipped steps"
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+st = {x["name"]: x for x in json.load(sys.stdin)["stages"]}
+assert (st["overflow"]["skipped_steps"], st["after"]["skipped_steps"]) == (int(sys.argv[1]), 0), st
+assert all(x["recoveries"] == 0 and x["recovery_s_avg"] is None for x in st.values()), st' "$skips" ||
+    fail "status --json: skipped_steps or recovery_s_avg"
   echo "$case: $(grep '^\[overflow\] step 20/20' run.out)"
   ;;
 status-live)

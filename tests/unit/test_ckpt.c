@@ -12,6 +12,7 @@
 #include "check.h"
 #include "ckpt/ckpt.h"
 #include "ckpt/crc32c.h"
+#include "util/file.h"
 
 /* One-off reads through a reader of their own. */
 static int read_box(const char *dir, const Baton__Manifest *m, const Baton__TensorEntry *e,
@@ -214,6 +215,52 @@ static void test_round_trip(void) {
     CHECK(read_box(dir, m, e, &top, out, &d) == BT_EIO);
     CHECK(strstr(d.msg, "truncated") != NULL);
     baton__manifest__free_unpacked(m, NULL);
+}
+
+/* manifest.pb carries its own CRC32C: every single-bit flip of a committed manifest is
+ * refused as damaged (never read as another manifest, nor as one from before the
+ * checksum); a manifest without one (as earlier batons wrote) still reads, unchecked. */
+static void test_manifest_checksum(void) {
+    bt_diag d;
+    bt_diag_init(&d);
+    char dir[CKPT_PATH_MAX], p[CKPT_PATH_MAX + 32];
+    CHECK(ckpt_resolve(test_root, dir, sizeof dir, &d) == 0);
+    snprintf(p, sizeof p, "%s/%s", dir, CKPT_MANIFEST);
+    char *buf = NULL;
+    size_t n = 0;
+    CHECK(bt_read_file(p, CKPT_MAX_MANIFEST, &buf, &n) == 0 && n > 6);
+    if (buf == NULL) return;
+    Baton__Manifest *m = NULL;
+    CHECK(ckpt_manifest_decode((uint8_t *)buf, n, p, &m, &d) == 0 && ckpt_manifest_checked(m));
+    size_t missed = 0;
+    for (size_t bit = 0; bit < 8 * n; bit++) {
+        Baton__Manifest *x = NULL;
+        buf[bit / 8] ^= (char)(1u << (bit % 8));
+        bt_diag_init(&d);
+        if (ckpt_manifest_decode((uint8_t *)buf, n, p, &x, &d) != BT_EINVAL || x != NULL) missed++;
+        if (x) baton__manifest__free_unpacked(x, NULL);
+        buf[bit / 8] ^= (char)(1u << (bit % 8));
+    }
+    CHECK_EQ_U64(missed, 0);
+    buf[n / 2] ^= 1; /* the message says which file and why */
+    bt_diag_init(&d);
+    CHECK(ckpt_manifest_decode((uint8_t *)buf, n, p, &m, &d) == BT_EINVAL);
+    CHECK(strstr(d.msg, p) != NULL && strstr(d.msg, "damaged") != NULL);
+    buf[n / 2] ^= 1;
+    free(buf);
+    /* as a baton from before the checksum wrote it: read, marked unchecked */
+    CHECK(ckpt_manifest_read(dir, &m, &d) == 0);
+    if (m == NULL) return;
+    m->has_manifest_crc32c = 0, m->has_checksummed = 0, m->checksummed = 0;
+    n = baton__manifest__get_packed_size(m);
+    uint8_t *old = malloc(n);
+    CHECK(old != NULL);
+    if (old) baton__manifest__pack(m, old);
+    baton__manifest__free_unpacked(m, NULL);
+    m = NULL;
+    CHECK(old && ckpt_manifest_decode(old, n, p, &m, &d) == 0 && m && !ckpt_manifest_checked(m));
+    if (m) baton__manifest__free_unpacked(m, NULL);
+    free(old);
 }
 
 /* A piece large enough to be written and read by two threads reads back intact, whole
@@ -464,14 +511,7 @@ static void test_fp8_history(void) {
     CHECK(read_fp8(dir, m, &old, got, &d) == 0 && memcmp(got, hist, 3 * sizeof *hist) == 0);
     /* a later format than this reader knows */
     m->format_version = CKPT_FORMAT_VERSION + 1;
-    size_t n = baton__manifest__get_packed_size(m);
-    uint8_t *buf = malloc(n);
-    CHECK(buf != NULL);
-    if (buf) baton__manifest__pack(m, buf);
-    char path[CKPT_PATH_MAX + 16];
-    snprintf(path, sizeof path, "%s/%s", dir, CKPT_MANIFEST);
-    CHECK(buf && ckpt_write_file_atomic(path, buf, n, &d) == 0);
-    free(buf);
+    CHECK(ckpt_manifest_write(dir, m, &d) == 0);
     baton__manifest__free_unpacked(m, NULL);
     m = NULL;
     bt_diag_init(&d);
@@ -489,6 +529,7 @@ static void test_fp8_history(void) {
         CHECK(ckpt_commit(root, name, &h, 1, 10, 1, &d) == 0);
     }
     CHECK(access(dir, F_OK) == 0);
+    char path[CKPT_PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/s00-step00000002", root);
     CHECK(access(path, F_OK) != 0);
 }
@@ -629,6 +670,7 @@ int main(void) {
     test_crc32c();
     test_box_overlap();
     test_round_trip();
+    test_manifest_checksum();
     test_large_piece();
     test_replace();
     test_sorted_find();

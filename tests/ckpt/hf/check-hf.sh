@@ -214,6 +214,35 @@ rm -f b6/model.safetensors
 expect 2 'b6/model.safetensors: cannot open' -- import b6 --out ck/b6
 printf 'garbage!' >b6/model.safetensors
 expect 2 'b6/model.safetensors: header length' -- import b6 --out ck/b6
+# the safetensors header edited (h: its bytes), the header length and padding made again
+badst() { # NAME PYTHON-EDIT
+  rm -rf "$1" && cp -r hf-plain "$1" && "$py" - "$1/model.safetensors" "$2" <<'PY'
+import json, struct, sys
+p, edit = sys.argv[1], sys.argv[2]
+b = open(p, "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h, body = b[8:8 + n].rstrip(b" "), b[8 + n:]
+exec(edit)
+h += b" " * (-len(h) % 8)
+open(p, "wb").write(struct.pack("<Q", len(h)) + h + body)
+PY
+}
+# names baton cannot keep or print as they are: refused, escaped in the message
+badst b7 'h = h.replace(b"\"model.norm.weight\"", b"\"model.norm.weight\\u0000x\"")'
+expect 2 'b7/model.safetensors:1:[0-9]+: invalid JSON: \\u0000 \(NUL\) in a string' -- import b7 --out ck/b7
+badst b8 'h = h.replace(b"\"model.norm.weight\"", b"\"bad\xff\xfe\"")'
+expect 2 'b8/model.safetensors:1:[0-9]+: invalid JSON: a string that is not UTF-8' -- import b8 --out ck/b8
+badst b9 'h = h.replace(b"\"model.norm.weight\"", b"\"model.norm.weight\\n\\u0001\"")'
+expect 2 "b9/model.safetensors: tensor 'model\.norm\.weight\\\\n\\\\x01': its name holds a control character \(byte 17" \
+  -- import b9 --out ck/b9
+# two tensors over the same bytes: the overlap named, not the hole it leaves elsewhere
+badst b10 'd = json.loads(h); k = "model.layers.0.self_attn."; d[k + "o_proj.weight"]["data_offsets"] = d[k + "q_proj.weight"]["data_offsets"]; h = json.dumps(d).encode()'
+expect 2 "b10/model.safetensors: tensor 'model.layers.0.self_attn.(o|q)_proj.weight': its data \[[0-9]+, [0-9]+\) overlaps tensor 'model.layers.0.self_attn.(o|q)_proj.weight''s" \
+  -- import b10 --out ck/b10
+expect 2 "--recipe-name '': name the recipe" -- import hf-plain --out ck/rn1 --recipe-name ''
+expect 2 "--recipe-name 'we\"ird\\\\n\\\\x01': byte 6 is a control character or not UTF-8" \
+  -- import hf-plain --out ck/rn2 --recipe-name $'we"ird\n\x01'
+expect 2 "--recipe-name 'a\\\\xff': byte 1" -- import hf-plain --out ck/rn3 --recipe-name $'a\xff'
 expect 2 "--out 'ck/imp' already exists" -- import hf-plain --out ck/imp
 left=$(ls -A ck | grep -Ev '^(imp|imp16|imp-[a-z0-9]+|latest)$')
 [[ -z "$left" ]] || fail "failed imports left behind: $left"
@@ -250,6 +279,12 @@ cp -r run-plain run-old && "$ckpt_edit" "$(ls -d run-old/checkpoints/s*)" --drop
 expect 0 "note: max_position_embeddings is 2048, Hugging Face's default" -- export run-old --out hf-note
 expect 0 "exported" -- export run-old --out hf-note2 --max-position 64
 grep -q '"max_position_embeddings": 64,' hf-note2/config.json || fail "--max-position 64 not in config.json"
+# below the original context a llama3 or yarn scaling records (16): refused, nothing written
+expect 2 "--max-position 8 is below the original context of the checkpoint's llama3 RoPE scaling, original_max_position 16" \
+  -- export run-llama3 --out hf-short --max-position 8
+expect 2 "yarn RoPE scaling, original_max_position 16" -- export run-yarn --out hf-short --max-position 15
+[[ -e hf-short ]] && fail "a refused --max-position left hf-short"
+expect 0 "exported" -- export run-llama3 --out hf-orig --max-position 16
 # a failed export leaves no --out, no partial directory beside it, and a directory that
 # was there as it was
 cp -r run-plain run-cut && shard=$(ls run-cut/checkpoints/*/rank-*.bin | head -n 1) &&

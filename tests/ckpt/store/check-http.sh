@@ -11,7 +11,8 @@
 # store without DELETE, or refusing it (401, 403): a checkpoint there not replaced, said
 # at once (exit 2, no retry). A password in the URL is sent (nginx sees the Basic user)
 # but never shown (push's line, an HTTP error, the retries: alice:***@); without one in
-# the URL, ~/.netrc's for the host is sent.
+# the URL, ~/.netrc's for the host is sent. Redirects: GET and HEAD follow at most 5, the
+# password not sent to another host; PUT and DELETE do not follow, and say so.
 # Exit 77 (SKIPPED) only when nginx is not installed.
 #   check-http.sh BATON MAKE_CKPT
 set -u
@@ -28,7 +29,7 @@ cleanup() {
 trap cleanup EXIT
 cd "$work" || exit 1
 name=s00-step00000004
-log=$work/nginx/access.log auth=$work/nginx/auth.log
+log=$work/nginx/access.log auth=$work/nginx/auth.log auth2=$work/nginx/auth2.log
 
 start_nginx() {
   local port=$1 user=
@@ -57,6 +58,14 @@ http {
       create_full_put_path on;
       dav_access user:rw;
     }
+    location /moved/ { rewrite ^/moved/(.*)\$ /store/\$1 redirect; }
+    location /away/ { rewrite ^/away/(.*)\$ http://127.0.0.1:$port2/store/\$1 redirect; }
+    location /loop/ { rewrite ^ /loop/again redirect; }
+  }
+  server { # another host for a redirect: credentials must not follow
+    listen 127.0.0.1:$port2;
+    root $work/nginx/www;
+    access_log $auth2 auth;
   }
 }
 CONF
@@ -66,7 +75,8 @@ CONF
   wait_port "$port" "$server_pid" || { echo "nginx did not start:"; cat nginx/error.log; exit 1; }
 }
 
-port=$(free_port) || exit 1
+port=$(free_port) && port2=$(free_port) || exit 1
+[[ $port2 != "$port" ]] || port2=$(free_port) || exit 1
 start_nginx "$port"
 url=http://127.0.0.1:$port/store
 remote=nginx/www/store/$name
@@ -137,14 +147,23 @@ same_files "$src" "got/$name" && ok "pull: identical files" || fail "pull: files
 expect 2 'already exists' -- pull "$url/$name" --into got
 expect 2 "--into ''" -- pull "$url/$name" --into ""
 
-# A checkpoint of a later format than this baton reads (format_version, field 1, is the
-# manifest's first bytes): pull refuses it and leaves nothing.
+# A checkpoint of a later format than this baton reads (the manifest's own CRC32C field,
+# 6 bytes, then format_version, field 1): pull refuses it and leaves nothing. The CRC32C
+# of the bytes after that field is made again, as a newer baton would write it.
 cp "$remote/manifest.pb" manifest.keep
-/usr/bin/python3 - "$remote/manifest.pb" <<'PY' || fail "manifest.pb does not start with format_version 2"
+/usr/bin/python3 - "$remote/manifest.pb" <<'PY' || fail "manifest.pb does not start with its CRC32C, then format_version 2"
 import sys
+def crc32c(data):
+    c = 0xFFFFFFFF
+    for x in data:
+        c ^= x
+        for _ in range(8):
+            c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
+    return c ^ 0xFFFFFFFF
 p = sys.argv[1]; b = bytearray(open(p, "rb").read())
-assert b[0] == 0x08 and b[1] == 2, b[:2]
-b[1] = 3; open(p, "wb").write(b)
+assert b[0:2] == b"\xd5\x01" and crc32c(b[6:]) == int.from_bytes(b[2:6], "little"), b[:6]
+assert b[6] == 0x08 and b[7] == 2, b[6:8]
+b[7] = 3; b[2:6] = crc32c(b[6:]).to_bytes(4, "little"); open(p, "wb").write(b)
 PY
 mkdir got4
 expect 1 "format 3, written by a newer baton" -- pull "$url/$name" --into got4
@@ -262,6 +281,22 @@ mkdir home && printf 'machine 127.0.0.1 login bob password NetrcPw\n' >home/.net
 out=$(HOME=$work/home "$baton" ckpt push run "$url" 2>&1)
 [[ $? == 0 && $out != *NetrcPw* ]] && grep -q "^PUT /store/$name/manifest.pb bob$" "$auth" &&
   ok "push with ~/.netrc: sent as bob" || fail "push with ~/.netrc: $out; $(cat "$auth")"
+
+# Redirects: GET and HEAD follow them (at most 5); PUT and DELETE do not, and say so; a
+# password goes to the URL's own host and port only, never to where a redirect points.
+expect 0 "pulled" -- pull "http://127.0.0.1:$port/moved/$name" --into got-moved
+same_files "$src" "got-moved/$name" && grep -q "^GET /moved/$name/manifest.pb 302 " "$log" &&
+  ok "pull through a redirect: identical files" || fail "pull through a redirect"
+expect 1 "(PUT|DELETE) http://127.0.0.1:$port/moved/$name/.*: HTTP 302, a redirect to http://127.0.0.1:$port/store/$name/.* not followed: PUT and DELETE go only where the URL says" \
+  -- push run "http://127.0.0.1:$port/moved"
+: >"$auth" && : >"$auth2"
+out=$("$baton" ckpt pull "http://alice:PaSsW0rd@127.0.0.1:$port/away/$name" --into got-away 2>&1)
+[[ $? == 0 && $out != *PaSsW0rd* ]] && same_files "$src" "got-away/$name" &&
+  grep -q "^GET /away/$name/manifest.pb alice$" "$auth" && grep -q "^GET /store/$name/manifest.pb -$" "$auth2" &&
+  ! grep -q alice "$auth2" && ok "pull redirected to another host: the password not sent there" ||
+  fail "pull redirected to another host: $out; $(cat "$auth" "$auth2")"
+expect 1 "GET http://127.0.0.1:$port/loop/$name/manifest.pb: .*(at most 5 redirects are followed)" \
+  -- pull "http://127.0.0.1:$port/loop/$name" --into got-loop
 
 # Damaged remote data, a missing checkpoint, a server that is gone.
 printf '\x5a' | dd of="$remote/rank-00001.bin" bs=1 seek=10000000 conv=notrunc status=none

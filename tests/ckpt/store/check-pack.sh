@@ -5,9 +5,12 @@
 # leaving neither the checkpoint nor its .partial directory behind, nor the --into it
 # created; an existing or empty output refused (exit 2), missing directories created;
 # a file size limit (SIGXFSZ) mid-way leaves nothing.
-#   check-pack.sh BATON MAKE_CKPT
+# With a third argument, full: pack into a 1 MB tmpfs (in a mount namespace of its own,
+# gone with it) fails naming the archive being written and "No space left on device",
+# and leaves nothing there; SKIPPED (77) where no mount namespace can be made.
+#   check-pack.sh BATON MAKE_CKPT [full]
 set -u
-baton=$1 make_ckpt=$2
+baton=$1 make_ckpt=$2 mode=${3:-}
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d /tmp/baton-test-pack.XXXXXX)
 trap 'rm -rf "$work"' EXIT
@@ -23,6 +26,24 @@ nothing_left() {
 
 "$make_ckpt" write run 3 700 || exit 1
 src=run/checkpoints/$name
+
+if [[ $mode == full ]]; then
+  if ! unshare -Urm true 2>/dev/null; then
+    echo "SKIPPED: no mount namespace here for a small tmpfs"
+    exit 77
+  fi
+  mkdir small
+  unshare -Urm bash -c "mount -t tmpfs -o size=1m tmpfs small &&
+    { \"$baton\" ckpt pack run --out small/p.tar.zst >full.out 2>&1; echo \$? >full.rc;
+      ls -A small >full.left; }"
+  [[ $(cat full.rc) == 1 ]] &&
+    grep -q "small/p.tar.zst.partial: cannot write (archiving $src/rank-0000[0-9].bin): No space left on device" full.out &&
+    ok "pack on a full disk: exit 1 naming the archive and ENOSPC" ||
+    fail "pack on a full disk: exit $(cat full.rc): $(cat full.out)"
+  [[ ! -s full.left ]] && ok "pack on a full disk: nothing left" || fail "pack left $(cat full.left)"
+  [[ $failures -eq 0 ]] || exit 1
+  exit 0
+fi
 
 expect 0 'usage: baton ckpt pack' -- pack --help
 expect 0 'usage: baton ckpt unpack' -- unpack --help

@@ -1,0 +1,42 @@
+#include "utf8.h"
+
+#include <string.h>
+
+size_t bt_utf8_seq(const unsigned char *s, size_t n) {
+    if (n == 0) return 0;
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    size_t len = c >= 0xC2 && c <= 0xDF   ? 2
+                 : c >= 0xE0 && c <= 0xEF ? 3
+                 : c >= 0xF0 && c <= 0xF4 ? 4
+                                          : 0;
+    if (len == 0 || len > n) return 0;
+    for (size_t k = 1; k < len; k++)
+        if ((s[k] & 0xC0) != 0x80) return 0;
+    /* the second byte's range rules out overlong forms, surrogates and > U+10FFFF */
+    if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
+        (c == 0xF4 && s[1] > 0x8F))
+        return 0;
+    return len;
+}
+
+int bt_utf8_valid(const char *s, size_t n) {
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        size_t k = bt_utf8_seq(p + i, n - i);
+        if (k == 0) return 0;
+        i += k;
+    }
+    return 1;
+}
+
+size_t bt_utf8_first_unprintable(const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        size_t k = bt_utf8_seq(p + i, n - i);
+        if (k == 0 || p[i] < 0x20 || p[i] == 0x7F) return i;
+        i += k;
+    }
+    return n;
+}

@@ -1,0 +1,17 @@
+/* UTF-8 validity, for names and text that baton prints or writes as JSON. */
+#ifndef BATON_UTF8_H
+#define BATON_UTF8_H
+
+#include <stddef.h>
+
+/* Bytes in the well-formed UTF-8 sequence at s (n bytes available): 1 to 4; 0 when it is
+ * not one (a stray continuation byte, an overlong form, a surrogate, beyond U+10FFFF, or
+ * cut short by n). */
+size_t bt_utf8_seq(const unsigned char *s, size_t n);
+/* Whether s[0..n) is well-formed UTF-8. */
+int bt_utf8_valid(const char *s, size_t n);
+/* The offset of the first byte of s that is not well-formed UTF-8 or is a control
+ * character (U+0000-U+001F, U+007F); strlen(s) when there is none. */
+size_t bt_utf8_first_unprintable(const char *s);
+
+#endif
