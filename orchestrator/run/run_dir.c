@@ -349,14 +349,14 @@ static int run_dir_check_owner(const run_dir *d, const struct stat *st, bt_diag 
     return BT_EINVAL;
 }
 
-/* What baton keeps in a run directory under fixed names, files and then directories:
+/* What baton keeps in a run directory under fixed names, files and then directories
+ * (`worker` is checked where it is read, saying more: run_dir_read_worker):
  * none may be a symbolic link (another user's, planted to redirect the run's writes), nor
  * a directory another user owns or may write. */
 static const char *const run_dir_entries[] = {
-    "lock",       JOURNAL_FILE, "metrics.jsonl", "valid.jsonl",    "secret",
-    "workdir",    "job_id",     "baton.sbatch",  "recipe.yaml",    "overrides",
-    "worker",     "specs",      "logs",          CKPT_ROOT_IN_RUN, "tb",
-    "rolled-back"};
+    "lock",    JOURNAL_FILE, "metrics.jsonl",  "valid.jsonl", "secret",
+    "workdir", "job_id",     "baton.sbatch",   "recipe.yaml", "overrides",
+    "specs",   "logs",       CKPT_ROOT_IN_RUN, "tb",          "rolled-back"};
 
 static int run_dir_check_entries(const run_dir *d, bt_diag *diag) {
     char path[4200], why[128];

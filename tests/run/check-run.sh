@@ -132,7 +132,7 @@
 #                 it), is refused, exit 2, naming it, its owner and mode; a symbolic link
 #                 planted in one's own directory for the journal, metrics.jsonl,
 #                 valid.jsonl, lock, secret, workdir, job_id, baton.sbatch (run and
-#                 submit), recipe.yaml, overrides, worker, specs/, logs/, checkpoints/, tb/
+#                 submit), recipe.yaml, overrides, specs/, logs/, checkpoints/, tb/
 #                 or rolled-back/ is refused, exit 2, and nothing is written where it
 #                 points; a secret file others may read is refused; a directory others may read is
 #                 a warning that names the command (baton resume: warning: ...).
@@ -1377,7 +1377,7 @@ run-dir-trust)
   refused rr "$work/rr: not used as a run directory: it is writable by group and others (mode 777)" resume rr
   chmod 0700 rr
   for name in journal metrics.jsonl valid.jsonl lock specs logs checkpoints tb secret workdir \
-    job_id baton.sbatch recipe.yaml overrides worker rolled-back; do
+    job_id baton.sbatch recipe.yaml overrides rolled-back; do
     mkdir -m 0700 "l-$name"
     case $name in specs | logs | checkpoints | tb | rolled-back) target=$work/vdir ;; *) target=$work/victim ;; esac
     ln -s "$target" "l-$name/$name"
