@@ -353,7 +353,8 @@ static int run_open_slurm(run_args *a, recipe_doc *doc, run_dir *dir, launch_slu
     bt_diag_init(&d);
     const Baton__Cluster *cl = doc->recipe->cluster;
     uint32_t wanted = (cl && cl->nodes ? cl->nodes : 1) + (cl ? cl->spare_nodes : 0);
-    int rc = launch_slurm_open(s, a->listen, dir->token, &d);
+    size_t ranks = (size_t)wanted * (cl && cl->gpus_per_node ? cl->gpus_per_node : 1);
+    int rc = launch_slurm_open(s, a->listen, dir->token, ranks, &d);
     rc = rc ? rc : launch_slurm_check_nodes(s, wanted, &d);
     if (rc != 0) {
         fprintf(stderr, "baton %s: %s\n", run_name(a), d.msg);

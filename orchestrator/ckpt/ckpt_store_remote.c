@@ -30,18 +30,46 @@ static void strip_slashes(char *s) {
         s[--n] = '\0';
 }
 
+/* Appends n bytes of p to out (cap, *at used so far), cut short where it is full. */
+static void shown_put(char *out, size_t cap, size_t *at, const char *p, size_t n) {
+    if (*at + 1 >= cap) return;
+    if (n > cap - 1 - *at) n = cap - 1 - *at;
+    memcpy(out + *at, p, n);
+    *at += n;
+    out[*at] = '\0';
+}
+
 void ckpt_url_shown(const char *url, char *out, size_t cap) {
+    size_t at = 0;
+    if (cap == 0) return;
+    out[0] = '\0';
     const char *host = strstr(url, "://");
     host = host ? host + 3 : url;
-    size_t auth = strcspn(host, "/?#"); /* the authority: [USER[:PASSWORD]@]HOST[:PORT] */
-    const char *at = NULL;
-    for (size_t i = 0; i < auth; i++)
-        if (host[i] == '@') at = host + i; /* the userinfo ends at the last one */
-    const char *colon = at ? memchr(host, ':', (size_t)(at - host)) : NULL;
-    if (colon == NULL)
-        snprintf(out, cap, "%s", url);
-    else
-        snprintf(out, cap, "%.*s***%s", (int)(colon + 1 - url), url, at);
+    shown_put(out, cap, &at, url, (size_t)(host - url));
+    /* the userinfo, whatever it holds, ends at the last '@' before the query: a '/' in
+     * an unencoded password must not end it early (a path with an '@' is hidden too) */
+    size_t head = strcspn(host, "?#");
+    const char *user_end = NULL;
+    for (size_t i = 0; i < head; i++)
+        if (host[i] == '@') user_end = host + i;
+    if (user_end) {
+        shown_put(out, cap, &at, "***", 3);
+        host = user_end;
+        head = strcspn(host, "?#");
+    }
+    shown_put(out, cap, &at, host, head);
+    /* query values (tokens, presigned signatures) hidden, their names kept */
+    for (const char *q = host + head; *q;) {
+        size_t name = strcspn(q, "=&#"), value = q[name] == '=' ? strcspn(q + name, "&#") : 0;
+        shown_put(out, cap, &at, q, name);
+        if (value) shown_put(out, cap, &at, "=***", 4);
+        q += name + value;
+        if (*q == '#') {
+            shown_put(out, cap, &at, q, strlen(q));
+            break;
+        }
+        if (*q) shown_put(out, cap, &at, q++, 1);
+    }
 }
 
 /* SigV4 credentials and scope from the environment. */
@@ -82,7 +110,9 @@ static int remote_s3_base(ckpt_remote *r, const char *url, const char *endpoint,
         snprintf(ep, sizeof ep, "https://s3.%s.amazonaws.com", region);
     strip_slashes(ep);
     if (!is_http(ep)) {
-        bt_diag_set(diag, "--endpoint %s: expected http://HOST[:PORT] or https://...", ep);
+        char shown[600];
+        ckpt_url_shown(ep, shown, sizeof shown);
+        bt_diag_set(diag, "--endpoint %s: expected http://HOST[:PORT] or https://...", shown);
         return BT_EINVAL;
     }
     snprintf(r->base, sizeof r->base, "%s/%s", ep, bucket);

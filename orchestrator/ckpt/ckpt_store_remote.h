@@ -37,8 +37,9 @@ typedef struct ckpt_remote {
  * from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION (default us-east-1). */
 int ckpt_remote_init(ckpt_remote *r, const char *url, const char *endpoint, bt_diag *diag);
 void ckpt_remote_free(ckpt_remote *r);
-/* url as it may be shown (messages, logs): a password in its userinfo replaced by ***
- * (http://alice:***@HOST/...); the rest as given. */
+/* url as it may be shown (messages, logs): its whole userinfo replaced by *** ("***@HOST"
+ * after the scheme, whatever it held: a user and password, a token; up to the last '@'
+ * before the query) and every query value too (?token=***&X-Amz-Signature=***). */
 void ckpt_url_shown(const char *url, char *out, size_t cap);
 /* Splits URL .../NAME into the store URL and the checkpoint name NAME (into out). */
 int ckpt_remote_split(const char *url, char *store, size_t store_cap, char *name, size_t name_cap,

@@ -102,7 +102,11 @@ uint64_t hf_config_max_position(const Baton__Model *m, uint64_t max_position, ui
     uint64_t orig = ext > 0 ? s->original_max_position : 0;
     *known = 1;
     if (max_position) return max_position;
-    if (seq_len > orig) return seq_len; /* transformers wants the original below it */
+    /* llama3 (and no scaling): the recorded context, where beyond the original (which
+     * transformers wants below it); yarn, linear and ntk keep original x factor, from
+     * which transformers derives the factor when the config's does not say it */
+    int recorded = ext <= 0 || s->type == BATON__ROPE_SCALING__TYPE__LLAMA3;
+    if (recorded && seq_len > orig) return seq_len;
     if (ext > 0) return (uint64_t)llround(ext);
     *known = 0;
     return HF_DEFAULT_MAX_POSITION;

@@ -122,19 +122,16 @@ static int control_add(control_server *cs, int fd, double now) {
     return 0;
 }
 
-/* Accepts what is queued, keeping at most cs->max_unauth connections without a Hello (the
- * oldest makes room for a new one), so that peers without the secret never hold more
- * than a small share of the descriptors; out of descriptors, one of theirs is closed, or
- * else accepting pauses (the socket, still readable, would make poll spin). */
+/* Accepts what is queued, keeping at most cs->max_unauth + the world's ranks connections
+ * without a Hello (once a new one is accepted, the oldest makes room for it), so that peers without
+ * the secret never hold more than a small share of the descriptors; out of descriptors, one of
+ * theirs is closed, or else accepting pauses (the socket, still readable, would make poll spin). */
 static void control_accept(control_server *cs, double now) {
-    for (size_t k = 0; k < cs->max_unauth + cs->world; k++) {
+    size_t max_unauth = cs->max_unauth + cs->world; /* bt_tcp_unauth_limit(world) */
+    for (size_t k = 0; k < max_unauth; k++) {
         size_t n_unauth;
         long old = control_oldest_unauth(cs, now, &n_unauth);
-        if (n_unauth >= cs->max_unauth) {
-            if (old < 0) return; /* all accepted just now: read them first */
-            cs->rejected++;
-            control_conn_close(cs, (size_t)old);
-        }
+        if (n_unauth >= max_unauth && old < 0) return; /* all accepted just now: read first */
         int out_of_fds, fd = bt_tcp_accept(cs->listen_fd, &out_of_fds);
         if (fd < 0 && out_of_fds && (old = control_oldest_unauth(cs, INFINITY, &n_unauth)) >= 0) {
             cs->rejected++;
@@ -144,6 +141,10 @@ static void control_accept(control_server *cs, double now) {
         if (fd < 0) {
             if (out_of_fds) cs->accept_resume = now + BT_TCP_ACCEPT_PAUSE_S;
             return; /* EAGAIN, or a connection that went away meanwhile */
+        }
+        if (n_unauth >= max_unauth) { /* only now that a new one is in hand */
+            cs->rejected++;
+            control_conn_close(cs, (size_t)old);
         }
         if (cs->n_conns == CONTROL_MAX_CONNS || control_add(cs, fd, now) != 0) {
             cs->rejected++;

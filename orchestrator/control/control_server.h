@@ -7,8 +7,9 @@
  * trusted. A wrong or missing token, a frame longer than CONTROL_MAX_FRAME, bytes that do
  * not decode, or a Hello that names a rank outside the attempt's world closes the
  * connection and counts it in `rejected`. So does a connection without a Hello after
- * BT_TCP_UNAUTH_TIMEOUT_S, or when bt_tcp_unauth_cap() such connections are open and a new
- * one comes (the oldest goes); out of descriptors, accepting closes one of those or
+ * BT_TCP_UNAUTH_TIMEOUT_S, or when bt_tcp_unauth_limit(world) such connections are open
+ * and a new one comes (the oldest goes: never one of the attempt's own ranks crowded out
+ * by fewer than bt_tcp_unauth_cap() others); out of descriptors, accepting closes one of those or
  * pauses (util/tcp.h): anyone who can reach the port can connect, and must never take the
  * descriptors the run needs (its checkpoints, its ranks' connections).
  *

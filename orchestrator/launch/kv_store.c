@@ -115,6 +115,8 @@ static int kv_handle(kv_store *s, kv_conn *c, size_t total) {
     if (!good) {
         kv_answer(c->fd, KV_DENIED, NULL, 0);
         rc = -1;
+    } else if (op == KV_OP_AUTH) {
+        rc = kv_answer(c->fd, KV_OK, NULL, 0);
     } else if (op == KV_OP_SET) {
         rc = kv_answer(c->fd, kv_set(s, key, kl, val, vl), NULL, 0);
     } else {
@@ -132,9 +134,12 @@ static long kv_request_len(const kv_conn *c) {
     if (c->len < KV_HEAD) return 0;
     uint32_t op = kv_u32(c->buf), tl = kv_u32(c->buf + 4), kl = kv_u32(c->buf + 8),
              vl = kv_u32(c->buf + 12);
-    if ((op != KV_OP_SET && op != KV_OP_GET) || tl > KV_MAX_TOKEN || kl == 0 || kl > KV_MAX_KEY ||
-        vl > KV_MAX_VALUE || (op == KV_OP_GET && vl != 0))
+    if (op == KV_OP_AUTH) {
+        if (tl > KV_MAX_TOKEN || kl != 0 || vl != 0) return -1;
+    } else if ((op != KV_OP_SET && op != KV_OP_GET) || tl > KV_MAX_TOKEN || kl == 0 ||
+               kl > KV_MAX_KEY || vl > KV_MAX_VALUE || (op == KV_OP_GET && vl != 0)) {
         return -1;
+    }
     size_t n = KV_HEAD + (size_t)tl + kl + vl;
     return c->len >= n ? (long)n : 0;
 }
@@ -186,16 +191,14 @@ static void kv_put(kv_store *s, int fd, double now) {
 }
 
 /* Accepts what is queued, keeping at most s->max_unauth connections without a good
- * request (the oldest makes room for a new one); out of descriptors, one of those is
- * closed, or else accepting pauses (util/tcp.h). */
+ * request: only once a new one is in hand does the oldest make room for it (so nothing
+ * is dropped when the queue is empty); out of descriptors, one of those is closed, or
+ * else accepting pauses (util/tcp.h). */
 static void kv_accept(kv_store *s, double now) {
     for (size_t k = 0; k < s->max_unauth; k++) {
         size_t n_unauth;
         int old = kv_oldest_unauth(s, now, &n_unauth);
-        if (n_unauth >= s->max_unauth) {
-            if (old < 0) return; /* all accepted just now: read them first */
-            kv_conn_close(&s->conns[old]);
-        }
+        if (n_unauth >= s->max_unauth && old < 0) return; /* all accepted just now: read first */
         int out_of_fds, fd = bt_tcp_accept(s->listen_fd, &out_of_fds);
         if (fd < 0 && out_of_fds && (old = kv_oldest_unauth(s, INFINITY, &n_unauth)) >= 0) {
             kv_conn_close(&s->conns[old]);
@@ -205,6 +208,7 @@ static void kv_accept(kv_store *s, double now) {
             if (out_of_fds) s->accept_resume = now + BT_TCP_ACCEPT_PAUSE_S;
             return;
         }
+        if (n_unauth >= s->max_unauth) kv_conn_close(&s->conns[old]);
         kv_put(s, fd, now);
     }
 }
@@ -260,7 +264,8 @@ static void *kv_thread(void *arg) {
     return NULL;
 }
 
-int kv_store_open(kv_store *s, const char *bind_host, const char *token, bt_diag *diag) {
+int kv_store_open(kv_store *s, const char *bind_host, const char *token, size_t expected,
+                  bt_diag *diag) {
     memset(s, 0, sizeof *s);
     s->listen_fd = s->wake[0] = s->wake[1] = -1;
     if (token == NULL || token[0] == '\0' || strlen(token) >= sizeof s->token) {
@@ -269,7 +274,9 @@ int kv_store_open(kv_store *s, const char *bind_host, const char *token, bt_diag
         return BT_EINVAL;
     }
     snprintf(s->token, sizeof s->token, "%s", token);
-    s->max_unauth = bt_tcp_unauth_cap();
+    s->max_unauth = bt_tcp_unauth_limit(expected);
+    if (s->max_unauth > KV_STORE_MAX_CONNS / 2) s->max_unauth = KV_STORE_MAX_CONNS / 2;
+    if (s->max_unauth < expected) s->max_unauth = expected;
     s->conns = calloc(KV_STORE_MAX_CONNS, sizeof *s->conns);
     if (s->conns == NULL) return BT_ENOMEM;
     for (int i = 0; i < KV_STORE_MAX_CONNS; i++)

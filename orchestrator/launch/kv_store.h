@@ -8,8 +8,10 @@
  *
  * It listens on an address other hosts reach, so anyone there can connect: a connection
  * that has not sent a request with the run's token (compared in constant time) is closed
- * after BT_TCP_UNAUTH_TIMEOUT_S, and at most bt_tcp_unauth_cap() such are kept (the oldest
- * goes for a new one; util/tcp.h), so that they never shut the workers out. */
+ * after BT_TCP_UNAUTH_TIMEOUT_S, and at most bt_tcp_unauth_limit(expected) such are kept
+ * (the oldest goes for a new one; util/tcp.h). The workers show the token right after
+ * connecting (KV_OP_AUTH) and connect again if dropped before that, so that idle
+ * connections never shut them out. */
 #ifndef BATON_KV_STORE_H
 #define BATON_KV_STORE_H
 
@@ -26,7 +28,7 @@ typedef struct kv_store {
     /* Private. */
     char token[256];
     int listen_fd, wake[2];
-    size_t max_unauth;    /* connections without a good request kept (bt_tcp_unauth_cap) */
+    size_t max_unauth;    /* connections without a good request kept (bt_tcp_unauth_limit) */
     double accept_resume; /* accepting paused until then (out of descriptors) */
     pthread_t thread;
     int running;
@@ -36,8 +38,10 @@ typedef struct kv_store {
 } kv_store;
 
 /* Listens on bind_host at a port the kernel picks and starts serving. token (non-empty)
- * must come with every request. */
-int kv_store_open(kv_store *s, const char *bind_host, const char *token, bt_diag *diag);
+ * must come with every request. expected: how many workers will connect (the attempt's
+ * ranks): that many connections without the token yet are never too many. */
+int kv_store_open(kv_store *s, const char *bind_host, const char *token, size_t expected,
+                  bt_diag *diag);
 
 /* Stops the thread, closes every connection and frees the keys. */
 void kv_store_close(kv_store *s);

@@ -134,7 +134,8 @@ static int slurm_own_address(char *out, size_t cap) {
     return found;
 }
 
-int launch_slurm_open(launch_slurm *s, const char *listen, const char *token, bt_diag *diag) {
+int launch_slurm_open(launch_slurm *s, const char *listen, const char *token, size_t ranks,
+                      bt_diag *diag) {
     memset(s, 0, sizeof *s);
     s->failed_task = -1;
     const char *job = getenv("SLURM_JOB_ID"), *list = getenv("SLURM_JOB_NODELIST");
@@ -153,7 +154,7 @@ int launch_slurm_open(launch_slurm *s, const char *listen, const char *token, bt
                           "listen on; give one with --listen ADDRESS");
         return BT_EINVAL;
     }
-    rc = kv_store_open(&s->kv, s->listen, token, diag);
+    rc = kv_store_open(&s->kv, s->listen, token, ranks, diag);
     s->kv_open = rc == 0;
     return rc;
 }

@@ -49,9 +49,11 @@ typedef struct launch_slurm {
 
 /* Reads the allocation (SLURM_JOB_ID, SLURM_JOB_NODELIST through `scontrol show
  * hostnames`), chooses the listen address (listen, or this host's first non-loopback
- * IPv4 address) and starts the rendezvous store with the run's token. BT_EINVAL with a
- * message when not inside an allocation or Slurm's tools are missing. */
-int launch_slurm_open(launch_slurm *s, const char *listen, const char *token, bt_diag *diag);
+ * IPv4 address) and starts the rendezvous store with the run's token, for up to `ranks`
+ * workers (kv_store_open's expected). BT_EINVAL with a message when not inside an
+ * allocation or Slurm's tools are missing. */
+int launch_slurm_open(launch_slurm *s, const char *listen, const char *token, size_t ranks,
+                      bt_diag *diag);
 void launch_slurm_close(launch_slurm *s);
 /* The address the control channel and the store listen on. */
 const char *launch_slurm_listen(const launch_slurm *s);

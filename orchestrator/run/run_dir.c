@@ -119,7 +119,7 @@ static int run_dir_keep(run_dir *d, const char *name, const char *data, size_t n
     char copy[4200], *kept = NULL;
     size_t n2 = 0;
     run_dir_file(d, name, copy, sizeof copy);
-    if (bt_read_file(copy, RUN_DIR_MAX_FILE, &kept, &n2) != 0)
+    if (bt_read_private(copy, RUN_DIR_MAX_FILE, 0, &kept, &n2) != 0)
         return ckpt_write_file_atomic(copy, data, n, diag);
     int same = n == n2 && memcmp(data, kept, n) == 0;
     free(kept);
@@ -135,7 +135,7 @@ int run_dir_read_overrides(const run_dir *d, char **text, size_t *n) {
     char path[4200];
     run_dir_file(d, "overrides", path, sizeof path);
     *text = NULL, *n = 0;
-    return bt_read_file(path, RUN_DIR_MAX_FILE, text, n) == 0 ? 0 : -1;
+    return bt_read_private(path, RUN_DIR_MAX_FILE, 0, text, n) == 0 ? 0 : -1;
 }
 
 /* The overrides as --set options on one line ("--set a=1 --set b=2"), or "no --set". */
@@ -231,8 +231,19 @@ static int run_dir_random(run_dir *d, const char *name, size_t bytes, char *out,
     char path[4200], *have = NULL;
     size_t n = 0, hex = 2 * bytes;
     run_dir_file(d, name, path, sizeof path);
-    if (bt_read_file(path, RUN_DIR_MAX_FILE, &have, &n) == 0 && n >= hex &&
-        strspn(have, "0123456789abcdef") >= hex) {
+    int got = bt_read_private(path, RUN_DIR_MAX_FILE, 1, &have, &n);
+    if (got != 0 && errno != ENOENT) {
+        bt_diag_set(diag,
+                    "%s: not used as the run's %s: %s; another user may have planted it: "
+                    "remove it (a new one is made)",
+                    path, what,
+                    errno == ELOOP    ? "it is a symbolic link"
+                    : errno == EINVAL ? "it is not a regular file"
+                    : errno == EPERM  ? "it is not yours alone (owner, or mode not 0600)"
+                                      : strerror(errno));
+        return BT_EINVAL;
+    }
+    if (got == 0 && n >= hex && strspn(have, "0123456789abcdef") >= hex) {
         memcpy(out, have, hex);
         out[hex] = '\0';
         free(have);
@@ -338,11 +349,14 @@ static int run_dir_check_owner(const run_dir *d, const struct stat *st, bt_diag 
     return BT_EINVAL;
 }
 
-/* What baton keeps in a run directory under fixed names, files and then directories:
+/* What baton keeps in a run directory under fixed names, files and then directories
+ * (`worker` is checked where it is read, saying more: run_dir_read_worker):
  * none may be a symbolic link (another user's, planted to redirect the run's writes), nor
  * a directory another user owns or may write. */
 static const char *const run_dir_entries[] = {
-    "lock", JOURNAL_FILE, "metrics.jsonl", "valid.jsonl", "specs", "logs", CKPT_ROOT_IN_RUN, "tb"};
+    "lock",    JOURNAL_FILE, "metrics.jsonl",  "valid.jsonl", "secret",
+    "workdir", "job_id",     "baton.sbatch",   "recipe.yaml", "overrides",
+    "specs",   "logs",       CKPT_ROOT_IN_RUN, "tb",          "rolled-back"};
 
 static int run_dir_check_entries(const run_dir *d, bt_diag *diag) {
     char path[4200], why[128];
@@ -536,7 +550,12 @@ int run_dir_enter_workdir(const char *run_dir_path, int *moved, bt_diag *diag) {
     size_t n = 0;
     *moved = 0;
     snprintf(path, sizeof path, "%s/workdir", run_dir_path);
-    if (bt_read_file(path, PATH_MAX, &dir, &n) != 0) return 0; /* an older run: stay */
+    if (bt_read_private(path, PATH_MAX, 0, &dir, &n) != 0) { /* none: an older run, stay */
+        if (errno == ENOENT) return 0;
+        bt_diag_set(diag, "%s: cannot read (not followed if a symbolic link): %s", path,
+                    strerror(errno));
+        return BT_EINVAL;
+    }
     int rc = 0;
     if (getcwd(cwd, sizeof cwd) == NULL || strcmp(cwd, dir) != 0) {
         if (chdir(dir) != 0) {

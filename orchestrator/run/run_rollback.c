@@ -10,6 +10,7 @@
 
 #include "ckpt/ckpt.h"
 #include "run_ctx.h"
+#include "util/file.h"
 
 /* "... skip [FROM, TO) ..." in a worker's message or a ROLLBACK record's detail. */
 int run_skip_parse(const char *text, uint64_t *from, uint64_t *to) {
@@ -72,7 +73,7 @@ static int run_rollback_ckpts(run_ctx *c, uint32_t stage, uint32_t attempt, uint
     char root[4200], aside[4200], sub[64], bound[64], from[8500], to[8500];
     run_dir_file(c->dir, CKPT_ROOT_IN_RUN, root, sizeof root);
     run_dir_file(c->dir, "rolled-back", aside, sizeof aside);
-    if (mkdir(aside, 0700) != 0 && errno != EEXIST) {
+    if (bt_mkdir_private(aside) != 0) { /* a planted link refused */
         bt_diag_set(diag, "%s: cannot create: %s", aside, strerror(errno));
         return BT_EIO;
     }
@@ -91,7 +92,7 @@ static int run_rollback_ckpts(run_ctx *c, uint32_t stage, uint32_t attempt, uint
         }
         snprintf(from, sizeof from, "%s/%s", root, names[k]);
         snprintf(to, sizeof to, "%s/%s", aside, names[k]);
-        if ((mkdir(aside, 0700) != 0 && errno != EEXIST) || rename(from, to) != 0) {
+        if (bt_mkdir_private(aside) != 0 || rename(from, to) != 0) {
             bt_diag_set(diag, "%s: cannot move it to %s: %s", from, aside, strerror(errno));
             rc = BT_EIO;
         }

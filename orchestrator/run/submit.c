@@ -305,7 +305,7 @@ int submit_precheck(const submit_opts *o, bt_diag *diag) {
 static void submit_note_job(const char *run_dir, const char *job_id) {
     char path[4200];
     snprintf(path, sizeof path, "%s/job_id", run_dir);
-    FILE *f = fopen(path, "w");
+    FILE *f = bt_fopen_private(path, "w"); /* 0600, a planted link refused */
     int bad = f == NULL || fprintf(f, "%s\n", job_id) < 0;
     if (f != NULL && fclose(f) != 0) bad = 1;
     if (bad)
@@ -321,15 +321,14 @@ int submit_batch(const submit_opts *o, char *script, size_t script_cap, char *jo
     bt_buf b;
     bt_buf_init(&b);
     int rc = submit_script(o, script, &b, diag);
-    FILE *f = rc == 0 ? fopen(script, "w") : NULL;
-    int bad = f == NULL || fputs(bt_buf_str(&b), f) < 0;
+    FILE *f = rc == 0 ? bt_fopen_private(script, "w") : NULL; /* a planted link refused */
+    int bad = f == NULL || fchmod(fileno(f), 0700) != 0 || fputs(bt_buf_str(&b), f) < 0;
     if (f != NULL && fclose(f) != 0) bad = 1;
     if (rc == 0 && bad) {
         bt_diag_set(diag, "cannot write the batch script %s: %s", script, strerror(errno));
         rc = BT_EIO;
     }
     bt_buf_free(&b);
-    if (rc == 0) chmod(script, 0700);
     if (rc != 0 || o->dry_run) return rc;
     rc = submit_sbatch(script, job_id, cap, diag);
     if (rc == 0) submit_note_job(o->run_dir, job_id);

@@ -9,9 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int bt_read_file(const char *path, size_t max, char **out, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return -1;
+/* Reads f whole and closes it (bt_read_file). */
+static int bt_read_stream(FILE *f, size_t max, char **out, size_t *len) {
     size_t cap = 1 << 16, n = 0, k;
     char *buf = malloc(cap + 1);
     while (buf && (k = fread(buf + n, 1, cap - n, f)) > 0)
@@ -32,6 +31,27 @@ int bt_read_file(const char *path, size_t max, char **out, size_t *len) {
     buf[n] = '\0';
     *out = buf, *len = n;
     return 0;
+}
+
+int bt_read_file(const char *path, size_t max, char **out, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    return f == NULL ? -1 : bt_read_stream(f, max, out, len);
+}
+
+int bt_read_private(const char *path, size_t max, int strict, char **out, size_t *len) {
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    int err = fd < 0 ? errno : fstat(fd, &st) != 0 ? errno : 0;
+    if (err == 0 && !S_ISREG(st.st_mode)) err = EINVAL;
+    if (err == 0 && strict && (st.st_uid != geteuid() || (st.st_mode & 077) != 0)) err = EPERM;
+    FILE *f = err == 0 ? fdopen(fd, "rb") : NULL;
+    if (f == NULL) {
+        err = err ? err : errno;
+        if (fd >= 0) close(fd);
+        errno = err;
+        return -1;
+    }
+    return bt_read_stream(f, max, out, len);
 }
 
 int bt_mkdir_p(const char *path, mode_t mode) {

@@ -13,6 +13,11 @@
  * NUL). Returns 0, or -1 with errno set (EFBIG when it exceeds max bytes). */
 int bt_read_file(const char *path, size_t max, char **out, size_t *len);
 
+/* bt_read_file for a run's own file: a symbolic link is refused (ELOOP), never followed,
+ * and anything but a regular file (EINVAL); strict: also one not owned by this user or
+ * that its group or others may read or write (EPERM), as for a secret. */
+int bt_read_private(const char *path, size_t max, int strict, char **out, size_t *len);
+
 /* mkdir -p: creates path and every missing parent with mode. 0, or -1 with errno. */
 int bt_mkdir_p(const char *path, mode_t mode);
 

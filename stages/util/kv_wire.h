@@ -4,8 +4,11 @@
  *
  * One TCP connection per client carries requests and answers in turn. All integers are
  * 32-bit, network byte order.
- *   request: op (KV_OP_SET or KV_OP_GET), token length, key length, value length
- *            (0 for a get), then the token, the key and the value bytes.
+ *   request: op (KV_OP_SET, KV_OP_GET or KV_OP_AUTH), token length, key length, value
+ *            length (0 for a get; both 0 for an auth), then the token, the key and the
+ *            value bytes.
+ * A client sends KV_OP_AUTH right after it connects, so that the server counts it as
+ * the run's at once (it caps and times out connections that have not shown the token).
  *   answer:  status (KV_*), value length, then the value (a get that found the key).
  * The token is the run's control secret: a request with another token is answered
  * KV_DENIED and the connection closed. A key is set once (KV_EXISTS after that); a get
@@ -13,8 +16,9 @@
 #ifndef BATON_KV_WIRE_H
 #define BATON_KV_WIRE_H
 
-#define KV_OP_SET 1u
-#define KV_OP_GET 2u
+#define KV_OP_SET  1u
+#define KV_OP_GET  2u
+#define KV_OP_AUTH 3u /* no key, no value: shows the token (answered KV_OK) */
 
 #define KV_OK      0u
 #define KV_EXISTS  1u

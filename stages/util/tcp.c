@@ -52,6 +52,10 @@ size_t bt_tcp_unauth_cap(void) {
     return cap < 4 ? 4 : cap > 64 ? 64 : cap;
 }
 
+size_t bt_tcp_unauth_limit(size_t expected) {
+    return expected + bt_tcp_unauth_cap();
+}
+
 int bt_tcp_accept(int listen_fd, int *out_of_fds) {
     *out_of_fds = 0;
     int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);

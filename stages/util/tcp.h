@@ -29,6 +29,12 @@ int bt_tcp_listen(const char *host, const char *what, int *fd, char *address, si
  * oldest is closed for a new one. */
 size_t bt_tcp_unauth_cap(void);
 
+/* The cap a server expecting `expected` peers of its own (the ranks of an attempt)
+ * applies: expected + bt_tcp_unauth_cap(), so that its own peers, which show the token
+ * right after connecting, are never crowded out by up to bt_tcp_unauth_cap() others, and
+ * a flood larger than that makes them reconnect (they retry) rather than fail. */
+size_t bt_tcp_unauth_limit(size_t expected);
+
 /* accept4 on listen_fd, nonblocking and close-on-exec, with TCP_NODELAY: the fd, or -1
  * (errno set) when nothing is waiting or the connection went away. *out_of_fds is set
  * when it failed for want of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM): the

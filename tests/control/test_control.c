@@ -242,6 +242,70 @@ static int unit(const char *run_dir) {
     return failures ? 1 : 0;
 }
 
+/* ---- crowd: many ranks whose Hello comes a little after their connect ------------------ */
+
+enum { CROWD_WORLD = 256 };
+static control_server crowd_cs;
+static int crowd_delay_us;
+
+/* A rank that connects, waits crowd_delay_us (a network round trip, a descheduled
+ * worker), then sends its Hello and keeps the connection open for 3 s. */
+static void *crowd_rank(void *arg) {
+    uint32_t rank = (uint32_t)(uintptr_t)arg;
+    int fd = raw_connect(&crowd_cs);
+    if (fd < 0) return NULL;
+    sleep_s(crowd_delay_us / 1e6);
+    Baton__Hello h = BATON__HELLO__INIT;
+    h.token = "s3cret", h.host = "crowd";
+    h.has_rank = h.has_world = h.has_attempt = h.has_pid = 1;
+    h.rank = rank, h.world = CROWD_WORLD, h.attempt = 0, h.pid = (uint32_t)getpid();
+    Baton__Envelope env = BATON__ENVELOPE__INIT;
+    env.body_case = BATON__ENVELOPE__BODY_HELLO, env.hello = &h;
+    uint8_t buf[512];
+    uint32_t n = (uint32_t)baton__envelope__pack(&env, buf + 4);
+    memcpy(buf, &n, 4); /* little-endian hosts only, as the test's wire elsewhere */
+    if (send(fd, buf, n + 4, MSG_NOSIGNAL) != (ssize_t)(n + 4)) return NULL;
+    sleep_s(3);
+    close(fd);
+    return NULL;
+}
+
+/* CROWD_WORLD ranks connect together, each Hello delay_us after its connect: every one is
+ * taken (the tokenless-connection cap grows with the world), none refused. */
+static void crowd_once(int delay_us) {
+    bt_diag d;
+    bt_diag_init(&d);
+    crowd_delay_us = delay_us;
+    CHECK(control_server_begin_attempt(&crowd_cs, 0, "s", 0, CROWD_WORLD, 0) == 0, "begin");
+    unsigned rejected0 = crowd_cs.rejected;
+    pthread_t t[CROWD_WORLD];
+    for (uintptr_t i = 0; i < CROWD_WORLD; i++)
+        CHECK(pthread_create(&t[i], NULL, crowd_rank, (void *)i) == 0, "thread");
+    static struct pollfd fds[CROWD_WORLD + 64];
+    double end = bt_clock_now() + 2.5;
+    while (bt_clock_now() < end && control_server_connected(&crowd_cs) < CROWD_WORLD) {
+        size_t k = control_server_pollfds(&crowd_cs, fds, CROWD_WORLD + 64);
+        if (poll(fds, k, 20) > 0) control_server_handle(&crowd_cs, fds, k, bt_clock_now());
+    }
+    CHECK(control_server_connected(&crowd_cs) == CROWD_WORLD && crowd_cs.rejected == rejected0,
+          "Hello %d us after connect: %u of %d connected, %u refused", delay_us,
+          control_server_connected(&crowd_cs), CROWD_WORLD, crowd_cs.rejected - rejected0);
+    for (int i = 0; i < CROWD_WORLD; i++)
+        pthread_join(t[i], NULL);
+}
+
+static int crowd(const char *run_dir) {
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(control_server_open(&crowd_cs, "s3cret", run_dir, "127.0.0.1", &d) == 0, "open: %s",
+          d.msg);
+    crowd_once(200);
+    crowd_once(1000);
+    control_server_close(&crowd_cs);
+    printf("control crowd: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
+    return failures ? 1 : 0;
+}
+
 /* ---- replay ---------------------------------------------------------------------------- */
 
 static void replay_attempt(const char *run_dir, uint32_t attempt, uint64_t from, uint64_t to) {
@@ -849,14 +913,15 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     if (argc == 3 && strcmp(argv[1], "unit") == 0) return unit(argv[2]);
     if (argc == 3 && strcmp(argv[1], "replay") == 0) return replay(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "crowd") == 0) return crowd(argv[2]);
     if (argc == 3 && strcmp(argv[1], "backlog") == 0) return backlog(argv[2]);
     if (argc == 3 && strcmp(argv[1], "gap") == 0) return gap(argv[2]);
     if (argc == 3 && strcmp(argv[1], "orphans") == 0) return orphans(argv[2]);
     if (argc == 8 && strcmp(argv[1], "serve") == 0) return serve(argv);
-    fprintf(stderr,
-            "usage: test_control unit RUN_DIR | replay RUN_DIR | backlog RUN_DIR | gap RUN_DIR | "
-            "orphans RUN_DIR | serve "
-            "SPEC_IN SPEC_OUT RUN_DIR WORLD "
-            "STOP_AT stop|term1|mark\n");
+    fprintf(stderr, "usage: test_control unit RUN_DIR | crowd RUN_DIR | replay RUN_DIR | backlog "
+                    "RUN_DIR | gap RUN_DIR | "
+                    "orphans RUN_DIR | serve "
+                    "SPEC_IN SPEC_OUT RUN_DIR WORLD "
+                    "STOP_AT stop|term1|mark\n");
     return 2;
 }

@@ -133,8 +133,10 @@
 #                 (as root) one another user made (0700, owned by nobody, with links in
 #                 it), is refused, exit 2, naming it, its owner and mode; a symbolic link
 #                 planted in one's own directory for the journal, metrics.jsonl,
-#                 valid.jsonl, lock, specs/, logs/, checkpoints/ or tb/ is refused, exit 2,
-#                 and nothing is written where it points; a directory others may read is
+#                 valid.jsonl, lock, secret, workdir, job_id, baton.sbatch (run and
+#                 submit), recipe.yaml, overrides, specs/, logs/, checkpoints/, tb/
+#                 or rolled-back/ is refused, exit 2, and nothing is written where it
+#                 points; a secret file others may read is refused; a directory others may read is
 #                 a warning that names the command (baton resume: warning: ...).
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 #   (the supervisor's judgements, pauses, journal and history: check-supervise.sh;
@@ -1389,13 +1391,22 @@ run-dir-trust)
   chmod 0777 rr
   refused rr "$work/rr: not used as a run directory: it is writable by group and others (mode 777)" resume rr
   chmod 0700 rr
-  for name in journal metrics.jsonl valid.jsonl lock specs logs checkpoints tb; do
+  for name in journal metrics.jsonl valid.jsonl lock specs logs checkpoints tb secret workdir \
+    job_id baton.sbatch recipe.yaml overrides rolled-back; do
     mkdir -m 0700 "l-$name"
-    [[ $name == *.* || $name == journal || $name == lock ]] && target=$work/victim || target=$work/vdir
+    case $name in specs | logs | checkpoints | tb | rolled-back) target=$work/vdir ;; *) target=$work/victim ;; esac
     ln -s "$target" "l-$name/$name"
     refused "l-$name" "$work/l-$name/$name: a symbolic link, which baton does not use in a run directory" \
       run one.yaml --run-dir "l-$name"
   done
+  # baton submit writes its script through no planted link either
+  refused l-baton.sbatch "$work/l-baton.sbatch/baton.sbatch: a symbolic link" \
+    submit one.yaml --run-dir l-baton.sbatch --dry-run
+  # a secret that is not the user's alone (planted, or left readable) is not the run's token
+  mkdir -m 0700 s-open
+  printf '%064d\n' 7 >s-open/secret && chmod 0644 s-open/secret
+  refused s-open "$work/s-open/secret: not used as the run's secret: it is not yours alone" \
+    run one.yaml --run-dir s-open
   # a link where an earlier run's file was, then resume
   mv rr/metrics.jsonl rr/m.old && ln -s "$work/victim" rr/metrics.jsonl
   refused rr "$work/rr/metrics.jsonl: a symbolic link" resume rr

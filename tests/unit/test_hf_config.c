@@ -117,6 +117,14 @@ static void test_yarn(void) {
                           "    \"attention_factor\": ");
     CHECK_STR_CONTAINS(t, "\"max_position_embeddings\": 8192,");
     free(t);
+    /* trained at 64K to extend to 128K (the YaRN paper's): original x factor, never the
+     * trained seq_len, from which transformers would derive factor 16 */
+    int known;
+    fx_init(&f, BATON__ROPE_SCALING__TYPE__YARN, 32, 4096);
+    CHECK_EQ_U64(hf_config_max_position(&f.m, 0, 65536, &known), 131072);
+    CHECK(known == 1);
+    fx_init(&f, BATON__ROPE_SCALING__TYPE__LINEAR, 4, 4096);
+    CHECK_EQ_U64(hf_config_max_position(&f.m, 0, 8192, &known), 16384);
 }
 
 /* linear and ntk give the extended context when the recipe names the original one; a

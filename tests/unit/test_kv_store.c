@@ -13,6 +13,7 @@
 #include "check.h"
 #include "comm.h"
 #include "kv_store.h"
+#include "util/kv_wire.h"
 #include "util/clock.h"
 
 typedef struct late_set {
@@ -125,7 +126,7 @@ static void check_idle_flood(const char *address) {
     int dropped = 0;
     for (int i = 0; i < N; i++)
         if (fds[i] >= 0) dropped += closed_by_store(fds[i], 0), close(fds[i]);
-    CHECK(dropped >= N - 64); /* bt_tcp_unauth_cap() is 64 at most */
+    CHECK(dropped >= N - 66); /* bt_tcp_unauth_limit(2): 2 + 64 at most */
     int idle = idle_connect(address);
     double t0 = bt_clock_now();
     CHECK(idle >= 0 && closed_by_store(idle, 20000));
@@ -138,6 +139,154 @@ static void check_idle_flood(const char *address) {
     w.close(w.ctx);
 }
 
+typedef struct slow_rank {
+    const char *address;
+    int id, delay_ms, rc;
+} slow_rank;
+
+/* A worker that connects, then does slow work (CUDA init) before its first request. */
+static void *slow_rank_main(void *arg) {
+    slow_rank *r = arg;
+    comm_store w;
+    bt_diag d;
+    bt_diag_init(&d);
+    if ((r->rc = comm_store_tcp(&w, r->address, "secret", NULL, 0, &d)) != 0) {
+        fprintf(stderr, "rank %d connecting: %s\n", r->id, d.msg);
+        return NULL;
+    }
+    struct timespec ts = {r->delay_ms / 1000, (long)(r->delay_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    char key[32], peer[32];
+    snprintf(key, sizeof key, "rank/%d", r->id);
+    snprintf(peer, sizeof peer, "rank/%d", r->id ^ 1);
+    void *v = NULL;
+    size_t n = 0;
+    r->rc = w.set(w.ctx, key, "up", 2, &d);
+    if (r->rc == 0) r->rc = w.get(w.ctx, peer, &v, &n, 20000, &d);
+    if (r->rc != 0) fprintf(stderr, "rank %d: %s\n", r->id, d.msg);
+    free(v);
+    w.close(w.ctx);
+    return NULL;
+}
+
+/* `ranks` workers (more than bt_tcp_unauth_cap()'s 64) connect at once beside `flood`
+ * idle connections, and make their first request delay_ms later (the rendezvous store of
+ * a run told to expect them): every one is served. */
+static void check_slow_ranks(int ranks, int delay_ms, int flood) {
+    kv_store srv;
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(kv_store_open(&srv, "127.0.0.1", "secret", (size_t)ranks, &d) == 0);
+    int *idle = calloc((size_t)flood + 1, sizeof *idle);
+    for (int i = 0; i < flood; i++)
+        idle[i] = idle_connect(srv.address);
+    slow_rank *r = calloc((size_t)ranks, sizeof *r);
+    pthread_t *t = calloc((size_t)ranks, sizeof *t);
+    for (int i = 0; i < ranks; i++) {
+        r[i] = (slow_rank){.address = srv.address, .id = i, .delay_ms = delay_ms, .rc = -99};
+        CHECK(pthread_create(&t[i], NULL, slow_rank_main, &r[i]) == 0);
+    }
+    int failed = 0;
+    for (int i = 0; i < ranks; i++) {
+        pthread_join(t[i], NULL);
+        failed += r[i].rc != 0;
+    }
+    if (failed)
+        fprintf(stderr, "%d of %d ranks failed (delay %d ms, flood %d)\n", failed, ranks, delay_ms,
+                flood);
+    CHECK(failed == 0);
+    for (int i = 0; i < flood; i++)
+        if (idle[i] >= 0) close(idle[i]);
+    free(idle), free(r), free(t);
+    kv_store_close(&srv);
+}
+
+/* A store that expects few ranks, flooded with far more idle connections than it keeps,
+ * while workers connect and show the token: those dropped before it was answered connect
+ * again, and every one is served. */
+static void check_reconnect_under_flood(void) {
+    kv_store srv;
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(kv_store_open(&srv, "127.0.0.1", "secret", 1, &d) == 0);
+    enum { FLOOD = 600, RANKS = 16 };
+    static int idle[FLOOD];
+    slow_rank r[RANKS];
+    pthread_t t[RANKS];
+    for (int i = 0; i < RANKS; i++)
+        r[i] = (slow_rank){.address = srv.address, .id = i, .delay_ms = 50, .rc = -99};
+    for (int i = 0; i < FLOOD / 2; i++)
+        idle[i] = idle_connect(srv.address);
+    for (int i = 0; i < RANKS; i++)
+        CHECK(pthread_create(&t[i], NULL, slow_rank_main, &r[i]) == 0);
+    for (int i = FLOOD / 2; i < FLOOD; i++)
+        idle[i] = idle_connect(srv.address);
+    int failed = 0;
+    for (int i = 0; i < RANKS; i++) {
+        pthread_join(t[i], NULL);
+        failed += r[i].rc != 0;
+    }
+    CHECK(failed == 0);
+    for (int i = 0; i < FLOOD; i++)
+        if (idle[i] >= 0) close(idle[i]);
+    kv_store_close(&srv);
+}
+
+typedef struct dropper {
+    int listen_fd, drop, accepted;
+} dropper;
+
+/* A store that closes its first `drop` connections unanswered, then answers the next
+ * one's token KV_OK. */
+static void *dropper_main(void *arg) {
+    dropper *p = arg;
+    for (;;) {
+        int fd = accept(p->listen_fd, NULL, NULL);
+        if (fd < 0) return NULL;
+        if (p->accepted++ < p->drop) {
+            close(fd);
+            continue;
+        }
+        uint8_t head[16 + 6]; /* the head and the token "secret" */
+        size_t got = 0;
+        ssize_t k;
+        while (got < sizeof head && (k = recv(fd, head + got, sizeof head - got, 0)) > 0)
+            got += (size_t)k;
+        uint32_t ans[2] = {htonl(KV_OK), 0};
+        if (got >= 16 && ntohl(*(uint32_t *)head) == KV_OP_AUTH) send(fd, ans, sizeof ans, 0);
+        close(fd);
+        return NULL;
+    }
+}
+
+/* comm_store_tcp against a store that drops connections before answering the token:
+ * it connects again (drop 3: the fourth is answered), a bounded number of times. */
+static void check_reconnect(int drop, int want_rc) {
+    dropper p = {.drop = drop};
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    socklen_t sl = sizeof sa;
+    p.listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(bind(p.listen_fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    CHECK(listen(p.listen_fd, 16) == 0);
+    CHECK(getsockname(p.listen_fd, (struct sockaddr *)&sa, &sl) == 0);
+    char address[64];
+    snprintf(address, sizeof address, "127.0.0.1:%u", ntohs(sa.sin_port));
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, dropper_main, &p) == 0);
+    comm_store w;
+    bt_diag d;
+    bt_diag_init(&d);
+    int rc = comm_store_tcp(&w, address, "secret", NULL, 0, &d);
+    CHECK(rc == want_rc);
+    if (rc == 0) w.close(w.ctx);
+    if (rc != 0) CHECK(strstr(d.msg, "closed the connection") != NULL);
+    shutdown(p.listen_fd, SHUT_RDWR);
+    pthread_join(t, NULL);
+    close(p.listen_fd);
+    CHECK(p.accepted == (rc == 0 ? drop + 1 : 10)); /* TCP_STORE_AUTH_TRIES */
+}
+
 int main(void) {
     /* room for the flood's both ends in this one process */
     struct rlimit rl;
@@ -147,9 +296,9 @@ int main(void) {
     kv_store srv;
     bt_diag d;
     bt_diag_init(&d);
-    CHECK(kv_store_open(&srv, "127.0.0.1", "", &d) == BT_EINVAL);
+    CHECK(kv_store_open(&srv, "127.0.0.1", "", 2, &d) == BT_EINVAL);
     bt_diag_init(&d);
-    if (kv_store_open(&srv, "127.0.0.1", "secret", &d) != 0) {
+    if (kv_store_open(&srv, "127.0.0.1", "secret", 2, &d) != 0) {
         fprintf(stderr, "kv_store_open: %s\n", d.msg);
         return 1;
     }
@@ -161,11 +310,9 @@ int main(void) {
     check_basic(&a);
     check_large_and_empty(&b);
     check_waiting_get(&a, &b);
-    CHECK(comm_store_tcp(&bad, srv.address, "wrong", NULL, 0, &d) == 0);
     bt_diag_init(&d);
-    CHECK(bad.set(bad.ctx, "x", "1", 1, &d) == BT_EIO);
+    CHECK(comm_store_tcp(&bad, srv.address, "wrong", NULL, 0, &d) == BT_EIO); /* shown at once */
     CHECK(strstr(d.msg, "refused the token") != NULL);
-    bad.close(bad.ctx);
     bt_diag_init(&d);
     CHECK(comm_store_tcp(&bad, "no-port", "secret", NULL, 0, &d) == BT_EINVAL);
     CHECK(strstr(d.msg, "no-port") != NULL);
@@ -177,5 +324,12 @@ int main(void) {
         fprintf(stderr, "the idle-connection flood skipped: RLIMIT_NOFILE allows %llu\n",
                 (unsigned long long)rl.rlim_cur);
     kv_store_close(&srv);
+    check_slow_ranks(64, 300, 0); /* exactly the old cap: one was dropped */
+    check_slow_ranks(128, 500, 0);
+    check_slow_ranks(128, 300, 64); /* beside the old cap's worth of idle connections */
+    check_slow_ranks(4, 10600, 0);  /* first request after BT_TCP_UNAUTH_TIMEOUT_S */
+    if (rl.rlim_cur >= 1400) check_reconnect_under_flood();
+    check_reconnect(3, 0);
+    check_reconnect(1000, BT_EIO); /* bounded: gives up */
     return check_status();
 }

@@ -1,7 +1,8 @@
 /* The rendezvous store served by `baton run` over TCP (stages/util/kv_wire.h), for ranks
  * on several hosts that share no filesystem: the Slurm launcher's. One connection per
- * store, used under a lock (Gloo may ask from more than one thread). A get of a key not
- * set yet is asked again, 1 ms backing off to 20 ms, until the caller's timeout. */
+ * store, which shows the token as soon as it is made (reconnecting, a few times, when the
+ * store drops it first), used under a lock (Gloo may ask from more than one thread). A get of a key
+ * not set yet is asked again, 1 ms backing off to 20 ms, until the caller's timeout. */
 #include "comm.h"
 
 #include <arpa/inet.h>
@@ -19,7 +20,8 @@
 #include "util/clock.h"
 #include "util/kv_wire.h"
 
-#define TCP_STORE_CONNECT_S 20.0 /* the orchestrator is up before any worker starts */
+#define TCP_STORE_CONNECT_S  20.0 /* the orchestrator is up before any worker starts */
+#define TCP_STORE_AUTH_TRIES 10   /* connections the store drops before answering the token */
 
 typedef struct tcp_store {
     int fd;
@@ -204,6 +206,36 @@ static void tcp_local_host(int fd, char *out, size_t cap) {
         snprintf(out, cap, "127.0.0.1");
 }
 
+/* Connects and shows the token at once (KV_OP_AUTH), before the caller's slow work (CUDA
+ * init), so that the store counts this connection as the run's: one the store closes
+ * before answering (it drops the oldest of too many connections without the token, and
+ * those silent for BT_TCP_UNAUTH_TIMEOUT_S) is made again, TCP_STORE_AUTH_TRIES times at
+ * most, backing off 20 ms to 1 s. The fd, or an error (BT_EIO, with the reason). */
+static int tcp_open_authed(tcp_store *ts, bt_diag *diag) {
+    double pause = 20.0;
+    for (int tries = 1;; tries++) {
+        int fd = tcp_connect(ts->address, diag);
+        if (fd < 0) return fd;
+        ts->fd = fd;
+        uint32_t status = KV_BAD;
+        int io = tcp_request(ts, KV_OP_AUTH, "", NULL, 0, &status, NULL, NULL);
+        if (io == 0 && status == KV_OK) return fd;
+        close(fd);
+        ts->fd = -1;
+        if (io == 0) return tcp_fail(ts, status, "(the token)", diag);
+        if (tries == TCP_STORE_AUTH_TRIES) {
+            bt_diag_set(diag,
+                        "rendezvous store %s closed the connection %d times before it "
+                        "answered the token",
+                        ts->address, tries);
+            return BT_EIO;
+        }
+        unsigned seed = (unsigned)getpid() ^ (unsigned)tries; /* spread the ranks' retries */
+        tcp_sleep_ms(pause + (double)(rand_r(&seed) % (unsigned)pause));
+        pause = pause * 2 < 1000 ? pause * 2 : 1000;
+    }
+}
+
 int comm_store_tcp(comm_store *st, const char *address, const char *token, char *local_host,
                    size_t cap, bt_diag *diag) {
     memset(st, 0, sizeof *st);
@@ -213,15 +245,14 @@ int comm_store_tcp(comm_store *st, const char *address, const char *token, char 
     }
     tcp_store *ts = calloc(1, sizeof *ts);
     if (ts == NULL) return BT_ENOMEM;
-    int fd = tcp_connect(address, diag);
+    snprintf(ts->address, sizeof ts->address, "%s", address);
+    snprintf(ts->token, sizeof ts->token, "%s", token);
+    int fd = tcp_open_authed(ts, diag);
     if (fd < 0) {
         free(ts);
         return fd;
     }
-    ts->fd = fd;
     pthread_mutex_init(&ts->mu, NULL);
-    snprintf(ts->address, sizeof ts->address, "%s", address);
-    snprintf(ts->token, sizeof ts->token, "%s", token);
     if (local_host) tcp_local_host(fd, local_host, cap);
     st->ctx = ts;
     st->set = tcp_set;

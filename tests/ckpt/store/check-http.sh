@@ -10,9 +10,10 @@
 # later checkpoint format refused; a server that accepts and never answers given up on; a
 # store without DELETE, or refusing it (401, 403): a checkpoint there not replaced, said
 # at once (exit 2, no retry). A password in the URL is sent (nginx sees the Basic user)
-# but never shown (push's line, an HTTP error, the retries: alice:***@); without one in
-# the URL, ~/.netrc's for the host is sent. Redirects: GET and HEAD follow at most 5, the
-# password not sent to another host; PUT and DELETE do not follow, and say so.
+# but never shown (push's line, an HTTP error, the retries: http://***@HOST; a token, query
+# values and --endpoint credentials neither); without one in the URL, ~/.netrc's for the
+# host is sent. Redirects: GET and HEAD follow at most 5, the password not sent to another
+# host; PUT and DELETE do not follow, and say so.
 # Exit 77 (SKIPPED) only when nginx is not installed.
 #   check-http.sh BATON MAKE_CKPT
 set -u
@@ -263,7 +264,7 @@ for code in 401 403; do
 done
 
 # Credentials in the URL: sent, never shown; else ~/.netrc's.
-cred=http://alice:PaSsW0rd@127.0.0.1:$port/store shown="http://alice:***@127.0.0.1:$port/store"
+cred=http://alice:PaSsW0rd@127.0.0.1:$port/store shown="http://***@127.0.0.1:$port/store"
 : >"$auth"
 out=$("$baton" ckpt push run "$cred" 2>&1)
 [[ $? == 0 && $out == *" to $shown/$name"* && $out != *PaSsW0rd* ]] &&
@@ -274,8 +275,24 @@ out=$("$baton" ckpt pull "$cred/s00-step00000099" --into got 2>&1)
   ok "pull error with a password: shown as ***" || fail "pull error with a password: $out"
 dead=$(free_port) || exit 1
 out=$("$baton" ckpt pull "http://alice:PaSsW0rd@127.0.0.1:$dead/store/$name" --into got4 2>&1)
-[[ $? == 1 && $out == *"retrying"* && $out == *"alice:***@127.0.0.1:$dead"* && $out != *PaSsW0rd* ]] &&
+[[ $? == 1 && $out == *"retrying"* && $out == *"http://***@127.0.0.1:$dead"* && $out != *PaSsW0rd* ]] &&
   ok "retries with a password: shown as ***" || fail "retries with a password: $out"
+# Whatever the userinfo holds (a token alone, an unencoded '/' in a password) and query
+# values (tokens, signatures) are never shown; nor an --endpoint's credentials.
+for u in "http://TokEnSecret@127.0.0.1:$port/store" "http://alice:Pa/SsSecret@127.0.0.1:$port/store" \
+  "http://127.0.0.1:$port/store?token=QuerySecret&X-Amz-Signature=SigSecret"; do
+  out=$("$baton" ckpt pull "$u/s00-step00000099" --into got5 2>&1)
+  [[ $out != *Secret* && ($out == *"***@"* || $out == *"token=***&X-Amz-Signature=***"*) ]] &&
+    ok "pull of $u: its secrets shown as ***" || fail "pull of $u shows a secret: $out"
+done
+out=$(AWS_ACCESS_KEY_ID=k AWS_SECRET_ACCESS_KEY=s "$baton" ckpt pull s3://b/s00-step00000099 \
+  --endpoint "ftp://ep:EpSecret@127.0.0.1:$port" --into got5 2>&1)
+[[ $? == 2 && $out == *"--endpoint ftp://***@127.0.0.1:$port"* && $out != *EpSecret* ]] &&
+  ok "a bad --endpoint with credentials: shown as ***" || fail "a bad --endpoint shows a secret: $out"
+out=$(AWS_ACCESS_KEY_ID=k AWS_SECRET_ACCESS_KEY=s "$baton" ckpt pull s3://b/s00-step00000099 \
+  --endpoint "http://ep:EpSecret@127.0.0.1:$port" --into got5 2>&1)
+[[ $out == *"http://***@127.0.0.1:$port/b"* && $out != *EpSecret* ]] &&
+  ok "an --endpoint with credentials: shown as ***" || fail "an --endpoint shows a secret: $out"
 mkdir home && printf 'machine 127.0.0.1 login bob password NetrcPw\n' >home/.netrc && chmod 600 home/.netrc
 : >"$auth"
 out=$(HOME=$work/home "$baton" ckpt push run "$url" 2>&1)
