@@ -271,7 +271,7 @@ static void remote_why(const remote_req *q, CURLcode e, const char *err, char *w
 /* Runs q with retries; 0 with q->status set once the server answered with a
  * non-transient status, else BT_EIO with the reason in diag. */
 static int remote_run(ckpt_remote *r, remote_req *q, bt_diag *diag) {
-    char why[CURL_ERROR_SIZE + 64] = "", shown[CKPT_PATH_MAX + 512];
+    char why[CURL_ERROR_SIZE + 256] = "", shown[CKPT_PATH_MAX + 512];
     ckpt_url_shown(q->url, shown, sizeof shown);
     for (int attempt = 0; attempt < r->tries; attempt++) {
         if (attempt > 0) backoff(attempt - 1);
