@@ -1,5 +1,5 @@
-# Sourced by check-run.sh and check-supervise.sh (their arguments: BATON BATON_WORKER SOURCE_DIR
-# CASE): a private work directory removed on exit with every process the case started,
+# Sourced by check-run.sh, check-supervise.sh and check-trust.sh (their arguments: BATON
+# BATON_WORKER SOURCE_DIR CASE): a private work directory removed on exit with every process the case started,
 # the prepared data, the recipe, and the helpers the cases share.
 baton=$1 worker=$2 src=$3 case=$4
 export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
@@ -157,4 +157,20 @@ strike() { # STAGE FROM TO SIGNAL [RANKS...]: at a random step in [FROM, TO]
   kill -s "$4" $pids
   struck=$log struck_pids=$pids
 }
-
+# one_rank_recipe NAME EXTRA STAGE...: a one-rank recipe over the fortunes (a tiny llama),
+# EXTRA more entries of its defaults (YAML flow, may be empty), each STAGE a flow mapping.
+one_rank_recipe() {
+  local name=$1 extra=$2
+  shift 2
+  cat <<YAML
+name: $name
+seed: 3
+model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 176,
+        vocab_size: 272, rope: {theta: 10000}}
+cluster: {nodes: 1, gpus_per_node: 1, device: cpu}
+data: {train: data/fortunes_train, valid: data/fortunes_valid}
+defaults: {seq_len: 64, global_batch: 4, micro_batch: 1, optimizer: {lr: 3e-3, warmup_steps: 1}${extra:+, $extra}}
+stages:
+YAML
+  printf '  - %s\n' "$@"
+}
