@@ -232,6 +232,8 @@ static void test_manifest_checksum(void) {
     if (buf == NULL) return;
     Baton__Manifest *m = NULL;
     CHECK(ckpt_manifest_decode((uint8_t *)buf, n, p, &m, &d) == 0 && ckpt_manifest_checked(m));
+    if (m) baton__manifest__free_unpacked(m, NULL);
+    m = NULL;
     size_t missed = 0;
     for (size_t bit = 0; bit < 8 * n; bit++) {
         Baton__Manifest *x = NULL;
