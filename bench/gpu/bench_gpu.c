@@ -19,7 +19,7 @@
  *   bench_gpu attention [--seq T] [--heads H] [--head-dim hd] [--reps N]
  *     The attention kernel's forward and backward TFLOP/s (causal forward 2 B H T^2 hd
  *     FLOPs, backward 2.5 times that), against a cuBLAS float32 GEMM + softmax forward
- *     (bench_attention_ref.cu).
+ *     (bench_attention_ref.cu), both on the backend's stream and timed by CUDA events on it.
  *   bench_gpu                 both, at seq 4096 and 8192.
  *
  * Output: one JSON line per measurement on stdout. Without a CUDA device it prints
@@ -190,6 +190,18 @@ static int bench_model(backend *be, const bench_opts *o) {
     return rc ? 1 : 0;
 }
 
+/* Ends a timing that bench_timer_start began on the backend's stream (started: its
+ * return, or the failure before it): the seconds per rep, the first failure into *rc
+ * (the backend's recorded error through sync, else -3 for the timer's own). */
+static double timed_end(backend *be, bench_timer *tm, int started, int reps, int *rc) {
+    double s = started == 0 ? bench_timer_stop(tm) : -1.0;
+    int src = be->sync(be);
+    if (*rc == 0) *rc = src ? src : s < 0.0 ? -3 : 0;
+    return s / reps;
+}
+
+/* baton's attention kernels and the cuBLAS reference on the same stream (the backend's),
+ * each timed by events on it. */
 static int bench_attention(backend *be, const bench_opts *o) {
     int B = 1, T = o->seq, H = o->heads, hd = o->head_dim, ld = H * hd;
     size_t rows = (size_t)B * T, nst = (size_t)B * H * T;
@@ -200,6 +212,7 @@ static int bench_attention(backend *be, const bench_opts *o) {
     float *dq = be->alloc(be, rows * ld * 4), *dk = be->alloc(be, rows * ld * 4);
     float *dv = be->alloc(be, rows * ld * 4);
     float *S = be->alloc(be, (size_t)H * T * T * 4);
+    void *stream = cuda_backend_stream(be); /* baton's kernels' and the reference's */
     int rc = 1;
     if (!q || !k || !v || !out || !dout || !lse || !dq || !dk || !dv || !S) {
         fprintf(stderr, "bench_gpu: attention buffers: out of device memory\n");
@@ -228,20 +241,20 @@ static int bench_attention(backend *be, const bench_opts *o) {
         be->attention_backward(be, dq, dk, dv, dout, out, NULL, lse, q, k, v, ld, B, T, H, H, hd,
                                scale, pr, NULL);
         rc = be->sync(be);
-        double t0 = now_s();
-        for (int r = 0; rc == 0 && r < o->reps; r++)
+        bench_timer tm = {NULL, NULL, NULL};
+        int started = rc ? rc : bench_timer_start(&tm, stream);
+        for (int r = 0; started == 0 && r < o->reps; r++)
             be->attention_forward(be, out, lse, NULL, q, k, v, ld, B, T, H, H, hd, scale, pr, NULL);
-        rc = rc ? rc : be->sync(be);
-        tf[p] = (now_s() - t0) / o->reps;
-        t0 = now_s();
-        for (int r = 0; rc == 0 && r < o->reps; r++)
+        tf[p] = timed_end(be, &tm, started, o->reps, &rc);
+        started = rc ? rc : bench_timer_start(&tm, stream);
+        for (int r = 0; started == 0 && r < o->reps; r++)
             be->attention_backward(be, dq, dk, dv, dout, out, NULL, lse, q, k, v, ld, B, T, H, H,
                                    hd, scale, pr, NULL);
-        rc = rc ? rc : be->sync(be);
-        tb[p] = (now_s() - t0) / o->reps;
+        tb[p] = timed_end(be, &tm, started, o->reps, &rc);
     }
     double tref = 0.0;
-    int rrc = rc ? rc : bench_ref_attention(q, k, v, out, S, B, T, H, hd, scale, o->reps, &tref);
+    int rrc =
+        rc ? rc : bench_ref_attention(q, k, v, out, S, B, T, H, hd, scale, o->reps, stream, &tref);
     if (rc || rrc) {
         fprintf(stderr, "bench_gpu: attention failed: %d/%d %s\n", rc, rrc, cuda_backend_error(be));
         rc = 1;

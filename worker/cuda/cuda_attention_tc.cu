@@ -43,6 +43,14 @@
 
 using namespace nvcuda;
 
+/* Registers against shared memory at head size 128 (ptxas -v, CUDA 13.0, sm_90; 64K
+ * registers and 228 KB of shared memory per SM, 1 KB of it reserved per block): the
+ * forward <128, 64> uses 168 registers (ptxas's own choice, 8 bytes spilled; about 230
+ * without a spill) and 61.5 KB, 3 blocks per SM by either; dk/dv <128, 32> 220 and 79.3 KB,
+ * 2 by either (__launch_bounds__(TC_THREADS, 3) caps it at 168 with 252 bytes spilled, and
+ * the shared memory still holds only 2); dq <128, 32> 124 and 74.5 KB, 4 by registers, 3 by
+ * shared memory. No kernel's registers hold it below its shared-memory bound, so none is
+ * given a minimum block count. */
 #define TC_WARPS   4
 #define TC_THREADS (32 * TC_WARPS)
 #define TC_ROWS    (16 * TC_WARPS) /* query rows (forward, dq) or keys (dk, dv) per block */

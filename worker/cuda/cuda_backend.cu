@@ -83,6 +83,11 @@ extern "C" const char *cuda_backend_error(backend *be) {
     return c ? c->errmsg : "";
 }
 
+extern "C" void *cuda_backend_stream(backend *be) {
+    cuda_ctx *c = cuda_ctx_of(be);
+    return c ? (void *)c->stream : NULL;
+}
+
 /* Whether this machine shows an NVIDIA device node at all (/dev/nvidiactl, /dev/nvidia0;
  * WSL's /dev/dxg): without one no GPU can be used, whatever the driver library says. */
 static int cuda_device_nodes(void) {

@@ -50,6 +50,10 @@ void cuda_backend_free(backend *be);
  * ever was). */
 const char *cuda_backend_error(backend *be);
 
+/* The stream every op of this backend is queued on (a cudaStream_t; NULL before init):
+ * for a benchmark that runs and times other work on the same queue as the ops. */
+void *cuda_backend_stream(backend *be);
+
 /* Makes this backend the one backend_open (backend_select.h) gives for cluster.device
  * cuda: device local_rank % devices, its errors through be->error. */
 void cuda_backend_register(void);
