@@ -605,8 +605,15 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   expect 0 "wrote $sub/r9/baton.sbatch" -- submit "$small" --run-dir r9 --dry-run --set stages.fp32.steps=4
   # a submitted job's id is kept, and status names it while the job waits
   mkdir okbin && printf '#!/bin/sh\necho "4242;cluster1"\n' >okbin/sbatch && chmod +x okbin/sbatch
+  # ... 0600 whatever the umask (022 here: a file made with the usual 0666 would be 0644)
+  mask=$(umask)
+  umask 022
   PATH="$sub/okbin:$PATH" expect 0 "^baton submit: job 4242, script $sub/rq/baton\.sbatch" -- \
     submit "$small" --run-dir rq
+  umask "$mask"
+  [[ $(stat -c %a rq/job_id) == 600 && $(cat rq/job_id) == 4242 ]] &&
+    echo "ok   submit keeps the job id in RUN_DIR/job_id, 0600" ||
+    { echo "FAIL: rq/job_id: mode $(stat -c %a rq/job_id), '$(cat rq/job_id)'"; failures=$((failures + 1)); }
   expect 0 "^run rq: not started yet \(submitted as Slurm job 4242, batch script rq/baton\.sbatch" -- status rq
   expect 0 '"state": "not_started", .*"job_id": "4242"' -- status rq --json
   # a run directory that was there is kept
