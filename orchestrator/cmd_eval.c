@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt/ckpt_gone.h"
 #include "cli.h"
 #include "eval_passkey.h"
 #include "indexed.h"
@@ -305,21 +306,11 @@ static void eval_warn_context(const Baton__Manifest *m, uint64_t seq_len) {
             (unsigned long long)seq_len, (unsigned long long)ctx, why);
 }
 
-/* BATON_FAULT_EVAL_REMOVE=NAME (tests): checkpoint NAME removed once opened, as a run's
- * retention would remove it (renamed aside, then deleted). */
-static void eval_fault_remove(const char *dir) {
-    const char *f = getenv("BATON_FAULT_EVAL_REMOVE"), *base = strrchr(dir, '/');
-    if (f == NULL || strcmp(base ? base + 1 : dir, f) != 0) return;
-    char gone[CKPT_PATH_MAX + 16];
-    snprintf(gone, sizeof gone, "%s%s", dir, CKPT_DELETING_SUFFIX);
-    if (rename(dir, gone) == 0) ckpt_remove_dir(gone);
-}
-
 static int eval_checkpoint(eval_args *a, eval_result *res, bt_diag *diag) {
     char *dir = res->dir;
     Baton__Manifest *m = NULL;
     int rc = ckpt_open(a->ckpt, dir, sizeof res->dir, &m, diag);
-    if (rc == 0) eval_fault_remove(dir);
+    if (rc == 0) ckpt_gone_fault(dir);
     if (rc == 0) ckpt_manifest_sort_keys(m); /* train_ckpt_load_params looks keys up so */
     if (rc == 0 && m->model == NULL) {
         bt_diag_set(diag, "%s: the manifest has no model configuration", dir);
@@ -400,34 +391,6 @@ static void eval_nonfinite_report(const eval_args *a, const eval_result *res, co
                 a->ckpt, res->precision);
 }
 
-#define EVAL_GONE_TRIES 3 /* evaluations of a run's newest checkpoint, each removed while read */
-
-/* After a failed evaluation: whether its checkpoint was removed while it was read (a run's
- * retention) and a run directory or checkpoint root was named, whose newest checkpoint is
- * then evaluated instead (1, said on stderr); a checkpoint named itself: diag says so. */
-static int eval_gone(const eval_args *a, const eval_result *res, bt_diag *diag) {
-    if (res->dir[0] == '\0' || !ckpt_removed(res->dir)) return 0;
-    char named[CKPT_PATH_MAX];
-    bt_diag d;
-    bt_diag_init(&d);
-    int itself =
-        ckpt_resolve(a->ckpt, named, sizeof named, &d) != 0 || strcmp(a->ckpt, res->dir) == 0;
-    if (itself) {
-        bt_diag_init(diag);
-        bt_diag_set(diag,
-                    "%s: the checkpoint was removed while it was being read (a run's retention "
-                    "removes its older checkpoints as it saves new ones); nothing is wrong with "
-                    "the others: name the run directory to read its newest",
-                    res->dir);
-        return 0;
-    }
-    fprintf(stderr,
-            "baton eval: note: %s was removed while it was being read (the run's retention, "
-            "as it saved a newer one); reading %s, the newest of %s, instead\n",
-            res->dir, named, a->ckpt);
-    return 1;
-}
-
 /* The evaluation the parsed command line asks for; an exit status. */
 static int eval_main(eval_args *a0) {
     eval_args a = *a0;
@@ -436,7 +399,8 @@ static int eval_main(eval_args *a0) {
     eval_result res = {0};
     a.asked = a.num_seqs;
     int rc = eval_checkpoint(&a, &res, &diag);
-    for (int k = 1; rc != 0 && k < EVAL_GONE_TRIES && eval_gone(&a, &res, &diag); k++) {
+    for (int k = 1;
+         rc != 0 && k < CKPT_GONE_TRIES && ckpt_gone("baton eval", a.ckpt, res.dir, &diag); k++) {
         free(res.pred);
         res = (eval_result){0}, a = *a0, a.asked = a.num_seqs;
         bt_diag_init(&diag);

@@ -98,9 +98,9 @@ static void plan_scale_source(const recipe_doc *doc, plan_all *pa, size_t i) {
     plan_stage *ps = &pa->stages[i];
     const char *init = doc->recipe->init;
     int reset = s->optimizer && s->optimizer->reset;
-    if (prev && plan_scale_carried(prev->precision, s->precision, reset))
-        snprintf(ps->scale_from, sizeof ps->scale_from, "stage \"%s\"",
-                 prev->name ? prev->name : "");
+    ps->scale_carried = prev && plan_scale_carried(prev->precision, s->precision, reset);
+    if (ps->scale_carried)
+        snprintf(ps->scale_from, sizeof ps->scale_from, "%s", prev->name ? prev->name : "");
     ps->scale_init = i == 0 && init != NULL && init[0] != '\0' && !reset;
 }
 

@@ -169,12 +169,13 @@ typedef struct plan_stage {
     uint64_t microbatches; /* per data-parallel rank per step */
     char warnings[PLAN_MAX_WARNINGS][400];
     int n_warnings;
-    /* An fp16 stage's loss scale when it is not its loss_scale.initial: carried from the
-     * stage before ("stage \"a\"", plan_scale_carried; "" none); scale_init: the first
-     * stage, which starts from the recipe's init (whose fp16 scaler it would carry). The
-     * caller, who sees the stages together, sets them (plan_stage_build leaves them
-     * empty). */
+    /* An fp16 stage's loss scale when it is not its loss_scale.initial: scale_carried, it
+     * is carried from the stage before, named scale_from (plan_scale_carried); scale_init:
+     * the first stage, which starts from the recipe's init (whose fp16 scaler it would
+     * carry). The caller, who sees the stages together, sets them (plan_stage_build
+     * leaves them empty). */
     char scale_from[80];
+    int scale_carried;
     int scale_init;
     plan_shape shape;
     double hw_flops_per_step; /* flops_per_step plus what recomputation repeats */

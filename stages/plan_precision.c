@@ -12,7 +12,8 @@ static void fp16_text(FILE *f, const Baton__Precision *p, const char *from, int 
             "weights: needs dynamic loss scaling\n");
     if (from != NULL)
         fprintf(f,
-                "            loss scale carried from %s (the one it ended with; initial %g is "
+                "            loss scale carried from stage \"%s\" (the one it ended with; initial "
+                "%g is "
                 "not used)",
                 from, ls->initial);
     else if (init)
@@ -36,11 +37,30 @@ int plan_scale_carried(const Baton__Precision *before, const Baton__Precision *p
     return is_fp16(before) && is_fp16(p) && !reset;
 }
 
-void plan_precision_text(FILE *f, const Baton__Precision *p, const char *scale_from, int init) {
+void plan_precision_json(bt_buf *b, const Baton__Precision *p, const char *carried_from, int init) {
+    static const Baton__LossScale defaults = BATON__LOSS_SCALE__INIT;
+    if (!is_fp16(p)) {
+        bt_buf_printf(b, "\"loss_scale\": null, ");
+        return;
+    }
+    const Baton__LossScale *ls = p->loss_scale ? p->loss_scale : &defaults;
+    const char *source = carried_from ? "carried" : init ? "init" : "initial";
+    bt_buf_printf(b, "\"loss_scale\": {\"source\": \"%s\", \"carried_from\": ", source);
+    if (carried_from)
+        bt_buf_json_string(b, carried_from);
+    else
+        bt_buf_printf(b, "null");
+    bt_buf_printf(b,
+                  ", \"initial\": %.15g, \"growth_factor\": %.15g, \"growth_interval\": %u, "
+                  "\"backoff_factor\": %.15g}, ",
+                  ls->initial, ls->growth_factor, ls->growth_interval, ls->backoff_factor);
+}
+
+void plan_precision_text(FILE *f, const Baton__Precision *p, const char *carried_from, int init) {
     if (p == NULL) return;
     switch (p->type) {
     case BATON__PRECISION__TYPE__FP16:
-        fp16_text(f, p, scale_from, init);
+        fp16_text(f, p, carried_from, init);
         break;
     case BATON__PRECISION__TYPE__BF16:
         fprintf(f, "precision   bf16 GEMM inputs (fp32's exponent range, 8 significant bits), "

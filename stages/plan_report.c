@@ -119,7 +119,7 @@ static void text_header(FILE *f, const Baton__StageSpec *spec, const plan_stage 
             precision_name(sh->precision), recompute_name(sh->recompute), sh->zero,
             sh->sequence_parallel ? ", sequence parallel" : "");
     plan_precision_text(f, spec->stage ? spec->stage->precision : NULL,
-                        ps->scale_from[0] ? ps->scale_from : NULL, ps->scale_init);
+                        ps->scale_carried ? ps->scale_from : NULL, ps->scale_init);
 }
 
 static void text_params_model(FILE *f, const plan_stage *ps) {
@@ -660,6 +660,8 @@ static void json_stage(bt_buf *b, const Baton__StageSpec *spec, const plan_stage
                   ", \"world\": %u, ",
                   spec ? spec->stage_index : 0, ps->params.total, ps->params.active, ps->lay.world);
     json_layout(b, &ps->lay);
+    plan_precision_json(b, spec && spec->stage ? spec->stage->precision : NULL,
+                        ps->scale_carried ? ps->scale_from : NULL, ps->scale_init);
     json_memory(b, &ps->mem);
     json_comm(b, "comm_bytes_per_step", ps->comm.bytes, 1);
     json_comm(b, "comm_seconds_per_step", ps->comm.seconds, 0);

@@ -22,6 +22,7 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt_cmds.h"
+#include "ckpt_gone.h"
 #include "ckpt_store_fs.h"
 #include "../cli.h"
 #include "export_partial.h"
@@ -509,19 +510,32 @@ static int export_check_max_position(const export_opts *o, const Baton__Manifest
     return BT_EINVAL;
 }
 
+/* One export of the checkpoint o->ckpt names (found into dir). */
+static int export_once(const export_opts *o, char *dir, size_t cap, bt_diag *diag) {
+    Baton__Manifest *m = NULL;
+    int rc = ckpt_open(o->ckpt, dir, cap, &m, diag);
+    if (!rc) ckpt_gone_fault(dir);
+    if (!rc) rc = export_check_max_position(o, m, diag);
+    if (!rc) rc = export_run(o, dir, m, diag);
+    if (m) baton__manifest__free_unpacked(m, NULL);
+    return rc;
+}
+
 int ckpt_cmd_export(int argc, char **argv) {
     export_opts o;
     int p = export_parse(argc, argv, &o);
     if (p) return p > 0 ? BT_EXIT_OK : BT_EXIT_USAGE;
     bt_diag diag;
     bt_diag_init(&diag);
-    char dir[CKPT_PATH_MAX];
-    Baton__Manifest *m = NULL;
+    char dir[CKPT_PATH_MAX] = "";
     bt_cleanup_install();
-    int rc = ckpt_open(o.ckpt, dir, sizeof dir, &m, &diag);
-    if (!rc) rc = export_check_max_position(&o, m, &diag);
-    if (!rc) rc = export_run(&o, dir, m, &diag);
-    if (m) baton__manifest__free_unpacked(m, NULL);
+    int rc = export_once(&o, dir, sizeof dir, &diag);
+    for (int k = 1; rc && k < CKPT_GONE_TRIES && ckpt_gone("baton ckpt export", o.ckpt, dir, &diag);
+         k++) {
+        bt_diag_init(&diag);
+        dir[0] = '\0';
+        rc = export_once(&o, dir, sizeof dir, &diag);
+    }
     if (rc)
         fprintf(stderr, "baton ckpt export: %s\n",
                 bt_diag_isset(&diag) ? diag.msg : bt_strerror(rc));

@@ -12,11 +12,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt_redirect.h"
 #include "ckpt_store_fs.h"
 
 #define REMOTE_TRIES      3
 #define REMOTE_BACKOFF_MS 200
-#define REMOTE_MAX_REDIRS 5L
 
 /* ---- the store's address ---- */
 
@@ -236,21 +236,21 @@ static void remote_common(ckpt_remote *r, CURL *c, const char *url) {
     }
 }
 
-/* A GET or HEAD of a plain HTTP(S) store follows up to REMOTE_MAX_REDIRS redirects: from
- * an http URL to http or https, from an https one to https only (never a downgrade).
- * Credentials (the URL's userinfo, ~/.netrc's) go to the URL's own host, scheme and port
- * only (CURLOPT_UNRESTRICTED_AUTH off). PUT and DELETE do not follow (an upload or a
- * removal goes where the URL says), nor does an s3:// store (SigV4 signs for one host). */
+/* A GET or HEAD of a plain HTTP(S) store follows redirects as ckpt_redirect.h's policy
+ * says (to https only from https, credentials to the URL's own host only). PUT and DELETE
+ * do not follow (an upload or a removal goes where the URL says), nor does an s3:// store
+ * (SigV4 signs for one host). */
 static void remote_follow(CURL *c, const char *url) {
+    ckpt_redirect_policy p = ckpt_redirect_policy_of(url);
     curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
-    curl_easy_setopt(c, CURLOPT_MAXREDIRS, REMOTE_MAX_REDIRS);
-    curl_easy_setopt(c, CURLOPT_UNRESTRICTED_AUTH, 0L);
-    int https = strncmp(url, "https://", 8) == 0;
+    curl_easy_setopt(c, CURLOPT_MAXREDIRS, CKPT_REDIRECT_MAX);
+    curl_easy_setopt(c, CURLOPT_UNRESTRICTED_AUTH, (long)p.credentials_elsewhere);
 #if LIBCURL_VERSION_NUM >= 0x075500 /* 7.85: the protocols by name */
-    curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, https ? "https" : "http,https");
+    curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, ckpt_redirect_protocols(&p));
 #else
     curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS,
-                     https ? (long)CURLPROTO_HTTPS : (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+                     (p.to_http ? (long)CURLPROTO_HTTP : 0L) |
+                         (p.to_https ? (long)CURLPROTO_HTTPS : 0L));
 #endif
 }
 
@@ -263,7 +263,7 @@ static void remote_why(const remote_req *q, CURLcode e, const char *err, char *w
                  "https://, from http:// to http:// or https://)",
                  reason);
     else if (q->follow && e == CURLE_TOO_MANY_REDIRECTS)
-        snprintf(why, cap, "%s (at most %ld redirects are followed)", reason, REMOTE_MAX_REDIRS);
+        snprintf(why, cap, "%s (at most %ld redirects are followed)", reason, CKPT_REDIRECT_MAX);
     else
         snprintf(why, cap, "%s", reason);
 }

@@ -12,6 +12,9 @@
 #    host (DIR.partial-HOST-PID-XXXXXX, its .lock not locked), and nothing else: a live
 #    export's is kept whatever its pid says (one blocked on a FIFO; the sweeper in another
 #    PID namespace where unshare -p can run);
+#  - export of a checkpoint removed while it is read (a run's retention): given the run,
+#    its newest checkpoint left is exported, with a note; given the checkpoint, exit 1
+#    saying so, nothing left;
 #  - import with tie_word_embeddings true takes the head from the embedding, as
 #    transformers does, with a note when the file's own lm_head.weight differs;
 #  - verify reports bytes appended to a shard file as damage (file and byte range);
@@ -185,6 +188,27 @@ size=$(stat -c %s tr/rank-00000.bin)
 printf 'extra' >>tr/rank-00000.bin
 expect 1 "DAMAGED: tr/rank-00000.bin: bytes \[$size, $((size + 5))\) lie after the last range" -- verify tr
 expect 1 "^1 problem found$" -- verify tr
+
+# ---- export of a checkpoint removed while it is read (a run's retention) ----
+# BATON_FAULT_CKPT_REMOVE removes it once opened, as `baton eval`'s test does: given the
+# run, export says so and exports the newest checkpoint left; given the checkpoint itself,
+# exit 1 saying it was removed (not damaged), and no --out nor partial directory left
+mkdir -p rm-run/checkpoints && cp -r ck/small rm-run/checkpoints/s00-step00000001 &&
+  cp -r ck/small rm-run/checkpoints/s00-step00000002 && echo s00-step00000002 >rm-run/checkpoints/latest
+out=$(BATON_FAULT_CKPT_REMOVE=s00-step00000002 "$baton" ckpt export rm-run --out ex-rm1 2>&1)
+rc=$?
+[[ $rc -eq 0 && -f ex-rm1/model.safetensors ]] &&
+  grep -q "baton ckpt export: note: rm-run/checkpoints/s00-step00000002 was removed while it was being read (the run's retention, as it saved a newer one); reading rm-run/checkpoints/s00-step00000001, the newest of rm-run, instead" <<<"$out" &&
+  grep -q "exported 21 tensors (fp32) of rm-run/checkpoints/s00-step00000001 " <<<"$out" &&
+  ok "export of a run whose newest checkpoint went while read: the next newest exported" ||
+  fail "export of a run whose newest checkpoint went while read: exit $rc: $out"
+out=$(BATON_FAULT_CKPT_REMOVE=s00-step00000001 "$baton" ckpt export rm-run/checkpoints/s00-step00000001 \
+  --out ex-rm2 2>&1)
+rc=$?
+[[ $rc -eq 1 && -z $(ls -d ex-rm2* 2>/dev/null) ]] &&
+  grep -q "^baton ckpt export: rm-run/checkpoints/s00-step00000001: the checkpoint was removed while it was being read" <<<"$out" &&
+  ok "export of a checkpoint removed while read -> 1, said so, nothing left" ||
+  fail "export of a checkpoint removed while read: exit $rc, left $(ls -d ex-rm2* 2>/dev/null): $out"
 
 # ---- export: --max-position as a count in recipes' units, joined by '=' ----
 expect 0 "exported" -- export ck/small --out ex4k --max-position=4K

@@ -471,6 +471,25 @@ expect 0 '^# precision\.loss_scale\.initial is not used: the stage starts from t
 expect 0 '^ +loss scale 8, x2 after 100 clean steps' -- plan "$carry" --set stages.b.optimizer.reset=true
 expect 0 '^ +loss scale 1024, or the one init.s checkpoint ended with where an fp16 stage saved it' -- \
   plan "$carry" --set init=elsewhere
+# --json says the same: each stage's loss_scale, its source and the stage it carries from
+plan_scales() {
+  "$baton" plan "$carry" --json "$@" 2>/dev/null | /usr/bin/python3 -c '
+import json, sys
+for s in json.load(sys.stdin)["stages"]:
+    ls = s["loss_scale"]
+    print(s["name"], ls and "%s %s %g %g %d %g" % (ls["source"], ls["carried_from"], ls["initial"],
+          ls["growth_factor"], ls["growth_interval"], ls["backoff_factor"]))'
+}
+want='a initial None 1024 2 1 0.5
+b carried a 8 2 100 0.5
+c carried b 8 2 100 0.5'
+[[ $(plan_scales) == "$want" &&
+  $(plan_scales --set stages.b.optimizer.reset=true --set init=elsewhere | cut -d' ' -f1-3) == 'a init None
+b initial None
+c carried b' &&
+  $("$baton" plan "$recipes/tiny-cpu.yaml" --json 2>/dev/null |
+    /usr/bin/python3 -c 'import json, sys; print({s["loss_scale"] for s in json.load(sys.stdin)["stages"]})') == '{None}' ]] && echo "ok   plan --json: each fp16 stage's loss_scale (initial, carried from the stage before, init), null for others" ||
+  { echo "FAIL: plan --json loss_scale: $(plan_scales)"; failures=$((failures + 1)); }
 [[ $("$baton" plan "$carry" 2>&1 >/dev/null | grep -c '^warning') == 1 &&
   -z $("$baton" plan "$carry" --set stages.b.optimizer.reset=true 2>&1 >/dev/null) &&
   $("$baton" spec "$carry" --stage b --set stages.b.optimizer.reset=true 2>/dev/null) != *"is not used"* &&
@@ -586,8 +605,15 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   expect 0 "wrote $sub/r9/baton.sbatch" -- submit "$small" --run-dir r9 --dry-run --set stages.fp32.steps=4
   # a submitted job's id is kept, and status names it while the job waits
   mkdir okbin && printf '#!/bin/sh\necho "4242;cluster1"\n' >okbin/sbatch && chmod +x okbin/sbatch
+  # ... 0600 whatever the umask (022 here: a file made with the usual 0666 would be 0644)
+  mask=$(umask)
+  umask 022
   PATH="$sub/okbin:$PATH" expect 0 "^baton submit: job 4242, script $sub/rq/baton\.sbatch" -- \
     submit "$small" --run-dir rq
+  umask "$mask"
+  [[ $(stat -c %a rq/job_id) == 600 && $(cat rq/job_id) == 4242 ]] &&
+    echo "ok   submit keeps the job id in RUN_DIR/job_id, 0600" ||
+    { echo "FAIL: rq/job_id: mode $(stat -c %a rq/job_id), '$(cat rq/job_id)'"; failures=$((failures + 1)); }
   expect 0 "^run rq: not started yet \(submitted as Slurm job 4242, batch script rq/baton\.sbatch" -- status rq
   expect 0 '"state": "not_started", .*"job_id": "4242"' -- status rq --json
   # a run directory that was there is kept

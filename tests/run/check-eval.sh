@@ -48,19 +48,19 @@ got=$("$baton" eval "$ck" --data data/text_valid --seq-len 256 --num-seqs 8 --js
   fail "eval at seq_len 256: $got, the worker's validation $want"
 echo "ok eval $got = the worker's validation $want"
 
-# a checkpoint removed while eval reads it (a run's retention; BATON_FAULT_EVAL_REMOVE
+# a checkpoint removed while eval reads it (a run's retention; BATON_FAULT_CKPT_REMOVE
 # removes it once opened): given the run directory, eval says so and reads the newest
 # checkpoint left; given the checkpoint itself, it says it was removed, not damaged
 mkdir -p r2/checkpoints && cp -r "$ck" r2/checkpoints/s00-step00000001 && cp -r "$ck" r2/checkpoints/
 echo s00-step00000002 >r2/checkpoints/latest
 rc=0
-gone=$(BATON_FAULT_EVAL_REMOVE=s00-step00000002 "$baton" eval r2 --data data/text_valid --seq-len 256 \
+gone=$(BATON_FAULT_CKPT_REMOVE=s00-step00000002 "$baton" eval r2 --data data/text_valid --seq-len 256 \
   --num-seqs 8 --json 2>gone.err | json_loss) || rc=$?
 [[ $rc == 0 && $gone == "$got" ]] &&
   grep -q "note: r2/checkpoints/s00-step00000002 was removed while it was being read (the run's retention, as it saved a newer one); reading r2/checkpoints/s00-step00000001, the newest of r2, instead" gone.err ||
   fail "eval of a run whose newest checkpoint went while read: exit $rc, loss $gone: $(cat gone.err)"
 rc=0
-BATON_FAULT_EVAL_REMOVE=s00-step00000001 "$baton" eval r2/checkpoints/s00-step00000001 \
+BATON_FAULT_CKPT_REMOVE=s00-step00000001 "$baton" eval r2/checkpoints/s00-step00000001 \
   --data data/text_valid --seq-len 256 --num-seqs 8 >gone.out 2>&1 || rc=$?
 [[ $rc == 1 ]] && grep -q "r2/checkpoints/s00-step00000001: the checkpoint was removed while it was being read" gone.out ||
   fail "eval of a checkpoint removed while read: exit $rc: $(cat gone.out)"

@@ -1,0 +1,118 @@
+/* bt_read_private (stages/util/file.h), what it promises for a run's own files: a
+ * regular file read whole; a symbolic link refused (ELOOP), never followed, whatever it
+ * points to; anything but a regular file refused (EINVAL: a directory, a FIFO, which must
+ * not block the reader); strict, a file its group or others may read or write, or one
+ * another user owns, refused (EPERM), as for a secret; over max bytes EFBIG. The owner
+ * check needs a file of another user's that this one can open: run as root (chown), it
+ * is checked; else said to be skipped. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "util/file.h"
+
+#define SECRET "the run's secret\n"
+
+/* bt_read_private(path, 64, strict): the errno of its failure, 0 when it read SECRET. */
+static int read_err(const char *path, int strict) {
+    char *text = NULL;
+    size_t len = 0;
+    errno = 0;
+    if (bt_read_private(path, 64, strict, &text, &len) != 0) return errno ? errno : -1;
+    int same = len == strlen(SECRET) && strcmp(text, SECRET) == 0;
+    free(text);
+    return same ? 0 : -2;
+}
+
+static void write_secret(const char *path, mode_t mode) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHECK(fd >= 0 && write(fd, SECRET, strlen(SECRET)) == (ssize_t)strlen(SECRET));
+    if (fd >= 0) close(fd);
+    CHECK(chmod(path, mode) == 0);
+}
+
+/* A regular file of this user's, 0600 (and 0400), read in both modes; group or others
+ * allowed to read or write it: strict refuses (EPERM), plain reads it. */
+static void check_modes(const char *dir) {
+    static const mode_t loose[] = {0640, 0604, 0620, 0602, 0644, 0666};
+    char p[256];
+    snprintf(p, sizeof p, "%s/secret", dir);
+    write_secret(p, 0600);
+    CHECK_EQ_U64(read_err(p, 0), 0);
+    CHECK_EQ_U64(read_err(p, 1), 0);
+    CHECK(chmod(p, 0400) == 0);
+    CHECK_EQ_U64(read_err(p, 1), 0);
+    for (size_t i = 0; i < sizeof loose / sizeof loose[0]; i++) {
+        CHECK(chmod(p, loose[i]) == 0);
+        int strict = read_err(p, 1), plain = read_err(p, 0);
+        if (strict != EPERM || plain != 0)
+            fprintf(stderr, "mode %04o: strict errno %d (want EPERM), plain %d (want 0)\n",
+                    (unsigned)loose[i], strict, plain);
+        CHECK_EQ_U64(strict, EPERM);
+        CHECK_EQ_U64(plain, 0);
+    }
+    CHECK(chmod(p, 0600) == 0);
+}
+
+/* A link to a good file (and to one another user owns) is refused, not followed; a
+ * directory and a FIFO are not regular files (the FIFO, with no writer, must not block). */
+static void check_kinds(const char *dir) {
+    char p[256], link[256], sub[256], fifo[256], missing[256];
+    snprintf(p, sizeof p, "%s/secret", dir);
+    snprintf(link, sizeof link, "%s/link", dir);
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    snprintf(missing, sizeof missing, "%s/missing", dir);
+    CHECK(symlink("secret", link) == 0);
+    CHECK_EQ_U64(read_err(link, 0), ELOOP);
+    CHECK_EQ_U64(read_err(link, 1), ELOOP);
+    CHECK(mkdir(sub, 0700) == 0);
+    CHECK_EQ_U64(read_err(sub, 0), EINVAL);
+    CHECK_EQ_U64(read_err(sub, 1), EINVAL);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    CHECK_EQ_U64(read_err(fifo, 0), EINVAL);
+    CHECK_EQ_U64(read_err(fifo, 1), EINVAL);
+    CHECK_EQ_U64(read_err(missing, 1), ENOENT);
+    /* a file over max bytes: EFBIG, as bt_read_file */
+    char *text = NULL;
+    size_t len = 0;
+    errno = 0;
+    CHECK(bt_read_private(p, 4, 1, &text, &len) == -1 && errno == EFBIG);
+    free(text);
+}
+
+/* Another user's file, 0600 (readable here only by root): strict refuses it (EPERM). */
+static void check_owner(const char *dir) {
+    if (geteuid() != 0) {
+        printf("SKIPPED: the owner check (needs root, to give a file to another user)\n");
+        return;
+    }
+    char p[256];
+    snprintf(p, sizeof p, "%s/theirs", dir);
+    write_secret(p, 0600);
+    CHECK(chown(p, 65534, 65534) == 0); /* nobody */
+    CHECK_EQ_U64(read_err(p, 0), 0);
+    CHECK_EQ_U64(read_err(p, 1), EPERM);
+    /* owned by this user but of another group: the group is not the check, the mode is */
+    CHECK(chown(p, geteuid(), 65534) == 0);
+    CHECK_EQ_U64(read_err(p, 1), 0);
+}
+
+int main(void) {
+    char dir[] = "/tmp/baton-test-file.XXXXXX";
+    if (mkdtemp(dir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    check_modes(dir);
+    check_kinds(dir);
+    check_owner(dir);
+    check_rmdir(dir);
+    if (check_failures == 0) printf("bt_read_private: all checks passed\n");
+    return check_status();
+}
