@@ -152,10 +152,17 @@ int run_ckpt_own(run_ctx *c, uint32_t stage, char *out, size_t cap, uint64_t *st
  * it could start from); or -1 with why naming the checkpoint root and the error when it
  * cannot be listed (EACCES, EIO: nothing can be told, and the cause may pass). */
 int run_ckpt_missing(run_ctx *c, uint32_t stage, char *why, size_t cap);
-/* 1 when the run's checkpoint root holds stage's final checkpoint (stage_final, at step
- * `steps`): what makes workers that all exited 0 a completed stage; else 0 with why (the
- * step reached, the checkpoint missing), or -1 with why when its manifest cannot be read
- * (EMFILE, EIO: no verdict, worth another attempt). */
+/* What run_stage_finished says of a stage whose workers all exited 0. */
+enum {
+    RUN_FINAL_DONE = 1,    /* its final checkpoint is there: the stage is complete */
+    RUN_FINAL_SHORT = 0,   /* no final checkpoint (the step reached): not retried */
+    RUN_FINAL_UNREAD = -1, /* there, not read (EIO, EMFILE, damaged): worth another attempt */
+    RUN_FINAL_BROKEN = -2, /* there, not read for a cause another attempt would meet the same
+                            * (EACCES, ENOTDIR, a newer format): the run fails at once */
+};
+/* Whether the run's checkpoint root holds stage's final checkpoint (stage_final, at step
+ * `steps`): what makes workers that all exited 0 a completed stage (RUN_FINAL_*; why
+ * says what is missing or the path and error when not RUN_FINAL_DONE). */
 int run_stage_finished(run_ctx *c, uint32_t stage, uint64_t steps, char *why, size_t cap);
 /* Removes the run's stale checkpoints/NAME.partial directories (a failed or killed save;
  * never a valid checkpoint, and on a full disk what holds the space the next save needs),

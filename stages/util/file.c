@@ -19,9 +19,10 @@ static int bt_read_stream(FILE *f, size_t max, char **out, size_t *len) {
             if (b == NULL) free(buf);
             buf = b, cap *= 2;
         }
-    int failed = ferror(f), err = failed                   ? (errno ? errno : EIO)
-                                  : cap >= max && n == cap ? EFBIG
-                                                           : ENOMEM;
+    /* over max: read past it (cap may exceed max), or stopped at a cap max would not grow */
+    int failed = ferror(f), err = failed                                ? (errno ? errno : EIO)
+                                  : n > max || (cap >= max && n == cap) ? EFBIG
+                                                                        : ENOMEM;
     fclose(f);
     if (buf == NULL || n > max || failed) { /* a read error is no shorter file */
         free(buf);
