@@ -130,7 +130,7 @@ size_t run_ckpt_journal_found(run_ctx *c, uint32_t stage, uint32_t attempt) {
         if (!run_ckpt_is_own(c, root, names[i], stage, &step) || step < c->journaled[stage].past)
             continue;
         Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
-        r.has_attempt = 1, r.attempt = attempt;
+        r.has_attempt = attempt != RUN_NO_ATTEMPT, r.attempt = r.has_attempt ? attempt : 0;
         r.has_step = 1, r.step = step;
         r.detail = names[i];
         if (run_journal(c, BATON__JOURNAL_RECORD__KIND__CHECKPOINT_COMMITTED, stage, &r) == 0)

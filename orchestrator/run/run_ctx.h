@@ -132,8 +132,12 @@ void run_ckpt_note_record(run_ctx *c, const Baton__JournalRecord *r);
  * checkpoints in the run's checkpoint root (by a manifest that reads, ckpt_list's complete
  * ones) that the journal does not record yet: those committed while rank 0 had no control
  * channel to say so (its token dropped by a --worker wrapper, a failed connect, a channel
- * lost part-way). Call it once the attempt's ranks are gone and the channel drained.
- * Returns how many were journaled. */
+ * lost part-way). Call it once the attempt's ranks are gone and the channel drained; and
+ * with RUN_NO_ATTEMPT (records without an attempt) as an attempt starts, before its ranks
+ * do, for those no attempt of this baton run saved (one a killed baton run never saw end
+ * saved, or put there by hand: which attempt is not known), so that those found when it
+ * ends are its own. Returns how many were journaled. */
+#define RUN_NO_ATTEMPT UINT32_MAX
 size_t run_ckpt_journal_found(run_ctx *c, uint32_t stage, uint32_t attempt);
 /* The newest complete checkpoint in the run's checkpoint root that stage may start from:
  * its own or an earlier stage's, never a later one's, judged as the worker judges it, by

@@ -794,6 +794,9 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
         protobuf_c_message_free_unpacked(&spec->base, NULL);
         return ATTEMPT_STOPPED;
     }
+    /* after the attempt's start (a killed run's open attempt keeps its wall time), before
+     * its ranks: what is found once it ends is then its own */
+    run_ckpt_journal_found(c, (uint32_t)i, RUN_NO_ATTEMPT);
     launch_job job;
     c->spec = spec, c->topo_checked = 0, c->topo_refused = 0;
     int hung = 0, rc = launch_job_init(&job, &c->srv, &lo, &d);

@@ -115,6 +115,11 @@
 #                 (a byte changed): said and retried; the next attempt's worker passes over
 #                 it to the stage's previous checkpoint, trains the last steps again and
 #                 saves the final checkpoint anew: the run completes.
+#   ckpt-credit   rank 0 without the control channel (its token dropped) and `baton run`
+#                 killed (kill -9) once it saved a checkpoint: that checkpoint, which no
+#                 baton run journaled, is journaled without an attempt as the next baton
+#                 run's attempt starts, not credited to that attempt; the checkpoints that
+#                 attempt saves are its own.
 #   final-broken  every rank exits 0, but the stage's final checkpoint cannot be read for a
 #                 cause another attempt would meet the same (a file where its directory
 #                 belongs: ENOTDIR): the run fails at once (exit 1, one attempt), naming
@@ -1210,6 +1215,28 @@ SH
     fail "attempt 1 did not start from the stage's previous checkpoint"
   "$baton" ckpt verify "$ck" >verify.out 2>&1 || { cat verify.out; fail "the final checkpoint saved again does not verify"; }
   echo "$case: a damaged final checkpoint said, retried and saved again; the run completed"
+  ;;
+ckpt-credit)
+  one_rank_recipe one 'checkpoint: {every_steps: 2}' '{name: a, steps: 6}' >one.yaml
+  printf '#!/bin/sh\nexec env -u BATON_CONTROL_TOKEN %q "$@"\n' "$worker" >wrap.sh
+  chmod +x wrap.sh
+  BATON_FAULT_STEP_SLEEP=0.3 "$baton" run one.yaml --run-dir r1 --worker "$work/wrap.sh" --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_files r1/checkpoints/s00-step00000002/manifest.pb 1 120 "the checkpoint at step 2"
+  kill -9 "$bpid"
+  wait "$bpid" 2>/dev/null || true
+  bpid=
+  for _ in $(seq 50); do
+    [[ -z $(pgrep -f -- "--spec $work/r1/" || true) ]] && break
+    sleep 0.1
+  done
+  [[ -z $(pgrep -f -- "--spec $work/r1/" || true) ]] || fail "workers outlived baton run"
+  [[ -z $(journal_ckpts r1) ]] || fail "a checkpoint journaled before the kill: $(journal_ckpts r1)"
+  "$baton" run one.yaml --run-dir r1 --quiet >run2.out 2>&1 || { cat run2.out; fail "the second baton run failed"; }
+  journal_ckpts r1 >ckpts.txt
+  grep -qx "0 - 2 s00-step00000002" ckpts.txt || { cat ckpts.txt; fail "the killed attempt's checkpoint credited to an attempt"; }
+  grep -qx "0 1 6 s00-step00000006" ckpts.txt || { cat ckpts.txt; fail "attempt 1's final checkpoint not its own"; }
+  echo "$case: $(tr '\n' ';' <ckpts.txt)"
   ;;
 final-broken)
   one_rank_recipe one 'restart: {max_restarts: 2, backoff: 1s}' '{name: a, steps: 2}' >one.yaml
