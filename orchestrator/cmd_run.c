@@ -524,6 +524,8 @@ static int run_open_dir(run_args *a, run_dir *dir) {
     if (rc != 0) fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
     if (rc == 0 && dir->warning[0])
         fprintf(stderr, "baton %s: warning: %s\n", run_name(a), dir->warning);
+    if (rc == 0 && dir->parent_warning[0])
+        fprintf(stderr, "baton %s: warning: %s\n", run_name(a), dir->parent_warning);
     return rc;
 }
 

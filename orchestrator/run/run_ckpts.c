@@ -18,6 +18,36 @@ static const char *run_recipe_name(const run_ctx *c) {
     return c->doc->recipe->name ? c->doc->recipe->name : "";
 }
 
+/* Why the stage's final checkpoint, there but not read (ckpt_manifest_read's rc, errno
+ * err), is no verdict on the stage: RUN_FINAL_UNREAD when another attempt may get past it,
+ * RUN_FINAL_BROKEN when it would find it the same. What another attempt does: its workers
+ * take the run's newest checkpoint they can load. One they refuse (damaged: a checksum
+ * that does not match, bytes that do not decode, an empty manifest, manifest.pb not a
+ * file or over the size cap) they pass over for the stage's previous one, train the steps
+ * after it again and save the final checkpoint anew (the damaged one set aside as .old,
+ * then removed): the recovery a user would make by hand, so retried (max_restarts bounds
+ * a cause that recurs). A passing cause (EIO, ESTALE, EMFILE, ENFILE, ENOMEM, EINTR) may
+ * be gone by then. Not so for one that says how the run directory is set up, not what the
+ * workers wrote (EACCES, EPERM: another user's files, a root-squashed mount; ENOTDIR,
+ * ELOOP, ENAMETOOLONG: a file or a link where a directory belongs): the workers, which
+ * saved it and exited 0, would load it and exit 0 again, or fail on the same path, every
+ * attempt up to max_restarts. Nor for a newer baton's format (BT_EUNSUPPORTED), which the
+ * workers, of that newer version, take as complete. */
+static int run_final_unread_kind(int rc, int err) {
+    if (rc == BT_EUNSUPPORTED) return RUN_FINAL_BROKEN;
+    if (rc != BT_EIO) return RUN_FINAL_UNREAD; /* BT_EINVAL: damaged */
+    switch (err) {
+    case EACCES:
+    case EPERM:
+    case ENOTDIR:
+    case ELOOP:
+    case ENAMETOOLONG:
+        return RUN_FINAL_BROKEN;
+    default:
+        return RUN_FINAL_UNREAD;
+    }
+}
+
 int run_stage_finished(run_ctx *c, uint32_t stage, uint64_t steps, char *why, size_t cap) {
     char root[4200], name[64], dir[4300];
     run_dir_file(c->dir, CKPT_ROOT_IN_RUN, root, sizeof root);
@@ -26,15 +56,20 @@ int run_stage_finished(run_ctx *c, uint32_t stage, uint64_t steps, char *why, si
     Baton__Manifest *m = NULL;
     bt_diag d;
     bt_diag_init(&d);
-    int rc = ckpt_manifest_read(dir, &m, &d);
+    int rc = ckpt_manifest_read(dir, &m, &d), err = errno;
+    if (rc == 0 && m->model == NULL) { /* an empty file decodes as an empty message */
+        bt_diag_set(&d, "%s/%s: damaged: no model in it", dir, CKPT_MANIFEST);
+        rc = BT_EINVAL;
+    }
     int ok = rc == 0 && m->has_step && m->step == steps && m->stage_final &&
              ckpt_stage_relation(m, run_recipe_name(c), stage) == CKPT_SAME_STAGE;
     if (m) baton__manifest__free_unpacked(m, NULL);
-    if (ok) return 1;
-    if (rc == BT_EIO) { /* there, maybe, but not read (EMFILE, EIO): no verdict */
+    if (ok) return RUN_FINAL_DONE;
+    if (rc != 0 && rc != BT_ENOENT) { /* there, but no verdict on it */
+        int kind = run_final_unread_kind(rc, err);
         snprintf(why, cap, "workers exited 0, but the stage's final checkpoint cannot be read: %s",
                  d.msg);
-        return -1;
+        return kind;
     }
     if (c->prog.have_step)
         snprintf(why, cap,
@@ -47,7 +82,7 @@ int run_stage_finished(run_ctx *c, uint32_t stage, uint64_t steps, char *why, si
                  "workers exited 0 without a completed step (the stage has %llu) and without "
                  "the stage's final checkpoint (%s/%s)",
                  (unsigned long long)steps, CKPT_ROOT_IN_RUN, name);
-    return 0;
+    return RUN_FINAL_SHORT;
 }
 void run_ckpt_note_record(run_ctx *c, const Baton__JournalRecord *r) {
     uint32_t k = r->stage_index;
@@ -95,7 +130,7 @@ size_t run_ckpt_journal_found(run_ctx *c, uint32_t stage, uint32_t attempt) {
         if (!run_ckpt_is_own(c, root, names[i], stage, &step) || step < c->journaled[stage].past)
             continue;
         Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
-        r.has_attempt = 1, r.attempt = attempt;
+        r.has_attempt = attempt != RUN_NO_ATTEMPT, r.attempt = r.has_attempt ? attempt : 0;
         r.has_step = 1, r.step = step;
         r.detail = names[i];
         if (run_journal(c, BATON__JOURNAL_RECORD__KIND__CHECKPOINT_COMMITTED, stage, &r) == 0)

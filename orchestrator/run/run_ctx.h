@@ -132,8 +132,12 @@ void run_ckpt_note_record(run_ctx *c, const Baton__JournalRecord *r);
  * checkpoints in the run's checkpoint root (by a manifest that reads, ckpt_list's complete
  * ones) that the journal does not record yet: those committed while rank 0 had no control
  * channel to say so (its token dropped by a --worker wrapper, a failed connect, a channel
- * lost part-way). Call it once the attempt's ranks are gone and the channel drained.
- * Returns how many were journaled. */
+ * lost part-way). Call it once the attempt's ranks are gone and the channel drained; and
+ * with RUN_NO_ATTEMPT (records without an attempt) as an attempt starts, before its ranks
+ * do, for those no attempt of this baton run saved (one a killed baton run never saw end
+ * saved, or put there by hand: which attempt is not known), so that those found when it
+ * ends are its own. Returns how many were journaled. */
+#define RUN_NO_ATTEMPT UINT32_MAX
 size_t run_ckpt_journal_found(run_ctx *c, uint32_t stage, uint32_t attempt);
 /* The newest complete checkpoint in the run's checkpoint root that stage may start from:
  * its own or an earlier stage's, never a later one's, judged as the worker judges it, by
@@ -152,10 +156,17 @@ int run_ckpt_own(run_ctx *c, uint32_t stage, char *out, size_t cap, uint64_t *st
  * it could start from); or -1 with why naming the checkpoint root and the error when it
  * cannot be listed (EACCES, EIO: nothing can be told, and the cause may pass). */
 int run_ckpt_missing(run_ctx *c, uint32_t stage, char *why, size_t cap);
-/* 1 when the run's checkpoint root holds stage's final checkpoint (stage_final, at step
- * `steps`): what makes workers that all exited 0 a completed stage; else 0 with why (the
- * step reached, the checkpoint missing), or -1 with why when its manifest cannot be read
- * (EMFILE, EIO: no verdict, worth another attempt). */
+/* What run_stage_finished says of a stage whose workers all exited 0. */
+enum {
+    RUN_FINAL_DONE = 1,    /* its final checkpoint is there: the stage is complete */
+    RUN_FINAL_SHORT = 0,   /* no final checkpoint (the step reached): not retried */
+    RUN_FINAL_UNREAD = -1, /* there, not read (EIO, EMFILE, damaged): worth another attempt */
+    RUN_FINAL_BROKEN = -2, /* there, not read for a cause another attempt would meet the same
+                            * (EACCES, ENOTDIR, a newer format): the run fails at once */
+};
+/* Whether the run's checkpoint root holds stage's final checkpoint (stage_final, at step
+ * `steps`): what makes workers that all exited 0 a completed stage (RUN_FINAL_*; why
+ * says what is missing or the path and error when not RUN_FINAL_DONE). */
 int run_stage_finished(run_ctx *c, uint32_t stage, uint64_t steps, char *why, size_t cap);
 /* Removes the run's stale checkpoints/NAME.partial directories (a failed or killed save;
  * never a valid checkpoint, and on a full disk what holds the space the next save needs),

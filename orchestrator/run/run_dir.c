@@ -443,6 +443,7 @@ int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const ch
     }
     struct stat st;
     int existed;
+    if (run_dir_check_parents(d, path, diag) != 0) return BT_EINVAL; /* before making it */
     if (run_dir_make(d, &st, &existed, diag) != 0) return BT_EINVAL;
     char abs[PATH_MAX];
     if (realpath(d->path, abs) == NULL || strlen(abs) >= sizeof d->path) {

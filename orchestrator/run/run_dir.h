@@ -32,9 +32,10 @@ typedef struct run_dir {
     char token[65];
     char run_id[33]; /* RUN_DIR/run_id */
     int lock_fd;
-    int dir_lock_fd;    /* the directory, flock'ed */
-    int started;        /* a run worked here before this command (workdir, or a journal) */
-    char warning[4300]; /* what the caller says as a warning (the directory's mode), or "" */
+    int dir_lock_fd;           /* the directory, flock'ed */
+    int started;               /* a run worked here before this command (workdir, or a journal) */
+    char warning[4300];        /* what the caller says as a warning (the directory's mode), or "" */
+    char parent_warning[8600]; /* another, on a directory above it (run_dir_check_parents) */
 } run_dir;
 
 /* Creates (0700) or reopens path for recipe_file and overrides (the --set lines), whose
@@ -44,10 +45,18 @@ typedef struct run_dir {
  * secret and the run id (run_id) where they are not there yet. Every failure
  * (unwritable; an existing directory another user owns or group or others may write; a
  * symbolic link for specs/, logs/, checkpoints/ or tb/; another run's directory; locked
- * by another baton run) is a clear message and BT_EINVAL / BT_EIO. d->warning: one for
- * the caller to say (a directory others may read). */
+ * by another baton run; a directory above it that any user may rename entries in:
+ * run_dir_check_parents) is a clear message and BT_EINVAL / BT_EIO. d->warning and
+ * d->parent_warning: for the caller to say (a directory others may read; one above it
+ * that some users may rename entries in). */
 int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const char *overrides,
                  bt_diag *diag);
+/* The directories above path (resolved; for a path not made yet, above where it will be
+ * made): one that any other user may rename entries in (writable by others, not sticky)
+ * is refused, BT_EINVAL naming it, its mode and what to do; the first that some may
+ * (writable by a group other than your own private one, not sticky; owned by another
+ * user than root) is d->parent_warning for the caller to say. */
+int run_dir_check_parents(run_dir *d, const char *path, bt_diag *diag);
 void run_dir_close(run_dir *d);
 /* The bytes of the kept overrides (free *text); -1 (errno set) when they cannot be read. */
 int run_dir_read_overrides(const run_dir *d, char **text, size_t *n);

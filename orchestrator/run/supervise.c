@@ -379,18 +379,23 @@ static int run_stop_lost_rank(const launch_job *job) {
     return 0;
 }
 
-/* Every rank exited 0 but the stage's final checkpoint could not be read (out of
- * descriptors, an I/O error): no verdict on it, so a failure another attempt may get
- * past, not one it would repeat. */
+/* Every rank exited 0 but the stage's final checkpoint could not be read (fin, from
+ * run_stage_finished): RUN_FINAL_UNREAD (out of descriptors, an I/O error, damaged) a
+ * failure another attempt may get past; RUN_FINAL_BROKEN (EACCES, ENOTDIR, a newer
+ * format) one it would meet the same: the run fails at once. */
 static attempt_end run_unread_final(run_ctx *c, uint32_t stage, uint32_t attempt,
-                                    Baton__JournalRecord *r, const char *why) {
+                                    Baton__JournalRecord *r, const char *why, int fin) {
+    int again = fin != RUN_FINAL_BROKEN;
     r->detail = (char *)why;
-    r->has_retryable = 1, r->retryable = 1;
+    r->has_retryable = 1, r->retryable = again;
     run_journal(c, BATON__JOURNAL_RECORD__KIND__FAILURE, stage, r);
     run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, r);
     run_progress_end(&c->prog);
-    run_err(c, "stage \"%s\" attempt %u failed: %s\n", c->prog.stage, attempt, why);
-    return ATTEMPT_RETRY;
+    run_err(c, "stage \"%s\" attempt %u failed: %s%s\n", c->prog.stage, attempt, why,
+            again ? ""
+                  : " (not retried: another attempt would find it the same; once the cause "
+                    "is fixed, 'baton resume' completes the stage)");
+    return again ? ATTEMPT_RETRY : ATTEMPT_BROKEN;
 }
 
 /* Polls the job until it ends; kills it on a signal or a hang (*hung set). */
@@ -535,8 +540,11 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
      * process, the PMIx server's, was paused meanwhile, say by Ctrl-Z), finished their
      * work all the same: the stage's final checkpoint says whether it was all of it. */
     int all_zero = job->cause == LAUNCH_EXITED && run_all_exited_zero(job);
-    if (all_zero && !c->got_signal &&
-        run_stage_finished(c, stage, c->spec->stage->steps, why, sizeof why) == 1) {
+    int fin = RUN_FINAL_SHORT;
+    if ((all_zero && !c->got_signal) || job->cause == LAUNCH_SUCCESS)
+        fin = run_stage_finished(c, stage, c->spec->stage->steps, why, sizeof why);
+    if (fin == RUN_FINAL_BROKEN) return run_unread_final(c, stage, attempt, &r, why, fin);
+    if (all_zero && !c->got_signal && fin == RUN_FINAL_DONE) {
         launch_job_describe(job, why, sizeof why);
         run_progress_end(&c->prog);
         run_err(c,
@@ -549,12 +557,11 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
     if (job->cause == LAUNCH_SUCCESS) {
         /* Exit status 0 alone is no proof: a worker told to take fewer steps, or a wrapper
          * that never ran one, exits 0 too. The stage's final checkpoint is. */
-        int fin = run_stage_finished(c, stage, c->spec->stage->steps, why, sizeof why);
-        if (fin == 1) {
+        if (fin == RUN_FINAL_DONE) {
             run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
             return ATTEMPT_DONE;
         }
-        if (fin < 0) return run_unread_final(c, stage, attempt, &r, why);
+        if (fin < 0) return run_unread_final(c, stage, attempt, &r, why, fin);
         /* Every rank did what it was told and would do it again: not retried. */
         r.detail = why;
         r.has_retryable = 1, r.retryable = 0;
@@ -787,6 +794,9 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
         protobuf_c_message_free_unpacked(&spec->base, NULL);
         return ATTEMPT_STOPPED;
     }
+    /* after the attempt's start (a killed run's open attempt keeps its wall time), before
+     * its ranks: what is found once it ends is then its own */
+    run_ckpt_journal_found(c, (uint32_t)i, RUN_NO_ATTEMPT);
     launch_job job;
     c->spec = spec, c->topo_checked = 0, c->topo_refused = 0;
     int hung = 0, rc = launch_job_init(&job, &c->srv, &lo, &d);

@@ -110,7 +110,8 @@ int ckpt_manifest_checked(const Baton__Manifest *m);
  * while it was being read, as a run's retention removes older checkpoints. */
 int ckpt_removed(const char *dir);
 /* Reads, checks and decodes dir/manifest.pb (ckpt_manifest_decode); free with
- * baton__manifest__free_unpacked(m, NULL). */
+ * baton__manifest__free_unpacked(m, NULL). A file that cannot be read: BT_ENOENT, or
+ * BT_EIO with errno saying why (EACCES, ENOTDIR, EMFILE, EIO, ...). */
 int ckpt_manifest_read(const char *dir, Baton__Manifest **out, bt_diag *diag);
 /* BT_EUNSUPPORTED (diag naming where) when m is of a later format than this reader's. */
 int ckpt_manifest_check_version(const Baton__Manifest *m, const char *where, bt_diag *diag);

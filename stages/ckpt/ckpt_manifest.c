@@ -89,6 +89,7 @@ int ckpt_manifest_read(const char *dir, Baton__Manifest **out, bt_diag *diag) {
     if (bt_read_file(p, CKPT_MAX_MANIFEST, &buf, &len) != 0) {
         int err = errno;
         bt_diag_set(diag, "%s: cannot read: %s", p, strerror(err));
+        errno = err; /* the caller may weigh the cause (run_stage_finished) */
         return err == ENOENT ? BT_ENOENT : BT_EIO;
     }
     int rc = ckpt_manifest_decode((const uint8_t *)buf, len, p, out, diag);

@@ -19,6 +19,7 @@ static int bt_read_stream(FILE *f, size_t max, char **out, size_t *len) {
             if (b == NULL) free(buf);
             buf = b, cap *= 2;
         }
+    /* over max: read past it (cap may exceed max), or stopped at a cap max would not grow */
     int failed = ferror(f), err = failed                                ? (errno ? errno : EIO)
                                   : n > max || (cap >= max && n == cap) ? EFBIG
                                                                         : ENOMEM;

@@ -111,6 +111,19 @@
 #                 (its manifest.pb made a directory: EIO, as EMFILE would be): a failure
 #                 said as such and retried, not "without the stage's final checkpoint"
 #                 and given up; the next attempt, the manifest back, completes the run.
+#   final-damaged every rank exits 0, but the stage's final checkpoint's manifest is damaged
+#                 (a byte changed): said and retried; the next attempt's worker passes over
+#                 it to the stage's previous checkpoint, trains the last steps again and
+#                 saves the final checkpoint anew: the run completes.
+#   ckpt-credit   rank 0 without the control channel (its token dropped) and `baton run`
+#                 killed (kill -9) once it saved a checkpoint: that checkpoint, which no
+#                 baton run journaled, is journaled without an attempt as the next baton
+#                 run's attempt starts, not credited to that attempt; the checkpoints that
+#                 attempt saves are its own.
+#   final-broken  every rank exits 0, but the stage's final checkpoint cannot be read for a
+#                 cause another attempt would meet the same (a file where its directory
+#                 belongs: ENOTDIR): the run fails at once (exit 1, one attempt), naming
+#                 the path and the error; once put right, `baton resume` completes it.
 #   check-run.sh BATON BATON_WORKER SOURCE_DIR CASE
 #   (the supervisor's judgements, pauses, journal and history: check-supervise.sh; what
 #   another user could do to a run, its modes and limits: check-trust.sh; what they all
@@ -1179,6 +1192,77 @@ SH
   grep -qF "stage \"a\" attempt 0 failed: workers exited 0, but the stage's final checkpoint cannot be read: $ck/manifest.pb: cannot read" run.out ||
     { cat run.out; fail "the unreadable final checkpoint was not said"; }
   echo "$case: an unreadable final checkpoint said and retried; the run completed"
+  ;;
+final-damaged)
+  one_rank_recipe one 'restart: {max_restarts: 2, backoff: 1s}, checkpoint: {every_steps: 2}' \
+    '{name: a, steps: 4}' >one.yaml
+  ck=$work/r1/checkpoints/s00-step00000004
+  cat >wrap.sh <<SH
+#!/bin/sh
+[ -e $work/struck ] && exec $worker "\$@"
+$worker "\$@" || exit \$?
+touch $work/struck
+/usr/bin/python3 -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); b[-1] ^= 0x55; open(sys.argv[1], "wb").write(b)' $ck/manifest.pb
+SH
+  chmod 0755 wrap.sh
+  set +e; "$baton" run one.yaml --run-dir r1 --worker "$work/wrap.sh" --quiet >run.out 2>&1; rc=$?; set -e
+  [[ -e struck ]] || { cat run.out; fail "the manifest was never damaged"; }
+  [[ $rc == 0 ]] || { cat run.out; fail "the run whose final checkpoint was damaged exited $rc"; }
+  grep -qF "stage \"a\" attempt 0 failed: workers exited 0, but the stage's final checkpoint cannot be read: $ck/manifest.pb: damaged" run.out ||
+    { cat run.out; fail "the damaged final checkpoint was not said"; }
+  grep -q "restarting stage" run.out || { cat run.out; fail "not retried"; }
+  cat r1/logs/* | grep -q "falling back to $work/r1/checkpoints/s00-step00000002" ||
+    fail "attempt 1 did not start from the stage's previous checkpoint"
+  "$baton" ckpt verify "$ck" >verify.out 2>&1 || { cat verify.out; fail "the final checkpoint saved again does not verify"; }
+  echo "$case: a damaged final checkpoint said, retried and saved again; the run completed"
+  ;;
+ckpt-credit)
+  one_rank_recipe one 'checkpoint: {every_steps: 2}' '{name: a, steps: 6}' >one.yaml
+  printf '#!/bin/sh\nexec env -u BATON_CONTROL_TOKEN %q "$@"\n' "$worker" >wrap.sh
+  chmod +x wrap.sh
+  BATON_FAULT_STEP_SLEEP=0.3 "$baton" run one.yaml --run-dir r1 --worker "$work/wrap.sh" --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_files r1/checkpoints/s00-step00000002/manifest.pb 1 120 "the checkpoint at step 2"
+  kill -9 "$bpid"
+  wait "$bpid" 2>/dev/null || true
+  bpid=
+  for _ in $(seq 50); do
+    [[ -z $(pgrep -f -- "--spec $work/r1/" || true) ]] && break
+    sleep 0.1
+  done
+  [[ -z $(pgrep -f -- "--spec $work/r1/" || true) ]] || fail "workers outlived baton run"
+  [[ -z $(journal_ckpts r1) ]] || fail "a checkpoint journaled before the kill: $(journal_ckpts r1)"
+  "$baton" run one.yaml --run-dir r1 --quiet >run2.out 2>&1 || { cat run2.out; fail "the second baton run failed"; }
+  journal_ckpts r1 >ckpts.txt
+  grep -qx "0 - 2 s00-step00000002" ckpts.txt || { cat ckpts.txt; fail "the killed attempt's checkpoint credited to an attempt"; }
+  grep -qx "0 1 6 s00-step00000006" ckpts.txt || { cat ckpts.txt; fail "attempt 1's final checkpoint not its own"; }
+  echo "$case: $(tr '\n' ';' <ckpts.txt)"
+  ;;
+final-broken)
+  one_rank_recipe one 'restart: {max_restarts: 2, backoff: 1s}' '{name: a, steps: 2}' >one.yaml
+  ck=$work/r1/checkpoints/s00-step00000002
+  cat >wrap.sh <<SH
+#!/bin/sh
+[ -e $work/struck ] && exec $worker "\$@"
+$worker "\$@" || exit \$?
+touch $work/struck && mv $ck $ck.keep && echo planted >$ck
+SH
+  chmod 0755 wrap.sh
+  set +e; "$baton" run one.yaml --run-dir r1 --worker "$work/wrap.sh" --quiet >run.out 2>&1; rc=$?; set -e
+  [[ $rc == 1 ]] || { cat run.out; fail "exit $rc, not 1"; }
+  grep -qF "stage \"a\" attempt 0 failed: workers exited 0, but the stage's final checkpoint cannot be read: $ck/manifest.pb: cannot read: Not a directory (not retried" run.out ||
+    { cat run.out; fail "the cause was not said"; }
+  ! grep -q "restarting stage" run.out || { cat run.out; fail "retried"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+st = [(x["state"], x["attempts"]) for x in s["stages"]]
+assert s["state"] == "failed" and st == [("failed", 1)], (s["state"], st)' || fail "status"
+  rm "$ck" && mv "$ck.keep" "$ck"
+  "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "the resume once put right failed"; }
+  [[ $("$baton" status r1 --json | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["state"])') == completed ]] ||
+    fail "the resumed run is not completed"
+  echo "$case: a final checkpoint unreadable for good failed the run at once; resumed once put right"
   ;;
 *) fail "unknown case" ;;
 esac

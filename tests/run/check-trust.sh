@@ -31,7 +31,11 @@
 #                 submit), recipe.yaml, overrides, specs/, logs/, checkpoints/, tb/
 #                 or rolled-back/ is refused, exit 2, and nothing is written where it
 #                 points; a secret file others may read is refused; a directory others may read is
-#                 a warning that names the command (baton resume: warning: ...).
+#                 a warning that names the command (baton resume: warning: ...); a directory
+#                 above it that anyone may rename entries in (0777, not sticky) is refused,
+#                 exit 2, naming it, before the run directory is made (run and resume), a
+#                 sticky one (1777) is not; (as root) one that a group or another user may
+#                 (0775 of another group, 0755 owned by nobody) is a warning naming it.
 #   check-trust.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
@@ -238,7 +242,33 @@ run-dir-trust)
   "$baton" resume rr >warn.out 2>&1 || { cat warn.out; fail "resume in a 0755 directory failed"; }
   grep -qF "baton resume: warning: $work/rr is readable by other users (mode 755)" warn.out ||
     { cat warn.out; fail "no 'baton resume: warning:' for a 0755 run directory"; }
-  echo "$case: umask 000 left nothing open; 0777/0770 and planted links refused; $owner"
+  # a directory above the run directory that anyone may rename entries in (0777, not
+  # sticky) is refused, before the run directory is made, and for a run already there
+  # (resume); sticky (1777, as /tmp) is fine
+  mkdir -m 0777 ww && mkdir -m 0700 ww/mid
+  refused ww "ww/mid/new: not used as a run directory: $work/ww, a directory above it, is writable by others without the sticky bit (mode 0777)" \
+    run one.yaml --run-dir ww/mid/new
+  [[ ! -e ww/mid/new ]] || fail "ww/mid/new made under a parent anyone may rename"
+  cp -a r0 ww/mid/r0
+  refused ww "ww/mid/r0: not used as a run directory: $work/ww, a directory above it, is writable by others" resume ww/mid/r0
+  chmod 1777 ww
+  "$baton" resume ww/mid/r0 >sticky.out 2>&1 || { cat sticky.out; fail "resume under a sticky 1777 parent failed"; }
+  ! grep -q "warning" sticky.out || { cat sticky.out; fail "a sticky parent warned of"; }
+  parents="a 0777 parent refused, a sticky one accepted"
+  # one some other users may rename entries in (group-writable, not the user's private
+  # group; owned by another user) is a warning naming it
+  if [[ $(id -u) == 0 ]] && getent group nogroup >/dev/null && id nobody >/dev/null 2>&1; then
+    mkdir -m 0775 gw && chgrp nogroup gw && chmod 0775 gw
+    "$baton" run one.yaml --run-dir gw/r --quiet >gw.out 2>&1 || { cat gw.out; fail "the run under a group-writable parent failed"; }
+    grep -qF "baton run: warning: gw/r is under $work/gw, which is writable by its group (gid $(getent group nogroup | cut -d: -f3)) without the sticky bit (mode 0775)" gw.out ||
+      { cat gw.out; fail "no warning for a group-writable parent"; }
+    mkdir -m 0755 ow && chown nobody ow && mkdir -m 0700 ow/mine
+    "$baton" run one.yaml --run-dir ow/mine/r --quiet >ow.out 2>&1 || { cat ow.out; fail "the run under another user's parent failed"; }
+    grep -qF "$work/ow, which is owned by uid $(id -u nobody), neither root nor you" ow.out ||
+      { cat ow.out; fail "no warning for a parent another user owns"; }
+    parents+="; group-writable and another user's warned of"
+  fi
+  echo "$case: umask 000 left nothing open; 0777/0770 and planted links refused; $owner; $parents"
   ;;
 *) fail "unknown case" ;;
 esac

@@ -63,6 +63,7 @@ import json, sys
 for s in json.load(sys.stdin)["stages"]: print(s["name"], s["state"], "%.9g" % s["loss"])'
 }
 # journal_ckpts DIR: "stage attempt step name" per CHECKPOINT_COMMITTED record of DIR's
+# (attempt "-" in a record without one: a checkpoint found as an attempt started)
 # journal (schema/journal.proto, framed as run/journal.c writes it), read here so that
 # nothing of baton's own reading is taken on trust
 journal_ckpts() {
@@ -91,7 +92,7 @@ while off + 8 <= len(data):
     n = struct.unpack_from("<I", data, off)[0]
     r = fields(data[off + 8:off + 8 + n]); off += 8 + n
     if r.get(3) == 4:  # CHECKPOINT_COMMITTED: stage_index 4, attempt 5, step 6, detail 11
-        print(r.get(4, 0), r.get(5, 0), r.get(6), r[11].decode())
+        print(r.get(4, 0), r.get(5, "-"), r.get(6), r[11].decode())
 PY
 }
 reference() {

@@ -1,6 +1,7 @@
 /* The checkpoint library (stages/ckpt): CRC32C, box overlap against brute force, the
  * write/commit/read round trip across ranks and dtypes, damage detection, resolution
  * and retention. */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -621,6 +622,34 @@ static void test_retain_links(void) {
     CHECK(ckpt_remove_dir(user) == 0 && ckpt_remove_dir(root) == 0);
 }
 
+/* A manifest that cannot be read leaves errno saying why (baton run weighs it: a file
+ * where a directory belongs is for good, EIO may pass), and a file over the cap is EFBIG
+ * whatever the cap, never ENOMEM (which would pass for a shortage that may end). */
+static void test_unread_errno(void) {
+    char file[300], p[CKPT_PATH_MAX], *buf = NULL;
+    size_t n = 0;
+    snprintf(file, sizeof file, "%s/not-a-dir", test_root);
+    FILE *f = fopen(file, "w");
+    CHECK(f != NULL);
+    if (f == NULL) return;
+    for (int i = 0; i < 200; i++)
+        fputc('x', f);
+    fclose(f);
+    bt_diag d;
+    bt_diag_init(&d);
+    Baton__Manifest *m = NULL;
+    errno = 0;
+    CHECK(ckpt_manifest_read(file, &m, &d) == BT_EIO && m == NULL);
+    CHECK(errno == ENOTDIR);
+    snprintf(p, sizeof p, "%s/%s", file, CKPT_MANIFEST);
+    CHECK_STR_CONTAINS(d.msg, p);
+    errno = 0;
+    CHECK(bt_read_file(file, 100, &buf, &n) == -1 && errno == EFBIG);
+    CHECK(bt_read_file(file, 200, &buf, &n) == 0 && n == 200);
+    free(buf);
+    CHECK(unlink(file) == 0);
+}
+
 /* Where a checkpoint stands against a stage is what its manifest records (recipe name,
  * stage index), the same for `baton run` and the worker: never its stage's name, so that a
  * renamed stage, or two whose names share a prefix, change nothing; and not its directory's
@@ -681,6 +710,7 @@ int main(void) {
     test_retain_links();
     test_stage_relation();
     test_run_relation();
+    test_unread_errno();
     check_rmdir(test_root);
     return check_status();
 }
