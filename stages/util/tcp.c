@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -87,6 +88,15 @@ void bt_tcp_accept_capped(int listen_fd, size_t max_unauth, const bt_tcp_conns *
         if (n_unauth >= max_unauth) t->evict(t->ctx, old); /* only now that a new one is in hand */
         t->adopt(t->ctx, fd, now);
     }
+}
+
+double bt_tcp_retry_ms(int tries) {
+    double pause = 20.0;
+    for (int k = 1; k < tries && pause < 1000.0; k++)
+        pause *= 2;
+    pause = pause < 1000.0 ? pause : 1000.0;
+    unsigned seed = (unsigned)getpid() ^ (unsigned)tries;
+    return pause + (double)(rand_r(&seed) % (unsigned)pause);
 }
 
 int bt_token_equal(const void *given, size_t n, const char *secret) {
