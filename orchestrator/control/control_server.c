@@ -272,29 +272,33 @@ uint32_t control_server_connected(const control_server *cs) {
     return n;
 }
 
+int control_conn_send(control_server *cs, size_t i, const Baton__Envelope *env) {
+    uint8_t frame[4 + 4096];
+    size_t n = baton__envelope__get_packed_size(env);
+    if (n > sizeof frame - 4) return -1;
+    for (int k = 0; k < 4; k++)
+        frame[k] = (uint8_t)(n >> (8 * k));
+    baton__envelope__pack(env, frame + 4);
+    ssize_t w = send(cs->conns[i].fd, frame, n + 4, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w == (ssize_t)(n + 4)) return 0;
+    cs->send_failed++;
+    return w > 0 ? -2 : -1;
+}
+
 int control_server_stop_all(control_server *cs, int checkpoint, const char *reason) {
     Baton__Stop stop = BATON__STOP__INIT;
     stop.has_checkpoint = 1, stop.checkpoint = checkpoint != 0;
     stop.reason = (char *)(reason ? reason : "");
     Baton__Envelope env = BATON__ENVELOPE__INIT;
     env.body_case = BATON__ENVELOPE__BODY_STOP, env.stop = &stop;
-    uint8_t frame[4 + 4096];
-    size_t n = baton__envelope__get_packed_size(&env);
-    if (n > sizeof frame - 4) return BT_EINVAL;
-    for (int i = 0; i < 4; i++)
-        frame[i] = (uint8_t)(n >> (8 * i));
-    baton__envelope__pack(&env, frame + 4);
+    if (baton__envelope__get_packed_size(&env) > 4096) return BT_EINVAL;
     int sent = 0;
     for (size_t i = cs->n_conns; i-- > 0;) {
         if (cs->conns[i].rank < 0) continue;
-        ssize_t w = send(cs->conns[i].fd, frame, n + 4, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w == (ssize_t)(n + 4)) {
-            sent++;
-            continue;
-        }
+        int rc = control_conn_send(cs, i, &env);
+        sent += rc == 0;
         /* A partial frame would corrupt the stream: give up on this peer. */
-        cs->send_failed++;
-        if (w > 0) control_conn_close(cs, i);
+        if (rc == -2) control_conn_close(cs, i);
     }
     return sent;
 }
