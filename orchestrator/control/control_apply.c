@@ -12,9 +12,16 @@ static int control_hello(control_server *cs, size_t i, const Baton__Hello *h, do
     if (!h->has_rank || h->rank >= cs->world) return -1;
     if (h->has_world && h->world != cs->world) return -1;
     if (h->has_attempt && h->attempt != cs->attempt) return -1;
-    /* One connection per rank and attempt (the worker never reconnects): a second Hello
-     * for a connected rank is refused rather than allowed to take over its slot. */
+    /* One connection per rank and attempt: a second Hello for a connected rank is refused
+     * rather than allowed to take over its slot (a worker connects again only when it saw
+     * its connection closed before this Hello was acknowledged, when the rank is not
+     * connected). */
     if (cs->ranks[h->rank].connected) return -1;
+    Baton__HelloAck ack = BATON__HELLO_ACK__INIT;
+    ack.has_rank = 1, ack.rank = h->rank;
+    Baton__Envelope env = BATON__ENVELOPE__INIT;
+    env.body_case = BATON__ENVELOPE__BODY_HELLO_ACK, env.hello_ack = &ack;
+    if (control_conn_send(cs, i, &env) != 0) return -1; /* a fresh socket takes a few bytes */
     cs->conns[i].rank = (int)h->rank;
     control_rank *r = &cs->ranks[h->rank];
     r->connected = r->ever_connected = 1;

@@ -24,6 +24,10 @@ void control_metrics_from(const Baton__Metrics *m, uint32_t rank, double time, c
 int control_metrics_line_field(const char *line, const char *key, uint64_t *out);
 /* qsort's and bsearch's order of uint64_t values. */
 int control_u64_cmp(const void *a, const void *b);
+/* Sends env to connection i whole, without waiting: 0; -1 when nothing went (the socket
+ * full, the peer gone); -2 when part of it went (the stream is corrupt: close it). Counts
+ * a failure in cs->send_failed. */
+int control_conn_send(control_server *cs, size_t i, const Baton__Envelope *env);
 /* Closes connection i (the last one takes its slot). */
 void control_conn_close(control_server *cs, size_t i);
 

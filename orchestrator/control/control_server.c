@@ -3,7 +3,6 @@
 #include "control_server.h"
 
 #include <errno.h>
-#include <math.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -96,10 +95,11 @@ size_t control_server_pollfds(const control_server *cs, struct pollfd *out, size
     return n;
 }
 
-/* The connection without a Hello opened longest ago, before `before` (one accepted in
- * this round is read before it may be dropped): its index, or -1. *n: how many connections
- * are without a Hello. */
-static long control_oldest_unauth(const control_server *cs, double before, size_t *n) {
+/* bt_tcp_conns: the connection without a Hello opened longest ago, before `before` (one
+ * accepted in this round is read before it may be dropped): its index, or -1. *n: how
+ * many connections are without a Hello. */
+static long control_oldest_unauth(void *ctx, double before, size_t *n) {
+    const control_server *cs = ctx;
     long at = -1;
     *n = 0;
     for (size_t i = 0; i < cs->n_conns; i++) {
@@ -109,6 +109,12 @@ static long control_oldest_unauth(const control_server *cs, double before, size_
             at = (long)i;
     }
     return at;
+}
+
+static void control_evict(void *ctx, long i) {
+    control_server *cs = ctx;
+    cs->rejected++;
+    control_conn_close(cs, (size_t)i);
 }
 
 static int control_add(control_server *cs, int fd, double now) {
@@ -122,35 +128,20 @@ static int control_add(control_server *cs, int fd, double now) {
     return 0;
 }
 
-/* Accepts what is queued, keeping at most cs->max_unauth + the world's ranks connections
- * without a Hello (once a new one is accepted, the oldest makes room for it), so that peers without
- * the secret never hold more than a small share of the descriptors; out of descriptors, one of
- * theirs is closed, or else accepting pauses (the socket, still readable, would make poll spin). */
-static void control_accept(control_server *cs, double now) {
-    size_t max_unauth = cs->max_unauth + cs->world; /* bt_tcp_unauth_limit(world) */
-    for (size_t k = 0; k < max_unauth; k++) {
-        size_t n_unauth;
-        long old = control_oldest_unauth(cs, now, &n_unauth);
-        if (n_unauth >= max_unauth && old < 0) return; /* all accepted just now: read first */
-        int out_of_fds, fd = bt_tcp_accept(cs->listen_fd, &out_of_fds);
-        if (fd < 0 && out_of_fds && (old = control_oldest_unauth(cs, INFINITY, &n_unauth)) >= 0) {
-            cs->rejected++;
-            control_conn_close(cs, (size_t)old);
-            continue;
-        }
-        if (fd < 0) {
-            if (out_of_fds) cs->accept_resume = now + BT_TCP_ACCEPT_PAUSE_S;
-            return; /* EAGAIN, or a connection that went away meanwhile */
-        }
-        if (n_unauth >= max_unauth) { /* only now that a new one is in hand */
-            cs->rejected++;
-            control_conn_close(cs, (size_t)old);
-        }
-        if (cs->n_conns == CONTROL_MAX_CONNS || control_add(cs, fd, now) != 0) {
-            cs->rejected++;
-            close(fd);
-        }
+static void control_adopt(void *ctx, int fd, double now) {
+    control_server *cs = ctx;
+    if (cs->n_conns == CONTROL_MAX_CONNS || control_add(cs, fd, now) != 0) {
+        cs->rejected++;
+        close(fd);
     }
+}
+
+/* Accepts what is queued, keeping at most cs->max_unauth + the world's ranks connections
+ * without a Hello (bt_tcp_unauth_limit(world); bt_tcp_accept_capped), so that peers without
+ * the secret never hold more than a small share of the descriptors. */
+static void control_accept(control_server *cs, double now) {
+    bt_tcp_conns t = {cs, control_oldest_unauth, control_evict, control_adopt};
+    bt_tcp_accept_capped(cs->listen_fd, cs->max_unauth + cs->world, &t, now, &cs->accept_resume);
 }
 
 /* Takes every whole frame out of c's buffer. Returns 0, or -1 when the connection must
@@ -281,29 +272,33 @@ uint32_t control_server_connected(const control_server *cs) {
     return n;
 }
 
+int control_conn_send(control_server *cs, size_t i, const Baton__Envelope *env) {
+    uint8_t frame[4 + 4096];
+    size_t n = baton__envelope__get_packed_size(env);
+    if (n > sizeof frame - 4) return -1;
+    for (int k = 0; k < 4; k++)
+        frame[k] = (uint8_t)(n >> (8 * k));
+    baton__envelope__pack(env, frame + 4);
+    ssize_t w = send(cs->conns[i].fd, frame, n + 4, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w == (ssize_t)(n + 4)) return 0;
+    cs->send_failed++;
+    return w > 0 ? -2 : -1;
+}
+
 int control_server_stop_all(control_server *cs, int checkpoint, const char *reason) {
     Baton__Stop stop = BATON__STOP__INIT;
     stop.has_checkpoint = 1, stop.checkpoint = checkpoint != 0;
     stop.reason = (char *)(reason ? reason : "");
     Baton__Envelope env = BATON__ENVELOPE__INIT;
     env.body_case = BATON__ENVELOPE__BODY_STOP, env.stop = &stop;
-    uint8_t frame[4 + 4096];
-    size_t n = baton__envelope__get_packed_size(&env);
-    if (n > sizeof frame - 4) return BT_EINVAL;
-    for (int i = 0; i < 4; i++)
-        frame[i] = (uint8_t)(n >> (8 * i));
-    baton__envelope__pack(&env, frame + 4);
+    if (baton__envelope__get_packed_size(&env) > 4096) return BT_EINVAL;
     int sent = 0;
     for (size_t i = cs->n_conns; i-- > 0;) {
         if (cs->conns[i].rank < 0) continue;
-        ssize_t w = send(cs->conns[i].fd, frame, n + 4, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w == (ssize_t)(n + 4)) {
-            sent++;
-            continue;
-        }
+        int rc = control_conn_send(cs, i, &env);
+        sent += rc == 0;
         /* A partial frame would corrupt the stream: give up on this peer. */
-        cs->send_failed++;
-        if (w > 0) control_conn_close(cs, i);
+        if (rc == -2) control_conn_close(cs, i);
     }
     return sent;
 }

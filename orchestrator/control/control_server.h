@@ -4,8 +4,10 @@
  * Wire format: each message is a little-endian uint32 length followed by that many bytes
  * of a serialized baton.Envelope. A connection's first message must be a Hello carrying
  * the run's secret token (compared in constant time); until then nothing it sends is
- * trusted. A wrong or missing token, a frame longer than CONTROL_MAX_FRAME, bytes that do
- * not decode, or a Hello that names a rank outside the attempt's world closes the
+ * trusted. A Hello taken is answered with a HelloAck (until it comes, a worker whose
+ * connection closes connects again and repeats its Hello: control_client.h). A wrong or
+ * missing token, a frame longer than CONTROL_MAX_FRAME, bytes that do not decode, a Hello
+ * that names a rank outside the attempt's world or one already connected closes the
  * connection and counts it in `rejected`. So does a connection without a Hello after
  * BT_TCP_UNAUTH_TIMEOUT_S, or when bt_tcp_unauth_limit(world) such connections are open
  * and a new one comes (the oldest goes: never one of the attempt's own ranks crowded out

@@ -7,7 +7,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdint.h>
@@ -166,11 +165,12 @@ static void kv_read(kv_store *s, kv_conn *c) {
     }
 }
 
-/* The connection without a good request accepted longest ago, before `before` (one
- * accepted in this round is read before it may be dropped): its slot, or -1. *n: how many
- * connections are without one. */
-static int kv_oldest_unauth(const kv_store *s, double before, size_t *n) {
-    int at = -1;
+/* bt_tcp_conns: the connection without a good request accepted longest ago, before
+ * `before` (one accepted in this round is read before it may be dropped): its slot, or
+ * -1. *n: how many connections are without one. */
+static long kv_oldest_unauth(void *ctx, double before, size_t *n) {
+    const kv_store *s = ctx;
+    long at = -1;
     *n = 0;
     for (int i = 0; i < KV_STORE_MAX_CONNS; i++) {
         const kv_conn *c = &s->conns[i];
@@ -181,7 +181,13 @@ static int kv_oldest_unauth(const kv_store *s, double before, size_t *n) {
     return at;
 }
 
-static void kv_put(kv_store *s, int fd, double now) {
+static void kv_evict(void *ctx, long i) {
+    kv_store *s = ctx;
+    kv_conn_close(&s->conns[i]);
+}
+
+static void kv_put(void *ctx, int fd, double now) {
+    kv_store *s = ctx;
     for (int i = 0; i < KV_STORE_MAX_CONNS; i++)
         if (s->conns[i].fd < 0) {
             s->conns[i] = (kv_conn){.fd = fd, .opened = now};
@@ -191,26 +197,10 @@ static void kv_put(kv_store *s, int fd, double now) {
 }
 
 /* Accepts what is queued, keeping at most s->max_unauth connections without a good
- * request: only once a new one is in hand does the oldest make room for it (so nothing
- * is dropped when the queue is empty); out of descriptors, one of those is closed, or
- * else accepting pauses (util/tcp.h). */
+ * request (bt_tcp_accept_capped). */
 static void kv_accept(kv_store *s, double now) {
-    for (size_t k = 0; k < s->max_unauth; k++) {
-        size_t n_unauth;
-        int old = kv_oldest_unauth(s, now, &n_unauth);
-        if (n_unauth >= s->max_unauth && old < 0) return; /* all accepted just now: read first */
-        int out_of_fds, fd = bt_tcp_accept(s->listen_fd, &out_of_fds);
-        if (fd < 0 && out_of_fds && (old = kv_oldest_unauth(s, INFINITY, &n_unauth)) >= 0) {
-            kv_conn_close(&s->conns[old]);
-            continue;
-        }
-        if (fd < 0) {
-            if (out_of_fds) s->accept_resume = now + BT_TCP_ACCEPT_PAUSE_S;
-            return;
-        }
-        if (n_unauth >= s->max_unauth) kv_conn_close(&s->conns[old]);
-        kv_put(s, fd, now);
-    }
+    bt_tcp_conns t = {s, kv_oldest_unauth, kv_evict, kv_put};
+    bt_tcp_accept_capped(s->listen_fd, s->max_unauth, &t, now, &s->accept_resume);
 }
 
 /* Closes the connections that sent no good request within BT_TCP_UNAUTH_TIMEOUT_S.

@@ -3,10 +3,12 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -66,6 +68,35 @@ int bt_tcp_accept(int listen_fd, int *out_of_fds) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     return fd;
+}
+
+void bt_tcp_accept_capped(int listen_fd, size_t max_unauth, const bt_tcp_conns *t, double now,
+                          double *resume) {
+    for (size_t k = 0; k < max_unauth; k++) {
+        size_t n_unauth;
+        long old = t->oldest_unauth(t->ctx, now, &n_unauth);
+        if (n_unauth >= max_unauth && old < 0) return; /* all accepted just now: read first */
+        int out_of_fds, fd = bt_tcp_accept(listen_fd, &out_of_fds);
+        if (fd < 0 && out_of_fds && (old = t->oldest_unauth(t->ctx, INFINITY, &n_unauth)) >= 0) {
+            t->evict(t->ctx, old);
+            continue;
+        }
+        if (fd < 0) {
+            if (out_of_fds) *resume = now + BT_TCP_ACCEPT_PAUSE_S;
+            return; /* EAGAIN, or a connection that went away meanwhile */
+        }
+        if (n_unauth >= max_unauth) t->evict(t->ctx, old); /* only now that a new one is in hand */
+        t->adopt(t->ctx, fd, now);
+    }
+}
+
+double bt_tcp_retry_ms(int tries) {
+    double pause = 20.0;
+    for (int k = 1; k < tries && pause < 1000.0; k++)
+        pause *= 2;
+    pause = pause < 1000.0 ? pause : 1000.0;
+    unsigned seed = (unsigned)getpid() ^ (unsigned)tries;
+    return pause + (double)(rand_r(&seed) % (unsigned)pause);
 }
 
 int bt_token_equal(const void *given, size_t n, const char *secret) {

@@ -42,6 +42,34 @@ size_t bt_tcp_unauth_limit(size_t expected);
  * or stop polling the socket for a while (BT_TCP_ACCEPT_PAUSE_S), not try again at once. */
 int bt_tcp_accept(int listen_fd, int *out_of_fds);
 
+/* What bt_tcp_accept_capped needs of a server's table of connections (ctx is the
+ * server's own). */
+typedef struct bt_tcp_conns {
+    void *ctx;
+    /* The connection that has not shown the token opened longest ago, before `before`:
+     * its id (>= 0), or -1; *n: how many such connections are open. */
+    long (*oldest_unauth)(void *ctx, double before, size_t *n);
+    /* Closes connection id (as oldest_unauth named it): evicted for a newer one. */
+    void (*evict)(void *ctx, long id);
+    /* Takes the new connection fd (opened at now), or closes it when there is no room. */
+    void (*adopt)(void *ctx, int fd, double now);
+} bt_tcp_conns;
+
+/* Accepts what is queued on listen_fd, keeping at most max_unauth connections that have not
+ * shown the token: only once a new one is in hand does the oldest make room for it (so
+ * nothing is dropped when the queue is empty), and never one accepted in this round (now:
+ * it is read before it may be dropped); at most max_unauth accepts a round. Out of
+ * descriptors, one of those connections is closed, or else *resume is set to now +
+ * BT_TCP_ACCEPT_PAUSE_S: the caller stops polling listen_fd until then. */
+void bt_tcp_accept_capped(int listen_fd, size_t max_unauth, const bt_tcp_conns *t, double now,
+                          double *resume);
+
+/* How long a client whose connection a server dropped before it showed the token waits
+ * before its next try (tries: those made so far, from 1): 20 ms doubling to 1 s, plus up
+ * to as much again at random (seeded by the pid), so that ranks dropped together do not
+ * all come back together. Milliseconds. */
+double bt_tcp_retry_ms(int tries);
+
 /* Whether the n bytes at given equal secret (NUL-terminated), in time that depends only
  * on secret's length, so that a peer cannot learn it a byte at a time from how fast it is
  * refused. */

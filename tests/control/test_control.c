@@ -294,6 +294,60 @@ static void crowd_once(int delay_us) {
         pthread_join(t[i], NULL);
 }
 
+/* A rank whose connection the server drops before reading its Hello, as a flood makes it
+ * (connections without a Hello over the cap, the oldest evicted): it connects again and
+ * says Hello again, and what it sent before the drop arrives all the same. */
+static void crowd_dropped(void) {
+    CHECK(control_server_begin_attempt(&crowd_cs, 0, "s", 0, 1, 0) == 0, "begin");
+    bt_diag d;
+    bt_diag_init(&d);
+    control_client c;
+    CHECK(control_client_open(&c, crowd_cs.address, "s3cret", 0, 1, 0, NULL, &d) == 0, "%s", d.msg);
+    control_client_heartbeat(&c, BATON__HEARTBEAT__PHASE__LOAD, 5);
+    struct pollfd l = {crowd_cs.listen_fd, POLLIN, POLLIN}; /* accepting only, no reads */
+    sleep_s(0.05);
+    control_server_handle(&crowd_cs, &l, 1, bt_clock_now()); /* the rank's, unread */
+    size_t n_flood = crowd_cs.max_unauth + 1, n = 0;
+    int flood[128];
+    while (n < n_flood && n < 128 && (flood[n] = raw_connect(&crowd_cs)) >= 0)
+        n++;
+    sleep_s(0.05);
+    control_server_handle(&crowd_cs, &l, 1, bt_clock_now()); /* one more than the cap: evicted */
+    CHECK(control_server_connected(&crowd_cs) == 0, "the rank's Hello was read before the drop");
+    for (size_t k = 0; k < n; k++)
+        close(flood[k]);
+    double end = bt_clock_now() + 5;
+    while (bt_clock_now() < end && !(control_server_connected(&crowd_cs) == 1 &&
+                                     crowd_cs.ranks[0].phase == BATON__HEARTBEAT__PHASE__LOAD)) {
+        control_client_poll(&c);
+        pump(&crowd_cs, 20);
+    }
+    CHECK(control_server_connected(&crowd_cs) == 1 && c.fd >= 0,
+          "a rank dropped before its Hello was read did not connect again (fd %d)", c.fd);
+    CHECK(crowd_cs.ranks[0].phase == BATON__HEARTBEAT__PHASE__LOAD && crowd_cs.ranks[0].step == 5,
+          "what the rank sent before the drop was lost (phase %d, step %llu)",
+          crowd_cs.ranks[0].phase, (unsigned long long)crowd_cs.ranks[0].step);
+    /* the same rank from another run (its token) or a second time: refused, never
+     * acknowledged, however often they connect again; the rank's own connection kept */
+    control_client other, dup;
+    CHECK(control_client_open(&other, crowd_cs.address, "another-run", 0, 1, 0, NULL, &d) == 0 &&
+              control_client_open(&dup, crowd_cs.address, "s3cret", 0, 1, 0, NULL, &d) == 0,
+          "%s", d.msg);
+    unsigned rejected0 = crowd_cs.rejected;
+    for (end = bt_clock_now() + 1.5; bt_clock_now() < end;) {
+        control_client_poll(&other), control_client_poll(&dup), control_client_poll(&c);
+        pump(&crowd_cs, 20);
+    }
+    CHECK(!other.acked && !dup.acked && crowd_cs.rejected >= rejected0 + 4,
+          "a Hello of another token or a connected rank was taken (acked %d %d, %u refused)",
+          other.acked, dup.acked, crowd_cs.rejected - rejected0);
+    CHECK(control_server_connected(&crowd_cs) == 1 && c.fd >= 0 && c.acked,
+          "the rank lost its connection to a duplicate");
+    control_client_close(&other);
+    control_client_close(&dup);
+    control_client_close(&c);
+}
+
 static int crowd(const char *run_dir) {
     bt_diag d;
     bt_diag_init(&d);
@@ -301,6 +355,7 @@ static int crowd(const char *run_dir) {
           d.msg);
     crowd_once(200);
     crowd_once(1000);
+    crowd_dropped();
     control_server_close(&crowd_cs);
     printf("control crowd: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
     return failures ? 1 : 0;

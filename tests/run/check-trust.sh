@@ -20,7 +20,10 @@
 #                 Hello, each one dropped opened again, as any local user could) while a
 #                 two-stage run goes on: baton holds few descriptors (the connections
 #                 without a Hello are capped), the rank's own connection gets in, and the
-#                 run completes, exit 0, across the stage boundary.
+#                 run completes, exit 0, across the stage boundary. Each rank holds its
+#                 Hello back 1 s after its connect (BATON_FAULT_HELLO_DELAY), so the flood
+#                 gets its connection dropped before the Hello is read: it connects again
+#                 and keeps the channel.
 #   run-dir-trust  a run under umask 000 leaves nothing in its run directory that group or
 #                 others may read or write (files 0600, directories 0700); an existing run
 #                 directory writable by group or others (0777, 0770; run and resume), or
@@ -160,7 +163,8 @@ control-flood)
   # the rank waits for the flood before it starts (every attempt's rank alike)
   printf '#!/bin/sh\nwhile [ ! -e %q/go ]; do sleep 0.05; done\nexec %q "$@"\n' "$work" "$worker" >wait.sh
   chmod 0755 wait.sh
-  (ulimit -n 128 && exec "$baton" run two.yaml --run-dir r1 --worker "$work/wait.sh") >run.out 2>&1 &
+  (ulimit -n 128 && export BATON_FAULT_HELLO_DELAY=1 &&
+    exec "$baton" run two.yaml --run-dir r1 --worker "$work/wait.sh") >run.out 2>&1 &
   bpid=$!
   wait_files r1/specs/s00-a00.pb 1 60 "the first attempt's spec"
   port=$(grep -aoE '127\.0\.0\.1:[0-9]+' r1/specs/s00-a00.pb | head -1 | cut -d: -f2)
@@ -181,8 +185,14 @@ control-flood)
   kill "$bg_pids"
   bg_pids=
   [[ $rc == 0 ]] || { cat run.out; fail "the run under the flood exited $rc"; }
-  ! grep -h "control channel" r1/logs/*.log || fail "a rank did not get its control connection"
-  echo "$case: $(cat flood.out) idle connections; baton held $nfd descriptors and completed both stages"
+  ! grep -h "control" r1/logs/*.log | grep -v "closed before baton run acknowledged the Hello" ||
+    fail "a rank did not keep its control connection"
+  grep -q "closed before baton run acknowledged the Hello" r1/logs/*.log ||
+    fail "no rank's connection was dropped before its Hello (the test tests nothing)"
+  [[ $(grep -c '"stage": "b"' r1/metrics.jsonl) == 4 ]] ||
+    fail "metrics.jsonl lacks stage b's steps: $(cat r1/metrics.jsonl)"
+  echo "$case: $(cat flood.out) idle connections; baton held $nfd descriptors and completed both stages;" \
+    "$(cat r1/logs/*.log | grep -c "closed before baton run acknowledged the Hello") Hello(s) dropped and sent again"
   ;;
 run-dir-trust)
   one_rank_recipe one '' '{name: a, steps: 2}' >one.yaml

@@ -19,6 +19,7 @@
 
 #include "util/clock.h"
 #include "util/kv_wire.h"
+#include "util/tcp.h"
 
 #define TCP_STORE_CONNECT_S  20.0 /* the orchestrator is up before any worker starts */
 #define TCP_STORE_AUTH_TRIES 10   /* connections the store drops before answering the token */
@@ -212,7 +213,6 @@ static void tcp_local_host(int fd, char *out, size_t cap) {
  * those silent for BT_TCP_UNAUTH_TIMEOUT_S) is made again, TCP_STORE_AUTH_TRIES times at
  * most, backing off 20 ms to 1 s. The fd, or an error (BT_EIO, with the reason). */
 static int tcp_open_authed(tcp_store *ts, bt_diag *diag) {
-    double pause = 20.0;
     for (int tries = 1;; tries++) {
         int fd = tcp_connect(ts->address, diag);
         if (fd < 0) return fd;
@@ -230,9 +230,7 @@ static int tcp_open_authed(tcp_store *ts, bt_diag *diag) {
                         ts->address, tries);
             return BT_EIO;
         }
-        unsigned seed = (unsigned)getpid() ^ (unsigned)tries; /* spread the ranks' retries */
-        tcp_sleep_ms(pause + (double)(rand_r(&seed) % (unsigned)pause));
-        pause = pause * 2 < 1000 ? pause * 2 : 1000;
+        tcp_sleep_ms(bt_tcp_retry_ms(tries));
     }
 }
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "util/clock.h"
+#include "util/tcp.h"
 
 /* Splits "host:port" or "[host]:port". */
 static int control_split(const char *address, char *host, size_t cap, const char **port) {
@@ -58,19 +59,73 @@ static int control_connect_one(const struct addrinfo *ai) {
     return -1;
 }
 
+/* Connects to c->address, a try of CONTROL_CLIENT_HELLO_TRIES. 0, or BT_EINVAL / BT_EIO
+ * (diag says why). */
+static int control_connect(control_client *c, bt_diag *diag) {
+    char host[256];
+    const char *port;
+    if (control_split(c->address, host, sizeof host, &port) != 0) {
+        bt_diag_set(diag, "control address '%s' is not host:port", c->address);
+        return BT_EINVAL;
+    }
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *ai = NULL, *p;
+    int gai = getaddrinfo(host, port, &hints, &ai);
+    if (gai != 0) {
+        bt_diag_set(diag, "control address '%s': %s", c->address, gai_strerror(gai));
+        return BT_EINVAL;
+    }
+    c->tries++;
+    for (p = ai; p != NULL && c->fd < 0; p = p->ai_next)
+        c->fd = control_connect_one(p);
+    freeaddrinfo(ai);
+    if (c->fd < 0) {
+        bt_diag_set(diag, "cannot connect to the control channel at %s: %s", c->address,
+                    strerror(errno));
+        return BT_EIO;
+    }
+    return 0;
+}
+
 /* Closes the channel at once; what waits in the outbox is lost. */
 static void control_drop(control_client *c) {
     if (c->fd >= 0) close(c->fd);
     c->fd = -1;
+    c->redial = 0;
     free(c->out);
     c->out = NULL, c->out_head = 0, c->out_len = 0, c->out_cap = 0;
 }
 
+/* The connection failed: before the HelloAck, with a try left, it is made again later (the
+ * outbox, the Hello first, sent again from its start); else the channel is closed. */
 static void control_lost(control_client *c, const char *why) {
+    if (!c->acked && c->tries < CONTROL_CLIENT_HELLO_TRIES) {
+        fprintf(stderr,
+                "baton-worker: rank %u: the control channel closed before baton run "
+                "acknowledged the Hello (%s); connecting again (try %d of %d)\n",
+                c->rank, why, c->tries + 1, CONTROL_CLIENT_HELLO_TRIES);
+        if (c->fd >= 0) close(c->fd);
+        c->fd = -1, c->out_head = 0, c->in_len = 0;
+        c->redial = 1;
+        c->retry_at = bt_clock_now() + bt_tcp_retry_ms(c->tries) / 1e3;
+        return;
+    }
     fprintf(stderr,
-            "baton-worker: rank %u: control channel lost (%s); training goes on without it\n",
-            c->rank, why);
+            "baton-worker: rank %u: control channel lost (%s%s); training goes on without it\n",
+            c->rank, why,
+            c->acked ? ""
+                     : "; no connection's Hello was acknowledged: a token or attempt not the "
+                       "run's, or a flood of connections to its port");
     control_drop(c);
+}
+
+/* Connects again once the backoff has passed (control_lost). */
+static void control_redial(control_client *c) {
+    if (!c->redial || bt_clock_now() < c->retry_at) return;
+    c->redial = 0;
+    bt_diag diag;
+    bt_diag_init(&diag);
+    if (control_connect(c, &diag) != 0) control_lost(c, diag.msg);
 }
 
 /* Bytes of frames waiting in the outbox. */
@@ -78,19 +133,41 @@ static size_t control_pending(const control_client *c) {
     return c->out_len - c->out_head;
 }
 
+/* Bytes the outbox must keep: before the HelloAck, those sent too. */
+static size_t control_kept(const control_client *c) {
+    return c->acked ? control_pending(c) : c->out_len;
+}
+
+static int control_decode(control_client *c);
+
+/* Reads what arrived without waiting; the channel lost (control_lost) when it closed. */
+static void control_read(control_client *c) {
+    while (c->fd >= 0) {
+        ssize_t got = recv(c->fd, c->in + c->in_len, sizeof c->in - c->in_len, MSG_DONTWAIT);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (got <= 0)
+            control_lost(c, got < 0 ? strerror(errno) : "closed by baton run");
+        else if (c->in_len += (size_t)got, control_decode(c) != 0)
+            control_lost(c, "baton run sent what is not a message");
+    }
+}
+
 /* Moves what waits to the outbox's start once the sent part before it is the larger half:
  * each byte moves O(1) times on average, however long baton run leaves the outbox full
  * (the buffer grows to at most twice what waits). */
 static void control_compact(control_client *c) {
-    if (c->out_head == 0 || c->out_head < control_pending(c)) return;
+    if (!c->acked || c->out_head == 0 || c->out_head < control_pending(c)) return;
     memmove(c->out, c->out + c->out_head, control_pending(c));
     c->out_len -= c->out_head;
     c->out_head = 0;
 }
 
-/* Sends what the outbox holds, as far as the socket takes it without waiting. Returns 0,
- * or -1 when the channel failed (then closed). */
+/* Sends what the outbox holds, as far as the socket takes it without waiting (before the
+ * HelloAck, reading first whether it came or the connection closed). Returns 0, or -1
+ * when the channel failed (then closed, or to be made again). */
 static int control_flush(control_client *c) {
+    if (!c->acked) control_read(c);
     while (c->fd >= 0 && c->out_head < c->out_len) {
         ssize_t w =
             send(c->fd, c->out + c->out_head, control_pending(c), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -103,7 +180,7 @@ static int control_flush(control_client *c) {
         c->out_head += (size_t)w;
     }
     if (c->fd < 0) return -1;
-    if (c->out_head == c->out_len) c->out_head = c->out_len = 0;
+    if (c->acked && c->out_head == c->out_len) c->out_head = c->out_len = 0;
     control_compact(c);
     return 0;
 }
@@ -120,7 +197,7 @@ static int control_vital(const Baton__Envelope *env) {
 
 /* Appends env's frame to the outbox. Returns -1 when it does not fit (dropped). */
 static int control_queue(control_client *c, const Baton__Envelope *env) {
-    size_t n = baton__envelope__get_packed_size(env), need = control_pending(c) + n + 4;
+    size_t n = baton__envelope__get_packed_size(env), need = control_kept(c) + n + 4;
     size_t most = CONTROL_CLIENT_MAX_QUEUE - (control_vital(env) ? 0 : CONTROL_CLIENT_RESERVE);
     if (need > most) {
         if (c->dropped++ == 0)
@@ -146,11 +223,14 @@ static int control_queue(control_client *c, const Baton__Envelope *env) {
     return 0;
 }
 
-/* Queues env behind what waits and sends what the socket takes now; never waits. */
+/* Queues env behind what waits and sends what the socket takes now; never waits (but
+ * for a connect made again, control_lost). */
 static int control_send(control_client *c, const Baton__Envelope *env) {
-    if (c->fd < 0) return -1;
+    control_redial(c);
+    if (c->fd < 0 && !c->redial) return -1;
     int queued = control_queue(c, env);
-    return control_flush(c) == 0 && queued == 0 ? 0 : -1;
+    int flushed = c->fd >= 0 ? control_flush(c) : -1;
+    return (flushed == 0 || c->redial) && queued == 0 ? 0 : -1;
 }
 
 static int control_hello(control_client *c, const char *token, uint32_t world, uint32_t attempt,
@@ -174,31 +254,28 @@ static int control_hello(control_client *c, const char *token, uint32_t world, u
     return control_send(c, &env);
 }
 
+/* Test hook: BATON_FAULT_HELLO_DELAY=SECONDS holds the first Hello back that long after
+ * its connect (a worker descheduled there), so that a flood of connections without one
+ * gets it dropped first (run.control-flood). */
+static void control_fault_hello_delay(void) {
+    const char *f = getenv("BATON_FAULT_HELLO_DELAY");
+    double s = f ? atof(f) : 0;
+    if (s > 0) poll(NULL, 0, (int)(s * 1000));
+}
+
 int control_client_open(control_client *c, const char *address, const char *token, uint32_t rank,
                         uint32_t world, uint32_t attempt, const char *node, bt_diag *diag) {
     c->fd = -1, c->rank = rank, c->stop = 0, c->in_len = 0, c->stop_reason[0] = '\0';
     c->out = NULL, c->out_head = 0, c->out_len = 0, c->out_cap = 0, c->dropped = 0;
-    char host[256];
-    const char *port;
-    if (control_split(address, host, sizeof host, &port) != 0) {
-        bt_diag_set(diag, "control address '%s' is not host:port", address);
+    c->acked = 0, c->tries = 0, c->redial = 0, c->retry_at = 0;
+    if (strlen(address) >= sizeof c->address) {
+        bt_diag_set(diag, "control address '%.100s...' is too long", address);
         return BT_EINVAL;
     }
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
-    struct addrinfo *ai = NULL, *p;
-    int gai = getaddrinfo(host, port, &hints, &ai);
-    if (gai != 0) {
-        bt_diag_set(diag, "control address '%s': %s", address, gai_strerror(gai));
-        return BT_EINVAL;
-    }
-    for (p = ai; p != NULL && c->fd < 0; p = p->ai_next)
-        c->fd = control_connect_one(p);
-    freeaddrinfo(ai);
-    if (c->fd < 0) {
-        bt_diag_set(diag, "cannot connect to the control channel at %s: %s", address,
-                    strerror(errno));
-        return BT_EIO;
-    }
+    snprintf(c->address, sizeof c->address, "%s", address);
+    int rc = control_connect(c, diag);
+    if (rc != 0) return rc;
+    control_fault_hello_delay();
     if (control_hello(c, token, world, attempt, node) != 0) {
         bt_diag_set(diag, "control channel at %s: cannot send Hello", address);
         control_drop(c); /* no channel without its Hello (c->fd -1, as documented) */
@@ -256,6 +333,7 @@ static int control_decode(control_client *c) {
         if (c->in_len - at - 4 < n) break;
         Baton__Envelope *env = baton__envelope__unpack(NULL, n, p + 4);
         if (env == NULL) return -1;
+        if (env->body_case == BATON__ENVELOPE__BODY_HELLO_ACK) c->acked = 1;
         if (env->body_case == BATON__ENVELOPE__BODY_STOP) {
             c->stop = 1;
             c->stop_checkpoint = env->stop->checkpoint; /* default true */
@@ -271,32 +349,29 @@ static int control_decode(control_client *c) {
 }
 
 int control_client_poll(control_client *c) {
+    control_redial(c);
     if (c->fd >= 0) control_flush(c); /* what waited for a stopped baton run */
-    while (c->fd >= 0) {
-        ssize_t got = recv(c->fd, c->in + c->in_len, sizeof c->in - c->in_len, MSG_DONTWAIT);
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-        if (got <= 0 || (c->in_len += (size_t)got, control_decode(c) != 0)) {
-            fprintf(stderr,
-                    "baton-worker: rank %u: the control channel closed; training goes on "
-                    "without it\n",
-                    c->rank);
-            control_drop(c);
-        }
-    }
+    control_read(c);
     return c->stop;
 }
 
 void control_client_close(control_client *c) {
     double end = bt_clock_now() + CONTROL_CLIENT_CLOSE_WAIT_S;
-    while (c->fd >= 0 && control_pending(c) > 0 && control_flush(c) == 0 &&
-           control_pending(c) > 0) {
+    for (;;) {
+        control_redial(c);
+        if (c->fd >= 0 && control_pending(c) > 0) control_flush(c);
         double left = end - bt_clock_now();
-        if (left <= 0) break;
+        if (left <= 0 || !(c->redial || (c->fd >= 0 && control_pending(c) > 0))) break;
+        if (c->redial) { /* its backoff, within what is left */
+            double wait = c->retry_at - bt_clock_now();
+            wait = wait < left ? wait : left;
+            poll(NULL, 0, wait > 0 ? (int)(wait * 1000) + 1 : 0);
+            continue;
+        }
         struct pollfd p = {c->fd, POLLOUT, 0};
         poll(&p, 1, (int)(left * 1000) + 1);
     }
-    if (c->fd >= 0 && control_pending(c) > 0)
+    if ((c->fd >= 0 || c->redial) && control_pending(c) > 0)
         fprintf(stderr,
                 "baton-worker: rank %u: %zu bytes of control messages not delivered: baton run "
                 "did not read them within %d s\n",

@@ -9,8 +9,18 @@
  * most CONTROL_CLIENT_CLOSE_WAIT_S). An outbox over CONTROL_CLIENT_MAX_QUEUE drops new
  * messages (said once); the last CONTROL_CLIENT_RESERVE bytes of it take only a Fatal, a
  * Checkpoint or the DONE heartbeat, so that those are not dropped behind a backlog of
- * heartbeats. Every failure (cannot connect, a send that fails, the orchestrator going away)
- * closes the channel, is reported once on stderr, and the worker goes on without it. */
+ * heartbeats.
+ *
+ * The orchestrator answers a Hello it takes with a HelloAck. Until that comes, everything
+ * sent stays in the outbox, and a connection that closes (the orchestrator dropped it
+ * before reading the Hello: one of too many connections without one, a reset) is made again
+ * after a short backoff (bt_tcp_retry_ms), CONTROL_CLIENT_HELLO_TRIES connections at most,
+ * and sent the Hello and the rest again; the checks happen whenever a message is sent and at
+ * each poll. A HelloAck late on a connection still open is waited for as long as it takes:
+ * baton run may be stopped (SIGSTOP), and a second connection would then deliver what the
+ * first one holds twice. Every other failure (cannot connect at first, a send that fails or the
+ * orchestrator going away after the HelloAck, the tries spent) closes the channel, is
+ * reported once on stderr, and the worker goes on without it. */
 #ifndef BATON_CONTROL_CLIENT_H
 #define BATON_CONTROL_CLIENT_H
 
@@ -24,7 +34,8 @@
 #define CONTROL_CLIENT_CLOSE_WAIT_S      10
 #define CONTROL_CLIENT_MAX_QUEUE         (4u << 20)  /* bytes waiting in the outbox */
 #define CONTROL_CLIENT_RESERVE           (64u << 10) /* of it, kept for Fatal and DONE */
-#define CONTROL_CLIENT_MAX_FRAME         (1u << 16)  /* the orchestrator only sends Stop */
+#define CONTROL_CLIENT_MAX_FRAME         (1u << 16)  /* the orchestrator sends Stop, HelloAck */
+#define CONTROL_CLIENT_HELLO_TRIES       8           /* connections made for one Hello */
 
 typedef struct control_client {
     int fd;        /* -1: no channel */
@@ -37,6 +48,12 @@ typedef struct control_client {
     uint8_t *out; /* frames not yet sent whole, in order, from out_head (malloc'd) */
     size_t out_head, out_len, out_cap;
     unsigned dropped; /* messages dropped because the outbox was full */
+    /* Until the HelloAck: the outbox keeps what was sent (from its start, the Hello). */
+    int acked;
+    int tries;  /* connections made for the Hello so far */
+    int redial; /* fd -1 and a try left: connect again at retry_at (bt_clock_now) */
+    double retry_at;
+    char address[300]; /* "host:port", for connecting again */
 } control_client;
 
 /* Connects to address ("host:port", "[v6]:port") within CONTROL_CLIENT_CONNECT_TIMEOUT_S
@@ -53,7 +70,7 @@ void control_client_fatal(control_client *c, int32_t code, const char *message);
 /* Rank 0: checkpoint name (step) is committed. */
 void control_client_checkpoint(control_client *c, const char *name, uint64_t step);
 
-/* Reads what arrived without waiting; returns c->stop. */
+/* Reads what arrived without waiting (connecting again if due, above); returns c->stop. */
 int control_client_poll(control_client *c);
 
 /* Sends what waits in the outbox, waiting for the orchestrator to take it at most
