@@ -865,7 +865,9 @@ static int run_stage(run_ctx *c, size_t i) {
             status = BT_EXIT_FAILURE; /* whatever the attempt came to: said in run_journal */
         } else if (end == ATTEMPT_DONE) {
             Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
-            r.has_step = 1, r.step = c->prog.step;
+            /* its final checkpoint, at its steps, is there (run_stage_finished), even when
+             * the progress seen ended earlier: what a resume judges extra steps by */
+            r.has_step = 1, r.step = eff && eff->steps > c->prog.step ? eff->steps : c->prog.step;
             r.has_loss = c->prog.have_step, r.loss = c->prog.loss;
             r.has_tokens_per_s = c->prog.have_step, r.tokens_per_s = c->prog.tokens_per_s;
             run_journal(c, BATON__JOURNAL_RECORD__KIND__STAGE_COMPLETED, (uint32_t)i, &r);
