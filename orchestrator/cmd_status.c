@@ -18,6 +18,7 @@
 #include "recipe.h"
 #include "run/journal.h"
 #include "run/run_dir.h"
+#include "run/run_edit.h"
 #include "run/run_state.h"
 #include "run/supervise.h"
 #include "util/buf.h"
@@ -317,16 +318,22 @@ static size_t status_n_stages(const status_view *v) {
 
 static const char *status_stage_state(const status_view *v, size_t i) {
     const run_stage_state *s = &v->st.stage[i];
-    if (s->completed) return "done";
+    if (s->completed && !(v->have_doc && run_edit_extends(&v->doc, &v->st, i))) return "done";
     if (!s->started) return "pending";
     if (v->running) return "running";
     return s->failed ? "failed" : "stopped";
 }
 
+/* A run that completed whose recipe (edited since) has more: stages appended, more steps
+ * for its last stage (run_edit.h). Stopped, for 'baton resume' to train them. */
+static int status_more(const status_view *v) {
+    return v->st.completed && v->have_doc && run_edit_work_left(&v->doc, &v->st) != 0;
+}
+
 /* A run the supervisor gave up on is failed, not stopped: a stopped run was asked to stop
  * (a signal) or was killed, and `baton resume` is what it waits for. */
 static const char *status_run_state(const status_view *v) {
-    if (v->st.completed) return "completed";
+    if (v->st.completed && !status_more(v)) return "completed";
     if (v->running) return "running";
     if (v->not_started) return "not_started";
     return v->st.failed_stage ? "failed" : "stopped";
@@ -489,6 +496,14 @@ static void status_text(bt_buf *b, const status_view *v) {
         bt_buf_printf(b, "; %llu step%s skipped", (unsigned long long)skipped,
                       skipped == 1 ? "" : "s");
     if (strcmp(state, "not_started") != 0) bt_buf_printf(b, "\n");
+    if (status_more(v)) {
+        char what[300];
+        run_edit_work_text(&v->doc, &v->st, what, sizeof what);
+        bt_buf_printf(b,
+                      "  the run completed, but its recipe (recipe.yaml) now has more, from %s "
+                      "on: 'baton resume %s' trains it\n",
+                      what, v->dir);
+    }
     if (v->worker[0])
         bt_buf_printf(b,
                       "  worker: %s (the --worker the run was started with; baton resume "

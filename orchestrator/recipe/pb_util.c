@@ -161,8 +161,7 @@ int pb_repeated_set(ProtobufCMessage *dst, const ProtobufCMessage *src,
     return 0;
 }
 
-/* Whether singular field f is set in m. */
-static int pb_has_field(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) {
+int pb_has_field(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) {
     const void *v = pb_at(m, f->offset);
     if (pb_is_oneof(f)) return *(const uint32_t *)pb_at(m, f->quantifier_offset) == f->id;
     if (f->type == PROTOBUF_C_TYPE_MESSAGE) return *(ProtobufCMessage *const *)v != NULL;

@@ -26,4 +26,8 @@ int pb_merge(ProtobufCMessage *dst, const ProtobufCMessage *src);
 int pb_repeated_set(ProtobufCMessage *dst, const ProtobufCMessage *src,
                     const ProtobufCFieldDescriptor *f, size_t i);
 
+/* Whether singular field f is set in m: a message not NULL, a string not NULL nor its
+ * default's storage, a has_ flag or oneof case set, a required field always. */
+int pb_has_field(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f);
+
 #endif

@@ -175,4 +175,10 @@ int run_stage_finished(run_ctx *c, uint32_t stage, uint64_t steps, char *why, si
  * a symbolic link is left alone. Call it only while no worker runs. */
 void run_sweep_partials(run_ctx *c);
 
+/* run_edit.c: the kept recipe (edited since the run's last command) against the run's
+ * history, before anything starts (run_edit.h): BT_EINVAL, diag saying what changed and
+ * how to go on, for stages moved, removed or inserted among those the run trained, and
+ * for the recipe's name changed under a stage that continues from its own checkpoint. */
+int run_edit_check(run_ctx *c, bt_diag *diag);
+
 #endif

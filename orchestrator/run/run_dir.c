@@ -113,9 +113,9 @@ void run_dir_remove_new(const char *root) {
     nftw(root, run_dir_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-/* A file kept in the run directory: written on first use, compared afterwards. */
-static int run_dir_keep(run_dir *d, const char *name, const char *data, size_t n, const char *what,
-                        bt_diag *diag) {
+/* A file kept in the run directory: written on first use, compared afterwards: 0 the
+ * same (or written), 1 other bytes (nothing said), else the error (diag). */
+static int run_dir_keep(run_dir *d, const char *name, const char *data, size_t n, bt_diag *diag) {
     char copy[4200], *kept = NULL;
     size_t n2 = 0;
     run_dir_file(d, name, copy, sizeof copy);
@@ -123,12 +123,7 @@ static int run_dir_keep(run_dir *d, const char *name, const char *data, size_t n
         return ckpt_write_file_atomic(copy, data, n, diag);
     int same = n == n2 && memcmp(data, kept, n) == 0;
     free(kept);
-    if (same) return 0;
-    bt_diag_set(diag,
-                "%s: this run directory belongs to a run with %s (kept in %s); choose "
-                "another --run-dir, or continue it with 'baton resume %s'",
-                d->path, what, copy, d->path);
-    return BT_EINVAL;
+    return same ? 0 : 1;
 }
 
 int run_dir_read_overrides(const run_dir *d, char **text, size_t *n) {
@@ -138,8 +133,7 @@ int run_dir_read_overrides(const run_dir *d, char **text, size_t *n) {
     return bt_read_private(path, RUN_DIR_MAX_FILE, 0, text, n) == 0 ? 0 : -1;
 }
 
-/* The overrides as --set options on one line ("--set a=1 --set b=2"), or "no --set". */
-static void run_dir_sets_line(const char *text, char *out, size_t cap) {
+void run_dir_sets_line(const char *text, char *out, size_t cap) {
     size_t k = 0;
     out[0] = '\0';
     for (const char *p = text; *p && k + 1 < cap;) {
@@ -216,11 +210,12 @@ static int run_dir_recipe(run_dir *d, const char *recipe_file, const char *overr
         bt_diag_set(diag, "%s: cannot read: %s", recipe_file, strerror(errno));
         return BT_EINVAL;
     }
-    int rc = run_dir_keep(d, "recipe.yaml", mine, n1, "another recipe", diag);
+    int rc = run_dir_keep(d, "recipe.yaml", mine, n1, diag);
     free(mine);
-    return rc ? rc
-              : run_dir_keep(d, "overrides", overrides, strlen(overrides), "other --set overrides",
-                             diag);
+    if (rc == 1) run_dir_other_recipe(d, recipe_file, diag);
+    rc = rc ? rc : run_dir_keep(d, "overrides", overrides, strlen(overrides), diag);
+    if (rc == 1) run_dir_other_sets(d, overrides, diag);
+    return rc == 1 ? BT_EINVAL : rc;
 }
 
 /* bytes (at most 32) random bytes as hex into out (2 * bytes + 1), kept in the run

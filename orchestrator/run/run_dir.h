@@ -58,6 +58,15 @@ int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const ch
  * user than root) is d->parent_warning for the caller to say. */
 int run_dir_check_parents(run_dir *d, const char *path, bt_diag *diag);
 void run_dir_close(run_dir *d);
+/* run_dir_differs.c: why run_dir_open refuses recipe_file, not the recipe kept with the
+ * run (RUN_DIR/recipe.yaml): its first differences from the kept one (recipe_diff.h),
+ * and how to continue the run with the edit (edit the kept copy, then baton resume). */
+void run_dir_other_recipe(const run_dir *d, const char *recipe_file, bt_diag *diag);
+/* Why it refuses overrides (the --set lines given), not the run's: both named. */
+void run_dir_other_sets(const run_dir *d, const char *overrides, bt_diag *diag);
+/* Overrides text (one assignment a line) as --set options on one line ("--set a=1 --set
+ * b=2"), or "no --set". */
+void run_dir_sets_line(const char *text, char *out, size_t cap);
 /* The bytes of the kept overrides (free *text); -1 (errno set) when they cannot be read. */
 int run_dir_read_overrides(const run_dir *d, char **text, size_t *n);
 /* Whether a baton run holds path's lock now (tested, not taken). */

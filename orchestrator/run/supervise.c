@@ -18,6 +18,7 @@
 #include "util/file.h"
 #include "launch_slurm.h"
 #include "run_ctx.h"
+#include "run_edit.h"
 #include "util/clock.h"
 
 #define RUN_DEFAULT_HEARTBEAT_S 60.0
@@ -864,7 +865,9 @@ static int run_stage(run_ctx *c, size_t i) {
             status = BT_EXIT_FAILURE; /* whatever the attempt came to: said in run_journal */
         } else if (end == ATTEMPT_DONE) {
             Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
-            r.has_step = 1, r.step = c->prog.step;
+            /* its final checkpoint, at its steps, is there (run_stage_finished), even when
+             * the progress seen ended earlier: what a resume judges extra steps by */
+            r.has_step = 1, r.step = eff && eff->steps > c->prog.step ? eff->steps : c->prog.step;
             r.has_loss = c->prog.have_step, r.loss = c->prog.loss;
             r.has_tokens_per_s = c->prog.have_step, r.tokens_per_s = c->prog.tokens_per_s;
             run_journal(c, BATON__JOURNAL_RECORD__KIND__STAGE_COMPLETED, (uint32_t)i, &r);
@@ -1011,18 +1014,30 @@ static void run_journal_started(run_ctx *c) {
     free(text);
 }
 
+/* A run that completed, whose recipe now has more (stages appended, more steps for its
+ * last stage): said before that is trained. */
+static void run_note_more(const run_ctx *c) {
+    char what[300];
+    run_edit_work_text(c->doc, &c->st, what, sizeof what);
+    printf("%s: %s: the run completed, but its recipe (%s/recipe.yaml) now has more, from %s "
+           "on: training it\n",
+           c->o->prog ? c->o->prog : "baton run", c->dir->path, c->dir->path, what);
+}
+
 int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
     run_ctx c = {.dir = dir, .doc = doc, .o = o, .sfd = -1, .cfd = -1};
     bt_diag d;
     bt_diag_init(&d);
     int rc = run_load_state(&c);
+    if (rc == 0 && (rc = run_edit_check(&c, &d)) != 0) run_err(&c, "%s\n", d.msg);
     if (rc == 0 && (rc = journal_open(&c.j, dir->path, &d)) != 0) run_err(&c, "%s\n", d.msg);
     if (rc != 0) return rc == BT_EINVAL ? BT_EXIT_USAGE : BT_EXIT_FAILURE; /* damaged: 2 */
     int status = 0;
-    if (c.st.completed) {
+    if (c.st.completed && run_edit_work_left(doc, &c.st) == 0) {
         printf("%s: %s: the run has already completed\n", o->prog ? o->prog : "baton run",
                dir->path);
     } else {
+        if (c.st.completed) run_note_more(&c);
         if (!c.st.started) run_journal_started(&c);
         c.sfd = run_signals(&c.cfd);
         bt_diag_init(&c.cs_diag);
@@ -1041,7 +1056,8 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
             return BT_EXIT_FAILURE;
         }
         for (size_t i = 0; status == 0 && !c.journal_broken && i < doc->recipe->n_stages; i++)
-            if (!c.st.stage[i].completed) status = run_stage(&c, i);
+            if (!c.st.stage[i].completed || run_edit_extends(doc, &c.st, i))
+                status = run_stage(&c, i);
         if (status == 0) run_journal(&c, BATON__JOURNAL_RECORD__KIND__RUN_COMPLETED, 0, NULL);
         if (c.journal_broken) status = BT_EXIT_FAILURE;
         launch_server_close(&c.srv);

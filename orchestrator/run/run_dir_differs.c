@@ -1,0 +1,61 @@
+/* What a run directory's kept recipe and overrides differ in from those given to baton
+ * run (run_dir.h). */
+#define _GNU_SOURCE /* strndup */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "recipe_diff.h"
+#include "run_dir.h"
+#include "util/buf.h"
+#include "util/file.h"
+
+#define DIFFERS_SHOWN 4 /* differences named */
+
+/* The differences of recipe_file from the kept copy into out ("" when either cannot be
+ * loaded: no more than "another recipe" can be said). */
+static void differs_text(const char *kept, const char *recipe_file, bt_buf *out) {
+    recipe_doc was, now;
+    bt_diag d;
+    bt_diag_init(&d);
+    if (recipe_load_file(kept, &was, &d) != 0) return;
+    if (recipe_load_file(recipe_file, &now, &d) == 0) {
+        if (recipe_diff(&was, &now, DIFFERS_SHOWN, out) == 0)
+            bt_buf_printf(out, "only in comments or layout: the two read as the same recipe");
+        recipe_doc_free(&now);
+    }
+    recipe_doc_free(&was);
+}
+
+void run_dir_other_recipe(const run_dir *d, const char *recipe_file, bt_diag *diag) {
+    char kept[4200];
+    run_dir_file(d, "recipe.yaml", kept, sizeof kept);
+    bt_buf what;
+    bt_buf_init(&what);
+    differs_text(kept, recipe_file, &what);
+    const char *diffs = bt_buf_str(&what);
+    bt_diag_set(diag,
+                "%s: this run directory belongs to a run with another recipe (kept in %s)%s%s%s"
+                "%s. To continue the run with the edit, make it the kept copy (cp %s %s) and "
+                "run 'baton resume %s' (README, \"Changing a run's recipe\", says which edits "
+                "a run takes); to start a new run, choose another --run-dir",
+                d->path, kept, diffs[0] ? ": " : "", diffs[0] ? recipe_file : "",
+                diffs[0] ? " differs from it: " : "", diffs, recipe_file, kept, d->path);
+    bt_buf_free(&what);
+}
+
+void run_dir_other_sets(const run_dir *d, const char *overrides, bt_diag *diag) {
+    char copy[4200], *kept = NULL, was[2048], now[2048];
+    size_t n = 0;
+    run_dir_file(d, "overrides", copy, sizeof copy);
+    char *text = bt_read_private(copy, 1u << 20, 0, &kept, &n) == 0 ? strndup(kept, n) : NULL;
+    run_dir_sets_line(text ? text : "", was, sizeof was);
+    run_dir_sets_line(overrides, now, sizeof now);
+    free(kept), free(text);
+    bt_diag_set(diag,
+                "%s: this run directory belongs to a run with other --set overrides (kept in "
+                "%s: the run has %s; given: %s); give the run's own to continue it, or continue "
+                "it with 'baton resume %s'; to run with other overrides, choose another "
+                "--run-dir",
+                d->path, copy, was, now, d->path);
+}

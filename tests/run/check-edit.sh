@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# A run's kept recipe (RUN_DIR/recipe.yaml) edited between runs, with the helpers of
+# run-common.sh. CASE:
+#   edit-stages   a run stopped in its second stage: stage a removed, a stage inserted
+#                 before b, a and b swapped, and b (in progress) removed are each refused by
+#                 resume, exit 2, before any worker starts (no spec written, the journal
+#                 unchanged), naming the stage and what changed; b renamed in place with a
+#                 stage appended continues b from its stop checkpoint and completes.
+#   edit-extend   a completed run whose recipe gains a stage: status says stopped (not
+#                 completed) with the stage pending, resume trains it (a hand-off from b's
+#                 final checkpoint at b's data position), exit 0; more steps for that last
+#                 stage: resume continues it from its final checkpoint to the new end.
+#   edit-name     the recipe's name: changed while a stage is in progress: resume refuses,
+#                 exit 2, naming both names, before any worker starts; put back, it continues.
+#   edit-diff     baton run EDITED.yaml --run-dir of a run kept for another recipe: refused,
+#                 exit 2, naming the differing fields (file:line, path, old and new), a stage
+#                 added, and how to continue (the kept copy, baton resume); comments only:
+#                 said so.
+#   check-edit.sh BATON BATON_WORKER SOURCE_DIR CASE
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
+one_rank_recipe ed "checkpoint: {every_steps: 2}" "{name: a, steps: 4}" "{name: b, steps: 12}" \
+  >ed.yaml
+
+# stopped_run: r1 stopped by SIGTERM in stage b at step 5 or later, kept as r1.bak
+stopped_run() {
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run ed.yaml --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 1 5 >/dev/null
+  stop_run
+  cp -a r1 r1.bak
+}
+# edited DIR PYTHON: a copy of r1.bak as DIR, its recipe.yaml changed by PYTHON (on s)
+edited() {
+  rm -rf "$1"
+  cp -a r1.bak "$1"
+  /usr/bin/python3 -c "
+import sys
+p = sys.argv[2] + '/recipe.yaml'
+s = open(p).read()
+exec(sys.argv[1])
+open(p, 'w').write(s)" "$2" "$1"
+}
+# refused DIR PATTERN: resume of DIR exits 2 saying PATTERN, and starts nothing
+refused() {
+  local rc=0 specs journal
+  specs=$(ls "$1/specs" | wc -l) journal=$(md5sum <"$1/journal")
+  "$baton" resume "$1" --quiet >"$1.out" 2>&1 || rc=$?
+  [[ $rc == 2 ]] || { cat "$1.out"; fail "$1: resume exited $rc, not 2"; }
+  grep -qE "$2" "$1.out" || { cat "$1.out"; fail "$1: resume did not say: $2"; }
+  [[ $(ls "$1/specs" | wc -l) == "$specs" && $(md5sum <"$1/journal") == "$journal" ]] ||
+    fail "$1: the refused resume started an attempt or wrote the journal"
+  "$baton" status "$1" --json | /usr/bin/python3 -c '
+import json, sys
+assert json.load(sys.stdin)["state"] == "stopped"' || fail "$1: status is not stopped"
+}
+
+case $case in
+edit-stages)
+  stopped_run
+  edited del 's = s.replace("  - {name: a, steps: 4}\n", "")'
+  refused del 'the recipe.s stage 1 is "b", the run.s stage 2, and the run.s stage "a" is no longer in it'
+  edited ins 's = s.replace("  - {name: b", "  - {name: x, steps: 8}\n  - {name: b")'
+  refused ins 'stage "b" was the run.s stage 2 and is the recipe.s stage 3 now'
+  edited swap 's = s.replace("  - {name: a, steps: 4}\n  - {name: b, steps: 12}\n", "  - {name: b, steps: 12}\n  - {name: a, steps: 4}\n")'
+  refused swap 'stage "a" was the run.s stage 1 and is the recipe.s stage 2 now'
+  edited delb 's = s.replace("  - {name: b, steps: 12}\n", "")'
+  refused delb 'stage "b", the run.s stage 2, is no longer in the recipe'
+  grep -q "nothing was started.*init: $work/delb/checkpoints/s01-step" delb.out ||
+    { cat delb.out; fail "the refusal does not say how to go on"; }
+  # renamed in place, one stage appended: continued
+  edited ren 's = s.replace("name: b,", "name: b2,") + "  - {name: c, steps: 2}\n"'
+  "$baton" resume ren --quiet >ren.out 2>&1 || { cat ren.out; fail "resume of a renamed stage failed"; }
+  grep -q "started from $work/ren at step [5-9]" ren/logs/s01-a01.log ||
+    { grep started ren/logs/s01-a01.log; fail "the renamed stage did not continue from its checkpoint"; }
+  [[ $(stage_losses ren | cut -d' ' -f1,2 | tr '\n' ' ') == "a done b2 done c done " ]] ||
+    { stage_losses ren; fail "the renamed run did not complete"; }
+  echo "$case: removed, inserted, swapped stages refused before any worker; a rename in place continued"
+  ;;
+edit-extend)
+  "$baton" run ed.yaml --run-dir r1 --quiet >run.out 2>&1 || { cat run.out; fail "the run failed"; }
+  echo '  - {name: c, steps: 3}' >>r1/recipe.yaml
+  "$baton" status r1 >st.out
+  grep -q "^run r1: stopped" st.out && grep -qE '^  c +pending +0/3' st.out &&
+    grep -q "now has more, from stage \"c\" (new) on" st.out || { cat st.out; fail "status of the extended run"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+assert json.load(sys.stdin)["state"] == "stopped"' || fail "status --json says completed"
+  "$baton" resume r1 >res.out 2>&1 || { cat res.out; fail "resume of the extended run failed"; }
+  grep -q "the run completed, but its recipe .* now has more, from stage \"c\" (new) on: training it" res.out ||
+    { cat res.out; fail "resume did not say it trains the new stage"; }
+  grep -q "started from $work/r1 at step 0 (global sample 64)" r1/logs/s02-a00.log ||
+    { grep started r1/logs/s02-a00.log; fail "c did not take b's hand-off at b's data position"; }
+  [[ $(stage_losses r1 | cut -d' ' -f1,2 | tr '\n' ' ') == "a done b done c done " ]] ||
+    { stage_losses r1; fail "the extended run did not complete"; }
+  sed -i 's/{name: c, steps: 3}/{name: c, steps: 5}/' r1/recipe.yaml
+  "$baton" status r1 | grep -qE '^  c +stopped +3/5' || { "$baton" status r1; fail "c with more steps not shown stopped"; }
+  "$baton" resume r1 >res2.out 2>&1 || { cat res2.out; fail "resume of the longer stage failed"; }
+  grep -q 'from stage "c" (5 steps, completed with 3) on: training it' res2.out ||
+    { cat res2.out; fail "resume did not say it continues c"; }
+  grep -q "started from $work/r1 at step 3 " r1/logs/s02-a01.log ||
+    { grep started r1/logs/s02-a01.log; fail "c did not continue from its final checkpoint"; }
+  "$baton" status r1 | grep -qE '^  c +done +5/5' || { "$baton" status r1; fail "c not done 5/5"; }
+  "$baton" resume r1 >res3.out 2>&1 && grep -q "already completed" res3.out ||
+    { cat res3.out; fail "the completed run was not seen as completed"; }
+  echo "$case: a completed run's new stage and new steps trained by resume"
+  ;;
+edit-name)
+  stopped_run
+  edited ren 's = s.replace("name: ed\n", "name: ed2\n")'
+  refused ren 'the recipe.s name: is "ed2" now, but stage "b" is in progress under the name "ed", which its checkpoints record'
+  grep -q "Put back name: ed in $work/ren/recipe.yaml" ren.out || { cat ren.out; fail "no way on"; }
+  sed -i 's/^name: ed2$/name: ed/' ren/recipe.yaml
+  "$baton" resume ren --quiet >ren2.out 2>&1 || { cat ren2.out; fail "resume with the name put back failed"; }
+  grep -q "started from $work/ren at step [5-9]" ren/logs/s01-a01.log ||
+    { grep started ren/logs/s01-a01.log; fail "b did not continue from its checkpoint"; }
+  echo "$case: the recipe renamed mid-stage refused, naming both names"
+  ;;
+edit-diff)
+  "$baton" run ed.yaml --run-dir r1 --quiet >run.out 2>&1 || { cat run.out; fail "the run failed"; }
+  sed 's/steps: 12}/steps: 14}/' ed.yaml >add.yaml
+  echo '  - {name: c, steps: 3}' >>add.yaml
+  rc=0
+  "$baton" run add.yaml --run-dir r1 --quiet >add.out 2>&1 || rc=$?
+  [[ $rc == 2 ]] || { cat add.out; fail "run of an edited recipe exited $rc, not 2"; }
+  line=$(grep -n 'steps: 14' add.yaml | cut -d: -f1)
+  grep -qF "add.yaml differs from it: add.yaml:$line: stages[1].steps: 12 in the run's recipe, 14 here; add.yaml:$((line + 1)): stages[2]: \"c\" added" add.out ||
+    { cat add.out; fail "the refusal does not name the differences"; }
+  grep -qF "make it the kept copy (cp add.yaml $work/r1/recipe.yaml) and run 'baton resume $work/r1'" add.out ||
+    { cat add.out; fail "the refusal does not say how to continue with the edit"; }
+  { cat ed.yaml; echo "# a comment"; } >comment.yaml
+  rc=0
+  "$baton" run comment.yaml --run-dir r1 --quiet >comment.out 2>&1 || rc=$?
+  [[ $rc == 2 ]] && grep -q "only in comments or layout" comment.out ||
+    { cat comment.out; fail "a comment-only difference not said"; }
+  echo "$case: the refusal names the differences and the way on"
+  ;;
+*)
+  fail "unknown case"
+  ;;
+esac
