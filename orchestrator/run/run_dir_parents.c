@@ -46,9 +46,32 @@ static int run_dir_own_group(gid_t gid) {
     return 1;
 }
 
+/* The uid a user namespace shows for the users it does not map: host root's files among
+ * them (/tmp, / under apptainer --fakeroot, rootless podman, unshare -r), which no one in
+ * the namespace can be told apart from root by; -1 in the initial namespace (its uid_map
+ * maps every uid: "0 0 4294967295"), where that uid is a user of its own (nobody). */
+static long run_dir_unmapped_uid(void) {
+    static long uid = -2;
+    if (uid != -2) return uid;
+    uid = -1;
+    unsigned long inside, outside, count;
+    FILE *f = fopen("/proc/self/uid_map", "r");
+    if (f == NULL) return uid;
+    int initial = fscanf(f, "%lu %lu %lu", &inside, &outside, &count) == 3 && inside == 0 &&
+                  outside == 0 && count == 4294967295UL;
+    fclose(f);
+    if (initial) return uid;
+    uid = 65534; /* the kernel's default */
+    f = fopen("/proc/sys/kernel/overflowuid", "r");
+    if (f != NULL && fscanf(f, "%lu", &count) == 1) uid = (long)count;
+    if (f != NULL) fclose(f);
+    return uid;
+}
+
 /* Who else may rename entries of directory st: 2 anyone (writable by others, not sticky),
  * 1 some (writable by a group not yours alone, not sticky; or owned by another user than
- * root), 0 no one; why says so. */
+ * root, or than the unmapped uid a user namespace shows for root's), 0 no one; why says
+ * so. */
 static int run_dir_parent_open(const struct stat *st, char *why, size_t cap) {
     int sticky = (st->st_mode & S_ISVTX) != 0;
     unsigned mode = (unsigned)(st->st_mode & 07777);
@@ -61,7 +84,7 @@ static int run_dir_parent_open(const struct stat *st, char *why, size_t cap) {
                  (unsigned)st->st_gid, mode);
         return 1;
     }
-    if (st->st_uid != 0 && st->st_uid != geteuid()) {
+    if (st->st_uid != 0 && st->st_uid != geteuid() && (long)st->st_uid != run_dir_unmapped_uid()) {
         snprintf(why, cap, "owned by uid %u, neither root nor you", (unsigned)st->st_uid);
         return 1;
     }

@@ -38,7 +38,8 @@
 #                 directory (or pointing under one) is refused alike; a plain file on the
 #                 path is not called one (making the run directory says "Not a directory");
 #                 (as root) one that a group or another user may (0775 of another group,
-#                 0755 owned by nobody) is a warning naming it.
+#                 0755 owned by nobody) is a warning naming it, except in a user namespace
+#                 (unshare -r) for the overflow uid it shows for the users it does not map.
 #   check-trust.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
@@ -291,6 +292,21 @@ run-dir-trust)
     grep -qF "$work/ow, which is owned by uid $(id -u nobody), neither root nor you" ow.out ||
       { cat ow.out; fail "no warning for a parent another user owns"; }
     parents+="; group-writable and another user's warned of"
+    # in a user namespace (unshare -r, apptainer --fakeroot) the users it does not map,
+    # host root among them, show as the overflow uid: a parent of that uid is not warned
+    # of (nobody here is that uid too), a 0777 one still refused
+    if unshare -r true 2>/dev/null && [[ $(cat /proc/sys/kernel/overflowuid) == $(id -u nobody) ]]; then
+      unshare -r "$baton" submit one.yaml --run-dir ow/mine/ns --dry-run >ns.out 2>&1 || { cat ns.out; fail "submit in a user namespace failed"; }
+      ! grep -q "warning" ns.out || { cat ns.out; fail "in a user namespace, the overflow uid's parent warned of"; }
+      chmod 0777 ow
+      set +e; unshare -r "$baton" submit one.yaml --run-dir ow/mine/ns2 --dry-run >ns.out 2>&1; rc=$?; set -e
+      [[ $rc == 2 ]] && grep -qF "$work/ow, a directory above it, is writable by others without the sticky bit" ns.out ||
+        { cat ns.out; fail "in a user namespace, a 0777 parent of the overflow uid: exit $rc"; }
+      chmod 0755 ow
+      parents+="; in a user namespace the overflow uid's not warned of"
+    else
+      parents+="; SKIPPED (no unshare -r): the overflow uid in a user namespace"
+    fi
   fi
   echo "$case: umask 000 left nothing open; 0777/0770 and planted links refused; $owner; $parents"
   ;;
