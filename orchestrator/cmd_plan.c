@@ -99,8 +99,7 @@ static void plan_scale_source(const recipe_doc *doc, plan_all *pa, size_t i) {
     const char *init = doc->recipe->init;
     int reset = s->optimizer && s->optimizer->reset;
     ps->scale_carried = prev && plan_scale_carried(prev->precision, s->precision, reset);
-    if (ps->scale_carried)
-        snprintf(ps->scale_from, sizeof ps->scale_from, "%s", prev->name ? prev->name : "");
+    ps->scale_from = ps->scale_carried && prev->name ? prev->name : "";
     ps->scale_init = i == 0 && init != NULL && init[0] != '\0' && !reset;
 }
 

@@ -174,7 +174,7 @@ typedef struct plan_stage {
      * the first stage, which starts from the recipe's init (whose fp16 scaler it would
      * carry). The caller, who sees the stages together, sets them (plan_stage_build
      * leaves them empty). */
-    char scale_from[80];
+    const char *scale_from; /* the stage before's name, in its spec (alive as long as it) */
     int scale_carried;
     int scale_init;
     plan_shape shape;

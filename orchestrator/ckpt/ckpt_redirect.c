@@ -9,12 +9,7 @@ static int is_scheme(const char *url, const char *scheme, size_t len) {
 
 ckpt_redirect_policy ckpt_redirect_policy_of(const char *url) {
     int https = is_scheme(url, "https://", 8);
-    return (ckpt_redirect_policy){.to_http = !https, .to_https = 1, .credentials_elsewhere = 0};
-}
-
-int ckpt_redirect_allowed(const ckpt_redirect_policy *p, const char *to) {
-    return (p->to_http && is_scheme(to, "http://", 7)) ||
-           (p->to_https && is_scheme(to, "https://", 8));
+    return (ckpt_redirect_policy){.to_http = !https, .to_https = 1};
 }
 
 const char *ckpt_redirect_protocols(const ckpt_redirect_policy *p) {

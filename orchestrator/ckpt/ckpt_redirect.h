@@ -10,16 +10,11 @@
 #define CKPT_REDIRECT_MAX 5L
 
 typedef struct ckpt_redirect_policy {
-    int to_http, to_https;     /* a redirect may go to http://, to https:// */
-    int credentials_elsewhere; /* sent to another host, scheme or port (CURLOPT_UNRESTRICTED_AUTH)
-                                */
+    int to_http, to_https; /* a redirect may go to http://, to https:// */
 } ckpt_redirect_policy;
 
 /* The policy for a request to url (its scheme, ASCII case ignored). */
 ckpt_redirect_policy ckpt_redirect_policy_of(const char *url);
-
-/* Whether p lets a redirect go to the absolute URL `to` (by its scheme). */
-int ckpt_redirect_allowed(const ckpt_redirect_policy *p, const char *to);
 
 /* p's schemes as CURLOPT_REDIR_PROTOCOLS_STR takes them: "https", "http,https" ("" none). */
 const char *ckpt_redirect_protocols(const ckpt_redirect_policy *p);

@@ -244,8 +244,8 @@ static void remote_follow(CURL *c, const char *url) {
     ckpt_redirect_policy p = ckpt_redirect_policy_of(url);
     curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
     curl_easy_setopt(c, CURLOPT_MAXREDIRS, CKPT_REDIRECT_MAX);
-    curl_easy_setopt(c, CURLOPT_UNRESTRICTED_AUTH, (long)p.credentials_elsewhere);
-#if LIBCURL_VERSION_NUM >= 0x075500 /* 7.85: the protocols by name */
+    curl_easy_setopt(c, CURLOPT_UNRESTRICTED_AUTH, 0L); /* credentials to the URL's host only */
+#if LIBCURL_VERSION_NUM >= 0x075500                     /* 7.85: the protocols by name */
     curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, ckpt_redirect_protocols(&p));
 #else
     curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS,

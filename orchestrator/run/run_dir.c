@@ -446,6 +446,9 @@ int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const ch
         return BT_EINVAL;
     }
     snprintf(d->path, sizeof d->path, "%s", abs); /* workers and specs see one absolute path */
+    /* judged again on the resolved path every later step uses: where the directory really
+     * is, should a link on the way have changed since the first check */
+    if (run_dir_check_parents(d, d->path, diag) != 0) return BT_EINVAL;
     if (existed && run_dir_check_existing(d, &st, diag) != 0) return BT_EINVAL;
     int rc = run_dir_lock(d, diag);
     if (rc == 0) d->started = run_dir_has_started(d->path);

@@ -51,11 +51,14 @@ typedef struct run_dir {
  * that some users may rename entries in). */
 int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const char *overrides,
                  bt_diag *diag);
-/* The directories above path (resolved; for a path not made yet, above where it will be
- * made): one that any other user may rename entries in (writable by others, not sticky)
- * is refused, BT_EINVAL naming it, its mode and what to do; the first that some may
- * (writable by a group other than your own private one, not sticky; owned by another
- * user than root) is d->parent_warning for the caller to say. */
+/* The directories above path (walked as the kernel resolves it; for a path not made yet,
+ * above where it will be made) and above every symbolic link on its way (whoever may
+ * rename entries there may point the link elsewhere): one that any other user may rename
+ * entries in (writable by others, not sticky) is refused, BT_EINVAL naming it, its mode
+ * and what to do; the first that some may (writable by a group other than your own
+ * private one, not sticky; owned by another user than root, or than the uid a user
+ * namespace shows for root's files) is d->parent_warning for the caller to say. A
+ * component that is not a directory is left for making path to report. */
 int run_dir_check_parents(run_dir *d, const char *path, bt_diag *diag);
 void run_dir_close(run_dir *d);
 /* run_dir_differs.c: why run_dir_open refuses recipe_file, not the recipe kept with the

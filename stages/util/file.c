@@ -9,22 +9,27 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Reads f whole and closes it (bt_read_file). */
+/* Reads f whole and closes it (bt_read_file). The buffer grows while it is under max; once
+ * it holds max bytes or more, one byte more tells a file of exactly max bytes (EOF) from a
+ * longer one (EFBIG). */
 static int bt_read_stream(FILE *f, size_t max, char **out, size_t *len) {
     size_t cap = 1 << 16, n = 0, k;
+    int over = 0;
     char *buf = malloc(cap + 1);
-    while (buf && (k = fread(buf + n, 1, cap - n, f)) > 0)
-        if ((n += k) == cap) {
-            char *b = cap < max ? realloc(buf, cap * 2 + 1) : NULL;
-            if (b == NULL) free(buf);
-            buf = b, cap *= 2;
+    while (buf && (k = fread(buf + n, 1, cap - n, f)) > 0) {
+        if ((n += k) < cap) continue;
+        if (cap >= max) { /* full: no growing past max */
+            over = n > max || fgetc(f) != EOF;
+            break;
         }
-    /* over max: read past it (cap may exceed max), or stopped at a cap max would not grow */
-    int failed = ferror(f), err = failed                                ? (errno ? errno : EIO)
-                                  : n > max || (cap >= max && n == cap) ? EFBIG
-                                                                        : ENOMEM;
+        char *b = realloc(buf, cap * 2 + 1);
+        if (b == NULL) free(buf);
+        buf = b, cap *= 2;
+    }
+    over = over || n > max;
+    int failed = ferror(f), err = failed ? (errno ? errno : EIO) : over ? EFBIG : ENOMEM;
     fclose(f);
-    if (buf == NULL || n > max || failed) { /* a read error is no shorter file */
+    if (buf == NULL || over || failed) { /* a read error is no shorter file */
         free(buf);
         errno = err;
         return -1;

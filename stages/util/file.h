@@ -10,7 +10,8 @@
 #include "err.h"
 
 /* Reads path whole into a malloc'd, NUL-terminated buffer (*out, *len bytes before the
- * NUL). Returns 0, or -1 with errno set (EFBIG when it exceeds max bytes). */
+ * NUL). Returns 0, or -1 with errno set (EFBIG when it is longer than max bytes; one of
+ * exactly max bytes is read). */
 int bt_read_file(const char *path, size_t max, char **out, size_t *len);
 
 /* bt_read_file for a run's own file: a symbolic link is refused (ELOOP), never followed,

@@ -490,6 +490,17 @@ c carried b' &&
   $("$baton" plan "$recipes/tiny-cpu.yaml" --json 2>/dev/null |
     /usr/bin/python3 -c 'import json, sys; print({s["loss_scale"] for s in json.load(sys.stdin)["stages"]})') == '{None}' ]] && echo "ok   plan --json: each fp16 stage's loss_scale (initial, carried from the stage before, init), null for others" ||
   { echo "FAIL: plan --json loss_scale: $(plan_scales)"; failures=$((failures + 1)); }
+# a stage name of any length is carried_from whole (it names the stage in "name")
+long=$(mktemp /tmp/baton-test-long.XXXXXX.yaml)
+sed "s/{name: a,/{name: $(printf 'a%.0s' $(seq 97)),/" "$carry" >"$long"
+[[ $("$baton" plan "$long" --json 2>/dev/null | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)["stages"]
+print(len(s[0]["name"]), s[1]["loss_scale"]["carried_from"] == s[0]["name"])') == "97 True" &&
+  $("$baton" plan "$long" 2>/dev/null) == *"carried from stage \"$(printf 'a%.0s' $(seq 97))\" ("* ]] &&
+  echo "ok   plan: a 97-character stage name is carried_from whole" ||
+  { echo "FAIL: plan cuts a long stage name in carried_from"; failures=$((failures + 1)); }
+rm -f "$long"
 [[ $("$baton" plan "$carry" 2>&1 >/dev/null | grep -c '^warning') == 1 &&
   -z $("$baton" plan "$carry" --set stages.b.optimizer.reset=true 2>&1 >/dev/null) &&
   $("$baton" spec "$carry" --stage b --set stages.b.optimizer.reset=true 2>/dev/null) != *"is not used"* &&

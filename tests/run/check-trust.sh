@@ -37,8 +37,12 @@
 #                 a warning that names the command (baton resume: warning: ...); a directory
 #                 above it that anyone may rename entries in (0777, not sticky) is refused,
 #                 exit 2, naming it, before the run directory is made (run and resume), a
-#                 sticky one (1777) is not; (as root) one that a group or another user may
-#                 (0775 of another group, 0755 owned by nobody) is a warning naming it.
+#                 sticky one (1777) is not; a symbolic link on the path held in such a
+#                 directory (or pointing under one) is refused alike; a plain file on the
+#                 path is not called one (making the run directory says "Not a directory");
+#                 (as root) one that a group or another user may (0775 of another group,
+#                 0755 owned by nobody) is a warning naming it, except in a user namespace
+#                 (unshare -r) for the overflow uid it shows for the users it does not map.
 #   check-trust.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
@@ -261,6 +265,27 @@ run-dir-trust)
   [[ ! -e ww/mid/new ]] || fail "ww/mid/new made under a parent anyone may rename"
   cp -a r0 ww/mid/r0
   refused ww "ww/mid/r0: not used as a run directory: $work/ww, a directory above it, is writable by others" resume ww/mid/r0
+  # a symbolic link on the path, in a directory anyone may rename entries in, is no way
+  # around it (whoever may re-point the link chooses where the run goes): refused, exit 2,
+  # however the path reaches it (absolute, "..", a relative link), nothing made where it
+  # points; nor is one in a safe directory pointing under such a directory
+  mkdir -m 0700 safe mine
+  ln -s "$work/safe" ww/l && ln -s ../safe ww/rl && ln -s "$work/ww/mid" mine/l
+  for pl in "$work/ww/l/runA l" "ww/../ww/l/runB l" "ww/rl/runC rl"; do
+    read -r p l <<<"$pl"
+    refused ww "$p: not used as a run directory: $work/ww, a directory above $work/ww/$l (a symbolic link on its path), is writable by others without the sticky bit (mode 0777)" \
+      run one.yaml --run-dir "$p"
+  done
+  refused ww "mine/l/runD: not used as a run directory: $work/ww, a directory above it, is writable by others" \
+    submit one.yaml --run-dir mine/l/runD --dry-run
+  [[ -z $(ls -A safe) && ! -e ww/mid/runD ]] || fail "made through a link under a parent anyone may rename: $(ls -A safe ww/mid)"
+  ln -s "$work/safe" mine/ok
+  "$baton" submit one.yaml --run-dir mine/ok/runE --dry-run >link.out 2>&1 && [[ -e safe/runE/baton.sbatch ]] ||
+    { cat link.out; fail "a link in a safe directory to a safe one refused"; }
+  # a file on the path is not "a directory above it": making the run directory says why
+  touch plain && chmod 0666 plain
+  refused plain "plain/run: cannot create the run directory: Not a directory" run one.yaml --run-dir plain/run
+  ! grep -q "a directory above" ref.out || { cat ref.out; fail "a file judged as a directory above the run directory"; }
   chmod 1777 ww
   "$baton" resume ww/mid/r0 >sticky.out 2>&1 || { cat sticky.out; fail "resume under a sticky 1777 parent failed"; }
   ! grep -q "warning" sticky.out || { cat sticky.out; fail "a sticky parent warned of"; }
@@ -277,6 +302,21 @@ run-dir-trust)
     grep -qF "$work/ow, which is owned by uid $(id -u nobody), neither root nor you" ow.out ||
       { cat ow.out; fail "no warning for a parent another user owns"; }
     parents+="; group-writable and another user's warned of"
+    # in a user namespace (unshare -r, apptainer --fakeroot) the users it does not map,
+    # host root among them, show as the overflow uid: a parent of that uid is not warned
+    # of (nobody here is that uid too), a 0777 one still refused
+    if unshare -r true 2>/dev/null && [[ $(cat /proc/sys/kernel/overflowuid) == $(id -u nobody) ]]; then
+      unshare -r "$baton" submit one.yaml --run-dir ow/mine/ns --dry-run >ns.out 2>&1 || { cat ns.out; fail "submit in a user namespace failed"; }
+      ! grep -q "warning" ns.out || { cat ns.out; fail "in a user namespace, the overflow uid's parent warned of"; }
+      chmod 0777 ow
+      set +e; unshare -r "$baton" submit one.yaml --run-dir ow/mine/ns2 --dry-run >ns.out 2>&1; rc=$?; set -e
+      [[ $rc == 2 ]] && grep -qF "$work/ow, a directory above it, is writable by others without the sticky bit" ns.out ||
+        { cat ns.out; fail "in a user namespace, a 0777 parent of the overflow uid: exit $rc"; }
+      chmod 0755 ow
+      parents+="; in a user namespace the overflow uid's not warned of"
+    else
+      parents+="; SKIPPED (no unshare -r): the overflow uid in a user namespace"
+    fi
   fi
   echo "$case: umask 000 left nothing open; 0777/0770 and planted links refused; $owner; $parents"
   ;;

@@ -623,8 +623,9 @@ static void test_retain_links(void) {
 }
 
 /* A manifest that cannot be read leaves errno saying why (baton run weighs it: a file
- * where a directory belongs is for good, EIO may pass), and a file over the cap is EFBIG
- * whatever the cap, never ENOMEM (which would pass for a shortage that may end). */
+ * where a directory belongs is for good, EIO may pass), and a file over the cap is EFBIG,
+ * never ENOMEM (which would pass for a shortage that may end); test_file.c tries the caps
+ * the read buffer grows through (64 KiB, 128 KiB). */
 static void test_unread_errno(void) {
     char file[300], p[CKPT_PATH_MAX], *buf = NULL;
     size_t n = 0;

@@ -2,7 +2,9 @@
  * regular file read whole; a symbolic link refused (ELOOP), never followed, whatever it
  * points to; anything but a regular file refused (EINVAL: a directory, a FIFO, which must
  * not block the reader); strict, a file its group or others may read or write, or one
- * another user owns, refused (EPERM), as for a secret; over max bytes EFBIG. The owner
+ * another user owns, refused (EPERM), as for a secret; over max bytes EFBIG. bt_read_file
+ * and bt_read_private at caps around the buffer's growth (64 KiB doubling): a file of
+ * exactly max bytes read, one byte more EFBIG, never ENOMEM. The owner
  * check needs a file of another user's that this one can open: run as root (chown), it
  * is checked; else said to be skipped. */
 #include <errno.h>
@@ -86,6 +88,51 @@ static void check_kinds(const char *dir) {
     free(text);
 }
 
+/* A file of size bytes ('x'), 0600, at p. */
+static void write_size(const char *p, size_t size) {
+    FILE *f = fopen(p, "w");
+    CHECK(f != NULL);
+    if (f == NULL) return;
+    for (size_t i = 0; i < size; i++)
+        fputc('x', f);
+    CHECK(fclose(f) == 0);
+}
+
+/* bt_read_file (private: bt_read_private) of a file of size bytes under cap max: 0 when it
+ * read them all, else its errno. */
+static int read_size(const char *p, size_t size, size_t max, int private) {
+    char *text = NULL;
+    size_t len = 0;
+    write_size(p, size);
+    errno = 0;
+    int rc = private ? bt_read_private(p, max, 0, &text, &len) : bt_read_file(p, max, &text, &len);
+    if (rc != 0) return errno ? errno : -1;
+    int whole = len == size && text[len] == '\0' && strspn(text, "x") == len;
+    free(text);
+    return whole ? 0 : -2;
+}
+
+/* Caps that are the buffer's own sizes (64 KiB, 128 KiB: every production cap is 64 KiB
+ * times a power of two) and others: exactly max bytes read, max + 1 and twice max EFBIG. */
+static void check_limits(const char *dir) {
+    static const size_t maxes[] = {100, 65535, 65536, 100000, 131072};
+    char p[256];
+    snprintf(p, sizeof p, "%s/sized", dir);
+    for (size_t i = 0; i < sizeof maxes / sizeof maxes[0]; i++)
+        for (int private = 0; private < 2; private ++) {
+            size_t max = maxes[i], sizes[] = {max - 1, max, max + 1, 2 * max + 1};
+            for (int j = 0; j < 4; j++) {
+                int got = read_size(p, sizes[j], max, private), want = j < 2 ? 0 : EFBIG;
+                if (got != want)
+                    fprintf(stderr, "%s: %zu bytes under max %zu: %d (%s), not %d\n",
+                            private ? "bt_read_private" : "bt_read_file", sizes[j], max, got,
+                            got > 0 ? strerror(got) : "misread", want);
+                CHECK_EQ_U64(got, want);
+            }
+        }
+    CHECK(unlink(p) == 0);
+}
+
 /* Another user's file, 0600 (readable here only by root): strict refuses it (EPERM). */
 static void check_owner(const char *dir) {
     if (geteuid() != 0) {
@@ -111,6 +158,7 @@ int main(void) {
     }
     check_modes(dir);
     check_kinds(dir);
+    check_limits(dir);
     check_owner(dir);
     check_rmdir(dir);
     if (check_failures == 0) printf("bt_read_private: all checks passed\n");
