@@ -32,6 +32,9 @@ expect 0 'usage: baton-worker' -- --help
 expect 2 'usage: baton-worker' --
 expect 2 "unknown option" -- --spec small.pb --frobnicate 3
 expect 2 "expects a count, got 'many'" -- --spec small.pb --steps many
+# a count that must be at least 1 refuses 0 (--steps 0 used to run the whole stage)
+expect 2 "^baton-worker: --steps must be at least 1, got '0' \\(leave it out for the default\\)$" -- --spec small.pb --steps 0
+expect 2 "^baton-worker: --log-every must be at least 1, got '0'" -- --spec small.pb --log-every 0
 expect 2 'missing.pb: cannot open' -- --spec missing.pb
 expect 2 'junk.pb: not a StageSpec' -- --spec junk.pb
 expect 2 'layout tp2 pp2 cp1 dp1 ep1 is not supported by this worker' -- --spec tiny.pb

@@ -44,7 +44,7 @@ typedef struct worker_args {
     const char *spec_path;
     const char *valid; /* override for the validation prefix */
     int single_process;
-    uint64_t max_steps; /* 0 = the stage's steps */
+    uint64_t max_steps; /* --steps (at least 1); 0 when not given: the stage's steps */
     uint32_t log_every;
     uint32_t eval_windows;
     double comm_timeout_s;   /* rendezvous and every collective */
@@ -66,8 +66,9 @@ static void worker_usage(FILE *f) {
                "  --single-process     run the stage's layout as one process: tp, pp, cp, dp\n"
                "                       and ep become 1, the global batch is kept through\n"
                "                       gradient accumulation (the reference run)\n"
-               "  --steps N            stop after N steps (default: the stage's steps)\n"
-               "  --log-every N        print metrics every N steps (default 1)\n"
+               "  --steps N            stop after N steps, N >= 1 (default: the stage's\n"
+               "                       steps)\n"
+               "  --log-every N        print metrics every N steps, N >= 1 (default 1)\n"
                "  --eval-windows N     validation windows evaluated at the end (default 64;\n"
                "                       0 = none)\n"
                "  --valid PREFIX       validation data (default: the stage's data.valid)\n"
@@ -110,22 +111,32 @@ static int parse_count(const char *s, uint64_t *out) {
     return 0;
 }
 
-/* Options that take a count: --steps, --log-every (>0), --eval-windows. */
+/* Options that take a count: --steps, --log-every and --comm-timeout (at least 1),
+ * --eval-windows and --save-every (0 has a meaning). */
 static int worker_parse_count_opt(worker_args *a, const char *o, const char *v) {
     uint64_t n = 0;
     if (parse_count(v, &n) != 0 || n > UINT32_MAX) {
         fprintf(stderr, "baton-worker: %s expects a count, got '%s'\n", o, v);
         return -1;
     }
+    int positive = strcmp(o, "--steps") == 0 || strcmp(o, "--log-every") == 0 ||
+                   strcmp(o, "--comm-timeout") == 0;
+    if (positive && n == 0) {
+        fprintf(stderr,
+                "baton-worker: %s must be at least 1, got '%s' (leave it out for the "
+                "default)\n",
+                o, v);
+        return -1;
+    }
     if (strcmp(o, "--steps") == 0)
         a->max_steps = n;
-    else if (strcmp(o, "--log-every") == 0 && n > 0)
+    else if (strcmp(o, "--log-every") == 0)
         a->log_every = (uint32_t)n;
     else if (strcmp(o, "--eval-windows") == 0)
         a->eval_windows = (uint32_t)n;
     else if (strcmp(o, "--save-every") == 0)
         a->save_every = (int64_t)n;
-    else if (strcmp(o, "--comm-timeout") == 0 && n > 0)
+    else if (strcmp(o, "--comm-timeout") == 0)
         a->comm_timeout_s = (double)n;
     else {
         fprintf(stderr, "baton-worker: unknown option or bad value: '%s %s'\n", o, v);
