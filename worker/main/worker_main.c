@@ -748,6 +748,24 @@ static uint64_t worker_save_every(const Baton__StageSpec *spec, const worker_arg
     return p ? p->every_steps : 1000;
 }
 
+/* Rank 0's word on the fp8 calibration from n micro-batches: its GEMMs' scales lo..hi
+ * (both 0: none of its GEMMs runs in fp8), or that no GEMM of the stage runs in fp8 at all
+ * (the LM head is bf16, and first_last_bf16 keeps a model of at most two layers in bf16). */
+static void worker_print_calibrated(const trainer *t, uint32_t n, float lo, float hi) {
+    int L = t->m.cfg.n_layers;
+    if (hi > 0)
+        printf("fp8 scales calibrated from %u micro-batch(es): scales in [%g, %g]\n", n, lo, hi);
+    else if (t->m.cfg.fp8_first_last_bf16 && L <= 2)
+        printf("fp8: no GEMM runs in fp8 (the LM head is bf16, and first_last_bf16 keeps the "
+               "first and the last layer, all %d of the model's, in bf16): no scale to "
+               "calibrate\n",
+               L);
+    else
+        printf("fp8 scales calibrated from %u micro-batch(es) (rank 0's GEMMs all run in bf16: "
+               "its layers are the model's first or last, under first_last_bf16)\n",
+               n);
+}
+
 /* *load_rc: the checkpoint load's own code (0 when none or it worked). */
 static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, worker_control *wc,
                             int *load_rc, bt_diag *diag) {
@@ -775,8 +793,7 @@ static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, w
     worker_control_busy(wc, BATON__HEARTBEAT__PHASE__TRAIN, t->step); /* a step's work */
     rc = rc ? rc : train_fp8_calibrate(t, &n, &lo, &hi, diag);
     worker_control_idle(wc);
-    if (rc == 0 && n > 0 && w->info.rank == 0 && !a->quiet)
-        printf("fp8 scales calibrated from %u micro-batch(es): scales in [%g, %g]\n", n, lo, hi);
+    if (rc == 0 && n > 0 && w->info.rank == 0 && !a->quiet) worker_print_calibrated(t, n, lo, hi);
     return rc;
 }
 
