@@ -738,6 +738,22 @@ static void warn_scale_initial(vctx *v, const Baton__Recipe *r, const Baton__Sta
           own->loss_scale->initial, prev->name ? prev->name : "");
 }
 
+/* An fp8 stage in which no product runs in fp8: the LM head is always bf16, and with
+ * first_last_bf16 a model of one or two layers has only a first and a last layer
+ * (worker/engine/model.c). Not warned about again for a stage whose previous one ran the
+ * same way. */
+static void warn_fp8_idle(vctx *v, const Baton__Recipe *r, const Baton__Stage *prev) {
+    const Baton__Precision *pr = v->eff->precision, *pp = prev ? prev->precision : NULL;
+    uint32_t L = r->model->n_layers;
+    int idle = pr && pr->type == BATON__PRECISION__TYPE__FP8 && pr->first_last_bf16 && L <= 2;
+    if (!idle || (pp && pp->type == BATON__PRECISION__TYPE__FP8 && pp->first_last_bf16)) return;
+    vwarn(v, "precision{type,first_last_bf16}",
+          "no GEMM runs in fp8: first_last_bf16 (true by default) keeps the first and the last "
+          "layer in bf16, which are all %u layer%s of the model, and the LM head is bf16, so "
+          "the stage trains as bf16 (first_last_bf16: false runs the layers in fp8)",
+          L, L == 1 ? "" : "s");
+}
+
 /* What runs but likely not as meant: a seq_len beyond the context the RoPE scaling
  * extends to, or, where a stage turns the scaling off, beyond the one it extended; a scaling that
  * starts from another context than the previous stage trained at (original_max_position is the
@@ -784,6 +800,7 @@ static void warn_stage(vctx *v, const Baton__Recipe *r) {
               "reaches lr",
               (unsigned long long)o->warmup_steps, (unsigned long long)s->steps);
     warn_scale_initial(v, r, prev);
+    warn_fp8_idle(v, r, prev);
     if (before) protobuf_c_message_free_unpacked(&before->base, NULL);
     if (sc) protobuf_c_message_free_unpacked(&sc->base, NULL);
     if (prev) protobuf_c_message_free_unpacked(&prev->base, NULL);

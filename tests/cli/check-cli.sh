@@ -507,6 +507,22 @@ rm -f "$long"
   $("$baton" spec "$carry" --stage a 2>/dev/null) != *"is not used"* ]] &&
   echo "ok   an unused loss_scale.initial warned about once, none under optimizer.reset" ||
   { echo "FAIL: the unused loss_scale.initial warnings"; failures=$((failures + 1)); }
+# an fp8 stage whose every layer is a first or last one under first_last_bf16 (and the
+# head bf16) runs no product in fp8: a warning, in the stage's list and the JSON too
+prec=$recipes/../tests/engine/precision.yaml
+expect 0 '^warning: --set stages\.fp8\.precision\.first_last_bf16=true: stages\[2\]\.precision: no GEMM runs in fp8: first_last_bf16 .* all 2 layers of the model, and the LM head is bf16, so the stage trains as bf16' -- \
+  plan "$prec" --set stages.fp8.precision.first_last_bf16=true
+expect 0 '^  - .*no GEMM runs in fp8: first_last_bf16' -- plan "$prec" --set stages.fp8.precision.first_last_bf16=true
+"$baton" plan "$prec" --set stages.fp8.precision.first_last_bf16=true --json 2>/dev/null |
+  /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)["stages"]
+assert any("no GEMM runs in fp8" in w for w in s[2]["warnings"]), s[2]["warnings"]
+assert not any("no GEMM runs in fp8" in w for w in s[0]["warnings"] + s[1]["warnings"]), s' &&
+  [[ -z $("$baton" plan "$prec" 2>&1 >/dev/null) &&
+    -z $("$baton" plan "$prec" --set model.n_layers=3 --set stages.fp8.precision.first_last_bf16=true 2>&1 >/dev/null) ]] &&
+  echo "ok   an fp8 stage with no fp8 GEMM warned about (text and JSON), not one with one" ||
+  { echo "FAIL: the warning about an fp8 stage with no fp8 GEMM"; failures=$((failures + 1)); }
 expect 0 "^== stage 1 \"b\"" -- plan "$recipes/../tests/cli/rope-off.yaml"
 expect 2 "^--gpus-per-node 0: cluster\\.gpus_per_node: expected at least 1 device per node" -- \
   spec "$recipes/tiny-cpu.yaml" --gpus-per-node 0

@@ -32,11 +32,23 @@ expect 0 'usage: baton-worker' -- --help
 expect 2 'usage: baton-worker' --
 expect 2 "unknown option" -- --spec small.pb --frobnicate 3
 expect 2 "expects a count, got 'many'" -- --spec small.pb --steps many
+# a count that must be at least 1 refuses 0 (--steps 0 used to run the whole stage)
+expect 2 "^baton-worker: --steps must be at least 1, got '0' \\(leave it out for the default\\)$" -- --spec small.pb --steps 0
+expect 2 "^baton-worker: --log-every must be at least 1, got '0'" -- --spec small.pb --log-every 0
 expect 2 'missing.pb: cannot open' -- --spec missing.pb
 expect 2 'junk.pb: not a StageSpec' -- --spec junk.pb
 expect 2 'layout tp2 pp2 cp1 dp1 ep1 is not supported by this worker' -- --spec tiny.pb
 expect 0 'step +3/300' -- --spec tiny.pb --single-process --steps 3 --eval-windows 0
 expect 0 'valid loss [0-9.]+ ' -- --spec small.pb --steps 30 --log-every 10 --eval-windows 8
+# an fp8 stage with no GEMM in fp8 (2 layers, both first or last under first_last_bf16):
+# said so, not an empty range of scales
+"$baton" spec "$src/tests/engine/precision.yaml" --stage fp8 \
+  --set stages.fp8.precision.first_last_bf16=true --out nofp8.pb 2>/dev/null || exit 1
+expect 0 '^fp8: no GEMM runs in fp8 \(the LM head is bf16, and first_last_bf16 keeps the first and the last layer, all 2 of the model.s, in bf16\): no scale to calibrate$' \
+  -- --spec nofp8.pb --steps 1 --eval-windows 0
+"$baton" spec "$src/tests/engine/precision.yaml" --stage fp8 --out fp8.pb || exit 1
+expect 0 '^fp8 scales calibrated from 2 micro-batch\(es\): scales in \[[0-9]' \
+  -- --spec fp8.pb --steps 1 --eval-windows 0
 # A validation set smaller than the windows asked for: each window once, said so; one with
 # no whole window (a small corpus's split): not evaluated, and the stage still succeeds.
 head -c 1300 /usr/share/games/fortunes/fortunes >few.txt

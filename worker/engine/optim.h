@@ -12,11 +12,14 @@
  * Schedule (Megatron-LM's convention, steps counted from 1 within the schedule, which
  * starts at the stage's first step or when Optimizer.reset says so):
  *   step <= warmup:  lr * step / warmup   (step 1 gets lr / warmup, step warmup gets lr)
- *   after warmup:    ratio = (step - warmup) / (total - warmup), then
+ *   after warmup:    ratio = (step - warmup - 1) / (total - warmup), then
  *     cosine:   min_lr + (lr - min_lr) * (1 + cos(pi * ratio)) / 2
  *     linear:   min_lr + (lr - min_lr) * (1 - ratio)
  *     constant: lr
- *   step >= total (cosine, linear): min_lr, so the last step of the stage runs at min_lr.
+ *   so the first step after warmup runs at lr and the stage's last step (step = total)
+ *   one decay step short of min_lr, which step total + 1 would reach (Megatron's iteration
+ *   k decays by k - 1 - warmup steps; a 1-step stage trains at lr, not 0);
+ *   step > total (cosine, linear): min_lr.
  *
  * Clipping follows torch.nn.utils.clip_grad_norm_: norm = sqrt(sum of g^2 over every
  * gradient of the model); every gradient is multiplied by min(1, clip / (norm + 1e-6)).

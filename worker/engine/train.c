@@ -839,6 +839,7 @@ int train_fp8_calibrate(trainer *t, uint32_t *n_micro, float *lo, float *hi, bt_
             float sc = t->fp8[g].meta[k].scale;
             *lo = fminf(*lo, sc), *hi = fmaxf(*hi, sc);
         }
+    if (*lo > *hi) *lo = *hi = 0; /* none of this rank's GEMMs runs in fp8 */
     return 0;
 }
 

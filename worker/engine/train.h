@@ -174,7 +174,9 @@ int train_step(trainer *t, train_metrics *out, bt_diag *diag);
  * over tp and dp as train_step does and records them in the fresh states' histories (the
  * loaded ones are put back as they were), so that the first step runs with scales from
  * real amaxes. *n_micro gets the number of micro-batches (0: nothing to do); *lo, *hi
- * the smallest and largest scale. Collective. */
+ * the smallest and largest scale of this rank's fp8 GEMMs, both 0 when none of its GEMMs
+ * runs in fp8 (the head and, with fp8_first_last_bf16, the first and last layers' run in
+ * bf16). Collective. */
 int train_fp8_calibrate(trainer *t, uint32_t *n_micro, float *lo, float *hi, bt_diag *diag);
 /* Every GEMM's delayed-scaling state back to scale 1 and an empty history, fresh. */
 void train_fp8_reset(trainer *t);

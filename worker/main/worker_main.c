@@ -44,7 +44,7 @@ typedef struct worker_args {
     const char *spec_path;
     const char *valid; /* override for the validation prefix */
     int single_process;
-    uint64_t max_steps; /* 0 = the stage's steps */
+    uint64_t max_steps; /* --steps (at least 1); 0 when not given: the stage's steps */
     uint32_t log_every;
     uint32_t eval_windows;
     double comm_timeout_s;   /* rendezvous and every collective */
@@ -66,8 +66,9 @@ static void worker_usage(FILE *f) {
                "  --single-process     run the stage's layout as one process: tp, pp, cp, dp\n"
                "                       and ep become 1, the global batch is kept through\n"
                "                       gradient accumulation (the reference run)\n"
-               "  --steps N            stop after N steps (default: the stage's steps)\n"
-               "  --log-every N        print metrics every N steps (default 1)\n"
+               "  --steps N            stop after N steps, N >= 1 (default: the stage's\n"
+               "                       steps)\n"
+               "  --log-every N        print metrics every N steps, N >= 1 (default 1)\n"
                "  --eval-windows N     validation windows evaluated at the end (default 64;\n"
                "                       0 = none)\n"
                "  --valid PREFIX       validation data (default: the stage's data.valid)\n"
@@ -110,22 +111,32 @@ static int parse_count(const char *s, uint64_t *out) {
     return 0;
 }
 
-/* Options that take a count: --steps, --log-every (>0), --eval-windows. */
+/* Options that take a count: --steps, --log-every and --comm-timeout (at least 1),
+ * --eval-windows and --save-every (0 has a meaning). */
 static int worker_parse_count_opt(worker_args *a, const char *o, const char *v) {
     uint64_t n = 0;
     if (parse_count(v, &n) != 0 || n > UINT32_MAX) {
         fprintf(stderr, "baton-worker: %s expects a count, got '%s'\n", o, v);
         return -1;
     }
+    int positive = strcmp(o, "--steps") == 0 || strcmp(o, "--log-every") == 0 ||
+                   strcmp(o, "--comm-timeout") == 0;
+    if (positive && n == 0) {
+        fprintf(stderr,
+                "baton-worker: %s must be at least 1, got '%s' (leave it out for the "
+                "default)\n",
+                o, v);
+        return -1;
+    }
     if (strcmp(o, "--steps") == 0)
         a->max_steps = n;
-    else if (strcmp(o, "--log-every") == 0 && n > 0)
+    else if (strcmp(o, "--log-every") == 0)
         a->log_every = (uint32_t)n;
     else if (strcmp(o, "--eval-windows") == 0)
         a->eval_windows = (uint32_t)n;
     else if (strcmp(o, "--save-every") == 0)
         a->save_every = (int64_t)n;
-    else if (strcmp(o, "--comm-timeout") == 0 && n > 0)
+    else if (strcmp(o, "--comm-timeout") == 0)
         a->comm_timeout_s = (double)n;
     else {
         fprintf(stderr, "baton-worker: unknown option or bad value: '%s %s'\n", o, v);
@@ -737,6 +748,24 @@ static uint64_t worker_save_every(const Baton__StageSpec *spec, const worker_arg
     return p ? p->every_steps : 1000;
 }
 
+/* Rank 0's word on the fp8 calibration from n micro-batches: its GEMMs' scales lo..hi
+ * (both 0: none of its GEMMs runs in fp8), or that no GEMM of the stage runs in fp8 at all
+ * (the LM head is bf16, and first_last_bf16 keeps a model of at most two layers in bf16). */
+static void worker_print_calibrated(const trainer *t, uint32_t n, float lo, float hi) {
+    int L = t->m.cfg.n_layers;
+    if (hi > 0)
+        printf("fp8 scales calibrated from %u micro-batch(es): scales in [%g, %g]\n", n, lo, hi);
+    else if (t->m.cfg.fp8_first_last_bf16 && L <= 2)
+        printf("fp8: no GEMM runs in fp8 (the LM head is bf16, and first_last_bf16 keeps the "
+               "first and the last layer, all %d of the model's, in bf16): no scale to "
+               "calibrate\n",
+               L);
+    else
+        printf("fp8 scales calibrated from %u micro-batch(es) (rank 0's GEMMs all run in bf16: "
+               "its layers are the model's first or last, under first_last_bf16)\n",
+               n);
+}
+
 /* *load_rc: the checkpoint load's own code (0 when none or it worked). */
 static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, worker_control *wc,
                             int *load_rc, bt_diag *diag) {
@@ -764,8 +793,7 @@ static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, w
     worker_control_busy(wc, BATON__HEARTBEAT__PHASE__TRAIN, t->step); /* a step's work */
     rc = rc ? rc : train_fp8_calibrate(t, &n, &lo, &hi, diag);
     worker_control_idle(wc);
-    if (rc == 0 && n > 0 && w->info.rank == 0 && !a->quiet)
-        printf("fp8 scales calibrated from %u micro-batch(es): scales in [%g, %g]\n", n, lo, hi);
+    if (rc == 0 && n > 0 && w->info.rank == 0 && !a->quiet) worker_print_calibrated(t, n, lo, hi);
     return rc;
 }
 
