@@ -1026,6 +1026,8 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
     bt_diag d;
     bt_diag_init(&d);
     int rc = run_load_state(&c);
+    /* a recipe edited since the run stopped: refused before anything is journaled */
+    if (rc == 0 && !c.st.completed) rc = run_edit_check(&c);
     if (rc == 0 && (rc = journal_open(&c.j, dir->path, &d)) != 0) run_err(&c, "%s\n", d.msg);
     if (rc != 0) return rc == BT_EINVAL ? BT_EXIT_USAGE : BT_EXIT_FAILURE; /* damaged: 2 */
     int status = 0;
