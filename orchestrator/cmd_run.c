@@ -220,6 +220,25 @@ static int run_parse_value(int argc, char **argv, int *i, run_args *a) {
     return 1;
 }
 
+/* An argument run_parse does not take: an unknown option (for resume, one of the
+ * overrides a run keeps from its start, said so) or an extra argument. */
+static void run_unexpected(const run_args *a, const char *o) {
+    size_t n = strcspn(o, "=");
+    int kept = a->resume && ((n == 5 && strncmp(o, "--set", n) == 0) ||
+                             (n == 7 && strncmp(o, "--nodes", n) == 0) ||
+                             (n == 15 && strncmp(o, "--gpus-per-node", n) == 0));
+    if (o[0] != '-')
+        fprintf(stderr, "baton %s: unexpected argument '%s'\n", run_name(a), o);
+    else if (kept)
+        fprintf(stderr,
+                "baton resume: unknown option '%s' (a run keeps the overrides it was started "
+                "with, in RUN_DIR/overrides, and resume reapplies them; they cannot be changed)\n",
+                o);
+    else
+        fprintf(stderr, "baton %s: unknown option '%s'\n", run_name(a), o);
+    run_usage_of(a, stderr);
+}
+
 static int run_parse(int argc, char **argv, run_args *a) {
     int taken;
     for (int i = 1; i < argc; i++) {
@@ -248,8 +267,7 @@ static int run_parse(int argc, char **argv, run_args *a) {
         } else if (o[0] != '-' && a->run_dir == NULL && a->resume) {
             a->run_dir = o;
         } else {
-            fprintf(stderr, "baton %s: unexpected argument '%s'\n", run_name(a), o);
-            run_usage_of(a, stderr);
+            run_unexpected(a, o);
             return -1;
         }
     }
@@ -331,6 +349,18 @@ static int run_read_sets(run_args *a, const char *run_dir) {
     }
     fclose(f);
     return rc;
+}
+
+/* resume: the kept overrides it reapplies, said once (they take precedence over the kept
+ * recipe: an edit of a key one of them sets has no effect). */
+static void run_say_sets(const run_args *a, const char *run_dir) {
+    if (a->sets.n == 0) return;
+    printf("baton resume: reapplying the run's overrides (%s/overrides), which take precedence "
+           "over its recipe.yaml:",
+           run_dir);
+    for (int i = 0; i < a->sets.n; i++)
+        printf(" --set %s", a->sets.set[i]);
+    printf("\n");
 }
 
 /* The recipe with its overrides applied and validated, and the data checked. */
@@ -630,6 +660,7 @@ static int run_main(run_args *a) {
         return BT_EXIT_USAGE;
     }
     if (!a->quiet) printf("baton %s: %s, run directory %s\n", run_name(a), a->recipe, dir.path);
+    if (a->resume && !a->quiet) run_say_sets(a, dir.path);
     char note[1200];
     const char *w = NULL;
     if (run_pick_worker(a, &dir, worker, sizeof worker, &w) != 0) {

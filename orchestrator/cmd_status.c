@@ -259,6 +259,20 @@ static int status_check_dir(const char *dir, bt_diag *diag) {
     return BT_EINVAL;
 }
 
+/* The kept recipe (stage names, planned steps); one that cannot be read is said, as its
+ * stages are shown as '?' without their steps then. */
+static int status_load_recipe(status_view *v, const char *recipe) {
+    bt_diag d;
+    bt_diag_init(&d);
+    if (recipe_load_file(recipe, &v->doc, &d) == 0) return 1;
+    fprintf(stderr,
+            "baton status: warning: the run's kept recipe cannot be read (%s): stage names are "
+            "shown as '?' and planned steps as '?' (null in --json); 'baton resume' refuses it "
+            "too until it is mended\n",
+            d.msg[0] ? d.msg : recipe);
+    return 0;
+}
+
 static int status_load(status_view *v, const char *dir, bt_diag *diag) {
     memset(v, 0, sizeof *v);
     v->dir = dir;
@@ -293,7 +307,7 @@ static int status_load(status_view *v, const char *dir, bt_diag *diag) {
     bt_diag ignore;
     bt_diag_init(&ignore);
     if (run_dir_read_worker(dir, v->worker, sizeof v->worker, &ignore) <= 0) v->worker[0] = '\0';
-    v->have_doc = recipe_load_file(recipe, &v->doc, &ignore) == 0;
+    v->have_doc = status_load_recipe(v, recipe);
     if (v->have_doc) status_apply_overrides(v, &ignore);
     run_state_replay(&v->st, v->rec, v->n);
     v->running = run_dir_busy(dir);
@@ -516,8 +530,11 @@ static void status_text(bt_buf *b, const status_view *v) {
         char steps[40], rec[32] = "-";
         uint64_t step = s->last_step;
         if (!s->completed && v->have_metrics && v->m_stage == i) step = v->m_step;
-        snprintf(steps, sizeof steps, "%llu/%llu", (unsigned long long)step,
-                 (unsigned long long)status_stage_steps(v, i));
+        if (v->have_doc)
+            snprintf(steps, sizeof steps, "%llu/%llu", (unsigned long long)step,
+                     (unsigned long long)status_stage_steps(v, i));
+        else /* the recipe cannot be read: its steps are not known */
+            snprintf(steps, sizeof steps, "%llu/?", (unsigned long long)step);
         if (s->recoveries) snprintf(rec, sizeof rec, "%.2f avg", s->recovery_s_sum / s->recoveries);
         char loss[32] = "-", tok[32] = "-";
         double x;
@@ -748,10 +765,13 @@ static void status_json(bt_buf *b, const status_view *v) {
         if (status_stage_skipped(v, i, &n_skipped))
             snprintf(skipped, sizeof skipped, "%llu", (unsigned long long)n_skipped);
         char valid[32] = "null"; /* the stage's closing validation, once it had one */
+        char total[32] = "null"; /* the recipe's steps, unless it cannot be read */
+        if (v->have_doc)
+            snprintf(total, sizeof total, "%llu", (unsigned long long)status_stage_steps(v, i));
         if (v->has_valid[i] && isfinite(v->valid[i]))
             snprintf(valid, sizeof valid, "%.9g", v->valid[i]);
         bt_buf_printf(b,
-                      ", \"state\": \"%s\", \"step\": %llu, \"steps\": %llu, \"loss\": %s, "
+                      ", \"state\": \"%s\", \"step\": %llu, \"steps\": %s, \"loss\": %s, "
                       "\"tokens_per_s\": %s, \"wall_s\": %.3f, \"eta_s\": %s, \"attempts\": %u, "
                       "\"restarts\": %u, \"recoveries\": %u, \"recovery_s_avg\": %s, "
                       "\"skipped_steps\": %s, \"valid_loss\": %s}",
@@ -759,9 +779,8 @@ static void status_json(bt_buf *b, const status_view *v) {
                       (unsigned long long)(!s->completed && v->have_metrics && v->m_stage == i
                                                ? v->m_step
                                                : s->last_step),
-                      (unsigned long long)status_stage_steps(v, i), loss, tok,
-                      status_stage_wall(v, i), eta, s->attempts, s->restarts, s->recoveries,
-                      rec_avg, skipped, valid);
+                      total, loss, tok, status_stage_wall(v, i), eta, s->attempts, s->restarts,
+                      s->recoveries, rec_avg, skipped, valid);
     }
     bt_buf_printf(b, "], \"recovery_s\": [");
     int k = 0;

@@ -26,8 +26,10 @@ int control_metrics_line_field(const char *line, const char *key, uint64_t *out)
     return 0;
 }
 
-static int metrics_line_step(const char *line, uint64_t *step) {
-    return control_metrics_line_field(line, ", \"global_step\": ", step);
+/* A line's stage index and its step in the stage: 0 when it has both. */
+static int metrics_line_stage_step(const char *line, uint64_t *stage, uint64_t *step) {
+    if (control_metrics_line_field(line, ", \"stage_index\": ", stage) != 0) return -1;
+    return control_metrics_line_field(line, ", \"step\": ", step);
 }
 
 int control_u64_cmp(const void *a, const void *b) {
@@ -35,13 +37,24 @@ int control_u64_cmp(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Called for each line a scan keeps, with its global_step when it has one. */
-typedef void (*jsonl_keep_fn)(control_metrics_sink *s, const char *line, int has, uint64_t step);
+/* Which lines a rewrite drops: those of stage `stage` from step `from` on (none unless
+ * on). A line without a stage index and step is not ours to judge: kept. */
+typedef struct jsonl_cut {
+    int on;
+    uint32_t stage;
+    uint64_t from;
+} jsonl_cut;
+
+static const jsonl_cut jsonl_keep_all = {0, 0, 0};
+
+/* Called for each line a scan keeps, with its stage index and step when it has them. */
+typedef void (*jsonl_keep_fn)(control_metrics_sink *s, const char *line, int has, uint64_t stage,
+                              uint64_t step);
 
 typedef struct jsonl_scan_ctx {
     control_metrics_sink *s;
     const char *path;
-    uint64_t below;
+    jsonl_cut cut;
     FILE *out;
     jsonl_keep_fn keep;
     bt_diag *diag;
@@ -50,10 +63,10 @@ typedef struct jsonl_scan_ctx {
 static int jsonl_scan_line(void *arg, const char *line, size_t n, off_t at) {
     jsonl_scan_ctx *c = arg;
     (void)at;
-    uint64_t step = 0;
-    int has = metrics_line_step(line, &step) == 0;
-    if (has && step >= c->below) return 0;
-    c->keep(c->s, line, has, step);
+    uint64_t stage = 0, step = 0;
+    int has = metrics_line_stage_step(line, &stage, &step) == 0;
+    if (has && c->cut.on && stage == c->cut.stage && step >= c->cut.from) return 0;
+    c->keep(c->s, line, has, stage, step);
     if (c->out != NULL && fwrite(line, 1, n, c->out) != n) {
         bt_diag_set(c->diag, "%s.tmp: cannot write: %s", c->path, strerror(errno));
         return BT_EIO;
@@ -61,17 +74,16 @@ static int jsonl_scan_line(void *arg, const char *line, size_t n, off_t at) {
     return 0;
 }
 
-/* Reads the JSON-lines file path line by line: the lines whose global_step is below
- * `below` (and lines without one: not ours to judge) are kept, passed to keep and copied
- * to out unless out is NULL. *torn: the file ends in a line without its newline (a writer
- * killed mid-line), which is never kept. */
-static int jsonl_scan(control_metrics_sink *s, const char *path, uint64_t below, FILE *out,
+/* Reads the JSON-lines file path line by line: the lines cut does not drop are kept,
+ * passed to keep and copied to out unless out is NULL. *torn: the file ends in a line without its
+ * newline (a writer killed mid-line), which is never kept. */
+static int jsonl_scan(control_metrics_sink *s, const char *path, jsonl_cut cut, FILE *out,
                       int *torn, jsonl_keep_fn keep, bt_diag *diag) {
     *torn = 0;
     FILE *in;
     int rc = bt_file_open_read(path, &in, diag);
     if (rc != 0 || in == NULL) return rc;
-    jsonl_scan_ctx c = {s, path, below, out, keep, diag};
+    jsonl_scan_ctx c = {s, path, cut, out, keep, diag};
     rc = bt_file_lines(in, path, jsonl_scan_line, &c, torn, diag);
     fclose(in);
     return rc;
@@ -93,10 +105,10 @@ static int metrics_sync_dir(const char *path) {
     return rc;
 }
 
-/* The file without the records of global_step >= below: written whole to a temp file,
+/* The file without the lines cut drops: written whole to a temp file,
  * synced and renamed over it, so that a reader (baton status) sees the old file or the
  * new one, never a part; then *f reopened for appending. */
-static int jsonl_rewrite(control_metrics_sink *s, const char *path, FILE **f, uint64_t below,
+static int jsonl_rewrite(control_metrics_sink *s, const char *path, FILE **f, jsonl_cut cut,
                          jsonl_keep_fn keep, bt_diag *diag) {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -109,7 +121,7 @@ static int jsonl_rewrite(control_metrics_sink *s, const char *path, FILE **f, ui
         rc = BT_EIO;
         goto error;
     }
-    if ((rc = jsonl_scan(s, path, below, out, &torn, keep, diag)) != 0) goto error;
+    if ((rc = jsonl_scan(s, path, cut, out, &torn, keep, diag)) != 0) goto error;
     rc = BT_EIO;
     if (fflush(out) != 0 || fsync(fileno(out)) != 0) {
         bt_diag_set(diag, "%s: cannot write: %s", tmp, strerror(errno));
@@ -137,55 +149,79 @@ error:
     return rc;
 }
 
-/* metrics.jsonl: the largest global_step kept, and whose the last record is. */
-static void metrics_keep(control_metrics_sink *s, const char *line, int has, uint64_t step) {
-    if (has && (!s->have_step || step > s->max_step)) s->have_step = 1, s->max_step = step;
-    uint64_t st, at, k;
-    if (!has || control_metrics_line_field(line, ", \"stage_index\": ", &st) != 0 ||
-        control_metrics_line_field(line, ", \"attempt\": ", &at) != 0 ||
-        control_metrics_line_field(line, ", \"step\": ", &k) != 0)
-        return;
-    s->have_last = 1, s->last_stage = (uint32_t)st, s->last_attempt = (uint32_t)at;
-    s->last_step = k;
+/* The held entry of stage, or NULL. */
+static control_metrics_held *metrics_held_find(const control_metrics_sink *s, uint64_t stage) {
+    for (size_t i = 0; i < s->n_held; i++)
+        if (s->held[i].stage == stage) return &s->held[i];
+    return NULL;
 }
 
-static int metrics_rewrite(control_metrics_sink *s, uint64_t below, bt_diag *diag) {
-    s->have_step = 0, s->max_step = 0, s->have_last = 0;
-    return jsonl_rewrite(s, s->jsonl_path, &s->jsonl, below, metrics_keep, diag);
+/* Notes that metrics.jsonl holds stage's step (an entry that cannot be added, out of
+ * memory, only costs a rewind that drops nothing). */
+static void metrics_held_note(control_metrics_sink *s, uint64_t stage, uint64_t step) {
+    control_metrics_held *h = metrics_held_find(s, stage);
+    if (h == NULL && stage <= UINT32_MAX &&
+        bt_grow(&s->held, &s->cap_held, s->n_held + 1, sizeof *s->held) == 0)
+        h = &s->held[s->n_held++], *h = (control_metrics_held){(uint32_t)stage, step};
+    if (h != NULL && step > h->step) h->step = step;
 }
 
-static int valid_seen_add(control_metrics_sink *s, uint64_t stage_index, uint64_t global) {
+int control_metrics_past(const control_metrics_sink *s, uint32_t stage_index, uint64_t step) {
+    for (size_t i = 0; i < s->n_held; i++)
+        if (s->held[i].stage > stage_index ||
+            (s->held[i].stage == stage_index && s->held[i].step >= step))
+            return 1;
+    return 0;
+}
+
+/* metrics.jsonl: the largest step of each stage kept, and whose the last record is. */
+static void metrics_keep(control_metrics_sink *s, const char *line, int has, uint64_t stage,
+                         uint64_t step) {
+    uint64_t at;
+    if (!has) return;
+    metrics_held_note(s, stage, step);
+    if (control_metrics_line_field(line, ", \"attempt\": ", &at) != 0) return;
+    s->have_last = 1, s->last_stage = (uint32_t)stage, s->last_attempt = (uint32_t)at;
+    s->last_step = step;
+}
+
+static int metrics_rewrite(control_metrics_sink *s, jsonl_cut cut, bt_diag *diag) {
+    s->n_held = 0, s->have_last = 0;
+    return jsonl_rewrite(s, s->jsonl_path, &s->jsonl, cut, metrics_keep, diag);
+}
+
+static int valid_seen_add(control_metrics_sink *s, uint64_t stage_index, uint64_t step) {
     if (bt_grow(&s->valid_seen, &s->cap_valid_seen, s->n_valid_seen + 2, sizeof *s->valid_seen))
         return BT_ENOMEM;
     s->valid_seen[s->n_valid_seen++] = stage_index;
-    s->valid_seen[s->n_valid_seen++] = global;
+    s->valid_seen[s->n_valid_seen++] = step;
     return 0;
 }
 
-static int valid_seen_has(const control_metrics_sink *s, uint64_t stage_index, uint64_t global) {
+static int valid_seen_has(const control_metrics_sink *s, uint64_t stage_index, uint64_t step) {
     for (size_t i = 0; i + 1 < s->n_valid_seen; i += 2)
-        if (s->valid_seen[i] == stage_index && s->valid_seen[i + 1] == global) return 1;
+        if (s->valid_seen[i] == stage_index && s->valid_seen[i + 1] == step) return 1;
     return 0;
 }
 
-/* valid.jsonl: the (stage_index, global_step) pairs kept (a pair that cannot be noted,
- * out of memory, is only written again). */
-static void valid_keep(control_metrics_sink *s, const char *line, int has, uint64_t step) {
-    static const char key[] = "\"stage_index\": ";
-    const char *k = strstr(line, key);
-    if (has && k != NULL) valid_seen_add(s, strtoull(k + sizeof key - 1, NULL, 10), step);
+/* valid.jsonl: the (stage_index, step) pairs kept (a pair that cannot be noted, out of
+ * memory, is only written again). */
+static void valid_keep(control_metrics_sink *s, const char *line, int has, uint64_t stage,
+                       uint64_t step) {
+    (void)line;
+    if (has) valid_seen_add(s, stage, step);
 }
 
-static int valid_rewrite(control_metrics_sink *s, uint64_t below, bt_diag *diag) {
+static int valid_rewrite(control_metrics_sink *s, jsonl_cut cut, bt_diag *diag) {
     s->n_valid_seen = 0;
-    return jsonl_rewrite(s, s->valid_path, &s->valid, below, valid_keep, diag);
+    return jsonl_rewrite(s, s->valid_path, &s->valid, cut, valid_keep, diag);
 }
 
 /* valid.jsonl's pairs, a torn last line dropped, and the file opened for appending. */
 static int valid_open(control_metrics_sink *s, const char *run_dir, bt_diag *diag) {
     snprintf(s->valid_path, sizeof s->valid_path, "%s/valid.jsonl", run_dir);
-    int torn, rc = jsonl_scan(s, s->valid_path, UINT64_MAX, NULL, &torn, valid_keep, diag);
-    if (rc == 0 && torn) rc = valid_rewrite(s, UINT64_MAX, diag);
+    int torn, rc = jsonl_scan(s, s->valid_path, jsonl_keep_all, NULL, &torn, valid_keep, diag);
+    if (rc == 0 && torn) rc = valid_rewrite(s, jsonl_keep_all, diag);
     if (rc == 0 && s->valid == NULL) s->valid = bt_fopen_private(s->valid_path, "a");
     if (rc == 0 && s->valid == NULL) {
         bt_diag_set(diag, "%s: cannot open for appending: %s", s->valid_path, strerror(errno));
@@ -202,9 +238,9 @@ int control_metrics_open(control_metrics_sink *s, const char *run_dir, bt_diag *
         return BT_EIO;
     }
     snprintf(s->jsonl_path, sizeof s->jsonl_path, "%s/metrics.jsonl", run_dir);
-    int torn, rc = jsonl_scan(s, s->jsonl_path, UINT64_MAX, NULL, &torn, metrics_keep, diag);
+    int torn, rc = jsonl_scan(s, s->jsonl_path, jsonl_keep_all, NULL, &torn, metrics_keep, diag);
     /* a line appended after a torn one would be unreadable too */
-    if (rc == 0 && torn) rc = metrics_rewrite(s, UINT64_MAX, diag);
+    if (rc == 0 && torn) rc = metrics_rewrite(s, jsonl_keep_all, diag);
     if (rc != 0) {
         control_metrics_close(s);
         return rc;
@@ -279,30 +315,31 @@ static int control_metrics_jsonl(control_metrics_sink *s, const control_metrics_
     return 0;
 }
 
-/* A repeated step: the records and events of it and the steps after go (the header). */
-static int control_metrics_rewind(control_metrics_sink *s, uint64_t step, double wall_time,
-                                  bt_diag *diag) {
+/* A repeated step of w's stage: the stage's records of it and the steps after go, and
+ * TensorBoard's events from its global step on (the header). */
+static int control_metrics_rewind(control_metrics_sink *s, const control_metrics_where *w,
+                                  uint64_t step, double wall_time, bt_diag *diag) {
     s->rewinds++;
-    int rc = metrics_rewrite(s, step, diag);
+    jsonl_cut cut = {1, w->stage_index, step};
+    int rc = metrics_rewrite(s, cut, diag);
     /* TensorBoard drops valid/loss of those steps too: a new evaluation there is written */
-    int vrc = s->valid ? valid_rewrite(s, step, diag) : 0;
-    int trc = tb_writer_session_start(&s->tb, (int64_t)step, wall_time, diag);
+    int vrc = s->valid ? valid_rewrite(s, cut, diag) : 0;
+    int trc = tb_writer_session_start(&s->tb, (int64_t)(w->step_offset + step), wall_time, diag);
     return rc ? rc : vrc ? vrc : trc;
 }
 
 int control_metrics_write(control_metrics_sink *s, const control_metrics_where *w,
                           const control_metrics *m, bt_diag *diag) {
     if (s->jsonl_path[0] == '\0') return 0;
-    uint64_t global = w->step_offset + m->step;
+    const control_metrics_held *h = metrics_held_find(s, w->stage_index);
     int rc = 0;
-    if (s->have_step && global <= s->max_step)
-        rc = control_metrics_rewind(s, global, m->time, diag);
+    if (h != NULL && m->step <= h->step) rc = control_metrics_rewind(s, w, m->step, m->time, diag);
     if (s->jsonl == NULL && rc == 0)
         bt_diag_set(diag, "%s: not open for appending (an earlier rewrite of it failed)",
                     s->jsonl_path);
     if (s->jsonl == NULL) return rc ? rc : BT_EIO;
     int jrc = control_metrics_jsonl(s, w, m, diag);
-    if (jrc == 0 && (!s->have_step || global > s->max_step)) s->have_step = 1, s->max_step = global;
+    if (jrc == 0) metrics_held_note(s, w->stage_index, m->step);
     if (jrc == 0)
         s->have_last = 1, s->last_stage = w->stage_index, s->last_attempt = w->attempt,
         s->last_step = m->step;
@@ -331,7 +368,7 @@ int control_metrics_write_valid(control_metrics_sink *s, const control_metrics_w
                                 uint64_t step, double loss, uint32_t windows, double time,
                                 bt_diag *diag) {
     uint64_t global = w->step_offset + step;
-    if (s->valid == NULL || valid_seen_has(s, w->stage_index, global)) return 0;
+    if (s->valid == NULL || valid_seen_has(s, w->stage_index, step)) return 0;
     bt_buf b;
     bt_buf_init(&b);
     bt_buf_printf(&b, "{\"time\": %.6f, \"stage\": ", time);
@@ -346,7 +383,7 @@ int control_metrics_write_valid(control_metrics_sink *s, const control_metrics_w
     int rc = b.oom ? BT_ENOMEM : ok ? 0 : BT_EIO;
     bt_buf_free(&b);
     if (rc == BT_EIO) bt_diag_set(diag, "%s: cannot append: %s", s->valid_path, strerror(errno));
-    rc = rc ? rc : valid_seen_add(s, w->stage_index, global);
+    rc = rc ? rc : valid_seen_add(s, w->stage_index, step);
     if (rc == BT_ENOMEM)
         bt_diag_set(diag, "%s: out of memory for the validation of step %llu", s->valid_path,
                     (unsigned long long)step);
@@ -363,6 +400,8 @@ void control_metrics_close(control_metrics_sink *s) {
     s->valid = NULL;
     free(s->valid_seen);
     s->valid_seen = NULL, s->n_valid_seen = s->cap_valid_seen = 0;
+    free(s->held);
+    s->held = NULL, s->n_held = s->cap_held = 0;
     s->jsonl_path[0] = '\0'; /* writes nothing from now on */
     tb_writer_close(&s->tb);
 }

@@ -10,24 +10,28 @@
  * at global_step.
  *
  * global_step = step_offset + step, where the caller's step_offset is the sum of the
- * steps of the recipe's stages before this one: the stages follow each other on one
- * x axis.
+ * steps of the recipe's stages before this one (for a completed stage, those it completed
+ * with): the stages follow each other on one x axis.
  *
- * Each global step is in metrics.jsonl once. A record whose global_step is not past the
- * file's largest (an attempt resumed from a checkpoint at step S repeats S + 1 ...)
- * first rewrites the file without the records of that step and later ones (a temp file,
- * fsync, rename: a reader sees the old file or the new one), and writes TensorBoard's
- * restart marker at that step (tb_writer_session_start), so TensorBoard drops the stale
- * events too. The "attempt" field tells which attempt wrote a record.
+ * Each step of a stage is in metrics.jsonl once. A record of a stage whose step is not
+ * past the largest the file holds of that stage (an attempt resumed from a checkpoint at
+ * step S repeats S + 1 ...) first rewrites the file without that stage's records of that
+ * step and later ones (a temp file, fsync, rename: a reader sees the old file or the new
+ * one), and writes TensorBoard's restart marker at its global step
+ * (tb_writer_session_start), so TensorBoard drops the stale events too. Records are told
+ * apart by stage index and step, never by global_step: the records of the other stages
+ * stay whatever their global steps (a recipe edited since may count them otherwise), and
+ * a step past the stage's own is no restart, whatever its global step. The "attempt"
+ * field tells which attempt wrote a record.
  *
  * RUN_DIR/valid.jsonl: one line per stage's closing validation,
  *   {"time", "stage", "stage_index", "attempt", "step", "global_step", "valid_loss",
  *    "bits_per_token", "windows"}
  * and the TensorBoard scalar valid/loss at global_step. A stage completed again (a resume
  * that trains no step evaluates the same checkpoint on the same windows) adds nothing: a
- * (stage_index, global_step) the file holds is not written twice. A repeated step drops
- * the lines of it and later steps here too (the same rewrite), as a torn last line is
- * dropped on open. */
+ * (stage_index, step) the file holds is not written twice. A repeated step drops the
+ * stage's lines of it and later steps here too (the same rewrite), as a torn last line
+ * is dropped on open. */
 #ifndef BATON_CONTROL_METRICS_H
 #define BATON_CONTROL_METRICS_H
 
@@ -59,19 +63,28 @@ typedef struct control_metrics_where {
     uint64_t step_offset;
 } control_metrics_where;
 
+/* A stage's records in metrics.jsonl: its index and the largest step of them. */
+typedef struct control_metrics_held {
+    uint32_t stage;
+    uint64_t step;
+} control_metrics_held;
+
 typedef struct control_metrics_sink {
     FILE *jsonl; /* NULL: not writing */
     char jsonl_path[4096];
     tb_writer tb;
-    int have_step;                     /* metrics.jsonl holds a record */
-    uint64_t max_step;                 /* ... and this is its largest global_step */
+    /* per stage index metrics.jsonl holds records of, the largest step among them: what
+     * a repeated step is judged by (a stage's own steps, never global steps, which a
+     * recipe edited since would count otherwise) */
+    control_metrics_held *held;
+    size_t n_held, cap_held;
     int have_last;                     /* metrics.jsonl's last record is of ... */
     uint32_t last_stage, last_attempt; /* ... this stage index and attempt, */
     uint64_t last_step;                /* ... and this step of it */
     unsigned rewinds;                  /* times records were dropped for a repeated step */
     FILE *valid;                       /* valid.jsonl, appended */
     char valid_path[4096];
-    uint64_t *valid_seen; /* n_valid_seen (stage_index, global_step) pairs it holds */
+    uint64_t *valid_seen; /* n_valid_seen (stage_index, step) pairs it holds */
     size_t n_valid_seen, cap_valid_seen;
 } control_metrics_sink;
 
@@ -130,10 +143,14 @@ typedef struct control_metrics_valid {
     uint32_t windows;
 } control_metrics_valid;
 
-/* The lines of valid.jsonl of stage stage_index whose global_step is at least `from`,
- * into *out (free it), *n of them. */
+/* The lines of valid.jsonl of stage stage_index whose step is at least `from`, into
+ * *out (free it), *n of them. */
 int control_metrics_valid_since(const control_metrics_sink *s, uint32_t stage_index, uint64_t from,
                                 control_metrics_valid **out, size_t *n, bt_diag *diag);
+/* Whether a record of stage stage_index's step `step` is not past what metrics.jsonl
+ * holds: the file holds a record of the stage at that step or a later one, or one of a
+ * later stage. */
+int control_metrics_past(const control_metrics_sink *s, uint32_t stage_index, uint64_t step);
 void control_metrics_close(control_metrics_sink *s);
 
 #endif

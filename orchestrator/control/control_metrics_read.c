@@ -190,12 +190,11 @@ typedef struct valid_scan {
 static int valid_line(void *arg, const char *line, size_t len, off_t off) {
     valid_scan *a = arg;
     (void)len, (void)off;
-    uint64_t st, at, k, g, w;
+    uint64_t st, at, k, w;
     control_metrics_valid v;
     if (control_metrics_line_field(line, ", \"stage_index\": ", &st) != 0 || st != a->stage ||
-        control_metrics_line_field(line, ", \"global_step\": ", &g) != 0 || g < a->from ||
+        control_metrics_line_field(line, ", \"step\": ", &k) != 0 || k < a->from ||
         control_metrics_line_field(line, ", \"attempt\": ", &at) != 0 ||
-        control_metrics_line_field(line, ", \"step\": ", &k) != 0 ||
         control_metrics_line_field(line, ", \"windows\": ", &w) != 0 ||
         bt_json_line_num(line, ", \"valid_loss\": ", &v.loss) != 0 ||
         bt_json_line_num(line, "{\"time\": ", &v.time) != 0)

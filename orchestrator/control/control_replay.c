@@ -14,7 +14,8 @@ typedef enum replay_from {
     REPLAY_AFTER, /* the attempt's own: from the first step of it the file lacks (a gap
                    * the worker's full outbox left, or the steps after its last) */
     REPLAY_PAST,  /* a later stage's or attempt's (a journal older than the file): only
-                   * records past its largest global step, never a rewind over those */
+                   * records past what the file holds (control_metrics_past), never a
+                   * rewind over those */
 } replay_from;
 
 typedef struct replay {
@@ -93,8 +94,7 @@ static int replay_one(void *arg, const Baton__Metrics *m) {
          * from the log, or from the orphans where the log has a hole (replay_plan) */
         r->filling = 1;
     }
-    if (r->from == REPLAY_PAST && r->sink->have_step &&
-        r->w->step_offset + m->step <= r->sink->max_step)
+    if (r->from == REPLAY_PAST && control_metrics_past(r->sink, r->w->stage_index, m->step))
         return 0;
     int rc = r->filling ? replay_orphans(r, m->step) : 0;
     if (rc != 0) return rc;
@@ -153,8 +153,8 @@ static int replay_find_orphans(replay *r, replay_scan *sc, bt_diag *diag) {
                                              &r->orphans, diag);
     free(want);
     rc = rc ? rc
-            : control_metrics_valid_since(r->sink, w->stage_index, w->step_offset + sc->first,
-                                          &r->valids, &r->n_valids, diag);
+            : control_metrics_valid_since(r->sink, w->stage_index, sc->first, &r->valids,
+                                          &r->n_valids, diag);
     size_t k = 0;
     for (size_t i = 0; i < r->n_valids; i++)
         if (!replay_has(sc->valid, sc->n_valid, r->valids[i].step)) r->valids[k++] = r->valids[i];

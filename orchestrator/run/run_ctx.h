@@ -125,6 +125,14 @@ void run_give_up(run_ctx *c, uint32_t stage, int say, const char *fmt, ...)
 void run_metrics_take(run_ctx *c, uint32_t stage, uint32_t attempt, int before,
                       uint64_t step_offset);
 
+/* run_resume_check.c: the kept recipe against the checkpoint the first stage not completed
+ * resumes (its own newest in checkpoints/), before anything starts: its steps below the
+ * checkpoint's, another model shape, or a seed, seq_len or mixture weight that makes the
+ * checkpoint's data position index other samples (ckpt_resume.h) are said (run_err) and
+ * BT_EINVAL returned; else 0, also when no such checkpoint can be read (the attempt then
+ * says why). */
+int run_resume_check(run_ctx *c);
+
 /* run_ckpts.c */
 /* Notes a journal record (read back or appended) in c->journaled. */
 void run_ckpt_note_record(run_ctx *c, const Baton__JournalRecord *r);

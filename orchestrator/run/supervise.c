@@ -146,14 +146,24 @@ static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSp
     return rc;
 }
 
+/* The steps stage k counts on TensorBoard's axis: those it completed with, where the
+ * journal (as read when this baton run started) says it completed, since the records of
+ * the stages after it were written counting them, whatever its recipe says now (steps
+ * edited since); else its recipe's. */
+static uint64_t run_stage_span(run_ctx *c, size_t k) {
+    const run_stage_state *ss = k < RUN_MAX_STAGES ? &c->st.stage[k] : NULL;
+    if (ss && ss->completed && ss->last_step > 0) return ss->last_step;
+    Baton__Stage *eff = NULL;
+    uint64_t n = recipe_effective_stage(c->doc, k, &eff) == 0 && eff ? eff->steps : 0;
+    if (eff) protobuf_c_message_free_unpacked(&eff->base, NULL);
+    return n;
+}
+
 /* Steps of the stages before stage i: where its steps start on TensorBoard's axis. */
 static uint64_t run_step_offset(run_ctx *c, size_t i) {
     uint64_t n = 0;
-    for (size_t k = 0; k < i; k++) {
-        Baton__Stage *eff = NULL;
-        if (recipe_effective_stage(c->doc, k, &eff) == 0 && eff) n += eff->steps;
-        if (eff) protobuf_c_message_free_unpacked(&eff->base, NULL);
-    }
+    for (size_t k = 0; k < i; k++)
+        n += run_stage_span(c, k);
     return n;
 }
 
@@ -1030,6 +1040,9 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
     bt_diag_init(&d);
     int rc = run_load_state(&c);
     if (rc == 0 && (rc = run_edit_check(&c, &d)) != 0) run_err(&c, "%s\n", d.msg);
+    /* a recipe edited since the run stopped, against the checkpoint it resumes: refused
+     * before anything is journaled */
+    if (rc == 0) rc = run_resume_check(&c);
     if (rc == 0 && (rc = journal_open(&c.j, dir->path, &d)) != 0) run_err(&c, "%s\n", d.msg);
     if (rc != 0) return rc == BT_EINVAL ? BT_EXIT_USAGE : BT_EXIT_FAILURE; /* damaged: 2 */
     int status = 0;

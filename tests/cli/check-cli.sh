@@ -42,7 +42,13 @@ for o in '--dry-run' '--template FILE' 'SBATCH_OPTION' '^Exit status: 0 submitte
 done
 [[ $("$baton" run --help) != *"baton submit"* ]] || { echo "FAIL: run --help shows submit's usage"; failures=$((failures + 1)); }
 expect 2 "^baton resume: no run directory given" -- resume
-expect 2 "^baton resume: unexpected argument '--set'" -- resume r --set a=1
+# an option resume does not take is an unknown option (README), the overrides a run keeps
+# said so; an extra argument is an unexpected one
+expect 2 "^baton resume: unknown option '--set' \(a run keeps the overrides it was started with" -- resume r --set a=1
+expect 2 "^baton resume: unknown option '--nodes=2' \(a run keeps the overrides" -- resume r --nodes=2
+expect 2 "^baton resume: unknown option '--bogus'$" -- resume r --bogus
+expect 2 "^baton run: unknown option '--bogus'$" -- run r.yaml --bogus
+expect 2 "^baton resume: unexpected argument 'extra'$" -- resume r extra
 # a value missing at the end is said so, not taken for an unexpected argument
 expect 2 "^baton run: --launcher needs a value" -- run r.yaml --launcher
 expect 2 "^baton run: --run-dir needs a value" -- run r.yaml --run-dir

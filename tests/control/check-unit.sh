@@ -44,6 +44,24 @@ grep -qx "session_log START 104" "$work/replay.tb" || { cat "$work/replay.tb"; e
 [[ $(grep "^valid/loss " "$work/replay.tb") == "valid/loss 108 5.0" ]] ||
   { cat "$work/replay.tb"; echo "FAIL: valid/loss is not 5.0 at 108 alone"; exit 1; }
 tail -1 "$work/replay.tb"
+# Records told apart by stage and step, never by global step: a stage whose steps count
+# from another offset (a recipe edited) drops none of another stage's records, and a
+# restart of it drops only its own from the repeated step on. (Its TensorBoard points
+# are not read back: under two offsets the same global steps repeat there, which baton
+# run avoids by counting a completed stage's steps as the journal has them;
+# run.edit-steps-done checks TensorBoard end to end.)
+"$test_control" stages "$work/stages"
+/usr/bin/python3 - "$work/stages" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
+got = [(r["stage"], r["step"], r["attempt"]) for r in rows]
+want = ([("a", s, 0) for s in range(1, 11)] + [("b", s, 0) for s in range(1, 5)] +
+        [("b", s, 2) for s in range(5, 10)])
+assert got == want, f"metrics.jsonl (stage, step, attempt): {got}, expected {want}"
+valid = [(r["stage"], r["step"]) for r in map(json.loads, open(sys.argv[1] + "/valid.jsonl"))]
+assert valid == [("a", 10)], f"valid.jsonl: {valid}"
+print("control stages: a's records and validation kept, b's once each, 5-9 from attempt 2")
+PY
 # A gap in the middle of metrics.jsonl (a full outbox dropped steps 105-107) filled from
 # rank 0's metrics log: each step once, and TensorBoard's restart marker at 105, where the
 # steps from the gap on are written again.

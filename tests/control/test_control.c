@@ -404,6 +404,42 @@ static int replay(const char *run_dir) {
     return failures ? 1 : 0;
 }
 
+/* ---- stages: records told apart by stage and step -------------------------------------- */
+
+/* Stage `stage` (named name, after offset steps of the stages before it) writes steps
+ * from..to in attempt `attempt`, and its closing validation after `to` when valid. */
+static void stages_write(const char *run_dir, const char *name, uint32_t stage, uint32_t attempt,
+                         uint64_t offset, uint64_t from, uint64_t to, int valid) {
+    control_metrics_sink sink;
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(control_metrics_open(&sink, run_dir, &d) == 0, "open: %s", d.msg);
+    control_metrics_where w = {name, stage, attempt, offset};
+    for (uint64_t step = from; step <= to; step++) {
+        control_metrics m = {.step = step, .loss = 5.0, .lr = 1e-3, .time = 1.7e9 + (double)step};
+        CHECK(control_metrics_write(&sink, &w, &m, &d) == 0, "step %llu: %s",
+              (unsigned long long)step, d.msg);
+    }
+    if (valid)
+        CHECK(control_metrics_write_valid(&sink, &w, to, 4.0, 64, 1.7e9 + 20, &d) == 0, "valid: %s",
+              d.msg);
+    control_metrics_close(&sink);
+}
+
+/* a's 10 steps, b's first 6; then b's offset as a recipe whose a has 4 steps counts it:
+ * b's steps 7-8 are no restart, whatever their global steps; then b restarted from its
+ * step 4: only b's steps from 5 on go, never a's. */
+static int stages(const char *run_dir) {
+    stages_write(run_dir, "a", 0, 0, 0, 1, 10, 1);
+    stages_write(run_dir, "b", 1, 0, 10, 1, 6, 0);
+    sleep_s(1.1); /* an event file of its own (unix seconds) */
+    stages_write(run_dir, "b", 1, 1, 4, 7, 8, 0);
+    sleep_s(1.1);
+    stages_write(run_dir, "b", 1, 2, 4, 5, 9, 0);
+    printf("control stages: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
+    return failures ? 1 : 0;
+}
+
 /* ---- gap ------------------------------------------------------------------------------- */
 
 /* Every field metrics.jsonl writes, with numbers a short format would round, a null
@@ -968,6 +1004,7 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     if (argc == 3 && strcmp(argv[1], "unit") == 0) return unit(argv[2]);
     if (argc == 3 && strcmp(argv[1], "replay") == 0) return replay(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "stages") == 0) return stages(argv[2]);
     if (argc == 3 && strcmp(argv[1], "crowd") == 0) return crowd(argv[2]);
     if (argc == 3 && strcmp(argv[1], "backlog") == 0) return backlog(argv[2]);
     if (argc == 3 && strcmp(argv[1], "gap") == 0) return gap(argv[2]);

@@ -166,6 +166,8 @@ static void ckpt_header_data(train_ckpt *c, const trainer *t) {
         d->path = (char *)src[i].prefix; /* the spec's: lives as long as the trainer */
         d->has_tokens = 1, d->tokens = ds->n_tokens;
         d->has_documents = 1, d->documents = ds->n_documents;
+        /* a mixture's: its interleaving (ckpt_resume.h) */
+        if (t->spec->data->n_mix > 0) d->has_weight = 1, d->weight = src[i].weight;
         c->data_ptr[i] = d;
     }
     h->n_data = n, h->data = c->data_ptr;

@@ -7,6 +7,7 @@
 #include "util/buf.h"
 
 #include "ckpt/ckpt.h"
+#include "ckpt/ckpt_resume.h"
 #include "train_ckpt.h"
 
 static int load_shape_matches(const Baton__TensorEntry *e, const model_tensor *mt) {
@@ -160,35 +161,10 @@ int train_ckpt_load_params(trainer *t, const char *dir, const Baton__Manifest *m
     return rc;
 }
 
-/* The first model dimension in which checkpoint model a and the stage's b differ,
- * named as the recipe's key with both values, into out; 0 when none differs. */
-static int load_model_diff(const Baton__Model *a, const Baton__Model *b, char *out, size_t cap) {
-    const struct {
-        const char *key;
-        uint64_t ckpt, stage;
-    } f[] = {{"dim", a->dim, b->dim},
-             {"n_layers", a->n_layers, b->n_layers},
-             {"n_heads", a->n_heads, b->n_heads},
-             {"n_kv_heads", a->n_kv_heads, b->n_kv_heads},
-             {"ffn_dim", a->ffn_dim, b->ffn_dim},
-             {"vocab_size", a->vocab_size, b->vocab_size}};
-    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-        if (f[i].ckpt != f[i].stage) {
-            snprintf(out, cap, "model.%s %llu in the checkpoint, %llu in this stage", f[i].key,
-                     (unsigned long long)f[i].ckpt, (unsigned long long)f[i].stage);
-            return 1;
-        }
-    return 0;
-}
-
 static int load_model_matches(const trainer *t, const Baton__Manifest *m, const char *dir,
                               bt_diag *diag) {
-    const Baton__Model *a = m->model, *b = t->spec->model;
     char why[160];
-    if (a == NULL)
-        snprintf(why, sizeof why, "its manifest has no model");
-    else if (!load_model_diff(a, b, why, sizeof why))
-        return 0;
+    if (!ckpt_resume_model_diff(m, t->spec->model, why, sizeof why)) return 0;
     bt_diag_set(diag, "%s: saved from a different model (%s)", dir, why);
     return BT_EINVAL;
 }
@@ -280,6 +256,33 @@ static int load_data_differs(const trainer *t, const Baton__Manifest *m, char *w
     return 0;
 }
 
+/* Checkpoint dir of this stage saved under another seed, seq_len or mixture weights
+ * (what, ckpt_resume_order_diff): its data position counts in other samples. For the
+ * run's own checkpoints (own) a refusal, BT_EINVAL; for one init names a warning by world
+ * rank 0 (say), as for changed data. */
+static int load_order_changed(const trainer *t, const Baton__Manifest *m, const char *dir, int own,
+                              int say, const char *what, bt_diag *diag) {
+    const Baton__StageSpec *s = t->spec;
+    const char *stage = s->stage && s->stage->name ? s->stage->name : "?";
+    if (own) {
+        bt_diag_set(diag,
+                    "%s: stage \"%s\" cannot resume: %s since this checkpoint, so its data "
+                    "position (sample %llu) would index other samples. Put the old value back "
+                    "in the recipe, or change it from a new stage on (set this stage's steps "
+                    "to %llu, the checkpoint's, and add one after it), or start a new run from "
+                    "these weights (init: %s)",
+                    dir, stage, what, (unsigned long long)m->data_position,
+                    (unsigned long long)m->step, dir);
+        return BT_EINVAL;
+    }
+    if (say)
+        fprintf(stderr,
+                "baton-worker: warning: %s: stage \"%s\" continues from it as init names it, "
+                "though %s since: its data position (sample %llu) indexes other samples now\n",
+                dir, stage, what, (unsigned long long)m->data_position);
+    return 0;
+}
+
 /* Whether checkpoint dir resumes this stage over changed data (load_data_differs): for
  * the run's own checkpoints (own) a refusal, BT_EINVAL; for one named by init or --init
  * the user's choice, which world rank 0 warns about (0). 0 also when it is another
@@ -294,8 +297,11 @@ static int load_data_changed(const trainer *t, const char *dir, int own, int say
     const char *stage = s->stage && s->stage->name ? s->stage->name : "?";
     char what[1024];
     int rc = 0;
-    if (load_relation(t, m, own) == CKPT_SAME_STAGE && m->n_data > 0 &&
-        load_data_differs(t, m, what, sizeof what)) {
+    if (load_relation(t, m, own) != CKPT_SAME_STAGE) {
+        /* another stage's: read from its own data position */
+    } else if (ckpt_resume_order_diff(m, s, what, sizeof what)) {
+        rc = load_order_changed(t, m, dir, own, say, what, diag);
+    } else if (m->n_data > 0 && load_data_differs(t, m, what, sizeof what)) {
         if (own) {
             bt_diag_set(diag,
                         "%s: stage \"%s\" cannot resume: %s, so its data position (sample "
@@ -317,8 +323,10 @@ static int load_data_changed(const trainer *t, const char *dir, int own, int say
 
 /* Loads checkpoint directory dir, every shard file opened once (ckpt_reader); one a later
  * stage saved is refused unless dir was named itself (refuse_later 0). in_root: dir is in
- * the run's own checkpoints/ (load_relation). */
-static int load_one(trainer *t, const char *dir, int refuse_later, int in_root, bt_diag *diag) {
+ * the run's own checkpoints/ (load_relation). *other_model set: refused as another
+ * model's (a recipe changed, not damage). */
+static int load_one(trainer *t, const char *dir, int refuse_later, int in_root, int *other_model,
+                    bt_diag *diag) {
     Baton__Manifest *m = NULL;
     ckpt_reader r;
     int rc = ckpt_manifest_read(dir, &m, diag);
@@ -330,7 +338,7 @@ static int load_one(trainer *t, const char *dir, int refuse_later, int in_root, 
     if (rc == 0 && refuse_later) rc = load_not_later(t, m, dir, in_root, diag);
     ckpt_reader_init(&r, dir, m);
     if (rc == 0) ckpt_manifest_sort_keys(m); /* every lookup below in log time */
-    rc = rc ? rc : load_model_matches(t, m, dir, diag);
+    if (rc == 0 && (rc = load_model_matches(t, m, dir, diag)) != 0) *other_model = 1;
     rc = rc ? rc : load_params(t, &r, diag);
     if (rc != 0) goto out;
     const Baton__StageSpec *s = t->spec;
@@ -492,7 +500,7 @@ int train_ckpt_load(trainer *t, const char *path, const char *run_dir, comm *wor
     }
     /* In the run's own root, once a checkpoint of this stage was refused, none of an
      * earlier stage is taken: its hand-off would train the stage again from step 0 */
-    int refused_own = 0, say = world == NULL || comm_rank(world) == 0;
+    int refused_own = 0, say = world == NULL || comm_rank(world) == 0, other_model = 0;
     for (size_t i = first; rc == 0 && i < n && any; i++) {
         /* the data of the checkpoint about to be loaded: changed data ends the load (an
          * older checkpoint of the stage read the same), for the run's own checkpoints */
@@ -500,7 +508,7 @@ int train_ckpt_load(trainer *t, const char *path, const char *run_dir, comm *wor
         if (!own_root) load_data_changed(t, dirs[i], 0, say, diag);
         bt_diag mine;
         bt_diag_init(&mine);
-        int r = load_one(t, dirs[i], !explicit, own_root, &mine);
+        int r = load_one(t, dirs[i], !explicit, own_root, &other_model, &mine);
         any = load_any_failed(world, r != 0);
         if (!any) break;
         load_undo(t, &start); /* every rank, whether its own load failed or not */
@@ -511,12 +519,14 @@ int train_ckpt_load(trainer *t, const char *path, const char *run_dir, comm *wor
         /* voted whenever own_root, so that every rank takes part alike */
         int stop = refused_own && i + 1 < n && !load_own(t, dirs[i + 1]);
         if (own_root && i + 1 < n && load_any_failed(world, stop)) {
+            /* a model changed in the recipe is no damage: the way on is the recipe */
+            const char *hint = other_model ? "put the stage's model back in the recipe"
+                                           : "'baton ckpt verify' says what is damaged";
             bt_diag_set(diag,
                         "%s: no usable checkpoint of this stage: every one it saved was refused "
                         "(the oldest: %s), and %s, an earlier stage's, would train it again "
-                        "from step 0; not falling back to it ('baton ckpt verify' says what "
-                        "is damaged)",
-                        path, r ? mine.msg : other, dirs[i + 1]);
+                        "from step 0; not falling back to it (%s)",
+                        path, r ? mine.msg : other, dirs[i + 1], hint);
             rc = r ? r : BT_EIO;
         } else if (i + 1 == n) {
             bt_diag_set(diag, "%s: no usable checkpoint (the oldest refused: %s)", path,

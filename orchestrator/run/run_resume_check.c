@@ -1,0 +1,107 @@
+/* A run's kept recipe (RUN_DIR/recipe.yaml, which a user may edit while the run is
+ * stopped) against the checkpoint its next stage resumes, before any worker starts
+ * (run_ctx.h run_resume_check): what the workers would refuse only once started — a
+ * stage's steps below its checkpoint's step, another model shape, a seed, seq_len or
+ * mixture weight under which the checkpoint's data position indexes other samples
+ * (ckpt_resume.h) — is refused at once, exit 2, nothing journaled, and said with what
+ * changed and the way on. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ckpt/ckpt.h"
+#include "ckpt/ckpt_resume.h"
+#include "run_ctx.h"
+
+/* The manifest of the newest checkpoint in the run's checkpoints/ that stage's spec s
+ * resumes (its own by the manifest, as the worker judges: ckpt_run_relation), and its
+ * name; NULL when there is none, or when they cannot be read (the attempt then says why,
+ * as it always did). */
+static Baton__Manifest *resume_own_ckpt(const run_ctx *c, const Baton__StageSpec *s, char *name,
+                                        size_t cap) {
+    char root[4200], **names = NULL, dir[4400];
+    size_t n = 0;
+    bt_diag d;
+    bt_diag_init(&d);
+    run_dir_file(c->dir, CKPT_ROOT_IN_RUN, root, sizeof root);
+    if (ckpt_list(root, &names, &n, &d) != 0) n = 0;
+    Baton__Manifest *m = NULL;
+    for (size_t i = n; i-- > 0 && m == NULL;) { /* names sort in training order */
+        snprintf(dir, sizeof dir, "%s/%s", root, names[i]);
+        if (ckpt_manifest_read(dir, &m, &d) != 0) {
+            m = NULL;
+            break; /* the workers say what is wrong with it */
+        }
+        if (m->model != NULL && m->has_step &&
+            ckpt_run_relation(m, s->recipe_name, c->dir->run_id, s->stage_index, 1) ==
+                CKPT_SAME_STAGE) {
+            snprintf(name, cap, "%s/%s", CKPT_ROOT_IN_RUN, names[i]);
+            continue;
+        }
+        baton__manifest__free_unpacked(m, NULL);
+        m = NULL;
+    }
+    ckpt_names_free(names, n);
+    return m;
+}
+
+/* Stage s's steps below checkpoint m's: refused (the workers would load it and stop at
+ * once, without the stage's final checkpoint). */
+static int resume_check_steps(const run_ctx *c, const Baton__StageSpec *s, const Baton__Manifest *m,
+                              const char *name) {
+    if (m->step <= s->stage->steps) return 0;
+    run_err(c,
+            "stage \"%s\" has steps: %llu in %s/recipe.yaml, but its checkpoint %s is at step "
+            "%llu: a stage does not train backwards. Set its steps to %llu or more to continue "
+            "it (%llu ends it at that checkpoint), and put what should follow in a new stage "
+            "after it; nothing was started\n",
+            s->stage->name, (unsigned long long)s->stage->steps, c->dir->path, name,
+            (unsigned long long)m->step, (unsigned long long)m->step, (unsigned long long)m->step);
+    return BT_EINVAL;
+}
+
+static int resume_check_model(const run_ctx *c, const Baton__StageSpec *s, const Baton__Manifest *m,
+                              const char *name) {
+    char why[200];
+    if (!ckpt_resume_model_diff(m, s->model, why, sizeof why)) return 0;
+    run_err(c,
+            "stage \"%s\" cannot resume from its checkpoint %s: the model in %s/recipe.yaml "
+            "is not the one the stage trained (%s). A stage keeps its model's shape: put it "
+            "back to continue the run; nothing was started\n",
+            s->stage->name, name, c->dir->path, why);
+    return BT_EINVAL;
+}
+
+static int resume_check_order(const run_ctx *c, const Baton__StageSpec *s, const Baton__Manifest *m,
+                              const char *name) {
+    char why[600];
+    if (!ckpt_resume_order_diff(m, s, why, sizeof why)) return 0;
+    run_err(c,
+            "stage \"%s\" cannot resume from its checkpoint %s: %s in %s/recipe.yaml since it "
+            "was saved, so its data position (sample %llu) would index other samples (some "
+            "read twice, others never). Put the old value back to continue the stage, or "
+            "change it from a new stage on (set this stage's steps to %llu, the checkpoint's, "
+            "and add one after it); nothing was started\n",
+            s->stage->name, name, why, c->dir->path, (unsigned long long)m->data_position,
+            (unsigned long long)m->step);
+    return BT_EINVAL;
+}
+
+int run_resume_check(run_ctx *c) {
+    size_t i = 0;
+    while (i < c->doc->recipe->n_stages && i < RUN_MAX_STAGES && c->st.stage[i].completed)
+        i++;
+    if (i == c->doc->recipe->n_stages || i == RUN_MAX_STAGES) return 0;
+    Baton__StageSpec *s = NULL;
+    bt_diag d;
+    bt_diag_init(&d);
+    if (recipe_resolve_stage(c->doc, i, &s, &d) != 0) return 0; /* the attempt says why */
+    char name[300] = "";
+    Baton__Manifest *m = s->stage ? resume_own_ckpt(c, s, name, sizeof name) : NULL;
+    int rc = 0;
+    if (m != NULL) rc = resume_check_model(c, s, m, name);
+    if (m != NULL && rc == 0) rc = resume_check_steps(c, s, m, name);
+    if (m != NULL && rc == 0) rc = resume_check_order(c, s, m, name);
+    if (m) baton__manifest__free_unpacked(m, NULL);
+    protobuf_c_message_free_unpacked(&s->base, NULL);
+    return rc;
+}

@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# A run stopped in its second stage whose kept recipe (RUN_DIR/recipe.yaml, the copy
+# `baton resume` reads) is edited before the resume: a one-rank llama over the fortunes,
+# stages a (10 steps) and b (20), stopped by SIGTERM in b (its helpers from
+# run-common.sh). CASE:
+#   edit-steps-done   a's steps lowered 10 -> 4: the resume continues b from its stop
+#                     checkpoint and metrics.jsonl keeps every record, a's 1..10 and b's
+#                     1..20 once each, b's at global steps 10 + step (the steps a completed
+#                     with), TensorBoard without a restart marker and holding every record.
+#   edit-steps-below  b's steps lowered below its stop checkpoint's step: refused before
+#                     any worker starts (exit 2, naming the stage, the checkpoint's step and
+#                     the new steps, and the way on), nothing journaled; raised back to the
+#                     checkpoint's step, the resume completes the stage.
+#   edit-data-keys    seed, b's seq_len and (on a mixture) a source's weight changed
+#                     mid-stage: refused before any worker starts (exit 2, naming the field
+#                     and its old and new values), nothing journaled; the worker refuses
+#                     them too (a spec written by hand, as its own check), and its manifests
+#                     record the mixture weights; at a stage boundary (a stopped in a, b's
+#                     seq_len changed) the resume goes on.
+#   edit-model-shape  model.dim changed mid-stage: refused before any worker starts (exit
+#                     2, naming model.dim 64 -> 96), nothing journaled, no word of damage;
+#                     the worker alone refuses it naming the recipe, not damage.
+#   edit-notes        resume says once which kept --set overrides it reapplies; status of a
+#                     run whose kept recipe no longer parses says so, steps '?' (null).
+#   check-resume-edit.sh BATON BATON_WORKER SOURCE_DIR CASE
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
+
+# stopped_run DATA STAGE AT: r1, a run of edit.yaml (with data: DATA, or the fortunes)
+# stopped in stage STAGE (0: a, 1: b) once it reached step AT (its stop checkpoint at
+# that step or a little later)
+stopped_run() {
+  one_rank_recipe edit "checkpoint: {every_steps: 4, keep: 3}" \
+    '{name: a, steps: 10}' '{name: b, steps: 20}' >edit.yaml
+  [[ -z $1 ]] || sed -i "s|^data: .*|data: $1|" edit.yaml
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run edit.yaml --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step "$2" "$3" >/dev/null
+  stop_run
+}
+# stop_step [STAGE [DIR]]: the step of the stage's (b's) newest checkpoint in DIR (r1)
+stop_step() {
+  local c
+  c=$(ls -d "${2:-r1}"/checkpoints/s0"${1:-1}"-step* | tail -1)
+  echo $((10#${c##*step}))
+}
+# resumes DIR: `baton resume DIR` completes the run
+resumes() {
+  "$baton" resume "$1" --quiet >resume.out 2>&1 || { cat resume.out; fail "resume of $1 failed"; }
+  "$baton" status "$1" --json | /usr/bin/python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+assert j["state"] == "completed", j["state"]' || fail "$1 did not complete"
+}
+# worker_refuses DIR WANT: the worker alone, on a spec of DIR's recipe's stage b
+# (`baton spec`), resuming DIR's checkpoints, exits 2 saying WANT (grep -E) and no word
+# of damage
+worker_refuses() {
+  "$baton" spec "$1/recipe.yaml" --stage b --out b.pb
+  set +e
+  "$worker" --spec b.pb --run-dir "$1" --init "$1" --single-process >worker.out 2>&1
+  local rc=$?
+  set -e
+  [[ $rc == 2 ]] || { tail -5 worker.out; fail "the worker resumed the edited $1: exit $rc"; }
+  grep -Eq -- "$2" worker.out || { tail -5 worker.out; fail "the worker does not say '$2'"; }
+  ! grep -q "damaged" worker.out || { tail -3 worker.out; fail "the worker speaks of damage"; }
+}
+# refused DIR WANT...: `baton resume DIR` exits 2 at once saying each WANT (grep -E), with
+# no attempt journaled and no worker log written
+refused() {
+  local dir=$1 logs journal
+  shift
+  logs=$(ls "$dir/logs" | wc -l) journal=$(stat -c %s "$dir/journal")
+  set +e
+  "$baton" resume "$dir" --quiet >resume.out 2>&1
+  local rc=$?
+  set -e
+  [[ $rc == 2 ]] || { cat resume.out; fail "resume of the edited $dir exited $rc, not 2"; }
+  for w in "$@"; do
+    grep -Eq -- "$w" resume.out || { cat resume.out; fail "the refusal does not say '$w'"; }
+  done
+  [[ $(ls "$dir/logs" | wc -l) == "$logs" ]] || fail "$dir: a worker started: $(ls "$dir/logs")"
+  [[ $(stat -c %s "$dir/journal") == "$journal" ]] || fail "$dir: the refusal was journaled"
+  ! grep -q "damaged\|ckpt verify" resume.out || { cat resume.out; fail "a refusal for an edit speaks of damage"; }
+  cat resume.out
+}
+
+case $case in
+edit-steps-done)
+  stopped_run "" 1 6
+  k=$(stop_step)
+  sed -i 's/{name: a, steps: 10}/{name: a, steps: 4}/' r1/recipe.yaml
+  "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "resume failed"; }
+  /usr/bin/python3 - r1/metrics.jsonl "$k" <<'PY' || fail "metrics.jsonl lost or repeated records"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+got = {}
+for r in rows:
+    got.setdefault(r["stage"], []).append(r["step"])
+print({s: (len(v), min(v), max(v)) for s, v in got.items()}, "stopped at b", sys.argv[2])
+assert got.get("a") == list(range(1, 11)), ("a", got.get("a"))
+assert got.get("b") == list(range(1, 21)), ("b", got.get("b"))
+bad = [r for r in rows if r["stage"] == "b" and r["global_step"] != 10 + r["step"]]
+assert not bad, ("b's global steps do not follow a's 10", bad[:2])
+PY
+  /usr/bin/python3 "$src/tests/control/read_tb.py" r1/tb r1/metrics.jsonl >tb.txt ||
+    fail "TensorBoard lacks records of metrics.jsonl"
+  ! grep -q "session_log START" tb.txt || { grep "session_log" tb.txt; fail "a restart marker without a restart"; }
+  ;;
+edit-steps-below)
+  stopped_run "" 1 6
+  k=$(stop_step)
+  sed -i 's/{name: b, steps: 20}/{name: b, steps: 3}/' r1/recipe.yaml
+  refused r1 'stage "b" has steps: 3' "checkpoints/s01-step0*$k is at step $k" \
+    "Set its steps to $k or more" "new stage"
+  sed -i "s/{name: b, steps: 3}/{name: b, steps: $k}/" r1/recipe.yaml
+  resumes r1
+  [[ $(stop_step) == "$k" ]] || fail "b went on past its checkpoint's step $k"
+  ;;
+edit-data-keys)
+  stopped_run "" 1 6
+  cp -a r1 rs
+  sed -i 's/^seed: 3$/seed: 4/' rs/recipe.yaml
+  refused rs "seed 3 -> 4" "would index other samples" "Put the old value back"
+  worker_refuses rs "cannot resume: seed 3 -> 4"
+  cp -a r1 rq
+  sed -i 's/{name: b, steps: 20}/{name: b, steps: 20, seq_len: 32}/' rq/recipe.yaml
+  refused rq "seq_len 64 -> 32" "would index other samples"
+  worker_refuses rq "cannot resume: seq_len 64 -> 32"
+  # b ended at its checkpoint: nothing more is read, the seed may change
+  k=$(stop_step 1 rs)
+  sed -i "s/{name: b, steps: 20}/{name: b, steps: $k}/" rs/recipe.yaml
+  resumes rs
+  # a mixture stopped in a: a weight changed is refused, by the orchestrator and the
+  # worker (the manifest records the weights); the same shares, scaled, and b's seq_len
+  # changed at the boundary go on
+  rm -rf r1
+  stopped_run "{mix: [{path: data/fortunes_train, weight: 3}, {path: data/fortunes_valid, weight: 1}], valid: data/fortunes_valid}" 0 3
+  [[ $(stop_step 0) -lt 10 ]] || fail "a ran to its end before the stop"
+  cp -a r1 rw
+  sed -i 's/weight: 3}/weight: 1}/' rw/recipe.yaml
+  refused rw "data.mix weight of data/fortunes_train 3 -> 1 \(its share 0.75 -> 0.5\)"
+  sed -i 's/{name: b, steps: 20}/{name: b, steps: 4}/' rw/recipe.yaml # b a stage to spec
+  "$baton" spec rw/recipe.yaml --stage a --out a.pb
+  set +e
+  "$worker" --spec a.pb --run-dir rw --init rw --single-process >worker.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 2 ]] && grep -q "cannot resume: data.mix weight of data/fortunes_train 3 -> 1" worker.out ||
+    { tail -3 worker.out; fail "the worker resumed a under other weights: exit $rc"; }
+  sed -i 's/weight: 3}/weight: 6}/; s/weight: 1}/weight: 2}/' r1/recipe.yaml
+  sed -i 's/{name: b, steps: 20}/{name: b, steps: 20, seq_len: 32}/' r1/recipe.yaml
+  resumes r1
+  ;;
+edit-model-shape)
+  stopped_run "" 1 6
+  sed -i 's/dim: 64,/dim: 96,/' r1/recipe.yaml
+  refused r1 'stage "b" cannot resume from its checkpoint checkpoints/s01-step' \
+    "model.dim 64 in the checkpoint, 96 in this stage" "put it back"
+  # the worker alone (no baton run to refuse first) refuses every checkpoint of b and
+  # takes no hand-off from a, naming the recipe, not damage
+  worker_refuses r1 "not falling back to it \(put the stage's model back in the recipe\)"
+  ;;
+edit-notes)
+  # a run with a kept override: resume says once which it reapplies (over recipe.yaml)
+  one_rank_recipe edit "" '{name: a, steps: 2}' '{name: b, steps: 4}' >edit.yaml
+  "$baton" run edit.yaml --run-dir r1 --quiet --set stages.b.steps=3 >run.out 2>&1 || fail "run failed"
+  "$baton" resume r1 >resume.out 2>&1 || { cat resume.out; fail "resume of a completed run failed"; }
+  [[ $(grep -c "reapplying the run's overrides" resume.out) == 1 ]] &&
+    grep -q "overrides (.*/r1/overrides), which take precedence over its recipe.yaml: --set stages.b.steps=3$" resume.out ||
+    { cat resume.out; fail "resume does not say once which overrides it reapplies"; }
+  # a kept recipe that no longer parses: status says why it shows '?'
+  echo "stages: [" >>r1/recipe.yaml
+  "$baton" status r1 >status.out 2>status.err || fail "status failed"
+  grep -q "warning: the run's kept recipe cannot be read (.*recipe.yaml" status.err ||
+    { cat status.err status.out; fail "status does not say the recipe cannot be read"; }
+  grep -Eq '^  \? +done +2/\? ' status.out || { cat status.out; fail "status shows steps it does not know"; }
+  "$baton" status r1 --json 2>/dev/null | /usr/bin/python3 -c '
+import json, sys
+st = json.load(sys.stdin)["stages"]
+assert [s["steps"] for s in st] == [None, None], st' || fail "status --json shows steps it does not know"
+  ;;
+*)
+  fail "unknown case"
+  ;;
+esac
+echo "$case: ok"
