@@ -330,9 +330,22 @@ static size_t status_n_stages(const status_view *v) {
     return n < RUN_MAX_STAGES ? n : RUN_MAX_STAGES;
 }
 
+/* Whether stage i has work left: not completed, or completed and given more steps since
+ * (run_edit_extends), its progress then past the steps it completed with. */
+static int status_stage_todo(const status_view *v, size_t i) {
+    return !v->st.stage[i].completed || (v->have_doc && run_edit_extends(&v->doc, &v->st, i));
+}
+
+/* The step stage i reached: metrics.jsonl's last where that is its and it has work
+ * left, else the journal's. */
+static uint64_t status_stage_step(const status_view *v, size_t i) {
+    if (status_stage_todo(v, i) && v->have_metrics && v->m_stage == i) return v->m_step;
+    return v->st.stage[i].last_step;
+}
+
 static const char *status_stage_state(const status_view *v, size_t i) {
     const run_stage_state *s = &v->st.stage[i];
-    if (s->completed && !(v->have_doc && run_edit_extends(&v->doc, &v->st, i))) return "done";
+    if (!status_stage_todo(v, i)) return "done";
     if (!s->started) return "pending";
     if (v->running) return "running";
     return s->failed ? "failed" : "stopped";
@@ -426,7 +439,9 @@ static double status_pace(const status_view *v) {
  * training. */
 static int status_stage_eta(const status_view *v, size_t i, double *eta) {
     const run_stage_state *s = &v->st.stage[i];
-    if (!v->running || !v->have_metrics || v->m_stage != i || s->completed || !s->started) return 0;
+    if (!v->running || !v->have_metrics || v->m_stage != i || !status_stage_todo(v, i) ||
+        !s->started)
+        return 0;
     double pace = status_pace(v);
     uint64_t total = status_stage_steps(v, i);
     if (pace <= 0 || total == 0) return 0;
@@ -528,8 +543,7 @@ static void status_text(bt_buf *b, const status_view *v) {
     for (size_t i = 0; i < status_n_stages(v); i++) {
         const run_stage_state *s = &v->st.stage[i];
         char steps[40], rec[32] = "-";
-        uint64_t step = s->last_step;
-        if (!s->completed && v->have_metrics && v->m_stage == i) step = v->m_step;
+        uint64_t step = status_stage_step(v, i);
         if (v->have_doc)
             snprintf(steps, sizeof steps, "%llu/%llu", (unsigned long long)step,
                      (unsigned long long)status_stage_steps(v, i));
@@ -775,11 +789,8 @@ static void status_json(bt_buf *b, const status_view *v) {
                       "\"tokens_per_s\": %s, \"wall_s\": %.3f, \"eta_s\": %s, \"attempts\": %u, "
                       "\"restarts\": %u, \"recoveries\": %u, \"recovery_s_avg\": %s, "
                       "\"skipped_steps\": %s, \"valid_loss\": %s}",
-                      status_stage_state(v, i),
-                      (unsigned long long)(!s->completed && v->have_metrics && v->m_stage == i
-                                               ? v->m_step
-                                               : s->last_step),
-                      total, loss, tok, status_stage_wall(v, i), eta, s->attempts, s->restarts,
+                      status_stage_state(v, i), (unsigned long long)status_stage_step(v, i), total,
+                      loss, tok, status_stage_wall(v, i), eta, s->attempts, s->restarts,
                       s->recoveries, rec_avg, skipped, valid);
     }
     bt_buf_printf(b, "], \"recovery_s\": [");

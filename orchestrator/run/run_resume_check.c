@@ -11,6 +11,7 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_resume.h"
 #include "run_ctx.h"
+#include "run_edit.h"
 
 /* The manifest of the newest checkpoint in the run's checkpoints/ that stage's spec s
  * resumes (its own by the manifest, as the worker judges: ckpt_run_relation), and its
@@ -87,10 +88,11 @@ static int resume_check_order(const run_ctx *c, const Baton__StageSpec *s, const
 }
 
 int run_resume_check(run_ctx *c) {
-    size_t i = 0;
-    while (i < c->doc->recipe->n_stages && i < RUN_MAX_STAGES && c->st.stage[i].completed)
-        i++;
-    if (i == c->doc->recipe->n_stages || i == RUN_MAX_STAGES) return 0;
+    /* the stage the run goes on with, as run_supervise picks it: the first not completed,
+     * or a completed last stage its recipe gives more steps now (run_edit_extends) */
+    size_t k = run_edit_work_left(c->doc, &c->st);
+    if (k == 0) return 0;
+    size_t i = k - 1;
     Baton__StageSpec *s = NULL;
     bt_diag d;
     bt_diag_init(&d);

@@ -4,7 +4,9 @@
 
 static void state_attempt_ended(run_stage_state *st, const Baton__JournalRecord *r,
                                 double *attempt_t0) {
-    if (r->has_step) st->last_step = r->step;
+    /* a completed stage's: the steps it completed with, not where an attempt extending it
+     * (its recipe given more steps since) stopped */
+    if (r->has_step && !st->completed) st->last_step = r->step;
     if (*attempt_t0 > 0) st->wall_s += r->wall_time - *attempt_t0;
     *attempt_t0 = 0;
     st->open_at = 0;

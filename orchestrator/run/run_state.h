@@ -22,7 +22,7 @@ typedef struct run_stage_state {
     uint32_t restarts;     /* failures followed by another attempt */
     int failure_open;      /* a failure no attempt followed yet */
     double failure_at;     /* wall time of the last failure */
-    uint64_t last_step;    /* of the last ATTEMPT_ENDED / STAGE_COMPLETED */
+    uint64_t last_step;    /* of the last STAGE_COMPLETED, else of the last ATTEMPT_ENDED */
     double started_at, completed_at;
     double recovery_s_sum;
     uint32_t recoveries; /* failures followed by a completed step */

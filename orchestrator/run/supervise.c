@@ -147,9 +147,9 @@ static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSp
 }
 
 /* The steps stage k counts on TensorBoard's axis: those it completed with, where the
- * journal (as read when this baton run started) says it completed, since the records of
- * the stages after it were written counting them, whatever its recipe says now (steps
- * edited since); else its recipe's. */
+ * journal says it completed (as read when this baton run started, or as this one
+ * completed it), since the records of the stages after it were written counting them,
+ * whatever its recipe says now (steps edited since); else its recipe's. */
 static uint64_t run_stage_span(run_ctx *c, size_t k) {
     const run_stage_state *ss = k < RUN_MAX_STAGES ? &c->st.stage[k] : NULL;
     if (ss && ss->completed && ss->last_step > 0) return ss->last_step;
@@ -881,6 +881,10 @@ static int run_stage(run_ctx *c, size_t i) {
             r.has_loss = c->prog.have_step, r.loss = c->prog.loss;
             r.has_tokens_per_s = c->prog.have_step, r.tokens_per_s = c->prog.tokens_per_s;
             run_journal(c, BATON__JOURNAL_RECORD__KIND__STAGE_COMPLETED, (uint32_t)i, &r);
+            /* as a later baton run replays it: the steps it completed with are where the
+             * next stage's start on the metrics' axis (run_step_offset), even where the
+             * journal said it completed with fewer before it was extended */
+            ss->completed = 1, ss->last_step = r.step;
             run_progress_end(&c->prog);
             /* a failure the stage completed after without a step: not the next stage's */
             c->failed_at = 0;

@@ -10,6 +10,17 @@
 #                 completed) with the stage pending, resume trains it (a hand-off from b's
 #                 final checkpoint at b's data position), exit 0; more steps for that last
 #                 stage: resume continues it from its final checkpoint to the new end.
+#   edit-extend-append  a completed run whose last stage gains steps (12 -> 15) and which
+#                 gains a stage c, both trained by one resume: every record of
+#                 metrics.jsonl and valid.jsonl lies at its own global step, increasing
+#                 (c's at 4 + 15 + step, after b's new steps, not on top of them), and
+#                 TensorBoard holds each once.
+#   edit-extend-check   the pre-launch resume check on an extended last stage: a seed
+#                 changed with b given more steps is refused, exit 2, before any worker
+#                 (nothing journaled); b's extension stopped past its old end: status shows
+#                 the step it reached and the steps it completed with (12, not where the
+#                 extension stopped), its steps then set below its stop checkpoint (above
+#                 12) refused the same way, set to the checkpoint's step it completes.
 #   edit-name     the recipe's name: changed while a stage is in progress: resume refuses,
 #                 exit 2, naming both names, before any worker starts; put back, it continues.
 #   edit-diff     baton run EDITED.yaml --run-dir of a run kept for another recipe: refused,
@@ -104,6 +115,61 @@ assert json.load(sys.stdin)["state"] == "stopped"' || fail "status --json says c
   "$baton" resume r1 >res3.out 2>&1 && grep -q "already completed" res3.out ||
     { cat res3.out; fail "the completed run was not seen as completed"; }
   echo "$case: a completed run's new stage and new steps trained by resume"
+  ;;
+edit-extend-append)
+  "$baton" run ed.yaml --run-dir r1 --quiet >run.out 2>&1 || { cat run.out; fail "the run failed"; }
+  sed -i 's/{name: b, steps: 12}/{name: b, steps: 15}/' r1/recipe.yaml
+  echo '  - {name: c, steps: 3}' >>r1/recipe.yaml
+  "$baton" resume r1 >res.out 2>&1 || { cat res.out; fail "resume of the extended run failed"; }
+  grep -q 'from stage "b" (15 steps, completed with 12) on: training it' res.out ||
+    { cat res.out; fail "resume did not say it continues b"; }
+  [[ $(stage_losses r1 | cut -d' ' -f1,2 | tr '\n' ' ') == "a done b done c done " ]] ||
+    { stage_losses r1; fail "the extended run did not complete"; }
+  /usr/bin/python3 - r1 <<'PY' || fail "global steps of the extended run overlap"
+import json, sys
+for f in ("metrics.jsonl", "valid.jsonl"):
+    rows = [json.loads(l) for l in open(sys.argv[1] + "/" + f)]
+    g = [r["global_step"] for r in rows]
+    print(f, [(r["stage"], r["step"], r["global_step"]) for r in rows if r["stage"] != "a"])
+    assert all(x < y for x, y in zip(g, g[1:])), (f, "global steps not increasing", g)
+    bad = [r for r in rows if r["stage"] == "c" and r["global_step"] != 4 + 15 + r["step"]]
+    assert not bad, (f, "c's global steps do not follow b's 15", bad[:2])
+    assert max(r["step"] for r in rows if r["stage"] == "b") == 15, (f, "b did not reach 15")
+PY
+  /usr/bin/python3 "$src/tests/control/read_tb.py" r1/tb r1/metrics.jsonl >tb.txt ||
+    fail "TensorBoard holds a step twice or lacks records of metrics.jsonl"
+  echo "$case: b's new steps and the new stage c at their own global steps"
+  ;;
+edit-extend-check)
+  "$baton" run ed.yaml --run-dir r1 --quiet >run.out 2>&1 || { cat run.out; fail "the run failed"; }
+  cp -a r1 r1.bak
+  edited seed 's = s.replace("{name: b, steps: 12}", "{name: b, steps: 15}").replace("seed: 3\n", "seed: 4\n")'
+  refused seed 'stage "b" cannot resume from its checkpoint checkpoints/s01-step0*12: seed 3 -> 4'
+  # b's extension stopped past its old end
+  sed -i 's/{name: b, steps: 12}/{name: b, steps: 40}/' r1/recipe.yaml
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" resume r1 --quiet >ext.out 2>&1 &
+  bpid=$!
+  wait_step 1 17 >/dev/null
+  stop_run
+  c=$(ls -d r1/checkpoints/s01-step* | tail -1)
+  k=$((10#${c##*step}))
+  ((k >= 16)) || fail "b's stop checkpoint is at step $k, before 16"
+  "$baton" status r1 >st.out
+  grep -q 'now has more, from stage "b" (40 steps, completed with 12) on' st.out ||
+    { cat st.out; fail "status does not say b completed with 12"; }
+  step=$(sed -En 's/^  b +stopped +([0-9]+)\/40 .*/\1/p' st.out)
+  [[ -n $step ]] && ((step >= k)) || { cat st.out; fail "status shows b at step '$step', not the $k its checkpoint reached"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+b = json.load(sys.stdin)["stages"][1]
+assert b["step"] >= int(sys.argv[1]) and b["state"] == "stopped", b' "$k" ||
+    fail "status --json shows a stale step for b"
+  sed -i 's/{name: b, steps: 40}/{name: b, steps: 14}/' r1/recipe.yaml
+  refused r1 "stage \"b\" has steps: 14 in .* but its checkpoint checkpoints/s01-step0*$k is at step $k"
+  sed -i "s/{name: b, steps: 14}/{name: b, steps: $k}/" r1/recipe.yaml
+  "$baton" resume r1 --quiet >res.out 2>&1 || { cat res.out; fail "resume with b's steps at its checkpoint's failed"; }
+  "$baton" status r1 | grep -qE "^  b +done +$k/$k " || { "$baton" status r1; fail "b not done $k/$k"; }
+  echo "$case: an extended stage's edits refused before launch, its status step current"
   ;;
 edit-name)
   stopped_run
