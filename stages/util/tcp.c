@@ -10,8 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 int bt_tcp_listen(const char *host, const char *what, int *fd_out, char *address, size_t cap,
@@ -90,13 +92,23 @@ void bt_tcp_accept_capped(int listen_fd, size_t max_unauth, const bt_tcp_conns *
     }
 }
 
+/* A random number for the retry jitter: from the kernel (getrandom), else the clock's
+ * nanoseconds and the pid. Not the pid alone: ranks in containers often share one. */
+static unsigned tcp_jitter(void) {
+    unsigned r;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) == (ssize_t)sizeof r) return r;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    r = (unsigned)ts.tv_nsec ^ (unsigned)ts.tv_sec * 2654435761u ^ (unsigned)getpid() << 16;
+    return rand_r(&r);
+}
+
 double bt_tcp_retry_ms(int tries) {
     double pause = 20.0;
     for (int k = 1; k < tries && pause < 1000.0; k++)
         pause *= 2;
     pause = pause < 1000.0 ? pause : 1000.0;
-    unsigned seed = (unsigned)getpid() ^ (unsigned)tries;
-    return pause + (double)(rand_r(&seed) % (unsigned)pause);
+    return pause + (double)(tcp_jitter() % (unsigned)pause);
 }
 
 int bt_token_equal(const void *given, size_t n, const char *secret) {

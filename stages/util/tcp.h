@@ -66,8 +66,9 @@ void bt_tcp_accept_capped(int listen_fd, size_t max_unauth, const bt_tcp_conns *
 
 /* How long a client whose connection a server dropped before it showed the token waits
  * before its next try (tries: those made so far, from 1): 20 ms doubling to 1 s, plus up
- * to as much again at random (seeded by the pid), so that ranks dropped together do not
- * all come back together. Milliseconds. */
+ * to as much again at random (from getrandom, else the clock: not the pid, which ranks in
+ * containers often share), so that ranks dropped together do not all come back together.
+ * Milliseconds. */
 double bt_tcp_retry_ms(int tries);
 
 /* Whether the n bytes at given equal secret (NUL-terminated), in time that depends only

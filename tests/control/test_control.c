@@ -58,6 +58,7 @@
 #include "metrics_log.h"
 #include "stage_spec.pb-c.h"
 #include "util/clock.h"
+#include "worker_pacer.h"
 
 static int failures;
 
@@ -141,6 +142,28 @@ static int count_lines(const char *path) {
     return n;
 }
 
+static int closed_n;
+static void *closer(void *arg) {
+    control_client_close(arg);
+    __atomic_add_fetch(&closed_n, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* Closes a and b (each in a thread) while the server cs goes on: both are refused at every
+ * try, closing waits no longer than the tries take. */
+static void close_served(control_server *cs, control_client *a, control_client *b) {
+    pthread_t ta, tb;
+    double end = bt_clock_now() + CONTROL_CLIENT_CLOSE_WAIT_S;
+    closed_n = 0;
+    CHECK(pthread_create(&ta, NULL, closer, a) == 0 && pthread_create(&tb, NULL, closer, b) == 0,
+          "thread");
+    while (__atomic_load_n(&closed_n, __ATOMIC_ACQUIRE) < 2 && bt_clock_now() < end + 1)
+        pump(cs, 20);
+    CHECK(bt_clock_now() < end, "closing refused clients waited the whole close limit");
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+}
+
 /* Wrong token, garbage, an oversized frame, another attempt: refused, harmless. */
 static void unit_refusals(control_server *cs) {
     bt_diag d;
@@ -168,8 +191,7 @@ static void unit_refusals(control_server *cs) {
     char b;
     CHECK(read(g, &b, 1) == 0 && read(o, &b, 1) == 0, "refused connections left open");
     close(g), close(o);
-    control_client_close(&bad);
-    control_client_close(&stale);
+    close_served(cs, &bad, &stale);
 }
 
 static void unit_metrics_file(const char *run_dir) {
@@ -294,16 +316,9 @@ static void crowd_once(int delay_us) {
         pthread_join(t[i], NULL);
 }
 
-/* A rank whose connection the server drops before reading its Hello, as a flood makes it
- * (connections without a Hello over the cap, the oldest evicted): it connects again and
- * says Hello again, and what it sent before the drop arrives all the same. */
-static void crowd_dropped(void) {
-    CHECK(control_server_begin_attempt(&crowd_cs, 0, "s", 0, 1, 0) == 0, "begin");
-    bt_diag d;
-    bt_diag_init(&d);
-    control_client c;
-    CHECK(control_client_open(&c, crowd_cs.address, "s3cret", 0, 1, 0, NULL, &d) == 0, "%s", d.msg);
-    control_client_heartbeat(&c, BATON__HEARTBEAT__PHASE__LOAD, 5);
+/* The server accepts the connections waiting (a rank's, not read), then one more than its
+ * cap of connections without a Hello: the oldest, the rank's, is dropped unread. */
+static void crowd_evict(void) {
     struct pollfd l = {crowd_cs.listen_fd, POLLIN, POLLIN}; /* accepting only, no reads */
     sleep_s(0.05);
     control_server_handle(&crowd_cs, &l, 1, bt_clock_now()); /* the rank's, unread */
@@ -316,6 +331,19 @@ static void crowd_dropped(void) {
     CHECK(control_server_connected(&crowd_cs) == 0, "the rank's Hello was read before the drop");
     for (size_t k = 0; k < n; k++)
         close(flood[k]);
+}
+
+/* A rank whose connection the server drops before reading its Hello, as a flood makes it
+ * (connections without a Hello over the cap, the oldest evicted): it connects again and
+ * says Hello again, and what it sent before the drop arrives all the same. */
+static void crowd_dropped(void) {
+    CHECK(control_server_begin_attempt(&crowd_cs, 0, "s", 0, 1, 0) == 0, "begin");
+    bt_diag d;
+    bt_diag_init(&d);
+    control_client c;
+    CHECK(control_client_open(&c, crowd_cs.address, "s3cret", 0, 1, 0, NULL, &d) == 0, "%s", d.msg);
+    control_client_heartbeat(&c, BATON__HEARTBEAT__PHASE__LOAD, 5);
+    crowd_evict();
     double end = bt_clock_now() + 5;
     while (bt_clock_now() < end && !(control_server_connected(&crowd_cs) == 1 &&
                                      crowd_cs.ranks[0].phase == BATON__HEARTBEAT__PHASE__LOAD)) {
@@ -343,8 +371,64 @@ static void crowd_dropped(void) {
           other.acked, dup.acked, crowd_cs.rejected - rejected0);
     CHECK(control_server_connected(&crowd_cs) == 1 && c.fd >= 0 && c.acked,
           "the rank lost its connection to a duplicate");
-    control_client_close(&other);
-    control_client_close(&dup);
+    close_served(&crowd_cs, &other, &dup);
+    control_client_close(&c);
+}
+
+static int crowd_fatal_done(const control_server *cs) {
+    return cs->fatal.seen && cs->ranks[0].phase == BATON__HEARTBEAT__PHASE__DONE;
+}
+
+/* A short-lived rank: its Fatal and DONE sent whole, it closes, and only then is its
+ * connection dropped unread (a flood). Closing waits for the HelloAck, connects again and
+ * sends them again: they arrive. */
+static void crowd_close_dropped(void) {
+    CHECK(control_server_begin_attempt(&crowd_cs, 0, "s", 1, 1, 0) == 0, "begin");
+    bt_diag d;
+    bt_diag_init(&d);
+    control_client c;
+    CHECK(control_client_open(&c, crowd_cs.address, "s3cret", 0, 1, 1, NULL, &d) == 0, "%s", d.msg);
+    control_client_fatal(&c, 3, "disk full at the end");
+    control_client_heartbeat(&c, BATON__HEARTBEAT__PHASE__DONE, 9);
+    CHECK(c.fd >= 0 && c.out_head == c.out_len, "the socket did not take all (%zu of %zu)",
+          c.out_head, c.out_len);
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, closer, &c) == 0, "thread");
+    sleep_s(0.1); /* closing, all sent */
+    crowd_evict();
+    pump_until(&crowd_cs, crowd_fatal_done);
+    pthread_join(th, NULL);
+    CHECK(crowd_cs.fatal.seen && strstr(crowd_cs.fatal.message, "disk full") != NULL,
+          "a rank dropped unread while closing lost its Fatal");
+    CHECK(crowd_cs.ranks[0].phase == BATON__HEARTBEAT__PHASE__DONE && crowd_cs.ranks[0].step == 9,
+          "a rank dropped unread while closing lost its DONE (phase %d)", crowd_cs.ranks[0].phase);
+}
+
+static int crowd_loading(const control_server *cs) {
+    return control_server_connected(cs) == 1 &&
+           cs->ranks[0].phase == BATON__HEARTBEAT__PHASE__LOAD && cs->ranks[0].step == 11;
+}
+
+/* A rank dropped before its Hello was read, then busy loading a checkpoint (nothing else
+ * touches the client): the pacer's heartbeats connect it again. */
+static void crowd_pacer_redial(void) {
+    CHECK(control_server_begin_attempt(&crowd_cs, 0, "s", 2, 1, 0) == 0, "begin");
+    bt_diag d;
+    bt_diag_init(&d);
+    control_client c;
+    CHECK(control_client_open(&c, crowd_cs.address, "s3cret", 0, 1, 2, NULL, &d) == 0, "%s", d.msg);
+    crowd_evict();
+    sleep_s(0.05);
+    control_client_poll(&c); /* sees the drop: a redial pending */
+    CHECK(c.fd < 0 && c.redial, "the drop was not seen (fd %d, redial %d)", c.fd, c.redial);
+    worker_pacer p;
+    worker_pacer_init(&p, &c);
+    worker_pacer_begin(&p, BATON__HEARTBEAT__PHASE__LOAD, 11);
+    CHECK(pump_until(&crowd_cs, crowd_loading),
+          "a rank loading with a redial pending did not connect again (connected %d)",
+          control_server_connected(&crowd_cs));
+    worker_pacer_end(&p);
+    worker_pacer_free(&p);
     control_client_close(&c);
 }
 
@@ -356,6 +440,8 @@ static int crowd(const char *run_dir) {
     crowd_once(200);
     crowd_once(1000);
     crowd_dropped();
+    crowd_close_dropped();
+    crowd_pacer_redial();
     control_server_close(&crowd_cs);
     printf("control crowd: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
     return failures ? 1 : 0;
@@ -924,6 +1010,197 @@ static int backlog(const char *run_dir) {
     return failures ? 1 : 0;
 }
 
+/* ---- ack: baton runs that do not acknowledge, or cannot be reached again ----------------- */
+
+/* A listening socket on 127.0.0.1 (non-blocking) with a backlog of one, nobody accepting
+ * unless the test does: "127.0.0.1:port" in address. */
+static int ack_listen(char *address, size_t cap) {
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(0x7f000001);
+    socklen_t len = sizeof sa;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 1) != 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &len) != 0)
+        return -1;
+    snprintf(address, cap, "127.0.0.1:%u", ntohs(sa.sin_port));
+    return fd;
+}
+
+/* Waits at most s seconds for a connection on l, polling c meanwhile (NULL: none). */
+static int ack_accept(int l, control_client *c, double s) {
+    double end = bt_clock_now() + s;
+    int fd = -1;
+    while (fd < 0 && bt_clock_now() < end) {
+        if (c != NULL) control_client_poll(c);
+        fd = accept(l, NULL, NULL);
+        if (fd < 0) sleep_s(0.01);
+    }
+    return fd;
+}
+
+/* Frames read from a connection, by kind. */
+typedef struct ack_count {
+    unsigned hello, heartbeat, metrics, other;
+} ack_count;
+
+/* Counts the whole frames at buf[0..*len), keeping the rest at its start. */
+static void ack_decode(uint8_t *buf, size_t *len, ack_count *k) {
+    size_t at = 0;
+    uint32_t n;
+    while (*len - at >= 4 && (memcpy(&n, buf + at, 4), *len - at - 4 >= n)) {
+        Baton__Envelope *env = baton__envelope__unpack(NULL, n, buf + at + 4);
+        int body = env ? (int)env->body_case : 0;
+        k->hello += body == BATON__ENVELOPE__BODY_HELLO;
+        k->heartbeat += body == BATON__ENVELOPE__BODY_HEARTBEAT;
+        k->metrics += body == BATON__ENVELOPE__BODY_METRICS;
+        k->other += body != BATON__ENVELOPE__BODY_HELLO &&
+                    body != BATON__ENVELOPE__BODY_HEARTBEAT &&
+                    body != BATON__ENVELOPE__BODY_METRICS;
+        baton__envelope__free_unpacked(env, NULL);
+        at += 4 + n;
+    }
+    memmove(buf, buf + at, *len - at);
+    *len -= at;
+}
+
+/* Reads fd (blocking) to its end or for at most s seconds, counting its frames. */
+static void ack_read(int fd, double s, ack_count *k) {
+    static __thread uint8_t buf[1 << 17];
+    size_t len = 0;
+    double end = bt_clock_now() + s;
+    for (;;) {
+        struct pollfd p = {fd, POLLIN, 0};
+        double left = end - bt_clock_now();
+        if (left <= 0 || poll(&p, 1, (int)(left * 1000) + 1) <= 0) break;
+        ssize_t got = recv(fd, buf + len, sizeof buf - len, 0);
+        if (got <= 0) break;
+        len += (size_t)got;
+        ack_decode(buf, &len, k);
+    }
+}
+
+/* Sends fd a HelloAck, as baton run does when it takes a Hello. */
+static void ack_hello(int fd) {
+    Baton__HelloAck ack = BATON__HELLO_ACK__INIT;
+    Baton__Envelope env = BATON__ENVELOPE__INIT;
+    env.body_case = BATON__ENVELOPE__BODY_HELLO_ACK, env.hello_ack = &ack;
+    uint8_t buf[64];
+    uint32_t n = (uint32_t)baton__envelope__pack(&env, buf + 4);
+    memcpy(buf, &n, 4); /* little-endian hosts only, as crowd_rank */
+    if (fd >= 0 && send(fd, buf, n + 4, MSG_NOSIGNAL) != (ssize_t)(n + 4))
+        CHECK(0, "cannot send the HelloAck");
+}
+
+/* N heartbeats and polls while the client connects again to an address that does not answer
+ * (its listen backlog full): returns the longest one took, in seconds. */
+static double ack_sends_while_connecting(control_client *c, int n) {
+    double most = 0;
+    for (int i = 0; i < n; i++) {
+        double t0 = bt_clock_now();
+        control_client_heartbeat(c, BATON__HEARTBEAT__PHASE__TRAIN, (uint64_t)i + 1);
+        control_client_poll(c);
+        double took = bt_clock_now() - t0;
+        most = took > most ? took : most;
+        sleep_s(0.01);
+    }
+    return most;
+}
+
+/* The connection is dropped before the HelloAck and the address then does not answer (a
+ * full listen backlog drops the SYN): connecting again does not hold up the sends (training),
+ * and once the address answers, what was sent meanwhile arrives. */
+static void ack_redial_unanswered(void) {
+    char address[64];
+    int l = ack_listen(address, sizeof address);
+    CHECK(l >= 0, "listen");
+    bt_diag d;
+    bt_diag_init(&d);
+    control_client c;
+    CHECK(control_client_open(&c, address, "s3cret", 0, 1, 0, NULL, &d) == 0, "%s", d.msg);
+    int first = ack_accept(l, NULL, 2), fill[4];
+    close(first);                 /* the Hello unread: a reset */
+    for (int k = 0; k < 4; k++) { /* the backlog full; the later ones wait, unanswered */
+        struct sockaddr_in sa = {.sin_family = AF_INET};
+        socklen_t len = sizeof sa;
+        getsockname(l, (struct sockaddr *)&sa, &len);
+        fill[k] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        connect(fill[k], (struct sockaddr *)&sa, sizeof sa);
+    }
+    sleep_s(0.1);
+    double most = ack_sends_while_connecting(&c, 100);
+    CHECK(c.tries >= 2 && c.fd >= 0 && c.connecting,
+          "the client is not connecting again (tries %d, fd %d, connecting %d)", c.tries, c.fd,
+          c.connecting);
+    CHECK(most < 0.3, "a send or poll while connecting again took %.2f s", most);
+    for (int k = 0; k < 4; k++)
+        close(fill[k]);
+    int a;
+    while ((a = accept(l, NULL, NULL)) >= 0) /* the backlog's, closed */
+        close(a);
+    int conn = ack_accept(l, &c, 8); /* the SYN sent again, or a connect made again */
+    ack_count k = {0};
+    for (double end = bt_clock_now() + 2; conn >= 0 && k.heartbeat < 100 && bt_clock_now() < end;) {
+        control_client_poll(&c);
+        ack_read(conn, 0.05, &k);
+    }
+    CHECK(k.hello == 1 && k.heartbeat == 100,
+          "connected again: %u Hello, %u of 100 heartbeats arrived", k.hello, k.heartbeat);
+    ack_hello(conn);
+    double t0 = bt_clock_now();
+    control_client_close(&c); /* acknowledged, all sent: at once */
+    CHECK(bt_clock_now() - t0 < 1, "closing an acknowledged client took %.1f s",
+          bt_clock_now() - t0);
+    if (conn >= 0) close(conn);
+    close(l);
+}
+
+/* A baton run older than its worker: reads everything, never acknowledges. */
+static void *ack_old_server(void *arg) {
+    int *fds = arg; /* listening socket in, then the count's 0/1: done */
+    int fd = ack_accept(fds[0], NULL, 5);
+    static ack_count k;
+    if (fd >= 0) {
+        ack_read(fd, 30, &k);
+        close(fd);
+    }
+    return &k;
+}
+
+/* More than the outbox holds, sent to a baton run that never acknowledges: the client stops
+ * keeping what was sent (taking the Hello as acknowledged), drops nothing, all arrives. */
+static void ack_never(void) {
+    enum { N = 100000 }; /* ~6 MB of metrics: over CONTROL_CLIENT_MAX_QUEUE */
+    char address[64];
+    int l = ack_listen(address, sizeof address);
+    pthread_t th;
+    CHECK(l >= 0 && pthread_create(&th, NULL, ack_old_server, &l) == 0, "listen, thread");
+    bt_diag d;
+    bt_diag_init(&d);
+    control_client c;
+    CHECK(control_client_open(&c, address, "s3cret", 0, 1, 0, NULL, &d) == 0, "%s", d.msg);
+    for (uint64_t step = 1; step <= N; step++) {
+        send_metrics(&c, step, 1.0);
+        if (step % 1000 == 0) sleep_s(0.001); /* the reader keeps up: nothing waits long */
+    }
+    CHECK(c.ack_assumed && c.dropped == 0,
+          "a baton run that never acknowledges: %u of %d messages dropped (kept %zu bytes)",
+          c.dropped, N, c.out_len);
+    control_client_close(&c);
+    void *res;
+    pthread_join(th, &res);
+    const ack_count *k = res;
+    CHECK(k->hello == 1 && k->metrics == N, "%u Hello, %u of %d metrics arrived", k->hello,
+          k->metrics, N);
+    close(l);
+}
+
+static int ack(void) {
+    ack_redial_unanswered();
+    ack_never();
+    printf("control ack: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
+    return failures ? 1 : 0;
+}
+
 /* ---- serve ----------------------------------------------------------------------------- */
 
 static int serve_write_spec(const char *in, const char *out, const char *address) {
@@ -1008,12 +1285,14 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "crowd") == 0) return crowd(argv[2]);
     if (argc == 3 && strcmp(argv[1], "backlog") == 0) return backlog(argv[2]);
     if (argc == 3 && strcmp(argv[1], "gap") == 0) return gap(argv[2]);
+    if (argc == 2 && strcmp(argv[1], "ack") == 0) return ack();
     if (argc == 3 && strcmp(argv[1], "orphans") == 0) return orphans(argv[2]);
     if (argc == 8 && strcmp(argv[1], "serve") == 0) return serve(argv);
-    fprintf(stderr, "usage: test_control unit RUN_DIR | crowd RUN_DIR | replay RUN_DIR | backlog "
-                    "RUN_DIR | gap RUN_DIR | "
-                    "orphans RUN_DIR | serve "
-                    "SPEC_IN SPEC_OUT RUN_DIR WORLD "
-                    "STOP_AT stop|term1|mark\n");
+    fprintf(stderr,
+            "usage: test_control unit RUN_DIR | crowd RUN_DIR | ack | replay RUN_DIR | backlog "
+            "RUN_DIR | gap RUN_DIR | "
+            "orphans RUN_DIR | serve "
+            "SPEC_IN SPEC_OUT RUN_DIR WORLD "
+            "STOP_AT stop|term1|mark\n");
     return 2;
 }

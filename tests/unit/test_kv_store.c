@@ -15,6 +15,7 @@
 #include "kv_store.h"
 #include "util/kv_wire.h"
 #include "util/clock.h"
+#include "util/tcp.h"
 
 typedef struct late_set {
     comm_store *st;
@@ -287,7 +288,22 @@ static void check_reconnect(int drop, int want_rc) {
     CHECK(p.accepted == (rc == 0 ? drop + 1 : 10)); /* TCP_STORE_AUTH_TRIES */
 }
 
+/* The backoff of a dropped client: within its range, and not the same for every try of one
+ * count in one process, as it was when seeded by the pid alone (ranks in containers, each
+ * its own pid namespace, then all came back together). */
+static void check_retry_jitter(void) {
+    double first = bt_tcp_retry_ms(3);
+    int differ = 0;
+    for (int i = 0; i < 64; i++) {
+        double ms = bt_tcp_retry_ms(3);
+        CHECK(ms >= 80 && ms < 160);
+        differ += ms != first;
+    }
+    CHECK(differ > 0);
+}
+
 int main(void) {
+    check_retry_jitter();
     /* room for the flood's both ends in this one process */
     struct rlimit rl;
     CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);

@@ -30,37 +30,59 @@ static int control_split(const char *address, char *host, size_t cap, const char
     return 0;
 }
 
-/* connect() bounded by the timeout; fd stays non-blocking afterwards (control_flush). */
-static int control_connect_one(const struct addrinfo *ai) {
-    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+/* A non-blocking socket whose connect() to the address is begun: fd (*busy: it goes on,
+ * control_connect_done), or -1 (errno). */
+static int control_connect_start(int family, int socktype, int protocol, const struct sockaddr *sa,
+                                 socklen_t len, int *busy) {
+    int fd = socket(family, socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, protocol);
     if (fd < 0) return -1;
-    int fl = fcntl(fd, F_GETFL);
-    fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-    int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
-    if (rc != 0 && errno == EINPROGRESS) {
-        struct pollfd p = {fd, POLLOUT, 0};
-        int err = 0;
-        socklen_t len = sizeof err;
-        rc = poll(&p, 1, CONTROL_CLIENT_CONNECT_TIMEOUT_S * 1000) == 1 &&
-                     getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0
-                 ? 0
-                 : -1;
-        if (err != 0) errno = err;
-        if (rc != 0 && err == 0) errno = ETIMEDOUT;
-    }
-    int one = 1;
-    if (rc == 0) {
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        return fd;
-    }
+    *busy = connect(fd, sa, len) != 0;
+    if (!*busy || errno == EINPROGRESS) return fd;
     int e = errno;
     close(fd);
     errno = e;
     return -1;
 }
 
-/* Connects to c->address, a try of CONTROL_CLIENT_HELLO_TRIES. 0, or BT_EINVAL / BT_EIO
- * (diag says why). */
+/* Whether fd's connect has ended, waiting at most ms: 1 connected (fd stays non-blocking:
+ * control_flush), 0 not yet, -1 failed (errno). */
+static int control_connect_done(int fd, int ms) {
+    struct pollfd p = {fd, POLLOUT, 0};
+    int r = poll(&p, 1, ms), err = 0;
+    if (r == 0 || (r < 0 && errno == EINTR)) return 0;
+    socklen_t len = sizeof err;
+    if (r < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return -1;
+    if (err != 0) {
+        errno = err;
+        return -1;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return 1;
+}
+
+/* Connects to ai within CONTROL_CLIENT_CONNECT_TIMEOUT_S (at open, before training) and
+ * keeps its address for connecting again without a name lookup. */
+static int control_connect_one(control_client *c, const struct addrinfo *ai) {
+    int busy, fd = control_connect_start(ai->ai_family, ai->ai_socktype, ai->ai_protocol,
+                                         ai->ai_addr, ai->ai_addrlen, &busy);
+    int done = fd < 0 ? -1 : control_connect_done(fd, CONTROL_CLIENT_CONNECT_TIMEOUT_S * 1000);
+    if (done != 1) {
+        int e = done == 0 ? ETIMEDOUT : errno;
+        if (fd >= 0) close(fd);
+        errno = e;
+        return -1;
+    }
+    memcpy(&c->peer, ai->ai_addr, ai->ai_addrlen);
+    c->peer_len = ai->ai_addrlen;
+    c->peer_family = ai->ai_family, c->peer_socktype = ai->ai_socktype;
+    c->peer_protocol = ai->ai_protocol;
+    c->connected_at = bt_clock_now();
+    return fd;
+}
+
+/* Connects to c->address, the first try of CONTROL_CLIENT_HELLO_TRIES. 0, or BT_EINVAL /
+ * BT_EIO (diag says why). */
 static int control_connect(control_client *c, bt_diag *diag) {
     char host[256];
     const char *port;
@@ -77,7 +99,7 @@ static int control_connect(control_client *c, bt_diag *diag) {
     }
     c->tries++;
     for (p = ai; p != NULL && c->fd < 0; p = p->ai_next)
-        c->fd = control_connect_one(p);
+        if (p->ai_addrlen <= sizeof c->peer) c->fd = control_connect_one(c, p);
     freeaddrinfo(ai);
     if (c->fd < 0) {
         bt_diag_set(diag, "cannot connect to the control channel at %s: %s", c->address,
@@ -91,7 +113,7 @@ static int control_connect(control_client *c, bt_diag *diag) {
 static void control_drop(control_client *c) {
     if (c->fd >= 0) close(c->fd);
     c->fd = -1;
-    c->redial = 0;
+    c->redial = 0, c->connecting = 0;
     free(c->out);
     c->out = NULL, c->out_head = 0, c->out_len = 0, c->out_cap = 0;
 }
@@ -105,7 +127,7 @@ static void control_lost(control_client *c, const char *why) {
                 "acknowledged the Hello (%s); connecting again (try %d of %d)\n",
                 c->rank, why, c->tries + 1, CONTROL_CLIENT_HELLO_TRIES);
         if (c->fd >= 0) close(c->fd);
-        c->fd = -1, c->out_head = 0, c->in_len = 0;
+        c->fd = -1, c->out_head = 0, c->in_len = 0, c->connecting = 0;
         c->redial = 1;
         c->retry_at = bt_clock_now() + bt_tcp_retry_ms(c->tries) / 1e3;
         return;
@@ -119,13 +141,48 @@ static void control_lost(control_client *c, const char *why) {
     control_drop(c);
 }
 
-/* Connects again once the backoff has passed (control_lost). */
-static void control_redial(control_client *c) {
-    if (!c->redial || bt_clock_now() < c->retry_at) return;
+/* The backoff passed (control_lost): begins connecting again, without waiting. */
+static void control_redial_start(control_client *c) {
     c->redial = 0;
-    bt_diag diag;
-    bt_diag_init(&diag);
-    if (control_connect(c, &diag) != 0) control_lost(c, diag.msg);
+    c->tries++;
+    int busy;
+    c->fd = control_connect_start(c->peer_family, c->peer_socktype, c->peer_protocol,
+                                  (const struct sockaddr *)&c->peer, c->peer_len, &busy);
+    if (c->fd < 0) {
+        char why[160];
+        snprintf(why, sizeof why, "cannot connect again: %s", strerror(errno));
+        control_lost(c, why);
+        return;
+    }
+    c->connecting = 1;
+    c->connect_by = bt_clock_now() + CONTROL_CLIENT_CONNECT_TIMEOUT_S;
+}
+
+/* Connects again once the backoff has passed, and sees whether a connect begun so has
+ * ended; never waits: training goes on meanwhile, and what it sends waits in the outbox. */
+static void control_redial(control_client *c) {
+    if (c->redial && bt_clock_now() >= c->retry_at) control_redial_start(c);
+    if (!c->connecting) return;
+    int done = control_connect_done(c->fd, 0);
+    if (done == 0 && bt_clock_now() < c->connect_by) return;
+    if (done != 1) {
+        char why[160];
+        snprintf(why, sizeof why, "cannot connect again: %s",
+                 done == 0 ? "no answer within the connect timeout" : strerror(errno));
+        control_lost(c, why);
+        return;
+    }
+    c->connecting = 0;
+    c->connected_at = bt_clock_now();
+}
+
+/* A connection, made, carries the channel (not one being connected, nor none). */
+static int control_up(const control_client *c) {
+    return c->fd >= 0 && !c->connecting;
+}
+
+int control_client_live(const control_client *c) {
+    return c->fd >= 0 || c->redial;
 }
 
 /* Bytes of frames waiting in the outbox. */
@@ -142,7 +199,7 @@ static int control_decode(control_client *c);
 
 /* Reads what arrived without waiting; the channel lost (control_lost) when it closed. */
 static void control_read(control_client *c) {
-    while (c->fd >= 0) {
+    while (control_up(c)) {
         ssize_t got = recv(c->fd, c->in + c->in_len, sizeof c->in - c->in_len, MSG_DONTWAIT);
         if (got < 0 && errno == EINTR) continue;
         if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
@@ -156,18 +213,39 @@ static void control_read(control_client *c) {
 /* Moves what waits to the outbox's start once the sent part before it is the larger half:
  * each byte moves O(1) times on average, however long baton run leaves the outbox full
  * (the buffer grows to at most twice what waits). */
-static void control_compact(control_client *c) {
-    if (!c->acked || c->out_head == 0 || c->out_head < control_pending(c)) return;
+static void control_compact(control_client *c, int always) {
+    if (!c->acked || c->out_head == 0 || (!always && c->out_head < control_pending(c))) return;
     memmove(c->out, c->out + c->out_head, control_pending(c));
     c->out_len -= c->out_head;
     c->out_head = 0;
+}
+
+/* No HelloAck, on a connection open all along (why): a baton run older than this worker,
+ * which reads without acknowledging. Kept no longer, what was sent would fill the outbox
+ * (and then new messages are dropped, heartbeats too); so the Hello is taken as
+ * acknowledged, said once. */
+static void control_assume_ack(control_client *c, const char *why) {
+    fprintf(stderr,
+            "baton-worker: rank %u: baton run has not acknowledged the Hello %s, the connection "
+            "open (a baton older than this worker?); no longer keeping what was sent for a "
+            "connection made again\n",
+            c->rank, why);
+    c->acked = 1, c->ack_assumed = 1;
+    control_compact(c, 1);
 }
 
 /* Sends what the outbox holds, as far as the socket takes it without waiting (before the
  * HelloAck, reading first whether it came or the connection closed). Returns 0, or -1
  * when the channel failed (then closed, or to be made again). */
 static int control_flush(control_client *c) {
+    if (c->connecting) return 0; /* its outbox goes once connected (control_redial) */
     if (!c->acked) control_read(c);
+    if (!c->acked && control_up(c) &&
+        bt_clock_now() - c->connected_at >= CONTROL_CLIENT_ACK_WAIT_S) {
+        char why[64];
+        snprintf(why, sizeof why, "within %d s", CONTROL_CLIENT_ACK_WAIT_S);
+        control_assume_ack(c, why);
+    }
     while (c->fd >= 0 && c->out_head < c->out_len) {
         ssize_t w =
             send(c->fd, c->out + c->out_head, control_pending(c), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -181,7 +259,7 @@ static int control_flush(control_client *c) {
     }
     if (c->fd < 0) return -1;
     if (c->acked && c->out_head == c->out_len) c->out_head = c->out_len = 0;
-    control_compact(c);
+    control_compact(c, 0);
     return 0;
 }
 
@@ -199,6 +277,10 @@ static int control_vital(const Baton__Envelope *env) {
 static int control_queue(control_client *c, const Baton__Envelope *env) {
     size_t n = baton__envelope__get_packed_size(env), need = control_kept(c) + n + 4;
     size_t most = CONTROL_CLIENT_MAX_QUEUE - (control_vital(env) ? 0 : CONTROL_CLIENT_RESERVE);
+    if (need > most && !c->acked && control_up(c) && c->out_head > 0) {
+        control_assume_ack(c, "before what it kept filled the outbox");
+        need = control_kept(c) + n + 4;
+    }
     if (need > most) {
         if (c->dropped++ == 0)
             fprintf(stderr,
@@ -267,7 +349,8 @@ int control_client_open(control_client *c, const char *address, const char *toke
                         uint32_t world, uint32_t attempt, const char *node, bt_diag *diag) {
     c->fd = -1, c->rank = rank, c->stop = 0, c->in_len = 0, c->stop_reason[0] = '\0';
     c->out = NULL, c->out_head = 0, c->out_len = 0, c->out_cap = 0, c->dropped = 0;
-    c->acked = 0, c->tries = 0, c->redial = 0, c->retry_at = 0;
+    c->acked = 0, c->ack_assumed = 0, c->tries = 0, c->redial = 0, c->retry_at = 0;
+    c->connecting = 0, c->connect_by = 0, c->connected_at = 0, c->peer_len = 0;
     if (strlen(address) >= sizeof c->address) {
         bt_diag_set(diag, "control address '%.100s...' is too long", address);
         return BT_EINVAL;
@@ -355,27 +438,45 @@ int control_client_poll(control_client *c) {
     return c->stop;
 }
 
+/* Waits at most left seconds for what close waits on: a backoff's end, a connect, the
+ * socket taking more, the HelloAck (or the connection closing before it). */
+static void control_close_wait(control_client *c, double left) {
+    double wait = c->redial ? c->retry_at - bt_clock_now() : left;
+    wait = c->connecting && c->connect_by - bt_clock_now() < wait ? c->connect_by - bt_clock_now()
+                                                                  : wait;
+    wait = wait < left ? wait : left;
+    int ms = wait > 0 ? (int)(wait * 1000) + 1 : 0;
+    if (c->redial) {
+        poll(NULL, 0, ms);
+        return;
+    }
+    short events = c->connecting || control_pending(c) > 0 ? POLLOUT : 0;
+    struct pollfd p = {c->fd, (short)(events | (c->acked ? 0 : POLLIN)), 0};
+    poll(&p, 1, ms);
+}
+
+/* Whether close has more to wait for: the outbox not all sent, or (a connection dropped
+ * unread loses all it was sent) no HelloAck yet. */
+static int control_close_owed(const control_client *c) {
+    return control_client_live(c) && (control_pending(c) > 0 || !c->acked);
+}
+
 void control_client_close(control_client *c) {
-    double end = bt_clock_now() + CONTROL_CLIENT_CLOSE_WAIT_S;
+    double end = bt_clock_now() + CONTROL_CLIENT_CLOSE_WAIT_S, left;
     for (;;) {
         control_redial(c);
-        if (c->fd >= 0 && control_pending(c) > 0) control_flush(c);
-        double left = end - bt_clock_now();
-        if (left <= 0 || !(c->redial || (c->fd >= 0 && control_pending(c) > 0))) break;
-        if (c->redial) { /* its backoff, within what is left */
-            double wait = c->retry_at - bt_clock_now();
-            wait = wait < left ? wait : left;
-            poll(NULL, 0, wait > 0 ? (int)(wait * 1000) + 1 : 0);
-            continue;
-        }
-        struct pollfd p = {c->fd, POLLOUT, 0};
-        poll(&p, 1, (int)(left * 1000) + 1);
+        if (c->fd >= 0) control_flush(c); /* before the HelloAck, reads too */
+        left = end - bt_clock_now();
+        if (left <= 0 || !control_close_owed(c)) break;
+        control_close_wait(c, left);
     }
-    if ((c->fd >= 0 || c->redial) && control_pending(c) > 0)
+    if (control_close_owed(c))
         fprintf(stderr,
-                "baton-worker: rank %u: %zu bytes of control messages not delivered: baton run "
-                "did not read them within %d s\n",
-                c->rank, control_pending(c), CONTROL_CLIENT_CLOSE_WAIT_S);
+                "baton-worker: rank %u: control messages may not have been delivered: %zu bytes "
+                "not sent%s within %d s\n",
+                c->rank, control_pending(c),
+                c->acked ? "" : ", the Hello not acknowledged by baton run",
+                CONTROL_CLIENT_CLOSE_WAIT_S);
     if (c->dropped > 0)
         fprintf(stderr, "baton-worker: rank %u: %u control messages were dropped (outbox full)\n",
                 c->rank, c->dropped);

@@ -16,9 +16,14 @@
  * before reading the Hello: one of too many connections without one, a reset) is made again
  * after a short backoff (bt_tcp_retry_ms), CONTROL_CLIENT_HELLO_TRIES connections at most,
  * and sent the Hello and the rest again; the checks happen whenever a message is sent and at
- * each poll. A HelloAck late on a connection still open is waited for as long as it takes:
- * baton run may be stopped (SIGSTOP), and a second connection would then deliver what the
- * first one holds twice. Every other failure (cannot connect at first, a send that fails or the
+ * each poll. Connecting again never waits: the connect goes on in the background (at most
+ * CONTROL_CLIENT_CONNECT_TIMEOUT_S), training with it, and what is sent meanwhile waits in the
+ * outbox. A HelloAck late on a connection still open is waited for: baton run may be stopped
+ * (SIGSTOP), and a second connection would then deliver what the first one holds twice. But
+ * not for ever: a baton run older than this worker reads without acknowledging, so after
+ * CONTROL_CLIENT_ACK_WAIT_S on one open connection, or once what is kept for it would fill
+ * the outbox, the Hello is taken as acknowledged (said once on stderr) and what was sent is
+ * no longer kept. Every other failure (cannot connect at first, a send that fails or the
  * orchestrator going away after the HelloAck, the tries spent) closes the channel, is
  * reported once on stderr, and the worker goes on without it. */
 #ifndef BATON_CONTROL_CLIENT_H
@@ -26,6 +31,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "control.pb-c.h"
 #include "util/err.h"
@@ -36,6 +42,7 @@
 #define CONTROL_CLIENT_RESERVE           (64u << 10) /* of it, kept for Fatal and DONE */
 #define CONTROL_CLIENT_MAX_FRAME         (1u << 16)  /* the orchestrator sends Stop, HelloAck */
 #define CONTROL_CLIENT_HELLO_TRIES       8           /* connections made for one Hello */
+#define CONTROL_CLIENT_ACK_WAIT_S        60 /* no HelloAck on an open connection: an old baton */
 
 typedef struct control_client {
     int fd;        /* -1: no channel */
@@ -53,7 +60,14 @@ typedef struct control_client {
     int tries;  /* connections made for the Hello so far */
     int redial; /* fd -1 and a try left: connect again at retry_at (bt_clock_now) */
     double retry_at;
-    char address[300]; /* "host:port", for connecting again */
+    int connecting; /* fd's connect (again) goes on, until connect_by at most */
+    double connect_by;
+    double connected_at;          /* when fd's connection was made */
+    int ack_assumed;              /* acked: by an old baton's silence (control_client.h above) */
+    char address[300];            /* "host:port", as given */
+    struct sockaddr_storage peer; /* what it resolved to at open, for connecting again */
+    socklen_t peer_len;
+    int peer_family, peer_socktype, peer_protocol;
 } control_client;
 
 /* Connects to address ("host:port", "[v6]:port") within CONTROL_CLIENT_CONNECT_TIMEOUT_S
@@ -70,11 +84,16 @@ void control_client_fatal(control_client *c, int32_t code, const char *message);
 /* Rank 0: checkpoint name (step) is committed. */
 void control_client_checkpoint(control_client *c, const char *name, uint64_t step);
 
+/* Whether there is a channel, or one is being made again (a redial pending or going on). */
+int control_client_live(const control_client *c);
+
 /* Reads what arrived without waiting (connecting again if due, above); returns c->stop. */
 int control_client_poll(control_client *c);
 
-/* Sends what waits in the outbox, waiting for the orchestrator to take it at most
- * CONTROL_CLIENT_CLOSE_WAIT_S, then closes the channel. */
+/* Sends what waits in the outbox and, before the HelloAck, waits for it (connecting again
+ * if the connection is dropped meanwhile), at most CONTROL_CLIENT_CLOSE_WAIT_S in all, then
+ * closes the channel: a worker that ends right after its Fatal, Checkpoint or DONE does not
+ * lose them to a connection dropped unread. */
 void control_client_close(control_client *c);
 
 #endif

@@ -46,7 +46,7 @@ void worker_pacer_begin(worker_pacer *p, Baton__Heartbeat__Phase phase, uint64_t
     pthread_mutex_lock(&p->mu);
     control_client_heartbeat(p->client, phase, step);
     p->phase = phase, p->step = step, p->busy = 1;
-    if (!p->running && p->client->fd >= 0) {
+    if (!p->running && control_client_live(p->client)) { /* a redial pending too */
         p->running = 1;
         if (pthread_create(&p->thread, NULL, pacer_main, p) != 0) p->running = 0;
     }

@@ -3,7 +3,9 @@
  * heartbeat_timeout would look like a hang to `baton run`. Between worker_pacer_begin
  * and worker_pacer_end a thread repeats the phase's heartbeat every WORKER_PACER_S
  * seconds, for at most WORKER_PACER_MAX_S (a save stuck longer than that is a hang after
- * all). Every use of the control client goes through worker_pacer_lock/unlock, so the
+ * all). The thread starts with a channel or with one being made again (a connection dropped
+ * before the HelloAck): its heartbeats connect it again while training is blocked. Every use
+ * of the control client goes through worker_pacer_lock/unlock, so the
  * thread and the training loop never write to the channel at once. */
 #ifndef BATON_WORKER_PACER_H
 #define BATON_WORKER_PACER_H
