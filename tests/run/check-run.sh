@@ -120,6 +120,9 @@
 #                 baton run journaled, is journaled without an attempt as the next baton
 #                 run's attempt starts, not credited to that attempt; the checkpoints that
 #                 attempt saves are its own.
+#   fp8-calibrated  the fp8 stage's GEMMs run in fp8 (not all left in bf16 by
+#                 first_last_bf16): rank 0 logs its fp8 GEMMs and scales calibrated, finite
+#                 and positive, and the final checkpoint's fp8 states are active and finite.
 #   final-broken  every rank exits 0, but the stage's final checkpoint cannot be read for a
 #                 cause another attempt would meet the same (a file where its directory
 #                 belongs: ENOTDIR): the run fails at once (exit 1, one attempt), naming
@@ -1263,6 +1266,29 @@ assert s["state"] == "failed" and st == [("failed", 1)], (s["state"], st)' || fa
   [[ $("$baton" status r1 --json | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["state"])') == completed ]] ||
     fail "the resumed run is not completed"
   echo "$case: a final checkpoint unreadable for good failed the run at once; resumed once put right"
+  ;;
+fp8-calibrated)
+  # the fp8 stage (tp2 x dp2, ZeRO-1) really runs GEMMs in fp8, its scales calibrated and
+  # finite, as the cases above take for granted
+  "$baton" run "$recipe" --run-dir r1 --quiet --set stages.pretrain.steps=1 \
+    --set stages.extend.steps=1 --set stages.fp8.steps=2 >run.out 2>&1 || fail "the run failed"
+  log=r1/logs/s02-a00.log
+  ! grep -q "no GEMM runs in fp8" "$log" || { cat "$log"; fail "the fp8 stage ran no GEMM in fp8"; }
+  grep -Eq '^\[0\] fp8: [1-9][0-9]* of [0-9]+ GEMMs in fp8' "$log" ||
+    { cat "$log"; fail "rank 0 ran no GEMM in fp8"; }
+  cal=$(grep -m1 '^\[0\] fp8 scales calibrated from' "$log") ||
+    { cat "$log"; fail "no fp8 calibration logged"; }
+  "$baton" ckpt inspect r1 --json | /usr/bin/python3 -c '
+import json, math, re, sys
+lo, hi = map(float, re.search(r"scales in \[([^,]+), ([^]]+)\]$", sys.argv[1]).groups())
+assert 0 < lo <= hi and math.isfinite(hi), ("calibrated scales", lo, hi)
+c = json.load(sys.stdin)
+assert c["stage"] == "fp8" and c["fp8_active"] > 0, (c["stage"], c["fp8_active"])
+for s in c["fp8"]:
+    vals = [s["scale"]] + s["amax_history"]
+    assert s["placeholder"] or (s["scale"] > 0 and all(map(math.isfinite, vals))), s' "$cal" ||
+    fail "the fp8 scales: $cal"
+  echo "$case: ${cal#\[0\] }; $(sed -En 's/^\[0\] (fp8: .* GEMMs in fp8.*)/\1/p' "$log")"
   ;;
 *) fail "unknown case" ;;
 esac

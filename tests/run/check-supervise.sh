@@ -160,7 +160,7 @@ stages:
   - {name: full, steps: 3, precision: fp32}
   - {name: half, steps: 3, precision: bf16}
   - {name: own, steps: 3, precision: fp32}
-  - {name: eight, steps: 3, precision: fp8}
+  - {name: eight, steps: 3, precision: {type: fp8, first_last_bf16: false}} # GEMMs in fp8
 YAML
   sed 's/peak_tflops_bf16: 0.05}/peak_tflops_bf16: 0.05, peak_tflops_fp32: 0.01}/' mfu.yaml >mfu32.yaml
   for r in mfu mfu32; do

@@ -10,8 +10,12 @@
 #   nodeloss  the same recipe through `baton submit` (sbatch); mid-way through the fp8
 #             stage every process of test host bt-n1 (its slurmd, slurmstepd and workers)
 #             is killed: the run must finish on bt-n0 with dp 2 -> 1, the journal must show
-#             node1 excluded, and the final loss must match the uninterrupted local run
-#             within 1e-5 (the shrunk layout sums in another order).
+#             node1 excluded, and the final losses must match the uninterrupted local
+#             run's: pretrain's and extend's within 1e-5, fp8's within 1e-3 (the shrunk
+#             layout sums in another order, which fp8 turns into quantization steps: a
+#             dp2 -> dp1 resume of this fp8 stage measured 1.6e-5 .. 3.3e-5 at step 40 in
+#             one process group, 6.2e-5 at its worst step; 1e-3 is the engine tests' fp8
+#             bound, tests/engine/layout-lib.sh).
 #   requeue   the same through `baton submit ... --requeue`; `scontrol requeue` mid-way
 #             through fp8 (Slurm's SIGTERM: the workers checkpoint, baton exits 75); the
 #             job runs again, `baton resume` continues from that checkpoint, and every
@@ -84,10 +88,10 @@ wait_done() {
   done
   fail "job $1 still runs after 180 s"
 }
-# final_losses TOL: every stage's last logged step and loss, slurm vs local, within TOL
-# (relative; 0: exactly)
+# final_losses TOL [STAGE STAGE_TOL]: every stage's last logged step and loss, slurm vs
+# local, within TOL (relative; 0: exactly), STAGE's within STAGE_TOL
 final_losses() {
-  /usr/bin/python3 - local run "$1" <<'PY'
+  /usr/bin/python3 - local run "$@" <<'PY'
 import json, sys
 def last(d):
     out = {}
@@ -95,10 +99,12 @@ def last(d):
         m = json.loads(l)
         out[m["stage"]] = (m["step"], m["loss"])
     return out
-a, b, tol = last(sys.argv[1]), last(sys.argv[2]), float(sys.argv[3])
+a, b = last(sys.argv[1]), last(sys.argv[2])
+own = {sys.argv[4]: float(sys.argv[5])} if len(sys.argv) > 5 else {}
 ok = a.keys() == b.keys()
 for s in a:
     r = abs(a[s][1] - b[s][1]) / abs(a[s][1])
+    tol = own.get(s, float(sys.argv[3]))
     print("%-9s step %d: slurm %.7f local %.7f (relative %.2g)" % (s, b[s][0], b[s][1], a[s][1], r))
     ok = ok and a[s][0] == b[s][0] and r <= tol
 sys.exit(0 if ok else 1)
@@ -153,7 +159,7 @@ nodeloss)
   grep -q '"state": "completed"' status.json || fail "the run did not complete: $(head -c 400 status.json)"
   strings run/journal | grep -q "node1 (Slurm host bt-n1) lost" || fail "the journal shows no exclusion of node1"
   grep -q "data parallelism shrinks from 2 to 1" run/slurm-"$job".out || fail "no dp shrink reported"
-  final_losses 1e-5 || fail "final losses differ"
+  final_losses 1e-5 fp8 1e-3 || fail "final losses differ"
   echo "slurm.nodeloss: bt-n1 killed mid-stage, node1 excluded, dp 2 -> 1;" \
     "submitted run completed in $(secs "$t1" "$t2") s"
   ;;
