@@ -61,6 +61,71 @@ edit-data-end)
     { grep started low/logs/s03-a00.log; fail "d did not start at c's end $c_end"; }
   echo "$case: an appended stage starts where the run's data ended ($end), whatever the edits"
   ;;
+edit-status-moved)
+  "$baton" run ed.yaml --run-dir r1 --quiet >run.out 2>&1 || { cat run.out; fail "the run failed"; }
+  # moved DIR PYTHON WANT STEPS: a copy of r1 as DIR, its recipe.yaml changed by PYTHON (on
+  # s): status warns saying WANT (grep -E) and shows a and b as the run trained them (the
+  # planned steps STEPS, '?' where the recipe lacks the stage), text and --json alike
+  moved() {
+    rm -rf "$1"
+    cp -a r1 "$1"
+    /usr/bin/python3 -c "
+import sys
+p = sys.argv[2] + '/recipe.yaml'
+s = open(p).read()
+exec(sys.argv[1])
+open(p, 'w').write(s)" "$2" "$1"
+    "$baton" status "$1" >"$1.st" 2>"$1.err" || fail "status of $1 failed"
+    grep -Eq "warning: the kept recipe \($1/recipe.yaml\) no longer matches the run's stages: $3; 'baton resume' refuses it" "$1.err" ||
+      { cat "$1.err" "$1.st"; fail "status of $1 does not warn: $3"; }
+    local a b
+    read -r a b <<<"${4//\?/[?]}"
+    grep -Eq "^  a +done +4/$a " "$1.st" && grep -Eq "^  b +done +6/$b " "$1.st" &&
+      [[ $(grep -cE '^  [a-z?]+ +(done|pending|stopped|running)' "$1.st") == 2 ]] &&
+      grep -q "valid loss  a [0-9.]*  b [0-9.]*$" "$1.st" ||
+      { cat "$1.st"; fail "status of $1 shows the history under other names"; }
+    "$baton" status "$1" --json 2>/dev/null | /usr/bin/python3 -c '
+import json, re, sys
+j = json.load(sys.stdin)
+steps = [None if x == "?" else int(x) for x in sys.argv[2].split()]
+got = [(s["name"], s["state"], s["step"], s["steps"]) for s in j["stages"]]
+assert got == [("a", "done", 4, steps[0]), ("b", "done", 6, steps[1])], got
+assert re.search(sys.argv[1], j["recipe_mismatch"] or ""), j["recipe_mismatch"]' "$3" "$4" ||
+      fail "status --json of $1"
+    rc=0
+    "$baton" resume "$1" --quiet >"$1.res" 2>&1 || rc=$?
+    [[ $rc == 2 ]] || { cat "$1.res"; fail "resume of $1 exited $rc, not 2"; }
+  }
+  moved del 's = s.replace("  - {name: a, steps: 4}\n", "")' \
+    'the recipe.s stage 1 is "b", the run.s stage 2, and the run.s stage "a" is no longer in it' "? 6"
+  moved ins 's = s.replace("  - {name: b", "  - {name: x, steps: 8}\n  - {name: b")' \
+    'stage "b" was the run.s stage 2 and is the recipe.s stage 3 now' "4 6"
+  moved swap 's = s.replace("  - {name: a, steps: 4}\n  - {name: b, steps: 6}\n", "  - {name: b, steps: 6}\n  - {name: a, steps: 4}\n")' \
+    'stage "a" was the run.s stage 1 and is the recipe.s stage 2 now' "4 6"
+  # a stage renamed in place and one appended: no warning, the recipe's names
+  cp -a r1 ren
+  sed -i 's/name: b,/name: b2,/' ren/recipe.yaml
+  echo '  - {name: c, steps: 2}' >>ren/recipe.yaml
+  "$baton" status ren >ren.st 2>ren.err
+  [[ ! -s ren.err ]] && grep -Eq '^  b2 +done +6/6 ' ren.st && grep -Eq '^  c +pending +0/2 ' ren.st ||
+    { cat ren.err ren.st; fail "status of a stage renamed in place"; }
+  echo "$case: status warns of moved stages and shows the run's own"
+  ;;
+edit-status-running)
+  "$baton" run ed.yaml --run-dir r1 --quiet >run.out 2>&1 || { cat run.out; fail "the run failed"; }
+  echo '  - {name: c, steps: 60}' >>r1/recipe.yaml
+  "$baton" status r1 | grep -q "now has more, from stage \"c\" (new) on: 'baton resume" ||
+    { "$baton" status r1; fail "status before the resume does not say what resume trains"; }
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" resume r1 --quiet >res.out 2>&1 &
+  bpid=$!
+  wait_step 2 2 >/dev/null
+  "$baton" status r1 >st.out
+  stop_run
+  grep -q "^run r1: running;" st.out && grep -Eq '^  c +running +[0-9]+/60 ' st.out ||
+    { cat st.out; fail "status of the extension being trained"; }
+  ! grep -q "baton resume\|completed, but" st.out || { cat st.out; fail "status of a running extension tells to resume it"; }
+  echo "$case: status of a running extension says running, no resume advice"
+  ;;
 *)
   fail "unknown case"
   ;;
