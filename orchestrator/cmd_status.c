@@ -62,6 +62,13 @@ typedef struct status_view {
     double valid[RUN_MAX_STAGES];
     size_t n_lines;
     double now; /* unix seconds when status looked */
+    /* the kept recipe's stages removed, inserted or reordered among the run's (which resume
+     * refuses: run_edit_moved): what changed, and the rows then shown under the names the
+     * run's stages trained with (rec) */
+    int moved;
+    char moved_what[600];
+    char *rec_names[RUN_MAX_STAGES];
+    size_t n_rec;
 } status_view;
 
 static void status_usage(FILE *f) {
@@ -76,7 +83,10 @@ static void status_usage(FILE *f) {
                "           attempt yet), failures, restarts, recoveries, failure (why a\n"
                "           failed run gave up, else null), job_id (baton submit's job, else\n"
                "           null), worker (the --worker the run was started with, else\n"
-               "           null), eta_s, stages (per stage: name,\n"
+               "           null), recipe_mismatch (how the kept recipe's stages were\n"
+               "           removed, inserted or reordered among the run's, which resume\n"
+               "           refuses; the stages are then the run's, under the names they\n"
+               "           trained with; else null), eta_s, stages (per stage: name,\n"
                "           state, step, steps, loss, tokens_per_s, wall_s, eta_s, attempts,\n"
                "           restarts, recoveries, recovery_s_avg (null without one),\n"
                "           skipped_steps (steps whose update was skipped, null before any\n"
@@ -89,17 +99,51 @@ static void status_usage(FILE *f) {
                "Exit status: 0 shown, 2 usage or RUN_DIR is not a run directory.\n");
 }
 
+/* The recipe's stage that row i shows: the same position, or with the stages moved the
+ * one of the name the run's stage i trained with; -1 when none (or no recipe). */
+static long status_recipe_stage(const status_view *v, size_t i) {
+    if (!v->have_doc) return -1;
+    if (!v->moved) return i < v->doc.recipe->n_stages ? (long)i : -1;
+    for (size_t j = 0; i < v->n_rec && v->rec_names[i] && j < v->doc.recipe->n_stages; j++)
+        if (strcmp(v->doc.recipe->stages[j]->name, v->rec_names[i]) == 0) return (long)j;
+    return -1;
+}
+
 static const char *status_stage_name(const status_view *v, size_t i) {
+    if (v->moved) return i < v->n_rec && v->rec_names[i] ? v->rec_names[i] : "?";
     if (v->have_doc && i < v->doc.recipe->n_stages) return v->doc.recipe->stages[i]->name;
     return "?";
+}
+
+/* Whether row i's planned steps are known: the recipe reads and has its stage. */
+static int status_steps_known(const status_view *v, size_t i) {
+    return v->have_doc && (!v->moved || status_recipe_stage(v, i) >= 0);
 }
 
 static uint64_t status_stage_steps(const status_view *v, size_t i) {
     Baton__Stage *eff = NULL;
     uint64_t n = 0;
-    if (v->have_doc && recipe_effective_stage(&v->doc, i, &eff) == 0 && eff) n = eff->steps;
+    long j = status_recipe_stage(v, i);
+    if (j < 0 && !v->moved && v->have_doc) j = (long)i; /* past the recipe's: its last */
+    if (j >= 0 && recipe_effective_stage(&v->doc, (size_t)j, &eff) == 0 && eff) n = eff->steps;
     if (eff) protobuf_c_message_free_unpacked(&eff->base, NULL);
     return n;
+}
+
+/* The kept recipe against the run's stages (run_edit_moved): moved, the rows are the run's
+ * stages under the names they trained with, and a warning says why. */
+static void status_check_moved(status_view *v) {
+    size_t at = 0;
+    v->n_rec = v->st.n_stages < RUN_MAX_STAGES ? v->st.n_stages : RUN_MAX_STAGES;
+    run_edit_names(v->dir, v->n_rec, v->rec_names);
+    v->moved =
+        run_edit_moved(v->rec_names, v->n_rec, &v->doc, v->moved_what, sizeof v->moved_what, &at);
+    if (v->moved)
+        fprintf(stderr,
+                "baton status: warning: the kept recipe (%s/recipe.yaml) no longer matches "
+                "the run's stages: %s; 'baton resume' refuses it until they are back in their "
+                "order. Shown: the run's stages under the names they trained with\n",
+                v->dir, v->moved_what);
 }
 
 static double status_num(const char *line, const char *key) {
@@ -310,6 +354,7 @@ static int status_load(status_view *v, const char *dir, bt_diag *diag) {
     v->have_doc = status_load_recipe(v, recipe);
     if (v->have_doc) status_apply_overrides(v, &ignore);
     run_state_replay(&v->st, v->rec, v->n);
+    if (v->have_doc) status_check_moved(v);
     v->running = run_dir_busy(dir);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -321,10 +366,12 @@ static int status_load(status_view *v, const char *dir, bt_diag *diag) {
 
 static void status_free(status_view *v) {
     journal_records_free(v->rec, v->n);
+    run_edit_names_free(v->rec_names, v->n_rec);
     if (v->have_doc) recipe_doc_free(&v->doc);
 }
 
 static size_t status_n_stages(const status_view *v) {
+    if (v->moved) return v->n_rec; /* the recipe's stages are not the run's */
     size_t n = v->have_doc ? v->doc.recipe->n_stages : 0;
     n = v->st.n_stages > n ? v->st.n_stages : n;
     return n < RUN_MAX_STAGES ? n : RUN_MAX_STAGES;
@@ -333,7 +380,8 @@ static size_t status_n_stages(const status_view *v) {
 /* Whether stage i has work left: not completed, or completed and given more steps since
  * (run_edit_extends), its progress then past the steps it completed with. */
 static int status_stage_todo(const status_view *v, size_t i) {
-    return !v->st.stage[i].completed || (v->have_doc && run_edit_extends(&v->doc, &v->st, i));
+    return !v->st.stage[i].completed ||
+           (v->have_doc && !v->moved && run_edit_extends(&v->doc, &v->st, i));
 }
 
 /* The step stage i reached: metrics.jsonl's last where that is its and it has work
@@ -354,7 +402,7 @@ static const char *status_stage_state(const status_view *v, size_t i) {
 /* A run that completed whose recipe (edited since) has more: stages appended, more steps
  * for its last stage (run_edit.h). Stopped, for 'baton resume' to train them. */
 static int status_more(const status_view *v) {
-    return v->st.completed && v->have_doc && run_edit_work_left(&v->doc, &v->st) != 0;
+    return v->st.completed && v->have_doc && !v->moved && run_edit_work_left(&v->doc, &v->st) != 0;
 }
 
 /* A run the supervisor gave up on is failed, not stopped: a stopped run was asked to stop
@@ -525,7 +573,7 @@ static void status_text(bt_buf *b, const status_view *v) {
         bt_buf_printf(b, "; %llu step%s skipped", (unsigned long long)skipped,
                       skipped == 1 ? "" : "s");
     if (strcmp(state, "not_started") != 0) bt_buf_printf(b, "\n");
-    if (status_more(v)) {
+    if (status_more(v) && !v->running) { /* running: it is being trained */
         char what[300];
         run_edit_work_text(&v->doc, &v->st, what, sizeof what);
         bt_buf_printf(b,
@@ -544,10 +592,10 @@ static void status_text(bt_buf *b, const status_view *v) {
         const run_stage_state *s = &v->st.stage[i];
         char steps[40], rec[32] = "-";
         uint64_t step = status_stage_step(v, i);
-        if (v->have_doc)
+        if (status_steps_known(v, i))
             snprintf(steps, sizeof steps, "%llu/%llu", (unsigned long long)step,
                      (unsigned long long)status_stage_steps(v, i));
-        else /* the recipe cannot be read: its steps are not known */
+        else /* the recipe cannot be read, or lacks the stage: its steps are not known */
             snprintf(steps, sizeof steps, "%llu/?", (unsigned long long)step);
         if (s->recoveries) snprintf(rec, sizeof rec, "%.2f avg", s->recovery_s_sum / s->recoveries);
         char loss[32] = "-", tok[32] = "-";
@@ -628,7 +676,7 @@ static int status_run_eta(const status_view *v, double *eta) {
     if (!status_stage_eta(v, v->m_stage, eta)) return 0;
     for (size_t k = (size_t)v->m_stage + 1; k < status_n_stages(v) && v->m_tok > 0; k++) {
         Baton__Stage *eff = NULL;
-        if (v->have_doc && !v->st.stage[k].completed &&
+        if (v->have_doc && !v->moved && !v->st.stage[k].completed &&
             recipe_effective_stage(&v->doc, k, &eff) == 0 && eff)
             *eta +=
                 (double)eff->steps * (double)eff->global_batch * (double)eff->seq_len / v->m_tok;
@@ -755,6 +803,8 @@ static void status_json(bt_buf *b, const status_view *v) {
     status_json_opt_string(b, v->job_id);
     bt_buf_printf(b, ", \"worker\": ");
     status_json_opt_string(b, v->worker);
+    bt_buf_printf(b, ", \"recipe_mismatch\": ");
+    status_json_opt_string(b, v->moved ? v->moved_what : "");
     double eta;
     if (v->have_metrics && v->m_stage < RUN_MAX_STAGES && status_run_eta(v, &eta))
         bt_buf_printf(b, ", \"eta_s\": %.3f", eta); /* the run's (status_run_eta) */
@@ -780,7 +830,7 @@ static void status_json(bt_buf *b, const status_view *v) {
             snprintf(skipped, sizeof skipped, "%llu", (unsigned long long)n_skipped);
         char valid[32] = "null"; /* the stage's closing validation, once it had one */
         char total[32] = "null"; /* the recipe's steps, unless it cannot be read */
-        if (v->have_doc)
+        if (status_steps_known(v, i))
             snprintf(total, sizeof total, "%llu", (unsigned long long)status_stage_steps(v, i));
         if (v->has_valid[i] && isfinite(v->valid[i]))
             snprintf(valid, sizeof valid, "%.9g", v->valid[i]);

@@ -9,6 +9,8 @@
 #ifndef BATON_RECIPE_H
 #define BATON_RECIPE_H
 
+#include <stdint.h>
+
 #include "recipe_load.h"
 #include "stage_spec.pb-c.h"
 
@@ -56,8 +58,13 @@ void recipe_spec_mark_defaults(const recipe_doc *doc, size_t i, Baton__StageSpec
  * over one data set does not train on its first samples again; 0 for a stage over other
  * data, another window length, or with data_from_start. extra[k] (NULL: none) are the
  * samples stage k read beyond its steps x global_batch: the windows its loss-spike
- * rollbacks skipped. */
-int recipe_data_start(const recipe_doc *doc, size_t i, const uint64_t *extra, uint64_t *start);
+ * rollbacks skipped. ended[k] (NULL: none), unless RECIPE_END_UNKNOWN, is where a
+ * completed stage k did end (the sample past its last one, rollbacks' windows included),
+ * as its run recorded it: taken instead of its start + steps x global_batch + extra[k],
+ * which a recipe edited after it completed no longer tells. */
+#define RECIPE_END_UNKNOWN UINT64_MAX
+int recipe_data_start(const recipe_doc *doc, size_t i, const uint64_t *extra, const uint64_t *ended,
+                      uint64_t *start);
 
 /* The effective (merged, not yet completed) Stage i: defaults then stages 0..i.
  * Caller frees with protobuf_c_message_free_unpacked. */

@@ -211,10 +211,20 @@ static int same_samples(const Baton__Data *a, const Baton__Data *b) {
     return 1;
 }
 
-/* (recipe.h) Each stage's position follows from those before it: it ends at its start +
- * steps x global_batch + extra; the same data's next stage starts at the furthest end.
- * data_from_start is the stage's own or the defaults' (stage_data_from_start). */
-int recipe_data_start(const recipe_doc *doc, size_t i, const uint64_t *extra, uint64_t *start) {
+/* Where stage k (< i) ended: as recorded (ended), else its start at + steps x
+ * global_batch + extra. */
+static uint64_t stage_data_end(const Baton__Stage *eff, size_t k, uint64_t at,
+                               const uint64_t *extra, const uint64_t *ended) {
+    if (ended && ended[k] != RECIPE_END_UNKNOWN) return ended[k];
+    return at + eff->steps * eff->global_batch + (extra ? extra[k] : 0);
+}
+
+/* (recipe.h) Each stage's position follows from those before it: it ends where its run
+ * recorded (ended), else at its start + steps x global_batch + extra; the same data's
+ * next stage starts at the furthest end. data_from_start is the stage's own or the
+ * defaults' (stage_data_from_start). */
+int recipe_data_start(const recipe_doc *doc, size_t i, const uint64_t *extra, const uint64_t *ended,
+                      uint64_t *start) {
     const Baton__Recipe *r = doc->recipe;
     uint64_t *end = calloc(i + 1, sizeof *end), *len = calloc(i + 1, sizeof *len);
     const Baton__Data **dat = calloc(i + 1, sizeof *dat);
@@ -228,7 +238,7 @@ int recipe_data_start(const recipe_doc *doc, size_t i, const uint64_t *extra, ui
         len[k] = eff->seq_len, dat[k] = stage_data(r, k);
         for (size_t j = 0; j < k && !stage_data_from_start(r, k); j++)
             if (len[j] == len[k] && same_samples(dat[j], dat[k])) at = end[j] > at ? end[j] : at;
-        end[k] = k < i ? at + eff->steps * eff->global_batch + (extra ? extra[k] : 0) : at;
+        end[k] = k < i ? stage_data_end(eff, k, at, extra, ended) : at;
     }
     if (rc == 0) *start = end[i];
     if (eff) protobuf_c_message_free_unpacked(&eff->base, NULL);
@@ -250,7 +260,7 @@ static int build_spec(const recipe_doc *doc, size_t i, Baton__Stage *st, Baton__
     rc = rc ? rc : complete_cluster(s->cluster);
     rc = rc ? rc : resolve_model(doc, i, s->model);
     const Baton__Data *data = stage_data(r, i);
-    rc = rc ? rc : recipe_data_start(doc, i, NULL, &s->start_sample);
+    rc = rc ? rc : recipe_data_start(doc, i, NULL, NULL, &s->start_sample);
     s->has_start_sample = 1;
     if (rc == 0 && data != NULL && (s->data = (Baton__Data *)pb_clone(&data->base)) == NULL)
         rc = BT_ENOMEM;

@@ -63,6 +63,7 @@ int run_stage_finished(run_ctx *c, uint32_t stage, uint64_t steps, char *why, si
     }
     int ok = rc == 0 && m->has_step && m->step == steps && m->stage_final &&
              ckpt_stage_relation(m, run_recipe_name(c), stage) == CKPT_SAME_STAGE;
+    if (ok) run_data_end_seen(c, stage, m);
     if (m) baton__manifest__free_unpacked(m, NULL);
     if (ok) return RUN_FINAL_DONE;
     if (rc != 0 && rc != BT_ENOENT) { /* there, but no verdict on it */
@@ -86,6 +87,7 @@ int run_stage_finished(run_ctx *c, uint32_t stage, uint64_t steps, char *why, si
 }
 void run_ckpt_note_record(run_ctx *c, const Baton__JournalRecord *r) {
     uint32_t k = r->stage_index;
+    run_data_note_record(c, r);
     if (k >= RUN_MAX_STAGES) return;
     if (r->kind == BATON__JOURNAL_RECORD__KIND__CHECKPOINT_COMMITTED && r->detail && r->has_step &&
         strlen(r->detail) < sizeof c->journaled[k].name) {

@@ -10,6 +10,7 @@
 #include "control_server.h"
 #include "journal.h"
 #include "launch.h"
+#include "manifest.pb-c.h"
 #include "recipe.h"
 #include "run_dir.h"
 #include "run_nodes.h"
@@ -64,6 +65,13 @@ typedef struct run_ctx {
          * stage's checkpoints from this step on are not in the journal yet */
         uint64_t past;
     } journaled[RUN_MAX_STAGES];
+    /* per stage, where its data ended (run_data.c): final, read from its final checkpoint
+     * as the stage was found finished, for its STAGE_COMPLETED record; done, the newest
+     * such record's (data_end), what later stages over the same data start from */
+    struct {
+        uint64_t final, done;
+        int has_final, has_done;
+    } data_end[RUN_MAX_STAGES];
     int no_channel_said; /* the warning that rank 0 never connected, once per baton run */
     /* the metrics log found still locked after the wait (run_metrics.c): not waited again */
     int metrics_locked;
@@ -93,6 +101,21 @@ int run_skip_add(run_ctx *c, uint32_t stage, uint64_t from, uint64_t to);
 int run_skip_apply(const run_ctx *c, uint32_t stage, Baton__StageSpec *s);
 uint32_t run_rollbacks(const run_ctx *c, uint32_t stage);
 int run_rollback(run_ctx *c, uint32_t stage, uint32_t attempt);
+
+/* run_data.c: where each stage's data ends and the next starts, by the journal. */
+/* The sample past the last one stage read, by its final checkpoint's manifest m (read
+ * by run_stage_finished): kept for its STAGE_COMPLETED record. */
+void run_data_end_seen(run_ctx *c, uint32_t stage, const Baton__Manifest *m);
+/* Before a record of kind for stage is journaled: a STAGE_COMPLETED gets the data end
+ * run_data_end_seen kept (data_end). */
+void run_data_end_fill(run_ctx *c, Baton__JournalRecord__Kind kind, uint32_t stage,
+                       Baton__JournalRecord *r);
+/* Notes a journal record (read back or appended): a STAGE_COMPLETED's data_end. */
+void run_data_note_record(run_ctx *c, const Baton__JournalRecord *r);
+/* Stage's start_sample in its spec s: after where the earlier stages over the same data
+ * ended, as their STAGE_COMPLETED records say (a recipe edited since they completed no
+ * longer tells), else by the recipe plus the windows their rollbacks skipped. */
+int run_data_start(const run_ctx *c, uint32_t stage, Baton__StageSpec *s);
 
 /* run_slurm.c: the attempt as an srun step (lo's argv, ranks, output); the failed task
  * and its node for the journal; lost hosts excluded. */
@@ -134,7 +157,8 @@ void run_metrics_take(run_ctx *c, uint32_t stage, uint32_t attempt, int before,
 int run_resume_check(run_ctx *c);
 
 /* run_ckpts.c */
-/* Notes a journal record (read back or appended) in c->journaled. */
+/* Notes a journal record (read back or appended) in c->journaled (and c->data_end:
+ * run_data_note_record). */
 void run_ckpt_note_record(run_ctx *c, const Baton__JournalRecord *r);
 /* Journals, as attempt's CHECKPOINT_COMMITTED records in training order, the stage's own
  * checkpoints in the run's checkpoint root (by a manifest that reads, ckpt_list's complete

@@ -46,9 +46,7 @@ void run_edit_work_text(const recipe_doc *doc, const run_state *st, char *out, s
                  st->stage[i].started ? "not completed" : "new");
 }
 
-/* The stage names the run trained its stages under, by position: each stage's newest
- * attempt's spec (specs/sNN-aMM.pb) says it; NULL where no spec does. Free with
- * edit_names_free. */
+/* The newest attempt of each of the first n stages that left a spec (best[i], -1 none). */
 static void edit_spec_attempts(const char *run_dir, size_t n, long *best) {
     char dir[4200];
     snprintf(dir, sizeof dir, "%s/specs", run_dir);
@@ -78,11 +76,17 @@ static char *edit_spec_name(const char *run_dir, size_t i, long attempt) {
     return name;
 }
 
-static void edit_names(const char *run_dir, size_t n, char **names) {
+void run_edit_names(const char *run_dir, size_t n, char **names) {
     long best[RUN_MAX_STAGES];
+    n = n < RUN_MAX_STAGES ? n : RUN_MAX_STAGES;
     edit_spec_attempts(run_dir, n, best);
     for (size_t i = 0; i < n; i++)
         names[i] = best[i] >= 0 ? edit_spec_name(run_dir, i, best[i]) : NULL;
+}
+
+void run_edit_names_free(char **names, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        free(names[i]), names[i] = NULL;
 }
 
 static long edit_find(char *const *names, size_t n, const char *name) {
@@ -145,25 +149,32 @@ static void edit_refuse_moved(const run_ctx *c, const char *what, size_t i, bt_d
                 init[0] ? " (the run's newest checkpoint) in its recipe" : "");
 }
 
-/* Stages moved, removed or inserted among those the run has history of. */
-static int edit_check_order(const run_ctx *c, bt_diag *diag) {
-    size_t n_rec = c->st.n_stages < RUN_MAX_STAGES ? c->st.n_stages : RUN_MAX_STAGES;
-    size_t n_now = c->doc->recipe->n_stages;
-    char *rec[RUN_MAX_STAGES] = {0}, *now[RUN_MAX_STAGES] = {0}, what[600];
-    edit_names(c->dir->path, n_rec, rec);
+int run_edit_moved(char *const *rec, size_t n_rec, const recipe_doc *doc, char *what, size_t cap,
+                   size_t *at) {
+    size_t n_now = doc->recipe->n_stages;
+    char *now[RUN_MAX_STAGES] = {0};
     for (size_t i = 0; i < n_now && i < RUN_MAX_STAGES; i++)
-        now[i] = c->doc->recipe->stages[i]->name;
-    int rc = 0;
-    for (size_t i = 0; i < n_rec && rc == 0; i++) {
+        now[i] = doc->recipe->stages[i]->name;
+    n_now = n_now < RUN_MAX_STAGES ? n_now : RUN_MAX_STAGES;
+    for (size_t i = 0; i < n_rec && i < RUN_MAX_STAGES; i++) {
         if (i < n_now && (rec[i] == NULL || strcmp(rec[i], now[i]) == 0)) continue;
-        if (edit_what(rec, n_rec, now, n_now, i, what, sizeof what)) {
-            edit_refuse_moved(c, what, i, diag);
-            rc = BT_EINVAL;
+        if (edit_what(rec, n_rec, now, n_now, i, what, cap)) {
+            *at = i;
+            return 1;
         }
     }
-    for (size_t i = 0; i < n_rec; i++)
-        free(rec[i]);
-    return rc;
+    return 0;
+}
+
+/* Stages moved, removed or inserted among those the run has history of. */
+static int edit_check_order(const run_ctx *c, bt_diag *diag) {
+    size_t n_rec = c->st.n_stages < RUN_MAX_STAGES ? c->st.n_stages : RUN_MAX_STAGES, at = 0;
+    char *rec[RUN_MAX_STAGES] = {0}, what[600];
+    run_edit_names(c->dir->path, n_rec, rec);
+    int moved = run_edit_moved(rec, n_rec, c->doc, what, sizeof what, &at);
+    if (moved) edit_refuse_moved(c, what, at, diag);
+    run_edit_names_free(rec, n_rec);
+    return moved ? BT_EINVAL : 0;
 }
 
 /* The recipe renamed (name:) under stage i, which will train from a checkpoint of its own

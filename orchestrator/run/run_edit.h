@@ -23,4 +23,17 @@ size_t run_edit_work_left(const recipe_doc *doc, const run_state *st);
  * with 10)'; "" when none. */
 void run_edit_work_text(const recipe_doc *doc, const run_state *st, char *out, size_t cap);
 
+/* The stage names the run trained its first n stages under, by position, as each one's
+ * newest attempt's spec (RUN_DIR/specs/sNN-aMM.pb) says: names[i] NULL where none does.
+ * Free with run_edit_names_free. */
+void run_edit_names(const char *run_dir, size_t n, char **names);
+void run_edit_names_free(char **names, size_t n);
+/* Whether the recipe's stages were removed, inserted or reordered among the run's n_rec
+ * stages (rec: their names, run_edit_names): 1 with what changed at the first such
+ * position (into what, for a message: 'stage "b" was the run's stage 2 and is the
+ * recipe's stage 3 now') and that position (*at); 0 when not (a stage renamed in place
+ * and stages appended are no move). */
+int run_edit_moved(char *const *rec, size_t n_rec, const recipe_doc *doc, char *what, size_t cap,
+                   size_t *at);
+
 #endif

@@ -31,24 +31,10 @@ uint32_t run_rollbacks(const run_ctx *c, uint32_t stage) {
     return n;
 }
 
-/* Where the stage's data starts after the earlier stages' rollbacks: each read its
- * skipped windows' samples beyond its steps, so the stage over the same data after it
- * starts that much further on (recipe_data_start). */
-static int run_skip_start(const run_ctx *c, uint32_t stage, Baton__StageSpec *s) {
-    uint64_t *extra = calloc((size_t)stage + 1, sizeof *extra);
-    if (extra == NULL) return BT_ENOMEM;
-    int any = 0;
-    for (size_t k = 0; k < c->n_skips; k++)
-        if (c->skips[k].stage < stage)
-            extra[c->skips[k].stage] += c->skips[k].to - c->skips[k].from, any = 1;
-    int rc = any ? recipe_data_start(c->doc, stage, extra, &s->start_sample) : 0;
-    free(extra);
-    return rc;
-}
-
-/* The stage's skipped windows into its StageSpec, and its start after earlier ones. */
+/* The stage's skipped windows into its StageSpec, and its start after earlier stages
+ * (run_data_start: where they ended, their rollbacks' windows included). */
 int run_skip_apply(const run_ctx *c, uint32_t stage, Baton__StageSpec *s) {
-    int rc = run_skip_start(c, stage, s);
+    int rc = run_data_start(c, stage, s);
     uint32_t n = run_rollbacks(c, stage);
     if (rc != 0 || n == 0) return rc;
     s->skip_samples = calloc(n, sizeof *s->skip_samples);

@@ -47,6 +47,7 @@ int run_journal(run_ctx *c, Baton__JournalRecord__Kind kind, uint32_t stage,
     bt_diag d;
     bt_diag_init(&d);
     if (c->journal_broken) return BT_EIO; /* said once; the run is stopping */
+    run_data_end_fill(c, kind, stage, r);
     int rc = journal_append(&c->j, r, &d);
     if (rc == 0) {
         run_ckpt_note_record(c, r);

@@ -333,6 +333,31 @@ static void crowd_evict(void) {
         close(flood[k]);
 }
 
+/* The duplicate rank dup, never acknowledged, gives up after its tries, naming a rank
+ * already connected among the causes (its message on stderr, caught in a file). */
+static void crowd_dup_gives_up(control_client *twin, control_client *c) {
+    char path[] = "/tmp/baton-crowd-XXXXXX", said[2048] = "";
+    int fd = mkstemp(path), saved = dup(2);
+    CHECK(fd >= 0 && saved >= 0, "a file for stderr: %s", strerror(errno));
+    if (fd < 0 || saved < 0) return;
+    fflush(stderr);
+    dup2(fd, 2);
+    for (double end = bt_clock_now() + 8;
+         bt_clock_now() < end && (twin->fd >= 0 || twin->redial);) {
+        control_client_poll(twin), control_client_poll(c);
+        pump(&crowd_cs, 20);
+    }
+    fflush(stderr);
+    dup2(saved, 2), close(saved);
+    ssize_t n = pread(fd, said, sizeof said - 1, 0);
+    said[n > 0 ? n : 0] = '\0';
+    close(fd), unlink(path);
+    CHECK(twin->fd < 0 && !twin->redial, "the duplicate rank did not give up");
+    CHECK(strstr(said, "no connection's Hello was acknowledged") &&
+              strstr(said, "a rank already connected"),
+          "the give-up message does not name a rank already connected: %s", said);
+}
+
 /* A rank whose connection the server drops before reading its Hello, as a flood makes it
  * (connections without a Hello over the cap, the oldest evicted): it connects again and
  * says Hello again, and what it sent before the drop arrives all the same. */
@@ -371,6 +396,7 @@ static void crowd_dropped(void) {
           other.acked, dup.acked, crowd_cs.rejected - rejected0);
     CHECK(control_server_connected(&crowd_cs) == 1 && c.fd >= 0 && c.acked,
           "the rank lost its connection to a duplicate");
+    crowd_dup_gives_up(&dup, &c);
     close_served(&crowd_cs, &other, &dup);
     control_client_close(&c);
 }

@@ -280,6 +280,27 @@ static void test_data_carry(void) {
     recipe_doc_free(&doc);
 }
 
+/* Where completed stages ended as their run recorded it (ended) stands for their steps x
+ * global_batch and their rollbacks' windows (extra), which the recipe, edited since, no
+ * longer tells; stages without a record still count by the recipe. */
+static void test_data_ended(void) {
+    recipe_doc doc = {0};
+    if (load_valid("c.yaml", carry_text, &doc) != 0) return;
+    uint64_t extra[9] = {7, 50}, ended[9], start = 0;
+    for (size_t k = 0; k < 9; k++)
+        ended[k] = RECIPE_END_UNKNOWN;
+    ended[1] = 900, ended[6] = 30;
+    CHECK(recipe_data_start(&doc, 1, extra, ended, &start) == 0);
+    CHECK_EQ_U64(start, 807); /* s0: 100 x 8 + 7 skipped */
+    CHECK(recipe_data_start(&doc, 3, extra, ended, &start) == 0);
+    CHECK_EQ_U64(start, 900); /* s1's record, not 807 + 120 + 50 */
+    CHECK(recipe_data_start(&doc, 7, extra, ended, &start) == 0);
+    CHECK_EQ_U64(start, 30); /* s6's record past s5's 2 x 4 */
+    CHECK(recipe_data_start(&doc, 7, extra, NULL, &start) == 0);
+    CHECK_EQ_U64(start, 12);
+    recipe_doc_free(&doc);
+}
+
 /* The same data under other spellings continues; other data does not. */
 static void test_data_identity(void) {
     char dir[] = "/tmp/test_resolve.XXXXXX", path[200], text[4096];
@@ -575,6 +596,7 @@ int main(void) {
     test_set_list_element();
     test_set_inherited_list();
     test_data_carry();
+    test_data_ended();
     test_data_identity();
     test_loss_scale_left_behind();
     test_fp8_settings_left_behind();

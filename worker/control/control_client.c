@@ -137,7 +137,8 @@ static void control_lost(control_client *c, const char *why) {
             c->rank, why,
             c->acked ? ""
                      : "; no connection's Hello was acknowledged: a token or attempt not the "
-                       "run's, or a flood of connections to its port");
+                       "run's, a rank already connected (another worker of that rank), or a "
+                       "flood of connections to its port");
     control_drop(c);
 }
 
