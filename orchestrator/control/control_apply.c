@@ -23,7 +23,7 @@ static int control_hello_again(control_server *cs, const Baton__Hello *h) {
                 h->rank, host, (int)h->pid);
         return 1;
     }
-    if (r->duplicate_said++ == 0)
+    if (r->dup_said++ == 0)
         fprintf(stderr,
                 "baton run: a second worker says Hello as rank %u (host %s, pid %d), which is "
                 "connected from host %s, pid %d: refused (two workers of one rank?)\n",

@@ -31,6 +31,12 @@
  *   test_control orphans RUN_DIR
  *     A log dead from step 3 and step 2 lost live: 19998 records only metrics.jsonl
  *     holds are written back without holding them all in memory, each step once.
+ *   test_control ack
+ *     The HelloAck: connecting again never holds up a send, a baton run that never
+ *     acknowledges, baton run gone (connect refused), a signal during the connect at open.
+ *   test_control slowstep
+ *     A worker (worker_control) whose connection is dropped before its Hello was read,
+ *     its steps 2 s long: the Hello made again goes at once, the HelloAck is read mid-step.
  *   test_control serve SPEC_IN SPEC_OUT RUN_DIR WORLD STOP_AT ACTION
  *     For the worker tests: writes SPEC_IN with this server's control_address to SPEC_OUT,
  *     then serves (token from BATON_CONTROL_TOKEN). When rank 0 reports step STOP_AT it
@@ -1456,8 +1462,7 @@ static int slowstep(void) {
     close(s.l); /* a connect made again now refused: closing does not wait out the tries */
     worker_control_close(&wc);
     pthread_join(th, NULL);
-    CHECK(s.k.heartbeat >= 2, "%u heartbeats arrived on the connection made again",
-          s.k.heartbeat);
+    CHECK(s.k.heartbeat >= 2, "%u heartbeats arrived on the connection made again", s.k.heartbeat);
     printf("control slowstep: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
     return failures ? 1 : 0;
 }

@@ -130,7 +130,7 @@ static void control_give_up(control_client *c, const char *why) {
     fprintf(stderr,
             "baton-worker: rank %u: control channel lost (%s%s%s); training goes on without it\n",
             c->rank, why, tries,
-            c->acked || c->refused
+            c->acked || c->gone
                 ? ""
                 : "; no connection's Hello was acknowledged: a token or attempt not the "
                   "run's, a rank already connected (another worker of that rank), or a "
@@ -142,7 +142,7 @@ static void control_give_up(control_client *c, const char *why) {
  * outbox, the Hello first, sent again from its start; said the first time only); else the
  * channel is closed. */
 static void control_lost(control_client *c, const char *why) {
-    if (c->acked || c->refused || c->tries >= CONTROL_CLIENT_HELLO_TRIES) {
+    if (c->acked || c->gone || c->tries >= CONTROL_CLIENT_HELLO_TRIES) {
         control_give_up(c, why);
         return;
     }
@@ -162,9 +162,9 @@ static void control_lost(control_client *c, const char *why) {
  * (baton run is gone; a flood never closes its port), so no try is left to make. */
 static void control_redial_failed(control_client *c, int err, const char *what) {
     char why[200];
-    c->refused = err == ECONNREFUSED;
+    c->gone = err == ECONNREFUSED;
     snprintf(why, sizeof why, "cannot connect again: %s%s", what,
-             c->refused ? ": baton run no longer listens" : "");
+             c->gone ? ": baton run no longer listens" : "");
     control_lost(c, why);
 }
 
@@ -379,7 +379,7 @@ int control_client_open(control_client *c, const char *address, const char *toke
     c->fd = -1, c->rank = rank, c->stop = 0, c->in_len = 0, c->stop_reason[0] = '\0';
     c->out = NULL, c->out_head = 0, c->out_len = 0, c->out_cap = 0, c->dropped = 0;
     c->acked = 0, c->ack_assumed = 0, c->tries = 0, c->redial = 0, c->retry_at = 0;
-    c->refused = 0;
+    c->gone = 0;
     c->connecting = 0, c->connect_by = 0, c->connected_at = 0, c->peer_len = 0;
     if (strlen(address) >= sizeof c->address) {
         bt_diag_set(diag, "control address '%.100s...' is too long", address);

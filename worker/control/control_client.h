@@ -18,11 +18,12 @@
  * and sent the Hello and the rest again (said once on stderr); a connect refused (nothing
  * listens there any more: baton run is gone) ends the tries at once. The checks happen
  * whenever a message is sent and at each poll, and control_client_due says when the next one
- * is due (worker_pacer.h makes them then). Connecting again never waits: the connect goes on in the background (at most
- * CONTROL_CLIENT_CONNECT_TIMEOUT_S), training with it, and what is sent meanwhile waits in the
- * outbox. A HelloAck late on a connection still open is waited for: baton run may be stopped
- * (SIGSTOP), and a second connection would then deliver what the first one holds twice. But
- * not for ever: a baton run older than this worker reads without acknowledging, so after
+ * is due (worker_pacer.h makes them then). Connecting again never waits: the connect goes
+ * on in the background (at most CONTROL_CLIENT_CONNECT_TIMEOUT_S), training with it, and what
+ * is sent meanwhile waits in the outbox. A HelloAck late on a connection still open is waited
+ * for: baton run may be stopped (SIGSTOP), and a second connection would then deliver what the
+ * first one holds twice. But not for ever: a baton run older than this worker reads without
+ * acknowledging, so after
  * CONTROL_CLIENT_ACK_WAIT_S on one open connection, or once what is kept for it would fill
  * the outbox, the Hello is taken as acknowledged (said once on stderr) and what was sent is
  * no longer kept. Every other failure (cannot connect at first, a send that fails or the
@@ -45,7 +46,8 @@
 #define CONTROL_CLIENT_MAX_FRAME         (1u << 16)  /* the orchestrator sends Stop, HelloAck */
 #define CONTROL_CLIENT_HELLO_TRIES       8           /* connections made for one Hello */
 #define CONTROL_CLIENT_ACK_WAIT_S        60 /* no HelloAck on an open connection: an old baton */
-#define CONTROL_CLIENT_CHECK_S           0.01 /* connecting, or the HelloAck awaited: poll */
+/* Connecting, or the HelloAck awaited: seconds between polls (control_client_due). */
+#define CONTROL_CLIENT_CHECK_S 0.01
 
 typedef struct control_client {
     int fd;        /* -1: no channel */
@@ -62,7 +64,7 @@ typedef struct control_client {
     int acked;
     int tries;  /* connections made for the Hello so far */
     int redial; /* fd -1 and a try left: connect again at retry_at (bt_clock_now) */
-    int refused; /* a connect made again was refused: no tries left */
+    int gone;   /* a connect made again was refused (baton run gone): no tries left */
     double retry_at;
     int connecting; /* fd's connect (again) goes on, until connect_by at most */
     double connect_by;

@@ -30,7 +30,8 @@ typedef struct worker_control {
     uint32_t rank;
     int stopping; /* the training loop stopped early on the ranks' agreed request (it sets
                    * this; a request after the stage's last step changes nothing) */
-    char stop_reason[256]; /* worker_control_stop_reason's, copied under the pacer's mutex */
+    /* worker_control_stop_reason's, copied under the pacer's mutex (the thread reads too) */
+    char stop_reason[256];
 } worker_control;
 
 /* An inert worker_control (no channel, no log): what worker_control_fatal and

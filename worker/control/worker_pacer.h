@@ -30,8 +30,9 @@ typedef struct worker_pacer {
     pthread_t thread;
     int running; /* the thread exists */
     int busy;    /* between begin and end */
-    unsigned spell, spell_seen; /* busy spells begun; the one the thread saw begin */
-    double since, beat_at;      /* the thread's: the spell's start, its next heartbeat */
+    /* Busy spells begun, the one the thread saw begin; its start and next heartbeat. */
+    unsigned spell, spell_seen;
+    double since, beat_at;
     Baton__Heartbeat__Phase phase;
     uint64_t step;
 } worker_pacer;
