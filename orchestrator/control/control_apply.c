@@ -1,27 +1,61 @@
 /* What each control message does to the server's state (control_server.h). */
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "ckpt/ckpt.h"
 #include "control_internal.h"
 #include "util/tcp.h"
 
+/* A Hello with the run's token for rank, connected. A worker connects again only when it
+ * saw its connection close before the HelloAck: from the same worker (pid and host), that
+ * connection is broken on its side only (half-open: a reset on the way, the HelloAck lost
+ * with it), so the new one takes its place (1). From another, two workers say they are the
+ * rank: refused (0), said once per rank and attempt. */
+static int control_hello_again(control_server *cs, const Baton__Hello *h) {
+    control_rank *r = &cs->ranks[h->rank];
+    const char *host = h->host ? h->host : "";
+    if (h->has_pid && h->pid == r->pid && strcmp(host, r->host) == 0) {
+        fprintf(stderr,
+                "baton run: rank %u (host %s, pid %d) connected again while its connection "
+                "still looked open (broken on its side); taking the new one\n",
+                h->rank, host, (int)h->pid);
+        return 1;
+    }
+    if (r->dup_said++ == 0)
+        fprintf(stderr,
+                "baton run: a second worker says Hello as rank %u (host %s, pid %d), which is "
+                "connected from host %s, pid %d: refused (two workers of one rank?)\n",
+                h->rank, host, h->has_pid ? (int)h->pid : 0, r->host, (int)r->pid);
+    return 0;
+}
+
+/* Connection i now speaks for rank: any other of its connections is shut down (closed at
+ * its next read), no longer the rank's. */
+static void control_hello_take_over(control_server *cs, size_t i, uint32_t rank) {
+    for (size_t j = 0; j < cs->n_conns; j++)
+        if (j != i && cs->conns[j].rank == (int)rank) {
+            cs->conns[j].rank = -1;
+            shutdown(cs->conns[j].fd, SHUT_RDWR);
+        }
+}
+
 static int control_hello(control_server *cs, size_t i, const Baton__Hello *h, double now) {
     if (h->token == NULL || !bt_token_equal(h->token, strlen(h->token), cs->token)) return -1;
     if (!h->has_rank || h->rank >= cs->world) return -1;
     if (h->has_world && h->world != cs->world) return -1;
     if (h->has_attempt && h->attempt != cs->attempt) return -1;
-    /* One connection per rank and attempt: a second Hello for a connected rank is refused
-     * rather than allowed to take over its slot (a worker connects again only when it saw
-     * its connection closed before this Hello was acknowledged, when the rank is not
-     * connected). */
-    if (cs->ranks[h->rank].connected) return -1;
+    /* One connection per rank and attempt (control_hello_again). The token makes a take-over
+     * safe: only a worker of this run can. */
+    int again = cs->ranks[h->rank].connected;
+    if (again && !control_hello_again(cs, h)) return -1;
     Baton__HelloAck ack = BATON__HELLO_ACK__INIT;
     ack.has_rank = 1, ack.rank = h->rank;
     Baton__Envelope env = BATON__ENVELOPE__INIT;
     env.body_case = BATON__ENVELOPE__BODY_HELLO_ACK, env.hello_ack = &ack;
     if (control_conn_send(cs, i, &env) != 0) return -1; /* a fresh socket takes a few bytes */
+    if (again) control_hello_take_over(cs, i, h->rank);
     cs->conns[i].rank = (int)h->rank;
     control_rank *r = &cs->ranks[h->rank];
     r->connected = r->ever_connected = 1;

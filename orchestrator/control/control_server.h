@@ -7,9 +7,11 @@
  * trusted. A Hello taken is answered with a HelloAck (until it comes, a worker whose
  * connection closes connects again and repeats its Hello: control_client.h). A wrong or
  * missing token, a frame longer than CONTROL_MAX_FRAME, bytes that do not decode, a Hello
- * that names a rank outside the attempt's world or one already connected closes the
- * connection and counts it in `rejected`. So does a connection without a Hello after
- * BT_TCP_UNAUTH_TIMEOUT_S, or when bt_tcp_unauth_limit(world) such connections are open
+ * that names a rank outside the attempt's world or one already connected from another
+ * worker (pid, host; said on stderr once per rank) closes the connection and counts it in
+ * `rejected` (the rank's own worker connecting again, its end of the old connection broken
+ * unseen here, takes the rank over: the old one is closed). So does a connection without a
+ * Hello after BT_TCP_UNAUTH_TIMEOUT_S, or when bt_tcp_unauth_limit(world) such connections are open
  * and a new one comes (the oldest goes: never one of the attempt's own ranks crowded out
  * by fewer than bt_tcp_unauth_cap() others); out of descriptors, accepting closes one of those or
  * pauses (util/tcp.h): anyone who can reach the port can connect, and must never take the
@@ -50,6 +52,7 @@ typedef struct control_rank {
     char host[256];         /* from the Hello */
     pid_t pid;              /* from the Hello */
     uint32_t hello_attempt; /* the attempt the worker says it belongs to */
+    unsigned dup_said;      /* Hellos of a second worker as this rank (the first is said) */
 } control_rank;
 
 /* The first Fatal of the attempt, or the first configuration error (code 2) after it. */

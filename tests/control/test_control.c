@@ -31,6 +31,12 @@
  *   test_control orphans RUN_DIR
  *     A log dead from step 3 and step 2 lost live: 19998 records only metrics.jsonl
  *     holds are written back without holding them all in memory, each step once.
+ *   test_control ack
+ *     The HelloAck: connecting again never holds up a send, a baton run that never
+ *     acknowledges, baton run gone (connect refused), a signal during the connect at open.
+ *   test_control slowstep
+ *     A worker (worker_control) whose connection is dropped before its Hello was read,
+ *     its steps 2 s long: the Hello made again goes at once, the HelloAck is read mid-step.
  *   test_control serve SPEC_IN SPEC_OUT RUN_DIR WORLD STOP_AT ACTION
  *     For the worker tests: writes SPEC_IN with this server's control_address to SPEC_OUT,
  *     then serves (token from BATON_CONTROL_TOKEN). When rank 0 reports step STOP_AT it
@@ -58,6 +64,7 @@
 #include "metrics_log.h"
 #include "stage_spec.pb-c.h"
 #include "util/clock.h"
+#include "worker_control.h"
 #include "worker_pacer.h"
 
 static int failures;
@@ -380,11 +387,12 @@ static void crowd_dropped(void) {
     CHECK(crowd_cs.ranks[0].phase == BATON__HEARTBEAT__PHASE__LOAD && crowd_cs.ranks[0].step == 5,
           "what the rank sent before the drop was lost (phase %d, step %llu)",
           crowd_cs.ranks[0].phase, (unsigned long long)crowd_cs.ranks[0].step);
-    /* the same rank from another run (its token) or a second time: refused, never
-     * acknowledged, however often they connect again; the rank's own connection kept */
+    /* the same rank from another run (its token) or a second worker of it (another node):
+     * refused, never acknowledged, however often they connect again; the rank's own
+     * connection kept */
     control_client other, dup;
     CHECK(control_client_open(&other, crowd_cs.address, "another-run", 0, 1, 0, NULL, &d) == 0 &&
-              control_client_open(&dup, crowd_cs.address, "s3cret", 0, 1, 0, NULL, &d) == 0,
+              control_client_open(&dup, crowd_cs.address, "s3cret", 0, 1, 0, "twin-node", &d) == 0,
           "%s", d.msg);
     unsigned rejected0 = crowd_cs.rejected;
     for (end = bt_clock_now() + 1.5; bt_clock_now() < end;) {
@@ -458,6 +466,54 @@ static void crowd_pacer_redial(void) {
     control_client_close(&c);
 }
 
+/* Reads fd until it ends or s seconds pass: whether it ended (baton run closed it). */
+static int crowd_ends(int fd, double s) {
+    char buf[256];
+    for (double end = bt_clock_now() + s; bt_clock_now() < end;) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 20) > 0 && recv(fd, buf, sizeof buf, MSG_DONTWAIT) == 0) return 1;
+    }
+    return 0;
+}
+
+/* A rank's connection broken on the worker's side only (reset there, the HelloAck lost with
+ * it; baton run still sees it open): the same worker's next connection takes the rank over,
+ * the old one closed; a second worker of that rank (another node) still does not. */
+static void crowd_half_open(void) {
+    CHECK(control_server_begin_attempt(&crowd_cs, 0, "s", 3, 1, 0) == 0, "begin");
+    bt_diag d;
+    bt_diag_init(&d);
+    control_client c, twin;
+    CHECK(control_client_open(&c, crowd_cs.address, "s3cret", 0, 1, 3, "node-a", &d) == 0, "%s",
+          d.msg);
+    CHECK(pump_until(&crowd_cs, one_connected) && !c.acked, "connected (acked %d)", c.acked);
+    int sv[2], old = c.fd; /* the worker's end now one that reads as closed; baton run's open */
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) == 0, "socketpair");
+    close(sv[1]);
+    c.fd = sv[0];
+    for (double end = bt_clock_now() + 3; bt_clock_now() < end && !(c.acked && c.fd >= 0);) {
+        control_client_poll(&c);
+        pump(&crowd_cs, 20);
+    }
+    CHECK(c.acked && c.fd >= 0 && control_server_connected(&crowd_cs) == 1,
+          "a rank half-open on baton run's side was not taken again (acked %d, fd %d, %u refused)",
+          c.acked, c.fd, crowd_cs.rejected);
+    CHECK(crowd_ends(old, 1), "baton run did not close the rank's old connection");
+    close(old);
+    CHECK(control_client_open(&twin, crowd_cs.address, "s3cret", 0, 1, 3, "node-b", &d) == 0, "%s",
+          d.msg);
+    for (double end = bt_clock_now() + 0.5; bt_clock_now() < end;) {
+        control_client_poll(&twin), control_client_poll(&c);
+        pump(&crowd_cs, 20);
+    }
+    CHECK(!twin.acked && c.acked && c.fd >= 0 && control_server_connected(&crowd_cs) == 1,
+          "a second worker of the rank took it over (acked %d, the rank's fd %d)", twin.acked,
+          c.fd);
+    control_client other = {.fd = -1};
+    close_served(&crowd_cs, &twin, &other);
+    control_client_close(&c);
+}
+
 static int crowd(const char *run_dir) {
     bt_diag d;
     bt_diag_init(&d);
@@ -468,6 +524,7 @@ static int crowd(const char *run_dir) {
     crowd_dropped();
     crowd_close_dropped();
     crowd_pacer_redial();
+    crowd_half_open();
     control_server_close(&crowd_cs);
     printf("control crowd: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
     return failures ? 1 : 0;
@@ -1220,10 +1277,193 @@ static void ack_never(void) {
     close(l);
 }
 
+/* stderr into a file until stderr_back, which reads it into said (the messages a test checks). */
+static int stderr_to_file(int *saved) {
+    char path[] = "/tmp/baton-ack-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd >= 0) unlink(path);
+    fflush(stderr);
+    *saved = fd >= 0 ? dup(2) : -1;
+    if (*saved >= 0) dup2(fd, 2);
+    return fd;
+}
+
+static void stderr_back(int fd, int saved, char *said, size_t cap) {
+    said[0] = '\0';
+    if (fd < 0 || saved < 0) return;
+    fflush(stderr);
+    dup2(saved, 2), close(saved);
+    ssize_t n = pread(fd, said, cap - 1, 0);
+    said[n > 0 ? n : 0] = '\0';
+    close(fd);
+}
+
+static unsigned count_of(const char *s, const char *what) {
+    unsigned n = 0;
+    for (const char *p = s; (p = strstr(p, what)) != NULL; p++)
+        n++;
+    return n;
+}
+
+/* baton run gone before its HelloAck (the connection dropped, then nothing listens): the
+ * refused connect ends the tries at once, closing does not wait out the backoffs, and the
+ * worker says why once, not blaming a token or a flood. */
+static void ack_gone(void) {
+    char address[64], said[8192];
+    int l = ack_listen(address, sizeof address), saved;
+    bt_diag d;
+    bt_diag_init(&d);
+    control_client c;
+    CHECK(control_client_open(&c, address, "s3cret", 0, 1, 0, NULL, &d) == 0, "%s", d.msg);
+    int first = ack_accept(l, NULL, 2);
+    close(first), close(l);
+    int fd = stderr_to_file(&saved);
+    double t0 = bt_clock_now();
+    control_client_close(&c);
+    double took = bt_clock_now() - t0;
+    stderr_back(fd, saved, said, sizeof said);
+    CHECK(took < 1, "closing after baton run went away took %.2f s", took);
+    CHECK(count_of(said, "connecting again") == 1,
+          "\"connecting again\" said %u times, not once: %s", count_of(said, "connecting again"),
+          said);
+    CHECK(strstr(said, "Connection refused: baton run no longer listens") &&
+              !strstr(said, "a token or attempt"),
+          "the message does not say baton run is gone: %s", said);
+}
+
+static void ack_no_op(int sig) {
+    (void)sig;
+}
+
+/* The helper of ack_open_interrupted: a signal to the opening thread (*arg) 0.2 s into its
+ * connect, then the listen backlog emptied: the connect can end (the SYN sent again). */
+static int ack_fill[4], ack_fill_l;
+static void *ack_interrupt(void *arg) {
+    sleep_s(0.2);
+    pthread_kill(*(pthread_t *)arg, SIGUSR1);
+    sleep_s(0.2);
+    for (int k = 0; k < 4; k++)
+        close(ack_fill[k]);
+    int a;
+    while ((a = accept(ack_fill_l, NULL, NULL)) >= 0)
+        close(a);
+    return NULL;
+}
+
+/* Fills l's backlog: a connect to it then goes unanswered (its SYN dropped). */
+static void ack_fill_backlog(int l, int *fill) {
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t len = sizeof sa;
+    getsockname(l, (struct sockaddr *)&sa, &len);
+    for (int k = 0; k < 4; k++) {
+        fill[k] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        connect(fill[k], (struct sockaddr *)&sa, sizeof sa);
+    }
+    sleep_s(0.1);
+}
+
+/* A signal (SIGTERM, its handler installed as the worker's) during the connect at open is
+ * not a timeout: the connect goes on and the channel opens. */
+static void ack_open_interrupted(void) {
+    char address[64];
+    ack_fill_l = ack_listen(address, sizeof address);
+    ack_fill_backlog(ack_fill_l, ack_fill);
+    struct sigaction sa = {.sa_handler = ack_no_op}, was; /* no SA_RESTART, as poll ignores it */
+    sigaction(SIGUSR1, &sa, &was);
+    pthread_t self = pthread_self(), th;
+    CHECK(pthread_create(&th, NULL, ack_interrupt, &self) == 0, "thread");
+    bt_diag d;
+    bt_diag_init(&d);
+    control_client c;
+    int rc = control_client_open(&c, address, "s3cret", 0, 1, 0, NULL, &d);
+    pthread_join(th, NULL);
+    sigaction(SIGUSR1, &was, NULL);
+    CHECK(rc == 0 && c.fd >= 0, "a signal during the connect at open gave the channel up: %s",
+          d.msg);
+    int conn = ack_accept(ack_fill_l, NULL, 3);
+    ack_hello(conn);
+    if (rc == 0) control_client_close(&c);
+    if (conn >= 0) close(conn);
+    close(ack_fill_l);
+}
+
 static int ack(void) {
     ack_redial_unanswered();
     ack_never();
+    ack_gone();
+    ack_open_interrupted();
     printf("control ack: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
+    return failures ? 1 : 0;
+}
+
+/* ---- slowstep: a worker whose training steps are long ---------------------------------- */
+
+typedef struct slow_server {
+    int l;
+    double dropped, hello_after; /* when the first connection was dropped; the next one's
+                                  * first bytes (its Hello) came that long after (-1: none) */
+    ack_count k;
+} slow_server;
+
+/* baton run's part, touching no client: drops the worker's first connection unread (a
+ * flood's eviction, a reset), takes the next one, acknowledges its Hello when it comes, and
+ * reads it to its end. */
+static void *slow_serve(void *arg) {
+    slow_server *s = arg;
+    int first = ack_accept(s->l, NULL, 2);
+    if (first >= 0) close(first);
+    s->dropped = bt_clock_now();
+    int fd = ack_accept(s->l, NULL, 2.5);
+    struct pollfd p = {fd, POLLIN, 0};
+    if (fd >= 0 && poll(&p, 1, (int)(1000 * (s->dropped + 2.5 - bt_clock_now()))) > 0) {
+        s->hello_after = bt_clock_now() - s->dropped;
+        ack_hello(fd);
+        ack_read(fd, 10, &s->k);
+    }
+    if (fd >= 0) close(fd);
+    return NULL;
+}
+
+/* Whether the worker's client has the HelloAck, read as the training loop may (locked). */
+static int slow_acked(worker_control *wc) {
+    worker_pacer_lock(&wc->pacer);
+    int acked = wc->client.acked;
+    worker_pacer_unlock(&wc->pacer);
+    return acked;
+}
+
+/* A worker whose first connection is dropped before its Hello was read, its steps 2 s long
+ * (nothing but the pacer's thread touches the client meanwhile, and it is not busy): the
+ * Hello made again reaches baton run at once, not a step later (baton run drops a
+ * connection without a Hello after BT_TCP_UNAUTH_TIMEOUT_S, or sooner under a flood), and
+ * the HelloAck is read before the step ends. */
+static int slowstep(void) {
+    char address[64];
+    slow_server s = {.l = ack_listen(address, sizeof address), .hello_after = -1};
+    CHECK(s.l >= 0, "listen");
+    setenv("BATON_CONTROL_TOKEN", "s3cret", 1);
+    Baton__StageSpec spec = BATON__STAGE_SPEC__INIT;
+    spec.control_address = address;
+    worker_control wc;
+    worker_control_init(&wc);
+    worker_control_start(&wc, &spec, NULL, 1, 2, NULL);
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, slow_serve, &s) == 0, "thread");
+    bt_diag d;
+    bt_diag_init(&d);
+    train_metrics m = {0};
+    for (m.step = 1; m.step <= 2; m.step++) {
+        sleep_s(2); /* a training step */
+        CHECK(m.step < 2 || slow_acked(&wc), "no HelloAck after a step, the Hello made again");
+        worker_control_after_step(&wc, &m, &d);
+    }
+    CHECK(s.hello_after >= 0 && s.hello_after < 1,
+          "the Hello made again came %.2f s after the drop (-1: not within 2.5 s)", s.hello_after);
+    close(s.l); /* a connect made again now refused: closing does not wait out the tries */
+    worker_control_close(&wc);
+    pthread_join(th, NULL);
+    CHECK(s.k.heartbeat >= 2, "%u heartbeats arrived on the connection made again", s.k.heartbeat);
+    printf("control slowstep: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
     return failures ? 1 : 0;
 }
 
@@ -1312,6 +1552,7 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "backlog") == 0) return backlog(argv[2]);
     if (argc == 3 && strcmp(argv[1], "gap") == 0) return gap(argv[2]);
     if (argc == 2 && strcmp(argv[1], "ack") == 0) return ack();
+    if (argc == 2 && strcmp(argv[1], "slowstep") == 0) return slowstep();
     if (argc == 3 && strcmp(argv[1], "orphans") == 0) return orphans(argv[2]);
     if (argc == 8 && strcmp(argv[1], "serve") == 0) return serve(argv);
     fprintf(stderr,

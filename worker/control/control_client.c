@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -66,7 +67,11 @@ static int control_connect_done(int fd, int ms) {
 static int control_connect_one(control_client *c, const struct addrinfo *ai) {
     int busy, fd = control_connect_start(ai->ai_family, ai->ai_socktype, ai->ai_protocol,
                                          ai->ai_addr, ai->ai_addrlen, &busy);
-    int done = fd < 0 ? -1 : control_connect_done(fd, CONTROL_CLIENT_CONNECT_TIMEOUT_S * 1000);
+    int done = fd < 0 ? -1 : 0;
+    /* until the deadline: a signal (SIGTERM, its handler installed) ends poll early */
+    for (double end = bt_clock_now() + CONTROL_CLIENT_CONNECT_TIMEOUT_S, left;
+         done == 0 && (left = end - bt_clock_now()) > 0;)
+        done = control_connect_done(fd, (int)(left * 1000) + 1);
     if (done != 1) {
         int e = done == 0 ? ETIMEDOUT : errno;
         if (fd >= 0) close(fd);
@@ -118,28 +123,49 @@ static void control_drop(control_client *c) {
     c->out = NULL, c->out_head = 0, c->out_len = 0, c->out_cap = 0;
 }
 
+/* The channel is given up (why), said once; what waits in the outbox is lost. */
+static void control_give_up(control_client *c, const char *why) {
+    char tries[64] = "";
+    if (!c->acked && c->tries > 1) snprintf(tries, sizeof tries, "; %d connections made", c->tries);
+    fprintf(stderr,
+            "baton-worker: rank %u: control channel lost (%s%s%s); training goes on without it\n",
+            c->rank, why, tries,
+            c->acked || c->gone
+                ? ""
+                : "; no connection's Hello was acknowledged: a token or attempt not the "
+                  "run's, a rank already connected (another worker of that rank), or a "
+                  "flood of connections to its port");
+    control_drop(c);
+}
+
 /* The connection failed: before the HelloAck, with a try left, it is made again later (the
- * outbox, the Hello first, sent again from its start); else the channel is closed. */
+ * outbox, the Hello first, sent again from its start; said the first time only); else the
+ * channel is closed. */
 static void control_lost(control_client *c, const char *why) {
-    if (!c->acked && c->tries < CONTROL_CLIENT_HELLO_TRIES) {
-        fprintf(stderr,
-                "baton-worker: rank %u: the control channel closed before baton run "
-                "acknowledged the Hello (%s); connecting again (try %d of %d)\n",
-                c->rank, why, c->tries + 1, CONTROL_CLIENT_HELLO_TRIES);
-        if (c->fd >= 0) close(c->fd);
-        c->fd = -1, c->out_head = 0, c->in_len = 0, c->connecting = 0;
-        c->redial = 1;
-        c->retry_at = bt_clock_now() + bt_tcp_retry_ms(c->tries) / 1e3;
+    if (c->acked || c->gone || c->tries >= CONTROL_CLIENT_HELLO_TRIES) {
+        control_give_up(c, why);
         return;
     }
-    fprintf(stderr,
-            "baton-worker: rank %u: control channel lost (%s%s); training goes on without it\n",
-            c->rank, why,
-            c->acked ? ""
-                     : "; no connection's Hello was acknowledged: a token or attempt not the "
-                       "run's, a rank already connected (another worker of that rank), or a "
-                       "flood of connections to its port");
-    control_drop(c);
+    if (c->tries == 1)
+        fprintf(stderr,
+                "baton-worker: rank %u: the control channel closed before baton run "
+                "acknowledged the Hello (%s); connecting again (at most %d connections in "
+                "all)\n",
+                c->rank, why, CONTROL_CLIENT_HELLO_TRIES);
+    if (c->fd >= 0) close(c->fd);
+    c->fd = -1, c->out_head = 0, c->in_len = 0, c->connecting = 0;
+    c->redial = 1;
+    c->retry_at = bt_clock_now() + bt_tcp_retry_ms(c->tries) / 1e3;
+}
+
+/* A connect made again failed (err): refused, nothing listens at the address any more
+ * (baton run is gone; a flood never closes its port), so no try is left to make. */
+static void control_redial_failed(control_client *c, int err, const char *what) {
+    char why[200];
+    c->gone = err == ECONNREFUSED;
+    snprintf(why, sizeof why, "cannot connect again: %s%s", what,
+             c->gone ? ": baton run no longer listens" : "");
+    control_lost(c, why);
 }
 
 /* The backoff passed (control_lost): begins connecting again, without waiting. */
@@ -150,9 +176,7 @@ static void control_redial_start(control_client *c) {
     c->fd = control_connect_start(c->peer_family, c->peer_socktype, c->peer_protocol,
                                   (const struct sockaddr *)&c->peer, c->peer_len, &busy);
     if (c->fd < 0) {
-        char why[160];
-        snprintf(why, sizeof why, "cannot connect again: %s", strerror(errno));
-        control_lost(c, why);
+        control_redial_failed(c, errno, strerror(errno));
         return;
     }
     c->connecting = 1;
@@ -167,10 +191,9 @@ static void control_redial(control_client *c) {
     int done = control_connect_done(c->fd, 0);
     if (done == 0 && bt_clock_now() < c->connect_by) return;
     if (done != 1) {
-        char why[160];
-        snprintf(why, sizeof why, "cannot connect again: %s",
-                 done == 0 ? "no answer within the connect timeout" : strerror(errno));
-        control_lost(c, why);
+        int err = done == 0 ? ETIMEDOUT : errno;
+        control_redial_failed(c, err,
+                              done == 0 ? "no answer within the connect timeout" : strerror(err));
         return;
     }
     c->connecting = 0;
@@ -184,6 +207,11 @@ static int control_up(const control_client *c) {
 
 int control_client_live(const control_client *c) {
     return c->fd >= 0 || c->redial;
+}
+
+double control_client_due(const control_client *c, double now) {
+    if (c->redial) return c->retry_at;
+    return c->connecting || (c->fd >= 0 && !c->acked) ? now : HUGE_VAL;
 }
 
 /* Bytes of frames waiting in the outbox. */
@@ -351,6 +379,7 @@ int control_client_open(control_client *c, const char *address, const char *toke
     c->fd = -1, c->rank = rank, c->stop = 0, c->in_len = 0, c->stop_reason[0] = '\0';
     c->out = NULL, c->out_head = 0, c->out_len = 0, c->out_cap = 0, c->dropped = 0;
     c->acked = 0, c->ack_assumed = 0, c->tries = 0, c->redial = 0, c->retry_at = 0;
+    c->gone = 0;
     c->connecting = 0, c->connect_by = 0, c->connected_at = 0, c->peer_len = 0;
     if (strlen(address) >= sizeof c->address) {
         bt_diag_set(diag, "control address '%.100s...' is too long", address);

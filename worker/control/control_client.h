@@ -15,12 +15,15 @@
  * sent stays in the outbox, and a connection that closes (the orchestrator dropped it
  * before reading the Hello: one of too many connections without one, a reset) is made again
  * after a short backoff (bt_tcp_retry_ms), CONTROL_CLIENT_HELLO_TRIES connections at most,
- * and sent the Hello and the rest again; the checks happen whenever a message is sent and at
- * each poll. Connecting again never waits: the connect goes on in the background (at most
- * CONTROL_CLIENT_CONNECT_TIMEOUT_S), training with it, and what is sent meanwhile waits in the
- * outbox. A HelloAck late on a connection still open is waited for: baton run may be stopped
- * (SIGSTOP), and a second connection would then deliver what the first one holds twice. But
- * not for ever: a baton run older than this worker reads without acknowledging, so after
+ * and sent the Hello and the rest again (said once on stderr); a connect refused (nothing
+ * listens there any more: baton run is gone) ends the tries at once. The checks happen
+ * whenever a message is sent and at each poll, and control_client_due says when the next one
+ * is due (worker_pacer.h makes them then). Connecting again never waits: the connect goes
+ * on in the background (at most CONTROL_CLIENT_CONNECT_TIMEOUT_S), training with it, and what
+ * is sent meanwhile waits in the outbox. A HelloAck late on a connection still open is waited
+ * for: baton run may be stopped (SIGSTOP), and a second connection would then deliver what the
+ * first one holds twice. But not for ever: a baton run older than this worker reads without
+ * acknowledging, so after
  * CONTROL_CLIENT_ACK_WAIT_S on one open connection, or once what is kept for it would fill
  * the outbox, the Hello is taken as acknowledged (said once on stderr) and what was sent is
  * no longer kept. Every other failure (cannot connect at first, a send that fails or the
@@ -43,6 +46,8 @@
 #define CONTROL_CLIENT_MAX_FRAME         (1u << 16)  /* the orchestrator sends Stop, HelloAck */
 #define CONTROL_CLIENT_HELLO_TRIES       8           /* connections made for one Hello */
 #define CONTROL_CLIENT_ACK_WAIT_S        60 /* no HelloAck on an open connection: an old baton */
+/* Connecting, or the HelloAck awaited: seconds between polls (control_client_due). */
+#define CONTROL_CLIENT_CHECK_S 0.01
 
 typedef struct control_client {
     int fd;        /* -1: no channel */
@@ -59,6 +64,7 @@ typedef struct control_client {
     int acked;
     int tries;  /* connections made for the Hello so far */
     int redial; /* fd -1 and a try left: connect again at retry_at (bt_clock_now) */
+    int gone;   /* a connect made again was refused (baton run gone): no tries left */
     double retry_at;
     int connecting; /* fd's connect (again) goes on, until connect_by at most */
     double connect_by;
@@ -86,6 +92,12 @@ void control_client_checkpoint(control_client *c, const char *name, uint64_t ste
 
 /* Whether there is a channel, or one is being made again (a redial pending or going on). */
 int control_client_live(const control_client *c);
+
+/* When (bt_clock_now's seconds, now given) the client next needs control_client_poll for
+ * what goes on without a message sent: a backoff's end; now while a connect is under way
+ * or the HelloAck awaited (to be polled every CONTROL_CLIENT_CHECK_S then); HUGE_VAL when
+ * nothing is (acknowledged, or no channel). */
+double control_client_due(const control_client *c, double now);
 
 /* Reads what arrived without waiting (connecting again if due, above); returns c->stop. */
 int control_client_poll(control_client *c);

@@ -21,14 +21,17 @@ static void worker_control_log_open(worker_control *wc, const Baton__StageSpec *
                 diag.msg);
 }
 
-void worker_control_start(worker_control *wc, const Baton__StageSpec *spec, comm *world,
-                          uint32_t rank, uint32_t world_size, const char *host) {
+void worker_control_init(worker_control *wc) {
     memset(wc, 0, sizeof *wc);
     wc->client.fd = -1;
     wc->mlog.fd = -1;
+    worker_pacer_init(&wc->pacer, &wc->client);
+}
+
+void worker_control_start(worker_control *wc, const Baton__StageSpec *spec, comm *world,
+                          uint32_t rank, uint32_t world_size, const char *host) {
     wc->world = world;
     wc->rank = rank;
-    worker_pacer_init(&wc->pacer, &wc->client);
     if (worker_signal_install() != 0)
         fprintf(stderr, "baton-worker: rank %u: cannot install the SIGTERM handler\n", rank);
     const char *addr = spec->control_address, *token = getenv("BATON_CONTROL_TOKEN");
@@ -50,6 +53,7 @@ void worker_control_start(worker_control *wc, const Baton__StageSpec *spec, comm
         return;
     }
     control_client_heartbeat(&wc->client, BATON__HEARTBEAT__PHASE__INIT, 0);
+    worker_pacer_start(&wc->pacer); /* the HelloAck awaited, a redial (worker_pacer.h) */
 }
 
 void worker_control_phase(worker_control *wc, Baton__Heartbeat__Phase phase, uint64_t step) {
@@ -158,8 +162,10 @@ const char *worker_control_stop_reason(worker_control *wc) {
     /* Another rank's request may have come first while ours was on its way. */
     worker_pacer_lock(&wc->pacer);
     int stop = wc->client.stop || control_client_poll(&wc->client);
+    snprintf(wc->stop_reason, sizeof wc->stop_reason, "%s", /* the pacer reads too */
+             wc->client.stop_reason[0] ? wc->client.stop_reason : "Stop");
     worker_pacer_unlock(&wc->pacer);
-    if (stop) return wc->client.stop_reason[0] ? wc->client.stop_reason : "Stop";
+    if (stop) return wc->stop_reason;
     return worker_signal_stop_requested() ? "SIGTERM" : "another rank's request";
 }
 

@@ -30,13 +30,21 @@ typedef struct worker_control {
     uint32_t rank;
     int stopping; /* the training loop stopped early on the ranks' agreed request (it sets
                    * this; a request after the stage's last step changes nothing) */
+    /* worker_control_stop_reason's, copied under the pacer's mutex (the thread reads too) */
+    char stop_reason[256];
 } worker_control;
 
-/* Installs the SIGTERM handler (sigaction; it only sets a flag) and, when the spec has a
- * control_address and BATON_CONTROL_TOKEN is set, connects and says Hello (a failure is
- * printed as a warning and the worker goes on without the channel). Rank 0 of a run
+/* An inert worker_control (no channel, no log): what worker_control_fatal and
+ * worker_control_close take before, or without, worker_control_start. */
+void worker_control_init(worker_control *wc);
+
+/* On wc from worker_control_init: installs the SIGTERM handler (sigaction; it only sets a
+ * flag) and, when the spec has a control_address and BATON_CONTROL_TOKEN is set, connects
+ * and says Hello (a failure is printed as a warning and the worker goes on without the
+ * channel). Rank 0 of a run
  * (the spec has a run_dir and a control_address) also creates its attempt's metrics log,
- * which every Metrics it sends goes to first. Never fails. */
+ * which every Metrics it sends goes to first. Never fails. The pacer's thread starts with
+ * the channel, to see its HelloAck in (worker_pacer.h). */
 void worker_control_start(worker_control *wc, const Baton__StageSpec *spec, comm *world,
                           uint32_t rank, uint32_t world_size, const char *host);
 

@@ -998,8 +998,8 @@ int main(int argc, char **argv) {
 #endif
         setup_rc = rc = worker_ranks_join(&w, a.comm_timeout_s, use_nccl, &diag);
     }
-    worker_control ctl = {.client.fd = -1, .mlog.fd = -1};
-    worker_pacer_init(&ctl.pacer, &ctl.client); /* worker_control_start starts afresh */
+    worker_control ctl;
+    worker_control_init(&ctl);
     if (rc == 0) {
         uint32_t size = w.world ? (uint32_t)w.info.size : 1;
         worker_control_start(&ctl, spec, w.world, (uint32_t)w.info.rank, size, w.info.hostname);
