@@ -218,9 +218,11 @@ char **launch_slurm_step_argv(launch_slurm *s, const uint32_t *active, uint32_t 
     s->failed_task = -1, s->failed_host[0] = s->failure[0] = s->lost_hosts[0] = '\0';
     s->step_refused = 0, s->exit_other = 0;
     int n = 0, err = 0;
+    /* --export=ALL: the workers get baton's environment (BATON_STORE_ADDRESS, PATH),
+     * whatever the job's sbatch --export left in SLURM_EXPORT_ENV for its steps */
     static const char *fixed[] = {
-        "srun",      "--mpi=pmix",  "--label", "--kill-on-bad-exit=1", "--distribution=block",
-        "--overlap", "--unbuffered"};
+        "srun",      "--mpi=pmix",   "--label",     "--kill-on-bad-exit=1", "--distribution=block",
+        "--overlap", "--unbuffered", "--export=ALL"};
     for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
         err |= slurm_arg(s, &n, "", fixed[i]);
     err |= slurm_arg(s, &n, "--job-name=", step_name);
@@ -390,9 +392,10 @@ int launch_slurm_host_lost(launch_slurm *s, const char *host, double timeout_s, 
     }
     snprintf(w, sizeof w, "--nodelist=%s", host);
     snprintf(timeout, sizeof timeout, "--time=%d", 1);
-    char *argv[] = {"srun", "--overlap", "--nodes=1", "--ntasks=1",
-                    w,      timeout,     "--quiet",   "--job-name=baton-probe",
-                    "true", NULL};
+    /* --export=ALL, as the step's: PATH finds `true` whatever the job's sbatch --export */
+    char *argv[] = {
+        "srun",    "--export=ALL",           "--overlap", "--nodes=1", "--ntasks=1", w, timeout,
+        "--quiet", "--job-name=baton-probe", "true",      NULL};
     int rc = launch_slurm_exec(argv, out, sizeof out, timeout_s);
     if (rc == 0) return 0;
     out[strcspn(out, "\n")] = '\0';

@@ -20,6 +20,11 @@
 #             through fp8 (Slurm's SIGTERM: the workers checkpoint, baton exits 75); the
 #             job runs again, `baton resume` continues from that checkpoint, and every
 #             stage ends on exactly the uninterrupted run's loss.
+#   stop      `baton submit ... --export=BATON_COMM_SHM` (sbatch's --export without ALL
+#             must not reach baton's steps); mid-way through fp8 the workers get Slurm's
+#             SIGTERM before baton does and the job is cancelled (a time limit's race):
+#             the run must be stopped, no host excluded, and `sbatch run/baton.sbatch`
+#             must finish it on exactly the uninterrupted run's losses.
 # Teardown (the cluster, every process) happens on any exit. Exit 77 (SKIPPED, with the
 # reason) only when this machine cannot host the cluster: not root, no network
 # namespaces, Slurm or munge not installed.
@@ -184,6 +189,39 @@ requeue)
   final_losses 0 || fail "final losses differ from the uninterrupted run"
   echo "slurm.requeue: requeued at fp8 step 8, resumed from step $from, losses exact;" \
     "$(secs "$t1" "$(date +%s.%N)") s"
+  ;;
+stop)
+  # --export=BATON_COMM_SHM: sbatch's --export without ALL (NONE plus that variable) must
+  # not reach baton's own steps (SLURM_EXPORT_ENV), or the workers lose baton's variables.
+  "$baton" submit "$recipe" --run-dir "$work/run" "${sets[@]}" --time=5 \
+    --export=BATON_COMM_SHM >submit.out 2>&1 || fail "baton submit failed: $(cat submit.out)"
+  job=$(head -n 1 submit.out)
+  wait_step "$job" 8
+  # The workers get Slurm's SIGTERM before baton does, as at a time limit: baton held,
+  # the steps signalled, the job then cancelled; baton goes on once the job is ending.
+  bp=$(ip netns pids bt-n0 | xargs -r ps -o pid=,comm= -p | awk '$2 == "baton" {print $1}')
+  [[ -n $bp ]] || fail "no baton process on bt-n0"
+  kill -STOP "$bp"
+  scancel --signal=TERM "$job"
+  for ((i = 0; i < 100; i++)); do
+    ip netns pids bt-n1 | xargs -r ps -o comm= -p | grep -q baton-worker || break
+    sleep 0.1
+  done
+  sleep 1
+  scancel "$job"
+  kill -CONT "$bp"
+  wait_done "$job"
+  "$baton" status run --json >status.json || fail "baton status failed"
+  grep -q '"state": "stopped"' status.json || fail "the run did not stop: $(head -c 400 status.json)"
+  ! strings run/journal | grep -q "excluded" || fail "a host was excluded: $(strings run/journal | grep excluded)"
+  job2=$(sbatch --parsable run/baton.sbatch) || fail "sbatch run/baton.sbatch failed"
+  wait_done "$job2"
+  "$baton" status run --json >status.json || fail "baton status failed"
+  grep -q '"state": "completed"' status.json || fail "the resubmitted run did not complete: $(head -c 400 status.json)"
+  ! strings run/journal | grep -q "excluded" || fail "a host was excluded: $(strings run/journal | grep excluded)"
+  final_losses 0 || fail "final losses differ from the uninterrupted run"
+  echo "slurm.stop: workers stopped by Slurm before baton (--export without ALL): no host" \
+    "excluded, resumed in job $job2, losses exact; $(secs "$t1" "$(date +%s.%N)") s"
   ;;
 *) echo "check-slurm.sh: unknown case $case" >&2; exit 2 ;;
 esac
