@@ -126,6 +126,11 @@ int run_slurm_find_lost(run_ctx *c, uint32_t stage, uint32_t attempt);
 /* 1 when a failed attempt's step was a stop: the workers stopped on Slurm's request
  * (launch_slurm_stopped) or the job is ending (said on stderr). */
 int run_slurm_stopping(run_ctx *c, const launch_job *job);
+/* A journaled exclusion, replayed under Slurm: only one made in this same job (a requeued
+ * job keeps its id), applied to whichever logical node its host is now; one from another
+ * job (or from before exclusions named their job) is not: a new allocation starts with
+ * every host Slurm gave it. */
+void run_slurm_replay_exclusion(run_ctx *c, const Baton__JournalRecord *r);
 
 /* run_checks.c */
 void run_check_topology(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attempt);

@@ -103,3 +103,17 @@ int run_slurm_find_lost(run_ctx *c, uint32_t stage, uint32_t attempt) {
     }
     return 0;
 }
+
+void run_slurm_replay_exclusion(run_ctx *c, const Baton__JournalRecord *r) {
+    const launch_slurm *s = c->o->slurm;
+    char host[64], job[32], name[32];
+    const char *p = r->detail ? strstr(r->detail, "(Slurm host ") : NULL;
+    if (p == NULL || sscanf(p, "(Slurm host %63[^,], job %31[^)])", host, job) != 2 ||
+        strcmp(job, s->job_id) != 0)
+        return;
+    for (uint32_t k = 0; k < c->nodes.total && k < (uint32_t)s->n_hosts; k++)
+        if (strcmp(s->hosts[k], host) == 0) {
+            snprintf(name, sizeof name, "node%u", k);
+            run_nodes_exclude(&c->nodes, name);
+        }
+}

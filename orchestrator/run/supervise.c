@@ -1005,9 +1005,13 @@ static int run_load_state(run_ctx *c) {
     for (size_t k = 0; k < n; k++)
         run_ckpt_note_record(c, v[k]);
     run_nodes_init(&c->nodes, c->doc->recipe->cluster);
-    for (size_t k = 0; k < n; k++)
-        if (v[k]->kind == BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED && v[k]->node)
+    for (size_t k = 0; k < n; k++) {
+        if (v[k]->kind != BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED || !v[k]->node) continue;
+        if (c->o->slurm)
+            run_slurm_replay_exclusion(c, v[k]);
+        else
             run_nodes_exclude(&c->nodes, v[k]->node);
+    }
     for (size_t k = 0; k < n; k++) {
         uint64_t from, to;
         if (v[k]->kind == BATON__JOURNAL_RECORD__KIND__ROLLBACK &&

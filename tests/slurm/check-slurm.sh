@@ -15,7 +15,9 @@
 #             layout sums in another order, which fp8 turns into quantization steps: a
 #             dp2 -> dp1 resume of this fp8 stage measured 1.6e-5 .. 3.3e-5 at step 40 in
 #             one process group, 6.2e-5 at its worst step; 1e-3 is the engine tests' fp8
-#             bound, tests/engine/layout-lib.sh).
+#             bound, tests/engine/layout-lib.sh). Then bt-n1 comes back and a stage is
+#             appended: a new job (sbatch run/baton.sbatch) must run it on both hosts,
+#             the exclusion having been the earlier job's.
 #   requeue   the same through `baton submit ... --requeue`; `scontrol requeue` mid-way
 #             through fp8 (Slurm's SIGTERM: the workers checkpoint, baton exits 75); the
 #             job runs again, `baton resume` continues from that checkpoint, and every
@@ -162,11 +164,27 @@ nodeloss)
   t2=$(date +%s.%N)
   "$baton" status run --json >status.json || fail "baton status failed"
   grep -q '"state": "completed"' status.json || fail "the run did not complete: $(head -c 400 status.json)"
-  strings run/journal | grep -q "node1 (Slurm host bt-n1) lost" || fail "the journal shows no exclusion of node1"
+  strings run/journal | grep -q "node1 (Slurm host bt-n1, job $job) lost" || fail "the journal shows no exclusion of node1"
   grep -q "data parallelism shrinks from 2 to 1" run/slurm-"$job".out || fail "no dp shrink reported"
   final_losses 1e-5 fp8 1e-3 || fail "final losses differ"
+  # bt-n1 back (its slurmd again), a stage appended: a new job on both hosts uses both,
+  # as the exclusion belonged to the job that lost bt-n1.
+  nsenter --net=/var/run/netns/bt-n1 slurmd -f "$SLURM_CONF" -N bt-n1
+  for ((i = 0; i < 150; i++)); do
+    [[ $(sinfo -h -n bt-n1 -o %t 2>/dev/null) == idle ]] && break
+    sleep 0.2
+  done
+  printf '  - name: more\n    steps: 2\n    parallel: {tp: 1, pp: 1, dp: 4}\n' >>run/recipe.yaml
+  job2=$(sbatch --parsable run/baton.sbatch) || fail "sbatch run/baton.sbatch failed"
+  wait_done "$job2"
+  "$baton" status run --json >status.json || fail "baton status failed"
+  grep -q '"state": "completed"' status.json || fail "the extended run did not complete: $(head -c 400 status.json)"
+  ! grep -q "data parallelism shrinks" run/slurm-"$job2".out ||
+    fail "job $job2 (bt-n1 healthy) ran shrunk: an earlier job's exclusion was kept"
+  grep -A1 "^\[more\] topology of attempt" run/slurm-"$job2".out | grep -q bt-n1 ||
+    fail "the appended stage did not run on bt-n1 in job $job2"
   echo "slurm.nodeloss: bt-n1 killed mid-stage, node1 excluded, dp 2 -> 1;" \
-    "submitted run completed in $(secs "$t1" "$t2") s"
+    "submitted run completed in $(secs "$t1" "$t2") s; a later job used bt-n1 again"
   ;;
 requeue)
   "$baton" submit "$recipe" --run-dir "$work/run" "${sets[@]}" --time=5 --requeue \
