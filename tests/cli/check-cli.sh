@@ -649,6 +649,13 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
     { echo "FAIL: rq/job_id: mode $(stat -c %a rq/job_id), '$(cat rq/job_id)'"; failures=$((failures + 1)); }
   expect 0 "^run rq: not started yet \(submitted as Slurm job 4242, batch script rq/baton\.sbatch" -- status rq
   expect 0 '"state": "not_started", .*"job_id": "4242"' -- status rq --json
+  # ... and says so when squeue no longer has it queued (cancelled, failed, purged)
+  mkdir sqbin && printf '#!/bin/sh\necho PENDING\n' >sqbin/squeue && chmod +x sqbin/squeue
+  PATH="$sub/sqbin:$PATH" expect 0 "it starts when the job does: squeue -j 4242 says PENDING\)" -- status rq
+  printf '#!/bin/sh\necho CANCELLED\n' >sqbin/squeue
+  PATH="$sub/sqbin:$PATH" expect 0 "^run rq: not started yet \(submitted as Slurm job 4242, which is no longer queued: squeue says CANCELLED; its output is" -- status rq
+  printf '#!/bin/sh\necho "slurm_load_jobs error: Invalid job id specified" >&2\nexit 1\n' >sqbin/squeue
+  PATH="$sub/sqbin:$PATH" expect 0 "no longer queued: squeue says it does not know the job" -- status rq
   # a run directory that was there is kept
   expect 2 "sbatch option '-o'" -- submit "$small" --run-dir r9 --dry-run --set stages.fp32.steps=4 -o x
   [[ -e r9/baton.sbatch ]] || { echo "FAIL: a refused submit removed a run directory it did not make"; exit 1; }
