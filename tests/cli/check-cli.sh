@@ -629,7 +629,10 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
     submit "$small" --run-dir r9 --dry-run --set stages.fp32.steps=3 -p debug -- -N 2
   BATON_SBATCH_TEMPLATE=nope.in expect 2 "^baton submit: batch template nope\.in" -- \
     submit "$small" --run-dir r9 --dry-run
-  [[ ! -e n1 && ! -e r9 && ! -e "r 4" && ! -e "runs/llama 3" && ! -e r3 ]] ||
+  # '%' in the run directory: Slurm would expand it in --output=RUN_DIR/slurm-%j.out
+  expect 2 "^baton submit: the run directory '$sub/p%x' holds '%', which Slurm expands" -- \
+    submit "$small" --run-dir p%x --dry-run
+  [[ ! -e n1 && ! -e r9 && ! -e "r 4" && ! -e "runs/llama 3" && ! -e r3 && ! -e p%x ]] ||
     { echo "FAIL: a refused submit left a run directory"; exit 1; }
   mkdir fakebin && printf '#!/bin/sh\necho "sbatch: error: no" >&2\nexit 1\n' >fakebin/sbatch && chmod +x fakebin/sbatch
   PATH="$sub/fakebin:$PATH" expect 1 "^baton submit: sbatch .*/r9/baton.sbatch failed \(status 1\): sbatch: error: no" -- \
