@@ -15,6 +15,7 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/crc32c.h"
 #include "cli.h"
+#include "launch_slurm.h"
 #include "recipe.h"
 #include "run/journal.h"
 #include "run/run_dir.h"
@@ -497,6 +498,30 @@ static int status_stage_eta(const status_view *v, size_t i, double *eta) {
     return 1;
 }
 
+/* 0 when squeue says the job will not start any more (ended, cancelled, failed, or gone:
+ * state gets squeue's word); 1 while it is queued or running, or when squeue cannot tell
+ * (not installed, no controller: state ""). */
+static int status_job_queued(const char *job, char *state, size_t cap) {
+    char out[512], arg[96];
+    snprintf(arg, sizeof arg, "--jobs=%.80s", job);
+    char *argv[] = {"squeue", "--noheader", arg, "--format=%T", NULL};
+    int rc = launch_slurm_exec(argv, out, sizeof out, 5);
+    out[strcspn(out, "\n")] = '\0';
+    state[0] = '\0';
+    if (rc != 0) {
+        if (rc < 0 || rc == 124 || strstr(out, "Invalid job id") == NULL) return 1;
+        snprintf(state, cap, "it does not know the job");
+        return 0;
+    }
+    snprintf(state, cap, "%.40s", out[0] ? out : "nothing");
+    static const char *live[] = {"PENDING",      "CONFIGURING", "RUNNING",
+                                 "REQUEUED",     "RESIZING",    "SUSPENDED",
+                                 "REQUEUE_HOLD", "REQUEUE_FED", "COMPLETING"};
+    for (size_t i = 0; i < sizeof live / sizeof *live; i++)
+        if (strcmp(out, live[i]) == 0) return 1;
+    return 0;
+}
+
 /* The first line of a run that has not started: submitted (as which job, where its
  * script is) or made by baton run, and what starts it. */
 static void status_text_new(bt_buf *b, const status_view *v) {
@@ -504,11 +529,18 @@ static void status_text_new(bt_buf *b, const status_view *v) {
     snprintf(script, sizeof script, "%s/baton.sbatch", v->dir);
     int sbatch = access(script, F_OK) == 0;
     bt_buf_printf(b, "run %s: not started yet", v->dir);
-    if (sbatch && v->job_id[0])
+    char state[64];
+    int queued = sbatch && v->job_id[0] ? status_job_queued(v->job_id, state, sizeof state) : 1;
+    if (sbatch && v->job_id[0] && queued)
         bt_buf_printf(b,
                       " (submitted as Slurm job %s, batch script %s; it starts when the job "
-                      "does: squeue -j %s)",
-                      v->job_id, script, v->job_id);
+                      "does: squeue -j %s%s%s)",
+                      v->job_id, script, v->job_id, state[0] ? " says " : "", state);
+    else if (sbatch && v->job_id[0])
+        bt_buf_printf(b,
+                      " (submitted as Slurm job %s, which is no longer queued: squeue says "
+                      "%s; its output is %s/slurm-%s.out; sbatch %s submits the run again)",
+                      v->job_id, state, v->dir, v->job_id, script);
     else if (sbatch)
         bt_buf_printf(b,
                       " (batch script %s written, no job id kept: --dry-run, or not "

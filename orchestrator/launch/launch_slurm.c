@@ -216,11 +216,13 @@ char **launch_slurm_step_argv(launch_slurm *s, const uint32_t *active, uint32_t 
     slurm_host_list(s, idx, n_ex, ex, sizeof ex);
     snprintf(s->step_name, sizeof s->step_name, "%s", step_name);
     s->failed_task = -1, s->failed_host[0] = s->failure[0] = s->lost_hosts[0] = '\0';
-    s->step_refused = 0;
+    s->step_refused = 0, s->exit_other = 0;
     int n = 0, err = 0;
+    /* --export=ALL: the workers get baton's environment (BATON_STORE_ADDRESS, PATH),
+     * whatever the job's sbatch --export left in SLURM_EXPORT_ENV for its steps */
     static const char *fixed[] = {
-        "srun",      "--mpi=pmix",  "--label", "--kill-on-bad-exit=1", "--distribution=block",
-        "--overlap", "--unbuffered"};
+        "srun",      "--mpi=pmix",   "--label",     "--kill-on-bad-exit=1", "--distribution=block",
+        "--overlap", "--unbuffered", "--export=ALL"};
     for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
         err |= slurm_arg(s, &n, "", fixed[i]);
     err |= slurm_arg(s, &n, "--job-name=", step_name);
@@ -286,6 +288,8 @@ static void slurm_note(launch_slurm *s, const char *line) {
     }
     if (sscanf(p, "%63[^:]: task%*[s] %d%*[^:]: %399[^\n]", host, &task, what) == 3 ||
         sscanf(p, "%63[^:]: task %d: %399[^\n]", host, &task, what) == 3) {
+        int code = -1;
+        if (sscanf(what, "Exited with exit code %d", &code) == 1 && code != 75) s->exit_other = 1;
         if (s->failed_task >= 0) return; /* the first report names the cause */
         s->failed_task = task;
         snprintf(s->failed_host, sizeof s->failed_host, "%s", host);
@@ -347,6 +351,33 @@ static int slurm_state_bad(const char *state) {
            strstr(state, "NOT_RESPONDING") || strchr(state, '*');
 }
 
+/* srun's words when a step cannot run because the job itself is ending. */
+static int slurm_job_gone(const char *out) {
+    static const char *words[] = {"has expired",    "already completing", "completing or completed",
+                                  "Invalid job id", "cancelled",          "CANCELLED",
+                                  "revoked"};
+    for (size_t i = 0; i < sizeof words / sizeof *words; i++)
+        if (strstr(out, words[i])) return 1;
+    return 0;
+}
+
+int launch_slurm_job_ending(const launch_slurm *s, char *state, size_t cap) {
+    char out[1024], job[64];
+    snprintf(job, sizeof job, "--jobs=%s", s->job_id);
+    char *argv[] = {"squeue", "--noheader", job, "--format=%T", NULL};
+    int rc = launch_slurm_exec(argv, out, sizeof out, 10);
+    out[strcspn(out, "\n")] = '\0';
+    snprintf(state, cap, "%s", out[0] ? out : "gone");
+    if (rc == 0) return out[0] == '\0' || strcmp(out, "RUNNING") != 0;
+    return rc != 124 && rc >= 0 && strstr(out, "Invalid job id") != NULL;
+}
+
+int launch_slurm_stopped(const launch_slurm *s, const launch_job *job) {
+    const launch_rank *rk = job->failed_rank >= 0 ? &job->ranks[job->failed_rank] : NULL;
+    return job->cause == LAUNCH_EXITED && rk && rk->exited && rk->exit_status == 75 &&
+           !s->exit_other && !s->lost_hosts[0] && !s->step_refused;
+}
+
 int launch_slurm_host_lost(launch_slurm *s, const char *host, double timeout_s, char *why,
                            size_t cap) {
     char state[64], out[2048], w[80], timeout[32];
@@ -361,15 +392,16 @@ int launch_slurm_host_lost(launch_slurm *s, const char *host, double timeout_s, 
     }
     snprintf(w, sizeof w, "--nodelist=%s", host);
     snprintf(timeout, sizeof timeout, "--time=%d", 1);
-    char *argv[] = {"srun", "--overlap", "--nodes=1", "--ntasks=1",
-                    w,      timeout,     "--quiet",   "--job-name=baton-probe",
-                    "true", NULL};
+    /* --export=ALL, as the step's: PATH finds `true` whatever the job's sbatch --export */
+    char *argv[] = {
+        "srun",    "--export=ALL",           "--overlap", "--nodes=1", "--ntasks=1", w, timeout,
+        "--quiet", "--job-name=baton-probe", "true",      NULL};
     int rc = launch_slurm_exec(argv, out, sizeof out, timeout_s);
     if (rc == 0) return 0;
     out[strcspn(out, "\n")] = '\0';
     snprintf(why, cap, "a probe step on %s %s%s%.300s", host,
              rc == 124 ? "did not finish in time" : "failed", out[0] ? ": " : "", out);
-    return 1;
+    return slurm_job_gone(out) ? SLURM_PROBE_ENDING : SLURM_PROBE_FAILED;
 }
 
 void launch_slurm_cancel_step(launch_slurm *s) {

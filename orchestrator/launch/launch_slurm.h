@@ -42,6 +42,7 @@ typedef struct launch_slurm {
     char lost_hosts[1024]; /* hosts srun reported as failed nodes, comma separated */
     int step_refused;      /* Slurm refused to create the step (e.g. more tasks than the
                               allocation's CPUs): a configuration error, not retried */
+    int exit_other;        /* srun reported a task exit status other than 75 */
     /* The supervisor's own output callback, which relabelled lines go to. */
     launch_output_cb inner;
     void *inner_arg;
@@ -88,9 +89,24 @@ void launch_slurm_describe(const launch_slurm *s, const launch_job *job, char *b
 
 /* 1 when host is lost: Slurm has it DOWN, DRAINED, FAILED or not responding, srun
  * reported it failed, or a one-task probe step on it fails or takes longer than
- * timeout_s; why gets the evidence. 0 when it ran the probe. */
+ * timeout_s; why gets the evidence. 0 when it ran the probe. SLURM_PROBE_ENDING when the
+ * probe failed because the job itself is ending (expired, cancelled, completing): no
+ * evidence against the host. SLURM_PROBE_FAILED when only the probe failed (Slurm has
+ * nothing against the host): the caller judges it against the other hosts' probes. */
+#define SLURM_PROBE_FAILED 2
+#define SLURM_PROBE_ENDING 3
 int launch_slurm_host_lost(launch_slurm *s, const char *host, double timeout_s, char *why,
                            size_t cap);
+
+/* 1 when the allocation is going away (squeue shows the job in a state other than
+ * RUNNING, or no longer knows it); state gets what squeue said. 0 when it runs or cannot
+ * be told. */
+int launch_slurm_job_ending(const launch_slurm *s, char *state, size_t cap);
+
+/* 1 when the step ended as the workers' stop on request: srun exited 75 (a worker's
+ * "stopped, checkpoint saved") and reported no other task exit status and no node
+ * failure, e.g. Slurm's SIGTERM at a time limit or scancel reaching the workers first. */
+int launch_slurm_stopped(const launch_slurm *s, const launch_job *job);
 
 /* Cancels what is left of the attempt's step (srun killed before its tasks ended). */
 void launch_slurm_cancel_step(launch_slurm *s);

@@ -122,7 +122,15 @@ int run_data_start(const run_ctx *c, uint32_t stage, Baton__StageSpec *s);
 int run_slurm_opts(run_ctx *c, launch_opts *lo, char *const *worker_argv, size_t stage,
                    uint32_t attempt, int ntasks, char *store_env, size_t cap, bt_diag *diag);
 void run_slurm_blame(const run_ctx *c, Baton__JournalRecord *r, char *node, size_t cap);
-void run_slurm_find_lost(run_ctx *c, uint32_t stage, uint32_t attempt);
+int run_slurm_find_lost(run_ctx *c, uint32_t stage, uint32_t attempt);
+/* 1 when a failed attempt's step was a stop: the workers stopped on Slurm's request
+ * (launch_slurm_stopped) or the job is ending (said on stderr). */
+int run_slurm_stopping(run_ctx *c, const launch_job *job);
+/* A journaled exclusion, replayed under Slurm: only one made in this same job (a requeued
+ * job keeps its id), applied to whichever logical node its host is now; one from another
+ * job (or from before exclusions named their job) is not: a new allocation starts with
+ * every host Slurm gave it. */
+void run_slurm_replay_exclusion(run_ctx *c, const Baton__JournalRecord *r);
 
 /* run_checks.c */
 void run_check_topology(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attempt);

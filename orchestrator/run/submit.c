@@ -251,6 +251,15 @@ static int submit_bare_check(const char *opt, const char *value, bt_diag *diag) 
 
 static int submit_check(const submit_opts *o, bt_diag *diag) {
     int rc = submit_check_word("the run directory", o->run_dir, 0, diag);
+    if (rc == 0 && strchr(o->run_dir, '%')) {
+        /* sbatch expands %j, %x, ... in --output: the job's output would go elsewhere, or
+         * nowhere (a directory that does not exist fails the job's launch) */
+        bt_diag_set(diag,
+                    "the run directory '%s' holds '%%', which Slurm expands in the script's "
+                    "--output=RUN_DIR/slurm-%%j.out (%%j, %%x, ...): choose a path without '%%'",
+                    o->run_dir);
+        rc = BT_EINVAL;
+    }
     rc = rc ? rc : submit_check_word("the working directory", o->workdir, 0, diag);
     rc = rc ? rc : submit_check_word("the recipe name", o->job_name, 0, diag);
     for (int i = 0; rc == 0 && i < o->n_sbatch; i++) {

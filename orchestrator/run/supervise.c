@@ -622,15 +622,18 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
                 (c->cs_open && c->cs.fatal.seen && c->cs.fatal.code == 2) ||
                 job->cause == LAUNCH_SPAWN_FAILED || (c->o->slurm && c->o->slurm->step_refused) ||
                 c->topo_refused;
+    /* Slurm's SIGTERM (a time limit, scancel, a requeue) reaching the workers before baton,
+     * or the job ending under the attempt: a stop, not a failure */
+    int stop = c->got_signal || (!fatal && c->o->slurm && run_slurm_stopping(c, job));
     /* Every candidate checkpoint refused (CRC mismatches, a truncated shard) twice in a
      * row: no attempt writes a checkpoint before it loads one, so the next would read the
      * same damaged bytes. Once is retried: the refusal may have been a passing I/O error. */
-    int damaged = !c->got_signal && !fatal && c->prog.no_ckpt && c->no_ckpt_streak >= 1;
+    int damaged = !stop && !fatal && c->prog.no_ckpt && c->no_ckpt_streak >= 1;
     c->no_ckpt_streak = c->prog.no_ckpt ? c->no_ckpt_streak + 1 : 0;
-    attempt_end end = c->got_signal ? ATTEMPT_STOPPED
-                      : fatal       ? ATTEMPT_FATAL
-                      : damaged     ? ATTEMPT_BROKEN
-                                    : ATTEMPT_RETRY;
+    attempt_end end = stop      ? ATTEMPT_STOPPED
+                      : fatal   ? ATTEMPT_FATAL
+                      : damaged ? ATTEMPT_BROKEN
+                                : ATTEMPT_RETRY;
     if (end == ATTEMPT_STOPPED) run_check_stop(c, job, stage, &r);
     r.detail = why;
     r.has_retryable = 1, r.retryable = end == ATTEMPT_RETRY;
@@ -819,9 +822,10 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     if (rc == 0) run_ckpts_without_channel(c, (uint32_t)i, attempt);
     if (rc == 0) {
         end = run_classify(c, &job, (uint32_t)i, attempt, hung);
-        if (end == ATTEMPT_RETRY && c->o->slurm)
-            run_slurm_find_lost(c, (uint32_t)i, attempt);
-        else if (end == ATTEMPT_RETRY)
+        if (end == ATTEMPT_RETRY && c->o->slurm) {
+            if (run_slurm_find_lost(c, (uint32_t)i, attempt))
+                end = ATTEMPT_STOPPED; /* the job ended under the attempt */
+        } else if (end == ATTEMPT_RETRY)
             run_find_lost_nodes(c, &job, (uint32_t)i, attempt);
     } else {
         end = run_launch_failed(c, (uint32_t)i, attempt, rc, d.msg[0] ? d.msg : bt_strerror(rc));
@@ -1001,9 +1005,13 @@ static int run_load_state(run_ctx *c) {
     for (size_t k = 0; k < n; k++)
         run_ckpt_note_record(c, v[k]);
     run_nodes_init(&c->nodes, c->doc->recipe->cluster);
-    for (size_t k = 0; k < n; k++)
-        if (v[k]->kind == BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED && v[k]->node)
+    for (size_t k = 0; k < n; k++) {
+        if (v[k]->kind != BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED || !v[k]->node) continue;
+        if (c->o->slurm)
+            run_slurm_replay_exclusion(c, v[k]);
+        else
             run_nodes_exclude(&c->nodes, v[k]->node);
+    }
     for (size_t k = 0; k < n; k++) {
         uint64_t from, to;
         if (v[k]->kind == BATON__JOURNAL_RECORD__KIND__ROLLBACK &&

@@ -629,7 +629,10 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
     submit "$small" --run-dir r9 --dry-run --set stages.fp32.steps=3 -p debug -- -N 2
   BATON_SBATCH_TEMPLATE=nope.in expect 2 "^baton submit: batch template nope\.in" -- \
     submit "$small" --run-dir r9 --dry-run
-  [[ ! -e n1 && ! -e r9 && ! -e "r 4" && ! -e "runs/llama 3" && ! -e r3 ]] ||
+  # '%' in the run directory: Slurm would expand it in --output=RUN_DIR/slurm-%j.out
+  expect 2 "^baton submit: the run directory '$sub/p%x' holds '%', which Slurm expands" -- \
+    submit "$small" --run-dir p%x --dry-run
+  [[ ! -e n1 && ! -e r9 && ! -e "r 4" && ! -e "runs/llama 3" && ! -e r3 && ! -e p%x ]] ||
     { echo "FAIL: a refused submit left a run directory"; exit 1; }
   mkdir fakebin && printf '#!/bin/sh\necho "sbatch: error: no" >&2\nexit 1\n' >fakebin/sbatch && chmod +x fakebin/sbatch
   PATH="$sub/fakebin:$PATH" expect 1 "^baton submit: sbatch .*/r9/baton.sbatch failed \(status 1\): sbatch: error: no" -- \
@@ -649,6 +652,13 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
     { echo "FAIL: rq/job_id: mode $(stat -c %a rq/job_id), '$(cat rq/job_id)'"; failures=$((failures + 1)); }
   expect 0 "^run rq: not started yet \(submitted as Slurm job 4242, batch script rq/baton\.sbatch" -- status rq
   expect 0 '"state": "not_started", .*"job_id": "4242"' -- status rq --json
+  # ... and says so when squeue no longer has it queued (cancelled, failed, purged)
+  mkdir sqbin && printf '#!/bin/sh\necho PENDING\n' >sqbin/squeue && chmod +x sqbin/squeue
+  PATH="$sub/sqbin:$PATH" expect 0 "it starts when the job does: squeue -j 4242 says PENDING\)" -- status rq
+  printf '#!/bin/sh\necho CANCELLED\n' >sqbin/squeue
+  PATH="$sub/sqbin:$PATH" expect 0 "^run rq: not started yet \(submitted as Slurm job 4242, which is no longer queued: squeue says CANCELLED; its output is" -- status rq
+  printf '#!/bin/sh\necho "slurm_load_jobs error: Invalid job id specified" >&2\nexit 1\n' >sqbin/squeue
+  PATH="$sub/sqbin:$PATH" expect 0 "no longer queued: squeue says it does not know the job" -- status rq
   # a run directory that was there is kept
   expect 2 "sbatch option '-o'" -- submit "$small" --run-dir r9 --dry-run --set stages.fp32.steps=4 -o x
   [[ -e r9/baton.sbatch ]] || { echo "FAIL: a refused submit removed a run directory it did not make"; exit 1; }

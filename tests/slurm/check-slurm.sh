@@ -15,11 +15,18 @@
 #             layout sums in another order, which fp8 turns into quantization steps: a
 #             dp2 -> dp1 resume of this fp8 stage measured 1.6e-5 .. 3.3e-5 at step 40 in
 #             one process group, 6.2e-5 at its worst step; 1e-3 is the engine tests' fp8
-#             bound, tests/engine/layout-lib.sh).
+#             bound, tests/engine/layout-lib.sh). Then bt-n1 comes back and a stage is
+#             appended: a new job (sbatch run/baton.sbatch) must run it on both hosts,
+#             the exclusion having been the earlier job's.
 #   requeue   the same through `baton submit ... --requeue`; `scontrol requeue` mid-way
 #             through fp8 (Slurm's SIGTERM: the workers checkpoint, baton exits 75); the
 #             job runs again, `baton resume` continues from that checkpoint, and every
 #             stage ends on exactly the uninterrupted run's loss.
+#   stop      `baton submit ... --export=BATON_COMM_SHM` (sbatch's --export without ALL
+#             must not reach baton's steps); mid-way through fp8 the workers get Slurm's
+#             SIGTERM before baton does and the job is cancelled (a time limit's race):
+#             the run must be stopped, no host excluded, and `sbatch run/baton.sbatch`
+#             must finish it on exactly the uninterrupted run's losses.
 # Teardown (the cluster, every process) happens on any exit. Exit 77 (SKIPPED, with the
 # reason) only when this machine cannot host the cluster: not root, no network
 # namespaces, Slurm or munge not installed.
@@ -157,11 +164,27 @@ nodeloss)
   t2=$(date +%s.%N)
   "$baton" status run --json >status.json || fail "baton status failed"
   grep -q '"state": "completed"' status.json || fail "the run did not complete: $(head -c 400 status.json)"
-  strings run/journal | grep -q "node1 (Slurm host bt-n1) lost" || fail "the journal shows no exclusion of node1"
+  strings run/journal | grep -q "node1 (Slurm host bt-n1, job $job) lost" || fail "the journal shows no exclusion of node1"
   grep -q "data parallelism shrinks from 2 to 1" run/slurm-"$job".out || fail "no dp shrink reported"
   final_losses 1e-5 fp8 1e-3 || fail "final losses differ"
+  # bt-n1 back (its slurmd again), a stage appended: a new job on both hosts uses both,
+  # as the exclusion belonged to the job that lost bt-n1.
+  nsenter --net=/var/run/netns/bt-n1 slurmd -f "$SLURM_CONF" -N bt-n1
+  for ((i = 0; i < 150; i++)); do
+    [[ $(sinfo -h -n bt-n1 -o %t 2>/dev/null) == idle ]] && break
+    sleep 0.2
+  done
+  printf '  - name: more\n    steps: 2\n    parallel: {tp: 1, pp: 1, dp: 4}\n' >>run/recipe.yaml
+  job2=$(sbatch --parsable run/baton.sbatch) || fail "sbatch run/baton.sbatch failed"
+  wait_done "$job2"
+  "$baton" status run --json >status.json || fail "baton status failed"
+  grep -q '"state": "completed"' status.json || fail "the extended run did not complete: $(head -c 400 status.json)"
+  ! grep -q "data parallelism shrinks" run/slurm-"$job2".out ||
+    fail "job $job2 (bt-n1 healthy) ran shrunk: an earlier job's exclusion was kept"
+  grep -A1 "^\[more\] topology of attempt" run/slurm-"$job2".out | grep -q bt-n1 ||
+    fail "the appended stage did not run on bt-n1 in job $job2"
   echo "slurm.nodeloss: bt-n1 killed mid-stage, node1 excluded, dp 2 -> 1;" \
-    "submitted run completed in $(secs "$t1" "$t2") s"
+    "submitted run completed in $(secs "$t1" "$t2") s; a later job used bt-n1 again"
   ;;
 requeue)
   "$baton" submit "$recipe" --run-dir "$work/run" "${sets[@]}" --time=5 --requeue \
@@ -184,6 +207,39 @@ requeue)
   final_losses 0 || fail "final losses differ from the uninterrupted run"
   echo "slurm.requeue: requeued at fp8 step 8, resumed from step $from, losses exact;" \
     "$(secs "$t1" "$(date +%s.%N)") s"
+  ;;
+stop)
+  # --export=BATON_COMM_SHM: sbatch's --export without ALL (NONE plus that variable) must
+  # not reach baton's own steps (SLURM_EXPORT_ENV), or the workers lose baton's variables.
+  "$baton" submit "$recipe" --run-dir "$work/run" "${sets[@]}" --time=5 \
+    --export=BATON_COMM_SHM >submit.out 2>&1 || fail "baton submit failed: $(cat submit.out)"
+  job=$(head -n 1 submit.out)
+  wait_step "$job" 8
+  # The workers get Slurm's SIGTERM before baton does, as at a time limit: baton held,
+  # the steps signalled, the job then cancelled; baton goes on once the job is ending.
+  bp=$(ip netns pids bt-n0 | xargs -r ps -o pid=,comm= -p | awk '$2 == "baton" {print $1}')
+  [[ -n $bp ]] || fail "no baton process on bt-n0"
+  kill -STOP "$bp"
+  scancel --signal=TERM "$job"
+  for ((i = 0; i < 100; i++)); do
+    ip netns pids bt-n1 | xargs -r ps -o comm= -p | grep -q baton-worker || break
+    sleep 0.1
+  done
+  sleep 1
+  scancel "$job"
+  kill -CONT "$bp"
+  wait_done "$job"
+  "$baton" status run --json >status.json || fail "baton status failed"
+  grep -q '"state": "stopped"' status.json || fail "the run did not stop: $(head -c 400 status.json)"
+  ! strings run/journal | grep -q "excluded" || fail "a host was excluded: $(strings run/journal | grep excluded)"
+  job2=$(sbatch --parsable run/baton.sbatch) || fail "sbatch run/baton.sbatch failed"
+  wait_done "$job2"
+  "$baton" status run --json >status.json || fail "baton status failed"
+  grep -q '"state": "completed"' status.json || fail "the resubmitted run did not complete: $(head -c 400 status.json)"
+  ! strings run/journal | grep -q "excluded" || fail "a host was excluded: $(strings run/journal | grep excluded)"
+  final_losses 0 || fail "final losses differ from the uninterrupted run"
+  echo "slurm.stop: workers stopped by Slurm before baton (--export without ALL): no host" \
+    "excluded, resumed in job $job2, losses exact; $(secs "$t1" "$(date +%s.%N)") s"
   ;;
 *) echo "check-slurm.sh: unknown case $case" >&2; exit 2 ;;
 esac
