@@ -87,6 +87,42 @@ static int resume_check_order(const run_ctx *c, const Baton__StageSpec *s, const
     return BT_EINVAL;
 }
 
+/* Stage i, with no checkpoint of its own, starts from the newest of the earlier stages'
+ * (the workers' hand-off, train_ckpt_load). One of a completed stage past the step it
+ * completed at (an extension of it stopped, then undone in the recipe) holds weights
+ * trained past that stage's end, on data the next stage would read again: refused. */
+static int resume_check_handoff(const run_ctx *c, size_t i) {
+    char root[4200], **names = NULL;
+    size_t n = 0;
+    bt_diag d;
+    bt_diag_init(&d);
+    run_dir_file(c->dir, CKPT_ROOT_IN_RUN, root, sizeof root);
+    if (ckpt_list(root, &names, &n, &d) != 0) return 0; /* the attempt says why */
+    int rc = 0;
+    for (size_t k = n; k-- > 0;) { /* names sort in training order */
+        unsigned j;
+        unsigned long long step;
+        if (sscanf(names[k], "s%u-step%llu", &j, &step) != 2 || j >= i) continue;
+        const run_stage_state *p = &c->st.stage[j];
+        const char *name = c->doc->recipe->stages[j]->name;
+        if (p->completed && step > p->last_step) {
+            run_err(c,
+                    "stage \"%s\" would start from %s/%s, stage \"%s\"'s, past step %llu where "
+                    "\"%s\" completed (an extension of it stopped, then undone in %s/recipe.yaml): "
+                    "its weights trained past that end. Give \"%s\" %llu steps or more to finish "
+                    "the extension first, or move its checkpoints after step %llu out of %s/%s; "
+                    "nothing was started\n",
+                    c->doc->recipe->stages[i]->name, CKPT_ROOT_IN_RUN, names[k], name,
+                    (unsigned long long)p->last_step, name, c->dir->path, name, step,
+                    (unsigned long long)p->last_step, c->dir->path, CKPT_ROOT_IN_RUN);
+            rc = BT_EINVAL;
+        }
+        break;
+    }
+    ckpt_names_free(names, n);
+    return rc;
+}
+
 int run_resume_check(run_ctx *c) {
     /* the stage the run goes on with, as run_supervise picks it: the first not completed,
      * or a completed last stage its recipe gives more steps now (run_edit_extends) */
@@ -103,6 +139,7 @@ int run_resume_check(run_ctx *c) {
     if (m != NULL) rc = resume_check_model(c, s, m, name);
     if (m != NULL && rc == 0) rc = resume_check_steps(c, s, m, name);
     if (m != NULL && rc == 0) rc = resume_check_order(c, s, m, name);
+    if (m == NULL && i > 0) rc = resume_check_handoff(c, i);
     if (m) baton__manifest__free_unpacked(m, NULL);
     protobuf_c_message_free_unpacked(&s->base, NULL);
     return rc;

@@ -20,7 +20,9 @@
 #                 (nothing journaled); b's extension stopped past its old end: status shows
 #                 the step it reached and the steps it completed with (12, not where the
 #                 extension stopped), its steps then set below its stop checkpoint (above
-#                 12) refused the same way, set to the checkpoint's step it completes.
+#                 12) refused the same way, set to the checkpoint's step it completes;
+#                 set back to 12 with a stage appended, refused (the new stage would take
+#                 b's extension checkpoint, past b's end, as its hand-off).
 #   edit-name     the recipe's name: changed while a stage is in progress: resume refuses,
 #                 exit 2, naming both names, before any worker starts; put back, it continues.
 #   edit-diff     baton run EDITED.yaml --run-dir of a run kept for another recipe: refused,
@@ -164,6 +166,11 @@ import json, sys
 b = json.load(sys.stdin)["stages"][1]
 assert b["step"] >= int(sys.argv[1]) and b["state"] == "stopped", b' "$k" ||
     fail "status --json shows a stale step for b"
+  # the extension undone (b back to 12) with a stage appended: c would take b's step-$k
+  # checkpoint, past the end b completed at, as its hand-off: refused
+  sed -i 's/{name: b, steps: 40}/{name: b, steps: 12}\n  - {name: c, steps: 2}/' r1/recipe.yaml
+  refused r1 "stage \"c\" would start from checkpoints/s01-step0*$k, stage \"b\"'s, past step 12"
+  sed -i -e 's/{name: b, steps: 12}/{name: b, steps: 40}/' -e '/{name: c, steps: 2}/d' r1/recipe.yaml
   sed -i 's/{name: b, steps: 40}/{name: b, steps: 14}/' r1/recipe.yaml
   refused r1 "stage \"b\" has steps: 14 in .* but its checkpoint checkpoints/s01-step0*$k is at step $k"
   sed -i "s/{name: b, steps: 14}/{name: b, steps: $k}/" r1/recipe.yaml
