@@ -41,6 +41,15 @@ static void control_hello_take_over(control_server *cs, size_t i, uint32_t rank)
         }
 }
 
+/* Whether connection i was accepted no earlier than the one speaking for rank now: a
+ * stale Hello (an older connection's, read late) never takes the rank from a newer one. */
+static int control_hello_newer(const control_server *cs, size_t i, uint32_t rank) {
+    for (size_t j = 0; j < cs->n_conns; j++)
+        if (j != i && cs->conns[j].rank == (int)rank && cs->conns[j].opened > cs->conns[i].opened)
+            return 0;
+    return 1;
+}
+
 static int control_hello(control_server *cs, size_t i, const Baton__Hello *h, double now) {
     if (h->token == NULL || !bt_token_equal(h->token, strlen(h->token), cs->token)) return -1;
     if (!h->has_rank || h->rank >= cs->world) return -1;
@@ -49,7 +58,7 @@ static int control_hello(control_server *cs, size_t i, const Baton__Hello *h, do
     /* One connection per rank and attempt (control_hello_again). The token makes a take-over
      * safe: only a worker of this run can. */
     int again = cs->ranks[h->rank].connected;
-    if (again && !control_hello_again(cs, h)) return -1;
+    if (again && (!control_hello_again(cs, h) || !control_hello_newer(cs, i, h->rank))) return -1;
     Baton__HelloAck ack = BATON__HELLO_ACK__INIT;
     ack.has_rank = 1, ack.rank = h->rank;
     Baton__Envelope env = BATON__ENVELOPE__INIT;

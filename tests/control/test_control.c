@@ -514,6 +514,40 @@ static void crowd_half_open(void) {
     control_client_close(&c);
 }
 
+/* Two connections of one worker whose Hellos are both unread, the newer's read first: the
+ * older's, read after, is stale and must not take the rank from the newer (a take-over
+ * goes only to a connection accepted no earlier than the rank's). */
+static void crowd_stale_hello(void) {
+    CHECK(control_server_begin_attempt(&crowd_cs, 0, "s", 4, 1, 0) == 0, "begin");
+    bt_diag d;
+    bt_diag_init(&d);
+    control_client stale, c;
+    struct pollfd l = {crowd_cs.listen_fd, POLLIN, POLLIN}; /* accepting only, no reads */
+    CHECK(control_client_open(&stale, crowd_cs.address, "s3cret", 0, 1, 4, "node-a", &d) == 0, "%s",
+          d.msg);
+    sleep_s(0.05);
+    control_server_handle(&crowd_cs, &l, 1, bt_clock_now());
+    sleep_s(0.01);
+    CHECK(control_client_open(&c, crowd_cs.address, "s3cret", 0, 1, 4, "node-a", &d) == 0, "%s",
+          d.msg);
+    sleep_s(0.05);
+    control_server_handle(&crowd_cs, &l, 1, bt_clock_now());
+    CHECK(crowd_cs.n_conns == 2, "%zu connections accepted, not 2", crowd_cs.n_conns);
+    struct pollfd newer = {crowd_cs.conns[crowd_cs.n_conns - 1].fd, POLLIN, POLLIN};
+    control_server_handle(&crowd_cs, &newer, 1, bt_clock_now()); /* the newer's Hello first */
+    for (double end = bt_clock_now() + 0.5; bt_clock_now() < end;) {
+        control_client_poll(&c);
+        pump(&crowd_cs, 20); /* then the older's */
+    }
+    CHECK(c.acked && c.fd >= 0 && !stale.acked && control_server_connected(&crowd_cs) == 1,
+          "a stale Hello took the rank from the newer connection (newer acked %d fd %d, stale "
+          "acked %d)",
+          c.acked, c.fd, stale.acked);
+    control_client other = {.fd = -1};
+    close_served(&crowd_cs, &stale, &other);
+    control_client_close(&c);
+}
+
 static int crowd(const char *run_dir) {
     bt_diag d;
     bt_diag_init(&d);
@@ -525,6 +559,7 @@ static int crowd(const char *run_dir) {
     crowd_close_dropped();
     crowd_pacer_redial();
     crowd_half_open();
+    crowd_stale_hello();
     control_server_close(&crowd_cs);
     printf("control crowd: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
     return failures ? 1 : 0;
