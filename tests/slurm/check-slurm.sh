@@ -192,11 +192,15 @@ requeue)
   job=$(head -n 1 submit.out)
   wait_step "$job" 8
   scontrol requeue "$job" || fail "scontrol requeue $job failed"
-  # Slurm holds a requeued job back for a while (BeginTime); let it start again now.
+  # Slurm holds a requeued job back for a while (BeginTime); let it start again now, but
+  # only once the old run's steps are gone (no node still completing, and a second more):
+  # released sooner, Slurm can kill it as "non-startable: Job credential revoked".
   for ((i = 0; i < 150; i++)); do
-    [[ $(squeue -h -j "$job" -o %T 2>/dev/null) == PENDING ]] && break
+    [[ $(squeue -h -j "$job" -o %T 2>/dev/null) == PENDING &&
+      -z $(sinfo -h -t completing -o %N 2>/dev/null) ]] && break
     sleep 0.2
   done
+  sleep 1
   scontrol update JobId="$job" StartTime=now || fail "cannot release requeued job $job"
   wait_done "$job"
   "$baton" status run --json >status.json || fail "baton status failed"
