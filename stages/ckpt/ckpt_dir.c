@@ -229,21 +229,27 @@ static int write_all(int fd, const void *data, size_t n) {
 int ckpt_write_file_atomic(const char *path, const void *data, size_t n, bt_diag *diag) {
     char tmp[CKPT_PATH_MAX + 8], dir[CKPT_PATH_MAX];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    /* The directory is opened before the rename makes the file visible: a rank's shard
+     * index in a .partial directory is what rank 0's commit waits for, and the commit
+     * then renames that directory, so opening it by name afterwards could fail. */
+    int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = dfd >= 0 ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
     int ok = fd >= 0 && write_all(fd, data, n) == 0 && fsync(fd) == 0;
     int err = errno;
     if (fd >= 0 && close(fd) != 0) ok = 0;
     if (ok && rename(tmp, path) != 0) ok = 0, err = errno;
+    if (ok && fsync(dfd) != 0) ok = 0, err = errno;
+    if (dfd >= 0) close(dfd);
     if (!ok) {
-        unlink(tmp);
+        if (fd >= 0) unlink(tmp);
         bt_diag_set(diag, "%s: cannot write: %s", path, strerror(err));
         errno = err; /* the caller may tell a full disk from other failures */
         return BT_EIO;
     }
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = '\0';
-    return ckpt_fsync_dir(slash ? dir : ".");
+    return 0;
 }
 
 static int retain_is_final(const char *root, const char *name) {
