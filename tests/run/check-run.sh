@@ -133,6 +133,19 @@
 #   share: run-common.sh)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
+# strike_after CMD: wrap.sh, a --worker that runs the worker and, the first time it exits
+# 0, runs CMD once (the stage's final checkpoint struck after the workers' success)
+strike_after() {
+  cat >wrap.sh <<SH
+#!/bin/sh
+[ -e $work/struck ] && exec $worker "\$@"
+$worker "\$@" || exit \$?
+touch $work/struck
+$1
+SH
+  chmod 0755 wrap.sh
+}
+
 case $case in
 faults)
   reference
@@ -1173,13 +1186,7 @@ PY
 final-unread)
   one_rank_recipe one 'restart: {max_restarts: 2, backoff: 2s}' '{name: a, steps: 2}' >one.yaml
   ck=$work/r1/checkpoints/s00-step00000002
-  cat >wrap.sh <<SH
-#!/bin/sh
-[ -e $work/struck ] && exec $worker "\$@"
-$worker "\$@" || exit \$?
-touch $work/struck && mv $ck/manifest.pb $ck/manifest.keep && mkdir $ck/manifest.pb
-SH
-  chmod 0755 wrap.sh
+  strike_after "mv $ck/manifest.pb $ck/manifest.keep && mkdir $ck/manifest.pb"
   "$baton" run one.yaml --run-dir r1 --worker "$work/wrap.sh" --quiet >run.out 2>&1 &
   bpid=$!
   # the manifest back within the restart's backoff, as a passing EMFILE or EIO would be
@@ -1200,14 +1207,7 @@ final-damaged)
   one_rank_recipe one 'restart: {max_restarts: 2, backoff: 1s}, checkpoint: {every_steps: 2}' \
     '{name: a, steps: 4}' >one.yaml
   ck=$work/r1/checkpoints/s00-step00000004
-  cat >wrap.sh <<SH
-#!/bin/sh
-[ -e $work/struck ] && exec $worker "\$@"
-$worker "\$@" || exit \$?
-touch $work/struck
-/usr/bin/python3 -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); b[-1] ^= 0x55; open(sys.argv[1], "wb").write(b)' $ck/manifest.pb
-SH
-  chmod 0755 wrap.sh
+  strike_after "/usr/bin/python3 -c 'import sys; b = bytearray(open(sys.argv[1], \"rb\").read()); b[-1] ^= 0x55; open(sys.argv[1], \"wb\").write(b)' $ck/manifest.pb"
   set +e; "$baton" run one.yaml --run-dir r1 --worker "$work/wrap.sh" --quiet >run.out 2>&1; rc=$?; set -e
   [[ -e struck ]] || { cat run.out; fail "the manifest was never damaged"; }
   [[ $rc == 0 ]] || { cat run.out; fail "the run whose final checkpoint was damaged exited $rc"; }
@@ -1244,13 +1244,7 @@ ckpt-credit)
 final-broken)
   one_rank_recipe one 'restart: {max_restarts: 2, backoff: 1s}' '{name: a, steps: 2}' >one.yaml
   ck=$work/r1/checkpoints/s00-step00000002
-  cat >wrap.sh <<SH
-#!/bin/sh
-[ -e $work/struck ] && exec $worker "\$@"
-$worker "\$@" || exit \$?
-touch $work/struck && mv $ck $ck.keep && echo planted >$ck
-SH
-  chmod 0755 wrap.sh
+  strike_after "mv $ck $ck.keep && echo planted >$ck"
   set +e; "$baton" run one.yaml --run-dir r1 --worker "$work/wrap.sh" --quiet >run.out 2>&1; rc=$?; set -e
   [[ $rc == 1 ]] || { cat run.out; fail "exit $rc, not 1"; }
   grep -qF "stage \"a\" attempt 0 failed: workers exited 0, but the stage's final checkpoint cannot be read: $ck/manifest.pb: cannot read: Not a directory (not retried" run.out ||
