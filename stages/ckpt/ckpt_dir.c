@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt.h"
@@ -226,6 +227,20 @@ static int write_all(int fd, const void *data, size_t n) {
     return 0;
 }
 
+/* Test hook (fault injection; tests/ckpt/check-faults.sh renamed-dir-gone):
+ * BATON_FAULT_RENAMED_WAIT=NAME makes the write of a file named NAME (rank-00001.pb: rank
+ * 1's shard index) wait, once the file is renamed into place, until its directory no
+ * longer exists by that name (rank 0's commit renamed the .partial directory), 30 s at
+ * most, before fsyncing the directory: the directory must be synced through the fd
+ * opened before the rename, its name being gone by then. */
+static void fault_renamed_wait(const char *path, const char *dir) {
+    const char *f = getenv("BATON_FAULT_RENAMED_WAIT"), *base = strrchr(path, '/');
+    if (f == NULL || strcmp(base ? base + 1 : path, f) != 0) return;
+    struct stat st;
+    for (int i = 0; i < 3000 && stat(dir, &st) == 0; i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+}
+
 int ckpt_write_file_atomic(const char *path, const void *data, size_t n, bt_diag *diag) {
     char tmp[CKPT_PATH_MAX + 8], dir[CKPT_PATH_MAX];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -241,6 +256,7 @@ int ckpt_write_file_atomic(const char *path, const void *data, size_t n, bt_diag
     int err = errno;
     if (fd >= 0 && close(fd) != 0) ok = 0;
     if (ok && rename(tmp, path) != 0) ok = 0, err = errno;
+    if (ok) fault_renamed_wait(path, slash ? dir : ".");
     if (ok && fsync(dfd) != 0) ok = 0, err = errno;
     if (dfd >= 0) close(dfd);
     if (!ok) {

@@ -4,7 +4,7 @@
 # complete checkpoint, and the resumed run ends on the uninterrupted run's losses.
 #   check-faults.sh BATON BATON_WORKER SOURCE_DIR CASE CKPT_EDIT
 #   CASE: kill-during-write | flipped-byte | truncated | disk-full | async-save |
-#         bad-tool-input | all-damaged
+#         bad-tool-input | all-damaged | index-after-commit
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4 ckpt_edit=$5
 export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
@@ -19,8 +19,10 @@ cd "$work"
   --output data/fortunes >/dev/null
 sed "s/RANKS/2/; s/LAYOUT/{tp: 2}/" "$src/tests/ckpt/reshard.yaml" >tp2.yaml
 sed "s/RANKS/1/; s/LAYOUT/{tp: 1}/" "$src/tests/ckpt/reshard.yaml" >one.yaml
+sed "s/RANKS/2/; s/LAYOUT/{dp: 2}/" "$src/tests/ckpt/reshard.yaml" >dp2.yaml
 "$baton" spec tp2.yaml --out tp2.pb
 "$baton" spec one.yaml --out one.pb
+"$baton" spec dp2.yaml --out dp2.pb
 
 fail() { echo "$case: $*"; exit 1; }
 losses() { sed -En 's/^(\[0\] )?step +([0-9]+)\/[0-9]+  loss ([0-9.]+).*/\2 \3/p' "$@"; }
@@ -135,6 +137,23 @@ all-damaged)
   grep -q "^\[0\] .*no usable checkpoint (the oldest refused: on rank 1: its log says why)" b.log ||
     { cat b.log; fail "rank 0 did not name rank 1"; }
   echo "$case: every checkpoint refused on rank 1; rank 0 names it"
+  ;;
+index-after-commit)
+  # Rank 1's shard index renamed into the .partial directory lets rank 0 commit, which
+  # renames that directory; rank 1 (BATON_FAULT_RENAMED_WAIT) syncs the directory only
+  # after that, through the fd it opened before its rename: no failure, both checkpoints
+  # committed and intact.
+  BATON_FAULT_RENAMED_WAIT=rank-00001.pb timeout 300 "$baton" launch -n 2 -- "$worker" \
+    --spec "$work/dp2.pb" --eval-windows 0 --comm-timeout 30 --run-dir run --save-every 10 \
+    >a.log 2>&1 || { tail -n 5 a.log; fail "the run failed"; }
+  for s in 10 20; do
+    [[ -f run/checkpoints/s00-step000000$s/manifest.pb ]] || fail "step $s not committed"
+  done
+  ls -d run/checkpoints/*.partial 2>/dev/null && fail "a partial checkpoint was left"
+  [[ $(cat run/checkpoints/latest) == s00-step00000020 ]] || fail "latest is not step 20"
+  "$baton" ckpt verify run >verify.log || { cat verify.log; fail "the checkpoint does not verify"; }
+  grep -q "s00-step00000020: .* intact" verify.log || { cat verify.log; fail "step 20 not intact"; }
+  echo "$case: rank 1 synced its shard index's directory after rank 0 renamed it; steps 10 and 20 committed and intact"
   ;;
 bad-tool-input)
   # The checkpoint tools refuse what they cannot do right, with a message and exit 2,

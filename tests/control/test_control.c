@@ -11,7 +11,8 @@
  *     half-open or closing right after its Fatal: see tests/control/CMakeLists.txt.
  *   test_control ack
  *     The HelloAck: connecting again never holds up a send, a baton run that never
- *     acknowledges, baton run gone (connect refused), a signal during the connect at open.
+ *     acknowledges (the outbox full; the limit on waiting for it, 1 s here, reached, and
+ *     at close), baton run gone (connect refused), a signal during the connect at open.
  *   test_control slowstep
  *     A worker (worker_control) whose connection is dropped before its Hello was read,
  *     its steps 2 s long: the Hello made again goes at once, the HelloAck is read mid-step.
@@ -773,6 +774,97 @@ static void ack_gone(void) {
           "the message does not say baton run is gone: %s", said);
 }
 
+/* A baton run older than its worker, for ack_expiry: reads everything, never acknowledges. */
+typedef struct ack_silent {
+    int l;
+    ack_count k;
+} ack_silent;
+
+static void *ack_silent_serve(void *arg) {
+    ack_silent *s = arg;
+    int fd = ack_accept(s->l, NULL, 5);
+    if (fd >= 0) ack_read(fd, 15, &s->k), close(fd);
+    return NULL;
+}
+
+/* A client of address whose HelloAck is waited for at most 1 s (BATON_TEST_ACK_WAIT_S). */
+static int ack_open_1s(control_client *c, const char *address) {
+    bt_diag d;
+    bt_diag_init(&d);
+    setenv("BATON_TEST_ACK_WAIT_S", "1", 1);
+    int rc = control_client_open(c, address, "s3cret", 0, 1, 0, NULL, &d);
+    unsetenv("BATON_TEST_ACK_WAIT_S");
+    CHECK(rc == 0, "%s", d.msg);
+    return rc;
+}
+
+/* Heartbeats 1..n, then a poll. */
+static void ack_beats(control_client *c, int n) {
+    for (int i = 1; i <= n; i++)
+        control_client_heartbeat(c, BATON__HEARTBEAT__PHASE__TRAIN, (uint64_t)i);
+    control_client_poll(c);
+}
+
+/* A baton run that never acknowledges, the HelloAck's limit 1 s: what was sent is kept for a
+ * connection made again until then, and no longer after it (said once); all of it arrives. */
+static void ack_expiry_kept(void) {
+    char address[64], said[8192];
+    ack_silent s = {.l = ack_listen(address, sizeof address)};
+    pthread_t th;
+    CHECK(s.l >= 0 && pthread_create(&th, NULL, ack_silent_serve, &s) == 0, "listen, thread");
+    control_client c;
+    if (ack_open_1s(&c, address) != 0) return;
+    int saved, fd = stderr_to_file(&saved);
+    ack_beats(&c, 20);
+    CHECK(!c.acked && c.out_head == c.out_len && c.out_len > 0,
+          "before the limit, what was sent is not kept (acked %d, %zu of %zu bytes sent)", c.acked,
+          c.out_head, c.out_len);
+    while (!c.acked && bt_clock_now() - c.connected_at < 3) {
+        control_client_poll(&c);
+        sleep_s(0.01);
+    }
+    double at = bt_clock_now() - c.connected_at;
+    CHECK(c.ack_assumed && at >= 1 && at < 2 && c.out_len == 0,
+          "1 s on: the Hello taken as acknowledged %d after %.2f s, %zu bytes still kept",
+          c.ack_assumed, at, c.out_len);
+    ack_beats(&c, 20);
+    CHECK(c.out_len == 0, "after the limit, %zu bytes sent are still kept", c.out_len);
+    control_client_close(&c);
+    stderr_back(fd, saved, said, sizeof said);
+    CHECK(count_of(said, "has not acknowledged the Hello within 1 s") == 1,
+          "the limit not said once: %s", said);
+    pthread_join(th, NULL);
+    CHECK(s.k.hello == 1 && s.k.heartbeat == 40, "%u Hello, %u of 40 heartbeats arrived", s.k.hello,
+          s.k.heartbeat);
+    close(s.l);
+}
+
+/* A worker closing 0.1 s after it connected to a baton run that never acknowledges: close
+ * waits for the HelloAck until its limit (1 s), not CONTROL_CLIENT_CLOSE_WAIT_S, and says
+ * nothing was lost. */
+static void ack_expiry_close(void) {
+    char address[64], said[8192];
+    ack_silent s = {.l = ack_listen(address, sizeof address)};
+    pthread_t th;
+    CHECK(s.l >= 0 && pthread_create(&th, NULL, ack_silent_serve, &s) == 0, "listen, thread");
+    control_client c;
+    if (ack_open_1s(&c, address) != 0) return;
+    ack_beats(&c, 5);
+    sleep_s(0.1);
+    double connected = c.connected_at, t0 = bt_clock_now();
+    int saved, fd = stderr_to_file(&saved);
+    control_client_close(&c);
+    double took = bt_clock_now() - t0, since = bt_clock_now() - connected;
+    stderr_back(fd, saved, said, sizeof said);
+    CHECK(since >= 1 && since < 3, /* not 10 s; a loaded machine's delays let pass */
+          "closing took %.2f s, ending %.2f s after the connect (want the 1 s limit)", took, since);
+    CHECK(!strstr(said, "may not have been delivered"), "close said: %s", said);
+    pthread_join(th, NULL);
+    CHECK(s.k.hello == 1 && s.k.heartbeat == 5, "%u Hello, %u of 5 heartbeats arrived", s.k.hello,
+          s.k.heartbeat);
+    close(s.l);
+}
+
 static void ack_no_op(int sig) {
     (void)sig;
 }
@@ -833,6 +925,8 @@ int ack(void) {
     ack_redial_unanswered();
     ack_never();
     ack_gone();
+    ack_expiry_kept();
+    ack_expiry_close();
     ack_open_interrupted();
     printf("control ack: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
     return failures ? 1 : 0;

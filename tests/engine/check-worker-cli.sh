@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # baton-worker's command line: help, usage errors, specs it cannot run (exit 2, never
-# retried), and a short real run (exit 0, loss printed and decreasing).
+# retried), a short real run (exit 0, loss printed and decreasing), and what a run says
+# of its fp8 calibration (none of the GEMMs in fp8: the stage's, or rank 0's under pp).
 #   check-worker-cli.sh BATON BATON_WORKER SOURCE_DIR
 set -u
 baton=$1 worker=$2 src=$3
+export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 work=$(mktemp -d /tmp/baton-test-worker.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cd "$work" || exit 1
@@ -46,6 +48,26 @@ expect 0 'valid loss [0-9.]+ ' -- --spec small.pb --steps 30 --log-every 10 --ev
   --set stages.fp8.precision.first_last_bf16=true --out nofp8.pb 2>/dev/null || exit 1
 expect 0 '^fp8: no GEMM runs in fp8 \(the LM head is bf16, and first_last_bf16 keeps the first and the last layer, all 2 of the model.s, in bf16\): no scale to calibrate$' \
   -- --spec nofp8.pb --steps 1 --eval-windows 0
+# pp2 with the first pipeline stage holding only layer 0 (bf16 under first_last_bf16), the
+# second layers 1-3 (1 and 2 in fp8): the stage has fp8 GEMMs (no plan warning), rank 0
+# none, which it says rather than an empty range of scales
+sed 's/n_layers: 2/n_layers: 4/; s/gpus_per_node: 1/gpus_per_node: 2/
+  s/^defaults:/defaults:\n  parallel: {pp: 2, stage_layers: [1, 3]}/' \
+  "$src/tests/engine/precision.yaml" >pp2.yaml
+set_bf16=(--set stages.fp8.precision.first_last_bf16=true)
+"$baton" spec pp2.yaml --stage fp8 "${set_bf16[@]}" --out pp2.pb || exit 1
+out=$(timeout 120 "$baton" launch -n 2 -- "$worker" --spec pp2.pb --steps 1 --eval-windows 0 2>&1)
+rc=$? plan=$("$baton" plan pp2.yaml "${set_bf16[@]}" 2>&1)
+if [[ $rc == 0 ]] && grep -q '^\[0\] pipeline stage 0 of 2: model layers 0-0' <<<"$out" &&
+  grep -Eq "^\[0\] fp8 scales calibrated from 2 micro-batch\(es\) \(rank 0's GEMMs all run in bf16: its layers are the model's first or last, under first_last_bf16\)$" <<<"$out" &&
+  [[ $plan != *"no GEMM runs in fp8"* ]]; then
+  echo "ok   pp2 fp8, pipeline stage 0 only layer 0: rank 0 says none of its GEMMs runs in fp8"
+else
+  echo "FAIL: pp2 fp8 with rank 0's layers all bf16 -> exit $rc:"
+  grep -E "^\[0\] (fp8|pipeline stage)|rror" <<<"$out" | tail -n 5
+  grep "no GEMM runs in fp8" <<<"$plan"
+  failures=$((failures + 1))
+fi
 "$baton" spec "$src/tests/engine/precision.yaml" --stage fp8 --out fp8.pb || exit 1
 expect 0 '^fp8 scales calibrated from 2 micro-batch\(es\): scales in \[[0-9]' \
   -- --spec fp8.pb --steps 1 --eval-windows 0

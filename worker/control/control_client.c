@@ -263,16 +263,20 @@ static void control_assume_ack(control_client *c, const char *why) {
     control_compact(c, 1);
 }
 
+/* When the HelloAck awaited on the connection up now stops being waited for. */
+static double control_ack_by(const control_client *c) {
+    return c->connected_at + c->ack_wait_s;
+}
+
 /* Sends what the outbox holds, as far as the socket takes it without waiting (before the
  * HelloAck, reading first whether it came or the connection closed). Returns 0, or -1
  * when the channel failed (then closed, or to be made again). */
 static int control_flush(control_client *c) {
     if (c->connecting) return 0; /* its outbox goes once connected (control_redial) */
     if (!c->acked) control_read(c);
-    if (!c->acked && control_up(c) &&
-        bt_clock_now() - c->connected_at >= CONTROL_CLIENT_ACK_WAIT_S) {
+    if (!c->acked && control_up(c) && bt_clock_now() >= control_ack_by(c)) {
         char why[64];
-        snprintf(why, sizeof why, "within %d s", CONTROL_CLIENT_ACK_WAIT_S);
+        snprintf(why, sizeof why, "within %g s", c->ack_wait_s);
         control_assume_ack(c, why);
     }
     while (c->fd >= 0 && c->out_head < c->out_len) {
@@ -381,6 +385,8 @@ int control_client_open(control_client *c, const char *address, const char *toke
     c->acked = 0, c->ack_assumed = 0, c->tries = 0, c->redial = 0, c->retry_at = 0;
     c->gone = 0;
     c->connecting = 0, c->connect_by = 0, c->connected_at = 0, c->peer_len = 0;
+    const char *w = getenv("BATON_TEST_ACK_WAIT_S"); /* tests only (control_client.h) */
+    c->ack_wait_s = w && atof(w) > 0 ? atof(w) : CONTROL_CLIENT_ACK_WAIT_S;
     if (strlen(address) >= sizeof c->address) {
         bt_diag_set(diag, "control address '%.100s...' is too long", address);
         return BT_EINVAL;
@@ -474,6 +480,9 @@ static void control_close_wait(control_client *c, double left) {
     double wait = c->redial ? c->retry_at - bt_clock_now() : left;
     wait = c->connecting && c->connect_by - bt_clock_now() < wait ? c->connect_by - bt_clock_now()
                                                                   : wait;
+    /* an old baton's silence: not waited for past the HelloAck's limit */
+    if (control_up(c) && !c->acked && control_ack_by(c) - bt_clock_now() < wait)
+        wait = control_ack_by(c) - bt_clock_now();
     wait = wait < left ? wait : left;
     int ms = wait > 0 ? (int)(wait * 1000) + 1 : 0;
     if (c->redial) {

@@ -45,7 +45,9 @@
 #define CONTROL_CLIENT_RESERVE           (64u << 10) /* of it, kept for Fatal and DONE */
 #define CONTROL_CLIENT_MAX_FRAME         (1u << 16)  /* the orchestrator sends Stop, HelloAck */
 #define CONTROL_CLIENT_HELLO_TRIES       8           /* connections made for one Hello */
-#define CONTROL_CLIENT_ACK_WAIT_S        60 /* no HelloAck on an open connection: an old baton */
+/* No HelloAck on an open connection: an old baton. Tests only: BATON_TEST_ACK_WAIT_S=SECONDS
+ * (read at control_client_open) sets another limit (control.ack's ack_expiry). */
+#define CONTROL_CLIENT_ACK_WAIT_S 60
 /* Connecting, or the HelloAck awaited: seconds between polls (control_client_due). */
 #define CONTROL_CLIENT_CHECK_S 0.01
 
@@ -70,6 +72,7 @@ typedef struct control_client {
     double connect_by;
     double connected_at;          /* when fd's connection was made */
     int ack_assumed;              /* acked: by an old baton's silence (control_client.h above) */
+    double ack_wait_s;            /* CONTROL_CLIENT_ACK_WAIT_S, or the test's */
     char address[300];            /* "host:port", as given */
     struct sockaddr_storage peer; /* what it resolved to at open, for connecting again */
     socklen_t peer_len;
@@ -103,8 +106,9 @@ double control_client_due(const control_client *c, double now);
 int control_client_poll(control_client *c);
 
 /* Sends what waits in the outbox and, before the HelloAck, waits for it (connecting again
- * if the connection is dropped meanwhile), at most CONTROL_CLIENT_CLOSE_WAIT_S in all, then
- * closes the channel: a worker that ends right after its Fatal, Checkpoint or DONE does not
+ * if the connection is dropped meanwhile; on one open connection, no longer than
+ * CONTROL_CLIENT_ACK_WAIT_S after its connect), at most CONTROL_CLIENT_CLOSE_WAIT_S in all,
+ * then closes the channel: a worker that ends right after its Fatal, Checkpoint or DONE does not
  * lose them to a connection dropped unread. */
 void control_client_close(control_client *c);
 
