@@ -395,8 +395,8 @@ static int run_open_slurm(run_args *a, recipe_doc *doc, run_dir *dir, launch_slu
         return BT_EXIT_USAGE;
     }
     if (!a->quiet)
-        printf("baton %s: Slurm job %s, %d host(s), workers reach this host at %s\n", run_name(a),
-               s->job_id, s->n_hosts, s->listen);
+        printf("baton %s: Slurm job %s, %d host%s, workers reach this host at %s\n", run_name(a),
+               s->job_id, s->n_hosts, s->n_hosts == 1 ? "" : "s", s->listen);
     o->slurm = s;
     return 0;
 }

@@ -171,10 +171,11 @@ const char *launch_slurm_listen(const launch_slurm *s) {
 int launch_slurm_check_nodes(const launch_slurm *s, uint32_t wanted, bt_diag *diag) {
     if (wanted <= (uint32_t)s->n_hosts) return 0;
     bt_diag_set(diag,
-                "--launcher slurm: the recipe's cluster wants %u node(s) (nodes + spare_nodes) "
-                "but allocation %s has %d host(s) (SLURM_JOB_NODELIST); ask sbatch/salloc for "
+                "--launcher slurm: the recipe's cluster wants %u node%s (nodes + spare_nodes) "
+                "but allocation %s has %d host%s (SLURM_JOB_NODELIST); ask sbatch/salloc for "
                 "--nodes=%u or lower cluster.nodes",
-                wanted, s->job_id, s->n_hosts, wanted);
+                wanted, wanted == 1 ? "" : "s", s->job_id, s->n_hosts, s->n_hosts == 1 ? "" : "s",
+                wanted);
     return BT_EINVAL;
 }
 

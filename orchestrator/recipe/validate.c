@@ -296,8 +296,9 @@ static int check_cluster(vctx *v, const Baton__Cluster *c) {
     REQUIRE(c->gpus_per_node >= 1, v, "cluster.gpus_per_node",
             "expected at least 1 device per node");
     REQUIRE((uint64_t)c->nodes * c->gpus_per_node <= MAX_WORLD, v, "cluster",
-            "%u node(s) × %u devices is more than the %u devices baton plans for", c->nodes,
-            c->gpus_per_node, MAX_WORLD);
+            "%u node%s × %u device%s is more than the %u devices baton plans for", c->nodes,
+            c->nodes == 1 ? "" : "s", c->gpus_per_node, c->gpus_per_node == 1 ? "" : "s",
+            MAX_WORLD);
     REQUIRE(c->mfu > 0 && c->mfu <= 1, v, "cluster.mfu", "mfu must be in (0, 1], got %g", c->mfu);
     return 0;
 }

@@ -5,6 +5,8 @@
 
 #include "plan.h"
 
+#define PLURAL(n) ((n) == 1 ? "" : "s") /* "1 node", "2 nodes" */
+
 void run_nodes_init(run_nodes *n, const Baton__Cluster *c) {
     memset(n, 0, sizeof *n);
     n->planned = c && c->nodes ? c->nodes : 1;
@@ -54,20 +56,23 @@ static int nodes_shrink(run_nodes *n, Baton__StageSpec *s, uint32_t usable, char
     if (dp == 0) {
         bt_diag_set(
             diag,
-            "stage \"%s\": only %u node(s) of %u devices are left and no spare: tp%u x pp%u "
-            "x cp%u needs %u devices per replica, global_batch %llu must split over dp and "
-            "ep %u must divide the expert ranks; the run cannot continue on them",
-            s->stage->name, usable, n->gpn, p->tp, p->pp, p->cp, per_replica,
-            (unsigned long long)s->stage->global_batch, p->ep ? p->ep : 1);
+            "stage \"%s\": only %u node%s of %u device%s%s %s left and no spare: tp%u x pp%u "
+            "x cp%u needs %u device%s per replica, global_batch %llu must split over dp and "
+            "ep %u must divide the expert ranks; the run cannot continue on %s",
+            s->stage->name, usable, PLURAL(usable), n->gpn, PLURAL(n->gpn),
+            usable == 1 ? "" : " each", usable == 1 ? "is" : "are", p->tp, p->pp, p->cp,
+            per_replica, PLURAL(per_replica), (unsigned long long)s->stage->global_batch,
+            p->ep ? p->ep : 1, usable == 1 ? "it" : "them");
         return BT_EINVAL;
     }
     uint32_t world = per_replica * dp, need = (world + n->gpn - 1) / n->gpn, lost = 0;
     for (uint32_t k = 0; k < n->total; k++)
         lost += n->excluded[k];
     snprintf(note, cap,
-             "%u node(s) lost, no spare left: data parallelism shrinks from %u to %u on %u "
-             "node(s), global batch %llu kept",
-             lost, p->dp, dp, need, (unsigned long long)s->stage->global_batch);
+             "%u node%s lost, no spare left: data parallelism shrinks from %u to %u on %u "
+             "node%s, global batch %llu kept",
+             lost, PLURAL(lost), p->dp, dp, need, PLURAL(need),
+             (unsigned long long)s->stage->global_batch);
     p->dp = dp;
     s->cluster->nodes = need;
     n->n_active = need;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "launch_slurm.h"
+#include "sbatch_quote.h"
 #include "util/buf.h"
 #include "util/file.h"
 
@@ -31,16 +32,76 @@ static void submit_quote(bt_buf *b, const char *s) {
     bt_buf_printf(b, "'");
 }
 
-/* The value of placeholder name (without the @s) into b; -1 for an unknown one. */
-static int submit_value(const submit_opts *o, const char *script, const char *name, bt_buf *b) {
-    if (strcmp(name, "RUN_DIR") == 0)
-        bt_buf_printf(b, "%s", o->run_dir);
+/* The run's text value of placeholder name (without the @s), or NULL for another one;
+ * *what: what it is, for a message. */
+static const char *submit_text(const submit_opts *o, const char *script, const char *name,
+                               const char **what) {
+    static const char *const names[] = {"RUN_DIR", "SCRIPT", "JOB_NAME", "WORKDIR"};
+    static const char *const whats[] = {"the run directory", "the batch script's path",
+                                        "the job name", "the working directory"};
+    const char *vals[] = {o->run_dir, script, o->job_name, o->workdir};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+        if (strcmp(name, names[k]) == 0) return *what = whats[k], vals[k];
+    return NULL;
+}
+
+/* The sbatch options, each an #SBATCH line, its words quoted for sbatch where needed. */
+static void submit_options(const submit_opts *o, bt_buf *b) {
+    for (int i = 0; i < o->n_sbatch; i++) {
+        const char *v = o->sbatch_value ? o->sbatch_value[i] : NULL;
+        bt_buf_printf(b, "%s#SBATCH ", i ? "\n" : "");
+        sbatch_quote_option(b, o->sbatch[i]);
+        if (v == NULL) continue;
+        bt_buf_printf(b, "%s", strncmp(o->sbatch[i], "--", 2) == 0 ? "=" : " "); /* -p gpu */
+        sbatch_quote(b, v, 0, 0);
+    }
+}
+
+/* Where a placeholder stands: on an #SBATCH line (sbatch reads it, sbatch_quote.h), and
+ * there as a filename pattern (--output=...) and within the template's own quotes, or
+ * elsewhere (the shell's, or a comment). */
+typedef struct submit_where {
+    const char *tpl;
+    int line, sbatch, pattern;
+    char within; /* the quote an #SBATCH line is in so far, or 0 */
+    int escaped; /* a backslash pending there */
+} submit_where;
+
+/* BT_EINVAL (said) when text, what stands for a placeholder in an #SBATCH filename pattern
+ * (w), holds a backslash: Slurm drops every backslash of such a path and then expands no
+ * %j, so the job could not open its output and would not start. */
+static int submit_check_pattern(const char *what, const char *text, const submit_where *w,
+                                bt_diag *diag) {
+    if (strchr(text, '\\') == NULL) return 0;
+    bt_buf t;
+    bt_buf_init(&t);
+    bt_diag_set(diag,
+                "%s '%s' holds '\\', which %s:%d cannot carry in a filename pattern (--output, "
+                "--error, --input: Slurm drops every backslash and then expands no %%j, so the "
+                "job could not open its output and would not start): choose a path without '\\'",
+                what, bt_buf_text_of(&t, text), w->tpl, w->line);
+    bt_buf_free(&t);
+    return BT_EINVAL;
+}
+
+/* The value of placeholder name into b; BT_EINVAL (said) for an unknown one, or for a
+ * value an #SBATCH filename pattern cannot carry. The run's text values (@RUN_DIR@,
+ * @SCRIPT@, @JOB_NAME@, @WORKDIR@) are quoted for sbatch on an #SBATCH line and written as
+ * they are elsewhere (a comment); @RUN_DIR_Q@, @SCRIPT_Q@, @BATON@ and @WORKER@ are quoted
+ * for the shell, wherever they stand. */
+static int submit_value(const submit_opts *o, const char *script, const char *name,
+                        const submit_where *w, bt_buf *b, bt_diag *diag) {
+    const char *what = NULL, *text = submit_text(o, script, name, &what);
+    if (text != NULL && w->pattern && submit_check_pattern(what, text, w, diag) != 0)
+        return BT_EINVAL;
+    if (text != NULL && w->sbatch)
+        sbatch_quote(b, text, w->pattern, w->within);
+    else if (text != NULL)
+        bt_buf_printf(b, "%s", text);
     else if (strcmp(name, "RUN_DIR_Q") == 0)
         submit_quote(b, o->run_dir);
-    else if (strcmp(name, "SCRIPT") == 0)
-        bt_buf_printf(b, "%s", script);
-    else if (strcmp(name, "JOB_NAME") == 0)
-        bt_buf_printf(b, "%s", o->job_name);
+    else if (strcmp(name, "SCRIPT_Q") == 0)
+        submit_quote(b, script);
     else if (strcmp(name, "NODES") == 0)
         bt_buf_printf(b, "%u", o->nodes);
     else if (strcmp(name, "TASKS_PER_NODE") == 0)
@@ -49,44 +110,53 @@ static int submit_value(const submit_opts *o, const char *script, const char *na
         submit_quote(b, o->baton);
     else if (strcmp(name, "WORKER") == 0)
         submit_quote(b, o->worker);
-    else if (strcmp(name, "WORKDIR") == 0)
-        bt_buf_printf(b, "%s", o->workdir);
     else if (strcmp(name, "GPU_OPTIONS") == 0) {
         if (o->gpus_per_node > 0) bt_buf_printf(b, "#SBATCH --gpus-per-node=%u", o->gpus_per_node);
     } else if (strcmp(name, "SBATCH_OPTIONS") == 0)
-        for (int i = 0; i < o->n_sbatch; i++) {
-            const char *v = o->sbatch_value ? o->sbatch_value[i] : NULL;
-            const char *sep = strncmp(o->sbatch[i], "--", 2) == 0 ? "=" : " "; /* -p gpu */
-            bt_buf_printf(b, "%s#SBATCH %s%s%s", i ? "\n" : "", o->sbatch[i], v ? sep : "",
-                          v ? v : "");
-        }
-    else
-        return -1;
+        submit_options(o, b);
+    else {
+        bt_diag_set(diag,
+                    "%s:%d: unknown placeholder @%s@ (known: RUN_DIR, RUN_DIR_Q, SCRIPT, SCRIPT_Q, "
+                    "JOB_NAME, NODES, TASKS_PER_NODE, WORKDIR, GPU_OPTIONS, BATON, WORKER, "
+                    "SBATCH_OPTIONS)",
+                    w->tpl, w->line, name);
+        return BT_EINVAL;
+    }
     return 0;
+}
+
+/* Where the line that starts at line_start stands (see submit_where). */
+static void submit_where_of(const char *line_start, submit_where *w) {
+    const char *rest = strncmp(line_start, "#SBATCH", 7) == 0  ? line_start + 7
+                       : strncmp(line_start, "#SLURM", 6) == 0 ? line_start + 6
+                                                               : NULL;
+    w->sbatch = rest != NULL;
+    w->pattern = rest != NULL && sbatch_quote_is_pattern(rest);
+    w->within = 0;
+    w->escaped = 0;
 }
 
 static int submit_render(const submit_opts *o, const char *tpl, const char *text,
                          const char *script, bt_buf *out, bt_diag *diag) {
-    int line = 1;
+    submit_where w = {.tpl = tpl, .line = 1};
+    submit_where_of(text, &w);
     for (const char *p = text; *p; p++) {
-        line += *p == '\n';
+        if (*p == '\n') {
+            w.line++;
+            submit_where_of(p + 1, &w);
+        }
         const char *end = *p == '@' ? strchr(p + 1, '@') : NULL;
         char name[64];
         size_t n = end ? (size_t)(end - p - 1) : 0;
         if (end == NULL || n == 0 || n >= sizeof name || memchr(p + 1, '\n', n)) {
             bt_buf_printf(out, "%c", *p);
+            if (w.sbatch) sbatch_quote_track(p, 1, &w.within, &w.escaped);
             continue;
         }
         memcpy(name, p + 1, n);
         name[n] = '\0';
-        if (submit_value(o, script, name, out) != 0) {
-            bt_diag_set(diag,
-                        "%s:%d: unknown placeholder @%s@ (known: RUN_DIR, RUN_DIR_Q, SCRIPT, "
-                        "JOB_NAME, NODES, TASKS_PER_NODE, WORKDIR, GPU_OPTIONS, BATON, WORKER, "
-                        "SBATCH_OPTIONS)",
-                        tpl, line, name);
-            return BT_EINVAL;
-        }
+        int rc = submit_value(o, script, name, &w, out, diag);
+        if (rc != 0) return rc;
         p = end;
     }
     return 0;
@@ -104,18 +174,16 @@ static int submit_sbatch(const char *script, char *job_id, size_t cap, bt_diag *
     return 0;
 }
 
-/* What goes on an #SBATCH line as is: sbatch splits a directive at whitespace and ends
- * the directives at a line that is not one, so a space would cut a path short and a
- * newline would write a shell line into the script. */
-static int submit_check_word(const char *what, const char *s, int spaces_ok, bt_diag *diag) {
-    for (const char *p = s; *p; p++)
-        if (*p == '\n' || *p == '\r' || (!spaces_ok && (*p == ' ' || *p == '\t'))) {
-            bt_diag_set(diag, "%s '%s' holds %s, which an #SBATCH line cannot: %s", what, s,
-                        *p == ' ' || *p == '\t' ? "whitespace" : "a line break",
-                        spaces_ok ? "give it on one line" : "choose a path without spaces");
-            return BT_EINVAL;
-        }
-    return 0;
+/* A value for an #SBATCH line: anything sbatch can read back (sbatch_quote.h) but a
+ * newline, which ends the directive and would make the rest a line of the script. */
+static int submit_check_line(const char *what, const char *s, const char *fix, bt_diag *diag) {
+    if (strchr(s, '\n') == NULL) return 0;
+    bt_buf t;
+    bt_buf_init(&t);
+    bt_diag_set(diag, "%s '%s' holds a line break, which an #SBATCH line cannot carry: %s", what,
+                bt_buf_text_of(&t, s), fix);
+    bt_buf_free(&t);
+    return BT_EINVAL;
 }
 
 /* The options the script writes itself, which a later line would silently override, and
@@ -250,26 +318,19 @@ static int submit_bare_check(const char *opt, const char *value, bt_diag *diag) 
 }
 
 static int submit_check(const submit_opts *o, bt_diag *diag) {
-    int rc = submit_check_word("the run directory", o->run_dir, 0, diag);
-    if (rc == 0 && strchr(o->run_dir, '%')) {
-        /* sbatch expands %j, %x, ... in --output: the job's output would go elsewhere, or
-         * nowhere (a directory that does not exist fails the job's launch) */
-        bt_diag_set(diag,
-                    "the run directory '%s' holds '%%', which Slurm expands in the script's "
-                    "--output=RUN_DIR/slurm-%%j.out (%%j, %%x, ...): choose a path without '%%'",
-                    o->run_dir);
-        rc = BT_EINVAL;
-    }
-    rc = rc ? rc : submit_check_word("the working directory", o->workdir, 0, diag);
-    rc = rc ? rc : submit_check_word("the recipe name", o->job_name, 0, diag);
+    const char *path = "choose a path without one", *line = "give it on one line";
+    int rc = submit_check_line("the run directory", o->run_dir, path, diag);
+    rc = rc ? rc : submit_check_line("the working directory", o->workdir, path, diag);
+    rc =
+        rc ? rc : submit_check_line("the job name", o->job_name, "choose a name without one", diag);
     for (int i = 0; rc == 0 && i < o->n_sbatch; i++) {
-        rc = submit_check_word("the sbatch option", o->sbatch[i], 1, diag);
+        rc = submit_check_line("the sbatch option", o->sbatch[i], line, diag);
         rc = rc ? rc : submit_reserved_check(o->sbatch[i], o->gpus_per_node, diag);
         rc =
             rc ? rc
                : submit_bare_check(o->sbatch[i], o->sbatch_value ? o->sbatch_value[i] : NULL, diag);
         if (rc == 0 && o->sbatch_value && o->sbatch_value[i])
-            rc = submit_check_word("the sbatch option's value", o->sbatch_value[i], 1, diag);
+            rc = submit_check_line("the sbatch option's value", o->sbatch_value[i], line, diag);
     }
     return rc;
 }

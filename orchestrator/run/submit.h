@@ -21,9 +21,10 @@ typedef struct submit_opts {
     int dry_run;               /* write the script, do not submit */
 } submit_opts;
 
-/* What submit_batch checks before it writes anything (the options, the run and working
- * directories as #SBATCH words, the template read and rendered): for a run directory
- * not made yet. BT_EINVAL with the message. */
+/* What submit_batch checks before it writes anything (the options, the values an #SBATCH
+ * line cannot carry: a line break, a backslash in a filename pattern; the template read
+ * and rendered, every value quoted for sbatch or the shell, sbatch_quote.h): for a run
+ * directory not made yet. BT_EINVAL with the message. */
 int submit_precheck(const submit_opts *o, bt_diag *diag);
 /* Writes the script and (unless dry_run) runs `sbatch --parsable` on it; *job_id gets
  * the job id (cap bytes), also kept in RUN_DIR/job_id. Errors name the template, the script or

@@ -133,7 +133,7 @@ YAML
   [[ $rc == 2 ]] || fail "exit $rc, not 2"
   grep -q "topology of attempt 0 (as planned)" run.out || fail "attempt 0 was not placed as planned"
   grep -q "node2 lost: every rank on it was killed; excluded" run.out || fail "node2 not excluded"
-  grep -q "data parallelism shrinks from 2 to 1 on 2 node(s)" run.out || fail "dp did not shrink"
+  grep -q "1 node lost, no spare left: data parallelism shrinks from 2 to 1 on 2 nodes," run.out || fail "dp did not shrink"
   grep -q "topology of attempt 1 (REFUSED: strict_topology)" run.out || fail "no runtime refusal"
   grep -q "tp group \[2 3\]: node0 node1  <- spans hosts" run.out || fail "the spread group is not named"
   grep -q "rank 3 landed on node1, the plan put it on node 0" run.out || fail "the misplaced rank is not named"

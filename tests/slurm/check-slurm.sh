@@ -27,6 +27,10 @@
 #             SIGTERM before baton does and the job is cancelled (a time limit's race):
 #             the run must be stopped, no host excluded, and `sbatch run/baton.sbatch`
 #             must finish it on exactly the uninterrupted run's losses.
+#   quoting   `baton submit` with a run directory and a working directory holding a space,
+#             quotes, '$', '`', '#' and '%', a job name with spaces and a comment with
+#             quotes: the real sbatch takes the script (the --dry-run one, byte for byte),
+#             squeue shows the name, and the job completes the run there.
 # Teardown (the cluster, every process) happens on any exit. Exit 77 (SKIPPED, with the
 # reason) only when this machine cannot host the cluster: not root, no network
 # namespaces, Slurm or munge not installed.
@@ -118,8 +122,10 @@ sys.exit(0 if ok else 1)
 PY
 }
 t0=$(date +%s.%N)
-"$baton" run "$recipe" --run-dir local "${sets[@]}" --quiet >local.out 2>&1 ||
-  fail "the local run failed"
+if [[ $case != quoting ]]; then # the reference the other cases compare losses with
+  "$baton" run "$recipe" --run-dir local "${sets[@]}" --quiet >local.out 2>&1 ||
+    fail "the local run failed"
+fi
 t1=$(date +%s.%N)
 
 case $case in
@@ -244,6 +250,38 @@ stop)
   final_losses 0 || fail "final losses differ from the uninterrupted run"
   echo "slurm.stop: workers stopped by Slurm before baton (--export without ALL): no host" \
     "excluded, resumed in job $job2, losses exact; $(secs "$t1" "$(date +%s.%N)") s"
+  ;;
+quoting)
+  # A run directory and a working directory with a space, quotes, '$', '`', '#' and '%', a
+  # job name with spaces, a comment with quotes and '#': sbatch takes the script (--hold,
+  # so that squeue shows the job before it runs), the job runs in that working directory
+  # with its output in that run directory, and the run completes.
+  mkdir -p "$work/w d'x" && ln -s ../data "$work/w d'x/data" && cd "$work/w d'x"
+  q="$work/q d'i\"r \$x \`y\` #z%w/run"
+  qsets=(--set stages.fp32.steps=2 --set stages.bf16.steps=1 --set stages.fp8.steps=1
+    --set defaults.optimizer.warmup_steps=1 --time=5 --hold --job-name "baton quoted job"
+    --comment "it's \"q\" #1")
+  prec=$src/tests/engine/precision.yaml
+  "$baton" submit "$prec" --run-dir "$q" "${qsets[@]}" --dry-run >dry.out 2>&1 ||
+    fail "baton submit --dry-run failed: $(cat dry.out)"
+  cp "$q/baton.sbatch" "$work/dry.sbatch" && rm -rf "$work/q d'i\"r \$x \`y\` #z%w"
+  "$baton" submit "$prec" --run-dir "$q" "${qsets[@]}" >submit.out 2>"$work/submit.err" ||
+    fail "baton submit failed: $(cat "$work/submit.err")"
+  job=$(head -n 1 submit.out)
+  [[ $job =~ ^[0-9]+$ ]] || fail "baton submit printed '$job', not a job id"
+  cmp -s "$work/dry.sbatch" "$q/baton.sbatch" || fail "the submitted script is not the --dry-run one"
+  name=$(squeue -h -j "$job" -o %j)
+  [[ $name == "baton quoted job" ]] || fail "squeue shows job $job as '$name'"
+  info=$(scontrol show job "$job")
+  grep -qF "Comment=it's \"q\" #1" <<<"$info" || fail "the job's comment: $(grep Comment <<<"$info")"
+  grep -qxF "   WorkDir=$work/w d'x" <<<"$info" || fail "the job's working directory: $(grep WorkDir <<<"$info")"
+  scontrol release "$job" || fail "scontrol release $job failed"
+  wait_done "$job"
+  "$baton" status "$q" --json >status.json || fail "baton status failed"
+  grep -q '"state": "completed"' status.json || fail "the run did not complete: $(head -c 400 status.json)"
+  grep -q "^baton: job $job on " "$q/slurm-$job.out" || fail "no job output in $q/slurm-$job.out"
+  echo "slurm.quoting: sbatch took the quoted script, job '$name' ran in the quoted directories" \
+    "and completed; $(secs "$t1" "$(date +%s.%N)") s"
   ;;
 *) echo "check-slurm.sh: unknown case $case" >&2; exit 2 ;;
 esac

@@ -54,7 +54,8 @@ static void test_shrink_folded(void) {
     CHECK(plan_after_loss(&f, note, sizeof note, &d) == 0);
     CHECK_EQ_U64(f.par.dp, 4);
     CHECK_EQ_U64(f.cluster.nodes, 2);
-    CHECK_STR_CONTAINS(note, "shrinks from 8 to 4");
+    CHECK_STR_CONTAINS(note, "1 node lost, no spare left: data parallelism shrinks from 8 to 4 "
+                             "on 2 nodes, global batch 1024 kept");
 }
 
 static void test_shrink_unfolded(void) {
@@ -64,15 +65,42 @@ static void test_shrink_unfolded(void) {
     bt_diag d;
     bt_diag_init(&d);
     CHECK(plan_after_loss(&f, note, sizeof note, &d) == BT_EINVAL);
-    CHECK_STR_CONTAINS(d.msg, "ep 8 must divide the expert ranks");
+    CHECK_STR_CONTAINS(d.msg, "only 3 nodes of 8 devices each are left and no spare");
+    CHECK_STR_CONTAINS(d.msg, "needs 4 devices per replica");
+    CHECK_STR_CONTAINS(d.msg, "ep 8 must divide the expert ranks; the run cannot continue on them");
     fixture_init(&f, 0);
     f.par.ep = 4; /* dp 4 holds ep 4 */
     CHECK(plan_after_loss(&f, note, sizeof note, &d) == 0);
     CHECK_EQ_U64(f.par.dp, 4);
 }
 
+/* Counts of one are said in the singular: "1 node", "1 device", "is left". */
+static void test_counts_of_one(void) {
+    spec_fixture f;
+    fixture_init(&f, 0);
+    f.cluster.nodes = 2, f.cluster.gpus_per_node = 1, f.par.tp = 1, f.par.pp = 1, f.par.dp = 2;
+    f.par.ep = 2; /* dp 1 on the one node left cannot hold ep 2 */
+    char note[256];
+    bt_diag d;
+    bt_diag_init(&d);
+    run_nodes n;
+    run_nodes_init(&n, &f.cluster);
+    CHECK(run_nodes_exclude(&n, "node1") == 0);
+    CHECK(run_nodes_plan(&n, &f.spec, note, sizeof note, &d) == BT_EINVAL);
+    CHECK_STR_CONTAINS(d.msg, "only 1 node of 1 device is left and no spare");
+    CHECK_STR_CONTAINS(d.msg, "needs 1 device per replica");
+    CHECK_STR_CONTAINS(d.msg, "the run cannot continue on it");
+    f.par.ep = 1;
+    run_nodes_init(&n, &f.cluster);
+    CHECK(run_nodes_exclude(&n, "node1") == 0);
+    CHECK(run_nodes_plan(&n, &f.spec, note, sizeof note, &d) == 0);
+    CHECK_STR_CONTAINS(note, "1 node lost, no spare left: data parallelism shrinks from 2 to 1 "
+                             "on 1 node, global batch 1024 kept");
+}
+
 int main(void) {
     test_shrink_folded();
     test_shrink_unfolded();
+    test_counts_of_one();
     return check_status();
 }
