@@ -703,9 +703,16 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   : >norun/journal
   expect 2 "^baton resume: $sub/norun: not a run directory \(its journal is empty\)" -- resume norun
   [[ ! -e norun/workdir && ! -e norun/specs ]] || { echo "FAIL: resume of a non-run wrote into it"; exit 1; }
-  # workers that cannot start: exit 2, journaled as the failure's cause
-  expect 2 "cannot launch the workers: /nonexistent" -- resume r1 --quiet --worker /nonexistent
-  expect 0 "last failure: cannot launch the workers: /nonexistent" -- status r1
+  # a --worker that cannot be launched: exit 2 before anything is journaled
+  expect 2 "^baton resume: cannot launch the workers: /nonexistent: No such file or directory$" -- \
+    resume r1 --quiet --worker /nonexistent
+  expect 0 "^run r1: not started yet" -- status r1
+  # workers exec refuses (an executable file that is no program): exit 2, not retried,
+  # journaled as the failure's cause
+  printf 'not a program\n' >notprog && chmod +x notprog
+  expect 2 "cannot launch the workers: rank 0: cannot execute $sub/notprog: Exec format error" -- \
+    resume r1 --quiet --worker ./notprog
+  expect 0 "last failure: cannot launch the workers: rank 0: cannot execute $sub/notprog" -- status r1
   exit "$failures"
 ) || failures=$((failures + $?))
 # a run directory kept for one recipe names the other one's difference in plain words
