@@ -20,6 +20,7 @@
 #include "run_ctx.h"
 #include "run_edit.h"
 #include "run_worker.h"
+#include "units.h"
 #include "util/clock.h"
 
 #define RUN_DEFAULT_HEARTBEAT_S 60.0
@@ -838,13 +839,21 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     return end;
 }
 
-/* Sleeps s seconds unless a signal arrives (then returns 1). */
+/* Sleeps s seconds unless a signal arrives (then returns 1). Waited a day at a time, so
+ * that no wait overflows poll's int milliseconds (the recipe check caps a backoff at
+ * UNITS_MAX_DURATION_S; a NaN or negative one is no wait). */
 static int run_backoff(run_ctx *c, double s) {
     struct pollfd pfd = {.fd = c->sfd, .events = POLLIN};
-    if (poll(&pfd, c->sfd >= 0 ? 1 : 0, (int)(s * 1000)) > 0) {
-        struct signalfd_siginfo si;
-        if (read(c->sfd, &si, sizeof si) == (ssize_t)sizeof si) c->got_signal = (int)si.ssi_signo;
-        return 1;
+    double wait = s > 0 ? (s < UNITS_MAX_DURATION_S ? s : UNITS_MAX_DURATION_S) : 0;
+    double end = bt_clock_now() + wait;
+    for (double left = end - bt_clock_now(); left > 0; left = end - bt_clock_now()) {
+        int ms = left > 86400 ? 86400 * 1000 : (int)(left * 1000) + 1;
+        if (poll(&pfd, c->sfd >= 0 ? 1 : 0, ms) > 0) {
+            struct signalfd_siginfo si;
+            if (read(c->sfd, &si, sizeof si) == (ssize_t)sizeof si)
+                c->got_signal = (int)si.ssi_signo;
+            return 1;
+        }
     }
     return 0;
 }
