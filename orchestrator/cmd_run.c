@@ -360,7 +360,6 @@ static int run_pick_worker(const run_args *a, const run_dir *dir, char *buf, siz
         printf("baton %s: worker %s, as the run was started with (%s/worker)\n", run_name(a), buf,
                dir->path);
     *w = a->worker ? a->worker : kept > 0 ? buf : run_worker_path(buf, cap);
-    *notep = NULL;
     if (a->worker == NULL && kept > 0)
         snprintf(note, note_cap,
                  "the worker the run was started with, kept in %s/worker; give --worker "
