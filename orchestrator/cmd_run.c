@@ -16,6 +16,7 @@
 #include "recipe.h"
 #include "run/run_dir.h"
 #include "run/run_state.h"
+#include "run/run_worker.h"
 #include "run/submit.h"
 #include "run/supervise.h"
 #include "util/buf.h"
@@ -311,13 +312,41 @@ static const char *run_worker_note(const char *worker, char *buf, size_t cap) {
     return buf;
 }
 
+/* --worker given to a run that keeps another (RUN_DIR/worker): taken for this invocation,
+ * said even under --quiet; it replaces the kept one for good when that one cannot start
+ * the run (run_worker_unusable: not there, not executable, or refused by exec), so that
+ * 'baton resume' does not take the mistyped one again. Nonzero after saying why it
+ * cannot be kept. */
+static int run_other_worker(const run_args *a, const run_dir *dir, const char *kept) {
+    if (!run_worker_unusable(dir->path, kept)) {
+        printf("baton %s: worker %s (--worker), not the %s the run was started with (kept "
+               "in %s/worker)\n",
+               run_name(a), a->worker, kept, dir->path);
+        return 0;
+    }
+    bt_diag diag;
+    bt_diag_init(&diag);
+    if (run_worker_keep(dir, a->worker, &diag) != 0) {
+        fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
+        return -1;
+    }
+    printf("baton %s: worker %s (--worker), replacing %s, which the run was started with and "
+           "which cannot start it; kept in %s/worker from now on\n",
+           run_name(a), a->worker, kept, dir->path);
+    return 0;
+}
+
 /* The worker this run of the run directory starts (*w): --worker as given, else the one
  * the run was started with (RUN_DIR/worker: a container's wrapper, say; read only when
  * continuing a run that started, and refused when another user could have written it),
  * else baton-worker next to baton. Said when the kept one is taken, and when --worker
- * replaces it. Nonzero after saying why the kept one is refused. */
+ * replaces it (run_other_worker). *note: what to say with it should it not launch (where
+ * the default one was looked for; the kept one's file), or NULL for a --worker given (it
+ * was checked before anything was made). A new run's default worker that cannot be
+ * launched is refused here, before its start is journaled (a run that started checks its
+ * worker once it has work to do: run_supervise). Nonzero after saying why. */
 static int run_pick_worker(const run_args *a, const run_dir *dir, char *buf, size_t cap,
-                           const char **w) {
+                           const char **w, char *note, size_t note_cap, const char **notep) {
     bt_diag diag;
     bt_diag_init(&diag);
     int kept = dir->started ? run_dir_read_worker(dir->path, buf, cap, &diag) : 0;
@@ -325,15 +354,22 @@ static int run_pick_worker(const run_args *a, const run_dir *dir, char *buf, siz
         fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
         return -1;
     }
-    if (a->worker && kept > 0 && strcmp(a->worker, buf) != 0)
-        printf("baton %s: worker %s (--worker), not the %s the run was started with (kept "
-               "in %s/worker)\n",
-               run_name(a), a->worker, buf, dir->path);
+    if (a->worker && kept > 0 && strcmp(a->worker, buf) != 0 && run_other_worker(a, dir, buf) != 0)
+        return -1;
     if (kept > 0 && a->worker == NULL && !a->quiet)
         printf("baton %s: worker %s, as the run was started with (%s/worker)\n", run_name(a), buf,
                dir->path);
     *w = a->worker ? a->worker : kept > 0 ? buf : run_worker_path(buf, cap);
-    return 0;
+    if (a->worker == NULL && kept > 0)
+        snprintf(note, note_cap,
+                 "the worker the run was started with, kept in %s/worker; give --worker "
+                 "PATH, which then replaces it",
+                 dir->path);
+    *notep = a->worker ? NULL : kept > 0 ? note : run_worker_note(*w, note, note_cap);
+    if (dir->started || a->worker || run_worker_check(*w, &diag) == 0) return 0;
+    fprintf(stderr, "baton %s: %s%s%s%s\n", run_name(a), diag.msg, *notep ? " (" : "",
+            *notep ? *notep : "", *notep ? ")" : "");
+    return -1;
 }
 
 /* The overrides kept with a run (resume), one per line, into a. */
@@ -591,97 +627,119 @@ static int run_resume_dir(const char *path, char *abs) {
     return 0;
 }
 
+/* resume: from anywhere, in the run's working directory (run_dir.h), with the run's kept
+ * recipe and overrides; nonzero after saying why not. */
+static int run_resume_enter(run_args *a, char *recipe_copy, size_t cap) {
+    static char run_abs[PATH_MAX];
+    bt_diag diag;
+    bt_diag_init(&diag);
+    int moved = 0;
+    if (run_resume_dir(a->run_dir, run_abs) != 0) return -1;
+    a->run_dir = run_abs;
+    if (run_dir_check_resumable(a->run_dir, &diag) != 0 ||
+        run_dir_enter_workdir(a->run_dir, &moved, &diag) != 0) {
+        fprintf(stderr, "baton resume: %s\n", diag.msg);
+        return -1;
+    }
+    if (moved && !a->quiet) {
+        char cwd[PATH_MAX];
+        printf("baton resume: working in %s, where the run started\n",
+               getcwd(cwd, sizeof cwd) ? cwd : "?");
+    }
+    snprintf(recipe_copy, cap, "%s/recipe.yaml", a->run_dir);
+    a->recipe = recipe_copy;
+    return run_read_sets(a, a->run_dir);
+}
+
+/* What the launcher needs, checked before the run directory is made, so that a refusal
+ * leaves nothing behind: --launcher slurm inside an allocation; for the local launcher a
+ * $TMPDIR that is a writable directory (its sockets go there). */
+static int run_check_launcher(const run_args *a) {
+    bt_diag diag;
+    bt_diag_init(&diag);
+    int slurm = a->launcher && strcmp(a->launcher, "slurm") == 0;
+    if ((slurm ? launch_slurm_check_env(&diag) : launch_tmpdir_check(&diag)) == 0) return 0;
+    fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
+    return -1;
+}
+
+/* The run in its directory, opened (made, when root says it is missing: created) by this
+ * command: the worker chosen and checked, the Slurm allocation opened, then supervised.
+ * A directory this command made and then refused before any attempt (the worker, the
+ * allocation) is removed again, so that a corrected retry starts afresh. */
+static int run_in_dir(run_args *a, recipe_doc *doc, int created, const char *root) {
+    char worker[PATH_MAX], note[4400];
+    run_dir dir;
+    if (run_open_dir(a, &dir) != 0) return BT_EXIT_USAGE;
+    if (!a->quiet) printf("baton %s: %s, run directory %s\n", run_name(a), a->recipe, dir.path);
+    if (a->resume && !a->quiet) run_say_sets(a, dir.path);
+    const char *w = NULL, *wnote = NULL;
+    int status = run_pick_worker(a, &dir, worker, sizeof worker, &w, note, sizeof note, &wnote);
+    status = status != 0 ? BT_EXIT_USAGE : 0;
+    run_opts o = {.worker = w,
+                  .worker_note = wnote,
+                  .quiet = a->quiet,
+                  .prog = a->resume ? "baton resume" : "baton run"};
+    if (status == 0 && a->launcher && strcmp(a->launcher, "slurm") == 0) {
+        launch_slurm *slurm = malloc(sizeof *slurm); /* large: the step's argv buffers */
+        status = slurm ? run_open_slurm(a, doc, &dir, slurm, &o) : BT_EXIT_FAILURE;
+        if (status != 0) free(slurm);
+    }
+    if (status != 0 && created) { /* no attempt started: nothing of the run's in it yet */
+        run_dir_remove_new(root);
+        if (!a->quiet)
+            printf("baton %s: nothing started: removed %s, which it made\n", run_name(a), root);
+    }
+    if (status == 0) status = run_supervise(&dir, doc, &o);
+    if (o.slurm) launch_slurm_close(o.slurm);
+    free(o.slurm);
+    run_dir_close(&dir);
+    return status;
+}
+
 static int run_main(run_args *a) {
-    char recipe_copy[4200], dflt[512], worker[PATH_MAX];
+    char recipe_copy[4200], dflt[512], root[4096];
     if (!a->submit) run_signals_block(); /* submit runs sbatch, which should see a Ctrl-C */
     /* a line at a time into a file too (a Slurm job's output): in order with stderr. Only
      * here: `baton status | grep -q` must not meet a closed pipe between lines. */
     setvbuf(stdout, NULL, _IOLBF, 0);
     bt_diag diag;
     bt_diag_init(&diag);
-    static char run_abs[PATH_MAX], worker_abs[PATH_MAX];
+    static char worker_abs[PATH_MAX];
     /* a --worker path relative to here: absolute before resume enters the run's working
      * directory, and as the run keeps it (RUN_DIR/worker) */
     if (a->worker && strchr(a->worker, '/') && realpath(a->worker, worker_abs) != NULL)
         a->worker = worker_abs;
-    if (a->resume) { /* from anywhere: in the run's working directory (run_dir.h) */
-        int moved = 0;
-        if (run_resume_dir(a->run_dir, run_abs) != 0) return BT_EXIT_USAGE;
-        a->run_dir = run_abs;
-        if (run_dir_check_resumable(a->run_dir, &diag) != 0) {
-            fprintf(stderr, "baton resume: %s\n", diag.msg);
-            return BT_EXIT_USAGE;
-        }
-        if (run_dir_enter_workdir(a->run_dir, &moved, &diag) != 0) {
-            fprintf(stderr, "baton resume: %s\n", diag.msg);
-            return BT_EXIT_USAGE;
-        }
-        if (moved && !a->quiet) {
-            char cwd[PATH_MAX];
-            printf("baton resume: working in %s, where the run started\n",
-                   getcwd(cwd, sizeof cwd) ? cwd : "?");
-        }
-        snprintf(recipe_copy, sizeof recipe_copy, "%s/recipe.yaml", a->run_dir);
-        a->recipe = recipe_copy;
-        if (run_read_sets(a, a->run_dir) != 0) return BT_EXIT_USAGE;
+    /* one that cannot be launched: said before anything is made or journaled (submit's
+     * job may run on a host that has it where this one does not) */
+    if (!a->submit && a->worker && run_worker_check(a->worker, &diag) != 0) {
+        fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
+        return BT_EXIT_USAGE;
     }
+    if (a->resume && run_resume_enter(a, recipe_copy, sizeof recipe_copy) != 0)
+        return BT_EXIT_USAGE;
     recipe_doc doc;
     if (run_load(a, &doc, &diag) != 0) {
         fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
         return BT_EXIT_USAGE;
     }
-    if (a->run_dir == NULL) {
-        if (run_default_dir(dflt, sizeof dflt, doc.recipe->name, a->recipe, &diag) != 0) {
-            fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
-            recipe_doc_free(&doc);
-            return BT_EXIT_USAGE;
-        }
+    int status = 0;
+    if (a->run_dir == NULL &&
+        run_default_dir(dflt, sizeof dflt, doc.recipe->name, a->recipe, &diag) != 0) {
+        fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
+        status = BT_EXIT_USAGE;
+    } else if (a->run_dir == NULL) {
         a->run_dir = dflt;
     }
-    if (run_check_naming(a) != 0) {
-        recipe_doc_free(&doc);
-        return BT_EXIT_USAGE;
+    if (status == 0 && run_check_naming(a) != 0) status = BT_EXIT_USAGE;
+    if (status == 0 && a->submit) {
+        status = run_submit_main(a, &doc);
+    } else if (status == 0 && run_check_launcher(a) != 0) {
+        status = BT_EXIT_USAGE;
+    } else if (status == 0) {
+        int created = !a->resume && run_dir_missing_root(a->run_dir, root, sizeof root);
+        status = run_in_dir(a, &doc, created, root);
     }
-    if (a->submit) {
-        int st = run_submit_main(a, &doc);
-        recipe_doc_free(&doc);
-        return st;
-    }
-    /* the local launcher's temp dir: a stale $TMPDIR is said before anything is made */
-    int local = a->launcher == NULL || strcmp(a->launcher, "local") == 0;
-    if (local && launch_tmpdir_check(&diag) != 0) {
-        fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
-        recipe_doc_free(&doc);
-        return BT_EXIT_USAGE;
-    }
-    run_dir dir;
-    if (run_open_dir(a, &dir) != 0) {
-        recipe_doc_free(&doc);
-        return BT_EXIT_USAGE;
-    }
-    if (!a->quiet) printf("baton %s: %s, run directory %s\n", run_name(a), a->recipe, dir.path);
-    if (a->resume && !a->quiet) run_say_sets(a, dir.path);
-    char note[1200];
-    const char *w = NULL;
-    if (run_pick_worker(a, &dir, worker, sizeof worker, &w) != 0) {
-        run_dir_close(&dir);
-        recipe_doc_free(&doc);
-        return BT_EXIT_USAGE;
-    }
-    run_opts o = {.worker = w,
-                  .worker_note = a->worker ? NULL : run_worker_note(w, note, sizeof note),
-                  .quiet = a->quiet,
-                  .prog = a->resume ? "baton resume" : "baton run"};
-    int status = 0;
-    if (a->launcher && strcmp(a->launcher, "slurm") == 0) {
-        launch_slurm *slurm = malloc(sizeof *slurm); /* large: the step's argv buffers */
-        status = slurm ? run_open_slurm(a, &doc, &dir, slurm, &o) : BT_EXIT_FAILURE;
-        if (status != 0) free(slurm);
-    }
-    if (status == 0) status = run_supervise(&dir, &doc, &o);
-    if (o.slurm) launch_slurm_close(o.slurm);
-    free(o.slurm);
-    run_dir_close(&dir);
     recipe_doc_free(&doc);
     return status;
 }

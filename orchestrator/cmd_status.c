@@ -51,6 +51,7 @@ typedef struct status_view {
     run_state st;
     int running;
     int not_started;   /* made by baton run or submit, no journal record yet */
+    int creating;      /* being made by a baton run that holds it: no workdir, no journal */
     char job_id[64];   /* baton submit's job (RUN_DIR/job_id), or "" */
     char worker[4200]; /* the --worker the run was started with (RUN_DIR/worker), or "" */
     uint64_t m_step;   /* from metrics.jsonl's last line, if any */
@@ -78,7 +79,8 @@ static void status_usage(FILE *f) {
                "and restarts; every failure with its cause and time to recover; the\n"
                "checkpoints; and for a running stage the latest step and an ETA. A run\n"
                "that baton run or submit made and no attempt started yet (a job waiting in\n"
-               "the queue) is shown as not started, with the job id submit kept.\n\n"
+               "the queue) is shown as not started, with the job id submit kept; one a\n"
+               "baton run is making at that moment (no journal yet) as being created.\n\n"
                "  --json   one JSON object instead: run_dir, state (completed, running,\n"
                "           stopped, failed, not_started: made by baton run or submit, no\n"
                "           attempt yet), failures, restarts, recoveries, failure (why a\n"
@@ -97,7 +99,8 @@ static void status_usage(FILE *f) {
                "           recovery_list (stage, stage_index, attempt, time, step,\n"
                "           recovery_s) and checkpoints; an unknown value is null\n"
                "  --help   show this help\n\n"
-               "Exit status: 0 shown, 2 usage or RUN_DIR is not a run directory.\n");
+               "Exit status: 0 shown, 2 usage or RUN_DIR is not a run directory, or its\n"
+               "journal was lost (checkpoints or specs there without one: restore it).\n");
 }
 
 /* The recipe's stage that row i shows: the same position, or with the stages moved the
@@ -278,7 +281,8 @@ static void status_read_line(const char *dir, const char *name, char *out, size_
 }
 
 /* Why dir cannot be a run directory before its journal is read: it is missing or not a
- * directory, or its journal is not a file or is empty; 0 when none of these. */
+ * directory, or its journal is not a file; 0 when none of these (a missing or empty
+ * journal is judged once it is read: status_no_records). */
 static int status_check_dir(const char *dir, bt_diag *diag) {
     struct stat st;
     char journal[4200];
@@ -295,12 +299,34 @@ static int status_check_dir(const char *dir, bt_diag *diag) {
     }
     snprintf(journal, sizeof journal, "%s/journal", dir);
     if (stat(journal, &st) != 0) return 0; /* no journal: said after reading it */
-    if (!S_ISREG(st.st_mode))
-        bt_diag_set(diag, "%s: not a run directory (its journal is not a file)", dir);
-    else if (st.st_size == 0 && !status_is_new_run(dir))
-        bt_diag_set(diag, "%s: not a run directory (its journal is empty)", dir);
+    if (S_ISREG(st.st_mode)) return 0;     /* an empty one: said after reading it */
+    bt_diag_set(diag, "%s: not a run directory (its journal is not a file)", dir);
+    return BT_EINVAL;
+}
+
+/* A journal that is missing or empty (journal says which) in dir, not a new run's: a run
+ * baton run is making now (it holds the lock, and writes the journal once the directory is
+ * ready: *creating set, 0), one whose journal was lost (checkpoints or specs in it: what
+ * baton resume says), or no run directory at all (BT_EINVAL). */
+static int status_no_records(const char *dir, const char *journal, int *creating, bt_diag *diag) {
+    run_dir d = {.lock_fd = -1, .dir_lock_fd = -1};
+    char what[300];
+    bt_diag ignore;
+    bt_diag_init(&ignore);
+    snprintf(d.path, sizeof d.path, "%s", dir);
+    if (run_dir_busy(dir)) {
+        *creating = 1;
+        return 0;
+    }
+    if (run_dir_has_history(&d, what, sizeof what, &ignore) > 0)
+        bt_diag_set(diag,
+                    "%s/%s is missing or empty, but a run already worked in this directory (it "
+                    "holds %s): without its journal baton cannot tell which stages completed, "
+                    "and baton resume refuses it too; restore the journal, or start a new run "
+                    "in another --run-dir (a checkpoint here can be its recipe's init)",
+                    dir, JOURNAL_FILE, what);
     else
-        return 0; /* records to read, or none yet in a run made and not started */
+        bt_diag_set(diag, "%s: not a run directory (%s)", dir, journal);
     return BT_EINVAL;
 }
 
@@ -337,12 +363,15 @@ static int status_load(status_view *v, const char *dir, bt_diag *diag) {
         bt_diag_set(diag, "%s: its journal holds no whole record (%zu bytes: cut short or damaged)",
                     dir, tail.size);
         rc = BT_EINVAL;
-    } else if (rc == 0 && v->n == 0 && tail.size == 0 && status_is_new_run(dir)) {
+    } else if (rc == 0 && v->n == 0 && status_is_new_run(dir)) {
         v->not_started = 1;
         status_read_line(dir, "job_id", v->job_id, sizeof v->job_id);
     } else if (rc == 0 && v->n == 0) {
-        bt_diag_set(diag, "%s: not a run directory (no journal)", dir);
-        rc = BT_EINVAL;
+        char journal[4200];
+        snprintf(journal, sizeof journal, "%s/%s", dir, JOURNAL_FILE);
+        rc = status_no_records(dir,
+                               access(journal, F_OK) == 0 ? "its journal is empty" : "no journal",
+                               &v->creating, diag);
     }
     if (rc != 0) {
         journal_records_free(v->rec, v->n); /* an empty array may be allocated */
@@ -352,7 +381,7 @@ static int status_load(status_view *v, const char *dir, bt_diag *diag) {
     bt_diag ignore;
     bt_diag_init(&ignore);
     if (run_dir_read_worker(dir, v->worker, sizeof v->worker, &ignore) <= 0) v->worker[0] = '\0';
-    v->have_doc = status_load_recipe(v, recipe);
+    v->have_doc = v->creating ? 0 : status_load_recipe(v, recipe);
     if (v->have_doc) status_apply_overrides(v, &ignore);
     run_state_replay(&v->st, v->rec, v->n);
     if (v->have_doc) status_check_moved(v);
@@ -941,6 +970,8 @@ int cmd_status(int argc, char **argv) {
     bt_buf_init(&b);
     if (json) {
         status_json(&b, &v);
+    } else if (v.creating) { /* a moment: its recipe, journal and workdir are on their way */
+        bt_buf_printf(&b, "run %s: being created by a running baton run (no attempt yet)\n", dir);
     } else {
         status_text(&b, &v);
         status_eta(&b, &v);

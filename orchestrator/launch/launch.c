@@ -91,8 +91,7 @@ void launch_server_close(launch_server *srv) {
 
 /* ---- init -------------------------------------------------------------------------------- */
 
-/* argv[0] as execve needs it: as given when it has a slash, else found through PATH. */
-static int launch_resolve(const char *cmd, char **out, bt_diag *diag) {
+int launch_resolve_program(const char *cmd, char **out, bt_diag *diag) {
     if (strchr(cmd, '/') != NULL) {
         struct stat st;
         if (stat(cmd, &st) != 0) {
@@ -165,7 +164,7 @@ int launch_job_init(launch_job *job, launch_server *srv, const launch_opts *opts
     if (job->opts.kill_grace_s < 0) job->opts.kill_grace_s = LAUNCH_DEFAULT_GRACE_S;
     job->nprocs = job->opts.nprocs;
     job->nnodes = job->opts.nnodes;
-    rc = launch_resolve(opts->argv[0], &job->exe, diag);
+    rc = launch_resolve_program(opts->argv[0], &job->exe, diag);
     if (rc != 0) goto error;
     job->ranks = calloc((size_t)job->nprocs, sizeof *job->ranks);
     job->io = calloc((size_t)job->nprocs, sizeof *job->io);
@@ -360,7 +359,11 @@ static int launch_spawn(launch_job *job, int r, bt_diag *diag) {
         int e = launch_exec_status(p[4]);
         if (e != 0) {
             bt_diag_set(diag, "rank %d: cannot execute %s: %s", r, job->exe, strerror(e));
-            rc = BT_EIO;
+            /* not a program this host runs (ENOEXEC, EACCES, ...) fails alike every time;
+             * a moment's shortage or a file being written may pass */
+            rc = e == ENOMEM || e == EAGAIN || e == ETXTBSY || e == EMFILE || e == ENFILE
+                     ? BT_EIO
+                     : BT_EINVAL;
         }
     }
     launch_close_fd(&p[4]);

@@ -146,6 +146,10 @@ typedef struct launch_job {
  * said in job->fds_note), resolves the program through PATH and registers the namespace.
  * The job keeps pointers into opts->argv and opts->env_extra until close. */
 int launch_job_init(launch_job *job, launch_server *srv, const launch_opts *opts, bt_diag *diag);
+/* A program as execve needs it (*out, malloc'ed): cmd as given when it has a slash, else
+ * found through PATH. BT_ENOENT when there is none, BT_EINVAL when it is a directory or
+ * not executable (diag names cmd and why). What launch_job_init checks argv[0] with. */
+int launch_resolve_program(const char *cmd, char **out, bt_diag *diag);
 /* The ranks r < n with in[r] set, in order, runs of three or more as "a-b":
  * "0 1 3", "0-4 6-127". */
 void launch_rank_ranges(const unsigned char *in, int n, char *buf, size_t cap);

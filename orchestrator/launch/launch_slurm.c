@@ -134,16 +134,20 @@ static int slurm_own_address(char *out, size_t cap) {
     return found;
 }
 
+int launch_slurm_check_env(bt_diag *diag) {
+    const char *job = getenv("SLURM_JOB_ID"), *list = getenv("SLURM_JOB_NODELIST");
+    if (job != NULL && list != NULL && job[0] != '\0' && list[0] != '\0') return 0;
+    bt_diag_set(diag, "--launcher slurm: SLURM_JOB_ID and SLURM_JOB_NODELIST are not set: "
+                      "run inside an allocation (salloc, sbatch, or 'baton submit')");
+    return BT_EINVAL;
+}
+
 int launch_slurm_open(launch_slurm *s, const char *listen, const char *token, size_t ranks,
                       bt_diag *diag) {
     memset(s, 0, sizeof *s);
     s->failed_task = -1;
+    if (launch_slurm_check_env(diag) != 0) return BT_EINVAL;
     const char *job = getenv("SLURM_JOB_ID"), *list = getenv("SLURM_JOB_NODELIST");
-    if (job == NULL || list == NULL || job[0] == '\0' || list[0] == '\0') {
-        bt_diag_set(diag, "--launcher slurm: SLURM_JOB_ID and SLURM_JOB_NODELIST are not set: "
-                          "run inside an allocation (salloc, sbatch, or 'baton submit')");
-        return BT_EINVAL;
-    }
     snprintf(s->job_id, sizeof s->job_id, "%s", job);
     int rc = slurm_read_hosts(s, list, diag);
     if (rc != 0) return rc;

@@ -53,6 +53,10 @@ typedef struct launch_slurm {
  * IPv4 address) and starts the rendezvous store with the run's token, for up to `ranks`
  * workers (kv_store_open's expected). BT_EINVAL with a message when not inside an
  * allocation or Slurm's tools are missing. */
+/* BT_EINVAL with a message when SLURM_JOB_ID or SLURM_JOB_NODELIST is not set (not inside
+ * an allocation): what launch_slurm_open checks first, for a caller to check before it
+ * makes anything. */
+int launch_slurm_check_env(bt_diag *diag);
 int launch_slurm_open(launch_slurm *s, const char *listen, const char *token, size_t ranks,
                       bt_diag *diag);
 void launch_slurm_close(launch_slurm *s);

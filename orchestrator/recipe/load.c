@@ -505,6 +505,9 @@ static int load_units(load_ctx *c, yaml_node_t *n, ProtobufCMessage *msg,
     } else {
         Baton__Duration *t = (Baton__Duration *)msg;
         rc = units_parse_duration(text, &t->seconds);
+        /* as the command line's durations: a wait of years is a typo, and overflows */
+        if (rc == 0 && t->seconds > UNITS_MAX_DURATION_S) rc = BT_ERANGE;
+        range = "at most " UNITS_MAX_DURATION_TEXT;
         t->has_seconds = rc == 0;
     }
     if (rc == BT_ERANGE && text[0] == '-') rc = BT_EINVAL;

@@ -42,6 +42,11 @@ int units_parse_bytes(const char *s, uint64_t *out);
 /* Bytes per second, >= 0. */
 int units_parse_bandwidth(const char *s, double *out);
 
+/* The longest duration a recipe may give (restart.backoff, restart.heartbeat_timeout):
+ * the bound of the command line's durations too (launch --timeout, ckpt push --max-time). */
+#define UNITS_MAX_DURATION_S    1e7
+#define UNITS_MAX_DURATION_TEXT "10000000s"
+
 /* Seconds, >= 0. */
 int units_parse_duration(const char *s, double *out);
 

@@ -59,8 +59,11 @@ void run_state_replay(run_state *s, Baton__JournalRecord *const *v, size_t n) {
         case BATON__JOURNAL_RECORD__KIND__FAILURE:
             st->failures++, s->total_failures++, st->failure_open = 1;
             st->failure_at = r->wall_time;
-            /* journals older than STAGE_FAILED: a failure not retried ended the run */
-            if (r->has_retryable && !r->retryable) st->failed = 1, s->failed_stage = k + 1;
+            /* journals older than STAGE_FAILED: a failure not retried ended the run; the
+             * attempt a later baton run starts after it (the cause mended: a --worker
+             * that was not a program) is no restart, and its first step no recovery */
+            if (r->has_retryable && !r->retryable)
+                st->failed = 1, s->failed_stage = k + 1, st->failure_open = 0, st->not_retried++;
             break;
         case BATON__JOURNAL_RECORD__KIND__STAGE_FAILED:
             st->failed = 1, s->failed_stage = k + 1;

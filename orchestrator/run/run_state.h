@@ -19,8 +19,10 @@ typedef struct run_stage_state {
                             * next attempt's (never one a failure of an older journal used
                             * without an ATTEMPT_STARTED) */
     uint32_t failures;     /* FAILURE records */
-    uint32_t restarts;     /* failures followed by another attempt */
-    int failure_open;      /* a failure no attempt followed yet */
+    uint32_t not_retried;  /* of them, failures not retried (retryable false): a
+                            * configuration error, a damaged checkpoint, a full disk */
+    uint32_t restarts;     /* retried failures followed by another attempt */
+    int failure_open;      /* a retried failure no attempt followed yet */
     double failure_at;     /* wall time of the last failure */
     uint64_t last_step;    /* of the last STAGE_COMPLETED, else of the last ATTEMPT_ENDED */
     double started_at, completed_at;

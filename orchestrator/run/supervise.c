@@ -19,6 +19,8 @@
 #include "launch_slurm.h"
 #include "run_ctx.h"
 #include "run_edit.h"
+#include "run_worker.h"
+#include "units.h"
 #include "util/clock.h"
 
 #define RUN_DEFAULT_HEARTBEAT_S 60.0
@@ -705,9 +707,9 @@ static attempt_end run_spec_failed(run_ctx *c, uint32_t stage, uint32_t attempt,
 static attempt_end run_launch_failed(run_ctx *c, uint32_t stage, uint32_t attempt, int rc,
                                      const char *msg) {
     char why[1800];
-    int noted = rc == BT_ENOENT && c->o->worker_note != NULL;
-    snprintf(why, sizeof why, "cannot launch the workers: %.1000s%s%.600s%s", msg,
-             noted ? " (" : "", noted ? c->o->worker_note : "", noted ? ")" : "");
+    int noted = (rc == BT_ENOENT || rc == BT_EINVAL) && c->o->worker_note != NULL;
+    snprintf(why, sizeof why, "%s: %.1000s%s%.600s%s", RUN_LAUNCH_FAILED, msg, noted ? " (" : "",
+             noted ? c->o->worker_note : "", noted ? ")" : "");
     run_err(c, "%s\n", why);
     attempt_end end = run_transient(rc) ? ATTEMPT_RETRY : ATTEMPT_FATAL; /* fork: a moment */
     Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
@@ -837,13 +839,21 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     return end;
 }
 
-/* Sleeps s seconds unless a signal arrives (then returns 1). */
+/* Sleeps s seconds unless a signal arrives (then returns 1). Waited a day at a time, so
+ * that no wait overflows poll's int milliseconds (the recipe check caps a backoff at
+ * UNITS_MAX_DURATION_S; a NaN or negative one is no wait). */
 static int run_backoff(run_ctx *c, double s) {
     struct pollfd pfd = {.fd = c->sfd, .events = POLLIN};
-    if (poll(&pfd, c->sfd >= 0 ? 1 : 0, (int)(s * 1000)) > 0) {
-        struct signalfd_siginfo si;
-        if (read(c->sfd, &si, sizeof si) == (ssize_t)sizeof si) c->got_signal = (int)si.ssi_signo;
-        return 1;
+    double wait = s > 0 ? (s < UNITS_MAX_DURATION_S ? s : UNITS_MAX_DURATION_S) : 0;
+    double end = bt_clock_now() + wait;
+    for (double left = end - bt_clock_now(); left > 0; left = end - bt_clock_now()) {
+        int ms = left > 86400 ? 86400 * 1000 : (int)(left * 1000) + 1;
+        if (poll(&pfd, c->sfd >= 0 ? 1 : 0, ms) > 0) {
+            struct signalfd_siginfo si;
+            if (read(c->sfd, &si, sizeof si) == (ssize_t)sizeof si)
+                c->got_signal = (int)si.ssi_signo;
+            return 1;
+        }
     }
     return 0;
 }
@@ -911,7 +921,7 @@ static int run_stage(run_ctx *c, size_t i) {
                         "before the spikes (a rollback, not counted in max_restarts)\n",
                         c->prog.stage);
             }
-        } else if (++ss->failures > max_restarts) {
+        } else if (++ss->failures - ss->not_retried > max_restarts) { /* restarts: retried */
             run_give_up(c, (uint32_t)i, 1, "giving up after %u restarts (max_restarts)",
                         max_restarts);
             status = BT_EXIT_FAILURE;
@@ -920,7 +930,7 @@ static int run_stage(run_ctx *c, size_t i) {
             run_err(c,
                     "restarting stage \"%s\" from its newest checkpoint in %.1f s "
                     "(restart %u of at most %u)\n",
-                    c->prog.stage, backoff, ss->failures, max_restarts);
+                    c->prog.stage, backoff, ss->failures - ss->not_retried, max_restarts);
             if (run_backoff(c, backoff)) status = RUN_EXIT_STOPPED;
         }
     }
@@ -1047,6 +1057,17 @@ static void run_note_more(const run_ctx *c) {
            c->o->prog ? c->o->prog : "baton run", c->dir->path, c->dir->path, what);
 }
 
+/* The worker of a run with work to do: one that cannot be launched (the one it was started
+ * with, since removed) is said before anything is journaled, exit 2; nonzero then. */
+static int run_worker_ready(const run_ctx *c) {
+    bt_diag d;
+    bt_diag_init(&d);
+    if (run_worker_check(c->o->worker, &d) == 0) return 0;
+    const char *note = c->o->worker_note;
+    run_err(c, "%s%s%s%s\n", d.msg, note ? " (" : "", note ? note : "", note ? ")" : "");
+    return -1;
+}
+
 int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
     run_ctx c = {.dir = dir, .doc = doc, .o = o, .sfd = -1, .cfd = -1};
     bt_diag d;
@@ -1062,6 +1083,8 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
     if (c.st.completed && run_edit_work_left(doc, &c.st) == 0) {
         printf("%s: %s: the run has already completed\n", o->prog ? o->prog : "baton run",
                dir->path);
+    } else if (!o->slurm && run_worker_ready(&c) != 0) { /* srun execs it on the hosts */
+        status = BT_EXIT_USAGE;
     } else {
         if (c.st.completed) run_note_more(&c);
         if (!c.st.started) run_journal_started(&c);

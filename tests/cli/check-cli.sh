@@ -125,6 +125,23 @@ expect 2 "^baton status: $msg/j0: not a run directory \\(its journal is empty\\)
 mkdir "$msg/j5" && printf '\x20\x00\x00\x00\x01' >"$msg/j5/journal"
 expect 2 "^baton status: $msg/j5: its journal holds no whole record \\(5 bytes: cut short or damaged\\)$" -- status "$msg/j5"
 expect 2 "^baton status: $msg/jdir: not a run directory \\(its journal is not a file\\)$" -- status "$msg/jdir"
+# a run whose journal was lost (an attempt's spec left, or a checkpoint) is one: said as
+# resume says it, with what to do, not "not a run directory"
+mkdir -p "$msg/lost/specs" && : >"$msg/lost/specs/s00-a00.pb"
+lost="^baton status: $msg/lost/journal is missing or empty, but a run already worked in this directory \\(it holds specs/s00-a00\\.pb\\): .*; restore the journal, or start a new run in another --run-dir"
+expect 2 "$lost" -- status "$msg/lost"
+: >"$msg/lost/journal"
+expect 2 "$lost" -- status "$msg/lost"
+# a directory a baton run is making (it holds the lock; no journal nor workdir yet): exit 0
+mkdir -m 700 "$msg/busy" && : >"$msg/busy/lock"
+flock -x "$msg/busy" -c "echo \$\$ >'$msg/held.tmp' && mv '$msg/held.tmp' '$msg/held' && exec sleep 60" \
+  </dev/null >/dev/null 2>&1 &
+fpid=$!
+for _ in $(seq 100); do [[ -s $msg/held ]] && break; sleep 0.1; done
+expect 0 "^run $msg/busy: being created by a running baton run \\(no attempt yet\\)$" -- status "$msg/busy"
+expect 0 '^\{"run_dir": ".*", "state": "running", .*"stages": \[\]' -- status "$msg/busy" --json
+kill "$(cat "$msg/held")" "$fpid" 2>/dev/null
+wait "$fpid" 2>/dev/null
 # an option that takes one value, or a flag, given twice is refused, as data and eval do
 expect 2 "^baton status: --json given twice; give it once$" -- status "$msg/empty" --json --json
 expect 2 "^baton plan: --json given twice; give it once$" -- plan --json --json "$recipes/tiny-cpu.yaml"
@@ -703,9 +720,16 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   : >norun/journal
   expect 2 "^baton resume: $sub/norun: not a run directory \(its journal is empty\)" -- resume norun
   [[ ! -e norun/workdir && ! -e norun/specs ]] || { echo "FAIL: resume of a non-run wrote into it"; exit 1; }
-  # workers that cannot start: exit 2, journaled as the failure's cause
-  expect 2 "cannot launch the workers: /nonexistent" -- resume r1 --quiet --worker /nonexistent
-  expect 0 "last failure: cannot launch the workers: /nonexistent" -- status r1
+  # a --worker that cannot be launched: exit 2 before anything is journaled
+  expect 2 "^baton resume: cannot launch the workers: /nonexistent: No such file or directory$" -- \
+    resume r1 --quiet --worker /nonexistent
+  expect 0 "^run r1: not started yet" -- status r1
+  # workers exec refuses (an executable file that is no program): exit 2, not retried,
+  # journaled as the failure's cause
+  printf 'not a program\n' >notprog && chmod +x notprog
+  expect 2 "cannot launch the workers: rank 0: cannot execute $sub/notprog: Exec format error" -- \
+    resume r1 --quiet --worker ./notprog
+  expect 0 "last failure: cannot launch the workers: rank 0: cannot execute $sub/notprog" -- status r1
   exit "$failures"
 ) || failures=$((failures + $?))
 # a run directory kept for one recipe names the other one's difference in plain words

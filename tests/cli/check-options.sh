@@ -232,6 +232,40 @@ PATH=/usr/bin:/bin expect 2 "cannot launch the workers: baton-worker: command no
   alone/baton run "$small" --run-dir r-alone --quiet
 expect 2 "cannot launch the workers: /nonexistent/w: No such file or directory$" -- \
   "$baton" run "$small" --run-dir r-w --quiet --worker /nonexistent/w
+# ... refused before any attempt: the run directory either made is removed again, and
+# nothing is made for a --worker that is not an executable file (a directory, a plain
+# file) nor for --launcher slurm outside an allocation, so a corrected retry starts afresh
+[[ ! -e r-alone && ! -e r-w ]] && ok "run with a worker that cannot be launched: no run directory left" ||
+  fail "a run refused for its worker left its run directory ($(ls -d r-alone r-w 2>&1))"
+: >plain
+expect 2 "^baton run: cannot launch the workers: $work: not an executable file$" -- \
+  "$baton" run "$small" --run-dir r-d --quiet --worker "$work"
+expect 2 "^baton run: cannot launch the workers: $work/plain: not an executable file$" -- \
+  "$baton" run "$small" --run-dir r-d/sub --quiet --worker ./plain
+expect 2 "^baton run: --launcher slurm: SLURM_JOB_ID and SLURM_JOB_NODELIST are not set" -- \
+  env -u SLURM_JOB_ID -u SLURM_JOB_NODELIST "$baton" run "$small" --run-dir r-d --launcher slurm
+# inside an "allocation" whose hosts scontrol cannot list: the directory made is removed
+mkdir fakebin && printf '#!/bin/sh\nexit 1\n' >fakebin/scontrol && chmod +x fakebin/scontrol
+PATH=$work/fakebin:$PATH SLURM_JOB_ID=1 SLURM_JOB_NODELIST=h1 expect 2 "^baton run: --launcher slurm: 'scontrol show hostnames h1' failed" -- \
+  "$baton" run "$small" --run-dir r-d/sub --launcher slurm
+[[ ! -e r-d ]] && ok "refused runs (a directory or plain file for --worker, slurm): nothing made" ||
+  fail "a refused run left r-d: $(ls -R r-d)"
+# a worker exec refuses (an executable file that is no program): exit 2 at once, not
+# retried; the retry with a --worker that works replaces the kept one for good (resume
+# would take it again), and the failure counts no restart and no recovery
+printf 'not a program\n' >notprog && chmod +x notprog
+expect 2 "^baton run: cannot launch the workers: rank 0: cannot execute $work/notprog: Exec format error$" -- \
+  "$baton" run "$small" --run-dir r-x --quiet --worker ./notprog --set defaults.steps=1
+expect 0 "^baton run: worker $worker \\(--worker\\), replacing $work/notprog, which the run was started with and which cannot start it; kept in $work/r-x/worker from now on$" -- \
+  "$baton" run "$small" --run-dir r-x --quiet --worker "$worker" --set defaults.steps=1
+[[ $(cat r-x/worker) == "$worker" ]] && ok "the kept worker replaced" || fail "r-x/worker is $(cat r-x/worker)"
+"$baton" status r-x --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "completed", s["state"]
+assert (s["failures"], s["restarts"], s["recoveries"]) == (1, 0, 0), s
+assert [(x["attempts"], x["restarts"]) for x in s["stages"]] == [(2, 0), (1, 0), (1, 0)], s["stages"]' &&
+  ok "status: the failure not retried counts no restart nor recovery" || fail "status r-x: $("$baton" status r-x)"
 
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
 echo PASS

@@ -39,6 +39,23 @@ expect 2 "^baton-worker: --steps must be at least 1, got '0' \\(leave it out for
 expect 2 "^baton-worker: --log-every must be at least 1, got '0'" -- --spec small.pb --log-every 0
 expect 2 'missing.pb: cannot open' -- --spec missing.pb
 expect 2 'junk.pb: not a StageSpec' -- --spec junk.pb
+# the paths its options name are checked before the ranks join and train: a typo is bad
+# usage (exit 2), said at once, not after the stage has trained
+refused() { # PATTERN ARGS...: exit 2 with PATTERN, and no step trained first
+  local out
+  out=$("$worker" --spec small.pb --steps 2 --eval-windows 2 "${@:2}" 2>&1)
+  if [[ $? -ne 2 ]] || ! grep -Eq -- "$1" <<<"$out" || grep -q '^step ' <<<"$out"; then
+    echo "FAIL: baton-worker ${*:2} not refused before training:"
+    echo "$out" | tail -n 3
+    failures=$((failures + 1))
+  else
+    echo "ok   baton-worker ${*:2} -> 2"
+  fi
+}
+refused '^baton-worker: --valid no/such: no/such\.idx: cannot open: No such file or directory$' --valid no/such
+refused '^baton-worker: --dump-params no/such/p\.f32: its directory does not exist$' --dump-params no/such/p.f32
+refused '^baton-worker: --dump-params \./: a directory, not a file to write$' --dump-params ./
+refused '^baton-worker: --init no/such: no such checkpoint or run directory$' --init no/such
 expect 2 'layout tp2 pp2 cp1 dp1 ep1 is not supported by this worker' -- --spec tiny.pb
 expect 0 'step +3/300' -- --spec tiny.pb --single-process --steps 3 --eval-windows 0
 expect 0 'valid loss [0-9.]+ ' -- --spec small.pb --steps 30 --log-every 10 --eval-windows 8

@@ -36,6 +36,7 @@
 #include "train_ckpt.h"
 #include "worker_control.h"
 #include "worker_cuda.h"
+#include "worker_paths.h"
 #include "worker_ranks.h"
 
 #define WORKER_EXIT_ROLLBACK 76 /* orchestrator/run/supervise.h knows it too */
@@ -968,6 +969,8 @@ static int worker_args_read(int argc, char **argv, bt_argv *split, worker_args *
         return rc == -1 ? 2 : 1;
     }
     int prc = worker_parse(split->argc, split->argv, a);
+    if (prc == 0 && worker_check_paths(a->valid, a->eval_windows, a->init, a->dump_params) != 0)
+        return 2; /* before the ranks join and train: a typo said at once */
     return prc == 0 ? -1 : prc > 0 ? 0 : 2;
 }
 
