@@ -10,11 +10,11 @@
 #include "ckpt/ckpt.h"
 #include "run_ctx.h"
 
-/* The recipe's name as the stages' specs carry it (recipe_resolve_stage): what the
+/* (run_ctx.h) The recipe's name as the stages' specs carry it (recipe_resolve_stage): what the
  * workers' manifests record. Only the run's own checkpoints/ is looked at here, whose
  * checkpoints are all the run's (ckpt_same_run, whatever run id they record), so the
  * recipe's name and the stage's index decide, as they do for the worker there. */
-static const char *run_recipe_name(const run_ctx *c) {
+const char *run_recipe_name(const run_ctx *c) {
     return c->doc->recipe->name ? c->doc->recipe->name : "";
 }
 
