@@ -93,6 +93,7 @@ void run_ckpt_note_record(run_ctx *c, const Baton__JournalRecord *r) {
         strlen(r->detail) < sizeof c->journaled[k].name) {
         snprintf(c->journaled[k].name, sizeof c->journaled[k].name, "%s", r->detail);
         c->journaled[k].step = r->step;
+        c->journaled[k].attempt = r->has_attempt ? (long)r->attempt : -1;
         if (r->step >= c->journaled[k].past) c->journaled[k].past = r->step + 1;
     } else if (r->kind == BATON__JOURNAL_RECORD__KIND__ROLLBACK && r->has_step) {
         /* those from the first spiking step on are in rolled-back/: saved again, they are

@@ -64,6 +64,7 @@ typedef struct run_ctx {
         /* past the newest step journaled committed, less what rollbacks set aside: the
          * stage's checkpoints from this step on are not in the journal yet */
         uint64_t past;
+        long attempt; /* the record's attempt (-1: none): whose spec it was saved under */
     } journaled[RUN_MAX_STAGES];
     /* per stage, where its data ended (run_data.c): final, read from its final checkpoint
      * as the stage was found finished, for its STAGE_COMPLETED record; done, the newest
