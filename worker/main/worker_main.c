@@ -788,6 +788,9 @@ static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, w
                    "shard file%s opened)\n",
                    init, (unsigned long long)t->step, (unsigned long long)t->first_sample,
                    bt_clock_now() - t0, t->load_files, t->load_files == 1 ? "" : "s");
+        /* out now (stdout is a pipe under baton run, buffered): before the metrics the
+         * channel carries, the closing validation's of an attempt with no step left too */
+        if (rc == 0 && w->info.rank == 0 && !a->quiet) fflush(stdout);
         if (rc == 0 && t->fp8_fresh > 0 && !a->quiet)
             printf("fp8: %s holds no scaling state for %u expert operand(s) here (saved before "
                    "the experts ran fp8): they are calibrated before the next step\n",
