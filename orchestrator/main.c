@@ -3,14 +3,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "baton_version.h" /* BATON_VERSION (cmake/baton_version.cmake) */
 #include "cli.h"
 #include "cpu_blas_core.h"
 #include "run/supervise.h"
 #include "util/err.h"
-
-#ifndef BATON_VERSION
-#define BATON_VERSION "0.1.0"
-#endif
 
 typedef struct command {
     const char *name;

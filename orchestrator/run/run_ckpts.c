@@ -10,11 +10,11 @@
 #include "ckpt/ckpt.h"
 #include "run_ctx.h"
 
-/* The recipe's name as the stages' specs carry it (recipe_resolve_stage): what the
+/* (run_ctx.h) The recipe's name as the stages' specs carry it (recipe_resolve_stage): what the
  * workers' manifests record. Only the run's own checkpoints/ is looked at here, whose
  * checkpoints are all the run's (ckpt_same_run, whatever run id they record), so the
  * recipe's name and the stage's index decide, as they do for the worker there. */
-static const char *run_recipe_name(const run_ctx *c) {
+const char *run_recipe_name(const run_ctx *c) {
     return c->doc->recipe->name ? c->doc->recipe->name : "";
 }
 
@@ -93,6 +93,7 @@ void run_ckpt_note_record(run_ctx *c, const Baton__JournalRecord *r) {
         strlen(r->detail) < sizeof c->journaled[k].name) {
         snprintf(c->journaled[k].name, sizeof c->journaled[k].name, "%s", r->detail);
         c->journaled[k].step = r->step;
+        c->journaled[k].attempt = r->has_attempt ? (long)r->attempt : -1;
         if (r->step >= c->journaled[k].past) c->journaled[k].past = r->step + 1;
     } else if (r->kind == BATON__JOURNAL_RECORD__KIND__ROLLBACK && r->has_step) {
         /* those from the first spiking step on are in rolled-back/: saved again, they are

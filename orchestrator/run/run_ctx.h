@@ -64,13 +64,16 @@ typedef struct run_ctx {
         /* past the newest step journaled committed, less what rollbacks set aside: the
          * stage's checkpoints from this step on are not in the journal yet */
         uint64_t past;
+        long attempt; /* the record's attempt (-1: none): whose spec it was saved under */
     } journaled[RUN_MAX_STAGES];
     /* per stage, where its data ended (run_data.c): final, read from its final checkpoint
      * as the stage was found finished, for its STAGE_COMPLETED record; done, the newest
-     * such record's (data_end), what later stages over the same data start from */
+     * such record's (data_end), what later stages over the same data start from; old_step,
+     * the step of such a record without it (an older baton's), whose final checkpoint
+     * tells instead; said, that neither did (said once) */
     struct {
-        uint64_t final, done;
-        int has_final, has_done;
+        uint64_t final, done, old_step;
+        int has_final, has_done, has_old, said;
     } data_end[RUN_MAX_STAGES];
     int no_channel_said; /* the warning that rank 0 never connected, once per baton run */
     /* the metrics log found still locked after the wait (run_metrics.c): not waited again */
@@ -98,7 +101,7 @@ int run_journal(run_ctx *c, Baton__JournalRecord__Kind kind, uint32_t stage,
 int run_skip_parse(const char *text, uint64_t *from, uint64_t *to);
 /* -1 when RUN_MAX_SKIPS windows are already held. */
 int run_skip_add(run_ctx *c, uint32_t stage, uint64_t from, uint64_t to);
-int run_skip_apply(const run_ctx *c, uint32_t stage, Baton__StageSpec *s);
+int run_skip_apply(run_ctx *c, uint32_t stage, Baton__StageSpec *s);
 uint32_t run_rollbacks(const run_ctx *c, uint32_t stage);
 int run_rollback(run_ctx *c, uint32_t stage, uint32_t attempt);
 
@@ -114,8 +117,10 @@ void run_data_end_fill(run_ctx *c, Baton__JournalRecord__Kind kind, uint32_t sta
 void run_data_note_record(run_ctx *c, const Baton__JournalRecord *r);
 /* Stage's start_sample in its spec s: after where the earlier stages over the same data
  * ended, as their STAGE_COMPLETED records say (a recipe edited since they completed no
- * longer tells), else by the recipe plus the windows their rollbacks skipped. */
-int run_data_start(const run_ctx *c, uint32_t stage, Baton__StageSpec *s);
+ * longer tells), or, for a record of an older baton without it, their final checkpoints'
+ * manifests; else by the recipe plus the windows their rollbacks skipped (said once, where
+ * the record did not say and the checkpoint is gone). */
+int run_data_start(run_ctx *c, uint32_t stage, Baton__StageSpec *s);
 
 /* run_slurm.c: the attempt as an srun step (lo's argv, ranks, output); the failed task
  * and its node for the journal; lost hosts excluded. */
@@ -165,6 +170,8 @@ void run_metrics_take(run_ctx *c, uint32_t stage, uint32_t attempt, int before,
 int run_resume_check(run_ctx *c);
 
 /* run_ckpts.c */
+/* The recipe's name as the stages' specs, and so the workers' manifests, carry it. */
+const char *run_recipe_name(const run_ctx *c);
 /* Notes a journal record (read back or appended) in c->journaled (and c->data_end:
  * run_data_note_record). */
 void run_ckpt_note_record(run_ctx *c, const Baton__JournalRecord *r);

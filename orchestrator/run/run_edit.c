@@ -64,15 +64,30 @@ static void edit_spec_attempts(const char *run_dir, size_t n, long *best) {
     if (d) closedir(d);
 }
 
-static char *edit_spec_name(const char *run_dir, size_t i, long attempt) {
-    char path[4300], *buf = NULL, *name = NULL;
+Baton__StageSpec *run_edit_spec(const char *run_dir, size_t i, long attempt, char *file,
+                                size_t cap) {
+    char *buf = NULL;
     size_t len = 0;
-    snprintf(path, sizeof path, "%s/specs/s%02zu-a%02ld.pb", run_dir, i, attempt);
+    if (attempt < 0 && i < RUN_MAX_STAGES) {
+        long best[RUN_MAX_STAGES];
+        edit_spec_attempts(run_dir, i + 1, best);
+        attempt = best[i];
+    }
+    if (attempt < 0) return NULL;
+    snprintf(file, cap, "specs/s%02zu-a%02ld.pb", i, attempt);
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", run_dir, file);
     if (bt_read_private(path, EDIT_SPEC_MAX, 0, &buf, &len) != 0) return NULL;
     Baton__StageSpec *s = baton__stage_spec__unpack(NULL, len, (const uint8_t *)buf);
+    free(buf);
+    return s;
+}
+
+static char *edit_spec_name(const char *run_dir, size_t i, long attempt) {
+    char file[64], *name = NULL;
+    Baton__StageSpec *s = run_edit_spec(run_dir, i, attempt, file, sizeof file);
     if (s && s->stage && s->stage->name) name = strdup(s->stage->name);
     if (s) baton__stage_spec__free_unpacked(s, NULL);
-    free(buf);
     return name;
 }
 

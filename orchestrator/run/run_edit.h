@@ -27,6 +27,11 @@ void run_edit_work_text(const recipe_doc *doc, const run_state *st, char *out, s
  * newest attempt's spec (RUN_DIR/specs/sNN-aMM.pb) says: names[i] NULL where none does.
  * Free with run_edit_names_free. */
 void run_edit_names(const char *run_dir, size_t n, char **names);
+/* The spec stage i's attempt ran under (RUN_DIR/specs/sNN-aMM.pb; attempt -1: the newest
+ * attempt's), its name in the run directory into file; NULL when there is none or it
+ * cannot be read. Free with baton__stage_spec__free_unpacked. */
+Baton__StageSpec *run_edit_spec(const char *run_dir, size_t i, long attempt, char *file,
+                                size_t cap);
 void run_edit_names_free(char **names, size_t n);
 /* Whether the recipe's stages were removed, inserted or reordered among the run's n_rec
  * stages (rec: their names, run_edit_names): 1 with what changed at the first such

@@ -3,7 +3,8 @@
  * (run_ctx.h run_resume_check): what the workers would refuse only once started — a
  * stage's steps below its checkpoint's step, another model shape, a seed, seq_len or
  * mixture weight under which the checkpoint's data position indexes other samples
- * (ckpt_resume.h) — is refused at once, exit 2, nothing journaled, and said with what
+ * (ckpt_resume.h; for a checkpoint that does not record the weights, those of the spec it
+ * was saved under) — is refused at once, exit 2, nothing journaled, and said with what
  * changed and the way on. */
 #include <stdio.h>
 #include <string.h>
@@ -72,17 +73,52 @@ static int resume_check_model(const run_ctx *c, const Baton__StageSpec *s, const
     return BT_EINVAL;
 }
 
-static int resume_check_order(const run_ctx *c, const Baton__StageSpec *s, const Baton__Manifest *m,
+/* A mixture's weights that checkpoint m (name) does not record, from a baton before it
+ * did: taken into m from the spec of the attempt that saved it (the journal's record of
+ * its commit, else the stage's newest attempt), which the stage ran under; where they
+ * came from into from ("" when not taken). */
+static void resume_spec_weights(const run_ctx *c, const Baton__StageSpec *s, Baton__Manifest *m,
+                                const char *name, char *from, size_t cap) {
+    from[0] = '\0';
+    const Baton__Data *now = s->data;
+    if (now == NULL || now->n_mix < 2 || m->n_data != now->n_mix) return;
+    size_t missing = 0, k = s->stage_index;
+    for (size_t i = 0; i < m->n_data; i++)
+        missing += !m->data[i]->has_weight;
+    if (missing == 0 || k >= RUN_MAX_STAGES) return;
+    const char *base = strrchr(name, '/');
+    long attempt =
+        strcmp(base ? base + 1 : name, c->journaled[k].name) == 0 ? c->journaled[k].attempt : -1;
+    char file[64];
+    Baton__StageSpec *was = run_edit_spec(c->dir->path, k, attempt, file, sizeof file);
+    const Baton__Data *d = was ? was->data : NULL;
+    int ok = d != NULL && d->n_mix == m->n_data;
+    for (size_t i = 0; ok && i < m->n_data; i++)
+        ok = d->mix[i]->weight > 0 && d->mix[i]->path && m->data[i]->path &&
+             strcmp(d->mix[i]->path, m->data[i]->path) == 0;
+    for (size_t i = 0; ok && i < m->n_data; i++)
+        if (!m->data[i]->has_weight)
+            m->data[i]->has_weight = 1, m->data[i]->weight = d->mix[i]->weight;
+    if (ok)
+        snprintf(from, cap,
+                 " (the checkpoint, saved by a baton that did not record them, ran under the "
+                 "weights of %s)",
+                 file);
+    if (was) baton__stage_spec__free_unpacked(was, NULL);
+}
+
+static int resume_check_order(const run_ctx *c, const Baton__StageSpec *s, Baton__Manifest *m,
                               const char *name) {
-    char why[600];
+    char why[600], from[160];
+    resume_spec_weights(c, s, m, name, from, sizeof from);
     if (!ckpt_resume_order_diff(m, s, why, sizeof why)) return 0;
     run_err(c,
             "stage \"%s\" cannot resume from its checkpoint %s: %s in %s/recipe.yaml since it "
-            "was saved, so its data position (sample %llu) would index other samples (some "
+            "was saved%s, so its data position (sample %llu) would index other samples (some "
             "read twice, others never). Put the old value back to continue the stage, or "
             "change it from a new stage on (set this stage's steps to %llu, the checkpoint's, "
             "and add one after it); nothing was started\n",
-            s->stage->name, name, why, c->dir->path, (unsigned long long)m->data_position,
+            s->stage->name, name, why, c->dir->path, from, (unsigned long long)m->data_position,
             (unsigned long long)m->step);
     return BT_EINVAL;
 }

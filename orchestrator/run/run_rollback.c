@@ -33,7 +33,7 @@ uint32_t run_rollbacks(const run_ctx *c, uint32_t stage) {
 
 /* The stage's skipped windows into its StageSpec, and its start after earlier stages
  * (run_data_start: where they ended, their rollbacks' windows included). */
-int run_skip_apply(const run_ctx *c, uint32_t stage, Baton__StageSpec *s) {
+int run_skip_apply(run_ctx *c, uint32_t stage, Baton__StageSpec *s) {
     int rc = run_data_start(c, stage, s);
     uint32_t n = run_rollbacks(c, stage);
     if (rc != 0 || n == 0) return rc;

@@ -12,6 +12,8 @@
  *   ckpt_edit DIR --drop-data         no training data counts and no sample_order (a
  *                                     checkpoint from before they were kept: a mixture
  *                                     resumes in the order by slot, worker/data/loader.h)
+ *   ckpt_edit DIR --drop-weights      no data.mix weights (a checkpoint from before they were
+ *                                     kept: a resume under other weights goes by the spec)
  *   ckpt_edit DIR --drop-run-id       no run id (a checkpoint from before manifests recorded
  *                                     the run that saved it: ckpt_same_run)
  *   ckpt_edit DIR --drop-checksum     manifest.pb without its own CRC32C (a checkpoint from
@@ -33,6 +35,7 @@ static int usage(void) {
                     "       ckpt_edit DIR --drop-fp8 TEXT\n"
                     "       ckpt_edit DIR --drop-seq-len\n"
                     "       ckpt_edit DIR --drop-data\n"
+                    "       ckpt_edit DIR --drop-weights\n"
                     "       ckpt_edit DIR --drop-run-id\n"
                     "       ckpt_edit DIR --drop-checksum\n"
                     "       ckpt_edit DIR --set-format N\n");
@@ -109,9 +112,11 @@ int main(int argc, char **argv) {
     int no_len = argc == 3 && strcmp(argv[2], "--drop-seq-len") == 0;
     int no_data = argc == 3 && strcmp(argv[2], "--drop-data") == 0;
     int no_run = argc == 3 && strcmp(argv[2], "--drop-run-id") == 0;
+    int no_weights = argc == 3 && strcmp(argv[2], "--drop-weights") == 0;
     int no_crc = argc == 3 && strcmp(argv[2], "--drop-checksum") == 0;
     int set_fmt = argc == 4 && strcmp(argv[2], "--set-format") == 0;
-    if (!fmt1 && !drop && !no_len && !no_data && !no_run && !no_crc && !set_fmt) return usage();
+    if (!fmt1 && !drop && !no_len && !no_data && !no_run && !no_weights && !no_crc && !set_fmt)
+        return usage();
     const char *dir = argv[1];
     bt_diag diag = {0};
     Baton__Manifest *m = NULL;
@@ -120,6 +125,8 @@ int main(int argc, char **argv) {
     if (rc == 0 && fmt1) rc = to_format_1(dir, m, &diag);
     if (rc == 0 && no_len) m->has_seq_len = 0, m->seq_len = 0;
     if (rc == 0 && no_run) free(m->run_id), m->run_id = NULL;
+    for (size_t i = 0; rc == 0 && no_weights && i < m->n_data; i++)
+        m->data[i]->has_weight = 0, m->data[i]->weight = 0;
     if (rc == 0 && no_data) {
         for (size_t i = 0; i < m->n_data; i++)
             baton__data_counts__free_unpacked(m->data[i], NULL);

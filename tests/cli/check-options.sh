@@ -84,7 +84,7 @@ for c in "${cmds[@]}" worker; do
   args=("${prog[@]}")
   [[ $c == submit ]] && args+=("$small" --dry-run --run-dir=sub)
   for o in $opts; do
-    [[ $o == --help || ($c == submit && ($o == --dry-run || $o == --run-dir)) ]] && continue
+    [[ $o == --help || $o == --version || ($c == submit && ($o == --dry-run || $o == --run-dir)) ]] && continue
     out=$("${prog[@]}" "$o=x" 2>&1)
     tried=$((tried + 1))
     if grep -Eq "(unknown|unexpected)[^']*'$o=x'" <<<"$out"; then

@@ -567,6 +567,7 @@ static int ack_accept(int l, control_client *c, double s) {
 /* Frames read from a connection, by kind. */
 typedef struct ack_count {
     unsigned hello, heartbeat, metrics, other;
+    double beat_last, beat_gap; /* when the last heartbeat came; the longest gap before one */
 } ack_count;
 
 /* Counts the whole frames at buf[0..*len), keeping the rest at its start. */
@@ -601,7 +602,12 @@ static void ack_read(int fd, double s, ack_count *k) {
         ssize_t got = recv(fd, buf + len, sizeof buf - len, 0);
         if (got <= 0) break;
         len += (size_t)got;
+        unsigned beats = k->heartbeat;
         ack_decode(buf, &len, k);
+        double now = bt_clock_now();
+        if (k->heartbeat > beats && k->beat_last > 0 && now - k->beat_last > k->beat_gap)
+            k->beat_gap = now - k->beat_last;
+        if (k->heartbeat > beats) k->beat_last = now;
     }
 }
 
@@ -860,7 +866,58 @@ static void ack_expiry_close(void) {
           "closing took %.2f s, ending %.2f s after the connect (want the 1 s limit)", took, since);
     CHECK(!strstr(said, "may not have been delivered"), "close said: %s", said);
     pthread_join(th, NULL);
-    CHECK(s.k.hello == 1 && s.k.heartbeat == 5, "%u Hello, %u of 5 heartbeats arrived", s.k.hello,
+    CHECK(s.k.hello == 1 && s.k.heartbeat >= 5, /* and the last repeated while close waited */
+          "%u Hello, %u of 5 heartbeats arrived", s.k.hello, s.k.heartbeat);
+    close(s.l);
+}
+
+/* A worker closing 0.1 s after it connected to a baton run that never acknowledges (the
+ * HelloAck's 60 s limit): close waits for it CONTROL_CLIENT_CLOSE_ACK_S after the connect, not
+ * CONTROL_CLIENT_CLOSE_WAIT_S, its last heartbeat repeated meanwhile (an older baton run kills
+ * a rank silent for heartbeat_timeout), and says nothing: everything was sent. A connection
+ * older than that closes at once. */
+static void ack_close_beats(void) {
+    char address[64], said[8192];
+    ack_silent s = {.l = ack_listen(address, sizeof address)};
+    pthread_t th;
+    CHECK(s.l >= 0 && pthread_create(&th, NULL, ack_silent_serve, &s) == 0, "listen, thread");
+    bt_diag d;
+    bt_diag_init(&d);
+    control_client c;
+    CHECK(control_client_open(&c, address, "s3cret", 0, 1, 0, NULL, &d) == 0, "%s", d.msg);
+    control_client_heartbeat(&c, BATON__HEARTBEAT__PHASE__DONE, 7);
+    sleep_s(0.1);
+    double connected = c.connected_at;
+    int saved, fd = stderr_to_file(&saved);
+    control_client_close(&c);
+    double closed = bt_clock_now(), since = closed - connected;
+    stderr_back(fd, saved, said, sizeof said);
+    pthread_join(th, NULL);
+    CHECK(since >= CONTROL_CLIENT_CLOSE_ACK_S && since < CONTROL_CLIENT_CLOSE_ACK_S + 1.5,
+          "closing ended %.2f s after the connect (want %g s)", since, CONTROL_CLIENT_CLOSE_ACK_S);
+    CHECK(s.k.heartbeat >= 4 && s.k.beat_gap < 1.0 && closed - s.k.beat_last < 1.0,
+          "while close waited, %u heartbeat(s), the longest gap %.2f s, the last %.2f s before "
+          "the end",
+          s.k.heartbeat, s.k.beat_gap, closed - s.k.beat_last);
+    CHECK(said[0] == '\0', "close said: %s", said);
+    close(s.l);
+    /* a connection open longer than the HelloAck is waited for at close */
+    s = (ack_silent){.l = ack_listen(address, sizeof address)};
+    CHECK(s.l >= 0 && pthread_create(&th, NULL, ack_silent_serve, &s) == 0, "listen, thread");
+    CHECK(control_client_open(&c, address, "s3cret", 0, 1, 0, NULL, &d) == 0, "%s", d.msg);
+    control_client_heartbeat(&c, BATON__HEARTBEAT__PHASE__TRAIN, 1);
+    sleep_s(CONTROL_CLIENT_CLOSE_ACK_S + 0.1);
+    control_client_heartbeat(&c, BATON__HEARTBEAT__PHASE__DONE, 2);
+    double t0 = bt_clock_now();
+    fd = stderr_to_file(&saved);
+    control_client_close(&c);
+    double took = bt_clock_now() - t0;
+    stderr_back(fd, saved, said, sizeof said);
+    pthread_join(th, NULL);
+    CHECK(took < 0.5, "closing a connection open %g s took %.2f s",
+          CONTROL_CLIENT_CLOSE_ACK_S + 0.1, took);
+    CHECK(said[0] == '\0', "close said: %s", said);
+    CHECK(s.k.hello == 1 && s.k.heartbeat == 2, "%u Hello, %u of 2 heartbeats arrived", s.k.hello,
           s.k.heartbeat);
     close(s.l);
 }
@@ -927,6 +984,7 @@ int ack(void) {
     ack_gone();
     ack_expiry_kept();
     ack_expiry_close();
+    ack_close_beats();
     ack_open_interrupted();
     printf("control ack: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
     return failures ? 1 : 0;

@@ -6,6 +6,10 @@
 #                       journal's record of b's completion, = b's final checkpoint's
 #                       next_sample), not where the edited recipe would put it; the
 #                       STAGE_COMPLETED records carry that end.
+#   edit-data-end-old   the same, the run's stages completed under a baton older than
+#                       that record (its data_end taken out of the journal): the end is
+#                       read from b's final checkpoint; with that checkpoint gone, from the
+#                       recipe, said.
 #   edit-status-moved   stages removed, inserted or reordered (which resume refuses):
 #                       status says so, text and --json, and shows the run's stages under
 #                       the names they trained with, never one stage's history under
@@ -60,6 +64,22 @@ edit-data-end)
   [[ $c_end == $((end + 8)) && $(started low 3) == "$c_end" ]] ||
     { grep started low/logs/s03-a00.log; fail "d did not start at c's end $c_end"; }
   echo "$case: an appended stage starts where the run's data ended ($end), whatever the edits"
+  ;;
+edit-data-end-old)
+  "$baton" run ed.yaml --run-dir r1 --quiet >run.out 2>&1 || { cat run.out; fail "the run failed"; }
+  end=$(next_sample r1/checkpoints/s01-step00000006)
+  journal_drop_data_end r1
+  # b's steps lowered after it completed: c starts where b's final checkpoint says it ended
+  edited_resume low 's/{name: b, steps: 6}/{name: b, steps: 4}/'
+  [[ $(started low 2) == "$end" ]] || { grep started low/logs/s02-a00.log; fail "c did not start at b's end $end (its final checkpoint's) after b's steps were lowered"; }
+  ! grep -q "completed under an older baton" low.out || { cat low.out; fail "the end was read, but said taken from the recipe"; }
+  # b's final checkpoint gone too: the recipe's end (a 4 + b 4 steps of 4), said
+  rm -rf r1/checkpoints/s01-step00000006
+  edited_resume gone 's/{name: b, steps: 6}/{name: b, steps: 4}/'
+  [[ $(started gone 2) == 32 ]] || { grep started gone/logs/s02-a00.log; fail "c did not start at the recipe's end of b (32)"; }
+  grep -q 'stage "b" completed under an older baton, which did not journal where its data ended, and its final checkpoint checkpoints/s01-step00000006 is gone: stage "c" starts at global sample 32' gone.out ||
+    { cat gone.out; fail "the recipe's end taken without a word"; }
+  echo "$case: without the journal's data end, b's final checkpoint tells ($end); without it, the recipe, said"
   ;;
 edit-status-moved)
   "$baton" run ed.yaml --run-dir r1 --quiet >run.out 2>&1 || { cat run.out; fail "the run failed"; }

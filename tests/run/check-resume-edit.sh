@@ -15,7 +15,8 @@
 #                     mid-stage: refused before any worker starts (exit 2, naming the field
 #                     and its old and new values), nothing journaled; the worker refuses
 #                     them too (a spec written by hand, as its own check), and its manifests
-#                     record the mixture weights; at a stage boundary (a stopped in a, b's
+#                     record the mixture weights (a checkpoint without them: those of the
+#                     spec it was saved under); at a stage boundary (a stopped in a, b's
 #                     seq_len changed) the resume goes on.
 #   edit-model-shape  model.dim changed mid-stage: refused before any worker starts (exit
 #                     2, naming model.dim 64 -> 96), nothing journaled, no word of damage;
@@ -118,6 +119,7 @@ edit-steps-below)
   [[ $(stop_step) == "$k" ]] || fail "b went on past its checkpoint's step $k"
   ;;
 edit-data-keys)
+  ckpt_edit=$(dirname "$baton")/../tests/ckpt_edit
   stopped_run "" 1 6
   cp -a r1 rs
   sed -i 's/^seed: 3$/seed: 4/' rs/recipe.yaml
@@ -148,6 +150,18 @@ edit-data-keys)
   set -e
   [[ $rc == 2 ]] && grep -q "cannot resume: data.mix weight of data/fortunes_train 3 -> 1" worker.out ||
     { tail -3 worker.out; fail "the worker resumed a under other weights: exit $rc"; }
+  # checkpoints of an older baton, which recorded no weights: those of the spec the stage
+  # was saved under (specs/s00-a00.pb) are compared; the same shares, scaled, go on
+  cp -a r1 ro
+  for c in ro/checkpoints/s00-step*; do "$ckpt_edit" "$c" --drop-weights; done
+  "$baton" ckpt inspect ro --json | /usr/bin/python3 -c '
+import json, sys
+assert all("weight" not in d for d in json.load(sys.stdin)["data"])' || fail "ckpt_edit --drop-weights left a weight"
+  cp -a ro rsc
+  sed -i 's/weight: 3}/weight: 1}/' ro/recipe.yaml
+  refused ro "data.mix weight of data/fortunes_train 3 -> 1 \(its share 0.75 -> 0.5\) in .*/ro/recipe.yaml since it was saved \(the checkpoint, saved by a baton that did not record them, ran under the weights of specs/s00-a00.pb\)"
+  sed -i 's/weight: 3}/weight: 6}/; s/weight: 1}/weight: 2}/' rsc/recipe.yaml
+  resumes rsc
   sed -i 's/weight: 3}/weight: 6}/; s/weight: 1}/weight: 2}/' r1/recipe.yaml
   sed -i 's/{name: b, steps: 20}/{name: b, steps: 20, seq_len: 32}/' r1/recipe.yaml
   resumes r1

@@ -641,8 +641,11 @@ assert [s["state"] for s in st] == ["done", "stopped", "pending"], st
 assert st[2]["loss"] is None and st[2]["tokens_per_s"] is None, st[2]' ||
     fail "status before the resume"
   "$baton" status r1 | grep -Eq "^  fp8 +pending +0/12 +- +- " || { "$baton" status r1; fail "an unknown loss is not -"; }
-  "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "resume failed"; }
+  "$baton" resume r1 >resume.out 2>&1 || { cat resume.out; fail "resume failed"; }
   [[ $(ls r1/logs/s01-a*.log | wc -l) == 2 ]] || fail "stage extend was not resumed by a second attempt"
+  # the attempt with no step left says where it started before its closing validation
+  grep -E '^\[extend\] (started from|valid loss)' resume.out | head -n 1 | grep -q "started from" ||
+    { grep -E '^\[extend\]' resume.out; fail "the resumed attempt's validation came before its 'started from'"; }
   ! grep -q "step *16/16" r1/logs/s01-a01.log || fail "the resumed attempt trained step 16 again"
   logged=$(sed -En 's/^\[0\] step +16\/16 +loss ([0-9.]+) .* ([0-9]+) tok\/s .*/\1 \2/p' r1/logs/s01-a00.log)
   [[ -n $logged ]] || fail "no step 16 in the first attempt's log"

@@ -383,7 +383,7 @@ int control_client_open(control_client *c, const char *address, const char *toke
     c->fd = -1, c->rank = rank, c->stop = 0, c->in_len = 0, c->stop_reason[0] = '\0';
     c->out = NULL, c->out_head = 0, c->out_len = 0, c->out_cap = 0, c->dropped = 0;
     c->acked = 0, c->ack_assumed = 0, c->tries = 0, c->redial = 0, c->retry_at = 0;
-    c->gone = 0;
+    c->gone = 0, c->beat_phase = -1, c->beat_step = 0;
     c->connecting = 0, c->connect_by = 0, c->connected_at = 0, c->peer_len = 0;
     const char *w = getenv("BATON_TEST_ACK_WAIT_S"); /* tests only (control_client.h) */
     c->ack_wait_s = w && atof(w) > 0 ? atof(w) : CONTROL_CLIENT_ACK_WAIT_S;
@@ -410,6 +410,7 @@ void control_client_heartbeat(control_client *c, Baton__Heartbeat__Phase phase, 
     h.has_phase = 1, h.phase = phase;
     Baton__Envelope env = BATON__ENVELOPE__INIT;
     env.body_case = BATON__ENVELOPE__BODY_HEARTBEAT, env.heartbeat = &h;
+    c->beat_phase = (int)phase, c->beat_step = step;
     control_send(c, &env);
 }
 
@@ -474,15 +475,19 @@ int control_client_poll(control_client *c) {
     return c->stop;
 }
 
+/* When close stops waiting for the HelloAck on the connection up now, everything sent. */
+static double control_close_ack_by(const control_client *c) {
+    double s =
+        c->ack_wait_s < CONTROL_CLIENT_CLOSE_ACK_S ? c->ack_wait_s : CONTROL_CLIENT_CLOSE_ACK_S;
+    return c->connected_at + s;
+}
+
 /* Waits at most left seconds for what close waits on: a backoff's end, a connect, the
  * socket taking more, the HelloAck (or the connection closing before it). */
 static void control_close_wait(control_client *c, double left) {
     double wait = c->redial ? c->retry_at - bt_clock_now() : left;
     wait = c->connecting && c->connect_by - bt_clock_now() < wait ? c->connect_by - bt_clock_now()
                                                                   : wait;
-    /* an old baton's silence: not waited for past the HelloAck's limit */
-    if (control_up(c) && !c->acked && control_ack_by(c) - bt_clock_now() < wait)
-        wait = control_ack_by(c) - bt_clock_now();
     wait = wait < left ? wait : left;
     int ms = wait > 0 ? (int)(wait * 1000) + 1 : 0;
     if (c->redial) {
@@ -495,26 +500,52 @@ static void control_close_wait(control_client *c, double left) {
 }
 
 /* Whether close has more to wait for: the outbox not all sent, or (a connection dropped
- * unread loses all it was sent) no HelloAck yet. */
-static int control_close_owed(const control_client *c) {
-    return control_client_live(c) && (control_pending(c) > 0 || !c->acked);
+ * unread loses all it was sent) no HelloAck yet: on a connection up, until
+ * control_close_ack_by; one being made again, all it will be sent. */
+static int control_close_owed(const control_client *c, double now) {
+    if (!control_client_live(c)) return 0;
+    if (control_pending(c) > 0) return 1;
+    return !c->acked && (!control_up(c) || now < control_close_ack_by(c));
+}
+
+/* Whether close waits for the HelloAck alone: on a connection up, everything sent. */
+static int control_close_acking(const control_client *c) {
+    return control_up(c) && !c->acked && control_pending(c) == 0;
+}
+
+/* How long close waits now, at most left: while it waits for the HelloAck alone, no later
+ * than control_close_ack_by, and the last heartbeat sent again every
+ * CONTROL_CLIENT_CLOSE_BEAT_S (*beat_at) meanwhile, that a baton run older than this worker,
+ * which never acknowledges, hears the rank alive. */
+static double control_close_beat(control_client *c, double now, double left, double *beat_at) {
+    if (!control_close_acking(c)) return left;
+    if (now >= *beat_at) {
+        if (c->beat_phase >= 0)
+            control_client_heartbeat(c, (Baton__Heartbeat__Phase)c->beat_phase, c->beat_step);
+        *beat_at = now + CONTROL_CLIENT_CLOSE_BEAT_S;
+    }
+    double by = control_close_ack_by(c) - now;
+    left = by < left ? by : left;
+    return *beat_at - now < left ? *beat_at - now : left;
 }
 
 void control_client_close(control_client *c) {
-    double end = bt_clock_now() + CONTROL_CLIENT_CLOSE_WAIT_S, left;
+    double now = bt_clock_now(), end = now + CONTROL_CLIENT_CLOSE_WAIT_S;
+    double beat_at = now + CONTROL_CLIENT_CLOSE_BEAT_S;
     for (;;) {
         control_redial(c);
         if (c->fd >= 0) control_flush(c); /* before the HelloAck, reads too */
-        left = end - bt_clock_now();
-        if (left <= 0 || !control_close_owed(c)) break;
-        control_close_wait(c, left);
+        now = bt_clock_now();
+        if (now >= end || !control_close_owed(c, now)) break;
+        control_close_wait(c, control_close_beat(c, now, end - now, &beat_at));
     }
-    if (control_close_owed(c))
+    /* what waits in the outbox (all of it when the connection is being made again) */
+    if (control_client_live(c) && control_pending(c) > 0)
         fprintf(stderr,
                 "baton-worker: rank %u: control messages may not have been delivered: %zu bytes "
                 "not sent%s within %d s\n",
                 c->rank, control_pending(c),
-                c->acked ? "" : ", the Hello not acknowledged by baton run",
+                control_up(c) ? "" : ", the connection lost and not made again",
                 CONTROL_CLIENT_CLOSE_WAIT_S);
     if (c->dropped > 0)
         fprintf(stderr, "baton-worker: rank %u: %u control messages were dropped (outbox full)\n",

@@ -50,6 +50,11 @@
 #define CONTROL_CLIENT_ACK_WAIT_S 60
 /* Connecting, or the HelloAck awaited: seconds between polls (control_client_due). */
 #define CONTROL_CLIENT_CHECK_S 0.01
+/* At close, everything sent on a connection still open: the HelloAck waited for no later than
+ * this long after its connect (a baton run that reads acknowledges at once; an older one never
+ * does), the last heartbeat repeated every CONTROL_CLIENT_CLOSE_BEAT_S meanwhile. */
+#define CONTROL_CLIENT_CLOSE_ACK_S  3.0
+#define CONTROL_CLIENT_CLOSE_BEAT_S 0.5
 
 typedef struct control_client {
     int fd;        /* -1: no channel */
@@ -70,9 +75,11 @@ typedef struct control_client {
     double retry_at;
     int connecting; /* fd's connect (again) goes on, until connect_by at most */
     double connect_by;
-    double connected_at;          /* when fd's connection was made */
-    int ack_assumed;              /* acked: by an old baton's silence (control_client.h above) */
-    double ack_wait_s;            /* CONTROL_CLIENT_ACK_WAIT_S, or the test's */
+    double connected_at; /* when fd's connection was made */
+    int ack_assumed;     /* acked: by an old baton's silence (control_client.h above) */
+    double ack_wait_s;   /* CONTROL_CLIENT_ACK_WAIT_S, or the test's */
+    int beat_phase;      /* the last heartbeat's (-1: none yet), repeated at close */
+    uint64_t beat_step;
     char address[300];            /* "host:port", as given */
     struct sockaddr_storage peer; /* what it resolved to at open, for connecting again */
     socklen_t peer_len;
@@ -106,10 +113,12 @@ double control_client_due(const control_client *c, double now);
 int control_client_poll(control_client *c);
 
 /* Sends what waits in the outbox and, before the HelloAck, waits for it (connecting again
- * if the connection is dropped meanwhile; on one open connection, no longer than
- * CONTROL_CLIENT_ACK_WAIT_S after its connect), at most CONTROL_CLIENT_CLOSE_WAIT_S in all,
- * then closes the channel: a worker that ends right after its Fatal, Checkpoint or DONE does not
- * lose them to a connection dropped unread. */
+ * if the connection is dropped meanwhile; on one open connection with everything sent, no
+ * later than CONTROL_CLIENT_CLOSE_ACK_S after its connect, repeating the last heartbeat
+ * meanwhile, so that a baton run older than this worker, which never acknowledges, does not
+ * take the wait for a hang), at most CONTROL_CLIENT_CLOSE_WAIT_S in all, then closes the
+ * channel: a worker that ends right after its Fatal, Checkpoint or DONE does not lose them to
+ * a connection dropped unread. Says on stderr what was not sent, if anything. */
 void control_client_close(control_client *c);
 
 #endif

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "baton_version.h" /* BATON_VERSION (cmake/baton_version.cmake) */
 #include "comm_shm.h"
 #include "cpu_blas_core.h"
 #include "cpu_threads.h"
@@ -61,7 +62,8 @@ static void worker_usage(FILE *f) {
     fprintf(f, "usage: baton-worker --spec FILE [--single-process] [--steps N] [--log-every N]\n"
                "                    [--eval-windows N] [--valid PREFIX] [--comm-timeout S]\n"
                "                    [--dump-params FILE] [--run-dir DIR] [--init CKPT]\n"
-               "                    [--save-every N] [--async-save]\n\n"
+               "                    [--save-every N] [--async-save]\n"
+               "       baton-worker --version\n\n"
                "Trains one stage described by a binary StageSpec (see 'baton spec --out').\n\n"
                "  --spec FILE          the StageSpec to run\n"
                "  --single-process     run the stage's layout as one process: tp, pp, cp, dp\n"
@@ -173,6 +175,9 @@ static int worker_parse(int argc, char **argv, worker_args *a) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
             worker_usage(stdout);
+            return 1;
+        } else if (strcmp(o, "--version") == 0) {
+            printf("baton-worker %s\n", BATON_VERSION);
             return 1;
         } else if (worker_once(given, o, v) != 0) {
             return -1;
@@ -784,6 +789,9 @@ static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, w
                    "shard file%s opened)\n",
                    init, (unsigned long long)t->step, (unsigned long long)t->first_sample,
                    bt_clock_now() - t0, t->load_files, t->load_files == 1 ? "" : "s");
+        /* out now (stdout is a pipe under baton run, buffered): before the metrics the
+         * channel carries, the closing validation's of an attempt with no step left too */
+        if (rc == 0 && w->info.rank == 0 && !a->quiet) fflush(stdout);
         if (rc == 0 && t->fp8_fresh > 0 && !a->quiet)
             printf("fp8: %s holds no scaling state for %u expert operand(s) here (saved before "
                    "the experts ran fp8): they are calibrated before the next step\n",
@@ -955,10 +963,10 @@ static const bt_argv_opts worker_options = {
     (const char *const[]){"--spec", "--steps", "--log-every", "--eval-windows", "--valid",
                           "--comm-timeout", "--dump-params", "--run-dir", "--init", "--save-every",
                           NULL},
-    (const char *const[]){"--help", "--single-process", "--async-save", NULL}, 0};
+    (const char *const[]){"--help", "--version", "--single-process", "--async-save", NULL}, 0};
 
 /* The command line with "--opt=value" split, parsed into *a; 0 to run, else the exit
- * status (0 after --help). */
+ * status (0 after --help or --version). */
 static int worker_args_read(int argc, char **argv, bt_argv *split, worker_args *a) {
     const char *bad = NULL;
     int rc = bt_argv_split_eq(&worker_options, argc, argv, 1, split, &bad);
