@@ -461,7 +461,10 @@ static int data_prepare(int argc, char **argv) {
         prepare_usage(stdout);
         status = BT_EXIT_OK;
     } else if (pr == 0 && (o.n_inputs == 0 || o.output == NULL)) {
-        fprintf(stderr, "baton data prepare: --input and --output are required\n\n");
+        fprintf(stderr, "baton data prepare: %s required\n\n",
+                o.n_inputs > 0 ? "--output is"
+                : o.output     ? "--input is"
+                               : "--input and --output are");
         prepare_usage(stderr);
     } else if (pr == 0 && cli_output_prefix("data prepare", o.output, "data/fortunes") == 0) {
         bt_diag diag;
@@ -765,7 +768,8 @@ int cmd_data(int argc, char **argv) {
     }
     for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
         if (strcmp(argv[1], subs[i].name) == 0) return subs[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "baton data: unknown subcommand '%s'\n\n", argv[1]);
+    fprintf(stderr, "baton data: unknown %s '%s'\n\n", argv[1][0] == '-' ? "option" : "subcommand",
+            argv[1]);
     data_usage(stderr);
     return BT_EXIT_USAGE;
 }

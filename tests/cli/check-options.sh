@@ -169,7 +169,7 @@ for c in "run" "launch" "ckpt verify" "ckpt"; do
     fail "baton help $c --help: $("$baton" help $c --help 2>&1 | head -n 1)"
 done
 expect 0 "^usage: baton \\[--help\\]" -- "$baton" help --help
-expect 2 "^baton ckpt: unknown command 'bogus'" -- "$baton" help ckpt bogus
+expect 2 "^baton ckpt: unknown subcommand 'bogus'" -- "$baton" help ckpt bogus
 expect 2 "^baton help: one command at a time, not 'x'" -- "$baton" help ckpt verify x
 expect 2 "^baton help: one command at a time, not 'x'" -- "$baton" help run x
 

@@ -33,6 +33,7 @@
 #include "util/argv_eq.h"
 #include "util/clock.h"
 #include "util/file.h"
+#include "util/out_file.h"
 #include "train_ckpt.h"
 #include "worker_control.h"
 #include "worker_cuda.h"
@@ -977,8 +978,9 @@ int main(int argc, char **argv) {
     worker_args a = {0};
     bt_argv split;
     int prc = worker_args_read(argc, argv, &split, &a);
-    if (prc >= 0) {
+    if (prc >= 0) { /* --help (0), or a usage error */
         bt_argv_free(&split);
+        if (prc == 0 && bt_stdout_check("baton-worker") != 0) prc = BT_EXIT_FAILURE;
         return prc;
     }
     bt_diag diag;
