@@ -215,7 +215,7 @@ expect 0 "^usage: baton ckpt pull URL .*--max-time T\\]" -- "$baton" ckpt pull -
   fail "push or pull --help still has '[... S]'"
 expect 2 "^baton ckpt push: --stall-time '1y': expected a duration" -- \
   "$baton" ckpt push ck http://127.0.0.1:9/ --stall-time 1y
-expect 2 "^baton ckpt export: --max-position expects a positive count such as 4096 or 4K" -- \
+expect 2 "^baton ckpt export: --max-position expects a count from 1 to 4294967295, such as 4096 or 4K" -- \
   "$baton" ckpt export ck --out x --max-position 4X
 
 # ---- the run directory ----

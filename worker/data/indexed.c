@@ -210,6 +210,10 @@ static int check_documents(const indexed_dataset *ds, bt_diag *diag) {
 
 int indexed_open(indexed_dataset *ds, const char *prefix, bt_diag *diag) {
     memset(ds, 0, sizeof *ds);
+    if (prefix[0] == '\0') {
+        bt_diag_set(diag, "'': an empty dataset prefix; give PREFIX (PREFIX.bin and PREFIX.idx)");
+        return BT_ENOENT;
+    }
     int rc = BT_ENOMEM;
     ds->idx_path = bt_str_concat(prefix, ".idx");
     ds->bin_path = bt_str_concat(prefix, ".bin");

@@ -229,6 +229,10 @@ static const char *worker_spec_problem(const Baton__StageSpec *s) {
 static Baton__StageSpec *worker_read_spec(const char *path, bt_diag *diag) {
     char *buf = NULL;
     size_t len = 0;
+    if (path[0] == '\0') {
+        bt_diag_set(diag, "--spec '': name the StageSpec file (baton spec --out FILE writes one)");
+        return NULL;
+    }
     if (bt_read_file(path, 64u << 20, &buf, &len) != 0) {
         bt_diag_set(diag, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
