@@ -112,7 +112,8 @@ static void export_usage(FILE *f) {
             "                     longer than a RoPE scaling's original context; else the\n"
             "                     scaling's original context times its factor, for llama3\n"
             "                     twice that (right for Llama 3.1, not 3.2); else, for a\n"
-            "                     checkpoint too old to record its context, %d, with a note)\n"
+            "                     checkpoint too old to record its context, %d, with a\n"
+            "                     note)\n"
             "  --help             show this help\n\n"
             "Exit status: 0 written, 1 cannot write, 2 bad usage or bad checkpoint.\n",
             HF_DEFAULT_MAX_POSITION);

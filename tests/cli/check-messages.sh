@@ -5,7 +5,8 @@
 #  - an empty path or value is quoted as '' and the message says what to give (exit 2),
 #    never a bare ": cannot open";
 #  - ckpt unpack of a directory or of a file that is no archive, ckpt import of a missing
-#    directory or a file: said plainly, exit 2 as their --help promises.
+#    directory or a file: said plainly, exit 2 as their --help promises;
+#  - help texts fit 80 columns.
 #   check-messages.sh BATON BATON_WORKER SOURCE_DIR
 set -u
 baton=$1 worker=$2 src=$3
@@ -78,6 +79,18 @@ expect 2 "^baton ckpt import: '/nonexistent-baton-dir': no such directory$" -- \
 expect 2 "^baton ckpt import: 'r\.yaml': not a directory; give the Hugging Face model's directory \(config\.json and model\.safetensors\)$" -- \
   "$baton" ckpt import r.yaml --out im
 [[ ! -e up && ! -e im ]] || fail "a refused unpack or import left $(ls -d up im 2>/dev/null)"
+
+# ---- help texts: lines of at most 80 columns (run's and submit's are cmd_run.c's),
+# and ckpt inspect --json's field list names run_id, as the README does ----
+for c in resume status plan spec launch eval "ckpt inspect" "ckpt verify" "ckpt reshard" \
+  "ckpt export" "ckpt import" "ckpt pack" "ckpt unpack" "ckpt push" "ckpt pull" \
+  "data prepare" "data passkey" "data inspect" worker; do
+  if [[ $c == worker ]]; then prog=("$worker"); else read -ra prog <<<"$baton $c"; fi
+  wide=$("${prog[@]}" --help | awk 'length($0) > 80 { print length($0) ": " $0 }')
+  [[ -z $wide ]] && ok "$c --help fits 80 columns" || fail "$c --help: ${wide:0:200}"
+done
+"$baton" ckpt inspect --help | grep -q 'skipped_steps, run_id' && ok "ckpt inspect --help names run_id" ||
+  fail "ckpt inspect --help does not name run_id"
 
 if ((failures > 0)); then
   echo "$failures check(s) failed"
