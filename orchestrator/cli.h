@@ -43,9 +43,10 @@ int cli_twice(const char *cmd, const char *opt);
 int cli_no_value(const char *cmd, const char *opt);
 
 /* An --output path prefix (PREFIX.bin, PREFIX_train.idx ...): not empty and not a directory
- * (a trailing '/', a last component "." or ".."), which would make hidden files such as
- * "dir/.bin". Otherwise prints "baton CMD: --output 'OUT' must be a path prefix such as
- * EXAMPLE, not a directory" and returns -1. */
+ * (a trailing '/', a last component "." or "..", which would make hidden files such as
+ * "dir/.bin", or an existing directory, which would put "dir.bin" beside it). Otherwise
+ * says so ("baton CMD: --output 'OUT' ...", suggesting EXAMPLE, e.g. data/fortunes, or
+ * OUT/fortunes) and returns -1. */
 int cli_output_prefix(const char *cmd, const char *output, const char *example);
 
 /* A count as recipes write it (units.h: 8, 128K, 1M; K/M/G/T are powers of two) in

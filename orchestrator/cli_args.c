@@ -1,6 +1,7 @@
 /* Checks the `baton` subcommands share on their arguments (cli.h). */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "units.h"
@@ -31,7 +32,21 @@ static int cli_dot_dir(const char *path) {
 
 int cli_output_prefix(const char *cmd, const char *output, const char *example) {
     size_t n = strlen(output);
-    if (n > 0 && output[n - 1] != '/' && !cli_dot_dir(output)) return 0;
+    struct stat st;
+    if (n == 0) {
+        fprintf(stderr, "baton %s: --output '': name the output's path prefix, such as %s\n", cmd,
+                example);
+        return -1;
+    }
+    int dir = output[n - 1] == '/' || cli_dot_dir(output);
+    if (!dir && stat(output, &st) == 0 && S_ISDIR(st.st_mode)) {
+        fprintf(stderr,
+                "baton %s: --output '%s' is a directory; give a path prefix, the start of the "
+                "files' names, such as '%s/%s'\n",
+                cmd, output, output, strrchr(example, '/') + 1);
+        return -1;
+    }
+    if (!dir) return 0;
     fprintf(stderr, "baton %s: --output '%s' must be a path prefix such as %s, not a directory\n",
             cmd, output, example);
     return -1;

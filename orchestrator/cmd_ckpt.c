@@ -45,7 +45,8 @@ int cmd_ckpt(int argc, char **argv) {
     for (size_t i = 0; i < sizeof ckpt_commands / sizeof ckpt_commands[0]; i++)
         if (strcmp(argv[1], ckpt_commands[i].name) == 0)
             return ckpt_commands[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "baton ckpt: unknown command '%s'\n\n", argv[1]);
+    fprintf(stderr, "baton ckpt: unknown %s '%s'\n\n", argv[1][0] == '-' ? "option" : "subcommand",
+            argv[1]);
     ckpt_usage(stderr);
     return BT_EXIT_USAGE;
 }

@@ -461,7 +461,10 @@ static int data_prepare(int argc, char **argv) {
         prepare_usage(stdout);
         status = BT_EXIT_OK;
     } else if (pr == 0 && (o.n_inputs == 0 || o.output == NULL)) {
-        fprintf(stderr, "baton data prepare: --input and --output are required\n\n");
+        fprintf(stderr, "baton data prepare: %s required\n\n",
+                o.n_inputs > 0 ? "--output is"
+                : o.output     ? "--input is"
+                               : "--input and --output are");
         prepare_usage(stderr);
     } else if (pr == 0 && cli_output_prefix("data prepare", o.output, "data/fortunes") == 0) {
         bt_diag diag;
@@ -482,11 +485,12 @@ static void passkey_usage(FILE *f) {
     fprintf(f,
             "usage: baton data passkey --output PREFIX --n-docs N --length TOKENS [--seed S]\n\n"
             "Writes N synthetic passkey-retrieval documents of exactly TOKENS tokens each\n"
-            "(EOS included) to PREFIX.bin/.idx: filler sentences (\"" PASSKEY_FILLER "\"\n"
-            "repeated), the line \"The pass key is NNNNN. Remember it. NNNNN is the pass key.\"\n"
-            "at a seeded random depth, and at the end \"What is the pass key? The pass key is\n"
-            "NNNNN.\". The answer's 5 digits are always tokens [TOKENS-7, TOKENS-2) of a\n"
-            "document, followed by '.' and EOS. Keys and depths follow from --seed.\n\n"
+            "(EOS included) to PREFIX.bin/.idx: filler sentences (\"The grass is green.\n"
+            "The sky is blue. ...\" repeated), the line \"The pass key is NNNNN. Remember\n"
+            "it. NNNNN is the pass key.\" at a seeded random depth, and at the end \"What is\n"
+            "the pass key? The pass key is NNNNN.\". The answer's 5 digits are always\n"
+            "tokens [TOKENS-7, TOKENS-2) of a document, followed by '.' and EOS. Keys and\n"
+            "depths follow from --seed.\n\n"
             "  --output PREFIX  output path prefix (missing directories are created; a\n"
             "                   trailing .bin or .idx is dropped)\n"
             "  --n-docs N       number of documents, >= 1\n"
@@ -613,7 +617,7 @@ static void inspect_usage(FILE *f) {
                "  --doc N         the document to preview (default 0)\n"
                "  --max-tokens K  preview at most K tokens (default 400)\n"
                "  --help          show this help\n\n"
-               "Exit status: 0 valid, 1 out of memory, 2 bad usage or a missing or corrupt "
+               "Exit status: 0 valid, 1 out of memory, 2 bad usage or a missing or corrupt\n"
                "dataset.\n");
 }
 
@@ -765,7 +769,8 @@ int cmd_data(int argc, char **argv) {
     }
     for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
         if (strcmp(argv[1], subs[i].name) == 0) return subs[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "baton data: unknown subcommand '%s'\n\n", argv[1]);
+    fprintf(stderr, "baton data: unknown %s '%s'\n\n", argv[1][0] == '-' ? "option" : "subcommand",
+            argv[1]);
     data_usage(stderr);
     return BT_EXIT_USAGE;
 }

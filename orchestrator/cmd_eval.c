@@ -84,7 +84,9 @@ static int eval_option(eval_args *a, int k, const char *v, const char **given) {
     uint64_t *count = k == EVAL_SEQ_LEN ? &a->seq_len : &a->num_seqs;
     if (cli_count(v, 1, UINT64_MAX, count) == 0) return 0;
     fprintf(stderr,
-            "baton eval: %s '%s': need an integer >= 1 (K and M: 2^10 and 2^20, as in 8K)\n", o, v);
+            "baton eval: %s '%s': need an integer from 1 to %llu (K and M: 2^10 and 2^20, as "
+            "in 8K)\n",
+            o, v, (unsigned long long)UINT64_MAX);
     return -1;
 }
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -24,7 +25,7 @@ static void launch_usage(FILE *f) {
                "the others: SIGTERM to each rank's process group, SIGKILL after the grace.\n"
                "The ranks' stdin is /dev/null. Set BATON_LAUNCH_DEBUG=1 to trace the PMIx\n"
                "server's callbacks.\n\n"
-               "  -n N                  number of processes (ranks)\n"
+               "  -n N                  number of processes (ranks); also -nN, -n=N, --np N\n"
                "  --nodes K             spread the ranks over K virtual nodes node0..nodeK-1\n"
                "                        (block distribution; default 1), each with its own\n"
                "                        host name, node id, local ranks and local peers;\n"
@@ -43,7 +44,9 @@ static void launch_usage(FILE *f) {
                "status (1 if not in 1..255), 124 on --timeout, 128+SIG when baton launch\n"
                "itself got SIGINT, SIGTERM or SIGHUP, 126 when CMD is not executable, 127 when\n"
                "it is not found or a rank could not be started, 2 for bad usage, 1 when the\n"
-               "launcher itself failed.\n");
+               "launcher itself failed or could not write the ranks' output, 141\n"
+               "(128+SIGPIPE) when its stdout's reader went away (baton launch ... | head):\n"
+               "the ranks are stopped then, as a pipeline ends.\n");
 }
 
 typedef struct launch_args {
@@ -123,6 +126,12 @@ static int launch_parse_args(int argc, char **argv, launch_args *a) {
             break;
         }
         if (argv[i][0] != '-') break;
+        if (strncmp(argv[i], "-n", 2) == 0 && argv[i][2] != '\0') { /* -n4, -n=4 */
+            const char *v = argv[i] + 2;
+            if (launch_option(a, "-n", v + (*v == '=')) != 0) return -1;
+            i++;
+            continue;
+        }
         if (launch_option(a, argv[i], i + 1 < argc ? argv[i + 1] : NULL) != 0) return -1;
         i += 2; /* every option takes a value */
     }
@@ -199,12 +208,51 @@ static void launch_report_stopped(const launch_job *job) {
     free(left);
 }
 
-static int launch_run(launch_job *job, int sfd) {
+/* The ranks' output as launch.c writes it by default ("[rank] line"), watching our
+ * stdout: a reader that went away (EPIPE: `baton launch ... | head`) stops the job, as a
+ * pipeline's writer dies of SIGPIPE; any other failure (a full disk, a closed stdout) is
+ * said once and makes a successful job's exit status 1. */
+typedef struct launch_out {
+    int gone;   /* stdout's reader went away: stop the job */
+    int failed; /* errno of the first failed write to stdout, or 0 */
+} launch_out;
+
+static int launch_out_write(int fd, struct iovec *iov, int n) {
+    while (n > 0) {
+        ssize_t w = writev(fd, iov, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return w < 0 ? errno : EIO;
+        for (; n > 0 && (size_t)w >= iov->iov_len; iov++, n--)
+            w -= (ssize_t)iov->iov_len;
+        if (n > 0) iov->iov_base = (char *)iov->iov_base + w, iov->iov_len -= (size_t)w;
+    }
+    return 0;
+}
+
+static void launch_out_line(void *arg, int rank, int stream, const char *line, size_t len) {
+    launch_out *o = arg;
+    if (stream == 1 && o->failed) return; /* said once; the job is stopping or goes on */
+    char prefix[24];
+    int k = snprintf(prefix, sizeof prefix, "[%d] ", rank);
+    struct iovec iov[3] = {{prefix, (size_t)k}, {(void *)line, len}, {"\n", 1}};
+    int err = launch_out_write(stream, iov, 3);
+    if (err == 0 || stream != 1) return; /* a lost stderr cannot be reported */
+    o->failed = err, o->gone = err == EPIPE;
+    if (o->gone)
+        fprintf(stderr, "baton launch: stdout's reader went away (a closed pipe): stopping "
+                        "all ranks\n");
+    else
+        fprintf(stderr, "baton launch: cannot write the ranks' output: %s; the job goes on\n",
+                strerror(err));
+}
+
+static int launch_run(launch_job *job, int sfd, launch_out *out) {
     int got_signal = 0;
     struct pollfd pfd = {.fd = sfd, .events = POLLIN};
     int rc;
     while ((rc = launch_job_step(job, &pfd, sfd >= 0 ? 1 : 0, -1)) > 0) {
         struct signalfd_siginfo si;
+        if (out->gone) launch_job_kill(job, LAUNCH_STOPPED);
         if (!(pfd.revents & POLLIN) || read(sfd, &si, sizeof si) != (ssize_t)sizeof si) continue;
         if (got_signal == 0) {
             got_signal = (int)si.ssi_signo;
@@ -217,7 +265,8 @@ static int launch_run(launch_job *job, int sfd) {
         fprintf(stderr, "baton launch: event loop failed: %s\n", bt_strerror(rc));
         return BT_EXIT_FAILURE;
     }
-    if (job->cause == LAUNCH_SUCCESS) return BT_EXIT_OK;
+    if (out->gone) return 128 + SIGPIPE; /* as a pipeline's writer ends */
+    if (job->cause == LAUNCH_SUCCESS) return out->failed ? BT_EXIT_FAILURE : BT_EXIT_OK;
     char why[1024];
     launch_job_describe(job, why, sizeof why);
     fprintf(stderr, "baton launch: %s\n", why);
@@ -249,6 +298,7 @@ int cmd_launch(int argc, char **argv) {
     bt_diag_init(&diag);
     launch_server srv;
     launch_job job;
+    launch_out out = {0};
     int status = BT_EXIT_FAILURE;
     if (launch_tmpdir_check(&diag) != 0) {
         fprintf(stderr, "baton launch: %s\n", diag.msg);
@@ -261,7 +311,9 @@ int cmd_launch(int argc, char **argv) {
                      .nnodes = a.nnodes,
                      .argv = a.cmd,
                      .timeout_s = a.timeout_s,
-                     .kill_grace_s = a.kill_grace_s};
+                     .kill_grace_s = a.kill_grace_s,
+                     .on_output = launch_out_line,
+                     .output_arg = &out};
     rc = launch_job_init(&job, &srv, &o, &diag);
     if (rc != 0) {
         status = launch_init_status(rc);
@@ -271,7 +323,7 @@ int cmd_launch(int argc, char **argv) {
     if (job.fds_note[0]) fprintf(stderr, "baton launch: %s\n", job.fds_note);
     rc = launch_job_start(&job, &diag);
     if (rc != 0) fprintf(stderr, "baton launch: %s\n", diag.msg);
-    status = launch_run(&job, sfd);
+    status = launch_run(&job, sfd, &out);
     launch_job_close(&job);
     launch_server_close(&srv);
     rc = 0;

@@ -12,6 +12,7 @@
 #include "pb_dump.h"
 #include "plan_precision.h"
 #include "recipe.h"
+#include "util/out_file.h"
 
 static void spec_usage(FILE *f) {
     fprintf(f, "usage: baton spec RECIPE [--stage NAME|INDEX] [--out FILE] [--set KEY=VALUE ...]\n"
@@ -19,12 +20,15 @@ static void spec_usage(FILE *f) {
                "Resolves a stage of RECIPE (defaults, earlier stages and transforms merged)\n"
                "into the self-contained StageSpec a worker runs, and prints it as YAML.\n\n"
                "  --stage NAME|INDEX  the stage (default: the first)\n"
-               "  --out FILE          write the binary StageSpec to FILE instead\n"
+               "  --out FILE          write the binary StageSpec to FILE instead: a regular\n"
+               "                      file atomically (FILE.partial, renamed), a device,\n"
+               "                      FIFO or /dev/stdout in place, a link's target\n"
                "  --set KEY=VALUE, --nodes K, --gpus-per-node G\n"
                "                      override the recipe as baton run does (e.g. --set\n"
                "                      cluster.device=cuda, --set stages.pretrain.steps=10)\n"
                "  --help              show this help\n\n"
-               "Exit status: 0 done, 1 cannot write FILE, 2 invalid recipe or usage.\n");
+               "Exit status: 0 done, 1 cannot write FILE, 2 invalid recipe or usage (FILE a\n"
+               "directory or a dangling link too).\n");
 }
 
 typedef struct spec_args {
@@ -46,6 +50,11 @@ static int spec_parse_args(int argc, char **argv, spec_args *a) {
             if (i + 1 >= argc) return cli_no_value("spec", arg);
             if (cli_once("spec", arg, *v, argv[i + 1]) != 0) return -1;
             *v = argv[++i];
+            if (**v == '\0') {
+                fprintf(stderr, "baton spec: %s '': name %s\n", arg,
+                        v == &a->out ? "the file to write" : "a stage or its index");
+                return -1;
+            }
         } else if (arg[0] == '-' && arg[1] != '\0') {
             fprintf(stderr, "baton spec: unknown option '%s'\n", arg);
             return -1;
@@ -91,24 +100,19 @@ static long spec_find_stage(const recipe_doc *doc, const char *name, bt_diag *di
     return -1;
 }
 
-/* Writes the packed spec to path atomically (temporary file, fsync, rename). */
+/* Writes the packed spec to path: a new or regular file atomically (temporary file, fsync,
+ * rename), a device, FIFO or /dev/stdout in place, a link's target (util/out_file.h). */
 static int spec_write(const Baton__StageSpec *s, const char *path, bt_diag *diag) {
     size_t n = protobuf_c_message_get_packed_size(&s->base);
     uint8_t *buf = malloc(n ? n : 1);
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.partial", path);
-    FILE *f = buf ? fopen(tmp, "wb") : NULL;
-    int ok = f != NULL;
-    if (ok) {
-        protobuf_c_message_pack(&s->base, buf);
-        ok = fwrite(buf, 1, n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;
-        ok = (fclose(f) == 0) && ok;
-        ok = ok && rename(tmp, path) == 0;
-        if (!ok) unlink(tmp);
+    if (buf == NULL) {
+        bt_diag_set(diag, "out of memory");
+        return BT_ENOMEM;
     }
-    if (!ok) bt_diag_set(diag, "%s: cannot write: %s", path, strerror(errno));
+    protobuf_c_message_pack(&s->base, buf);
+    int rc = bt_out_write_file(path, buf, n, diag);
     free(buf);
-    return ok ? 0 : BT_EIO;
+    return rc;
 }
 
 /* For an fp16 stage i whose loss scale is not its loss_scale.initial, a comment saying
@@ -182,5 +186,6 @@ int cmd_spec(int argc, char **argv) {
     recipe_doc_free(&doc);
     recipe_sets_free(&a.sets);
     if (rc == 0) return BT_EXIT_OK;
-    return input_rc != 0 && input_rc != BT_ENOMEM ? BT_EXIT_USAGE : BT_EXIT_FAILURE;
+    int usage = rc == BT_EINVAL || (input_rc != 0 && input_rc != BT_ENOMEM);
+    return usage ? BT_EXIT_USAGE : BT_EXIT_FAILURE;
 }

@@ -8,6 +8,7 @@
 #include "cpu_blas_core.h"
 #include "run/supervise.h"
 #include "util/err.h"
+#include "util/out_file.h"
 
 typedef struct command {
     const char *name;
@@ -93,14 +94,13 @@ __attribute__((section(".preinit_array"),
                used)) static void (*const main_preinit)(int, char **, char **) = main_block_signals;
 #endif
 
-int main(int argc, char **argv) {
-    /* `baton eval` multiplies on the CPU, and the workers inherit the choice */
-    cpu_blas_core_ensure(argv);
+static int main_dispatch(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return BT_EXIT_USAGE;
     }
-    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+    if (is_help(argv[1]) && argc > 2) return help(argc, argv); /* baton --help run */
+    if (is_help(argv[1])) {
         usage(stdout);
         return BT_EXIT_OK;
     }
@@ -118,7 +118,25 @@ int main(int argc, char **argv) {
         bt_argv_free(&a);
         return rc;
     }
-    fprintf(stderr, "baton: unknown command '%s'\n\n", argv[1]);
+    fprintf(stderr, "baton: unknown %s '%s'\n\n", argv[1][0] == '-' ? "option" : "command",
+            argv[1]);
     usage(stderr);
     return BT_EXIT_USAGE;
+}
+
+/* run and resume print their progress on stdout; what they report is the run (its
+ * status, kept in the run directory with its logs), so output lost there is said, and
+ * the exit status stays the run's. */
+static int main_stdout_is_log(int argc, char **argv) {
+    return argc >= 2 && (strcmp(argv[1], "run") == 0 || strcmp(argv[1], "resume") == 0);
+}
+
+int main(int argc, char **argv) {
+    /* `baton eval` multiplies on the CPU, and the workers inherit the choice */
+    cpu_blas_core_ensure(argv);
+    int rc = main_dispatch(argc, argv);
+    /* output lost (a full disk, a closed stdout) is a failure, as coreutils have it */
+    if (bt_stdout_check("baton") != 0 && rc == BT_EXIT_OK && !main_stdout_is_log(argc, argv))
+        rc = BT_EXIT_FAILURE;
+    return rc;
 }

@@ -112,7 +112,8 @@ static void export_usage(FILE *f) {
             "                     longer than a RoPE scaling's original context; else the\n"
             "                     scaling's original context times its factor, for llama3\n"
             "                     twice that (right for Llama 3.1, not 3.2); else, for a\n"
-            "                     checkpoint too old to record its context, %d, with a note)\n"
+            "                     checkpoint too old to record its context, %d, with a\n"
+            "                     note)\n"
             "  --help             show this help\n\n"
             "Exit status: 0 written, 1 cannot write, 2 bad usage or bad checkpoint.\n",
             HF_DEFAULT_MAX_POSITION);
@@ -170,9 +171,9 @@ static int export_parse(int argc, char **argv, export_opts *o) {
         } else if (strcmp(a, "--max-position") == 0 &&
                    cli_count(v, 1, UINT32_MAX, &o->max_position) != 0) {
             fprintf(stderr,
-                    "baton ckpt export: --max-position expects a positive count such as 4096 "
-                    "or 4K (K = 1024), got '%s'\n",
-                    v);
+                    "baton ckpt export: --max-position expects a count from 1 to %u, such as "
+                    "4096 or 4K (K = 1024), got '%s'\n",
+                    UINT32_MAX, v);
             return -1;
         } else if (!takes && a[0] == '-') {
             fprintf(stderr, "baton ckpt export: unknown option '%s'\n", a);
@@ -586,6 +587,25 @@ static int import_check_recipe(const char *name) {
     return -1;
 }
 
+/* DIR named, there and a directory: 0, or -1 after saying what it is instead. */
+static int import_check_in(const char *in) {
+    struct stat st;
+    const char *what = NULL;
+    int err = in[0] && stat(in, &st) != 0 ? errno : 0;
+    if (in[0] == '\0')
+        what = "name the Hugging Face model's directory";
+    else if (err == ENOENT)
+        what = "no such directory";
+    else if (err != 0)
+        what = strerror(err);
+    else if (!S_ISDIR(st.st_mode))
+        what = "not a directory; give the Hugging Face model's directory (" HF_CONFIG
+               " and " HF_WEIGHTS ")";
+    if (what == NULL) return 0;
+    fprintf(stderr, "baton ckpt import: '%s': %s\n", in, what);
+    return -1;
+}
+
 static int import_parse(int argc, char **argv, import_opts *o) {
     static const char *const names[] = {"--out", "--format", "--recipe-name"};
     const char *given[3] = {0};
@@ -617,7 +637,8 @@ static int import_parse(int argc, char **argv, import_opts *o) {
         }
         i += takes;
     }
-    if (o->in != NULL && o->out != NULL) return import_check_recipe(o->recipe);
+    if (o->in != NULL && o->out != NULL)
+        return import_check_in(o->in) != 0 ? -1 : import_check_recipe(o->recipe);
     fprintf(stderr, "baton ckpt import: %s is required\n", o->in ? "--out CKPT_DIR" : "DIR");
     import_usage(stderr);
     return -1;

@@ -254,8 +254,8 @@ static void unpack_usage(FILE *f) {
                "               with its missing parents, which a failure removes again)\n"
                "  --help       show this help\n\n"
                "Exit status: 0 unpacked, 1 failed (a damaged or unsafe archive, a CRC32C\n"
-               "mismatch, cannot write), 2 bad usage, no such archive, or DIR/<name>\n"
-               "already exists.\n");
+               "mismatch, cannot write), 2 bad usage, no such archive, FILE no archive at\n"
+               "all (a directory, a file that is no tar), or DIR/<name> already exists.\n");
 }
 
 typedef struct unpack_state {
@@ -263,7 +263,8 @@ typedef struct unpack_state {
     char top[256];
     char partial[CKPT_PATH_MAX], final[CKPT_PATH_MAX];
     unsigned char *buf;
-    int exists; /* INTO/NAME was there already */
+    int exists;      /* INTO/NAME was there already */
+    int not_archive; /* FILE is no tar (compressed or not) at all */
 } unpack_state;
 
 /* Splits an entry path into its top directory and file ("" for the directory itself);
@@ -379,8 +380,8 @@ static int unpack_entries(struct archive *a, unpack_state *u, bt_diag *diag) {
     return 0;
 }
 
-/* *exists: the checkpoint was already in into. */
-static int unpack_from(const char *file, const char *into, char *final, int *exists,
+/* *refused: the checkpoint was already in into, or file is no archive (exit 2). */
+static int unpack_from(const char *file, const char *into, char *final, int *refused,
                        bt_diag *diag) {
     unpack_state u = {.archive_path = file, .into = into};
     u.buf = malloc(PACK_CHUNK);
@@ -394,8 +395,14 @@ static int unpack_from(const char *file, const char *into, char *final, int *exi
     archive_read_support_format_tar(a);
     int rc = 0;
     if (archive_read_open_filename(a, file, PACK_CHUNK) != ARCHIVE_OK) {
-        bt_diag_set(diag, "%s", archive_error_string(a));
-        rc = BT_EIO;
+        /* libarchive's ARCHIVE_ERRNO_FILE_FORMAT, EILSEQ on Linux: no tar, compressed or not */
+        u.not_archive = archive_errno(a) == EILSEQ;
+        bt_diag_set(diag, "%s%s",
+                    u.not_archive ? "not a packed checkpoint (a zstd-compressed tar, "
+                                    "as baton ckpt pack writes): "
+                                  : "",
+                    archive_error_string(a));
+        rc = u.not_archive ? BT_EINVAL : BT_EIO;
     }
     if (rc == 0) rc = unpack_entries(a, &u, diag);
     archive_read_free(a);
@@ -404,7 +411,7 @@ static int unpack_from(const char *file, const char *into, char *final, int *exi
     if (rc == 0) rc = ckpt_partial_publish(into, u.partial, u.final, diag);
     if (rc < 0 && u.partial[0]) ckpt_remove_dir(u.partial);
     snprintf(final, CKPT_PATH_MAX, "%s", u.final);
-    *exists = u.exists;
+    *refused = u.exists || u.not_archive;
     return rc;
 }
 
@@ -443,18 +450,26 @@ int ckpt_cmd_unpack(int argc, char **argv) {
         fprintf(stderr, "baton ckpt unpack: --into '': name a directory (. for this one)\n");
         return BT_EXIT_USAGE;
     }
-    if (stat(file, &st) != 0) {
-        fprintf(stderr, "baton ckpt unpack: %s: %s\n", file, strerror(errno));
+    if (file[0] == '\0') {
+        fprintf(stderr, "baton ckpt unpack: '': name the archive (FILE.tar.zst)\n");
+        return BT_EXIT_USAGE;
+    }
+    int err = stat(file, &st) != 0 ? errno : 0;
+    if (err != 0 || S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "baton ckpt unpack: %s: %s\n", file,
+                err == ENOENT ? "no such archive"
+                : err != 0    ? strerror(err)
+                              : "a directory, not a packed checkpoint (FILE.tar.zst)");
         return BT_EXIT_USAGE;
     }
     char final[CKPT_PATH_MAX];
     bt_diag diag;
     bt_diag_init(&diag);
-    int exists = 0;
+    int refused = 0;
     bt_cleanup_install();
-    if (unpack_from(file, into, final, &exists, &diag) < 0) {
+    if (unpack_from(file, into, final, &refused, &diag) < 0) {
         fprintf(stderr, "baton ckpt unpack: %s: %s\n", file, diag.msg);
-        return bt_cleanup_exit(exists ? BT_EXIT_USAGE : BT_EXIT_FAILURE);
+        return bt_cleanup_exit(refused ? BT_EXIT_USAGE : BT_EXIT_FAILURE);
     }
     printf("unpacked %s into %s\n", file, final);
     return bt_cleanup_exit(BT_EXIT_OK);

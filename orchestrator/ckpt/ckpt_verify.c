@@ -13,9 +13,9 @@ static void verify_usage(FILE *f) {
                "(per block, so damage is located to the byte range), its length, and that the\n"
                "shards of every tensor cover it exactly once. Each problem is printed with the\n"
                "file, byte range and tensor. A manifest written before manifests carried a\n"
-               "checksum is read unchecked, with a note. CKPT is a checkpoint directory or a run "
-               "directory (its newest complete\n"
-               "checkpoint).\n\nExit status: 0 intact, 1 damaged, 2 not a checkpoint.\n");
+               "checksum is read unchecked, with a note. CKPT is a checkpoint directory or a\n"
+               "run directory (its newest complete checkpoint).\n\n"
+               "Exit status: 0 intact, 1 damaged, 2 not a checkpoint.\n");
 }
 
 static void verify_print(void *ctx, const char *line) {

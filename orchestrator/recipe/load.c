@@ -305,7 +305,9 @@ static int load_scalar_text(load_ctx *c, yaml_node_t *n, const ProtobufCFieldDes
 }
 
 /* Turns a units_* failure into a message: BT_EINVAL is "expected ...", BT_ERANGE "out of
- * range" (callers pass negative values where they must not be as BT_EINVAL). */
+ * range (RANGE)", RANGE the bound the value crossed ("at most 4294967295": the type's; a
+ * field's own lower bound, nodes at least 1, is the validator's to say). Callers pass
+ * negative values where they must not be as BT_EINVAL. */
 static int load_fail_number(load_ctx *c, yaml_node_t *n, const ProtobufCFieldDescriptor *f, int rc,
                             const char *range) {
     char got[LOAD_QUOTE_CAP];
@@ -332,7 +334,7 @@ static int load_parse_uint(load_ctx *c, yaml_node_t *n, const ProtobufCFieldDesc
     }
     int rc = units_parse_uint(text, max, v);
     if (rc == BT_ERANGE && text[0] == '-') rc = BT_EINVAL;
-    snprintf(range, sizeof range, "0 to %llu", (unsigned long long)max);
+    snprintf(range, sizeof range, "at most %llu", (unsigned long long)max);
     return rc < 0 ? load_fail_number(c, n, f, rc, range) : 0;
 }
 
@@ -344,7 +346,10 @@ static int load_parse_int(load_ctx *c, yaml_node_t *n, const ProtobufCFieldDescr
         return load_parse_auto(c, n, f);
     }
     int rc = units_parse_int(text, min, max, v);
-    snprintf(range, sizeof range, "%lld to %lld", (long long)min, (long long)max);
+    if (text[strspn(text, " \t")] == '-')
+        snprintf(range, sizeof range, "at least %lld", (long long)min);
+    else
+        snprintf(range, sizeof range, "at most %lld", (long long)max);
     return rc < 0 ? load_fail_number(c, n, f, rc, range) : 0;
 }
 
@@ -1089,6 +1094,10 @@ int recipe_load_file(const char *path, recipe_doc *doc, bt_diag *diag) {
     char *data = NULL;
     size_t len = 0;
     memset(doc, 0, sizeof *doc);
+    if (path[0] == '\0') {
+        bt_diag_set(diag, "'': an empty file name; give the recipe's path (a YAML file)");
+        return BT_ENOENT;
+    }
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
         int err = errno;

@@ -516,6 +516,10 @@ static int set_apply(recipe_doc *doc, const char *assignment, int opt, bt_diag *
         snprintf(what, sizeof what, "%s %s", set_opt[opt], eq + 1);
     else
         snprintf(what, sizeof what, "--set %s", assignment);
+    if (opt > 0 && eq != NULL && eq[1] == '\0') {
+        bt_diag_set(diag, "%s '': give a count, such as %s 2", set_opt[opt], set_opt[opt]);
+        return BT_ERECIPE;
+    }
     if (eq == NULL || eq == assignment) {
         bt_diag_set(diag, "%s: expected KEY=VALUE, e.g. --set stages.pretrain.steps=100", what);
         return BT_ERECIPE;

@@ -144,6 +144,10 @@ static int resolve_root(const char *root, char *dir, size_t cap, bt_diag *diag) 
 }
 
 int ckpt_resolve(const char *path, char *dir, size_t cap, bt_diag *diag) {
+    if (path[0] == '\0') {
+        bt_diag_set(diag, "'': an empty name; give a checkpoint or run directory");
+        return BT_ENOENT;
+    }
     if (file_exists(path, CKPT_MANIFEST)) {
         snprintf(dir, cap, "%s", path);
         return 0;

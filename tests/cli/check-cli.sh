@@ -236,8 +236,8 @@ expect 2 "^baton eval: no checkpoint: give CKPT or RUN_DIR" -- eval --passkey p
 expect 2 "^baton eval: --seq-len 2000000 is above the limit" -- eval run --data d --seq-len 2000000 --num-seqs 1
 # counts as recipes write them (K, M: powers of two); options that take one value, once
 expect 2 "^baton eval: --seq-len 2097152 is above the limit" -- eval run --data d --seq-len 2M --num-seqs 1
-expect 2 "^baton eval: --num-seqs '1X': need an integer >= 1 \\(K and M" -- eval run --data d --seq-len 8 --num-seqs 1X
-expect 2 "^baton eval: --seq-len '0': need an integer >= 1 " -- eval run --data d --seq-len 0 --num-seqs 1
+expect 2 "^baton eval: --num-seqs '1X': need an integer from 1 to 18446744073709551615 \\(K and M" -- eval run --data d --seq-len 8 --num-seqs 1X
+expect 2 "^baton eval: --seq-len '0': need an integer from 1 to 18446744073709551615 " -- eval run --data d --seq-len 0 --num-seqs 1
 expect 2 "^baton eval: --data given twice \\('d' and 'e'\\); give it once" -- eval run --data d --data e --seq-len 8 --num-seqs 1
 expect 2 "^baton eval: --seq-len given twice \\('8' and '16'\\)" -- eval run --data d --seq-len 8 --seq-len 16 --num-seqs 1
 expect 2 "^baton eval: --passkey given twice" -- eval run --passkey p --passkey q

@@ -169,7 +169,7 @@ for c in "run" "launch" "ckpt verify" "ckpt"; do
     fail "baton help $c --help: $("$baton" help $c --help 2>&1 | head -n 1)"
 done
 expect 0 "^usage: baton \\[--help\\]" -- "$baton" help --help
-expect 2 "^baton ckpt: unknown command 'bogus'" -- "$baton" help ckpt bogus
+expect 2 "^baton ckpt: unknown subcommand 'bogus'" -- "$baton" help ckpt bogus
 expect 2 "^baton help: one command at a time, not 'x'" -- "$baton" help ckpt verify x
 expect 2 "^baton help: one command at a time, not 'x'" -- "$baton" help run x
 
@@ -215,7 +215,7 @@ expect 0 "^usage: baton ckpt pull URL .*--max-time T\\]" -- "$baton" ckpt pull -
   fail "push or pull --help still has '[... S]'"
 expect 2 "^baton ckpt push: --stall-time '1y': expected a duration" -- \
   "$baton" ckpt push ck http://127.0.0.1:9/ --stall-time 1y
-expect 2 "^baton ckpt export: --max-position expects a positive count such as 4096 or 4K" -- \
+expect 2 "^baton ckpt export: --max-position expects a count from 1 to 4294967295, such as 4096 or 4K" -- \
   "$baton" ckpt export ck --out x --max-position 4X
 
 # ---- the run directory ----

@@ -258,7 +258,9 @@ run 2 "$baton" data
 run 2 "$baton" data frobnicate
 expect_err "unknown subcommand 'frobnicate'"
 run 2 "$baton" data prepare --output "$tmp/out/x"
-expect_err "--input and --output are required"
+expect_err "baton data prepare: --input is required"
+run 2 "$baton" data prepare --input "$tmp/nope"
+expect_err "baton data prepare: --output is required"
 run 2 "$baton" data prepare --input "$tmp/nope" --output "$tmp/out/x"
 expect_err "input '$tmp/nope': No such file or directory"
 run 2 "$baton" data prepare --input "$in" --output "$tmp/out/x" --valid-fraction 1.5
@@ -292,7 +294,7 @@ expect_err "--length '1G': need an integer in [106, 268435456]"
 # an output that is a directory, not a prefix, is refused as prepare refuses it (no
 # hidden ".bin" and ".idx" written)
 mkdir "$tmp/pdir"
-for out in "" "$tmp/pdir/" "$tmp/pdir/."; do
+for out in "$tmp/pdir/" "$tmp/pdir/."; do
   for sub in passkey prepare; do
     args=(--n-docs 1 --length 200)
     [[ $sub == prepare ]] && args=(--input "$in/a.txt")
@@ -300,7 +302,28 @@ for out in "" "$tmp/pdir/" "$tmp/pdir/."; do
     expect_err "--output '$out' must be a path prefix such as data/"
   done
 done
+# ... an existing directory named without a trailing '/' too (no "pdir.bin" beside it),
+# and an empty --output is named as such
+for sub in passkey prepare; do
+  args=(--n-docs 1 --length 200)
+  [[ $sub == prepare ]] && args=(--input "$in/a.txt")
+  (cd "$tmp/pdir" && run 2 "$baton" data $sub --output "$tmp/pdir" "${args[@]}")
+  expect_err "--output '$tmp/pdir' is a directory; give a path prefix, the start of the files' names, such as '$tmp/pdir/"
+  (cd "$tmp/pdir" && run 2 "$baton" data $sub --output "" "${args[@]}")
+  expect_err "--output '': name the output's path prefix, such as data/"
+done
 [[ -z "$(ls -A "$tmp/pdir")" ]] || fail "an --output directory got $(ls -A "$tmp/pdir")"
+[[ -z "$(ls -d "$tmp"/pdir?* 2>/dev/null)" ]] || fail "an --output directory got $(ls -d "$tmp"/pdir?*)"
+# a symbolic link, a FIFO in the way of an output file is refused up front, not replaced
+mkdir "$tmp/ways" && echo keep >"$tmp/ways/target" && ln -s target "$tmp/ways/l.bin"
+mkfifo "$tmp/ways/f_train.idx"
+run 2 "$baton" data passkey --output "$tmp/ways/l" --n-docs 1 --length 200
+expect_err "$tmp/ways/l.bin: a symbolic link is in the way of the output"
+run 2 "$baton" data prepare --input "$in/a.txt" --output "$tmp/ways/f"
+expect_err "$tmp/ways/f_train.idx: a device, FIFO or socket is in the way of the output"
+[[ -L "$tmp/ways/l.bin" && -p "$tmp/ways/f_train.idx" && $(cat "$tmp/ways/target") == keep ]] ||
+  fail "an output replaced a link or a FIFO: $(ls -l "$tmp/ways")"
+[[ $(ls "$tmp/ways" | wc -l) == 3 ]] || fail "a refused output left $(ls "$tmp/ways")"
 # an option that takes one value, given twice, is refused naming it (not last-wins)
 run 2 "$baton" data passkey --output "$tmp/pk/a" --n-docs 1 --length 200 --output "$tmp/pk/b"
 expect_err "baton data passkey: --output given twice ('$tmp/pk/a' and '$tmp/pk/b')"

@@ -202,8 +202,8 @@ static void test_errors_values(void) {
     expect_error("defaults:\n  parallel:\n    tp: two\n", 3, 9, "got \"two\"");
     expect_error("cluster: {nodes: -2}\n", 1, 18, "cluster.nodes: expected a positive integer");
     expect_error("cluster: {nodes: 4294967296}\n", 1, 18,
-                 "cluster.nodes: value \"4294967296\" is out of range (0 to 4294967295)");
-    expect_error("cluster: {nodes: 4G}\n", 1, 18, "out of range (0 to 4294967295)");
+                 "cluster.nodes: value \"4294967296\" is out of range (at most 4294967295)");
+    expect_error("cluster: {nodes: 4G}\n", 1, 18, "out of range (at most 4294967295)");
     expect_error("seed: 18446744073709551616\n", 1, 7, "seed: value");
     expect_error("model: {dim: 1.5}\n", 1, 14, "model.dim: expected a positive integer");
     expect_error("model: {norm_eps: .inf}\n", 1, 19, "expected a finite number");

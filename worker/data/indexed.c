@@ -210,6 +210,10 @@ static int check_documents(const indexed_dataset *ds, bt_diag *diag) {
 
 int indexed_open(indexed_dataset *ds, const char *prefix, bt_diag *diag) {
     memset(ds, 0, sizeof *ds);
+    if (prefix[0] == '\0') {
+        bt_diag_set(diag, "'': an empty dataset prefix; give PREFIX (PREFIX.bin and PREFIX.idx)");
+        return BT_ENOENT;
+    }
     int rc = BT_ENOMEM;
     ds->idx_path = bt_str_concat(prefix, ".idx");
     ds->bin_path = bt_str_concat(prefix, ".bin");
@@ -389,6 +393,11 @@ int indexed_writer_open(indexed_writer *w, const char *prefix, indexed_dtype dty
         return BT_ENOMEM;
     }
     w->docs[w->n_docs++] = 0;
+    int rc = indexed_writer_check_targets(w, diag); /* said now, not after the work */
+    if (rc != BT_OK) {
+        indexed_writer_abort(w);
+        return rc;
+    }
     w->bin = fopen(w->bin_partial, "wb");
     if (w->bin == NULL) {
         bt_diag_set(diag, "%s: cannot create: %s", w->bin_partial, strerror(errno));
@@ -500,14 +509,19 @@ int indexed_writer_complete(indexed_writer *w, bt_diag *diag) {
     return rc ? rc : irc;
 }
 
-/* BT_EINVAL naming path when a directory has its name (a rename onto it would fail). */
+/* BT_EINVAL naming path when something other than a regular file has its name: a
+ * directory (a rename onto it would fail), a symbolic link, a device or a FIFO (which the
+ * rename would replace with the new file). */
 static int target_free(const char *path, bt_diag *diag) {
     struct stat st;
-    if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return BT_OK;
+    if (lstat(path, &st) != 0 || S_ISREG(st.st_mode)) return BT_OK;
+    const char *what = S_ISDIR(st.st_mode)   ? "a directory"
+                       : S_ISLNK(st.st_mode) ? "a symbolic link"
+                                             : "a device, FIFO or socket";
     bt_diag_set(diag,
-                "%s: a directory is in the way of the output; remove it or choose another "
-                "output",
-                path);
+                "%s: %s is in the way of the output (a new regular file); remove it or choose "
+                "another output",
+                path, what);
     return BT_EINVAL;
 }
 

@@ -140,7 +140,9 @@ int indexed_writer_finish(indexed_writer *w, bt_diag *diag);
  * once all are complete: ends an open document, writes the index and syncs both files,
  * still under their .partial names. On error the caller aborts w. */
 int indexed_writer_complete(indexed_writer *w, bt_diag *diag);
-/* BT_EINVAL (with diag) when a directory has the final name of the .bin or the .idx. */
+/* BT_EINVAL (with diag) when anything but a regular file (a directory, a symbolic link, a
+ * device or FIFO, which the rename would replace) has the final name of the .bin or the
+ * .idx. indexed_writer_open checks it first, publish again. */
 int indexed_writer_check_targets(const indexed_writer *w, bt_diag *diag);
 /* The second half: renames a completed w's files into place and frees w (also on error,
  * after removing its partial files and a .bin already renamed). */

@@ -34,6 +34,7 @@
 #include "util/argv_eq.h"
 #include "util/clock.h"
 #include "util/file.h"
+#include "util/out_file.h"
 #include "train_ckpt.h"
 #include "worker_control.h"
 #include "worker_cuda.h"
@@ -234,6 +235,10 @@ static const char *worker_spec_problem(const Baton__StageSpec *s) {
 static Baton__StageSpec *worker_read_spec(const char *path, bt_diag *diag) {
     char *buf = NULL;
     size_t len = 0;
+    if (path[0] == '\0') {
+        bt_diag_set(diag, "--spec '': name the StageSpec file (baton spec --out FILE writes one)");
+        return NULL;
+    }
     if (bt_read_file(path, 64u << 20, &buf, &len) != 0) {
         bt_diag_set(diag, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
@@ -988,8 +993,9 @@ int main(int argc, char **argv) {
     worker_args a = {0};
     bt_argv split;
     int prc = worker_args_read(argc, argv, &split, &a);
-    if (prc >= 0) {
+    if (prc >= 0) { /* --help (0), or a usage error */
         bt_argv_free(&split);
+        if (prc == 0 && bt_stdout_check("baton-worker") != 0) prc = BT_EXIT_FAILURE;
         return prc;
     }
     bt_diag diag;

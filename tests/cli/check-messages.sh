@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Messages for values that are out of range, empty, or the wrong kind of file:
+#  - a number past its type names the bound it crossed ("out of range (at most
+#    4294967295)"), not a range that holds values the field refuses (0 for nodes);
+#  - an empty path or value is quoted as '' and the message says what to give (exit 2),
+#    never a bare ": cannot open";
+#  - ckpt unpack of a directory or of a file that is no archive, ckpt import of a missing
+#    directory or a file: said plainly, exit 2 as their --help promises;
+#  - help texts fit 80 columns.
+#   check-messages.sh BATON BATON_WORKER SOURCE_DIR
+set -u
+baton=$1 worker=$2 src=$3
+recipe=$src/tests/engine/precision.yaml
+work=$(mktemp -d /tmp/baton-test-messages.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+failures=0
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+ok() { echo "ok   $*"; }
+
+# expect STATUS PATTERN -- PROGRAM ARGS...: the exit status, and stdout+stderr matching
+# the extended regex PATTERN.
+expect() {
+  local status=$1 pattern=$2 out rc
+  shift 3
+  out=$("$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne $status ]] || ! grep -Eq -- "$pattern" <<<"$out"; then
+    fail "$* -> exit $rc (want $status), output:"
+    echo "$out" | head -n 5
+  else
+    ok "$* -> $rc"
+  fi
+}
+
+big=99999999999999999999
+# ---- numbers past their bound ----
+expect 2 "^--nodes $big: cluster\.nodes: value \"$big\" is out of range \(at most 4294967295\)$" -- \
+  "$baton" plan "$recipe" --nodes $big
+expect 2 "^--set seed=$big: seed: value \"$big\" is out of range \(at most 18446744073709551615\)$" -- \
+  "$baton" plan "$recipe" --set seed=$big
+expect 2 "^baton eval: --seq-len '$big': need an integer from 1 to 18446744073709551615 " -- \
+  "$baton" eval ck --data d --seq-len $big --num-seqs 1
+expect 2 "^baton ckpt export: --max-position expects a count from 1 to 4294967295, such as 4096 " -- \
+  "$baton" ckpt export ck --out ex --max-position $big
+
+# ---- empty values ----
+expect 2 "^'': an empty file name; give the recipe's path \(a YAML file\)$" -- "$baton" plan ""
+expect 2 "^'': an empty file name; give the recipe's path" -- "$baton" spec ""
+expect 2 "^baton ckpt inspect: '': an empty name; give a checkpoint or run directory$" -- \
+  "$baton" ckpt inspect ""
+expect 2 "^baton ckpt verify: '': an empty name; give a checkpoint or run directory$" -- \
+  "$baton" ckpt verify ""
+expect 2 "^baton eval: '': an empty name; give a checkpoint or run directory$" -- \
+  "$baton" eval "" --data d --seq-len 8 --num-seqs 1
+expect 2 "^baton data inspect: '': an empty dataset prefix; give PREFIX \(PREFIX\.bin and PREFIX\.idx\)$" -- \
+  "$baton" data inspect ""
+expect 2 "^--nodes '': give a count, such as --nodes 2$" -- "$baton" plan "$recipe" --nodes ""
+expect 2 "^--gpus-per-node '': give a count, such as --gpus-per-node 2$" -- \
+  "$baton" plan "$recipe" --gpus-per-node ""
+expect 2 "^baton ckpt unpack: '': name the archive \(FILE\.tar\.zst\)$" -- "$baton" ckpt unpack ""
+expect 2 "^baton ckpt import: '': name the Hugging Face model's directory$" -- \
+  "$baton" ckpt import "" --out im
+expect 2 "^baton-worker: --spec '': name the StageSpec file" -- "$worker" --spec ""
+
+# ---- ckpt unpack and import given the wrong kind of file ----
+mkdir pk
+expect 2 "^baton ckpt unpack: pk: a directory, not a packed checkpoint \(FILE\.tar\.zst\)$" -- \
+  "$baton" ckpt unpack pk --into up
+expect 2 "^baton ckpt unpack: nope\.tar\.zst: no such archive$" -- "$baton" ckpt unpack nope.tar.zst --into up
+cp "$recipe" r.yaml
+expect 2 "^baton ckpt unpack: r\.yaml: not a packed checkpoint \(a zstd-compressed tar, as baton ckpt pack writes\): " -- \
+  "$baton" ckpt unpack r.yaml --into up
+expect 2 "^baton ckpt import: '/nonexistent-baton-dir': no such directory$" -- \
+  "$baton" ckpt import /nonexistent-baton-dir --out im
+expect 2 "^baton ckpt import: 'r\.yaml': not a directory; give the Hugging Face model's directory \(config\.json and model\.safetensors\)$" -- \
+  "$baton" ckpt import r.yaml --out im
+[[ ! -e up && ! -e im ]] || fail "a refused unpack or import left $(ls -d up im 2>/dev/null)"
+
+# ---- help texts: lines of at most 80 columns (run's and submit's are cmd_run.c's),
+# and ckpt inspect --json's field list names run_id, as the README does ----
+for c in resume status plan spec launch eval "ckpt inspect" "ckpt verify" "ckpt reshard" \
+  "ckpt export" "ckpt import" "ckpt pack" "ckpt unpack" "ckpt push" "ckpt pull" \
+  "data prepare" "data passkey" "data inspect" worker; do
+  if [[ $c == worker ]]; then prog=("$worker"); else read -ra prog <<<"$baton $c"; fi
+  wide=$("${prog[@]}" --help | awk 'length($0) > 80 { print length($0) ": " $0 }')
+  [[ -z $wide ]] && ok "$c --help fits 80 columns" || fail "$c --help: ${wide:0:200}"
+done
+"$baton" ckpt inspect --help | grep -q 'skipped_steps, run_id' && ok "ckpt inspect --help names run_id" ||
+  fail "ckpt inspect --help does not name run_id"
+
+if ((failures > 0)); then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "all message checks passed"
