@@ -283,6 +283,11 @@ static int run_parse(int argc, char **argv, run_args *a) {
         run_usage_of(a, stderr);
         return -1;
     }
+    if (a->run_dir != NULL && a->run_dir[0] == '\0') {
+        fprintf(stderr, "baton %s: %s'': an empty name; give a run directory\n", run_name(a),
+                a->resume ? "" : "--run-dir ");
+        return -1;
+    }
     return 0;
 }
 

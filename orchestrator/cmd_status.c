@@ -286,6 +286,10 @@ static void status_read_line(const char *dir, const char *name, char *out, size_
 static int status_check_dir(const char *dir, bt_diag *diag) {
     struct stat st;
     char journal[4200];
+    if (dir[0] == '\0') {
+        bt_diag_set(diag, "'': an empty name; give a run directory");
+        return BT_EINVAL;
+    }
     if (stat(dir, &st) != 0) {
         if (errno == ENOENT)
             bt_diag_set(diag, "%s: no such directory", dir);

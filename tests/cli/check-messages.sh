@@ -56,6 +56,10 @@ expect 2 "^baton ckpt verify: '': an empty name; give a checkpoint or run direct
   "$baton" ckpt verify ""
 expect 2 "^baton eval: '': an empty name; give a checkpoint or run directory$" -- \
   "$baton" eval "" --data d --seq-len 8 --num-seqs 1
+expect 2 "^baton status: '': an empty name; give a run directory$" -- "$baton" status ""
+expect 2 "^baton resume: '': an empty name; give a run directory$" -- "$baton" resume ""
+expect 2 "^baton run: --run-dir '': an empty name; give a run directory$" -- \
+  "$baton" run "$recipe" --run-dir ""
 expect 2 "^baton data inspect: '': an empty dataset prefix; give PREFIX \(PREFIX\.bin and PREFIX\.idx\)$" -- \
   "$baton" data inspect ""
 expect 2 "^--nodes '': give a count, such as --nodes 2$" -- "$baton" plan "$recipe" --nodes ""
