@@ -1,4 +1,5 @@
 /* What each control message does to the server's state (control_server.h). */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -146,6 +147,12 @@ static void control_ckpt_in(control_server *cs, uint32_t rank, const Baton__Chec
  * the ranks a bad input stopped fail too, often first, but the attempt failed on the
  * input and is not to be retried. */
 static void control_fatal_in(control_server *cs, uint32_t rank, const Baton__Fatal *f) {
+    const char *msg = f->message ? f->message : "";
+    if (!cs->fatal.disk_full &&
+        (strstr(msg, strerror(ENOSPC)) != NULL || strstr(msg, strerror(EDQUOT)) != NULL)) {
+        cs->fatal.disk_full = 1, cs->fatal.full_rank = rank;
+        snprintf(cs->fatal.full_message, sizeof cs->fatal.full_message, "%s", msg);
+    }
     if (cs->fatal.seen && (cs->fatal.code == 2 || f->code != 2)) return;
     cs->fatal.seen = 1;
     cs->fatal.rank = rank;

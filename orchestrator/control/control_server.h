@@ -55,12 +55,17 @@ typedef struct control_rank {
     unsigned dup_said;      /* Hellos of a second worker as this rank (the first is said) */
 } control_rank;
 
-/* The first Fatal of the attempt, or the first configuration error (code 2) after it. */
+/* The first Fatal of the attempt, or the first configuration error (code 2) after it;
+ * and the first one of any rank that says the disk is full (strerror's words for ENOSPC or
+ * EDQUOT: a checkpoint save that every restart would repeat). */
 typedef struct control_fatal {
     int seen;
     uint32_t rank;
     int32_t code;
     char message[1024];
+    int disk_full;
+    uint32_t full_rank;
+    char full_message[1024];
 } control_fatal;
 
 typedef struct control_conn control_conn; /* private */
