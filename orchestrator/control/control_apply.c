@@ -1,4 +1,5 @@
 /* What each control message does to the server's state (control_server.h). */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -98,6 +99,14 @@ void control_metrics_from(const Baton__Metrics *m, uint32_t rank, double time, c
         memcpy(c->moe_expert_load, m->moe_expert_load, (size_t)c->moe_experts * sizeof(float));
 }
 
+/* A write of the metrics sink that failed (rc), said once per attempt: a full disk is
+ * said by the sink itself (its records held back), this is what else fails (memory). */
+static void control_metrics_failed(control_server *cs, int rc, const bt_diag *d) {
+    if (rc == 0 || cs->metrics_failed_said++) return;
+    fprintf(stderr, "baton run: %s (said once per attempt)\n",
+            d->msg[0] ? d->msg : bt_strerror(rc));
+}
+
 static void control_metrics_in(control_server *cs, uint32_t rank, const Baton__Metrics *m) {
     control_rank *r = &cs->ranks[rank];
     if (m->has_step) r->step = m->step;
@@ -109,16 +118,19 @@ static void control_metrics_in(control_server *cs, uint32_t rank, const Baton__M
                                .attempt = cs->attempt,
                                .step_offset = cs->step_offset};
     double now = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    bt_diag d;
+    bt_diag_init(&d);
     if (m->has_valid_loss) { /* the closing validation, not a step */
-        control_metrics_write_valid(&cs->sink, &w, m->step, m->valid_loss, m->valid_windows, now,
-                                    cs->diag);
+        int rc = control_metrics_write_valid(&cs->sink, &w, m->step, m->valid_loss,
+                                             m->valid_windows, now, &d);
+        control_metrics_failed(cs, rc, &d);
         control_valid v = {.step = m->step, .loss = m->valid_loss, .windows = m->valid_windows};
         if (cs->on_metrics) cs->on_metrics(cs->metrics_arg, NULL, &v);
         return;
     }
     control_metrics_from(m, rank, now, &cs->last);
     cs->have_metrics = 1;
-    control_metrics_write(&cs->sink, &w, &cs->last, cs->diag);
+    control_metrics_failed(cs, control_metrics_write(&cs->sink, &w, &cs->last, &d), &d);
     if (cs->on_metrics) cs->on_metrics(cs->metrics_arg, &cs->last, NULL);
 }
 
@@ -135,6 +147,12 @@ static void control_ckpt_in(control_server *cs, uint32_t rank, const Baton__Chec
  * the ranks a bad input stopped fail too, often first, but the attempt failed on the
  * input and is not to be retried. */
 static void control_fatal_in(control_server *cs, uint32_t rank, const Baton__Fatal *f) {
+    const char *msg = f->message ? f->message : "";
+    if (!cs->fatal.disk_full &&
+        (strstr(msg, strerror(ENOSPC)) != NULL || strstr(msg, strerror(EDQUOT)) != NULL)) {
+        cs->fatal.disk_full = 1, cs->fatal.full_rank = rank;
+        snprintf(cs->fatal.full_message, sizeof cs->fatal.full_message, "%s", msg);
+    }
     if (cs->fatal.seen && (cs->fatal.code == 2 || f->code != 2)) return;
     cs->fatal.seen = 1;
     cs->fatal.rank = rank;

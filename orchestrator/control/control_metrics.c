@@ -26,127 +26,9 @@ int control_metrics_line_field(const char *line, const char *key, uint64_t *out)
     return 0;
 }
 
-/* A line's stage index and its step in the stage: 0 when it has both. */
-static int metrics_line_stage_step(const char *line, uint64_t *stage, uint64_t *step) {
-    if (control_metrics_line_field(line, ", \"stage_index\": ", stage) != 0) return -1;
-    return control_metrics_line_field(line, ", \"step\": ", step);
-}
-
 int control_u64_cmp(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
-}
-
-/* Which lines a rewrite drops: those of stage `stage` from step `from` on (none unless
- * on). A line without a stage index and step is not ours to judge: kept. */
-typedef struct jsonl_cut {
-    int on;
-    uint32_t stage;
-    uint64_t from;
-} jsonl_cut;
-
-static const jsonl_cut jsonl_keep_all = {0, 0, 0};
-
-/* Called for each line a scan keeps, with its stage index and step when it has them. */
-typedef void (*jsonl_keep_fn)(control_metrics_sink *s, const char *line, int has, uint64_t stage,
-                              uint64_t step);
-
-typedef struct jsonl_scan_ctx {
-    control_metrics_sink *s;
-    const char *path;
-    jsonl_cut cut;
-    FILE *out;
-    jsonl_keep_fn keep;
-    bt_diag *diag;
-} jsonl_scan_ctx;
-
-static int jsonl_scan_line(void *arg, const char *line, size_t n, off_t at) {
-    jsonl_scan_ctx *c = arg;
-    (void)at;
-    uint64_t stage = 0, step = 0;
-    int has = metrics_line_stage_step(line, &stage, &step) == 0;
-    if (has && c->cut.on && stage == c->cut.stage && step >= c->cut.from) return 0;
-    c->keep(c->s, line, has, stage, step);
-    if (c->out != NULL && fwrite(line, 1, n, c->out) != n) {
-        bt_diag_set(c->diag, "%s.tmp: cannot write: %s", c->path, strerror(errno));
-        return BT_EIO;
-    }
-    return 0;
-}
-
-/* Reads the JSON-lines file path line by line: the lines cut does not drop are kept,
- * passed to keep and copied to out unless out is NULL. *torn: the file ends in a line without its
- * newline (a writer killed mid-line), which is never kept. */
-static int jsonl_scan(control_metrics_sink *s, const char *path, jsonl_cut cut, FILE *out,
-                      int *torn, jsonl_keep_fn keep, bt_diag *diag) {
-    *torn = 0;
-    FILE *in;
-    int rc = bt_file_open_read(path, &in, diag);
-    if (rc != 0 || in == NULL) return rc;
-    jsonl_scan_ctx c = {s, path, cut, out, keep, diag};
-    rc = bt_file_lines(in, path, jsonl_scan_line, &c, torn, diag);
-    fclose(in);
-    return rc;
-}
-
-/* The directory entry of a rename made durable. */
-static int metrics_sync_dir(const char *path) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash == NULL)
-        snprintf(dir, sizeof dir, ".");
-    else
-        *slash = '\0';
-    int fd = open(dir[0] ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
-/* The file without the lines cut drops: written whole to a temp file,
- * synced and renamed over it, so that a reader (baton status) sees the old file or the
- * new one, never a part; then *f reopened for appending. */
-static int jsonl_rewrite(control_metrics_sink *s, const char *path, FILE **f, jsonl_cut cut,
-                         jsonl_keep_fn keep, bt_diag *diag) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int rc, torn;
-    if (*f != NULL) fclose(*f);
-    *f = NULL;
-    FILE *out = bt_fopen_private(tmp, "w");
-    if (out == NULL) {
-        bt_diag_set(diag, "%s: cannot create: %s", tmp, strerror(errno));
-        rc = BT_EIO;
-        goto error;
-    }
-    if ((rc = jsonl_scan(s, path, cut, out, &torn, keep, diag)) != 0) goto error;
-    rc = BT_EIO;
-    if (fflush(out) != 0 || fsync(fileno(out)) != 0) {
-        bt_diag_set(diag, "%s: cannot write: %s", tmp, strerror(errno));
-        goto error;
-    }
-    int closed = fclose(out);
-    out = NULL;
-    if (closed != 0 || rename(tmp, path) != 0) {
-        bt_diag_set(diag, "%s: cannot replace it with %s: %s", path, tmp, strerror(errno));
-        goto error;
-    }
-    if (metrics_sync_dir(path) != 0) {
-        bt_diag_set(diag, "%s: cannot sync its directory: %s", path, strerror(errno));
-        goto error;
-    }
-    if ((*f = bt_fopen_private(path, "a")) == NULL) {
-        bt_diag_set(diag, "%s: cannot open for appending: %s", path, strerror(errno));
-        return BT_EIO;
-    }
-    return 0;
-error:
-    if (out != NULL) fclose(out);
-    unlink(tmp);
-    if (*f == NULL) *f = bt_fopen_private(path, "a"); /* append to what is there */
-    return rc;
 }
 
 /* The held entry of stage, or NULL. */
@@ -175,8 +57,8 @@ int control_metrics_past(const control_metrics_sink *s, uint32_t stage_index, ui
 }
 
 /* metrics.jsonl: the largest step of each stage kept, and whose the last record is. */
-static void metrics_keep(control_metrics_sink *s, const char *line, int has, uint64_t stage,
-                         uint64_t step) {
+static void metrics_keep(void *arg, const char *line, int has, uint64_t stage, uint64_t step) {
+    control_metrics_sink *s = arg;
     uint64_t at;
     if (!has) return;
     metrics_held_note(s, stage, step);
@@ -185,9 +67,10 @@ static void metrics_keep(control_metrics_sink *s, const char *line, int has, uin
     s->last_step = step;
 }
 
-static int metrics_rewrite(control_metrics_sink *s, jsonl_cut cut, bt_diag *diag) {
+/* cut NULL: a torn last line dropped alone; else the records cut drops too. */
+static int metrics_rewind(control_metrics_sink *s, const control_jsonl_cut *cut, bt_diag *diag) {
     s->n_held = 0, s->have_last = 0;
-    return jsonl_rewrite(s, s->jsonl_path, &s->jsonl, cut, metrics_keep, diag);
+    return control_jsonl_rewind(&s->jsonl, s->jsonl_path, cut, metrics_keep, s, diag);
 }
 
 static int valid_seen_add(control_metrics_sink *s, uint64_t stage_index, uint64_t step) {
@@ -206,56 +89,72 @@ static int valid_seen_has(const control_metrics_sink *s, uint64_t stage_index, u
 
 /* valid.jsonl: the (stage_index, step) pairs kept (a pair that cannot be noted, out of
  * memory, is only written again). */
-static void valid_keep(control_metrics_sink *s, const char *line, int has, uint64_t stage,
-                       uint64_t step) {
+static void valid_keep(void *arg, const char *line, int has, uint64_t stage, uint64_t step) {
+    control_metrics_sink *s = arg;
     (void)line;
     if (has) valid_seen_add(s, stage, step);
 }
 
-static int valid_rewrite(control_metrics_sink *s, jsonl_cut cut, bt_diag *diag) {
+static int valid_rewind(control_metrics_sink *s, const control_jsonl_cut *cut, bt_diag *diag) {
     s->n_valid_seen = 0;
-    return jsonl_rewrite(s, s->valid_path, &s->valid, cut, valid_keep, diag);
+    return control_jsonl_rewind(&s->valid, s->valid_path, cut, valid_keep, s, diag);
 }
 
-/* valid.jsonl's pairs, a torn last line dropped, and the file opened for appending. */
-static int valid_open(control_metrics_sink *s, const char *run_dir, bt_diag *diag) {
-    snprintf(s->valid_path, sizeof s->valid_path, "%s/valid.jsonl", run_dir);
-    int torn, rc = jsonl_scan(s, s->valid_path, jsonl_keep_all, NULL, &torn, valid_keep, diag);
-    if (rc == 0 && torn) rc = valid_rewrite(s, jsonl_keep_all, diag);
-    if (rc == 0 && s->valid == NULL) s->valid = bt_fopen_private(s->valid_path, "a");
-    if (rc == 0 && s->valid == NULL) {
-        bt_diag_set(diag, "%s: cannot open for appending: %s", s->valid_path, strerror(errno));
-        rc = BT_EIO;
+/* Before a write: a rewind of either file left pending (a full disk) tried again, and
+ * valid.jsonl's records held back written (nothing else would write them before the
+ * stage's end; metrics.jsonl's and TensorBoard's go with their next record). */
+static void metrics_retry(control_metrics_sink *s) {
+    if (s->valid.a.n_held > 0 && s->valid.n_cuts == 0) rec_append_flush(&s->valid.a, NULL);
+    if (s->jsonl.n_cuts > 0) {
+        s->n_held = 0, s->have_last = 0;
+        control_jsonl_retry(&s->jsonl, s->jsonl_path, metrics_keep, s, NULL);
     }
+    if (s->valid.n_cuts > 0) {
+        s->n_valid_seen = 0;
+        control_jsonl_retry(&s->valid, s->valid_path, valid_keep, s, NULL);
+    }
+}
+
+/* path's lines read (keep gets each), the file opened for appending and a torn last line
+ * (a writer killed mid-line: a line appended after it would be unreadable too) cut off. */
+static int jsonl_open(control_metrics_sink *s, control_jsonl *j, const char *path,
+                      control_jsonl_keep_fn keep, bt_diag *diag) {
+    int torn, rc = control_jsonl_read(NULL, path, &torn, keep, s, diag);
+    rc = rc ? rc : rec_append_open(&j->a, path, 0, diag);
+    if (rc == 0 && torn) rc = control_jsonl_rewind(j, path, NULL, keep, s, diag);
     return rc;
 }
 
 int control_metrics_open(control_metrics_sink *s, const char *run_dir, bt_diag *diag) {
     memset(s, 0, sizeof *s);
+    s->jsonl.a.fd = s->valid.a.fd = s->tb.a.fd = -1;
     if (run_dir == NULL || run_dir[0] == '\0') return 0;
     if (mkdir(run_dir, 0700) != 0 && errno != EEXIST) {
         bt_diag_set(diag, "%s: cannot create the run directory: %s", run_dir, strerror(errno));
         return BT_EIO;
     }
     snprintf(s->jsonl_path, sizeof s->jsonl_path, "%s/metrics.jsonl", run_dir);
-    int torn, rc = jsonl_scan(s, s->jsonl_path, jsonl_keep_all, NULL, &torn, metrics_keep, diag);
-    /* a line appended after a torn one would be unreadable too */
-    if (rc == 0 && torn) rc = metrics_rewrite(s, jsonl_keep_all, diag);
-    if (rc != 0) {
-        control_metrics_close(s);
-        return rc;
-    }
-    if (s->jsonl == NULL) s->jsonl = bt_fopen_private(s->jsonl_path, "a");
-    if (s->jsonl == NULL) {
-        bt_diag_set(diag, "%s: cannot open for appending: %s", s->jsonl_path, strerror(errno));
-        return BT_EIO;
-    }
+    snprintf(s->valid_path, sizeof s->valid_path, "%s/valid.jsonl", run_dir);
     char tb_dir[4096];
     snprintf(tb_dir, sizeof tb_dir, "%s/tb", run_dir);
-    rc = valid_open(s, run_dir, diag);
+    int rc = jsonl_open(s, &s->jsonl, s->jsonl_path, metrics_keep, diag);
+    rc = rc ? rc : jsonl_open(s, &s->valid, s->valid_path, valid_keep, diag);
     rc = rc ? rc : tb_writer_open(&s->tb, tb_dir, diag);
     if (rc != 0) control_metrics_close(s);
     return rc;
+}
+
+void control_metrics_set_note(control_metrics_sink *s, rec_note_fn note, void *arg) {
+    rec_append *all[] = {&s->jsonl.a, &s->valid.a, &s->tb.a};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        all[i]->note = note, all[i]->note_arg = arg;
+}
+
+int control_metrics_flush(control_metrics_sink *s) {
+    metrics_retry(s);
+    int a = rec_append_flush(&s->jsonl.a, NULL), b = rec_append_flush(&s->valid.a, NULL);
+    int c = rec_append_flush(&s->tb.a, NULL);
+    return a ? a : b ? b : c;
 }
 
 static void json_num(bt_buf *b, const char *key, double v) {
@@ -300,19 +199,15 @@ static int control_metrics_jsonl(control_metrics_sink *s, const control_metrics_
     }
     if (m->moe_experts > 0) json_moe(&b, m);
     bt_buf_printf(&b, "}\n");
-    int ok = !b.oom && fputs(bt_buf_str(&b), s->jsonl) >= 0 && fflush(s->jsonl) == 0;
     int oom = b.oom;
+    rec_held key = {.stage = w->stage_index, .step = m->step};
+    /* whole or not at all, held back while it cannot be written (rec_append.h) */
+    int rc = oom ? BT_ENOMEM : rec_append_write(&s->jsonl.a, b.data, b.len, &key, diag);
     bt_buf_free(&b);
-    if (oom) {
+    if (oom)
         bt_diag_set(diag, "%s: out of memory for a record of step %llu", s->jsonl_path,
                     (unsigned long long)m->step);
-        return BT_ENOMEM;
-    }
-    if (!ok) {
-        bt_diag_set(diag, "%s: cannot append metrics: %s", s->jsonl_path, strerror(errno));
-        return BT_EIO;
-    }
-    return 0;
+    return rc;
 }
 
 /* A repeated step of w's stage: the stage's records of it and the steps after go, and
@@ -320,10 +215,10 @@ static int control_metrics_jsonl(control_metrics_sink *s, const control_metrics_
 static int control_metrics_rewind(control_metrics_sink *s, const control_metrics_where *w,
                                   uint64_t step, double wall_time, bt_diag *diag) {
     s->rewinds++;
-    jsonl_cut cut = {1, w->stage_index, step};
-    int rc = metrics_rewrite(s, cut, diag);
+    control_jsonl_cut cut = {w->stage_index, step};
+    int rc = metrics_rewind(s, &cut, diag);
     /* TensorBoard drops valid/loss of those steps too: a new evaluation there is written */
-    int vrc = s->valid ? valid_rewrite(s, cut, diag) : 0;
+    int vrc = s->valid.a.fd >= 0 ? valid_rewind(s, &cut, diag) : 0;
     int trc = tb_writer_session_start(&s->tb, (int64_t)(w->step_offset + step), wall_time, diag);
     return rc ? rc : vrc ? vrc : trc;
 }
@@ -331,13 +226,10 @@ static int control_metrics_rewind(control_metrics_sink *s, const control_metrics
 int control_metrics_write(control_metrics_sink *s, const control_metrics_where *w,
                           const control_metrics *m, bt_diag *diag) {
     if (s->jsonl_path[0] == '\0') return 0;
+    metrics_retry(s);
     const control_metrics_held *h = metrics_held_find(s, w->stage_index);
     int rc = 0;
     if (h != NULL && m->step <= h->step) rc = control_metrics_rewind(s, w, m->step, m->time, diag);
-    if (s->jsonl == NULL && rc == 0)
-        bt_diag_set(diag, "%s: not open for appending (an earlier rewrite of it failed)",
-                    s->jsonl_path);
-    if (s->jsonl == NULL) return rc ? rc : BT_EIO;
     int jrc = control_metrics_jsonl(s, w, m, diag);
     if (jrc == 0) metrics_held_note(s, w->stage_index, m->step);
     if (jrc == 0)
@@ -368,7 +260,8 @@ int control_metrics_write_valid(control_metrics_sink *s, const control_metrics_w
                                 uint64_t step, double loss, uint32_t windows, double time,
                                 bt_diag *diag) {
     uint64_t global = w->step_offset + step;
-    if (s->valid == NULL || valid_seen_has(s, w->stage_index, step)) return 0;
+    if (s->valid.a.fd < 0 || valid_seen_has(s, w->stage_index, step)) return 0;
+    metrics_retry(s);
     bt_buf b;
     bt_buf_init(&b);
     bt_buf_printf(&b, "{\"time\": %.6f, \"stage\": ", time);
@@ -379,10 +272,9 @@ int control_metrics_write_valid(control_metrics_sink *s, const control_metrics_w
     json_num(&b, "valid_loss", loss);
     json_num(&b, "bits_per_token", loss / log(2.0));
     bt_buf_printf(&b, ", \"windows\": %u}\n", windows);
-    int ok = !b.oom && fputs(bt_buf_str(&b), s->valid) >= 0 && fflush(s->valid) == 0;
-    int rc = b.oom ? BT_ENOMEM : ok ? 0 : BT_EIO;
+    rec_held key = {.stage = w->stage_index, .step = step};
+    int rc = b.oom ? BT_ENOMEM : rec_append_write(&s->valid.a, b.data, b.len, &key, diag);
     bt_buf_free(&b);
-    if (rc == BT_EIO) bt_diag_set(diag, "%s: cannot append: %s", s->valid_path, strerror(errno));
     rc = rc ? rc : valid_seen_add(s, w->stage_index, step);
     if (rc == BT_ENOMEM)
         bt_diag_set(diag, "%s: out of memory for the validation of step %llu", s->valid_path,
@@ -394,10 +286,9 @@ int control_metrics_write_valid(control_metrics_sink *s, const control_metrics_w
 }
 
 void control_metrics_close(control_metrics_sink *s) {
-    if (s->jsonl != NULL) fclose(s->jsonl);
-    s->jsonl = NULL;
-    if (s->valid != NULL) fclose(s->valid);
-    s->valid = NULL;
+    if (s->jsonl_path[0] != '\0') metrics_retry(s); /* a rewind pending: its last try */
+    rec_append_close(&s->jsonl.a);
+    rec_append_close(&s->valid.a);
     free(s->valid_seen);
     s->valid_seen = NULL, s->n_valid_seen = s->cap_valid_seen = 0;
     free(s->held);

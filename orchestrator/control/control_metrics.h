@@ -17,7 +17,8 @@
  * past the largest the file holds of that stage (an attempt resumed from a checkpoint at
  * step S repeats S + 1 ...) first rewrites the file without that stage's records of that
  * step and later ones (a temp file, fsync, rename: a reader sees the old file or the new
- * one), and writes TensorBoard's restart marker at its global step
+ * one; where the dropped records end the file, as they do, it is cut in place instead,
+ * which needs no room: control_jsonl.h), and writes TensorBoard's restart marker at its global step
  * (tb_writer_session_start), so TensorBoard drops the stale events too. Records are told
  * apart by stage index and step, never by global_step: the records of the other stages
  * stay whatever their global steps (a recipe edited since may count them otherwise), and
@@ -31,7 +32,13 @@
  * that trains no step evaluates the same checkpoint on the same windows) adds nothing: a
  * (stage_index, step) the file holds is not written twice. A repeated step drops the
  * stage's lines of it and later steps here too (the same rewrite), as a torn last line
- * is dropped on open. */
+ * is dropped on open.
+ *
+ * A full disk: every record of the three files is written whole or not at all, and one
+ * that cannot be written is held back in memory, with the ones after it, and written
+ * with the next record that can be (rec_append.h); a rewind that cannot be done holds
+ * the records back until it can (control_jsonl.h). Each file says so once through the
+ * note callback (control_metrics_set_note), and again when it is written again. */
 #ifndef BATON_CONTROL_METRICS_H
 #define BATON_CONTROL_METRICS_H
 
@@ -39,6 +46,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "control_jsonl.h"
 #include "tb_writer.h"
 #include "util/err.h"
 
@@ -70,7 +78,7 @@ typedef struct control_metrics_held {
 } control_metrics_held;
 
 typedef struct control_metrics_sink {
-    FILE *jsonl; /* NULL: not writing */
+    control_jsonl jsonl; /* metrics.jsonl; its fd -1: not writing */
     char jsonl_path[4096];
     tb_writer tb;
     /* per stage index metrics.jsonl holds records of, the largest step among them: what
@@ -82,7 +90,7 @@ typedef struct control_metrics_sink {
     uint32_t last_stage, last_attempt; /* ... this stage index and attempt, */
     uint64_t last_step;                /* ... and this step of it */
     unsigned rewinds;                  /* times records were dropped for a repeated step */
-    FILE *valid;                       /* valid.jsonl, appended */
+    control_jsonl valid;               /* valid.jsonl, appended */
     char valid_path[4096];
     uint64_t *valid_seen; /* n_valid_seen (stage_index, step) pairs it holds */
     size_t n_valid_seen, cap_valid_seen;
@@ -92,6 +100,10 @@ typedef struct control_metrics_sink {
  * dropping a torn last line a killed writer left) and a new event file in RUN_DIR/tb/.
  * run_dir NULL or "": the sink writes nothing. */
 int control_metrics_open(control_metrics_sink *s, const char *run_dir, bt_diag *diag);
+/* Where the sink's notes go (a full disk, the recovery): NULL, nowhere. */
+void control_metrics_set_note(control_metrics_sink *s, rec_note_fn note, void *arg);
+/* Tries to write what is held back (a rewind pending first): 0 when nothing is. */
+int control_metrics_flush(control_metrics_sink *s);
 /* Appends m to both files (after dropping the records m repeats, see above). */
 int control_metrics_write(control_metrics_sink *s, const control_metrics_where *w,
                           const control_metrics *m, bt_diag *diag);

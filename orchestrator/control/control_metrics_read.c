@@ -128,10 +128,16 @@ static void kept_order(control_metrics_kept *k) {
     k->n = n;
 }
 
+static int attempt_held(void *arg, const char *rec, size_t n) {
+    return attempt_line(arg, rec, n, -1);
+}
+
 int control_metrics_attempt_steps(const control_metrics_sink *s, uint32_t stage_index,
                                   uint32_t attempt, uint64_t **steps, size_t *n, bt_diag *diag) {
     attempt_scan a = {.stage = stage_index, .attempt = attempt};
     int rc = read_lines(s->jsonl_path, attempt_line, &a, diag);
+    /* held back in memory (a full disk): written with the next record that can be */
+    rc = rc ? rc : rec_append_each_held(&s->jsonl.a, attempt_held, &a);
     if (rc != 0) free(a.steps), a.steps = NULL, a.n = 0;
     *steps = a.steps, *n = a.n;
     return rc;

@@ -193,10 +193,14 @@ int control_server_replay(control_server *cs, const control_metrics_where *w, co
                                                                     &r.held, &r.n_held, diag);
     if (r.n_held > 1) qsort(r.held, r.n_held, sizeof *r.held, control_u64_cmp); /* a file edited */
     rc = rc || r.from != REPLAY_AFTER ? rc : replay_plan(&r, path, wait_s, busy, diag);
+    /* the orphans are read back by place from metrics.jsonl as it is now, which a rewind
+     * must then leave whole: renamed over, not cut */
+    s->jsonl.no_cut = r.orphans.n > 0;
     int again = 0; /* the plan waited for a live writer already */
     rc = rc ? rc : metrics_log_read(path, *busy ? 0 : wait_s, &again, replay_one, &r, diag);
     *busy = *busy || again;
     rc = rc ? rc : replay_rest(&r);
+    s->jsonl.no_cut = 0;
     free(r.held);
     control_metrics_kept_free(&r.orphans);
     free(r.valids);

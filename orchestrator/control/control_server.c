@@ -37,6 +37,12 @@ static int control_listen(control_server *cs, const char *host, bt_diag *diag) {
     return rc;
 }
 
+/* The metrics sink's notes (a full disk, writing again): said as they come. */
+static void control_note(void *arg, const char *msg) {
+    (void)arg;
+    fprintf(stderr, "baton run: %s\n", msg);
+}
+
 int control_server_open(control_server *cs, const char *token, const char *run_dir,
                         const char *bind_host, bt_diag *diag) {
     memset(cs, 0, sizeof *cs);
@@ -50,6 +56,7 @@ int control_server_open(control_server *cs, const char *token, const char *run_d
     cs->max_unauth = bt_tcp_unauth_cap();
     int rc = control_listen(cs, bind_host ? bind_host : "127.0.0.1", diag);
     rc = rc ? rc : control_metrics_open(&cs->sink, run_dir, diag);
+    if (rc == 0) control_metrics_set_note(&cs->sink, control_note, NULL);
     if (rc != 0) control_server_close(cs);
     return rc;
 }
@@ -80,6 +87,7 @@ int control_server_begin_attempt(control_server *cs, uint32_t stage_index, const
     cs->step_offset = step_offset;
     snprintf(cs->stage_name, sizeof cs->stage_name, "%s", stage_name ? stage_name : "");
     cs->have_metrics = 0;
+    cs->metrics_failed_said = 0;
     memset(&cs->last, 0, sizeof cs->last);
     memset(&cs->fatal, 0, sizeof cs->fatal);
     return 0;

@@ -55,12 +55,17 @@ typedef struct control_rank {
     unsigned dup_said;      /* Hellos of a second worker as this rank (the first is said) */
 } control_rank;
 
-/* The first Fatal of the attempt, or the first configuration error (code 2) after it. */
+/* The first Fatal of the attempt, or the first configuration error (code 2) after it;
+ * and the first one of any rank that says the disk is full (strerror's words for ENOSPC or
+ * EDQUOT: a checkpoint save that every restart would repeat). */
 typedef struct control_fatal {
     int seen;
     uint32_t rank;
     int32_t code;
     char message[1024];
+    int disk_full;
+    uint32_t full_rank;
+    char full_message[1024];
 } control_fatal;
 
 typedef struct control_conn control_conn; /* private */
@@ -109,14 +114,16 @@ typedef struct control_server {
     size_t n_conns, cap_conns;
     char *token;
     control_metrics_sink sink;
+    unsigned metrics_failed_said; /* metrics writes of this attempt that failed (the first said) */
     bt_diag *diag;
 } control_server;
 
 /* Listens on bind_host (e.g. "127.0.0.1"; NULL: 127.0.0.1) at a port the kernel picks and
  * fills cs->address. token is the run's secret (copied; non-empty). run_dir receives
  * metrics.jsonl and tb/ (created if missing); NULL: metrics are kept in memory only.
- * diag (may be NULL) receives later non-fatal problems too (e.g. a metrics write that
- * failed), first one wins. */
+ * diag (may be NULL) receives the error when it fails. A metrics write that fails later
+ * is said on stderr (a full disk by the sink, control_metrics.h; anything else once per
+ * attempt). */
 int control_server_open(control_server *cs, const char *token, const char *run_dir,
                         const char *bind_host, bt_diag *diag);
 

@@ -33,13 +33,10 @@ static int tb_write_event(tb_writer *w, const Tensorboard__Event *ev, bt_diag *d
     tb_le32(rec + 8, tb_masked_crc(rec, 8));
     tensorboard__event__pack(ev, rec + 12);
     tb_le32(rec + 12 + n, tb_masked_crc(rec + 12, n));
-    int ok = fwrite(rec, 1, n + 16, w->f) == n + 16 && fflush(w->f) == 0;
+    /* whole or not at all: TensorBoard's reader takes a torn record for the file's end */
+    int rc = rec_append_write(&w->a, rec, n + 16, NULL, diag);
     free(rec);
-    if (!ok) {
-        bt_diag_set(diag, "%s: cannot write a TensorBoard event: %s", w->path, strerror(errno));
-        return BT_EIO;
-    }
-    return 0;
+    return rc;
 }
 
 /* Opens a new file named after the time and host, refusing to reuse one. */
@@ -50,27 +47,25 @@ static int tb_create(tb_writer *w, const char *dir, bt_diag *diag) {
     for (int i = 0; host[i]; i++)
         if (host[i] == '/') host[i] = '_';
     long long secs = (long long)time(NULL);
-    int fd = -1;
-    for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
+    int rc = BT_EIO;
+    for (int attempt = 0; attempt < 2 && rc != 0; attempt++) {
         if (attempt == 0)
             snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%lld.%s", dir, secs, host);
         else
             snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%lld.%s.%ld", dir, secs, host,
                      (long)getpid());
-        fd = bt_open_private(w->path, O_WRONLY | O_CREAT | O_EXCL);
-        if (fd < 0 && errno != EEXIST) break;
+        rc = rec_append_open(&w->a, w->path, O_EXCL, NULL);
+        if (rc != 0 && errno != EEXIST) break;
     }
-    if (fd < 0 || (w->f = fdopen(fd, "wb")) == NULL) {
+    if (rc != 0)
         bt_diag_set(diag, "%s: cannot create a TensorBoard event file: %s", w->path,
                     strerror(errno));
-        if (fd >= 0) close(fd);
-        return BT_EIO;
-    }
-    return 0;
+    return rc;
 }
 
 int tb_writer_open(tb_writer *w, const char *dir, bt_diag *diag) {
     memset(w, 0, sizeof *w);
+    w->a.fd = -1;
     if (bt_mkdir_private(dir) != 0) {
         bt_diag_set(diag, "%s: cannot create the TensorBoard directory: %s", dir, strerror(errno));
         return BT_EIO;
@@ -99,7 +94,7 @@ static int tb_write_at(tb_writer *w, Tensorboard__Event *ev, int64_t step, doubl
 
 int tb_writer_scalars(tb_writer *w, int64_t step, double wall_time, const char *const *tags,
                       const float *values, size_t n, bt_diag *diag) {
-    if (w->f == NULL) return BT_EINVAL;
+    if (w->a.fd < 0) return BT_EINVAL;
     Tensorboard__SummaryValue vals[16], *pv[16];
     if (n > 16) return BT_EINVAL;
     for (size_t i = 0; i < n; i++) {
@@ -119,7 +114,7 @@ int tb_writer_scalars(tb_writer *w, int64_t step, double wall_time, const char *
 }
 
 int tb_writer_session_start(tb_writer *w, int64_t step, double wall_time, bt_diag *diag) {
-    if (w->f == NULL) return BT_EINVAL;
+    if (w->a.fd < 0) return BT_EINVAL;
     Tensorboard__SessionLog log = TENSORBOARD__SESSION_LOG__INIT;
     log.has_status = 1, log.status = TENSORBOARD__SESSION_LOG__SESSION_STATUS__START;
     Tensorboard__Event ev = TENSORBOARD__EVENT__INIT;
@@ -129,6 +124,5 @@ int tb_writer_session_start(tb_writer *w, int64_t step, double wall_time, bt_dia
 }
 
 void tb_writer_close(tb_writer *w) {
-    if (w->f != NULL) fclose(w->f);
-    w->f = NULL;
+    rec_append_close(&w->a);
 }

@@ -4,8 +4,9 @@
  * ".<pid>" appended when that name is taken), TFRecord-framed: per record a little-endian
  * uint64 length, the masked CRC32C of those 8 bytes, the serialized tensorboard.Event
  * (schema/tensorboard.proto) and its masked CRC32C. The first record carries
- * file_version "brain.Event:2". Each record is flushed as it is written, so a reader sees
- * whole records while the run goes on. */
+ * file_version "brain.Event:2". Each record is written whole or not at all, as it comes
+ * (rec_append.h: one that cannot be written, a full disk, is held back in memory and
+ * written with the next), so a reader sees whole records while the run goes on. */
 #ifndef BATON_TB_WRITER_H
 #define BATON_TB_WRITER_H
 
@@ -13,10 +14,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "rec_append.h"
 #include "util/err.h"
 
 typedef struct tb_writer {
-    FILE *f; /* NULL: closed */
+    rec_append a; /* fd -1: closed */
     char path[4096];
 } tb_writer;
 

@@ -540,6 +540,18 @@ static void run_blame_hang(const run_ctx *c, const launch_job *job, Baton__Journ
     r->node = node;
 }
 
+/* A rank said the disk is full (a checkpoint save: ENOSPC, EDQUOT): the run ends, exit 1,
+ * as when the spec cannot be written. Another attempt would train the steps since the
+ * last checkpoint again to fail at the same save (the oldest checkpoint goes only after a
+ * new one is committed), max_restarts times over. */
+static void run_disk_full(run_ctx *c, uint32_t stage) {
+    run_give_up(c, stage, 1,
+                "the disk is full (rank %u: %.600s): not retried, as every restart would train "
+                "to the same save and fail alike; make room (or keep fewer checkpoints: "
+                "checkpoint.keep), then 'baton resume %s'",
+                c->cs.fatal.full_rank, c->cs.fatal.full_message, c->dir->path);
+}
+
 /* Journals how the attempt ended and decides what comes next. */
 static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stage, uint32_t attempt,
                                 int hung) {
@@ -632,10 +644,11 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
      * same damaged bytes. Once is retried: the refusal may have been a passing I/O error. */
     int damaged = !stop && !fatal && c->prog.no_ckpt && c->no_ckpt_streak >= 1;
     c->no_ckpt_streak = c->prog.no_ckpt ? c->no_ckpt_streak + 1 : 0;
-    attempt_end end = stop      ? ATTEMPT_STOPPED
-                      : fatal   ? ATTEMPT_FATAL
-                      : damaged ? ATTEMPT_BROKEN
-                                : ATTEMPT_RETRY;
+    int full = !stop && !fatal && !damaged && c->cs_open && c->cs.fatal.disk_full;
+    attempt_end end = stop              ? ATTEMPT_STOPPED
+                      : fatal           ? ATTEMPT_FATAL
+                      : damaged || full ? ATTEMPT_BROKEN
+                                        : ATTEMPT_RETRY;
     if (end == ATTEMPT_STOPPED) run_check_stop(c, job, stage, &r);
     r.detail = why;
     r.has_retryable = 1, r.retryable = end == ATTEMPT_RETRY;
@@ -646,11 +659,13 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
     if (end != ATTEMPT_STOPPED)
         run_err(c, "stage \"%s\" attempt %u failed: %s%s\n", c->prog.stage, attempt, why,
                 end == ATTEMPT_FATAL ? " (a configuration error: not retried)"
+                : full               ? ""
                 : end == ATTEMPT_BROKEN
                     ? " (not retried: no usable checkpoint in two attempts in a row, every "
                       "candidate refused: the checkpoints are damaged; 'baton ckpt verify' "
                       "says where)"
                     : "");
+    if (full) run_disk_full(c, stage);
     return end;
 }
 

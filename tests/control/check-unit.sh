@@ -82,3 +82,25 @@ echo "control gap: a log with holes: metrics.jsonl and TensorBoard hold steps 10
 # A dead log's orphans (every step after it) written back one at a time: each step once,
 # and the replay's memory does not grow with them.
 "$test_control" orphans "$work/orphans"
+# A full disk (BATON_FAULT_METRICS_ENOSPC, set by each case): records written whole or
+# not at all, held back and written once there is room, a rewind never appending the
+# repeated steps after the stale ones (test_control_enospc.c). Every line of metrics.jsonl
+# and valid.jsonl parses, and every event record has good CRCs and every step's values
+# (but for "edited", where stage b's step sits past a's restart marker, which TensorBoard
+# drops as it would in any run).
+for case in moment rewind edited bound; do
+  "$test_control" enospc "$work/enospc-$case" "$case"
+  /usr/bin/python3 - "$work/enospc-$case" <<'PY'
+import json, sys
+for name in ("metrics.jsonl", "valid.jsonl"):
+    try:
+        lines = open(f"{sys.argv[1]}/{name}").read().splitlines()
+    except FileNotFoundError:
+        continue
+    keys = [(r["stage_index"], r["step"]) for r in map(json.loads, lines)]
+    assert len(keys) == len(set(keys)), f"{name}: a step twice: {keys}"
+PY
+  [[ $case == edited ]] ||
+    /usr/bin/python3 "$here/read_tb.py" "$work/enospc-$case/tb" "$work/enospc-$case/metrics.jsonl" >/dev/null
+done
+echo "control enospc: metrics.jsonl, valid.jsonl and TensorBoard whole after a full disk"

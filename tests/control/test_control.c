@@ -1148,11 +1148,12 @@ int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "ack") == 0) return ack();
     if (argc == 2 && strcmp(argv[1], "slowstep") == 0) return slowstep();
     if (argc == 3 && strcmp(argv[1], "orphans") == 0) return orphans(argv[2]);
+    if (argc == 4 && strcmp(argv[1], "enospc") == 0) return enospc(argv[2], argv[3]);
     if (argc == 8 && strcmp(argv[1], "serve") == 0) return serve(argv);
     fprintf(stderr,
             "usage: test_control unit RUN_DIR | crowd RUN_DIR | ack | replay RUN_DIR | backlog "
             "RUN_DIR | gap RUN_DIR | "
-            "orphans RUN_DIR | serve "
+            "orphans RUN_DIR | enospc RUN_DIR moment|rewind|edited|bound | serve "
             "SPEC_IN SPEC_OUT RUN_DIR WORLD "
             "STOP_AT stop|term1|mark\n");
     return 2;

@@ -3,7 +3,8 @@
  *   test_control.c          main, the connection and protocol tests (unit, crowd, ack,
  *                           slowstep, serve) and the shared helpers
  *   test_control_metrics.c  the metrics sink and replay tests (replay, stages, gap,
- *                           orphans, backlog) */
+ *                           orphans, backlog)
+ *   test_control_enospc.c   the metrics sink on a full disk (enospc) */
 #ifndef BATON_TEST_CONTROL_H
 #define BATON_TEST_CONTROL_H
 
@@ -46,6 +47,7 @@ int replay(const char *run_dir);
 int stages(const char *run_dir);
 int gap(const char *run_dir);
 int orphans(const char *run_dir);
+int enospc(const char *run_dir, const char *which);
 int backlog(const char *run_dir);
 
 #endif

@@ -46,6 +46,11 @@
 #                 seen, so it exits 75 within heartbeat_timeout, not RUN_STOP_GRACE_S; a
 #                 second SIGINT kills the workers at once (one line, exit 75 within 4 s);
 #                 `baton resume` completes the run.
+#   disk-full     rank 1's write of the checkpoint at step 10 fails for a full disk
+#                 (BATON_FAULT_SAVE_ENOSPC, in every attempt, as a disk that stays full):
+#                 the run ends after that attempt, exit 1, saying the disk is full, naming
+#                 the file and how to go on, not retried; `baton resume` once there is
+#                 room completes it.
 #   give-up       every attempt's worker exits 1: after max_restarts the run gives up (exit
 #                 1) and `baton status` says failed, not stopped (text and JSON), with the
 #                 reason and the last failure's cause, and counts no recovery; SIGTERM
@@ -688,6 +693,23 @@ PY
   "$baton" status r1 | grep -Eq "^  valid loss  pretrain [0-9.]+  extend [0-9.]+  fp8 [0-9.]+$" ||
     { "$baton" status r1; fail "status shows no valid loss line"; }
   echo "$case: stage completed by a resume without a step shows loss $logged (the worker's step 16)"
+  ;;
+disk-full)
+  set +e
+  BATON_FAULT_SAVE_ENOSPC=1:10 "$baton" run "$recipe" --run-dir r1 --quiet \
+    --set stages.pretrain.steps=12 --set stages.1.steps=2 --set stages.fp8.steps=2 >run.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 1 ]] || { cat run.out; fail "baton run exited $rc on a full disk, not 1"; }
+  [[ $(grep -c 'attempt [0-9]* failed' run.out) == 1 ]] || { cat run.out; fail "a full disk was retried"; }
+  grep -q 'stage "pretrain": the disk is full (rank 1: .*s00-step00000010.partial/rank-00001.bin: cannot write tensor .*: No space left on device): not retried, .*then '"'baton resume $PWD/r1'" run.out ||
+    { cat run.out; fail "the give-up line does not say the disk is full"; }
+  "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "the resume after a full disk failed"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "completed" and s["failures"] == 1, s' || fail "the resumed run is not complete"
+  echo "$case: a checkpoint save on a full disk ends the run at once (exit 1, not retried); resumed, it completes"
   ;;
 give-up)
   printf '#!/bin/sh\necho "a worker that always fails" >&2\nexit 1\n' >failing-worker

@@ -1,5 +1,6 @@
 #include "train_ckpt.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,6 +215,22 @@ static int ckpt_fault_here(const train_ckpt *c) {
     return strstr(c->name, want) != NULL;
 }
 
+/* Test hook: BATON_FAULT_SAVE_ENOSPC=RANK:STEP makes world rank RANK's write of its shard
+ * of step STEP's checkpoint fail halfway as on a full disk (ENOSPC), in every attempt, as
+ * a disk that stays full would (tests/run/check-run.sh disk-full). */
+static int ckpt_fault_full(train_ckpt *c, const char *part, const char *key) {
+    const char *f = getenv("BATON_FAULT_SAVE_ENOSPC");
+    int rank = -1;
+    unsigned long long step = 0;
+    char want[64];
+    if (f == NULL || sscanf(f, "%d:%llu", &rank, &step) != 2 || rank != c->world_rank) return 0;
+    snprintf(want, sizeof want, "-step%08llu", step);
+    if (strstr(c->name, want) == NULL) return 0;
+    bt_diag_set(&c->diag, "%s/rank-%05d.bin: cannot write tensor %s: %s", part, c->world_rank, key,
+                strerror(ENOSPC));
+    return BT_EIO;
+}
+
 /* Test hook: BATON_FAULT_SAVE_SLEEP=SECONDS makes every rank's write of a checkpoint that
  * long (a slow filesystem), to check that a long save is not taken for a hang. */
 static void ckpt_fault_slow(void) {
@@ -238,6 +255,7 @@ static int ckpt_write(train_ckpt *c) {
             rc = ckpt_writer_add(&w, p->key, p->ndim, p->gshape, &p->box, BATON__DTYPE__F32,
                                  p->data, &c->diag);
         if (i == c->n_pieces / 2 && ckpt_fault_here(c)) _exit(137);
+        if (rc == 0 && i == c->n_pieces / 2) rc = ckpt_fault_full(c, part, p->key);
     }
     if (rc != 0) {
         if (w.index) ckpt_writer_abort(&w);
