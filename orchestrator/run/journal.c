@@ -156,6 +156,11 @@ void journal_close(journal *j) {
     j->fd = -1;
 }
 
+int journal_unlinked(const journal *j) {
+    struct stat st;
+    return j->fd >= 0 && fstat(j->fd, &st) == 0 && st.st_nlink == 0;
+}
+
 /* Test hook: BATON_FAULT_JOURNAL_FULL=SEQ makes every append from record SEQ (0-based)
  * on fail as on a full disk, to check that a run stops when its journal cannot be
  * written (tests/run/check-run.sh journal-full). */

@@ -34,6 +34,9 @@ typedef struct journal_tail {
  * damaged journal is refused (BT_EINVAL, journal_diag_damaged's message), unchanged. */
 int journal_open(journal *j, const char *run_dir, bt_diag *diag);
 void journal_close(journal *j);
+/* Whether the open journal's file has no name left (st_nlink 0): its run directory was
+ * removed (or replaced) while the journal was open. */
+int journal_unlinked(const journal *j);
 /* Appends r (its seq and wall_time are set here) and fsyncs. */
 int journal_append(journal *j, Baton__JournalRecord *r, bt_diag *diag);
 

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -16,6 +17,7 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/crc32c.h"
 #include "util/file.h"
+#include "launch_fds.h"
 #include "launch_slurm.h"
 #include "run_ctx.h"
 #include "run_edit.h"
@@ -40,6 +42,22 @@ void run_err(const run_ctx *c, const char *fmt, ...) {
     va_end(ap);
 }
 
+/* The run directory removed (or replaced: rm -rf, then made again) while the run ran:
+ * nothing can be journaled or resumed there, so the run stops with an error, its workers
+ * killed at once (a stop checkpoint would only make the path again, belonging to no run).
+ * Returns whether it is gone. */
+static int run_dir_gone(run_ctx *c) {
+    if (c->dir_gone) return 1;
+    if (c->journal_broken || !journal_unlinked(&c->j)) return 0;
+    c->dir_gone = 1, c->journal_broken = 1;
+    run_progress_end(&c->prog);
+    run_err(c,
+            "%s: the run directory was removed or replaced while the run ran (its %s has no "
+            "name left): stopping the run, its workers killed\n",
+            c->dir->path, JOURNAL_FILE);
+    return 1;
+}
+
 int run_journal(run_ctx *c, Baton__JournalRecord__Kind kind, uint32_t stage,
                 Baton__JournalRecord *r) {
     Baton__JournalRecord def = BATON__JOURNAL_RECORD__INIT;
@@ -48,7 +66,7 @@ int run_journal(run_ctx *c, Baton__JournalRecord__Kind kind, uint32_t stage,
     r->has_stage_index = 1, r->stage_index = stage;
     bt_diag d;
     bt_diag_init(&d);
-    if (c->journal_broken) return BT_EIO; /* said once; the run is stopping */
+    if (c->journal_broken || run_dir_gone(c)) return BT_EIO; /* said once; the run stops */
     run_data_end_fill(c, kind, stage, r);
     int rc = journal_append(&c->j, r, &d);
     if (rc == 0) {
@@ -435,6 +453,11 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
         run_check_topology(c, job, stage, attempt);
         run_note_recovery(c, stage, attempt);
         if (c->sfd >= 0 && (pfd[0].revents & POLLIN)) run_on_signal(c, job);
+        if (run_dir_gone(c) && !c->killed_now) {
+            c->got_signal = c->got_signal ? c->got_signal : SIGTERM;
+            c->killed_now = 1;
+            launch_job_kill_now(job, LAUNCH_STOPPED);
+        }
         if (c->journal_broken && !c->got_signal) { /* a stop, as on SIGTERM */
             c->got_signal = SIGTERM;
             run_stop_workers(c, job, "baton run cannot write its journal");
@@ -836,8 +859,10 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     rc = rc ? rc : launch_job_start(&job, &d);
     rc = rc ? rc : run_watch(c, &job, (uint32_t)i, attempt, *hang_s, &hung);
     attempt_end end = ATTEMPT_FATAL;
-    if (rc == 0) run_ckpts_without_channel(c, (uint32_t)i, attempt);
-    if (rc == 0) {
+    if (rc == 0 && c->dir_gone) {
+        end = ATTEMPT_STOPPED; /* said in run_dir_gone: nothing to judge or to journal */
+    } else if (rc == 0) {
+        run_ckpts_without_channel(c, (uint32_t)i, attempt);
         end = run_classify(c, &job, (uint32_t)i, attempt, hung);
         if (end == ATTEMPT_RETRY && c->o->slurm) {
             if (run_slurm_find_lost(c, (uint32_t)i, attempt))
@@ -876,6 +901,38 @@ static int run_backoff(run_ctx *c, double s) {
 static const Baton__RestartPolicy *run_policy(const recipe_doc *doc, size_t i, Baton__Stage **eff) {
     *eff = NULL;
     return recipe_effective_stage(doc, i, eff) == 0 && *eff ? (*eff)->restart : NULL;
+}
+
+/* The descriptors the PMIx server and the control channel take (14 measured), on top of
+ * what baton run holds before they start. */
+#define RUN_FDS_SERVERS 16
+
+/* Before the PMIx server and the control channel start, whose libraries fail on EMFILE
+ * with messages of their own, or none (libevent exits): the soft RLIMIT_NOFILE is raised
+ * for the largest layout the cluster allows, as each launch would (launch_fds.h); a hard
+ * limit too low for that is left to the launch to refuse (journaled), unless even the
+ * servers would not fit. BT_ERANGE, said, then. */
+static int run_fds_precheck(run_ctx *c) {
+    if (c->o->slurm) return 0; /* one srun: its own count at the launch */
+    int world = (int)(c->nodes.planned * c->nodes.gpn);
+    char note[400];
+    bt_diag d;
+    bt_diag_init(&d);
+    int rc = launch_fds_check(world > 0 ? world : 1, LAUNCH_FDS_PER_RANK + 1, RUN_FDS_SERVERS, note,
+                              sizeof note, &d);
+    if (note[0]) run_err(c, "%s\n", note);
+    struct rlimit rl;
+    if (rc == 0 || getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    long servers = launch_fds_needed(0, 0, RUN_FDS_SERVERS);
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (rlim_t)servers) return 0;
+    run_err(c, "cannot start: %s (its PMIx server and control channel alone need about %ld)\n",
+            d.msg, servers);
+    return BT_ERANGE;
 }
 
 /* Attempts of stage i until it completes; an exit status when the run must end. */
@@ -1103,6 +1160,10 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
     } else {
         if (c.st.completed) run_note_more(&c);
         if (!c.st.started) run_journal_started(&c);
+        if (run_fds_precheck(&c) != 0) {
+            journal_close(&c.j);
+            return BT_EXIT_USAGE;
+        }
         c.sfd = run_signals(&c.cfd);
         bt_diag_init(&c.cs_diag);
         const char *host = o->slurm ? launch_slurm_listen(o->slurm) : "127.0.0.1";
@@ -1133,7 +1194,10 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
     if (status == 0) run_print_summary(dir);
     if (status == RUN_EXIT_STOPPED)
         run_err(&c, "stopped; continue with 'baton resume %s'\n", dir->path);
-    if (c.journal_broken)
+    if (c.dir_gone)
+        run_err(&c, "stopped: %s was removed while the run ran; nothing is left to resume\n",
+                dir->path);
+    else if (c.journal_broken)
         run_err(&c,
                 "stopped because the journal could not be written; once it can, continue "
                 "with 'baton resume %s'\n",

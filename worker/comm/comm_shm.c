@@ -6,12 +6,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <linux/futex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -300,11 +303,43 @@ static int shm_init_head(shm_head *h, int size) {
     return rc;
 }
 
+/* Why the last segment could not be made (rank 0 of its group), until
+ * comm_shm_fallback_take hands it on: process state, as the groups fall back silently. */
+static pthread_mutex_t shm_why_lock = PTHREAD_MUTEX_INITIALIZER;
+static char shm_why[384];
+
+static void shm_why_set(const char *name, size_t len, const char *what, int err) {
+    char extra[96] = "";
+    struct rlimit rl;
+    struct statvfs v;
+    if (err == EFBIG && getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        snprintf(extra, sizeof extra, " (the file-size limit, ulimit -f, is %llu KB)",
+                 (unsigned long long)(rl.rlim_cur / 1024));
+    else if (err == ENOSPC && statvfs("/dev/shm", &v) == 0)
+        snprintf(extra, sizeof extra, " (%.1f MB free)",
+                 (double)v.f_bavail * (double)v.f_frsize / 1048576.0);
+    pthread_mutex_lock(&shm_why_lock);
+    snprintf(shm_why, sizeof shm_why, "/dev/shm%s: cannot %s %.1f MB: %s%s", name, what,
+             (double)len / 1048576.0, strerror(err), extra);
+    pthread_mutex_unlock(&shm_why_lock);
+}
+
+int comm_shm_fallback_take(char *out, size_t cap) {
+    pthread_mutex_lock(&shm_why_lock);
+    int any = shm_why[0] != '\0';
+    if (any) snprintf(out, cap, "%s", shm_why);
+    shm_why[0] = '\0';
+    pthread_mutex_unlock(&shm_why_lock);
+    return any;
+}
+
 /* Rank 0: a fresh object under a random name, its space reserved (so that a full
- * /dev/shm is an error here, not a SIGBUS later). name is "" on failure. The process's
- * first one sweeps the dead processes' stale ones first: those older than
- * COMM_SHM_SWEEP_AGE_S, or twice the group's timeout where that is longer (a group
- * forms within its timeout). */
+ * /dev/shm is an error here, not a SIGBUS later). name is "" on failure, the cause kept
+ * for comm_shm_fallback_take. The process's first one sweeps the dead processes' stale
+ * ones first: those older than COMM_SHM_SWEEP_AGE_S, or twice the group's timeout where
+ * that is longer (a group forms within its timeout). A reservation past the file-size
+ * limit fails with EFBIG where SIGXFSZ is ignored (baton-worker ignores it); one that
+ * kills the process instead leaves the object to the sweep. */
 static void shm_create(shm_impl *s, int size, int timeout_ms, char name[SHM_NAME]) {
     static int swept;
     double age = 2.0 * timeout_ms / 1000;
@@ -315,10 +350,14 @@ static void shm_create(shm_impl *s, int size, int timeout_ms, char name[SHM_NAME
     snprintf(name, SHM_NAME, "/baton-comm-%d-%016llx", (int)getpid(), (unsigned long long)r);
     int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     size_t off, chans, len = shm_layout(size, &off, &chans);
-    int ok = fd >= 0 && posix_fallocate(fd, 0, (off_t)len) == 0 && shm_map(s, fd, size) == 0 &&
-             shm_init_head(s->head, size) == 0;
+    int err = fd >= 0 ? 0 : errno;
+    const char *what = "create a segment of";
+    if (err == 0 && (err = posix_fallocate(fd, 0, (off_t)len)) != 0) what = "reserve";
+    if (err == 0 && shm_map(s, fd, size) != 0) err = errno, what = "map";
+    int ok = err == 0 && shm_init_head(s->head, size) == 0;
     if (fd >= 0) close(fd);
     if (!ok) {
+        if (err != 0) shm_why_set(name, len, what, err);
         if (s->head != NULL) munmap(s->head, s->map_len), s->head = NULL;
         if (fd >= 0) shm_unlink(name);
         name[0] = '\0';

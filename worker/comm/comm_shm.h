@@ -66,6 +66,11 @@ int comm_shm_wrap(comm **c);
 #define COMM_SHM_SWEEP_AGE_S 600.0
 int comm_shm_sweep(double min_age_s);
 
+/* Why the last group this process was rank 0 of could not get its segment (the file
+ * under /dev/shm, what failed, the size, the error and, for ENOSPC, the space free; for
+ * EFBIG the file-size limit): 1 with it in out, once, or 0 when none is left to say. */
+int comm_shm_fallback_take(char *out, size_t cap);
+
 /* 1 when c's point-to-point transfers go through shared memory (c wrapped, at most 16
  * members, BATON_COMM_SHM_RING not 0). */
 int comm_shm_p2p(const comm *c);

@@ -18,6 +18,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@
 #include "baton_version.h" /* BATON_VERSION (cmake/baton_version.cmake) */
 #include "comm_shm.h"
 #include "cpu_blas_core.h"
+#include "cpu_blas_mem.h"
 #include "cpu_threads.h"
 #include "model_zero.h"
 #include "model_moe.h"
@@ -831,7 +833,7 @@ static int worker_spec_cuda(const Baton__StageSpec *spec) {
 /* OpenBLAS's threads: this rank's share of its host's CPUs (cpu_threads.h). The ranks on
  * the host: BATON_HOST_RANKS, which baton launch sets (its virtual nodes share one host),
  * else PMIx's local size (srun). Rank 0 of a CPU stage prints what is in effect. */
-static void worker_blas_threads(const Baton__StageSpec *spec, const worker_ranks *w) {
+static int worker_blas_threads(const Baton__StageSpec *spec, const worker_ranks *w, bt_diag *diag) {
     uint64_t n = 0;
     const char *v = getenv("BATON_HOST_RANKS");
     int ranks = w->under_pmix ? w->info.local_size : 1;
@@ -839,7 +841,8 @@ static void worker_blas_threads(const Baton__StageSpec *spec, const worker_ranks
         ranks = (int)n;
     cpu_threads t;
     cpu_threads_apply(&t, ranks);
-    if (w->info.rank != 0 || worker_spec_cuda(spec)) return;
+    int rc = cpu_blas_buffers_reserve(t.threads, diag); /* before the model's memory */
+    if (rc != 0 || w->info.rank != 0 || worker_spec_cuda(spec)) return rc;
     if (t.env != NULL)
         printf("cpu backend: %d BLAS thread(s) per rank (set by %s)\n", t.threads, t.env);
     else
@@ -853,10 +856,24 @@ static void worker_blas_threads(const Baton__StageSpec *spec, const worker_ranks
                cpu_blas_core_name(), was);
     else
         printf("cpu backend: OpenBLAS kernels for %s\n", cpu_blas_core_name());
+    return 0;
+}
+
+/* A group of this process's that could not get its shared-memory segment works over Gloo:
+ * slower, and its sums are in another order than shared memory's (the losses differ in
+ * the last digits), so it is said, with the cause (comm_shm_fallback_take). */
+static void worker_shm_fallback_warn(void) {
+    char why[400];
+    if (comm_shm_fallback_take(why, sizeof why))
+        fprintf(stderr,
+                "baton-worker: warning: a group of ranks on one host works over Gloo (TCP), "
+                "not shared memory: %s\n",
+                why);
 }
 
 /* Rank 0 of a CPU stage says what its world group's collectives run on (comm_shm.h). */
 static void worker_comm_backend(const Baton__StageSpec *spec, const worker_ranks *w) {
+    worker_shm_fallback_warn();
     if (w->world == NULL || w->info.rank != 0 || worker_spec_cuda(spec)) return;
     const char *v = getenv("BATON_COMM_SHM");
     int off = v != NULL && strcmp(v, "0") == 0;
@@ -875,6 +892,7 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
                       worker_control *wc, int *setup_rc, int *rollback, bt_diag *diag) {
     trainer t;
     int rc = worker_ranks_groups(w, spec->stage->parallel, train_folds_experts(spec), diag);
+    worker_shm_fallback_warn();
     if (rc == 0 && spec->cluster && spec->cluster->strict_topology)
         rc = worker_ranks_check_topology(w, diag);
     train_groups groups = {.tp = w->tp,
@@ -925,11 +943,50 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
     return rc;
 }
 
-/* See the top of this file. */
-static int worker_exit_status(int rc, int setup_rc, int stopped, int rollback) {
+/* See the top of this file. limited: the failure is one a resource limit makes (and a
+ * restart, under the same limit, would meet again). */
+static int worker_exit_status(int rc, int setup_rc, int stopped, int rollback, int limited) {
     if (rc == 0) return stopped ? WORKER_EXIT_STOPPED : 0;
     if (rollback) return WORKER_EXIT_ROLLBACK;
+    if (limited) return 2;
     return setup_rc != 0 && setup_rc != BT_ENOMEM && setup_rc != BT_EIO ? 2 : 1;
+}
+
+/* A failure a resource limit makes: memory the setup could not allocate under an
+ * address-space limit (ulimit -v), a file past the file-size limit (ulimit -f: EFBIG,
+ * SIGXFSZ being ignored). The message then names the limit (where it does not already).
+ * Returns whether it is such a failure. */
+static int worker_note_limit(int rc, int setup_rc, bt_diag *diag) {
+    char note[96] = "";
+    struct rlimit rl;
+    if (rc == BT_ENOMEM && setup_rc == BT_ENOMEM) {
+        if (!cpu_mem_as_limit_note(note, sizeof note)) return 0;
+    } else if (strstr(diag->msg, strerror(EFBIG)) != NULL && getrlimit(RLIMIT_FSIZE, &rl) == 0 &&
+               rl.rlim_cur != RLIM_INFINITY) {
+        snprintf(note, sizeof note, " (the file-size limit, ulimit -f, is %llu KB)",
+                 (unsigned long long)(rl.rlim_cur / 1024));
+    } else {
+        return 0;
+    }
+    size_t l = strlen(diag->msg);
+    if (l > 0 && strstr(diag->msg, "ulimit -") == NULL)
+        snprintf(diag->msg + l, sizeof diag->msg - l, "%s", note);
+    return 1;
+}
+
+/* EAGAIN where a thread or process could not be made under a process limit (ulimit -u;
+ * root is not held to it): the message names the limit. Other processes of the user's
+ * may end, so it stays retryable. */
+static void worker_note_nproc(bt_diag *diag) {
+    struct rlimit rl;
+    if (strstr(diag->msg, strerror(EAGAIN)) == NULL || geteuid() == 0 ||
+        getrlimit(RLIMIT_NPROC, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return;
+    size_t l = strlen(diag->msg);
+    snprintf(diag->msg + l, sizeof diag->msg - l,
+             " (making a thread or process failed? the process limit, ulimit -u, is %llu for "
+             "all of this user's)",
+             (unsigned long long)rl.rlim_cur);
 }
 
 /* A rank dies with whatever started it. baton's launcher gives its children
@@ -987,7 +1044,23 @@ static int worker_args_read(int argc, char **argv, bt_argv *split, worker_args *
     return prc == 0 ? -1 : prc > 0 ? 0 : 2;
 }
 
+/* OpenBLAS starts no thread pool as it loads (cpu_blas_mem.h): .preinit_array runs
+ * before any library's initializer. */
+#ifdef __GLIBC__
+static void worker_preinit(int argc, char **argv, char **envp) {
+    (void)argc, (void)argv;
+    cpu_blas_threads_defer(envp);
+}
+__attribute__((section(".preinit_array"),
+               used)) static void (*const worker_preinit_fn)(int, char **,
+                                                             char **) = worker_preinit;
+#endif
+
 int main(int argc, char **argv) {
+    cpu_blas_threads_restore(); /* before any thread starts (cpu_blas_mem.h) */
+    /* a file past the file-size limit (a checkpoint's, the shared-memory segment's) is an
+     * error that names it (EFBIG), not a death by signal */
+    signal(SIGXFSZ, SIG_IGN);
     worker_die_with_parent();
     cpu_blas_core_ensure(argv); /* may execute the worker again (cpu_blas_core.h) */
     worker_args a = {0};
@@ -1020,11 +1093,13 @@ int main(int argc, char **argv) {
     if (rc == 0) {
         uint32_t size = w.world ? (uint32_t)w.info.size : 1;
         worker_control_start(&ctl, spec, w.world, (uint32_t)w.info.rank, size, w.info.hostname);
-        worker_blas_threads(spec, &w);
-        worker_comm_backend(spec, &w);
-        rc = worker_run(spec, &a, &w, &ctl, &setup_rc, &rollback, &diag);
+        setup_rc = rc = worker_blas_threads(spec, &w, &diag);
+        if (rc == 0) worker_comm_backend(spec, &w);
+        rc = rc ? rc : worker_run(spec, &a, &w, &ctl, &setup_rc, &rollback, &diag);
     }
-    int status = worker_exit_status(rc, setup_rc, ctl.stopping, rollback);
+    int limited = rc != 0 && worker_note_limit(rc, setup_rc, &diag);
+    if (rc != 0) worker_note_nproc(&diag);
+    int status = worker_exit_status(rc, setup_rc, ctl.stopping, rollback, limited);
     if (rc != 0) {
         const char *msg = diag.msg[0] ? diag.msg : bt_strerror(rc);
         fprintf(stderr, "baton-worker: %s\n", msg);

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# `baton run` under low resource limits and with its run directory taken away, with the
+# helpers of run-common.sh. CASE:
+#   as-limit      under `ulimit -v 200000` (too little for OpenBLAS's 128 MB GEMM buffer
+#                 and a worker): baton run does not hang (OpenBLAS starts no thread pool as
+#                 it loads, whose fork handler would wait on it for ever) and every rank
+#                 says what it cannot allocate and names the limit; exit 2 after one
+#                 attempt, not retried. A model too big for `ulimit -v 900000` alike: the
+#                 model's message names the limit, one attempt, exit 2.
+#   dir-removed   the run directory removed (rm -rf) while a stage trains: baton run says so
+#                 within a second or two, kills its workers and exits 1, and nothing of the
+#                 run directory is made again (no checkpoints/ from the workers).
+#   fsize         under `ulimit -f 900` (KB) with 2 ranks: no rank dies of SIGXFSZ; the
+#                 shared-memory segment that cannot be reserved is said (file, size, limit),
+#                 removed, and the group works over Gloo; the first checkpoint's shard that
+#                 cannot be written names the file and the limit; exit 2 after one attempt.
+#   fd-low        a soft open-files limit of 16 (hard 4096) is raised before the PMIx server
+#                 and the control channel start (said), and the run completes; a hard one of
+#                 16 is refused before they start: exit 2, baton's own message, nothing from
+#                 PMIx or libevent.
+#   check-limits.sh BATON BATON_WORKER SOURCE_DIR CASE
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
+tiny_model='{arch: llama, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 176, vocab_size: 272, rope: {theta: 10000}}'
+two_rank_recipe() { # NAME STEPS [MODEL]: dp2 over the fortunes
+  local model=${3:-$tiny_model}
+  cat <<YAML
+name: $1
+seed: 3
+model: $model
+cluster: {nodes: 1, gpus_per_node: 2, device: cpu}
+data: {train: data/fortunes_train, valid: data/fortunes_valid}
+defaults: {seq_len: 64, global_batch: 4, micro_batch: 1, optimizer: {lr: 3e-3, warmup_steps: 1},
+           checkpoint: {every_steps: 4, keep: 2},
+           restart: {max_restarts: 3, backoff: 0.2s, heartbeat_timeout: 10s}}
+stages:
+  - {name: a, steps: $2, parallel: {tp: 1, pp: 1, dp: 2}}
+YAML
+}
+# one_attempt_fatal: run.out is of a run that failed once, exit 2, not retried
+one_attempt_fatal() {
+  [[ $rc == 2 ]] || fail "baton run exited $rc, not 2"
+  grep -q 'attempt 0 failed: .*(a configuration error: not retried)' run.out ||
+    fail "the failed attempt is not said to be final"
+  ! grep -q "restarting stage" run.out || fail "the attempt was retried"
+}
+case $case in
+as-limit)
+  if grep -q __asan_init "$baton"; then
+    echo "SKIPPED: the address-space limit (a sanitizer build reserves terabytes of it)"
+    exit 77
+  fi
+  two_rank_recipe small 8 >small.yaml
+  # without the fix baton run spins in fork(), SIGTERM blocked: only SIGKILL ends it
+  set +e
+  (ulimit -v 200000; timeout -s KILL 120 "$baton" run small.yaml --run-dir r1 >run.out 2>&1)
+  rc=$?
+  set -e
+  [[ $rc != 137 ]] || fail "baton run under ulimit -v 200000 hung (killed after 120 s)"
+  one_attempt_fatal
+  [[ $(grep -c "^\[a rank [01]\] baton-worker: cannot allocate 128 MB for OpenBLAS's GEMM buffers (1 thread(s) x 128 MB): Cannot allocate memory (the address-space limit, ulimit -v, is 200000 KB)" run.out) == 2 ]] ||
+    fail "the ranks do not both say what they cannot allocate under which limit"
+  # a model that does not fit: 4 x 50M parameters, with Adam's moments 3.2 GB
+  two_rank_recipe big 8 '{arch: llama, dim: 2048, n_layers: 4, n_heads: 16, n_kv_heads: 4, ffn_dim: 5632, vocab_size: 272, rope: {theta: 10000}}' >big.yaml
+  set +e
+  (ulimit -v 900000; timeout -s KILL 120 "$baton" run big.yaml --run-dir r2 >run.out 2>&1)
+  rc=$?
+  set -e
+  one_attempt_fatal
+  grep -q "rank [01] reported: model: cannot allocate .* (the address-space limit, ulimit -v, is 900000 KB)" run.out ||
+    fail "the model's allocation failure does not name the limit"
+  ;;
+fsize)
+  two_rank_recipe small 8 >small.yaml
+  set +e
+  (ulimit -f 900; timeout -s KILL 120 "$baton" run small.yaml --run-dir r1 >run.out 2>&1)
+  rc=$?
+  set -e
+  ! grep -q SIGXFSZ run.out || fail "a rank died of SIGXFSZ"
+  one_attempt_fatal
+  seg=$(sed -En "s|^\[a rank 0\] baton-worker: warning: a group of ranks on one host works over Gloo \(TCP\), not shared memory: (/dev/shm/baton-comm-[0-9a-f-]+): cannot reserve [0-9.]+ MB: File too large \(the file-size limit, ulimit -f, is 900 KB\)$|\1|p" run.out)
+  [[ -n $seg ]] || fail "no warning naming the segment that could not be reserved and the limit"
+  [[ ! -e $seg ]] || fail "$seg was left behind"
+  grep -q "reported: checkpoint s00-step00000004: .*/rank-0000[01].bin: cannot write tensor .*: File too large (the file-size limit, ulimit -f, is 900 KB)" run.out ||
+    fail "the checkpoint write's failure does not name the file and the limit"
+  ;;
+fd-low)
+  two_rank_recipe small 4 >small.yaml
+  set +e
+  (ulimit -Sn 16; ulimit -Hn 4096; timeout -s KILL 120 "$baton" run small.yaml --run-dir r1 >run.out 2>&1)
+  rc=$?
+  set -e
+  [[ $rc == 0 ]] || fail "baton run under a soft ulimit -n 16 exited $rc, not 0"
+  grep -q "^baton run: 2 ranks need about [0-9]* open files here, over the soft limit (RLIMIT_NOFILE, ulimit -n) of 16: raised it to 4096" run.out ||
+    fail "the soft limit's raise is not said"
+  set +e
+  (ulimit -n 16; timeout -s KILL 120 "$baton" run small.yaml --run-dir r2 >run.out 2>&1)
+  rc=$?
+  set -e
+  [[ $rc == 2 ]] || fail "baton run under ulimit -n 16 exited $rc, not 2"
+  grep -q "^baton run: cannot start: 2 ranks need about [0-9]* open files here .* RLIMIT_NOFILE allows 16 (soft) and 16 (hard)" run.out ||
+    fail "no message of baton's naming the limits"
+  ! grep -Eq "PMIX ERROR|^\[(err|warn)\]" run.out || fail "PMIx or libevent failed first"
+  ;;
+dir-removed)
+  two_rank_recipe slow 60 >slow.yaml
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run slow.yaml --run-dir r1 >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 2 >/dev/null
+  rm -rf r1
+  gone=$SECONDS
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  [[ $rc == 1 ]] || fail "baton run exited $rc after its run directory was removed, not 1"
+  ((SECONDS - gone <= 5)) || fail "baton run went on for $((SECONDS - gone)) s"
+  grep -q "^baton run: $work/r1: the run directory was removed or replaced while the run ran" run.out ||
+    fail "no message saying the run directory is gone"
+  grep -q "^baton run: stopped: $work/r1 was removed while the run ran" run.out ||
+    fail "no closing line"
+  ! grep -q "restarting stage" run.out || fail "the attempt was retried"
+  [[ ! -e r1 ]] || { find r1; fail "the run directory was made again"; }
+  ;;
+*)
+  fail "unknown case"
+  ;;
+esac
+echo "$case: ok"
