@@ -468,10 +468,12 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
             c->killed_now = 1;
             launch_job_kill_now(job, LAUNCH_STOPPED);
         }
-        /* also while a stop is under way: a hung rank would hold it for RUN_STOP_GRACE_S */
+        /* also while a stop is under way: a hung rank would hold it for RUN_STOP_GRACE_S;
+         * not once a rank's failure is ending the job: the others may be waiting for the
+         * failed one, and the launcher's kill grace ends them (the failure is the cause) */
         double now =
             run_pause_check(c, &last, &started, hang_s); /* also a pause within this turn */
-        if (!*hung && !c->killed_now && !c->topo_refused &&
+        if (!*hung && !c->killed_now && !c->topo_refused && job->cause == LAUNCH_RUNNING &&
             run_hung(c, job, started, hang_s, now)) {
             *hung = 1;
             run_progress_end(&c->prog);

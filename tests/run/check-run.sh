@@ -50,7 +50,8 @@
 #                 (BATON_FAULT_SAVE_ENOSPC, in every attempt, as a disk that stays full):
 #                 the run ends after that attempt, exit 1, saying the disk is full, naming
 #                 the file and how to go on, not retried; `baton resume` once there is
-#                 room completes it.
+#                 room completes it. The attempt is rank 1's failure, not a hang of the
+#                 ranks that wait for it until the kill grace ends them.
 #   give-up       every attempt's worker exits 1: after max_restarts the run gives up (exit
 #                 1) and `baton status` says failed, not stopped (text and JSON), with the
 #                 reason and the last failure's cause, and counts no recovery; SIGTERM
@@ -704,6 +705,10 @@ disk-full)
   [[ $(grep -c 'attempt [0-9]* failed' run.out) == 1 ]] || { cat run.out; fail "a full disk was retried"; }
   grep -q 'stage "pretrain": the disk is full (rank 1: .*s00-step00000010.partial/rank-00001.bin: cannot write tensor .*: No space left on device): not retried, .*then '"'baton resume $PWD/r1'" run.out ||
     { cat run.out; fail "the give-up line does not say the disk is full"; }
+  # the ranks waiting for rank 1 (rank 0 in the commit) outlive SIGTERM until the kill grace
+  # ends them: the failure is rank 1's, never a hang of theirs meanwhile
+  grep -q 'attempt 0 failed: rank 1 .*exited with status 1' run.out && ! grep -q 'hang:' run.out ||
+    { cat run.out; fail "the full disk's attempt is not rank 1's failure"; }
   "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "the resume after a full disk failed"; }
   "$baton" status r1 --json | /usr/bin/python3 -c '
 import json, sys
