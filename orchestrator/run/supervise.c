@@ -301,6 +301,12 @@ static double run_later(double t, double gap_s, double now) {
     return t + gap_s < now ? t + gap_s : now;
 }
 
+/* Whether a rank's own failure (not a stop of ours) is ending the job. */
+static int run_rank_failed(const launch_job *job) {
+    return job->cause == LAUNCH_EXITED || job->cause == LAUNCH_SIGNALED ||
+           job->cause == LAUNCH_ABORTED;
+}
+
 /* Whether a SIGCONT came since the last look: baton run was stopped (SIGSTOP, Ctrl-Z)
  * and continued. SIGCONT is blocked: it resumes the process all the same, and waits in
  * c->cfd, which this drains. */
@@ -473,7 +479,7 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
          * failed one, and the launcher's kill grace ends them (the failure is the cause) */
         double now =
             run_pause_check(c, &last, &started, hang_s); /* also a pause within this turn */
-        if (!*hung && !c->killed_now && !c->topo_refused && job->cause == LAUNCH_RUNNING &&
+        if (!*hung && !c->killed_now && !c->topo_refused && !run_rank_failed(job) &&
             run_hung(c, job, started, hang_s, now)) {
             *hung = 1;
             run_progress_end(&c->prog);
