@@ -228,31 +228,35 @@ spare)
   ;;
 kill-baton)
   reference
-  "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
+  # the struck stage's steps take 0.2 s more (BATON_FAULT_STEP_SLEEP, set for its specs by
+  # a wrapper): ranks that outlived baton run would finish it, its final checkpoint, in the
+  # 2 s and more its last 10 steps take, and are caught by that however long they take to go
+  slow_stage() { # STAGE EXEC: a --worker wrapper, exec'ing the worker or not
+    printf '#!/bin/bash\n[[ $* == *"/specs/s0%s-"* ]] && export BATON_FAULT_STEP_SLEEP=0.2\n%s"%s" "$@"\n' \
+      "$1" "$2" "$worker" >wrap.sh
+    chmod +x wrap.sh
+  }
+  slow_stage 1 "exec "
+  "$baton" run "$recipe" --run-dir r1 --quiet --worker "$PWD/wrap.sh" >run.out 2>&1 &
   bpid=$!
   wait_step 1 6 >/dev/null
   kill -9 "$bpid"
   wait "$bpid" 2>/dev/null || true
   bpid=
-  sleep 0.5
-  [[ -z $(pgrep -f -- "--spec $work/r1/" || true) ]] || fail "workers outlived baton run"
+  workers_gone r1 30
+  [[ ! -e r1/checkpoints/s01-step00000016 ]] || fail "workers outlived baton run: extend completed"
   [[ -n $(ls -A "$TMPDIR") ]] || fail "the killed baton run left no launch temp dir to sweep"
   # again through a --worker wrapper that does not exec (a container runtime's shape): the
   # ranks below it die with baton run too, not only the wrapper
-  printf '#!/bin/bash\n"%s" "$@"\n' "$worker" >wrap.sh
-  chmod +x wrap.sh
+  slow_stage 2 ""
   "$baton" run "$recipe" --run-dir r1 --quiet --worker "$PWD/wrap.sh" >run1b.out 2>&1 &
   bpid=$!
   wait_step 2 2 >/dev/null
   kill -9 "$bpid"
   wait "$bpid" 2>/dev/null || true
   bpid=
-  for _ in $(seq 10); do # a second at most: the fp8 stage is short enough to end in more
-    [[ -z $(pgrep -f -- "--spec $work/r1/" || true) ]] && break
-    sleep 0.1
-  done
-  [[ -z $(pgrep -f -- "--spec $work/r1/" || true) ]] ||
-    { pgrep -af -- "--spec $work/r1/"; fail "workers below a wrapper outlived baton run"; }
+  workers_gone r1 30
+  [[ ! -e r1/checkpoints/s02-step00000012 ]] || fail "workers below a wrapper outlived baton run: fp8 completed"
   "$baton" run "$recipe" --run-dir r1 --quiet >run2.out 2>&1 || { cat run2.out; fail "the second baton run failed"; }
   stage_losses r1 >r1.losses
   diff ref.losses r1.losses || fail "the continued run did not end on the same losses"
@@ -785,7 +789,7 @@ lost-metrics)
   wait "$bpid" 2>/dev/null || true
   bpid=
   [[ -f r1/checkpoints/s01-step00000010/manifest.pb ]] || fail "extend's checkpoint at step 10 was never committed"
-  sleep 0.5 # the ranks follow their baton run within 0.2 s
+  workers_gone r1 30
   last=$(/usr/bin/python3 -c '
 import json, sys
 print(max(r["step"] for r in map(json.loads, open(sys.argv[1])) if r["stage_index"] == 1))' r1/metrics.jsonl)

@@ -662,7 +662,7 @@ YAML
   wait "$bpid" 2>/dev/null || true
   t1=$(date +%s.%N)
   bpid=
-  sleep 0.5
+  workers_gone r1 30
   # the wall time: the ended attempt 0, and attempt 1 to its last line of metrics (not 0, not
   # up to now); after a resume, attempt 1 still counts up to its last journaled record
   check_status() { # WHEN

@@ -135,6 +135,16 @@ wait_files() {
     sleep 0.05
   done
 }
+# workers_gone DIR SECONDS: until no worker of run directory DIR is left (they follow a
+# killed baton run within 0.2 s, a loaded machine's scheduling aside), else fails
+workers_gone() {
+  local deadline=$((SECONDS + $2))
+  while pgrep -f -- "--spec $work/$1/" >/dev/null; do
+    ((SECONDS < deadline)) ||
+      { pgrep -af -- "--spec $work/$1/" | cut -c1-160; fail "workers outlived baton run by $2 s"; }
+    sleep 0.05
+  done
+}
 # The runs struck below take 0.15 s longer per step (BATON_FAULT_STEP_SLEEP, a test hook
 # of baton-worker), so that a strike lands within a step or two of its aim however fast
 # the steps are: a fast stage could otherwise end between wait_step and the strike.
