@@ -228,15 +228,10 @@ spare)
   ;;
 kill-baton)
   reference
-  # the struck stage's steps take 0.2 s more (BATON_FAULT_STEP_SLEEP, set for its specs by
-  # a wrapper): ranks that outlived baton run would finish it, its final checkpoint, in the
-  # 2 s and more its last 10 steps take, and are caught by that however long they take to go
-  slow_stage() { # STAGE EXEC: a --worker wrapper, exec'ing the worker or not
-    printf '#!/bin/bash\n[[ $* == *"/specs/s0%s-"* ]] && export BATON_FAULT_STEP_SLEEP=0.2\n%s"%s" "$@"\n' \
-      "$1" "$2" "$worker" >wrap.sh
-    chmod +x wrap.sh
-  }
-  slow_stage 1 "exec "
+  # the struck stage's steps take 0.2 s more: ranks that outlived baton run would finish
+  # it, its final checkpoint, in the 2 s and more its last 10 steps take, and are caught by
+  # that however long they take to go
+  slow_stage 1 0.2 "exec "
   "$baton" run "$recipe" --run-dir r1 --quiet --worker "$PWD/wrap.sh" >run.out 2>&1 &
   bpid=$!
   wait_step 1 6 >/dev/null
@@ -248,7 +243,7 @@ kill-baton)
   [[ -n $(ls -A "$TMPDIR") ]] || fail "the killed baton run left no launch temp dir to sweep"
   # again through a --worker wrapper that does not exec (a container runtime's shape): the
   # ranks below it die with baton run too, not only the wrapper
-  slow_stage 2 ""
+  slow_stage 2 0.2 ""
   "$baton" run "$recipe" --run-dir r1 --quiet --worker "$PWD/wrap.sh" >run1b.out 2>&1 &
   bpid=$!
   wait_step 2 2 >/dev/null
@@ -772,17 +767,21 @@ PY
   ;;
 lost-metrics)
   reference
-  "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
+  # extend's steps take 0.1 s more: baton run is stopped a second or more before step 10
+  # however late this script sees extend's first record
+  slow_stage 1 0.1 "exec "
+  "$baton" run "$recipe" --run-dir r1 --quiet --worker "$PWD/wrap.sh" >run.out 2>&1 &
   bpid=$!
-  for _ in $(seq 600); do
-    grep -q '"stage_index": 1' r1/metrics.jsonl 2>/dev/null && break
+  deadline=$((SECONDS + 120))
+  until grep -q '"stage_index": 1' r1/metrics.jsonl 2>/dev/null; do
+    ((SECONDS < deadline)) && kill -0 "$bpid" 2>/dev/null || fail "no record of stage extend"
     sleep 0.02
   done
   kill -STOP "$bpid"
   # the workers go on (a worker never waits on the channel) past extend's checkpoint at 10
-  # (up to 60 s: a loaded 2-core machine took more than 12)
-  for _ in $(seq 3000); do
-    [[ -f r1/checkpoints/s01-step00000010/manifest.pb ]] && break
+  # (up to 90 s: a loaded 2-core machine took more than 12)
+  deadline=$((SECONDS + 90))
+  until [[ -f r1/checkpoints/s01-step00000010/manifest.pb ]] || ((SECONDS >= deadline)); do
     sleep 0.02
   done
   kill -9 "$bpid"
