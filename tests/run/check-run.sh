@@ -228,10 +228,10 @@ spare)
   ;;
 kill-baton)
   reference
-  # the struck stage's steps take 0.2 s more: ranks that outlived baton run would finish
-  # it, its final checkpoint, in the 2 s and more its last 10 steps take, and are caught by
+  # the struck stage's steps take 0.1 s more: ranks that outlived baton run would finish
+  # it, its final checkpoint, in the 1 s and more its last 10 steps take, and are caught by
   # that however long they take to go
-  slow_stage 1 0.2 "exec "
+  slow_stage 1 0.1 "exec "
   "$baton" run "$recipe" --run-dir r1 --quiet --worker "$PWD/wrap.sh" >run.out 2>&1 &
   bpid=$!
   wait_step 1 6 >/dev/null
@@ -243,7 +243,7 @@ kill-baton)
   [[ -n $(ls -A "$TMPDIR") ]] || fail "the killed baton run left no launch temp dir to sweep"
   # again through a --worker wrapper that does not exec (a container runtime's shape): the
   # ranks below it die with baton run too, not only the wrapper
-  slow_stage 2 0.2 ""
+  slow_stage 2 0.1 ""
   "$baton" run "$recipe" --run-dir r1 --quiet --worker "$PWD/wrap.sh" >run1b.out 2>&1 &
   bpid=$!
   wait_step 2 2 >/dev/null
@@ -767,9 +767,9 @@ PY
   ;;
 lost-metrics)
   reference
-  # extend's steps take 0.1 s more: baton run is stopped a second or more before step 10
+  # extend's steps take 0.05 s more: baton run is stopped about a second before step 10
   # however late this script sees extend's first record
-  slow_stage 1 0.1 "exec "
+  slow_stage 1 0.05 "exec "
   "$baton" run "$recipe" --run-dir r1 --quiet --worker "$PWD/wrap.sh" >run.out 2>&1 &
   bpid=$!
   deadline=$((SECONDS + 120))
