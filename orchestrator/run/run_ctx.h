@@ -33,9 +33,9 @@ typedef struct run_ctx {
     journal j;
     run_state st;
     launch_server srv;
-    int sfd;        /* signalfd: SIGINT, SIGTERM, SIGHUP */
-    int cfd;        /* signalfd: SIGCONT, read by run_pause_check only */
-    int cont_carry; /* a SIGCONT seen in a short turn: the next turn's gap may hold the stop */
+    int sfd;              /* signalfd: SIGINT, SIGTERM, SIGHUP */
+    int cfd;              /* signalfd: SIGCONT, read by run_pause_check only */
+    int cont_carry;       /* a SIGCONT read last turn: the next gap (only) may hold its stop */
     double slow_forgiven; /* this attempt's gaps forgiven without a SIGCONT (at most hang_s) */
     int got_signal;       /* a stop was asked for */
     int killed_now;       /* a second SIGINT/SIGTERM: the workers were killed at once */

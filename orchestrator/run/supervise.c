@@ -343,15 +343,13 @@ static double run_pause_check(run_ctx *c, double *last, double *started, double 
     double now = bt_clock_now(), gap = now - *last;
     *last = now;
     /* a SIGCONT read after the clock may end a stop that began after it: the gap that
-     * holds that stop is the next one */
+     * holds that stop is this one or the next, never a later one, so one read now is kept
+     * for the next gap only (over-forgiving one turn at most). Kept longer, a SIGCONT with
+     * no stop (bg, a stray kill -CONT) would excuse whatever slow turn came next, however
+     * much later: a debugger's hold or a starved run taken for a stop, all of it forgiven. */
     int cont = run_got_cont(c), stopped = cont || c->cont_carry;
-    if (gap < RUN_PAUSE_GAP_S) {
-        c->cont_carry = stopped; /* kept until a long gap uses it */
-        return now;
-    }
-    /* a long gap uses a SIGCONT; one read now may also belong to the next gap (the stop
-     * fell between the clock and the read): kept for it, over-forgiving one turn at most */
     c->cont_carry = cont;
+    if (gap < RUN_PAUSE_GAP_S) return now;
     double forgive = gap, left = hang_s - c->slow_forgiven;
     if (!stopped) forgive = gap < left ? gap : left > 0 ? left : 0;
     if (!stopped) c->slow_forgiven += forgive;

@@ -234,31 +234,30 @@ spare)
   ;;
 kill-baton)
   reference
-  "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
+  # the struck stage's steps take 0.1 s more: ranks that outlived baton run would finish
+  # it, its final checkpoint, in the 1 s and more its last 10 steps take, and are caught by
+  # that however long they take to go
+  slow_stage 1 0.1 "exec "
+  "$baton" run "$recipe" --run-dir r1 --quiet --worker "$PWD/wrap.sh" >run.out 2>&1 &
   bpid=$!
   wait_step 1 6 >/dev/null
   kill -9 "$bpid"
   wait "$bpid" 2>/dev/null || true
   bpid=
-  sleep 0.5
-  [[ -z $(pgrep -f -- "--spec $work/r1/" || true) ]] || fail "workers outlived baton run"
+  workers_gone r1 30
+  [[ ! -e r1/checkpoints/s01-step00000016 ]] || fail "workers outlived baton run: extend completed"
   [[ -n $(ls -A "$TMPDIR") ]] || fail "the killed baton run left no launch temp dir to sweep"
   # again through a --worker wrapper that does not exec (a container runtime's shape): the
   # ranks below it die with baton run too, not only the wrapper
-  printf '#!/bin/bash\n"%s" "$@"\n' "$worker" >wrap.sh
-  chmod +x wrap.sh
+  slow_stage 2 0.1 ""
   "$baton" run "$recipe" --run-dir r1 --quiet --worker "$PWD/wrap.sh" >run1b.out 2>&1 &
   bpid=$!
   wait_step 2 2 >/dev/null
   kill -9 "$bpid"
   wait "$bpid" 2>/dev/null || true
   bpid=
-  for _ in $(seq 10); do # a second at most: the fp8 stage is short enough to end in more
-    [[ -z $(pgrep -f -- "--spec $work/r1/" || true) ]] && break
-    sleep 0.1
-  done
-  [[ -z $(pgrep -f -- "--spec $work/r1/" || true) ]] ||
-    { pgrep -af -- "--spec $work/r1/"; fail "workers below a wrapper outlived baton run"; }
+  workers_gone r1 30
+  [[ ! -e r1/checkpoints/s02-step00000012 ]] || fail "workers below a wrapper outlived baton run: fp8 completed"
   "$baton" run "$recipe" --run-dir r1 --quiet >run2.out 2>&1 || { cat run2.out; fail "the second baton run failed"; }
   stage_losses r1 >r1.losses
   diff ref.losses r1.losses || fail "the continued run did not end on the same losses"
@@ -798,24 +797,28 @@ PY
   ;;
 lost-metrics)
   reference
-  "$baton" run "$recipe" --run-dir r1 --quiet >run.out 2>&1 &
+  # extend's steps take 0.05 s more: baton run is stopped about a second before step 10
+  # however late this script sees extend's first record
+  slow_stage 1 0.05 "exec "
+  "$baton" run "$recipe" --run-dir r1 --quiet --worker "$PWD/wrap.sh" >run.out 2>&1 &
   bpid=$!
-  for _ in $(seq 600); do
-    grep -q '"stage_index": 1' r1/metrics.jsonl 2>/dev/null && break
+  deadline=$((SECONDS + 120))
+  until grep -q '"stage_index": 1' r1/metrics.jsonl 2>/dev/null; do
+    ((SECONDS < deadline)) && kill -0 "$bpid" 2>/dev/null || fail "no record of stage extend"
     sleep 0.02
   done
   kill -STOP "$bpid"
   # the workers go on (a worker never waits on the channel) past extend's checkpoint at 10
-  # (up to 60 s: a loaded 2-core machine took more than 12)
-  for _ in $(seq 3000); do
-    [[ -f r1/checkpoints/s01-step00000010/manifest.pb ]] && break
+  # (up to 90 s: a loaded 2-core machine took more than 12)
+  deadline=$((SECONDS + 90))
+  until [[ -f r1/checkpoints/s01-step00000010/manifest.pb ]] || ((SECONDS >= deadline)); do
     sleep 0.02
   done
   kill -9 "$bpid"
   wait "$bpid" 2>/dev/null || true
   bpid=
   [[ -f r1/checkpoints/s01-step00000010/manifest.pb ]] || fail "extend's checkpoint at step 10 was never committed"
-  sleep 0.5 # the ranks follow their baton run within 0.2 s
+  workers_gone r1 30
   last=$(/usr/bin/python3 -c '
 import json, sys
 print(max(r["step"] for r in map(json.loads, open(sys.argv[1])) if r["stage_index"] == 1))' r1/metrics.jsonl)

@@ -179,6 +179,24 @@ wait_files() {
     sleep 0.05
   done
 }
+# workers_gone DIR SECONDS: until no worker of run directory DIR is left (they follow a
+# killed baton run within 0.2 s, a loaded machine's scheduling aside), else fails
+workers_gone() {
+  local deadline=$((SECONDS + $2))
+  while pgrep -f -- "--spec $work/$1/" >/dev/null; do
+    ((SECONDS < deadline)) ||
+      { pgrep -af -- "--spec $work/$1/" | cut -c1-160; fail "workers outlived baton run by $2 s"; }
+    sleep 0.05
+  done
+}
+# slow_stage STAGE SECONDS PREFIX: wrap.sh, a --worker that runs the worker (PREFIX "exec "
+# to exec it, "" not to) with stage STAGE's steps SECONDS longer (BATON_FAULT_STEP_SLEEP,
+# for that stage's specs only)
+slow_stage() {
+  printf '#!/bin/bash\n[[ $* == *"/specs/s0%s-"* ]] && export BATON_FAULT_STEP_SLEEP=%s\n%s"%s" "$@"\n' \
+    "$1" "$2" "$3" "$worker" >wrap.sh
+  chmod +x wrap.sh
+}
 # The runs struck below take 0.15 s longer per step (BATON_FAULT_STEP_SLEEP, a test hook
 # of baton-worker), so that a strike lands within a step or two of its aim however fast
 # the steps are: a fast stage could otherwise end between wait_step and the strike.
