@@ -165,7 +165,8 @@ void run_metrics_take(run_ctx *c, uint32_t stage, uint32_t attempt, int before,
 /* run_resume_check.c: the kept recipe against the checkpoint the first stage not completed
  * resumes (its own newest in checkpoints/), before anything starts: its steps below the
  * checkpoint's, another model shape, or a seed, seq_len or mixture weight that makes the
- * checkpoint's data position index other samples (ckpt_resume.h) are said (run_err) and
+ * checkpoint's data position index other samples (ckpt_resume.h), or a checkpoint the
+ * workers would start from that a newer baton wrote (its format), are said (run_err) and
  * BT_EINVAL returned; else 0, also when no such checkpoint can be read (the attempt then
  * says why). */
 int run_resume_check(run_ctx *c);

@@ -925,6 +925,8 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
     /* every checkpoint refused as not this model's, or inconsistent (BT_EINVAL): another
      * attempt would read the same bytes, so it is a configuration error, not retried */
     if (load_rc == BT_EINVAL) *setup_rc = load_rc;
+    /* a newer baton's checkpoint: this worker never reads it (exit 2, not retried) */
+    if (load_rc == BT_EUNSUPPORTED) *setup_rc = load_rc;
     rc = rc ? rc : worker_train(&t, &c, worker_save_every(spec, a), &mine, wc, rollback, diag);
     /* data the model cannot read (a token outside its vocabulary): a configuration error */
     if (rc == BT_ERECIPE) *setup_rc = rc;
