@@ -171,6 +171,12 @@ void run_metrics_take(run_ctx *c, uint32_t stage, uint32_t attempt, int before,
  * says why). */
 int run_resume_check(run_ctx *c);
 
+/* run_fit.c: each stage the run has still to train whose heaviest rank, as `baton plan`
+ * counts it, does not fit in cluster.gpu.memory: a warning on stderr, once, naming the
+ * stage and the figures; the run goes on (the plan leaves out nothing the engines
+ * allocate, but on the CPU engine the memory is only declared). */
+void run_fit_warn(const run_ctx *c);
+
 /* run_ckpts.c */
 /* The recipe's name as the stages' specs, and so the workers' manifests, carry it. */
 const char *run_recipe_name(const run_ctx *c);

@@ -1164,6 +1164,7 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
             journal_close(&c.j);
             return BT_EXIT_USAGE;
         }
+        run_fit_warn(&c); /* plan's "DOES NOT FIT", said once per stage */
         c.sfd = run_signals(&c.cfd);
         bt_diag_init(&c.cs_diag);
         const char *host = o->slurm ? launch_slurm_listen(o->slurm) : "127.0.0.1";
