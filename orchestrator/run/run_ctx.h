@@ -39,6 +39,8 @@ typedef struct run_ctx {
     double slow_forgiven; /* this attempt's gaps forgiven without a SIGCONT (at most hang_s) */
     int got_signal;       /* a stop was asked for */
     int killed_now;       /* a second SIGINT/SIGTERM: the workers were killed at once */
+    uint32_t signal_pid;  /* the process that sent the stop's signal (kill), else 0 */
+    double signal_at;     /* monotonic time it was read */
     double failed_at;     /* monotonic time of the last failure (recovery pending), else 0 */
     run_progress prog;
     control_server cs; /* the control channel: Hello, heartbeats, metrics, Fatal, Stop */

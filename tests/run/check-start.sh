@@ -4,6 +4,11 @@
 #            1): baton run warns once per stage still to train, naming the stage and the
 #            plan's figures, and runs it all the same (the CPU engine only declares the
 #            memory); a stage that fits, or one completed, gets no word.
+#   signal-echo  SIGINT sent twice by one process 0.3 s apart while a stage trains slowly (as
+#            `timeout -s INT` sends it, to baton run and then to its process group): one
+#            stop, said once; the stop checkpoint completes (exit 75) and the resume goes on
+#            from it. A third SIGINT from that process, or one from another, still kills the
+#            workers at once.
 #   check-start.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
@@ -37,6 +42,52 @@ no-fit)
   sed -i 's/memory: 2MB/memory: 4MB/' fit.yaml
   "$baton" run fit.yaml --run-dir r2 --quiet >run.out 2>&1 || fail "baton run of the 4 MB recipe failed"
   ! grep -q "does not fit" run.out || fail "a warning for stages that fit"
+  ;;
+signal-echo)
+  one_rank_recipe echo "checkpoint: {every_steps: 100}" '{name: a, steps: 40}' >echo.yaml
+  # start_stop: baton run of echo.yaml at step 2, its worker stopped (SIGSTOP: a long step,
+  # which the stop waits for), sent SIGINT; the worker goes on 0.5 s later
+  start_stop() {
+    rm -rf r1
+    BATON_FAULT_STEP_SLEEP=0.1 "$baton" run echo.yaml --run-dir r1 --quiet >run.out 2>&1 &
+    bpid=$!
+    wpids=$(worker_pids "$(wait_step 0 2)")
+    kill -STOP $wpids
+    kill -INT "$bpid"
+    (sleep 0.5; kill -CONT $wpids 2>/dev/null || true) &
+  }
+  ended() { # WANT: baton run's exit status
+    set +e; wait "$bpid"; rc=$?; set -e
+    bpid=
+    [[ $rc == "$1" ]] || fail "baton run exited $rc, not $1"
+  }
+  start_stop
+  sleep 0.3
+  kill -INT "$bpid"
+  ended 75
+  grep -q "got SIGINT again from the same process (pid $$) within 1 s" run.out ||
+    fail "the echoed SIGINT is not said"
+  ! grep -q "killing the workers now\|was not completed" run.out || fail "the echo killed the workers"
+  step=$(ls -d r1/checkpoints/s00-step* | tail -1)
+  step=$((10#${step##*step}))
+  ((step >= 2)) || fail "no stop checkpoint (newest at step $step)"
+  "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "the resume failed"; }
+  grep -q "^\[0\] started from .* at step $step " r1/logs/s00-a01.log ||
+    { grep "started from" r1/logs/s00-a01.log; fail "the resume did not go on from step $step"; }
+  # a third from the same process kills; so does a second from another process
+  start_stop
+  sleep 0.1
+  kill -INT "$bpid"
+  sleep 0.1
+  kill -INT "$bpid"
+  ended 75
+  grep -q "got SIGINT after SIGINT: killing the workers now" run.out || fail "a third SIGINT did not kill"
+  start_stop
+  sleep 0.2
+  /bin/kill -INT "$bpid"
+  ended 75
+  grep -q "got SIGINT after SIGINT: killing the workers now" run.out ||
+    fail "a SIGINT from another process did not kill"
   ;;
 *)
   fail "unknown case"
