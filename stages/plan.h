@@ -202,6 +202,9 @@ typedef struct plan_stage {
 
 /* Computes everything for one resolved stage (spec->stage fully resolved, dp != 0). */
 int plan_stage_build(const Baton__StageSpec *spec, plan_stage *out, bt_diag *diag);
+/* plan_stage_build's first part: the shape, parameters, layout and memory (out->mem) only,
+ * no communication, time, alternatives or warnings (what `baton run` weighs at its start). */
+int plan_stage_memory(const Baton__StageSpec *spec, plan_stage *out, bt_diag *diag);
 
 /* For a stage that does not fit (mem.fits 0): plans every split of its devices into tp
  * (up to gpus_per_node, or the stage's own) and pp, dp taking the rest (cp, ep, the order

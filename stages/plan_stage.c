@@ -383,7 +383,7 @@ static uint64_t stage_microbatches(const plan_shape *sh) {
     return (sh->global_batch + per_step - 1) / per_step;
 }
 
-int plan_stage_build(const Baton__StageSpec *spec, plan_stage *out, bt_diag *diag) {
+int plan_stage_memory(const Baton__StageSpec *spec, plan_stage *out, bt_diag *diag) {
     memset(out, 0, sizeof *out);
     int rc = plan_shape_resolve(spec, &out->shape, diag);
     if (rc == BT_OK) rc = plan_params_count(spec->model, &out->params, diag);
@@ -394,6 +394,12 @@ int plan_stage_build(const Baton__StageSpec *spec, plan_stage *out, bt_diag *dia
         out->shape.global_batch = out->shape.micro_batch * out->shape.dp;
     out->microbatches = stage_microbatches(&out->shape);
     plan_memory_estimate(out, &out->mem);
+    return BT_OK;
+}
+
+int plan_stage_build(const Baton__StageSpec *spec, plan_stage *out, bt_diag *diag) {
+    int rc = plan_stage_memory(spec, out, diag);
+    if (rc != BT_OK) return rc;
     plan_comm_estimate(out, &out->comm);
     plan_time_estimate(out);
     plan_pp_balance(out, &out->pp_balance, &out->pp_slowest);

@@ -898,10 +898,22 @@ static int load_check_text(const char *file, const char *data, size_t len, bt_di
     return 0;
 }
 
-/* Reports a libyaml parser failure. */
-static int load_fail_yaml(const char *file, const char *data, const yaml_parser_t *p,
+/* The column (1-based) of the first tab in the indentation of line line0 (0-based) of
+ * data (len bytes), or 0 when there is none. */
+static size_t load_tab_indent(const char *data, size_t len, size_t line0) {
+    size_t i = 0;
+    for (size_t l = 0; l < line0 && i < len; i++)
+        l += data[i] == '\n';
+    for (size_t col = 1; i < len && (data[i] == ' ' || data[i] == '\t'); i++, col++)
+        if (data[i] == '\t') return col;
+    return 0;
+}
+
+/* Reports a libyaml parser failure; one at a tab in the line's indentation (libyaml's
+ * own words do not say so) with a hint. */
+static int load_fail_yaml(const char *file, const char *data, size_t len, const yaml_parser_t *p,
                           bt_diag *diag) {
-    char msg[512];
+    char msg[640];
     size_t line = p->problem_mark.line + 1, col = p->problem_mark.column + 1;
     /* libyaml reports some failed allocations without setting error or problem */
     if (p->error == YAML_MEMORY_ERROR || p->error == YAML_NO_ERROR || p->problem == NULL) {
@@ -914,6 +926,13 @@ static int load_fail_yaml(const char *file, const char *data, const yaml_parser_
                  p->problem, p->context, p->context_mark.line + 1, p->context_mark.column + 1);
     else
         snprintf(msg, sizeof msg, "YAML syntax error: %s", p->problem);
+    size_t tab = p->error == YAML_READER_ERROR ? 0 : load_tab_indent(data, len, line - 1);
+    if (tab > 0) {
+        size_t n = strlen(msg);
+        snprintf(msg + n, sizeof msg - n,
+                 "; YAML indentation takes spaces, not tabs (a tab at line %zu, column %zu)", line,
+                 tab);
+    }
     load_diag(diag, file, line, col, NULL, msg);
     return BT_ERECIPE;
 }
@@ -961,7 +980,7 @@ static int load_prescan(const char *file, const char *data, size_t len, size_t *
     yaml_parser_set_input_string(&p, (const unsigned char *)data, len);
     while (rc == 0 && !done) {
         if (!yaml_parser_parse(&p, &ev)) {
-            rc = load_fail_yaml(file, data, &p, diag);
+            rc = load_fail_yaml(file, data, len, &p, diag);
             break;
         }
         done = ev.type == YAML_STREAM_END_EVENT;
@@ -1005,7 +1024,7 @@ static int load_document(load_ctx *c, const char *data, size_t len, size_t nodes
     if (!yaml_parser_initialize(&p)) return load_oom(c);
     yaml_parser_set_input_string(&p, (const unsigned char *)data, len);
     if (!yaml_parser_load(&p, &ydoc)) {
-        rc = load_fail_yaml(c->file, data, &p, c->diag);
+        rc = load_fail_yaml(c->file, data, len, &p, c->diag);
         yaml_parser_delete(&p);
         return rc;
     }

@@ -39,6 +39,8 @@ typedef struct run_ctx {
     double slow_forgiven; /* this attempt's gaps forgiven without a SIGCONT (at most hang_s) */
     int got_signal;       /* a stop was asked for */
     int killed_now;       /* a second SIGINT/SIGTERM: the workers were killed at once */
+    uint32_t signal_pid;  /* the process that sent the stop's signal (kill), else 0 */
+    double signal_at;     /* monotonic time it was read */
     double failed_at;     /* monotonic time of the last failure (recovery pending), else 0 */
     run_progress prog;
     control_server cs; /* the control channel: Hello, heartbeats, metrics, Fatal, Stop */
@@ -165,10 +167,17 @@ void run_metrics_take(run_ctx *c, uint32_t stage, uint32_t attempt, int before,
 /* run_resume_check.c: the kept recipe against the checkpoint the first stage not completed
  * resumes (its own newest in checkpoints/), before anything starts: its steps below the
  * checkpoint's, another model shape, or a seed, seq_len or mixture weight that makes the
- * checkpoint's data position index other samples (ckpt_resume.h) are said (run_err) and
+ * checkpoint's data position index other samples (ckpt_resume.h), or a checkpoint the
+ * workers would start from that a newer baton wrote (its format), are said (run_err) and
  * BT_EINVAL returned; else 0, also when no such checkpoint can be read (the attempt then
  * says why). */
 int run_resume_check(run_ctx *c);
+
+/* run_fit.c: each stage the run has still to train whose heaviest rank, as `baton plan`
+ * counts it, does not fit in cluster.gpu.memory: a warning on stderr, once, naming the
+ * stage and the figures; the run goes on (the plan leaves out nothing the engines
+ * allocate, but on the CPU engine the memory is only declared). */
+void run_fit_warn(const run_ctx *c);
 
 /* run_ckpts.c */
 /* The recipe's name as the stages' specs, and so the workers' manifests, carry it. */

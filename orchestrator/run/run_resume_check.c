@@ -5,7 +5,9 @@
  * mixture weight under which the checkpoint's data position indexes other samples
  * (ckpt_resume.h; for a checkpoint that does not record the weights, those of the spec it
  * was saved under) — is refused at once, exit 2, nothing journaled, and said with what
- * changed and the way on. */
+ * changed and the way on. So is a checkpoint the workers would start from that a newer
+ * baton wrote (a format beyond CKPT_FORMAT_VERSION): the workers refuse it too, rather than
+ * fall back to an older one and train the steps since again (a downgrade). */
 #include <stdio.h>
 #include <string.h>
 
@@ -159,6 +161,40 @@ static int resume_check_handoff(const run_ctx *c, size_t i) {
     return rc;
 }
 
+/* The checkpoint the workers would try first (train_ckpt_load: the newest in the run's
+ * checkpoints/ that is not a later stage's) written by a newer baton: refused, naming it,
+ * its format and this baton's, and the ways on. Stage spec s is the one the run goes on
+ * with. */
+static int resume_check_format(const run_ctx *c, const Baton__StageSpec *s) {
+    char root[4200], **names = NULL, dir[4400];
+    size_t n = 0;
+    bt_diag d;
+    bt_diag_init(&d);
+    run_dir_file(c->dir, CKPT_ROOT_IN_RUN, root, sizeof root);
+    if (ckpt_list(root, &names, &n, &d) != 0) return 0; /* the attempt says why */
+    int rc = 0;
+    for (size_t k = n; k-- > 0;) { /* names sort in training order */
+        Baton__Manifest *m = NULL;
+        snprintf(dir, sizeof dir, "%s/%s", root, names[k]);
+        int r = ckpt_manifest_read(dir, &m, &d);
+        if (r == BT_EUNSUPPORTED) {
+            run_err(c,
+                    "%s. Resume the run with that baton (upgrade this one), or move %s out of "
+                    "%s/%s to resume from the checkpoint before it, training the steps since "
+                    "it again; nothing was started\n",
+                    d.msg, names[k], c->dir->path, CKPT_ROOT_IN_RUN);
+            rc = BT_EINVAL;
+        }
+        int later = r == 0 && m->model != NULL &&
+                    ckpt_run_relation(m, s->recipe_name, c->dir->run_id, s->stage_index, 1) ==
+                        CKPT_LATER_STAGE;
+        if (m) baton__manifest__free_unpacked(m, NULL);
+        if (!later) break;
+    }
+    ckpt_names_free(names, n);
+    return rc;
+}
+
 int run_resume_check(run_ctx *c) {
     /* the stage the run goes on with, as run_supervise picks it: the first not completed,
      * or a completed last stage its recipe gives more steps now (run_edit_extends) */
@@ -171,11 +207,11 @@ int run_resume_check(run_ctx *c) {
     if (recipe_resolve_stage(c->doc, i, &s, &d) != 0) return 0; /* the attempt says why */
     char name[300] = "";
     Baton__Manifest *m = s->stage ? resume_own_ckpt(c, s, name, sizeof name) : NULL;
-    int rc = 0;
-    if (m != NULL) rc = resume_check_model(c, s, m, name);
+    int rc = resume_check_format(c, s);
+    if (m != NULL && rc == 0) rc = resume_check_model(c, s, m, name);
     if (m != NULL && rc == 0) rc = resume_check_steps(c, s, m, name);
     if (m != NULL && rc == 0) rc = resume_check_order(c, s, m, name);
-    if (m == NULL && i > 0) rc = resume_check_handoff(c, i);
+    if (m == NULL && i > 0 && rc == 0) rc = resume_check_handoff(c, i);
     if (m) baton__manifest__free_unpacked(m, NULL);
     protobuf_c_message_free_unpacked(&s->base, NULL);
     return rc;

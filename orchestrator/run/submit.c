@@ -317,6 +317,22 @@ static int submit_bare_check(const char *opt, const char *value, bt_diag *diag) 
     return 0;
 }
 
+/* sbatch options that print something and exit, submitting nothing: on an #SBATCH line
+ * they would stop the job's submission with sbatch's help or version. */
+static int submit_info_check(const char *opt, bt_diag *diag) {
+    static const char *const info[] = {"-h", "--help", "--usage", "-V", "--version"};
+    size_t len = strcspn(opt, "=");
+    for (size_t k = 0; k < sizeof info / sizeof info[0]; k++)
+        if (strlen(info[k]) == len && strncmp(opt, info[k], len) == 0) {
+            bt_diag_set(diag,
+                        "sbatch option '%s' prints sbatch's %s and submits nothing: not an "
+                        "option for the job (run 'sbatch %s' for it)",
+                        opt, k < 3 ? "help" : "version", info[k]);
+            return BT_EINVAL;
+        }
+    return 0;
+}
+
 static int submit_check(const submit_opts *o, bt_diag *diag) {
     const char *path = "choose a path without one", *line = "give it on one line";
     int rc = submit_check_line("the run directory", o->run_dir, path, diag);
@@ -325,6 +341,7 @@ static int submit_check(const submit_opts *o, bt_diag *diag) {
         rc ? rc : submit_check_line("the job name", o->job_name, "choose a name without one", diag);
     for (int i = 0; rc == 0 && i < o->n_sbatch; i++) {
         rc = submit_check_line("the sbatch option", o->sbatch[i], line, diag);
+        rc = rc ? rc : submit_info_check(o->sbatch[i], diag);
         rc = rc ? rc : submit_reserved_check(o->sbatch[i], o->gpus_per_node, diag);
         rc =
             rc ? rc

@@ -29,6 +29,7 @@
 #define RUN_DEFAULT_BACKOFF_S   1.0
 #define RUN_KILL_GRACE_S        5.0   /* after a failure: the others are stuck or failing too */
 #define RUN_STOP_GRACE_S        120.0 /* on a signal: time for the workers to checkpoint */
+#define RUN_SIGNAL_ECHO_S       1.0   /* the stop's signal again from its sender: the same stop */
 #define RUN_OVERRIDES_KEPT_MAX  (16u << 10) /* overrides kept in RUN_STARTED whole */
 #define RUN_DRAIN_S             2.0         /* for the control channel of an attempt that ended */
 #define RUN_POLL_MS             200         /* run_watch's poll */
@@ -379,15 +380,39 @@ static void run_stop_workers(run_ctx *c, launch_job *job, const char *reason) {
     launch_job_kill_after(job, LAUNCH_STOPPED, RUN_STOP_GRACE_S);
 }
 
+/* The stop's signal si: its sender (one that kill()ed it, not a terminal's Ctrl-C) and
+ * when, for run_signal_echo. */
+static void run_signal_note(run_ctx *c, const struct signalfd_siginfo *si) {
+    c->signal_pid = si->ssi_code == SI_USER ? si->ssi_pid : 0;
+    c->signal_at = bt_clock_now();
+}
+
+/* Whether si, after the stop's signal, is that one again: the same signal from the same
+ * process within RUN_SIGNAL_ECHO_S, as coreutils' timeout sends it (to its child, then to
+ * its own process group, which holds baton run too). Said, once: a third one kills. */
+static int run_signal_echo(run_ctx *c, const struct signalfd_siginfo *si) {
+    if ((int)si->ssi_signo != c->got_signal || si->ssi_code != SI_USER || c->signal_pid == 0 ||
+        si->ssi_pid != c->signal_pid || bt_clock_now() - c->signal_at > RUN_SIGNAL_ECHO_S)
+        return 0;
+    run_err(c,
+            "got SIG%s again from the same process (pid %u) within %.0f s, as timeout sends it "
+            "to baton run and to its process group: the same stop, going on (another signal "
+            "kills the workers at once)\n",
+            sigabbrev_np(c->got_signal), c->signal_pid, RUN_SIGNAL_ECHO_S);
+    c->signal_pid = 0;
+    return 1;
+}
+
 /* The first signal asks the workers to checkpoint and stop (RUN_STOP_GRACE_S); a second
  * SIGINT or SIGTERM (the user will not wait) kills them at once: the run resumes from its
- * last complete checkpoint. */
+ * last complete checkpoint. The first one echoed by its sender is no second (run_signal_echo). */
 static void run_on_signal(run_ctx *c, launch_job *job) {
     struct signalfd_siginfo si;
     if (read(c->sfd, &si, sizeof si) != (ssize_t)sizeof si) return;
     int sig = (int)si.ssi_signo;
     if (c->got_signal) {
         if (c->killed_now || (sig != SIGINT && sig != SIGTERM)) return;
+        if (run_signal_echo(c, &si)) return;
         c->killed_now = 1;
         run_progress_end(&c->prog);
         run_err(c,
@@ -398,6 +423,7 @@ static void run_on_signal(run_ctx *c, launch_job *job) {
         return;
     }
     c->got_signal = sig;
+    run_signal_note(c, &si);
     run_progress_end(&c->prog);
     run_err(c, "got SIG%s: asking the workers to checkpoint and stop\n",
             sigabbrev_np(c->got_signal));
@@ -897,7 +923,7 @@ static int run_backoff(run_ctx *c, double s) {
         if (poll(&pfd, c->sfd >= 0 ? 1 : 0, ms) > 0) {
             struct signalfd_siginfo si;
             if (read(c->sfd, &si, sizeof si) == (ssize_t)sizeof si)
-                c->got_signal = (int)si.ssi_signo;
+                c->got_signal = (int)si.ssi_signo, run_signal_note(c, &si);
             return 1;
         }
     }
@@ -1170,6 +1196,7 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
             journal_close(&c.j);
             return BT_EXIT_USAGE;
         }
+        run_fit_warn(&c); /* plan's "DOES NOT FIT", said once per stage */
         c.sfd = run_signals(&c.cfd);
         bt_diag_init(&c.cs_diag);
         const char *host = o->slurm ? launch_slurm_listen(o->slurm) : "127.0.0.1";

@@ -46,6 +46,10 @@ expect 2 "^baton eval: --seq-len '$big': need an integer from 1 to 1844674407370
   "$baton" eval ck --data d --seq-len $big --num-seqs 1
 expect 2 "^baton ckpt export: --max-position expects a count from 1 to 4294967295, such as 4096 " -- \
   "$baton" ckpt export ck --out ex --max-position $big
+expect 2 "^baton-worker: --steps '$big' is out of range \(1 to 4294967295\)$" -- \
+  "$worker" --spec nope.pb --steps $big
+expect 2 "^baton-worker: --eval-windows '4294967296' is out of range \(0 to 4294967295\)$" -- \
+  "$worker" --spec nope.pb --eval-windows 4294967296
 
 # ---- empty values ----
 expect 2 "^'': an empty file name; give the recipe's path \(a YAML file\)$" -- "$baton" plan ""
@@ -84,9 +88,9 @@ expect 2 "^baton ckpt import: 'r\.yaml': not a directory; give the Hugging Face 
   "$baton" ckpt import r.yaml --out im
 [[ ! -e up && ! -e im ]] || fail "a refused unpack or import left $(ls -d up im 2>/dev/null)"
 
-# ---- help texts: lines of at most 80 columns (run's and submit's are cmd_run.c's),
-# and ckpt inspect --json's field list names run_id, as the README does ----
-for c in resume status plan spec launch eval "ckpt inspect" "ckpt verify" "ckpt reshard" \
+# ---- help texts: lines of at most 80 columns, and ckpt inspect --json's field list
+# names run_id, as the README does ----
+for c in run submit resume status plan spec launch eval "ckpt inspect" "ckpt verify" "ckpt reshard" \
   "ckpt export" "ckpt import" "ckpt pack" "ckpt unpack" "ckpt push" "ckpt pull" \
   "data prepare" "data passkey" "data inspect" worker; do
   if [[ $c == worker ]]; then prog=("$worker"); else read -ra prog <<<"$baton $c"; fi

@@ -81,6 +81,11 @@ expect 2 "^baton submit: the run directory '$sub/n\\\\nl' holds a line break, wh
   submit "$small" --run-dir "$sub/n"$'\n'"l" --dry-run
 expect 2 "^baton submit: the sbatch option's value 'a\\\\nb' holds a line break" -- \
   submit "$small" --run-dir "$sub/c" --dry-run --comment $'a\nb'
+# sbatch options that print help or a version and submit nothing: refused, not written
+for o in -h --help --usage -V --version; do
+  expect 2 "^baton submit: sbatch option '$o' prints sbatch's (help|version) and submits nothing" -- \
+    submit "$small" --run-dir "$sub/c" --dry-run -- "$o"
+done
 [[ ! -e "$sub/b\\s" && ! -e "$sub/n"$'\n'"l" && ! -e "$sub/c" ]] && ok "a refused submit made no run directory" ||
   fail "a refused submit left a run directory"
 

@@ -21,6 +21,12 @@
 #   edit-model-shape  model.dim changed mid-stage: refused before any worker starts (exit
 #                     2, naming model.dim 64 -> 96), nothing journaled, no word of damage;
 #                     the worker alone refuses it naming the recipe, not damage.
+#   edit-newer-format b's newest checkpoint made a newer baton's (its format_version past
+#                     this baton's): the resume is refused before any worker starts (exit
+#                     2, naming the checkpoint, its format, the newest this baton reads and
+#                     the ways on), nothing journaled; the worker alone refuses it too (exit
+#                     2), with --init the run directory or its checkpoints/, instead of
+#                     falling back to an older checkpoint; moved aside, the resume goes on.
 #   edit-notes        resume says once which kept --set overrides it reapplies; status of a
 #                     run whose kept recipe no longer parses says so, steps '?' (null).
 #   check-resume-edit.sh BATON BATON_WORKER SOURCE_DIR CASE
@@ -174,6 +180,27 @@ edit-model-shape)
   # the worker alone (no baton run to refuse first) refuses every checkpoint of b and
   # takes no hand-off from a, naming the recipe, not damage
   worker_refuses r1 "not falling back to it \(put the stage's model back in the recipe\)"
+  ;;
+edit-newer-format)
+  ckpt_edit=$(dirname "$baton")/../tests/ckpt_edit
+  stopped_run "" 1 6
+  k=$(stop_step)
+  newest=$(ls -d r1/checkpoints/s01-step* | tail -1)
+  [[ $(ls -d r1/checkpoints/s0* | wc -l) -ge 2 ]] || fail "no older checkpoint to fall back to"
+  "$ckpt_edit" "$newest" --set-format 3
+  refused r1 "${newest##*/}/manifest.pb: checkpoint format 3, written by a newer baton \(this one reads up to format 2\)" \
+    "Resume the run with that baton \(upgrade this one\), or move ${newest##*/} out of .*/r1/checkpoints"
+  worker_refuses r1 "${newest##*/}/manifest.pb: checkpoint format 3, written by a newer baton.*not falling back"
+  ! grep -q "^baton-worker: falling back to" worker.out || { cat worker.out; fail "the worker fell back"; }
+  set +e
+  "$worker" --spec b.pb --init r1/checkpoints --single-process >worker.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 2 ]] && grep -q "written by a newer baton.*not falling back" worker.out &&
+    ! grep -q "^baton-worker: falling back to" worker.out ||
+    { tail -5 worker.out; fail "the worker (--init a checkpoint root) went past the newer checkpoint: exit $rc"; }
+  mv "$newest" newer.ckpt
+  resumes r1
   ;;
 edit-notes)
   # a run with a kept override: resume says once which it reapplies (over recipe.yaml)

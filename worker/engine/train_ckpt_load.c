@@ -473,6 +473,22 @@ static int load_data_vote(const trainer *t, const char *dir, comm *world, bt_dia
     return any > 0 ? BT_EINVAL : BT_EIO;
 }
 
+/* Candidate dir, with older ones after it, refused (r, mine: this rank's code and message,
+ * other: what says another rank's) as a newer baton's format on any rank: no fallback to an older
+ * checkpoint, which would train the steps since again (a downgrade, unnoticed). BT_EUNSUPPORTED
+ * with the way on in diag then, 0 when no rank found it so. */
+static int load_newer_vote(const char *dir, int r, const bt_diag *mine, const char *other,
+                           comm *world, bt_diag *diag) {
+    int newer = load_any_failed(world, r == BT_EUNSUPPORTED);
+    if (newer == 0) return 0;
+    bt_diag_set(diag,
+                "%s: not falling back to an older checkpoint, which would train the steps "
+                "since it again: resume with the newer baton that wrote it (upgrade this one), "
+                "or move %s aside to resume from the one before it",
+                r == BT_EUNSUPPORTED ? mine->msg : other, dir);
+    return newer > 0 ? BT_EUNSUPPORTED : BT_EIO;
+}
+
 int train_ckpt_load(trainer *t, const char *path, const char *run_dir, comm *world, bt_diag *diag) {
     char **dirs = NULL;
     size_t n = 0;
@@ -512,9 +528,10 @@ int train_ckpt_load(trainer *t, const char *path, const char *run_dir, comm *wor
         any = load_any_failed(world, r != 0);
         if (!any) break;
         load_undo(t, &start); /* every rank, whether its own load failed or not */
-        if (r != 0) fprintf(stderr, "baton-worker: checkpoint refused: %s\n", mine.msg);
         char other[64] = "on another rank";
         if (any > 0) snprintf(other, sizeof other, "on rank %d: its log says why", any - 1);
+        if (i + 1 < n && (rc = load_newer_vote(dirs[i], r, &mine, other, world, diag)) != 0) break;
+        if (r != 0) fprintf(stderr, "baton-worker: checkpoint refused: %s\n", mine.msg);
         refused_own = refused_own || (own_root && load_own(t, dirs[i]));
         /* voted whenever own_root, so that every rank takes part alike */
         int stop = refused_own && i + 1 < n && !load_own(t, dirs[i + 1]);

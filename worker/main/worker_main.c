@@ -108,11 +108,14 @@ static void worker_usage(FILE *f) {
     fprintf(f, "\nCUDA engine (loaded for stages with cluster.device: cuda only):\n  %s\n", status);
 }
 
+/* 0 with the count in *out; -1 not a count, -2 a count past UINT64_MAX. */
 static int parse_count(const char *s, uint64_t *out) {
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
-    if (*s == '\0' || *s == '-' || *end != '\0' || errno != 0) return -1;
+    if (*s == '\0' || *s == '-' || *end != '\0') return -1;
+    if (errno == ERANGE) return -2;
+    if (errno != 0) return -1;
     *out = v;
     return 0;
 }
@@ -121,12 +124,18 @@ static int parse_count(const char *s, uint64_t *out) {
  * --eval-windows and --save-every (0 has a meaning). */
 static int worker_parse_count_opt(worker_args *a, const char *o, const char *v) {
     uint64_t n = 0;
-    if (parse_count(v, &n) != 0 || n > UINT32_MAX) {
+    int positive = strcmp(o, "--steps") == 0 || strcmp(o, "--log-every") == 0 ||
+                   strcmp(o, "--comm-timeout") == 0;
+    int prc = parse_count(v, &n);
+    if (prc == -1) {
         fprintf(stderr, "baton-worker: %s expects a count, got '%s'\n", o, v);
         return -1;
     }
-    int positive = strcmp(o, "--steps") == 0 || strcmp(o, "--log-every") == 0 ||
-                   strcmp(o, "--comm-timeout") == 0;
+    if (prc == -2 || n > UINT32_MAX) {
+        fprintf(stderr, "baton-worker: %s '%s' is out of range (%d to %u)\n", o, v, positive,
+                UINT32_MAX);
+        return -1;
+    }
     if (positive && n == 0) {
         fprintf(stderr,
                 "baton-worker: %s must be at least 1, got '%s' (leave it out for the "
@@ -925,6 +934,8 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
     /* every checkpoint refused as not this model's, or inconsistent (BT_EINVAL): another
      * attempt would read the same bytes, so it is a configuration error, not retried */
     if (load_rc == BT_EINVAL) *setup_rc = load_rc;
+    /* a newer baton's checkpoint: this worker never reads it (exit 2, not retried) */
+    if (load_rc == BT_EUNSUPPORTED) *setup_rc = load_rc;
     rc = rc ? rc : worker_train(&t, &c, worker_save_every(spec, a), &mine, wc, rollback, diag);
     /* data the model cannot read (a token outside its vocabulary): a configuration error */
     if (rc == BT_ERECIPE) *setup_rc = rc;

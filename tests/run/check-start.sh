@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# What `baton run` says and does as it starts, with the helpers of run-common.sh. CASE:
+#   no-fit   a recipe whose stages `baton plan` says do not fit in cluster.gpu.memory (exit
+#            1): baton run warns once per stage still to train, naming the stage and the
+#            plan's figures, and runs it all the same (the CPU engine only declares the
+#            memory); a stage that fits, or one completed, gets no word.
+#   signal-echo  SIGINT sent twice by one process 0.3 s apart while a stage trains slowly (as
+#            `timeout -s INT` sends it, to baton run and then to its process group): one
+#            stop, said once; the stop checkpoint completes (exit 75) and the resume goes on
+#            from it. A third SIGINT from that process, or one from another, still kills the
+#            workers at once.
+#   check-start.sh BATON BATON_WORKER SOURCE_DIR CASE
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
+
+case $case in
+no-fit)
+  # a: 2.99 MB on its one rank, b (micro_batch 2): 3.92 MB; 2 MB declared
+  one_rank_recipe fit "" '{name: a, steps: 2}' '{name: b, steps: 2, micro_batch: 2}' |
+    sed 's/device: cpu}/device: cpu, gpu: {memory: 2MB}}/' >fit.yaml
+  set +e
+  "$baton" plan fit.yaml >plan.out
+  rc=$?
+  set -e
+  [[ $rc == 1 ]] || fail "baton plan exited $rc, not 1 (does not fit)"
+  for want in "2.99 MB: DOES NOT FIT (2.99 MB of 2.00 MB)" "3.92 MB: DOES NOT FIT (3.92 MB of 2.00 MB)"; do
+    grep -qF "$want" plan.out || { cat plan.out; fail "the plan does not say '$want'"; }
+  done
+  "$baton" run fit.yaml --run-dir r1 --quiet >run.out 2>&1 || fail "baton run of fit.yaml failed"
+  for s in 'a" does not fit in memory: its heaviest rank \(pipeline stage 0\) needs 2.99 MB, cluster.gpu.memory is 2.00 MB' \
+    'b" does not fit in memory: its heaviest rank \(pipeline stage 0\) needs 3.92 MB, cluster.gpu.memory is 2.00 MB'; do
+    [[ $(grep -Ec "^baton run: warning: stage \"$s \('baton plan' says what fits\); starting it all the same \(on the CPU engine that memory is only declared\)$" run.out) == 1 ]] ||
+      fail "baton run does not warn once: stage \"$s"
+  done
+  grep -q "completed; 0 failures" run.out || fail "the run did not complete"
+  # b given more steps: a completed, so only b is said
+  sed -i 's/{name: b, steps: 2,/{name: b, steps: 3,/' r1/recipe.yaml
+  "$baton" resume r1 --quiet >run.out 2>&1 || fail "resume failed"
+  [[ $(grep -c "does not fit" run.out) == 1 ]] && grep -q 'stage "b" does not fit' run.out ||
+    fail "resume does not warn of b alone"
+  # 4 MB: both fit, nothing said
+  sed -i 's/memory: 2MB/memory: 4MB/' fit.yaml
+  "$baton" run fit.yaml --run-dir r2 --quiet >run.out 2>&1 || fail "baton run of the 4 MB recipe failed"
+  ! grep -q "does not fit" run.out || fail "a warning for stages that fit"
+  ;;
+signal-echo)
+  one_rank_recipe echo "checkpoint: {every_steps: 100}" '{name: a, steps: 40}' >echo.yaml
+  # start_stop: baton run of echo.yaml at step 2, its worker stopped (SIGSTOP: a long step,
+  # which the stop waits for), sent SIGINT; the worker goes on 0.5 s later
+  start_stop() {
+    rm -rf r1
+    BATON_FAULT_STEP_SLEEP=0.1 "$baton" run echo.yaml --run-dir r1 --quiet >run.out 2>&1 &
+    bpid=$!
+    wpids=$(worker_pids "$(wait_step 0 2)")
+    kill -STOP $wpids
+    kill -INT "$bpid"
+    (sleep 0.5; kill -CONT $wpids 2>/dev/null || true) &
+  }
+  ended() { # WANT: baton run's exit status
+    set +e; wait "$bpid"; rc=$?; set -e
+    bpid=
+    [[ $rc == "$1" ]] || fail "baton run exited $rc, not $1"
+  }
+  start_stop
+  sleep 0.3
+  kill -INT "$bpid"
+  ended 75
+  grep -q "got SIGINT again from the same process (pid $$) within 1 s" run.out ||
+    fail "the echoed SIGINT is not said"
+  ! grep -q "killing the workers now\|was not completed" run.out || fail "the echo killed the workers"
+  step=$(ls -d r1/checkpoints/s00-step* | tail -1)
+  step=$((10#${step##*step}))
+  ((step >= 2)) || fail "no stop checkpoint (newest at step $step)"
+  "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "the resume failed"; }
+  grep -q "^\[0\] started from .* at step $step " r1/logs/s00-a01.log ||
+    { grep "started from" r1/logs/s00-a01.log; fail "the resume did not go on from step $step"; }
+  # a third from the same process kills; so does a second from another process
+  start_stop
+  sleep 0.1
+  kill -INT "$bpid"
+  sleep 0.1
+  kill -INT "$bpid"
+  ended 75
+  grep -q "got SIGINT after SIGINT: killing the workers now" run.out || fail "a third SIGINT did not kill"
+  start_stop
+  sleep 0.2
+  /bin/kill -INT "$bpid"
+  ended 75
+  grep -q "got SIGINT after SIGINT: killing the workers now" run.out ||
+    fail "a SIGINT from another process did not kill"
+  ;;
+*)
+  fail "unknown case"
+  ;;
+esac
+echo "$case: ok"
