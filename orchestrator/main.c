@@ -1,5 +1,6 @@
 /* baton: runs LLM training recipes as workflows of stages. This file only dispatches
  * to the subcommands; each lives in its own cmd_*.c. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -138,6 +139,11 @@ static int main_stdout_is_log(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     cpu_blas_threads_restore("baton"); /* the CPUs cpu_blas_threads_defer took away */
+    /* run and resume: a file past the file-size limit (ulimit -f: metrics.jsonl, an event
+     * file, a log) is a write that fails with EFBIG and is said, not a death by signal that
+     * takes the workers with it; they inherit the choice. The commands that write one
+     * output keep their documented death by SIGXFSZ, after removing it (util/cleanup.h). */
+    if (main_stdout_is_log(argc, argv)) signal(SIGXFSZ, SIG_IGN);
     /* `baton eval` multiplies on the CPU, and the workers inherit the choice */
     cpu_blas_core_ensure(argv);
     int rc = main_dispatch(argc, argv);

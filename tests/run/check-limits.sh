@@ -16,6 +16,8 @@
 #                 shared-memory segment that cannot be reserved is said (file, size, limit),
 #                 removed, and the group works over Gloo; the first checkpoint's shard that
 #                 cannot be written names the file and the limit; exit 2 after one attempt.
+#                 Under `ulimit -f 12`, baton run's own write of metrics.jsonl fails with
+#                 EFBIG, said, not a death by SIGXFSZ.
 #   fd-low        a soft open-files limit of 16 (hard 4096) is raised before the PMIx server
 #                 and the control channel start (said), and the run completes; a hard one of
 #                 16 is refused before they start: exit 2, baton's own message, nothing from
@@ -93,6 +95,16 @@ fsize)
   [[ ! -e $seg ]] || fail "$seg was left behind"
   grep -q "reported: checkpoint s00-step00000004: .*/rank-0000[01].bin: cannot write tensor .*: File too large (the file-size limit, ulimit -f, is 900 KB)" run.out ||
     fail "the checkpoint write's failure does not name the file and the limit"
+  # baton's own file past the limit (metrics.jsonl passes 12 KB near step 40): EFBIG, said,
+  # its records held back; not a death by SIGXFSZ (exit 153) taking the workers with it
+  two_rank_recipe long 60 | sed 's/every_steps: 4/every_steps: 1000/' >long.yaml
+  set +e
+  (ulimit -f 12; timeout -s KILL 120 "$baton" run long.yaml --run-dir r2 >run.out 2>&1)
+  rc=$?
+  set -e
+  [[ $rc != 153 ]] || fail "baton run died of SIGXFSZ"
+  grep -q "^baton run: .*/r2/metrics.jsonl: cannot append: File too large" run.out ||
+    fail "metrics.jsonl's write past ulimit -f not said"
   ;;
 fd-low)
   two_rank_recipe small 4 >small.yaml
