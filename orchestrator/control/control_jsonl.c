@@ -202,6 +202,14 @@ int control_jsonl_rewind(control_jsonl *j, const char *path, const control_jsonl
     return 0;
 }
 
+int control_jsonl_cut_torn(control_jsonl *j, const char *path, bt_diag *diag) {
+    jsonl_scan c = {.diag = diag};
+    int torn, rc = jsonl_scan_file(path, &c, &torn);
+    if (rc != 0 || !torn) return rc;
+    if (rec_append_truncate(&j->a, c.end, NULL) != 0) j->a.end = c.end, j->a.dirty = 1;
+    return 0;
+}
+
 int control_jsonl_retry(control_jsonl *j, const char *path, control_jsonl_keep_fn keep, void *arg,
                         bt_diag *diag) {
     if (j->n_cuts == 0) return 0;

@@ -121,7 +121,7 @@ static int jsonl_open(control_metrics_sink *s, control_jsonl *j, const char *pat
                       control_jsonl_keep_fn keep, bt_diag *diag) {
     int torn, rc = control_jsonl_read(NULL, path, &torn, keep, s, diag);
     rc = rc ? rc : rec_append_open(&j->a, path, 0, diag);
-    if (rc == 0 && torn) rc = control_jsonl_rewind(j, path, NULL, keep, s, diag);
+    if (rc == 0 && torn) rc = control_jsonl_cut_torn(j, path, diag);
     return rc;
 }
 

@@ -48,6 +48,17 @@ static int rec_reopen_fault(void) {
     return 1;
 }
 
+/* Test hook: BATON_FAULT_METRICS_CUT=N or N-M makes the cuts in place (ftruncate)
+ * numbered N to M fail with EIO. */
+static int rec_cut(int fd, off_t at) {
+    static rec_fault_window w = {.var = "BATON_FAULT_METRICS_CUT"};
+    if (rec_fault_hit(&w)) {
+        errno = EIO;
+        return -1;
+    }
+    return ftruncate(fd, at);
+}
+
 static void rec_note(const rec_append *a, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void rec_note(const rec_append *a, const char *fmt, ...) {
@@ -83,7 +94,7 @@ static int rec_put(rec_append *a, const uint8_t *p, size_t n) {
     size_t done = 0;
     int err = 0;
     if (a->dirty) {
-        if (ftruncate(a->fd, a->end) != 0) return -1;
+        if (rec_cut(a->fd, a->end) != 0) return -1;
         a->dirty = 0;
     }
     if (rec_append_fault()) {
@@ -101,7 +112,7 @@ static int rec_put(rec_append *a, const uint8_t *p, size_t n) {
         a->end += (off_t)n;
         return 0;
     }
-    if (ftruncate(a->fd, a->end) != 0) a->dirty = 1;
+    if (rec_cut(a->fd, a->end) != 0) a->dirty = 1;
     errno = err;
     return -1;
 }
@@ -209,7 +220,7 @@ int rec_append_write(rec_append *a, const void *rec, size_t n, const rec_held *k
 }
 
 int rec_append_truncate(rec_append *a, off_t at, bt_diag *diag) {
-    if (rec_reopen_try(a) != 0 || ftruncate(a->fd, at) != 0 || fsync(a->fd) != 0) {
+    if (rec_reopen_try(a) != 0 || rec_cut(a->fd, at) != 0 || fsync(a->fd) != 0) {
         bt_diag_set(diag, "%s: cannot cut it to %lld bytes: %s", a->path, (long long)at,
                     strerror(errno));
         return BT_EIO;

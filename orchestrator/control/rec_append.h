@@ -98,7 +98,8 @@ void rec_append_close(rec_append *a);
  * rewrite of metrics.jsonl or valid.jsonl) fail with ENOSPC, an append after writing
  * half its bytes (a short write, as on a full disk). 1: this write fails (errno ENOSPC).
  * BATON_FAULT_METRICS_REOPEN=N or N-M alike fails the opens again (rec_append_reopen and
- * its later tries) numbered N to M with EMFILE. */
+ * its later tries) numbered N to M with EMFILE, and BATON_FAULT_METRICS_CUT=N or N-M the
+ * cuts in place (ftruncate) numbered N to M with EIO. */
 int rec_append_fault(void);
 
 #endif
