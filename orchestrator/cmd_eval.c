@@ -12,7 +12,6 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_gone.h"
 #include "cli.h"
-#include "cpu_blas_mem.h"
 #include "cpu_threads.h"
 #include "eval_passkey.h"
 #include "indexed.h"
@@ -402,10 +401,9 @@ static int eval_main(eval_args *a0) {
     bt_diag_init(&diag);
     eval_result res = {0};
     a.asked = a.num_seqs;
-    /* OpenBLAS's threads (deferred as it loaded, cpu_blas_mem.h) and their buffers */
+    /* OpenBLAS's threads (deferred as it loaded, cpu_blas_defer.h) and their buffers */
     cpu_threads th;
-    cpu_threads_apply(&th, 1);
-    int rc = cpu_blas_buffers_reserve(th.threads, &diag);
+    int rc = cpu_threads_apply(&th, 1, &diag);
     rc = rc ? rc : eval_checkpoint(&a, &res, &diag);
     for (int k = 1;
          rc != 0 && k < CKPT_GONE_TRIES && ckpt_gone("baton eval", a.ckpt, res.dir, &diag); k++) {

@@ -1,12 +1,13 @@
 /* baton: runs LLM training recipes as workflows of stages. This file only dispatches
  * to the subcommands; each lives in its own cmd_*.c. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "baton_version.h" /* BATON_VERSION (cmake/baton_version.cmake) */
 #include "cli.h"
 #include "cpu_blas_core.h"
-#include "cpu_blas_mem.h"
+#include "cpu_blas_defer.h"
 #include "run/supervise.h"
 #include "util/err.h"
 #include "util/out_file.h"
@@ -85,10 +86,12 @@ static int help(int argc, char **argv) {
  * program runs then, only a parent that blocks the signals could cover it. glibc passes
  * argc, argv and envp. The same spot keeps OpenBLAS from starting its thread pool as it
  * loads: under an address-space limit the pool spins forever and its fork handler then
- * hangs the launch (cpu_blas_mem.h). */
+ * hangs the launch (cpu_blas_defer.h), whatever OPENBLAS_NUM_THREADS says: only `baton
+ * eval` multiplies, and it starts its threads itself. */
 #ifdef __GLIBC__ /* others may call it without arguments (musl does) */
 static void main_block_signals(int argc, char **argv, char **envp) {
-    cpu_blas_threads_defer(envp); /* before OpenBLAS starts its threads (cpu_blas_mem.h) */
+    (void)envp;
+    cpu_blas_threads_defer(); /* before OpenBLAS starts its threads (cpu_blas_defer.h) */
     if (argc >= 2 && argv != NULL && argv[1] != NULL &&
         (strcmp(argv[1], "run") == 0 || strcmp(argv[1], "resume") == 0))
         run_signals_block();
@@ -135,7 +138,12 @@ static int main_stdout_is_log(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    cpu_blas_threads_restore(); /* the CPUs cpu_blas_threads_defer took away */
+    cpu_blas_threads_restore("baton"); /* the CPUs cpu_blas_threads_defer took away */
+    /* run and resume: a file past the file-size limit (ulimit -f: metrics.jsonl, an event
+     * file, a log) is a write that fails with EFBIG and is said, not a death by signal that
+     * takes the workers with it; they inherit the choice. The commands that write one
+     * output keep their documented death by SIGXFSZ, after removing it (util/cleanup.h). */
+    if (main_stdout_is_log(argc, argv)) signal(SIGXFSZ, SIG_IGN);
     /* `baton eval` multiplies on the CPU, and the workers inherit the choice */
     cpu_blas_core_ensure(argv);
     int rc = main_dispatch(argc, argv);

@@ -106,7 +106,7 @@ static int jsonl_sync_dir(const char *path) {
 }
 
 /* The file without the lines c drops, written whole to a temp file, synced and renamed
- * over it, then opened again for appending. */
+ * over it, then opened again for appending (rec_append_reopen: never the old file). */
 static int jsonl_replace(control_jsonl *j, const char *path, jsonl_scan *c) {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -132,7 +132,11 @@ static int jsonl_replace(control_jsonl *j, const char *path, jsonl_scan *c) {
     }
     if (jsonl_sync_dir(path) != 0)
         bt_diag_set(c->diag, "%s: cannot sync its directory: %s", path, strerror(errno));
-    return rec_append_reopen(&j->a, c->diag); /* renamed: the new file is the one */
+    /* renamed: the rewind is done, and the new file is the one to append to; where it
+     * cannot be opened now (EMFILE), the records are held back until it can be (said by
+     * the flush that follows) */
+    rec_append_reopen(&j->a, NULL);
+    return 0;
 error:
     if (out != NULL) fclose(out);
     unlink(tmp);
@@ -195,6 +199,14 @@ int control_jsonl_rewind(control_jsonl *j, const char *path, const control_jsonl
                    "twice); new records held back in memory until it can",
                    &d);
     (void)diag;
+    return 0;
+}
+
+int control_jsonl_cut_torn(control_jsonl *j, const char *path, bt_diag *diag) {
+    jsonl_scan c = {.diag = diag};
+    int torn, rc = jsonl_scan_file(path, &c, &torn);
+    if (rc != 0 || !torn) return rc;
+    if (rec_append_truncate(&j->a, c.end, NULL) != 0) j->a.end = c.end, j->a.dirty = 1;
     return 0;
 }
 

@@ -52,6 +52,12 @@ int control_jsonl_read(const control_jsonl *j, const char *path, int *torn,
 int control_jsonl_rewind(control_jsonl *j, const char *path, const control_jsonl_cut *cut,
                          control_jsonl_keep_fn keep, void *arg, bt_diag *diag);
 
+/* A torn last line (a writer killed mid-line) cut off the file just opened: now, or,
+ * where that fails, before the next write (rec_append.dirty; a cut that fails then is
+ * said by j->a's note and the records held back meanwhile). Never holds records back by
+ * itself. An error only where path cannot be read. */
+int control_jsonl_cut_torn(control_jsonl *j, const char *path, bt_diag *diag);
+
 /* The pending rewrite tried again, if there is one: 0 when none is left. keep as above
  * (called only when a rewrite is done). */
 int control_jsonl_retry(control_jsonl *j, const char *path, control_jsonl_keep_fn keep, void *arg,

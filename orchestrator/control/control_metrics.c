@@ -121,7 +121,7 @@ static int jsonl_open(control_metrics_sink *s, control_jsonl *j, const char *pat
                       control_jsonl_keep_fn keep, bt_diag *diag) {
     int torn, rc = control_jsonl_read(NULL, path, &torn, keep, s, diag);
     rc = rc ? rc : rec_append_open(&j->a, path, 0, diag);
-    if (rc == 0 && torn) rc = control_jsonl_rewind(j, path, NULL, keep, s, diag);
+    if (rc == 0 && torn) rc = control_jsonl_cut_torn(j, path, diag);
     return rc;
 }
 
@@ -218,7 +218,7 @@ static int control_metrics_rewind(control_metrics_sink *s, const control_metrics
     control_jsonl_cut cut = {w->stage_index, step};
     int rc = metrics_rewind(s, &cut, diag);
     /* TensorBoard drops valid/loss of those steps too: a new evaluation there is written */
-    int vrc = s->valid.a.fd >= 0 ? valid_rewind(s, &cut, diag) : 0;
+    int vrc = rec_append_is_open(&s->valid.a) ? valid_rewind(s, &cut, diag) : 0;
     int trc = tb_writer_session_start(&s->tb, (int64_t)(w->step_offset + step), wall_time, diag);
     return rc ? rc : vrc ? vrc : trc;
 }
@@ -260,7 +260,7 @@ int control_metrics_write_valid(control_metrics_sink *s, const control_metrics_w
                                 uint64_t step, double loss, uint32_t windows, double time,
                                 bt_diag *diag) {
     uint64_t global = w->step_offset + step;
-    if (s->valid.a.fd < 0 || valid_seen_has(s, w->stage_index, step)) return 0;
+    if (!rec_append_is_open(&s->valid.a) || valid_seen_has(s, w->stage_index, step)) return 0;
     metrics_retry(s);
     bt_buf b;
     bt_buf_init(&b);

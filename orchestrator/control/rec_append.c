@@ -12,21 +12,51 @@
 #include "util/buf.h"
 #include "util/file.h"
 
-int rec_append_fault(void) {
-    static long n, lo, hi;
-    static int parsed;
-    if (!parsed) {
-        const char *f = getenv("BATON_FAULT_METRICS_ENOSPC");
+/* A test hook's window: the calls numbered lo..hi (from 1) of `var`=N or N-M fail. */
+typedef struct rec_fault_window {
+    const char *var;
+    long n, lo, hi;
+    int parsed;
+} rec_fault_window;
+
+static int rec_fault_hit(rec_fault_window *f) {
+    if (!f->parsed) {
+        const char *v = getenv(f->var);
         char *end = NULL;
-        parsed = 1;
-        lo = f ? strtol(f, &end, 10) : 0;
-        hi = end && *end == '-' ? strtol(end + 1, NULL, 10) : lo;
+        f->parsed = 1;
+        f->lo = v ? strtol(v, &end, 10) : 0;
+        f->hi = end && *end == '-' ? strtol(end + 1, NULL, 10) : f->lo;
     }
-    if (lo <= 0) return 0;
-    n++;
-    if (n < lo || n > hi) return 0;
+    if (f->lo <= 0) return 0;
+    f->n++;
+    return f->n >= f->lo && f->n <= f->hi;
+}
+
+int rec_append_fault(void) {
+    static rec_fault_window w = {.var = "BATON_FAULT_METRICS_ENOSPC"};
+    if (!rec_fault_hit(&w)) return 0;
     errno = ENOSPC;
     return 1;
+}
+
+/* Test hook: BATON_FAULT_METRICS_REOPEN=N or N-M makes the opens again of a file renamed
+ * over (rec_append_reopen, and its tries) numbered N to M fail with EMFILE. */
+static int rec_reopen_fault(void) {
+    static rec_fault_window w = {.var = "BATON_FAULT_METRICS_REOPEN"};
+    if (!rec_fault_hit(&w)) return 0;
+    errno = EMFILE;
+    return 1;
+}
+
+/* Test hook: BATON_FAULT_METRICS_CUT=N or N-M makes the cuts in place (ftruncate)
+ * numbered N to M fail with EIO. */
+static int rec_cut(int fd, off_t at) {
+    static rec_fault_window w = {.var = "BATON_FAULT_METRICS_CUT"};
+    if (rec_fault_hit(&w)) {
+        errno = EIO;
+        return -1;
+    }
+    return ftruncate(fd, at);
 }
 
 static void rec_note(const rec_append *a, const char *fmt, ...)
@@ -64,7 +94,7 @@ static int rec_put(rec_append *a, const uint8_t *p, size_t n) {
     size_t done = 0;
     int err = 0;
     if (a->dirty) {
-        if (ftruncate(a->fd, a->end) != 0) return -1;
+        if (rec_cut(a->fd, a->end) != 0) return -1;
         a->dirty = 0;
     }
     if (rec_append_fault()) {
@@ -82,7 +112,7 @@ static int rec_put(rec_append *a, const uint8_t *p, size_t n) {
         a->end += (off_t)n;
         return 0;
     }
-    if (ftruncate(a->fd, a->end) != 0) a->dirty = 1;
+    if (rec_cut(a->fd, a->end) != 0) a->dirty = 1;
     errno = err;
     return -1;
 }
@@ -96,16 +126,32 @@ static const char *rec_limit(const rec_append *a, char *buf, size_t cap) {
     return buf;
 }
 
-/* A write failed (errno): said once per episode. */
-static void rec_failed(rec_append *a) {
+/* A write, or the open before it (what), failed (errno): said once per episode. */
+static void rec_failed(rec_append *a, const char *what) {
     if (a->failing) return;
     char lim[32];
     const char *why = strerror(errno);
     a->failing = 1, a->dropped = 0;
-    rec_note(a,
-             "%s: cannot append: %s; cut back to its last whole record, and the records from "
-             "there on held back in memory (up to %s) to be written once it can be",
-             a->path, why, rec_limit(a, lim, sizeof lim));
+    rec_note(a, "%s: %s: %s; %s held back in memory (up to %s) to be written once it can be",
+             a->path, what, why,
+             a->fd >= 0 ? "cut back to its last whole record, and the records from there on"
+                        : "the records",
+             rec_limit(a, lim, sizeof lim));
+}
+
+/* The open rec_append_reopen asks for, where it is pending: 0 when the file is open. */
+static int rec_reopen_try(rec_append *a) {
+    if (!a->reopen) return 0;
+    int fd = rec_reopen_fault() ? -1 : bt_open_private(a->path, O_WRONLY | O_CREAT | O_APPEND);
+    if (fd < 0) return -1;
+    a->fd = fd, a->reopen = 0, a->dirty = 0;
+    a->end = lseek(fd, 0, SEEK_END);
+    if (a->end < 0) a->end = 0;
+    return 0;
+}
+
+int rec_append_is_open(const rec_append *a) {
+    return a->fd >= 0 || a->reopen;
 }
 
 /* rec kept after the records held back, or dropped past max_held. */
@@ -135,7 +181,13 @@ static int rec_hold(rec_append *a, const void *rec, size_t n, const rec_held *ke
 }
 
 int rec_append_flush(rec_append *a, bt_diag *diag) {
-    if (a->fd < 0 || a->hold) return a->n_held ? BT_EIO : 0;
+    if (a->hold) return a->n_held ? BT_EIO : 0;
+    if (rec_reopen_try(a) != 0) {
+        bt_diag_set(diag, "%s: cannot open for appending: %s", a->path, strerror(errno));
+        rec_failed(a, "cannot open for appending");
+        return a->n_held ? BT_EIO : 0;
+    }
+    if (a->fd < 0) return a->n_held ? BT_EIO : 0;
     if (a->n_held == 0 && !a->failing) return 0;
     if (a->n_held > 0 && rec_put(a, a->buf, a->len) != 0) {
         bt_diag_set(diag, "%s: cannot append: %s", a->path, strerror(errno));
@@ -155,20 +207,20 @@ int rec_append_flush(rec_append *a, bt_diag *diag) {
 }
 
 int rec_append_write(rec_append *a, const void *rec, size_t n, const rec_held *key, bt_diag *diag) {
-    if (a->fd < 0) {
+    if (!rec_append_is_open(a)) {
         bt_diag_set(diag, "%s: not open for appending", a->path);
         return BT_EIO;
     }
-    if (a->n_held > 0 || a->hold || a->dirty) rec_append_flush(a, NULL);
-    if (a->n_held == 0 && !a->hold) {
+    if (a->n_held > 0 || a->hold || a->dirty || a->reopen) rec_append_flush(a, NULL);
+    if (a->n_held == 0 && !a->hold && a->fd >= 0) {
         if (rec_put(a, rec, n) == 0) return rec_append_flush(a, diag); /* says a recovery */
-        rec_failed(a);
+        rec_failed(a, "cannot append");
     }
     return rec_hold(a, rec, n, key, diag);
 }
 
 int rec_append_truncate(rec_append *a, off_t at, bt_diag *diag) {
-    if (ftruncate(a->fd, at) != 0 || fsync(a->fd) != 0) {
+    if (rec_reopen_try(a) != 0 || rec_cut(a->fd, at) != 0 || fsync(a->fd) != 0) {
         bt_diag_set(diag, "%s: cannot cut it to %lld bytes: %s", a->path, (long long)at,
                     strerror(errno));
         return BT_EIO;
@@ -178,15 +230,12 @@ int rec_append_truncate(rec_append *a, off_t at, bt_diag *diag) {
 }
 
 int rec_append_reopen(rec_append *a, bt_diag *diag) {
-    int fd = bt_open_private(a->path, O_WRONLY | O_CREAT | O_APPEND);
-    if (fd < 0) {
+    if (a->fd >= 0) close(a->fd);
+    a->fd = -1, a->reopen = 1;
+    if (rec_reopen_try(a) != 0) {
         bt_diag_set(diag, "%s: cannot open for appending: %s", a->path, strerror(errno));
         return BT_EIO;
     }
-    if (a->fd >= 0) close(a->fd);
-    a->fd = fd, a->dirty = 0;
-    a->end = lseek(fd, 0, SEEK_END);
-    if (a->end < 0) a->end = 0;
     return 0;
 }
 
@@ -217,14 +266,14 @@ int rec_append_each_held(const rec_append *a, int (*fn)(void *arg, const char *r
 }
 
 void rec_append_close(rec_append *a) {
-    if (a->fd >= 0) {
+    if (rec_append_is_open(a)) {
         /* held for a rewrite that never came: written, they would repeat records */
         if (a->n_held > 0 && (a->hold || rec_append_flush(a, NULL) != 0))
             rec_note(a, "%s: %zu record(s) held back could not be written: lost", a->path,
                      a->n_held);
-        close(a->fd);
+        if (a->fd >= 0) close(a->fd);
     }
-    a->fd = -1;
+    a->fd = -1, a->reopen = 0;
     free(a->buf);
     free(a->held);
     a->buf = NULL, a->held = NULL;

@@ -40,7 +40,10 @@ typedef struct rec_held {
 } rec_held;
 
 typedef struct rec_append {
-    int fd; /* -1: closed */
+    int fd;     /* -1: closed, or to be opened again (reopen) */
+    int reopen; /* path is to be opened again (a new file was renamed over it, and opening it
+                 * failed): no record goes to the old, unlinked file; each later write or
+                 * flush tries again, the records held back meanwhile */
     char path[4096];
     off_t end;    /* where the last whole record ends */
     int dirty;    /* bytes past end may be there (a cut that failed): cut before any write */
@@ -59,6 +62,9 @@ typedef struct rec_append {
 /* Opens path for appending, created 0600 (flags: 0, or O_EXCL for a new file only). */
 int rec_append_open(rec_append *a, const char *path, int flags, bt_diag *diag);
 
+/* Whether the file is open for appending, or is to be opened again (rec_append_reopen). */
+int rec_append_is_open(const rec_append *a);
+
 /* Appends the record rec (n bytes; key NULL or {stage, step}): 0 when written or held
  * back; BT_EIO when dropped (over max_held) or the file is not open, BT_ENOMEM, diag
  * saying so. */
@@ -70,7 +76,10 @@ int rec_append_flush(rec_append *a, bt_diag *diag);
 /* The file cut in place to its first at bytes (whole records) and synced. */
 int rec_append_truncate(rec_append *a, off_t at, bt_diag *diag);
 
-/* path opened again (a new file renamed over it): appends go to that one. */
+/* path opened again (a new file renamed over it): appends go to that one. The old
+ * descriptor is closed first, so that where the open fails (EMFILE) nothing is appended to
+ * the old file, which no name reaches any more: the records are held back and the open
+ * tried again before each later write (reopen). */
 int rec_append_reopen(rec_append *a, bt_diag *diag);
 
 /* Drops the held records keyed with stage `stage` and a step of `from` or later. */
@@ -87,7 +96,10 @@ void rec_append_close(rec_append *a);
 /* Test hook: BATON_FAULT_METRICS_ENOSPC=N or N-M makes the metrics writes of this process
  * numbered N to M (from 1; one: an append, the writing of the records held back, or a
  * rewrite of metrics.jsonl or valid.jsonl) fail with ENOSPC, an append after writing
- * half its bytes (a short write, as on a full disk). 1: this write fails (errno ENOSPC). */
+ * half its bytes (a short write, as on a full disk). 1: this write fails (errno ENOSPC).
+ * BATON_FAULT_METRICS_REOPEN=N or N-M alike fails the opens again (rec_append_reopen and
+ * its later tries) numbered N to M with EMFILE, and BATON_FAULT_METRICS_CUT=N or N-M the
+ * cuts in place (ftruncate) numbered N to M with EIO. */
 int rec_append_fault(void);
 
 #endif

@@ -86,9 +86,9 @@ echo "control gap: a log with holes: metrics.jsonl and TensorBoard hold steps 10
 # not at all, held back and written once there is room, a rewind never appending the
 # repeated steps after the stale ones (test_control_enospc.c). Every line of metrics.jsonl
 # and valid.jsonl parses, and every event record has good CRCs and every step's values
-# (but for "edited", where stage b's step sits past a's restart marker, which TensorBoard
-# drops as it would in any run).
-for case in moment rewind edited bound; do
+# (but for "edited" and "reopen", where stage b's step sits past a's restart marker, which
+# TensorBoard drops as it would in any run).
+for case in moment rewind edited reopen torn bound; do
   "$test_control" enospc "$work/enospc-$case" "$case"
   /usr/bin/python3 - "$work/enospc-$case" <<'PY'
 import json, sys
@@ -100,7 +100,7 @@ for name in ("metrics.jsonl", "valid.jsonl"):
     keys = [(r["stage_index"], r["step"]) for r in map(json.loads, lines)]
     assert len(keys) == len(set(keys)), f"{name}: a step twice: {keys}"
 PY
-  [[ $case == edited ]] ||
+  [[ $case == edited || $case == reopen ]] ||
     /usr/bin/python3 "$here/read_tb.py" "$work/enospc-$case/tb" "$work/enospc-$case/metrics.jsonl" >/dev/null
 done
 echo "control enospc: metrics.jsonl, valid.jsonl and TensorBoard whole after a full disk"

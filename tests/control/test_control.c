@@ -1153,7 +1153,7 @@ int main(int argc, char **argv) {
     fprintf(stderr,
             "usage: test_control unit RUN_DIR | crowd RUN_DIR | ack | replay RUN_DIR | backlog "
             "RUN_DIR | gap RUN_DIR | "
-            "orphans RUN_DIR | enospc RUN_DIR moment|rewind|edited|bound | serve "
+            "orphans RUN_DIR | enospc RUN_DIR moment|rewind|edited|reopen|torn|bound | serve "
             "SPEC_IN SPEC_OUT RUN_DIR WORLD "
             "STOP_AT stop|term1|mark\n");
     return 2;

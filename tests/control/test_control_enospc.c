@@ -16,6 +16,16 @@
  *     The same where a line of another stage follows the repeated ones (an edited file:
  *     no cut in place, a rewrite that fails): the rewind waits, the records are held back
  *     meanwhile, and each step is there once when the disk has room again.
+ *   test_control enospc RUN_DIR reopen
+ *     No full disk: a rewind rewrites (stage b's line after a's), and opening the new file
+ *     fails (EMFILE, BATON_FAULT_METRICS_REOPEN=1-3) there and at the next two tries: the
+ *     records meanwhile are held back, never appended to the old file (unlinked), and
+ *     written to the new one once it opens: each step there once.
+ *   test_control enospc RUN_DIR torn
+ *     metrics.jsonl ends in a torn line (a writer killed mid-line) and cutting it off at
+ *     open fails (EIO, BATON_FAULT_METRICS_CUT=1-2), and so does the cut before the first
+ *     write: the open succeeds, that record is held back, said, and written once the cut
+ *     is done; steps 1-10 once each, nothing held back or lost at close.
  *   test_control enospc RUN_DIR bound
  *     A disk full for long with a small limit on what is held back: records past it are
  *     dropped and said, and the file is still whole, no step twice. */
@@ -147,6 +157,47 @@ static void edited(const char *run_dir) {
     expect_note("metrics.jsonl: the records a restart repeats are dropped from it now");
 }
 
+static void reopen(const char *run_dir) {
+    control_metrics_sink s;
+    open_sink(&s, run_dir);
+    write_steps(&s, 0, 0, 1, 5);
+    write_steps(&s, 1, 0, 1, 1);  /* stage b's line after a's: a rewind rewrites */
+    write_steps(&s, 0, 1, 3, 10); /* opens 1-3 fail: the rewrite's, its flush's, step 3's */
+    control_metrics_close(&s);
+    uint32_t want[11][3];
+    size_t n = fill(want, 0, 0, 1, 2, 0);
+    n = fill(want, n, 1, 1, 1, 0);
+    expect_lines(run_dir, want, fill(want, n, 0, 3, 10, 1));
+    expect_note("metrics.jsonl: cannot open for appending: Too many open files; the records "
+                "held back");
+    expect_note("metrics.jsonl: written again: the 1 record(s) held back are in it now");
+}
+
+static void torn(const char *run_dir) {
+    control_metrics_sink s;
+    unsetenv("BATON_FAULT_METRICS_CUT"); /* read once, at the first cut (none here) */
+    open_sink(&s, run_dir);
+    write_steps(&s, 0, 0, 1, 3);
+    control_metrics_close(&s);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    FILE *f = fopen(path, "a");
+    CHECK(f != NULL && fputs("{\"time\": 1700000004.0, \"stage\": \"a\", \"sta", f) >= 0,
+          "%s: cannot append a torn line", path);
+    if (f != NULL) fclose(f);
+    setenv("BATON_FAULT_METRICS_CUT", "1-2", 1);
+    open_sink(&s, run_dir); /* the cut fails: done before the next write */
+    write_steps(&s, 0, 0, 4, 10);
+    CHECK(s.jsonl.a.n_held == 0 && !s.jsonl.a.hold, "records still held back: %zu (hold %d)",
+          s.jsonl.a.n_held, s.jsonl.a.hold);
+    control_metrics_close(&s);
+    uint32_t want[10][3];
+    expect_lines(run_dir, want, fill(want, 0, 0, 1, 10, 0));
+    expect_note("metrics.jsonl: cannot append: Input/output error");
+    expect_note("metrics.jsonl: written again: the 1 record(s) held back are in it now");
+    CHECK(strstr(notes, "lost") == NULL, "records lost:\n%s", notes);
+}
+
 static void bound(const char *run_dir) {
     control_metrics_sink s;
     open_sink(&s, run_dir);
@@ -175,15 +226,15 @@ static void bound(const char *run_dir) {
 
 int enospc(const char *run_dir, const char *which) {
     static const struct {
-        const char *name, *window;
+        const char *name, *window, *reopen;
         void (*fn)(const char *);
-    } cases[] = {{"moment", "10-30", moment},
-                 {"rewind", "62-70", rewind_full},
-                 {"edited", "64-72", edited},
-                 {"bound", "10-50", bound}};
+    } cases[] = {{"moment", "10-30", "0", moment}, {"rewind", "62-70", "0", rewind_full},
+                 {"edited", "64-72", "0", edited}, {"reopen", "0", "1-3", reopen},
+                 {"torn", "0", "0", torn},         {"bound", "10-50", "0", bound}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         if (strcmp(which, cases[i].name) != 0) continue;
         setenv("BATON_FAULT_METRICS_ENOSPC", cases[i].window, 1);
+        setenv("BATON_FAULT_METRICS_REOPEN", cases[i].reopen, 1);
         cases[i].fn(run_dir);
         printf("control enospc %s: %s (%d failure(s))\n", which, failures ? "FAILED" : "ok",
                failures);

@@ -2,10 +2,12 @@
 # `baton run` under low resource limits and with its run directory taken away, with the
 # helpers of run-common.sh. CASE:
 #   as-limit      under `ulimit -v 200000` (too little for OpenBLAS's 128 MB GEMM buffer
-#                 and a worker): baton run does not hang (OpenBLAS starts no thread pool as
-#                 it loads, whose fork handler would wait on it for ever) and every rank
-#                 says what it cannot allocate and names the limit; exit 2 after one
-#                 attempt, not retried. A model too big for `ulimit -v 900000` alike: the
+#                 and a worker), with OPENBLAS_NUM_THREADS=2, then OMP_NUM_THREADS=2:
+#                 baton run does not hang (OpenBLAS starts no thread pool as it loads,
+#                 whose fork handler would wait on it for ever, whatever the variables
+#                 say) and every rank says what it cannot allocate and names the limit,
+#                 having started no thread (none spins, the exit waits on none); exit 2
+#                 after one attempt, not retried. A model too big for `ulimit -v 900000` alike: the
 #                 model's message names the limit, one attempt, exit 2.
 #   dir-removed   the run directory removed (rm -rf) while a stage trains: baton run says so
 #                 within a second or two, kills its workers and exits 1, and nothing of the
@@ -14,6 +16,8 @@
 #                 shared-memory segment that cannot be reserved is said (file, size, limit),
 #                 removed, and the group works over Gloo; the first checkpoint's shard that
 #                 cannot be written names the file and the limit; exit 2 after one attempt.
+#                 Under `ulimit -f 12`, baton run's own write of metrics.jsonl fails with
+#                 EFBIG, said, not a death by SIGXFSZ.
 #   fd-low        a soft open-files limit of 16 (hard 4096) is raised before the PMIx server
 #                 and the control channel start (said), and the run completes; a hard one of
 #                 16 is refused before they start: exit 2, baton's own message, nothing from
@@ -51,15 +55,23 @@ as-limit)
     exit 77
   fi
   two_rank_recipe small 8 >small.yaml
-  # without the fix baton run spins in fork(), SIGTERM blocked: only SIGKILL ends it
-  set +e
-  (ulimit -v 200000; timeout -s KILL 120 "$baton" run small.yaml --run-dir r1 >run.out 2>&1)
-  rc=$?
-  set -e
-  [[ $rc != 137 ]] || fail "baton run under ulimit -v 200000 hung (killed after 120 s)"
-  one_attempt_fatal
-  [[ $(grep -c "^\[a rank [01]\] baton-worker: cannot allocate 128 MB for OpenBLAS's GEMM buffers (1 thread(s) x 128 MB): Cannot allocate memory (the address-space limit, ulimit -v, is 200000 KB)" run.out) == 2 ]] ||
-    fail "the ranks do not both say what they cannot allocate under which limit"
+  # ctest sets OPENBLAS_NUM_THREADS=1; here each variable asks for 2 threads instead, which
+  # OpenBLAS would start as baton loads (it then spins in fork(), SIGTERM blocked, only
+  # SIGKILL ends it) and the ranks before their check (they then hang at exit until the
+  # heartbeat timeout calls it a hang); on 1 CPU the ranks run 1 thread
+  for var in OPENBLAS_NUM_THREADS OMP_NUM_THREADS; do
+    set +e
+    (ulimit -v 200000
+     env -u OPENBLAS_NUM_THREADS "$var=2" timeout -s KILL 60 "$baton" run small.yaml \
+       --run-dir "r1-$var" >run.out 2>&1)
+    rc=$?
+    set -e
+    [[ $rc != 137 ]] || fail "baton run under ulimit -v 200000 and $var=2 hung (killed after 60 s)"
+    one_attempt_fatal
+    ! grep -q "hang: " run.out || fail "with $var=2 a rank was taken for hung"
+    [[ $(grep -Ec "^\[a rank [01]\] baton-worker: cannot allocate [0-9]+ MB for OpenBLAS's [12] thread\(s\) \(a 128 MB GEMM buffer each[^)]*\): Cannot allocate memory \(the address-space limit, ulimit -v, is 200000 KB\)" run.out) == 2 ]] ||
+      fail "with $var=2 the ranks do not both say what they cannot allocate under which limit"
+  done
   # a model that does not fit: 4 x 50M parameters, with Adam's moments 3.2 GB
   two_rank_recipe big 8 '{arch: llama, dim: 2048, n_layers: 4, n_heads: 16, n_kv_heads: 4, ffn_dim: 5632, vocab_size: 272, rope: {theta: 10000}}' >big.yaml
   set +e
@@ -83,6 +95,16 @@ fsize)
   [[ ! -e $seg ]] || fail "$seg was left behind"
   grep -q "reported: checkpoint s00-step00000004: .*/rank-0000[01].bin: cannot write tensor .*: File too large (the file-size limit, ulimit -f, is 900 KB)" run.out ||
     fail "the checkpoint write's failure does not name the file and the limit"
+  # baton's own file past the limit (metrics.jsonl passes 12 KB near step 40): EFBIG, said,
+  # its records held back; not a death by SIGXFSZ (exit 153) taking the workers with it
+  two_rank_recipe long 60 | sed 's/every_steps: 4/every_steps: 1000/' >long.yaml
+  set +e
+  (ulimit -f 12; timeout -s KILL 120 "$baton" run long.yaml --run-dir r2 >run.out 2>&1)
+  rc=$?
+  set -e
+  [[ $rc != 153 ]] || fail "baton run died of SIGXFSZ"
+  grep -q "^baton run: .*/r2/metrics.jsonl: cannot append: File too large" run.out ||
+    fail "metrics.jsonl's write past ulimit -f not said"
   ;;
 fd-low)
   two_rank_recipe small 4 >small.yaml

@@ -1,9 +1,9 @@
-/* OpenBLAS's buffers under an address-space limit (cpu_blas_mem.h). */
-#define _GNU_SOURCE /* MAP_ANONYMOUS, MAP_NORESERVE, sched_setaffinity */
+/* OpenBLAS's threads and buffers under an address-space limit (cpu_blas_mem.h). */
+#define _GNU_SOURCE /* MAP_ANONYMOUS, MAP_NORESERVE, pthread_getattr_default_np */
 #include "cpu_blas_mem.h"
 
 #include <errno.h>
-#include <sched.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,43 +12,6 @@
 #include <unistd.h>
 
 #include <cblas.h>
-
-static const char *const cpu_blas_thread_vars[] = {"OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
-                                                   "OMP_NUM_THREADS"};
-
-/* The mask the process started with, while cpu_blas_threads_defer has it narrowed: state
- * of the process, as a .preinit_array function can hand nothing to main otherwise. */
-static cpu_set_t cpu_blas_mask;
-static int cpu_blas_narrowed;
-
-/* Whether envp sets `name` to a non-empty value. */
-static int cpu_blas_env_set(char **envp, const char *name) {
-    size_t l = strlen(name);
-    for (char **e = envp; e != NULL && *e != NULL; e++)
-        if (strncmp(*e, name, l) == 0 && (*e)[l] == '=' && (*e)[l + 1] != '\0') return 1;
-    return 0;
-}
-
-void cpu_blas_threads_defer(char **envp) {
-    for (size_t i = 0; i < sizeof cpu_blas_thread_vars / sizeof *cpu_blas_thread_vars; i++)
-        if (cpu_blas_env_set(envp, cpu_blas_thread_vars[i])) return;
-    if (sched_getaffinity(0, sizeof cpu_blas_mask, &cpu_blas_mask) != 0 ||
-        CPU_COUNT(&cpu_blas_mask) < 2)
-        return;
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    for (int k = 0; k < CPU_SETSIZE; k++)
-        if (CPU_ISSET(k, &cpu_blas_mask)) {
-            CPU_SET(k, &one);
-            break;
-        }
-    cpu_blas_narrowed = sched_setaffinity(0, sizeof one, &one) == 0;
-}
-
-void cpu_blas_threads_restore(void) {
-    if (cpu_blas_narrowed) sched_setaffinity(0, sizeof cpu_blas_mask, &cpu_blas_mask);
-    cpu_blas_narrowed = 0;
-}
 
 int cpu_mem_as_limit_note(char *out, size_t cap) {
     struct rlimit rl;
@@ -79,24 +42,26 @@ static int cpu_mem_room(size_t bytes) {
     return 0;
 }
 
+/* The address space a new thread takes besides its buffer: its stack (glibc's default,
+ * which OpenBLAS's pool uses) and a guard page. OpenBLAS maps a buffer directly; only
+ * where that fails does it fall back to malloc, whose new arena for the thread would
+ * take 64 MB more, which the check keeps from happening. */
+static size_t cpu_blas_thread_bytes(void) {
+    size_t stack = (size_t)8 << 20;
+    pthread_attr_t attr;
+    if (pthread_getattr_default_np(&attr) == 0) {
+        size_t s = 0;
+        if (pthread_attr_getstacksize(&attr, &s) == 0 && s > 0) stack = s;
+        pthread_attr_destroy(&attr);
+    }
+    return stack + (size_t)sysconf(_SC_PAGESIZE);
+}
+
 /* A GEMM large enough to run on every thread and past OpenBLAS's small-matrix path: each
  * thread has its buffer once it returns. */
 #define CPU_BLAS_WARM_N 256
 
-int cpu_blas_buffers_reserve(int threads, bt_diag *diag) {
-    if (threads < 1) threads = 1;
-    size_t need = (size_t)threads * CPU_BLAS_BUFFER_BYTES;
-    int err = cpu_mem_room(need);
-    if (err != 0) {
-        char note[96];
-        cpu_mem_as_limit_note(note, sizeof note);
-        bt_diag_set(diag,
-                    "cannot allocate %zu MB for OpenBLAS's GEMM buffers (%d thread(s) x %zu MB): "
-                    "%s%s, this process maps %llu KB already; raise the limit%s",
-                    need >> 20, threads, CPU_BLAS_BUFFER_BYTES >> 20, strerror(-err), note,
-                    cpu_mem_mapped_kb(), threads > 1 ? " or set OPENBLAS_NUM_THREADS lower" : "");
-        return BT_ENOMEM;
-    }
+static int cpu_blas_warm(bt_diag *diag) {
     size_t n = CPU_BLAS_WARM_N;
     float *m = calloc(3 * n * n, sizeof *m);
     if (m == NULL) {
@@ -107,4 +72,30 @@ int cpu_blas_buffers_reserve(int threads, bt_diag *diag) {
                 m + n * n, (int)n, 0.0f, m + 2 * n * n, (int)n);
     free(m);
     return 0;
+}
+
+int cpu_blas_threads_start(int threads, bt_diag *diag) {
+    if (threads < 1) threads = 1;
+    /* the threads running now (none but the caller, the pool being deferred) have taken
+     * their buffers or take them as they start: only the caller's and the new ones count */
+    int have = openblas_get_num_threads();
+    int fresh = threads > have ? threads - have : 0;
+    size_t extra = cpu_blas_thread_bytes();
+    size_t need =
+        (size_t)(fresh + 1) * CPU_BLAS_BUFFER_BYTES + (size_t)fresh * extra + CPU_BLAS_SLACK_BYTES;
+    int err = cpu_mem_room(need);
+    if (err != 0) {
+        char note[96], also[96] = "";
+        cpu_mem_as_limit_note(note, sizeof note);
+        if (fresh > 0)
+            snprintf(also, sizeof also, ", and %zu MB of stack per thread started", extra >> 20);
+        bt_diag_set(diag,
+                    "cannot allocate %zu MB for OpenBLAS's %d thread(s) (a %zu MB GEMM buffer "
+                    "each%s): %s%s, this process maps %llu KB already; raise the limit%s",
+                    need >> 20, threads, CPU_BLAS_BUFFER_BYTES >> 20, also, strerror(-err), note,
+                    cpu_mem_mapped_kb(), threads > 1 ? " or set OPENBLAS_NUM_THREADS lower" : "");
+        return BT_ENOMEM;
+    }
+    openblas_set_num_threads(threads);
+    return cpu_blas_warm(diag);
 }

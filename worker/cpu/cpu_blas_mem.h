@@ -1,23 +1,15 @@
-/* OpenBLAS's buffers under an address-space limit (ulimit -v).
+/* OpenBLAS's threads and buffers under an address-space limit (ulimit -v).
  *
- * Each OpenBLAS thread takes one GEMM buffer of 128 MB (Debian's 0.3.21 on x86-64: 32 << 22
- * bytes and a page) when it starts, the calling thread on its first GEMM. Where the
- * allocation fails, OpenBLAS retries it forever: a thread pool started as the library
- * loads spins a CPU, and its fork handler (which joins the pool) then hangs every fork()
- * of the process, signals blocked (`baton run` under `ulimit -v 200000`). A worker spins
- * in its first GEMM and is taken for a hang.
- *
- * So no pool starts as the library loads: OpenBLAS sizes it by the CPUs the process may
- * run on, so a program's .preinit_array (which runs before any library's initializer)
- * calls cpu_blas_threads_defer, which narrows the affinity mask to one CPU, and main
- * calls cpu_blas_threads_restore first thing, which gives the whole mask back (not an
- * environment variable: glibc sets environ again after .preinit_array). A program that
- * multiplies then starts its threads through cpu_threads_apply and takes every buffer at
- * once through cpu_blas_buffers_reserve, which first makes sure the address space has
- * room and says so where it has not. The buffers then come before the model's memory,
- * whose allocation fails with a message of its own. Where the user set
- * OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS or OMP_NUM_THREADS, OpenBLAS starts that pool as
- * it loads, as before. */
+ * Each OpenBLAS pool thread takes one GEMM buffer of 128 MB (Debian's 0.3.21 on x86-64:
+ * 32 << 22 bytes and a page; another build or architecture may differ, and the check
+ * below is then off by the difference) as it starts, the calling thread on its first
+ * GEMM. Where the allocation fails, OpenBLAS retries it forever: the thread spins, a GEMM
+ * waits on it for ever, and so does the process's exit (OpenBLAS's destructor joins the
+ * pool). So no pool starts as the library loads (cpu_blas_defer.h), and a program that
+ * multiplies starts its threads through cpu_blas_threads_start, which checks that the
+ * address space has room for every buffer before any thread exists, and starts none
+ * where it has not. The buffers then come before the model's memory, whose allocation
+ * fails with a message of its own. */
 #ifndef BATON_CPU_BLAS_MEM_H
 #define BATON_CPU_BLAS_MEM_H
 
@@ -27,21 +19,15 @@
 
 /* The address space one OpenBLAS thread's buffer takes (with malloc's page around it). */
 #define CPU_BLAS_BUFFER_BYTES (((size_t)32 << 22) + 8192)
+/* Besides the buffers: the first GEMM's matrices and OpenBLAS's own small allocations. */
+#define CPU_BLAS_SLACK_BYTES ((size_t)8 << 20)
 
-/* From .preinit_array, with the envp it is given (getenv does not work yet): narrows the
- * calling (only) thread's affinity to its first CPU unless one of the variables above is
- * set. */
-void cpu_blas_threads_defer(char **envp);
-
-/* First thing in main (before any thread starts, and before cpu_blas_core_ensure, whose
- * execv would carry the narrow mask): gives back the affinity cpu_blas_threads_defer
- * narrowed. */
-void cpu_blas_threads_restore(void);
-
-/* Checks that `threads` buffers fit in the address space left under RLIMIT_AS, then has
- * OpenBLAS take them (one GEMM that every thread works on). BT_ENOMEM with a message
- * naming the sizes and the limit where they do not fit (nothing then spins). */
-int cpu_blas_buffers_reserve(int threads, bt_diag *diag);
+/* Checks that the address space left under RLIMIT_AS holds the buffers of `threads`
+ * threads (the caller's, and each new pool thread's with its stack), then
+ * has OpenBLAS run `threads` threads and take every buffer (one GEMM that every thread
+ * works on). BT_ENOMEM, with a message naming the sizes and the limit, where they do not
+ * fit: no thread was started then, so nothing spins and the exit does not wait. */
+int cpu_blas_threads_start(int threads, bt_diag *diag);
 
 /* Where RLIMIT_AS is finite: writes " (the address-space limit, ulimit -v, is N KB)" to
  * out and returns 1; else writes "" and returns 0. */

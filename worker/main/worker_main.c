@@ -28,6 +28,7 @@
 #include "baton_version.h" /* BATON_VERSION (cmake/baton_version.cmake) */
 #include "comm_shm.h"
 #include "cpu_blas_core.h"
+#include "cpu_blas_defer.h"
 #include "cpu_blas_mem.h"
 #include "cpu_threads.h"
 #include "model_zero.h"
@@ -849,8 +850,7 @@ static int worker_blas_threads(const Baton__StageSpec *spec, const worker_ranks 
     if (w->under_pmix && v != NULL && parse_count(v, &n) == 0 && n > 0 && n <= 1u << 20)
         ranks = (int)n;
     cpu_threads t;
-    cpu_threads_apply(&t, ranks);
-    int rc = cpu_blas_buffers_reserve(t.threads, diag); /* before the model's memory */
+    int rc = cpu_threads_apply(&t, ranks, diag); /* before the model's memory */
     if (rc != 0 || w->info.rank != 0 || worker_spec_cuda(spec)) return rc;
     if (t.env != NULL)
         printf("cpu backend: %d BLAS thread(s) per rank (set by %s)\n", t.threads, t.env);
@@ -1055,12 +1055,12 @@ static int worker_args_read(int argc, char **argv, bt_argv *split, worker_args *
     return prc == 0 ? -1 : prc > 0 ? 0 : 2;
 }
 
-/* OpenBLAS starts no thread pool as it loads (cpu_blas_mem.h): .preinit_array runs
+/* OpenBLAS starts no thread pool as it loads (cpu_blas_defer.h): .preinit_array runs
  * before any library's initializer. */
 #ifdef __GLIBC__
 static void worker_preinit(int argc, char **argv, char **envp) {
-    (void)argc, (void)argv;
-    cpu_blas_threads_defer(envp);
+    (void)argc, (void)argv, (void)envp;
+    cpu_blas_threads_defer();
 }
 __attribute__((section(".preinit_array"),
                used)) static void (*const worker_preinit_fn)(int, char **,
@@ -1068,7 +1068,7 @@ __attribute__((section(".preinit_array"),
 #endif
 
 int main(int argc, char **argv) {
-    cpu_blas_threads_restore(); /* before any thread starts (cpu_blas_mem.h) */
+    cpu_blas_threads_restore("baton-worker"); /* before any thread starts (cpu_blas_defer.h) */
     /* a file past the file-size limit (a checkpoint's, the shared-memory segment's) is an
      * error that names it (EFBIG), not a death by signal */
     signal(SIGXFSZ, SIG_IGN);
