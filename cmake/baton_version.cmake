@@ -7,11 +7,19 @@ set(describe "unknown")
 if(EXISTS "${SOURCE_DIR}/.git")
   find_program(GIT git)
   if(GIT)
-    execute_process(COMMAND "${GIT}" -C "${SOURCE_DIR}" describe --always --dirty
-                    OUTPUT_VARIABLE out RESULT_VARIABLE rc ERROR_QUIET
-                    OUTPUT_STRIP_TRAILING_WHITESPACE)
+    # An exported GIT_DIR, GIT_WORK_TREE or GIT_INDEX_FILE (a build run from a git hook)
+    # would override -C and describe another repository: unset for this call.
+    # --no-optional-locks: --dirty refreshes the index, which must not write .git/index
+    # (and race a user's git commands for index.lock) at every build.
+    execute_process(COMMAND "${CMAKE_COMMAND}" -E env --unset=GIT_DIR --unset=GIT_WORK_TREE
+                            --unset=GIT_INDEX_FILE
+                            "${GIT}" --no-optional-locks -C "${SOURCE_DIR}" describe --always --dirty
+                    OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc
+                    OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_STRIP_TRAILING_WHITESPACE)
     if(rc EQUAL 0 AND out MATCHES "^[0-9A-Za-z._+-]+$")
       set(describe "${out}")
+    else()
+      message(STATUS "baton_version: git describe failed (${rc}), version 'unknown': ${err}")
     endif()
   endif()
 endif()

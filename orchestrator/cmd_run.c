@@ -583,8 +583,21 @@ static int run_check_naming(const run_args *a) {
     return 0;
 }
 
+/* A run directory opened and then refused before any attempt: what this command made of
+ * it removed again (run_dir_unmake), said (tell: also when all went, unless --quiet); a
+ * removal that failed is a warning naming what is left. */
+static void run_unmake(run_args *a, run_dir *dir, int tell) {
+    char said[4500];
+    int rc = run_dir_unmake(dir, said, sizeof said);
+    if (rc < 0)
+        fprintf(stderr, "baton %s: warning: nothing started, but %s\n", run_name(a), said);
+    else if (rc > 0 && tell && !a->quiet)
+        printf("baton %s: nothing started: %s\n", run_name(a), said);
+}
+
 /* The run directory opened (made, locked, the recipe and overrides kept) and, for a new
- * run, the working directory and --worker noted; nonzero after saying why. */
+ * run, the working directory and --worker noted; nonzero after saying why, with what it
+ * made removed again. */
 static int run_open_dir(run_args *a, run_dir *dir) {
     bt_diag diag;
     bt_diag_init(&diag);
@@ -594,9 +607,10 @@ static int run_open_dir(run_args *a, run_dir *dir) {
         bt_buf_printf(&sets, "%s\n", a->sets.set[i]);
     int rc = run_dir_open(dir, a->run_dir, a->recipe, bt_buf_str(&sets), &diag);
     bt_buf_free(&sets);
-    if (rc == 0 && !a->resume && (rc = run_dir_note_start(dir, a->worker, &diag)) != 0)
-        run_dir_close(dir);
-    if (rc != 0) fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
+    int noted = rc == 0 && !a->resume ? run_dir_note_start(dir, a->worker, &diag) : 0;
+    if (rc != 0 || noted != 0) fprintf(stderr, "baton %s: %s\n", run_name(a), diag.msg);
+    if (noted != 0) run_unmake(a, dir, 0);
+    rc = rc ? rc : noted;
     if (rc == 0 && dir->warning[0])
         fprintf(stderr, "baton %s: warning: %s\n", run_name(a), dir->warning);
     if (rc == 0 && dir->parent_warning[0])
@@ -607,12 +621,11 @@ static int run_open_dir(run_args *a, run_dir *dir) {
 /* baton submit once the recipe is loaded: a run directory it made and then could not use
  * is removed again (with any parent it made), so that a corrected retry starts afresh. */
 static int run_submit_main(run_args *a, recipe_doc *doc) {
-    char root[4096];
     run_dir dir;
     if (run_submit_precheck(a, doc) != 0) return BT_EXIT_USAGE;
-    int created = run_dir_missing_root(a->run_dir, root, sizeof root);
-    int st = run_open_dir(a, &dir) != 0 ? BT_EXIT_USAGE : run_submit(a, doc, &dir);
-    if (st != BT_EXIT_OK && created) run_dir_remove_new(root);
+    if (run_open_dir(a, &dir) != 0) return BT_EXIT_USAGE; /* what it made removed */
+    int st = run_submit(a, doc, &dir);
+    if (st != BT_EXIT_OK) run_unmake(a, &dir, 0);
     return st;
 }
 
@@ -669,11 +682,11 @@ static int run_check_launcher(const run_args *a) {
     return -1;
 }
 
-/* The run in its directory, opened (made, when root says it is missing: created) by this
- * command: the worker chosen and checked, the Slurm allocation opened, then supervised.
- * A directory this command made and then refused before any attempt (the worker, the
- * allocation) is removed again, so that a corrected retry starts afresh. */
-static int run_in_dir(run_args *a, recipe_doc *doc, int created, const char *root) {
+/* The run in its directory, opened (made where missing) by this command: the worker
+ * chosen and checked, the Slurm allocation opened, then supervised. What this command
+ * made of the directory and then refused before any attempt (the worker, the allocation)
+ * is removed again, so that a corrected retry starts afresh: only that (run_dir_unmake). */
+static int run_in_dir(run_args *a, recipe_doc *doc) {
     char worker[PATH_MAX], note[4400];
     run_dir dir;
     if (run_open_dir(a, &dir) != 0) return BT_EXIT_USAGE;
@@ -691,11 +704,7 @@ static int run_in_dir(run_args *a, recipe_doc *doc, int created, const char *roo
         status = slurm ? run_open_slurm(a, doc, &dir, slurm, &o) : BT_EXIT_FAILURE;
         if (status != 0) free(slurm);
     }
-    if (status != 0 && created) { /* no attempt started: nothing of the run's in it yet */
-        run_dir_remove_new(root);
-        if (!a->quiet)
-            printf("baton %s: nothing started: removed %s, which it made\n", run_name(a), root);
-    }
+    if (status != 0) run_unmake(a, &dir, 1); /* no attempt started: nothing of the run's */
     if (status == 0) status = run_supervise(&dir, doc, &o);
     if (o.slurm) launch_slurm_close(o.slurm);
     free(o.slurm);
@@ -704,7 +713,7 @@ static int run_in_dir(run_args *a, recipe_doc *doc, int created, const char *roo
 }
 
 static int run_main(run_args *a) {
-    char recipe_copy[4200], dflt[512], root[4096];
+    char recipe_copy[4200], dflt[512];
     if (!a->submit) run_signals_block(); /* submit runs sbatch, which should see a Ctrl-C */
     /* a line at a time into a file too (a Slurm job's output): in order with stderr. Only
      * here: `baton status | grep -q` must not meet a closed pipe between lines. */
@@ -743,8 +752,7 @@ static int run_main(run_args *a) {
     } else if (status == 0 && run_check_launcher(a) != 0) {
         status = BT_EXIT_USAGE;
     } else if (status == 0) {
-        int created = !a->resume && run_dir_missing_root(a->run_dir, root, sizeof root);
-        status = run_in_dir(a, &doc, created, root);
+        status = run_in_dir(a, &doc);
     }
     recipe_doc_free(&doc);
     return status;

@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,34 +82,6 @@ int run_dir_check_resumable(const char *path, bt_diag *diag) {
                 "%s'",
                 path, access(file, F_OK) == 0 ? "its journal is empty" : "no journal", path);
     return BT_EINVAL;
-}
-
-int run_dir_missing_root(const char *path, char *root, size_t cap) {
-    struct stat st;
-    char p[4096];
-    if (stat(path, &st) == 0 || snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return 0;
-    snprintf(root, cap, "%s", p);
-    for (;;) {
-        size_t n = strlen(p);
-        while (n > 1 && p[n - 1] == '/')
-            p[--n] = '\0';
-        char *slash = strrchr(p, '/');
-        if (slash == NULL || slash == p) break;
-        *slash = '\0';
-        if (stat(p, &st) == 0) break;
-        snprintf(root, cap, "%s", p);
-    }
-    return 1;
-}
-
-static int run_dir_rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    remove(path);
-    return 0;
-}
-
-void run_dir_remove_new(const char *root) {
-    nftw(root, run_dir_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* A file kept in the run directory: written on first use, compared afterwards: 0 the
@@ -282,7 +253,7 @@ static int run_dir_lock_dir(run_dir *d) {
 /* An open-file-description write lock on RUN_DIR/lock and a flock on RUN_DIR: held while a
  * baton run works here (released by the kernel if it dies); `baton status` only tests
  * them (run_dir_busy). */
-static int run_dir_lock(run_dir *d, bt_diag *diag) {
+int run_dir_lock(run_dir *d, bt_diag *diag) {
     char path[4200];
     if (run_dir_lock_dir(d) != 0) {
         bt_diag_set(diag, "%s: another baton run is working in this run directory", d->path);
@@ -401,16 +372,25 @@ static int run_dir_subdirs(const run_dir *d, bt_diag *diag) {
     return 0;
 }
 
-/* d->path made (0700) unless there; *st and *existed: what was there. A file there is
- * refused before anything is said about its mode. */
+/* d->path made (0700) unless there, each directory made recorded (d->made: only those
+ * are removed after a refusal, run_dir_unmake); *st and *existed: what is there now and
+ * whether this call did not make it. A file there is refused before anything is said
+ * about its mode. */
 static int run_dir_make(run_dir *d, struct stat *st, int *existed, bt_diag *diag) {
-    *existed = stat(d->path, st) == 0;
-    if (*existed && !S_ISDIR(st->st_mode)) {
+    size_t len = strlen(d->path);
+    while (len > 1 && d->path[len - 1] == '/')
+        len--;
+    snprintf(d->given, sizeof d->given, "%s", d->path);
+    int rc = bt_mkdir_p_made(d->path, 0700, d->made, RUN_DIR_MADE_MAX, &d->n_made);
+    d->made_leaf = d->n_made > 0 && d->made[d->n_made - 1] == len;
+    *existed = !d->made_leaf;
+    if (rc == 0 && stat(d->path, st) != 0) rc = -1;
+    if (rc == 0 && !S_ISDIR(st->st_mode)) {
         bt_diag_set(diag, "%s: exists and is not a directory (give --run-dir another path)",
                     d->path);
         return BT_EINVAL;
     }
-    if (bt_mkdir_p(d->path, 0700) == 0 && (*existed || chmod(d->path, 0700) == 0)) return 0;
+    if (rc == 0 && (*existed || chmod(d->path, 0700) == 0)) return 0;
     int err = errno;
     char cwd[PATH_MAX];
     int rel = d->path[0] != '/' && getcwd(cwd, sizeof cwd) != NULL;
@@ -428,6 +408,15 @@ int run_dir_has_started(const char *run_dir_path) {
     return stat(path, &st) == 0 && st.st_size > 0;
 }
 
+/* A refused run_dir_open: what it made removed again (run_dir_unmake), a failure to
+ * said after why it was refused; d closed. */
+static void run_dir_open_undo(run_dir *d, bt_diag *diag) {
+    char said[4500];
+    if (run_dir_unmake(d, said, sizeof said) >= 0) return;
+    size_t k = strlen(diag->msg);
+    snprintf(diag->msg + k, sizeof diag->msg - k, " (and %s)", said);
+}
+
 int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const char *overrides,
                  bt_diag *diag) {
     memset(d, 0, sizeof *d);
@@ -439,25 +428,26 @@ int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const ch
     struct stat st;
     int existed;
     if (run_dir_check_parents(d, path, diag) != 0) return BT_EINVAL; /* before making it */
-    if (run_dir_make(d, &st, &existed, diag) != 0) return BT_EINVAL;
+    int rc = run_dir_make(d, &st, &existed, diag);
     char abs[PATH_MAX];
-    if (realpath(d->path, abs) == NULL || strlen(abs) >= sizeof d->path) {
+    if (rc == 0 && (realpath(d->path, abs) == NULL || strlen(abs) >= sizeof d->path)) {
         bt_diag_set(diag, "%s: cannot resolve the run directory: %s", d->path, strerror(errno));
-        return BT_EINVAL;
+        rc = BT_EINVAL;
     }
-    snprintf(d->path, sizeof d->path, "%s", abs); /* workers and specs see one absolute path */
+    if (rc == 0) /* workers and specs see one absolute path */
+        snprintf(d->path, sizeof d->path, "%s", abs);
     /* judged again on the resolved path every later step uses: where the directory really
      * is, should a link on the way have changed since the first check */
-    if (run_dir_check_parents(d, d->path, diag) != 0) return BT_EINVAL;
-    if (existed && run_dir_check_existing(d, &st, diag) != 0) return BT_EINVAL;
-    int rc = run_dir_lock(d, diag);
+    rc = rc ? rc : run_dir_check_parents(d, d->path, diag);
+    if (rc == 0 && existed) rc = run_dir_check_existing(d, &st, diag);
+    rc = rc ? rc : run_dir_lock(d, diag);
     if (rc == 0) d->started = run_dir_has_started(d->path);
     rc = rc ? rc : run_dir_check_overrides(d, overrides, diag);
     rc = rc ? rc : run_dir_recipe(d, recipe_file, overrides, diag);
     rc = rc ? rc : run_dir_random(d, "secret", 32, d->token, "secret", diag);
     rc = rc ? rc : run_dir_random(d, "run_id", 16, d->run_id, "id", diag);
     rc = rc ? rc : run_dir_subdirs(d, diag);
-    if (rc != 0) run_dir_close(d);
+    if (rc != 0) run_dir_open_undo(d, diag);
     return rc;
 }
 

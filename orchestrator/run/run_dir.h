@@ -27,6 +27,8 @@
 
 #include "recipe.h"
 
+#define RUN_DIR_MADE_MAX 64
+
 typedef struct run_dir {
     char path[4096];
     char token[65];
@@ -36,6 +38,10 @@ typedef struct run_dir {
     int started;               /* a run worked here before this command (workdir, or a journal) */
     char warning[4300];        /* what the caller says as a warning (the directory's mode), or "" */
     char parent_warning[8600]; /* another, on a directory above it (run_dir_check_parents) */
+    char given[4096];          /* the path as given, which run_dir_open made */
+    size_t made[RUN_DIR_MADE_MAX]; /* the directories it made itself: prefixes of given */
+    size_t n_made;                 /* how many, outermost first */
+    int made_leaf;                 /* the run directory itself among them */
 } run_dir;
 
 /* Creates (0700) or reopens path for recipe_file and overrides (the --set lines), whose
@@ -61,6 +67,9 @@ int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const ch
  * component that is not a directory is left for making path to report. */
 int run_dir_check_parents(run_dir *d, const char *path, bt_diag *diag);
 void run_dir_close(run_dir *d);
+/* Takes the run's locks (run_dir_open does): 0, or BT_EINVAL when another baton run holds
+ * them or the lock file cannot be made (diag). */
+int run_dir_lock(run_dir *d, bt_diag *diag);
 /* run_dir_differs.c: why run_dir_open refuses recipe_file, not the recipe kept with the
  * run (RUN_DIR/recipe.yaml): its first differences from the kept one (recipe_diff.h),
  * and how to continue the run with the edit (edit the kept copy, then baton resume). */
@@ -103,11 +112,16 @@ int run_dir_has_history(const run_dir *d, char *what, size_t cap, bt_diag *diag)
  * that baton run or submit made (RUN_DIR/workdir) or that left checkpoints or specs.
  * Else BT_EINVAL, "not a run directory (no journal)", as baton status says. */
 int run_dir_check_resumable(const char *path, bt_diag *diag);
-/* Whether path does not exist yet: then 1, and root gets the outermost directory that
- * creating it makes (path itself, or a missing parent). */
-int run_dir_missing_root(const char *path, char *root, size_t cap);
-/* Removes root and everything under it: a run directory made and then not used. */
-void run_dir_remove_new(const char *root);
+/* After a refusal before any attempt started (run_dir_unmake.c): removes what
+ * run_dir_open made, and only that. In the run directory, when it made it, the files and
+ * directories baton writes there (never any other, which is kept), under the run's lock
+ * (taken again if closed; when another baton run holds it, the directory is kept); then
+ * the run directory and each parent it made, innermost first, with rmdir, stopping at the
+ * first that cannot go: one not empty (another run's directory made in it meanwhile) is
+ * kept, with all above it. 0: nothing was made; 1: all removed; 2: some kept because not
+ * empty; -1: a removal failed otherwise. said: what was removed and kept, and why, for
+ * the caller to say ("" for 0). Leaves d closed. */
+int run_dir_unmake(run_dir *d, char *said, size_t cap);
 /* path/<sub> into out. */
 void run_dir_file(const run_dir *d, const char *sub, char *out, size_t cap);
 

@@ -2,6 +2,7 @@
 #include "submit.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +137,23 @@ static void submit_where_of(const char *line_start, submit_where *w) {
     w->escaped = 0;
 }
 
+/* BT_EINVAL (said) for a placeholder at p right after a backslash that escapes it (an
+ * #SBATCH line's pending one, w->escaped; elsewhere an odd run of them, as the shell
+ * reads it): the backslash would make the value's opening quote literal and break the
+ * quoting of the rest of the line. */
+static int submit_check_escaped(const char *text, const char *p, const submit_where *w,
+                                const char *name, bt_diag *diag) {
+    size_t k = 0;
+    while (p - k > text && p[-(ptrdiff_t)k - 1] == '\\')
+        k++;
+    if (w->sbatch ? !w->escaped : k % 2 == 0) return 0;
+    bt_diag_set(diag,
+                "%s:%d: placeholder @%s@ right after a backslash, which would escape the "
+                "quoting of its value: remove the backslash",
+                w->tpl, w->line, name);
+    return BT_EINVAL;
+}
+
 static int submit_render(const submit_opts *o, const char *tpl, const char *text,
                          const char *script, bt_buf *out, bt_diag *diag) {
     submit_where w = {.tpl = tpl, .line = 1};
@@ -155,7 +173,8 @@ static int submit_render(const submit_opts *o, const char *tpl, const char *text
         }
         memcpy(name, p + 1, n);
         name[n] = '\0';
-        int rc = submit_value(o, script, name, &w, out, diag);
+        int rc = submit_check_escaped(text, p, &w, name, diag);
+        rc = rc ? rc : submit_value(o, script, name, &w, out, diag);
         if (rc != 0) return rc;
         p = end;
     }
@@ -333,6 +352,20 @@ static int submit_info_check(const char *opt, bt_diag *diag) {
     return 0;
 }
 
+/* An empty value given apart to a short option (-p ''): written "-p" alone, or "-p \"\"",
+ * sbatch drops the empty word and takes the next one as the value (the next option, say
+ * --time=5, silently lost). A long one is written joined, --partition=, which sbatch
+ * reads as given. */
+static int submit_empty_check(const char *opt, const char *value, bt_diag *diag) {
+    if (value == NULL || value[0] != '\0' || strncmp(opt, "--", 2) == 0) return 0;
+    bt_diag_set(diag,
+                "sbatch option '%s' given an empty value, which an #SBATCH line cannot carry "
+                "(sbatch drops an empty word and would take the next one as the value): give "
+                "a value, or leave the option out",
+                opt);
+    return BT_EINVAL;
+}
+
 static int submit_check(const submit_opts *o, bt_diag *diag) {
     const char *path = "choose a path without one", *line = "give it on one line";
     int rc = submit_check_line("the run directory", o->run_dir, path, diag);
@@ -348,6 +381,8 @@ static int submit_check(const submit_opts *o, bt_diag *diag) {
                : submit_bare_check(o->sbatch[i], o->sbatch_value ? o->sbatch_value[i] : NULL, diag);
         if (rc == 0 && o->sbatch_value && o->sbatch_value[i])
             rc = submit_check_line("the sbatch option's value", o->sbatch_value[i], line, diag);
+        if (rc == 0 && o->sbatch_value)
+            rc = submit_empty_check(o->sbatch[i], o->sbatch_value[i], diag);
     }
     return rc;
 }

@@ -60,23 +60,34 @@ int bt_read_private(const char *path, size_t max, int strict, char **out, size_t
     return bt_read_stream(f, max, out, len);
 }
 
-int bt_mkdir_p(const char *path, mode_t mode) {
-    size_t n = strlen(path);
-    char *p = malloc(n + 1);
+int bt_mkdir_p_made(const char *path, mode_t mode, size_t *made, size_t cap, size_t *n_made) {
+    size_t len = strlen(path), k = 0;
+    while (len > 1 && path[len - 1] == '/')
+        len--;
+    char *p = malloc(len + 1);
     if (p == NULL) return -1;
-    memcpy(p, path, n + 1);
+    memcpy(p, path, len);
+    p[len] = '\0';
     int rc = 0;
-    for (char *s = p + 1; rc == 0 && *s; s++)
-        if (*s == '/') {
-            *s = '\0';
-            if (mkdir(p, mode) != 0 && errno != EEXIST) rc = -1;
-            *s = '/';
+    for (size_t i = 1; rc == 0 && i <= len; i++) {
+        if (i < len && (p[i] != '/' || p[i - 1] == '/')) continue; /* "a//b": "a" once */
+        p[i] = '\0';
+        if (mkdir(p, mode) == 0) {
+            if (made != NULL && k < cap) made[k++] = i;
+        } else if (errno != EEXIST) {
+            rc = -1;
         }
-    if (rc == 0 && mkdir(p, mode) != 0 && errno != EEXIST) rc = -1;
+        if (i < len) p[i] = '/';
+    }
     int err = errno;
     free(p);
+    if (n_made != NULL) *n_made = k;
     errno = err;
     return rc;
+}
+
+int bt_mkdir_p(const char *path, mode_t mode) {
+    return bt_mkdir_p_made(path, mode, NULL, 0, NULL);
 }
 
 int bt_open_private(const char *path, int flags) {

@@ -21,6 +21,11 @@ int bt_read_private(const char *path, size_t max, int strict, char **out, size_t
 
 /* mkdir -p: creates path and every missing parent with mode. 0, or -1 with errno. */
 int bt_mkdir_p(const char *path, mode_t mode);
+/* The same, saying which directories this call made itself (mkdir returned 0; one there
+ * already, or made meanwhile by another process, is not among them): their lengths as
+ * prefixes of path, outermost first, in made[0..*n_made) (at most cap of them: the
+ * outermost). Trailing slashes are not part of any prefix. */
+int bt_mkdir_p_made(const char *path, mode_t mode, size_t *made, size_t cap, size_t *n_made);
 
 /* A file of the run's own (metrics, logs, the journal): open(path, flags) made
  * close-on-exec, created 0600 whatever the umask, and a symbolic link at path refused

@@ -250,6 +250,24 @@ PATH=$work/fakebin:$PATH SLURM_JOB_ID=1 SLURM_JOB_NODELIST=h1 expect 2 "^baton r
   "$baton" run "$small" --run-dir r-d/sub --launcher slurm
 [[ ! -e r-d ]] && ok "refused runs (a directory or plain file for --worker, slurm): nothing made" ||
   fail "a refused run left r-d: $(ls -R r-d)"
+# ... and only what it made itself: another run's directory made beside it meanwhile (a
+# sweep's runs that both found sweep/ missing) is kept, with the parent both share; a file
+# baton does not write, put in the run directory meanwhile, is kept, with that directory
+mkdir fakebin2 && cat >fakebin2/scontrol <<EOF
+#!/bin/sh
+mkdir -p "$work/sweep/b" "$work/sweep2/a" && echo x >"$work/sweep/b/journal" && echo n >"$work/sweep2/a/notes"
+exit 1
+EOF
+chmod +x fakebin2/scontrol
+PATH=$work/fakebin2:$PATH SLURM_JOB_ID=1 SLURM_JOB_NODELIST=h1 expect 2 "^baton run: nothing started: removed sweep/a, which it made; kept sweep, which it made: other files are in it now$" -- \
+  "$baton" run "$small" --run-dir sweep/a --launcher slurm
+[[ -f sweep/b/journal && ! -e sweep/a ]] && ok "a refused run removes its own directory, not another's beside it" ||
+  fail "a refused run removed another's directory or kept its own: $(ls -R sweep 2>&1)"
+rm -rf sweep2 && mkdir sweep2 && PATH=$work/fakebin2:$PATH SLURM_JOB_ID=1 SLURM_JOB_NODELIST=h1 \
+  expect 2 "^baton run: nothing started: kept sweep2/a, which it made: other files are in it now$" -- \
+  "$baton" run "$small" --run-dir sweep2/a --launcher slurm
+[[ $(ls -A sweep2/a) == notes ]] && ok "a refused run removes only its own files from its directory" ||
+  fail "a refused run's directory holds: $(ls -A sweep2/a 2>&1)"
 # a worker exec refuses (an executable file that is no program): exit 2 at once, not
 # retried; the retry with a --worker that works replaces the kept one for good (resume
 # would take it again), and the failure counts no restart and no recovery

@@ -78,6 +78,51 @@ if ((inplace == 1)); then
   [[ $(head -n 1 log) == keep && $(stat -c %s log) == $((size + 5)) ]] &&
     ok "--out /dev/stdout appends to a >> file" || fail "--out /dev/stdout >> log: $(stat -c %s log)"
 fi
+# /dev/stdout spelled otherwise, or a link to it, is the descriptor too: `>> log` appends
+if ((inplace == 1)); then
+  echo keep >log2 && ln -s /dev/stdout mystdout
+  for name in //dev/stdout /dev/./stdout /dev/fd/../fd/1 mystdout; do
+    "$baton" spec "$recipe" --out "$name" >>log2
+  done
+  [[ $(head -n 1 log2) == keep && $(stat -c %s log2) == $((4 * size + 5)) ]] &&
+    ok "--out //dev/stdout, /dev/./stdout, /dev/fd/../fd/1, a link to /dev/stdout append to a >> file" ||
+    fail "--out /dev/stdout spelled otherwise >> log: $(stat -c %s log2) bytes, first line $(head -n 1 log2)"
+fi
+expect 1 "^/dev/fd/0: cannot write: descriptor 0 is not open for writing$" -- \
+  sh -c "exec '$baton' spec '$recipe' --out /dev/fd/0 </dev/null"
+# the .partial is made new: a FIFO there is no hang, a hard link there is not written
+# through (both refused, named); a leftover regular file of one's own is replaced
+mkfifo p1.partial
+expect 1 "^p1: cannot write: p1.partial, where it is written first, is there and is not a regular file, not a leftover of yours; remove it$" -- \
+  timeout 10 "$baton" spec "$recipe" --out p1
+echo victim >victim && ln victim p2.partial
+expect 1 "^p2: cannot write: p2.partial, where it is written first, is there and is a file with other hard links" -- \
+  "$baton" spec "$recipe" --out p2
+[[ $(cat victim) == victim && ! -e p1 && ! -e p2 && -p p1.partial ]] && ok "a FIFO or hard link at .partial: untouched" ||
+  fail "a planted .partial: victim $(cat victim | head -c 20), $(ls -l p1* p2*)"
+echo left >p3.partial
+expect 0 "^$" -- "$baton" spec "$recipe" --out p3
+cmp -s p3 ref.pb && [[ ! -e p3.partial ]] && ok "a leftover .partial of one's own is replaced" ||
+  fail "p3: $(ls -l p3*)"
+# a replaced file keeps its permissions
+echo old >private && chmod 600 private
+expect 0 "^$" -- "$baton" spec "$recipe" --out private
+[[ $(stat -c %a private) == 600 ]] && cmp -s private ref.pb && ok "a 0600 file replaced stays 0600" ||
+  fail "private: mode $(stat -c %a private)"
+# a link another user planted in a sticky directory others may write is not followed
+# (protected_symlinks, whatever the sysctl says); one's own there is
+if [[ $(id -u) == 0 ]] && id nobody >/dev/null 2>&1; then
+  mkdir -m 1777 ww && echo precious >precious && ln -s ../precious ww/spec.pb && chown -h nobody ww/spec.pb
+  expect 2 "^ww/spec.pb: not followed: the symbolic link ww/spec.pb is uid $(id -u nobody)'s, in ww, a sticky directory others may write \(mode 1777\)" -- \
+    "$baton" spec "$recipe" --out ww/spec.pb
+  [[ $(cat precious) == precious ]] && ok "another user's link in a sticky directory: not followed" ||
+    fail "precious was written through another user's link"
+  ln -s ../precious ww/mine.pb
+  expect 0 "^$" -- "$baton" spec "$recipe" --out ww/mine.pb
+  cmp -s precious ref.pb && ok "one's own link in a sticky directory: followed" || fail "ww/mine.pb not followed"
+else
+  echo "SKIPPED: another user's link in a sticky directory (needs root and user nobody)"
+fi
 mkdir dir
 expect 2 "^dir: a directory, not a file; name a file to write$" -- "$baton" spec "$recipe" --out dir
 ln -s missing dangling

@@ -3,7 +3,8 @@
 # special to the shell or to sbatch's own reading of #SBATCH lines (a space, quotes, '$',
 # '`', '#', '%', a leading ':'): each written so that it reads back as given, the
 # --dry-run script the very one submitted, and what an #SBATCH line cannot carry (a line
-# break; a backslash in the --output path) refused with exit 2 before anything is made.
+# break; a backslash in the --output path; an empty value given apart to a short option;
+# a template's placeholder after a backslash) refused with exit 2 before anything is made.
 # No Slurm needed: the exact #SBATCH lines are checked here (unit.test_sbatch_quote reads
 # them back by sbatch's rules; slurm.quoting gives such a script to the real sbatch), and
 # the script's shell lines are run by bash with stand-ins for exec and sbatch.
@@ -81,6 +82,17 @@ expect 2 "^baton submit: the run directory '$sub/n\\\\nl' holds a line break, wh
   submit "$small" --run-dir "$sub/n"$'\n'"l" --dry-run
 expect 2 "^baton submit: the sbatch option's value 'a\\\\nb' holds a line break" -- \
   submit "$small" --run-dir "$sub/c" --dry-run --comment $'a\nb'
+# an empty value given apart to a short option: sbatch would drop it and take the next
+# word as the value (cli.submit-sbatch-reads shows it); a long one is written joined
+expect 2 "^baton submit: sbatch option '-p' given an empty value, which an #SBATCH line cannot carry" -- \
+  submit "$small" --run-dir "$sub/c" --dry-run -- -p '' --time=5
+# a template's placeholder right after a backslash (its opening quote would be literal)
+printf '#!/bin/bash\n#SBATCH --comment=x\\@RUN_DIR@ --job-name=j\necho \\@RUN_DIR_Q@\n' >"$sub/bs.in"
+expect 2 "^baton submit: $sub/bs.in:2: placeholder @RUN_DIR@ right after a backslash" -- \
+  submit "$small" --run-dir "$sub/c" --dry-run --template "$sub/bs.in"
+sed -i 2d "$sub/bs.in"
+expect 2 "^baton submit: $sub/bs.in:2: placeholder @RUN_DIR_Q@ right after a backslash" -- \
+  submit "$small" --run-dir "$sub/c" --dry-run --template "$sub/bs.in"
 # sbatch options that print help or a version and submit nothing: refused, not written
 for o in -h --help --usage -V --version; do
   expect 2 "^baton submit: sbatch option '$o' prints sbatch's (help|version) and submits nothing" -- \

@@ -893,9 +893,14 @@ static void ack_close_beats(void) {
     double closed = bt_clock_now(), since = closed - connected;
     stderr_back(fd, saved, said, sizeof said);
     pthread_join(th, NULL);
-    CHECK(since >= CONTROL_CLIENT_CLOSE_ACK_S && since < CONTROL_CLIENT_CLOSE_ACK_S + 1.5,
+    /* bounds a scheduling stall of a loaded machine (2 shared cores, sanitizers) passes:
+     * the ack's limit, not CONTROL_CLIENT_CLOSE_WAIT_S; beats repeated, none missed for
+     * 4 periods (what an older baton run's heartbeat_timeout, minutes, would need is far
+     * more) */
+    double slack = 4 * CONTROL_CLIENT_CLOSE_BEAT_S;
+    CHECK(since >= CONTROL_CLIENT_CLOSE_ACK_S && since < CONTROL_CLIENT_CLOSE_ACK_S + 3.0,
           "closing ended %.2f s after the connect (want %g s)", since, CONTROL_CLIENT_CLOSE_ACK_S);
-    CHECK(s.k.heartbeat >= 4 && s.k.beat_gap < 1.0 && closed - s.k.beat_last < 1.0,
+    CHECK(s.k.heartbeat >= 3 && s.k.beat_gap < slack && closed - s.k.beat_last < slack,
           "while close waited, %u heartbeat(s), the longest gap %.2f s, the last %.2f s before "
           "the end",
           s.k.heartbeat, s.k.beat_gap, closed - s.k.beat_last);

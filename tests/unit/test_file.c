@@ -6,7 +6,7 @@
  * and bt_read_private at caps around the buffer's growth (64 KiB doubling): a file of
  * exactly max bytes read, one byte more EFBIG, never ENOMEM. The owner
  * check needs a file of another user's that this one can open: run as root (chown), it
- * is checked; else said to be skipped. */
+ * is checked; else said to be skipped. bt_mkdir_p_made: which directories it made. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -150,6 +150,31 @@ static void check_owner(const char *dir) {
     CHECK_EQ_U64(read_err(p, 1), 0);
 }
 
+/* bt_mkdir_p_made: the directories this call made, as prefixes of the path (trailing and
+ * doubled slashes aside), never one that was there already. */
+static void check_mkdir_made(const char *dir) {
+    char p[256], q[256];
+    size_t made[8], n = 99;
+    snprintf(p, sizeof p, "%s/m1", dir);
+    CHECK(mkdir(p, 0700) == 0);
+    snprintf(p, sizeof p, "%s/m1//a/b/", dir); /* m1 there: a and a/b made */
+    CHECK(bt_mkdir_p_made(p, 0700, made, 8, &n) == 0);
+    CHECK_EQ_U64(n, 2);
+    snprintf(q, sizeof q, "%s/m1//a", dir);
+    CHECK_EQ_U64(made[0], strlen(q));
+    CHECK_EQ_U64(made[1], strlen(q) + 2);
+    CHECK(bt_mkdir_p_made(p, 0700, made, 8, &n) == 0); /* all there: none made */
+    CHECK_EQ_U64(n, 0);
+    snprintf(p, sizeof p, "%s/m1/a/c/d", dir); /* cap 1: the outermost only */
+    CHECK(bt_mkdir_p_made(p, 0700, made, 1, &n) == 0);
+    CHECK_EQ_U64(n, 1);
+    CHECK_EQ_U64(made[0], strlen(p) - 2);
+    rmdir(p), p[strlen(p) - 2] = '\0', rmdir(p);
+    snprintf(p, sizeof p, "%s/m1/a/b", dir), rmdir(p);
+    snprintf(p, sizeof p, "%s/m1/a", dir), rmdir(p);
+    snprintf(p, sizeof p, "%s/m1", dir), rmdir(p);
+}
+
 int main(void) {
     char dir[] = "/tmp/baton-test-file.XXXXXX";
     if (mkdtemp(dir) == NULL) {
@@ -160,6 +185,7 @@ int main(void) {
     check_kinds(dir);
     check_limits(dir);
     check_owner(dir);
+    check_mkdir_made(dir);
     check_rmdir(dir);
     if (check_failures == 0) printf("bt_read_private: all checks passed\n");
     return check_status();
