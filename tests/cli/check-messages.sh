@@ -11,30 +11,8 @@
 set -u
 baton=$1 worker=$2 src=$3
 recipe=$src/tests/engine/precision.yaml
-work=$(mktemp -d /tmp/baton-test-messages.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-cd "$work" || exit 1
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
-ok() { echo "ok   $*"; }
-
-# expect STATUS PATTERN -- PROGRAM ARGS...: the exit status, and stdout+stderr matching
-# the extended regex PATTERN.
-expect() {
-  local status=$1 pattern=$2 out rc
-  shift 3
-  out=$("$@" 2>&1)
-  rc=$?
-  if [[ $rc -ne $status ]] || ! grep -Eq -- "$pattern" <<<"$out"; then
-    fail "$* -> exit $rc (want $status), output:"
-    echo "$out" | head -n 5
-  else
-    ok "$* -> $rc"
-  fi
-}
+. "$src/tests/cli/cli-lib.sh"
+cli_workdir messages
 
 big=99999999999999999999
 # ---- numbers past their bound ----

@@ -16,30 +16,8 @@ set -u
 baton=$1 worker=$2 src=$3
 recipes=$src/recipes
 export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-work=$(mktemp -d /tmp/baton-test-options.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-cd "$work" || exit 1
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
-ok() { echo "ok   $*"; }
-
-# expect STATUS PATTERN -- PROGRAM ARGS...: the exit status, and stdout+stderr matching
-# the extended regex PATTERN.
-expect() {
-  local status=$1 pattern=$2 out rc
-  shift 3
-  out=$("$@" 2>&1)
-  rc=$?
-  if [[ $rc -ne $status ]] || ! grep -Eq -- "$pattern" <<<"$out"; then
-    fail "${*#"$baton "} -> exit $rc (want $status), output:"
-    echo "$out" | head -n 5
-  else
-    ok "${*#"$src/"} -> $rc"
-  fi
-}
+. "$src/tests/cli/cli-lib.sh"
+cli_workdir options
 
 # ---- every option a command's --help lists takes "=value" (or, a flag, refuses it) ----
 # The options are those of the usage lines (up to the first empty line) and those at the
