@@ -141,6 +141,7 @@ int journal_open(journal *j, const char *run_dir, bt_diag *diag) {
         return BT_EINVAL;
     }
     j->next_seq = count;
+    snprintf(j->path, sizeof j->path, "%s", path);
     j->fd = bt_open_private(path, O_WRONLY | O_CREAT);
     if (j->fd < 0 || ftruncate(j->fd, (off_t)valid) != 0 || lseek(j->fd, 0, SEEK_END) < 0) {
         bt_diag_set(diag, "%s: cannot open for appending: %s", path, strerror(errno));
@@ -156,9 +157,22 @@ void journal_close(journal *j) {
     j->fd = -1;
 }
 
-int journal_unlinked(const journal *j) {
-    struct stat st;
-    return j->fd >= 0 && fstat(j->fd, &st) == 0 && st.st_nlink == 0;
+int journal_where(const journal *j, char *moved_to, size_t cap) {
+    struct stat st, at;
+    if (j->fd < 0 || fstat(j->fd, &st) != 0) return JOURNAL_HERE; /* nothing to tell by */
+    if (st.st_nlink == 0) return JOURNAL_REMOVED;
+    if (stat(j->path, &at) == 0 && at.st_dev == st.st_dev && at.st_ino == st.st_ino)
+        return JOURNAL_HERE;
+    char link[64], now[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", j->fd);
+    ssize_t n = readlink(link, now, sizeof now - 1);
+    if (n <= 0) return JOURNAL_REMOVED;
+    now[n] = '\0';
+    char *slash = strrchr(now, '/');
+    if (slash == NULL || slash == now) return JOURNAL_REMOVED;
+    *slash = '\0'; /* the directory that holds it now */
+    snprintf(moved_to, cap, "%s", now);
+    return JOURNAL_MOVED;
 }
 
 /* Test hook: BATON_FAULT_JOURNAL_FULL=SEQ makes every append from record SEQ (0-based)

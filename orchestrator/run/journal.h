@@ -20,6 +20,7 @@
 typedef struct journal {
     int fd;
     uint64_t next_seq;
+    char path[4096]; /* where it was opened (the run directory's as given: absolute) */
 } journal;
 
 /* What follows the journal's whole records. */
@@ -34,9 +35,12 @@ typedef struct journal_tail {
  * damaged journal is refused (BT_EINVAL, journal_diag_damaged's message), unchanged. */
 int journal_open(journal *j, const char *run_dir, bt_diag *diag);
 void journal_close(journal *j);
-/* Whether the open journal's file has no name left (st_nlink 0): its run directory was
- * removed (or replaced) while the journal was open. */
-int journal_unlinked(const journal *j);
+/* Whether the open journal is still where it was opened: JOURNAL_HERE; JOURNAL_REMOVED
+ * when its file has no name left (its run directory removed) or another file has taken
+ * its place; JOURNAL_MOVED when it has a name elsewhere (its run directory renamed or
+ * moved), that directory then in moved_to (cap bytes). */
+enum { JOURNAL_HERE, JOURNAL_REMOVED, JOURNAL_MOVED };
+int journal_where(const journal *j, char *moved_to, size_t cap);
 /* Appends r (its seq and wall_time are set here) and fsyncs. */
 int journal_append(journal *j, Baton__JournalRecord *r, bt_diag *diag);
 

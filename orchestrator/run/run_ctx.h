@@ -58,7 +58,8 @@ typedef struct run_ctx {
     /* attempts of the current stage in a row whose workers found no usable checkpoint */
     uint32_t no_ckpt_streak;
     int journal_broken; /* an append failed: the run stops (nothing more is journaled) */
-    int dir_gone;       /* the run directory was removed under the run (journal_unlinked) */
+    int dir_gone;       /* the run directory was removed or moved under the run (journal_where) */
+    char dir_moved_to[4096]; /* where it was moved, or "" */
     /* per stage, the newest CHECKPOINT_COMMITTED the journal holds that no later ROLLBACK
      * set aside ("" when none): what a later attempt must find in checkpoints/ */
     struct {

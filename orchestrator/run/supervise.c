@@ -49,13 +49,21 @@ void run_err(const run_ctx *c, const char *fmt, ...) {
  * Returns whether it is gone. */
 static int run_dir_gone(run_ctx *c) {
     if (c->dir_gone) return 1;
-    if (c->journal_broken || !journal_unlinked(&c->j)) return 0;
+    if (c->journal_broken) return 0;
+    int where = journal_where(&c->j, c->dir_moved_to, sizeof c->dir_moved_to);
+    if (where == JOURNAL_HERE) return 0;
     c->dir_gone = 1, c->journal_broken = 1;
     run_progress_end(&c->prog);
-    run_err(c,
-            "%s: the run directory was removed or replaced while the run ran (its %s has no "
-            "name left): stopping the run, its workers killed\n",
-            c->dir->path, JOURNAL_FILE);
+    if (where == JOURNAL_MOVED)
+        run_err(c,
+                "%s: the run directory was moved to %s while the run ran: stopping the run, "
+                "its workers killed (their paths are the old ones)\n",
+                c->dir->path, c->dir_moved_to);
+    else
+        run_err(c,
+                "%s: the run directory was removed or replaced while the run ran (its %s has "
+                "no name left): stopping the run, its workers killed\n",
+                c->dir->path, JOURNAL_FILE);
     return 1;
 }
 
@@ -1227,7 +1235,10 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
     if (status == 0) run_print_summary(dir);
     if (status == RUN_EXIT_STOPPED)
         run_err(&c, "stopped; continue with 'baton resume %s'\n", dir->path);
-    if (c.dir_gone)
+    if (c.dir_gone && c.dir_moved_to[0])
+        run_err(&c, "stopped: %s was moved while the run ran; continue with 'baton resume %s'\n",
+                dir->path, c.dir_moved_to);
+    else if (c.dir_gone)
         run_err(&c, "stopped: %s was removed while the run ran; nothing is left to resume\n",
                 dir->path);
     else if (c.journal_broken)

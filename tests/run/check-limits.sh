@@ -12,6 +12,9 @@
 #   dir-removed   the run directory removed (rm -rf) while a stage trains: baton run says so
 #                 within a second or two, kills its workers and exits 1, and nothing of the
 #                 run directory is made again (no checkpoints/ from the workers).
+#   dir-moved     the run directory renamed (mv) while a stage trains: baton run says where
+#                 it went and stops (exit 1), nothing is made at the old path, and `baton
+#                 resume` of the new path completes the run.
 #   fsize         under `ulimit -f 900` (KB) with 2 ranks: no rank dies of SIGXFSZ; the
 #                 shared-memory segment that cannot be reserved is said (file, size, limit),
 #                 removed, and the group works over Gloo; the first checkpoint's shard that
@@ -141,6 +144,30 @@ dir-removed)
     fail "no closing line"
   ! grep -q "restarting stage" run.out || fail "the attempt was retried"
   [[ ! -e r1 ]] || { find r1; fail "the run directory was made again"; }
+  ;;
+dir-moved)
+  two_rank_recipe slow 60 >slow.yaml
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run slow.yaml --run-dir r1 >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 2 >/dev/null
+  mv r1 r1-moved
+  moved=$SECONDS
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  [[ $rc == 1 ]] || fail "baton run exited $rc after its run directory was moved, not 1"
+  ((SECONDS - moved <= 5)) || fail "baton run went on for $((SECONDS - moved)) s"
+  grep -q "^baton run: $work/r1: the run directory was moved to $work/r1-moved while the run ran" run.out ||
+    { cat run.out; fail "no message saying where the run directory went"; }
+  grep -q "^baton run: stopped: $work/r1 was moved while the run ran; continue with 'baton resume $work/r1-moved'" run.out ||
+    fail "no closing line naming the resume"
+  ! grep -q "restarting stage" run.out || fail "the attempt was retried"
+  sleep 0.5 # a worker's last write would have landed by now
+  [[ ! -e r1 ]] || { find r1; fail "the run directory was made again at its old path"; }
+  "$baton" resume r1-moved --quiet >resume.out 2>&1 || { cat resume.out; fail "the moved run did not resume"; }
+  "$baton" status r1-moved --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "completed", s' || fail "the resumed run is not complete"
   ;;
 *)
   fail "unknown case"
