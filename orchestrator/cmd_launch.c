@@ -4,6 +4,7 @@
  * why. Any PMIx program runs under it unchanged. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -211,16 +212,31 @@ static void launch_report_stopped(const launch_job *job) {
 /* The ranks' output as launch.c writes it by default ("[rank] line"), watching our
  * stdout: a reader that went away (EPIPE: `baton launch ... | head`) stops the job, as a
  * pipeline's writer dies of SIGPIPE; any other failure (a full disk, a closed stdout) is
- * said once and makes a successful job's exit status 1. */
+ * said once and makes a successful job's exit status 1. A non-blocking stdout that is
+ * full (EAGAIN) is waited for, as a blocking one would be. */
 typedef struct launch_out {
     int gone;   /* stdout's reader went away: stop the job */
     int failed; /* errno of the first failed write to stdout, or 0 */
 } launch_out;
 
+/* Until fd can be written (a non-blocking stdout that is full: EAGAIN), as a blocking one
+ * would wait in writev: 0, or the errno of a poll that failed. */
+static int launch_out_wait(int fd) {
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    while (poll(&p, 1, -1) < 0)
+        if (errno != EINTR) return errno;
+    return 0;
+}
+
 static int launch_out_write(int fd, struct iovec *iov, int n) {
     while (n > 0) {
         ssize_t w = writev(fd, iov, n);
         if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            int err = launch_out_wait(fd);
+            if (err != 0) return err;
+            continue;
+        }
         if (w <= 0) return w < 0 ? errno : EIO;
         for (; n > 0 && (size_t)w >= iov->iov_len; iov++, n--)
             w -= (ssize_t)iov->iov_len;

@@ -684,7 +684,8 @@ static int run_check_launcher(const run_args *a) {
 
 /* The run in its directory, opened (made where missing) by this command: the worker
  * chosen and checked, the Slurm allocation opened, then supervised. What this command
- * made of the directory and then refused before any attempt (the worker, the allocation)
+ * made of the directory and then refused before any attempt (the worker, the allocation,
+ * an open-files limit too low for the launcher's servers)
  * is removed again, so that a corrected retry starts afresh: only that (run_dir_unmake). */
 static int run_in_dir(run_args *a, recipe_doc *doc) {
     char worker[PATH_MAX], note[4400];
@@ -704,6 +705,7 @@ static int run_in_dir(run_args *a, recipe_doc *doc) {
         status = slurm ? run_open_slurm(a, doc, &dir, slurm, &o) : BT_EXIT_FAILURE;
         if (status != 0) free(slurm);
     }
+    if (status == 0 && run_fds_check(doc, &o) != 0) status = BT_EXIT_USAGE;
     if (status != 0) run_unmake(a, &dir, 1); /* no attempt started: nothing of the run's */
     if (status == 0) status = run_supervise(&dir, doc, &o);
     if (o.slurm) launch_slurm_close(o.slurm);

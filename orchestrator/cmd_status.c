@@ -80,7 +80,8 @@ static void status_usage(FILE *f) {
                "checkpoints; and for a running stage the latest step and an ETA. A run\n"
                "that baton run or submit made and no attempt started yet (a job waiting in\n"
                "the queue) is shown as not started, with the job id submit kept; one a\n"
-               "baton run is making at that moment (no journal yet) as being created.\n\n"
+               "baton run is making at that moment (no journal yet, no attempt's spec) as\n"
+               "being created.\n\n"
                "  --json   one JSON object instead: run_dir, state (completed, running,\n"
                "           stopped, failed, not_started: made by baton run or submit, no\n"
                "           attempt yet), failures, restarts, recoveries, failure (why a\n"
@@ -100,7 +101,8 @@ static void status_usage(FILE *f) {
                "           recovery_s) and checkpoints; an unknown value is null\n"
                "  --help   show this help\n\n"
                "Exit status: 0 shown, 2 usage or RUN_DIR is not a run directory, or its\n"
-               "journal was lost (checkpoints or specs there without one: restore it).\n");
+               "journal was lost (checkpoints or specs there without one: restore it),\n"
+               "a baton run holding the directory or not.\n");
 }
 
 /* The recipe's stage that row i shows: the same position, or with the stages moved the
@@ -310,19 +312,29 @@ static int status_check_dir(const char *dir, bt_diag *diag) {
 
 /* A journal that is missing or empty (journal says which) in dir, not a new run's: a run
  * baton run is making now (it holds the lock, and writes the journal once the directory is
- * ready: *creating set, 0), one whose journal was lost (checkpoints or specs in it: what
- * baton resume says), or no run directory at all (BT_EINVAL). */
+ * ready, before any attempt's spec or checkpoint: *creating set, 0), one whose journal was
+ * lost while a baton run holds it (checkpoints or specs in it) or after (what baton resume
+ * says), or no run directory at all (BT_EINVAL). */
 static int status_no_records(const char *dir, const char *journal, int *creating, bt_diag *diag) {
     run_dir d = {.lock_fd = -1, .dir_lock_fd = -1};
     char what[300];
     bt_diag ignore;
     bt_diag_init(&ignore);
     snprintf(d.path, sizeof d.path, "%s", dir);
-    if (run_dir_busy(dir)) {
+    int history = run_dir_has_history(&d, what, sizeof what, &ignore) > 0;
+    if (run_dir_busy(dir) && !history) {
         *creating = 1;
         return 0;
     }
-    if (run_dir_has_history(&d, what, sizeof what, &ignore) > 0)
+    if (history && run_dir_busy(dir))
+        bt_diag_set(diag,
+                    "%s/%s is missing or empty, but a baton run holds this directory and a run "
+                    "already worked in it (it holds %s): the journal was lost while the run "
+                    "works (one whose journal is removed stops); without it baton cannot tell "
+                    "which stages completed, and baton resume refuses it too; restore the "
+                    "journal, or start a new run in another --run-dir",
+                    dir, JOURNAL_FILE, what);
+    else if (history)
         bt_diag_set(diag,
                     "%s/%s is missing or empty, but a run already worked in this directory (it "
                     "holds %s): without its journal baton cannot tell which stages completed, "

@@ -17,6 +17,9 @@
 #include "util/tcp.h"
 #include "control_internal.h"
 
+/* How often control_server_handle writes the metrics records held back (seconds). */
+#define CONTROL_FLUSH_S 1.0
+
 static int control_nonblock(int fd) {
     int fl = fcntl(fd, F_GETFL);
     return fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) != 0
@@ -222,6 +225,10 @@ void control_server_handle(control_server *cs, const struct pollfd *fds, size_t 
             cs->rejected++;
             control_conn_close(cs, i);
         }
+    if (now - cs->flushed >= CONTROL_FLUSH_S) {
+        cs->flushed = now;
+        control_metrics_flush(&cs->sink);
+    }
 }
 
 void control_server_drain(control_server *cs, double timeout_s) {
@@ -240,6 +247,7 @@ void control_server_drain(control_server *cs, double timeout_s) {
         if (got <= 0) break; /* nothing more to read, or the rest stays silent past timeout_s */
         control_server_handle(cs, fds, n, bt_clock_now());
     }
+    control_metrics_flush(&cs->sink); /* the attempt's last records, if held back */
 }
 
 double control_server_silence(const control_server *cs, double now, int *rank) {

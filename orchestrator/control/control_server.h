@@ -114,6 +114,7 @@ typedef struct control_server {
     size_t n_conns, cap_conns;
     char *token;
     control_metrics_sink sink;
+    double flushed;               /* when control_server_handle last wrote the records held back */
     unsigned metrics_failed_said; /* metrics writes of this attempt that failed (the first said) */
     bt_diag *diag;
 } control_server;
@@ -142,14 +143,17 @@ size_t control_server_pollfds(const control_server *cs, struct pollfd *out, size
 
 /* After poll: accepts new connections and reads and applies whatever arrived on the fds
  * of fds[0..n) that poll marked (entries that are not the server's are ignored). now is
- * monotonic seconds (bt_clock_now). Never blocks. */
+ * monotonic seconds (bt_clock_now). Never blocks. Once a second it also tries to write the
+ * metrics records held back (a full disk, control_metrics_flush), so that they reach the
+ * files while no new record comes (a closing validation, a backoff, a stop). */
 void control_server_handle(control_server *cs, const struct pollfd *fds, size_t n, double now);
 
 /* Once the attempt's processes are gone: reads every connection to its end (what a rank
  * sent before it exited may still wait unread, e.g. when the supervisor was paused while
  * the ranks finished: its last metrics, its closing validation) and closes it, accepting
  * connections still queued. Waits at most timeout_s for ranks' connections that stay
- * open (a lost host's); unauthenticated connections are read, not waited for. */
+ * open (a lost host's); unauthenticated connections are read, not waited for. Then tries
+ * to write the metrics records held back (the attempt's last ones, a full disk). */
 void control_server_drain(control_server *cs, double timeout_s);
 
 /* Seconds since the connected rank heard from longest ago (its rank in *rank when rank is

@@ -131,7 +131,7 @@ static void rec_failed(rec_append *a, const char *what) {
     if (a->failing) return;
     char lim[32];
     const char *why = strerror(errno);
-    a->failing = 1, a->dropped = 0;
+    a->failing = 1, a->dropped = 0, a->written = 0;
     rec_note(a, "%s: %s: %s; %s held back in memory (up to %s) to be written once it can be",
              a->path, what, why,
              a->fd >= 0 ? "cut back to its last whole record, and the records from there on"
@@ -180,6 +180,32 @@ static int rec_hold(rec_append *a, const void *rec, size_t n, const rec_held *ke
     return 0;
 }
 
+/* The first k held records dropped (written), the rest moved to the front. */
+static void rec_drop_first(rec_append *a, size_t k) {
+    if (k == 0) return;
+    size_t from = k < a->n_held ? a->held[k].at : a->len;
+    memmove(a->buf, a->buf + from, a->len - from);
+    memmove(a->held, a->held + k, (a->n_held - k) * sizeof *a->held);
+    a->n_held -= k, a->len -= from;
+    for (size_t i = 0; i < a->n_held; i++)
+        a->held[i].at -= from;
+}
+
+/* The held records written one at a time, in order, up to the first that fails (only that
+ * one cut off again): those written are no longer held, so that a disk regaining part of
+ * its space takes what fits. 0 when all are written, else -1 with errno. */
+static int rec_put_held(rec_append *a) {
+    size_t k = 0;
+    int rc = 0;
+    while (k < a->n_held && (rc = rec_put(a, a->buf + a->held[k].at, a->held[k].n)) == 0)
+        k++;
+    int err = errno;
+    rec_drop_first(a, k);
+    a->written += k;
+    errno = err;
+    return rc;
+}
+
 int rec_append_flush(rec_append *a, bt_diag *diag) {
     if (a->hold) return a->n_held ? BT_EIO : 0;
     if (rec_reopen_try(a) != 0) {
@@ -189,20 +215,19 @@ int rec_append_flush(rec_append *a, bt_diag *diag) {
     }
     if (a->fd < 0) return a->n_held ? BT_EIO : 0;
     if (a->n_held == 0 && !a->failing) return 0;
-    if (a->n_held > 0 && rec_put(a, a->buf, a->len) != 0) {
+    if (rec_put_held(a) != 0) {
         bt_diag_set(diag, "%s: cannot append: %s", a->path, strerror(errno));
         return BT_EIO;
     }
     if (a->failing && a->dropped)
         rec_note(a,
-                 "%s: written again: the %zu record(s) held back are in it now; %llu "
+                 "%s: written again: the %llu record(s) held back are in it now; %llu "
                  "dropped meanwhile (over the limit on those held back) are not",
-                 a->path, a->n_held, (unsigned long long)a->dropped);
+                 a->path, (unsigned long long)a->written, (unsigned long long)a->dropped);
     else if (a->failing)
-        rec_note(a, "%s: written again: the %zu record(s) held back are in it now", a->path,
-                 a->n_held);
-    a->n_held = a->len = 0;
-    a->failing = 0, a->dropped = 0;
+        rec_note(a, "%s: written again: the %llu record(s) held back are in it now", a->path,
+                 (unsigned long long)a->written);
+    a->failing = 0, a->dropped = 0, a->written = 0;
     return 0;
 }
 

@@ -6,8 +6,10 @@
  * the end of the last whole record, so that no reader meets a torn record in the middle
  * of the file (a JSON-lines reader stops or skips there, TensorBoard's takes it for the
  * end). The record is then held back in memory, and so is every one after it while any
- * is held: each later append first writes those held back, in order, in one write, whole
- * or cut off again. A disk full for a moment thus loses nothing. At most
+ * is held: each later append first writes those held back, in order, one record at a
+ * time up to the first that fails (cut off again, it and those after it still held). A
+ * disk full for a moment thus loses nothing, and one regaining its space a little at a
+ * time takes the records as they fit. At most
  * REC_APPEND_MAX_HELD bytes are held back (max_held); a record past that is dropped, and
  * counted.
  *
@@ -55,6 +57,7 @@ typedef struct rec_append {
     size_t max_held;  /* REC_APPEND_MAX_HELD unless the caller sets another */
     int failing;      /* an episode of failed writes is going on (said) */
     uint64_t dropped; /* records dropped in this episode */
+    uint64_t written; /* held records written in this episode (flushes that got part way) */
     rec_note_fn note;
     void *note_arg;
 } rec_append;
@@ -94,7 +97,7 @@ int rec_append_each_held(const rec_append *a, int (*fn)(void *arg, const char *r
 void rec_append_close(rec_append *a);
 
 /* Test hook: BATON_FAULT_METRICS_ENOSPC=N or N-M makes the metrics writes of this process
- * numbered N to M (from 1; one: an append, the writing of the records held back, or a
+ * numbered N to M (from 1; one: an append, the writing of a record held back, or a
  * rewrite of metrics.jsonl or valid.jsonl) fail with ENOSPC, an append after writing
  * half its bytes (a short write, as on a full disk). 1: this write fails (errno ENOSPC).
  * BATON_FAULT_METRICS_REOPEN=N or N-M alike fails the opens again (rec_append_reopen and

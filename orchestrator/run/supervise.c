@@ -947,11 +947,6 @@ static const Baton__RestartPolicy *run_policy(const recipe_doc *doc, size_t i, B
  * what baton run holds before they start. */
 #define RUN_FDS_SERVERS 16
 
-/* Before the PMIx server and the control channel start, whose libraries fail on EMFILE
- * with messages of their own, or none (libevent exits): the soft RLIMIT_NOFILE is raised
- * for the largest layout the cluster allows, as each launch would (launch_fds.h); a hard
- * limit too low for that is left to the launch to refuse (journaled), unless even the
- * servers would not fit. BT_ERANGE, said, then. */
 static int run_fds_precheck(run_ctx *c) {
     if (c->o->slurm) return 0; /* one srun: its own count at the launch */
     int world = (int)(c->nodes.planned * c->nodes.gpn);
@@ -973,6 +968,12 @@ static int run_fds_precheck(run_ctx *c) {
     run_err(c, "cannot start: %s (its PMIx server and control channel alone need about %ld)\n",
             d.msg, servers);
     return BT_ERANGE;
+}
+
+int run_fds_check(const recipe_doc *doc, const run_opts *o) {
+    run_ctx c = {.doc = (recipe_doc *)doc, .o = o, .sfd = -1, .cfd = -1};
+    run_nodes_init(&c.nodes, doc->recipe->cluster);
+    return run_fds_precheck(&c);
 }
 
 /* Attempts of stage i until it completes; an exit status when the run must end. */
@@ -1200,10 +1201,6 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
     } else {
         if (c.st.completed) run_note_more(&c);
         if (!c.st.started) run_journal_started(&c);
-        if (run_fds_precheck(&c) != 0) {
-            journal_close(&c.j);
-            return BT_EXIT_USAGE;
-        }
         run_fit_warn(&c); /* plan's "DOES NOT FIT", said once per stage */
         c.sfd = run_signals(&c.cfd);
         bt_diag_init(&c.cs_diag);

@@ -60,6 +60,14 @@ typedef struct run_opts {
  * completed run; in cmd_status.c. */
 void run_print_summary(const run_dir *dir);
 
+/* Before the run is journaled and the PMIx server and the control channel start (whose
+ * libraries fail on EMFILE with messages of their own, or none: libevent exits): the soft
+ * RLIMIT_NOFILE is raised for the largest layout the cluster allows, as each launch would
+ * (launch_fds.h); a hard limit too low for that is left to the launch to refuse
+ * (journaled), unless even the servers would not fit: BT_ERANGE, said, then, and the
+ * caller refuses the run before it starts. 0 under Slurm (srun counts its own). */
+int run_fds_check(const recipe_doc *doc, const run_opts *o);
+
 /* Runs (or continues) every stage; returns the process exit status. */
 int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o);
 /* Blocks SIGINT, SIGTERM and SIGHUP from here on, so that one arriving while the recipe

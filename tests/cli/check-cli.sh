@@ -140,6 +140,12 @@ fpid=$!
 for _ in $(seq 100); do [[ -s $msg/held ]] && break; sleep 0.1; done
 expect 0 "^run $msg/busy: being created by a running baton run \\(no attempt yet\\)$" -- status "$msg/busy"
 expect 0 '^\{"run_dir": ".*", "state": "running", .*"stages": \[\]' -- status "$msg/busy" --json
+# held, with no journal but an attempt's spec (written after the journal): the journal was
+# lost while the run works, not a run being created
+mkdir -p "$msg/busy/specs" && : >"$msg/busy/specs/s00-a00.pb"
+busy_lost="^baton status: $msg/busy/journal is missing or empty, but a baton run holds this directory and a run already worked in it \\(it holds specs/s00-a00\\.pb\\): the journal was lost while the run works"
+expect 2 "$busy_lost" -- status "$msg/busy"
+expect 2 "$busy_lost" -- status "$msg/busy" --json
 kill "$(cat "$msg/held")" "$fpid" 2>/dev/null
 wait "$fpid" 2>/dev/null
 # an option that takes one value, or a flag, given twice is refused, as data and eval do

@@ -8,7 +8,8 @@
 #    ("baton: write error: ...") and exits 1, for baton and baton-worker; a closed pipe
 #    still ends the command by SIGPIPE (141);
 #  - `baton launch ... | head -1`: the reader going away stops the job (exit 141), said
-#    once; a full stdout is said once, and the job's success becomes exit 1;
+#    once; a full stdout is said once, and the job's success becomes exit 1; a full
+#    non-blocking stdout (EAGAIN) is waited for, nothing lost;
 #  - `baton --help COMMAND` is COMMAND's help; launch takes -nN and -n=N.
 #   check-outputs.sh BATON BATON_WORKER SOURCE_DIR
 set -u
@@ -156,6 +157,20 @@ if [[ -c /dev/full ]]; then
     grep -q '^\[[01]\] c$' launch.err && ok "launch >/dev/full: said once, exit 1" ||
     fail "launch >/dev/full: exit $rc, stderr: $(cat launch.err)"
 fi
+# A non-blocking stdout (a pipe shared with a program that set O_NONBLOCK) that is full
+# for a moment: waited for, every line arrives and the job's status stays 0.
+/usr/bin/python3 - "$baton" >launch.nb 2>launch.err <<'PY'
+import os, subprocess, sys, time
+r, w = os.pipe()
+os.set_blocking(w, False)
+p = subprocess.Popen([sys.argv[1], "launch", "-n", "2", "--", "seq", "1", "20000"], stdout=w)
+os.close(w)
+time.sleep(1.0)  # the pipe fills meanwhile: EAGAIN
+data = b"".join(iter(lambda: os.read(r, 65536), b""))
+print(p.wait(), data.count(b"\n"))
+PY
+[[ $(cat launch.nb) == "0 40000" && ! -s launch.err ]] && ok "launch, a full non-blocking stdout: waited for" ||
+  fail "launch, a full non-blocking stdout: exit and lines $(cat launch.nb), stderr: $(head -n 3 launch.err)"
 expect 0 '^\[1\] 1$' -- "$baton" launch -n2 -- sh -c 'echo $PMIX_RANK'
 expect 0 '^\[1\] 1$' -- "$baton" launch -n=2 -- sh -c 'echo $PMIX_RANK'
 expect 2 "^baton launch: -n/--np given twice \('2' and '3'\)" -- "$baton" launch -n2 -n 3 -- true

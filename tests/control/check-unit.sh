@@ -88,7 +88,7 @@ echo "control gap: a log with holes: metrics.jsonl and TensorBoard hold steps 10
 # and valid.jsonl parses, and every event record has good CRCs and every step's values
 # (but for "edited" and "reopen", where stage b's step sits past a's restart marker, which
 # TensorBoard drops as it would in any run).
-for case in moment rewind edited reopen torn bound; do
+for case in moment rewind edited reopen torn bound slow quiet; do
   "$test_control" enospc "$work/enospc-$case" "$case"
   /usr/bin/python3 - "$work/enospc-$case" <<'PY'
 import json, sys

@@ -26,14 +26,27 @@
  *     open fails (EIO, BATON_FAULT_METRICS_CUT=1-2), and so does the cut before the first
  *     write: the open succeeds, that record is held back, said, and written once the cut
  *     is done; steps 1-10 once each, nothing held back or lost at close.
+ *   test_control enospc RUN_DIR slow
+ *     The disk full (RLIMIT_FSIZE at metrics.jsonl's size) for steps 6-25, then room for
+ *     three and a half records more with each later step: the records held back are written as
+ *     they fit, fewer held after each step, none held by step 40; steps 1-40 once each.
+ *   test_control enospc RUN_DIR quiet
+ *     The control server's sink: steps 9-10 held back (writes 18-21 fail) and no record
+ *     after them: the server's next handle a second later writes them, and its drain at an
+ *     attempt's end writes those held back since (RLIMIT_FSIZE), both before the close.
  *   test_control enospc RUN_DIR bound
  *     A disk full for long with a small limit on what is held back: records past it are
  *     dropped and said, and the file is still whole, no step twice. */
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 
 #include "control_metrics.h"
+#include "util/clock.h"
 #include "test_control.h"
 
 static char notes[16384];
@@ -198,6 +211,76 @@ static void torn(const char *run_dir) {
     CHECK(strstr(notes, "lost") == NULL, "records lost:\n%s", notes);
 }
 
+/* RLIMIT_FSIZE's soft limit set to `at` bytes (within the hard limit). */
+static void fsize_limit(rlim_t at) {
+    struct rlimit r;
+    CHECK(getrlimit(RLIMIT_FSIZE, &r) == 0, "getrlimit: %s", strerror(errno));
+    r.rlim_cur = r.rlim_max == RLIM_INFINITY || at < r.rlim_max ? at : r.rlim_max;
+    CHECK(setrlimit(RLIMIT_FSIZE, &r) == 0, "setrlimit: %s", strerror(errno));
+}
+
+static void slow(const char *run_dir) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    signal(SIGXFSZ, SIG_IGN); /* as baton run does: EFBIG, as a full disk's ENOSPC */
+    control_metrics_sink s;
+    open_sink(&s, run_dir);
+    write_steps(&s, 0, 0, 1, 5);
+    struct stat st;
+    CHECK(stat(path, &st) == 0, "%s: %s", path, strerror(errno));
+    rlim_t cap = (rlim_t)st.st_size, rec = (rlim_t)st.st_size / 5;
+    fsize_limit(cap); /* no room for one more record */
+    write_steps(&s, 0, 0, 6, 25);
+    size_t held = s.jsonl.a.n_held;
+    CHECK(held == 20, "%zu records held back, expected 20", held);
+    for (uint64_t k = 26; k <= 40; k++) {
+        cap += 3 * rec + rec / 2; /* room for three records and a half */
+        fsize_limit(cap);
+        write_steps(&s, 0, 0, k, k);
+        CHECK(held == 0 || s.jsonl.a.n_held < held, "step %llu: %zu records held back, %zu before",
+              (unsigned long long)k, s.jsonl.a.n_held, held);
+        held = s.jsonl.a.n_held;
+    }
+    CHECK(held == 0, "%zu records still held back at step 40", held);
+    fsize_limit(RLIM_INFINITY);
+    control_metrics_close(&s);
+    uint32_t want[40][3];
+    expect_lines(run_dir, want, fill(want, 0, 0, 1, 40, 0));
+    expect_note("metrics.jsonl: cannot append: File too large");
+    expect_note("metrics.jsonl: written again: the ");
+}
+
+static void quiet(const char *run_dir) {
+    signal(SIGXFSZ, SIG_IGN);
+    control_server cs;
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(control_server_open(&cs, "s3cret", run_dir, "127.0.0.1", &d) == 0, "open: %s", d.msg);
+    control_metrics_set_note(&cs.sink, note, NULL);
+    write_steps(&cs.sink, 0, 0, 1, 10); /* write 1: the event file's first; step k: 2k, 2k+1 */
+    CHECK(cs.sink.jsonl.a.n_held == 2, "%zu records held back, expected 2", cs.sink.jsonl.a.n_held);
+    double now = bt_clock_now();
+    control_server_handle(&cs, NULL, 0, now + 2);
+    CHECK(cs.sink.jsonl.a.n_held == 0 && cs.sink.tb.a.n_held == 0,
+          "after a handle: %zu and %zu records held back", cs.sink.jsonl.a.n_held,
+          cs.sink.tb.a.n_held);
+    uint32_t want[12][3];
+    expect_lines(run_dir, want, fill(want, 0, 0, 1, 10, 0));
+    char path[4200];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    CHECK(stat(path, &st) == 0, "%s: %s", path, strerror(errno));
+    fsize_limit((rlim_t)st.st_size);
+    write_steps(&cs.sink, 0, 0, 11, 12);
+    fsize_limit(RLIM_INFINITY);
+    CHECK(cs.sink.jsonl.a.n_held == 2, "%zu records held back, expected 2", cs.sink.jsonl.a.n_held);
+    control_server_drain(&cs, 0); /* the handle's second not over: the drain's own flush */
+    CHECK(cs.sink.jsonl.a.n_held == 0, "after a drain: %zu records held back",
+          cs.sink.jsonl.a.n_held);
+    expect_lines(run_dir, want, fill(want, 0, 0, 1, 12, 0));
+    control_server_close(&cs);
+}
+
 static void bound(const char *run_dir) {
     control_metrics_sink s;
     open_sink(&s, run_dir);
@@ -230,7 +313,8 @@ int enospc(const char *run_dir, const char *which) {
         void (*fn)(const char *);
     } cases[] = {{"moment", "10-30", "0", moment}, {"rewind", "62-70", "0", rewind_full},
                  {"edited", "64-72", "0", edited}, {"reopen", "0", "1-3", reopen},
-                 {"torn", "0", "0", torn},         {"bound", "10-50", "0", bound}};
+                 {"torn", "0", "0", torn},         {"bound", "10-50", "0", bound},
+                 {"slow", "0", "0", slow},         {"quiet", "18-21", "0", quiet}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         if (strcmp(which, cases[i].name) != 0) continue;
         setenv("BATON_FAULT_METRICS_ENOSPC", cases[i].window, 1);

@@ -24,7 +24,7 @@
 #   fd-low        a soft open-files limit of 16 (hard 4096) is raised before the PMIx server
 #                 and the control channel start (said), and the run completes; a hard one of
 #                 16 is refused before they start: exit 2, baton's own message, nothing from
-#                 PMIx or libevent.
+#                 PMIx or libevent, and no run directory left (none journaled).
 #   check-limits.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
@@ -126,6 +126,7 @@ fd-low)
   grep -q "^baton run: cannot start: 2 ranks need about [0-9]* open files here .* RLIMIT_NOFILE allows 16 (soft) and 16 (hard)" run.out ||
     fail "no message of baton's naming the limits"
   ! grep -Eq "PMIX ERROR|^\[(err|warn)\]" run.out || fail "PMIx or libevent failed first"
+  [[ ! -e r2 ]] || fail "the refused run left its run directory r2: $(ls -A r2 | tr '\n' ' ')"
   ;;
 dir-removed)
   two_rank_recipe slow 60 >slow.yaml
