@@ -157,21 +157,38 @@ void journal_close(journal *j) {
     j->fd = -1;
 }
 
+/* Where the open file's name is now (readlink of /proc/self/fd): its directory in dir and
+ * 1, or 0 when it has none there (no /proc, or "(deleted)"). */
+static int journal_now(const journal *j, char *dir, size_t cap) {
+    char link[64], now[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", j->fd);
+    ssize_t n = readlink(link, now, sizeof now - 1);
+    if (n <= 0) return 0;
+    now[n] = '\0';
+    char *slash = strrchr(now, '/');
+    /* renamed itself (an NFS client's .nfsXXXX of a removed open file): not a move */
+    if (slash == NULL || slash == now || strcmp(slash + 1, JOURNAL_FILE) != 0) return 0;
+    *slash = '\0';
+    snprintf(dir, cap, "%s", now);
+    return 1;
+}
+
 int journal_where(const journal *j, char *moved_to, size_t cap) {
     struct stat st, at;
     if (j->fd < 0 || fstat(j->fd, &st) != 0) return JOURNAL_HERE; /* nothing to tell by */
     if (st.st_nlink == 0) return JOURNAL_REMOVED;
-    if (stat(j->path, &at) == 0 && at.st_dev == st.st_dev && at.st_ino == st.st_ino)
-        return JOURNAL_HERE;
-    char link[64], now[4096];
-    snprintf(link, sizeof link, "/proc/self/fd/%d", j->fd);
-    ssize_t n = readlink(link, now, sizeof now - 1);
-    if (n <= 0) return JOURNAL_REMOVED;
-    now[n] = '\0';
-    char *slash = strrchr(now, '/');
-    if (slash == NULL || slash == now) return JOURNAL_REMOVED;
-    *slash = '\0'; /* the directory that holds it now */
-    snprintf(moved_to, cap, "%s", now);
+    if (stat(j->path, &at) == 0) {
+        if (at.st_dev == st.st_dev && at.st_ino == st.st_ino) return JOURNAL_HERE;
+    } else if (errno != ENOENT && errno != ENOTDIR) {
+        return JOURNAL_HERE; /* EIO, ESTALE, EACCES: a passing fault is no evidence */
+    }
+    char dir[4096], was[4096];
+    snprintf(was, sizeof was, "%s", j->path);
+    char *slash = strrchr(was, '/');
+    if (slash != NULL) *slash = '\0';
+    if (!journal_now(j, dir, sizeof dir)) return JOURNAL_AWAY;
+    if (strcmp(dir, was) == 0) return JOURNAL_AWAY; /* its name here taken by another file */
+    snprintf(moved_to, cap, "%s", dir);
     return JOURNAL_MOVED;
 }
 

@@ -35,11 +35,14 @@ typedef struct journal_tail {
  * damaged journal is refused (BT_EINVAL, journal_diag_damaged's message), unchanged. */
 int journal_open(journal *j, const char *run_dir, bt_diag *diag);
 void journal_close(journal *j);
-/* Whether the open journal is still where it was opened: JOURNAL_HERE; JOURNAL_REMOVED
- * when its file has no name left (its run directory removed) or another file has taken
- * its place; JOURNAL_MOVED when it has a name elsewhere (its run directory renamed or
- * moved), that directory then in moved_to (cap bytes). */
-enum { JOURNAL_HERE, JOURNAL_REMOVED, JOURNAL_MOVED };
+/* Whether the open journal is still where it was opened: JOURNAL_HERE (also when its
+ * path cannot be looked up for another reason than ENOENT/ENOTDIR: a passing I/O fault is
+ * no evidence); JOURNAL_REMOVED when its file has no name left (its run directory
+ * removed); JOURNAL_MOVED when its name is in another directory (its run directory renamed
+ * or moved), that directory then in moved_to (cap bytes); JOURNAL_AWAY when it is not at
+ * its path but where it is cannot be told (no /proc, renamed itself as an NFS client does
+ * with a removed open file, or another file took its place). */
+enum { JOURNAL_HERE, JOURNAL_REMOVED, JOURNAL_MOVED, JOURNAL_AWAY };
 int journal_where(const journal *j, char *moved_to, size_t cap);
 /* Appends r (its seq and wall_time are set here) and fsyncs. */
 int journal_append(journal *j, Baton__JournalRecord *r, bt_diag *diag);

@@ -60,6 +60,8 @@ typedef struct run_ctx {
     int journal_broken; /* an append failed: the run stops (nothing more is journaled) */
     int dir_gone;       /* the run directory was removed or moved under the run (journal_where) */
     char dir_moved_to[4096]; /* where it was moved, or "" */
+    int dir_away;            /* not at its path, where it went unknown (JOURNAL_AWAY) */
+    double dir_suspect_at;   /* when it was first seen not at its path, or 0 */
     /* per stage, the newest CHECKPOINT_COMMITTED the journal holds that no later ROLLBACK
      * set aside ("" when none): what a later attempt must find in checkpoints/ */
     struct {

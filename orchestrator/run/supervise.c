@@ -30,6 +30,7 @@
 #define RUN_KILL_GRACE_S        5.0   /* after a failure: the others are stuck or failing too */
 #define RUN_STOP_GRACE_S        120.0 /* on a signal: time for the workers to checkpoint */
 #define RUN_SIGNAL_ECHO_S       1.0   /* the stop's signal again from its sender: the same stop */
+#define RUN_DIR_GONE_CONFIRM_S  0.3   /* the run directory not at its path: seen again after */
 #define RUN_OVERRIDES_KEPT_MAX  (16u << 10) /* overrides kept in RUN_STARTED whole */
 #define RUN_DRAIN_S             2.0         /* for the control channel of an attempt that ended */
 #define RUN_POLL_MS             200         /* run_watch's poll */
@@ -51,7 +52,16 @@ static int run_dir_gone(run_ctx *c) {
     if (c->dir_gone) return 1;
     if (c->journal_broken) return 0;
     int where = journal_where(&c->j, c->dir_moved_to, sizeof c->dir_moved_to);
-    if (where == JOURNAL_HERE) return 0;
+    double now = bt_clock_now();
+    if (where == JOURNAL_HERE) return c->dir_suspect_at = 0, 0;
+    /* not there with no word of where it went: seen again 0.3 s later before the workers
+     * are killed for it (no name left, or a name elsewhere, is proof at once) */
+    if (where == JOURNAL_AWAY &&
+        (c->dir_suspect_at == 0 || now - c->dir_suspect_at < RUN_DIR_GONE_CONFIRM_S)) {
+        if (c->dir_suspect_at == 0) c->dir_suspect_at = now;
+        c->dir_moved_to[0] = '\0';
+        return 0;
+    }
     c->dir_gone = 1, c->journal_broken = 1;
     run_progress_end(&c->prog);
     if (where == JOURNAL_MOVED)
@@ -59,11 +69,17 @@ static int run_dir_gone(run_ctx *c) {
                 "%s: the run directory was moved to %s while the run ran: stopping the run, "
                 "its workers killed (their paths are the old ones)\n",
                 c->dir->path, c->dir_moved_to);
+    else if (where == JOURNAL_AWAY)
+        run_err(c,
+                "%s: the run directory's %s is no longer there (the directory moved, replaced "
+                "or removed) while the run ran: stopping the run, its workers killed\n",
+                c->dir->path, JOURNAL_FILE);
     else
         run_err(c,
-                "%s: the run directory was removed or replaced while the run ran (its %s has "
-                "no name left): stopping the run, its workers killed\n",
+                "%s: the run directory was removed while the run ran (its %s has no name "
+                "left): stopping the run, its workers killed\n",
                 c->dir->path, JOURNAL_FILE);
+    c->dir_away = where == JOURNAL_AWAY;
     return 1;
 }
 
@@ -1235,6 +1251,11 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
     if (c.dir_gone && c.dir_moved_to[0])
         run_err(&c, "stopped: %s was moved while the run ran; continue with 'baton resume %s'\n",
                 dir->path, c.dir_moved_to);
+    else if (c.dir_gone && c.dir_away)
+        run_err(&c,
+                "stopped: %s is not where it was; if it was moved, continue with 'baton "
+                "resume NEW_PATH'\n",
+                dir->path);
     else if (c.dir_gone)
         run_err(&c, "stopped: %s was removed while the run ran; nothing is left to resume\n",
                 dir->path);

@@ -130,7 +130,9 @@ fd-low)
   ;;
 dir-removed)
   two_rank_recipe slow 60 >slow.yaml
-  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run slow.yaml --run-dir r1 >run.out 2>&1 &
+  # no checkpoint for seconds after the step waited for: none starts before it is seen
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run slow.yaml --run-dir r1 \
+    --set defaults.checkpoint.every_steps=40 >run.out 2>&1 &
   bpid=$!
   wait_step 0 2 >/dev/null
   rm -rf r1
@@ -139,7 +141,7 @@ dir-removed)
   bpid=
   [[ $rc == 1 ]] || fail "baton run exited $rc after its run directory was removed, not 1"
   ((SECONDS - gone <= 5)) || fail "baton run went on for $((SECONDS - gone)) s"
-  grep -q "^baton run: $work/r1: the run directory was removed or replaced while the run ran" run.out ||
+  grep -q "^baton run: $work/r1: the run directory was removed while the run ran" run.out ||
     fail "no message saying the run directory is gone"
   grep -q "^baton run: stopped: $work/r1 was removed while the run ran" run.out ||
     fail "no closing line"
@@ -148,7 +150,9 @@ dir-removed)
   ;;
 dir-moved)
   two_rank_recipe slow 60 >slow.yaml
-  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run slow.yaml --run-dir r1 >run.out 2>&1 &
+  # no checkpoint for seconds after the step waited for: none starts before it is seen
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run slow.yaml --run-dir r1 \
+    --set defaults.checkpoint.every_steps=40 >run.out 2>&1 &
   bpid=$!
   wait_step 0 2 >/dev/null
   mv r1 r1-moved
