@@ -412,14 +412,17 @@ static void run_signal_note(run_ctx *c, const struct signalfd_siginfo *si) {
 }
 
 /* Whether si, after the stop's signal, is that one again: the same signal from the same
- * process within RUN_SIGNAL_ECHO_S, as coreutils' timeout sends it (to its child, then to
- * its own process group, which holds baton run too). Said, once: a third one kills. */
+ * process, baton run's parent, within RUN_SIGNAL_ECHO_S, as coreutils' timeout sends it
+ * (to its child, then to its own process group, which holds baton run too). A user's
+ * second kill from another shell, or through a forwarder that is not the parent, is no
+ * echo. Said, once: a third one kills. */
 static int run_signal_echo(run_ctx *c, const struct signalfd_siginfo *si) {
     if ((int)si->ssi_signo != c->got_signal || si->ssi_code != SI_USER || c->signal_pid == 0 ||
-        si->ssi_pid != c->signal_pid || bt_clock_now() - c->signal_at > RUN_SIGNAL_ECHO_S)
+        si->ssi_pid != c->signal_pid || (pid_t)si->ssi_pid != getppid() ||
+        bt_clock_now() - c->signal_at > RUN_SIGNAL_ECHO_S)
         return 0;
     run_err(c,
-            "got SIG%s again from the same process (pid %u) within %.0f s, as timeout sends it "
+            "got SIG%s again from the same process (pid %u) within %.1f s, as timeout sends it "
             "to baton run and to its process group: the same stop, going on (another signal "
             "kills the workers at once)\n",
             sigabbrev_np(c->got_signal), c->signal_pid, RUN_SIGNAL_ECHO_S);

@@ -61,11 +61,21 @@ signal-echo)
     bpid=
     [[ $rc == "$1" ]] || fail "baton run exited $rc, not $1"
   }
+  # said PATTERN: wait (10 s at most) until baton run has said PATTERN: a signal sent
+  # before it has read the one before could merge with it
+  said() {
+    local i
+    for ((i = 0; i < 500; i++)); do
+      grep -q "$1" run.out && return 0
+      sleep 0.02
+    done
+    fail "baton run never said '$1'"
+  }
   start_stop
-  sleep 0.3
+  said "got SIGINT: asking the workers"
   kill -INT "$bpid"
   ended 75
-  grep -q "got SIGINT again from the same process (pid $$) within 1 s" run.out ||
+  grep -q "got SIGINT again from the same process (pid $$) within 1.0 s" run.out ||
     fail "the echoed SIGINT is not said"
   ! grep -q "killing the workers now\|was not completed" run.out || fail "the echo killed the workers"
   step=$(ls -d r1/checkpoints/s00-step* | tail -1)
@@ -76,18 +86,28 @@ signal-echo)
     { grep "started from" r1/logs/s00-a01.log; fail "the resume did not go on from step $step"; }
   # a third from the same process kills; so does a second from another process
   start_stop
-  sleep 0.1
+  said "got SIGINT: asking the workers"
   kill -INT "$bpid"
-  sleep 0.1
+  said "got SIGINT again from the same process"
   kill -INT "$bpid"
   ended 75
   grep -q "got SIGINT after SIGINT: killing the workers now" run.out || fail "a third SIGINT did not kill"
   start_stop
-  sleep 0.2
+  said "got SIGINT: asking the workers"
   /bin/kill -INT "$bpid"
   ended 75
   grep -q "got SIGINT after SIGINT: killing the workers now" run.out ||
     fail "a SIGINT from another process did not kill"
+  # two from one process that is not baton run's parent (a second shell's kill): no echo
+  rm -rf r1
+  BATON_FAULT_STEP_SLEEP=0.1 "$baton" run echo.yaml --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 2 >/dev/null
+  bash -c 'kill -INT '"$bpid"'; for ((i = 0; i < 500; i++)); do
+    grep -q "got SIGINT: asking" run.out && break; sleep 0.02; done; kill -INT '"$bpid"
+  ended 75
+  grep -q "got SIGINT after SIGINT: killing the workers now" run.out ||
+    fail "a second SIGINT from a process not baton run's parent did not kill"
   ;;
 *)
   fail "unknown case"
