@@ -326,10 +326,11 @@ static double run_later(double t, double gap_s, double now) {
     return t + gap_s < now ? t + gap_s : now;
 }
 
-/* Whether a rank's own failure (not a stop of ours) is ending the job. */
+/* Whether a rank's own failure (not a stop of ours) is ending the job, or is about to
+ * (a failed rank reaped, the launcher's settle window open: launch.h). */
 static int run_rank_failed(const launch_job *job) {
     return job->cause == LAUNCH_EXITED || job->cause == LAUNCH_SIGNALED ||
-           job->cause == LAUNCH_ABORTED;
+           job->cause == LAUNCH_ABORTED || (job->cause == LAUNCH_RUNNING && job->cand_rank >= 0);
 }
 
 /* Whether a SIGCONT came since the last look: baton run was stopped (SIGSTOP, Ctrl-Z)

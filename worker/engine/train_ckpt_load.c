@@ -479,13 +479,19 @@ static int load_data_vote(const trainer *t, const char *dir, comm *world, bt_dia
  * with the way on in diag then, 0 when no rank found it so. */
 static int load_newer_vote(const char *dir, int r, const bt_diag *mine, const char *other,
                            comm *world, bt_diag *diag) {
-    int newer = load_any_failed(world, r == BT_EUNSUPPORTED);
+    /* the manifest's own format, not a tensor's dtype the reader does not convert */
+    Baton__Manifest *m = NULL;
+    bt_diag d;
+    bt_diag_init(&d);
+    int mine_newer = r == BT_EUNSUPPORTED && ckpt_manifest_read(dir, &m, &d) == BT_EUNSUPPORTED;
+    if (m) baton__manifest__free_unpacked(m, NULL);
+    int newer = load_any_failed(world, mine_newer);
     if (newer == 0) return 0;
     bt_diag_set(diag,
                 "%s: not falling back to an older checkpoint, which would train the steps "
                 "since it again: resume with the newer baton that wrote it (upgrade this one), "
                 "or move %s aside to resume from the one before it",
-                r == BT_EUNSUPPORTED ? mine->msg : other, dir);
+                mine_newer ? mine->msg : other, dir);
     return newer > 0 ? BT_EUNSUPPORTED : BT_EIO;
 }
 
