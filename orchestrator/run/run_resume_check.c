@@ -16,6 +16,16 @@
 #include "run_ctx.h"
 #include "run_edit.h"
 
+/* The names in the run's checkpoints/ (root: its path, 4200 bytes), in training order;
+ * nonzero (none) when it cannot be listed, which the attempt then says. */
+static int resume_ckpt_names(const run_ctx *c, char *root, char ***names, size_t *n) {
+    bt_diag d;
+    bt_diag_init(&d);
+    run_dir_file(c->dir, CKPT_ROOT_IN_RUN, root, 4200);
+    *names = NULL, *n = 0;
+    return ckpt_list(root, names, n, &d);
+}
+
 /* The manifest of the newest checkpoint in the run's checkpoints/ that stage's spec s
  * resumes (its own by the manifest, as the worker judges: ckpt_run_relation), and its
  * name; NULL when there is none, or when they cannot be read (the attempt then says why,
@@ -26,8 +36,7 @@ static Baton__Manifest *resume_own_ckpt(const run_ctx *c, const Baton__StageSpec
     size_t n = 0;
     bt_diag d;
     bt_diag_init(&d);
-    run_dir_file(c->dir, CKPT_ROOT_IN_RUN, root, sizeof root);
-    if (ckpt_list(root, &names, &n, &d) != 0) n = 0;
+    if (resume_ckpt_names(c, root, &names, &n) != 0) n = 0;
     Baton__Manifest *m = NULL;
     for (size_t i = n; i-- > 0 && m == NULL;) { /* names sort in training order */
         snprintf(dir, sizeof dir, "%s/%s", root, names[i]);
@@ -132,10 +141,7 @@ static int resume_check_order(const run_ctx *c, const Baton__StageSpec *s, Baton
 static int resume_check_handoff(const run_ctx *c, size_t i) {
     char root[4200], **names = NULL;
     size_t n = 0;
-    bt_diag d;
-    bt_diag_init(&d);
-    run_dir_file(c->dir, CKPT_ROOT_IN_RUN, root, sizeof root);
-    if (ckpt_list(root, &names, &n, &d) != 0) return 0; /* the attempt says why */
+    if (resume_ckpt_names(c, root, &names, &n) != 0) return 0; /* the attempt says why */
     int rc = 0;
     for (size_t k = n; k-- > 0;) { /* names sort in training order */
         unsigned j;
@@ -170,8 +176,7 @@ static int resume_check_format(const run_ctx *c, const Baton__StageSpec *s) {
     size_t n = 0;
     bt_diag d;
     bt_diag_init(&d);
-    run_dir_file(c->dir, CKPT_ROOT_IN_RUN, root, sizeof root);
-    if (ckpt_list(root, &names, &n, &d) != 0) return 0; /* the attempt says why */
+    if (resume_ckpt_names(c, root, &names, &n) != 0) return 0; /* the attempt says why */
     int rc = 0;
     for (size_t k = n; k-- > 0;) { /* names sort in training order */
         Baton__Manifest *m = NULL;

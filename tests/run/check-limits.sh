@@ -29,6 +29,15 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
 tiny_model='{arch: llama, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 176, vocab_size: 272, rope: {theta: 10000}}'
+# start_slow_r1: baton run of a slow 60-step dp2 stage in r1 (bpid), once it is at step 2;
+# no checkpoint for seconds after that step: none starts before what the case does is seen
+start_slow_r1() {
+  two_rank_recipe slow 60 >slow.yaml
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run slow.yaml --run-dir r1 \
+    --set defaults.checkpoint.every_steps=40 >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 2 >/dev/null
+}
 two_rank_recipe() { # NAME STEPS [MODEL]: dp2 over the fortunes
   local model=${3:-$tiny_model}
   cat <<YAML
@@ -129,12 +138,7 @@ fd-low)
   [[ ! -e r2 ]] || fail "the refused run left its run directory r2: $(ls -A r2 | tr '\n' ' ')"
   ;;
 dir-removed)
-  two_rank_recipe slow 60 >slow.yaml
-  # no checkpoint for seconds after the step waited for: none starts before it is seen
-  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run slow.yaml --run-dir r1 \
-    --set defaults.checkpoint.every_steps=40 >run.out 2>&1 &
-  bpid=$!
-  wait_step 0 2 >/dev/null
+  start_slow_r1
   rm -rf r1
   gone=$SECONDS
   set +e; wait "$bpid"; rc=$?; set -e
@@ -149,12 +153,7 @@ dir-removed)
   [[ ! -e r1 ]] || { find r1; fail "the run directory was made again"; }
   ;;
 dir-moved)
-  two_rank_recipe slow 60 >slow.yaml
-  # no checkpoint for seconds after the step waited for: none starts before it is seen
-  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run slow.yaml --run-dir r1 \
-    --set defaults.checkpoint.every_steps=40 >run.out 2>&1 &
-  bpid=$!
-  wait_step 0 2 >/dev/null
+  start_slow_r1
   mv r1 r1-moved
   moved=$SECONDS
   set +e; wait "$bpid"; rc=$?; set -e
