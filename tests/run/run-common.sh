@@ -11,7 +11,15 @@ cleanup() {
   [[ -n $bpid ]] && kill -9 "$bpid" 2>/dev/null
   [[ -z $bg_pids ]] || kill -9 $bg_pids 2>/dev/null || true
   pkill -9 -f -- "--spec $work/" 2>/dev/null || true
-  rm -rf "$work"
+  # gone before the directory goes: one finishing a write (a file made in it) would keep
+  # rm -rf from emptying it (a stale /tmp/baton-test-run.* seen after a failed case)
+  [[ -n $bpid ]] && wait "$bpid" 2>/dev/null
+  local i
+  for ((i = 0; i < 50; i++)); do
+    pgrep -f -- "--spec $work/" >/dev/null || break
+    sleep 0.1
+  done
+  rm -rf "$work" 2>/dev/null || { sleep 0.5; rm -rf "$work"; }
 }
 trap cleanup EXIT
 cd "$work"
