@@ -16,16 +16,19 @@ fail() {
 ok() { echo "ok   $*"; }
 
 # expect STATUS PATTERN -- PROGRAM ARGS...: the exit status, and stdout+stderr matching
-# the extended regex PATTERN (the command named without $baton's and $src's directories).
+# the extended regex PATTERN (the command said with baton for $baton, paths below $src
+# relative to it).
 expect() {
-  local status=$1 pattern=$2 out rc
+  local status=$1 pattern=$2 out rc cmd
   shift 3
   out=$("$@" 2>&1)
   rc=$?
+  cmd=$* # as one string: ${*#...} would strip each word on its own
+  cmd=${cmd//"$baton "/baton } cmd=${cmd//"$src/"/}
   if [[ $rc -ne $status ]] || ! grep -Eq -- "$pattern" <<<"$out"; then
-    fail "${*#"$baton "} -> exit $rc (want $status), output:"
+    fail "$cmd -> exit $rc (want $status), output:"
     echo "$out" | head -n 5
   else
-    ok "${*#"$src/"} -> $rc"
+    ok "$cmd -> $rc"
   fi
 }
