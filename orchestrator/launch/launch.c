@@ -781,6 +781,14 @@ int launch_job_exit_status(const launch_job *job) {
     }
 }
 
+int launch_job_blame(launch_job *job, int r) {
+    if (job->cause != LAUNCH_EXITED || r < 0 || r >= job->nprocs || r == job->failed_rank) return 0;
+    const launch_rank *rk = &job->ranks[r];
+    if (rk->running || !rk->exited || rk->exit_status == 0) return 0;
+    job->failed_rank = r;
+    return 1;
+}
+
 static const char *launch_signame(int sig, char *buf, size_t cap) {
     const char *abbrev = sigabbrev_np(sig);
     if (abbrev != NULL)

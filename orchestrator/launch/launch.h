@@ -195,6 +195,13 @@ int launch_job_exit_status(const launch_job *job);
  * status 3", written into buf (empty on success). */
 void launch_job_describe(const launch_job *job, char *buf, size_t cap);
 
+/* Names rank r as the job's failure in place of the rank the launcher named, where both
+ * exited on their own with a nonzero status: say r said why on the control channel first
+ * and the named rank was a peer whose error path reacted to it, reaped before r. Returns
+ * 1 when it did; 0 (nothing changed) for any other cause, such as a rank killed by a
+ * signal, or for a rank that did not exit nonzero. */
+int launch_job_blame(launch_job *job, int r);
+
 const char *launch_cause_str(launch_cause cause);
 
 #endif

@@ -619,7 +619,15 @@ int pmixhost_ns_register(launch_server *srv, const char *name, int nprocs, int n
     ns->nnodes = nnodes;
     pmix_status_t rc = pmixhost_register(ns);
     if (rc != PMIX_SUCCESS) {
-        bt_diag_set(diag, "cannot register PMIx namespace %s: %s", name, PMIx_Error_string(rc));
+        if (rc == PMIX_ERR_TIMEOUT) /* its progress thread is stuck: so is every later call */
+            bt_diag_set(diag,
+                        "cannot register PMIx namespace %s: the embedded PMIx server did not "
+                        "answer in %d s (PMIx 4.2 can wedge after a rank is killed while it "
+                        "connects, openpmix#3584); no job can start in this process: start it "
+                        "afresh ('baton resume' for a run)",
+                        name, (int)PMIXHOST_OP_TIMEOUT_S);
+        else
+            bt_diag_set(diag, "cannot register PMIx namespace %s: %s", name, PMIx_Error_string(rc));
         PMIx_server_deregister_nspace(ns->name, NULL, NULL);
         free(ns->ranks);
         free(ns);

@@ -717,6 +717,9 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
         end = ATTEMPT_STOPPED; /* said in run_dir_gone: nothing to judge or to journal */
     } else if (rc == 0) {
         run_ckpts_without_channel(c, (uint32_t)i, attempt);
+        /* the rank that said why first, not a peer reacting to it reaped before it */
+        if (c->cs_open && c->cs.fatal.seen && !c->o->slurm)
+            launch_job_blame(&job, (int)c->cs.fatal.rank);
         end = run_classify(c, &job, (uint32_t)i, attempt, hung);
         if (end == ATTEMPT_RETRY && c->o->slurm) {
             if (run_slurm_find_lost(c, (uint32_t)i, attempt))

@@ -284,7 +284,7 @@ api)
   rc=$?
   printf '%s\n' "$out" | sed 's/^/    | /'
   expect_rc 0
-  expect_line '^ok: attempts baton-[0-9]+-0 \(failed\), baton-[0-9]+-1, baton-[0-9]+-2; caller stop$'
+  expect_line '^ok: attempts baton-[0-9]+-0 \(failed\), baton-[0-9]+-1, baton-[0-9]+-2; caller stop; blame$'
   ;;
 *)
   echo "unknown case '$case'"

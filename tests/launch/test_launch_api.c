@@ -103,6 +103,45 @@ static void stop_job(launch_server *srv, char **argv) {
     close(p[1]);
 }
 
+/* Runs a two-rank shell job (not a PMIx client) to its end and checks launch_job_blame:
+ * rank 1 may be named in place of the launcher's rank when it exited nonzero on its own
+ * (both=1: both exit 3), never when the launcher stopped it (both=0: rank 0 exits 3 and
+ * rank 1 sleeps until stopped). */
+static void blame_job(launch_server *srv, int both) {
+    char *argv[] = {"/bin/sh", "-c",
+                    both ? "exit 3" : "[ \"$PMIX_RANK\" = 0 ] && exit 3; exec sleep 30", NULL};
+    captured c = {0};
+    launch_opts o = {.nprocs = 2,
+                     .argv = argv,
+                     .kill_grace_s = 1,
+                     .timeout_s = 30,
+                     .on_output = on_output,
+                     .output_arg = &c};
+    bt_diag d;
+    bt_diag_init(&d);
+    launch_job job;
+    CHECK(launch_job_init(&job, srv, &o, &d) == 0, "init: %s", d.msg);
+    CHECK(launch_job_start(&job, &d) == 0, "start: %s", d.msg);
+    CHECK(launch_job_wait(&job) == 0, "wait");
+    CHECK(job.cause == LAUNCH_EXITED && job.failed_rank == 0, "cause %s, rank %d",
+          launch_cause_str(job.cause), job.failed_rank);
+    CHECK(launch_job_blame(&job, 0) == 0 && launch_job_blame(&job, 2) == 0 &&
+              launch_job_blame(&job, -1) == 0,
+          "blamed the named rank again or one out of range");
+    char why[256];
+    if (both) {
+        CHECK(launch_job_blame(&job, 1) == 1 && job.failed_rank == 1, "rank 1 not blamed");
+        launch_job_describe(&job, why, sizeof why);
+        CHECK(strncmp(why, "rank 1 ", 7) == 0 && strstr(why, "exited with status 3") != NULL,
+              "described as: %s", why);
+        CHECK(launch_job_exit_status(&job) == 3, "exit status %d", launch_job_exit_status(&job));
+    } else {
+        CHECK(launch_job_blame(&job, 1) == 0 && job.failed_rank == 0,
+              "rank 1, stopped by the launcher, was blamed");
+    }
+    launch_job_close(&job);
+}
+
 /* TMPDIR/NAME as a directory with a file in it. */
 static void fake_dir(const char *name, char *path, size_t cap) {
     const char *tmp = getenv("TMPDIR");
@@ -178,12 +217,17 @@ int main(int argc, char **argv) {
     for (int r = 0; r < 4; r++)
         CHECK(c1.ok_lines[r] == 1 && c2.ok_lines[r] == 1, "rank %d ok lines %d %d", r,
               c1.ok_lines[r], c2.ok_lines[r]);
-    stop_job(&srv, hang);
+    /* ranks stopped as they connect (a stop signal in PMIx_Init) must leave the server
+     * able to start the next job (boot_pmix_init; openpmix#3584) */
+    for (int i = 0; i < 40; i++)
+        stop_job(&srv, hang);
+    blame_job(&srv, 1);
+    blame_job(&srv, 0);
     char dir[sizeof srv.tmpdir];
     snprintf(dir, sizeof dir, "%s", srv.tmpdir);
     launch_server_close(&srv);
     CHECK(access(dir, F_OK) != 0, "temp dir %s left behind", dir);
     if (failures) return 1;
-    printf("ok: attempts %s (failed), %s, %s; caller stop\n", ns0, ns1, ns2);
+    printf("ok: attempts %s (failed), %s, %s; caller stop; blame\n", ns0, ns1, ns2);
     return 0;
 }

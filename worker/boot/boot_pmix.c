@@ -3,6 +3,8 @@
  * carries the namespace, rank and size. */
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h> /* pmix_common.h uses strncasecmp without including it */
@@ -115,10 +117,30 @@ int boot_hostname_of(const boot_info *info, int rank, char *out, size_t cap) {
     return rc;
 }
 
+/* PMIx_Init with the stop signals held: a client that dies between its connection request
+ * and the server's reply leaves PMIx 4.2's server with a rank record released twice
+ * (openpmix#3584), and the server's next namespace deregistration or registration then
+ * deadlocks or crashes on the freed memory: no later attempt could start. A stop signal
+ * that comes meanwhile ends (or reaches) the process just after, as a connected client,
+ * whose loss the server handles. The threads PMIx starts keep them held: they are for
+ * this, the main thread. */
+static pmix_status_t boot_pmix_init(pmix_proc_t *me) {
+    sigset_t stop, old;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGHUP);
+    sigaddset(&stop, SIGQUIT);
+    int held = pthread_sigmask(SIG_BLOCK, &stop, &old) == 0;
+    pmix_status_t rc = PMIx_Init(me, NULL, 0);
+    if (held) pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
 int boot_init(boot_info *info, bt_diag *diag) {
     memset(info, 0, sizeof *info);
     pmix_proc_t me;
-    pmix_status_t rc = PMIx_Init(&me, NULL, 0);
+    pmix_status_t rc = boot_pmix_init(&me);
     if (rc != PMIX_SUCCESS) {
         bt_diag_set(diag,
                     "PMIx_Init failed: %s (was this process started by a PMIx launcher "
