@@ -420,13 +420,24 @@ static void run_blame_hang(const run_ctx *c, const launch_job *job, Baton__Journ
 /* A rank said the disk is full (a checkpoint save: ENOSPC, EDQUOT): the run ends, exit 1,
  * as when the spec cannot be written. Another attempt would train the steps since the
  * last checkpoint again to fail at the same save (the oldest checkpoint goes only after a
- * new one is committed), max_restarts times over. */
-static void run_disk_full(run_ctx *c, uint32_t stage) {
-    run_give_up(c, stage, 1,
-                "the disk is full (rank %u: %.600s): not retried, as every restart would train "
-                "to the same save and fail alike; make room (or keep fewer checkpoints: "
+ * new one is committed), max_restarts times over. Said with the rank's message; journaled
+ * without it where the attempt's failure (in_failure) already quotes it, so that baton
+ * status shows it once, and with its first clause, "the disk is full (rank N)", short
+ * enough for status's first line. */
+static void run_disk_full(run_ctx *c, uint32_t stage, int in_failure) {
+    const control_fatal *f = &c->cs.fatal;
+    run_err(c,
+            "stage \"%s\": the disk is full (rank %u: %.600s): not retried, as every restart "
+            "would train to the same save and fail alike; make room (or keep fewer checkpoints: "
+            "checkpoint.keep), then 'baton resume %s'\n",
+            c->prog.stage, f->full_rank, f->full_message, c->dir->path);
+    char msg[640] = "";
+    if (!in_failure) snprintf(msg, sizeof msg, ": %.600s", f->full_message);
+    run_give_up(c, stage, 0,
+                "the disk is full (rank %u%s); not retried, as every restart would train to the "
+                "same save and fail alike; make room (or keep fewer checkpoints: "
                 "checkpoint.keep), then 'baton resume %s'",
-                c->cs.fatal.full_rank, c->cs.fatal.full_message, c->dir->path);
+                f->full_rank, msg, c->dir->path);
 }
 
 /* Journals how the attempt ended and decides what comes next. */
@@ -542,7 +553,11 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
                       "candidate refused: the checkpoints are damaged; 'baton ckpt verify' "
                       "says where)"
                     : "");
-    if (full) run_disk_full(c, stage);
+    if (full) /* the failure quotes the first Fatal: is it the full disk's? */
+        run_disk_full(c, stage,
+                      !hung && !c->topo_refused && c->cs.fatal.seen &&
+                          c->cs.fatal.rank == c->cs.fatal.full_rank &&
+                          strcmp(c->cs.fatal.message, c->cs.fatal.full_message) == 0);
     return end;
 }
 

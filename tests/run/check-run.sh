@@ -51,7 +51,8 @@
 #                 the run ends after that attempt, exit 1, saying the disk is full, naming
 #                 the file and how to go on, not retried; `baton resume` once there is
 #                 room completes it. The attempt is rank 1's failure, not a hang of the
-#                 ranks that wait for it until the kill grace ends them.
+#                 ranks that wait for it until the kill grace ends them. `baton status`
+#                 says the rank's message and why it was not retried once each.
 #   give-up       every attempt's worker exits 1: after max_restarts the run gives up (exit
 #                 1) and `baton status` says failed, not stopped (text and JSON), with the
 #                 reason and the last failure's cause, and counts no recovery; SIGTERM
@@ -708,6 +709,16 @@ disk-full)
   # ends them: the failure is rank 1's, never a hang of theirs meanwhile
   grep -q 'attempt 0 failed: rank 1 .*exited with status 1' run.out && ! grep -q 'hang:' run.out ||
     { cat run.out; fail "the full disk's attempt is not rank 1's failure"; }
+  # status says the rank's message once (the failure line) and why it was not retried once
+  # (the gave-up line); its first line the first clause of each
+  "$baton" status r1 >status.txt
+  grep -q "^run r1: failed (stage pretrain: the disk is full (rank 1); last failure: rank 1 (node node[01], pid [0-9]*) exited with status 1); 1 failure, recovered 0 times$" status.txt ||
+    { cat status.txt; fail "status's first line is not short"; }
+  [[ $(grep -o 'No space left on device' status.txt | wc -l) == 1 &&
+     $(grep -o 'as every restart would train to the same save' status.txt | wc -l) == 1 ]] ||
+    { cat status.txt; fail "status repeats the full disk's message or why it was not retried"; }
+  grep -q "^  gave up: stage pretrain: the disk is full (rank 1); not retried, .*then 'baton resume $PWD/r1'$" status.txt ||
+    { cat status.txt; fail "no gave-up line saying the disk is full"; }
   "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "the resume after a full disk failed"; }
   "$baton" status r1 --json | /usr/bin/python3 -c '
 import json, sys
