@@ -496,13 +496,17 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
                  "planned node, and cluster.strict_topology is set");
     else if (hung)
         snprintf(why, sizeof why, "%s", c->hang_why);
-    else if (c->cs_open && c->cs.fatal.seen) {
+    const launch_rank *rk = job->failed_rank >= 0 ? &job->ranks[job->failed_rank] : NULL;
+    int told = !c->topo_refused && !hung; /* why is how the ranks ended: what they said next */
+    if (told && c->cs_open && c->cs.fatal.seen) {
         size_t l = strlen(why);
         int k = snprintf(why + l, sizeof why - l, "; rank %u reported: %.400s", c->cs.fatal.rank,
                          c->cs.fatal.message);
         (void)k;
+    } else if (told && rk && rk->exited && rk->exit_status != 0 && !c->o->slurm) {
+        /* no Fatal (no channel yet, or a wrapper's error): what the rank said last */
+        run_words_quote(&c->prog.words, rk->rank, why, sizeof why);
     }
-    const launch_rank *rk = job->failed_rank >= 0 ? &job->ranks[job->failed_rank] : NULL;
     if (!c->got_signal && rk && rk->exited && rk->exit_status == RUN_WORKER_EXIT_ROLLBACK &&
         run_rollback(c, stage, attempt) == 0) {
         r.detail = why;
@@ -706,6 +710,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
                              .quiet = c->o->quiet,
                              .total = spec->stage->steps};
     if (c->prog.log) setvbuf(c->prog.log, NULL, _IOLBF, 0); /* readable while it runs */
+    run_words_init(&c->prog.words, lo.nprocs);
     Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
     r.has_attempt = 1, r.attempt = attempt;
     char detail[4800];
@@ -715,6 +720,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     if (c->journal_broken) { /* the stage's or the attempt's start not journaled: no workers */
         if (c->prog.log) fclose(c->prog.log);
         c->prog.log = NULL;
+        run_words_free(&c->prog.words);
         protobuf_c_message_free_unpacked(&spec->base, NULL);
         return ATTEMPT_STOPPED;
     }
@@ -747,6 +753,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     launch_job_close(&job);
     if (c->prog.log) fclose(c->prog.log);
     c->prog.log = NULL;
+    run_words_free(&c->prog.words);
     protobuf_c_message_free_unpacked(&spec->base, NULL);
     return end;
 }
