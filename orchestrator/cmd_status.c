@@ -627,6 +627,14 @@ static void status_skipped_text(bt_buf *b, const status_view *v) {
                          "stage's log says which)\n");
 }
 
+/* The length of text's first clause, up to its first "; " ("rank 1 (node node0, pid 9)
+ * exited with status 1" of "...; stopped 2 other ranks: 0 2; rank 1 reported: ..."). */
+static int status_clause(const char *text) {
+    const char *semi = strstr(text, "; ");
+    size_t n = semi ? (size_t)(semi - text) : strlen(text);
+    return n > 4096 ? 4096 : (int)n;
+}
+
 static void status_text(bt_buf *b, const status_view *v) {
     const char *state = status_run_state(v);
     if (strcmp(state, "not_started") == 0)
@@ -637,9 +645,12 @@ static void status_text(bt_buf *b, const status_view *v) {
     if (strcmp(state, "failed") == 0) {
         const char *reason, *cause;
         status_failure(v, &reason, &cause);
-        bt_buf_printf(b, " (stage %s: %s; last failure: %s)",
-                      status_stage_name(v, v->st.failed_stage - 1), reason ? reason : "not retried",
-                      cause ? cause : "not journaled");
+        /* first clauses only: the failure and gave-up lines below say them whole */
+        bt_buf_printf(
+            b, " (stage %s: %.*s; last failure: %.*s)",
+            status_stage_name(v, v->st.failed_stage - 1),
+            status_clause(reason ? reason : "not retried"), reason ? reason : "not retried",
+            status_clause(cause ? cause : "not journaled"), cause ? cause : "not journaled");
     }
     uint64_t skipped = status_skipped_total(v);
     if (strcmp(state, "not_started") != 0)

@@ -146,10 +146,17 @@ static void control_ckpt_in(control_server *cs, uint32_t rank, const Baton__Chec
 /* The first Fatal, unless a configuration error (code 2) comes after another rank's:
  * the ranks a bad input stopped fail too, often first, but the attempt failed on the
  * input and is not to be retried. */
+/* Whether the Fatal says the disk is full: by its disk_full field, or, from a worker of
+ * an older build that has none, by strerror's words for ENOSPC or EDQUOT in its message. */
+static int control_fatal_disk_full(const Baton__Fatal *f) {
+    if (f->has_disk_full) return f->disk_full;
+    const char *msg = f->message ? f->message : "";
+    return strstr(msg, strerror(ENOSPC)) != NULL || strstr(msg, strerror(EDQUOT)) != NULL;
+}
+
 static void control_fatal_in(control_server *cs, uint32_t rank, const Baton__Fatal *f) {
     const char *msg = f->message ? f->message : "";
-    if (!cs->fatal.disk_full &&
-        (strstr(msg, strerror(ENOSPC)) != NULL || strstr(msg, strerror(EDQUOT)) != NULL)) {
+    if (!cs->fatal.disk_full && control_fatal_disk_full(f)) {
         cs->fatal.disk_full = 1, cs->fatal.full_rank = rank;
         snprintf(cs->fatal.full_message, sizeof cs->fatal.full_message, "%s", msg);
     }

@@ -56,8 +56,9 @@ typedef struct control_rank {
 } control_rank;
 
 /* The first Fatal of the attempt, or the first configuration error (code 2) after it;
- * and the first one of any rank that says the disk is full (strerror's words for ENOSPC or
- * EDQUOT: a checkpoint save that every restart would repeat). */
+ * and the first one of any rank that says the disk is full (its disk_full field, or from
+ * an older worker strerror's words for ENOSPC or EDQUOT: a checkpoint save that every
+ * restart would repeat). */
 typedef struct control_fatal {
     int seen;
     uint32_t rank;

@@ -124,6 +124,7 @@ void run_progress_line(void *arg, int rank, int stream, const char *line, size_t
     if (p->log) fprintf(p->log, "[%d%s] %.*s\n", rank, stream == 2 ? " err" : "", (int)len, line);
     if (stream == 2) {
         if (memmem(line, len, "no usable checkpoint", 20) != NULL) p->no_ckpt = 1;
+        run_words_note(&p->words, rank, line, len);
         run_progress_end(p);
         fprintf(stderr, "[%s rank %d] %.*s\n", p->stage, rank, (int)len, line);
         return;

@@ -5,7 +5,8 @@
  * 0's step lines on stdout count only until the first Metrics arrive (no control
  * channel, or a rank 0 that could not connect). Shown on the terminal: a bar redrawn in
  * place on a tty, a plain line every 5% otherwise ("skipped N" once N is not 0, "scale S"
- * for fp16), and the closing validation; stderr lines of any rank shown with the rank.
+ * for fp16), and the closing validation; stderr lines of any rank shown with the rank,
+ * each rank's last one kept (run_words.h).
  * Checkpoint commits come over the control channel too (control_server's on_checkpoint),
  * never from these lines. */
 #ifndef BATON_RUN_PROGRESS_H
@@ -15,6 +16,7 @@
 #include <stdio.h>
 
 #include "control_server.h"
+#include "run_words.h"
 
 typedef struct run_progress {
     FILE *log;
@@ -32,8 +34,9 @@ typedef struct run_progress {
     uint64_t steps_seen; /* step lines this attempt */
     uint64_t first_step; /* the first of them (steps_seen > 0): a recovery's */
     double first_step_at;
-    int bar_open; /* a progress bar is on the terminal line */
-    int no_ckpt;  /* a rank said "no usable checkpoint": it refused every candidate */
+    int bar_open;    /* a progress bar is on the terminal line */
+    int no_ckpt;     /* a rank said "no usable checkpoint": it refused every candidate */
+    run_words words; /* each rank's last line on stderr, for a failure without a Fatal */
 } run_progress;
 
 /* launch_output_cb for launch_opts.on_output; arg is a run_progress. */

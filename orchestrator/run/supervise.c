@@ -420,13 +420,24 @@ static void run_blame_hang(const run_ctx *c, const launch_job *job, Baton__Journ
 /* A rank said the disk is full (a checkpoint save: ENOSPC, EDQUOT): the run ends, exit 1,
  * as when the spec cannot be written. Another attempt would train the steps since the
  * last checkpoint again to fail at the same save (the oldest checkpoint goes only after a
- * new one is committed), max_restarts times over. */
-static void run_disk_full(run_ctx *c, uint32_t stage) {
-    run_give_up(c, stage, 1,
-                "the disk is full (rank %u: %.600s): not retried, as every restart would train "
-                "to the same save and fail alike; make room (or keep fewer checkpoints: "
+ * new one is committed), max_restarts times over. Said with the rank's message; journaled
+ * without it where the attempt's failure (in_failure) already quotes it, so that baton
+ * status shows it once, and with its first clause, "the disk is full (rank N)", short
+ * enough for status's first line. */
+static void run_disk_full(run_ctx *c, uint32_t stage, int in_failure) {
+    const control_fatal *f = &c->cs.fatal;
+    run_err(c,
+            "stage \"%s\": the disk is full (rank %u: %.600s): not retried, as every restart "
+            "would train to the same save and fail alike; make room (or keep fewer checkpoints: "
+            "checkpoint.keep), then 'baton resume %s'\n",
+            c->prog.stage, f->full_rank, f->full_message, c->dir->path);
+    char msg[640] = "";
+    if (!in_failure) snprintf(msg, sizeof msg, ": %.600s", f->full_message);
+    run_give_up(c, stage, 0,
+                "the disk is full (rank %u%s); not retried, as every restart would train to the "
+                "same save and fail alike; make room (or keep fewer checkpoints: "
                 "checkpoint.keep), then 'baton resume %s'",
-                c->cs.fatal.full_rank, c->cs.fatal.full_message, c->dir->path);
+                f->full_rank, msg, c->dir->path);
 }
 
 /* Journals how the attempt ended and decides what comes next. */
@@ -485,13 +496,17 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
                  "planned node, and cluster.strict_topology is set");
     else if (hung)
         snprintf(why, sizeof why, "%s", c->hang_why);
-    else if (c->cs_open && c->cs.fatal.seen) {
+    const launch_rank *rk = job->failed_rank >= 0 ? &job->ranks[job->failed_rank] : NULL;
+    int told = !c->topo_refused && !hung; /* why is how the ranks ended: what they said next */
+    if (told && c->cs_open && c->cs.fatal.seen) {
         size_t l = strlen(why);
         int k = snprintf(why + l, sizeof why - l, "; rank %u reported: %.400s", c->cs.fatal.rank,
                          c->cs.fatal.message);
         (void)k;
+    } else if (told && rk && rk->exited && rk->exit_status != 0 && !c->o->slurm) {
+        /* no Fatal (no channel yet, or a wrapper's error): what the rank said last */
+        run_words_quote(&c->prog.words, rk->rank, why, sizeof why);
     }
-    const launch_rank *rk = job->failed_rank >= 0 ? &job->ranks[job->failed_rank] : NULL;
     if (!c->got_signal && rk && rk->exited && rk->exit_status == RUN_WORKER_EXIT_ROLLBACK &&
         run_rollback(c, stage, attempt) == 0) {
         r.detail = why;
@@ -542,7 +557,11 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
                       "candidate refused: the checkpoints are damaged; 'baton ckpt verify' "
                       "says where)"
                     : "");
-    if (full) run_disk_full(c, stage);
+    if (full) /* the failure quotes the first Fatal: is it the full disk's? */
+        run_disk_full(c, stage,
+                      !hung && !c->topo_refused && c->cs.fatal.seen &&
+                          c->cs.fatal.rank == c->cs.fatal.full_rank &&
+                          strcmp(c->cs.fatal.message, c->cs.fatal.full_message) == 0);
     return end;
 }
 
@@ -691,6 +710,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
                              .quiet = c->o->quiet,
                              .total = spec->stage->steps};
     if (c->prog.log) setvbuf(c->prog.log, NULL, _IOLBF, 0); /* readable while it runs */
+    run_words_init(&c->prog.words, lo.nprocs);
     Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
     r.has_attempt = 1, r.attempt = attempt;
     char detail[4800];
@@ -700,6 +720,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     if (c->journal_broken) { /* the stage's or the attempt's start not journaled: no workers */
         if (c->prog.log) fclose(c->prog.log);
         c->prog.log = NULL;
+        run_words_free(&c->prog.words);
         protobuf_c_message_free_unpacked(&spec->base, NULL);
         return ATTEMPT_STOPPED;
     }
@@ -732,6 +753,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     launch_job_close(&job);
     if (c->prog.log) fclose(c->prog.log);
     c->prog.log = NULL;
+    run_words_free(&c->prog.words);
     protobuf_c_message_free_unpacked(&spec->base, NULL);
     return end;
 }

@@ -191,7 +191,7 @@ static int commit_publish(const char *root, const char *name, const char *part, 
     int rc = commit_set_aside(root, name, fin, old, sizeof old, diag);
     if (rc != 0) return rc;
     if (rename(part, fin) != 0) {
-        bt_diag_set(diag, "%s: cannot rename to %s: %s", part, fin, strerror(errno));
+        bt_diag_set_errno(diag, errno, "%s: cannot rename to %s: %s", part, fin, strerror(errno));
         return BT_EIO;
     }
     if (ckpt_fsync_dir(root) != 0) {

@@ -258,14 +258,14 @@ int ckpt_write_file_atomic(const char *path, const void *data, size_t n, bt_diag
     int fd = dfd >= 0 ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
     int ok = fd >= 0 && write_all(fd, data, n) == 0 && fsync(fd) == 0;
     int err = errno;
-    if (fd >= 0 && close(fd) != 0) ok = 0;
+    if (fd >= 0 && close(fd) != 0 && ok) ok = 0, err = errno; /* NFS: ENOSPC at close */
     if (ok && rename(tmp, path) != 0) ok = 0, err = errno;
     if (ok) fault_renamed_wait(path, slash ? dir : ".");
     if (ok && fsync(dfd) != 0) ok = 0, err = errno;
     if (dfd >= 0) close(dfd);
     if (!ok) {
         if (fd >= 0) unlink(tmp);
-        bt_diag_set(diag, "%s: cannot write: %s", path, strerror(err));
+        bt_diag_set_errno(diag, err, "%s: cannot write: %s", path, strerror(err));
         errno = err; /* the caller may tell a full disk from other failures */
         return BT_EIO;
     }

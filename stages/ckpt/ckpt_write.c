@@ -20,12 +20,13 @@ int ckpt_begin(const char *root, const char *name, bt_diag *diag) {
     char part[CKPT_PATH_MAX];
     ckpt_partial_dir(root, name, part, sizeof part);
     if (bt_mkdir_p(root, 0700) != 0) {
-        bt_diag_set(diag, "%s: cannot create the checkpoint directory: %s", root, strerror(errno));
+        bt_diag_set_errno(diag, errno, "%s: cannot create the checkpoint directory: %s", root,
+                          strerror(errno));
         return BT_EIO;
     }
     ckpt_remove_dir(part);
     if (mkdir(part, 0700) != 0) {
-        bt_diag_set(diag, "%s: cannot create: %s", part, strerror(errno));
+        bt_diag_set_errno(diag, errno, "%s: cannot create: %s", part, strerror(errno));
         return BT_EIO;
     }
     return 0;
@@ -43,7 +44,7 @@ int ckpt_writer_open(ckpt_writer *w, const char *partial_dir, int rank, uint32_t
     w->fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     w->index = calloc(1, sizeof *w->index);
     if (w->fd < 0 || w->index == NULL) {
-        bt_diag_set(diag, "%s: cannot create: %s", p, strerror(errno));
+        bt_diag_set_errno(diag, errno, "%s: cannot create: %s", p, strerror(errno));
         if (w->fd >= 0) close(w->fd);
         free(w->index);
         w->index = NULL, w->fd = -1;
@@ -193,8 +194,8 @@ static int writer_put(ckpt_writer *w, Baton__TensorEntry *e, int ndim, const ckp
     e->shards = v;
     e->shards[e->n_shards++] = s;
     if (write_full(w->fd, bytes, len, (off_t)w->off, s, w->block_bytes) != 0) {
-        bt_diag_set(diag, "%s/%s: cannot write tensor %s: %s", w->dir, w->file, e->key,
-                    strerror(errno));
+        bt_diag_set_errno(diag, errno, "%s/%s: cannot write tensor %s: %s", w->dir, w->file, e->key,
+                          strerror(errno));
         return BT_EIO;
     }
     w->off += len;
@@ -265,7 +266,7 @@ int ckpt_writer_finish(ckpt_writer *w, bt_diag *diag) {
     int synced = fsync(w->fd) == 0, err = errno;
     if (close(w->fd) != 0 && synced) synced = 0, err = errno;
     if (!synced) {
-        bt_diag_set(diag, "%s/%s: cannot flush: %s", w->dir, w->file, strerror(err));
+        bt_diag_set_errno(diag, err, "%s/%s: cannot flush: %s", w->dir, w->file, strerror(err));
         rc = BT_EIO;
     }
     w->fd = -1;

@@ -2,6 +2,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 const char *bt_strerror(int code) {
     switch (code) {
@@ -18,6 +19,7 @@ const char *bt_strerror(int code) {
 
 void bt_diag_init(bt_diag *d) {
     d->msg[0] = '\0';
+    d->err = 0;
 }
 
 void bt_diag_set(bt_diag *d, const char *fmt, ...) {
@@ -26,6 +28,33 @@ void bt_diag_set(bt_diag *d, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(d->msg, sizeof d->msg, fmt, ap);
     va_end(ap);
+    d->err = 0;
+}
+
+void bt_diag_set_errno(bt_diag *d, int err, const char *fmt, ...) {
+    if (d == NULL || d->msg[0] != '\0') return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->msg, sizeof d->msg, fmt, ap);
+    va_end(ap);
+    d->err = err;
+}
+
+void bt_diag_forward(bt_diag *d, const bt_diag *from, const char *prefix_fmt, ...) {
+    if (d == NULL || d->msg[0] != '\0') return;
+    va_list ap;
+    va_start(ap, prefix_fmt);
+    int n = vsnprintf(d->msg, sizeof d->msg, prefix_fmt, ap);
+    va_end(ap);
+    size_t at = n < 0 ? 0 : (size_t)n < sizeof d->msg ? (size_t)n : sizeof d->msg - 1;
+    size_t room = sizeof d->msg - at, len = strlen(from->msg);
+    if (room > 2) { /* ": " and as much of from's message as fits, cut short if need be */
+        memcpy(d->msg + at, ": ", 2);
+        len = len < room - 3 ? len : room - 3;
+        memcpy(d->msg + at + 2, from->msg, len);
+        d->msg[at + 2 + len] = '\0';
+    }
+    d->err = from->err;
 }
 
 int bt_diag_isset(const bt_diag *d) {

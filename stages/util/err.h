@@ -38,10 +38,19 @@ const char *bt_strerror(int code);
  * the innermost (most specific) failure is the one reported. */
 typedef struct bt_diag {
     char msg[2048];
+    int err; /* the errno of the failed system call msg names, where one is known; else 0 */
 } bt_diag;
 
 void bt_diag_init(bt_diag *d);
 void bt_diag_set(bt_diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* bt_diag_set that also keeps err, the errno behind the message (ENOSPC or EDQUOT: a full
+ * disk, which the worker tells baton run by a code, not by strerror's words). */
+void bt_diag_set_errno(bt_diag *d, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Sets d to from's message after a prefix ("PREFIX: MESSAGE"), and from's errno, unless d
+ * has a message already. */
+void bt_diag_forward(bt_diag *d, const bt_diag *from, const char *prefix_fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 int bt_diag_isset(const bt_diag *d);
 
 #endif

@@ -24,7 +24,8 @@
  *     rank has connected and gone (or after 120 s) and prints what it saw.
  *
  * The metrics sink and replay tests (replay, stages, gap, orphans, backlog) are in
- * test_control_metrics.c; what both files share is in test_control.h. */
+ * test_control_metrics.c, a full disk told by a Fatal (fatal) in test_control_fatal.c;
+ * what the files share is in test_control.h. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -230,7 +231,7 @@ int unit(const char *run_dir) {
         sleep_s(0.01);
     CHECK(r0.stop && r0.stop_checkpoint && strcmp(r0.stop_reason, "preempted") == 0,
           "Stop not received");
-    control_client_fatal(&r1, 1, "disk full");
+    control_client_fatal(&r1, 1, 0, "disk full");
     CHECK(pump_until(&cs, got_fatal) && cs.fatal.rank == 1 && cs.fatal.code == 1 &&
               strcmp(cs.fatal.message, "disk full") == 0,
           "Fatal not recorded");
@@ -393,7 +394,7 @@ static void crowd_close_dropped(void) {
     bt_diag_init(&d);
     control_client c;
     CHECK(control_client_open(&c, crowd_cs.address, "s3cret", 0, 1, 1, NULL, &d) == 0, "%s", d.msg);
-    control_client_fatal(&c, 3, "disk full at the end");
+    control_client_fatal(&c, 3, 0, "disk full at the end");
     control_client_heartbeat(&c, BATON__HEARTBEAT__PHASE__DONE, 9);
     CHECK(c.fd >= 0 && c.out_head == c.out_len, "the socket did not take all (%zu of %zu)",
           c.out_head, c.out_len);
@@ -1154,11 +1155,13 @@ int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "slowstep") == 0) return slowstep();
     if (argc == 3 && strcmp(argv[1], "orphans") == 0) return orphans(argv[2]);
     if (argc == 4 && strcmp(argv[1], "enospc") == 0) return enospc(argv[2], argv[3]);
+    if (argc == 3 && strcmp(argv[1], "fatal") == 0) return fatal(argv[2]);
     if (argc == 8 && strcmp(argv[1], "serve") == 0) return serve(argv);
     fprintf(stderr,
             "usage: test_control unit RUN_DIR | crowd RUN_DIR | ack | replay RUN_DIR | backlog "
             "RUN_DIR | gap RUN_DIR | "
-            "orphans RUN_DIR | enospc RUN_DIR moment|rewind|edited|reopen|torn|bound | serve "
+            "orphans RUN_DIR | enospc RUN_DIR moment|rewind|edited|reopen|torn|bound | fatal "
+            "RUN_DIR | serve "
             "SPEC_IN SPEC_OUT RUN_DIR WORLD "
             "STOP_AT stop|term1|mark\n");
     return 2;

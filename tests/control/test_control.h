@@ -4,7 +4,8 @@
  *                           slowstep, serve) and the shared helpers
  *   test_control_metrics.c  the metrics sink and replay tests (replay, stages, gap,
  *                           orphans, backlog)
- *   test_control_enospc.c   the metrics sink on a full disk (enospc) */
+ *   test_control_enospc.c   the metrics sink on a full disk (enospc)
+ *   test_control_fatal.c    a full disk told by a rank's Fatal (fatal) */
 #ifndef BATON_TEST_CONTROL_H
 #define BATON_TEST_CONTROL_H
 
@@ -48,6 +49,9 @@ int stages(const char *run_dir);
 int gap(const char *run_dir);
 int orphans(const char *run_dir);
 int enospc(const char *run_dir, const char *which);
+
+/* The subcommand of test_control_fatal.c. */
+int fatal(const char *run_dir);
 int backlog(const char *run_dir);
 
 #endif

@@ -51,10 +51,12 @@
 #                 the run ends after that attempt, exit 1, saying the disk is full, naming
 #                 the file and how to go on, not retried; `baton resume` once there is
 #                 room completes it. The attempt is rank 1's failure, not a hang of the
-#                 ranks that wait for it until the kill grace ends them.
+#                 ranks that wait for it until the kill grace ends them. `baton status`
+#                 says the rank's message and why it was not retried once each.
 #   give-up       every attempt's worker exits 1: after max_restarts the run gives up (exit
 #                 1) and `baton status` says failed, not stopped (text and JSON), with the
-#                 reason and the last failure's cause, and counts no recovery; SIGTERM
+#                 reason and the last failure's cause (with the rank's last line on
+#                 stderr, cut to 240 bytes: no Fatal came), and counts no recovery; SIGTERM
 #                 instead (the stop case) leaves it stopped. Resumed with a working
 #                 worker, it completes and counts one recovery (the resume's first step).
 #   ckpt-then-kill  kill -9 `baton run` after stage extend's final checkpoint but before
@@ -708,6 +710,16 @@ disk-full)
   # ends them: the failure is rank 1's, never a hang of theirs meanwhile
   grep -q 'attempt 0 failed: rank 1 .*exited with status 1' run.out && ! grep -q 'hang:' run.out ||
     { cat run.out; fail "the full disk's attempt is not rank 1's failure"; }
+  # status says the rank's message once (the failure line) and why it was not retried once
+  # (the gave-up line); its first line the first clause of each
+  "$baton" status r1 >status.txt
+  grep -q "^run r1: failed (stage pretrain: the disk is full (rank 1); last failure: rank 1 (node node[01], pid [0-9]*) exited with status 1); 1 failure, recovered 0 times$" status.txt ||
+    { cat status.txt; fail "status's first line is not short"; }
+  [[ $(grep -o 'No space left on device' status.txt | wc -l) == 1 &&
+     $(grep -o 'as every restart would train to the same save' status.txt | wc -l) == 1 ]] ||
+    { cat status.txt; fail "status repeats the full disk's message or why it was not retried"; }
+  grep -q "^  gave up: stage pretrain: the disk is full (rank 1); not retried, .*then 'baton resume $PWD/r1'$" status.txt ||
+    { cat status.txt; fail "no gave-up line saying the disk is full"; }
   "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "the resume after a full disk failed"; }
   "$baton" status r1 --json | /usr/bin/python3 -c '
 import json, sys
@@ -716,7 +728,10 @@ assert s["state"] == "completed" and s["failures"] == 1, s' || fail "the resumed
   echo "$case: a checkpoint save on a full disk ends the run at once (exit 1, not retried); resumed, it completes"
   ;;
 give-up)
-  printf '#!/bin/sh\necho "a worker that always fails" >&2\nexit 1\n' >failing-worker
+  # it fails before any control channel (no Fatal): its last non-blank line on stderr, cut
+  # to 240 bytes, is quoted in the failure
+  long="a worker that always fails: $(printf 'x%.0s' $(seq 300))"
+  printf '#!/bin/sh\necho "starting" >&2\necho "%s" >&2\necho >&2\nexit 1\n' "$long" >failing-worker
   chmod +x failing-worker
   set +e
   "$baton" run "$recipe" --run-dir r1 --worker "$PWD/failing-worker" --quiet \
@@ -740,7 +755,8 @@ assert s["state"] == "failed", s
 assert (s["failures"], s["restarts"], s["recoveries"]) == (3, 2, 0), s
 f = s["failure"]
 assert f["stage"] == "pretrain" and f["reason"] == "giving up after 2 restarts (max_restarts)", f
-assert f["last_cause"].endswith("exited with status 1"), f
+quote = ("a worker that always fails: " + "x" * 300)[:240] + "..."
+assert f["last_cause"].endswith("\x27s last line on stderr: " + quote), f
 st = s["stages"]
 assert [x["state"] for x in st] == ["failed", "pending", "pending"], st
 assert (st[0]["attempts"], st[0]["restarts"]) == (3, 2), st[0]
@@ -748,12 +764,13 @@ assert (st[0]["attempts"], st[0]["restarts"]) == (3, 2), st[0]
 fl = s["failure_list"]
 assert [(x["stage"], x["stage_index"], x["attempt"]) for x in fl] == [("pretrain", 0, k) for k in range(3)], fl
 for x in fl:
-    assert x["cause"] == "rank %d (node %s, pid %d) exited with status 1" % (x["rank"], x["node"], x["pid"]), x
+    assert x["cause"] == "rank %d (node %s, pid %d) exited with status 1; rank %d\x27s last line on stderr: %s" % (
+        x["rank"], x["node"], x["pid"], x["rank"], quote), x
     assert (x["exit_status"], x["signal"], x["retryable"]) == (1, None, True), x
 assert fl[-1]["cause"] == f["last_cause"] and s["recovery_list"] == [], s' ||
     fail "status --json does not report the failed run"
   # ... and the text lists each of them
-  [[ $(grep -c "^  failure: stage pretrain attempt [0-2] at step 0: rank [0-9] (node node[01], pid [0-9]*) exited with status 1$" status.txt) == 3 ]] ||
+  [[ $(grep -c "^  failure: stage pretrain attempt [0-2] at step 0: rank \([0-9]\) (node node[01], pid [0-9]*) exited with status 1; rank \1's last line on stderr: ${long:0:240}\.\.\.$" status.txt) == 3 ]] ||
     { cat status.txt; fail "the text does not list the 3 failures"; }
   # resumed with a worker that works: its first step is the recovery from the last failure,
   # though another baton run journaled that failure

@@ -3,11 +3,13 @@
  * and retention. */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -651,6 +653,57 @@ static void test_unread_errno(void) {
     CHECK(unlink(file) == 0);
 }
 
+/* A write that fails keeps its errno in the diag beside the message (the worker tells
+ * baton run a full disk by it, not by strerror's words), through a prefix too; a shard
+ * past the file-size limit (EFBIG, SIGXFSZ ignored as the worker does) in a child, as the
+ * limit is the process's. */
+static int write_errno_child(void) {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_FSIZE, &rl) != 0) return 2;
+    rl.rlim_cur = 4096;
+    if (setrlimit(RLIMIT_FSIZE, &rl) != 0) return 2;
+    static float big[4096];
+    uint64_t shape[2] = {1, 4096};
+    ckpt_box row = {.shape = {1, 4096}};
+    char part[CKPT_PATH_MAX];
+    bt_diag d, outer;
+    bt_diag_init(&d), bt_diag_init(&outer);
+    ckpt_partial_dir(test_root, "s00-step00000099", part, sizeof part);
+    ckpt_writer w;
+    if (ckpt_begin(test_root, "s00-step00000099", &d) != 0 ||
+        ckpt_writer_open(&w, part, 0, 0, &d) != 0)
+        return 3;
+    int rc = ckpt_writer_add(&w, "big", 2, shape, &row, BATON__DTYPE__F32, big, &d);
+    ckpt_writer_abort(&w);
+    ckpt_remove_dir(part);
+    bt_diag_forward(&outer, &d, "checkpoint %s", "s00-step00000099");
+    return rc == BT_EIO && d.err == EFBIG && outer.err == EFBIG &&
+                   strncmp(outer.msg, "checkpoint s00-step00000099: ", 29) == 0 &&
+                   strcmp(outer.msg + 29, d.msg) == 0
+               ? 0
+               : 1;
+}
+
+static void test_write_errno(void) {
+    char path[300];
+    bt_diag d;
+    bt_diag_init(&d);
+    snprintf(path, sizeof path, "%s/no-such-dir/rank-00000.pb", test_root);
+    CHECK(ckpt_write_file_atomic(path, "x", 1, &d) == BT_EIO && d.err == ENOENT);
+    bt_diag_set_errno(&d, ENOSPC, "a later failure"); /* the first message and its errno win */
+    CHECK(d.err == ENOENT && strstr(d.msg, "no-such-dir") != NULL);
+    bt_diag_init(&d);
+    bt_diag_set(&d, "no system call's"); /* no errno */
+    CHECK(d.err == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) _exit(write_errno_child());
+    int st = -1;
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 /* Where a checkpoint stands against a stage is what its manifest records (recipe name,
  * stage index), the same for `baton run` and the worker: never its stage's name, so that a
  * renamed stage, or two whose names share a prefix, change nothing; and not its directory's
@@ -712,6 +765,7 @@ int main(void) {
     test_stage_relation();
     test_run_relation();
     test_unread_errno();
+    test_write_errno();
     check_rmdir(test_root);
     return check_status();
 }

@@ -432,10 +432,11 @@ void control_client_checkpoint(control_client *c, const char *name, uint64_t ste
     control_send(c, &env);
 }
 
-void control_client_fatal(control_client *c, int32_t code, const char *message) {
+void control_client_fatal(control_client *c, int32_t code, int err, const char *message) {
     Baton__Fatal f = BATON__FATAL__INIT;
     f.has_rank = 1, f.rank = c->rank;
     f.has_code = 1, f.code = code;
+    f.has_disk_full = err != 0, f.disk_full = err == ENOSPC || err == EDQUOT;
     f.message = (char *)(message ? message : "");
     Baton__Envelope env = BATON__ENVELOPE__INIT;
     env.body_case = BATON__ENVELOPE__BODY_FATAL, env.fatal = &f;

@@ -96,7 +96,9 @@ int control_client_open(control_client *c, const char *address, const char *toke
 /* Messages; each does nothing without a channel. */
 void control_client_heartbeat(control_client *c, Baton__Heartbeat__Phase phase, uint64_t step);
 void control_client_metrics(control_client *c, const Baton__Metrics *m); /* rank: c->rank */
-void control_client_fatal(control_client *c, int32_t code, const char *message);
+/* A Fatal: err is the errno behind the failure where one is known, else 0 (then the Fatal
+ * leaves disk_full out and baton run reads the message's words). */
+void control_client_fatal(control_client *c, int32_t code, int err, const char *message);
 /* Rank 0: checkpoint name (step) is committed. */
 void control_client_checkpoint(control_client *c, const char *name, uint64_t step);
 

@@ -169,9 +169,9 @@ const char *worker_control_stop_reason(worker_control *wc) {
     return worker_signal_stop_requested() ? "SIGTERM" : "another rank's request";
 }
 
-void worker_control_fatal(worker_control *wc, int32_t code, const char *message) {
+void worker_control_fatal(worker_control *wc, int32_t code, int err, const char *message) {
     worker_pacer_lock(&wc->pacer);
-    control_client_fatal(&wc->client, code, message);
+    control_client_fatal(&wc->client, code, err, message);
     worker_pacer_unlock(&wc->pacer);
 }
 

@@ -73,8 +73,9 @@ const char *worker_control_stop_reason(worker_control *wc);
  * name (step) is committed; safe from the async writer's thread. */
 void worker_control_checkpoint(void *arg, const char *name, uint64_t step);
 
-/* Reports a failure (exit status class code, message) before the worker exits. */
-void worker_control_fatal(worker_control *wc, int32_t code, const char *message);
+/* Reports a failure (exit status class code, the errno behind it or 0, message) before
+ * the worker exits. */
+void worker_control_fatal(worker_control *wc, int32_t code, int err, const char *message);
 
 void worker_control_close(worker_control *wc);
 

@@ -226,8 +226,8 @@ static int ckpt_fault_full(train_ckpt *c, const char *part, const char *key) {
     if (f == NULL || sscanf(f, "%d:%llu", &rank, &step) != 2 || rank != c->world_rank) return 0;
     snprintf(want, sizeof want, "-step%08llu", step);
     if (strstr(c->name, want) == NULL) return 0;
-    bt_diag_set(&c->diag, "%s/rank-%05d.bin: cannot write tensor %s: %s", part, c->world_rank, key,
-                strerror(ENOSPC));
+    bt_diag_set_errno(&c->diag, ENOSPC, "%s/rank-%05d.bin: cannot write tensor %s: %s", part,
+                      c->world_rank, key, strerror(ENOSPC));
     return BT_EIO;
 }
 
@@ -324,7 +324,7 @@ int train_ckpt_wait(train_ckpt *c, bt_diag *diag) {
     c->busy = 0;
     free(c->arena);
     c->arena = NULL;
-    if (c->status != 0) bt_diag_set(diag, "checkpoint %s: %s", c->name, c->diag.msg);
+    if (c->status != 0) bt_diag_forward(diag, &c->diag, "checkpoint %s", c->name);
     return c->status;
 }
 
@@ -361,7 +361,7 @@ int train_ckpt_save(train_ckpt *c, trainer *t, int final, bt_diag *diag) {
     ckpt_header(c, t, final);
     int copy = c->async || !t->be.host_memory;
     if (copy && (rc = ckpt_snapshot(c, &t->be)) != 0)
-        bt_diag_set(diag, "checkpoint %s: %s", c->name, c->diag.msg);
+        bt_diag_forward(diag, &c->diag, "checkpoint %s", c->name);
     else if (copy && c->async) {
         c->status = 0;
         rc = pthread_create(&c->thread, NULL, ckpt_thread, c) == 0 ? 0 : BT_EINTERNAL;
@@ -370,7 +370,7 @@ int train_ckpt_save(train_ckpt *c, trainer *t, int final, bt_diag *diag) {
         rc = ckpt_write(c);
         free(c->arena); /* a device's host copy, if any */
         c->arena = NULL;
-        if (rc != 0) bt_diag_set(diag, "checkpoint %s: %s", c->name, c->diag.msg);
+        if (rc != 0) bt_diag_forward(diag, &c->diag, "checkpoint %s", c->name);
     }
     c->stall_s = bt_clock_now() - t0;
     return rc;

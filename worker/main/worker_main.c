@@ -1114,7 +1114,7 @@ int main(int argc, char **argv) {
     if (rc != 0) {
         const char *msg = diag.msg[0] ? diag.msg : bt_strerror(rc);
         fprintf(stderr, "baton-worker: %s\n", msg);
-        worker_control_fatal(&ctl, status, msg);
+        worker_control_fatal(&ctl, status, diag.err, msg);
     }
     worker_control_close(&ctl);
     worker_ranks_leave(&w);

@@ -1,0 +1,57 @@
+/* test_control fatal RUN_DIR: how baton run tells a full disk from a rank's Fatal. A
+ * worker that knows the errno says so in the Fatal's disk_full field, whatever the
+ * message's words; one of an older build has no such field, and its message's strerror
+ * words for ENOSPC or EDQUOT still say it. */
+#include <errno.h>
+#include <string.h>
+
+#include "control_client.h"
+#include "control_server.h"
+#include "test_control.h"
+#include "util/err.h"
+
+static int got_fatal(const control_server *cs) {
+    return cs->fatal.seen;
+}
+
+/* One attempt whose only rank sends a Fatal (err: the errno the client is told, 0 as a
+ * worker of an older build that never sets disk_full); returns the server's disk_full. */
+static int fatal_case(control_server *cs, uint32_t attempt, int err, const char *message) {
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(control_server_begin_attempt(cs, 0, "pretrain", attempt, 1, 0) == 0, "begin");
+    control_client c;
+    CHECK(control_client_open(&c, cs->address, "s3cret", 0, 1, attempt, NULL, &d) == 0, "%s",
+          d.msg);
+    control_client_fatal(&c, 1, err, message);
+    CHECK(pump_until(cs, got_fatal) && strcmp(cs->fatal.message, message) == 0,
+          "attempt %u: the Fatal did not arrive", attempt);
+    control_client_close(&c);
+    int full = cs->fatal.disk_full;
+    CHECK(!full || (cs->fatal.full_rank == 0 && strcmp(cs->fatal.full_message, message) == 0),
+          "attempt %u: the full disk's message is '%s'", attempt, cs->fatal.full_message);
+    return full;
+}
+
+int fatal(const char *run_dir) {
+    control_server cs;
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(control_server_open(&cs, "s3cret", run_dir, "127.0.0.1", &d) == 0, "open: %s", d.msg);
+    char old_words[256];
+    snprintf(old_words, sizeof old_words, "x.bin: cannot write tensor w: %s", strerror(EDQUOT));
+    /* the code alone: a message in words baton run does not know (another locale) */
+    CHECK(fatal_case(&cs, 1, ENOSPC, "x.bin: cannot write tensor w: plus de place") == 1,
+          "a Fatal with disk_full set was not taken for a full disk");
+    CHECK(fatal_case(&cs, 2, EDQUOT, "x.bin: quota") == 1, "EDQUOT was not a full disk");
+    /* an older worker: no field, the words */
+    CHECK(fatal_case(&cs, 3, 0, old_words) == 1,
+          "an older worker's Fatal saying '%s' was not taken for a full disk", strerror(EDQUOT));
+    /* the field, when there, is believed over the words */
+    CHECK(fatal_case(&cs, 4, EIO, old_words) == 0,
+          "a Fatal whose errno is EIO was taken for a full disk by its words");
+    CHECK(fatal_case(&cs, 5, 0, "out of memory") == 0, "out of memory taken for a full disk");
+    control_server_close(&cs);
+    printf("control fatal: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
+    return failures ? 1 : 0;
+}
