@@ -42,6 +42,17 @@ int cli_twice(const char *cmd, const char *opt);
  * value" and returns -1. */
 int cli_no_value(const char *cmd, const char *opt);
 
+/* An error message msg of command CMD ("plan", "ckpt import") on stderr. One that starts
+ * with a place in a file, "FILE:LINE:COL: ..." (a recipe's), is printed as it is, as a
+ * compiler prints one, for editors and CI to find the place at the start of the line; any
+ * other is printed after "baton CMD: ", as every command's own messages are. */
+void cli_error(const char *cmd, const char *msg);
+
+/* An option's value that looks like an option (util/argv_eq.h), refused: prints "baton
+ * CMD: OPT needs a value; 'V' looks like an option", with how to mean it: "./V" when OPT
+ * takes a path, else "OPT=V". */
+void cli_option_like(const char *cmd, const char *opt, const char *v, int path);
+
 /* An --output path prefix (PREFIX.bin, PREFIX_train.idx ...): not empty and not a directory
  * (a trailing '/', a last component "." or "..", which would make hidden files such as
  * "dir/.bin", or an existing directory, which would put "dir.bin" beside it). Otherwise

@@ -23,6 +23,35 @@ int cli_no_value(const char *cmd, const char *opt) {
     return -1;
 }
 
+/* Whether msg starts with a place in a file, "FILE:LINE:COL: " (recipe/load.c and
+ * validate.c write a recipe's so; a FILE with ": " in its name is not told apart). */
+static int cli_msg_located(const char *msg) {
+    const char *end = strstr(msg, ": "), *p = end;
+    for (int field = 0; p != NULL && field < 2; field++) {
+        const char *digits = p;
+        while (p > msg && p[-1] >= '0' && p[-1] <= '9')
+            p--;
+        if (p == digits || p == msg || p[-1] != ':') return 0;
+        p--;
+    }
+    return p != NULL && p > msg;
+}
+
+void cli_error(const char *cmd, const char *msg) {
+    if (cli_msg_located(msg))
+        fprintf(stderr, "%s\n", msg);
+    else
+        fprintf(stderr, "baton %s: %s\n", cmd, msg);
+}
+
+void cli_option_like(const char *cmd, const char *opt, const char *v, int path) {
+    fprintf(stderr, "baton %s: %s needs a value; '%s' looks like an option ", cmd, opt, v);
+    if (path)
+        fprintf(stderr, "(write ./%s for a file of that name)\n", v);
+    else
+        fprintf(stderr, "(write %s=%s if you mean it)\n", opt, v);
+}
+
 /* Whether the last component of path is "." or "..". */
 static int cli_dot_dir(const char *path) {
     const char *base = strrchr(path, '/');

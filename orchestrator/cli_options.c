@@ -19,35 +19,36 @@ static const cli_options cli_table[] = {
     {"run",
      {OPTS("--run-dir", "--nodes", "--gpus-per-node", "--set", "--worker", "--launcher",
            "--listen"),
-      OPTS(HELP, "--quiet"), 0}},
-    {"resume", {OPTS("--worker", "--launcher", "--listen"), OPTS(HELP, "--quiet"), 0}},
+      OPTS(HELP, "--quiet"), 0, 0}},
+    {"resume", {OPTS("--worker", "--launcher", "--listen"), OPTS(HELP, "--quiet"), 0, 0}},
     /* any other option is sbatch's, its '=' kept */
     {"submit",
      {OPTS("--run-dir", "--nodes", "--gpus-per-node", "--set", "--worker", "--template",
            "--launcher", "--listen"), /* refused, in both spellings */
-      OPTS(HELP, "--dry-run"), 0}},
-    {"status", {OPTS(NULL), OPTS(HELP, "--json"), 0}},
-    {"plan", {OPTS("--set", "--nodes", "--gpus-per-node"), OPTS(HELP, "--json"), 0}},
-    {"spec", {OPTS("--set", "--nodes", "--gpus-per-node", "--stage", "--out"), OPTS(HELP), 0}},
+      OPTS(HELP, "--dry-run"), 0, 1}},
+    {"status", {OPTS(NULL), OPTS(HELP, "--json"), 0, 0}},
+    {"plan", {OPTS("--set", "--nodes", "--gpus-per-node"), OPTS(HELP, "--json"), 0, 0}},
+    {"spec", {OPTS("--set", "--nodes", "--gpus-per-node", "--stage", "--out"), OPTS(HELP), 0, 0}},
     /* CMD ARGS are another program's */
-    {"launch", {OPTS("-n", "--np", "--nodes", "--timeout", "--kill-grace"), OPTS(HELP), 1}},
-    {"eval", {OPTS("--data", "--passkey", "--seq-len", "--num-seqs"), OPTS(HELP, "--json"), 0}},
-    {"ckpt inspect", {OPTS(NULL), OPTS(HELP, "--json"), 0}},
-    {"ckpt verify", {OPTS(NULL), OPTS(HELP), 0}},
-    {"ckpt reshard", {OPTS("--to", "--out"), OPTS(HELP), 0}},
-    {"ckpt export", {OPTS("--out", "--format", "--dtype", "--max-position"), OPTS(HELP), 0}},
-    {"ckpt import", {OPTS("--out", "--format", "--recipe-name"), OPTS(HELP), 0}},
-    {"ckpt pack", {OPTS("--out"), OPTS(HELP), 0}},
-    {"ckpt unpack", {OPTS("--into"), OPTS(HELP), 0}},
+    {"launch", {OPTS("-n", "--np", "--nodes", "--timeout", "--kill-grace"), OPTS(HELP), 1, 1}},
+    {"eval", {OPTS("--data", "--passkey", "--seq-len", "--num-seqs"), OPTS(HELP, "--json"), 0, 0}},
+    {"ckpt inspect", {OPTS(NULL), OPTS(HELP, "--json"), 0, 0}},
+    {"ckpt verify", {OPTS(NULL), OPTS(HELP), 0, 0}},
+    {"ckpt reshard", {OPTS("--to", "--out"), OPTS(HELP), 0, 0}},
+    {"ckpt export", {OPTS("--out", "--format", "--dtype", "--max-position"), OPTS(HELP), 0, 0}},
+    {"ckpt import", {OPTS("--out", "--format", "--recipe-name"), OPTS(HELP), 0, 0}},
+    {"ckpt pack", {OPTS("--out"), OPTS(HELP), 0, 0}},
+    {"ckpt unpack", {OPTS("--into"), OPTS(HELP), 0, 0}},
     {"ckpt push",
-     {OPTS("--endpoint", "--max-time", "--stall-time", "--limit-rate"), OPTS(HELP), 0}},
+     {OPTS("--endpoint", "--max-time", "--stall-time", "--limit-rate"), OPTS(HELP), 0, 0}},
     {"ckpt pull",
-     {OPTS("--into", "--endpoint", "--max-time", "--stall-time", "--limit-rate"), OPTS(HELP), 0}},
+     {OPTS("--into", "--endpoint", "--max-time", "--stall-time", "--limit-rate"), OPTS(HELP), 0,
+      0}},
     {"data prepare",
      {OPTS("--input", "--output", "--valid-fraction"),
-      OPTS(HELP, "--split-on-percent", "--progress", "--verbose"), 0}},
-    {"data passkey", {OPTS("--output", "--n-docs", "--length", "--seed"), OPTS(HELP), 0}},
-    {"data inspect", {OPTS("--doc", "--max-tokens"), OPTS(HELP), 0}},
+      OPTS(HELP, "--split-on-percent", "--progress", "--verbose"), 0, 0}},
+    {"data passkey", {OPTS("--output", "--n-docs", "--length", "--seed"), OPTS(HELP), 0, 0}},
+    {"data inspect", {OPTS("--doc", "--max-tokens"), OPTS(HELP), 0, 0}},
 };
 
 /* The entry of the command argv[1] (with its subcommand argv[2] for ckpt and data), or
@@ -66,16 +67,28 @@ static const cli_options *cli_options_find(int argc, char **argv, int *first) {
     return NULL;
 }
 
+/* Whether option opt takes a path (a file, a directory or a dataset's path prefix), for
+ * the hint on a value that looks like an option. */
+static int cli_takes_path(const char *opt) {
+    static const char *const paths[] = {"--run-dir", "--worker", "--template",
+                                        "--out",     "--output", "--input",
+                                        "--into",    "--data",   "--passkey"};
+    for (size_t k = 0; k < sizeof paths / sizeof paths[0]; k++)
+        if (strcmp(opt, paths[k]) == 0) return 1;
+    return 0;
+}
+
 int cli_split_eq(int argc, char **argv, bt_argv *out) {
-    int first = 0;
+    int first = 0, bad = 0;
     const cli_options *c = argc >= 2 ? cli_options_find(argc, argv, &first) : NULL;
     static const bt_argv_opts none = {0};
-    const char *bad = NULL;
     int rc = bt_argv_split_eq(c ? &c->opts : &none, argc, argv, c ? first : argc, out, &bad);
-    if (rc == -1)
+    if (rc == BT_ARGV_FLAG_VALUE)
         fprintf(stderr, "baton %s: %.*s takes no value (got '%s'); see 'baton %s --help'\n", c->cmd,
-                (int)strcspn(bad, "="), bad, bad, c->cmd);
+                (int)strcspn(argv[bad], "="), argv[bad], argv[bad], c->cmd);
+    else if (rc == BT_ARGV_OPTION_LIKE)
+        cli_option_like(c->cmd, argv[bad], argv[bad + 1], cli_takes_path(argv[bad]));
     else if (rc != 0)
         fprintf(stderr, "baton: out of memory\n");
-    return rc == 0 ? 0 : rc == -1 ? BT_EXIT_USAGE : BT_EXIT_FAILURE;
+    return rc == 0 ? 0 : rc == BT_ARGV_NOMEM ? BT_EXIT_FAILURE : BT_EXIT_USAGE;
 }

@@ -202,7 +202,7 @@ static void prep_on_skip(void *ctx, const char *path, const char *member, const 
 
 static void prep_on_warning(void *ctx, const char *path, const char *what) {
     (void)ctx;
-    fprintf(stderr, "warning: input '%s': %s\n", path, what);
+    fprintf(stderr, "baton data prepare: warning: input '%s': %s\n", path, what);
 }
 
 static const char *const prep_suffix[2] = {"_train", "_valid"};
@@ -293,8 +293,10 @@ static int prep_drop_stale_valid(const char *output) {
         if (!name.oom && unlink(bt_buf_str(&name)) == 0)
             removed++;
         else if (!name.oom && errno != ENOENT)
-            fprintf(stderr, "warning: cannot remove %s, left by an earlier prepare: %s\n",
-                    bt_buf_str(&name), strerror(errno));
+            fprintf(
+                stderr,
+                "baton data prepare: warning: cannot remove %s, left by an earlier prepare: %s\n",
+                bt_buf_str(&name), strerror(errno));
         bt_buf_free(&name);
     }
     return removed;
@@ -324,7 +326,9 @@ static void prep_summary(const prep *p, const corpus *c, const prep_opts *o) {
                (unsigned long long)s->skipped_links, plural(s->skipped_links),
                (unsigned long long)s->skipped_other);
     if (o->valid_fraction > 0 && p->docs[1] == 0)
-        fprintf(stderr, "warning: the validation set is empty: %llu document%s at fraction %g\n",
+        fprintf(stderr,
+                "baton data prepare: warning: the validation set is empty: %llu document%s at "
+                "fraction %g\n",
                 (unsigned long long)p->doc, plural(p->doc), o->valid_fraction);
 }
 
@@ -649,7 +653,8 @@ static void inspect_counts(const indexed_dataset *ds) {
            ds->has_modes ? ", with sequence modes" : "");
     if (ds->bin_size > ds->bin_end) /* Megatron's reader never looks there either */
         fprintf(stderr,
-                "warning: %s: its last %zu bytes (from byte %zu) belong to no sequence of the "
+                "baton data inspect: warning: %s: its last %zu bytes (from byte %zu) belong to no "
+                "sequence of the "
                 "index; they are never read\n",
                 ds->bin_path, ds->bin_size - ds->bin_end, ds->bin_end);
 }

@@ -153,7 +153,7 @@ static int plan_run(const char *path, const recipe_sets *sets, int json) {
     else if (rc == 0)
         plan_print_text(&doc, &pa);
     else
-        fprintf(stderr, "%s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
+        cli_error("plan", diag.msg[0] ? diag.msg : bt_strerror(rc));
     int misfit = 0;
     for (size_t i = 0; rc == 0 && i < pa.n; i++)
         misfit |= pa.stages[i].mem.fits == 0;

@@ -39,7 +39,8 @@ static void usage(FILE *f) {
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\nRun 'baton COMMAND --help' for a command's options.\n"
                "Run 'baton help COMMAND' for the same (baton help ckpt verify).\n"
-               "An option's value follows it, --opt VALUE, or joins it, --opt=VALUE.\n"
+               "An option's value follows it, --opt VALUE, or joins it, --opt=VALUE;\n"
+               "'--' ends the options (launch: CMD follows; submit: sbatch's options).\n"
                "Exit status: 0 success, 1 failure, 2 bad usage or invalid input (some\n"
                "commands add their own codes; see 'baton COMMAND --help').\n");
 }

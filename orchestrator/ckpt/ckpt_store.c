@@ -167,6 +167,7 @@ static int store_open(const store_args *a, const char *url, ckpt_remote *r, bt_d
     r->max_time_ms = a->max_time_ms;
     r->stall_time_s = a->stall_time_s;
     r->limit_rate = (int64_t)a->limit_rate;
+    r->prog = strcmp(a->what, "push") == 0 ? "baton ckpt push" : "baton ckpt pull";
     return rc;
 }
 

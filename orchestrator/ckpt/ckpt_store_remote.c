@@ -297,7 +297,8 @@ static int remote_run(ckpt_remote *r, remote_req *q, bt_diag *diag) {
         else if (e != CURLE_OK && !transient_curl(e))
             break;
         if (attempt + 1 < r->tries)
-            fprintf(stderr, "baton ckpt: %s %s: %s; retrying\n", q->method, shown, why);
+            fprintf(stderr, "%s: %s %s: %s; retrying\n", r->prog ? r->prog : "baton ckpt",
+                    q->method, shown, why);
     }
     bt_diag_set(diag, "%s %s: %s", q->method, shown, why);
     return BT_EIO;

@@ -28,8 +28,9 @@ typedef struct ckpt_remote {
     long stall_time_s;        /* a request moving no byte for this long fails, 0 for never */
     int64_t limit_rate;       /* bytes per second, 0 for none */
     int tries;
-    void *curl;    /* CURL * */
-    void *headers; /* struct curl_slist *: x-amz-content-sha256 for S3 */
+    const char *prog; /* "baton ckpt push": the retry notes' prefix (NULL: "baton ckpt") */
+    void *curl;       /* CURL * */
+    void *headers;    /* struct curl_slist *: x-amz-content-sha256 for S3 */
 } ckpt_remote;
 
 /* url: http(s)://HOST[:PORT][/PREFIX] or s3://BUCKET[/PREFIX]; endpoint (s3 only, may be

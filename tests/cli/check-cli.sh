@@ -261,8 +261,8 @@ expect 2 '--set defaults.parallel.bogus=1.*unknown key "bogus"' -- plan "$recipe
 expect 2 "expected KEY=VALUE" -- plan "$recipes/tiny-cpu.yaml" --set nothing
 expect 2 "usage: baton plan" -- plan "$recipes/tiny-cpu.yaml" --set
 # an empty value is the empty string, which only a string field takes
-expect 2 "^--set name=: name: the recipe name is empty" -- plan "$recipes/tiny-cpu.yaml" --set name=
-expect 2 "^--set stages\\.0\\.steps=: empty value for stages\\[0\\]\\.steps, which is not a string" -- \
+expect 2 "^baton plan: --set name=: name: the recipe name is empty" -- plan "$recipes/tiny-cpu.yaml" --set name=
+expect 2 "^baton plan: --set stages\\.0\\.steps=: empty value for stages\\[0\\]\\.steps, which is not a string" -- \
   plan "$recipes/tiny-cpu.yaml" --set stages.0.steps=
 expect 0 "valid: \"\"$" -- spec "$recipes/tiny-cpu.yaml" --stage 0 --set data.valid=
 # status and ckpt inspect say what their JSON holds and how they exit
@@ -349,48 +349,48 @@ expect 2 '--set defaults.parallel.bogus=1.*unknown key "bogus"' -- spec "$recipe
 expect 2 "--set needs a value" -- spec "$recipes/tiny-cpu.yaml" --set
 # an empty path segment is refused by name, never taken as stage 0 or turned into bad YAML
 for k in stages..steps model..dim .model.dim model.dim. stages.pretrain..steps; do
-  expect 2 "^--set $k=5: the key \"$k\" has an empty path segment at character [0-9]+ " -- \
+  expect 2 "^baton spec: --set $k=5: the key \"$k\" has an empty path segment at character [0-9]+ " -- \
     spec "$recipes/tiny-cpu.yaml" --stage pretrain --set "$k=5"
 done
-expect 2 "^--set stages\\.\\.steps=5: the key" -- spec "$recipes/tiny-cpu.yaml" --set stages..steps=5 --set stages.pretrain.steps=5
+expect 2 "^baton spec: --set stages\\.\\.steps=5: the key" -- spec "$recipes/tiny-cpu.yaml" --set stages..steps=5 --set stages.pretrain.steps=5
 expect 2 "the key \"model.d:im\" has ':' in the path segment \"d:im\"" -- \
   plan "$recipes/tiny-cpu.yaml" --set model.d:im=64
 # the recipe name is the default run directory's (runs/<name>): one plain name, checked
-expect 2 "^--set name=a/b: name: the recipe name \"a/b\" has '/'" -- \
+expect 2 "^baton plan: --set name=a/b: name: the recipe name \"a/b\" has '/'" -- \
   plan "$recipes/tiny-cpu.yaml" --set name=a/b
 # a bad value given by --set is reported at the override, never at a line of the file
 # (nor at a line of the document the override is loaded as); the recipe's own mistakes
 # keep their file:line:column
-expect 2 "^--set stages\.0\.steps=abc: stages\[0\]\.steps: expected a positive integer" -- \
+expect 2 "^baton plan: --set stages\.0\.steps=abc: stages\[0\]\.steps: expected a positive integer" -- \
   plan "$recipes/tiny-cpu.yaml" --set stages.0.steps=abc
-expect 2 "^--set stages\.fp8\.precision=bogus: stages\[2\]\.precision: expected one of fp32, bf16" -- \
+expect 2 "^baton plan: --set stages\.fp8\.precision=bogus: stages\[2\]\.precision: expected one of fp32, bf16" -- \
   plan "$recipes/tiny-cpu.yaml" --set stages.fp8.precision=bogus
-expect 2 "^--set stages\.0\.steps=0: stages\[0\]\.steps: expected a positive number of steps" -- \
+expect 2 "^baton plan: --set stages\.0\.steps=0: stages\[0\]\.steps: expected a positive number of steps" -- \
   plan "$recipes/tiny-cpu.yaml" --set stages.0.steps=0
-expect 2 "^--set stages\.0\.steps=0: stages\[0\]\.steps: expected a positive" -- \
+expect 2 "^baton spec: --set stages\.0\.steps=0: stages\[0\]\.steps: expected a positive" -- \
   spec "$recipes/tiny-cpu.yaml" --set stages.0.steps=5 --set stages.0.steps=0
-expect 2 "^--set model\.n_heads=0: model\.n_heads: expected a positive number of heads" -- \
+expect 2 "^baton plan: --set model\.n_heads=0: model\.n_heads: expected a positive number of heads" -- \
   plan "$recipes/tiny-cpu.yaml" --set model.n_heads=0
-expect 2 "^--set stages\.1\.rope=\{scaling: \{factor: 0\.5\}\}: stages\[1\]\.rope\.scaling\.factor: scaling factor must be at least 1" -- \
+expect 2 "^baton plan: --set stages\.1\.rope=\{scaling: \{factor: 0\.5\}\}: stages\[1\]\.rope\.scaling\.factor: scaling factor must be at least 1" -- \
   plan "$recipes/tiny-cpu.yaml" --set "stages.1.rope={scaling: {factor: 0.5}}"
-expect 2 "^--set defaults\.parallel\.tp=3: defaults\.parallel: tp×pp×cp = 3×2×1 is more than" -- \
+expect 2 "^baton plan: --set defaults\.parallel\.tp=3: defaults\.parallel: tp×pp×cp = 3×2×1 is more than" -- \
   plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.tp=3
-expect 2 "^--set model\.rope\.theta=\{: YAML syntax error: did not find expected node content$" -- \
+expect 2 "^baton plan: --set model\.rope\.theta=\{: YAML syntax error: did not find expected node content$" -- \
   plan "$recipes/tiny-cpu.yaml" --set "model.rope.theta={"
-expect 2 "^--nodes abc: cluster\\.nodes: expected a positive integer" -- \
+expect 2 "^baton plan: --nodes abc: cluster\\.nodes: expected a positive integer" -- \
   plan "$recipes/tiny-cpu.yaml" --nodes abc
 # "auto" is parallel.dp's alone: any other integer field refuses it by name (it was read as 0)
-expect 2 "^--set model\\.n_heads=auto: model\\.n_heads: \"auto\" is only for parallel\\.dp" -- \
+expect 2 "^baton plan: --set model\\.n_heads=auto: model\\.n_heads: \"auto\" is only for parallel\\.dp" -- \
   plan "$recipes/tiny-cpu.yaml" --set model.n_heads=auto
-expect 2 "^--nodes auto: cluster\\.nodes: \"auto\" is only for parallel\\.dp" -- \
+expect 2 "^baton plan: --nodes auto: cluster\\.nodes: \"auto\" is only for parallel\\.dp" -- \
   plan "$recipes/tiny-cpu.yaml" --nodes auto
-expect 2 "^--set stages\\.0\\.steps=abc: stages\\[0\\]\\.steps: expected a positive integer \\(such as 8, 8K = 8192\\), got \"abc\"$" -- \
+expect 2 "^baton plan: --set stages\\.0\\.steps=abc: stages\\[0\\]\\.steps: expected a positive integer \\(such as 8, 8K = 8192\\), got \"abc\"$" -- \
   plan "$recipes/tiny-cpu.yaml" --set stages.0.steps=abc
 expect 0 "tp 2 x cp 1 x dp 1 x pp 2 = 4 ranks" -- plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.dp=auto
 # a data block without training data is refused at validation, at its place, not by run
-expect 2 "^--set data\\.mix=\\[\\]: data: no training data \\(give train or mix\\)" -- \
+expect 2 "^baton plan: --set data\\.mix=\\[\\]: data: no training data \\(give train or mix\\)" -- \
   plan "$recipes/tiny-cpu.yaml" --set data.mix=[]
-expect 2 "^--set data\\.mix=\\[\\]: data: no training data" -- spec "$recipes/tiny-cpu.yaml" --set data.mix=[]
+expect 2 "^baton spec: --set data\\.mix=\\[\\]: data: no training data" -- spec "$recipes/tiny-cpu.yaml" --set data.mix=[]
 # parallel.order may leave out a dimension of size 1 (cp 1 in stage 0), not one larger
 expect 0 "cp 1 x dp 1 x pp 2 = 4 ranks .*order tp-dp-pp$" -- plan "$recipes/tiny-cpu.yaml" \
   --set defaults.parallel.order=tp-dp-pp --set stages.1.parallel.order=tp-cp-dp-pp
@@ -399,30 +399,30 @@ expect 0 "cp 1 x dp 1 x pp 2 = 4 ranks .*order tp-dp-pp$" -- plan "$recipes/tiny
 expect 2 "tiny-cpu\\.yaml:[0-9]+:[0-9]+: stages\\[1\\]\\.parallel\\.cp: parallel\\.order \"tp-dp-pp\" omits cp, which is 2 in this stage; the order is inherited from defaults\\.parallel\\.order \\(--set defaults\\.parallel\\.order=tp-dp-pp\\).*e\\.g\\. \"tp-cp-dp-pp\"" -- \
   plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.order=tp-dp-pp
 # ... the stage's own order, at its place
-expect 2 "^--set stages\\.1\\.parallel\\.order=tp-dp-pp: stages\\[1\\]\\.parallel\\.order: parallel\\.order \"tp-dp-pp\": \"cp\" is missing, and cp is 2" -- \
+expect 2 "^baton plan: --set stages\\.1\\.parallel\\.order=tp-dp-pp: stages\\[1\\]\\.parallel\\.order: parallel\\.order \"tp-dp-pp\": \"cp\" is missing, and cp is 2" -- \
   plan "$recipes/tiny-cpu.yaml" --set stages.1.parallel.order=tp-dp-pp
 # an element of any list, by its 0-based index (as stages); past the end: the list's length
 expect 0 "^      weight: 0\\.5$" -- spec "$recipes/tiny-cpu.yaml" --stage 0 --set data.mix.0.weight=0.5
 expect 0 'path: "data/x"' -- spec "$recipes/tiny-cpu.yaml" --stage 1 --set stages.1.data.mix.1.path=data/x
-expect 2 "^--set data\\.mix\\.2\\.weight=1: data\\.mix \\(.*tiny-cpu\\.yaml:27:3\\) has 2 elements, so index 2 is out of range \\(0-based, 0 to 1\\); to change its length, give the whole list: data\\.mix=\\[\\.\\.\\.\\]$" -- \
+expect 2 "^baton plan: --set data\\.mix\\.2\\.weight=1: data\\.mix \\(.*tiny-cpu\\.yaml:27:3\\) has 2 elements, so index 2 is out of range \\(0-based, 0 to 1\\); to change its length, give the whole list: data\\.mix=\\[\\.\\.\\.\\]$" -- \
   plan "$recipes/tiny-cpu.yaml" --set data.mix.2.weight=1
 # an index is a plain 0-based number: "01" is refused, not taken as 1
-expect 2 "^--set data\\.mix\\.01\\.weight=1: index \"01\" of data\\.mix has a leading zero; write an index as a plain 0-based number, data\\.mix\\.1$" -- \
+expect 2 "^baton plan: --set data\\.mix\\.01\\.weight=1: index \"01\" of data\\.mix has a leading zero; write an index as a plain 0-based number, data\\.mix\\.1$" -- \
   plan "$recipes/tiny-cpu.yaml" --set data.mix.01.weight=1
-expect 2 "^--set stages\\.00\\.steps=3: index \"00\" of stages has a leading zero" -- \
+expect 2 "^baton spec: --set stages\\.00\\.steps=3: index \"00\" of stages has a leading zero" -- \
   spec "$recipes/tiny-cpu.yaml" --set stages.00.steps=3
-expect 2 "^--set defaults\\.parallel\\.stage_layers\\.1=3: defaults\\.parallel\\.stage_layers is not in the recipe" -- \
+expect 2 "^baton plan: --set defaults\\.parallel\\.stage_layers\\.1=3: defaults\\.parallel\\.stage_layers is not in the recipe" -- \
   plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.stage_layers.1=3
 # sequence parallelism's split refused at the override of seq_len or tp that caused it (the
 # recipe sets no sequence_parallel), the later of them when both are given
-expect 2 "^--set defaults\\.seq_len=3: defaults\\.seq_len: sequence parallelism needs the per-rank sequence 3 divisible by tp 2 \\(stage 0" -- \
+expect 2 "^baton plan: --set defaults\\.seq_len=3: defaults\\.seq_len: sequence parallelism needs the per-rank sequence 3 divisible by tp 2 \\(stage 0" -- \
   plan "$recipes/tiny-cpu.yaml" --set defaults.seq_len=3
-expect 2 "^--set defaults\\.parallel\\.tp=4: defaults\\.parallel: sequence parallelism needs the per-rank sequence 6 divisible by tp 4 \\(stage 0" -- \
+expect 2 "^baton plan: --set defaults\\.parallel\\.tp=4: defaults\\.parallel: sequence parallelism needs the per-rank sequence 6 divisible by tp 4 \\(stage 0" -- \
   plan "$recipes/tiny-cpu.yaml" --set defaults.seq_len=6 --set defaults.parallel.tp=4 \
   --set defaults.parallel.pp=1
 # a split given by --set holds whatever the order: a later --set of pp does not drop it
 # (as it drops the file's), so an invalid one is refused, as in the file
-expect 2 "^--set defaults\\.parallel\\.stage_layers=\\[1,1,1,2\\]: defaults\\.parallel\\.stage_layers: the stages' layers add up to 5 but the model has n_layers 4" -- \
+expect 2 "^baton plan: --set defaults\\.parallel\\.stage_layers=\\[1,1,1,2\\]: defaults\\.parallel\\.stage_layers: the stages' layers add up to 5 but the model has n_layers 4" -- \
   plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.stage_layers=[1,1,1,2] \
   --set defaults.parallel.pp=4 --set defaults.parallel.tp=1
 # an element of a list the stage inherits: the list is copied into the stage first, and
@@ -450,10 +450,10 @@ same_spec "an inherited stage_layers element" -- --set defaults.parallel.stage_l
   --set stages.0.parallel.stage_layers.0=3 --set stages.pretrain.parallel.stage_layers.1=1 -- \
   --set defaults.parallel.stage_layers=[1,3] --set stages.0.parallel.stage_layers=[3,1]
 expect 0 "^      weight: 0\\.5$" -- spec "$recipes/tiny-cpu.yaml" --stage 0 --set stages.0.data.mix.0.weight=0.5
-expect 2 "^--set stages\\.0\\.parallel\\.stage_layers\\.0=2: stages\\[0\\]\\.parallel\\.stage_layers: the stages' layers add up to 5" -- \
+expect 2 "^baton plan: --set stages\\.0\\.parallel\\.stage_layers\\.0=2: stages\\[0\\]\\.parallel\\.stage_layers: the stages' layers add up to 5" -- \
   plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.stage_layers=[1,3] --set stages.0.parallel.stage_layers.0=2
 # ... not one the stage does not inherit (a pp it changes drops the split)
-expect 2 "^--set stages\\.1\\.parallel\\.stage_layers\\.0=2: stages\\[1\\]\\.parallel\\.stage_layers is not in the recipe" -- \
+expect 2 "^baton plan: --set stages\\.1\\.parallel\\.stage_layers\\.0=2: stages\\[1\\]\\.parallel\\.stage_layers is not in the recipe" -- \
   plan "$recipes/tiny-cpu.yaml" --set defaults.parallel.stage_layers=[1,3] --set stages.1.parallel.stage_layers.0=2
 # what runs but likely not as meant is a warning: plan and spec go on (exit 0)
 expect 0 "^warning: --set stages\\.long-context\\.seq_len=2048: stages\\[1\\]\\.seq_len: seq_len 2048 is beyond the context the RoPE scaling extends to" -- \
@@ -553,7 +553,7 @@ assert not any("no GEMM runs in fp8" in w for w in s[0]["warnings"] + s[1]["warn
   echo "ok   an fp8 stage with no fp8 GEMM warned about (text and JSON), not one with one" ||
   { echo "FAIL: the warning about an fp8 stage with no fp8 GEMM"; failures=$((failures + 1)); }
 expect 0 "^== stage 1 \"b\"" -- plan "$recipes/../tests/cli/rope-off.yaml"
-expect 2 "^--gpus-per-node 0: cluster\\.gpus_per_node: expected at least 1 device per node" -- \
+expect 2 "^baton spec: --gpus-per-node 0: cluster\\.gpus_per_node: expected at least 1 device per node" -- \
   spec "$recipes/tiny-cpu.yaml" --gpus-per-node 0
 expect 2 "/heads-vs-tp\.yaml:9:14: defaults\.parallel\.tp: tp 4 does not divide n_heads 6" -- \
   plan "$recipes/../tests/recipes/bad/heads-vs-tp.yaml" --set stages.0.steps=3

@@ -6,6 +6,10 @@
 #    never a bare ": cannot open";
 #  - ckpt unpack of a directory or of a file that is no archive, ckpt import of a missing
 #    directory or a file: said plainly, exit 2 as their --help promises;
+#  - where a message starts, the same in every command: one about a place in a recipe
+#    starts with that place, FILE:LINE:COL:, as a compiler's does (editors and CI find it
+#    at the start of the line), whichever command read the recipe; any other starts with
+#    "baton CMD:" (a warning with "baton CMD: warning:");
 #  - help texts fit 80 columns.
 #   check-messages.sh BATON BATON_WORKER SOURCE_DIR
 set -u
@@ -16,9 +20,9 @@ cli_workdir messages
 
 big=99999999999999999999
 # ---- numbers past their bound ----
-expect 2 "^--nodes $big: cluster\.nodes: value \"$big\" is out of range \(at most 4294967295\)$" -- \
+expect 2 "^baton plan: --nodes $big: cluster\.nodes: value \"$big\" is out of range \(at most 4294967295\)$" -- \
   "$baton" plan "$recipe" --nodes $big
-expect 2 "^--set seed=$big: seed: value \"$big\" is out of range \(at most 18446744073709551615\)$" -- \
+expect 2 "^baton plan: --set seed=$big: seed: value \"$big\" is out of range \(at most 18446744073709551615\)$" -- \
   "$baton" plan "$recipe" --set seed=$big
 expect 2 "^baton eval: --seq-len '$big': need an integer from 1 to 18446744073709551615 " -- \
   "$baton" eval ck --data d --seq-len $big --num-seqs 1
@@ -30,8 +34,8 @@ expect 2 "^baton-worker: --eval-windows '4294967296' is out of range \(0 to 4294
   "$worker" --spec nope.pb --eval-windows 4294967296
 
 # ---- empty values ----
-expect 2 "^'': an empty file name; give the recipe's path \(a YAML file\)$" -- "$baton" plan ""
-expect 2 "^'': an empty file name; give the recipe's path" -- "$baton" spec ""
+expect 2 "^baton plan: '': an empty file name; give the recipe's path \(a YAML file\)$" -- "$baton" plan ""
+expect 2 "^baton spec: '': an empty file name; give the recipe's path" -- "$baton" spec ""
 expect 2 "^baton ckpt inspect: '': an empty name; give a checkpoint or run directory$" -- \
   "$baton" ckpt inspect ""
 expect 2 "^baton ckpt verify: '': an empty name; give a checkpoint or run directory$" -- \
@@ -44,8 +48,8 @@ expect 2 "^baton run: --run-dir '': an empty name; give a run directory$" -- \
   "$baton" run "$recipe" --run-dir ""
 expect 2 "^baton data inspect: '': an empty dataset prefix; give PREFIX \(PREFIX\.bin and PREFIX\.idx\)$" -- \
   "$baton" data inspect ""
-expect 2 "^--nodes '': give a count, such as --nodes 2$" -- "$baton" plan "$recipe" --nodes ""
-expect 2 "^--gpus-per-node '': give a count, such as --gpus-per-node 2$" -- \
+expect 2 "^baton plan: --nodes '': give a count, such as --nodes 2$" -- "$baton" plan "$recipe" --nodes ""
+expect 2 "^baton plan: --gpus-per-node '': give a count, such as --gpus-per-node 2$" -- \
   "$baton" plan "$recipe" --gpus-per-node ""
 expect 2 "^baton ckpt unpack: '': name the archive \(FILE\.tar\.zst\)$" -- "$baton" ckpt unpack ""
 expect 2 "^baton ckpt import: '': name the Hugging Face model's directory$" -- \
@@ -65,6 +69,25 @@ expect 2 "^baton ckpt import: '/nonexistent-baton-dir': no such directory$" -- \
 expect 2 "^baton ckpt import: 'r\.yaml': not a directory; give the Hugging Face model's directory \(config\.json and model\.safetensors\)$" -- \
   "$baton" ckpt import r.yaml --out im
 [[ ! -e up && ! -e im ]] || fail "a refused unpack or import left $(ls -d up im 2>/dev/null)"
+
+# ---- where a message starts ----
+printf 'name: t\nstages: [{name: a, steps: -3}]\n' >bad.yaml
+want='bad.yaml:2:27: stages[0].steps: expected a positive integer (such as 8, 8K = 8192), got "-3"'
+for c in plan "plan --json" spec run submit; do
+  out=$("$baton" $c bad.yaml 2>&1)
+  rc=$?
+  [[ $rc == 2 && $out == "$want" ]] && ok "$c bad.yaml: the recipe's place first" ||
+    fail "$c bad.yaml: exit $rc: $out"
+done
+for c in plan spec run submit; do
+  expect 2 "^baton $c: --nodes 2x: cluster\.nodes: expected a positive integer" -- \
+    "$baton" $c "$recipe" --nodes 2x
+  expect 2 "^baton $c: '': an empty file name; give the recipe's path" -- "$baton" $c ""
+done
+[[ ! -e runs ]] || fail "a refused run or submit made runs/"
+printf 'hello world\n' >one.txt
+expect 0 "^baton data prepare: warning: the validation set is empty: 1 document at fraction 0\.01$" -- \
+  "$baton" data prepare --input one.txt --output one --valid-fraction 0.01
 
 # ---- help texts: lines of at most 80 columns, and ckpt inspect --json's field list
 # names run_id, as the README does ----

@@ -5,6 +5,12 @@
 #    and for submit the same batch script), with the same checks (given twice, which every
 #    option but --set and --input refuses, as every flag does); a flag given a value is
 #    refused; nothing after "--" or after launch's CMD is touched;
+#  - "--" ends the options of every command (an operand after it that starts with '-' is
+#    the path ./OPERAND), but for launch (CMD follows) and submit (sbatch's options follow);
+#  - an option that takes a value, followed by something that looks like an option, is
+#    refused naming both ("--run-dir --quiet": the value is missing), in both programs;
+#    "--opt=--x" and "./--x" mean it;
+#  - baton-worker --comm-timeout takes a duration as recipes write one (2.5s, 500ms, 1m);
 #  - `baton help GROUP SUB` is `baton GROUP SUB --help`;
 #  - a missing argument is said first, then the usage;
 #  - durations and rates in the units recipes use (launch --timeout 500ms);
@@ -134,6 +140,68 @@ expect 0 "^prepared [0-9]+ documents" -- "$baton" data prepare --input=/usr/shar
 # counts of one are singular
 expect 0 "^  train: data/f3_train\.bin/\.idx  1 document, [0-9]+ tokens$" -- \
   "$baton" data prepare --input=/usr/share/games/fortunes/fortunes --output=data/f3 --valid-fraction=0
+
+# ---- "--" ends the options, in every command ----
+cp "$recipes/tiny-cpu.yaml" ./-dash.yaml
+diff <("$baton" plan "$recipes/tiny-cpu.yaml" 2>&1) <("$baton" plan -- "$recipes/tiny-cpu.yaml" 2>&1) >/dev/null &&
+  ok "plan -- RECIPE is plan RECIPE" || fail "plan -- RECIPE differs from plan RECIPE"
+diff <("$baton" plan ./-dash.yaml --json 2>&1) <("$baton" plan --json -- -dash.yaml 2>&1) >/dev/null &&
+  ok "plan --json -- -dash.yaml plans the file -dash.yaml" || fail "plan -- -dash.yaml: $("$baton" plan -- -dash.yaml 2>&1 | head -n 1)"
+expect 0 '^# StageSpec: stage 1 "long-context"' -- "$baton" spec --stage 1 -- -dash.yaml
+# after it, what looks like an option is an operand, a path
+expect 2 "^baton plan: \./--json: cannot open: No such file or directory$" -- "$baton" plan -- --json
+expect 2 "^baton plan: one recipe at a time \(got '\./-dash\.yaml' and '\./--json'\)$" -- \
+  "$baton" plan ./-dash.yaml -- --json
+expect 2 "^baton run: \./-q\.yaml: cannot open: No such file or directory$" -- "$baton" run --quiet -- -q.yaml
+expect 2 "^baton status: nowhere: no such directory$" -- "$baton" status -- nowhere
+expect 2 "^baton resume: \./-r: no such directory$" -- "$baton" resume -- -r
+expect 2 "^baton ckpt verify: \./-c: no such checkpoint or run directory$" -- "$baton" ckpt verify -- -c
+expect 2 "^baton data inspect: \./-d\.idx: cannot open" -- "$baton" data inspect -- -d
+# "-" alone stays "-"
+expect 2 "^baton plan: -: " -- "$baton" plan -- - </dev/null
+# launch and submit read "--" themselves (CMD follows; sbatch's options follow): unchanged
+expect 0 '^\[0\] -- -x$' -- "$baton" launch -n 1 -- echo -- -x
+
+# ---- a value that looks like an option: its value is most likely missing ----
+expect 2 "^baton run: --run-dir needs a value; '--quiet' looks like an option \(write \./--quiet for a file of that name\)$" -- \
+  "$baton" run --run-dir --quiet "$small"
+[[ ! -e ./--quiet ]] && ok "run --run-dir --quiet made no directory --quiet" || fail "run --run-dir --quiet made ./--quiet"
+expect 2 "^baton spec: --out needs a value; '--stage' looks like an option \(write \./--stage for a file of that name\)$" -- \
+  "$baton" spec "$recipes/tiny-cpu.yaml" --out --stage 1
+[[ ! -e ./--stage ]] && ok "spec --out --stage wrote no file --stage" || fail "spec --out --stage wrote ./--stage"
+expect 2 "^baton plan: --nodes needs a value; '--json' looks like an option \(write --nodes=--json if you mean it\)$" -- \
+  "$baton" plan "$recipes/tiny-cpu.yaml" --nodes --json
+expect 2 "^baton plan: --set needs a value; '-h' looks like an option" -- "$baton" plan "$recipes/tiny-cpu.yaml" --set -h
+expect 2 "^baton launch: --kill-grace needs a value; '--' looks like an option" -- \
+  "$baton" launch -n 2 --kill-grace -- true
+expect 2 "^baton ckpt unpack: --into needs a value; '--help' looks like an option \(write \./--help " -- \
+  "$baton" ckpt unpack a.tar.zst --into --help
+expect 2 "^baton data prepare: --output needs a value; '-x' looks like an option \(write \./-x " -- \
+  "$baton" data prepare --input /usr/share/games/fortunes/fortunes --output -x
+expect 2 "^baton-worker: --spec needs a value; '--steps' looks like an option \(write \./--steps for a file of that name\)$" -- \
+  "$worker" --spec --steps 3
+expect 2 "^baton-worker: --steps needs a value; '--single-process' looks like an option" -- \
+  "$worker" --spec nope.pb --steps --single-process
+expect 2 "^baton-worker: --spec needs a value$" -- "$worker" --spec
+# a negative number is a value, which the option's own check refuses
+expect 2 "^baton plan: --nodes -1: cluster\.nodes: expected a positive integer" -- \
+  "$baton" plan "$recipes/tiny-cpu.yaml" --nodes -1
+# ... meant as written: "--opt=--x" or "./--x"
+expect 0 "^$" -- "$baton" spec "$recipes/tiny-cpu.yaml" --out=--x
+expect 0 "^$" -- "$baton" spec "$recipes/tiny-cpu.yaml" --out ./-y
+[[ -s ./--x && -s ./-y ]] && ok "spec --out=--x and --out ./-y wrote --x and -y" || fail "spec --out=--x or ./-y wrote nothing"
+
+# ---- baton-worker --comm-timeout: a duration ----
+for t in 2.5s 500ms 1m 30; do
+  expect 2 "^baton-worker: nope\.pb: cannot open" -- "$worker" --spec nope.pb --comm-timeout "$t"
+done
+expect 2 "^baton-worker: --comm-timeout '5x': expected a duration such as 250ms, 300s, 5m, 1h or 2d" -- \
+  "$worker" --spec nope.pb --comm-timeout 5x
+expect 2 "^baton-worker: --comm-timeout '0': out of range, from 1ms to 1000000s$" -- \
+  "$worker" --spec nope.pb --comm-timeout=0
+expect 2 "^baton-worker: --comm-timeout '2000000s': out of range" -- \
+  "$worker" --spec nope.pb --comm-timeout 2000000s
+expect 0 "^  --comm-timeout T +how long any collective may wait for a peer: a duration$" -- "$worker" --help
 
 # ---- baton help GROUP SUB ----
 for c in "ckpt verify" "ckpt push" "data prepare" "data inspect"; do

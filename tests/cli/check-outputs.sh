@@ -69,15 +69,15 @@ if ((inplace == 1)); then
     ok "--out //dev/stdout, /dev/./stdout, /dev/fd/../fd/1, a link to /dev/stdout append to a >> file" ||
     fail "--out /dev/stdout spelled otherwise >> log: $(stat -c %s log2) bytes, first line $(head -n 1 log2)"
 fi
-expect 1 "^/dev/fd/0: cannot write: descriptor 0 is not open for writing$" -- \
+expect 1 "^baton spec: /dev/fd/0: cannot write: descriptor 0 is not open for writing$" -- \
   sh -c "exec '$baton' spec '$recipe' --out /dev/fd/0 </dev/null"
 # the .partial is made new: a FIFO there is no hang, a hard link there is not written
 # through (both refused, named); a leftover regular file of one's own is replaced
 mkfifo p1.partial
-expect 1 "^p1: cannot write: p1.partial, where it is written first, is there and is not a regular file, not a leftover of yours; remove it$" -- \
+expect 1 "^baton spec: p1: cannot write: p1.partial, where it is written first, is there and is not a regular file, not a leftover of yours; remove it$" -- \
   timeout 10 "$baton" spec "$recipe" --out p1
 echo victim >victim && ln victim p2.partial
-expect 1 "^p2: cannot write: p2.partial, where it is written first, is there and is a file with other hard links" -- \
+expect 1 "^baton spec: p2: cannot write: p2.partial, where it is written first, is there and is a file with other hard links" -- \
   "$baton" spec "$recipe" --out p2
 [[ $(cat victim) == victim && ! -e p1 && ! -e p2 && -p p1.partial ]] && ok "a FIFO or hard link at .partial: untouched" ||
   fail "a planted .partial: victim $(cat victim | head -c 20), $(ls -l p1* p2*)"
@@ -94,7 +94,7 @@ expect 0 "^$" -- "$baton" spec "$recipe" --out private
 # (protected_symlinks, whatever the sysctl says); one's own there is
 if [[ $(id -u) == 0 ]] && id nobody >/dev/null 2>&1; then
   mkdir -m 1777 ww && echo precious >precious && ln -s ../precious ww/spec.pb && chown -h nobody ww/spec.pb
-  expect 2 "^ww/spec.pb: not followed: the symbolic link ww/spec.pb is uid $(id -u nobody)'s, in ww, a sticky directory others may write \(mode 1777\)" -- \
+  expect 2 "^baton spec: ww/spec.pb: not followed: the symbolic link ww/spec.pb is uid $(id -u nobody)'s, in ww, a sticky directory others may write \(mode 1777\)" -- \
     "$baton" spec "$recipe" --out ww/spec.pb
   [[ $(cat precious) == precious ]] && ok "another user's link in a sticky directory: not followed" ||
     fail "precious was written through another user's link"
@@ -105,12 +105,12 @@ else
   echo "SKIPPED: another user's link in a sticky directory (needs root and user nobody)"
 fi
 mkdir dir
-expect 2 "^dir: a directory, not a file; name a file to write$" -- "$baton" spec "$recipe" --out dir
+expect 2 "^baton spec: dir: a directory, not a file; name a file to write$" -- "$baton" spec "$recipe" --out dir
 ln -s missing dangling
-expect 2 "^dangling: a symbolic link to a missing file" -- "$baton" spec "$recipe" --out dangling
+expect 2 "^baton spec: dangling: a symbolic link to a missing file" -- "$baton" spec "$recipe" --out dangling
 [[ -L dangling && ! -e missing ]] || fail "a dangling link was replaced or followed"
 expect 2 "^baton spec: --out '': name the file to write$" -- "$baton" spec "$recipe" --out ""
-expect 1 "^nodir/x.pb: cannot write: No such file or directory$" -- "$baton" spec "$recipe" --out nodir/x.pb
+expect 1 "^baton spec: nodir/x.pb: cannot write: No such file or directory$" -- "$baton" spec "$recipe" --out nodir/x.pb
 
 # ---- a failed write to stdout ----
 full() { # full PROG ARGS...: run with stdout on /dev/full

@@ -167,7 +167,7 @@ echo "ok a file listed twice refused"
 if [[ -r /proc/version ]]; then
   run 0 "$baton" data prepare --input /proc/version --output "$tmp/out/proc" --valid-fraction 0 --progress
   bytes=$(wc -c </proc/version)
-  expect_err "warning: input '/proc/version': changed while being read: 0 bytes when listed, $bytes bytes read"
+  expect_err "baton data prepare: warning: input '/proc/version': changed while being read: 0 bytes when listed, $bytes bytes read"
   expect_out "1 document, $((bytes + 1)) tokens"
   grep -qE "^prepare: 0\.0 MiB read, 1 document$" "$tmp/stderr" || { cat "$tmp/stderr" >&2; fail "final progress line"; }
   run 0 "$baton" data prepare --input "$in" --output "$tmp/out/quiet" --valid-fraction 0
@@ -193,7 +193,7 @@ pycheck check-files "$tmp/out/nested_train" "$in/a.txt"
 printf 'PK\003\004 is how this text starts\n' >"$tmp/pk.txt"
 printf 'BZh9 also text\n' >"$tmp/bzh.txt"
 run 0 "$baton" data prepare --input "$tmp/pk.txt" "$tmp/bzh.txt" --output "$tmp/out/pk" --valid-fraction 0
-expect_err "warning: input '$tmp/pk.txt': starts like an archive but is none ("
+expect_err "baton data prepare: warning: input '$tmp/pk.txt': starts like an archive but is none ("
 expect_out "prepared 2 documents"
 expect_out "from 2 files (0 archives)"
 pycheck check-files "$tmp/out/pk_train" "$tmp/pk.txt" "$tmp/bzh.txt"
@@ -364,7 +364,7 @@ size=$(stat -c %s "$tmp/tail.bin")
 printf 'xyz' >>"$tmp/tail.bin"
 run 0 "$baton" data inspect "$tmp/tail"
 expect_out "documents:   3"
-expect_err "warning: $tmp/tail.bin: its last 3 bytes (from byte $size) belong to no sequence"
+expect_err "baton data inspect: warning: $tmp/tail.bin: its last 3 bytes (from byte $size) belong to no sequence"
 run 0 "$baton" data inspect "$tmp/out/dir_train"
 [[ ! -s "$tmp/stderr" ]] || fail "inspect warns about a dataset without trailing bytes"
 # a sequence pointer off the uint16 token boundaries (sequence 1's, at byte 34 + 4*3 + 8 of

@@ -303,7 +303,7 @@ bad-input)
     echo "$what: $(head -1 out.txt)"
   }
   printf 'name: x\nstages: [{name: a, steps: -3}]\n' >bad.yaml
-  expect2 "bad recipe" "bad.yaml:2:" "$baton" run bad.yaml --run-dir bad
+  expect2 "bad recipe" "^bad\\.yaml:2:[0-9]+: " "$baton" run bad.yaml --run-dir bad
   mkdir ro && chmod 500 ro
   if [[ $(id -u) != 0 ]]; then
     expect2 "unwritable run dir" "ro/run.*(cannot create|not writable)" "$baton" run "$recipe" --run-dir ro/run
@@ -1199,7 +1199,7 @@ assert s["state"] == "completed" and st["name"] == "a.b 1" and st["step"] == 8, 
   grep -qF "baton run: warning: " again.out || { cat again.out; fail "baton run on the run's directory did not warn"; }
   cp r1/recipe.yaml new.yaml
   set +e; "$baton" run new.yaml --run-dir r2 >new.out 2>&1; rc=$?; set -e
-  [[ $rc == 2 ]] && grep -qF 'baton run: new.yaml:9:6: stages[0].name: stage name "a.b 1" has' new.out ||
+  [[ $rc == 2 ]] && grep -qE '^new\.yaml:9:6: stages\[0\]\.name: stage name "a\.b 1" has' new.out ||
     { cat new.out; fail "a new run with stage \"a.b 1\": exit $rc"; }
   [[ ! -e r2 ]] || fail "the refused new run made r2"
   echo "$case: a run named before the rule resumed and completed, warned; a new one refused"

@@ -39,6 +39,7 @@
 #include "util/file.h"
 #include "util/out_file.h"
 #include "train_ckpt.h"
+#include "units.h"
 #include "worker_control.h"
 #include "worker_cuda.h"
 #include "worker_paths.h"
@@ -64,7 +65,7 @@ typedef struct worker_args {
 
 static void worker_usage(FILE *f) {
     fprintf(f, "usage: baton-worker --spec FILE [--single-process] [--steps N] [--log-every N]\n"
-               "                    [--eval-windows N] [--valid PREFIX] [--comm-timeout S]\n"
+               "                    [--eval-windows N] [--valid PREFIX] [--comm-timeout T]\n"
                "                    [--dump-params FILE] [--run-dir DIR] [--init CKPT]\n"
                "                    [--save-every N] [--async-save]\n"
                "       baton-worker --version\n\n"
@@ -79,7 +80,9 @@ static void worker_usage(FILE *f) {
                "  --eval-windows N     validation windows evaluated at the end (default 64;\n"
                "                       0 = none)\n"
                "  --valid PREFIX       validation data (default: the stage's data.valid)\n"
-               "  --comm-timeout S     seconds any collective may wait for a peer (default 60)\n"
+               "  --comm-timeout T     how long any collective may wait for a peer: a duration\n"
+               "                       such as 500ms, 2.5s or 1m, a plain number is seconds\n"
+               "                       (default 60s)\n"
                "  --dump-params FILE   write the final parameters as raw little-endian float32\n"
                "                       in the model's tensor order, the one-process tensors\n"
                "                       whatever the layout (rank 0 writes)\n"
@@ -121,12 +124,33 @@ static int parse_count(const char *s, uint64_t *out) {
     return 0;
 }
 
-/* Options that take a count: --steps, --log-every and --comm-timeout (at least 1),
- * --eval-windows and --save-every (0 has a meaning). */
+/* The longest --comm-timeout: its milliseconds fit the int the comm layer counts in
+ * (comm_timeout_ms), with room to spare. */
+#define WORKER_MAX_COMM_TIMEOUT_S 1e6
+
+/* --comm-timeout's value: a duration as recipes write one (units.h: 500ms, 2.5s, 1m; a
+ * plain number is seconds), from 1 ms to WORKER_MAX_COMM_TIMEOUT_S; -1 after saying what
+ * is wrong. */
+static int worker_parse_comm_timeout(worker_args *a, const char *o, const char *v) {
+    double s;
+    int rc = units_parse_duration(v, &s);
+    if (rc == 0 && s >= 1e-3 && s <= WORKER_MAX_COMM_TIMEOUT_S) {
+        a->comm_timeout_s = s;
+        return 0;
+    }
+    if (rc == 0 || rc == BT_ERANGE)
+        fprintf(stderr, "baton-worker: %s '%s': out of range, from 1ms to %.0fs\n", o, v,
+                WORKER_MAX_COMM_TIMEOUT_S);
+    else
+        fprintf(stderr, "baton-worker: %s '%s': expected %s\n", o, v, UNITS_DURATION_FORMS);
+    return -1;
+}
+
+/* Options that take a count: --steps and --log-every (at least 1), --eval-windows and
+ * --save-every (0 has a meaning). */
 static int worker_parse_count_opt(worker_args *a, const char *o, const char *v) {
     uint64_t n = 0;
-    int positive = strcmp(o, "--steps") == 0 || strcmp(o, "--log-every") == 0 ||
-                   strcmp(o, "--comm-timeout") == 0;
+    int positive = strcmp(o, "--steps") == 0 || strcmp(o, "--log-every") == 0;
     int prc = parse_count(v, &n);
     if (prc == -1) {
         fprintf(stderr, "baton-worker: %s expects a count, got '%s'\n", o, v);
@@ -152,8 +176,6 @@ static int worker_parse_count_opt(worker_args *a, const char *o, const char *v) 
         a->eval_windows = (uint32_t)n;
     else if (strcmp(o, "--save-every") == 0)
         a->save_every = (int64_t)n;
-    else if (strcmp(o, "--comm-timeout") == 0)
-        a->comm_timeout_s = (double)n;
     else {
         fprintf(stderr, "baton-worker: unknown option or bad value: '%s %s'\n", o, v);
         return -1;
@@ -181,6 +203,20 @@ static int worker_once(const char **given, const char *o, const char *v) {
     return 0;
 }
 
+/* The options as worker_parse takes them, for "--opt=value" (util/argv_eq.h). */
+static const bt_argv_opts worker_options = {
+    (const char *const[]){"--spec", "--steps", "--log-every", "--eval-windows", "--valid",
+                          "--comm-timeout", "--dump-params", "--run-dir", "--init", "--save-every",
+                          NULL},
+    (const char *const[]){"--help", "--version", "--single-process", "--async-save", NULL}, 0, 0};
+
+/* Whether o is an option that takes a value. */
+static int worker_takes_value(const char *o) {
+    for (size_t k = 0; worker_options.values[k] != NULL; k++)
+        if (strcmp(o, worker_options.values[k]) == 0) return 1;
+    return 0;
+}
+
 static int worker_parse(int argc, char **argv, worker_args *a) {
     a->log_every = 1, a->eval_windows = 64, a->comm_timeout_s = 60, a->save_every = -1;
     const char *given[12] = {0};
@@ -200,8 +236,12 @@ static int worker_parse(int argc, char **argv, worker_args *a) {
         } else if (strcmp(o, "--async-save") == 0) {
             a->async_save = 1;
             continue;
-        } else if (v == NULL || strncmp(o, "--", 2) != 0) {
-            fprintf(stderr, "baton-worker: unknown option or missing value: '%s'\n", o);
+        } else if (v == NULL && worker_takes_value(o)) {
+            fprintf(stderr, "baton-worker: %s needs a value\n", o);
+            return -1;
+        } else if (!worker_takes_value(o)) {
+            fprintf(stderr, "baton-worker: unknown %s '%s' (see baton-worker --help)\n",
+                    o[0] == '-' ? "option" : "argument", o);
             return -1;
         } else if (strcmp(o, "--spec") == 0) {
             a->spec_path = v;
@@ -213,6 +253,8 @@ static int worker_parse(int argc, char **argv, worker_args *a) {
             a->run_dir = v;
         } else if (strcmp(o, "--init") == 0) {
             a->init = v;
+        } else if (strcmp(o, "--comm-timeout") == 0) {
+            if (worker_parse_comm_timeout(a, o, v) != 0) return -1;
         } else if (worker_parse_count_opt(a, o, v) != 0) {
             return -1;
         }
@@ -1031,24 +1073,32 @@ static void worker_die_with_parent(void) {
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
-/* The options as worker_parse takes them, for "--opt=value" (util/argv_eq.h). */
-static const bt_argv_opts worker_options = {
-    (const char *const[]){"--spec", "--steps", "--log-every", "--eval-windows", "--valid",
-                          "--comm-timeout", "--dump-params", "--run-dir", "--init", "--save-every",
-                          NULL},
-    (const char *const[]){"--help", "--version", "--single-process", "--async-save", NULL}, 0};
+/* An option's value that looks like an option (util/argv_eq.h), refused as `baton` does
+ * (cli.h: cli_option_like). */
+static void worker_option_like(const char *o, const char *v) {
+    static const char *const paths[] = {"--spec", "--valid", "--dump-params", "--run-dir",
+                                        "--init"};
+    int path = 0;
+    for (size_t k = 0; k < sizeof paths / sizeof paths[0]; k++)
+        path |= strcmp(o, paths[k]) == 0;
+    fprintf(stderr, "baton-worker: %s needs a value; '%s' looks like an option ", o, v);
+    if (path)
+        fprintf(stderr, "(write ./%s for a file of that name)\n", v);
+    else
+        fprintf(stderr, "(write %s=%s if you mean it)\n", o, v);
+}
 
 /* The command line with "--opt=value" split, parsed into *a; 0 to run, else the exit
  * status (0 after --help or --version). */
 static int worker_args_read(int argc, char **argv, bt_argv *split, worker_args *a) {
-    const char *bad = NULL;
+    int bad = 0;
     int rc = bt_argv_split_eq(&worker_options, argc, argv, 1, split, &bad);
-    if (rc != 0) {
-        if (rc == -1)
-            fprintf(stderr, "baton-worker: %.*s takes no value (got '%s')\n",
-                    (int)strcspn(bad, "="), bad, bad);
-        return rc == -1 ? 2 : 1;
-    }
+    if (rc == BT_ARGV_FLAG_VALUE)
+        fprintf(stderr, "baton-worker: %.*s takes no value (got '%s')\n",
+                (int)strcspn(argv[bad], "="), argv[bad], argv[bad]);
+    else if (rc == BT_ARGV_OPTION_LIKE)
+        worker_option_like(argv[bad], argv[bad + 1]);
+    if (rc != 0) return rc == BT_ARGV_NOMEM ? 1 : 2;
     int prc = worker_parse(split->argc, split->argv, a);
     if (prc == 0 && worker_check_paths(a->valid, a->eval_windows, a->init, a->dump_params) != 0)
         return 2; /* before the ranks join and train: a typo said at once */
