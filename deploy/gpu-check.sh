@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks of the CUDA engine in one go (README "GPU checks"), for a machine with an
+# The GPU checks of the CUDA engine in one go (docs/gpu.md, "GPU checks (owed)"), for a machine with an
 # H100/H200, CUDA and NCCL: builds the CUDA parts, runs every GPU test (they must PASS,
 # not SKIP) and the benchmark, and leaves five files in OUT_DIR (default gpu-check-out):
 #   summary.txt   one line per check: PASS / SKIP / FAIL (exit N) and its seconds

@@ -2,7 +2,7 @@
  * descriptors (no code per field), with the source position of every key kept so that
  * later (semantic) errors can point at file:line:column.
  *
- * Mapping rules (documented for users in the README):
+ * Mapping rules (documented for users in docs/recipe.md):
  *  - a YAML mapping key is a field name of the message at that place;
  *  - a scalar given where a message is expected sets that message's field number 1
  *    (so `precision: bf16` means `precision: {type: bf16}`);

@@ -25,7 +25,7 @@ enum {
 #undef BT_ERR_ENUM
 };
 
-/* Exit statuses of the command-line programs (documented in the README). */
+/* Exit statuses of the command-line programs (documented in docs/cli.md). */
 enum {
     BT_EXIT_OK = 0,
     BT_EXIT_FAILURE = 1, /* the run or command failed */
