@@ -1265,7 +1265,7 @@ final-damaged)
     { cat run.out; fail "the damaged final checkpoint was not said"; }
   grep -q "restarting stage" run.out || { cat run.out; fail "not retried"; }
   cat r1/logs/* | grep -q "falling back to $work/r1/checkpoints/s00-step00000002" ||
-    fail "attempt 1 did not start from the stage's previous checkpoint"
+    { cat run.out r1/logs/*; fail "attempt 1 did not start from the stage's previous checkpoint"; }
   "$baton" ckpt verify "$ck" >verify.out 2>&1 || { cat verify.out; fail "the final checkpoint saved again does not verify"; }
   echo "$case: a damaged final checkpoint said, retried and saved again; the run completed"
   ;;
