@@ -89,7 +89,7 @@ expect 0 '^  total .*: fits \(' -- plan "$pi" --set defaults.parallel.virtual_st
 # seconds (a recipe fuzzer's extremes too), not minutes
 # (a sanitizer build, at -O0 with its checks, takes several times longer)
 limit=20
-ldd "$baton" 2>/dev/null | grep -q libasan && limit=120
+ldd "$baton" 2>/dev/null | grep libasan >/dev/null && limit=120
 for shape in "1 1048576" "256 4096"; do
   read -r nodes gpn <<<"$shape"
   t0=$SECONDS
@@ -341,7 +341,7 @@ done
 expect 0 '^    reset: true$' -- spec "$recipes/tiny-cpu.yaml" --stage 1 --set stages.1.optimizer.reset=true
 expect 0 '^  data_from_start: false$' -- spec "$recipes/tiny-cpu.yaml" --stage 1 --set defaults.data_from_start=false
 # ... and the stage's RoPE once, as model.rope: not the overlay with a default theta
-if "$baton" spec "$recipes/tiny-cpu.yaml" --stage long-context | grep -q '^    theta: 10000\.0  # default$'; then
+if "$baton" spec "$recipes/tiny-cpu.yaml" --stage long-context | grep '^    theta: 10000\.0  # default$' >/dev/null; then
   echo "FAIL: baton spec shows the stage's rope overlay with the default theta"
   failures=$((failures + 1))
 fi

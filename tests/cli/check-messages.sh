@@ -98,7 +98,7 @@ for c in run submit resume status plan spec launch eval "ckpt inspect" "ckpt ver
   wide=$("${prog[@]}" --help | awk 'length($0) > 80 { print length($0) ": " $0 }')
   [[ -z $wide ]] && ok "$c --help fits 80 columns" || fail "$c --help: ${wide:0:200}"
 done
-"$baton" ckpt inspect --help | grep -q 'skipped_steps, run_id' && ok "ckpt inspect --help names run_id" ||
+"$baton" ckpt inspect --help | grep 'skipped_steps, run_id' >/dev/null && ok "ckpt inspect --help names run_id" ||
   fail "ckpt inspect --help does not name run_id"
 
 if ((failures > 0)); then

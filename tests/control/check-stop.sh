@@ -72,7 +72,7 @@ ckpt=$(printf 's00-step%08d' "$k")
 [[ $(cat run/checkpoints/latest) == "$ckpt" ]] || fail "latest is not $ckpt"
 # every rank the launcher reports on ended with 75, none was killed
 grep -q "killed by signal" a.log && fail "a rank was killed instead of stopping"
-grep -E "exited with status [0-9]+" a.log | grep -vq "exited with status 75" &&
+grep -E "exited with status [0-9]+" a.log | grep -v "exited with status 75" >/dev/null &&
   fail "a rank exited with another status than 75"
 grep -q "baton-worker: " a.log && fail "a rank reported an error"
 # metrics.jsonl: rank 0's steps 1..k (a line per step), the same in TensorBoard

@@ -113,9 +113,9 @@ tp_dump_nomem() { # NAME RANKS PP BAD
     "$name.log" || ok=0
   local other="cannot gather the parameters: rank $bad could not allocate its buffers for the gather"
   for ((r = 0; r < n; r++)); do
-    ((r == bad)) || grep -q "^\[$r\] .*$other" "$name.log" || ok=0
+    ((r == bad)) || grep "^\[$r\] .*$other" >/dev/null "$name.log" || ok=0
   done
-  if ((!ok)) || grep -Eq "allgather|recv:|send:|left the group" "$name.log"; then
+  if ((!ok)) || grep -E "allgather|recv:|send:|left the group" >/dev/null "$name.log"; then
     tail -8 "$name.log"
     echo "$name: rank $bad's failed allocation was not a prompt failure of every rank naming it"
     failures=$((failures + 1))

@@ -44,7 +44,7 @@ expect 2 'junk.pb: not a StageSpec' -- --spec junk.pb
 refused() { # PATTERN ARGS...: exit 2 with PATTERN, and no step trained first
   local out
   out=$("$worker" --spec small.pb --steps 2 --eval-windows 2 "${@:2}" 2>&1)
-  if [[ $? -ne 2 ]] || ! grep -Eq -- "$1" <<<"$out" || grep -q '^step ' <<<"$out"; then
+  if [[ $? -ne 2 ]] || ! grep -Eq -- "$1" <<<"$out" || grep '^step ' >/dev/null <<<"$out"; then
     echo "FAIL: baton-worker ${*:2} not refused before training:"
     echo "$out" | tail -n 3
     failures=$((failures + 1))

@@ -134,7 +134,7 @@ assert re.search(sys.argv[1], j["recipe_mismatch"] or ""), j["recipe_mismatch"]'
 edit-status-running)
   "$baton" run ed.yaml --run-dir r1 --quiet >run.out 2>&1 || { cat run.out; fail "the run failed"; }
   echo '  - {name: c, steps: 60}' >>r1/recipe.yaml
-  "$baton" status r1 | grep -q "now has more, from stage \"c\" (new) on: 'baton resume" ||
+  "$baton" status r1 | grep "now has more, from stage \"c\" (new) on: 'baton resume" >/dev/null ||
     { "$baton" status r1; fail "status before the resume does not say what resume trains"; }
   BATON_FAULT_STEP_SLEEP=0.15 "$baton" resume r1 --quiet >res.out 2>&1 &
   bpid=$!

@@ -107,13 +107,13 @@ assert json.load(sys.stdin)["state"] == "stopped"' || fail "status --json says c
   [[ $(stage_losses r1 | cut -d' ' -f1,2 | tr '\n' ' ') == "a done b done c done " ]] ||
     { stage_losses r1; fail "the extended run did not complete"; }
   sed -i 's/{name: c, steps: 3}/{name: c, steps: 5}/' r1/recipe.yaml
-  "$baton" status r1 | grep -qE '^  c +stopped +3/5' || { "$baton" status r1; fail "c with more steps not shown stopped"; }
+  "$baton" status r1 | grep -E '^  c +stopped +3/5' >/dev/null || { "$baton" status r1; fail "c with more steps not shown stopped"; }
   "$baton" resume r1 >res2.out 2>&1 || { cat res2.out; fail "resume of the longer stage failed"; }
   grep -q 'from stage "c" (5 steps, completed with 3) on: training it' res2.out ||
     { cat res2.out; fail "resume did not say it continues c"; }
   grep -q "started from $work/r1 at step 3 " r1/logs/s02-a01.log ||
     { grep started r1/logs/s02-a01.log; fail "c did not continue from its final checkpoint"; }
-  "$baton" status r1 | grep -qE '^  c +done +5/5' || { "$baton" status r1; fail "c not done 5/5"; }
+  "$baton" status r1 | grep -E '^  c +done +5/5' >/dev/null || { "$baton" status r1; fail "c not done 5/5"; }
   "$baton" resume r1 >res3.out 2>&1 && grep -q "already completed" res3.out ||
     { cat res3.out; fail "the completed run was not seen as completed"; }
   echo "$case: a completed run's new stage and new steps trained by resume"
@@ -175,7 +175,7 @@ assert b["step"] >= int(sys.argv[1]) and b["state"] == "stopped", b' "$k" ||
   refused r1 "stage \"b\" has steps: 14 in .* but its checkpoint checkpoints/s01-step0*$k is at step $k"
   sed -i "s/{name: b, steps: 14}/{name: b, steps: $k}/" r1/recipe.yaml
   "$baton" resume r1 --quiet >res.out 2>&1 || { cat res.out; fail "resume with b's steps at its checkpoint's failed"; }
-  "$baton" status r1 | grep -qE "^  b +done +$k/$k " || { "$baton" status r1; fail "b not done $k/$k"; }
+  "$baton" status r1 | grep -E "^  b +done +$k/$k " >/dev/null || { "$baton" status r1; fail "b not done $k/$k"; }
   echo "$case: an extended stage's edits refused before launch, its status step current"
   ;;
 edit-name)

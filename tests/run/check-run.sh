@@ -433,7 +433,7 @@ stages:
 EOF
   "$baton" run one.yaml --run-dir r3 >one.out 2>&1 || { cat one.out; fail "the one-rank run failed"; }
   grep -A1 "topology of attempt 0 (as planned):$" one.out |
-    grep -q "^  rank 0: node0 (the only rank: no tp, cp, ep, dp or pp group)$" ||
+    grep "^  rank 0: node0 (the only rank: no tp, cp, ep, dp or pp group)$" >/dev/null ||
     { cat one.out; fail "the one-rank report is empty"; }
   echo "$case: warned; refused under strict_topology by validation, and by the workers placed across hosts; one rank's host named"
   ;;
@@ -647,11 +647,11 @@ st = json.load(sys.stdin)["stages"]
 assert [s["state"] for s in st] == ["done", "stopped", "pending"], st
 assert st[2]["loss"] is None and st[2]["tokens_per_s"] is None, st[2]' ||
     fail "status before the resume"
-  "$baton" status r1 | grep -Eq "^  fp8 +pending +0/12 +- +- " || { "$baton" status r1; fail "an unknown loss is not -"; }
+  "$baton" status r1 | grep -E "^  fp8 +pending +0/12 +- +- " >/dev/null || { "$baton" status r1; fail "an unknown loss is not -"; }
   "$baton" resume r1 >resume.out 2>&1 || { cat resume.out; fail "resume failed"; }
   [[ $(ls r1/logs/s01-a*.log | wc -l) == 2 ]] || fail "stage extend was not resumed by a second attempt"
   # the attempt with no step left says where it started before its closing validation
-  grep -E '^\[extend\] (started from|valid loss)' resume.out | head -n 1 | grep -q "started from" ||
+  grep -E '^\[extend\] (started from|valid loss)' resume.out | head -n 1 | grep "started from" >/dev/null ||
     { grep -E '^\[extend\]' resume.out; fail "the resumed attempt's validation came before its 'started from'"; }
   ! grep -q "step *16/16" r1/logs/s01-a01.log || fail "the resumed attempt trained step 16 again"
   logged=$(sed -En 's/^\[0\] step +16\/16 +loss ([0-9.]+) .* ([0-9]+) tok\/s .*/\1 \2/p' r1/logs/s01-a00.log)
@@ -666,7 +666,7 @@ assert [s["state"] for s in st] == ["done", "done", "done"], st
 assert e["step"] == 16 and abs(e["loss"] - loss) < 5e-7 and abs(e["tokens_per_s"] - tok) <= 1, e' \
     "$logged" || fail "the completed stage does not show its last step's loss and tokens/s"
   printf -v want '%.4f +%s' "${logged%% *}" "${logged##* }"
-  "$baton" status r1 | grep -Eq "^  extend +done +16/16 +$want " ||
+  "$baton" status r1 | grep -E "^  extend +done +16/16 +$want " >/dev/null ||
     { "$baton" status r1; fail "the text shows another loss or tokens/s"; }
   # each stage's closing validation once in valid.jsonl, TensorBoard and status, as its
   # rank 0 logged it, though extend evaluated twice (before the kill and in the resume)
@@ -692,7 +692,7 @@ for r, (loss, n), t, s in zip(rows, logged, tb, st):
 assert len(tb) == 3, tb
 print("valid.jsonl, TensorBoard, status:", [r["valid_loss"] for r in rows])
 PY
-  "$baton" status r1 | grep -Eq "^  valid loss  pretrain [0-9.]+  extend [0-9.]+  fp8 [0-9.]+$" ||
+  "$baton" status r1 | grep -E "^  valid loss  pretrain [0-9.]+  extend [0-9.]+  fp8 [0-9.]+$" >/dev/null ||
     { "$baton" status r1; fail "status shows no valid loss line"; }
   echo "$case: stage completed by a resume without a step shows loss $logged (the worker's step 16)"
   ;;
@@ -882,7 +882,7 @@ PY
   grep -q "^run .*r1: completed; 0 failures, recovered 0 times; $skips steps skipped$" run.out &&
     grep -q "^  skipped steps (update not applied):  overflow $skips (" run.out ||
     { tail -n 8 run.out; fail "the summary does not count the $skips skipped steps"; }
-  "$baton" status r1 | grep -q "^  skipped steps (update not applied):  overflow $skips (" ||
+  "$baton" status r1 | grep "^  skipped steps (update not applied):  overflow $skips (" >/dev/null ||
     fail "status does not count the skipped steps"
   "$baton" status r1 --json | /usr/bin/python3 -c '
 import json, sys
@@ -1264,7 +1264,7 @@ final-damaged)
   grep -qF "stage \"a\" attempt 0 failed: workers exited 0, but the stage's final checkpoint cannot be read: $ck/manifest.pb: damaged" run.out ||
     { cat run.out; fail "the damaged final checkpoint was not said"; }
   grep -q "restarting stage" run.out || { cat run.out; fail "not retried"; }
-  cat r1/logs/* | grep -q "falling back to $work/r1/checkpoints/s00-step00000002" ||
+  cat r1/logs/* | grep "falling back to $work/r1/checkpoints/s00-step00000002" >/dev/null ||
     { cat run.out r1/logs/*; fail "attempt 1 did not start from the stage's previous checkpoint"; }
   "$baton" ckpt verify "$ck" >verify.out 2>&1 || { cat verify.out; fail "the final checkpoint saved again does not verify"; }
   echo "$case: a damaged final checkpoint said, retried and saved again; the run completed"

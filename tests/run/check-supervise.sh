@@ -198,7 +198,7 @@ print(r["valid_loss"], r["windows"])' $i)
   done
   # (PREFIX.bin names PREFIX, as for baton data)
   "$baton" eval mfu/checkpoints/s00-step00000003 --data data/fortunes_valid.bin --seq-len 64 \
-    --num-seqs 1000000 | grep -q "of data/fortunes_valid (all it holds)" ||
+    --num-seqs 1000000 | grep "of data/fortunes_valid (all it holds)" >/dev/null ||
     fail "eval of PREFIX.bin beyond the set's windows"
   echo "$case: fp32 stages' MFU against bf16/2 (or peak_tflops_fp32), bf16's against its peak;" \
     "baton eval $got = the run's valid loss $vloss"
@@ -695,7 +695,7 @@ assert 1 in spans and least - slack <= wall <= most, (wall, least, most, spans)
 PY
   }
   check_status killed
-  "$baton" status r1 | grep -q "failure: stage only attempt 0 at step [0-9]*: hang: rank 1 (pid $stopped_pid) is stopped" ||
+  "$baton" status r1 | grep "failure: stage only attempt 0 at step [0-9]*: hang: rank 1 (pid $stopped_pid) is stopped" >/dev/null ||
     { "$baton" status r1; fail "the text does not show the hang's rank"; }
   "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "resume failed"; }
   check_status resumed

@@ -65,7 +65,7 @@ worker-kept)
     { head -5 resume.out; fail "resume did not say which worker it runs"; }
   [[ $(grep -c "s00-a01.pb" wrap.log) == 4 ]] || fail "resume did not start pretrain's ranks through the wrapper"
   [[ $(grep -c "s02-a00.pb" wrap.log) == 4 ]] || fail "resume did not start fp8's ranks through the wrapper"
-  "$baton" status r1 | grep -qF "  worker: $work/bin/wrap.sh (the --worker the run was started with" ||
+  "$baton" status r1 | grep -F "  worker: $work/bin/wrap.sh (the --worker the run was started with" >/dev/null ||
     { "$baton" status r1; fail "status does not show the run's worker"; }
   "$baton" status r1 --json | /usr/bin/python3 -c '
 import json, sys

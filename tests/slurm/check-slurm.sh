@@ -86,7 +86,7 @@ secs() { /usr/bin/python3 -c "import sys; print('%.1f' % (float(sys.argv[2]) - f
 wait_step() {
   for ((i = 0; i < 600; i++)); do
     grep -q "\"stage\": \"fp8\".*\"step\": $2," run/metrics.jsonl 2>/dev/null && return 0
-    squeue -h -j "$1" 2>/dev/null | grep -q . || fail "job $1 ended before the fp8 stage's step $2"
+    squeue -h -j "$1" 2>/dev/null | grep . >/dev/null || fail "job $1 ended before the fp8 stage's step $2"
     sleep 0.2
   done
   fail "job $1 did not reach the fp8 stage's step $2 within 120 s"
@@ -94,7 +94,7 @@ wait_step() {
 # wait_done JOB: until Slurm no longer lists the job
 wait_done() {
   for ((i = 0; i < 900; i++)); do
-    squeue -h -j "$1" 2>/dev/null | grep -q . || return 0
+    squeue -h -j "$1" 2>/dev/null | grep . >/dev/null || return 0
     sleep 0.2
   done
   fail "job $1 still runs after 180 s"
@@ -143,7 +143,7 @@ losses)
   [[ $(wc -l <local.losses) -eq 16 ]] || fail "the local run logged $(wc -l <local.losses) steps, not 16"
   diff local.losses slurm.losses >/dev/null ||
     fail "per-step losses differ: $(diff local.losses slurm.losses | head -8)"
-  strings run/journal | grep -q "bt-n0 bt-n1" || fail "the journal's topology has no group spanning bt-n0 and bt-n1"
+  strings run/journal | grep "bt-n0 bt-n1" >/dev/null || fail "the journal's topology has no group spanning bt-n0 and bt-n1"
   grep -q "srun --mpi=pmix\|Slurm job" slurm.out || fail "slurm.out does not show the Slurm launcher"
   # An allocation with fewer CPUs than ranks: Slurm refuses the step; a configuration
   # error (exit 2) after one attempt, not retried, with Slurm's words and the fix.
@@ -170,7 +170,7 @@ nodeloss)
   t2=$(date +%s.%N)
   "$baton" status run --json >status.json || fail "baton status failed"
   grep -q '"state": "completed"' status.json || fail "the run did not complete: $(head -c 400 status.json)"
-  strings run/journal | grep -q "node1 (Slurm host bt-n1, job $job) lost" || fail "the journal shows no exclusion of node1"
+  strings run/journal | grep "node1 (Slurm host bt-n1, job $job) lost" >/dev/null || fail "the journal shows no exclusion of node1"
   grep -q "data parallelism shrinks from 2 to 1" run/slurm-"$job".out || fail "no dp shrink reported"
   final_losses 1e-5 fp8 1e-3 || fail "final losses differ"
   # bt-n1 back (its slurmd again), a stage appended: a new job on both hosts uses both,
@@ -187,7 +187,7 @@ nodeloss)
   grep -q '"state": "completed"' status.json || fail "the extended run did not complete: $(head -c 400 status.json)"
   ! grep -q "data parallelism shrinks" run/slurm-"$job2".out ||
     fail "job $job2 (bt-n1 healthy) ran shrunk: an earlier job's exclusion was kept"
-  grep -A1 "^\[more\] topology of attempt" run/slurm-"$job2".out | grep -q bt-n1 ||
+  grep -A1 "^\[more\] topology of attempt" run/slurm-"$job2".out | grep bt-n1 >/dev/null ||
     fail "the appended stage did not run on bt-n1 in job $job2"
   echo "slurm.nodeloss: bt-n1 killed mid-stage, node1 excluded, dp 2 -> 1;" \
     "submitted run completed in $(secs "$t1" "$t2") s; a later job used bt-n1 again"
@@ -232,7 +232,7 @@ stop)
   kill -STOP "$bp"
   scancel --signal=TERM "$job"
   for ((i = 0; i < 100; i++)); do
-    ip netns pids bt-n1 | xargs -r ps -o comm= -p | grep -q baton-worker || break
+    ip netns pids bt-n1 | xargs -r ps -o comm= -p | grep baton-worker >/dev/null || break
     sleep 0.1
   done
   sleep 1
@@ -241,12 +241,12 @@ stop)
   wait_done "$job"
   "$baton" status run --json >status.json || fail "baton status failed"
   grep -q '"state": "stopped"' status.json || fail "the run did not stop: $(head -c 400 status.json)"
-  ! strings run/journal | grep -q "excluded" || fail "a host was excluded: $(strings run/journal | grep excluded)"
+  ! strings run/journal | grep "excluded" >/dev/null || fail "a host was excluded: $(strings run/journal | grep excluded)"
   job2=$(sbatch --parsable run/baton.sbatch) || fail "sbatch run/baton.sbatch failed"
   wait_done "$job2"
   "$baton" status run --json >status.json || fail "baton status failed"
   grep -q '"state": "completed"' status.json || fail "the resubmitted run did not complete: $(head -c 400 status.json)"
-  ! strings run/journal | grep -q "excluded" || fail "a host was excluded: $(strings run/journal | grep excluded)"
+  ! strings run/journal | grep "excluded" >/dev/null || fail "a host was excluded: $(strings run/journal | grep excluded)"
   final_losses 0 || fail "final losses differ from the uninterrupted run"
   echo "slurm.stop: workers stopped by Slurm before baton (--export without ALL): no host" \
     "excluded, resumed in job $job2, losses exact; $(secs "$t1" "$(date +%s.%N)") s"
