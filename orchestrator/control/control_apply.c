@@ -143,9 +143,6 @@ static void control_ckpt_in(control_server *cs, uint32_t rank, const Baton__Chec
     cs->on_checkpoint(cs->ckpt_arg, k->name, k->step);
 }
 
-/* The first Fatal, unless a configuration error (code 2) comes after another rank's:
- * the ranks a bad input stopped fail too, often first, but the attempt failed on the
- * input and is not to be retried. */
 /* Whether the Fatal says the disk is full: by its disk_full field, or, from a worker of
  * an older build that has none, by strerror's words for ENOSPC or EDQUOT in its message. */
 static int control_fatal_disk_full(const Baton__Fatal *f) {
@@ -154,16 +151,32 @@ static int control_fatal_disk_full(const Baton__Fatal *f) {
     return strstr(msg, strerror(ENOSPC)) != NULL || strstr(msg, strerror(EDQUOT)) != NULL;
 }
 
+/* Whether f names the attempt's failure rather than cur (control_server.h): a configuration
+ * error (code 2) first, as the ranks a bad input stopped fail too, often first, but the
+ * attempt failed on the input and is not to be retried; then a rank's own failure before a
+ * peer's reaction to it, whichever was read first (a busy baton run reads a round of them
+ * in connection order); then the one sent first. */
+static int control_fatal_before(const control_fatal *cur, const Baton__Fatal *f) {
+    if (!cur->seen) return 1;
+    int config = f->has_code && f->code == 2;
+    if ((cur->code == 2) != config) return config;
+    int lost = f->has_peer_lost && f->peer_lost;
+    if (cur->peer_lost != lost) return !lost;
+    return cur->has_time && f->has_time && f->time < cur->time;
+}
+
 static void control_fatal_in(control_server *cs, uint32_t rank, const Baton__Fatal *f) {
     const char *msg = f->message ? f->message : "";
     if (!cs->fatal.disk_full && control_fatal_disk_full(f)) {
         cs->fatal.disk_full = 1, cs->fatal.full_rank = rank;
         snprintf(cs->fatal.full_message, sizeof cs->fatal.full_message, "%s", msg);
     }
-    if (cs->fatal.seen && (cs->fatal.code == 2 || f->code != 2)) return;
+    if (!control_fatal_before(&cs->fatal, f)) return;
     cs->fatal.seen = 1;
     cs->fatal.rank = rank;
     cs->fatal.code = f->code;
+    cs->fatal.peer_lost = f->has_peer_lost && f->peer_lost;
+    cs->fatal.has_time = f->has_time, cs->fatal.time = f->time;
     snprintf(cs->fatal.message, sizeof cs->fatal.message, "%s", f->message ? f->message : "");
 }
 

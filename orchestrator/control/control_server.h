@@ -55,14 +55,19 @@ typedef struct control_rank {
     unsigned dup_said;      /* Hellos of a second worker as this rank (the first is said) */
 } control_rank;
 
-/* The first Fatal of the attempt, or the first configuration error (code 2) after it;
- * and the first one of any rank that says the disk is full (its disk_full field, or from
- * an older worker strerror's words for ENOSPC or EDQUOT: a checkpoint save that every
+/* The Fatal that names the attempt's failure: a configuration error (code 2) over any
+ * other; then a rank's own failure over one that followed a peer's loss (peer_lost: a
+ * reaction to it); then the one sent first (time, where both carry one; else the first
+ * read). And the first one of any rank that says the disk is full (its disk_full field, or
+ * from an older worker strerror's words for ENOSPC or EDQUOT: a checkpoint save that every
  * restart would repeat). */
 typedef struct control_fatal {
     int seen;
     uint32_t rank;
     int32_t code;
+    int peer_lost;
+    int has_time;
+    double time;
     char message[1024];
     int disk_full;
     uint32_t full_rank;

@@ -231,7 +231,7 @@ int unit(const char *run_dir) {
         sleep_s(0.01);
     CHECK(r0.stop && r0.stop_checkpoint && strcmp(r0.stop_reason, "preempted") == 0,
           "Stop not received");
-    control_client_fatal(&r1, 1, 0, "disk full");
+    control_client_fatal(&r1, 1, 0, 0, "disk full");
     CHECK(pump_until(&cs, got_fatal) && cs.fatal.rank == 1 && cs.fatal.code == 1 &&
               strcmp(cs.fatal.message, "disk full") == 0,
           "Fatal not recorded");
@@ -394,7 +394,7 @@ static void crowd_close_dropped(void) {
     bt_diag_init(&d);
     control_client c;
     CHECK(control_client_open(&c, crowd_cs.address, "s3cret", 0, 1, 1, NULL, &d) == 0, "%s", d.msg);
-    control_client_fatal(&c, 3, 0, "disk full at the end");
+    control_client_fatal(&c, 3, 0, 0, "disk full at the end");
     control_client_heartbeat(&c, BATON__HEARTBEAT__PHASE__DONE, 9);
     CHECK(c.fd >= 0 && c.out_head == c.out_len, "the socket did not take all (%zu of %zu)",
           c.out_head, c.out_len);

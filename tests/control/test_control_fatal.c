@@ -23,7 +23,7 @@ static int fatal_case(control_server *cs, uint32_t attempt, int err, const char 
     control_client c;
     CHECK(control_client_open(&c, cs->address, "s3cret", 0, 1, attempt, NULL, &d) == 0, "%s",
           d.msg);
-    control_client_fatal(&c, 1, err, message);
+    control_client_fatal(&c, 1, err, 0, message);
     CHECK(pump_until(cs, got_fatal) && strcmp(cs->fatal.message, message) == 0,
           "attempt %u: the Fatal did not arrive", attempt);
     control_client_close(&c);
@@ -31,6 +31,34 @@ static int fatal_case(control_server *cs, uint32_t attempt, int err, const char 
     CHECK(!full || (cs->fatal.full_rank == 0 && strcmp(cs->fatal.full_message, message) == 0),
           "attempt %u: the full disk's message is '%s'", attempt, cs->fatal.full_message);
     return full;
+}
+
+/* Two ranks of one attempt each send a Fatal before the server reads either (rank 0's
+ * connection first, so that it is read first): first (0 or 1) sends first, lost0/lost1
+ * say whether each followed a peer's loss; returns the rank the server names. */
+static int order_case(control_server *cs, uint32_t attempt, int first, int lost0, int lost1) {
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(control_server_begin_attempt(cs, 0, "pretrain", attempt, 2, 0) == 0, "begin");
+    control_client c[2];
+    for (uint32_t r = 0; r < 2; r++) {
+        CHECK(control_client_open(&c[r], cs->address, "s3cret", r, 2, attempt, NULL, &d) == 0, "%s",
+              d.msg);
+        pump(cs, 50); /* accepted in rank order */
+    }
+    int lost[2] = {lost0, lost1};
+    for (int k = 0; k < 2; k++) {
+        int r = k == 0 ? first : 1 - first;
+        control_client_fatal(&c[r], 1, 0, lost[r], r ? "rank 1 failed" : "rank 0 failed");
+        sleep_s(0.01); /* the two times differ */
+    }
+    sleep_s(0.05);               /* both on the server's sockets before a pump reads them */
+    for (int i = 0; i < 20; i++) /* a second: both read */
+        pump(cs, 50);
+    int named = cs->fatal.seen ? (int)cs->fatal.rank : -1;
+    for (int r = 0; r < 2; r++)
+        control_client_close(&c[r]);
+    return named;
 }
 
 int fatal(const char *run_dir) {
@@ -51,6 +79,12 @@ int fatal(const char *run_dir) {
     CHECK(fatal_case(&cs, 4, EIO, old_words) == 0,
           "a Fatal whose errno is EIO was taken for a full disk by its words");
     CHECK(fatal_case(&cs, 5, 0, "out of memory") == 0, "out of memory taken for a full disk");
+    /* which rank names the failure, whatever the order they are read in */
+    CHECK(order_case(&cs, 6, 1, 0, 0) == 1, "rank 1 sent first and was not named");
+    CHECK(order_case(&cs, 7, 0, 0, 0) == 0, "rank 0 sent first and was not named");
+    CHECK(order_case(&cs, 8, 0, 1, 0) == 1,
+          "rank 0's reaction to a peer's loss, sent first, was named over rank 1's own failure");
+    CHECK(order_case(&cs, 9, 1, 1, 1) == 1, "of two reactions, the first sent was not named");
     control_server_close(&cs);
     printf("control fatal: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
     return failures ? 1 : 0;

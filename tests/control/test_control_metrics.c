@@ -597,7 +597,7 @@ static void backlog_overflow(const char *run_dir) {
           (unsigned long long)n);
     uint64_t kept = n - c.dropped;
     unsigned dropped = c.dropped; /* a Fatal still fits, behind the metrics */
-    control_client_fatal(&c, 1, 0, "out of memory at step 7");
+    control_client_fatal(&c, 1, 0, 0, "out of memory at step 7");
     CHECK(c.dropped == dropped, "the Fatal was dropped behind a full outbox of metrics");
     backlog_close(&cs, &c);
     CHECK(cs.fatal.seen && strstr(cs.fatal.message, "step 7") != NULL,

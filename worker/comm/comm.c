@@ -6,6 +6,7 @@
 #include "comm.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,18 +76,52 @@ int comm_create(const comm_ops *ops, void *impl, int rank, int size, const int *
     return 0;
 }
 
-int comm_fail(comm *c, int code, comm_fault fault, const char *op, const char *fmt, ...) {
+/* The kind of this process's first communication failure (comm_first_fault). */
+static _Atomic int comm_first = COMM_FAULT_NONE;
+
+comm_fault comm_first_fault(void) {
+    return (comm_fault)atomic_load(&comm_first);
+}
+
+static void comm_note_first(comm_fault fault) {
+    int none = COMM_FAULT_NONE;
+    if (fault != COMM_FAULT_NONE && fault != COMM_FAULT_USAGE)
+        atomic_compare_exchange_strong(&comm_first, &none, (int)fault);
+}
+
+static int comm_failv(comm *c, int code, comm_fault fault, const char *op, const char *fmt,
+                      va_list ap) __attribute__((format(printf, 5, 0)));
+static int comm_failv(comm *c, int code, comm_fault fault, const char *op, const char *fmt,
+                      va_list ap) {
     if (c->err != 0) return c->err; /* the first failure is the one reported */
     int n = snprintf(c->msg, sizeof c->msg, "comm '%s' rank %d/%d (global %d): %s: ", c->name,
                      c->rank, c->size, c->members[c->rank], op);
     if (n < 0 || (size_t)n >= sizeof c->msg) n = 0;
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(c->msg + n, sizeof c->msg - (size_t)n, fmt, ap);
-    va_end(ap);
     c->fault = fault;
     if (fault != COMM_FAULT_USAGE) c->err = code;
     return code;
+}
+
+int comm_fail(comm *c, int code, comm_fault fault, const char *op, const char *fmt, ...) {
+    if (c->err == 0) comm_note_first(fault);
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = comm_failv(c, code, fault, op, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* comm_fail without noting the failure as the process's: the caller's own abort. */
+static int comm_fail_own(comm *c, int code, comm_fault fault, const char *op, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int comm_fail_own(comm *c, int code, comm_fault fault, const char *op, const char *fmt,
+                         ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = comm_failv(c, code, fault, op, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
 void comm_destroy(comm *c) {
@@ -99,7 +134,8 @@ void comm_destroy(comm *c) {
 void comm_abort(comm *c) {
     if (c == NULL) return;
     c->ops->abort(c);
-    if (c->err == 0) comm_fail(c, BT_EIO, COMM_FAULT_PEER_LOST, "abort", "aborted by the caller");
+    if (c->err == 0)
+        comm_fail_own(c, BT_EIO, COMM_FAULT_PEER_LOST, "abort", "aborted by the caller");
 }
 
 int comm_rank(const comm *c) {

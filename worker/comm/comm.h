@@ -180,6 +180,10 @@ uint64_t comm_bytes_sent(const comm *c);
 /* The message of the last error ("" if none) and its kind. */
 const char *comm_error(const comm *c);
 comm_fault comm_fault_of(const comm *c);
+/* The kind of the first failure any comm of this process met (not an abort of its own, nor
+ * a usage fault); COMM_FAULT_NONE before one. A rank whose first is COMM_FAULT_PEER_LOST
+ * failed after a peer's loss: likely a reaction to another rank's failure. */
+comm_fault comm_first_fault(void);
 
 /* ---- Collectives ------------------------------------------------------------------- */
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "util/clock.h"
@@ -432,11 +433,16 @@ void control_client_checkpoint(control_client *c, const char *name, uint64_t ste
     control_send(c, &env);
 }
 
-void control_client_fatal(control_client *c, int32_t code, int err, const char *message) {
+void control_client_fatal(control_client *c, int32_t code, int err, int peer_lost,
+                          const char *message) {
     Baton__Fatal f = BATON__FATAL__INIT;
     f.has_rank = 1, f.rank = c->rank;
     f.has_code = 1, f.code = code;
     f.has_disk_full = err != 0, f.disk_full = err == ENOSPC || err == EDQUOT;
+    f.has_peer_lost = 1, f.peer_lost = peer_lost != 0;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    f.has_time = 1, f.time = (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
     f.message = (char *)(message ? message : "");
     Baton__Envelope env = BATON__ENVELOPE__INIT;
     env.body_case = BATON__ENVELOPE__BODY_FATAL, env.fatal = &f;

@@ -97,8 +97,10 @@ int control_client_open(control_client *c, const char *address, const char *toke
 void control_client_heartbeat(control_client *c, Baton__Heartbeat__Phase phase, uint64_t step);
 void control_client_metrics(control_client *c, const Baton__Metrics *m); /* rank: c->rank */
 /* A Fatal: err is the errno behind the failure where one is known, else 0 (then the Fatal
- * leaves disk_full out and baton run reads the message's words). */
-void control_client_fatal(control_client *c, int32_t code, int err, const char *message);
+ * leaves disk_full out and baton run reads the message's words); peer_lost: the failure
+ * followed a peer's loss (comm_first_fault); stamped with the time it is sent. */
+void control_client_fatal(control_client *c, int32_t code, int err, int peer_lost,
+                          const char *message);
 /* Rank 0: checkpoint name (step) is committed. */
 void control_client_checkpoint(control_client *c, const char *name, uint64_t step);
 

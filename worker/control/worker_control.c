@@ -170,8 +170,9 @@ const char *worker_control_stop_reason(worker_control *wc) {
 }
 
 void worker_control_fatal(worker_control *wc, int32_t code, int err, const char *message) {
+    int peer_lost = comm_first_fault() == COMM_FAULT_PEER_LOST;
     worker_pacer_lock(&wc->pacer);
-    control_client_fatal(&wc->client, code, err, message);
+    control_client_fatal(&wc->client, code, err, peer_lost, message);
     worker_pacer_unlock(&wc->pacer);
 }
 
