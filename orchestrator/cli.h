@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "util/argv_eq.h"
+#include "util/err.h"
 
 int cmd_plan(int argc, char **argv);
 int cmd_data(int argc, char **argv);
@@ -42,11 +43,16 @@ int cli_twice(const char *cmd, const char *opt);
  * value" and returns -1. */
 int cli_no_value(const char *cmd, const char *opt);
 
-/* An error message msg of command CMD ("plan", "ckpt import") on stderr. One that starts
- * with a place in a file, "FILE:LINE:COL: ..." (a recipe's), is printed as it is, as a
- * compiler prints one, for editors and CI to find the place at the start of the line; any
- * other is printed after "baton CMD: ", as every command's own messages are. */
-void cli_error(const char *cmd, const char *msg);
+/* The error d of command CMD ("plan", "ckpt import") on stderr (bt_strerror(rc) when d has
+ * no message). One placed in a file (d->placed: "FILE:LINE:COL: ...", a recipe's) is
+ * printed as it is, as a compiler prints one, for editors and CI to find the place at the
+ * start of the line; any other is printed after "baton CMD: ", as every command's own
+ * messages are. */
+void cli_error(const char *cmd, const bt_diag *d, int rc);
+
+/* cli_error's d said as a warning, then more: "FILE:LINE:COL: warning: ..." or "baton CMD:
+ * warning: ...". */
+void cli_warning(const char *cmd, const bt_diag *d, const char *more);
 
 /* An option's value that looks like an option (util/argv_eq.h), refused: prints "baton
  * CMD: OPT needs a value; 'V' looks like an option", with how to mean it: "./V" when OPT

@@ -23,25 +23,18 @@ int cli_no_value(const char *cmd, const char *opt) {
     return -1;
 }
 
-/* Whether msg starts with a place in a file, "FILE:LINE:COL: " (recipe/load.c and
- * validate.c write a recipe's so; a FILE with ": " in its name is not told apart). */
-static int cli_msg_located(const char *msg) {
-    const char *end = strstr(msg, ": "), *p = end;
-    for (int field = 0; p != NULL && field < 2; field++) {
-        const char *digits = p;
-        while (p > msg && p[-1] >= '0' && p[-1] <= '9')
-            p--;
-        if (p == digits || p == msg || p[-1] != ':') return 0;
-        p--;
-    }
-    return p != NULL && p > msg;
+void cli_error(const char *cmd, const bt_diag *d, int rc) {
+    if (bt_diag_isset(d) && d->placed)
+        fprintf(stderr, "%s\n", d->msg);
+    else
+        fprintf(stderr, "baton %s: %s\n", cmd, bt_diag_isset(d) ? d->msg : bt_strerror(rc));
 }
 
-void cli_error(const char *cmd, const char *msg) {
-    if (cli_msg_located(msg))
-        fprintf(stderr, "%s\n", msg);
+void cli_warning(const char *cmd, const bt_diag *d, const char *more) {
+    if (d->placed > 0)
+        fprintf(stderr, "%.*s: warning: %s%s\n", d->placed, d->msg, d->msg + d->placed + 2, more);
     else
-        fprintf(stderr, "baton %s: %s\n", cmd, msg);
+        fprintf(stderr, "baton %s: warning: %s%s\n", cmd, d->msg, more);
 }
 
 void cli_option_like(const char *cmd, const char *opt, const char *v, int path) {

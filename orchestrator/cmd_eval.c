@@ -415,7 +415,7 @@ static int eval_main(eval_args *a0) {
     double loss = res.loss;
     if (rc != 0) {
         free(res.pred);
-        cli_error("eval", diag.msg[0] ? diag.msg : bt_strerror(rc));
+        cli_error("eval", &diag, rc);
         return rc == BT_EIO || rc == BT_ENOMEM ? BT_EXIT_FAILURE : BT_EXIT_USAGE;
     }
     char what[128], v[32];

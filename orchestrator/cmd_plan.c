@@ -136,6 +136,7 @@ static int plan_load(const char *path, const recipe_sets *sets, recipe_doc *doc,
                      bt_diag *diag) {
     int rc = recipe_load_file(path, doc, diag);
     rc = rc ? rc : recipe_sets_apply(sets, doc, diag);
+    doc->warn_cmd = "plan";
     doc->stage_warn = plan_keep_warning, doc->stage_warn_ctx = pa;
     return rc ? rc : recipe_validate(doc, diag);
 }
@@ -153,7 +154,7 @@ static int plan_run(const char *path, const recipe_sets *sets, int json) {
     else if (rc == 0)
         plan_print_text(&doc, &pa);
     else
-        cli_error("plan", diag.msg[0] ? diag.msg : bt_strerror(rc));
+        cli_error("plan", &diag, rc);
     int misfit = 0;
     for (size_t i = 0; rc == 0 && i < pa.n; i++)
         misfit |= pa.stages[i].mem.fits == 0;

@@ -331,7 +331,7 @@ static int run_other_worker(const run_args *a, const run_dir *dir, const char *k
     bt_diag diag;
     bt_diag_init(&diag);
     if (run_worker_keep(dir, a->worker, &diag) != 0) {
-        cli_error(run_name(a), diag.msg);
+        cli_error(run_name(a), &diag, 0);
         return -1;
     }
     printf("baton %s: worker %s (--worker), replacing %s, which the run was started with and "
@@ -355,7 +355,7 @@ static int run_pick_worker(const run_args *a, const run_dir *dir, char *buf, siz
     bt_diag_init(&diag);
     int kept = dir->started ? run_dir_read_worker(dir->path, buf, cap, &diag) : 0;
     if (kept < 0 && a->worker == NULL) {
-        cli_error(run_name(a), diag.msg);
+        cli_error(run_name(a), &diag, 0);
         return -1;
     }
     if (a->worker && kept > 0 && strcmp(a->worker, buf) != 0 && run_other_worker(a, dir, buf) != 0)
@@ -408,6 +408,7 @@ static int run_load(run_args *a, recipe_doc *doc, bt_diag *diag) {
     int rc = recipe_load_file(a->recipe, doc, diag);
     if (rc != 0) return rc;
     rc = rc ? rc : recipe_sets_apply(&a->sets, doc, diag);
+    doc->warn_cmd = run_name(a);
     rc = rc ? rc : recipe_validate_run(doc, diag, &a->naming);
     if (rc == 0 && doc->recipe->n_stages > RUN_MAX_STAGES) {
         bt_diag_set(diag, "%s: %zu stages; baton run takes at most %d", a->recipe,
@@ -430,7 +431,7 @@ static int run_open_slurm(run_args *a, recipe_doc *doc, run_dir *dir, launch_slu
     int rc = launch_slurm_open(s, a->listen, dir->token, ranks, &d);
     rc = rc ? rc : launch_slurm_check_nodes(s, wanted, &d);
     if (rc != 0) {
-        cli_error(run_name(a), d.msg);
+        cli_error(run_name(a), &d, rc);
         launch_slurm_close(s);
         return BT_EXIT_USAGE;
     }
@@ -489,7 +490,7 @@ static int run_submit_precheck(const run_args *a, const recipe_doc *doc) {
     bt_diag d;
     bt_diag_init(&d);
     if (submit_precheck(&so, &d) == 0) return 0;
-    cli_error("submit", d.msg);
+    cli_error("submit", &d, 0);
     return BT_EXIT_USAGE;
 }
 
@@ -506,7 +507,7 @@ static int run_submit(run_args *a, recipe_doc *doc, run_dir *dir) {
     bt_diag_init(&d);
     int rc = submit_batch(&so, script, sizeof script, job, sizeof job, &d);
     if (rc != 0) {
-        cli_error("submit", d.msg);
+        cli_error("submit", &d, rc);
         return rc == BT_EINVAL ? BT_EXIT_USAGE : BT_EXIT_FAILURE; /* an option it refuses */
     }
     if (a->dry_run)
@@ -571,13 +572,12 @@ static int run_default_dir(char *out, size_t cap, const char *name, const char *
 static int run_check_naming(const run_args *a) {
     if (a->naming.msg[0] == '\0') return 0;
     if (!a->resume && !run_dir_has_started(a->run_dir)) {
-        cli_error(run_name(a), a->naming.msg);
+        cli_error(run_name(a), &a->naming, 0);
         return -1;
     }
-    fprintf(stderr,
-            "baton %s: warning: %s (accepted for this run, which started with it before the "
-            "rule; a new run refuses it)\n",
-            run_name(a), a->naming.msg);
+    cli_warning(run_name(a), &a->naming,
+                " (accepted for this run, which started with it before the rule; a new run "
+                "refuses it)");
     return 0;
 }
 
@@ -606,7 +606,7 @@ static int run_open_dir(run_args *a, run_dir *dir) {
     int rc = run_dir_open(dir, a->run_dir, a->recipe, bt_buf_str(&sets), &diag);
     bt_buf_free(&sets);
     int noted = rc == 0 && !a->resume ? run_dir_note_start(dir, a->worker, &diag) : 0;
-    if (rc != 0 || noted != 0) cli_error(run_name(a), diag.msg);
+    if (rc != 0 || noted != 0) cli_error(run_name(a), &diag, 0);
     if (noted != 0) run_unmake(a, dir, 0);
     rc = rc ? rc : noted;
     if (rc == 0 && dir->warning[0])
@@ -655,7 +655,7 @@ static int run_resume_enter(run_args *a, char *recipe_copy, size_t cap) {
     a->run_dir = run_abs;
     if (run_dir_check_resumable(a->run_dir, &diag) != 0 ||
         run_dir_enter_workdir(a->run_dir, &moved, &diag) != 0) {
-        cli_error("resume", diag.msg);
+        cli_error("resume", &diag, 0);
         return -1;
     }
     if (moved && !a->quiet) {
@@ -676,7 +676,7 @@ static int run_check_launcher(const run_args *a) {
     bt_diag_init(&diag);
     int slurm = a->launcher && strcmp(a->launcher, "slurm") == 0;
     if ((slurm ? launch_slurm_check_env(&diag) : launch_tmpdir_check(&diag)) == 0) return 0;
-    cli_error(run_name(a), diag.msg);
+    cli_error(run_name(a), &diag, 0);
     return -1;
 }
 
@@ -728,20 +728,20 @@ static int run_main(run_args *a) {
     /* one that cannot be launched: said before anything is made or journaled (submit's
      * job may run on a host that has it where this one does not) */
     if (!a->submit && a->worker && run_worker_check(a->worker, &diag) != 0) {
-        cli_error(run_name(a), diag.msg);
+        cli_error(run_name(a), &diag, 0);
         return BT_EXIT_USAGE;
     }
     if (a->resume && run_resume_enter(a, recipe_copy, sizeof recipe_copy) != 0)
         return BT_EXIT_USAGE;
     recipe_doc doc;
     if (run_load(a, &doc, &diag) != 0) {
-        cli_error(run_name(a), diag.msg);
+        cli_error(run_name(a), &diag, 0);
         return BT_EXIT_USAGE;
     }
     int status = 0;
     if (a->run_dir == NULL &&
         run_default_dir(dflt, sizeof dflt, doc.recipe->name, a->recipe, &diag) != 0) {
-        cli_error(run_name(a), diag.msg);
+        cli_error(run_name(a), &diag, 0);
         status = BT_EXIT_USAGE;
     } else if (a->run_dir == NULL) {
         a->run_dir = dflt;

@@ -174,6 +174,7 @@ int cmd_spec(int argc, char **argv) {
     Baton__StageSpec *spec = NULL;
     int rc = recipe_load_file(a.recipe, &doc, &diag);
     rc = rc ? rc : recipe_sets_apply(&a.sets, &doc, &diag);
+    doc.warn_cmd = "spec";
     rc = rc ? rc : recipe_validate(&doc, &diag);
     long stage = rc ? -1 : spec_find_stage(&doc, a.stage, &diag);
     if (rc == 0 && stage < 0) rc = BT_EINVAL;
@@ -181,7 +182,7 @@ int cmd_spec(int argc, char **argv) {
     int input_rc = rc; /* errors up to here are about the recipe or the command line */
     if (rc == 0 && a.out == NULL) recipe_spec_mark_defaults(&doc, (size_t)stage, spec);
     rc = rc ? rc : spec_emit(&doc, (size_t)stage, spec, a.out, &diag);
-    if (rc != 0) cli_error("spec", diag.msg[0] ? diag.msg : bt_strerror(rc));
+    if (rc != 0) cli_error("spec", &diag, rc);
     if (spec != NULL) protobuf_c_message_free_unpacked(&spec->base, NULL);
     recipe_doc_free(&doc);
     recipe_sets_free(&a.sets);

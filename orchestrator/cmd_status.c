@@ -990,7 +990,7 @@ int cmd_status(int argc, char **argv) {
     bt_diag d;
     bt_diag_init(&d);
     if (status_load(&v, dir, &d) != 0) {
-        cli_error("status", d.msg);
+        cli_error("status", &d, 0);
         return BT_EXIT_USAGE;
     }
     bt_buf b;

@@ -537,7 +537,7 @@ int ckpt_cmd_export(int argc, char **argv) {
         dir[0] = '\0';
         rc = export_once(&o, dir, sizeof dir, &diag);
     }
-    if (rc) cli_error("ckpt export", bt_diag_isset(&diag) ? diag.msg : bt_strerror(rc));
+    if (rc) cli_error("ckpt export", &diag, rc);
     return bt_cleanup_exit(hf_exit(rc));
 }
 
@@ -881,6 +881,6 @@ int ckpt_cmd_import(int argc, char **argv) {
     bt_diag_init(&diag);
     bt_cleanup_install();
     int rc = import_run(&o, &diag);
-    if (rc) cli_error("ckpt import", bt_diag_isset(&diag) ? diag.msg : bt_strerror(rc));
+    if (rc) cli_error("ckpt import", &diag, rc);
     return bt_cleanup_exit(hf_exit(rc));
 }

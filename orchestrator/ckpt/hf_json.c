@@ -22,7 +22,7 @@ static int jp_fail(jp *p, const char *msg) {
         else
             col++;
     }
-    bt_diag_set(p->diag, "%s:%zu:%zu: invalid JSON: %s", p->what, line, col, msg);
+    bt_diag_set_placed(p->diag, p->what, (long)line, (long)col, "invalid JSON: %s", msg);
     return BT_EINVAL;
 }
 

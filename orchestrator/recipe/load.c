@@ -59,9 +59,9 @@ static int load_fail(load_ctx *c, yaml_mark_t mark, int code, const char *fmt, .
 static void load_diag(bt_diag *diag, const char *file, size_t line, size_t col, const char *path,
                       const char *msg) {
     if (path != NULL && path[0] != '\0')
-        bt_diag_set(diag, "%s:%zu:%zu: %s: %s", file, line, col, path, msg);
+        bt_diag_set_placed(diag, file, (long)line, (long)col, "%s: %s", path, msg);
     else
-        bt_diag_set(diag, "%s:%zu:%zu: %s", file, line, col, msg);
+        bt_diag_set_placed(diag, file, (long)line, (long)col, "%s", msg);
 }
 
 /* Reports an error at mark for the current path; returns code. */
@@ -891,8 +891,9 @@ static int load_check_text(const char *file, const char *data, size_t len, bt_di
             continue;
         }
         load_offset_mark(data, i, &line, &col);
-        bt_diag_set(diag, "%s:%zu:%zu: not a text file (%s at byte %zu); a recipe is YAML text",
-                    file, line, col, s[i] == 0 ? "a NUL byte" : "invalid UTF-8", i);
+        bt_diag_set_placed(diag, file, (long)line, (long)col,
+                           "not a text file (%s at byte %zu); a recipe is YAML text",
+                           s[i] == 0 ? "a NUL byte" : "invalid UTF-8", i);
         return BT_ERECIPE;
     }
     return 0;

@@ -20,7 +20,7 @@
  * (for inherited values: the stage or the defaults where it was written).
  * Returns 0 or BT_ERECIPE. What runs but is likely a mistake (a seq_len beyond the
  * context a RoPE scaling extends to, a warmup longer than the stage) is written to
- * doc->warn as "warning: FILE:LINE:COL: PATH: message" lines. */
+ * doc->warn as "FILE:LINE:COL: warning: PATH: message" lines (recipe_doc.warn). */
 int recipe_validate(const recipe_doc *doc, bt_diag *diag);
 /* recipe_validate, except that with naming non-NULL a stage name against the rules made
  * after runs could be started with such names ('.', a space, all digits) is not refused:

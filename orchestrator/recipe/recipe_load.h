@@ -44,10 +44,13 @@ typedef struct recipe_doc {
     recipe_pos *pos;       /* one per mapping key, sequence item and document root */
     size_t npos;
     /* Where recipe_validate writes its warnings (a recipe that runs, but likely not as
-     * meant), one line each: stderr after loading; NULL silences them. */
+     * meant), one line each: stderr after loading; NULL silences them. A line starts with
+     * the place in the file, "FILE:LINE:COL: warning: ", or, for a value a --set override
+     * wrote, with "baton CMD: warning: " where CMD is warn_cmd ("plan"; NULL: none). */
     FILE *warn;
-    /* Also given each warning about one stage (its index and the line's text, without
-     * "warning: "), when set: `baton plan` lists them with the stage's own. */
+    const char *warn_cmd;
+    /* Also given each warning about one stage (its index and "PLACE: PATH: message"), when
+     * set: `baton plan` lists them with the stage's own. */
     void (*stage_warn)(void *ctx, size_t stage, const char *text);
     void *stage_warn_ctx;
 } recipe_doc;

@@ -132,10 +132,12 @@ static void overrides_note(const recipe_doc *doc, char *out, size_t cap) {
     if (shown > 0 && used + 12 < cap) snprintf(out + used, cap - used, " in effect)");
 }
 
-/* "PLACE: PATH: message (stage ...)(overrides)" for field, as verr reports it. */
-static void vformat(vctx *v, const char *field0, char *out, size_t cap, const char *fmt,
-                    va_list ap) {
-    char path[256], msg[1536], place[400], stage[320] = "", note[512] = "", field[128];
+/* A problem with field as verr reports it: its place in place (FILE:LINE:COL, or the --set
+ * override that wrote the value) and "PATH: message (stage ...)(overrides)" in out.
+ * Returns whether the place is in the file (at[0]:at[1], its line and column). */
+static int vformat(vctx *v, const char *field0, char place[400], int at[2], char *out, size_t cap,
+                   const char *fmt, va_list ap) {
+    char path[256], msg[1536], stage[320] = "", note[512] = "", field[128];
     const recipe_pos *p;
     snprintf(field, sizeof field, "%s", field0);
     char *keys = strchr(field, '{');
@@ -148,38 +150,56 @@ static void vformat(vctx *v, const char *field0, char *out, size_t cap, const ch
         p = pos_origin(v->doc, path, keys);
         if (p == NULL) p = recipe_doc_find(v->doc, path);
     }
-    if (p != NULL && p->set != NULL)
-        snprintf(place, sizeof place, "%s", p->set);
+    int in_file = p == NULL || p->set == NULL;
+    at[0] = p ? p->line : 0, at[1] = p ? p->col : 0;
+    if (in_file)
+        snprintf(place, 400, "%s:%d:%d", v->doc->file, at[0], at[1]);
     else
-        snprintf(place, sizeof place, "%s:%d:%d", v->doc->file, p ? p->line : 0, p ? p->col : 0);
-    if (p == NULL || p->set == NULL) overrides_note(v->doc, note, sizeof note);
+        snprintf(place, 400, "%s", p->set);
+    if (in_file) overrides_note(v->doc, note, sizeof note);
     vsnprintf(msg, sizeof msg, fmt, ap);
     /* a check of the whole recipe (a missing block) has no path to name */
-    snprintf(out, cap, "%s: %s%s%s%s%s", place, path, path[0] ? ": " : "", msg, stage, note);
+    snprintf(out, cap, "%s%s%s%s%s", path, path[0] ? ": " : "", msg, stage, note);
+    return in_file;
 }
 
 static int verr(vctx *v, const char *field, const char *fmt, ...) {
-    char text[3200];
+    char place[400], text[2800];
+    int at[2];
     va_list ap;
     va_start(ap, fmt);
-    vformat(v, field, text, sizeof text, fmt, ap);
+    int in_file = vformat(v, field, place, at, text, sizeof text, fmt, ap);
     va_end(ap);
-    bt_diag_set(v->diag, "%s", text);
+    if (in_file)
+        bt_diag_set_placed(v->diag, v->doc->file, at[0], at[1], "%s", text);
+    else
+        bt_diag_set(v->diag, "%s: %s", place, text);
     return BT_ERECIPE;
 }
 
-/* A warning about field, placed as verr places an error, on doc->warn. */
+/* A warning about field, placed as verr places an error, on doc->warn: "FILE:LINE:COL:
+ * warning: ..." as a compiler writes one, or "baton CMD: warning: --set ...: ..." for a
+ * value an override wrote. */
 static void vwarn(vctx *v, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void vwarn(vctx *v, const char *field, const char *fmt, ...) {
-    char text[3200];
+    char place[400], text[2800];
+    int at[2];
     va_list ap;
     va_start(ap, fmt);
-    vformat(v, field, text, sizeof text, fmt, ap);
+    int in_file = vformat(v, field, place, at, text, sizeof text, fmt, ap);
     va_end(ap);
-    if (v->doc->warn != NULL) fprintf(v->doc->warn, "warning: %s\n", text);
-    if (v->doc->stage_warn != NULL && v->stage >= 0)
-        v->doc->stage_warn(v->doc->stage_warn_ctx, (size_t)v->stage, text);
+    const char *cmd = v->doc->warn_cmd;
+    if (v->doc->warn != NULL && in_file)
+        fprintf(v->doc->warn, "%s: warning: %s\n", place, text);
+    else if (v->doc->warn != NULL)
+        fprintf(v->doc->warn, "baton%s%s: warning: %s: %s\n", cmd ? " " : "", cmd ? cmd : "", place,
+                text);
+    if (v->doc->stage_warn != NULL && v->stage >= 0) {
+        char line[400 + 2 + 2800];
+        snprintf(line, sizeof line, "%s: %s", place, text);
+        v->doc->stage_warn(v->doc->stage_warn_ctx, (size_t)v->stage, line);
+    }
 }
 
 #define REQUIRE(cond, v, field, ...)                                                               \

@@ -25,9 +25,10 @@ int bt_argv_option_like(const char *s) {
     return s[0] == '-' && s[1] != '\0' && !isdigit((unsigned char)s[1]) && s[1] != '.';
 }
 
-/* An operand after "--" into out, written "./ARG" when it starts with '-' (but "-"). */
+/* An operand after "--" into out, written "./ARG" when it starts with '-' ("-" too: no
+ * command reads standard input, and the parsers take a lone "-" for an option). */
 static int argv_operand(char *arg, bt_argv *out) {
-    if (arg[0] != '-' || arg[1] == '\0') {
+    if (arg[0] != '-') {
         out->argv[out->argc++] = arg;
         return 0;
     }

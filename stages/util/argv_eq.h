@@ -11,8 +11,9 @@
  *  - "--" ends the options, as getopt has it: it is dropped, and every argument after it
  *    is an operand. The parsers take an argument that starts with '-' for an option, so
  *    such an operand reaches them written "./ARG", the same path (the operands of the
- *    commands that read "--" this way are all paths). A command that reads "--" itself
- *    (baton launch: CMD follows; baton submit: sbatch's options follow) keeps it.
+ *    commands that read "--" this way are all paths, and none reads standard input: "-"
+ *    is the file ./- too). A command that reads "--" itself (baton launch: CMD follows;
+ *    baton submit: sbatch's options follow) keeps it.
  *  - An option that takes a value, followed by an argument that looks like an option
  *    ("--run-dir --quiet": it starts with '-' and is not "-" or a negative number), is
  *    refused: its value is most likely missing. "--run-dir=--quiet" or "./--quiet" says

@@ -20,6 +20,7 @@ const char *bt_strerror(int code) {
 void bt_diag_init(bt_diag *d) {
     d->msg[0] = '\0';
     d->err = 0;
+    d->placed = 0;
 }
 
 void bt_diag_set(bt_diag *d, const char *fmt, ...) {
@@ -29,6 +30,19 @@ void bt_diag_set(bt_diag *d, const char *fmt, ...) {
     vsnprintf(d->msg, sizeof d->msg, fmt, ap);
     va_end(ap);
     d->err = 0;
+    d->placed = 0;
+}
+
+void bt_diag_set_placed(bt_diag *d, const char *file, long line, long col, const char *fmt, ...) {
+    if (d == NULL || d->msg[0] != '\0') return;
+    int n = snprintf(d->msg, sizeof d->msg, "%s:%ld:%ld: ", file, line, col);
+    if (n < 0 || (size_t)n >= sizeof d->msg) n = 0, d->msg[0] = '\0'; /* no room: no place */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->msg + n, sizeof d->msg - (size_t)n, fmt, ap);
+    va_end(ap);
+    d->err = 0;
+    d->placed = n > 2 ? n - 2 : 0;
 }
 
 void bt_diag_set_errno(bt_diag *d, int err, const char *fmt, ...) {
@@ -38,6 +52,7 @@ void bt_diag_set_errno(bt_diag *d, int err, const char *fmt, ...) {
     vsnprintf(d->msg, sizeof d->msg, fmt, ap);
     va_end(ap);
     d->err = err;
+    d->placed = 0;
 }
 
 void bt_diag_forward(bt_diag *d, const bt_diag *from, const char *prefix_fmt, ...) {
@@ -55,6 +70,7 @@ void bt_diag_forward(bt_diag *d, const bt_diag *from, const char *prefix_fmt, ..
         d->msg[at + 2 + len] = '\0';
     }
     d->err = from->err;
+    d->placed = 0;
 }
 
 int bt_diag_isset(const bt_diag *d) {

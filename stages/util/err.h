@@ -38,11 +38,20 @@ const char *bt_strerror(int code);
  * the innermost (most specific) failure is the one reported. */
 typedef struct bt_diag {
     char msg[2048];
-    int err; /* the errno of the failed system call msg names, where one is known; else 0 */
+    int err;    /* the errno of the failed system call msg names, where one is known; else 0 */
+    int placed; /* the length of the place in a file msg starts with, "FILE:LINE:COL" (then
+                 * ": "), bt_diag_set_placed's; 0: msg starts with no such place */
 } bt_diag;
 
 void bt_diag_init(bt_diag *d);
 void bt_diag_set(bt_diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* bt_diag_set for a message about a place in a file the user gave (a recipe's key, a JSON
+ * file's byte): "FILE:LINE:COL: " and then the message, placed its length without ": ",
+ * for a command to print it first, as a compiler does. Every other setter leaves placed 0:
+ * only the one who writes the place can tell it from text that looks alike ("--set
+ * seed=1:2:3: ..."). */
+void bt_diag_set_placed(bt_diag *d, const char *file, long line, long col, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 /* bt_diag_set that also keeps err, the errno behind the message (ENOSPC or EDQUOT: a full
  * disk, which the worker tells baton run by a code, not by strerror's words). */
 void bt_diag_set_errno(bt_diag *d, int err, const char *fmt, ...)

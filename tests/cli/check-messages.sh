@@ -8,8 +8,10 @@
 #    directory or a file: said plainly, exit 2 as their --help promises;
 #  - where a message starts, the same in every command: one about a place in a recipe
 #    starts with that place, FILE:LINE:COL:, as a compiler's does (editors and CI find it
-#    at the start of the line), whichever command read the recipe; any other starts with
-#    "baton CMD:" (a warning with "baton CMD: warning:");
+#    at the start of the line), whichever command read the recipe (a warning
+#    "FILE:LINE:COL: warning:"); any other starts with "baton CMD:" (a warning with "baton
+#    CMD: warning:"), also one that quotes a value looking like a place ("--set
+#    seed=1:2:3: ...") and a recipe's warning about a value a --set wrote;
 #  - help texts fit 80 columns.
 #   check-messages.sh BATON BATON_WORKER SOURCE_DIR
 set -u
@@ -83,7 +85,21 @@ for c in plan spec run submit; do
   expect 2 "^baton $c: --nodes 2x: cluster\.nodes: expected a positive integer" -- \
     "$baton" $c "$recipe" --nodes 2x
   expect 2 "^baton $c: '': an empty file name; give the recipe's path" -- "$baton" $c ""
+  expect 2 "^baton $c: --nodes 1:2:3: cluster\.nodes: expected a positive integer" -- \
+    "$baton" $c "$recipe" --nodes 1:2:3
+  expect 2 "^baton $c: --set seed=1:2:3: seed: expected a non-negative integer" -- \
+    "$baton" $c "$recipe" --set seed=1:2:3
 done
+tiny=$src/recipes/tiny-cpu.yaml
+for c in plan "spec --stage 1"; do
+  expect 0 "^baton ${c%% *}: warning: --set stages\.long-context\.seq_len=2048: stages\[1\]\.seq_len: seq_len 2048 is beyond" -- \
+    "$baton" $c "$tiny" --set stages.long-context.seq_len=2048
+done
+expect 0 "^[^ ]*/fp16-carry\.yaml:9:[0-9]+: warning: stages\[1\]\.precision\.loss_scale\.initial: initial 8 is not used" -- \
+  "$baton" plan "$src/tests/cli/fp16-carry.yaml"
+warns=$("$baton" plan "$tiny" --set stages.long-context.seq_len=2048 --set stages.0.steps=10 2>&1 >/dev/null)
+[[ -n $warns ]] && ! grep -v -e '^baton plan: warning: ' -e '^[^ ]*tiny-cpu\.yaml:[0-9]*:[0-9]*: warning: ' <<<"$warns" &&
+  ok "plan's warnings start with the place or baton plan:" || fail "plan's warnings: $warns"
 [[ ! -e runs ]] || fail "a refused run or submit made runs/"
 printf 'hello world\n' >one.txt
 expect 0 "^baton data prepare: warning: the validation set is empty: 1 document at fraction 0\.01$" -- \

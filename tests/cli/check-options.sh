@@ -6,7 +6,7 @@
 #    option but --set and --input refuses, as every flag does); a flag given a value is
 #    refused; nothing after "--" or after launch's CMD is touched;
 #  - "--" ends the options of every command (an operand after it that starts with '-' is
-#    the path ./OPERAND), but for launch (CMD follows) and submit (sbatch's options follow);
+#    the path ./OPERAND, "-" too), but for launch (CMD follows) and submit (sbatch's options follow);
 #  - an option that takes a value, followed by something that looks like an option, is
 #    refused naming both ("--run-dir --quiet": the value is missing), in both programs;
 #    "--opt=--x" and "./--x" mean it;
@@ -157,8 +157,11 @@ expect 2 "^baton status: nowhere: no such directory$" -- "$baton" status -- nowh
 expect 2 "^baton resume: \./-r: no such directory$" -- "$baton" resume -- -r
 expect 2 "^baton ckpt verify: \./-c: no such checkpoint or run directory$" -- "$baton" ckpt verify -- -c
 expect 2 "^baton data inspect: \./-d\.idx: cannot open" -- "$baton" data inspect -- -d
-# "-" alone stays "-"
-expect 2 "^baton plan: -: " -- "$baton" plan -- - </dev/null
+# "-" too: no command reads standard input, and the parsers would take "-" for an option
+expect 2 "^baton plan: \./-: cannot open" -- "$baton" plan -- - </dev/null
+expect 2 "^baton status: \./-: no such directory$" -- "$baton" status -- -
+expect 2 "^baton ckpt verify: \./-: no such checkpoint or run directory$" -- "$baton" ckpt verify -- -
+expect 2 "^baton ckpt inspect: \./-: no such checkpoint or run directory$" -- "$baton" ckpt inspect -- -
 # launch and submit read "--" themselves (CMD follows; sbatch's options follow): unchanged
 expect 0 '^\[0\] -- -x$' -- "$baton" launch -n 1 -- echo -- -x
 

@@ -1187,7 +1187,7 @@ old-names)
   # the name an older baton accepted, in the kept recipe
   sed -i 's/name: a, steps/name: "a.b 1", steps/' r1/recipe.yaml
   "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "resume of a run named before the rule failed"; }
-  grep -qF 'baton resume: warning: '"$work"'/r1/recipe.yaml:9:6: stages[0].name: stage name "a.b 1" has '"'.'"' at character 2' resume.out ||
+  grep -qF "$work"'/r1/recipe.yaml:9:6: warning: stages[0].name: stage name "a.b 1" has '"'.'"' at character 2' resume.out ||
     { cat resume.out; fail "resume did not warn about the stage name"; }
   "$baton" status r1 --json | /usr/bin/python3 -c '
 import json, sys
@@ -1196,7 +1196,8 @@ st = s["stages"][0]
 assert s["state"] == "completed" and st["name"] == "a.b 1" and st["step"] == 8, s' ||
     fail "the resumed run did not complete stage \"a.b 1\""
   "$baton" run r1/recipe.yaml --run-dir r1 --quiet >again.out 2>&1 || { cat again.out; fail "baton run on the run's directory failed"; }
-  grep -qF "baton run: warning: " again.out || { cat again.out; fail "baton run on the run's directory did not warn"; }
+  grep -qF 'r1/recipe.yaml:9:6: warning: stages[0].name: stage name "a.b 1"' again.out ||
+    { cat again.out; fail "baton run on the run's directory did not warn"; }
   cp r1/recipe.yaml new.yaml
   set +e; "$baton" run new.yaml --run-dir r2 >new.out 2>&1; rc=$?; set -e
   [[ $rc == 2 ]] && grep -qE '^new\.yaml:9:6: stages\[0\]\.name: stage name "a\.b 1" has' new.out ||

@@ -453,13 +453,13 @@ static void test_warnings(void) {
     }
     /* b: 1024 beyond 2 x 32 x 4 (llama3), and 32 is not a's 64; c: warmup 10 of 5 steps (b's 1024
      * is not warned about again); d: 128 within 128, warmup within 20 steps */
-    CHECK_STR_CONTAINS(out, "warning: w.yaml:9:5: stages[1].seq_len: seq_len 1024 is beyond the "
+    CHECK_STR_CONTAINS(out, "w.yaml:9:5: warning: stages[1].seq_len: seq_len 1024 is beyond the "
                             "context the RoPE scaling extends to, for llama3 twice "
                             "original_max_position 32 × factor 4 = 256 (stage 1 \"b\")\n");
-    CHECK_STR_CONTAINS(out, "warning: w.yaml:10:47: stages[1].rope.scaling.original_max_position: "
+    CHECK_STR_CONTAINS(out, "w.yaml:10:47: warning: stages[1].rope.scaling.original_max_position: "
                             "original_max_position 32 is not the seq_len 64 the previous stage "
                             "(\"a\") trained at");
-    CHECK_STR_CONTAINS(out, "warning: w.yaml:5:65: defaults.optimizer.warmup_steps: warmup_steps "
+    CHECK_STR_CONTAINS(out, "w.yaml:5:65: warning: defaults.optimizer.warmup_steps: warmup_steps "
                             "10 is more than the stage's 5 steps");
     CHECK(strstr(out, "stage 3") == NULL);
     const char *first = strstr(out, "is beyond the context");
