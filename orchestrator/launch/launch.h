@@ -38,6 +38,9 @@ typedef struct launch_server {
     int debug;                     /* BATON_LAUNCH_DEBUG set: trace PMIx callbacks */
     int started;                   /* PMIx_server_init succeeded */
     int next_attempt;              /* numbers the namespaces */
+    /* Read-only for the caller: a call into PMIx timed out, its thread is stuck (pmix_host.c),
+     * so no later job of this process can start: only a fresh process can go on. */
+    int wedged;
 } launch_server;
 
 /* Starts the embedded PMIx server: a private temp dir under $TMPDIR (or /tmp) for its

@@ -604,6 +604,13 @@ static pmix_status_t pmixhost_register(pmixhost_ns *ns) {
     return rc;
 }
 
+/* Test hook: BATON_FAULT_PMIX_STUCK=N makes this process's Nth namespace registration
+ * (1-based: its Nth job) time out at once, as a stuck PMIx thread's would after a wait. */
+static int pmixhost_fault_stuck(const launch_server *srv) {
+    const char *f = getenv("BATON_FAULT_PMIX_STUCK");
+    return f != NULL && f[0] != '\0' && atoi(f) == srv->next_attempt;
+}
+
 int pmixhost_ns_register(launch_server *srv, const char *name, int nprocs, int nnodes,
                          pmixhost_ns **out, bt_diag *diag) {
     *out = NULL;
@@ -617,18 +624,22 @@ int pmixhost_ns_register(launch_server *srv, const char *name, int nprocs, int n
     PMIX_LOAD_NSPACE(ns->name, name);
     ns->nprocs = nprocs;
     ns->nnodes = nnodes;
-    pmix_status_t rc = pmixhost_register(ns);
+    /* stuck once, stuck for good: no second wait (the test hook stands in for one) */
+    pmix_status_t rc =
+        srv->wedged || pmixhost_fault_stuck(srv) ? PMIX_ERR_TIMEOUT : pmixhost_register(ns);
     if (rc != PMIX_SUCCESS) {
-        if (rc == PMIX_ERR_TIMEOUT) /* its progress thread is stuck: so is every later call */
+        if (rc == PMIX_ERR_TIMEOUT) { /* its progress thread is stuck: so is every later call */
+            srv->wedged = 1;
             bt_diag_set(diag,
                         "cannot register PMIx namespace %s: the embedded PMIx server did not "
                         "answer in %d s (PMIx 4.2 can wedge after a rank is killed while it "
                         "connects, openpmix#3584); no job can start in this process: start it "
                         "afresh ('baton resume' for a run)",
                         name, (int)PMIXHOST_OP_TIMEOUT_S);
-        else
+        } else {
             bt_diag_set(diag, "cannot register PMIx namespace %s: %s", name, PMIx_Error_string(rc));
-        PMIx_server_deregister_nspace(ns->name, NULL, NULL);
+            PMIx_server_deregister_nspace(ns->name, NULL, NULL);
+        }
         free(ns->ranks);
         free(ns);
         return BT_EIO;

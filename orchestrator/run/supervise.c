@@ -623,12 +623,18 @@ static attempt_end run_launch_failed(run_ctx *c, uint32_t stage, uint32_t attemp
              noted ? c->o->worker_note : "", noted ? ")" : "");
     run_err(c, "%s\n", why);
     attempt_end end = run_transient(rc) ? ATTEMPT_RETRY : ATTEMPT_FATAL; /* fork: a moment */
+    if (c->srv.wedged) end = ATTEMPT_BROKEN; /* every attempt of this process would fail alike */
     Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
     r.has_attempt = 1, r.attempt = attempt;
     r.detail = why;
     r.has_retryable = 1, r.retryable = end == ATTEMPT_RETRY;
     run_journal(c, BATON__JOURNAL_RECORD__KIND__FAILURE, stage, &r);
     run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
+    if (c->srv.wedged)
+        run_give_up(c, stage, 1,
+                    "the embedded PMIx server is stuck: not retried in this process; "
+                    "'baton resume %s' continues in a fresh one",
+                    c->dir->path);
     return end;
 }
 

@@ -25,6 +25,10 @@
 #                 and the control channel start (said), and the run completes; a hard one of
 #                 16 is refused before they start: exit 2, baton's own message, nothing from
 #                 PMIx or libevent, and no run directory left (none journaled).
+#   pmix-stuck    the embedded PMIx server stuck as the second stage's attempt starts (test
+#                 hook BATON_FAULT_PMIX_STUCK=2: its registration times out): said, not
+#                 retried in that process (one failure, no restart), exit 1; `baton resume`,
+#                 a fresh process, completes the run.
 #   check-limits.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
@@ -172,6 +176,24 @@ dir-moved)
 import json, sys
 s = json.load(sys.stdin)
 assert s["state"] == "completed", s' || fail "the resumed run is not complete"
+  ;;
+pmix-stuck)
+  one_rank_recipe two 'checkpoint: {every_steps: 2}' '{name: a, steps: 2}' '{name: b, steps: 2}' >two.yaml
+  set +e
+  BATON_FAULT_PMIX_STUCK=2 "$baton" run two.yaml --run-dir r1 --quiet >run.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 1 ]] || { cat run.out; fail "baton run exited $rc with its PMIx server stuck, not 1"; }
+  grep -q 'cannot register PMIx namespace .*: the embedded PMIx server did not answer in 30 s' run.out ||
+    { cat run.out; fail "the stuck server was not said"; }
+  grep -q "^baton run: stage \"b\": the embedded PMIx server is stuck: not retried in this process; 'baton resume $work/r1' continues in a fresh one\$" run.out ||
+    { cat run.out; fail "no give-up line naming the resume"; }
+  ! grep -q "restarting stage" run.out || { cat run.out; fail "retried in the same process"; }
+  "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "the resume in a fresh process failed"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "completed" and s["failures"] == 1, s' || fail "the resumed run is not complete with one failure"
   ;;
 *)
   fail "unknown case"
