@@ -17,6 +17,7 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/crc32c.h"
 #include "util/file.h"
+#include "util/utf8.h"
 #include "launch_fds.h"
 #include "launch_slurm.h"
 #include "run_ctx.h"
@@ -426,13 +427,15 @@ static void run_blame_hang(const run_ctx *c, const launch_job *job, Baton__Journ
  * enough for status's first line. */
 static void run_disk_full(run_ctx *c, uint32_t stage, int in_failure) {
     const control_fatal *f = &c->cs.fatal;
+    char said[601]; /* its end kept: "No space left on device" */
+    bt_utf8_cut_middle(f->full_message, 600, said, sizeof said);
     run_err(c,
-            "stage \"%s\": the disk is full (rank %u: %.600s): not retried, as every restart "
+            "stage \"%s\": the disk is full (rank %u: %s): not retried, as every restart "
             "would train to the same save and fail alike; make room (or keep fewer checkpoints: "
             "checkpoint.keep), then 'baton resume %s'\n",
-            c->prog.stage, f->full_rank, f->full_message, c->dir->path);
+            c->prog.stage, f->full_rank, said, c->dir->path);
     char msg[640] = "";
-    if (!in_failure) snprintf(msg, sizeof msg, ": %.600s", f->full_message);
+    if (!in_failure) snprintf(msg, sizeof msg, ": %s", said);
     run_give_up(c, stage, 0,
                 "the disk is full (rank %u%s); not retried, as every restart would train to the "
                 "same save and fail alike; make room (or keep fewer checkpoints: "
@@ -500,9 +503,9 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
     int told = !c->topo_refused && !hung; /* why is how the ranks ended: what they said next */
     if (told && c->cs_open && c->cs.fatal.seen) {
         size_t l = strlen(why);
-        int k = snprintf(why + l, sizeof why - l, "; rank %u reported: %.400s", c->cs.fatal.rank,
-                         c->cs.fatal.message);
-        (void)k;
+        char said[401]; /* its end kept: the errno's words */
+        bt_utf8_cut_middle(c->cs.fatal.message, 400, said, sizeof said);
+        snprintf(why + l, sizeof why - l, "; rank %u reported: %s", c->cs.fatal.rank, said);
     } else if (told && rk && rk->exited && rk->exit_status != 0 && !c->o->slurm) {
         /* no Fatal (no channel yet, or a wrapper's error): what the rank said last */
         run_words_quote(&c->prog.words, rk->rank, why, sizeof why);

@@ -40,3 +40,27 @@ size_t bt_utf8_first_unprintable(const char *s) {
     }
     return n;
 }
+
+void bt_utf8_cut_middle(const char *s, size_t max, char *out, size_t cap) {
+    static const char gap[] = " ... ";
+    size_t n = strlen(s), g = sizeof gap - 1;
+    if (cap == 0) return;
+    if (max > cap - 1) max = cap - 1;
+    if (n <= max || max <= g + 2) {
+        size_t k = n < max ? n : max;
+        while (k > 0 && k < n && ((unsigned char)s[k] & 0xC0) == 0x80)
+            k--;
+        memcpy(out, s, k);
+        out[k] = '\0';
+        return;
+    }
+    size_t head = (max - g) * 2 / 5, tail = n - (max - g - head);
+    while (head > 0 && ((unsigned char)s[head] & 0xC0) == 0x80)
+        head--;
+    while (tail < n && ((unsigned char)s[tail] & 0xC0) == 0x80)
+        tail++;
+    memcpy(out, s, head);
+    memcpy(out + head, gap, g);
+    memcpy(out + head + g, s + tail, n - tail);
+    out[head + g + n - tail] = '\0';
+}

@@ -13,5 +13,9 @@ int bt_utf8_valid(const char *s, size_t n);
 /* The offset of the first byte of s that is not well-formed UTF-8 or is a control
  * character (U+0000-U+001F, U+007F); strlen(s) when there is none. */
 size_t bt_utf8_first_unprintable(const char *s);
+/* s into out (cap bytes, NUL-terminated) whole where it is at most max bytes; else its
+ * first two fifths and its end, " ... " between, max bytes in all, cut on characters'
+ * boundaries: a message's end (an errno's words) stays. */
+void bt_utf8_cut_middle(const char *s, size_t max, char *out, size_t cap);
 
 #endif

@@ -35,8 +35,33 @@ static void test_escape(void) {
     bt_buf_free(&b);
 }
 
+/* A long message keeps its start and its end (an errno's words), max bytes in all, cut on
+ * characters' boundaries. */
+static void test_cut_middle(void) {
+    char out[64];
+    bt_utf8_cut_middle("short", 20, out, sizeof out);
+    CHECK(strcmp(out, "short") == 0);
+    const char *m = "checkpoint x: cannot write tensor w: No space left on device";
+    bt_utf8_cut_middle(m, 50, out, sizeof out);
+    CHECK_EQ_U64(strlen(out), 50);
+    CHECK(strncmp(out, "checkpoint x", 12) == 0);
+    CHECK(strstr(out, " ... ") != NULL);
+    CHECK(strcmp(out + strlen(out) - 23, "No space left on device") == 0);
+    /* é is two bytes: no cut inside one, the result still well-formed */
+    const char *e = "Ã©Ã©Ã©Ã©Ã©Ã©Ã©Ã©Ã©Ã©"
+                    "Ã©Ã©Ã©Ã©Ã©Ã©";
+    for (size_t max = 8; max < 32; max++) {
+        bt_utf8_cut_middle(e, max, out, sizeof out);
+        CHECK(strlen(out) <= max);
+        CHECK(bt_utf8_valid(out, strlen(out)));
+    }
+    bt_utf8_cut_middle(m, 1000, out, 16); /* the buffer bounds it too */
+    CHECK(strlen(out) <= 15 && bt_utf8_valid(out, strlen(out)));
+}
+
 int main(void) {
     test_seq();
     test_escape();
+    test_cut_middle();
     return check_status();
 }
