@@ -138,6 +138,32 @@ all-damaged)
     { cat b.log; fail "rank 0 did not name rank 1"; }
   echo "$case: every checkpoint refused on rank 1; rank 0 names it"
   ;;
+vote-rank-lost)
+  # Rank 1 dies (BATON_FAULT_LOAD_EXIT) right before each of the load's votes in turn: rank 0
+  # says a rank was lost during the vote, with the comm's reason, and exits 1 (retried by
+  # baton run), never that the checkpoint is refused, a newer baton's, or its data changed
+  # (a user would move a good checkpoint aside). The newer and stop votes come after a
+  # refusal: step 20's shard of rank 1 damaged.
+  tp2 --run-dir run --save-every 5 >/dev/null
+  lost() { # VOTE WHAT: rank 0's line for a rank lost before vote VOTE
+    local rc=0
+    BATON_FAULT_LOAD_EXIT=1:$1 tp2 --run-dir run --init run >"$1.log" 2>&1 || rc=$?
+    [[ $rc != 0 ]] || fail "$1: the run went on without rank 1"
+    grep -q "^\[0\] .*the ranks could not agree on $2: a rank was lost during the vote (comm 'world' .*: allreduce: .*1 (global 1)" "$1.log" ||
+      { cat "$1.log"; fail "$1: rank 0 did not say rank 1 was lost during the vote"; }
+    ! grep -Eq "newer baton|data changed|no usable checkpoint" "$1.log" ||
+      { cat "$1.log"; fail "$1: a lost rank taken for a refusal"; }
+  }
+  lost skip "the checkpoints to pass over"
+  lost data "loading it"
+  lost load "loading it"
+  grep -q "this rank found nothing wrong with the checkpoint" load.log || fail "load: not said fine"
+  printf '\x5a\x5a\x5a\x5a' | dd of=run/checkpoints/s00-step00000020/rank-00001.bin bs=1 seek=200 \
+    conv=notrunc status=none
+  lost newer "falling back to an older checkpoint"
+  lost stop "falling back to it"
+  echo "$case: a rank lost before each vote said as such, never as a refusal"
+  ;;
 index-after-commit)
   # Rank 1's shard index renamed into the .partial directory lets rank 0 commit, which
   # renames that directory; rank 1 (BATON_FAULT_RENAMED_WAIT) syncs the directory only

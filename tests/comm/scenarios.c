@@ -721,5 +721,6 @@ const scenario comm_scenarios[] = {
     {"fail-hang-w4", 4, 0, 30, child_fail_hang, on_event_hang, check_hang},
     {"fail-nostart-w4", 4, 1, 30, child_fail_nostart, NULL, check_nostart},
     {"retry-prefix-w2", 2, 0, 30, child_retry_prefix, NULL, NULL},
+    {"fail-split-w3", 3, 0, 30, child_fail_split, on_event_split, check_split},
     {NULL, 0, 0, 0, NULL, NULL, NULL},
 };

@@ -1,5 +1,5 @@
-/* The scenarios of scenarios_fault.c and scenarios_p2p.c, listed in scenarios.c's
- * table. */
+/* The scenarios of scenarios_fault.c, scenarios_p2p.c and scenarios_split.c, listed in
+ * scenarios.c's table. */
 #ifndef BATON_TEST_COMM_SCENARIOS_H
 #define BATON_TEST_COMM_SCENARIOS_H
 
@@ -26,5 +26,8 @@ int check_nostart(supervisor *s);
 int child_retry_prefix(const child_env *env);
 int child_p2p_large(const child_env *env);
 int child_fail_leave_p2p(const child_env *env);
+int child_fail_split(const child_env *env);
+int on_event_split(supervisor *s, int rank, const char *key, double val);
+int check_split(supervisor *s);
 
 #endif

@@ -374,6 +374,7 @@ struct Outcome {
 int report(comm *c, const char *op, const Outcome &o, const std::string &hint) {
     Group &g = group_of(c);
     std::string text = strip_location(o.what);
+    if (text.empty()) text = "failed (Gloo gave no reason)"; /* never an empty cause */
     std::vector<int> peers;
     if (o.peer >= 0)
         peers.push_back(o.peer);
@@ -835,11 +836,8 @@ comm_ops gloo_ops() {
 
 const comm_ops kGlooOps = gloo_ops();
 
-/* The sub-group's prefix is the parent's plus the hash of its global member list and
- * how many groups this rank made from that list before: members agree on both, and
- * different lists (or repeated splits of one list) never share keys. */
-int gloo_split(comm *c, const int *parent_ranks, int n, const char *name, comm **out) {
-    const std::string label = std::string(" (group '") + (name ? name : "?") + "')";
+int gloo_split_group(comm *c, const int *parent_ranks, int n, const char *name,
+                     const std::string &label, comm **out) {
     return guarded(c, "split", label, [&](Group &g) {
         std::vector<int> global(n);
         const int me = comm_split_members(c, parent_ranks, n, global.data());
@@ -859,6 +857,23 @@ int gloo_split(comm *c, const int *parent_ranks, int n, const char *name, comm *
             throw std::bad_alloc();
         sub.release();
     });
+}
+
+/* The sub-group's prefix is the parent's plus the hash of its global member list and
+ * how many groups this rank made from that list before: members agree on both, and
+ * different lists (or repeated splits of one list) never share keys. A parent that failed
+ * while the sub-group formed (its watchdog saw a peer die: guarded reports that though
+ * the body made the group) fails the split: the sub-group is aborted and freed, *out
+ * NULL, the parent's error saying why. */
+int gloo_split(comm *c, const int *parent_ranks, int n, const char *name, comm **out) {
+    const std::string label = std::string(" (group '") + (name ? name : "?") + "')";
+    int rc = gloo_split_group(c, parent_ranks, n, name, label, out);
+    if (rc != 0 && *out != nullptr) {
+        comm_abort(*out);
+        comm_destroy(*out);
+        *out = nullptr;
+    }
+    return rc;
 }
 
 void ignore_sigpipe() {
@@ -931,6 +946,7 @@ extern "C" int comm_gloo_init(comm **out, const comm_bootstrap *bs, bt_diag *dia
             msg = "out of memory";
         }
     }
+    if (rc < 0 && msg.empty()) msg = "failed (Gloo gave no reason)";
     if (rc < 0)
         bt_diag_set(diag, "comm '%s' rank %d/%d: init (prefix '%s', host %s, timeout %d ms): %s",
                     name, bs->rank, bs->size, bs->prefix, bs->host ? bs->host : "127.0.0.1",

@@ -172,6 +172,8 @@ static int shm_wait_op(comm *c, void *stream) {
     return c->err;
 }
 
+static void shm_abort(comm *c);
+
 static int shm_split(comm *c, const int *parent_ranks, int n, const char *name, comm **out) {
     int *global = malloc((size_t)n * sizeof *global);
     uint32_t *ranks = malloc((size_t)n * sizeof *ranks);
@@ -183,10 +185,15 @@ static int shm_split(comm *c, const int *parent_ranks, int n, const char *name, 
         comm *in = shm_of(c)->inner, *sub = NULL;
         comm_set_timeout_ms(in, c->timeout_ms);
         rc = comm_split(in, ranks, (uint32_t)n, name, &sub);
-        if (rc == 0) rc = comm_shm_wrap(&sub);
-        if (rc != 0 && sub != NULL) rc = comm_fail(c, rc, sub->fault, "split", "%s", sub->msg);
-        if (rc != 0 && sub == NULL) rc = shm_inner_failed(c, rc);
-        if (rc != 0) comm_destroy(sub), sub = NULL;
+        if (rc != 0) { /* the transport's split, or the parent failed meanwhile: its error */
+            comm_destroy(sub), sub = NULL;
+            rc = shm_inner_failed(c, rc);
+        } else if ((rc = comm_shm_wrap(&sub)) != 0) { /* the new group's first collectives */
+            rc = comm_fail(c, rc, comm_fault_of(sub), "split", "group '%s': %s", name ? name : "?",
+                           sub->msg[0] ? sub->msg : bt_strerror(rc));
+            shm_abort(c);
+            comm_destroy(sub), sub = NULL;
+        }
         *out = sub;
     }
     free(global);
@@ -412,7 +419,8 @@ int comm_shm_wrap(comm **c) {
     if (in->size == 1 || in->size > SHM_MAX_MEMBERS || shm_disabled() || in->ops == &shm_ops)
         return 0;
     shm_impl *s = calloc(1, sizeof *s);
-    if (s == NULL) return BT_ENOMEM;
+    if (s == NULL)
+        return comm_fail(in, BT_ENOMEM, COMM_FAULT_INTERNAL, "shm setup", "out of memory");
     int rc = shm_join(in, s);
     if (rc != 0) {
         free(s);
@@ -424,7 +432,7 @@ int comm_shm_wrap(comm **c) {
     if (rc != 0) {
         shm_unmap(s, in->rank);
         free(s);
-        return rc;
+        return comm_fail(in, rc, COMM_FAULT_INTERNAL, "shm setup", "out of memory");
     }
     *c = out;
     return 0;

@@ -452,24 +452,49 @@ static int load_own(const trainer *t, const char *dir) {
     return own;
 }
 
+/* Test hook: BATON_FAULT_LOAD_EXIT=RANK:VOTE makes world rank RANK die (as by SIGKILL)
+ * right before the load's vote VOTE (skip, data, load, newer or stop): the others' vote
+ * then fails on a lost peer (tests/ckpt/check-faults.sh vote-rank-lost). */
+static void load_fault_exit(comm *world, const char *vote) {
+    const char *f = getenv("BATON_FAULT_LOAD_EXIT");
+    int rank = -1;
+    char want[16];
+    if (f == NULL || world == NULL || sscanf(f, "%d:%15s", &rank, want) != 2) return;
+    if (rank == comm_rank(world) && strcmp(want, vote) == 0) _exit(137);
+}
+
 /* 0 when no rank failed, else 1 + the highest world rank that failed (-1 when that is
- * not known: the vote itself failed). */
-static int load_any_failed(comm *world, int failed) {
+ * not known: the vote itself failed, load_vote_lost). vote names it for load_fault_exit. */
+static int load_any_failed(comm *world, int failed, const char *vote) {
     float f = failed ? (float)(world ? comm_rank(world) : 0) + 1.0f : 0.0f;
+    load_fault_exit(world, vote);
     if (world && comm_allreduce(world, &f, &f, 1, COMM_F32, COMM_MAX, NULL) != 0) return -1;
     return (int)f;
+}
+
+/* A vote on what (about dir) that failed: a rank was lost, or stopped answering, during
+ * it (world's error says which), not a refusal. Said so, with mine_ok where this rank
+ * found nothing wrong with dir (no reason to move it aside): BT_EIO, which baton run
+ * retries. */
+static int load_vote_lost(comm *world, const char *dir, const char *what, int mine_ok,
+                          bt_diag *diag) {
+    const char *why = comm_error(world);
+    int hung = comm_fault_of(world) == COMM_FAULT_TIMEOUT;
+    bt_diag_set(diag, "%s: the ranks could not agree on %s: a rank was %s during the vote (%s)%s",
+                dir, what, hung ? "unresponsive" : "lost", why[0] ? why : "no message",
+                mine_ok ? "; this rank found nothing wrong with the checkpoint" : "");
+    return BT_EIO;
 }
 
 /* load_data_changed of the run's own checkpoint dir on every rank, which all refuse when
  * one does (BT_EINVAL). */
 static int load_data_vote(const trainer *t, const char *dir, comm *world, bt_diag *diag) {
-    int r = load_data_changed(t, dir, 1, 0, diag), any = load_any_failed(world, r != 0);
+    int r = load_data_changed(t, dir, 1, 0, diag), any = load_any_failed(world, r != 0, "data");
     if (any == 0) return 0;
-    if (r == 0 && any > 0)
+    if (any < 0 && r == 0) return load_vote_lost(world, dir, "loading it", 1, diag);
+    if (r == 0)
         bt_diag_set(diag, "%s: its training data changed since, on rank %d: its log says why", dir,
                     any - 1);
-    else if (r == 0)
-        bt_diag_set(diag, "%s: the ranks could not agree on whether its data changed", dir);
     return any > 0 ? BT_EINVAL : BT_EIO;
 }
 
@@ -485,14 +510,16 @@ static int load_newer_vote(const char *dir, int r, const bt_diag *mine, const ch
     bt_diag_init(&d);
     int mine_newer = r == BT_EUNSUPPORTED && ckpt_manifest_read(dir, &m, &d) == BT_EUNSUPPORTED;
     if (m) baton__manifest__free_unpacked(m, NULL);
-    int newer = load_any_failed(world, mine_newer);
+    int newer = load_any_failed(world, mine_newer, "newer");
     if (newer == 0) return 0;
+    if (newer < 0 && !mine_newer)
+        return load_vote_lost(world, dir, "falling back to an older checkpoint", 0, diag);
     bt_diag_set(diag,
                 "%s: not falling back to an older checkpoint, which would train the steps "
                 "since it again: resume with the newer baton that wrote it (upgrade this one), "
                 "or move %s aside to resume from the one before it",
                 mine_newer ? mine->msg : other, dir);
-    return newer > 0 ? BT_EUNSUPPORTED : BT_EIO;
+    return BT_EUNSUPPORTED; /* this rank's own finding, or another's it heard of */
 }
 
 int train_ckpt_load(trainer *t, const char *path, const char *run_dir, comm *world, bt_diag *diag) {
@@ -508,10 +535,9 @@ int train_ckpt_load(trainer *t, const char *path, const char *run_dir, comm *wor
      * rank that could not read a manifest stops counting there; load_one refuses a later
      * stage's checkpoint after it all the same, through the ranks' vote) */
     float skip = rc == 0 && !explicit ? -(float)load_skip_later(t, dirs, n, own_root, world) : 0.0f;
-    if (world && comm_allreduce(world, &skip, &skip, 1, COMM_F32, COMM_MAX, NULL) != 0) {
-        bt_diag_set(diag, "%s: the ranks could not agree on the checkpoints to pass over", path);
-        rc = BT_EIO;
-    }
+    load_fault_exit(world, "skip");
+    if (world && comm_allreduce(world, &skip, &skip, 1, COMM_F32, COMM_MAX, NULL) != 0)
+        rc = load_vote_lost(world, path, "the checkpoints to pass over", 0, diag);
     size_t first = (size_t)-skip;
     if (rc == 0 && first == n && n > 0) {
         bt_diag_set(diag,
@@ -531,17 +557,25 @@ int train_ckpt_load(trainer *t, const char *path, const char *run_dir, comm *wor
         bt_diag mine;
         bt_diag_init(&mine);
         int r = load_one(t, dirs[i], !explicit, own_root, &other_model, &mine);
-        any = load_any_failed(world, r != 0);
+        any = load_any_failed(world, r != 0, "load");
         if (!any) break;
         load_undo(t, &start); /* every rank, whether its own load failed or not */
-        char other[64] = "on another rank";
-        if (any > 0) snprintf(other, sizeof other, "on rank %d: its log says why", any - 1);
+        if (any < 0) {        /* nothing known of the others: no fallback, no refusal */
+            if (r != 0) fprintf(stderr, "baton-worker: checkpoint refused: %s\n", mine.msg);
+            rc = load_vote_lost(world, dirs[i], "loading it", r == 0, diag);
+            break;
+        }
+        char other[64];
+        snprintf(other, sizeof other, "on rank %d: its log says why", any - 1);
         if (i + 1 < n && (rc = load_newer_vote(dirs[i], r, &mine, other, world, diag)) != 0) break;
         if (r != 0) fprintf(stderr, "baton-worker: checkpoint refused: %s\n", mine.msg);
         refused_own = refused_own || (own_root && load_own(t, dirs[i]));
         /* voted whenever own_root, so that every rank takes part alike */
         int stop = refused_own && i + 1 < n && !load_own(t, dirs[i + 1]);
-        if (own_root && i + 1 < n && load_any_failed(world, stop)) {
+        int stop_any = own_root && i + 1 < n ? load_any_failed(world, stop, "stop") : 0;
+        if (stop_any < 0) {
+            rc = load_vote_lost(world, dirs[i + 1], "falling back to it", 0, diag);
+        } else if (stop_any > 0) {
             /* a model changed in the recipe is no damage: the way on is the recipe */
             const char *hint = other_model ? "put the stage's model back in the recipe"
                                            : "'baton ckpt verify' says what is damaged";
