@@ -8,6 +8,7 @@
 #include "ckpt/ckpt.h"
 #include "control_internal.h"
 #include "util/tcp.h"
+#include "util/utf8.h"
 
 /* A Hello with the run's token for rank, connected. A worker connects again only when it
  * saw its connection close before the HelloAck: from the same worker (pid and host), that
@@ -156,7 +157,7 @@ static int control_fatal_disk_full(const Baton__Fatal *f) {
  * attempt failed on the input and is not to be retried; then a rank's own failure before a
  * peer's reaction to it, whichever was read first (a busy baton run reads a round of them
  * in connection order); then the one sent first. */
-static int control_fatal_before(const control_fatal *cur, const Baton__Fatal *f) {
+static int control_fatal_before(const control_fatal_key *cur, const Baton__Fatal *f) {
     if (!cur->seen) return 1;
     int config = f->has_code && f->code == 2;
     if ((cur->code == 2) != config) return config;
@@ -165,19 +166,33 @@ static int control_fatal_before(const control_fatal *cur, const Baton__Fatal *f)
     return cur->has_time && f->has_time && f->time < cur->time;
 }
 
+static void control_fatal_keep(control_fatal_key *k, const Baton__Fatal *f) {
+    k->seen = 1;
+    k->code = f->has_code ? f->code : 0;
+    k->peer_lost = f->has_peer_lost && f->peer_lost;
+    k->has_time = f->has_time, k->time = f->time;
+}
+
+/* A message kept whole where it fits, else with its middle cut: its end (an errno's words)
+ * stays. */
+static void control_fatal_text(char *out, size_t cap, const Baton__Fatal *f) {
+    bt_utf8_cut_middle(f->message ? f->message : "", cap - 1, out, cap);
+}
+
 static void control_fatal_in(control_server *cs, uint32_t rank, const Baton__Fatal *f) {
-    const char *msg = f->message ? f->message : "";
-    if (!cs->fatal.disk_full && control_fatal_disk_full(f)) {
-        cs->fatal.disk_full = 1, cs->fatal.full_rank = rank;
-        snprintf(cs->fatal.full_message, sizeof cs->fatal.full_message, "%s", msg);
+    control_fatal *cf = &cs->fatal;
+    /* the full disk by the same order, so that it names the failure's rank where it is its */
+    if (control_fatal_disk_full(f) && control_fatal_before(&cf->full_key, f)) {
+        control_fatal_keep(&cf->full_key, f);
+        cf->disk_full = 1, cf->full_rank = rank;
+        control_fatal_text(cf->full_message, sizeof cf->full_message, f);
     }
-    if (!control_fatal_before(&cs->fatal, f)) return;
-    cs->fatal.seen = 1;
-    cs->fatal.rank = rank;
-    cs->fatal.code = f->code;
-    cs->fatal.peer_lost = f->has_peer_lost && f->peer_lost;
-    cs->fatal.has_time = f->has_time, cs->fatal.time = f->time;
-    snprintf(cs->fatal.message, sizeof cs->fatal.message, "%s", f->message ? f->message : "");
+    if (!control_fatal_before(&cf->key, f)) return;
+    control_fatal_keep(&cf->key, f);
+    cf->seen = 1;
+    cf->rank = rank;
+    cf->code = cf->key.code;
+    control_fatal_text(cf->message, sizeof cf->message, f);
 }
 
 int control_apply(control_server *cs, size_t i, const Baton__Envelope *env, double now) {

@@ -58,20 +58,27 @@ typedef struct control_rank {
 /* The Fatal that names the attempt's failure: a configuration error (code 2) over any
  * other; then a rank's own failure over one that followed a peer's loss (peer_lost: a
  * reaction to it); then the one sent first (time, where both carry one; else the first
- * read). And the first one of any rank that says the disk is full (its disk_full field, or
- * from an older worker strerror's words for ENOSPC or EDQUOT: a checkpoint save that every
- * restart would repeat). */
-typedef struct control_fatal {
+ * read). And, by the same order, the one of any rank that says the disk is full (its disk_full
+ * field, or from an older worker strerror's words for ENOSPC or EDQUOT: a checkpoint save that
+ * every restart would repeat). */
+typedef struct control_fatal_key { /* what the order reads of a Fatal kept */
     int seen;
-    uint32_t rank;
     int32_t code;
     int peer_lost;
     int has_time;
     double time;
-    char message[1024];
+} control_fatal_key;
+
+typedef struct control_fatal {
+    int seen;
+    uint32_t rank;
+    int32_t code;
+    char message[1024]; /* a longer one with its middle cut, its end kept */
+    control_fatal_key key;
     int disk_full;
     uint32_t full_rank;
     char full_message[1024];
+    control_fatal_key full_key;
 } control_fatal;
 
 typedef struct control_conn control_conn; /* private */

@@ -24,19 +24,23 @@ static int fatal_case(control_server *cs, uint32_t attempt, int err, const char 
     CHECK(control_client_open(&c, cs->address, "s3cret", 0, 1, attempt, NULL, &d) == 0, "%s",
           d.msg);
     control_client_fatal(&c, 1, err, 0, message);
-    CHECK(pump_until(cs, got_fatal) && strcmp(cs->fatal.message, message) == 0,
+    int whole = strlen(message) < sizeof cs->fatal.message; /* else cut: checked by the caller */
+    CHECK(pump_until(cs, got_fatal) && (!whole || strcmp(cs->fatal.message, message) == 0),
           "attempt %u: the Fatal did not arrive", attempt);
     control_client_close(&c);
     int full = cs->fatal.disk_full;
-    CHECK(!full || (cs->fatal.full_rank == 0 && strcmp(cs->fatal.full_message, message) == 0),
+    CHECK(!full || (cs->fatal.full_rank == 0 &&
+                    strcmp(cs->fatal.full_message, whole ? message : cs->fatal.message) == 0),
           "attempt %u: the full disk's message is '%s'", attempt, cs->fatal.full_message);
     return full;
 }
 
 /* Two ranks of one attempt each send a Fatal before the server reads either (rank 0's
  * connection first, so that it is read first): first (0 or 1) sends first, lost0/lost1
- * say whether each followed a peer's loss; returns the rank the server names. */
-static int order_case(control_server *cs, uint32_t attempt, int first, int lost0, int lost1) {
+ * say whether each followed a peer's loss, err is the errno both say (ENOSPC: both a full
+ * disk, whose rank must then be the one named); returns the rank the server names. */
+static int order_case(control_server *cs, uint32_t attempt, int first, int lost0, int lost1,
+                      int err) {
     bt_diag d;
     bt_diag_init(&d);
     CHECK(control_server_begin_attempt(cs, 0, "pretrain", attempt, 2, 0) == 0, "begin");
@@ -49,13 +53,16 @@ static int order_case(control_server *cs, uint32_t attempt, int first, int lost0
     int lost[2] = {lost0, lost1};
     for (int k = 0; k < 2; k++) {
         int r = k == 0 ? first : 1 - first;
-        control_client_fatal(&c[r], 1, 0, lost[r], r ? "rank 1 failed" : "rank 0 failed");
+        control_client_fatal(&c[r], 1, err, lost[r], r ? "rank 1 failed" : "rank 0 failed");
         sleep_s(0.01); /* the two times differ */
     }
     sleep_s(0.05);               /* both on the server's sockets before a pump reads them */
     for (int i = 0; i < 20; i++) /* a second: both read */
         pump(cs, 50);
     int named = cs->fatal.seen ? (int)cs->fatal.rank : -1;
+    CHECK(err != ENOSPC || (cs->fatal.disk_full && (int)cs->fatal.full_rank == named),
+          "attempt %u: the full disk is rank %u's, the failure rank %d's", attempt,
+          cs->fatal.full_rank, named);
     for (int r = 0; r < 2; r++)
         control_client_close(&c[r]);
     return named;
@@ -80,11 +87,22 @@ int fatal(const char *run_dir) {
           "a Fatal whose errno is EIO was taken for a full disk by its words");
     CHECK(fatal_case(&cs, 5, 0, "out of memory") == 0, "out of memory taken for a full disk");
     /* which rank names the failure, whatever the order they are read in */
-    CHECK(order_case(&cs, 6, 1, 0, 0) == 1, "rank 1 sent first and was not named");
-    CHECK(order_case(&cs, 7, 0, 0, 0) == 0, "rank 0 sent first and was not named");
-    CHECK(order_case(&cs, 8, 0, 1, 0) == 1,
+    CHECK(order_case(&cs, 6, 1, 0, 0, 0) == 1, "rank 1 sent first and was not named");
+    CHECK(order_case(&cs, 7, 0, 0, 0, 0) == 0, "rank 0 sent first and was not named");
+    CHECK(order_case(&cs, 8, 0, 1, 0, 0) == 1,
           "rank 0's reaction to a peer's loss, sent first, was named over rank 1's own failure");
-    CHECK(order_case(&cs, 9, 1, 1, 1) == 1, "of two reactions, the first sent was not named");
+    CHECK(order_case(&cs, 9, 1, 1, 1, 0) == 1, "of two reactions, the first sent was not named");
+    CHECK(order_case(&cs, 10, 1, 0, 0, ENOSPC) == 1, "of two full disks, the first sent not named");
+    /* a message longer than kept: its end, the errno's words, stays */
+    char longer[1500];
+    memset(longer, 'x', sizeof longer);
+    snprintf(longer + sizeof longer - 40, 40, ": %s", strerror(ENOSPC));
+    CHECK(fatal_case(&cs, 11, ENOSPC, longer) == 1, "the long Fatal was not a full disk");
+    size_t n = strlen(cs.fatal.message), e = strlen(strerror(ENOSPC));
+    CHECK(n < sizeof longer - 1 && n >= e &&
+              strcmp(cs.fatal.message + n - e, strerror(ENOSPC)) == 0 &&
+              strstr(cs.fatal.message, " ... ") != NULL,
+          "a long Fatal kept as '...%s'", cs.fatal.message + (n > 60 ? n - 60 : 0));
     control_server_close(&cs);
     printf("control fatal: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
     return failures ? 1 : 0;
