@@ -599,6 +599,8 @@ static pmix_status_t pmixhost_register(pmixhost_ns *ns) {
     if (rc == PMIX_SUCCESS)
         rc = pmixhost_wait_for(
             w, PMIx_server_setup_local_support(ns->name, NULL, 0, pmixhost_wait_cb, w));
+    /* timed out: PMIx's thread may still read the array one day; left to it (a leak) */
+    if (rc == PMIX_ERR_TIMEOUT) return rc;
     if (info.array != NULL) PMIX_DATA_ARRAY_DESTRUCT(&info);
     PMIx_Info_list_release(list);
     return rc;
