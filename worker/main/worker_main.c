@@ -432,9 +432,14 @@ static int worker_save(train_ckpt *c, trainer *t, const worker_args *a, worker_c
 static int worker_stop(trainer *t, train_ckpt *c, const worker_args *a, worker_control *wc,
                        bt_diag *diag) {
     wc->stopping = 1;
+    /* the rank a signal came to says so (to baton run too), whatever its --quiet */
+    int own = worker_control_stop_signal(wc, t->step);
     if (!a->quiet)
         printf("stopping at step %llu (%s)%s\n", (unsigned long long)t->step,
                worker_control_stop_reason(wc), c->root ? ": saving a checkpoint" : "");
+    else if (own)
+        printf("rank %u: stopping at step %llu (%s): every rank saves a checkpoint\n", wc->rank,
+               (unsigned long long)t->step, worker_control_stop_reason(wc));
     int rc = worker_save(c, t, a, wc, diag);
     rc = rc ? rc : worker_save_wait(c, t->step, wc, diag);
     fflush(stdout);
