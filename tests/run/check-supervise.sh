@@ -82,6 +82,10 @@
 #                 failure_list) names that rank, its pid, the signal and its sender, and
 #                 the step, not the first rank that exited 75; the stage restarts from
 #                 that step.
+#   pause-start   `baton run` SIGSTOPped as soon as pretrain's rank 0 has joined, before its
+#                 Hello (held back 1 s by a test hook), and held until pretrain's final
+#                 checkpoint: its step lines (losses to 6 decimals) are read before its
+#                 Metrics; status's losses are still those of an uninterrupted run, exactly.
 #   check-supervise.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
@@ -818,6 +822,29 @@ for f, (stage, rank, pid, sig, step) in zip(fl, [("pretrain", '"$r, $tpid"', "SI
     assert f[:5] == (stage, rank, pid, 75, step) and " received %s " % sig in f[5], f' ||
     { "$baton" status r1; fail "status does not name the signalled rank"; }
   echo "$case: SIGTERM to rank $r (step $t): named, restarted from its stop checkpoint"
+  ;;
+pause-start)
+  # `baton run` SIGSTOPped as pretrain's rank 0 has joined (its metrics log made), before it
+  # says Hello (held 1 s: BATON_FAULT_HELLO_DELAY), until pretrain's final checkpoint: every
+  # step line (losses to 6 decimals) is read before any Metrics
+  sets=(--set stages.pretrain.steps=10 --set stages.extend.steps=2 --set stages.fp8.steps=2)
+  "$baton" run "$recipe" --run-dir ref "${sets[@]}" --quiet >ref.out 2>&1 || fail "the reference run failed"
+  stage_losses ref >ref.losses
+  BATON_FAULT_HELLO_DELAY=1 "$baton" run "$recipe" --run-dir r1 "${sets[@]}" >run.out 2>&1 &
+  bpid=$!
+  wait_files r1/logs/s00-a00.metrics 1 60 "pretrain's rank 0 joined"
+  kill -STOP "$bpid"
+  deadline=$((SECONDS + 60))
+  until [[ -e r1/checkpoints/s00-step00000010/manifest.pb ]] || ((SECONDS > deadline)); do
+    sleep 0.05
+  done
+  sleep 1 # its last lines flushed
+  kill -CONT "$bpid"
+  wait "$bpid" || fail "baton run exited $?"
+  bpid=
+  stage_losses r1 >r1.losses
+  diff ref.losses r1.losses || fail "status's losses are not the uninterrupted run's"
+  echo "$case: baton run paused before pretrain's first Metrics: status's losses exact"
   ;;
 *) fail "unknown case" ;;
 esac
