@@ -80,7 +80,7 @@ typedef struct control_fatal {
 typedef struct control_stop_signal {
     int seen;
     uint32_t rank;
-    int signal;     /* SIGTERM */
+    int signal;     /* SIGTERM, SIGINT */
     int sender;     /* the pid that sent it, 0 where the rank could not tell */
     uint64_t step;  /* where every rank stops and saves a checkpoint */
     uint32_t ranks; /* ranks that sent one */

@@ -103,7 +103,7 @@ typedef enum attempt_end {
 int run_journal(run_ctx *c, Baton__JournalRecord__Kind kind, uint32_t stage,
                 Baton__JournalRecord *r);
 
-/* run_stop_signal.c: a rank that stopped the ranks on a signal of its own (a SIGTERM
+/* run_stop_signal.c: a rank that stopped the ranks on a signal of its own (SIGTERM, SIGINT
  * that baton run did not send, as its Stop said: control_stop_signal) as the attempt's
  * cause. Before the attempt is judged: where the rank the launcher blames exited 75
  * (stopped on request) and no Fatal names another, that rank takes the blame

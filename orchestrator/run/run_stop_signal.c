@@ -1,6 +1,6 @@
 /* A rank that stopped the ranks on a signal of its own, as an attempt's cause (run_ctx.h).
  *
- * A SIGTERM that reaches one rank (a user's kill, an OOM guard, a node agent)
+ * A SIGTERM or SIGINT that reaches one rank (a user's kill, an OOM guard, a node agent)
  * makes every rank save a checkpoint at the next step and exit 75, the workers' "stopped on
  * request", in no useful order: the launcher blames whichever rank it reaped first. The
  * rank the signal came to says so in a Stop (schema/control.proto), and that rank, its
@@ -38,7 +38,7 @@ void run_signal_blame(run_ctx *c, launch_job *job) {
     launch_job_blame(job, (int)k->rank);
 }
 
-/* "SIGTERM (from pid 1234, not baton run)", "SIGTERM (not from baton run)" */
+/* "SIGTERM (from pid 1234, not baton run)", "SIGINT (not from baton run)" */
 static void run_signal_what(const control_stop_signal *k, char *out, size_t cap) {
     const char *abbrev = sigabbrev_np(k->signal);
     char sig[32];

@@ -33,8 +33,8 @@
  *
  * SIGINT/SIGTERM/SIGHUP: the workers are asked to stop (SIGTERM: they checkpoint and
  * exit), and baton run exits with status 75 (resumable). Hang detection goes on meanwhile;
- * a second SIGINT/SIGTERM kills the workers at once (SIGKILL), still exit 75. A SIGTERM
- * that a rank gets from another process makes every rank save a stop checkpoint and
+ * a second SIGINT/SIGTERM kills the workers at once (SIGKILL), still exit 75. A SIGTERM or
+ * SIGINT that a rank gets from another process makes every rank save a stop checkpoint and
  * exit 75 too: a failed attempt, retried from that checkpoint, named after that rank and
  * its signal where it said so over the control channel (run_stop_signal.c). */
 #ifndef BATON_SUPERVISE_H

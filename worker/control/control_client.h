@@ -101,7 +101,7 @@ void control_client_metrics(control_client *c, const Baton__Metrics *m); /* rank
  * followed a peer's loss (comm_first_fault); stamped with the time it is sent. */
 void control_client_fatal(control_client *c, int32_t code, int err, int peer_lost,
                           const char *message);
-/* This rank's own stop request, for a signal (SIGTERM) sent by process sender (0:
+/* This rank's own stop request, for a signal (SIGTERM, SIGINT) sent by process sender (0:
  * not known): Stop{signal, sender_pid, step, reason}, step being where the ranks stop. */
 void control_client_stop_signal(control_client *c, int signal, int sender, uint64_t step,
                                 const char *reason);

@@ -1,6 +1,6 @@
 /* The training loop's view of the control channel and of stop requests.
  *
- * A stop is requested by a Stop message from the orchestrator or by SIGTERM
+ * A stop is requested by a Stop message from the orchestrator or by SIGTERM or SIGINT
  * (Slurm preemption, `baton launch` stopping the job, a user's kill). After every step each rank
  * takes its own request and, when the job has more than one rank, all-reduces it (MAX) over the
  * world, so that every rank makes the same decision at the same step: saving is collective. The
@@ -38,7 +38,7 @@ typedef struct worker_control {
  * worker_control_close take before, or without, worker_control_start. */
 void worker_control_init(worker_control *wc);
 
-/* On wc from worker_control_init: installs the SIGTERM handler (sigaction; it only sets
+/* On wc from worker_control_init: installs the SIGTERM and SIGINT handler (sigaction; it only sets
  * a flag) and, when the spec has a control_address and BATON_CONTROL_TOKEN is set, connects and
  * says Hello (a failure is printed as a warning and the worker goes on without the channel). Rank 0
  * of a run (the spec has a run_dir and a control_address) also creates its attempt's metrics log,
@@ -65,7 +65,7 @@ int worker_control_after_step(worker_control *wc, const train_metrics *m, bt_dia
 /* From rank 0: the stage's closing validation (loss over windows windows at step). */
 void worker_control_valid(worker_control *wc, uint64_t step, double loss, uint32_t windows);
 /* Why the stop was requested, for the log: the Stop's reason, this rank's own signal
- * ("SIGTERM", "SIGTERM from pid 1234") or "another rank's request" (this rank's own Stop
+ * ("SIGTERM", "SIGINT from pid 1234") or "another rank's request" (this rank's own Stop
  * may still arrive: it reads the channel again). */
 const char *worker_control_stop_reason(worker_control *wc);
 /* Where the ranks agreed to stop at step: when this rank asked for it on a signal of its

@@ -1,4 +1,4 @@
-/* SIGTERM -> its number and sender (worker_signal.h). These are the
+/* SIGTERM, SIGINT -> the first one's number and sender (worker_signal.h). These are the
  * process's only global state: a signal handler has nowhere else to put what it saw. */
 #include "worker_signal.h"
 
@@ -28,8 +28,10 @@ int worker_signal_install(void) {
     sigset_t stop;
     sigemptyset(&stop);
     sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
     sa.sa_mask = stop; /* one handler at a time: the first signal is the one noted */
-    if (sigaction(SIGTERM, &sa, NULL) != 0 || sigprocmask(SIG_UNBLOCK, &stop, NULL) != 0)
+    if (sigaction(SIGTERM, &sa, NULL) != 0 || sigaction(SIGINT, &sa, NULL) != 0 ||
+        sigprocmask(SIG_UNBLOCK, &stop, NULL) != 0)
         return BT_EIO;
     return 0;
 }

@@ -4,7 +4,7 @@
  *
  * Exit status: 0 the stage finished, 1 failed while training (retryable: I/O, numeric
  * blow-up), 2 bad usage or a StageSpec this worker cannot run (not worth retrying),
- * 75 (WORKER_EXIT_STOPPED) stopped on request (a Stop on the control channel or SIGTERM)
+ * 75 (WORKER_EXIT_STOPPED) stopped on request (a Stop on the control channel, SIGTERM or SIGINT)
  * after saving a checkpoint at the current step: resumable with --init RUN_DIR,
  * 76 (WORKER_EXIT_ROLLBACK) the loss-spike guard saw TRAIN_SPIKE_ROLLBACK_AFTER spikes in a
  * row (engine/train_spike.h): stopped without saving; the error message (also the Fatal
@@ -101,8 +101,9 @@ static void worker_usage(FILE *f) {
                "shared memory on one host and over Gloo (TCP) across hosts, a cuda stage's\n"
                "over NCCL.\n\n"
                "A Stop from the orchestrator's control channel (the spec's control_address,\n"
-               "token in BATON_CONTROL_TOKEN) or SIGTERM on any rank stops every rank after\n"
-               "the current step, with a checkpoint at that step when there is a run dir.\n\n"
+               "token in BATON_CONTROL_TOKEN), or SIGTERM or SIGINT on any rank, stops every\n"
+               "rank after the current step, with a checkpoint at that step when there is a\n"
+               "run dir.\n\n"
                "Exit status: 0 done, 1 training failed, 2 bad usage or unrunnable spec,\n"
                "75 stopped on request after saving (resume with --init RUN_DIR), 76 loss\n"
                "spikes in a row (recipe restart.spike_zscore): stopped without saving, the\n"
