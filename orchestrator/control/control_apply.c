@@ -195,6 +195,21 @@ static void control_fatal_in(control_server *cs, uint32_t rank, const Baton__Fat
     control_fatal_text(cf->message, sizeof cf->message, f);
 }
 
+/* A rank's Stop: the stop it asked for on a signal of its own (schema/control.proto). */
+static void control_stop_in(control_server *cs, uint32_t rank, const Baton__Stop *s) {
+    control_stop_signal *k = &cs->stop_signal;
+    if (!s->has_signal || s->signal <= 0 || cs->ranks[rank].stop_signal) return;
+    cs->ranks[rank].stop_signal = 1; /* once: a rank connecting again sends it again */
+    k->ranks++;
+    if (k->seen) return;
+    *k = (control_stop_signal){.seen = 1,
+                               .rank = rank,
+                               .signal = s->signal,
+                               .sender = s->has_sender_pid ? s->sender_pid : 0,
+                               .step = s->step,
+                               .ranks = k->ranks};
+}
+
 int control_apply(control_server *cs, size_t i, const Baton__Envelope *env, double now) {
     int rank = cs->conns[i].rank;
     if (rank < 0)
@@ -217,7 +232,10 @@ int control_apply(control_server *cs, size_t i, const Baton__Envelope *env, doub
     case BATON__ENVELOPE__BODY_CHECKPOINT:
         control_ckpt_in(cs, (uint32_t)rank, env->checkpoint);
         break;
-    default: /* a second Hello, a Stop or an empty envelope: nothing to do */
+    case BATON__ENVELOPE__BODY_STOP:
+        control_stop_in(cs, (uint32_t)rank, env->stop);
+        break;
+    default: /* a second Hello or an empty envelope (a kind unknown here): nothing to do */
         break;
     }
     return 0;

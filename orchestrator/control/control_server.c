@@ -93,6 +93,7 @@ int control_server_begin_attempt(control_server *cs, uint32_t stage_index, const
     cs->metrics_failed_said = 0;
     memset(&cs->last, 0, sizeof cs->last);
     memset(&cs->fatal, 0, sizeof cs->fatal);
+    memset(&cs->stop_signal, 0, sizeof cs->stop_signal);
     return 0;
 }
 

@@ -53,6 +53,7 @@ typedef struct control_rank {
     pid_t pid;              /* from the Hello */
     uint32_t hello_attempt; /* the attempt the worker says it belongs to */
     unsigned dup_said;      /* Hellos of a second worker as this rank (the first is said) */
+    int stop_signal;        /* it sent a Stop: a signal of its own (control_stop_signal) */
 } control_rank;
 
 /* The Fatal that names the attempt's failure: a configuration error (code 2) over any
@@ -80,6 +81,17 @@ typedef struct control_fatal {
     char full_message[1024];
     control_fatal_key full_key;
 } control_fatal;
+
+/* A rank's own stop (a Stop it sent: a signal came to it, not baton run's Stop): the first
+ * one read in the attempt, and how many ranks sent one. */
+typedef struct control_stop_signal {
+    int seen;
+    uint32_t rank;
+    int signal;     /* SIGTERM, SIGINT */
+    int sender;     /* the pid that sent it, 0 where the rank could not tell */
+    uint64_t step;  /* where every rank stops and saves a checkpoint */
+    uint32_t ranks; /* ranks that sent one */
+} control_stop_signal;
 
 typedef struct control_conn control_conn; /* private */
 
@@ -109,6 +121,7 @@ typedef struct control_server {
     int have_metrics;     /* rank 0 sent Metrics during this attempt */
     control_metrics last; /* rank 0's latest */
     control_fatal fatal;
+    control_stop_signal stop_signal;
     unsigned rejected;    /* connections closed for a bad token, garbage or oversize */
     unsigned send_failed; /* Stop messages that could not be sent whole */
     /* Set by the caller (NULL: none): rank 0's metrics of the current attempt, live and
@@ -142,8 +155,8 @@ int control_server_open(control_server *cs, const char *token, const char *run_d
                         const char *bind_host, bt_diag *diag);
 
 /* Starts a new attempt: closes every connection of the previous one, forgets the ranks'
- * state, metrics and any Fatal, and expects `world` ranks (Hello.rank < world) whose
- * Hello.attempt is `attempt` (the StageSpec's attempt; a straggler of an older attempt is
+ * state, metrics, any Fatal and any rank's own stop, and expects `world` ranks (Hello.rank < world)
+ * whose Hello.attempt is `attempt` (the StageSpec's attempt; a straggler of an older attempt is
  * refused). step_offset: the sum of the steps of the recipe's stages before this one,
  * added to the stage's step for TensorBoard's global step (control_metrics.h). */
 int control_server_begin_attempt(control_server *cs, uint32_t stage_index, const char *stage_name,

@@ -798,10 +798,9 @@ static const char *launch_signame(int sig, char *buf, size_t cap) {
     return buf;
 }
 
-/* "rank R (node nodeK, pid P)" */
-static int launch_who(const launch_job *job, int r, char *buf, size_t cap) {
+void launch_job_who(const launch_job *job, int r, char *buf, size_t cap) {
     const launch_rank *rk = &job->ranks[r];
-    return snprintf(buf, cap, "rank %d (node node%d, pid %ld)", r, rk->node, (long)rk->pid);
+    snprintf(buf, cap, "rank %d (node node%d, pid %ld)", r, rk->node, (long)rk->pid);
 }
 
 void launch_rank_ranges(const unsigned char *in, int n, char *buf, size_t cap) {
@@ -823,7 +822,7 @@ void launch_rank_ranges(const unsigned char *in, int n, char *buf, size_t cap) {
 
 /* The ranks the launcher stopped, e.g. "; stopped 3 other ranks: 0 1 3" or
  * "; stopped 127 other ranks: 0-4 6-127". */
-static void launch_describe_stopped(const launch_job *job, char *buf, size_t cap) {
+void launch_job_describe_stopped(const launch_job *job, char *buf, size_t cap) {
     size_t len = strlen(buf);
     int n = 0;
     unsigned char *in = calloc((size_t)job->nprocs, 1);
@@ -840,7 +839,7 @@ static void launch_describe_stopped(const launch_job *job, char *buf, size_t cap
 void launch_job_describe(const launch_job *job, char *buf, size_t cap) {
     char who[96], sig[32];
     int r = job->failed_rank;
-    if (r >= 0) launch_who(job, r, who, sizeof who);
+    if (r >= 0) launch_job_who(job, r, who, sizeof who);
     const launch_rank *rk = r >= 0 ? &job->ranks[r] : NULL;
     buf[0] = '\0';
     switch (job->cause) {
@@ -870,5 +869,5 @@ void launch_job_describe(const launch_job *job, char *buf, size_t cap) {
     default:
         return;
     }
-    launch_describe_stopped(job, buf, cap);
+    launch_job_describe_stopped(job, buf, cap);
 }

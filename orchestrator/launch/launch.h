@@ -197,6 +197,11 @@ int launch_job_exit_status(const launch_job *job);
 /* One line saying why the job failed, e.g. "rank 2 (node node0, pid 123) exited with
  * status 3", written into buf (empty on success). */
 void launch_job_describe(const launch_job *job, char *buf, size_t cap);
+/* "rank R (node nodeK, pid P)", as launch_job_describe names a rank, into buf. */
+void launch_job_who(const launch_job *job, int r, char *buf, size_t cap);
+/* Appends to buf what launch_job_describe ends with: the ranks the launcher stopped, other
+ * than the failed one ("; stopped 2 other ranks: 0 3"), or nothing. */
+void launch_job_describe_stopped(const launch_job *job, char *buf, size_t cap);
 
 /* Names rank r as the job's failure in place of the rank the launcher named, where both
  * exited on their own with a nonzero status: say r said why on the control channel first

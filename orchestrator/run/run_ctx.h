@@ -103,6 +103,19 @@ typedef enum attempt_end {
 int run_journal(run_ctx *c, Baton__JournalRecord__Kind kind, uint32_t stage,
                 Baton__JournalRecord *r);
 
+/* run_stop_signal.c: a rank that stopped the ranks on a signal of its own (SIGTERM, SIGINT
+ * that baton run did not send, as its Stop said: control_stop_signal) as the attempt's
+ * cause. Before the attempt is judged: where the rank the launcher blames exited 75
+ * (stopped on request) and no Fatal names another, that rank takes the blame
+ * (launch_job_blame). */
+void run_signal_blame(run_ctx *c, launch_job *job);
+/* why, the failure launch_job_describe gave: made "rank 2 (node node1, pid 4655) received
+ * SIGTERM from pid 1234 (not from baton run): every rank saved a stop checkpoint at step
+ * 12 and exited 75" when the blamed rank is that one (returns 1); else the signal is
+ * added as a note (the stop under way when the failure came), returns 0. */
+int run_signal_describe(const run_ctx *c, const launch_job *job, uint32_t stage, char *why,
+                        size_t cap);
+
 /* run_rollback.c */
 int run_skip_parse(const char *text, uint64_t *from, uint64_t *to);
 /* -1 when RUN_MAX_SKIPS windows are already held. */

@@ -59,11 +59,20 @@ static void progress_skipped(run_progress *p, const char *line) {
     if (p->tty && p->have_step) progress_show(p);
 }
 
-/* A step completed: one past the latest (the other source's copy of a step is dropped). */
+/* A step completed: one past the latest (the other source's copy of a step is dropped),
+ * from rank 0's printed line (text) or its Metrics. A printed line read before the step's
+ * Metrics (baton run paused, or busy, while the ranks went on) holds the values rounded to
+ * its digits: the Metrics for that step replace them, so that the journal and status keep
+ * the exact ones, without counting or showing the step again. */
 static void progress_update(run_progress *p, uint64_t s, double loss, double lr, double gn,
-                            double tok) {
+                            double tok, int text) {
+    if (p->have_step && s == p->step && p->step_text && !text) {
+        p->loss = loss, p->lr = lr, p->grad_norm = gn, p->tokens_per_s = tok;
+        p->step_text = 0;
+        return;
+    }
     if (p->have_step && s <= p->step) return;
-    p->have_step = 1, p->step = s;
+    p->have_step = 1, p->step = s, p->step_text = text;
     p->loss = loss, p->lr = lr, p->grad_norm = gn, p->tokens_per_s = tok;
     p->last_step_at = bt_clock_now();
     if (p->steps_seen++ == 0) p->first_step = s, p->first_step_at = p->last_step_at;
@@ -81,7 +90,7 @@ static void progress_step(run_progress *p, const char *line) {
     const char *scale = strstr(line, "  loss_scale ");
     double ls;
     if (scale != NULL && sscanf(scale, "  loss_scale %lf", &ls) == 1) p->loss_scale = ls;
-    progress_update(p, s, loss, lr, gn, tok);
+    progress_update(p, s, loss, lr, gn, tok, 1);
 }
 
 void run_progress_at(run_progress *p, uint64_t step) {
@@ -116,7 +125,7 @@ void run_progress_metrics(void *arg, const control_metrics *m, const control_val
     p->metrics = 1;
     if (m->skipped_steps > p->skipped) p->skipped = m->skipped_steps;
     if (m->loss_scale > 0) p->loss_scale = m->loss_scale;
-    progress_update(p, m->step, m->loss, m->lr, m->grad_norm, m->tokens_per_s);
+    progress_update(p, m->step, m->loss, m->lr, m->grad_norm, m->tokens_per_s, 0);
 }
 
 void run_progress_line(void *arg, int rank, int stream, const char *line, size_t len) {

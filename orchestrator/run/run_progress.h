@@ -3,7 +3,8 @@
  * from rank 0's Metrics over the control channel (run_progress_metrics), which arrive
  * whatever becomes of the ranks' stdout (a --worker wrapper may send it to a file); rank
  * 0's step lines on stdout count only until the first Metrics arrive (no control
- * channel, or a rank 0 that could not connect). Shown on the terminal: a bar redrawn in
+ * channel, or a rank 0 that could not connect), and a step's Metrics replace the rounded
+ * values of its line read before them. Shown on the terminal: a bar redrawn in
  * place on a tty, a plain line every 5% otherwise ("skipped N" once N is not 0, "scale S"
  * for fp16), and the closing validation; stderr lines of any rank shown with the rank,
  * each rank's last one kept (run_words.h).
@@ -28,6 +29,7 @@ typedef struct run_progress {
     int have_step;
     uint64_t step, total;
     double loss, lr, grad_norm, tokens_per_s;
+    int step_text;       /* those are from its printed line (rounded): its Metrics replace them */
     double loss_scale;   /* fp16's, after the latest step; 0: not fp16 */
     uint64_t skipped;    /* updates skipped so far (fp16 overflow, loss spike, Inf/NaN) */
     double last_step_at; /* monotonic time of the latest step line */

@@ -173,9 +173,9 @@ static int run_signal_echo(run_ctx *c, const struct signalfd_siginfo *si) {
         bt_clock_now() - c->signal_at > RUN_SIGNAL_ECHO_S)
         return 0;
     run_err(c,
-            "got SIG%s again from the same process (pid %u) within %.1f s, as timeout sends it "
-            "to baton run and to its process group: the same stop, going on (another signal "
-            "kills the workers at once)\n",
+            "got SIG%s again from the same process (pid %u), baton run's parent, within %.1f s "
+            "(as `timeout` does, signalling baton run and then its process group): the same "
+            "stop, going on (another signal kills the workers at once)\n",
             sigabbrev_np(c->got_signal), c->signal_pid, RUN_SIGNAL_ECHO_S);
     c->signal_pid = 0;
     return 1;

@@ -493,6 +493,7 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
     }
     launch_job_describe(job, why, sizeof why);
     if (c->o->slurm) launch_slurm_describe(c->o->slurm, job, why, sizeof why);
+    int signalled = run_signal_describe(c, job, stage, why, sizeof why);
     if (c->topo_refused)
         snprintf(why, sizeof why,
                  "topology: a TP/CP/EP group spans hosts or a rank is off its "
@@ -506,7 +507,7 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
         char said[401]; /* its end kept: the errno's words */
         bt_utf8_cut_middle(c->cs.fatal.message, 400, said, sizeof said);
         snprintf(why + l, sizeof why - l, "; rank %u reported: %s", c->cs.fatal.rank, said);
-    } else if (told && rk && rk->exited && rk->exit_status != 0 && !c->o->slurm) {
+    } else if (told && !signalled && rk && rk->exited && rk->exit_status != 0 && !c->o->slurm) {
         /* no Fatal (no channel yet, or a wrapper's error): what the rank said last */
         run_words_quote(&c->prog.words, rk->rank, why, sizeof why);
     }
@@ -750,6 +751,8 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
         /* the rank that said why first, not a peer reacting to it reaped before it */
         if (c->cs_open && c->cs.fatal.seen && !c->o->slurm)
             launch_job_blame(&job, (int)c->cs.fatal.rank);
+        else /* the ranks' exit 75: the rank a signal came to, not the first one reaped */
+            run_signal_blame(c, &job);
         end = run_classify(c, &job, (uint32_t)i, attempt, hung);
         if (end == ATTEMPT_RETRY && c->o->slurm) {
             if (run_slurm_find_lost(c, (uint32_t)i, attempt))

@@ -33,7 +33,10 @@
  *
  * SIGINT/SIGTERM/SIGHUP: the workers are asked to stop (SIGTERM: they checkpoint and
  * exit), and baton run exits with status 75 (resumable). Hang detection goes on meanwhile;
- * a second SIGINT/SIGTERM kills the workers at once (SIGKILL), still exit 75. */
+ * a second SIGINT/SIGTERM kills the workers at once (SIGKILL), still exit 75. A SIGTERM or
+ * SIGINT that a rank gets from another process makes every rank save a stop checkpoint and
+ * exit 75 too: a failed attempt, retried from that checkpoint, named after that rank and
+ * its signal where it said so over the control channel (run_stop_signal.c). */
 #ifndef BATON_SUPERVISE_H
 #define BATON_SUPERVISE_H
 
@@ -41,6 +44,7 @@
 #include "run_dir.h"
 
 #define RUN_EXIT_STOPPED         75
+#define RUN_WORKER_EXIT_STOPPED  75 /* a worker's WORKER_EXIT_STOPPED */
 #define RUN_WORKER_EXIT_ROLLBACK 76 /* a worker's WORKER_EXIT_ROLLBACK */
 #define RUN_MAX_ROLLBACKS        5  /* per stage */
 

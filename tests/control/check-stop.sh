@@ -33,7 +33,7 @@ run2 --spec "$work/base.pb" >ref.log
 case $case in
 stop-message) action=stop reason="test stop|another rank's request" want_rc=75 ;;
 sigterm-rank) action=term1 reason="another rank's request" want_rc=75 ;;
-sigterm-launcher) action=mark reason=SIGTERM want_rc=143 ;;
+sigterm-launcher) action=mark reason="SIGTERM from pid [0-9]+" want_rc=143 ;;
 *) fail "unknown case" ;;
 esac
 BATON_CONTROL_TOKEN=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')

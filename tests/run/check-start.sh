@@ -75,7 +75,7 @@ signal-echo)
   said "got SIGINT: asking the workers"
   kill -INT "$bpid"
   ended 75
-  grep -q "got SIGINT again from the same process (pid $$) within 1.0 s" run.out ||
+  grep -q "got SIGINT again from the same process (pid $$), baton run's parent, within 1.0 s (as \`timeout\` does" run.out ||
     fail "the echoed SIGINT is not said"
   ! grep -q "killing the workers now\|was not completed" run.out || fail "the echo killed the workers"
   step=$(ls -d r1/checkpoints/s00-step* | tail -1)

@@ -77,6 +77,15 @@
 #                 null; the stage's wall time counts the killed attempt to its last line
 #                 of metrics (not 0, not to now), and after a resume to its last record;
 #                 a hang with no rank stopped (one slow) names the silent rank and its pid.
+#   stop-signal   SIGTERM from this shell to one rank (not 0) of pretrain, SIGINT to one of
+#                 extend: every rank saves a stop checkpoint and exits 75; the failure
+#                 (baton run's line, status's failure_list) names that rank, its pid, the
+#                 signal and its sender, and the step, not the first rank that exited 75;
+#                 the stage restarts from that step.
+#   pause-start   `baton run` SIGSTOPped as soon as pretrain's rank 0 has joined, before its
+#                 Hello (held back 1 s by a test hook), and held until pretrain's final
+#                 checkpoint: its step lines (losses to 6 decimals) are read before its
+#                 Metrics; status's losses are still those of an uninterrupted run, exactly.
 #   check-supervise.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
@@ -784,6 +793,63 @@ assert all(r["attempt"] == len(n) + 1 for r in s["recovery_list"]), s["recovery_
   [[ $(digest r2) == "$before" && $(ls r2/logs | wc -l) == "$logs" ]] ||
     { ls -la r2/checkpoints r2/logs; fail "the checkpoints changed, or a worker started"; }
   echo "$case: checkpoints/ unreadable: retried, resumed from step $step once readable; unreadable for good: exit 1 after 6 restarts, nothing changed${as[*]:+ (as nobody)}"
+  ;;
+stop-signal)
+  # a rank of pretrain other than 0 gets SIGTERM from this shell, one of extend SIGINT
+  BATON_FAULT_STEP_SLEEP=0.15 "$baton" run "$recipe" --run-dir r1 >run.out 2>&1 &
+  bpid=$!
+  r=$((1 + RANDOM % 3)) q=$((1 + RANDOM % 3))
+  strike 0 6 12 TERM "$r"
+  tpid=$struck_pids
+  strike 1 3 8 INT "$q"
+  ipid=$struck_pids
+  wait "$bpid" || fail "baton run exited $?"
+  bpid=
+  ! grep -q "exited with status 75" run.out || fail "a rank that exited 75 is blamed"
+  # stopped_at STAGE RANK PID SIG: the step the failure line says every rank stopped at
+  stopped_at() {
+    sed -En "s/^baton run: stage \"$1\" attempt 0 failed: rank $2 \(node node[01], pid $3\) received SIG$4 \(from pid $$, not baton run\): every rank saved a stop checkpoint at step ([0-9]+) and exited 75\$/\1/p" run.out
+  }
+  t=$(stopped_at pretrain "$r" "$tpid" TERM) i=$(stopped_at extend "$q" "$ipid" INT)
+  [[ -n $t ]] || fail "pretrain's failure does not name rank $r (pid $tpid) and its SIGTERM"
+  [[ -n $i ]] || fail "extend's failure does not name rank $q (pid $ipid) and its SIGINT"
+  grep -q "^\[pretrain\] started from .* at step $t " run.out || fail "pretrain not restarted from step $t"
+  grep -q "^\[extend\] started from .* at step $i " run.out || fail "extend not restarted from step $i"
+  grep -q "^\[$r\] rank $r: stopping at step $t (SIGTERM from pid $$)" r1/logs/s00-a00.log ||
+    fail "rank $r does not say in its log why it stopped"
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+fl = [(f["stage"], f["rank"], f["pid"], f["exit_status"], f["step"], f["cause"]) for f in s["failure_list"]]
+assert s["state"] == "completed" and len(fl) == 2, (s["state"], fl)
+for f, (stage, rank, pid, sig, step) in zip(fl, [("pretrain", '"$r, $tpid"', "SIGTERM", '"$t"'),
+                                           ("extend", '"$q, $ipid"', "SIGINT", '"$i"')]):
+    assert f[:5] == (stage, rank, pid, 75, step) and " received %s " % sig in f[5], f' ||
+    { "$baton" status r1; fail "status does not name the signalled ranks"; }
+  echo "$case: SIGTERM to rank $r (step $t), SIGINT to rank $q (step $i): named, restarted from their stop checkpoints"
+  ;;
+pause-start)
+  # `baton run` SIGSTOPped as pretrain's rank 0 has joined (its metrics log made), before it
+  # says Hello (held 1 s: BATON_FAULT_HELLO_DELAY), until pretrain's final checkpoint: every
+  # step line (losses to 6 decimals) is read before any Metrics
+  sets=(--set stages.pretrain.steps=10 --set stages.extend.steps=2 --set stages.fp8.steps=2)
+  "$baton" run "$recipe" --run-dir ref "${sets[@]}" --quiet >ref.out 2>&1 || fail "the reference run failed"
+  stage_losses ref >ref.losses
+  BATON_FAULT_HELLO_DELAY=1 "$baton" run "$recipe" --run-dir r1 "${sets[@]}" >run.out 2>&1 &
+  bpid=$!
+  wait_files r1/logs/s00-a00.metrics 1 60 "pretrain's rank 0 joined"
+  kill -STOP "$bpid"
+  deadline=$((SECONDS + 60))
+  until [[ -e r1/checkpoints/s00-step00000010/manifest.pb ]] || ((SECONDS > deadline)); do
+    sleep 0.05
+  done
+  sleep 1 # its last lines flushed
+  kill -CONT "$bpid"
+  wait "$bpid" || fail "baton run exited $?"
+  bpid=
+  stage_losses r1 >r1.losses
+  diff ref.losses r1.losses || fail "status's losses are not the uninterrupted run's"
+  echo "$case: baton run paused before pretrain's first Metrics: status's losses exact"
   ;;
 *) fail "unknown case" ;;
 esac

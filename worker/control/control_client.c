@@ -297,11 +297,12 @@ static int control_flush(control_client *c) {
     return 0;
 }
 
-/* What must arrive if anything does: a Fatal (why the rank failed), a Checkpoint (what the
- * journal records) and the DONE heartbeat (the stage's end), for which
- * CONTROL_CLIENT_RESERVE of the outbox is kept. */
+/* What must arrive if anything does: a Fatal (why the rank failed), a Stop (why the ranks
+ * stopped), a Checkpoint (what the journal records) and the DONE heartbeat (the stage's
+ * end), for which CONTROL_CLIENT_RESERVE of the outbox is kept. */
 static int control_vital(const Baton__Envelope *env) {
     return env->body_case == BATON__ENVELOPE__BODY_FATAL ||
+           env->body_case == BATON__ENVELOPE__BODY_STOP ||
            env->body_case == BATON__ENVELOPE__BODY_CHECKPOINT ||
            (env->body_case == BATON__ENVELOPE__BODY_HEARTBEAT && env->heartbeat->has_phase &&
             env->heartbeat->phase == BATON__HEARTBEAT__PHASE__DONE);
@@ -430,6 +431,18 @@ void control_client_checkpoint(control_client *c, const char *name, uint64_t ste
     k.has_step = 1, k.step = step;
     Baton__Envelope env = BATON__ENVELOPE__INIT;
     env.body_case = BATON__ENVELOPE__BODY_CHECKPOINT, env.checkpoint = &k;
+    control_send(c, &env);
+}
+
+void control_client_stop_signal(control_client *c, int signal, int sender, uint64_t step,
+                                const char *reason) {
+    Baton__Stop s = BATON__STOP__INIT;
+    s.has_signal = 1, s.signal = signal;
+    s.has_sender_pid = 1, s.sender_pid = sender;
+    s.has_step = 1, s.step = step;
+    s.reason = (char *)reason;
+    Baton__Envelope env = BATON__ENVELOPE__INIT;
+    env.body_case = BATON__ENVELOPE__BODY_STOP, env.stop = &s;
     control_send(c, &env);
 }
 

@@ -7,7 +7,7 @@
  * at once (the orchestrator stopped by SIGSTOP or Ctrl-Z, or slow) wait in an outbox, in
  * order, and go out with the next message or poll, and at close (which waits for them at
  * most CONTROL_CLIENT_CLOSE_WAIT_S). An outbox over CONTROL_CLIENT_MAX_QUEUE drops new
- * messages (said once); the last CONTROL_CLIENT_RESERVE bytes of it take only a Fatal, a
+ * messages (said once); the last CONTROL_CLIENT_RESERVE bytes of it take only a Fatal, a Stop, a
  * Checkpoint or the DONE heartbeat, so that those are not dropped behind a backlog of
  * heartbeats.
  *
@@ -101,6 +101,10 @@ void control_client_metrics(control_client *c, const Baton__Metrics *m); /* rank
  * followed a peer's loss (comm_first_fault); stamped with the time it is sent. */
 void control_client_fatal(control_client *c, int32_t code, int err, int peer_lost,
                           const char *message);
+/* This rank's own stop request, for a signal (SIGTERM, SIGINT) sent by process sender (0:
+ * not known): Stop{signal, sender_pid, step, reason}, step being where the ranks stop. */
+void control_client_stop_signal(control_client *c, int signal, int sender, uint64_t step,
+                                const char *reason);
 /* Rank 0: checkpoint name (step) is committed. */
 void control_client_checkpoint(control_client *c, const char *name, uint64_t step);
 

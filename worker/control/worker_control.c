@@ -1,4 +1,5 @@
 /* The training loop's control hooks (worker_control.h). */
+#define _GNU_SOURCE /* sigabbrev_np */
 #include "worker_control.h"
 
 #include <stdio.h>
@@ -166,7 +167,26 @@ const char *worker_control_stop_reason(worker_control *wc) {
              wc->client.stop_reason[0] ? wc->client.stop_reason : "Stop");
     worker_pacer_unlock(&wc->pacer);
     if (stop) return wc->stop_reason;
-    return worker_signal_stop_requested() ? "SIGTERM" : "another rank's request";
+    int sender, sig = worker_signal_first(&sender);
+    if (sig == 0) return "another rank's request";
+    size_t l = (size_t)snprintf(wc->stop_reason, sizeof wc->stop_reason, "SIG%s",
+                                sigabbrev_np(sig) ? sigabbrev_np(sig) : "?");
+    if (sender > 0)
+        snprintf(wc->stop_reason + l, sizeof wc->stop_reason - l, " from pid %d", sender);
+    return wc->stop_reason;
+}
+
+int worker_control_stop_signal(worker_control *wc, uint64_t step) {
+    worker_pacer_lock(&wc->pacer);
+    int asked = wc->client.stop || control_client_poll(&wc->client);
+    worker_pacer_unlock(&wc->pacer);
+    int sender, sig = worker_signal_first(&sender);
+    if (asked || sig == 0) return 0;
+    const char *reason = worker_control_stop_reason(wc);
+    worker_pacer_lock(&wc->pacer);
+    control_client_stop_signal(&wc->client, sig, sender, step, reason);
+    worker_pacer_unlock(&wc->pacer);
+    return 1;
 }
 
 void worker_control_fatal(worker_control *wc, int32_t code, int err, const char *message) {

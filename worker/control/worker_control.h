@@ -1,9 +1,9 @@
 /* The training loop's view of the control channel and of stop requests.
  *
- * A stop is requested by a Stop message from the orchestrator or by SIGTERM (Slurm
- * preemption, `baton launch` stopping the job). After every step each rank takes its own
- * request and, when the job has more than one rank, all-reduces it (MAX) over the world,
- * so that every rank makes the same decision at the same step: saving is collective. The
+ * A stop is requested by a Stop message from the orchestrator or by SIGTERM or SIGINT
+ * (Slurm preemption, `baton launch` stopping the job, a user's kill). After every step each rank
+ * takes its own request and, when the job has more than one rank, all-reduces it (MAX) over the
+ * world, so that every rank makes the same decision at the same step: saving is collective. The
  * worker then saves a checkpoint at that step and exits with WORKER_EXIT_STOPPED. */
 #ifndef BATON_WORKER_CONTROL_H
 #define BATON_WORKER_CONTROL_H
@@ -38,11 +38,10 @@ typedef struct worker_control {
  * worker_control_close take before, or without, worker_control_start. */
 void worker_control_init(worker_control *wc);
 
-/* On wc from worker_control_init: installs the SIGTERM handler (sigaction; it only sets a
- * flag) and, when the spec has a control_address and BATON_CONTROL_TOKEN is set, connects
- * and says Hello (a failure is printed as a warning and the worker goes on without the
- * channel). Rank 0 of a run
- * (the spec has a run_dir and a control_address) also creates its attempt's metrics log,
+/* On wc from worker_control_init: installs the SIGTERM and SIGINT handler (sigaction; it only sets
+ * a flag) and, when the spec has a control_address and BATON_CONTROL_TOKEN is set, connects and
+ * says Hello (a failure is printed as a warning and the worker goes on without the channel). Rank 0
+ * of a run (the spec has a run_dir and a control_address) also creates its attempt's metrics log,
  * which every Metrics it sends goes to first. Never fails. The pacer's thread starts with
  * the channel, to see its HelloAck in (worker_pacer.h). */
 void worker_control_start(worker_control *wc, const Baton__StageSpec *spec, comm *world,
@@ -65,9 +64,14 @@ void worker_control_sync_metrics(worker_control *wc);
 int worker_control_after_step(worker_control *wc, const train_metrics *m, bt_diag *diag);
 /* From rank 0: the stage's closing validation (loss over windows windows at step). */
 void worker_control_valid(worker_control *wc, uint64_t step, double loss, uint32_t windows);
-/* Why the stop was requested, for the log: the Stop's reason, "SIGTERM" or "another
- * rank's request" (this rank's own Stop may still arrive: it reads the channel again). */
+/* Why the stop was requested, for the log: the Stop's reason, this rank's own signal
+ * ("SIGTERM", "SIGINT from pid 1234") or "another rank's request" (this rank's own Stop
+ * may still arrive: it reads the channel again). */
 const char *worker_control_stop_reason(worker_control *wc);
+/* Where the ranks agreed to stop at step: when this rank asked for it on a signal of its
+ * own (worker_signal.h) and no Stop came from baton run, tells baton run (a Stop with the
+ * signal, its sender and step: control_client_stop_signal) and returns 1; else 0. */
+int worker_control_stop_signal(worker_control *wc, uint64_t step);
 
 /* train_ckpt's on_commit (arg: the worker_control): rank 0 tells baton run that checkpoint
  * name (step) is committed; safe from the async writer's thread. */

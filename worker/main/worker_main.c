@@ -4,7 +4,7 @@
  *
  * Exit status: 0 the stage finished, 1 failed while training (retryable: I/O, numeric
  * blow-up), 2 bad usage or a StageSpec this worker cannot run (not worth retrying),
- * 75 (WORKER_EXIT_STOPPED) stopped on request (a Stop on the control channel or SIGTERM)
+ * 75 (WORKER_EXIT_STOPPED) stopped on request (a Stop on the control channel, SIGTERM or SIGINT)
  * after saving a checkpoint at the current step: resumable with --init RUN_DIR,
  * 76 (WORKER_EXIT_ROLLBACK) the loss-spike guard saw TRAIN_SPIKE_ROLLBACK_AFTER spikes in a
  * row (engine/train_spike.h): stopped without saving; the error message (also the Fatal
@@ -101,8 +101,9 @@ static void worker_usage(FILE *f) {
                "shared memory on one host and over Gloo (TCP) across hosts, a cuda stage's\n"
                "over NCCL.\n\n"
                "A Stop from the orchestrator's control channel (the spec's control_address,\n"
-               "token in BATON_CONTROL_TOKEN) or SIGTERM on any rank stops every rank after\n"
-               "the current step, with a checkpoint at that step when there is a run dir.\n\n"
+               "token in BATON_CONTROL_TOKEN), or SIGTERM or SIGINT on any rank, stops every\n"
+               "rank after the current step, with a checkpoint at that step when there is a\n"
+               "run dir.\n\n"
                "Exit status: 0 done, 1 training failed, 2 bad usage or unrunnable spec,\n"
                "75 stopped on request after saving (resume with --init RUN_DIR), 76 loss\n"
                "spikes in a row (recipe restart.spike_zscore): stopped without saving, the\n"
@@ -432,9 +433,14 @@ static int worker_save(train_ckpt *c, trainer *t, const worker_args *a, worker_c
 static int worker_stop(trainer *t, train_ckpt *c, const worker_args *a, worker_control *wc,
                        bt_diag *diag) {
     wc->stopping = 1;
+    /* the rank a signal came to says so (to baton run too), whatever its --quiet */
+    int own = worker_control_stop_signal(wc, t->step);
     if (!a->quiet)
         printf("stopping at step %llu (%s)%s\n", (unsigned long long)t->step,
                worker_control_stop_reason(wc), c->root ? ": saving a checkpoint" : "");
+    else if (own)
+        printf("rank %u: stopping at step %llu (%s): every rank saves a checkpoint\n", wc->rank,
+               (unsigned long long)t->step, worker_control_stop_reason(wc));
     int rc = worker_save(c, t, a, wc, diag);
     rc = rc ? rc : worker_save_wait(c, t->step, wc, diag);
     fflush(stdout);
