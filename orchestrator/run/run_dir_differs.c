@@ -37,8 +37,8 @@ void run_dir_other_recipe(const run_dir *d, const char *recipe_file, bt_diag *di
     bt_diag_set(diag,
                 "%s: this run directory belongs to a run with another recipe (kept in %s)%s%s%s"
                 "%s. To continue the run with the edit, make it the kept copy (cp %s %s) and "
-                "run 'baton resume %s' (README, \"Changing a run's recipe\", says which edits "
-                "a run takes); to start a new run, choose another --run-dir",
+                "run 'baton resume %s' (docs/running.md, \"Changing a run's recipe\", says which "
+                "edits a run takes); to start a new run, choose another --run-dir",
                 d->path, kept, diffs[0] ? ": " : "", diffs[0] ? recipe_file : "",
                 diffs[0] ? " differs from it: " : "", diffs, recipe_file, kept, d->path);
     bt_buf_free(&what);

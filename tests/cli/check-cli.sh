@@ -32,6 +32,9 @@ expect 2 "unknown command 'frobnicate'" -- frobnicate
 expect 0 'eval +.*passkey accuracy' -- --help
 # every command has its own help, with its exit statuses
 expect 0 '^usage: baton resume RUN_DIR' -- resume --help
+# which edits a run takes: said where the documentation says it
+expect 0 '\(docs/running\.md:$' -- resume --help
+expect 0 "^Changing a run's recipe\)\.$" -- resume --help
 # --listen's default, said alike by run and resume
 for c in run resume; do
   expect 0 '^ +\(default: its first non-loopback IPv4 address that is up\)$' -- $c --help
@@ -743,6 +746,8 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   cd "$sub" || exit 1
   sed 's/^name: .*/name: other/' "$small" >other.yaml
   expect 2 "r1: this run directory belongs to a run with another recipe \\(kept in " -- \
+    submit other.yaml --run-dir r1 --dry-run
+  expect 2 "run 'baton resume [^']*r1' \\(docs/running\\.md, \"Changing a run's recipe\", says which edits a run takes\\)" -- \
     submit other.yaml --run-dir r1 --dry-run
   expect 2 "r1: this run directory belongs to a run with other --set overrides \\(kept in " -- \
     submit "$small" --run-dir r1 --dry-run --set stages.0.steps=3
