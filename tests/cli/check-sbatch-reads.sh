@@ -33,6 +33,9 @@ small=$src/tests/engine/precision.yaml
 # read SCRIPT: the words sbatch found in SCRIPT's #SBATCH lines, one a line (sbatch is
 # stopped once it has listed its options: it would go on trying to connect for ~20 s)
 read_back() {
+  # emptied here first: the background job's own '>' may open the file only after the
+  # loop below has read the previous script's listing (seen under load in CI)
+  : >sbatch.out
   sbatch -vvv --test-only "$1" >sbatch.out 2>&1 &
   local pid=$! i
   for ((i = 0; i < 400; i++)); do
