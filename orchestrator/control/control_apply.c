@@ -189,9 +189,7 @@ static void control_fatal_in(control_server *cs, uint32_t rank, const Baton__Fat
     }
     if (!control_fatal_before(&cf->key, f)) return;
     control_fatal_keep(&cf->key, f);
-    cf->seen = 1;
     cf->rank = rank;
-    cf->code = cf->key.code;
     control_fatal_text(cf->message, sizeof cf->message, f);
 }
 

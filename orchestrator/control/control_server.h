@@ -71,11 +71,9 @@ typedef struct control_fatal_key { /* what the order reads of a Fatal kept */
 } control_fatal_key;
 
 typedef struct control_fatal {
-    int seen;
+    control_fatal_key key; /* key.seen: one came; key.code: its exit code class */
     uint32_t rank;
-    int32_t code;
     char message[1024]; /* a longer one with its middle cut, its end kept */
-    control_fatal_key key;
     int disk_full;
     uint32_t full_rank;
     char full_message[1024];

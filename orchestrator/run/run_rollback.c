@@ -96,7 +96,7 @@ static int run_rollback_ckpts(run_ctx *c, uint32_t stage, uint32_t attempt, uint
  * ROLLBACK and keeps the window for the next attempts. Returns 0, or -1 when the request
  * cannot be read (the attempt is then an ordinary failure). */
 int run_rollback(run_ctx *c, uint32_t stage, uint32_t attempt) {
-    const char *msg = c->cs_open && c->cs.fatal.seen ? c->cs.fatal.message : NULL;
+    const char *msg = c->cs_open && c->cs.fatal.key.seen ? c->cs.fatal.message : NULL;
     uint64_t from, to, first = 0, last = 0;
     const char *at = msg ? strstr(msg, "at steps ") : NULL;
     if (run_skip_parse(msg, &from, &to) != 0 || at == NULL ||

@@ -32,7 +32,7 @@ static int run_rank_stopped(const launch_job *job, int r) {
 
 void run_signal_blame(run_ctx *c, launch_job *job) {
     const control_stop_signal *k = run_signal_report(c);
-    if (k == NULL || c->cs.fatal.seen || job->failed_rank < 0 ||
+    if (k == NULL || c->cs.fatal.key.seen || job->failed_rank < 0 ||
         !run_rank_stopped(job, job->failed_rank))
         return;
     launch_job_blame(job, (int)k->rank);

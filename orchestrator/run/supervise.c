@@ -502,7 +502,7 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
         snprintf(why, sizeof why, "%s", c->hang_why);
     const launch_rank *rk = job->failed_rank >= 0 ? &job->ranks[job->failed_rank] : NULL;
     int told = !c->topo_refused && !hung; /* why is how the ranks ended: what they said next */
-    if (told && c->cs_open && c->cs.fatal.seen) {
+    if (told && c->cs_open && c->cs.fatal.key.seen) {
         size_t l = strlen(why);
         char said[401]; /* its end kept: the errno's words */
         bt_utf8_cut_middle(c->cs.fatal.message, 400, said, sizeof said);
@@ -529,7 +529,7 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
         run_blame_hang(c, job, &r, node, sizeof node);
     }
     int fatal = (rk && rk->exited && rk->exit_status == 2) ||
-                (c->cs_open && c->cs.fatal.seen && c->cs.fatal.code == 2) ||
+                (c->cs_open && c->cs.fatal.key.seen && c->cs.fatal.key.code == 2) ||
                 job->cause == LAUNCH_SPAWN_FAILED || (c->o->slurm && c->o->slurm->step_refused) ||
                 c->topo_refused;
     /* Slurm's SIGTERM (a time limit, scancel, a requeue) reaching the workers before baton,
@@ -563,7 +563,7 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
                     : "");
     if (full) /* the failure quotes the first Fatal: is it the full disk's? */
         run_disk_full(c, stage,
-                      !hung && !c->topo_refused && c->cs.fatal.seen &&
+                      !hung && !c->topo_refused && c->cs.fatal.key.seen &&
                           c->cs.fatal.rank == c->cs.fatal.full_rank &&
                           strcmp(c->cs.fatal.message, c->cs.fatal.full_message) == 0);
     return end;
@@ -749,7 +749,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     } else if (rc == 0) {
         run_ckpts_without_channel(c, (uint32_t)i, attempt);
         /* the rank that said why first, not a peer reacting to it reaped before it */
-        if (c->cs_open && c->cs.fatal.seen && !c->o->slurm)
+        if (c->cs_open && c->cs.fatal.key.seen && !c->o->slurm)
             launch_job_blame(&job, (int)c->cs.fatal.rank);
         else /* the ranks' exit 75: the rank a signal came to, not the first one reaped */
             run_signal_blame(c, &job);

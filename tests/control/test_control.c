@@ -83,7 +83,7 @@ static int rank1_step7(const control_server *cs) {
     return cs->ranks[1].step == 7;
 }
 static int got_fatal(const control_server *cs) {
-    return cs->fatal.seen;
+    return cs->fatal.key.seen;
 }
 static unsigned want_rejected;
 static int rejected(const control_server *cs) {
@@ -232,7 +232,7 @@ int unit(const char *run_dir) {
     CHECK(r0.stop && r0.stop_checkpoint && strcmp(r0.stop_reason, "preempted") == 0,
           "Stop not received");
     control_client_fatal(&r1, 1, 0, 0, "disk full");
-    CHECK(pump_until(&cs, got_fatal) && cs.fatal.rank == 1 && cs.fatal.code == 1 &&
+    CHECK(pump_until(&cs, got_fatal) && cs.fatal.rank == 1 && cs.fatal.key.code == 1 &&
               strcmp(cs.fatal.message, "disk full") == 0,
           "Fatal not recorded");
     control_client_close(&r1);
@@ -382,7 +382,7 @@ static void crowd_dropped(void) {
 }
 
 static int crowd_fatal_done(const control_server *cs) {
-    return cs->fatal.seen && cs->ranks[0].phase == BATON__HEARTBEAT__PHASE__DONE;
+    return cs->fatal.key.seen && cs->ranks[0].phase == BATON__HEARTBEAT__PHASE__DONE;
 }
 
 /* A short-lived rank: its Fatal and DONE sent whole, it closes, and only then is its
@@ -404,7 +404,7 @@ static void crowd_close_dropped(void) {
     crowd_evict();
     pump_until(&crowd_cs, crowd_fatal_done);
     pthread_join(th, NULL);
-    CHECK(crowd_cs.fatal.seen && strstr(crowd_cs.fatal.message, "disk full") != NULL,
+    CHECK(crowd_cs.fatal.key.seen && strstr(crowd_cs.fatal.message, "disk full") != NULL,
           "a rank dropped unread while closing lost its Fatal");
     CHECK(crowd_cs.ranks[0].phase == BATON__HEARTBEAT__PHASE__DONE && crowd_cs.ranks[0].step == 9,
           "a rank dropped unread while closing lost its DONE (phase %d)", crowd_cs.ranks[0].phase);
@@ -1138,7 +1138,7 @@ int serve(char **argv) {
     printf("serve: ranks seen %u/%u, last step %llu, rejected %u, fatal %s, longest silence "
            "%.1f s\n",
            seen, world, (unsigned long long)cs.last.step, cs.rejected,
-           cs.fatal.seen ? cs.fatal.message : "none", max_silence);
+           cs.fatal.key.seen ? cs.fatal.message : "none", max_silence);
     control_server_close(&cs);
     return seen == world ? 0 : 1;
 }

@@ -11,7 +11,7 @@
 #include "util/err.h"
 
 static int got_fatal(const control_server *cs) {
-    return cs->fatal.seen;
+    return cs->fatal.key.seen;
 }
 
 /* One attempt whose only rank sends a Fatal (err: the errno the client is told, 0 as a
@@ -59,7 +59,7 @@ static int order_case(control_server *cs, uint32_t attempt, int first, int lost0
     sleep_s(0.05);               /* both on the server's sockets before a pump reads them */
     for (int i = 0; i < 20; i++) /* a second: both read */
         pump(cs, 50);
-    int named = cs->fatal.seen ? (int)cs->fatal.rank : -1;
+    int named = cs->fatal.key.seen ? (int)cs->fatal.rank : -1;
     CHECK(err != ENOSPC || (cs->fatal.disk_full && (int)cs->fatal.full_rank == named),
           "attempt %u: the full disk is rank %u's, the failure rank %d's", attempt,
           cs->fatal.full_rank, named);

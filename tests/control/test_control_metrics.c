@@ -600,7 +600,7 @@ static void backlog_overflow(const char *run_dir) {
     control_client_fatal(&c, 1, 0, 0, "out of memory at step 7");
     CHECK(c.dropped == dropped, "the Fatal was dropped behind a full outbox of metrics");
     backlog_close(&cs, &c);
-    CHECK(cs.fatal.seen && strstr(cs.fatal.message, "step 7") != NULL,
+    CHECK(cs.fatal.key.seen && strstr(cs.fatal.message, "step 7") != NULL,
           "the Fatal queued behind a full outbox did not arrive");
     control_server_close(&cs);
     int increasing, lines = backlog_lines(run_dir, &increasing);
