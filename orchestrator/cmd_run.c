@@ -14,6 +14,7 @@
 #include "launch_slurm.h"
 #include "launch_tmpdir.h"
 #include "recipe.h"
+#include "run/run_afresh.h"
 #include "run/run_dir.h"
 #include "run/run_state.h"
 #include "run/run_worker.h"
@@ -685,7 +686,7 @@ static int run_check_launcher(const run_args *a) {
  * made of the directory and then refused before any attempt (the worker, the allocation,
  * an open-files limit too low for the launcher's servers)
  * is removed again, so that a corrected retry starts afresh: only that (run_dir_unmake). */
-static int run_in_dir(run_args *a, recipe_doc *doc) {
+static int run_in_dir(run_args *a, recipe_doc *doc, char *afresh_dir, size_t cap) {
     char worker[PATH_MAX], note[4400];
     run_dir dir;
     if (run_open_dir(a, &dir) != 0) return BT_EXIT_USAGE;
@@ -697,7 +698,8 @@ static int run_in_dir(run_args *a, recipe_doc *doc) {
     run_opts o = {.worker = w,
                   .worker_note = wnote,
                   .quiet = a->quiet,
-                  .prog = a->resume ? "baton resume" : "baton run"};
+                  .prog = a->resume ? "baton resume" : "baton run",
+                  .afresh = run_afresh_allowed()};
     if (status == 0 && a->launcher && strcmp(a->launcher, "slurm") == 0) {
         launch_slurm *slurm = malloc(sizeof *slurm); /* large: the step's argv buffers */
         status = slurm ? run_open_slurm(a, doc, &dir, slurm, &o) : BT_EXIT_FAILURE;
@@ -708,12 +710,14 @@ static int run_in_dir(run_args *a, recipe_doc *doc) {
     if (status == 0) status = run_supervise(&dir, doc, &o);
     if (o.slurm) launch_slurm_close(o.slurm);
     free(o.slurm);
+    if (status == RUN_EXIT_AFRESH) snprintf(afresh_dir, cap, "%s", dir.path);
     run_dir_close(&dir);
     return status;
 }
 
 static int run_main(run_args *a) {
     char recipe_copy[4200], dflt[512];
+    static char afresh_dir[PATH_MAX + 64];
     if (!a->submit) run_signals_block(); /* submit runs sbatch, which should see a Ctrl-C */
     /* a line at a time into a file too (a Slurm job's output): in order with stderr. Only
      * here: `baton status | grep -q` must not meet a closed pipe between lines. */
@@ -752,10 +756,11 @@ static int run_main(run_args *a) {
     } else if (status == 0 && run_check_launcher(a) != 0) {
         status = BT_EXIT_USAGE;
     } else if (status == 0) {
-        status = run_in_dir(a, &doc);
+        status = run_in_dir(a, &doc, afresh_dir, sizeof afresh_dir);
     }
     recipe_doc_free(&doc);
-    return status;
+    return status == RUN_EXIT_AFRESH ? run_afresh(run_name(a), a->quiet, a->worker, afresh_dir)
+                                     : status;
 }
 
 static void run_args_free(run_args *a) {

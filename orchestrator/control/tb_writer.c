@@ -39,7 +39,7 @@ static int tb_write_event(tb_writer *w, const Tensorboard__Event *ev, bt_diag *d
     return rc;
 }
 
-/* Opens a new file named after the time and host, refusing to reuse one. */
+/* Opens a new file named after the time and host (and pid), refusing to reuse one. */
 static int tb_create(tb_writer *w, const char *dir, bt_diag *diag) {
     char host[256] = "localhost";
     if (gethostname(host, sizeof host) != 0) strcpy(host, "localhost");
@@ -48,12 +48,17 @@ static int tb_create(tb_writer *w, const char *dir, bt_diag *diag) {
         if (host[i] == '/') host[i] = '_';
     long long secs = (long long)time(NULL);
     int rc = BT_EIO;
-    for (int attempt = 0; attempt < 2 && rc != 0; attempt++) {
+    /* the pid, then a count, where the name is taken: a process that executed itself again
+     * (run_afresh.h) keeps its pid, and may open its file in the same second */
+    for (int attempt = 0; attempt < 16 && rc != 0; attempt++) {
         if (attempt == 0)
             snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%lld.%s", dir, secs, host);
-        else
+        else if (attempt == 1)
             snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%lld.%s.%ld", dir, secs, host,
                      (long)getpid());
+        else
+            snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%lld.%s.%ld.%d", dir, secs,
+                     host, (long)getpid(), attempt);
         rc = rec_append_open(&w->a, w->path, O_EXCL, NULL);
         if (rc != 0 && errno != EEXIST) break;
     }

@@ -634,7 +634,12 @@ static attempt_end run_launch_failed(run_ctx *c, uint32_t stage, uint32_t attemp
     r.has_retryable = 1, r.retryable = end == ATTEMPT_RETRY;
     run_journal(c, BATON__JOURNAL_RECORD__KIND__FAILURE, stage, &r);
     run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
-    if (c->srv.wedged)
+    if (c->srv.wedged && c->o->afresh)
+        run_give_up(c, stage, 1,
+                    "the embedded PMIx server is stuck: continuing in a fresh process, as "
+                    "'baton resume %s'",
+                    c->dir->path);
+    else if (c->srv.wedged)
         run_give_up(c, stage, 1,
                     "the embedded PMIx server is stuck: not retried in this process; "
                     "'baton resume %s' continues in a fresh one",
@@ -1044,7 +1049,10 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
             if (!c.st.stage[i].completed || run_edit_extends(doc, &c.st, i))
                 status = run_stage(&c, i);
         if (status == 0) run_journal(&c, BATON__JOURNAL_RECORD__KIND__RUN_COMPLETED, 0, NULL);
-        if (c.journal_broken) status = BT_EXIT_FAILURE;
+        if (c.journal_broken)
+            status = BT_EXIT_FAILURE;
+        else if (status == BT_EXIT_FAILURE && c.srv.wedged && o->afresh)
+            status = RUN_EXIT_AFRESH;
         launch_server_close(&c.srv);
         if (c.cs_open) control_server_close(&c.cs);
         if (c.sfd >= 0) close(c.sfd);

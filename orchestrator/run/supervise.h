@@ -47,6 +47,10 @@
 #define RUN_WORKER_EXIT_STOPPED  75 /* a worker's WORKER_EXIT_STOPPED */
 #define RUN_WORKER_EXIT_ROLLBACK 76 /* a worker's WORKER_EXIT_ROLLBACK */
 #define RUN_MAX_ROLLBACKS        5  /* per stage */
+/* Not an exit status: run_supervise's when the embedded PMIx server wedged and
+ * run_opts.afresh allowed the caller to continue the run in a fresh process (cmd_run.c
+ * executes 'baton resume RUN_DIR' in this one's place). */
+#define RUN_EXIT_AFRESH 256
 
 struct launch_slurm;
 
@@ -58,6 +62,8 @@ typedef struct run_opts {
     struct launch_slurm *slurm; /* opened: every attempt is an srun step (launch_slurm.h);
                                    NULL: the embedded PMIx server on this host */
     const char *prog;           /* what messages begin with: "baton resume"; NULL "baton run" */
+    int afresh;                 /* the PMIx server wedged: end with RUN_EXIT_AFRESH, the
+                                   caller continuing in a fresh process (0: exit 1) */
 } run_opts;
 
 /* The per-stage table of a run (the text of `baton status`), printed at the end of a

@@ -27,8 +27,12 @@
 #                 PMIx or libevent, and no run directory left (none journaled).
 #   pmix-stuck    the embedded PMIx server stuck as the second stage's attempt starts (test
 #                 hook BATON_FAULT_PMIX_STUCK=2: its registration times out): said, not
-#                 retried in that process (one failure, no restart), exit 1; `baton resume`,
-#                 a fresh process, completes the run.
+#                 retried in that process (one failure, no restart); baton run continues as
+#                 `baton resume` in a fresh process (executed in its place), which completes
+#                 the run: exit 0.
+#   pmix-stuck-again  stuck at every process's first registration (BATON_FAULT_PMIX_STUCK=1):
+#                 three fresh processes, then exit 1 saying so and naming the resume; four
+#                 failures journaled; each process has its control channel.
 #   check-limits.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
@@ -183,17 +187,34 @@ pmix-stuck)
   BATON_FAULT_PMIX_STUCK=2 "$baton" run two.yaml --run-dir r1 --quiet >run.out 2>&1
   rc=$?
   set -e
-  [[ $rc == 1 ]] || { cat run.out; fail "baton run exited $rc with its PMIx server stuck, not 1"; }
+  [[ $rc == 0 ]] || { cat run.out; fail "baton run exited $rc with its PMIx server stuck once, not 0"; }
   grep -q 'cannot register PMIx namespace .*: the embedded PMIx server did not answer in 30 s' run.out ||
     { cat run.out; fail "the stuck server was not said"; }
-  grep -q "^baton run: stage \"b\": the embedded PMIx server is stuck: not retried in this process; 'baton resume $work/r1' continues in a fresh one\$" run.out ||
-    { cat run.out; fail "no give-up line naming the resume"; }
+  grep -q "^baton run: stage \"b\": the embedded PMIx server is stuck: continuing in a fresh process, as 'baton resume $work/r1'\$" run.out ||
+    { cat run.out; fail "no line saying it continues in a fresh process"; }
   ! grep -q "restarting stage" run.out || { cat run.out; fail "retried in the same process"; }
-  "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "the resume in a fresh process failed"; }
   "$baton" status r1 --json | /usr/bin/python3 -c '
 import json, sys
 s = json.load(sys.stdin)
-assert s["state"] == "completed" and s["failures"] == 1, s' || fail "the resumed run is not complete with one failure"
+assert s["state"] == "completed" and s["failures"] == 1, s' || fail "the run is not complete with one failure"
+  ;;
+pmix-stuck-again)
+  one_rank_recipe one 'checkpoint: {every_steps: 2}' '{name: a, steps: 2}' >one.yaml
+  set +e
+  BATON_FAULT_PMIX_STUCK=1 "$baton" run one.yaml --run-dir r1 --quiet >run.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 1 ]] || { cat run.out; fail "baton run exited $rc with its PMIx server stuck in every process, not 1"; }
+  n=$(grep -c "continuing in a fresh process" run.out || true)
+  [[ $n == 3 ]] || { cat run.out; fail "$n fresh processes, not 3"; }
+  # each has its control channel, whose TensorBoard file the same pid opens in the same second
+  ! grep -q "no control channel" run.out || { cat run.out; fail "a fresh process had no control channel"; }
+  grep -q "^baton resume: stage \"a\": the embedded PMIx server is stuck: not retried in this process; 'baton resume $work/r1' continues in a fresh one\$" run.out ||
+    { cat run.out; fail "no last give-up naming the resume"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "failed" and s["failures"] == 4, s' || fail "not a failed run with four failures"
   ;;
 *)
   fail "unknown case"
