@@ -27,6 +27,10 @@
 #             SIGTERM before baton does and the job is cancelled (a time limit's race):
 #             the run must be stopped, no host excluded, and `sbatch run/baton.sbatch`
 #             must finish it on exactly the uninterrupted run's losses.
+#   orphan    baton run --launcher slurm SIGKILLed mid-way through fp8 inside an allocation
+#             that outlives it: every worker gone within 10 s (srun dies with baton, and
+#             Slurm ends its step), and `baton resume` completes the run on exactly the
+#             uninterrupted run's losses.
 #   quoting   `baton submit` with a run directory and a working directory holding a space,
 #             quotes, '$', '`', '#' and '%', a job name with spaces and a comment with
 #             quotes: the real sbatch takes the script (the --dry-run one, byte for byte),
@@ -250,6 +254,43 @@ stop)
   final_losses 0 || fail "final losses differ from the uninterrupted run"
   echo "slurm.stop: workers stopped by Slurm before baton (--export without ALL): no host" \
     "excluded, resumed in job $job2, losses exact; $(secs "$t1" "$(date +%s.%N)") s"
+  ;;
+orphan)
+  # baton killed (SIGKILL: the OOM killer, say) inside an allocation that outlives it: its
+  # srun dies with it (PR_SET_PDEATHSIG), and Slurm ends the step, so no worker trains on
+  # unsupervised (measured: gone within 0.1 s, Slurm 22.05); then `baton resume` in a new
+  # allocation finishes on exactly the uninterrupted run's losses.
+  salloc --nodes=2 --ntasks-per-node=2 --no-kill --quiet --time=5 bash -c \
+    '"$0" run "$1" --run-dir run --launcher slurm "${@:2}" >slurm.out 2>&1 & echo $! >baton.pid; wait; sleep 120' \
+    "$baton" "$recipe" "${sets[@]}" &
+  apid=$!
+  for ((i = 0; i < 600; i++)); do
+    grep -q '"stage": "fp8".*"step": 8,' run/metrics.jsonl 2>/dev/null && break
+    kill -0 "$apid" 2>/dev/null || fail "salloc ended before the fp8 stage's step 8"
+    sleep 0.2
+  done
+  job=$(squeue -h -o %i | head -n 1)
+  [[ -n $job ]] || fail "no allocation listed"
+  pgrep -f -- "--spec $work/" >/dev/null || fail "no worker runs at fp8 step 8"
+  kill -9 "$(cat baton.pid)"
+  for ((i = 0; i < 100; i++)); do
+    pgrep -f -- "--spec $work/" >/dev/null || break
+    sleep 0.1
+  done
+  gone_s=$((i / 10)).$((i % 10))
+  ! pgrep -af -- "--spec $work/" || fail "workers still run 10 s after baton was killed"
+  squeue -h -j "$job" | grep . >/dev/null || fail "the allocation ended with baton: nothing was shown"
+  scancel "$job"
+  wait "$apid" 2>/dev/null || true
+  apid=
+  wait_done "$job"
+  salloc --nodes=2 --ntasks-per-node=2 --no-kill --quiet --time=5 \
+    "$baton" resume run --launcher slurm >resume.out 2>&1 || fail "baton resume --launcher slurm exited $?"
+  "$baton" status run --json >status.json || fail "baton status failed"
+  grep -q '"state": "completed"' status.json || fail "the resumed run did not complete: $(head -c 400 status.json)"
+  final_losses 0 || fail "final losses differ from the uninterrupted run"
+  echo "slurm.orphan: baton killed at fp8 step 8: its workers were gone ${gone_s} s later, the resume" \
+    "completed on exactly the uninterrupted run's losses; $(secs "$t1" "$(date +%s.%N)") s"
   ;;
 quoting)
   # A run directory and a working directory with a space, quotes, '$', '`', '#' and '%', a
