@@ -729,6 +729,16 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   : >norun/journal
   expect 2 "^baton resume: $sub/norun: not a run directory \(its journal is empty\)" -- resume norun
   [[ ! -e norun/workdir && ! -e norun/specs ]] || { echo "FAIL: resume of a non-run wrote into it"; exit 1; }
+  # a run whose working directory moved (the project renamed): refused, saying how to go
+  # on; the new path written into RUN_DIR/workdir with echo (a newline after it) is taken
+  mkdir proj && ln -s ../data proj/data
+  (cd proj && "$baton" submit "$small" --run-dir ../wd --dry-run >/dev/null) || { echo "FAIL: submit in proj"; exit 1; }
+  mv proj proj-moved
+  expect 2 "^baton resume: $sub/wd: the run's working directory $sub/proj, where its relative data paths resolve, cannot be entered: No such file or directory; if it moved, write its new path into $sub/wd/workdir \(echo NEW_PATH > $sub/wd/workdir\) and resume again$" -- \
+    resume wd --quiet
+  echo "$sub/empty" >wd/workdir
+  expect 2 "^baton resume: 2 datasets the recipe reads cannot be read \(relative paths resolve against $sub/empty\):$" -- \
+    resume wd --quiet
   # a --worker that cannot be launched: exit 2 before anything is journaled
   expect 2 "^baton resume: cannot launch the workers: /nonexistent: No such file or directory$" -- \
     resume r1 --quiet --worker /nonexistent
