@@ -241,6 +241,23 @@ static void run_unexpected(const run_args *a, const char *o) {
     run_usage_of(a, stderr);
 }
 
+/* A new run's --run-dir whose first component is '~' (--run-dir=~/x: the shell expands '~'
+ * only at a word's start, not after '='): refused while nothing is there, as it would make
+ * a directory named '~' here, saying how to write it; one there already is used. */
+static int run_check_tilde(const run_args *a) {
+    const char *p = a->run_dir;
+    struct stat st;
+    if (a->resume || p == NULL || p[0] != '~' || (p[1] != '\0' && p[1] != '/') ||
+        lstat(p, &st) == 0)
+        return 0;
+    fprintf(stderr,
+            "baton %s: --run-dir '%s': the shell did not expand '~' (it does not after '='), "
+            "so a directory named '~' would be made here; write --run-dir %s (with a space) "
+            "or $HOME%s, or ./%s for a directory named '~'\n",
+            run_name(a), p, p, p + 1, p);
+    return -1;
+}
+
 static int run_parse(int argc, char **argv, run_args *a) {
     int taken;
     for (int i = 1; i < argc; i++) {
@@ -289,7 +306,7 @@ static int run_parse(int argc, char **argv, run_args *a) {
                 a->resume ? "" : "--run-dir ");
         return -1;
     }
-    return 0;
+    return run_check_tilde(a);
 }
 
 /* baton-worker next to this program, else the name (found through PATH). */

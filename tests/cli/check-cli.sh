@@ -739,6 +739,16 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   echo "$sub/empty" >wd/workdir
   expect 2 "^baton resume: 2 datasets the recipe reads cannot be read \(relative paths resolve against $sub/empty\):$" -- \
     resume wd --quiet
+  # --run-dir=~/x (no '~' expanded after '='): a new run directory refused, nothing made,
+  # saying how to write it; ./~/x as it says, and one there already, are taken
+  for c in run "submit --dry-run"; do
+    expect 2 "^baton ${c% *}: --run-dir '~/t/r': the shell did not expand '~' \(it does not after '='\), so a directory named '~' would be made here; write --run-dir ~/t/r \(with a space\) or \\\$HOME/t/r, or \./~/t/r for a directory named '~'$" -- \
+      $c "$small" --run-dir=~/t/r
+  done
+  expect 2 "^baton run: --run-dir '~': the shell did not expand '~'" -- run "$small" --run-dir '~'
+  [[ ! -e '~' ]] || { echo "FAIL: a directory named '~' was made"; exit 1; }
+  expect 0 "wrote $sub/~/t/r/baton.sbatch" -- submit "$small" --run-dir ./~/t/r --dry-run
+  expect 0 "wrote $sub/~/t/r/baton.sbatch" -- submit "$small" --run-dir=~/t/r --dry-run
   # a --worker that cannot be launched: exit 2 before anything is journaled
   expect 2 "^baton resume: cannot launch the workers: /nonexistent: No such file or directory$" -- \
     resume r1 --quiet --worker /nonexistent
