@@ -59,10 +59,11 @@ static void resume_usage(FILE *f) {
                "copy, the --set overrides and the --worker kept there (RUN_DIR/recipe.yaml,\n"
                "RUN_DIR/overrides, RUN_DIR/worker), from the newest complete checkpoint. It\n"
                "works in the directory the run started in (RUN_DIR/workdir), where the\n"
-               "recipe's relative data paths resolve, and says so. A completed run is\n"
-               "reported as such, unless its kept recipe was edited since to add stages or\n"
-               "steps to its last stage: those are trained. Stages removed, inserted or\n"
-               "reordered among those the run started are refused (docs/running.md:\n"
+               "recipe's relative data paths resolve, and says so (a project moved: write\n"
+               "its new path into RUN_DIR/workdir). A completed run is reported as such,\n"
+               "unless its kept recipe was edited since to add stages or steps to its last\n"
+               "stage: those are trained. Stages removed, inserted or reordered among those\n"
+               "the run started are refused (docs/running.md:\n"
                "Changing a run's recipe).\n\n"
                "  --worker PATH   the worker program (default: the one the run was started\n"
                "                  with, else baton-worker next to baton); said when it\n"
@@ -240,6 +241,23 @@ static void run_unexpected(const run_args *a, const char *o) {
     run_usage_of(a, stderr);
 }
 
+/* A new run's --run-dir whose first component is '~' (--run-dir=~/x: the shell expands '~'
+ * only at a word's start, not after '='): refused while nothing is there, as it would make
+ * a directory named '~' here, saying how to write it; one there already is used. */
+static int run_check_tilde(const run_args *a) {
+    const char *p = a->run_dir;
+    struct stat st;
+    if (a->resume || p == NULL || p[0] != '~' || (p[1] != '\0' && p[1] != '/') ||
+        lstat(p, &st) == 0)
+        return 0;
+    fprintf(stderr,
+            "baton %s: --run-dir '%s': the shell did not expand '~' (it does not after '='), "
+            "so a directory named '~' would be made here; write --run-dir %s (with a space) "
+            "or $HOME%s, or ./%s for a directory named '~'\n",
+            run_name(a), p, p, p + 1, p);
+    return -1;
+}
+
 static int run_parse(int argc, char **argv, run_args *a) {
     int taken;
     for (int i = 1; i < argc; i++) {
@@ -288,7 +306,7 @@ static int run_parse(int argc, char **argv, run_args *a) {
                 a->resume ? "" : "--run-dir ");
         return -1;
     }
-    return 0;
+    return run_check_tilde(a);
 }
 
 /* baton-worker next to this program, else the name (found through PATH). */
@@ -629,8 +647,17 @@ static int run_submit_main(run_args *a, recipe_doc *doc) {
 }
 
 /* resume's RUN_DIR as an absolute path into abs (PATH_MAX); -1 after saying why it is
- * none: missing, or not a directory (a file given for it). */
+ * none: missing, or not a directory (a file given for it), or reached through a symbolic
+ * link that run_dir_check_parents refuses (judged here, as given: run_dir_open sees the
+ * resolved path only; its warnings are said there, for that path). */
 static int run_resume_dir(const char *path, char *abs) {
+    static run_dir probe;
+    bt_diag diag;
+    bt_diag_init(&diag);
+    if (run_dir_check_parents(&probe, path, &diag) != 0) {
+        cli_error("resume", &diag, 0);
+        return -1;
+    }
     struct stat st;
     if (realpath(path, abs) == NULL || stat(abs, &st) != 0) {
         fprintf(stderr, "baton resume: %s: %s\n", path,

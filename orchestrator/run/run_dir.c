@@ -545,13 +545,15 @@ int run_dir_enter_workdir(const char *run_dir_path, int *moved, bt_diag *diag) {
                     strerror(errno));
         return BT_EINVAL;
     }
+    if (n > 0 && dir[n - 1] == '\n') dir[n - 1] = '\0'; /* one written by hand, with echo */
     int rc = 0;
     if (getcwd(cwd, sizeof cwd) == NULL || strcmp(cwd, dir) != 0) {
         if (chdir(dir) != 0) {
             bt_diag_set(diag,
                         "%s: the run's working directory %s, where its relative data paths "
-                        "resolve, cannot be entered: %s",
-                        run_dir_path, dir, strerror(errno));
+                        "resolve, cannot be entered: %s; if it moved, write its new path into "
+                        "%s/workdir (echo NEW_PATH > %s/workdir) and resume again",
+                        run_dir_path, dir, strerror(errno), run_dir_path, run_dir_path);
             rc = BT_EINVAL;
         } else {
             *moved = 1;

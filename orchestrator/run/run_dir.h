@@ -63,7 +63,9 @@ int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const ch
  * entries in (writable by others, not sticky) is refused, BT_EINVAL naming it, its mode
  * and what to do; the first that some may (writable by a group other than your own
  * private one, not sticky; owned by another user than root, or than the uid a user
- * namespace shows for root's files) is d->parent_warning for the caller to say. A
+ * namespace shows for root's files) is d->parent_warning for the caller to say. A link
+ * another user may have planted (in a sticky directory others may write, neither yours
+ * nor the directory owner's: bt_link_planted) is refused, BT_EINVAL naming it. A
  * component that is not a directory is left for making path to report. */
 int run_dir_check_parents(run_dir *d, const char *path, bt_diag *diag);
 void run_dir_close(run_dir *d);

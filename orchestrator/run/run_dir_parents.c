@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "run_dir.h"
+#include "util/file.h"
 
 /* p cut to its parent directory in place ("a/b/" -> "a", "a" -> ".", "/a" -> "/"); 0 when
  * p has none ("/", "."). */
@@ -125,6 +126,24 @@ static int run_dir_judge(run_dir *d, const char *path, const char *dir, const ch
     return 0;
 }
 
+/* The symbolic link on path's way (link, as lstat'ed: st) in directory dir: refused when
+ * another user may have planted it (bt_link_planted), as `--out` refuses one: in a sticky
+ * directory others may write (/tmp), its owner, neither you nor the directory's, chooses
+ * where it leads (a directory of yours for the run to be written into, say) and may
+ * point it elsewhere at any time. */
+static int run_dir_check_link(const char *path, const char *dir, const char *link,
+                              const struct stat *st, bt_diag *diag) {
+    struct stat ds;
+    if (stat(dir, &ds) != 0 || !bt_link_planted(st, &ds)) return 0;
+    bt_diag_set(diag,
+                "%s: not used as a run directory: the symbolic link %s on its path is uid %u's, "
+                "in %s, a sticky directory others may write (mode %04o), so another user may "
+                "have planted it and may point it elsewhere; give the directory it leads to "
+                "by its own path, or choose another run directory",
+                path, link, (unsigned)st->st_uid, dir, (unsigned)(ds.st_mode & 07777));
+    return BT_EINVAL;
+}
+
 /* path made absolute into abs: 0 when it cannot be. */
 static int run_dir_absolute(const char *path, char *abs, size_t cap) {
     char cwd[PATH_MAX];
@@ -159,11 +178,11 @@ static int run_dir_follow(const char *link, const char *rest_after, char *cur, c
 }
 
 /* Walks path component by component as the kernel will (lstat: every symbolic link met is
- * judged where it is, by the directories above it, and followed; ".." taken physically),
- * and judges the directories above where the walk ends: above path when it exists, else
- * from the nearest existing ancestor it will be made in. A component that is no directory
- * ends the walk with nothing more judged: making path fails then, saying so; so does a
- * path the walk cannot follow (too long, too many links). */
+ * judged where it is, by its owner and the directories above it, and followed; ".." taken
+ * physically), and judges the directories above where the walk ends: above path when it
+ * exists, else from the nearest existing ancestor it will be made in. A component that is
+ * no directory ends the walk with nothing more judged: making path fails then, saying so;
+ * so does a path the walk cannot follow (too long, too many links). */
 int run_dir_check_parents(run_dir *d, const char *path, bt_diag *diag) {
     char cur[PATH_MAX] = "/", rest[PATH_MAX], comp[NAME_MAX + 1], next[PATH_MAX];
     if (!run_dir_absolute(path, rest, sizeof rest)) return 0;
@@ -182,7 +201,9 @@ int run_dir_check_parents(run_dir *d, const char *path, bt_diag *diag) {
         struct stat st;
         if (lstat(next, &st) != 0) return run_dir_judge(d, path, cur, NULL, diag);
         if (S_ISLNK(st.st_mode)) {
-            if (run_dir_judge(d, path, cur, next, diag) != 0) return BT_EINVAL;
+            if (run_dir_check_link(path, cur, next, &st, diag) != 0 ||
+                run_dir_judge(d, path, cur, next, diag) != 0)
+                return BT_EINVAL;
             if (++links > 40 || !run_dir_follow(next, r, cur, rest)) return 0;
             r = rest;
         } else if (S_ISDIR(st.st_mode)) {

@@ -87,7 +87,6 @@ void bt_buf_text(bt_buf *b, const char *s) {
                             : p[i] == '\n' ? "\\n"
                             : p[i] == '\t' ? "\\t"
                             : p[i] == '\r' ? "\\r"
-                            : p[i] == '\\' ? "\\\\"
                                            : NULL;
         if (named)
             bt_buf_printf(b, "%s", named);

@@ -19,9 +19,10 @@ void bt_buf_append(bt_buf *b, const char *s, size_t n);
 /* Appends s as a JSON string literal, quotes included; a byte that is not well-formed
  * UTF-8 becomes U+FFFD, so the JSON stays valid whatever s holds. */
 void bt_buf_json_string(bt_buf *b, const char *s);
-/* Appends s for a line of text: a newline, tab, carriage return and backslash as \n, \t,
- * \r and \\, any other control character, DEL and a byte that is not well-formed UTF-8
- * as \xNN; the rest as it is. */
+/* Appends s for a line of text: a newline, tab and carriage return as \n, \t and \r, any
+ * other control character, DEL and a byte that is not well-formed UTF-8 as \xNN; the rest
+ * as it is, a backslash too (a name reads as it is: `x\y`, not `x\\y`; a literal "\n" in
+ * a name then reads as its newline would, which --json tells apart). */
 void bt_buf_text(bt_buf *b, const char *s);
 /* b emptied, then bt_buf_text(b, s): the escaped text, valid until b changes. */
 const char *bt_buf_text_of(bt_buf *b, const char *s);

@@ -1,3 +1,4 @@
+#define _DEFAULT_SOURCE /* S_ISVTX */
 #include "file.h"
 
 #include <errno.h>
@@ -106,6 +107,11 @@ FILE *bt_fopen_private(const char *path, const char *how) {
         errno = err;
     }
     return f;
+}
+
+int bt_link_planted(const struct stat *link, const struct stat *dir) {
+    return (dir->st_mode & S_ISVTX) && (dir->st_mode & S_IWOTH) && link->st_uid != geteuid() &&
+           link->st_uid != dir->st_uid;
 }
 
 int bt_mkdir_private(const char *path) {

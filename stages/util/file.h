@@ -1,5 +1,6 @@
 /* Whole-file and line-by-line reads (a JSON-lines file's numbers too), directory
- * creation and a run's own files, shared by both programs. */
+ * creation, a run's own files and which symbolic links not to follow, shared by both
+ * programs. */
 #ifndef BATON_FILE_H
 #define BATON_FILE_H
 
@@ -8,6 +9,8 @@
 #include <sys/types.h>
 
 #include "err.h"
+
+struct stat;
 
 /* Reads path whole into a malloc'd, NUL-terminated buffer (*out, *len bytes before the
  * NUL). Returns 0, or -1 with errno set (EFBIG when it is longer than max bytes; one of
@@ -41,6 +44,13 @@ FILE *bt_fopen_private(const char *path, const char *how);
  * symbolic link there is refused (ELOOP), anything else not a directory ENOTDIR. 0, or
  * -1 with errno. */
 int bt_mkdir_private(const char *path);
+
+/* The kernel's protected_symlinks rule, kept whatever the sysctl says: whether a symbolic
+ * link (link, as lstat'ed) in directory dir (as stat'ed) may have been planted by another
+ * user, and so is not to be followed: dir is sticky and others may write it (/tmp), and
+ * the link is neither this user's nor dir's owner's (whoever owns a link in a sticky
+ * directory may replace it, to have baton, root say, write where they choose). */
+int bt_link_planted(const struct stat *link, const struct stat *dir);
 
 /* A run's own file opened for reading (close-on-exec; a symbolic link refused, as
  * bt_fopen_private) into *in: 0, with *in NULL when there is no such file; else BT_EIO,

@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "file.h"
+
 /* The descriptor path names as the shell reads it: /dev/stdout 1, /dev/stderr 2,
  * /dev/fd/N and /proc/self/fd/N N; -1 for any other path. */
 static int out_named_fd(const char *path) {
@@ -159,10 +161,9 @@ static int out_open_in_place(bt_out *o, const char *path, const struct stat *st,
     return BT_EIO;
 }
 
-/* The kernel's protected_symlinks rule, kept whatever the sysctl says: a symbolic link
- * in a sticky directory that others may write (/tmp) is followed only when it is this
- * user's or the directory owner's; another user may have planted it to have baton (root,
- * say) replace what it points to. Each link of the chain at path's end is checked. */
+/* A symbolic link another user may have planted (bt_link_planted: in a sticky directory
+ * others may write, neither this user's nor the directory owner's) is never followed:
+ * each link of the chain at path's end is checked. */
 static int out_check_links(const char *path, bt_diag *diag) {
     char cur[PATH_MAX], next[PATH_MAX], dir[PATH_MAX], base[NAME_MAX + 1];
     snprintf(cur, sizeof cur, "%s", path);
@@ -171,8 +172,7 @@ static int out_check_links(const char *path, bt_diag *diag) {
         if (lstat(cur, &ls) != 0 || !S_ISLNK(ls.st_mode) ||
             out_split(cur, dir, sizeof dir, base, sizeof base) != 0 || stat(dir, &ds) != 0)
             return 0;
-        if ((ds.st_mode & S_ISVTX) && (ds.st_mode & S_IWOTH) && ls.st_uid != geteuid() &&
-            ls.st_uid != ds.st_uid) {
+        if (bt_link_planted(&ls, &ds)) {
             bt_diag_set(diag,
                         "%s: not followed: the symbolic link %s is uid %u's, in %s, a sticky "
                         "directory others may write (mode %04o), so another user may have "

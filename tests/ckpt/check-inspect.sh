@@ -22,6 +22,14 @@ timeout 300 "$baton" launch -n 2 -- "$worker" --spec inspect.pb --eval-windows 0
 "$baton" ckpt inspect run >inspect.txt || fail "inspect exited $?"
 "$baton" ckpt inspect run --json >inspect.json || fail "inspect --json exited $?"
 cat inspect.txt
+# a path is printed as it is (a backslash not doubled, as verify prints it); --json
+# escapes it as JSON does; a control character is still escaped in the text
+mkdir 'b\s' && ln -s "$work/run" $'b\\s/r\t'
+"$baton" ckpt inspect $'b\\s/r\t' >bs.txt || fail "inspect of b\\s/r<tab> exited $?"
+grep -q '^checkpoint b\\s/r\\t/checkpoints/s00-step[0-9]* (format' bs.txt || { head -1 bs.txt; fail "the path in inspect's text"; }
+"$baton" ckpt inspect $'b\\s/r\t' --json | /usr/bin/python3 -c '
+import json, sys; d = json.load(sys.stdin); assert d["dir"].startswith("b\\s/r\t/"), d["dir"]' ||
+  fail "the path in inspect's --json"
 
 /usr/bin/python3 - inspect.txt inspect.json <<'PY' || fail "inspect's listing"
 import json, re, sys

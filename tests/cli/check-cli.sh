@@ -729,6 +729,26 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   : >norun/journal
   expect 2 "^baton resume: $sub/norun: not a run directory \(its journal is empty\)" -- resume norun
   [[ ! -e norun/workdir && ! -e norun/specs ]] || { echo "FAIL: resume of a non-run wrote into it"; exit 1; }
+  # a run whose working directory moved (the project renamed): refused, saying how to go
+  # on; the new path written into RUN_DIR/workdir with echo (a newline after it) is taken
+  mkdir proj && ln -s ../data proj/data
+  (cd proj && "$baton" submit "$small" --run-dir ../wd --dry-run >/dev/null) || { echo "FAIL: submit in proj"; exit 1; }
+  mv proj proj-moved
+  expect 2 "^baton resume: $sub/wd: the run's working directory $sub/proj, where its relative data paths resolve, cannot be entered: No such file or directory; if it moved, write its new path into $sub/wd/workdir \(echo NEW_PATH > $sub/wd/workdir\) and resume again$" -- \
+    resume wd --quiet
+  echo "$sub/empty" >wd/workdir
+  expect 2 "^baton resume: 2 datasets the recipe reads cannot be read \(relative paths resolve against $sub/empty\):$" -- \
+    resume wd --quiet
+  # --run-dir=~/x (no '~' expanded after '='): a new run directory refused, nothing made,
+  # saying how to write it; ./~/x as it says, and one there already, are taken
+  for c in run "submit --dry-run"; do
+    expect 2 "^baton ${c% *}: --run-dir '~/t/r': the shell did not expand '~' \(it does not after '='\), so a directory named '~' would be made here; write --run-dir ~/t/r \(with a space\) or \\\$HOME/t/r, or \./~/t/r for a directory named '~'$" -- \
+      $c "$small" --run-dir=~/t/r
+  done
+  expect 2 "^baton run: --run-dir '~': the shell did not expand '~'" -- run "$small" --run-dir '~'
+  [[ ! -e '~' ]] || { echo "FAIL: a directory named '~' was made"; exit 1; }
+  expect 0 "wrote $sub/~/t/r/baton.sbatch" -- submit "$small" --run-dir ./~/t/r --dry-run
+  expect 0 "wrote $sub/~/t/r/baton.sbatch" -- submit "$small" --run-dir=~/t/r --dry-run
   # a --worker that cannot be launched: exit 2 before anything is journaled
   expect 2 "^baton resume: cannot launch the workers: /nonexistent: No such file or directory$" -- \
     resume r1 --quiet --worker /nonexistent

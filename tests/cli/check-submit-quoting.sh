@@ -76,7 +76,7 @@ cmp -s "$sub/dry" "$sub/submitted" && ok "--dry-run wrote the script that is sub
   fail "the submitted script differs from the --dry-run one: $(diff "$sub/dry" "$sub/submitted" | head -5)"
 
 # what an #SBATCH line cannot carry: refused, naming it and the character, nothing made
-expect 2 "^baton submit: the run directory '$sub/b\\\\\\\\s' holds '\\\\', which .*baton\.sbatch\.in:[0-9]+ cannot carry in a filename pattern \(--output" -- \
+expect 2 "^baton submit: the run directory '$sub/b\\\\s' holds '\\\\', which .*baton\.sbatch\.in:[0-9]+ cannot carry in a filename pattern \(--output" -- \
   submit "$small" --run-dir "$sub/b\\s" --dry-run
 expect 2 "^baton submit: the run directory '$sub/n\\\\nl' holds a line break, which an #SBATCH line cannot carry: choose a path without one" -- \
   submit "$small" --run-dir "$sub/n"$'\n'"l" --dry-run

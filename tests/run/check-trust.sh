@@ -42,7 +42,10 @@
 #                 path is not called one (making the run directory says "Not a directory");
 #                 (as root) one that a group or another user may (0775 of another group,
 #                 0755 owned by nobody) is a warning naming it, except in a user namespace
-#                 (unshare -r) for the overflow uid it shows for the users it does not map.
+#                 (unshare -r) for the overflow uid it shows for the users it does not map;
+#                 (as root) a symbolic link on the path that another user planted in a
+#                 sticky directory others may write is refused (run, submit, resume), one
+#                 of one's own there followed.
 #   check-trust.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
@@ -248,6 +251,19 @@ run-dir-trust)
     refused shared/rn "$work/shared/rn: not used as a run directory: it is owned by uid $(id -u nobody), not by you (uid 0) (mode 700)" \
       run one.yaml --run-dir shared/rn
     owner="another user's 0700 directory refused"
+    # a symbolic link on the path that another user planted in a sticky directory others
+    # may write (in /tmp: made first, to a directory of yours, and re-pointed at will) is
+    # refused, as --out refuses one (run, submit, resume), nothing written where it
+    # points; one of your own there is followed
+    cp -a r0 vrun
+    $nb sh -c "ln -s $work/vdir shared/planted && ln -s $work/vrun shared/prun"
+    ln -s "$work/vrun" shared/own
+    planted="not used as a run directory: the symbolic link $work/shared/planted on its path is uid $(id -u nobody)'s, in $work/shared, a sticky directory others may write (mode 1777)"
+    refused shared/planted "shared/planted: $planted" run one.yaml --run-dir shared/planted
+    refused shared/planted "shared/planted/r: $planted" submit one.yaml --run-dir shared/planted/r --dry-run
+    refused shared/prun "shared/prun: ${planted//planted/prun}" resume shared/prun
+    "$baton" resume shared/own >own.out 2>&1 || { cat own.out; fail "resume through a link of one's own in a sticky directory"; }
+    owner+="; a link another user planted in a sticky directory refused"
   else
     owner="SKIPPED (not root, or no setpriv): another user's directory"
   fi

@@ -30,7 +30,7 @@ static void test_escape(void) {
     CHECK(strcmp(bt_buf_str(&b), "\"a\\\"b\\\\c\\u000a\\u0001\xc3\xa9\\ufffd!\"") == 0);
     CHECK(bt_utf8_valid(bt_buf_str(&b), b.len));
     CHECK(strcmp(bt_buf_text_of(&b, "we\"ird\\name\n\t\r\x01\x7f\xc3\xa9\xfe"),
-                 "we\"ird\\\\name\\n\\t\\r\\x01\\x7f\xc3\xa9\\xfe") == 0);
+                 "we\"ird\\name\\n\\t\\r\\x01\\x7f\xc3\xa9\\xfe") == 0);
     CHECK(strcmp(bt_buf_text_of(&b, ""), "") == 0);
     bt_buf_free(&b);
 }
