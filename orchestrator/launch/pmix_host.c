@@ -427,6 +427,7 @@ static pmix_status_t pmixhost_server_start(launch_server *srv) {
 int pmixhost_init(launch_server *srv, bt_diag *diag) {
     memset(srv, 0, sizeof *srv);
     srv->wake[0] = srv->wake[1] = -1;
+    srv->lock_fd = -1;
     srv->fence_grace_s = PMIXHOST_FENCE_GRACE_S;
     srv->debug = getenv("BATON_LAUNCH_DEBUG") != NULL;
     /* PMIx cannot be initialized twice in a process, and is never finalized here. */
@@ -440,7 +441,7 @@ int pmixhost_init(launch_server *srv, bt_diag *diag) {
     sigaction(SIGPIPE, &ign, NULL);
     setenv("PMIX_MCA_gds", "hash", 1);
     launch_tmpdir_sweep(); /* those of servers killed before they could */
-    int rc = launch_tmpdir_make(srv->tmpdir, sizeof srv->tmpdir, diag);
+    int rc = launch_tmpdir_make(srv->tmpdir, sizeof srv->tmpdir, &srv->lock_fd, diag);
     if (rc != 0) return rc;
     if (pipe2(srv->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
         bt_diag_set(diag, "cannot create a pipe: %s", strerror(errno));
@@ -477,6 +478,8 @@ void pmixhost_close(launch_server *srv) {
     srv->wake[0] = srv->wake[1] = -1;
     if (srv->tmpdir[0] != '\0') pmixhost_rmtree(srv->tmpdir);
     srv->tmpdir[0] = '\0';
+    if (srv->lock_fd >= 0) close(srv->lock_fd); /* after: no sweeper races the removal */
+    srv->lock_fd = -1;
 }
 
 /* ---- namespaces -------------------------------------------------------------------- */

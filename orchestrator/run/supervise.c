@@ -744,9 +744,14 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     run_ckpt_journal_found(c, (uint32_t)i, RUN_NO_ATTEMPT);
     launch_job job;
     c->spec = spec, c->topo_checked = 0, c->topo_refused = 0;
-    int hung = 0, rc = launch_job_init(&job, &c->srv, &lo, &d);
+    int hung = 0, remade = c->srv.tmpdir_remade, rc = launch_job_init(&job, &c->srv, &lo, &d);
     if (rc == 0 && job.fds_note[0]) run_err(c, "%s\n", job.fds_note);
     rc = rc ? rc : launch_job_start(&job, &d);
+    if (remade == 0 && c->srv.tmpdir_remade > 0) /* said the first time only */
+        run_err(c,
+                "the launcher's temp dir %s was removed while the run ran (a temp-file "
+                "cleaner?): made it again\n",
+                c->srv.tmpdir);
     rc = rc ? rc : run_watch(c, &job, (uint32_t)i, attempt, *hang_s, &hung);
     attempt_end end = ATTEMPT_FATAL;
     if (rc == 0 && c->dir_gone) {

@@ -3,16 +3,20 @@
  * own fd polled with the job, and a stop requested by the caller; the temp dirs of killed
  * servers swept.
  *   test_launch_api PMIX_PROBE TAG   (TAG goes on the probes' command lines) */
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "launch.h"
 #include "launch_tmpdir.h"
+#include "pmix_host.h"
 
 static int failures;
 
@@ -152,44 +156,115 @@ static void blame_job(launch_server *srv, int both) {
     launch_job_close(&job);
 }
 
-/* TMPDIR/NAME as a directory with a file in it. */
-static void fake_dir(const char *name, char *path, size_t cap) {
+/* TMPDIR/NAME as a directory with a file in it (FILE, e.g. "pmix-socket" or "lock"). */
+static void fake_dir(const char *name, const char *file, char *path, size_t cap) {
     const char *tmp = getenv("TMPDIR");
     snprintf(path, cap, "%s/%s", tmp && *tmp ? tmp : "/tmp", name);
     CHECK(mkdir(path, 0700) == 0, "mkdir %s", path);
-    char file[600];
-    snprintf(file, sizeof file, "%s/pmix-socket", path);
-    FILE *f = fopen(file, "w");
-    CHECK(f != NULL, "create %s", file);
+    char f_path[600];
+    snprintf(f_path, sizeof f_path, "%s/%s", path, file);
+    FILE *f = fopen(f_path, "w");
+    CHECK(f != NULL, "create %s", f_path);
     if (f) fclose(f);
 }
 
+static void remove_dir(const char *path) {
+    pmixhost_rmtree(path);
+}
+
+/* Whether DIR/lock is locked by someone (a try from a descriptor of our own fails). */
+static int dir_locked(const char *dir) {
+    char lock[4200];
+    snprintf(lock, sizeof lock, "%s/lock", dir);
+    int fd = open(lock, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    int locked = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd);
+    return locked;
+}
+
+/* A child process holding DIR/lock locked until it is killed: a live server of another PID
+ * namespace, whose pid in the dir's name means nothing here. */
+static pid_t hold_lock(const char *dir) {
+    int ready[2];
+    if (pipe(ready) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        char lock[4200];
+        snprintf(lock, sizeof lock, "%s/lock", dir);
+        int fd = open(lock, O_RDONLY);
+        char ok = fd >= 0 && flock(fd, LOCK_EX) == 0;
+        if (write(ready[1], &ok, 1) != 1) _exit(1);
+        pause();
+        _exit(0);
+    }
+    char ok = 0;
+    CHECK(pid > 0 && read(ready[0], &ok, 1) == 1 && ok, "no child holds %s's lock", dir);
+    close(ready[0]);
+    close(ready[1]);
+    return pid;
+}
+
 /* Launch temp dirs left by servers killed with their process (launch_tmpdir.h): the next
- * server removes those of processes that are gone, and only those. */
+ * server removes those whose lock it can take, whatever pid their name holds, and, without
+ * a lock file (an older baton's), those of processes that are gone; and only those. */
 static void check_sweep(void) {
     pid_t child = fork();
     if (child == 0) _exit(0);
     waitpid(child, NULL, 0); /* a pid no process has now */
-    char name[64], dead[512], alive[512], odd[512], old[512];
+    char name[64], dead[512], alive[512], odd[512], old[512], held[512], free_[512];
+    char making[512], made[512];
     snprintf(name, sizeof name, "baton-launch-%d-Ab12Cd", (int)child);
-    fake_dir(name, dead, sizeof dead);
+    fake_dir(name, "pmix-socket", dead, sizeof dead);
     snprintf(name, sizeof name, "baton-launch-%d-Ab12Cd", (int)getppid());
-    fake_dir(name, alive, sizeof alive);
+    fake_dir(name, "pmix-socket", alive, sizeof alive);
     snprintf(name, sizeof name, "baton-launch-%d-short", (int)child);
-    fake_dir(name, odd, sizeof odd);
-    fake_dir("baton-launch-Ab12Cd", old, sizeof old);
+    fake_dir(name, "pmix-socket", odd, sizeof odd);
+    fake_dir("baton-launch-Ab12Cd", "pmix-socket", old, sizeof old);
+    snprintf(name, sizeof name, "baton-launch-%d-Lk12Cd", (int)child);
+    fake_dir(name, "lock", held, sizeof held);
+    pid_t holder = hold_lock(held);
+    snprintf(name, sizeof name, "baton-launch-%d-Lk34Cd", (int)getppid());
+    fake_dir(name, "lock", free_, sizeof free_);
+    snprintf(name, sizeof name, ".baton-launch-%d-Hd12Cd", (int)child);
+    fake_dir(name, "lock-Ab12Cd", making, sizeof making);
+    snprintf(name, sizeof name, ".baton-launch-%d-Hd34Cd", (int)child);
+    fake_dir(name, "lock", made, sizeof made);
     int removed = launch_tmpdir_sweep();
-    CHECK(removed == 1, "swept %d dirs, expected 1", removed);
+    CHECK(removed == 3, "swept %d dirs, expected 3", removed);
     CHECK(access(dead, F_OK) != 0, "the dead server's %s was not removed", dead);
     CHECK(access(alive, F_OK) == 0, "a live process's %s was removed", alive);
     CHECK(access(odd, F_OK) == 0 && access(old, F_OK) == 0, "a dir of another name was removed");
-    const char *keep[] = {alive, odd, old};
-    for (int i = 0; i < 3; i++) {
-        char file[600];
-        snprintf(file, sizeof file, "%s/pmix-socket", keep[i]);
-        unlink(file);
-        rmdir(keep[i]);
+    CHECK(access(held, F_OK) == 0, "%s, locked by a live server, was removed", held);
+    CHECK(access(free_, F_OK) != 0, "%s, its lock free, was not removed", free_);
+    CHECK(access(making, F_OK) == 0, "%s, being made, was removed", making);
+    CHECK(access(made, F_OK) != 0, "%s, its lock free, was not removed", made);
+    if (holder > 0) {
+        kill(holder, SIGKILL);
+        waitpid(holder, NULL, 0);
     }
+    CHECK(launch_tmpdir_sweep() == 1 && access(held, F_OK) != 0,
+          "%s was not removed once its server was gone", held);
+    const char *keep[] = {alive, odd, old, making};
+    for (int i = 0; i < 4; i++)
+        remove_dir(keep[i]);
+}
+
+/* The server's temp dir is locked, never swept while it lives, and made again (with a new
+ * lock) where something removed it, or its lock file alone, before a job starts. */
+static void check_tmpdir_lock(launch_server *srv) {
+    CHECK(dir_locked(srv->tmpdir), "the server's %s is not locked", srv->tmpdir);
+    launch_tmpdir_sweep();
+    CHECK(access(srv->tmpdir, F_OK) == 0, "the server's own %s was swept", srv->tmpdir);
+}
+
+static void remove_tmpdir(launch_server *srv, int lock_only) {
+    char lock[4200];
+    snprintf(lock, sizeof lock, "%s/lock", srv->tmpdir);
+    if (lock_only)
+        CHECK(unlink(lock) == 0, "cannot remove %s", lock);
+    else
+        remove_dir(srv->tmpdir);
 }
 
 int main(int argc, char **argv) {
@@ -222,7 +297,11 @@ int main(int argc, char **argv) {
      * a third: a failed client must not break the server for later attempts. */
     CHECK(run_job(&srv, fail, 4, &c0, ns0) == LAUNCH_EXITED, "attempt 0 did not fail");
     CHECK(run_job(&srv, good, 4, &c1, ns1) == LAUNCH_SUCCESS, "attempt 1 failed");
+    check_tmpdir_lock(&srv);
+    remove_tmpdir(&srv, 0); /* a temp-file cleaner, say: PMIx needs no file of it */
     CHECK(run_job(&srv, good, 4, &c2, ns2) == LAUNCH_SUCCESS, "attempt 2 failed");
+    CHECK(srv.tmpdir_remade == 1, "temp dir made again %d times, not once", srv.tmpdir_remade);
+    check_tmpdir_lock(&srv);
     CHECK(strcmp(ns0, ns1) != 0 && strcmp(ns1, ns2) != 0, "namespaces %s %s %s", ns0, ns1, ns2);
     for (int r = 0; r < 4; r++)
         CHECK(c1.ok_lines[r] == 1 && c2.ok_lines[r] == 1, "rank %d ok lines %d %d", r,
@@ -231,7 +310,11 @@ int main(int argc, char **argv) {
      * able to start the next job (boot_pmix_init; openpmix#3584) */
     for (int i = 0; i < 40; i++)
         stop_job(&srv, hang);
+    remove_tmpdir(&srv, 1);
     blame_job(&srv, 1);
+    CHECK(srv.tmpdir_remade == 1, "temp dir made again %d times with its lock file removed",
+          srv.tmpdir_remade);
+    check_tmpdir_lock(&srv);
     blame_job(&srv, 0);
     char dir[sizeof srv.tmpdir];
     snprintf(dir, sizeof dir, "%s", srv.tmpdir);

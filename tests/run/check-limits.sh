@@ -33,6 +33,15 @@
 #   pmix-stuck-again  stuck at every process's first registration (BATON_FAULT_PMIX_STUCK=1):
 #                 three fresh processes, then exit 1 saying so and naming the resume; four
 #                 failures journaled; each process has its control channel.
+#   launch-removed  the launcher's temp dir ($TMPDIR/baton-launch-*) removed (rm -rf, as a
+#                 temp-file cleaner would) while the first of three stages trains, and again
+#                 while the second does: made again as each next stage starts, said once,
+#                 and the run completes with no failure; nothing is left in $TMPDIR.
+#   launch-pidns  a baton run in another PID namespace (unshare --pid) sharing $TMPDIR, its
+#                 pid one no process here has: a baton run here, whose server sweeps the
+#                 temp dirs of servers that are gone, leaves that run's dir alone (its lock
+#                 is held), and that run completes without making it again. SKIPPED (77)
+#                 where unshare --pid or setting the namespace's next pid is not permitted.
 #   check-limits.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
@@ -215,6 +224,58 @@ pmix-stuck-again)
 import json, sys
 s = json.load(sys.stdin)
 assert s["state"] == "failed" and s["failures"] == 4, s' || fail "not a failed run with four failures"
+  ;;
+launch-removed)
+  one_rank_recipe three 'checkpoint: {every_steps: 100}' '{name: a, steps: 20}' \
+    '{name: b, steps: 20}' '{name: c, steps: 2}' >three.yaml
+  BATON_FAULT_STEP_SLEEP=0.1 "$baton" run three.yaml --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  for stage in 0 1; do
+    wait_step $stage 2 >/dev/null
+    dirs=("$TMPDIR"/baton-launch-*)
+    [[ ${#dirs[@]} == 1 && -d ${dirs[0]} ]] || fail "not one launch dir in $TMPDIR: ${dirs[*]}"
+    [[ $stage == 0 ]] && first=${dirs[0]}
+    [[ ${dirs[0]} == "$first" ]] || fail "the launch dir was made again as ${dirs[0]}, not $first"
+    rm -rf "${dirs[0]}"
+  done
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  [[ $rc == 0 ]] || fail "baton run exited $rc with its launch dir removed, not 0"
+  n=$(grep -c "^baton run: the launcher's temp dir $first was removed while the run ran (a temp-file cleaner?): made it again\$" run.out || true)
+  [[ $n == 1 ]] || fail "the launch dir made again said $n times, not once"
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "completed" and s["failures"] == 0, s' || fail "the run is not complete without failures"
+  [[ -z $(ls -A "$TMPDIR") ]] || fail "left in $TMPDIR: $(ls -A "$TMPDIR")"
+  ;;
+launch-pidns)
+  unshare --pid --fork --mount-proc true 2>/dev/null ||
+    { echo "SKIPPED: unshare --pid --fork --mount-proc is not permitted here"; exit 77; }
+  # a pid no process of this namespace has (counting down from the largest)
+  pid=$(($(cat /proc/sys/kernel/pid_max) - 1))
+  while [[ -e /proc/$pid ]]; do pid=$((pid - 1)); done
+  unshare --pid --fork --mount-proc bash -c 'echo $(($1 - 1)) >/proc/sys/kernel/ns_last_pid' - "$pid" 2>/dev/null ||
+    { echo "SKIPPED: the next pid of a new PID namespace cannot be set (/proc/sys/kernel/ns_last_pid)"; exit 77; }
+  one_rank_recipe two 'checkpoint: {every_steps: 100}' '{name: a, steps: 30}' '{name: b, steps: 2}' >two.yaml
+  one_rank_recipe one '' '{name: a, steps: 2}' >one.yaml
+  # --kill-child: the namespace's processes go with unshare (the cleanup's kill -9)
+  BATON_FAULT_STEP_SLEEP=0.1 unshare --pid --fork --mount-proc --kill-child bash -c '
+    echo $(($1 - 1)) >/proc/sys/kernel/ns_last_pid || exit
+    "$2" run two.yaml --run-dir r1 --quiet # forked (not exec-ed: pid 1 here): pid $1
+    exit $?' \
+    - "$pid" "$baton" >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 2 >/dev/null
+  dirs=("$TMPDIR"/baton-launch-"$pid"-*)
+  [[ ${#dirs[@]} == 1 && -d ${dirs[0]} ]] ||
+    fail "no launch dir of pid $pid in $TMPDIR: $(ls -A "$TMPDIR")"
+  "$baton" run one.yaml --run-dir r2 --quiet >r2.out 2>&1 || { cat r2.out; fail "the run here failed"; }
+  [[ -d ${dirs[0]} ]] || fail "the run here swept ${dirs[0]} of a live run in another PID namespace"
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  [[ $rc == 0 ]] || fail "the run in another PID namespace exited $rc, not 0"
+  ! grep -q "made it again" run.out || fail "its launch dir had to be made again"
   ;;
 *)
   fail "unknown case"
