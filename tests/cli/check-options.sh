@@ -299,6 +299,12 @@ PATH=$work/fakebin:$PATH SLURM_JOB_ID=1 SLURM_JOB_NODELIST=h1 expect 2 "^baton r
   "$baton" run "$small" --run-dir r-d/sub --launcher slurm
 [[ ! -e r-d ]] && ok "refused runs (a directory or plain file for --worker, slurm): nothing made" ||
   fail "a refused run left r-d: $(ls -R r-d)"
+# ... however many directories it made (70 here: the run directory and all above it)
+deep=deep$(printf '/d%.0s' {1..69})
+PATH=$work/fakebin:$PATH SLURM_JOB_ID=1 SLURM_JOB_NODELIST=h1 expect 2 "^baton run: nothing started: removed deep, which it made$" -- \
+  "$baton" run "$small" --run-dir "$deep" --launcher slurm
+[[ ! -e deep ]] && ok "a refused run removes the 70 directories it made" ||
+  fail "a refused run left of the 70 directories it made: $(find deep | tail -1)"
 # ... and only what it made itself: another run's directory made beside it meanwhile (a
 # sweep's runs that both found sweep/ missing) is kept, with the parent both share; a file
 # baton does not write, put in the run directory meanwhile, is kept, with that directory
