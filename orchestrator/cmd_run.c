@@ -21,6 +21,7 @@
 #include "run/submit.h"
 #include "run/supervise.h"
 #include "util/buf.h"
+#include "util/shquote.h"
 
 static void run_usage(FILE *f) {
     fprintf(f, "usage: baton run RECIPE [--run-dir DIR] [--nodes K] [--gpus-per-node G]\n"
@@ -529,12 +530,15 @@ static int run_submit(run_args *a, recipe_doc *doc, run_dir *dir) {
         cli_error("submit", &d, rc);
         return rc == BT_EINVAL ? BT_EXIT_USAGE : BT_EXIT_FAILURE; /* an option it refuses */
     }
+    bt_buf cmd;
+    bt_buf_init(&cmd);
     if (a->dry_run)
         printf("baton submit: wrote %s (not submitted: --dry-run)\n", script);
     else
         printf("%s\nbaton submit: job %s, script %s, output %s/slurm-%s.out; "
-               "follow it with 'baton status %s'\n",
-               job, job, script, path, job, path);
+               "follow it with %s\n",
+               job, job, script, path, job, bt_shell_cmd(&cmd, "baton status", path));
+    bt_buf_free(&cmd);
     return BT_EXIT_OK;
 }
 
@@ -598,6 +602,25 @@ static int run_check_naming(const run_args *a) {
                 " (accepted for this run, which started with it before the rule; a new run "
                 "refuses it)");
     return 0;
+}
+
+/* A new run's directory (one no run started in) whose path holds a control character (a
+ * newline, a tab) is refused: every line that names it (status's first, the messages'
+ * commands) would break. One a run started in is taken, to be continued. Nonzero after
+ * saying why. */
+static int run_check_dir_name(const run_args *a) {
+    const unsigned char *p = (const unsigned char *)a->run_dir;
+    while (*p && *p >= 0x20 && *p != 0x7f)
+        p++;
+    if (*p == '\0' || a->resume || run_dir_has_started(a->run_dir)) return 0;
+    bt_buf b;
+    bt_buf_init(&b);
+    fprintf(stderr,
+            "baton %s: --run-dir %s: holds a control character (shown escaped), which would "
+            "break every line that names the run directory; choose another --run-dir\n",
+            run_name(a), bt_buf_text_of(&b, a->run_dir));
+    bt_buf_free(&b);
+    return -1;
 }
 
 /* A run directory opened and then refused before any attempt: what this command made of
@@ -778,6 +801,7 @@ static int run_main(run_args *a) {
         a->run_dir = dflt;
     }
     if (status == 0 && run_check_naming(a) != 0) status = BT_EXIT_USAGE;
+    if (status == 0 && run_check_dir_name(a) != 0) status = BT_EXIT_USAGE;
     if (status == 0 && a->submit) {
         status = run_submit_main(a, &doc);
     } else if (status == 0 && run_check_launcher(a) != 0) {

@@ -24,6 +24,7 @@
 #include "run/supervise.h"
 #include "util/buf.h"
 #include "util/file.h"
+#include "util/shquote.h"
 
 /* A stage's latest step as metrics.jsonl has it; a field it lacks (or has as null) is
  * unknown. */
@@ -576,6 +577,8 @@ static void status_text_new(bt_buf *b, const status_view *v) {
     bt_buf_printf(b, "run %s: not started yet", v->dir);
     char state[64];
     int queued = sbatch && v->job_id[0] ? status_job_queued(v->job_id, state, sizeof state) : 1;
+    bt_buf word, cmd;
+    bt_buf_init(&word), bt_buf_init(&cmd);
     if (sbatch && v->job_id[0] && queued)
         bt_buf_printf(b,
                       " (submitted as Slurm job %s, batch script %s; it starts when the job "
@@ -585,17 +588,16 @@ static void status_text_new(bt_buf *b, const status_view *v) {
         bt_buf_printf(b,
                       " (submitted as Slurm job %s, which is no longer queued: squeue says "
                       "%s; its output is %s/slurm-%s.out; sbatch %s submits the run again)",
-                      v->job_id, state, v->dir, v->job_id, script);
+                      v->job_id, state, v->dir, v->job_id, bt_shell_word_of(&word, script));
     else if (sbatch)
         bt_buf_printf(b,
                       " (batch script %s written, no job id kept: --dry-run, or not "
                       "submitted; sbatch %s submits it)",
-                      script, script);
+                      script, bt_shell_word_of(&word, script));
     else
-        bt_buf_printf(b,
-                      " (made by baton run, no attempt journaled; 'baton resume %s' "
-                      "starts it)",
-                      v->dir);
+        bt_buf_printf(b, " (made by baton run, no attempt journaled; %s starts it)",
+                      bt_shell_cmd(&cmd, "baton resume", v->dir));
+    bt_buf_free(&word), bt_buf_free(&cmd);
 }
 
 /* Steps of stage i whose update was skipped (a non-finite gradient norm, an fp16 overflow,
@@ -664,10 +666,13 @@ static void status_text(bt_buf *b, const status_view *v) {
     if (status_more(v) && !v->running) { /* running: it is being trained */
         char what[300];
         run_edit_work_text(&v->doc, &v->st, what, sizeof what);
+        bt_buf cmd;
+        bt_buf_init(&cmd);
         bt_buf_printf(b,
                       "  the run completed, but its recipe (recipe.yaml) now has more, from %s "
-                      "on: 'baton resume %s' trains it\n",
-                      what, v->dir);
+                      "on: %s trains it\n",
+                      what, bt_shell_cmd(&cmd, "baton resume", v->dir));
+        bt_buf_free(&cmd);
     }
     if (v->worker[0])
         bt_buf_printf(b,

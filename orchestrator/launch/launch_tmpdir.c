@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,9 @@
 #define LAUNCH_TMPDIR_PREFIX "baton-launch-"
 #define LAUNCH_TMPDIR_LOCK   "lock"
 #define LAUNCH_TMPDIR_TRIES  16
+/* The longest $TMPDIR taken: the launcher's files go a few levels below it (its temp dir,
+ * a job's directory, the rendezvous files), each path at most PATH_MAX bytes. */
+#define LAUNCH_TMPDIR_ROOT_MAX (PATH_MAX - 128)
 
 static const char *launch_tmpdir_root(void) {
     const char *root = getenv("TMPDIR");
@@ -45,13 +49,19 @@ int launch_tmpdir_check(bt_diag *diag) {
     const char *root = launch_tmpdir_root();
     struct stat st;
     const char *why = NULL;
+    char too_long[128];
     if (stat(root, &st) != 0)
         why = strerror(errno);
     else if (!S_ISDIR(st.st_mode))
         why = "not a directory";
     else if (access(root, W_OK | X_OK) != 0)
         why = errno == EACCES ? "not writable by this user" : strerror(errno);
+    else if (strlen(root) > LAUNCH_TMPDIR_ROOT_MAX)
+        why = too_long;
     if (why == NULL) return 0;
+    snprintf(too_long, sizeof too_long,
+             "too long (%zu bytes, at most %d: the launcher's files go below it)", strlen(root),
+             LAUNCH_TMPDIR_ROOT_MAX);
     char name[4200];
     launch_tmpdir_name(name, sizeof name);
     bt_diag_set(diag,

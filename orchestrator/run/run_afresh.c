@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "util/err.h"
+#include "util/shquote.h"
 
 static int run_afresh_count(void) {
     const char *n = getenv("BATON_AFRESH");
@@ -32,9 +33,11 @@ int run_afresh(const char *prog, int quiet, const char *worker, const char *run_
     /* none of this process's descriptors (the stuck PMIx thread's sockets) goes along */
     close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
     if (setenv("BATON_AFRESH", n, 1) == 0) execv("/proc/self/exe", argv);
-    fprintf(stderr,
-            "baton %s: cannot continue in a fresh process (/proc/self/exe: %s); 'baton resume "
-            "%s' does\n",
-            prog, strerror(errno), run_dir);
+    int err = errno;
+    bt_buf cmd;
+    bt_buf_init(&cmd);
+    fprintf(stderr, "baton %s: cannot continue in a fresh process (/proc/self/exe: %s); %s does\n",
+            prog, strerror(err), bt_shell_cmd(&cmd, "baton resume", run_dir));
+    bt_buf_free(&cmd);
     return BT_EXIT_FAILURE;
 }

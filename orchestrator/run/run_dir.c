@@ -20,6 +20,7 @@
 #include "loader.h"
 #include "util/buf.h"
 #include "util/file.h"
+#include "util/shquote.h"
 
 #define RUN_DIR_MAX_FILE (64u << 20)
 
@@ -77,10 +78,12 @@ int run_dir_check_resumable(const char *path, bt_diag *diag) {
         run_dir_has_history(&d, what, sizeof what, diag) != 0)
         return 0;
     run_dir_file(&d, JOURNAL_FILE, file, sizeof file);
-    bt_diag_set(diag,
-                "%s: not a run directory (%s); start a run with 'baton run RECIPE --run-dir "
-                "%s'",
-                path, access(file, F_OK) == 0 ? "its journal is empty" : "no journal", path);
+    bt_buf cmd;
+    bt_buf_init(&cmd);
+    bt_diag_set(diag, "%s: not a run directory (%s); start a run with %s", path,
+                access(file, F_OK) == 0 ? "its journal is empty" : "no journal",
+                bt_shell_cmd(&cmd, "baton run RECIPE --run-dir", path));
+    bt_buf_free(&cmd);
     return BT_EINVAL;
 }
 
@@ -118,6 +121,29 @@ void run_dir_sets_line(const char *text, char *out, size_t cap) {
     if (k == 0) snprintf(out, cap, "no --set");
 }
 
+/* The command that continues the run d with the --set assignments overrides (one per line)
+ * and writes its overrides file again, as a message shows it (shquote.h), into out. */
+static const char *run_dir_rerun_cmd(const run_dir *d, const char *overrides, bt_buf *out) {
+    char recipe[4200];
+    run_dir_file(d, "recipe.yaml", recipe, sizeof recipe);
+    bt_buf line;
+    bt_buf_init(&line);
+    bt_buf_printf(&line, "baton run ");
+    bt_buf_shell_word(&line, recipe);
+    bt_buf_printf(&line, " --run-dir ");
+    bt_buf_shell_word(&line, d->path);
+    for (const char *p = overrides; *p;) {
+        size_t len = strcspn(p, "\n");
+        char *set = len > 0 ? strndup(p, len) : NULL;
+        if (set != NULL) bt_buf_printf(&line, " --set "), bt_buf_shell_word(&line, set);
+        free(set);
+        p += len + (p[len] == '\n');
+    }
+    bt_shell_shown(out, bt_buf_str(&line));
+    bt_buf_free(&line);
+    return bt_buf_str(out);
+}
+
 /* The kept overrides against the CRC32C the journal's RUN_STARTED has of them as the run
  * started (journals older than that have none: nothing to check). `baton resume`
  * reapplies the kept copy, so a lost or edited one would go on under another schedule
@@ -146,19 +172,21 @@ static int run_dir_check_overrides(run_dir *d, const char *overrides, bt_diag *d
         rc = BT_EIO;
     } else if (started && !have &&
                crc32c_update(0, overrides, strlen(overrides)) != started->overrides_crc32c) {
+        bt_buf cmd;
+        bt_buf_init(&cmd);
         if (started->overrides)
             bt_diag_set(diag,
                         "%s is missing (the run was started with %s); restore it with those "
-                        "assignments, one per line, or continue with 'baton run %s/recipe.yaml "
-                        "--run-dir %s %s', which writes it again; to start over, choose another "
-                        "--run-dir",
-                        copy, sets, d->path, d->path, sets);
+                        "assignments, one per line, or continue with %s, which writes it again; "
+                        "to start over, choose another --run-dir",
+                        copy, sets, run_dir_rerun_cmd(d, started->overrides, &cmd));
         else
             bt_diag_set(diag,
                         "%s is missing (the run was started with %s); restore it, or continue "
                         "with 'baton run' and the run's --set, which writes it again; to start "
                         "over, choose another --run-dir",
                         copy, sets);
+        bt_buf_free(&cmd);
         rc = BT_EINVAL;
     } else if (have && crc32c_update(0, kept, kept_n) != started->overrides_crc32c) {
         bt_diag_set(diag,

@@ -27,7 +27,9 @@
 
 #include "recipe.h"
 
-#define RUN_DIR_MADE_MAX 64
+/* The most directories a path of 4096 bytes names ("a/a/a/..."): every one it made is
+ * recorded, so that a refusal removes them all, however deep. */
+#define RUN_DIR_MADE_MAX 2048
 
 typedef struct run_dir {
     char path[4096];

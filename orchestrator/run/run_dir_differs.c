@@ -9,6 +9,7 @@
 #include "run_dir.h"
 #include "util/buf.h"
 #include "util/file.h"
+#include "util/shquote.h"
 
 #define DIFFERS_SHOWN 4 /* differences named */
 
@@ -34,14 +35,21 @@ void run_dir_other_recipe(const run_dir *d, const char *recipe_file, bt_diag *di
     bt_buf_init(&what);
     differs_text(kept, recipe_file, &what);
     const char *diffs = bt_buf_str(&what);
+    bt_buf cp, cmd;
+    bt_buf_init(&cp), bt_buf_init(&cmd);
+    bt_buf_printf(&cp, "cp ");
+    bt_buf_shell_word(&cp, recipe_file);
+    bt_buf_printf(&cp, " ");
+    bt_buf_shell_word(&cp, kept);
     bt_diag_set(diag,
                 "%s: this run directory belongs to a run with another recipe (kept in %s)%s%s%s"
-                "%s. To continue the run with the edit, make it the kept copy (cp %s %s) and "
-                "run 'baton resume %s' (docs/running.md, \"Changing a run's recipe\", says which "
+                "%s. To continue the run with the edit, make it the kept copy (%s) and "
+                "run %s (docs/running.md, \"Changing a run's recipe\", says which "
                 "edits a run takes); to start a new run, choose another --run-dir",
                 d->path, kept, diffs[0] ? ": " : "", diffs[0] ? recipe_file : "",
-                diffs[0] ? " differs from it: " : "", diffs, recipe_file, kept, d->path);
-    bt_buf_free(&what);
+                diffs[0] ? " differs from it: " : "", diffs, bt_buf_str(&cp),
+                bt_shell_cmd(&cmd, "baton resume", d->path));
+    bt_buf_free(&what), bt_buf_free(&cp), bt_buf_free(&cmd);
 }
 
 void run_dir_other_sets(const run_dir *d, const char *overrides, bt_diag *diag) {
@@ -52,10 +60,12 @@ void run_dir_other_sets(const run_dir *d, const char *overrides, bt_diag *diag) 
     run_dir_sets_line(text ? text : "", was, sizeof was);
     run_dir_sets_line(overrides, now, sizeof now);
     free(kept), free(text);
+    bt_buf cmd;
+    bt_buf_init(&cmd);
     bt_diag_set(diag,
                 "%s: this run directory belongs to a run with other --set overrides (kept in "
                 "%s: the run has %s; given: %s); give the run's own to continue it, or continue "
-                "it with 'baton resume %s'; to run with other overrides, choose another "
-                "--run-dir",
-                d->path, copy, was, now, d->path);
+                "it with %s; to run with other overrides, choose another --run-dir",
+                d->path, copy, was, now, bt_shell_cmd(&cmd, "baton resume", d->path));
+    bt_buf_free(&cmd);
 }

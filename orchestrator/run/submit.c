@@ -11,6 +11,7 @@
 
 #include "launch_slurm.h"
 #include "sbatch_quote.h"
+#include "util/shquote.h"
 #include "util/buf.h"
 #include "util/file.h"
 
@@ -23,14 +24,6 @@ static const char *submit_template(const submit_opts *o) {
     const char *env = getenv("BATON_SBATCH_TEMPLATE");
     if (o->template_path) return o->template_path;
     return env && env[0] ? env : BATON_SBATCH_TEMPLATE;
-}
-
-/* s in single quotes for the shell ('\'' for a quote inside). */
-static void submit_quote(bt_buf *b, const char *s) {
-    bt_buf_printf(b, "'");
-    for (; *s; s++)
-        bt_buf_printf(b, *s == '\'' ? "'\\''" : "%c", *s);
-    bt_buf_printf(b, "'");
 }
 
 /* The run's text value of placeholder name (without the @s), or NULL for another one;
@@ -100,17 +93,17 @@ static int submit_value(const submit_opts *o, const char *script, const char *na
     else if (text != NULL)
         bt_buf_printf(b, "%s", text);
     else if (strcmp(name, "RUN_DIR_Q") == 0)
-        submit_quote(b, o->run_dir);
+        bt_buf_shell_quote(b, o->run_dir);
     else if (strcmp(name, "SCRIPT_Q") == 0)
-        submit_quote(b, script);
+        bt_buf_shell_quote(b, script);
     else if (strcmp(name, "NODES") == 0)
         bt_buf_printf(b, "%u", o->nodes);
     else if (strcmp(name, "TASKS_PER_NODE") == 0)
         bt_buf_printf(b, "%u", o->tasks_per_node);
     else if (strcmp(name, "BATON") == 0)
-        submit_quote(b, o->baton);
+        bt_buf_shell_quote(b, o->baton);
     else if (strcmp(name, "WORKER") == 0)
-        submit_quote(b, o->worker);
+        bt_buf_shell_quote(b, o->worker);
     else if (strcmp(name, "GPU_OPTIONS") == 0) {
         if (o->gpus_per_node > 0) bt_buf_printf(b, "#SBATCH --gpus-per-node=%u", o->gpus_per_node);
     } else if (strcmp(name, "SBATCH_OPTIONS") == 0)

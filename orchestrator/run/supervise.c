@@ -17,6 +17,7 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/crc32c.h"
 #include "util/file.h"
+#include "util/shquote.h"
 #include "util/utf8.h"
 #include "launch_fds.h"
 #include "launch_slurm.h"
@@ -102,11 +103,14 @@ int run_journal(run_ctx *c, Baton__JournalRecord__Kind kind, uint32_t stage,
      * the wrong history. It stops instead, its workers checkpointing as on SIGTERM. */
     c->journal_broken = 1;
     run_progress_end(&c->prog);
+    bt_buf cmd;
+    bt_buf_init(&cmd);
     run_err(c,
             "%s (%s/%s, record %s): stopping the run, since a journal that misses "
-            "records no longer describes it; make room (or fix the cause), then 'baton resume "
-            "%s'\n",
-            d.msg, c->dir->path, JOURNAL_FILE, journal_kind_name(kind), c->dir->path);
+            "records no longer describes it; make room (or fix the cause), then %s\n",
+            d.msg, c->dir->path, JOURNAL_FILE, journal_kind_name(kind),
+            bt_shell_cmd(&cmd, "baton resume", c->dir->path));
+    bt_buf_free(&cmd);
     return rc;
 }
 
@@ -429,18 +433,22 @@ static void run_disk_full(run_ctx *c, uint32_t stage, int in_failure) {
     const control_fatal *f = &c->cs.fatal;
     char said[601]; /* its end kept: "No space left on device" */
     bt_utf8_cut_middle(f->full_message, 600, said, sizeof said);
+    bt_buf cmd;
+    bt_buf_init(&cmd);
+    const char *resume = bt_shell_cmd(&cmd, "baton resume", c->dir->path);
     run_err(c,
             "stage \"%s\": the disk is full (rank %u: %s): not retried, as every restart "
             "would train to the same save and fail alike; make room (or keep fewer checkpoints: "
-            "checkpoint.keep), then 'baton resume %s'\n",
-            c->prog.stage, f->full_rank, said, c->dir->path);
+            "checkpoint.keep), then %s\n",
+            c->prog.stage, f->full_rank, said, resume);
     char msg[640] = "";
     if (!in_failure) snprintf(msg, sizeof msg, ": %s", said);
     run_give_up(c, stage, 0,
                 "the disk is full (rank %u%s); not retried, as every restart would train to the "
                 "same save and fail alike; make room (or keep fewer checkpoints: "
-                "checkpoint.keep), then 'baton resume %s'",
-                f->full_rank, msg, c->dir->path);
+                "checkpoint.keep), then %s",
+                f->full_rank, msg, resume);
+    bt_buf_free(&cmd);
 }
 
 /* Journals how the attempt ended and decides what comes next. */
@@ -609,11 +617,14 @@ static attempt_end run_spec_failed(run_ctx *c, uint32_t stage, uint32_t attempt,
     r.has_retryable = 1, r.retryable = end != ATTEMPT_FATAL;
     run_journal(c, BATON__JOURNAL_RECORD__KIND__FAILURE, stage, &r);
     run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
+    bt_buf cmd;
+    bt_buf_init(&cmd);
     if (full)
         run_give_up(c, stage, 1,
                     "the disk is full: not retried, as every restart would fail alike; make "
-                    "room, then 'baton resume %s'",
-                    c->dir->path);
+                    "room, then %s",
+                    bt_shell_cmd(&cmd, "baton resume", c->dir->path));
+    bt_buf_free(&cmd);
     return end;
 }
 
@@ -634,16 +645,18 @@ static attempt_end run_launch_failed(run_ctx *c, uint32_t stage, uint32_t attemp
     r.has_retryable = 1, r.retryable = end == ATTEMPT_RETRY;
     run_journal(c, BATON__JOURNAL_RECORD__KIND__FAILURE, stage, &r);
     run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
+    bt_buf cmd;
+    bt_buf_init(&cmd);
     if (c->srv.wedged && c->o->afresh)
         run_give_up(c, stage, 1,
-                    "the embedded PMIx server is stuck: continuing in a fresh process, as "
-                    "'baton resume %s'",
-                    c->dir->path);
+                    "the embedded PMIx server is stuck: continuing in a fresh process, as %s",
+                    bt_shell_cmd(&cmd, "baton resume", c->dir->path));
     else if (c->srv.wedged)
         run_give_up(c, stage, 1,
-                    "the embedded PMIx server is stuck: not retried in this process; "
-                    "'baton resume %s' continues in a fresh one",
-                    c->dir->path);
+                    "the embedded PMIx server is stuck: not retried in this process; %s "
+                    "continues in a fresh one",
+                    bt_shell_cmd(&cmd, "baton resume", c->dir->path));
+    bt_buf_free(&cmd);
     return end;
 }
 
@@ -1065,11 +1078,13 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
     }
     journal_close(&c.j);
     if (status == 0) run_print_summary(dir);
+    bt_buf cmd;
+    bt_buf_init(&cmd);
     if (status == RUN_EXIT_STOPPED)
-        run_err(&c, "stopped; continue with 'baton resume %s'\n", dir->path);
+        run_err(&c, "stopped; continue with %s\n", bt_shell_cmd(&cmd, "baton resume", dir->path));
     if (c.dir_gone && c.dir_moved_to[0])
-        run_err(&c, "stopped: %s was moved while the run ran; continue with 'baton resume %s'\n",
-                dir->path, c.dir_moved_to);
+        run_err(&c, "stopped: %s was moved while the run ran; continue with %s\n", dir->path,
+                bt_shell_cmd(&cmd, "baton resume", c.dir_moved_to));
     else if (c.dir_gone && c.dir_away)
         run_err(&c,
                 "stopped: %s is not where it was; if it was moved, continue with 'baton "
@@ -1081,7 +1096,8 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
     else if (c.journal_broken)
         run_err(&c,
                 "stopped because the journal could not be written; once it can, continue "
-                "with 'baton resume %s'\n",
-                dir->path);
+                "with %s\n",
+                bt_shell_cmd(&cmd, "baton resume", dir->path));
+    bt_buf_free(&cmd);
     return status;
 }

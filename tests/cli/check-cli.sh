@@ -720,6 +720,16 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
     run "$small" --run-dir r8
   TMPDIR=$sub/gone expect 2 "^baton launch: \\\$TMPDIR \($sub/gone\): No such file or directory" -- \
     launch -n 1 -- true
+  # one too long for the launcher's files below it (about 4000 bytes): the same, said so
+  long=$sub/ltmp
+  while ((${#long} < 4000)); do
+    n=$((4000 - ${#long} - 1))
+    long=$long/$(printf 'd%.0s' $(seq $((n < 60 ? n : 60))))
+  done
+  mkdir -p "$long"
+  TMPDIR=$long expect 2 "^baton run: \\\$TMPDIR \(.*\): too long \([0-9]+ bytes, at most 3968: the launcher's files go below it\)" -- \
+    run "$small" --run-dir r8
+  rm -rf "$sub/ltmp"
   [[ ! -e r8 ]] || { echo "FAIL: a run with missing data made its run directory"; exit 1; }
   # resume continues a run: a directory that never held one is refused, as status says,
   # not trained from scratch; one that submit made (no journal yet) is a run

@@ -299,6 +299,12 @@ PATH=$work/fakebin:$PATH SLURM_JOB_ID=1 SLURM_JOB_NODELIST=h1 expect 2 "^baton r
   "$baton" run "$small" --run-dir r-d/sub --launcher slurm
 [[ ! -e r-d ]] && ok "refused runs (a directory or plain file for --worker, slurm): nothing made" ||
   fail "a refused run left r-d: $(ls -R r-d)"
+# ... however many directories it made (70 here: the run directory and all above it)
+deep=deep$(printf '/d%.0s' {1..69})
+PATH=$work/fakebin:$PATH SLURM_JOB_ID=1 SLURM_JOB_NODELIST=h1 expect 2 "^baton run: nothing started: removed deep, which it made$" -- \
+  "$baton" run "$small" --run-dir "$deep" --launcher slurm
+[[ ! -e deep ]] && ok "a refused run removes the 70 directories it made" ||
+  fail "a refused run left of the 70 directories it made: $(find deep | tail -1)"
 # ... and only what it made itself: another run's directory made beside it meanwhile (a
 # sweep's runs that both found sweep/ missing) is kept, with the parent both share; a file
 # baton does not write, put in the run directory meanwhile, is kept, with that directory
@@ -333,6 +339,40 @@ assert s["state"] == "completed", s["state"]
 assert (s["failures"], s["restarts"], s["recoveries"]) == (1, 0, 0), s
 assert [(x["attempts"], x["restarts"]) for x in s["stages"]] == [(2, 0), (1, 0), (1, 0)], s["stages"]' &&
   ok "status: the failure not retried counts no restart nor recovery" || fail "status r-x: $("$baton" status r-x)"
+
+# ---- a command a message shows runs as it is, copied from between its quotes ----
+# (stages/util/shquote.h): a path with a space or a quote is shell-quoted in it, the command
+# then shown in "..."; one that needs no quotes stays in '...'
+q="$work/r q'x y"
+mkdir "$q"
+expect 2 "^baton resume: $q: not a run directory \\(no journal\\); start a run with \"baton run RECIPE --run-dir '$work/r q'\\\\''x y'\"$" -- \
+  "$baton" resume "$q"
+mkdir r-d2
+expect 2 "^baton resume: $work/r-d2: not a run directory \\(no journal\\); start a run with 'baton run RECIPE --run-dir $work/r-d2'$" -- \
+  "$baton" resume r-d2
+# a run stopped: "continue with" a command whose words, read by the shell, are baton resume
+# and the run directory
+"$baton" run "$small" --run-dir "$q/run" --quiet --set defaults.steps=100000 >stop.out 2>&1 &
+pid=$!
+for ((i = 0; i < 300; i++)); do
+  [[ -s $q/run/metrics.jsonl ]] && break
+  sleep 0.1
+done
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+cmd=$(sed -n 's/^baton run: stopped; continue with "\(.*\)"$/\1/p' stop.out)
+eval "set -- $cmd"
+[[ $rc == 75 && $# == 3 && $1 == baton && $2 == resume && $3 == "$(realpath "$q/run")" ]] &&
+  ok "a stopped run's command, copied, is baton resume RUN_DIR: $cmd" ||
+  fail "a stopped run (exit $rc) says: $(cat stop.out)"
+# a new run directory whose path holds a control character: refused, nothing made
+expect 2 "^baton run: --run-dir n\\\\nl: holds a control character \\(shown escaped\\), which would break every line that names the run directory; choose another --run-dir$" -- \
+  "$baton" run "$small" --run-dir $'n\nl' --quiet
+expect 2 "^baton submit: --run-dir t\\\\tb/x: holds a control character" -- \
+  "$baton" submit "$small" --run-dir $'t\tb/x' --dry-run
+[[ ! -e $'n\nl' && ! -e $'t\tb' ]] && ok "a run directory with a control character: nothing made" ||
+  fail "a refused run directory with a control character was made"
 
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
 echo PASS

@@ -78,7 +78,8 @@ cmp -s "$sub/dry" "$sub/submitted" && ok "--dry-run wrote the script that is sub
 # what an #SBATCH line cannot carry: refused, naming it and the character, nothing made
 expect 2 "^baton submit: the run directory '$sub/b\\\\s' holds '\\\\', which .*baton\.sbatch\.in:[0-9]+ cannot carry in a filename pattern \(--output" -- \
   submit "$small" --run-dir "$sub/b\\s" --dry-run
-expect 2 "^baton submit: the run directory '$sub/n\\\\nl' holds a line break, which an #SBATCH line cannot carry: choose a path without one" -- \
+# (a new run directory with a line break is refused before, as with any control character)
+expect 2 "^baton submit: --run-dir $sub/n\\\\nl: holds a control character \\(shown escaped\\)" -- \
   submit "$small" --run-dir "$sub/n"$'\n'"l" --dry-run
 expect 2 "^baton submit: the sbatch option's value 'a\\\\nb' holds a line break" -- \
   submit "$small" --run-dir "$sub/c" --dry-run --comment $'a\nb'

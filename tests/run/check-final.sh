@@ -35,6 +35,10 @@
 #                 cause another attempt would meet the same (a file where its directory
 #                 belongs: ENOTDIR): the run fails at once (exit 1, one attempt), naming
 #                 the path and the error; once put right, `baton resume` completes it.
+#   save-too-long a run directory whose path leaves no room for a checkpoint's files (4060
+#                 bytes: ENAMETOOLONG at the first save): the attempt fails at once, exit
+#                 2, not retried (every restart would meet the same path), its message
+#                 ending with the cause though the path alone is longer than a message.
 #   check-final.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
@@ -238,6 +242,21 @@ assert s["state"] == "failed" and st == [("failed", 1)], (s["state"], st)' || fa
   [[ $("$baton" status r1 --json | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["state"])') == completed ]] ||
     fail "the resumed run is not completed"
   echo "$case: a final checkpoint unreadable for good failed the run at once; resumed once put right"
+  ;;
+save-too-long)
+  one_rank_recipe one 'restart: {max_restarts: 2, backoff: 1s}, checkpoint: {every_steps: 2}' \
+    '{name: a, steps: 4}' >one.yaml
+  long=$work
+  while ((${#long} < 4060)); do
+    n=$((4060 - ${#long} - 1))
+    long=$long/$(printf 'd%.0s' $(seq $((n < 60 ? n : 60))))
+  done
+  set +e; "$baton" run one.yaml --run-dir "$long" --quiet >run.out 2>&1; rc=$?; set -e
+  [[ $rc == 2 ]] || { cat run.out; fail "exit $rc, not 2"; }
+  grep -q "^baton run: stage \"a\" attempt 0 failed: .*checkpoint s00-step00000002: $work/d.*/checkpoints/s00-step.*: File name too long (a configuration error: not retried)$" run.out ||
+    { cut -c1-300 run.out; fail "the cause was not said"; }
+  ! grep -q "restarting stage" run.out || { cut -c1-300 run.out; fail "retried"; }
+  echo "$case: a checkpoint path too long failed the run at once (exit 2), saying why"
   ;;
 *) fail "unknown case" ;;
 esac

@@ -3,7 +3,8 @@
  * --mpi=pmix) with the ranks connected over Gloo. Rank 0 prints the metrics.
  *
  * Exit status: 0 the stage finished, 1 failed while training (retryable: I/O, numeric
- * blow-up), 2 bad usage or a StageSpec this worker cannot run (not worth retrying),
+ * blow-up), 2 bad usage, a StageSpec this worker cannot run, or a failure every restart
+ * would meet again (a resource limit, a checkpoint path too long: not worth retrying),
  * 75 (WORKER_EXIT_STOPPED) stopped on request (a Stop on the control channel, SIGTERM or SIGINT)
  * after saving a checkpoint at the current step: resumable with --init RUN_DIR,
  * 76 (WORKER_EXIT_ROLLBACK) the loss-spike guard saw TRAIN_SPIKE_ROLLBACK_AFTER spikes in a
@@ -1033,6 +1034,14 @@ static int worker_note_limit(int rc, int setup_rc, bt_diag *diag) {
     return 1;
 }
 
+/* A failure on a path that cannot be (a name too long, a file or a link where a directory
+ * belongs: a checkpoint's save into the run directory, by the errno its message keeps):
+ * every restart would meet it again, so exit 2, not retried, as baton run takes a final
+ * checkpoint it cannot read for those (run_ckpts.c). */
+static int worker_path_broken(const bt_diag *diag) {
+    return diag->err == ENAMETOOLONG || diag->err == ENOTDIR || diag->err == ELOOP;
+}
+
 /* EAGAIN where a thread or process could not be made under a process limit (ulimit -u;
  * root is not held to it): the message names the limit. Other processes of the user's
  * may end, so it stays retryable. */
@@ -1164,7 +1173,7 @@ int main(int argc, char **argv) {
         if (rc == 0) worker_comm_backend(spec, &w);
         rc = rc ? rc : worker_run(spec, &a, &w, &ctl, &setup_rc, &rollback, &diag);
     }
-    int limited = rc != 0 && worker_note_limit(rc, setup_rc, &diag);
+    int limited = rc != 0 && (worker_note_limit(rc, setup_rc, &diag) || worker_path_broken(&diag));
     if (rc != 0) worker_note_nproc(&diag);
     int status = worker_exit_status(rc, setup_rc, ctl.stopping, rollback, limited);
     if (rc != 0) {
