@@ -4,7 +4,7 @@
 # answers) prints every word it parsed from the script's #SBATCH lines ("Found in script,
 # argument ...") before it tries to connect. Each script's words must be exactly the
 # values given: run directories and option values with spaces, quotes, '#', '%', '$',
-# a leading ':', a tab, a trailing space; an empty value joined to its long option; and
+# a leading ':', a trailing space (a tab in a new run directory is refused: cli.options); an empty value joined to its long option; and
 # a template's own placeholders within its quotes. Exit 77 (SKIPPED) where sbatch is
 # not installed, or does not print what it parsed.
 #   check-sbatch-reads.sh BATON SOURCE_DIR
@@ -64,7 +64,7 @@ check() {
 }
 
 n=0
-for d in "a b" 'q"u' "s'q" "h#sh" "p%j" $'t\tab' "trail " '$(id)' "m'\"n" 'x`y`'; do
+for d in "a b" 'q"u' "s'q" "h#sh" "p%j" "trail " '$(id)' "m'\"n" 'x`y`'; do
   n=$((n + 1))
   dir="$work/r$n $d"
   out=$("$baton" submit "$small" --run-dir "$dir" --dry-run --partition '' --time 5 \
