@@ -7,11 +7,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* fd, closed, opened on /dev/null: the lowest free number is fd itself, as those below
- * it are open already (the loop goes up from 0). */
+/* fd, closed, opened on /dev/null the other way round (stdin for writing, stdout and
+ * stderr for reading, as glibc does for a set-user-ID program): the number is taken, and
+ * using it fails with EBADF as a closed one would, so a write to a closed stdout is still
+ * said (`baton --version >&-`: "write error: Bad file descriptor"). The lowest free number
+ * is fd itself, as those below it are open already (the loop goes up from 0). */
 static void proc_start_fd(int fd) {
     if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF) return;
-    int got = open("/dev/null", O_RDWR);
+    int got = open("/dev/null", fd == 0 ? O_WRONLY : O_RDONLY);
     if (got >= 0 && got != fd) close(got); /* cannot be: fd was the lowest free one */
 }
 
