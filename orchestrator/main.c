@@ -11,6 +11,7 @@
 #include "run/supervise.h"
 #include "util/err.h"
 #include "util/out_file.h"
+#include "util/proc_start.h"
 
 typedef struct command {
     const char *name;
@@ -92,6 +93,7 @@ static int help(int argc, char **argv) {
 #ifdef __GLIBC__ /* others may call it without arguments (musl does) */
 static void main_block_signals(int argc, char **argv, char **envp) {
     (void)envp;
+    bt_proc_start();          /* fds 0-2, SIGCHLD, the umask: before any library opens a file */
     cpu_blas_threads_defer(); /* before OpenBLAS starts its threads (cpu_blas_defer.h) */
     if (argc >= 2 && argv != NULL && argv[1] != NULL &&
         (strcmp(argv[1], "run") == 0 || strcmp(argv[1], "resume") == 0))
@@ -139,6 +141,7 @@ static int main_stdout_is_log(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    bt_proc_start();                   /* done already under glibc (main_block_signals) */
     cpu_blas_threads_restore("baton"); /* the CPUs cpu_blas_threads_defer took away */
     /* run and resume: a file past the file-size limit (ulimit -f: metrics.jsonl, an event
      * file, a log) is a write that fails with EFBIG and is said, not a death by signal that

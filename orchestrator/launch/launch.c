@@ -39,6 +39,7 @@
 #include "launch_tmpdir.h"
 #include "pmix_host.h"
 #include "util/clock.h"
+#include "util/fd_close.h"
 
 extern char **environ;
 
@@ -235,10 +236,12 @@ static int launch_env_plain(char ***envp) {
     return 0;
 }
 
-/* Between fork and exec: async-signal-safe calls only. Reports an exec failure's errno
- * through status_fd (close-on-exec, so a successful exec reports nothing). */
-static void launch_child(const char *exe, char *const argv[], char *const envp[], int in, int out,
-                         int err, int status_fd, pid_t parent) {
+/* Between fork and exec: async-signal-safe calls only. p: launch_child_fds's; reports an
+ * exec failure's errno through p[5] (close-on-exec, so a successful exec reports nothing).
+ * fd_limit: bt_fd_close_limit's, read before fork. */
+static void launch_child(const char *exe, char *const argv[], char *const envp[], const int p[7],
+                         pid_t parent, int fd_limit) {
+    int status_fd = p[5];
     setpgid(0, 0); /* its own group: stopping a rank reaches its children too */
     /* A rank never outlives its launcher (killed with SIGKILL, say): a later launcher on
      * the same run directory must not meet it still training and writing checkpoints. */
@@ -247,10 +250,10 @@ static void launch_child(const char *exe, char *const argv[], char *const envp[]
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL); /* we ignore it; exec would keep that */
-    if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) goto fail;
+    if (dup2(p[6], 0) < 0 || dup2(p[1], 1) < 0 || dup2(p[3], 2) < 0) goto fail;
     /* Nothing else of ours (other ranks' pipes, PMIx's sockets) may leak into the rank. */
-    if (status_fd > 3) close_range(3, (unsigned)status_fd - 1, 0);
-    close_range((unsigned)status_fd + 1, ~0U, 0);
+    if (status_fd > 3) bt_fd_close_span(3, (unsigned)status_fd - 1, fd_limit);
+    bt_fd_close_span((unsigned)status_fd + 1, ~0U, fd_limit);
     execve(exe, argv, envp);
 fail:;
     int e = errno;
@@ -350,8 +353,9 @@ static int launch_spawn(launch_job *job, int r, bt_diag *diag) {
     }
     if (rc == 0) rc = launch_child_fds(p, diag);
     if (rc != 0) goto done;
+    int fd_limit = bt_fd_close_limit();
     pid_t self = getpid(), pid = fork();
-    if (pid == 0) launch_child(job->exe, job->opts.argv, env, p[6], p[1], p[3], p[5], self);
+    if (pid == 0) launch_child(job->exe, job->opts.argv, env, p, self, fd_limit);
     if (pid < 0) {
         bt_diag_set(diag, "cannot fork rank %d: %s", r, strerror(errno));
         rc = BT_EIO;

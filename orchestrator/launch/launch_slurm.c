@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "util/clock.h"
+#include "util/fd_close.h"
 
 extern char **environ;
 
@@ -38,15 +39,15 @@ static void slurm_which(const char *cmd, char *out, size_t cap) {
     }
 }
 
-/* Between fork and exec only async-signal-safe calls. */
-static void slurm_child(const char *exe, char *const argv[], int out) {
+/* Between fork and exec only async-signal-safe calls. fd_limit: bt_fd_close_limit's. */
+static void slurm_child(const char *exe, char *const argv[], int out, int fd_limit) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
     int null = open("/dev/null", O_RDONLY);
     if (null < 0 || dup2(null, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) _exit(127);
-    close_range(3, ~0U, 0);
+    bt_fd_close_span(3, ~0U, fd_limit);
     execve(exe, argv, environ);
     _exit(127);
 }
@@ -69,8 +70,9 @@ int launch_slurm_exec(char *const argv[], char *out, size_t cap, double timeout_
     out[0] = '\0';
     slurm_which(argv[0], exe, sizeof exe);
     if (pipe2(p, O_CLOEXEC) != 0) return -1;
+    int fd_limit = bt_fd_close_limit();
     pid_t pid = fork();
-    if (pid == 0) slurm_child(exe, argv, p[1]);
+    if (pid == 0) slurm_child(exe, argv, p[1], fd_limit);
     close(p[1]);
     if (pid < 0) {
         close(p[0]);

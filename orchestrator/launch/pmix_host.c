@@ -151,8 +151,8 @@ static pmixhost_wait *pmixhost_wait_new(void) {
     pmixhost_wait *w = calloc(1, sizeof *w);
     if (w == NULL) return NULL;
     pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
-    w->refs = 2; /* the waiter and the callback */
+    bt_cond_init(&w->cv); /* bounded on the monotonic clock, whatever the wall clock does */
+    w->refs = 2;          /* the waiter and the callback */
     return w;
 }
 
@@ -184,9 +184,7 @@ static pmix_status_t pmixhost_wait_bounded(pmixhost_wait *w, pmix_status_t rc, d
         pmixhost_wait_unref(w);
         return rc == PMIX_OPERATION_SUCCEEDED ? PMIX_SUCCESS : rc;
     }
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += (time_t)secs;
+    struct timespec until = bt_clock_deadline(secs);
     pthread_mutex_lock(&w->mu);
     int err = 0;
     while (!w->done && err != ETIMEDOUT)

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "util/err.h"
+#include "util/fd_close.h"
 #include "util/shquote.h"
 
 static int run_afresh_count(void) {
@@ -31,7 +32,7 @@ int run_afresh(const char *prog, int quiet, const char *worker, const char *run_
     argv[k++] = "--", argv[k++] = (char *)run_dir, argv[k] = NULL;
     fflush(NULL);
     /* none of this process's descriptors (the stuck PMIx thread's sockets) goes along */
-    close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+    bt_fd_cloexec_from(3);
     if (setenv("BATON_AFRESH", n, 1) == 0) execv("/proc/self/exe", argv);
     int err = errno;
     bt_buf cmd;

@@ -1,9 +1,7 @@
 /* Heartbeats during long blocking work (worker_pacer.h). */
 #include "worker_pacer.h"
 
-#include <errno.h>
 #include <string.h>
-#include <time.h>
 
 #include "util/clock.h"
 
@@ -11,15 +9,9 @@ void worker_pacer_init(worker_pacer *p, control_client *client) {
     memset(p, 0, sizeof *p);
     p->client = client;
     pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
-}
-
-static struct timespec pacer_deadline(double s) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    long ns = ts.tv_nsec + (long)(s * 1e9);
-    ts.tv_sec += ns / 1000000000L, ts.tv_nsec = ns % 1000000000L;
-    return ts;
+    /* its waits on the monotonic clock: the wall clock set back during a save would hold
+     * the heartbeats back by as much, and baton (monotonic) would take the rank for hung */
+    bt_cond_init(&p->cv);
 }
 
 /* What the thread does now, under the mutex: the busy spell's heartbeat when due (at most
@@ -48,7 +40,7 @@ static void *pacer_main(void *arg) {
     pthread_mutex_lock(&p->mu);
     while (p->running) {
         double now = bt_clock_now(), next = pacer_tick(p, now);
-        struct timespec ts = pacer_deadline(next > now ? next - now : 0);
+        struct timespec ts = bt_clock_deadline(next - now);
         pthread_cond_timedwait(&p->cv, &p->mu, &ts);
     }
     pthread_mutex_unlock(&p->mu);

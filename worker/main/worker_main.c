@@ -39,6 +39,7 @@
 #include "util/clock.h"
 #include "util/file.h"
 #include "util/out_file.h"
+#include "util/proc_start.h"
 #include "train_ckpt.h"
 #include "units.h"
 #include "worker_control.h"
@@ -1121,10 +1122,11 @@ static int worker_args_read(int argc, char **argv, bt_argv *split, worker_args *
 }
 
 /* OpenBLAS starts no thread pool as it loads (cpu_blas_defer.h): .preinit_array runs
- * before any library's initializer. */
+ * before any library's initializer, which could open a file on a closed fd 0-2. */
 #ifdef __GLIBC__
 static void worker_preinit(int argc, char **argv, char **envp) {
     (void)argc, (void)argv, (void)envp;
+    bt_proc_start();
     cpu_blas_threads_defer();
 }
 __attribute__((section(".preinit_array"),
@@ -1133,6 +1135,7 @@ __attribute__((section(".preinit_array"),
 #endif
 
 int main(int argc, char **argv) {
+    bt_proc_start();                          /* done already under glibc (worker_preinit) */
     cpu_blas_threads_restore("baton-worker"); /* before any thread starts (cpu_blas_defer.h) */
     /* a file past the file-size limit (a checkpoint's, the shared-memory segment's) is an
      * error that names it (EFBIG), not a death by signal */

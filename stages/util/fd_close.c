@@ -1,0 +1,42 @@
+/* Descriptors closed before exec, with or without close_range (fd_close.h). */
+#define _GNU_SOURCE
+#include "fd_close.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#define FD_CLOSE_MAX (1 << 20)
+
+int bt_fd_close_limit(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
+        rl.rlim_cur > FD_CLOSE_MAX)
+        return FD_CLOSE_MAX;
+    return rl.rlim_cur < 1024 ? 1024 : (int)rl.rlim_cur;
+}
+
+void bt_fd_close_span(unsigned lo, unsigned hi, int limit) {
+    if (lo > hi || close_range(lo, hi, 0) == 0) return;
+    for (unsigned fd = lo; fd <= hi && fd < (unsigned)limit; fd++)
+        close((int)fd);
+}
+
+void bt_fd_cloexec_from(int lo) {
+    if (close_range((unsigned)lo, ~0U, CLOSE_RANGE_CLOEXEC) == 0) return;
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL) {
+        for (int fd = lo, limit = bt_fd_close_limit(); fd < limit; fd++)
+            fcntl(fd, F_SETFD, FD_CLOEXEC); /* set alone: FD_CLOEXEC is its only flag */
+        return;
+    }
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        char *end;
+        long fd = strtol(e->d_name, &end, 10);
+        if (*end == '\0' && end != e->d_name && fd >= lo && fd != dirfd(d))
+            fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+    }
+    closedir(d);
+}
