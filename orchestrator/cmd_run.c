@@ -638,14 +638,14 @@ static void run_unmake(run_args *a, run_dir *dir, int tell) {
 /* The run directory opened (made, locked, the recipe and overrides kept) and, for a new
  * run, the working directory and --worker noted; nonzero after saying why, with what it
  * made removed again. */
-static int run_open_dir(run_args *a, run_dir *dir) {
+static int run_open_dir(run_args *a, const recipe_doc *doc, run_dir *dir) {
     bt_diag diag;
     bt_diag_init(&diag);
     bt_buf sets;
     bt_buf_init(&sets);
     for (int i = 0; i < a->sets.n; i++)
         bt_buf_printf(&sets, "%s\n", a->sets.set[i]);
-    int rc = run_dir_open(dir, a->run_dir, a->recipe, bt_buf_str(&sets), &diag);
+    int rc = run_dir_open(dir, a->run_dir, doc, bt_buf_str(&sets), &diag);
     bt_buf_free(&sets);
     int noted = rc == 0 && !a->resume ? run_dir_note_start(dir, a->worker, &diag) : 0;
     if (rc != 0 || noted != 0) cli_error(run_name(a), &diag, 0);
@@ -663,7 +663,7 @@ static int run_open_dir(run_args *a, run_dir *dir) {
 static int run_submit_main(run_args *a, recipe_doc *doc) {
     run_dir dir;
     if (run_submit_precheck(a, doc) != 0) return BT_EXIT_USAGE;
-    if (run_open_dir(a, &dir) != 0) return BT_EXIT_USAGE; /* what it made removed */
+    if (run_open_dir(a, doc, &dir) != 0) return BT_EXIT_USAGE; /* what it made removed */
     int st = run_submit(a, doc, &dir);
     if (st != BT_EXIT_OK) run_unmake(a, &dir, 0);
     return st;
@@ -739,7 +739,7 @@ static int run_check_launcher(const run_args *a) {
 static int run_in_dir(run_args *a, recipe_doc *doc, char *afresh_dir, size_t cap) {
     char worker[PATH_MAX], note[4400];
     run_dir dir;
-    if (run_open_dir(a, &dir) != 0) return BT_EXIT_USAGE;
+    if (run_open_dir(a, doc, &dir) != 0) return BT_EXIT_USAGE;
     if (!a->quiet) printf("baton %s: %s, run directory %s\n", run_name(a), a->recipe, dir.path);
     if (a->resume && !a->quiet) run_say_sets(a, dir.path);
     const char *w = NULL, *wnote = NULL;

@@ -13,7 +13,6 @@
 #include "recipe_load.h"
 #include "pb_util.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -25,7 +24,7 @@
 
 #include "units.h"
 
-#define LOAD_MAX_BYTES    (16u << 20)
+#define LOAD_MAX_BYTES    RECIPE_MAX_BYTES
 #define LOAD_MAX_DEPTH    64
 #define LOAD_MAX_NODES    (1u << 20)
 #define LOAD_ALIAS_BUDGET 65536u
@@ -1047,6 +1046,7 @@ void recipe_doc_free(recipe_doc *doc) {
     }
     free(doc->pos);
     free(doc->file);
+    free(doc->text);
     if (doc->recipe != NULL) protobuf_c_message_free_unpacked(&doc->recipe->base, NULL);
     memset(doc, 0, sizeof *doc);
 }
@@ -1083,33 +1083,6 @@ int recipe_load_buffer(const char *name, const char *data, size_t len, recipe_do
     return rc;
 }
 
-/* Reads the whole file, at most LOAD_MAX_BYTES + 1 bytes (one more tells it is too big). */
-static int load_read(const char *path, FILE *f, char **data, size_t *len, bt_diag *diag) {
-    size_t cap = 65536, n = 0;
-    char *buf = malloc(cap), *p;
-    while (buf != NULL) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap || cap > LOAD_MAX_BYTES)
-            break; /* end of file, a read error, or too big already */
-        size_t want = 2 * cap > LOAD_MAX_BYTES + 1 ? LOAD_MAX_BYTES + 1 : 2 * cap;
-        if ((p = realloc(buf, want)) == NULL) free(buf);
-        buf = p;
-        cap = want;
-    }
-    if (buf == NULL) {
-        bt_diag_set(diag, "%s: out of memory", path);
-        return BT_ENOMEM;
-    }
-    if (ferror(f)) {
-        bt_diag_set(diag, "%s: cannot read: %s", path, strerror(errno));
-        free(buf);
-        return BT_EIO;
-    }
-    *data = buf;
-    *len = n;
-    return 0;
-}
-
 int recipe_load_file(const char *path, recipe_doc *doc, bt_diag *diag) {
     char *data = NULL;
     size_t len = 0;
@@ -1118,18 +1091,16 @@ int recipe_load_file(const char *path, recipe_doc *doc, bt_diag *diag) {
         bt_diag_set(diag, "'': an empty file name; give the recipe's path (a YAML file)");
         return BT_ENOENT;
     }
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
-        int err = errno;
-        bt_diag_set(diag, "%s: cannot open: %s", path, strerror(err));
-        return err == ENOENT ? BT_ENOENT : BT_EIO;
-    }
-    int rc = load_read(path, f, &data, &len, diag);
-    fclose(f);
+    int rc = recipe_read_file(path, &data, &len, diag);
     if (rc < 0) return rc;
     rc = recipe_load_buffer(path, data, len, doc, diag);
-    free(data);
-    return rc;
+    if (rc < 0) {
+        free(data);
+        return rc;
+    }
+    doc->text = data; /* the bytes parsed, kept: never read again */
+    doc->text_len = len;
+    return 0;
 }
 
 /* Whether path[0, len) is recorded; returns its index or -1. The last entry wins: the

@@ -41,7 +41,14 @@ typedef struct recipe_pos {
 typedef struct recipe_doc {
     char *file;            /* the name errors use (as given by the caller) */
     Baton__Recipe *recipe; /* owned */
-    recipe_pos *pos;       /* one per mapping key, sequence item and document root */
+    /* The bytes recipe_load_file read and parsed (owned; NULL from recipe_load_buffer):
+     * what a run keeps as RUN_DIR/recipe.yaml, never the file read again, which a pipe or
+     * FIFO (/dev/stdin, <(...)) cannot give twice and an editor may have changed since. A
+     * recipe is one file (aliases and merge keys refer within it; --set overrides are
+     * kept apart), so these bytes are all of it. */
+    char *text;
+    size_t text_len;
+    recipe_pos *pos; /* one per mapping key, sequence item and document root */
     size_t npos;
     /* Where recipe_validate writes its warnings (a recipe that runs, but likely not as
      * meant), one line each: stderr after loading; NULL silences them. A line starts with
@@ -55,9 +62,23 @@ typedef struct recipe_doc {
     void *stage_warn_ctx;
 } recipe_doc;
 
-/* Loads and maps a recipe file. On failure returns a negative BT_ code and sets diag
- * to "FILE:LINE:COL: PATH: what is wrong (what would be valid)". */
+/* Loads and maps a recipe file, read once (recipe_read_file), its bytes kept in doc->text.
+ * On failure returns a negative BT_ code and sets diag to "FILE:LINE:COL: PATH: what is
+ * wrong (what would be valid)". */
 int recipe_load_file(const char *path, recipe_doc *doc, bt_diag *diag);
+
+/* At most this many bytes of recipe text (a recipe is a small text file). */
+#define RECIPE_MAX_BYTES (16u << 20)
+
+/* load_read.c: the bytes of the file path names, read once, at most RECIPE_MAX_BYTES + 1
+ * (one more tells it is too big), into *data (malloc'ed; free it): a regular file, or a
+ * pipe, a FIFO or a terminal (/dev/stdin, <(...)), read until its writer closes it. Such
+ * a read may wait for its writer as long as that takes, so SIGINT, SIGTERM and SIGHUP are
+ * unblocked while it does (`baton run` blocks them from its first code on): they end
+ * baton as they end any reader, where nothing has been made yet; a regular file is read
+ * with them as the caller has them. A missing file is BT_ENOENT; any other failure to
+ * open or read it BT_EIO, diag saying "PATH: cannot open|read: why". */
+int recipe_read_file(const char *path, char **data, size_t *len, bt_diag *diag);
 
 /* The same for a buffer already in memory; name is used in messages. */
 int recipe_load_buffer(const char *name, const char *data, size_t len, recipe_doc *doc,

@@ -201,17 +201,17 @@ static int run_dir_check_overrides(run_dir *d, const char *overrides, bt_diag *d
     return rc;
 }
 
-static int run_dir_recipe(run_dir *d, const char *recipe_file, const char *overrides,
+/* The recipe's bytes as loaded kept (recipe.yaml), and the overrides: never the recipe's
+ * file read again, which a pipe or FIFO cannot give twice (an empty copy: a run that
+ * cannot be resumed) and an editor may have changed since it was parsed. */
+static int run_dir_recipe(run_dir *d, const recipe_doc *recipe, const char *overrides,
                           bt_diag *diag) {
-    char *mine = NULL;
-    size_t n1 = 0;
-    if (bt_read_file(recipe_file, RUN_DIR_MAX_FILE, &mine, &n1) != 0) {
-        bt_diag_set(diag, "%s: cannot read: %s", recipe_file, strerror(errno));
+    if (recipe->text == NULL) { /* a recipe_doc not from recipe_load_file: none to keep */
+        bt_diag_set(diag, "%s: the recipe's text is not at hand to keep", recipe->file);
         return BT_EINVAL;
     }
-    int rc = run_dir_keep(d, "recipe.yaml", mine, n1, diag);
-    free(mine);
-    if (rc == 1) run_dir_other_recipe(d, recipe_file, diag);
+    int rc = run_dir_keep(d, "recipe.yaml", recipe->text, recipe->text_len, diag);
+    if (rc == 1) run_dir_other_recipe(d, recipe, diag);
     rc = rc ? rc : run_dir_keep(d, "overrides", overrides, strlen(overrides), diag);
     if (rc == 1) run_dir_other_sets(d, overrides, diag);
     return rc == 1 ? BT_EINVAL : rc;
@@ -445,7 +445,7 @@ static void run_dir_open_undo(run_dir *d, bt_diag *diag) {
     snprintf(diag->msg + k, sizeof diag->msg - k, " (and %s)", said);
 }
 
-int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const char *overrides,
+int run_dir_open(run_dir *d, const char *path, const recipe_doc *recipe, const char *overrides,
                  bt_diag *diag) {
     memset(d, 0, sizeof *d);
     d->lock_fd = d->dir_lock_fd = -1;
@@ -471,7 +471,7 @@ int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const ch
     rc = rc ? rc : run_dir_lock(d, diag);
     if (rc == 0) d->started = run_dir_has_started(d->path);
     rc = rc ? rc : run_dir_check_overrides(d, overrides, diag);
-    rc = rc ? rc : run_dir_recipe(d, recipe_file, overrides, diag);
+    rc = rc ? rc : run_dir_recipe(d, recipe, overrides, diag);
     rc = rc ? rc : run_dir_random(d, "secret", 32, d->token, "secret", diag);
     rc = rc ? rc : run_dir_random(d, "run_id", 16, d->run_id, "id", diag);
     rc = rc ? rc : run_dir_subdirs(d, diag);

@@ -1,7 +1,8 @@
 /* A run directory: everything one `baton run` owns, 0700; one that another user owns or
  * may write is refused, and so is a symbolic link where baton keeps a file or directory
  * (it opens them O_NOFOLLOW).
- *   recipe.yaml   the recipe as given (what `baton resume` reruns)
+ *   recipe.yaml   the recipe as given: the bytes baton parsed, never the file read again
+ *                 (what `baton resume` reruns)
  *   overrides     its --set assignments, one per line (reapplied by `baton resume`)
  *   workdir       the directory the run started in (run_dir_note_start)
  *   worker        the --worker it was started with, if any (used again by `baton resume`)
@@ -46,8 +47,9 @@ typedef struct run_dir {
     int made_leaf;                 /* the run directory itself among them */
 } run_dir;
 
-/* Creates (0700) or reopens path for recipe_file and overrides (the --set lines), whose
- * bytes must equal the copies kept there when the directory already holds a run; the
+/* Creates (0700) or reopens path for recipe (its bytes as loaded, recipe->text, named
+ * recipe->file) and overrides (the --set lines), whose bytes must equal the copies kept
+ * there when the directory already holds a run; the
  * kept overrides must also still be those the journal says the run started with (a lost
  * copy is written again only when overrides are those); takes the lock; makes the
  * secret and the run id (run_id) where they are not there yet. Every failure
@@ -57,7 +59,7 @@ typedef struct run_dir {
  * run_dir_check_parents) is a clear message and BT_EINVAL / BT_EIO. d->warning and
  * d->parent_warning: for the caller to say (a directory others may read; one above it
  * that some users may rename entries in). */
-int run_dir_open(run_dir *d, const char *path, const char *recipe_file, const char *overrides,
+int run_dir_open(run_dir *d, const char *path, const recipe_doc *recipe, const char *overrides,
                  bt_diag *diag);
 /* The directories above path (walked as the kernel resolves it; for a path not made yet,
  * above where it will be made) and above every symbolic link on its way (whoever may
@@ -74,10 +76,11 @@ void run_dir_close(run_dir *d);
 /* Takes the run's locks (run_dir_open does): 0, or BT_EINVAL when another baton run holds
  * them or the lock file cannot be made (diag). */
 int run_dir_lock(run_dir *d, bt_diag *diag);
-/* run_dir_differs.c: why run_dir_open refuses recipe_file, not the recipe kept with the
- * run (RUN_DIR/recipe.yaml): its first differences from the kept one (recipe_diff.h),
- * and how to continue the run with the edit (edit the kept copy, then baton resume). */
-void run_dir_other_recipe(const run_dir *d, const char *recipe_file, bt_diag *diag);
+/* run_dir_differs.c: why run_dir_open refuses recipe (as loaded: its bytes, not its file
+ * read again), not the recipe kept with the run (RUN_DIR/recipe.yaml): its first
+ * differences from the kept one (recipe_diff.h), and how to continue the run with the edit
+ * (edit the kept copy, then baton resume). */
+void run_dir_other_recipe(const run_dir *d, const recipe_doc *recipe, bt_diag *diag);
 /* Why it refuses overrides (the --set lines given), not the run's: both named. */
 void run_dir_other_sets(const run_dir *d, const char *overrides, bt_diag *diag);
 /* Overrides text (one assignment a line) as --set options on one line ("--set a=1 --set

@@ -13,14 +13,14 @@
 
 #define DIFFERS_SHOWN 4 /* differences named */
 
-/* The differences of recipe_file from the kept copy into out ("" when either cannot be
- * loaded: no more than "another recipe" can be said). */
-static void differs_text(const char *kept, const char *recipe_file, bt_buf *out) {
+/* The differences of the recipe given (its bytes as loaded) from the kept copy into out
+ * ("" when either cannot be loaded: no more than "another recipe" can be said). */
+static void differs_text(const char *kept, const recipe_doc *recipe, bt_buf *out) {
     recipe_doc was, now;
     bt_diag d;
     bt_diag_init(&d);
     if (recipe_load_file(kept, &was, &d) != 0) return;
-    if (recipe_load_file(recipe_file, &now, &d) == 0) {
+    if (recipe_load_buffer(recipe->file, recipe->text, recipe->text_len, &now, &d) == 0) {
         if (recipe_diff(&was, &now, DIFFERS_SHOWN, out) == 0)
             bt_buf_printf(out, "only in comments or layout: the two read as the same recipe");
         recipe_doc_free(&now);
@@ -28,12 +28,13 @@ static void differs_text(const char *kept, const char *recipe_file, bt_buf *out)
     recipe_doc_free(&was);
 }
 
-void run_dir_other_recipe(const run_dir *d, const char *recipe_file, bt_diag *diag) {
+void run_dir_other_recipe(const run_dir *d, const recipe_doc *recipe, bt_diag *diag) {
+    const char *recipe_file = recipe->file;
     char kept[4200];
     run_dir_file(d, "recipe.yaml", kept, sizeof kept);
     bt_buf what;
     bt_buf_init(&what);
-    differs_text(kept, recipe_file, &what);
+    differs_text(kept, recipe, &what);
     const char *diffs = bt_buf_str(&what);
     bt_buf cp, cmd;
     bt_buf_init(&cp), bt_buf_init(&cmd);

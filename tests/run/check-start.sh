@@ -9,6 +9,13 @@
 #            stop, said once; the stop checkpoint completes (exit 75) and the resume goes on
 #            from it. A third SIGINT from that process, or one from another, still kills the
 #            workers at once.
+#   recipe-pipe  a recipe from a pipe (`cat r.yaml | baton run /dev/stdin`), from `<(...)` and
+#            from a FIFO is read once: RUN_DIR/recipe.yaml holds its bytes (not an empty
+#            second read), so `baton status` names the stages and a stopped run resumes;
+#            another recipe from a pipe on that directory is refused naming what differs;
+#            `baton submit --dry-run` from a pipe keeps the bytes too; a FIFO with no writer
+#            yet ends on SIGTERM or SIGINT (exit 124 from timeout, not a hang only SIGKILL
+#            ends), nothing made.
 #   check-start.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
@@ -108,6 +115,56 @@ signal-echo)
   ended 75
   grep -q "got SIGINT after SIGINT: killing the workers now" run.out ||
     fail "a second SIGINT from a process not baton run's parent did not kill"
+  ;;
+recipe-pipe)
+  one_rank_recipe piped "checkpoint: {every_steps: 2}" '{name: a, steps: 30}' '{name: b, steps: 2}' >p.yaml
+  # piped, stopped mid-stage a, resumed
+  cat p.yaml | BATON_FAULT_STEP_SLEEP=0.1 "$baton" run /dev/stdin --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 2 >/dev/null
+  stop_run
+  cmp p.yaml r1/recipe.yaml || fail "the kept recipe.yaml is not the piped recipe's bytes"
+  "$baton" status r1 >status.out 2>&1 || { cat status.out; fail "baton status failed"; }
+  ! grep -q "kept recipe cannot be read" status.out || { cat status.out; fail "status cannot read the kept recipe"; }
+  grep -Eq '^  a +stopped' status.out && grep -Eq '^  b +' status.out ||
+    { cat status.out; fail "status does not name stages a and b"; }
+  "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "the resume of the piped run failed"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+assert json.load(sys.stdin)["state"] == "completed"' || fail "the resumed piped run did not complete"
+  # another recipe from a pipe on that directory: refused, naming what differs
+  set +e
+  sed 's/name: b, steps: 2/name: b, steps: 3/' p.yaml | "$baton" run /dev/stdin --run-dir r1 --quiet >other.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 2 ]] || { cat other.out; fail "another piped recipe on r1: exit $rc, not 2"; }
+  grep -q "belongs to a run with another recipe .*differs from it: .*steps" other.out ||
+    { cat other.out; fail "the refusal does not say what differs"; }
+  cmp p.yaml r1/recipe.yaml || fail "the refused recipe changed the kept copy"
+  # <(...) and a FIFO whose writer comes after baton run opens it
+  sed 's/steps: 30/steps: 2/' p.yaml >q.yaml
+  timeout -k 5 60 "$baton" run <(cat q.yaml) --run-dir r2 --quiet >run.out 2>&1 || fail "baton run <(...) failed"
+  cmp q.yaml r2/recipe.yaml || fail "the kept recipe.yaml is not <(...)'s bytes"
+  mkfifo r.fifo
+  timeout -k 5 60 "$baton" run r.fifo --run-dir r3 --quiet >run.out 2>&1 &
+  bpid=$!
+  sleep 0.3
+  cat q.yaml >r.fifo
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  [[ $rc == 0 ]] || fail "baton run of a FIFO exited $rc, not 0 (124/137: it hung)"
+  cmp q.yaml r3/recipe.yaml || fail "the kept recipe.yaml is not the FIFO's bytes"
+  # a FIFO with no writer: baton run waits, and SIGTERM or SIGINT ends it (KILL 5 s later
+  # would be 137); nothing is made
+  for sig in TERM INT; do
+    set +e; timeout -s $sig -k 5 1 "$baton" run r.fifo --run-dir r4 --quiet >run.out 2>&1; rc=$?; set -e
+    [[ $rc == 124 ]] || fail "SIG$sig to baton run waiting for a FIFO's writer: exit $rc, not 124"
+    [[ ! -e r4 ]] || fail "baton run waiting for a FIFO's writer made its run directory"
+  done
+  # baton submit from a pipe keeps the bytes too (its job resumes the kept copy)
+  cat q.yaml | BATON_SBATCH_TEMPLATE=$src/deploy/slurm/baton.sbatch.in \
+    "$baton" submit /dev/stdin --run-dir r5 --dry-run >run.out 2>&1 || fail "submit --dry-run from a pipe failed"
+  cmp q.yaml r5/recipe.yaml || fail "submit's kept recipe.yaml is not the piped recipe's bytes"
   ;;
 *)
   fail "unknown case"

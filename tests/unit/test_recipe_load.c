@@ -448,6 +448,43 @@ static void test_file(void) {
     CHECK_STR_CONTAINS(diag.msg, "/tmp: cannot read: Is a directory");
 }
 
+/* The bytes parsed are kept in doc.text, read once: from a file, and from a pipe
+ * (/dev/fd/N, as /dev/stdin or <(...) name one), which a second read would find empty. */
+static void test_file_text(void) {
+    recipe_doc doc;
+    bt_diag diag;
+    size_t n = strlen(full_recipe);
+    char path[] = "/tmp/baton_test_recipe_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0 && write(fd, full_recipe, n) == (ssize_t)n);
+    close(fd);
+    bt_diag_init(&diag);
+    CHECK(recipe_load_file(path, &doc, &diag) == 0);
+    CHECK(doc.text != NULL && doc.text_len == n && memcmp(doc.text, full_recipe, n) == 0);
+    recipe_doc_free(&doc);
+    unlink(path);
+
+    int p[2];
+    CHECK(pipe(p) == 0);
+    CHECK(write(p[1], full_recipe, n) == (ssize_t)n); /* fits a pipe's 64 KiB */
+    close(p[1]);
+    char name[64];
+    snprintf(name, sizeof name, "/dev/fd/%d", p[0]);
+    bt_diag_init(&diag);
+    CHECK(recipe_load_file(name, &doc, &diag) == 0);
+    CHECK(doc.text != NULL && doc.text_len == n && memcmp(doc.text, full_recipe, n) == 0);
+    if (doc.recipe != NULL) CHECK_EQ_U64(doc.recipe->n_stages, 3);
+    recipe_doc_free(&doc);
+    char c;
+    CHECK(read(p[0], &c, 1) == 0); /* all of it was taken: a second read gets nothing */
+    close(p[0]);
+
+    bt_diag_init(&diag);
+    CHECK(recipe_load_buffer("b.yaml", full_recipe, n, &doc, &diag) == 0);
+    CHECK(doc.text == NULL); /* a buffer's bytes are the caller's */
+    recipe_doc_free(&doc);
+}
+
 int main(void) {
     test_full();
     test_errors_values();
@@ -460,5 +497,6 @@ int main(void) {
     test_aliases();
     test_alias_bomb();
     test_file();
+    test_file_text();
     return check_status();
 }
