@@ -200,6 +200,7 @@ assert s["state"] == "completed", s' || fail "the resumed run is not complete"
 pmix-stuck)
   one_rank_recipe two 'checkpoint: {every_steps: 2}' '{name: a, steps: 2}' '{name: b, steps: 2}' >two.yaml
   # the workers' parent is their baton: its name (comm) in each process, and what it holds
+  # shellcheck disable=SC2016 # expanded by the wrapper
   printf '#!/bin/bash\necho "${BATON_AFRESH:-0} $(cat /proc/$PPID/comm) ${BATON_COMM-none} ${BATON_RUN_LOCKS-none}" >>comm.log\nexec "%s" "$@"\n' \
     "$worker" >wrap.sh
   chmod +x wrap.sh
@@ -235,7 +236,7 @@ assert s["restarts"] == 1 and s["recoveries"] == 1 and len(s["recovery_list"]) =
     { cat ld.out; fail "no give-up naming the resume"; }
   "$baton" resume r2 --quiet >resume.out 2>&1 || { cat resume.out; fail "the resume failed"; }
   # a resume by hand while the fresh process starts finds the run's locks held
-  BATON_FAULT_PMIX_STUCK=2 BATON_FAULT_AFRESH_WAIT=4 "$baton" run two.yaml --run-dir r3 --quiet >r3.out 2>&1 &
+  BATON_FAULT_PMIX_STUCK=2 BATON_FAULT_AFRESH_WAIT=6 "$baton" run two.yaml --run-dir r3 --quiet >r3.out 2>&1 &
   bpid=$!
   for _ in $(seq 100); do grep -q "continuing in a fresh process" r3.out && break; sleep 0.1; done
   set +e
@@ -245,8 +246,10 @@ assert s["restarts"] == 1 and s["recoveries"] == 1 and len(s["recovery_list"]) =
   brc=$?
   set -e
   bpid=
-  [[ $rc == 2 ]] && grep -q "another baton run is working in this run directory" other.out ||
-    { cat r3.out other.out; fail "a resume by hand took the run over (exit $rc) while the fresh process started"; }
+  if [[ $rc != 2 ]] || ! grep -q "another baton run is working in this run directory" other.out; then
+    cat r3.out other.out
+    fail "a resume by hand took the run over (exit $rc) while the fresh process started"
+  fi
   [[ $brc == 0 ]] || { cat r3.out; fail "the fresh process exited $brc, not 0"; }
   ;;
 pmix-stuck-again)
