@@ -736,7 +736,7 @@ static int run_check_launcher(const run_args *a) {
  * made of the directory and then refused before any attempt (the worker, the allocation,
  * an open-files limit too low for the launcher's servers)
  * is removed again, so that a corrected retry starts afresh: only that (run_dir_unmake). */
-static int run_in_dir(run_args *a, recipe_doc *doc, char *afresh_dir, size_t cap) {
+static int run_in_dir(run_args *a, recipe_doc *doc, run_afresh_to *to) {
     char worker[PATH_MAX], note[4400];
     run_dir dir;
     if (run_open_dir(a, doc, &dir) != 0) return BT_EXIT_USAGE;
@@ -749,7 +749,9 @@ static int run_in_dir(run_args *a, recipe_doc *doc, char *afresh_dir, size_t cap
                   .worker_note = wnote,
                   .quiet = a->quiet,
                   .prog = a->resume ? "baton resume" : "baton run",
-                  .afresh = run_afresh_allowed()};
+                  .afresh = run_afresh_possible(),
+                  .afresh_spent = !run_afresh_allowed(),
+                  .progressed = &to->progressed};
     if (status == 0 && a->launcher && strcmp(a->launcher, "slurm") == 0) {
         launch_slurm *slurm = malloc(sizeof *slurm); /* large: the step's argv buffers */
         status = slurm ? run_open_slurm(a, doc, &dir, slurm, &o) : BT_EXIT_FAILURE;
@@ -760,14 +762,18 @@ static int run_in_dir(run_args *a, recipe_doc *doc, char *afresh_dir, size_t cap
     if (status == 0) status = run_supervise(&dir, doc, &o);
     if (o.slurm) launch_slurm_close(o.slurm);
     free(o.slurm);
-    if (status == RUN_EXIT_AFRESH) snprintf(afresh_dir, cap, "%s", dir.path);
+    if (status == RUN_EXIT_AFRESH) { /* the locks go along (run_afresh) */
+        snprintf(to->dir, sizeof to->dir, "%s", dir.path);
+        to->lock_fd = dir.lock_fd, to->dir_lock_fd = dir.dir_lock_fd;
+        dir.lock_fd = dir.dir_lock_fd = -1;
+    }
     run_dir_close(&dir);
     return status;
 }
 
 static int run_main(run_args *a) {
     char recipe_copy[4200], dflt[512];
-    static char afresh_dir[PATH_MAX + 64];
+    static run_afresh_to afresh;
     if (!a->submit) run_signals_block(); /* submit runs sbatch, which should see a Ctrl-C */
     /* a line at a time into a file too (a Slurm job's output): in order with stderr. Only
      * here: `baton status | grep -q` must not meet a closed pipe between lines. */
@@ -785,6 +791,7 @@ static int run_main(run_args *a) {
         cli_error(run_name(a), &diag, 0);
         return BT_EXIT_USAGE;
     }
+    if (a->resume) run_afresh_fault_wait();
     if (a->resume && run_resume_enter(a, recipe_copy, sizeof recipe_copy) != 0)
         return BT_EXIT_USAGE;
     recipe_doc doc;
@@ -807,10 +814,10 @@ static int run_main(run_args *a) {
     } else if (status == 0 && run_check_launcher(a) != 0) {
         status = BT_EXIT_USAGE;
     } else if (status == 0) {
-        status = run_in_dir(a, &doc, afresh_dir, sizeof afresh_dir);
+        status = run_in_dir(a, &doc, &afresh);
     }
     recipe_doc_free(&doc);
-    return status == RUN_EXIT_AFRESH ? run_afresh(run_name(a), a->quiet, a->worker, afresh_dir)
+    return status == RUN_EXIT_AFRESH ? run_afresh(run_name(a), a->quiet, a->worker, &afresh)
                                      : status;
 }
 

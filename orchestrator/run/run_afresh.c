@@ -3,12 +3,16 @@
 #include "run_afresh.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "run_dir.h"
 #include "util/err.h"
+#include "util/exec_self.h"
 #include "util/fd_close.h"
 #include "util/shquote.h"
 
@@ -17,28 +21,50 @@ static int run_afresh_count(void) {
     return n != NULL && n[0] >= '0' && n[0] <= '9' ? atoi(n) : 0;
 }
 
+void run_afresh_fault_wait(void) {
+    const char *w = getenv("BATON_FAULT_AFRESH_WAIT");
+    double s = w != NULL && run_afresh_count() > 0 ? atof(w) : 0;
+    if (s <= 0) return;
+    struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&t, &t) != 0 && errno == EINTR) {
+    }
+}
+
+int run_afresh_possible(void) {
+    return bt_exec_self_runnable();
+}
+
 int run_afresh_allowed(void) {
     return run_afresh_count() < RUN_MAX_AFRESH;
 }
 
-int run_afresh(const char *prog, int quiet, const char *worker, const char *run_dir) {
+/* The locks go along, open (not close-on-exec), named in RUN_DIR_LOCKS_ENV. */
+static int run_afresh_locks(const run_afresh_to *to) {
+    char fds[32];
+    snprintf(fds, sizeof fds, "%d,%d", to->lock_fd, to->dir_lock_fd);
+    if (to->lock_fd >= 0 && fcntl(to->lock_fd, F_SETFD, 0) != 0) return -1;
+    if (to->dir_lock_fd >= 0 && fcntl(to->dir_lock_fd, F_SETFD, 0) != 0) return -1;
+    return setenv(RUN_DIR_LOCKS_ENV, fds, 1);
+}
+
+int run_afresh(const char *prog, int quiet, const char *worker, const run_afresh_to *to) {
     char n[16];
-    snprintf(n, sizeof n, "%d", run_afresh_count() + 1);
+    snprintf(n, sizeof n, "%d", to->progressed ? 1 : run_afresh_count() + 1);
     char *argv[8];
     int k = 0;
     argv[k++] = "baton", argv[k++] = "resume";
     if (quiet) argv[k++] = "--quiet";
     if (worker) argv[k++] = "--worker", argv[k++] = (char *)worker;
-    argv[k++] = "--", argv[k++] = (char *)run_dir, argv[k] = NULL;
+    argv[k++] = "--", argv[k++] = (char *)to->dir, argv[k] = NULL;
     fflush(NULL);
     /* none of this process's descriptors (the stuck PMIx thread's sockets) goes along */
     bt_fd_cloexec_from(3);
-    if (setenv("BATON_AFRESH", n, 1) == 0) execv("/proc/self/exe", argv);
+    if (run_afresh_locks(to) == 0 && setenv("BATON_AFRESH", n, 1) == 0) bt_exec_self(argv);
     int err = errno;
     bt_buf cmd;
     bt_buf_init(&cmd);
     fprintf(stderr, "baton %s: cannot continue in a fresh process (/proc/self/exe: %s); %s does\n",
-            prog, strerror(err), bt_shell_cmd(&cmd, "baton resume", run_dir));
+            prog, strerror(err), bt_shell_cmd(&cmd, "baton resume", to->dir));
     bt_buf_free(&cmd);
     return BT_EXIT_FAILURE;
 }

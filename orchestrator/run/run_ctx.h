@@ -57,6 +57,7 @@ typedef struct run_ctx {
     char rollback_note[768]; /* for the next attempt's journal detail, then cleared */
     /* attempts of the current stage in a row whose workers found no usable checkpoint */
     uint32_t no_ckpt_streak;
+    int progressed;     /* a step or a stage completed in this process (run_opts.afresh_spent) */
     int journal_broken; /* an append failed: the run stops (nothing more is journaled) */
     int dir_gone;       /* the run directory was removed or moved under the run (journal_where) */
     char dir_moved_to[4096]; /* where it was moved, or "" */

@@ -257,14 +257,25 @@ static int run_dir_random(run_dir *d, const char *name, size_t bytes, char *out,
     return ckpt_write_file_atomic(path, out, hex, diag);
 }
 
+/* fd, where it is open on path's file (a lock the baton run that executed this one in
+ * its place kept open for it: RUN_DIR_LOCKS_ENV), made close-on-exec again; else -1. Its
+ * lock, held already, is then taken again on it: nothing can come in between. */
+static int run_dir_adopt(int fd, const char *path) {
+    struct stat a, b;
+    if (fd < 3 || fstat(fd, &a) != 0 || stat(path, &b) != 0) return -1;
+    if (a.st_dev != b.st_dev || a.st_ino != b.st_ino) return -1;
+    return fcntl(fd, F_SETFD, FD_CLOEXEC) == 0 ? fd : -1;
+}
+
 /* A flock on the run directory itself, which no one deletes as a stale lock file: 0
  * taken (or flock unsupported there, e.g. some network file systems: the lock file alone
  * then), -1 held by another baton run. Waits a moment, as `baton status` tests it by
  * taking it briefly (run_dir_busy). On NFS it holds against this host's processes only
  * (the client keeps a directory's flock to itself): across hosts the OFD lock on the
  * lock file alone keeps a second baton run out. */
-static int run_dir_lock_dir(run_dir *d) {
-    d->dir_lock_fd = open(d->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+static int run_dir_lock_dir(run_dir *d, int inherited) {
+    d->dir_lock_fd = run_dir_adopt(inherited, d->path);
+    if (d->dir_lock_fd < 0) d->dir_lock_fd = open(d->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (d->dir_lock_fd < 0) return 0; /* run_dir_lock says why it is not usable */
     struct timespec nap = {0, 20 * 1000 * 1000};
     for (int tries = 0; tries < 10; tries++) {
@@ -283,12 +294,17 @@ static int run_dir_lock_dir(run_dir *d) {
  * them (run_dir_busy). */
 int run_dir_lock(run_dir *d, bt_diag *diag) {
     char path[4200];
-    if (run_dir_lock_dir(d) != 0) {
+    int kept[2] = {-1, -1}; /* the lock file's, the directory's */
+    const char *env = getenv(RUN_DIR_LOCKS_ENV);
+    if (env != NULL && sscanf(env, "%d,%d", &kept[0], &kept[1]) != 2) kept[0] = kept[1] = -1;
+    unsetenv(RUN_DIR_LOCKS_ENV); /* nothing this process starts is handed them */
+    if (run_dir_lock_dir(d, kept[1]) != 0) {
         bt_diag_set(diag, "%s: another baton run is working in this run directory", d->path);
         return BT_EINVAL;
     }
     run_dir_file(d, "lock", path, sizeof path);
-    d->lock_fd = bt_open_private(path, O_RDWR | O_CREAT);
+    d->lock_fd = run_dir_adopt(kept[0], path);
+    if (d->lock_fd < 0) d->lock_fd = bt_open_private(path, O_RDWR | O_CREAT);
     if (d->lock_fd < 0) {
         bt_diag_set(diag, "%s: the run directory is not writable: %s", d->path, strerror(errno));
         return BT_EINVAL;

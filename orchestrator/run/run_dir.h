@@ -32,6 +32,11 @@
  * recorded, so that a refusal removes them all, however deep. */
 #define RUN_DIR_MADE_MAX 2048
 
+/* "LOCK_FD,DIR_LOCK_FD": the run's locks, which a baton run that continues in a fresh
+ * process (run_afresh.h) keeps open across the exec, so that no other baton takes the run
+ * over in between; run_dir_lock takes them over and removes the variable. */
+#define RUN_DIR_LOCKS_ENV "BATON_RUN_LOCKS"
+
 typedef struct run_dir {
     char path[4096];
     char token[65];
@@ -74,7 +79,8 @@ int run_dir_open(run_dir *d, const char *path, const recipe_doc *recipe, const c
 int run_dir_check_parents(run_dir *d, const char *path, bt_diag *diag);
 void run_dir_close(run_dir *d);
 /* Takes the run's locks (run_dir_open does): 0, or BT_EINVAL when another baton run holds
- * them or the lock file cannot be made (diag). */
+ * them or the lock file cannot be made (diag). Locks named in RUN_DIR_LOCKS_ENV that are
+ * open on the run's files are taken over rather than opened again. */
 int run_dir_lock(run_dir *d, bt_diag *diag);
 /* run_dir_differs.c: why run_dir_open refuses recipe (as loaded: its bytes, not its file
  * read again), not the recipe kept with the run (RUN_DIR/recipe.yaml): its first

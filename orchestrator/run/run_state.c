@@ -64,6 +64,8 @@ void run_state_replay(run_state *s, Baton__JournalRecord *const *v, size_t n) {
              * that was not a program) is no restart, and its first step no recovery */
             if (r->has_retryable && !r->retryable)
                 st->failed = 1, s->failed_stage = k + 1, st->failure_open = 0, st->not_retried++;
+            /* retried by a fresh process: a restart, though not one max_restarts counts */
+            if (r->has_server_stuck && r->server_stuck) st->failure_open = 1;
             break;
         case BATON__JOURNAL_RECORD__KIND__STAGE_FAILED:
             st->failed = 1, s->failed_stage = k + 1;

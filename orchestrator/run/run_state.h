@@ -20,9 +20,11 @@ typedef struct run_stage_state {
                             * without an ATTEMPT_STARTED) */
     uint32_t failures;     /* FAILURE records */
     uint32_t not_retried;  /* of them, failures not retried (retryable false): a
-                            * configuration error, a damaged checkpoint, a full disk */
-    uint32_t restarts;     /* retried failures followed by another attempt */
-    int failure_open;      /* a retried failure no attempt followed yet */
+                            * configuration error, a damaged checkpoint, a full disk, a
+                            * stuck PMIx server (which a fresh process retries) */
+    uint32_t restarts;     /* retried failures followed by another attempt (a stuck
+                            * server's too) */
+    int failure_open;      /* a retried failure (or a stuck server's) no attempt followed yet */
     double failure_at;     /* wall time of the last failure */
     uint64_t last_step;    /* of the last STAGE_COMPLETED, else of the last ATTEMPT_ENDED */
     double started_at, completed_at;

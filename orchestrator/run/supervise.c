@@ -628,6 +628,11 @@ static attempt_end run_spec_failed(run_ctx *c, uint32_t stage, uint32_t attempt,
     return end;
 }
 
+/* Whether a stuck PMIx server ends this process for a fresh one (RUN_EXIT_AFRESH). */
+static int run_may_afresh(const run_ctx *c) {
+    return c->o->afresh && (!c->o->afresh_spent || c->progressed);
+}
+
 /* The workers could not be started (no such worker program, fork failing): said, and
  * journaled as the attempt's failure, so that baton status names the cause. */
 static attempt_end run_launch_failed(run_ctx *c, uint32_t stage, uint32_t attempt, int rc,
@@ -643,11 +648,13 @@ static attempt_end run_launch_failed(run_ctx *c, uint32_t stage, uint32_t attemp
     r.has_attempt = 1, r.attempt = attempt;
     r.detail = why;
     r.has_retryable = 1, r.retryable = end == ATTEMPT_RETRY;
+    /* not retried here, but by a fresh process: its attempt a restart (journal.proto) */
+    r.has_server_stuck = c->srv.wedged, r.server_stuck = c->srv.wedged;
     run_journal(c, BATON__JOURNAL_RECORD__KIND__FAILURE, stage, &r);
     run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
     bt_buf cmd;
     bt_buf_init(&cmd);
-    if (c->srv.wedged && c->o->afresh)
+    if (c->srv.wedged && run_may_afresh(c))
         run_give_up(c, stage, 1,
                     "the embedded PMIx server is stuck: continuing in a fresh process, as %s",
                     bt_shell_cmd(&cmd, "baton resume", c->dir->path));
@@ -873,6 +880,7 @@ static int run_stage(run_ctx *c, size_t i) {
     for (uint32_t attempt = first; status < 0; attempt++) {
         double hang_s = 0;
         attempt_end end = run_attempt(c, i, attempt, &hang_s);
+        if (end == ATTEMPT_DONE || c->prog.steps_seen > 0) c->progressed = 1;
         if (c->journal_broken) {
             status = BT_EXIT_FAILURE; /* whatever the attempt came to: said in run_journal */
         } else if (end == ATTEMPT_DONE) {
@@ -1069,8 +1077,9 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
         if (status == 0) run_journal(&c, BATON__JOURNAL_RECORD__KIND__RUN_COMPLETED, 0, NULL);
         if (c.journal_broken)
             status = BT_EXIT_FAILURE;
-        else if (status == BT_EXIT_FAILURE && c.srv.wedged && o->afresh)
+        else if (status == BT_EXIT_FAILURE && c.srv.wedged && run_may_afresh(&c))
             status = RUN_EXIT_AFRESH;
+        if (o->progressed) *o->progressed = c.progressed;
         launch_server_close(&c.srv);
         if (c.cs_open) control_server_close(&c.cs);
         if (c.sfd >= 0) close(c.sfd);

@@ -49,7 +49,8 @@
 #define RUN_MAX_ROLLBACKS        5  /* per stage */
 /* Not an exit status: run_supervise's when the embedded PMIx server wedged and
  * run_opts.afresh allowed the caller to continue the run in a fresh process (cmd_run.c
- * executes 'baton resume RUN_DIR' in this one's place). */
+ * executes 'baton resume RUN_DIR' in this one's place). The failure is journaled with
+ * server_stuck: the fresh process's attempt is a restart, its first step a recovery. */
 #define RUN_EXIT_AFRESH 256
 
 struct launch_slurm;
@@ -64,6 +65,9 @@ typedef struct run_opts {
     const char *prog;           /* what messages begin with: "baton resume"; NULL "baton run" */
     int afresh;                 /* the PMIx server wedged: end with RUN_EXIT_AFRESH, the
                                    caller continuing in a fresh process (0: exit 1) */
+    int afresh_spent;           /* afresh only where this process completed a step or a
+                                   stage first (run_afresh.h: those without are used up) */
+    int *progressed;            /* set where it did (NULL: not asked) */
 } run_opts;
 
 /* The per-stage table of a run (the text of `baton status`), printed at the end of a

@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "exec_self.h"
+
 /* fd, closed, opened on /dev/null the other way round (stdin for writing, stdout and
  * stderr for reading, as glibc does for a set-user-ID program): the number is taken, and
  * using it fails with EBADF as a closed one would, so a write to a closed stdout is still
@@ -19,6 +21,7 @@ static void proc_start_fd(int fd) {
 }
 
 void bt_proc_start(void) {
+    bt_exec_self_restore(); /* its name, where it executed itself again */
     for (int fd = 0; fd <= 2; fd++)
         proc_start_fd(fd);
     signal(SIGCHLD, SIG_DFL);

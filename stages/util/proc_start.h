@@ -12,7 +12,10 @@
  *   bits away (0200, 0400, 0777) would leave the 0600 files and 0700 directories of a run
  *   unwritable or unreadable by baton itself. What it masks for group and others stays
  *   masked.
- * Idempotent; async-signal-safe calls only. */
+ * - After the program executed itself again (bt_exec_self), its name (comm) is set back
+ *   from "exe", and the variable that carried it removed (exec_self.h).
+ * Idempotent; async-signal-safe calls only, but for getenv and unsetenv (it runs before
+ * any thread starts). */
 #ifndef BATON_PROC_START_H
 #define BATON_PROC_START_H
 

@@ -27,12 +27,19 @@
 #                 PMIx or libevent, and no run directory left (none journaled).
 #   pmix-stuck    the embedded PMIx server stuck as the second stage's attempt starts (test
 #                 hook BATON_FAULT_PMIX_STUCK=2: its registration times out): said, not
-#                 retried in that process (one failure, no restart); baton run continues as
-#                 `baton resume` in a fresh process (executed in its place), which completes
-#                 the run: exit 0.
+#                 retried in that process; baton run continues as `baton resume` in a fresh
+#                 process (executed in its place, still named baton), which completes the
+#                 run: exit 0, one failure, one restart, one recovery. Run through the
+#                 dynamic loader (which executing /proc/self/exe would run): exit 1 naming
+#                 the resume, which completes it. A resume by hand while the fresh process
+#                 starts (BATON_FAULT_AFRESH_WAIT) finds the run's locks held: exit 2.
 #   pmix-stuck-again  stuck at every process's first registration (BATON_FAULT_PMIX_STUCK=1):
 #                 three fresh processes, then exit 1 saying so and naming the resume; four
-#                 failures journaled; each process has its control channel.
+#                 failures journaled, three restarts; failed; each process has its control
+#                 channel.
+#   pmix-stuck-progress  stuck at every process's second registration, six stages: each
+#                 fresh process completes a stage first, so five continuations in a row do
+#                 not end the run (the limit counts those without progress): exit 0.
 #   launch-removed  the launcher's temp dir ($TMPDIR/baton-launch-*) removed (rm -rf, as a
 #                 temp-file cleaner would) while the first of three stages trains, and again
 #                 while the second does: made again as each next stage starts, said once,
@@ -192,8 +199,13 @@ assert s["state"] == "completed", s' || fail "the resumed run is not complete"
   ;;
 pmix-stuck)
   one_rank_recipe two 'checkpoint: {every_steps: 2}' '{name: a, steps: 2}' '{name: b, steps: 2}' >two.yaml
+  # the workers' parent is their baton: its name (comm) in each process, and what it holds
+  # shellcheck disable=SC2016 # expanded by the wrapper
+  printf '#!/bin/bash\necho "${BATON_AFRESH:-0} $(cat /proc/$PPID/comm) ${BATON_COMM-none} ${BATON_RUN_LOCKS-none}" >>comm.log\nexec "%s" "$@"\n' \
+    "$worker" >wrap.sh
+  chmod +x wrap.sh
   set +e
-  BATON_FAULT_PMIX_STUCK=2 "$baton" run two.yaml --run-dir r1 --quiet >run.out 2>&1
+  BATON_FAULT_PMIX_STUCK=2 "$baton" run two.yaml --run-dir r1 --worker ./wrap.sh --quiet >run.out 2>&1
   rc=$?
   set -e
   [[ $rc == 0 ]] || { cat run.out; fail "baton run exited $rc with its PMIx server stuck once, not 0"; }
@@ -202,10 +214,43 @@ pmix-stuck)
   grep -q "^baton run: stage \"b\": the embedded PMIx server is stuck: continuing in a fresh process, as 'baton resume $work/r1'\$" run.out ||
     { cat run.out; fail "no line saying it continues in a fresh process"; }
   ! grep -q "restarting stage" run.out || { cat run.out; fail "retried in the same process"; }
+  # named baton, not "exe" (pgrep, pkill and killall find it), the variables gone
+  [[ $(cat comm.log) == $'0 baton none none\n1 baton none none' ]] ||
+    { cat comm.log; fail "the fresh process is not named baton, or passed on what it was handed"; }
+  # the fresh process's attempt is a restart, its first step the failure's recovery
   "$baton" status r1 --json | /usr/bin/python3 -c '
 import json, sys
 s = json.load(sys.stdin)
-assert s["state"] == "completed" and s["failures"] == 1, s' || fail "the run is not complete with one failure"
+assert s["state"] == "completed" and s["failures"] == 1, s
+assert s["restarts"] == 1 and s["recoveries"] == 1 and len(s["recovery_list"]) == 1, s' ||
+    fail "the run is not complete with one failure, one restart and one recovery"
+  # run by the dynamic loader, /proc/self/exe is the loader: the resume is named instead
+  ldso=$(sed -n 's/^ *\[Requesting program interpreter: \(.*\)\]$/\1/p' < <(readelf -l "$baton"))
+  [[ -x $ldso ]] || fail "no program interpreter found for $baton"
+  set +e
+  BATON_FAULT_PMIX_STUCK=2 "$ldso" "$baton" run two.yaml --run-dir r2 --worker "$worker" --quiet >ld.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 1 ]] || { cat ld.out; fail "baton run through $ldso exited $rc with its PMIx server stuck, not 1"; }
+  grep -q "^baton run: stage \"b\": the embedded PMIx server is stuck: not retried in this process; 'baton resume $work/r2' continues in a fresh one\$" ld.out ||
+    { cat ld.out; fail "no give-up naming the resume"; }
+  "$baton" resume r2 --quiet >resume.out 2>&1 || { cat resume.out; fail "the resume failed"; }
+  # a resume by hand while the fresh process starts finds the run's locks held
+  BATON_FAULT_PMIX_STUCK=2 BATON_FAULT_AFRESH_WAIT=6 "$baton" run two.yaml --run-dir r3 --quiet >r3.out 2>&1 &
+  bpid=$!
+  for _ in $(seq 100); do grep -q "continuing in a fresh process" r3.out && break; sleep 0.1; done
+  set +e
+  "$baton" resume r3 --quiet >other.out 2>&1
+  rc=$?
+  wait "$bpid"
+  brc=$?
+  set -e
+  bpid=
+  if [[ $rc != 2 ]] || ! grep -q "another baton run is working in this run directory" other.out; then
+    cat r3.out other.out
+    fail "a resume by hand took the run over (exit $rc) while the fresh process started"
+  fi
+  [[ $brc == 0 ]] || { cat r3.out; fail "the fresh process exited $brc, not 0"; }
   ;;
 pmix-stuck-again)
   one_rank_recipe one 'checkpoint: {every_steps: 2}' '{name: a, steps: 2}' >one.yaml
@@ -223,7 +268,26 @@ pmix-stuck-again)
   "$baton" status r1 --json | /usr/bin/python3 -c '
 import json, sys
 s = json.load(sys.stdin)
-assert s["state"] == "failed" and s["failures"] == 4, s' || fail "not a failed run with four failures"
+assert s["state"] == "failed" and s["failures"] == 4 and s["restarts"] == 3, s' ||
+    fail "not a failed run with four failures and three restarts"
+  "$baton" status r1 | grep -q "^run r1: failed" || { "$baton" status r1; fail "status does not say failed"; }
+  ;;
+pmix-stuck-progress)
+  # stuck at every process's second registration: each fresh process completes a stage first
+  one_rank_recipe six 'checkpoint: {every_steps: 2}' '{name: a, steps: 2}' '{name: b, steps: 2}' \
+    '{name: c, steps: 2}' '{name: d, steps: 2}' '{name: e, steps: 2}' '{name: f, steps: 2}' >six.yaml
+  set +e
+  BATON_FAULT_PMIX_STUCK=2 "$baton" run six.yaml --run-dir r1 --quiet >run.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 0 ]] || { cat run.out; fail "baton run exited $rc, stuck after progress in each process, not 0"; }
+  n=$(grep -c "continuing in a fresh process" run.out || true)
+  [[ $n == 5 ]] || { cat run.out; fail "$n fresh processes, not 5"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "completed" and s["failures"] == 5 and s["recoveries"] == 5, s' ||
+    fail "the run is not complete with five failures, each recovered"
   ;;
 launch-removed)
   one_rank_recipe three 'checkpoint: {every_steps: 100}' '{name: a, steps: 20}' \

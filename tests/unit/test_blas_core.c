@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "cpu_blas_core.h"
+#include "util/exec_self.h"
 
 static void test_decision(void) {
     CHECK_STR_CONTAINS(cpu_blas_core_better("Prescott", CPU_BLAS_ISA_AVX512), "SkylakeX");
@@ -66,7 +67,7 @@ static void test_live(const char *forced, const char *argv0) {
            was ? was : "no", env ? env : "<unset>");
     /* the second run leaves nothing for what it starts, which decides for itself */
     CHECK(getenv(CPU_BLAS_CORE_REPLACED_ENV) == NULL);
-    CHECK(getenv(CPU_BLAS_COMM_ENV) == NULL);
+    CHECK(getenv(BT_EXEC_SELF_COMM_ENV) == NULL);
     if (forced != NULL) { /* the caller's choice stands, and nothing claims otherwise */
         CHECK(strcasecmp(core, forced) == 0);
         CHECK(was == NULL);

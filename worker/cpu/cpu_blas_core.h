@@ -20,8 +20,6 @@
 
 /* Carries the core OpenBLAS had chosen from the first run to the second (and no further). */
 #define CPU_BLAS_CORE_REPLACED_ENV "BATON_BLAS_CORE_REPLACED"
-/* Carries the first run's process name (comm) to the second, which sets it again. */
-#define CPU_BLAS_COMM_ENV "BATON_BLAS_COMM"
 
 /* The CPU's vector units, as far as the kernels are concerned. */
 typedef enum cpu_blas_isa {
@@ -42,9 +40,10 @@ const char *cpu_blas_core_better(const char *core, cpu_blas_isa isa);
  * OPENBLAS_CORETYPE is set or OpenBLAS's kernels are fine (or the program was started
  * through the dynamic loader); otherwise sets OPENBLAS_CORETYPE and
  * CPU_BLAS_CORE_REPLACED_ENV and executes /proc/self/exe (this program's own file, even
- * if its path was replaced since) with argv again, CPU_BLAS_COMM_ENV carrying its name
- * (it returns only when that fails, the variables then unset again). The second run
- * sets the process's name back (comm: the kernel names it "exe") and removes all three. */
+ * if its path was replaced since) with argv again, through bt_exec_self (exec_self.h: it
+ * carries the process's name along; it returns only when that fails, the variables then
+ * unset again). The second run sets the process's name back (comm: the kernel names it
+ * "exe") and removes the variables. */
 void cpu_blas_core_ensure(char **argv);
 
 /* OpenBLAS's kernels now ("SkylakeX"), and the core it had chosen itself where baton
