@@ -320,12 +320,18 @@ static void launch_spawned(launch_job *job, int r, pid_t pid, int p[7]) {
 /* The job's private scratch directory inside the server's 0700 temp dir, given to every
  * rank as BATON_JOB_DIR (rendezvous files, for instance) and removed with the job, also
  * when ranks were killed and could not clean up. The temp dir is made again first where
- * something removed it since the last job: PMIx keeps no file there that its clients need
- * (they reach the server over TCP, its URI in their environment). */
+ * something removed it since the last job, or a new one where something else took its
+ * name: PMIx keeps no file there that its clients need (they reach the server over TCP,
+ * its URI in their environment). */
 static int launch_job_dir(launch_job *job, bt_diag *diag) {
-    int kept = launch_tmpdir_keep(job->srv->tmpdir, &job->srv->lock_fd, diag);
+    launch_server *srv = job->srv;
+    int kept = launch_tmpdir_keep(srv->tmpdir, sizeof srv->tmpdir, &srv->lock_fd, diag);
     if (kept < 0) return kept;
-    job->srv->tmpdir_remade += kept;
+    srv->tmpdir_remade += kept == 1;
+    if (kept == 2) { /* said by the caller, not an error */
+        snprintf(srv->tmpdir_note, sizeof srv->tmpdir_note, "%s", diag->msg);
+        bt_diag_init(diag);
+    }
     int n = snprintf(job->dir, sizeof job->dir, "%s/%s", job->srv->tmpdir, job->nspace);
     if (n < 0 || (size_t)n >= sizeof job->dir || mkdir(job->dir, 0700) != 0) {
         bt_diag_set(diag, "cannot create the job directory %s: %s", job->dir, strerror(errno));

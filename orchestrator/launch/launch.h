@@ -38,13 +38,16 @@ typedef struct launch_server {
     int debug;                     /* BATON_LAUNCH_DEBUG set: trace PMIx callbacks */
     int started;                   /* PMIx_server_init succeeded */
     int next_attempt;              /* numbers the namespaces */
-    int lock_fd; /* flock on tmpdir/lock: tells other servers' sweeps it is in use */
+    int lock_fd;                   /* tmpdir, flock-ed: tells other servers' sweeps it is in use */
     /* Read-only for the caller: a call into PMIx timed out, its thread is stuck (pmix_host.c),
      * so no later job of this process can start: only a fresh process can go on. */
     int wedged;
     /* Read-only for the caller: how many times tmpdir was found gone as a job started and
      * was made again (launch_tmpdir.h: a temp-file cleaner, an older baton's sweep). */
     int tmpdir_remade;
+    /* Read-only for the caller, who may clear it once said: "" or what a job found at
+     * tmpdir's name instead of it (a squatter) and the new tmpdir made in its place. */
+    char tmpdir_note[2048];
 } launch_server;
 
 /* Starts the embedded PMIx server: a private temp dir under $TMPDIR (or /tmp) for its

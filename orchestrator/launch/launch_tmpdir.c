@@ -1,20 +1,11 @@
-/* The launch server's temp dir (launch_tmpdir.h).
- *
- * Liveness is a lock, not a pid: the server holds flock(LOCK_EX) on DIR/lock for as long
- * as it lives, so a sweeper in another PID namespace sharing TMPDIR (containers) sees the
- * dir taken, where its kill(pid, 0) would name another process or none. A dir is only ever
- * seen under its public name with the lock already held: it is made under a hidden name
- * (".baton-launch-..."), locked there, then renamed. Dirs without a lock file (made by an
- * older baton, or whose lock file a temp cleaner removed) are judged by the pid in their
- * name, as before. */
+/* The launch server's temp dir (launch_tmpdir.h): made, checked as each job starts, made
+ * again. The sweep of dead servers' dirs is in launch_tmpdir_sweep.c. */
 #define _GNU_SOURCE
 #include "launch_tmpdir.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,14 +15,12 @@
 
 #include "pmix_host.h"
 
-#define LAUNCH_TMPDIR_PREFIX "baton-launch-"
-#define LAUNCH_TMPDIR_LOCK   "lock"
-#define LAUNCH_TMPDIR_TRIES  16
+#define LAUNCH_TMPDIR_TRIES 16
 /* The longest $TMPDIR taken: the launcher's files go a few levels below it (its temp dir,
  * a job's directory, the rendezvous files), each path at most PATH_MAX bytes. */
 #define LAUNCH_TMPDIR_ROOT_MAX (PATH_MAX - 128)
 
-static const char *launch_tmpdir_root(void) {
+const char *launch_tmpdir_root(void) {
     const char *root = getenv("TMPDIR");
     return root == NULL || root[0] == '\0' ? "/tmp" : root;
 }
@@ -71,30 +60,26 @@ int launch_tmpdir_check(bt_diag *diag) {
     return BT_EINVAL;
 }
 
-/* Makes DIR/lock, locked, into *fd (O_CLOEXEC: the ranks do not hold it): made under a
- * temp name and renamed, so that a sweeper never locks it before we do. Where the file
- * system has no flock, no lock file is left (the pid rule judges the dir) and *fd is -1.
- * 0, or an errno. */
-static int launch_tmpdir_lock(const char *dir, int *fd) {
+/* Opens the dir made at path and locks it (flock on the dir itself: the lock goes with the
+ * inode, through the rename that publishes it, and cannot be removed on its own), then
+ * makes its marker (LAUNCH_TMPDIR_MARK: the lock is what judges this dir). Into *fd: the
+ * dir's descriptor (close-on-exec: the ranks do not hold it), locked where the file system
+ * has flock on a directory (not NFS: there it is only the dir's identity, no marker is
+ * made and the pid rule judges the dir). 0, or an errno. */
+static int launch_tmpdir_lock(const char *path, int *fd) {
+    *fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (*fd < 0) return errno;
+    int rc;
+    do /* blocking: a sweeper holds it a moment to read a young hidden dir's age */
+        rc = flock(*fd, LOCK_EX);
+    while (rc != 0 && errno == EINTR);
+    if (rc != 0) return 0; /* ENOLCK, EOPNOTSUPP, EBADF (NFS): no marker, the pid rule */
+    int mark = openat(*fd, LAUNCH_TMPDIR_MARK, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (mark >= 0) return close(mark), 0;
+    int err = errno;
+    close(*fd);
     *fd = -1;
-    char tmp[4400], lock[4400];
-    snprintf(tmp, sizeof tmp, "%s/" LAUNCH_TMPDIR_LOCK "-XXXXXX", dir);
-    snprintf(lock, sizeof lock, "%s/" LAUNCH_TMPDIR_LOCK, dir);
-    int f = mkostemp(tmp, O_CLOEXEC); /* mode 0600 */
-    if (f < 0) return errno;
-    if (flock(f, LOCK_EX | LOCK_NB) != 0) { /* ENOLCK, EOPNOTSUPP: no locks here */
-        unlink(tmp);
-        close(f);
-        return 0;
-    }
-    if (rename(tmp, lock) != 0) {
-        int err = errno;
-        unlink(tmp);
-        close(f);
-        return err;
-    }
-    *fd = f;
-    return 0;
+    return err;
 }
 
 /* Renames the dir tmp to final unless final exists: 0, or an errno (EEXIST). */
@@ -107,7 +92,9 @@ static int launch_tmpdir_publish(const char *tmp, const char *final) {
 }
 
 /* Makes a 0700 dir, locked, under root: at final when given, else at
- * root/baton-launch-<pid>-XXXXXX (written to out). 0, or an errno. */
+ * root/baton-launch-<pid>-XXXXXX (written to out). It is made under a hidden name
+ * (".baton-launch-...") and locked there before it is renamed, so that no sweeper ever
+ * sees it under its public name unlocked. 0, or an errno. */
 static int launch_tmpdir_create(const char *root, const char *final, char *out, size_t cap,
                                 int *lock_fd) {
     *lock_fd = -1;
@@ -152,10 +139,9 @@ int launch_tmpdir_make(char *out, size_t cap, int *lock_fd, bt_diag *diag) {
     return 0;
 }
 
-/* Makes the dir at path again, where it was: 0, or an errno. */
-static int launch_tmpdir_remake(const char *path, int *lock_fd) {
-    if (*lock_fd >= 0) close(*lock_fd);
-    *lock_fd = -1;
+/* Makes the dir at path again, where it was, into *fd: 0, or an errno (EEXIST: something
+ * else took the name meanwhile). */
+static int launch_tmpdir_remake(const char *path, int *fd) {
     char root[4096];
     snprintf(root, sizeof root, "%s", path);
     char *slash = strrchr(root, '/');
@@ -164,77 +150,66 @@ static int launch_tmpdir_remake(const char *path, int *lock_fd) {
         slash[1] = '\0'; /* TMPDIR=/ */
     else
         *slash = '\0';
-    return launch_tmpdir_create(root, path, NULL, 0, lock_fd);
+    return launch_tmpdir_create(root, path, NULL, 0, fd);
 }
 
-int launch_tmpdir_keep(const char *dir, int *lock_fd, bt_diag *diag) {
-    struct stat st;
-    int err = 0, remade = 0;
-    if (lstat(dir, &st) != 0) {
-        err = errno;
-        if (err == ENOENT) err = launch_tmpdir_remake(dir, lock_fd), remade = 1;
-    } else if (!S_ISDIR(st.st_mode) || st.st_uid != getuid()) {
-        err = EEXIST; /* something else took its name */
-    } else if (*lock_fd < 0 || fstat(*lock_fd, &st) != 0 || st.st_nlink == 0) {
-        if (*lock_fd >= 0) close(*lock_fd); /* its lock file was removed: a new one */
-        err = launch_tmpdir_lock(dir, lock_fd);
+/* What holds the name of our dir now, st its lstat: for a message. */
+static const char *launch_tmpdir_what(const struct stat *st) {
+    if (S_ISLNK(st->st_mode)) return "a symbolic link";
+    if (!S_ISDIR(st->st_mode)) return "not a directory";
+    if (st->st_uid != getuid()) return "another user's directory";
+    return "another directory";
+}
+
+/* The name dir holds something that is not our dir (what): a new dir is made under another
+ * name, and dir (cap bytes) becomes it. 2, or BT_EIO; diag says which. */
+static int launch_tmpdir_renew(char *dir, size_t cap, int *lock_fd, const char *what,
+                               bt_diag *diag) {
+    char fresh[4096];
+    int fd, rc = launch_tmpdir_make(fresh, sizeof fresh, &fd, diag);
+    if (rc == 0 && strlen(fresh) >= cap) {
+        pmixhost_rmtree(fresh);
+        if (fd >= 0) close(fd);
+        rc = BT_EIO;
+        bt_diag_set(diag, "%s is too long", fresh);
     }
-    if (err == 0) return remade;
+    if (rc != 0) {
+        char why[4400];
+        snprintf(why, sizeof why, "%s", diag->msg);
+        bt_diag_set(diag,
+                    "the launcher's temp dir %s is now %s (not this run's: left alone), and no "
+                    "new one can be made: %s",
+                    dir, what, why);
+        return BT_EIO;
+    }
+    bt_diag_set(diag,
+                "the launcher's temp dir %s is now %s (not this run's, a squatter?): left "
+                "alone; made a new one, %s",
+                dir, what, fresh);
+    if (*lock_fd >= 0) close(*lock_fd); /* after: the new one is locked already */
+    *lock_fd = fd;
+    snprintf(dir, cap, "%s", fresh);
+    return 2;
+}
+
+int launch_tmpdir_keep(char *dir, size_t cap, int *lock_fd, bt_diag *diag) {
+    struct stat st, mine;
+    if (lstat(dir, &st) == 0) {
+        if (*lock_fd >= 0 && fstat(*lock_fd, &mine) == 0 && mine.st_ino == st.st_ino &&
+            mine.st_dev == st.st_dev)
+            return 0; /* ours, locked all along */
+        return launch_tmpdir_renew(dir, cap, lock_fd, launch_tmpdir_what(&st), diag);
+    }
+    int err = errno, fd = -1;
+    if (err == ENOENT) err = launch_tmpdir_remake(dir, &fd);
+    if (err == 0) {
+        if (*lock_fd >= 0) close(*lock_fd); /* the removed dir's: after the new one's lock */
+        *lock_fd = fd;
+        return 1;
+    }
+    if (err == EEXIST && lstat(dir, &st) == 0) /* taken between our lstat and the rename */
+        return launch_tmpdir_renew(dir, cap, lock_fd, launch_tmpdir_what(&st), diag);
     bt_diag_set(diag, "the launcher's temp dir %s is gone and cannot be made again: %s", dir,
                 strerror(err));
     return BT_EIO;
-}
-
-/* The pid in a launch temp dir's name "baton-launch-<pid>-XXXXXX" (hidden: "." before it,
- * *hidden set), or 0. */
-static pid_t launch_tmpdir_pid(const char *name, int *hidden) {
-    *hidden = name[0] == '.';
-    name += *hidden;
-    size_t k = strlen(LAUNCH_TMPDIR_PREFIX);
-    if (strncmp(name, LAUNCH_TMPDIR_PREFIX, k) != 0) return 0;
-    char *end;
-    long pid = strtol(name + k, &end, 10);
-    if (end == name + k || *end != '-' || strlen(end + 1) != 6 || pid <= 0) return 0;
-    return (pid_t)pid;
-}
-
-/* Whether the dir at path, named after pid, is no live server's: its lock can be taken
- * (then held in *held until the dir is gone), or, with no lock file (an older baton's, or
- * a hidden one being made: never), no process has that pid. */
-static int launch_tmpdir_stale(const char *path, pid_t pid, int hidden, int *held) {
-    char lock[4400];
-    snprintf(lock, sizeof lock, "%s/" LAUNCH_TMPDIR_LOCK, path);
-    *held = open(lock, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (*held >= 0) {
-        if (flock(*held, LOCK_EX | LOCK_NB) == 0) return 1;
-        int err = errno;
-        close(*held);
-        *held = -1;
-        if (err == EWOULDBLOCK || err == EINTR) return 0;
-    }
-    if (hidden) return 0;
-    return pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH;
-}
-
-int launch_tmpdir_sweep(void) {
-    const char *root = launch_tmpdir_root();
-    DIR *d = opendir(root);
-    if (d == NULL) return 0;
-    int removed = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        int hidden, held;
-        pid_t pid = launch_tmpdir_pid(e->d_name, &hidden);
-        if (pid == 0) continue;
-        char path[4352];
-        snprintf(path, sizeof path, "%s/%s", root, e->d_name);
-        struct stat st;
-        if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid()) continue;
-        if (!launch_tmpdir_stale(path, pid, hidden, &held)) continue;
-        pmixhost_rmtree(path);
-        if (held >= 0) close(held);
-        removed++;
-    }
-    closedir(d);
-    return removed;
 }

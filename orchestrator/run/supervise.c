@@ -772,6 +772,8 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
                 "the launcher's temp dir %s was removed while the run ran (a temp-file "
                 "cleaner?): made it again\n",
                 c->srv.tmpdir);
+    if (c->srv.tmpdir_note[0]) run_err(c, "%s\n", c->srv.tmpdir_note);
+    c->srv.tmpdir_note[0] = '\0';
     rc = rc ? rc : run_watch(c, &job, (uint32_t)i, attempt, *hang_s, &hung);
     attempt_end end = ATTEMPT_FATAL;
     if (rc == 0 && c->dir_gone) {

@@ -246,6 +246,18 @@ hostname-env)
   expect_line '^\[2\] host node0$'
   expect_line '^\[3\] host node1$'
   ;;
+tmpfiles)
+  # systemd-tmpfiles --clean, with everything under $TMPDIR past its age (1 s), run while
+  # the job lives: the launcher's dir, locked (launch_tmpdir.h), is skipped with the job's
+  # dir in it; what is not locked goes
+  command -v systemd-tmpfiles >/dev/null || { echo "SKIPPED: no systemd-tmpfiles here"; exit 77; }
+  mkdir "$TMPDIR/old" && echo "d $TMPDIR - - - 1s" >"$work/tmpfiles.conf"
+  launch -n 1 -- sh -c 'sleep 2.5; systemd-tmpfiles --clean "$1" || exit 9
+    [ -d "$BATON_JOB_DIR" ] && echo kept || echo removed' "$tag" "$work/tmpfiles.conf"
+  expect_rc 0
+  expect_line '^\[0\] kept$'
+  [[ ! -e $TMPDIR/old ]] || fail "systemd-tmpfiles removed nothing: $TMPDIR/old is there"
+  ;;
 many-stopped)
   # one rank of 16 fails: the 15 the launcher stopped are named in ranges, one line per
   # way they ended, not a line each

@@ -12,6 +12,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "launch.h"
@@ -156,10 +157,9 @@ static void blame_job(launch_server *srv, int both) {
     launch_job_close(&job);
 }
 
-/* TMPDIR/NAME as a directory with a file in it (FILE, e.g. "pmix-socket" or "lock"). */
+/* TMPDIR/NAME as a directory with a file in it (FILE, e.g. "pmix-socket" or the marker). */
 static void fake_dir(const char *name, const char *file, char *path, size_t cap) {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(path, cap, "%s/%s", tmp && *tmp ? tmp : "/tmp", name);
+    snprintf(path, cap, "%s/%s", launch_tmpdir_root(), name);
     CHECK(mkdir(path, 0700) == 0, "mkdir %s", path);
     char f_path[600];
     snprintf(f_path, sizeof f_path, "%s/%s", path, file);
@@ -168,31 +168,33 @@ static void fake_dir(const char *name, const char *file, char *path, size_t cap)
     if (f) fclose(f);
 }
 
+/* Sets the dir's modification time s seconds back: a hidden dir made that long ago. */
+static void age_dir(const char *path, int s) {
+    struct timespec t[2] = {{time(NULL) - s, 0}, {time(NULL) - s, 0}};
+    CHECK(utimensat(AT_FDCWD, path, t, AT_SYMLINK_NOFOLLOW) == 0, "cannot age %s", path);
+}
+
 static void remove_dir(const char *path) {
     pmixhost_rmtree(path);
 }
 
-/* Whether DIR/lock is locked by someone (a try from a descriptor of our own fails). */
+/* Whether the dir itself is locked by someone (a try from a descriptor of our own fails). */
 static int dir_locked(const char *dir) {
-    char lock[4200];
-    snprintf(lock, sizeof lock, "%s/lock", dir);
-    int fd = open(lock, O_RDONLY | O_CLOEXEC);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return 0;
     int locked = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
     close(fd);
     return locked;
 }
 
-/* A child process holding DIR/lock locked until it is killed: a live server of another PID
+/* A child process holding DIR locked until it is killed: a live server of another PID
  * namespace, whose pid in the dir's name means nothing here. */
 static pid_t hold_lock(const char *dir) {
     int ready[2];
     if (pipe(ready) != 0) return -1;
     pid_t pid = fork();
     if (pid == 0) {
-        char lock[4200];
-        snprintf(lock, sizeof lock, "%s/lock", dir);
-        int fd = open(lock, O_RDONLY);
+        int fd = open(dir, O_RDONLY | O_DIRECTORY);
         char ok = fd >= 0 && flock(fd, LOCK_EX) == 0;
         if (write(ready[1], &ok, 1) != 1) _exit(1);
         pause();
@@ -205,66 +207,120 @@ static pid_t hold_lock(const char *dir) {
     return pid;
 }
 
+static void unhold(pid_t holder) {
+    if (holder <= 0) return;
+    kill(holder, SIGKILL);
+    waitpid(holder, NULL, 0);
+}
+
 /* Launch temp dirs left by servers killed with their process (launch_tmpdir.h): the next
- * server removes those whose lock it can take, whatever pid their name holds, and, without
- * a lock file (an older baton's), those of processes that are gone; and only those. */
+ * server removes the marked ones whose lock it can take, whatever pid their name holds;
+ * without a marker (an older baton's), those of processes that are gone; hidden ones (a
+ * server killed while making its dir) marked with their lock free, or unmarked once a
+ * minute old with their process gone; and only those. */
 static void check_sweep(void) {
     pid_t child = fork();
     if (child == 0) _exit(0);
     waitpid(child, NULL, 0); /* a pid no process has now */
+    int me = (int)getppid(); /* a live pid */
     char name[64], dead[512], alive[512], odd[512], old[512], held[512], free_[512];
-    char making[512], made[512];
+    char making[512], made[512], lost[512], lost_alive[512], lost_held[512], legacy[512];
+    const char *mark = LAUNCH_TMPDIR_MARK;
     snprintf(name, sizeof name, "baton-launch-%d-Ab12Cd", (int)child);
     fake_dir(name, "pmix-socket", dead, sizeof dead);
-    snprintf(name, sizeof name, "baton-launch-%d-Ab12Cd", (int)getppid());
+    snprintf(name, sizeof name, "baton-launch-%d-Ab12Cd", me);
     fake_dir(name, "pmix-socket", alive, sizeof alive);
     snprintf(name, sizeof name, "baton-launch-%d-short", (int)child);
-    fake_dir(name, "pmix-socket", odd, sizeof odd);
-    fake_dir("baton-launch-Ab12Cd", "pmix-socket", old, sizeof old);
+    fake_dir(name, mark, odd, sizeof odd);
+    fake_dir("baton-launch-Ab12Cd", mark, old, sizeof old);
     snprintf(name, sizeof name, "baton-launch-%d-Lk12Cd", (int)child);
-    fake_dir(name, "lock", held, sizeof held);
+    fake_dir(name, mark, held, sizeof held);
     pid_t holder = hold_lock(held);
-    snprintf(name, sizeof name, "baton-launch-%d-Lk34Cd", (int)getppid());
-    fake_dir(name, "lock", free_, sizeof free_);
+    snprintf(name, sizeof name, "baton-launch-%d-Lk34Cd", me);
+    fake_dir(name, mark, free_, sizeof free_);
+    snprintf(name, sizeof name, "baton-launch-%d-Lk56Cd", me); /* a lock file: not a marker */
+    fake_dir(name, "lock", legacy, sizeof legacy);
     snprintf(name, sizeof name, ".baton-launch-%d-Hd12Cd", (int)child);
-    fake_dir(name, "lock-Ab12Cd", making, sizeof making);
+    fake_dir(name, "pmix-socket", making, sizeof making);
     snprintf(name, sizeof name, ".baton-launch-%d-Hd34Cd", (int)child);
-    fake_dir(name, "lock", made, sizeof made);
+    fake_dir(name, mark, made, sizeof made);
+    snprintf(name, sizeof name, ".baton-launch-%d-Hd56Cd", (int)child);
+    fake_dir(name, "pmix-socket", lost, sizeof lost);
+    age_dir(lost, 2 * LAUNCH_TMPDIR_HIDDEN_S);
+    snprintf(name, sizeof name, ".baton-launch-%d-Hd78Cd", me);
+    fake_dir(name, "pmix-socket", lost_alive, sizeof lost_alive);
+    age_dir(lost_alive, 2 * LAUNCH_TMPDIR_HIDDEN_S);
+    snprintf(name, sizeof name, ".baton-launch-%d-Hd90Cd", (int)child);
+    fake_dir(name, "pmix-socket", lost_held, sizeof lost_held);
+    pid_t hidden_holder = hold_lock(lost_held);
+    age_dir(lost_held, 2 * LAUNCH_TMPDIR_HIDDEN_S);
     int removed = launch_tmpdir_sweep();
-    CHECK(removed == 3, "swept %d dirs, expected 3", removed);
+    CHECK(removed == 4, "swept %d dirs, expected 4", removed);
     CHECK(access(dead, F_OK) != 0, "the dead server's %s was not removed", dead);
     CHECK(access(alive, F_OK) == 0, "a live process's %s was removed", alive);
     CHECK(access(odd, F_OK) == 0 && access(old, F_OK) == 0, "a dir of another name was removed");
     CHECK(access(held, F_OK) == 0, "%s, locked by a live server, was removed", held);
-    CHECK(access(free_, F_OK) != 0, "%s, its lock free, was not removed", free_);
+    CHECK(access(free_, F_OK) != 0, "%s, marked, its lock free, was not removed", free_);
+    CHECK(access(legacy, F_OK) == 0, "%s, unmarked, of a live pid, was removed", legacy);
     CHECK(access(making, F_OK) == 0, "%s, being made, was removed", making);
-    CHECK(access(made, F_OK) != 0, "%s, its lock free, was not removed", made);
-    if (holder > 0) {
-        kill(holder, SIGKILL);
-        waitpid(holder, NULL, 0);
-    }
-    CHECK(launch_tmpdir_sweep() == 1 && access(held, F_OK) != 0,
-          "%s was not removed once its server was gone", held);
-    const char *keep[] = {alive, odd, old, making};
-    for (int i = 0; i < 4; i++)
+    CHECK(access(made, F_OK) != 0, "%s, marked, its lock free, was not removed", made);
+    CHECK(access(lost, F_OK) != 0, "%s, a minute old, its pid gone, was not removed", lost);
+    CHECK(access(lost_alive, F_OK) == 0, "%s, of a live pid, was removed", lost_alive);
+    CHECK(access(lost_held, F_OK) == 0, "%s, locked, was removed", lost_held);
+    unhold(holder);
+    unhold(hidden_holder);
+    CHECK(launch_tmpdir_sweep() == 2 && access(held, F_OK) != 0 && access(lost_held, F_OK) != 0,
+          "%s and %s were not removed once their server was gone", held, lost_held);
+    const char *keep[] = {alive, odd, old, making, legacy, lost_alive};
+    for (int i = 0; i < 6; i++)
         remove_dir(keep[i]);
 }
 
-/* The server's temp dir is locked, never swept while it lives, and made again (with a new
- * lock) where something removed it, or its lock file alone, before a job starts. */
+/* The server's temp dir is locked and marked, never swept while it lives. */
 static void check_tmpdir_lock(launch_server *srv) {
     CHECK(dir_locked(srv->tmpdir), "the server's %s is not locked", srv->tmpdir);
+    char mark[4200];
+    snprintf(mark, sizeof mark, "%s/%s", srv->tmpdir, LAUNCH_TMPDIR_MARK);
+    CHECK(access(mark, F_OK) == 0, "the server's %s has no marker", srv->tmpdir);
     launch_tmpdir_sweep();
     CHECK(access(srv->tmpdir, F_OK) == 0, "the server's own %s was swept", srv->tmpdir);
 }
 
-static void remove_tmpdir(launch_server *srv, int lock_only) {
-    char lock[4200];
-    snprintf(lock, sizeof lock, "%s/lock", srv->tmpdir);
-    if (lock_only)
-        CHECK(unlink(lock) == 0, "cannot remove %s", lock);
+/* Something removes the server's temp dir (a temp-file cleaner, say: PMIx needs no file of
+ * it), or only the files in it (a cleaner by age: the lock stays with the dir). */
+static void remove_tmpdir(launch_server *srv, int files_only) {
+    char mark[4200];
+    snprintf(mark, sizeof mark, "%s/%s", srv->tmpdir, LAUNCH_TMPDIR_MARK);
+    if (files_only)
+        CHECK(unlink(mark) == 0, "cannot remove %s", mark);
     else
         remove_dir(srv->tmpdir);
+}
+
+/* The server's temp dir removed and its name taken by a symbolic link (another user's, in
+ * a shared /tmp): the next job leaves it alone, says so, and goes on in a new dir. */
+static void squat_tmpdir(launch_server *srv, char **good) {
+    char was[sizeof srv->tmpdir], target[4200];
+    snprintf(was, sizeof was, "%s", srv->tmpdir);
+    snprintf(target, sizeof target, "%s/squatter", launch_tmpdir_root());
+    CHECK(mkdir(target, 0700) == 0, "mkdir %s", target);
+    remove_dir(srv->tmpdir);
+    CHECK(symlink(target, was) == 0, "cannot plant a link at %s", was);
+    captured c = {0};
+    char ns[64];
+    int remade = srv->tmpdir_remade;
+    CHECK(run_job(srv, good, 4, &c, ns) == LAUNCH_SUCCESS, "the job after a squatter failed");
+    CHECK(strcmp(srv->tmpdir, was) != 0 && strstr(srv->tmpdir, "/baton-launch-") != NULL,
+          "the job went on in %s", srv->tmpdir);
+    CHECK(srv->tmpdir_remade == remade, "a squatted dir counted as made again");
+    CHECK(strstr(srv->tmpdir_note, "is now a symbolic link") != NULL &&
+              strstr(srv->tmpdir_note, srv->tmpdir) != NULL,
+          "said: '%s'", srv->tmpdir_note);
+    struct stat st;
+    CHECK(lstat(was, &st) == 0 && S_ISLNK(st.st_mode), "the squatter's link was touched");
+    CHECK(rmdir(target) == 0, "the squatter's dir %s is not left empty", target);
+    unlink(was);
+    check_tmpdir_lock(srv);
 }
 
 int main(int argc, char **argv) {
@@ -310,11 +366,14 @@ int main(int argc, char **argv) {
      * able to start the next job (boot_pmix_init; openpmix#3584) */
     for (int i = 0; i < 40; i++)
         stop_job(&srv, hang);
-    remove_tmpdir(&srv, 1);
+    remove_tmpdir(&srv, 1); /* the lock is the dir's own: no file of it to lose */
+    CHECK(dir_locked(srv.tmpdir), "%s is not locked with its files removed", srv.tmpdir);
+    launch_tmpdir_sweep();
+    CHECK(access(srv.tmpdir, F_OK) == 0, "%s, its files removed, was swept", srv.tmpdir);
     blame_job(&srv, 1);
-    CHECK(srv.tmpdir_remade == 1, "temp dir made again %d times with its lock file removed",
+    CHECK(srv.tmpdir_remade == 1, "temp dir made again %d times with its files removed",
           srv.tmpdir_remade);
-    check_tmpdir_lock(&srv);
+    squat_tmpdir(&srv, good);
     blame_job(&srv, 0);
     char dir[sizeof srv.tmpdir];
     snprintf(dir, sizeof dir, "%s", srv.tmpdir);

@@ -42,8 +42,9 @@
 #                 not end the run (the limit counts those without progress): exit 0.
 #   launch-removed  the launcher's temp dir ($TMPDIR/baton-launch-*) removed (rm -rf, as a
 #                 temp-file cleaner would) while the first of three stages trains, and again
-#                 while the second does: made again as each next stage starts, said once,
-#                 and the run completes with no failure; nothing is left in $TMPDIR.
+#                 while the second does (each held by the test hook BATON_FAULT_STEP_HOLD
+#                 until it is): made again as each next stage starts, said once, and the
+#                 run completes with no failure; nothing is left in $TMPDIR.
 #   launch-pidns  a baton run in another PID namespace (unshare --pid) sharing $TMPDIR, its
 #                 pid one no process here has: a baton run here, whose server sweeps the
 #                 temp dirs of servers that are gone, leaves that run's dir alone (its lock
@@ -290,17 +291,21 @@ assert s["state"] == "completed" and s["failures"] == 5 and s["recoveries"] == 5
     fail "the run is not complete with five failures, each recovered"
   ;;
 launch-removed)
-  one_rank_recipe three 'checkpoint: {every_steps: 100}' '{name: a, steps: 20}' \
-    '{name: b, steps: 20}' '{name: c, steps: 2}' >three.yaml
-  BATON_FAULT_STEP_SLEEP=0.1 "$baton" run three.yaml --run-dir r1 --quiet >run.out 2>&1 &
+  one_rank_recipe three 'checkpoint: {every_steps: 100}' '{name: a, steps: 4}' \
+    '{name: b, steps: 4}' '{name: c, steps: 2}' >three.yaml
+  # each of stages a and b held after every step while hold.<stage index> is there: the rm
+  # lands while that stage trains, however late this shell is scheduled
+  touch hold.0 hold.1
+  BATON_FAULT_STEP_HOLD=$PWD/hold "$baton" run three.yaml --run-dir r1 --quiet >run.out 2>&1 &
   bpid=$!
   for stage in 0 1; do
-    wait_step $stage 2 >/dev/null
+    wait_step $stage 1 >/dev/null
     dirs=("$TMPDIR"/baton-launch-*)
     [[ ${#dirs[@]} == 1 && -d ${dirs[0]} ]] || fail "not one launch dir in $TMPDIR: ${dirs[*]}"
     [[ $stage == 0 ]] && first=${dirs[0]}
     [[ ${dirs[0]} == "$first" ]] || fail "the launch dir was made again as ${dirs[0]}, not $first"
     rm -rf "${dirs[0]}"
+    rm hold.$stage
   done
   set +e; wait "$bpid"; rc=$?; set -e
   bpid=

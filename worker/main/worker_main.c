@@ -494,6 +494,19 @@ static void worker_fault_step_sleep(void) {
         nanosleep(&(struct timespec){(time_t)s, (long)((s - (double)(time_t)s) * 1e9)}, NULL);
 }
 
+/* Test hook: BATON_FAULT_STEP_HOLD=PATH holds the stage of index N after each step for as
+ * long as the file PATH.N exists (at most 10 minutes), so that a test does what it must
+ * while that stage trains, however slowly it is scheduled (tests/run/check-limits.sh
+ * launch-removed). */
+static void worker_fault_step_hold(const trainer *t) {
+    const char *f = getenv("BATON_FAULT_STEP_HOLD");
+    if (f == NULL || f[0] == '\0') return;
+    char path[4200];
+    snprintf(path, sizeof path, "%s.%u", f, (unsigned)t->spec->stage_index);
+    for (int i = 0; i < 12000 && access(path, F_OK) == 0; i++)
+        nanosleep(&(struct timespec){0, 50000000}, NULL);
+}
+
 /* An attempt that trained no step (it started from the stage's final checkpoint: the
  * previous attempt died after saving it) finds that checkpoint in place: it is not
  * written again, as an existing complete checkpoint is never replaced by a save of the
@@ -539,6 +552,7 @@ static int worker_train(trainer *t, train_ckpt *c, uint64_t save_every, const wo
             return BT_EIO;
         fflush(stdout);
         worker_fault_step_sleep();
+        worker_fault_step_hold(t);
     }
     worker_print_comm(t); /* every rank: pipeline stages send different amounts */
     if (worker_saved_already(c, t, a)) return 0;
