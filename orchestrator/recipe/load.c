@@ -1086,12 +1086,13 @@ int recipe_load_buffer(const char *name, const char *data, size_t len, recipe_do
 int recipe_load_file(const char *path, recipe_doc *doc, bt_diag *diag) {
     char *data = NULL;
     size_t len = 0;
+    int once = 0;
     memset(doc, 0, sizeof *doc);
     if (path[0] == '\0') {
         bt_diag_set(diag, "'': an empty file name; give the recipe's path (a YAML file)");
         return BT_ENOENT;
     }
-    int rc = recipe_read_file(path, &data, &len, diag);
+    int rc = recipe_read_file(path, &data, &len, &once, diag);
     if (rc < 0) return rc;
     rc = recipe_load_buffer(path, data, len, doc, diag);
     if (rc < 0) {
@@ -1100,6 +1101,7 @@ int recipe_load_file(const char *path, recipe_doc *doc, bt_diag *diag) {
     }
     doc->text = data; /* the bytes parsed, kept: never read again */
     doc->text_len = len;
+    doc->text_once = once;
     return 0;
 }
 

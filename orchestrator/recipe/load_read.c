@@ -83,12 +83,13 @@ static int read_all(int fd, char **data, size_t *len) {
     return -1;
 }
 
-int recipe_read_file(const char *path, char **data, size_t *len, bt_diag *diag) {
+int recipe_read_file(const char *path, char **data, size_t *len, int *once, bt_diag *diag) {
     *data = NULL;
     *len = 0;
     int waits;
     sigset_t old;
     int fd = read_open(path, &waits, &old);
+    if (once != NULL) *once = waits;
     int err = errno, rc = 0;
     if (fd < 0) {
         bt_diag_set(diag, "%s: cannot open: %s", path, strerror(err));
