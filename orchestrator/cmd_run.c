@@ -670,17 +670,11 @@ static int run_submit_main(run_args *a, recipe_doc *doc) {
 }
 
 /* resume's RUN_DIR as an absolute path into abs (PATH_MAX); -1 after saying why it is
- * none: missing, or not a directory (a file given for it), or reached through a symbolic
- * link that run_dir_check_parents refuses (judged here, as given: run_dir_open sees the
- * resolved path only; its warnings are said there, for that path). */
+ * none: missing, or not a directory (a file given for it), said first, or reached through
+ * a directory or symbolic link that run_dir_check_parents refuses (judged here, as given:
+ * run_dir_open sees the resolved path only; its warnings are said there, for that path). */
 static int run_resume_dir(const char *path, char *abs) {
     static run_dir probe;
-    bt_diag diag;
-    bt_diag_init(&diag);
-    if (run_dir_check_parents(&probe, path, &diag) != 0) {
-        cli_error("resume", &diag, 0);
-        return -1;
-    }
     struct stat st;
     if (realpath(path, abs) == NULL || stat(abs, &st) != 0) {
         fprintf(stderr, "baton resume: %s: %s\n", path,
@@ -690,6 +684,12 @@ static int run_resume_dir(const char *path, char *abs) {
     if (!S_ISDIR(st.st_mode)) {
         fprintf(stderr, "baton resume: %s: not a directory (baton resume takes a run directory)\n",
                 path);
+        return -1;
+    }
+    bt_diag diag;
+    bt_diag_init(&diag);
+    if (run_dir_check_parents(&probe, path, &diag) != 0) {
+        cli_error("resume", &diag, 0);
         return -1;
     }
     return 0;
