@@ -23,6 +23,7 @@
 #include <yaml.h>
 
 #include "units.h"
+#include "util/utf8.h"
 
 #define LOAD_MAX_BYTES    RECIPE_MAX_BYTES
 #define LOAD_MAX_DEPTH    64
@@ -98,7 +99,7 @@ static void load_quote(char *out, const char *s, size_t len) {
             o += (size_t)snprintf(out + o, LOAD_QUOTE_CAP - o, "\\%c", ch);
         else if (ch == '\n')
             o += (size_t)snprintf(out + o, LOAD_QUOTE_CAP - o, "\\n");
-        else if (ch < 0x20 || ch == 0x7f)
+        else if (bt_is_control(ch))
             o += (size_t)snprintf(out + o, LOAD_QUOTE_CAP - o, "\\x%02x", ch);
         else
             out[o++] = (char)ch;

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "recipe_load.h"
+#include "util/stop_signals.h"
 
 /* Whether reading a file of mode m may wait for a writer (a directory fails to read). */
 static int read_may_wait(mode_t m) {
@@ -34,10 +35,7 @@ static int read_open(const char *path, int *waits, sigset_t *old) {
     for (;;) {
         if (*waits) {
             sigset_t stop;
-            sigemptyset(&stop);
-            sigaddset(&stop, SIGINT);
-            sigaddset(&stop, SIGTERM);
-            sigaddset(&stop, SIGHUP);
+            bt_stop_signals(&stop);
             pthread_sigmask(SIG_UNBLOCK, &stop, old);
         }
         int fd;
