@@ -137,6 +137,17 @@ close-range)
     { cat launch.out; fail "baton launch failed"; }
   grep -q '^\[1\] .* 2 -> ' launch.out || { cat launch.out; fail "no listing of the rank's fds"; }
   ! grep -q stray launch.out || { cat launch.out; fail "fd 9 reached a rank"; }
+  # the close loop goes past the highest descriptor open (3000 here), not on to the
+  # open-files limit (which baton run raises, often to 1048576: a million close() calls a
+  # rank); the preload says when a close() reaches 4096
+  if [[ $(ulimit -Hn) == unlimited || $(ulimit -Hn) -ge 8192 ]]; then
+    # shellcheck disable=SC2016 # the rank's own $$
+    (ulimit -Sn 8192 && BATON_TEST_CLOSE_REPORT=4096 "$baton" launch -n 2 -- \
+      /bin/sh -c 'ls -l /proc/$$/fd' 3000>stray >launch.out 2>&1) || { cat launch.out; fail "baton launch with fd 3000 failed"; }
+    grep -q '^\[1\] .* 2 -> ' launch.out || { cat launch.out; fail "no listing of the rank's fds"; }
+    ! grep -q stray launch.out || { cat launch.out; fail "fd 3000 reached a rank"; }
+    ! grep -q "close() loop reached" launch.out || { cat launch.out; fail "the close loop went on to the open-files limit"; }
+  fi
   one_rank_recipe two 'checkpoint: {every_steps: 2}' '{name: a, steps: 2}' '{name: b, steps: 2}' >two.yaml
   fake_sbatch 'case $(readlink /proc/$$/fd/9) in *stray) echo "fd 9 inherited"; exit 1;; esac; echo 4242'
   PATH=$work/fake:$PATH "$baton" submit two.yaml --run-dir s1 9>stray >submit.out 2>&1 ||
