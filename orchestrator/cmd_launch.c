@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "launch.h"
 #include "launch_tmpdir.h"
+#include "util/stop_signals.h"
 
 static void launch_usage(FILE *f) {
     fprintf(f, "usage: baton launch -n N [--nodes K] [--timeout T] [--kill-grace T]\n"
@@ -154,10 +155,7 @@ static int launch_parse_args(int argc, char **argv, launch_args *a) {
  * blocked before the PMIx server starts its thread, so that thread inherits the mask
  * and the signal cannot kill the process through it. */
 static int launch_signals(sigset_t *set) {
-    sigemptyset(set);
-    sigaddset(set, SIGINT);
-    sigaddset(set, SIGTERM);
-    sigaddset(set, SIGHUP);
+    bt_stop_signals(set);
     if (sigprocmask(SIG_BLOCK, set, NULL) != 0) return -1;
     return signalfd(-1, set, SFD_CLOEXEC | SFD_NONBLOCK);
 }

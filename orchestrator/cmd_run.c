@@ -22,6 +22,7 @@
 #include "run/supervise.h"
 #include "util/buf.h"
 #include "util/shquote.h"
+#include "util/utf8.h"
 
 static void run_usage(FILE *f) {
     fprintf(f, "usage: baton run RECIPE [--run-dir DIR] [--nodes K] [--gpus-per-node G]\n"
@@ -548,9 +549,7 @@ static int run_submit(run_args *a, recipe_doc *doc, run_dir *dir) {
 static const char *run_stem_problem(const char *stem) {
     if (stem[0] == '\0') return "is empty";
     if (stem[0] == '.') return "starts with '.' (a hidden directory, or . or ..)";
-    for (const unsigned char *p = (const unsigned char *)stem; *p; p++)
-        if (*p < 0x20 || *p == 0x7f) return "holds a control character";
-    return NULL;
+    return bt_has_control(stem) ? "holds a control character" : NULL;
 }
 
 /* The default run directory: runs/<recipe name>, or for a recipe without a name
@@ -609,10 +608,7 @@ static int run_check_naming(const run_args *a) {
  * commands) would break. One a run started in is taken, to be continued. Nonzero after
  * saying why. */
 static int run_check_dir_name(const run_args *a) {
-    const unsigned char *p = (const unsigned char *)a->run_dir;
-    while (*p && *p >= 0x20 && *p != 0x7f)
-        p++;
-    if (*p == '\0' || a->resume || run_dir_has_started(a->run_dir)) return 0;
+    if (!bt_has_control(a->run_dir) || a->resume || run_dir_has_started(a->run_dir)) return 0;
     bt_buf b;
     bt_buf_init(&b);
     fprintf(stderr,
@@ -670,17 +666,11 @@ static int run_submit_main(run_args *a, recipe_doc *doc) {
 }
 
 /* resume's RUN_DIR as an absolute path into abs (PATH_MAX); -1 after saying why it is
- * none: missing, or not a directory (a file given for it), or reached through a symbolic
- * link that run_dir_check_parents refuses (judged here, as given: run_dir_open sees the
- * resolved path only; its warnings are said there, for that path). */
+ * none: missing, or not a directory (a file given for it), said first, or reached through
+ * a directory or symbolic link that run_dir_check_parents refuses (judged here, as given:
+ * run_dir_open sees the resolved path only; its warnings are said there, for that path). */
 static int run_resume_dir(const char *path, char *abs) {
     static run_dir probe;
-    bt_diag diag;
-    bt_diag_init(&diag);
-    if (run_dir_check_parents(&probe, path, &diag) != 0) {
-        cli_error("resume", &diag, 0);
-        return -1;
-    }
     struct stat st;
     if (realpath(path, abs) == NULL || stat(abs, &st) != 0) {
         fprintf(stderr, "baton resume: %s: %s\n", path,
@@ -690,6 +680,12 @@ static int run_resume_dir(const char *path, char *abs) {
     if (!S_ISDIR(st.st_mode)) {
         fprintf(stderr, "baton resume: %s: not a directory (baton resume takes a run directory)\n",
                 path);
+        return -1;
+    }
+    bt_diag diag;
+    bt_diag_init(&diag);
+    if (run_dir_check_parents(&probe, path, &diag) != 0) {
+        cli_error("resume", &diag, 0);
         return -1;
     }
     return 0;

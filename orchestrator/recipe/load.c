@@ -23,6 +23,7 @@
 #include <yaml.h>
 
 #include "units.h"
+#include "util/utf8.h"
 
 #define LOAD_MAX_BYTES    RECIPE_MAX_BYTES
 #define LOAD_MAX_DEPTH    64
@@ -98,7 +99,7 @@ static void load_quote(char *out, const char *s, size_t len) {
             o += (size_t)snprintf(out + o, LOAD_QUOTE_CAP - o, "\\%c", ch);
         else if (ch == '\n')
             o += (size_t)snprintf(out + o, LOAD_QUOTE_CAP - o, "\\n");
-        else if (ch < 0x20 || ch == 0x7f)
+        else if (bt_is_control(ch))
             o += (size_t)snprintf(out + o, LOAD_QUOTE_CAP - o, "\\x%02x", ch);
         else
             out[o++] = (char)ch;
@@ -1086,12 +1087,13 @@ int recipe_load_buffer(const char *name, const char *data, size_t len, recipe_do
 int recipe_load_file(const char *path, recipe_doc *doc, bt_diag *diag) {
     char *data = NULL;
     size_t len = 0;
+    int once = 0;
     memset(doc, 0, sizeof *doc);
     if (path[0] == '\0') {
         bt_diag_set(diag, "'': an empty file name; give the recipe's path (a YAML file)");
         return BT_ENOENT;
     }
-    int rc = recipe_read_file(path, &data, &len, diag);
+    int rc = recipe_read_file(path, &data, &len, &once, diag);
     if (rc < 0) return rc;
     rc = recipe_load_buffer(path, data, len, doc, diag);
     if (rc < 0) {
@@ -1100,6 +1102,7 @@ int recipe_load_file(const char *path, recipe_doc *doc, bt_diag *diag) {
     }
     doc->text = data; /* the bytes parsed, kept: never read again */
     doc->text_len = len;
+    doc->text_once = once;
     return 0;
 }
 

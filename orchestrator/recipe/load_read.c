@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "recipe_load.h"
+#include "util/stop_signals.h"
 
 /* Whether reading a file of mode m may wait for a writer (a directory fails to read). */
 static int read_may_wait(mode_t m) {
@@ -34,10 +35,7 @@ static int read_open(const char *path, int *waits, sigset_t *old) {
     for (;;) {
         if (*waits) {
             sigset_t stop;
-            sigemptyset(&stop);
-            sigaddset(&stop, SIGINT);
-            sigaddset(&stop, SIGTERM);
-            sigaddset(&stop, SIGHUP);
+            bt_stop_signals(&stop);
             pthread_sigmask(SIG_UNBLOCK, &stop, old);
         }
         int fd;
@@ -83,12 +81,13 @@ static int read_all(int fd, char **data, size_t *len) {
     return -1;
 }
 
-int recipe_read_file(const char *path, char **data, size_t *len, bt_diag *diag) {
+int recipe_read_file(const char *path, char **data, size_t *len, int *once, bt_diag *diag) {
     *data = NULL;
     *len = 0;
     int waits;
     sigset_t old;
     int fd = read_open(path, &waits, &old);
+    if (once != NULL) *once = waits;
     int err = errno, rc = 0;
     if (fd < 0) {
         bt_diag_set(diag, "%s: cannot open: %s", path, strerror(err));

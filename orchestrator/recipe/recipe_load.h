@@ -48,6 +48,9 @@ typedef struct recipe_doc {
      * kept apart), so these bytes are all of it. */
     char *text;
     size_t text_len;
+    /* 1 when text came from what gives its bytes once only (a pipe, a FIFO, a terminal:
+     * /dev/stdin, <(...)): file names nothing that can be copied again. */
+    int text_once;
     recipe_pos *pos; /* one per mapping key, sequence item and document root */
     size_t npos;
     /* Where recipe_validate writes its warnings (a recipe that runs, but likely not as
@@ -72,13 +75,14 @@ int recipe_load_file(const char *path, recipe_doc *doc, bt_diag *diag);
 
 /* load_read.c: the bytes of the file path names, read once, at most RECIPE_MAX_BYTES + 1
  * (one more tells it is too big), into *data (malloc'ed; free it): a regular file, or a
- * pipe, a FIFO or a terminal (/dev/stdin, <(...)), read until its writer closes it. Such
+ * pipe, a FIFO or a terminal (/dev/stdin, <(...)), read until its writer closes it (*once
+ * then 1, else 0; once may be NULL). Such
  * a read may wait for its writer as long as that takes, so SIGINT, SIGTERM and SIGHUP are
  * unblocked while it does (`baton run` blocks them from its first code on): they end
  * baton as they end any reader, where nothing has been made yet; a regular file is read
  * with them as the caller has them. A missing file is BT_ENOENT; any other failure to
  * open or read it BT_EIO, diag saying "PATH: cannot open|read: why". */
-int recipe_read_file(const char *path, char **data, size_t *len, bt_diag *diag);
+int recipe_read_file(const char *path, char **data, size_t *len, int *once, bt_diag *diag);
 
 /* The same for a buffer already in memory; name is used in messages. */
 int recipe_load_buffer(const char *name, const char *data, size_t len, recipe_doc *doc,

@@ -578,6 +578,22 @@ int run_dir_read_worker(const char *run_dir_path, char *out, size_t cap, bt_diag
     return rc;
 }
 
+/* Why the run's working directory dir (kept in file, RUN_DIR/workdir) cannot be entered
+ * (err), and the echo that writes a new one, its redirect target one shell word. */
+static void run_dir_workdir_gone(const char *run_dir_path, const char *dir, const char *file,
+                                 int err, bt_diag *diag) {
+    bt_buf echo;
+    bt_buf_init(&echo);
+    bt_buf_printf(&echo, "echo NEW_PATH > ");
+    bt_buf_shell_word(&echo, file);
+    bt_diag_set(diag,
+                "%s: the run's working directory %s, where its relative data paths resolve, "
+                "cannot be entered: %s; if it moved, write its new path into %s (%s) and "
+                "resume again",
+                run_dir_path, dir, strerror(err), file, bt_buf_str(&echo));
+    bt_buf_free(&echo);
+}
+
 int run_dir_enter_workdir(const char *run_dir_path, int *moved, bt_diag *diag) {
     char path[4200], cwd[PATH_MAX], *dir = NULL;
     size_t n = 0;
@@ -593,11 +609,7 @@ int run_dir_enter_workdir(const char *run_dir_path, int *moved, bt_diag *diag) {
     int rc = 0;
     if (getcwd(cwd, sizeof cwd) == NULL || strcmp(cwd, dir) != 0) {
         if (chdir(dir) != 0) {
-            bt_diag_set(diag,
-                        "%s: the run's working directory %s, where its relative data paths "
-                        "resolve, cannot be entered: %s; if it moved, write its new path into "
-                        "%s/workdir (echo NEW_PATH > %s/workdir) and resume again",
-                        run_dir_path, dir, strerror(errno), run_dir_path, run_dir_path);
+            run_dir_workdir_gone(run_dir_path, dir, path, errno, diag);
             rc = BT_EINVAL;
         } else {
             *moved = 1;

@@ -28,6 +28,26 @@ static void differs_text(const char *kept, const recipe_doc *recipe, bt_buf *out
     recipe_doc_free(&was);
 }
 
+/* How recipe becomes the kept copy, into out: "make it the kept copy (cp FILE KEPT)"; where
+ * it came from a pipe or FIFO, whose bytes are gone (a cp would wait for a terminal's, or
+ * find /dev/fd/63 closed), its text written there by whatever gave it. */
+static void differs_how(const recipe_doc *recipe, const char *kept, bt_buf *out) {
+    if (recipe->text_once) {
+        bt_buf_printf(out,
+                      "write the new recipe into the kept copy with what made it, as %s "
+                      "gives its text once (e.g. envsubst < t.yaml > ",
+                      recipe->file);
+        bt_buf_shell_word(out, kept);
+        bt_buf_printf(out, ")");
+        return;
+    }
+    bt_buf_printf(out, "make it the kept copy (cp ");
+    bt_buf_shell_word(out, recipe->file);
+    bt_buf_printf(out, " ");
+    bt_buf_shell_word(out, kept);
+    bt_buf_printf(out, ")");
+}
+
 void run_dir_other_recipe(const run_dir *d, const recipe_doc *recipe, bt_diag *diag) {
     const char *recipe_file = recipe->file;
     char kept[4200];
@@ -36,21 +56,18 @@ void run_dir_other_recipe(const run_dir *d, const recipe_doc *recipe, bt_diag *d
     bt_buf_init(&what);
     differs_text(kept, recipe, &what);
     const char *diffs = bt_buf_str(&what);
-    bt_buf cp, cmd;
-    bt_buf_init(&cp), bt_buf_init(&cmd);
-    bt_buf_printf(&cp, "cp ");
-    bt_buf_shell_word(&cp, recipe_file);
-    bt_buf_printf(&cp, " ");
-    bt_buf_shell_word(&cp, kept);
+    bt_buf how, cmd;
+    bt_buf_init(&how), bt_buf_init(&cmd);
+    differs_how(recipe, kept, &how);
     bt_diag_set(diag,
                 "%s: this run directory belongs to a run with another recipe (kept in %s)%s%s%s"
-                "%s. To continue the run with the edit, make it the kept copy (%s) and "
-                "run %s (docs/running.md, \"Changing a run's recipe\", says which "
-                "edits a run takes); to start a new run, choose another --run-dir",
+                "%s. To continue the run with the edit, %s and run %s (docs/running.md, "
+                "\"Changing a run's recipe\", says which edits a run takes); to start a new "
+                "run, choose another --run-dir",
                 d->path, kept, diffs[0] ? ": " : "", diffs[0] ? recipe_file : "",
-                diffs[0] ? " differs from it: " : "", diffs, bt_buf_str(&cp),
+                diffs[0] ? " differs from it: " : "", diffs, bt_buf_str(&how),
                 bt_shell_cmd(&cmd, "baton resume", d->path));
-    bt_buf_free(&what), bt_buf_free(&cp), bt_buf_free(&cmd);
+    bt_buf_free(&what), bt_buf_free(&how), bt_buf_free(&cmd);
 }
 
 void run_dir_other_sets(const run_dir *d, const char *overrides, bt_diag *diag) {

@@ -16,7 +16,9 @@
 #include <unistd.h>
 
 #include "run_dir.h"
+#include "util/buf.h"
 #include "util/file.h"
+#include "util/shquote.h"
 
 /* p cut to its parent directory in place ("a/b/" -> "a", "a" -> ".", "/a" -> "/"); 0 when
  * p has none ("/", "."). */
@@ -92,6 +94,23 @@ static int run_dir_parent_open(const struct stat *st, char *why, size_t cap) {
     return 0;
 }
 
+/* Why path is refused: real, a directory above below (the run directory, or a link on its
+ * way), is why; the chmod commands that would make it safe, its path one shell word. */
+static void run_dir_parent_refused(const char *path, const char *real, const char *below,
+                                   const char *why, bt_diag *diag) {
+    bt_buf ow, t;
+    bt_buf_init(&ow), bt_buf_init(&t);
+    bt_diag_set(diag,
+                "%s: not used as a run directory: %s, a directory above %s, is %s, so any "
+                "user could rename what is in it and put a directory of their own in the run "
+                "directory's path for baton to write in; choose a run directory whose every "
+                "parent is writable by you or root alone or is sticky (as /tmp is), or make "
+                "it so with %s (or %s)",
+                path, real, below, why, bt_shell_cmd(&ow, "chmod o-w", real),
+                bt_shell_cmd(&t, "chmod +t", real));
+    bt_buf_free(&ow), bt_buf_free(&t);
+}
+
 /* Judges dir (resolved) and every directory above it, for the run directory path; link:
  * the symbolic link on path's way that dir holds, NULL when dir is above path itself. */
 static int run_dir_judge(run_dir *d, const char *path, const char *dir, const char *link,
@@ -107,13 +126,7 @@ static int run_dir_judge(run_dir *d, const char *path, const char *dir, const ch
         if (stat(real, &st) != 0) return 0; /* gone meanwhile: making path says why */
         int open = run_dir_parent_open(&st, why, sizeof why);
         if (open == 2) {
-            bt_diag_set(diag,
-                        "%s: not used as a run directory: %s, a directory above %s, is %s, "
-                        "so any user could rename what is in it and put a directory of "
-                        "their own in the run directory's path for baton to write in; "
-                        "choose a run directory whose every parent is writable by you or "
-                        "root alone or is sticky (as /tmp is), or chmod o-w (or +t) %s",
-                        path, real, below, why, real);
+            run_dir_parent_refused(path, real, below, why, diag);
             return BT_EINVAL;
         }
         if (open == 1 && d->parent_warning[0] == '\0')

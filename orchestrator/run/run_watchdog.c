@@ -10,6 +10,7 @@
 
 #include "supervise.h"
 #include "util/clock.h"
+#include "util/stop_signals.h"
 
 #define RUN_STOP_GRACE_S  120.0 /* on a signal: time for the workers to checkpoint */
 #define RUN_SIGNAL_ECHO_S 1.0   /* the stop's signal again from its sender: the same stop */
@@ -219,18 +220,11 @@ int run_stop_lost_rank(const launch_job *job) {
     return 0;
 }
 
-static void run_signal_set(sigset_t *set) {
-    sigemptyset(set);
-    sigaddset(set, SIGINT);
-    sigaddset(set, SIGTERM);
-    sigaddset(set, SIGHUP);
-}
-
 /* SIGCONT too: blocked, it still continues a stopped process, and waits for c->cfd (the
  * launcher's children start with no signal blocked). */
 void run_signals_block(void) {
     sigset_t set;
-    run_signal_set(&set);
+    bt_stop_signals(&set);
     sigaddset(&set, SIGCONT);
     sigprocmask(SIG_BLOCK, &set, NULL);
 }
@@ -238,7 +232,7 @@ void run_signals_block(void) {
 /* A signal that came since run_signals_block waits in the signalfd; SIGCONT in *cfd. */
 int run_signals(int *cfd) {
     sigset_t set, cont;
-    run_signal_set(&set);
+    bt_stop_signals(&set);
     sigemptyset(&cont);
     sigaddset(&cont, SIGCONT);
     *cfd = -1;

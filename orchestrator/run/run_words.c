@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/utf8.h"
+
 void run_words_init(run_words *w, int nranks) {
     w->n = 0;
     w->line = nranks > 0 ? calloc((size_t)nranks, sizeof *w->line) : NULL;
@@ -23,7 +25,7 @@ void run_words_note(run_words *w, int rank, const char *line, size_t len) {
             n--;
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)line[i];
-        out[i] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
+        out[i] = bt_is_control(ch) ? '?' : (char)ch;
     }
     strcpy(out + n, n < len ? "..." : "");
 }

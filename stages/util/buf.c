@@ -90,7 +90,7 @@ void bt_buf_text(bt_buf *b, const char *s) {
                                            : NULL;
         if (named)
             bt_buf_printf(b, "%s", named);
-        else if (k == 0 || p[i] < 0x20 || p[i] == 0x7F)
+        else if (k == 0 || bt_is_control(p[i]))
             bt_buf_printf(b, "\\x%02x", p[i]);
         else
             bt_buf_append(b, (const char *)p + i, k);

@@ -4,13 +4,37 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
-#define FD_CLOSE_MAX (1 << 20)
+#define FD_CLOSE_MAX   (1 << 20)
+#define FD_CLOSE_FLOOR 1024
+#define FD_CLOSE_SLACK 256 /* opened by other threads between the scan and the fork */
+
+/* One past the highest descriptor /proc/self/fd lists (its own aside), 0 when none;
+ * -1 when it cannot be read. */
+static long fd_close_top(void) {
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL) return -1;
+    long top = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        char *end;
+        long fd = strtol(e->d_name, &end, 10);
+        if (*end == '\0' && end != e->d_name && fd != dirfd(d) && fd >= top) top = fd + 1;
+    }
+    closedir(d);
+    return top;
+}
 
 int bt_fd_close_limit(void) {
+    if (close_range(~0U, ~0U, 0) == 0) return FD_CLOSE_FLOOR; /* there: no loop, no scan */
+    long top = fd_close_top();
+    if (top >= 0)
+        return top + FD_CLOSE_SLACK < FD_CLOSE_FLOOR ? FD_CLOSE_FLOOR
+               : top < INT_MAX - FD_CLOSE_SLACK      ? (int)top + FD_CLOSE_SLACK
+                                                     : INT_MAX;
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
         rl.rlim_cur > FD_CLOSE_MAX)

@@ -6,9 +6,14 @@
 #ifndef BATON_FD_CLOSE_H
 #define BATON_FD_CLOSE_H
 
-/* The descriptor numbers a close loop must cover: the soft RLIMIT_NOFILE, at least 1024
- * (descriptors opened before the limit was lowered) and at most 1 << 20 (Linux's default
- * nr_open). Read before fork: bt_fd_close_span takes it. */
+/* The descriptor numbers a close loop must cover, found before fork (bt_fd_close_span
+ * takes it); 1024 where close_range works (no loop runs). Else one past the highest
+ * descriptor open now (one scan of /proc/self/fd), with
+ * room for 256 more that other threads may open before the fork (a new one takes the lowest
+ * free number), and at least 1024. Not the open-files limit, which `baton run` raises
+ * (often to 1048576): a loop to it would make a million close() calls per rank. Where
+ * /proc cannot be read, the soft RLIMIT_NOFILE, at least 1024 (descriptors opened before
+ * the limit was lowered) and at most 1 << 20 (Linux's default nr_open). */
 int bt_fd_close_limit(void);
 
 /* Closes descriptors lo..hi (hi included): close_range, else close() on each below limit.

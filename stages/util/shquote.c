@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "utf8.h"
+
 int bt_shell_plain(const char *s) {
     static const char ok[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
                              "_./:=@%+,-";
@@ -19,12 +21,6 @@ void bt_buf_shell_quote(bt_buf *b, const char *s) {
     bt_buf_append(b, "'", 1);
 }
 
-static int shell_has_control(const char *s) {
-    for (; *s; s++)
-        if ((unsigned char)*s < 0x20 || *s == 0x7f) return 1;
-    return 0;
-}
-
 /* s in $'...' (bash's ANSI-C quoting): every byte as it is but for the escaped ones. */
 static void shell_ansi_c(bt_buf *b, const char *s) {
     bt_buf_append(b, "$'", 2);
@@ -34,7 +30,7 @@ static void shell_ansi_c(bt_buf *b, const char *s) {
             bt_buf_printf(b, "\\%c", u == '\n' ? 'n' : u == '\t' ? 't' : 'r');
         else if (u == '\\' || u == '\'')
             bt_buf_printf(b, "\\%c", u);
-        else if (u < 0x20 || u == 0x7f)
+        else if (bt_is_control(u))
             bt_buf_printf(b, "\\x%02x", u);
         else
             bt_buf_append(b, s, 1);
@@ -45,7 +41,7 @@ static void shell_ansi_c(bt_buf *b, const char *s) {
 void bt_buf_shell_word(bt_buf *b, const char *s) {
     if (bt_shell_plain(s))
         bt_buf_append(b, s, strlen(s));
-    else if (shell_has_control(s))
+    else if (bt_has_control(s))
         shell_ansi_c(b, s);
     else
         bt_buf_shell_quote(b, s);

@@ -30,12 +30,18 @@ int bt_utf8_valid(const char *s, size_t n) {
     return 1;
 }
 
+int bt_has_control(const char *s) {
+    for (; *s; s++)
+        if (bt_is_control((unsigned char)*s)) return 1;
+    return 0;
+}
+
 size_t bt_utf8_first_unprintable(const char *s) {
     const unsigned char *p = (const unsigned char *)s;
     size_t n = strlen(s);
     for (size_t i = 0; i < n;) {
         size_t k = bt_utf8_seq(p + i, n - i);
-        if (k == 0 || p[i] < 0x20 || p[i] == 0x7F) return i;
+        if (k == 0 || bt_is_control(p[i])) return i;
         i += k;
     }
     return n;

@@ -120,6 +120,12 @@ mkdir "$msg/empty" "$msg/j0" "$msg/jdir" "$msg/jdir/journal" && : >"$msg/j0/jour
 expect 2 "^baton resume: $msg/afile: not a directory \\(baton resume takes a run directory\\)$" -- \
   resume "$msg/afile"
 expect 2 "^baton resume: $msg/missing: no such directory$" -- resume "$msg/missing"
+# missing under a directory any user may write: said missing, not the directory above (it
+# is judged for one that is there)
+mkdir -m 0777 "$msg/open" && mkdir "$msg/open/r"
+expect 2 "^baton resume: $msg/open/typo: no such directory$" -- resume "$msg/open/typo"
+expect 2 "^baton resume: $msg/open/r: not used as a run directory: $msg/open, a directory above it, is writable by others" -- \
+  resume "$msg/open/r"
 expect 2 "^baton status: $msg/missing: no such directory$" -- status "$msg/missing"
 expect 2 "^baton status: $msg/afile: not a directory$" -- status "$msg/afile"
 expect 2 "^baton status: $msg/empty: not a run directory \\(no journal\\)$" -- status "$msg/empty"

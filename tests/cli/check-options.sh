@@ -366,6 +366,29 @@ eval "set -- $cmd"
 [[ $rc == 75 && $# == 3 && $1 == baton && $2 == resume && $3 == "$(realpath "$q/run")" ]] &&
   ok "a stopped run's command, copied, is baton resume RUN_DIR: $cmd" ||
   fail "a stopped run (exit $rc) says: $(cat stop.out)"
+# a run whose working directory moved, its run directory's path with a space and a quote:
+# the echo the message shows, NEW_PATH replaced, writes RUN_DIR/workdir (not a file cut at
+# the space), and the resume then takes the new path
+mkdir "$work/p j" && ln -s ../data "$work/p j/data"
+(cd "$work/p j" && "$baton" submit "$small" --run-dir "$q/wd" --dry-run >/dev/null) || fail "submit in 'p j'"
+mv "$work/p j" "$work/p k" && mkdir "$work/e m"
+cmd=$("$baton" resume "$q/wd" --quiet 2>&1 |
+  sed -n 's/.*if it moved, write its new path into .* (\(echo NEW_PATH > .*\)) and resume again$/\1/p')
+(eval "${cmd/NEW_PATH/"'$work/e m'"}")
+[[ $(cat "$q/wd/workdir" 2>&1) == "$work/e m" ]] && ok "a moved working directory: the echo shown, copied: $cmd" ||
+  fail "the echo shown for a moved working directory ($cmd) did not write $q/wd/workdir"
+expect 2 "^baton resume: 2 datasets the recipe reads cannot be read \\(relative paths resolve against $work/e m\\):$" -- \
+  "$baton" resume "$q/wd" --quiet
+# a directory above the run directory that any user may write: the chmod shown, copied,
+# makes it one baton takes
+o="$work/o w'x"
+mkdir -m 0777 "$o"
+cmd=$("$baton" submit "$small" --run-dir "$o/r" --dry-run 2>&1 |
+  sed -n 's/.*, or make it so with "\(chmod o-w [^"]*\)" (or "chmod +t .*")$/\1/p')
+eval "$cmd"
+[[ -n $cmd && $(stat -c %a "$o") == 775 ]] && ok "a directory above open to others: the chmod shown, copied: $cmd" ||
+  fail "the chmod shown for $o ($cmd) did not take o-w away"
+expect 0 "wrote $o/r/baton.sbatch" -- "$baton" submit "$small" --run-dir "$o/r" --dry-run
 # a new run directory whose path holds a control character: refused, nothing made
 expect 2 "^baton run: --run-dir n\\\\nl: holds a control character \\(shown escaped\\), which would break every line that names the run directory; choose another --run-dir$" -- \
   "$baton" run "$small" --run-dir $'n\nl' --quiet

@@ -16,8 +16,8 @@
 #                 under 027 (as before).
 #   clock-step    the wall clock stepped (LD_PRELOAD rt_shift: an hour back in baton-worker
 #                 after every read, an hour forward in baton): the PMIx waits of `baton
-#                 launch` do not time out at once, and a 2-rank run whose checkpoint saves
-#                 take 5 s (BATON_FAULT_SAVE_SLEEP), heartbeat_timeout 3 s, completes: the
+#                 launch` do not time out at once, and a 2-rank run whose checkpoint save
+#                 takes 13 s (BATON_FAULT_SAVE_SLEEP), heartbeat_timeout 10 s, completes: the
 #                 pacer's heartbeats during the save keep coming.
 #   close-range   close_range(2) missing (LD_PRELOAD no_close_range: ENOSYS, as on Linux
 #                 before 5.9): a descriptor baton was given (fd 9, not close-on-exec) reaches
@@ -117,10 +117,14 @@ clock-step)
   BATON_TEST_RT_SHIFT_S=-3600 LD_PRELOAD=$BATON_TEST_RT_SHIFT_LIB \
     "$baton" launch -n 2 -- /bin/true >launch.out 2>&1 ||
     { cat launch.out; fail "baton launch failed with the wall clock stepped an hour forward"; }
-  two_rank_recipe saves 4 'checkpoint: {every_steps: 2, keep: 1},
-           restart: {max_restarts: 0, heartbeat_timeout: 3s}' >saves.yaml
+  # one save, 13 s, longer than heartbeat_timeout: only the pacer's heartbeats during it
+  # keep the ranks from being taken for hung (a pacer waiting on the wall clock, set back an
+  # hour, sends none). 10 s, not less: a start slowed by a loaded host, before any rank is
+  # heard, must not be taken for a hang either.
+  two_rank_recipe saves 2 'checkpoint: {every_steps: 2, keep: 1},
+           restart: {max_restarts: 0, heartbeat_timeout: 10s}' >saves.yaml
   set +e
-  BATON_TEST_RT_SHIFT_S=-3600 BATON_TEST_RT_SHIFT_WORKER_S=3600 BATON_FAULT_SAVE_SLEEP=5 \
+  BATON_TEST_RT_SHIFT_S=-3600 BATON_TEST_RT_SHIFT_WORKER_S=3600 BATON_FAULT_SAVE_SLEEP=13 \
     LD_PRELOAD=$BATON_TEST_RT_SHIFT_LIB "$baton" run saves.yaml --run-dir r1 --worker "$worker" \
     --quiet >run.out 2>&1
   rc=$?
@@ -137,6 +141,17 @@ close-range)
     { cat launch.out; fail "baton launch failed"; }
   grep -q '^\[1\] .* 2 -> ' launch.out || { cat launch.out; fail "no listing of the rank's fds"; }
   ! grep -q stray launch.out || { cat launch.out; fail "fd 9 reached a rank"; }
+  # the close loop goes past the highest descriptor open (3000 here), not on to the
+  # open-files limit (which baton run raises, often to 1048576: a million close() calls a
+  # rank); the preload says when a close() reaches 4096
+  if [[ $(ulimit -Hn) == unlimited || $(ulimit -Hn) -ge 8192 ]]; then
+    # shellcheck disable=SC2016 # the rank's own $$
+    (ulimit -Sn 8192 && BATON_TEST_CLOSE_REPORT=4096 "$baton" launch -n 2 -- \
+      /bin/sh -c 'ls -l /proc/$$/fd' 3000>stray >launch.out 2>&1) || { cat launch.out; fail "baton launch with fd 3000 failed"; }
+    grep -q '^\[1\] .* 2 -> ' launch.out || { cat launch.out; fail "no listing of the rank's fds"; }
+    ! grep -q stray launch.out || { cat launch.out; fail "fd 3000 reached a rank"; }
+    ! grep -q "close() loop reached" launch.out || { cat launch.out; fail "the close loop went on to the open-files limit"; }
+  fi
   one_rank_recipe two 'checkpoint: {every_steps: 2}' '{name: a, steps: 2}' '{name: b, steps: 2}' >two.yaml
   fake_sbatch 'case $(readlink /proc/$$/fd/9) in *stray) echo "fd 9 inherited"; exit 1;; esac; echo 4242'
   PATH=$work/fake:$PATH "$baton" submit two.yaml --run-dir s1 9>stray >submit.out 2>&1 ||

@@ -12,7 +12,8 @@
 #   recipe-pipe  a recipe from a pipe (`cat r.yaml | baton run /dev/stdin`), from `<(...)` and
 #            from a FIFO is read once: RUN_DIR/recipe.yaml holds its bytes (not an empty
 #            second read), so `baton status` names the stages and a stopped run resumes;
-#            another recipe from a pipe on that directory is refused naming what differs;
+#            another recipe from a pipe on that directory is refused naming what differs,
+#            and says to write the new text into the kept copy (a file's: to copy it);
 #            `baton submit --dry-run` from a pipe keeps the bytes too; a FIFO with no writer
 #            yet ends on SIGTERM or SIGINT (exit 124 from timeout, not a hang only SIGKILL
 #            ends), nothing made.
@@ -140,6 +141,17 @@ assert json.load(sys.stdin)["state"] == "completed"' || fail "the resumed piped 
   [[ $rc == 2 ]] || { cat other.out; fail "another piped recipe on r1: exit $rc, not 2"; }
   grep -q "belongs to a run with another recipe .*differs from it: .*steps" other.out ||
     { cat other.out; fail "the refusal does not say what differs"; }
+  # whose bytes are gone: no `cp /dev/stdin KEPT` (it would wait for the terminal), but
+  # the text written into the kept copy by what made it; a file's is copied
+  grep -qF "To continue the run with the edit, write the new recipe into the kept copy with what made it, as /dev/stdin gives its text once (e.g. envsubst < t.yaml > $work/r1/recipe.yaml) and run 'baton resume $work/r1'" other.out ||
+    { cat other.out; fail "the refusal of a piped recipe does not say to write the kept copy"; }
+  ! grep -q "cp /dev/stdin" other.out || { cat other.out; fail "the refusal says to copy /dev/stdin"; }
+  sed 's/name: b, steps: 2/name: b, steps: 3/' p.yaml >p3.yaml
+  set +e
+  "$baton" run p3.yaml --run-dir r1 --quiet >other.out 2>&1
+  set -e
+  grep -qF "make it the kept copy (cp p3.yaml $work/r1/recipe.yaml)" other.out ||
+    { cat other.out; fail "the refusal of a recipe file does not say to copy it"; }
   cmp p.yaml r1/recipe.yaml || fail "the refused recipe changed the kept copy"
   # <(...) and a FIFO whose writer comes after baton run opens it
   sed 's/steps: 30/steps: 2/' p.yaml >q.yaml

@@ -21,6 +21,11 @@ static void test_seq(void) {
     CHECK_EQ_U64(bt_utf8_first_unprintable("ab\ncd"), 2);
     CHECK_EQ_U64(bt_utf8_first_unprintable("\xc3\xa9x\x7f"), 3);
     CHECK_EQ_U64(bt_utf8_first_unprintable("\xc3\xa9\xff"), 2);
+    /* control characters: below 0x20 and DEL; a byte beyond ASCII is none */
+    CHECK(!bt_has_control("") && !bt_has_control("a b/\xc3\xa9\xff~"));
+    CHECK(bt_has_control("a\tb") && bt_has_control("\x1f") && bt_has_control("x\x7f"));
+    CHECK(bt_is_control('\n') && bt_is_control(0x7f) && !bt_is_control(' ') &&
+          !bt_is_control(0x80));
 }
 
 static void test_escape(void) {
