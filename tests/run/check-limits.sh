@@ -53,7 +53,6 @@
 #   check-limits.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
-tiny_model='{arch: llama, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 176, vocab_size: 272, rope: {theta: 10000}}'
 # start_slow_r1: baton run of a slow 60-step dp2 stage in r1 (bpid), once it is at step 2;
 # no checkpoint for seconds after that step: none starts before what the case does is seen
 start_slow_r1() {
@@ -62,21 +61,6 @@ start_slow_r1() {
     --set defaults.checkpoint.every_steps=40 >run.out 2>&1 &
   bpid=$!
   wait_step 0 2 >/dev/null
-}
-two_rank_recipe() { # NAME STEPS [MODEL]: dp2 over the fortunes
-  local model=${3:-$tiny_model}
-  cat <<YAML
-name: $1
-seed: 3
-model: $model
-cluster: {nodes: 1, gpus_per_node: 2, device: cpu}
-data: {train: data/fortunes_train, valid: data/fortunes_valid}
-defaults: {seq_len: 64, global_batch: 4, micro_batch: 1, optimizer: {lr: 3e-3, warmup_steps: 1},
-           checkpoint: {every_steps: 4, keep: 2},
-           restart: {max_restarts: 3, backoff: 0.2s, heartbeat_timeout: 10s}}
-stages:
-  - {name: a, steps: $2, parallel: {tp: 1, pp: 1, dp: 2}}
-YAML
 }
 # one_attempt_fatal: run.out is of a run that failed once, exit 2, not retried
 one_attempt_fatal() {
@@ -110,7 +94,7 @@ as-limit)
       fail "with $var=2 the ranks do not both say what they cannot allocate under which limit"
   done
   # a model that does not fit: 4 x 50M parameters, with Adam's moments 3.2 GB
-  two_rank_recipe big 8 '{arch: llama, dim: 2048, n_layers: 4, n_heads: 16, n_kv_heads: 4, ffn_dim: 5632, vocab_size: 272, rope: {theta: 10000}}' >big.yaml
+  two_rank_recipe big 8 '' '{arch: llama, dim: 2048, n_layers: 4, n_heads: 16, n_kv_heads: 4, ffn_dim: 5632, vocab_size: 272, rope: {theta: 10000}}' >big.yaml
   set +e
   (ulimit -v 900000; timeout -s KILL 120 "$baton" run big.yaml --run-dir r2 >run.out 2>&1)
   rc=$?

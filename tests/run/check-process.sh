@@ -26,20 +26,6 @@
 #   check-process.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
-tiny_model='{arch: llama, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 176, vocab_size: 272, rope: {theta: 10000}}'
-two_rank_recipe() { # NAME STEPS EXTRA: dp2 over the fortunes, EXTRA more defaults
-  cat <<YAML
-name: $1
-seed: 3
-model: $tiny_model
-cluster: {nodes: 1, gpus_per_node: 2, device: cpu}
-data: {train: data/fortunes_train, valid: data/fortunes_valid}
-defaults: {seq_len: 64, global_batch: 4, micro_batch: 1, optimizer: {lr: 3e-3, warmup_steps: 1},
-           $3}
-stages:
-  - {name: a, steps: $2, parallel: {tp: 1, pp: 1, dp: 2}}
-YAML
-}
 # sigchld_ign CMD...: CMD executed with SIGCHLD ignored
 sigchld_ign() {
   /usr/bin/python3 -c 'import os, signal, sys

@@ -228,6 +228,27 @@ strike() { # STAGE FROM TO SIGNAL [RANKS...]: at a random step in [FROM, TO]
   kill -s "$4" $pids
   struck=$log struck_pids=$pids
 }
+# two_rank_recipe NAME STEPS [EXTRA] [MODEL]: one dp2 stage over the fortunes; EXTRA more
+# entries of its defaults (default: checkpoints every 4 steps, keep 2; 3 restarts, a 0.2 s
+# backoff, a 10 s heartbeat timeout), MODEL another model (default: a tiny llama)
+two_rank_recipe() {
+  local extra=${3:-} model=${4:-}
+  [[ -n $extra ]] || extra='checkpoint: {every_steps: 4, keep: 2},
+           restart: {max_restarts: 3, backoff: 0.2s, heartbeat_timeout: 10s}'
+  [[ -n $model ]] ||
+    model='{arch: llama, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 176, vocab_size: 272, rope: {theta: 10000}}'
+  cat <<YAML
+name: $1
+seed: 3
+model: $model
+cluster: {nodes: 1, gpus_per_node: 2, device: cpu}
+data: {train: data/fortunes_train, valid: data/fortunes_valid}
+defaults: {seq_len: 64, global_batch: 4, micro_batch: 1, optimizer: {lr: 3e-3, warmup_steps: 1},
+           $extra}
+stages:
+  - {name: a, steps: $2, parallel: {tp: 1, pp: 1, dp: 2}}
+YAML
+}
 # one_rank_recipe NAME EXTRA STAGE...: a one-rank recipe over the fortunes (a tiny llama),
 # EXTRA more entries of its defaults (YAML flow, may be empty), each STAGE a flow mapping.
 one_rank_recipe() {
