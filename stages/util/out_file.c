@@ -298,9 +298,16 @@ int bt_stdout_check(const char *prog) {
     int flushed = fflush(stdout) == 0;
     if (flushed && !ferror(stdout)) return 0;
     if (!flushed && errno == EPIPE) return 0;
-    if (!flushed && errno != 0)
+    if (!flushed && errno != 0) {
         fprintf(stderr, "%s: write error: %s\n", prog, strerror(errno));
-    else /* an earlier write failed; its errno is gone */
+        return -1;
+    }
+    /* an earlier write failed and its errno is gone: a standard output closed (or opened
+     * on /dev/null read-only in its place: bt_proc_start) is still named */
+    int fl = fcntl(STDOUT_FILENO, F_GETFL);
+    if (fl < 0 || (fl & O_ACCMODE) == O_RDONLY)
+        fprintf(stderr, "%s: write error: %s\n", prog, strerror(EBADF));
+    else
         fprintf(stderr, "%s: write error\n", prog);
     return -1;
 }

@@ -135,6 +135,11 @@ else
   echo "SKIPPED: no /dev/full"
 fi
 expect 1 "^baton: write error: Bad file descriptor$" -- bash -c "'$baton' --version >&-"
+# line-buffered (the run commands): the failed write comes before the last flush, its errno
+# gone by then; the closed stdout is still named
+"$baton" data prepare --input /usr/share/games/fortunes --split-on-percent \
+  --output data/fortunes >/dev/null || fail "data prepare"
+expect 1 "^baton: write error: Bad file descriptor$" -- bash -c "'$baton' submit '$recipe' --run-dir sub1 --dry-run >&-"
 # (the reader gone before baton writes: plan's output fits in a pipe's buffer)
 {
   sleep 0.3
