@@ -94,9 +94,20 @@ expect 2 "^baton ckpt push: --limit-rate '1X': expected bytes per second such as
 [[ $("$baton" ckpt push run "$url" --limit-rate 1X 2>&1) != *usage:* ]] ||
   fail "push: a bad --limit-rate is followed by the whole usage"
 
+# log_wait PATTERN: until nginx's access log has a line matching PATTERN (at most 10 s):
+# nginx writes a request's line after its response, so the client may be done first
+log_wait() {
+  local i
+  for ((i = 0; i < 100; i++)); do
+    grep -q "$1" "$log" && return 0
+    sleep 0.1
+  done
+}
+
 # Push: every file, manifest.pb last.
 expect 0 "pushed .* to $url/$name" -- push run "$url"
 same_files "$src" "$remote" && ok "push: the server holds identical files" || fail "push: files differ"
+log_wait "^PUT /store/$name/manifest.pb "
 last_put=$(grep '^PUT ' "$log" | tail -n 1)
 [[ $last_put == "PUT /store/$name/manifest.pb 201"* ]] && ok "push: manifest.pb sent last" ||
   fail "push: last PUT was '$last_put'"
@@ -104,6 +115,7 @@ last_put=$(grep '^PUT ' "$log" | tail -n 1)
 # Push again: nothing but manifest.pb is sent.
 : >"$log"
 expect 0 "rank-00000.bin: already there" -- push run "$url"
+log_wait "^PUT /store/$name/manifest.pb "
 puts=$(grep -c '^PUT ' "$log")
 [[ $puts -eq 1 ]] && grep -q "^PUT /store/$name/manifest.pb" "$log" &&
   ok "push again: only manifest.pb re-sent" || fail "push again: $puts PUTs: $(cat "$log")"
@@ -113,6 +125,7 @@ puts=$(grep -c '^PUT ' "$log")
 rm "$remote/manifest.pb" && truncate -s 12345 "$remote/rank-00001.bin"
 : >"$log"
 expect 0 "rank-00001.bin: sent" -- push run "$url"
+log_wait "^PUT /store/$name/manifest.pb "
 [[ $(grep -c '^PUT ' "$log") -eq 4 ]] && ok "resumed push without a manifest: every file sent" ||
   fail "resumed push without a manifest: $(cat "$log")"
 same_files "$src" "$remote" && ok "resumed push: identical files" || fail "resumed push: files differ"
@@ -124,6 +137,7 @@ same_files "$src" "$remote" && ok "resumed push: identical files" || fail "resum
 : >"$log"
 out=$("$baton" ckpt push run-b "$url" 2>&1) || fail "second push: $out"
 grep -q "already there" <<<"$out" && fail "second push skipped a file: $out"
+log_wait "^PUT /store/$name/manifest.pb "
 [[ $(grep -E '^(PUT|DELETE) ' "$log" | head -n 1) == "DELETE /store/$name/manifest.pb "* ]] &&
   ok "second push: the old manifest.pb removed before any file" ||
   fail "second push: first change was '$(grep -E '^(PUT|DELETE) ' "$log" | head -n 1)'"
@@ -188,6 +202,7 @@ if [[ -n $cut ]]; then ok "broken pull: $cut cut at $part of $size0 bytes"
 else fail "broken pull: no partly fetched file: $(ls -l got2/$name.partial)"; fi
 : >"$log"
 expect 0 "$cut: continuing at byte $part" -- pull "$url/$name" --into got2
+log_wait "^GET /store/$name/$cut "
 line=$(grep "^GET /store/$name/$cut" "$log")
 want="GET /store/$name/$cut 206 $((size0 - part)) \"bytes=$part-\""
 [[ $line == "$want" ]] && ok "resumed pull: one Range request for the missing $((size0 - part)) bytes" ||
@@ -302,6 +317,7 @@ out=$(HOME=$work/home "$baton" ckpt push run "$url" 2>&1)
 # Redirects: GET and HEAD follow them (at most 5); PUT and DELETE do not, and say so; a
 # password goes to the URL's own host and port only, never to where a redirect points.
 expect 0 "pulled" -- pull "http://127.0.0.1:$port/moved/$name" --into got-moved
+log_wait "^GET /moved/$name/manifest.pb 302 "
 same_files "$src" "got-moved/$name" && grep -q "^GET /moved/$name/manifest.pb 302 " "$log" &&
   ok "pull through a redirect: identical files" || fail "pull through a redirect"
 expect 1 "(PUT|DELETE) http://127.0.0.1:$port/moved/$name/.*: HTTP 302, a redirect to http://127.0.0.1:$port/store/$name/.* not followed: PUT and DELETE go only where the URL says" \
