@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "pmix_host.h"
+#include "launch_rmtree.h"
 
 #define LAUNCH_TMPDIR_TRIES 16
 /* The longest $TMPDIR taken: the launcher's files go a few levels below it (its temp dir,
@@ -114,8 +114,12 @@ static int launch_tmpdir_create(const char *root, const char *final, char *out, 
             *lock_fd = fd;
             return 0;
         }
-        pmixhost_rmtree(tmp);
-        if (fd >= 0) close(fd);
+        if (fd >= 0) {
+            launch_rmtree_held(tmp, fd);
+            close(fd);
+        } else {
+            launch_rmtree(tmp);
+        }
         if (err != EEXIST || final != NULL) return err;
     }
     return EEXIST;
@@ -168,8 +172,10 @@ static int launch_tmpdir_renew(char *dir, size_t cap, int *lock_fd, const char *
     char fresh[4096];
     int fd, rc = launch_tmpdir_make(fresh, sizeof fresh, &fd, diag);
     if (rc == 0 && strlen(fresh) >= cap) {
-        pmixhost_rmtree(fresh);
-        if (fd >= 0) close(fd);
+        if (fd >= 0) {
+            launch_rmtree_held(fresh, fd);
+            close(fd);
+        }
         rc = BT_EIO;
         bt_diag_set(diag, "%s is too long", fresh);
     }
