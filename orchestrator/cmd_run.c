@@ -794,6 +794,9 @@ static int run_main(run_args *a) {
         cli_error(run_name(a), &diag, 0);
         return BT_EXIT_USAGE;
     }
+    /* a relative $TMPDIR names a dir here: absolute before resume enters the run's working
+     * directory, and so for the workers and a fresh process */
+    if (!a->submit) launch_tmpdir_absolute();
     if (a->resume) run_afresh_fault_wait();
     if (a->resume && run_resume_enter(a, recipe_copy, sizeof recipe_copy) != 0)
         return BT_EXIT_USAGE;

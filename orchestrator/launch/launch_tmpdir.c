@@ -25,6 +25,17 @@ const char *launch_tmpdir_root(void) {
     return root == NULL || root[0] == '\0' ? "/tmp" : root;
 }
 
+void launch_tmpdir_absolute(void) {
+    const char *env = getenv("TMPDIR");
+    if (env == NULL || env[0] == '\0' || env[0] == '/') return;
+    char abs[PATH_MAX], cwd[PATH_MAX];
+    if (realpath(env, abs) == NULL) { /* not there (yet): said by launch_tmpdir_check */
+        int n = getcwd(cwd, sizeof cwd) ? snprintf(abs, sizeof abs, "%s/%s", cwd, env) : -1;
+        if (n < 0 || (size_t)n >= sizeof abs) return;
+    }
+    setenv("TMPDIR", abs, 1);
+}
+
 /* How root is named in a message: "$TMPDIR (PATH)", or "/tmp" when TMPDIR is unset. */
 static void launch_tmpdir_name(char *out, size_t cap) {
     const char *env = getenv("TMPDIR");
