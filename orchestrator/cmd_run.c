@@ -21,6 +21,7 @@
 #include "run/submit.h"
 #include "run/supervise.h"
 #include "util/buf.h"
+#include "util/file.h"
 #include "util/shquote.h"
 #include "util/utf8.h"
 
@@ -401,8 +402,12 @@ static int run_pick_worker(const run_args *a, const run_dir *dir, char *buf, siz
 static int run_read_sets(run_args *a, const char *run_dir) {
     char path[4200], line[1024];
     snprintf(path, sizeof path, "%s/overrides", run_dir);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) return 0;
+    FILE *f = bt_fopen_private(path, "r"); /* a FIFO there is refused, never waited on */
+    if (f == NULL && errno == ENOENT) return 0;
+    if (f == NULL) {
+        fprintf(stderr, "baton resume: %s: cannot read: %s\n", path, bt_file_why(errno));
+        return -1;
+    }
     int rc = 0;
     while (rc == 0 && fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = '\0';
@@ -426,7 +431,9 @@ static void run_say_sets(const run_args *a, const char *run_dir) {
 
 /* The recipe with its overrides applied and validated, and the data checked. */
 static int run_load(run_args *a, recipe_doc *doc, bt_diag *diag) {
-    int rc = recipe_load_file(a->recipe, doc, diag);
+    /* resume: the run's kept copy, a regular file only (never a FIFO's endless wait) */
+    int rc =
+        a->resume ? recipe_load_kept(a->recipe, doc, diag) : recipe_load_file(a->recipe, doc, diag);
     if (rc != 0) return rc;
     rc = rc ? rc : recipe_sets_apply(&a->sets, doc, diag);
     doc->warn_cmd = run_name(a);
@@ -787,6 +794,9 @@ static int run_main(run_args *a) {
         cli_error(run_name(a), &diag, 0);
         return BT_EXIT_USAGE;
     }
+    /* a relative $TMPDIR names a dir here: absolute before resume enters the run's working
+     * directory, and so for the workers and a fresh process */
+    if (!a->submit) launch_tmpdir_absolute();
     if (a->resume) run_afresh_fault_wait();
     if (a->resume && run_resume_enter(a, recipe_copy, sizeof recipe_copy) != 0)
         return BT_EXIT_USAGE;

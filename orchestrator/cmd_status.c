@@ -190,7 +190,7 @@ static void status_jsonl(status_view *v, const char *name,
     char path[4200], line[4096];
     last[0] = '\0';
     snprintf(path, sizeof path, "%s/%s", v->dir, name);
-    FILE *f = fopen(path, "r");
+    FILE *f = bt_fopen_private(path, "r"); /* a FIFO there is refused, never waited on */
     if (f == NULL) return;
     while (fgets(line, sizeof line, f)) {
         if (strchr(line, '\n') == NULL) continue;
@@ -234,7 +234,7 @@ static void status_apply_overrides(status_view *v, bt_diag *diag) {
     size_t kept_n = 0;
     uint32_t crc = 0;
     snprintf(path, sizeof path, "%s/overrides", v->dir);
-    int have = bt_read_file(path, 1 << 20, &kept, &kept_n) == 0;
+    int have = bt_read_private(path, 1 << 20, 0, &kept, &kept_n) == 0;
     const Baton__JournalRecord *rs = journal_run_started(v->rec, v->n);
     const char *started = rs && rs->overrides ? rs->overrides : NULL;
     if (started) crc = rs->overrides_crc32c;
@@ -278,7 +278,7 @@ static void status_read_line(const char *dir, const char *name, char *out, size_
     size_t n = 0;
     out[0] = '\0';
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    if (bt_read_file(path, 4096, &text, &n) != 0) return;
+    if (bt_read_private(path, 4096, 0, &text, &n) != 0) return;
     snprintf(out, cap, "%.*s", (int)strcspn(text, "\n"), text);
     free(text);
 }
@@ -352,7 +352,7 @@ static int status_no_records(const char *dir, const char *journal, int *creating
 static int status_load_recipe(status_view *v, const char *recipe) {
     bt_diag d;
     bt_diag_init(&d);
-    if (recipe_load_file(recipe, &v->doc, &d) == 0) return 1;
+    if (recipe_load_kept(recipe, &v->doc, &d) == 0) return 1;
     fprintf(stderr,
             "baton status: warning: the run's kept recipe cannot be read (%s): stage names are "
             "shown as '?' and planned steps as '?' (null in --json); 'baton resume' refuses it "

@@ -36,6 +36,7 @@
 
 #include "launch.h"
 #include "launch_fds.h"
+#include "launch_rmtree.h"
 #include "launch_tmpdir.h"
 #include "pmix_host.h"
 #include "util/clock.h"
@@ -333,7 +334,8 @@ static int launch_job_dir(launch_job *job, bt_diag *diag) {
         bt_diag_init(diag);
     }
     int n = snprintf(job->dir, sizeof job->dir, "%s/%s", job->srv->tmpdir, job->nspace);
-    if (n < 0 || (size_t)n >= sizeof job->dir || mkdir(job->dir, 0700) != 0) {
+    /* in the dir held, not through its name: that may be a squatter's by now */
+    if (n < 0 || (size_t)n >= sizeof job->dir || mkdirat(srv->lock_fd, job->nspace, 0700) != 0) {
         bt_diag_set(diag, "cannot create the job directory %s: %s", job->dir, strerror(errno));
         job->dir[0] = '\0';
         return BT_EIO;
@@ -761,7 +763,8 @@ void launch_job_close(launch_job *job) {
     }
     if (job->ns != NULL) pmixhost_ns_deregister(job->srv, job->ns);
     job->ns = NULL;
-    if (job->dir[0] != '\0') pmixhost_rmtree(job->dir);
+    /* relative to the server's dir held, never through a path: see launch_rmtree.h */
+    if (job->dir[0] != '\0') launch_rmtree_name(job->srv->lock_fd, job->nspace);
     job->dir[0] = '\0';
     free(job->io);
     free(job->ranks);

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "pmix_host.h"
+#include "launch_rmtree.h"
 
 #define LAUNCH_TMPDIR_TRIES 16
 /* The longest $TMPDIR taken: the launcher's files go a few levels below it (its temp dir,
@@ -23,6 +23,17 @@
 const char *launch_tmpdir_root(void) {
     const char *root = getenv("TMPDIR");
     return root == NULL || root[0] == '\0' ? "/tmp" : root;
+}
+
+void launch_tmpdir_absolute(void) {
+    const char *env = getenv("TMPDIR");
+    if (env == NULL || env[0] == '\0' || env[0] == '/') return;
+    char abs[PATH_MAX], cwd[PATH_MAX];
+    if (realpath(env, abs) == NULL) { /* not there (yet): said by launch_tmpdir_check */
+        int n = getcwd(cwd, sizeof cwd) ? snprintf(abs, sizeof abs, "%s/%s", cwd, env) : -1;
+        if (n < 0 || (size_t)n >= sizeof abs) return;
+    }
+    setenv("TMPDIR", abs, 1);
 }
 
 /* How root is named in a message: "$TMPDIR (PATH)", or "/tmp" when TMPDIR is unset. */
@@ -114,8 +125,12 @@ static int launch_tmpdir_create(const char *root, const char *final, char *out, 
             *lock_fd = fd;
             return 0;
         }
-        pmixhost_rmtree(tmp);
-        if (fd >= 0) close(fd);
+        if (fd >= 0) {
+            launch_rmtree_held(tmp, fd);
+            close(fd);
+        } else {
+            launch_rmtree(tmp);
+        }
         if (err != EEXIST || final != NULL) return err;
     }
     return EEXIST;
@@ -168,8 +183,10 @@ static int launch_tmpdir_renew(char *dir, size_t cap, int *lock_fd, const char *
     char fresh[4096];
     int fd, rc = launch_tmpdir_make(fresh, sizeof fresh, &fd, diag);
     if (rc == 0 && strlen(fresh) >= cap) {
-        pmixhost_rmtree(fresh);
-        if (fd >= 0) close(fd);
+        if (fd >= 0) {
+            launch_rmtree_held(fresh, fd);
+            close(fd);
+        }
         rc = BT_EIO;
         bt_diag_set(diag, "%s is too long", fresh);
     }

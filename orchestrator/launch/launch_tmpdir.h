@@ -25,6 +25,12 @@
 /* $TMPDIR, or /tmp where it is unset or empty. */
 const char *launch_tmpdir_root(void);
 
+/* A relative $TMPDIR made absolute against the current directory (realpath where it
+ * exists) and exported so: before `baton resume` enters the run's working directory, and
+ * for the workers and a fresh process alike, it names the directory it named where the
+ * command was given. Nothing changes where TMPDIR is unset, empty or absolute. */
+void launch_tmpdir_absolute(void);
+
 /* Whether $TMPDIR (or /tmp) is a directory this user can create the dir in: checked
  * before anything is made, so that a stale TMPDIR (a finished job's scratch) is a clear
  * usage error naming it. BT_EINVAL with the message. */

@@ -30,6 +30,7 @@
 #include <pmix.h>
 #include <pmix_server.h>
 
+#include "launch_rmtree.h"
 #include "launch_tmpdir.h"
 #include "pmix_host.h"
 #include "util/clock.h"
@@ -376,26 +377,6 @@ int pmixhost_progress(launch_server *srv, double now) {
 
 /* ---- server init / close ------------------------------------------------------------- */
 
-/* Removes path and everything below it (no symlinks followed). */
-void pmixhost_rmtree(const char *path) {
-    DIR *d = opendir(path);
-    if (d != NULL) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-            char sub[4352];
-            snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-            struct stat st;
-            if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
-                pmixhost_rmtree(sub);
-            else
-                unlink(sub);
-        }
-        closedir(d);
-    }
-    rmdir(path);
-}
-
 static pmix_status_t pmixhost_server_start(launch_server *srv) {
     pmix_server_module_t module = {0};
     module.client_connected = pmixhost_on_connected;
@@ -474,7 +455,8 @@ void pmixhost_close(launch_server *srv) {
     for (int i = 0; i < 2; i++)
         if (srv->wake[i] >= 0) close(srv->wake[i]);
     srv->wake[0] = srv->wake[1] = -1;
-    if (srv->tmpdir[0] != '\0') pmixhost_rmtree(srv->tmpdir);
+    /* by the dir held, its name only while it still is that dir: never a squatter's */
+    if (srv->tmpdir[0] != '\0' && srv->lock_fd >= 0) launch_rmtree_held(srv->tmpdir, srv->lock_fd);
     srv->tmpdir[0] = '\0';
     if (srv->lock_fd >= 0) close(srv->lock_fd); /* after: no sweeper races the removal */
     srv->lock_fd = -1;

@@ -49,7 +49,4 @@ int pmixhost_ns_take_abort(launch_server *srv, struct pmixhost_ns *ns);
  * milliseconds until the next fence is due, or -1 if none is parked. */
 int pmixhost_progress(launch_server *srv, double now);
 
-/* Removes a directory tree (no symbolic links followed); errors are ignored. */
-void pmixhost_rmtree(const char *path);
-
 #endif

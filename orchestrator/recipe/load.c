@@ -13,6 +13,7 @@
 #include "recipe_load.h"
 #include "pb_util.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -23,6 +24,7 @@
 #include <yaml.h>
 
 #include "units.h"
+#include "util/file.h"
 #include "util/utf8.h"
 
 #define LOAD_MAX_BYTES    RECIPE_MAX_BYTES
@@ -1084,7 +1086,8 @@ int recipe_load_buffer(const char *name, const char *data, size_t len, recipe_do
     return rc;
 }
 
-int recipe_load_file(const char *path, recipe_doc *doc, bt_diag *diag) {
+/* recipe_load_file, of a run's kept copy when kept (recipe_load_kept). */
+static int load_file(const char *path, int kept, recipe_doc *doc, bt_diag *diag) {
     char *data = NULL;
     size_t len = 0;
     int once = 0;
@@ -1093,7 +1096,14 @@ int recipe_load_file(const char *path, recipe_doc *doc, bt_diag *diag) {
         bt_diag_set(diag, "'': an empty file name; give the recipe's path (a YAML file)");
         return BT_ENOENT;
     }
-    int rc = recipe_read_file(path, &data, &len, &once, diag);
+    int rc = 0;
+    if (!kept) {
+        rc = recipe_read_file(path, &data, &len, &once, diag);
+    } else if (bt_read_private(path, RECIPE_MAX_BYTES, 0, &data, &len) != 0) {
+        rc = errno == ENOENT ? BT_ENOENT : BT_EIO;
+        bt_diag_set(diag, "%s: cannot %s: %s", path, errno == ENOENT ? "open" : "read",
+                    bt_file_why(errno));
+    }
     if (rc < 0) return rc;
     rc = recipe_load_buffer(path, data, len, doc, diag);
     if (rc < 0) {
@@ -1104,6 +1114,14 @@ int recipe_load_file(const char *path, recipe_doc *doc, bt_diag *diag) {
     doc->text_len = len;
     doc->text_once = once;
     return 0;
+}
+
+int recipe_load_file(const char *path, recipe_doc *doc, bt_diag *diag) {
+    return load_file(path, 0, doc, diag);
+}
+
+int recipe_load_kept(const char *path, recipe_doc *doc, bt_diag *diag) {
+    return load_file(path, 1, doc, diag);
 }
 
 /* Whether path[0, len) is recorded; returns its index or -1. The last entry wins: the

@@ -70,6 +70,12 @@ typedef struct recipe_doc {
  * wrong (what would be valid)". */
 int recipe_load_file(const char *path, recipe_doc *doc, bt_diag *diag);
 
+/* recipe_load_file for a run's kept copy (RUN_DIR/recipe.yaml): only a regular file is
+ * read, opened without following a symbolic link and without waiting (a FIFO put there
+ * would make `baton status` or `baton resume` wait for a writer forever): anything else
+ * is BT_EIO, diag "PATH: cannot read: not a regular file ...". */
+int recipe_load_kept(const char *path, recipe_doc *doc, bt_diag *diag);
+
 /* At most this many bytes of recipe text (a recipe is a small text file). */
 #define RECIPE_MAX_BYTES (16u << 20)
 

@@ -86,12 +86,12 @@ void journal_diag_damaged(const char *run_dir, const journal_tail *t, bt_diag *d
 static int journal_slurp(const char *path, uint8_t **buf, size_t *len, bt_diag *diag) {
     char *b = NULL;
     *buf = NULL, *len = 0;
-    if (bt_read_file(path, JOURNAL_MAX_BYTES, &b, len) == 0) {
+    if (bt_read_private(path, JOURNAL_MAX_BYTES, 0, &b, len) == 0) { /* never a FIFO's wait */
         *buf = (uint8_t *)b;
         return 0;
     }
     if (errno == ENOENT) return 0;
-    bt_diag_set(diag, "%s: cannot read: %s", path, strerror(errno));
+    bt_diag_set(diag, "%s: cannot read: %s", path, bt_file_why(errno));
     return BT_EIO;
 }
 

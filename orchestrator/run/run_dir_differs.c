@@ -19,7 +19,7 @@ static void differs_text(const char *kept, const recipe_doc *recipe, bt_buf *out
     recipe_doc was, now;
     bt_diag d;
     bt_diag_init(&d);
-    if (recipe_load_file(kept, &was, &d) != 0) return;
+    if (recipe_load_kept(kept, &was, &d) != 0) return;
     if (recipe_load_buffer(recipe->file, recipe->text, recipe->text_len, &now, &d) == 0) {
         if (recipe_diff(&was, &now, DIFFERS_SHOWN, out) == 0)
             bt_buf_printf(out, "only in comments or layout: the two read as the same recipe");

@@ -95,11 +95,25 @@ int bt_open_private(const char *path, int flags) {
     return open(path, flags | O_NOFOLLOW | O_CLOEXEC, 0600);
 }
 
+/* For reading, a file opened O_NONBLOCK (a FIFO there cannot make the open wait for a
+ * writer) and kept only if it is a regular file (EINVAL else), O_NONBLOCK then cleared:
+ * -1 with errno, or fd. */
+static int bt_open_regular(int fd) {
+    struct stat st;
+    int err = fd < 0 ? errno : fstat(fd, &st) != 0 ? errno : !S_ISREG(st.st_mode) ? EINVAL : 0;
+    if (err == 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) err = errno;
+    if (err == 0) return fd;
+    if (fd >= 0) close(fd);
+    errno = err;
+    return -1;
+}
+
 FILE *bt_fopen_private(const char *path, const char *how) {
-    int flags = how[0] == 'r'   ? O_RDONLY
+    int flags = how[0] == 'r'   ? O_RDONLY | O_NONBLOCK
                 : how[0] == 'w' ? O_WRONLY | O_CREAT | O_TRUNC
                                 : O_WRONLY | O_CREAT | O_APPEND;
     int fd = bt_open_private(path, flags);
+    if (how[0] == 'r') fd = bt_open_regular(fd);
     FILE *f = fd >= 0 ? fdopen(fd, how[0] == 'r' ? "r" : how[0] == 'w' ? "w" : "a") : NULL;
     if (f == NULL && fd >= 0) {
         int err = errno;
@@ -126,8 +140,14 @@ int bt_mkdir_private(const char *path) {
 int bt_file_open_read(const char *path, FILE **in, bt_diag *diag) {
     *in = bt_fopen_private(path, "r");
     if (*in != NULL || errno == ENOENT) return 0;
-    bt_diag_set(diag, "%s: cannot read: %s", path, strerror(errno));
+    bt_diag_set(diag, "%s: cannot read: %s", path, bt_file_why(errno));
     return BT_EIO;
+}
+
+const char *bt_file_why(int err) {
+    if (err == EINVAL) return "not a regular file (a FIFO, a device or a directory?)";
+    if (err == ELOOP) return "a symbolic link (a run's own file is never followed)";
+    return strerror(err);
 }
 
 int bt_file_lines(FILE *in, const char *path, bt_line_fn fn, void *arg, int *torn, bt_diag *diag) {

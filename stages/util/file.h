@@ -37,7 +37,8 @@ int bt_mkdir_p_made(const char *path, mode_t mode, size_t *made, size_t cap, siz
 int bt_open_private(const char *path, int flags);
 
 /* The same as a stream: how is "r" (read), "w" (truncate) or "a" (append). NULL with
- * errno. */
+ * errno. Read: anything but a regular file is refused (EINVAL), opened O_NONBLOCK so that
+ * a FIFO put there never makes the open wait for a writer. */
 FILE *bt_fopen_private(const char *path, const char *how);
 
 /* A directory of the run's own: made 0700 (whatever the umask) unless one is there; a
@@ -51,6 +52,10 @@ int bt_mkdir_private(const char *path);
  * the link is neither this user's nor dir's owner's (whoever owns a link in a sticky
  * directory may replace it, to have baton, root say, write where they choose). */
 int bt_link_planted(const struct stat *link, const struct stat *dir);
+
+/* Why bt_read_private, bt_fopen_private or bt_file_open_read refused a file, for a
+ * message: EINVAL "not a regular file ...", ELOOP "a symbolic link ...", else strerror. */
+const char *bt_file_why(int err);
 
 /* A run's own file opened for reading (close-on-exec; a symbolic link refused, as
  * bt_fopen_private) into *in: 0, with *in NULL when there is no such file; else BT_EIO,

@@ -775,6 +775,20 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   expect 2 "cannot launch the workers: rank 0: cannot execute $sub/notprog: Exec format error" -- \
     resume r1 --quiet --worker ./notprog
   expect 0 "last failure: cannot launch the workers: rank 0: cannot execute $sub/notprog" -- status r1
+  # a relative TMPDIR names a directory where resume is given, not in the run's working
+  # directory resume enters ($sub): taken, made absolute, and so the workers see it
+  mkdir -p elsewhere/reltmp
+  printf '#!/bin/sh\necho "$TMPDIR" >%s/worker-tmpdir\nexit 2\n' "$sub" >tmpworker
+  chmod +x tmpworker
+  out=$(cd elsewhere && TMPDIR=reltmp "$baton" resume ../r1 --quiet --worker ../tmpworker 2>&1)
+  want=$(cd elsewhere/reltmp && pwd -P)
+  if grep -q "TMPDIR" <<<"$out" || [[ $(cat worker-tmpdir 2>/dev/null) != "$want" ]]; then
+    echo "FAIL: resume with TMPDIR=reltmp (relative to where it was given): workers saw '$(cat worker-tmpdir 2>/dev/null)', not $want; said:"
+    echo "$out" | head -n 5
+    failures=$((failures + 1))
+  else
+    echo "ok   baton resume with a relative TMPDIR"
+  fi
   exit "$failures"
 ) || failures=$((failures + $?))
 # a run directory kept for one recipe names the other one's difference in plain words

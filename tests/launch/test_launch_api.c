@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "launch.h"
+#include "launch_rmtree.h"
 #include "launch_tmpdir.h"
 #include "pmix_host.h"
 
@@ -175,7 +176,7 @@ static void age_dir(const char *path, int s) {
 }
 
 static void remove_dir(const char *path) {
-    pmixhost_rmtree(path);
+    launch_rmtree(path);
 }
 
 /* Whether the dir itself is locked by someone (a try from a descriptor of our own fails). */
@@ -323,12 +324,126 @@ static void squat_tmpdir(launch_server *srv, char **good) {
     check_tmpdir_lock(srv);
 }
 
+/* TMPDIR/NAME holding v.txt and deep/d.txt: a victim's files, or a squatter's own. */
+static void victim_dir(const char *name, char *path, size_t cap) {
+    fake_dir(name, "v.txt", path, cap);
+    char deep[600];
+    snprintf(deep, sizeof deep, "%s/deep", path);
+    CHECK(mkdir(deep, 0700) == 0, "mkdir %s", deep);
+    snprintf(deep, sizeof deep, "%s/deep/d.txt", path);
+    int fd = open(deep, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    CHECK(fd >= 0, "create %s", deep);
+    if (fd >= 0) close(fd);
+}
+
+/* Whether the victim_dir at path still holds both its files. */
+static int victim_whole(const char *path) {
+    char f[600], g[600];
+    snprintf(f, sizeof f, "%s/v.txt", path);
+    snprintf(g, sizeof g, "%s/deep/d.txt", path);
+    return access(f, F_OK) == 0 && access(g, F_OK) == 0;
+}
+
+static int is_link(const char *path) {
+    struct stat st;
+    return lstat(path, &st) == 0 && S_ISLNK(st.st_mode);
+}
+
+/* In a child: a server whose temp dir is removed while a job runs, its name then taken by
+ * a link to a squatter's dir (lair) that holds a link named after the job's dir to a
+ * victim's files. The job's close and the server's close remove neither link nor anything
+ * either leads to; the job's dir and the server's dir, held, are emptied all the same. */
+static void squat_link_child(const char *victim, const char *lair) {
+    bt_diag d;
+    bt_diag_init(&d);
+    launch_server srv;
+    if (launch_server_init(&srv, &d) != 0) {
+        fprintf(stderr, "FAIL server: %s\n", d.msg);
+        _exit(1);
+    }
+    char *argv[] = {"/bin/sh", "-c", "exec sleep 1", NULL};
+    launch_opts o = {.nprocs = 1, .argv = argv, .kill_grace_s = 1, .timeout_s = 30};
+    launch_job job;
+    CHECK(launch_job_init(&job, &srv, &o, &d) == 0, "init: %s", d.msg);
+    CHECK(launch_job_start(&job, &d) == 0, "start: %s", d.msg);
+    char name[sizeof srv.tmpdir], bait[600];
+    snprintf(name, sizeof name, "%s", srv.tmpdir);
+    snprintf(bait, sizeof bait, "%s/%s", lair, job.nspace);
+    CHECK(launch_rmtree(name) == 0, "cannot remove %s", name); /* a temp-file cleaner */
+    CHECK(symlink(lair, name) == 0 && symlink(victim, bait) == 0, "cannot plant the links");
+    CHECK(launch_job_wait(&job) == 0, "wait");
+    launch_job_close(&job);
+    CHECK(victim_whole(victim), "the job's close removed files of %s, through %s", victim, bait);
+    CHECK(is_link(bait), "the squatter's %s was removed", bait);
+    launch_server_close(&srv);
+    CHECK(victim_whole(victim) && victim_whole(lair),
+          "the server's close removed files of "
+          "%s or %s, through %s",
+          victim, lair, name);
+    CHECK(is_link(name) && is_link(bait), "the squatter's link %s or %s was removed", name, bait);
+    unlink(bait);
+    unlink(name);
+    _exit(failures != 0);
+}
+
+/* In a child: the server's temp dir removed, and its name taken by a dir of the same user
+ * (not this server's: a squatter, another baton's) with a file: left alone at close. */
+static void squat_dir_child(void) {
+    bt_diag d;
+    bt_diag_init(&d);
+    launch_server srv;
+    if (launch_server_init(&srv, &d) != 0) {
+        fprintf(stderr, "FAIL server: %s\n", d.msg);
+        _exit(1);
+    }
+    char name[sizeof srv.tmpdir], theirs[4200];
+    snprintf(name, sizeof name, "%s", srv.tmpdir);
+    CHECK(launch_rmtree(name) == 0, "cannot remove %s", name);
+    CHECK(mkdir(name, 0700) == 0, "mkdir %s", name);
+    snprintf(theirs, sizeof theirs, "%s/theirs", name);
+    int fd = open(theirs, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    CHECK(fd >= 0, "create %s", theirs);
+    if (fd >= 0) close(fd);
+    launch_server_close(&srv);
+    CHECK(access(theirs, F_OK) == 0, "the squatter's %s was removed at close", theirs);
+    launch_rmtree(name);
+    _exit(failures != 0);
+}
+
+/* Runs one squatter case in a child (one server per process) and checks it passed. */
+static void squat_case(int link) {
+    char victim[512], lair[512];
+    if (link) {
+        victim_dir("victim", victim, sizeof victim);
+        victim_dir("lair", lair, sizeof lair);
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (link)
+            squat_link_child(victim, lair);
+        else
+            squat_dir_child();
+    }
+    int status = -1;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+              WEXITSTATUS(status) == 0,
+          "the squatter case (link %d) failed: status %d", link, status);
+    if (link) {
+        CHECK(victim_whole(victim), "files of %s were removed", victim);
+        launch_rmtree(victim);
+        launch_rmtree(lair);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: test_launch_api PMIX_PROBE TAG\n");
         return 2;
     }
     check_sweep();
+    squat_case(1);
+    squat_case(0);
     bt_diag d;
     bt_diag_init(&d);
     launch_server srv;

@@ -45,6 +45,12 @@
 #                 while the second does (each held by the test hook BATON_FAULT_STEP_HOLD
 #                 until it is): made again as each next stage starts, said once, and the
 #                 run completes with no failure; nothing is left in $TMPDIR.
+#   launch-squatted  the launcher's temp dir removed while the last stage trains and its
+#                 name taken (a squatter in a shared /tmp): by a link to a dir that holds a
+#                 link named after the job's dir to a victim's files, and in a second run by
+#                 a dir of the same user with a file in it. Neither the end of the job nor
+#                 the end of the run removes anything of theirs: the victim's files, the
+#                 links and the other dir are all there after it; the runs complete.
 #   launch-pidns  a baton run in another PID namespace (unshare --pid) sharing $TMPDIR, its
 #                 pid one no process here has: a baton run here, whose server sweeps the
 #                 temp dirs of servers that are gone, leaves that run's dir alone (its lock
@@ -300,6 +306,46 @@ launch-removed)
 import json, sys
 s = json.load(sys.stdin)
 assert s["state"] == "completed" and s["failures"] == 0, s' || fail "the run is not complete without failures"
+  [[ -z $(ls -A "$TMPDIR") ]] || fail "left in $TMPDIR: $(ls -A "$TMPDIR")"
+  ;;
+launch-squatted)
+  one_rank_recipe two 'checkpoint: {every_steps: 100}' '{name: a, steps: 2}' '{name: b, steps: 3}' >two.yaml
+  mkdir -p victim/deep lair
+  echo v >victim/v.txt
+  echo d >victim/deep/d.txt
+  echo l >lair/keep.txt
+  for squat in link dir; do
+    rm -rf r1 # wait_step reads r1's logs
+    touch hold.1 # stage b, the last, held after each step until the squatter is in place
+    BATON_FAULT_STEP_HOLD=$PWD/hold "$baton" run two.yaml --run-dir r1 --quiet >run.out 2>&1 &
+    bpid=$!
+    wait_step 1 1 >/dev/null
+    dirs=("$TMPDIR"/baton-launch-*)
+    [[ ${#dirs[@]} == 1 && -d ${dirs[0]} ]] || fail "not one launch dir in $TMPDIR: ${dirs[*]}"
+    job=$(ls "${dirs[0]}" | grep -v '^dir-locked$')
+    [[ $job == baton-* ]] || fail "no job dir in ${dirs[0]}: $job"
+    rm -rf "${dirs[0]}" # a temp-file cleaner; then the squatter takes the name
+    if [[ $squat == link ]]; then
+      ln -s "$PWD/lair" "${dirs[0]}"
+      ln -s "$PWD/victim" "lair/$job"
+    else
+      mkdir "${dirs[0]}"
+      echo theirs >"${dirs[0]}/theirs"
+    fi
+    rm hold.1
+    set +e; wait "$bpid"; rc=$?; set -e
+    bpid=
+    [[ $rc == 0 ]] || { cat run.out; fail "baton run exited $rc with its launch dir squatted ($squat), not 0"; }
+    [[ -f victim/v.txt && -f victim/deep/d.txt && -f lair/keep.txt ]] ||
+      fail "files of the victim or the squatter were removed ($squat): $(find victim lair)"
+    if [[ $squat == link ]]; then
+      [[ -L ${dirs[0]} && -L lair/$job ]] || fail "the squatter's links were removed"
+      rm "${dirs[0]}" "lair/$job"
+    else
+      [[ -f ${dirs[0]}/theirs ]] || fail "the squatter's dir ${dirs[0]} was removed"
+      rm -r "${dirs[0]}"
+    fi
+  done
   [[ -z $(ls -A "$TMPDIR") ]] || fail "left in $TMPDIR: $(ls -A "$TMPDIR")"
   ;;
 launch-pidns)

@@ -28,7 +28,9 @@
 #                     2), with --init the run directory or its checkpoints/, instead of
 #                     falling back to an older checkpoint; moved aside, the resume goes on.
 #   edit-notes        resume says once which kept --set overrides it reapplies; status of a
-#                     run whose kept recipe no longer parses says so, steps '?' (null).
+#                     run whose kept recipe no longer parses says so, steps '?' (null); a
+#                     FIFO at RUN_DIR/recipe.yaml, overrides or journal: status and resume
+#                     end at once (never wait for a writer), naming it; resume exits 2.
 #   check-resume-edit.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
@@ -220,6 +222,37 @@ edit-notes)
 import json, sys
 st = json.load(sys.stdin)["stages"]
 assert [s["steps"] for s in st] == [None, None], st' || fail "status --json shows steps it does not know"
+  # a FIFO in a kept file's place never makes status or resume wait for a writer: the
+  # recipe (status says so and shows '?', resume refuses it), the overrides and the
+  # journal (both refuse them), each named
+  fifo_in() { # FILE: RUN_DIR/FILE made a FIFO, the file set aside (back with fifo_out)
+    mv "r1/$1" "r1/$1.was" && mkfifo -m 600 "r1/$1"
+  }
+  fifo_out() { rm "r1/$1" && mv "r1/$1.was" "r1/$1"; }
+  fifo_in recipe.yaml
+  set +e
+  timeout 20 "$baton" status r1 >status.out 2>status.err; src=$?
+  timeout 20 "$baton" resume r1 --quiet >resume.out 2>&1; rrc=$?
+  set -e
+  [[ $src == 0 ]] && grep -q "kept recipe cannot be read (.*r1/recipe.yaml: cannot read: not a regular file" status.err ||
+    { cat status.err; fail "status with a FIFO recipe.yaml: exit $src (124: it waited)"; }
+  [[ $rrc == 2 ]] && grep -q "r1/recipe.yaml: cannot read: not a regular file" resume.out ||
+    { cat resume.out; fail "resume with a FIFO recipe.yaml: exit $rrc (124: it waited)"; }
+  fifo_out recipe.yaml
+  for f in overrides journal; do
+    fifo_in $f
+    set +e
+    timeout 20 "$baton" resume r1 --quiet >resume.out 2>&1; rrc=$?
+    [[ $f == journal ]] && { timeout 20 "$baton" status r1 >status.out 2>&1; src=$?; }
+    set -e
+    [[ $rrc == 2 ]] && grep -q "r1/$f: cannot read: not a regular file" resume.out ||
+      { cat resume.out; fail "resume with a FIFO at $f: exit $rrc (124: it waited)"; }
+    if [[ $f == journal ]]; then
+      [[ $src == 2 ]] && grep -q "r1: not a run directory (its journal is not a file)" status.out ||
+        { cat status.out; fail "status with a FIFO journal: exit $src (124: it waited)"; }
+    fi
+    fifo_out $f
+  done
   ;;
 *)
   fail "unknown case"

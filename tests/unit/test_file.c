@@ -80,6 +80,13 @@ static void check_kinds(const char *dir) {
     CHECK_EQ_U64(read_err(fifo, 0), EINVAL);
     CHECK_EQ_U64(read_err(fifo, 1), EINVAL);
     CHECK_EQ_U64(read_err(missing, 1), ENOENT);
+    /* bt_fopen_private's read alike: a FIFO refused without waiting, a file read */
+    errno = 0;
+    CHECK(bt_fopen_private(fifo, "r") == NULL && errno == EINVAL);
+    CHECK(strstr(bt_file_why(EINVAL), "not a regular file") != NULL);
+    FILE *rf = bt_fopen_private(p, "r");
+    CHECK(rf != NULL && fgetc(rf) != EOF);
+    if (rf) fclose(rf);
     /* a file over max bytes: EFBIG, as bt_read_file */
     char *text = NULL;
     size_t len = 0;
