@@ -33,6 +33,11 @@
 #                 dynamic loader (which executing /proc/self/exe would run): exit 1 naming
 #                 the resume, which completes it. A resume by hand while the fresh process
 #                 starts (BATON_FAULT_AFRESH_WAIT) finds the run's locks held: exit 2.
+#                 Status lists the failure as retried in a fresh process (no step: JSON
+#                 null, text "before its first step") and the stage as continued, never
+#                 given up; the fresh process killed (-9) while it waits leaves the run
+#                 stopped, not failed; stopped (SIGINT) there after its attempt started,
+#                 exit 75, the resume's first step is the failure's recovery all the same.
 #   pmix-stuck-again  stuck at every process's first registration (BATON_FAULT_PMIX_STUCK=1):
 #                 three fresh processes, then exit 1 saying so and naming the resume; four
 #                 failures journaled, three restarts; failed; each process has its control
@@ -236,6 +241,38 @@ assert s["restarts"] == 1 and s["recoveries"] == 1 and len(s["recovery_list"]) =
     fail "a resume by hand took the run over (exit $rc) while the fresh process started"
   fi
   [[ $brc == 0 ]] || { cat r3.out; fail "the fresh process exited $brc, not 0"; }
+  "$baton" status r1 >status.txt
+  grep -q "^  failure: stage b attempt 0 before its first step: cannot launch the workers: .* (retried in a fresh process)\$" status.txt ||
+    { cat status.txt; fail "the stuck server's failure is not listed as retried in a fresh process"; }
+  grep -q "^  continued: stage b: the embedded PMIx server is stuck: continuing in a fresh process, as 'baton resume $work/r1'\$" status.txt ||
+    { cat status.txt; fail "no line saying the stage continued in a fresh process"; }
+  ! grep -q "gave up\|not retried" status.txt || { cat status.txt; fail "status says the run gave up"; }
+  # killed while the fresh process waits to take the run over: stopped, not failed
+  BATON_FAULT_PMIX_STUCK=2 BATON_FAULT_AFRESH_WAIT=30 "$baton" run two.yaml --run-dir r4 --quiet >r4.out 2>&1 &
+  bpid=$!
+  for _ in $(seq 100); do grep -q "continuing in a fresh process" r4.out && break; sleep 0.1; done
+  kill -9 "$bpid"
+  wait "$bpid" || true
+  bpid=
+  "$baton" status r4 >status4.txt
+  grep -q "^run r4: stopped; 1 failure, recovered 0 times\$" status4.txt ||
+    { cat r4.out status4.txt; fail "a continuation killed before its attempt is not a stopped run"; }
+  # stopped (SIGINT) as its attempt starts: the resume's first step is the recovery
+  BATON_FAULT_PMIX_STUCK=2 BATON_FAULT_AFRESH_WAIT=2 "$baton" run two.yaml --run-dir r5 --quiet >r5.out 2>&1 &
+  bpid=$!
+  for _ in $(seq 100); do grep -q "continuing in a fresh process" r5.out && break; sleep 0.1; done
+  kill -INT "$bpid"
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  [[ $rc == 75 ]] || { cat r5.out; fail "the fresh process stopped by SIGINT exited $rc, not 75"; }
+  "$baton" resume r5 --quiet >resume5.out 2>&1 || { cat resume5.out; fail "the resume of r5 failed"; }
+  "$baton" status r5 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "completed" and s["failures"] == 1, s
+assert s["restarts"] == 1 and s["recoveries"] == 1, s
+assert [x["step"] for x in s["failure_list"]] == [None], s' ||
+    fail "a failure whose restart was stopped before its first step was not recovered by the resume"
   ;;
 pmix-stuck-again)
   one_rank_recipe one 'checkpoint: {every_steps: 2}' '{name: a, steps: 2}' >one.yaml
