@@ -29,7 +29,8 @@
 #                 hook BATON_FAULT_PMIX_STUCK=2: its registration times out): said, not
 #                 retried in that process; baton run continues as `baton resume` in a fresh
 #                 process (executed in its place, still named baton), which completes the
-#                 run: exit 0, one failure, one restart, one recovery. Run through the
+#                 run: exit 0, one failure, one restart, one recovery; a lock its caller
+#                 took on fd 9 (exec 9>lock; flock 9) is held throughout. Run through the
 #                 dynamic loader (which executing /proc/self/exe would run): exit 1 naming
 #                 the resume, which completes it. A resume by hand while the fresh process
 #                 starts (BATON_FAULT_AFRESH_WAIT) finds the run's locks held: exit 2.
@@ -189,13 +190,18 @@ assert s["state"] == "completed", s' || fail "the resumed run is not complete"
   ;;
 pmix-stuck)
   one_rank_recipe two 'checkpoint: {every_steps: 2}' '{name: a, steps: 2}' '{name: b, steps: 2}' >two.yaml
-  # the workers' parent is their baton: its name (comm) in each process, and what it holds
+  # the workers' parent is their baton: its name (comm) in each process, and what it holds;
+  # whether the lock its caller took on fd 9 is still held (flock -n fails)
   # shellcheck disable=SC2016 # expanded by the wrapper
-  printf '#!/bin/bash\necho "${BATON_AFRESH:-0} $(cat /proc/$PPID/comm) ${BATON_COMM-none} ${BATON_RUN_LOCKS-none}" >>comm.log\nexec "%s" "$@"\n' \
+  printf '#!/bin/bash\nheld=$(flock -n user.lock true 2>/dev/null && echo free || echo held)\necho "${BATON_AFRESH:-0} $(cat /proc/$PPID/comm) ${BATON_COMM-none} ${BATON_RUN_LOCKS-none} $held" >>comm.log\nexec "%s" "$@"\n' \
     "$worker" >wrap.sh
   chmod +x wrap.sh
   set +e
-  BATON_FAULT_PMIX_STUCK=2 "$baton" run two.yaml --run-dir r1 --worker ./wrap.sh --quiet >run.out 2>&1
+  (
+    exec 9>user.lock
+    flock 9
+    BATON_FAULT_PMIX_STUCK=2 exec "$baton" run two.yaml --run-dir r1 --worker ./wrap.sh --quiet >run.out 2>&1
+  )
   rc=$?
   set -e
   [[ $rc == 0 ]] || { cat run.out; fail "baton run exited $rc with its PMIx server stuck once, not 0"; }
@@ -205,8 +211,9 @@ pmix-stuck)
     { cat run.out; fail "no line saying it continues in a fresh process"; }
   ! grep -q "restarting stage" run.out || { cat run.out; fail "retried in the same process"; }
   # named baton, not "exe" (pgrep, pkill and killall find it), the variables gone
-  [[ $(cat comm.log) == $'0 baton none none\n1 baton none none' ]] ||
-    { cat comm.log; fail "the fresh process is not named baton, or passed on what it was handed"; }
+  # a descriptor its caller handed it (fd 9, locked) goes along, as through any exec
+  [[ $(cat comm.log) == $'0 baton none none held\n1 baton none none held' ]] ||
+    { cat comm.log; fail "the fresh process is not named baton, passed on what it was handed, or dropped its caller's lock"; }
   # the fresh process's attempt is a restart, its first step the failure's recovery
   "$baton" status r1 --json | /usr/bin/python3 -c '
 import json, sys
