@@ -461,6 +461,11 @@ static const char *status_run_state(const status_view *v) {
     return v->st.failed_stage ? "failed" : "stopped";
 }
 
+/* A stuck server's record: its failure, or its stage continued in a fresh process. */
+static int status_stuck(const Baton__JournalRecord *r) {
+    return r->has_server_stuck && r->server_stuck;
+}
+
 /* Why the run gave up: the reason journaled with STAGE_FAILED ("giving up after 5
  * restarts (max_restarts)"; NULL for journals older than that record) and the cause of
  * the failed stage's last failure (NULL when none was journaled). */
@@ -471,7 +476,8 @@ static void status_failure(const status_view *v, const char **reason, const char
         const Baton__JournalRecord *r = v->rec[i];
         if (r->stage_index != stage) continue;
         if (r->kind == BATON__JOURNAL_RECORD__KIND__ATTEMPT_STARTED) *reason = NULL, *cause = NULL;
-        if (r->kind == BATON__JOURNAL_RECORD__KIND__STAGE_FAILED) *reason = r->detail;
+        if (r->kind == BATON__JOURNAL_RECORD__KIND__STAGE_FAILED && !status_stuck(r))
+            *reason = r->detail;
         if (r->kind == BATON__JOURNAL_RECORD__KIND__FAILURE) *cause = r->detail;
     }
 }
@@ -709,21 +715,45 @@ static void status_text(bt_buf *b, const status_view *v) {
     if (any) bt_buf_printf(b, "\n");
 }
 
+/* Whether the stuck server's failure v->rec[i] was retried in a fresh process: the stage's
+ * next STAGE_FAILED (before its next attempt) says it continued there. */
+static int status_continued(const status_view *v, size_t i) {
+    for (size_t j = i + 1; j < v->n; j++) {
+        const Baton__JournalRecord *r = v->rec[j];
+        if (r->stage_index != v->rec[i]->stage_index) continue;
+        if (r->kind == BATON__JOURNAL_RECORD__KIND__STAGE_FAILED) return status_stuck(r);
+        if (r->kind == BATON__JOURNAL_RECORD__KIND__ATTEMPT_STARTED) return 0;
+    }
+    return 0;
+}
+
+/* A failure's line: the step where the journal has one (JSON step, else null: before the
+ * attempt's first step), whether it was retried. */
+static void status_failure_line(bt_buf *b, const status_view *v, size_t i) {
+    const Baton__JournalRecord *r = v->rec[i];
+    const char *retried = r->retryable             ? ""
+                          : !status_stuck(r)       ? " (not retried)"
+                          : status_continued(v, i) ? " (retried in a fresh process)"
+                                                   : " (not retried in this process)";
+    char at[48] = " before its first step";
+    if (r->has_step) snprintf(at, sizeof at, " at step %llu", (unsigned long long)r->step);
+    bt_buf_printf(b, "  failure: stage %s attempt %u%s: %s%s\n",
+                  status_stage_name(v, r->stage_index), r->attempt, at, r->detail ? r->detail : "?",
+                  retried);
+}
+
 static void status_failures(bt_buf *b, const status_view *v) {
     for (size_t i = 0; i < v->n; i++) {
         const Baton__JournalRecord *r = v->rec[i];
         if (r->kind == BATON__JOURNAL_RECORD__KIND__FAILURE)
-            bt_buf_printf(b, "  failure: stage %s attempt %u at step %llu: %s%s\n",
-                          status_stage_name(v, r->stage_index), r->attempt,
-                          (unsigned long long)r->step, r->detail ? r->detail : "?",
-                          r->retryable ? "" : " (not retried)");
+            status_failure_line(b, v, i);
         else if (r->kind == BATON__JOURNAL_RECORD__KIND__ROLLBACK)
             bt_buf_printf(b, "  rollback: stage %s attempt %u: %s\n",
                           status_stage_name(v, r->stage_index), r->attempt,
                           r->detail ? r->detail : "?");
         else if (r->kind == BATON__JOURNAL_RECORD__KIND__STAGE_FAILED)
-            bt_buf_printf(b, "  gave up: stage %s: %s\n", status_stage_name(v, r->stage_index),
-                          r->detail ? r->detail : "?");
+            bt_buf_printf(b, "  %s: stage %s: %s\n", status_stuck(r) ? "continued" : "gave up",
+                          status_stage_name(v, r->stage_index), r->detail ? r->detail : "?");
         else if (r->kind == BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED)
             bt_buf_printf(b, "  node excluded: stage %s attempt %u: %s\n",
                           status_stage_name(v, r->stage_index), r->attempt,

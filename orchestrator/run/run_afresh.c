@@ -57,7 +57,8 @@ int run_afresh(const char *prog, int quiet, const char *worker, const run_afresh
     if (worker) argv[k++] = "--worker", argv[k++] = (char *)worker;
     argv[k++] = "--", argv[k++] = (char *)to->dir, argv[k] = NULL;
     fflush(NULL);
-    /* none of this process's descriptors (the stuck PMIx thread's sockets) goes along */
+    /* none of this process's own descriptors (the stuck PMIx thread's sockets) goes
+     * along; those its caller handed it do, as through any exec (fd_inherited.h) */
     bt_fd_cloexec_from(3);
     if (run_afresh_locks(to) == 0 && setenv("BATON_AFRESH", n, 1) == 0) bt_exec_self(argv);
     int err = errno;

@@ -19,6 +19,23 @@ static void state_attempt_abandoned(run_stage_state *st, double *attempt_t0) {
     *attempt_t0 = 0;
 }
 
+static void state_failure(run_state *s, run_stage_state *st, uint32_t k,
+                          const Baton__JournalRecord *r) {
+    int stuck = r->has_server_stuck && r->server_stuck;
+    int not_retried = r->has_retryable && !r->retryable;
+    st->failures++, s->total_failures++;
+    st->failure_at = r->wall_time;
+    if (not_retried) st->not_retried++;
+    /* retried: the next attempt a restart, the next step completed its recovery; a stuck
+     * server's failure is retried by a fresh process (a restart, though not one
+     * max_restarts counts), and the run gave up on it only where a STAGE_FAILED says so */
+    st->failure_open = st->recovery_open = !not_retried || stuck;
+    /* journals older than STAGE_FAILED: a failure not retried ended the run; the attempt a
+     * later baton run starts after it (the cause mended: a --worker that was not a
+     * program) is no restart, and its first step no recovery */
+    if (not_retried && !stuck) st->failed = 1, s->failed_stage = k + 1;
+}
+
 void run_state_replay(run_state *s, Baton__JournalRecord *const *v, size_t n) {
     memset(s, 0, sizeof *s);
     double attempt_t0 = 0;
@@ -50,6 +67,8 @@ void run_state_replay(run_state *s, Baton__JournalRecord *const *v, size_t n) {
             st->open_at = r->wall_time;
             st->failed = 0;
             if (st->failure_open) st->restarts++, s->total_restarts++;
+            /* counted once; the recovery stays pending until a step completes (an attempt
+             * stopped before its first one leaves it to the next: recovery_open) */
             st->failure_open = 0;
             if (s->failed_stage == k + 1) s->failed_stage = 0;
             break;
@@ -57,21 +76,19 @@ void run_state_replay(run_state *s, Baton__JournalRecord *const *v, size_t n) {
             state_attempt_ended(st, r, &attempt_t0);
             break;
         case BATON__JOURNAL_RECORD__KIND__FAILURE:
-            st->failures++, s->total_failures++, st->failure_open = 1;
-            st->failure_at = r->wall_time;
-            /* journals older than STAGE_FAILED: a failure not retried ended the run; the
-             * attempt a later baton run starts after it (the cause mended: a --worker
-             * that was not a program) is no restart, and its first step no recovery */
-            if (r->has_retryable && !r->retryable)
-                st->failed = 1, s->failed_stage = k + 1, st->failure_open = 0, st->not_retried++;
-            /* retried by a fresh process: a restart, though not one max_restarts counts */
-            if (r->has_server_stuck && r->server_stuck) st->failure_open = 1;
+            state_failure(s, st, k, r);
             break;
         case BATON__JOURNAL_RECORD__KIND__STAGE_FAILED:
-            st->failed = 1, s->failed_stage = k + 1;
+            /* server_stuck: not given up, continued in a fresh process (which, killed before
+             * its attempt, leaves the run stopped, not failed) */
+            if (!(r->has_server_stuck && r->server_stuck)) st->failed = 1, s->failed_stage = k + 1;
+            break;
+        case BATON__JOURNAL_RECORD__KIND__RECOVERED:
+            st->recovery_open = 0;
             break;
         case BATON__JOURNAL_RECORD__KIND__STAGE_COMPLETED:
             st->completed = 1, st->completed_at = r->wall_time, st->failed = 0;
+            st->recovery_open = 0;
             if (s->failed_stage == k + 1) s->failed_stage = 0;
             if (r->has_step) st->last_step = r->step;
             break;

@@ -25,6 +25,9 @@ typedef struct run_stage_state {
     uint32_t restarts;     /* retried failures followed by another attempt (a stuck
                             * server's too) */
     int failure_open;      /* a retried failure (or a stuck server's) no attempt followed yet */
+    int recovery_open;     /* such a failure no step followed yet (an attempt after it may
+                            * have started and stopped before its first): the next step
+                            * completed is its recovery */
     double failure_at;     /* wall time of the last failure */
     uint64_t last_step;    /* of the last STAGE_COMPLETED, else of the last ATTEMPT_ENDED */
     double started_at, completed_at;
@@ -34,8 +37,9 @@ typedef struct run_stage_state {
                           * supervisor left open, up to their last record */
     double last_at;      /* wall time of the stage's last record */
     double open_at;      /* wall time an attempt that has not ended (yet) started; 0: none */
-    int failed;          /* the run gave up on it (STAGE_FAILED, or a failure not retried)
-                          * and no attempt started since */
+    int failed;          /* the run gave up on it (STAGE_FAILED, but not one continued in a
+                          * fresh process, or a failure not retried) and no attempt
+                          * started since */
     int has_loss, has_tokens_per_s;
     double loss_at, tokens_per_s_at; /* wall times of the records they came from */
     double loss;                     /* the last loss journaled (has_loss) */

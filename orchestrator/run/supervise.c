@@ -633,6 +633,20 @@ static int run_may_afresh(const run_ctx *c) {
     return c->o->afresh && (!c->o->afresh_spent || c->progressed);
 }
 
+/* The stage goes on in a fresh process (RUN_EXIT_AFRESH): journaled as STAGE_FAILED with
+ * server_stuck, which baton status shows as continued, never as the run given up (a fresh
+ * process killed before its attempt leaves the run stopped). */
+static void run_continue_afresh(run_ctx *c, uint32_t stage, const char *resume) {
+    char why[1024];
+    snprintf(why, sizeof why,
+             "the embedded PMIx server is stuck: continuing in a fresh process, as %s", resume);
+    Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
+    r.detail = why;
+    r.has_server_stuck = 1, r.server_stuck = 1;
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__STAGE_FAILED, stage, &r);
+    run_err(c, "stage \"%s\": %s\n", c->prog.stage, why);
+}
+
 /* The workers could not be started (no such worker program, fork failing): said, and
  * journaled as the attempt's failure, so that baton status names the cause. */
 static attempt_end run_launch_failed(run_ctx *c, uint32_t stage, uint32_t attempt, int rc,
@@ -655,9 +669,7 @@ static attempt_end run_launch_failed(run_ctx *c, uint32_t stage, uint32_t attemp
     bt_buf cmd;
     bt_buf_init(&cmd);
     if (c->srv.wedged && run_may_afresh(c))
-        run_give_up(c, stage, 1,
-                    "the embedded PMIx server is stuck: continuing in a fresh process, as %s",
-                    bt_shell_cmd(&cmd, "baton resume", c->dir->path));
+        run_continue_afresh(c, stage, bt_shell_cmd(&cmd, "baton resume", c->dir->path));
     else if (c->srv.wedged)
         run_give_up(c, stage, 1,
                     "the embedded PMIx server is stuck: not retried in this process; %s "
@@ -869,9 +881,10 @@ static int run_stage(run_ctx *c, size_t i) {
     double backoff = run_seconds(pol ? pol->backoff : NULL, RUN_DEFAULT_BACKOFF_S);
     int status = -1;
     c->no_ckpt_streak = 0;
-    /* a failure an earlier baton run gave up on (or was killed after): the first step of
-     * this one is its recovery, counted from the failure on the monotonic clock */
-    if (ss->failure_open && c->failed_at <= 0 && ss->failure_at > 0) {
+    /* a failure an earlier baton run gave up on (or was killed or stopped after, its
+     * restart too before a step): the first step of this one is its recovery, counted from
+     * the failure on the monotonic clock */
+    if (ss->recovery_open && c->failed_at <= 0 && ss->failure_at > 0) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         double ago = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - ss->failure_at;

@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "fd_close.h"
 
+#include "fd_inherited.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -48,18 +50,40 @@ void bt_fd_close_span(unsigned lo, unsigned hi, int limit) {
         close((int)fd);
 }
 
+/* close_range's CLOSE_RANGE_CLOEXEC on lo and up, but for keep (ascending); -1 where it
+ * is missing (ENOSYS, EINVAL before Linux 5.11). */
+static int fd_cloexec_ranges(unsigned lo, const int *keep, int n) {
+    for (int i = 0; i < n; i++) {
+        unsigned k = (unsigned)keep[i];
+        if (k < lo) continue;
+        if (k > lo && close_range(lo, k - 1, CLOSE_RANGE_CLOEXEC) != 0) return -1;
+        lo = k + 1;
+    }
+    return close_range(lo, ~0U, CLOSE_RANGE_CLOEXEC);
+}
+
+static int fd_kept(int fd, const int *keep, int n) {
+    for (int i = 0; i < n; i++)
+        if (keep[i] == fd) return 1;
+    return 0;
+}
+
 void bt_fd_cloexec_from(int lo) {
-    if (close_range((unsigned)lo, ~0U, CLOSE_RANGE_CLOEXEC) == 0) return;
+    int keep[BT_FD_INHERITED_MAX];
+    int n = bt_fd_inherited_list(keep);
+    if (fd_cloexec_ranges((unsigned)lo, keep, n) == 0) return;
     DIR *d = opendir("/proc/self/fd");
     if (d == NULL) {
         for (int fd = lo, limit = bt_fd_close_limit(); fd < limit; fd++)
-            fcntl(fd, F_SETFD, FD_CLOEXEC); /* set alone: FD_CLOEXEC is its only flag */
+            if (!fd_kept(fd, keep, n))
+                fcntl(fd, F_SETFD, FD_CLOEXEC); /* set alone: FD_CLOEXEC is its only flag */
         return;
     }
     for (struct dirent *e; (e = readdir(d)) != NULL;) {
         char *end;
         long fd = strtol(e->d_name, &end, 10);
-        if (*end == '\0' && end != e->d_name && fd >= lo && fd != dirfd(d))
+        if (*end == '\0' && end != e->d_name && fd >= lo && fd != dirfd(d) &&
+            !fd_kept((int)fd, keep, n))
             fcntl((int)fd, F_SETFD, FD_CLOEXEC);
     }
     closedir(d);

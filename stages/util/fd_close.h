@@ -20,8 +20,10 @@ int bt_fd_close_limit(void);
  * Async-signal-safe: for between fork and exec. */
 void bt_fd_close_span(unsigned lo, unsigned hi, int limit);
 
-/* Makes every descriptor from lo up close-on-exec: close_range's CLOSE_RANGE_CLOEXEC,
- * else each one /proc/self/fd lists. Not between fork and exec (it allocates). */
+/* Makes every descriptor from lo up close-on-exec but those the process was started with
+ * (fd_inherited.h: its caller's, left as they are): close_range's CLOSE_RANGE_CLOEXEC on
+ * the spans between them, else each one /proc/self/fd lists. Not between fork and exec
+ * (it allocates). */
 void bt_fd_cloexec_from(int lo);
 
 #endif

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "exec_self.h"
+#include "fd_inherited.h"
 
 /* fd, closed, opened on /dev/null the other way round (stdin for writing, stdout and
  * stderr for reading, as glibc does for a set-user-ID program): the number is taken, and
@@ -24,6 +25,7 @@ void bt_proc_start(void) {
     bt_exec_self_restore(); /* its name, where it executed itself again */
     for (int fd = 0; fd <= 2; fd++)
         proc_start_fd(fd);
+    bt_fd_inherited_note(); /* the caller's descriptors, before any of ours is opened */
     signal(SIGCHLD, SIG_DFL);
     mode_t old = umask(077);
     umask(old & 077);

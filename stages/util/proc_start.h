@@ -12,6 +12,8 @@
  *   bits away (0200, 0400, 0777) would leave the 0600 files and 0700 directories of a run
  *   unwritable or unreadable by baton itself. What it masks for group and others stays
  *   masked.
+ * - The descriptors from 3 up its caller handed it (open, not close-on-exec) are noted
+ *   (fd_inherited.h), so that executing itself again leaves them to the new image.
  * - After the program executed itself again (bt_exec_self), its name (comm) is set back
  *   from "exe", and the variable that carried it removed (exec_self.h).
  * Idempotent; async-signal-safe calls only, but for getenv and unsetenv (it runs before

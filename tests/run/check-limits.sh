@@ -29,10 +29,16 @@
 #                 hook BATON_FAULT_PMIX_STUCK=2: its registration times out): said, not
 #                 retried in that process; baton run continues as `baton resume` in a fresh
 #                 process (executed in its place, still named baton), which completes the
-#                 run: exit 0, one failure, one restart, one recovery. Run through the
+#                 run: exit 0, one failure, one restart, one recovery; a lock its caller
+#                 took on fd 9 (exec 9>lock; flock 9) is held throughout. Run through the
 #                 dynamic loader (which executing /proc/self/exe would run): exit 1 naming
 #                 the resume, which completes it. A resume by hand while the fresh process
 #                 starts (BATON_FAULT_AFRESH_WAIT) finds the run's locks held: exit 2.
+#                 Status lists the failure as retried in a fresh process (no step: JSON
+#                 null, text "before its first step") and the stage as continued, never
+#                 given up; the fresh process killed (-9) while it waits leaves the run
+#                 stopped, not failed; stopped (SIGINT) there after its attempt started,
+#                 exit 75, the resume's first step is the failure's recovery all the same.
 #   pmix-stuck-again  stuck at every process's first registration (BATON_FAULT_PMIX_STUCK=1):
 #                 three fresh processes, then exit 1 saying so and naming the resume; four
 #                 failures journaled, three restarts; failed; each process has its control
@@ -190,13 +196,18 @@ assert s["state"] == "completed", s' || fail "the resumed run is not complete"
   ;;
 pmix-stuck)
   one_rank_recipe two 'checkpoint: {every_steps: 2}' '{name: a, steps: 2}' '{name: b, steps: 2}' >two.yaml
-  # the workers' parent is their baton: its name (comm) in each process, and what it holds
+  # the workers' parent is their baton: its name (comm) in each process, and what it holds;
+  # whether the lock its caller took on fd 9 is still held (flock -n fails)
   # shellcheck disable=SC2016 # expanded by the wrapper
-  printf '#!/bin/bash\necho "${BATON_AFRESH:-0} $(cat /proc/$PPID/comm) ${BATON_COMM-none} ${BATON_RUN_LOCKS-none}" >>comm.log\nexec "%s" "$@"\n' \
+  printf '#!/bin/bash\nheld=$(flock -n user.lock true 2>/dev/null && echo free || echo held)\necho "${BATON_AFRESH:-0} $(cat /proc/$PPID/comm) ${BATON_COMM-none} ${BATON_RUN_LOCKS-none} $held" >>comm.log\nexec "%s" "$@"\n' \
     "$worker" >wrap.sh
   chmod +x wrap.sh
   set +e
-  BATON_FAULT_PMIX_STUCK=2 "$baton" run two.yaml --run-dir r1 --worker ./wrap.sh --quiet >run.out 2>&1
+  (
+    exec 9>user.lock
+    flock 9
+    BATON_FAULT_PMIX_STUCK=2 exec "$baton" run two.yaml --run-dir r1 --worker ./wrap.sh --quiet >run.out 2>&1
+  )
   rc=$?
   set -e
   [[ $rc == 0 ]] || { cat run.out; fail "baton run exited $rc with its PMIx server stuck once, not 0"; }
@@ -206,8 +217,9 @@ pmix-stuck)
     { cat run.out; fail "no line saying it continues in a fresh process"; }
   ! grep -q "restarting stage" run.out || { cat run.out; fail "retried in the same process"; }
   # named baton, not "exe" (pgrep, pkill and killall find it), the variables gone
-  [[ $(cat comm.log) == $'0 baton none none\n1 baton none none' ]] ||
-    { cat comm.log; fail "the fresh process is not named baton, or passed on what it was handed"; }
+  # a descriptor its caller handed it (fd 9, locked) goes along, as through any exec
+  [[ $(cat comm.log) == $'0 baton none none held\n1 baton none none held' ]] ||
+    { cat comm.log; fail "the fresh process is not named baton, passed on what it was handed, or dropped its caller's lock"; }
   # the fresh process's attempt is a restart, its first step the failure's recovery
   "$baton" status r1 --json | /usr/bin/python3 -c '
 import json, sys
@@ -242,6 +254,38 @@ assert s["restarts"] == 1 and s["recoveries"] == 1 and len(s["recovery_list"]) =
     fail "a resume by hand took the run over (exit $rc) while the fresh process started"
   fi
   [[ $brc == 0 ]] || { cat r3.out; fail "the fresh process exited $brc, not 0"; }
+  "$baton" status r1 >status.txt
+  grep -q "^  failure: stage b attempt 0 before its first step: cannot launch the workers: .* (retried in a fresh process)\$" status.txt ||
+    { cat status.txt; fail "the stuck server's failure is not listed as retried in a fresh process"; }
+  grep -q "^  continued: stage b: the embedded PMIx server is stuck: continuing in a fresh process, as 'baton resume $work/r1'\$" status.txt ||
+    { cat status.txt; fail "no line saying the stage continued in a fresh process"; }
+  ! grep -q "gave up\|not retried" status.txt || { cat status.txt; fail "status says the run gave up"; }
+  # killed while the fresh process waits to take the run over: stopped, not failed
+  BATON_FAULT_PMIX_STUCK=2 BATON_FAULT_AFRESH_WAIT=30 "$baton" run two.yaml --run-dir r4 --quiet >r4.out 2>&1 &
+  bpid=$!
+  for _ in $(seq 100); do grep -q "continuing in a fresh process" r4.out && break; sleep 0.1; done
+  kill -9 "$bpid"
+  wait "$bpid" || true
+  bpid=
+  "$baton" status r4 >status4.txt
+  grep -q "^run r4: stopped; 1 failure, recovered 0 times\$" status4.txt ||
+    { cat r4.out status4.txt; fail "a continuation killed before its attempt is not a stopped run"; }
+  # stopped (SIGINT) as its attempt starts: the resume's first step is the recovery
+  BATON_FAULT_PMIX_STUCK=2 BATON_FAULT_AFRESH_WAIT=2 "$baton" run two.yaml --run-dir r5 --quiet >r5.out 2>&1 &
+  bpid=$!
+  for _ in $(seq 100); do grep -q "continuing in a fresh process" r5.out && break; sleep 0.1; done
+  kill -INT "$bpid"
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  [[ $rc == 75 ]] || { cat r5.out; fail "the fresh process stopped by SIGINT exited $rc, not 75"; }
+  "$baton" resume r5 --quiet >resume5.out 2>&1 || { cat resume5.out; fail "the resume of r5 failed"; }
+  "$baton" status r5 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "completed" and s["failures"] == 1, s
+assert s["restarts"] == 1 and s["recoveries"] == 1, s
+assert [x["step"] for x in s["failure_list"]] == [None], s' ||
+    fail "a failure whose restart was stopped before its first step was not recovered by the resume"
   ;;
 pmix-stuck-again)
   one_rank_recipe one 'checkpoint: {every_steps: 2}' '{name: a, steps: 2}' >one.yaml

@@ -21,8 +21,10 @@
 #                 pacer's heartbeats during the save keep coming.
 #   close-range   close_range(2) missing (LD_PRELOAD no_close_range: ENOSYS, as on Linux
 #                 before 5.9): a descriptor baton was given (fd 9, not close-on-exec) reaches
-#                 neither a rank of `baton launch`, nor sbatch (`baton submit`), nor the
-#                 fresh process a stuck PMIx server makes baton run continue in.
+#                 neither a rank of `baton launch`, nor sbatch (`baton submit`), nor a rank
+#                 of the fresh process a stuck PMIx server makes baton run continue in;
+#                 that process itself keeps it, as through any exec (a flock on it held).
+#                 The ranks of the first process do not get it either.
 #   check-process.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
@@ -145,15 +147,24 @@ close-range)
   fake_sbatch 'case $(readlink /proc/$$/fd/9) in *stray) echo "fd 9 inherited"; exit 1;; esac; echo 4242'
   PATH=$work/fake:$PATH "$baton" submit two.yaml --run-dir s1 9>stray >submit.out 2>&1 ||
     { cat submit.out; fail "baton submit failed (fd 9 reached sbatch?)"; }
-  # the fresh process of a stuck PMIx server: its workers list what their baton holds
-  printf '#!/bin/bash\n[[ -n ${BATON_AFRESH:-} ]] && ls -l /proc/$PPID/fd >fds.$$\nexec "%s" "$@"\n' \
+  # the fresh process of a stuck PMIx server: its workers list what their baton holds,
+  # and whether the lock on fd 9 is still held (flock -n fails); every rank what it holds
+  # shellcheck disable=SC2016 # expanded by the wrapper
+  printf '#!/bin/bash\nls -l /proc/$$/fd >own.$$\n[[ -n ${BATON_AFRESH:-} ]] && { ls -l /proc/$PPID/fd >fds.$$; flock -n stray true 2>/dev/null && echo free >>lock.log || echo held >>lock.log; }\nexec "%s" "$@"\n' \
     "$worker" >wrap.sh
   chmod +x wrap.sh
-  BATON_FAULT_PMIX_STUCK=2 "$baton" run two.yaml --run-dir r1 --worker ./wrap.sh --quiet \
-    9>stray >run.out 2>&1 || { cat run.out; fail "baton run failed with its PMIx server stuck once"; }
+  (
+    exec 9>stray
+    flock 9
+    BATON_FAULT_PMIX_STUCK=2 exec "$baton" run two.yaml --run-dir r1 --worker ./wrap.sh --quiet >run.out 2>&1
+  ) || { cat run.out; fail "baton run failed with its PMIx server stuck once"; }
   grep -q "continuing in a fresh process" run.out || { cat run.out; fail "no fresh process"; }
   compgen -G 'fds.*' >/dev/null || fail "no worker of the fresh process listed its baton's fds"
-  ! grep -h stray fds.* || fail "fd 9 went along into the fresh process"
+  # baton's caller's descriptor goes along, as through any exec (its lock held throughout),
+  # but reaches no rank
+  grep -qh ' 9 -> .*/stray$' fds.* || { cat fds.*; fail "fd 9, its caller's, did not go along into the fresh process"; }
+  [[ $(sort -u lock.log) == held ]] || { cat lock.log; fail "the caller's lock on fd 9 was released across the fresh process"; }
+  ! grep -h stray own.* || fail "fd 9 reached a rank"
   ;;
 *)
   fail "unknown case"

@@ -616,10 +616,11 @@ for x in fl:
     assert x["cause"] == "rank %d (node %s, pid %d) exited with status 1; rank %d\x27s last line on stderr: %s" % (
         x["rank"], x["node"], x["pid"], x["rank"], quote), x
     assert (x["exit_status"], x["signal"], x["retryable"]) == (1, None, True), x
+    assert x["step"] is None, x  # before the first step: the text says so too
 assert fl[-1]["cause"] == f["last_cause"] and s["recovery_list"] == [], s' ||
     fail "status --json does not report the failed run"
   # ... and the text lists each of them
-  [[ $(grep -c "^  failure: stage pretrain attempt [0-2] at step 0: rank \([0-9]\) (node node[01], pid [0-9]*) exited with status 1; rank \1's last line on stderr: ${long:0:240}\.\.\.$" status.txt) == 3 ]] ||
+  [[ $(grep -c "^  failure: stage pretrain attempt [0-2] before its first step: rank \([0-9]\) (node node[01], pid [0-9]*) exited with status 1; rank \1's last line on stderr: ${long:0:240}\.\.\.$" status.txt) == 3 ]] ||
     { cat status.txt; fail "the text does not list the 3 failures"; }
   # resumed with a worker that works: its first step is the recovery from the last failure,
   # though another baton run journaled that failure

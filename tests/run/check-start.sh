@@ -16,7 +16,7 @@
 #            and says to write the new text into the kept copy (a file's: to copy it);
 #            `baton submit --dry-run` from a pipe keeps the bytes too; a FIFO with no writer
 #            yet ends on SIGTERM or SIGINT (exit 124 from timeout, not a hang only SIGKILL
-#            ends), nothing made.
+#            ends), nothing made; on SIGINT too where baton run was started with it ignored.
 #   check-start.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
@@ -173,6 +173,14 @@ assert json.load(sys.stdin)["state"] == "completed"' || fail "the resumed piped 
     [[ $rc == 124 ]] || fail "SIG$sig to baton run waiting for a FIFO's writer: exit $rc, not 124"
     [[ ! -e r4 ]] || fail "baton run waiting for a FIFO's writer made its run directory"
   done
+  # started with SIGINT ignored (a background job of a shell without job control): a stop
+  # for baton run all the same, as once the run goes on
+  set +e
+  timeout -s INT -k 5 1 sh -c 'trap "" INT; exec "$0" "$@"' "$baton" run r.fifo --run-dir r4 --quiet >run.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 124 ]] || fail "SIGINT, ignored from the start, to baton run waiting for a FIFO's writer: exit $rc, not 124"
+  [[ ! -e r4 ]] || fail "baton run waiting for a FIFO's writer made its run directory"
   # baton submit from a pipe keeps the bytes too (its job resumes the kept copy)
   cat q.yaml | BATON_SBATCH_TEMPLATE=$src/deploy/slurm/baton.sbatch.in \
     "$baton" submit /dev/stdin --run-dir r5 --dry-run >run.out 2>&1 || fail "submit --dry-run from a pipe failed"
