@@ -349,6 +349,13 @@ static int is_link(const char *path) {
     return lstat(path, &st) == 0 && S_ISLNK(st.st_mode);
 }
 
+/* In a child: its server started into srv, or the child ends (exit 1) saying why. */
+static void child_server(launch_server *srv, bt_diag *d) {
+    if (launch_server_init(srv, d) == 0) return;
+    fprintf(stderr, "FAIL server: %s\n", d->msg);
+    _exit(1);
+}
+
 /* In a child: a server whose temp dir is removed while a job runs, its name then taken by
  * a link to a squatter's dir (lair) that holds a link named after the job's dir to a
  * victim's files. The job's close and the server's close remove neither link nor anything
@@ -357,10 +364,7 @@ static void squat_link_child(const char *victim, const char *lair) {
     bt_diag d;
     bt_diag_init(&d);
     launch_server srv;
-    if (launch_server_init(&srv, &d) != 0) {
-        fprintf(stderr, "FAIL server: %s\n", d.msg);
-        _exit(1);
-    }
+    child_server(&srv, &d);
     char *argv[] = {"/bin/sh", "-c", "exec sleep 1", NULL};
     launch_opts o = {.nprocs = 1, .argv = argv, .kill_grace_s = 1, .timeout_s = 30};
     launch_job job;
@@ -392,10 +396,7 @@ static void squat_dir_child(void) {
     bt_diag d;
     bt_diag_init(&d);
     launch_server srv;
-    if (launch_server_init(&srv, &d) != 0) {
-        fprintf(stderr, "FAIL server: %s\n", d.msg);
-        _exit(1);
-    }
+    child_server(&srv, &d);
     char name[sizeof srv.tmpdir], theirs[4200];
     snprintf(name, sizeof name, "%s", srv.tmpdir);
     CHECK(launch_rmtree(name) == 0, "cannot remove %s", name);
