@@ -74,6 +74,17 @@ start_slow_r1() {
   bpid=$!
   wait_step 0 2 >/dev/null
 }
+# wait_continuation FILE: until the baton run writing FILE says it continues in a fresh
+# process (up to 60 s: stage a trains first, slow on a loaded machine), else fail; what
+# the case does next (a kill, a resume by hand) is meant for that fresh process
+wait_continuation() {
+  for _ in $(seq 600); do
+    grep -q "continuing in a fresh process" "$1" && return 0
+    sleep 0.1
+  done
+  cat "$1"
+  fail "no continuation line in $1 after 60 s"
+}
 # one_attempt_fatal: run.out is of a run that failed once, exit 2, not retried
 one_attempt_fatal() {
   [[ $rc == 2 ]] || fail "baton run exited $rc, not 2"
@@ -241,7 +252,7 @@ assert s["restarts"] == 1 and s["recoveries"] == 1 and len(s["recovery_list"]) =
   # a resume by hand while the fresh process starts finds the run's locks held
   BATON_FAULT_PMIX_STUCK=2 BATON_FAULT_AFRESH_WAIT=6 "$baton" run two.yaml --run-dir r3 --quiet >r3.out 2>&1 &
   bpid=$!
-  for _ in $(seq 100); do grep -q "continuing in a fresh process" r3.out && break; sleep 0.1; done
+  wait_continuation r3.out
   set +e
   "$baton" resume r3 --quiet >other.out 2>&1
   rc=$?
@@ -263,7 +274,7 @@ assert s["restarts"] == 1 and s["recoveries"] == 1 and len(s["recovery_list"]) =
   # killed while the fresh process waits to take the run over: stopped, not failed
   BATON_FAULT_PMIX_STUCK=2 BATON_FAULT_AFRESH_WAIT=30 "$baton" run two.yaml --run-dir r4 --quiet >r4.out 2>&1 &
   bpid=$!
-  for _ in $(seq 100); do grep -q "continuing in a fresh process" r4.out && break; sleep 0.1; done
+  wait_continuation r4.out
   kill -9 "$bpid"
   wait "$bpid" || true
   bpid=
@@ -273,7 +284,7 @@ assert s["restarts"] == 1 and s["recoveries"] == 1 and len(s["recovery_list"]) =
   # stopped (SIGINT) as its attempt starts: the resume's first step is the recovery
   BATON_FAULT_PMIX_STUCK=2 BATON_FAULT_AFRESH_WAIT=2 "$baton" run two.yaml --run-dir r5 --quiet >r5.out 2>&1 &
   bpid=$!
-  for _ in $(seq 100); do grep -q "continuing in a fresh process" r5.out && break; sleep 0.1; done
+  wait_continuation r5.out
   kill -INT "$bpid"
   set +e; wait "$bpid"; rc=$?; set -e
   bpid=

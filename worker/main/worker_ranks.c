@@ -1,11 +1,8 @@
 #include "worker_ranks.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "comm_shm.h"
@@ -13,6 +10,7 @@
 #include "util/buf.h"
 #include "util/kv_wire.h"
 #include "worker_cuda.h"
+#include "worker_rdzv.h"
 
 /* The NCCL world (comm_nccl.c, in the CUDA engine's module: worker_cuda.h), or the error
  * that says why there is none. */
@@ -29,7 +27,8 @@ static int ranks_nccl_init(worker_ranks *w, const comm_bootstrap *bs, bt_diag *d
 
 /* The rendezvous directory: BATON_JOB_DIR when the launcher gives one (it is private to
  * the job attempt and removed with it), else a directory named after the PMIx namespace
- * (fresh per attempt) under TMPDIR, which rank 0 removes at the end. */
+ * (fresh per attempt) under TMPDIR, which rank 0 removes at the end. Either is used only
+ * when it is a directory of this user's that only it may write (worker_rdzv.h). */
 static int ranks_store_dir(worker_ranks *w, char *dir, size_t cap, bt_diag *diag) {
     const char *job = getenv("BATON_JOB_DIR");
     if (job != NULL && job[0] != '\0') {
@@ -37,13 +36,11 @@ static int ranks_store_dir(worker_ranks *w, char *dir, size_t cap, bt_diag *diag
     } else {
         const char *tmp = getenv("TMPDIR");
         snprintf(dir, cap, "%s/baton-rdzv-%s", tmp && tmp[0] ? tmp : "/tmp", w->info.nspace);
-        if (w->info.rank == 0) snprintf(w->store, sizeof w->store, "%s", dir);
     }
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-        bt_diag_set(diag, "rendezvous directory %s: %s", dir, strerror(errno));
-        return BT_EIO;
-    }
-    return 0;
+    int rc = worker_rdzv_claim(dir, diag); /* a name taken by someone else refused */
+    if (rc == 0 && (job == NULL || job[0] == '\0') && w->info.rank == 0)
+        snprintf(w->store, sizeof w->store, "%s", dir);
+    return rc;
 }
 
 int worker_ranks_join(worker_ranks *w, double timeout_s, int use_nccl, bt_diag *diag) {
@@ -157,21 +154,6 @@ int worker_ranks_groups(worker_ranks *w, const Baton__Parallel *p, int fold_expe
     return rc;
 }
 
-/* Removes the rendezvous directory: the store keeps only plain files in it. */
-static void ranks_remove_store(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d == NULL) return;
-    struct dirent *e;
-    char path[1024];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 void worker_ranks_leave(worker_ranks *w) {
     if (w->own_tp) comm_destroy(w->tp);
     if (w->own_dp) comm_destroy(w->dp);
@@ -183,7 +165,7 @@ void worker_ranks_leave(worker_ranks *w) {
     if (w->own_xdp) comm_destroy(w->xdp);
     if (w->world != NULL) comm_destroy(w->world);
     if (w->under_pmix) boot_finalize(NULL);
-    if (w->store[0] != '\0') ranks_remove_store(w->store);
+    if (w->store[0] != '\0') worker_rdzv_remove(w->store);
     memset(w, 0, sizeof *w);
     w->device = -1;
 }
