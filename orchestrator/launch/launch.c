@@ -41,6 +41,7 @@
 #include "pmix_host.h"
 #include "util/clock.h"
 #include "util/fd_close.h"
+#include "util/stop_signals.h"
 
 extern char **environ;
 
@@ -251,6 +252,7 @@ static void launch_child(const char *exe, char *const argv[], char *const envp[]
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL); /* we ignore it; exec would keep that */
+    bt_stop_signals_child();  /* SIGINT, SIGTERM ignored as baton was started */
     if (dup2(p[6], 0) < 0 || dup2(p[1], 1) < 0 || dup2(p[3], 2) < 0) goto fail;
     /* Nothing else of ours (other ranks' pipes, PMIx's sockets) may leak into the rank. */
     if (status_fd > 3) bt_fd_close_span(3, (unsigned)status_fd - 1, fd_limit);

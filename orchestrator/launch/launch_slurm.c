@@ -19,6 +19,7 @@
 
 #include "util/clock.h"
 #include "util/fd_close.h"
+#include "util/stop_signals.h"
 
 extern char **environ;
 
@@ -45,6 +46,7 @@ static void slurm_child(const char *exe, char *const argv[], int out, int fd_lim
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
+    bt_stop_signals_child(); /* SIGINT, SIGTERM ignored as baton was started */
     int null = open("/dev/null", O_RDONLY);
     if (null < 0 || dup2(null, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) _exit(127);
     bt_fd_close_span(3, ~0U, fd_limit);

@@ -7,10 +7,11 @@
  * reading a pipe for its writer to close it, as long as that takes: blocked, those
  * signals could not end that wait (only SIGKILL could). So what may wait is opened and
  * read with them unblocked, and a stop then ends baton as it ends any other reader, before
- * anything is made (so does one that came before and waits blocked), even where it was
- * ignored: blocked, baton run takes it as a stop all the same. What is a regular file is
- * opened O_NONBLOCK (a FIFO put in its place since the stat cannot wait then) and, should it be no
- * regular file after all, opened again as one that may wait. */
+ * anything is made (so does one that came before and waits blocked), even where SIGINT or
+ * SIGTERM was ignored: blocked, baton run takes it as a stop all the same. A SIGHUP
+ * ignored at start (nohup) is no stop and stays ignored (stop_signals.h). What is a
+ * regular file is opened O_NONBLOCK (a FIFO put in its place since the stat cannot wait
+ * then) and, should it be no regular file after all, opened again as one that may wait. */
 #define _GNU_SOURCE /* O_CLOEXEC */
 #include <errno.h>
 #include <fcntl.h>
@@ -28,48 +29,34 @@ static int read_may_wait(mode_t m) {
     return !S_ISREG(m) && !S_ISDIR(m);
 }
 
-/* The signal mask and dispositions a wait changed, to restore. */
-typedef struct read_wait {
-    sigset_t old;       /* the mask before */
-    sigset_t unignored; /* stop signals ignored before, set to SIG_DFL for the wait */
-} read_wait;
-
-/* The stop signals unblocked for a wait. One that was blocked but ignored (baton run
- * started with SIGINT ignored, a background job of a shell without job control) is a stop
- * for baton run all the same (the signalfd reads it, blocked), so for the wait it ends
- * baton as its default does, rather than being dropped unblocked. */
-static void read_wait_begin(read_wait *w) {
+/* The stop signals unblocked for a wait. One that was ignored at start but blocked
+ * (SIGINT or SIGTERM: a background job of a shell without job control starts with SIGINT
+ * ignored) is a stop for baton run all the same (the signalfd reads it, blocked), so it is
+ * set to SIG_DFL for good: for the wait it ends baton as its default does, rather than
+ * being dropped unblocked; blocked again after, its disposition makes no difference, and
+ * SIG_IGN put back would throw away one that came meanwhile. The ranks get it ignored
+ * again, as they would have inherited it (bt_stop_signals_child). A SIGHUP ignored at
+ * start (nohup) is no stop signal (stop_signals.h): it is left as it is. old: the mask
+ * before, to put back. */
+static void read_wait_begin(sigset_t *old) {
     sigset_t stop, cur;
     bt_stop_signals(&stop);
-    sigemptyset(&w->unignored);
     pthread_sigmask(SIG_SETMASK, NULL, &cur);
     for (int sig = 1; sig < NSIG; sig++) {
         struct sigaction sa;
         if (sigismember(&stop, sig) != 1 || sigismember(&cur, sig) != 1) continue;
-        if (sigaction(sig, NULL, &sa) != 0 || sa.sa_handler != SIG_IGN) continue;
-        if (signal(sig, SIG_DFL) != SIG_ERR) sigaddset(&w->unignored, sig);
+        if (sigaction(sig, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN) signal(sig, SIG_DFL);
     }
-    pthread_sigmask(SIG_UNBLOCK, &stop, &w->old);
-}
-
-/* The mask as before, then the dispositions, but for a signal that came since (blocked
- * again, it waits for the signalfd: SIG_IGN would discard it). */
-static void read_wait_end(read_wait *w) {
-    pthread_sigmask(SIG_SETMASK, &w->old, NULL);
-    sigset_t pending;
-    if (sigpending(&pending) != 0) sigemptyset(&pending);
-    for (int sig = 1; sig < NSIG; sig++)
-        if (sigismember(&w->unignored, sig) == 1 && sigismember(&pending, sig) != 1)
-            signal(sig, SIG_IGN);
+    pthread_sigmask(SIG_UNBLOCK, &stop, old);
 }
 
 /* Opens path for reading: -1 with errno on failure. *waits: opened as a file that may
- * wait, with the stop signals unblocked (read_wait_begin; *w to restore). */
-static int read_open(const char *path, int *waits, read_wait *w) {
+ * wait, with the stop signals unblocked (read_wait_begin; *old: the mask to put back). */
+static int read_open(const char *path, int *waits, sigset_t *old) {
     struct stat st;
     *waits = stat(path, &st) == 0 && read_may_wait(st.st_mode);
     for (;;) {
-        if (*waits) read_wait_begin(w);
+        if (*waits) read_wait_begin(old);
         int fd;
         do
             fd = open(path, O_RDONLY | O_CLOEXEC | (*waits ? 0 : O_NONBLOCK));
@@ -117,8 +104,8 @@ int recipe_read_file(const char *path, char **data, size_t *len, int *once, bt_d
     *data = NULL;
     *len = 0;
     int waits;
-    read_wait w;
-    int fd = read_open(path, &waits, &w);
+    sigset_t old;
+    int fd = read_open(path, &waits, &old);
     if (once != NULL) *once = waits;
     int err = errno, rc = 0;
     if (fd < 0) {
@@ -132,6 +119,6 @@ int recipe_read_file(const char *path, char **data, size_t *len, int *once, bt_d
         rc = BT_EIO;
     }
     if (fd >= 0) close(fd);
-    if (waits) read_wait_end(&w);
+    if (waits) pthread_sigmask(SIG_SETMASK, &old, NULL);
     return rc;
 }

@@ -9,6 +9,7 @@
 
 #include "exec_self.h"
 #include "fd_inherited.h"
+#include "stop_signals.h"
 
 /* fd, closed, opened on /dev/null the other way round (stdin for writing, stdout and
  * stderr for reading, as glibc does for a set-user-ID program): the number is taken, and
@@ -26,6 +27,7 @@ void bt_proc_start(void) {
     for (int fd = 0; fd <= 2; fd++)
         proc_start_fd(fd);
     bt_fd_inherited_note(); /* the caller's descriptors, before any of ours is opened */
+    bt_stop_signals_note(); /* the stop signals ignored at start (nohup: SIGHUP) */
     signal(SIGCHLD, SIG_DFL);
     mode_t old = umask(077);
     umask(old & 077);

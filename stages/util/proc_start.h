@@ -14,6 +14,8 @@
  *   masked.
  * - The descriptors from 3 up its caller handed it (open, not close-on-exec) are noted
  *   (fd_inherited.h), so that executing itself again leaves them to the new image.
+ * - Which stop signals its caller left ignored is noted (stop_signals.h): a SIGHUP
+ *   ignored at start (nohup) stays ignored, and is no stop.
  * - After the program executed itself again (bt_exec_self), its name (comm) is set back
  *   from "exe", and the variable that carried it removed (exec_self.h).
  * Idempotent; async-signal-safe calls only, but for getenv and unsetenv (it runs before

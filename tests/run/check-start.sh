@@ -16,10 +16,40 @@
 #            and says to write the new text into the kept copy (a file's: to copy it);
 #            `baton submit --dry-run` from a pipe keeps the bytes too; a FIFO with no writer
 #            yet ends on SIGTERM or SIGINT (exit 124 from timeout, not a hang only SIGKILL
-#            ends), nothing made; on SIGINT too where baton run was started with it ignored.
+#            ends), nothing made; on SIGINT too where baton run was started with it ignored;
+#            a SIGHUP where it was started with that ignored (nohup) is no stop: the
+#            recipe written after it is read and run.
+#   nohup    baton run started with SIGHUP ignored (nohup) and sent one while it trains:
+#            no stop, the run completes (exit 0); started without, the SIGHUP stops it
+#            (exit 75).
 #   check-start.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
+
+# fifo_waiting PID: until PID waits in a FIFO's open for a writer (20 s at most)
+fifo_waiting() {
+  local i
+  for ((i = 0; i < 1000; i++)); do
+    grep -Eq 'fifo|partner' "/proc/$1/wchan" 2>/dev/null && return 0
+    kill -0 "$1" 2>/dev/null || fail "pid $1 ended before it waited for the FIFO"
+    sleep 0.02
+  done
+  fail "pid $1 never waited in the FIFO's open"
+}
+# ended_within SECONDS: waits for $bpid, killed (SIGKILL) after SECONDS; its status in rc
+ended_within() {
+  (
+    trap 'kill "$s" 2>/dev/null; exit 0' TERM
+    sleep "$1" &
+    s=$!
+    wait "$s" && kill -KILL "$bpid" 2>/dev/null
+  ) >/dev/null 2>&1 &
+  local killer=$!
+  set +e; wait "$bpid"; rc=$?; set -e
+  kill "$killer" 2>/dev/null || true
+  wait "$killer" 2>/dev/null || true
+  bpid=
+}
 
 case $case in
 no-fit)
@@ -117,6 +147,27 @@ signal-echo)
   grep -q "got SIGINT after SIGINT: killing the workers now" run.out ||
     fail "a second SIGINT from a process not baton run's parent did not kill"
   ;;
+nohup)
+  one_rank_recipe hup "checkpoint: {every_steps: 100}" '{name: a, steps: 20}' >hup.yaml
+  # started with SIGHUP ignored (nohup, a shell's trap '' HUP): a hangup (an ssh connection
+  # lost) is no stop, the run completes
+  (trap '' HUP; BATON_FAULT_STEP_SLEEP=0.05 exec "$baton" run hup.yaml --run-dir r1 --quiet >run.out 2>&1) &
+  bpid=$!
+  wait_step 0 2 >/dev/null
+  kill -HUP "$bpid"
+  ended_within 120
+  [[ $rc == 0 ]] || fail "baton run started with SIGHUP ignored, sent one, exited $rc, not 0"
+  ! grep -q "got SIGHUP" run.out || fail "a SIGHUP ignored from the start was taken as a stop"
+  # not ignored: a SIGHUP is a stop (exit 75)
+  rm -rf r1
+  BATON_FAULT_STEP_SLEEP=0.05 "$baton" run hup.yaml --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 2 >/dev/null
+  kill -HUP "$bpid"
+  ended_within 120
+  [[ $rc == 75 ]] || fail "baton run sent SIGHUP exited $rc, not 75"
+  grep -q "got SIGHUP: asking the workers" run.out || fail "the SIGHUP is not said"
+  ;;
 recipe-pipe)
   one_rank_recipe piped "checkpoint: {every_steps: 2}" '{name: a, steps: 30}' '{name: b, steps: 2}' >p.yaml
   # piped, stopped mid-stage a, resumed
@@ -174,13 +225,27 @@ assert json.load(sys.stdin)["state"] == "completed"' || fail "the resumed piped 
     [[ ! -e r4 ]] || fail "baton run waiting for a FIFO's writer made its run directory"
   done
   # started with SIGINT ignored (a background job of a shell without job control): a stop
-  # for baton run all the same, as once the run goes on
-  set +e
-  timeout -s INT -k 5 1 sh -c 'trap "" INT; exec "$0" "$@"' "$baton" run r.fifo --run-dir r4 --quiet >run.out 2>&1
-  rc=$?
-  set -e
-  [[ $rc == 124 ]] || fail "SIGINT, ignored from the start, to baton run waiting for a FIFO's writer: exit $rc, not 124"
+  # for baton run all the same, as once the run goes on; sent once baton run waits in the
+  # FIFO's open (ignored before its first code blocks it, it would be lost)
+  sh -c 'trap "" INT; exec "$0" "$@"' "$baton" run r.fifo --run-dir r4 --quiet >run.out 2>&1 &
+  bpid=$!
+  fifo_waiting "$bpid"
+  kill -INT "$bpid"
+  ended_within 20
+  [[ $rc == 130 ]] || fail "SIGINT, ignored from the start, to baton run waiting for a FIFO's writer: exit $rc, not 130"
   [[ ! -e r4 ]] || fail "baton run waiting for a FIFO's writer made its run directory"
+  # started with SIGHUP ignored (nohup): a hangup while it waits is no stop; it reads the
+  # recipe once written and runs it
+  (trap '' HUP; exec "$baton" run r.fifo --run-dir r6 --quiet >run.out 2>&1) &
+  bpid=$!
+  fifo_waiting "$bpid"
+  kill -HUP "$bpid"
+  sleep 0.3
+  kill -0 "$bpid" 2>/dev/null || fail "SIGHUP, ignored from the start, ended baton run waiting for a FIFO's writer"
+  cat q.yaml >r.fifo
+  ended_within 120
+  [[ $rc == 0 ]] || fail "baton run started with SIGHUP ignored, sent one, exited $rc, not 0"
+  cmp q.yaml r6/recipe.yaml || fail "the kept recipe.yaml is not the FIFO's bytes"
   # baton submit from a pipe keeps the bytes too (its job resumes the kept copy)
   cat q.yaml | BATON_SBATCH_TEMPLATE=$src/deploy/slurm/baton.sbatch.in \
     "$baton" submit /dev/stdin --run-dir r5 --dry-run >run.out 2>&1 || fail "submit --dry-run from a pipe failed"
