@@ -75,11 +75,14 @@ int run_signal_describe(const run_ctx *c, const launch_job *job, uint32_t stage,
     int saved = c->journaled[stage].name[0] != '\0' && c->journaled[stage].step == k->step;
     char who[96];
     launch_job_who(job, (int)k->rank, who, sizeof who);
-    if (saved && all)
+    if (saved && all) { /* each ended on its own stop: the launcher's SIGTERMs (to a rank
+                         * slower to exit than the first) changed nothing, and go unsaid */
         snprintf(why, cap,
                  "%s received %s%s: every rank saved a stop checkpoint at step %llu and exited 75",
                  who, what, also, step);
-    else if (saved)
+        return 1;
+    }
+    if (saved)
         snprintf(why, cap, "%s received %s%s: the ranks saved a stop checkpoint at step %llu", who,
                  what, also, step);
     else
