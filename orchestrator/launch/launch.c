@@ -36,7 +36,7 @@
 
 #include "launch.h"
 #include "launch_fds.h"
-#include "launch_rmtree.h"
+#include "util/rmtree.h"
 #include "launch_tmpdir.h"
 #include "pmix_host.h"
 #include "util/clock.h"
@@ -765,8 +765,8 @@ void launch_job_close(launch_job *job) {
     }
     if (job->ns != NULL) pmixhost_ns_deregister(job->srv, job->ns);
     job->ns = NULL;
-    /* relative to the server's dir held, never through a path: see launch_rmtree.h */
-    if (job->dir[0] != '\0') launch_rmtree_name(job->srv->lock_fd, job->nspace);
+    /* relative to the server's dir held, never through a path: see bt_rmtree.h */
+    if (job->dir[0] != '\0') bt_rmtree_name(job->srv->lock_fd, job->nspace);
     job->dir[0] = '\0';
     free(job->io);
     free(job->ranks);

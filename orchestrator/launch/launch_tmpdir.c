@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "launch_rmtree.h"
+#include "util/rmtree.h"
 
 #define LAUNCH_TMPDIR_TRIES 16
 /* The longest $TMPDIR taken: the launcher's files go a few levels below it (its temp dir,
@@ -126,10 +126,10 @@ static int launch_tmpdir_create(const char *root, const char *final, char *out, 
             return 0;
         }
         if (fd >= 0) {
-            launch_rmtree_held(tmp, fd);
+            bt_rmtree_held(tmp, fd, BT_RMTREE_DEPTH);
             close(fd);
         } else {
-            launch_rmtree(tmp);
+            bt_rmtree(tmp);
         }
         if (err != EEXIST || final != NULL) return err;
     }
@@ -184,7 +184,7 @@ static int launch_tmpdir_renew(char *dir, size_t cap, int *lock_fd, const char *
     int fd, rc = launch_tmpdir_make(fresh, sizeof fresh, &fd, diag);
     if (rc == 0 && strlen(fresh) >= cap) {
         if (fd >= 0) {
-            launch_rmtree_held(fresh, fd);
+            bt_rmtree_held(fresh, fd, BT_RMTREE_DEPTH);
             close(fd);
         }
         rc = BT_EIO;

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "launch_tmpdir.h"
-#include "launch_rmtree.h"
+#include "util/rmtree.h"
 
 /* The pid in a launch temp dir's name "baton-launch-<pid>-XXXXXX" (hidden: "." before it,
  * *hidden set), or 0. */
@@ -90,7 +90,7 @@ int launch_tmpdir_sweep(void) {
         if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid()) continue;
         /* by the dir judged (held), its name only while it still is that dir */
         if (launch_tmpdir_stale(path, &st, pid, hidden, &held) && held >= 0 &&
-            launch_rmtree_at(dirfd(d), e->d_name, held) == 0)
+            bt_rmtree_at(dirfd(d), e->d_name, held, BT_RMTREE_DEPTH) == 0)
             removed++;
         if (held >= 0) close(held);
     }

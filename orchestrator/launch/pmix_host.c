@@ -30,7 +30,7 @@
 #include <pmix.h>
 #include <pmix_server.h>
 
-#include "launch_rmtree.h"
+#include "util/rmtree.h"
 #include "launch_tmpdir.h"
 #include "pmix_host.h"
 #include "util/clock.h"
@@ -456,7 +456,8 @@ void pmixhost_close(launch_server *srv) {
         if (srv->wake[i] >= 0) close(srv->wake[i]);
     srv->wake[0] = srv->wake[1] = -1;
     /* by the dir held, its name only while it still is that dir: never a squatter's */
-    if (srv->tmpdir[0] != '\0' && srv->lock_fd >= 0) launch_rmtree_held(srv->tmpdir, srv->lock_fd);
+    if (srv->tmpdir[0] != '\0' && srv->lock_fd >= 0)
+        bt_rmtree_held(srv->tmpdir, srv->lock_fd, BT_RMTREE_DEPTH);
     srv->tmpdir[0] = '\0';
     if (srv->lock_fd >= 0) close(srv->lock_fd); /* after: no sweeper races the removal */
     srv->lock_fd = -1;

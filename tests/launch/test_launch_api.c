@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "launch.h"
-#include "launch_rmtree.h"
+#include "util/rmtree.h"
 #include "launch_tmpdir.h"
 #include "pmix_host.h"
 
@@ -176,7 +176,7 @@ static void age_dir(const char *path, int s) {
 }
 
 static void remove_dir(const char *path) {
-    launch_rmtree(path);
+    bt_rmtree(path);
 }
 
 /* Whether the dir itself is locked by someone (a try from a descriptor of our own fails). */
@@ -373,7 +373,7 @@ static void squat_link_child(const char *victim, const char *lair) {
     char name[sizeof srv.tmpdir], bait[600];
     snprintf(name, sizeof name, "%s", srv.tmpdir);
     snprintf(bait, sizeof bait, "%s/%s", lair, job.nspace);
-    CHECK(launch_rmtree(name) == 0, "cannot remove %s", name); /* a temp-file cleaner */
+    CHECK(bt_rmtree(name) == 0, "cannot remove %s", name); /* a temp-file cleaner */
     CHECK(symlink(lair, name) == 0 && symlink(victim, bait) == 0, "cannot plant the links");
     CHECK(launch_job_wait(&job) == 0, "wait");
     launch_job_close(&job);
@@ -399,7 +399,7 @@ static void squat_dir_child(void) {
     child_server(&srv, &d);
     char name[sizeof srv.tmpdir], theirs[4200];
     snprintf(name, sizeof name, "%s", srv.tmpdir);
-    CHECK(launch_rmtree(name) == 0, "cannot remove %s", name);
+    CHECK(bt_rmtree(name) == 0, "cannot remove %s", name);
     CHECK(mkdir(name, 0700) == 0, "mkdir %s", name);
     snprintf(theirs, sizeof theirs, "%s/theirs", name);
     int fd = open(theirs, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -407,7 +407,7 @@ static void squat_dir_child(void) {
     if (fd >= 0) close(fd);
     launch_server_close(&srv);
     CHECK(access(theirs, F_OK) == 0, "the squatter's %s was removed at close", theirs);
-    launch_rmtree(name);
+    bt_rmtree(name);
     _exit(failures != 0);
 }
 
@@ -432,8 +432,8 @@ static void squat_case(int link) {
           "the squatter case (link %d) failed: status %d", link, status);
     if (link) {
         CHECK(victim_whole(victim), "files of %s were removed", victim);
-        launch_rmtree(victim);
-        launch_rmtree(lair);
+        bt_rmtree(victim);
+        bt_rmtree(lair);
     }
 }
 

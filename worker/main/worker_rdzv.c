@@ -1,12 +1,13 @@
 #include "worker_rdzv.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "util/rmtree.h"
 
 /* Why st, lstat's answer for a name, is not a rendezvous directory of ours; NULL if it
  * is one. */
@@ -40,35 +41,13 @@ int worker_rdzv_claim(const char *dir, bt_diag *diag) {
     return 0;
 }
 
-/* Unlinks every entry of the directory held by fd that is not a directory (the store
- * keeps only plain files), links included, never following them. */
-static void rdzv_unlink_entries(int fd) {
-    int fd2 = dup(fd);
-    DIR *d = fd2 >= 0 ? fdopendir(fd2) : NULL;
-    if (d == NULL) {
-        if (fd2 >= 0) close(fd2);
-        return;
-    }
-    struct dirent *e;
-    struct stat st;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode))
-            unlinkat(fd, e->d_name, 0);
-    }
-    closedir(d);
-}
-
 void worker_rdzv_remove(const char *dir) {
-    struct stat st, held, now;
+    struct stat st, held;
     if (lstat(dir, &st) != 0 || rdzv_unfit(&st) != NULL) return;
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return;
-    if (fstat(fd, &held) == 0 && held.st_dev == st.st_dev && held.st_ino == st.st_ino) {
-        rdzv_unlink_entries(fd);
-        /* rmdir removes no link and no directory with entries left */
-        if (lstat(dir, &now) == 0 && now.st_dev == held.st_dev && now.st_ino == held.st_ino)
-            rmdir(dir);
-    }
+    /* the store keeps plain files only: no subdir is entered (one left keeps the dir) */
+    if (fstat(fd, &held) == 0 && held.st_dev == st.st_dev && held.st_ino == st.st_ino)
+        bt_rmtree_held(dir, fd, 0);
     close(fd);
 }
