@@ -85,6 +85,18 @@ wait_continuation() {
   cat "$1"
   fail "no continuation line in $1 after 60 s"
 }
+# stuck_run N RECIPE RC FRESH: baton run of RECIPE in r1 with each process's Nth PMIx
+# registration stuck (BATON_FAULT_PMIX_STUCK=N) exits RC after FRESH continuations
+stuck_run() {
+  local rc n
+  set +e
+  BATON_FAULT_PMIX_STUCK=$1 "$baton" run "$2" --run-dir r1 --quiet >run.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == "$3" ]] || { cat run.out; fail "baton run exited $rc, stuck at each process's registration $1, not $3"; }
+  n=$(grep -c "continuing in a fresh process" run.out || true)
+  [[ $n == "$4" ]] || { cat run.out; fail "$n fresh processes, not $4"; }
+}
 # one_attempt_fatal: run.out is of a run that failed once, exit 2, not retried
 one_attempt_fatal() {
   [[ $rc == 2 ]] || fail "baton run exited $rc, not 2"
@@ -300,13 +312,7 @@ assert [x["step"] for x in s["failure_list"]] == [None], s' ||
   ;;
 pmix-stuck-again)
   one_rank_recipe one 'checkpoint: {every_steps: 2}' '{name: a, steps: 2}' >one.yaml
-  set +e
-  BATON_FAULT_PMIX_STUCK=1 "$baton" run one.yaml --run-dir r1 --quiet >run.out 2>&1
-  rc=$?
-  set -e
-  [[ $rc == 1 ]] || { cat run.out; fail "baton run exited $rc with its PMIx server stuck in every process, not 1"; }
-  n=$(grep -c "continuing in a fresh process" run.out || true)
-  [[ $n == 3 ]] || { cat run.out; fail "$n fresh processes, not 3"; }
+  stuck_run 1 one.yaml 1 3
   # each has its control channel, whose TensorBoard file the same pid opens in the same second
   ! grep -q "no control channel" run.out || { cat run.out; fail "a fresh process had no control channel"; }
   grep -q "^baton resume: stage \"a\": the embedded PMIx server is stuck: not retried in this process; 'baton resume $work/r1' continues in a fresh one\$" run.out ||
@@ -322,13 +328,7 @@ pmix-stuck-progress)
   # stuck at every process's second registration: each fresh process completes a stage first
   one_rank_recipe six 'checkpoint: {every_steps: 2}' '{name: a, steps: 2}' '{name: b, steps: 2}' \
     '{name: c, steps: 2}' '{name: d, steps: 2}' '{name: e, steps: 2}' '{name: f, steps: 2}' >six.yaml
-  set +e
-  BATON_FAULT_PMIX_STUCK=2 "$baton" run six.yaml --run-dir r1 --quiet >run.out 2>&1
-  rc=$?
-  set -e
-  [[ $rc == 0 ]] || { cat run.out; fail "baton run exited $rc, stuck after progress in each process, not 0"; }
-  n=$(grep -c "continuing in a fresh process" run.out || true)
-  [[ $n == 5 ]] || { cat run.out; fail "$n fresh processes, not 5"; }
+  stuck_run 2 six.yaml 0 5
   "$baton" status r1 --json | /usr/bin/python3 -c '
 import json, sys
 s = json.load(sys.stdin)
