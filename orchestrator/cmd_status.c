@@ -97,7 +97,9 @@ static void status_usage(FILE *f) {
                "           skipped_steps (steps whose update was skipped, null before any\n"
                "           step), valid_loss), recovery_s,\n"
                "           failure_list (per failure: stage, stage_index, attempt, time, step,\n"
-               "           rank, node, pid, exit_status, signal, cause, retryable),\n"
+               "           rank, node, pid, exit_status, signal, cause, retryable,\n"
+               "           server_stuck, continued: a stuck server's failure retried by a\n"
+               "           fresh process's attempt, null while none started one),\n"
                "           recovery_list (stage, stage_index, attempt, time, step,\n"
                "           recovery_s) and checkpoints; an unknown value is null\n"
                "  --help   show this help\n\n"
@@ -715,31 +717,77 @@ static void status_text(bt_buf *b, const status_view *v) {
     if (any) bt_buf_printf(b, "\n");
 }
 
-/* Whether the stuck server's failure v->rec[i] was retried in a fresh process: the stage's
- * next STAGE_FAILED (before its next attempt) says it continued there. */
-static int status_continued(const status_view *v, size_t i) {
+/* The stage's first STAGE_FAILED or ATTEMPT_STARTED after v->rec[i] (its index in *at),
+ * else NULL. */
+static const Baton__JournalRecord *status_next_turn(const status_view *v, size_t i, size_t *at) {
     for (size_t j = i + 1; j < v->n; j++) {
         const Baton__JournalRecord *r = v->rec[j];
         if (r->stage_index != v->rec[i]->stage_index) continue;
-        if (r->kind == BATON__JOURNAL_RECORD__KIND__STAGE_FAILED) return status_stuck(r);
-        if (r->kind == BATON__JOURNAL_RECORD__KIND__ATTEMPT_STARTED) return 0;
+        if (r->kind == BATON__JOURNAL_RECORD__KIND__STAGE_FAILED ||
+            r->kind == BATON__JOURNAL_RECORD__KIND__ATTEMPT_STARTED) {
+            *at = j;
+            return r;
+        }
     }
-    return 0;
+    return NULL;
+}
+
+/* What became of a stuck server's failure or its stage's continuation, v->rec[i]. */
+typedef enum {
+    AFRESH_NONE,    /* a failure not handed to a fresh process: its own gave up on it */
+    AFRESH_PENDING, /* handed to one that has started no attempt of the stage yet: its
+                     * execution failed, it was killed first, or it is starting */
+    AFRESH_RETRIED, /* one's attempt of the stage started */
+    AFRESH_DROPPED, /* one gave up on the stage before an attempt (a checkpoint gone) */
+} status_afresh;
+
+static status_afresh status_afresh_of(const status_view *v, size_t i) {
+    const Baton__JournalRecord *r = v->rec[i];
+    size_t j = i;
+    if (r->kind == BATON__JOURNAL_RECORD__KIND__FAILURE) {
+        r = status_next_turn(v, i, &j); /* the STAGE_FAILED that continued it */
+        if (r == NULL || r->kind != BATON__JOURNAL_RECORD__KIND__STAGE_FAILED || !status_stuck(r))
+            return AFRESH_NONE;
+    }
+    r = status_next_turn(v, j, &j);
+    if (r == NULL) return AFRESH_PENDING;
+    return r->kind == BATON__JOURNAL_RECORD__KIND__ATTEMPT_STARTED ? AFRESH_RETRIED
+                                                                   : AFRESH_DROPPED;
 }
 
 /* A failure's line: the step where the journal has one (JSON step, else null: before the
  * attempt's first step), whether it was retried. */
 static void status_failure_line(bt_buf *b, const status_view *v, size_t i) {
+    static const char *afresh[] = {
+        [AFRESH_NONE] = " (not retried in this process)",
+        [AFRESH_PENDING] = " (to be retried in a fresh process)",
+        [AFRESH_RETRIED] = " (retried in a fresh process)",
+        [AFRESH_DROPPED] = " (not retried)",
+    };
     const Baton__JournalRecord *r = v->rec[i];
-    const char *retried = r->retryable             ? ""
-                          : !status_stuck(r)       ? " (not retried)"
-                          : status_continued(v, i) ? " (retried in a fresh process)"
-                                                   : " (not retried in this process)";
+    const char *retried = r->retryable       ? ""
+                          : !status_stuck(r) ? " (not retried)"
+                                             : afresh[status_afresh_of(v, i)];
     char at[48] = " before its first step";
     if (r->has_step) snprintf(at, sizeof at, " at step %llu", (unsigned long long)r->step);
     bt_buf_printf(b, "  failure: stage %s attempt %u%s: %s%s\n",
                   status_stage_name(v, r->stage_index), r->attempt, at, r->detail ? r->detail : "?",
                   retried);
+}
+
+/* A STAGE_FAILED's line: the run gave up on the stage, or (a stuck server) it went on in
+ * a fresh process, "continued" once that process's attempt started. */
+static void status_stage_failed_line(bt_buf *b, const status_view *v, size_t i) {
+    static const char *afresh[] = {
+        [AFRESH_NONE] = "gave up",
+        [AFRESH_PENDING] = "not continued yet",
+        [AFRESH_RETRIED] = "continued",
+        [AFRESH_DROPPED] = "not continued",
+    };
+    const Baton__JournalRecord *r = v->rec[i];
+    bt_buf_printf(b, "  %s: stage %s: %s\n",
+                  status_stuck(r) ? afresh[status_afresh_of(v, i)] : "gave up",
+                  status_stage_name(v, r->stage_index), r->detail ? r->detail : "?");
 }
 
 static void status_failures(bt_buf *b, const status_view *v) {
@@ -752,8 +800,7 @@ static void status_failures(bt_buf *b, const status_view *v) {
                           status_stage_name(v, r->stage_index), r->attempt,
                           r->detail ? r->detail : "?");
         else if (r->kind == BATON__JOURNAL_RECORD__KIND__STAGE_FAILED)
-            bt_buf_printf(b, "  %s: stage %s: %s\n", status_stuck(r) ? "continued" : "gave up",
-                          status_stage_name(v, r->stage_index), r->detail ? r->detail : "?");
+            status_stage_failed_line(b, v, i);
         else if (r->kind == BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED)
             bt_buf_printf(b, "  node excluded: stage %s attempt %u: %s\n",
                           status_stage_name(v, r->stage_index), r->attempt,
@@ -837,6 +884,18 @@ static void status_json_event(bt_buf *b, const status_view *v, const Baton__Jour
                   r->attempt, r->wall_time);
 }
 
+/* A failure's server_stuck and continued (the text's "(retried in a fresh process)":
+ * true; "(to be retried in a fresh process)": null, not known yet; else false). */
+static void status_json_afresh(bt_buf *b, const status_view *v, size_t i) {
+    int stuck = status_stuck(v->rec[i]) && !v->rec[i]->retryable;
+    status_afresh a = stuck ? status_afresh_of(v, i) : AFRESH_NONE;
+    bt_buf_printf(b, ", \"server_stuck\": %s, \"continued\": %s}",
+                  status_stuck(v->rec[i]) ? "true" : "false",
+                  a == AFRESH_RETRIED   ? "true"
+                  : a == AFRESH_PENDING ? "null"
+                                        : "false");
+}
+
 /* Every failure the text lists ("failure: ..."), in journal order: where it happened,
  * which rank (node, pid; a hang's, the rank it was judged on; null where the journal does
  * not say: a whole-job cause such as a timeout, a Slurm task's pid, a journal older than
@@ -867,7 +926,8 @@ static void status_json_failures(bt_buf *b, const status_view *v) {
             status_json_opt(b, "signal", r->has_signal && r->signal != 0, r->signal);
         bt_buf_printf(b, ", \"cause\": ");
         bt_buf_json_string(b, r->detail ? r->detail : "?");
-        bt_buf_printf(b, ", \"retryable\": %s}", r->retryable ? "true" : "false");
+        bt_buf_printf(b, ", \"retryable\": %s", r->retryable ? "true" : "false");
+        status_json_afresh(b, v, i);
     }
 }
 

@@ -151,14 +151,17 @@ static int launch_check_opts(const launch_opts *o, bt_diag *diag) {
  * step: one srun process, its tasks the ranks). */
 static int launch_check_fds(const launch_opts *o, char *note, size_t cap, bt_diag *diag) {
     int own = LAUNCH_FDS_PER_RANK - (o->plain ? 1 : 0);
+    /* besides: the job's hold on the server's temp dir (launch_job.dir_fd) */
     if (o->fds_ranks <= 0)
-        return launch_fds_check(o->nprocs, own + o->fds_per_rank, 0, note, cap, diag);
-    return launch_fds_check(o->fds_ranks, o->fds_per_rank, (long)o->nprocs * own, note, cap, diag);
+        return launch_fds_check(o->nprocs, own + o->fds_per_rank, 1, note, cap, diag);
+    return launch_fds_check(o->fds_ranks, o->fds_per_rank, (long)o->nprocs * own + 1, note, cap,
+                            diag);
 }
 
 int launch_job_init(launch_job *job, launch_server *srv, const launch_opts *opts, bt_diag *diag) {
     memset(job, 0, sizeof *job);
     job->failed_rank = job->cand_rank = -1;
+    job->dir_fd = -1;
     job->srv = srv;
     int rc = launch_check_opts(opts, diag);
     rc = rc ? rc : launch_check_fds(opts, job->fds_note, sizeof job->fds_note, diag);
@@ -336,8 +339,12 @@ static int launch_job_dir(launch_job *job, bt_diag *diag) {
         bt_diag_init(diag);
     }
     int n = snprintf(job->dir, sizeof job->dir, "%s/%s", job->srv->tmpdir, job->nspace);
-    /* in the dir held, not through its name: that may be a squatter's by now */
-    if (n < 0 || (size_t)n >= sizeof job->dir || mkdirat(srv->lock_fd, job->nspace, 0700) != 0) {
+    /* in the dir held, not through its name: that may be a squatter's by now; and held by
+     * the job itself, as the server's may be another dir by the job's end (launch_job.dir_fd) */
+    errno = ENAMETOOLONG;
+    if (n >= 0 && (size_t)n < sizeof job->dir)
+        job->dir_fd = fcntl(srv->lock_fd, F_DUPFD_CLOEXEC, 3);
+    if (job->dir_fd < 0 || mkdirat(job->dir_fd, job->nspace, 0700) != 0) {
         bt_diag_set(diag, "cannot create the job directory %s: %s", job->dir, strerror(errno));
         job->dir[0] = '\0';
         return BT_EIO;
@@ -765,9 +772,10 @@ void launch_job_close(launch_job *job) {
     }
     if (job->ns != NULL) pmixhost_ns_deregister(job->srv, job->ns);
     job->ns = NULL;
-    /* relative to the server's dir held, never through a path: see bt_rmtree.h */
-    if (job->dir[0] != '\0') bt_rmtree_name(job->srv->lock_fd, job->nspace);
+    /* relative to the dir it was made in, held, never through a path: see bt_rmtree.h */
+    if (job->dir[0] != '\0') bt_rmtree_name(job->dir_fd, job->nspace);
     job->dir[0] = '\0';
+    launch_close_fd(&job->dir_fd);
     free(job->io);
     free(job->ranks);
     free(job->exe);

@@ -149,6 +149,9 @@ typedef struct launch_job {
     struct pollfd *pfds; /* poll set, rebuilt each step; pfd_who[i] = rank * 4 + kind */
     int *pfd_who;
     size_t pfd_cap;
+    /* the server's temp dir that dir was made in, held (a dup): still that dir where the
+     * server made another since (launch_tmpdir_keep); -1 without one */
+    int dir_fd;
 } launch_job;
 
 /* Validates opts, checks that the job's descriptors fit under RLIMIT_NOFILE (launch_fds.h;

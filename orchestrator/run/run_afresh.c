@@ -47,6 +47,15 @@ static int run_afresh_locks(const run_afresh_to *to) {
     return setenv(RUN_DIR_LOCKS_ENV, fds, 1);
 }
 
+/* bt_exec_self, or its failure the test hook stands in for (run_afresh.h). */
+static void run_afresh_exec(char *const argv[]) {
+    const char *f = getenv("BATON_FAULT_AFRESH_EXEC");
+    if (f != NULL && f[0] != '\0')
+        errno = EACCES;
+    else
+        bt_exec_self(argv);
+}
+
 int run_afresh(const char *prog, int quiet, const char *worker, const run_afresh_to *to) {
     char n[16];
     snprintf(n, sizeof n, "%d", to->progressed ? 1 : run_afresh_count() + 1);
@@ -60,7 +69,7 @@ int run_afresh(const char *prog, int quiet, const char *worker, const run_afresh
     /* none of this process's own descriptors (the stuck PMIx thread's sockets) goes
      * along; those its caller handed it do, as through any exec (fd_inherited.h) */
     bt_fd_cloexec_from(3);
-    if (run_afresh_locks(to) == 0 && setenv("BATON_AFRESH", n, 1) == 0) bt_exec_self(argv);
+    if (run_afresh_locks(to) == 0 && setenv("BATON_AFRESH", n, 1) == 0) run_afresh_exec(argv);
     int err = errno;
     bt_buf cmd;
     bt_buf_init(&cmd);

@@ -32,7 +32,9 @@ typedef struct run_afresh_to {
 
 /* Executes 'baton resume [--quiet] [--worker W] -- RUN_DIR' in this process's place, its
  * descriptors other than 0-2 and the locks closed; returns only where it could not (1,
- * said with "baton PROG:", naming the resume to run). */
+ * said with "baton PROG:", naming the resume to run). Test hook: BATON_FAULT_AFRESH_EXEC
+ * set (not empty) makes that execution fail with EACCES, as one refused would (the
+ * binary's file system remounted noexec since, say). */
 int run_afresh(const char *prog, int quiet, const char *worker, const run_afresh_to *to);
 
 #endif

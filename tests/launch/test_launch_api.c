@@ -324,6 +324,37 @@ static void squat_tmpdir(launch_server *srv, char **good) {
     check_tmpdir_lock(srv);
 }
 
+/* Two jobs on one server, the server's temp dir renamed (mv, as a user tidying /tmp might)
+ * while the first lives: the second makes the dir again at its name; the first's own dir,
+ * in the dir renamed, goes all the same at its close, removed in the dir it was made in. */
+static void moved_tmpdir_jobs(launch_server *srv) {
+    char *sleeper[] = {"/bin/sh", "-c", "exec sleep 30", NULL};
+    char *quick[] = {"/bin/sh", "-c", ":", NULL};
+    launch_opts oa = {.nprocs = 1, .argv = sleeper, .kill_grace_s = 1, .plain = 1};
+    launch_opts ob = {.nprocs = 1, .argv = quick, .kill_grace_s = 1, .plain = 1};
+    bt_diag d;
+    bt_diag_init(&d);
+    launch_job a, b;
+    CHECK(launch_job_init(&a, srv, &oa, &d) == 0 && launch_job_start(&a, &d) == 0, "job a: %s",
+          d.msg);
+    char moved[4200], a_dir[4300];
+    snprintf(moved, sizeof moved, "%s/moved-launch-dir", launch_tmpdir_root());
+    CHECK(rename(srv->tmpdir, moved) == 0, "cannot rename %s", srv->tmpdir);
+    snprintf(a_dir, sizeof a_dir, "%s/%s", moved, a.nspace);
+    CHECK(access(a_dir, F_OK) == 0, "job a's dir is not in the renamed %s", moved);
+    int remade = srv->tmpdir_remade;
+    CHECK(launch_job_init(&b, srv, &ob, &d) == 0 && launch_job_start(&b, &d) == 0, "job b: %s",
+          d.msg);
+    CHECK(srv->tmpdir_remade == remade + 1, "the renamed temp dir was not made again");
+    CHECK(launch_job_wait(&b) == 0 && b.cause == LAUNCH_SUCCESS, "job b: %s",
+          launch_cause_str(b.cause));
+    launch_job_close(&b);
+    launch_job_close(&a);
+    CHECK(access(a_dir, F_OK) != 0, "job a's dir %s left in the renamed temp dir", a_dir);
+    remove_dir(moved);
+    check_tmpdir_lock(srv);
+}
+
 /* TMPDIR/NAME holding v.txt and deep/d.txt: a victim's files, or a squatter's own. */
 static void victim_dir(const char *name, char *path, size_t cap) {
     fake_dir(name, "v.txt", path, cap);
@@ -491,6 +522,7 @@ int main(int argc, char **argv) {
           srv.tmpdir_remade);
     squat_tmpdir(&srv, good);
     blame_job(&srv, 0);
+    moved_tmpdir_jobs(&srv);
     char dir[sizeof srv.tmpdir];
     snprintf(dir, sizeof dir, "%s", srv.tmpdir);
     launch_server_close(&srv);

@@ -39,6 +39,13 @@
 #                 given up; the fresh process killed (-9) while it waits leaves the run
 #                 stopped, not failed; stopped (SIGINT) there after its attempt started,
 #                 exit 75, the resume's first step is the failure's recovery all the same.
+#   pmix-stuck-exec  the fresh process never runs an attempt. Its execution fails (test hook
+#                 BATON_FAULT_AFRESH_EXEC): exit 1 naming the resume; status (text and
+#                 JSON) has the failure to be retried in a fresh process (JSON continued
+#                 null) and the stage not continued yet, the run stopped; the resume by
+#                 hand retries it (continued, JSON true). It gives up before its attempt (a
+#                 checkpoint removed while it waits, BATON_FAULT_AFRESH_WAIT): the failure
+#                 not retried (JSON continued false), the stage not continued, then given up.
 #   pmix-stuck-again  stuck at every process's first registration (BATON_FAULT_PMIX_STUCK=1):
 #                 three fresh processes, then exit 1 saying so and naming the resume; four
 #                 failures journaled, three restarts; failed; each process has its control
@@ -248,8 +255,10 @@ pmix-stuck)
 import json, sys
 s = json.load(sys.stdin)
 assert s["state"] == "completed" and s["failures"] == 1, s
-assert s["restarts"] == 1 and s["recoveries"] == 1 and len(s["recovery_list"]) == 1, s' ||
-    fail "the run is not complete with one failure, one restart and one recovery"
+assert s["restarts"] == 1 and s["recoveries"] == 1 and len(s["recovery_list"]) == 1, s
+f = s["failure_list"][0]
+assert f["server_stuck"] is True and f["continued"] is True, f' ||
+    fail "the run is not complete with one failure (continued), one restart and one recovery"
   # run by the dynamic loader, /proc/self/exe is the loader: the resume is named instead
   ldso=$(sed -n 's/^ *\[Requesting program interpreter: \(.*\)\]$/\1/p' < <(readelf -l "$baton"))
   [[ -x $ldso ]] || fail "no program interpreter found for $baton"
@@ -293,6 +302,9 @@ assert s["restarts"] == 1 and s["recoveries"] == 1 and len(s["recovery_list"]) =
   "$baton" status r4 >status4.txt
   grep -q "^run r4: stopped; 1 failure, recovered 0 times\$" status4.txt ||
     { cat r4.out status4.txt; fail "a continuation killed before its attempt is not a stopped run"; }
+  grep -q "^  failure: stage b .* (to be retried in a fresh process)\$" status4.txt &&
+    grep -q "^  not continued yet: stage b: " status4.txt ||
+    { cat status4.txt; fail "a continuation killed before its attempt is listed as retried"; }
   # stopped (SIGINT) as its attempt starts: the resume's first step is the recovery
   BATON_FAULT_PMIX_STUCK=2 BATON_FAULT_AFRESH_WAIT=2 "$baton" run two.yaml --run-dir r5 --quiet >r5.out 2>&1 &
   bpid=$!
@@ -309,6 +321,68 @@ assert s["state"] == "completed" and s["failures"] == 1, s
 assert s["restarts"] == 1 and s["recoveries"] == 1, s
 assert [x["step"] for x in s["failure_list"]] == [None], s' ||
     fail "a failure whose restart was stopped before its first step was not recovered by the resume"
+  ;;
+pmix-stuck-exec)
+  one_rank_recipe two 'checkpoint: {every_steps: 2}' '{name: a, steps: 2}' '{name: b, steps: 2}' >two.yaml
+  set +e
+  BATON_FAULT_PMIX_STUCK=2 BATON_FAULT_AFRESH_EXEC=1 "$baton" run two.yaml --run-dir r1 --quiet >run.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 1 ]] || { cat run.out; fail "baton run exited $rc, its fresh process not executed, not 1"; }
+  grep -q "^baton run: cannot continue in a fresh process (/proc/self/exe: Permission denied); 'baton resume $work/r1' does\$" run.out ||
+    { cat run.out; fail "the failed execution is not said with the resume"; }
+  "$baton" status r1 >status.txt
+  grep -q "^run r1: stopped; 1 failure, recovered 0 times\$" status.txt ||
+    { cat status.txt; fail "a run whose fresh process never ran is not stopped"; }
+  grep -q "^  failure: stage b attempt 0 before its first step: cannot launch the workers: .* (to be retried in a fresh process)\$" status.txt ||
+    { cat status.txt; fail "the failure is not listed as to be retried in a fresh process"; }
+  grep -q "^  not continued yet: stage b: the embedded PMIx server is stuck: continuing in a fresh process" status.txt ||
+    { cat status.txt; fail "the stage is not listed as not continued yet"; }
+  ! grep -q "(retried in a fresh process)\|^  continued:" status.txt ||
+    { cat status.txt; fail "status says a fresh process retried the stage, none ran"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+f = s["failure_list"]
+assert s["state"] == "stopped" and len(f) == 1, s
+assert f[0]["server_stuck"] is True and f[0]["continued"] is None and f[0]["retryable"] is False, f' ||
+    fail "the JSON failure is not a stuck server's to be continued"
+  # the resume by hand is the fresh process: it retries the failure
+  "$baton" resume r1 --quiet >resume.out 2>&1 || { cat resume.out; fail "the resume failed"; }
+  "$baton" status r1 >status.txt
+  grep -q "^  failure: stage b .* (retried in a fresh process)\$" status.txt &&
+    grep -q "^  continued: stage b: " status.txt ||
+    { cat status.txt; fail "the resumed failure is not listed as retried in a fresh process"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+f = s["failure_list"]
+assert s["state"] == "completed" and [(x["server_stuck"], x["continued"]) for x in f] == [(True, True)], s' ||
+    fail "the JSON failure is not continued once the resume retried it"
+  # the fresh process gives up before its attempt: stage a's checkpoint removed as it waits
+  BATON_FAULT_PMIX_STUCK=2 BATON_FAULT_AFRESH_WAIT=8 "$baton" run two.yaml --run-dir r2 --quiet >r2.out 2>&1 &
+  bpid=$!
+  wait_continuation r2.out
+  rm -rf r2/checkpoints/*
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  [[ $rc == 1 ]] || { cat r2.out; fail "the fresh process, its checkpoint gone, exited $rc, not 1"; }
+  "$baton" status r2 >status2.txt
+  grep -q "^run r2: failed (stage b: the journal records checkpoint " status2.txt ||
+    { cat r2.out status2.txt; fail "the run given up before the fresh attempt is not failed"; }
+  grep -q "^  failure: stage b attempt 0 before its first step: cannot launch the workers: .* (not retried)\$" status2.txt ||
+    { cat status2.txt; fail "the failure given up before its retry is not listed as not retried"; }
+  grep -q "^  not continued: stage b: the embedded PMIx server is stuck" status2.txt &&
+    grep -q "^  gave up: stage b: the journal records checkpoint " status2.txt ||
+    { cat status2.txt; fail "the stage is not listed as not continued, then given up"; }
+  ! grep -q "retried in a fresh process\|^  continued:" status2.txt ||
+    { cat status2.txt; fail "status says a fresh process retried the stage, none did"; }
+  "$baton" status r2 --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+f = s["failure_list"]
+assert s["state"] == "failed" and [(x["server_stuck"], x["continued"]) for x in f] == [(True, False)], s' ||
+    fail "the JSON failure given up before its retry is not one not continued"
   ;;
 pmix-stuck-again)
   one_rank_recipe one 'checkpoint: {every_steps: 2}' '{name: a, steps: 2}' >one.yaml

@@ -79,11 +79,12 @@ int main(void) {
     lo.nprocs = 8;
     lo.plain = 1; /* 4 per rank; plain: no PMIx namespace to register on srv */
     CHECK(init(&lo, msg, note) == 0);
-    /* a one-rank step connects to no store: its control connection, srun's 3 and 8 while
-     * starting fit exactly (soft = hard: no raising), with a store connection they would
-     * not; one descriptor fewer and they do not fit either, so nothing here is slack. Last:
-     * the hard limit cannot be raised again unprivileged. */
-    long one = base + 1 + 3 + LAUNCH_FDS_STARTING;
+    /* a one-rank step connects to no store: its control connection, srun's 3, the job's
+     * hold on the launcher's temp dir and 8 while starting fit exactly (soft = hard: no
+     * raising), with a store connection they would not; one descriptor fewer and they do
+     * not fit either, so nothing here is slack. Last: the hard limit cannot be raised
+     * again unprivileged. */
+    long one = base + 1 + 3 + 1 + LAUNCH_FDS_STARTING;
     set_limit(one, one);
     rc = init_slurm(1, msg, note);
     CHECK(rc == 0);
