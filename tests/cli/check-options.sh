@@ -275,6 +275,24 @@ rc=$?
   ok "run --run-dir on a file: refused, no mode warning" || fail "run --run-dir on a file: exit $rc: $out"
 expect 2 "^baton run: afile/r: cannot create the run directory: Not a directory \\(relative to $work\\)$" -- \
   "$baton" run "$small" --run-dir afile/r
+# an existing directory that is no run's and holds files of its own (a project's root,
+# --run-dir .): refused, naming it, nothing written there; an empty one is taken, as is one
+# holding only what baton names its own (a batch job's slurm-JOBID.out, written first)
+mkdir proj proj/src && : >proj/notes && : >proj/.hidden
+msg="exists and is not a baton run directory \\(it holds 3 entries of its own, such as '\\.hidden'\\), and a run's files are not mixed with others; give --run-dir a new or empty directory, or 'baton resume' a run directory$"
+expect 2 "^baton run: $work/proj: $msg" -- "$baton" run "$small" --run-dir proj --quiet
+cd proj && expect 2 "^baton run: $work/proj: $msg" -- "$baton" run "$small" --run-dir . --quiet \
+  --set data.train="$work/data/fortunes_train" --set data.valid="$work/data/fortunes_valid"
+cd "$work" || exit 1
+expect 2 "^baton submit: $work/proj: $msg" -- "$baton" submit "$small" --run-dir proj --dry-run
+[[ $(ls -A proj | tr '\n' ' ') == ".hidden notes src " ]] && ok "a directory that is no run's: nothing written in it" ||
+  fail "a refused run wrote into proj: $(ls -A proj)"
+mkdir emptyd sc && : >emptyd/slurm-12.out && printf '#!/bin/sh\nexit 1\n' >sc/scontrol && chmod +x sc/scontrol &&
+  PATH=$work/sc:$PATH SLURM_JOB_ID=1 SLURM_JOB_NODELIST=h1 \
+  expect 2 "^baton run: --launcher slurm: 'scontrol show hostnames h1' failed" -- \
+  "$baton" run "$small" --run-dir emptyd --launcher slurm
+[[ -d emptyd ]] && ok "an existing directory of baton's names alone is taken as a run directory (kept after)" ||
+  fail "emptyd is gone"
 # baton alone, without baton-worker beside it nor in PATH: where it looked is said
 mkdir alone && cp "$baton" alone/
 PATH=/usr/bin:/bin expect 2 "cannot launch the workers: baton-worker: command not found in PATH \\(looked for baton-worker beside baton, as $work/alone/baton-worker, then in PATH; give --worker PATH\\)" -- \
