@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "launch.h"
 #include "launch_slurm.h"
 #include "launch_tmpdir.h"
 #include "recipe.h"
@@ -37,13 +38,15 @@ static void run_usage(FILE *f) {
                "directory; running again on the same directory (or 'baton resume') continues\n"
                "where it stood. See 'baton status RUN_DIR'.\n\n"
                "  --run-dir DIR   the run directory (default: runs/<recipe name>,\n"
-               "                  runs/<file stem> for a recipe without a name), created 0700\n"
+               "                  runs/<file stem> for a recipe without a name), created 0700;\n"
+               "                  an existing one must be empty or a run's\n"
                "  --nodes K, --gpus-per-node G   the cluster (as --set cluster.nodes=K ...)\n"
                "  --set KEY=VALUE override a recipe field: a dotted path as in the YAML, stages\n"
                "                  by name or index (stages.pretrain.steps=100,\n"
                "                  defaults.optimizer.lr=1e-3); kept with the run for resume\n"
-               "  --worker PATH   the worker program (default: baton-worker next to baton);\n"
-               "                  kept with the run (RUN_DIR/worker) and used again on resume\n"
+               "  --worker PATH   the worker program (default: baton-worker next to baton,\n"
+               "                  else in PATH); kept with the run (RUN_DIR/worker) and used\n"
+               "                  again on resume; one of another build is refused\n"
                "  --launcher L    local (default): the embedded PMIx server on this host;\n"
                "                  slurm: inside an allocation, each attempt is an\n"
                "                  'srun --mpi=pmix' step on the allocation's hosts\n"
@@ -338,6 +341,26 @@ static const char *run_worker_note(const char *worker, char *buf, size_t cap) {
     return buf;
 }
 
+/* The default worker taken from PATH, none being beside baton (*w a name): said unless
+ * --quiet, where it was found, so that the output tells which program ran (an older
+ * install's, say: its Hello refuses it then, run_check_build); for the local launcher *w
+ * becomes that path (buf), which each attempt's journal record keeps. Under Slurm each
+ * node finds it in its own PATH. Nothing when it is not found (said where it is
+ * launched). */
+static void run_worker_found(const run_args *a, const char **w, char *buf, size_t cap) {
+    char *exe = NULL, abs[PATH_MAX];
+    bt_diag d;
+    bt_diag_init(&d);
+    if (launch_resolve_program(*w, &exe, &d) != 0) return;
+    int slurm = a->launcher && strcmp(a->launcher, "slurm") == 0;
+    const char *path = realpath(exe, abs) ? abs : exe;
+    if (!a->quiet)
+        printf("baton %s: worker %s, found in PATH (none beside baton)%s\n", run_name(a), path,
+               slurm ? "; each node looks for baton-worker in its PATH" : "");
+    if (!slurm && strlen(path) < cap) *w = strcpy(buf, path);
+    free(exe);
+}
+
 /* --worker given to a run that keeps another (RUN_DIR/worker): taken for this invocation,
  * said even under --quiet; it replaces the kept one for good when that one cannot start
  * the run (run_worker_unusable: not there, not executable, or refused by exec), so that
@@ -392,6 +415,7 @@ static int run_pick_worker(const run_args *a, const run_dir *dir, char *buf, siz
                  "PATH, which then replaces it",
                  dir->path);
     *notep = a->worker ? NULL : kept > 0 ? note : run_worker_note(*w, note, note_cap);
+    if (a->worker == NULL && kept <= 0 && strchr(*w, '/') == NULL) run_worker_found(a, w, buf, cap);
     if (dir->started || a->worker || run_worker_check(*w, &diag) == 0) return 0;
     fprintf(stderr, "baton %s: %s%s%s%s\n", run_name(a), diag.msg, *notep ? " (" : "",
             *notep ? *notep : "", *notep ? ")" : "");

@@ -50,6 +50,7 @@ int control_server_open(control_server *cs, const char *token, const char *run_d
                         const char *bind_host, bt_diag *diag) {
     memset(cs, 0, sizeof *cs);
     cs->listen_fd = -1;
+    cs->other_build = -1;
     cs->diag = diag;
     if (token == NULL || token[0] == '\0') {
         bt_diag_set(diag, "control channel: the run's token is empty");
@@ -90,6 +91,7 @@ int control_server_begin_attempt(control_server *cs, uint32_t stage_index, const
     cs->step_offset = step_offset;
     snprintf(cs->stage_name, sizeof cs->stage_name, "%s", stage_name ? stage_name : "");
     cs->have_metrics = 0;
+    cs->other_build = -1;
     cs->metrics_failed_said = 0;
     memset(&cs->last, 0, sizeof cs->last);
     memset(&cs->fatal, 0, sizeof cs->fatal);

@@ -54,6 +54,7 @@ typedef struct control_rank {
     uint32_t hello_attempt; /* the attempt the worker says it belongs to */
     unsigned dup_said;      /* Hellos of a second worker as this rank (the first is said) */
     int stop_signal;        /* it sent a Stop: a signal of its own (control_stop_signal) */
+    char build[128];        /* from the Hello: the worker's version, "" when it says none */
 } control_rank;
 
 /* The Fatal that names the attempt's failure: a configuration error (code 2) over any
@@ -122,6 +123,9 @@ typedef struct control_server {
     control_stop_signal stop_signal;
     unsigned rejected;    /* connections closed for a bad token, garbage or oversize */
     unsigned send_failed; /* Stop messages that could not be sent whole */
+    /* The first rank of the attempt whose Hello names another build than `build` (or none),
+     * else -1; only while the caller sets build (NULL: no check). */
+    int other_build;
     /* Set by the caller (NULL: none): rank 0's metrics of the current attempt, live and
      * replayed (control_server_replay) alike, as they are applied. */
     control_metrics_cb on_metrics;
@@ -130,6 +134,8 @@ typedef struct control_server {
      * that is not the attempt's stage's checkpoint at that step is dropped. */
     control_ckpt_cb on_checkpoint;
     void *ckpt_arg;
+    /* Set by the caller (NULL: none): the build a rank's Hello must name (other_build). */
+    const char *build;
     /* Private. */
     int listen_fd;
     size_t max_unauth;    /* connections without a Hello kept at once (bt_tcp_unauth_cap) */

@@ -1,10 +1,14 @@
-/* Per-attempt checks of where the ranks landed: the topology report and lost nodes; and
- * the journaled verdict when the run gives up on a stage. */
+/* Per-attempt checks of where the ranks landed and what they run: the topology report,
+ * the workers' build and lost nodes; and the journaled verdict when the run gives up on a
+ * stage. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "baton_version.h"
 #include "run_ctx.h"
+#include "run_worker.h"
 #include "run_topology.h"
 #include "util/buf.h"
 
@@ -45,6 +49,32 @@ void run_check_topology(run_ctx *c, launch_job *job, uint32_t stage, uint32_t at
         c->topo_refused = 1;
         launch_job_kill(job, LAUNCH_STOPPED);
     }
+}
+
+/* The worker is of another build: killed with SIGKILL, before it trains or saves anything
+ * (a stop checkpoint of another build's format, say), and the attempt fails as a
+ * configuration error. Under Slurm too: the ranks' Hello comes from the nodes. */
+void run_check_build(run_ctx *c, launch_job *job) {
+    if (c->build_refused || !c->cs_open || c->cs.other_build < 0) return;
+    const control_rank *r = &c->cs.ranks[c->cs.other_build];
+    char self[1024], said[200];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[n > 0 ? n : 0] = '\0';
+    if (r->build[0])
+        snprintf(said, sizeof said, "is baton-worker %s", r->build);
+    else
+        snprintf(said, sizeof said, "names no build (a baton-worker older than the check)");
+    const char *note = c->o->worker_note;
+    /* a long note is cut short at its end (the return value used: no truncation warning) */
+    int len = snprintf(
+        c->build_why, sizeof c->build_why,
+        "%s: %.300s (rank %d on %.64s, pid %d) %s, but this baton (%.300s) is %s; use "
+        "the baton-worker built with this baton (%s)",
+        RUN_WORKER_OTHER_BUILD, c->o->worker, c->cs.other_build, r->host, (int)r->pid, said,
+        n > 0 ? self : "?", BATON_VERSION, note ? note : "beside it, or give --worker PATH");
+    if (len < 0) snprintf(c->build_why, sizeof c->build_why, "%s", RUN_WORKER_OTHER_BUILD);
+    c->build_refused = 1;
+    if (job) launch_job_kill_now(job, LAUNCH_STOPPED);
 }
 
 /* Virtual node k of the job is lost when every one of its ranks was killed by a signal

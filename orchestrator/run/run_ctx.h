@@ -51,7 +51,9 @@ typedef struct run_ctx {
     run_nodes nodes; /* usable, excluded and this attempt's nodes */
     const Baton__StageSpec *spec; /* this attempt's */
     int topo_checked, topo_refused;
-    char nodes_note[256];          /* what the node plan changed for this attempt */
+    int build_refused;    /* a rank's worker is of another build (run_check_build) */
+    char build_why[1000]; /* ... the attempt's failure, naming the worker and both builds */
+    char nodes_note[256]; /* what the node plan changed for this attempt */
     run_skip skips[RUN_MAX_SKIPS]; /* from the ROLLBACK records, in journal order */
     size_t n_skips;
     char rollback_note[768]; /* for the next attempt's journal detail, then cleared */
@@ -159,6 +161,10 @@ void run_slurm_replay_exclusion(run_ctx *c, const Baton__JournalRecord *r);
 
 /* run_checks.c */
 void run_check_topology(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attempt);
+/* A rank whose Hello names another build than this baton's, or none (a worker older than
+ * the check): c->build_refused and c->build_why set once, and the job (when not NULL:
+ * still running) killed at once. */
+void run_check_build(run_ctx *c, launch_job *job);
 /* Excludes node `name` from later attempts, journals it (NODE_EXCLUDED with detail) and
  * says so on stderr. */
 void run_exclude_node(run_ctx *c, uint32_t stage, uint32_t attempt, const char *name,

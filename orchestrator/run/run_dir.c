@@ -484,6 +484,7 @@ int run_dir_open(run_dir *d, const char *path, const recipe_doc *recipe, const c
      * is, should a link on the way have changed since the first check */
     rc = rc ? rc : run_dir_check_parents(d, d->path, diag);
     if (rc == 0 && existed) rc = run_dir_check_existing(d, &st, diag);
+    if (rc == 0 && existed) rc = run_dir_check_foreign(d, diag); /* not mixed with others' */
     rc = rc ? rc : run_dir_lock(d, diag);
     if (rc == 0) d->started = run_dir_has_started(d->path);
     rc = rc ? rc : run_dir_check_overrides(d, overrides, diag);

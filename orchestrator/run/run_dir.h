@@ -59,8 +59,9 @@ typedef struct run_dir {
  * copy is written again only when overrides are those); takes the lock; makes the
  * secret and the run id (run_id) where they are not there yet. Every failure
  * (unwritable; an existing directory another user owns or group or others may write; a
- * symbolic link for specs/, logs/, checkpoints/ or tb/; another run's directory; locked
- * by another baton run; a directory above it that any user may rename entries in:
+ * symbolic link for specs/, logs/, checkpoints/ or tb/; another run's directory; an
+ * existing directory that is no run's and holds files of its own (run_dir_check_foreign);
+ * locked by another baton run; a directory above it that any user may rename entries in:
  * run_dir_check_parents) is a clear message and BT_EINVAL / BT_EIO. d->warning and
  * d->parent_warning: for the caller to say (a directory others may read; one above it
  * that some users may rename entries in). */
@@ -135,6 +136,11 @@ int run_dir_check_resumable(const char *path, bt_diag *diag);
  * empty; -1: a removal failed otherwise. said: what was removed and kept, and why, for
  * the caller to say ("" for 0). Leaves d closed. */
 int run_dir_unmake(run_dir *d, char *said, size_t cap);
+/* run_dir_foreign.c: an existing directory run_dir_open is given: BT_EINVAL (diag naming
+ * how many entries it holds, one of them, and what to give instead) when it is no run's
+ * (none of the files every run directory has: lock, journal, secret, run_id, workdir)
+ * and holds an entry baton does not make there; an empty one is taken. */
+int run_dir_check_foreign(const run_dir *d, bt_diag *diag);
 /* path/<sub> into out. */
 void run_dir_file(const run_dir *d, const char *sub, char *out, size_t cap);
 

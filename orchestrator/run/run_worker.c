@@ -17,7 +17,13 @@ int run_worker_check(const char *worker, bt_diag *diag) {
     return rc;
 }
 
-/* Whether the journal's last failure is a launch failure, not retried. */
+/* Whether detail (a failure's) starts with words. */
+static int run_worker_starts(const char *detail, const char *words) {
+    return detail && strncmp(detail, words, strlen(words)) == 0;
+}
+
+/* Whether the journal's last failure is a launch failure, or a worker of another build,
+ * not retried. */
 static int run_worker_last_failure_launch(const char *run_dir_path) {
     Baton__JournalRecord **v = NULL;
     size_t n = 0;
@@ -28,8 +34,9 @@ static int run_worker_last_failure_launch(const char *run_dir_path) {
     int launch = 0;
     for (size_t i = n; i-- > 0;) {
         if (v[i]->kind != BATON__JOURNAL_RECORD__KIND__FAILURE) continue;
-        launch = v[i]->has_retryable && !v[i]->retryable && v[i]->detail &&
-                 strncmp(v[i]->detail, RUN_LAUNCH_FAILED, strlen(RUN_LAUNCH_FAILED)) == 0;
+        launch = v[i]->has_retryable && !v[i]->retryable &&
+                 (run_worker_starts(v[i]->detail, RUN_LAUNCH_FAILED) ||
+                  run_worker_starts(v[i]->detail, RUN_WORKER_OTHER_BUILD));
         break;
     }
     journal_records_free(v, n);

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "baton_version.h"
 #include "ckpt/ckpt.h"
 #include "ckpt/crc32c.h"
 #include "util/file.h"
@@ -308,6 +309,7 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
         /* where rank 0 stands before its first step (resumed there), by its heartbeats */
         if (c->cs_open && c->cs.ranks) run_progress_at(&c->prog, c->cs.ranks[0].step);
         run_check_topology(c, job, stage, attempt);
+        run_check_build(c, job);
         run_note_recovery(c, stage, attempt);
         if (c->sfd >= 0 && (pfd[0].revents & POLLIN)) run_on_signal(c, job);
         if (run_dir_gone(c) && !c->killed_now) {
@@ -330,8 +332,8 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
          * failed one, and the launcher's kill grace ends them (the failure is the cause) */
         double now =
             run_pause_check(c, &last, &started, hang_s); /* also a pause within this turn */
-        if (!*hung && !c->killed_now && !c->topo_refused && !run_rank_failed(job) &&
-            run_hung(c, job, started, hang_s, now)) {
+        if (!*hung && !c->killed_now && !c->topo_refused && !c->build_refused &&
+            !run_rank_failed(job) && run_hung(c, job, started, hang_s, now)) {
             *hung = 1;
             run_progress_end(&c->prog);
             run_err(c, "stage \"%s\": %s: killing the attempt\n", c->prog.stage, c->hang_why);
@@ -344,6 +346,7 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
     /* what the ranks sent before they exited, read before the attempt is judged and torn
      * down (a paused `baton run` finds them all gone at once) */
     if (c->cs_open) control_server_drain(&c->cs, RUN_DRAIN_S);
+    run_check_build(c, NULL); /* a Hello read only now: the job ended first */
     /* and what never came (a rank's outbox full or lost with it) from rank 0's own log */
     if (c->cs_open) run_metrics_take(c, stage, attempt, 0, c->cs.step_offset);
     /* a first step only the drain or the log brought is the recovery too */
@@ -466,7 +469,9 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
      * work all the same: the stage's final checkpoint says whether it was all of it. */
     int all_zero = job->cause == LAUNCH_EXITED && run_all_exited_zero(job);
     int fin = RUN_FINAL_SHORT;
-    if ((all_zero && !c->got_signal) || job->cause == LAUNCH_SUCCESS)
+    int success = job->cause == LAUNCH_SUCCESS && !c->build_refused; /* not another build's */
+    all_zero = all_zero && !c->build_refused;
+    if ((all_zero && !c->got_signal) || success)
         fin = run_stage_finished(c, stage, c->spec->stage->steps, why, sizeof why);
     if (fin == RUN_FINAL_BROKEN) return run_unread_final(c, stage, attempt, &r, why, fin);
     if (all_zero && !c->got_signal && fin == RUN_FINAL_DONE) {
@@ -479,7 +484,7 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
         run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
         return ATTEMPT_DONE;
     }
-    if (job->cause == LAUNCH_SUCCESS) {
+    if (success) {
         /* Exit status 0 alone is no proof: a worker told to take fewer steps, or a wrapper
          * that never ran one, exits 0 too. The stage's final checkpoint is. */
         if (fin == RUN_FINAL_DONE) {
@@ -506,10 +511,14 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
         snprintf(why, sizeof why,
                  "topology: a TP/CP/EP group spans hosts or a rank is off its "
                  "planned node, and cluster.strict_topology is set");
+    else if (c->build_refused)
+        snprintf(why, sizeof why, "%s", c->build_why);
     else if (hung)
         snprintf(why, sizeof why, "%s", c->hang_why);
     const launch_rank *rk = job->failed_rank >= 0 ? &job->ranks[job->failed_rank] : NULL;
-    int told = !c->topo_refused && !hung; /* why is how the ranks ended: what they said next */
+    if (c->build_refused) rk = NULL; /* killed for it: the rank is the one named in why */
+    /* why is how the ranks ended: what they said next */
+    int told = !c->topo_refused && !c->build_refused && !hung;
     if (told && c->cs_open && c->cs.fatal.key.seen) {
         size_t l = strlen(why);
         char said[401]; /* its end kept: the errno's words */
@@ -533,13 +542,15 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
         run_nodes_name(&c->nodes, rk->node, node, sizeof node);
         r.node = node;
         if (c->o->slurm) run_slurm_blame(c, &r, node, sizeof node);
+    } else if (c->build_refused) {
+        r.has_rank = 1, r.rank = c->cs.other_build;
     } else if (hung && !c->topo_refused) {
         run_blame_hang(c, job, &r, node, sizeof node);
     }
     int fatal = (rk && rk->exited && rk->exit_status == 2) ||
                 (c->cs_open && c->cs.fatal.key.seen && c->cs.fatal.key.code == 2) ||
                 job->cause == LAUNCH_SPAWN_FAILED || (c->o->slurm && c->o->slurm->step_refused) ||
-                c->topo_refused;
+                c->topo_refused || c->build_refused;
     /* Slurm's SIGTERM (a time limit, scancel, a requeue) reaching the workers before baton,
      * or the job ending under the attempt: a stop, not a failure */
     int stop = c->got_signal || (!fatal && c->o->slurm && run_slurm_stopping(c, job));
@@ -763,6 +774,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
     char detail[4800];
     run_attempt_detail(c, spec_file, detail, sizeof detail);
     r.detail = detail;
+    r.worker = (char *)c->o->worker; /* which program ran, whatever PATH a resume has */
     run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_STARTED, (uint32_t)i, &r);
     if (c->journal_broken) { /* the stage's or the attempt's start not journaled: no workers */
         if (c->prog.log) fclose(c->prog.log);
@@ -775,7 +787,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
      * its ranks: what is found once it ends is then its own */
     run_ckpt_journal_found(c, (uint32_t)i, RUN_NO_ATTEMPT);
     launch_job job;
-    c->spec = spec, c->topo_checked = 0, c->topo_refused = 0;
+    c->spec = spec, c->topo_checked = 0, c->topo_refused = 0, c->build_refused = 0;
     int hung = 0, remade = c->srv.tmpdir_remade, rc = launch_job_init(&job, &c->srv, &lo, &d);
     if (rc == 0 && job.fds_note[0]) run_err(c, "%s\n", job.fds_note);
     rc = rc ? rc : launch_job_start(&job, &d);
@@ -1074,7 +1086,7 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
         bt_diag_init(&c.cs_diag);
         const char *host = o->slurm ? launch_slurm_listen(o->slurm) : "127.0.0.1";
         if (control_server_open(&c.cs, dir->token, dir->path, host, &c.cs_diag) == 0)
-            c.cs_open = 1;
+            c.cs_open = 1, c.cs.build = BATON_VERSION; /* a worker of another build refused */
         else
             run_err(&c,
                     "no control channel (hangs are seen by progress only, and checkpoint "

@@ -275,10 +275,66 @@ rc=$?
   ok "run --run-dir on a file: refused, no mode warning" || fail "run --run-dir on a file: exit $rc: $out"
 expect 2 "^baton run: afile/r: cannot create the run directory: Not a directory \\(relative to $work\\)$" -- \
   "$baton" run "$small" --run-dir afile/r
+# an existing directory that is no run's and holds files of its own (a project's root,
+# --run-dir .): refused, naming it, nothing written there; an empty one is taken, as is one
+# holding only what baton names its own (a batch job's slurm-JOBID.out, written first)
+mkdir proj proj/src && : >proj/notes && : >proj/.hidden
+msg="exists and is not a baton run directory \\(it holds 3 entries of its own, such as '\\.hidden'\\), and a run's files are not mixed with others; give --run-dir a new or empty directory, or 'baton resume' a run directory$"
+expect 2 "^baton run: $work/proj: $msg" -- "$baton" run "$small" --run-dir proj --quiet
+cd proj && expect 2 "^baton run: $work/proj: $msg" -- "$baton" run "$small" --run-dir . --quiet \
+  --set data.train="$work/data/fortunes_train" --set data.valid="$work/data/fortunes_valid"
+cd "$work" || exit 1
+expect 2 "^baton submit: $work/proj: $msg" -- "$baton" submit "$small" --run-dir proj --dry-run
+[[ $(ls -A proj | tr '\n' ' ') == ".hidden notes src " ]] && ok "a directory that is no run's: nothing written in it" ||
+  fail "a refused run wrote into proj: $(ls -A proj)"
+mkdir emptyd sc && : >emptyd/slurm-12.out && printf '#!/bin/sh\nexit 1\n' >sc/scontrol && chmod +x sc/scontrol &&
+  PATH=$work/sc:$PATH SLURM_JOB_ID=1 SLURM_JOB_NODELIST=h1 \
+  expect 2 "^baton run: --launcher slurm: 'scontrol show hostnames h1' failed" -- \
+  "$baton" run "$small" --run-dir emptyd --launcher slurm
+[[ -d emptyd ]] && ok "an existing directory of baton's names alone is taken as a run directory (kept after)" ||
+  fail "emptyd is gone"
 # baton alone, without baton-worker beside it nor in PATH: where it looked is said
 mkdir alone && cp "$baton" alone/
 PATH=/usr/bin:/bin expect 2 "cannot launch the workers: baton-worker: command not found in PATH \\(looked for baton-worker beside baton, as $work/alone/baton-worker, then in PATH; give --worker PATH\\)" -- \
   alone/baton run "$small" --run-dir r-alone --quiet
+# ... and with a baton-worker of another build first in PATH (this build's, its version
+# changed in the binary: a real worker whose Hello names another build): the worker it
+# found is said, and refused once a rank says Hello, killed, as a configuration error
+# (exit 2, not retried) naming both programs and both builds; journaled as such, and
+# resumable once the right worker is there (each attempt's worker in the journal)
+rx() { sed 's/[][\.*^$()+?{}|]/\\&/g' <<<"$1"; } # $1 as an extended regex
+ver=$("$baton" --version) ver=${ver#baton }
+mkdir otherbin samebin && cp "$worker" samebin/baton-worker &&
+  /usr/bin/python3 -c '
+import sys
+v = sys.argv[1].encode(); o = v.replace(b"(git ", b"(gix ")
+b = open(sys.argv[2], "rb").read()
+assert v in b and o != v
+open(sys.argv[3], "wb").write(b.replace(v, o))' "$ver" "$worker" otherbin/baton-worker &&
+  chmod +x otherbin/baton-worker
+other=${ver/"(git "/"(gix "}
+[[ $(otherbin/baton-worker --version) == "baton-worker $other" ]] && ok "a worker of another build" ||
+  fail "otherbin/baton-worker --version: $(otherbin/baton-worker --version 2>&1)"
+out=$(PATH=$work/otherbin:/usr/bin:/bin alone/baton run "$small" --run-dir r-other --set defaults.steps=1 2>&1)
+rc=$?
+want="^baton run: stage \"fp32\" attempt 0 failed: the worker is of another build: $(rx "$work/otherbin/baton-worker") \\(rank 0 on [^,]+, pid [0-9]+\\) is baton-worker $(rx "$other"), but this baton \\($(rx "$work/alone/baton")\\) is $(rx "$ver"); use the baton-worker built with this baton \\(looked for baton-worker beside baton, as $(rx "$work/alone/baton-worker"), then in PATH; give --worker PATH\\) \\(a configuration error: not retried\\)$"
+[[ $rc == 2 ]] && grep -qxF "baton run: worker $work/otherbin/baton-worker, found in PATH (none beside baton)" <<<"$out" &&
+  grep -Eq "$want" <<<"$out" && ok "a worker of another build found in PATH: said, refused" ||
+  fail "run with a worker of another build: exit $rc: $out"
+"$baton" status r-other --json | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["state"] == "failed", s["state"]
+assert (s["failures"], s["restarts"]) == (1, 0), s
+assert not any(f["retryable"] for f in s["failure_list"]), s["failure_list"]
+assert all("another build" in f["cause"] for f in s["failure_list"]), s["failure_list"]' &&
+  ok "the worker of another build: failed, not retried" || fail "status r-other: $("$baton" status r-other 2>&1)"
+PATH=$work/samebin:/usr/bin:/bin expect 0 "^baton resume: worker $work/samebin/baton-worker, found in PATH \\(none beside baton\\)$" -- \
+  alone/baton resume r-other
+"$baton" status r-other --json | /usr/bin/python3 -c 'import json, sys; assert json.load(sys.stdin)["state"] == "completed"' &&
+  grep -qaF "$work/samebin/baton-worker" r-other/journal && grep -qaF "$work/otherbin/baton-worker" r-other/journal &&
+  ok "resumed with this build's worker; each attempt's worker journaled" ||
+  fail "resume r-other: $("$baton" status r-other 2>&1)"
 expect 2 "cannot launch the workers: /nonexistent/w: No such file or directory$" -- \
   "$baton" run "$small" --run-dir r-w --quiet --worker /nonexistent/w
 # ... refused before any attempt: the run directory either made is removed again, and

@@ -39,6 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "baton_version.h"
 #include "control_client.h"
 #include "control_internal.h"
 #include "control_server.h"
@@ -196,11 +197,15 @@ int unit(const char *run_dir) {
     CHECK(control_server_open(&cs, "s3cret", run_dir, "127.0.0.1", &d) == 0, "open: %s", d.msg);
     CHECK(control_server_begin_attempt(&cs, 1, "pretrain", 3, 2, 100) == 0, "begin");
     CHECK(control_server_silence(&cs, bt_clock_now(), NULL) < 0, "silence without ranks");
+    cs.build = "0.1.0 (git another)"; /* each Hello names the client's build: another */
     control_client r0, r1;
     CHECK(control_client_open(&r0, cs.address, "s3cret", 0, 2, 3, NULL, &d) == 0, "r0: %s", d.msg);
     CHECK(control_client_open(&r1, cs.address, "s3cret", 1, 2, 3, NULL, &d) == 0, "r1: %s", d.msg);
     CHECK(pump_until(&cs, two_connected), "two good ranks did not connect");
     CHECK(cs.ranks[1].pid == getpid(), "rank 1's pid %d", (int)cs.ranks[1].pid);
+    CHECK(strcmp(cs.ranks[1].build, BATON_VERSION) == 0, "rank 1's build '%s'", cs.ranks[1].build);
+    CHECK(cs.other_build == 0 || cs.other_build == 1, "other build: rank %d", cs.other_build);
+    cs.build = NULL;
     unit_refusals(&cs);
     CHECK(control_server_connected(&cs) == 2, "refusals disturbed the good ranks");
     send_metrics(&r1, 3, 9.0); /* rank 1's metrics are tracked, not written */

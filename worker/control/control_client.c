@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "baton_version.h"
 #include "util/clock.h"
 #include "util/tcp.h"
 
@@ -366,6 +367,7 @@ static int control_hello(control_client *c, const char *token, uint32_t world, u
     h.host = host;
     h.has_pid = 1, h.pid = (int32_t)getpid();
     h.has_attempt = 1, h.attempt = attempt;
+    h.build = (char *)BATON_VERSION; /* baton run refuses another build's worker */
     Baton__Envelope env = BATON__ENVELOPE__INIT;
     env.body_case = BATON__ENVELOPE__BODY_HELLO, env.hello = &h;
     return control_send(c, &env);
