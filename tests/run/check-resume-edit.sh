@@ -30,7 +30,9 @@
 #   edit-notes        resume says once which kept --set overrides it reapplies; status of a
 #                     run whose kept recipe no longer parses says so, steps '?' (null); a
 #                     FIFO at RUN_DIR/recipe.yaml, overrides or journal: status and resume
-#                     end at once (never wait for a writer), naming it; resume exits 2.
+#                     end at once (never wait for a writer), naming it; resume exits 2;
+#                     status on a kept overrides file it cannot read (a FIFO, a link, over
+#                     1 MiB) says why, and "is missing" only for one that is.
 #   fifo-writes       a FIFO where a resume writes a file of the run's own, never
 #                     waited on: at an attempt's log or its spec's temp file, the attempt
 #                     fails at once naming it, not retried (exit 1, no worker started); at
@@ -258,6 +260,29 @@ assert [s["steps"] for s in st] == [None, None], st' || fail "status --json show
     fi
     fifo_out $f
   done
+  # status on a kept overrides file it cannot read says why, not that it is missing: a
+  # FIFO, a link, one over 1 MiB; and one removed, that it is missing (the recipe parsing
+  # again: status reads the overrides only then)
+  sed -i '/^stages: \[$/d' r1/recipe.yaml
+  overrides_warns() { # WANT: status exits 0 at once, its warning on r1/overrides says WANT
+    set +e
+    timeout 20 "$baton" status r1 >status.out 2>status.err; src=$?
+    set -e
+    [[ $src == 0 ]] && grep -q "warning: .*r1/overrides $1.*; showing the run's own overrides" status.err ||
+      { cat status.err; fail "status on r1/overrides: exit $src (124: it waited), not saying '$1'"; }
+  }
+  fifo_in overrides
+  overrides_warns "cannot be read (not a regular file"
+  fifo_out overrides
+  mv r1/overrides r1/overrides.was && ln -s overrides.was r1/overrides
+  overrides_warns "cannot be read (a symbolic link"
+  rm r1/overrides
+  overrides_warns "is missing since the run started"
+  head -c 1100000 /dev/zero | tr '\0' '#' >r1/overrides
+  overrides_warns "cannot be read (File too large)"
+  mv r1/overrides.was r1/overrides
+  "$baton" status r1 >status.out 2>status.err || fail "status failed"
+  [[ ! -s status.err ]] || { cat status.err; fail "status warns on the overrides put back"; }
   ;;
 fifo-writes)
   # a completed run of stage a, stage b appended to its kept recipe: the resume trains b
