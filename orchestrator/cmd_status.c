@@ -229,22 +229,28 @@ static void status_valid(status_view *v) {
 }
 
 /* The run's --set overrides, so that step counts are the run's: those the journal kept as
- * the run started (a warning when RUN_DIR/overrides is lost or differs, which resume
- * refuses), else RUN_DIR/overrides. */
+ * the run started (a warning when RUN_DIR/overrides is lost, cannot be read — a FIFO, a
+ * link, over 1 MiB — or differs, which resume refuses), else RUN_DIR/overrides. */
 static void status_apply_overrides(status_view *v, bt_diag *diag) {
-    char path[4200], *kept = NULL;
+    char path[4200], *kept = NULL, what[200];
     size_t kept_n = 0;
     uint32_t crc = 0;
     snprintf(path, sizeof path, "%s/overrides", v->dir);
-    int have = bt_read_private(path, 1 << 20, 0, &kept, &kept_n) == 0;
+    int have = bt_read_private(path, 1 << 20, 0, &kept, &kept_n) == 0, err = errno;
     const Baton__JournalRecord *rs = journal_run_started(v->rec, v->n);
     const char *started = rs && rs->overrides ? rs->overrides : NULL;
     if (started) crc = rs->overrides_crc32c;
+    if (have)
+        snprintf(what, sizeof what, "was changed since the run started");
+    else if (err == ENOENT)
+        snprintf(what, sizeof what, "is missing since the run started");
+    else
+        snprintf(what, sizeof what, "cannot be read (%s)", bt_file_why(err));
     if (started && (!have || crc32c_update(0, kept, kept_n) != crc))
         fprintf(stderr,
-                "baton status: warning: %s %s since the run started; showing the run's own "
-                "overrides, which the journal keeps\n",
-                path, have ? "was changed" : "is missing");
+                "baton status: warning: %s %s; showing the run's own overrides, which the "
+                "journal keeps\n",
+                path, what);
     const char *text = started ? started : have ? kept : "";
     for (const char *p = text; *p;) {
         size_t len = strcspn(p, "\n");

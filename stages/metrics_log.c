@@ -38,7 +38,7 @@ int metrics_log_open(metrics_log *l, const char *path, bt_diag *diag) {
     l->size = 0;
     l->fd = bt_open_private(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND);
     if (l->fd < 0) {
-        bt_diag_set(diag, "%s: cannot create: %s", path, strerror(errno));
+        bt_diag_set(diag, "%s: cannot create: %s", path, bt_file_why(errno));
         return BT_EIO;
     }
     /* a file system without locks (ENOLCK) only loses the reader's wait */

@@ -114,7 +114,7 @@ static int jsonl_replace(control_jsonl *j, const char *path, jsonl_scan *c) {
     c->keep = NULL, c->tmp = tmp; /* kept as the first scan said */
     FILE *out = rec_append_fault() ? NULL : bt_fopen_private(tmp, "w");
     if (out == NULL) {
-        bt_diag_set(c->diag, "%s: cannot create: %s", tmp, strerror(errno));
+        bt_diag_set(c->diag, "%s: cannot create: %s", tmp, bt_file_why(errno));
         return BT_EIO;
     }
     c->out = out;

@@ -80,7 +80,7 @@ int rec_append_open(rec_append *a, const char *path, int flags, bt_diag *diag) {
     snprintf(a->path, sizeof a->path, "%s", path);
     a->fd = bt_open_private(path, O_WRONLY | O_CREAT | O_APPEND | flags);
     if (a->fd < 0) {
-        bt_diag_set(diag, "%s: cannot open for appending: %s", path, strerror(errno));
+        bt_diag_set(diag, "%s: cannot open for appending: %s", path, bt_file_why(errno));
         return BT_EIO;
     }
     a->end = lseek(a->fd, 0, SEEK_END);
@@ -126,11 +126,10 @@ static const char *rec_limit(const rec_append *a, char *buf, size_t cap) {
     return buf;
 }
 
-/* A write, or the open before it (what), failed (errno): said once per episode. */
-static void rec_failed(rec_append *a, const char *what) {
+/* A write, or the open before it (what), failed (why): said once per episode. */
+static void rec_failed(rec_append *a, const char *what, const char *why) {
     if (a->failing) return;
     char lim[32];
-    const char *why = strerror(errno);
     a->failing = 1, a->dropped = 0, a->written = 0;
     rec_note(a, "%s: %s: %s; %s held back in memory (up to %s) to be written once it can be",
              a->path, what, why,
@@ -209,8 +208,9 @@ static int rec_put_held(rec_append *a) {
 int rec_append_flush(rec_append *a, bt_diag *diag) {
     if (a->hold) return a->n_held ? BT_EIO : 0;
     if (rec_reopen_try(a) != 0) {
-        bt_diag_set(diag, "%s: cannot open for appending: %s", a->path, strerror(errno));
-        rec_failed(a, "cannot open for appending");
+        const char *why = bt_file_why(errno);
+        bt_diag_set(diag, "%s: cannot open for appending: %s", a->path, why);
+        rec_failed(a, "cannot open for appending", why);
         return a->n_held ? BT_EIO : 0;
     }
     if (a->fd < 0) return a->n_held ? BT_EIO : 0;
@@ -239,7 +239,7 @@ int rec_append_write(rec_append *a, const void *rec, size_t n, const rec_held *k
     if (a->n_held > 0 || a->hold || a->dirty || a->reopen) rec_append_flush(a, NULL);
     if (a->n_held == 0 && !a->hold && a->fd >= 0) {
         if (rec_put(a, rec, n) == 0) return rec_append_flush(a, diag); /* says a recovery */
-        rec_failed(a, "cannot append");
+        rec_failed(a, "cannot append", strerror(errno));
     }
     return rec_hold(a, rec, n, key, diag);
 }
@@ -258,7 +258,7 @@ int rec_append_reopen(rec_append *a, bt_diag *diag) {
     if (a->fd >= 0) close(a->fd);
     a->fd = -1, a->reopen = 1;
     if (rec_reopen_try(a) != 0) {
-        bt_diag_set(diag, "%s: cannot open for appending: %s", a->path, strerror(errno));
+        bt_diag_set(diag, "%s: cannot open for appending: %s", a->path, bt_file_why(errno));
         return BT_EIO;
     }
     return 0;

@@ -144,7 +144,8 @@ int journal_open(journal *j, const char *run_dir, bt_diag *diag) {
     snprintf(j->path, sizeof j->path, "%s", path);
     j->fd = bt_open_private(path, O_WRONLY | O_CREAT);
     if (j->fd < 0 || ftruncate(j->fd, (off_t)valid) != 0 || lseek(j->fd, 0, SEEK_END) < 0) {
-        bt_diag_set(diag, "%s: cannot open for appending: %s", path, strerror(errno));
+        bt_diag_set(diag, "%s: cannot open for appending: %s", path,
+                    j->fd < 0 ? bt_file_why(errno) : strerror(errno));
         if (j->fd >= 0) close(j->fd);
         j->fd = -1;
         return BT_EIO;

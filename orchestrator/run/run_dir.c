@@ -305,6 +305,10 @@ int run_dir_lock(run_dir *d, bt_diag *diag) {
     run_dir_file(d, "lock", path, sizeof path);
     d->lock_fd = run_dir_adopt(kept[0], path);
     if (d->lock_fd < 0) d->lock_fd = bt_open_private(path, O_RDWR | O_CREAT);
+    if (d->lock_fd < 0 && (errno == EINVAL || errno == ELOOP)) { /* something planted */
+        bt_diag_set(diag, "%s: cannot open: %s", path, bt_file_why(errno));
+        return BT_EINVAL;
+    }
     if (d->lock_fd < 0) {
         bt_diag_set(diag, "%s: the run directory is not writable: %s", d->path, strerror(errno));
         return BT_EINVAL;

@@ -422,11 +422,12 @@ static void submit_note_job(const char *run_dir, const char *job_id) {
     snprintf(path, sizeof path, "%s/job_id", run_dir);
     FILE *f = bt_fopen_private(path, "w"); /* 0600, a planted link refused */
     int bad = f == NULL || fprintf(f, "%s\n", job_id) < 0;
+    const char *why = f == NULL ? bt_file_why(errno) : NULL;
     if (f != NULL && fclose(f) != 0) bad = 1;
     if (bad)
         fprintf(stderr,
                 "baton submit: warning: cannot write %s: %s (baton status will not name the job)\n",
-                path, strerror(errno));
+                path, why ? why : strerror(errno));
 }
 
 int submit_batch(const submit_opts *o, char *script, size_t script_cap, char *job_id, size_t cap,
@@ -438,9 +439,11 @@ int submit_batch(const submit_opts *o, char *script, size_t script_cap, char *jo
     int rc = submit_script(o, script, &b, diag);
     FILE *f = rc == 0 ? bt_fopen_private(script, "w") : NULL; /* a planted link refused */
     int bad = f == NULL || fchmod(fileno(f), 0700) != 0 || fputs(bt_buf_str(&b), f) < 0;
+    const char *why = f == NULL ? bt_file_why(errno) : NULL;
     if (f != NULL && fclose(f) != 0) bad = 1;
     if (rc == 0 && bad) {
-        bt_diag_set(diag, "cannot write the batch script %s: %s", script, strerror(errno));
+        bt_diag_set(diag, "cannot write the batch script %s: %s", script,
+                    why ? why : strerror(errno));
         rc = BT_EIO;
     }
     bt_buf_free(&b);

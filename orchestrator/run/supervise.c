@@ -125,8 +125,19 @@ static double run_seconds(const Baton__Duration *d, double dflt) {
     return d && d->has_seconds && d->seconds > 0 ? d->seconds : dflt;
 }
 
-/* The attempt's spec, written to file; *full set when that failed on a full disk (or
- * quota). */
+/* Why an attempt's own file could not be written (err), where a restart would not help:
+ * a full disk or quota (RUN_STUCK_FULL), or something put in its place that is not a
+ * regular file, or a link (RUN_STUCK_PLANTED; refused, never waited on or followed); else
+ * 0. */
+enum { RUN_STUCK_FULL = 1, RUN_STUCK_PLANTED = 2 };
+static int run_stuck(int err) {
+    return err == ENOSPC || err == EDQUOT  ? RUN_STUCK_FULL
+           : err == EINVAL || err == ELOOP ? RUN_STUCK_PLANTED
+                                           : 0;
+}
+
+/* The attempt's spec, written to file; *stuck set (run_stuck) when that failed on a full
+ * disk (or quota), or on what is at its temp file. */
 /* Test hook: BATON_FAULT_SPEC_FULL=sNN-aMM.pb makes writing that attempt's spec fail as
  * on a full disk (tests/run/check-supervise.sh spec-full), which a link to /dev/full
  * cannot stand in for: the run's files are never written through links. */
@@ -139,7 +150,7 @@ static int run_spec_fault_full(const char *name, const char *file, bt_diag *diag
 }
 
 static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSpec **out,
-                          char *file, size_t cap, int *full, bt_diag *diag) {
+                          char *file, size_t cap, int *stuck, bt_diag *diag) {
     int rc = recipe_resolve_stage(c->doc, i, out, diag);
     if (rc != 0) return rc;
     Baton__StageSpec *s = *out;
@@ -191,7 +202,7 @@ static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSp
     run_dir_file(c->dir, name, file, cap);
     rc = run_spec_fault_full(name, file, diag);
     rc = rc ? rc : ckpt_write_file_atomic(file, buf, n, diag);
-    *full = rc != 0 && (errno == ENOSPC || errno == EDQUOT);
+    *stuck = rc != 0 ? run_stuck(errno) : 0;
     free(buf);
     return rc;
 }
@@ -605,24 +616,29 @@ static void run_attempt_detail(run_ctx *c, const char *spec_file, char *out, siz
     c->rollback_note[0] = '\0';
 }
 
-/* The attempt's spec could not be made or written (no worker started): said, naming the
- * stage, and journaled as the attempt's failure, so that baton status names the cause. A
- * full disk ends the run (exit 1) at once: no worker ran since the last try, so nothing
- * frees room, and every restart would fail alike within its backoff; a resume goes on
- * once there is room. Another I/O failure is retried as a failed attempt. */
-static attempt_end run_spec_failed(run_ctx *c, uint32_t stage, uint32_t attempt, int rc, int full,
-                                   const char *msg) {
+/* The journaled detail of an attempt that failed before its spec was written. */
+#define RUN_NO_SPEC "not started: no spec written"
+
+/* The attempt's spec or log could not be made or written (no worker started; detail
+ * says which): said, naming the stage, and journaled as the attempt's failure, so that
+ * baton status names the cause. A full disk ends the run (exit 1) at once: no worker ran
+ * since the last try, so nothing frees room, and every restart would fail alike within
+ * its backoff; a resume goes on once there is room. So does a FIFO, device or link where
+ * the run writes its own file (stuck RUN_STUCK_PLANTED): not baton's doing, to be looked
+ * at. Another I/O failure is retried as a failed attempt. */
+static attempt_end run_spec_failed(run_ctx *c, uint32_t stage, uint32_t attempt, int rc, int stuck,
+                                   const char *detail, const char *msg) {
     char why[1200];
     snprintf(why, sizeof why, "attempt %u cannot start: %.1100s", attempt, msg);
     c->prog.stage = c->doc->recipe->stages[stage]->name;
     run_progress_end(&c->prog);
     run_err(c, "stage \"%s\": %s\n", c->prog.stage, why);
-    attempt_end end = full ? ATTEMPT_BROKEN : run_transient(rc) ? ATTEMPT_RETRY : ATTEMPT_FATAL;
+    attempt_end end = stuck ? ATTEMPT_BROKEN : run_transient(rc) ? ATTEMPT_RETRY : ATTEMPT_FATAL;
     Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
     r.has_attempt = 1, r.attempt = attempt;
     /* journaled as an attempt all the same: the next one (of a resume too) takes the next
      * number, and status counts it with its failure and the restart after it */
-    r.detail = "not started: no spec written";
+    r.detail = (char *)detail;
     run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_STARTED, stage, &r);
     r.detail = why;
     r.has_retryable = 1, r.retryable = end != ATTEMPT_FATAL;
@@ -630,10 +646,15 @@ static attempt_end run_spec_failed(run_ctx *c, uint32_t stage, uint32_t attempt,
     run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
     bt_buf cmd;
     bt_buf_init(&cmd);
-    if (full)
+    if (stuck == RUN_STUCK_FULL)
         run_give_up(c, stage, 1,
                     "the disk is full: not retried, as every restart would fail alike; make "
                     "room, then %s",
+                    bt_shell_cmd(&cmd, "baton resume", c->dir->path));
+    else if (stuck == RUN_STUCK_PLANTED)
+        run_give_up(c, stage, 1,
+                    "not retried, as baton never makes its own files so: look at what is "
+                    "there, remove it, then %s",
                     bt_shell_cmd(&cmd, "baton resume", c->dir->path));
     bt_buf_free(&cmd);
     return end;
@@ -701,7 +722,7 @@ static attempt_end run_unlisted(run_ctx *c, uint32_t stage, uint32_t attempt, co
              "%.900s; which checkpoint the stage starts from cannot be told, so no worker "
              "started (nothing in it was changed)",
              why);
-    return run_spec_failed(c, stage, attempt, BT_EIO, 0, msg);
+    return run_spec_failed(c, stage, attempt, BT_EIO, 0, RUN_NO_SPEC, msg);
 }
 
 static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *hang_s) {
@@ -721,11 +742,11 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
         run_give_up(c, (uint32_t)i, 1, "%s", why);
         return ATTEMPT_BROKEN;
     }
-    int full = 0,
-        wrc = run_write_spec(c, i, attempt, &spec, spec_file, sizeof spec_file, &full, &d);
+    int stuck = 0,
+        wrc = run_write_spec(c, i, attempt, &spec, spec_file, sizeof spec_file, &stuck, &d);
     if (wrc != 0) {
         if (spec) protobuf_c_message_free_unpacked(&spec->base, NULL);
-        return run_spec_failed(c, (uint32_t)i, attempt, wrc, full,
+        return run_spec_failed(c, (uint32_t)i, attempt, wrc, stuck, RUN_NO_SPEC,
                                d.msg[0] ? d.msg : bt_strerror(wrc));
     }
     *hang_s = run_seconds(spec->stage->restart ? spec->stage->restart->heartbeat_timeout : NULL,
@@ -762,7 +783,16 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
         return ATTEMPT_FATAL;
     }
     env[1] = c->o->slurm ? store_env : NULL;
-    c->prog = (run_progress){.log = bt_fopen_private(log_file, "w"),
+    FILE *log = bt_fopen_private(log_file, "w"); /* a FIFO there is refused, never waited on */
+    if (log == NULL) {
+        int err = errno;
+        protobuf_c_message_free_unpacked(&spec->base, NULL);
+        char msg[4400];
+        snprintf(msg, sizeof msg, "%s: cannot create: %s", log_file, bt_file_why(err));
+        return run_spec_failed(c, (uint32_t)i, attempt, BT_EIO, run_stuck(err),
+                               "not started: no log made", msg);
+    }
+    c->prog = (run_progress){.log = log,
                              .stage = c->doc->recipe->stages[i]->name,
                              .tty = isatty(1),
                              .quiet = c->o->quiet,

@@ -124,7 +124,8 @@ int ckpt_retain(const char *root, uint32_t keep, const char *busy, bt_diag *diag
  * top or inside) is removed itself, never what it points to. */
 int ckpt_remove_dir(const char *dir);
 /* Writes data to path through path.tmp, fsync and rename, then fsyncs the directory. On
- * a failure to write, errno is the cause (ENOSPC: a full disk). */
+ * a failure to write, errno is the cause (ENOSPC: a full disk; EINVAL, ELOOP: path.tmp is
+ * not a regular file, or a link, refused at once as bt_open_private refuses it). */
 int ckpt_write_file_atomic(const char *path, const void *data, size_t n, bt_diag *diag);
 /* fsync of a directory by path. */
 int ckpt_fsync_dir(const char *dir);

@@ -255,7 +255,8 @@ int ckpt_write_file_atomic(const char *path, const void *data, size_t n, bt_diag
      * index in a .partial directory is what rank 0's commit waits for, and the commit
      * then renames that directory, so opening it by name afterwards could fail. */
     int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int fd = dfd >= 0 ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
+    /* a FIFO put at tmp (a run's specs/) is refused, never waited on (bt_open_private) */
+    int fd = dfd >= 0 ? bt_open_private(tmp, O_WRONLY | O_CREAT | O_TRUNC) : -1;
     int ok = fd >= 0 && write_all(fd, data, n) == 0 && fsync(fd) == 0;
     int err = errno;
     if (fd >= 0 && close(fd) != 0 && ok) ok = 0, err = errno; /* NFS: ENOSPC at close */
@@ -265,7 +266,10 @@ int ckpt_write_file_atomic(const char *path, const void *data, size_t n, bt_diag
     if (dfd >= 0) close(dfd);
     if (!ok) {
         if (fd >= 0) unlink(tmp);
-        bt_diag_set_errno(diag, err, "%s: cannot write: %s", path, strerror(err));
+        if (dfd >= 0 && fd < 0) /* tmp itself: named, with why (a FIFO, a link) */
+            bt_diag_set_errno(diag, err, "%s: cannot write: %s", tmp, bt_file_why(err));
+        else
+            bt_diag_set_errno(diag, err, "%s: cannot write: %s", path, strerror(err));
         errno = err; /* the caller may tell a full disk from other failures */
         return BT_EIO;
     }

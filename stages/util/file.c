@@ -91,21 +91,26 @@ int bt_mkdir_p(const char *path, mode_t mode) {
     return bt_mkdir_p_made(path, mode, NULL, 0, NULL);
 }
 
-int bt_open_private(const char *path, int flags) {
-    return open(path, flags | O_NOFOLLOW | O_CLOEXEC, 0600);
-}
-
-/* For reading, a file opened O_NONBLOCK (a FIFO there cannot make the open wait for a
- * writer) and kept only if it is a regular file (EINVAL else), O_NONBLOCK then cleared:
- * -1 with errno, or fd. */
-static int bt_open_regular(int fd) {
+/* A file opened O_NONBLOCK (a FIFO there cannot make the open wait for a writer, or for
+ * a reader) kept only if it is a regular file (EINVAL else), O_NONBLOCK then cleared
+ * unless the caller asked for it (keep): -1 with errno, or fd. */
+static int bt_open_regular(int fd, int keep) {
     struct stat st;
     int err = fd < 0 ? errno : fstat(fd, &st) != 0 ? errno : !S_ISREG(st.st_mode) ? EINVAL : 0;
-    if (err == 0 && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) err = errno;
+    if (err == 0 && !keep && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) err = errno;
     if (err == 0) return fd;
     if (fd >= 0) close(fd);
     errno = err;
     return -1;
+}
+
+int bt_open_private(const char *path, int flags) {
+    if ((flags & O_ACCMODE) == O_RDONLY) return open(path, flags | O_NOFOLLOW | O_CLOEXEC, 0600);
+    /* written: O_NONBLOCK, so that a FIFO without a reader fails (ENXIO, as does a socket)
+     * rather than wait for one; O_TRUNC truncates nothing but a regular file */
+    int fd = open(path, flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
+    if (fd < 0 && errno == ENXIO) errno = EINVAL; /* no regular file says ENXIO */
+    return bt_open_regular(fd, flags & O_NONBLOCK);
 }
 
 FILE *bt_fopen_private(const char *path, const char *how) {
@@ -113,7 +118,7 @@ FILE *bt_fopen_private(const char *path, const char *how) {
                 : how[0] == 'w' ? O_WRONLY | O_CREAT | O_TRUNC
                                 : O_WRONLY | O_CREAT | O_APPEND;
     int fd = bt_open_private(path, flags);
-    if (how[0] == 'r') fd = bt_open_regular(fd);
+    if (how[0] == 'r') fd = bt_open_regular(fd, 0);
     FILE *f = fd >= 0 ? fdopen(fd, how[0] == 'r' ? "r" : how[0] == 'w' ? "w" : "a") : NULL;
     if (f == NULL && fd >= 0) {
         int err = errno;

@@ -32,13 +32,15 @@ int bt_mkdir_p_made(const char *path, mode_t mode, size_t *made, size_t cap, siz
 
 /* A file of the run's own (metrics, logs, the journal): open(path, flags) made
  * close-on-exec, created 0600 whatever the umask, and a symbolic link at path refused
- * (ELOOP), never followed: nothing planted there redirects what baton writes. The fd, or
- * -1 with errno. */
+ * (ELOOP), never followed: nothing planted there redirects what baton writes. Opened for
+ * writing (O_WRONLY, O_RDWR), anything but a regular file is refused (EINVAL), opened
+ * O_NONBLOCK (cleared after, unless flags has it) so that a FIFO put there never makes the
+ * open wait for a reader, nor O_TRUNC truncate it. The fd, or -1 with errno. */
 int bt_open_private(const char *path, int flags);
 
 /* The same as a stream: how is "r" (read), "w" (truncate) or "a" (append). NULL with
- * errno. Read: anything but a regular file is refused (EINVAL), opened O_NONBLOCK so that
- * a FIFO put there never makes the open wait for a writer. */
+ * errno. Read too, anything but a regular file is refused (EINVAL), opened O_NONBLOCK so
+ * that a FIFO put there never makes the open wait for a writer. */
 FILE *bt_fopen_private(const char *path, const char *how);
 
 /* A directory of the run's own: made 0700 (whatever the umask) unless one is there; a
@@ -53,8 +55,9 @@ int bt_mkdir_private(const char *path);
  * directory may replace it, to have baton, root say, write where they choose). */
 int bt_link_planted(const struct stat *link, const struct stat *dir);
 
-/* Why bt_read_private, bt_fopen_private or bt_file_open_read refused a file, for a
- * message: EINVAL "not a regular file ...", ELOOP "a symbolic link ...", else strerror. */
+/* Why bt_read_private, bt_open_private, bt_fopen_private or bt_file_open_read refused a
+ * file, for a message: EINVAL "not a regular file ...", ELOOP "a symbolic link ...", else
+ * strerror. */
 const char *bt_file_why(int err);
 
 /* A run's own file opened for reading (close-on-exec; a symbolic link refused, as

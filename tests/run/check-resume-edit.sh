@@ -30,7 +30,14 @@
 #   edit-notes        resume says once which kept --set overrides it reapplies; status of a
 #                     run whose kept recipe no longer parses says so, steps '?' (null); a
 #                     FIFO at RUN_DIR/recipe.yaml, overrides or journal: status and resume
-#                     end at once (never wait for a writer), naming it; resume exits 2.
+#                     end at once (never wait for a writer), naming it; resume exits 2;
+#                     status on a kept overrides file it cannot read (a FIFO, a link, over
+#                     1 MiB) says why, and "is missing" only for one that is.
+#   fifo-writes       a FIFO where a resume writes a file of the run's own, never
+#                     waited on: at an attempt's log or its spec's temp file, the attempt
+#                     fails at once naming it, not retried (exit 1, no worker started); at
+#                     rank 0's metrics log, the worker says so and goes on; at the lock
+#                     file, resume refuses it (exit 2).
 #   check-resume-edit.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
@@ -253,6 +260,76 @@ assert [s["steps"] for s in st] == [None, None], st' || fail "status --json show
     fi
     fifo_out $f
   done
+  # status on a kept overrides file it cannot read says why, not that it is missing: a
+  # FIFO, a link, one over 1 MiB; and one removed, that it is missing (the recipe parsing
+  # again: status reads the overrides only then)
+  sed -i '/^stages: \[$/d' r1/recipe.yaml
+  overrides_warns() { # WANT: status exits 0 at once, its warning on r1/overrides says WANT
+    set +e
+    timeout 20 "$baton" status r1 >status.out 2>status.err; src=$?
+    set -e
+    [[ $src == 0 ]] && grep -q "warning: .*r1/overrides $1.*; showing the run's own overrides" status.err ||
+      { cat status.err; fail "status on r1/overrides: exit $src (124: it waited), not saying '$1'"; }
+  }
+  fifo_in overrides
+  overrides_warns "cannot be read (not a regular file"
+  fifo_out overrides
+  mv r1/overrides r1/overrides.was && ln -s overrides.was r1/overrides
+  overrides_warns "cannot be read (a symbolic link"
+  rm r1/overrides
+  overrides_warns "is missing since the run started"
+  head -c 1100000 /dev/zero | tr '\0' '#' >r1/overrides
+  overrides_warns "cannot be read (File too large)"
+  mv r1/overrides.was r1/overrides
+  "$baton" status r1 >status.out 2>status.err || fail "status failed"
+  [[ ! -s status.err ]] || { cat status.err; fail "status warns on the overrides put back"; }
+  ;;
+fifo-writes)
+  # a completed run of stage a, stage b appended to its kept recipe: the resume trains b
+  one_rank_recipe edit "" '{name: a, steps: 2}' >edit.yaml
+  "$baton" run edit.yaml --run-dir r1 --quiet >run.out 2>&1 || fail "run failed"
+  echo "  - {name: b, steps: 2}" >>r1/recipe.yaml
+  # resume_refuses FILE WANT: a FIFO at RUN_DIR/FILE, a file the resume writes: it ends at
+  # once, exit 1, saying WANT of it, no worker started, the attempt journaled as failed
+  # and not retried; the FIFO then removed
+  resume_refuses() {
+    mkfifo -m 600 "r1/$1"
+    set +e
+    timeout -k 5 30 "$baton" resume r1 --quiet >resume.out 2>&1
+    local rc=$?
+    set -e
+    [[ $rc == 1 ]] || { cat resume.out; fail "resume with a FIFO at $1: exit $rc, not 1 (124: it waited)"; }
+    grep -q "stage \"b\": attempt [0-9]* cannot start: .*r1/$2: not a regular file" resume.out &&
+      grep -q "not retried, as baton never makes its own files so: .*then 'baton resume " resume.out ||
+      { cat resume.out; fail "resume with a FIFO at $1 does not say '$2: not a regular file', not retried"; }
+    ! grep -q "restarting" resume.out || { cat resume.out; fail "restarts burnt on a FIFO at $1"; }
+    [[ -p r1/$1 ]] || fail "the FIFO at $1 was replaced"
+    ! ls r1/logs/s01-*.metrics >/dev/null 2>&1 || fail "a worker started: $(ls r1/logs)"
+    rm "r1/$1"
+  }
+  # the attempt's log (attempt 0), then its spec's temp file (attempt 1: 0 is journaled)
+  resume_refuses logs/s01-a00.log "logs/s01-a00.log: cannot create"
+  resume_refuses specs/s01-a01.pb.tmp "specs/s01-a01.pb.tmp: cannot write"
+  "$baton" status r1 | grep -q "logs/s01-a00.log: cannot create: not a regular file" ||
+    { "$baton" status r1; fail "status does not name the FIFO at the log"; }
+  # rank 0's metrics log of attempt 2: the worker says so and goes on without it
+  mkfifo -m 600 r1/logs/s01-a02.metrics
+  set +e
+  timeout -k 5 60 "$baton" resume r1 --quiet >resume.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 0 ]] || { cat resume.out; fail "resume with a FIFO at rank 0's metrics log: exit $rc (124: it waited)"; }
+  grep -q "s01-a02.metrics: cannot create: not a regular file.*going on without it" r1/logs/s01-a02.log ||
+    { cat r1/logs/s01-a02.log; fail "the worker does not say its metrics log is no regular file"; }
+  # the run's lock file: refused, naming it (exit 2), where a FIFO would open
+  rm -f r1/logs/s01-a02.metrics r1/lock
+  mkfifo -m 600 r1/lock
+  set +e
+  timeout -k 5 30 "$baton" resume r1 --quiet >resume.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 2 ]] && grep -q "r1/lock: cannot open: not a regular file" resume.out ||
+    { cat resume.out; fail "resume with a FIFO at the lock file: exit $rc, not 2 naming it"; }
   ;;
 *)
   fail "unknown case"

@@ -6,7 +6,9 @@
  * and bt_read_private at caps around the buffer's growth (64 KiB doubling): a file of
  * exactly max bytes read, one byte more EFBIG, never ENOMEM. The owner
  * check needs a file of another user's that this one can open: run as root (chown), it
- * is checked; else said to be skipped. bt_mkdir_p_made: which directories it made. */
+ * is checked; else said to be skipped. bt_mkdir_p_made: which directories it made.
+ * Written (bt_open_private, bt_fopen_private): a FIFO refused, never waited on; a link
+ * refused; a regular file truncated or appended to. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -182,6 +184,54 @@ static void check_mkdir_made(const char *dir) {
     snprintf(p, sizeof p, "%s/m1", dir), rmdir(p);
 }
 
+/* Written (bt_open_private, bt_fopen_private "w" and "a"): a FIFO is refused at once
+ * (EINVAL), with no reader (where a plain open would wait for one; the alarm ends a test
+ * that waits) and with one; a link refused (ELOOP), never followed; a regular file
+ * truncated ("w") or appended to ("a"), its descriptor blocking again, O_APPEND kept. */
+static void check_writes(const char *dir) {
+    static const int flags[] = {O_WRONLY | O_CREAT | O_TRUNC, O_WRONLY | O_CREAT | O_APPEND,
+                                O_RDWR | O_CREAT};
+    char fifo[256], p[256], link[256];
+    snprintf(fifo, sizeof fifo, "%s/wfifo", dir);
+    snprintf(p, sizeof p, "%s/wfile", dir);
+    snprintf(link, sizeof link, "%s/wlink", dir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    CHECK(symlink("wfile", link) == 0);
+    alarm(30);
+    for (int reader = 0; reader < 2; reader++) {
+        int r = reader ? open(fifo, O_RDONLY | O_NONBLOCK) : -1;
+        for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+            errno = 0;
+            CHECK(bt_open_private(fifo, flags[i]) == -1 && errno == EINVAL);
+            errno = 0;
+            CHECK(bt_open_private(link, flags[i]) == -1 && errno == ELOOP);
+        }
+        errno = 0;
+        CHECK(bt_fopen_private(fifo, "w") == NULL && errno == EINVAL);
+        errno = 0;
+        CHECK(bt_fopen_private(fifo, "a") == NULL && errno == EINVAL);
+        if (r >= 0) close(r);
+    }
+    alarm(0);
+    CHECK(access(p, F_OK) != 0); /* the link made nothing where it points */
+    write_secret(p, 0644);
+    FILE *w = bt_fopen_private(p, "w");
+    CHECK(w != NULL && (fcntl(fileno(w), F_GETFL) & O_NONBLOCK) == 0 && fputs("ab", w) >= 0);
+    if (w) fclose(w);
+    FILE *a = bt_fopen_private(p, "a");
+    int fl = a ? fcntl(fileno(a), F_GETFL) : 0;
+    CHECK(a != NULL && (fl & O_NONBLOCK) == 0 && (fl & O_APPEND) != 0 && fputs("c", a) >= 0);
+    if (a) fclose(a);
+    char *text = NULL;
+    size_t len = 0;
+    CHECK(bt_read_private(p, 64, 0, &text, &len) == 0 && len == 3 && strcmp(text, "abc") == 0);
+    free(text);
+    int fd = bt_open_private(p, O_WRONLY | O_NONBLOCK); /* asked for: kept */
+    CHECK(fd >= 0 && (fcntl(fd, F_GETFL) & O_NONBLOCK) != 0);
+    if (fd >= 0) close(fd);
+    unlink(fifo), unlink(link), unlink(p);
+}
+
 int main(void) {
     char dir[] = "/tmp/baton-test-file.XXXXXX";
     if (mkdtemp(dir) == NULL) {
@@ -190,6 +240,7 @@ int main(void) {
     }
     check_modes(dir);
     check_kinds(dir);
+    check_writes(dir);
     check_limits(dir);
     check_owner(dir);
     check_mkdir_made(dir);
