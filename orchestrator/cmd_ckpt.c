@@ -27,7 +27,10 @@ static const ckpt_command ckpt_commands[] = {
 static void ckpt_usage(FILE *f) {
     fprintf(f, "usage: baton ckpt COMMAND [ARGS]\n\n"
                "Checkpoint tools. CKPT is a checkpoint directory or a run directory (its newest\n"
-               "complete checkpoint).\n\ncommands:\n");
+               "complete checkpoint). A checkpoint that a run's retention removes while a tool\n"
+               "reads it is not damage: given the run directory, the tool reads the run's\n"
+               "newest instead (3 tries in all); given the checkpoint, it says it was removed.\n"
+               "\ncommands:\n");
     for (size_t i = 0; i < sizeof ckpt_commands / sizeof ckpt_commands[0]; i++)
         fprintf(f, "  %-8s %s\n", ckpt_commands[i].name, ckpt_commands[i].summary);
     fprintf(f, "\nRun 'baton ckpt COMMAND --help' for a command's options.\n");

@@ -394,24 +394,36 @@ static void eval_nonfinite_report(const eval_args *a, const eval_result *res, co
                 a->ckpt, res->precision);
 }
 
+/* One try of an evaluation (ckpt_gone_try): a0 as parsed, a and res afresh. */
+typedef struct eval_try {
+    const eval_args *a0;
+    eval_args a;
+    eval_result res;
+} eval_try;
+
+static int eval_try_once(void *ctx, char *dir, size_t cap, bt_diag *diag) {
+    eval_try *t = ctx;
+    free(t->res.pred);
+    t->res = (eval_result){0}, t->a = *t->a0, t->a.asked = t->a.num_seqs;
+    int rc = eval_checkpoint(&t->a, &t->res, diag);
+    snprintf(dir, cap, "%s", t->res.dir);
+    return rc;
+}
+
 /* The evaluation the parsed command line asks for; an exit status. */
 static int eval_main(eval_args *a0) {
-    eval_args a = *a0;
     bt_diag diag;
     bt_diag_init(&diag);
-    eval_result res = {0};
-    a.asked = a.num_seqs;
+    eval_try t = {.a0 = a0};
+    char dir[sizeof t.res.dir];
     /* OpenBLAS's threads (deferred as it loaded, cpu_blas_defer.h) and their buffers */
     cpu_threads th;
     int rc = cpu_threads_apply(&th, 1, &diag);
-    rc = rc ? rc : eval_checkpoint(&a, &res, &diag);
-    for (int k = 1;
-         rc != 0 && k < CKPT_GONE_TRIES && ckpt_gone("baton eval", a.ckpt, res.dir, &diag); k++) {
-        free(res.pred);
-        res = (eval_result){0}, a = *a0, a.asked = a.num_seqs;
-        bt_diag_init(&diag);
-        rc = eval_checkpoint(&a, &res, &diag);
-    }
+    if (rc == 0)
+        rc = ckpt_gone_retry("baton eval", a0->ckpt, eval_try_once, &t, dir, sizeof dir, NULL,
+                             &diag);
+    eval_args a = t.a;
+    eval_result res = t.res;
     double loss = res.loss;
     if (rc != 0) {
         free(res.pred);

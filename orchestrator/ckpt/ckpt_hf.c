@@ -511,8 +511,9 @@ static int export_check_max_position(const export_opts *o, const Baton__Manifest
     return BT_EINVAL;
 }
 
-/* One export of the checkpoint o->ckpt names (found into dir). */
-static int export_once(const export_opts *o, char *dir, size_t cap, bt_diag *diag) {
+/* One export of the checkpoint o (ctx) names, found into dir (ckpt_gone_try). */
+static int export_once(void *ctx, char *dir, size_t cap, bt_diag *diag) {
+    const export_opts *o = ctx;
     Baton__Manifest *m = NULL;
     int rc = ckpt_open(o->ckpt, dir, cap, &m, diag);
     if (!rc) ckpt_gone_fault(dir);
@@ -528,15 +529,10 @@ int ckpt_cmd_export(int argc, char **argv) {
     if (p) return p > 0 ? BT_EXIT_OK : BT_EXIT_USAGE;
     bt_diag diag;
     bt_diag_init(&diag);
-    char dir[CKPT_PATH_MAX] = "";
+    char dir[CKPT_PATH_MAX];
     bt_cleanup_install();
-    int rc = export_once(&o, dir, sizeof dir, &diag);
-    for (int k = 1; rc && k < CKPT_GONE_TRIES && ckpt_gone("baton ckpt export", o.ckpt, dir, &diag);
-         k++) {
-        bt_diag_init(&diag);
-        dir[0] = '\0';
-        rc = export_once(&o, dir, sizeof dir, &diag);
-    }
+    int rc =
+        ckpt_gone_retry("baton ckpt export", o.ckpt, export_once, &o, dir, sizeof dir, NULL, &diag);
     if (rc) cli_error("ckpt export", &diag, rc);
     return bt_cleanup_exit(hf_exit(rc));
 }

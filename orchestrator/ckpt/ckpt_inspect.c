@@ -5,6 +5,7 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt_cmds.h"
+#include "ckpt_gone.h"
 #include "../cli.h"
 #include "util/buf.h"
 
@@ -30,7 +31,8 @@ static void inspect_usage(FILE *f) {
                "           history that cannot be read is null, with its \"error\")\n"
                "  --help   show this help\n\n"
                "Exit status: 0 shown; 1 a checkpoint or an fp8 state that cannot be read\n"
-               "(every other state is still shown); 2 usage, or CKPT is not a checkpoint.\n");
+               "(every other state is still shown), or a checkpoint removed while it was\n"
+               "read; 2 usage, or CKPT is not a checkpoint.\n");
 }
 
 static uint64_t inspect_bytes(const Baton__TensorEntry *e) {
@@ -491,6 +493,28 @@ static int inspect_json(bt_buf *b, const char *dir, const Baton__Manifest *m, bt
     return rc;
 }
 
+/* One inspection (ckpt_gone_try) of the checkpoint path names, its listing into out;
+ * opened: its manifest was read (a failure after is one fp8 state's, listed). */
+typedef struct inspect_try {
+    const char *path;
+    int json, opened;
+    bt_buf out;
+} inspect_try;
+
+static int inspect_once(void *ctx, char *dir, size_t cap, bt_diag *diag) {
+    inspect_try *t = ctx;
+    bt_buf_free(&t->out);
+    bt_buf_init(&t->out);
+    Baton__Manifest *m = NULL;
+    int rc = ckpt_open(t->path, dir, cap, &m, diag);
+    t->opened = rc == 0;
+    if (rc != 0) return rc;
+    ckpt_gone_fault(dir);
+    rc = (t->json ? inspect_json : inspect_text)(&t->out, dir, m, diag);
+    baton__manifest__free_unpacked(m, NULL);
+    return rc;
+}
+
 int ckpt_cmd_inspect(int argc, char **argv) {
     const char *path = NULL;
     int json = 0;
@@ -521,18 +545,14 @@ int ckpt_cmd_inspect(int argc, char **argv) {
     bt_diag diag;
     bt_diag_init(&diag);
     char dir[CKPT_PATH_MAX];
-    Baton__Manifest *m = NULL;
-    int rc = ckpt_open(path, dir, sizeof dir, &m, &diag);
-    if (rc != 0) {
-        fprintf(stderr, "baton ckpt inspect: %s\n", diag.msg);
-        return rc == BT_EIO ? BT_EXIT_FAILURE : BT_EXIT_USAGE;
-    }
-    bt_buf b;
-    bt_buf_init(&b);
-    rc = (json ? inspect_json : inspect_text)(&b, dir, m, &diag);
-    fputs(bt_buf_str(&b), stdout);
+    inspect_try t = {.path = path, .json = json};
+    bt_buf_init(&t.out);
+    int gone;
+    int rc = ckpt_gone_retry("baton ckpt inspect", path, inspect_once, &t, dir, sizeof dir, &gone,
+                             &diag);
+    if (t.opened && !gone) fputs(bt_buf_str(&t.out), stdout); /* what could be read */
     if (rc != 0) fprintf(stderr, "baton ckpt inspect: %s\n", diag.msg);
-    bt_buf_free(&b);
-    baton__manifest__free_unpacked(m, NULL);
-    return rc == 0 ? BT_EXIT_OK : BT_EXIT_FAILURE;
+    bt_buf_free(&t.out);
+    if (rc == 0 || t.opened || gone) return rc == 0 ? BT_EXIT_OK : BT_EXIT_FAILURE;
+    return rc == BT_EIO ? BT_EXIT_FAILURE : BT_EXIT_USAGE;
 }

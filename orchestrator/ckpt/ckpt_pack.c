@@ -15,6 +15,7 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt_cmds.h"
+#include "ckpt_gone.h"
 #include "ckpt_store_crc.h"
 #include "ckpt_store_fs.h"
 #include "../cli.h"
@@ -154,6 +155,7 @@ static int pack_to(const char *dir, const char *out, bt_diag *diag) {
     Baton__Manifest *m = NULL;
     ckpt_file_set set = {0};
     rc = ckpt_manifest_read(dir, &m, diag);
+    if (rc == 0) ckpt_gone_fault(dir);
     if (rc == 0) rc = ckpt_files_from_manifest(m, &set, diag);
     if (m) baton__manifest__free_unpacked(m, NULL);
     if (rc < 0) return rc;
@@ -205,40 +207,55 @@ static int pack_parse(int argc, char **argv, const char **ckpt, const char **out
     return *ckpt ? 0 : 2;
 }
 
-int ckpt_cmd_pack(int argc, char **argv) {
-    const char *ckpt, *out;
-    int p = pack_parse(argc, argv, &ckpt, &out);
-    if (p != 0) {
-        pack_usage(p == 1 ? stdout : stderr);
-        return p == 1 ? BT_EXIT_OK : BT_EXIT_USAGE;
+/* One pack (ckpt_gone_try) of the checkpoint ckpt names into out (NULL: the default,
+ * NAME.tar.zst, for the checkpoint found); usage: the failure was bad usage or input. */
+typedef struct pack_try {
+    const char *ckpt, *given, *out;
+    char def_out[300];
+    int usage;
+} pack_try;
+
+static int pack_once(void *ctx, char *dir, size_t cap, bt_diag *diag) {
+    pack_try *p = ctx;
+    char name[256];
+    p->out = p->given, p->usage = 1;
+    int rc = ckpt_resolve(p->ckpt, dir, cap, diag);
+    if (rc < 0) return rc;
+    if (p->out == NULL && ckpt_path_basename(dir, name, sizeof name, diag) == 0) {
+        snprintf(p->def_out, sizeof p->def_out, "%s.tar.zst", name);
+        p->out = p->def_out;
     }
-    char dir[CKPT_PATH_MAX], name[256], def_out[300];
-    bt_diag diag;
-    bt_diag_init(&diag);
-    if (out != NULL && out[0] == '\0') {
+    struct stat st;
+    if (p->out != NULL && lstat(p->out, &st) == 0) {
+        bt_diag_set(diag, "%s: already exists; remove it or choose another --out", p->out);
+        return BT_EINVAL;
+    }
+    p->usage = 0;
+    return p->out == NULL ? BT_EIO : pack_to(dir, p->out, diag);
+}
+
+int ckpt_cmd_pack(int argc, char **argv) {
+    pack_try p = {0};
+    int rc = pack_parse(argc, argv, &p.ckpt, &p.given);
+    if (rc != 0) {
+        pack_usage(rc == 1 ? stdout : stderr);
+        return rc == 1 ? BT_EXIT_OK : BT_EXIT_USAGE;
+    }
+    if (p.given != NULL && p.given[0] == '\0') {
         fprintf(stderr, "baton ckpt pack: --out '': name the archive to write\n");
         return BT_EXIT_USAGE;
     }
-    if (ckpt_resolve(ckpt, dir, sizeof dir, &diag) < 0) {
-        fprintf(stderr, "baton ckpt pack: %s\n", diag.msg);
-        return BT_EXIT_USAGE;
-    }
-    if (out == NULL && ckpt_path_basename(dir, name, sizeof name, &diag) == 0) {
-        snprintf(def_out, sizeof def_out, "%s.tar.zst", name);
-        out = def_out;
-    }
-    struct stat st;
-    if (out != NULL && lstat(out, &st) == 0) {
-        fprintf(stderr, "baton ckpt pack: %s: already exists; remove it or choose another --out\n",
-                out);
-        return BT_EXIT_USAGE;
-    }
+    char dir[CKPT_PATH_MAX];
+    bt_diag diag;
+    bt_diag_init(&diag);
     bt_cleanup_install();
-    if (out == NULL || pack_to(dir, out, &diag) < 0) {
+    int gone;
+    rc = ckpt_gone_retry("baton ckpt pack", p.ckpt, pack_once, &p, dir, sizeof dir, &gone, &diag);
+    if (rc < 0) {
         fprintf(stderr, "baton ckpt pack: %s\n", diag.msg);
-        return bt_cleanup_exit(BT_EXIT_FAILURE);
+        return bt_cleanup_exit(p.usage && !gone ? BT_EXIT_USAGE : BT_EXIT_FAILURE);
     }
-    printf("packed %s into %s\n", dir, out);
+    printf("packed %s into %s\n", dir, p.out);
     return bt_cleanup_exit(BT_EXIT_OK);
 }
 

@@ -16,6 +16,7 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt_cmds.h"
+#include "ckpt_gone.h"
 #include "ckpt_store_fs.h"
 #include "model.h"
 #include "plan.h"
@@ -311,6 +312,26 @@ static int reshard_write(reshard_job *j, const char *out, bt_diag *diag) {
     return rc ? rc : ckpt_commit_dir(root, name, &h, (uint32_t)n, 10, diag);
 }
 
+/* One reshard (ckpt_gone_try) of the checkpoint path names for layout to into out. */
+typedef struct reshard_try {
+    const char *path, *out;
+    const Baton__Parallel *to;
+} reshard_try;
+
+static int reshard_once(void *ctx, char *dir, size_t cap, bt_diag *diag) {
+    const reshard_try *t = ctx;
+    Baton__Manifest *m = NULL;
+    int rc = ckpt_open(t->path, dir, cap, &m, diag);
+    if (rc == 0) ckpt_gone_fault(dir);
+    reshard_job j = {.src = dir, .m = m, .to = t->to};
+    ckpt_reader_init(&j.rd, dir, m);
+    rc = rc ? rc : reshard_write(&j, t->out, diag);
+    ckpt_reader_close(&j.rd);
+    free(j.buf);
+    if (m) baton__manifest__free_unpacked(m, NULL);
+    return rc;
+}
+
 int ckpt_cmd_reshard(int argc, char **argv) {
     const char *path = NULL, *to = NULL, *out = NULL;
     for (int i = 1; i < argc; i++) {
@@ -363,15 +384,10 @@ int ckpt_cmd_reshard(int argc, char **argv) {
         return BT_EXIT_USAGE;
     }
     char dir[CKPT_PATH_MAX];
-    Baton__Manifest *m = NULL;
     bt_cleanup_install();
-    int rc = ckpt_open(path, dir, sizeof dir, &m, &diag);
-    reshard_job j = {.src = dir, .m = m, .to = &lay};
-    ckpt_reader_init(&j.rd, dir, m);
-    rc = rc ? rc : reshard_write(&j, out, &diag);
-    ckpt_reader_close(&j.rd);
-    free(j.buf);
-    if (m) baton__manifest__free_unpacked(m, NULL);
+    reshard_try t = {.path = path, .out = out, .to = &lay};
+    int rc =
+        ckpt_gone_retry("baton ckpt reshard", path, reshard_once, &t, dir, sizeof dir, NULL, &diag);
     if (rc != 0) {
         fprintf(stderr, "baton ckpt reshard: %s\n", diag.msg[0] ? diag.msg : bt_strerror(rc));
         return bt_cleanup_exit(rc == BT_EIO || rc == BT_ENOMEM ? BT_EXIT_FAILURE : BT_EXIT_USAGE);

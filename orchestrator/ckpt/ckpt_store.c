@@ -24,6 +24,7 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt_cmds.h"
+#include "ckpt_gone.h"
 #include "ckpt_store_crc.h"
 #include "ckpt_store_fs.h"
 #include "ckpt_store_remote.h"
@@ -303,6 +304,7 @@ static int push_ckpt(ckpt_remote *r, const char *dir, const char *name, bt_diag 
     Baton__Manifest *m = NULL;
     ckpt_file_set set = {0};
     int rc = ckpt_manifest_read(dir, &m, diag);
+    if (rc == 0) ckpt_gone_fault(dir);
     if (rc == 0) rc = ckpt_files_from_manifest(m, &set, diag);
     if (m) baton__manifest__free_unpacked(m, NULL);
     if (rc == 0) rc = push_files(r, dir, name, &set, diag);
@@ -312,6 +314,25 @@ static int push_ckpt(ckpt_remote *r, const char *dir, const char *name, bt_diag 
     if (rc == 0) rc = ckpt_remote_put(r, name, CKPT_MANIFEST, path, NULL, diag);
     if (rc == 0) printf("  %s: sent\n", CKPT_MANIFEST);
     return rc;
+}
+
+/* One push (ckpt_gone_try) of the checkpoint ckpt names to store r, under its name;
+ * usage: the failure was bad usage or input. */
+typedef struct push_try {
+    const char *ckpt;
+    ckpt_remote *r;
+    int usage;
+} push_try;
+
+static int push_once(void *ctx, char *dir, size_t cap, bt_diag *diag) {
+    push_try *p = ctx;
+    char name[256];
+    p->usage = 1;
+    if (ckpt_resolve(p->ckpt, dir, cap, diag) < 0 ||
+        ckpt_path_basename(dir, name, sizeof name, diag) < 0)
+        return BT_EINVAL;
+    p->usage = 0;
+    return push_ckpt(p->r, dir, name, diag);
 }
 
 int ckpt_cmd_push(int argc, char **argv) {
@@ -325,19 +346,21 @@ int ckpt_cmd_push(int argc, char **argv) {
     bt_diag diag;
     bt_diag_init(&diag);
     ckpt_remote r = {0};
-    if (ckpt_resolve(a.pos[0], dir, sizeof dir, &diag) < 0 ||
-        ckpt_path_basename(dir, name, sizeof name, &diag) < 0 ||
-        store_open(&a, a.pos[1], &r, &diag) < 0) {
+    push_try t = {.ckpt = a.pos[0], .r = &r, .usage = 1};
+    int rc = store_open(&a, a.pos[1], &r, &diag);
+    if (rc == 0)
+        rc = ckpt_gone_retry("baton ckpt push", a.pos[0], push_once, &t, dir, sizeof dir, NULL,
+                             &diag);
+    if (rc < 0 && t.usage) {
         fprintf(stderr, "baton ckpt push: %s\n", diag.msg);
         ckpt_remote_free(&r);
         return BT_EXIT_USAGE;
     }
-    int rc = push_ckpt(&r, dir, name, &diag);
     char shown[CKPT_PATH_MAX];
     ckpt_url_shown(r.base, shown, sizeof shown);
     if (rc < 0)
         fprintf(stderr, "baton ckpt push: %s\n", diag.msg);
-    else
+    else if (ckpt_path_basename(dir, name, sizeof name, &diag) == 0)
         printf("pushed %s to %s/%s\n", dir, shown, name);
     ckpt_remote_free(&r);
     if (rc == BT_EUNSUPPORTED) return BT_EXIT_USAGE; /* the store will say the same again */

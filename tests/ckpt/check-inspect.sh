@@ -5,7 +5,10 @@
 # unit that fits (the amax histories' few KB not "0.00 MB"); the fp8 states counted as
 # active and placeholders (scale 1, all-zero history: layers 0 and 11 under
 # first_last_bf16, and the head), as the states themselves say; --help describing --json
-# and the exit statuses.
+# and the exit statuses. A checkpoint removed while inspect reads its fp8 histories (a run's
+# retention; BATON_FAULT_CKPT_REMOVE removes it once opened): given the run, the newest
+# left is listed, with a note; given the checkpoint itself, exit 1 saying it was removed
+# (no listing of it); every one of the 3 tries removed, a final message saying so.
 #   check-inspect.sh BATON BATON_WORKER SOURCE_DIR
 set -euo pipefail
 baton=$1 worker=$2 src=$3
@@ -97,6 +100,36 @@ assert not unit(hb).startswith("0.00")
 print(f"{len(keys)} tensors in model order; {len(f)} fp8 states, 27 placeholders; "
       f"{unit(total)}, histories {unit(hb)}")
 PY
+
+# a checkpoint removed while inspect reads it (the fp8 histories are in its shards)
+ck=$(ls -d run/checkpoints/s00-step* | tail -1)
+mkrun() {
+  rm -rf g && mkdir -p g/checkpoints
+  for i in $(seq "$1"); do cp -r "$ck" "g/checkpoints/s00-step0000000$i"; done
+}
+mkrun 2
+rc=0
+BATON_FAULT_CKPT_REMOVE=s00-step00000002 "$baton" ckpt inspect g --json >g.json 2>g.err || rc=$?
+[[ $rc == 0 ]] && /usr/bin/python3 -c '
+import json, sys; d = json.load(open(sys.argv[1])); assert d["dir"] == "g/checkpoints/s00-step00000001", d["dir"]
+assert d["fp8_states"] > 0 and all("amax_history" in s for s in d["fp8"])' g.json &&
+  grep -q "^baton ckpt inspect: note: g/checkpoints/s00-step00000002 was removed while it was being read (the run's retention, as it saved a newer one); reading g/checkpoints/s00-step00000001, the newest of g, instead$" g.err ||
+  fail "inspect of a run whose newest checkpoint went while read: exit $rc: $(cat g.err; head -c 300 g.json)"
+mkrun 1
+rc=0
+BATON_FAULT_CKPT_REMOVE=s00-step00000001 "$baton" ckpt inspect g/checkpoints/s00-step00000001 \
+  >g.out 2>g.err || rc=$?
+[[ $rc == 1 && ! -s g.out ]] &&
+  grep -q "^baton ckpt inspect: g/checkpoints/s00-step00000001: the checkpoint was removed while it was being read" g.err ||
+  fail "inspect of a checkpoint removed while read: exit $rc: $(cat g.out g.err)"
+mkrun 4
+rc=0
+BATON_FAULT_CKPT_REMOVE=s00-step00000004,s00-step00000003,s00-step00000002 "$baton" ckpt inspect g \
+  >g.out 2>g.err || rc=$?
+[[ $rc == 1 && ! -s g.out ]] &&
+  grep -q "^baton ckpt inspect: g/checkpoints/s00-step00000002 was removed while it was being read, as was each checkpoint of g read before it (3 tried; " g.err ||
+  fail "inspect of a run whose every checkpoint tried went while read: exit $rc: $(cat g.out g.err)"
+echo "ok inspect of checkpoints removed while read"
 
 "$baton" ckpt inspect --help >help.txt || fail "--help exited $?"
 grep -q -- "--json " help.txt && grep -q "fp8_placeholders" help.txt &&

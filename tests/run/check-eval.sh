@@ -11,7 +11,8 @@
 #    with its sign bit set printed "nan" too); --passkey the same, its accuracies null;
 #  - --passkey on a dataset without documents says so;
 #  - a checkpoint removed while read (a run's retention): the run's newest one read instead,
-#    or, named itself, said to be removed (not damaged);
+#    or, named itself, said to be removed (not damaged); each of the 3 tried removed, said
+#    so at the end;
 #  - a --seq-len beyond the context the checkpoint is for warns: the seq_len it trained at,
 #    or its RoPE scaling's extent as plan counts it (llama3: twice original x factor).
 #   check-eval.sh BATON BATON_WORKER SOURCE_DIR
@@ -65,6 +66,17 @@ BATON_FAULT_CKPT_REMOVE=s00-step00000001 "$baton" eval r2/checkpoints/s00-step00
 [[ $rc == 1 ]] && grep -q "r2/checkpoints/s00-step00000001: the checkpoint was removed while it was being read" gone.out ||
   fail "eval of a checkpoint removed while read: exit $rc: $(cat gone.out)"
 echo "ok eval of a checkpoint removed while read: $(cat gone.err)"
+# each of the 3 checkpoints tried removed while read: a final message saying so, not a
+# missing file
+rm -rf r2 && mkdir -p r2/checkpoints
+for i in 1 2 3 4; do cp -r "$ck" r2/checkpoints/s00-step0000000$i; done
+rc=0
+BATON_FAULT_CKPT_REMOVE=s00-step00000004,s00-step00000003,s00-step00000002 "$baton" eval r2 \
+  --data data/text_valid --seq-len 256 --num-seqs 8 >gone.out 2>&1 || rc=$?
+[[ $rc == 1 ]] && ! grep -q "No such file" gone.out &&
+  grep -q "^baton eval: r2/checkpoints/s00-step00000002 was removed while it was being read, as was each checkpoint of r2 read before it (3 tried; a run's retention removes its older checkpoints as it saves new ones, here faster than one is read): none is damaged; try again, or name a stage's final checkpoint, which retention keeps$" gone.out ||
+  fail "eval of a run whose every checkpoint tried went while read: exit $rc: $(cat gone.out)"
+echo "ok eval of a run whose every checkpoint tried went while read"
 
 # a long window in bounded memory (one BLAS thread: its buffers are address space too)
 limit=1000000 # KiB

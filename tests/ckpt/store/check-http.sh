@@ -13,7 +13,8 @@
 # but never shown (push's line, an HTTP error, the retries: http://***@HOST; a token, query
 # values and --endpoint credentials neither); without one in the URL, ~/.netrc's for the
 # host is sent. Redirects: GET and HEAD follow at most 5, the password not sent to another
-# host; PUT and DELETE do not follow, and say so.
+# host; PUT and DELETE do not follow, and say so. A checkpoint removed while push reads
+# it (a run's retention): the run's newest pushed instead, or, named itself, said removed.
 # Exit 77 (SKIPPED) only when nginx is not installed.
 #   check-http.sh BATON MAKE_CKPT
 set -u
@@ -341,6 +342,40 @@ expect 1 "GET $url/s00-step00000099/manifest.pb: HTTP 404" -- pull "$url/s00-ste
 [[ -e got3/s00-step00000099.partial ]] && fail "pull of a missing checkpoint left its .partial"
 expect 1 "HTTP 404" -- pull "$url/s00-step00000099" --into new/a
 [[ -e new ]] && fail "pull of a missing checkpoint left the --into it created: $(find new)"
+# A checkpoint removed while push reads it (a run's retention; BATON_FAULT_CKPT_REMOVE
+# removes it once opened): given the run, the newest left is pushed under its own name,
+# with a note; given the checkpoint itself, exit 1 saying it was removed (not as a missing
+# file); every one of the 3 tries removed, a final message saying so.
+"$make_ckpt" write small 1 16 || exit 1
+# gone_run N: run g holding N copies of the small checkpoint, s00-step00000001 .. N
+gone_run() {
+  rm -rf g && mkdir -p g/checkpoints || exit 1
+  for i in $(seq "$1"); do cp -r "small/checkpoints/$name" "g/checkpoints/s00-step0000000$i"; done
+}
+gone_run 2
+out=$(BATON_FAULT_CKPT_REMOVE=s00-step00000002 "$baton" ckpt push g "$url/gone" 2>&1)
+rc=$?
+[[ $rc -eq 0 ]] && same_files g/checkpoints/s00-step00000001 nginx/www/store/gone/s00-step00000001 &&
+  [[ ! -e nginx/www/store/gone/s00-step00000002/manifest.pb ]] &&
+  grep -q "^baton ckpt push: note: g/checkpoints/s00-step00000002 was removed while it was being read (the run's retention, as it saved a newer one); reading g/checkpoints/s00-step00000001, the newest of g, instead$" <<<"$out" &&
+  grep -q "^pushed g/checkpoints/s00-step00000001 to $url/gone/s00-step00000001$" <<<"$out" &&
+  ok "push of a run whose newest checkpoint went while read: the next newest pushed" ||
+  fail "push of a run whose newest checkpoint went while read: exit $rc: $out"
+gone_run 1
+out=$(BATON_FAULT_CKPT_REMOVE=s00-step00000001 "$baton" ckpt push g/checkpoints/s00-step00000001 "$url/gone1" 2>&1)
+rc=$?
+[[ $rc -eq 1 && ! -e nginx/www/store/gone1/s00-step00000001/manifest.pb ]] &&
+  grep -q "^baton ckpt push: g/checkpoints/s00-step00000001: the checkpoint was removed while it was being read" <<<"$out" &&
+  ok "push of a checkpoint removed while read -> 1, said so" ||
+  fail "push of a checkpoint removed while read: exit $rc: $out"
+gone_run 4
+out=$(BATON_FAULT_CKPT_REMOVE=s00-step00000004,s00-step00000003,s00-step00000002 "$baton" ckpt push g "$url/gone2" 2>&1)
+rc=$?
+[[ $rc -eq 1 && -z $(ls nginx/www/store/gone2/*/manifest.pb 2>/dev/null) ]] &&
+  grep -q "^baton ckpt push: g/checkpoints/s00-step00000002 was removed while it was being read, as was each checkpoint of g read before it (3 tried; " <<<"$out" &&
+  ok "push of a run whose every checkpoint tried went while read -> 1, said so" ||
+  fail "push of a run whose every checkpoint tried went: exit $rc: $out"
+
 kill "$server_pid" && wait "$server_pid" 2>/dev/null
 server_pid=
 expect 1 "HEAD $url/$name/manifest.pb: .*(onnect|refused)" -- push run "$url"
