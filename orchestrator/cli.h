@@ -19,6 +19,7 @@ int cmd_run(int argc, char **argv);
 int cmd_resume(int argc, char **argv);
 int cmd_submit(int argc, char **argv);
 int cmd_status(int argc, char **argv);
+int cmd_stop(int argc, char **argv);
 
 /* baton's whole command line (argv[1] the command) with every "--opt=value" of the
  * command's own options written as "--opt" "value" (util/argv_eq.h) into *out, to free

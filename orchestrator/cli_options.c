@@ -27,6 +27,7 @@ static const cli_options cli_table[] = {
            "--launcher", "--listen"), /* refused, in both spellings */
       OPTS(HELP, "--dry-run"), 0, 1}},
     {"status", {OPTS(NULL), OPTS(HELP, "--json"), 0, 0}},
+    {"stop", {OPTS(NULL), OPTS(HELP, "--wait"), 0, 0}},
     {"plan", {OPTS("--set", "--nodes", "--gpus-per-node"), OPTS(HELP, "--json"), 0, 0}},
     {"spec", {OPTS("--set", "--nodes", "--gpus-per-node", "--stage", "--out"), OPTS(HELP), 0, 0}},
     /* CMD ARGS are another program's */

@@ -17,6 +17,7 @@
 #include "recipe.h"
 #include "run/run_afresh.h"
 #include "run/run_dir.h"
+#include "run/run_holder.h"
 #include "run/run_state.h"
 #include "run/run_worker.h"
 #include "run/submit.h"
@@ -674,6 +675,7 @@ static int run_open_dir(run_args *a, const recipe_doc *doc, run_dir *dir) {
         bt_buf_printf(&sets, "%s\n", a->sets.set[i]);
     int rc = run_dir_open(dir, a->run_dir, doc, bt_buf_str(&sets), &diag);
     bt_buf_free(&sets);
+    if (rc == 0) run_holder_note(dir->lock_fd, run_name(a), doc->text, doc->text_len);
     int noted = rc == 0 && !a->resume ? run_dir_note_start(dir, a->worker, &diag) : 0;
     if (rc != 0 || noted != 0) cli_error(run_name(a), &diag, 0);
     if (noted != 0) run_unmake(a, dir, 0);

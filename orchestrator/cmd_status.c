@@ -20,6 +20,7 @@
 #include "run/journal.h"
 #include "run/run_dir.h"
 #include "run/run_edit.h"
+#include "run/run_holder.h"
 #include "run/run_state.h"
 #include "run/supervise.h"
 #include "util/buf.h"
@@ -51,6 +52,9 @@ typedef struct status_view {
     size_t n;
     run_state st;
     int running;
+    int has_holder; /* running, and the process holding it known (run_holder.h) */
+    run_holder holder;
+    int recipe_edited; /* RUN_DIR/recipe.yaml is not what that process read */
     int not_started;   /* made by baton run or submit, no journal record yet */
     int creating;      /* being made by a baton run that holds it: no workdir, no journal */
     char job_id[64];   /* baton submit's job (RUN_DIR/job_id), or "" */
@@ -82,13 +86,20 @@ static void status_usage(FILE *f) {
                "that baton run or submit made and no attempt started yet (a job waiting in\n"
                "the queue) is shown as not started, with the job id submit kept; one a\n"
                "baton run is making at that moment (no journal yet, no attempt's spec) as\n"
-               "being created.\n\n"
+               "being created. A running run names the process working in it (baton run\n"
+               "or resume, its pid and host, since when: 'baton stop RUN_DIR' stops it), and\n"
+               "warns when RUN_DIR/recipe.yaml was edited after that process read it (the\n"
+               "edit is taken at the next 'baton resume').\n\n"
                "  --json   one JSON object instead: run_dir, state (completed, running,\n"
                "           stopped, failed, not_started: made by baton run or submit, no\n"
                "           attempt yet), failures, restarts, recoveries, failure (why a\n"
                "           failed run gave up, else null), job_id (baton submit's job, else\n"
                "           null), worker (the --worker the run was started with, else\n"
-               "           null), recipe_mismatch (how the kept recipe's stages were\n"
+               "           null), holder (the process working in a running run: pid,\n"
+               "           host, this_host, since in unix seconds, command: run, resume\n"
+               "           or submit, and recipe_edited: the kept recipe edited since it\n"
+               "           read it; null when not running or not known),\n"
+               "           recipe_mismatch (how the kept recipe's stages were\n"
                "           removed, inserted or reordered among the run's, which resume\n"
                "           refuses; the stages are then the run's, under the names they\n"
                "           trained with; else null), eta_s, stages (per stage: name,\n"
@@ -369,6 +380,32 @@ static int status_load_recipe(status_view *v, const char *recipe) {
     return 0;
 }
 
+/* The process holding a running run, and whether the kept recipe is still the one it read
+ * (an edit is taken by the next baton resume only: the recipe is read once). */
+static void status_holder(status_view *v) {
+    char path[4200], *text = NULL;
+    size_t n = 0;
+    v->has_holder = run_holder_find(v->dir, &v->holder);
+    snprintf(path, sizeof path, "%s/recipe.yaml", v->dir);
+    if (v->has_holder && bt_read_private(path, 64u << 20, 0, &text, &n) == 0)
+        v->recipe_edited = crc32c_update(0, text, n) != v->holder.recipe_crc32c;
+    free(text);
+}
+
+/* What status says of a running run whose recipe was edited after its process read it. */
+static void status_warn_edited(const status_view *v) {
+    if (!v->recipe_edited) return;
+    bt_buf cmd;
+    bt_buf_init(&cmd);
+    fprintf(stderr,
+            "baton status: warning: %s/recipe.yaml was edited after the running baton %s "
+            "(pid %ld) read it: that process trains the recipe it read, and the edit is taken "
+            "at the next %s (the steps, stages and ETA shown are the edited recipe's)\n",
+            v->dir, v->holder.command, (long)v->holder.pid,
+            bt_shell_cmd(&cmd, "baton resume", v->dir));
+    bt_buf_free(&cmd);
+}
+
 static int status_load(status_view *v, const char *dir, bt_diag *diag) {
     memset(v, 0, sizeof *v);
     v->dir = dir;
@@ -411,6 +448,7 @@ static int status_load(status_view *v, const char *dir, bt_diag *diag) {
     run_state_replay(&v->st, v->rec, v->n);
     if (v->have_doc) status_check_moved(v);
     v->running = run_dir_busy(dir);
+    if (v->running) status_holder(v);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     v->now = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -657,6 +695,11 @@ static void status_text(bt_buf *b, const status_view *v) {
         status_text_new(b, v);
     else
         bt_buf_printf(b, "run %s: %s", v->dir, state);
+    if (strcmp(state, "running") == 0 && v->has_holder) {
+        char words[400];
+        run_holder_words(&v->holder, words, sizeof words);
+        bt_buf_printf(b, " (%s)", words);
+    }
     if (strcmp(state, "not_started") == 0) bt_buf_printf(b, "\n");
     if (strcmp(state, "failed") == 0) {
         const char *reason, *cause;
@@ -979,6 +1022,21 @@ static void status_json_opt_string(bt_buf *b, const char *s) {
         bt_buf_printf(b, "null");
 }
 
+/* The process holding a running run (run_holder.h), else null. */
+static void status_json_holder(bt_buf *b, const status_view *v) {
+    if (!v->running || !v->has_holder) {
+        bt_buf_printf(b, "null");
+        return;
+    }
+    const run_holder *h = &v->holder;
+    bt_buf_printf(b, "{\"pid\": %ld, \"host\": ", (long)h->pid);
+    bt_buf_json_string(b, h->host);
+    bt_buf_printf(b, ", \"this_host\": %s, \"since\": %lld, \"command\": ",
+                  run_holder_here(h) ? "true" : "false", h->since);
+    bt_buf_json_string(b, h->command);
+    bt_buf_printf(b, ", \"recipe_edited\": %s}", v->recipe_edited ? "true" : "false");
+}
+
 static void status_json(bt_buf *b, const status_view *v) {
     bt_buf_printf(b, "{\"run_dir\": ");
     bt_buf_json_string(b, v->dir);
@@ -992,6 +1050,8 @@ static void status_json(bt_buf *b, const status_view *v) {
     status_json_opt_string(b, v->job_id);
     bt_buf_printf(b, ", \"worker\": ");
     status_json_opt_string(b, v->worker);
+    bt_buf_printf(b, ", \"holder\": ");
+    status_json_holder(b, v);
     bt_buf_printf(b, ", \"recipe_mismatch\": ");
     status_json_opt_string(b, v->moved ? v->moved_what : "");
     double eta;
@@ -1094,6 +1154,7 @@ int cmd_status(int argc, char **argv) {
         cli_error("status", &d, 0);
         return BT_EXIT_USAGE;
     }
+    status_warn_edited(&v);
     bt_buf b;
     bt_buf_init(&b);
     if (json) {

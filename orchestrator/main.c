@@ -25,6 +25,7 @@ static const command commands[] = {
     {"resume", cmd_resume, "continue a stopped or interrupted run from its run directory", 0},
     {"submit", cmd_submit, "write a Slurm batch script for a recipe and submit it with sbatch", 0},
     {"status", cmd_status, "a run's stages, steps, losses, restarts and checkpoints", 0},
+    {"stop", cmd_stop, "ask the baton run working in a run directory to stop (SIGTERM)", 0},
     {"plan", cmd_plan, "check a recipe and show layout, memory, communication and step time", 0},
     {"spec", cmd_spec, "resolve one stage of a recipe into the StageSpec a worker runs", 0},
     {"data", cmd_data, "prepare token datasets (Megatron indexed format) from text, tar or zip", 1},

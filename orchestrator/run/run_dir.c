@@ -18,6 +18,7 @@
 #include "indexed.h"
 #include "journal.h"
 #include "loader.h"
+#include "run_holder.h"
 #include "util/buf.h"
 #include "util/file.h"
 #include "util/shquote.h"
@@ -298,12 +299,16 @@ int run_dir_lock(run_dir *d, bt_diag *diag) {
     const char *env = getenv(RUN_DIR_LOCKS_ENV);
     if (env != NULL && sscanf(env, "%d,%d", &kept[0], &kept[1]) != 2) kept[0] = kept[1] = -1;
     unsetenv(RUN_DIR_LOCKS_ENV); /* nothing this process starts is handed them */
+    char holder[4600];
     if (run_dir_lock_dir(d, kept[1]) != 0) {
-        bt_diag_set(diag, "%s: another baton run is working in this run directory", d->path);
+        run_holder_refusal(d->path, holder, sizeof holder);
+        bt_diag_set(diag, "%s: another baton run is working in this run directory%s", d->path,
+                    holder);
         return BT_EINVAL;
     }
     run_dir_file(d, "lock", path, sizeof path);
     d->lock_fd = run_dir_adopt(kept[0], path);
+    int adopted = d->lock_fd >= 0;
     if (d->lock_fd < 0) d->lock_fd = bt_open_private(path, O_RDWR | O_CREAT);
     if (d->lock_fd < 0 && (errno == EINVAL || errno == ELOOP)) { /* something planted */
         bt_diag_set(diag, "%s: cannot open: %s", path, bt_file_why(errno));
@@ -315,11 +320,16 @@ int run_dir_lock(run_dir *d, bt_diag *diag) {
     }
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
     if (fcntl(d->lock_fd, F_OFD_SETLK, &fl) != 0) {
-        bt_diag_set(diag, "%s: another baton run is working in this run directory", d->path);
+        run_holder_refusal(d->path, holder, sizeof holder);
+        bt_diag_set(diag, "%s: another baton run is working in this run directory%s", d->path,
+                    holder);
         close(d->lock_fd);
         d->lock_fd = -1;
         return BT_EINVAL;
     }
+    /* a holder's record left by one killed (run_holder.h) is no one's now; one taken over
+     * across an exec is this process's own */
+    if (!adopted) (void)!ftruncate(d->lock_fd, 0);
     return 0;
 }
 
@@ -625,7 +635,8 @@ int run_dir_enter_workdir(const char *run_dir_path, int *moved, bt_diag *diag) {
 }
 
 void run_dir_close(run_dir *d) {
-    if (d->lock_fd >= 0) close(d->lock_fd);
+    /* the holder's record (run_holder.h) emptied while the lock is still held */
+    if (d->lock_fd >= 0) (void)!ftruncate(d->lock_fd, 0), close(d->lock_fd);
     if (d->dir_lock_fd >= 0) close(d->dir_lock_fd);
     d->lock_fd = d->dir_lock_fd = -1;
 }

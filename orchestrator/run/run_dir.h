@@ -14,7 +14,9 @@
  *   lock          held (an OFD lock) by the one `baton run` working here, which also
  *                 holds a flock on the directory itself: a lock file deleted as "stale"
  *                 lets no second one in on this host (on NFS a directory's flock is
- *                 local to each client; only the OFD lock reaches the server)
+ *                 local to each client; only the OFD lock reaches the server); it holds
+ *                 the holder's record (run_holder.h), emptied as a holder takes it and
+ *                 as it lets go (run_dir_close)
  *   journal       run_state.h / journal.h
  *   specs/        the StageSpec of every attempt (sNN-aMM.pb)
  *   logs/         every attempt's worker output (sNN-aMM.log) and rank 0's metrics log

@@ -107,7 +107,7 @@ expect 0 "^baton data prepare: warning: the validation set is empty: 1 document 
 
 # ---- help texts: lines of at most 80 columns, and ckpt inspect --json's field list
 # names run_id, as the README does ----
-for c in run submit resume status plan spec launch eval "ckpt inspect" "ckpt verify" "ckpt reshard" \
+for c in run submit resume status stop plan spec launch eval "ckpt inspect" "ckpt verify" "ckpt reshard" \
   "ckpt export" "ckpt import" "ckpt pack" "ckpt unpack" "ckpt push" "ckpt pull" \
   "data prepare" "data passkey" "data inspect" worker; do
   if [[ $c == worker ]]; then prog=("$worker"); else read -ra prog <<<"$baton $c"; fi

@@ -36,7 +36,7 @@ cli_workdir options
 #    from submit's table would be sbatch's, an "#SBATCH --opt=x" line);
 #  - given twice (a value, in both spellings, or a flag) it is refused naming it: --set
 #    and --input are the ones that repeat; submit refuses --launcher and --listen.
-cmds=(run resume submit status plan spec launch eval "ckpt inspect" "ckpt verify"
+cmds=(run resume submit status stop plan spec launch eval "ckpt inspect" "ckpt verify"
   "ckpt reshard" "ckpt export" "ckpt import" "ckpt pack" "ckpt unpack" "ckpt push" "ckpt pull"
   "data prepare" "data passkey" "data inspect")
 # submit --dry-run writes its script only once the recipe's data is there

@@ -137,13 +137,13 @@ edit-status-running)
   "$baton" status r1 | grep "now has more, from stage \"c\" (new) on: 'baton resume" >/dev/null ||
     { "$baton" status r1; fail "status before the resume does not say what resume trains"; }
   BATON_FAULT_STEP_SLEEP=0.15 "$baton" resume r1 --quiet >res.out 2>&1 &
-  bpid=$!
+  bpid=$! rpid=$!
   wait_step 2 2 >/dev/null
   "$baton" status r1 >st.out
   stop_run
-  grep -q "^run r1: running;" st.out && grep -Eq '^  c +running +[0-9]+/60 ' st.out ||
+  grep -q "^run r1: running (baton resume pid $rpid on [^)]*);" st.out && grep -Eq '^  c +running +[0-9]+/60 ' st.out ||
     { cat st.out; fail "status of the extension being trained"; }
-  ! grep -q "baton resume\|completed, but" st.out || { cat st.out; fail "status of a running extension tells to resume it"; }
+  ! grep -q "'baton resume\|completed, but" st.out || { cat st.out; fail "status of a running extension tells to resume it"; }
   echo "$case: status of a running extension says running, no resume advice"
   ;;
 *)

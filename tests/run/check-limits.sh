@@ -280,8 +280,9 @@ assert f["server_stuck"] is True and f["continued"] is True, f' ||
   wait "$bpid"
   brc=$?
   set -e
-  bpid=
-  if [[ $rc != 2 ]] || ! grep -q "another baton run is working in this run directory" other.out; then
+  first=$bpid bpid=
+  # named by the record its first process wrote: the same pid, through the exec
+  if [[ $rc != 2 ]] || ! grep -q "another baton run is working in this run directory (baton run pid $first on " other.out; then
     cat r3.out other.out
     fail "a resume by hand took the run over (exit $rc) while the fresh process started"
   fi

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# Who holds a run directory (orchestrator/run/run_holder.h: the record in RUN_DIR/lock) and
+# baton stop, with the helpers of run-common.sh. CASE:
+#   holder-status  a running run names its process (pid, host, command) in status, text
+#                  and --json, and in the refusal of a second resume; baton stop --wait
+#                  stops it (exit 75 of the run), after which nothing is named and the
+#                  lock file is empty; a resume is named as such, and gone once it ends.
+#   holder-stale   a baton run killed with SIGKILL leaves its record behind: never shown
+#                  as running (lock free), nor named while another process holds the
+#                  lock (its pid gone); baton stop signals no process the record names
+#                  that does not hold the lock file, nor one on another host.
+#   holder-edit    the kept recipe edited while the run runs: status warns that the edit
+#                  is taken at the next resume (--json: holder.recipe_edited); the resume
+#                  that read it is not warned about.
+#   check-holder.sh BATON BATON_WORKER SOURCE_DIR CASE
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
+one_rank_recipe hold "checkpoint: {every_steps: 2}" "{name: a, steps: 400}" >hold.yaml
+host=$(hostname)
+
+# holder_json DIR: status --json's holder as "pid command this_host recipe_edited", or
+# "null"
+holder_json() {
+  "$baton" status "$1" --json | /usr/bin/python3 -c '
+import json, sys
+h = json.load(sys.stdin)["holder"]
+print("null" if h is None else "%d %s %s %s %s" % (h["pid"], h["command"], h["host"],
+      h["this_host"], h["recipe_edited"]))'
+}
+# start_run CMD...: baton CMD in the background ($bpid), its steps slowed, until step 2
+start_run() {
+  BATON_FAULT_STEP_SLEEP=0.1 "$baton" "$@" --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 2 >/dev/null
+}
+# forge DIR PID HOST: a holder's record for PID on HOST written into DIR/lock in place (the
+# file, its inode, kept: the lock file stays the lock), its CRC32C right
+forge() {
+  /usr/bin/python3 - "$@" <<'PY'
+import sys
+def crc32c(data):
+    c = 0xFFFFFFFF
+    for x in data:
+        c ^= x
+        for _ in range(8):
+            c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
+    return c ^ 0xFFFFFFFF
+d, pid, host = sys.argv[1:]
+line = b"pid=%s host=%s since=1700000000 command=run recipe_crc32c=00000000" % (pid.encode(), host.encode())
+with open(d + "/lock", "r+b") as f:
+    f.write(line + b" crc32c=%08x\n" % crc32c(line))
+    f.truncate()
+PY
+}
+
+case $case in
+holder-status)
+  start_run run hold.yaml --run-dir r1
+  "$baton" status r1 >st.out
+  grep -q "^run r1: running (baton run pid $bpid on $host, since [0-9-]* [0-9:]*); " st.out ||
+    { cat st.out; fail "status does not name the running baton run"; }
+  [[ $(holder_json r1) == "$bpid run $host True False" ]] || { holder_json r1; fail "status --json's holder"; }
+  set +e; "$baton" resume r1 --quiet >second.out 2>&1; rc=$?; set -e
+  [[ $rc == 2 ]] && grep -q "r1: another baton run is working in this run directory (baton run pid $bpid on $host, since .*; stop it with 'baton stop $work/r1' or kill -TERM $bpid)\$" second.out ||
+    { cat second.out; fail "the refusal of a second resume does not name the holder"; }
+  "$baton" stop r1 --wait >stop.out 2>&1 || { cat stop.out; fail "baton stop --wait exited $?"; }
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  [[ $rc == 75 ]] || { cat run.out; fail "baton run exited $rc after baton stop, not 75"; }
+  grep -q "^baton stop: r1: asked baton run pid [0-9]* to stop (SIGTERM)" stop.out &&
+    grep -q "^run r1: stopped; " stop.out || { cat stop.out; fail "baton stop --wait did not say the stop and the run's state"; }
+  [[ ! -s r1/lock ]] || { cat r1/lock; fail "the lock file still holds a record after the run stopped"; }
+  "$baton" status r1 >st2.out
+  grep -q "^run r1: stopped; " st2.out && ! grep -q "pid" st2.out || { cat st2.out; fail "status of the stopped run"; }
+  [[ $(holder_json r1) == null ]] || fail "status --json names a holder of a stopped run"
+  set +e; "$baton" stop r1 >stop2.out 2>&1; rc=$?; set -e
+  [[ $rc == 3 ]] && grep -q "no baton run is working in it: nothing to stop" stop2.out ||
+    { cat stop2.out; fail "baton stop of a stopped run exited $rc"; }
+  # a resume: named as one, and nothing once it completes
+  sed -i 's/steps: 400/steps: 40/' r1/recipe.yaml
+  start_run resume r1
+  [[ $(holder_json r1) == "$bpid resume $host True False" ]] || { holder_json r1; fail "status --json's holder of a resume"; }
+  wait "$bpid" || { cat run.out; fail "the resume exited $?"; }
+  bpid=
+  [[ ! -s r1/lock && $(holder_json r1) == null ]] || fail "a completed run still names its holder"
+  echo "$case: the holder named in status, --json and the refusal; baton stop --wait stopped it"
+  ;;
+holder-stale)
+  start_run run hold.yaml --run-dir r1
+  kill -9 "$bpid"
+  wait "$bpid" 2>/dev/null || true
+  dead=$bpid bpid=
+  workers_gone r1 10
+  grep -q "^pid=$dead " r1/lock || { cat r1/lock; fail "the killed run's record is not in its lock file (nothing stale to test)"; }
+  "$baton" status r1 >st.out
+  grep -q "^run r1: stopped; " st.out && ! grep -q "pid" st.out || { cat st.out; fail "a stale record shown"; }
+  [[ $(holder_json r1) == null ]] || fail "status --json names the killed run as the holder"
+  set +e; "$baton" stop r1 >stop.out 2>&1; rc=$?; set -e
+  [[ $rc == 3 ]] || { cat stop.out; fail "baton stop with a stale record exited $rc, not 3"; }
+  # the lock held by a process that records nothing (the run directory's flock): running,
+  # the dead pid not named, and not signalled
+  (exec 8<r1 && flock 8 && exec sleep 60) >/dev/null 2>&1 &
+  bg_pids=$! # the sleep itself, holding the flock: killed on exit
+  for ((i = 0; i < 50; i++)); do
+    [[ $("$baton" status r1 --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])') == running ]] && break
+    sleep 0.1
+  done
+  "$baton" status r1 >st2.out
+  grep -q "^run r1: running; " st2.out || { cat st2.out; fail "status of a run whose holder is not recorded"; }
+  [[ $(holder_json r1) == null ]] || fail "status --json names a dead pid as the holder"
+  set +e; "$baton" stop r1 >stop2.out 2>&1; rc=$?; set -e
+  [[ $rc == 1 ]] && grep -q "its process is not recorded" stop2.out || { cat stop2.out; fail "baton stop without a record exited $rc"; }
+  # a record naming a live process that does not hold the lock file: not signalled
+  sleep 60 >/dev/null 2>&1 &
+  innocent=$!
+  bg_pids="$bg_pids $innocent"
+  forge r1 "$innocent" "$host"
+  set +e; "$baton" stop r1 >stop3.out 2>&1; rc=$?; set -e
+  [[ $rc == 1 ]] && grep -q "pid $innocent, which the lock file records, does not hold it: not signalled" stop3.out ||
+    { cat stop3.out; fail "baton stop of a pid not holding the lock exited $rc"; }
+  kill -0 "$innocent" || fail "baton stop signalled a process that does not hold the lock"
+  # a record of another host: said, not signalled
+  forge r1 "$innocent" elsewhere.invalid
+  grep -q "^run r1: running (baton run pid $innocent on elsewhere.invalid, since " <("$baton" status r1) ||
+    { "$baton" status r1; fail "status does not name the other host's holder"; }
+  set +e; "$baton" stop r1 >stop4.out 2>&1; rc=$?; set -e
+  [[ $rc == 2 ]] && grep -q "runs on elsewhere.invalid, not on this host: run 'baton stop r1' there, or kill -TERM $innocent on elsewhere.invalid" stop4.out ||
+    { cat stop4.out; fail "baton stop of another host's holder exited $rc"; }
+  kill -0 "$innocent" || fail "baton stop signalled a process for another host"
+  echo "$case: a stale record never shown or signalled; another host's holder said"
+  ;;
+holder-edit)
+  start_run run hold.yaml --run-dir r1
+  "$baton" status r1 >st.out 2>st.err
+  [[ ! -s st.err ]] || { cat st.err; fail "status warns before any edit"; }
+  echo '  - {name: b, steps: 3}' >>r1/recipe.yaml
+  "$baton" status r1 >st.out 2>st.err
+  grep -q "^baton status: warning: r1/recipe.yaml was edited after the running baton run (pid $bpid) read it: that process trains the recipe it read, and the edit is taken at the next 'baton resume r1'" st.err ||
+    { cat st.err; fail "no warning of the edit made while running"; }
+  [[ $(holder_json r1 2>/dev/null) == "$bpid run $host True True" ]] || { holder_json r1; fail "status --json's recipe_edited"; }
+  stop_run
+  sed -i 's/steps: 400/steps: 40/' r1/recipe.yaml
+  start_run resume r1
+  "$baton" status r1 >st2.out 2>st2.err
+  [[ ! -s st2.err ]] || { cat st2.err; fail "the resume, which read the edit, is warned about"; }
+  [[ $(holder_json r1) == "$bpid resume $host True False" ]] || { holder_json r1; fail "status --json of the resume"; }
+  wait "$bpid" || { cat run.out; fail "the resume exited $?"; }
+  bpid=
+  echo "$case: an edit made while running is said to be taken at the next resume"
+  ;;
+*)
+  fail "unknown case"
+  ;;
+esac
