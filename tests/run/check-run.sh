@@ -479,7 +479,7 @@ partials)
   sets=(--set stages.pretrain.steps=8 --set stages.1.steps=3 --set stages.fp8.steps=2)
   ck=r1/checkpoints
   mkdir -p "$ck/s00-step00000003.partial" "$ck/junk.partial" "$ck/keep/inner.partial" \
-    "$ck/s00-step00000003.partial.d" r1/other.partial outside \
+    "$ck/s00-step00000003.partial.d" outside \
     "$ck/s00-step00000002.deleting" "$ck/mybackup.deleting" "$ck/s+1-step2.deleting"
   : >"$ck/mybackup.deleting/x"
   head -c 1048576 /dev/zero >"$ck/s00-step00000003.partial/rank-00000.bin"
@@ -489,12 +489,14 @@ partials)
   : >"$ck/file.partial"
   # each rank notes its attempt and the *.partial names in checkpoints/ it starts with;
   # rank 1 of attempt 0 dies halfway through writing step 5's checkpoint (its .partial
-  # stays behind for attempt 1)
+  # stays behind for attempt 1); attempt 0's ranks put a *.partial beside checkpoints/,
+  # which the sweep before attempt 1 leaves (a new run dir holding it would be refused
+  # as no run's)
   cat >wrap.sh <<EOF
 #!/bin/bash
 { echo "\$*" | grep -o 's00-a[0-9]*' || true; ls -A "$work/$ck" | grep '[.]partial\$' || true; } \
   >>"$work/seen.\$\$"
-[[ "\$*" == *s00-a00.pb* ]] && export BATON_FAULT_SAVE_EXIT=1:5
+[[ "\$*" == *s00-a00.pb* ]] && export BATON_FAULT_SAVE_EXIT=1:5 && mkdir -p "$work/r1/other.partial"
 exec "$worker" "\$@"
 EOF
   chmod +x wrap.sh
