@@ -3,6 +3,7 @@
 #define _GNU_SOURCE /* sigabbrev_np */
 #include "run_watchdog.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -207,6 +208,23 @@ void run_on_signal(run_ctx *c, launch_job *job) {
     run_err(c, "got SIG%s: asking the workers to checkpoint and stop\n",
             sigabbrev_np(c->got_signal));
     run_stop_workers(c, job, "baton run got a signal");
+}
+
+int run_stop_before(run_ctx *c, const char *done, const char *next) {
+    int said = c->got_signal != 0;
+    struct pollfd pfd = {.fd = c->sfd, .events = POLLIN};
+    struct signalfd_siginfo si;
+    if (!said && c->sfd >= 0 && poll(&pfd, 1, 0) > 0 &&
+        read(c->sfd, &si, sizeof si) == (ssize_t)sizeof si)
+        c->got_signal = (int)si.ssi_signo, run_signal_note(c, &si);
+    if (!c->got_signal) return 0;
+    run_progress_end(&c->prog);
+    if (said)
+        run_err(c, "stopping before stage \"%s\"\n", next);
+    else
+        run_err(c, "got SIG%s after stage \"%s\" completed: stopping before stage \"%s\"\n",
+                sigabbrev_np(c->got_signal), done, next);
+    return 1;
 }
 
 /* During a stop: a rank gone other than by finishing (exit 0) or stopping (75). */

@@ -25,6 +25,11 @@ void run_signal_note(run_ctx *c, const struct signalfd_siginfo *si);
 /* A stop signal waiting in c->sfd: the first stops the workers in order, a second (not
  * its echo) kills them at once. */
 void run_on_signal(run_ctx *c, launch_job *job);
+/* Between stages, after stage `done` completed and before `next` starts: whether a stop
+ * was asked for, by a signal read during the attempt (its ranks were past the stage's last
+ * step) or one still waiting in c->sfd (it came as they exited), said as stopping before
+ * `next`. */
+int run_stop_before(run_ctx *c, const char *done, const char *next);
 /* During a stop: a rank gone other than by finishing (exit 0) or stopping (75). */
 int run_stop_lost_rank(const launch_job *job);
 /* The signalfd of the stop signals (blocked since run_signals_block); SIGCONT's in *cfd. */

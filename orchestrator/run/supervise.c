@@ -465,6 +465,26 @@ static void run_disk_full(run_ctx *c, uint32_t stage, int in_failure) {
     bt_buf_free(&cmd);
 }
 
+/* A stop (baton run's signal) that came once the ranks were past the stage's last step:
+ * a worker takes no stop after it (worker_train), so it still saved the stage's final
+ * checkpoint, ran the closing validation and exited 0; exit 75 is a stop checkpoint
+ * before the end (the validation skipped), a rank killed or exited otherwise failed to
+ * finish. Every rank exited 0 and the final checkpoint committed: the stage is complete
+ * (said), not stopped, so that no resume runs it again to train nothing. */
+static int run_stopped_after_end(run_ctx *c, const launch_job *job, uint32_t stage) {
+    char why[1024];
+    if (!c->got_signal || (job->cause != LAUNCH_STOPPED && job->cause != LAUNCH_EXITED) ||
+        c->build_refused || c->topo_refused || !run_all_exited_zero(job) ||
+        run_stage_finished(c, stage, c->spec->stage->steps, why, sizeof why) != RUN_FINAL_DONE)
+        return 0;
+    run_progress_end(&c->prog);
+    run_err(c,
+            "stage \"%s\": the stop came after its last step: every rank exited 0 and the "
+            "stage's final checkpoint is committed: the stage is complete\n",
+            c->prog.stage);
+    return 1;
+}
+
 /* Journals how the attempt ended and decides what comes next. */
 static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stage, uint32_t attempt,
                                 int hung) {
@@ -492,6 +512,11 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
                 "stage \"%s\": %s, but every rank exited 0 and the stage's final "
                 "checkpoint is committed: the stage is complete\n",
                 c->prog.stage, why);
+        run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
+        return ATTEMPT_DONE;
+    }
+    if (run_stopped_after_end(c, job, stage)) {
+        r.exit_code = 0; /* every rank's; the job's cause is the stop */
         run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
         return ATTEMPT_DONE;
     }
@@ -1091,6 +1116,23 @@ static int run_worker_ready(const run_ctx *c) {
     return -1;
 }
 
+/* The stages left, in order, until one ends the run; 0 when all completed. A stop asked
+ * for once a stage's ranks were past its last step (that stage complete) ends the run
+ * before the next stage, whose attempt would only save a stop checkpoint at its start. */
+static int run_stages(run_ctx *c) {
+    Baton__Stage **st = c->doc->recipe->stages;
+    int status = 0;
+    size_t done = SIZE_MAX; /* the stage this process completed last */
+    for (size_t i = 0; status == 0 && !c->journal_broken && i < c->doc->recipe->n_stages; i++) {
+        if (c->st.stage[i].completed && !run_edit_extends(c->doc, &c->st, i)) continue;
+        if (done != SIZE_MAX && run_stop_before(c, st[done]->name, st[i]->name))
+            return RUN_EXIT_STOPPED;
+        status = run_stage(c, i);
+        done = i;
+    }
+    return status;
+}
+
 int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
     run_ctx c = {.dir = dir, .doc = doc, .o = o, .sfd = -1, .cfd = -1};
     bt_diag d;
@@ -1128,9 +1170,7 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
             journal_close(&c.j);
             return BT_EXIT_FAILURE;
         }
-        for (size_t i = 0; status == 0 && !c.journal_broken && i < doc->recipe->n_stages; i++)
-            if (!c.st.stage[i].completed || run_edit_extends(doc, &c.st, i))
-                status = run_stage(&c, i);
+        status = run_stages(&c);
         if (status == 0) run_journal(&c, BATON__JOURNAL_RECORD__KIND__RUN_COMPLETED, 0, NULL);
         if (c.journal_broken)
             status = BT_EXIT_FAILURE;

@@ -39,6 +39,14 @@
 #                 bytes: ENAMETOOLONG at the first save): the attempt fails at once, exit
 #                 2, not retried (every restart would meet the same path), its message
 #                 ending with the cause though the path alone is longer than a message.
+#   stop-after-final  SIGTERM to `baton run` once every rank of a stage has saved its final
+#                 checkpoint, run the closing validation and exited 0, but before the ranks'
+#                 end is seen (a --worker wrapper holds each rank until released; the stop's
+#                 SIGTERM ends it with the worker's 0): the stage is complete, not stopped.
+#                 For the first stage the run stops before the next one (exit 75, said) and
+#                 the resume trains the next stages only; for the last stage the run is
+#                 completed (exit 0), and a resume has nothing to do. Every attempt once,
+#                 each stage's validation once.
 #   check-final.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
@@ -133,6 +141,72 @@ PY
   "$baton" status r1 | grep -E "^  valid loss  pretrain [0-9.]+  extend [0-9.]+  fp8 [0-9.]+$" >/dev/null ||
     { "$baton" status r1; fail "status shows no valid loss line"; }
   echo "$case: stage completed by a resume without a step shows loss $logged (the worker's step 16)"
+  ;;
+stop-after-final)
+  # hold.spec names the spec whose ranks, once their worker exited 0, wait (held.PID made)
+  # until release is made; the stop's SIGTERM to a held rank ends it with the worker's status
+  cat >held-worker <<WRAPPER
+#!/usr/bin/env bash
+"$worker" "\$@"; rc=\$?
+if [[ \$rc == 0 && "\$*" == *"/specs/\$(cat "$work/hold.spec")"* ]]; then
+  trap 'exit \$rc' TERM
+  : >"$work/held.\$\$"
+  for ((i = 0; i < 1200; i++)); do [[ -e "$work/release" ]] && break; sleep 0.05 & wait \$!; done
+fi
+exit \$rc
+WRAPPER
+  chmod +x held-worker
+  sets=(--set stages.pretrain.steps=6 --set stages.1.steps=2 --set stages.fp8.steps=2)
+  # stop_held CMD...: runs baton CMD in the background, SIGTERM once the 4 ranks of
+  # hold.spec's attempt are held, then releases them; rc: its exit status
+  stop_held() {
+    rm -f held.* release
+    "$baton" "$@" --quiet >run.out 2>&1 &
+    bpid=$!
+    wait_files "held.*" 4 120 "the 4 ranks of $(cat hold.spec) were held"
+    kill -TERM "$bpid"
+    sleep 0.5 # the stop under way while the ranks are still held
+    : >release
+    set +e; wait "$bpid"; rc=$?; set -e
+    bpid=
+  }
+  echo s00-a00.pb >hold.spec
+  stop_held run "$recipe" --run-dir r1 --worker "$PWD/held-worker" "${sets[@]}"
+  [[ $rc == 75 ]] || fail "a stop after pretrain's end: exit $rc, not 75"
+  grep -q '^baton run: stage "pretrain": the stop came after its last step: .* the stage is complete$' run.out ||
+    fail "pretrain's completion under the stop was not said"
+  grep -q '^baton run: stopping before stage "extend"$' run.out || fail "the stop before extend was not said"
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+st = [(s["name"], s["state"], s["step"], s["attempts"]) for s in d["stages"]]
+assert d["state"] == "stopped" and st == [("pretrain", "done", 6, 1), ("extend", "pending", 0, 0),
+                                          ("fp8", "pending", 0, 0)], (d["state"], st)' ||
+    { "$baton" status r1; fail "status after a stop at pretrain's end"; }
+  [[ $(ls r1/logs/*.log | wc -l) == 1 && $(wc -l <r1/valid.jsonl) == 1 ]] ||
+    { ls r1/logs; cat r1/valid.jsonl; fail "another attempt, or not one validation"; }
+  echo s02-a00.pb >hold.spec
+  stop_held resume r1
+  [[ $rc == 0 ]] || fail "a stop after the last stage's end: exit $rc, not 0"
+  grep -q '^baton resume: stage "fp8": the stop came after its last step: .* the stage is complete$' run.out ||
+    fail "fp8's completion under the stop was not said"
+  "$baton" resume r1 >again.out 2>&1 || { cat again.out; fail "resuming the completed run failed"; }
+  grep -q "the run has already completed" again.out || { cat again.out; fail "the completed run was resumed"; }
+  "$baton" status r1 --json | /usr/bin/python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+st = [(s["name"], s["state"], s["step"], s["attempts"]) for s in d["stages"]]
+assert d["state"] == "completed" and st == [("pretrain", "done", 6, 1), ("extend", "done", 2, 1),
+                                            ("fp8", "done", 2, 1)], (d["state"], st)' ||
+    { "$baton" status r1; fail "status after a stop at the last stage's end"; }
+  logs=$(cd r1/logs && echo *.log)
+  [[ $logs == "s00-a00.log s01-a00.log s02-a00.log" ]] || fail "attempts $logs, not one per stage"
+  /usr/bin/python3 - r1/valid.jsonl <<'PY' || fail "not one validation per stage"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["stage_index"] for r in rows] == [0, 1, 2], rows
+PY
+  echo "$case: a stop after a stage's final checkpoint and validation completed it (exit 75 before the next stage, exit 0 after the last)"
   ;;
 disk-full)
   set +e
