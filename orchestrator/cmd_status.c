@@ -270,10 +270,9 @@ static void status_apply_overrides(status_view *v, bt_diag *diag) {
  * whose journal was lost is no new one). */
 static int status_is_new_run(const char *dir) {
     run_dir d = {.lock_fd = -1};
-    char file[4200], what[300];
+    char what[300];
     snprintf(d.path, sizeof d.path, "%s", dir);
-    run_dir_file(&d, "workdir", file, sizeof file);
-    if (access(file, F_OK) != 0) return 0;
+    if (!run_dir_has_file(dir, "workdir", NULL)) return 0;
     bt_diag ignore;
     bt_diag_init(&ignore);
     return run_dir_has_history(&d, what, sizeof what, &ignore) == 0;
