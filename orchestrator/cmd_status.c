@@ -109,8 +109,9 @@ static void status_usage(FILE *f) {
                "           step), valid_loss), recovery_s,\n"
                "           failure_list (per failure: stage, stage_index, attempt, time, step,\n"
                "           rank, node, pid, exit_status, signal, cause, retryable,\n"
-               "           server_stuck, continued: a stuck server's failure retried by a\n"
-               "           fresh process's attempt, null while none started one),\n"
+               "           server_stuck, continued: true once a later process's attempt\n"
+               "           (the fresh one, or a baton resume) retried a stuck server's\n"
+               "           failure, null while a fresh one is due, else false),\n"
                "           recovery_list (stage, stage_index, attempt, time, step,\n"
                "           recovery_s) and checkpoints; an unknown value is null\n"
                "  --help   show this help\n\n"
@@ -281,10 +282,9 @@ static void status_apply_overrides(status_view *v, bt_diag *diag) {
  * whose journal was lost is no new one). */
 static int status_is_new_run(const char *dir) {
     run_dir d = {.lock_fd = -1};
-    char file[4200], what[300];
+    char what[300];
     snprintf(d.path, sizeof d.path, "%s", dir);
-    run_dir_file(&d, "workdir", file, sizeof file);
-    if (access(file, F_OK) != 0) return 0;
+    if (!run_dir_has_file(dir, "workdir", NULL)) return 0;
     bt_diag ignore;
     bt_diag_init(&ignore);
     return run_dir_has_history(&d, what, sizeof what, &ignore) == 0;
@@ -783,25 +783,38 @@ static const Baton__JournalRecord *status_next_turn(const status_view *v, size_t
 
 /* What became of a stuck server's failure or its stage's continuation, v->rec[i]. */
 typedef enum {
-    AFRESH_NONE,    /* a failure not handed to a fresh process: its own gave up on it */
-    AFRESH_PENDING, /* handed to one that has started no attempt of the stage yet: its
-                     * execution failed, it was killed first, or it is starting */
-    AFRESH_RETRIED, /* one's attempt of the stage started */
-    AFRESH_DROPPED, /* one gave up on the stage before an attempt (a checkpoint gone) */
+    AFRESH_NONE,    /* a failure this process gave up on itself (its continuations spent) */
+    AFRESH_PENDING, /* handed to a fresh process that has started no attempt of the stage
+                     * yet: its execution failed, it was killed first, or it is starting */
+    AFRESH_RETRIED, /* an attempt of the stage started in a later process */
+    AFRESH_DROPPED, /* the fresh process gave up on the stage before an attempt (a
+                     * checkpoint gone) */
 } status_afresh;
 
-static status_afresh status_afresh_of(const status_view *v, size_t i) {
-    const Baton__JournalRecord *r = v->rec[i];
-    size_t j = i;
-    if (r->kind == BATON__JOURNAL_RECORD__KIND__FAILURE) {
-        r = status_next_turn(v, i, &j); /* the STAGE_FAILED that continued it */
-        if (r == NULL || r->kind != BATON__JOURNAL_RECORD__KIND__STAGE_FAILED || !status_stuck(r))
-            return AFRESH_NONE;
-    }
-    r = status_next_turn(v, j, &j);
+/* A stuck server's STAGE_FAILED, v->rec[i] (the stage handed to a fresh process): what
+ * that process did first, as the journal's next record of the stage says. */
+static status_afresh status_handed_of(const status_view *v, size_t i) {
+    size_t j;
+    const Baton__JournalRecord *r = status_next_turn(v, i, &j);
     if (r == NULL) return AFRESH_PENDING;
     return r->kind == BATON__JOURNAL_RECORD__KIND__ATTEMPT_STARTED ? AFRESH_RETRIED
                                                                    : AFRESH_DROPPED;
+}
+
+/* A stuck server's failure, v->rec[i]: retried once an attempt of its stage started after
+ * it, in whatever process (none retries such a failure itself): the fresh one baton run
+ * started, or a baton resume by hand after that one was killed or gave up, or after this
+ * one gave up. Else pending while the stage's last turn handed it to a fresh process,
+ * dropped where that process gave up before its attempt, none where this one gave up. */
+static status_afresh status_failure_afresh(const status_view *v, size_t i) {
+    const Baton__JournalRecord *r, *last = NULL;
+    int handed = 0;
+    for (size_t j = i; (r = status_next_turn(v, j, &j)) != NULL; last = r) {
+        if (r->kind == BATON__JOURNAL_RECORD__KIND__ATTEMPT_STARTED) return AFRESH_RETRIED;
+        handed |= status_stuck(r);
+    }
+    if (last != NULL && status_stuck(last)) return AFRESH_PENDING;
+    return handed ? AFRESH_DROPPED : AFRESH_NONE;
 }
 
 /* A failure's line: the step where the journal has one (JSON step, else null: before the
@@ -816,7 +829,7 @@ static void status_failure_line(bt_buf *b, const status_view *v, size_t i) {
     const Baton__JournalRecord *r = v->rec[i];
     const char *retried = r->retryable       ? ""
                           : !status_stuck(r) ? " (not retried)"
-                                             : afresh[status_afresh_of(v, i)];
+                                             : afresh[status_failure_afresh(v, i)];
     char at[48] = " before its first step";
     if (r->has_step) snprintf(at, sizeof at, " at step %llu", (unsigned long long)r->step);
     bt_buf_printf(b, "  failure: stage %s attempt %u%s: %s%s\n",
@@ -824,18 +837,19 @@ static void status_failure_line(bt_buf *b, const status_view *v, size_t i) {
                   retried);
 }
 
-/* A STAGE_FAILED's line: the run gave up on the stage, or (a stuck server) it went on in
- * a fresh process, "continued" once that process's attempt started. */
+/* A STAGE_FAILED's line: the run gave up on the stage, or (a stuck server) handed it to a
+ * fresh process: "continued" once an attempt started after it, "given up before its
+ * attempt" where that process gave up first (its own line follows). */
 static void status_stage_failed_line(bt_buf *b, const status_view *v, size_t i) {
     static const char *afresh[] = {
         [AFRESH_NONE] = "gave up",
         [AFRESH_PENDING] = "not continued yet",
         [AFRESH_RETRIED] = "continued",
-        [AFRESH_DROPPED] = "not continued",
+        [AFRESH_DROPPED] = "given up before its attempt",
     };
     const Baton__JournalRecord *r = v->rec[i];
     bt_buf_printf(b, "  %s: stage %s: %s\n",
-                  status_stuck(r) ? afresh[status_afresh_of(v, i)] : "gave up",
+                  status_stuck(r) ? afresh[status_handed_of(v, i)] : "gave up",
                   status_stage_name(v, r->stage_index), r->detail ? r->detail : "?");
 }
 
@@ -937,7 +951,7 @@ static void status_json_event(bt_buf *b, const status_view *v, const Baton__Jour
  * true; "(to be retried in a fresh process)": null, not known yet; else false). */
 static void status_json_afresh(bt_buf *b, const status_view *v, size_t i) {
     int stuck = status_stuck(v->rec[i]) && !v->rec[i]->retryable;
-    status_afresh a = stuck ? status_afresh_of(v, i) : AFRESH_NONE;
+    status_afresh a = stuck ? status_failure_afresh(v, i) : AFRESH_NONE;
     bt_buf_printf(b, ", \"server_stuck\": %s, \"continued\": %s}",
                   status_stuck(v->rec[i]) ? "true" : "false",
                   a == AFRESH_RETRIED   ? "true"

@@ -72,10 +72,9 @@ int run_dir_check_resumable(const char *path, bt_diag *diag) {
     run_dir d = {.lock_fd = -1, .dir_lock_fd = -1};
     char file[4200], what[300];
     snprintf(d.path, sizeof d.path, "%s", path);
-    run_dir_file(&d, "workdir", file, sizeof file);
     /* a record, a run made by baton run or submit (its workdir noted; no attempt yet), or
      * a run's traces (whose lost journal the run itself refuses, saying more) */
-    if (n > 0 || tail.size > 0 || access(file, F_OK) == 0 ||
+    if (n > 0 || tail.size > 0 || run_dir_has_file(path, "workdir", NULL) ||
         run_dir_has_history(&d, what, sizeof what, diag) != 0)
         return 0;
     run_dir_file(&d, JOURNAL_FILE, file, sizeof file);
@@ -373,20 +372,15 @@ static int run_dir_check_owner(const run_dir *d, const struct stat *st, bt_diag 
     return BT_EINVAL;
 }
 
-/* What baton keeps in a run directory under fixed names, files and then directories
- * (`worker` is checked where it is read, saying more: run_dir_read_worker):
+/* What baton keeps in a run directory under fixed names (run_dir_names, RUN_DIR_LINKS):
  * none may be a symbolic link (another user's, planted to redirect the run's writes), nor
  * a directory another user owns or may write. */
-static const char *const run_dir_entries[] = {
-    "lock",    JOURNAL_FILE, "metrics.jsonl",  "valid.jsonl", "secret",
-    "workdir", "job_id",     "baton.sbatch",   "recipe.yaml", "overrides",
-    "specs",   "logs",       CKPT_ROOT_IN_RUN, "tb",          "rolled-back"};
-
 static int run_dir_check_entries(const run_dir *d, bt_diag *diag) {
     char path[4200], why[128];
-    for (size_t i = 0; i < sizeof run_dir_entries / sizeof *run_dir_entries; i++) {
+    for (size_t i = 0; i < run_dir_n_names; i++) {
         struct stat st;
-        run_dir_file(d, run_dir_entries[i], path, sizeof path);
+        if (!(run_dir_names[i].flags & RUN_DIR_LINKS)) continue;
+        run_dir_file(d, run_dir_names[i].name, path, sizeof path);
         const char *bad = lstat(path, &st) != 0  ? NULL
                           : S_ISLNK(st.st_mode)  ? "a symbolic link"
                           : !S_ISDIR(st.st_mode) ? NULL /* a file, or said where it is used */
@@ -458,12 +452,9 @@ static int run_dir_make(run_dir *d, struct stat *st, int *existed, bt_diag *diag
 }
 
 int run_dir_has_started(const char *run_dir_path) {
-    char path[4200];
     struct stat st;
-    snprintf(path, sizeof path, "%s/workdir", run_dir_path);
-    if (access(path, F_OK) == 0) return 1;
-    snprintf(path, sizeof path, "%s/%s", run_dir_path, JOURNAL_FILE);
-    return stat(path, &st) == 0 && st.st_size > 0;
+    if (run_dir_has_file(run_dir_path, "workdir", NULL)) return 1;
+    return run_dir_has_file(run_dir_path, JOURNAL_FILE, &st) && st.st_size > 0;
 }
 
 /* A refused run_dir_open: what it made removed again (run_dir_unmake), a failure to
@@ -513,7 +504,7 @@ int run_dir_open(run_dir *d, const char *path, const recipe_doc *recipe, const c
 int run_dir_note_start(const run_dir *d, const char *worker, bt_diag *diag) {
     char path[4200], cwd[PATH_MAX];
     run_dir_file(d, "workdir", path, sizeof path);
-    if (access(path, F_OK) == 0) return 0; /* the run started before */
+    if (run_dir_has_file(d->path, "workdir", NULL)) return 0; /* the run started before */
     char kept[4200];
     run_dir_file(d, "worker", kept, sizeof kept);
     /* a worker file there before the run started is none of its own: never run */

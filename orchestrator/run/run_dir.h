@@ -1,34 +1,45 @@
 /* A run directory: everything one `baton run` owns, 0700; one that another user owns or
  * may write is refused, and so is a symbolic link where baton keeps a file or directory
- * (it opens them O_NOFOLLOW).
- *   recipe.yaml   the recipe as given: the bytes baton parsed, never the file read again
- *                 (what `baton resume` reruns)
- *   overrides     its --set assignments, one per line (reapplied by `baton resume`)
- *   workdir       the directory the run started in (run_dir_note_start)
- *   worker        the --worker it was started with, if any (used again by `baton resume`)
- *   secret        the control channel's per-run token (0600)
- *   run_id        the run's identity (32 random hex digits, made with the directory):
- *                 every attempt's spec carries it and every checkpoint's manifest records
- *                 it, so that a checkpoint of another run named by `init:` is never taken
- *                 for one of this run's own (ckpt_same_run)
- *   lock          held (an OFD lock) by the one `baton run` working here, which also
- *                 holds a flock on the directory itself: a lock file deleted as "stale"
- *                 lets no second one in on this host (on NFS a directory's flock is
- *                 local to each client; only the OFD lock reaches the server); it holds
- *                 the holder's record (run_holder.h), emptied as a holder takes it and
- *                 as it lets go (run_dir_close)
- *   journal       run_state.h / journal.h
- *   specs/        the StageSpec of every attempt (sNN-aMM.pb)
- *   logs/         every attempt's worker output (sNN-aMM.log) and rank 0's metrics log
- *                 (sNN-aMM.metrics, stages/metrics_log.h)
- *   checkpoints/  stages/ckpt/ckpt.h
- *   metrics.jsonl, tb/   the control channel's metrics */
+ * (it opens them O_NOFOLLOW). What it holds, under fixed names: run_dir_names, each said
+ * there (recipe.yaml, overrides, workdir, worker, secret, run_id, lock, journal,
+ * metrics.jsonl, valid.jsonl, job_id, baton.sbatch, specs/, logs/, checkpoints/, tb/,
+ * rolled-back/). */
 #ifndef BATON_RUN_DIR_H
 #define BATON_RUN_DIR_H
 
 #include <stddef.h>
+#include <sys/stat.h>
 
 #include "recipe.h"
+
+/* What an entry of run_dir_names is and where it counts. RUN_DIR_DIR: a directory, else
+ * a regular file. RUN_DIR_MARK: there as its kind, the directory is a run's
+ * (run_dir_check_foreign): every run directory has it from its first moment (lock, the
+ * first file run_dir_open makes) or its run's start (journal), and no other directory
+ * is likely to. RUN_DIR_LINKS: in an existing directory, refused as a symbolic link, or as
+ * a directory another user owns or may write (run_dir_open; else checked where it is
+ * read). */
+#define RUN_DIR_DIR   1u
+#define RUN_DIR_MARK  2u
+#define RUN_DIR_LINKS 4u
+
+typedef struct run_dir_name {
+    const char *name;
+    unsigned flags; /* RUN_DIR_DIR, RUN_DIR_MARK, RUN_DIR_LINKS */
+} run_dir_name;
+
+/* run_dir_names.c: every name baton gives an entry of a run directory, files first; each
+ * is removed by run_dir_unmake (a directory only when empty), and each, of its kind, is
+ * baton's own to run_dir_check_foreign. */
+extern const run_dir_name run_dir_names[];
+extern const size_t run_dir_n_names;
+/* name's entry in run_dir_names, or NULL. */
+const run_dir_name *run_dir_name_of(const char *name);
+/* Whether st (lstat's) is of e's kind: a directory, or a regular file. */
+int run_dir_name_is(const run_dir_name *e, const struct stat *st);
+/* Whether run_dir_path/name is a regular file (a symbolic link not followed); its lstat in
+ * *st where st is not NULL. */
+int run_dir_has_file(const char *run_dir_path, const char *name, struct stat *st);
 
 /* The most directories a path of 4096 bytes names ("a/a/a/..."): every one it made is
  * recorded, so that a refusal removes them all, however deep. */
@@ -112,8 +123,9 @@ int run_dir_note_start(const run_dir *d, const char *worker, bt_diag *diag);
  * link or not a regular file, or the file or the run directory owned by another user or
  * writable by group or others. Read only for a run that started (run_dir.started). */
 int run_dir_read_worker(const char *run_dir_path, char *out, size_t cap, bt_diag *diag);
-/* Whether a run started in the directory at path: its start noted (RUN_DIR/workdir), or
- * a journal with anything in it (a run older than workdir). */
+/* Whether a run started in the directory at path: its start noted (RUN_DIR/workdir, a
+ * regular file), or a journal (a regular file) with anything in it (a run older than
+ * workdir). A directory or anything else of those names is no sign of a run. */
 int run_dir_has_started(const char *run_dir_path);
 /* For `baton resume` from anywhere: changes into the run's workdir (when it has one and
  * it is not the current directory; *moved says so). run_dir_path must be absolute. A
@@ -140,8 +152,10 @@ int run_dir_check_resumable(const char *path, bt_diag *diag);
 int run_dir_unmake(run_dir *d, char *said, size_t cap);
 /* run_dir_foreign.c: an existing directory run_dir_open is given: BT_EINVAL (diag naming
  * how many entries it holds, one of them, and what to give instead) when it is no run's
- * (none of the files every run directory has: lock, journal, secret, run_id, workdir)
- * and holds an entry baton does not make there; an empty one is taken. */
+ * (no mark of run_dir_names there as a regular file: lock, journal) and holds an entry
+ * that is not baton's own (a name of run_dir_names, of its kind; a batch job's output
+ * slurm-JOBID.out or .err), nor one its file system makes (lost+found/, .snapshot/,
+ * .zfs/, NFS's .nfsXXXX of a removed file still open); an empty one is taken. */
 int run_dir_check_foreign(const run_dir *d, bt_diag *diag);
 /* path/<sub> into out. */
 void run_dir_file(const run_dir *d, const char *sub, char *out, size_t cap);

@@ -1,41 +1,56 @@
 /* An existing directory given as a run directory that is no run's: refused when it holds
  * anything of its own (a project's root, `--run-dir .`), so that a run's files are never
- * mixed with the user's. */
+ * mixed with the user's. Whether it is a run's, and which entries are baton's, goes by
+ * each entry's kind as well as its name: a project's `workdir/` or `logs` file is the
+ * project's, not a run's. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
-#include "ckpt/ckpt.h"
-#include "journal.h"
 #include "run_dir.h"
 #include "util/buf.h"
 
-/* Files only a run directory has: one of them there, it is a run's (maybe one whose
- * making was cut short), taken as it is. */
-static const char *const foreign_marks[] = {"lock", JOURNAL_FILE, "secret", "run_id", "workdir"};
-
-/* Every name baton gives an entry of a run directory (run_dir.h). */
-static const char *const foreign_own[] = {
-    "metrics.jsonl", "valid.jsonl", "worker", "job_id",         "baton.sbatch", "recipe.yaml",
-    "overrides",     "specs",       "logs",   CKPT_ROOT_IN_RUN, "tb",           "rolled-back"};
-
-static int foreign_in(const char *name, const char *const *list, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(name, list[i]) == 0) return 1;
-    return 0;
+/* digits, at least one, from *p on: 1 with *p past them. */
+static int foreign_digits(const char **p) {
+    size_t n = strspn(*p, "0123456789");
+    *p += n;
+    return n > 0;
 }
 
-#define FOREIGN_N(list) (sizeof list / sizeof *list)
+/* A batch job's output: slurm-JOBID.out, or .err (--error), JOBID as Slurm writes it for
+ * a job (digits) or an array task (digits_digits): written before the job's baton starts,
+ * a script of the user's own that keeps sbatch's default names too. */
+static int foreign_slurm_name(const char *name) {
+    const char *p = name + 6;
+    if (strncmp(name, "slurm-", 6) != 0 || !foreign_digits(&p)) return 0;
+    if (*p == '_' && (p++, !foreign_digits(&p))) return 0;
+    return strcmp(p, ".out") == 0 || strcmp(p, ".err") == 0;
+}
 
-/* A name baton gives an entry of a run directory, or its batch job's output there
- * (slurm-JOBID.out: written before the job's baton starts, a script of the user's own
- * too). */
-static int foreign_own_name(const char *name) {
-    size_t n = strlen(name);
-    if (n > 10 && strncmp(name, "slurm-", 6) == 0 && strcmp(name + n - 4, ".out") == 0) return 1;
-    return foreign_in(name, foreign_own, FOREIGN_N(foreign_own)) ||
-           foreign_in(name, foreign_marks, FOREIGN_N(foreign_marks));
+/* What the file system itself puts in a directory, none of the user's: ext4's lost+found/
+ * on a fresh file system's root (a run directory on another disk), the snapshot directory
+ * of a NetApp (.snapshot/) or ZFS (.zfs/) share that lists it, and the name an NFS client
+ * gives a removed file still open (.nfs and hex digits, gone once it is closed). */
+static int foreign_fs_made(const char *name, const struct stat *st) {
+    static const char *const dirs[] = {"lost+found", ".snapshot", ".zfs"};
+    for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++)
+        if (strcmp(name, dirs[i]) == 0) return S_ISDIR(st->st_mode);
+    return strncmp(name, ".nfs", 4) == 0 && name[4] != '\0' &&
+           strspn(name + 4, "0123456789abcdefABCDEF") == strlen(name + 4);
+}
+
+/* The entry name of the run directory (dfd): 2 a mark (the directory is a run's), 1 baton's
+ * own or none of the user's, 0 the user's. */
+static int foreign_kind(int dfd, const char *name) {
+    struct stat st;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return errno == ENOENT; /* gone */
+    const run_dir_name *e = run_dir_name_of(name);
+    if (e != NULL && run_dir_name_is(e, &st)) return e->flags & RUN_DIR_MARK ? 2 : 1;
+    if (e == NULL && S_ISREG(st.st_mode) && foreign_slurm_name(name)) return 1;
+    return e == NULL && foreign_fs_made(name, &st);
 }
 
 int run_dir_check_foreign(const run_dir *d, bt_diag *diag) {
@@ -49,8 +64,9 @@ int run_dir_check_foreign(const run_dir *d, bt_diag *diag) {
     char first[256] = "";
     for (struct dirent *e; (e = readdir(dir)) != NULL;) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        marked |= foreign_in(e->d_name, foreign_marks, FOREIGN_N(foreign_marks));
-        if (foreign_own_name(e->d_name)) continue;
+        int kind = foreign_kind(dirfd(dir), e->d_name);
+        marked |= kind == 2;
+        if (kind != 0) continue;
         if (n++ == 0 || strcmp(e->d_name, first) < 0)
             snprintf(first, sizeof first, "%s", e->d_name);
     }

@@ -11,27 +11,18 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt/ckpt.h"
-#include "journal.h"
 #include "util/err.h"
 
-/* What baton writes in a run directory (run_dir.h), files and then directories, which
- * are empty before any attempt. */
-static const char *const unmake_files[] = {"lock",   JOURNAL_FILE,   "metrics.jsonl", "valid.jsonl",
-                                           "secret", "run_id",       "workdir",       "worker",
-                                           "job_id", "baton.sbatch", "recipe.yaml",   "overrides"};
-static const char *const unmake_dirs[] = {"specs", "logs", CKPT_ROOT_IN_RUN, "tb"};
-
-/* Removes baton's own entries from the run directory (dfd): 0, or the first error but
+/* Removes baton's own entries from the run directory (dfd): every name of run_dir_names,
+ * a directory only when empty (before any attempt, each is); 0, or the first error but
  * for those left for the directory's rmdir to report (not empty, of another kind), its
  * name in bad. */
 static int unmake_entries(int dfd, char *bad, size_t cap) {
     int err = 0;
-    size_t nf = sizeof unmake_files / sizeof *unmake_files;
-    size_t nd = sizeof unmake_dirs / sizeof *unmake_dirs;
-    for (size_t i = 0; i < nf + nd; i++) {
-        const char *name = i < nf ? unmake_files[i] : unmake_dirs[i - nf];
-        if (unlinkat(dfd, name, i < nf ? 0 : AT_REMOVEDIR) == 0 || errno == ENOENT ||
+    for (size_t i = 0; i < run_dir_n_names; i++) {
+        const char *name = run_dir_names[i].name;
+        int dir = (run_dir_names[i].flags & RUN_DIR_DIR) != 0;
+        if (unlinkat(dfd, name, dir ? AT_REMOVEDIR : 0) == 0 || errno == ENOENT ||
             errno == ENOTEMPTY || errno == EEXIST || errno == EISDIR || errno == ENOTDIR)
             continue;
         if (err == 0) err = errno, snprintf(bad, cap, "%s", name);

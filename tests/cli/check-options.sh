@@ -293,6 +293,35 @@ mkdir emptyd sc && : >emptyd/slurm-12.out && printf '#!/bin/sh\nexit 1\n' >sc/sc
   "$baton" run "$small" --run-dir emptyd --launcher slurm
 [[ -d emptyd ]] && ok "an existing directory of baton's names alone is taken as a run directory (kept after)" ||
   fail "emptyd is gone"
+# a name of baton's counts only as its kind: a project's workdir/ directory (a run's is a
+# file holding a path), a secret file, a logs file, no run's marks (lock, journal as
+# regular files) nor baton's own; a file named like a batch job's output whose job id is
+# no number is the user's
+fmsg() { # N NAME: the refusal's words for N entries of its own, such as NAME
+  local e=entries
+  [[ $1 == 1 ]] && e=entry
+  echo "exists and is not a baton run directory \\(it holds $1 $e of its own, such as '$2'\\)"
+}
+mkdir -p wd/workdir wd/src && : >wd/notes && mkdir jd && : >jd/secret && : >jd/notes &&
+  mkdir lg && : >lg/logs && mkdir sn && : >sn/slurm-notes.out && : >sn/slurm-5_.out
+expect 2 "^baton run: $work/wd: $(fmsg 3 notes)" -- "$baton" run "$small" --run-dir wd --quiet
+expect 2 "^baton run: $work/jd: $(fmsg 1 notes)" -- "$baton" run "$small" --run-dir jd --quiet
+expect 2 "^baton submit: $work/lg: $(fmsg 1 logs)" -- "$baton" submit "$small" --run-dir lg --dry-run
+expect 2 "^baton submit: $work/sn: $(fmsg 2 slurm-5_.out)" -- "$baton" submit "$small" --run-dir sn --dry-run
+[[ $(ls -A wd jd lg sn | tr '\n' ' ') == "jd: notes secret  lg: logs  sn: slurm-5_.out slurm-notes.out  wd: notes src workdir " ]] &&
+  ok "names of baton's of another kind: nothing written" || fail "written into: $(ls -A wd jd lg sn)"
+# ... nor a run's: a new run's name with a control character is refused though it holds
+# a workdir/ directory
+mkdir -p $'c\tw/workdir'
+expect 2 "^baton run: --run-dir c\\\\tw: holds a control character" -- \
+  "$baton" run "$small" --run-dir $'c\tw' --quiet
+# what the file system puts in a fresh directory (a new disk's lost+found, an NFS
+# client's .nfsXXXX) and a batch job's output (slurm-JOBID.out or .err, an array task's
+# slurm-JOBID_TASK.out) are no one's files: taken
+mkdir -p fs/lost+found && : >fs/.nfs000000000012abcd00000001 && mkdir sl &&
+  : >sl/slurm-5.err && : >sl/slurm-7_3.out && : >sl/slurm-7_3.err
+expect 0 "wrote $work/fs/baton.sbatch" -- "$baton" submit "$small" --run-dir fs --dry-run
+expect 0 "wrote $work/sl/baton.sbatch" -- "$baton" submit "$small" --run-dir sl --dry-run
 # baton alone, without baton-worker beside it nor in PATH: where it looked is said
 mkdir alone && cp "$baton" alone/
 PATH=/usr/bin:/bin expect 2 "cannot launch the workers: baton-worker: command not found in PATH \\(looked for baton-worker beside baton, as $work/alone/baton-worker, then in PATH; give --worker PATH\\)" -- \

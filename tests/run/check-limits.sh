@@ -32,8 +32,11 @@
 #                 run: exit 0, one failure, one restart, one recovery; a lock its caller
 #                 took on fd 9 (exec 9>lock; flock 9) is held throughout. Run through the
 #                 dynamic loader (which executing /proc/self/exe would run): exit 1 naming
-#                 the resume, which completes it. A resume by hand while the fresh process
-#                 starts (BATON_FAULT_AFRESH_WAIT) finds the run's locks held: exit 2.
+#                 the resume (the failure not retried in this process, JSON continued
+#                 false), which completes it (retried in a fresh process, JSON continued
+#                 true, as after a fresh process killed first). A resume by hand while the
+#                 fresh process starts (BATON_FAULT_AFRESH_WAIT) finds the run's locks
+#                 held: exit 2.
 #                 Status lists the failure as retried in a fresh process (no step: JSON
 #                 null, text "before its first step") and the stage as continued, never
 #                 given up; the fresh process killed (-9) while it waits leaves the run
@@ -45,7 +48,8 @@
 #                 null) and the stage not continued yet, the run stopped; the resume by
 #                 hand retries it (continued, JSON true). It gives up before its attempt (a
 #                 checkpoint removed while it waits, BATON_FAULT_AFRESH_WAIT): the failure
-#                 not retried (JSON continued false), the stage not continued, then given up.
+#                 not retried (JSON continued false), the stage given up before its attempt,
+#                 then given up.
 #   pmix-stuck-again  stuck at every process's first registration (BATON_FAULT_PMIX_STUCK=1):
 #                 three fresh processes, then exit 1 saying so and naming the resume; four
 #                 failures journaled, three restarts; failed; each process has its control
@@ -269,7 +273,21 @@ assert f["server_stuck"] is True and f["continued"] is True, f' ||
   [[ $rc == 1 ]] || { cat ld.out; fail "baton run through $ldso exited $rc with its PMIx server stuck, not 1"; }
   grep -q "^baton run: stage \"b\": the embedded PMIx server is stuck: not retried in this process; 'baton resume $work/r2' continues in a fresh one\$" ld.out ||
     { cat ld.out; fail "no give-up naming the resume"; }
+  # given up in this process: not retried (JSON continued false) until the resume by hand,
+  # which retries it as a fresh process would (continued, JSON true: as when a fresh
+  # process baton run started was killed first, pmix-stuck-exec)
+  afresh_is() { # RUN_DIR TEXT JSON: the one failure's text and JSON continued
+    "$baton" status "$1" >afresh.txt
+    grep -q "^  failure: stage b .* ($2)\$" afresh.txt || { cat afresh.txt; fail "$1: the failure is not ($2)"; }
+    "$baton" status "$1" --json | /usr/bin/python3 -c '
+import json, sys
+f = json.load(sys.stdin)["failure_list"]
+assert [(x["server_stuck"], x["continued"]) for x in f] == [(True, json.loads(sys.argv[1]))], f' "$3" ||
+      fail "$1: the JSON failure is not continued: $3"
+  }
+  afresh_is r2 "not retried in this process" false
   "$baton" resume r2 --quiet >resume.out 2>&1 || { cat resume.out; fail "the resume failed"; }
+  afresh_is r2 "retried in a fresh process" true
   # a resume by hand while the fresh process starts finds the run's locks held
   BATON_FAULT_PMIX_STUCK=2 BATON_FAULT_AFRESH_WAIT=6 "$baton" run two.yaml --run-dir r3 --quiet >r3.out 2>&1 &
   bpid=$!
@@ -373,9 +391,9 @@ assert s["state"] == "completed" and [(x["server_stuck"], x["continued"]) for x 
     { cat r2.out status2.txt; fail "the run given up before the fresh attempt is not failed"; }
   grep -q "^  failure: stage b attempt 0 before its first step: cannot launch the workers: .* (not retried)\$" status2.txt ||
     { cat status2.txt; fail "the failure given up before its retry is not listed as not retried"; }
-  grep -q "^  not continued: stage b: the embedded PMIx server is stuck" status2.txt &&
+  grep -q "^  given up before its attempt: stage b: the embedded PMIx server is stuck: continuing in a fresh process" status2.txt &&
     grep -q "^  gave up: stage b: the journal records checkpoint " status2.txt ||
-    { cat status2.txt; fail "the stage is not listed as not continued, then given up"; }
+    { cat status2.txt; fail "the stage is not listed as given up before its attempt, then given up"; }
   ! grep -q "retried in a fresh process\|^  continued:" status2.txt ||
     { cat status2.txt; fail "status says a fresh process retried the stage, none did"; }
   "$baton" status r2 --json | /usr/bin/python3 -c '
