@@ -343,20 +343,28 @@ static const char *run_worker_note(const char *worker, char *buf, size_t cap) {
 }
 
 /* The default worker taken from PATH, none being beside baton (*w a name): said unless
- * --quiet, where it was found, so that the output tells which program ran (an older
- * install's, say: its Hello refuses it then, run_check_build); for the local launcher *w
- * becomes that path (buf), which each attempt's journal record keeps. Under Slurm each
- * node finds it in its own PATH. Nothing when it is not found (said where it is
- * launched). */
+ * --quiet, where it was found (and, for a link, what it leads to), so that the output
+ * tells which program ran (an older install's, say: its Hello refuses it then,
+ * run_check_build); for the local launcher *w becomes that PATH entry (buf), made
+ * absolute but not resolved: a launcher script that picks the program by the name it was
+ * started as ($0) still sees baton-worker. Each attempt's journal record keeps it. Under
+ * Slurm each node finds it in its own PATH. Nothing when it is not found (said where it
+ * is launched). */
 static void run_worker_found(const run_args *a, const char **w, char *buf, size_t cap) {
-    char *exe = NULL, abs[PATH_MAX];
+    char *exe = NULL, abs[PATH_MAX], real[PATH_MAX], cwd[PATH_MAX];
     bt_diag d;
     bt_diag_init(&d);
     if (launch_resolve_program(*w, &exe, &d) != 0) return;
     int slurm = a->launcher && strcmp(a->launcher, "slurm") == 0;
-    const char *path = realpath(exe, abs) ? abs : exe;
+    const char *path = exe; /* a relative PATH entry: from here */
+    if (exe[0] != '/' && getcwd(cwd, sizeof cwd) &&
+        snprintf(abs, sizeof abs, "%s/%s", cwd, exe + (strncmp(exe, "./", 2) ? 0 : 2)) <
+            (int)sizeof abs)
+        path = abs;
+    int link = realpath(path, real) && strcmp(real, path) != 0;
     if (!a->quiet)
-        printf("baton %s: worker %s, found in PATH (none beside baton)%s\n", run_name(a), path,
+        printf("baton %s: worker %s%s%s%s, found in PATH (none beside baton)%s\n", run_name(a),
+               path, link ? " (" : "", link ? real : "", link ? ")" : "",
                slurm ? "; each node looks for baton-worker in its PATH" : "");
     if (!slurm && strlen(path) < cap) *w = strcpy(buf, path);
     free(exe);
@@ -776,6 +784,7 @@ static int run_in_dir(run_args *a, recipe_doc *doc, run_afresh_to *to) {
     status = status != 0 ? BT_EXIT_USAGE : 0;
     run_opts o = {.worker = w,
                   .worker_note = wnote,
+                  .worker_given = a->worker != NULL,
                   .quiet = a->quiet,
                   .prog = a->resume ? "baton resume" : "baton run",
                   .afresh = run_afresh_possible(),

@@ -74,8 +74,9 @@ static int control_hello(control_server *cs, size_t i, const Baton__Hello *h, do
     snprintf(r->host, sizeof r->host, "%s", h->host ? h->host : "");
     r->pid = h->has_pid ? h->pid : 0;
     r->hello_attempt = h->attempt;
-    snprintf(r->build, sizeof r->build, "%s", h->build ? h->build : "");
-    if (cs->build && cs->other_build < 0 && strcmp(r->build, cs->build) != 0)
+    const char *build = h->build ? h->build : "";
+    snprintf(r->build, sizeof r->build, "%s", build); /* for messages: a long one cut short */
+    if (cs->build && cs->other_build < 0 && strcmp(build, cs->build) != 0) /* whole */
         cs->other_build = (int)h->rank;
     return 0;
 }

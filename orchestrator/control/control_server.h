@@ -54,7 +54,8 @@ typedef struct control_rank {
     uint32_t hello_attempt; /* the attempt the worker says it belongs to */
     unsigned dup_said;      /* Hellos of a second worker as this rank (the first is said) */
     int stop_signal;        /* it sent a Stop: a signal of its own (control_stop_signal) */
-    char build[128];        /* from the Hello: the worker's version, "" when it says none */
+    char build[128];        /* from the Hello: the worker's version, "" when it says none
+                               (cut short: compared whole as it came, control_hello) */
 } control_rank;
 
 /* The Fatal that names the attempt's failure: a configuration error (code 2) over any

@@ -451,14 +451,28 @@ void launch_job_kill_after(launch_job *job, launch_cause cause, double grace_s) 
     launch_job_kill(job, cause);
 }
 
-void launch_job_kill(launch_job *job, launch_cause cause) {
+/* The job stops: cause recorded (unless a failure was), each live rank marked stopped.
+ * 0 when it already was, or never started. */
+static int launch_job_stopping(launch_job *job, launch_cause cause) {
     if (job->cause == LAUNCH_RUNNING) job->cause = cause;
-    if (job->stopping || !job->started) return;
+    if (job->stopping || !job->started) return 0;
     job->stopping = 1;
     for (int r = 0; r < job->nprocs; r++)
         if (job->ranks[r].running) job->ranks[r].stopped = 1;
+    return 1;
+}
+
+void launch_job_kill(launch_job *job, launch_cause cause) {
+    if (!launch_job_stopping(job, cause)) return;
     launch_signal_all(job, SIGTERM);
     job->t_kill = bt_clock_now() + job->opts.kill_grace_s;
+}
+
+void launch_job_kill_hard(launch_job *job, launch_cause cause) {
+    launch_job_stopping(job, cause);
+    if (!job->stopping) return;
+    launch_signal_all(job, SIGKILL);
+    job->t_kill = 0;
 }
 
 void launch_job_kill_now(launch_job *job, launch_cause cause) {

@@ -193,6 +193,12 @@ void launch_job_kill_after(launch_job *job, launch_cause cause, double grace_s);
  * Keep stepping. */
 void launch_job_kill_now(launch_job *job, launch_cause cause);
 
+/* SIGKILL only, no SIGTERM first: for ranks that must not act on a stop request, such as
+ * a worker of another build saving a checkpoint in its own format. Under Slurm the rank is
+ * srun, whose SIGTERM would reach the tasks (and whose SIGKILL leaves them running:
+ * launch_slurm_cancel_step). Keep stepping. */
+void launch_job_kill_hard(launch_job *job, launch_cause cause);
+
 /* Stops (SIGKILL) and reaps any rank still running, deregisters the namespace and frees
  * what init allocated. Safe after a failed init or start. */
 void launch_job_close(launch_job *job);

@@ -413,7 +413,7 @@ int launch_slurm_host_lost(launch_slurm *s, const char *host, double timeout_s, 
     return slurm_job_gone(out) ? SLURM_PROBE_ENDING : SLURM_PROBE_FAILED;
 }
 
-void launch_slurm_cancel_step(launch_slurm *s) {
+void launch_slurm_cancel_step(launch_slurm *s, int hard) {
     char out[16384];
     char job[64];
     snprintf(job, sizeof job, "--jobs=%s", s->job_id);
@@ -423,7 +423,8 @@ void launch_slurm_cancel_step(launch_slurm *s) {
         char id[64], name[128];
         if (sscanf(l, "%63s %127s", id, name) != 2 || strcmp(name, s->step_name) != 0) continue;
         char buf[256];
-        char *cancel[] = {"scancel", "--quiet", id, NULL};
+        char *cancel[] = {"scancel", "--quiet", hard ? "--signal=KILL" : id, hard ? id : NULL,
+                          NULL};
         launch_slurm_exec(cancel, buf, sizeof buf, 10);
     }
 }

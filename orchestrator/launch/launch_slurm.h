@@ -112,8 +112,9 @@ int launch_slurm_job_ending(const launch_slurm *s, char *state, size_t cap);
  * failure, e.g. Slurm's SIGTERM at a time limit or scancel reaching the workers first. */
 int launch_slurm_stopped(const launch_slurm *s, const launch_job *job);
 
-/* Cancels what is left of the attempt's step (srun killed before its tasks ended). */
-void launch_slurm_cancel_step(launch_slurm *s);
+/* Cancels what is left of the attempt's step (srun killed before its tasks ended); hard:
+ * SIGKILL to its tasks (scancel --signal=KILL), no SIGTERM they could act on first. */
+void launch_slurm_cancel_step(launch_slurm *s, int hard);
 
 /* Runs argv (no shell) with output captured into out (cap bytes, NUL-terminated), at most
  * timeout_s; returns the exit status, 124 on timeout, or -1 when it cannot run. */

@@ -3,20 +3,24 @@
  * stage. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "baton_version.h"
+#include "launch_slurm.h"
 #include "run_ctx.h"
-#include "run_worker.h"
 #include "run_topology.h"
+#include "run_worker.h"
 #include "util/buf.h"
 
 /* Once every rank has said hello: the topology report (printed, journaled); with
  * strict_topology a spread-out TP/CP/EP group or a misplaced rank stops the attempt as a
  * configuration error. */
 void run_check_topology(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attempt) {
-    if (c->topo_checked || !c->cs_open || control_server_connected(&c->cs) < c->cs.world) return;
+    if (c->topo_checked || c->build_refused || !c->cs_open ||
+        control_server_connected(&c->cs) < c->cs.world)
+        return;
     c->topo_checked = 1;
     bt_buf b;
     bt_buf_init(&b);
@@ -51,30 +55,106 @@ void run_check_topology(run_ctx *c, launch_job *job, uint32_t stage, uint32_t at
     }
 }
 
-/* The worker is of another build: killed with SIGKILL, before it trains or saves anything
- * (a stop checkpoint of another build's format, say), and the attempt fails as a
- * configuration error. Under Slurm too: the ranks' Hello comes from the nodes. */
+/* The commit a build names ("V (git DESCRIBE[-dirty][, src HASH])": DESCRIBE, its
+ * -dirty dropped) into out; 0 when it names none. */
+static int run_build_commit(const char *build, char *out, size_t cap) {
+    const char *g = strstr(build, "(git ");
+    if (g == NULL || strncmp(build, BATON_VERSION, (size_t)(g - build)) != 0) return 0;
+    size_t n = strcspn(g += 5, ",)");
+    if (n >= 6 && strncmp(g + n - 6, "-dirty", 6) == 0) n -= 6;
+    snprintf(out, cap, "%.*s", (int)n, g);
+    return n > 0 && n < cap;
+}
+
+/* What to do about a worker of another build (rank r's), by where it came from: built
+ * beside baton (rebuild both), given with --worker, or found in PATH or kept with the run
+ * (worker_note says where baton looked); led by the commit both name when only their
+ * uncommitted edits differ. */
+static void run_build_advice(const run_ctx *c, const control_rank *r, const char *self, char *out,
+                             size_t cap) {
+    char mine[128], theirs[128], dir[1100];
+    int same = run_build_commit(BATON_VERSION, mine, sizeof mine) &&
+               run_build_commit(r->build, theirs, sizeof theirs) && strcmp(mine, theirs) == 0;
+    size_t l = (size_t)snprintf(out, cap, "%s%s%s", same ? "both are of git " : "",
+                                same ? mine : "", same ? ", with other uncommitted edits; " : "");
+    snprintf(dir, sizeof dir, "%s/bin/baton", BATON_BUILD_DIR);
+    if (c->o->worker_given)
+        snprintf(out + l, cap - l,
+                 "give --worker the baton-worker built with this baton (or a "
+                 "wrapper that starts it)");
+    else if (c->o->worker_note)
+        snprintf(out + l, cap - l, "use the baton-worker built with this baton (%s)",
+                 c->o->worker_note);
+    else if (strcmp(self, dir) == 0) /* baton run from its build tree */
+        snprintf(out + l, cap - l, "rebuild both programs (cmake --build %s)", BATON_BUILD_DIR);
+    else
+        snprintf(out + l, cap - l, "rebuild both programs from one source, and install both");
+}
+
+/* A rank's worker is of another build: said and refused (below), or with
+ * BATON_WORKER_ANY_BUILD=1 said as a warning only, once per attempt. A refused one is
+ * killed with SIGKILL alone, before it trains or saves anything (a stop checkpoint in
+ * another build's format, say); under Slurm the step's tasks first, then srun (the tasks
+ * of an srun killed alone go on: they trained the stage and saved, Slurm 22.05). */
 void run_check_build(run_ctx *c, launch_job *job) {
-    if (c->build_refused || !c->cs_open || c->cs.other_build < 0) return;
+    if (c->build_checked || !c->cs_open || c->cs.other_build < 0) return;
+    c->build_checked = 1;
     const control_rank *r = &c->cs.ranks[c->cs.other_build];
-    char self[1024], said[200];
+    char self[1024], said[200], advice[1400];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     self[n > 0 ? n : 0] = '\0';
     if (r->build[0])
         snprintf(said, sizeof said, "is baton-worker %s", r->build);
     else
         snprintf(said, sizeof said, "names no build (a baton-worker older than the check)");
-    const char *note = c->o->worker_note;
+    run_build_advice(c, r, self, advice, sizeof advice);
     /* a long note is cut short at its end (the return value used: no truncation warning) */
-    int len = snprintf(
-        c->build_why, sizeof c->build_why,
-        "%s: %.300s (rank %d on %.64s, pid %d) %s, but this baton (%.300s) is %s; use "
-        "the baton-worker built with this baton (%s)",
-        RUN_WORKER_OTHER_BUILD, c->o->worker, c->cs.other_build, r->host, (int)r->pid, said,
-        n > 0 ? self : "?", BATON_VERSION, note ? note : "beside it, or give --worker PATH");
+    int len = snprintf(c->build_why, sizeof c->build_why,
+                       "%s: %.300s (rank %d on %.64s, pid %d) %s, but this baton (%.300s) is %s; "
+                       "%s",
+                       RUN_WORKER_OTHER_BUILD, c->o->worker, c->cs.other_build, r->host,
+                       (int)r->pid, said, n > 0 ? self : "?", BATON_VERSION, advice);
     if (len < 0) snprintf(c->build_why, sizeof c->build_why, "%s", RUN_WORKER_OTHER_BUILD);
+    const char *any = getenv("BATON_WORKER_ANY_BUILD");
+    if (any && strcmp(any, "1") == 0) {
+        run_progress_end(&c->prog);
+        run_err(c, "stage \"%s\": warning: %s; going on, as BATON_WORKER_ANY_BUILD=1 asks\n",
+                c->prog.stage, c->build_why);
+        return;
+    }
     c->build_refused = 1;
-    if (job) launch_job_kill_now(job, LAUNCH_STOPPED);
+    if (job == NULL) return; /* ended already (its Hello read in the drain) */
+    if (c->o->slurm) launch_slurm_cancel_step(c->o->slurm, 1); /* srun's death would not */
+    launch_job_kill_hard(job, LAUNCH_STOPPED);
+}
+
+/* The FAILURE record's rank k, where baton killed the ranks (a hang, a refusal): where
+ * this host's launcher started it (not a Slurm step's srun), its pid and node; no exit
+ * status (launch_job_exit_status's 1, or 0, is none of the rank's). */
+void run_blame_rank(const run_ctx *c, const launch_job *job, int k, Baton__JournalRecord *r,
+                    char *node, size_t cap) {
+    r->has_exit_code = 0;
+    if (k < 0) return;
+    r->has_rank = 1, r->rank = k;
+    if (job->opts.plain || k >= job->nprocs) return;
+    const launch_rank *lr = &job->ranks[k];
+    r->has_pid = lr->pid > 0, r->pid = (int32_t)lr->pid;
+    run_nodes_name(&c->nodes, lr->node, node, cap);
+    r->node = node;
+}
+
+int run_refused(const run_ctx *c, const launch_job *job, Baton__JournalRecord *r, char *why,
+                size_t cap, char *node, size_t node_cap) {
+    if (c->build_refused) {
+        snprintf(why, cap, "%s", c->build_why);
+        run_blame_rank(c, job, c->cs.other_build, r, node, node_cap);
+    } else if (c->topo_refused) {
+        snprintf(why, cap,
+                 "topology: a TP/CP/EP group spans hosts or a rank is off its planned node, "
+                 "and cluster.strict_topology is set");
+        run_blame_rank(c, job, -1, r, node, node_cap);
+    }
+    return c->build_refused || c->topo_refused;
 }
 
 /* Virtual node k of the job is lost when every one of its ranks was killed by a signal

@@ -51,7 +51,8 @@ typedef struct run_ctx {
     run_nodes nodes; /* usable, excluded and this attempt's nodes */
     const Baton__StageSpec *spec; /* this attempt's */
     int topo_checked, topo_refused;
-    int build_refused;    /* a rank's worker is of another build (run_check_build) */
+    int build_checked;    /* a rank's worker of another build was said (run_check_build) */
+    int build_refused;    /* ... and refused: not BATON_WORKER_ANY_BUILD=1 */
     char build_why[1000]; /* ... the attempt's failure, naming the worker and both builds */
     char nodes_note[256]; /* what the node plan changed for this attempt */
     run_skip skips[RUN_MAX_SKIPS]; /* from the ROLLBACK records, in journal order */
@@ -163,8 +164,17 @@ void run_slurm_replay_exclusion(run_ctx *c, const Baton__JournalRecord *r);
 void run_check_topology(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attempt);
 /* A rank whose Hello names another build than this baton's, or none (a worker older than
  * the check): c->build_refused and c->build_why set once, and the job (when not NULL:
- * still running) killed at once. */
+ * still running) killed at once, SIGKILL only (under Slurm the step's tasks too); with
+ * BATON_WORKER_ANY_BUILD=1 only said, as a warning. */
 void run_check_build(run_ctx *c, launch_job *job);
+/* The FAILURE record r of an attempt baton killed (a hang, a refusal) blames rank k (-1:
+ * none): rank, and pid and node where this host's launcher started it; no exit status. */
+void run_blame_rank(const run_ctx *c, const launch_job *job, int k, Baton__JournalRecord *r,
+                    char *node, size_t node_cap);
+/* An attempt baton refused (a worker of another build, strict_topology): 1 with why and
+ * r's rank (run_blame_rank) set; else 0. */
+int run_refused(const run_ctx *c, const launch_job *job, Baton__JournalRecord *r, char *why,
+                size_t cap, char *node, size_t node_cap);
 /* Excludes node `name` from later attempts, journals it (NODE_EXCLUDED with detail) and
  * says so on stderr. */
 void run_exclude_node(run_ctx *c, uint32_t stage, uint32_t attempt, const char *name,

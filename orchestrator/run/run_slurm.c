@@ -71,7 +71,7 @@ void run_slurm_blame(const run_ctx *c, Baton__JournalRecord *r, char *node, size
 int run_slurm_find_lost(run_ctx *c, uint32_t stage, uint32_t attempt) {
     launch_slurm *s = c->o->slurm;
     char state[64];
-    launch_slurm_cancel_step(s);
+    launch_slurm_cancel_step(s, 0);
     if (launch_slurm_job_ending(s, state, sizeof state)) return run_slurm_ending(c, state);
     static char why[RUN_MAX_NODES][512];
     int verdict[RUN_MAX_NODES], failed = 0, probed = 0;

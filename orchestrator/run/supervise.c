@@ -319,8 +319,8 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
         if (c->cs_open) control_server_handle(&c->cs, pfd, n, bt_clock_now());
         /* where rank 0 stands before its first step (resumed there), by its heartbeats */
         if (c->cs_open && c->cs.ranks) run_progress_at(&c->prog, c->cs.ranks[0].step);
+        run_check_build(c, job); /* first: another build's topology report is no matter */
         run_check_topology(c, job, stage, attempt);
-        run_check_build(c, job);
         run_note_recovery(c, stage, attempt);
         if (c->sfd >= 0 && (pfd[0].revents & POLLIN)) run_on_signal(c, job);
         if (run_dir_gone(c) && !c->killed_now) {
@@ -417,23 +417,6 @@ static void run_check_stop(run_ctx *c, const launch_job *job, uint32_t stage,
             own >= 0 ? "was not completed" : "may not have been completed", who[0] ? " (" : "", who,
             who[0] ? ")" : "", from);
     r->has_step = own >= 0, r->step = at; /* unknown: none */
-}
-
-/* A hang's FAILURE record, when no rank failed on its own (whose exit status and signal
- * say more): the rank the hang was judged on and, where this host's launcher started it
- * (not a Slurm step's srun), its pid and node; no exit status, as baton run killed the
- * ranks (launch_job_exit_status's 1 is none of theirs). */
-static void run_blame_hang(const run_ctx *c, const launch_job *job, Baton__JournalRecord *r,
-                           char *node, size_t cap) {
-    int k = c->hang_rank;
-    r->has_exit_code = 0;
-    if (k < 0) return;
-    r->has_rank = 1, r->rank = k;
-    if (job->opts.plain || k >= job->nprocs) return;
-    const launch_rank *lr = &job->ranks[k];
-    r->has_pid = lr->pid > 0, r->pid = (int32_t)lr->pid;
-    run_nodes_name(&c->nodes, lr->node, node, cap);
-    r->node = node;
 }
 
 /* A rank said the disk is full (a checkpoint save: ENOSPC, EDQUOT): the run ends, exit 1,
@@ -543,18 +526,12 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
     launch_job_describe(job, why, sizeof why);
     if (c->o->slurm) launch_slurm_describe(c->o->slurm, job, why, sizeof why);
     int signalled = run_signal_describe(c, job, stage, why, sizeof why);
-    if (c->topo_refused)
-        snprintf(why, sizeof why,
-                 "topology: a TP/CP/EP group spans hosts or a rank is off its "
-                 "planned node, and cluster.strict_topology is set");
-    else if (c->build_refused)
-        snprintf(why, sizeof why, "%s", c->build_why);
-    else if (hung)
-        snprintf(why, sizeof why, "%s", c->hang_why);
-    const launch_rank *rk = job->failed_rank >= 0 ? &job->ranks[job->failed_rank] : NULL;
-    if (c->build_refused) rk = NULL; /* killed for it: the rank is the one named in why */
-    /* why is how the ranks ended: what they said next */
-    int told = !c->topo_refused && !c->build_refused && !hung;
+    char node[32]; /* refused: killed for it, the rank blamed is the one named in why */
+    int refused = run_refused(c, job, &r, why, sizeof why, node, sizeof node);
+    if (hung && !refused) snprintf(why, sizeof why, "%s", c->hang_why);
+    const launch_rank *rk =
+        job->failed_rank >= 0 && !refused ? &job->ranks[job->failed_rank] : NULL;
+    int told = !refused && !hung; /* why is how the ranks ended: what they said next */
     if (told && c->cs_open && c->cs.fatal.key.seen) {
         size_t l = strlen(why);
         char said[401]; /* its end kept: the errno's words */
@@ -570,7 +547,6 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
         run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
         return ATTEMPT_ROLLBACK;
     }
-    char node[32];
     if (rk) {
         r.has_rank = 1, r.rank = rk->rank;
         r.has_signal = rk->term_signal != 0, r.signal = rk->term_signal;
@@ -578,15 +554,13 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
         run_nodes_name(&c->nodes, rk->node, node, sizeof node);
         r.node = node;
         if (c->o->slurm) run_slurm_blame(c, &r, node, sizeof node);
-    } else if (c->build_refused) {
-        r.has_rank = 1, r.rank = c->cs.other_build;
-    } else if (hung && !c->topo_refused) {
-        run_blame_hang(c, job, &r, node, sizeof node);
+    } else if (hung && !refused) { /* no exit status: baton killed the ranks */
+        run_blame_rank(c, job, c->hang_rank, &r, node, sizeof node);
     }
     int fatal = (rk && rk->exited && rk->exit_status == 2) ||
                 (c->cs_open && c->cs.fatal.key.seen && c->cs.fatal.key.code == 2) ||
                 job->cause == LAUNCH_SPAWN_FAILED || (c->o->slurm && c->o->slurm->step_refused) ||
-                c->topo_refused || c->build_refused;
+                refused;
     /* Slurm's SIGTERM (a time limit, scancel, a requeue) reaching the workers before baton,
      * or the job ending under the attempt: a stop, not a failure */
     int stop = c->got_signal || (!fatal && c->o->slurm && run_slurm_stopping(c, job));
@@ -618,8 +592,7 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
                     : "");
     if (full) /* the failure quotes the first Fatal: is it the full disk's? */
         run_disk_full(c, stage,
-                      !hung && !c->topo_refused && c->cs.fatal.key.seen &&
-                          c->cs.fatal.rank == c->cs.fatal.full_rank &&
+                      !hung && c->cs.fatal.key.seen && c->cs.fatal.rank == c->cs.fatal.full_rank &&
                           strcmp(c->cs.fatal.message, c->cs.fatal.full_message) == 0);
     return end;
 }
@@ -842,7 +815,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
      * its ranks: what is found once it ends is then its own */
     run_ckpt_journal_found(c, (uint32_t)i, RUN_NO_ATTEMPT);
     launch_job job;
-    c->spec = spec, c->topo_checked = 0, c->topo_refused = 0, c->build_refused = 0;
+    c->spec = spec, c->topo_checked = c->topo_refused = 0, c->build_checked = c->build_refused = 0;
     int hung = 0, remade = c->srv.tmpdir_remade, rc = launch_job_init(&job, &c->srv, &lo, &d);
     if (rc == 0 && job.fds_note[0]) run_err(c, "%s\n", job.fds_note);
     rc = rc ? rc : launch_job_start(&job, &d);
@@ -865,6 +838,8 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
         else /* the ranks' exit 75: the rank a signal came to, not the first one reaped */
             run_signal_blame(c, &job);
         end = run_classify(c, &job, (uint32_t)i, attempt, hung);
+        if (end == ATTEMPT_FATAL && c->o->slurm) /* what srun left of the step: no stop */
+            launch_slurm_cancel_step(c->o->slurm, 1);
         if (end == ATTEMPT_RETRY && c->o->slurm) {
             if (run_slurm_find_lost(c, (uint32_t)i, attempt))
                 end = ATTEMPT_STOPPED; /* the job ended under the attempt */

@@ -58,7 +58,9 @@ struct launch_slurm;
 typedef struct run_opts {
     const char *worker;         /* path of baton-worker */
     const char *worker_note;    /* said when worker is not found: where baton looked for its
-                                   default one (NULL: --worker given) */
+                                   default one, or the kept one's file (NULL: --worker
+                                   given, or the default one beside baton) */
+    int worker_given;           /* worker is --worker's */
     int quiet;                  /* no progress lines */
     struct launch_slurm *slurm; /* opened: every attempt is an srun step (launch_slurm.h);
                                    NULL: the embedded PMIx server on this host */

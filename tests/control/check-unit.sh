@@ -7,6 +7,8 @@ test_control=$1 here=$2
 work=$(mktemp -d /tmp/baton-test-control.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 "$test_control" unit "$work/run"
+# the build each Hello names: compared whole (200 bytes), absent (an older worker)
+"$test_control" build "$work/build"
 /usr/bin/python3 "$here/read_tb.py" "$work/run/tb" "$work/run/metrics.jsonl"
 # The reader must notice damage: one flipped byte in the last record's payload.
 cp -r "$work/run/tb" "$work/bad"

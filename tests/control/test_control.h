@@ -5,7 +5,8 @@
  *   test_control_metrics.c  the metrics sink and replay tests (replay, stages, gap,
  *                           orphans, backlog)
  *   test_control_enospc.c   the metrics sink on a full disk (enospc)
- *   test_control_fatal.c    a full disk told by a rank's Fatal (fatal) */
+ *   test_control_fatal.c    a full disk told by a rank's Fatal (fatal)
+ *   test_control_build.c    the build each rank's Hello names (build) */
 #ifndef BATON_TEST_CONTROL_H
 #define BATON_TEST_CONTROL_H
 
@@ -53,5 +54,8 @@ int enospc(const char *run_dir, const char *which);
 /* The subcommand of test_control_fatal.c. */
 int fatal(const char *run_dir);
 int backlog(const char *run_dir);
+
+/* The subcommand of test_control_build.c. */
+int build(const char *run_dir);
 
 #endif

@@ -31,6 +31,12 @@
 #             that outlives it: every worker gone within 10 s (srun dies with baton, and
 #             Slurm ends its step), and `baton resume` completes the run on exactly the
 #             uninterrupted run's losses.
+#   build     a worker of another build (this build's, its version changed in the binary)
+#             given with --worker, 4 ranks on 2 test hosts inside an allocation that
+#             outlives baton: refused at its Hello, exit 2, not retried, named; once baton
+#             has exited no worker runs and no step of the job is left (srun SIGKILLed, the
+#             step's tasks cancelled with SIGKILL), and no step was trained, nothing saved
+#             (srun killed alone, the tasks went on: the stage trained and checkpoints saved).
 #   quoting   `baton submit` with a run directory and a working directory holding a space,
 #             quotes, '$', '`', '#' and '%', a job name with spaces and a comment with
 #             quotes: the real sbatch takes the script (the --dry-run one, byte for byte),
@@ -126,7 +132,7 @@ sys.exit(0 if ok else 1)
 PY
 }
 t0=$(date +%s.%N)
-if [[ $case != quoting ]]; then # the reference the other cases compare losses with
+if [[ $case != quoting && $case != build ]]; then # the reference the others compare with
   "$baton" run "$recipe" --run-dir local "${sets[@]}" --quiet >local.out 2>&1 ||
     fail "the local run failed"
 fi
@@ -291,6 +297,44 @@ orphan)
   final_losses 0 || fail "final losses differ from the uninterrupted run"
   echo "slurm.orphan: baton killed at fp8 step 8: its workers were gone ${gone_s} s later, the resume" \
     "completed on exactly the uninterrupted run's losses; $(secs "$t1" "$(date +%s.%N)") s"
+  ;;
+build)
+  mkdir other && /usr/bin/python3 -c '
+import sys
+b = open(sys.argv[1], "rb").read()
+o = b.replace(b"(git ", b"(gix ").replace(b"(src ", b"(srx ")
+assert o != b
+open(sys.argv[2], "wb").write(o)' "$worker" other/baton-worker && chmod +x other/baton-worker
+  salloc --nodes=2 --ntasks-per-node=2 --no-kill --quiet --time=5 bash -c \
+    '"$0" run "$1" --run-dir run --launcher slurm "${@:2}" >slurm.out 2>&1; echo $? >baton.rc
+     for ((i = 0; i < 600; i++)); do [[ -e checked ]] && break; sleep 0.2; done' \
+    "$baton" "$recipe" "${sets[@]}" --worker "$work/other/baton-worker" &
+  apid=$!
+  for ((i = 0; i < 600; i++)); do
+    [[ -s baton.rc ]] && break
+    kill -0 "$apid" 2>/dev/null || fail "salloc ended before baton did"
+    sleep 0.1
+  done
+  [[ $(cat baton.rc 2>/dev/null) == 2 ]] || fail "baton run exited $(cat baton.rc 2>/dev/null), not 2"
+  grep -q "failed: the worker is of another build: $work/other/baton-worker (rank [0-9] on .*(a configuration error: not retried)$" slurm.out ||
+    fail "no refusal said: $(tail -3 slurm.out)"
+  job=$(squeue -h -o %i | head -n 1)
+  [[ -n $job ]] || fail "no allocation listed"
+  ! pgrep -af -- "--spec $work/" || fail "workers of another build still run after baton exited"
+  for ((i = 0; i < 100; i++)); do # a cancelled step is listed for a second or two
+    [[ -z $(squeue -h --steps -j "$job" -o %j | grep -v '^extern$\|^interactive$') ]] && break
+    sleep 0.1
+  done
+  ((i < 100)) || fail "steps of the job still run 10 s after baton exited: $(squeue -h --steps -j "$job")"
+  # srun SIGKILLed alone left the tasks running: they trained the stage and saved
+  [[ -z $(ls -A run/checkpoints 2>/dev/null) ]] || fail "the refused workers saved: $(ls run/checkpoints)"
+  ! grep -q '"step"' run/metrics.jsonl 2>/dev/null || fail "the refused workers trained: $(head -2 run/metrics.jsonl)"
+  touch checked # the allocation's command ends
+  scancel "$job"
+  wait "$apid" 2>/dev/null || true
+  apid=
+  echo "slurm.build: a worker of another build refused at its Hello under srun, exit 2; none" \
+    "left running, no step left, nothing saved; $(secs "$t1" "$(date +%s.%N)") s"
   ;;
 quoting)
   # A run directory and a working directory with a space, quotes, '$', '`', '#' and '%', a
