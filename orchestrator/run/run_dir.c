@@ -451,6 +451,25 @@ static int run_dir_make(run_dir *d, struct stat *st, int *existed, bt_diag *diag
     return BT_EINVAL;
 }
 
+/* Whether d holds an entry named name, of any kind. */
+static int run_dir_has_entry(const run_dir *d, const char *name) {
+    char path[4200];
+    struct stat st;
+    run_dir_file(d, name, path, sizeof path);
+    return lstat(path, &st) == 0;
+}
+
+/* d->had: which of run_dir_names an existing directory, just locked, holds (the lock file
+ * as it was before: lock_was), for run_dir_unmake to keep. Taken once the lock is held, so
+ * that what a baton run that held it before wrote counts as there before. */
+static void run_dir_note_had(run_dir *d, int lock_was) {
+    d->wrote_in = 1;
+    for (size_t i = 0; i < run_dir_n_names; i++)
+        d->had[i] = strcmp(run_dir_names[i].name, "lock") == 0
+                        ? (unsigned char)lock_was
+                        : (unsigned char)run_dir_has_entry(d, run_dir_names[i].name);
+}
+
 int run_dir_has_started(const char *run_dir_path) {
     struct stat st;
     if (run_dir_has_file(run_dir_path, "workdir", NULL)) return 1;
@@ -489,8 +508,11 @@ int run_dir_open(run_dir *d, const char *path, const recipe_doc *recipe, const c
      * is, should a link on the way have changed since the first check */
     rc = rc ? rc : run_dir_check_parents(d, d->path, diag);
     if (rc == 0 && existed) rc = run_dir_check_existing(d, &st, diag);
-    if (rc == 0 && existed) rc = run_dir_check_foreign(d, diag); /* not mixed with others' */
+    if (rc == 0 && existed) /* not mixed with others' */
+        rc = run_dir_check_foreign(d, recipe, overrides, diag);
+    int lock_was = existed && rc == 0 && run_dir_has_entry(d, "lock");
     rc = rc ? rc : run_dir_lock(d, diag);
+    if (rc == 0 && existed) run_dir_note_had(d, lock_was);
     if (rc == 0) d->started = run_dir_has_started(d->path);
     rc = rc ? rc : run_dir_check_overrides(d, overrides, diag);
     rc = rc ? rc : run_dir_recipe(d, recipe, overrides, diag);
