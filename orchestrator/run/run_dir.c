@@ -313,8 +313,17 @@ int run_dir_lock(run_dir *d, bt_diag *diag) {
         bt_diag_set(diag, "%s: cannot open: %s", path, bt_file_why(errno));
         return BT_EINVAL;
     }
+    int err = errno;
+    if (d->lock_fd < 0 && (err == EACCES || err == EPERM) &&
+        run_dir_has_file(d->path, "lock", NULL)) { /* there, but not writable by this user */
+        bt_diag_set(diag,
+                    "%s: the run's lock file cannot be opened for writing: %s (make it "
+                    "writable by you: chmod u+w %s)",
+                    path, strerror(err), path);
+        return BT_EINVAL;
+    }
     if (d->lock_fd < 0) {
-        bt_diag_set(diag, "%s: the run directory is not writable: %s", d->path, strerror(errno));
+        bt_diag_set(diag, "%s: the run directory is not writable: %s", d->path, strerror(err));
         return BT_EINVAL;
     }
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};

@@ -324,6 +324,14 @@ expect 2 "^baton run: $work/kb: exists and is not a baton run directory \\(it ho
   ok "a hand-put recipe.yaml or overrides in a directory that is no run's: nothing written" ||
   fail "written into: $(ls -A kb ko kr)"
 expect 0 "wrote $work/ks/baton.sbatch" -- "$baton" submit ks/recipe.yaml --run-dir ks --dry-run
+# a lock file the user may not write is named as such, not as the run directory (root: as
+# root without the capability that overrides file modes)
+nodac=()
+[[ $(id -u) == 0 ]] && nodac=(setpriv --bounding-set=-dac_override,-dac_read_search)
+chmod 444 ks/lock
+expect 2 "^baton run: $work/ks/lock: the run's lock file cannot be opened for writing: Permission denied \\(make it writable by you: chmod u\\+w $work/ks/lock\\)$" -- \
+  "${nodac[@]}" "$baton" run ks/recipe.yaml --run-dir ks --quiet
+chmod 644 ks/lock
 # a name of baton's counts only as its kind: a project's workdir/ directory (a run's is a
 # file holding a path), a secret file, a logs file, no run's marks (lock, journal as
 # regular files) nor baton's own; a file named like a batch job's output whose job id is
