@@ -313,8 +313,17 @@ int run_dir_lock(run_dir *d, bt_diag *diag) {
         bt_diag_set(diag, "%s: cannot open: %s", path, bt_file_why(errno));
         return BT_EINVAL;
     }
+    int err = errno;
+    if (d->lock_fd < 0 && (err == EACCES || err == EPERM) &&
+        run_dir_has_file(d->path, "lock", NULL)) { /* there, but not writable by this user */
+        bt_diag_set(diag,
+                    "%s: the run's lock file cannot be opened for writing: %s (make it "
+                    "writable by you: chmod u+w %s)",
+                    path, strerror(err), path);
+        return BT_EINVAL;
+    }
     if (d->lock_fd < 0) {
-        bt_diag_set(diag, "%s: the run directory is not writable: %s", d->path, strerror(errno));
+        bt_diag_set(diag, "%s: the run directory is not writable: %s", d->path, strerror(err));
         return BT_EINVAL;
     }
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
@@ -451,6 +460,25 @@ static int run_dir_make(run_dir *d, struct stat *st, int *existed, bt_diag *diag
     return BT_EINVAL;
 }
 
+/* Whether d holds an entry named name, of any kind. */
+static int run_dir_has_entry(const run_dir *d, const char *name) {
+    char path[4200];
+    struct stat st;
+    run_dir_file(d, name, path, sizeof path);
+    return lstat(path, &st) == 0;
+}
+
+/* d->had: which of run_dir_names an existing directory, just locked, holds (the lock file
+ * as it was before: lock_was), for run_dir_unmake to keep. Taken once the lock is held, so
+ * that what a baton run that held it before wrote counts as there before. */
+static void run_dir_note_had(run_dir *d, int lock_was) {
+    d->wrote_in = 1;
+    for (size_t i = 0; i < run_dir_n_names; i++)
+        d->had[i] = strcmp(run_dir_names[i].name, "lock") == 0
+                        ? (unsigned char)lock_was
+                        : (unsigned char)run_dir_has_entry(d, run_dir_names[i].name);
+}
+
 int run_dir_has_started(const char *run_dir_path) {
     struct stat st;
     if (run_dir_has_file(run_dir_path, "workdir", NULL)) return 1;
@@ -489,8 +517,11 @@ int run_dir_open(run_dir *d, const char *path, const recipe_doc *recipe, const c
      * is, should a link on the way have changed since the first check */
     rc = rc ? rc : run_dir_check_parents(d, d->path, diag);
     if (rc == 0 && existed) rc = run_dir_check_existing(d, &st, diag);
-    if (rc == 0 && existed) rc = run_dir_check_foreign(d, diag); /* not mixed with others' */
+    if (rc == 0 && existed) /* not mixed with others' */
+        rc = run_dir_check_foreign(d, recipe, overrides, diag);
+    int lock_was = existed && rc == 0 && run_dir_has_entry(d, "lock");
     rc = rc ? rc : run_dir_lock(d, diag);
+    if (rc == 0 && existed) run_dir_note_had(d, lock_was);
     if (rc == 0) d->started = run_dir_has_started(d->path);
     rc = rc ? rc : run_dir_check_overrides(d, overrides, diag);
     rc = rc ? rc : run_dir_recipe(d, recipe, overrides, diag);

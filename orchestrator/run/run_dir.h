@@ -33,6 +33,8 @@ typedef struct run_dir_name {
  * baton's own to run_dir_check_foreign. */
 extern const run_dir_name run_dir_names[];
 extern const size_t run_dir_n_names;
+/* The most names run_dir_names may hold (run_dir.had: checked where the table is). */
+#define RUN_DIR_NAMES_MAX 32
 /* name's entry in run_dir_names, or NULL. */
 const run_dir_name *run_dir_name_of(const char *name);
 /* Whether st (lstat's) is of e's kind: a directory, or a regular file. */
@@ -63,6 +65,11 @@ typedef struct run_dir {
     size_t made[RUN_DIR_MADE_MAX]; /* the directories it made itself: prefixes of given */
     size_t n_made;                 /* how many, outermost first */
     int made_leaf;                 /* the run directory itself among them */
+    /* An existing directory locked by run_dir_open: had[i], whether run_dir_names[i] was
+     * there before (lock: before it was locked; any other: once locked), so that a refusal
+     * removes only what this command wrote in it (run_dir_unmake). */
+    int wrote_in;
+    unsigned char had[RUN_DIR_NAMES_MAX];
 } run_dir;
 
 /* Creates (0700) or reopens path for recipe (its bytes as loaded, recipe->text, named
@@ -143,7 +150,9 @@ int run_dir_check_resumable(const char *path, bt_diag *diag);
 /* After a refusal before any attempt started (run_dir_unmake.c): removes what
  * run_dir_open made, and only that. In the run directory, when it made it, the files and
  * directories baton writes there (never any other, which is kept), under the run's lock
- * (taken again if closed; when another baton run holds it, the directory is kept); then
+ * (taken again if closed; when another baton run holds it, the directory is kept); in one
+ * that was there, only those of them it wrote itself (run_dir.had: a lock file it made
+ * too), so that the directory is left as it was (1 when any was removed); then
  * the run directory and each parent it made, innermost first, with rmdir, stopping at the
  * first that cannot go: one not empty (another run's directory made in it meanwhile) is
  * kept, with all above it. 0: nothing was made; 1: all removed; 2: some kept because not
@@ -153,10 +162,13 @@ int run_dir_unmake(run_dir *d, char *said, size_t cap);
 /* run_dir_foreign.c: an existing directory run_dir_open is given: BT_EINVAL (diag naming
  * how many entries it holds, one of them, and what to give instead) when it is no run's
  * (no mark of run_dir_names there as a regular file: lock, journal) and holds an entry
- * that is not baton's own (a name of run_dir_names, of its kind; a batch job's output
- * slurm-JOBID.out or .err), nor one its file system makes (lost+found/, .snapshot/,
- * .zfs/, NFS's .nfsXXXX of a removed file still open); an empty one is taken. */
-int run_dir_check_foreign(const run_dir *d, bt_diag *diag);
+ * that is not baton's own (a name of run_dir_names, of its kind, but a recipe.yaml or
+ * overrides not holding the bytes of recipe or overrides, which is the user's; a batch
+ * job's output slurm-JOBID.out or .err), nor one its file system makes (lost+found/,
+ * .snapshot/, .zfs/, NFS's .nfsXXXX of a removed file still open) or a Mac's Finder
+ * (.DS_Store); an empty one is taken. */
+int run_dir_check_foreign(const run_dir *d, const recipe_doc *recipe, const char *overrides,
+                          bt_diag *diag);
 /* path/<sub> into out. */
 void run_dir_file(const run_dir *d, const char *sub, char *out, size_t cap);
 

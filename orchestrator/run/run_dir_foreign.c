@@ -7,11 +7,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "run_dir.h"
 #include "util/buf.h"
+#include "util/file.h"
 
 /* digits, at least one, from *p on: 1 with *p past them. */
 static int foreign_digits(const char **p) {
@@ -42,6 +44,13 @@ static int foreign_fs_made(const char *name, const struct stat *st) {
            strspn(name + 4, "0123456789abcdefABCDEF") == strlen(name + 4);
 }
 
+/* What a file browser leaves in a directory it showed: macOS Finder's .DS_Store (its
+ * view settings), written on a shared mount too, whenever a Mac user opens it; nothing the
+ * user made or reads. */
+static int foreign_browser_made(const char *name, const struct stat *st) {
+    return strcmp(name, ".DS_Store") == 0 && S_ISREG(st->st_mode);
+}
+
 /* The entry name of the run directory (dfd): 2 a mark (the directory is a run's), 1 baton's
  * own or none of the user's, 0 the user's. */
 static int foreign_kind(int dfd, const char *name) {
@@ -50,10 +59,59 @@ static int foreign_kind(int dfd, const char *name) {
     const run_dir_name *e = run_dir_name_of(name);
     if (e != NULL && run_dir_name_is(e, &st)) return e->flags & RUN_DIR_MARK ? 2 : 1;
     if (e == NULL && S_ISREG(st.st_mode) && foreign_slurm_name(name)) return 1;
-    return e == NULL && foreign_fs_made(name, &st);
+    return e == NULL && (foreign_fs_made(name, &st) || foreign_browser_made(name, &st));
 }
 
-int run_dir_check_foreign(const run_dir *d, bt_diag *diag) {
+/* Whether the run directory's file name holds exactly the n bytes of data. */
+static int foreign_same(const run_dir *d, const char *name, const char *data, size_t n) {
+    char path[4200], *have = NULL;
+    size_t got = 0;
+    run_dir_file(d, name, path, sizeof path);
+    int same =
+        bt_read_private(path, n + 1, 0, &have, &got) == 0 && got == n && memcmp(have, data, n) == 0;
+    free(have);
+    return same;
+}
+
+/* In a directory that is no run's, the files baton keeps and compares (recipe.yaml, the
+ * recipe's bytes; overrides, the --set lines) are its own only when they hold what this
+ * run would keep (one put there by hand to run it from, `baton run D/recipe.yaml --run-dir
+ * D`): any other is the user's, not a run's copy to continue from. seen: which of the two
+ * is there as a regular file (1 recipe.yaml, 2 overrides); returns which are the user's. */
+static unsigned foreign_kept(const run_dir *d, unsigned seen, const recipe_doc *recipe,
+                             const char *overrides) {
+    unsigned mine = 0;
+    if ((seen & 1) && recipe->text != NULL &&
+        !foreign_same(d, "recipe.yaml", recipe->text, recipe->text_len))
+        mine |= 1;
+    if ((seen & 2) && !foreign_same(d, "overrides", overrides, strlen(overrides))) mine |= 2;
+    return mine;
+}
+
+/* The refusal's note on the kept files counted as the user's (foreign_kept), into out. */
+static void foreign_kept_note(unsigned mine, char *out, size_t cap) {
+    out[0] = '\0';
+    if (mine != 0)
+        snprintf(out, cap,
+                 "; with no lock or journal there, its %s %s no run's cop%s but yours, as %s "
+                 "not the %s given, byte for byte",
+                 mine == 3   ? "recipe.yaml and overrides"
+                 : mine == 1 ? "recipe.yaml"
+                             : "overrides",
+                 mine == 3 ? "are" : "is", mine == 3 ? "ies" : "y",
+                 mine == 3 ? "they are" : "it is",
+                 mine == 3   ? "recipe and --set"
+                 : mine == 1 ? "recipe"
+                             : "--set");
+}
+
+/* name, one more entry of the user's, counted in *n and kept in first when it sorts first. */
+static void foreign_count(const char *name, size_t *n, char *first, size_t cap) {
+    if ((*n)++ == 0 || strcmp(name, first) < 0) snprintf(first, cap, "%s", name);
+}
+
+int run_dir_check_foreign(const run_dir *d, const recipe_doc *recipe, const char *overrides,
+                          bt_diag *diag) {
     DIR *dir = opendir(d->path);
     if (dir == NULL) {
         bt_diag_set(diag, "%s: cannot list the run directory: %s", d->path, strerror(errno));
@@ -61,24 +119,29 @@ int run_dir_check_foreign(const run_dir *d, bt_diag *diag) {
     }
     size_t n = 0;
     int marked = 0;
-    char first[256] = "";
+    unsigned seen = 0;
+    char first[256] = "", note[256];
     for (struct dirent *e; (e = readdir(dir)) != NULL;) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
         int kind = foreign_kind(dirfd(dir), e->d_name);
         marked |= kind == 2;
-        if (kind != 0) continue;
-        if (n++ == 0 || strcmp(e->d_name, first) < 0)
-            snprintf(first, sizeof first, "%s", e->d_name);
+        if (kind == 1 && strcmp(e->d_name, "recipe.yaml") == 0) seen |= 1;
+        if (kind == 1 && strcmp(e->d_name, "overrides") == 0) seen |= 2;
+        if (kind == 0) foreign_count(e->d_name, &n, first, sizeof first);
     }
     closedir(dir);
+    unsigned mine = marked ? 0 : foreign_kept(d, seen, recipe, overrides);
+    if (mine & 1) foreign_count("recipe.yaml", &n, first, sizeof first);
+    if (mine & 2) foreign_count("overrides", &n, first, sizeof first);
     if (marked || n == 0) return 0;
+    foreign_kept_note(mine, note, sizeof note);
     bt_buf b;
     bt_buf_init(&b);
     bt_diag_set(diag,
                 "%s: exists and is not a baton run directory (it holds %zu entr%s of its own, "
-                "such as '%s'), and a run's files are not mixed with others; give --run-dir a "
+                "such as '%s'%s), and a run's files are not mixed with others; give --run-dir a "
                 "new or empty directory, or 'baton resume' a run directory",
-                d->path, n, n == 1 ? "y" : "ies", bt_buf_text_of(&b, first));
+                d->path, n, n == 1 ? "y" : "ies", bt_buf_text_of(&b, first), note);
     bt_buf_free(&b);
     return BT_EINVAL;
 }

@@ -57,6 +57,8 @@ const run_dir_name run_dir_names[] = {
 };
 
 const size_t run_dir_n_names = sizeof run_dir_names / sizeof *run_dir_names;
+_Static_assert(sizeof run_dir_names / sizeof *run_dir_names <= RUN_DIR_NAMES_MAX,
+               "run_dir.had has a slot for each name");
 
 const run_dir_name *run_dir_name_of(const char *name) {
     for (size_t i = 0; i < run_dir_n_names; i++)

@@ -291,8 +291,47 @@ mkdir emptyd sc && : >emptyd/slurm-12.out && printf '#!/bin/sh\nexit 1\n' >sc/sc
   PATH=$work/sc:$PATH SLURM_JOB_ID=1 SLURM_JOB_NODELIST=h1 \
   expect 2 "^baton run: --launcher slurm: 'scontrol show hostnames h1' failed" -- \
   "$baton" run "$small" --run-dir emptyd --launcher slurm
-[[ -d emptyd ]] && ok "an existing directory of baton's names alone is taken as a run directory (kept after)" ||
-  fail "emptyd is gone"
+[[ $(ls -A emptyd) == slurm-12.out ]] &&
+  ok "an existing directory of baton's names alone is taken as a run directory (kept after, as it was)" ||
+  fail "emptyd after a refused run: $(ls -A emptyd 2>&1)"
+# ... a run refused in a directory that was there leaves it as it was: no lock file (which
+# would make it a run's), nor any other file it wrote, whether refused after the run
+# directory was opened (the allocation; said) or while opening it (a secret not the user's
+# alone, after the lock was taken)
+mkdir ed ps && : >ps/secret && chmod 644 ps/secret
+PATH=$work/sc:$PATH SLURM_JOB_ID=1 SLURM_JOB_NODELIST=h1 \
+  expect 2 "^baton run: nothing started: removed what it wrote in ed, which was there before$" -- \
+  "$baton" run "$small" --run-dir ed --launcher slurm
+expect 2 "^baton run: $work/ps/secret: not used as the run's secret" -- "$baton" run "$small" --run-dir ps --quiet
+[[ -z $(ls -A ed) && $(ls -A ps) == secret ]] && ok "a refused run leaves a directory that was there as it was" ||
+  fail "left after a refused run: ed: $(ls -A ed) ps: $(ls -A ps)"
+# a directory that is no run's (no lock, no journal) holding a recipe.yaml or overrides put
+# there by hand: the user's, refused as such (not as another recipe's run, which 'baton
+# resume' would call no run's), nothing written in it; a copy holding the recipe's own
+# bytes is taken (baton run D/recipe.yaml --run-dir D)
+mkdir kr ko kb ks && : >kr/recipe.yaml && cp "$small" ko/recipe.yaml && echo a=1 >ko/overrides &&
+  : >kb/recipe.yaml && : >kb/overrides && cp "$small" ks/recipe.yaml
+kmsg() { # FILES WHAT: the note on the kept copies that are the user's
+  echo "; with no lock or journal there, its $1 no run's cop.* but yours, as .* not the $2 given, byte for byte\\), and a run's files are not mixed with others"
+}
+expect 2 "^baton run: $work/kr: exists and is not a baton run directory \\(it holds 1 entry of its own, such as 'recipe\\.yaml'$(kmsg "recipe\\.yaml is" recipe)" -- \
+  "$baton" run "$small" --run-dir kr --quiet
+expect 2 "^baton submit: $work/ko: exists and is not a baton run directory \\(it holds 1 entry of its own, such as 'overrides'$(kmsg "overrides is" --set)" -- \
+  "$baton" submit "$small" --run-dir ko --dry-run
+expect 2 "^baton run: $work/kb: exists and is not a baton run directory \\(it holds 2 entries of its own, such as 'overrides'$(kmsg "recipe\\.yaml and overrides are" "recipe and --set")" -- \
+  "$baton" run "$small" --run-dir kb --quiet --set defaults.steps=1
+[[ $(ls -A kb ko kr | tr '\n' ' ') == "kb: overrides recipe.yaml  ko: overrides recipe.yaml  kr: recipe.yaml " ]] &&
+  ok "a hand-put recipe.yaml or overrides in a directory that is no run's: nothing written" ||
+  fail "written into: $(ls -A kb ko kr)"
+expect 0 "wrote $work/ks/baton.sbatch" -- "$baton" submit ks/recipe.yaml --run-dir ks --dry-run
+# a lock file the user may not write is named as such, not as the run directory (root: as
+# root without the capability that overrides file modes)
+nodac=()
+[[ $(id -u) == 0 ]] && nodac=(setpriv --bounding-set=-dac_override,-dac_read_search)
+chmod 444 ks/lock
+expect 2 "^baton run: $work/ks/lock: the run's lock file cannot be opened for writing: Permission denied \\(make it writable by you: chmod u\\+w $work/ks/lock\\)$" -- \
+  "${nodac[@]}" "$baton" run ks/recipe.yaml --run-dir ks --quiet
+chmod 644 ks/lock
 # a name of baton's counts only as its kind: a project's workdir/ directory (a run's is a
 # file holding a path), a secret file, a logs file, no run's marks (lock, journal as
 # regular files) nor baton's own; a file named like a batch job's output whose job id is
@@ -316,9 +355,9 @@ mkdir -p $'c\tw/workdir'
 expect 2 "^baton run: --run-dir c\\\\tw: holds a control character" -- \
   "$baton" run "$small" --run-dir $'c\tw' --quiet
 # what the file system puts in a fresh directory (a new disk's lost+found, an NFS
-# client's .nfsXXXX) and a batch job's output (slurm-JOBID.out or .err, an array task's
-# slurm-JOBID_TASK.out) are no one's files: taken
-mkdir -p fs/lost+found && : >fs/.nfs000000000012abcd00000001 && mkdir sl &&
+# client's .nfsXXXX), a Mac's Finder's .DS_Store and a batch job's output (slurm-JOBID.out
+# or .err, an array task's slurm-JOBID_TASK.out) are no one's files: taken
+mkdir -p fs/lost+found && : >fs/.nfs000000000012abcd00000001 && : >fs/.DS_Store && mkdir sl &&
   : >sl/slurm-5.err && : >sl/slurm-7_3.out && : >sl/slurm-7_3.err
 expect 0 "wrote $work/fs/baton.sbatch" -- "$baton" submit "$small" --run-dir fs --dry-run
 expect 0 "wrote $work/sl/baton.sbatch" -- "$baton" submit "$small" --run-dir sl --dry-run
