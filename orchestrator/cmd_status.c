@@ -54,8 +54,9 @@ typedef struct status_view {
     int running;
     int has_holder; /* running, and the process holding it known (run_holder.h) */
     run_holder holder;
-    int recipe_edited; /* RUN_DIR/recipe.yaml is not what that process read */
-    int not_started;   /* made by baton run or submit, no journal record yet */
+    run_holder_state holder_state; /* what its record is worth, when has_holder */
+    int recipe_edited;             /* RUN_DIR/recipe.yaml is not what that process read */
+    int not_started;               /* made by baton run or submit, no journal record yet */
     int creating;      /* being made by a baton run that holds it: no workdir, no journal */
     char job_id[64];   /* baton submit's job (RUN_DIR/job_id), or "" */
     char worker[4200]; /* the --worker the run was started with (RUN_DIR/worker), or "" */
@@ -385,7 +386,12 @@ static int status_load_recipe(status_view *v, const char *recipe) {
 static void status_holder(status_view *v) {
     char path[4200], *text = NULL;
     size_t n = 0;
-    v->has_holder = run_holder_find(v->dir, &v->holder);
+    /* a record is shown once its process is checked to hold the lock file, or when it
+     * cannot be checked from here (said so); never a stale one */
+    v->holder_state = run_holder_find(v->dir, &v->holder);
+    v->has_holder =
+        v->holder_state == RUN_HOLDER_HELD || v->holder_state == RUN_HOLDER_OTHER_HOST ||
+        v->holder_state == RUN_HOLDER_OTHER_NS || v->holder_state == RUN_HOLDER_UNVERIFIED;
     snprintf(path, sizeof path, "%s/recipe.yaml", v->dir);
     if (v->has_holder && bt_read_private(path, 64u << 20, 0, &text, &n) == 0)
         v->recipe_edited = crc32c_update(0, text, n) != v->holder.recipe_crc32c;
@@ -399,10 +405,11 @@ static void status_warn_edited(const status_view *v) {
     bt_buf_init(&cmd);
     fprintf(stderr,
             "baton status: warning: %s/recipe.yaml was edited after the running baton %s "
-            "(pid %ld) read it: that process trains the recipe it read, and the edit is taken "
+            "(%s%ld) read it: that process trains the recipe it read, and the edit is taken "
             "at the next %s (the steps, stages and ETA shown are the edited recipe's)\n",
-            v->dir, v->holder.command, (long)v->holder.pid,
-            bt_shell_cmd(&cmd, "baton resume", v->dir));
+            v->dir, v->holder.command,
+            v->holder_state == RUN_HOLDER_OTHER_NS ? "in another PID namespace, its pid " : "pid ",
+            (long)v->holder.pid, bt_shell_cmd(&cmd, "baton resume", v->dir));
     bt_buf_free(&cmd);
 }
 
@@ -696,8 +703,8 @@ static void status_text(bt_buf *b, const status_view *v) {
     else
         bt_buf_printf(b, "run %s: %s", v->dir, state);
     if (strcmp(state, "running") == 0 && v->has_holder) {
-        char words[400];
-        run_holder_words(&v->holder, words, sizeof words);
+        char words[600];
+        run_holder_words(&v->holder, v->holder_state, words, sizeof words);
         bt_buf_printf(b, " (%s)", words);
     }
     if (strcmp(state, "not_started") == 0) bt_buf_printf(b, "\n");
@@ -1043,10 +1050,17 @@ static void status_json_holder(bt_buf *b, const status_view *v) {
         return;
     }
     const run_holder *h = &v->holder;
-    bt_buf_printf(b, "{\"pid\": %ld, \"host\": ", (long)h->pid);
+    int other_ns = v->holder_state == RUN_HOLDER_OTHER_NS; /* its pid means nothing here */
+    bt_buf_printf(b, "{\"host\": ");
     bt_buf_json_string(b, h->host);
-    bt_buf_printf(b, ", \"this_host\": %s, \"since\": %lld, \"command\": ",
-                  run_holder_here(h) ? "true" : "false", h->since);
+    status_json_opt(b, "pid", !other_ns, h->pid);
+    bt_buf_printf(b,
+                  ", \"this_host\": %s, \"other_pid_namespace\": %s, \"verified\": %s, "
+                  "\"since\": %lld",
+                  run_holder_here(h) ? "true" : "false", other_ns ? "true" : "false",
+                  v->holder_state == RUN_HOLDER_HELD ? "true" : "false", h->since);
+    status_json_opt(b, "stopping_since", h->stopping != 0, h->stopping);
+    bt_buf_printf(b, ", \"command\": ");
     bt_buf_json_string(b, h->command);
     bt_buf_printf(b, ", \"recipe_edited\": %s}", v->recipe_edited ? "true" : "false");
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "run_holder.h"
 #include "supervise.h"
 #include "util/clock.h"
 #include "util/stop_signals.h"
@@ -158,10 +159,27 @@ void run_stop_workers(run_ctx *c, launch_job *job, const char *reason) {
 }
 
 /* The stop's signal si: its sender (one that kill()ed it, not a terminal's Ctrl-C) and
- * when, for run_signal_echo. */
+ * when, for run_signal_echo; the holder's record (run_holder.h) marked stopping, so that a
+ * later baton stop sends nothing. */
 void run_signal_note(run_ctx *c, const struct signalfd_siginfo *si) {
     c->signal_pid = si->ssi_code == SI_USER ? si->ssi_pid : 0;
     c->signal_at = bt_clock_now();
+    if (c->dir != NULL) run_holder_stopping(c->dir->lock_fd);
+}
+
+/* Whether si, after the stop's signal, is another baton stop's (RUN_HOLDER_STOP_VALUE): one
+ * that raced the record's "stopping", or one run when the record could not be written.
+ * Said: the same stop, going on. */
+static int run_signal_baton_stop(run_ctx *c, const struct signalfd_siginfo *si) {
+    if ((int)si->ssi_signo != SIGTERM || si->ssi_code != SI_QUEUE ||
+        si->ssi_int != RUN_HOLDER_STOP_VALUE)
+        return 0;
+    run_err(c,
+            "got SIGTERM from baton stop (pid %u) while already stopping: the same stop, "
+            "going on (its workers write a stop checkpoint; a SIGTERM or Ctrl-C from "
+            "elsewhere kills them at once)\n",
+            si->ssi_pid);
+    return 1;
 }
 
 /* Whether si, after the stop's signal, is that one again: the same signal from the same
@@ -192,7 +210,7 @@ void run_on_signal(run_ctx *c, launch_job *job) {
     int sig = (int)si.ssi_signo;
     if (c->got_signal) {
         if (c->killed_now || (sig != SIGINT && sig != SIGTERM)) return;
-        if (run_signal_echo(c, &si)) return;
+        if (run_signal_echo(c, &si) || run_signal_baton_stop(c, &si)) return;
         c->killed_now = 1;
         run_progress_end(&c->prog);
         run_err(c,

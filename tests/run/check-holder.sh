@@ -24,8 +24,8 @@ holder_json() {
   "$baton" status "$1" --json | /usr/bin/python3 -c '
 import json, sys
 h = json.load(sys.stdin)["holder"]
-print("null" if h is None else "%d %s %s %s %s" % (h["pid"], h["command"], h["host"],
-      h["this_host"], h["recipe_edited"]))'
+print("null" if h is None else "%s %s %s %s %s" % ("null" if h["pid"] is None else h["pid"],
+      h["command"], h["host"], h["this_host"], h["recipe_edited"]))'
 }
 # start_run CMD...: baton CMD in the background ($bpid), its steps slowed, until step 2
 start_run() {
@@ -53,6 +53,41 @@ with open(d + "/lock", "r+b") as f:
 PY
 }
 
+# nobody_cases: as nobody (root only, with setpriv: SKIPPED otherwise), a record naming a
+# process of the same user whose /proc/PID/fd cannot be read (not dumpable) is not
+# believed: not signalled, status says not verified; and baton stop of another user's run
+# directory closed to others says permission denied
+nobody_cases() {
+  local nb="setpriv --reuid=nobody --regid=nogroup --clear-groups" sp rc
+  if ! [[ $(id -u) == 0 ]] || ! command -v setpriv >/dev/null || ! chmod 711 "$work" ||
+    ! $nb test -x "$baton" 2>/dev/null; then
+    echo "$case: SKIPPED (not root, or no setpriv): the nobody cases"
+    return 0
+  fi
+  mkdir -m 700 closed && : >closed/journal
+  set +e; $nb "$baton" stop closed >stop5.out 2>&1; rc=$?; set -e
+  [[ $rc == 1 ]] && grep -q "closed/journal: cannot read: Permission denied" stop5.out ||
+    { cat stop5.out; fail "baton stop of another user's closed run directory exited $rc"; }
+  mkdir -m 777 nob
+  install -d -o nobody -m 700 nob/r
+  install -o nobody -m 600 r1/journal nob/r/journal
+  install -o nobody -m 600 /dev/null nob/r/lock
+  $nb flock nob/r sleep 60 >/dev/null 2>&1 &
+  bg_pids="$bg_pids $!"
+  $nb /usr/bin/python3 -c 'import ctypes, time; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0); time.sleep(60)' &
+  sp=$!
+  bg_pids="$bg_pids $sp"
+  sleep 0.3
+  forge nob/r "$sp" "$host"
+  set +e; $nb "$baton" stop nob/r >stop6.out 2>&1; rc=$?; set -e
+  [[ $rc == 1 ]] && grep -q "pid $sp, which the lock file records, cannot be checked to hold it (/proc/$sp/fd cannot be read): not signalled" stop6.out ||
+    { cat stop6.out; fail "baton stop of a pid it cannot check exited $rc"; }
+  kill -0 "$sp" || fail "baton stop signalled a process it could not check"
+  $nb "$baton" status nob/r >st6.out 2>&1 || true
+  grep -q "running (baton run pid $sp on $host, since .* (recorded; not verified: /proc/$sp/fd cannot be read))" st6.out ||
+    { cat st6.out; fail "status of a record it cannot check"; }
+}
+
 case $case in
 holder-status)
   start_run run hold.yaml --run-dir r1
@@ -63,12 +98,26 @@ holder-status)
   set +e; "$baton" resume r1 --quiet >second.out 2>&1; rc=$?; set -e
   [[ $rc == 2 ]] && grep -q "r1: another baton run is working in this run directory (baton run pid $bpid on $host, since .*; stop it with 'baton stop $work/r1' or kill -TERM $bpid)\$" second.out ||
     { cat second.out; fail "the refusal of a second resume does not name the holder"; }
-  "$baton" stop r1 --wait >stop.out 2>&1 || { cat stop.out; fail "baton stop --wait exited $?"; }
+  # baton stop --wait says what it did before it waits (flushed, into a file): the run is
+  # held (SIGSTOP) until that is seen
+  kill -STOP "$bpid"
+  "$baton" stop r1 --wait >stop.out 2>&1 &
+  spid=$!
+  for ((i = 0; i < 100; i++)); do
+    grep -q "^baton stop: r1: waiting until it exits" stop.out && break
+    sleep 0.05
+  done
+  grep -q "^baton stop: r1: asked baton run pid $bpid to stop (SIGTERM)" stop.out &&
+    grep -q "^baton stop: r1: waiting until it exits" stop.out ||
+    { kill -CONT "$bpid"; cat stop.out; fail "baton stop --wait said nothing before it waited"; }
+  kill -CONT "$bpid"
+  wait "$spid" || { cat stop.out; fail "baton stop --wait exited $?"; }
   set +e; wait "$bpid"; rc=$?; set -e
   bpid=
   [[ $rc == 75 ]] || { cat run.out; fail "baton run exited $rc after baton stop, not 75"; }
-  grep -q "^baton stop: r1: asked baton run pid [0-9]* to stop (SIGTERM)" stop.out &&
-    grep -q "^run r1: stopped; " stop.out || { cat stop.out; fail "baton stop --wait did not say the stop and the run's state"; }
+  grep -q "^baton stop: r1: baton run pid [0-9]* let go of the run directory" stop.out &&
+    grep -q "^run r1: stopped; " stop.out && grep -q "^  checkpoints: s00-step" stop.out ||
+    { cat stop.out; fail "baton stop --wait did not say the stop and the run's state"; }
   [[ ! -s r1/lock ]] || { cat r1/lock; fail "the lock file still holds a record after the run stopped"; }
   "$baton" status r1 >st2.out
   grep -q "^run r1: stopped; " st2.out && ! grep -q "pid" st2.out || { cat st2.out; fail "status of the stopped run"; }
@@ -119,6 +168,13 @@ holder-stale)
   [[ $rc == 1 ]] && grep -q "pid $innocent, which the lock file records, does not hold it: not signalled" stop3.out ||
     { cat stop3.out; fail "baton stop of a pid not holding the lock exited $rc"; }
   kill -0 "$innocent" || fail "baton stop signalled a process that does not hold the lock"
+  # ... nor named by status or a refusal (a stale record an older baton left, its pid reused)
+  "$baton" status r1 >st3.out
+  grep -q "^run r1: running; " st3.out || { cat st3.out; fail "status names a live pid that does not hold the lock"; }
+  [[ $(holder_json r1) == null ]] || fail "status --json names a live pid that does not hold the lock"
+  set +e; "$baton" resume r1 --quiet >second.out 2>&1; rc=$?; set -e
+  [[ $rc == 2 ]] && grep -q "another baton run is working in this run directory\$" second.out ||
+    { cat second.out; fail "the refusal names a live pid that does not hold the lock"; }
   # a record of another host: said, not signalled
   forge r1 "$innocent" elsewhere.invalid
   grep -q "^run r1: running (baton run pid $innocent on elsewhere.invalid, since " <("$baton" status r1) ||
@@ -127,6 +183,7 @@ holder-stale)
   [[ $rc == 2 ]] && grep -q "runs on elsewhere.invalid, not on this host: run 'baton stop r1' there, or kill -TERM $innocent on elsewhere.invalid" stop4.out ||
     { cat stop4.out; fail "baton stop of another host's holder exited $rc"; }
   kill -0 "$innocent" || fail "baton stop signalled a process for another host"
+  nobody_cases
   echo "$case: a stale record never shown or signalled; another host's holder said"
   ;;
 holder-edit)
@@ -147,6 +204,111 @@ holder-edit)
   wait "$bpid" || { cat run.out; fail "the resume exited $?"; }
   bpid=
   echo "$case: an edit made while running is said to be taken at the next resume"
+  ;;
+holder-stop-twice)
+  # a resume (named as such), its stop checkpoint slowed (5 s)
+  one_rank_recipe slow "checkpoint: {every_steps: 1000}" "{name: a, steps: 400}" >slow.yaml
+  start_run run slow.yaml --run-dir r1
+  stop_run
+  BATON_FAULT_SAVE_SLEEP=5 start_run resume r1
+  for ((i = 0; i < 600; i++)); do # its own attempt under way (wait_step saw the first's)
+    grep -q '^\[0\] step ' r1/logs/s00-a01.log 2>/dev/null && break
+    sleep 0.1
+  done
+  grep -q "^pid=$bpid " r1/lock || { cat r1/lock; ls r1/logs; fail "the resume did not start"; }
+  # two baton stops at once (each may find the record not yet marked stopping): one stop
+  "$baton" stop r1 >s1.out 2>&1 &
+  p1=$!
+  "$baton" stop r1 >s2.out 2>&1 || { cat s2.out; fail "the second of two baton stops exited $?"; }
+  wait "$p1" || { cat s1.out; fail "the first of two baton stops exited $?"; }
+  for ((i = 0; i < 50; i++)); do
+    grep -q " stopping=[0-9]* crc32c=" r1/lock && break
+    sleep 0.1
+  done
+  grep -q " stopping=[0-9]* crc32c=" r1/lock || { cat r1/lock; fail "the record does not say the run is stopping"; }
+  "$baton" status r1 >st.out
+  grep -q "^run r1: running (baton resume pid $bpid on $host, since [0-9-]* [0-9:]*, stopping since [0-9:]*); " st.out ||
+    { cat st.out; fail "status does not say the run is stopping"; }
+  # a later baton stop sends nothing; with --wait it waits
+  set +e; "$baton" stop r1 >s3.out 2>&1; rc=$?; set -e
+  [[ $rc == 0 ]] && grep -q "^baton stop: r1: its baton resume is already stopping since [0-9][0-9]:[0-9][0-9]:[0-9][0-9] (its workers write a stop checkpoint, then it exits): nothing sent" s3.out ||
+    { cat s3.out; fail "baton stop of a run already stopping exited $rc"; }
+  "$baton" stop r1 --wait >s4.out 2>&1 || { cat s4.out; fail "baton stop --wait of a run already stopping exited $?"; }
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  [[ $rc == 75 ]] || { cat run.out; fail "the resume exited $rc after baton stop, not 75"; }
+  ! grep -q "killing the workers now\|was not completed" run.out || { cat run.out; fail "a second baton stop killed the workers"; }
+  grep -q "^baton stop: r1: its baton resume is already stopping since " s4.out &&
+    grep -q "^baton stop: r1: baton resume pid [0-9]* let go of the run directory" s4.out &&
+    grep -q "^run r1: stopped; " s4.out && grep -q "^  checkpoints: s00-step" s4.out ||
+    { cat s4.out; fail "baton stop --wait of a run already stopping"; }
+  [[ ! -s r1/lock ]] || { cat r1/lock; fail "the lock file still holds a record"; }
+  echo "$case: baton stop of a run already stopping sends nothing; two at once stop it once"
+  ;;
+holder-starting)
+  # the lock held by a process that writes its record a moment later (a run starting):
+  # baton stop waits for the record, then signals that process
+  mkdir r1 && : >r1/lock # a run directory, as far as baton stop looks
+  (
+    exec 8<r1 9<>r1/lock
+    flock 8
+    sleep 0.5
+    forge r1 "$BASHPID" "$host"
+    exec sleep 60
+  ) >/dev/null 2>&1 &
+  holder=$!
+  bg_pids=$holder
+  for ((i = 0; i < 50; i++)); do
+    flock -n r1 true 2>/dev/null || break
+    sleep 0.05
+  done
+  set +e; "$baton" stop r1 >stop.out 2>&1; rc=$?; set -e
+  [[ $rc == 0 ]] && grep -q "^baton stop: r1: asked baton run pid $holder to stop (SIGTERM)" stop.out ||
+    { cat stop.out; fail "baton stop as the run starts exited $rc"; }
+  for ((i = 0; i < 50; i++)); do
+    kill -0 "$holder" 2>/dev/null || break
+    sleep 0.05
+  done
+  ! kill -0 "$holder" 2>/dev/null || fail "the process holding the lock was not signalled"
+  echo "$case: baton stop waits for the record of a run starting"
+  ;;
+holder-pidns)
+  # a run in another PID namespace (unshare -p: its pid 1 here is init): named as such,
+  # never by its pid nor with a kill command; baton stop inside that namespace stops it
+  if ! [[ $(id -u) == 0 ]] || ! unshare -p -f --mount-proc true 2>/dev/null; then
+    echo "$case: SKIPPED (not root, or unshare -p -f --mount-proc fails)"
+    exit 77
+  fi
+  BATON_FAULT_STEP_SLEEP=0.1 unshare -p -f --mount-proc "$baton" run hold.yaml --run-dir r1 --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 2 >/dev/null
+  grep -q "^pid=1 .* pidns=[0-9]* crc32c=" r1/lock || { cat r1/lock; fail "the record holds no PID namespace"; }
+  "$baton" status r1 >st.out
+  grep -q "^run r1: running (baton run in another PID namespace (a container) on $host, since [0-9-]* [0-9:]*); " st.out ||
+    { cat st.out; fail "status of a run in another PID namespace"; }
+  [[ $(holder_json r1) == "null run $host True False" ]] || { holder_json r1; fail "status --json's holder in another namespace"; }
+  set +e; "$baton" resume r1 --quiet >second.out 2>&1; rc=$?; set -e
+  [[ $rc == 2 ]] && grep -q "another PID namespace (a container) on $host, since .*; stop it from inside that namespace with 'baton stop $work/r1')\$" second.out &&
+    ! grep -q "kill" second.out || { cat second.out; fail "the refusal of a run in another namespace"; }
+  set +e; "$baton" stop r1 >stop.out 2>&1; rc=$?; set -e
+  [[ $rc == 2 ]] && grep -q "its baton run runs in another PID namespace (a container) on this host, whose process ids are not this one's: not signalled; run 'baton stop r1' inside that container" stop.out ||
+    { cat stop.out; fail "baton stop of a run in another namespace exited $rc"; }
+  inner=$(pgrep -P "$bpid" | head -1)
+  # (not --wait: the namespace's processes are killed as its pid 1, the run, exits)
+  nsenter -t "$inner" -p -m -w"$work" "$baton" stop r1 >stop2.out 2>&1 || { cat stop2.out; fail "baton stop inside the namespace failed"; }
+  grep -q "^baton stop: r1: asked baton run pid 1 to stop (SIGTERM)" stop2.out || { cat stop2.out; fail "baton stop inside the namespace"; }
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  [[ $rc == 75 ]] || { cat run.out stop2.out; fail "the run in the namespace exited $rc, not 75"; }
+  # this host's run seen from inside another namespace: named as in another one too
+  sed -i 's/steps: 400/steps: 40/' r1/recipe.yaml
+  start_run resume r1
+  unshare -p -f --mount-proc "$baton" status r1 >st2.out
+  grep -q "^run r1: running (baton resume in another PID namespace (a container) on $host, since " st2.out ||
+    { cat st2.out; fail "status from inside another namespace"; }
+  wait "$bpid" || { cat run.out; fail "the resume exited $?"; }
+  bpid=
+  echo "$case: a run in another PID namespace named as such, stopped from inside it"
   ;;
 *)
   fail "unknown case"
