@@ -196,6 +196,12 @@ void run_give_up(run_ctx *c, uint32_t stage, int say, const char *fmt, ...)
  * for a rank 0 that still holds the log's lock, once per log. */
 void run_metrics_take(run_ctx *c, uint32_t stage, uint32_t attempt, int before,
                       uint64_t step_offset);
+/* RUN_DIR/metrics.jsonl and valid.jsonl, which the control channel opens: something there
+ * it cannot open (a FIFO, a directory, a link, a file this user may not read and write)
+ * would leave the run without the channel (no hang detection, no check of the workers'
+ * build, the validation records lost), so it is refused before anything starts, naming
+ * the file (run_err): -1; else 0 (also when either is missing: it is made). */
+int run_metrics_files_check(const run_ctx *c);
 
 /* run_resume_check.c: the kept recipe against the checkpoint the first stage not completed
  * resumes (its own newest in checkpoints/), before anything starts: its steps below the

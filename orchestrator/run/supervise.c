@@ -126,14 +126,14 @@ static double run_seconds(const Baton__Duration *d, double dflt) {
 }
 
 /* Why an attempt's own file could not be written (err), where a restart would not help:
- * a full disk or quota (RUN_STUCK_FULL), or something put in its place that is not a
- * regular file, or a link (RUN_STUCK_PLANTED; refused, never waited on or followed); else
- * 0. */
+ * a full disk or quota (RUN_STUCK_FULL), or, where its open failed (at_open), something
+ * put in its place that is not a regular file, or a link (RUN_STUCK_PLANTED; refused,
+ * never waited on or followed); else 0. An EINVAL from a write, fsync or rename after the
+ * open is no file's doing (fsync on a file system without it). */
 enum { RUN_STUCK_FULL = 1, RUN_STUCK_PLANTED = 2 };
-static int run_stuck(int err) {
-    return err == ENOSPC || err == EDQUOT  ? RUN_STUCK_FULL
-           : err == EINVAL || err == ELOOP ? RUN_STUCK_PLANTED
-                                           : 0;
+static int run_stuck(int err, int at_open) {
+    if (err == ENOSPC || err == EDQUOT) return RUN_STUCK_FULL;
+    return at_open && (err == EINVAL || err == ELOOP || err == EISDIR) ? RUN_STUCK_PLANTED : 0;
 }
 
 /* The attempt's spec, written to file; *stuck set (run_stuck) when that failed on a full
@@ -200,9 +200,10 @@ static int run_write_spec(run_ctx *c, size_t i, uint32_t attempt, Baton__StageSp
     char name[64];
     snprintf(name, sizeof name, "specs/s%02zu-a%02u.pb", i, attempt);
     run_dir_file(c->dir, name, file, cap);
+    int at_tmp = 0;
     rc = run_spec_fault_full(name, file, diag);
-    rc = rc ? rc : ckpt_write_file_atomic(file, buf, n, diag);
-    *stuck = rc != 0 ? run_stuck(errno) : 0;
+    rc = rc ? rc : ckpt_write_file_atomic_at(file, buf, n, &at_tmp, diag);
+    *stuck = rc != 0 ? run_stuck(errno, at_tmp) : 0;
     free(buf);
     return rc;
 }
@@ -787,7 +788,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
         protobuf_c_message_free_unpacked(&spec->base, NULL);
         char msg[4400];
         snprintf(msg, sizeof msg, "%s: cannot create: %s", log_file, bt_file_why(err));
-        return run_spec_failed(c, (uint32_t)i, attempt, BT_EIO, run_stuck(err),
+        return run_spec_failed(c, (uint32_t)i, attempt, BT_EIO, run_stuck(err, 1),
                                "not started: no log made", msg);
     }
     c->prog = (run_progress){.log = log,
@@ -1124,6 +1125,8 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
         printf("%s: %s: the run has already completed\n", o->prog ? o->prog : "baton run",
                dir->path);
     } else if (!o->slurm && run_worker_ready(&c) != 0) { /* srun execs it on the hosts */
+        status = BT_EXIT_USAGE;
+    } else if (run_metrics_files_check(&c) != 0) {
         status = BT_EXIT_USAGE;
     } else {
         if (c.st.completed) run_note_more(&c);
