@@ -1,6 +1,6 @@
 /* The supervisor's private state (supervise.c), shared with the pieces split off it:
- * rollbacks (run_rollback.c) and the per-attempt checks and the verdict on a stage
- * (run_checks.c). */
+ * rollbacks (run_rollback.c), the per-attempt checks and the verdict on a stage
+ * (run_checks.c) and how an attempt ends (run_end.c). */
 #ifndef BATON_RUN_CTX_H
 #define BATON_RUN_CTX_H
 
@@ -196,6 +196,12 @@ void run_give_up(run_ctx *c, uint32_t stage, int say, const char *fmt, ...)
  * for a rank 0 that still holds the log's lock, once per log. */
 void run_metrics_take(run_ctx *c, uint32_t stage, uint32_t attempt, int before,
                       uint64_t step_offset);
+/* RUN_DIR/metrics.jsonl and valid.jsonl, which the control channel opens: something there
+ * it cannot open (a FIFO, a directory, a link, a file this user may not read and write)
+ * would leave the run without the channel (no hang detection, no check of the workers'
+ * build, the validation records lost), so it is refused before anything starts, naming
+ * the file (run_err): -1; else 0 (also when either is missing: it is made). */
+int run_metrics_files_check(const run_ctx *c);
 
 /* run_resume_check.c: the kept recipe against the checkpoint the first stage not completed
  * resumes (its own newest in checkpoints/), before anything starts: its steps below the
@@ -270,5 +276,32 @@ void run_sweep_partials(run_ctx *c);
  * how to go on, for stages moved, removed or inserted among those the run trained, and
  * for the recipe's name changed under a stage that continues from its own checkpoint. */
 int run_edit_check(run_ctx *c, bt_diag *diag);
+
+/* run_end.c: how an attempt ends, beyond the ranks' exit statuses */
+/* Why an attempt's own file could not be written (run_stuck): a full disk or quota, or
+ * something planted where its open failed; else 0. */
+enum { RUN_STUCK_FULL = 1, RUN_STUCK_PLANTED = 2 };
+int run_stuck(int err, int at_open);
+/* The journaled detail of an attempt that failed before its spec was written. */
+#define RUN_NO_SPEC "not started: no spec written"
+/* Every rank of the job exited with status 0 (none killed by a signal). */
+int run_all_exited_zero(const launch_job *job);
+/* A stopped attempt whose stop checkpoint was not committed: said, r's step set. */
+void run_check_stop(run_ctx *c, const launch_job *job, uint32_t stage, Baton__JournalRecord *r);
+/* A rank said the disk is full: said, and the stage given up (exit 1). */
+void run_disk_full(run_ctx *c, uint32_t stage, int in_failure);
+/* A stop that came once the ranks were past the stage's last step: 1 (said) when the
+ * stage is complete all the same. */
+int run_stopped_after_end(run_ctx *c, const launch_job *job, uint32_t stage);
+/* The attempt's spec or log could not be made (no worker started): said and journaled. */
+attempt_end run_spec_failed(run_ctx *c, uint32_t stage, uint32_t attempt, int rc, int stuck,
+                            const char *detail, const char *msg);
+/* Whether a stuck PMIx server ends this process for a fresh one (RUN_EXIT_AFRESH). */
+int run_may_afresh(const run_ctx *c);
+/* The workers could not be started: said and journaled. */
+attempt_end run_launch_failed(run_ctx *c, uint32_t stage, uint32_t attempt, int rc,
+                              const char *msg);
+/* The checkpoint root cannot be listed as the attempt starts: a failed attempt, retried. */
+attempt_end run_unlisted(run_ctx *c, uint32_t stage, uint32_t attempt, const char *why);
 
 #endif

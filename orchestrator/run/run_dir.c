@@ -309,11 +309,18 @@ int run_dir_lock(run_dir *d, bt_diag *diag) {
     d->lock_fd = run_dir_adopt(kept[0], path);
     int adopted = d->lock_fd >= 0;
     if (d->lock_fd < 0) d->lock_fd = bt_open_private(path, O_RDWR | O_CREAT);
-    if (d->lock_fd < 0 && (errno == EINVAL || errno == ELOOP)) { /* something planted */
-        bt_diag_set(diag, "%s: cannot open: %s", path, bt_file_why(errno));
+    int err = errno;
+    /* the directory refusing a new file is said as such (EACCES, EPERM, EROFS); anything
+     * else is the lock file's: something planted (a FIFO, a link, a directory: EINVAL,
+     * ELOOP, EISDIR), or a full disk, named as the lock file */
+    if (d->lock_fd < 0 && err != EACCES && err != EPERM && err != EROFS) {
+        int planted = err == EINVAL || err == ELOOP || err == EISDIR;
+        bt_diag_set(diag, "%s: cannot open: %s%s", path, bt_file_why(err),
+                    planted ? " (baton keeps a regular file there: remove what is there, "
+                              "then try again)"
+                            : "");
         return BT_EINVAL;
     }
-    int err = errno;
     if (d->lock_fd < 0 && (err == EACCES || err == EPERM) &&
         run_dir_has_file(d->path, "lock", NULL)) { /* there, but not writable by this user */
         bt_diag_set(diag,

@@ -2,12 +2,18 @@
  * (stages/metrics_log.h): the workers go on training and committing checkpoints while
  * baton run is stopped or starved, and for a moment after it dies, and a record still in
  * the socket, in a killed worker's outbox or in a line torn by the crash would otherwise
- * be lost for good, as the next attempt resumes after it. */
+ * be lost for good, as the next attempt resumes after it. Also, before a run starts,
+ * whether the run's metrics files can be opened at all. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "metrics_log.h"
 #include "run_ctx.h"
+#include "util/buf.h"
 #include "util/file.h"
+#include "util/shquote.h"
 
 /* How long a live rank 0 of an earlier baton run (killed: its ranks follow it within
  * 0.2 s) may hold its log before it is read as it stands. */
@@ -63,4 +69,29 @@ void run_metrics_take(run_ctx *c, uint32_t stage, uint32_t attempt, int before,
     /* the newest that ran: each before it was taken before the next one started */
     for (uint32_t a = attempt; a-- > 0;)
         if (run_metrics_replay(c, stage, a, step_offset)) return;
+}
+
+int run_metrics_files_check(const run_ctx *c) {
+    static const char *const names[] = {"metrics.jsonl", "valid.jsonl"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        char path[4200];
+        run_dir_file(c->dir, names[k], path, sizeof path);
+        int fd = bt_open_private(path, O_RDWR | O_APPEND); /* a FIFO: refused, not waited on */
+        if (fd >= 0) close(fd);
+        if (fd >= 0 || errno == ENOENT) continue;
+        int err = errno;
+        bt_buf cmd;
+        bt_buf_init(&cmd);
+        run_err(c,
+                "%s: cannot open: %s (the run's %s records are kept there: without it the "
+                "run would have no control channel; %s, then %s)\n",
+                path, bt_file_why(err), k == 0 ? "metrics" : "validation",
+                err == EACCES || err == EPERM ? "make it readable and writable by you, or "
+                                                "remove it"
+                                              : "remove it",
+                bt_shell_cmd(&cmd, "baton resume", c->dir->path));
+        bt_buf_free(&cmd);
+        return -1;
+    }
+    return 0;
 }

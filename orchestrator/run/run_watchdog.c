@@ -3,7 +3,6 @@
 #define _GNU_SOURCE /* sigabbrev_np */
 #include "run_watchdog.h"
 
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -201,14 +200,25 @@ static int run_signal_echo(run_ctx *c, const struct signalfd_siginfo *si) {
     return 1;
 }
 
+/* A stop signal waiting in c->sfd (non-blocking) read into *si: 0 when none. The first
+ * (no stop asked for yet) is the stop: c->got_signal set and noted (run_signal_note). */
+static int run_signal_take(run_ctx *c, struct signalfd_siginfo *si) {
+    if (c->sfd < 0 || read(c->sfd, si, sizeof *si) != (ssize_t)sizeof *si) return 0;
+    if (c->got_signal) return 1;
+    c->got_signal = (int)si->ssi_signo;
+    run_signal_note(c, si);
+    return 1;
+}
+
 /* The first signal asks the workers to checkpoint and stop (RUN_STOP_GRACE_S); a second
  * SIGINT or SIGTERM (the user will not wait) kills them at once: the run resumes from its
  * last complete checkpoint. The first one echoed by its sender is no second (run_signal_echo). */
 void run_on_signal(run_ctx *c, launch_job *job) {
     struct signalfd_siginfo si;
-    if (read(c->sfd, &si, sizeof si) != (ssize_t)sizeof si) return;
+    int stopping = c->got_signal != 0;
+    if (!run_signal_take(c, &si)) return;
     int sig = (int)si.ssi_signo;
-    if (c->got_signal) {
+    if (stopping) {
         if (c->killed_now || (sig != SIGINT && sig != SIGTERM)) return;
         if (run_signal_echo(c, &si) || run_signal_baton_stop(c, &si)) return;
         c->killed_now = 1;
@@ -220,8 +230,6 @@ void run_on_signal(run_ctx *c, launch_job *job) {
         launch_job_kill_now(job, LAUNCH_STOPPED);
         return;
     }
-    c->got_signal = sig;
-    run_signal_note(c, &si);
     run_progress_end(&c->prog);
     run_err(c, "got SIG%s: asking the workers to checkpoint and stop\n",
             sigabbrev_np(c->got_signal));
@@ -230,11 +238,8 @@ void run_on_signal(run_ctx *c, launch_job *job) {
 
 int run_stop_before(run_ctx *c, const char *done, const char *next) {
     int said = c->got_signal != 0;
-    struct pollfd pfd = {.fd = c->sfd, .events = POLLIN};
     struct signalfd_siginfo si;
-    if (!said && c->sfd >= 0 && poll(&pfd, 1, 0) > 0 &&
-        read(c->sfd, &si, sizeof si) == (ssize_t)sizeof si)
-        c->got_signal = (int)si.ssi_signo, run_signal_note(c, &si);
+    if (!said) run_signal_take(c, &si);
     if (!c->got_signal) return 0;
     run_progress_end(&c->prog);
     if (said)

@@ -127,6 +127,12 @@ int ckpt_remove_dir(const char *dir);
  * a failure to write, errno is the cause (ENOSPC: a full disk; EINVAL, ELOOP: path.tmp is
  * not a regular file, or a link, refused at once as bt_open_private refuses it). */
 int ckpt_write_file_atomic(const char *path, const void *data, size_t n, bt_diag *diag);
+/* The same; *at_tmp (may be NULL) set to whether what failed was the open of path.tmp
+ * itself (errno then says why: EINVAL, ELOOP or EISDIR, something put there), not a
+ * write, fsync or rename after it (EINVAL there is no file's doing: fsync on a file system
+ * without it). */
+int ckpt_write_file_atomic_at(const char *path, const void *data, size_t n, int *at_tmp,
+                              bt_diag *diag);
 /* fsync of a directory by path. */
 int ckpt_fsync_dir(const char *dir);
 

@@ -245,7 +245,22 @@ static void fault_renamed_wait(const char *path, const char *dir) {
         nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
 }
 
+/* Test hook: BATON_FAULT_FSYNC_EINVAL=NAME makes the fsync of NAME's temp file fail with
+ * EINVAL, as on a file system without sync support: an error after the open, no file
+ * planted (tests/run/check-resume-edit.sh fifo-writes). */
+static int fault_fsync(const char *path, int fd) {
+    const char *f = getenv("BATON_FAULT_FSYNC_EINVAL"), *base = strrchr(path, '/');
+    if (f == NULL || strcmp(base ? base + 1 : path, f) != 0) return fsync(fd);
+    errno = EINVAL;
+    return -1;
+}
+
 int ckpt_write_file_atomic(const char *path, const void *data, size_t n, bt_diag *diag) {
+    return ckpt_write_file_atomic_at(path, data, n, NULL, diag);
+}
+
+int ckpt_write_file_atomic_at(const char *path, const void *data, size_t n, int *at_tmp,
+                              bt_diag *diag) {
     char tmp[CKPT_PATH_MAX + 8], dir[CKPT_PATH_MAX];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     snprintf(dir, sizeof dir, "%s", path);
@@ -257,13 +272,14 @@ int ckpt_write_file_atomic(const char *path, const void *data, size_t n, bt_diag
     int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     /* a FIFO put at tmp (a run's specs/) is refused, never waited on (bt_open_private) */
     int fd = dfd >= 0 ? bt_open_private(tmp, O_WRONLY | O_CREAT | O_TRUNC) : -1;
-    int ok = fd >= 0 && write_all(fd, data, n) == 0 && fsync(fd) == 0;
+    int ok = fd >= 0 && write_all(fd, data, n) == 0 && fault_fsync(path, fd) == 0;
     int err = errno;
     if (fd >= 0 && close(fd) != 0 && ok) ok = 0, err = errno; /* NFS: ENOSPC at close */
     if (ok && rename(tmp, path) != 0) ok = 0, err = errno;
     if (ok) fault_renamed_wait(path, slash ? dir : ".");
     if (ok && fsync(dfd) != 0) ok = 0, err = errno;
     if (dfd >= 0) close(dfd);
+    if (at_tmp) *at_tmp = !ok && dfd >= 0 && fd < 0;
     if (!ok) {
         if (fd >= 0) unlink(tmp);
         if (dfd >= 0 && fd < 0) /* tmp itself: named, with why (a FIFO, a link) */

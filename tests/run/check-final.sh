@@ -165,7 +165,13 @@ WRAPPER
     bpid=$!
     wait_files "held.*" 4 120 "the 4 ranks of $(cat hold.spec) were held"
     kill -TERM "$bpid"
-    sleep 0.5 # the stop under way while the ranks are still held
+    # the stop under way while the ranks are still held: baton said it read the signal
+    # (however long a loaded machine keeps it from running), only then are they released
+    local deadline=$((SECONDS + 60))
+    until grep -q "got SIGTERM: asking the workers to checkpoint and stop" run.out; do
+      ((SECONDS < deadline)) || fail "baton did not say it got the SIGTERM within 60 s"
+      sleep 0.05
+    done
     : >release
     set +e; wait "$bpid"; rc=$?; set -e
     bpid=

@@ -37,7 +37,12 @@
 #                     waited on: at an attempt's log or its spec's temp file, the attempt
 #                     fails at once naming it, not retried (exit 1, no worker started); at
 #                     rank 0's metrics log, the worker says so and goes on; at the lock
-#                     file, resume refuses it (exit 2).
+#                     file, resume refuses it (exit 2), a directory there too, named as
+#                     the lock file; at metrics.jsonl or valid.jsonl (a FIFO, a
+#                     directory), resume refuses it before anything starts (exit 2,
+#                     nothing journaled), never running without the control channel; a
+#                     spec whose fsync fails with EINVAL (BATON_FAULT_FSYNC_EINVAL: no
+#                     file planted) is retried.
 #   check-resume-edit.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
@@ -330,6 +335,47 @@ fifo-writes)
   set -e
   [[ $rc == 2 ]] && grep -q "r1/lock: cannot open: not a regular file" resume.out ||
     { cat resume.out; fail "resume with a FIFO at the lock file: exit $rc, not 2 naming it"; }
+  # a directory there: named as the lock file, not as an unwritable run directory
+  rm r1/lock && mkdir r1/lock
+  set +e
+  timeout -k 5 30 "$baton" resume r1 --quiet >resume.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 2 ]] && grep -q "r1/lock: cannot open: Is a directory (.*remove what is there" resume.out ||
+    { cat resume.out; fail "resume with a directory at the lock file: exit $rc, not 2 naming it"; }
+  rmdir r1/lock
+  # stage c appended: a FIFO or a directory at metrics.jsonl or valid.jsonl (which the
+  # control channel opens) is refused before anything starts (exit 2, naming it and the
+  # way on), nothing journaled, never a run without the channel
+  echo "  - {name: c, steps: 2}" >>r1/recipe.yaml
+  cp r1/journal journal.was
+  for f in metrics.jsonl valid.jsonl; do
+    for kind in fifo dir; do
+      [[ ! -e r1/$f ]] || mv "r1/$f" "r1/$f.was"
+      if [[ $kind == fifo ]]; then mkfifo -m 600 "r1/$f"; else mkdir "r1/$f"; fi
+      set +e
+      timeout -k 5 30 "$baton" resume r1 --quiet >resume.out 2>&1
+      rc=$?
+      set -e
+      [[ $rc == 2 ]] &&
+        grep -Eq "r1/$f: cannot open: (not a regular file|Is a directory) .*remove it, then 'baton resume " resume.out ||
+        { cat resume.out; fail "resume with a $kind at $f: exit $rc, not 2 naming it (124: it waited)"; }
+      ! ls r1/logs/s02-* >/dev/null 2>&1 || fail "an attempt started with a $kind at $f: $(ls r1/logs)"
+      cmp -s journal.was r1/journal || fail "the resume refused for a $kind at $f journaled"
+      rm -r "r1/$f"
+      [[ ! -e r1/$f.was ]] || mv "r1/$f.was" "r1/$f"
+    done
+  done
+  # c's first spec fails to fsync with EINVAL (a file system without it): nothing was
+  # planted at its temp file, so the attempt is retried, never refused as planted
+  set +e
+  BATON_FAULT_FSYNC_EINVAL=s02-a00.pb timeout -k 5 120 "$baton" resume r1 --quiet >resume.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 0 ]] && grep -q "specs/s02-a00.pb: cannot write: Invalid argument" resume.out &&
+    grep -q 'restarting stage "c"' resume.out ||
+    { cat resume.out; fail "a spec whose fsync failed (EINVAL) was not retried: exit $rc"; }
+  ! grep -q "not retried" resume.out || { cat resume.out; fail "an fsync's EINVAL called planted"; }
   ;;
 *)
   fail "unknown case"
