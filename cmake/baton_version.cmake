@@ -1,59 +1,105 @@
 # Writes OUT, a header defining BATON_VERSION, the build both programs name (--version, and
 # each worker's Hello, which baton run checks against its own):
-#   "VERSION (git DESCRIBE)"             a clean git checkout
-#   "VERSION (git DESCRIBE-dirty, src H)" one with uncommitted edits
-#   "VERSION (src H)"                    no git checkout (a tarball, a container build whose
-#                                        context leaves out .git)
-# DESCRIBE is `git describe --always --dirty` of SOURCE_DIR when it is a git checkout (its
-# own .git, so that a tarball unpacked inside another repository is not described as that
-# one). H, the sources' content: the first 12 hex digits of a SHA-256 over the path and
-# SHA-256 of every file the two programs are built from (CMakeLists.txt, cmake/,
-# orchestrator/, worker/, schema/, stages/; not docs or tests), so that two builds from
-# other edits, or other sources without git, differ. Run at every build
+#   "VERSION (git DESCRIBE, src H)"       a git checkout whose sources are as committed
+#   "VERSION (git DESCRIBE-dirty, src H)" one whose sources have uncommitted edits
+#   "VERSION (src H)"                     no git checkout (a tarball, a container build
+#                                         whose context leaves out .git), or git failing
+# H, the build's identity, is the first 12 hex digits of a SHA-256 over the path and
+# SHA-256 of every source file the two programs are built from: the regular files named
+# *.c *.cc *.h *.cu *.cuh *.proto *.cmake or CMakeLists.txt in CMakeLists.txt, cmake/,
+# orchestrator/, worker/, schema/ and stages/, less generated *.pb-c.[ch] (an old
+# in-source build's). Docs, tests and other files do not count, nor
+# git's state: baton run compares builds by H alone (control_build_same), so the same
+# sources built with or without git, or with a doc edited, are one build, and an
+# untracked source file compiled in makes another. DESCRIBE, for people, is
+# `git describe --always` of SOURCE_DIR when it is a git checkout (its own .git, so that
+# a tarball unpacked inside another repository is not described as that one); -dirty
+# when `git status` lists any such source file changed or untracked. Links are not
+# followed (nor hashed), so nothing outside the tree is read. Run at every build
 # (CMakeLists.txt: baton_version); OUT is rewritten only when its text changes, so nothing
 # is recompiled otherwise.
-set(describe "unknown")
+cmake_policy(SET CMP0009 NEW) # the glob, where there is no find: no link to a directory followed
+set(dirs cmake orchestrator worker schema stages)
+set(source_re "(CMakeLists\\.txt|\\.(c|cc|h|cu|cuh|proto|cmake))$")
+set(generated_re "\\.pb-c\\.[ch]$")
+
+# DESCRIBE, and whether git lists a source file changed or untracked ("dirty").
+set(describe "")
 if(EXISTS "${SOURCE_DIR}/.git")
   find_program(GIT git)
-  if(GIT)
-    # An exported GIT_DIR, GIT_WORK_TREE or GIT_INDEX_FILE (a build run from a git hook)
-    # would override -C and describe another repository: unset for this call.
-    # --no-optional-locks: --dirty refreshes the index, which must not write .git/index
-    # (and race a user's git commands for index.lock) at every build.
-    execute_process(COMMAND "${CMAKE_COMMAND}" -E env --unset=GIT_DIR --unset=GIT_WORK_TREE
-                            --unset=GIT_INDEX_FILE
-                            "${GIT}" --no-optional-locks -C "${SOURCE_DIR}" describe --always --dirty
-                    OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc
-                    OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_STRIP_TRAILING_WHITESPACE)
-    if(rc EQUAL 0 AND out MATCHES "^[0-9A-Za-z._+-]+$")
-      set(describe "${out}")
-    else()
-      message(STATUS "baton_version: git describe failed (${rc}), version 'unknown': ${err}")
+endif()
+if(GIT)
+  # An exported GIT_DIR, GIT_WORK_TREE or GIT_INDEX_FILE (a build run from a git hook)
+  # would override -C and describe another repository: unset for these calls.
+  # --no-optional-locks: status refreshes the index, which must not write .git/index
+  # (and race a user's git commands for index.lock) at every build.
+  set(git "${CMAKE_COMMAND}" -E env --unset=GIT_DIR --unset=GIT_WORK_TREE --unset=GIT_INDEX_FILE
+          "${GIT}" --no-optional-locks -C "${SOURCE_DIR}")
+  execute_process(COMMAND ${git} describe --always
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc
+                  OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_STRIP_TRAILING_WHITESPACE)
+  if(rc EQUAL 0 AND out MATCHES "^[0-9A-Za-z._+-]+$")
+    set(describe "${out}")
+    execute_process(COMMAND ${git} status --porcelain --untracked-files=all -- CMakeLists.txt ${dirs}
+                    OUTPUT_VARIABLE status RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE)
+    if(NOT rc EQUAL 0)
+      set(status "?? CMakeLists.txt") # no listing: said dirty
     endif()
+    string(REPLACE "\"" "" status "${status}") # a path git quotes
+    string(REPLACE "\n" ";" status "${status}")
+    foreach(line IN LISTS status)
+      if(line MATCHES "${source_re}" AND NOT line MATCHES "${generated_re}")
+        string(APPEND describe "-dirty")
+        break()
+      endif()
+    endforeach()
+  else()
+    message(STATUS "baton_version: git describe failed (${rc}), no commit named: ${err}")
   endif()
 endif()
-if(describe STREQUAL "unknown" OR describe MATCHES "-dirty$")
-  file(GLOB_RECURSE files RELATIVE "${SOURCE_DIR}" LIST_DIRECTORIES false
-       "${SOURCE_DIR}/cmake/*" "${SOURCE_DIR}/orchestrator/*" "${SOURCE_DIR}/worker/*"
-       "${SOURCE_DIR}/schema/*" "${SOURCE_DIR}/stages/*")
-  list(APPEND files CMakeLists.txt)
-  list(SORT files)
-  set(sums "")
-  foreach(f IN LISTS files)
-    if(EXISTS "${SOURCE_DIR}/${f}")
-      file(SHA256 "${SOURCE_DIR}/${f}" sum)
-      string(APPEND sums "${f} ${sum}\n")
-    endif()
-  endforeach()
-  string(SHA256 src "${sums}")
-  string(SUBSTRING "${src}" 0 12 src)
+
+# H: the source files, sorted by path relative to SOURCE_DIR. find -P -type f lists the
+# regular files alone: no link followed (a link to /tmp would read all of it), no FIFO
+# opened (it would block the build) nor socket; a glob where there is no find.
+set(roots "")
+foreach(d IN ITEMS CMakeLists.txt ${dirs})
+  if(EXISTS "${SOURCE_DIR}/${d}")
+    list(APPEND roots "${d}")
+  endif()
+endforeach()
+find_program(FIND find)
+set(rc 1)
+if(FIND AND roots)
+  execute_process(COMMAND "${FIND}" -P ${roots} -type f
+                  WORKING_DIRECTORY "${SOURCE_DIR}" OUTPUT_VARIABLE files RESULT_VARIABLE rc
+                  OUTPUT_STRIP_TRAILING_WHITESPACE)
+  string(REPLACE "\n" ";" files "${files}")
 endif()
-if(describe STREQUAL "unknown")
+if(NOT rc EQUAL 0)
+  set(globs "${SOURCE_DIR}/CMakeLists.txt")
+  foreach(d IN LISTS dirs)
+    list(APPEND globs "${SOURCE_DIR}/${d}/*")
+  endforeach()
+  file(GLOB_RECURSE files RELATIVE "${SOURCE_DIR}" LIST_DIRECTORIES false ${globs})
+endif()
+list(SORT files)
+set(sums "")
+foreach(f IN LISTS files)
+  set(p "${SOURCE_DIR}/${f}")
+  if(NOT f MATCHES "${source_re}" OR f MATCHES "${generated_re}" OR IS_SYMLINK "${p}"
+     OR IS_DIRECTORY "${p}" OR NOT EXISTS "${p}")
+    continue()
+  endif()
+  file(SHA256 "${p}" sum)
+  string(APPEND sums "${f} ${sum}\n")
+endforeach()
+string(SHA256 src "${sums}")
+string(SUBSTRING "${src}" 0 12 src)
+
+if(describe STREQUAL "")
   set(build "src ${src}")
-elseif(describe MATCHES "-dirty$")
-  set(build "git ${describe}, src ${src}")
 else()
-  set(build "git ${describe}")
+  set(build "git ${describe}, src ${src}")
 endif()
 set(text "/* Generated by cmake/baton_version.cmake: do not edit. */\n#define BATON_VERSION \"${VERSION} (${build})\"\n")
 set(old "")

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "ckpt/ckpt.h"
+#include "control_build.h"
 #include "control_internal.h"
 #include "util/tcp.h"
 #include "util/utf8.h"
@@ -76,7 +77,7 @@ static int control_hello(control_server *cs, size_t i, const Baton__Hello *h, do
     r->hello_attempt = h->attempt;
     const char *build = h->build ? h->build : "";
     snprintf(r->build, sizeof r->build, "%s", build); /* for messages: a long one cut short */
-    if (cs->build && cs->other_build < 0 && strcmp(build, cs->build) != 0) /* whole */
+    if (cs->build && cs->other_build < 0 && !control_build_same(build, cs->build)) /* by H */
         cs->other_build = (int)h->rank;
     return 0;
 }

@@ -124,7 +124,8 @@ typedef struct control_server {
     control_stop_signal stop_signal;
     unsigned rejected;    /* connections closed for a bad token, garbage or oversize */
     unsigned send_failed; /* Stop messages that could not be sent whole */
-    /* The first rank of the attempt whose Hello names another build than `build` (or none),
+    /* The first rank of the attempt whose Hello names another build than `build` (or none;
+     * compared by the sources' hash, control_build_same),
      * else -1; only while the caller sets build (NULL: no check). */
     int other_build;
     /* Set by the caller (NULL: none): rank 0's metrics of the current attempt, live and

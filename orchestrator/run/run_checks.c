@@ -1,6 +1,8 @@
 /* Per-attempt checks of where the ranks landed and what they run: the topology report,
  * the workers' build and lost nodes; and the journaled verdict when the run gives up on a
  * stage. */
+#define _DEFAULT_SOURCE /* realpath */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +10,7 @@
 #include <unistd.h>
 
 #include "baton_version.h"
+#include "control_build.h"
 #include "launch_slurm.h"
 #include "run_ctx.h"
 #include "run_topology.h"
@@ -55,29 +58,18 @@ void run_check_topology(run_ctx *c, launch_job *job, uint32_t stage, uint32_t at
     }
 }
 
-/* The commit a build names ("V (git DESCRIBE[-dirty][, src HASH])": DESCRIBE, its
- * -dirty dropped) into out; 0 when it names none. */
-static int run_build_commit(const char *build, char *out, size_t cap) {
-    const char *g = strstr(build, "(git ");
-    if (g == NULL || strncmp(build, BATON_VERSION, (size_t)(g - build)) != 0) return 0;
-    size_t n = strcspn(g += 5, ",)");
-    if (n >= 6 && strncmp(g + n - 6, "-dirty", 6) == 0) n -= 6;
-    snprintf(out, cap, "%.*s", (int)n, g);
-    return n > 0 && n < cap;
-}
-
 /* What to do about a worker of another build (rank r's), by where it came from: built
  * beside baton (rebuild both), given with --worker, or found in PATH or kept with the run
  * (worker_note says where baton looked); led by the commit both name when only their
  * uncommitted edits differ. */
 static void run_build_advice(const run_ctx *c, const control_rank *r, const char *self, char *out,
                              size_t cap) {
-    char mine[128], theirs[128], dir[1100];
-    int same = run_build_commit(BATON_VERSION, mine, sizeof mine) &&
-               run_build_commit(r->build, theirs, sizeof theirs) && strcmp(mine, theirs) == 0;
+    char mine[128], dir[PATH_MAX];
+    int same = control_build_commit(BATON_VERSION, r->build, mine, sizeof mine);
     size_t l = (size_t)snprintf(out, cap, "%s%s%s", same ? "both are of git " : "",
                                 same ? mine : "", same ? ", with other uncommitted edits; " : "");
-    snprintf(dir, sizeof dir, "%s/bin/baton", BATON_BUILD_DIR);
+    /* the build dir resolved, as /proc/self/exe is (a build dir reached through a link) */
+    if (realpath(BATON_BUILD_DIR "/bin/baton", dir) == NULL) dir[0] = '\0';
     if (c->o->worker_given)
         snprintf(out + l, cap - l,
                  "give --worker the baton-worker built with this baton (or a "
@@ -85,7 +77,7 @@ static void run_build_advice(const run_ctx *c, const control_rank *r, const char
     else if (c->o->worker_note)
         snprintf(out + l, cap - l, "use the baton-worker built with this baton (%s)",
                  c->o->worker_note);
-    else if (strcmp(self, dir) == 0) /* baton run from its build tree */
+    else if (dir[0] && strcmp(self, dir) == 0) /* baton run from its build tree */
         snprintf(out + l, cap - l, "rebuild both programs (cmake --build %s)", BATON_BUILD_DIR);
     else
         snprintf(out + l, cap - l, "rebuild both programs from one source, and install both");

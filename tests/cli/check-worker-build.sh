@@ -14,8 +14,10 @@
 #  - a run refused so, resumed with --worker of this build: the kept worker replaced, the
 #    run completes;
 #  - BATON_WORKER_ANY_BUILD=1: a warning, and the run goes on;
-#  - a build of the same commit with other uncommitted edits said as such (only where this
-#    build is a dirty one: a clean build has no shorter same-commit version to patch in).
+#  - a build of the same commit with other sources (another hash H) said as such (this
+#    build's version with H changed; only where this build names a commit);
+#  - a build of the same sources without git ("V (src H)", a container's) is this build:
+#    the run completes.
 #   check-worker-build.sh BATON BATON_WORKER SOURCE_DIR
 set -u
 baton=$1 worker=$2 src=$3
@@ -99,14 +101,22 @@ assert (f[0]["rank"], f[0]["pid"], f[0]["node"], f[0]["exit_status"]) == (1, int
 BATON_WORKER_ANY_BUILD=1 expect 0 "^baton run: stage \"fp32\": warning: $head$(rx "$work/other/baton-worker") .*; going on, as BATON_WORKER_ANY_BUILD=1 asks$" -- \
   "$baton" run "$small" --run-dir r-any --worker other/baton-worker "${steps[@]}"
 
-# ---- the same commit, other uncommitted edits (a dirty build only) ----
-if [[ $ver =~ ^(.*\(git\ ([^,]*))-dirty,\ src\ [0-9a-f]+\)$ ]]; then
-  clean="${BASH_REMATCH[1]})" commit=${BASH_REMATCH[2]}
-  mkdir clean && patch "$worker" clean/baton-worker "$ver" "$clean" || fail "cannot patch $clean in"
-  expect 2 "is baton-worker $(rx "$clean"), but this baton \\($(rx "$baton")\\) is $(rx "$ver"); both are of git $(rx "$commit"), with other uncommitted edits; give --worker " -- \
-    "$baton" run "$small" --run-dir r-clean --worker clean/baton-worker "${steps[@]}"
+# ---- the same commit, other sources; the same sources without git ----
+if [[ $ver =~ ^(.*\(git\ ([^,]*)),\ src\ ([0-9a-f])([0-9a-f]{11})\)$ ]]; then
+  commit=${BASH_REMATCH[2]} commit=${commit%-dirty} h=${BASH_REMATCH[3]}${BASH_REMATCH[4]}
+  [[ ${BASH_REMATCH[3]} == 0 ]] && d=1 || d=0
+  edited="${BASH_REMATCH[1]}, src $d${BASH_REMATCH[4]})" nogit="${ver%% (*} (src $h)"
+  mkdir edited nogit && patch "$worker" edited/baton-worker "$ver" "$edited" &&
+    patch "$worker" nogit/baton-worker "$ver" "$nogit" || fail "cannot patch $edited or $nogit in"
+  expect 2 "is baton-worker $(rx "$edited"), but this baton \\($(rx "$baton")\\) is $(rx "$ver"); both are of git $(rx "$commit"), with other uncommitted edits; give --worker " -- \
+    "$baton" run "$small" --run-dir r-edited --worker edited/baton-worker "${steps[@]}"
+  out=$("$baton" run "$small" --run-dir r-nogit --worker nogit/baton-worker "${steps[@]}" 2>&1)
+  rc=$?
+  [[ $rc == 0 && $(nogit/baton-worker --version) == "baton-worker $nogit" ]] &&
+    ok "a worker of the same sources built without git: the same build" ||
+    fail "a worker $nogit, this baton $ver: exit $rc: $out"
 else
-  ok "SKIP the same commit with other edits: this build ($ver) is a clean one"
+  ok "SKIP the same commit with other sources: this build ($ver) names no commit"
 fi
 ((failures == 0)) && echo "cli.worker-build: ok"
 exit $((failures > 0))

@@ -2,7 +2,10 @@
  * checks it (control_server.other_build): the same build, however long, is no other one
  * (compared whole, not as the rank's 128-byte copy kept for messages); one that differs
  * only past that copy's end, and a Hello without the field (a worker older than the check),
- * are. Hellos sent raw, as such a worker would. */
+ * are. Hellos sent raw, as such a worker would. Builds of the form cmake/baton_version.cmake
+ * writes are compared by their sources' hash alone (the same sources built with git or
+ * without, clean or with a doc's edit, are one build), and the commit two builds of other
+ * sources both name, for run_build_advice's "both are of git X" (control_build.h). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -10,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "control_build.h"
 #include "control_server.h"
 #include "control_internal.h"
 #include "test_control.h"
@@ -41,7 +45,44 @@ static int connected(const control_server *cs) {
     return control_server_connected(cs) >= want_connected;
 }
 
+/* control_build_same and control_build_commit on the forms of BATON_VERSION. */
+static void build_strings(void) {
+    const char *git = "0.1.0 (git af6b78f, src 0123456789ab)";
+    const char *same[] = {"0.1.0 (src 0123456789ab)", "0.1.0 (git af6b78f-dirty, src 0123456789ab)",
+                          "0.1.0 (git v0.1-3-gaf6b78f, src 0123456789ab)", git};
+    const char *other[] = {"0.1.0 (git af6b78f, src 0123456789ac)",
+                           "0.2.0 (src 0123456789ab)",
+                           "0.1.0 (git af6b78f)",
+                           "0.1.0 (gix af6b78f, src 0123456789ab)",
+                           "0.1.0 (git af6b78f, src 0123456789abc)",
+                           "",
+                           "0.1.0 (src 0123456789AB)"};
+    for (size_t i = 0; i < sizeof same / sizeof *same; i++)
+        CHECK(control_build_same(git, same[i]) && control_build_same(same[i], git),
+              "'%s' not the same build as '%s'", same[i], git);
+    for (size_t i = 0; i < sizeof other / sizeof *other; i++)
+        CHECK(!control_build_same(git, other[i]) && !control_build_same(other[i], git),
+              "'%s' taken for the build '%s'", other[i], git);
+    CHECK(control_build_same("0.1.0 (git af6b78f)", "0.1.0 (git af6b78f)"), "an old form whole");
+    /* the commit named by both (run_build_advice: "both are of git X, with other edits") */
+    char c[16] = "";
+    CHECK(control_build_commit("0.1.0 (git af6b78f-dirty, src 0123456789ab)", other[0], c,
+                               sizeof c) &&
+              strcmp(c, "af6b78f") == 0,
+          "the commit of a dirty and a clean build: '%s'", c);
+    CHECK(control_build_commit(git, other[0], c, sizeof c) && strcmp(c, "af6b78f") == 0,
+          "the commit of two builds: '%s'", c);
+    CHECK(!control_build_commit(git, "0.1.0 (git bf6b78f, src 0123456789ac)", c, sizeof c),
+          "other commits taken for one");
+    CHECK(!control_build_commit(git, same[0], c, sizeof c), "a build without git names a commit");
+    CHECK(!control_build_commit(git, "0.2.0 (git af6b78f, src 0123456789ac)", c, sizeof c),
+          "another version's build of the commit");
+    CHECK(!control_build_commit(git, other[3], c, sizeof c), "a build not of the form");
+    CHECK(!control_build_commit(git, git, c, 7), "a commit past out's end");
+}
+
 int build(const char *run_dir) {
+    build_strings();
     control_server cs;
     bt_diag d;
     bt_diag_init(&d);
@@ -74,6 +115,14 @@ int build(const char *run_dir) {
     want_connected = 1;
     CHECK(pump_until(&cs, connected) && cs.other_build == 0,
           "a Hello naming no build not seen (rank %d)", cs.other_build);
+    if (fd[0] >= 0) close(fd[0]);
+    /* the same sources' hash under another git description: the same build */
+    cs.build = "0.1.0 (git af6b78f-dirty, src 0123456789ab)";
+    CHECK(control_server_begin_attempt(&cs, 0, "s", 0, 3, 0) == 0, "begin a third");
+    fd[0] = hello_raw(&cs, 0, "0.1.0 (src 0123456789ab)");
+    want_connected = 1;
+    CHECK(pump_until(&cs, connected) && cs.other_build == -1,
+          "a build of the same sources without git refused (rank %d)", cs.other_build);
     if (fd[0] >= 0) close(fd[0]);
     control_server_close(&cs);
     printf("control build: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
