@@ -27,8 +27,10 @@ h = json.load(sys.stdin)["holder"]
 print("null" if h is None else "%s %s %s %s %s" % ("null" if h["pid"] is None else h["pid"],
       h["command"], h["host"], h["this_host"], h["recipe_edited"]))'
 }
-# start_run CMD...: baton CMD in the background ($bpid), its steps slowed, until step 2
+# start_run CMD...: baton CMD in the background ($bpid), its steps slowed, until step 2 of
+# its own attempt (an earlier attempt's log, a resume's predecessor, is passed over)
 start_run() {
+  struck=$(newest_log 0)
   BATON_FAULT_STEP_SLEEP=0.1 "$baton" "$@" --quiet >run.out 2>&1 &
   bpid=$!
   wait_step 0 2 >/dev/null
