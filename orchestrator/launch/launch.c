@@ -436,7 +436,12 @@ int launch_job_start(launch_job *job, bt_diag *diag) {
 
 /* ---- stopping ---------------------------------------------------------------------------- */
 
+/* sig to every live rank: through opts.on_signal where it takes it (a Slurm step's
+ * tasks), else to each process's group. */
 static void launch_signal_all(launch_job *job, int sig) {
+    if (job->nrunning > 0 && job->opts.on_signal != NULL &&
+        job->opts.on_signal(job->opts.signal_arg, sig))
+        return;
     for (int r = 0; r < job->nprocs; r++) {
         if (!job->ranks[r].running) continue;
         /* The rank is not reaped, so its pid (and group id) cannot have been reused. */

@@ -121,6 +121,13 @@ typedef struct launch_opts {
                          connection): counted in launch_job_init's RLIMIT_NOFILE check */
     int fds_ranks;    /* the ranks fds_per_rank is held for where they are not the processes
                          started (a Slurm step: one srun, its tasks the ranks); 0: nprocs */
+    /* How a stop's signal reaches the ranks where the processes started are not them (a
+     * Slurm step: srun turns a SIGTERM into SIGKILL for every task): called with SIGTERM or
+     * SIGKILL before it is sent to the live processes; returns 1 when it sent the signal to
+     * the ranks itself (the processes then get none: srun ends as its tasks do), 0 to have
+     * it sent to them as usual. NULL: always sent. */
+    int (*on_signal)(void *arg, int sig);
+    void *signal_arg;
 } launch_opts;
 
 typedef struct launch_job {
@@ -180,8 +187,9 @@ int launch_job_step(launch_job *job, struct pollfd *extra, size_t nextra, int ti
 /* Steps until the job is over; returns 0 or a negative BT_ code. */
 int launch_job_wait(launch_job *job);
 
-/* Starts stopping every live rank: SIGTERM to its process group now, SIGKILL after the
- * kill grace. cause is recorded unless a failure was already recorded. Keep stepping. */
+/* Starts stopping every live rank: SIGTERM to its process group now (or through
+ * opts.on_signal), SIGKILL after the kill grace. cause is recorded unless a failure was already
+ * recorded. Keep stepping. */
 void launch_job_kill(launch_job *job, launch_cause cause);
 
 /* The same with another SIGTERM -> SIGKILL delay than the job's kill_grace_s (e.g. longer
@@ -195,8 +203,8 @@ void launch_job_kill_now(launch_job *job, launch_cause cause);
 
 /* SIGKILL only, no SIGTERM first: for ranks that must not act on a stop request, such as
  * a worker of another build saving a checkpoint in its own format. Under Slurm the rank is
- * srun, whose SIGTERM would reach the tasks (and whose SIGKILL leaves them running:
- * launch_slurm_cancel_step). Keep stepping. */
+ * srun, whose SIGKILL alone leaves the tasks running: opts.on_signal cancels the step's
+ * tasks with SIGKILL first (launch_slurm_signal). Keep stepping. */
 void launch_job_kill_hard(launch_job *job, launch_cause cause);
 
 /* Stops (SIGKILL) and reaps any rank still running, deregisters the namespace and frees

@@ -225,7 +225,8 @@ char **launch_slurm_step_argv(launch_slurm *s, const uint32_t *active, uint32_t 
     slurm_host_list(s, idx, n_ex, ex, sizeof ex);
     snprintf(s->step_name, sizeof s->step_name, "%s", step_name);
     s->failed_task = -1, s->failed_host[0] = s->failure[0] = s->lost_hosts[0] = '\0';
-    s->step_refused = 0, s->exit_other = 0;
+    s->step_refused = 0, s->exit_other = 0, s->killed = 0;
+    s->step_id[0] = s->cancel_why[0] = '\0';
     int n = 0, err = 0;
     /* --export=ALL: the workers get baton's environment (BATON_STORE_ADDRESS, PATH),
      * whatever the job's sbatch --export left in SLURM_EXPORT_ENV for its steps */
@@ -330,6 +331,8 @@ void launch_slurm_wrap(launch_slurm *s, launch_opts *lo, char **argv) {
     lo->nprocs = 1, lo->nnodes = 1, lo->plain = 1;
     lo->on_output = launch_slurm_output;
     lo->output_arg = s;
+    lo->on_signal = launch_slurm_signal;
+    lo->signal_arg = s;
 }
 
 void launch_slurm_describe(const launch_slurm *s, const launch_job *job, char *buf, size_t cap) {
@@ -413,18 +416,71 @@ int launch_slurm_host_lost(launch_slurm *s, const char *host, double timeout_s, 
     return slurm_job_gone(out) ? SLURM_PROBE_ENDING : SLURM_PROBE_FAILED;
 }
 
-void launch_slurm_cancel_step(launch_slurm *s, int hard) {
-    char out[16384];
-    char job[64];
+/* Every step of the job named s->step_name, from `squeue --steps` (tried twice: a busy
+ * slurmctld), sent `scancel [--signal=SIG] ID` (sig NULL: cancelled). 0 when each one
+ * listed took it; BT_ENOENT when none is listed (not started yet, or ended); BT_EIO when
+ * squeue or a scancel failed. Why in s->cancel_why, the step's id in s->step_id where
+ * squeue gave it. */
+static int slurm_signal_step(launch_slurm *s, const char *sig) {
+    char out[16384], job[64], flag[32];
     snprintf(job, sizeof job, "--jobs=%s", s->job_id);
     char *argv[] = {"squeue", "--steps", "--noheader", job, "--format=%i %j", NULL};
-    if (launch_slurm_exec(argv, out, sizeof out, 10) != 0) return;
-    for (char *save = NULL, *l = strtok_r(out, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
-        char id[64], name[128];
-        if (sscanf(l, "%63s %127s", id, name) != 2 || strcmp(name, s->step_name) != 0) continue;
-        char buf[256];
-        char *cancel[] = {"scancel", "--quiet", hard ? "--signal=KILL" : id, hard ? id : NULL,
-                          NULL};
-        launch_slurm_exec(cancel, buf, sizeof buf, 10);
+    int rc = -1, found = 0, failed = 0;
+    for (int t = 0; t < 2 && rc != 0; t++)
+        rc = launch_slurm_exec(argv, out, sizeof out, 10);
+    if (rc != 0) {
+        out[strcspn(out, "\n")] = '\0';
+        if (rc == 124)
+            snprintf(s->cancel_why, sizeof s->cancel_why,
+                     "'squeue --steps %s' timed out (10 s, tried twice)", job);
+        else
+            snprintf(s->cancel_why, sizeof s->cancel_why,
+                     "'squeue --steps %s' failed (status %d, tried twice)%s%.200s", job, rc,
+                     out[0] ? ": " : "", out);
+        return BT_EIO;
     }
+    snprintf(flag, sizeof flag, "--signal=%s", sig ? sig : "");
+    for (char *save = NULL, *l = strtok_r(out, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        char id[64], name[128], buf[512];
+        if (sscanf(l, "%63s %127s", id, name) != 2 || strcmp(name, s->step_name) != 0) continue;
+        found = 1;
+        snprintf(s->step_id, sizeof s->step_id, "%s", id);
+        char *cancel[] = {"scancel", "--quiet", sig ? flag : id, sig ? id : NULL, NULL};
+        int sc = launch_slurm_exec(cancel, buf, sizeof buf, 10);
+        if (sc == 0) continue;
+        buf[strcspn(buf, "\n")] = '\0';
+        snprintf(s->cancel_why, sizeof s->cancel_why, "'scancel %s%s%s' failed (status %d)%s%.200s",
+                 sig ? flag : "", sig ? " " : "", id, sc, buf[0] ? ": " : "", buf);
+        failed = 1;
+    }
+    if (!found)
+        snprintf(s->cancel_why, sizeof s->cancel_why, "squeue lists no step named %s in job %s",
+                 s->step_name, s->job_id);
+    return failed ? BT_EIO : found ? 0 : BT_ENOENT;
+}
+
+int launch_slurm_cancel_step(launch_slurm *s, int hard) {
+    if (hard && s->killed) return 0;
+    int rc = slurm_signal_step(s, hard ? "KILL" : NULL);
+    if (rc == BT_ENOENT) rc = 0; /* nothing of it is left */
+    if (rc == 0 && hard) s->killed = 1;
+    return rc;
+}
+
+void launch_slurm_cancel_advice(const launch_slurm *s, char *buf, size_t cap) {
+    if (s->step_id[0])
+        snprintf(buf, cap, "could not cancel step %s (%s): run 'scancel --signal=KILL %s'",
+                 s->step_id, s->cancel_why, s->step_id);
+    else
+        snprintf(buf, cap,
+                 "could not cancel step %s of job %s (%s): find its id with 'squeue --steps "
+                 "--jobs=%s' and run 'scancel --signal=KILL ID'",
+                 s->step_name, s->job_id, s->cancel_why, s->job_id);
+}
+
+int launch_slurm_signal(void *arg, int sig) {
+    launch_slurm *s = arg;
+    if (sig == SIGTERM) return slurm_signal_step(s, "TERM") == 0;
+    if (sig == SIGKILL) launch_slurm_cancel_step(s, 1);
+    return 0;
 }

@@ -43,6 +43,10 @@ typedef struct launch_slurm {
     int step_refused;      /* Slurm refused to create the step (e.g. more tasks than the
                               allocation's CPUs): a configuration error, not retried */
     int exit_other;        /* srun reported a task exit status other than 75 */
+    /* Signals sent to the step's tasks (launch_slurm_signal, launch_slurm_cancel_step). */
+    char step_id[64];     /* "JOB.STEP" as squeue listed it, or "" */
+    char cancel_why[512]; /* why the last one failed */
+    int killed;           /* its tasks were sent SIGKILL (scancel --signal=KILL) */
     /* The supervisor's own output callback, which relabelled lines go to. */
     launch_output_cb inner;
     void *inner_arg;
@@ -82,7 +86,8 @@ void launch_slurm_output(void *arg, int rank, int stream, const char *line, size
 
 /* lo, a job of the step's ranks (nprocs of them), made the one srun process that starts
  * them: argv (launch_slurm_step_argv's), plain, its output relabelled through s
- * (launch_slurm_output) to lo's own callback. The descriptors this process holds per
+ * (launch_slurm_output) to lo's own callback, its signals sent to the step's tasks
+ * (launch_slurm_signal). The descriptors this process holds per
  * rank are counted for every rank of the step: lo's fds_per_rank (the caller's, e.g. a
  * control connection) and, with more than one rank, each one's connection to the
  * rendezvous store. */
@@ -113,8 +118,24 @@ int launch_slurm_job_ending(const launch_slurm *s, char *state, size_t cap);
 int launch_slurm_stopped(const launch_slurm *s, const launch_job *job);
 
 /* Cancels what is left of the attempt's step (srun killed before its tasks ended); hard:
- * SIGKILL to its tasks (scancel --signal=KILL), no SIGTERM they could act on first. */
-void launch_slurm_cancel_step(launch_slurm *s, int hard);
+ * SIGKILL to its tasks (scancel --signal=KILL), no SIGTERM they could act on first, once
+ * per step. The step's id is found by its name with `squeue --steps` (tried twice).
+ * 0 (also when no such step is listed: nothing is left), or BT_EIO when squeue or scancel
+ * failed: say launch_slurm_cancel_advice. */
+int launch_slurm_cancel_step(launch_slurm *s, int hard);
+/* After a failed launch_slurm_cancel_step: "could not cancel step ID (why): run 'scancel
+ * --signal=KILL ID'" (or how to find ID where squeue did not give it) into buf. */
+void launch_slurm_cancel_advice(const launch_slurm *s, char *buf, size_t cap);
+
+/* launch_opts.on_signal for the step (launch_slurm_wrap sets it; arg: the launch_slurm).
+ * srun turns a SIGTERM of its own into SIGKILL for every task ("forcing job termination"),
+ * so a stop never reaches the workers through srun: SIGTERM goes to the step's tasks
+ * (`scancel --signal=TERM JOB.STEP`) and srun gets nothing (it exits when they do);
+ * returns 0 (srun signalled, its tasks killed) only when that failed or the step is not
+ * listed yet. SIGKILL: the tasks get
+ * it through scancel first (srun's death alone leaves them running), then srun; returns
+ * 0. */
+int launch_slurm_signal(void *arg, int sig);
 
 /* Runs argv (no shell) with output captured into out (cap bytes, NUL-terminated), at most
  * timeout_s; returns the exit status, 124 on timeout, or -1 when it cannot run. */

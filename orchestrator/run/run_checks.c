@@ -116,7 +116,8 @@ void run_check_build(run_ctx *c, launch_job *job) {
     }
     c->build_refused = 1;
     if (job == NULL) return; /* ended already (its Hello read in the drain) */
-    if (c->o->slurm) launch_slurm_cancel_step(c->o->slurm, 1); /* srun's death would not */
+    if (c->o->slurm)         /* srun's death would not end its tasks */
+        run_slurm_cancel_left(c, c->build_why, sizeof c->build_why);
     launch_job_kill_hard(job, LAUNCH_STOPPED);
 }
 

@@ -159,6 +159,10 @@ int run_slurm_stopping(run_ctx *c, const launch_job *job);
  * job (or from before exclusions named their job) is not: a new allocation starts with
  * every host Slurm gave it. */
 void run_slurm_replay_exclusion(run_ctx *c, const Baton__JournalRecord *r);
+/* SIGKILL to what is left of the attempt's step (launch_slurm_cancel_step, hard); where
+ * that failed, the user is told how to cancel it by hand, into why (cap bytes: appended
+ * after "; ") where given, else said. 0, or BT_EIO. */
+int run_slurm_cancel_left(run_ctx *c, char *why, size_t cap);
 
 /* run_checks.c */
 void run_check_topology(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attempt);

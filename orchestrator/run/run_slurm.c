@@ -117,3 +117,18 @@ void run_slurm_replay_exclusion(run_ctx *c, const Baton__JournalRecord *r) {
             run_nodes_exclude(&c->nodes, name);
         }
 }
+
+int run_slurm_cancel_left(run_ctx *c, char *why, size_t cap) {
+    int rc = launch_slurm_cancel_step(c->o->slurm, 1);
+    if (rc == 0) return 0;
+    char advice[1024];
+    launch_slurm_cancel_advice(c->o->slurm, advice, sizeof advice);
+    size_t l = why ? strlen(why) : 0;
+    if (why && l < cap)
+        snprintf(why + l, cap - l, "; %s", advice);
+    else {
+        run_progress_end(&c->prog);
+        run_err(c, "%s\n", advice);
+    }
+    return rc;
+}

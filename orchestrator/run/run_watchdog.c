@@ -151,7 +151,8 @@ double run_pause_check(run_ctx *c, double *last, double *started, double hang_s)
 }
 
 /* Asks the workers to checkpoint and stop (Stop over the control channel, SIGTERM), then
- * kills what is left after RUN_STOP_GRACE_S. */
+ * kills what is left after RUN_STOP_GRACE_S. Under Slurm the SIGTERM goes to the step's
+ * tasks, not srun, which would SIGKILL them (launch_slurm_signal). */
 void run_stop_workers(run_ctx *c, launch_job *job, const char *reason) {
     if (c->cs_open) control_server_stop_all(&c->cs, 1, reason);
     launch_job_kill_after(job, LAUNCH_STOPPED, RUN_STOP_GRACE_S);

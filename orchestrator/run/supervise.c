@@ -612,7 +612,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
             run_signal_blame(c, &job);
         end = run_classify(c, &job, (uint32_t)i, attempt, hung);
         if (end == ATTEMPT_FATAL && c->o->slurm) /* what srun left of the step: no stop */
-            launch_slurm_cancel_step(c->o->slurm, 1);
+            run_slurm_cancel_left(c, NULL, 0);
         if (end == ATTEMPT_RETRY && c->o->slurm) {
             if (run_slurm_find_lost(c, (uint32_t)i, attempt))
                 end = ATTEMPT_STOPPED; /* the job ended under the attempt */

@@ -31,6 +31,12 @@
 #             that outlives it: every worker gone within 10 s (srun dies with baton, and
 #             Slurm ends its step), and `baton resume` completes the run on exactly the
 #             uninterrupted run's losses.
+#   batonterm baton run --launcher slurm itself SIGTERMed mid-way through fp8 inside an
+#             allocation: the workers get the stop as SIGTERM (not srun's SIGKILL), save a
+#             stop checkpoint and exit 75, baton exits 75, and `baton resume` continues
+#             fp8 from that step on exactly the uninterrupted run's losses. Then a SIGTERM
+#             to baton after pretrain's last step (its ranks exited 0, held by a wrapper):
+#             srun exits 0 as its tasks do, and pretrain counts as complete.
 #   build     a worker of another build (this build's, its version changed in the binary)
 #             given with --worker, 4 ranks on 2 test hosts inside an allocation that
 #             outlives baton: refused at its Hello, exit 2, not retried, named; once baton
@@ -297,6 +303,78 @@ orphan)
   final_losses 0 || fail "final losses differ from the uninterrupted run"
   echo "slurm.orphan: baton killed at fp8 step 8: its workers were gone ${gone_s} s later, the resume" \
     "completed on exactly the uninterrupted run's losses; $(secs "$t1" "$(date +%s.%N)") s"
+  ;;
+batonterm)
+  # baton run itself gets SIGTERM mid-way through fp8 (--signal=B:TERM@120, baton stop):
+  # the stop must reach the workers as SIGTERM (scancel --signal=TERM on the step), not as
+  # srun's "forcing job termination" (SIGKILL to every task): they write a stop checkpoint
+  # at the step they were at and exit 75, baton exits 75, and `baton resume` continues
+  # from that step to exactly the uninterrupted run's losses.
+  salloc --nodes=2 --ntasks-per-node=2 --no-kill --quiet --time=5 bash -c \
+    '"$0" run "$1" --run-dir run --launcher slurm "${@:2}" >slurm.out 2>&1 & echo $! >baton.pid
+     wait $!; echo $? >baton.rc' "$baton" "$recipe" "${sets[@]}" &
+  apid=$!
+  for ((i = 0; i < 600; i++)); do
+    grep -q '"stage": "fp8".*"step": 8,' run/metrics.jsonl 2>/dev/null && break
+    kill -0 "$apid" 2>/dev/null || fail "salloc ended before the fp8 stage's step 8"
+    sleep 0.2
+  done
+  kill -TERM "$(cat baton.pid)"
+  wait "$apid" 2>/dev/null || true
+  apid=
+  [[ $(cat baton.rc 2>/dev/null) == 75 ]] || fail "baton run exited $(cat baton.rc 2>/dev/null), not 75"
+  ! grep -q "forcing job termination" slurm.out || fail "srun got the SIGTERM: $(grep forcing slurm.out)"
+  grep -q "got SIGTERM: asking the workers to checkpoint and stop" slurm.out ||
+    fail "baton did not say the stop"
+  ! pgrep -af -- "--spec $work/" || fail "workers still run after baton exited"
+  salloc --nodes=2 --ntasks-per-node=2 --no-kill --quiet --time=5 \
+    "$baton" resume run --launcher slurm >resume.out 2>&1 || fail "baton resume --launcher slurm exited $?"
+  from=$(sed -n 's/^\[fp8\] started from .* at step \([0-9]*\) .*/\1/p' resume.out | tail -n 1)
+  [[ -n $from && $from -ge 8 ]] ||
+    fail "the resume did not continue fp8 from the stop checkpoint (from '$from'; periodic ones every 5 steps)"
+  "$baton" status run --json >status.json || fail "baton status failed"
+  grep -q '"state": "completed"' status.json || fail "the resumed run did not complete: $(head -c 400 status.json)"
+  final_losses 0 || fail "final losses differ from the uninterrupted run"
+  # The stop after a stage's last step: the ranks of pretrain's attempt exited 0 and are
+  # held (a wrapper; held.PID made) when baton gets SIGTERM; the held ones end with their
+  # worker's 0 on that SIGTERM, so srun exits 0 and the stage counts as complete (srun's
+  # own SIGTERM would have SIGKILLed them: not complete, pretrain trained again).
+  cat >held-worker <<WRAPPER
+#!/usr/bin/env bash
+"$worker" "\$@"; rc=\$?
+if [[ \$rc == 0 && "\$*" == *"/specs/s00-a00.pb"* ]]; then
+  trap 'exit \$rc' TERM
+  : >"$work/held.\$\$"
+  for ((i = 0; i < 1200; i++)); do [[ -e "$work/release" ]] && break; sleep 0.05 & wait \$!; done
+fi
+exit \$rc
+WRAPPER
+  chmod +x held-worker
+  salloc --nodes=2 --ntasks-per-node=2 --no-kill --quiet --time=5 bash -c \
+    '"$0" run "$1" --run-dir fin --launcher slurm "${@:2}" >fin.out 2>&1 & echo $! >fin.pid
+     wait $!; echo $? >fin.rc' "$baton" "$recipe" --worker "$work/held-worker" \
+    --set stages.pretrain.steps=6 --set stages.1.steps=2 --set stages.fp8.steps=2 &
+  apid=$!
+  for ((i = 0; i < 600; i++)); do
+    [[ $(ls held.* 2>/dev/null | wc -l) -ge 4 ]] && break
+    kill -0 "$apid" 2>/dev/null || fail "salloc ended before pretrain's 4 ranks were held"
+    sleep 0.2
+  done
+  kill -TERM "$(cat fin.pid)"
+  for ((i = 0; i < 100; i++)); do
+    grep -q "got SIGTERM: asking the workers" fin.out && break
+    sleep 0.1
+  done
+  : >release
+  wait "$apid" 2>/dev/null || true
+  apid=
+  [[ $(cat fin.rc 2>/dev/null) == 75 ]] || fail "a stop after pretrain's end: exit $(cat fin.rc 2>/dev/null), not 75"
+  grep -q 'stage "pretrain": the stop came after its last step' fin.out ||
+    fail "pretrain's completion under the stop was not said: $(tail -4 fin.out)"
+  grep -q 'stopping before stage "extend"' fin.out || fail "no stop before extend: $(tail -4 fin.out)"
+  echo "slurm.batonterm: baton SIGTERMed at fp8 step 8: workers saved a stop checkpoint, exit 75;" \
+    "resumed from step $from, losses exact; a stop after pretrain's last step completed it;" \
+    "$(secs "$t1" "$(date +%s.%N)") s"
   ;;
 build)
   mkdir other && /usr/bin/python3 -c '
