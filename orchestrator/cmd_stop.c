@@ -47,29 +47,44 @@ static void stop_usage(FILE *f) {
                "PID namespace (said which), 3 no baton run is working in RUN_DIR.\n");
 }
 
-/* SIGTERM, marked as baton stop's, to the process pidfd fd (or pid where the kernel has no
- * pidfds): 0, or -1 with errno. */
+/* SIGTERM, marked as baton stop's, to the process pidfd fd, or to pid where there is no
+ * pidfd or the kernel refuses to signal through one (ENOSYS; EPERM from a seccomp profile
+ * or an LSM, where kill() is allowed): 0, or -1 with errno. */
 static int stop_send(int fd, pid_t pid) {
-    if (fd < 0) return sigqueue(pid, SIGTERM, (union sigval){.sival_int = RUN_HOLDER_STOP_VALUE});
+    union sigval v = {.sival_int = RUN_HOLDER_STOP_VALUE};
+    if (fd < 0) return sigqueue(pid, SIGTERM, v);
     siginfo_t si;
     memset(&si, 0, sizeof si);
     si.si_signo = SIGTERM;
     si.si_code = SI_QUEUE;
     si.si_pid = getpid();
     si.si_uid = getuid();
-    si.si_value.sival_int = RUN_HOLDER_STOP_VALUE;
-    return pidfd_send_signal(fd, SIGTERM, &si, 0);
+    si.si_value = v;
+    if (pidfd_send_signal(fd, SIGTERM, &si, 0) == 0) return 0;
+    if ((errno != ENOSYS && errno != EPERM) || kill(pid, 0) != 0) return -1;
+    return sigqueue(pid, SIGTERM, v);
+}
+
+/* Whether the process (pidfd fd, or pid) has ended. */
+static int stop_ended(int fd, pid_t pid) {
+    int r = fd >= 0 ? pidfd_send_signal(fd, 0, NULL, 0) : kill(pid, 0);
+    return r != 0 && errno == ESRCH;
 }
 
 /* SIGTERM to h's process, once it is checked (again, its pidfd open) to hold dir's lock
  * file: 0, or -1 with errno (ESRCH: it ended; EPERM: not yours; ESTALE: it does not hold
- * the lock file, or cannot be checked to). */
+ * the lock file, or cannot be checked to). A pidfd refused (no pidfds, or EPERM from a
+ * seccomp profile or an LSM: pidfd_open checks no permission) leaves the pid, checked the
+ * same way. */
 static int stop_signal(const run_holder *h, const char *dir) {
     int fd = pidfd_open(h->pid, 0); /* the process itself from here on, whatever its pid */
-    if (fd < 0 && errno != ENOSYS) return -1;
-    int rc = -1;
+    if (fd < 0 && errno == ESRCH) return -1;
+    int rc = -1, held = run_holder_has_lock(h, dir);
     errno = ESTALE;
-    if (run_holder_has_lock(h, dir) == 1) rc = stop_send(fd, h->pid);
+    if (held == 1)
+        rc = stop_send(fd, h->pid);
+    else if (held == 0 && stop_ended(fd, h->pid))
+        errno = ESRCH;
     int err = errno;
     if (fd >= 0) close(fd);
     errno = err;
