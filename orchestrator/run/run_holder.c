@@ -188,12 +188,13 @@ run_holder_state run_holder_find(const char *run_dir_path, run_holder *h) {
     /* a record whose process is gone, or does not hold the lock file, is stale: the
      * holder now has not written its own yet, or is a baton that writes none (and that
      * left a killed one's record in place) */
-    if (kill(h->pid, 0) != 0 && errno == ESRCH) return RUN_HOLDER_GONE;
+    int alive = kill(h->pid, 0) == 0 ? 1 : errno == ESRCH ? 0 : -1; /* -1: EPERM */
+    if (alive == 0) return RUN_HOLDER_GONE;
     switch (run_holder_has_lock(h, run_dir_path)) {
     case 1:
         return RUN_HOLDER_HELD;
-    case 0:
-        return RUN_HOLDER_NOT_HOLDER;
+    case 0: /* another user's process, alive, has no /proc/PID where /proc is hidepid=2 */
+        return alive < 0 ? RUN_HOLDER_UNVERIFIED : RUN_HOLDER_NOT_HOLDER;
     default:
         return RUN_HOLDER_UNVERIFIED;
     }

@@ -139,6 +139,33 @@ nobody_cases() {
   $nb "$baton" status nob/r >st6.out 2>&1 || true
   grep -q "running (baton run pid $sp on $host, since .* (recorded; not verified: /proc/$sp/fd cannot be read))" st6.out ||
     { cat st6.out; fail "status of a record it cannot check"; }
+  hidepid_case "$nb"
+}
+# hidepid_case NB: with /proc mounted hidepid=2 (another user's processes have no
+# /proc/PID), a root process holding a run directory open to all is, to nobody (NB), a
+# holder not verified, never a stale record: status names it so, baton stop says it is
+# not permitted. SKIPPED where no such /proc can be mounted (unshare -m).
+hidepid_case() {
+  local hidden="unshare -m sh -c 'mount -t proc -o hidepid=2 proc /proc && exec \"\$@\"' sh" hp rc
+  if ! eval "$hidden true" 2>/dev/null; then
+    echo "$case: SKIPPED (no /proc mounted hidepid=2 in a mount namespace): the hidepid case"
+    return 0
+  fi
+  install -d -m 755 hid
+  install -m 644 r1/journal hid/journal && install -m 644 r1/recipe.yaml hid/recipe.yaml
+  install -m 644 /dev/null hid/lock
+  (exec 8<hid 9<hid/lock && flock 8 && exec sleep 60) >/dev/null 2>&1 &
+  hp=$!
+  bg_pids="$bg_pids $hp"
+  locked hid
+  forge hid "$hp" "$host"
+  eval "$hidden $1 \"\$baton\" status hid" >st7.out 2>&1 || true
+  grep -q "running (baton run pid $hp on $host, since .* (recorded; not verified: /proc/$hp/fd cannot be read))" st7.out ||
+    { cat st7.out; fail "status under hidepid=2 of another user's holder"; }
+  set +e; eval "$hidden $1 \"\$baton\" stop hid" >stop7.out 2>&1; rc=$?; set -e
+  [[ $rc == 1 ]] && grep -q "not permitted to signal baton run pid $hp (another user's process" stop7.out ||
+    { cat stop7.out; fail "baton stop under hidepid=2 of another user's holder exited $rc"; }
+  kill -0 "$hp" || fail "baton stop signalled another user's process"
 }
 
 case $case in
