@@ -215,24 +215,27 @@ static int stop_refused(const char *dir, const run_holder *h, run_holder_state s
     } else if (h->stopping && s != RUN_HOLDER_NOT_HOLDER && s != RUN_HOLDER_UNVERIFIED) {
         run_holder_stop_time(h, at, sizeof at);
         printf("baton stop: %s: its baton %s is already stopping since %s (its workers write "
-               "a stop checkpoint, then it exits): nothing sent\n",
-               dir, h->command, at);
+               "a stop checkpoint, then it exits): nothing sent%s",
+               dir, h->command, at, s == RUN_HOLDER_HELD ? "" : "\n");
+        if (s == RUN_HOLDER_HELD)
+            printf(" (kill -TERM %ld kills its workers now, losing the stop checkpoint)\n",
+                   (long)h->pid);
         fflush(stdout);
         if (wait) stop_wait(dir, h);
         rc = BT_EXIT_OK;
-    } else if (s == RUN_HOLDER_OTHER_HOST) {
-        fprintf(stderr,
-                "baton stop: %s: its baton %s (pid %ld) runs on %s, not on this host: run %s "
-                "there, or kill -TERM %ld on %s\n",
-                dir, h->command, (long)h->pid, h->host, bt_shell_cmd(&cmd, "baton stop", dir),
-                (long)h->pid, h->host);
-        rc = BT_EXIT_USAGE;
-    } else if (s == RUN_HOLDER_OTHER_NS) {
-        fprintf(stderr,
-                "baton stop: %s: its baton %s runs in another PID namespace (a container) on "
-                "this host, whose process ids are not this one's: not signalled; run %s "
-                "inside that container\n",
-                dir, h->command, bt_shell_cmd(&cmd, "baton stop", dir));
+    } else if (s == RUN_HOLDER_OTHER_HOST || s == RUN_HOLDER_OTHER_NS) {
+        char how[1200];
+        run_holder_elsewhere(h, s, dir, how, sizeof how);
+        if (s == RUN_HOLDER_OTHER_HOST)
+            fprintf(stderr,
+                    "baton stop: %s: its baton %s (pid %ld) runs on %s, not on this host: not "
+                    "signalled; %s\n",
+                    dir, h->command, (long)h->pid, h->host, how);
+        else
+            fprintf(stderr,
+                    "baton stop: %s: its baton %s runs in another PID namespace (a container) "
+                    "on this host, whose process ids are not this one's: not signalled; %s\n",
+                    dir, h->command, how);
         rc = BT_EXIT_USAGE;
     } else if (s == RUN_HOLDER_NOT_HOLDER) {
         rc = stop_failed(h, dir, ESTALE);
@@ -283,9 +286,7 @@ int cmd_stop(int argc, char **argv) {
         } else if (strcmp(argv[i], "--wait") == 0) {
             if (wait) return cli_twice("stop", "--wait");
             wait = 1;
-        } else if (strcmp(argv[i], "--") == 0 && i + 1 < argc && dir == NULL && i + 2 == argc) {
-            dir = argv[++i];
-        } else if (argv[i][0] != '-' && dir == NULL) {
+        } else if (argv[i][0] != '-' && dir == NULL) { /* after "--": "./-d" (cli_split_eq) */
             dir = argv[i];
         } else {
             if (argv[i][0] == '-')

@@ -16,6 +16,7 @@
 #                  seccomp profile answers): baton stop signals the checked pid all the
 #                  same; a holder that ends between its check and the signal: "ended
 #                  meanwhile" (exit 3). LD_PRELOAD $BATON_TEST_PIDFD_LIB (pidfd_fault.c).
+#                  And a record with a negative stopping= is no record.
 #   check-holder.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
@@ -37,7 +38,8 @@ start_run() {
   bpid=$!
   wait_step 0 2 >/dev/null
 }
-# forge_line PID HOST: a holder's record for PID on HOST, its CRC32C right
+# forge_line PID HOST [FIELDS]: a holder's record for PID on HOST (and FIELDS, "k=v ..."),
+# its CRC32C right
 forge_line() {
   /usr/bin/python3 - "$@" <<'PY'
 import sys
@@ -48,16 +50,17 @@ def crc32c(data):
         for _ in range(8):
             c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
     return c ^ 0xFFFFFFFF
-pid, host = sys.argv[1:]
+pid, host = sys.argv[1:3]
 line = "pid=%s host=%s since=1700000000 command=run recipe_crc32c=00000000" % (pid, host)
+line += "".join(" " + f for f in sys.argv[3:])
 print(line + " crc32c=%08x" % crc32c(line.encode()))
 PY
 }
-# forge DIR PID HOST: that record written into DIR/lock in place (the file, its inode,
+# forge DIR PID HOST [FIELDS]: that record written into DIR/lock in place (the file, its inode,
 # kept: the lock file stays the lock)
 forge() {
   local line
-  line=$(forge_line "$2" "$3")
+  line=$(forge_line "${@:2}")
   printf '%s\n' "$line" 1<>"$1/lock"
   truncate -s $((${#line} + 1)) "$1/lock"
 }
@@ -260,8 +263,14 @@ holder-stale)
   grep -q "^run r1: running (baton run pid $innocent on elsewhere.invalid, since " <("$baton" status r1) ||
     { "$baton" status r1; fail "status does not name the other host's holder"; }
   set +e; "$baton" stop r1 >stop4.out 2>&1; rc=$?; set -e
-  [[ $rc == 2 ]] && grep -q "runs on elsewhere.invalid, not on this host: run 'baton stop r1' there, or kill -TERM $innocent on elsewhere.invalid" stop4.out ||
+  [[ $rc == 2 ]] && grep -q "runs on elsewhere.invalid, not on this host: not signalled; stop it on elsewhere.invalid with 'baton stop $work/r1' or kill -TERM $innocent\$" stop4.out ||
     { cat stop4.out; fail "baton stop of another host's holder exited $rc"; }
+  # ... a Slurm job's (RUN_DIR/job_id): scancel's form too
+  echo 5678 >r1/job_id
+  set +e; "$baton" stop r1 >stop4.out 2>&1; rc=$?; set -e
+  rm r1/job_id
+  [[ $rc == 2 ]] && grep -q "kill -TERM $innocent (or, where it runs as Slurm job 5678, the one in RUN_DIR/job_id, with scancel --signal=TERM --batch 5678)\$" stop4.out ||
+    { cat stop4.out; fail "baton stop of another host's Slurm job's holder exited $rc"; }
   kill -0 "$innocent" || fail "baton stop signalled a process for another host"
   nobody_cases
   echo "$case: a stale record never shown or signalled; another host's holder said"
@@ -309,7 +318,7 @@ holder-stop-twice)
     { cat st.out; fail "status does not say the run is stopping"; }
   # a later baton stop sends nothing; with --wait it waits
   set +e; "$baton" stop r1 >s3.out 2>&1; rc=$?; set -e
-  [[ $rc == 0 ]] && grep -q "^baton stop: r1: its baton resume is already stopping since [0-9][0-9]:[0-9][0-9]:[0-9][0-9] (its workers write a stop checkpoint, then it exits): nothing sent" s3.out ||
+  [[ $rc == 0 ]] && grep -q "^baton stop: r1: its baton resume is already stopping since [0-9][0-9]:[0-9][0-9]:[0-9][0-9] (its workers write a stop checkpoint, then it exits): nothing sent (kill -TERM $bpid kills its workers now, losing the stop checkpoint)\$" s3.out ||
     { cat s3.out; fail "baton stop of a run already stopping exited $rc"; }
   "$baton" stop r1 --wait >s4.out 2>&1 &
   p4=$!
@@ -386,6 +395,12 @@ holder-starting)
   ;;
 holder-pidfd)
   [[ -n ${BATON_TEST_PIDFD_LIB:-} ]] || fail "BATON_TEST_PIDFD_LIB is not set"
+  # (a record whose stopping= is not a time after 1970 is no record: nothing said of it)
+  fake_holder
+  forge r1 "$holder" "$host" stopping=-5
+  set +e; "$baton" stop r1 >stop.out 2>&1; rc=$?; set -e
+  [[ $rc == 1 ]] && grep -q "its process is not recorded" stop.out ||
+    { cat stop.out; fail "baton stop believes a record with stopping=-5 (exit $rc)"; }
   for mode in open-eperm send-eperm; do
     fake_holder
     set +e; LD_PRELOAD=$BATON_TEST_PIDFD_LIB BATON_TEST_PIDFD=$mode "$baton" stop r1 >stop.out 2>&1; rc=$?; set -e
@@ -422,7 +437,7 @@ holder-pidns)
   [[ $rc == 2 ]] && grep -q "another PID namespace (a container) on $host, since .*; stop it from inside that namespace with 'baton stop $work/r1')\$" second.out &&
     ! grep -q "kill" second.out || { cat second.out; fail "the refusal of a run in another namespace"; }
   set +e; "$baton" stop r1 >stop.out 2>&1; rc=$?; set -e
-  [[ $rc == 2 ]] && grep -q "its baton run runs in another PID namespace (a container) on this host, whose process ids are not this one's: not signalled; run 'baton stop r1' inside that container" stop.out ||
+  [[ $rc == 2 ]] && grep -q "its baton run runs in another PID namespace (a container) on this host, whose process ids are not this one's: not signalled; stop it from inside that namespace with 'baton stop $work/r1'\$" stop.out ||
     { cat stop.out; fail "baton stop of a run in another namespace exited $rc"; }
   inner=$(pgrep -P "$bpid" | head -1)
   # (not --wait: the namespace's processes are killed as its pid 1, the run, exits)
