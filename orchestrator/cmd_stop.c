@@ -47,29 +47,44 @@ static void stop_usage(FILE *f) {
                "PID namespace (said which), 3 no baton run is working in RUN_DIR.\n");
 }
 
-/* SIGTERM, marked as baton stop's, to the process pidfd fd (or pid where the kernel has no
- * pidfds): 0, or -1 with errno. */
+/* SIGTERM, marked as baton stop's, to the process pidfd fd, or to pid where there is no
+ * pidfd or the kernel refuses to signal through one (ENOSYS; EPERM from a seccomp profile
+ * or an LSM, where kill() is allowed): 0, or -1 with errno. */
 static int stop_send(int fd, pid_t pid) {
-    if (fd < 0) return sigqueue(pid, SIGTERM, (union sigval){.sival_int = RUN_HOLDER_STOP_VALUE});
+    union sigval v = {.sival_int = RUN_HOLDER_STOP_VALUE};
+    if (fd < 0) return sigqueue(pid, SIGTERM, v);
     siginfo_t si;
     memset(&si, 0, sizeof si);
     si.si_signo = SIGTERM;
     si.si_code = SI_QUEUE;
     si.si_pid = getpid();
     si.si_uid = getuid();
-    si.si_value.sival_int = RUN_HOLDER_STOP_VALUE;
-    return pidfd_send_signal(fd, SIGTERM, &si, 0);
+    si.si_value = v;
+    if (pidfd_send_signal(fd, SIGTERM, &si, 0) == 0) return 0;
+    if ((errno != ENOSYS && errno != EPERM) || kill(pid, 0) != 0) return -1;
+    return sigqueue(pid, SIGTERM, v);
+}
+
+/* Whether the process (pidfd fd, or pid) has ended. */
+static int stop_ended(int fd, pid_t pid) {
+    int r = fd >= 0 ? pidfd_send_signal(fd, 0, NULL, 0) : kill(pid, 0);
+    return r != 0 && errno == ESRCH;
 }
 
 /* SIGTERM to h's process, once it is checked (again, its pidfd open) to hold dir's lock
  * file: 0, or -1 with errno (ESRCH: it ended; EPERM: not yours; ESTALE: it does not hold
- * the lock file, or cannot be checked to). */
+ * the lock file, or cannot be checked to). A pidfd refused (no pidfds, or EPERM from a
+ * seccomp profile or an LSM: pidfd_open checks no permission) leaves the pid, checked the
+ * same way. */
 static int stop_signal(const run_holder *h, const char *dir) {
     int fd = pidfd_open(h->pid, 0); /* the process itself from here on, whatever its pid */
-    if (fd < 0 && errno != ENOSYS) return -1;
-    int rc = -1;
+    if (fd < 0 && errno == ESRCH) return -1;
+    int rc = -1, held = run_holder_has_lock(h, dir);
     errno = ESTALE;
-    if (run_holder_has_lock(h, dir) == 1) rc = stop_send(fd, h->pid);
+    if (held == 1)
+        rc = stop_send(fd, h->pid);
+    else if (held == 0 && stop_ended(fd, h->pid))
+        errno = ESRCH;
     int err = errno;
     if (fd >= 0) close(fd);
     errno = err;
@@ -200,24 +215,27 @@ static int stop_refused(const char *dir, const run_holder *h, run_holder_state s
     } else if (h->stopping && s != RUN_HOLDER_NOT_HOLDER && s != RUN_HOLDER_UNVERIFIED) {
         run_holder_stop_time(h, at, sizeof at);
         printf("baton stop: %s: its baton %s is already stopping since %s (its workers write "
-               "a stop checkpoint, then it exits): nothing sent\n",
-               dir, h->command, at);
+               "a stop checkpoint, then it exits): nothing sent%s",
+               dir, h->command, at, s == RUN_HOLDER_HELD ? "" : "\n");
+        if (s == RUN_HOLDER_HELD)
+            printf(" (kill -TERM %ld kills its workers now, losing the stop checkpoint)\n",
+                   (long)h->pid);
         fflush(stdout);
         if (wait) stop_wait(dir, h);
         rc = BT_EXIT_OK;
-    } else if (s == RUN_HOLDER_OTHER_HOST) {
-        fprintf(stderr,
-                "baton stop: %s: its baton %s (pid %ld) runs on %s, not on this host: run %s "
-                "there, or kill -TERM %ld on %s\n",
-                dir, h->command, (long)h->pid, h->host, bt_shell_cmd(&cmd, "baton stop", dir),
-                (long)h->pid, h->host);
-        rc = BT_EXIT_USAGE;
-    } else if (s == RUN_HOLDER_OTHER_NS) {
-        fprintf(stderr,
-                "baton stop: %s: its baton %s runs in another PID namespace (a container) on "
-                "this host, whose process ids are not this one's: not signalled; run %s "
-                "inside that container\n",
-                dir, h->command, bt_shell_cmd(&cmd, "baton stop", dir));
+    } else if (s == RUN_HOLDER_OTHER_HOST || s == RUN_HOLDER_OTHER_NS) {
+        char how[1200];
+        run_holder_elsewhere(h, s, dir, how, sizeof how);
+        if (s == RUN_HOLDER_OTHER_HOST)
+            fprintf(stderr,
+                    "baton stop: %s: its baton %s (pid %ld) runs on %s, not on this host: not "
+                    "signalled; %s\n",
+                    dir, h->command, (long)h->pid, h->host, how);
+        else
+            fprintf(stderr,
+                    "baton stop: %s: its baton %s runs in another PID namespace (a container) "
+                    "on this host, whose process ids are not this one's: not signalled; %s\n",
+                    dir, h->command, how);
         rc = BT_EXIT_USAGE;
     } else if (s == RUN_HOLDER_NOT_HOLDER) {
         rc = stop_failed(h, dir, ESTALE);
@@ -268,9 +286,7 @@ int cmd_stop(int argc, char **argv) {
         } else if (strcmp(argv[i], "--wait") == 0) {
             if (wait) return cli_twice("stop", "--wait");
             wait = 1;
-        } else if (strcmp(argv[i], "--") == 0 && i + 1 < argc && dir == NULL && i + 2 == argc) {
-            dir = argv[++i];
-        } else if (argv[i][0] != '-' && dir == NULL) {
+        } else if (argv[i][0] != '-' && dir == NULL) { /* after "--": "./-d" (cli_split_eq) */
             dir = argv[i];
         } else {
             if (argv[i][0] == '-')

@@ -2,7 +2,10 @@
  * anything of its own (a project's root, `--run-dir .`), so that a run's files are never
  * mixed with the user's. Whether it is a run's, and which entries are baton's, goes by
  * each entry's kind as well as its name: a project's `workdir/` or `logs` file is the
- * project's, not a run's. */
+ * project's, not a run's. With no mark there (no lock, no journal), a name of baton's is its
+ * own only when it holds what a run's would before it starts: an empty directory (a
+ * refused run's leftovers, emptied), a workdir naming a directory; another tool's
+ * checkpoints/ or logs/, a notes file named workdir, are the user's. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -10,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "run_dir.h"
 #include "util/buf.h"
@@ -62,6 +66,86 @@ static int foreign_kind(int dfd, const char *name) {
     return e == NULL && (foreign_fs_made(name, &st) || foreign_browser_made(name, &st));
 }
 
+/* name, one more entry of the user's, counted in *n and kept in first when it sorts first. */
+static void foreign_count(const char *name, size_t *n, char *first, size_t cap) {
+    if ((*n)++ == 0 || strcmp(name, first) < 0) snprintf(first, cap, "%s", name);
+}
+
+/* Whether the directory name in dfd holds anything: a run's, before it starts, are empty
+ * (a refused run's, emptied by run_dir_unmake), so with no mark there one that does is
+ * the user's (another tool's checkpoints/, logs/). What the file system or a file browser
+ * put there does not count; an unreadable one does. */
+static int foreign_dir_used(int dfd, const char *name) {
+    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+    if (dir == NULL) {
+        int gone = errno == ENOENT;
+        if (fd >= 0) close(fd);
+        return !gone;
+    }
+    int used = 0;
+    struct stat st;
+    for (struct dirent *e; !used && (e = readdir(dir)) != NULL;)
+        used = strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 &&
+               !(fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                 (foreign_fs_made(e->d_name, &st) || foreign_browser_made(e->d_name, &st)));
+    closedir(dir);
+    return used;
+}
+
+/* The file name in dfd, up to cap - 1 bytes, into out (NUL-terminated): its length, or -1
+ * (no such regular file, or longer). */
+static ssize_t foreign_read(int dfd, const char *name, char *out, size_t cap) {
+    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    ssize_t n = -1;
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (size_t)st.st_size < cap)
+        n = read(fd, out, cap - 1);
+    if (fd >= 0) close(fd);
+    if (n >= 0) out[n] = '\0';
+    return n;
+}
+
+/* Whether dfd's workdir is a run's start note (run_dir_note_start): one absolute path, of
+ * a directory that exists (a newline after it: one written with echo, as resume says to). */
+static int foreign_workdir_run(int dfd) {
+    char path[4200];
+    struct stat st;
+    ssize_t n = foreign_read(dfd, "workdir", path, sizeof path);
+    if (n > 1 && path[n - 1] == '\n') path[--n] = '\0';
+    return n > 0 && path[0] == '/' && strlen(path) == (size_t)n && strchr(path, '\n') == NULL &&
+           stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Whether dfd's file name holds digits hex digits, as run_dir_random writes them. */
+static int foreign_hex(int dfd, const char *name, size_t digits) {
+    char text[80];
+    ssize_t n = foreign_read(dfd, name, text, sizeof text);
+    return n == (ssize_t)digits && strspn(text, "0123456789abcdef") == digits;
+}
+
+/* With no mark in dfd: 1 when it is a run directory whose lock file was deleted (a run
+ * made, such as a batch job's not started yet: its workdir, secret and run_id are there,
+ * none a user would write); else 0, the names of baton's that are the user's counted
+ * (foreign_count). */
+static int foreign_unmarked(int dfd, size_t *n, char *first, size_t cap) {
+    if (foreign_workdir_run(dfd) && foreign_hex(dfd, "secret", 64) &&
+        foreign_hex(dfd, "run_id", 32))
+        return 1;
+    struct stat st;
+    for (size_t i = 0; i < run_dir_n_names; i++) {
+        const run_dir_name *e = &run_dir_names[i];
+        if (!(e->flags & RUN_DIR_DIR) || fstatat(dfd, e->name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISDIR(st.st_mode))
+            continue;
+        if (foreign_dir_used(dfd, e->name)) foreign_count(e->name, n, first, cap);
+    }
+    if (fstatat(dfd, "workdir", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+        !foreign_workdir_run(dfd))
+        foreign_count("workdir", n, first, cap);
+    return 0;
+}
+
 /* Whether the run directory's file name holds exactly the n bytes of data. */
 static int foreign_same(const run_dir *d, const char *name, const char *data, size_t n) {
     char path[4200], *have = NULL;
@@ -80,34 +164,29 @@ static int foreign_same(const run_dir *d, const char *name, const char *data, si
  * is there as a regular file (1 recipe.yaml, 2 overrides); returns which are the user's. */
 static unsigned foreign_kept(const run_dir *d, unsigned seen, const recipe_doc *recipe,
                              const char *overrides) {
-    unsigned mine = 0;
+    unsigned users = 0;
     if ((seen & 1) && recipe->text != NULL &&
         !foreign_same(d, "recipe.yaml", recipe->text, recipe->text_len))
-        mine |= 1;
-    if ((seen & 2) && !foreign_same(d, "overrides", overrides, strlen(overrides))) mine |= 2;
-    return mine;
+        users |= 1;
+    if ((seen & 2) && !foreign_same(d, "overrides", overrides, strlen(overrides))) users |= 2;
+    return users;
 }
 
 /* The refusal's note on the kept files counted as the user's (foreign_kept), into out. */
-static void foreign_kept_note(unsigned mine, char *out, size_t cap) {
+static void foreign_kept_note(unsigned users, char *out, size_t cap) {
     out[0] = '\0';
-    if (mine != 0)
+    if (users != 0)
         snprintf(out, cap,
                  "; with no lock or journal there, its %s %s no run's cop%s but yours, as %s "
                  "not the %s given, byte for byte",
-                 mine == 3   ? "recipe.yaml and overrides"
-                 : mine == 1 ? "recipe.yaml"
-                             : "overrides",
-                 mine == 3 ? "are" : "is", mine == 3 ? "ies" : "y",
-                 mine == 3 ? "they are" : "it is",
-                 mine == 3   ? "recipe and --set"
-                 : mine == 1 ? "recipe"
-                             : "--set");
-}
-
-/* name, one more entry of the user's, counted in *n and kept in first when it sorts first. */
-static void foreign_count(const char *name, size_t *n, char *first, size_t cap) {
-    if ((*n)++ == 0 || strcmp(name, first) < 0) snprintf(first, cap, "%s", name);
+                 users == 3   ? "recipe.yaml and overrides"
+                 : users == 1 ? "recipe.yaml"
+                              : "overrides",
+                 users == 3 ? "are" : "is", users == 3 ? "ies" : "y",
+                 users == 3 ? "they are" : "it is",
+                 users == 3   ? "recipe and --set"
+                 : users == 1 ? "recipe"
+                              : "--set");
 }
 
 int run_dir_check_foreign(const run_dir *d, const recipe_doc *recipe, const char *overrides,
@@ -129,12 +208,13 @@ int run_dir_check_foreign(const run_dir *d, const recipe_doc *recipe, const char
         if (kind == 1 && strcmp(e->d_name, "overrides") == 0) seen |= 2;
         if (kind == 0) foreign_count(e->d_name, &n, first, sizeof first);
     }
+    if (!marked) marked = foreign_unmarked(dirfd(dir), &n, first, sizeof first);
     closedir(dir);
-    unsigned mine = marked ? 0 : foreign_kept(d, seen, recipe, overrides);
-    if (mine & 1) foreign_count("recipe.yaml", &n, first, sizeof first);
-    if (mine & 2) foreign_count("overrides", &n, first, sizeof first);
+    unsigned users = marked ? 0 : foreign_kept(d, seen, recipe, overrides);
+    if (users & 1) foreign_count("recipe.yaml", &n, first, sizeof first);
+    if (users & 2) foreign_count("overrides", &n, first, sizeof first);
     if (marked || n == 0) return 0;
-    foreign_kept_note(mine, note, sizeof note);
+    foreign_kept_note(users, note, sizeof note);
     bt_buf b;
     bt_buf_init(&b);
     bt_diag_set(diag,

@@ -92,9 +92,9 @@ static int run_holder_field(char *field, run_holder *h, int *seen) {
         h->recipe_crc32c = (uint32_t)x, *seen |= 16;
     else if (strcmp(field, "pidns") == 0)
         h->pidns = (unsigned long long)x;
-    else if (strcmp(field, "stopping") == 0)
+    else if (strcmp(field, "stopping") == 0 && x > 0)
         h->stopping = x;
-    else if (strcmp(field, "pid") == 0 || hex)
+    else if (strcmp(field, "pid") == 0 || hex || strcmp(field, "stopping") == 0)
         return 0;
     return 1;
 }
@@ -188,12 +188,13 @@ run_holder_state run_holder_find(const char *run_dir_path, run_holder *h) {
     /* a record whose process is gone, or does not hold the lock file, is stale: the
      * holder now has not written its own yet, or is a baton that writes none (and that
      * left a killed one's record in place) */
-    if (kill(h->pid, 0) != 0 && errno == ESRCH) return RUN_HOLDER_GONE;
+    int alive = kill(h->pid, 0) == 0 ? 1 : errno == ESRCH ? 0 : -1; /* -1: EPERM */
+    if (alive == 0) return RUN_HOLDER_GONE;
     switch (run_holder_has_lock(h, run_dir_path)) {
     case 1:
         return RUN_HOLDER_HELD;
-    case 0:
-        return RUN_HOLDER_NOT_HOLDER;
+    case 0: /* another user's process, alive, has no /proc/PID where /proc is hidepid=2 */
+        return alive < 0 ? RUN_HOLDER_UNVERIFIED : RUN_HOLDER_NOT_HOLDER;
     default:
         return RUN_HOLDER_UNVERIFIED;
     }
@@ -251,6 +252,40 @@ void run_holder_words(const run_holder *h, run_holder_state s, char *out, size_t
                  when, stop);
 }
 
+/* RUN_DIR/job_id (baton submit's Slurm job id: digits, '_') into out; "" when none. */
+static void run_holder_job(const char *run_dir_path, char *out, size_t cap) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/job_id", run_dir_path);
+    FILE *f = fopen(path, "re");
+    out[0] = '\0';
+    if (f == NULL) return;
+    if (fgets(out, (int)cap, f) == NULL) out[0] = '\0';
+    fclose(f);
+    out[strcspn(out, "\n")] = '\0';
+    if (out[strspn(out, "0123456789_")] != '\0') out[0] = '\0';
+}
+
+void run_holder_elsewhere(const run_holder *h, run_holder_state s, const char *run_dir_path,
+                          char *out, size_t cap) {
+    char *abs = realpath(run_dir_path, NULL), job[32];
+    bt_buf cmd;
+    bt_buf_init(&cmd);
+    bt_shell_cmd(&cmd, "baton stop", abs != NULL ? abs : run_dir_path);
+    run_holder_job(run_dir_path, job, sizeof job);
+    if (s == RUN_HOLDER_OTHER_NS)
+        snprintf(out, cap, "stop it from inside that namespace with %s", bt_buf_str(&cmd));
+    else if (job[0] != '\0')
+        snprintf(out, cap,
+                 "stop it on %s with %s or kill -TERM %ld (or, where it runs as Slurm job %s, "
+                 "the one in RUN_DIR/job_id, with scancel --signal=TERM --batch %s)",
+                 h->host, bt_buf_str(&cmd), (long)h->pid, job, job);
+    else
+        snprintf(out, cap, "stop it on %s with %s or kill -TERM %ld", h->host, bt_buf_str(&cmd),
+                 (long)h->pid);
+    bt_buf_free(&cmd);
+    free(abs);
+}
+
 void run_holder_refusal(const char *run_dir_path, char *out, size_t cap) {
     run_holder h;
     out[0] = '\0';
@@ -268,13 +303,11 @@ void run_holder_refusal(const char *run_dir_path, char *out, size_t cap) {
     else if (s == RUN_HOLDER_HELD)
         snprintf(out, cap, " (%s; stop it with %s or kill -TERM %ld)", words, bt_buf_str(&cmd),
                  (long)h.pid);
-    else if (s == RUN_HOLDER_OTHER_HOST)
-        snprintf(out, cap, " (%s; stop it on %s with %s or kill -TERM %ld)", words, h.host,
-                 bt_buf_str(&cmd), (long)h.pid);
-    else if (s == RUN_HOLDER_OTHER_NS)
-        snprintf(out, cap, " (%s; stop it from inside that namespace with %s)", words,
-                 bt_buf_str(&cmd));
-    else
+    else if (s == RUN_HOLDER_OTHER_HOST || s == RUN_HOLDER_OTHER_NS) {
+        char how[1200];
+        run_holder_elsewhere(&h, s, run_dir_path, how, sizeof how);
+        snprintf(out, cap, " (%s; %s)", words, how);
+    } else
         snprintf(out, cap, " (%s)", words);
     bt_buf_free(&cmd);
 }

@@ -87,6 +87,13 @@ void run_holder_words(const run_holder *h, run_holder_state s, char *out, size_t
 /* "14:05:00", when h got its first stop (local time), into out. */
 void run_holder_stop_time(const run_holder *h, char *out, size_t cap);
 
+/* How to stop h, of state s (RUN_HOLDER_OTHER_HOST or RUN_HOLDER_OTHER_NS), from where it
+ * runs, run_dir_path made absolute: "stop it on node7 with 'baton stop /runs/r1' or kill
+ * -TERM 1234" (and scancel's form where RUN_DIR/job_id names a Slurm job), or "stop it from
+ * inside that namespace with 'baton stop /runs/r1'". */
+void run_holder_elsewhere(const run_holder *h, run_holder_state s, const char *run_dir_path,
+                          char *out, size_t cap);
+
 /* Why a run directory is busy, for a refusal: " (baton run pid 1234 on node0, since ...;
  * stop it with 'baton stop DIR' or kill -TERM 1234)", the command on another host said to
  * be run there, one in another PID namespace to be stopped from inside it, one stopping

@@ -157,6 +157,9 @@ expect 2 "^baton status: nowhere: no such directory$" -- "$baton" status -- nowh
 expect 2 "^baton resume: \./-r: no such directory$" -- "$baton" resume -- -r
 expect 2 "^baton ckpt verify: \./-c: no such checkpoint or run directory$" -- "$baton" ckpt verify -- -c
 expect 2 "^baton data inspect: \./-d\.idx: cannot open" -- "$baton" data inspect -- -d
+expect 2 "^baton stop: \./-s: No such file or directory$" -- "$baton" stop --wait -- -s
+expect 2 "^baton stop: one run directory at a time \(got 'nowhere' and '\./--wait'\)$" -- \
+  "$baton" stop -- nowhere --wait
 # "-" too: no command reads standard input, and the parsers would take "-" for an option
 expect 2 "^baton plan: \./-: cannot open" -- "$baton" plan -- - </dev/null
 expect 2 "^baton status: \./-: no such directory$" -- "$baton" status -- -
@@ -349,6 +352,23 @@ expect 2 "^baton submit: $work/lg: $(fmsg 1 logs)" -- "$baton" submit "$small" -
 expect 2 "^baton submit: $work/sn: $(fmsg 2 slurm-5_.out)" -- "$baton" submit "$small" --run-dir sn --dry-run
 [[ $(ls -A wd jd lg sn | tr '\n' ' ') == "jd: notes secret  lg: logs  sn: slurm-5_.out slurm-notes.out  wd: notes src workdir " ]] &&
   ok "names of baton's of another kind: nothing written" || fail "written into: $(ls -A wd jd lg sn)"
+# ... with no mark, a name of baton's is its own only as a run's would be before it starts:
+# a directory that holds anything (another tool's checkpoints/, logs/) is the user's, as is
+# a workdir file that is not one absolute path of a directory; a batch job's directory
+# whose lock file was deleted (its workdir, secret and run_id there) is still a run's,
+# refused as another recipe's as it would be with its lock
+mkdir -p oc/checkpoints/step-1000 oc/logs oc/tb && : >oc/checkpoints/step-1000/model.bin &&
+  : >oc/logs/train.log && : >oc/tb/.DS_Store && mkdir wf && echo "my notes" >wf/workdir
+expect 2 "^baton run: $work/oc: $(fmsg 2 checkpoints)" -- "$baton" run "$small" --run-dir oc --quiet
+expect 2 "^baton run: $work/wf: $(fmsg 1 workdir)" -- "$baton" run "$small" --run-dir wf --quiet
+[[ $(ls -A oc oc/checkpoints oc/logs wf | tr '\n' ' ') == "oc: checkpoints logs tb  oc/checkpoints: step-1000  oc/logs: train.log  wf: workdir " ]] &&
+  ok "another tool's checkpoints/ and logs/, a notes file named workdir: nothing written" ||
+  fail "written into: $(ls -A oc oc/checkpoints oc/logs wf)"
+"$baton" submit "$small" --run-dir sd --dry-run >/dev/null && rm sd/lock &&
+  sed 's/^\(name: .*\)$/\1x/' "$small" >other.yaml && ! cmp -s other.yaml "$small" ||
+  fail "no batch job's run directory to test"
+expect 2 "^baton run: $work/sd: this run directory belongs to a run with another recipe" -- \
+  "$baton" run other.yaml --run-dir sd --quiet
 # ... nor a run's: a new run's name with a control character is refused though it holds
 # a workdir/ directory
 mkdir -p $'c\tw/workdir'

@@ -12,6 +12,11 @@
 #   holder-edit    the kept recipe edited while the run runs: status warns that the edit
 #                  is taken at the next resume (--json: holder.recipe_edited); the resume
 #                  that read it is not warned about.
+#   holder-pidfd   pidfds refused (EPERM from pidfd_open, then from pidfd_send_signal, as a
+#                  seccomp profile answers): baton stop signals the checked pid all the
+#                  same; a holder that ends between its check and the signal: "ended
+#                  meanwhile" (exit 3). LD_PRELOAD $BATON_TEST_PIDFD_LIB (pidfd_fault.c).
+#                  And a record with a negative stopping= is no record.
 #   check-holder.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/run-common.sh"
@@ -35,9 +40,9 @@ start_run() {
   bpid=$!
   wait_step 0 2 >/dev/null
 }
-# forge DIR PID HOST: a holder's record for PID on HOST written into DIR/lock in place (the
-# file, its inode, kept: the lock file stays the lock), its CRC32C right
-forge() {
+# forge_line PID HOST [FIELDS]: a holder's record for PID on HOST (and FIELDS, "k=v ..."),
+# its CRC32C right
+forge_line() {
   /usr/bin/python3 - "$@" <<'PY'
 import sys
 def crc32c(data):
@@ -47,12 +52,63 @@ def crc32c(data):
         for _ in range(8):
             c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
     return c ^ 0xFFFFFFFF
-d, pid, host = sys.argv[1:]
-line = b"pid=%s host=%s since=1700000000 command=run recipe_crc32c=00000000" % (pid.encode(), host.encode())
-with open(d + "/lock", "r+b") as f:
-    f.write(line + b" crc32c=%08x\n" % crc32c(line))
-    f.truncate()
+pid, host = sys.argv[1:3]
+line = "pid=%s host=%s since=1700000000 command=run recipe_crc32c=00000000" % (pid, host)
+line += "".join(" " + f for f in sys.argv[3:])
+print(line + " crc32c=%08x" % crc32c(line.encode()))
 PY
+}
+# forge DIR PID HOST [FIELDS]: that record written into DIR/lock in place (the file, its inode,
+# kept: the lock file stays the lock)
+forge() {
+  local line
+  line=$(forge_line "${@:2}")
+  printf '%s\n' "$line" 1<>"$1/lock"
+  truncate -s $((${#line} + 1)) "$1/lock"
+}
+# fake_holder: a process holding r1's lock (sleep), recorded in it ($holder)
+fake_holder() {
+  rm -rf r1 && mkdir r1 && : >r1/lock
+  (exec 8<r1 9<>r1/lock && flock 8 && exec sleep 60) >/dev/null 2>&1 &
+  holder=$!
+  bg_pids="$bg_pids $holder"
+  locked r1
+  forge r1 "$holder" "$host"
+}
+# locked DIR: until DIR's lock (its flock) is held
+locked() {
+  local i
+  for ((i = 0; i < 200; i++)); do
+    flock -n "$1" true 2>/dev/null || return 0
+    sleep 0.05
+  done
+  fail "$1 never locked"
+}
+# attempt_started N: until attempt N of stage 0 has trained a step (wait_step may have seen
+# an earlier attempt's)
+attempt_started() {
+  local i
+  for ((i = 0; i < 600; i++)); do
+    grep -q '^\[0\] step ' "r1/logs/s00-a0$1.log" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  ls r1/logs
+  fail "attempt $1 never trained a step"
+}
+# tagged PID: SIGTERM with baton stop's value (RUN_HOLDER_STOP_VALUE), sent directly
+tagged() {
+  /usr/bin/python3 -c 'import ctypes, sys
+sys.exit(ctypes.CDLL(None).sigqueue(int(sys.argv[1]), 15, 0x62737470))' "$1"
+}
+# said_n PATTERN N: until run.out holds N lines matching PATTERN (60 s at most)
+said_n() {
+  local i
+  for ((i = 0; i < 600; i++)); do
+    (($(grep -c "$1" run.out) >= $2)) && return 0
+    sleep 0.1
+  done
+  cat run.out
+  fail "baton run never said '$1' $2 times"
 }
 
 # nobody_cases: as nobody (root only, with setpriv: SKIPPED otherwise), a record naming a
@@ -88,6 +144,33 @@ nobody_cases() {
   $nb "$baton" status nob/r >st6.out 2>&1 || true
   grep -q "running (baton run pid $sp on $host, since .* (recorded; not verified: /proc/$sp/fd cannot be read))" st6.out ||
     { cat st6.out; fail "status of a record it cannot check"; }
+  hidepid_case "$nb"
+}
+# hidepid_case NB: with /proc mounted hidepid=2 (another user's processes have no
+# /proc/PID), a root process holding a run directory open to all is, to nobody (NB), a
+# holder not verified, never a stale record: status names it so, baton stop says it is
+# not permitted. SKIPPED where no such /proc can be mounted (unshare -m).
+hidepid_case() {
+  local hidden="unshare -m sh -c 'mount -t proc -o hidepid=2 proc /proc && exec \"\$@\"' sh" hp rc
+  if ! eval "$hidden true" 2>/dev/null; then
+    echo "$case: SKIPPED (no /proc mounted hidepid=2 in a mount namespace): the hidepid case"
+    return 0
+  fi
+  install -d -m 755 hid
+  install -m 644 r1/journal hid/journal && install -m 644 r1/recipe.yaml hid/recipe.yaml
+  install -m 644 /dev/null hid/lock
+  (exec 8<hid 9<hid/lock && flock 8 && exec sleep 60) >/dev/null 2>&1 &
+  hp=$!
+  bg_pids="$bg_pids $hp"
+  locked hid
+  forge hid "$hp" "$host"
+  eval "$hidden $1 \"\$baton\" status hid" >st7.out 2>&1 || true
+  grep -q "running (baton run pid $hp on $host, since .* (recorded; not verified: /proc/$hp/fd cannot be read))" st7.out ||
+    { cat st7.out; fail "status under hidepid=2 of another user's holder"; }
+  set +e; eval "$hidden $1 \"\$baton\" stop hid" >stop7.out 2>&1; rc=$?; set -e
+  [[ $rc == 1 ]] && grep -q "not permitted to signal baton run pid $hp (another user's process" stop7.out ||
+    { cat stop7.out; fail "baton stop under hidepid=2 of another user's holder exited $rc"; }
+  kill -0 "$hp" || fail "baton stop signalled another user's process"
 }
 
 case $case in
@@ -182,8 +265,14 @@ holder-stale)
   grep -q "^run r1: running (baton run pid $innocent on elsewhere.invalid, since " <("$baton" status r1) ||
     { "$baton" status r1; fail "status does not name the other host's holder"; }
   set +e; "$baton" stop r1 >stop4.out 2>&1; rc=$?; set -e
-  [[ $rc == 2 ]] && grep -q "runs on elsewhere.invalid, not on this host: run 'baton stop r1' there, or kill -TERM $innocent on elsewhere.invalid" stop4.out ||
+  [[ $rc == 2 ]] && grep -q "runs on elsewhere.invalid, not on this host: not signalled; stop it on elsewhere.invalid with 'baton stop $work/r1' or kill -TERM $innocent\$" stop4.out ||
     { cat stop4.out; fail "baton stop of another host's holder exited $rc"; }
+  # ... a Slurm job's (RUN_DIR/job_id): scancel's form too
+  echo 5678 >r1/job_id
+  set +e; "$baton" stop r1 >stop4.out 2>&1; rc=$?; set -e
+  rm r1/job_id
+  [[ $rc == 2 ]] && grep -q "kill -TERM $innocent (or, where it runs as Slurm job 5678, the one in RUN_DIR/job_id, with scancel --signal=TERM --batch 5678)\$" stop4.out ||
+    { cat stop4.out; fail "baton stop of another host's Slurm job's holder exited $rc"; }
   kill -0 "$innocent" || fail "baton stop signalled a process for another host"
   nobody_cases
   echo "$case: a stale record never shown or signalled; another host's holder said"
@@ -208,22 +297,20 @@ holder-edit)
   echo "$case: an edit made while running is said to be taken at the next resume"
   ;;
 holder-stop-twice)
-  # a resume (named as such), its stop checkpoint slowed (5 s)
+  # a resume (named as such), its stop checkpoint held until save.wait is removed
   one_rank_recipe slow "checkpoint: {every_steps: 1000}" "{name: a, steps: 400}" >slow.yaml
   start_run run slow.yaml --run-dir r1
   stop_run
-  BATON_FAULT_SAVE_SLEEP=5 start_run resume r1
-  for ((i = 0; i < 600; i++)); do # its own attempt under way (wait_step saw the first's)
-    grep -q '^\[0\] step ' r1/logs/s00-a01.log 2>/dev/null && break
-    sleep 0.1
-  done
+  : >save.wait
+  BATON_FAULT_SAVE_WAIT_FILE=$work/save.wait start_run resume r1
+  attempt_started 1
   grep -q "^pid=$bpid " r1/lock || { cat r1/lock; ls r1/logs; fail "the resume did not start"; }
   # two baton stops at once (each may find the record not yet marked stopping): one stop
   "$baton" stop r1 >s1.out 2>&1 &
   p1=$!
   "$baton" stop r1 >s2.out 2>&1 || { cat s2.out; fail "the second of two baton stops exited $?"; }
   wait "$p1" || { cat s1.out; fail "the first of two baton stops exited $?"; }
-  for ((i = 0; i < 50; i++)); do
+  for ((i = 0; i < 300; i++)); do
     grep -q " stopping=[0-9]* crc32c=" r1/lock && break
     sleep 0.1
   done
@@ -233,9 +320,23 @@ holder-stop-twice)
     { cat st.out; fail "status does not say the run is stopping"; }
   # a later baton stop sends nothing; with --wait it waits
   set +e; "$baton" stop r1 >s3.out 2>&1; rc=$?; set -e
-  [[ $rc == 0 ]] && grep -q "^baton stop: r1: its baton resume is already stopping since [0-9][0-9]:[0-9][0-9]:[0-9][0-9] (its workers write a stop checkpoint, then it exits): nothing sent" s3.out ||
+  [[ $rc == 0 ]] && grep -q "^baton stop: r1: its baton resume is already stopping since [0-9][0-9]:[0-9][0-9]:[0-9][0-9] (its workers write a stop checkpoint, then it exits): nothing sent (kill -TERM $bpid kills its workers now, losing the stop checkpoint)\$" s3.out ||
     { cat s3.out; fail "baton stop of a run already stopping exited $rc"; }
-  "$baton" stop r1 --wait >s4.out 2>&1 || { cat s4.out; fail "baton stop --wait of a run already stopping exited $?"; }
+  "$baton" stop r1 --wait >s4.out 2>&1 &
+  p4=$!
+  for ((i = 0; i < 600; i++)); do
+    grep -q "waiting until it exits" s4.out && break
+    sleep 0.1
+  done
+  # baton stop's SIGTERM sent twice more (as by baton stops that raced the record): the
+  # same stop, said, the workers not killed
+  tagged "$bpid"
+  said_n "got SIGTERM from baton stop (pid [0-9]*) while already stopping: the same stop, going on" 1
+  tagged "$bpid"
+  said_n "got SIGTERM from baton stop (pid [0-9]*) while already stopping: the same stop, going on" 2
+  ! grep -q "killing the workers now" run.out || { cat run.out; fail "baton stop's SIGTERM killed the workers"; }
+  rm save.wait
+  wait "$p4" || { cat s4.out; fail "baton stop --wait of a run already stopping exited $?"; }
   set +e; wait "$bpid"; rc=$?; set -e
   bpid=
   [[ $rc == 75 ]] || { cat run.out; fail "the resume exited $rc after baton stop, not 75"; }
@@ -245,34 +346,79 @@ holder-stop-twice)
     grep -q "^run r1: stopped; " s4.out && grep -q "^  checkpoints: s00-step" s4.out ||
     { cat s4.out; fail "baton stop --wait of a run already stopping"; }
   [[ ! -s r1/lock ]] || { cat r1/lock; fail "the lock file still holds a record"; }
-  echo "$case: baton stop of a run already stopping sends nothing; two at once stop it once"
+  # baton stop's SIGTERM, then again: one stop; a plain SIGTERM after them still kills
+  # the workers at once
+  : >save.wait
+  BATON_FAULT_SAVE_WAIT_FILE=$work/save.wait start_run resume r1
+  attempt_started 2
+  tagged "$bpid"
+  said_n "got SIGTERM: asking the workers to checkpoint and stop" 1
+  tagged "$bpid"
+  said_n "the same stop, going on" 1
+  ! grep -q "killing the workers now" run.out || { cat run.out; fail "baton stop's second SIGTERM killed the workers"; }
+  kill -TERM "$bpid"
+  set +e; wait "$bpid"; rc=$?; set -e
+  bpid=
+  rm save.wait
+  [[ $rc == 75 ]] && grep -q "got SIGTERM after SIGTERM: killing the workers now" run.out ||
+    { cat run.out; fail "a plain SIGTERM after baton stop's did not kill the workers (exit $rc)"; }
+  echo "$case: baton stop of a run already stopping sends nothing; two at once stop it once; its SIGTERM again is the same stop"
   ;;
 holder-starting)
   # the lock held by a process that writes its record a moment later (a run starting):
-  # baton stop waits for the record, then signals that process
+  # baton stop waits for the record, then signals that process. The record is written
+  # (shell builtins, no start-up) once go exists, made after baton stop has started.
   mkdir r1 && : >r1/lock # a run directory, as far as baton stop looks
   (
     exec 8<r1 9<>r1/lock
     flock 8
-    sleep 0.5
-    forge r1 "$BASHPID" "$host"
+    until [[ -e go ]]; do sleep 0.02; done
+    read -r line <rec
+    printf '%s\n' "$line" >&9
     exec sleep 60
   ) >/dev/null 2>&1 &
   holder=$!
   bg_pids=$holder
-  for ((i = 0; i < 50; i++)); do
-    flock -n r1 true 2>/dev/null || break
-    sleep 0.05
-  done
-  set +e; "$baton" stop r1 >stop.out 2>&1; rc=$?; set -e
+  forge_line "$holder" "$host" >rec
+  locked r1
+  "$baton" stop r1 >stop.out 2>&1 &
+  spid=$!
+  sleep 0.2
+  : >go
+  set +e; wait "$spid"; rc=$?; set -e
   [[ $rc == 0 ]] && grep -q "^baton stop: r1: asked baton run pid $holder to stop (SIGTERM)" stop.out ||
     { cat stop.out; fail "baton stop as the run starts exited $rc"; }
-  for ((i = 0; i < 50; i++)); do
+  for ((i = 0; i < 100; i++)); do
     kill -0 "$holder" 2>/dev/null || break
     sleep 0.05
   done
   ! kill -0 "$holder" 2>/dev/null || fail "the process holding the lock was not signalled"
   echo "$case: baton stop waits for the record of a run starting"
+  ;;
+holder-pidfd)
+  [[ -n ${BATON_TEST_PIDFD_LIB:-} ]] || fail "BATON_TEST_PIDFD_LIB is not set"
+  # (a record whose stopping= is not a time after 1970 is no record: nothing said of it)
+  fake_holder
+  forge r1 "$holder" "$host" stopping=-5
+  set +e; "$baton" stop r1 >stop.out 2>&1; rc=$?; set -e
+  [[ $rc == 1 ]] && grep -q "its process is not recorded" stop.out ||
+    { cat stop.out; fail "baton stop believes a record with stopping=-5 (exit $rc)"; }
+  for mode in open-eperm send-eperm; do
+    fake_holder
+    set +e; LD_PRELOAD=$BATON_TEST_PIDFD_LIB BATON_TEST_PIDFD=$mode "$baton" stop r1 >stop.out 2>&1; rc=$?; set -e
+    [[ $rc == 0 ]] && grep -q "^baton stop: r1: asked baton run pid $holder to stop (SIGTERM)" stop.out ||
+      { cat stop.out; fail "baton stop with pidfds refused ($mode) exited $rc"; }
+    for ((i = 0; i < 100; i++)); do
+      kill -0 "$holder" 2>/dev/null || break
+      sleep 0.05
+    done
+    ! kill -0 "$holder" 2>/dev/null || fail "the holder was not signalled ($mode)"
+  done
+  fake_holder
+  set +e; LD_PRELOAD=$BATON_TEST_PIDFD_LIB BATON_TEST_PIDFD=open-kill "$baton" stop r1 >stop.out 2>&1; rc=$?; set -e
+  [[ $rc == 3 ]] && grep -q "^baton stop: r1: baton run pid $holder ended meanwhile: nothing to stop" stop.out ||
+    { cat stop.out; fail "baton stop of a holder that ended meanwhile exited $rc"; }
+  echo "$case: pidfds refused, baton stop signals the checked pid; a holder ended meanwhile said"
   ;;
 holder-pidns)
   # a run in another PID namespace (unshare -p: its pid 1 here is init): named as such,
@@ -293,7 +439,7 @@ holder-pidns)
   [[ $rc == 2 ]] && grep -q "another PID namespace (a container) on $host, since .*; stop it from inside that namespace with 'baton stop $work/r1')\$" second.out &&
     ! grep -q "kill" second.out || { cat second.out; fail "the refusal of a run in another namespace"; }
   set +e; "$baton" stop r1 >stop.out 2>&1; rc=$?; set -e
-  [[ $rc == 2 ]] && grep -q "its baton run runs in another PID namespace (a container) on this host, whose process ids are not this one's: not signalled; run 'baton stop r1' inside that container" stop.out ||
+  [[ $rc == 2 ]] && grep -q "its baton run runs in another PID namespace (a container) on this host, whose process ids are not this one's: not signalled; stop it from inside that namespace with 'baton stop $work/r1'\$" stop.out ||
     { cat stop.out; fail "baton stop of a run in another namespace exited $rc"; }
   inner=$(pgrep -P "$bpid" | head -1)
   # (not --wait: the namespace's processes are killed as its pid 1, the run, exits)

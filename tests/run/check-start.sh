@@ -136,13 +136,17 @@ signal-echo)
   ended 75
   grep -q "got SIGINT after SIGINT: killing the workers now" run.out ||
     fail "a SIGINT from another process did not kill"
-  # two from one process that is not baton run's parent (a second shell's kill): no echo
+  # two from one process that is not baton run's parent (a second shell's kill): no echo.
+  # The worker stopped meanwhile (SIGSTOP), so that the stop cannot complete before the
+  # second
   rm -rf r1
   BATON_FAULT_STEP_SLEEP=0.1 "$baton" run echo.yaml --run-dir r1 --quiet >run.out 2>&1 &
   bpid=$!
-  wait_step 0 2 >/dev/null
+  wpids=$(worker_pids "$(wait_step 0 2)")
+  kill -STOP $wpids
   bash -c 'kill -INT '"$bpid"'; for ((i = 0; i < 500; i++)); do
     grep -q "got SIGINT: asking" run.out && break; sleep 0.02; done; kill -INT '"$bpid"
+  kill -CONT $wpids 2>/dev/null || true
   ended 75
   grep -q "got SIGINT after SIGINT: killing the workers now" run.out ||
     fail "a second SIGINT from a process not baton run's parent did not kill"

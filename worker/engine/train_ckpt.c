@@ -231,13 +231,19 @@ static int ckpt_fault_full(train_ckpt *c, const char *part, const char *key) {
     return BT_EIO;
 }
 
-/* Test hook: BATON_FAULT_SAVE_SLEEP=SECONDS makes every rank's write of a checkpoint that
- * long (a slow filesystem), to check that a long save is not taken for a hang. */
+/* Test hooks: BATON_FAULT_SAVE_SLEEP=SECONDS makes every rank's write of a checkpoint that
+ * long (a slow filesystem), to check that a long save is not taken for a hang;
+ * BATON_FAULT_SAVE_WAIT_FILE=PATH makes it last while PATH exists (at most 10 minutes), so
+ * that a test acts during a save however loaded the machine is, and ends it by removing
+ * PATH. */
 static void ckpt_fault_slow(void) {
     const char *f = getenv("BATON_FAULT_SAVE_SLEEP");
+    const char *w = getenv("BATON_FAULT_SAVE_WAIT_FILE");
     double s = f ? atof(f) : 0;
     if (s > 0)
         nanosleep(&(struct timespec){(time_t)s, (long)((s - (double)(time_t)s) * 1e9)}, NULL);
+    for (int i = 0; w != NULL && w[0] != '\0' && access(w, F_OK) == 0 && i < 12000; i++)
+        nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
 }
 
 static int ckpt_write(train_ckpt *c) {
