@@ -16,19 +16,14 @@ event files at its global_step (as float32)."""
 import glob
 import json
 import math
+import os
 import struct
 import sys
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-
-def crc32c(data):
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc ^= b
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return crc ^ 0xFFFFFFFF
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from crc32c import crc32c  # noqa: E402
 
 
 def masked(data):

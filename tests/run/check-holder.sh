@@ -43,15 +43,9 @@ start_run() {
 # forge_line PID HOST [FIELDS]: a holder's record for PID on HOST (and FIELDS, "k=v ..."),
 # its CRC32C right
 forge_line() {
-  /usr/bin/python3 - "$@" <<'PY'
+  PYTHONPATH=$src/tests/lib /usr/bin/python3 - "$@" <<'PY'
 import sys
-def crc32c(data):
-    c = 0xFFFFFFFF
-    for x in data:
-        c ^= x
-        for _ in range(8):
-            c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
-    return c ^ 0xFFFFFFFF
+from crc32c import crc32c
 pid, host = sys.argv[1:3]
 line = "pid=%s host=%s since=1700000000 command=run recipe_crc32c=00000000" % (pid, host)
 line += "".join(" " + f for f in sys.argv[3:])

@@ -107,15 +107,9 @@ PY
 # record's data_end (field 19) wrote it: that field taken out of every such record, each
 # record's CRC32C made again (framing of run/journal.c: length, CRC32C, record)
 journal_drop_data_end() {
-  /usr/bin/python3 - "$1/journal" <<'PY'
+  PYTHONPATH=$src/tests/lib /usr/bin/python3 - "$1/journal" <<'PY'
 import struct, sys
-def crc32c(data):
-    c = 0xFFFFFFFF
-    for x in data:
-        c ^= x
-        for _ in range(8):
-            c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
-    return c ^ 0xFFFFFFFF
+from crc32c import crc32c
 def varint(b, i):
     v = s = 0
     while True:

@@ -167,15 +167,9 @@ expect 2 "--into ''" -- pull "$url/$name" --into ""
 # 6 bytes, then format_version, field 1): pull refuses it and leaves nothing. The CRC32C
 # of the bytes after that field is made again, as a newer baton would write it.
 cp "$remote/manifest.pb" manifest.keep
-/usr/bin/python3 - "$remote/manifest.pb" <<'PY' || fail "manifest.pb does not start with its CRC32C, then format_version 2"
+PYTHONPATH=$here/../../lib /usr/bin/python3 - "$remote/manifest.pb" <<'PY' || fail "manifest.pb does not start with its CRC32C, then format_version 2"
 import sys
-def crc32c(data):
-    c = 0xFFFFFFFF
-    for x in data:
-        c ^= x
-        for _ in range(8):
-            c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
-    return c ^ 0xFFFFFFFF
+from crc32c import crc32c
 p = sys.argv[1]; b = bytearray(open(p, "rb").read())
 assert b[0:2] == b"\xd5\x01" and crc32c(b[6:]) == int.from_bytes(b[2:6], "little"), b[:6]
 assert b[6] == 0x08 and b[7] == 2, b[6:8]
