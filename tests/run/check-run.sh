@@ -478,6 +478,9 @@ assert all(x["state"] != "done" for x in s["stages"]), st' || fail "$w: a stage 
 partials)
   sets=(--set stages.pretrain.steps=8 --set stages.1.steps=3 --set stages.fp8.steps=2)
   ck=r1/checkpoints
+  # r1 as a run directory (its lock file there) whose checkpoints/ holds what is planted
+  # below; a directory with no lock or journal and files in checkpoints/ is no run's
+  mkdir -m 0700 r1 && : >r1/lock
   mkdir -p "$ck/s00-step00000003.partial" "$ck/junk.partial" "$ck/keep/inner.partial" \
     "$ck/s00-step00000003.partial.d" outside \
     "$ck/s00-step00000002.deleting" "$ck/mybackup.deleting" "$ck/s+1-step2.deleting"
@@ -1060,7 +1063,9 @@ assert s["state"] == "completed" and st["name"] == "a.b 1" and st["step"] == 8, 
 metrics-locked)
   one_rank_recipe one 'checkpoint: {every_steps: 2}, restart: {max_restarts: 2, backoff: 0.2s}' \
     '{name: a, steps: 8}' >one.yaml
+  # r1 as a run directory (its lock file there) whose log is locked
   mkdir -m 0700 r1 r1/logs
+  : >r1/lock
   : >r1/logs/s00-a00.metrics
   # a POSIX lock conflicts with the worker's and baton run's OFD locks alike
   /usr/bin/python3 -c '
