@@ -40,6 +40,11 @@ int cli_once(const char *cmd, const char *opt, const char *prev, const char *v);
  * BT_EXIT_USAGE. */
 int cli_twice(const char *cmd, const char *opt);
 
+/* An argument a one-run-directory command cannot take: prints "baton CMD: unknown option
+ * 'ARG'" (ARG starts with '-') or "baton CMD: one run directory at a time (got 'DIR' and
+ * 'ARG')". The caller prints its usage and exits 2. */
+void cli_bad_dir_arg(const char *cmd, const char *dir, const char *arg);
+
 /* An option's value missing (OPT is the last argument): prints "baton CMD: OPT needs a
  * value" and returns -1. */
 int cli_no_value(const char *cmd, const char *opt);

@@ -18,6 +18,14 @@ int cli_twice(const char *cmd, const char *opt) {
     return BT_EXIT_USAGE;
 }
 
+void cli_bad_dir_arg(const char *cmd, const char *dir, const char *arg) {
+    if (arg[0] == '-')
+        fprintf(stderr, "baton %s: unknown option '%s'\n", cmd, arg);
+    else
+        fprintf(stderr, "baton %s: one run directory at a time (got '%s' and '%s')\n", cmd, dir,
+                arg);
+}
+
 int cli_no_value(const char *cmd, const char *opt) {
     fprintf(stderr, "baton %s: %s needs a value\n", cmd, opt);
     return -1;

@@ -1161,11 +1161,7 @@ int cmd_status(int argc, char **argv) {
         } else if (argv[i][0] != '-' && dir == NULL) {
             dir = argv[i];
         } else {
-            if (argv[i][0] == '-')
-                fprintf(stderr, "baton status: unknown option '%s'\n", argv[i]);
-            else
-                fprintf(stderr, "baton status: one run directory at a time (got '%s' and '%s')\n",
-                        dir, argv[i]);
+            cli_bad_dir_arg("status", dir, argv[i]);
             status_usage(stderr);
             return BT_EXIT_USAGE;
         }

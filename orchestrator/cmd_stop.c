@@ -289,11 +289,7 @@ int cmd_stop(int argc, char **argv) {
         } else if (argv[i][0] != '-' && dir == NULL) { /* after "--": "./-d" (cli_split_eq) */
             dir = argv[i];
         } else {
-            if (argv[i][0] == '-')
-                fprintf(stderr, "baton stop: unknown option '%s'\n", argv[i]);
-            else
-                fprintf(stderr, "baton stop: one run directory at a time (got '%s' and '%s')\n",
-                        dir, argv[i]);
+            cli_bad_dir_arg("stop", dir, argv[i]);
             stop_usage(stderr);
             return BT_EXIT_USAGE;
         }
