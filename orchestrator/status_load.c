@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -165,34 +164,6 @@ static void status_read_line(const char *dir, const char *name, char *out, size_
     free(text);
 }
 
-/* Why dir cannot be a run directory before its journal is read: it is missing or not a
- * directory, or its journal is not a file; 0 when none of these (a missing or empty
- * journal is judged once it is read: status_no_records). */
-static int status_check_dir(const char *dir, bt_diag *diag) {
-    struct stat st;
-    char journal[4200];
-    if (dir[0] == '\0') {
-        bt_diag_set(diag, "'': an empty name; give a run directory");
-        return BT_EINVAL;
-    }
-    if (stat(dir, &st) != 0) {
-        if (errno == ENOENT)
-            bt_diag_set(diag, "%s: no such directory", dir);
-        else
-            bt_diag_set(diag, "%s: cannot read: %s", dir, strerror(errno));
-        return BT_EINVAL;
-    }
-    if (!S_ISDIR(st.st_mode)) {
-        bt_diag_set(diag, "%s: not a directory", dir);
-        return BT_EINVAL;
-    }
-    snprintf(journal, sizeof journal, "%s/journal", dir);
-    if (stat(journal, &st) != 0) return 0; /* no journal: said after reading it */
-    if (S_ISREG(st.st_mode)) return 0;     /* an empty one: said after reading it */
-    bt_diag_set(diag, "%s: not a run directory (its journal is not a file)", dir);
-    return BT_EINVAL;
-}
-
 /* A journal that is missing or empty (journal says which) in dir, not a new run's: a run
  * baton run is making now (it holds the lock, and writes the journal once the directory is
  * ready, before any attempt's spec or checkpoint: *creating set, 0), one whose journal was
@@ -263,7 +234,7 @@ static void status_holder(status_view *v) {
 int status_load(status_view *v, const char *dir, bt_diag *diag) {
     memset(v, 0, sizeof *v);
     v->dir = dir;
-    if (status_check_dir(dir, diag) != 0) return BT_EINVAL;
+    if (run_dir_check_arg("status", dir, diag) != 0) return BT_EINVAL;
     char recipe[4200];
     snprintf(recipe, sizeof recipe, "%s/recipe.yaml", dir);
     journal_tail tail;

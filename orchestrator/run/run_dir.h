@@ -117,6 +117,12 @@ void run_dir_sets_line(const char *text, char *out, size_t cap);
 int run_dir_read_overrides(const run_dir *d, char **text, size_t *n);
 /* Whether a baton run holds path's lock now (tested, not taken). */
 int run_dir_busy(const char *path);
+/* run_dir_arg.c: a run directory dir named on baton CMD's command line (status, stop),
+ * checked before anything in it is read: BT_EINVAL, diag saying which ("'': an empty name;
+ * give a run directory", "DIR: no such directory", "DIR: cannot read: ...", "DIR: not a
+ * directory (baton CMD takes a run directory)", "DIR: not a run directory (its journal is
+ * not a file)"), else 0: a journal missing or empty is for the caller to judge. */
+int run_dir_check_arg(const char *cmd, const char *dir, bt_diag *diag);
 /* Every dataset the recipe's stages read (train, mix, valid) exists and opens. */
 int run_dir_check_data(const recipe_doc *doc, bt_diag *diag);
 /* A run's start (`baton run` or `baton submit` on a run directory without RUN_DIR/workdir
