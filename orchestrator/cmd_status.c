@@ -31,7 +31,8 @@ static void status_usage(FILE *f) {
                "being created. A running run names the process working in it (baton run\n"
                "or resume, its pid and host, since when: 'baton stop RUN_DIR' stops it), and\n"
                "warns when RUN_DIR/recipe.yaml was edited after that process read it (the\n"
-               "edit is taken at the next 'baton resume').\n\n"
+               "edit is taken at the next 'baton resume'): the steps and ETA shown are then\n"
+               "those of the recipe it read (RUN_DIR/running-recipe.yaml).\n\n"
                "  --json   one JSON object instead: run_dir, state (completed, running,\n"
                "           stopped, failed, not_started: made by baton run or submit, no\n"
                "           attempt yet), failures, restarts, recoveries, failure (why a\n"
@@ -44,7 +45,10 @@ static void status_usage(FILE *f) {
                "           recipe_mismatch (how the kept recipe's stages were\n"
                "           removed, inserted or reordered among the run's, which resume\n"
                "           refuses; the stages are then the run's, under the names they\n"
-               "           trained with; else null), eta_s, stages (per stage: name,\n"
+               "           trained with; else null), steps_from (the recipe the steps\n"
+               "           and ETA are of: recipe.yaml, or running-recipe.yaml, what the\n"
+               "           running process read, recipe.yaml edited since; null: none,\n"
+               "           steps null, no ETA), eta_s, stages (per stage: name,\n"
                "           state, step, steps, loss, tokens_per_s, wall_s, eta_s, attempts,\n"
                "           restarts, recoveries, recovery_s_avg (null without one),\n"
                "           skipped_steps (steps whose update was skipped, null before any\n"
@@ -78,14 +82,21 @@ static const char *status_stage_name(const status_view *v, size_t i) {
     return "?";
 }
 
-/* Whether row i's planned steps are known: the recipe reads and has its stage. */
+/* Whether the recipe shown gives the stages' planned steps (status_plan): it reads, and
+ * for a running run whose kept recipe was edited, it is the one that process read. */
+static int status_has_plan(const status_view *v) {
+    return v->have_doc && v->plan != STATUS_PLAN_NONE;
+}
+
+/* Whether row i's planned steps are known: the recipe has them, and its stage. */
 static int status_steps_known(const status_view *v, size_t i) {
-    return v->have_doc && (!v->moved || status_recipe_stage(v, i) >= 0);
+    return status_has_plan(v) && (!v->moved || status_recipe_stage(v, i) >= 0);
 }
 
 static uint64_t status_stage_steps(const status_view *v, size_t i) {
     Baton__Stage *eff = NULL;
     uint64_t n = 0;
+    if (!status_has_plan(v)) return 0; /* no ETA either */
     long j = status_recipe_stage(v, i);
     if (j < 0 && !v->moved && v->have_doc) j = (long)i; /* past the recipe's: its last */
     if (j >= 0 && recipe_effective_stage(&v->doc, (size_t)j, &eff) == 0 && eff) n = eff->steps;
@@ -93,18 +104,31 @@ static uint64_t status_stage_steps(const status_view *v, size_t i) {
     return n;
 }
 
-/* What status says of a running run whose recipe was edited after its process read it. */
+/* What status says of a running run whose recipe was edited after its process read it,
+ * and which recipe's stages, steps and ETA it shows then (status_plan). */
 static void status_warn_edited(const status_view *v) {
     if (!v->recipe_edited) return;
     bt_buf cmd;
     bt_buf_init(&cmd);
+    char shown[4600];
+    if (v->plan == STATUS_PLAN_RUNNING)
+        snprintf(shown, sizeof shown,
+                 "the stages, steps and ETA shown are those of the recipe it read, kept as "
+                 "%s/" RUN_DIR_RUNNING_RECIPE,
+                 v->dir);
+    else
+        snprintf(shown, sizeof shown,
+                 "the recipe it read is not in %s/" RUN_DIR_RUNNING_RECIPE
+                 " (a baton older than this one started it, or the copy could not be written): "
+                 "planned steps are shown as '?' (null in --json), with no ETA",
+                 v->dir);
     fprintf(stderr,
             "baton status: warning: %s/recipe.yaml was edited after the running baton %s "
             "(%s%ld) read it: that process trains the recipe it read, and the edit is taken "
-            "at the next %s (the steps, stages and ETA shown are the edited recipe's)\n",
+            "at the next %s (%s)\n",
             v->dir, v->holder.command,
             v->holder_state == RUN_HOLDER_OTHER_NS ? "in another PID namespace, its pid " : "pid ",
-            (long)v->holder.pid, bt_shell_cmd(&cmd, "baton resume", v->dir));
+            (long)v->holder.pid, bt_shell_cmd(&cmd, "baton resume", v->dir), shown);
     bt_buf_free(&cmd);
 }
 
@@ -119,7 +143,7 @@ static size_t status_n_stages(const status_view *v) {
  * (run_edit_extends), its progress then past the steps it completed with. */
 static int status_stage_todo(const status_view *v, size_t i) {
     return !v->st.stage[i].completed ||
-           (v->have_doc && !v->moved && run_edit_extends(&v->doc, &v->st, i));
+           (status_has_plan(v) && !v->moved && run_edit_extends(&v->doc, &v->st, i));
 }
 
 /* The step stage i reached: metrics.jsonl's last where that is its and it has work
@@ -140,7 +164,8 @@ static const char *status_stage_state(const status_view *v, size_t i) {
 /* A run that completed whose recipe (edited since) has more: stages appended, more steps
  * for its last stage (run_edit.h). Stopped, for 'baton resume' to train them. */
 static int status_more(const status_view *v) {
-    return v->st.completed && v->have_doc && !v->moved && run_edit_work_left(&v->doc, &v->st) != 0;
+    return v->st.completed && status_has_plan(v) && !v->moved &&
+           run_edit_work_left(&v->doc, &v->st) != 0;
 }
 
 /* A run the supervisor gave up on is failed, not stopped: a stopped run was asked to stop
@@ -554,7 +579,7 @@ static int status_run_eta(const status_view *v, double *eta) {
     if (!status_stage_eta(v, v->m_stage, eta)) return 0;
     for (size_t k = (size_t)v->m_stage + 1; k < status_n_stages(v) && v->m_tok > 0; k++) {
         Baton__Stage *eff = NULL;
-        if (v->have_doc && !v->moved && !v->st.stage[k].completed &&
+        if (status_has_plan(v) && !v->moved && !v->st.stage[k].completed &&
             recipe_effective_stage(&v->doc, k, &eff) == 0 && eff)
             *eta +=
                 (double)eff->steps * (double)eff->global_batch * (double)eff->seq_len / v->m_tok;
@@ -720,6 +745,10 @@ static void status_json(bt_buf *b, const status_view *v) {
     status_json_holder(b, v);
     bt_buf_printf(b, ", \"recipe_mismatch\": ");
     status_json_opt_string(b, v->moved ? v->moved_what : "");
+    bt_buf_printf(b, ", \"steps_from\": "); /* the recipe the steps and ETA are of */
+    status_json_opt_string(b, !status_has_plan(v)              ? ""
+                              : v->plan == STATUS_PLAN_RUNNING ? RUN_DIR_RUNNING_RECIPE
+                                                               : "recipe.yaml");
     double eta;
     if (v->have_metrics && v->m_stage < RUN_MAX_STAGES && status_run_eta(v, &eta))
         bt_buf_printf(b, ", \"eta_s\": %.3f", eta); /* the run's (status_run_eta) */
@@ -776,7 +805,7 @@ void run_print_summary(const run_dir *dir) {
     status_view v;
     bt_diag d;
     bt_diag_init(&d);
-    if (status_load(&v, dir->path, &d) != 0) return;
+    if (status_load(&v, dir->path, 1, &d) != 0) return; /* the kept recipe: resume's next */
     v.running = 0;
     bt_buf b;
     bt_buf_init(&b);
@@ -812,7 +841,7 @@ int cmd_status(int argc, char **argv) {
     status_view v;
     bt_diag d;
     bt_diag_init(&d);
-    if (status_load(&v, dir, &d) != 0) {
+    if (status_load(&v, dir, 0, &d) != 0) {
         cli_error("status", &d, 0);
         return BT_EXIT_USAGE;
     }

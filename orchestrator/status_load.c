@@ -231,12 +231,32 @@ static void status_holder(status_view *v) {
     free(text);
 }
 
-int status_load(status_view *v, const char *dir, bt_diag *diag) {
+/* The recipe whose stages and planned steps are shown (v->plan): the kept one, or for a
+ * running run whose kept copy was edited after its process read it (unless kept_only) the
+ * bytes that process read, RUN_DIR_RUNNING_RECIPE, taken only when they are the ones its
+ * record names; where they are not there (a baton older than the copy, a write that
+ * failed), none: the kept recipe for the stage names, no planned steps. */
+static void status_pick_recipe(status_view *v, int kept_only) {
+    char path[4200];
+    bt_diag ignore;
+    bt_diag_init(&ignore);
+    snprintf(path, sizeof path, "%s/%s", v->dir, RUN_DIR_RUNNING_RECIPE);
+    if (v->recipe_edited && !kept_only && recipe_load_kept(path, &v->doc, &ignore) == 0) {
+        if (crc32c_update(0, v->doc.text, v->doc.text_len) == v->holder.recipe_crc32c) {
+            v->have_doc = 1, v->plan = STATUS_PLAN_RUNNING;
+            return;
+        }
+        recipe_doc_free(&v->doc);
+    }
+    snprintf(path, sizeof path, "%s/recipe.yaml", v->dir);
+    v->have_doc = status_load_recipe(v, path);
+    v->plan = v->have_doc && (!v->recipe_edited || kept_only) ? STATUS_PLAN_KEPT : STATUS_PLAN_NONE;
+}
+
+int status_load(status_view *v, const char *dir, int kept_only, bt_diag *diag) {
     memset(v, 0, sizeof *v);
     v->dir = dir;
     if (run_dir_check_arg("status", dir, diag) != 0) return BT_EINVAL;
-    char recipe[4200];
-    snprintf(recipe, sizeof recipe, "%s/recipe.yaml", dir);
     journal_tail tail;
     int rc = journal_read(dir, &v->rec, &v->n, &tail, diag);
     if (rc == 0 && tail.damaged) {
@@ -268,12 +288,12 @@ int status_load(status_view *v, const char *dir, bt_diag *diag) {
     bt_diag ignore;
     bt_diag_init(&ignore);
     if (run_dir_read_worker(dir, v->worker, sizeof v->worker, &ignore) <= 0) v->worker[0] = '\0';
-    v->have_doc = v->creating ? 0 : status_load_recipe(v, recipe);
+    v->running = run_dir_busy(dir);
+    if (v->running) status_holder(v);
+    if (!v->creating) status_pick_recipe(v, kept_only);
     if (v->have_doc) status_apply_overrides(v, &ignore);
     run_state_replay(&v->st, v->rec, v->n);
     if (v->have_doc) status_check_moved(v);
-    v->running = run_dir_busy(dir);
-    if (v->running) status_holder(v);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     v->now = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;

@@ -31,6 +31,15 @@ typedef struct status_point {
 
 #define STATUS_RECENT 16 /* the lines the ETA's pace is taken over */
 
+/* Which recipe the stages' planned steps and the ETA are of. */
+typedef enum status_plan {
+    STATUS_PLAN_NONE = 0, /* none: the kept recipe cannot be read, or it was edited after the
+                           * running process read it and what that read is not kept */
+    STATUS_PLAN_KEPT,     /* RUN_DIR/recipe.yaml, what runs or what a resume takes */
+    STATUS_PLAN_RUNNING,  /* RUN_DIR_RUNNING_RECIPE: what the running process read, the kept
+                           * recipe edited since */
+} status_plan;
+
 typedef struct status_view {
     const char *dir;
     recipe_doc doc;
@@ -43,6 +52,7 @@ typedef struct status_view {
     run_holder holder;
     run_holder_state holder_state; /* what its record is worth, when has_holder */
     int recipe_edited;             /* RUN_DIR/recipe.yaml is not what that process read */
+    status_plan plan;              /* which recipe doc is, for the planned steps */
     int not_started;               /* made by baton run or submit, no journal record yet */
     int creating;      /* being made by a baton run that holds it: no workdir, no journal */
     char job_id[64];   /* baton submit's job (RUN_DIR/job_id), or "" */
@@ -66,12 +76,15 @@ typedef struct status_view {
     size_t n_rec;
 } status_view;
 
-/* The run directory dir (kept as v->dir: it must outlive v) read into *v: 0, or BT_EINVAL
- * (diag) when it is no run directory (missing, not a directory, its journal not a file,
- * missing or empty but not a new run's: status_no_records) or its journal holds no whole
- * record. Warnings (a damaged journal's tail, a kept recipe that cannot be read, overrides
- * changed since the run started, stages moved) are said on stderr. */
-int status_load(status_view *v, const char *dir, bt_diag *diag);
+/* The run directory dir (kept as v->dir: it must outlive v) read into *v, the stages'
+ * planned steps those of the recipe the running process read where the kept one was
+ * edited since (status_plan), or with kept_only the kept recipe's (baton run's closing
+ * summary: what a resume takes next): 0, or BT_EINVAL (diag) when it is no run directory
+ * (missing, not a directory, its journal not a file, missing or empty but not a new
+ * run's: status_no_records) or its journal holds no whole record. Warnings (a damaged
+ * journal's tail, a kept recipe that cannot be read, overrides changed since the run
+ * started, stages moved) are said on stderr. */
+int status_load(status_view *v, const char *dir, int kept_only, bt_diag *diag);
 void status_free(status_view *v);
 
 #endif
