@@ -1,83 +1,24 @@
 /* baton status RUN_DIR [--json]: a run's state from its journal, checkpoints and
- * metrics; also the summary table `baton run` prints at the end. */
+ * metrics (read by status_load.c), said as text or JSON; also the summary table `baton
+ * run` prints at the end. */
 #define _GNU_SOURCE /* sigabbrev_np */
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
-#include "ckpt/crc32c.h"
 #include "cli.h"
 #include "launch_slurm.h"
 #include "recipe.h"
-#include "run/journal.h"
 #include "run/run_dir.h"
 #include "run/run_edit.h"
-#include "run/run_holder.h"
-#include "run/run_state.h"
 #include "run/supervise.h"
+#include "status_load.h"
 #include "util/buf.h"
-#include "util/file.h"
 #include "util/shquote.h"
-
-/* A stage's latest step as metrics.jsonl has it; a field it lacks (or has as null) is
- * unknown. */
-typedef struct status_last {
-    int has_loss, has_tok, has_skipped;
-    double time, loss, tok;
-    double skipped; /* the stage's steps whose update was skipped, so far */
-} status_last;
-
-/* One line of metrics.jsonl, for the recent pace of the running stage. */
-typedef struct status_point {
-    double time;
-    uint64_t step;
-    uint32_t stage, attempt;
-} status_point;
-
-#define STATUS_RECENT 16 /* the lines the ETA's pace is taken over */
-
-typedef struct status_view {
-    const char *dir;
-    recipe_doc doc;
-    int have_doc;
-    Baton__JournalRecord **rec;
-    size_t n;
-    run_state st;
-    int running;
-    int has_holder; /* running, and the process holding it known (run_holder.h) */
-    run_holder holder;
-    run_holder_state holder_state; /* what its record is worth, when has_holder */
-    int recipe_edited;             /* RUN_DIR/recipe.yaml is not what that process read */
-    int not_started;               /* made by baton run or submit, no journal record yet */
-    int creating;      /* being made by a baton run that holds it: no workdir, no journal */
-    char job_id[64];   /* baton submit's job (RUN_DIR/job_id), or "" */
-    char worker[4200]; /* the --worker the run was started with (RUN_DIR/worker), or "" */
-    uint64_t m_step;   /* from metrics.jsonl's last line, if any */
-    uint32_t m_stage;
-    double m_step_time, m_loss, m_tok;
-    int have_metrics;
-    status_last last[RUN_MAX_STAGES];   /* per stage: its last line of metrics.jsonl */
-    status_point recent[STATUS_RECENT]; /* the last lines, recent[n_lines % STATUS_RECENT] next */
-    int has_valid[RUN_MAX_STAGES];      /* per stage: valid.jsonl's last line for it */
-    double valid[RUN_MAX_STAGES];
-    size_t n_lines;
-    double now; /* unix seconds when status looked */
-    /* the kept recipe's stages removed, inserted or reordered among the run's (which resume
-     * refuses: run_edit_moved): what changed, and the rows then shown under the names the
-     * run's stages trained with (rec) */
-    int moved;
-    char moved_what[600];
-    char *rec_names[RUN_MAX_STAGES];
-    size_t n_rec;
-} status_view;
 
 static void status_usage(FILE *f) {
     fprintf(f, "usage: baton status RUN_DIR [--json]\n\n"
@@ -90,7 +31,8 @@ static void status_usage(FILE *f) {
                "being created. A running run names the process working in it (baton run\n"
                "or resume, its pid and host, since when: 'baton stop RUN_DIR' stops it), and\n"
                "warns when RUN_DIR/recipe.yaml was edited after that process read it (the\n"
-               "edit is taken at the next 'baton resume').\n\n"
+               "edit is taken at the next 'baton resume'): the steps and ETA shown are then\n"
+               "those of the recipe it read (RUN_DIR/running-recipe.yaml).\n\n"
                "  --json   one JSON object instead: run_dir, state (completed, running,\n"
                "           stopped, failed, not_started: made by baton run or submit, no\n"
                "           attempt yet), failures, restarts, recoveries, failure (why a\n"
@@ -103,7 +45,10 @@ static void status_usage(FILE *f) {
                "           recipe_mismatch (how the kept recipe's stages were\n"
                "           removed, inserted or reordered among the run's, which resume\n"
                "           refuses; the stages are then the run's, under the names they\n"
-               "           trained with; else null), eta_s, stages (per stage: name,\n"
+               "           trained with; else null), steps_from (the recipe the steps\n"
+               "           and ETA are of: recipe.yaml, or running-recipe.yaml, what the\n"
+               "           running process read, recipe.yaml edited since; null: none,\n"
+               "           steps null, no ETA), eta_s, stages (per stage: name,\n"
                "           state, step, steps, loss, tokens_per_s, wall_s, eta_s, attempts,\n"
                "           restarts, recoveries, recovery_s_avg (null without one),\n"
                "           skipped_steps (steps whose update was skipped, null before any\n"
@@ -137,14 +82,21 @@ static const char *status_stage_name(const status_view *v, size_t i) {
     return "?";
 }
 
-/* Whether row i's planned steps are known: the recipe reads and has its stage. */
+/* Whether the recipe shown gives the stages' planned steps (status_plan): it reads, and
+ * for a running run whose kept recipe was edited, it is the one that process read. */
+static int status_has_plan(const status_view *v) {
+    return v->have_doc && v->plan != STATUS_PLAN_NONE;
+}
+
+/* Whether row i's planned steps are known: the recipe has them, and its stage. */
 static int status_steps_known(const status_view *v, size_t i) {
-    return v->have_doc && (!v->moved || status_recipe_stage(v, i) >= 0);
+    return status_has_plan(v) && (!v->moved || status_recipe_stage(v, i) >= 0);
 }
 
 static uint64_t status_stage_steps(const status_view *v, size_t i) {
     Baton__Stage *eff = NULL;
     uint64_t n = 0;
+    if (!status_has_plan(v)) return 0; /* no ETA either */
     long j = status_recipe_stage(v, i);
     if (j < 0 && !v->moved && v->have_doc) j = (long)i; /* past the recipe's: its last */
     if (j >= 0 && recipe_effective_stage(&v->doc, (size_t)j, &eff) == 0 && eff) n = eff->steps;
@@ -152,322 +104,32 @@ static uint64_t status_stage_steps(const status_view *v, size_t i) {
     return n;
 }
 
-/* The kept recipe against the run's stages (run_edit_moved): moved, the rows are the run's
- * stages under the names they trained with, and a warning says why. */
-static void status_check_moved(status_view *v) {
-    size_t at = 0;
-    v->n_rec = v->st.n_stages < RUN_MAX_STAGES ? v->st.n_stages : RUN_MAX_STAGES;
-    run_edit_names(v->dir, v->n_rec, v->rec_names);
-    v->moved =
-        run_edit_moved(v->rec_names, v->n_rec, &v->doc, v->moved_what, sizeof v->moved_what, &at);
-    if (v->moved)
-        fprintf(stderr,
-                "baton status: warning: the kept recipe (%s/recipe.yaml) no longer matches "
-                "the run's stages: %s; 'baton resume' refuses it until they are back in their "
-                "order. Shown: the run's stages under the names they trained with\n",
-                v->dir, v->moved_what);
-}
-
-static double status_num(const char *line, const char *key) {
-    const char *p = strstr(line, key);
-    return p ? strtod(p + strlen(key), NULL) : 0;
-}
-
-/* The number after key in line; 0 when key is missing or its value is not a number (a
- * null included). */
-static int status_field(const char *line, const char *key, double *out) {
-    return bt_json_line_num(line, key, out) == 0 && !isnan(*out);
-}
-
-static void status_metrics_line(status_view *v, const char *line) {
-    double stage, x;
-    if (!status_field(line, "\"stage_index\": ", &stage) || stage < 0 || stage >= RUN_MAX_STAGES)
-        return;
-    status_last *l = &v->last[(size_t)stage];
-    l->time = status_field(line, "\"time\": ", &x) ? x : 0;
-    l->has_loss = status_field(line, "\"loss\": ", &l->loss);
-    l->has_tok = status_field(line, "\"tokens_per_s\": ", &l->tok);
-    l->has_skipped = status_field(line, "\"skipped_steps\": ", &l->skipped);
-    double step, attempt;
-    if (!status_field(line, "\"step\": ", &step) || !status_field(line, "\"attempt\": ", &attempt))
-        return;
-    v->recent[v->n_lines++ % STATUS_RECENT] = (status_point){.time = l->time,
-                                                             .step = (uint64_t)step,
-                                                             .stage = (uint32_t)stage,
-                                                             .attempt = (uint32_t)attempt};
-}
-
-/* Each whole line of RUN_DIR/name to on_line; a torn line (or one longer than any baton
- * writes) is skipped. Returns the last line it passed on into last ("" for none). */
-static void status_jsonl(status_view *v, const char *name,
-                         void (*on_line)(status_view *v, const char *line), char *last,
-                         size_t cap) {
-    char path[4200], line[4096];
-    last[0] = '\0';
-    snprintf(path, sizeof path, "%s/%s", v->dir, name);
-    FILE *f = bt_fopen_private(path, "r"); /* a FIFO there is refused, never waited on */
-    if (f == NULL) return;
-    while (fgets(line, sizeof line, f)) {
-        if (strchr(line, '\n') == NULL) continue;
-        snprintf(last, cap, "%s", line);
-        on_line(v, line);
-    }
-    fclose(f);
-}
-
-static void status_metrics(status_view *v) {
-    char last[4096];
-    status_jsonl(v, "metrics.jsonl", status_metrics_line, last, sizeof last);
-    if (last[0] == '\0') return;
-    v->have_metrics = 1;
-    v->m_step = (uint64_t)status_num(last, "\"step\": ");
-    v->m_stage = (uint32_t)status_num(last, "\"stage_index\": ");
-    v->m_step_time = status_num(last, "\"step_time_s\": ");
-    v->m_loss = status_num(last, "\"loss\": ");
-    v->m_tok = status_num(last, "\"tokens_per_s\": ");
-}
-
-/* A stage's closing validation loss from a line of valid.jsonl (the last for it stays). */
-static void status_valid_line(status_view *v, const char *line) {
-    double stage, loss;
-    if (!status_field(line, "\"stage_index\": ", &stage) || stage < 0 || stage >= RUN_MAX_STAGES ||
-        !status_field(line, "\"valid_loss\": ", &loss))
-        return;
-    v->has_valid[(size_t)stage] = 1, v->valid[(size_t)stage] = loss;
-}
-
-static void status_valid(status_view *v) {
-    char last[4096];
-    status_jsonl(v, "valid.jsonl", status_valid_line, last, sizeof last);
-}
-
-/* The run's --set overrides, so that step counts are the run's: those the journal kept as
- * the run started (a warning when RUN_DIR/overrides is lost, cannot be read — a FIFO, a
- * link, over 1 MiB — or differs, which resume refuses), else RUN_DIR/overrides. */
-static void status_apply_overrides(status_view *v, bt_diag *diag) {
-    char path[4200], *kept = NULL, what[200];
-    size_t kept_n = 0;
-    uint32_t crc = 0;
-    snprintf(path, sizeof path, "%s/overrides", v->dir);
-    int have = bt_read_private(path, 1 << 20, 0, &kept, &kept_n) == 0, err = errno;
-    const Baton__JournalRecord *rs = journal_run_started(v->rec, v->n);
-    const char *started = rs && rs->overrides ? rs->overrides : NULL;
-    if (started) crc = rs->overrides_crc32c;
-    if (have)
-        snprintf(what, sizeof what, "was changed since the run started");
-    else if (err == ENOENT)
-        snprintf(what, sizeof what, "is missing since the run started");
-    else
-        snprintf(what, sizeof what, "cannot be read (%s)", bt_file_why(err));
-    if (started && (!have || crc32c_update(0, kept, kept_n) != crc))
-        fprintf(stderr,
-                "baton status: warning: %s %s; showing the run's own overrides, which the "
-                "journal keeps\n",
-                path, what);
-    const char *text = started ? started : have ? kept : "";
-    for (const char *p = text; *p;) {
-        size_t len = strcspn(p, "\n");
-        char line[1024];
-        if (len > 0 && len < sizeof line) {
-            memcpy(line, p, len);
-            line[len] = '\0';
-            recipe_apply_set(&v->doc, line, diag);
-        }
-        p += len + (p[len] == '\n');
-    }
-    free(kept);
-}
-
-/* Whether dir is a run directory baton run or submit made (RUN_DIR/workdir) whose run
- * has not started: no journal record yet, and no checkpoint or attempt's spec (a run
- * whose journal was lost is no new one). */
-static int status_is_new_run(const char *dir) {
-    run_dir d = {.lock_fd = -1};
-    char what[300];
-    snprintf(d.path, sizeof d.path, "%s", dir);
-    if (!run_dir_has_file(dir, "workdir", NULL)) return 0;
-    bt_diag ignore;
-    bt_diag_init(&ignore);
-    return run_dir_has_history(&d, what, sizeof what, &ignore) == 0;
-}
-
-/* A one-line file of the run directory (job_id) into out, its line break dropped; "" when
- * it is missing. */
-static void status_read_line(const char *dir, const char *name, char *out, size_t cap) {
-    char path[4200], *text = NULL;
-    size_t n = 0;
-    out[0] = '\0';
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    if (bt_read_private(path, 4096, 0, &text, &n) != 0) return;
-    snprintf(out, cap, "%.*s", (int)strcspn(text, "\n"), text);
-    free(text);
-}
-
-/* Why dir cannot be a run directory before its journal is read: it is missing or not a
- * directory, or its journal is not a file; 0 when none of these (a missing or empty
- * journal is judged once it is read: status_no_records). */
-static int status_check_dir(const char *dir, bt_diag *diag) {
-    struct stat st;
-    char journal[4200];
-    if (dir[0] == '\0') {
-        bt_diag_set(diag, "'': an empty name; give a run directory");
-        return BT_EINVAL;
-    }
-    if (stat(dir, &st) != 0) {
-        if (errno == ENOENT)
-            bt_diag_set(diag, "%s: no such directory", dir);
-        else
-            bt_diag_set(diag, "%s: cannot read: %s", dir, strerror(errno));
-        return BT_EINVAL;
-    }
-    if (!S_ISDIR(st.st_mode)) {
-        bt_diag_set(diag, "%s: not a directory", dir);
-        return BT_EINVAL;
-    }
-    snprintf(journal, sizeof journal, "%s/journal", dir);
-    if (stat(journal, &st) != 0) return 0; /* no journal: said after reading it */
-    if (S_ISREG(st.st_mode)) return 0;     /* an empty one: said after reading it */
-    bt_diag_set(diag, "%s: not a run directory (its journal is not a file)", dir);
-    return BT_EINVAL;
-}
-
-/* A journal that is missing or empty (journal says which) in dir, not a new run's: a run
- * baton run is making now (it holds the lock, and writes the journal once the directory is
- * ready, before any attempt's spec or checkpoint: *creating set, 0), one whose journal was
- * lost while a baton run holds it (checkpoints or specs in it) or after (what baton resume
- * says), or no run directory at all (BT_EINVAL). */
-static int status_no_records(const char *dir, const char *journal, int *creating, bt_diag *diag) {
-    run_dir d = {.lock_fd = -1, .dir_lock_fd = -1};
-    char what[300];
-    bt_diag ignore;
-    bt_diag_init(&ignore);
-    snprintf(d.path, sizeof d.path, "%s", dir);
-    int history = run_dir_has_history(&d, what, sizeof what, &ignore) > 0;
-    if (run_dir_busy(dir) && !history) {
-        *creating = 1;
-        return 0;
-    }
-    if (history && run_dir_busy(dir))
-        bt_diag_set(diag,
-                    "%s/%s is missing or empty, but a baton run holds this directory and a run "
-                    "already worked in it (it holds %s): the journal was lost while the run "
-                    "works (one whose journal is removed stops); without it baton cannot tell "
-                    "which stages completed, and baton resume refuses it too; restore the "
-                    "journal, or start a new run in another --run-dir",
-                    dir, JOURNAL_FILE, what);
-    else if (history)
-        bt_diag_set(diag,
-                    "%s/%s is missing or empty, but a run already worked in this directory (it "
-                    "holds %s): without its journal baton cannot tell which stages completed, "
-                    "and baton resume refuses it too; restore the journal, or start a new run "
-                    "in another --run-dir (a checkpoint here can be its recipe's init)",
-                    dir, JOURNAL_FILE, what);
-    else
-        bt_diag_set(diag, "%s: not a run directory (%s)", dir, journal);
-    return BT_EINVAL;
-}
-
-/* The kept recipe (stage names, planned steps); one that cannot be read is said, as its
- * stages are shown as '?' without their steps then. */
-static int status_load_recipe(status_view *v, const char *recipe) {
-    bt_diag d;
-    bt_diag_init(&d);
-    if (recipe_load_kept(recipe, &v->doc, &d) == 0) return 1;
-    fprintf(stderr,
-            "baton status: warning: the run's kept recipe cannot be read (%s): stage names are "
-            "shown as '?' and planned steps as '?' (null in --json); 'baton resume' refuses it "
-            "too until it is mended\n",
-            d.msg[0] ? d.msg : recipe);
-    return 0;
-}
-
-/* The process holding a running run, and whether the kept recipe is still the one it read
- * (an edit is taken by the next baton resume only: the recipe is read once). */
-static void status_holder(status_view *v) {
-    char path[4200], *text = NULL;
-    size_t n = 0;
-    /* a record is shown once its process is checked to hold the lock file, or when it
-     * cannot be checked from here (said so); never a stale one */
-    v->holder_state = run_holder_find(v->dir, &v->holder);
-    v->has_holder =
-        v->holder_state == RUN_HOLDER_HELD || v->holder_state == RUN_HOLDER_OTHER_HOST ||
-        v->holder_state == RUN_HOLDER_OTHER_NS || v->holder_state == RUN_HOLDER_UNVERIFIED;
-    snprintf(path, sizeof path, "%s/recipe.yaml", v->dir);
-    if (v->has_holder && bt_read_private(path, 64u << 20, 0, &text, &n) == 0)
-        v->recipe_edited = crc32c_update(0, text, n) != v->holder.recipe_crc32c;
-    free(text);
-}
-
-/* What status says of a running run whose recipe was edited after its process read it. */
+/* What status says of a running run whose recipe was edited after its process read it,
+ * and which recipe's stages, steps and ETA it shows then (status_plan). */
 static void status_warn_edited(const status_view *v) {
     if (!v->recipe_edited) return;
     bt_buf cmd;
     bt_buf_init(&cmd);
+    char shown[4600];
+    if (v->plan == STATUS_PLAN_RUNNING)
+        snprintf(shown, sizeof shown,
+                 "the stages, steps and ETA shown are those of the recipe it read, kept as "
+                 "%s/" RUN_DIR_RUNNING_RECIPE,
+                 v->dir);
+    else
+        snprintf(shown, sizeof shown,
+                 "the recipe it read is not in %s/" RUN_DIR_RUNNING_RECIPE
+                 " (a baton older than this one started it, or the copy could not be written): "
+                 "planned steps are shown as '?' (null in --json), with no ETA",
+                 v->dir);
     fprintf(stderr,
             "baton status: warning: %s/recipe.yaml was edited after the running baton %s "
             "(%s%ld) read it: that process trains the recipe it read, and the edit is taken "
-            "at the next %s (the steps, stages and ETA shown are the edited recipe's)\n",
+            "at the next %s (%s)\n",
             v->dir, v->holder.command,
             v->holder_state == RUN_HOLDER_OTHER_NS ? "in another PID namespace, its pid " : "pid ",
-            (long)v->holder.pid, bt_shell_cmd(&cmd, "baton resume", v->dir));
+            (long)v->holder.pid, bt_shell_cmd(&cmd, "baton resume", v->dir), shown);
     bt_buf_free(&cmd);
-}
-
-static int status_load(status_view *v, const char *dir, bt_diag *diag) {
-    memset(v, 0, sizeof *v);
-    v->dir = dir;
-    if (status_check_dir(dir, diag) != 0) return BT_EINVAL;
-    char recipe[4200];
-    snprintf(recipe, sizeof recipe, "%s/recipe.yaml", dir);
-    journal_tail tail;
-    int rc = journal_read(dir, &v->rec, &v->n, &tail, diag);
-    if (rc == 0 && tail.damaged) {
-        bt_diag w;
-        bt_diag_init(&w);
-        journal_diag_damaged(dir, &tail, &w);
-        fprintf(stderr, "baton status: warning: %s; shown: the %zu records before it\n", w.msg,
-                v->n);
-    }
-    if (rc == 0 && v->n == 0 && tail.size > 0) { /* there, but nothing to show of it */
-        bt_diag_set(diag, "%s: its journal holds no whole record (%zu bytes: cut short or damaged)",
-                    dir, tail.size);
-        rc = BT_EINVAL;
-    } else if (rc == 0 && v->n == 0 && status_is_new_run(dir)) {
-        v->not_started = 1;
-        status_read_line(dir, "job_id", v->job_id, sizeof v->job_id);
-    } else if (rc == 0 && v->n == 0) {
-        char journal[4200];
-        snprintf(journal, sizeof journal, "%s/%s", dir, JOURNAL_FILE);
-        rc = status_no_records(dir,
-                               access(journal, F_OK) == 0 ? "its journal is empty" : "no journal",
-                               &v->creating, diag);
-    }
-    if (rc != 0) {
-        journal_records_free(v->rec, v->n); /* an empty array may be allocated */
-        v->rec = NULL, v->n = 0;
-        return rc;
-    }
-    bt_diag ignore;
-    bt_diag_init(&ignore);
-    if (run_dir_read_worker(dir, v->worker, sizeof v->worker, &ignore) <= 0) v->worker[0] = '\0';
-    v->have_doc = v->creating ? 0 : status_load_recipe(v, recipe);
-    if (v->have_doc) status_apply_overrides(v, &ignore);
-    run_state_replay(&v->st, v->rec, v->n);
-    if (v->have_doc) status_check_moved(v);
-    v->running = run_dir_busy(dir);
-    if (v->running) status_holder(v);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    v->now = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-    status_metrics(v);
-    status_valid(v);
-    return 0;
-}
-
-static void status_free(status_view *v) {
-    journal_records_free(v->rec, v->n);
-    run_edit_names_free(v->rec_names, v->n_rec);
-    if (v->have_doc) recipe_doc_free(&v->doc);
 }
 
 static size_t status_n_stages(const status_view *v) {
@@ -481,7 +143,7 @@ static size_t status_n_stages(const status_view *v) {
  * (run_edit_extends), its progress then past the steps it completed with. */
 static int status_stage_todo(const status_view *v, size_t i) {
     return !v->st.stage[i].completed ||
-           (v->have_doc && !v->moved && run_edit_extends(&v->doc, &v->st, i));
+           (status_has_plan(v) && !v->moved && run_edit_extends(&v->doc, &v->st, i));
 }
 
 /* The step stage i reached: metrics.jsonl's last where that is its and it has work
@@ -502,7 +164,8 @@ static const char *status_stage_state(const status_view *v, size_t i) {
 /* A run that completed whose recipe (edited since) has more: stages appended, more steps
  * for its last stage (run_edit.h). Stopped, for 'baton resume' to train them. */
 static int status_more(const status_view *v) {
-    return v->st.completed && v->have_doc && !v->moved && run_edit_work_left(&v->doc, &v->st) != 0;
+    return v->st.completed && status_has_plan(v) && !v->moved &&
+           run_edit_work_left(&v->doc, &v->st) != 0;
 }
 
 /* A run the supervisor gave up on is failed, not stopped: a stopped run was asked to stop
@@ -916,7 +579,7 @@ static int status_run_eta(const status_view *v, double *eta) {
     if (!status_stage_eta(v, v->m_stage, eta)) return 0;
     for (size_t k = (size_t)v->m_stage + 1; k < status_n_stages(v) && v->m_tok > 0; k++) {
         Baton__Stage *eff = NULL;
-        if (v->have_doc && !v->moved && !v->st.stage[k].completed &&
+        if (status_has_plan(v) && !v->moved && !v->st.stage[k].completed &&
             recipe_effective_stage(&v->doc, k, &eff) == 0 && eff)
             *eta +=
                 (double)eff->steps * (double)eff->global_batch * (double)eff->seq_len / v->m_tok;
@@ -1082,6 +745,10 @@ static void status_json(bt_buf *b, const status_view *v) {
     status_json_holder(b, v);
     bt_buf_printf(b, ", \"recipe_mismatch\": ");
     status_json_opt_string(b, v->moved ? v->moved_what : "");
+    bt_buf_printf(b, ", \"steps_from\": "); /* the recipe the steps and ETA are of */
+    status_json_opt_string(b, !status_has_plan(v)              ? ""
+                              : v->plan == STATUS_PLAN_RUNNING ? RUN_DIR_RUNNING_RECIPE
+                                                               : "recipe.yaml");
     double eta;
     if (v->have_metrics && v->m_stage < RUN_MAX_STAGES && status_run_eta(v, &eta))
         bt_buf_printf(b, ", \"eta_s\": %.3f", eta); /* the run's (status_run_eta) */
@@ -1138,7 +805,7 @@ void run_print_summary(const run_dir *dir) {
     status_view v;
     bt_diag d;
     bt_diag_init(&d);
-    if (status_load(&v, dir->path, &d) != 0) return;
+    if (status_load(&v, dir->path, 1, &d) != 0) return; /* the kept recipe: resume's next */
     v.running = 0;
     bt_buf b;
     bt_buf_init(&b);
@@ -1174,7 +841,7 @@ int cmd_status(int argc, char **argv) {
     status_view v;
     bt_diag d;
     bt_diag_init(&d);
-    if (status_load(&v, dir, &d) != 0) {
+    if (status_load(&v, dir, 0, &d) != 0) {
         cli_error("status", &d, 0);
         return BT_EXIT_USAGE;
     }

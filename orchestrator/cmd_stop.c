@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/pidfd.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -160,14 +159,14 @@ static void stop_wait(const char *dir, const run_holder *h) {
     cmd_status(2, argv);
 }
 
-/* RUN_DIR checked: a directory, a run's (a journal or a lock file in it). */
+/* RUN_DIR checked: a directory (run_dir_check_arg), a run's (a journal or a lock file in
+ * it). */
 static int stop_check_dir(const char *dir) {
-    struct stat st;
     char file[4200], lock[4200];
-    int found = stat(dir, &st) == 0;
-    if (!found || !S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "baton stop: %s: %s\n", dir,
-                found ? "not a directory (baton stop takes a run directory)" : strerror(errno));
+    bt_diag d;
+    bt_diag_init(&d);
+    if (run_dir_check_arg("stop", dir, &d) != 0) {
+        cli_error("stop", &d, 0);
         return BT_EXIT_USAGE;
     }
     snprintf(file, sizeof file, "%s/%s", dir, JOURNAL_FILE);

@@ -201,6 +201,20 @@ static int run_dir_check_overrides(run_dir *d, const char *overrides, bt_diag *d
     return rc;
 }
 
+/* The recipe's bytes this process works with, as RUN_DIR_RUNNING_RECIPE, written each time
+ * one takes the run: the kept recipe.yaml may be edited while it runs (the edit is taken
+ * at the next resume), and baton status then shows the steps and ETA of what runs, from
+ * this copy (only when its CRC32C is the one the holder's record names, run_holder.h). A
+ * failure (a full disk) is not said: status then shows no planned steps for an edited
+ * recipe of the run. */
+static void run_dir_note_running(const run_dir *d, const recipe_doc *recipe) {
+    char path[4200];
+    bt_diag ignore;
+    bt_diag_init(&ignore);
+    run_dir_file(d, RUN_DIR_RUNNING_RECIPE, path, sizeof path);
+    ckpt_write_file_atomic(path, recipe->text, recipe->text_len, &ignore);
+}
+
 /* The recipe's bytes as loaded kept (recipe.yaml), and the overrides: never the recipe's
  * file read again, which a pipe or FIFO cannot give twice (an empty copy: a run that
  * cannot be resumed) and an editor may have changed since it was parsed. */
@@ -214,6 +228,7 @@ static int run_dir_recipe(run_dir *d, const recipe_doc *recipe, const char *over
     if (rc == 1) run_dir_other_recipe(d, recipe, diag);
     rc = rc ? rc : run_dir_keep(d, "overrides", overrides, strlen(overrides), diag);
     if (rc == 1) run_dir_other_sets(d, overrides, diag);
+    if (rc == 0) run_dir_note_running(d, recipe);
     return rc == 1 ? BT_EINVAL : rc;
 }
 

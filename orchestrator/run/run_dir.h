@@ -1,9 +1,9 @@
 /* A run directory: everything one `baton run` owns, 0700; one that another user owns or
  * may write is refused, and so is a symbolic link where baton keeps a file or directory
  * (it opens them O_NOFOLLOW). What it holds, under fixed names: run_dir_names, each said
- * there (recipe.yaml, overrides, workdir, worker, secret, run_id, lock, journal,
- * metrics.jsonl, valid.jsonl, job_id, baton.sbatch, specs/, logs/, checkpoints/, tb/,
- * rolled-back/). */
+ * there (recipe.yaml, running-recipe.yaml, overrides, workdir, worker, secret, run_id,
+ * lock, journal, metrics.jsonl, valid.jsonl, job_id, baton.sbatch, specs/, logs/,
+ * checkpoints/, tb/, rolled-back/). */
 #ifndef BATON_RUN_DIR_H
 #define BATON_RUN_DIR_H
 
@@ -35,6 +35,8 @@ extern const run_dir_name run_dir_names[];
 extern const size_t run_dir_n_names;
 /* The most names run_dir_names may hold (run_dir.had: checked where the table is). */
 #define RUN_DIR_NAMES_MAX 32
+/* The copy of the recipe bytes the process that took the run last read (run_dir_open). */
+#define RUN_DIR_RUNNING_RECIPE "running-recipe.yaml"
 /* name's entry in run_dir_names, or NULL. */
 const run_dir_name *run_dir_name_of(const char *name);
 /* Whether st (lstat's) is of e's kind: a directory, or a regular file. */
@@ -117,6 +119,12 @@ void run_dir_sets_line(const char *text, char *out, size_t cap);
 int run_dir_read_overrides(const run_dir *d, char **text, size_t *n);
 /* Whether a baton run holds path's lock now (tested, not taken). */
 int run_dir_busy(const char *path);
+/* run_dir_arg.c: a run directory dir named on baton CMD's command line (status, stop),
+ * checked before anything in it is read: BT_EINVAL, diag saying which ("'': an empty name;
+ * give a run directory", "DIR: no such directory", "DIR: cannot read: ...", "DIR: not a
+ * directory (baton CMD takes a run directory)", "DIR: not a run directory (its journal is
+ * not a file)"), else 0: a journal missing or empty is for the caller to judge. */
+int run_dir_check_arg(const char *cmd, const char *dir, bt_diag *diag);
 /* Every dataset the recipe's stages read (train, mix, valid) exists and opens. */
 int run_dir_check_data(const recipe_doc *doc, bt_diag *diag);
 /* A run's start (`baton run` or `baton submit` on a run directory without RUN_DIR/workdir

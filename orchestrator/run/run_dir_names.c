@@ -15,6 +15,10 @@ const run_dir_name run_dir_names[] = {
     /* the recipe as given: the bytes baton parsed, never the file read again (what `baton
      * resume` reruns) */
     {"recipe.yaml", RUN_DIR_LINKS},
+    /* the recipe's bytes the baton run, resume or submit that took the run last started
+     * with (written each time one takes it), while recipe.yaml may be edited for the next
+     * resume: what baton status shows the steps and ETA of while that one runs */
+    {RUN_DIR_RUNNING_RECIPE, RUN_DIR_LINKS},
     /* its --set assignments, one per line (reapplied by `baton resume`) */
     {"overrides", RUN_DIR_LINKS},
     /* the directory the run started in (run_dir_note_start): a file holding its path */

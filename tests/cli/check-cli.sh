@@ -127,13 +127,19 @@ expect 2 "^baton resume: $msg/open/typo: no such directory$" -- resume "$msg/ope
 expect 2 "^baton resume: $msg/open/r: not used as a run directory: $msg/open, a directory above it, is writable by others" -- \
   resume "$msg/open/r"
 expect 2 "^baton status: $msg/missing: no such directory$" -- status "$msg/missing"
-expect 2 "^baton status: $msg/afile: not a directory$" -- status "$msg/afile"
+expect 2 "^baton status: $msg/afile: not a directory \\(baton status takes a run directory\\)$" -- status "$msg/afile"
 expect 2 "^baton status: $msg/empty: not a run directory \\(no journal\\)$" -- status "$msg/empty"
 expect 2 "^baton status: $msg/j0: not a run directory \\(its journal is empty\\)$" -- status "$msg/j0"
 # a journal cut short before its first whole record is there all the same: not "no journal"
 mkdir "$msg/j5" && printf '\x20\x00\x00\x00\x01' >"$msg/j5/journal"
 expect 2 "^baton status: $msg/j5: its journal holds no whole record \\(5 bytes: cut short or damaged\\)$" -- status "$msg/j5"
 expect 2 "^baton status: $msg/jdir: not a run directory \\(its journal is not a file\\)$" -- status "$msg/jdir"
+# baton stop says the same of them (run_dir_check_arg: one wording for both)
+expect 2 "^baton stop: $msg/missing: no such directory$" -- stop "$msg/missing"
+expect 2 "^baton stop: $msg/afile/r: no such directory$" -- stop "$msg/afile/r"
+expect 2 "^baton stop: $msg/afile: not a directory \\(baton stop takes a run directory\\)$" -- stop "$msg/afile"
+expect 2 "^baton stop: $msg/jdir: not a run directory \\(its journal is not a file\\)$" -- stop "$msg/jdir"
+expect 2 "^baton stop: $msg/empty: not a run directory \\(no journal\\)$" -- stop "$msg/empty"
 # a run whose journal was lost (an attempt's spec left, or a checkpoint) is one: said as
 # resume says it, with what to do, not "not a run directory"
 mkdir -p "$msg/lost/specs" && : >"$msg/lost/specs/s00-a00.pb"

@@ -45,6 +45,7 @@ expect 2 "^baton ckpt verify: '': an empty name; give a checkpoint or run direct
 expect 2 "^baton eval: '': an empty name; give a checkpoint or run directory$" -- \
   "$baton" eval "" --data d --seq-len 8 --num-seqs 1
 expect 2 "^baton status: '': an empty name; give a run directory$" -- "$baton" status ""
+expect 2 "^baton stop: '': an empty name; give a run directory$" -- "$baton" stop ""
 expect 2 "^baton resume: '': an empty name; give a run directory$" -- "$baton" resume ""
 expect 2 "^baton run: --run-dir '': an empty name; give a run directory$" -- \
   "$baton" run "$recipe" --run-dir ""

@@ -157,7 +157,7 @@ expect 2 "^baton status: nowhere: no such directory$" -- "$baton" status -- nowh
 expect 2 "^baton resume: \./-r: no such directory$" -- "$baton" resume -- -r
 expect 2 "^baton ckpt verify: \./-c: no such checkpoint or run directory$" -- "$baton" ckpt verify -- -c
 expect 2 "^baton data inspect: \./-d\.idx: cannot open" -- "$baton" data inspect -- -d
-expect 2 "^baton stop: \./-s: No such file or directory$" -- "$baton" stop --wait -- -s
+expect 2 "^baton stop: \./-s: no such directory$" -- "$baton" stop --wait -- -s
 expect 2 "^baton stop: one run directory at a time \(got 'nowhere' and '\./--wait'\)$" -- \
   "$baton" stop -- nowhere --wait
 # "-" too: no command reads standard input, and the parsers would take "-" for an option

@@ -12,6 +12,12 @@
 #   holder-edit    the kept recipe edited while the run runs: status warns that the edit
 #                  is taken at the next resume (--json: holder.recipe_edited); the resume
 #                  that read it is not warned about.
+#   holder-edit-plan  the kept recipe's steps edited and a stage appended while the run
+#                  runs: status (text and --json) shows the stages, steps and ETA of what
+#                  runs, from RUN_DIR/running-recipe.yaml (the bytes it read), and says so;
+#                  that copy missing or of other bytes (a baton older than it): no planned
+#                  steps, no ETA; stopped, or once a resume read the edit, the kept recipe's;
+#                  the closing summary of a run edited while it ran says what resume trains.
 #   holder-pidfd   pidfds refused (EPERM from pidfd_open, then from pidfd_send_signal, as a
 #                  seccomp profile answers): baton stop signals the checked pid all the
 #                  same; a holder that ends between its check and the signal: "ended
@@ -31,6 +37,14 @@ import json, sys
 h = json.load(sys.stdin)["holder"]
 print("null" if h is None else "%s %s %s %s %s" % ("null" if h["pid"] is None else h["pid"],
       h["command"], h["host"], h["this_host"], h["recipe_edited"]))'
+}
+# plan_json DIR: status --json's steps_from, each stage's name:steps, then eta or no-eta
+plan_json() {
+  "$baton" status "$1" --json 2>/dev/null | /usr/bin/python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+print(j["steps_from"], " ".join("%s:%s" % (s["name"], s["steps"]) for s in j["stages"]),
+      "no-eta" if j["eta_s"] is None else "eta")'
 }
 # start_run CMD...: baton CMD in the background ($bpid), its steps slowed, until step 2 of
 # its own attempt (an earlier attempt's log, a resume's predecessor, is passed over)
@@ -289,6 +303,46 @@ holder-edit)
   wait "$bpid" || { cat run.out; fail "the resume exited $?"; }
   bpid=
   echo "$case: an edit made while running is said to be taken at the next resume"
+  ;;
+holder-edit-plan)
+  start_run run hold.yaml --run-dir r1
+  cmp -s hold.yaml r1/running-recipe.yaml || fail "r1/running-recipe.yaml is not the recipe the run read"
+  sed -i 's/steps: 400/steps: 60/' r1/recipe.yaml
+  echo '  - {name: b, steps: 3}' >>r1/recipe.yaml
+  "$baton" status r1 >st.out 2>st.err
+  grep -Eq '^  a +running +[0-9]+/400 ' st.out && ! grep -q '^  b ' st.out &&
+    grep -q '^  now: stage a step [0-9]*/400, .*, stage ETA [0-9]* s' st.out ||
+    { cat st.out; fail "status of a run whose recipe was edited while it runs does not show what runs"; }
+  grep -q "edit is taken at the next 'baton resume r1' (the stages, steps and ETA shown are those of the recipe it read, kept as r1/running-recipe.yaml)\$" st.err ||
+    { cat st.err; fail "status does not say which recipe it shows"; }
+  [[ $(plan_json r1) == "running-recipe.yaml a:400 eta" ]] || { plan_json r1; fail "status --json of the running plan"; }
+  # a copy of other bytes than the holder read, or none: neither the edit's steps nor an ETA
+  cp r1/recipe.yaml r1/running-recipe.yaml
+  for copy in other none; do
+    "$baton" status r1 >st.out 2>st.err
+    grep -Eq '^  a +running +[0-9]+/\? ' st.out && ! grep -q '^  now: ' st.out ||
+      { cat st.out; fail "status shows planned steps without the running recipe ($copy)"; }
+    grep -q "(the recipe it read is not in r1/running-recipe.yaml (a baton older than this one started it, or the copy could not be written): planned steps are shown as '?' (null in --json), with no ETA)\$" st.err ||
+      { cat st.err; fail "status does not say it lacks the running recipe ($copy)"; }
+    [[ $(plan_json r1) == "None a:None b:None no-eta" ]] || { plan_json r1; fail "status --json without the running recipe ($copy)"; }
+    rm -f r1/running-recipe.yaml
+  done
+  stop_run
+  [[ $(plan_json r1) == "recipe.yaml a:60 b:3 no-eta" ]] || { plan_json r1; fail "status --json of the stopped run"; }
+  # a resume reads the edit: its plan is the kept recipe's; a stage appended while it runs
+  # is not shown, and the closing summary says resume trains it
+  start_run resume r1
+  cmp -s r1/recipe.yaml r1/running-recipe.yaml || fail "the resume did not keep the recipe it read"
+  "$baton" status r1 >st.out 2>st.err
+  [[ ! -s st.err ]] || { cat st.err; fail "the resume, which read the edit, is warned about"; }
+  [[ $(plan_json r1) == "recipe.yaml a:60 b:3 "* ]] || { plan_json r1; fail "status --json of the resume"; }
+  echo '  - {name: c, steps: 2}' >>r1/recipe.yaml
+  [[ $(plan_json r1) == "running-recipe.yaml a:60 b:3 "* ]] || { plan_json r1; fail "status --json of the resume, edited"; }
+  wait "$bpid" || { cat run.out; fail "the resume exited $?"; }
+  bpid=
+  grep -q "the run completed, but its recipe (recipe.yaml) now has more, from stage \"c\" (new) on: 'baton resume [^']*/r1' trains it" run.out ||
+    { cat run.out; fail "the closing summary of a run edited while it ran"; }
+  echo "$case: status of a run edited while it runs shows what runs, or no steps without its recipe"
   ;;
 holder-stop-twice)
   # a resume (named as such), its stop checkpoint held until save.wait is removed

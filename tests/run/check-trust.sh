@@ -226,7 +226,7 @@ run-dir-trust)
   refused rr "$work/rr: not used as a run directory: it is writable by group and others (mode 777)" resume rr
   chmod 0700 rr
   for name in journal metrics.jsonl valid.jsonl lock specs logs checkpoints tb secret run_id workdir \
-    job_id baton.sbatch recipe.yaml overrides rolled-back; do
+    job_id baton.sbatch recipe.yaml running-recipe.yaml overrides rolled-back; do
     mkdir -m 0700 "l-$name"
     case $name in specs | logs | checkpoints | tb | rolled-back) target=$work/vdir ;; *) target=$work/victim ;; esac
     ln -s "$target" "l-$name/$name"
