@@ -31,9 +31,9 @@ typedef int (*ckpt_gone_try)(void *ctx, char *dir, size_t cap, bt_diag *diag);
 int ckpt_gone_retry(const char *cmd, const char *named, ckpt_gone_try fn, void *ctx, char *dir,
                     size_t cap, int *gone, bt_diag *diag);
 
-/* BATON_FAULT_CKPT_REMOVE=NAME[,NAME...] (tests): checkpoint dir, once opened, removed
- * when its name is one of those, as a run's retention removes it (renamed aside, then
- * deleted). */
+/* BATON_FAULT_CKPT_REMOVE=NAME[,NAME...] (tests): checkpoint dir, once opened (push: once
+ * it sent a file of it), removed when its name is one of those, as a run's retention
+ * removes it (renamed aside, then deleted). */
 void ckpt_gone_fault(const char *dir);
 
 #endif

@@ -7,7 +7,9 @@
  * replacing anything that manifest lists, push removes it (DELETE), and it sends its own
  * manifest.pb last, so that a manifest in the store always describes the files there and
  * marks the copy complete. Shard bytes are checked against the manifest's CRC32C as they
- * are read.
+ * are read. A push that fails after it changed the store (its checkpoint removed by a
+ * run's retention while read, a shard damaged, the store failing) deletes again what it
+ * left there without a manifest.pb (push_undo), as far as the store lets it.
  *
  * pull fetches manifest.pb first (it lists the files) into NAME.partial, then every shard
  * file, continuing a partly downloaded one with a Range request, checks each file's CRCs,
@@ -70,7 +72,9 @@ static void push_usage(FILE *f) {
             "manifest.pb again, and a stale manifest never describes new files. A store\n"
             "without DELETE (HTTP 405 or 501), or that refuses it (401, 403: check the\n"
             "credentials), cannot have a checkpoint of the same name replaced: push under\n"
-            "another name; push says so before changing anything.\n\n"
+            "another name; push says so before changing anything. A push that fails\n"
+            "after it sent files removes them again (DELETE), saying so, or says which\n"
+            "stay when the store does not let it.\n\n"
             "URL: http(s)://HOST[:PORT]/PREFIX (PUT/GET/HEAD, e.g. a WebDAV server) or\n"
             "     s3://BUCKET/PREFIX (path-style, SigV4; credentials from AWS_ACCESS_KEY_ID,\n"
             "     AWS_SECRET_ACCESS_KEY, AWS_REGION)\n\n"
@@ -225,6 +229,15 @@ static int push_remote_files(ckpt_remote *r, const char *name, ckpt_file_set *se
     return rc;
 }
 
+/* What a push changed in the store, for push_undo: the checkpoint's files, and which of
+ * them it skipped (have: the store holds it as it is here) or began to send (sent); dropped:
+ * it removed the store's manifest.pb of the name. */
+typedef struct push_state {
+    ckpt_file_set set;
+    int *have, *sent;
+    int dropped;
+} push_state;
+
 /* 1 when the store holds file c as it is here: its manifest lists the file with the same
  * size and CRC32C values, and the object has that size. */
 static int push_have(ckpt_remote *r, const char *name, const ckpt_file_check *c,
@@ -281,38 +294,101 @@ static int push_drop_manifest(ckpt_remote *r, const char *name, bt_diag *diag) {
 }
 
 /* Sends what the store does not hold, the store's manifest.pb removed first when
- * anything it lists is replaced, and ours last. */
-static int push_files(ckpt_remote *r, const char *dir, const char *name, ckpt_file_set *set,
+ * anything it lists is replaced (st->dropped), each file sent noted in st->sent. */
+static int push_files(ckpt_remote *r, const char *dir, const char *name, push_state *st,
                       bt_diag *diag) {
     ckpt_file_set remote = {0};
     int present = 0, stale = 0;
-    int *have = calloc(set->n ? set->n : 1, sizeof *have);
-    int rc = have ? push_remote_files(r, name, &remote, &present, diag) : BT_ENOMEM;
-    for (size_t i = 0; rc == 0 && i < set->n; i++) {
-        rc = push_have(r, name, &set->file[i], &remote, &have[i], diag);
-        stale |= !have[i];
+    int rc = push_remote_files(r, name, &remote, &present, diag);
+    for (size_t i = 0; rc == 0 && i < st->set.n; i++) {
+        rc = push_have(r, name, &st->set.file[i], &remote, &st->have[i], diag);
+        stale |= !st->have[i];
     }
     ckpt_files_free(&remote);
     if (rc == 0 && present && stale) rc = push_drop_manifest(r, name, diag);
-    for (size_t i = 0; rc == 0 && i < set->n; i++)
-        rc = push_file(r, dir, name, &set->file[i], have[i], diag);
-    free(have);
+    st->dropped = rc == 0 && present && stale;
+    for (size_t i = 0; rc == 0 && i < st->set.n; i++) {
+        st->sent[i] = !st->have[i];
+        rc = push_file(r, dir, name, &st->set.file[i], st->have[i], diag);
+        if (rc == 0 && st->sent[i]) ckpt_gone_fault(dir); /* tests: gone once one was sent */
+    }
     return rc;
+}
+
+/* Whether a failed push leaves file i of st in the store unvouched for: one it sent (or
+ * began to), or one it skipped whose manifest.pb it removed. */
+static int push_left(const push_state *st, size_t i) {
+    return st->sent[i] || (st->dropped && st->have[i]);
+}
+
+/* push_undo's DELETE failed (d says why): left files of name may stay, said. */
+static void push_undo_failed(const char *name, size_t left, const bt_diag *d) {
+    const char *them = left == 1 ? "it" : "them";
+    fprintf(stderr,
+            "baton ckpt push: %s: %zu file%s of %s stay%s in the store without a %s (the next "
+            "push of %s replaces %s; or remove %s by other means)\n",
+            d->msg, left, left == 1 ? "" : "s", name, left == 1 ? "s" : "", CKPT_MANIFEST, name,
+            them, them);
+}
+
+/* After a failed push: what it left of name in the store with no manifest.pb to vouch for
+ * it (push_left) removed again, so that a push broken off (its checkpoint removed by a
+ * run's retention while read, a shard failing its CRC32C, the store failing) leaves no
+ * files of a checkpoint no one can pull; said on stderr, counting the DELETEs that found
+ * their object (a file whose PUT never began, or was cut short, may be none; an S3 store
+ * answers every DELETE alike, so there each one tried counts). Nothing goes when a
+ * manifest.pb of name is there again (ours arrived though its answer did not, or another
+ * push of name completed meanwhile). The first DELETE that fails ends it (an unreachable
+ * store would fail every one), saying how many files may stay. */
+static void push_undo(ckpt_remote *r, const char *name, const push_state *st) {
+    size_t n = 0, done = 0, removed = 0;
+    for (size_t i = 0; i < st->set.n; i++)
+        n += (size_t)push_left(st, i);
+    if (n == 0) return;
+    bt_diag d;
+    bt_diag_init(&d);
+    int64_t size = -1;
+    long status = 0;
+    int rc = ckpt_remote_head(r, name, CKPT_MANIFEST, &size, &d);
+    if (rc == 0 && size >= 0) {
+        fprintf(stderr,
+                "baton ckpt push: the store holds a %s of %s again (this push's, or another's): "
+                "its files are left as they are\n",
+                CKPT_MANIFEST, name);
+        return;
+    }
+    for (size_t i = 0; rc == 0 && i < st->set.n; i++) {
+        if (!push_left(st, i)) continue;
+        rc = ckpt_remote_delete(r, name, st->set.file[i].name, &status, &d);
+        done += rc == 0;
+        removed += rc == 0 && status != 404;
+    }
+    if (rc == 0 && removed > 0)
+        fprintf(stderr,
+                "baton ckpt push: removed from the store the %zu file%s of %s this push left "
+                "there without a %s\n",
+                removed, removed == 1 ? "" : "s", name, CKPT_MANIFEST);
+    else if (rc != 0)
+        push_undo_failed(name, n - done, &d);
 }
 
 static int push_ckpt(ckpt_remote *r, const char *dir, const char *name, bt_diag *diag) {
     Baton__Manifest *m = NULL;
-    ckpt_file_set set = {0};
+    push_state st = {0};
     int rc = ckpt_manifest_read(dir, &m, diag);
-    if (rc == 0) ckpt_gone_fault(dir);
-    if (rc == 0) rc = ckpt_files_from_manifest(m, &set, diag);
+    if (rc == 0) rc = ckpt_files_from_manifest(m, &st.set, diag);
     if (m) baton__manifest__free_unpacked(m, NULL);
-    if (rc == 0) rc = push_files(r, dir, name, &set, diag);
-    ckpt_files_free(&set);
+    st.have = calloc(st.set.n ? st.set.n : 1, sizeof *st.have);
+    st.sent = calloc(st.set.n ? st.set.n : 1, sizeof *st.sent);
+    if (rc == 0 && (st.have == NULL || st.sent == NULL)) rc = BT_ENOMEM;
+    if (rc == 0) rc = push_files(r, dir, name, &st, diag);
     char path[CKPT_PATH_MAX];
     ckpt_path_join(path, sizeof path, dir, CKPT_MANIFEST);
     if (rc == 0) rc = ckpt_remote_put(r, name, CKPT_MANIFEST, path, NULL, diag);
     if (rc == 0) printf("  %s: sent\n", CKPT_MANIFEST);
+    if (rc != 0 && st.have && st.sent) push_undo(r, name, &st);
+    ckpt_files_free(&st.set);
+    free(st.have), free(st.sent);
     return rc;
 }
 

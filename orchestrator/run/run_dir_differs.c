@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "journal.h"
 #include "recipe_diff.h"
 #include "run_dir.h"
 #include "util/buf.h"
@@ -48,6 +49,21 @@ static void differs_how(const recipe_doc *recipe, const char *kept, bt_buf *out)
     bt_buf_printf(out, ")");
 }
 
+/* A refusal's closing words on a run directory whose lock file was deleted (none there
+ * before run_dir_open locked it, d->had), into out ("" for one that had it): that is
+ * no sign of a directory free for another run. */
+static void differs_lock_note(const run_dir *d, char *out, size_t cap) {
+    int journal = run_dir_has_file(d->path, JOURNAL_FILE, NULL);
+    out[0] = '\0';
+    for (size_t i = 0; i < run_dir_n_names; i++)
+        if (strcmp(run_dir_names[i].name, "lock") == 0 && d->wrote_in && !d->had[i])
+            snprintf(out, cap,
+                     ". Its lock file was deleted, which frees it for no other run (%s there "
+                     "%s the run's); a baton resume makes the lock file again",
+                     journal ? "the journal" : "the workdir, secret and run_id",
+                     journal ? "is" : "are");
+}
+
 void run_dir_other_recipe(const run_dir *d, const recipe_doc *recipe, bt_diag *diag) {
     const char *recipe_file = recipe->file;
     char kept[4200];
@@ -59,14 +75,16 @@ void run_dir_other_recipe(const run_dir *d, const recipe_doc *recipe, bt_diag *d
     bt_buf how, cmd;
     bt_buf_init(&how), bt_buf_init(&cmd);
     differs_how(recipe, kept, &how);
+    char lock[256];
+    differs_lock_note(d, lock, sizeof lock);
     bt_diag_set(diag,
                 "%s: this run directory belongs to a run with another recipe (kept in %s)%s%s%s"
                 "%s. To continue the run with the edit, %s and run %s (docs/running.md, "
                 "\"Changing a run's recipe\", says which edits a run takes); to start a new "
-                "run, choose another --run-dir",
+                "run, choose another --run-dir%s",
                 d->path, kept, diffs[0] ? ": " : "", diffs[0] ? recipe_file : "",
                 diffs[0] ? " differs from it: " : "", diffs, bt_buf_str(&how),
-                bt_shell_cmd(&cmd, "baton resume", d->path));
+                bt_shell_cmd(&cmd, "baton resume", d->path), lock);
     bt_buf_free(&what), bt_buf_free(&how), bt_buf_free(&cmd);
 }
 
@@ -80,10 +98,12 @@ void run_dir_other_sets(const run_dir *d, const char *overrides, bt_diag *diag) 
     free(kept), free(text);
     bt_buf cmd;
     bt_buf_init(&cmd);
+    char lock[256];
+    differs_lock_note(d, lock, sizeof lock);
     bt_diag_set(diag,
                 "%s: this run directory belongs to a run with other --set overrides (kept in "
                 "%s: the run has %s; given: %s); give the run's own to continue it, or continue "
-                "it with %s; to run with other overrides, choose another --run-dir",
-                d->path, copy, was, now, bt_shell_cmd(&cmd, "baton resume", d->path));
+                "it with %s; to run with other overrides, choose another --run-dir%s",
+                d->path, copy, was, now, bt_shell_cmd(&cmd, "baton resume", d->path), lock);
     bt_buf_free(&cmd);
 }

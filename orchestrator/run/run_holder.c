@@ -286,9 +286,41 @@ void run_holder_elsewhere(const run_holder *h, run_holder_state s, const char *r
     free(abs);
 }
 
+/* Whether run_dir_path, held, has no lock file: deleted (by hand, as "stale"), as one
+ * that a run starting makes a moment after taking the directory's lock is given 100 ms. */
+static int run_holder_lock_deleted(const char *run_dir_path) {
+    char lock[4200];
+    struct stat st;
+    struct timespec nap = {0, 20 * 1000 * 1000};
+    snprintf(lock, sizeof lock, "%s/lock", run_dir_path);
+    for (int tries = 0; tries < 5; tries++) {
+        if (lstat(lock, &st) == 0 || errno != ENOENT) return 0;
+        nanosleep(&nap, NULL);
+    }
+    return 1;
+}
+
+/* The refusal's words on a run directory held with its lock file deleted: the holder's
+ * record went with it, so where to find that process, into out. */
+static void run_holder_no_lock(const char *run_dir_path, char *out, size_t cap) {
+    bt_buf cmd;
+    bt_buf_init(&cmd);
+    snprintf(out, cap,
+             " (its lock file was deleted, and with it the record of the process that holds "
+             "the run, which still holds the directory: find it with %s or pgrep -af 'baton "
+             "(run|resume)' and stop it with kill -TERM PID, or wait until it ends; a run "
+             "makes the lock file again as it takes the directory)",
+             bt_shell_cmd(&cmd, "fuser -v", run_dir_path));
+    bt_buf_free(&cmd);
+}
+
 void run_holder_refusal(const char *run_dir_path, char *out, size_t cap) {
     run_holder h;
     out[0] = '\0';
+    if (run_holder_lock_deleted(run_dir_path)) {
+        run_holder_no_lock(run_dir_path, out, cap);
+        return;
+    }
     run_holder_state s = run_holder_find(run_dir_path, &h);
     if (s != RUN_HOLDER_HELD && s != RUN_HOLDER_OTHER_HOST && s != RUN_HOLDER_OTHER_NS &&
         s != RUN_HOLDER_UNVERIFIED)

@@ -97,8 +97,8 @@ void run_holder_elsewhere(const run_holder *h, run_holder_state s, const char *r
 /* Why a run directory is busy, for a refusal: " (baton run pid 1234 on node0, since ...;
  * stop it with 'baton stop DIR' or kill -TERM 1234)", the command on another host said to
  * be run there, one in another PID namespace to be stopped from inside it, one stopping
- * to be waited for, one not verified named without a command; "" when the holder is not
- * known. */
+ * to be waited for, one not verified named without a command; a lock file deleted said
+ * so, with how to find its holder; "" when the holder is not known. */
 void run_holder_refusal(const char *run_dir_path, char *out, size_t cap);
 
 #endif

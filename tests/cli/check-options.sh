@@ -356,7 +356,8 @@ expect 2 "^baton submit: $work/sn: $(fmsg 2 slurm-5_.out)" -- "$baton" submit "$
 # a directory that holds anything (another tool's checkpoints/, logs/) is the user's, as is
 # a workdir file that is not one absolute path of a directory; a batch job's directory
 # whose lock file was deleted (its workdir, secret and run_id there) is still a run's,
-# refused as another recipe's as it would be with its lock
+# refused as another recipe's (or --set's) as it would be with its lock, the refusal saying
+# that the lock file was deleted
 mkdir -p oc/checkpoints/step-1000 oc/logs oc/tb && : >oc/checkpoints/step-1000/model.bin &&
   : >oc/logs/train.log && : >oc/tb/.DS_Store && mkdir wf && echo "my notes" >wf/workdir
 expect 2 "^baton run: $work/oc: $(fmsg 2 checkpoints)" -- "$baton" run "$small" --run-dir oc --quiet
@@ -367,8 +368,12 @@ expect 2 "^baton run: $work/wf: $(fmsg 1 workdir)" -- "$baton" run "$small" --ru
 "$baton" submit "$small" --run-dir sd --dry-run >/dev/null && rm sd/lock &&
   sed 's/^\(name: .*\)$/\1x/' "$small" >other.yaml && ! cmp -s other.yaml "$small" ||
   fail "no batch job's run directory to test"
-expect 2 "^baton run: $work/sd: this run directory belongs to a run with another recipe" -- \
+expect 2 "^baton run: $work/sd: this run directory belongs to a run with another recipe .*; to start a new run, choose another --run-dir\. Its lock file was deleted, which frees it for no other run \(the workdir, secret and run_id there are the run's\); a baton resume makes the lock file again$" -- \
   "$baton" run other.yaml --run-dir sd --quiet
+[[ ! -e sd/lock ]] && ok "the refused run of a directory whose lock was deleted: no lock made" ||
+  fail "the refused run left a lock file in sd"
+expect 2 "^baton run: $work/sd: this run directory belongs to a run with other --set overrides .*; to run with other overrides, choose another --run-dir\. Its lock file was deleted, which frees it for no other run \(the workdir, secret and run_id there are the run's\); a baton resume makes the lock file again$" -- \
+  "$baton" run "$small" --run-dir sd --set stages.0.steps=7 --quiet
 # ... nor a run's: a new run's name with a control character is refused though it holds
 # a workdir/ directory
 mkdir -p $'c\tw/workdir'

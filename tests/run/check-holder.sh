@@ -8,7 +8,10 @@
 #   holder-stale   a baton run killed with SIGKILL leaves its record behind: never shown
 #                  as running (lock free), nor named while another process holds the
 #                  lock (its pid gone); baton stop signals no process the record names
-#                  that does not hold the lock file, nor one on another host.
+#                  that does not hold the lock file, nor one on another host, which
+#                  the refusal of a second run names with how to stop it there (a Slurm
+#                  job's: scancel's form too); the lock file deleted while the directory
+#                  is held: the refusal says so, and how to find the holder.
 #   holder-edit    the kept recipe edited while the run runs: status warns that the edit
 #                  is taken at the next resume (--json: holder.recipe_edited); the resume
 #                  that read it is not warned about.
@@ -275,13 +278,29 @@ holder-stale)
   set +e; "$baton" stop r1 >stop4.out 2>&1; rc=$?; set -e
   [[ $rc == 2 ]] && grep -q "runs on elsewhere.invalid, not on this host: not signalled; stop it on elsewhere.invalid with 'baton stop $work/r1' or kill -TERM $innocent\$" stop4.out ||
     { cat stop4.out; fail "baton stop of another host's holder exited $rc"; }
+  # ... and in the refusal of a second run, with how to stop it there
+  busy="r1: another baton run is working in this run directory"
+  elsewhere="$busy (baton run pid $innocent on elsewhere.invalid, since [0-9-]* [0-9:]*; stop it on elsewhere.invalid with 'baton stop $work/r1' or kill -TERM $innocent"
+  set +e; "$baton" resume r1 --quiet >second2.out 2>&1; rc=$?; set -e
+  [[ $rc == 2 ]] && grep -q "$elsewhere)\$" second2.out ||
+    { cat second2.out; fail "the refusal of a resume held on another host exited $rc"; }
   # ... a Slurm job's (RUN_DIR/job_id): scancel's form too
   echo 5678 >r1/job_id
   set +e; "$baton" stop r1 >stop4.out 2>&1; rc=$?; set -e
+  "$baton" resume r1 --quiet >second3.out 2>&1 && fail "a resume held on another host by a Slurm job ran"
   rm r1/job_id
   [[ $rc == 2 ]] && grep -q "kill -TERM $innocent (or, where it runs as Slurm job 5678, the one in RUN_DIR/job_id, with scancel --signal=TERM --batch 5678)\$" stop4.out ||
     { cat stop4.out; fail "baton stop of another host's Slurm job's holder exited $rc"; }
+  grep -q "$elsewhere (or, where it runs as Slurm job 5678, the one in RUN_DIR/job_id, with scancel --signal=TERM --batch 5678))\$" second3.out ||
+    { cat second3.out; fail "the refusal of a resume held on another host by a Slurm job"; }
   kill -0 "$innocent" || fail "baton stop signalled a process for another host"
+  # the lock file deleted (as "stale") while the directory is held: the refusal says so,
+  # and how to find the process that holds it, whose record went with the file
+  rm r1/lock
+  set +e; "$baton" resume r1 --quiet >second4.out 2>&1; rc=$?; set -e
+  [[ $rc == 2 ]] && grep -q "$busy (its lock file was deleted, and with it the record of the process that holds the run, which still holds the directory: find it with 'fuser -v $work/r1' or pgrep -af 'baton (run|resume)' and stop it with kill -TERM PID, or wait until it ends; a run makes the lock file again as it takes the directory)\$" second4.out ||
+    { cat second4.out; fail "the refusal of a resume held with its lock file deleted exited $rc"; }
+  [[ ! -e r1/lock ]] || fail "the refused resume made a lock file"
   nobody_cases
   echo "$case: a stale record never shown or signalled; another host's holder said"
   ;;

@@ -48,8 +48,9 @@
 #                 losses.
 #   lock          a second `baton resume` of a running run is refused (exit 2, nothing
 #                 started), also after the run's `lock` file was deleted as "stale" (the
-#                 run directory itself is locked too); status still says running; the
-#                 first run completes.
+#                 run directory itself is locked too; the refusal says that the lock
+#                 file was deleted, and how to find the holder); status still says
+#                 running; the first run completes.
 #   stop-kill     rank 1 killed -9 while the SIGTERM stop checkpoint is written: exit 75,
 #                 saying that the stop checkpoint was not completed, which rank died and
 #                 from which checkpoint a resume continues; the resume ends on the
@@ -501,13 +502,13 @@ lock)
   second() { # WHY: a second baton resume must be refused, starting nothing
     set +e; "$baton" resume r1 --quiet >second.out 2>&1; rc=$?; set -e
     [[ $rc == 2 ]] || { cat second.out; fail "$1: a second baton resume exited $rc, not 2"; }
-    grep -q "r1: another baton run is working in this run directory" second.out ||
+    grep -q "r1: another baton run is working in this run directory${2:-}" second.out ||
       { cat second.out; fail "$1: no clear message"; }
     [[ ! -e r1/logs/s00-a01.log && ! -e r1/specs/s00-a01.pb ]] || fail "$1: the second one started an attempt"
   }
   second "the lock file in place"
   rm r1/lock
-  second "the lock file deleted"
+  second "the lock file deleted" " (its lock file was deleted, and with it the record of the process that holds the run, .*find it with 'fuser -v $work/r1'"
   "$baton" status r1 --json | /usr/bin/python3 -c '
 import json, sys
 assert json.load(sys.stdin)["state"] == "running"' || fail "status does not say running without the lock file"

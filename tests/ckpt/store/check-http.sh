@@ -15,6 +15,9 @@
 # host is sent. Redirects: GET and HEAD follow at most 5, the password not sent to another
 # host; PUT and DELETE do not follow, and say so. A checkpoint removed while push reads
 # it (a run's retention): the run's newest pushed instead, or, named itself, said removed.
+# A push failing after it sent files (that, or a damaged shard) removes them from the
+# store again, also where it replaced another checkpoint of the name; a store without
+# DELETE: said to stay.
 # Exit 77 (SKIPPED) only when nginx is not installed.
 #   check-http.sh BATON MAKE_CKPT
 set -u
@@ -205,6 +208,12 @@ want="GET /store/$name/$cut 206 $((size0 - part)) \"bytes=$part-\""
 same_files "$src" "got2/$name" && ok "resumed pull: identical files" || fail "resumed pull: files differ"
 [[ -e got2/$name.partial ]] && fail "resumed pull left the .partial directory"
 
+# dmg/$name: a small checkpoint whose second shard file fails its CRC32C (its first byte
+# flipped), so that a push of it fails once it sent the first
+"$make_ckpt" write small-b 1 16 1 && mkdir dmg && cp -r "small-b/checkpoints/$name" dmg/ || exit 1
+/usr/bin/python3 -c 'import sys; p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[0] ^= 0xff; open(p, "wb").write(b)' \
+  "dmg/$name/rank-00001.bin"
+
 # A store without DELETE (a small PUT/GET/HEAD server; DELETE answers 501 Not
 # Implemented): a first push works; replacing it with another checkpoint of the same name
 # is refused at once (a 501 is not retried), exit 2, saying why, the store untouched.
@@ -245,6 +254,11 @@ if wait_port "$nport" "$nodel_pid"; then
     fail "push to a store without DELETE: exit $rc: $out; $(grep -E '^(PUT|DELETE)' nodel.log)"
   same_files "$src" "nodel/store/$name" && ok "store without DELETE: its checkpoint untouched" ||
     fail "store without DELETE: its checkpoint changed"
+  # ... where a push fails once it sent a file, that file cannot be taken out again: said
+  out=$("$baton" ckpt push "dmg/$name" "http://127.0.0.1:$nport/dmg" 2>&1)
+  [[ $? -eq 1 && $out == *"baton ckpt push: DELETE http://127.0.0.1:$nport/dmg/$name/rank-00000.bin: HTTP 501: "[12]" file"*" of $name stay"*" in the store without a manifest.pb (the next push of $name replaces "*"; or remove "*" by other means)"* ]] &&
+    ok "store without DELETE: a failed push says what it sent stays there" ||
+    fail "store without DELETE: a failed push: $out"
 else
   fail "the store without DELETE did not start: $(cat nodel.log)"
 fi
@@ -337,20 +351,24 @@ expect 1 "GET $url/s00-step00000099/manifest.pb: HTTP 404" -- pull "$url/s00-ste
 expect 1 "HTTP 404" -- pull "$url/s00-step00000099" --into new/a
 [[ -e new ]] && fail "pull of a missing checkpoint left the --into it created: $(find new)"
 # A checkpoint removed while push reads it (a run's retention; BATON_FAULT_CKPT_REMOVE
-# removes it once opened): given the run, the newest left is pushed under its own name,
-# with a note; given the checkpoint itself, exit 1 saying it was removed (not as a missing
-# file); every one of the 3 tries removed, a final message saying so.
+# removes it once push sent a file of it): given the run, the newest left is pushed under
+# its own name, with a note; given the checkpoint itself, exit 1 saying it was removed (not
+# as a missing file); every one of the 3 tries removed, a final message saying so. Each
+# time, the file it had sent of a checkpoint removed is taken out of the store again.
 "$make_ckpt" write small 1 16 || exit 1
 # gone_run N: run g holding N copies of the small checkpoint, s00-step00000001 .. N
 gone_run() {
   rm -rf g && mkdir -p g/checkpoints || exit 1
   for i in $(seq "$1"); do cp -r "small/checkpoints/$name" "g/checkpoints/s00-step0000000$i"; done
 }
+# files DIR: the files under DIR, one a line ("" when none, or no DIR)
+files() { find "$1" -type f 2>/dev/null | sort; }
+removed1="^baton ckpt push: removed from the store the 1 file of s00-step0000000[0-9] this push left there without a manifest.pb$"
 gone_run 2
 out=$(BATON_FAULT_CKPT_REMOVE=s00-step00000002 "$baton" ckpt push g "$url/gone" 2>&1)
 rc=$?
 [[ $rc -eq 0 ]] && same_files g/checkpoints/s00-step00000001 nginx/www/store/gone/s00-step00000001 &&
-  [[ ! -e nginx/www/store/gone/s00-step00000002/manifest.pb ]] &&
+  [[ -z $(files nginx/www/store/gone/s00-step00000002) ]] && grep -q "$removed1" <<<"$out" &&
   grep -q "^baton ckpt push: note: g/checkpoints/s00-step00000002 was removed while it was being read (the run's retention, as it saved a newer one); reading g/checkpoints/s00-step00000001, the newest of g, instead$" <<<"$out" &&
   grep -q "^pushed g/checkpoints/s00-step00000001 to $url/gone/s00-step00000001$" <<<"$out" &&
   ok "push of a run whose newest checkpoint went while read: the next newest pushed" ||
@@ -358,17 +376,34 @@ rc=$?
 gone_run 1
 out=$(BATON_FAULT_CKPT_REMOVE=s00-step00000001 "$baton" ckpt push g/checkpoints/s00-step00000001 "$url/gone1" 2>&1)
 rc=$?
-[[ $rc -eq 1 && ! -e nginx/www/store/gone1/s00-step00000001/manifest.pb ]] &&
+[[ $rc -eq 1 && -z $(files nginx/www/store/gone1) ]] && grep -q "$removed1" <<<"$out" &&
   grep -q "^baton ckpt push: g/checkpoints/s00-step00000001: the checkpoint was removed while it was being read" <<<"$out" &&
   ok "push of a checkpoint removed while read -> 1, said so" ||
   fail "push of a checkpoint removed while read: exit $rc: $out"
 gone_run 4
 out=$(BATON_FAULT_CKPT_REMOVE=s00-step00000004,s00-step00000003,s00-step00000002 "$baton" ckpt push g "$url/gone2" 2>&1)
 rc=$?
-[[ $rc -eq 1 && -z $(ls nginx/www/store/gone2/*/manifest.pb 2>/dev/null) ]] &&
+[[ $rc -eq 1 && -z $(files nginx/www/store/gone2) && $(grep -c "$removed1" <<<"$out") -eq 3 ]] &&
   grep -q "^baton ckpt push: g/checkpoints/s00-step00000002 was removed while it was being read, as was each checkpoint of g read before it (3 tried; " <<<"$out" &&
   ok "push of a run whose every checkpoint tried went while read -> 1, said so" ||
   fail "push of a run whose every checkpoint tried went: exit $rc: $out"
+# Any other failure after files were sent (a shard failing its CRC32C as it is read, the
+# first one already sent): what it sent removed again; so too where it replaced another
+# checkpoint of the name, whose manifest.pb it had removed.
+out=$("$baton" ckpt push "dmg/$name" "$url/dmg" 2>&1)
+rc=$?
+[[ $rc -eq 1 && $out == *"rank-00001.bin: CRC32C mismatch"* && -z $(files nginx/www/store/dmg) ]] &&
+  grep -q "^  rank-00000.bin: sent" <<<"$out" &&
+  grep -q "^baton ckpt push: removed from the store the 1 file of $name this push left there without a manifest.pb$" <<<"$out" &&
+  ok "push failing after a file was sent: that file removed from the store, said" ||
+  fail "push failing after a file was sent: exit $rc: $out; $(files nginx/www/store/dmg)"
+expect 0 pushed -- push "small/checkpoints/$name" "$url/dmg"
+out=$("$baton" ckpt push "dmg/$name" "$url/dmg" 2>&1)
+rc=$?
+[[ $rc -eq 1 && -z $(files nginx/www/store/dmg) ]] &&
+  grep -q "^baton ckpt push: removed from the store the 2 files of $name this push left there without a manifest.pb$" <<<"$out" &&
+  ok "a failed push replacing another checkpoint: nothing left without a manifest.pb" ||
+  fail "a failed push replacing another checkpoint: exit $rc: $out; $(files nginx/www/store/dmg)"
 
 kill "$server_pid" && wait "$server_pid" 2>/dev/null
 server_pid=

@@ -4,7 +4,8 @@
 # with its own SigV4 implementation, itself first checked against AWS's published test
 # vectors. Round trip; a same-named later checkpoint replacing the store's (manifest.pb
 # deleted first); a pull resumed from a partly fetched file (Range request); wrong
-# credentials answered 403 and reported; missing credentials refused.
+# credentials answered 403 and reported; missing credentials refused; a push failing after
+# it sent a file deletes it again.
 #   check-s3.sh BATON MAKE_CKPT SOURCE_DIR
 set -u
 baton=$1 make_ckpt=$2 here=$3
@@ -82,6 +83,18 @@ expect 0 "pulled" -- pull "s3://ckpts/pre/$name" --endpoint "$endpoint" --into g
 expect 0 "already there" -- push run-b s3://ckpts/pre --endpoint "$endpoint"
 [[ $(grep -c '^PUT ' "$log") -eq 1 ]] && ! grep -q '^DELETE ' "$log" &&
   ok "s3 push of the same files again: only manifest.pb sent" || fail "s3 push again: $(cat "$log")"
+
+# A push that fails once it sent a file (the next one fails its CRC32C as it is read):
+# what it sent deleted again (signed), nothing of it left in the store.
+mkdir dmg && cp -r "run-b/checkpoints/$name" dmg/ || exit 1
+"$python" -c 'import sys; p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[0] ^= 0xff; open(p, "wb").write(b)' \
+  "dmg/$name/rank-00001.bin"
+out=$("$baton" ckpt push "dmg/$name" s3://ckpts/dmg --endpoint "$endpoint" 2>&1)
+rc=$?
+[[ $rc -eq 1 && $out == *"rank-00001.bin: CRC32C mismatch"* && -z $(find s3root/ckpts/dmg -type f 2>/dev/null) ]] &&
+  grep -q "^baton ckpt push: removed from the store the [12] files\? of $name this push left there without a manifest.pb$" <<<"$out" &&
+  ok "s3 push failing after a file was sent: deleted again" ||
+  fail "s3 push failing after a file was sent: exit $rc: $out; $(find s3root/ckpts/dmg -type f 2>/dev/null)"
 
 # Wrong secret: 403 reported with the URL; missing credentials and a bad URL refused.
 AWS_SECRET_ACCESS_KEY=wrong expect 1 "HEAD $endpoint/ckpts/pre/$name/manifest.pb: HTTP 403" -- \
