@@ -76,6 +76,10 @@ typedef struct control_fatal {
     control_fatal_key key; /* key.seen: one came; key.code: its exit code class */
     uint32_t rank;
     char message[1024]; /* a longer one with its middle cut, its end kept */
+    /* it failed on a loss that was not finite at nonfinite_step, in an attempt that started
+     * from start_step (Fatal.nonfinite_step): training is deterministic */
+    int nonfinite;
+    uint64_t nonfinite_step, start_step;
     int disk_full;
     uint32_t full_rank;
     char full_message[1024];

@@ -381,6 +381,11 @@ static int load_parse_real(load_ctx *c, yaml_node_t *n, const ProtobufCFieldDesc
     int rc = units_parse_double(text, v);
     int is_float = f->type == PROTOBUF_C_TYPE_FLOAT;
     if (rc == 0 && is_float && fabs(*v) > 3.4028234663852886e38) rc = BT_ERANGE;
+    /* a non-zero number written so small that it reads as 0 (1e-400): said as written,
+     * not left to a later check to report as 0 */
+    size_t mant = strcspn(text, "eE");
+    int underflow = rc == 0 && *v == 0 && strcspn(text, "123456789") < mant;
+    if (underflow) return load_fail_number(c, n, f, BT_ERANGE, "so small that it reads as 0");
     return rc < 0 ? load_fail_number(c, n, f, rc,
                                      is_float ? "not a finite float" : "not a finite double")
                   : 0;

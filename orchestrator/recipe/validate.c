@@ -633,28 +633,39 @@ static int check_layout(vctx *v, const Baton__Model *m, const Baton__Parallel *p
 }
 
 /* fp16's dynamic loss scaling (worker/engine/train_scaler.h); meaningless elsewhere:
- * bf16 has float32's exponent range, so its gradients neither overflow nor flush. */
+ * bf16 has float32's exponent range, so its gradients neither overflow nor flush. The
+ * worker keeps the scale and its factors in float32: they are judged as it holds them
+ * (a double of 1e-50 is float 0, one of 0.99999999 is float 1). */
 static int check_loss_scale(vctx *v, const Baton__Precision *pr) {
     const Baton__LossScale *ls = pr->loss_scale;
     if (ls == NULL) return 0;
     REQUIRE(pr->type == BATON__PRECISION__TYPE__FP16, v, "precision.loss_scale",
             "loss_scale applies to precision fp16 only (bf16 has float32's exponent range, "
             "fp8 scales each tensor with its own delayed scaling)");
-    REQUIRE(isfinite(ls->initial) && ls->initial > 0 && ls->initial <= FLT_MAX, v,
+    /* the gradients are multiplied by 1/S: S a normal float32, so that 1/S is finite */
+    REQUIRE(isfinite(ls->initial) && ls->initial >= FLT_MIN && ls->initial <= FLT_MAX, v,
             "precision.loss_scale.initial",
-            "initial must be positive and at most 3.4e38 (float32), got %g; 65536 is the usual "
-            "start",
+            "initial must lie between 1.2e-38 and 3.4e38 (a normal float32, whose inverse is "
+            "finite), got %g; 65536 is the usual start",
             ls->initial);
     REQUIRE(ls->growth_interval >= 1, v, "precision.loss_scale.growth_interval",
             "growth_interval must be at least 1 step");
-    REQUIRE(isfinite(ls->growth_factor) && ls->growth_factor > 1, v,
-            "precision.loss_scale.growth_factor", "growth_factor must be greater than 1, got %g",
+    REQUIRE(isfinite(ls->growth_factor) && (float)ls->growth_factor > 1.0f, v,
+            "precision.loss_scale.growth_factor",
+            "growth_factor must be greater than 1 in float32 (where the scaler holds it), got "
+            "%.9g; 2 is the usual",
             ls->growth_factor);
-    REQUIRE(ls->backoff_factor > 0 && ls->backoff_factor < 1, v,
-            "precision.loss_scale.backoff_factor",
-            "backoff_factor must lie strictly between 0 and 1, got %g", ls->backoff_factor);
+    REQUIRE(ls->backoff_factor > 0 && (float)ls->backoff_factor > 0.0f &&
+                (float)ls->backoff_factor < 1.0f,
+            v, "precision.loss_scale.backoff_factor",
+            "backoff_factor must lie strictly between 0 and 1 in float32 (where the scaler "
+            "holds it), got %.9g; 0.5 is the usual",
+            ls->backoff_factor);
     return 0;
 }
+
+/* Transformer Engine's default history; a longer one only slows the scales' response */
+#define MAX_AMAX_HISTORY 1024
 
 static int check_precision(vctx *v, const Baton__Model *m, const Baton__Precision *pr) {
     int rc = pr != NULL ? check_loss_scale(v, pr) : 0;
@@ -662,23 +673,61 @@ static int check_precision(vctx *v, const Baton__Model *m, const Baton__Precisio
     if (pr == NULL || pr->type != BATON__PRECISION__TYPE__FP8) return 0;
     REQUIRE(m->dim % 16 == 0 && m->ffn_dim % 16 == 0, v, "precision{type}",
             "fp8 GEMMs need dim (%u) and ffn_dim (%u) divisible by 16", m->dim, m->ffn_dim);
-    REQUIRE(pr->amax_history >= 1, v, "precision.amax_history",
-            "fp8 delayed scaling needs amax_history of at least 1");
+    REQUIRE(pr->amax_history >= 1 && pr->amax_history <= MAX_AMAX_HISTORY, v,
+            "precision.amax_history",
+            "fp8 delayed scaling keeps amax_history from 1 to %u steps (Transformer Engine's "
+            "default is 1024), got %u",
+            MAX_AMAX_HISTORY, pr->amax_history);
     REQUIRE(pr->margin <= 8, v, "precision.margin",
             "fp8 margin is a power-of-two exponent, expected 0..8, got %u", pr->margin);
     return 0;
 }
 
+/* The nearest level that wrote field for the stage checked: its index, or -1 (the
+ * defaults, or nowhere). */
+static long field_level(const vctx *v, const char *field) {
+    char path[256];
+    for (long k = v->stage; k >= 0; k--) {
+        snprintf(path, sizeof path, "stages[%ld].%s", k, field);
+        if (pos_origin(v->doc, path, NULL) != NULL) return k;
+    }
+    return -1;
+}
+
+/* min_lr above lr where the stage (or one nearer it) lowered lr below the min_lr it
+ * inherits: the lr is what changed, so the lr's place is named, and where min_lr is. */
+static int lr_below_min_lr(vctx *v, const Baton__Optimizer *o) {
+    char path[256], at[400];
+    const recipe_pos *p =
+        stage_field_where(v->doc, v->stage, "optimizer.min_lr", NULL, path, sizeof path);
+    if (p != NULL && p->set != NULL)
+        snprintf(at, sizeof at, "%s", p->set);
+    else
+        snprintf(at, sizeof at, "%s:%d:%d", v->doc->file, p ? p->line : 0, p ? p->col : 0);
+    return verr(v, "optimizer.lr",
+                "lr %g is below min_lr %g, which this stage inherits from %s (%s): give the "
+                "stage its own min_lr, between 0 and lr",
+                o->lr, o->min_lr, path, at);
+}
+
 static int check_optimizer(vctx *v, const Baton__Optimizer *o) {
     if (o == NULL) return 0;
     REQUIRE(o->lr > 0, v, "optimizer.lr", "lr must be positive, got %g", o->lr);
+    if (o->min_lr > o->lr && o->min_lr >= 0 &&
+        field_level(v, "optimizer.lr") > field_level(v, "optimizer.min_lr"))
+        return lr_below_min_lr(v, o);
     REQUIRE(o->min_lr >= 0 && o->min_lr <= o->lr, v, "optimizer.min_lr",
             "min_lr must be between 0 and lr (%g), got %g", o->lr, o->min_lr);
     REQUIRE(o->weight_decay >= 0, v, "optimizer.weight_decay", "weight_decay must be >= 0");
     REQUIRE(o->grad_clip >= 0, v, "optimizer.grad_clip", "grad_clip must be >= 0 (0 = off)");
     REQUIRE(o->beta1 >= 0 && o->beta1 < 1, v, "optimizer.beta1", "beta1 must be in [0, 1)");
     REQUIRE(o->beta2 >= 0 && o->beta2 < 1, v, "optimizer.beta2", "beta2 must be in [0, 1)");
-    REQUIRE(o->eps > 0, v, "optimizer.eps", "eps must be positive");
+    /* AdamW adds eps in float32 (optim.h): a smaller one is 0 there, or a subnormal a
+     * device may flush to 0, and an element whose moments are 0 then divides 0 by 0 */
+    REQUIRE(o->eps >= FLT_MIN, v, "optimizer.eps",
+            "eps must be at least 1.2e-38, the smallest normal float32 (the optimizer adds it "
+            "in float32, where a smaller one is 0 or subnormal), got %g; 1e-8 is the usual",
+            o->eps);
     return 0;
 }
 
@@ -691,6 +740,11 @@ static int check_policies(vctx *v) {
     if (r != NULL && r->heartbeat_timeout != NULL)
         REQUIRE(r->heartbeat_timeout->seconds >= 1, v, "restart.heartbeat_timeout",
                 "heartbeat_timeout must be at least 1s");
+    if (r != NULL)
+        REQUIRE(r->spike_zscore >= 0, v, "restart.spike_zscore",
+                "spike_zscore must be >= 0 (0 = off), got %g: it is how many standard "
+                "deviations above the recent mean a loss counts as a spike",
+                r->spike_zscore);
     return 0;
 }
 

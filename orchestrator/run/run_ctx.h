@@ -60,6 +60,12 @@ typedef struct run_ctx {
     char rollback_note[768]; /* for the next attempt's journal detail, then cleared */
     /* attempts of the current stage in a row whose workers found no usable checkpoint */
     uint32_t no_ckpt_streak;
+    /* the current stage's previous attempt failed on a loss that was not finite at step,
+     * having started from start (control_fatal.nonfinite): have 0 when it did not */
+    struct {
+        int have;
+        uint64_t step, start;
+    } nonfinite_prev;
     int progressed;     /* a step or a stage completed in this process (run_opts.afresh_spent) */
     int journal_broken; /* an append failed: the run stops (nothing more is journaled) */
     int dir_gone;       /* the run directory was removed or moved under the run (journal_where) */
@@ -119,6 +125,12 @@ void run_signal_blame(run_ctx *c, launch_job *job);
  * added as a note (the stop under way when the failure came), returns 0. */
 int run_signal_describe(const run_ctx *c, const launch_job *job, uint32_t stage, char *why,
                         size_t cap);
+
+/* run_nonfinite.c: whether the attempt just ended failed on a non-finite loss at the step,
+ * and from the start, of the attempt before it (noting it for the next); the words
+ * run_classify adds to its failure then. */
+int run_nonfinite_again(run_ctx *c);
+void run_nonfinite_advice(const run_ctx *c, char *out, size_t cap);
 
 /* run_rollback.c */
 int run_skip_parse(const char *text, uint64_t *from, uint64_t *to);

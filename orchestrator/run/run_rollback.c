@@ -113,10 +113,15 @@ int run_rollback(run_ctx *c, uint32_t stage, uint32_t attempt) {
         run_err(c, "rollback: %s\n", d.msg);
         return -1;
     }
+    char to_what[300];
+    if (strcmp(kept, "none") == 0)
+        snprintf(to_what, sizeof to_what, "the stage's start (no checkpoint before the spikes)");
+    else
+        snprintf(to_what, sizeof to_what, "checkpoint %s", kept);
     snprintf(detail, sizeof detail,
              "loss spikes at steps %" PRIu64 "..%" PRIu64 ": skip [%" PRIu64 ", %" PRIu64
-             ") (global samples); rolled back to checkpoint %s",
-             first, last, from, to, kept);
+             ") (global samples); rolled back to %s",
+             first, last, from, to, to_what);
     Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
     r.has_attempt = 1, r.attempt = attempt;
     r.has_step = 1, r.step = first;

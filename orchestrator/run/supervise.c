@@ -423,10 +423,14 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
         /* no Fatal (no channel yet, or a wrapper's error): what the rank said last */
         run_words_quote(&c->prog.words, rk->rank, why, sizeof why);
     }
-    if (!c->got_signal && rk && rk->exited && rk->exit_status == RUN_WORKER_EXIT_ROLLBACK &&
-        run_rollback(c, stage, attempt) == 0) {
+    /* loss spikes: rolled back, unless the stage has had its RUN_MAX_ROLLBACKS (spent:
+     * then a failure not retried, its checkpoints left as they are) */
+    int spikes = !c->got_signal && rk && rk->exited && rk->exit_status == RUN_WORKER_EXIT_ROLLBACK;
+    int spent = spikes && run_rollbacks(c, stage) >= RUN_MAX_ROLLBACKS;
+    if (spikes && !spent && run_rollback(c, stage, attempt) == 0) {
         r.detail = why;
         run_journal(c, BATON__JOURNAL_RECORD__KIND__ATTEMPT_ENDED, stage, &r);
+        c->nonfinite_prev.have = 0; /* the next attempt skips other samples */
         return ATTEMPT_ROLLBACK;
     }
     if (rk) {
@@ -452,10 +456,20 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
     int damaged = !stop && !fatal && c->prog.no_ckpt && c->no_ckpt_streak >= 1;
     c->no_ckpt_streak = c->prog.no_ckpt ? c->no_ckpt_streak + 1 : 0;
     int full = !stop && !fatal && !damaged && c->cs_open && c->cs.fatal.disk_full;
-    attempt_end end = stop              ? ATTEMPT_STOPPED
-                      : fatal           ? ATTEMPT_FATAL
-                      : damaged || full ? ATTEMPT_BROKEN
-                                        : ATTEMPT_RETRY;
+    int again = run_nonfinite_again(c) && !stop && !fatal && !damaged && !full;
+    spent = spent && !stop && !fatal;
+    attempt_end end = stop                                ? ATTEMPT_STOPPED
+                      : fatal                             ? ATTEMPT_FATAL
+                      : damaged || full || again || spent ? ATTEMPT_BROKEN
+                                                          : ATTEMPT_RETRY;
+    char advice[600] = "";
+    if (again) run_nonfinite_advice(c, advice, sizeof advice);
+    if (spent)
+        snprintf(advice, sizeof advice,
+                 " (not retried: giving up after %u rollbacks, the most a stage takes: the "
+                 "spikes keep coming; lower optimizer.lr, set optimizer.grad_clip, or raise "
+                 "restart.spike_zscore)",
+                 RUN_MAX_ROLLBACKS);
     if (end == ATTEMPT_STOPPED) run_check_stop(c, job, stage, &r);
     r.detail = why;
     r.has_retryable = 1, r.retryable = end == ATTEMPT_RETRY;
@@ -465,13 +479,19 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
     run_progress_end(&c->prog);
     if (end != ATTEMPT_STOPPED)
         run_err(c, "stage \"%s\" attempt %u failed: %s%s\n", c->prog.stage, attempt, why,
-                end == ATTEMPT_FATAL ? " (a configuration error: not retried)"
-                : full               ? ""
+                end == ATTEMPT_FATAL     ? " (a configuration error: not retried)"
+                : full || again || spent ? advice
                 : end == ATTEMPT_BROKEN
                     ? " (not retried: no usable checkpoint in two attempts in a row, every "
                       "candidate refused: the checkpoints are damaged; 'baton ckpt verify' "
                       "says where)"
                     : "");
+    /* the run's failure, as status gives it (the attempt's is journaled above) */
+    if (spent) run_give_up(c, stage, 0, "giving up after %u rollbacks", RUN_MAX_ROLLBACKS);
+    if (again)
+        run_give_up(c, stage, 0,
+                    "a non-finite loss at step %llu again, from the same start: not retried",
+                    (unsigned long long)c->cs.fatal.nonfinite_step);
     if (full) /* the failure quotes the first Fatal: is it the full disk's? */
         run_disk_full(c, stage,
                       !hung && c->cs.fatal.key.seen && c->cs.fatal.rank == c->cs.fatal.full_rank &&
@@ -696,6 +716,7 @@ static int run_stage(run_ctx *c, size_t i) {
     double backoff = run_seconds(pol ? pol->backoff : NULL, RUN_DEFAULT_BACKOFF_S);
     int status = -1;
     c->no_ckpt_streak = 0;
+    c->nonfinite_prev.have = 0;
     /* a failure an earlier baton run gave up on (or was killed or stopped after, its
      * restart too before a step): the first step of this one is its recovery, counted from
      * the failure on the monotonic clock */
@@ -736,16 +757,11 @@ static int run_stage(run_ctx *c, size_t i) {
             status = BT_EXIT_USAGE;
         } else if (end == ATTEMPT_BROKEN) {
             status = BT_EXIT_FAILURE;
-        } else if (end == ATTEMPT_ROLLBACK) {
-            if (run_rollbacks(c, (uint32_t)i) > RUN_MAX_ROLLBACKS) {
-                run_give_up(c, (uint32_t)i, 1, "giving up after %u rollbacks", RUN_MAX_ROLLBACKS);
-                status = BT_EXIT_FAILURE;
-            } else {
-                run_err(c,
-                        "restarting stage \"%s\" from its newest checkpoint "
-                        "before the spikes (a rollback, not counted in max_restarts)\n",
-                        c->prog.stage);
-            }
+        } else if (end == ATTEMPT_ROLLBACK) { /* at most RUN_MAX_ROLLBACKS: run_classify */
+            run_err(c,
+                    "restarting stage \"%s\" from its newest checkpoint before the spikes "
+                    "(rollback %u of at most %u, not counted in max_restarts)\n",
+                    c->prog.stage, run_rollbacks(c, (uint32_t)i), RUN_MAX_ROLLBACKS);
         } else if (++ss->failures - ss->not_retried > max_restarts) { /* restarts: retried */
             run_give_up(c, (uint32_t)i, 1, "giving up after %u restarts (max_restarts)",
                         max_restarts);

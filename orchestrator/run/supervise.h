@@ -25,7 +25,8 @@
  * window as "skip [from, to)") is journaled, and every later attempt of the stage, also
  * after `baton run` is started again, gets the window in StageSpec.skip_samples. A
  * rollback is not a failure: it does not count against max_restarts; at most
- * RUN_MAX_ROLLBACKS per stage, then the stage fails.
+ * RUN_MAX_ROLLBACKS per stage: a request after those is a failure, not retried (nothing
+ * set aside), and the run fails.
  *
  * Under Slurm (run_opts.slurm) an attempt is one `srun --mpi=pmix` step on the hosts of
  * its nodes (run_slurm.c); the control channel listens on a routable address, a failed

@@ -301,7 +301,8 @@ expect 0 '^        weight: 0\.8$' -- spec "$recipes/tiny-cpu.yaml" --stage fp8
 # 3.5e20, which YAML 1.1 readers such as PyYAML read as strings, nor 10000, an integer),
 # and what is printed reads back as the very same double: through baton's own recipe
 # loader (the binary StageSpecs equal), and as a float through PyYAML's safe_load
-# (spec_yaml_floats.py: every real field of the spec a float, eps the value given)
+# (spec_yaml_floats.py: every real field of the spec a float, weight_decay the value given;
+# weight_decay takes any double >= 0, where eps must be a normal float32)
 rt=$(mktemp -d /tmp/baton-test-real.XXXXXX)
 floats=(python3 "$recipes/../tests/cli/spec_yaml_floats.py" "$recipes/../schema")
 yaml_check() { # yaml_check SPEC_TEXT [FIELD=VALUE ...]: PyYAML reads every real as a float
@@ -316,17 +317,17 @@ for pair in 8e-5:8.0e-5 1e-10:1.0e-10 3.5e20:3.5e+20 5e-324:5.0e-324 0.0001:0.00
   0.30000000000000004:0.30000000000000004 1e15:1.0e+15 1e14:100000000000000.0 \
   2.2250738585072014e-308:2.2250738585072014e-308 1.7976931348623157e308:1.7976931348623157e+308; do
   v=${pair%%:*} want=${pair#*:}
-  "$baton" spec "$recipes/tiny-cpu.yaml" --set defaults.optimizer.eps="$v" >"$rt/spec.yaml"
-  got=$(sed -n 's/^    eps: //p' "$rt/spec.yaml")
-  "$baton" spec "$recipes/tiny-cpu.yaml" --set defaults.optimizer.eps="$v" --out "$rt/a.pb"
-  "$baton" spec "$recipes/tiny-cpu.yaml" --set defaults.optimizer.eps="$got" --out "$rt/b.pb"
+  "$baton" spec "$recipes/tiny-cpu.yaml" --set defaults.optimizer.weight_decay="$v" >"$rt/spec.yaml"
+  got=$(sed -n 's/^    weight_decay: //p' "$rt/spec.yaml")
+  "$baton" spec "$recipes/tiny-cpu.yaml" --set defaults.optimizer.weight_decay="$v" --out "$rt/a.pb"
+  "$baton" spec "$recipes/tiny-cpu.yaml" --set defaults.optimizer.weight_decay="$got" --out "$rt/b.pb"
   if [[ $got != "$want" ]] || ! cmp -s "$rt/a.pb" "$rt/b.pb"; then
-    echo "FAIL: spec prints eps $v as '$got' (want '$want', reading back the same double)"
+    echo "FAIL: spec prints weight_decay $v as '$got' (want '$want', reading back the same double)"
     failures=$((failures + 1))
   else
-    echo "ok   spec prints eps $v as $got, which reads back"
+    echo "ok   spec prints weight_decay $v as $got, which reads back"
   fi
-  yaml_check "$rt/spec.yaml" stage.optimizer.eps="$v"
+  yaml_check "$rt/spec.yaml" stage.optimizer.weight_decay="$v"
 done
 # every stage of every shipped recipe, the defaults shown too
 for r in "$recipes"/*.yaml; do

@@ -26,6 +26,13 @@
 #   run       `baton run` with steps 15..17 spiking in attempt 0 only: ROLLBACK journaled,
 #             the later checkpoints moved aside, the window skipped, the run completes; the
 #             next stage's data starts after the window's samples too.
+#   rollback-limit  steps 15..17 spiking in every attempt, no checkpoint before them
+#             (every_steps 0): exactly RUN_MAX_ROLLBACKS = 5 rollbacks, each "to the
+#             stage's start", then the 6th request fails the run (exit 1, not retried,
+#             "giving up after 5 rollbacks"): six attempts, not seven.
+#   nonfinite lr 1e30 without clipping: step 2's loss is NaN on every attempt from the
+#             stage's start; retried once, then not again (exit 1 after 2 attempts, not
+#             max_restarts + 1 = 6), saying what to change; status says why.
 #   check-spike.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -129,6 +136,43 @@ assert [st["state"] for st in s["stages"]] == ["done", "done"], s
 print("completed; restarts", s["restarts"], "attempts", [st["attempts"] for st in s["stages"]])
 PY
   echo "$case: rollback journaled, window skipped, run completed"
+  ;;
+rollback-limit)
+  set +e
+  BATON_FAULT_SPIKE_STEPS=15-17 "$baton" run "$recipe" --run-dir r1 --quiet \
+    --set defaults.checkpoint.every_steps=0 >run.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 1 ]] || { cat run.out; fail "exit $rc, not 1"; }
+  n=$(grep -c "rolled back to the stage's start (no checkpoint before the spikes)$" run.out) || true
+  [[ $n == 5 ]] || { cat run.out; fail "$n rollbacks, not 5"; }
+  grep -q "rollback 5 of at most 5" run.out || { cat run.out; fail "no count of the rollbacks"; }
+  grep -q "attempt 5 failed: .*exited with status 76; .*(not retried: giving up after 5 rollbacks" run.out ||
+    { cat run.out; fail "the 6th request is not refused as such"; }
+  [[ -e r1/logs/s00-a05.log && ! -e r1/logs/s00-a06.log ]] || { ls r1/logs; fail "not 6 attempts"; }
+  "$baton" status r1 >status.txt || true
+  grep -q "failed (stage pretrain: giving up after 5 rollbacks; last failure: rank " status.txt ||
+    { cat status.txt; fail "status does not say why"; }
+  [[ $(grep -c "^  rollback: " status.txt) == 5 ]] || { cat status.txt; fail "status: not 5 rollbacks"; }
+  echo "$case: 5 rollbacks, the 6th request refused, exit 1"
+  ;;
+nonfinite)
+  set +e
+  "$baton" run "$recipe" --run-dir r1 --quiet --set defaults.optimizer.lr=1e30 \
+    --set defaults.optimizer.min_lr=1 --set defaults.optimizer.grad_clip=0 \
+    --set defaults.restart.max_restarts=5 >run.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 1 ]] || { cat run.out; fail "exit $rc, not 1"; }
+  [[ $(grep -c "reported: step 2: loss is -\?nan" run.out) == 2 ]] || { cat run.out; fail "not 2 attempts at step 2"; }
+  [[ $(grep -c "restarting stage" run.out) == 1 ]] || { cat run.out; fail "not exactly one retry"; }
+  [[ -e r1/logs/s00-a01.log && ! -e r1/logs/s00-a02.log ]] || { ls r1/logs; fail "not 2 attempts"; }
+  grep -q "attempt 1 failed: .*(not retried: the attempt before met a non-finite loss at this same step 2, starting from the same step 0; .*lower optimizer.lr" run.out ||
+    { cat run.out; fail "no advice"; }
+  "$baton" status r1 >status.txt || true
+  grep -q "failed (stage pretrain: a non-finite loss at step 2 again, from the same start: not retried;" status.txt ||
+    { cat status.txt; fail "status does not say why"; }
+  echo "$case: NaN at step 2 twice from step 0: not retried a second time, exit 1"
   ;;
 calib)
   # The fp8 stage takes the fp32 stage's weights: a hand-off, so its scales are calibrated.

@@ -455,6 +455,8 @@ void control_client_fatal(control_client *c, int32_t code, int err, int peer_los
     f.has_code = 1, f.code = code;
     f.has_disk_full = err != 0, f.disk_full = err == ENOSPC || err == EDQUOT;
     f.has_peer_lost = 1, f.peer_lost = peer_lost != 0;
+    f.has_nonfinite_step = f.has_start_step = c->nonfinite_step > 0;
+    f.nonfinite_step = c->nonfinite_step, f.start_step = c->start_step;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     f.has_time = 1, f.time = (double)now.tv_sec + (double)now.tv_nsec * 1e-9;

@@ -114,7 +114,7 @@ static void worker_control_metrics(worker_control *wc, const train_metrics *tm) 
     m.has_tokens_per_s = 1, m.tokens_per_s = tm->tokens_per_s;
     m.has_step_time_s = 1, m.step_time_s = tm->step_s;
     m.has_skipped_steps = 1, m.skipped_steps = tm->n_skipped;
-    if (tm->loss_scale > 0) /* fp16 */
+    if (tm->scaled) /* fp16 */
         m.has_loss_scale = 1, m.loss_scale = tm->loss_scale, m.has_overflow = 1,
         m.overflow = tm->overflow != 0;
     m.has_mfu = tm->mfu > 0, m.mfu = tm->mfu;
@@ -193,6 +193,12 @@ void worker_control_fatal(worker_control *wc, int32_t code, int err, const char 
     int peer_lost = comm_first_fault() == COMM_FAULT_PEER_LOST;
     worker_pacer_lock(&wc->pacer);
     control_client_fatal(&wc->client, code, err, peer_lost, message);
+    worker_pacer_unlock(&wc->pacer);
+}
+
+void worker_control_nonfinite(worker_control *wc, uint64_t step, uint64_t start_step) {
+    worker_pacer_lock(&wc->pacer);
+    wc->client.nonfinite_step = step, wc->client.start_step = start_step;
     worker_pacer_unlock(&wc->pacer);
 }
 

@@ -80,6 +80,9 @@ void worker_control_checkpoint(void *arg, const char *name, uint64_t step);
 /* Reports a failure (exit status class code, the errno behind it or 0, message) before
  * the worker exits. */
 void worker_control_fatal(worker_control *wc, int32_t code, int err, const char *message);
+/* The failure about to be sent is a non-finite loss at step, in an attempt that started
+ * from start_step (train.h: nonfinite_step): the Fatal says so. */
+void worker_control_nonfinite(worker_control *wc, uint64_t step, uint64_t start_step);
 
 void worker_control_close(worker_control *wc);
 

@@ -742,7 +742,8 @@ static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
                  : train_dp_update(&t->dp, t->m.params_mem, t->m.grads_mem, t->segs, t->n_segs,
                                    &t->opt, &t->hp, lr, &norm, diag);
     if (rc != 0) return rc;
-    train_scaler_update(&t->scaler, overflow);
+    int exhausted = train_scaler_update(&t->scaler, overflow);
+    out->scaled = t->scaler.on;
     out->overflow = overflow, out->loss_scale = t->scaler.on ? t->scaler.scale : 0;
     train_spike_judge(t, armed, loss, norm, out);
     if (model_moe_step_end(&t->m, t->dp.group, &out->moe) != 0 || train_moe_pp(t, &out->moe) != 0) {
@@ -772,6 +773,17 @@ static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
                         4 * (uint64_t)t->m.wcache_floats + (uint64_t)model_moe_cache_bytes(&t->m);
     if (!isfinite(loss)) {
         bt_diag_set(diag, "step %llu: loss is %g", (unsigned long long)t->step, loss);
+        t->nonfinite_step = t->step;
+        return BT_ERANGE;
+    }
+    if (exhausted) {
+        bt_diag_set(diag,
+                    "step %llu: the fp16 gradients hold Inf/NaN even at the smallest loss "
+                    "scale (%g), after %llu overflowed steps in this stage: they are not "
+                    "finite at any scale",
+                    (unsigned long long)t->step, (double)TRAIN_SCALER_MIN,
+                    (unsigned long long)t->scaler.overflow_steps);
+        t->nonfinite_step = t->step;
         return BT_ERANGE;
     }
     return 0;

@@ -42,6 +42,7 @@ typedef struct train_metrics {
     double spike_z;      /* its z-score */
     int rollback;        /* TRAIN_SPIKE_ROLLBACK_AFTER spikes in a row: stop, roll back */
     int overflow;        /* fp16: Inf/NaN gradients on some rank, update skipped */
+    int scaled;          /* fp16: loss_scale and overflow hold the scaler's state */
     double loss_scale;   /* fp16: the dynamic loss scale after this step; 0 otherwise */
     uint64_t n_skipped;  /* the stage's skipped steps so far, this one included */
     double tokens_per_s; /* of the whole job */
@@ -112,8 +113,12 @@ typedef struct trainer {
     train_spike spike;            /* the loss-spike guard */
     train_scaler scaler;          /* fp16 dynamic loss scaling (off otherwise) */
     uint64_t step0, first_sample; /* the stage resumed at step0 with global sample first_sample */
-    double flops_per_step;        /* this rank's share of the model FLOPs of one step */
-    int forward_only;             /* train_init_forward's: evaluation only (model.h) */
+    /* the step whose loss (or fp16 gradients at the smallest scale) was not finite, which
+     * train_step failed on with BT_ERANGE; 0: none. Training is deterministic, so an
+     * attempt from the same checkpoint meets it again (baton run's retry judges by it). */
+    uint64_t nonfinite_step;
+    double flops_per_step; /* this rank's share of the model FLOPs of one step */
+    int forward_only;      /* train_init_forward's: evaluation only (model.h) */
 } trainer;
 
 /* The groups a rank trains in, from the stage's layout (stages/layout.h). Borrowed: they

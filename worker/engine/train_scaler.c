@@ -12,6 +12,7 @@ void train_scaler_init(train_scaler *s, const Baton__Precision *p) {
     const Baton__LossScale *ls = p->loss_scale ? p->loss_scale : &defaults;
     s->on = 1;
     s->scale = (float)ls->initial;
+    if (!(s->scale >= TRAIN_SCALER_MIN)) s->scale = TRAIN_SCALER_MIN; /* a spec not checked */
     s->growth_interval = ls->growth_interval;
     s->growth_factor = (float)ls->growth_factor;
     s->backoff_factor = (float)ls->backoff_factor;
@@ -50,18 +51,21 @@ int train_scaler_unscale(train_scaler *s, backend *be, float *grads, size_t n, c
     return 0;
 }
 
-void train_scaler_update(train_scaler *s, int overflow) {
-    if (!s->on) return;
+int train_scaler_update(train_scaler *s, int overflow) {
+    if (!s->on) return 0;
     if (overflow) {
-        s->scale *= s->backoff_factor;
+        int floor = s->scale <= TRAIN_SCALER_MIN;
+        float backed = s->scale * s->backoff_factor;
+        s->scale = backed > TRAIN_SCALER_MIN ? backed : TRAIN_SCALER_MIN;
         s->good_steps = 0;
         s->overflow_steps++;
-        return;
+        return floor;
     }
-    if (++s->good_steps < s->growth_interval) return;
+    if (++s->good_steps < s->growth_interval) return 0;
     s->good_steps = 0;
     float grown = s->scale * s->growth_factor;
     if (isfinite(grown)) s->scale = grown;
+    return 0;
 }
 
 void train_scaler_to_pb(const train_scaler *s, Baton__LossScalerState *out) {
@@ -73,7 +77,7 @@ void train_scaler_to_pb(const train_scaler *s, Baton__LossScalerState *out) {
 
 void train_scaler_from_pb(train_scaler *s, const Baton__LossScalerState *st) {
     if (st == NULL || !s->on || !st->has_scale) return;
-    s->scale = (float)st->scale;
+    s->scale = st->scale > TRAIN_SCALER_MIN ? (float)st->scale : TRAIN_SCALER_MIN;
     s->good_steps = st->good_steps;
     s->overflow_steps = st->overflow_steps;
 }

@@ -15,7 +15,13 @@
  *    every parallel group the rank is in (tp, pp, dp), so all ranks take the same
  *    decision;
  *  - overflow: the step is skipped (no parameter, moment or AdamW step-count change) and
- *    S *= backoff_factor; the clean-step count restarts;
+ *    S *= backoff_factor, but never below TRAIN_SCALER_MIN; the clean-step count
+ *    restarts;
+ *  - an overflow with S already at TRAIN_SCALER_MIN: the gradients are not finite at any
+ *    scale (a NaN or Inf that no scaling causes), so backing off further cannot help and
+ *    the stage fails (train_scaler_update returns 1, train.c says it) rather than skip
+ *    every step to its end (DeepSpeed's loss scaler fails at its minimum scale likewise;
+ *    torch's GradScaler has no floor and backs off to 0, where it never recovers);
  *  - otherwise the step is applied; after growth_interval clean steps in a row
  *    S *= growth_factor (kept unchanged if that would overflow float32).
  * The state (S, clean-step count, skipped-step count) is saved in checkpoints
@@ -31,6 +37,10 @@
 #include "manifest.pb-c.h"
 #include "recipe.pb-c.h"
 #include "util/err.h"
+
+/* The smallest scale: FLT_MIN (2^-126), the smallest normal float32, a power of two, so
+ * that 1/S (2^126) is finite and exact. Recipes start at least there (validate.c). */
+#define TRAIN_SCALER_MIN 0x1p-126f
 
 typedef struct train_scaler {
     int on;      /* precision fp16; otherwise the scale is 1 and nothing is checked */
@@ -54,12 +64,14 @@ float train_scaler_loss_scale(const train_scaler *s);
 int train_scaler_unscale(train_scaler *s, backend *be, float *grads, size_t n, comm *const *groups,
                          int n_groups, int *overflow, bt_diag *diag);
 
-/* Backs off after an overflow, or counts a clean step and grows S after growth_interval
- * of them. */
-void train_scaler_update(train_scaler *s, int overflow);
+/* Backs off after an overflow (not below TRAIN_SCALER_MIN), or counts a clean step and
+ * grows S after growth_interval of them. Returns 1 when the step overflowed with S
+ * already at TRAIN_SCALER_MIN (nothing left to back off: the stage cannot go on), else 0. */
+int train_scaler_update(train_scaler *s, int overflow);
 
 /* To and from a checkpoint's manifest. to_pb fills out (no allocation); from_pb leaves
- * the scaler as it is when st is NULL (a checkpoint of a stage without fp16). */
+ * the scaler as it is when st is NULL (a checkpoint of a stage without fp16), and lifts a
+ * saved scale below TRAIN_SCALER_MIN (0, from a build without the floor) to it. */
 void train_scaler_to_pb(const train_scaler *s, Baton__LossScalerState *out);
 void train_scaler_from_pb(train_scaler *s, const Baton__LossScalerState *st);
 
