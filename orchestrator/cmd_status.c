@@ -379,7 +379,7 @@ static void status_text(bt_buf *b, const status_view *v) {
             b, " (stage %s: %.*s; last failure: %.*s)",
             status_stage_name(v, v->st.failed_stage - 1),
             status_clause(reason ? reason : "not retried"), reason ? reason : "not retried",
-            status_clause(cause ? cause : "not journaled"), cause ? cause : "not journaled");
+            status_clause(cause ? cause : "none journaled"), cause ? cause : "none journaled");
     }
     uint64_t skipped = status_skipped_total(v);
     if (strcmp(state, "not_started") != 0)
@@ -588,16 +588,32 @@ static int status_run_eta(const status_view *v, double *eta) {
     return 1;
 }
 
+/* Seconds, then from an hour on the same in days, hours and minutes: "9000 s (2h 30m)". */
+static void status_seconds(bt_buf *b, double s) {
+    bt_buf_printf(b, "%.0f s", s);
+    if (!(s >= 3600.0) || s > 1e15) return;
+    unsigned long long m = (unsigned long long)(s / 60.0 + 0.5), d = m / 1440;
+    if (d > 0)
+        bt_buf_printf(b, " (%llud %02lluh %02llum)", d, m / 60 % 24, m % 60);
+    else
+        bt_buf_printf(b, " (%lluh %02llum)", m / 60, m % 60);
+}
+
 static void status_eta(bt_buf *b, const status_view *v) {
     double eta, run;
     if (!status_stage_eta(v, v->m_stage, &eta) || !status_run_eta(v, &run)) return;
     bt_buf_printf(b,
                   "  now: stage %s step %llu/%llu, loss %.4f, %.0f tok/s, %.1f s in the stage, "
-                  "stage ETA %.0f s",
+                  "stage ETA ",
                   status_stage_name(v, v->m_stage), (unsigned long long)v->m_step,
                   (unsigned long long)status_stage_steps(v, v->m_stage), v->m_loss, v->m_tok,
-                  status_stage_wall(v, v->m_stage), eta);
-    if (run > eta) bt_buf_printf(b, ", run ETA %.0f s (later stages at this tokens/s)", run);
+                  status_stage_wall(v, v->m_stage));
+    status_seconds(b, eta);
+    if (run > eta) {
+        bt_buf_printf(b, ", run ETA ");
+        status_seconds(b, run);
+        bt_buf_printf(b, " (later stages at this tokens/s)");
+    }
     bt_buf_printf(b, "\n");
 }
 

@@ -186,10 +186,14 @@ hidepid_case() {
 
 case $case in
 holder-status)
-  start_run run hold.yaml --run-dir r1
+  # a long stage: its ETA (0.1 s a step) also in hours and minutes
+  sed 's/steps: 400}/steps: 400000}/' hold.yaml >long.yaml
+  start_run run long.yaml --run-dir r1
   "$baton" status r1 >st.out
   grep -q "^run r1: running (baton run pid $bpid on $host, since [0-9-]* [0-9:]*); " st.out ||
     { cat st.out; fail "status does not name the running baton run"; }
+  grep -Eq '^  now: stage a step [0-9]+/400000, .*, stage ETA [0-9]+ s \([0-9]+h [0-9]{2}m\)$' st.out ||
+    { cat st.out; fail "status does not give a long stage's ETA in hours and minutes"; }
   [[ $(holder_json r1) == "$bpid run $host True False" ]] || { holder_json r1; fail "status --json's holder"; }
   set +e; "$baton" resume r1 --quiet >second.out 2>&1; rc=$?; set -e
   [[ $rc == 2 ]] && grep -q "r1: another baton run is working in this run directory (baton run pid $bpid on $host, since .*; stop it with 'baton stop $work/r1' or kill -TERM $bpid)\$" second.out ||
@@ -222,7 +226,7 @@ holder-status)
   [[ $rc == 3 ]] && grep -q "no baton run is working in it: nothing to stop" stop2.out ||
     { cat stop2.out; fail "baton stop of a stopped run exited $rc"; }
   # a resume: named as one, and nothing once it completes
-  sed -i 's/steps: 400/steps: 40/' r1/recipe.yaml
+  sed -i 's/steps: 400000/steps: 40/' r1/recipe.yaml
   start_run resume r1
   [[ $(holder_json r1) == "$bpid resume $host True False" ]] || { holder_json r1; fail "status --json's holder of a resume"; }
   wait "$bpid" || { cat run.out; fail "the resume exited $?"; }
