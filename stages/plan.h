@@ -261,6 +261,18 @@ typedef struct plan_zero_unit {
  * first stage, each layer, the final norm with the head on the last): their count; out
  * (n_layers + 2 entries) gets each one. */
 uint32_t plan_zero_units(const plan_stage *ps, uint32_t stage, plan_zero_unit *out);
+/* What a rank sends to all-gather (or reduce-scatter) unit u: (group - 1) chunks. */
+double plan_zero_unit_volume(const plan_zero_unit *u);
+/* ZeRO-3's parameters a rank of pipeline stage `stage` sends to gather in a step (unit:
+ * plan_zero_units'), from a replay of the stage's passes (stages/pipe_order.h) through the
+ * model's two gather buffers as worker/engine/model_zero.c uses them, nothing resident when
+ * the step starts (stages/plan_zero3.c). Up to max_chunks micro-batches × chunks (or 8 pp
+ * micro-batches) every pass is replayed; beyond, where the order repeats every pp
+ * micro-batches, two steps of 6 to 8 pp replayed give the gathers each group adds. Needs no
+ * memory: never an estimate for want of it. */
+#define PLAN_ZERO3_REPLAY (1u << 17)
+double plan_zero3_gathered(const plan_stage *ps, uint32_t stage, const plan_zero_unit *unit,
+                           uint64_t max_chunks);
 /* Whether the tp ranks fold into the experts' parallelism (stages/layout.h's
  * layout_fold_tp_experts), of a stage's parallel settings and model (moe: the recipe's
  * or spec's), or of a planned stage; and the ranks that hold copies of a rank's routed
