@@ -47,8 +47,9 @@ typedef struct plan_params {
 typedef struct plan_memory {
     /* bytes, heaviest rank; total = params + grads + optimizer + activations + backward */
     double params, grads, optimizer, activations, total;
-    double capacity; /* device memory, bytes */
-    int fits;        /* 1 fits, 0 does not, -1 capacity not given */
+    double capacity;         /* device memory, bytes */
+    uint64_t capacity_bytes; /* the same as given (cluster.gpu.memory), exact: --json */
+    int fits;                /* 1 fits, 0 does not, -1 capacity not given */
     uint32_t heaviest_pp_stage;
     uint64_t params_on_rank;   /* parameters held by the heaviest rank */
     double act_per_microbatch; /* bytes for one micro-batch on that rank */
@@ -122,6 +123,7 @@ typedef struct plan_shape {
     int cuda;                /* cluster.device cuda: the CUDA engine */
     uint32_t nodes, gpus_per_node;
     double capacity;           /* device memory, bytes; 0 = not given */
+    uint64_t capacity_bytes;   /* the same, exact (a double rounds above 2^53) */
     double intra_bw, inter_bw; /* bytes/s per GPU; 0 = not given */
     double peak_flops;         /* per GPU at the stage's precision, FLOP/s; 0 = not given */
     double mfu;                /* 0 or absent -> 0.4 */

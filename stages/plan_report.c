@@ -554,7 +554,7 @@ static void json_memory(bt_buf *b, const plan_memory *m) {
                   ", \"zero\": %u, \"zero_shard_params\": %" PRIu64
                   ", \"zero_unit_params\": %" PRIu64 "}, ",
                   m->zero_level, m->zero_shard, m->zero_unit);
-    json_int(b, "capacity", m->capacity);
+    bt_buf_printf(b, "\"capacity\": %" PRIu64, m->capacity_bytes); /* as given, exact */
     bt_buf_printf(b, ", \"fits\": %s, ", m->fits < 0 ? "null" : m->fits ? "true" : "false");
 }
 

@@ -861,6 +861,15 @@ static void test_json(void) {
     CHECK_STR_CONTAINS(text, "\"warnings\": [");
     CHECK_STR_CONTAINS(text, "\"name\": \"moe \\\"quoted\\\"\\u000a\"");
     free(text);
+    /* the capacity as given, exact: a double would print 2^64 - 1 as 2^64 */
+    a.mem.bytes = UINT64_MAX;
+    CHECK(build(&a, &st[0]) == BT_OK);
+    text = NULL;
+    f = open_memstream(&text, &len);
+    plan_report_json(f, specs, st, 1);
+    fclose(f);
+    CHECK_STR_CONTAINS(text, "\"capacity\": 18446744073709551615, \"fits\": true");
+    free(text);
     text = NULL;
     f = open_memstream(&text, &len);
     plan_report_json(f, NULL, NULL, 0);
