@@ -153,6 +153,11 @@ typedef struct plan_alt {
 #define PLAN_MAX_SPLIT    256
 #define PLAN_MAX_DP_SPLIT 64
 #define PLAN_MAX_LAYERS   65536u /* model.n_layers at most (recipe validation) */
+/* model.moe.n_experts at most (recipe validation): the worker's MoE layer holds that many
+ * (worker/engine/moe.h MOE_MAX_EXPERTS), and so does a metrics record's expert_load
+ * (orchestrator/control/control_metrics.h). Today's largest MoEs route over 256 (DeepSeek-V3)
+ * to 384 (Kimi K2) experts. */
+#define PLAN_MAX_EXPERTS 512u
 
 typedef struct plan_stage {
     plan_params params;

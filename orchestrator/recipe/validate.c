@@ -220,6 +220,10 @@ static int check_moe(vctx *v, const Baton__Model *m) {
             "and expert_ffn_dim");
     REQUIRE(e->n_experts >= 2, v, "model.moe.n_experts", "expected at least 2 experts, got %u",
             e->n_experts);
+    REQUIRE(e->n_experts <= PLAN_MAX_EXPERTS, v, "model.moe.n_experts",
+            "%u experts is above the limit of %u routed experts an MoE layer holds (today's "
+            "largest MoEs route over 256 to 384)",
+            e->n_experts, PLAN_MAX_EXPERTS);
     REQUIRE(e->top_k >= 1 && e->top_k <= e->n_experts, v, "model.moe.top_k",
             "top_k must be between 1 and n_experts (%u), got %u", e->n_experts, e->top_k);
     REQUIRE(e->expert_ffn_dim > 0, v, "model.moe.expert_ffn_dim",
