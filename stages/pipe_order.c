@@ -42,15 +42,19 @@ static pipe_pass pass(uint32_t pp, uint32_t v, uint32_t K, uint32_t k, int forwa
                        .chunk = pipe_order_chunk(pp, v, K, k, forward)};
 }
 
-void pipe_order(uint32_t pp, uint32_t v, uint32_t K, uint32_t s, pipe_pass *out) {
+pipe_pass pipe_order_at(uint32_t pp, uint32_t v, uint32_t K, uint32_t s, uint64_t i) {
     v = v > 1 ? v : 1;
-    uint32_t total = K * v, w = pipe_order_warmup(pp, v, K, s), n = 0;
-    for (uint32_t k = 0; k < w; k++)
-        out[n++] = pass(pp, v, K, k, 1);
-    for (uint32_t i = 0; i + w < total; i++) {
-        out[n++] = pass(pp, v, K, w + i, 1);
-        out[n++] = pass(pp, v, K, i, 0);
-    }
-    for (uint32_t k = total - w; k < total; k++)
-        out[n++] = pass(pp, v, K, k, 0);
+    uint64_t total = (uint64_t)K * v, w = pipe_order_warmup(pp, v, K, s), steady = 2 * (total - w);
+    if (i < w) return pass(pp, v, K, (uint32_t)i, 1);
+    i -= w;
+    if (i < steady)
+        return i % 2 ? pass(pp, v, K, (uint32_t)(i / 2), 0)
+                     : pass(pp, v, K, (uint32_t)(w + i / 2), 1);
+    return pass(pp, v, K, (uint32_t)(total - w + i - steady), 0);
+}
+
+void pipe_order(uint32_t pp, uint32_t v, uint32_t K, uint32_t s, pipe_pass *out) {
+    uint64_t n = 2 * (uint64_t)K * (v > 1 ? v : 1);
+    for (uint64_t i = 0; i < n; i++)
+        out[i] = pipe_order_at(pp, v, K, s, i);
 }

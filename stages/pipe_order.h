@@ -34,6 +34,9 @@ typedef struct pipe_pass {
     uint32_t mb, chunk;
 } pipe_pass;
 
+/* Stage s's pass i (< 2 K v) of the order; no list needed (the planner's replay of a
+ * long step allocates nothing). */
+pipe_pass pipe_order_at(uint32_t pp, uint32_t v, uint32_t K, uint32_t s, uint64_t i);
 /* Stage s's 2 K v passes in order into out. */
 void pipe_order(uint32_t pp, uint32_t v, uint32_t K, uint32_t s, pipe_pass *out);
 

@@ -47,8 +47,9 @@ typedef struct plan_params {
 typedef struct plan_memory {
     /* bytes, heaviest rank; total = params + grads + optimizer + activations + backward */
     double params, grads, optimizer, activations, total;
-    double capacity; /* device memory, bytes */
-    int fits;        /* 1 fits, 0 does not, -1 capacity not given */
+    double capacity;         /* device memory, bytes */
+    uint64_t capacity_bytes; /* the same as given (cluster.gpu.memory), exact: --json */
+    int fits;                /* 1 fits, 0 does not, -1 capacity not given */
     uint32_t heaviest_pp_stage;
     uint64_t params_on_rank;   /* parameters held by the heaviest rank */
     double act_per_microbatch; /* bytes for one micro-batch on that rank */
@@ -122,6 +123,7 @@ typedef struct plan_shape {
     int cuda;                /* cluster.device cuda: the CUDA engine */
     uint32_t nodes, gpus_per_node;
     double capacity;           /* device memory, bytes; 0 = not given */
+    uint64_t capacity_bytes;   /* the same, exact (a double rounds above 2^53) */
     double intra_bw, inter_bw; /* bytes/s per GPU; 0 = not given */
     double peak_flops;         /* per GPU at the stage's precision, FLOP/s; 0 = not given */
     double mfu;                /* 0 or absent -> 0.4 */
@@ -151,6 +153,11 @@ typedef struct plan_alt {
 #define PLAN_MAX_SPLIT    256
 #define PLAN_MAX_DP_SPLIT 64
 #define PLAN_MAX_LAYERS   65536u /* model.n_layers at most (recipe validation) */
+/* model.moe.n_experts at most (recipe validation): the worker's MoE layer holds that many
+ * (worker/engine/moe.h MOE_MAX_EXPERTS), and so does a metrics record's expert_load
+ * (orchestrator/control/control_metrics.h). Today's largest MoEs route over 256 (DeepSeek-V3)
+ * to 384 (Kimi K2) experts. */
+#define PLAN_MAX_EXPERTS 512u
 
 typedef struct plan_stage {
     plan_params params;
@@ -261,6 +268,18 @@ typedef struct plan_zero_unit {
  * first stage, each layer, the final norm with the head on the last): their count; out
  * (n_layers + 2 entries) gets each one. */
 uint32_t plan_zero_units(const plan_stage *ps, uint32_t stage, plan_zero_unit *out);
+/* What a rank sends to all-gather (or reduce-scatter) unit u: (group - 1) chunks. */
+double plan_zero_unit_volume(const plan_zero_unit *u);
+/* ZeRO-3's parameters a rank of pipeline stage `stage` sends to gather in a step (unit:
+ * plan_zero_units'), from a replay of the stage's passes (stages/pipe_order.h) through the
+ * model's two gather buffers as worker/engine/model_zero.c uses them, nothing resident when
+ * the step starts (stages/plan_zero3.c). Up to max_chunks micro-batches × chunks (or 8 pp
+ * micro-batches) every pass is replayed; beyond, where the order repeats every pp
+ * micro-batches, two steps of 6 to 8 pp replayed give the gathers each group adds. Needs no
+ * memory: never an estimate for want of it. */
+#define PLAN_ZERO3_REPLAY (1u << 17)
+double plan_zero3_gathered(const plan_stage *ps, uint32_t stage, const plan_zero_unit *unit,
+                           uint64_t max_chunks);
 /* Whether the tp ranks fold into the experts' parallelism (stages/layout.h's
  * layout_fold_tp_experts), of a stage's parallel settings and model (moe: the recipe's
  * or spec's), or of a planned stage; and the ranks that hold copies of a rank's routed

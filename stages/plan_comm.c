@@ -55,7 +55,8 @@
  *       two gather buffers still holds it, and reduce-scatters the grads per micro-batch:
  *       G x weight bytes + 4mR, G the (g-1) c of the units gathered in a step, counted by
  *       replaying the stage's passes (stages/pipe_order.h) through the two buffers as
- *       worker/engine/model_zero.c uses them (nothing resident when a step starts).
+ *       worker/engine/model_zero.c uses them (nothing resident when a step starts;
+ *       plan_zero3.c, beyond 2^17 micro-batch chunks from two shorter replays).
  *   CP  ring: per layer and forward pass (cp-1) K/V chunks of 2*s*b*(kv heads per tp
  *       rank)*hd*4 bytes (two forward passes with full recomputation); backward sends
  *       K/V round again with dK/dV travelling beside them, plus one last hop of dK/dV
@@ -94,9 +95,6 @@
 #include "plan.h"
 
 #include <stdlib.h>
-
-#include "pipe_order.h"
-
 #include <string.h>
 
 typedef struct comm_dims {
@@ -265,79 +263,9 @@ static double dp_volume(double n, double params, double weight_bytes, int zero) 
     return 2 * (n - 1) / n * params * 4;
 }
 
-/* ZeRO-3's two gather buffers as worker/engine/model_zero.c uses them. */
-typedef struct zero_sim {
-    int buf[2], cur, resident;
-    const plan_zero_unit *unit;
-    double gathered; /* parameters a rank sends in the step's all-gathers */
-} zero_sim;
-
-/* What a rank sends to all-gather (or reduce-scatter) one unit: (group - 1) chunks. */
-static double zero_unit_volume(const plan_zero_unit *u) {
-    return (double)(u->group - 1) * (double)u->chunk;
-}
-
-static int zero_sim_holding(const zero_sim *z, int u) {
-    return z->buf[0] == u ? 0 : z->buf[1] == u ? 1 : -1;
-}
-
-/* Unit u in use (gathered unless a buffer holds it), then next prefetched. */
-static void zero_sim_use(zero_sim *z, int u, int next) {
-    int i = zero_sim_holding(z, u);
-    if (i < 0) {
-        i = z->resident >= 0 ? 1 - z->cur : z->cur;
-        z->buf[i] = u, z->gathered += zero_unit_volume(&z->unit[u]);
-    }
-    z->cur = i, z->resident = u;
-    if (next >= 0 && next != u && zero_sim_holding(z, next) < 0)
-        z->buf[1 - i] = next, z->gathered += zero_unit_volume(&z->unit[next]);
-}
-
-/* One pass of chunk c on stage `stage` of n layers (worker/engine/model_pass.c): its
- * units [lo, hi], forward in order, backward in reverse (each layer used twice under full
- * recomputation: the recomputed forward, then the backward), each prefetching the next in
- * the pass. */
-static void zero_sim_pass(zero_sim *z, const plan_stage *ps, uint32_t stage, uint32_t n, uint32_t c,
-                          int forward) {
-    const plan_shape *sh = &ps->shape;
-    uint32_t v = sh->virtual_stages > 1 ? sh->virtual_stages : 1, c0, len;
-    plan_pp_chunk_span(&ps->params, sh->pp, v, stage, c, &c0, &len);
-    int embed = stage == 0, head = stage + 1 == sh->pp;
-    int lo = embed && c == 0 ? 0 : embed + (int)c0;
-    int hi = head && c == v - 1 ? embed + (int)n : embed + (int)(c0 + len) - 1;
-    int full = sh->recompute == BATON__STAGE__RECOMPUTE__FULL;
-    for (int k = 0; k <= hi - lo; k++) {
-        int u = forward ? lo + k : hi - k, next = forward ? u + 1 : u - 1;
-        next = next >= lo && next <= hi ? next : -1;
-        int layer = u >= embed && u < embed + (int)n;
-        if (!forward && full && layer) zero_sim_use(z, u, next);
-        zero_sim_use(z, u, next);
-    }
-}
-
-/* ZeRO-3's parameters a rank sends to gather in a step of stage `stage` (unit: the
- * stage's units): the weights change at every update, so the step starts with nothing
- * resident; each pass (pipe_order.h) finds what the pass before it left. */
-static double zero3_gathered(const plan_stage *ps, uint32_t stage, const plan_zero_unit *unit) {
-    const plan_shape *sh = &ps->shape;
-    uint32_t v = sh->pp > 1 && sh->virtual_stages > 1 ? sh->virtual_stages : 1;
-    uint32_t K = (uint32_t)ps->microbatches;
-    pipe_pass *order = malloc((size_t)2 * K * v * sizeof *order);
-    zero_sim z = {.buf = {-1, -1}, .cur = 0, .resident = -1, .unit = unit};
-    if (order != NULL) {
-        uint32_t first, n, n_moe;
-        plan_pp_stage_layers(&ps->params, sh->pp, v, stage, &first, &n, &n_moe);
-        pipe_order(sh->pp, v, K, stage, order);
-        for (uint32_t i = 0; i < 2 * K * v; i++)
-            zero_sim_pass(&z, ps, stage, n, order[i].chunk, order[i].forward);
-    }
-    free(order);
-    return z.gathered;
-}
-
 /* ZeRO-2/3's data-parallel bytes (an MoE unit's over the expert-data-parallel group,
  * counted with dp): ZeRO-2 reduce-scatters every unit per micro-batch and all-gathers it
- * once after the update; ZeRO-3 reduce-scatters so and all-gathers what zero3_gathered
+ * once after the update; ZeRO-3 reduce-scatters so and all-gathers what plan_zero3_gathered
  * counts. The all-reduce of an MoE unit's dense part under ep is comm_zero_ep's. */
 static double dp_volume_zero(const plan_stage *ps, uint32_t stage, const plan_memory *m) {
     double mb = (double)ps->microbatches, wb = m->weight_bytes, R = 0, gathered;
@@ -345,8 +273,8 @@ static double dp_volume_zero(const plan_stage *ps, uint32_t stage, const plan_me
     if (unit == NULL) return 0;
     uint32_t n = plan_zero_units(ps, stage, unit);
     for (uint32_t k = 0; k < n; k++)
-        R += zero_unit_volume(&unit[k]);
-    gathered = m->zero_level == 2 ? R : zero3_gathered(ps, stage, unit);
+        R += plan_zero_unit_volume(&unit[k]);
+    gathered = m->zero_level == 2 ? R : plan_zero3_gathered(ps, stage, unit, PLAN_ZERO3_REPLAY);
     free(unit);
     return gathered * wb + mb * 4 * R;
 }

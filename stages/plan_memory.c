@@ -438,7 +438,7 @@ void plan_memory_for_pp_stage(const plan_stage *ps, uint32_t stage, plan_memory 
     memory_activations(ps, stage, out);
     memory_moe(ps, stage, out);
     out->total = out->params + out->grads + out->optimizer + out->activations + out->backward;
-    out->capacity = ps->shape.capacity;
+    out->capacity = ps->shape.capacity, out->capacity_bytes = ps->shape.capacity_bytes;
     out->fits = out->capacity > 0 ? out->total <= out->capacity : -1;
 }
 

@@ -114,9 +114,10 @@ static void text_header(FILE *f, const Baton__StageSpec *spec, const plan_stage 
     fprintf(f, " ==\n");
     fprintf(f,
             "setup       seq_len %" PRIu64 ", global_batch %" PRIu64 ", micro_batch %" PRIu64
-            " (%" PRIu64 " micro-batches per step), %s, recompute %s, zero %u%s\n",
+            " (%" PRIu64 " micro-batch%s per step), %s, recompute %s, zero %u%s\n",
             sh->seq_len, sh->global_batch, sh->micro_batch, ps->microbatches,
-            precision_name(sh->precision), recompute_name(sh->recompute), sh->zero,
+            ps->microbatches == 1 ? "" : "es", precision_name(sh->precision),
+            recompute_name(sh->recompute), sh->zero,
             sh->sequence_parallel ? ", sequence parallel" : "");
     plan_precision_text(f, spec->stage ? spec->stage->precision : NULL,
                         ps->scale_carried ? ps->scale_from : NULL, ps->scale_init);
@@ -195,20 +196,42 @@ static void text_layout_summary(FILE *f, const plan_stage *ps) {
     fprintf(f, "\n");
 }
 
-static void text_rank_row(FILE *f, const layout *l, uint32_t r) {
+/* The rank table's columns: rank, node, gpu, then tp, cp, ep, dp, pp. */
+enum { RANK_COLS = 8 };
+
+/* Each column's width: its usual one (6, 5, then 4), wider where its largest value has
+ * more digits (millions of ranks), so that a space always parts the columns. */
+static void rank_widths(const layout *l, int w[RANK_COLS]) {
+    static const int dim[5] = {LAYOUT_TP, LAYOUT_CP, LAYOUT_EP, LAYOUT_DP, LAYOUT_PP};
+    uint32_t top[RANK_COLS] = {l->world - 1, layout_node_of(l, l->world - 1), l->gpus_per_node - 1};
+    for (int k = 0; k < 5; k++)
+        top[3 + k] = l->size[dim[k]] ? l->size[dim[k]] - 1 : 0;
+    for (int k = 0; k < RANK_COLS; k++) {
+        char digits[16];
+        int n = snprintf(digits, sizeof digits, "%u", top[k]);
+        w[k] = k == 0 ? 6 : k == 1 ? 5 : 4;
+        w[k] = n > w[k] ? n : w[k];
+    }
+}
+
+static void text_rank_row(FILE *f, const layout *l, const int w[RANK_COLS], uint32_t r) {
     layout_coord c = layout_coord_of(l, r);
-    fprintf(f, "  %6u %5u %4u %4u %4u %4u %4u %4u\n", r, layout_node_of(l, r), r % l->gpus_per_node,
-            c.c[LAYOUT_TP], c.c[LAYOUT_CP], c.c[LAYOUT_EP], c.c[LAYOUT_DP], c.c[LAYOUT_PP]);
+    fprintf(f, "  %*u %*u %*u %*u %*u %*u %*u %*u\n", w[0], r, w[1], layout_node_of(l, r), w[2],
+            r % l->gpus_per_node, w[3], c.c[LAYOUT_TP], w[4], c.c[LAYOUT_CP], w[5], c.c[LAYOUT_EP],
+            w[6], c.c[LAYOUT_DP], w[7], c.c[LAYOUT_PP]);
 }
 
 static void text_rank_table(FILE *f, const layout *l) {
-    fprintf(f, "    rank  node  gpu   tp   cp   ep   dp   pp\n");
+    int w[RANK_COLS];
+    rank_widths(l, w);
+    fprintf(f, "  %*s %*s %*s %*s %*s %*s %*s %*s\n", w[0], "rank", w[1], "node", w[2], "gpu", w[3],
+            "tp", w[4], "cp", w[5], "ep", w[6], "dp", w[7], "pp");
     uint32_t head = l->world <= 2 * REPORT_RANKS_HEAD ? l->world : REPORT_RANKS_HEAD;
     for (uint32_t r = 0; r < head; r++)
-        text_rank_row(f, l, r);
+        text_rank_row(f, l, w, r);
     if (head < l->world) {
         fprintf(f, "     ...\n");
-        text_rank_row(f, l, l->world - 1);
+        text_rank_row(f, l, w, l->world - 1);
     }
 }
 
@@ -554,7 +577,7 @@ static void json_memory(bt_buf *b, const plan_memory *m) {
                   ", \"zero\": %u, \"zero_shard_params\": %" PRIu64
                   ", \"zero_unit_params\": %" PRIu64 "}, ",
                   m->zero_level, m->zero_shard, m->zero_unit);
-    json_int(b, "capacity", m->capacity);
+    bt_buf_printf(b, "\"capacity\": %" PRIu64, m->capacity_bytes); /* as given, exact */
     bt_buf_printf(b, ", \"fits\": %s, ", m->fits < 0 ? "null" : m->fits ? "true" : "false");
 }
 

@@ -70,7 +70,8 @@ static void shape_cluster(const Baton__StageSpec *spec, plan_shape *sh) {
     sh->gpus_per_node = c->gpus_per_node ? c->gpus_per_node : 1;
     sh->cuda = c->device == BATON__CLUSTER__DEVICE__CUDA;
     const Baton__Gpu *gpu = c->gpu;
-    sh->capacity = gpu && gpu->memory ? (double)gpu->memory->bytes : 0;
+    sh->capacity_bytes = gpu && gpu->memory ? gpu->memory->bytes : 0;
+    sh->capacity = (double)sh->capacity_bytes;
     const Baton__Links *links = c->links;
     sh->intra_bw = links && links->intra_node ? links->intra_node->bytes_per_s : 0;
     sh->inter_bw = links && links->inter_node ? links->inter_node->bytes_per_s : 0;

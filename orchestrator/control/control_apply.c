@@ -6,10 +6,14 @@
 #include <time.h>
 
 #include "ckpt/ckpt.h"
+#include "plan.h"
 #include "control_build.h"
 #include "control_internal.h"
 #include "util/tcp.h"
 #include "util/utf8.h"
+
+_Static_assert(sizeof((control_metrics *)0)->moe_expert_load / sizeof(float) == PLAN_MAX_EXPERTS,
+               "a record holds every expert's load recipe validation lets through");
 
 /* A Hello with the run's token for rank, connected. A worker connects again only when it
  * saw its connection close before the HelloAck: from the same worker (pid and host), that
@@ -99,8 +103,10 @@ void control_metrics_from(const Baton__Metrics *m, uint32_t rank, double time, c
                            .moe_dropped = m->moe_dropped,
                            .moe_aux_loss = m->moe_aux_loss,
                            .time = time};
-    size_t ne = m->n_moe_expert_load;
-    c->moe_experts = (int)(ne < 512 ? ne : 512);
+    /* recipe validation bounds n_experts by the record's room (PLAN_MAX_EXPERTS); a
+     * worker of another build sending more is cut to it */
+    size_t ne = m->n_moe_expert_load, cap = sizeof c->moe_expert_load / sizeof(float);
+    c->moe_experts = (int)(ne < cap ? ne : cap);
     if (c->moe_experts > 0)
         memcpy(c->moe_expert_load, m->moe_expert_load, (size_t)c->moe_experts * sizeof(float));
 }

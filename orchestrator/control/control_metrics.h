@@ -60,8 +60,8 @@ typedef struct control_metrics {
     int overflow;           /* fp16: the step's gradients held Inf/NaN (skipped) */
     int moe_experts;        /* MoE: experts of moe_expert_load; 0: a dense model */
     double moe_load_max_mean, moe_dropped, moe_aux_loss; /* MoE (control.proto) */
-    float moe_expert_load[512];                          /* each expert's load / the mean */
-    double time; /* unix seconds when the orchestrator received it */
+    float moe_expert_load[512]; /* each expert's load / the mean (PLAN_MAX_EXPERTS of them) */
+    double time;                /* unix seconds when the orchestrator received it */
 } control_metrics;
 
 /* Which stage attempt the metrics belong to. */

@@ -212,11 +212,17 @@ static int same_samples(const Baton__Data *a, const Baton__Data *b) {
 }
 
 /* Where stage k (< i) ended: as recorded (ended), else its start at + steps x
- * global_batch + extra. */
+ * global_batch + extra, saturated at UINT64_MAX rather than wrapped round to an earlier
+ * stage's samples (a validated recipe's stages stay below 2^63 tokens: check_tokens). */
 static uint64_t stage_data_end(const Baton__Stage *eff, size_t k, uint64_t at,
                                const uint64_t *extra, const uint64_t *ended) {
     if (ended && ended[k] != RECIPE_END_UNKNOWN) return ended[k];
-    return at + eff->steps * eff->global_batch + (extra ? extra[k] : 0);
+    uint64_t n, end;
+    if (__builtin_mul_overflow(eff->steps, eff->global_batch, &n) ||
+        __builtin_add_overflow(at, n, &end) ||
+        __builtin_add_overflow(end, extra ? extra[k] : 0, &end))
+        return UINT64_MAX;
+    return end;
 }
 
 /* (recipe.h) Each stage's position follows from those before it: it ends where its run

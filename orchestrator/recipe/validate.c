@@ -21,6 +21,7 @@
 #define MAX_SEQ_LEN      (1ull << 24)
 #define MAX_BATCH_TOKENS 2147483647ull /* micro_batch x seq_len */
 #define MAX_MIX_SOURCES  16
+#define MAX_TOKENS       9223372036854775807ull /* 2^63 - 1: the recipe's tokens, all stages */
 
 /* a * b, or UINT64_MAX when it overflows: a saturated product is never 0 and never
  * equal to a real layout, so the comparisons made with it fail as they should. */
@@ -36,6 +37,7 @@ typedef struct vctx {
     const Baton__Stage *eff; /* the effective (merged) stage */
     const char *stage_name;
     bt_diag *naming; /* non-NULL: the stage-name rules only note their first problem here */
+    uint64_t tokens; /* the earlier stages' steps x global_batch x seq_len (check_tokens) */
 } vctx;
 
 /* Whether path is base or lies under it ("a.b" and "a[0]" are under "a"). */
@@ -218,6 +220,10 @@ static int check_moe(vctx *v, const Baton__Model *m) {
             "and expert_ffn_dim");
     REQUIRE(e->n_experts >= 2, v, "model.moe.n_experts", "expected at least 2 experts, got %u",
             e->n_experts);
+    REQUIRE(e->n_experts <= PLAN_MAX_EXPERTS, v, "model.moe.n_experts",
+            "%u experts is above the limit of %u routed experts an MoE layer holds (today's "
+            "largest MoEs route over 256 to 384)",
+            e->n_experts, PLAN_MAX_EXPERTS);
     REQUIRE(e->top_k >= 1 && e->top_k <= e->n_experts, v, "model.moe.top_k",
             "top_k must be between 1 and n_experts (%u), got %u", e->n_experts, e->top_k);
     REQUIRE(e->expert_ffn_dim > 0, v, "model.moe.expert_ffn_dim",
@@ -323,6 +329,25 @@ static int check_cluster(vctx *v, const Baton__Cluster *c) {
     return 0;
 }
 
+/* The tokens the stages train, this one's and the recipe's up to it (steps x global_batch x
+ * seq_len), at most 2^63 - 1: every data position (a stage's first sample after the
+ * earlier stages', a step's samples) is then a count that fits a signed 64-bit integer. */
+static int check_tokens(vctx *v) {
+    const Baton__Stage *s = v->eff;
+    uint64_t t = mul_sat(mul_sat(s->steps, s->global_batch), s->seq_len);
+    REQUIRE(t <= MAX_TOKENS, v, "steps",
+            "steps × global_batch × seq_len = %llu × %llu × %llu tokens is above the limit of "
+            "%llu (2^63 - 1)",
+            (unsigned long long)s->steps, (unsigned long long)s->global_batch,
+            (unsigned long long)s->seq_len, MAX_TOKENS);
+    REQUIRE(t <= MAX_TOKENS - v->tokens, v, "steps",
+            "%llu tokens (steps × global_batch × seq_len) after the earlier stages' %llu are "
+            "above the limit of %llu (2^63 - 1) for a recipe",
+            (unsigned long long)t, (unsigned long long)v->tokens, MAX_TOKENS);
+    v->tokens += t;
+    return 0;
+}
+
 static int check_sizes(vctx *v) {
     const Baton__Stage *s = v->eff;
     REQUIRE(s->steps > 0, v, "steps", "expected a positive number of steps");
@@ -338,7 +363,7 @@ static int check_sizes(vctx *v) {
     REQUIRE(s->global_batch <= UINT32_MAX, v, "global_batch",
             "global_batch %llu is above the limit of %u sequences",
             (unsigned long long)s->global_batch, UINT32_MAX);
-    return 0;
+    return check_tokens(v);
 }
 
 static int check_degrees(vctx *v, const Baton__Parallel *p) {

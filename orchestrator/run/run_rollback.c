@@ -51,9 +51,9 @@ int run_skip_apply(run_ctx *c, uint32_t stage, Baton__StageSpec *s) {
 }
 
 /* Moves the checkpoints taken at or after step `first` of the stage (names sort in
- * training order) to RUN_DIR/rolled-back/sNN-aMM/ (one directory per rollback, so a name
- * set aside twice never collides) and drops the `latest` pointer, so that the newest
- * remaining checkpoint predates the spikes; its name (or "none") into kept. */
+ * training order, ckpt_name_cmp) to RUN_DIR/rolled-back/sNN-aMM/ (one directory per rollback, so a
+ * name set aside twice never collides) and drops the `latest` pointer, so that the newest remaining
+ * checkpoint predates the spikes; its name (or "none") into kept. */
 static int run_rollback_ckpts(run_ctx *c, uint32_t stage, uint32_t attempt, uint64_t first,
                               char *kept, size_t cap, bt_diag *diag) {
     char root[4200], aside[4200], sub[64], bound[64], from[8500], to[8500];
@@ -72,7 +72,7 @@ static int run_rollback_ckpts(run_ctx *c, uint32_t stage, uint32_t attempt, uint
     if (rc != 0) return rc;
     snprintf(kept, cap, "none");
     for (size_t k = 0; rc == 0 && k < n; k++) {
-        if (strcmp(names[k], bound) < 0) {
+        if (ckpt_name_cmp(names[k], bound) < 0) {
             snprintf(kept, cap, "%s", names[k]);
             continue;
         }

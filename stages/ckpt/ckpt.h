@@ -46,8 +46,14 @@ void ckpt_name(uint32_t stage, uint64_t step, char *out, size_t cap);
 /* Whether name is "s" digits "-step" digits followed by suffix and nothing more: a name
  * ckpt_name makes, with suffix ("" for none; ".partial", ".deleting"). */
 int ckpt_name_is(const char *name, const char *suffix);
-/* Complete checkpoints (a manifest.pb present) under root, oldest first; *names is an
- * array of malloc'd strings (free with ckpt_names_free). A missing root gives 0. */
+/* <0, 0, >0 as checkpoint name a trains before, with, after b: by stage, then step, as
+ * numbers ("s00-step99999999" before "s00-step100000000", "s99-..." before "s100-..."),
+ * never as text; names not of that form after those, by strcmp. The one order every
+ * reader and retention of a checkpoint root uses (ckpt_list). */
+int ckpt_name_cmp(const char *a, const char *b);
+/* Complete checkpoints (a manifest.pb present) under root, oldest first (ckpt_name_cmp's
+ * order); *names is an array of malloc'd strings (free with ckpt_names_free). A missing
+ * root gives 0. */
 int ckpt_list(const char *root, char ***names, size_t *n, bt_diag *diag);
 void ckpt_names_free(char **names, size_t n);
 /* Where the checkpoint whose manifest is m stands against stage `stage` (its index) of the

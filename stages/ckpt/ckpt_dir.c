@@ -42,8 +42,42 @@ static int file_exists(const char *dir, const char *name) {
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* The decimal number at *p (moved past its digits), against the one at *q: by value, of
+ * any length (leading zeros skipped, then the longer is the larger), never parsed into a
+ * fixed-width integer that could wrap. */
+static int digits_cmp(const char **p, const char **q) {
+    while (**p == '0')
+        (*p)++;
+    while (**q == '0')
+        (*q)++;
+    size_t a = strspn(*p, "0123456789"), b = strspn(*q, "0123456789");
+    int c = a != b ? (a < b ? -1 : 1) : memcmp(*p, *q, a);
+    *p += a, *q += b;
+    return c;
+}
+
+/* Where a name's numbers begin: "s" and a digit, then "-step" and a digit. */
+static int name_numbered(const char *name, const char **step) {
+    size_t k = 1;
+    if (name[0] != 's' || !name_digits(name, &k) || strncmp(name + k, "-step", 5) != 0 ||
+        name[k + 5] < '0' || name[k + 5] > '9')
+        return 0;
+    *step = name + k + 5;
+    return 1;
+}
+
+int ckpt_name_cmp(const char *a, const char *b) {
+    const char *sa = NULL, *sb = NULL, *pa = a + 1, *pb = b + 1;
+    int na = name_numbered(a, &sa), nb = name_numbered(b, &sb);
+    if (!na || !nb) return na != nb ? nb - na : strcmp(a, b); /* other names last */
+    int c = digits_cmp(&pa, &pb);
+    c = c ? c : digits_cmp(&sa, &sb);
+    c = c ? c : strcmp(sa, sb);  /* the same numbers: by what follows (".partial") */
+    return c ? c : strcmp(a, b); /* then by the spelling ("s0-step1", "s00-step00000001") */
+}
+
 static int name_cmp(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+    return ckpt_name_cmp(*(char *const *)a, *(char *const *)b);
 }
 
 /* A complete checkpoint's name: "s" digits "-step" digits, with manifest.pb inside. */

@@ -624,6 +624,65 @@ static void test_retain_links(void) {
     CHECK(ckpt_remove_dir(user) == 0 && ckpt_remove_dir(root) == 0);
 }
 
+/* Checkpoints named by (stage, step) in root, each with a manifest (not final). */
+static void make_named(const char *root, const uint32_t *stage, const uint64_t *step, size_t n) {
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(mkdir(root, 0700) == 0);
+    for (size_t i = 0; i < n; i++) {
+        char name[64], dir[CKPT_PATH_MAX];
+        ckpt_name(stage[i], step[i], name, sizeof name);
+        snprintf(dir, sizeof dir, "%s/%s", root, name);
+        Baton__Manifest h = BATON__MANIFEST__INIT;
+        h.has_step = 1, h.step = step[i], h.has_stage_index = 1, h.stage_index = stage[i];
+        CHECK(mkdir(dir, 0700) == 0 && ckpt_manifest_write(dir, &h, &d) == 0);
+    }
+}
+
+/* The names' order is training order, by stage and step as numbers: past step 99,999,999
+ * (9 digits) and stage 99 text would put the newest first, retention would remove it and
+ * resolution take an older one. */
+static void test_name_order(void) {
+    CHECK(ckpt_name_cmp("s00-step99999999", "s00-step100000000") < 0);
+    CHECK(ckpt_name_cmp("s100-step00000001", "s99-step99999999") > 0);
+    CHECK(ckpt_name_cmp("s00-step18446744073709551616", "s00-step18446744073709551615") > 0);
+    CHECK(ckpt_name_cmp("s01-step00000002", "s01-step00000002") == 0);
+    CHECK(ckpt_name_cmp("s1-step2", "s01-step00000002") != 0); /* a total order */
+    CHECK(ckpt_name_cmp("s00-step00000002", "s00-step00000002.partial") < 0);
+    CHECK(ckpt_name_cmp("s00-step9", "latest") < 0 && ckpt_name_cmp("latest", "s00-step9") > 0);
+    char root[300], dir[CKPT_PATH_MAX], **names = NULL;
+    size_t n = 0;
+    bt_diag d;
+    bt_diag_init(&d);
+    snprintf(root, sizeof root, "%s/order", test_root);
+    const uint32_t st0[4] = {0, 0, 0, 0};
+    const uint64_t steps[4] = {99999998, 99999999, 100000000, 100000001};
+    make_named(root, st0, steps, 4);
+    CHECK(ckpt_retain(root, 2, NULL, &d) == 0);
+    CHECK(ckpt_list(root, &names, &n, &d) == 0);
+    CHECK_EQ_U64(n, 2); /* the two newest kept */
+    if (n == 2)
+        CHECK(strcmp(names[0], "s00-step100000000") == 0 &&
+              strcmp(names[1], "s00-step100000001") == 0);
+    ckpt_names_free(names, n);
+    CHECK(ckpt_resolve(root, dir, sizeof dir, &d) == 0); /* no `latest`: the newest name */
+    CHECK(strstr(dir, "/s00-step100000001") != NULL);
+    CHECK(ckpt_remove_dir(root) == 0);
+    const uint32_t st[3] = {100, 99, 9};
+    const uint64_t at[3] = {1, 5, 7};
+    make_named(root, st, at, 3);
+    CHECK(ckpt_list(root, &names, &n, &d) == 0 && n == 3);
+    if (n == 3)
+        CHECK(strcmp(names[0], "s09-step00000007") == 0 &&
+              strcmp(names[1], "s99-step00000005") == 0 &&
+              strcmp(names[2], "s100-step00000001") == 0);
+    ckpt_names_free(names, n);
+    CHECK(ckpt_resolve(root, dir, sizeof dir, &d) == 0);
+    CHECK(strstr(dir, "/s100-step00000001") != NULL);
+    CHECK(ckpt_remove_dir(root) == 0);
+    if (d.msg[0]) fprintf(stderr, "%s\n", d.msg);
+}
+
 /* A manifest that cannot be read leaves errno saying why (baton run weighs it: a file
  * where a directory belongs is for good, EIO may pass), and a file over the cap is EFBIG,
  * never ENOMEM (which would pass for a shortage that may end); test_file.c tries the caps
@@ -762,6 +821,7 @@ int main(void) {
     test_fp8_history();
     test_reader_files();
     test_retain_links();
+    test_name_order();
     test_stage_relation();
     test_run_relation();
     test_unread_errno();

@@ -828,6 +828,29 @@ static int json_valid(const char *s) {
     return end != NULL && *json_ws(end) == '\0';
 }
 
+/* The text report's setup line says "1 micro-batch", and its rank table keeps its columns
+ * under their heads for a million ranks (7 digits) over 131072 nodes (6). */
+static void test_report_widths(void) {
+    fixture fx;
+    fixture_small(&fx);
+    set_parallel(&fx.par, 2, 1, 524288, 1, 1);
+    fx.cluster.nodes = 131072, fx.stage.micro_batch = 1, fx.stage.global_batch = 524288;
+    plan_stage ps;
+    CHECK(build(&fx, &ps) == BT_OK);
+    char *text = report_text(&fx, &ps);
+    CHECK_STR_CONTAINS(text, "(1 micro-batch per step)");
+    CHECK_STR_CONTAINS(text, "\n     rank   node  gpu   tp   cp   ep     dp   pp\n");
+    CHECK_STR_CONTAINS(text, "\n  1048575 131071    7    1    0    0 524287    0\n");
+    free(text);
+    fixture_small(&fx); /* the usual widths */
+    CHECK(build(&fx, &ps) == BT_OK);
+    text = report_text(&fx, &ps);
+    CHECK_STR_CONTAINS(text, "(4 micro-batches per step)");
+    CHECK_STR_CONTAINS(text, "\n    rank  node  gpu   tp   cp   ep   dp   pp\n");
+    CHECK_STR_CONTAINS(text, "\n       7     0    7    1    0    0    1    1\n");
+    free(text);
+}
+
 static void test_json(void) {
     CHECK(json_valid("{\"a\": [1, -2.5e3, true, null, \"x\\\"y\"]}"));
     CHECK(!json_valid("{\"a\": [1,]}"));
@@ -861,6 +884,15 @@ static void test_json(void) {
     CHECK_STR_CONTAINS(text, "\"warnings\": [");
     CHECK_STR_CONTAINS(text, "\"name\": \"moe \\\"quoted\\\"\\u000a\"");
     free(text);
+    /* the capacity as given, exact: a double would print 2^64 - 1 as 2^64 */
+    a.mem.bytes = UINT64_MAX;
+    CHECK(build(&a, &st[0]) == BT_OK);
+    text = NULL;
+    f = open_memstream(&text, &len);
+    plan_report_json(f, specs, st, 1);
+    fclose(f);
+    CHECK_STR_CONTAINS(text, "\"capacity\": 18446744073709551615, \"fits\": true");
+    free(text);
     text = NULL;
     f = open_memstream(&text, &len);
     plan_report_json(f, NULL, NULL, 0);
@@ -888,6 +920,7 @@ int main(void) {
     test_memory_units();
     test_cuda_dkdv_slices();
     test_defensive();
+    test_report_widths();
     test_json();
     return check_status();
 }

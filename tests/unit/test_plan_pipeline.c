@@ -322,6 +322,53 @@ static void test_pp_chunks_not_slower(void) {
     CHECK(ps.bubble < even - 0.01);
 }
 
+/* ZeRO-3's gathers past PLAN_ZERO3_REPLAY micro-batch chunks: two short replays and the
+ * growth of each group of pp micro-batches give what the whole replay gives, for every
+ * stage of small pipelines (interleaved, with a last group of pp to 2 pp - 1, full
+ * recomputation or not). */
+static void test_zero3_extended(void) {
+    fixture fx;
+    fixture_small(&fx);
+    fx.par.zero = 3, fx.stage.micro_batch = 1;
+    static const uint32_t cases[][3] = {{6, 2, 1},  {7, 3, 1}, {8, 2, 2},
+                                        {12, 3, 2}, {9, 3, 3}, {6, 1, 1}};
+    plan_zero_unit unit[16];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint32_t L = cases[i][0], pp = cases[i][1], v = cases[i][2];
+        set_model(&fx.model, 64, L, 4, 2, 176, 100);
+        set_parallel(&fx.par, 1, 1, 2, pp, 1);
+        fx.par.virtual_stages = v;
+        for (int full = 0; full <= 1; full++)
+            for (uint32_t K = 8 * pp + 1; K <= 11 * pp; K++) {
+                fx.stage.recompute =
+                    full ? BATON__STAGE__RECOMPUTE__FULL : BATON__STAGE__RECOMPUTE__NONE;
+                fx.stage.global_batch = 2 * K;
+                plan_stage ps;
+                CHECK(build(&fx, &ps) == BT_OK);
+                CHECK_EQ_U64(ps.microbatches, K);
+                for (uint32_t st = 0; st < pp; st++) {
+                    plan_zero_units(&ps, st, unit);
+                    double all = plan_zero3_gathered(&ps, st, unit, UINT64_MAX);
+                    CHECK(all > 0);
+                    CHECK_REL(plan_zero3_gathered(&ps, st, unit, 0), all, 1e-12);
+                }
+            }
+    }
+    /* 2^30 micro-batches over pp 2 x v 2: 2 K v passes do not fit 32 bits (they counted
+     * none); the dp bytes per micro-batch are those of 1024 (the warmup aside) */
+    set_model(&fx.model, 64, 4, 4, 2, 176, 100);
+    set_parallel(&fx.par, 1, 1, 2, 2, 1);
+    fx.par.virtual_stages = 2, fx.stage.recompute = BATON__STAGE__RECOMPUTE__NONE;
+    plan_stage small, big;
+    fx.stage.global_batch = 2 * 1024;
+    CHECK(build(&fx, &small) == BT_OK);
+    fx.stage.global_batch = 2ull << 30;
+    CHECK(build(&fx, &big) == BT_OK);
+    CHECK_EQ_U64(big.microbatches, 1u << 30);
+    CHECK_REL(big.comm.bytes[PLAN_COMM_DP] / (1u << 30), small.comm.bytes[PLAN_COMM_DP] / 1024,
+              1e-2);
+}
+
 int main(void) {
     test_pp_best_chunks();
     test_pp_chunks_not_slower();
@@ -330,5 +377,6 @@ int main(void) {
     test_stage_layers();
     test_pp_balance();
     test_interleaved_slots();
+    test_zero3_extended();
     return check_status();
 }

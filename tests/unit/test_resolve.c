@@ -298,6 +298,10 @@ static void test_data_ended(void) {
     CHECK_EQ_U64(start, 30); /* s6's record past s5's 2 x 4 */
     CHECK(recipe_data_start(&doc, 7, extra, NULL, &start) == 0);
     CHECK_EQ_U64(start, 12);
+    /* an end past 2^64 - 1 saturates, never wraps round to stage 0's first samples */
+    extra[0] = UINT64_MAX - 10;
+    CHECK(recipe_data_start(&doc, 1, extra, NULL, &start) == 0);
+    CHECK_EQ_U64(start, UINT64_MAX);
     recipe_doc_free(&doc);
 }
 

@@ -2,6 +2,8 @@
 #include "model.h"
 #include "plan.h"
 
+_Static_assert(MOE_MAX_EXPERTS == PLAN_MAX_EXPERTS, "recipe validation bounds n_experts so");
+
 static rope_type rope_type_from_pb(Baton__RopeScaling__Type t) {
     switch (t) {
     case BATON__ROPE_SCALING__TYPE__LINEAR:
