@@ -591,8 +591,8 @@ static int status_run_eta(const status_view *v, double *eta) {
 /* Seconds, then from an hour on the same in days, hours and minutes: "9000 s (2h 30m)". */
 static void status_seconds(bt_buf *b, double s) {
     bt_buf_printf(b, "%.0f s", s);
-    if (!(s >= 3600.0) || s > 1e15) return;
-    unsigned long long m = (unsigned long long)(s / 60.0 + 0.5), d = m / 1440;
+    if (!(s >= 3599.5) || s > 1e15) return;
+    unsigned long long m = ((unsigned long long)llround(s) + 30) / 60, d = m / 1440;
     if (d > 0)
         bt_buf_printf(b, " (%llud %02lluh %02llum)", d, m / 60 % 24, m % 60);
     else

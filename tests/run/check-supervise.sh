@@ -279,6 +279,9 @@ import json, sys
 s = json.load(sys.stdin)
 assert s["state"] == "failed" and s["stages"][1]["state"] == "failed", s
 assert "is gone" in s["failure"]["reason"], s["failure"]' || { "$baton" status r2; fail "status does not say failed"; }
+  # no attempt started, so no failure of one to name
+  "$baton" status r2 | grep -q '^run r2: failed (stage extend: the journal records checkpoint .*; last failure: none journaled); ' ||
+    { "$baton" status r2; fail "status of a stage given up before an attempt"; }
   echo "$case: no journal -> exit 2, nothing changed; an older journal -> pretrain from its own final checkpoint; no checkpoints -> exit 1"
   ;;
 pause)
@@ -582,6 +585,9 @@ import json, sys
 s = json.load(sys.stdin)
 assert s["state"] == "failed" and s["stages"][1]["state"] == "failed", s
 assert "is gone" in s["failure"]["reason"], s["failure"]' || { "$baton" status r2; fail "status does not say failed"; }
+  # no attempt started, so no failure of one to name
+  "$baton" status r2 | grep -q '^run r2: failed (stage extend: the journal records checkpoint .*; last failure: none journaled); ' ||
+    { "$baton" status r2; fail "status of a stage given up before an attempt"; }
   # 1b. every checkpoint of stage second damaged instead (a shard's bytes overwritten, the
   # newest's manifest emptied), stage first's intact: the worker refuses them and does not
   # take the hand-off either, which would train the stage again from step 0: exit 1 after
