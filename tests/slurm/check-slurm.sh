@@ -57,6 +57,20 @@
 #   check-slurm.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
+# One test cluster per machine (fixed namespace names and addresses, /tmp/baton-slurm-test).
+# ctest's RESOURCE_LOCK keeps the cases of one ctest run apart, but a case of a second run
+# (another build's, a CI clone's) would start its own cluster by bringing this one down
+# under the running case ("salloc ended before the fp8 stage's step 8", or a hang). So the
+# whole case runs under a machine-wide lock, and a second one waits for it (up to 300 s).
+# flock -o: the lock's descriptor is not passed on, so no daemon the case starts holds it.
+lock=/tmp/baton-slurm-test.lock
+if [[ $(id -u) -eq 0 && -z ${BATON_SLURM_TEST_LOCK_HELD:-} ]]; then # else SKIPPED below
+  set +e
+  BATON_SLURM_TEST_LOCK_HELD=1 flock -o -E 99 -w 300 "$lock" bash "$0" "$@"
+  rc=$?
+  [[ $rc != 99 ]] || echo "slurm.$case: FAILED: another test cluster held $lock for 300 s" >&2
+  exit $((rc == 99 ? 1 : rc))
+fi
 # The test hosts stand for machines that share no /dev/shm: every group on Gloo (TCP), as
 # there, for the local reference runs too, so that their sums are in the same order.
 export BATON_COMM_SHM=0
@@ -71,8 +85,11 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+# On a failure the outputs and the daemons' logs are shown: the cluster's go with it.
 fail() { { echo "slurm.$case: FAILED: $*"; for f in "$work"/*.out "$work"/run/slurm-*.out; do
-  [[ -f $f ]] && { echo "--- $f"; tail -n 25 "$f"; }; done; } >&2; exit 1; }
+  [[ -f $f ]] && { echo "--- $f"; tail -n 25 "$f"; }; done
+  for f in "$cdir"/log/slurm*.log; do [[ -f $f ]] && { echo "--- $f"; tail -n 12 "$f"; }; done; } >&2
+  exit 1; }
 
 set +e
 "$cluster" up --nodes 2 --dir "$cdir" 2>"$work/up.err"
