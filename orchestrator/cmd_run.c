@@ -112,8 +112,10 @@ static void submit_usage(FILE *f) {
                "                  abbreviated as sbatch takes them (--out=x, --nod=2), as is a\n"
                "                  value-taking option given bare\n\n"
                "Every option and the template are checked before the run directory is made; a\n"
-               "run directory submit made and could not use (refused, or sbatch failed) is\n"
-               "removed again.\n\n"
+               "run directory submit made and could not use (refused, or sbatch refused the\n"
+               "job) is removed again. After an sbatch failure that may have queued the job\n"
+               "all the same (a timeout, a reply lost: 'Socket timed out on send/recv\n"
+               "operation') it is kept, and submit says how to look for the job.\n\n"
                "Exit status: 0 submitted (or written, --dry-run), 1 sbatch failed, 2 bad\n"
                "recipe, run directory, option or template.\n");
 }
@@ -555,9 +557,27 @@ static int run_submit_precheck(const run_args *a, const recipe_doc *doc) {
     return BT_EXIT_USAGE;
 }
 
+/* After an sbatch failure that is no clear refusal (submit_batch's unsure): the run
+ * directory path is kept, since a job Slurm queued all the same would start on it, and
+ * the user is told how to find out and what to do either way. */
+static void run_submit_unsure(const char *path, const char *script) {
+    bt_buf c1, c2;
+    bt_buf_init(&c1), bt_buf_init(&c2);
+    fprintf(stderr,
+            "baton submit: kept %s: sbatch did not say that Slurm refused the job (its reply "
+            "may have been lost after the job was queued), and a queued job would run in that "
+            "directory. 'squeue --me --format=%%i,%%T,%%o' lists your jobs with their "
+            "scripts: look for %s (a job that started has written %s/slurm-JOBID.out). If "
+            "Slurm has none, submit the script with %s, or remove the directory with %s\n",
+            path, script, path, bt_shell_cmd(&c1, "sbatch", script),
+            bt_shell_cmd(&c2, "rm -r", path));
+    bt_buf_free(&c1), bt_buf_free(&c2);
+}
+
 /* baton submit: the run directory is made (and released: the job takes it), then the batch
- * script is written there and submitted. */
-static int run_submit(run_args *a, recipe_doc *doc, run_dir *dir) {
+ * script is written there and submitted. *unsure: sbatch failed with no clear refusal
+ * (the directory is kept; said here). */
+static int run_submit(run_args *a, recipe_doc *doc, run_dir *dir, int *unsure) {
     char script[4200], job[64], path[4096];
     snprintf(path, sizeof path, "%s", dir->path);
     run_dir_close(dir);
@@ -566,9 +586,10 @@ static int run_submit(run_args *a, recipe_doc *doc, run_dir *dir) {
     run_submit_opts(a, doc, path, &p, &so);
     bt_diag d;
     bt_diag_init(&d);
-    int rc = submit_batch(&so, script, sizeof script, job, sizeof job, &d);
+    int rc = submit_batch(&so, script, sizeof script, job, sizeof job, unsure, &d);
     if (rc != 0) {
         cli_error("submit", &d, rc);
+        if (*unsure) run_submit_unsure(path, script);
         return rc == BT_EINVAL ? BT_EXIT_USAGE : BT_EXIT_FAILURE; /* an option it refuses */
     }
     bt_buf cmd;
@@ -696,13 +717,14 @@ static int run_open_dir(run_args *a, const recipe_doc *doc, run_dir *dir) {
 }
 
 /* baton submit once the recipe is loaded: a run directory it made and then could not use
- * is removed again (with any parent it made), so that a corrected retry starts afresh. */
+ * is removed again (with any parent it made), so that a corrected retry starts afresh, but
+ * not after an sbatch failure that may have queued the job (run_submit_unsure). */
 static int run_submit_main(run_args *a, recipe_doc *doc) {
     run_dir dir;
     if (run_submit_precheck(a, doc) != 0) return BT_EXIT_USAGE;
     if (run_open_dir(a, doc, &dir) != 0) return BT_EXIT_USAGE; /* what it made removed */
-    int st = run_submit(a, doc, &dir);
-    if (st != BT_EXIT_OK) run_unmake(a, &dir, 0);
+    int unsure = 0, st = run_submit(a, doc, &dir, &unsure);
+    if (st != BT_EXIT_OK && !unsure) run_unmake(a, &dir, 0);
     return st;
 }
 

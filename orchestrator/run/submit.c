@@ -174,12 +174,62 @@ static int submit_render(const submit_opts *o, const char *tpl, const char *text
     return 0;
 }
 
-static int submit_sbatch(const char *script, char *job_id, size_t cap, bt_diag *diag) {
+/* Slurm's words for a failure to talk to slurmctld (slurm_strerror): sbatch that ends with
+ * one of them may have sent the job and lost only the reply, so the job may be queued.
+ * "Unable to contact slurm controller (connect failure)" is not among them: sbatch got no
+ * connection, so nothing reached slurmctld. */
+static const char *const submit_lost_reply[] = {
+    "Socket timed out on send/recv operation",
+    "Zero Bytes were transmitted or received",
+    "(send failure)",
+    "(receive failure)",
+    "(shutdown failure)",
+    "Message send failure",
+    "Message receive failure",
+    "Communication connection failure",
+    "Communication shutdown failure",
+    "Unexpected message received",
+};
+
+/* Whether sbatch's failure (status rc, output out) is a refusal, with no job queued: sbatch
+ * could not be run (-1; 127 with nothing said: exec failed), or it exited 1, its status for
+ * every error, saying "sbatch: error:" and no failure to talk to slurmctld. Anything else
+ * (killed at the timeout, 124, or by a signal, another status, a lost reply) may have
+ * queued the job. */
+static int submit_refused(int rc, const char *out) {
+    if (rc == -1 || (rc == 127 && out[0] == '\0')) return 1;
+    if (rc != 1 || strstr(out, "sbatch: error:") == NULL) return 0;
+    for (size_t i = 0; i < sizeof submit_lost_reply / sizeof submit_lost_reply[0]; i++)
+        if (strstr(out, submit_lost_reply[i]) != NULL) return 0;
+    return 1;
+}
+
+/* How long sbatch may take: 60 s; test hook BATON_FAULT_SBATCH_TIMEOUT=S (docs/slurm.md),
+ * so that a test can stop an sbatch that hangs without waiting a minute. */
+static double submit_sbatch_timeout(void) {
+    const char *t = getenv("BATON_FAULT_SBATCH_TIMEOUT");
+    double s = t ? atof(t) : 0;
+    return s > 0 ? s : 60;
+}
+
+static int submit_sbatch(const char *script, char *job_id, size_t cap, int *unsure, bt_diag *diag) {
     char out[4096];
     char *argv[] = {"sbatch", "--parsable", (char *)script, NULL};
-    int rc = launch_slurm_exec(argv, out, sizeof out, 60);
-    if (rc != 0) {
+    double timeout_s = submit_sbatch_timeout();
+    int rc = launch_slurm_exec(argv, out, sizeof out, timeout_s);
+    for (size_t n = strlen(out); n > 0 && (out[n - 1] == '\n' || out[n - 1] == ' ');)
+        out[--n] = '\0'; /* the message ends the line */
+    if (rc == 124)
+        bt_diag_set(diag, "sbatch %s gave no answer within %g s and was killed%s%.1000s", script,
+                    timeout_s, out[0] ? ": " : "", out);
+    else if (rc == -1 || (rc == 127 && out[0] == '\0'))
+        bt_diag_set(diag, "cannot run sbatch for %s: %s", script,
+                    rc == -1 ? "no process could be started"
+                             : "not found on PATH, or not a program");
+    else if (rc != 0)
         bt_diag_set(diag, "sbatch %s failed (status %d): %.1000s", script, rc, out);
+    if (rc != 0) {
+        *unsure = !submit_refused(rc, out);
         return BT_EIO;
     }
     snprintf(job_id, cap, "%.*s", (int)strcspn(out, ";\n"), out); /* "ID" or "ID;cluster" */
@@ -431,8 +481,9 @@ static void submit_note_job(const char *run_dir, const char *job_id) {
 }
 
 int submit_batch(const submit_opts *o, char *script, size_t script_cap, char *job_id, size_t cap,
-                 bt_diag *diag) {
+                 int *unsure, bt_diag *diag) {
     job_id[0] = '\0';
+    *unsure = 0;
     snprintf(script, script_cap, "%s/baton.sbatch", o->run_dir);
     bt_buf b;
     bt_buf_init(&b);
@@ -448,7 +499,7 @@ int submit_batch(const submit_opts *o, char *script, size_t script_cap, char *jo
     }
     bt_buf_free(&b);
     if (rc != 0 || o->dry_run) return rc;
-    rc = submit_sbatch(script, job_id, cap, diag);
+    rc = submit_sbatch(script, job_id, cap, unsure, diag);
     if (rc == 0) submit_note_job(o->run_dir, job_id);
     return rc;
 }

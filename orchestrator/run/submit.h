@@ -33,8 +33,10 @@ int submit_precheck(const submit_opts *o, bt_diag *diag);
  * --ntasks-per-node, --ntasks, --gpus-per-node, --output, --open-mode, --chdir: Slurm
  * would take the later line and the run would not match its allocation) is refused,
  * saying what to do instead. A template that cannot be read is BT_EINVAL; sbatch failing
- * BT_EIO. */
+ * BT_EIO, with *unsure set where that failure is no clear refusal (killed at its 60 s
+ * timeout or by a signal, a lost reply from slurmctld: "Socket timed out on send/recv
+ * operation", an unknown status): Slurm may have queued the job all the same. */
 int submit_batch(const submit_opts *o, char *script, size_t script_cap, char *job_id, size_t cap,
-                 bt_diag *diag);
+                 int *unsure, bt_diag *diag);
 
 #endif

@@ -674,6 +674,29 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   PATH="$sub/fakebin:$PATH" expect 1 "^baton submit: sbatch .*/r9/baton.sbatch failed \(status 1\): sbatch: error: no" -- \
     submit "$small" --run-dir r9 --set stages.fp32.steps=3
   [[ ! -e r9 ]] || { echo "FAIL: a submit whose sbatch failed left its run directory"; exit 1; }
+  # ... but an sbatch failure that is no clear refusal keeps it: Slurm may have queued the
+  # job (a reply lost after slurmctld took it, sbatch killed at its timeout), and the job
+  # would start on a removed directory. The lost reply as the real sbatch words it:
+  printf '#!/bin/sh\necho "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation" >&2\nexit 1\n' >fakebin/sbatch
+  PATH="$sub/fakebin:$PATH" expect 1 "^baton submit: kept $sub/r10: sbatch did not say that Slurm refused the job .*squeue --me --format=%i,%T,%o.* look for $sub/r10/baton\.sbatch .* submit the script with 'sbatch $sub/r10/baton\.sbatch', or remove the directory with 'rm -r $sub/r10'$" -- \
+    submit "$small" --run-dir r10 --set stages.fp32.steps=3
+  [[ -f r10/baton.sbatch && -f r10/recipe.yaml ]] ||
+    { echo "FAIL: a submit whose sbatch lost its reply removed its run directory"; exit 1; }
+  # ... an sbatch that hangs, killed at the timeout (60 s; BATON_FAULT_SBATCH_TIMEOUT, a
+  # test hook, shortens it)
+  printf '#!/bin/sh\nexec sleep 30\n' >fakebin/sbatch
+  BATON_FAULT_SBATCH_TIMEOUT=1 PATH="$sub/fakebin:$PATH" expect 1 "^baton submit: sbatch $sub/r11/baton\.sbatch gave no answer within 1 s and was killed" -- \
+    submit "$small" --run-dir r11 --set stages.fp32.steps=3
+  [[ -f r11/baton.sbatch ]] || { echo "FAIL: a submit whose sbatch was killed removed its run directory"; exit 1; }
+  # ... and one killed by a signal, or of a status sbatch does not exit with
+  printf '#!/bin/sh\nkill -9 $$\n' >fakebin/sbatch
+  PATH="$sub/fakebin:$PATH" expect 1 "^baton submit: kept $sub/r12: sbatch did not say" -- \
+    submit "$small" --run-dir r12 --set stages.fp32.steps=3
+  # a refusal from slurmctld, or no connection to it at all, is clean: removed
+  printf '#!/bin/sh\necho "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)" >&2\nexit 1\n' >fakebin/sbatch
+  PATH="$sub/fakebin:$PATH" expect 1 "connect failure\)$" -- submit "$small" --run-dir r13 --set stages.fp32.steps=3
+  [[ -f r12/baton.sbatch && ! -e r13 ]] ||
+    { echo "FAIL: sbatch killed by a signal: r12 $(ls r12 2>&1); connect failure: r13 $(ls r13 2>&1)"; exit 1; }
   expect 0 "wrote $sub/r9/baton.sbatch" -- submit "$small" --run-dir r9 --dry-run --set stages.fp32.steps=4
   # a submitted job's id is kept, and status names it while the job waits
   mkdir okbin && printf '#!/bin/sh\necho "4242;cluster1"\n' >okbin/sbatch && chmod +x okbin/sbatch

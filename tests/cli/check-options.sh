@@ -472,6 +472,24 @@ rm -rf sweep2 && mkdir sweep2 && PATH=$work/fakebin2:$PATH SLURM_JOB_ID=1 SLURM_
   "$baton" run "$small" --run-dir sweep2/a --launcher slurm
 [[ $(ls -A sweep2/a) == notes ]] && ok "a refused run removes only its own files from its directory" ||
   fail "a refused run's directory holds: $(ls -A sweep2/a 2>&1)"
+# On NFS, the lock file removed while baton still holds it open stays as .nfsXXXX (the
+# client's "silly rename") until its descriptor closes, and the client removes it a moment
+# later: the run directory is not empty at its first rmdir. Emulated by planting such a
+# name (no NFS here): one that goes 0.5 s later (as the client's removal would) must not
+# keep the directory, and one that stays must be named as what it is, not as other files.
+mkdir fakebin3 && cat >fakebin3/scontrol <<EOF
+#!/bin/sh
+for d in "$work"/nfs1 "$work"/nfs2; do [ -d "\$d" ] && : >"\$d/.nfs0000000000001234"; done
+(sleep 0.5; rm -f "$work/nfs2/.nfs0000000000001234") >/dev/null 2>&1 </dev/null &
+exit 1
+EOF
+chmod +x fakebin3/scontrol
+PATH=$work/fakebin3:$PATH SLURM_JOB_ID=1 SLURM_JOB_NODELIST=h1 expect 2 "^baton run: nothing started: kept nfs1, which it made: nothing is in it but \.nfs0000000000001234, which NFS keeps for a removed file that is still open" -- \
+  "$baton" run "$small" --run-dir nfs1 --launcher slurm
+PATH=$work/fakebin3:$PATH SLURM_JOB_ID=1 SLURM_JOB_NODELIST=h1 expect 2 "^baton run: nothing started: removed nfs2, which it made$" -- \
+  "$baton" run "$small" --run-dir nfs2 --launcher slurm
+[[ $(ls -A nfs1) == .nfs0000000000001234 && ! -e nfs2 ]] && ok "NFS's .nfsXXXX: waited for, then named" ||
+  fail "nfs1 holds '$(ls -A nfs1 2>&1)', nfs2: $(ls -A nfs2 2>&1)"
 # a worker exec refuses (an executable file that is no program): exit 2 at once, not
 # retried; the retry with a --worker that works replaces the kept one for good (resume
 # would take it again), and the failure counts no restart and no recovery

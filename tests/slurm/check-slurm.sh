@@ -43,6 +43,10 @@
 #             has exited no worker runs and no step of the job is left (srun SIGKILLed, the
 #             step's tasks cancelled with SIGKILL), and no step was trained, nothing saved
 #             (srun killed alone, the tasks went on: the stage trained and checkpoints saved).
+#   lostreply `baton submit` whose sbatch queues the job but fails as on a reply lost on its
+#             way back ("Socket timed out on send/recv operation"): the run directory is
+#             kept, the squeue command the message gives finds the job, and the job
+#             completes the run there.
 #   quoting   `baton submit` with a run directory and a working directory holding a space,
 #             quotes, '$', '`', '#' and '%', a job name with spaces and a comment with
 #             quotes: the real sbatch takes the script (the --dry-run one, byte for byte),
@@ -53,6 +57,20 @@
 #   check-slurm.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
+# One test cluster per machine (fixed namespace names and addresses, /tmp/baton-slurm-test).
+# ctest's RESOURCE_LOCK keeps the cases of one ctest run apart, but a case of a second run
+# (another build's, a CI clone's) would start its own cluster by bringing this one down
+# under the running case ("salloc ended before the fp8 stage's step 8", or a hang). So the
+# whole case runs under a machine-wide lock, and a second one waits for it (up to 300 s).
+# flock -o: the lock's descriptor is not passed on, so no daemon the case starts holds it.
+lock=/tmp/baton-slurm-test.lock
+if [[ $(id -u) -eq 0 && -z ${BATON_SLURM_TEST_LOCK_HELD:-} ]]; then # else SKIPPED below
+  set +e
+  BATON_SLURM_TEST_LOCK_HELD=1 flock -o -E 99 -w 300 "$lock" bash "$0" "$@"
+  rc=$?
+  [[ $rc != 99 ]] || echo "slurm.$case: FAILED: another test cluster held $lock for 300 s" >&2
+  exit $((rc == 99 ? 1 : rc))
+fi
 # The test hosts stand for machines that share no /dev/shm: every group on Gloo (TCP), as
 # there, for the local reference runs too, so that their sums are in the same order.
 export BATON_COMM_SHM=0
@@ -67,8 +85,11 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+# On a failure the outputs and the daemons' logs are shown: the cluster's go with it.
 fail() { { echo "slurm.$case: FAILED: $*"; for f in "$work"/*.out "$work"/run/slurm-*.out; do
-  [[ -f $f ]] && { echo "--- $f"; tail -n 25 "$f"; }; done; } >&2; exit 1; }
+  [[ -f $f ]] && { echo "--- $f"; tail -n 25 "$f"; }; done
+  for f in "$cdir"/log/slurm*.log; do [[ -f $f ]] && { echo "--- $f"; tail -n 12 "$f"; }; done; } >&2
+  exit 1; }
 
 set +e
 "$cluster" up --nodes 2 --dir "$cdir" 2>"$work/up.err"
@@ -138,7 +159,7 @@ sys.exit(0 if ok else 1)
 PY
 }
 t0=$(date +%s.%N)
-if [[ $case != quoting && $case != build ]]; then # the reference the others compare with
+if [[ $case != quoting && $case != build && $case != lostreply ]]; then # the others' reference
   "$baton" run "$recipe" --run-dir local "${sets[@]}" --quiet >local.out 2>&1 ||
     fail "the local run failed"
 fi
@@ -445,6 +466,40 @@ quoting)
   grep -q "^baton: job $job on " "$q/slurm-$job.out" || fail "no job output in $q/slurm-$job.out"
   echo "slurm.quoting: sbatch took the quoted script, job '$name' ran in the quoted directories" \
     "and completed; $(secs "$t1" "$(date +%s.%N)") s"
+  ;;
+lostreply)
+  # sbatch that queues the job but fails with the words of a reply lost on the way back
+  # (slurmctld took the job, then "Socket timed out on send/recv operation"): baton submit
+  # must keep the run directory, and the squeue command it gives must find the job, which
+  # then runs there and completes the run.
+  real=$(command -v sbatch)
+  mkdir lost && cat >lost/sbatch <<WRAP
+#!/bin/sh
+"$real" "\$@" >"$work/real-sbatch.out" 2>&1
+echo "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation" >&2
+exit 1
+WRAP
+  chmod +x lost/sbatch
+  set +e
+  PATH="$work/lost:$PATH" "$baton" submit "$src/tests/engine/precision.yaml" --run-dir "$work/run" \
+    --set stages.fp32.steps=2 --set stages.bf16.steps=1 --set stages.fp8.steps=1 \
+    --set defaults.optimizer.warmup_steps=1 --time=5 >submit.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 1 ]] || fail "baton submit exited $rc, not 1: $(cat submit.out)"
+  grep -q "^baton submit: kept $work/run: sbatch did not say that Slurm refused the job" submit.out ||
+    fail "baton submit did not say it kept the run directory: $(cat submit.out)"
+  [[ -f run/baton.sbatch ]] || fail "the run directory was removed"
+  # the check the message gives: squeue --me --format=%i,%T,%o, the script's path
+  grep -q "'squeue --me --format=%i,%T,%o'" submit.out || fail "no squeue command said"
+  job=$(squeue --me --noheader --format=%i,%T,%o | grep -F ",$work/run/baton.sbatch" | cut -d, -f1)
+  [[ $job =~ ^[0-9]+$ && $job == "$(cat real-sbatch.out)" ]] ||
+    fail "squeue --format=%o does not find the job of $work/run/baton.sbatch ('$job'; sbatch said $(cat real-sbatch.out))"
+  wait_done "$job"
+  "$baton" status run --json >status.json || fail "baton status failed"
+  grep -q '"state": "completed"' status.json || fail "the run did not complete: $(head -c 400 status.json)"
+  echo "slurm.lostreply: sbatch queued job $job and lost the reply: the run directory was kept," \
+    "squeue's script column found the job, and it completed the run; $(secs "$t1" "$(date +%s.%N)") s"
   ;;
 *) echo "check-slurm.sh: unknown case $case" >&2; exit 2 ;;
 esac
