@@ -700,7 +700,12 @@ static int run_fds_precheck(run_ctx *c) {
 
 int run_fds_check(const recipe_doc *doc, const run_opts *o) {
     run_ctx c = {.doc = (recipe_doc *)doc, .o = o, .sfd = -1, .cfd = -1};
-    run_nodes_init(&c.nodes, doc->recipe->cluster);
+    bt_diag d;
+    bt_diag_init(&d);
+    if (run_nodes_init(&c.nodes, doc->recipe->cluster, &d) != 0) {
+        run_err(&c, "cannot start: %s\n", d.msg);
+        return BT_ERANGE;
+    }
     return run_fds_precheck(&c);
 }
 
@@ -828,7 +833,11 @@ static int run_load_state(run_ctx *c) {
     run_state_replay(&c->st, v, n);
     for (size_t k = 0; k < n; k++)
         run_ckpt_note_record(c, v[k]);
-    run_nodes_init(&c->nodes, c->doc->recipe->cluster);
+    if (run_nodes_init(&c->nodes, c->doc->recipe->cluster, &d) != 0) {
+        journal_records_free(v, n);
+        run_err(c, "%s\n", d.msg);
+        return BT_EINVAL;
+    }
     for (size_t k = 0; k < n; k++) {
         if (v[k]->kind != BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED || !v[k]->node) continue;
         if (c->o->slurm)
