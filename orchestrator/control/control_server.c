@@ -58,6 +58,7 @@ int control_server_open(control_server *cs, const char *token, const char *run_d
     }
     if ((cs->token = strdup(token)) == NULL) return BT_ENOMEM;
     cs->max_unauth = bt_tcp_unauth_cap();
+    cs->max_conns = cs->max_unauth + CONTROL_CONNS_SLACK; /* until an attempt's world is known */
     int rc = control_listen(cs, bind_host ? bind_host : "127.0.0.1", diag);
     rc = rc ? rc : control_metrics_open(&cs->sink, run_dir, diag);
     if (rc == 0) control_metrics_set_note(&cs->sink, control_note, NULL);
@@ -65,12 +66,30 @@ int control_server_open(control_server *cs, const char *token, const char *run_d
     return rc;
 }
 
+/* conns' index of each descriptor (control_conn_of), -1 for none: a lookup per ready
+ * descriptor, not a search of thousands of connections. 0, or -1 out of memory. */
+static int control_slot_set(control_server *cs, int fd, long i) {
+    if (fd < 0) return 0;
+    if ((size_t)fd >= cs->n_slot_of) {
+        size_t n = (size_t)fd + 1 > 2 * cs->n_slot_of ? (size_t)fd + 1 : 2 * cs->n_slot_of;
+        long *p = realloc(cs->slot_of, n * sizeof *p);
+        if (p == NULL) return -1;
+        for (size_t k = cs->n_slot_of; k < n; k++)
+            p[k] = -1;
+        cs->slot_of = p, cs->n_slot_of = n;
+    }
+    cs->slot_of[fd] = i;
+    return 0;
+}
+
 void control_conn_close(control_server *cs, size_t i) {
     control_conn *c = &cs->conns[i];
     if (c->rank >= 0 && (uint32_t)c->rank < cs->world) cs->ranks[c->rank].connected = 0;
+    control_slot_set(cs, c->fd, -1); /* within the table: never fails */
     close(c->fd);
     free(c->buf);
     cs->conns[i] = cs->conns[--cs->n_conns];
+    if (i < cs->n_conns) control_slot_set(cs, cs->conns[i].fd, (long)i);
 }
 
 static void control_close_all(control_server *cs) {
@@ -88,6 +107,10 @@ int control_server_begin_attempt(control_server *cs, uint32_t stage_index, const
     for (uint32_t i = 0; i < world; i++)
         r[i].phase = -1;
     cs->stage_index = stage_index, cs->attempt = attempt, cs->world = world;
+    /* each rank's connection, one more each while it connects again, those without a
+     * Hello (control_accept's cap), and a few besides */
+    cs->max_conns = 2 * (size_t)world + cs->max_unauth + CONTROL_CONNS_SLACK;
+    cs->full_said = 0;
     cs->step_offset = step_offset;
     snprintf(cs->stage_name, sizeof cs->stage_name, "%s", stage_name ? stage_name : "");
     cs->have_metrics = 0;
@@ -138,16 +161,27 @@ static int control_add(control_server *cs, int fd, double now) {
         if (p == NULL) return -1;
         cs->conns = p, cs->cap_conns = cap;
     }
+    if (control_slot_set(cs, fd, (long)cs->n_conns) != 0) return -1;
     cs->conns[cs->n_conns++] = (control_conn){.fd = fd, .rank = -1, .opened = now};
     return 0;
 }
 
+/* A connection refused for want of room (max_conns held, or memory): said once an attempt,
+ * since a rank refused so is neither supervised nor heard. */
+static void control_refuse(control_server *cs, int fd, int full) {
+    cs->rejected++;
+    close(fd);
+    if (cs->full_said++ == 0)
+        fprintf(stderr,
+                "baton run: control channel: a connection refused: %s (%zu held for a world of "
+                "%u ranks); a worker refused so goes unsupervised (said once an attempt)\n",
+                full ? "no room for more" : "out of memory", cs->n_conns, cs->world);
+}
+
 static void control_adopt(void *ctx, int fd, double now) {
     control_server *cs = ctx;
-    if (cs->n_conns == CONTROL_MAX_CONNS || control_add(cs, fd, now) != 0) {
-        cs->rejected++;
-        close(fd);
-    }
+    int full = cs->n_conns >= cs->max_conns;
+    if (full || control_add(cs, fd, now) != 0) control_refuse(cs, fd, full);
 }
 
 /* Accepts what is queued, keeping at most cs->max_unauth + the world's ranks connections
@@ -203,9 +237,7 @@ static int control_read(control_server *cs, size_t i, double now) {
 }
 
 static long control_conn_of(const control_server *cs, int fd) {
-    for (size_t i = 0; i < cs->n_conns; i++)
-        if (cs->conns[i].fd == fd) return (long)i;
-    return -1;
+    return fd >= 0 && (size_t)fd < cs->n_slot_of ? cs->slot_of[fd] : -1;
 }
 
 void control_server_handle(control_server *cs, const struct pollfd *fds, size_t n, double now) {
@@ -235,7 +267,8 @@ void control_server_handle(control_server *cs, const struct pollfd *fds, size_t 
 }
 
 void control_server_drain(control_server *cs, double timeout_s) {
-    struct pollfd fds[1 + CONTROL_MAX_CONNS];
+    struct pollfd *fds = NULL;
+    size_t cap = 0;
     double end = bt_clock_now() + timeout_s;
     for (int last = 0; !last;) {
         double now = bt_clock_now();
@@ -244,12 +277,18 @@ void control_server_drain(control_server *cs, double timeout_s) {
             open += cs->conns[i].rank >= 0;
         last = now >= end;
         int ms = open && !last ? (int)((end - now) * 1000.0) + 1 : 0;
-        size_t n = control_server_pollfds(cs, fds, sizeof fds / sizeof *fds);
+        if (cap < 1 + cs->n_conns) {
+            struct pollfd *p = realloc(fds, (1 + cs->n_conns) * sizeof *p);
+            if (p == NULL) break; /* out of memory: what was read is kept */
+            fds = p, cap = 1 + cs->n_conns;
+        }
+        size_t n = control_server_pollfds(cs, fds, cap);
         int got = poll(fds, n, ms);
         if (got < 0 && errno == EINTR) continue;
         if (got <= 0) break; /* nothing more to read, or the rest stays silent past timeout_s */
         control_server_handle(cs, fds, n, bt_clock_now());
     }
+    free(fds);
     control_metrics_flush(&cs->sink); /* the attempt's last records, if held back */
 }
 
@@ -326,6 +365,8 @@ void control_server_close(control_server *cs) {
     control_close_all(cs);
     free(cs->conns);
     cs->conns = NULL, cs->cap_conns = 0;
+    free(cs->slot_of);
+    cs->slot_of = NULL, cs->n_slot_of = 0;
     if (cs->listen_fd >= 0) close(cs->listen_fd);
     cs->listen_fd = -1;
     control_metrics_close(&cs->sink);

@@ -40,7 +40,9 @@
 #include "util/err.h"
 
 #define CONTROL_MAX_FRAME (1u << 20) /* longest Envelope accepted, bytes */
-#define CONTROL_MAX_CONNS 1024       /* connections held at once; more are refused */
+/* Connections held at once beyond 2 x world + the cap on those without a Hello (each
+ * rank's, one more each while it connects again); more are refused, said once an attempt. */
+#define CONTROL_CONNS_SLACK 64
 
 /* What the server knows of one rank of the current attempt. */
 typedef struct control_rank {
@@ -148,6 +150,10 @@ typedef struct control_server {
     double accept_resume; /* accepting paused until then (out of descriptors) */
     control_conn *conns;
     size_t n_conns, cap_conns;
+    size_t max_conns;   /* n_conns at most (control_server_begin_attempt sets it) */
+    unsigned full_said; /* connections refused for max_conns this attempt (the first said) */
+    long *slot_of;      /* conns' index of each descriptor, -1 for none */
+    size_t n_slot_of;
     char *token;
     control_metrics_sink sink;
     double flushed;               /* when control_server_handle last wrote the records held back */
@@ -174,7 +180,7 @@ int control_server_begin_attempt(control_server *cs, uint32_t stage_index, const
 
 /* Fills out with POLLIN entries: the listening socket first, then every connection.
  * Returns how many were written (at most cap; 1 + cs->n_conns are needed, never more
- * than 1 + CONTROL_MAX_CONNS). */
+ * than 1 + cs->max_conns). */
 size_t control_server_pollfds(const control_server *cs, struct pollfd *out, size_t cap);
 
 /* After poll: accepts new connections and reads and applies whatever arrived on the fds

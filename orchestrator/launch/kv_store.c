@@ -172,11 +172,11 @@ static long kv_oldest_unauth(void *ctx, double before, size_t *n) {
     const kv_store *s = ctx;
     long at = -1;
     *n = 0;
-    for (int i = 0; i < KV_STORE_MAX_CONNS; i++) {
+    for (size_t i = 0; i < s->n_slots; i++) {
         const kv_conn *c = &s->conns[i];
         if (c->fd < 0 || c->authed) continue;
         ++*n;
-        if (c->opened < before && (at < 0 || c->opened < s->conns[at].opened)) at = i;
+        if (c->opened < before && (at < 0 || c->opened < s->conns[at].opened)) at = (long)i;
     }
     return at;
 }
@@ -188,7 +188,7 @@ static void kv_evict(void *ctx, long i) {
 
 static void kv_put(void *ctx, int fd, double now) {
     kv_store *s = ctx;
-    for (int i = 0; i < KV_STORE_MAX_CONNS; i++)
+    for (size_t i = 0; i < s->n_slots; i++)
         if (s->conns[i].fd < 0) {
             s->conns[i] = (kv_conn){.fd = fd, .opened = now};
             return;
@@ -207,7 +207,7 @@ static void kv_accept(kv_store *s, double now) {
  * Returns how many without one stay open. */
 static size_t kv_expire(kv_store *s, double now) {
     size_t n = 0;
-    for (int i = 0; i < KV_STORE_MAX_CONNS; i++) {
+    for (size_t i = 0; i < s->n_slots; i++) {
         kv_conn *c = &s->conns[i];
         if (c->fd < 0 || c->authed) continue;
         if (now - c->opened > BT_TCP_UNAUTH_TIMEOUT_S)
@@ -224,9 +224,9 @@ static int kv_pollfds(const kv_store *s, struct pollfd *pfd, int *slot, double n
     int n = 0;
     pfd[n++] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
     pfd[n++] = (struct pollfd){.fd = now >= s->accept_resume ? s->listen_fd : -1, .events = POLLIN};
-    for (int i = 0; i < KV_STORE_MAX_CONNS; i++)
+    for (size_t i = 0; i < s->n_slots; i++)
         if (s->conns[i].fd >= 0) {
-            slot[n] = i;
+            slot[n] = (int)i;
             pfd[n++] = (struct pollfd){.fd = s->conns[i].fd, .events = POLLIN};
         }
     return n;
@@ -234,7 +234,7 @@ static int kv_pollfds(const kv_store *s, struct pollfd *pfd, int *slot, double n
 
 static void *kv_thread(void *arg) {
     kv_store *s = arg;
-    static const int cap = KV_STORE_MAX_CONNS + 2;
+    size_t cap = s->n_slots + 2;
     struct pollfd *pfd = calloc((size_t)cap, sizeof *pfd);
     int *slot = calloc((size_t)cap, sizeof *slot);
     size_t waiting = 0; /* connections without a good request: a deadline to keep */
@@ -265,11 +265,14 @@ int kv_store_open(kv_store *s, const char *bind_host, const char *token, size_t 
     }
     snprintf(s->token, sizeof s->token, "%s", token);
     s->max_unauth = bt_tcp_unauth_limit(expected);
-    if (s->max_unauth > KV_STORE_MAX_CONNS / 2) s->max_unauth = KV_STORE_MAX_CONNS / 2;
+    if (s->max_unauth > KV_STORE_MIN_SLOTS / 2) s->max_unauth = KV_STORE_MIN_SLOTS / 2;
     if (s->max_unauth < expected) s->max_unauth = expected;
-    s->conns = calloc(KV_STORE_MAX_CONNS, sizeof *s->conns);
+    /* every worker's connection, as many more without a good request yet, and a few */
+    s->n_slots = expected + s->max_unauth + 64;
+    if (s->n_slots < KV_STORE_MIN_SLOTS) s->n_slots = KV_STORE_MIN_SLOTS;
+    s->conns = calloc(s->n_slots, sizeof *s->conns);
     if (s->conns == NULL) return BT_ENOMEM;
-    for (int i = 0; i < KV_STORE_MAX_CONNS; i++)
+    for (size_t i = 0; i < s->n_slots; i++)
         s->conns[i].fd = -1;
     int rc = kv_listen(s, bind_host, diag);
     if (rc == 0 && pipe2(s->wake, O_CLOEXEC) != 0) rc = BT_EIO;
@@ -291,7 +294,7 @@ void kv_store_close(kv_store *s) {
         pthread_join(s->thread, NULL);
         s->running = 0;
     }
-    for (int i = 0; s->conns && i < KV_STORE_MAX_CONNS; i++)
+    for (size_t i = 0; s->conns && i < s->n_slots; i++)
         kv_conn_close(&s->conns[i]);
     free(s->conns);
     for (size_t i = 0; i < s->n_entries; i++)

@@ -20,7 +20,10 @@
 
 #include "util/err.h"
 
-#define KV_STORE_MAX_CONNS 1024
+/* Connections held at once: at least this many, and for `expected` workers (kv_store_open)
+ * each one's, as many more connecting, and a few besides; a connection beyond is closed
+ * (the worker retries). */
+#define KV_STORE_MIN_SLOTS 1024
 
 typedef struct kv_store {
     /* Read-only for the caller. */
@@ -32,7 +35,8 @@ typedef struct kv_store {
     double accept_resume; /* accepting paused until then (out of descriptors) */
     pthread_t thread;
     int running;
-    struct kv_conn *conns; /* KV_STORE_MAX_CONNS slots */
+    struct kv_conn *conns; /* n_slots of them */
+    size_t n_slots;
     struct kv_entry *entries;
     size_t n_entries, cap_entries;
 } kv_store;

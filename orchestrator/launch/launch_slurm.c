@@ -101,25 +101,57 @@ int launch_slurm_exec(char *const argv[], char *out, size_t cap, double timeout_
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+/* Splits scontrol's output (kept in s->host_names) into s->hosts: every name whole, or
+ * BT_EINVAL with a message (never a list cut short: the run would count hosts it lacks
+ * as lost). */
+static int slurm_split_hosts(launch_slurm *s, const char *list, size_t len, bt_diag *diag) {
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++)
+        n += s->host_names[i] == '\n' || i + 1 == len;
+    if (n > SLURM_MAX_HOSTS) {
+        bt_diag_set(diag, "--launcher slurm: SLURM_JOB_NODELIST '%.200s' names more than %d hosts",
+                    list, SLURM_MAX_HOSTS);
+        return BT_EINVAL;
+    }
+    s->hosts = calloc(n ? n : 1, sizeof *s->hosts);
+    if (s->hosts == NULL) return BT_ENOMEM;
+    for (char *save = NULL, *h = strtok_r(s->host_names, "\n", &save); h;
+         h = strtok_r(NULL, "\n", &save)) {
+        if (strlen(h) >= SLURM_HOST_MAX) {
+            bt_diag_set(diag, "--launcher slurm: host name '%.80s...' is longer than %d bytes", h,
+                        SLURM_HOST_MAX - 1);
+            return BT_EINVAL;
+        }
+        s->hosts[s->n_hosts++] = h;
+    }
+    return 0;
+}
+
 /* The allocation's hosts, one per line from `scontrol show hostnames LIST`. */
 static int slurm_read_hosts(launch_slurm *s, const char *list, bt_diag *diag) {
-    char out[SLURM_MAX_HOSTS * 70];
+    size_t cap = (size_t)SLURM_MAX_HOSTS * SLURM_HOST_MAX; /* pages touched as written */
+    if ((s->host_names = malloc(cap)) == NULL) return BT_ENOMEM;
     char *argv[] = {"scontrol", "show", "hostnames", (char *)list, NULL};
-    int rc = launch_slurm_exec(argv, out, sizeof out, 30);
+    int rc = launch_slurm_exec(argv, s->host_names, cap, 30);
     if (rc != 0) {
         bt_diag_set(diag,
                     "--launcher slurm: 'scontrol show hostnames %s' failed (status %d): %.300s",
-                    list, rc, out);
+                    list, rc, s->host_names);
         return BT_EINVAL;
     }
-    for (char *save = NULL, *h = strtok_r(out, "\n", &save); h && s->n_hosts < SLURM_MAX_HOSTS;
-         h = strtok_r(NULL, "\n", &save))
-        snprintf(s->hosts[s->n_hosts++], sizeof s->hosts[0], "%s", h);
-    if (s->n_hosts == 0) {
+    size_t len = strlen(s->host_names);
+    if (len + 1 >= cap) {
+        bt_diag_set(
+            diag, "--launcher slurm: 'scontrol show hostnames %.200s' printed more than %zu bytes",
+            list, cap - 2);
+        return BT_EINVAL;
+    }
+    rc = slurm_split_hosts(s, list, len, diag);
+    if (rc == 0 && s->n_hosts == 0) {
         bt_diag_set(diag, "--launcher slurm: SLURM_JOB_NODELIST '%s' names no host", list);
         return BT_EINVAL;
     }
-    return 0;
+    return rc;
 }
 
 /* This host's first IPv4 address that is up and not loopback. */
@@ -170,6 +202,9 @@ int launch_slurm_open(launch_slurm *s, const char *listen, const char *token, si
 void launch_slurm_close(launch_slurm *s) {
     if (s->kv_open) kv_store_close(&s->kv);
     s->kv_open = 0;
+    free(s->hosts);
+    free(s->host_names);
+    s->hosts = NULL, s->host_names = NULL, s->n_hosts = 0;
 }
 
 const char *launch_slurm_listen(const launch_slurm *s) {
@@ -203,26 +238,68 @@ static int slurm_arg_num(launch_slurm *s, int *n, const char *prefix, long value
     return slurm_arg(s, n, prefix, num);
 }
 
-/* "h0,h1,..." of the logical nodes picked by flag (or listed) into out. */
-static void slurm_host_list(const launch_slurm *s, const uint32_t *idx, uint32_t n, char *out,
-                            size_t cap) {
-    size_t l = 0;
-    out[0] = '\0';
-    for (uint32_t k = 0; k < n && l < cap; k++)
-        if (idx[k] < (uint32_t)s->n_hosts)
-            l += (size_t)snprintf(out + l, cap - l, "%s%s", l ? "," : "", s->hosts[idx[k]]);
+/* Writes the hosts of logical nodes idx[0..n) (idx NULL: of every k < n whose flag is
+ * set, skipping those beyond the allocation, which have no host to name), one a line, to
+ * path. The number written, or -1 with a message: a node of idx without a host (never
+ * left out: srun would take another), or a write that failed. */
+static long slurm_hosts_file(const launch_slurm *s, const char *path, const uint32_t *idx,
+                             const unsigned char *flag, uint32_t n, bt_diag *diag) {
+    FILE *f = fopen(path, "we");
+    if (f == NULL) {
+        bt_diag_set(diag, "--launcher slurm: cannot write %s: %s", path, strerror(errno));
+        return -1;
+    }
+    long written = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t node = idx ? idx[k] : k;
+        if (!idx && (!flag[k] || node >= (uint32_t)s->n_hosts)) continue;
+        if (node >= (uint32_t)s->n_hosts) {
+            fclose(f);
+            bt_diag_set(diag, "--launcher slurm: node%u has no host: allocation %s has %d", node,
+                        s->job_id, s->n_hosts);
+            return -1;
+        }
+        fprintf(f, "%s\n", s->hosts[node]);
+        written++;
+    }
+    int err = ferror(f) ? errno : 0;
+    if (fclose(f) != 0 && err == 0) err = errno;
+    if (err == 0) return written;
+    bt_diag_set(diag, "--launcher slurm: cannot write %s: %s", path, strerror(err));
+    return -1;
+}
+
+/* FILES.hosts (the active nodes' hosts) and FILES.exclude (the excluded ones', removed
+ * when none) into hosts and ex ("" when none): 0, or -1 with a message. */
+static int slurm_host_files(const launch_slurm *s, const char *files, const uint32_t *active,
+                            uint32_t n_active, const unsigned char *excluded, uint32_t total,
+                            char *hosts, char *ex, size_t cap, bt_diag *diag) {
+    const char *dot = strchr(files, '/') ? "" : "./"; /* a '/': srun reads a file */
+    int a = snprintf(hosts, cap, "%s%s.hosts", dot, files);
+    int b = snprintf(ex, cap, "%s%s.exclude", dot, files);
+    if (a < 0 || b < 0 || (size_t)a >= cap || (size_t)b >= cap) {
+        bt_diag_set(diag, "--launcher slurm: the path %s.exclude is too long", files);
+        return -1;
+    }
+    uint32_t n_ex = 0;
+    for (uint32_t k = 0; k < total; k++)
+        n_ex += excluded[k] && k < (uint32_t)s->n_hosts;
+    if (slurm_hosts_file(s, hosts, active, NULL, n_active, diag) < 0) return -1;
+    if (n_ex == 0) {
+        unlink(ex), ex[0] = '\0';
+        return 0;
+    }
+    return slurm_hosts_file(s, ex, NULL, excluded, total, diag) < 0 ? -1 : 0;
 }
 
 char **launch_slurm_step_argv(launch_slurm *s, const uint32_t *active, uint32_t n_active,
                               const unsigned char *excluded, uint32_t total, int ntasks,
-                              int tasks_per_node, const char *step_name, char *const *worker_argv,
-                              bt_diag *diag) {
-    char hosts[4096], ex[4096];
-    uint32_t idx[SLURM_MAX_HOSTS], n_ex = 0;
-    for (uint32_t k = 0; k < total && k < SLURM_MAX_HOSTS; k++)
-        if (excluded[k]) idx[n_ex++] = k;
-    slurm_host_list(s, active, n_active, hosts, sizeof hosts);
-    slurm_host_list(s, idx, n_ex, ex, sizeof ex);
+                              int tasks_per_node, const char *step_name, const char *files,
+                              char *const *worker_argv, bt_diag *diag) {
+    char hosts[4200], ex[4200];
+    if (slurm_host_files(s, files, active, n_active, excluded, total, hosts, ex, sizeof hosts,
+                         diag) != 0)
+        return NULL;
     snprintf(s->step_name, sizeof s->step_name, "%s", step_name);
     s->failed_task = -1, s->failed_host[0] = s->failure[0] = s->lost_hosts[0] = '\0';
     s->step_refused = 0, s->exit_other = 0, s->killed = 0;
@@ -270,9 +347,20 @@ static int slurm_label(const char *line, size_t len, size_t *rest) {
     return (int)r;
 }
 
+/* Whether host is one of s->lost_hosts, whole (node1 is not in "node12,node3"). */
+static int slurm_lost_has(const launch_slurm *s, const char *host) {
+    size_t n = strlen(host);
+    for (const char *p = s->lost_hosts; *p;) {
+        size_t k = strcspn(p, ",");
+        if (k == n && strncmp(p, host, n) == 0) return 1;
+        p += k + (p[k] == ',');
+    }
+    return 0;
+}
+
 static void slurm_add_lost(launch_slurm *s, const char *host) {
     size_t l = strlen(s->lost_hosts);
-    if (strstr(s->lost_hosts, host) == NULL && l + strlen(host) + 2 < sizeof s->lost_hosts)
+    if (!slurm_lost_has(s, host) && l + strlen(host) + 2 < sizeof s->lost_hosts)
         snprintf(s->lost_hosts + l, sizeof s->lost_hosts - l, "%s%s", l ? "," : "", host);
 }
 
@@ -282,7 +370,7 @@ static void slurm_note(launch_slurm *s, const char *line) {
     const char *p = strstr(line, "srun: error: ");
     if (p == NULL) return;
     p += strlen("srun: error: ");
-    char host[64] = "", what[400] = "";
+    char host[SLURM_HOST_MAX] = "", what[400] = "";
     int task = -1;
     if (strncmp(p, "Unable to create step", 21) == 0) {
         s->step_refused = 1;
@@ -290,14 +378,14 @@ static void slurm_note(launch_slurm *s, const char *line) {
                  "%.400s (does the allocation have --ntasks-per-node=gpus_per_node?)", p);
         return;
     }
-    if (sscanf(p, "Node failure on %63s", host) == 1 ||
-        sscanf(p, "Task launch for StepId=%*s failed on node %63[^:]", host) == 1) {
+    if (sscanf(p, "Node failure on %255s", host) == 1 ||
+        sscanf(p, "Task launch for StepId=%*s failed on node %255[^:]", host) == 1) {
         slurm_add_lost(s, host);
         if (s->failure[0] == '\0') snprintf(s->failure, sizeof s->failure, "%s", p);
         return;
     }
-    if (sscanf(p, "%63[^:]: task%*[s] %d%*[^:]: %399[^\n]", host, &task, what) == 3 ||
-        sscanf(p, "%63[^:]: task %d: %399[^\n]", host, &task, what) == 3) {
+    if (sscanf(p, "%255[^:]: task%*[s] %d%*[^:]: %399[^\n]", host, &task, what) == 3 ||
+        sscanf(p, "%255[^:]: task %d: %399[^\n]", host, &task, what) == 3) {
         int code = -1;
         if (sscanf(what, "Exited with exit code %d", &code) == 1 && code != 75) s->exit_other = 1;
         if (s->failed_task >= 0) return; /* the first report names the cause */
@@ -392,13 +480,13 @@ int launch_slurm_stopped(const launch_slurm *s, const launch_job *job) {
 
 int launch_slurm_host_lost(launch_slurm *s, const char *host, double timeout_s, char *why,
                            size_t cap) {
-    char state[64], out[2048], w[80], timeout[32];
+    char state[64], out[2048], w[SLURM_HOST_MAX + 16], timeout[32];
     slurm_node_state(host, state, sizeof state);
     if (state[0] && slurm_state_bad(state)) {
         snprintf(why, cap, "Slurm has %s in state %s", host, state);
         return 1;
     }
-    if (strstr(s->lost_hosts, host)) {
+    if (slurm_lost_has(s, host)) {
         snprintf(why, cap, "srun reported a node failure on %s", host);
         return 1;
     }

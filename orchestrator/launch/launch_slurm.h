@@ -10,7 +10,9 @@
  * listen on a routable address of this host (not loopback).
  *
  * Logical node k of a run (run_nodes.h: node0, node1, ...) is host k of the allocation,
- * in SLURM_JOB_NODELIST order; an excluded node's host is passed to --exclude. */
+ * in SLURM_JOB_NODELIST order. A step's hosts, and the excluded nodes' hosts, go to srun
+ * in files (--nodelist=PATH, --exclude=PATH: srun reads a file when the value holds a
+ * '/'), one host a line, so that no command line limits how many there are. */
 #ifndef BATON_LAUNCH_SLURM_H
 #define BATON_LAUNCH_SLURM_H
 
@@ -20,14 +22,16 @@
 #include "kv_store.h"
 #include "launch.h"
 
-#define SLURM_MAX_HOSTS 256
+#define SLURM_MAX_HOSTS 65536 /* hosts of an allocation read (more: refused, said) */
+#define SLURM_HOST_MAX  256   /* a host name's bytes with its NUL (a DNS name's 253 fit) */
 #define SLURM_MAX_ARGS  40
 
 typedef struct launch_slurm {
     /* Read-only for the caller. */
     char job_id[32];
-    char hosts[SLURM_MAX_HOSTS][64]; /* the allocation, in SLURM_JOB_NODELIST order */
+    char **hosts; /* the allocation, in SLURM_JOB_NODELIST order (n_hosts of them) */
     int n_hosts;
+    char *host_names; /* what hosts point into */
     char listen[256]; /* the address the control channel and the store listen on */
     kv_store kv;
     int kv_open;
@@ -36,13 +40,14 @@ typedef struct launch_slurm {
     char args[SLURM_MAX_ARGS][4200];
     char step_name[64];
     /* What srun reported about the step's end (launch_slurm_output). */
-    int failed_task;       /* the first task srun named as failed, or -1 */
-    char failed_host[64];  /* its host */
-    char failure[512];     /* srun's words about it */
-    char lost_hosts[1024]; /* hosts srun reported as failed nodes, comma separated */
-    int step_refused;      /* Slurm refused to create the step (e.g. more tasks than the
-                              allocation's CPUs): a configuration error, not retried */
-    int exit_other;        /* srun reported a task exit status other than 75 */
+    int failed_task;                  /* the first task srun named as failed, or -1 */
+    char failed_host[SLURM_HOST_MAX]; /* its host */
+    char failure[768];                /* srun's words about it */
+    char lost_hosts[8192];            /* hosts srun reported as failed nodes, comma separated (those
+                                         beyond are found by the probes, launch_slurm_host_lost) */
+    int step_refused;                 /* Slurm refused to create the step (e.g. more tasks than the
+                                         allocation's CPUs): a configuration error, not retried */
+    int exit_other;                   /* srun reported a task exit status other than 75 */
     /* Signals sent to the step's tasks (launch_slurm_signal, launch_slurm_cancel_step). */
     char step_id[64];     /* "JOB.STEP" as squeue listed it, or "" */
     char cancel_why[512]; /* why the last one failed */
@@ -71,13 +76,17 @@ const char *launch_slurm_listen(const launch_slurm *s);
 int launch_slurm_check_nodes(const launch_slurm *s, uint32_t wanted, bt_diag *diag);
 
 /* The srun argv for one attempt: ntasks ranks, block-distributed tasks_per_node to a
- * node, on the hosts of the logical nodes in active[0..n_active), every host of excluded
- * (a flag per logical node, total of them) given to --exclude, then worker_argv.
- * step_name names the step (squeue). Returns s->argv (valid until the next call). */
+ * node, on the hosts of the logical nodes in active[0..n_active) (--nodelist=FILES.hosts),
+ * every host of excluded (a flag per logical node, total of them) given to --exclude
+ * (FILES.exclude, when there is one), then worker_argv. files: a path prefix for those
+ * files (a run directory's, e.g. RUN_DIR/specs/s00-a00; it must hold a '/'), written
+ * here. step_name names the step (squeue). Returns s->argv (valid until the next call),
+ * or NULL with a message: a node without a host, a file that cannot be written, an
+ * argument too long (nothing is ever cut short). */
 char **launch_slurm_step_argv(launch_slurm *s, const uint32_t *active, uint32_t n_active,
                               const unsigned char *excluded, uint32_t total, int ntasks,
-                              int tasks_per_node, const char *step_name, char *const *worker_argv,
-                              bt_diag *diag);
+                              int tasks_per_node, const char *step_name, const char *files,
+                              char *const *worker_argv, bt_diag *diag);
 
 /* launch_output_cb for the srun child (arg: the launch_slurm): "R: line" goes on to
  * s->inner as rank R's line; srun's own lines go on as rank -1's and its reports of

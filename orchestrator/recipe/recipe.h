@@ -22,7 +22,14 @@
  * context a RoPE scaling extends to, a warmup longer than the stage) is written to
  * doc->warn as "FILE:LINE:COL: warning: PATH: message" lines (recipe_doc.warn). */
 int recipe_validate(const recipe_doc *doc, bt_diag *diag);
-/* recipe_validate, except that with naming non-NULL a stage name against the rules made
+/* The most nodes a run takes (cluster.nodes + spare_nodes: baton run, resume and submit),
+ * whatever the launcher: the hosts of a Slurm allocation, the nodes excluded and used, the
+ * control channel's connections are sized by it. baton plan takes larger clusters (up to
+ * its limit of devices) and warns. */
+#define RECIPE_RUN_MAX_NODES 16384u
+/* recipe_validate, except that with naming non-NULL (a run: baton run, resume, submit) a
+ * cluster of more than RECIPE_RUN_MAX_NODES nodes + spare_nodes is refused (only a warning
+ * without), and a stage name against the rules made
  * after runs could be started with such names ('.', a space, all digits) is not refused:
  * the first such problem goes to naming (its msg "" when none), for the caller to refuse
  * (a new run) or to warn about (a run that started with that recipe). */

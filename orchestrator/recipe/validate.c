@@ -316,6 +316,28 @@ static int check_model(vctx *v, const Baton__Model *m) {
     return check_moe(v, m);
 }
 
+/* nodes + spare_nodes: at most MAX_WORLD (summed in 64 bits); more than a run takes
+ * (RECIPE_RUN_MAX_NODES) is refused for a run (v->naming set: baton run, resume, submit) and
+ * a warning for the others (a plan of a larger cluster is still worth reading). */
+static int check_run_nodes(vctx *v, const Baton__Cluster *c) {
+    uint64_t total = (uint64_t)c->nodes + c->spare_nodes;
+    REQUIRE(total <= MAX_WORLD, v, "cluster.spare_nodes",
+            "%u nodes + %u spare_nodes is more than the %u nodes baton plans for", c->nodes,
+            c->spare_nodes, MAX_WORLD);
+    if (total <= RECIPE_RUN_MAX_NODES) return 0;
+    const char *field = c->nodes > RECIPE_RUN_MAX_NODES ? "cluster.nodes" : "cluster.spare_nodes";
+    if (v->naming != NULL)
+        return verr(v, field,
+                    "%u nodes + %u spare_nodes is more than the %u nodes a run takes (baton run, "
+                    "resume and submit; see docs/running.md)",
+                    c->nodes, c->spare_nodes, RECIPE_RUN_MAX_NODES);
+    vwarn(v, field,
+          "%u nodes + %u spare_nodes is more than the %u nodes a run takes: baton run and "
+          "submit refuse this cluster",
+          c->nodes, c->spare_nodes, RECIPE_RUN_MAX_NODES);
+    return 0;
+}
+
 static int check_cluster(vctx *v, const Baton__Cluster *c) {
     REQUIRE(c != NULL, v, "", "missing cluster: expected cluster: {nodes, gpus_per_node}");
     REQUIRE(c->nodes >= 1, v, "cluster.nodes", "expected at least 1 node");
@@ -326,7 +348,7 @@ static int check_cluster(vctx *v, const Baton__Cluster *c) {
             c->nodes == 1 ? "" : "s", c->gpus_per_node, c->gpus_per_node == 1 ? "" : "s",
             MAX_WORLD);
     REQUIRE(c->mfu > 0 && c->mfu <= 1, v, "cluster.mfu", "mfu must be in (0, 1], got %g", c->mfu);
-    return 0;
+    return check_run_nodes(v, c);
 }
 
 /* The tokens the stages train, this one's and the recipe's up to it (steps x global_batch x

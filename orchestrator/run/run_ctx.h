@@ -97,8 +97,6 @@ typedef struct run_ctx {
     uint32_t metrics_locked_stage, metrics_locked_attempt;
 } run_ctx;
 
-#define RUN_MAX_POLL 1100
-
 /* What one attempt came to. */
 typedef enum attempt_end {
     ATTEMPT_DONE = 0,

@@ -7,12 +7,19 @@
 
 #define PLURAL(n) ((n) == 1 ? "" : "s") /* "1 node", "2 nodes" */
 
-void run_nodes_init(run_nodes *n, const Baton__Cluster *c) {
+int run_nodes_init(run_nodes *n, const Baton__Cluster *c, bt_diag *diag) {
     memset(n, 0, sizeof *n);
     n->planned = c && c->nodes ? c->nodes : 1;
     n->gpn = c && c->gpus_per_node ? c->gpus_per_node : 1;
-    n->total = n->planned + (c ? c->spare_nodes : 0);
-    if (n->total > RUN_MAX_NODES) n->total = RUN_MAX_NODES;
+    uint64_t total = (uint64_t)n->planned + (c ? c->spare_nodes : 0);
+    if (total <= RUN_MAX_NODES) {
+        n->total = (uint32_t)total;
+        return 0;
+    }
+    bt_diag_set(diag, "the cluster has %llu nodes (nodes + spare_nodes); a run takes at most %u",
+                (unsigned long long)total, RUN_MAX_NODES);
+    n->planned = n->total = 0; /* nothing to run on */
+    return BT_EINVAL;
 }
 
 int run_nodes_exclude(run_nodes *n, const char *name) {

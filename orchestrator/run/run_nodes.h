@@ -13,10 +13,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "recipe.h"
 #include "stage_spec.pb-c.h"
 #include "util/err.h"
 
-#define RUN_MAX_NODES 256
+#define RUN_MAX_NODES RECIPE_RUN_MAX_NODES /* nodes + spares; validation refuses more */
 
 typedef struct run_nodes {
     uint32_t planned, total, gpn; /* cluster nodes, nodes + spares, devices per node */
@@ -25,7 +26,10 @@ typedef struct run_nodes {
     uint32_t n_active;
 } run_nodes;
 
-void run_nodes_init(run_nodes *n, const Baton__Cluster *c);
+/* The cluster's nodes and spares. BT_EINVAL with a message when there are more than
+ * RUN_MAX_NODES (recipe_validate_run refuses such a recipe first): never fewer taken than
+ * the recipe asks for, which the first attempt would read as nodes lost. */
+int run_nodes_init(run_nodes *n, const Baton__Cluster *c, bt_diag *diag);
 /* Excludes "node<K>"; returns 0, or -1 for a name that is not one of ours. */
 int run_nodes_exclude(run_nodes *n, const char *name);
 /* Chooses the attempt's nodes for spec (its cluster and parallel.dp are rewritten when

@@ -12,11 +12,14 @@
 int run_slurm_opts(run_ctx *c, launch_opts *lo, char *const *worker_argv, size_t stage,
                    uint32_t attempt, int ntasks, char *store_env, size_t cap, bt_diag *diag) {
     launch_slurm *s = c->o->slurm;
-    char name[64];
+    char name[64], files[4200];
+    snprintf(name, sizeof name, "specs/s%02zu-a%02u", stage, attempt);
+    run_dir_file(c->dir, name, files, sizeof files); /* beside the attempt's spec */
     snprintf(name, sizeof name, "baton-s%02zu-a%02u", stage, attempt);
     uint32_t gpn = c->nodes.gpn ? c->nodes.gpn : 1;
-    char **argv = launch_slurm_step_argv(s, c->nodes.active, c->nodes.n_active, c->nodes.excluded,
-                                         c->nodes.total, ntasks, (int)gpn, name, worker_argv, diag);
+    char **argv =
+        launch_slurm_step_argv(s, c->nodes.active, c->nodes.n_active, c->nodes.excluded,
+                               c->nodes.total, ntasks, (int)gpn, name, files, worker_argv, diag);
     if (argv == NULL) return BT_EINVAL;
     snprintf(store_env, cap, "%s=%s", KV_ENV_ADDRESS, s->kv.address);
     launch_slurm_wrap(s, lo, argv);
@@ -73,8 +76,9 @@ int run_slurm_find_lost(run_ctx *c, uint32_t stage, uint32_t attempt) {
     char state[64];
     launch_slurm_cancel_step(s, 0);
     if (launch_slurm_job_ending(s, state, sizeof state)) return run_slurm_ending(c, state);
-    static char why[RUN_MAX_NODES][512];
-    int verdict[RUN_MAX_NODES], failed = 0, probed = 0;
+    static char why[RUN_MAX_NODES][512]; /* untouched pages cost nothing */
+    static int verdict[RUN_MAX_NODES];
+    int failed = 0, probed = 0;
     for (uint32_t k = 0; k < c->nodes.n_active; k++) {
         uint32_t node = c->nodes.active[k];
         verdict[k] = 0;
@@ -95,7 +99,7 @@ int run_slurm_find_lost(run_ctx *c, uint32_t stage, uint32_t attempt) {
     for (uint32_t k = 0; k < c->nodes.n_active; k++) {
         uint32_t node = c->nodes.active[k];
         if (verdict[k] == 0 || node >= (uint32_t)s->n_hosts) continue;
-        char name[32], detail[800];
+        char name[32], detail[1200];
         snprintf(name, sizeof name, "node%u", node);
         snprintf(detail, sizeof detail, "%s (Slurm host %s, job %s) lost: %s; excluded", name,
                  s->hosts[node], s->job_id, why[k]);
@@ -106,9 +110,9 @@ int run_slurm_find_lost(run_ctx *c, uint32_t stage, uint32_t attempt) {
 
 void run_slurm_replay_exclusion(run_ctx *c, const Baton__JournalRecord *r) {
     const launch_slurm *s = c->o->slurm;
-    char host[64], job[32], name[32];
+    char host[SLURM_HOST_MAX], job[32], name[32];
     const char *p = r->detail ? strstr(r->detail, "(Slurm host ") : NULL;
-    if (p == NULL || sscanf(p, "(Slurm host %63[^,], job %31[^)])", host, job) != 2 ||
+    if (p == NULL || sscanf(p, "(Slurm host %255[^,], job %31[^)])", host, job) != 2 ||
         strcmp(job, s->job_id) != 0)
         return;
     for (uint32_t k = 0; k < c->nodes.total && k < (uint32_t)s->n_hosts; k++)

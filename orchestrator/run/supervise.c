@@ -283,10 +283,26 @@ static attempt_end run_unread_final(run_ctx *c, uint32_t stage, uint32_t attempt
     return again ? ATTEMPT_RETRY : ATTEMPT_BROKEN;
 }
 
+/* The poll set of a watch turn (the signalfd, then every descriptor of the control
+ * channel, however many ranks connect) grown to fit: pfd itself or a larger one (small,
+ * the caller's first, is never freed); out of memory, pfd as it was, which
+ * control_server_pollfds fills as far as it goes. */
+static struct pollfd *run_watch_room(const run_ctx *c, struct pollfd *pfd,
+                                     const struct pollfd *small, size_t *cap) {
+    size_t want = 2 + (c->cs_open ? c->cs.n_conns : 0);
+    if (want <= *cap) return pfd;
+    want += want / 2; /* a crowd connecting grows it a few times, not once a turn */
+    struct pollfd *p = realloc(pfd == small ? NULL : pfd, want * sizeof *p);
+    if (p == NULL) return pfd;
+    *cap = want;
+    return p;
+}
+
 /* Polls the job until it ends; kills it on a signal or a hang (*hung set). */
 static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attempt, double hang_s,
                      int *hung) {
-    struct pollfd pfd[RUN_MAX_POLL];
+    struct pollfd small[64], *pfd = small;
+    size_t cap = sizeof small / sizeof *small;
     double started = bt_clock_now(), last = started;
     int rc;
     c->slow_forgiven = 0, c->cont_carry = 0;
@@ -296,8 +312,9 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
     c->cs.on_checkpoint = run_note_ckpt, c->cs.ckpt_arg = c; /* journaled as they come */
     for (;;) {
         size_t n = 0;
+        pfd = run_watch_room(c, pfd, small, &cap);
         if (c->sfd >= 0) pfd[n++] = (struct pollfd){.fd = c->sfd, .events = POLLIN};
-        if (c->cs_open) n += control_server_pollfds(&c->cs, pfd + n, RUN_MAX_POLL - n);
+        if (c->cs_open) n += control_server_pollfds(&c->cs, pfd + n, cap - n);
         if ((rc = launch_job_step(job, pfd, n, RUN_POLL_MS)) <= 0) break;
         run_pause_check(c, &last, &started, hang_s);
         if (c->cs_open) control_server_handle(&c->cs, pfd, n, bt_clock_now());
@@ -338,6 +355,7 @@ static int run_watch(run_ctx *c, launch_job *job, uint32_t stage, uint32_t attem
                 launch_job_kill(job, LAUNCH_STOPPED);
         }
     }
+    if (pfd != small) free(pfd);
     /* what the ranks sent before they exited, read before the attempt is judged and torn
      * down (a paused `baton run` finds them all gone at once) */
     if (c->cs_open) control_server_drain(&c->cs, RUN_DRAIN_S);
@@ -702,7 +720,12 @@ static int run_fds_precheck(run_ctx *c) {
 
 int run_fds_check(const recipe_doc *doc, const run_opts *o) {
     run_ctx c = {.doc = (recipe_doc *)doc, .o = o, .sfd = -1, .cfd = -1};
-    run_nodes_init(&c.nodes, doc->recipe->cluster);
+    bt_diag d;
+    bt_diag_init(&d);
+    if (run_nodes_init(&c.nodes, doc->recipe->cluster, &d) != 0) {
+        run_err(&c, "cannot start: %s\n", d.msg);
+        return BT_ERANGE;
+    }
     return run_fds_precheck(&c);
 }
 
@@ -826,7 +849,11 @@ static int run_load_state(run_ctx *c) {
     run_state_replay(&c->st, v, n);
     for (size_t k = 0; k < n; k++)
         run_ckpt_note_record(c, v[k]);
-    run_nodes_init(&c->nodes, c->doc->recipe->cluster);
+    if (run_nodes_init(&c->nodes, c->doc->recipe->cluster, &d) != 0) {
+        journal_records_free(v, n);
+        run_err(c, "%s\n", d.msg);
+        return BT_EINVAL;
+    }
     for (size_t k = 0; k < n; k++) {
         if (v[k]->kind != BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED || !v[k]->node) continue;
         if (c->o->slurm)

@@ -27,12 +27,14 @@ int bt_tcp_listen(const char *host, const char *what, int *fd_out, char *address
         bt_diag_set(diag, "%s: cannot resolve '%s': %s", what, host, gai_strerror(gai));
         return BT_EINVAL;
     }
+    /* the backlog: as long as the kernel allows (net.core.somaxconn), for thousands of
+     * ranks connecting at once (a connection beyond waits for a SYN resent, 1 s and more) */
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol),
         one = 1;
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     int ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
-             bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0 &&
+             bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0 &&
              getsockname(fd, (struct sockaddr *)&ss, &sl) == 0;
     int v6 = ai->ai_family == AF_INET6;
     freeaddrinfo(ai);

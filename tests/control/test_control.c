@@ -9,6 +9,8 @@
  *   test_control crowd RUN_DIR
  *     256 ranks connecting at once, Hellos late, dropped unread, duplicated, stale, a rank
  *     half-open or closing right after its Fatal: see tests/control/CMakeLists.txt.
+ *   test_control many RUN_DIR
+ *     3000 ranks at once (test_control_many.c).
  *   test_control ack
  *     The HelloAck: connecting again never holds up a send, a baton run that never
  *     acknowledges (the outbox full; the limit on waiting for it, 1 s here, reached, and
@@ -1154,6 +1156,7 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "replay") == 0) return replay(argv[2]);
     if (argc == 3 && strcmp(argv[1], "stages") == 0) return stages(argv[2]);
     if (argc == 3 && strcmp(argv[1], "crowd") == 0) return crowd(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "many") == 0) return many(argv[2]);
     if (argc == 3 && strcmp(argv[1], "backlog") == 0) return backlog(argv[2]);
     if (argc == 3 && strcmp(argv[1], "gap") == 0) return gap(argv[2]);
     if (argc == 2 && strcmp(argv[1], "ack") == 0) return ack();

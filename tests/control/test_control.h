@@ -6,7 +6,8 @@
  *                           orphans, backlog)
  *   test_control_enospc.c   the metrics sink on a full disk (enospc)
  *   test_control_fatal.c    a full disk told by a rank's Fatal (fatal)
- *   test_control_build.c    the build each rank's Hello names (build) */
+ *   test_control_build.c    the build each rank's Hello names (build)
+ *   test_control_many.c     a world of thousands of ranks (many) */
 #ifndef BATON_TEST_CONTROL_H
 #define BATON_TEST_CONTROL_H
 
@@ -57,5 +58,8 @@ int backlog(const char *run_dir);
 
 /* The subcommand of test_control_build.c. */
 int build(const char *run_dir);
+
+/* The subcommand of test_control_many.c. */
+int many(const char *run_dir);
 
 #endif

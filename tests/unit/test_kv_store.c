@@ -102,12 +102,12 @@ static int closed_by_store(int fd, int timeout_ms) {
     return poll(&p, 1, timeout_ms) == 1 && recv(fd, &b, 1, MSG_DONTWAIT) <= 0;
 }
 
-/* More idle connections than the store has slots (KV_STORE_MAX_CONNS), as anyone who can
+/* More idle connections than the store has slots (KV_STORE_MIN_SLOTS), as anyone who can
  * reach its port could open: a worker connecting after them is still served, since those
  * without a request are capped (the oldest dropped); and one that stays idle is closed
  * after BT_TCP_UNAUTH_TIMEOUT_S. */
 static void check_idle_flood(const char *address) {
-    enum { N = KV_STORE_MAX_CONNS + 100 };
+    enum { N = KV_STORE_MIN_SLOTS + 100 };
     static int fds[N];
     int opened = 0;
     for (int i = 0; i < N; i++)
@@ -143,7 +143,11 @@ static void check_idle_flood(const char *address) {
 typedef struct slow_rank {
     const char *address;
     int id, delay_ms, rc;
+    int hold; /* keeps its connection until "all" is set (held_ranks) */
 } slow_rank;
+
+static int ranks_set; /* ranks whose key is set (held_ranks) */
+static pthread_mutex_t ranks_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* A worker that connects, then does slow work (CUDA init) before its first request. */
 static void *slow_rank_main(void *arg) {
@@ -163,6 +167,13 @@ static void *slow_rank_main(void *arg) {
     void *v = NULL;
     size_t n = 0;
     r->rc = w.set(w.ctx, key, "up", 2, &d);
+    if (r->rc == 0 && r->hold) {
+        pthread_mutex_lock(&ranks_mu);
+        ranks_set++;
+        pthread_mutex_unlock(&ranks_mu);
+        r->rc = w.get(w.ctx, "all", &v, &n, 30000, &d);
+        free(v), v = NULL;
+    }
     if (r->rc == 0) r->rc = w.get(w.ctx, peer, &v, &n, 20000, &d);
     if (r->rc != 0) fprintf(stderr, "rank %d: %s\n", r->id, d.msg);
     free(v);
@@ -199,6 +210,46 @@ static void check_slow_ranks(int ranks, int delay_ms, int flood) {
     for (int i = 0; i < flood; i++)
         if (idle[i] >= 0) close(idle[i]);
     free(idle), free(r), free(t);
+    kv_store_close(&srv);
+}
+
+/* `ranks` workers that hold their connections (as a run's do, for its whole length) until
+ * every one has set its key: a store told to expect them keeps a connection for each, so
+ * all of them are in within 15 s (with 1024 slots once, those past them waited in vain). */
+static void check_held_ranks(int ranks) {
+    kv_store srv;
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(kv_store_open(&srv, "127.0.0.1", "secret", (size_t)ranks, &d) == 0);
+    slow_rank *r = calloc((size_t)ranks, sizeof *r);
+    pthread_t *t = calloc((size_t)ranks, sizeof *t);
+    ranks_set = 0;
+    for (int i = 0; i < ranks; i++) {
+        r[i] = (slow_rank){.address = srv.address, .id = i, .rc = -99, .hold = 1};
+        CHECK(pthread_create(&t[i], NULL, slow_rank_main, &r[i]) == 0);
+    }
+    int in = 0;
+    for (int k = 0; k < 1500 && in < ranks; k++) {
+        pthread_mutex_lock(&ranks_mu);
+        in = ranks_set;
+        pthread_mutex_unlock(&ranks_mu);
+        struct timespec ts = {0, 10000000L};
+        nanosleep(&ts, NULL);
+    }
+    if (in != ranks) fprintf(stderr, "held ranks: %d of %d in after 15 s\n", in, ranks);
+    CHECK(in == ranks);
+    comm_store w;
+    int up = comm_store_tcp(&w, srv.address, "secret", NULL, 0, &d) == 0; /* a slot once they go */
+    CHECK(up);
+    if (up) CHECK(w.set(w.ctx, "all", "go", 2, &d) == 0);
+    if (up) w.close(w.ctx);
+    int failed = 0;
+    for (int i = 0; i < ranks; i++) {
+        pthread_join(t[i], NULL);
+        failed += r[i].rc != 0;
+    }
+    CHECK(failed == 0);
+    free(r), free(t);
     kv_store_close(&srv);
 }
 
@@ -334,7 +385,7 @@ int main(void) {
     CHECK(strstr(d.msg, "no-port") != NULL);
     a.close(a.ctx);
     b.close(b.ctx);
-    if (rl.rlim_cur >= 2 * KV_STORE_MAX_CONNS + 300)
+    if (rl.rlim_cur >= 2 * KV_STORE_MIN_SLOTS + 300)
         check_idle_flood(srv.address);
     else
         fprintf(stderr, "the idle-connection flood skipped: RLIMIT_NOFILE allows %llu\n",
@@ -344,6 +395,7 @@ int main(void) {
     check_slow_ranks(128, 500, 0);
     check_slow_ranks(128, 300, 64); /* beside the old cap's worth of idle connections */
     check_slow_ranks(4, 10600, 0);  /* first request after BT_TCP_UNAUTH_TIMEOUT_S */
+    if (rl.rlim_cur >= 2 * 1100 + 300) check_held_ranks(1100); /* past the old 1024 slots */
     if (rl.rlim_cur >= 1400) check_reconnect_under_flood();
     check_reconnect(3, 0);
     check_reconnect(1000, BT_EIO); /* bounded: gives up */

@@ -1,6 +1,9 @@
 /* run_nodes.c: after lost nodes and no spare, data parallelism shrinks to the largest dp
  * that keeps the global batch whole and the experts divisible: ep over dp x cp, or over
- * tp x dp x cp when the tp ranks fold into the experts' parallelism (stages/layout.h). */
+ * tp x dp x cp when the tp ranks fold into the experts' parallelism (stages/layout.h).
+ * Every node of a cluster up to RUN_MAX_NODES is used as planned (none taken for lost);
+ * more is refused, nodes + spare_nodes summed without wrapping. */
+#include <stdio.h>
 #include <string.h>
 
 #include "check.h"
@@ -38,8 +41,8 @@ static void fixture_init(spec_fixture *f, int sequence_parallel) {
 }
 
 static int plan_after_loss(spec_fixture *f, char *note, size_t cap, bt_diag *d) {
-    run_nodes n;
-    run_nodes_init(&n, &f->cluster);
+    static run_nodes n;
+    CHECK(run_nodes_init(&n, &f->cluster, d) == 0);
     CHECK(run_nodes_exclude(&n, "node3") == 0);
     return run_nodes_plan(&n, &f->spec, note, cap, d);
 }
@@ -83,22 +86,75 @@ static void test_counts_of_one(void) {
     char note[256];
     bt_diag d;
     bt_diag_init(&d);
-    run_nodes n;
-    run_nodes_init(&n, &f.cluster);
+    static run_nodes n;
+    CHECK(run_nodes_init(&n, &f.cluster, &d) == 0);
     CHECK(run_nodes_exclude(&n, "node1") == 0);
     CHECK(run_nodes_plan(&n, &f.spec, note, sizeof note, &d) == BT_EINVAL);
     CHECK_STR_CONTAINS(d.msg, "only 1 node of 1 device is left and no spare");
     CHECK_STR_CONTAINS(d.msg, "needs 1 device per replica");
     CHECK_STR_CONTAINS(d.msg, "the run cannot continue on it");
     f.par.ep = 1;
-    run_nodes_init(&n, &f.cluster);
+    CHECK(run_nodes_init(&n, &f.cluster, &d) == 0);
     CHECK(run_nodes_exclude(&n, "node1") == 0);
     CHECK(run_nodes_plan(&n, &f.spec, note, sizeof note, &d) == 0);
     CHECK_STR_CONTAINS(note, "1 node lost, no spare left: data parallelism shrinks from 2 to 1 "
                              "on 1 node, global batch 1024 kept");
 }
 
+/* A cluster of nodes x 1 device, dp = nodes: every node used, nothing said. */
+static void check_all_used(uint32_t nodes, uint32_t spares) {
+    spec_fixture f;
+    fixture_init(&f, 0);
+    f.cluster.nodes = nodes, f.cluster.spare_nodes = spares, f.cluster.gpus_per_node = 1;
+    f.par.tp = f.par.pp = f.par.cp = f.par.ep = 1, f.par.dp = nodes;
+    f.stage.global_batch = nodes, f.stage.micro_batch = 1;
+    char note[256];
+    bt_diag d;
+    bt_diag_init(&d);
+    static run_nodes n;
+    CHECK(run_nodes_init(&n, &f.cluster, &d) == 0);
+    CHECK_EQ_U64(n.total, (uint64_t)nodes + spares);
+    CHECK(run_nodes_plan(&n, &f.spec, note, sizeof note, &d) == 0);
+    CHECK_EQ_U64(n.n_active, nodes);
+    CHECK_EQ_U64(f.par.dp, nodes);
+    CHECK_EQ_U64(n.active[nodes - 1], nodes - 1);
+    CHECK(note[0] == '\0');
+    char name[32], want[32];
+    run_nodes_name(&n, (int)nodes - 1, name, sizeof name);
+    snprintf(want, sizeof want, "node%u", nodes - 1);
+    CHECK_STR_CONTAINS(name, want);
+    CHECK(run_nodes_exclude(&n, "node0") == 0); /* a spare, if any, replaces it */
+    CHECK(run_nodes_plan(&n, &f.spec, note, sizeof note, &d) == 0);
+    CHECK_EQ_U64(n.n_active, spares ? nodes : nodes / 2);
+}
+
+/* More nodes + spares than a run takes: refused, naming the cap, never clamped. */
+static void check_refused(uint32_t nodes, uint32_t spares, const char *total) {
+    Baton__Cluster c;
+    baton__cluster__init(&c);
+    c.nodes = nodes, c.spare_nodes = spares, c.gpus_per_node = 8;
+    bt_diag d;
+    bt_diag_init(&d);
+    static run_nodes n;
+    CHECK(run_nodes_init(&n, &c, &d) == BT_EINVAL);
+    CHECK_STR_CONTAINS(d.msg, total);
+    CHECK_STR_CONTAINS(d.msg, "a run takes at most 16384");
+    CHECK_EQ_U64(n.total, 0);
+}
+
+static void test_large_clusters(void) {
+    check_all_used(260, 0);
+    check_all_used(260, 4);
+    check_all_used(2048, 0);
+    check_all_used(RUN_MAX_NODES, 0);
+    check_all_used(RUN_MAX_NODES - 8, 8);
+    check_refused(RUN_MAX_NODES, 1, "the cluster has 16385 nodes");
+    check_refused(64, 4294967232u, "the cluster has 4294967296 nodes"); /* no wrap to 0 */
+    check_refused(4294967295u, 4294967295u, "the cluster has 8589934590 nodes");
+}
+
 int main(void) {
+    test_large_clusters();
     test_shrink_folded();
     test_shrink_unfolded();
     test_counts_of_one();

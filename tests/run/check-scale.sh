@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# `baton run` on clusters of thousands of nodes, with the helpers of run-common.sh and, for
+# --launcher slurm, fake scontrol/srun/squeue/scancel on PATH (no Slurm needed: the fake
+# srun records the step's argv and the host files it names, and starts no worker; the
+# tests labelled slurm are the proof of the launcher on a real one). CASE:
+#   slurm-hosts    an allocation of 2048 hosts with 52-character names (100 KB of them):
+#                  all read, the step's srun gets --nodes=2048 and --nodelist=FILE (a path
+#                  in the run directory) holding exactly the allocation's hosts in order,
+#                  no argument cut short and no --exclude; an allocation one host short is
+#                  refused, naming its 2047 hosts.
+#   slurm-exclude  40 hosts with 117-character names (4.7 KB, past the 4 KB the node list
+#                  was once cut at), nodes 38 + 2 spares: srun reports a node failure on
+#                  host 5, which is excluded; the next attempt's --nodelist file holds the
+#                  38 others (a spare in its place) and its --exclude file host 5; `baton
+#                  resume` excludes it again from the journal (the long name read back).
+#                  Host 30 lost, whose name host 3's begins: only it excluded.
+#   node-cap       more nodes + spare_nodes than a run takes (16384): baton run and submit
+#                  refuse at once, naming the cap and the key, making nothing; baton plan
+#                  warns and plans; nodes + spare_nodes past 2^32 never wraps.
+#   local-nodes    260 virtual nodes of the local launcher (a worker that exits 2 at once):
+#                  all 260 ranks started, none taken for lost (no shrinking).
+source "$(dirname "$0")/run-common.sh"
+
+recipe_of() { # recipe_of NAME NODES SPARES RESTARTS: a tiny one-stage recipe, dp = nodes
+  cat >"$1.yaml" <<EOF
+name: $1
+model: {arch: llama, dim: 32, n_layers: 2, n_heads: 2, ffn_dim: 64, vocab_size: 320}
+cluster: {nodes: $2, gpus_per_node: 1, spare_nodes: $3, device: cpu}
+data: {train: data/fortunes_train}
+defaults:
+  seq_len: 32
+  global_batch: $2
+  micro_batch: 1
+  parallel: {tp: 1, pp: 1, dp: auto}
+  restart: {max_restarts: $4, backoff: 0.1s}
+stages:
+  - {name: a, steps: 2}
+EOF
+}
+
+fake_slurm() {
+  mkdir -p fake
+  cat >fake/scontrol <<'EOF'
+#!/bin/sh
+case "$1 $2" in
+"show hostnames") exec cat "$FAKE_HOSTS" ;;
+"show node") echo "NodeName=$4 State=IDLE" ;;
+esac
+exit 0
+EOF
+  # a probe ("true") succeeds; a run's step is recorded, then ends as $FAKE_STEP says:
+  # "stop" exits 75 (its workers stopped), "nodefail" reports a node failure on
+  # $FAKE_LOST the first time (exit 1), then stops
+  cat >fake/srun <<'EOF'
+#!/bin/sh
+for a in "$@"; do [ "$a" = true ] && exit 0; done
+{
+  echo "---- srun"
+  for a in "$@"; do
+    printf '%s\n' "$a"
+    case "$a" in
+    --nodelist=*) sed 's/^/nodelist-file: /' "${a#--nodelist=}" ;;
+    --exclude=*) sed 's/^/exclude-file: /' "${a#--exclude=}" ;;
+    esac
+  done
+} >>"$FAKE_LOG"
+if [ "$FAKE_STEP" = nodefail ] && [ ! -e "$FAKE_LOG.failed" ]; then
+  : >"$FAKE_LOG.failed"
+  echo "srun: error: Node failure on $FAKE_LOST" >&2
+  exit 1
+fi
+exit 75
+EOF
+  printf '#!/bin/sh\ncase "$*" in *--steps*) exit 0 ;; esac\necho RUNNING\n' >fake/squeue
+  printf '#!/bin/sh\nexit 0\n' >fake/scancel
+  chmod +x fake/*
+}
+
+# slurm_run LOG HOSTS STEP ARGS...: baton ARGS inside the fake allocation
+slurm_run() {
+  local log=$1 hosts=$2 step=$3
+  shift 3
+  PATH=$work/fake:$PATH FAKE_LOG=$work/$log FAKE_HOSTS=$work/$hosts FAKE_STEP=$step \
+    SLURM_JOB_ID=4242 SLURM_JOB_NODELIST='h[0-9]' "$baton" "$@" --listen 127.0.0.1 >run.out 2>&1
+}
+
+# step_of LOG K WHAT: the K-th step's (1-based) lines of WHAT ("arg", "nodelist-file",
+# "exclude-file") as srun got them
+step_of() {
+  awk -v k="$2" -v what="$3" '/^---- srun/ { n++; next } n == k {
+    if (what == "arg" && $0 !~ /^(nodelist|exclude)-file: /) print
+    else if (index($0, what ": ") == 1) print substr($0, length(what) + 3) }' "$1"
+}
+
+case $case in
+slurm-hosts)
+  fake_slurm
+  for ((i = 0; i < 2048; i++)); do
+    printf 'gpu-r%03d-n%04d.frontier-like.cluster.example.org\n' $((i / 64)) $i
+  done >hosts
+  recipe_of big 2048 0 0
+  slurm_run log hosts stop run big.yaml --run-dir r --launcher slurm --worker "$worker"
+  rc=$?
+  [[ $rc == 75 ]] || fail "exit $rc, expected 75 (the fake step's workers stop)"
+  grep -q "^baton run: Slurm job 4242, 2048 hosts" run.out || fail "not 2048 hosts read"
+  args=$(step_of log 1 arg)
+  for want in --nodes=2048 --ntasks=2048 --ntasks-per-node=1 "--nodelist=$work/r/specs/s00-a00.hosts"; do
+    grep -qxF -- "$want" <<<"$args" || fail "srun lacks $want: $(head -c 600 <<<"$args")"
+  done
+  grep -q -- "^--exclude" <<<"$args" && fail "an --exclude with no node excluded"
+  step_of log 1 nodelist-file | cmp -s - hosts ||
+    fail "the --nodelist file is not the allocation's 2048 hosts: $(step_of log 1 nodelist-file | wc -l) lines"
+  long_args=$(awk 'length > 200' <<<"$args" | wc -l)
+  [[ $long_args == 0 ]] || fail "$long_args srun arguments longer than 200 bytes"
+  head -n 2047 hosts >hosts2047
+  slurm_run log2 hosts2047 stop run big.yaml --run-dir r2 --launcher slurm --worker "$worker"
+  rc=$?
+  [[ $rc == 2 ]] || fail "an allocation one host short: exit $rc, expected 2"
+  grep -q "wants 2048 nodes (nodes + spare_nodes) but allocation 4242 has 2047 hosts" run.out ||
+    fail "an allocation one host short: not said"
+  ;;
+slurm-exclude)
+  fake_slurm
+  long=$(printf 'x%.0s' {1..110})
+  for ((i = 0; i < 40; i++)); do printf 'dgx-%s-n%d\n' "$long" $i; done >hosts
+  lost=$(sed -n 6p hosts) # node5, whose name begins those of node50.. (none here)
+  [[ $(wc -c <hosts) -gt 4096 ]] || fail "the hosts' names are too short for the case"
+  recipe_of ex 38 2 1
+  FAKE_LOST=$lost slurm_run log hosts nodefail run ex.yaml --run-dir r --launcher slurm --worker "$worker"
+  rc=$?
+  [[ $rc == 75 ]] || fail "exit $rc, expected 75"
+  grep -qF "node5 (Slurm host $lost, job 4242) lost: srun reported a node failure" run.out ||
+    fail "host 5 not excluded"
+  step_of log 1 nodelist-file | cmp -s - <(head -n 38 hosts) || fail "attempt 0's host file"
+  step_of log 2 nodelist-file | cmp -s - <(sed -n '1,5p;7,39p' hosts) ||
+    fail "attempt 1's host file is not the 38 hosts left: $(step_of log 2 nodelist-file | cut -c1-20 | tr '\n' ' ')"
+  [[ $(step_of log 2 exclude-file) == "$lost" ]] || fail "attempt 1's --exclude file"
+  grep -qxF -- "--exclude=$work/r/specs/s00-a01.exclude" <(step_of log 2 arg) ||
+    fail "attempt 1's srun has no --exclude=FILE"
+  # node30 lost: node3, whose name begins its name, is not
+  recipe_of ex3 38 2 1
+  FAKE_LOST=$(sed -n 31p hosts) slurm_run log4 hosts nodefail run ex3.yaml --run-dir r3 --launcher slurm --worker "$worker"
+  step_of log4 2 nodelist-file | cmp -s - <(sed -n '1,30p;32,39p' hosts) ||
+    fail "node30 lost: attempt 1's host file is not the 38 others: $(step_of log4 2 nodelist-file | sed 's/.*-//' | tr '\n' ' ')"
+  slurm_run log3 hosts stop resume r --launcher slurm --worker "$worker"
+  rc=$?
+  [[ $rc == 75 ]] || fail "resume: exit $rc, expected 75"
+  [[ $(step_of log3 1 exclude-file) == "$lost" ]] || fail "resume: host 5 not excluded again"
+  step_of log3 1 nodelist-file | cmp -s - <(sed -n '1,5p;7,39p' hosts) ||
+    fail "resume: its host file is not the 38 hosts left"
+  ;;
+node-cap)
+  recipe_of cap 16385 0 0
+  recipe_of capspare 16384 1 0
+  for r in cap capspare; do
+    expect=cluster.nodes
+    [[ $r == capspare ]] && expect=cluster.spare_nodes
+    for cmd in "run $r.yaml --run-dir r-$r --quiet" "submit $r.yaml --run-dir s-$r --dry-run"; do
+      "$baton" $cmd >run.out 2>&1
+      rc=$?
+      [[ $rc == 2 ]] || fail "$cmd: exit $rc, expected 2"
+      grep -q "^$r.yaml:3:[0-9]*: $expect: 1638[45] nodes + [01] spare_nodes is more than the 16384 nodes a run takes" run.out ||
+        fail "$cmd: not refused naming the cap and $expect"
+    done
+    [[ ! -e r-$r && ! -e s-$r ]] || fail "a refused $r made its run directory"
+    "$baton" plan $r.yaml >plan.out 2>run.out || fail "plan $r.yaml failed"
+    grep -q "^$r.yaml:3:[0-9]*: warning: $expect: .* is more than the 16384 nodes a run takes: baton run and submit refuse this cluster" run.out ||
+      fail "plan $r.yaml: no warning"
+  done
+  "$baton" submit cap.yaml --run-dir s --dry-run --set cluster.nodes=64 \
+    --set cluster.spare_nodes=4294967232 >run.out 2>&1
+  [[ $? == 2 ]] && grep -q "64 nodes + 4294967232 spare_nodes is more than the 4194304 nodes baton plans for" run.out ||
+    fail "spare_nodes wrapping nodes + spare_nodes past 2^32 not refused"
+  ;;
+local-nodes)
+  cat >fakeworker <<EOF
+#!/bin/sh
+case "\$1" in --version) exec "$worker" --version ;; esac
+echo "\${PMIX_RANK:-?}" >>"$work/started"
+exit 2
+EOF
+  chmod +x fakeworker
+  recipe_of many 260 0 0
+  "$baton" run many.yaml --run-dir r --worker "$work/fakeworker" >run.out 2>&1
+  rc=$?
+  [[ $rc == 2 ]] || fail "exit $rc, expected 2 (the workers' configuration error)"
+  grep -q "shrinks\|lost" run.out && fail "nodes taken for lost"
+  [[ $(sort -un started | wc -l) == 260 ]] || fail "$(sort -un started | wc -l) of 260 ranks started"
+  ;;
+*) fail "unknown case" ;;
+esac
+echo "$case: ok"
