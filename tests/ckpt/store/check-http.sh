@@ -98,12 +98,13 @@ expect 2 "^baton ckpt push: --limit-rate '1X': expected bytes per second such as
 [[ $("$baton" ckpt push run "$url" --limit-rate 1X 2>&1) != *usage:* ]] ||
   fail "push: a bad --limit-rate is followed by the whole usage"
 
-# log_wait PATTERN: until nginx's access log has a line matching PATTERN (at most 10 s):
-# nginx writes a request's line after its response, so the client may be done first
+# log_wait PATTERN [LOG]: until nginx's access log (or LOG) has a line matching PATTERN (at
+# most 10 s): nginx writes a request's line after its response, so the client may be done
+# first
 log_wait() {
   local i
   for ((i = 0; i < 100; i++)); do
-    grep -q "$1" "$log" && return 0
+    grep -q "$1" "${2:-$log}" && return 0
     sleep 0.1
   done
 }
@@ -291,7 +292,9 @@ done
 cred=http://alice:PaSsW0rd@127.0.0.1:$port/store shown="http://***@127.0.0.1:$port/store"
 : >"$auth"
 out=$("$baton" ckpt push run "$cred" 2>&1)
-[[ $? == 0 && $out == *" to $shown/$name"* && $out != *PaSsW0rd* ]] &&
+rc=$?
+log_wait "^PUT /store/$name/manifest.pb " "$auth"
+[[ $rc == 0 && $out == *" to $shown/$name"* && $out != *PaSsW0rd* ]] &&
   grep -q "^PUT /store/$name/manifest.pb alice$" "$auth" &&
   ok "push with a password: sent as alice, shown as $shown" || fail "push with a password: $out; $(cat "$auth")"
 out=$("$baton" ckpt pull "$cred/s00-step00000099" --into got 2>&1)
@@ -320,7 +323,9 @@ out=$(AWS_ACCESS_KEY_ID=k AWS_SECRET_ACCESS_KEY=s "$baton" ckpt pull s3://b/s00-
 mkdir home && printf 'machine 127.0.0.1 login bob password NetrcPw\n' >home/.netrc && chmod 600 home/.netrc
 : >"$auth"
 out=$(HOME=$work/home "$baton" ckpt push run "$url" 2>&1)
-[[ $? == 0 && $out != *NetrcPw* ]] && grep -q "^PUT /store/$name/manifest.pb bob$" "$auth" &&
+rc=$?
+log_wait "^PUT /store/$name/manifest.pb " "$auth"
+[[ $rc == 0 && $out != *NetrcPw* ]] && grep -q "^PUT /store/$name/manifest.pb bob$" "$auth" &&
   ok "push with ~/.netrc: sent as bob" || fail "push with ~/.netrc: $out; $(cat "$auth")"
 
 # Redirects: GET and HEAD follow them (at most 5); PUT and DELETE do not, and say so; a
