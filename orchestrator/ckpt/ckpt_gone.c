@@ -62,7 +62,13 @@ int ckpt_gone_retry(const char *cmd, const char *named, ckpt_gone_try fn, void *
 }
 
 void ckpt_gone_fault(const char *dir) {
+    ckpt_gone_fault_at(dir, "open");
+}
+
+void ckpt_gone_fault_at(const char *dir, const char *at) {
     const char *f = getenv("BATON_FAULT_CKPT_REMOVE"), *base = strrchr(dir, '/');
+    const char *where = getenv("BATON_FAULT_CKPT_REMOVE_AT");
+    if (strcmp(where && where[0] ? where : "open", at) != 0) return;
     base = base ? base + 1 : dir;
     size_t n = strlen(base);
     for (const char *p = f; p != NULL && *p != '\0';) {

@@ -31,9 +31,13 @@ typedef int (*ckpt_gone_try)(void *ctx, char *dir, size_t cap, bt_diag *diag);
 int ckpt_gone_retry(const char *cmd, const char *named, ckpt_gone_try fn, void *ctx, char *dir,
                     size_t cap, int *gone, bt_diag *diag);
 
-/* BATON_FAULT_CKPT_REMOVE=NAME[,NAME...] (tests): checkpoint dir, once opened (push: once
- * it sent a file of it), removed when its name is one of those, as a run's retention
- * removes it (renamed aside, then deleted). */
+/* BATON_FAULT_CKPT_REMOVE=NAME[,NAME...] (tests): checkpoint dir, at position at of the
+ * command, removed when its name is one of those and BATON_FAULT_CKPT_REMOVE_AT names that
+ * position (unset or empty: "open"), as a run's retention removes it (renamed aside, then
+ * deleted). Every command has "open", once it opened the checkpoint; push also has "sent",
+ * once it sent a file of it, and "manifest", just before it sends manifest.pb. */
+void ckpt_gone_fault_at(const char *dir, const char *at);
+/* ckpt_gone_fault_at(dir, "open"). */
 void ckpt_gone_fault(const char *dir);
 
 #endif

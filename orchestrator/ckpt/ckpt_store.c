@@ -6,8 +6,9 @@
  * content, a later checkpoint of the same name having files of the same sizes. Before
  * replacing anything that manifest lists, push removes it (DELETE), and it sends its own
  * manifest.pb last, so that a manifest in the store always describes the files there and
- * marks the copy complete. Shard bytes are checked against the manifest's CRC32C as they
- * are read. A push that fails after it changed the store (its checkpoint removed by a
+ * marks the copy complete; the replaced checkpoint's files that this one has not go with
+ * its manifest.pb. Shard bytes are checked against the manifest's CRC32C as they are read.
+ * A push that fails after it changed the store (its checkpoint removed by a
  * run's retention while read, a shard damaged, the store failing) deletes again what it
  * left there without a manifest.pb (push_undo), as far as the store lets it.
  *
@@ -72,9 +73,10 @@ static void push_usage(FILE *f) {
             "manifest.pb again, and a stale manifest never describes new files. A store\n"
             "without DELETE (HTTP 405 or 501), or that refuses it (401, 403: check the\n"
             "credentials), cannot have a checkpoint of the same name replaced: push under\n"
-            "another name; push says so before changing anything. A push that fails\n"
-            "after it sent files removes them again (DELETE), saying so, or says which\n"
-            "stay when the store does not let it.\n\n"
+            "another name; push says so before changing anything. A replaced checkpoint's\n"
+            "files this one has not are removed too. A push that fails after it sent files\n"
+            "removes them again (DELETE), saying so, or says how many stay, and where,\n"
+            "when the store does not let it.\n\n"
             "URL: http(s)://HOST[:PORT]/PREFIX (PUT/GET/HEAD, e.g. a WebDAV server) or\n"
             "     s3://BUCKET/PREFIX (path-style, SigV4; credentials from AWS_ACCESS_KEY_ID,\n"
             "     AWS_SECRET_ACCESS_KEY, AWS_REGION)\n\n"
@@ -194,15 +196,16 @@ static int load_manifest(const char *path, Baton__Manifest **out, bt_diag *diag)
 }
 
 /* The files the store's manifest.pb lists for checkpoint name into *set (empty when
- * there is none, or one that does not decode); *present: a manifest.pb is there. A push
- * removes it before changing any file it lists and sends it last, so while it is there
- * the store's files are the ones it lists. */
+ * there is none, or one that does not decode); *present: a manifest.pb is there (a HEAD
+ * that answers 200, with or without its length). A push removes it before changing any
+ * file it lists and sends it last, so while it is there the store's files are the ones it
+ * lists. */
 static int push_remote_files(ckpt_remote *r, const char *name, ckpt_file_set *set, int *present,
                              bt_diag *diag) {
     int64_t size = -1;
     *present = 0;
     int rc = ckpt_remote_head(r, name, CKPT_MANIFEST, &size, diag);
-    if (rc < 0 || size < 0) return rc;
+    if (rc <= 0) return rc;
     *present = 1;
     const char *tmpdir = getenv("TMPDIR");
     char tmp[CKPT_PATH_MAX];
@@ -229,12 +232,13 @@ static int push_remote_files(ckpt_remote *r, const char *name, ckpt_file_set *se
     return rc;
 }
 
-/* What a push changed in the store, for push_undo: the checkpoint's files, and which of
- * them it skipped (have: the store holds it as it is here) or began to send (sent); dropped:
- * it removed the store's manifest.pb of the name. */
+/* What a push changed in the store, for push_undo: the checkpoint's files (set), and which
+ * of them it skipped (have: the store holds it as it is here) or began to send (sent); the
+ * files the store's manifest.pb listed (old), and which of those set lacks and are still
+ * there (extra); dropped: it removed the store's manifest.pb of the name. */
 typedef struct push_state {
-    ckpt_file_set set;
-    int *have, *sent;
+    ckpt_file_set set, old;
+    int *have, *sent, *extra;
     int dropped;
 } push_state;
 
@@ -247,8 +251,8 @@ static int push_have(ckpt_remote *r, const char *name, const ckpt_file_check *c,
     *have = 0;
     if (known == NULL || !ckpt_file_same(c, known)) return 0;
     int rc = ckpt_remote_head(r, name, c->name, &size, diag);
-    *have = rc == 0 && size == (int64_t)c->size;
-    return rc;
+    *have = rc == 1 && size == (int64_t)c->size;
+    return rc < 0 ? rc : 0;
 }
 
 static int push_file(ckpt_remote *r, const char *dir, const char *name, ckpt_file_check *c,
@@ -293,86 +297,139 @@ static int push_drop_manifest(ckpt_remote *r, const char *name, bt_diag *diag) {
     return rc;
 }
 
-/* Sends what the store does not hold, the store's manifest.pb removed first when
- * anything it lists is replaced (st->dropped), each file sent noted in st->sent. */
+/* Once the store's manifest.pb of name is removed: the files it listed that this
+ * checkpoint has not (another world size's shards), which no manifest.pb will list again,
+ * removed too. */
+static int push_drop_extras(ckpt_remote *r, const char *name, push_state *st, bt_diag *diag) {
+    long status;
+    for (size_t i = 0; i < st->old.n; i++) {
+        if (!st->extra[i]) continue;
+        int rc = ckpt_remote_delete(r, name, st->old.file[i].name, &status, diag);
+        if (rc < 0) return rc;
+        st->extra[i] = 0;
+        printf("  %s: removed (the checkpoint replaced had it, this one has not)\n",
+               st->old.file[i].name);
+    }
+    return 0;
+}
+
+/* What the store holds of name (st->old, and which of it this push skips or removes as
+ * extra); *stale: its manifest.pb is there and must go before anything changes. */
+static int push_compare(ckpt_remote *r, const char *name, push_state *st, int *stale,
+                        bt_diag *diag) {
+    int present = 0;
+    *stale = 0;
+    int rc = push_remote_files(r, name, &st->old, &present, diag);
+    st->extra = calloc(st->old.n ? st->old.n : 1, sizeof *st->extra);
+    if (rc == 0 && st->extra == NULL) rc = BT_ENOMEM;
+    for (size_t i = 0; rc == 0 && i < st->set.n; i++) {
+        rc = push_have(r, name, &st->set.file[i], &st->old, &st->have[i], diag);
+        *stale |= !st->have[i];
+    }
+    for (size_t i = 0; rc == 0 && i < st->old.n; i++) {
+        st->extra[i] = ckpt_files_find(&st->set, st->old.file[i].name) == NULL;
+        *stale |= st->extra[i];
+    }
+    *stale &= present;
+    return rc;
+}
+
+/* Sends what the store does not hold, the store's manifest.pb removed first when anything
+ * it lists is replaced or has no place in this checkpoint (st->dropped; the latter then
+ * removed too), each file sent noted in st->sent. */
 static int push_files(ckpt_remote *r, const char *dir, const char *name, push_state *st,
                       bt_diag *diag) {
-    ckpt_file_set remote = {0};
-    int present = 0, stale = 0;
-    int rc = push_remote_files(r, name, &remote, &present, diag);
-    for (size_t i = 0; rc == 0 && i < st->set.n; i++) {
-        rc = push_have(r, name, &st->set.file[i], &remote, &st->have[i], diag);
-        stale |= !st->have[i];
-    }
-    ckpt_files_free(&remote);
-    if (rc == 0 && present && stale) rc = push_drop_manifest(r, name, diag);
-    st->dropped = rc == 0 && present && stale;
+    int stale = 0;
+    int rc = push_compare(r, name, st, &stale, diag);
+    if (rc == 0 && stale) rc = push_drop_manifest(r, name, diag);
+    st->dropped = rc == 0 && stale;
+    if (st->dropped) rc = push_drop_extras(r, name, st, diag);
     for (size_t i = 0; rc == 0 && i < st->set.n; i++) {
         st->sent[i] = !st->have[i];
         rc = push_file(r, dir, name, &st->set.file[i], st->have[i], diag);
-        if (rc == 0 && st->sent[i]) ckpt_gone_fault(dir); /* tests: gone once one was sent */
+        if (rc == 0 && st->sent[i]) ckpt_gone_fault_at(dir, "sent"); /* tests */
     }
     return rc;
 }
 
-/* Whether a failed push leaves file i of st in the store unvouched for: one it sent (or
- * began to), or one it skipped whose manifest.pb it removed. */
-static int push_left(const push_state *st, size_t i) {
-    return st->sent[i] || (st->dropped && st->have[i]);
+/* Item k of what a failed push may leave of name in the store unvouched for (k < set.n +
+ * old.n): the name of a file of the checkpoint it sent (or began to), or skipped and then
+ * removed the manifest.pb of, or of the replaced checkpoint's extra files not yet removed;
+ * else NULL. */
+static const char *push_left(const push_state *st, size_t k) {
+    if (k < st->set.n)
+        return st->sent[k] || (st->dropped && st->have[k]) ? st->set.file[k].name : NULL;
+    k -= st->set.n;
+    return st->dropped && st->extra[k] ? st->old.file[k].name : NULL;
 }
 
-/* push_undo's DELETE failed (d says why): left files of name may stay, said. */
-static void push_undo_failed(const char *name, size_t left, const bt_diag *d) {
+/* push_undo's HEAD (how: "may stay") or DELETE ("stay") failed, d saying why: left files
+ * of name said to stay, into out (cap bytes). */
+static void push_undo_failed(ckpt_remote *r, const char *name, size_t left, const char *how,
+                             const bt_diag *d, char *out, size_t cap) {
+    char shown[CKPT_PATH_MAX];
+    ckpt_url_shown(r->base, shown, sizeof shown);
     const char *them = left == 1 ? "it" : "them";
-    fprintf(stderr,
-            "baton ckpt push: %s: %zu file%s of %s stay%s in the store without a %s (the next "
-            "push of %s replaces %s; or remove %s by other means)\n",
-            d->msg, left, left == 1 ? "" : "s", name, left == 1 ? "s" : "", CKPT_MANIFEST, name,
-            them, them);
+    snprintf(out, cap,
+             "baton ckpt push: %s: %zu file%s of %s %s%s under %s/%s/ without a %s (the next "
+             "push of %s replaces %s; or remove %s by other means)\n",
+             d->msg, left, left == 1 ? "" : "s", name, how,
+             left == 1 && strcmp(how, "stay") == 0 ? "s" : "", shown, name, CKPT_MANIFEST, name,
+             them, them);
 }
 
 /* After a failed push: what it left of name in the store with no manifest.pb to vouch for
  * it (push_left) removed again, so that a push broken off (its checkpoint removed by a
  * run's retention while read, a shard failing its CRC32C, the store failing) leaves no
- * files of a checkpoint no one can pull; said on stderr, counting the DELETEs that found
- * their object (a file whose PUT never began, or was cut short, may be none; an S3 store
- * answers every DELETE alike, so there each one tried counts). Nothing goes when a
- * manifest.pb of name is there again (ours arrived though its answer did not, or another
- * push of name completed meanwhile). The first DELETE that fails ends it (an unreachable
- * store would fail every one), saying how many files may stay. */
-static void push_undo(ckpt_remote *r, const char *name, const push_state *st) {
-    size_t n = 0, done = 0, removed = 0;
-    for (size_t i = 0; i < st->set.n; i++)
-        n += (size_t)push_left(st, i);
+ * files of a checkpoint no one can pull; what it did said into out (cap bytes), for the
+ * caller to print after the failure's cause. It counts the DELETEs that found their object
+ * (a file whose PUT never began, or was cut short, may be none; an S3 store answers every
+ * DELETE alike, so there each one tried counts). Nothing goes when a manifest.pb of name is
+ * there again (ours arrived though its answer did not, or another push of name completed
+ * meanwhile). The first DELETE that fails ends it (an unreachable store would fail every
+ * one), saying how many files stay and where; a HEAD that fails, how many may. */
+static void push_undo(ckpt_remote *r, const char *name, const push_state *st, char *out,
+                      size_t cap) {
+    size_t n = 0, done = 0, removed = 0, all = st->set.n + st->old.n;
+    for (size_t k = 0; k < all; k++)
+        n += push_left(st, k) != NULL;
     if (n == 0) return;
     bt_diag d;
     bt_diag_init(&d);
     int64_t size = -1;
     long status = 0;
     int rc = ckpt_remote_head(r, name, CKPT_MANIFEST, &size, &d);
-    if (rc == 0 && size >= 0) {
-        fprintf(stderr,
-                "baton ckpt push: the store holds a %s of %s again (this push's, or another's): "
-                "its files are left as they are\n",
-                CKPT_MANIFEST, name);
-        return;
-    }
-    for (size_t i = 0; rc == 0 && i < st->set.n; i++) {
-        if (!push_left(st, i)) continue;
-        rc = ckpt_remote_delete(r, name, st->set.file[i].name, &status, &d);
+    if (rc == 1)
+        snprintf(out, cap,
+                 "baton ckpt push: the store holds a %s of %s again (this push's, or "
+                 "another's): its files are left as they are\n",
+                 CKPT_MANIFEST, name);
+    if (rc < 0) push_undo_failed(r, name, n, "may stay", &d, out, cap);
+    if (rc != 0) return;
+    for (size_t k = 0; rc == 0 && k < all; k++) {
+        if (push_left(st, k) == NULL) continue;
+        rc = ckpt_remote_delete(r, name, push_left(st, k), &status, &d);
         done += rc == 0;
         removed += rc == 0 && status != 404;
     }
-    if (rc == 0 && removed > 0)
-        fprintf(stderr,
-                "baton ckpt push: removed from the store the %zu file%s of %s this push left "
-                "there without a %s\n",
-                removed, removed == 1 ? "" : "s", name, CKPT_MANIFEST);
-    else if (rc != 0)
-        push_undo_failed(name, n - done, &d);
+    if (rc != 0)
+        push_undo_failed(r, name, n - done, "stay", &d, out, cap);
+    else if (removed > 0)
+        snprintf(out, cap,
+                 "baton ckpt push: removed from the store the %zu file%s of %s this push left "
+                 "there without a %s\n",
+                 removed, removed == 1 ? "" : "s", name, CKPT_MANIFEST);
 }
 
-static int push_ckpt(ckpt_remote *r, const char *dir, const char *name, bt_diag *diag) {
+static void push_state_free(push_state *st) {
+    ckpt_files_free(&st->set);
+    ckpt_files_free(&st->old);
+    free(st->have), free(st->sent), free(st->extra);
+}
+
+/* Pushes checkpoint dir as name; a failure's undo said into undo (cap bytes). */
+static int push_ckpt(ckpt_remote *r, const char *dir, const char *name, char *undo, size_t cap,
+                     bt_diag *diag) {
     Baton__Manifest *m = NULL;
     push_state st = {0};
     int rc = ckpt_manifest_read(dir, &m, diag);
@@ -381,34 +438,40 @@ static int push_ckpt(ckpt_remote *r, const char *dir, const char *name, bt_diag 
     st.have = calloc(st.set.n ? st.set.n : 1, sizeof *st.have);
     st.sent = calloc(st.set.n ? st.set.n : 1, sizeof *st.sent);
     if (rc == 0 && (st.have == NULL || st.sent == NULL)) rc = BT_ENOMEM;
+    if (rc == 0) ckpt_gone_fault(dir); /* tests */
     if (rc == 0) rc = push_files(r, dir, name, &st, diag);
     char path[CKPT_PATH_MAX];
     ckpt_path_join(path, sizeof path, dir, CKPT_MANIFEST);
+    if (rc == 0) ckpt_gone_fault_at(dir, "manifest"); /* tests */
     if (rc == 0) rc = ckpt_remote_put(r, name, CKPT_MANIFEST, path, NULL, diag);
     if (rc == 0) printf("  %s: sent\n", CKPT_MANIFEST);
-    if (rc != 0 && st.have && st.sent) push_undo(r, name, &st);
-    ckpt_files_free(&st.set);
-    free(st.have), free(st.sent);
+    if (rc != 0 && st.have && st.sent && (st.extra || st.old.n == 0))
+        push_undo(r, name, &st, undo, cap);
+    push_state_free(&st);
     return rc;
 }
 
 /* One push (ckpt_gone_try) of the checkpoint ckpt names to store r, under its name;
- * usage: the failure was bad usage or input. */
+ * usage: the failure was bad usage or input; undo: what the last failed try's push_undo
+ * did, to be said after its cause. */
 typedef struct push_try {
     const char *ckpt;
     ckpt_remote *r;
     int usage;
+    char undo[2 * CKPT_PATH_MAX];
 } push_try;
 
 static int push_once(void *ctx, char *dir, size_t cap, bt_diag *diag) {
     push_try *p = ctx;
     char name[256];
+    fputs(p->undo, stderr); /* the try before's, after the note that says why it failed */
+    p->undo[0] = '\0';
     p->usage = 1;
     if (ckpt_resolve(p->ckpt, dir, cap, diag) < 0 ||
         ckpt_path_basename(dir, name, sizeof name, diag) < 0)
         return BT_EINVAL;
     p->usage = 0;
-    return push_ckpt(p->r, dir, name, diag);
+    return push_ckpt(p->r, dir, name, p->undo, sizeof p->undo, diag);
 }
 
 int ckpt_cmd_push(int argc, char **argv) {
@@ -438,6 +501,7 @@ int ckpt_cmd_push(int argc, char **argv) {
         fprintf(stderr, "baton ckpt push: %s\n", diag.msg);
     else if (ckpt_path_basename(dir, name, sizeof name, &diag) == 0)
         printf("pushed %s to %s/%s\n", dir, shown, name);
+    fputs(t.undo, stderr); /* what the failed push removed again, after why it failed */
     ckpt_remote_free(&r);
     if (rc == BT_EUNSUPPORTED) return BT_EXIT_USAGE; /* the store will say the same again */
     return rc < 0 ? BT_EXIT_FAILURE : BT_EXIT_OK;

@@ -357,15 +357,15 @@ int ckpt_remote_head(ckpt_remote *r, const char *name, const char *file, int64_t
     if (rc < 0) return rc;
     remote_req q = {
         .method = "HEAD", .url = url, .setup = head_setup, .fd = -1, .follow = !r->sigv4[0]};
+    *size = -1;
     rc = remote_run(r, &q, diag);
     if (rc < 0) return rc;
-    *size = -1;
     if (q.status == 404) return 0;
     if (q.status != 200) return status_error(&q, file, diag);
     curl_off_t len = -1;
     curl_easy_getinfo(r->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &len);
     *size = len;
-    return 0;
+    return 1;
 }
 
 /* ---- DELETE ---- */

@@ -45,7 +45,9 @@ void ckpt_url_shown(const char *url, char *out, size_t cap);
 /* Splits URL .../NAME into the store URL and the checkpoint name NAME (into out). */
 int ckpt_remote_split(const char *url, char *store, size_t store_cap, char *name, size_t name_cap,
                       bt_diag *diag);
-/* The size of object NAME/FILE into *size, -1 when the store does not have it. */
+/* Whether the store has object NAME/FILE: 1 when it has (*size its size, or -1 when the
+ * answer gives none: a HEAD without Content-Length), 0 when not (404; *size -1), or an
+ * error code. */
 int ckpt_remote_head(ckpt_remote *r, const char *name, const char *file, int64_t *size,
                      bt_diag *diag);
 /* Removes object NAME/FILE; one the store does not have is no error. BT_EUNSUPPORTED

@@ -58,8 +58,8 @@ static void differs_lock_note(const run_dir *d, char *out, size_t cap) {
     for (size_t i = 0; i < run_dir_n_names; i++)
         if (strcmp(run_dir_names[i].name, "lock") == 0 && d->wrote_in && !d->had[i])
             snprintf(out, cap,
-                     ". Its lock file was deleted, which frees it for no other run (%s there "
-                     "%s the run's); a baton resume makes the lock file again",
+                     ". Its lock file was deleted; that does not free it for another run "
+                     "(%s there %s the run's); a baton resume makes the lock file again",
                      journal ? "the journal" : "the workdir, secret and run_id",
                      journal ? "is" : "are");
 }

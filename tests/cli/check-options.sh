@@ -368,11 +368,11 @@ expect 2 "^baton run: $work/wf: $(fmsg 1 workdir)" -- "$baton" run "$small" --ru
 "$baton" submit "$small" --run-dir sd --dry-run >/dev/null && rm sd/lock &&
   sed 's/^\(name: .*\)$/\1x/' "$small" >other.yaml && ! cmp -s other.yaml "$small" ||
   fail "no batch job's run directory to test"
-expect 2 "^baton run: $work/sd: this run directory belongs to a run with another recipe .*; to start a new run, choose another --run-dir\. Its lock file was deleted, which frees it for no other run \(the workdir, secret and run_id there are the run's\); a baton resume makes the lock file again$" -- \
+expect 2 "^baton run: $work/sd: this run directory belongs to a run with another recipe .*; to start a new run, choose another --run-dir\. Its lock file was deleted; that does not free it for another run \(the workdir, secret and run_id there are the run's\); a baton resume makes the lock file again$" -- \
   "$baton" run other.yaml --run-dir sd --quiet
 [[ ! -e sd/lock ]] && ok "the refused run of a directory whose lock was deleted: no lock made" ||
   fail "the refused run left a lock file in sd"
-expect 2 "^baton run: $work/sd: this run directory belongs to a run with other --set overrides .*; to run with other overrides, choose another --run-dir\. Its lock file was deleted, which frees it for no other run \(the workdir, secret and run_id there are the run's\); a baton resume makes the lock file again$" -- \
+expect 2 "^baton run: $work/sd: this run directory belongs to a run with other --set overrides .*; to run with other overrides, choose another --run-dir\. Its lock file was deleted; that does not free it for another run \(the workdir, secret and run_id there are the run's\); a baton resume makes the lock file again$" -- \
   "$baton" run "$small" --run-dir sd --set stages.0.steps=7 --quiet
 # ... nor a run's: a new run's name with a control character is refused though it holds
 # a workdir/ directory

@@ -14,10 +14,14 @@
 # values and --endpoint credentials neither); without one in the URL, ~/.netrc's for the
 # host is sent. Redirects: GET and HEAD follow at most 5, the password not sent to another
 # host; PUT and DELETE do not follow, and say so. A checkpoint removed while push reads
-# it (a run's retention): the run's newest pushed instead, or, named itself, said removed.
-# A push failing after it sent files (that, or a damaged shard) removes them from the
-# store again, also where it replaced another checkpoint of the name; a store without
-# DELETE: said to stay.
+# it (a run's retention): the run's newest pushed instead, or, named itself, said removed;
+# so before anything was sent, once a file was sent, and with every file already in the
+# store just before manifest.pb. A push failing after it sent files (that, or a damaged
+# shard) removes them from the store again, also where it replaced another checkpoint of
+# the name, and then the replaced one's files the new one has not (as a push that works
+# does); a store without DELETE: said to stay, and where. A store whose HEAD gives no
+# length: its manifest.pb seen as there (a push replacing files removes it first; one
+# whose manifest.pb PUT got no answer leaves the files it lists).
 # Exit 77 (SKIPPED) only when nginx is not installed.
 #   check-http.sh BATON MAKE_CKPT
 set -u
@@ -98,12 +102,13 @@ expect 2 "^baton ckpt push: --limit-rate '1X': expected bytes per second such as
 [[ $("$baton" ckpt push run "$url" --limit-rate 1X 2>&1) != *usage:* ]] ||
   fail "push: a bad --limit-rate is followed by the whole usage"
 
-# log_wait PATTERN: until nginx's access log has a line matching PATTERN (at most 10 s):
-# nginx writes a request's line after its response, so the client may be done first
+# log_wait PATTERN [LOG]: until nginx's access log (or LOG) has a line matching PATTERN (at
+# most 10 s): nginx writes a request's line after its response, so the client may be done
+# first
 log_wait() {
   local i
   for ((i = 0; i < 100; i++)); do
-    grep -q "$1" "$log" && return 0
+    grep -q "$1" "${2:-$log}" && return 0
     sleep 0.1
   done
 }
@@ -208,6 +213,15 @@ want="GET /store/$name/$cut 206 $((size0 - part)) \"bytes=$part-\""
 same_files "$src" "got2/$name" && ok "resumed pull: identical files" || fail "resumed pull: files differ"
 [[ -e got2/$name.partial ]] && fail "resumed pull left the .partial directory"
 
+# before A B: in $out, the first line matching A comes before the first matching B
+before() {
+  local a b
+  a=$(grep -n -m1 -- "$1" <<<"$out" | cut -d: -f1) b=$(grep -n -m1 -- "$2" <<<"$out" | cut -d: -f1)
+  [[ -n $a && -n $b && $a -lt $b ]]
+}
+# files DIR: the files under DIR, one a line ("" when none, or no DIR)
+files() { find "$1" -type f 2>/dev/null | sort; }
+
 # dmg/$name: a small checkpoint whose second shard file fails its CRC32C (its first byte
 # flipped), so that a push of it fails once it sent the first
 "$make_ckpt" write small-b 1 16 1 && mkdir dmg && cp -r "small-b/checkpoints/$name" dmg/ || exit 1
@@ -256,8 +270,9 @@ if wait_port "$nport" "$nodel_pid"; then
     fail "store without DELETE: its checkpoint changed"
   # ... where a push fails once it sent a file, that file cannot be taken out again: said
   out=$("$baton" ckpt push "dmg/$name" "http://127.0.0.1:$nport/dmg" 2>&1)
-  [[ $? -eq 1 && $out == *"baton ckpt push: DELETE http://127.0.0.1:$nport/dmg/$name/rank-00000.bin: HTTP 501: "[12]" file"*" of $name stay"*" in the store without a manifest.pb (the next push of $name replaces "*"; or remove "*" by other means)"* ]] &&
-    ok "store without DELETE: a failed push says what it sent stays there" ||
+  [[ $? -eq 1 && $out == *"baton ckpt push: DELETE http://127.0.0.1:$nport/dmg/$name/rank-00000.bin: HTTP 501: "[12]" file"*" of $name stay"*" under http://127.0.0.1:$nport/dmg/$name/ without a manifest.pb (the next push of $name replaces "*"; or remove "*" by other means)"* ]] &&
+    before "rank-00001.bin: CRC32C mismatch" " of $name stays* under " &&
+    ok "store without DELETE: a failed push says, after why, what it sent stays there, and where" ||
     fail "store without DELETE: a failed push: $out"
 else
   fail "the store without DELETE did not start: $(cat nodel.log)"
@@ -291,7 +306,9 @@ done
 cred=http://alice:PaSsW0rd@127.0.0.1:$port/store shown="http://***@127.0.0.1:$port/store"
 : >"$auth"
 out=$("$baton" ckpt push run "$cred" 2>&1)
-[[ $? == 0 && $out == *" to $shown/$name"* && $out != *PaSsW0rd* ]] &&
+rc=$?
+log_wait "^PUT /store/$name/manifest.pb " "$auth"
+[[ $rc == 0 && $out == *" to $shown/$name"* && $out != *PaSsW0rd* ]] &&
   grep -q "^PUT /store/$name/manifest.pb alice$" "$auth" &&
   ok "push with a password: sent as alice, shown as $shown" || fail "push with a password: $out; $(cat "$auth")"
 out=$("$baton" ckpt pull "$cred/s00-step00000099" --into got 2>&1)
@@ -320,7 +337,9 @@ out=$(AWS_ACCESS_KEY_ID=k AWS_SECRET_ACCESS_KEY=s "$baton" ckpt pull s3://b/s00-
 mkdir home && printf 'machine 127.0.0.1 login bob password NetrcPw\n' >home/.netrc && chmod 600 home/.netrc
 : >"$auth"
 out=$(HOME=$work/home "$baton" ckpt push run "$url" 2>&1)
-[[ $? == 0 && $out != *NetrcPw* ]] && grep -q "^PUT /store/$name/manifest.pb bob$" "$auth" &&
+rc=$?
+log_wait "^PUT /store/$name/manifest.pb " "$auth"
+[[ $rc == 0 && $out != *NetrcPw* ]] && grep -q "^PUT /store/$name/manifest.pb bob$" "$auth" &&
   ok "push with ~/.netrc: sent as bob" || fail "push with ~/.netrc: $out; $(cat "$auth")"
 
 # Redirects: GET and HEAD follow them (at most 5); PUT and DELETE do not, and say so; a
@@ -351,7 +370,7 @@ expect 1 "GET $url/s00-step00000099/manifest.pb: HTTP 404" -- pull "$url/s00-ste
 expect 1 "HTTP 404" -- pull "$url/s00-step00000099" --into new/a
 [[ -e new ]] && fail "pull of a missing checkpoint left the --into it created: $(find new)"
 # A checkpoint removed while push reads it (a run's retention; BATON_FAULT_CKPT_REMOVE
-# removes it once push sent a file of it): given the run, the newest left is pushed under
+# removes it, here once push sent a file of it: BATON_FAULT_CKPT_REMOVE_AT=sent): given the run, the newest left is pushed under
 # its own name, with a note; given the checkpoint itself, exit 1 saying it was removed (not
 # as a missing file); every one of the 3 tries removed, a final message saying so. Each
 # time, the file it had sent of a checkpoint removed is taken out of the store again.
@@ -361,11 +380,9 @@ gone_run() {
   rm -rf g && mkdir -p g/checkpoints || exit 1
   for i in $(seq "$1"); do cp -r "small/checkpoints/$name" "g/checkpoints/s00-step0000000$i"; done
 }
-# files DIR: the files under DIR, one a line ("" when none, or no DIR)
-files() { find "$1" -type f 2>/dev/null | sort; }
 removed1="^baton ckpt push: removed from the store the 1 file of s00-step0000000[0-9] this push left there without a manifest.pb$"
 gone_run 2
-out=$(BATON_FAULT_CKPT_REMOVE=s00-step00000002 "$baton" ckpt push g "$url/gone" 2>&1)
+out=$(BATON_FAULT_CKPT_REMOVE_AT=sent BATON_FAULT_CKPT_REMOVE=s00-step00000002 "$baton" ckpt push g "$url/gone" 2>&1)
 rc=$?
 [[ $rc -eq 0 ]] && same_files g/checkpoints/s00-step00000001 nginx/www/store/gone/s00-step00000001 &&
   [[ -z $(files nginx/www/store/gone/s00-step00000002) ]] && grep -q "$removed1" <<<"$out" &&
@@ -374,19 +391,39 @@ rc=$?
   ok "push of a run whose newest checkpoint went while read: the next newest pushed" ||
   fail "push of a run whose newest checkpoint went while read: exit $rc: $out"
 gone_run 1
-out=$(BATON_FAULT_CKPT_REMOVE=s00-step00000001 "$baton" ckpt push g/checkpoints/s00-step00000001 "$url/gone1" 2>&1)
+out=$(BATON_FAULT_CKPT_REMOVE_AT=sent BATON_FAULT_CKPT_REMOVE=s00-step00000001 "$baton" ckpt push g/checkpoints/s00-step00000001 "$url/gone1" 2>&1)
 rc=$?
 [[ $rc -eq 1 && -z $(files nginx/www/store/gone1) ]] && grep -q "$removed1" <<<"$out" &&
   grep -q "^baton ckpt push: g/checkpoints/s00-step00000001: the checkpoint was removed while it was being read" <<<"$out" &&
   ok "push of a checkpoint removed while read -> 1, said so" ||
   fail "push of a checkpoint removed while read: exit $rc: $out"
 gone_run 4
-out=$(BATON_FAULT_CKPT_REMOVE=s00-step00000004,s00-step00000003,s00-step00000002 "$baton" ckpt push g "$url/gone2" 2>&1)
+out=$(BATON_FAULT_CKPT_REMOVE_AT=sent BATON_FAULT_CKPT_REMOVE=s00-step00000004,s00-step00000003,s00-step00000002 "$baton" ckpt push g "$url/gone2" 2>&1)
 rc=$?
 [[ $rc -eq 1 && -z $(files nginx/www/store/gone2) && $(grep -c "$removed1" <<<"$out") -eq 3 ]] &&
   grep -q "^baton ckpt push: g/checkpoints/s00-step00000002 was removed while it was being read, as was each checkpoint of g read before it (3 tried; " <<<"$out" &&
   ok "push of a run whose every checkpoint tried went while read -> 1, said so" ||
   fail "push of a run whose every checkpoint tried went: exit $rc: $out"
+# ... removed as push opens it, before anything was sent: exit 1 said so, nothing of it in
+# the store and nothing to take out again
+gone_run 1
+out=$(BATON_FAULT_CKPT_REMOVE=s00-step00000001 "$baton" ckpt push g/checkpoints/s00-step00000001 "$url/gone3" 2>&1)
+rc=$?
+[[ $rc -eq 1 && -z $(files nginx/www/store/gone3) && $out != *"removed from the store"* && $out != *"  rank-0000"* ]] &&
+  grep -q "^baton ckpt push: g/checkpoints/s00-step00000001: the checkpoint was removed while it was being read" <<<"$out" &&
+  ok "push of a checkpoint removed before anything was sent -> 1, said so, the store holds nothing of it" ||
+  fail "push of a checkpoint removed before anything was sent: exit $rc: $out; $(files nginx/www/store/gone3)"
+# ... removed with every file already in the store, just before manifest.pb is sent: the
+# store's complete copy (its manifest.pb too) left as it was
+gone_run 1
+expect 0 pushed -- push g/checkpoints/s00-step00000001 "$url/gone4"
+out=$(BATON_FAULT_CKPT_REMOVE=s00-step00000001 BATON_FAULT_CKPT_REMOVE_AT=manifest "$baton" ckpt push g/checkpoints/s00-step00000001 "$url/gone4" 2>&1)
+rc=$?
+[[ $rc -eq 1 && $(grep -c ": already there" <<<"$out") -eq 2 && $out != *"removed from the store"* ]] &&
+  grep -q "^baton ckpt push: g/checkpoints/s00-step00000001: the checkpoint was removed while it was being read" <<<"$out" &&
+  same_files "small/checkpoints/$name" nginx/www/store/gone4/s00-step00000001 &&
+  ok "push with every file there, its checkpoint removed before manifest.pb -> 1, the store's copy kept" ||
+  fail "push with every file there, its checkpoint removed before manifest.pb: exit $rc: $out; $(files nginx/www/store/gone4)"
 # Any other failure after files were sent (a shard failing its CRC32C as it is read, the
 # first one already sent): what it sent removed again; so too where it replaced another
 # checkpoint of the name, whose manifest.pb it had removed.
@@ -395,7 +432,8 @@ rc=$?
 [[ $rc -eq 1 && $out == *"rank-00001.bin: CRC32C mismatch"* && -z $(files nginx/www/store/dmg) ]] &&
   grep -q "^  rank-00000.bin: sent" <<<"$out" &&
   grep -q "^baton ckpt push: removed from the store the 1 file of $name this push left there without a manifest.pb$" <<<"$out" &&
-  ok "push failing after a file was sent: that file removed from the store, said" ||
+  before "rank-00001.bin: CRC32C mismatch" "removed from the store" &&
+  ok "push failing after a file was sent: that file removed from the store, said after why" ||
   fail "push failing after a file was sent: exit $rc: $out; $(files nginx/www/store/dmg)"
 expect 0 pushed -- push "small/checkpoints/$name" "$url/dmg"
 out=$("$baton" ckpt push "dmg/$name" "$url/dmg" 2>&1)
@@ -404,6 +442,96 @@ rc=$?
   grep -q "^baton ckpt push: removed from the store the 2 files of $name this push left there without a manifest.pb$" <<<"$out" &&
   ok "a failed push replacing another checkpoint: nothing left without a manifest.pb" ||
   fail "a failed push replacing another checkpoint: exit $rc: $out; $(files nginx/www/store/dmg)"
+# ... replacing one with more files (world 2 by world 1): the replaced one's rank-00002.bin,
+# which no manifest.pb lists any more, removed with its manifest.pb; so after a push that
+# works, which leaves exactly the new checkpoint's files
+"$make_ckpt" write small2 2 16 || exit 1
+extra="^  rank-00002.bin: removed (the checkpoint replaced had it, this one has not)$"
+expect 0 pushed -- push "small2/checkpoints/$name" "$url/dmg"
+out=$("$baton" ckpt push "dmg/$name" "$url/dmg" 2>&1)
+rc=$?
+[[ $rc -eq 1 && -z $(files nginx/www/store/dmg) ]] && grep -q "$extra" <<<"$out" &&
+  ok "a failed push replacing a checkpoint with more files: nothing left" ||
+  fail "a failed push replacing a checkpoint with more files: exit $rc: $out; $(files nginx/www/store/dmg)"
+expect 0 pushed -- push "small2/checkpoints/$name" "$url/fewer"
+out=$("$baton" ckpt push "small/checkpoints/$name" "$url/fewer" 2>&1)
+rc=$?
+[[ $rc -eq 0 ]] && grep -q "$extra" <<<"$out" && same_files "small/checkpoints/$name" "nginx/www/store/fewer/$name" &&
+  ok "a push replacing a checkpoint with more files: the store holds the new files only" ||
+  fail "a push replacing a checkpoint with more files: exit $rc: $out; $(files nginx/www/store/fewer)"
+
+# A store whose HEAD answers 200 with no Content-Length for a manifest.pb (the rest as
+# nginx does; a manifest.pb PUT under /lost/ is kept but answered 500, as when its answer
+# is lost; a manifest.pb HEAD under /headfail/ answers 400 once it was asked before).
+cat >nolen.py <<'PY'
+import http.server, os, sys
+root, asked = sys.argv[2], set()
+class H(http.server.BaseHTTPRequestHandler):
+    def path_of(self): return os.path.join(root, self.path.lstrip("/"))
+    def log_message(self, *a): pass
+    def log_request(self, code="-", size="-"): sys.stderr.write("%s %s %s\n" % (self.command, self.path, code))
+    def reply(self, code, data=b""):
+        self.send_response(code); self.send_header("Content-Length", str(len(data))); self.end_headers()
+        if self.command != "HEAD": self.wfile.write(data)
+    def do_PUT(self):
+        f = self.path_of(); os.makedirs(os.path.dirname(f), exist_ok=True)
+        with open(f, "wb") as o: o.write(self.rfile.read(int(self.headers["Content-Length"])))
+        lost = self.path.startswith("/lost/") and self.path.endswith("/manifest.pb")
+        self.reply(500 if lost else 201)
+    def do_GET(self):
+        f = self.path_of()
+        if not os.path.isfile(f): return self.reply(404)
+        self.reply(200, open(f, "rb").read())
+    def do_HEAD(self):
+        if not self.path.endswith("/manifest.pb"): return self.do_GET()
+        if self.path.startswith("/headfail/") and self.path in asked: return self.reply(400)
+        asked.add(self.path)
+        if not os.path.isfile(self.path_of()): return self.reply(404)
+        self.send_response(200); self.end_headers()  # no Content-Length
+    def do_DELETE(self):
+        f = self.path_of()
+        if not os.path.isfile(f): return self.reply(404)
+        os.unlink(f); self.reply(204)
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+PY
+lport=$(free_port) || exit 1
+mkdir nolen
+/usr/bin/python3 nolen.py "$lport" nolen 2>>nolen.log &
+nolen_pid=$!
+lurl=http://127.0.0.1:$lport
+if wait_port "$lport" "$nolen_pid"; then
+  # its manifest.pb is seen: a checkpoint of the same name with other values replaces it,
+  # the old manifest.pb removed before any file
+  expect 0 pushed -- push "small/checkpoints/$name" "$lurl/store"
+  : >nolen.log
+  out=$("$baton" ckpt push "small-b/checkpoints/$name" "$lurl/store" 2>&1)
+  rc=$?
+  first=$(grep -E '^(PUT|DELETE) ' nolen.log | head -n 1)
+  [[ $rc -eq 0 && $first == "DELETE /store/$name/manifest.pb "* ]] &&
+    same_files "small-b/checkpoints/$name" "nolen/store/$name" &&
+    ok "store without HEAD lengths: a replacing push removes the old manifest.pb first" ||
+    fail "store without HEAD lengths: a replacing push: exit $rc, first change '$first': $out"
+  # a push whose manifest.pb arrived, its answer lost: the files it lists stay, pullable
+  out=$("$baton" ckpt push "small/checkpoints/$name" "$lurl/lost" 2>&1)
+  rc=$?
+  [[ $rc -eq 1 && $out == *"PUT $lurl/lost/$name/manifest.pb: HTTP 500"* ]] &&
+    grep -q "^baton ckpt push: the store holds a manifest.pb of $name again (this push's, or another's): its files are left as they are$" <<<"$out" &&
+    same_files "small/checkpoints/$name" "nolen/lost/$name" &&
+    ok "store without HEAD lengths: a push whose manifest.pb answer was lost leaves its files" ||
+    fail "store without HEAD lengths: manifest.pb answer lost: exit $rc: $out; $(files nolen/lost)"
+  mkdir got-lost
+  expect 0 pulled -- pull "$lurl/lost/$name" --into got-lost
+  # the undo's HEAD failing: the files may stay, and where
+  out=$("$baton" ckpt push "dmg/$name" "$lurl/headfail" 2>&1)
+  rc=$?
+  [[ $rc -eq 1 && $out == *"baton ckpt push: HEAD $lurl/headfail/$name/manifest.pb: HTTP 400 (file manifest.pb): 2 files of $name may stay under $lurl/headfail/$name/ without a manifest.pb (the next push of $name replaces them; or remove them by other means)"* ]] &&
+    before "rank-00001.bin: CRC32C mismatch" "may stay under" &&
+    ok "a failed push whose undo cannot tell whether a manifest.pb is there: says the files may stay, and where" ||
+    fail "a failed push whose undo's HEAD failed: exit $rc: $out"
+else
+  fail "the store without HEAD lengths did not start: $(cat nolen.log)"
+fi
+kill "$nolen_pid" && wait "$nolen_pid" 2>/dev/null
 
 kill "$server_pid" && wait "$server_pid" 2>/dev/null
 server_pid=
