@@ -37,7 +37,9 @@ static void run_usage(FILE *f) {
                "checkpoint (restart.max_restarts, restart.backoff; no progress for\n"
                "restart.heartbeat_timeout counts as a hang). Everything is journaled in the run\n"
                "directory; running again on the same directory (or 'baton resume') continues\n"
-               "where it stood. See 'baton status RUN_DIR'.\n\n"
+               "where it stood. See 'baton status RUN_DIR'. Not retried: a non-finite loss met\n"
+               "again at the same step from the same checkpoint, and loss spikes after a\n"
+               "stage's 5 rollbacks (restart.spike_zscore).\n\n"
                "  --run-dir DIR   the run directory (default: runs/<recipe name>,\n"
                "                  runs/<file stem> for a recipe without a name), created 0700;\n"
                "                  an existing one must be empty or a run's\n"
@@ -54,9 +56,9 @@ static void run_usage(FILE *f) {
                "  --listen ADDR   (slurm) the address the workers reach this host at\n"
                "                  (default: its first non-loopback IPv4 address that is up)\n"
                "  --quiet         no progress lines\n\n"
-               "Exit status: 0 the run completed, 1 it failed (restarts exhausted), 2 bad\n"
-               "recipe, run directory or data (nothing was started), 75 stopped by a signal\n"
-               "(resumable).\n");
+               "Exit status: 0 the run completed, 1 it failed (restarts exhausted, or a\n"
+               "failure every restart would meet again), 2 bad recipe, run directory or data\n"
+               "(nothing was started), 75 stopped by a signal (resumable).\n");
 }
 
 static void resume_usage(FILE *f) {
@@ -80,9 +82,9 @@ static void resume_usage(FILE *f) {
                "  --listen ADDR   (slurm) the address the workers reach this host at\n"
                "                  (default: its first non-loopback IPv4 address that is up)\n"
                "  --quiet         no progress lines\n\n"
-               "Exit status: 0 the run completed, 1 it failed (restarts exhausted), 2 bad\n"
-               "run directory, recipe or data (nothing was started), 75 stopped by a signal\n"
-               "(resumable).\n");
+               "Exit status: 0 the run completed, 1 it failed (restarts exhausted, or a\n"
+               "failure every restart would meet again), 2 bad run directory, recipe or data\n"
+               "(nothing was started), 75 stopped by a signal (resumable).\n");
 }
 
 static void submit_usage(FILE *f) {

@@ -24,9 +24,9 @@ static void fp16_text(FILE *f, const Baton__Precision *p, const char *from, int 
     else
         fprintf(f, "            loss scale %g", ls->initial);
     fprintf(f,
-            ", x%g after %u clean steps, x%g and the step skipped on Inf/NaN gradients on any "
-            "rank (bf16 has fp32's exponent range and needs none)\n",
-            ls->growth_factor, ls->growth_interval, ls->backoff_factor);
+            ", x%g after %u clean steps, x%g (not below %g) and the step skipped on Inf/NaN "
+            "gradients on any rank (bf16 has fp32's exponent range and needs none)\n",
+            ls->growth_factor, ls->growth_interval, ls->backoff_factor, ls->min);
 }
 
 static int is_fp16(const Baton__Precision *p) {
@@ -52,8 +52,8 @@ void plan_precision_json(bt_buf *b, const Baton__Precision *p, const char *carri
         bt_buf_printf(b, "null");
     bt_buf_printf(b,
                   ", \"initial\": %.15g, \"growth_factor\": %.15g, \"growth_interval\": %u, "
-                  "\"backoff_factor\": %.15g}, ",
-                  ls->initial, ls->growth_factor, ls->growth_interval, ls->backoff_factor);
+                  "\"backoff_factor\": %.15g, \"min\": %.15g}, ",
+                  ls->initial, ls->growth_factor, ls->growth_interval, ls->backoff_factor, ls->min);
 }
 
 void plan_precision_text(FILE *f, const Baton__Precision *p, const char *carried_from, int init) {

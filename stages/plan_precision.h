@@ -31,7 +31,7 @@ void plan_precision_text(FILE *f, const Baton__Precision *p, const char *carried
  * ended with, named in "carried_from"; initial not used) or "init" (the one init's
  * checkpoint ended with where an fp16 stage saved it, else initial), "carried_from"
  * (null unless carried), "initial", "growth_factor", "growth_interval",
- * "backoff_factor"}, then ", ". */
+ * "backoff_factor", "min"}, then ", ". */
 void plan_precision_json(bt_buf *b, const Baton__Precision *p, const char *carried_from, int init);
 
 #endif

@@ -234,8 +234,14 @@ static int check_moe(vctx *v, const Baton__Model *m) {
     REQUIRE(e->first_dense_layers < m->n_layers, v, "model.moe.first_dense_layers",
             "first_dense_layers (%u) leaves no MoE layer among %u layers", e->first_dense_layers,
             m->n_layers);
-    REQUIRE(e->capacity_factor >= 0, v, "model.moe.capacity_factor",
-            "capacity_factor must be 0 (no dropping) or positive, got %g", e->capacity_factor);
+    /* at n_experts / top_k each expert already has room for every token of the batch, so
+     * n_experts bounds it with room to spare; the worker's capacity, capacity_factor x
+     * tokens x top_k / n_experts, is an int */
+    REQUIRE(e->capacity_factor >= 0 && e->capacity_factor <= e->n_experts, v,
+            "model.moe.capacity_factor",
+            "capacity_factor must be 0 (no dropping) or positive, and at most n_experts (%u: "
+            "from n_experts / top_k on no token is dropped), got %g",
+            e->n_experts, e->capacity_factor);
     return 0;
 }
 
@@ -311,8 +317,12 @@ static int check_model(vctx *v, const Baton__Model *m) {
             "n_kv_heads %u must divide n_heads %u (grouped-query attention)", kv, m->n_heads);
     REQUIRE(m->arch == BATON__MODEL__ARCH__MOE || m->ffn_dim > 0, v, "model.ffn_dim",
             "expected a positive ffn_dim");
-    REQUIRE(m->norm_eps > 0 && m->norm_eps < 1, v, "model.norm_eps",
-            "norm_eps must be in (0, 1), got %g", m->norm_eps);
+    /* RMSNorm adds it in float32 (model_config.c): a smaller one is 0 or subnormal there */
+    REQUIRE(m->norm_eps >= FLT_MIN && m->norm_eps < 1, v, "model.norm_eps",
+            "norm_eps must be at least 1.2e-38, the smallest normal float32 (RMSNorm adds it in "
+            "float32, where a smaller one is 0 or subnormal), and below 1, got %g; 1e-5 is the "
+            "usual",
+            m->norm_eps);
     return check_moe(v, m);
 }
 
@@ -683,6 +693,27 @@ static int check_layout(vctx *v, const Baton__Model *m, const Baton__Parallel *p
  * bf16 has float32's exponent range, so its gradients neither overflow nor flush. The
  * worker keeps the scale and its factors in float32: they are judged as it holds them
  * (a double of 1e-50 is float 0, one of 0.99999999 is float 1). */
+#define MAX_GROWTH_FACTOR 65536.0
+
+/* The floor the scale never backs off below (train_scaler.h): a normal float32, so that
+ * 1/S is finite, and no higher than the scale starts at. An initial below the default
+ * floor of 1, with no min given, is blamed on the initial. */
+static int check_loss_scale_min(vctx *v, const Baton__LossScale *ls) {
+    if (!ls->has_min && ls->initial < ls->min)
+        return verr(v, "precision.loss_scale.initial",
+                    "initial %g is below the loss scale's floor, loss_scale.min (%g by "
+                    "default): give a min no higher than initial as well, or start at %g or "
+                    "more",
+                    ls->initial, ls->min, ls->min);
+    REQUIRE(isfinite(ls->min) && ls->min >= FLT_MIN && ls->min <= ls->initial, v,
+            "precision.loss_scale.min",
+            "min must lie between 1.2e-38 (the smallest normal float32, whose inverse is "
+            "finite) and initial (%g), got %g; 1 is the usual (DeepSpeed's and Megatron's "
+            "default)",
+            ls->initial, ls->min);
+    return 0;
+}
+
 static int check_loss_scale(vctx *v, const Baton__Precision *pr) {
     const Baton__LossScale *ls = pr->loss_scale;
     if (ls == NULL) return 0;
@@ -697,10 +728,14 @@ static int check_loss_scale(vctx *v, const Baton__Precision *pr) {
             ls->initial);
     REQUIRE(ls->growth_interval >= 1, v, "precision.loss_scale.growth_interval",
             "growth_interval must be at least 1 step");
-    REQUIRE(isfinite(ls->growth_factor) && (float)ls->growth_factor > 1.0f, v,
-            "precision.loss_scale.growth_factor",
-            "growth_factor must be greater than 1 in float32 (where the scaler holds it), got "
-            "%.9g; 2 is the usual",
+    /* at most 2^16: one growth then already moves the gradients across 16 of fp16's 40
+     * binades (6e-8 .. 65504); a larger factor is no schedule, and from 3.4e38 on it is
+     * +inf in float32, where the scale would never grow */
+    REQUIRE(isfinite(ls->growth_factor) && (float)ls->growth_factor > 1.0f &&
+                ls->growth_factor <= MAX_GROWTH_FACTOR,
+            v, "precision.loss_scale.growth_factor",
+            "growth_factor must be greater than 1 in float32 (where the scaler holds it) and "
+            "at most 65536 (2^16), got %.9g; 2 is the usual",
             ls->growth_factor);
     REQUIRE(ls->backoff_factor > 0 && (float)ls->backoff_factor > 0.0f &&
                 (float)ls->backoff_factor < 1.0f,
@@ -708,7 +743,7 @@ static int check_loss_scale(vctx *v, const Baton__Precision *pr) {
             "backoff_factor must lie strictly between 0 and 1 in float32 (where the scaler "
             "holds it), got %.9g; 0.5 is the usual",
             ls->backoff_factor);
-    return 0;
+    return check_loss_scale_min(v, ls);
 }
 
 /* Transformer Engine's default history; a longer one only slows the scales' response */

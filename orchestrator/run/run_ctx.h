@@ -18,7 +18,9 @@
 #include "run_state.h"
 #include "supervise.h"
 
-#define RUN_MAX_SKIPS 64 /* skipped sample windows over the whole run */
+/* skipped sample windows over the whole run: every stage's rollbacks (cmd_run.c refuses a
+ * recipe of more than RUN_MAX_STAGES stages), so a stage never meets the run's limit */
+#define RUN_MAX_SKIPS (RUN_MAX_STAGES * RUN_MAX_ROLLBACKS)
 
 /* A global sample window a rollback skips in every later attempt of its stage. */
 typedef struct run_skip {
@@ -124,11 +126,14 @@ void run_signal_blame(run_ctx *c, launch_job *job);
 int run_signal_describe(const run_ctx *c, const launch_job *job, uint32_t stage, char *why,
                         size_t cap);
 
-/* run_nonfinite.c: whether the attempt just ended failed on a non-finite loss at the step,
- * and from the start, of the attempt before it (noting it for the next); the words
- * run_classify adds to its failure then. */
+/* run_give_ups.c: whether the attempt just ended failed on a non-finite loss at the step,
+ * and from the start, of the attempt before it (noting it for the next). */
 int run_nonfinite_again(run_ctx *c);
-void run_nonfinite_advice(const run_ctx *c, char *out, size_t cap);
+/* Failures no restart would cure, from the training's numbers: again (that non-finite
+ * loss), spent (loss spikes after the stage's RUN_MAX_ROLLBACKS). The words run_classify
+ * adds to the attempt's failure ("" for neither), and the run's STAGE_FAILED. */
+void run_give_up_advice(const run_ctx *c, int again, int spent, char *out, size_t cap);
+void run_give_up_numbers(run_ctx *c, uint32_t stage, int again, int spent);
 
 /* run_rollback.c */
 int run_skip_parse(const char *text, uint64_t *from, uint64_t *to);
@@ -137,6 +142,10 @@ int run_skip_add(run_ctx *c, uint32_t stage, uint64_t from, uint64_t to);
 int run_skip_apply(run_ctx *c, uint32_t stage, Baton__StageSpec *s);
 uint32_t run_rollbacks(const run_ctx *c, uint32_t stage);
 int run_rollback(run_ctx *c, uint32_t stage, uint32_t attempt);
+/* The request after the stage's RUN_MAX_ROLLBACKS, refused: the checkpoints since the
+ * spikes set aside, no window kept, a ROLLBACK without one journaled (said where it
+ * cannot be done). */
+void run_rollback_refused(run_ctx *c, uint32_t stage, uint32_t attempt);
 
 /* run_data.c: where each stage's data ends and the next starts, by the journal. */
 /* The sample past the last one stage read, by its final checkpoint's manifest m (read

@@ -1,5 +1,6 @@
 /* Rollbacks after loss spikes (supervise.h): the sample windows they skip, and moving
- * the checkpoints saved since the spikes aside. */
+ * the checkpoints saved since the spikes aside (run_set_aside.c), for a rollback and for
+ * the request the stage's rollback limit refuses. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 
 #include "ckpt/ckpt.h"
 #include "run_ctx.h"
+#include "run_set_aside.h"
 #include "util/file.h"
 
 /* "... skip [FROM, TO) ..." in a worker's message or a ROLLBACK record's detail. */
@@ -50,88 +52,99 @@ int run_skip_apply(run_ctx *c, uint32_t stage, Baton__StageSpec *s) {
     return 0;
 }
 
-/* Moves the checkpoints taken at or after step `first` of the stage (names sort in
- * training order, ckpt_name_cmp) to RUN_DIR/rolled-back/sNN-aMM/ (one directory per rollback, so a
- * name set aside twice never collides) and drops the `latest` pointer, so that the newest remaining
- * checkpoint predates the spikes; its name (or "none") into kept. */
+/* The checkpoints of the stage taken at or after step first into
+ * RUN_DIR/rolled-back/sNN-aMM/ (one directory per request, so a name set aside twice
+ * never collides), `latest` dropped (run_set_aside): 0 with the newest one left in kept
+ * ("none"), or -1, said. */
 static int run_rollback_ckpts(run_ctx *c, uint32_t stage, uint32_t attempt, uint64_t first,
-                              char *kept, size_t cap, bt_diag *diag) {
-    char root[4200], aside[4200], sub[64], bound[64], from[8500], to[8500];
+                              char *kept, size_t cap) {
+    char root[4200], aside[4200], sub[64];
+    bt_diag d;
+    bt_diag_init(&d);
     run_dir_file(c->dir, CKPT_ROOT_IN_RUN, root, sizeof root);
     run_dir_file(c->dir, "rolled-back", aside, sizeof aside);
-    if (bt_mkdir_private(aside) != 0) { /* a planted link refused */
-        bt_diag_set(diag, "%s: cannot create: %s", aside, strerror(errno));
-        return BT_EIO;
-    }
+    int rc = bt_mkdir_private(aside); /* a planted link refused */
+    if (rc != 0) bt_diag_set(&d, "%s: cannot create: %s", aside, strerror(errno));
     snprintf(sub, sizeof sub, "/s%02u-a%02u", stage, attempt);
     strncat(aside, sub, sizeof aside - strlen(aside) - 1);
-    ckpt_name(stage, first, bound, sizeof bound);
-    char **names;
-    size_t n;
-    int rc = ckpt_list(root, &names, &n, diag);
-    if (rc != 0) return rc;
-    snprintf(kept, cap, "none");
-    for (size_t k = 0; rc == 0 && k < n; k++) {
-        if (ckpt_name_cmp(names[k], bound) < 0) {
-            snprintf(kept, cap, "%s", names[k]);
-            continue;
-        }
-        snprintf(from, sizeof from, "%s/%s", root, names[k]);
-        snprintf(to, sizeof to, "%s/%s", aside, names[k]);
-        if (bt_mkdir_private(aside) != 0 || rename(from, to) != 0) {
-            bt_diag_set(diag, "%s: cannot move it to %s: %s", from, aside, strerror(errno));
-            rc = BT_EIO;
-        }
-    }
-    ckpt_names_free(names, n);
-    snprintf(from, sizeof from, "%s/%s", root, CKPT_LATEST);
-    if (rc == 0 && unlink(from) != 0 && errno != ENOENT) {
-        bt_diag_set(diag, "%s: cannot remove: %s", from, strerror(errno));
-        rc = BT_EIO;
-    }
-    return rc;
+    if (rc == 0) rc = run_set_aside(root, aside, stage, first, kept, cap, &d);
+    if (rc == 0) return 0;
+    run_err(c, "rollback: %s\n", d.msg);
+    return -1;
+}
+
+/* The spiking steps first..last and the window [from, to) a rank's request names (its
+ * Fatal: "... at steps A..B ... skip [FROM, TO) ..."): 0, or -1 when it cannot be read. */
+static int run_rollback_request(const run_ctx *c, uint64_t *first, uint64_t *last, uint64_t *from,
+                                uint64_t *to) {
+    const char *msg = c->cs_open && c->cs.fatal.key.seen ? c->cs.fatal.message : NULL;
+    const char *at = msg ? strstr(msg, "at steps ") : NULL;
+    *first = *last = 0;
+    if (run_skip_parse(msg, from, to) != 0 || at == NULL ||
+        sscanf(at, "at steps %" SCNu64 "..%" SCNu64, first, last) != 2 || *first == 0)
+        return -1;
+    return 0;
+}
+
+/* "checkpoint NAME", or the stage's start when no checkpoint is left before the spikes. */
+static void run_rollback_to(const char *kept, char *out, size_t cap) {
+    if (strcmp(kept, "none") == 0)
+        snprintf(out, cap, "the stage's start (no checkpoint before the spikes)");
+    else
+        snprintf(out, cap, "checkpoint %s", kept);
+}
+
+/* A ROLLBACK record of the stage's attempt, at step first, with detail; said too. */
+static void run_rollback_journal(run_ctx *c, uint32_t stage, uint32_t attempt, uint64_t first,
+                                 char *detail) {
+    Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
+    r.has_attempt = 1, r.attempt = attempt;
+    r.has_step = 1, r.step = first;
+    r.detail = detail;
+    run_journal(c, BATON__JOURNAL_RECORD__KIND__ROLLBACK, stage, &r);
+    run_progress_end(&c->prog);
+    run_err(c, "stage \"%s\": %s\n", c->prog.stage, detail);
 }
 
 /* A rank exited RUN_WORKER_EXIT_ROLLBACK: moves the later checkpoints aside, journals the
  * ROLLBACK and keeps the window for the next attempts. Returns 0, or -1 when the request
  * cannot be read (the attempt is then an ordinary failure). */
 int run_rollback(run_ctx *c, uint32_t stage, uint32_t attempt) {
-    const char *msg = c->cs_open && c->cs.fatal.key.seen ? c->cs.fatal.message : NULL;
-    uint64_t from, to, first = 0, last = 0;
-    const char *at = msg ? strstr(msg, "at steps ") : NULL;
-    if (run_skip_parse(msg, &from, &to) != 0 || at == NULL ||
-        sscanf(at, "at steps %" SCNu64 "..%" SCNu64, &first, &last) != 2 || first == 0)
-        return -1;
+    uint64_t from, to, first, last;
+    if (run_rollback_request(c, &first, &last, &from, &to) != 0) return -1;
     if (c->n_skips == RUN_MAX_SKIPS) { /* counted as a plain failure: max_restarts ends it */
         run_err(c, "rollback: the run already skips %d sample windows\n", RUN_MAX_SKIPS);
         return -1;
     }
-    char kept[256], detail[768];
-    bt_diag d;
-    bt_diag_init(&d);
-    if (run_rollback_ckpts(c, stage, attempt, first, kept, sizeof kept, &d) != 0) {
-        run_err(c, "rollback: %s\n", d.msg);
-        return -1;
-    }
-    char to_what[300];
-    if (strcmp(kept, "none") == 0)
-        snprintf(to_what, sizeof to_what, "the stage's start (no checkpoint before the spikes)");
-    else
-        snprintf(to_what, sizeof to_what, "checkpoint %s", kept);
+    char kept[256], detail[768], to_what[300];
+    if (run_rollback_ckpts(c, stage, attempt, first, kept, sizeof kept) != 0) return -1;
+    run_rollback_to(kept, to_what, sizeof to_what);
     snprintf(detail, sizeof detail,
              "loss spikes at steps %" PRIu64 "..%" PRIu64 ": skip [%" PRIu64 ", %" PRIu64
              ") (global samples); rolled back to %s",
              first, last, from, to, to_what);
-    Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
-    r.has_attempt = 1, r.attempt = attempt;
-    r.has_step = 1, r.step = first;
-    r.detail = detail;
-    run_journal(c, BATON__JOURNAL_RECORD__KIND__ROLLBACK, stage, &r);
+    run_rollback_journal(c, stage, attempt, first, detail);
     (void)run_skip_add(c, stage, from, to); /* room checked above */
     snprintf(c->rollback_note, sizeof c->rollback_note, "%s", detail);
-    run_progress_end(&c->prog);
-    run_err(c, "stage \"%s\": %s\n", c->prog.stage, detail);
     return 0;
 }
 
-/* The attempt's StageSpec, written to specs/sNN-aMM.pb (path into file). */
+/* (run_ctx.h) The request after the stage's RUN_MAX_ROLLBACKS: no window kept, but the
+ * checkpoints saved since the spikes began (the steps undone still count for every_steps)
+ * set aside all the same, so that a resume restarts before the spikes and meets them
+ * with the guard armed rather than train on from inside them. Journaled as a ROLLBACK
+ * without "skip [": run_skip_parse passes over it, and the commits it set aside are no
+ * longer required (run_ckpt_note_record). */
+void run_rollback_refused(run_ctx *c, uint32_t stage, uint32_t attempt) {
+    uint64_t from, to, first, last;
+    if (run_rollback_request(c, &first, &last, &from, &to) != 0) return;
+    char kept[256], detail[768], to_what[300];
+    if (run_rollback_ckpts(c, stage, attempt, first, kept, sizeof kept) != 0) return;
+    run_rollback_to(kept, to_what, sizeof to_what);
+    snprintf(detail, sizeof detail,
+             "loss spikes at steps %" PRIu64 "..%" PRIu64 " after %u rollbacks: not rolled "
+             "back, no samples skipped; the checkpoints from step %" PRIu64
+             " on set aside, so a resume starts from %s",
+             first, last, RUN_MAX_ROLLBACKS, first, to_what);
+    run_rollback_journal(c, stage, attempt, first, detail);
+}

@@ -442,7 +442,8 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
         run_words_quote(&c->prog.words, rk->rank, why, sizeof why);
     }
     /* loss spikes: rolled back, unless the stage has had its RUN_MAX_ROLLBACKS (spent:
-     * then a failure not retried, its checkpoints left as they are) */
+     * then a failure not retried, the checkpoints since the spikes set aside all the same,
+     * no window kept: run_rollback_refused) */
     int spikes = !c->got_signal && rk && rk->exited && rk->exit_status == RUN_WORKER_EXIT_ROLLBACK;
     int spent = spikes && run_rollbacks(c, stage) >= RUN_MAX_ROLLBACKS;
     if (spikes && !spent && run_rollback(c, stage, attempt) == 0) {
@@ -476,18 +477,13 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
     int full = !stop && !fatal && !damaged && c->cs_open && c->cs.fatal.disk_full;
     int again = run_nonfinite_again(c) && !stop && !fatal && !damaged && !full;
     spent = spent && !stop && !fatal;
+    if (spent) run_rollback_refused(c, stage, attempt);
     attempt_end end = stop                                ? ATTEMPT_STOPPED
                       : fatal                             ? ATTEMPT_FATAL
                       : damaged || full || again || spent ? ATTEMPT_BROKEN
                                                           : ATTEMPT_RETRY;
-    char advice[600] = "";
-    if (again) run_nonfinite_advice(c, advice, sizeof advice);
-    if (spent)
-        snprintf(advice, sizeof advice,
-                 " (not retried: giving up after %u rollbacks, the most a stage takes: the "
-                 "spikes keep coming; lower optimizer.lr, set optimizer.grad_clip, or raise "
-                 "restart.spike_zscore)",
-                 RUN_MAX_ROLLBACKS);
+    char advice[1000];
+    run_give_up_advice(c, again, spent, advice, sizeof advice);
     if (end == ATTEMPT_STOPPED) run_check_stop(c, job, stage, &r);
     r.detail = why;
     r.has_retryable = 1, r.retryable = end == ATTEMPT_RETRY;
@@ -505,11 +501,7 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
                       "says where)"
                     : "");
     /* the run's failure, as status gives it (the attempt's is journaled above) */
-    if (spent) run_give_up(c, stage, 0, "giving up after %u rollbacks", RUN_MAX_ROLLBACKS);
-    if (again)
-        run_give_up(c, stage, 0,
-                    "a non-finite loss at step %llu again, from the same start: not retried",
-                    (unsigned long long)c->cs.fatal.nonfinite_step);
+    run_give_up_numbers(c, stage, again, spent);
     if (full) /* the failure quotes the first Fatal: is it the full disk's? */
         run_disk_full(c, stage,
                       !hung && c->cs.fatal.key.seen && c->cs.fatal.rank == c->cs.fatal.full_rank &&

@@ -25,8 +25,10 @@
  * window as "skip [from, to)") is journaled, and every later attempt of the stage, also
  * after `baton run` is started again, gets the window in StageSpec.skip_samples. A
  * rollback is not a failure: it does not count against max_restarts; at most
- * RUN_MAX_ROLLBACKS per stage: a request after those is a failure, not retried (nothing
- * set aside), and the run fails.
+ * RUN_MAX_ROLLBACKS per stage, counted over the run's journal (a resume's included): a
+ * request after those is a failure, not retried, and the run fails; its checkpoints from
+ * the first spiking step on are set aside all the same, journaled as a ROLLBACK without a
+ * window, so that a resume restarts before the spikes (run_rollback_refused).
  *
  * Under Slurm (run_opts.slurm) an attempt is one `srun --mpi=pmix` step on the hosts of
  * its nodes (run_slurm.c); the control channel listens on a routable address, a failed

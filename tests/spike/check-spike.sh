@@ -30,9 +30,22 @@
 #             (every_steps 0): exactly RUN_MAX_ROLLBACKS = 5 rollbacks, each "to the
 #             stage's start", then the 6th request fails the run (exit 1, not retried,
 #             "giving up after 5 rollbacks"): six attempts, not seven.
-#   nonfinite lr 1e30 without clipping: step 2's loss is NaN on every attempt from the
-#             stage's start; retried once, then not again (exit 1 after 2 attempts, not
-#             max_restarts + 1 = 6), saying what to change; status says why.
+#   rollback-limit-ckpts  the same with steps 25..27 spiking and a checkpoint every 13
+#             steps, so each attempt saves step 26 between the spikes: the 6th request
+#             sets it aside too and drops `latest` (journaled as a ROLLBACK without a
+#             window), so `baton resume` restarts at step 13, before the spikes, meets them
+#             with the guard armed and gives up at once (the count is kept); resumed
+#             without the spikes, the stage completes from step 13. And spikes at 12..14
+#             with the checkpoint at 13 the only one: set aside, the resume starts the
+#             stage afresh (not refused for a journaled checkpoint gone).
+#   nonfinite lr 1e30 without clipping or guard: step 2's loss is NaN on every attempt
+#             from the stage's start; retried once, then not again (exit 1 after 2
+#             attempts, not max_restarts + 1 = 6), saying what to change (clipping, the
+#             guard) and that a faulty GPU can do it too; status says why.
+#   nonfinite-newer-start  the same with a checkpoint every step, clipping and the guard
+#             on: attempt 0 from step 0, attempts 1 and 2 from step 1, NaN at step 2 each
+#             time: attempt 1, from another start, is retried, attempt 2 not (3 attempts,
+#             2 restarts); the advice leaves out clipping and the guard, already set.
 #   check-spike.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -153,26 +166,87 @@ rollback-limit)
   "$baton" status r1 >status.txt || true
   grep -q "failed (stage pretrain: giving up after 5 rollbacks; last failure: rank " status.txt ||
     { cat status.txt; fail "status does not say why"; }
-  [[ $(grep -c "^  rollback: " status.txt) == 5 ]] || { cat status.txt; fail "status: not 5 rollbacks"; }
+  [[ $(grep -c "^  rollback: .*; rolled back to " status.txt) == 5 ]] || { cat status.txt; fail "status: not 5 rollbacks"; }
+  grep -q "^  rollback: stage pretrain attempt 5: loss spikes at steps 15..17 after 5 rollbacks: not rolled back, no samples skipped; .* so a resume starts from the stage's start" status.txt ||
+    { cat status.txt; fail "status: the refused request is not listed"; }
   echo "$case: 5 rollbacks, the 6th request refused, exit 1"
+  ;;
+rollback-limit-ckpts)
+  set +e
+  BATON_FAULT_SPIKE_STEPS=25-27 "$baton" run "$recipe" --run-dir r1 --quiet \
+    --set defaults.checkpoint.every_steps=13 --set stages.pretrain.steps=40 >run.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 1 ]] || { cat run.out; fail "exit $rc, not 1"; }
+  grep -q "attempt 5 failed: .*(not retried: giving up after 5 rollbacks" run.out ||
+    { cat run.out; fail "the 6th request is not refused"; }
+  grep -q "loss spikes at steps 25..27 after 5 rollbacks: not rolled back, no samples skipped; the checkpoints from step 25 on set aside, so a resume starts from checkpoint s00-step00000013$" run.out ||
+    { cat run.out; fail "the refused request does not say what it set aside"; }
+  [[ -d r1/checkpoints/s00-step00000013 && ! -e r1/checkpoints/s00-step00000026 &&
+    ! -e r1/checkpoints/latest && -d r1/rolled-back/s00-a05/s00-step00000026 ]] ||
+    { ls -R r1/checkpoints r1/rolled-back; fail "step 26, saved between the spikes, is not set aside"; }
+  set +e
+  BATON_FAULT_SPIKE_STEPS=25-27 "$baton" resume r1 --quiet >resume.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 1 ]] || { cat resume.out; fail "the resume exited $rc, not 1"; }
+  grep -q "started from .* at step 13 " r1/logs/s00-a06.log || { cat r1/logs/s00-a06.log; fail "the resume did not start at step 13"; }
+  grep -Eq "step +25: loss spike" r1/logs/s00-a06.log || fail "the resume did not judge step 25"
+  grep -q "attempt 6 failed: .*(not retried: giving up after 5 rollbacks" resume.out ||
+    { cat resume.out; fail "the resume got another rollback"; }
+  [[ ! -e r1/logs/s00-a07.log ]] || fail "the resume made more than one attempt"
+  "$baton" resume r1 --quiet >resume2.out 2>&1 || { cat resume2.out; fail "the resume without spikes failed"; }
+  grep -q "started from .* at step 13 " r1/logs/s00-a07.log || { cat r1/logs/s00-a07.log; fail "not from step 13"; }
+  # the only checkpoint inside the spikes: set aside, the stage starts afresh on resume
+  set +e
+  BATON_FAULT_SPIKE_STEPS=12-14 "$baton" run "$recipe" --run-dir r2 --quiet \
+    --set defaults.checkpoint.every_steps=13 --set stages.pretrain.steps=20 >run2.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 1 ]] || { cat run2.out; fail "r2: exit $rc, not 1"; }
+  [[ ! -e r2/checkpoints/s00-step00000013 && -d r2/rolled-back/s00-a05/s00-step00000013 ]] ||
+    { ls -R r2/checkpoints r2/rolled-back; fail "r2: step 13 not set aside"; }
+  "$baton" resume r2 --quiet >resume3.out 2>&1 || { cat resume3.out; fail "r2: the resume without spikes failed"; }
+  ! grep -q "started from " r2/logs/s00-a06.log || fail "r2: the resume did not start the stage afresh"
+  echo "$case: the 6th request set aside step 26 and latest; resumed at step 13 and refused at once; completed without the spikes"
   ;;
 nonfinite)
   set +e
   "$baton" run "$recipe" --run-dir r1 --quiet --set defaults.optimizer.lr=1e30 \
     --set defaults.optimizer.min_lr=1 --set defaults.optimizer.grad_clip=0 \
-    --set defaults.restart.max_restarts=5 >run.out 2>&1
+    --set defaults.restart.spike_zscore=0 --set defaults.restart.max_restarts=5 >run.out 2>&1
   rc=$?
   set -e
   [[ $rc == 1 ]] || { cat run.out; fail "exit $rc, not 1"; }
   [[ $(grep -c "reported: step 2: loss is -\?nan" run.out) == 2 ]] || { cat run.out; fail "not 2 attempts at step 2"; }
   [[ $(grep -c "restarting stage" run.out) == 1 ]] || { cat run.out; fail "not exactly one retry"; }
   [[ -e r1/logs/s00-a01.log && ! -e r1/logs/s00-a02.log ]] || { ls r1/logs; fail "not 2 attempts"; }
-  grep -q "attempt 1 failed: .*(not retried: the attempt before met a non-finite loss at this same step 2, starting from the same step 0; .*lower optimizer.lr" run.out ||
+  grep -q "attempt 1 failed: .*(not retried: the attempt before met a non-finite loss at this same step 2, starting from the same step 0: most likely the training itself, which a restart would meet again: lower optimizer.lr, set optimizer.grad_clip or set restart.spike_zscore to undo the finite loss spikes that lead up to it. A faulty GPU can do this too: .*'baton resume' retries it once more))$" run.out ||
     { cat run.out; fail "no advice"; }
   "$baton" status r1 >status.txt || true
   grep -q "failed (stage pretrain: a non-finite loss at step 2 again, from the same start: not retried;" status.txt ||
     { cat status.txt; fail "status does not say why"; }
   echo "$case: NaN at step 2 twice from step 0: not retried a second time, exit 1"
+  ;;
+nonfinite-newer-start)
+  set +e
+  "$baton" run "$recipe" --run-dir r1 --quiet --set defaults.optimizer.lr=1e30 \
+    --set defaults.optimizer.min_lr=1 --set defaults.restart.max_restarts=5 \
+    --set defaults.checkpoint.every_steps=1 >run.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 1 ]] || { cat run.out; fail "exit $rc, not 1"; }
+  [[ -e r1/logs/s00-a02.log && ! -e r1/logs/s00-a03.log ]] || { ls r1/logs; fail "not 3 attempts"; }
+  [[ $(grep -c "restarting stage" run.out) == 2 ]] || { cat run.out; fail "not exactly 2 restarts"; }
+  ! grep -q "started from " r1/logs/s00-a00.log || fail "attempt 0 did not start at step 0"
+  for a in 1 2; do
+    grep -q "started from .* at step 1 " r1/logs/s00-a0$a.log || { cat r1/logs/s00-a0$a.log; fail "attempt $a did not start at step 1"; }
+  done
+  line=$(grep "attempt 2 failed: " run.out) || { cat run.out; fail "attempt 2 did not fail"; }
+  [[ $line == *"(not retried: the attempt before met a non-finite loss at this same step 2, starting from the same step 1: most likely the training itself, which a restart would meet again: lower optimizer.lr. A faulty GPU"* ]] ||
+    { echo "$line"; fail "the advice names settings the stage has (grad_clip 0.5, spike_zscore 6)"; }
+  ! grep -q "attempt 1 failed: .*not retried" run.out || fail "attempt 1, from another start, was not retried"
+  echo "$case: NaN at step 2 from step 0, then twice from step 1: retried once more for the newer start, exit 1 after 3 attempts"
   ;;
 calib)
   # The fp8 stage takes the fp32 stage's weights: a hand-off, so its scales are calibrated.

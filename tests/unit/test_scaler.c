@@ -1,10 +1,10 @@
-/* fp16's dynamic loss scaler (worker/engine/train_scaler.h) at the ends of float32's
- * range: a backoff never takes the scale below TRAIN_SCALER_MIN (2^-126, the smallest
- * normal float32, whose inverse is finite), however small the factor; an overflow with
- * the scale already there is reported (the stage fails instead of skipping every step);
- * a checkpoint's scale of 0 (saved by a build without the floor) is lifted to it; and the
- * ordinary rule (x backoff on overflow, x growth after growth_interval clean steps) is
- * unchanged. */
+/* fp16's dynamic loss scaler (worker/engine/train_scaler.h) at its floor: a backoff never
+ * takes the scale below loss_scale.min (1 by default, as DeepSpeed's and Megatron's; at
+ * least TRAIN_SCALER_MIN, 2^-126, the smallest normal float32, whose inverse is finite),
+ * however small the factor; an overflow with the scale already there is reported (the
+ * stage fails instead of skipping every step); a checkpoint's scale below the floor (0,
+ * saved by a build without one) is lifted to it; and the ordinary rule (x backoff on
+ * overflow, x growth after growth_interval clean steps) is unchanged. */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,15 +12,21 @@
 #include "check.h"
 #include "train_scaler.h"
 
-static void scaler_make(train_scaler *s, double initial, double backoff) {
+/* min < 0: the default floor (1) */
+static void scaler_make_min(train_scaler *s, double initial, double backoff, double min) {
     Baton__LossScale ls = BATON__LOSS_SCALE__INIT;
     ls.has_initial = 1, ls.initial = initial;
+    if (min >= 0) ls.has_min = 1, ls.min = min;
     ls.has_backoff_factor = 1, ls.backoff_factor = backoff;
     ls.has_growth_interval = 1, ls.growth_interval = 3;
     Baton__Precision p = BATON__PRECISION__INIT;
     p.has_type = 1, p.type = BATON__PRECISION__TYPE__FP16;
     p.loss_scale = &ls;
     train_scaler_init(s, &p);
+}
+
+static void scaler_make(train_scaler *s, double initial, double backoff) {
+    scaler_make_min(s, initial, backoff, FLT_MIN);
 }
 
 /* The usual rule, away from the floor: halves on overflow, doubles after 3 clean steps. */
@@ -53,6 +59,35 @@ static void test_floor(void) {
     CHECK(s.scale == 2 * TRAIN_SCALER_MIN);
 }
 
+/* The default floor, 1: from 65536 (2^16), 16 halving overflows reach it, and the 17th,
+ * with the scale already there, is reported. */
+static void test_default_floor(void) {
+    train_scaler s;
+    scaler_make_min(&s, 65536, 0.5, -1);
+    CHECK(s.min_scale == 1.0f);
+    for (int i = 0; i < 16; i++)
+        CHECK(train_scaler_update(&s, 1) == 0);
+    CHECK(s.scale == 1.0f);
+    CHECK(train_scaler_update(&s, 1) == 1); /* the 17th overflow, at the floor */
+    CHECK(s.scale == 1.0f);
+    CHECK_EQ_U64(s.overflow_steps, 17);
+    /* a factor that would take it far below in one step stops at the floor too */
+    scaler_make_min(&s, 65536, 1e-30, -1);
+    CHECK(train_scaler_update(&s, 1) == 0 && s.scale == 1.0f);
+    CHECK(train_scaler_update(&s, 1) == 1 && s.scale == 1.0f);
+    /* a saved scale below it (a checkpoint of a run with a lower floor) is lifted */
+    Baton__LossScalerState st = BATON__LOSS_SCALER_STATE__INIT;
+    st.has_scale = 1, st.scale = 0.25;
+    train_scaler_from_pb(&s, &st);
+    CHECK(s.scale == 1.0f);
+    /* a spec no recipe check saw: initial below min starts at min, a min below
+     * TRAIN_SCALER_MIN is raised to it */
+    scaler_make_min(&s, 0.5, 0.5, -1);
+    CHECK(s.scale == 1.0f);
+    scaler_make_min(&s, 65536, 0.5, 0);
+    CHECK(s.min_scale == TRAIN_SCALER_MIN);
+}
+
 /* Halving from 4 x the floor: 2 x, 1 x (reached, not yet past), then reported. */
 static void test_reach(void) {
     train_scaler s;
@@ -82,6 +117,7 @@ int main(void) {
     test_rule();
     test_floor();
     test_reach();
+    test_default_floor();
     test_lifted();
     return check_status();
 }

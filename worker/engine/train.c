@@ -778,10 +778,10 @@ static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
     }
     if (exhausted) {
         bt_diag_set(diag,
-                    "step %llu: the fp16 gradients hold Inf/NaN even at the smallest loss "
-                    "scale (%g), after %llu overflowed steps in this stage: they are not "
-                    "finite at any scale",
-                    (unsigned long long)t->step, (double)TRAIN_SCALER_MIN,
+                    "step %llu: the fp16 gradients hold Inf/NaN even at the loss scale's "
+                    "floor (precision.loss_scale.min, %g), after %llu overflowed steps in "
+                    "this stage",
+                    (unsigned long long)t->step, (double)t->scaler.min_scale,
                     (unsigned long long)t->scaler.overflow_steps);
         t->nonfinite_step = t->step;
         return BT_ERANGE;

@@ -11,8 +11,10 @@ void train_scaler_init(train_scaler *s, const Baton__Precision *p) {
     if (p == NULL || p->type != BATON__PRECISION__TYPE__FP16) return;
     const Baton__LossScale *ls = p->loss_scale ? p->loss_scale : &defaults;
     s->on = 1;
+    s->min_scale = (float)ls->min;
+    if (!(s->min_scale >= TRAIN_SCALER_MIN)) s->min_scale = TRAIN_SCALER_MIN; /* not checked */
     s->scale = (float)ls->initial;
-    if (!(s->scale >= TRAIN_SCALER_MIN)) s->scale = TRAIN_SCALER_MIN; /* a spec not checked */
+    if (!(s->scale >= s->min_scale)) s->scale = s->min_scale;
     s->growth_interval = ls->growth_interval;
     s->growth_factor = (float)ls->growth_factor;
     s->backoff_factor = (float)ls->backoff_factor;
@@ -54,9 +56,9 @@ int train_scaler_unscale(train_scaler *s, backend *be, float *grads, size_t n, c
 int train_scaler_update(train_scaler *s, int overflow) {
     if (!s->on) return 0;
     if (overflow) {
-        int floor = s->scale <= TRAIN_SCALER_MIN;
+        int floor = s->scale <= s->min_scale;
         float backed = s->scale * s->backoff_factor;
-        s->scale = backed > TRAIN_SCALER_MIN ? backed : TRAIN_SCALER_MIN;
+        s->scale = backed > s->min_scale ? backed : s->min_scale;
         s->good_steps = 0;
         s->overflow_steps++;
         return floor;
@@ -77,7 +79,7 @@ void train_scaler_to_pb(const train_scaler *s, Baton__LossScalerState *out) {
 
 void train_scaler_from_pb(train_scaler *s, const Baton__LossScalerState *st) {
     if (st == NULL || !s->on || !st->has_scale) return;
-    s->scale = st->scale > TRAIN_SCALER_MIN ? (float)st->scale : TRAIN_SCALER_MIN;
+    s->scale = st->scale > s->min_scale ? (float)st->scale : s->min_scale;
     s->good_steps = st->good_steps;
     s->overflow_steps = st->overflow_steps;
 }

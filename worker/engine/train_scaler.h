@@ -15,13 +15,14 @@
  *    every parallel group the rank is in (tp, pp, dp), so all ranks take the same
  *    decision;
  *  - overflow: the step is skipped (no parameter, moment or AdamW step-count change) and
- *    S *= backoff_factor, but never below TRAIN_SCALER_MIN; the clean-step count
- *    restarts;
- *  - an overflow with S already at TRAIN_SCALER_MIN: the gradients are not finite at any
- *    scale (a NaN or Inf that no scaling causes), so backing off further cannot help and
- *    the stage fails (train_scaler_update returns 1, train.c says it) rather than skip
- *    every step to its end (DeepSpeed's loss scaler fails at its minimum scale likewise;
- *    torch's GradScaler has no floor and backs off to 0, where it never recovers);
+ *    S *= backoff_factor, but never below loss_scale.min (1 by default); the clean-step
+ *    count restarts;
+ *  - an overflow with S already at that floor: the stage fails (train_scaler_update
+ *    returns 1, train.c says it) rather than back off further or skip every step to its
+ *    end. DeepSpeed's min_loss_scale and Megatron's --min-loss-scale, 1 by default, stop
+ *    there likewise: far below a scale of 1 the fp16 gradients underflow to 0, such
+ *    steps count as clean and AdamW moves the weights on their momentum alone. torch's
+ *    GradScaler has no floor and backs off to 0, where it never recovers;
  *  - otherwise the step is applied; after growth_interval clean steps in a row
  *    S *= growth_factor (kept unchanged if that would overflow float32).
  * The state (S, clean-step count, skipped-step count) is saved in checkpoints
@@ -38,21 +39,25 @@
 #include "recipe.pb-c.h"
 #include "util/err.h"
 
-/* The smallest scale: FLT_MIN (2^-126), the smallest normal float32, a power of two, so
- * that 1/S (2^126) is finite and exact. Recipes start at least there (validate.c). */
+/* The smallest floor a spec can give: FLT_MIN (2^-126), the smallest normal float32, a
+ * power of two, so that 1/S (2^126) is finite and exact. The recipe check keeps
+ * loss_scale.min at least there and at most initial (validate.c). */
 #define TRAIN_SCALER_MIN 0x1p-126f
 
 typedef struct train_scaler {
     int on;      /* precision fp16; otherwise the scale is 1 and nothing is checked */
     float scale; /* S */
     float growth_factor, backoff_factor;
+    float min_scale; /* loss_scale.min: S never backs off below it */
     uint32_t growth_interval;
     uint32_t good_steps;     /* clean steps since S last changed */
     uint64_t overflow_steps; /* steps skipped on Inf/NaN gradients */
 } train_scaler;
 
 /* From the stage's precision (NULL: off). Unset LossScale fields take the schema's
- * defaults (initial 65536, growth_interval 2000, growth_factor 2, backoff_factor 0.5). */
+ * defaults (initial 65536, growth_interval 2000, growth_factor 2, backoff_factor 0.5,
+ * min 1). A spec no recipe check saw: min below TRAIN_SCALER_MIN is raised to it, and
+ * initial below min to min. */
 void train_scaler_init(train_scaler *s, const Baton__Precision *p);
 
 /* The factor the backward multiplies the loss by: S, or 1 when off. */
@@ -64,14 +69,15 @@ float train_scaler_loss_scale(const train_scaler *s);
 int train_scaler_unscale(train_scaler *s, backend *be, float *grads, size_t n, comm *const *groups,
                          int n_groups, int *overflow, bt_diag *diag);
 
-/* Backs off after an overflow (not below TRAIN_SCALER_MIN), or counts a clean step and
- * grows S after growth_interval of them. Returns 1 when the step overflowed with S
- * already at TRAIN_SCALER_MIN (nothing left to back off: the stage cannot go on), else 0. */
+/* Backs off after an overflow (not below min_scale), or counts a clean step and grows S
+ * after growth_interval of them. Returns 1 when the step overflowed with S already at
+ * min_scale (the floor reached: the stage cannot go on), else 0. */
 int train_scaler_update(train_scaler *s, int overflow);
 
 /* To and from a checkpoint's manifest. to_pb fills out (no allocation); from_pb leaves
  * the scaler as it is when st is NULL (a checkpoint of a stage without fp16), and lifts a
- * saved scale below TRAIN_SCALER_MIN (0, from a build without the floor) to it. */
+ * saved scale below min_scale (0 from a build without a floor, or one saved under a lower
+ * min) to it. */
 void train_scaler_to_pb(const train_scaler *s, Baton__LossScalerState *out);
 void train_scaler_from_pb(train_scaler *s, const Baton__LossScalerState *st);
 
