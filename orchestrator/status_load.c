@@ -276,9 +276,9 @@ static int status_running_copy(status_view *v) {
 /* The recipe whose stages and planned steps are shown (v->plan): the kept one, or for a
  * running run whose kept copy was edited after its process read it, or cannot be read now
  * (unless kept_only), the bytes that process read, RUN_DIR_RUNNING_RECIPE, taken only when
- * they are the ones its record names; where they are not (status_copy), none: the kept
- * recipe for the stage names, no planned steps, and only the journal's stages as rows (the
- * edit's new ones are not what runs). */
+ * they are the ones its record names; where they are not (status_copy), none: no planned
+ * steps, and only the journal's stages as rows, under the names they trained with (the
+ * kept recipe's where none is known), not the edit's new ones, which do not run. */
 static void status_pick_recipe(status_view *v, int kept_only) {
     char path[4200];
     int not_read = !kept_only && (v->recipe_edited || v->kept_err);
