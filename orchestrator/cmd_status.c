@@ -2,6 +2,7 @@
  * metrics (read by status_load.c), said as text or JSON; also the summary table `baton
  * run` prints at the end. */
 #define _GNU_SOURCE /* sigabbrev_np */
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include "run/supervise.h"
 #include "status_load.h"
 #include "util/buf.h"
+#include "util/file.h"
 #include "util/shquote.h"
 
 static void status_usage(FILE *f) {
@@ -32,7 +34,8 @@ static void status_usage(FILE *f) {
                "or resume, its pid and host, since when: 'baton stop RUN_DIR' stops it), and\n"
                "warns when RUN_DIR/recipe.yaml was edited after that process read it (the\n"
                "edit is taken at the next 'baton resume'): the steps and ETA shown are then\n"
-               "those of the recipe it read (RUN_DIR/running-recipe.yaml).\n\n"
+               "those of the recipe it read (RUN_DIR/running-recipe.yaml), as they are\n"
+               "while recipe.yaml is missing; an edit that resume would refuse is said.\n\n"
                "  --json   one JSON object instead: run_dir, state (completed, running,\n"
                "           stopped, failed, not_started: made by baton run or submit, no\n"
                "           attempt yet), failures, restarts, recoveries, failure (why a\n"
@@ -76,8 +79,11 @@ static long status_recipe_stage(const status_view *v, size_t i) {
     return -1;
 }
 
+/* Row i's name: the recipe's; with its stages moved, or when what runs is not known (its
+ * journal's stages then), the name the run's stage trained with. */
 static const char *status_stage_name(const status_view *v, size_t i) {
     if (v->moved) return i < v->n_rec && v->rec_names[i] ? v->rec_names[i] : "?";
+    if (v->journal_rows && i < v->n_rec && v->rec_names[i]) return v->rec_names[i];
     if (v->have_doc && i < v->doc.recipe->n_stages) return v->doc.recipe->stages[i]->name;
     return "?";
 }
@@ -104,37 +110,73 @@ static uint64_t status_stage_steps(const status_view *v, size_t i) {
     return n;
 }
 
-/* What status says of a running run whose recipe was edited after its process read it,
- * and which recipe's stages, steps and ETA it shows then (status_plan). */
+/* Which recipe's stages, steps and ETA status shows for a running run whose kept recipe is
+ * not what its process read (status_plan): that one's copy, or why it is not there. */
+static void status_shown(const status_view *v, char *out, size_t cap) {
+    char why[1600];
+    const char *copy = RUN_DIR_RUNNING_RECIPE;
+    if (v->copy == STATUS_COPY_TAKEN) {
+        snprintf(out, cap,
+                 "the stages, steps and ETA shown are those of the recipe it read, kept as "
+                 "%s/%s",
+                 v->dir, copy);
+        return;
+    }
+    if (v->copy == STATUS_COPY_MISSING)
+        snprintf(why, sizeof why,
+                 "its copy of the recipe it read, %s/%s, is missing (a baton older than this "
+                 "one started it, or the copy could not be written)",
+                 v->dir, copy);
+    else if (v->copy == STATUS_COPY_OTHER)
+        snprintf(why, sizeof why,
+                 "%s/%s holds other bytes than the recipe it read (CRC32C %08x, its record "
+                 "names %08x)",
+                 v->dir, copy, (unsigned)v->copy_crc32c, (unsigned)v->holder.recipe_crc32c);
+    else
+        snprintf(why, sizeof why, "its copy of the recipe it read, %s/%s, cannot be read (%s)",
+                 v->dir, copy, v->copy_why);
+    snprintf(out, cap,
+             "%s: planned steps are shown as '?' (null in --json), with no ETA, and only the "
+             "stages its journal has (%zu; the recipe it read may have more)",
+             why, v->st.n_stages);
+}
+
+/* What status says of a running run whose recipe was edited after its process read it, or
+ * is missing or cannot be read now while that process's copy is shown (where there is no
+ * copy either, the kept recipe's own warning says so), and which recipe's stages, steps and
+ * ETA it shows then (status_shown). */
 static void status_warn_edited(const status_view *v) {
-    if (!v->recipe_edited) return;
+    int gone = v->kept_err && v->plan == STATUS_PLAN_RUNNING;
+    if (!v->recipe_edited && !gone) return;
     bt_buf cmd;
     bt_buf_init(&cmd);
-    char shown[4600];
-    if (v->plan == STATUS_PLAN_RUNNING)
-        snprintf(shown, sizeof shown,
-                 "the stages, steps and ETA shown are those of the recipe it read, kept as "
-                 "%s/" RUN_DIR_RUNNING_RECIPE,
-                 v->dir);
-    else
-        snprintf(shown, sizeof shown,
-                 "the recipe it read is not in %s/" RUN_DIR_RUNNING_RECIPE
-                 " (a baton older than this one started it, or the copy could not be written): "
-                 "planned steps are shown as '?' (null in --json), with no ETA",
-                 v->dir);
-    fprintf(stderr,
-            "baton status: warning: %s/recipe.yaml was edited after the running baton %s "
-            "(%s%ld) read it: that process trains the recipe it read, and the edit is taken "
-            "at the next %s (%s)\n",
-            v->dir, v->holder.command,
-            v->holder_state == RUN_HOLDER_OTHER_NS ? "in another PID namespace, its pid " : "pid ",
-            (long)v->holder.pid, bt_shell_cmd(&cmd, "baton resume", v->dir), shown);
+    char shown[4600], pid[80];
+    status_shown(v, shown, sizeof shown);
+    snprintf(pid, sizeof pid, "%s%ld",
+             v->holder_state == RUN_HOLDER_OTHER_NS ? "in another PID namespace, its pid " : "pid ",
+             (long)v->holder.pid);
+    const char *resume = bt_shell_cmd(&cmd, "baton resume", v->dir);
+    if (gone) {
+        char now[300] = "is missing";
+        if (v->kept_err != ENOENT)
+            snprintf(now, sizeof now, "cannot be read (%s)", bt_file_why(v->kept_err));
+        fprintf(stderr,
+                "baton status: warning: %s/recipe.yaml, which the running baton %s (%s) read, "
+                "%s now: that process trains the recipe it read, and %s refuses the run until "
+                "it is back (%s)\n",
+                v->dir, v->holder.command, pid, now, resume, shown);
+    } else
+        fprintf(stderr,
+                "baton status: warning: %s/recipe.yaml was edited after the running baton %s "
+                "(%s) read it: that process trains the recipe it read, and the edit is taken "
+                "at the next %s (%s)\n",
+                v->dir, v->holder.command, pid, resume, shown);
     bt_buf_free(&cmd);
 }
 
 static size_t status_n_stages(const status_view *v) {
     if (v->moved) return v->n_rec; /* the recipe's stages are not the run's */
-    size_t n = v->have_doc ? v->doc.recipe->n_stages : 0;
+    size_t n = v->have_doc && !v->journal_rows ? v->doc.recipe->n_stages : 0;
     n = v->st.n_stages > n ? v->st.n_stages : n;
     return n < RUN_MAX_STAGES ? n : RUN_MAX_STAGES;
 }

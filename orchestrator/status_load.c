@@ -13,12 +13,18 @@
 #include "status_load.h"
 #include "util/file.h"
 
+/* The names the run's stages trained with (their attempts' specs), for rows not the
+ * recipe's. */
+static void status_rec_names(status_view *v) {
+    v->n_rec = v->st.n_stages < RUN_MAX_STAGES ? v->st.n_stages : RUN_MAX_STAGES;
+    run_edit_names(v->dir, v->n_rec, v->rec_names);
+}
+
 /* The kept recipe against the run's stages (run_edit_moved): moved, the rows are the run's
  * stages under the names they trained with, and a warning says why. */
 static void status_check_moved(status_view *v) {
     size_t at = 0;
-    v->n_rec = v->st.n_stages < RUN_MAX_STAGES ? v->st.n_stages : RUN_MAX_STAGES;
-    run_edit_names(v->dir, v->n_rec, v->rec_names);
+    status_rec_names(v);
     v->moved =
         run_edit_moved(v->rec_names, v->n_rec, &v->doc, v->moved_what, sizeof v->moved_what, &at);
     if (v->moved)
@@ -201,21 +207,25 @@ static int status_no_records(const char *dir, const char *journal, int *creating
 }
 
 /* The kept recipe (stage names, planned steps); one that cannot be read is said, as its
- * stages are shown as '?' without their steps then. */
-static int status_load_recipe(status_view *v, const char *recipe) {
+ * stages are shown as '?' without their steps then, or with journal_rows (what runs is not
+ * known either) under the names they trained with. */
+static int status_load_recipe(status_view *v, const char *recipe, int journal_rows) {
     bt_diag d;
     bt_diag_init(&d);
     if (recipe_load_kept(recipe, &v->doc, &d) == 0) return 1;
     fprintf(stderr,
-            "baton status: warning: the run's kept recipe cannot be read (%s): stage names are "
-            "shown as '?' and planned steps as '?' (null in --json); 'baton resume' refuses it "
-            "too until it is mended\n",
-            d.msg[0] ? d.msg : recipe);
+            "baton status: warning: the run's kept recipe cannot be read (%s): %s and planned "
+            "steps as '?' (null in --json); 'baton resume' refuses it too until it is mended\n",
+            d.msg[0] ? d.msg : recipe,
+            journal_rows ? "the stages the run started are shown under the names they trained "
+                           "with"
+                         : "stage names are shown as '?'");
     return 0;
 }
 
 /* The process holding a running run, and whether the kept recipe is still the one it read
- * (an edit is taken by the next baton resume only: the recipe is read once). */
+ * (an edit is taken by the next baton resume only: the recipe is read once), or cannot be
+ * read now (kept_err: moved aside, replaced by a link). */
 static void status_holder(status_view *v) {
     char path[4200], *text = NULL;
     size_t n = 0;
@@ -225,32 +235,87 @@ static void status_holder(status_view *v) {
     v->has_holder =
         v->holder_state == RUN_HOLDER_HELD || v->holder_state == RUN_HOLDER_OTHER_HOST ||
         v->holder_state == RUN_HOLDER_OTHER_NS || v->holder_state == RUN_HOLDER_UNVERIFIED;
+    if (!v->has_holder) return;
     snprintf(path, sizeof path, "%s/recipe.yaml", v->dir);
-    if (v->has_holder && bt_read_private(path, 64u << 20, 0, &text, &n) == 0)
+    if (bt_read_private(path, 64u << 20, 0, &text, &n) == 0)
         v->recipe_edited = crc32c_update(0, text, n) != v->holder.recipe_crc32c;
+    else
+        v->kept_err = errno ? errno : EIO;
     free(text);
 }
 
+/* The bytes the running process read, RUN_DIR_RUNNING_RECIPE, into v->doc where they are
+ * the ones its record names: 1; else 0, v->copy saying why not (missing, other bytes,
+ * cannot be read or parsed). */
+static int status_running_copy(status_view *v) {
+    char path[4200], *text = NULL;
+    size_t n = 0;
+    bt_diag d;
+    bt_diag_init(&d);
+    snprintf(path, sizeof path, "%s/%s", v->dir, RUN_DIR_RUNNING_RECIPE);
+    if (bt_read_private(path, RECIPE_MAX_BYTES, 0, &text, &n) != 0) {
+        int err = errno;
+        v->copy = err == ENOENT ? STATUS_COPY_MISSING : STATUS_COPY_BAD;
+        snprintf(v->copy_why, sizeof v->copy_why, "%s", bt_file_why(err));
+        return 0;
+    }
+    v->copy_crc32c = crc32c_update(0, text, n);
+    if (v->copy_crc32c != v->holder.recipe_crc32c) {
+        v->copy = STATUS_COPY_OTHER;
+    } else if (recipe_load_buffer(path, text, n, &v->doc, &d) != 0) {
+        v->copy = STATUS_COPY_BAD;
+        snprintf(v->copy_why, sizeof v->copy_why, "%.600s", d.msg);
+    } else {
+        v->doc.text = text, v->doc.text_len = n; /* as recipe_load_kept keeps them */
+        return 1;
+    }
+    free(text);
+    return 0;
+}
+
 /* The recipe whose stages and planned steps are shown (v->plan): the kept one, or for a
- * running run whose kept copy was edited after its process read it (unless kept_only) the
- * bytes that process read, RUN_DIR_RUNNING_RECIPE, taken only when they are the ones its
- * record names; where they are not there (a baton older than the copy, a write that
- * failed), none: the kept recipe for the stage names, no planned steps. */
+ * running run whose kept copy was edited after its process read it, or cannot be read now
+ * (unless kept_only), the bytes that process read, RUN_DIR_RUNNING_RECIPE, taken only when
+ * they are the ones its record names; where they are not (status_copy), none: no planned
+ * steps, and only the journal's stages as rows, under the names they trained with (the
+ * kept recipe's where none is known), not the edit's new ones, which do not run. */
 static void status_pick_recipe(status_view *v, int kept_only) {
     char path[4200];
-    bt_diag ignore;
-    bt_diag_init(&ignore);
-    snprintf(path, sizeof path, "%s/%s", v->dir, RUN_DIR_RUNNING_RECIPE);
-    if (v->recipe_edited && !kept_only && recipe_load_kept(path, &v->doc, &ignore) == 0) {
-        if (crc32c_update(0, v->doc.text, v->doc.text_len) == v->holder.recipe_crc32c) {
-            v->have_doc = 1, v->plan = STATUS_PLAN_RUNNING;
-            return;
-        }
-        recipe_doc_free(&v->doc);
+    int not_read = !kept_only && (v->recipe_edited || v->kept_err);
+    if (not_read && status_running_copy(v)) {
+        v->have_doc = 1, v->plan = STATUS_PLAN_RUNNING;
+        return;
     }
     snprintf(path, sizeof path, "%s/recipe.yaml", v->dir);
-    v->have_doc = status_load_recipe(v, path);
-    v->plan = v->have_doc && (!v->recipe_edited || kept_only) ? STATUS_PLAN_KEPT : STATUS_PLAN_NONE;
+    v->have_doc = status_load_recipe(v, path, not_read);
+    v->plan = v->have_doc && !not_read ? STATUS_PLAN_KEPT : STATUS_PLAN_NONE;
+    v->journal_rows = not_read;
+}
+
+/* With the running process's recipe shown for an edit of the kept one: what the next
+ * baton resume makes of that edit, said when it refuses it (it cannot be read, or its
+ * stages moved among the run's); the rows stay what runs. */
+static void status_check_kept(const status_view *v) {
+    char path[4200], what[600];
+    size_t at = 0;
+    recipe_doc kept;
+    bt_diag d;
+    bt_diag_init(&d);
+    snprintf(path, sizeof path, "%s/recipe.yaml", v->dir);
+    if (recipe_load_kept(path, &kept, &d) != 0) {
+        fprintf(stderr,
+                "baton status: warning: the run's kept recipe cannot be read (%s): the next "
+                "'baton resume' refuses it until it is mended\n",
+                d.msg[0] ? d.msg : path);
+        return;
+    }
+    if (run_edit_moved(v->rec_names, v->n_rec, &kept, what, sizeof what, &at))
+        fprintf(stderr,
+                "baton status: warning: the kept recipe (%s/recipe.yaml), as edited, no longer "
+                "matches the run's stages: %s; the next 'baton resume' refuses it until they "
+                "are back in their order\n",
+                v->dir, what);
+    recipe_doc_free(&kept);
 }
 
 int status_load(status_view *v, const char *dir, int kept_only, bt_diag *diag) {
@@ -293,7 +358,11 @@ int status_load(status_view *v, const char *dir, int kept_only, bt_diag *diag) {
     if (!v->creating) status_pick_recipe(v, kept_only);
     if (v->have_doc) status_apply_overrides(v, &ignore);
     run_state_replay(&v->st, v->rec, v->n);
-    if (v->have_doc) status_check_moved(v);
+    if (v->have_doc)
+        status_check_moved(v);
+    else if (v->journal_rows)
+        status_rec_names(v);
+    if (v->plan == STATUS_PLAN_RUNNING && v->recipe_edited) status_check_kept(v);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     v->now = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;

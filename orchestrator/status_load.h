@@ -37,8 +37,16 @@ typedef enum status_plan {
                            * running process read it and what that read is not kept */
     STATUS_PLAN_KEPT,     /* RUN_DIR/recipe.yaml, what runs or what a resume takes */
     STATUS_PLAN_RUNNING,  /* RUN_DIR_RUNNING_RECIPE: what the running process read, the kept
-                           * recipe edited since */
+                           * recipe edited since (or missing, or not readable now) */
 } status_plan;
+
+/* Why RUN_DIR_RUNNING_RECIPE was not taken for STATUS_PLAN_RUNNING, where it was looked for. */
+typedef enum status_copy {
+    STATUS_COPY_TAKEN = 0, /* taken, or not looked for */
+    STATUS_COPY_MISSING,   /* no such file: a baton older than the copy, a write that failed */
+    STATUS_COPY_OTHER,     /* other bytes than the holder's record names (copy_crc32c) */
+    STATUS_COPY_BAD,       /* cannot be read or parsed (copy_why) */
+} status_copy;
 
 typedef struct status_view {
     const char *dir;
@@ -52,8 +60,14 @@ typedef struct status_view {
     run_holder holder;
     run_holder_state holder_state; /* what its record is worth, when has_holder */
     int recipe_edited;             /* RUN_DIR/recipe.yaml is not what that process read */
+    int kept_err;                  /* has_holder: errno reading RUN_DIR/recipe.yaml, or 0 */
     status_plan plan;              /* which recipe doc is, for the planned steps */
-    int not_started;               /* made by baton run or submit, no journal record yet */
+    status_copy copy;              /* why RUN_DIR_RUNNING_RECIPE was not taken */
+    uint32_t copy_crc32c;          /* its CRC32C (STATUS_COPY_OTHER) */
+    char copy_why[700];            /* why it cannot be read (STATUS_COPY_BAD) */
+    int journal_rows;  /* the running process's recipe is not known (edited since, no copy):
+                        * the rows are the journal's stages only */
+    int not_started;   /* made by baton run or submit, no journal record yet */
     int creating;      /* being made by a baton run that holds it: no workdir, no journal */
     char job_id[64];   /* baton submit's job (RUN_DIR/job_id), or "" */
     char worker[4200]; /* the --worker the run was started with (RUN_DIR/worker), or "" */
@@ -78,12 +92,14 @@ typedef struct status_view {
 
 /* The run directory dir (kept as v->dir: it must outlive v) read into *v, the stages'
  * planned steps those of the recipe the running process read where the kept one was
- * edited since (status_plan), or with kept_only the kept recipe's (baton run's closing
+ * edited since, or is missing or cannot be read now (status_plan), or with kept_only the
+ * kept recipe's (baton run's closing
  * summary: what a resume takes next): 0, or BT_EINVAL (diag) when it is no run directory
  * (missing, not a directory, its journal not a file, missing or empty but not a new
  * run's: status_no_records) or its journal holds no whole record. Warnings (a damaged
  * journal's tail, a kept recipe that cannot be read, overrides changed since the run
- * started, stages moved) are said on stderr. */
+ * started, stages moved; with the running process's recipe shown, the edited kept one
+ * that the next resume cannot read or refuses for its stages moved) are said on stderr. */
 int status_load(status_view *v, const char *dir, int kept_only, bt_diag *diag);
 void status_free(status_view *v);
 

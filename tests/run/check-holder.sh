@@ -18,9 +18,13 @@
 #   holder-edit-plan  the kept recipe's steps edited and a stage appended while the run
 #                  runs: status (text and --json) shows the stages, steps and ETA of what
 #                  runs, from RUN_DIR/running-recipe.yaml (the bytes it read), and says so;
-#                  that copy missing or of other bytes (a baton older than it): no planned
-#                  steps, no ETA; stopped, or once a resume read the edit, the kept recipe's;
-#                  the closing summary of a run edited while it ran says what resume trains.
+#                  also with the kept recipe missing or a link, and it says when the edit
+#                  cannot be read or moves the run's stages (the next resume refuses it);
+#                  that copy missing, a link or of other bytes (a baton older than it): no
+#                  planned steps, no ETA, the journal's stages only, and which it is said;
+#                  stopped, or once a resume read the edit, the kept recipe's; the closing
+#                  summary of a run edited while it ran says what resume trains. Each run
+#                  is held after each step (BATON_FAULT_STEP_HOLD) while status looks.
 #   holder-pidfd   pidfds refused (EPERM from pidfd_open, then from pidfd_send_signal, as a
 #                  seccomp profile answers): baton stop signals the checked pid all the
 #                  same; a holder that ends between its check and the signal: "ended
@@ -56,6 +60,29 @@ start_run() {
   BATON_FAULT_STEP_SLEEP=0.1 "$baton" "$@" --quiet >run.out 2>&1 &
   bpid=$!
   wait_step 0 2 >/dev/null
+}
+# start_held CMD...: start_run's, but stage a held after each step while hold.0 is there
+# (BATON_FAULT_STEP_HOLD), from its own attempt's first step (in metrics.jsonl too) on
+start_held() {
+  local i lines
+  struck=$(newest_log 0)
+  lines=$(n_metrics)
+  : >hold.0
+  BATON_FAULT_STEP_HOLD=$PWD/hold BATON_FAULT_STEP_SLEEP=0.1 "$baton" "$@" --quiet >run.out 2>&1 &
+  bpid=$!
+  wait_step 0 1 >/dev/null
+  for ((i = 0; i < 600; i++)); do
+    (($(n_metrics) > lines)) && return 0
+    sleep 0.1
+  done
+  fail "the held step never reached r1/metrics.jsonl"
+}
+# n_metrics: the lines r1/metrics.jsonl holds (0 without it)
+n_metrics() { if [[ -f r1/metrics.jsonl ]]; then wc -l <r1/metrics.jsonl; else echo 0; fi; }
+# crc_of FILE: its CRC32C, as 8 hex digits
+crc_of() {
+  PYTHONPATH=$src/tests/lib /usr/bin/python3 -c 'import sys; from crc32c import crc32c
+print("%08x" % crc32c(open(sys.argv[1], "rb").read()))' "$1"
 }
 # long_eta DIR: once status --json has an ETA of an hour or more (two metrics lines, the
 # pace of 0.1 s a step), the text's "stage ETA N s (Hh MMm)" or "(Dd HHh MMm)" says N
@@ -348,39 +375,92 @@ holder-edit)
   echo "$case: an edit made while running is said to be taken at the next resume"
   ;;
 holder-edit-plan)
-  start_run run hold.yaml --run-dir r1
+  # the run held after each step of stage a while hold.0 is there: every status below sees
+  # it running, at the step it held at, however slowly this shell is scheduled
+  start_held run hold.yaml --run-dir r1
   cmp -s hold.yaml r1/running-recipe.yaml || fail "r1/running-recipe.yaml is not the recipe the run read"
   sed -i 's/steps: 400/steps: 60/' r1/recipe.yaml
   echo '  - {name: b, steps: 3}' >>r1/recipe.yaml
+  cp r1/recipe.yaml edited.yaml
   "$baton" status r1 >st.out 2>st.err
   grep -Eq '^  a +running +[0-9]+/400 ' st.out && ! grep -q '^  b ' st.out &&
     grep -q '^  now: stage a step [0-9]*/400, .*, stage ETA [0-9]* s' st.out ||
     { cat st.out; fail "status of a run whose recipe was edited while it runs does not show what runs"; }
-  grep -q "edit is taken at the next 'baton resume r1' (the stages, steps and ETA shown are those of the recipe it read, kept as r1/running-recipe.yaml)\$" st.err ||
+  running="(the stages, steps and ETA shown are those of the recipe it read, kept as r1/running-recipe.yaml)"
+  grep -q "edit is taken at the next 'baton resume r1' $running\$" st.err && (($(wc -l <st.err) == 1)) ||
     { cat st.err; fail "status does not say which recipe it shows"; }
   [[ $(plan_json r1) == "running-recipe.yaml a:400 eta" ]] || { plan_json r1; fail "status --json of the running plan"; }
-  # a copy of other bytes than the holder read, or none: neither the edit's steps nor an ETA
-  cp r1/recipe.yaml r1/running-recipe.yaml
-  for copy in other none; do
+  # the edit as the next resume takes it, said while what runs is shown: one it cannot read,
+  # one whose stages moved among the run's
+  echo 'stages: [' >>r1/recipe.yaml
+  "$baton" status r1 >st.out 2>st.err
+  grep -q "^baton status: warning: the run's kept recipe cannot be read (r1/recipe.yaml:.*): the next 'baton resume' refuses it until it is mended\$" st.err ||
+    { cat st.err; fail "status does not say the edited kept recipe cannot be read"; }
+  grep -Eq '^  a +running +[0-9]+/400 ' st.out || { cat st.out; fail "status of an edit that cannot be read does not show what runs"; }
+  one_rank_recipe hold "checkpoint: {every_steps: 2}" "{name: z, steps: 3}" "{name: a, steps: 60}" >r1/recipe.yaml
+  "$baton" status r1 >st.out 2>st.err
+  grep -q "^baton status: warning: the kept recipe (r1/recipe.yaml), as edited, no longer matches the run's stages: stage \"a\" was the run's stage 1 and is the recipe's stage 2 now; the next 'baton resume' refuses it until they are back in their order\$" st.err ||
+    { cat st.err; fail "status does not say the edited kept recipe moved the run's stages"; }
+  [[ $(plan_json r1) == "running-recipe.yaml a:400 eta" ]] || { plan_json r1; fail "status --json of an edit that moved the stages"; }
+  # the kept recipe moved aside, or a link: what runs is shown all the same, and said
+  for kept in missing link; do
+    rm -f r1/recipe.yaml
+    [[ $kept == link ]] && ln -s ../edited.yaml r1/recipe.yaml
     "$baton" status r1 >st.out 2>st.err
-    grep -Eq '^  a +running +[0-9]+/\? ' st.out && ! grep -q '^  now: ' st.out ||
-      { cat st.out; fail "status shows planned steps without the running recipe ($copy)"; }
-    grep -q "(the recipe it read is not in r1/running-recipe.yaml (a baton older than this one started it, or the copy could not be written): planned steps are shown as '?' (null in --json), with no ETA)\$" st.err ||
-      { cat st.err; fail "status does not say it lacks the running recipe ($copy)"; }
-    [[ $(plan_json r1) == "None a:None b:None no-eta" ]] || { plan_json r1; fail "status --json without the running recipe ($copy)"; }
-    rm -f r1/running-recipe.yaml
+    now="is missing"
+    [[ $kept == link ]] && now="cannot be read (a symbolic link (a run's own file is never followed))"
+    grep -Eq '^  a +running +[0-9]+/400 ' st.out && grep -q '^  now: stage a step [0-9]*/400, ' st.out ||
+      { cat st.out; fail "status of a run whose kept recipe is $kept does not show what runs"; }
+    grep -Fxq "baton status: warning: r1/recipe.yaml, which the running baton run (pid $bpid) read, $now now: that process trains the recipe it read, and 'baton resume r1' refuses the run until it is back $running" st.err &&
+      (($(wc -l <st.err) == 1)) || { cat st.err; fail "status does not say the kept recipe is $kept"; }
+    [[ $(plan_json r1) == "running-recipe.yaml a:400 eta" ]] || { plan_json r1; fail "status --json, the kept recipe $kept"; }
   done
+  rm -f r1/recipe.yaml && cp edited.yaml r1/recipe.yaml
+  # a copy of other bytes than the holder read, one that cannot be read, or none: neither
+  # the edit's steps nor an ETA, nor its stage b, which the running process does not train
+  ran=$(sed -En 's/.* recipe_crc32c=([0-9a-f]{8}) .*/\1/p' r1/lock)
+  [[ $ran == $(crc_of hold.yaml) ]] || { cat r1/lock; fail "the holder's record does not name the recipe it read"; }
+  cp r1/recipe.yaml r1/running-recipe.yaml
+  for copy in other bad none; do
+    case $copy in
+    other) why="r1/running-recipe.yaml holds other bytes than the recipe it read (CRC32C $(crc_of edited.yaml), its record names $ran)" ;;
+    bad) why="its copy of the recipe it read, r1/running-recipe.yaml, cannot be read (a symbolic link (a run's own file is never followed))" ;;
+    none) why="its copy of the recipe it read, r1/running-recipe.yaml, is missing (a baton older than this one started it, or the copy could not be written)" ;;
+    esac
+    "$baton" status r1 >st.out 2>st.err
+    grep -Eq '^  a +running +[0-9]+/\? ' st.out && ! grep -q '^  now: ' st.out && ! grep -q '^  b ' st.out ||
+      { cat st.out; fail "status shows planned steps or stages not running without the running recipe ($copy)"; }
+    grep -Fq "edit is taken at the next 'baton resume r1' ($why: planned steps are shown as '?' (null in --json), with no ETA, and only the stages its journal has (1; the recipe it read may have more))" st.err ||
+      { cat st.err; fail "status does not say why it lacks the running recipe ($copy)"; }
+    [[ $(plan_json r1) == "None a:None no-eta" ]] || { plan_json r1; fail "status --json without the running recipe ($copy)"; }
+    rm -f r1/running-recipe.yaml
+    [[ $copy == other ]] && ln -s ../hold.yaml r1/running-recipe.yaml
+  done
+  # neither the kept recipe nor the copy: the journal's stages, under the names they trained
+  # with, and why
+  rm r1/recipe.yaml
+  "$baton" status r1 >st.out 2>st.err
+  grep -Eq '^  a +running +[0-9]+/\? ' st.out && (($(grep -c '^  [a-z?] ' st.out) == 1)) ||
+    { cat st.out; fail "status without the kept recipe or its running copy"; }
+  grep -Fxq "baton status: warning: the run's kept recipe cannot be read (r1/recipe.yaml: cannot open: No such file or directory): the stages the run started are shown under the names they trained with and planned steps as '?' (null in --json); 'baton resume' refuses it too until it is mended" st.err &&
+    (($(wc -l <st.err) == 1)) || { cat st.err; fail "status does not say the kept recipe is missing"; }
+  cp edited.yaml r1/recipe.yaml
+  rm hold.0 # on, to its stop
   stop_run
-  [[ $(plan_json r1) == "recipe.yaml a:60 b:3 no-eta" ]] || { plan_json r1; fail "status --json of the stopped run"; }
+  # a's steps edited again, past where the run stopped, so that the resume has steps to train
+  at=$("$baton" status r1 --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["stages"][0]["step"])')
+  sed -i "s/steps: 60}/steps: $((at + 30))}/" r1/recipe.yaml
+  [[ $(plan_json r1) == "recipe.yaml a:$((at + 30)) b:3 no-eta" ]] || { plan_json r1; fail "status --json of the stopped run"; }
   # a resume reads the edit: its plan is the kept recipe's; a stage appended while it runs
   # is not shown, and the closing summary says resume trains it
-  start_run resume r1
+  start_held resume r1
   cmp -s r1/recipe.yaml r1/running-recipe.yaml || fail "the resume did not keep the recipe it read"
   "$baton" status r1 >st.out 2>st.err
   [[ ! -s st.err ]] || { cat st.err; fail "the resume, which read the edit, is warned about"; }
-  [[ $(plan_json r1) == "recipe.yaml a:60 b:3 "* ]] || { plan_json r1; fail "status --json of the resume"; }
+  [[ $(plan_json r1) == "recipe.yaml a:$((at + 30)) b:3 eta" ]] || { plan_json r1; fail "status --json of the resume"; }
   echo '  - {name: c, steps: 2}' >>r1/recipe.yaml
-  [[ $(plan_json r1) == "running-recipe.yaml a:60 b:3 "* ]] || { plan_json r1; fail "status --json of the resume, edited"; }
+  [[ $(plan_json r1) == "running-recipe.yaml a:$((at + 30)) b:3 eta" ]] || { plan_json r1; fail "status --json of the resume, edited"; }
+  rm hold.0
   wait "$bpid" || { cat run.out; fail "the resume exited $?"; }
   bpid=
   grep -q "the run completed, but its recipe (recipe.yaml) now has more, from stage \"c\" (new) on: 'baton resume [^']*/r1' trains it" run.out ||
