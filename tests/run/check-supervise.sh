@@ -586,7 +586,7 @@ s = json.load(sys.stdin)
 assert s["state"] == "failed" and s["stages"][1]["state"] == "failed", s
 assert "is gone" in s["failure"]["reason"], s["failure"]' || { "$baton" status r2; fail "status does not say failed"; }
   # no attempt started, so no failure of one to name
-  "$baton" status r2 | grep -q '^run r2: failed (stage extend: the journal records checkpoint .*; last failure: none journaled); ' ||
+  "$baton" status r2 | grep -q '^run r2: failed (stage second: the journal records checkpoint .*; last failure: none journaled); ' ||
     { "$baton" status r2; fail "status of a stage given up before an attempt"; }
   # 1b. every checkpoint of stage second damaged instead (a shard's bytes overwritten, the
   # newest's manifest emptied), stage first's intact: the worker refuses them and does not
