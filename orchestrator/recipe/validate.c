@@ -689,11 +689,7 @@ static int check_layout(vctx *v, const Baton__Model *m, const Baton__Parallel *p
     return 0;
 }
 
-/* fp16's dynamic loss scaling (worker/engine/train_scaler.h); meaningless elsewhere:
- * bf16 has float32's exponent range, so its gradients neither overflow nor flush. The
- * worker keeps the scale and its factors in float32: they are judged as it holds them
- * (a double of 1e-50 is float 0, one of 0.99999999 is float 1). */
-#define MAX_GROWTH_FACTOR 65536.0
+#define MAX_GROWTH_FACTOR 65536.0 /* loss_scale.growth_factor at most (check_loss_scale) */
 
 /* The floor the scale never backs off below (train_scaler.h): a normal float32, so that
  * 1/S is finite, and no higher than the scale starts at. An initial below the default
@@ -714,6 +710,10 @@ static int check_loss_scale_min(vctx *v, const Baton__LossScale *ls) {
     return 0;
 }
 
+/* fp16's dynamic loss scaling (worker/engine/train_scaler.h); meaningless elsewhere:
+ * bf16 has float32's exponent range, so its gradients neither overflow nor flush. The
+ * worker keeps the scale and its factors in float32: they are judged as it holds them
+ * (a double of 1e-50 is float 0, one of 0.99999999 is float 1). */
 static int check_loss_scale(vctx *v, const Baton__Precision *pr) {
     const Baton__LossScale *ls = pr->loss_scale;
     if (ls == NULL) return 0;

@@ -13,6 +13,7 @@
  * wherever the data is skipped to. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "run_ctx.h"
 
@@ -26,20 +27,31 @@ int run_nonfinite_again(run_ctx *c) {
     return again;
 }
 
+/* Whether the Fatal is train.c's overflow at the fp16 loss scale's floor. */
+static int run_fatal_at_floor(const run_ctx *c) {
+    const char *msg = c->cs_open && c->cs.fatal.key.seen ? c->cs.fatal.message : NULL;
+    return msg != NULL && strstr(msg, "even at the loss scale's floor") != NULL;
+}
+
 /* "lower optimizer.lr, set optimizer.grad_clip or ...": the settings that help against
- * this failure (spent: spikes; else a non-finite loss), those the stage already has left
- * out: clipping when grad_clip > 0; the spike guard, which only undoes finite spikes
- * leading up to a non-finite loss, when spike_zscore > 0. */
+ * this failure (spent: spikes; else a non-finite loss, or an overflow at the fp16 loss
+ * scale's floor, where a lower floor comes first), those the stage already has left out:
+ * clipping when grad_clip > 0; the spike guard, which only undoes finite spikes leading
+ * up to a non-finite loss, when spike_zscore > 0. */
 static void run_settings_advice(const run_ctx *c, int spent, char *out, size_t cap) {
     const Baton__Stage *s = c->spec ? c->spec->stage : NULL;
     const Baton__Optimizer *o = s ? s->optimizer : NULL;
     const Baton__RestartPolicy *r = s ? s->restart : NULL;
     const Baton__Precision *p = s ? s->precision : NULL;
     double zscore = r ? r->spike_zscore : 0;
-    char guard[160];
-    snprintf(guard, sizeof guard, "raise restart.spike_zscore (now %g)", zscore);
-    const char *item[4];
+    char guard[160], lower[160];
+    snprintf(guard, sizeof guard, "raise restart.spike_zscore (now %g) to accept such steps",
+             zscore);
+    snprintf(lower, sizeof lower, "lower precision.loss_scale.min (now %g) to keep backing off",
+             p && p->loss_scale ? p->loss_scale->min : 1.0);
+    const char *item[5];
     size_t n = 0;
+    if (!spent && run_fatal_at_floor(c)) item[n++] = lower;
     item[n++] = "lower optimizer.lr";
     if (o != NULL && !(o->grad_clip > 0)) item[n++] = "set optimizer.grad_clip";
     if (spent) item[n++] = guard;

@@ -1,6 +1,6 @@
 /* Rollbacks after loss spikes (supervise.h): the sample windows they skip, and moving
  * the checkpoints saved since the spikes aside (run_set_aside.c), for a rollback and for
- * the request the stage's rollback limit refuses. */
+ * the request the stage's rollback limit refuses (since the guard's warm-up before them). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -12,6 +12,7 @@
 #include "ckpt/ckpt.h"
 #include "run_ctx.h"
 #include "run_set_aside.h"
+#include "spike_guard.h"
 #include "util/file.h"
 
 /* "... skip [FROM, TO) ..." in a worker's message or a ROLLBACK record's detail. */
@@ -94,7 +95,8 @@ static void run_rollback_to(const char *kept, char *out, size_t cap) {
         snprintf(out, cap, "checkpoint %s", kept);
 }
 
-/* A ROLLBACK record of the stage's attempt, at step first, with detail; said too. */
+/* A ROLLBACK record of the stage's attempt, at step first (the first one set aside), with
+ * detail; said too. */
 static void run_rollback_journal(run_ctx *c, uint32_t stage, uint32_t attempt, uint64_t first,
                                  char *detail) {
     Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
@@ -130,21 +132,24 @@ int run_rollback(run_ctx *c, uint32_t stage, uint32_t attempt) {
 }
 
 /* (run_ctx.h) The request after the stage's RUN_MAX_ROLLBACKS: no window kept, but the
- * checkpoints saved since the spikes began (the steps undone still count for every_steps)
- * set aside all the same, so that a resume restarts before the spikes and meets them
- * with the guard armed rather than train on from inside them. Journaled as a ROLLBACK
- * without "skip [": run_skip_parse passes over it, and the commits it set aside are no
- * longer required (run_ckpt_note_record). */
+ * checkpoints saved from SPIKE_GUARD_WARMUP steps before the spikes on (the steps undone
+ * still count for every_steps) set aside all the same, so that a resume restarts at least
+ * that many steps before them and meets them with the guard armed (its window is not in
+ * checkpoints) rather than train on from inside them. Journaled as a ROLLBACK without
+ * "skip [" at the first step set aside: run_skip_parse passes over it, and the commits it
+ * set aside are no longer required (run_ckpt_note_record). */
 void run_rollback_refused(run_ctx *c, uint32_t stage, uint32_t attempt) {
     uint64_t from, to, first, last;
     if (run_rollback_request(c, &first, &last, &from, &to) != 0) return;
+    uint64_t aside = first > SPIKE_GUARD_WARMUP ? first - SPIKE_GUARD_WARMUP : 1;
     char kept[256], detail[768], to_what[300];
-    if (run_rollback_ckpts(c, stage, attempt, first, kept, sizeof kept) != 0) return;
+    if (run_rollback_ckpts(c, stage, attempt, aside, kept, sizeof kept) != 0) return;
     run_rollback_to(kept, to_what, sizeof to_what);
     snprintf(detail, sizeof detail,
              "loss spikes at steps %" PRIu64 "..%" PRIu64 " after %u rollbacks: not rolled "
-             "back, no samples skipped; the checkpoints from step %" PRIu64
-             " on set aside, so a resume starts from %s",
-             first, last, RUN_MAX_ROLLBACKS, first, to_what);
-    run_rollback_journal(c, stage, attempt, first, detail);
+             "back, no samples skipped; the checkpoints from step %" PRIu64 " on (%" PRIu64
+             " steps before the spikes, the guard's warm-up) set aside, so a "
+             "resume starts from %s",
+             first, last, RUN_MAX_ROLLBACKS, aside, first - aside, to_what);
+    run_rollback_journal(c, stage, attempt, aside, detail);
 }

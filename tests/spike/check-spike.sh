@@ -32,12 +32,18 @@
 #             "giving up after 5 rollbacks"): six attempts, not seven.
 #   rollback-limit-ckpts  the same with steps 25..27 spiking and a checkpoint every 13
 #             steps, so each attempt saves step 26 between the spikes: the 6th request
-#             sets it aside too and drops `latest` (journaled as a ROLLBACK without a
-#             window), so `baton resume` restarts at step 13, before the spikes, meets them
-#             with the guard armed and gives up at once (the count is kept); resumed
+#             sets it aside too (from step 15 on: the guard's 10 steps of warm-up before
+#             the spikes) and drops `latest` (journaled as a ROLLBACK without a window),
+#             so `baton resume` restarts at step 13, before the spikes, meets them with
+#             the guard armed and gives up at once (the count is kept); resumed
 #             without the spikes, the stage completes from step 13. And spikes at 12..14
 #             with the checkpoint at 13 the only one: set aside, the resume starts the
 #             stage afresh (not refused for a journaled checkpoint gone).
+#   rollback-limit-blind  after those, spikes at 30..32 on a resume (from 13, saving 26):
+#             the request, refused, sets aside 26 too (from 20 on: the guard's 10 steps of
+#             warm-up before the spikes), so the next resume starts at 13 again and meets
+#             them armed (exit 1), rather than at 26, from where they would fall in the
+#             guard's blind first 10 steps and be trained on.
 #   nonfinite lr 1e30 without clipping or guard: step 2's loss is NaN on every attempt
 #             from the stage's start; retried once, then not again (exit 1 after 2
 #             attempts, not max_restarts + 1 = 6), saying what to change (clipping, the
@@ -46,6 +52,10 @@
 #             on: attempt 0 from step 0, attempts 1 and 2 from step 1, NaN at step 2 each
 #             time: attempt 1, from another start, is retried, attempt 2 not (3 attempts,
 #             2 restarts); the advice leaves out clipping and the guard, already set.
+#   fp16-floor  an fp16 stage whose scale overflows at its precision.loss_scale.min on
+#             every attempt: not retried a second time, the advice naming a lower min
+#             first; and a checkpoint saved at scale 0.0625 (min 0.0625) resumed under
+#             the default min 1: the worker says it lifts the scale to 1.
 #   check-spike.sh BATON BATON_WORKER SOURCE_DIR CASE
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4
@@ -180,7 +190,7 @@ rollback-limit-ckpts)
   [[ $rc == 1 ]] || { cat run.out; fail "exit $rc, not 1"; }
   grep -q "attempt 5 failed: .*(not retried: giving up after 5 rollbacks" run.out ||
     { cat run.out; fail "the 6th request is not refused"; }
-  grep -q "loss spikes at steps 25..27 after 5 rollbacks: not rolled back, no samples skipped; the checkpoints from step 25 on set aside, so a resume starts from checkpoint s00-step00000013$" run.out ||
+  grep -q "loss spikes at steps 25..27 after 5 rollbacks: not rolled back, no samples skipped; the checkpoints from step 15 on (10 steps before the spikes, the guard's warm-up) set aside, so a resume starts from checkpoint s00-step00000013$" run.out ||
     { cat run.out; fail "the refused request does not say what it set aside"; }
   [[ -d r1/checkpoints/s00-step00000013 && ! -e r1/checkpoints/s00-step00000026 &&
     ! -e r1/checkpoints/latest && -d r1/rolled-back/s00-a05/s00-step00000026 ]] ||
@@ -209,6 +219,29 @@ rollback-limit-ckpts)
   "$baton" resume r2 --quiet >resume3.out 2>&1 || { cat resume3.out; fail "r2: the resume without spikes failed"; }
   ! grep -q "started from " r2/logs/s00-a06.log || fail "r2: the resume did not start the stage afresh"
   echo "$case: the 6th request set aside step 26 and latest; resumed at step 13 and refused at once; completed without the spikes"
+  ;;
+rollback-limit-blind)
+  # the refused request with a checkpoint less than 11 steps before the spikes (26, spikes
+  # at 30..32): set aside too, so the resume starts at 13 and meets them armed
+  set +e
+  BATON_FAULT_SPIKE_STEPS=25-27 "$baton" run "$recipe" --run-dir r1 --quiet \
+    --set defaults.checkpoint.every_steps=13 --set stages.pretrain.steps=40 >run.out 2>&1
+  rc=$?
+  BATON_FAULT_SPIKE_STEPS=30-32 "$baton" resume r1 --quiet >resume.out 2>&1
+  rc2=$?
+  set -e
+  [[ $rc == 1 && $rc2 == 1 ]] || { cat run.out resume.out; fail "exits $rc, $rc2, not 1, 1"; }
+  grep -q "loss spikes at steps 30..32 after 5 rollbacks: .*the checkpoints from step 20 on (10 steps before the spikes, the guard's warm-up) set aside, so a resume starts from checkpoint s00-step00000013$" resume.out ||
+    { cat resume.out; fail "checkpoint 26, 4 steps before the spikes, is not set aside"; }
+  [[ -d r1/rolled-back/s00-a06/s00-step00000026 ]] || { ls -R r1/rolled-back; fail "26 not in rolled-back/s00-a06"; }
+  set +e
+  BATON_FAULT_SPIKE_STEPS=30-32 "$baton" resume r1 --quiet >resume2.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 1 ]] || { cat resume2.out; grep -E "started from|step +3[0-2]/" r1/logs/s00-a07.log; fail "the spikes were trained on: exit $rc"; }
+  grep -q "started from .* at step 13 " r1/logs/s00-a07.log || { cat r1/logs/s00-a07.log; fail "not from step 13"; }
+  grep -Eq "step +30: loss spike" r1/logs/s00-a07.log || fail "step 30 not judged"
+  echo "$case: checkpoint 26 set aside with the spikes at 30..32; the resume from 13 met them armed, exit 1"
   ;;
 nonfinite)
   set +e
@@ -247,6 +280,39 @@ nonfinite-newer-start)
     { echo "$line"; fail "the advice names settings the stage has (grad_clip 0.5, spike_zscore 6)"; }
   ! grep -q "attempt 1 failed: .*not retried" run.out || fail "attempt 1, from another start, was not retried"
   echo "$case: NaN at step 2 from step 0, then twice from step 1: retried once more for the newer start, exit 1 after 3 attempts"
+  ;;
+fp16-floor)
+  # one fp16 stage on one rank; LS: its loss_scale
+  f16() { # NAME LS
+    sed -e 's/gpus_per_node: 2/gpus_per_node: 1/; s/dp: 2}/dp: 1}/' \
+      -e '/^  - name: fp8/,$d' -e "s/^    steps: 24/    steps: 6\n    precision: {type: fp16, loss_scale: $2}/" \
+      "$recipe" >"$1.yaml"
+  }
+  # overflows at the floor (2^40 backs off to 2^36, the min; step 2 overflows there): the
+  # advice names loss_scale.min first
+  f16 floor "{initial: 1099511627776, min: 68719476736, backoff_factor: 0.0625}"
+  set +e
+  "$baton" run floor.yaml --run-dir r1 --quiet >run.out 2>&1
+  rc=$?
+  set -e
+  [[ $rc == 1 ]] || { cat run.out; fail "exit $rc, not 1"; }
+  grep -q "step 2: the fp16 gradients hold Inf/NaN even at the loss scale's floor" run.out ||
+    { cat run.out; fail "no overflow at the floor"; }
+  grep -q "attempt 1 failed: .*(not retried: .*: lower precision.loss_scale.min (now 6.87195e+10) to keep backing off, lower optimizer.lr" run.out ||
+    { cat run.out; fail "the advice does not name loss_scale.min"; }
+  # a checkpoint's scale below the floor: lifted, and said
+  f16 low "{initial: 0.0625, min: 0.0625}"
+  f16 default "{growth_interval: 2000}"
+  "$baton" spec low.yaml --out low.pb
+  "$baton" spec default.yaml --out default.pb
+  "$worker" --spec "$work/low.pb" --single-process --eval-windows 0 --steps 2 --run-dir lo >lo.out
+  "$worker" --spec "$work/default.pb" --single-process --eval-windows 0 --steps 1 --run-dir lo \
+    --init lo >lo2.out 2>lo2.err || { cat lo2.out lo2.err; fail "the resume failed"; }
+  grep -q "^started from lo at step 2 " lo2.out || { cat lo2.out; fail "not resumed at step 2"; }
+  grep -q "warning: loss scale 0.0625 from lo is below precision.loss_scale.min (1): starting at 1, where an overflow fails the stage; give a lower precision.loss_scale.min to keep backing off$" lo2.err ||
+    { cat lo2.err; fail "the lifted scale is not said"; }
+  grep -Eq "^step +3/[0-9]+ .* loss_scale 1$" lo2.out || { cat lo2.out; fail "step 3 not at scale 1"; }
+  echo "$case: the floor's overflow advised a lower loss_scale.min; a saved scale below it lifted and said"
   ;;
 calib)
   # The fp8 stage takes the fp32 stage's weights: a hand-off, so its scales are calibrated.

@@ -79,7 +79,10 @@ static void test_default_floor(void) {
     Baton__LossScalerState st = BATON__LOSS_SCALER_STATE__INIT;
     st.has_scale = 1, st.scale = 0.25;
     train_scaler_from_pb(&s, &st);
-    CHECK(s.scale == 1.0f);
+    CHECK(s.scale == 1.0f && s.lifted && s.lifted_from == 0.25f); /* for the worker to say */
+    st.scale = 1;                                                 /* at the floor: not lifted */
+    train_scaler_from_pb(&s, &st);
+    CHECK(s.scale == 1.0f && !s.lifted);
     /* a spec no recipe check saw: initial below min starts at min, a min below
      * TRAIN_SCALER_MIN is raised to it */
     scaler_make_min(&s, 0.5, 0.5, -1);

@@ -79,7 +79,9 @@ void train_scaler_to_pb(const train_scaler *s, Baton__LossScalerState *out) {
 
 void train_scaler_from_pb(train_scaler *s, const Baton__LossScalerState *st) {
     if (st == NULL || !s->on || !st->has_scale) return;
-    s->scale = st->scale > s->min_scale ? (float)st->scale : s->min_scale;
+    s->lifted = !(st->scale >= s->min_scale);
+    s->lifted_from = (float)st->scale;
+    s->scale = s->lifted ? s->min_scale : (float)st->scale;
     s->good_steps = st->good_steps;
     s->overflow_steps = st->overflow_steps;
 }

@@ -19,10 +19,11 @@
  *    count restarts;
  *  - an overflow with S already at that floor: the stage fails (train_scaler_update
  *    returns 1, train.c says it) rather than back off further or skip every step to its
- *    end. DeepSpeed's min_loss_scale and Megatron's --min-loss-scale, 1 by default, stop
- *    there likewise: far below a scale of 1 the fp16 gradients underflow to 0, such
- *    steps count as clean and AdamW moves the weights on their momentum alone. torch's
- *    GradScaler has no floor and backs off to 0, where it never recovers;
+ *    end. DeepSpeed stops there likewise at its min_loss_scale (1 by default: far below
+ *    a scale of 1 the fp16 gradients underflow to 0, such steps count as clean and
+ *    AdamW moves the weights on their momentum alone); Megatron's --min-loss-scale, also
+ *    1, clamps there and keeps skipping steps instead. torch's GradScaler has no floor
+ *    and backs off to 0, where it never recovers;
  *  - otherwise the step is applied; after growth_interval clean steps in a row
  *    S *= growth_factor (kept unchanged if that would overflow float32).
  * The state (S, clean-step count, skipped-step count) is saved in checkpoints
@@ -52,6 +53,8 @@ typedef struct train_scaler {
     uint32_t growth_interval;
     uint32_t good_steps;     /* clean steps since S last changed */
     uint64_t overflow_steps; /* steps skipped on Inf/NaN gradients */
+    int lifted;              /* from_pb lifted a saved scale below min_scale to it */
+    float lifted_from;       /* that saved scale */
 } train_scaler;
 
 /* From the stage's precision (NULL: off). Unset LossScale fields take the schema's
@@ -77,7 +80,8 @@ int train_scaler_update(train_scaler *s, int overflow);
 /* To and from a checkpoint's manifest. to_pb fills out (no allocation); from_pb leaves
  * the scaler as it is when st is NULL (a checkpoint of a stage without fp16), and lifts a
  * saved scale below min_scale (0 from a build without a floor, or one saved under a lower
- * min) to it. */
+ * min) to it, noting that in lifted and lifted_from (the worker says so: the first
+ * overflow then fails the stage, where the run backed off before). */
 void train_scaler_to_pb(const train_scaler *s, Baton__LossScalerState *out);
 void train_scaler_from_pb(train_scaler *s, const Baton__LossScalerState *st);
 

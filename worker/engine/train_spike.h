@@ -31,10 +31,11 @@
 #include <stdint.h>
 
 #include "optim.h"
+#include "spike_guard.h"
 #include "stage_spec.pb-c.h"
 
 #define TRAIN_SPIKE_WINDOW         20
-#define TRAIN_SPIKE_WARMUP         10
+#define TRAIN_SPIKE_WARMUP         SPIKE_GUARD_WARMUP /* stages/spike_guard.h */
 #define TRAIN_SPIKE_ROLLBACK_AFTER 3
 #define TRAIN_SPIKE_FAULT_FACTOR   1000.0f
 

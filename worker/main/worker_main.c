@@ -627,6 +627,17 @@ static void worker_print_calibrated(const trainer *t, uint32_t n, float lo, floa
 }
 
 /* *load_rc: the checkpoint load's own code (0 when none or it worked). */
+/* A saved fp16 loss scale below precision.loss_scale.min, lifted to it on load: the first
+ * overflow then fails the stage, where the run that saved it backed off further. */
+static void worker_warn_lifted(const trainer *t, const char *init) {
+    fprintf(stderr,
+            "baton-worker: warning: loss scale %g from %s is below precision.loss_scale.min "
+            "(%g): starting at %g, where an overflow fails the stage; give a lower "
+            "precision.loss_scale.min to keep backing off\n",
+            (double)t->scaler.lifted_from, init, (double)t->scaler.min_scale,
+            (double)t->scaler.min_scale);
+}
+
 static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, worker_control *wc,
                             int *load_rc, bt_diag *diag) {
     const char *init = a->init ? a->init : t->spec->init_checkpoint;
@@ -646,6 +657,7 @@ static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, w
         /* out now (stdout is a pipe under baton run, buffered): before the metrics the
          * channel carries, the closing validation's of an attempt with no step left too */
         if (rc == 0 && w->info.rank == 0 && !a->quiet) fflush(stdout);
+        if (rc == 0 && t->scaler.lifted && w->info.rank == 0) worker_warn_lifted(t, init);
         if (rc == 0 && t->fp8_fresh > 0 && !a->quiet)
             printf("fp8: %s holds no scaling state for %u expert operand(s) here (saved before "
                    "the experts ran fp8): they are calibrated before the next step\n",

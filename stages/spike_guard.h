@@ -1,0 +1,12 @@
+/* What the loss-spike guard of the worker (worker/engine/train_spike.h) and the
+ * orchestrator's rollbacks (orchestrator/run/run_rollback.c) both rely on. */
+#ifndef BATON_SPIKE_GUARD_H
+#define BATON_SPIKE_GUARD_H
+
+/* The applied steps the guard's window must hold before it judges a step. The window is
+ * not in checkpoints, so after every start from one the guard is blind for that many
+ * applied steps: the request a stage's rollback limit refuses sets aside the checkpoints
+ * from that many steps before the spikes on, so that a resume meets them armed. */
+#define SPIKE_GUARD_WARMUP 10
+
+#endif
