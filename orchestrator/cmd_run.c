@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "baton_version.h"
 #include "cli.h"
 #include "launch.h"
 #include "launch_slurm.h"
@@ -17,6 +18,7 @@
 #include "recipe.h"
 #include "run/run_afresh.h"
 #include "run/run_dir.h"
+#include "run/journal.h"
 #include "run/run_holder.h"
 #include "run/run_state.h"
 #include "run/run_worker.h"
@@ -245,7 +247,8 @@ static void run_unexpected(const run_args *a, const char *o) {
     else if (kept)
         fprintf(stderr,
                 "baton resume: unknown option '%s' (a run keeps the overrides it was started "
-                "with, in RUN_DIR/overrides, and resume reapplies them; they cannot be changed)\n",
+                "with, in RUN_DIR/overrides, and resume reapplies them; to change them, edit "
+                "that file, one KEY=VALUE per line)\n",
                 o);
     else
         fprintf(stderr, "baton %s: unknown option '%s'\n", run_name(a), o);
@@ -466,11 +469,13 @@ static void run_say_sets(const run_args *a, const char *run_dir) {
     printf("\n");
 }
 
-/* The recipe with its overrides applied and validated, and the data checked. */
-static int run_load(run_args *a, recipe_doc *doc, bt_diag *diag) {
+/* The recipe with its overrides applied and validated, and the data checked; *recipe_bad
+ * set when the recipe or its overrides were refused (not the data). */
+static int run_load(run_args *a, recipe_doc *doc, int *recipe_bad, bt_diag *diag) {
     /* resume: the run's kept copy, a regular file only (never a FIFO's endless wait) */
     int rc =
         a->resume ? recipe_load_kept(a->recipe, doc, diag) : recipe_load_file(a->recipe, doc, diag);
+    *recipe_bad = rc != 0;
     if (rc != 0) return rc;
     rc = rc ? rc : recipe_sets_apply(&a->sets, doc, diag);
     doc->warn_cmd = run_name(a);
@@ -480,9 +485,35 @@ static int run_load(run_args *a, recipe_doc *doc, bt_diag *diag) {
                     doc->recipe->n_stages, RUN_MAX_STAGES);
         rc = BT_ERECIPE;
     }
+    *recipe_bad = rc != 0;
     rc = rc ? rc : run_dir_check_data(doc, diag);
     if (rc != 0) recipe_doc_free(doc);
     return rc;
+}
+
+/* resume: the run's kept recipe or overrides refused by this baton's checks (d, said
+ * before): which baton started the run, as its journal names it, and how to go on. */
+static void run_kept_refused(const run_args *a, const bt_diag *d) {
+    char build[256], who[400];
+    int named = journal_started_build(a->run_dir, build, sizeof build);
+    if (named == 1 && strcmp(build, BATON_VERSION) == 0)
+        who[0] = '\0';
+    else if (named == 1)
+        snprintf(who, sizeof who, "the run was started by baton %s, whose checks let it through; ",
+                 build);
+    else if (named == 0)
+        snprintf(who, sizeof who,
+                 "the run was started by a baton older than this one (its journal names none), "
+                 "whose checks let it through; ");
+    else
+        who[0] = '\0';
+    int set = d->placed == 0 && strncmp(d->msg, "--set ", 6) == 0;
+    fprintf(stderr,
+            "baton resume: %sthis baton (%s) refuses it: edit %s/%s (%s) and run 'baton resume' "
+            "again, which continues the run; the rules for an edited recipe decide what it "
+            "takes (docs/running.md, \"Changing a run's recipe\")\n",
+            who, BATON_VERSION, a->run_dir, set ? "overrides" : "recipe.yaml",
+            set ? "the run's --set, one KEY=VALUE per line" : "the run's kept recipe");
 }
 
 /* --launcher slurm: the allocation, the listen address and the rendezvous store. */
@@ -715,6 +746,7 @@ static int run_open_dir(run_args *a, const recipe_doc *doc, run_dir *dir) {
         fprintf(stderr, "baton %s: warning: %s\n", run_name(a), dir->warning);
     if (rc == 0 && dir->parent_warning[0])
         fprintf(stderr, "baton %s: warning: %s\n", run_name(a), dir->parent_warning);
+    if (rc == 0 && dir->note[0]) printf("baton %s: %s\n", run_name(a), dir->note);
     return rc;
 }
 
@@ -860,8 +892,10 @@ static int run_main(run_args *a) {
     if (a->resume && run_resume_enter(a, recipe_copy, sizeof recipe_copy) != 0)
         return BT_EXIT_USAGE;
     recipe_doc doc;
-    if (run_load(a, &doc, &diag) != 0) {
+    int recipe_bad = 0;
+    if (run_load(a, &doc, &recipe_bad, &diag) != 0) {
         cli_error(run_name(a), &diag, 0);
+        if (a->resume && recipe_bad) run_kept_refused(a, &diag);
         return BT_EXIT_USAGE;
     }
     int status = 0;

@@ -237,8 +237,28 @@ const char *journal_kind_name(Baton__JournalRecord__Kind k) {
     return v ? v->name : "UNKNOWN";
 }
 
+int journal_started_build(const char *run_dir, char *out, size_t cap) {
+    Baton__JournalRecord **v;
+    size_t n;
+    journal_tail tail;
+    bt_diag ignore;
+    bt_diag_init(&ignore);
+    if (journal_read(run_dir, &v, &n, &tail, &ignore) != 0) return -1;
+    int rc = -1;
+    for (size_t i = 0; i < n && rc < 0; i++)
+        if (v[i]->kind == BATON__JOURNAL_RECORD__KIND__RUN_STARTED)
+            rc = v[i]->build && v[i]->build[0] ? 1 : 0;
+    for (size_t i = 0; i < n && rc == 1; i++)
+        if (v[i]->kind == BATON__JOURNAL_RECORD__KIND__RUN_STARTED) {
+            snprintf(out, cap, "%s", v[i]->build);
+            break;
+        }
+    journal_records_free(v, n);
+    return rc;
+}
+
 const Baton__JournalRecord *journal_run_started(Baton__JournalRecord *const *v, size_t n) {
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = n; i-- > 0;)
         if (v[i]->kind == BATON__JOURNAL_RECORD__KIND__RUN_STARTED && v[i]->has_overrides_crc32c)
             return v[i];
     return NULL;

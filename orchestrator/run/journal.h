@@ -54,9 +54,14 @@ int journal_read(const char *run_dir, Baton__JournalRecord ***out, size_t *n, jo
 /* The message for a damaged journal: where, and what the user can do. */
 void journal_diag_damaged(const char *run_dir, const journal_tail *t, bt_diag *diag);
 void journal_records_free(Baton__JournalRecord **v, size_t n);
-/* The run's RUN_STARTED record that keeps the overrides' CRC32C (and, when short, their
- * text), or NULL (a journal from before that). */
+/* The run's last RUN_STARTED record that keeps the overrides' CRC32C (and, when short,
+ * their text): those it started with, or those a resume took edited (RUN_STARTED again,
+ * run_dir.h); NULL for a journal from before that. */
 const Baton__JournalRecord *journal_run_started(Baton__JournalRecord *const *v, size_t n);
+/* The build the run's first RUN_STARTED names (the baton that started it) into out: 1; 0
+ * when it names none (a baton older than that record); -1 when there is no RUN_STARTED or
+ * the journal cannot be read. */
+int journal_started_build(const char *run_dir, char *out, size_t cap);
 
 const char *journal_kind_name(Baton__JournalRecord__Kind k);
 

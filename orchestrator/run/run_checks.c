@@ -70,7 +70,14 @@ static void run_build_advice(const run_ctx *c, const control_rank *r, const char
                                 same ? mine : "", same ? ", with other uncommitted edits; " : "");
     /* the build dir resolved, as /proc/self/exe is (a build dir reached through a link) */
     if (realpath(BATON_BUILD_DIR "/bin/baton", dir) == NULL) dir[0] = '\0';
-    if (c->o->worker_given)
+    size_t sl = strlen(self), dl = strlen(" (deleted)");
+    if (sl > dl && strcmp(self + sl - dl, " (deleted)") == 0) /* replaced since it started */
+        snprintf(out + l, cap - l,
+                 "this baton's program was replaced or removed since it started (another "
+                 "build installed over it, likely with its worker): 'baton resume %.600s' with "
+                 "the baton installed now continues the run",
+                 c->dir->path);
+    else if (c->o->worker_given)
         snprintf(out + l, cap - l,
                  "give --worker the baton-worker built with this baton (or a "
                  "wrapper that starts it)");
@@ -80,7 +87,10 @@ static void run_build_advice(const run_ctx *c, const control_rank *r, const char
     else if (dir[0] && strcmp(self, dir) == 0) /* baton run from its build tree */
         snprintf(out + l, cap - l, "rebuild both programs (cmake --build %s)", BATON_BUILD_DIR);
     else
-        snprintf(out + l, cap - l, "rebuild both programs from one source, and install both");
+        snprintf(out + l, cap - l,
+                 "rebuild both programs from one source, and install both; 'baton resume %.600s' "
+                 "then continues the run",
+                 c->dir->path);
 }
 
 /* A rank's worker is of another build: said and refused (below), or with

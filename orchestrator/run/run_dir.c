@@ -144,11 +144,28 @@ static const char *run_dir_rerun_cmd(const run_dir *d, const char *overrides, bt
     return bt_buf_str(out);
 }
 
+/* The --set lines of text (n bytes) as baton resume reads them (one per line, empty lines
+ * skipped), each ended by a newline, as the caller's overrides are: a copy edited by hand
+ * (no last newline, an empty line) compares the same. Free it. */
+static char *run_dir_sets_canon(const char *text, size_t n) {
+    char *out = malloc(n + 2), *o = out;
+    for (size_t i = 0; out != NULL && i < n;) {
+        const char *nl = memchr(text + i, '\n', n - i);
+        size_t len = nl ? (size_t)(nl - (text + i)) : n - i;
+        if (len > 0) memcpy(o, text + i, len), o += len, *o++ = '\n';
+        i += len + (nl != NULL);
+    }
+    if (out != NULL) *o = '\0';
+    return out;
+}
+
 /* The kept overrides against the CRC32C the journal's RUN_STARTED has of them as the run
  * started (journals older than that have none: nothing to check). `baton resume`
- * reapplies the kept copy, so a lost or edited one would go on under another schedule
- * in the middle of a stage; it is refused rather than replaced. A lost copy is no loss
- * when the caller's overrides (none, for resume) are the run's: it is written again. */
+ * reapplies the kept copy, so a lost one would go on as none, under another schedule in
+ * the middle of a stage: it is refused rather than replaced. A lost copy is no loss when
+ * the caller's overrides (none, for resume) are the run's: it is written again. An edited
+ * copy is the user's edit, taken as an edit of the kept recipe.yaml is (the same checks
+ * judge the recipe it gives, run_edit.h) and said (d->note). */
 static int run_dir_check_overrides(run_dir *d, const char *overrides, bt_diag *diag) {
     Baton__JournalRecord **v;
     size_t n;
@@ -161,10 +178,12 @@ static int run_dir_check_overrides(run_dir *d, const char *overrides, bt_diag *d
     int have = started ? run_dir_read_overrides(d, &kept, &kept_n) == 0 : 0;
     if (started) {
         run_dir_file(d, "overrides", copy, sizeof copy);
+        size_t k = (size_t)snprintf(sets, sizeof sets, "%s ",
+                                    started->detail ? "went on with" : "was started with");
         if (started->overrides)
-            run_dir_sets_line(started->overrides, sets, sizeof sets);
+            run_dir_sets_line(started->overrides, sets + k, sizeof sets - k);
         else
-            snprintf(sets, sizeof sets, "--set overrides of CRC32C %08x",
+            snprintf(sets + k, sizeof sets - k, "--set overrides of CRC32C %08x",
                      started->overrides_crc32c);
     }
     if (started && !have && errno != ENOENT) {
@@ -176,28 +195,45 @@ static int run_dir_check_overrides(run_dir *d, const char *overrides, bt_diag *d
         bt_buf_init(&cmd);
         if (started->overrides)
             bt_diag_set(diag,
-                        "%s is missing (the run was started with %s); restore it with those "
+                        "%s is missing (the run %s); restore it with those "
                         "assignments, one per line, or continue with %s, which writes it again; "
                         "to start over, choose another --run-dir",
                         copy, sets, run_dir_rerun_cmd(d, started->overrides, &cmd));
         else
             bt_diag_set(diag,
-                        "%s is missing (the run was started with %s); restore it, or continue "
+                        "%s is missing (the run %s); restore it, or continue "
                         "with 'baton run' and the run's --set, which writes it again; to start "
                         "over, choose another --run-dir",
                         copy, sets);
         bt_buf_free(&cmd);
         rc = BT_EINVAL;
     } else if (have && crc32c_update(0, kept, kept_n) != started->overrides_crc32c) {
-        bt_diag_set(diag,
-                    "%s was changed since the run started (the run was started with %s); "
-                    "restore those assignments, one per line, to continue it; to run with "
-                    "other overrides, choose another --run-dir",
-                    copy, sets);
-        rc = BT_EINVAL;
+        snprintf(d->note, sizeof d->note,
+                 "%.1200s was edited (the run %.1000s): taken as it is now, as an edit of the "
+                 "kept recipe.yaml is",
+                 copy, sets);
     }
     free(kept);
     journal_records_free(v, n);
+    return rc;
+}
+
+/* The overrides kept (RUN_DIR/overrides): written when there is no copy; else 0 when the
+ * copy holds the caller's --set lines (run_dir_sets_canon), written again as they are
+ * read when edited by hand otherwise (an empty line, no last newline: the bytes whose
+ * CRC32C the journal keeps, as status compares), 1 when other ones (nothing said), else
+ * the error (diag). */
+static int run_dir_keep_sets(run_dir *d, const char *overrides, bt_diag *diag) {
+    char *kept = NULL, path[4200];
+    size_t n = 0, len = strlen(overrides);
+    if (run_dir_read_overrides(d, &kept, &n) != 0)
+        return run_dir_keep(d, "overrides", overrides, len, diag);
+    char *canon = run_dir_sets_canon(kept, n);
+    int same = canon != NULL && strcmp(canon, overrides) == 0, rc = same ? 0 : 1;
+    run_dir_file(d, "overrides", path, sizeof path);
+    if (same && (n != len || memcmp(kept, overrides, n) != 0))
+        rc = ckpt_write_file_atomic(path, overrides, len, diag);
+    free(canon), free(kept);
     return rc;
 }
 
@@ -226,7 +262,7 @@ static int run_dir_recipe(run_dir *d, const recipe_doc *recipe, const char *over
     }
     int rc = run_dir_keep(d, "recipe.yaml", recipe->text, recipe->text_len, diag);
     if (rc == 1) run_dir_other_recipe(d, recipe, diag);
-    rc = rc ? rc : run_dir_keep(d, "overrides", overrides, strlen(overrides), diag);
+    rc = rc ? rc : run_dir_keep_sets(d, overrides, diag);
     if (rc == 1) run_dir_other_sets(d, overrides, diag);
     if (rc == 0) run_dir_note_running(d, recipe);
     return rc == 1 ? BT_EINVAL : rc;

@@ -63,6 +63,7 @@ typedef struct run_dir {
     int started;               /* a run worked here before this command (workdir, or a journal) */
     char warning[4300];        /* what the caller says as a warning (the directory's mode), or "" */
     char parent_warning[8600]; /* another, on a directory above it (run_dir_check_parents) */
+    char note[2600];           /* a note the caller says: RUN_DIR/overrides edited, or "" */
     char given[4096];          /* the path as given, which run_dir_open made */
     size_t made[RUN_DIR_MADE_MAX]; /* the directories it made itself: prefixes of given */
     size_t n_made;                 /* how many, outermost first */

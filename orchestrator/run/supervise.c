@@ -865,7 +865,9 @@ static int run_load_state(run_ctx *c) {
 }
 
 /* RUN_STARTED, with the CRC32C (and, short, the bytes) of the overrides kept with the run:
- * what run_dir_open checks the kept copy against whenever the run is continued. */
+ * what run_dir_open checks the kept copy against whenever the run is continued, and what
+ * baton status applies. Journaled again when a resume takes an edited copy (its detail
+ * says so): the overrides the run goes on with. */
 static void run_journal_started(run_ctx *c) {
     Baton__JournalRecord r = BATON__JOURNAL_RECORD__INIT;
     char *text = NULL;
@@ -874,6 +876,8 @@ static void run_journal_started(run_ctx *c) {
         r.has_overrides_crc32c = 1, r.overrides_crc32c = crc32c_update(0, text, n);
         if (n < RUN_OVERRIDES_KEPT_MAX && memchr(text, '\0', n) == NULL) r.overrides = text;
     }
+    r.build = (char *)BATON_VERSION; /* named should a later build refuse the recipe */
+    if (c->st.started) r.detail = "RUN_DIR/overrides edited: taken from here on";
     run_journal(c, BATON__JOURNAL_RECORD__KIND__RUN_STARTED, 0, &r);
     free(text);
 }
@@ -937,7 +941,7 @@ int run_supervise(run_dir *dir, recipe_doc *doc, const run_opts *o) {
         status = BT_EXIT_USAGE;
     } else {
         if (c.st.completed) run_note_more(&c);
-        if (!c.st.started) run_journal_started(&c);
+        if (!c.st.started || dir->note[0]) run_journal_started(&c); /* overrides edited */
         run_fit_warn(&c); /* plan's "DOES NOT FIT", said once per stage */
         c.sfd = run_signals(&c.cfd);
         bt_diag_init(&c.cs_diag);

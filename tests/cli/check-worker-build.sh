@@ -61,10 +61,23 @@ head="the worker is of another build: "
 # (checked before the topology: no topology report for it)
 out=$(beside/baton run "$small" --run-dir r-beside "${steps[@]}" 2>&1)
 rc=$?
-want="^baton run: stage \"fp32\" attempt 0 failed: $head$(rx "$work/beside/baton-worker") \\(rank 0 on [^,]+, pid [0-9]+\\) is baton-worker $(rx "$other"), but this baton \\($(rx "$work/beside/baton")\\) is $(rx "$ver"); rebuild both programs from one source, and install both \\(a configuration error: not retried\\)$"
+want="^baton run: stage \"fp32\" attempt 0 failed: $head$(rx "$work/beside/baton-worker") \\(rank 0 on [^,]+, pid [0-9]+\\) is baton-worker $(rx "$other"), but this baton \\($(rx "$work/beside/baton")\\) is $(rx "$ver"); rebuild both programs from one source, and install both; 'baton resume [^']*/r-beside' then continues the run \\(a configuration error: not retried\\)$"
 [[ $rc == 2 ]] && grep -Eq "$want" <<<"$out" && ! grep -q "topology of attempt" <<<"$out" &&
   ok "beside baton: rebuild both; the build checked before the topology" ||
   fail "a worker of another build beside baton: exit $rc: $out"
+# baton's own program replaced while it runs (an install of another build over both):
+# the worker that starts is the new one, and the advice is to resume with the new baton
+mkdir del && cp "$baton" del/baton && cat >del/baton-worker <<EOF
+#!/bin/sh
+rm -f "$work/del/baton" && cp "$baton" "$work/del/baton"
+exec "$work/other/baton-worker" "\$@"
+EOF
+chmod +x del/baton-worker
+out=$(del/baton run "$small" --run-dir r-del "${steps[@]}" 2>&1)
+rc=$?
+want="^baton run: stage \"fp32\" attempt 0 failed: $head.* but this baton \\($(rx "$work/del/baton") \\(deleted\\)\\) is $(rx "$ver"); this baton's program was replaced or removed since it started \\(another build installed over it, likely with its worker\\): 'baton resume [^']*/r-del' with the baton installed now continues the run \\(a configuration error: not retried\\)$"
+[[ $rc == 2 ]] && grep -Eq "$want" <<<"$out" && ok "baton replaced while it ran: resume with the new one" ||
+  fail "baton replaced while it ran: exit $rc: $out"
 expect 2 "^baton run: stage \"fp32\" attempt 0 failed: $head$(rx "$work/other/baton-worker") \\(rank 0 on [^,]+, pid [0-9]+\\) is baton-worker $(rx "$other"), but this baton \\($(rx "$baton")\\) is $(rx "$ver"); give --worker the baton-worker built with this baton \\(or a wrapper that starts it\\) \\(a configuration error: not retried\\)$" -- \
   "$baton" run "$small" --run-dir r-given --worker other/baton-worker "${steps[@]}"
 

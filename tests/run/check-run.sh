@@ -21,9 +21,12 @@
 #                 losses (it works in the directory the run started in).
 #   overrides     --set and --nodes: applied, kept with the run, reapplied by resume, a
 #                 different set on the same run directory refused, bad ones exit 2; the
-#                 kept copy removed or edited: resume and run exit 2 naming the run's
-#                 --set (the journal's RUN_STARTED has its CRC32C), the run's own --set
-#                 writes it again; a run without --set resumes without its (empty) copy.
+#                 kept copy edited: taken (the last stage given a step more), said once,
+#                 journaled (status shows it); a kept --set this baton refuses: exit 2,
+#                 saying to edit RUN_DIR/overrides; the kept copy removed: resume and run
+#                 exit 2 naming the run's --set (the journal's RUN_STARTED has its
+#                 CRC32C), the run's own --set writes it again; a run without --set
+#                 resumes without its (empty) copy.
 #   topology      a layout whose TP groups span the two virtual nodes: the report warns;
 #                 with cluster.strict_topology validation refuses it (exit 2, nothing
 #                 started), and workers placed across hosts refuse before their first step;
@@ -317,24 +320,45 @@ print("overrides: stages ran", got)'
   [[ $rc2 == 2 ]] && grep -qF "r1/overrides is missing $started" m2.out ||
     { cat m2.out; fail "run without the overrides: exit $rc2"; }
   [[ ! -e r1/overrides ]] || fail "the lost overrides were written afresh"
-  sed 's/steps=6/steps=7/' kept >r1/overrides
-  set +e
-  "$baton" resume r1 --quiet >m3.out 2>&1; rc3=$?
-  set -e
-  [[ $rc3 == 2 ]] && grep -qF "r1/overrides was changed since the run started $started" m3.out ||
-    { cat m3.out; fail "resume with edited overrides: exit $rc3"; }
-  # status shows the run's own step counts (the journal's copy) and warns
+  # An edited copy is taken as an edit of the kept recipe is, and said: the last stage
+  # given a step more, written by hand (an empty line, no last newline). RUN_STARTED is
+  # journaled again with it, so that status and the next resume see it as the run's.
+  printf '%s\n\n%s' "$(head -2 kept)" "$(tail -n +3 kept | sed 's/fp8.steps=2/fp8.steps=3/')" >r1/overrides
+  "$baton" resume r1 >m3.out 2>&1 || { cat m3.out; fail "resume with edited overrides failed"; }
+  grep -qF "r1/overrides was edited $started: taken as it is now, as an edit of the kept recipe.yaml is" m3.out &&
+    grep -q 'now has more, from stage "fp8" (3 steps, completed with 2) on: training it' m3.out ||
+    { cat m3.out; fail "the edited overrides were not said, or not trained"; }
+  [[ -d r1/checkpoints/s02-step00000003 ]] || fail "the edit's step not trained: $(ls r1/checkpoints)"
   "$baton" status r1 --json >s3.json 2>s3.err
-  grep -q "r1/overrides was changed since the run started; showing the run's own" s3.err ||
-    { cat s3.err; fail "status did not warn about the edited overrides"; }
+  [[ ! -s s3.err ]] || { cat s3.err; fail "status warned about the overrides the run took"; }
   /usr/bin/python3 -c '
 import json
 got = [(x["step"], x["steps"]) for x in json.load(open("s3.json"))["stages"]]
-assert got == [(6, 6), (3, 3), (2, 2)], got' || fail "status took the edited overrides"
+assert got == [(6, 6), (3, 3), (3, 3)], got' || fail "status did not take the edited overrides"
+  "$baton" resume r1 >m3b.out 2>&1 || { cat m3b.out; fail "resume after the edit failed"; }
+  ! grep -q "was edited" m3b.out && grep -q "already completed" m3b.out ||
+    { cat m3b.out; fail "the edit said again, or the run not completed"; }
+  # A kept --set this baton's checks refuse (as one an older baton let through): how to go on
+  cp r1/overrides edited && printf '\ndefaults.optimizer.eps=1e-40\n' >>r1/overrides
+  set +e
+  "$baton" resume r1 --quiet >m3c.out 2>&1; rc3=$?
+  set -e
+  [[ $rc3 == 2 ]] && grep -q "^baton resume: --set defaults.optimizer.eps=1e-40: .*eps must be at least" m3c.out &&
+    grep -q "^baton resume: this baton (.*) refuses it: edit .*/r1/overrides (the run's --set, one KEY=VALUE per line) and run 'baton resume' again, which continues the run" m3c.out ||
+    { cat m3c.out; fail "a refused kept --set: exit $rc3, no way on said"; }
+  cp edited r1/overrides
+  sets=(--set stages.pretrain.steps=6 --set stages.1.steps=3 --set stages.fp8.steps=3
+        --set defaults.optimizer.lr=1e-3)
+  printf '%s\n' "${sets[@]/--set/}" | sed '/^$/d; s/^ //' >kept
   rm r1/overrides
+  set +e
+  "$baton" resume r1 --quiet >m3d.out 2>&1; rc3=$?
+  set -e
+  [[ $rc3 == 2 ]] && grep -qF "r1/overrides is missing (the run went on with --set stages.pretrain.steps=6 --set stages.1.steps=3 --set stages.fp8.steps=3 --set defaults.optimizer.lr=1e-3)" m3d.out ||
+    { cat m3d.out; fail "resume without the edited overrides: exit $rc3"; }
   "$baton" run "$recipe" --run-dir r1 --quiet "${sets[@]}" >m4.out 2>&1 ||
     { cat m4.out; fail "the run's own --set did not write the overrides again"; }
-  cmp -s kept r1/overrides || fail "the overrides written again differ"
+  cmp -s kept r1/overrides || fail "the overrides written again differ: $(cat r1/overrides)"
   "$baton" resume r1 --quiet >m5.out 2>&1 || { cat m5.out; fail "resume after the restore failed"; }
   grep -q "already completed" m5.out || fail "resume after the restore did not see the completed run"
   # A run without --set: a lost (empty) copy changes nothing, so it is written again.
@@ -344,7 +368,7 @@ assert got == [(6, 6), (3, 3), (2, 2)], got' || fail "status took the edited ove
   "$baton" resume r4 --quiet >p2.out 2>&1 || { cat p2.out; fail "resume of a run without --set refused"; }
   grep -q "already completed" p2.out && [[ -f r4/overrides && ! -s r4/overrides ]] ||
     { cat p2.out; fail "the plain run's overrides were not written again, empty"; }
-  echo "$case: applied, kept, reapplied on resume; conflicting and bad ones exit 2; a lost or edited copy exit 2"
+  echo "$case: applied, kept, reapplied on resume; conflicting and bad ones exit 2; a lost copy exit 2, an edited one taken"
   ;;
 topology)
   sets=(--set stages.pretrain.parallel.order=pp-tp-cp-dp --set stages.pretrain.steps=4
