@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "launch_slurm.h"
 #include "recipe.h"
+#include "run/run_ctx.h"
 #include "run/run_dir.h"
 #include "run/run_edit.h"
 #include "run/supervise.h"
@@ -565,15 +566,22 @@ static void status_stage_failed_line(bt_buf *b, const status_view *v, size_t i) 
                   status_stage_name(v, r->stage_index), r->detail ? r->detail : "?");
 }
 
+/* A ROLLBACK's line: one that skips a window, or a request refused after the stage's
+ * RUN_MAX_ROLLBACKS (journaled without a window: not rolled back). */
+static void status_rollback_line(bt_buf *b, const status_view *v, const Baton__JournalRecord *r) {
+    uint64_t from, to;
+    bt_buf_printf(b, "  rollback%s: stage %s attempt %u: %s\n",
+                  run_skip_parse(r->detail, &from, &to) == 0 ? "" : " refused",
+                  status_stage_name(v, r->stage_index), r->attempt, r->detail ? r->detail : "?");
+}
+
 static void status_failures(bt_buf *b, const status_view *v) {
     for (size_t i = 0; i < v->n; i++) {
         const Baton__JournalRecord *r = v->rec[i];
         if (r->kind == BATON__JOURNAL_RECORD__KIND__FAILURE)
             status_failure_line(b, v, i);
         else if (r->kind == BATON__JOURNAL_RECORD__KIND__ROLLBACK)
-            bt_buf_printf(b, "  rollback: stage %s attempt %u: %s\n",
-                          status_stage_name(v, r->stage_index), r->attempt,
-                          r->detail ? r->detail : "?");
+            status_rollback_line(b, v, r);
         else if (r->kind == BATON__JOURNAL_RECORD__KIND__STAGE_FAILED)
             status_stage_failed_line(b, v, i);
         else if (r->kind == BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED)
