@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "launch_slurm.h"
 #include "recipe.h"
+#include "run/run_ctx.h"
 #include "run/run_dir.h"
 #include "run/run_edit.h"
 #include "run/supervise.h"
@@ -35,7 +36,9 @@ static void status_usage(FILE *f) {
                "warns when RUN_DIR/recipe.yaml was edited after that process read it (the\n"
                "edit is taken at the next 'baton resume'): the steps and ETA shown are then\n"
                "those of the recipe it read (RUN_DIR/running-recipe.yaml), as they are\n"
-               "while recipe.yaml is missing; an edit that resume would refuse is said.\n\n"
+               "while recipe.yaml is missing; an edit that resume would refuse as it reads\n"
+               "it (one that cannot be read, moves the run's stages or is not valid) is\n"
+               "said.\n\n"
                "  --json   one JSON object instead: run_dir, state (completed, running,\n"
                "           stopped, failed, not_started: made by baton run or submit, no\n"
                "           attempt yet), failures, restarts, recoveries, failure (why a\n"
@@ -43,8 +46,11 @@ static void status_usage(FILE *f) {
                "           null), worker (the --worker the run was started with, else\n"
                "           null), holder (the process working in a running run: pid,\n"
                "           host, this_host, since in unix seconds, command: run, resume\n"
-               "           or submit, and recipe_edited: the kept recipe edited since it\n"
-               "           read it; null when not running or not known),\n"
+               "           or submit, recipe_edited: the kept recipe edited since it\n"
+               "           read it, kept_recipe: ok, edited, missing or unreadable, and\n"
+               "           running_copy: its copy of the recipe it read where the kept one\n"
+               "           is not that (taken, missing, other or unreadable; else null);\n"
+               "           null when not running or not known),\n"
                "           recipe_mismatch (how the kept recipe's stages were\n"
                "           removed, inserted or reordered among the run's, which resume\n"
                "           refuses; the stages are then the run's, under the names they\n"
@@ -158,13 +164,14 @@ static void status_warn_edited(const status_view *v) {
     const char *resume = bt_shell_cmd(&cmd, "baton resume", v->dir);
     if (gone) {
         char now[300] = "is missing";
-        if (v->kept_err != ENOENT)
-            snprintf(now, sizeof now, "cannot be read (%s)", bt_file_why(v->kept_err));
+        int missing = v->kept_err == ENOENT;
+        if (!missing) snprintf(now, sizeof now, "cannot be read (%s)", bt_file_why(v->kept_err));
         fprintf(stderr,
                 "baton status: warning: %s/recipe.yaml, which the running baton %s (%s) read, "
                 "%s now: that process trains the recipe it read, and %s refuses the run until "
-                "it is back (%s)\n",
-                v->dir, v->holder.command, pid, now, resume, shown);
+                "it is %s (%s)\n",
+                v->dir, v->holder.command, pid, now, resume, missing ? "back" : "readable again",
+                shown);
     } else
         fprintf(stderr,
                 "baton status: warning: %s/recipe.yaml was edited after the running baton %s "
@@ -565,15 +572,22 @@ static void status_stage_failed_line(bt_buf *b, const status_view *v, size_t i) 
                   status_stage_name(v, r->stage_index), r->detail ? r->detail : "?");
 }
 
+/* A ROLLBACK's line: one that skips a window, or a request refused after the stage's
+ * RUN_MAX_ROLLBACKS (journaled without a window: not rolled back). */
+static void status_rollback_line(bt_buf *b, const status_view *v, const Baton__JournalRecord *r) {
+    uint64_t from, to;
+    bt_buf_printf(b, "  rollback%s: stage %s attempt %u: %s\n",
+                  run_skip_parse(r->detail, &from, &to) == 0 ? "" : " refused",
+                  status_stage_name(v, r->stage_index), r->attempt, r->detail ? r->detail : "?");
+}
+
 static void status_failures(bt_buf *b, const status_view *v) {
     for (size_t i = 0; i < v->n; i++) {
         const Baton__JournalRecord *r = v->rec[i];
         if (r->kind == BATON__JOURNAL_RECORD__KIND__FAILURE)
             status_failure_line(b, v, i);
         else if (r->kind == BATON__JOURNAL_RECORD__KIND__ROLLBACK)
-            bt_buf_printf(b, "  rollback: stage %s attempt %u: %s\n",
-                          status_stage_name(v, r->stage_index), r->attempt,
-                          r->detail ? r->detail : "?");
+            status_rollback_line(b, v, r);
         else if (r->kind == BATON__JOURNAL_RECORD__KIND__STAGE_FAILED)
             status_stage_failed_line(b, v, i);
         else if (r->kind == BATON__JOURNAL_RECORD__KIND__NODE_EXCLUDED)
@@ -764,6 +778,27 @@ static void status_json_opt_string(bt_buf *b, const char *s) {
         bt_buf_printf(b, "null");
 }
 
+/* The kept recipe against what the running process read: "ok", "edited", "missing" or
+ * "unreadable" (holder.kept_recipe). */
+static const char *status_kept_word(const status_view *v) {
+    if (v->kept_err) return v->kept_err == ENOENT ? "missing" : "unreadable";
+    return v->recipe_edited ? "edited" : "ok";
+}
+
+/* The running process's copy of its recipe, where it was looked for (the kept one is not
+ * what it read): "taken", "missing", "other" (bytes) or "unreadable" (or not parsed); else
+ * "" (null: holder.running_copy). */
+static const char *status_copy_word(const status_view *v) {
+    static const char *const word[] = {
+        [STATUS_COPY_TAKEN] = "taken",
+        [STATUS_COPY_MISSING] = "missing",
+        [STATUS_COPY_OTHER] = "other",
+        [STATUS_COPY_BAD] = "unreadable",
+    };
+    if (v->creating || (!v->recipe_edited && !v->kept_err)) return "";
+    return word[v->copy];
+}
+
 /* The process holding a running run (run_holder.h), else null. */
 static void status_json_holder(bt_buf *b, const status_view *v) {
     if (!v->running || !v->has_holder) {
@@ -783,7 +818,10 @@ static void status_json_holder(bt_buf *b, const status_view *v) {
     status_json_opt(b, "stopping_since", h->stopping != 0, h->stopping);
     bt_buf_printf(b, ", \"command\": ");
     bt_buf_json_string(b, h->command);
-    bt_buf_printf(b, ", \"recipe_edited\": %s}", v->recipe_edited ? "true" : "false");
+    bt_buf_printf(b, ", \"recipe_edited\": %s, \"kept_recipe\": \"%s\", \"running_copy\": ",
+                  v->recipe_edited ? "true" : "false", status_kept_word(v));
+    status_json_opt_string(b, status_copy_word(v));
+    bt_buf_printf(b, "}");
 }
 
 static void status_json(bt_buf *b, const status_view *v) {

@@ -108,10 +108,11 @@ static void status_valid(status_view *v) {
     status_jsonl(v, "valid.jsonl", status_valid_line, last, sizeof last);
 }
 
-/* The run's --set overrides, so that step counts are the run's: those the journal kept as
- * the run started (a warning when RUN_DIR/overrides is lost, cannot be read — a FIFO, a
- * link, over 1 MiB — or differs, which resume refuses), else RUN_DIR/overrides. */
-static void status_apply_overrides(status_view *v, bt_diag *diag) {
+/* The run's --set overrides applied to doc, so that step counts are the run's: those the
+ * journal kept as the run started (with warn, a warning when RUN_DIR/overrides is lost,
+ * cannot be read — a FIFO, a link, over 1 MiB — or differs, which resume refuses), else
+ * RUN_DIR/overrides. */
+static void status_apply_overrides(const status_view *v, recipe_doc *doc, int warn, bt_diag *diag) {
     char path[4200], *kept = NULL, what[200];
     size_t kept_n = 0;
     uint32_t crc = 0;
@@ -126,7 +127,7 @@ static void status_apply_overrides(status_view *v, bt_diag *diag) {
         snprintf(what, sizeof what, "is missing since the run started");
     else
         snprintf(what, sizeof what, "cannot be read (%s)", bt_file_why(err));
-    if (started && (!have || crc32c_update(0, kept, kept_n) != crc))
+    if (warn && started && (!have || crc32c_update(0, kept, kept_n) != crc))
         fprintf(stderr,
                 "baton status: warning: %s %s; showing the run's own overrides, which the "
                 "journal keeps\n",
@@ -138,7 +139,7 @@ static void status_apply_overrides(status_view *v, bt_diag *diag) {
         if (len > 0 && len < sizeof line) {
             memcpy(line, p, len);
             line[len] = '\0';
-            recipe_apply_set(&v->doc, line, diag);
+            recipe_apply_set(doc, line, diag);
         }
         p += len + (p[len] == '\n');
     }
@@ -292,9 +293,21 @@ static void status_pick_recipe(status_view *v, int kept_only) {
     v->journal_rows = not_read;
 }
 
+/* 1 when the kept recipe doc, with the run's overrides applied as resume applies them,
+ * is one resume refuses (an override that no longer applies, or recipe_validate_run),
+ * diag saying why. */
+static int status_kept_invalid(const status_view *v, recipe_doc *kept, bt_diag *diag) {
+    bt_diag naming;
+    bt_diag_init(&naming);
+    status_apply_overrides(v, kept, 0, diag);
+    return bt_diag_isset(diag) || recipe_validate_run(kept, diag, &naming) != 0;
+}
+
 /* With the running process's recipe shown for an edit of the kept one: what the next
- * baton resume makes of that edit, said when it refuses it (it cannot be read, or its
- * stages moved among the run's); the rows stay what runs. */
+ * baton resume makes of that edit, said when it refuses it (it cannot be read, its stages
+ * moved among the run's, or with the run's overrides it fails validation, as resume checks
+ * it); the rows stay what runs. Resume's checks against the run's checkpoints and data
+ * (steps below a checkpoint's, another model shape) are not made here. */
 static void status_check_kept(const status_view *v) {
     char path[4200], what[600];
     size_t at = 0;
@@ -315,6 +328,11 @@ static void status_check_kept(const status_view *v) {
                 "matches the run's stages: %s; the next 'baton resume' refuses it until they "
                 "are back in their order\n",
                 v->dir, what);
+    else if (status_kept_invalid(v, &kept, &d))
+        fprintf(stderr,
+                "baton status: warning: the kept recipe (%s/recipe.yaml), as edited, is not "
+                "valid: %s; the next 'baton resume' refuses it until it is mended\n",
+                v->dir, d.msg);
     recipe_doc_free(&kept);
 }
 
@@ -356,7 +374,7 @@ int status_load(status_view *v, const char *dir, int kept_only, bt_diag *diag) {
     v->running = run_dir_busy(dir);
     if (v->running) status_holder(v);
     if (!v->creating) status_pick_recipe(v, kept_only);
-    if (v->have_doc) status_apply_overrides(v, &ignore);
+    if (v->have_doc) status_apply_overrides(v, &v->doc, 1, &ignore);
     run_state_replay(&v->st, v->rec, v->n);
     if (v->have_doc)
         status_check_moved(v);

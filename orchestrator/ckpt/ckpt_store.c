@@ -76,16 +76,20 @@ static void push_usage(FILE *f) {
             "another name; push says so before changing anything. A replaced checkpoint's\n"
             "files this one has not are removed too. A push that fails after it sent files\n"
             "removes them again (DELETE), saying so, or says how many stay, and where,\n"
-            "when the store does not let it.\n\n"
+            "when the store does not let it. Replacing is not atomic: once push removed\n"
+            "the store's manifest.pb of the name, the store holds no complete checkpoint\n"
+            "of it until the push completes, and a failed push leaves none; to keep the\n"
+            "old one until the new one is there, push under another name.\n\n"
             "URL: http(s)://HOST[:PORT]/PREFIX (PUT/GET/HEAD, e.g. a WebDAV server) or\n"
             "     s3://BUCKET/PREFIX (path-style, SigV4; credentials from AWS_ACCESS_KEY_ID,\n"
             "     AWS_SECRET_ACCESS_KEY, AWS_REGION)\n\n"
             "options:\n"
             "%s\n"
             "Exit status: 0 pushed, 1 failed (the store refused or could not be reached\n"
-            "after the retries, a shard failed its CRC32C), 2 bad usage, URL or checkpoint,\n"
-            "or a checkpoint of that name to replace in a store without DELETE or that\n"
-            "refuses it.\n",
+            "after the retries, a shard failed its CRC32C, the store refused to delete a\n"
+            "replaced checkpoint's file once its manifest.pb was removed), 2 bad usage,\n"
+            "URL or checkpoint, or a checkpoint of that name to replace in a store without\n"
+            "DELETE or that refuses it.\n",
             STORE_COMMON_OPTIONS);
 }
 
@@ -301,14 +305,24 @@ static int push_drop_manifest(ckpt_remote *r, const char *name, bt_diag *diag) {
  * checkpoint has not (another world size's shards), which no manifest.pb will list again,
  * removed too. */
 static int push_drop_extras(ckpt_remote *r, const char *name, push_state *st, bt_diag *diag) {
-    long status;
+    long status = 0;
     for (size_t i = 0; i < st->old.n; i++) {
         if (!st->extra[i]) continue;
-        int rc = ckpt_remote_delete(r, name, st->old.file[i].name, &status, diag);
-        if (rc < 0) return rc;
+        const char *file = st->old.file[i].name;
+        bt_diag d;
+        bt_diag_init(&d);
+        int rc = ckpt_remote_delete(r, name, file, &status, &d);
+        if (rc == BT_EUNSUPPORTED) /* its manifest.pb went: the store has changed (exit 1) */
+            bt_diag_set(diag,
+                        "%s: the %s of %s was removed, but the store refused to delete %s (the "
+                        "checkpoint replaced had it, this one has not)",
+                        d.msg, CKPT_MANIFEST, name, file);
+        else if (rc < 0)
+            bt_diag_set(diag, "%s", d.msg);
+        if (rc < 0) return rc == BT_EUNSUPPORTED ? BT_EIO : rc;
         st->extra[i] = 0;
-        printf("  %s: removed (the checkpoint replaced had it, this one has not)\n",
-               st->old.file[i].name);
+        if (status != 404) /* a file its manifest.pb listed that the store did not hold */
+            printf("  %s: removed (the checkpoint replaced had it, this one has not)\n", file);
     }
     return 0;
 }
@@ -334,6 +348,14 @@ static int push_compare(ckpt_remote *r, const char *name, push_state *st, int *s
     return rc;
 }
 
+/* Checkpoint dir was removed (a run's retention) before push changed the store:
+ * BT_EIO, for ckpt_gone_retry to say so and push the run's next newest, the store's
+ * checkpoint of the name left whole. */
+static int push_gone(const char *dir, bt_diag *diag) {
+    bt_diag_set(diag, "%s: the checkpoint was removed while it was being read", dir);
+    return BT_EIO;
+}
+
 /* Sends what the store does not hold, the store's manifest.pb removed first when anything
  * it lists is replaced or has no place in this checkpoint (st->dropped; the latter then
  * removed too), each file sent noted in st->sent. */
@@ -341,6 +363,8 @@ static int push_files(ckpt_remote *r, const char *dir, const char *name, push_st
                       bt_diag *diag) {
     int stale = 0;
     int rc = push_compare(r, name, st, &stale, diag);
+    if (rc == 0 && stale && ckpt_removed(dir)) /* gone before the store's copy is touched */
+        rc = push_gone(dir, diag);
     if (rc == 0 && stale) rc = push_drop_manifest(r, name, diag);
     st->dropped = rc == 0 && stale;
     if (st->dropped) rc = push_drop_extras(r, name, st, diag);

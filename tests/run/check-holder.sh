@@ -45,13 +45,16 @@ h = json.load(sys.stdin)["holder"]
 print("null" if h is None else "%s %s %s %s %s" % ("null" if h["pid"] is None else h["pid"],
       h["command"], h["host"], h["this_host"], h["recipe_edited"]))'
 }
-# plan_json DIR: status --json's steps_from, each stage's name:steps, then eta or no-eta
+# plan_json DIR: status --json's steps_from, each stage's name:steps, eta or no-eta, then
+# holder.kept_recipe and holder.running_copy ("-" without a holder)
 plan_json() {
   "$baton" status "$1" --json 2>/dev/null | /usr/bin/python3 -c '
 import json, sys
 j = json.load(sys.stdin)
+h = j["holder"]
 print(j["steps_from"], " ".join("%s:%s" % (s["name"], s["steps"]) for s in j["stages"]),
-      "no-eta" if j["eta_s"] is None else "eta")'
+      "no-eta" if j["eta_s"] is None else "eta",
+      "-" if h is None else "%s %s" % (h["kept_recipe"], h["running_copy"]))'
 }
 # start_run CMD...: baton CMD in the background ($bpid), its steps slowed, until step 2 of
 # its own attempt (an earlier attempt's log, a resume's predecessor, is passed over)
@@ -389,7 +392,7 @@ holder-edit-plan)
   running="(the stages, steps and ETA shown are those of the recipe it read, kept as r1/running-recipe.yaml)"
   grep -q "edit is taken at the next 'baton resume r1' $running\$" st.err && (($(wc -l <st.err) == 1)) ||
     { cat st.err; fail "status does not say which recipe it shows"; }
-  [[ $(plan_json r1) == "running-recipe.yaml a:400 eta" ]] || { plan_json r1; fail "status --json of the running plan"; }
+  [[ $(plan_json r1) == "running-recipe.yaml a:400 eta edited taken" ]] || { plan_json r1; fail "status --json of the running plan"; }
   # the edit as the next resume takes it, said while what runs is shown: one it cannot read,
   # one whose stages moved among the run's
   echo 'stages: [' >>r1/recipe.yaml
@@ -401,19 +404,24 @@ holder-edit-plan)
   "$baton" status r1 >st.out 2>st.err
   grep -q "^baton status: warning: the kept recipe (r1/recipe.yaml), as edited, no longer matches the run's stages: stage \"a\" was the run's stage 1 and is the recipe's stage 2 now; the next 'baton resume' refuses it until they are back in their order\$" st.err ||
     { cat st.err; fail "status does not say the edited kept recipe moved the run's stages"; }
-  [[ $(plan_json r1) == "running-recipe.yaml a:400 eta" ]] || { plan_json r1; fail "status --json of an edit that moved the stages"; }
+  [[ $(plan_json r1) == "running-recipe.yaml a:400 eta edited taken" ]] || { plan_json r1; fail "status --json of an edit that moved the stages"; }
+  # one that is not valid as resume checks it, with the run's overrides
+  one_rank_recipe hold "checkpoint: {every_steps: 2}" "{name: a, steps: 60, micro_batch: 3}" >r1/recipe.yaml
+  "$baton" status r1 >st.out 2>st.err
+  grep -q "^baton status: warning: the kept recipe (r1/recipe.yaml), as edited, is not valid: r1/recipe.yaml:[0-9]*:[0-9]*: defaults.global_batch: global_batch 4 is not a multiple of micro_batch .*; the next 'baton resume' refuses it until it is mended\$" st.err ||
+    { cat st.err; fail "status does not say the edited kept recipe is not valid"; }
   # the kept recipe moved aside, or a link: what runs is shown all the same, and said
   for kept in missing link; do
     rm -f r1/recipe.yaml
     [[ $kept == link ]] && ln -s ../edited.yaml r1/recipe.yaml
     "$baton" status r1 >st.out 2>st.err
-    now="is missing"
-    [[ $kept == link ]] && now="cannot be read (a symbolic link (a run's own file is never followed))"
+    now="is missing" until="back" word=missing
+    [[ $kept == link ]] && now="cannot be read (a symbolic link (a run's own file is never followed))" until="readable again" word=unreadable
     grep -Eq '^  a +running +[0-9]+/400 ' st.out && grep -q '^  now: stage a step [0-9]*/400, ' st.out ||
       { cat st.out; fail "status of a run whose kept recipe is $kept does not show what runs"; }
-    grep -Fxq "baton status: warning: r1/recipe.yaml, which the running baton run (pid $bpid) read, $now now: that process trains the recipe it read, and 'baton resume r1' refuses the run until it is back $running" st.err &&
+    grep -Fxq "baton status: warning: r1/recipe.yaml, which the running baton run (pid $bpid) read, $now now: that process trains the recipe it read, and 'baton resume r1' refuses the run until it is $until $running" st.err &&
       (($(wc -l <st.err) == 1)) || { cat st.err; fail "status does not say the kept recipe is $kept"; }
-    [[ $(plan_json r1) == "running-recipe.yaml a:400 eta" ]] || { plan_json r1; fail "status --json, the kept recipe $kept"; }
+    [[ $(plan_json r1) == "running-recipe.yaml a:400 eta $word taken" ]] || { plan_json r1; fail "status --json, the kept recipe $kept"; }
   done
   rm -f r1/recipe.yaml && cp edited.yaml r1/recipe.yaml
   # a copy of other bytes than the holder read, one that cannot be read, or none: neither
@@ -423,16 +431,16 @@ holder-edit-plan)
   cp r1/recipe.yaml r1/running-recipe.yaml
   for copy in other bad none; do
     case $copy in
-    other) why="r1/running-recipe.yaml holds other bytes than the recipe it read (CRC32C $(crc_of edited.yaml), its record names $ran)" ;;
-    bad) why="its copy of the recipe it read, r1/running-recipe.yaml, cannot be read (a symbolic link (a run's own file is never followed))" ;;
-    none) why="its copy of the recipe it read, r1/running-recipe.yaml, is missing (a baton older than this one started it, or the copy could not be written)" ;;
+    other) word=other why="r1/running-recipe.yaml holds other bytes than the recipe it read (CRC32C $(crc_of edited.yaml), its record names $ran)" ;;
+    bad) word=unreadable why="its copy of the recipe it read, r1/running-recipe.yaml, cannot be read (a symbolic link (a run's own file is never followed))" ;;
+    none) word=missing why="its copy of the recipe it read, r1/running-recipe.yaml, is missing (a baton older than this one started it, or the copy could not be written)" ;;
     esac
     "$baton" status r1 >st.out 2>st.err
     grep -Eq '^  a +running +[0-9]+/\? ' st.out && ! grep -q '^  now: ' st.out && ! grep -q '^  b ' st.out ||
       { cat st.out; fail "status shows planned steps or stages not running without the running recipe ($copy)"; }
     grep -Fq "edit is taken at the next 'baton resume r1' ($why: planned steps are shown as '?' (null in --json), with no ETA, and only the stages its journal has (1; the recipe it read may have more))" st.err ||
       { cat st.err; fail "status does not say why it lacks the running recipe ($copy)"; }
-    [[ $(plan_json r1) == "None a:None no-eta" ]] || { plan_json r1; fail "status --json without the running recipe ($copy)"; }
+    [[ $(plan_json r1) == "None a:None no-eta edited $word" ]] || { plan_json r1; fail "status --json without the running recipe ($copy)"; }
     rm -f r1/running-recipe.yaml
     [[ $copy == other ]] && ln -s ../hold.yaml r1/running-recipe.yaml
   done
@@ -450,16 +458,16 @@ holder-edit-plan)
   # a's steps edited again, past where the run stopped, so that the resume has steps to train
   at=$("$baton" status r1 --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["stages"][0]["step"])')
   sed -i "s/steps: 60}/steps: $((at + 30))}/" r1/recipe.yaml
-  [[ $(plan_json r1) == "recipe.yaml a:$((at + 30)) b:3 no-eta" ]] || { plan_json r1; fail "status --json of the stopped run"; }
+  [[ $(plan_json r1) == "recipe.yaml a:$((at + 30)) b:3 no-eta -" ]] || { plan_json r1; fail "status --json of the stopped run"; }
   # a resume reads the edit: its plan is the kept recipe's; a stage appended while it runs
   # is not shown, and the closing summary says resume trains it
   start_held resume r1
   cmp -s r1/recipe.yaml r1/running-recipe.yaml || fail "the resume did not keep the recipe it read"
   "$baton" status r1 >st.out 2>st.err
   [[ ! -s st.err ]] || { cat st.err; fail "the resume, which read the edit, is warned about"; }
-  [[ $(plan_json r1) == "recipe.yaml a:$((at + 30)) b:3 eta" ]] || { plan_json r1; fail "status --json of the resume"; }
+  [[ $(plan_json r1) == "recipe.yaml a:$((at + 30)) b:3 eta ok None" ]] || { plan_json r1; fail "status --json of the resume"; }
   echo '  - {name: c, steps: 2}' >>r1/recipe.yaml
-  [[ $(plan_json r1) == "running-recipe.yaml a:$((at + 30)) b:3 eta" ]] || { plan_json r1; fail "status --json of the resume, edited"; }
+  [[ $(plan_json r1) == "running-recipe.yaml a:$((at + 30)) b:3 eta edited taken" ]] || { plan_json r1; fail "status --json of the resume, edited"; }
   rm hold.0
   wait "$bpid" || { cat run.out; fail "the resume exited $?"; }
   bpid=

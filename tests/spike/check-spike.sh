@@ -176,8 +176,9 @@ rollback-limit)
   "$baton" status r1 >status.txt || true
   grep -q "failed (stage pretrain: giving up after 5 rollbacks; last failure: rank " status.txt ||
     { cat status.txt; fail "status does not say why"; }
-  [[ $(grep -c "^  rollback: .*; rolled back to " status.txt) == 5 ]] || { cat status.txt; fail "status: not 5 rollbacks"; }
-  grep -q "^  rollback: stage pretrain attempt 5: loss spikes at steps 15..17 after 5 rollbacks: not rolled back, no samples skipped; .* so a resume starts from the stage's start" status.txt ||
+  [[ $(grep -c "^  rollback: .*; rolled back to " status.txt) == 5 && $(grep -c "^  rollback: " status.txt) == 5 ]] ||
+    { cat status.txt; fail "status: not 5 rollbacks"; }
+  grep -q "^  rollback refused: stage pretrain attempt 5: loss spikes at steps 15..17 after 5 rollbacks: not rolled back, no samples skipped; .* so a resume starts from the stage's start" status.txt ||
     { cat status.txt; fail "status: the refused request is not listed"; }
   echo "$case: 5 rollbacks, the 6th request refused, exit 1"
   ;;

@@ -30,9 +30,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/server-lib.sh"
 nginx=$(PATH=$PATH:/usr/sbin command -v nginx) || { echo "SKIPPED: nginx is not installed"; exit 77; }
 work=$(mktemp -d /tmp/baton-test-http.XXXXXX)
-server_pid=
-cleanup() {
-  [[ -n $server_pid ]] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+server_pid= nodel_pid= nolen_pid=
+cleanup() { # every server still running, also when the script dies midway
+  local p
+  for p in $server_pid $nodel_pid $nolen_pid; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -250,8 +251,12 @@ class H(http.server.BaseHTTPRequestHandler):
         if not os.path.isfile(f): return self.reply(404)
         self.reply(200, open(f, "rb").read())
     do_HEAD = do_GET
-    if len(sys.argv) > 3:  # a store that refuses DELETE with this status (401, 403)
-        def do_DELETE(self): self.reply(int(sys.argv[3]))
+    if len(sys.argv) > 3:  # a store that refuses DELETE with this status (401, 403) ...
+        def do_DELETE(self):
+            f = self.path_of()  # ... but for a manifest.pb, given "manifest" (per-object rights)
+            if sys.argv[4:] == ["manifest"] and f.endswith("/manifest.pb") and os.path.isfile(f):
+                os.remove(f); return self.reply(204)
+            self.reply(int(sys.argv[3]))
 http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 PY
 nport=$(free_port) || exit 1
@@ -278,6 +283,7 @@ else
   fail "the store without DELETE did not start: $(cat nodel.log)"
 fi
 kill "$nodel_pid" && wait "$nodel_pid" 2>/dev/null
+nodel_pid=
 # The same server refusing DELETE to these credentials (401 Unauthorized, 403 Forbidden):
 # also said at once with what to do, exit 2, the store untouched.
 for code in 401 403; do
@@ -300,6 +306,7 @@ for code in 401 403; do
     fail "the store refusing DELETE did not start: $(cat "denied$code.log")"
   fi
   kill "$nodel_pid" && wait "$nodel_pid" 2>/dev/null
+  nodel_pid=
 done
 
 # Credentials in the URL: sent, never shown; else ~/.netrc's.
@@ -459,6 +466,45 @@ rc=$?
 [[ $rc -eq 0 ]] && grep -q "$extra" <<<"$out" && same_files "small/checkpoints/$name" "nginx/www/store/fewer/$name" &&
   ok "a push replacing a checkpoint with more files: the store holds the new files only" ||
   fail "a push replacing a checkpoint with more files: exit $rc: $out; $(files nginx/www/store/fewer)"
+# ... where the store no longer held such a file (its manifest.pb listed it): nothing said
+expect 0 pushed -- push "small2/checkpoints/$name" "$url/miss"
+rm "nginx/www/store/miss/$name/rank-00002.bin" || exit 1
+out=$("$baton" ckpt push "small/checkpoints/$name" "$url/miss" 2>&1)
+rc=$?
+[[ $rc -eq 0 && $out != *"rank-00002.bin: removed"* ]] && same_files "small/checkpoints/$name" "nginx/www/store/miss/$name" &&
+  ok "a replaced checkpoint's file the store did not hold: not said to be removed" ||
+  fail "a replaced checkpoint's file the store did not hold: exit $rc: $out; $(files nginx/www/store/miss)"
+# ... a run's newest checkpoint removed (its retention) before push touched the store's
+# other checkpoint of that name: the store's copy left whole, the next newest pushed
+rm -rf keep && mkdir keep && cp -r "small2/checkpoints/$name" keep/s00-step00000002 || exit 1
+expect 0 pushed -- push keep/s00-step00000002 "$url/keep"
+gone_run 2
+out=$(BATON_FAULT_CKPT_REMOVE=s00-step00000002 "$baton" ckpt push g "$url/keep" 2>&1)
+rc=$?
+[[ $rc -eq 0 && $out != *"manifest.pb: removed"* ]] && same_files keep/s00-step00000002 nginx/www/store/keep/s00-step00000002 &&
+  same_files g/checkpoints/s00-step00000001 nginx/www/store/keep/s00-step00000001 &&
+  grep -q "^baton ckpt push: note: g/checkpoints/s00-step00000002 was removed while it was being read" <<<"$out" &&
+  ok "a checkpoint removed before push replaced the store's: the store's kept whole, the next newest pushed" ||
+  fail "a checkpoint removed before push replaced the store's: exit $rc: $out; $(files nginx/www/store/keep)"
+# ... a store that lets its manifest.pb be deleted but refuses (403) to delete such a file:
+# exit 1 (the store has changed), saying which file
+nport=$(free_port) || exit 1
+mkdir perobj
+/usr/bin/python3 nodel.py "$nport" perobj 403 manifest 2>perobj.log &
+nodel_pid=$!
+if wait_port "$nport" "$nodel_pid"; then
+  expect 0 pushed -- push "small2/checkpoints/$name" "http://127.0.0.1:$nport/store"
+  out=$("$baton" ckpt push "small/checkpoints/$name" "http://127.0.0.1:$nport/store" 2>&1)
+  rc=$?
+  [[ $rc -eq 1 && ! -e perobj/store/$name/manifest.pb ]] &&
+    grep -Fxq "baton ckpt push: DELETE http://127.0.0.1:$nport/store/$name/rank-00002.bin: HTTP 403: the manifest.pb of $name was removed, but the store refused to delete rank-00002.bin (the checkpoint replaced had it, this one has not)" <<<"$out" &&
+    ok "a replaced checkpoint's file the store refuses to delete: exit 1, said" ||
+    fail "a replaced checkpoint's file the store refuses to delete: exit $rc: $out; $(files perobj)"
+else
+  fail "the store refusing DELETE but of manifest.pb did not start: $(cat perobj.log)"
+fi
+kill "$nodel_pid" && wait "$nodel_pid" 2>/dev/null
+nodel_pid=
 
 # A store whose HEAD answers 200 with no Content-Length for a manifest.pb (the rest as
 # nginx does; a manifest.pb PUT under /lost/ is kept but answered 500, as when its answer
@@ -532,6 +578,7 @@ else
   fail "the store without HEAD lengths did not start: $(cat nolen.log)"
 fi
 kill "$nolen_pid" && wait "$nolen_pid" 2>/dev/null
+nolen_pid=
 
 kill "$server_pid" && wait "$server_pid" 2>/dev/null
 server_pid=
