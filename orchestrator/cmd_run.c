@@ -629,6 +629,9 @@ static int run_submit(run_args *a, recipe_doc *doc, run_dir *dir, int *unsure) {
     bt_buf_init(&cmd);
     if (a->dry_run)
         printf("baton submit: wrote %s (not submitted: --dry-run)\n", script);
+    else if (job[0] == '\0') /* warned of: sbatch named no job id */
+        printf("baton submit: submitted, script %s, output in %s; follow it with %s\n", script,
+               path, bt_shell_cmd(&cmd, "baton status", path));
     else
         printf("%s\nbaton submit: job %s, script %s, output %s/slurm-%s.out; "
                "follow it with %s\n",

@@ -1,6 +1,7 @@
 /* `baton submit` (submit.h): renders the batch template and calls sbatch. */
 #include "submit.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -204,6 +205,34 @@ static int submit_refused(int rc, const char *out) {
     return 1;
 }
 
+/* Whether line (len bytes) is what sbatch --parsable prints for the job: "ID", "ID_TASK"
+ * or either followed by ";CLUSTER"; the id's length in *n. */
+static int submit_id_line(const char *line, size_t len, size_t *n) {
+    size_t i = 0;
+    while (i < len && isdigit((unsigned char)line[i]))
+        i++;
+    if (i == 0) return 0;
+    if (i < len && line[i] == '_') {
+        size_t t = ++i;
+        while (i < len && isdigit((unsigned char)line[i]))
+            i++;
+        if (i == t) return 0;
+    }
+    *n = i;
+    return i == len || line[i] == ';';
+}
+
+/* The job id in sbatch's output (stdout and stderr together: a site's job_submit plugin
+ * or cli_filter may print messages before it): its last line that is one, or "". */
+static void submit_job_id(const char *out, char *job_id, size_t cap) {
+    job_id[0] = '\0';
+    for (const char *p = out; *p;) {
+        size_t len = strcspn(p, "\n"), n = 0;
+        if (submit_id_line(p, len, &n)) snprintf(job_id, cap, "%.*s", (int)n, p);
+        p += len + (p[len] == '\n');
+    }
+}
+
 /* How long sbatch may take: 60 s; test hook BATON_FAULT_SBATCH_TIMEOUT=S (docs/slurm.md),
  * so that a test can stop an sbatch that hangs without waiting a minute. */
 static double submit_sbatch_timeout(void) {
@@ -232,7 +261,12 @@ static int submit_sbatch(const char *script, char *job_id, size_t cap, int *unsu
         *unsure = !submit_refused(rc, out);
         return BT_EIO;
     }
-    snprintf(job_id, cap, "%.*s", (int)strcspn(out, ";\n"), out); /* "ID" or "ID;cluster" */
+    submit_job_id(out, job_id, cap);
+    if (job_id[0] == '\0')
+        fprintf(stderr,
+                "baton submit: warning: sbatch %s succeeded but named no job id (its output: "
+                "%.500s); 'squeue -u \"$USER\"' lists your jobs\n",
+                script, out);
     return 0;
 }
 
@@ -500,6 +534,6 @@ int submit_batch(const submit_opts *o, char *script, size_t script_cap, char *jo
     bt_buf_free(&b);
     if (rc != 0 || o->dry_run) return rc;
     rc = submit_sbatch(script, job_id, cap, unsure, diag);
-    if (rc == 0) submit_note_job(o->run_dir, job_id);
+    if (rc == 0 && job_id[0]) submit_note_job(o->run_dir, job_id);
     return rc;
 }

@@ -601,6 +601,11 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   # a run submit made that has not started (its job in the queue): status says so, exit 0
   expect 0 "^run r1: not started yet \(batch script r1/baton\.sbatch written, no job id kept" -- status r1
   expect 0 "^  fp32 +pending +0/" -- status r1
+  # a site's message (job_submit plugin, cli_filter) before the id: the id is the line that is one
+  mkdir infobin && printf '#!/bin/sh\necho "sbatch: INFO: no account given, using default" >&2\necho "4343;cluster1"\n' >infobin/sbatch && chmod +x infobin/sbatch
+  PATH="$sub/infobin:$PATH" expect 0 "^baton submit: job 4343, script $sub/rj/baton\.sbatch, output $sub/rj/slurm-4343\.out" -- \
+    submit "$small" --run-dir rj --set stages.fp32.steps=3
+  [[ $(cat rj/job_id) == 4343 ]] || { echo "FAIL: rj/job_id '$(cat rj/job_id)'"; exit 1; }
   expect 0 '"state": "not_started", .*"job_id": null' -- status r1 --json
   grep -qx "#SBATCH --chdir=$sub" r1/baton.sbatch || { echo "FAIL: no --chdir"; exit 1; }
   grep -q -- "--gpus-per-node" r1/baton.sbatch && { echo "FAIL: a CPU recipe asks for GPUs"; exit 1; }
