@@ -56,19 +56,38 @@ static void slurm_child(const char *exe, char *const argv[], int out, int fd_lim
     _exit(127);
 }
 
-/* Reads what is there, keeping what fits; the read's result (0 at the end). */
-static ssize_t slurm_drain(int fd, char *out, size_t cap, size_t *len) {
+/* Reads what is there, keeping what fits (tail: the last cap - 1 bytes); the read's result
+ * (0 at the end). */
+static ssize_t slurm_drain(int fd, char *out, size_t cap, size_t *len, int tail) {
     char tmp[4096];
     ssize_t n = read(fd, tmp, sizeof tmp);
     if (n <= 0) return n < 0 && errno == EINTR ? 1 : n;
-    size_t k = (size_t)n < cap - 1 - *len ? (size_t)n : cap - 1 - *len;
-    memcpy(out + *len, tmp, k);
+    size_t room = cap - 1, k = (size_t)n;
+    const char *from = tmp;
+    if (tail && k > room) from += k - room, k = room;
+    if (tail && *len + k > room) { /* drop the oldest */
+        size_t drop = *len + k - room;
+        memmove(out, out + drop, *len - drop);
+        *len -= drop;
+    }
+    if (k > room - *len) k = room - *len;
+    memcpy(out + *len, from, k);
     *len += k;
     out[*len] = '\0';
     return n;
 }
 
+static int slurm_exec(char *const argv[], char *out, size_t cap, double timeout_s, int tail);
+
 int launch_slurm_exec(char *const argv[], char *out, size_t cap, double timeout_s) {
+    return slurm_exec(argv, out, cap, timeout_s, 0);
+}
+
+int launch_slurm_exec_tail(char *const argv[], char *out, size_t cap, double timeout_s) {
+    return slurm_exec(argv, out, cap, timeout_s, 1);
+}
+
+static int slurm_exec(char *const argv[], char *out, size_t cap, double timeout_s, int tail) {
     int p[2];
     char exe[4096];
     out[0] = '\0';
@@ -93,7 +112,7 @@ int launch_slurm_exec(char *const argv[], char *out, size_t cap, double timeout_
             break;
         }
         int r = poll(&pfd, 1, (int)(left * 1000) + 1);
-        if (r > 0 && slurm_drain(p[0], out, cap, &len) <= 0) break; /* the end */
+        if (r > 0 && slurm_drain(p[0], out, cap, &len, tail) <= 0) break; /* the end */
     }
     if (timed_out) kill(pid, SIGKILL);
     close(p[0]);

@@ -153,5 +153,8 @@ int launch_slurm_signal(void *arg, int sig);
 /* Runs argv (no shell) with output captured into out (cap bytes, NUL-terminated), at most
  * timeout_s; returns the exit status, 124 on timeout, or -1 when it cannot run. */
 int launch_slurm_exec(char *const argv[], char *out, size_t cap, double timeout_s);
+/* The same, keeping the last cap - 1 bytes of the output, not the first (where the last
+ * error line is what matters). */
+int launch_slurm_exec_tail(char *const argv[], char *out, size_t cap, double timeout_s);
 
 #endif
