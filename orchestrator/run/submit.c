@@ -199,14 +199,22 @@ static const char *const submit_lost_reply[] = {
     "Protocol authentication error",
 };
 
+/* sbatch's status for an error: 1, or SLURM_EXIT_ERROR where the site sets it. */
+static int submit_error_status(int rc) {
+    const char *e = getenv("SLURM_EXIT_ERROR");
+    int site = e ? atoi(e) : 0;
+    return rc == 1 || (site != 0 && rc == site);
+}
+
 /* Whether sbatch's failure (status rc, output out) is a refusal, with no job queued: sbatch
- * could not be run (-1; 127 with nothing said: exec failed), or it exited 1, its status for
- * every error, saying "sbatch: error:" and no failure to talk to slurmctld. Anything else
- * (killed at the timeout, 124, or by a signal, another status, a lost reply) may have
- * queued the job. */
+ * could not be run (-1; 127 with nothing said: exec failed), or it exited with its error
+ * status (1, or SLURM_EXIT_ERROR), saying "sbatch: error:" or "sbatch: fatal:" and no
+ * failure to talk to slurmctld. Anything else (killed at the timeout, 124, or by a signal,
+ * another status, a lost reply) may have queued the job. */
 static int submit_refused(int rc, const char *out) {
     if (rc == -1 || (rc == 127 && out[0] == '\0')) return 1;
-    if (rc != 1 || strstr(out, "sbatch: error:") == NULL) return 0;
+    if (!submit_error_status(rc)) return 0;
+    if (strstr(out, "sbatch: error:") == NULL && strstr(out, "sbatch: fatal:") == NULL) return 0;
     for (size_t i = 0; i < sizeof submit_lost_reply / sizeof submit_lost_reply[0]; i++)
         if (strstr(out, submit_lost_reply[i]) != NULL) return 0;
     return 1;

@@ -720,7 +720,16 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
     submit "$small" --run-dir r17 --set stages.fp32.steps=3
   [[ -f r16/baton.sbatch && ! -e r17 ]] ||
     { echo "FAIL: squeue failing: r16 $(ls r16 2>&1); squeue listing none: r17 $(ls r17 2>&1)"; exit 1; }
-  echo "ok   sbatch's lost replies kept, refusals confirmed with squeue"
+  # a refusal with the site's SLURM_EXIT_ERROR, or worded "sbatch: fatal:": removed, no "kept"
+  printf '#!/bin/sh\necho "sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified" >&2\nexit 7\n' >fakebin/sbatch
+  out=$(SLURM_EXIT_ERROR=7 PATH="$sub/fakebin:$PATH" "$baton" submit "$small" --run-dir r18 --set stages.fp32.steps=3 2>&1)
+  [[ $? == 1 && ! -e r18 && $out != *kept* ]] ||
+    { echo "FAIL: a refusal under SLURM_EXIT_ERROR=7: r18 $(ls r18 2>&1): $out"; exit 1; }
+  printf '#!/bin/sh\necho "sbatch: fatal: Invalid --time specification" >&2\nexit 1\n' >fakebin/sbatch
+  PATH="$sub/fakebin:$PATH" expect 1 "failed \(status 1\): sbatch: fatal: Invalid --time" -- \
+    submit "$small" --run-dir r19 --set stages.fp32.steps=3
+  [[ ! -e r19 ]] || { echo "FAIL: an 'sbatch: fatal:' refusal kept r19"; exit 1; }
+  echo "ok   sbatch's lost replies kept, refusals confirmed with squeue, SLURM_EXIT_ERROR and fatal taken"
   expect 0 "wrote $sub/r9/baton.sbatch" -- submit "$small" --run-dir r9 --dry-run --set stages.fp32.steps=4
   # a submitted job's id is kept, and status names it while the job waits
   mkdir okbin && printf '#!/bin/sh\necho "4242;cluster1"\n' >okbin/sbatch && chmod +x okbin/sbatch
