@@ -190,7 +190,7 @@ node-cap)
   done
   "$baton" submit cap.yaml --run-dir s --dry-run --set cluster.nodes=64 \
     --set cluster.spare_nodes=4294967232 >run.out 2>&1
-  [[ $? == 2 ]] && grep -q "64 nodes + 4294967232 spare_nodes is more than the 4194304 nodes baton plans for" run.out ||
+  [[ $? == 2 ]] && grep -q "64 nodes + 4294967232 spare_nodes is more than the 4194304 baton plans for (its device limit)" run.out ||
     fail "spare_nodes wrapping nodes + spare_nodes past 2^32 not refused"
   ;;
 local-nodes)
