@@ -593,17 +593,20 @@ static int run_submit_precheck(const run_args *a, const recipe_doc *doc) {
 /* After an sbatch failure that is no clear refusal (submit_batch's unsure): the run
  * directory path is kept, since a job Slurm queued all the same would start on it, and
  * the user is told how to find out and what to do either way. */
-static void run_submit_unsure(const char *path, const char *script) {
+static void run_submit_unsure(const char *path, const char *script, int unsure) {
     bt_buf c1, c2;
     bt_buf_init(&c1), bt_buf_init(&c2);
     fprintf(stderr,
-            "baton submit: kept %s: sbatch did not say that Slurm refused the job (its reply "
-            "may have been lost after the job was queued), and a queued job would run in that "
+            "baton submit: kept %s: %s, and a queued job would run in that "
             "directory. 'squeue --me --format=%%i,%%T,%%o' lists your jobs with their "
             "scripts: look for %s (a job that started has written %s/slurm-JOBID.out). If "
             "Slurm has none, submit the script with %s, or remove the directory with %s\n",
-            path, script, path, bt_shell_cmd(&c1, "sbatch", script),
-            bt_shell_cmd(&c2, "rm -r", path));
+            path,
+            unsure == 2 ? "squeue could not confirm that Slurm queued no job of it (sbatch's "
+                          "reply may have been lost after the job was queued)"
+                        : "sbatch did not say that Slurm refused the job (its reply "
+                          "may have been lost after the job was queued)",
+            script, path, bt_shell_cmd(&c1, "sbatch", script), bt_shell_cmd(&c2, "rm -r", path));
     bt_buf_free(&c1), bt_buf_free(&c2);
 }
 
@@ -622,13 +625,16 @@ static int run_submit(run_args *a, recipe_doc *doc, run_dir *dir, int *unsure) {
     int rc = submit_batch(&so, script, sizeof script, job, sizeof job, unsure, &d);
     if (rc != 0) {
         cli_error("submit", &d, rc);
-        if (*unsure) run_submit_unsure(path, script);
+        if (*unsure) run_submit_unsure(path, script, *unsure);
         return rc == BT_EINVAL ? BT_EXIT_USAGE : BT_EXIT_FAILURE; /* an option it refuses */
     }
     bt_buf cmd;
     bt_buf_init(&cmd);
     if (a->dry_run)
         printf("baton submit: wrote %s (not submitted: --dry-run)\n", script);
+    else if (job[0] == '\0') /* warned of: sbatch named no job id */
+        printf("baton submit: submitted, script %s, output in %s; follow it with %s\n", script,
+               path, bt_shell_cmd(&cmd, "baton status", path));
     else
         printf("%s\nbaton submit: job %s, script %s, output %s/slurm-%s.out; "
                "follow it with %s\n",

@@ -166,15 +166,17 @@ static int control_add(control_server *cs, int fd, double now) {
     return 0;
 }
 
-/* A connection refused for want of room (max_conns held, or memory): said once an attempt,
- * since a rank refused so is neither supervised nor heard. */
+/* A connection refused for want of room (max_conns held, or memory): said once an attempt.
+ * The worker connects again (CONTROL_CLIENT_HELLO_TRIES connections for its Hello); only
+ * once those are spent does its rank go unsupervised and unheard. */
 static void control_refuse(control_server *cs, int fd, int full) {
     cs->rejected++;
     close(fd);
     if (cs->full_said++ == 0)
         fprintf(stderr,
                 "baton run: control channel: a connection refused: %s (%zu held for a world of "
-                "%u ranks); a worker refused so goes unsupervised (said once an attempt)\n",
+                "%u ranks); the worker connects again, and goes unsupervised only if every "
+                "try is refused (said once an attempt)\n",
                 full ? "no room for more" : "out of memory", cs->n_conns, cs->world);
 }
 

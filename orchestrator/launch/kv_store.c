@@ -265,7 +265,6 @@ int kv_store_open(kv_store *s, const char *bind_host, const char *token, size_t 
     }
     snprintf(s->token, sizeof s->token, "%s", token);
     s->max_unauth = bt_tcp_unauth_limit(expected);
-    if (s->max_unauth > KV_STORE_MIN_SLOTS / 2) s->max_unauth = KV_STORE_MIN_SLOTS / 2;
     if (s->max_unauth < expected) s->max_unauth = expected;
     /* every worker's connection, as many more without a good request yet, and a few */
     s->n_slots = expected + s->max_unauth + 64;

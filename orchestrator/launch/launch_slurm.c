@@ -17,6 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ckpt/ckpt.h"
+#include "util/buf.h"
 #include "util/clock.h"
 #include "util/fd_close.h"
 #include "util/stop_signals.h"
@@ -54,19 +56,38 @@ static void slurm_child(const char *exe, char *const argv[], int out, int fd_lim
     _exit(127);
 }
 
-/* Reads what is there, keeping what fits; the read's result (0 at the end). */
-static ssize_t slurm_drain(int fd, char *out, size_t cap, size_t *len) {
+/* Reads what is there, keeping what fits (tail: the last cap - 1 bytes); the read's result
+ * (0 at the end). */
+static ssize_t slurm_drain(int fd, char *out, size_t cap, size_t *len, int tail) {
     char tmp[4096];
     ssize_t n = read(fd, tmp, sizeof tmp);
     if (n <= 0) return n < 0 && errno == EINTR ? 1 : n;
-    size_t k = (size_t)n < cap - 1 - *len ? (size_t)n : cap - 1 - *len;
-    memcpy(out + *len, tmp, k);
+    size_t room = cap - 1, k = (size_t)n;
+    const char *from = tmp;
+    if (tail && k > room) from += k - room, k = room;
+    if (tail && *len + k > room) { /* drop the oldest */
+        size_t drop = *len + k - room;
+        memmove(out, out + drop, *len - drop);
+        *len -= drop;
+    }
+    if (k > room - *len) k = room - *len;
+    memcpy(out + *len, from, k);
     *len += k;
     out[*len] = '\0';
     return n;
 }
 
+static int slurm_exec(char *const argv[], char *out, size_t cap, double timeout_s, int tail);
+
 int launch_slurm_exec(char *const argv[], char *out, size_t cap, double timeout_s) {
+    return slurm_exec(argv, out, cap, timeout_s, 0);
+}
+
+int launch_slurm_exec_tail(char *const argv[], char *out, size_t cap, double timeout_s) {
+    return slurm_exec(argv, out, cap, timeout_s, 1);
+}
+
+static int slurm_exec(char *const argv[], char *out, size_t cap, double timeout_s, int tail) {
     int p[2];
     char exe[4096];
     out[0] = '\0';
@@ -91,7 +112,7 @@ int launch_slurm_exec(char *const argv[], char *out, size_t cap, double timeout_
             break;
         }
         int r = poll(&pfd, 1, (int)(left * 1000) + 1);
-        if (r > 0 && slurm_drain(p[0], out, cap, &len) <= 0) break; /* the end */
+        if (r > 0 && slurm_drain(p[0], out, cap, &len, tail) <= 0) break; /* the end */
     }
     if (timed_out) kill(pid, SIGKILL);
     close(p[0]);
@@ -240,38 +261,39 @@ static int slurm_arg_num(launch_slurm *s, int *n, const char *prefix, long value
 
 /* Writes the hosts of logical nodes idx[0..n) (idx NULL: of every k < n whose flag is
  * set, skipping those beyond the allocation, which have no host to name), one a line, to
- * path. The number written, or -1 with a message: a node of idx without a host (never
- * left out: srun would take another), or a write that failed. */
-static long slurm_hosts_file(const launch_slurm *s, const char *path, const uint32_t *idx,
+ * path (atomically, as the run's own files). The number written, or -1 with a message: a
+ * node of idx without a host (never left out: srun would take another), or a write that
+ * failed (s->files_err, s->files_at_tmp set). */
+static long slurm_hosts_file(launch_slurm *s, const char *path, const uint32_t *idx,
                              const unsigned char *flag, uint32_t n, bt_diag *diag) {
-    FILE *f = fopen(path, "we");
-    if (f == NULL) {
-        bt_diag_set(diag, "--launcher slurm: cannot write %s: %s", path, strerror(errno));
-        return -1;
-    }
+    bt_buf b;
+    bt_buf_init(&b);
     long written = 0;
     for (uint32_t k = 0; k < n; k++) {
         uint32_t node = idx ? idx[k] : k;
         if (!idx && (!flag[k] || node >= (uint32_t)s->n_hosts)) continue;
         if (node >= (uint32_t)s->n_hosts) {
-            fclose(f);
+            bt_buf_free(&b);
             bt_diag_set(diag, "--launcher slurm: node%u has no host: allocation %s has %d", node,
                         s->job_id, s->n_hosts);
             return -1;
         }
-        fprintf(f, "%s\n", s->hosts[node]);
+        bt_buf_printf(&b, "%s\n", s->hosts[node]);
         written++;
     }
-    int err = ferror(f) ? errno : 0;
-    if (fclose(f) != 0 && err == 0) err = errno;
-    if (err == 0) return written;
-    bt_diag_set(diag, "--launcher slurm: cannot write %s: %s", path, strerror(err));
-    return -1;
+    int rc = BT_ENOMEM, at_tmp = 0;
+    if (!b.oom) rc = ckpt_write_file_atomic_at(path, b.len ? b.data : "", b.len, &at_tmp, diag);
+    if (rc != 0) {
+        s->files_err = b.oom ? ENOMEM : errno, s->files_at_tmp = at_tmp;
+        if (b.oom) bt_diag_set(diag, "--launcher slurm: cannot write %s: out of memory", path);
+    }
+    bt_buf_free(&b);
+    return rc == 0 ? written : -1;
 }
 
 /* FILES.hosts (the active nodes' hosts) and FILES.exclude (the excluded ones', removed
  * when none) into hosts and ex ("" when none): 0, or -1 with a message. */
-static int slurm_host_files(const launch_slurm *s, const char *files, const uint32_t *active,
+static int slurm_host_files(launch_slurm *s, const char *files, const uint32_t *active,
                             uint32_t n_active, const unsigned char *excluded, uint32_t total,
                             char *hosts, char *ex, size_t cap, bt_diag *diag) {
     const char *dot = strchr(files, '/') ? "" : "./"; /* a '/': srun reads a file */
@@ -297,6 +319,7 @@ char **launch_slurm_step_argv(launch_slurm *s, const uint32_t *active, uint32_t 
                               int tasks_per_node, const char *step_name, const char *files,
                               char *const *worker_argv, bt_diag *diag) {
     char hosts[4200], ex[4200];
+    s->files_err = s->files_at_tmp = 0;
     if (slurm_host_files(s, files, active, n_active, excluded, total, hosts, ex, sizeof hosts,
                          diag) != 0)
         return NULL;

@@ -39,6 +39,8 @@ typedef struct launch_slurm {
     char *argv[SLURM_MAX_ARGS];
     char args[SLURM_MAX_ARGS][4200];
     char step_name[64];
+    int files_err;    /* a host file it could not write: errno (0: none, or no write's fault) */
+    int files_at_tmp; /* ... and whether what failed was the open of FILE.tmp (something there) */
     /* What srun reported about the step's end (launch_slurm_output). */
     int failed_task;                  /* the first task srun named as failed, or -1 */
     char failed_host[SLURM_HOST_MAX]; /* its host */
@@ -81,8 +83,10 @@ int launch_slurm_check_nodes(const launch_slurm *s, uint32_t wanted, bt_diag *di
  * (FILES.exclude, when there is one), then worker_argv. files: a path prefix for those
  * files (a run directory's, e.g. RUN_DIR/specs/s00-a00; it must hold a '/'), written
  * here. step_name names the step (squeue). Returns s->argv (valid until the next call),
- * or NULL with a message: a node without a host, a file that cannot be written, an
- * argument too long (nothing is ever cut short). */
+ * or NULL with a message: a node without a host, a file that cannot be written (s->files_err
+ * then set), an argument too long (nothing is ever cut short). The files are written as
+ * the run's own are (ckpt_write_file_atomic_at): 0600, through FILE.tmp and a rename, a
+ * FIFO or link put at FILE.tmp refused, one at FILE replaced, never followed. */
 char **launch_slurm_step_argv(launch_slurm *s, const uint32_t *active, uint32_t n_active,
                               const unsigned char *excluded, uint32_t total, int ntasks,
                               int tasks_per_node, const char *step_name, const char *files,
@@ -149,5 +153,8 @@ int launch_slurm_signal(void *arg, int sig);
 /* Runs argv (no shell) with output captured into out (cap bytes, NUL-terminated), at most
  * timeout_s; returns the exit status, 124 on timeout, or -1 when it cannot run. */
 int launch_slurm_exec(char *const argv[], char *out, size_t cap, double timeout_s);
+/* The same, keeping the last cap - 1 bytes of the output, not the first (where the last
+ * error line is what matters). */
+int launch_slurm_exec_tail(char *const argv[], char *out, size_t cap, double timeout_s);
 
 #endif

@@ -332,8 +332,8 @@ static int check_model(vctx *v, const Baton__Model *m) {
 static int check_run_nodes(vctx *v, const Baton__Cluster *c) {
     uint64_t total = (uint64_t)c->nodes + c->spare_nodes;
     REQUIRE(total <= MAX_WORLD, v, "cluster.spare_nodes",
-            "%u nodes + %u spare_nodes is more than the %u nodes baton plans for", c->nodes,
-            c->spare_nodes, MAX_WORLD);
+            "%u nodes + %u spare_nodes is more than the %u baton plans for (its device limit)",
+            c->nodes, c->spare_nodes, MAX_WORLD);
     if (total <= RECIPE_RUN_MAX_NODES) return 0;
     const char *field = c->nodes > RECIPE_RUN_MAX_NODES ? "cluster.nodes" : "cluster.spare_nodes";
     if (v->naming != NULL)

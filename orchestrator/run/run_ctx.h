@@ -165,9 +165,12 @@ void run_data_note_record(run_ctx *c, const Baton__JournalRecord *r);
 int run_data_start(run_ctx *c, uint32_t stage, Baton__StageSpec *s);
 
 /* run_slurm.c: the attempt as an srun step (lo's argv, ranks, output); the failed task
- * and its node for the journal; lost hosts excluded. */
+ * and its node for the journal; lost hosts excluded. run_slurm_opts: 0; BT_EIO when a
+ * host file could not be written (*stuck set as run_stuck says); else BT_EINVAL (a
+ * configuration error). */
 int run_slurm_opts(run_ctx *c, launch_opts *lo, char *const *worker_argv, size_t stage,
-                   uint32_t attempt, int ntasks, char *store_env, size_t cap, bt_diag *diag);
+                   uint32_t attempt, int ntasks, char *store_env, size_t cap, int *stuck,
+                   bt_diag *diag);
 void run_slurm_blame(const run_ctx *c, Baton__JournalRecord *r, char *node, size_t cap);
 int run_slurm_find_lost(run_ctx *c, uint32_t stage, uint32_t attempt);
 /* 1 when a failed attempt's step was a stop: the workers stopped on Slurm's request

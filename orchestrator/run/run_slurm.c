@@ -10,7 +10,8 @@
 #define RUN_SLURM_PROBE_S 15.0 /* a probe step on a live host takes well under a second */
 
 int run_slurm_opts(run_ctx *c, launch_opts *lo, char *const *worker_argv, size_t stage,
-                   uint32_t attempt, int ntasks, char *store_env, size_t cap, bt_diag *diag) {
+                   uint32_t attempt, int ntasks, char *store_env, size_t cap, int *stuck,
+                   bt_diag *diag) {
     launch_slurm *s = c->o->slurm;
     char name[64], files[4200];
     snprintf(name, sizeof name, "specs/s%02zu-a%02u", stage, attempt);
@@ -20,7 +21,8 @@ int run_slurm_opts(run_ctx *c, launch_opts *lo, char *const *worker_argv, size_t
     char **argv =
         launch_slurm_step_argv(s, c->nodes.active, c->nodes.n_active, c->nodes.excluded,
                                c->nodes.total, ntasks, (int)gpn, name, files, worker_argv, diag);
-    if (argv == NULL) return BT_EINVAL;
+    if (argv == NULL && s->files_err) *stuck = run_stuck(s->files_err, s->files_at_tmp);
+    if (argv == NULL) return s->files_err ? BT_EIO : BT_EINVAL;
     snprintf(store_env, cap, "%s=%s", KV_ENV_ADDRESS, s->kv.address);
     launch_slurm_wrap(s, lo, argv);
     return 0;

@@ -1,6 +1,7 @@
 /* `baton submit` (submit.h): renders the batch template and calls sbatch. */
 #include "submit.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -174,10 +175,12 @@ static int submit_render(const submit_opts *o, const char *tpl, const char *text
     return 0;
 }
 
-/* Slurm's words for a failure to talk to slurmctld (slurm_strerror): sbatch that ends with
- * one of them may have sent the job and lost only the reply, so the job may be queued.
- * "Unable to contact slurm controller (connect failure)" is not among them: sbatch got no
- * connection, so nothing reached slurmctld. */
+/* Slurm's words for a failure to talk to slurmctld (slurm_strerror), and the errno texts
+ * sbatch prints for a connection that broke after the request was sent (slurm_recv_timeout
+ * sets the socket's error): sbatch that ends with one of them may have sent the job and
+ * lost only the reply, so the job may be queued. "Unable to contact slurm controller
+ * (connect failure)" is not among them: sbatch got no connection, so nothing reached
+ * slurmctld. */
 static const char *const submit_lost_reply[] = {
     "Socket timed out on send/recv operation",
     "Zero Bytes were transmitted or received",
@@ -189,19 +192,60 @@ static const char *const submit_lost_reply[] = {
     "Communication connection failure",
     "Communication shutdown failure",
     "Unexpected message received",
+    "Connection reset by peer",
+    "Broken pipe",
+    "Connection timed out",
+    "Insane message length",
+    "Protocol authentication error",
 };
 
+/* sbatch's status for an error: 1, or SLURM_EXIT_ERROR where the site sets it. */
+static int submit_error_status(int rc) {
+    const char *e = getenv("SLURM_EXIT_ERROR");
+    int site = e ? atoi(e) : 0;
+    return rc == 1 || (site != 0 && rc == site);
+}
+
 /* Whether sbatch's failure (status rc, output out) is a refusal, with no job queued: sbatch
- * could not be run (-1; 127 with nothing said: exec failed), or it exited 1, its status for
- * every error, saying "sbatch: error:" and no failure to talk to slurmctld. Anything else
- * (killed at the timeout, 124, or by a signal, another status, a lost reply) may have
- * queued the job. */
+ * could not be run (-1; 127 with nothing said: exec failed), or it exited with its error
+ * status (1, or SLURM_EXIT_ERROR), saying "sbatch: error:" or "sbatch: fatal:" and no
+ * failure to talk to slurmctld. Anything else (killed at the timeout, 124, or by a signal,
+ * another status, a lost reply) may have queued the job. */
 static int submit_refused(int rc, const char *out) {
     if (rc == -1 || (rc == 127 && out[0] == '\0')) return 1;
-    if (rc != 1 || strstr(out, "sbatch: error:") == NULL) return 0;
+    if (!submit_error_status(rc)) return 0;
+    if (strstr(out, "sbatch: error:") == NULL && strstr(out, "sbatch: fatal:") == NULL) return 0;
     for (size_t i = 0; i < sizeof submit_lost_reply / sizeof submit_lost_reply[0]; i++)
         if (strstr(out, submit_lost_reply[i]) != NULL) return 0;
     return 1;
+}
+
+/* Whether line (len bytes) is what sbatch --parsable prints for the job: "ID", "ID_TASK"
+ * or either followed by ";CLUSTER"; the id's length in *n. */
+static int submit_id_line(const char *line, size_t len, size_t *n) {
+    size_t i = 0;
+    while (i < len && isdigit((unsigned char)line[i]))
+        i++;
+    if (i == 0) return 0;
+    if (i < len && line[i] == '_') {
+        size_t t = ++i;
+        while (i < len && isdigit((unsigned char)line[i]))
+            i++;
+        if (i == t) return 0;
+    }
+    *n = i;
+    return i == len || line[i] == ';';
+}
+
+/* The job id in sbatch's output (stdout and stderr together: a site's job_submit plugin
+ * or cli_filter may print messages before it): its last line that is one, or "". */
+static void submit_job_id(const char *out, char *job_id, size_t cap) {
+    job_id[0] = '\0';
+    for (const char *p = out; *p;) {
+        size_t len = strcspn(p, "\n"), n = 0;
+        if (submit_id_line(p, len, &n)) snprintf(job_id, cap, "%.*s", (int)n, p);
+        p += len + (p[len] == '\n');
+    }
 }
 
 /* How long sbatch may take: 60 s; test hook BATON_FAULT_SBATCH_TIMEOUT=S (docs/slurm.md),
@@ -212,11 +256,51 @@ static double submit_sbatch_timeout(void) {
     return s > 0 ? s : 60;
 }
 
+/* After what reads as a refusal: whether squeue (10 s) lists a job of yours whose script
+ * is script all the same (a lost reply worded as none of submit_lost_reply): 1 with its
+ * id in job_id, 0 when it lists none, -1 when squeue cannot tell (it failed, or listed
+ * more than fits). */
+static int submit_listed(const char *script, char *job_id, size_t cap) {
+    char user[64];
+    snprintf(user, sizeof user, "--user=%u", (unsigned)getuid());
+    char *argv[] = {"squeue", "--noheader", user, "--format=%i,%o", NULL};
+    size_t n = 1 << 20;
+    char *out = malloc(n);
+    if (out == NULL) return -1;
+    int rc = launch_slurm_exec(argv, out, n, 10) == 0 && strlen(out) < n - 1 ? 0 : -1;
+    for (char *save = NULL, *l = rc ? NULL : strtok_r(out, "\n", &save); l && rc == 0;
+         l = strtok_r(NULL, "\n", &save)) {
+        char *comma = strchr(l, ',');
+        if (comma && strcmp(comma + 1, script) == 0)
+            rc = 1, snprintf(job_id, cap, "%.*s", (int)(comma - l), l);
+    }
+    free(out);
+    return rc;
+}
+
+/* A refusal (rc, out) confirmed by squeue before the directory goes: *unsure 2 when
+ * squeue cannot tell, 0 when it lists no job of script; a job listed: said, its id in
+ * job_id, and 0 returned (submitted; sbatch's reply was lost). No connection at all
+ * ("connect failure") needs no check: nothing reached slurmctld. */
+static int submit_confirm(const char *script, const char *out, char *job_id, size_t cap,
+                          int *unsure, bt_diag *diag) {
+    if (strstr(out, "(connect failure)") != NULL) return BT_EIO;
+    int listed = submit_listed(script, job_id, cap);
+    if (listed < 0) *unsure = 2;
+    if (listed <= 0) return BT_EIO;
+    fprintf(stderr,
+            "baton submit: %s\nbaton submit: but squeue lists job %s for %s: it was "
+            "submitted (sbatch's reply was lost)\n",
+            diag->msg, job_id, script);
+    bt_diag_init(diag);
+    return 0;
+}
+
 static int submit_sbatch(const char *script, char *job_id, size_t cap, int *unsure, bt_diag *diag) {
     char out[4096];
     char *argv[] = {"sbatch", "--parsable", (char *)script, NULL};
     double timeout_s = submit_sbatch_timeout();
-    int rc = launch_slurm_exec(argv, out, sizeof out, timeout_s);
+    int rc = launch_slurm_exec_tail(argv, out, sizeof out, timeout_s); /* the last error */
     for (size_t n = strlen(out); n > 0 && (out[n - 1] == '\n' || out[n - 1] == ' ');)
         out[--n] = '\0'; /* the message ends the line */
     if (rc == 124)
@@ -227,12 +311,21 @@ static int submit_sbatch(const char *script, char *job_id, size_t cap, int *unsu
                     rc == -1 ? "no process could be started"
                              : "not found on PATH, or not a program");
     else if (rc != 0)
-        bt_diag_set(diag, "sbatch %s failed (status %d): %.1000s", script, rc, out);
+        bt_diag_set(diag, "sbatch %s failed (status %d): %s%s", script, rc,
+                    strlen(out) > 1000 ? "..." : "",
+                    out + (strlen(out) > 1000 ? strlen(out) - 1000 : 0));
     if (rc != 0) {
         *unsure = !submit_refused(rc, out);
-        return BT_EIO;
+        return *unsure || rc == -1 || (rc == 127 && out[0] == '\0')
+                   ? BT_EIO
+                   : submit_confirm(script, out, job_id, cap, unsure, diag);
     }
-    snprintf(job_id, cap, "%.*s", (int)strcspn(out, ";\n"), out); /* "ID" or "ID;cluster" */
+    submit_job_id(out, job_id, cap);
+    if (job_id[0] == '\0')
+        fprintf(stderr,
+                "baton submit: warning: sbatch %s succeeded but named no job id (its output: "
+                "%.500s); 'squeue -u \"$USER\"' lists your jobs\n",
+                script, out);
     return 0;
 }
 
@@ -500,6 +593,6 @@ int submit_batch(const submit_opts *o, char *script, size_t script_cap, char *jo
     bt_buf_free(&b);
     if (rc != 0 || o->dry_run) return rc;
     rc = submit_sbatch(script, job_id, cap, unsure, diag);
-    if (rc == 0) submit_note_job(o->run_dir, job_id);
+    if (rc == 0 && job_id[0]) submit_note_job(o->run_dir, job_id);
     return rc;
 }

@@ -35,7 +35,11 @@ int submit_precheck(const submit_opts *o, bt_diag *diag);
  * saying what to do instead. A template that cannot be read is BT_EINVAL; sbatch failing
  * BT_EIO, with *unsure set where that failure is no clear refusal (killed at its 60 s
  * timeout or by a signal, a lost reply from slurmctld: "Socket timed out on send/recv
- * operation", an unknown status): Slurm may have queued the job all the same. */
+ * operation", "Connection reset by peer", a status other than 1 or SLURM_EXIT_ERROR):
+ * Slurm may have queued the job all the same. A refusal is confirmed with squeue (a job
+ * of the script listed: submitted, 0 and its id; squeue failing: *unsure 2). sbatch's
+ * job id is its output's last line that is one (a site's messages may come first); ""
+ * (warned of) when none is. */
 int submit_batch(const submit_opts *o, char *script, size_t script_cap, char *job_id, size_t cap,
                  int *unsure, bt_diag *diag);
 

@@ -577,10 +577,15 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
                       .on_output = run_progress_line,
                       .output_arg = &c->prog,
                       .fds_per_rank = c->cs_open}; /* each rank's control connection */
-    if (c->o->slurm && run_slurm_opts(c, &lo, argv, i, attempt, (int)world, store_env,
-                                      sizeof store_env, &d) != 0) {
-        run_err(c, "%s\n", d.msg);
+    int src = c->o->slurm ? run_slurm_opts(c, &lo, argv, i, attempt, (int)world, store_env,
+                                           sizeof store_env, &stuck, &d)
+                          : 0;
+    if (src != 0) {
         protobuf_c_message_free_unpacked(&spec->base, NULL);
+        if (src == BT_EIO) /* as the spec's own: a full disk or planted file stops, resumable */
+            return run_spec_failed(c, (uint32_t)i, attempt, BT_EIO, stuck,
+                                   "not started: no host file written", d.msg);
+        run_err(c, "%s\n", d.msg);
         return ATTEMPT_FATAL;
     }
     env[1] = c->o->slurm ? store_env : NULL;

@@ -671,6 +671,8 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   [[ ! -e n1 && ! -e r9 && ! -e r3 ]] ||
     { echo "FAIL: a refused submit left a run directory"; exit 1; }
   mkdir fakebin && printf '#!/bin/sh\necho "sbatch: error: no" >&2\nexit 1\n' >fakebin/sbatch && chmod +x fakebin/sbatch
+  # squeue, asked before a refused submit's directory goes: $FAKE_SQ's lines, status $FAKE_SQ_RC
+  printf '#!/bin/sh\n[ -n "$FAKE_SQ" ] && printf "%%s\\n" "$FAKE_SQ"\nexit ${FAKE_SQ_RC:-0}\n' >fakebin/squeue && chmod +x fakebin/squeue
   PATH="$sub/fakebin:$PATH" expect 1 "^baton submit: sbatch .*/r9/baton.sbatch failed \(status 1\): sbatch: error: no" -- \
     submit "$small" --run-dir r9 --set stages.fp32.steps=3
   [[ ! -e r9 ]] || { echo "FAIL: a submit whose sbatch failed left its run directory"; exit 1; }
@@ -697,6 +699,37 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
   PATH="$sub/fakebin:$PATH" expect 1 "connect failure\)$" -- submit "$small" --run-dir r13 --set stages.fp32.steps=3
   [[ -f r12/baton.sbatch && ! -e r13 ]] ||
     { echo "FAIL: sbatch killed by a signal: r12 $(ls r12 2>&1); connect failure: r13 $(ls r13 2>&1)"; exit 1; }
+  # a lost reply worded as a plain errno (slurm_recv_timeout), even after a long preamble
+  # that would push it out of a buffer kept from its head: kept
+  { printf '#!/bin/sh\n'
+    for i in $(seq 80); do printf 'echo "sbatch: error: warning %d: some long words about the partition and its limits" >&2\n' "$i"; done
+    printf 'echo "sbatch: error: Batch job submission failed: Connection reset by peer" >&2\nexit 1\n'; } >fakebin/sbatch
+  PATH="$sub/fakebin:$PATH" expect 1 "^baton submit: kept $sub/r14: sbatch did not say" -- \
+    submit "$small" --run-dir r14 --set stages.fp32.steps=3
+  [[ -f r14/baton.sbatch ]] || { echo "FAIL: Connection reset by peer: r14 removed"; exit 1; }
+  # a refusal in words baton does not know, while squeue lists a job of the script: submitted
+  printf '#!/bin/sh\necho "sbatch: error: Batch job submission failed: Something new" >&2\nexit 1\n' >fakebin/sbatch
+  FAKE_SQ="12,$sub/other/baton.sbatch
+77,$sub/r15/baton.sbatch" PATH="$sub/fakebin:$PATH" expect 0 "^baton submit: but squeue lists job 77 for $sub/r15/baton\.sbatch: it was submitted \(sbatch's reply was lost\)" -- \
+    submit "$small" --run-dir r15 --set stages.fp32.steps=3
+  [[ $(cat r15/job_id 2>&1) == 77 ]] || { echo "FAIL: a job squeue lists: r15/job_id '$(cat r15/job_id 2>&1)'"; exit 1; }
+  # ... squeue failing: kept; squeue listing none of it: removed
+  FAKE_SQ_RC=1 PATH="$sub/fakebin:$PATH" expect 1 "^baton submit: kept $sub/r16: squeue could not confirm that Slurm queued no job of it" -- \
+    submit "$small" --run-dir r16 --set stages.fp32.steps=3
+  FAKE_SQ="12,$sub/other/baton.sbatch" PATH="$sub/fakebin:$PATH" expect 1 "failed \(status 1\): sbatch: error: Batch job submission failed: Something new$" -- \
+    submit "$small" --run-dir r17 --set stages.fp32.steps=3
+  [[ -f r16/baton.sbatch && ! -e r17 ]] ||
+    { echo "FAIL: squeue failing: r16 $(ls r16 2>&1); squeue listing none: r17 $(ls r17 2>&1)"; exit 1; }
+  # a refusal with the site's SLURM_EXIT_ERROR, or worded "sbatch: fatal:": removed, no "kept"
+  printf '#!/bin/sh\necho "sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified" >&2\nexit 7\n' >fakebin/sbatch
+  out=$(SLURM_EXIT_ERROR=7 PATH="$sub/fakebin:$PATH" "$baton" submit "$small" --run-dir r18 --set stages.fp32.steps=3 2>&1)
+  [[ $? == 1 && ! -e r18 && $out != *kept* ]] ||
+    { echo "FAIL: a refusal under SLURM_EXIT_ERROR=7: r18 $(ls r18 2>&1): $out"; exit 1; }
+  printf '#!/bin/sh\necho "sbatch: fatal: Invalid --time specification" >&2\nexit 1\n' >fakebin/sbatch
+  PATH="$sub/fakebin:$PATH" expect 1 "failed \(status 1\): sbatch: fatal: Invalid --time" -- \
+    submit "$small" --run-dir r19 --set stages.fp32.steps=3
+  [[ ! -e r19 ]] || { echo "FAIL: an 'sbatch: fatal:' refusal kept r19"; exit 1; }
+  echo "ok   sbatch's lost replies kept, refusals confirmed with squeue, SLURM_EXIT_ERROR and fatal taken"
   expect 0 "wrote $sub/r9/baton.sbatch" -- submit "$small" --run-dir r9 --dry-run --set stages.fp32.steps=4
   # a submitted job's id is kept, and status names it while the job waits
   mkdir okbin && printf '#!/bin/sh\necho "4242;cluster1"\n' >okbin/sbatch && chmod +x okbin/sbatch
@@ -710,6 +743,11 @@ small=$recipes/../tests/engine/precision.yaml # fortunes data only, one device
     echo "ok   submit keeps the job id in RUN_DIR/job_id, 0600" ||
     { echo "FAIL: rq/job_id: mode $(stat -c %a rq/job_id), '$(cat rq/job_id)'"; failures=$((failures + 1)); }
   expect 0 "^run rq: not started yet \(submitted as Slurm job 4242, batch script rq/baton\.sbatch" -- status rq
+  # a site's message (job_submit plugin, cli_filter) before the id: the id is the line that is one
+  mkdir infobin && printf '#!/bin/sh\necho "sbatch: INFO: no account given, using default" >&2\necho "4343;cluster1"\n' >infobin/sbatch && chmod +x infobin/sbatch
+  PATH="$sub/infobin:$PATH" expect 0 "^baton submit: job 4343, script $sub/rj/baton\.sbatch, output $sub/rj/slurm-4343\.out" -- \
+    submit "$small" --run-dir rj --set stages.fp32.steps=3
+  [[ $(cat rj/job_id) == 4343 ]] || { echo "FAIL: rj/job_id '$(cat rj/job_id)'"; exit 1; }
   expect 0 '"state": "not_started", .*"job_id": "4242"' -- status rq --json
   # ... and says so when squeue no longer has it queued (cancelled, failed, purged)
   mkdir sqbin && printf '#!/bin/sh\necho PENDING\n' >sqbin/squeue && chmod +x sqbin/squeue

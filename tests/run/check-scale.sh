@@ -13,6 +13,8 @@
 #                  host 5, which is excluded; the next attempt's --nodelist file holds the
 #                  38 others (a spare in its place) and its --exclude file host 5; `baton
 #                  resume` excludes it again from the journal (the long name read back).
+#                  A FIFO at a host file's temp file: the resume stops (exit 1) naming it;
+#                  a link at a host file: replaced (0600), its target untouched.
 #                  Host 30 lost, whose name host 3's begins: only it excluded.
 #   node-cap       more nodes + spare_nodes than a run takes (16384): baton run and submit
 #                  refuse at once, naming the cap and the key, making nothing; baton plan
@@ -142,9 +144,28 @@ slurm-exclude)
   FAKE_LOST=$(sed -n 31p hosts) slurm_run log4 hosts nodefail run ex3.yaml --run-dir r3 --launcher slurm --worker "$worker"
   step_of log4 2 nodelist-file | cmp -s - <(sed -n '1,30p;32,39p' hosts) ||
     fail "node30 lost: attempt 1's host file is not the 38 others: $(step_of log4 2 nodelist-file | sed 's/.*-//' | tr '\n' ' ')"
+  # a FIFO where the next attempt's host file is written first: refused at once, never
+  # waited on (resumable, exit 1); a link at the one after it: replaced, never followed
+  mkfifo r/specs/s00-a02.hosts.tmp
+  echo important >victim
+  ln -s "$work/victim" r/specs/s00-a03.hosts
+  PATH=$work/fake:$PATH FAKE_LOG=$work/log5 FAKE_HOSTS=$work/hosts FAKE_STEP=stop \
+    SLURM_JOB_ID=4242 SLURM_JOB_NODELIST='h[0-9]' timeout 20 "$baton" resume r \
+    --launcher slurm --worker "$worker" --listen 127.0.0.1 >run.out 2>&1
+  rc=$?
+  [[ $rc == 1 ]] || fail "a FIFO at the host file's temp file: exit $rc, expected 1: $(tail -3 run.out)"
+  grep -q "attempt 2 cannot start: .*/r/specs/s00-a02.hosts.tmp: cannot write: not a regular file" run.out ||
+    fail "the FIFO not named: $(tail -3 run.out)"
+  grep -q "configuration error" run.out && fail "a host file not written called a configuration error"
+  grep -q "not retried, as baton never makes its own files so" run.out || fail "no resumable stop said"
+  [[ ! -e log5 ]] || fail "srun started without its host file"
+  rm r/specs/s00-a02.hosts.tmp
   slurm_run log3 hosts stop resume r --launcher slurm --worker "$worker"
   rc=$?
   [[ $rc == 75 ]] || fail "resume: exit $rc, expected 75"
+  [[ $(cat victim) == important ]] || fail "the link at the host file was followed"
+  [[ -f r/specs/s00-a03.hosts && ! -L r/specs/s00-a03.hosts ]] || fail "the link not replaced"
+  [[ $(stat -c %a r/specs/s00-a03.hosts) == 600 ]] || fail "the host file is not 0600"
   [[ $(step_of log3 1 exclude-file) == "$lost" ]] || fail "resume: host 5 not excluded again"
   step_of log3 1 nodelist-file | cmp -s - <(sed -n '1,5p;7,39p' hosts) ||
     fail "resume: its host file is not the 38 hosts left"
@@ -169,7 +190,7 @@ node-cap)
   done
   "$baton" submit cap.yaml --run-dir s --dry-run --set cluster.nodes=64 \
     --set cluster.spare_nodes=4294967232 >run.out 2>&1
-  [[ $? == 2 ]] && grep -q "64 nodes + 4294967232 spare_nodes is more than the 4194304 nodes baton plans for" run.out ||
+  [[ $? == 2 ]] && grep -q "64 nodes + 4294967232 spare_nodes is more than the 4194304 baton plans for (its device limit)" run.out ||
     fail "spare_nodes wrapping nodes + spare_nodes past 2^32 not refused"
   ;;
 local-nodes)
