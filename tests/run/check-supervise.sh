@@ -334,10 +334,10 @@ WRAPPER
     --quiet >run.out 2>&1 &
   bpid=$!
   wait_files "gate.*" 4 60 "its 4 ranks started"
-  kill -STOP "$bpid"
+  kill -STOP "$bpid" || { cat run.out; fail "baton run ended before its ranks were let go"; }
   sleep 7
   : >go
-  kill -CONT "$bpid"
+  kill -CONT "$bpid" || { cat run.out; fail "baton run ended while stopped (killed by another process?)"; }
   log=$(wait_step 0 8)
   pids=$(worker_pids "$log")
   kill -STOP "$bpid"
