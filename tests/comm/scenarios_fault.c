@@ -132,7 +132,7 @@ int on_event_hang(supervisor *s, int rank, const char *key, double val) {
     return 0;
 }
 
-/* Survivors fail at the timeout (not 0.3 s before, nor 0.9 s after), at least one of
+/* Survivors fail at the timeout (not 0.6 s before, nor 0.9 s after), at least one of
  * them with a timeout fault (the others may see the connections it closed). */
 int check_hang(supervisor *s) {
     int fail = sup_expect_exit(s, HANG_VICTIM, 0, SIGKILL), timeouts = 0;
@@ -151,8 +151,9 @@ int check_hang(supervisor *s) {
                (int)fault);
         timeouts += (int)fault == COMM_FAULT_TIMEOUT;
         /* an operation begun just before the stop (a loop turn, longer on a loaded
-         * machine: 0.117 s seen in CI) times out that much before stop + timeout */
-        if (dt < limit - 0.3 || dt > limit + 0.9 ||
+         * machine: 0.117 s seen in CI, 0.304 s once with the other ranks late too) times
+         * out that much before stop + timeout */
+        if (dt < limit - 0.6 || dt > limit + 0.9 ||
             ((int)fault != COMM_FAULT_TIMEOUT && (int)fault != COMM_FAULT_PEER_LOST)) {
             fprintf(stderr, "rank %d: error %.3f s after the stop, fault %d\n", r, dt, (int)fault);
             fail++;
