@@ -232,36 +232,9 @@ files() { find "$1" -type f 2>/dev/null | sort; }
 # A store without DELETE (a small PUT/GET/HEAD server; DELETE answers 501 Not
 # Implemented): a first push works; replacing it with another checkpoint of the same name
 # is refused at once (a 501 is not retried), exit 2, saying why, the store untouched.
-cat >nodel.py <<'PY'
-import http.server, os, sys
-root = sys.argv[2]
-class H(http.server.BaseHTTPRequestHandler):
-    def path_of(self): return os.path.join(root, self.path.lstrip("/"))
-    def log_message(self, *a): pass
-    def log_request(self, code="-", size="-"): sys.stderr.write("%s %s %s\n" % (self.command, self.path, code))
-    def reply(self, code, data=b""):
-        self.send_response(code); self.send_header("Content-Length", str(len(data))); self.end_headers()
-        if self.command != "HEAD": self.wfile.write(data)
-    def do_PUT(self):
-        f = self.path_of(); os.makedirs(os.path.dirname(f), exist_ok=True)
-        with open(f, "wb") as o: o.write(self.rfile.read(int(self.headers["Content-Length"])))
-        self.reply(201)
-    def do_GET(self):
-        f = self.path_of()
-        if not os.path.isfile(f): return self.reply(404)
-        self.reply(200, open(f, "rb").read())
-    do_HEAD = do_GET
-    if len(sys.argv) > 3:  # a store that refuses DELETE with this status (401, 403) ...
-        def do_DELETE(self):
-            f = self.path_of()  # ... but for a manifest.pb, given "manifest" (per-object rights)
-            if sys.argv[4:] == ["manifest"] and f.endswith("/manifest.pb") and os.path.isfile(f):
-                os.remove(f); return self.reply(204)
-            self.reply(int(sys.argv[3]))
-http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-PY
 nport=$(free_port) || exit 1
 mkdir nodel
-/usr/bin/python3 nodel.py "$nport" nodel 2>nodel.log &
+/usr/bin/python3 "$here/teststore.py" "$nport" nodel nodelete 2>nodel.log &
 nodel_pid=$!
 if wait_port "$nport" "$nodel_pid"; then
   expect 0 "pushed" -- push run "http://127.0.0.1:$nport/store"
@@ -289,7 +262,7 @@ nodel_pid=
 for code in 401 403; do
   nport=$(free_port) || exit 1
   rm -rf "denied$code" && mkdir "denied$code"
-  /usr/bin/python3 nodel.py "$nport" "denied$code" "$code" 2>"denied$code.log" &
+  /usr/bin/python3 "$here/teststore.py" "$nport" "denied$code" deny "$code" 2>"denied$code.log" &
   nodel_pid=$!
   if wait_port "$nport" "$nodel_pid"; then
     expect 0 "pushed" -- push run "http://127.0.0.1:$nport/store"
@@ -490,7 +463,7 @@ rc=$?
 # exit 1 (the store has changed), saying which file
 nport=$(free_port) || exit 1
 mkdir perobj
-/usr/bin/python3 nodel.py "$nport" perobj 403 manifest 2>perobj.log &
+/usr/bin/python3 "$here/teststore.py" "$nport" perobj deny 403 manifest 2>perobj.log &
 nodel_pid=$!
 if wait_port "$nport" "$nodel_pid"; then
   expect 0 pushed -- push "small2/checkpoints/$name" "http://127.0.0.1:$nport/store"
@@ -509,40 +482,9 @@ nodel_pid=
 # A store whose HEAD answers 200 with no Content-Length for a manifest.pb (the rest as
 # nginx does; a manifest.pb PUT under /lost/ is kept but answered 500, as when its answer
 # is lost; a manifest.pb HEAD under /headfail/ answers 400 once it was asked before).
-cat >nolen.py <<'PY'
-import http.server, os, sys
-root, asked = sys.argv[2], set()
-class H(http.server.BaseHTTPRequestHandler):
-    def path_of(self): return os.path.join(root, self.path.lstrip("/"))
-    def log_message(self, *a): pass
-    def log_request(self, code="-", size="-"): sys.stderr.write("%s %s %s\n" % (self.command, self.path, code))
-    def reply(self, code, data=b""):
-        self.send_response(code); self.send_header("Content-Length", str(len(data))); self.end_headers()
-        if self.command != "HEAD": self.wfile.write(data)
-    def do_PUT(self):
-        f = self.path_of(); os.makedirs(os.path.dirname(f), exist_ok=True)
-        with open(f, "wb") as o: o.write(self.rfile.read(int(self.headers["Content-Length"])))
-        lost = self.path.startswith("/lost/") and self.path.endswith("/manifest.pb")
-        self.reply(500 if lost else 201)
-    def do_GET(self):
-        f = self.path_of()
-        if not os.path.isfile(f): return self.reply(404)
-        self.reply(200, open(f, "rb").read())
-    def do_HEAD(self):
-        if not self.path.endswith("/manifest.pb"): return self.do_GET()
-        if self.path.startswith("/headfail/") and self.path in asked: return self.reply(400)
-        asked.add(self.path)
-        if not os.path.isfile(self.path_of()): return self.reply(404)
-        self.send_response(200); self.end_headers()  # no Content-Length
-    def do_DELETE(self):
-        f = self.path_of()
-        if not os.path.isfile(f): return self.reply(404)
-        os.unlink(f); self.reply(204)
-http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-PY
 lport=$(free_port) || exit 1
 mkdir nolen
-/usr/bin/python3 nolen.py "$lport" nolen 2>>nolen.log &
+/usr/bin/python3 "$here/teststore.py" "$lport" nolen nolen 2>>nolen.log &
 nolen_pid=$!
 lurl=http://127.0.0.1:$lport
 if wait_port "$lport" "$nolen_pid"; then
