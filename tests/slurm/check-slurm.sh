@@ -294,7 +294,7 @@ orphan)
   # unsupervised (measured: gone within 0.1 s, Slurm 22.05); then `baton resume` in a new
   # allocation finishes on exactly the uninterrupted run's losses.
   salloc --nodes=2 --ntasks-per-node=2 --no-kill --quiet --time=5 bash -c \
-    '"$0" run "$1" --run-dir run --launcher slurm "${@:2}" >slurm.out 2>&1 & echo $! >baton.pid; wait; sleep 120' \
+    '"$0" run "$1" --run-dir run --launcher slurm "${@:2}" >slurm.out 2>&1 & echo $! >baton.pid; wait; for ((i = 0; i < 600; i++)); do [[ -e alloc.done ]] && break; sleep 0.2; done' \
     "$baton" "$recipe" "${sets[@]}" &
   apid=$!
   for ((i = 0; i < 600; i++)); do
@@ -313,6 +313,7 @@ orphan)
   gone_s=$((i / 10)).$((i % 10))
   ! pgrep -af -- "--spec $work/" || fail "workers still run 10 s after baton was killed"
   squeue -h -j "$job" | grep . >/dev/null || fail "the allocation ended with baton: nothing was shown"
+  touch alloc.done # the allocation's shell waits for this (up to 120 s) rather than sleeping 120 s
   scancel "$job"
   wait "$apid" 2>/dev/null || true
   apid=
