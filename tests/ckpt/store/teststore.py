@@ -17,6 +17,10 @@ asked = set()
 
 
 class Store(http.server.BaseHTTPRequestHandler):
+    # HTTP/1.1: a PUT's "Expect: 100-continue" answered at once (an HTTP/1.0 server makes
+    # curl wait a second per PUT for the 100 Continue it never sends)
+    protocol_version = "HTTP/1.1"
+
     def path_of(self):
         return os.path.join(root, self.path.lstrip("/"))
 
