@@ -204,6 +204,7 @@ static void control_fatal_in(control_server *cs, uint32_t rank, const Baton__Fat
     control_fatal_text(cf->message, sizeof cf->message, f);
     cf->nonfinite = f->has_nonfinite_step && f->nonfinite_step > 0;
     cf->nonfinite_step = f->nonfinite_step, cf->start_step = f->start_step;
+    cf->reason = f->has_reason ? (int)f->reason : BATON__FATAL__REASON__REASON_UNSPECIFIED;
 }
 
 /* A rank's Stop: the stop it asked for on a signal of its own (schema/control.proto). */

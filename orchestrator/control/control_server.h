@@ -82,6 +82,9 @@ typedef struct control_fatal {
      * from start_step (Fatal.nonfinite_step): training is deterministic */
     int nonfinite;
     uint64_t nonfinite_step, start_step;
+    /* what kind of failure it is: Fatal.reason (BATON__FATAL__REASON__*), set by a worker
+     * of this build, never read from the message's words; 0 (unspecified) when absent */
+    int reason;
     int disk_full;
     uint32_t full_rank;
     char full_message[1024];

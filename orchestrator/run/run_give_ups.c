@@ -13,8 +13,8 @@
  * wherever the data is skipped to. */
 #include <inttypes.h>
 #include <stdio.h>
-#include <string.h>
 
+#include "control.pb-c.h"
 #include "run_ctx.h"
 
 int run_nonfinite_again(run_ctx *c) {
@@ -27,10 +27,11 @@ int run_nonfinite_again(run_ctx *c) {
     return again;
 }
 
-/* Whether the Fatal is train.c's overflow at the fp16 loss scale's floor. */
+/* Whether the Fatal is train.c's overflow at the fp16 loss scale's floor: by its reason
+ * (schema/control.proto), whatever its message's words. */
 static int run_fatal_at_floor(const run_ctx *c) {
-    const char *msg = c->cs_open && c->cs.fatal.key.seen ? c->cs.fatal.message : NULL;
-    return msg != NULL && strstr(msg, "even at the loss scale's floor") != NULL;
+    return c->cs_open && c->cs.fatal.key.seen &&
+           c->cs.fatal.reason == BATON__FATAL__REASON__LOSS_SCALE_FLOOR;
 }
 
 /* "lower optimizer.lr, set optimizer.grad_clip or ...": the settings that help against

@@ -1164,13 +1164,14 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "orphans") == 0) return orphans(argv[2]);
     if (argc == 4 && strcmp(argv[1], "enospc") == 0) return enospc(argv[2], argv[3]);
     if (argc == 3 && strcmp(argv[1], "fatal") == 0) return fatal(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "reason") == 0) return fatal_reason(argv[2]);
     if (argc == 3 && strcmp(argv[1], "build") == 0) return build(argv[2]);
     if (argc == 8 && strcmp(argv[1], "serve") == 0) return serve(argv);
     fprintf(stderr,
             "usage: test_control unit RUN_DIR | crowd RUN_DIR | ack | replay RUN_DIR | backlog "
             "RUN_DIR | gap RUN_DIR | "
             "orphans RUN_DIR | enospc RUN_DIR moment|rewind|edited|reopen|torn|bound | fatal "
-            "RUN_DIR | serve "
+            "RUN_DIR | reason RUN_DIR | serve "
             "SPEC_IN SPEC_OUT RUN_DIR WORLD "
             "STOP_AT stop|term1|mark\n");
     return 2;

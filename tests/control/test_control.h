@@ -6,6 +6,7 @@
  *                           orphans, backlog)
  *   test_control_enospc.c   the metrics sink on a full disk (enospc)
  *   test_control_fatal.c    a full disk told by a rank's Fatal (fatal)
+ *   test_control_reason.c   a Fatal's kind by its reason, not its words (reason)
  *   test_control_build.c    the build each rank's Hello names (build)
  *   test_control_many.c     a world of thousands of ranks (many) */
 #ifndef BATON_TEST_CONTROL_H
@@ -55,6 +56,9 @@ int enospc(const char *run_dir, const char *which);
 /* The subcommand of test_control_fatal.c. */
 int fatal(const char *run_dir);
 int backlog(const char *run_dir);
+
+/* The subcommand of test_control_reason.c. */
+int fatal_reason(const char *run_dir);
 
 /* The subcommand of test_control_build.c. */
 int build(const char *run_dir);

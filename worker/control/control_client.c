@@ -389,6 +389,7 @@ int control_client_open(control_client *c, const char *address, const char *toke
     c->acked = 0, c->ack_assumed = 0, c->tries = 0, c->redial = 0, c->retry_at = 0;
     c->gone = 0, c->beat_phase = -1, c->beat_step = 0;
     c->connecting = 0, c->connect_by = 0, c->connected_at = 0, c->peer_len = 0;
+    c->nonfinite_step = c->start_step = 0, c->reason = BATON__FATAL__REASON__REASON_UNSPECIFIED;
     const char *w = getenv("BATON_TEST_ACK_WAIT_S"); /* tests only (control_client.h) */
     c->ack_wait_s = w && atof(w) > 0 ? atof(w) : CONTROL_CLIENT_ACK_WAIT_S;
     if (strlen(address) >= sizeof c->address) {
@@ -457,6 +458,7 @@ void control_client_fatal(control_client *c, int32_t code, int err, int peer_los
     f.has_peer_lost = 1, f.peer_lost = peer_lost != 0;
     f.has_nonfinite_step = f.has_start_step = c->nonfinite_step > 0;
     f.nonfinite_step = c->nonfinite_step, f.start_step = c->start_step;
+    f.has_reason = c->reason != BATON__FATAL__REASON__REASON_UNSPECIFIED, f.reason = c->reason;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     f.has_time = 1, f.time = (double)now.tv_sec + (double)now.tv_nsec * 1e-9;

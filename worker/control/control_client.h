@@ -80,8 +80,9 @@ typedef struct control_client {
     double ack_wait_s;   /* CONTROL_CLIENT_ACK_WAIT_S, or the test's */
     int beat_phase;      /* the last heartbeat's (-1: none yet), repeated at close */
     uint64_t beat_step;
-    /* the next Fatal's nonfinite_step and start_step (schema/control.proto); 0: none */
+    /* the next Fatal's nonfinite_step, start_step and reason (schema/control.proto); 0: none */
     uint64_t nonfinite_step, start_step;
+    Baton__Fatal__Reason reason;
     char address[300];            /* "host:port", as given */
     struct sockaddr_storage peer; /* what it resolved to at open, for connecting again */
     socklen_t peer_len;
@@ -101,7 +102,7 @@ void control_client_metrics(control_client *c, const Baton__Metrics *m); /* rank
 /* A Fatal: err is the errno behind the failure where one is known, else 0 (then the Fatal
  * leaves disk_full out and baton run reads the message's words); peer_lost: the failure
  * followed a peer's loss (comm_first_fault); stamped with the time it is sent; with
- * c->nonfinite_step and start_step where the first is set. */
+ * c->nonfinite_step and start_step where the first is set, c->reason where it is not 0. */
 void control_client_fatal(control_client *c, int32_t code, int err, int peer_lost,
                           const char *message);
 /* This rank's own stop request, for a signal (SIGTERM, SIGINT) sent by process sender (0:

@@ -196,9 +196,12 @@ void worker_control_fatal(worker_control *wc, int32_t code, int err, const char 
     worker_pacer_unlock(&wc->pacer);
 }
 
-void worker_control_nonfinite(worker_control *wc, uint64_t step, uint64_t start_step) {
+void worker_control_nonfinite(worker_control *wc, uint64_t step, uint64_t start_step,
+                              int at_floor) {
     worker_pacer_lock(&wc->pacer);
     wc->client.nonfinite_step = step, wc->client.start_step = start_step;
+    wc->client.reason =
+        at_floor ? BATON__FATAL__REASON__LOSS_SCALE_FLOOR : BATON__FATAL__REASON__NONFINITE_LOSS;
     worker_pacer_unlock(&wc->pacer);
 }
 

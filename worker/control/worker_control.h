@@ -80,9 +80,10 @@ void worker_control_checkpoint(void *arg, const char *name, uint64_t step);
 /* Reports a failure (exit status class code, the errno behind it or 0, message) before
  * the worker exits. */
 void worker_control_fatal(worker_control *wc, int32_t code, int err, const char *message);
-/* The failure about to be sent is a non-finite loss at step, in an attempt that started
- * from start_step (train.h: nonfinite_step): the Fatal says so. */
-void worker_control_nonfinite(worker_control *wc, uint64_t step, uint64_t start_step);
+/* The failure about to be sent is a non-finite loss at step (at_floor: fp16 gradients not
+ * finite at the loss scale's floor), in an attempt that started from start_step (train.h:
+ * nonfinite_step, nonfinite_floor): the Fatal says so, its reason naming which. */
+void worker_control_nonfinite(worker_control *wc, uint64_t step, uint64_t start_step, int at_floor);
 
 void worker_control_close(worker_control *wc);
 

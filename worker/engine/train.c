@@ -773,7 +773,7 @@ static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
                         4 * (uint64_t)t->m.wcache_floats + (uint64_t)model_moe_cache_bytes(&t->m);
     if (!isfinite(loss)) {
         bt_diag_set(diag, "step %llu: loss is %g", (unsigned long long)t->step, loss);
-        t->nonfinite_step = t->step;
+        t->nonfinite_step = t->step, t->nonfinite_floor = 0;
         return BT_ERANGE;
     }
     if (exhausted) {
@@ -783,7 +783,7 @@ static int train_step_counted(trainer *t, train_metrics *out, bt_diag *diag) {
                     "this stage",
                     (unsigned long long)t->step, (double)t->scaler.min_scale,
                     (unsigned long long)t->scaler.overflow_steps);
-        t->nonfinite_step = t->step;
+        t->nonfinite_step = t->step, t->nonfinite_floor = 1;
         return BT_ERANGE;
     }
     return 0;

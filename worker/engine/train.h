@@ -117,6 +117,7 @@ typedef struct trainer {
      * train_step failed on with BT_ERANGE; 0: none. Training is deterministic, so an
      * attempt from the same checkpoint meets it again (baton run's retry judges by it). */
     uint64_t nonfinite_step;
+    int nonfinite_floor;   /* ... and it was the fp16 gradients at the scale's floor */
     double flops_per_step; /* this rank's share of the model FLOPs of one step */
     int forward_only;      /* train_init_forward's: evaluation only (model.h) */
 } trainer;

@@ -787,7 +787,7 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
     if (load_rc == BT_EUNSUPPORTED) *setup_rc = load_rc;
     rc = rc ? rc : worker_train(&t, &c, worker_save_every(spec, a), &mine, wc, rollback, diag);
     if (rc == BT_ERANGE && t.nonfinite_step > 0)
-        worker_control_nonfinite(wc, t.nonfinite_step, t.step0);
+        worker_control_nonfinite(wc, t.nonfinite_step, t.step0, t.nonfinite_floor);
     /* data the model cannot read (a token outside its vocabulary): a configuration error */
     if (rc == BT_ERECIPE) *setup_rc = rc;
     if (!wc->stopping) {
