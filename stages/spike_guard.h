@@ -3,10 +3,11 @@
 #ifndef BATON_SPIKE_GUARD_H
 #define BATON_SPIKE_GUARD_H
 
-/* The applied steps the guard's window must hold before it judges a step. The window is
- * not in checkpoints, so after every start from one the guard is blind for that many
- * applied steps: the request a stage's rollback limit refuses sets aside the checkpoints
- * from that many steps before the spikes on, so that a resume meets them armed. */
+/* The applied steps the guard's window must hold before it judges a step. Checkpoints
+ * keep the window (manifest spike_guard), but one from before they did (or a start
+ * without one: a hand-off) leaves the guard blind for that many applied steps: the
+ * request a stage's rollback limit refuses sets aside the checkpoints from that many
+ * steps before the spikes on, so that a resume meets them armed whichever it starts from. */
 #define SPIKE_GUARD_WARMUP 10
 
 #endif

@@ -24,7 +24,9 @@ static void inspect_usage(FILE *f) {
                "           (null in older checkpoints and those of a spec no run wrote),\n"
                "           data (the training sources' path, tokens, documents at save; []\n"
                "           in older checkpoints), sample_order (1 per source; 0 by slot,\n"
-               "           older), loss_scaler (fp16 only), tensors (key, shape, dtype,\n"
+               "           older), loss_scaler (fp16 only), spike_guard (the loss-spike\n"
+               "           guard's window: window, spikes_in_a_row; only when saved),\n"
+               "           tensors (key, shape, dtype,\n"
                "           shards, bytes; in the text's order), tensor_bytes, fp8_states,\n"
                "           fp8_active, fp8_placeholders, fp8_history_bytes and fp8 (every\n"
                "           state with its name, scale, pos, amax_history and placeholder; a\n"
@@ -33,6 +35,24 @@ static void inspect_usage(FILE *f) {
                "Exit status: 0 shown; 1 a checkpoint or an fp8 state that cannot be read\n"
                "(every other state is still shown), or a checkpoint removed while it was\n"
                "read; 2 usage, or CKPT is not a checkpoint.\n");
+}
+
+/* The loss-spike guard's saved window, when there is one (manifest spike_guard). */
+static void inspect_spike_text(bt_buf *b, const Baton__Manifest *m) {
+    const Baton__SpikeGuardState *g = m->spike_guard;
+    if (g == NULL) return;
+    bt_buf_printf(b, "  loss-spike guard: %zu applied step(s) in its window", g->n_loss);
+    if (g->spikes_in_a_row > 0)
+        bt_buf_printf(b, ", %u spike(s) in a row from step %llu", g->spikes_in_a_row,
+                      (unsigned long long)g->first_spike_step);
+    bt_buf_printf(b, "\n");
+}
+
+static void inspect_spike_json(bt_buf *b, const Baton__Manifest *m) {
+    const Baton__SpikeGuardState *g = m->spike_guard;
+    if (g != NULL)
+        bt_buf_printf(b, ", \"spike_guard\": {\"window\": %zu, \"spikes_in_a_row\": %u}", g->n_loss,
+                      g->spikes_in_a_row);
 }
 
 static uint64_t inspect_bytes(const Baton__TensorEntry *e) {
@@ -364,6 +384,7 @@ static int inspect_text(bt_buf *b, const char *dir, const Baton__Manifest *m, bt
                       "step(s) skipped on overflow, %llu skipped in all\n",
                       ls->scale, ls->good_steps, (unsigned long long)ls->overflow_steps,
                       (unsigned long long)m->skipped_steps);
+    inspect_spike_text(b, m);
     /* the columns as wide as their longest entry */
     int key_w = 6, shape_w = 5;
     for (size_t i = 0; i < m->n_tensors; i++) {
@@ -466,6 +487,7 @@ static int inspect_json(bt_buf *b, const char *dir, const Baton__Manifest *m, bt
                       "\"overflow_steps\": %llu}",
                       m->loss_scaler->scale, m->loss_scaler->good_steps,
                       (unsigned long long)m->loss_scaler->overflow_steps);
+    inspect_spike_json(b, m);
     bt_buf_printf(b, ", \"tensors\": [");
     uint64_t total = 0;
     for (size_t i = 0; i < m->n_tensors; i++) {

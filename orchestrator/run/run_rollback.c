@@ -134,10 +134,11 @@ int run_rollback(run_ctx *c, uint32_t stage, uint32_t attempt) {
 /* (run_ctx.h) The request after the stage's RUN_MAX_ROLLBACKS: no window kept, but the
  * checkpoints saved from SPIKE_GUARD_WARMUP steps before the spikes on (the steps undone
  * still count for every_steps) set aside all the same, so that a resume restarts at least
- * that many steps before them and meets them with the guard armed (its window is not in
- * checkpoints) rather than train on from inside them. Journaled as a ROLLBACK without
- * "skip [" at the first step set aside: run_skip_parse passes over it, and the commits it
- * set aside are no longer required (run_ckpt_note_record). */
+ * that many steps before them and meets them with the guard armed (also from a checkpoint
+ * from before checkpoints kept the guard's window) rather than train on from inside them.
+ * Journaled as a ROLLBACK without "skip [" at the first step set aside: run_skip_parse
+ * passes over it, and the commits it set aside are no longer required
+ * (run_ckpt_note_record). */
 void run_rollback_refused(run_ctx *c, uint32_t stage, uint32_t attempt) {
     uint64_t from, to, first, last;
     if (run_rollback_request(c, &first, &last, &from, &to) != 0) return;

@@ -6,6 +6,14 @@
 #             the update of step 15 is skipped, so the weights after step 15 equal those
 #             after step 14, bitwise; the run goes on to the end; a run without the hook
 #             sees no spike.
+#   resume-armed  the guard's window is in checkpoints: 20 steps saved (one process), then
+#             resumed with step 23 spiking, 3 steps in, inside what was the guard's blind
+#             warm-up: caught; so under pp2 from the same checkpoint (both ranks undo it:
+#             their shards after step 23 are bitwise those after 22); the window survives a
+#             reshard to tp2; a run of spikes in progress too (11, 12 saved, 13 after a
+#             resume: one rollback request for 11..13); a checkpoint without it (saved with
+#             the guard off, as an older one) resumes without error, the guard warming up
+#             again (23 not caught).
 #   rollback  three spiking steps in a row: the worker stops without saving, exit 76,
 #             naming the samples of those steps.
 #   calib     the fp8 stage after the fp32 one calibrates its scales (none is 1 after).
@@ -113,6 +121,53 @@ guard)
   w >d.out
   ! grep -q "loss spike" d.out || { grep spike d.out; fail "a spike without the fault hook"; }
   echo "$case: step 15 skipped, weights after it bitwise those after step 14; no false spike"
+  ;;
+resume-armed)
+  w --steps 20 --run-dir a --save-every 20 >a.out
+  ck=a/checkpoints/s00-step00000020
+  window() { "$baton" ckpt inspect "$1" --json | /usr/bin/python3 -c '
+import json, sys; print(json.load(sys.stdin).get("spike_guard"))'; }
+  [[ $(window "$ck") == "{'window': 20, 'spikes_in_a_row': 0}" ]] ||
+    fail "checkpoint 20 holds no window of 20 steps: $(window "$ck")"
+  BATON_FAULT_SPIKE_STEPS=23 w --steps 3 --run-dir b --init "$ck" --save-every 0 >b.out
+  grep -q "^started from $ck at step 20 " b.out || { cat b.out; fail "not resumed at step 20"; }
+  grep -q "^loss-spike guard: 20 applied steps of its window taken from the checkpoint: armed$" b.out ||
+    { cat b.out; fail "the resume does not say it took the window"; }
+  grep -Eq "^step +23: loss spike" b.out || { cat b.out; fail "step 23, 3 steps after the resume, not caught"; }
+  # another layout (pp2, two processes) from the same one-process checkpoint
+  "$baton" spec "$recipe" --set stages.pretrain.parallel.pp=2 --set stages.pretrain.parallel.dp=1 \
+    --out pp.pb
+  p2() { timeout 120 "$baton" launch -n 2 -- "$worker" --spec "$work/pp.pb" --eval-windows 0 \
+    --comm-timeout 20 --save-every 0 --init "$ck" "$@"; }
+  p2 --steps 2 --run-dir c >c.out || { cat c.out; fail "pp2: the resume failed"; }
+  BATON_FAULT_SPIKE_STEPS=23 p2 --steps 3 --run-dir d >d.out || { cat d.out; fail "pp2: the resume with the spike failed"; }
+  grep -Eq "step +23: loss spike" d.out || { cat d.out; fail "pp2: step 23 not caught"; }
+  for r in 0 1; do
+    cmp c/checkpoints/s00-step00000022/rank-0000$r.bin d/checkpoints/s00-step00000023/rank-0000$r.bin ||
+      fail "pp2: rank $r's weights after the skipped step 23 are not those after step 22"
+  done
+  "$baton" ckpt reshard "$ck" --to tp2 --out rs/tp2 >/dev/null
+  [[ $(window rs/tp2) == "{'window': 20, 'spikes_in_a_row': 0}" ]] || fail "reshard lost the window"
+  # a run of spikes in progress is kept too: steps 11, 12 before the save, 13 after a resume
+  BATON_FAULT_SPIKE_STEPS=11-12 w --steps 12 --run-dir f --save-every 12 >f.out
+  set +e
+  BATON_FAULT_SPIKE_STEPS=13 w --steps 1 --run-dir f --init f >g.out 2>g.err
+  rc=$?
+  set -e
+  [[ $rc == 76 ]] || { cat g.out g.err; fail "spikes 11, 12 saved, 13 after the resume: exit $rc, not 76"; }
+  grep -q "3 loss spikes in a row at steps 11..13: .*global samples 80..103: skip \[80, 104)" g.err ||
+    { cat g.err; fail "the run of spikes across the resume is not one window"; }
+  # no window saved (the guard off, as in a checkpoint from before it was saved): warm-up
+  "$baton" spec "$recipe" --set defaults.restart.spike_zscore=0 --out off.pb
+  "$worker" --spec "$work/off.pb" --single-process --eval-windows 0 --steps 20 --run-dir o \
+    --save-every 20 >o.out
+  [[ $(window o/checkpoints/s00-step00000020) == None ]] || fail "a window saved with the guard off"
+  BATON_FAULT_SPIKE_STEPS=23 w --steps 3 --run-dir e --init o/checkpoints/s00-step00000020 \
+    --save-every 0 >e.out 2>e.err || { cat e.out e.err; fail "the resume without a window failed"; }
+  grep -q "^started from .* at step 20 " e.out || { cat e.out; fail "no window: not resumed at step 20"; }
+  ! grep -q "loss spike" e.out || fail "no window: the guard judged step 23 before its warm-up"
+  echo "$case: step 23 caught 3 steps after a resume, one process and pp2; kept by reshard;" \
+    "a run of spikes across a resume one request; none saved: warm-up"
   ;;
 rollback)
   set +e

@@ -201,6 +201,8 @@ static void ckpt_header(train_ckpt *c, const trainer *t, int final) {
     h->has_skipped_steps = 1, h->skipped_steps = t->skipped_steps;
     ckpt_header_data(c, t);
     if (t->scaler.on) train_scaler_to_pb(&t->scaler, &c->scaler), h->loss_scaler = &c->scaler;
+    if (train_spike_to_pb(&t->spike, &c->spike, c->spike_loss, c->spike_norm))
+        h->spike_guard = &c->spike;
 }
 
 /* Test hook for fault injection: BATON_FAULT_SAVE_EXIT=RANK:STEP makes world rank RANK

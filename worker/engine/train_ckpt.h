@@ -10,15 +10,17 @@
  *    an MoE layer's experts' layers.<l>.expert<e>.<w13|w2>.<slot> by global expert, by
  *    the first of its holders, and layers.<l>.shared<s>.<w13|w2>.<slot>);
  *  - fp16: the dynamic loss scaler's state (manifest loss_scaler, train_scaler.h);
+ *  - the loss-spike guard's window and run of spikes (manifest spike_guard,
+ *    train_spike.h), the same on every rank: world rank 0's header carries it;
  *  - in the manifest: recipe, stage, step, data position (global sample index), AdamW's
  *    step count, the model (rope as trained), layout, precision and seed; the training
  *    sources with their token and document counts, and the mixture's sample order.
  * Loading reads the boxes this rank needs under its own layout, whatever layout saved
  * them. A checkpoint of the same recipe and stage resumes it (step, data position,
- * moments, fp8 state, loss scaler, the mixture order it saved under: bitwise the run that
- * never stopped), unless its sources' counts differ from the files' now (refused, no fall
- * back: BT_EINVAL, the data rewritten under the same names); one of another
- * stage hands over (weights, and the moments unless the stage's optimizer says reset;
+ * moments, fp8 state, loss scaler, spike guard's window, the mixture order it saved under:
+ * bitwise the run that never stopped), unless its sources' counts differ from the files'
+ * now (refused, no fall back: BT_EINVAL, the data rewritten under the same names); one of
+ * another stage hands over (weights, and the moments unless the stage's optimizer says reset;
  * step 0).
  *
  * Async saves snapshot the state into host memory at the step boundary and write it on a
@@ -56,6 +58,8 @@ typedef struct train_ckpt {
     Baton__Manifest header;
     uint8_t rng[8];
     Baton__LossScalerState scaler; /* the header's loss_scaler (fp16) */
+    Baton__SpikeGuardState spike;  /* the header's spike_guard, its lists in: */
+    double spike_loss[TRAIN_SPIKE_WINDOW], spike_norm[TRAIN_SPIKE_WINDOW];
     Baton__DataCounts data[TRAIN_CKPT_MAX_SOURCES], *data_ptr[TRAIN_CKPT_MAX_SOURCES];
     double stall_s; /* time training stood still for the last save */
     /* rank 0, once a save is committed (the async writer's thread calls it too); NULL: none */

@@ -210,6 +210,7 @@ static void load_undo(trainer *t, const load_start *s) {
     t->step = t->step0 = s->step;
     t->first_sample = s->first_sample, t->skipped_steps = s->skipped_steps;
     t->scaler = s->scaler;
+    train_spike_forget(&t->spike);
     t->fp8_fresh = 0;
     train_fp8_reset(t);
 }
@@ -352,6 +353,7 @@ static int load_one(trainer *t, const char *dir, int refuse_later, int in_root, 
         t->first_sample = m->data_position;
         t->skipped_steps = m->skipped_steps;
         train_scaler_from_pb(&t->scaler, m->loss_scaler);
+        train_spike_from_pb(&t->spike, m->spike_guard); /* none: it warms up again */
         rc = load_fp8(t, &r, diag);
     } else if (rc == 0 && !reset) {
         /* An fp16 stage after an fp16 stage keeps the loss scale the earlier one found, as

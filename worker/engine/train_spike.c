@@ -97,6 +97,43 @@ uint32_t train_spike_note(train_spike *s, uint64_t step, uint64_t first, uint64_
     return ++s->run;
 }
 
+int train_spike_to_pb(const train_spike *s, Baton__SpikeGuardState *out, double *loss,
+                      double *norm) {
+    if (!(s->z > 0) || s->n == 0) return 0;
+    uint32_t oldest = (s->next + TRAIN_SPIKE_WINDOW - s->n) % TRAIN_SPIKE_WINDOW;
+    for (uint32_t i = 0; i < s->n; i++) {
+        loss[i] = s->loss[(oldest + i) % TRAIN_SPIKE_WINDOW];
+        norm[i] = s->norm[(oldest + i) % TRAIN_SPIKE_WINDOW];
+    }
+    baton__spike_guard_state__init(out);
+    out->n_loss = out->n_grad_norm = s->n, out->loss = loss, out->grad_norm = norm;
+    out->has_spikes_in_a_row = 1, out->spikes_in_a_row = s->run;
+    if (s->run > 0) {
+        out->has_first_spike_step = out->has_first_spike_sample = 1;
+        out->first_spike_step = s->run_first_step, out->first_spike_sample = s->run_first_sample;
+    }
+    return 1;
+}
+
+void train_spike_forget(train_spike *s) {
+    s->n = s->next = s->run = 0;
+    s->run_first_step = s->run_last_step = s->run_first_sample = s->run_end_sample = 0;
+}
+
+void train_spike_from_pb(train_spike *s, const Baton__SpikeGuardState *in) {
+    train_spike_forget(s);
+    if (!(s->z > 0) || in == NULL || in->n_loss != in->n_grad_norm) return;
+    for (size_t i = 0; i < in->n_loss; i++)
+        if (!isfinite(in->loss[i]) || !isfinite(in->grad_norm[i])) return;
+    size_t from = in->n_loss > TRAIN_SPIKE_WINDOW ? in->n_loss - TRAIN_SPIKE_WINDOW : 0;
+    for (size_t i = from; i < in->n_loss; i++)
+        train_spike_push(s, in->loss[i], in->grad_norm[i]);
+    if (in->spikes_in_a_row > 0 && in->has_first_spike_step && in->has_first_spike_sample) {
+        s->run = in->spikes_in_a_row;
+        s->run_first_step = in->first_spike_step, s->run_first_sample = in->first_spike_sample;
+    }
+}
+
 float train_spike_fault_scale(const train_spike *s, uint64_t step) {
     return s->fault_from && step >= s->fault_from && step <= s->fault_to ? TRAIN_SPIKE_FAULT_FACTOR
                                                                          : 1.0f;

@@ -18,7 +18,11 @@
  * logical global sample window of those steps; the orchestrator rolls back to an earlier
  * checkpoint and skips that window (StageSpec.skip_samples, train_spike_map_sample).
  *
- * The window is not saved in checkpoints: after a resume the guard warms up again.
+ * Checkpoints keep the window and the current run of spikes (manifest spike_guard,
+ * train_spike_to_pb), and a resume of the stage takes them back (train_spike_from_pb), so
+ * that its first steps are judged as in the run that never stopped, whatever the layout.
+ * A start without them (a checkpoint from before they were saved, another stage's
+ * hand-off, an import, a save with the guard off) warms the guard up again.
  *
  * Fault injection (tests only): BATON_FAULT_SPIKE_STEPS=K or K-L multiplies the loss
  * scale of the backward of steps K..L (1-based optimizer steps of the stage) by
@@ -30,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "manifest.pb-c.h"
 #include "optim.h"
 #include "spike_guard.h"
 #include "stage_spec.pb-c.h"
@@ -77,6 +82,19 @@ void train_spike_push(train_spike *s, double loss, double norm);
 /* Counts a spike at 1-based step `step` over samples [first, end); returns the length of
  * the current run of consecutive spikes. */
 uint32_t train_spike_note(train_spike *s, uint64_t step, uint64_t first, uint64_t end);
+
+/* The window, oldest first, into loss[] and norm[] (TRAIN_SPIKE_WINDOW each), and the run
+ * of spikes, into out, which points at them: what a checkpoint keeps. 0 (out untouched)
+ * when there is nothing to keep: the guard off, or no step applied yet. */
+int train_spike_to_pb(const train_spike *s, Baton__SpikeGuardState *out, double *loss,
+                      double *norm);
+/* Takes back a checkpoint's state (NULL: none saved: the window stays empty). Of a longer
+ * window than TRAIN_SPIKE_WINDOW the newest values; a state whose lists differ in length
+ * or hold a non-finite value is ignored (nothing the guard ever pushes). Nothing with the
+ * guard off: its window would miss the steps trained meanwhile. */
+void train_spike_from_pb(train_spike *s, const Baton__SpikeGuardState *in);
+/* Empties the window and ends any run of spikes (the snapshot and fault hook stay). */
+void train_spike_forget(train_spike *s);
 
 /* The loss-scale multiplier of the fault hook for 1-based step `step` (1 normally). */
 float train_spike_fault_scale(const train_spike *s, uint64_t step);

@@ -638,6 +638,18 @@ static void worker_warn_lifted(const trainer *t, const char *init) {
             (double)t->scaler.min_scale);
 }
 
+/* A resume that took the loss-spike guard's window back from its checkpoint. */
+static void worker_print_guard(const trainer *t) {
+    const train_spike *sp = &t->spike;
+    if (sp->n == 0) return;
+    printf("loss-spike guard: %u applied step%s of its window taken from the checkpoint: ", sp->n,
+           sp->n == 1 ? "" : "s");
+    if (train_spike_armed(sp))
+        printf("armed\n");
+    else
+        printf("it judges a step once it holds %d\n", TRAIN_SPIKE_WARMUP);
+}
+
 static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, worker_control *wc,
                             int *load_rc, bt_diag *diag) {
     const char *init = a->init ? a->init : t->spec->init_checkpoint;
@@ -654,6 +666,7 @@ static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, w
                    "shard file%s opened)\n",
                    init, (unsigned long long)t->step, (unsigned long long)t->first_sample,
                    bt_clock_now() - t0, t->load_files, t->load_files == 1 ? "" : "s");
+        if (rc == 0 && w->info.rank == 0 && !a->quiet) worker_print_guard(t);
         /* out now (stdout is a pipe under baton run, buffered): before the metrics the
          * channel carries, the closing validation's of an attempt with no step left too */
         if (rc == 0 && w->info.rank == 0 && !a->quiet) fflush(stdout);
