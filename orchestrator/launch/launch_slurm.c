@@ -206,6 +206,7 @@ int launch_slurm_open(launch_slurm *s, const char *listen, const char *token, si
     if (launch_slurm_check_env(diag) != 0) return BT_EINVAL;
     const char *job = getenv("SLURM_JOB_ID"), *list = getenv("SLURM_JOB_NODELIST");
     snprintf(s->job_id, sizeof s->job_id, "%s", job);
+    if ((s->nodelist = strdup(list)) == NULL) return BT_ENOMEM;
     int rc = slurm_read_hosts(s, list, diag);
     if (rc != 0) return rc;
     if (listen && listen[0])
@@ -225,7 +226,8 @@ void launch_slurm_close(launch_slurm *s) {
     s->kv_open = 0;
     free(s->hosts);
     free(s->host_names);
-    s->hosts = NULL, s->host_names = NULL, s->n_hosts = 0;
+    free(s->nodelist);
+    s->hosts = NULL, s->host_names = NULL, s->nodelist = NULL, s->n_hosts = 0;
 }
 
 const char *launch_slurm_listen(const launch_slurm *s) {
@@ -291,6 +293,11 @@ static long slurm_hosts_file(launch_slurm *s, const char *path, const uint32_t *
     return rc == 0 ? written : -1;
 }
 
+long launch_slurm_hosts_file(launch_slurm *s, const char *path, const uint32_t *idx, uint32_t n,
+                             bt_diag *diag) {
+    return slurm_hosts_file(s, path, idx, NULL, n, diag);
+}
+
 /* FILES.hosts (the active nodes' hosts) and FILES.exclude (the excluded ones', removed
  * when none) into hosts and ex ("" when none): 0, or -1 with a message. */
 static int slurm_host_files(launch_slurm *s, const char *files, const uint32_t *active,
@@ -325,7 +332,7 @@ char **launch_slurm_step_argv(launch_slurm *s, const uint32_t *active, uint32_t 
         return NULL;
     snprintf(s->step_name, sizeof s->step_name, "%s", step_name);
     s->failed_task = -1, s->failed_host[0] = s->failure[0] = s->lost_hosts[0] = '\0';
-    s->step_refused = 0, s->exit_other = 0, s->killed = 0;
+    s->step_refused = 0, s->exit_other = 0, s->node_trouble = 0, s->killed = 0;
     s->step_id[0] = s->cancel_why[0] = '\0';
     int n = 0, err = 0;
     /* --export=ALL: the workers get baton's environment (BATON_STORE_ADDRESS, PATH),
@@ -371,7 +378,7 @@ static int slurm_label(const char *line, size_t len, size_t *rest) {
 }
 
 /* Whether host is one of s->lost_hosts, whole (node1 is not in "node12,node3"). */
-static int slurm_lost_has(const launch_slurm *s, const char *host) {
+int launch_slurm_lost_has(const launch_slurm *s, const char *host) {
     size_t n = strlen(host);
     for (const char *p = s->lost_hosts; *p;) {
         size_t k = strcspn(p, ",");
@@ -383,7 +390,7 @@ static int slurm_lost_has(const launch_slurm *s, const char *host) {
 
 static void slurm_add_lost(launch_slurm *s, const char *host) {
     size_t l = strlen(s->lost_hosts);
-    if (!slurm_lost_has(s, host) && l + strlen(host) + 2 < sizeof s->lost_hosts)
+    if (!launch_slurm_lost_has(s, host) && l + strlen(host) + 2 < sizeof s->lost_hosts)
         snprintf(s->lost_hosts + l, sizeof s->lost_hosts - l, "%s%s", l ? "," : "", host);
 }
 
@@ -395,6 +402,10 @@ static void slurm_note(launch_slurm *s, const char *line) {
     p += strlen("srun: error: ");
     char host[SLURM_HOST_MAX] = "", what[400] = "";
     int task = -1;
+    if (strstr(p, "io error with slurmstepd") || strstr(p, "Timed out waiting for job step")) {
+        s->node_trouble = 1;
+        return;
+    }
     if (strncmp(p, "Unable to create step", 21) == 0) {
         s->step_refused = 1;
         snprintf(s->failure, sizeof s->failure,
@@ -459,23 +470,8 @@ void launch_slurm_describe(const launch_slurm *s, const launch_job *job, char *b
              s->lost_hosts);
 }
 
-/* Slurm's state of host from `scontrol show node -o HOST`: "" when it cannot be read. */
-static void slurm_node_state(const char *host, char *state, size_t cap) {
-    char out[8192];
-    char *argv[] = {"scontrol", "show", "node", "-o", (char *)host, NULL};
-    state[0] = '\0';
-    if (launch_slurm_exec(argv, out, sizeof out, 10) != 0) return;
-    const char *p = strstr(out, "State=");
-    if (p) snprintf(state, cap, "%.*s", (int)strcspn(p + 6, " \n"), p + 6);
-}
-
-static int slurm_state_bad(const char *state) {
-    return strstr(state, "DOWN") || strstr(state, "DRAIN") || strstr(state, "FAIL") ||
-           strstr(state, "NOT_RESPONDING") || strchr(state, '*');
-}
-
 /* srun's words when a step cannot run because the job itself is ending. */
-static int slurm_job_gone(const char *out) {
+int launch_slurm_job_gone(const char *out) {
     static const char *words[] = {"has expired",    "already completing", "completing or completed",
                                   "Invalid job id", "cancelled",          "CANCELLED",
                                   "revoked"};
@@ -499,32 +495,6 @@ int launch_slurm_stopped(const launch_slurm *s, const launch_job *job) {
     const launch_rank *rk = job->failed_rank >= 0 ? &job->ranks[job->failed_rank] : NULL;
     return job->cause == LAUNCH_EXITED && rk && rk->exited && rk->exit_status == 75 &&
            !s->exit_other && !s->lost_hosts[0] && !s->step_refused;
-}
-
-int launch_slurm_host_lost(launch_slurm *s, const char *host, double timeout_s, char *why,
-                           size_t cap) {
-    char state[64], out[2048], w[SLURM_HOST_MAX + 16], timeout[32];
-    slurm_node_state(host, state, sizeof state);
-    if (state[0] && slurm_state_bad(state)) {
-        snprintf(why, cap, "Slurm has %s in state %s", host, state);
-        return 1;
-    }
-    if (slurm_lost_has(s, host)) {
-        snprintf(why, cap, "srun reported a node failure on %s", host);
-        return 1;
-    }
-    snprintf(w, sizeof w, "--nodelist=%s", host);
-    snprintf(timeout, sizeof timeout, "--time=%d", 1);
-    /* --export=ALL, as the step's: PATH finds `true` whatever the job's sbatch --export */
-    char *argv[] = {
-        "srun",    "--export=ALL",           "--overlap", "--nodes=1", "--ntasks=1", w, timeout,
-        "--quiet", "--job-name=baton-probe", "true",      NULL};
-    int rc = launch_slurm_exec(argv, out, sizeof out, timeout_s);
-    if (rc == 0) return 0;
-    out[strcspn(out, "\n")] = '\0';
-    snprintf(why, cap, "a probe step on %s %s%s%.300s", host,
-             rc == 124 ? "did not finish in time" : "failed", out[0] ? ": " : "", out);
-    return slurm_job_gone(out) ? SLURM_PROBE_ENDING : SLURM_PROBE_FAILED;
 }
 
 /* Every step of the job named s->step_name, from `squeue --steps` (tried twice: a busy

@@ -3,7 +3,7 @@
  * PMIx servers are Slurm's slurmstepd; baton's own server stays out of it). This module
  * knows the allocation's hosts, builds the step's argv (execve, never a shell string),
  * turns srun's labelled output back into per-rank lines, reads srun's own reports of
- * failed tasks and nodes, and probes a host after a failure.
+ * failed tasks and nodes, and judges the hosts after a failure (launch_slurm_probe.c).
  *
  * Ranks on several hosts meet through the rendezvous store this module serves
  * (kv_store.h) at BATON_STORE_ADDRESS; the supervisor's control channel and the store
@@ -29,7 +29,8 @@
 typedef struct launch_slurm {
     /* Read-only for the caller. */
     char job_id[32];
-    char **hosts; /* the allocation, in SLURM_JOB_NODELIST order (n_hosts of them) */
+    char **hosts;   /* the allocation, in SLURM_JOB_NODELIST order (n_hosts of them) */
+    char *nodelist; /* SLURM_JOB_NODELIST as given (a host-list expression) */
     int n_hosts;
     char *host_names; /* what hosts point into */
     char listen[256]; /* the address the control channel and the store listen on */
@@ -50,6 +51,8 @@ typedef struct launch_slurm {
     int step_refused;                 /* Slurm refused to create the step (e.g. more tasks than the
                                          allocation's CPUs): a configuration error, not retried */
     int exit_other;                   /* srun reported a task exit status other than 75 */
+    int node_trouble; /* srun lost a slurmstepd or waited on one in vain (an I/O error, the
+                         step's end not confirmed): a host may be lost whatever task it named */
     /* Signals sent to the step's tasks (launch_slurm_signal, launch_slurm_cancel_step). */
     char step_id[64];     /* "JOB.STEP" as squeue listed it, or "" */
     char cancel_why[512]; /* why the last one failed */
@@ -109,16 +112,36 @@ void launch_slurm_wrap(launch_slurm *s, launch_opts *lo, char **argv);
 /* One line on how the step failed: srun's exit and what srun reported. */
 void launch_slurm_describe(const launch_slurm *s, const launch_job *job, char *buf, size_t cap);
 
-/* 1 when host is lost: Slurm has it DOWN, DRAINED, FAILED or not responding, srun
- * reported it failed, or a one-task probe step on it fails or takes longer than
- * timeout_s; why gets the evidence. 0 when it ran the probe. SLURM_PROBE_ENDING when the
- * probe failed because the job itself is ending (expired, cancelled, completing): no
- * evidence against the host. SLURM_PROBE_FAILED when only the probe failed (Slurm has
- * nothing against the host): the caller judges it against the other hosts' probes. */
-#define SLURM_PROBE_FAILED 2
+/* After a failed attempt (launch_slurm_probe.c): which of the attempt's hosts are lost.
+ * One state query and at most a probe step or two, whatever the number of hosts. why[k]
+ * gets the evidence against host k. */
+#define SLURM_WHY_MAX      512
 #define SLURM_PROBE_ENDING 3
-int launch_slurm_host_lost(launch_slurm *s, const char *host, double timeout_s, char *why,
-                           size_t cap);
+/* Slurm's word on the hosts of logical nodes idx[0..n) (each < s->n_hosts) from ONE
+ * `sinfo --all --noheader --Node --nodes=SLURM_JOB_NODELIST --format=%N %T %E` (at most
+ * timeout_s), and srun's reports of the attempt: lost[k] = 1 for each host srun reported
+ * failed, or Slurm has DOWN, DRAINED/DRAINING, FAIL(ING) or not responding ('*'); 0 for
+ * the others. 0, or -1 when sinfo's answer could not be read (why in note; srun's reports
+ * are still counted). */
+int launch_slurm_judge(const launch_slurm *s, const uint32_t *idx, uint32_t n, unsigned char *lost,
+                       char (*why)[SLURM_WHY_MAX], double timeout_s, char *note, size_t cap);
+/* ONE probe step over the hosts of logical nodes idx[0..n): `srun --overlap --nodes=N
+ * --ntasks=N --ntasks-per-node=1 --nodelist=PATH --kill-on-bad-exit=0 ... printenv
+ * SLURMD_NODENAME`, PATH (holding a '/') written as the attempts' host files, at most
+ * timeout_s in all. failed[k] = 1 for each host whose task did not print its name (srun's
+ * words about it, or about the step, in why[k]); all 0 when srun exits 0. 0;
+ * SLURM_PROBE_ENDING when srun says the job itself is ending (expired, cancelled,
+ * completing: its words in note); -1 when PATH could not be written (note). */
+int launch_slurm_probe(launch_slurm *s, const char *path, const uint32_t *idx, uint32_t n,
+                       double timeout_s, unsigned char *failed, char (*why)[SLURM_WHY_MAX],
+                       char *note, size_t cap);
+/* Shared with launch_slurm_probe.c: whether host is one srun reported as a failed node;
+ * whether srun's words say the job itself is ending; the hosts of logical nodes idx[0..n)
+ * written to path (the number written, or -1 with a message). */
+int launch_slurm_lost_has(const launch_slurm *s, const char *host);
+int launch_slurm_job_gone(const char *out);
+long launch_slurm_hosts_file(launch_slurm *s, const char *path, const uint32_t *idx, uint32_t n,
+                             bt_diag *diag);
 
 /* 1 when the allocation is going away (squeue shows the job in a state other than
  * RUNNING, or no longer knows it); state gets what squeue said. 0 when it runs or cannot

@@ -16,6 +16,15 @@
 #                  A FIFO at a host file's temp file: the resume stops (exit 1) naming it;
 #                  a link at a host file: replaced (0600), its target untouched.
 #                  Host 30 lost, whose name host 3's begins: only it excluded.
+#   slurm-probe    2048 hosts (2046 nodes + 2 spares), the first attempt failing: one
+#                  sinfo for every host (SLURM_JOB_NODELIST), no host queried one by one,
+#                  and the next attempt started within 10 s. A task's failure: its host
+#                  alone probed, a host Slurm has down* excluded on its word. Nothing
+#                  pinning it (no task named, or srun losing a slurmstepd): one probe step
+#                  over the 2046 hosts, the host whose launch failed excluded (again on
+#                  resume); the failed task's host not answering: the rest probed in one
+#                  step, it alone excluded; probes failing everywhere: none excluded; the
+#                  probe saying the job is ending: a stop.
 #   node-cap       more nodes + spare_nodes than a run takes (16384): baton run and submit
 #                  refuse at once, naming the cap and the key, making nothing; baton plan
 #                  warns and plans; nodes + spare_nodes past 2^32 never wraps.
@@ -46,16 +55,46 @@ fake_slurm() {
 #!/bin/sh
 case "$1 $2" in
 "show hostnames") exec cat "$FAKE_HOSTS" ;;
-"show node") echo "NodeName=$4 State=IDLE" ;;
+"show node") echo "scontrol show node $4" >>"$FAKE_CALLS"; echo "NodeName=$4 State=IDLE" ;;
 esac
 exit 0
 EOF
-  # a probe ("true") succeeds; a run's step is recorded, then ends as $FAKE_STEP says:
-  # "stop" exits 75 (its workers stopped), "nodefail" reports a node failure on
-  # $FAKE_LOST the first time (exit 1), then stops
+  # sinfo: every host idle (listed twice: two partitions), $FAKE_DOWN "down*"; with
+  # FAKE_SINFO=fail it fails
+  cat >fake/sinfo <<'EOF'
+#!/bin/sh
+echo "sinfo $*" >>"$FAKE_CALLS"
+[ "$FAKE_SINFO" = fail ] && { echo "sinfo: error: Unable to contact slurm controller" >&2; exit 1; }
+awk -v down="${FAKE_DOWN:-}" '{ s = $0 == down ? "down* Not responding" : "idle none"
+  print $0, s; print $0, s }' "$FAKE_HOSTS"
+EOF
+  # an old-style one-host probe ("true") succeeds. A probe step (printenv SLURMD_NODENAME)
+  # is logged as "probe N FIRST" (its host file's count and first host); it prints its
+  # hosts' names but $FAKE_DEAD's, whose launch fails (exit 1); FAKE_PROBE=fail: no host
+  # answers; FAKE_PROBE=expired: the job is ending. A run's step is recorded, then ends as
+  # $FAKE_STEP says: "stop" exits 75 (its workers stopped); the first time (exit 1, its
+  # time in $FAKE_LOG.failed) "nodefail" reports a node failure on $FAKE_LOST, "taskfail"
+  # task 7 on $FAKE_TASKHOST failed, "trouble" that and an I/O error with another host's
+  # slurmstepd, "silent" nothing; then it stops. The next step's start: $FAKE_LOG.next.
   cat >fake/srun <<'EOF'
 #!/bin/sh
-for a in "$@"; do [ "$a" = true ] && exit 0; done
+for a in "$@"; do [ "$a" = true ] && { echo "probe-true $*" >>"$FAKE_CALLS"; exit 0; }; done
+case " $* " in *" printenv SLURMD_NODENAME "*)
+  for a in "$@"; do case "$a" in --nodelist=*) f=${a#--nodelist=} ;; esac; done
+  echo "probe $(wc -l <"$f") $(head -n 1 "$f")" >>"$FAKE_CALLS"
+  case "$FAKE_PROBE" in
+  fail) echo "srun: error: Unable to create step for job 4242: Requested node configuration is not available" >&2; exit 1 ;;
+  expired) echo "srun: error: Unable to create step for job 4242: Job/step already completing or completed" >&2; exit 1 ;;
+  esac
+  if [ -n "$FAKE_DEAD" ] && grep -qxF -- "$FAKE_DEAD" "$f"; then
+    grep -vxF -- "$FAKE_DEAD" "$f"
+    echo "srun: error: Task launch for StepId=4242.9 failed on node $FAKE_DEAD: Communication connection failure" >&2
+    exit 1
+  fi
+  cat "$f"
+  exit 0 ;;
+esac
+[ -e "$FAKE_LOG.failed" ] && [ ! -e "$FAKE_LOG.next" ] && date +%s.%N >"$FAKE_LOG.next"
 {
   echo "---- srun"
   for a in "$@"; do
@@ -66,9 +105,15 @@ for a in "$@"; do [ "$a" = true ] && exit 0; done
     esac
   done
 } >>"$FAKE_LOG"
-if [ "$FAKE_STEP" = nodefail ] && [ ! -e "$FAKE_LOG.failed" ]; then
-  : >"$FAKE_LOG.failed"
-  echo "srun: error: Node failure on $FAKE_LOST" >&2
+if [ "$FAKE_STEP" != stop ] && [ ! -e "$FAKE_LOG.failed" ]; then
+  case $FAKE_STEP in
+  nodefail) echo "srun: error: Node failure on $FAKE_LOST" >&2 ;;
+  taskfail) echo "srun: error: $FAKE_TASKHOST: task 7: Exited with exit code 1" >&2 ;;
+  trouble)
+    echo "srun: error: $FAKE_TASKHOST: task 7: Exited with exit code 1" >&2
+    echo "srun: error: step_launch_notify_io_failure: aborting, io error with slurmstepd on node 5" >&2 ;;
+  esac
+  date +%s.%N >"$FAKE_LOG.failed"
   exit 1
 fi
 exit 75
@@ -83,7 +128,7 @@ slurm_run() {
   local log=$1 hosts=$2 step=$3
   shift 3
   PATH=$work/fake:$PATH FAKE_LOG=$work/$log FAKE_HOSTS=$work/$hosts FAKE_STEP=$step \
-    SLURM_JOB_ID=4242 SLURM_JOB_NODELIST='h[0-9]' "$baton" "$@" --listen 127.0.0.1 >run.out 2>&1
+    FAKE_CALLS=$work/$log.calls SLURM_JOB_ID=4242 SLURM_JOB_NODELIST='h[0-9]' "$baton" "$@" --listen 127.0.0.1 >run.out 2>&1
 }
 
 # step_of LOG K WHAT: the K-th step's (1-based) lines of WHAT ("arg", "nodelist-file",
@@ -149,7 +194,7 @@ slurm-exclude)
   mkfifo r/specs/s00-a02.hosts.tmp
   echo important >victim
   ln -s "$work/victim" r/specs/s00-a03.hosts
-  PATH=$work/fake:$PATH FAKE_LOG=$work/log5 FAKE_HOSTS=$work/hosts FAKE_STEP=stop \
+  PATH=$work/fake:$PATH FAKE_LOG=$work/log5 FAKE_HOSTS=$work/hosts FAKE_STEP=stop FAKE_CALLS=$work/log5.calls \
     SLURM_JOB_ID=4242 SLURM_JOB_NODELIST='h[0-9]' timeout 20 "$baton" resume r \
     --launcher slurm --worker "$worker" --listen 127.0.0.1 >run.out 2>&1
   rc=$?
@@ -169,6 +214,80 @@ slurm-exclude)
   [[ $(step_of log3 1 exclude-file) == "$lost" ]] || fail "resume: host 5 not excluded again"
   step_of log3 1 nodelist-file | cmp -s - <(sed -n '1,5p;7,39p' hosts) ||
     fail "resume: its host file is not the 38 hosts left"
+  ;;
+slurm-probe)
+  fake_slurm
+  for ((i = 0; i < 2048; i++)); do printf 'gpu-r%03d-n%04d\n' $((i / 64)) $i; done >hosts
+  h() { sed -n "$(($1 + 1))p" hosts; } # host of node K
+  recipe_of pr 2046 2 2
+  # probe_run NAME STEP [VAR=VALUE...]: a run of 2046 nodes + 2 spares whose first attempt
+  # fails as STEP says, the fake tools set by the VARs; its tools' calls in NAME.calls
+  probe_run() {
+    local name=$1 step=$2
+    shift 2
+    env "$@" PATH=$work/fake:$PATH FAKE_LOG=$work/$name FAKE_HOSTS=$work/hosts FAKE_STEP=$step \
+      FAKE_CALLS=$work/$name.calls SLURM_JOB_ID=4242 SLURM_JOB_NODELIST='gpu-r[000-031]-n[0000-2047]' \
+      "$baton" run pr.yaml --run-dir "r-$name" --launcher slurm --worker "$worker" \
+      --listen 127.0.0.1 >"$name.out" 2>&1
+  }
+  # calls_are NAME WANT...: the state queries and probes after NAME's failure, exactly
+  calls_are() {
+    local name=$1 got
+    shift
+    got=$(grep -v '^sinfo' "$name.calls" | tr '\n' '|')
+    [[ $(grep -c '^sinfo --all --noheader --Node --nodes=gpu-r\[000-031\]-n\[0000-2047\] --format=%N %T %E$' "$name.calls") == 1 ]] ||
+      fail "$name: not one sinfo for every host: $(grep -c '^sinfo' "$name.calls") ($(head -c 300 "$name.calls"))"
+    [[ $got == "$(printf '%s|' "$@")" ]] || fail "$name: calls '$(head -c 300 <<<"$got")', expected '$(printf '%s|' "$@")'"
+    local spent
+    spent=$(awk '{ t[NR] = $1 } END { printf "%.2f", t[2] - t[1] }' "$name.failed" "$name.next")
+    awk -v s="$spent" 'BEGIN { exit !(s < 10) }' || fail "$name: $spent s from the failure to the next attempt"
+  }
+  excluded() { grep -o '^baton run: node[0-9]* (Slurm host [^,]*, job 4242) lost: .*; excluded$' "$1.out"; }
+  # a task's failure on node7, Slurm has node100 down: node100 excluded on Slurm's word,
+  # node7's host alone probed (it answers), no host queried or probed one by one
+  probe_run pin taskfail FAKE_TASKHOST="$(h 7)" FAKE_DOWN="$(h 100)"
+  rc=$?
+  [[ $rc == 75 ]] || fail "pin: exit $rc, expected 75: $(tail -3 pin.out)"
+  calls_are pin "probe 1 $(h 7)"
+  [[ $(excluded pin) == "baton run: node100 (Slurm host $(h 100), job 4242) lost: Slurm has $(h 100) in state down* (reason: Not responding); excluded" ]] ||
+    fail "pin: not node100 alone excluded on Slurm's word: $(excluded pin | head -3)"
+  step_of pin 2 nodelist-file | cmp -s - <(sed -n '1,100p;102,2047p' hosts) || fail "pin: attempt 1's hosts"
+  # nothing pins it (srun named no task): one probe step over all 2046 hosts, the one whose
+  # launch failed excluded with srun's words; again on resume, from the journal
+  probe_run free silent FAKE_DEAD="$(h 5)"
+  calls_are free "probe 2046 $(h 0)"
+  [[ $(excluded free) == "baton run: node5 (Slurm host $(h 5), job 4242) lost: a probe step: srun: error: Task launch for StepId=4242.9 failed on node $(h 5): Communication connection failure; excluded" ]] ||
+    fail "free: not node5 alone excluded: $(excluded free | head -3)"
+  step_of free 2 nodelist-file | cmp -s - <(sed -n '1,5p;7,2047p' hosts) || fail "free: attempt 1's hosts"
+  PATH=$work/fake:$PATH FAKE_LOG=$work/free-r FAKE_HOSTS=$work/hosts FAKE_STEP=stop FAKE_CALLS=$work/free-r.calls \
+    SLURM_JOB_ID=4242 SLURM_JOB_NODELIST=x "$baton" resume r-free --launcher slurm --worker "$worker" \
+    --listen 127.0.0.1 >run.out 2>&1
+  [[ $(step_of free-r 1 exclude-file) == "$(h 5)" ]] || fail "free: resume did not exclude node5 again"
+  # the failed task's host does not answer (and sinfo fails): the others probed in one step
+  # to tell a lost host from probes failing everywhere; it alone excluded
+  probe_run dead taskfail FAKE_TASKHOST="$(h 7)" FAKE_DEAD="$(h 7)" FAKE_SINFO=fail
+  calls_are dead "probe 1 $(h 7)" "probe 2045 $(h 0)"
+  grep -q "warning: cannot read Slurm's node states ('sinfo --Node' failed (status 1): sinfo: error: Unable to contact slurm controller)" dead.out ||
+    fail "dead: sinfo's failure not said"
+  [[ $(excluded dead | cut -d' ' -f3) == node7 ]] || fail "dead: not node7 alone excluded: $(excluded dead | head -3)"
+  # a task's failure, but srun also lost a slurmstepd: not pinned, every host probed
+  probe_run trouble trouble FAKE_TASKHOST="$(h 7)" FAKE_DEAD="$(h 5)"
+  calls_are trouble "probe 2046 $(h 0)"
+  [[ $(excluded trouble | cut -d' ' -f3) == node5 ]] || fail "trouble: not node5 alone excluded: $(excluded trouble | head -3)"
+  # probes failing on every host, Slurm having nothing against any: nobody excluded
+  probe_run nowhere silent FAKE_PROBE=fail
+  calls_are nowhere "probe 2046 $(h 0)"
+  grep -q "a probe step failed on every host probed (2046: .*Requested node configuration is not available) and Slurm has nothing against any of them: not a host's fault, none of them excluded" nowhere.out ||
+    fail "nowhere: not said"
+  [[ -z $(excluded nowhere) ]] || fail "nowhere: hosts excluded: $(excluded nowhere | head -3)"
+  step_of nowhere 2 nodelist-file | cmp -s - <(head -n 2046 hosts) || fail "nowhere: attempt 1's hosts"
+  # the probe says the job is ending: a stop, nothing excluded, no other attempt
+  probe_run ending taskfail FAKE_TASKHOST="$(h 7)" FAKE_PROBE=expired
+  rc=$?
+  [[ $rc == 75 ]] || fail "ending: exit $rc, expected 75"
+  grep -q "Slurm job 4242 is ending (srun: error: Unable to create step for job 4242: Job/step already completing or completed): stopping, nothing excluded" ending.out ||
+    fail "ending: not said: $(tail -3 ending.out)"
+  [[ $(grep -c '^---- srun' ending) == 1 && -z $(excluded ending) ]] || fail "ending: went on"
   ;;
 node-cap)
   recipe_of cap 16385 0 0

@@ -1,0 +1,157 @@
+/* How baton judges a failed attempt's hosts under Slurm (launch_slurm_judge,
+ * launch_slurm_probe in orchestrator/launch/launch_slurm_probe.c), with a fake sinfo and
+ * srun first on PATH that log their arguments:
+ *  - one sinfo for the job's node list (SLURM_JOB_NODELIST as given): states in sinfo's
+ *    words (down*, drained, draining, fail, mixed*) and scontrol's (IDLE+DRAIN) are lost,
+ *    idle/allocated/mixed/completing are not; a host listed twice (two partitions) or not
+ *    asked about changes nothing; a name that begins another's is not it; srun's own
+ *    node-failure reports count without sinfo, also when sinfo fails (said in note);
+ *  - one probe step over all hosts asked about, their names in its host file: srun's exit 0
+ *    is every host answering; a host that did not print its name failed, with srun's line
+ *    naming it where there is one, else the step's failure; a line saying the job is
+ *    ending is SLURM_PROBE_ENDING; a probe over one host says its name. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "launch_slurm.h"
+
+static char dir[256];
+
+static void script(const char *name, const char *body) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f == NULL) return;
+    fprintf(f, "#!/bin/sh\necho \"%s $*\" >>%s/calls\n%s\n", name, dir, body);
+    fclose(f);
+    chmod(path, 0755);
+}
+
+/* What the fake tools were called with since the last look (then forgotten). */
+static void calls(char *out, size_t cap) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/calls", dir);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(out, 1, cap - 1, f) : 0;
+    out[n] = '\0';
+    if (f) fclose(f);
+    unlink(path);
+}
+
+static char *hosts[] = {"node1", "node12", "node3", "gpu-a", "gpu-b", "gpu-c", "gpu-d"};
+#define N_HOSTS (sizeof hosts / sizeof *hosts)
+
+static void alloc(launch_slurm *s) {
+    memset(s, 0, sizeof *s);
+    snprintf(s->job_id, sizeof s->job_id, "77");
+    s->hosts = hosts, s->n_hosts = (int)N_HOSTS;
+    s->nodelist = "node[1,12,3],gpu-[a-d]";
+    s->failed_task = -1;
+}
+
+static char why[N_HOSTS][SLURM_WHY_MAX];
+
+int main(void) {
+    snprintf(dir, sizeof dir, "%s/bt-slurm-probe.XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    CHECK(mkdtemp(dir) != NULL);
+    char path[4096], got[4096], note[1024], file[512];
+    snprintf(path, sizeof path, "%s:%s", dir, getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
+    setenv("PATH", path, 1);
+    launch_slurm s;
+    unsigned char lost[N_HOSTS], failed[N_HOSTS];
+    uint32_t all[N_HOSTS] = {0, 1, 2, 3, 4, 5, 6}, some[] = {1, 3, 5};
+
+    /* one sinfo: Slurm's words judged, node1 (whose name begins node12's) not node12 */
+    script("sinfo", "printf 'node12 down* Not responding\\nnode1 idle none\\nnode3 "
+                    "IDLE+DRAIN maintenance\\ngpu-a drained bad gpu\\ngpu-a drained bad gpu\\n"
+                    "gpu-b mixed* none\\ngpu-c allocated none\\ngpu-d completing none\\n"
+                    "other down* none\\n'");
+    alloc(&s);
+    snprintf(s.lost_hosts, sizeof s.lost_hosts, "gpu-c");
+    CHECK(launch_slurm_judge(&s, all, N_HOSTS, lost, why, 10, note, sizeof note) == 0);
+    calls(got, sizeof got);
+    CHECK(strcmp(got, "sinfo --all --noheader --Node --nodes=node[1,12,3],gpu-[a-d] "
+                      "--format=%N %T %E\n") == 0);
+    unsigned char want[N_HOSTS] = {0, 1, 1, 1, 1, 1, 0};
+    for (size_t k = 0; k < N_HOSTS; k++) {
+        if (lost[k] != want[k]) fprintf(stderr, "%s: lost %d: %s\n", hosts[k], lost[k], why[k]);
+        CHECK(lost[k] == want[k]);
+    }
+    CHECK(strcmp(why[1], "Slurm has node12 in state down* (reason: Not responding)") == 0);
+    CHECK(strcmp(why[3], "Slurm has gpu-a in state drained (reason: bad gpu)") == 0);
+    CHECK(strcmp(why[4], "Slurm has gpu-b in state mixed*") == 0);
+    CHECK(strcmp(why[5], "srun reported a node failure on gpu-c") == 0);
+    /* hosts not asked about: their lines change nothing */
+    CHECK(launch_slurm_judge(&s, some, 3, lost, why, 10, note, sizeof note) == 0);
+    CHECK(lost[0] == 1 && lost[1] == 1 && lost[2] == 1);
+    CHECK(strcmp(why[2], "srun reported a node failure on gpu-c") == 0);
+    calls(got, sizeof got);
+
+    /* sinfo failing: said, srun's reports still count */
+    script("sinfo", "echo 'sinfo: error: Unable to contact slurm controller' >&2; exit 1");
+    CHECK(launch_slurm_judge(&s, all, N_HOSTS, lost, why, 10, note, sizeof note) == -1);
+    fprintf(stderr, "sinfo failing: %s\n", note);
+    CHECK(strstr(note, "failed (status 1): sinfo: error: Unable to contact") != NULL);
+    CHECK(lost[5] == 1 && lost[0] == 0 && lost[1] == 0);
+    calls(got, sizeof got);
+
+    /* a probe step over all hosts, its exit 0: all answered, one srun, the host file */
+    snprintf(file, sizeof file, "%s/s00-a00.probe", dir);
+    script("srun", "exit 0");
+    CHECK(launch_slurm_probe(&s, file, all, N_HOSTS, 10, failed, why, note, sizeof note) == 0);
+    for (size_t k = 0; k < N_HOSTS; k++)
+        CHECK(failed[k] == 0);
+    calls(got, sizeof got);
+    char want_call[1024];
+    snprintf(want_call, sizeof want_call,
+             "srun --export=ALL --overlap --nodes=7 --ntasks=7 --ntasks-per-node=1 "
+             "--nodelist=%s --time=1 --quiet --kill-on-bad-exit=0 --job-name=baton-probe "
+             "printenv SLURMD_NODENAME\n",
+             file);
+    CHECK(strcmp(got, want_call) == 0);
+    FILE *f = fopen(file, "r");
+    size_t len = f ? fread(got, 1, sizeof got - 1, f) : 0;
+    got[len] = '\0';
+    if (f) fclose(f);
+    CHECK(strcmp(got, "node1\nnode12\nnode3\ngpu-a\ngpu-b\ngpu-c\ngpu-d\n") == 0);
+
+    /* some hosts silent: srun's line naming one, the step's failure for the others */
+    script("srun", "printf 'node1\\ngpu-a\\n'; echo 'srun: error: Task launch for StepId=77.4 "
+                   "failed on node node12: Communication connection failure' >&2\n"
+                   "printf 'gpu-b\\ngpu-c\\nnode3\\n'; echo 'srun: error: gpu-d: task 6: "
+                   "Exited with exit code 1' >&2; exit 1");
+    CHECK(launch_slurm_probe(&s, file, all, N_HOSTS, 10, failed, why, note, sizeof note) == 0);
+    unsigned char want_failed[N_HOSTS] = {0, 1, 0, 0, 0, 0, 1};
+    for (size_t k = 0; k < N_HOSTS; k++) {
+        if (failed[k] != want_failed[k]) fprintf(stderr, "%s: failed %d\n", hosts[k], failed[k]);
+        CHECK(failed[k] == want_failed[k]);
+    }
+    fprintf(stderr, "silent: %s\n", why[6]);
+    CHECK(strcmp(why[1], "a probe step: srun: error: Task launch for StepId=77.4 failed on node "
+                         "node12: Communication connection failure") == 0);
+    CHECK(strcmp(why[6], "no answer from gpu-d to a probe step on 7 hosts of job 77, which failed "
+                         "(status 1): srun: error: gpu-d: task 6: Exited with exit code 1") == 0);
+    /* one host: said by its name */
+    script("srun", "echo 'srun: error: Unable to create step for job 77: Requested node "
+                   "configuration is not available' >&2; exit 1");
+    CHECK(launch_slurm_probe(&s, file, some + 1, 1, 10, failed, why, note, sizeof note) == 0);
+    CHECK(failed[0] == 1);
+    CHECK(strcmp(why[0], "a probe step on gpu-a failed (status 1): srun: error: Unable to create "
+                         "step for job 77: Requested node configuration is not available") == 0);
+    /* the job ending: no verdict */
+    script("srun", "echo 'srun: error: Unable to create step for job 77: Job/step already "
+                   "completing or completed' >&2; exit 1");
+    CHECK(launch_slurm_probe(&s, file, all, N_HOSTS, 10, failed, why, note, sizeof note) ==
+          SLURM_PROBE_ENDING);
+    CHECK(strstr(note, "already completing") != NULL);
+    calls(got, sizeof got);
+
+    char rm[512];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+    CHECK(system(rm) == 0);
+    return check_status();
+}
