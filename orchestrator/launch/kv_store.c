@@ -22,12 +22,6 @@
 
 #define KV_HEAD 16u /* op, token length, key length, value length */
 
-typedef struct kv_entry {
-    char *key;
-    void *val;
-    size_t len;
-} kv_entry;
-
 typedef struct kv_conn {
     int fd;        /* -1: a free slot */
     int authed;    /* a request with the right token came */
@@ -76,33 +70,6 @@ static int kv_answer(int fd, uint32_t status, const void *val, size_t len) {
     return len ? kv_send(fd, val, len) : 0;
 }
 
-static kv_entry *kv_find(kv_store *s, const char *key, size_t klen) {
-    for (size_t i = 0; i < s->n_entries; i++)
-        if (strlen(s->entries[i].key) == klen && memcmp(s->entries[i].key, key, klen) == 0)
-            return &s->entries[i];
-    return NULL;
-}
-
-static uint32_t kv_set(kv_store *s, const uint8_t *key, size_t klen, const uint8_t *val,
-                       size_t vlen) {
-    if (kv_find(s, (const char *)key, klen)) return KV_EXISTS;
-    if (s->n_entries == s->cap_entries) {
-        size_t cap = s->cap_entries ? 2 * s->cap_entries : 64;
-        kv_entry *e = realloc(s->entries, cap * sizeof *e);
-        if (e == NULL) return KV_BAD;
-        s->entries = e, s->cap_entries = cap;
-    }
-    kv_entry e = {
-        .key = strndup((const char *)key, klen), .val = malloc(vlen ? vlen : 1), .len = vlen};
-    if (e.key == NULL || e.val == NULL) {
-        free(e.key), free(e.val);
-        return KV_BAD;
-    }
-    memcpy(e.val, val, vlen);
-    s->entries[s->n_entries++] = e;
-    return KV_OK;
-}
-
 /* Answers the whole request at the front of c's buffer; -1 closes the connection. */
 static int kv_handle(kv_store *s, kv_conn *c, size_t total) {
     const uint8_t *p = c->buf;
@@ -117,9 +84,9 @@ static int kv_handle(kv_store *s, kv_conn *c, size_t total) {
     } else if (op == KV_OP_AUTH) {
         rc = kv_answer(c->fd, KV_OK, NULL, 0);
     } else if (op == KV_OP_SET) {
-        rc = kv_answer(c->fd, kv_set(s, key, kl, val, vl), NULL, 0);
+        rc = kv_answer(c->fd, kv_table_set(&s->keys, key, kl, val, vl), NULL, 0);
     } else {
-        kv_entry *e = kv_find(s, (const char *)key, kl);
+        const kv_entry *e = kv_table_get(&s->keys, key, kl);
         rc = e ? kv_answer(c->fd, KV_OK, e->val, e->len) : kv_answer(c->fd, KV_MISSING, NULL, 0);
     }
     memmove(c->buf, c->buf + total, c->len - total);
@@ -296,9 +263,7 @@ void kv_store_close(kv_store *s) {
     for (size_t i = 0; s->conns && i < s->n_slots; i++)
         kv_conn_close(&s->conns[i]);
     free(s->conns);
-    for (size_t i = 0; i < s->n_entries; i++)
-        free(s->entries[i].key), free(s->entries[i].val);
-    free(s->entries);
+    kv_table_free(&s->keys);
     if (s->listen_fd >= 0) close(s->listen_fd);
     if (s->wake[0] >= 0) close(s->wake[0]), close(s->wake[1]);
     memset(s, 0, sizeof *s);
