@@ -47,6 +47,13 @@ static void kv_conn_close(kv_conn *c) {
     *c = (kv_conn){.fd = -1};
 }
 
+/* Closes s's connection c: its slot is free for kv_put again. */
+static void kv_drop(kv_store *s, kv_conn *c) {
+    size_t i = (size_t)(c - s->conns);
+    kv_conn_close(c);
+    if (i < s->free_from) s->free_from = i;
+}
+
 /* Writes all of p; a client that does not read within 1 s is dropped. */
 static int kv_send(int fd, const void *p, size_t n) {
     const char *b = p;
@@ -116,19 +123,19 @@ static void kv_read(kv_store *s, kv_conn *c) {
         uint8_t *b = cap <= 2 * (KV_HEAD + KV_MAX_TOKEN + KV_MAX_KEY + KV_MAX_VALUE)
                          ? realloc(c->buf, cap)
                          : NULL;
-        if (b == NULL) return kv_conn_close(c);
+        if (b == NULL) return kv_drop(s, c);
         c->buf = b, c->cap = cap;
     }
     ssize_t n = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
-    if (n <= 0) return kv_conn_close(c);
+    if (n <= 0) return kv_drop(s, c);
     c->len += (size_t)n;
     long total;
     while ((total = kv_request_len(c)) > 0)
-        if (kv_handle(s, c, (size_t)total) != 0) return kv_conn_close(c);
+        if (kv_handle(s, c, (size_t)total) != 0) return kv_drop(s, c);
     if (total < 0) {
         kv_answer(c->fd, KV_BAD, NULL, 0);
-        kv_conn_close(c);
+        kv_drop(s, c);
     }
 }
 
@@ -150,17 +157,23 @@ static long kv_oldest_unauth(void *ctx, double before, size_t *n) {
 
 static void kv_evict(void *ctx, long i) {
     kv_store *s = ctx;
-    kv_conn_close(&s->conns[i]);
+    kv_drop(s, &s->conns[i]);
 }
 
-static void kv_put(void *ctx, int fd, double now) {
+/* The new connection in the first free slot: found from s->free_from, below which every
+ * slot is taken, so that a start-up's thousands of accepts each look at a few slots rather
+ * than at every one taken before. 0, or -1 when full (closed: the client retries). */
+static int kv_put(void *ctx, int fd, double now) {
     kv_store *s = ctx;
-    for (size_t i = 0; i < s->n_slots; i++)
+    for (size_t i = s->free_from; i < s->n_slots; i++)
         if (s->conns[i].fd < 0) {
             s->conns[i] = (kv_conn){.fd = fd, .opened = now};
-            return;
+            s->free_from = i + 1;
+            return 0;
         }
-    close(fd); /* full: the client retries */
+    s->free_from = s->n_slots;
+    close(fd);
+    return -1;
 }
 
 /* Accepts what is queued, keeping at most s->max_unauth connections without a good
@@ -178,7 +191,7 @@ static size_t kv_expire(kv_store *s, double now) {
         kv_conn *c = &s->conns[i];
         if (c->fd < 0 || c->authed) continue;
         if (now - c->opened > BT_TCP_UNAUTH_TIMEOUT_S)
-            kv_conn_close(c);
+            kv_drop(s, c);
         else
             n++;
     }

@@ -39,6 +39,7 @@ typedef struct kv_store {
     int running;
     struct kv_conn *conns; /* n_slots of them */
     size_t n_slots;
+    size_t free_from; /* every slot below is taken (kv_put's search starts there) */
     kv_table keys;
 } kv_store;
 
