@@ -4,8 +4,9 @@
  *    (kv_store.h), --keys keys set (one per rank, as a start-up's per-rank keys), each got
  *    once, then as many gets of keys never set (a rank polling before its peer has set):
  *    the server's table, over one connection's round trips;
- *  - store_accept: --conns raw connections to a store expecting them, each showing the token
- *    (KV_OP_AUTH) at once, until every one is answered;
+ *  - store_accept: --conns raw connections to a store expecting --expected ranks (default
+ *    --conns: a store sized for a frontier run's 131072 ranks has 262k slots), each showing
+ *    the token (KV_OP_AUTH) at once, until every one is answered;
  *  - control_hello, control_msgs: --conns ranks of a control server (control_server.h)
  *    saying Hello (sent a batch of 100 at a time, as test control.many does), then one
  *    Heartbeat and one Metrics each, until the server has applied them all; control_rounds
@@ -90,12 +91,13 @@ static int bench_store(size_t keys, double *t) {
     return bad != 0;
 }
 
-/* conns connections each send KV_OP_AUTH at once; seconds until every one is answered. */
-static int bench_store_accept(size_t conns, double *t) {
+/* conns connections to a store expecting `expected` each send KV_OP_AUTH at once; seconds
+ * until every one is answered. */
+static int bench_store_accept(size_t conns, size_t expected, double *t) {
     kv_store srv;
     bt_diag d;
     bt_diag_init(&d);
-    if (kv_store_open(&srv, "127.0.0.1", BENCH_TOKEN, conns, &d) != 0) {
+    if (kv_store_open(&srv, "127.0.0.1", BENCH_TOKEN, expected, &d) != 0) {
         fprintf(stderr, "bench_rdzv: accept: %s\n", d.msg);
         return 1;
     }
@@ -217,10 +219,11 @@ static int bench_control(uint32_t world, double *t, size_t *rounds) {
 }
 
 int main(int argc, char **argv) {
-    size_t keys = 131072, conns = 8000;
+    size_t keys = 131072, conns = 8000, expected = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--keys") == 0) keys = strtoul(argv[i + 1], NULL, 10);
         if (strcmp(argv[i], "--conns") == 0) conns = strtoul(argv[i + 1], NULL, 10);
+        if (strcmp(argv[i], "--expected") == 0) expected = strtoul(argv[i + 1], NULL, 10);
     }
     struct rlimit rl;
     getrlimit(RLIMIT_NOFILE, &rl);
@@ -234,7 +237,7 @@ int main(int argc, char **argv) {
     double s[3] = {0}, a = 0, c[2] = {0};
     size_t rounds = 0;
     int rc = bench_store(keys, s);
-    rc |= bench_store_accept(conns, &a);
+    rc |= bench_store_accept(conns, expected > conns ? expected : conns, &a);
     rc |= bench_control((uint32_t)conns, c, &rounds);
     printf("{\"keys\": %zu, \"conns\": %zu, \"store_set\": %.3f, \"store_get\": %.3f, "
            "\"store_miss\": %.3f, \"store_accept\": %.3f, \"control_hello\": %.3f, "
