@@ -180,10 +180,12 @@ static void control_refuse(control_server *cs, int fd, int full) {
                 full ? "no room for more" : "out of memory", cs->n_conns, cs->world);
 }
 
-static void control_adopt(void *ctx, int fd, double now) {
+static int control_adopt(void *ctx, int fd, double now) {
     control_server *cs = ctx;
     int full = cs->n_conns >= cs->max_conns;
-    if (full || control_add(cs, fd, now) != 0) control_refuse(cs, fd, full);
+    if (!full && control_add(cs, fd, now) == 0) return 0;
+    control_refuse(cs, fd, full);
+    return -1;
 }
 
 /* Accepts what is queued, keeping at most cs->max_unauth + the world's ranks connections

@@ -22,12 +22,6 @@
 
 #define KV_HEAD 16u /* op, token length, key length, value length */
 
-typedef struct kv_entry {
-    char *key;
-    void *val;
-    size_t len;
-} kv_entry;
-
 typedef struct kv_conn {
     int fd;        /* -1: a free slot */
     int authed;    /* a request with the right token came */
@@ -53,6 +47,13 @@ static void kv_conn_close(kv_conn *c) {
     *c = (kv_conn){.fd = -1};
 }
 
+/* Closes s's connection c: its slot is free for kv_put again. */
+static void kv_drop(kv_store *s, kv_conn *c) {
+    size_t i = (size_t)(c - s->conns);
+    kv_conn_close(c);
+    if (i < s->free_from) s->free_from = i;
+}
+
 /* Writes all of p; a client that does not read within 1 s is dropped. */
 static int kv_send(int fd, const void *p, size_t n) {
     const char *b = p;
@@ -76,33 +77,6 @@ static int kv_answer(int fd, uint32_t status, const void *val, size_t len) {
     return len ? kv_send(fd, val, len) : 0;
 }
 
-static kv_entry *kv_find(kv_store *s, const char *key, size_t klen) {
-    for (size_t i = 0; i < s->n_entries; i++)
-        if (strlen(s->entries[i].key) == klen && memcmp(s->entries[i].key, key, klen) == 0)
-            return &s->entries[i];
-    return NULL;
-}
-
-static uint32_t kv_set(kv_store *s, const uint8_t *key, size_t klen, const uint8_t *val,
-                       size_t vlen) {
-    if (kv_find(s, (const char *)key, klen)) return KV_EXISTS;
-    if (s->n_entries == s->cap_entries) {
-        size_t cap = s->cap_entries ? 2 * s->cap_entries : 64;
-        kv_entry *e = realloc(s->entries, cap * sizeof *e);
-        if (e == NULL) return KV_BAD;
-        s->entries = e, s->cap_entries = cap;
-    }
-    kv_entry e = {
-        .key = strndup((const char *)key, klen), .val = malloc(vlen ? vlen : 1), .len = vlen};
-    if (e.key == NULL || e.val == NULL) {
-        free(e.key), free(e.val);
-        return KV_BAD;
-    }
-    memcpy(e.val, val, vlen);
-    s->entries[s->n_entries++] = e;
-    return KV_OK;
-}
-
 /* Answers the whole request at the front of c's buffer; -1 closes the connection. */
 static int kv_handle(kv_store *s, kv_conn *c, size_t total) {
     const uint8_t *p = c->buf;
@@ -117,9 +91,9 @@ static int kv_handle(kv_store *s, kv_conn *c, size_t total) {
     } else if (op == KV_OP_AUTH) {
         rc = kv_answer(c->fd, KV_OK, NULL, 0);
     } else if (op == KV_OP_SET) {
-        rc = kv_answer(c->fd, kv_set(s, key, kl, val, vl), NULL, 0);
+        rc = kv_answer(c->fd, kv_table_set(&s->keys, key, kl, val, vl), NULL, 0);
     } else {
-        kv_entry *e = kv_find(s, (const char *)key, kl);
+        const kv_entry *e = kv_table_get(&s->keys, key, kl);
         rc = e ? kv_answer(c->fd, KV_OK, e->val, e->len) : kv_answer(c->fd, KV_MISSING, NULL, 0);
     }
     memmove(c->buf, c->buf + total, c->len - total);
@@ -149,19 +123,19 @@ static void kv_read(kv_store *s, kv_conn *c) {
         uint8_t *b = cap <= 2 * (KV_HEAD + KV_MAX_TOKEN + KV_MAX_KEY + KV_MAX_VALUE)
                          ? realloc(c->buf, cap)
                          : NULL;
-        if (b == NULL) return kv_conn_close(c);
+        if (b == NULL) return kv_drop(s, c);
         c->buf = b, c->cap = cap;
     }
     ssize_t n = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
-    if (n <= 0) return kv_conn_close(c);
+    if (n <= 0) return kv_drop(s, c);
     c->len += (size_t)n;
     long total;
     while ((total = kv_request_len(c)) > 0)
-        if (kv_handle(s, c, (size_t)total) != 0) return kv_conn_close(c);
+        if (kv_handle(s, c, (size_t)total) != 0) return kv_drop(s, c);
     if (total < 0) {
         kv_answer(c->fd, KV_BAD, NULL, 0);
-        kv_conn_close(c);
+        kv_drop(s, c);
     }
 }
 
@@ -183,17 +157,23 @@ static long kv_oldest_unauth(void *ctx, double before, size_t *n) {
 
 static void kv_evict(void *ctx, long i) {
     kv_store *s = ctx;
-    kv_conn_close(&s->conns[i]);
+    kv_drop(s, &s->conns[i]);
 }
 
-static void kv_put(void *ctx, int fd, double now) {
+/* The new connection in the first free slot: found from s->free_from, below which every
+ * slot is taken, so that a start-up's thousands of accepts each look at a few slots rather
+ * than at every one taken before. 0, or -1 when full (closed: the client retries). */
+static int kv_put(void *ctx, int fd, double now) {
     kv_store *s = ctx;
-    for (size_t i = 0; i < s->n_slots; i++)
+    for (size_t i = s->free_from; i < s->n_slots; i++)
         if (s->conns[i].fd < 0) {
             s->conns[i] = (kv_conn){.fd = fd, .opened = now};
-            return;
+            s->free_from = i + 1;
+            return 0;
         }
-    close(fd); /* full: the client retries */
+    s->free_from = s->n_slots;
+    close(fd);
+    return -1;
 }
 
 /* Accepts what is queued, keeping at most s->max_unauth connections without a good
@@ -211,7 +191,7 @@ static size_t kv_expire(kv_store *s, double now) {
         kv_conn *c = &s->conns[i];
         if (c->fd < 0 || c->authed) continue;
         if (now - c->opened > BT_TCP_UNAUTH_TIMEOUT_S)
-            kv_conn_close(c);
+            kv_drop(s, c);
         else
             n++;
     }
@@ -296,9 +276,7 @@ void kv_store_close(kv_store *s) {
     for (size_t i = 0; s->conns && i < s->n_slots; i++)
         kv_conn_close(&s->conns[i]);
     free(s->conns);
-    for (size_t i = 0; i < s->n_entries; i++)
-        free(s->entries[i].key), free(s->entries[i].val);
-    free(s->entries);
+    kv_table_free(&s->keys);
     if (s->listen_fd >= 0) close(s->listen_fd);
     if (s->wake[0] >= 0) close(s->wake[0]), close(s->wake[1]);
     memset(s, 0, sizeof *s);

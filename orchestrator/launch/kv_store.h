@@ -4,7 +4,8 @@
  *
  * It runs on a thread of its own (started by kv_store_open, joined by kv_store_close),
  * so the supervisor's event loop does not change; keys live until close (every attempt
- * uses a fresh prefix: Slurm's PMIx namespace names the job step).
+ * uses a fresh prefix: Slurm's PMIx namespace names the job step), found through a hash
+ * index (kv_table.h): a request costs the same with a frontier run's keys as with a few.
  *
  * It listens on an address other hosts reach, so anyone there can connect: a connection
  * that has not sent a request with the run's token (compared in constant time) is closed
@@ -18,6 +19,7 @@
 #include <pthread.h>
 #include <stddef.h>
 
+#include "kv_table.h"
 #include "util/err.h"
 
 /* Connections held at once: at least this many, and for `expected` workers (kv_store_open)
@@ -37,8 +39,8 @@ typedef struct kv_store {
     int running;
     struct kv_conn *conns; /* n_slots of them */
     size_t n_slots;
-    struct kv_entry *entries;
-    size_t n_entries, cap_entries;
+    size_t free_from; /* every slot below is taken (kv_put's search starts there) */
+    kv_table keys;
 } kv_store;
 
 /* Listens on bind_host at a port the kernel picks and starts serving. token (non-empty)

@@ -11,7 +11,8 @@
  * the run's at once (it caps and times out connections that have not shown the token).
  *   answer:  status (KV_*), value length, then the value (a get that found the key).
  * The token is the run's control secret: a request with another token is answered
- * KV_DENIED and the connection closed. A key is set once (KV_EXISTS after that); a get
+ * KV_DENIED and the connection closed. A key is its bytes, compared whole (a NUL is one
+ * like any other). A key is set once (KV_EXISTS after that); a get
  * of a key not set yet answers KV_MISSING at once: the client polls until its timeout. */
 #ifndef BATON_KV_WIRE_H
 #define BATON_KV_WIRE_H

@@ -76,21 +76,28 @@ int bt_tcp_accept(int listen_fd, int *out_of_fds) {
 
 void bt_tcp_accept_capped(int listen_fd, size_t max_unauth, const bt_tcp_conns *t, double now,
                           double *resume) {
+    /* One search of the table a round, and one more after each eviction: a connection
+     * taken now is newer than `old` (opened at now, not before), so only an eviction
+     * changes which is the oldest; n_unauth counts those taken. */
+    size_t n_unauth;
+    long old = t->oldest_unauth(t->ctx, now, &n_unauth);
     for (size_t k = 0; k < max_unauth; k++) {
-        size_t n_unauth;
-        long old = t->oldest_unauth(t->ctx, now, &n_unauth);
         if (n_unauth >= max_unauth && old < 0) return; /* all accepted just now: read first */
         int out_of_fds, fd = bt_tcp_accept(listen_fd, &out_of_fds);
         if (fd < 0 && out_of_fds && (old = t->oldest_unauth(t->ctx, INFINITY, &n_unauth)) >= 0) {
             t->evict(t->ctx, old);
+            old = t->oldest_unauth(t->ctx, now, &n_unauth);
             continue;
         }
         if (fd < 0) {
             if (out_of_fds) *resume = now + BT_TCP_ACCEPT_PAUSE_S;
             return; /* EAGAIN, or a connection that went away meanwhile */
         }
-        if (n_unauth >= max_unauth) t->evict(t->ctx, old); /* only now that a new one is in hand */
-        t->adopt(t->ctx, fd, now);
+        if (n_unauth >= max_unauth) { /* only now that a new one is in hand */
+            t->evict(t->ctx, old);
+            old = t->oldest_unauth(t->ctx, now, &n_unauth);
+        }
+        n_unauth += t->adopt(t->ctx, fd, now) == 0;
     }
 }
 

@@ -51,14 +51,17 @@ typedef struct bt_tcp_conns {
     long (*oldest_unauth)(void *ctx, double before, size_t *n);
     /* Closes connection id (as oldest_unauth named it): evicted for a newer one. */
     void (*evict)(void *ctx, long id);
-    /* Takes the new connection fd (opened at now), or closes it when there is no room. */
-    void (*adopt)(void *ctx, int fd, double now);
+    /* Takes the new connection fd (opened at now): 0; or closes it when there is no room:
+     * -1. */
+    int (*adopt)(void *ctx, int fd, double now);
 } bt_tcp_conns;
 
 /* Accepts what is queued on listen_fd, keeping at most max_unauth connections that have not
  * shown the token: only once a new one is in hand does the oldest make room for it (so
  * nothing is dropped when the queue is empty), and never one accepted in this round (now:
- * it is read before it may be dropped); at most max_unauth accepts a round. Out of
+ * it is read before it may be dropped); at most max_unauth accepts a round. It asks
+ * oldest_unauth once a round and again after each eviction, not once an accept: a search
+ * of the table per connection made a start-up of N ranks cost N^2. Out of
  * descriptors, one of those connections is closed, or else *resume is set to now +
  * BT_TCP_ACCEPT_PAUSE_S: the caller stops polling listen_fd until then. */
 void bt_tcp_accept_capped(int listen_fd, size_t max_unauth, const bt_tcp_conns *t, double now,

@@ -85,6 +85,29 @@ static void check_waiting_get(comm_store *waiter, comm_store *setter) {
     CHECK(l.rc == 0);
 }
 
+/* 100 sets and 100 gets in turn: each a round trip of well under a millisecond, not the
+ * 40 ms of a delayed ACK that Nagle's algorithm made the client wait for on every request
+ * (its head, token and key go in separate sends): 8 s then, 2 s allowed. */
+static void check_round_trips(comm_store *st) {
+    bt_diag d;
+    bt_diag_init(&d);
+    char key[32];
+    int bad = 0;
+    double t0 = bt_clock_now();
+    for (int i = 0; i < 200; i++) {
+        snprintf(key, sizeof key, "rt/%d", i % 100);
+        void *v = NULL;
+        size_t n = 0;
+        if (i < 100) bad += st->set(st->ctx, key, "v", 1, &d) != 0;
+        if (i >= 100 && st->get(st->ctx, key, &v, &n, 1000, &d) == 0) free(v);
+        if (i >= 100) bad += n != 1;
+    }
+    double took = bt_clock_now() - t0;
+    CHECK(bad == 0);
+    if (took >= 2.0) fprintf(stderr, "200 requests took %.2f s\n", took);
+    CHECK(took < 2.0);
+}
+
 /* A plain TCP connection to the store's "127.0.0.1:PORT" that sends nothing: -1 if refused. */
 static int idle_connect(const char *address) {
     const char *colon = strrchr(address, ':');
@@ -390,6 +413,7 @@ int main(void) {
     check_basic(&a);
     check_large_and_empty(&b);
     check_waiting_get(&a, &b);
+    check_round_trips(&a);
     bt_diag_init(&d);
     CHECK(comm_store_tcp(&bad, srv.address, "wrong", NULL, 0, &d) == BT_EIO); /* shown at once */
     CHECK(strstr(d.msg, "refused the token") != NULL);
