@@ -129,7 +129,7 @@ resume-armed)
   ck=a/checkpoints/s00-step00000020
   window() { "$baton" ckpt inspect "$1" --json | /usr/bin/python3 -c '
 import json, sys; print(json.load(sys.stdin).get("spike_guard"))'; }
-  [[ $(window "$ck") == "{'window': 20, 'spikes_in_a_row': 0}" ]] ||
+  [[ $(window "$ck") == "{'window': 20, 'spikes_in_a_row': 0, 'first_spike_step': None}" ]] ||
     fail "checkpoint 20 holds no window of 20 steps: $(window "$ck")"
   BATON_FAULT_SPIKE_STEPS=23 w --steps 3 --run-dir b --init "$ck" --save-every 0 >b.out
   grep -q "^started from $ck at step 20 " b.out || { cat b.out; fail "not resumed at step 20"; }
@@ -149,9 +149,11 @@ import json, sys; print(json.load(sys.stdin).get("spike_guard"))'; }
       fail "pp2: rank $r's weights after the skipped step 23 are not those after step 22"
   done
   "$baton" ckpt reshard "$ck" --to tp2 --out rs/tp2 >/dev/null
-  [[ $(window rs/tp2) == "{'window': 20, 'spikes_in_a_row': 0}" ]] || fail "reshard lost the window"
+  [[ $(window rs/tp2) == "{'window': 20, 'spikes_in_a_row': 0, 'first_spike_step': None}" ]] || fail "reshard lost the window"
   # a run of spikes in progress is kept too: steps 11, 12 before the save, 13 after a resume
   BATON_FAULT_SPIKE_STEPS=11-12 w --steps 12 --run-dir f --save-every 12 >f.out
+  [[ $(window f/checkpoints/s00-step00000012) == "{'window': 10, 'spikes_in_a_row': 2, 'first_spike_step': 11}" ]] ||
+    fail "checkpoint 12 does not show the run of spikes from step 11: $(window f/checkpoints/s00-step00000012)"
   set +e
   BATON_FAULT_SPIKE_STEPS=13 w --steps 1 --run-dir f --init f >g.out 2>g.err
   rc=$?
