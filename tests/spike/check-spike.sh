@@ -63,7 +63,8 @@
 #             time: attempt 1, from another start, is retried, attempt 2 not (3 attempts,
 #             2 restarts); the advice leaves out clipping and the guard, already set.
 #   fp16-floor  an fp16 stage whose scale overflows at its precision.loss_scale.min on
-#             every attempt: not retried a second time, the advice naming a lower min
+#             every attempt: not retried a second time, said as such (an fp16 overflow at
+#             the loss scale's floor, not a non-finite loss), the advice naming a lower min
 #             first; and a checkpoint saved at scale 0.0625 (min 0.0625) resumed under
 #             the default min 1: the worker says it lifts the scale to 1.
 #   check-spike.sh BATON BATON_WORKER SOURCE_DIR CASE
@@ -363,6 +364,11 @@ fp16-floor)
     { cat run.out; fail "no overflow at the floor"; }
   grep -q "attempt 1 failed: .*(not retried: .*: lower precision.loss_scale.min (now 6.87195e+10) to keep backing off, lower optimizer.lr" run.out ||
     { cat run.out; fail "the advice does not name loss_scale.min"; }
+  grep -q "attempt 1 failed: .*(not retried: the attempt before met an fp16 overflow at the loss scale's floor at this same step 2, starting from the same step 0: " run.out ||
+    { cat run.out; fail "the give-up does not say it was an overflow at the floor"; }
+  "$baton" status r1 >status.txt || true
+  grep -q "failed (stage pretrain: an fp16 overflow at the loss scale's floor at step 2 again, from the same start: not retried;" status.txt ||
+    { cat status.txt; fail "status does not say it was an overflow at the floor"; }
   # a checkpoint's scale below the floor: lifted, and said
   f16 low "{initial: 0.0625, min: 0.0625}"
   f16 default "{growth_interval: 2000}"
