@@ -25,7 +25,8 @@ static void inspect_usage(FILE *f) {
                "           data (the training sources' path, tokens, documents at save; []\n"
                "           in older checkpoints), sample_order (1 per source; 0 by slot,\n"
                "           older), loss_scaler (fp16 only), spike_guard (the loss-spike\n"
-               "           guard's window: window, spikes_in_a_row; only when saved),\n"
+               "           guard's window: window, spikes_in_a_row, first_spike_step\n"
+               "           (null without spikes); only when saved),\n"
                "           tensors (key, shape, dtype,\n"
                "           shards, bytes; in the text's order), tensor_bytes, fp8_states,\n"
                "           fp8_active, fp8_placeholders, fp8_history_bytes and fp8 (every\n"
@@ -50,9 +51,13 @@ static void inspect_spike_text(bt_buf *b, const Baton__Manifest *m) {
 
 static void inspect_spike_json(bt_buf *b, const Baton__Manifest *m) {
     const Baton__SpikeGuardState *g = m->spike_guard;
-    if (g != NULL)
-        bt_buf_printf(b, ", \"spike_guard\": {\"window\": %zu, \"spikes_in_a_row\": %u}", g->n_loss,
-                      g->spikes_in_a_row);
+    if (g == NULL) return;
+    bt_buf_printf(b, ", \"spike_guard\": {\"window\": %zu, \"spikes_in_a_row\": %u", g->n_loss,
+                  g->spikes_in_a_row);
+    if (g->spikes_in_a_row > 0 && g->has_first_spike_step)
+        bt_buf_printf(b, ", \"first_spike_step\": %llu}", (unsigned long long)g->first_spike_step);
+    else
+        bt_buf_printf(b, ", \"first_spike_step\": null}");
 }
 
 static uint64_t inspect_bytes(const Baton__TensorEntry *e) {

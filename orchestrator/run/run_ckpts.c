@@ -97,7 +97,7 @@ void run_ckpt_note_record(run_ctx *c, const Baton__JournalRecord *r) {
         if (r->step >= c->journaled[k].past) c->journaled[k].past = r->step + 1;
     } else if (r->kind == BATON__JOURNAL_RECORD__KIND__ROLLBACK && r->has_step) {
         /* those from the record's step on (the first spiking step; for the request the
-         * rollback limit refused, the guard's warm-up before it) are in rolled-back/:
+         * rollback limit refused, it or the guard's warm-up before it) are in rolled-back/:
          * saved again, they are new commits */
         if (c->journaled[k].past > r->step) c->journaled[k].past = r->step;
         /* moved with them; what remains of the stage before it is not known here, so

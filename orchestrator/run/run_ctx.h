@@ -143,8 +143,9 @@ int run_skip_apply(run_ctx *c, uint32_t stage, Baton__StageSpec *s);
 uint32_t run_rollbacks(const run_ctx *c, uint32_t stage);
 int run_rollback(run_ctx *c, uint32_t stage, uint32_t attempt);
 /* The request after the stage's RUN_MAX_ROLLBACKS, refused: the checkpoints from the
- * guard's warm-up before the spikes on set aside, no window kept, a ROLLBACK without one journaled
- * (said where it cannot be done). */
+ * spikes on (from the guard's warm-up before them when the checkpoint left has no saved
+ * window) set aside, no window kept, a ROLLBACK without one journaled (said where it
+ * cannot be done). */
 void run_rollback_refused(run_ctx *c, uint32_t stage, uint32_t attempt);
 
 /* run_data.c: where each stage's data ends and the next starts, by the journal. */

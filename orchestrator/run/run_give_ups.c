@@ -1,7 +1,8 @@
 /* Failures no restart would cure, judged from the training's numbers, and what the user
  * is told to change.
  *
- * A non-finite loss met again (schema/control.proto: Fatal's nonfinite_step): training is
+ * A non-finite loss met again (schema/control.proto: Fatal's nonfinite_step; or an fp16
+ * overflow at the loss scale's floor, its reason LOSS_SCALE_FLOOR, said as such): training is
  * deterministic (the CPU engine bitwise, the GPU one near enough), so an attempt that
  * starts from the same checkpoint as the one before it and meets a non-finite loss at the
  * same step most likely meets it on every restart. Such a failure is retried once (a
@@ -32,6 +33,13 @@ int run_nonfinite_again(run_ctx *c) {
 static int run_fatal_at_floor(const run_ctx *c) {
     return c->cs_open && c->cs.fatal.key.seen &&
            c->cs.fatal.reason == BATON__FATAL__REASON__LOSS_SCALE_FLOOR;
+}
+
+/* What the attempt met (its Fatal's reason): an overflow at the fp16 loss scale's floor,
+ * whose loss may be finite, or a non-finite loss. */
+static const char *run_nonfinite_what(const run_ctx *c) {
+    return run_fatal_at_floor(c) ? "an fp16 overflow at the loss scale's floor"
+                                 : "a non-finite loss";
 }
 
 /* "lower optimizer.lr, set optimizer.grad_clip or ...": the settings that help against
@@ -84,18 +92,18 @@ void run_give_up_advice(const run_ctx *c, int again, int spent, char *out, size_
                  RUN_MAX_ROLLBACKS, settings);
     else
         snprintf(out, cap,
-                 " (not retried: the attempt before met a non-finite loss at this same step "
-                 "%" PRIu64 ", starting from the same step %" PRIu64
+                 " (not retried: the attempt before met %s at this same step %" PRIu64
+                 ", starting from the same step %" PRIu64
                  ": most likely the training itself, which a restart would meet again: %s. A "
                  "faulty GPU can do this too: if this recipe has trained past this step "
                  "before, resume on other nodes ('baton resume' retries it once more))",
-                 c->cs.fatal.nonfinite_step, c->cs.fatal.start_step, settings);
+                 run_nonfinite_what(c), c->cs.fatal.nonfinite_step, c->cs.fatal.start_step,
+                 settings);
 }
 
 void run_give_up_numbers(run_ctx *c, uint32_t stage, int again, int spent) {
     if (spent) run_give_up(c, stage, 0, "giving up after %u rollbacks", RUN_MAX_ROLLBACKS);
     if (again)
-        run_give_up(c, stage, 0,
-                    "a non-finite loss at step %llu again, from the same start: not retried",
-                    (unsigned long long)c->cs.fatal.nonfinite_step);
+        run_give_up(c, stage, 0, "%s at step %llu again, from the same start: not retried",
+                    run_nonfinite_what(c), (unsigned long long)c->cs.fatal.nonfinite_step);
 }

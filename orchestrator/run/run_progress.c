@@ -152,7 +152,9 @@ void run_progress_line(void *arg, int rank, int stream, const char *line, size_t
     int valid = strncmp(buf, "valid loss", 10) == 0, none = strncmp(buf, "valid loss not", 14) == 0;
     if (valid && !none && (p->metrics || p->valid_shown)) return;
     if (valid && !none) p->valid_shown = 1;
-    if (!p->quiet && (valid || strncmp(buf, "started from", 12) == 0)) {
+    int start =
+        strncmp(buf, "started from", 12) == 0 || strncmp(buf, "loss-spike guard: ", 18) == 0;
+    if (!p->quiet && (valid || start)) {
         run_progress_end(p);
         printf("[%s] %s\n", p->stage, buf);
     }

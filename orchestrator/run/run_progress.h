@@ -6,7 +6,8 @@
  * channel, or a rank 0 that could not connect), and a step's Metrics replace the rounded
  * values of its line read before them. Shown on the terminal: a bar redrawn in
  * place on a tty, a plain line every 5% otherwise ("skipped N" once N is not 0, "scale S"
- * for fp16), and the closing validation; stderr lines of any rank shown with the rank,
+ * for fp16), rank 0's "started from" line and the loss-spike guard's window taken back
+ * with it, and the closing validation; stderr lines of any rank shown with the rank,
  * each rank's last one kept (run_words.h).
  * Checkpoint commits come over the control channel too (control_server's on_checkpoint),
  * never from these lines. */

@@ -1,6 +1,7 @@
 /* Rollbacks after loss spikes (supervise.h): the sample windows they skip, and moving
  * the checkpoints saved since the spikes aside (run_set_aside.c), for a rollback and for
- * the request the stage's rollback limit refuses (since the guard's warm-up before them). */
+ * the request the stage's rollback limit refuses (since the spikes, or the guard's warm-up
+ * before them when the checkpoint left has no saved window). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -131,26 +132,57 @@ int run_rollback(run_ctx *c, uint32_t stage, uint32_t attempt) {
     return 0;
 }
 
+/* Where the refused request sets aside from (run_set_aside_refused_from), by the newest
+ * checkpoint of the stage's root before step first, the one a resume starts from: first
+ * when its saved window arms the guard for the spikes, else the guard's warm-up before
+ * them (a checkpoint without a window: from before checkpoints kept it, or saved with the
+ * guard off; another stage's, a hand-off; none). */
+static uint64_t run_refused_from(const run_ctx *c, uint32_t stage, uint64_t first) {
+    char root[4200], bound[64], dir[4500];
+    char **names = NULL;
+    size_t n = 0, k;
+    bt_diag d;
+    bt_diag_init(&d);
+    run_dir_file(c->dir, CKPT_ROOT_IN_RUN, root, sizeof root);
+    ckpt_name(stage, first, bound, sizeof bound);
+    if (ckpt_list(root, &names, &n, &d) != 0) n = 0;
+    for (k = n; k > 0 && ckpt_name_cmp(names[k - 1], bound) >= 0; k--)
+        ;
+    Baton__Manifest *m = NULL;
+    if (k > 0) snprintf(dir, sizeof dir, "%s/%s", root, names[k - 1]);
+    int own = k > 0 && ckpt_manifest_read(dir, &m, &d) == 0 && m->has_step &&
+              ckpt_stage_relation(m, run_recipe_name(c), stage) == CKPT_SAME_STAGE;
+    uint64_t from =
+        run_set_aside_refused_from(own ? m->spike_guard : NULL, own ? m->step : 0, first);
+    if (m) baton__manifest__free_unpacked(m, NULL);
+    ckpt_names_free(names, n);
+    return from;
+}
+
 /* (run_ctx.h) The request after the stage's RUN_MAX_ROLLBACKS: no window kept, but the
- * checkpoints saved from SPIKE_GUARD_WARMUP steps before the spikes on (the steps undone
- * still count for every_steps) set aside all the same, so that a resume restarts at least
- * that many steps before them and meets them with the guard armed (also from a checkpoint
- * from before checkpoints kept the guard's window) rather than train on from inside them.
- * Journaled as a ROLLBACK without "skip [" at the first step set aside: run_skip_parse
- * passes over it, and the commits it set aside are no longer required
- * (run_ckpt_note_record). */
+ * checkpoints saved from the spikes on (the steps undone still count for every_steps) set
+ * aside all the same, so that a resume restarts before them and meets them with the guard
+ * armed rather than train on from inside them: from the first spiking step when the
+ * newest checkpoint before it carries the guard's window (run_refused_from), else from
+ * SPIKE_GUARD_WARMUP steps before it, so that a resume from a checkpoint without a window
+ * warms the guard up first. Journaled as a ROLLBACK without "skip [" at the first step
+ * set aside: run_skip_parse passes over it, and the commits it set aside are no longer
+ * required (run_ckpt_note_record). */
 void run_rollback_refused(run_ctx *c, uint32_t stage, uint32_t attempt) {
     uint64_t from, to, first, last;
     if (run_rollback_request(c, &first, &last, &from, &to) != 0) return;
-    uint64_t aside = first > SPIKE_GUARD_WARMUP ? first - SPIKE_GUARD_WARMUP : 1;
-    char kept[256], detail[768], to_what[300];
+    uint64_t aside = run_refused_from(c, stage, first);
+    char kept[256], detail[768], to_what[300], margin[96] = "";
     if (run_rollback_ckpts(c, stage, attempt, aside, kept, sizeof kept) != 0) return;
     run_rollback_to(kept, to_what, sizeof to_what);
+    if (aside < first)
+        snprintf(margin, sizeof margin,
+                 " (%" PRIu64 " steps before the spikes, the guard's warm-up)", first - aside);
     snprintf(detail, sizeof detail,
              "loss spikes at steps %" PRIu64 "..%" PRIu64 " after %u rollbacks: not rolled "
-             "back, no samples skipped; the checkpoints from step %" PRIu64 " on (%" PRIu64
-             " steps before the spikes, the guard's warm-up) set aside, so a "
-             "resume starts from %s",
-             first, last, RUN_MAX_ROLLBACKS, aside, first - aside, to_what);
+             "back, no samples skipped; the checkpoints from step %" PRIu64 " on%s set aside, "
+             "so a resume starts from %s%s",
+             first, last, RUN_MAX_ROLLBACKS, aside, margin, to_what,
+             aside == first ? ", whose saved window arms the guard for them" : "");
     run_rollback_journal(c, stage, attempt, aside, detail);
 }

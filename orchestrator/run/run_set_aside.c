@@ -1,11 +1,13 @@
 #include "run_set_aside.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
+#include "spike_guard.h"
 #include "util/file.h"
 
 int run_set_aside(const char *root, const char *aside, uint32_t stage, uint64_t first, char *kept,
@@ -36,4 +38,21 @@ int run_set_aside(const char *root, const char *aside, uint32_t stage, uint64_t 
         rc = BT_EIO;
     }
     return rc;
+}
+
+/* The applied steps of window g the worker would take back (train_spike_from_pb): 0 for
+ * none, lists of two lengths or a non-finite value. */
+static size_t set_aside_window(const Baton__SpikeGuardState *g) {
+    if (g == NULL || g->n_loss != g->n_grad_norm) return 0;
+    for (size_t i = 0; i < g->n_loss; i++)
+        if (!isfinite(g->loss[i]) || !isfinite(g->grad_norm[i])) return 0;
+    return g->n_loss;
+}
+
+uint64_t run_set_aside_refused_from(const Baton__SpikeGuardState *g, uint64_t kept_step,
+                                    uint64_t first) {
+    size_t w = set_aside_window(g);
+    uint64_t between = first > kept_step + 1 ? first - 1 - kept_step : 0;
+    if (w > 0 && w + between >= SPIKE_GUARD_WARMUP) return first;
+    return first > SPIKE_GUARD_WARMUP ? first - SPIKE_GUARD_WARMUP : 1;
 }

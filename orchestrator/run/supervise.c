@@ -442,8 +442,8 @@ static attempt_end run_classify(run_ctx *c, const launch_job *job, uint32_t stag
         run_words_quote(&c->prog.words, rk->rank, why, sizeof why);
     }
     /* loss spikes: rolled back, unless the stage has had its RUN_MAX_ROLLBACKS (spent:
-     * then a failure not retried, the checkpoints from the guard's warm-up before the
-     * spikes on set aside all the same, no window kept: run_rollback_refused) */
+     * then a failure not retried, the checkpoints from the spikes (or the guard's warm-up
+     * before them) on set aside all the same, no window kept: run_rollback_refused) */
     int spikes = !c->got_signal && rk && rk->exited && rk->exit_status == RUN_WORKER_EXIT_ROLLBACK;
     int spent = spikes && run_rollbacks(c, stage) >= RUN_MAX_ROLLBACKS;
     if (spikes && !spent && run_rollback(c, stage, attempt) == 0) {

@@ -27,10 +27,10 @@
  * rollback is not a failure: it does not count against max_restarts; at most
  * RUN_MAX_ROLLBACKS per stage, counted over the run's journal (a resume's included): a
  * request after those is a failure, not retried, and the run fails; its checkpoints from
- * SPIKE_GUARD_WARMUP steps before the first spiking step on are set aside all the same,
- * journaled as a ROLLBACK without a window (step: the first one set aside), so that a
- * resume restarts early enough to meet the spikes with the guard armed
- * (run_rollback_refused).
+ * the first spiking step on (from SPIKE_GUARD_WARMUP steps before it when the checkpoint
+ * left has no saved window) are set aside all the same, journaled as a ROLLBACK without a
+ * window (step: the first one set aside), so that a resume restarts early enough to meet
+ * the spikes with the guard armed (run_rollback_refused).
  *
  * Under Slurm (run_opts.slurm) an attempt is one `srun --mpi=pmix` step on the hosts of
  * its nodes (run_slurm.c); the control channel listens on a routable address, a failed

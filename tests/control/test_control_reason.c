@@ -1,8 +1,9 @@
 /* test_control reason RUN_DIR: a Fatal's kind is its reason field (schema/control.proto),
  * never its message's words. A Fatal whose reason is LOSS_SCALE_FLOOR, its message saying
- * anything, gets baton run's advice to lower precision.loss_scale.min
- * (orchestrator/run/run_give_ups.c, built into this test); one that only says train.c's
- * words for it, without the reason (a worker of an older build), does not. */
+ * anything, gets baton run's advice to lower precision.loss_scale.min and is said as an
+ * fp16 overflow at the loss scale's floor (orchestrator/run/run_give_ups.c, built into
+ * this test); one that only says train.c's words for it, without the reason (a worker of
+ * an older build), does not: a non-finite loss. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,6 +63,10 @@ int fatal_reason(const char *run_dir) {
           "the reason LOSS_SCALE_FLOOR was not kept");
     CHECK(strstr(advice, ": " FLOOR_ADVICE ", lower optimizer.lr") != NULL,
           "a Fatal whose reason is LOSS_SCALE_FLOOR was not advised a lower floor: '%s'", advice);
+    CHECK(strstr(advice,
+                 "(not retried: the attempt before met an fp16 overflow at the loss "
+                 "scale's floor at this same step 7, starting from the same step 4:") != NULL,
+          "the overflow at the floor is not said as such: '%s'", advice);
     /* train.c's words without the reason: no kind read from them */
     const char *words = "step 7: the fp16 gradients hold Inf/NaN even at the loss scale's "
                         "floor (precision.loss_scale.min, 1), after 3 overflowed steps in "
@@ -74,12 +79,17 @@ int fatal_reason(const char *run_dir) {
           advice);
     CHECK(strstr(advice, "lower optimizer.lr") != NULL, "no advice for a non-finite loss: '%s'",
           advice);
+    CHECK(strstr(advice, "(not retried: the attempt before met a non-finite loss at this same "
+                         "step 7, starting from the same step 4:") != NULL,
+          "a Fatal without a reason is not said as a non-finite loss: '%s'", advice);
     /* a non-finite loss is no overflow at the floor, whatever it says */
     CHECK(reason_case(&cs, 3, BATON__FATAL__REASON__NONFINITE_LOSS, words, advice, sizeof advice) ==
               BATON__FATAL__REASON__NONFINITE_LOSS,
           "the reason NONFINITE_LOSS was not kept");
     CHECK(strstr(advice, "loss_scale.min") == NULL,
           "a Fatal whose reason is NONFINITE_LOSS was advised a lower floor: '%s'", advice);
+    CHECK(strstr(advice, "met a non-finite loss at this same step 7") != NULL,
+          "a Fatal whose reason is NONFINITE_LOSS is not said as a non-finite loss: '%s'", advice);
     control_server_close(&cs);
     printf("control reason: %s (%d failure(s))\n", failures ? "FAILED" : "ok", failures);
     return failures ? 1 : 0;

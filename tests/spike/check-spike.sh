@@ -40,18 +40,20 @@
 #             "giving up after 5 rollbacks"): six attempts, not seven.
 #   rollback-limit-ckpts  the same with steps 25..27 spiking and a checkpoint every 13
 #             steps, so each attempt saves step 26 between the spikes: the 6th request
-#             sets it aside too (from step 15 on: the guard's 10 steps of warm-up before
-#             the spikes) and drops `latest` (journaled as a ROLLBACK without a window),
+#             sets it aside too (from step 25 on: checkpoint 13's saved window arms the
+#             guard for them) and drops `latest` (journaled as a ROLLBACK without a window),
 #             so `baton resume` restarts at step 13, before the spikes, meets them with
 #             the guard armed and gives up at once (the count is kept); resumed
 #             without the spikes, the stage completes from step 13. And spikes at 12..14
 #             with the checkpoint at 13 the only one: set aside, the resume starts the
 #             stage afresh (not refused for a journaled checkpoint gone).
 #   rollback-limit-blind  after those, spikes at 30..32 on a resume (from 13, saving 26):
-#             the request, refused, sets aside 26 too (from 20 on: the guard's 10 steps of
-#             warm-up before the spikes), so the next resume starts at 13 again and meets
-#             them armed (exit 1), rather than at 26, from where they would fall in the
-#             guard's blind first 10 steps and be trained on.
+#             the request, refused, sets aside nothing before them (from 30 on): 26, 4
+#             steps before them, carries the guard's window, so the next resume starts at
+#             26, says on baton's terminal that it took the window back, and meets the
+#             spikes armed (exit 1) rather than in a blind warm-up; only a checkpoint
+#             without a window (an older one) needs the 10 steps of warm-up set aside
+#             (run_set_aside_refused_from, tests/unit/test_set_aside.c).
 #   nonfinite lr 1e30 without clipping or guard: step 2's loss is NaN on every attempt
 #             from the stage's start; retried once, then not again (exit 1 after 2
 #             attempts, not max_restarts + 1 = 6), saying what to change (clipping, the
@@ -61,7 +63,8 @@
 #             time: attempt 1, from another start, is retried, attempt 2 not (3 attempts,
 #             2 restarts); the advice leaves out clipping and the guard, already set.
 #   fp16-floor  an fp16 stage whose scale overflows at its precision.loss_scale.min on
-#             every attempt: not retried a second time, the advice naming a lower min
+#             every attempt: not retried a second time, said as such (an fp16 overflow at
+#             the loss scale's floor, not a non-finite loss), the advice naming a lower min
 #             first; and a checkpoint saved at scale 0.0625 (min 0.0625) resumed under
 #             the default min 1: the worker says it lifts the scale to 1.
 #   check-spike.sh BATON BATON_WORKER SOURCE_DIR CASE
@@ -127,7 +130,7 @@ resume-armed)
   ck=a/checkpoints/s00-step00000020
   window() { "$baton" ckpt inspect "$1" --json | /usr/bin/python3 -c '
 import json, sys; print(json.load(sys.stdin).get("spike_guard"))'; }
-  [[ $(window "$ck") == "{'window': 20, 'spikes_in_a_row': 0}" ]] ||
+  [[ $(window "$ck") == "{'window': 20, 'spikes_in_a_row': 0, 'first_spike_step': None}" ]] ||
     fail "checkpoint 20 holds no window of 20 steps: $(window "$ck")"
   BATON_FAULT_SPIKE_STEPS=23 w --steps 3 --run-dir b --init "$ck" --save-every 0 >b.out
   grep -q "^started from $ck at step 20 " b.out || { cat b.out; fail "not resumed at step 20"; }
@@ -147,9 +150,11 @@ import json, sys; print(json.load(sys.stdin).get("spike_guard"))'; }
       fail "pp2: rank $r's weights after the skipped step 23 are not those after step 22"
   done
   "$baton" ckpt reshard "$ck" --to tp2 --out rs/tp2 >/dev/null
-  [[ $(window rs/tp2) == "{'window': 20, 'spikes_in_a_row': 0}" ]] || fail "reshard lost the window"
+  [[ $(window rs/tp2) == "{'window': 20, 'spikes_in_a_row': 0, 'first_spike_step': None}" ]] || fail "reshard lost the window"
   # a run of spikes in progress is kept too: steps 11, 12 before the save, 13 after a resume
   BATON_FAULT_SPIKE_STEPS=11-12 w --steps 12 --run-dir f --save-every 12 >f.out
+  [[ $(window f/checkpoints/s00-step00000012) == "{'window': 10, 'spikes_in_a_row': 2, 'first_spike_step': 11}" ]] ||
+    fail "checkpoint 12 does not show the run of spikes from step 11: $(window f/checkpoints/s00-step00000012)"
   set +e
   BATON_FAULT_SPIKE_STEPS=13 w --steps 1 --run-dir f --init f >g.out 2>g.err
   rc=$?
@@ -246,7 +251,7 @@ rollback-limit-ckpts)
   [[ $rc == 1 ]] || { cat run.out; fail "exit $rc, not 1"; }
   grep -q "attempt 5 failed: .*(not retried: giving up after 5 rollbacks" run.out ||
     { cat run.out; fail "the 6th request is not refused"; }
-  grep -q "loss spikes at steps 25..27 after 5 rollbacks: not rolled back, no samples skipped; the checkpoints from step 15 on (10 steps before the spikes, the guard's warm-up) set aside, so a resume starts from checkpoint s00-step00000013$" run.out ||
+  grep -q "loss spikes at steps 25..27 after 5 rollbacks: not rolled back, no samples skipped; the checkpoints from step 25 on set aside, so a resume starts from checkpoint s00-step00000013, whose saved window arms the guard for them$" run.out ||
     { cat run.out; fail "the refused request does not say what it set aside"; }
   [[ -d r1/checkpoints/s00-step00000013 && ! -e r1/checkpoints/s00-step00000026 &&
     ! -e r1/checkpoints/latest && -d r1/rolled-back/s00-a05/s00-step00000026 ]] ||
@@ -278,7 +283,7 @@ rollback-limit-ckpts)
   ;;
 rollback-limit-blind)
   # the refused request with a checkpoint less than 11 steps before the spikes (26, spikes
-  # at 30..32): set aside too, so the resume starts at 13 and meets them armed
+  # at 30..32): its saved window arms the guard, so it is kept and the resume starts there
   set +e
   BATON_FAULT_SPIKE_STEPS=25-27 "$baton" run "$recipe" --run-dir r1 --quiet \
     --set defaults.checkpoint.every_steps=13 --set stages.pretrain.steps=40 >run.out 2>&1
@@ -287,17 +292,20 @@ rollback-limit-blind)
   rc2=$?
   set -e
   [[ $rc == 1 && $rc2 == 1 ]] || { cat run.out resume.out; fail "exits $rc, $rc2, not 1, 1"; }
-  grep -q "loss spikes at steps 30..32 after 5 rollbacks: .*the checkpoints from step 20 on (10 steps before the spikes, the guard's warm-up) set aside, so a resume starts from checkpoint s00-step00000013$" resume.out ||
-    { cat resume.out; fail "checkpoint 26, 4 steps before the spikes, is not set aside"; }
-  [[ -d r1/rolled-back/s00-a06/s00-step00000026 ]] || { ls -R r1/rolled-back; fail "26 not in rolled-back/s00-a06"; }
+  grep -q "loss spikes at steps 30..32 after 5 rollbacks: not rolled back, no samples skipped; the checkpoints from step 30 on set aside, so a resume starts from checkpoint s00-step00000026, whose saved window arms the guard for them$" resume.out ||
+    { cat resume.out; fail "checkpoint 26, 4 steps before the spikes, with a window, is not the one kept"; }
+  [[ -d r1/checkpoints/s00-step00000026 && ! -e r1/rolled-back/s00-a06 && ! -e r1/checkpoints/latest ]] ||
+    { ls -R r1/checkpoints r1/rolled-back; fail "26 set aside, or latest kept"; }
   set +e
-  BATON_FAULT_SPIKE_STEPS=30-32 "$baton" resume r1 --quiet >resume2.out 2>&1
+  BATON_FAULT_SPIKE_STEPS=30-32 "$baton" resume r1 >resume2.out 2>&1
   rc=$?
   set -e
   [[ $rc == 1 ]] || { cat resume2.out; grep -E "started from|step +3[0-2]/" r1/logs/s00-a07.log; fail "the spikes were trained on: exit $rc"; }
-  grep -q "started from .* at step 13 " r1/logs/s00-a07.log || { cat r1/logs/s00-a07.log; fail "not from step 13"; }
+  grep -q "started from .* at step 26 " r1/logs/s00-a07.log || { cat r1/logs/s00-a07.log; fail "not from step 26"; }
+  grep -q "^\[pretrain\] loss-spike guard: 20 applied steps of its window taken from the checkpoint: armed$" resume2.out ||
+    { cat resume2.out; fail "baton resume's terminal does not say the window was taken back"; }
   grep -Eq "step +30: loss spike" r1/logs/s00-a07.log || fail "step 30 not judged"
-  echo "$case: checkpoint 26 set aside with the spikes at 30..32; the resume from 13 met them armed, exit 1"
+  echo "$case: checkpoint 26 kept with the spikes at 30..32 (its window); the resume from 26 met them armed, exit 1"
   ;;
 nonfinite)
   set +e
@@ -356,6 +364,11 @@ fp16-floor)
     { cat run.out; fail "no overflow at the floor"; }
   grep -q "attempt 1 failed: .*(not retried: .*: lower precision.loss_scale.min (now 6.87195e+10) to keep backing off, lower optimizer.lr" run.out ||
     { cat run.out; fail "the advice does not name loss_scale.min"; }
+  grep -q "attempt 1 failed: .*(not retried: the attempt before met an fp16 overflow at the loss scale's floor at this same step 2, starting from the same step 0: " run.out ||
+    { cat run.out; fail "the give-up does not say it was an overflow at the floor"; }
+  "$baton" status r1 >status.txt || true
+  grep -q "failed (stage pretrain: an fp16 overflow at the loss scale's floor at step 2 again, from the same start: not retried;" status.txt ||
+    { cat status.txt; fail "status does not say it was an overflow at the floor"; }
   # a checkpoint's scale below the floor: lifted, and said
   f16 low "{initial: 0.0625, min: 0.0625}"
   f16 default "{growth_interval: 2000}"

@@ -2,7 +2,11 @@
  * rollback limit refuses do to the checkpoint root: the checkpoints at or after the first
  * spiking step move aside, by (stage, step) as numbers, so at steps of 10^8 and more,
  * whose names are a digit longer, s00-step99999999 stays before s00-step100000000;
- * `latest` is dropped; the newest one left is named. */
+ * `latest` is dropped; the newest one left is named. And run_set_aside_refused_from, where
+ * the request the rollback limit refuses sets aside from: the first spiking step when the
+ * checkpoint left carries a window that arms the guard for the spikes, else the guard's
+ * 10 steps of warm-up before them. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -71,10 +75,48 @@ static void test_big_steps(void) {
     CHECK(strcmp(kept, "none") == 0);
 }
 
+/* A window of n steps (loss and norm alike, finite unless bad). */
+static void make_window(Baton__SpikeGuardState *g, double *loss, double *norm, size_t n, int bad) {
+    baton__spike_guard_state__init(g);
+    for (size_t i = 0; i < n; i++)
+        loss[i] = 3.0 + 0.01 * (double)i, norm[i] = 1.0;
+    if (bad && n > 0) loss[n - 1] = NAN;
+    g->n_loss = g->n_grad_norm = n, g->loss = loss, g->grad_norm = norm;
+}
+
+static void test_refused_from(void) {
+    Baton__SpikeGuardState g;
+    double loss[20], norm[20];
+    /* no window (an older checkpoint, the guard off, a hand-off): the warm-up before them */
+    CHECK(run_set_aside_refused_from(NULL, 26, 30) == 20);
+    CHECK(run_set_aside_refused_from(NULL, 13, 25) == 15);
+    CHECK(run_set_aside_refused_from(NULL, 0, 8) == 1);
+    make_window(&g, loss, norm, 0, 0);
+    CHECK(run_set_aside_refused_from(&g, 26, 30) == 20);
+    /* a full window, 3 steps before the spikes: armed, nothing before them set aside */
+    make_window(&g, loss, norm, 20, 0);
+    CHECK(run_set_aside_refused_from(&g, 26, 30) == 30);
+    CHECK(run_set_aside_refused_from(&g, 13, 25) == 25);
+    /* 10 values right before the spikes: armed */
+    make_window(&g, loss, norm, 10, 0);
+    CHECK(run_set_aside_refused_from(&g, 29, 30) == 30);
+    /* 5 values and 4 steps to go: 9, not armed; 5 steps to go: armed */
+    make_window(&g, loss, norm, 5, 0);
+    CHECK(run_set_aside_refused_from(&g, 25, 30) == 20);
+    CHECK(run_set_aside_refused_from(&g, 24, 30) == 30);
+    /* a window the worker would ignore: none */
+    make_window(&g, loss, norm, 20, 1);
+    CHECK(run_set_aside_refused_from(&g, 26, 30) == 20);
+    make_window(&g, loss, norm, 20, 0);
+    g.n_grad_norm = 19;
+    CHECK(run_set_aside_refused_from(&g, 26, 30) == 20);
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/baton-test-set-aside.XXXXXX");
     if (mkdtemp(root) == NULL) return 1;
     test_big_steps();
+    test_refused_from();
     check_rmdir(root);
     return check_status();
 }

@@ -2,7 +2,9 @@
  * keep it (manifest spike_guard). A wrapped ring is saved oldest first and comes back
  * judging as before; a longer saved window keeps its newest values; a state that is not
  * the guard's (lists of other lengths, a non-finite value) and a guard turned off leave
- * the window empty (it warms up again); the run of spikes in progress comes back. */
+ * the window empty (it warms up again); the run of spikes in progress comes back, unless
+ * it is as long as a rollback's (no worker saves one: a damaged or crafted count, which
+ * would otherwise wrap and never ask for a rollback). */
 #include <math.h>
 #include <string.h>
 
@@ -57,6 +59,14 @@ static void check_partial_and_run(void) {
     /* the third in a row counts from the saved first step and sample */
     CHECK(train_spike_note(&b, 7, 48, 56) == 3);
     CHECK(b.run_first_step == 5 && b.run_first_sample == 32 && b.run_end_sample == 56);
+    /* a count no worker saves (TRAIN_SPIKE_ROLLBACK_AFTER or more): the window without it */
+    uint32_t bad[] = {TRAIN_SPIKE_ROLLBACK_AFTER, UINT32_MAX};
+    for (int i = 0; i < 2; i++) {
+        st.spikes_in_a_row = bad[i];
+        train_spike_from_pb(&b, &st);
+        CHECK(b.n == 4 && b.run == 0 && b.run_first_step == 0);
+        CHECK(train_spike_note(&b, 7, 48, 56) == 1 && b.run_first_step == 7);
+    }
 }
 
 static void check_refused(void) {
@@ -80,7 +90,9 @@ static void check_refused(void) {
     train_spike_from_pb(&s, &st);
     CHECK(s.n == 0);
     n[7] = 8.0;
-    train_spike_from_pb(&s, NULL); /* none saved: empty, as after init */
+    train_spike_from_pb(&s, &st); /* a full window and a spike in progress, */
+    CHECK(s.n == TRAIN_SPIKE_WINDOW && train_spike_note(&s, 30, 80, 88) == 1);
+    train_spike_from_pb(&s, NULL); /* then none saved: empty, as after init */
     CHECK(s.n == 0 && s.run == 0);
     guard(&s, 0); /* the guard off: nothing taken, nothing saved */
     train_spike_from_pb(&s, &st);

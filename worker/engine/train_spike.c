@@ -128,7 +128,9 @@ void train_spike_from_pb(train_spike *s, const Baton__SpikeGuardState *in) {
     size_t from = in->n_loss > TRAIN_SPIKE_WINDOW ? in->n_loss - TRAIN_SPIKE_WINDOW : 0;
     for (size_t i = from; i < in->n_loss; i++)
         train_spike_push(s, in->loss[i], in->grad_norm[i]);
-    if (in->spikes_in_a_row > 0 && in->has_first_spike_step && in->has_first_spike_sample) {
+    /* a run as long as a rollback's is never saved (the worker exits without saving) */
+    if (in->spikes_in_a_row > 0 && in->spikes_in_a_row < TRAIN_SPIKE_ROLLBACK_AFTER &&
+        in->has_first_spike_step && in->has_first_spike_sample) {
         s->run = in->spikes_in_a_row;
         s->run_first_step = in->first_spike_step, s->run_first_sample = in->first_spike_sample;
     }

@@ -90,8 +90,9 @@ int train_spike_to_pb(const train_spike *s, Baton__SpikeGuardState *out, double 
                       double *norm);
 /* Takes back a checkpoint's state (NULL: none saved: the window stays empty). Of a longer
  * window than TRAIN_SPIKE_WINDOW the newest values; a state whose lists differ in length
- * or hold a non-finite value is ignored (nothing the guard ever pushes). Nothing with the
- * guard off: its window would miss the steps trained meanwhile. */
+ * or hold a non-finite value is ignored (nothing the guard ever pushes), and so is a run of
+ * TRAIN_SPIKE_ROLLBACK_AFTER spikes or more (never saved: a damaged count). Nothing with
+ * the guard off: its window would miss the steps trained meanwhile. */
 void train_spike_from_pb(train_spike *s, const Baton__SpikeGuardState *in);
 /* Empties the window and ends any run of spikes (the snapshot and fault hook stay). */
 void train_spike_forget(train_spike *s);
