@@ -251,6 +251,44 @@ static int eval_find_nonfinite(trainer *t, eval_result *res) {
     return 0;
 }
 
+/* A --seq-len, or passkey documents, beyond the context the weights are for (the seq_len
+ * the manifest records, or what the model's RoPE scaling extends its original context to,
+ * the larger) run, as plan lets a recipe's, with a warning: the loss or the retrieval then
+ * measures extrapolation. what names the length (seq_len tokens the model reads). */
+static void eval_warn_context(const Baton__Manifest *m, uint64_t seq_len, const char *what,
+                              const char *measure) {
+    const Baton__RopeScaling *s = m->model->rope ? m->model->rope->scaling : NULL;
+    uint64_t scaled = (uint64_t)llround(recipe_rope_extent(s)); /* as plan measures it */
+    uint64_t ctx = scaled > m->seq_len ? scaled : m->seq_len;
+    if (ctx == 0 || seq_len <= ctx) return; /* a checkpoint too old to record it: unknown */
+    char why[160];
+    if (ctx == scaled)
+        snprintf(why, sizeof why, "its RoPE scaling's original_max_position %llu x factor %g%s",
+                 (unsigned long long)s->original_max_position, s->factor,
+                 s->type == BATON__ROPE_SCALING__TYPE__LLAMA3 ? " x 2 for llama3" : "");
+    else
+        snprintf(why, sizeof why, "the seq_len it was trained at");
+    fprintf(stderr,
+            "baton eval: warning: %s is beyond the context the checkpoint is for, %llu (%s): "
+            "%s measures how far the model extrapolates\n",
+            what, (unsigned long long)ctx, why, measure);
+}
+
+static void eval_warn_seq_len(const Baton__Manifest *m, uint64_t seq_len) {
+    char what[64];
+    snprintf(what, sizeof what, "--seq-len %llu", (unsigned long long)seq_len);
+    eval_warn_context(m, seq_len, what, "the loss");
+}
+
+static void eval_warn_passkey(const Baton__Manifest *m, uint32_t length) {
+    char what[128];
+    uint32_t reads = eval_passkey_read_length(length);
+    snprintf(what, sizeof what,
+             "the longest passkey document, %u tokens (of which the model reads %u),", length,
+             reads);
+    eval_warn_context(m, reads, what, "the retrieval");
+}
+
 /* Passkey mode: a trainer for the longest document, then the accuracy. */
 static int eval_passkey_run(const eval_args *a0, const Baton__Manifest *m, const char *dir,
                             eval_result *res, bt_diag *diag) {
@@ -268,6 +306,7 @@ static int eval_passkey_run(const eval_args *a0, const Baton__Manifest *m, const
         indexed_close(&ds);
         return BT_EINVAL;
     }
+    eval_warn_passkey(m, res->length);
     a.seq_len = res->length > 1 ? res->length - 1 : 1;
     res->precision = eval_precision_name(m);
     a.data = a0->passkey;
@@ -288,27 +327,6 @@ static int eval_passkey_run(const eval_args *a0, const Baton__Manifest *m, const
     return rc;
 }
 
-/* A --seq-len beyond the context the weights are for (the seq_len the manifest records,
- * or what the model's RoPE scaling extends its original context to, the larger) runs, as
- * plan lets a recipe's, with a warning: the loss then measures extrapolation. */
-static void eval_warn_context(const Baton__Manifest *m, uint64_t seq_len) {
-    const Baton__RopeScaling *s = m->model->rope ? m->model->rope->scaling : NULL;
-    uint64_t scaled = (uint64_t)llround(recipe_rope_extent(s)); /* as plan measures it */
-    uint64_t ctx = scaled > m->seq_len ? scaled : m->seq_len;
-    if (ctx == 0 || seq_len <= ctx) return; /* a checkpoint too old to record it: unknown */
-    char why[160];
-    if (ctx == scaled)
-        snprintf(why, sizeof why, "its RoPE scaling's original_max_position %llu x factor %g%s",
-                 (unsigned long long)s->original_max_position, s->factor,
-                 s->type == BATON__ROPE_SCALING__TYPE__LLAMA3 ? " x 2 for llama3" : "");
-    else
-        snprintf(why, sizeof why, "the seq_len it was trained at");
-    fprintf(stderr,
-            "baton eval: warning: --seq-len %llu is beyond the context the checkpoint is for, "
-            "%llu (%s): the loss measures how far the model extrapolates\n",
-            (unsigned long long)seq_len, (unsigned long long)ctx, why);
-}
-
 static int eval_checkpoint(eval_args *a, eval_result *res, bt_diag *diag) {
     char *dir = res->dir;
     Baton__Manifest *m = NULL;
@@ -326,7 +344,7 @@ static int eval_checkpoint(eval_args *a, eval_result *res, bt_diag *diag) {
     }
     double *loss = &res->loss;
     res->precision = eval_precision_name(m);
-    eval_warn_context(m, a->seq_len);
+    eval_warn_seq_len(m, a->seq_len);
     eval_spec e;
     loader ld;
     trainer t;

@@ -16,6 +16,11 @@ uint32_t eval_passkey_max_length(const indexed_dataset *ds, uint64_t max_docs) {
     return n;
 }
 
+uint32_t eval_passkey_read_length(uint32_t length) {
+    if (length < PASSKEY_DIGITS + 3 || passkey_answer_offset(length) < 1) return 0;
+    return (uint32_t)(passkey_answer_offset(length) + PASSKEY_DIGITS - 1);
+}
+
 /* The argmax of row; *finite cleared when a logit is NaN or infinite. */
 static int32_t eval_argmax(const float *row, int V, int *finite) {
     int32_t best = 0;
@@ -47,7 +52,8 @@ static int eval_passkey_doc(trainer *t, const indexed_dataset *ds, uint64_t s, i
     uint32_t len = indexed_seq_length(ds, s);
     uint64_t at = passkey_answer_offset(len);
     *hit = 0, *digits = 0;
-    if (len < PASSKEY_DIGITS + 3 || at < 1) return 0;
+    int T = (int)eval_passkey_read_length(len); /* predicts through the last digit */
+    if (T == 0) return 0;
     int rc = indexed_read(ds, s, 0, len, tokens, diag);
     if (rc == 0 && !eval_is_passkey_doc(tokens, at)) {
         bt_diag_set(diag,
@@ -56,7 +62,6 @@ static int eval_passkey_doc(trainer *t, const indexed_dataset *ds, uint64_t s, i
                     (unsigned long long)s, PASSKEY_ASKED);
         return BT_EINVAL;
     }
-    int T = (int)(at + PASSKEY_DIGITS - 1); /* predicts through the last digit */
     rc = rc ? rc : model_forward(&t->m, tokens, NULL, 1, T, NULL);
     if (rc != 0) return rc;
     int V = t->m.cfg.vocab;

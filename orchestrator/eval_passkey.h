@@ -10,6 +10,9 @@
 
 /* The longest of the first max_docs documents. */
 uint32_t eval_passkey_max_length(const indexed_dataset *ds, uint64_t max_docs);
+/* How many tokens of a document of that length the model reads (positions 0 to the
+ * result - 1): through the last answer digit; 0 for one too short to hold an answer. */
+uint32_t eval_passkey_read_length(uint32_t length);
 typedef struct eval_passkey_result {
     double accuracy;         /* fraction of the documents retrieved (all 5 digits right) */
     double digit_accuracy;   /* fraction of all answer digits right */

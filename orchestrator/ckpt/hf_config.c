@@ -54,6 +54,7 @@ static void put_rope_scaling(bt_buf *b, const Baton__RopeScaling *s) {
         put_key_double(b, in, "beta_fast", s->beta_fast);
         put_key_double(b, in, "beta_slow", s->beta_slow);
         put_key_double(b, in, "attention_factor", af);
+        if (!s->truncate) bt_buf_printf(b, ",\n%s\"truncate\": false", in);
     }
     bt_buf_printf(b, "\n  }");
 }
@@ -260,6 +261,52 @@ static const char *cfg_rope_type(const hf_json *rs) {
     return t != NULL && t->type == HF_JSON_STRING ? t->str : NULL;
 }
 
+/* The rope_scaling keys transformers reads for each rope_type (type names the same
+ * rope_type in older configs); a key it does not read for that type is refused rather
+ * than left out silently, since a newer transformers may read it (as "truncate"). */
+static const char *const rope_keys[][8] = {
+    {"default"},
+    {"linear", "factor"},
+    {"llama3", "factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"},
+    {"yarn", "factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
+     "attention_factor", "truncate"},
+};
+
+static int cfg_rope_key_known(const char *const *keys, const char *k) {
+    if (strcmp(k, "rope_type") == 0 || strcmp(k, "type") == 0) return 1;
+    for (int j = 1; j < 8 && keys[j] != NULL; j++)
+        if (strcmp(k, keys[j]) == 0) return 1;
+    return 0;
+}
+
+static int cfg_rope_keys(const cfg_ctx *c, const hf_json *rs, const char *type) {
+    const char *const *keys = rope_keys[0];
+    for (size_t i = 0; i < sizeof rope_keys / sizeof rope_keys[0]; i++)
+        if (strcmp(type, rope_keys[i][0]) == 0) keys = rope_keys[i];
+    for (size_t i = 0; i < rs->n; i++) {
+        if (cfg_rope_key_known(keys, rs->items[i].key)) continue;
+        char list[256] = "rope_type";
+        for (int j = 1; j < 8 && keys[j] != NULL; j++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), ", %s", keys[j]);
+        bt_diag_set(c->diag,
+                    "%s: rope_scaling: key \"%s\" is not supported for rope_type '%s' (baton "
+                    "reads %s): remove it if it does not change the model",
+                    c->path, rs->items[i].key, type, list);
+        return BT_EUNSUPPORTED;
+    }
+    return 0;
+}
+
+/* YaRN's "truncate": absent or true rounds the correction range's ends (the default). */
+static int cfg_yarn_truncate(const cfg_ctx *c, const hf_json *rs, Baton__RopeScaling *s) {
+    const hf_json *v = hf_json_get(rs, "truncate");
+    s->has_truncate = 1, s->truncate = 1;
+    if (v == NULL || v->type == HF_JSON_NULL) return 0;
+    if (v->type != HF_JSON_BOOL) return cfg_bad(c, "truncate", "true or false", v);
+    s->truncate = v->boolean != 0;
+    return 0;
+}
+
 static int cfg_rope_params(const cfg_ctx *c, const hf_json *rs, hf_model *h) {
     Baton__RopeScaling *s = &h->scaling;
     s->has_factor = s->has_type = 1;
@@ -295,12 +342,27 @@ static int cfg_rope_params(const cfg_ctx *c, const hf_json *rs, hf_model *h) {
     if (!rc) rc = cfg_num(c, rs, "beta_slow", 1.0, &s->beta_slow);
     if (!rc) rc = cfg_num(c, rs, "attention_factor", -1.0, &s->attn_factor);
     if (s->attn_factor < 0) s->attn_factor = 0;
-    return rc;
+    return rc ? rc : cfg_yarn_truncate(c, rs, s);
+}
+
+/* transformers rotates only the first partial_rotary_factor of each head when it is
+ * below 1; baton's RoPE rotates all of it. */
+static int cfg_partial_rotary(const cfg_ctx *c) {
+    const hf_json *v = hf_json_get(c->root, "partial_rotary_factor");
+    if (v == NULL || v->type == HF_JSON_NULL || (v->type == HF_JSON_NUMBER && v->num == 1.0))
+        return 0;
+    if (v->type != HF_JSON_NUMBER) return cfg_bad(c, "partial_rotary_factor", "a number", v);
+    bt_diag_set(c->diag,
+                "%s: \"partial_rotary_factor\": %g is not supported: baton's RoPE rotates the "
+                "whole head (1.0)",
+                c->path, v->num);
+    return BT_EUNSUPPORTED;
 }
 
 static int cfg_rope(const cfg_ctx *c, hf_model *h) {
     h->rope.has_theta = 1;
-    int rc = cfg_num(c, c->root, "rope_theta", 10000.0, &h->rope.theta);
+    int rc = cfg_partial_rotary(c);
+    if (!rc) rc = cfg_num(c, c->root, "rope_theta", 10000.0, &h->rope.theta);
     const hf_json *rs = hf_json_get(c->root, "rope_scaling");
     if (rc || rs == NULL || rs->type == HF_JSON_NULL) return rc;
     if (rs->type != HF_JSON_OBJECT) return cfg_bad(c, "rope_scaling", "null or an object", rs);
@@ -311,12 +373,13 @@ static int cfg_rope(const cfg_ctx *c, hf_model *h) {
     } types[] = {{"linear", BATON__ROPE_SCALING__TYPE__LINEAR},
                  {"llama3", BATON__ROPE_SCALING__TYPE__LLAMA3},
                  {"yarn", BATON__ROPE_SCALING__TYPE__YARN}};
-    if (t != NULL && strcmp(t, "default") == 0) return 0;
+    if (t != NULL && strcmp(t, "default") == 0) return cfg_rope_keys(c, rs, t);
     for (size_t i = 0; t != NULL && i < sizeof types / sizeof types[0]; i++) {
         if (strcmp(t, types[i].name) != 0) continue;
         h->scaling.type = types[i].type;
         h->rope.scaling = &h->scaling;
-        return cfg_rope_params(c, rs, h);
+        rc = cfg_rope_params(c, rs, h);
+        return rc ? rc : cfg_rope_keys(c, rs, t);
     }
     bt_diag_set(c->diag,
                 "%s: rope_scaling type '%s' is not supported (valid: default, linear, llama3, "

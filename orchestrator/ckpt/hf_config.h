@@ -12,7 +12,8 @@
  *   llama3  {"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
  *            "original_max_position_embeddings"}
  *   yarn    {"rope_type": "yarn", "factor", "original_max_position_embeddings",
- *            "beta_fast", "beta_slow", "attention_factor"}; attention_factor is written
+ *            "beta_fast", "beta_slow", "attention_factor"} and "truncate": false when
+ *           rope.scaling.truncate is false (absent means true); attention_factor is written
  *           even when baton derives it (0.1 ln(factor) + 1), because newer transformers
  *           derive it from max_position_embeddings / original_max_position_embeddings
  *           instead; max_position_embeddings is set to original * factor so both agree
@@ -21,7 +22,9 @@
  *           theta * factor^(hd / (hd - 2)) and rope_scaling null, which is the same
  *           frequencies exactly; an import reads it back as plain RoPE with that base.
  * On import, "type" is accepted for "rope_type" (older transformers) and "default" is
- * none; "dynamic", "longrope" and DeepSeek's mscale fields are refused. A linear
+ * none; "dynamic", "longrope" and DeepSeek's mscale fields are refused, as is any other
+ * rope_scaling key transformers does not read for the type (named in the message) and a
+ * top-level partial_rotary_factor other than 1. A linear
  * scaling keeps max_position_embeddings / factor as its original_max_position, which
  * export multiplies back.
  * max_position_embeddings is the context the model was extended to: original * factor

@@ -856,6 +856,52 @@ double recipe_rope_extent(const Baton__RopeScaling *sc) {
     return sc->type == BATON__ROPE_SCALING__TYPE__LLAMA3 ? 2 * ext : ext;
 }
 
+/* The context a linear or NTK scaling without original_max_position scales, for the
+ * warnings: the seq_len of the latest stage before `stage` that trained unscaled, or the
+ * original_max_position of the scaling it trained under; 0 when none says (the first stage,
+ * a model that starts scaled). */
+static uint64_t implicit_original(const vctx *v, const Baton__Recipe *r, long stage) {
+    uint64_t orig = 0;
+    int unscaled = 0;
+    for (long k = stage - 1; k >= 0 && orig == 0 && !unscaled; k--) {
+        Baton__RopeScaling *sk = effective_scaling(r, k);
+        Baton__Stage *st = NULL;
+        unscaled = sk == NULL; /* out of memory too: unknown then */
+        if (sk != NULL)
+            orig = sk->original_max_position;
+        else if (recipe_effective_stage(v->doc, (size_t)k, &st) == 0)
+            orig = st->seq_len;
+        if (sk) protobuf_c_message_free_unpacked(&sk->base, NULL);
+        if (st) protobuf_c_message_free_unpacked(&st->base, NULL);
+    }
+    return orig;
+}
+
+/* sc with the implicit original context of a linear or NTK scaling filled in; 1 when it
+ * was (the warnings then say where it comes from). */
+static int fill_original(const vctx *v, const Baton__Recipe *r, long stage,
+                         Baton__RopeScaling *sc) {
+    if (sc == NULL || sc->original_max_position != 0 ||
+        (sc->type != BATON__ROPE_SCALING__TYPE__LINEAR &&
+         sc->type != BATON__ROPE_SCALING__TYPE__NTK))
+        return 0;
+    sc->original_max_position = implicit_original(v, r, stage);
+    return sc->original_max_position != 0;
+}
+
+/* sc's original context for a warning: "original_max_position N", or where fill_original
+ * filled it in (implicit), where N comes from. */
+static void original_text(char *buf, size_t cap, const Baton__RopeScaling *sc, int implicit) {
+    unsigned long long n = sc ? (unsigned long long)sc->original_max_position : 0;
+    if (implicit)
+        snprintf(buf, cap,
+                 "%llu (the seq_len trained at before the scaling; original_max_position is "
+                 "not set)",
+                 n);
+    else
+        snprintf(buf, cap, "original_max_position %llu", n);
+}
+
 /* Whether a stage of seq_len under scaling sc trains beyond the context sc extends to. */
 static int beyond_scaling(uint64_t seq_len, const Baton__RopeScaling *sc) {
     double ext = recipe_rope_extent(sc);
@@ -924,25 +970,27 @@ static void warn_stage(vctx *v, const Baton__Recipe *r) {
         return; /* out of memory: no warnings */
     Baton__RopeScaling *sc = effective_scaling(r, v->stage);
     Baton__RopeScaling *before = prev ? effective_scaling(r, v->stage - 1) : NULL;
-    uint64_t orig = sc ? sc->original_max_position : 0;
-    char type[16];
+    uint64_t orig = sc ? sc->original_max_position : 0; /* as the recipe gives it */
+    char o_now[160], o_before[160], type[16];
+    original_text(o_now, sizeof o_now, sc, fill_original(v, r, v->stage, sc));
+    original_text(o_before, sizeof o_before, before, fill_original(v, r, v->stage - 1, before));
     int same = prev && before && sc && prev->seq_len == s->seq_len &&
-               before->original_max_position == orig && before->factor == sc->factor;
+               before->original_max_position == sc->original_max_position &&
+               before->factor == sc->factor;
     if (beyond_scaling(s->seq_len, sc) && !same)
         vwarn(v, "seq_len",
-              "seq_len %llu is beyond the context the RoPE scaling extends to, %s"
-              "original_max_position %llu × factor %g = %.0f",
+              "seq_len %llu is beyond the context the RoPE scaling extends to, %s%s × factor "
+              "%g = %.0f",
               (unsigned long long)s->seq_len,
-              sc->type == BATON__ROPE_SCALING__TYPE__LLAMA3 ? "for llama3 twice " : "",
-              (unsigned long long)orig, sc->factor, recipe_rope_extent(sc));
+              sc->type == BATON__ROPE_SCALING__TYPE__LLAMA3 ? "for llama3 twice " : "", o_now,
+              sc->factor, recipe_rope_extent(sc));
     if (sc == NULL && beyond_unscaled(s->seq_len, before))
         vwarn(v, "rope.scaling",
-              "RoPE scaling is off from this stage, but seq_len %llu is beyond "
-              "original_max_position %llu, the context the previous stage's %s scaling "
-              "extended (to %.0f): the positions beyond it get rotations the model did not "
-              "train at",
-              (unsigned long long)s->seq_len, (unsigned long long)before->original_max_position,
-              scaling_name(before, type, sizeof type), recipe_rope_extent(before));
+              "RoPE scaling is off from this stage, but seq_len %llu is beyond %s, the context "
+              "the previous stage's %s scaling extended (to %.0f): the positions beyond it get "
+              "rotations the model did not train at",
+              (unsigned long long)s->seq_len, o_before, scaling_name(before, type, sizeof type),
+              recipe_rope_extent(before));
     if (orig > 0 && prev != NULL && before == NULL && prev->seq_len != orig)
         vwarn(v, "rope.scaling.original_max_position",
               "original_max_position %llu is not the seq_len %llu the previous stage (\"%s\") "

@@ -14,7 +14,8 @@
 #    or, named itself, said to be removed (not damaged); each of the 3 tried removed, said
 #    so at the end;
 #  - a --seq-len beyond the context the checkpoint is for warns: the seq_len it trained at,
-#    or its RoPE scaling's extent as plan counts it (llama3: twice original x factor).
+#    or its RoPE scaling's extent as plan counts it (llama3: twice original x factor); so do
+#    --passkey documents of which the model reads more tokens than that.
 #   check-eval.sh BATON BATON_WORKER SOURCE_DIR
 set -euo pipefail
 baton=$1 worker=$2 src=$3
@@ -161,9 +162,20 @@ echo "ok a negative NaN weight: $(cat neg.err)"
 # --passkey on the NaN checkpoint: null accuracies, the tensor named, exit 1 (the healthy
 # checkpoint: numbers, exit 0)
 "$baton" data passkey --output pk/pk --n-docs 3 --length 200 >/dev/null
-"$baton" eval "$ck" --passkey pk/pk --json >pk.json || fail "eval --passkey: exit $?"
+"$baton" eval "$ck" --passkey pk/pk --json >pk.json 2>pk.err || fail "eval --passkey: exit $?"
 "$py" -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["docs"] == 3 and 0 <= r["passkey_accuracy"] <= 1, r' pk.json ||
   fail "eval --passkey --json: $(cat pk.json)"
+[[ ! -s pk.err ]] || fail "eval --passkey of documents within the trained 256 says: $(cat pk.err)"
+# documents longer than the 256 tokens the checkpoint trained at: the --seq-len warning, for
+# the tokens the model reads (up to the last answer digit: 259 of 259 are within, 260 not)
+"$baton" data passkey --output pk/long --n-docs 2 --length 260 >/dev/null
+"$baton" data passkey --output pk/edge --n-docs 2 --length 259 >/dev/null
+"$baton" eval "$ck" --passkey pk/edge >/dev/null 2>pk.err || fail "eval --passkey (259): exit $?"
+[[ ! -s pk.err ]] || fail "eval --passkey of 259-token documents (256 read) says: $(cat pk.err)"
+"$baton" eval "$ck" --passkey pk/long >/dev/null 2>pk.err || fail "eval --passkey (260): exit $?"
+grep -qF "baton eval: warning: the longest passkey document, 260 tokens (of which the model reads 257), is beyond the context the checkpoint is for, 256 (the seq_len it was trained at): the retrieval measures how far the model extrapolates" pk.err ||
+  fail "eval --passkey of 260-token documents says: $(cat pk.err)"
+echo "ok eval --passkey beyond the trained context: $(cat pk.err)"
 rc=0
 "$baton" eval nan/ck --passkey pk/pk --json >pknan.json 2>pknan.err || rc=$?
 [[ $rc == 1 ]] || fail "eval --passkey of a NaN checkpoint: exit $rc, not 1: $(cat pknan.err)"

@@ -127,6 +127,66 @@ static void test_yarn(void) {
     CHECK_EQ_U64(hf_config_max_position(&f.m, 0, 8192, &known), 16384);
 }
 
+/* YaRN's "truncate": false read, kept and written back (only when false); other values
+ * and keys transformers does not read for the type refused naming the key, as is a
+ * partial_rotary_factor other than 1 (baton rotates whole heads). */
+static void check_scaling(const char *scaling, const char *top, int rc_want, const char *want,
+                          hf_model *h) {
+    char t[1024];
+    snprintf(t, sizeof t,
+             "{\"hidden_size\": 64, \"intermediate_size\": 176, \"num_hidden_layers\": 2, "
+             "\"num_attention_heads\": 4, \"vocab_size\": 272, %s\"rope_scaling\": %s}",
+             top, scaling);
+    bt_diag d;
+    bt_diag_init(&d);
+    CHECK(hf_config_read(t, strlen(t), "c.json", h, &d) == rc_want);
+    if (want) CHECK_STR_CONTAINS(d.msg, want);
+}
+
+static void test_yarn_truncate(void) {
+    static const char yarn[] = "{\"rope_type\": \"yarn\", \"factor\": 4, "
+                               "\"original_max_position_embeddings\": 128";
+    char s[512], *t, err[2048];
+    hf_model h;
+    snprintf(s, sizeof s, "%s, \"truncate\": false}", yarn);
+    check_scaling(s, "", 0, NULL, &h);
+    CHECK(h.scaling.type == BATON__ROPE_SCALING__TYPE__YARN && h.scaling.truncate == 0);
+    CHECK(write_config(&h.model, 0, &t, err) == 0);
+    CHECK_STR_CONTAINS(t, "\"attention_factor\": 1.138629436111989,\n    \"truncate\": false\n");
+    free(t);
+    snprintf(s, sizeof s, "%s, \"truncate\": true}", yarn);
+    check_scaling(s, "", 0, NULL, &h);
+    CHECK(h.scaling.truncate == 1);
+    CHECK(write_config(&h.model, 0, &t, err) == 0);
+    CHECK(strstr(t, "truncate") == NULL);
+    free(t);
+    snprintf(s, sizeof s, "%s}", yarn);
+    check_scaling(s, "", 0, NULL, &h);
+    CHECK(h.scaling.truncate == 1);
+    snprintf(s, sizeof s, "%s, \"truncate\": 0}", yarn);
+    check_scaling(s, "", BT_EINVAL, "\"truncate\": 0: must be true or false", &h);
+    snprintf(s, sizeof s, "%s, \"unknown_key\": 3}", yarn);
+    check_scaling(s, "", BT_EUNSUPPORTED,
+                  "c.json: rope_scaling: key \"unknown_key\" is not supported for rope_type "
+                  "'yarn' (baton reads rope_type, factor, original_max_position_embeddings, "
+                  "beta_fast, beta_slow, attention_factor, truncate)",
+                  &h);
+    check_scaling("{\"rope_type\": \"linear\", \"factor\": 2, \"partial_rotary_factor\": 0.5}", "",
+                  BT_EUNSUPPORTED, "key \"partial_rotary_factor\" is not supported", &h);
+    check_scaling("{\"type\": \"llama3\", \"factor\": 2, \"low_freq_factor\": 1, "
+                  "\"high_freq_factor\": 4, \"original_max_position_embeddings\": 64, "
+                  "\"truncate\": false}",
+                  "", BT_EUNSUPPORTED, "key \"truncate\" is not supported for rope_type 'llama3'",
+                  &h);
+    check_scaling("{\"rope_type\": \"default\", \"factor\": 2}", "", BT_EUNSUPPORTED,
+                  "key \"factor\" is not supported for rope_type 'default' (baton reads "
+                  "rope_type)",
+                  &h);
+    check_scaling("null", "\"partial_rotary_factor\": 0.5, ", BT_EUNSUPPORTED,
+                  "\"partial_rotary_factor\": 0.5 is not supported", &h);
+    check_scaling("null", "\"partial_rotary_factor\": 1.0, ", 0, NULL, &h);
+}
+
 /* linear and ntk give the extended context when the recipe names the original one; a
  * linear import keeps max_position_embeddings / factor so that it exports back. */
 static void test_linear_ntk_context(void) {
@@ -222,6 +282,7 @@ int main(void) {
     test_llama3();
     test_llama3_recorded();
     test_yarn();
+    test_yarn_truncate();
     test_linear_ntk_context();
     test_refused();
     return check_status();

@@ -473,6 +473,56 @@ static void test_warnings(void) {
     recipe_doc_free(&doc);
 }
 
+/* linear and ntk scaling without original_max_position: the context they scale is the
+ * seq_len trained at before the scaling, so the beyond-the-context warnings still come. */
+static void test_warnings_implicit_original(void) {
+    static const char *text =
+        "name: w\n" /* 1 */
+        "model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, ffn_dim: 176, vocab_size: 256}\n"
+        "cluster: {nodes: 1, gpus_per_node: 1}\n"                                    /* 3 */
+        "data: {train: a}\n"                                                         /* 4 */
+        "defaults: {steps: 20, seq_len: 64, global_batch: 2}\n"                      /* 5 */
+        "stages:\n"                                                                  /* 6 */
+        "  - {name: a}\n"                                                            /* 7 */
+        "  - {name: b, seq_len: 4096, rope: {scaling: {type: linear, factor: 2}}}\n" /* 8 */
+        "  - {name: c}\n"                                                            /* 9 */
+        "  - {name: d, seq_len: 256, rope: {scaling: {type: none}}}\n"               /* 10 */
+        "  - {name: e, seq_len: 1024, rope: {scaling: {type: ntk, factor: 4}}}\n"    /* 11 */
+        "  - {name: f, seq_len: 2048}\n";                                            /* 12 */
+    recipe_doc doc = {0};
+    bt_diag d;
+    bt_diag_init(&d);
+    char out[4096] = "";
+    int rc = recipe_load_buffer("w.yaml", text, strlen(text), &doc, &d);
+    CHECK(rc == 0);
+    FILE *f = tmpfile();
+    doc.warn = f;
+    if (rc == 0 && f != NULL) {
+        CHECK(recipe_validate(&doc, &d) == 0);
+        rewind(f);
+        size_t n = fread(out, 1, sizeof out - 1, f);
+        out[n] = '\0';
+    }
+    /* b: 4096 beyond a's 64 x 2 (c the same: not again); d: scaling off at 256, beyond 64;
+     * e: 1024 within d's 256 x 4; f: 2048 beyond it */
+    CHECK_STR_CONTAINS(out, "w.yaml:8:15: warning: stages[1].seq_len: seq_len 4096 is beyond the "
+                            "context the RoPE scaling extends to, 64 (the seq_len trained at "
+                            "before the scaling; original_max_position is not set) × factor 2 = "
+                            "128 (stage 1 \"b\")\n");
+    CHECK_STR_CONTAINS(out, "warning: stages[3].rope.scaling: RoPE scaling is off from this "
+                            "stage, but seq_len 256 is beyond 64 (the seq_len trained at before "
+                            "the scaling; original_max_position is not set), the context the "
+                            "previous stage's linear scaling extended (to 128)");
+    CHECK_STR_CONTAINS(out, "w.yaml:12:15: warning: stages[5].seq_len: seq_len 2048 is beyond "
+                            "the context the RoPE scaling extends to, 256 (the seq_len trained "
+                            "at before the scaling; original_max_position is not set) × factor 4 "
+                            "= 1024 (stage 5 \"f\")\n");
+    CHECK(strstr(out, "stage 2") == NULL && strstr(out, "stage 4") == NULL);
+    CHECK(strstr(out, "is not the seq_len") == NULL);
+    if (f) fclose(f);
+    recipe_doc_free(&doc);
+}
+
 /* --set into an element of a list (any list, as stages): the element's field, a whole
  * element, one value of a list of numbers; the other elements and the list's length stay,
  * and an index past the end is refused naming the length. */
@@ -605,5 +655,6 @@ int main(void) {
     test_loss_scale_left_behind();
     test_fp8_settings_left_behind();
     test_warnings();
+    test_warnings_implicit_original();
     return check_status();
 }

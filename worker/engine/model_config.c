@@ -33,6 +33,7 @@ static void rope_from_pb(rope_config *rc, const Baton__Rope *pb) {
     rc->beta_fast = s->beta_fast;
     rc->beta_slow = s->beta_slow;
     rc->attn_factor = s->attn_factor;
+    rc->truncate = s->truncate != 0;
 }
 
 /* Dimensions above this are rejected so that products of two fit the index types. */

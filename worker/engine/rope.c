@@ -19,6 +19,7 @@ void rope_config_default(rope_config *rc) {
         .beta_fast = 32.0,
         .beta_slow = 1.0,
         .attn_factor = 0.0,
+        .truncate = 1,
     };
 }
 
@@ -74,8 +75,9 @@ static double yarn_correction_dim(double rotations, int hd, double theta, double
 
 static void yarn_adjust(const rope_config *rc, int hd, double *inv_freq) {
     double L = rc->original_max_position;
-    double low = floor(yarn_correction_dim(rc->beta_fast, hd, rc->theta, L));
-    double high = ceil(yarn_correction_dim(rc->beta_slow, hd, rc->theta, L));
+    double low = yarn_correction_dim(rc->beta_fast, hd, rc->theta, L);
+    double high = yarn_correction_dim(rc->beta_slow, hd, rc->theta, L);
+    if (rc->truncate) low = floor(low), high = ceil(high);
     low = fmax(low, 0.0);
     high = fmin(high, hd - 1.0);
     if (low == high) high += 0.001;

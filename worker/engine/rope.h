@@ -11,12 +11,12 @@
  *           between: (1 - s) inv_freq / factor + s inv_freq with
  *           s = (L / w - low_freq_factor) / (high_freq_factor - low_freq_factor)
  *   yarn    NTK-by-parts: d(r) = hd ln(L / (2 pi r)) / (2 ln theta); low = max(floor(
- *           d(beta_fast)), 0), high = min(ceil(d(beta_slow)), hd - 1) (high += 0.001 if
- *           equal); ramp[i] = clamp((i - low) / (high - low), 0, 1);
- *           inv_freq = inv/factor * ramp + inv * (1 - ramp); and cos and sin are both
- *           multiplied by the attention factor mscale = attn_factor if given, else
- *           0.1 ln(factor) + 1 (1 when factor <= 1), so attention logits scale by
- *           mscale^2, exactly as Hugging Face applies it.
+ *           d(beta_fast)), 0), high = min(ceil(d(beta_slow)), hd - 1) (no floor and
+ *           ceil when truncate is 0; high += 0.001 if equal); ramp[i] = clamp((i - low)
+ *           / (high - low), 0, 1); inv_freq = inv/factor * ramp + inv * (1 - ramp); and
+ *           cos and sin are both multiplied by the attention factor mscale = attn_factor
+ *           if given, else 0.1 ln(factor) + 1 (1 when factor <= 1), so attention logits
+ *           scale by mscale^2, exactly as Hugging Face applies it.
  *
  * factor is taken as given (newer transformers may derive YaRN's factor from
  * max_position_embeddings / original_max_position_embeddings; a recipe states both).
@@ -42,9 +42,10 @@ typedef struct rope_config {
     double high_freq_factor;      /* llama3 */
     double beta_fast, beta_slow;  /* yarn */
     double attn_factor;           /* yarn; 0 = 0.1 ln(factor) + 1 */
+    int truncate;                 /* yarn: 1 rounds low down and high up (the default) */
 } rope_config;
 
-/* theta 10000, no scaling, Hugging Face's defaults for the optional fields. */
+/* theta 10000, no scaling, Hugging Face's defaults for the optional fields (truncate 1). */
 void rope_config_default(rope_config *rc);
 
 /* Returns 0 or BT_EINVAL when a field is out of range for the type (message in
