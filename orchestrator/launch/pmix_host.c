@@ -377,6 +377,22 @@ int pmixhost_progress(launch_server *srv, double now) {
 
 /* ---- server init / close ------------------------------------------------------------- */
 
+/* The server's hwloc topology needs the CPUs, not OpenCL devices or displays. Its OpenCL
+ * plugin would load every OpenCL driver into baton (on a GPU node, initializing the GPU
+ * driver), and a driver's dynamic TLS, left behind when the plugin is unloaded, made
+ * LeakSanitizer's exit scan crash; its GL plugin opens X displays :0 to :9 at every
+ * attempt (connects to /tmp/.X11-unix/X0-9 and 127.0.0.1:6000-6009: a surprise on a
+ * login node, or in a firewall's log). HWLOC_COMPONENTS leaves both out of the discovery
+ * (hwloc's syntax: names separated by commas, each excluded by a leading '-'), and
+ * HWLOC_PLUGINS_BLACKLIST keeps their libraries (libOpenCL, libX11, libxcb) from loading
+ * at all (plugin file names without .so). A user's own HWLOC_COMPONENTS is kept, and then
+ * no plugin blacklisted, in case it asks for one of these. */
+static void pmixhost_hwloc_env(void) {
+    if (getenv("HWLOC_COMPONENTS") != NULL) return;
+    setenv("HWLOC_COMPONENTS", "-opencl,-gl", 1);
+    setenv("HWLOC_PLUGINS_BLACKLIST", "hwloc_opencl,hwloc_gl", 0);
+}
+
 static pmix_status_t pmixhost_server_start(launch_server *srv) {
     pmix_server_module_t module = {0};
     module.client_connected = pmixhost_on_connected;
@@ -392,11 +408,7 @@ static pmix_status_t pmixhost_server_start(launch_server *srv) {
     PMIX_INFO_LOAD(&info[3], PMIX_SERVER_SYSTEM_SUPPORT, &no, PMIX_BOOL);
     /* The server "is" node0: a single-node job then looks exactly like one on a host. */
     PMIX_INFO_LOAD(&info[4], PMIX_HOSTNAME, "node0", PMIX_STRING);
-    /* The server's hwloc topology needs the CPUs, not OpenCL devices: its OpenCL plugin
-     * would load every OpenCL driver into baton (on a GPU node, initializing the GPU
-     * driver), and a driver's dynamic TLS, left behind when the plugin is unloaded, made
-     * LeakSanitizer's exit scan crash. A user's own HWLOC_COMPONENTS is kept. */
-    setenv("HWLOC_COMPONENTS", "-opencl", 0);
+    pmixhost_hwloc_env();
     pmix_status_t rc = PMIx_server_init(&module, info, 5);
     for (int i = 0; i < 5; i++)
         PMIX_INFO_DESTRUCT(&info[i]);

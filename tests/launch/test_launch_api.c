@@ -468,6 +468,26 @@ static void squat_case(int link) {
     }
 }
 
+/* The server's hwloc runs neither its OpenCL plugin (drivers) nor its GL one, which
+ * opens X displays :0 to :9 (pmixhost_hwloc_env): both excluded, and neither plugin nor
+ * libX11 mapped once the server has run a job (its topology loaded). */
+static void check_hwloc_plugins(void) {
+    const char *v = getenv("HWLOC_COMPONENTS"), *b = getenv("HWLOC_PLUGINS_BLACKLIST");
+    CHECK(v != NULL && strcmp(v, "-opencl,-gl") == 0, "HWLOC_COMPONENTS is '%s'",
+          v ? v : "(unset)");
+    CHECK(b != NULL && strcmp(b, "hwloc_opencl,hwloc_gl") == 0, "HWLOC_PLUGINS_BLACKLIST is '%s'",
+          b ? b : "(unset)");
+    FILE *f = fopen("/proc/self/maps", "r");
+    CHECK(f != NULL, "/proc/self/maps: %s", strerror(errno));
+    char line[512];
+    int mapped = 0;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        mapped += strstr(line, "hwloc_gl") || strstr(line, "hwloc_opencl") ||
+                  strstr(line, "libX11") || strstr(line, "libOpenCL");
+    CHECK(mapped == 0, "%d mappings of hwloc's GL or OpenCL plugin or their libraries", mapped);
+    if (f != NULL) fclose(f);
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: test_launch_api PMIX_PROBE TAG\n");
@@ -479,6 +499,8 @@ int main(int argc, char **argv) {
     bt_diag d;
     bt_diag_init(&d);
     launch_server srv;
+    unsetenv("HWLOC_COMPONENTS"); /* the server's own choice (check_hwloc_plugins) */
+    unsetenv("HWLOC_PLUGINS_BLACKLIST");
     if (launch_server_init(&srv, &d) != 0) {
         fprintf(stderr, "FAIL server: %s\n", d.msg);
         return 1;
@@ -500,6 +522,7 @@ int main(int argc, char **argv) {
      * a third: a failed client must not break the server for later attempts. */
     CHECK(run_job(&srv, fail, 4, &c0, ns0) == LAUNCH_EXITED, "attempt 0 did not fail");
     CHECK(run_job(&srv, good, 4, &c1, ns1) == LAUNCH_SUCCESS, "attempt 1 failed");
+    check_hwloc_plugins();
     check_tmpdir_lock(&srv);
     remove_tmpdir(&srv, 0); /* a temp-file cleaner, say: PMIx needs no file of it */
     CHECK(run_job(&srv, good, 4, &c2, ns2) == LAUNCH_SUCCESS, "attempt 2 failed");
