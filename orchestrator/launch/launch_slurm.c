@@ -56,41 +56,74 @@ static void slurm_child(const char *exe, char *const argv[], int out, int fd_lim
     _exit(127);
 }
 
+/* Where a command's output goes: buf (cap bytes, NUL-terminated); tail: keep the last cap - 1
+ * bytes, not the first; max > cap: buf (malloc'd) grows as the output comes, up to max. */
+typedef struct {
+    char *buf;
+    size_t cap, len, max;
+    int tail;
+} slurm_sink;
+
+/* buf made room for need bytes where it may grow (doubling, at most max; as it was when
+ * realloc fails: the output is then cut there). */
+static void slurm_sink_grow(slurm_sink *o, size_t need) {
+    size_t cap = o->cap;
+    while (cap < need && cap < o->max)
+        cap = cap > o->max / 2 ? o->max : cap * 2;
+    char *b = cap > o->cap ? realloc(o->buf, cap) : NULL;
+    if (b) o->buf = b, o->cap = cap;
+}
+
 /* Reads what is there, keeping what fits (tail: the last cap - 1 bytes); the read's result
  * (0 at the end). */
-static ssize_t slurm_drain(int fd, char *out, size_t cap, size_t *len, int tail) {
+static ssize_t slurm_drain(int fd, slurm_sink *o) {
     char tmp[4096];
     ssize_t n = read(fd, tmp, sizeof tmp);
     if (n <= 0) return n < 0 && errno == EINTR ? 1 : n;
-    size_t room = cap - 1, k = (size_t)n;
+    size_t k = (size_t)n;
+    if (o->max > o->cap && o->len + k + 1 > o->cap) slurm_sink_grow(o, o->len + k + 1);
+    size_t room = o->cap - 1;
     const char *from = tmp;
-    if (tail && k > room) from += k - room, k = room;
-    if (tail && *len + k > room) { /* drop the oldest */
-        size_t drop = *len + k - room;
-        memmove(out, out + drop, *len - drop);
-        *len -= drop;
+    if (o->tail && k > room) from += k - room, k = room;
+    if (o->tail && o->len + k > room) { /* drop the oldest */
+        size_t drop = o->len + k - room;
+        memmove(o->buf, o->buf + drop, o->len - drop);
+        o->len -= drop;
     }
-    if (k > room - *len) k = room - *len;
-    memcpy(out + *len, from, k);
-    *len += k;
-    out[*len] = '\0';
+    if (k > room - o->len) k = room - o->len;
+    memcpy(o->buf + o->len, from, k);
+    o->len += k;
+    o->buf[o->len] = '\0';
     return n;
 }
 
-static int slurm_exec(char *const argv[], char *out, size_t cap, double timeout_s, int tail);
+static int slurm_exec(char *const argv[], slurm_sink *o, double timeout_s);
 
 int launch_slurm_exec(char *const argv[], char *out, size_t cap, double timeout_s) {
-    return slurm_exec(argv, out, cap, timeout_s, 0);
+    slurm_sink o = {.buf = out, .cap = cap};
+    return slurm_exec(argv, &o, timeout_s);
 }
 
 int launch_slurm_exec_tail(char *const argv[], char *out, size_t cap, double timeout_s) {
-    return slurm_exec(argv, out, cap, timeout_s, 1);
+    slurm_sink o = {.buf = out, .cap = cap, .tail = 1};
+    return slurm_exec(argv, &o, timeout_s);
 }
 
-static int slurm_exec(char *const argv[], char *out, size_t cap, double timeout_s, int tail) {
+int launch_slurm_exec_grow(char *const argv[], char **out, size_t max, double timeout_s) {
+    slurm_sink o = {.cap = max < 65536 ? max : 65536, .max = max};
+    if ((o.buf = malloc(o.cap)) == NULL) {
+        *out = NULL;
+        return -1;
+    }
+    int rc = slurm_exec(argv, &o, timeout_s);
+    *out = o.buf;
+    return rc;
+}
+
+static int slurm_exec(char *const argv[], slurm_sink *o, double timeout_s) {
     int p[2];
     char exe[4096];
-    out[0] = '\0';
+    o->buf[0] = '\0';
     slurm_which(argv[0], exe, sizeof exe);
     if (pipe2(p, O_CLOEXEC) != 0) return -1;
     int fd_limit = bt_fd_close_limit();
@@ -101,7 +134,6 @@ static int slurm_exec(char *const argv[], char *out, size_t cap, double timeout_
         close(p[0]);
         return -1;
     }
-    size_t len = 0;
     double deadline = bt_clock_now() + timeout_s;
     int status = 0, timed_out = 0;
     for (;;) {
@@ -112,7 +144,7 @@ static int slurm_exec(char *const argv[], char *out, size_t cap, double timeout_
             break;
         }
         int r = poll(&pfd, 1, (int)(left * 1000) + 1);
-        if (r > 0 && slurm_drain(p[0], out, cap, &len, tail) <= 0) break; /* the end */
+        if (r > 0 && slurm_drain(p[0], o) <= 0) break; /* the end */
     }
     if (timed_out) kill(pid, SIGKILL);
     close(p[0]);
@@ -332,7 +364,7 @@ char **launch_slurm_step_argv(launch_slurm *s, const uint32_t *active, uint32_t 
         return NULL;
     snprintf(s->step_name, sizeof s->step_name, "%s", step_name);
     s->failed_task = -1, s->failed_host[0] = s->failure[0] = s->lost_hosts[0] = '\0';
-    s->step_refused = 0, s->exit_other = 0, s->node_trouble = 0, s->killed = 0;
+    s->step_refused = 0, s->exit_other = 0, s->killed = 0;
     s->step_id[0] = s->cancel_why[0] = '\0';
     int n = 0, err = 0;
     /* --export=ALL: the workers get baton's environment (BATON_STORE_ADDRESS, PATH),
@@ -402,10 +434,6 @@ static void slurm_note(launch_slurm *s, const char *line) {
     p += strlen("srun: error: ");
     char host[SLURM_HOST_MAX] = "", what[400] = "";
     int task = -1;
-    if (strstr(p, "io error with slurmstepd") || strstr(p, "Timed out waiting for job step")) {
-        s->node_trouble = 1;
-        return;
-    }
     if (strncmp(p, "Unable to create step", 21) == 0) {
         s->step_refused = 1;
         snprintf(s->failure, sizeof s->failure,

@@ -47,12 +47,10 @@ typedef struct launch_slurm {
     char failed_host[SLURM_HOST_MAX]; /* its host */
     char failure[768];                /* srun's words about it */
     char lost_hosts[8192];            /* hosts srun reported as failed nodes, comma separated (those
-                                         beyond are found by the probes, launch_slurm_host_lost) */
+                                         beyond are found by launch_slurm_judge, the probe step) */
     int step_refused;                 /* Slurm refused to create the step (e.g. more tasks than the
                                          allocation's CPUs): a configuration error, not retried */
     int exit_other;                   /* srun reported a task exit status other than 75 */
-    int node_trouble; /* srun lost a slurmstepd or waited on one in vain (an I/O error, the
-                         step's end not confirmed): a host may be lost whatever task it named */
     /* Signals sent to the step's tasks (launch_slurm_signal, launch_slurm_cancel_step). */
     char step_id[64];     /* "JOB.STEP" as squeue listed it, or "" */
     char cancel_why[512]; /* why the last one failed */
@@ -113,25 +111,35 @@ void launch_slurm_wrap(launch_slurm *s, launch_opts *lo, char **argv);
 void launch_slurm_describe(const launch_slurm *s, const launch_job *job, char *buf, size_t cap);
 
 /* After a failed attempt (launch_slurm_probe.c): which of the attempt's hosts are lost.
- * One state query and at most a probe step or two, whatever the number of hosts. why[k]
- * gets the evidence against host k. */
+ * A state query and a probe step (and a second state query where hosts did not answer),
+ * whatever the number of hosts. why[k] gets the evidence against host k. */
 #define SLURM_WHY_MAX      512
 #define SLURM_PROBE_ENDING 3
+#define SLURM_LOST_SRUN    1 /* srun reported a node failure on the host */
+#define SLURM_LOST_STATE   2 /* Slurm has it down, failing, not responding or powered down */
 /* Slurm's word on the hosts of logical nodes idx[0..n) (each < s->n_hosts) from ONE
- * `sinfo --all --noheader --Node --nodes=SLURM_JOB_NODELIST --format=%N %T %E` (at most
- * timeout_s), and srun's reports of the attempt: lost[k] = 1 for each host srun reported
- * failed, or Slurm has DOWN, DRAINED/DRAINING, FAIL(ING) or not responding ('*'); 0 for
- * the others. 0, or -1 when sinfo's answer could not be read (why in note; srun's reports
- * are still counted). */
+ * `sinfo --local --all --noheader --Node --nodes=SLURM_JOB_NODELIST --format=%N %T %E` (at
+ * most timeout_s, its output read whole), and srun's reports of the attempt: lost[k] =
+ * SLURM_LOST_SRUN for each host srun reported failed, else SLURM_LOST_STATE where Slurm has
+ * it DOWN, FAIL(ING), not responding ('*', NOT_RESPONDING) or powered down or powering down
+ * ('~', '%', POWER(ED|ING)_DOWN), with its state and reason in why[k]; else 0. A drained or
+ * draining host is not lost (a draining one runs its job's steps; `scontrol reboot ASAP`
+ * drains every host). 0, or -1 when sinfo's answer could not be read (why in note; srun's
+ * reports are still counted). */
 int launch_slurm_judge(const launch_slurm *s, const uint32_t *idx, uint32_t n, unsigned char *lost,
                        char (*why)[SLURM_WHY_MAX], double timeout_s, char *note, size_t cap);
+#define SLURM_PROBE_NAMED  1 /* srun named the host in a line of its own (a failed launch) */
+#define SLURM_PROBE_SILENT 2 /* the host did not answer, and srun said nothing of it */
 /* ONE probe step over the hosts of logical nodes idx[0..n): `srun --overlap --nodes=N
  * --ntasks=N --ntasks-per-node=1 --nodelist=PATH --kill-on-bad-exit=0 ... printenv
  * SLURMD_NODENAME`, PATH (holding a '/') written as the attempts' host files, at most
- * timeout_s in all. failed[k] = 1 for each host whose task did not print its name (srun's
- * words about it, or about the step, in why[k]); all 0 when srun exits 0. 0;
- * SLURM_PROBE_ENDING when srun says the job itself is ending (expired, cancelled,
- * completing: its words in note); -1 when PATH could not be written (note). */
+ * timeout_s in all. failed[k] = 0 for each host whose task printed its name,
+ * SLURM_PROBE_NAMED where srun's line names it (that line in why[k]), SLURM_PROBE_SILENT
+ * for the others (the step's end in why[k]); all 0 when srun exits 0. 0 (the step's end
+ * in note when it failed: "did not finish in T s: LAST LINE", "failed (status S): ...");
+ * SLURM_PROBE_ENDING when a line of srun's that names no host says the job itself is
+ * ending (expired, cancelled, completing: its words in note); -1 when PATH could not be
+ * written (note). */
 int launch_slurm_probe(launch_slurm *s, const char *path, const uint32_t *idx, uint32_t n,
                        double timeout_s, unsigned char *failed, char (*why)[SLURM_WHY_MAX],
                        char *note, size_t cap);
@@ -179,5 +187,8 @@ int launch_slurm_exec(char *const argv[], char *out, size_t cap, double timeout_
 /* The same, keeping the last cap - 1 bytes of the output, not the first (where the last
  * error line is what matters). */
 int launch_slurm_exec_tail(char *const argv[], char *out, size_t cap, double timeout_s);
+/* The same, into a buffer grown as the output comes (*out, malloc'd: the caller frees it;
+ * NULL and -1 when none could be had): the whole output, or its first max - 1 bytes. */
+int launch_slurm_exec_grow(char *const argv[], char **out, size_t max, double timeout_s);
 
 #endif

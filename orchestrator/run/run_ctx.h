@@ -173,10 +173,9 @@ int run_slurm_opts(run_ctx *c, launch_opts *lo, char *const *worker_argv, size_t
                    uint32_t attempt, int ntasks, char *store_env, size_t cap, int *stuck,
                    bt_diag *diag);
 void run_slurm_blame(const run_ctx *c, Baton__JournalRecord *r, char *node, size_t cap);
-/* After a failed attempt: lost hosts found (one state query, probe steps only where they
- * tell something) and excluded; hung: baton ended the attempt (a hang), so no failed task
- * srun named pins the failure. 1 when the job is ending (a stop). */
-int run_slurm_find_lost(run_ctx *c, uint32_t stage, uint32_t attempt, int hung);
+/* After a failed attempt: lost hosts found (a state query, one probe step over the hosts
+ * it has nothing against) and excluded. 1 when the job is ending (a stop). */
+int run_slurm_find_lost(run_ctx *c, uint32_t stage, uint32_t attempt);
 /* 1 when a failed attempt's step was a stop: the workers stopped on Slurm's request
  * (launch_slurm_stopped) or the job is ending (said on stderr). */
 int run_slurm_stopping(run_ctx *c, const launch_job *job);

@@ -8,12 +8,18 @@
 #include "run_ctx.h"
 #include "util/kv_wire.h"
 
-/* After a failed attempt: one sinfo for every host of the job, then at most two probe steps
- * (one host, then many). A probe step on live hosts takes well under a second; Slurm starts
- * its tasks in a tree, so its limit grows a little with its hosts (47 s at 16384). */
+/* After a failed attempt: one sinfo for every host of the job, one probe step over every
+ * host Slurm has nothing against, and a second sinfo over those that did not answer. A probe
+ * step on live hosts takes well under a second; Slurm starts its tasks in a tree, so its
+ * limit grows a little with its hosts (47 s at 16384). */
 #define RUN_SLURM_STATE_S      30.0
 #define RUN_SLURM_PROBE_S      15.0
 #define RUN_SLURM_PROBE_HOST_S 0.002
+/* Hosts silent in a probe step (no answer; nothing said of them by srun, nor by Slurm when
+ * asked again) are lost only when they are few: at most one in RUN_SLURM_SILENT_PER of the
+ * hosts probed (one at least). More is a slow or failing step (a launch of thousands cut
+ * off at its limit part-way), not lost hosts. */
+#define RUN_SLURM_SILENT_PER 100
 
 int run_slurm_opts(run_ctx *c, launch_opts *lo, char *const *worker_argv, size_t stage,
                    uint32_t attempt, int ntasks, char *store_env, size_t cap, int *stuck,
@@ -78,107 +84,174 @@ void run_slurm_blame(const run_ctx *c, Baton__JournalRecord *r, char *node, size
 typedef struct {
     uint32_t node[RUN_MAX_NODES]; /* the attempt's logical nodes that have a host */
     uint32_t n;
-    unsigned char lost[RUN_MAX_NODES]; /* RUN_SLURM_JUDGED, RUN_SLURM_PROBED or 0 */
-    unsigned char probed[RUN_MAX_NODES];
+    unsigned char lost[RUN_MAX_NODES]; /* SLURM_LOST_*, RUN_SLURM_NAMED, RUN_SLURM_SILENT or 0 */
     char why[RUN_MAX_NODES][SLURM_WHY_MAX];
-    uint32_t probes, probe_failed; /* hosts probed, and those whose probe failed */
-    /* one probe step's hosts: their positions in node[], their nodes, the step's verdicts */
+    /* the hosts of one probe step or sinfo: positions in node[], their nodes, verdicts */
     uint32_t pos[RUN_MAX_NODES], sel[RUN_MAX_NODES];
-    unsigned char failed[RUN_MAX_NODES];
-    char step_why[RUN_MAX_NODES][SLURM_WHY_MAX];
+    unsigned char got[RUN_MAX_NODES];
+    char got_why[RUN_MAX_NODES][SLURM_WHY_MAX];
 } run_slurm_hosts;
 
-#define RUN_SLURM_JUDGED 1 /* Slurm's state or srun's report */
-#define RUN_SLURM_PROBED 2 /* a probe step */
+#define RUN_SLURM_NAMED  3 /* srun named the host failing in the probe step */
+#define RUN_SLURM_SILENT 4 /* the host did not answer the probe step */
 
-/* One probe step over the host at position only of h (only < 0: over every host neither
- * judged nor probed yet), its failures marked lost. 1 when the job is ending (said). */
-static int run_slurm_probe(run_ctx *c, run_slurm_hosts *h, long only, uint32_t stage,
-                           uint32_t attempt) {
+/* The hosts of h whose verdict is v into pos/sel; their number. */
+static uint32_t run_slurm_select(run_slurm_hosts *h, unsigned char v) {
     uint32_t n = 0;
     for (uint32_t k = 0; k < h->n; k++)
-        if (only >= 0 ? k == (uint32_t)only : !h->lost[k] && !h->probed[k])
-            h->pos[n] = k, h->sel[n++] = h->node[k];
+        if (h->lost[k] == v) h->pos[n] = k, h->sel[n++] = h->node[k];
+    return n;
+}
+
+/* The verdicts v of h cleared (no evidence after all): how many; the first one's k in *first. */
+static uint32_t run_slurm_clear(run_slurm_hosts *h, unsigned char v, uint32_t *first) {
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < h->n; k++)
+        if (h->lost[k] == v) {
+            if (n++ == 0) *first = k;
+            h->lost[k] = 0;
+        }
+    return n;
+}
+
+/* The hosts silent in the probe step asked about again (one sinfo): those Slurm now has
+ * down or not responding are lost on its word (the step may have been refused as a whole
+ * for one of them, gone down since the first sinfo). */
+static void run_slurm_rejudge(run_ctx *c, run_slurm_hosts *h) {
+    uint32_t n = run_slurm_select(h, RUN_SLURM_SILENT);
+    char note[1024];
+    if (launch_slurm_judge(c->o->slurm, h->sel, n, h->got, h->got_why, RUN_SLURM_STATE_S, note,
+                           sizeof note) != 0) {
+        run_progress_end(&c->prog);
+        run_err(c, "warning: cannot read Slurm's node states again (%s)\n", note);
+    }
+    for (uint32_t j = 0; j < n; j++)
+        if (h->got[j] == SLURM_LOST_STATE) {
+            h->lost[h->pos[j]] = SLURM_LOST_STATE;
+            memcpy(h->why[h->pos[j]], h->got_why[j], SLURM_WHY_MAX);
+        }
+}
+
+/* What a probe step over `probed` hosts, `failed` of them failing, is evidence of: none
+ * when it failed on every one of several hosts (probes that cannot run), else the hosts
+ * srun named, and the silent ones when they are few (RUN_SLURM_SILENT_PER). */
+static void run_slurm_weigh(run_ctx *c, run_slurm_hosts *h, uint32_t probed, uint32_t failed,
+                            const char *end) {
+    uint32_t first = 0, per = probed / RUN_SLURM_SILENT_PER;
+    if (probed > 1 && failed == probed) {
+        uint32_t named = run_slurm_clear(h, RUN_SLURM_NAMED, &first);
+        uint32_t k = first, silent = run_slurm_clear(h, RUN_SLURM_SILENT, &first);
+        if (named + silent == 0) return;
+        run_progress_end(&c->prog);
+        run_err(c,
+                "a probe step failed on every host probed (%u: %s): not a host's fault, none "
+                "excluded on its word\n",
+                probed, h->why[named ? k : first]);
+        return;
+    }
+    uint32_t silent = 0;
+    for (uint32_t k = 0; k < h->n; k++)
+        silent += h->lost[k] == RUN_SLURM_SILENT;
+    if (silent <= (per > 1 ? per : 1)) return;
+    run_slurm_clear(h, RUN_SLURM_SILENT, &first);
+    run_progress_end(&c->prog);
+    run_err(c,
+            "no answer from %u of the %u hosts probed, and neither srun nor Slurm has anything "
+            "against them (the probe step %s): more than 1 in %d, taken for a slow or failing "
+            "step, not lost hosts; none of them excluded\n",
+            silent, probed, end, RUN_SLURM_SILENT_PER);
+}
+
+/* The probe step said the job is ending: 1 (a stop, said) unless squeue has it RUNNING (a
+ * word of one host's, or of the step's, then: no verdict from the step). */
+static int run_slurm_probe_ending(run_ctx *c, const char *words) {
+    char state[64];
+    if (launch_slurm_job_ending(c->o->slurm, state, sizeof state) || strcmp(state, "RUNNING") != 0)
+        return run_slurm_ending(c, words);
+    run_progress_end(&c->prog);
+    run_err(c,
+            "a probe step said the job is ending (%s) but squeue has job %s RUNNING: no host "
+            "judged by the step\n",
+            words, c->o->slurm->job_id);
+    return 0;
+}
+
+/* ONE probe step over every host Slurm and srun have nothing against, its failures weighed
+ * (run_slurm_rejudge, run_slurm_weigh). 1 when the job is ending. */
+static int run_slurm_probe(run_ctx *c, run_slurm_hosts *h, uint32_t stage, uint32_t attempt) {
+    uint32_t n = run_slurm_select(h, 0);
     if (n == 0) return 0;
     char name[64], path[4200], note[1024];
     snprintf(name, sizeof name, "specs/s%02u-a%02u.probe", stage, attempt);
     run_dir_file(c->dir, name, path, sizeof path);
     double limit = RUN_SLURM_PROBE_S + RUN_SLURM_PROBE_HOST_S * n;
-    int rc = launch_slurm_probe(c->o->slurm, path, h->sel, n, limit, h->failed, h->step_why, note,
+    int rc = launch_slurm_probe(c->o->slurm, path, h->sel, n, limit, h->got, h->got_why, note,
                                 sizeof note);
-    if (rc == SLURM_PROBE_ENDING) return run_slurm_ending(c, note);
+    if (rc == SLURM_PROBE_ENDING) return run_slurm_probe_ending(c, note);
     if (rc != 0) {
         run_progress_end(&c->prog);
         run_err(c, "cannot run a probe step on %u host%s: %s; no host judged by one\n", n,
                 n == 1 ? "" : "s", note);
         return 0;
     }
+    uint32_t failed = 0, silent = 0;
     for (uint32_t j = 0; j < n; j++) {
+        if (!h->got[j]) continue;
         uint32_t k = h->pos[j];
-        h->probed[k] = 1, h->probes++;
-        if (!h->failed[j]) continue;
-        h->lost[k] = RUN_SLURM_PROBED, h->probe_failed++;
-        snprintf(h->why[k], sizeof h->why[k], "%s", h->step_why[j]);
+        h->lost[k] = h->got[j] == SLURM_PROBE_NAMED ? RUN_SLURM_NAMED : RUN_SLURM_SILENT;
+        memcpy(h->why[k], h->got_why[j], SLURM_WHY_MAX);
+        failed++, silent += h->got[j] == SLURM_PROBE_SILENT;
     }
+    if (silent) run_slurm_rejudge(c, h);
+    if (failed) run_slurm_weigh(c, h, n, failed, note);
     return 0;
 }
 
-/* Slurm's word on every host of the attempt (one sinfo), then probe steps only where they
- * tell something: the failed task's host alone when srun pinned the failure to a task (its
- * host answering, the task's own failure: nobody else probed); every host Slurm and srun
- * have nothing against, in one step, when nothing pins it or that host's probe failed (are
- * probes failing everywhere?). 1 when the job is ending. */
-static int run_slurm_judge(run_ctx *c, run_slurm_hosts *h, uint32_t stage, uint32_t attempt,
-                           int hung) {
+/* Slurm's word alone condemning more than half of the attempt's hosts (two at least) is
+ * taken for Slurm's own trouble (a controller cut off from its nodes marks them all not
+ * responding): none of them excluded on it, said. */
+static void run_slurm_state_guard(run_ctx *c, run_slurm_hosts *h) {
+    uint32_t n = 0, first = 0;
+    for (uint32_t k = 0; k < h->n; k++)
+        n += h->lost[k] == SLURM_LOST_STATE;
+    if (n < 2 || (uint64_t)n * 2 <= h->n) return;
+    run_slurm_clear(h, SLURM_LOST_STATE, &first);
+    run_progress_end(&c->prog);
+    run_err(c,
+            "Slurm has %u of the attempt's %u hosts down, failing or not responding (%s): more "
+            "than half, taken for Slurm's own trouble, not lost hosts; none of them excluded on "
+            "its word\n",
+            n, h->n, h->why[first]);
+}
+
+/* Slurm's word on every host of the attempt (one sinfo), then ONE probe step over every
+ * host it and srun have nothing against, the failed task's too (a dead host whose peers'
+ * tasks failed first is found; Slurm may not know it is dead for minutes). 1 when the job
+ * is ending. */
+static int run_slurm_judge(run_ctx *c, run_slurm_hosts *h, uint32_t stage, uint32_t attempt) {
     launch_slurm *s = c->o->slurm;
-    long f = -1; /* the failed task's host */
-    for (uint32_t k = 0; k < c->nodes.n_active; k++) {
-        uint32_t node = c->nodes.active[k];
-        if (node >= (uint32_t)s->n_hosts) continue;
-        if (s->failed_task >= 0 && strcmp(s->hosts[node], s->failed_host) == 0) f = (long)h->n;
-        h->node[h->n++] = node;
-    }
+    for (uint32_t k = 0; k < c->nodes.n_active; k++)
+        if (c->nodes.active[k] < (uint32_t)s->n_hosts) h->node[h->n++] = c->nodes.active[k];
     char note[1024];
     if (launch_slurm_judge(s, h->node, h->n, h->lost, h->why, RUN_SLURM_STATE_S, note,
                            sizeof note) != 0) {
         run_progress_end(&c->prog);
         run_err(c,
                 "warning: cannot read Slurm's node states (%s): hosts judged by srun's "
-                "reports and probe steps only\n",
+                "reports and a probe step only\n",
                 note);
     }
-    int judged = 0;
-    for (uint32_t k = 0; k < h->n; k++)
-        judged |= h->lost[k] != 0;
-    int pinned = f >= 0 && !s->node_trouble && !hung;
-    if (pinned && !h->lost[f]) {
-        if (run_slurm_probe(c, h, f, stage, attempt)) return 1;
-        if (!h->lost[f]) return 0;
-    } else if (pinned || judged) {
-        return 0; /* the hosts Slurm or srun named explain the failure */
-    }
-    if (run_slurm_probe(c, h, -1, stage, attempt)) return 1;
-    if (h->probes > 1 && h->probe_failed == h->probes) {
-        uint32_t first = 0;
-        while (h->lost[first] != RUN_SLURM_PROBED)
-            first++;
-        run_progress_end(&c->prog);
-        run_err(c,
-                "a probe step failed on every host probed (%u: %s) and Slurm has nothing "
-                "against any of them: not a host's fault, none of them excluded\n",
-                h->probes, h->why[first]);
-        for (uint32_t k = 0; k < h->n; k++)
-            h->lost[k] = h->lost[k] == RUN_SLURM_PROBED ? 0 : h->lost[k];
-    }
+    if (run_slurm_probe(c, h, stage, attempt)) return 1;
+    run_slurm_state_guard(c, h);
     return 0;
 }
 
-/* After a failed attempt: every host of the attempt that Slurm, srun or a probe step finds
- * lost is excluded for the rest of the run (journaled with the evidence). A probe that
- * fails because the job itself is ending, or probes failing on every host probed with
- * Slurm having nothing against any of them, are no evidence against a host. Returns 1 when
- * the job is ending (the attempt is a stop). */
-int run_slurm_find_lost(run_ctx *c, uint32_t stage, uint32_t attempt, int hung) {
+/* After a failed attempt: every host of the attempt that Slurm, srun or the probe step finds
+ * lost is excluded for the rest of the run (journaled with the evidence). A probe step that
+ * fails because the job itself is ending, or on every host probed, or many hosts silent in
+ * it, or Slurm condemning most hosts, are no evidence against a host. Returns 1 when the
+ * job is ending (the attempt is a stop). */
+int run_slurm_find_lost(run_ctx *c, uint32_t stage, uint32_t attempt) {
     launch_slurm *s = c->o->slurm;
     char state[64];
     launch_slurm_cancel_step(s, 0);
@@ -189,7 +262,7 @@ int run_slurm_find_lost(run_ctx *c, uint32_t stage, uint32_t attempt, int hung) 
         run_err(c, "cannot judge the attempt's hosts: out of memory; nothing excluded\n");
         return 0;
     }
-    int ending = run_slurm_judge(c, h, stage, attempt, hung);
+    int ending = run_slurm_judge(c, h, stage, attempt);
     for (uint32_t k = 0; k < h->n && !ending; k++) {
         if (!h->lost[k]) continue;
         char name[32], detail[1200];

@@ -649,7 +649,7 @@ static attempt_end run_attempt(run_ctx *c, size_t i, uint32_t attempt, double *h
         if (end == ATTEMPT_FATAL && c->o->slurm) /* what srun left of the step: no stop */
             run_slurm_cancel_left(c, NULL, 0);
         if (end == ATTEMPT_RETRY && c->o->slurm) {
-            if (run_slurm_find_lost(c, (uint32_t)i, attempt, hung))
+            if (run_slurm_find_lost(c, (uint32_t)i, attempt))
                 end = ATTEMPT_STOPPED; /* the job ended under the attempt */
         } else if (end == ATTEMPT_RETRY)
             run_find_lost_nodes(c, &job, (uint32_t)i, attempt);

@@ -17,14 +17,20 @@
 #                  a link at a host file: replaced (0600), its target untouched.
 #                  Host 30 lost, whose name host 3's begins: only it excluded.
 #   slurm-probe    2048 hosts (2046 nodes + 2 spares), the first attempt failing: one
-#                  sinfo for every host (SLURM_JOB_NODELIST), no host queried one by one,
-#                  and the next attempt started within 10 s. A task's failure: its host
-#                  alone probed, a host Slurm has down* excluded on its word. Nothing
-#                  pinning it (no task named, or srun losing a slurmstepd): one probe step
-#                  over the 2046 hosts, the host whose launch failed excluded (again on
-#                  resume); the failed task's host not answering: the rest probed in one
-#                  step, it alone excluded; probes failing everywhere: none excluded; the
-#                  probe saying the job is ending: a stop.
+#                  sinfo --local for every host (SLURM_JOB_NODELIST), no host queried one by
+#                  one, ONE probe step over every host Slurm has nothing against (the failed
+#                  task's too), a second sinfo only where hosts were silent in it, and the
+#                  next attempt started within 10 s. A task's failure, Slurm having node100
+#                  down*, node5 dead: both excluded, node100 on Slurm's word (not probed);
+#                  no task named: the same step; a host whose launch failed excluded (again
+#                  on resume), also for "Job credential revoked" (a host's word, not the
+#                  job's end); one host silent: excluded; a step cut off at its limit with
+#                  846 hosts silent: none excluded, said; the step refused as a whole for a
+#                  host gone down since the first sinfo: that host alone excluded (the second
+#                  sinfo); probes failing everywhere: none excluded; every host draining
+#                  (Reboot ASAP): none excluded; Slurm having every host down*: none
+#                  excluded, said; the probe saying the job is ending: a stop when squeue
+#                  agrees, else no verdict from it.
 #   node-cap       more nodes + spare_nodes than a run takes (16384): baton run and submit
 #                  refuse at once, naming the cap and the key, making nothing; baton plan
 #                  warns and plans; nodes + spare_nodes past 2^32 never wraps.
@@ -59,39 +65,48 @@ case "$1 $2" in
 esac
 exit 0
 EOF
-  # sinfo: every host idle (listed twice: two partitions), $FAKE_DOWN "down*"; with
-  # FAKE_SINFO=fail it fails
+  # sinfo: every host idle (listed twice: two partitions) or in state $FAKE_ALLSTATE,
+  # $FAKE_DOWN "down*", and $FAKE_DOWN2 from its second call on; with FAKE_SINFO=fail it fails
   cat >fake/sinfo <<'EOF'
 #!/bin/sh
 echo "sinfo $*" >>"$FAKE_CALLS"
 [ "$FAKE_SINFO" = fail ] && { echo "sinfo: error: Unable to contact slurm controller" >&2; exit 1; }
-awk -v down="${FAKE_DOWN:-}" '{ s = $0 == down ? "down* Not responding" : "idle none"
-  print $0, s; print $0, s }' "$FAKE_HOSTS"
+[ "$(grep -c '^sinfo' "$FAKE_CALLS")" -ge 2 ] && down2=$FAKE_DOWN2
+awk -v down="${FAKE_DOWN:-}" -v down2="${down2:-}" -v all="${FAKE_ALLSTATE:-idle none}" '{
+  s = $0 == down || $0 == down2 ? "down* Not responding" : all; print $0, s; print $0, s }' "$FAKE_HOSTS"
 EOF
   # an old-style one-host probe ("true") succeeds. A probe step (printenv SLURMD_NODENAME)
   # is logged as "probe N FIRST" (its host file's count and first host); it prints its
-  # hosts' names but $FAKE_DEAD's, whose launch fails (exit 1); FAKE_PROBE=fail: no host
-  # answers; FAKE_PROBE=expired: the job is ending. A run's step is recorded, then ends as
-  # $FAKE_STEP says: "stop" exits 75 (its workers stopped); the first time (exit 1, its
-  # time in $FAKE_LOG.failed) "nodefail" reports a node failure on $FAKE_LOST, "taskfail"
-  # task 7 on $FAKE_TASKHOST failed, "trouble" that and an I/O error with another host's
-  # slurmstepd, "silent" nothing; then it stops. The next step's start: $FAKE_LOG.next.
+  # hosts' names but $FAKE_DEAD's, whose launch fails (exit 1; srun's words end in
+  # $FAKE_DEAD_WHY), and $FAKE_MUTE's (exit 1, nothing said). FAKE_PROBE=fail: no host
+  # answers; refuse: the same when $FAKE_DOWN2 is probed; slow: the first 1200 answer, then
+  # the step hangs; expired: the job is ending (squeue says COMPLETING from then on);
+  # expired-word: srun's words alone. A run's step is recorded, then ends as $FAKE_STEP
+  # says: "stop" exits 75 (its workers stopped); the first time (exit 1, its time in
+  # $FAKE_LOG.failed) "nodefail" reports a node failure on $FAKE_LOST, "taskfail" task 7 on
+  # $FAKE_TASKHOST failed, "silent" nothing; then it stops. The next step's start:
+  # $FAKE_LOG.next.
   cat >fake/srun <<'EOF'
 #!/bin/sh
 for a in "$@"; do [ "$a" = true ] && { echo "probe-true $*" >>"$FAKE_CALLS"; exit 0; }; done
 case " $* " in *" printenv SLURMD_NODENAME "*)
   for a in "$@"; do case "$a" in --nodelist=*) f=${a#--nodelist=} ;; esac; done
   echo "probe $(wc -l <"$f") $(head -n 1 "$f")" >>"$FAKE_CALLS"
+  refused="srun: error: Unable to create step for job 4242: Requested node configuration is not available"
   case "$FAKE_PROBE" in
-  fail) echo "srun: error: Unable to create step for job 4242: Requested node configuration is not available" >&2; exit 1 ;;
-  expired) echo "srun: error: Unable to create step for job 4242: Job/step already completing or completed" >&2; exit 1 ;;
+  fail) echo "$refused" >&2; exit 1 ;;
+  refuse) grep -qxF -- "$FAKE_DOWN2" "$f" && { echo "$refused" >&2; exit 1; } ;;
+  slow) head -n 1200 "$f"; exec sleep 60 ;;
+  expired*)
+    [ "$FAKE_PROBE" = expired ] && echo COMPLETING >"$FAKE_LOG.squeue"
+    echo "srun: error: Unable to create step for job 4242: Job/step already completing or completed" >&2; exit 1 ;;
   esac
+  grep -vxF -e "${FAKE_DEAD:-/}" -e "${FAKE_MUTE:-/}" "$f"
   if [ -n "$FAKE_DEAD" ] && grep -qxF -- "$FAKE_DEAD" "$f"; then
-    grep -vxF -- "$FAKE_DEAD" "$f"
-    echo "srun: error: Task launch for StepId=4242.9 failed on node $FAKE_DEAD: Communication connection failure" >&2
+    echo "srun: error: Task launch for StepId=4242.9 failed on node $FAKE_DEAD: ${FAKE_DEAD_WHY:-Communication connection failure}" >&2
     exit 1
   fi
-  cat "$f"
+  [ -n "$FAKE_MUTE" ] && grep -qxF -- "$FAKE_MUTE" "$f" && exit 1
   exit 0 ;;
 esac
 [ -e "$FAKE_LOG.failed" ] && [ ! -e "$FAKE_LOG.next" ] && date +%s.%N >"$FAKE_LOG.next"
@@ -109,16 +124,13 @@ if [ "$FAKE_STEP" != stop ] && [ ! -e "$FAKE_LOG.failed" ]; then
   case $FAKE_STEP in
   nodefail) echo "srun: error: Node failure on $FAKE_LOST" >&2 ;;
   taskfail) echo "srun: error: $FAKE_TASKHOST: task 7: Exited with exit code 1" >&2 ;;
-  trouble)
-    echo "srun: error: $FAKE_TASKHOST: task 7: Exited with exit code 1" >&2
-    echo "srun: error: step_launch_notify_io_failure: aborting, io error with slurmstepd on node 5" >&2 ;;
   esac
   date +%s.%N >"$FAKE_LOG.failed"
   exit 1
 fi
 exit 75
 EOF
-  printf '#!/bin/sh\ncase "$*" in *--steps*) exit 0 ;; esac\necho RUNNING\n' >fake/squeue
+  printf '#!/bin/sh\ncase "$*" in *--steps*) exit 0 ;; esac\ncat "$FAKE_LOG.squeue" 2>/dev/null || echo RUNNING\n' >fake/squeue
   printf '#!/bin/sh\nexit 0\n' >fake/scancel
   chmod +x fake/*
 }
@@ -230,32 +242,44 @@ slurm-probe)
       "$baton" run pr.yaml --run-dir "r-$name" --launcher slurm --worker "$worker" \
       --listen 127.0.0.1 >"$name.out" 2>&1
   }
-  # calls_are NAME WANT...: the state queries and probes after NAME's failure, exactly
+  # calls_are NAME WANT...: the state queries ("sinfo": the one for every host) and probes
+  # after NAME's failure, exactly; the next attempt within $LIMIT s (10)
   calls_are() {
-    local name=$1 got
+    local name=$1 got spent
     shift
-    got=$(grep -v '^sinfo' "$name.calls" | tr '\n' '|')
-    [[ $(grep -c '^sinfo --all --noheader --Node --nodes=gpu-r\[000-031\]-n\[0000-2047\] --format=%N %T %E$' "$name.calls") == 1 ]] ||
-      fail "$name: not one sinfo for every host: $(grep -c '^sinfo' "$name.calls") ($(head -c 300 "$name.calls"))"
+    got=$(sed 's/^sinfo --local --all --noheader --Node --nodes=gpu-r\[000-031\]-n\[0000-2047\] --format=%N %T %E$/sinfo/' "$name.calls" | tr '\n' '|')
     [[ $got == "$(printf '%s|' "$@")" ]] || fail "$name: calls '$(head -c 300 <<<"$got")', expected '$(printf '%s|' "$@")'"
-    local spent
+    [[ -e $name.next ]] || return 0
     spent=$(awk '{ t[NR] = $1 } END { printf "%.2f", t[2] - t[1] }' "$name.failed" "$name.next")
-    awk -v s="$spent" 'BEGIN { exit !(s < 10) }' || fail "$name: $spent s from the failure to the next attempt"
+    awk -v s="$spent" -v l="${LIMIT:-10}" 'BEGIN { exit !(s < l) }' || fail "$name: $spent s from the failure to the next attempt"
   }
   excluded() { grep -o '^baton run: node[0-9]* (Slurm host [^,]*, job 4242) lost: .*; excluded$' "$1.out"; }
-  # a task's failure on node7, Slurm has node100 down: node100 excluded on Slurm's word,
-  # node7's host alone probed (it answers), no host queried or probed one by one
-  probe_run pin taskfail FAKE_TASKHOST="$(h 7)" FAKE_DOWN="$(h 100)"
+  # nodes_are NAME K...: the nodes NAME excluded, in order
+  nodes_are() {
+    local name=$1 got
+    shift
+    got=$(excluded "$name" | cut -d' ' -f3 | tr '\n' ' ')
+    [[ $got == "${*:+$* }" ]] || fail "$name: excluded '$got', expected '$*': $(excluded "$name" | head -3)"
+  }
+  # a task's failure on node7, Slurm has node100 down, node5 dead: node100 excluded on
+  # Slurm's word (not probed), every other host probed in one step, node5 excluded
+  probe_run pin taskfail FAKE_TASKHOST="$(h 7)" FAKE_DOWN="$(h 100)" FAKE_DEAD="$(h 5)"
   rc=$?
   [[ $rc == 75 ]] || fail "pin: exit $rc, expected 75: $(tail -3 pin.out)"
-  calls_are pin "probe 1 $(h 7)"
-  [[ $(excluded pin) == "baton run: node100 (Slurm host $(h 100), job 4242) lost: Slurm has $(h 100) in state down* (reason: Not responding); excluded" ]] ||
-    fail "pin: not node100 alone excluded on Slurm's word: $(excluded pin | head -3)"
-  step_of pin 2 nodelist-file | cmp -s - <(sed -n '1,100p;102,2047p' hosts) || fail "pin: attempt 1's hosts"
+  calls_are pin sinfo "probe 2045 $(h 0)"
+  [[ $(excluded pin | tail -n 1) == "baton run: node100 (Slurm host $(h 100), job 4242) lost: Slurm has $(h 100) in state down* (reason: Not responding); excluded" ]] ||
+    fail "pin: node100 not excluded on Slurm's word: $(excluded pin | head -3)"
+  nodes_are pin node5 node100
+  cmp -s r-pin/specs/s00-a00.probe <(sed -n '1,100p;102,2046p' hosts) || fail "pin: the probe's hosts"
+  step_of pin 2 nodelist-file | cmp -s - <(sed -n '1,5p;7,100p;102,2048p' hosts) || fail "pin: attempt 1's hosts"
+  # no task named, node100 down: the same one step over the others
+  probe_run judged silent FAKE_DOWN="$(h 100)"
+  calls_are judged sinfo "probe 2045 $(h 0)"
+  nodes_are judged node100
   # nothing pins it (srun named no task): one probe step over all 2046 hosts, the one whose
   # launch failed excluded with srun's words; again on resume, from the journal
   probe_run free silent FAKE_DEAD="$(h 5)"
-  calls_are free "probe 2046 $(h 0)"
+  calls_are free sinfo "probe 2046 $(h 0)"
   [[ $(excluded free) == "baton run: node5 (Slurm host $(h 5), job 4242) lost: a probe step: srun: error: Task launch for StepId=4242.9 failed on node $(h 5): Communication connection failure; excluded" ]] ||
     fail "free: not node5 alone excluded: $(excluded free | head -3)"
   step_of free 2 nodelist-file | cmp -s - <(sed -n '1,5p;7,2047p' hosts) || fail "free: attempt 1's hosts"
@@ -263,32 +287,71 @@ slurm-probe)
     SLURM_JOB_ID=4242 SLURM_JOB_NODELIST=x "$baton" resume r-free --launcher slurm --worker "$worker" \
     --listen 127.0.0.1 >run.out 2>&1
   [[ $(step_of free-r 1 exclude-file) == "$(h 5)" ]] || fail "free: resume did not exclude node5 again"
-  # the failed task's host does not answer (and sinfo fails): the others probed in one step
-  # to tell a lost host from probes failing everywhere; it alone excluded
+  # the failed task's host dead (and sinfo failing): found by the one step
   probe_run dead taskfail FAKE_TASKHOST="$(h 7)" FAKE_DEAD="$(h 7)" FAKE_SINFO=fail
-  calls_are dead "probe 1 $(h 7)" "probe 2045 $(h 0)"
+  calls_are dead sinfo "probe 2046 $(h 0)"
   grep -q "warning: cannot read Slurm's node states ('sinfo --Node' failed (status 1): sinfo: error: Unable to contact slurm controller)" dead.out ||
     fail "dead: sinfo's failure not said"
-  [[ $(excluded dead | cut -d' ' -f3) == node7 ]] || fail "dead: not node7 alone excluded: $(excluded dead | head -3)"
-  # a task's failure, but srun also lost a slurmstepd: not pinned, every host probed
-  probe_run trouble trouble FAKE_TASKHOST="$(h 7)" FAKE_DEAD="$(h 5)"
-  calls_are trouble "probe 2046 $(h 0)"
-  [[ $(excluded trouble | cut -d' ' -f3) == node5 ]] || fail "trouble: not node5 alone excluded: $(excluded trouble | head -3)"
+  nodes_are dead node7
+  # a host's launch failing with words that would end the job ("revoked"): that host's
+  probe_run revoked taskfail FAKE_TASKHOST="$(h 7)" FAKE_DEAD="$(h 9)" FAKE_DEAD_WHY="Job credential revoked"
+  [[ $? == 75 ]] || fail "revoked: stopped: $(tail -3 revoked.out)"
+  calls_are revoked sinfo "probe 2046 $(h 0)"
+  nodes_are revoked node9
+  # one host silent (srun says nothing of it), Slurm nothing against it asked again: excluded
+  probe_run mute taskfail FAKE_TASKHOST="$(h 7)" FAKE_MUTE="$(h 9)"
+  calls_are mute sinfo "probe 2046 $(h 0)" sinfo
+  [[ $(excluded mute) == "baton run: node9 (Slurm host $(h 9), job 4242) lost: no answer from $(h 9) to a probe step on 2046 hosts of job 4242, which failed (status 1); excluded" ]] ||
+    fail "mute: not node9 alone excluded: $(excluded mute | head -3)"
+  # the step cut off at its limit (15 s + 2 ms a host), 846 hosts not answered yet: a slow
+  # launch, not lost hosts
+  LIMIT=30 probe_run slow silent FAKE_PROBE=slow
+  LIMIT=30 calls_are slow sinfo "probe 2046 $(h 0)" sinfo
+  grep -q "no answer from 846 of the 2046 hosts probed, and neither srun nor Slurm has anything against them (the probe step did not finish in 19 s): more than 1 in 100, taken for a slow or failing step, not lost hosts; none of them excluded" slow.out ||
+    fail "slow: not said: $(grep -v 'lost: no answer' slow.out | tail -3)"
+  nodes_are slow
+  step_of slow 2 nodelist-file | cmp -s - <(head -n 2046 hosts) || fail "slow: attempt 1's hosts"
+  # the step refused as a whole: node9 went down after the first sinfo; the second has it
+  probe_run refuse silent FAKE_PROBE=refuse FAKE_DOWN2="$(h 9)"
+  calls_are refuse sinfo "probe 2046 $(h 0)" sinfo
+  grep -q "a probe step failed on every host probed (2046: .*Requested node configuration is not available): not a host's fault, none excluded on its word" refuse.out ||
+    fail "refuse: not said"
+  [[ $(excluded refuse) == "baton run: node9 (Slurm host $(h 9), job 4242) lost: Slurm has $(h 9) in state down* (reason: Not responding); excluded" ]] ||
+    fail "refuse: not node9 alone excluded: $(excluded refuse | head -3)"
   # probes failing on every host, Slurm having nothing against any: nobody excluded
   probe_run nowhere silent FAKE_PROBE=fail
-  calls_are nowhere "probe 2046 $(h 0)"
-  grep -q "a probe step failed on every host probed (2046: .*Requested node configuration is not available) and Slurm has nothing against any of them: not a host's fault, none of them excluded" nowhere.out ||
+  calls_are nowhere sinfo "probe 2046 $(h 0)" sinfo
+  grep -q "a probe step failed on every host probed (2046: .*Requested node configuration is not available): not a host's fault, none excluded on its word" nowhere.out ||
     fail "nowhere: not said"
-  [[ -z $(excluded nowhere) ]] || fail "nowhere: hosts excluded: $(excluded nowhere | head -3)"
+  nodes_are nowhere
   step_of nowhere 2 nodelist-file | cmp -s - <(head -n 2046 hosts) || fail "nowhere: attempt 1's hosts"
-  # the probe says the job is ending: a stop, nothing excluded, no other attempt
+  # every host draining (scontrol reboot ASAP): they run their job's steps; none excluded
+  probe_run draining taskfail FAKE_TASKHOST="$(h 7)" FAKE_ALLSTATE="draining@ Reboot ASAP"
+  calls_are draining sinfo "probe 2046 $(h 0)"
+  nodes_are draining
+  # Slurm has every host down*: its own trouble, none excluded on its word, none probed
+  probe_run alldown silent FAKE_ALLSTATE="down* Not responding"
+  calls_are alldown sinfo
+  grep -q "Slurm has 2046 of the attempt's 2046 hosts down, failing or not responding (Slurm has $(h 0) in state down\* (reason: Not responding)): more than half, taken for Slurm's own trouble, not lost hosts; none of them excluded on its word" alldown.out ||
+    fail "alldown: not said: $(tail -3 alldown.out)"
+  nodes_are alldown
+  step_of alldown 2 nodelist-file | cmp -s - <(head -n 2046 hosts) || fail "alldown: attempt 1's hosts"
+  # the probe says the job is ending and squeue agrees: a stop, nothing excluded, no other
+  # attempt
   probe_run ending taskfail FAKE_TASKHOST="$(h 7)" FAKE_PROBE=expired
   rc=$?
   [[ $rc == 75 ]] || fail "ending: exit $rc, expected 75"
   grep -q "Slurm job 4242 is ending (srun: error: Unable to create step for job 4242: Job/step already completing or completed): stopping, nothing excluded" ending.out ||
     fail "ending: not said: $(tail -3 ending.out)"
   [[ $(grep -c '^---- srun' ending) == 1 && -z $(excluded ending) ]] || fail "ending: went on"
-  ;;
+  # ... and squeue has it RUNNING: no verdict from the step, the run goes on
+  probe_run notending taskfail FAKE_TASKHOST="$(h 7)" FAKE_PROBE=expired-word
+  [[ $? == 75 && $(grep -c '^---- srun' notending) == 2 ]] || fail "notending: stopped: $(tail -3 notending.out)"
+  grep -q "a probe step said the job is ending (srun: error: Unable to create step for job 4242: Job/step already completing or completed) but squeue has job 4242 RUNNING: no host judged by the step" notending.out ||
+    fail "notending: not said: $(tail -3 notending.out)"
+  nodes_are notending
+  
+;;
 node-cap)
   recipe_of cap 16385 0 0
   recipe_of capspare 16384 1 0

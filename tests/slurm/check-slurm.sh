@@ -209,6 +209,9 @@ nodeloss)
   grep -q '"state": "completed"' status.json || fail "the run did not complete: $(head -c 400 status.json)"
   strings run/journal | grep "node1 (Slurm host bt-n1, job $job) lost" >/dev/null || fail "the journal shows no exclusion of node1"
   grep -q "data parallelism shrinks from 2 to 1" run/slurm-"$job".out || fail "no dp shrink reported"
+  ! grep -q "cannot read Slurm's node states" run/slurm-"$job".out ||
+    fail "this Slurm's sinfo refused baton's: $(grep "cannot read Slurm's node states" run/slurm-"$job".out)"
+  why=$(grep -o "node1 (Slurm host bt-n1, job $job) lost: .*" run/slurm-"$job".out | head -n 1)
   final_losses 1e-5 fp8 1e-3 || fail "final losses differ"
   # bt-n1 back (its slurmd again), a stage appended: a new job on both hosts uses both,
   # as the exclusion belonged to the job that lost bt-n1.
@@ -226,7 +229,7 @@ nodeloss)
     fail "job $job2 (bt-n1 healthy) ran shrunk: an earlier job's exclusion was kept"
   grep -A1 "^\[more\] topology of attempt" run/slurm-"$job2".out | grep bt-n1 >/dev/null ||
     fail "the appended stage did not run on bt-n1 in job $job2"
-  echo "slurm.nodeloss: bt-n1 killed mid-stage, node1 excluded, dp 2 -> 1;" \
+  echo "slurm.nodeloss: bt-n1 killed mid-stage, node1 excluded ($why), dp 2 -> 1;" \
     "submitted run completed in $(secs "$t1" "$t2") s; a later job used bt-n1 again"
   ;;
 requeue)
