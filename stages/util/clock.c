@@ -6,6 +6,12 @@ double bt_clock_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+double bt_clock_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 int bt_cond_init(pthread_cond_t *cv) {
     pthread_condattr_t a;
     int rc = pthread_condattr_init(&a);

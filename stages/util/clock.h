@@ -7,6 +7,8 @@
 
 /* Seconds on CLOCK_MONOTONIC. */
 double bt_clock_now(void);
+/* This process's CPU seconds so far, every thread's (CLOCK_PROCESS_CPUTIME_ID). */
+double bt_clock_cpu(void);
 
 /* A condition variable whose pthread_cond_timedwait deadlines are on CLOCK_MONOTONIC
  * (the default, CLOCK_REALTIME, moves with the wall clock: set back an hour, a wait of a

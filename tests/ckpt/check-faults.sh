@@ -4,7 +4,7 @@
 # complete checkpoint, and the resumed run ends on the uninterrupted run's losses.
 #   check-faults.sh BATON BATON_WORKER SOURCE_DIR CASE CKPT_EDIT
 #   CASE: kill-during-write | flipped-byte | truncated | disk-full | async-save |
-#         bad-tool-input | all-damaged | index-after-commit
+#         async-in-flight | bad-tool-input | all-damaged | index-after-commit
 set -euo pipefail
 baton=$1 worker=$2 src=$3 case=$4 ckpt_edit=$5
 export LSAN_OPTIONS="suppressions=$src/tests/launch/lsan-pmix.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
@@ -123,6 +123,33 @@ async-save)
   tp2 --init run/checkpoints/s00-step00000010 >b.log
   same_tail ref.log b.log 11
   echo "$case: losses unchanged, 3 checkpoints kept and intact, resumed from step 10 bitwise"
+  ;;
+async-in-flight)
+  # Every async save copies into the one host buffer the first save allocated. Each write
+  # takes 0.5 s more (BATON_FAULT_SAVE_SLEEP, before any byte is written), so the next save
+  # comes while the one before is in flight: it must wait for it, never copy over the bytes
+  # still to be written. Each of the 10 checkpoints holds what a sync save of its step wrote.
+  cp one.yaml keep.yaml && echo "    checkpoint: {keep: 10}" >>keep.yaml
+  "$baton" spec keep.yaml --out keep.pb
+  "$worker" --spec "$work/keep.pb" --eval-windows 0 --run-dir sync --save-every 2 >s.log
+  BATON_FAULT_SAVE_SLEEP=0.5 "$worker" --spec "$work/keep.pb" --eval-windows 0 --run-dir async \
+    --save-every 2 --async-save >a.log
+  ref=$(tail_losses s.log 1) && got=$(tail_losses a.log 1) || exit 1
+  [[ $ref == "$got" ]] || fail "async saves changed the losses"
+  [[ $(grep -c "snapshot taken, writing in the background" a.log) == 10 ]] || fail "not 10 async saves"
+  # a save still in flight when the next save's step ended (its commit logged after that step)
+  awk '/^step +4\// { s = 1 } s && /^checkpoint s00-step00000002: committed/ { f = 1 } END { exit !f }' \
+    a.log || fail "no save was in flight at the next one (the test would check nothing)"
+  n=0
+  for c in sync/checkpoints/s00-step*; do
+    for f in "$c"/rank-*; do
+      cmp "$f" "async/checkpoints/${c##*/}/${f##*/}" || fail "${c##*/}: async differs from sync"
+      n=$((n + 1))
+    done
+  done
+  [[ $n == 10 ]] || fail "compared $n shard files, not 10"
+  "$baton" ckpt verify async >/dev/null || fail "the async checkpoints do not verify"
+  echo "$case: 10 async saves, each in flight at the next, their shards byte for byte the sync saves'"
   ;;
 all-damaged)
   # Every checkpoint damaged in rank 1's shard only: the load fails on every rank, and

@@ -24,7 +24,9 @@
  * step 0).
  *
  * Async saves snapshot the state into host memory at the step boundary and write it on a
- * thread while training goes on; a save waits for the one before it. */
+ * thread while training goes on; a save waits for the one before it. The host copy's
+ * buffer (this rank's share of the weights and moments) is kept from the first save to
+ * train_ckpt_free, reused by every save. */
 #ifndef BATON_TRAIN_CKPT_H
 #define BATON_TRAIN_CKPT_H
 
@@ -54,14 +56,16 @@ typedef struct train_ckpt {
     char name[64];
     train_ckpt_piece *pieces;
     size_t n_pieces;
-    float *arena; /* snapshot (async) */
+    float *arena;     /* the host copy (async, or a device's): kept from save to save */
+    size_t arena_cap; /* its size in floats */
     Baton__Manifest header;
     uint8_t rng[8];
     Baton__LossScalerState scaler; /* the header's loss_scaler (fp16) */
     Baton__SpikeGuardState spike;  /* the header's spike_guard, its lists in: */
     double spike_loss[TRAIN_SPIKE_WINDOW], spike_norm[TRAIN_SPIKE_WINDOW];
     Baton__DataCounts data[TRAIN_CKPT_MAX_SOURCES], *data_ptr[TRAIN_CKPT_MAX_SOURCES];
-    double stall_s; /* time training stood still for the last save */
+    double stall_s;     /* time training stood still for the last save */
+    double stall_cpu_s; /* the process's CPU time meanwhile (every thread's) */
     /* rank 0, once a save is committed (the async writer's thread calls it too); NULL: none */
     void (*on_commit)(void *arg, const char *name, uint64_t step);
     void *commit_arg;
@@ -75,6 +79,10 @@ int train_ckpt_wait(train_ckpt *c, bt_diag *diag);
 
 /* Waits for a save in flight and frees what the saves kept. */
 void train_ckpt_free(train_ckpt *c);
+/* c->arena of at least floats floats: the one there when it is large enough (its contents
+ * kept), else a new one (the old freed; BT_ENOMEM with diag set). Not while a save is in
+ * flight (train_ckpt_wait first). */
+int train_ckpt_arena(train_ckpt *c, size_t floats, bt_diag *diag);
 
 /* Loads path into the trainer; every rank reads what it needs. path is a checkpoint
  * directory (taken as is) or a run directory / checkpoint root: its newest complete

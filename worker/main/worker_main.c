@@ -428,8 +428,9 @@ static int worker_save(train_ckpt *c, trainer *t, const worker_args *a, worker_c
     int rc = train_ckpt_save(c, t, final, diag);
     if (c->root) worker_control_idle(wc);
     if (rc == 0 && c->root && !a->quiet)
-        printf("checkpoint %s: %s in %.3f s\n", c->name,
-               c->async ? "snapshot taken, writing in the background" : "saved", c->stall_s);
+        printf("checkpoint %s: %s in %.3f s (%.3f s CPU)\n", c->name,
+               c->async ? "snapshot taken, writing in the background" : "saved", c->stall_s,
+               c->stall_cpu_s);
     return rc;
 }
 
@@ -657,16 +658,17 @@ static int worker_init_from(trainer *t, const worker_args *a, worker_ranks *w, w
     int rc = 0;
     if (init != NULL && init[0] != '\0') {
         worker_control_busy(wc, BATON__HEARTBEAT__PHASE__LOAD, 0);
-        double t0 = bt_clock_now();
+        double t0 = bt_clock_now(), cpu0 = bt_clock_cpu();
         const char *run_dir = a->run_dir ? a->run_dir : t->spec->run_dir;
         rc = train_ckpt_load(t, init, run_dir, w->world, diag);
         *load_rc = rc;
         worker_control_idle(wc);
         if (rc == 0 && w->info.rank == 0 && !a->quiet)
-            printf("started from %s at step %llu (global sample %llu), loaded in %.3f s (%u "
-                   "shard file%s opened)\n",
+            printf("started from %s at step %llu (global sample %llu), loaded in %.3f s, %.3f s "
+                   "CPU (%u shard file%s opened)\n",
                    init, (unsigned long long)t->step, (unsigned long long)t->first_sample,
-                   bt_clock_now() - t0, t->load_files, t->load_files == 1 ? "" : "s");
+                   bt_clock_now() - t0, bt_clock_cpu() - cpu0, t->load_files,
+                   t->load_files == 1 ? "" : "s");
         if (rc == 0 && w->info.rank == 0 && !a->quiet) worker_print_guard(t);
         /* out now (stdout is a pipe under baton run, buffered): before the metrics the
          * channel carries, the closing validation's of an attempt with no step left too */
@@ -800,6 +802,7 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
     /* a newer baton's checkpoint: this worker never reads it (exit 2, not retried) */
     if (load_rc == BT_EUNSUPPORTED) *setup_rc = load_rc;
     rc = rc ? rc : worker_train(&t, &c, worker_save_every(spec, a), &mine, wc, rollback, diag);
+    train_ckpt_free(&c); /* the host copy the saves kept: not held through the eval */
     if (rc == BT_ERANGE && t.nonfinite_step > 0)
         worker_control_nonfinite(wc, t.nonfinite_step, t.step0, t.nonfinite_floor);
     /* data the model cannot read (a token outside its vocabulary): a configuration error */
@@ -813,7 +816,6 @@ static int worker_run(Baton__StageSpec *spec, const worker_args *a, worker_ranks
                                      diag);
     }
     if (rc == 0 && !wc->stopping) worker_control_phase(wc, BATON__HEARTBEAT__PHASE__DONE, t.step);
-    train_ckpt_free(&c);
     if (rc != 0 && !*rollback && !t.be.host_memory) worker_abort_groups(w, &t);
     train_free(&t);
     return rc;
