@@ -54,27 +54,12 @@ static void kv_drop(kv_store *s, kv_conn *c) {
     if (i < s->free_from) s->free_from = i;
 }
 
-/* Writes all of p; a client that does not read within 1 s is dropped. */
-static int kv_send(int fd, const void *p, size_t n) {
-    const char *b = p;
-    while (n > 0) {
-        ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0 && errno == EAGAIN) {
-            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-            if (poll(&pfd, 1, 1000) <= 0) return -1;
-            continue;
-        }
-        if (w <= 0) return -1;
-        b += w, n -= (size_t)w;
-    }
-    return 0;
-}
-
+/* The answer's head and value in one send; a client that does not read within 1 s is
+ * dropped. */
 static int kv_answer(int fd, uint32_t status, const void *val, size_t len) {
     uint32_t head[2] = {htonl(status), htonl((uint32_t)len)};
-    if (kv_send(fd, head, sizeof head) != 0) return -1;
-    return len ? kv_send(fd, val, len) : 0;
+    struct iovec iov[2] = {{head, sizeof head}, {(void *)val, len}};
+    return bt_tcp_sendv(fd, iov, 2, 1000);
 }
 
 /* Answers the whole request at the front of c's buffer; -1 closes the connection. */
