@@ -27,7 +27,8 @@ typedef struct kv_table {
     uint64_t probes; /* entries looked at by lookups so far (the unit test's measure) */
 } kv_table;
 
-/* The entry under key (klen bytes), or NULL. A zeroed table is an empty one. */
+/* The entry under key (klen bytes), or NULL. A zeroed table is an empty one. The table is
+ * not const only for its probes count. */
 const kv_entry *kv_table_get(kv_table *t, const void *key, size_t klen);
 
 /* Sets key to a copy of val (vlen bytes, may be 0): KV_OK (util/kv_wire.h); KV_EXISTS

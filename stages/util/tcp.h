@@ -61,10 +61,11 @@ typedef struct bt_tcp_conns {
  * shown the token: only once a new one is in hand does the oldest make room for it (so
  * nothing is dropped when the queue is empty), and never one accepted in this round (now:
  * it is read before it may be dropped); at most max_unauth accepts a round. It asks
- * oldest_unauth once a round and again after each eviction, not once an accept: a search
- * of the table per connection made a start-up of N ranks cost N^2. Out of
- * descriptors, one of those connections is closed, or else *resume is set to now +
- * BT_TCP_ACCEPT_PAUSE_S: the caller stops polling listen_fd until then. */
+ * oldest_unauth once a round and again after each eviction (twice out of descriptors),
+ * not once an accept: a search of the table per connection made a start-up of N ranks cost
+ * N^2. Out of descriptors, the oldest of those connections is closed, whatever its age
+ * (one accepted in this round too: there is nothing else to free), or else *resume is set
+ * to now + BT_TCP_ACCEPT_PAUSE_S: the caller stops polling listen_fd until then. */
 void bt_tcp_accept_capped(int listen_fd, size_t max_unauth, const bt_tcp_conns *t, double now,
                           double *resume);
 
