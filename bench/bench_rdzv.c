@@ -1,12 +1,13 @@
 /* bench_rdzv: what baton run's control plane costs at start-up with many ranks
  * (bench/README.md, "Rendezvous and control"). Prints one JSON line of seconds:
  *  - store_set, store_get, store_miss: through one connection to the rendezvous store
- *    (kv_store.h), --keys keys set (one per rank, as a start-up's per-rank keys), each got
- *    once, then as many gets of keys never set (a rank polling before its peer has set):
- *    the server's table, over one connection's round trips;
- *  - store_accept: --conns raw connections to a store expecting --expected ranks (default
- *    --conns: a store sized for a frontier run's 131072 ranks has 262k slots), each showing
- *    the token (KV_OP_AUTH) at once, until every one is answered;
+ *    (kv_store.h) expecting --expected ranks (default --conns), --keys keys set (one per
+ *    rank, as a start-up's per-rank keys), each got once, then as many gets of keys never
+ *    set (a rank polling before its peer has set): the server's table and its poll round,
+ *    over one connection's round trips;
+ *  - store_accept: --conns raw connections to a store expecting --expected ranks (a store
+ *    sized for a frontier run's 131072 ranks has 262k slots), each showing the token
+ *    (KV_OP_AUTH) at once, until every one is answered;
  *  - control_hello, control_msgs: --conns ranks of a control server (control_server.h)
  *    saying Hello (sent a batch of 100 at a time, as test control.many does), then one
  *    Heartbeat and one Metrics each, until the server has applied them all; control_rounds
@@ -61,13 +62,13 @@ static long bench_request(int fd, uint32_t op, const char *key, const char *val)
     return (long)ntohl(st);
 }
 
-/* Through one connection: sets keys "rank/R/addr", gets each, then gets "miss/R" (never
- * set): the three times in t[0..3). */
-static int bench_store(size_t keys, double *t) {
+/* Through one connection to a store expecting `expected` ranks: sets keys "rank/R/addr",
+ * gets each, then gets "miss/R" (never set): the three times in t[0..3). */
+static int bench_store(size_t keys, size_t expected, double *t) {
     kv_store srv;
     bt_diag d;
     bt_diag_init(&d);
-    if (kv_store_open(&srv, "127.0.0.1", BENCH_TOKEN, 1, &d) != 0) {
+    if (kv_store_open(&srv, "127.0.0.1", BENCH_TOKEN, expected, &d) != 0) {
         fprintf(stderr, "bench_rdzv: store: %s\n", d.msg);
         return 1;
     }
@@ -236,8 +237,9 @@ int main(int argc, char **argv) {
     }
     double s[3] = {0}, a = 0, c[2] = {0};
     size_t rounds = 0;
-    int rc = bench_store(keys, s);
-    rc |= bench_store_accept(conns, expected > conns ? expected : conns, &a);
+    expected = expected > conns ? expected : conns;
+    int rc = bench_store(keys, expected, s);
+    rc |= bench_store_accept(conns, expected, &a);
     rc |= bench_control((uint32_t)conns, c, &rounds);
     printf("{\"keys\": %zu, \"conns\": %zu, \"store_set\": %.3f, \"store_get\": %.3f, "
            "\"store_miss\": %.3f, \"store_accept\": %.3f, \"control_hello\": %.3f, "

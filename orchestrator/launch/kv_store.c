@@ -50,31 +50,19 @@ static void kv_conn_close(kv_conn *c) {
 /* Closes s's connection c: its slot is free for kv_put again. */
 static void kv_drop(kv_store *s, kv_conn *c) {
     size_t i = (size_t)(c - s->conns);
+    s->n_unauth -= !c->authed;
     kv_conn_close(c);
     if (i < s->free_from) s->free_from = i;
+    while (s->used_to > 0 && s->conns[s->used_to - 1].fd < 0) /* the highest in use now */
+        s->used_to--;
 }
 
-/* Writes all of p; a client that does not read within 1 s is dropped. */
-static int kv_send(int fd, const void *p, size_t n) {
-    const char *b = p;
-    while (n > 0) {
-        ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0 && errno == EAGAIN) {
-            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-            if (poll(&pfd, 1, 1000) <= 0) return -1;
-            continue;
-        }
-        if (w <= 0) return -1;
-        b += w, n -= (size_t)w;
-    }
-    return 0;
-}
-
+/* The answer's head and value in one send; a client that does not read within 1 s is
+ * dropped. */
 static int kv_answer(int fd, uint32_t status, const void *val, size_t len) {
     uint32_t head[2] = {htonl(status), htonl((uint32_t)len)};
-    if (kv_send(fd, head, sizeof head) != 0) return -1;
-    return len ? kv_send(fd, val, len) : 0;
+    struct iovec iov[2] = {{head, sizeof head}, {(void *)val, len}};
+    return bt_tcp_sendv(fd, iov, 2, 1000);
 }
 
 /* Answers the whole request at the front of c's buffer; -1 closes the connection. */
@@ -84,6 +72,7 @@ static int kv_handle(kv_store *s, kv_conn *c, size_t total) {
     const uint8_t *tok = p + KV_HEAD, *key = tok + tl, *val = key + kl;
     int rc = 0;
     int good = bt_token_equal(tok, tl, s->token);
+    s->n_unauth -= good && !c->authed;
     c->authed |= good;
     if (!good) {
         kv_answer(c->fd, KV_DENIED, NULL, 0);
@@ -145,11 +134,11 @@ static void kv_read(kv_store *s, kv_conn *c) {
 static long kv_oldest_unauth(void *ctx, double before, size_t *n) {
     const kv_store *s = ctx;
     long at = -1;
-    *n = 0;
-    for (size_t i = 0; i < s->n_slots; i++) {
+    *n = s->n_unauth;
+    if (*n == 0) return -1;
+    for (size_t i = 0; i < s->used_to; i++) {
         const kv_conn *c = &s->conns[i];
         if (c->fd < 0 || c->authed) continue;
-        ++*n;
         if (c->opened < before && (at < 0 || c->opened < s->conns[at].opened)) at = (long)i;
     }
     return at;
@@ -169,6 +158,8 @@ static int kv_put(void *ctx, int fd, double now) {
         if (s->conns[i].fd < 0) {
             s->conns[i] = (kv_conn){.fd = fd, .opened = now};
             s->free_from = i + 1;
+            s->used_to = i + 1 > s->used_to ? i + 1 : s->used_to;
+            s->n_unauth++;
             return 0;
         }
     s->free_from = s->n_slots;
@@ -183,32 +174,31 @@ static void kv_accept(kv_store *s, double now) {
     bt_tcp_accept_capped(s->listen_fd, s->max_unauth, &t, now, &s->accept_resume);
 }
 
-/* Closes the connections that sent no good request within BT_TCP_UNAUTH_TIMEOUT_S.
- * Returns how many without one stay open. */
+/* Closes the connections that sent no good request within BT_TCP_UNAUTH_TIMEOUT_S
+ * (none to look for once every one has: a start-up's rounds then skip this). Returns how
+ * many without one stay open. */
 static size_t kv_expire(kv_store *s, double now) {
-    size_t n = 0;
-    for (size_t i = 0; i < s->n_slots; i++) {
+    for (size_t i = 0; i < s->used_to && s->n_unauth > 0; i++) {
         kv_conn *c = &s->conns[i];
-        if (c->fd < 0 || c->authed) continue;
-        if (now - c->opened > BT_TCP_UNAUTH_TIMEOUT_S)
-            kv_drop(s, c);
-        else
-            n++;
+        s->walked++;
+        if (c->fd >= 0 && !c->authed && now - c->opened > BT_TCP_UNAUTH_TIMEOUT_S) kv_drop(s, c);
     }
-    return n;
+    return s->n_unauth;
 }
 
 /* Fills pfd (the wake pipe, the listening socket unless accepting pauses, then every
- * connection, slot[k] naming pfd[k]'s): how many. */
-static int kv_pollfds(const kv_store *s, struct pollfd *pfd, int *slot, double now) {
+ * connection, slot[k] naming pfd[k]'s): how many. The slots looked at are those up to the
+ * highest in use, not all a store for 131072 ranks has (262k, most of them free). */
+static int kv_pollfds(kv_store *s, struct pollfd *pfd, int *slot, double now) {
     int n = 0;
     pfd[n++] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
     pfd[n++] = (struct pollfd){.fd = now >= s->accept_resume ? s->listen_fd : -1, .events = POLLIN};
-    for (size_t i = 0; i < s->n_slots; i++)
+    for (size_t i = 0; i < s->used_to; i++)
         if (s->conns[i].fd >= 0) {
             slot[n] = (int)i;
             pfd[n++] = (struct pollfd){.fd = s->conns[i].fd, .events = POLLIN};
         }
+    s->walked += s->used_to, s->rounds++;
     return n;
 }
 
@@ -279,6 +269,8 @@ void kv_store_close(kv_store *s) {
     kv_table_free(&s->keys);
     if (s->listen_fd >= 0) close(s->listen_fd);
     if (s->wake[0] >= 0) close(s->wake[0]), close(s->wake[1]);
+    uint64_t rounds = s->rounds, walked = s->walked;
     memset(s, 0, sizeof *s);
     s->listen_fd = s->wake[0] = s->wake[1] = -1;
+    s->rounds = rounds, s->walked = walked;
 }

@@ -64,10 +64,12 @@ static int kv_table_room(kv_table *t) {
 }
 
 uint32_t kv_table_set(kv_table *t, const void *key, size_t klen, const void *val, size_t vlen) {
-    if (kv_table_room(t) != 0) return KV_BAD;
     uint64_t h = kv_hash(key, klen);
-    size_t i = kv_slot(t, key, klen, h);
-    if (t->slots[i] != 0) return KV_EXISTS;
+    size_t n_slots = t->n_slots, i = 0;
+    /* looked up before growing: a key set already answers so out of memory too */
+    if (n_slots != 0 && t->slots[i = kv_slot(t, key, klen, h)] != 0) return KV_EXISTS;
+    if (kv_table_room(t) != 0) return KV_BAD;
+    if (t->n_slots != n_slots) i = kv_slot(t, key, klen, h); /* the index grew */
     kv_entry e = {.key = malloc(klen ? klen : 1),
                   .klen = klen,
                   .val = malloc(vlen ? vlen : 1),

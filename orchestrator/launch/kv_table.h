@@ -27,11 +27,13 @@ typedef struct kv_table {
     uint64_t probes; /* entries looked at by lookups so far (the unit test's measure) */
 } kv_table;
 
-/* The entry under key (klen bytes), or NULL. A zeroed table is an empty one. */
+/* The entry under key (klen bytes), or NULL. A zeroed table is an empty one. The table is
+ * not const only for its probes count. */
 const kv_entry *kv_table_get(kv_table *t, const void *key, size_t klen);
 
 /* Sets key to a copy of val (vlen bytes, may be 0): KV_OK (util/kv_wire.h); KV_EXISTS
- * when the key is set already (its value kept: a key is set once); KV_BAD out of memory. */
+ * when the key is set already (its value kept: a key is set once), out of memory too;
+ * KV_BAD out of memory. */
 uint32_t kv_table_set(kv_table *t, const void *key, size_t klen, const void *val, size_t vlen);
 
 /* Frees every key and value; the table is empty again. */

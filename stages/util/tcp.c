@@ -7,12 +7,14 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -98,6 +100,28 @@ void bt_tcp_accept_capped(int listen_fd, size_t max_unauth, const bt_tcp_conns *
             old = t->oldest_unauth(t->ctx, now, &n_unauth);
         }
         n_unauth += t->adopt(t->ctx, fd, now) == 0;
+    }
+}
+
+int bt_tcp_sendv(int fd, struct iovec *iov, int n, int wait_ms) {
+    for (;;) {
+        while (n > 0 && iov->iov_len == 0)
+            iov++, n--;
+        if (n == 0) return 0;
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && errno == EAGAIN) {
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            if (poll(&p, 1, wait_ms) <= 0) return -1;
+            continue;
+        }
+        if (w <= 0) return -1;
+        for (size_t done = (size_t)w; done > 0; iov++, n--) {
+            size_t k = done < iov->iov_len ? done : iov->iov_len;
+            iov->iov_base = (char *)iov->iov_base + k, iov->iov_len -= k, done -= k;
+            if (iov->iov_len > 0) break;
+        }
     }
 }
 

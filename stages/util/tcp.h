@@ -7,6 +7,7 @@
 #define BATON_TCP_H
 
 #include <stddef.h>
+#include <sys/uio.h>
 
 #include "util/err.h"
 
@@ -60,12 +61,20 @@ typedef struct bt_tcp_conns {
  * shown the token: only once a new one is in hand does the oldest make room for it (so
  * nothing is dropped when the queue is empty), and never one accepted in this round (now:
  * it is read before it may be dropped); at most max_unauth accepts a round. It asks
- * oldest_unauth once a round and again after each eviction, not once an accept: a search
- * of the table per connection made a start-up of N ranks cost N^2. Out of
- * descriptors, one of those connections is closed, or else *resume is set to now +
- * BT_TCP_ACCEPT_PAUSE_S: the caller stops polling listen_fd until then. */
+ * oldest_unauth once a round and again after each eviction (twice out of descriptors),
+ * not once an accept: a search of the table per connection made a start-up of N ranks cost
+ * N^2. Out of descriptors, the oldest of those connections is closed, whatever its age
+ * (one accepted in this round too: there is nothing else to free), or else *resume is set
+ * to now + BT_TCP_ACCEPT_PAUSE_S: the caller stops polling listen_fd until then. */
 void bt_tcp_accept_capped(int listen_fd, size_t max_unauth, const bt_tcp_conns *t, double now,
                           double *resume);
+
+/* Writes all of iov[0..n) to fd in as few sends as the socket takes (a request or an
+ * answer in one segment, where separate sends of its parts each go as one with
+ * TCP_NODELAY, or wait for an ACK without it), advancing iov past what went; on a
+ * nonblocking socket it waits up to wait_ms for room each time the socket is full. 0, or
+ * -1 (the peer went away or did not read). */
+int bt_tcp_sendv(int fd, struct iovec *iov, int n, int wait_ms);
 
 /* How long a client whose connection a server dropped before it showed the token waits
  * before its next try (tries: those made so far, from 1): 20 ms doubling to 1 s, plus up

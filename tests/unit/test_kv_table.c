@@ -1,7 +1,8 @@
 /* The rendezvous store's table of keys (orchestrator/launch/kv_table.c): what a set and
  * a get answer, and that a lookup looks at a few entries whatever the number of keys
  * (counted, not timed): with the keys of a 131072-rank start-up, a search of every key
- * (as the store once made) looks at tens of thousands per lookup. */
+ * (as the store once made) looks at tens of thousands per lookup; out of memory, a key set
+ * already still answers so. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +35,36 @@ static void check_rules(void) {
     CHECK(t.n == 4);
     kv_table_free(&t);
     CHECK(t.n == 0 && kv_table_get(&t, "job/a", 5) == NULL);
+}
+
+/* The table's calloc (its index growing) fails while this is set: the test is linked with
+ * --wrap=calloc (tests/CMakeLists.txt). */
+static int fail_calloc;
+void *__real_calloc(size_t n, size_t size);
+void *__wrap_calloc(size_t n, size_t size);
+void *__wrap_calloc(size_t n, size_t size) {
+    return fail_calloc ? NULL : __real_calloc(n, size);
+}
+
+/* Out of memory when a set would grow the index: a key set already still answers
+ * KV_EXISTS (the worker then says the prefix was used before), a new one KV_BAD, and the
+ * table is as it was. */
+static void check_out_of_memory(void) {
+    kv_table t = {0};
+    char key[16];
+    for (int i = 0; i < 32; i++) {
+        int n = snprintf(key, sizeof key, "k%d", i);
+        CHECK(kv_table_set(&t, key, (size_t)n, "v", 1) == KV_OK);
+    }
+    CHECK(t.n_slots == 64); /* half full: the next new key grows it */
+    fail_calloc = 1;
+    CHECK(kv_table_set(&t, "k0", 2, "w", 1) == KV_EXISTS);
+    CHECK(kv_table_set(&t, "k32", 3, "w", 1) == KV_BAD);
+    fail_calloc = 0;
+    CHECK(t.n == 32 && has(&t, "k0", 2, "v", 1) && kv_table_get(&t, "k32", 3) == NULL);
+    CHECK(kv_table_set(&t, "k32", 3, "w", 1) == KV_OK && has(&t, "k32", 3, "w", 1));
+    CHECK(t.n_slots == 128 && has(&t, "k31", 3, "v", 1));
+    kv_table_free(&t);
 }
 
 /* Looked at at most 4 entries a lookup so far (a few more at the start)? Said once. */
@@ -71,6 +102,7 @@ static void check_frontier(void) {
 
 int main(void) {
     check_rules();
+    check_out_of_memory();
     check_frontier();
     return check_status();
 }

@@ -2,26 +2,33 @@
  * rendezvous store, against a table of its own: a round of many connections searches the
  * table for the oldest connection without the token once, and once more per eviction, not
  * once per accept (which made a start-up of N ranks cost N^2: 131072 ranks, 10^10 entries
- * looked at); the cap and the order of evictions stay what they were. */
+ * looked at); the cap and the order of evictions stay what they were, out of descriptors
+ * too. At most 100 connections wait to be accepted at once: a listen backlog is 128 where
+ * net.core.somaxconn is (kernels before 5.4), and a connect beyond it blocks for minutes. */
 #include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "util/tcp.h"
 
-enum { CONNS = 300, CAP = 1024 };
+enum { CONNS = 100, CAP = 1024 };
 
 typedef struct table {
     int fd[CAP];
     double opened[CAP];
     int n;
-    int searches, refuse;
-    int evicted[CAP]; /* the fds evicted, in order */
+    int searches, refuse, adopted;
+    int evicted[CAP];       /* the fds evicted, in order */
+    double evicted_at[CAP]; /* and when each was opened */
     int n_evicted;
 } table;
 
@@ -37,6 +44,7 @@ static long t_oldest(void *ctx, double before, size_t *n) {
 
 static void t_evict(void *ctx, long i) {
     table *t = ctx;
+    t->evicted_at[t->n_evicted] = t->opened[i];
     t->evicted[t->n_evicted++] = t->fd[i];
     close(t->fd[i]);
     t->fd[i] = t->fd[t->n - 1], t->opened[i] = t->opened[t->n - 1];
@@ -47,6 +55,7 @@ static int t_adopt(void *ctx, int fd, double now) {
     table *t = ctx;
     if (t->refuse || t->n == CAP) return close(fd), -1;
     t->fd[t->n] = fd, t->opened[t->n++] = now;
+    t->adopted++;
     return 0;
 }
 
@@ -138,9 +147,66 @@ static void check_refused(void) {
     t_close(&t, lfd, clients, 20);
 }
 
+/* The soft open-files limit lowered to what is open, every descriptor below it taken:
+ * the next accept fails with EMFILE until one is closed. */
+static void t_use_every_fd(int some_fd) {
+    int top = 0;
+    for (int f = 0; f < 4096; f++)
+        if (fcntl(f, F_GETFD) != -1) top = f;
+    struct rlimit rl;
+    CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+    rl.rlim_cur = (rlim_t)top + 1;
+    CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+    while (dup(some_fd) >= 0) {
+    }
+    CHECK(errno == EMFILE);
+}
+
+/* Out of descriptors: with no connection to close, accepting pauses; with some, each
+ * accept that fails evicts the oldest without the token (any age: those opened before in
+ * their order, then those accepted in this round, there being nothing else to free), the
+ * table searched once before each eviction and once after, and every queued connection
+ * is taken. In this process's own descriptor table: a child's. */
+static void check_out_of_fds_child(void) {
+    static table t, none;
+    static int clients[40], one[1], old[10];
+    int lfd = t_listen(40, clients), lfd1 = t_listen(1, one);
+    for (int i = 0; i < 10; i++) { /* opened 10.0, 9.0, ... 1.0: the last is the oldest */
+        old[i] = dup(clients[0]);
+        t.fd[t.n] = old[i], t.opened[t.n++] = 10.0 - i;
+    }
+    t_use_every_fd(lfd);
+    double resume = 0;
+    bt_tcp_conns c = {&none, t_oldest, t_evict, t_adopt};
+    bt_tcp_accept_capped(lfd1, 100, &c, 100.0, &resume);
+    CHECK(none.n == 0 && none.n_evicted == 0 && none.searches == 2);
+    CHECK(resume == 100.0 + BT_TCP_ACCEPT_PAUSE_S);
+    resume = 0, c.ctx = &t;
+    bt_tcp_accept_capped(lfd, 100, &c, 100.0, &resume);
+    CHECK(resume == 0 && t.adopted == 40 && t.n + t.n_evicted == 50 && t.n_evicted >= 10);
+    for (int i = 0; i < t.n_evicted; i++)
+        CHECK(t.evicted_at[i] == (i < 10 ? 1.0 + i : 100.0));
+    if (t.searches != 2 * t.n_evicted + 1)
+        fprintf(stderr, "out of fds: %d searches for %d evictions\n", t.searches, t.n_evicted);
+    CHECK(t.searches == 2 * t.n_evicted + 1);
+}
+
+static void check_out_of_fds(void) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        check_out_of_fds_child();
+        _exit(check_status()); /* no exit handlers: they may want a descriptor */
+    }
+    int st = 0;
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 int main(void) {
     check_round();
     check_evictions();
     check_refused();
+    check_out_of_fds();
     return check_status();
 }
