@@ -13,31 +13,8 @@
 #include <string.h>
 
 #include "check.h"
+#include "fake_tools.h"
 #include "launch_slurm.h"
-
-static char dir[256];
-
-static void script(const char *name, const char *body) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    CHECK(f != NULL);
-    if (f == NULL) return;
-    fprintf(f, "#!/bin/sh\necho \"%s $*\" >>%s/calls\n%s\n", name, dir, body);
-    fclose(f);
-    chmod(path, 0755);
-}
-
-/* What the fake tools were called with since the last look (then forgotten). */
-static void calls(char *out, size_t cap) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/calls", dir);
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(out, 1, cap - 1, f) : 0;
-    out[n] = '\0';
-    if (f) fclose(f);
-    unlink(path);
-}
 
 static void step(launch_slurm *s, const char *name) {
     memset(s, 0, sizeof *s);
@@ -48,12 +25,8 @@ static void step(launch_slurm *s, const char *name) {
 static const char *listing = "printf '12.0 extern\\n12.3 baton-r-s02-a00\\n12.4 other\\n'";
 
 int main(void) {
-    snprintf(dir, sizeof dir, "%s/bt-slurm-cancel.XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    CHECK(mkdtemp(dir) != NULL);
-    char path[4096], got[4096], advice[2048];
-    snprintf(path, sizeof path, "%s:%s", dir, getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
-    setenv("PATH", path, 1);
+    fake_tools_init("bt-slurm-cancel");
+    char got[4096], advice[2048];
     launch_slurm s;
 
     /* the stop: SIGTERM to the tasks of the step named, none to srun */
@@ -114,8 +87,6 @@ int main(void) {
     calls(got, sizeof got);
     CHECK(strstr(got, "scancel") == NULL);
 
-    char rm[512];
-    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
-    CHECK(system(rm) == 0);
+    fake_tools_done();
     return check_status();
 }

@@ -19,32 +19,9 @@
 #include <string.h>
 
 #include "check.h"
+#include "fake_tools.h"
 #include "util/clock.h"
 #include "launch_slurm.h"
-
-static char dir[256];
-
-static void script(const char *name, const char *body) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    CHECK(f != NULL);
-    if (f == NULL) return;
-    fprintf(f, "#!/bin/sh\necho \"%s $*\" >>%s/calls\n%s\n", name, dir, body);
-    fclose(f);
-    chmod(path, 0755);
-}
-
-/* What the fake tools were called with since the last look (then forgotten). */
-static void calls(char *out, size_t cap) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/calls", dir);
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(out, 1, cap - 1, f) : 0;
-    out[n] = '\0';
-    if (f) fclose(f);
-    unlink(path);
-}
 
 static char *hosts[] = {"node1", "node12", "node3", "gpu-a", "gpu-b", "gpu-c",
                         "gpu-d", "gpu-e",  "gpu-f", "gpu-g", "gpu-h"};
@@ -68,12 +45,8 @@ static void want_verdicts(const char *what, const unsigned char *got, const unsi
 }
 
 int main(void) {
-    snprintf(dir, sizeof dir, "%s/bt-slurm-probe.XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    CHECK(mkdtemp(dir) != NULL);
-    char path[4096], got[4096], note[1024], file[512];
-    snprintf(path, sizeof path, "%s:%s", dir, getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
-    setenv("PATH", path, 1);
+    fake_tools_init("bt-slurm-probe");
+    char got[4096], note[1024], file[512];
     launch_slurm s;
     unsigned char lost[N_HOSTS], failed[N_HOSTS];
     uint32_t all[N_HOSTS], some[] = {1, 3, 5};
@@ -194,8 +167,6 @@ int main(void) {
     CHECK(strstr(note, "already completing") != NULL);
     calls(got, sizeof got);
 
-    char rm[512];
-    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
-    CHECK(system(rm) == 0);
+    fake_tools_done();
     return check_status();
 }
