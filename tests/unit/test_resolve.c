@@ -523,8 +523,9 @@ static void test_warnings_implicit_original(void) {
     recipe_doc_free(&doc);
 }
 
-/* A scaling field its type does not read: warned, once while it stays the same; the
- * type's own fields are not. */
+/* A scaling field that a rope block sets and its type does not read: warned where it is
+ * set; not for fields a stage inherits through the overlay (it cannot unset them), nor
+ * for the type's own fields. */
 static void test_warnings_unread_scaling(void) {
     static const char *text =
         "name: w\n" /* 1 */
@@ -536,8 +537,9 @@ static void test_warnings_unread_scaling(void) {
         "  - {name: a, rope: {scaling: {type: yarn, factor: 2, original_max_position: 64,\n" /* 7 */
         "                               truncate: false, beta_fast: 16}}}\n"                 /* 8 */
         "  - {name: b, rope: {scaling: {type: llama3, original_max_position: 64}}}\n"        /* 9 */
-        "  - {name: c}\n"                                                       /* 10 */
-        "  - {name: d, rope: {scaling: {type: llama3, low_freq_factor: 2}}}\n"; /* 11 */
+        "  - {name: c, rope: {scaling: {type: llama3, truncate: false}}}\n" /* 10 */
+        "  - {name: d, rope: {scaling: {low_freq_factor: 2}}}\n"            /* 11 */
+        "  - {name: e, rope: {scaling: {beta_slow: 2, attn_factor: 1}}}\n"; /* 12 */
     recipe_doc doc = {0};
     bt_diag d;
     bt_diag_init(&d);
@@ -552,12 +554,13 @@ static void test_warnings_unread_scaling(void) {
         size_t n = fread(out, 1, sizeof out - 1, f);
         out[n] = '\0';
     }
-    CHECK_STR_CONTAINS(out, "w.yaml:9:32: warning: stages[1].rope.scaling.type: the RoPE scaling "
-                            "the stage trains with sets truncate, beta_fast (here or in a rope it "
-                            "overlays), which llama3 scaling does not use (truncate, beta_fast, "
-                            "beta_slow and attn_factor are yarn's; low_freq_factor and "
-                            "high_freq_factor llama3's) (stage 1 \"b\")\n");
-    CHECK(strstr(out, "stage 0") == NULL && strstr(out, "stage 2") == NULL);
+    CHECK_STR_CONTAINS(out, "w.yaml:10:46: warning: stages[2].rope.scaling.truncate: rope.scaling "
+                            "sets truncate, which llama3 scaling does not use (truncate, "
+                            "beta_fast, beta_slow and attn_factor are yarn's; low_freq_factor and "
+                            "high_freq_factor llama3's) (stage 2 \"c\")\n");
+    CHECK_STR_CONTAINS(out, "stages[4].rope.scaling.beta_slow: rope.scaling sets beta_slow, "
+                            "attn_factor, which llama3 scaling");
+    CHECK(strstr(out, "stage 0") == NULL && strstr(out, "stage 1") == NULL);
     CHECK(strstr(out, "stage 3") == NULL);
     if (f) fclose(f);
     recipe_doc_free(&doc);

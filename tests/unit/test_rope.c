@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "ckpt/ckpt_rope.h"
 #include "model.h"
 #include "rope.h"
 
@@ -114,6 +115,33 @@ static void check_wire(int has, int value, int want) {
     baton__model__free_unpacked(m, NULL);
 }
 
+/* An init checkpoint's RoPE against the stage's: the fields that differ, named as the
+ * recipe writes them; the scaling's only under the same type, and only those it uses. */
+static void test_rope_diff(void) {
+    Baton__Model a = BATON__MODEL__INIT, b = BATON__MODEL__INIT;
+    Baton__Rope ra = BATON__ROPE__INIT, rb = BATON__ROPE__INIT;
+    Baton__RopeScaling sa = BATON__ROPE_SCALING__INIT, sb = BATON__ROPE_SCALING__INIT;
+    char out[512];
+    CHECK(ckpt_rope_diff(&a, &b, out, sizeof out) == 0 && out[0] == '\0');
+    a.rope = &ra; /* a Rope left at its defaults is no RoPE given */
+    CHECK(ckpt_rope_diff(&a, &b, out, sizeof out) == 0);
+    sa.type = sb.type = BATON__ROPE_SCALING__TYPE__YARN;
+    sa.factor = sb.factor = 4, sa.original_max_position = sb.original_max_position = 64;
+    ra.scaling = &sa, b.rope = &rb, rb.scaling = &sb;
+    CHECK(ckpt_rope_diff(&a, &b, out, sizeof out) == 0);
+    sa.truncate = 0, rb.theta = 5e5;
+    CHECK(ckpt_rope_diff(&a, &b, out, sizeof out) == 2);
+    CHECK_STR_CONTAINS(out, "rope.theta 10000 -> 500000, rope.scaling.truncate false -> true");
+    sa.truncate = 1, rb.theta = 1e4, sa.low_freq_factor = 7; /* llama3's: yarn ignores it */
+    CHECK(ckpt_rope_diff(&a, &b, out, sizeof out) == 0);
+    sb.type = BATON__ROPE_SCALING__TYPE__LLAMA3;
+    CHECK(ckpt_rope_diff(&a, &b, out, sizeof out) == 1);
+    CHECK_STR_CONTAINS(out, "rope.scaling.type yarn -> llama3");
+    rb.scaling = NULL;
+    CHECK(ckpt_rope_diff(&a, &b, out, sizeof out) == 1);
+    CHECK_STR_CONTAINS(out, "rope.scaling.type yarn -> none");
+}
+
 int main(void) {
     check_yarn(1, want_truncated);
     check_yarn(0, want_untruncated);
@@ -121,5 +149,6 @@ int main(void) {
     check_wire(0, 0, 1);
     check_wire(1, 1, 1);
     check_wire(1, 0, 0);
+    test_rope_diff();
     return check_status();
 }

@@ -181,6 +181,13 @@ sed -n '1,/^stages:/p' "$here/hf.yaml" >one.yaml && echo '  - {name: plain, step
 "$baton" run one.yaml --run-dir fine --set init=ck/imp --quiet --worker "$worker" >fine.out 2>&1 ||
   fail "run from the import: $(tail -n 3 fine.out)"
 grep -rqh "started from ck/imp at step 0" fine/logs || fail "the run did not start from the import"
+! grep -rqh "trained with another RoPE" fine/logs || fail "a RoPE note for the same RoPE"
+# an init checkpoint of another RoPE: the worker notes the fields (the stage uses its own)
+"$baton" run one.yaml --run-dir fine-rope --set init=ck/imp-yarn-notrunc --quiet \
+  --worker "$worker" >fine-rope.out 2>&1 || fail "run from the yarn import: $(tail -n 3 fine-rope.out)"
+# (hf.yaml's stages overlay one another: yarn-notrunc has the ntk stage's theta 5000)
+grep -rqhF 'ck/imp-yarn-notrunc was trained with another RoPE than stage "plain" trains with (rope.theta 5000 -> 10000, rope.scaling.type yarn -> none): the stage uses its own' fine-rope/logs ||
+  fail "no RoPE note for an init checkpoint of another RoPE"
 rc=0
 "$baton" run one.yaml --run-dir nowhere-run --set init=nowhere --quiet >bad.out 2>&1 || rc=$?
 [[ $rc == 2 ]] && grep -q "init: nowhere: no such checkpoint" bad.out ||
