@@ -866,7 +866,7 @@ static uint64_t implicit_original(const vctx *v, const Baton__Recipe *r, long st
     for (long k = stage - 1; k >= 0 && orig == 0 && !unscaled; k--) {
         Baton__RopeScaling *sk = effective_scaling(r, k);
         Baton__Stage *st = NULL;
-        unscaled = sk == NULL; /* out of memory too: unknown then */
+        unscaled = sk == NULL; /* out of memory too: taken as unscaled */
         if (sk != NULL)
             orig = sk->original_max_position;
         else if (recipe_effective_stage(v->doc, (size_t)k, &st) == 0)
