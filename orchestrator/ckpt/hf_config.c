@@ -157,6 +157,7 @@ typedef struct cfg_ctx {
     const hf_json *root;
     const char *path;
     bt_diag *diag;
+    const char *block; /* "rope_scaling" or "rope_parameters", the RoPE block's name */
 } cfg_ctx;
 
 static int cfg_bad(const cfg_ctx *c, const char *key, const char *want, const hf_json *got) {
@@ -273,7 +274,9 @@ static const char *const rope_keys[][8] = {
 };
 
 static int cfg_rope_key_known(const char *const *keys, const char *k) {
-    if (strcmp(k, "rope_type") == 0 || strcmp(k, "type") == 0) return 1;
+    static const char *const any[] = {"rope_type", "type", "rope_theta", "partial_rotary_factor"};
+    for (size_t j = 0; j < sizeof any / sizeof any[0]; j++)
+        if (strcmp(k, any[j]) == 0) return 1;
     for (int j = 1; j < 8 && keys[j] != NULL; j++)
         if (strcmp(k, keys[j]) == 0) return 1;
     return 0;
@@ -285,24 +288,35 @@ static int cfg_rope_keys(const cfg_ctx *c, const hf_json *rs, const char *type) 
         if (strcmp(type, rope_keys[i][0]) == 0) keys = rope_keys[i];
     for (size_t i = 0; i < rs->n; i++) {
         if (cfg_rope_key_known(keys, rs->items[i].key)) continue;
-        char list[256] = "rope_type";
+        char list[256] = "rope_type, rope_theta";
         for (int j = 1; j < 8 && keys[j] != NULL; j++)
             snprintf(list + strlen(list), sizeof list - strlen(list), ", %s", keys[j]);
+        bt_buf b;
+        bt_buf_init(&b);
         bt_diag_set(c->diag,
-                    "%s: rope_scaling: key \"%s\" is not supported for rope_type '%s' (baton "
-                    "reads %s): remove it if it does not change the model",
-                    c->path, rs->items[i].key, type, list);
+                    "%s: %s: key \"%s\" is not read by baton for rope_type '%s' (baton reads "
+                    "%s): transformers ignores a key it does not know for the type (with a "
+                    "warning) but may read it in another version; remove it only if you know "
+                    "it does not change the model",
+                    c->path, c->block, bt_buf_text_of(&b, rs->items[i].key), type, list);
+        bt_buf_free(&b);
         return BT_EUNSUPPORTED;
     }
     return 0;
 }
 
-/* YaRN's "truncate": absent or true rounds the correction range's ends (the default). */
+/* YaRN's "truncate": absent or true rounds the correction range's ends (the default);
+ * null is refused: transformers' rope_scaling.get("truncate", True) gives None, which
+ * does not round, while a reader that takes null for absent would. */
 static int cfg_yarn_truncate(const cfg_ctx *c, const hf_json *rs, Baton__RopeScaling *s) {
     const hf_json *v = hf_json_get(rs, "truncate");
     s->has_truncate = 1, s->truncate = 1;
-    if (v == NULL || v->type == HF_JSON_NULL) return 0;
-    if (v->type != HF_JSON_BOOL) return cfg_bad(c, "truncate", "true or false", v);
+    if (v == NULL) return 0;
+    if (v->type != HF_JSON_BOOL)
+        return cfg_bad(c, "truncate",
+                       "true or false (transformers reads null as false, no rounding; other "
+                       "readers may take it for absent, true)",
+                       v);
     s->truncate = v->boolean != 0;
     return 0;
 }
@@ -333,8 +347,9 @@ static int cfg_rope_params(const cfg_ctx *c, const hf_json *rs, hf_model *h) {
         return rc;
     }
     if (hf_json_get(rs, "mscale") || hf_json_get(rs, "mscale_all_dim")) {
-        bt_diag_set(c->diag, "%s: rope_scaling: YaRN's mscale / mscale_all_dim are not supported",
-                    c->path);
+        bt_diag_set(c->diag,
+                    "%s: %s: YaRN's mscale / mscale_all_dim (DeepSeek's) are not supported",
+                    c->path, c->block);
         return BT_EUNSUPPORTED;
     }
     s->has_beta_fast = s->has_beta_slow = s->has_attn_factor = 1;
@@ -346,27 +361,95 @@ static int cfg_rope_params(const cfg_ctx *c, const hf_json *rs, hf_model *h) {
 }
 
 /* transformers rotates only the first partial_rotary_factor of each head when it is
- * below 1; baton's RoPE rotates all of it. */
-static int cfg_partial_rotary(const cfg_ctx *c) {
-    const hf_json *v = hf_json_get(c->root, "partial_rotary_factor");
+ * below 1; baton's RoPE rotates all of it. obj: the top level, or the RoPE block, where
+ * transformers 5 keeps the key. */
+static int cfg_partial_rotary(const cfg_ctx *c, const hf_json *obj) {
+    const hf_json *v = hf_json_get(obj, "partial_rotary_factor");
     if (v == NULL || v->type == HF_JSON_NULL || (v->type == HF_JSON_NUMBER && v->num == 1.0))
         return 0;
     if (v->type != HF_JSON_NUMBER) return cfg_bad(c, "partial_rotary_factor", "a number", v);
     bt_diag_set(c->diag,
-                "%s: \"partial_rotary_factor\": %g is not supported: baton's RoPE rotates the "
+                "%s: %s%s\"partial_rotary_factor\": %g is not supported: baton's RoPE rotates the "
                 "whole head (1.0)",
-                c->path, v->num);
+                c->path, obj == c->root ? "" : c->block, obj == c->root ? "" : ": ", v->num);
     return BT_EUNSUPPORTED;
 }
 
-static int cfg_rope(const cfg_ctx *c, hf_model *h) {
-    h->rope.has_theta = 1;
-    int rc = cfg_partial_rotary(c);
-    if (!rc) rc = cfg_num(c, c->root, "rope_theta", 10000.0, &h->rope.theta);
-    const hf_json *rs = hf_json_get(c->root, "rope_scaling");
-    if (rc || rs == NULL || rs->type == HF_JSON_NULL) return rc;
-    if (rs->type != HF_JSON_OBJECT) return cfg_bad(c, "rope_scaling", "null or an object", rs);
-    const char *t = cfg_rope_type(rs);
+/* The RoPE block into *out (NULL: none) and its name into c->block: transformers 5
+ * writes "rope_parameters" (rope_theta and partial_rotary_factor inside it) and reads
+ * "rope_scaling", the older name, as the same thing. */
+static int cfg_rope_block(cfg_ctx *c, const hf_json **out) {
+    const hf_json *p = hf_json_get(c->root, "rope_parameters");
+    const hf_json *s = hf_json_get(c->root, "rope_scaling");
+    if (p != NULL && p->type == HF_JSON_NULL) p = NULL;
+    if (s != NULL && s->type == HF_JSON_NULL) s = NULL;
+    *out = p ? p : s;
+    c->block = p ? "rope_parameters" : "rope_scaling";
+    if (p && s) {
+        bt_diag_set(c->diag,
+                    "%s: both \"rope_parameters\" and \"rope_scaling\" are set: transformers "
+                    "reads them as one (which wins depends on the version); keep one",
+                    c->path);
+        return BT_EUNSUPPORTED;
+    }
+    if (*out == NULL) return 0;
+    if ((*out)->type != HF_JSON_OBJECT) return cfg_bad(c, c->block, "null or an object", *out);
+    for (size_t i = 0; i < (*out)->n && cfg_rope_type(*out) == NULL; i++) {
+        if ((*out)->items[i].type != HF_JSON_OBJECT) continue;
+        bt_buf b;
+        bt_buf_init(&b);
+        bt_diag_set(c->diag,
+                    "%s: %s: \"%s\" is an object: RoPE parameters per layer type are not "
+                    "supported (baton uses one RoPE for every layer)",
+                    c->path, c->block, bt_buf_text_of(&b, (*out)->items[i].key));
+        bt_buf_free(&b);
+        return BT_EUNSUPPORTED;
+    }
+    return 0;
+}
+
+/* obj's rope_theta into *v (NULL: absent); a value other than null must be a positive
+ * number. */
+static int cfg_theta_at(const cfg_ctx *c, const hf_json *obj, const char *key, const hf_json **v) {
+    *v = obj ? hf_json_get(obj, "rope_theta") : NULL;
+    if (*v == NULL || (*v)->type == HF_JSON_NULL) return 0;
+    if ((*v)->type != HF_JSON_NUMBER || !((*v)->num > 0) || isinf((*v)->num))
+        return cfg_bad(c, key, "a positive number", *v);
+    return 0;
+}
+
+/* The base from the top-level rope_theta and the RoPE block's: transformers 5 reads the
+ * block's first, older versions only the top-level one, so two that differ are refused;
+ * so is a null with no number beside it (absent everywhere: HF's default 10000). */
+static int cfg_theta(const cfg_ctx *c, const hf_json *blk, double *theta) {
+    char key[64];
+    snprintf(key, sizeof key, "%s.rope_theta", c->block);
+    const hf_json *top, *in;
+    int rc = cfg_theta_at(c, c->root, "rope_theta", &top);
+    if (!rc) rc = cfg_theta_at(c, blk, key, &in);
+    if (rc) return rc;
+    int nt = top && top->type == HF_JSON_NUMBER, ni = in && in->type == HF_JSON_NUMBER;
+    if (nt && ni && top->num != in->num) {
+        bt_diag_set(c->diag,
+                    "%s: \"rope_theta\" %.17g and \"%s\" %.17g differ: transformers 5 reads the "
+                    "one in %s, older versions the top-level one; make them agree",
+                    c->path, top->num, key, in->num, c->block);
+        return BT_EUNSUPPORTED;
+    }
+    if (ni || nt) return *theta = ni ? in->num : top->num, 0;
+    if (top || in) {
+        bt_diag_set(c->diag,
+                    "%s: \"%s\" is null: give the base as a number (baton takes the default "
+                    "10000 only when rope_theta is absent)",
+                    c->path, top ? "rope_theta" : key);
+        return BT_EINVAL;
+    }
+    *theta = 10000.0;
+    return 0;
+}
+
+/* The scaling the block's rope_type names (t NULL: none given). */
+static int cfg_rope_kind(const cfg_ctx *c, const hf_json *rs, const char *t, hf_model *h) {
     static const struct {
         const char *name;
         Baton__RopeScaling__Type type;
@@ -378,14 +461,33 @@ static int cfg_rope(const cfg_ctx *c, hf_model *h) {
         if (strcmp(t, types[i].name) != 0) continue;
         h->scaling.type = types[i].type;
         h->rope.scaling = &h->scaling;
-        rc = cfg_rope_params(c, rs, h);
+        int rc = cfg_rope_params(c, rs, h);
         return rc ? rc : cfg_rope_keys(c, rs, t);
     }
+    bt_buf b;
+    bt_buf_init(&b);
     bt_diag_set(c->diag,
-                "%s: rope_scaling type '%s' is not supported (valid: default, linear, llama3, "
-                "yarn; \"dynamic\" NTK depends on the sequence length)",
-                c->path, t ? t : "(missing rope_type)");
+                "%s: %s type '%s' is not supported (valid: default, linear, llama3, yarn; "
+                "\"dynamic\" NTK depends on the sequence length)",
+                c->path, c->block, t ? bt_buf_text_of(&b, t) : "(missing rope_type)");
+    bt_buf_free(&b);
     return BT_EUNSUPPORTED;
+}
+
+static int cfg_rope(const cfg_ctx *ctx, hf_model *h) {
+    cfg_ctx c = *ctx;
+    const hf_json *rs;
+    h->rope.has_theta = 1;
+    int rc = cfg_rope_block(&c, &rs);
+    if (!rc) rc = cfg_partial_rotary(&c, c.root);
+    if (!rc && rs) rc = cfg_partial_rotary(&c, rs);
+    if (!rc) rc = cfg_theta(&c, rs, &h->rope.theta);
+    if (rc || rs == NULL) return rc;
+    const char *t = cfg_rope_type(rs);
+    /* transformers 5 takes a rope_parameters without a type for plain RoPE */
+    int untyped = !hf_json_get(rs, "rope_type") && !hf_json_get(rs, "type");
+    if (untyped && strcmp(c.block, "rope_parameters") == 0) t = "default";
+    return cfg_rope_kind(&c, rs, t, h);
 }
 
 static int cfg_fill(const cfg_ctx *c, hf_model *h) {
@@ -414,7 +516,7 @@ int hf_config_read(const char *text, size_t len, const char *path, hf_model *out
     hf_json root;
     int rc = hf_json_parse(text, len, path, &root, diag);
     if (rc) return rc;
-    cfg_ctx c = {&root, path, diag};
+    cfg_ctx c = {&root, path, diag, "rope_scaling"};
     if (root.type != HF_JSON_OBJECT)
         rc = cfg_bad(&c, "(top level)", "an object", &root);
     else

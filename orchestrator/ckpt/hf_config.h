@@ -22,9 +22,14 @@
  *           theta * factor^(hd / (hd - 2)) and rope_scaling null, which is the same
  *           frequencies exactly; an import reads it back as plain RoPE with that base.
  * On import, "type" is accepted for "rope_type" (older transformers) and "default" is
- * none; "dynamic", "longrope" and DeepSeek's mscale fields are refused, as is any other
- * rope_scaling key transformers does not read for the type (named in the message) and a
- * top-level partial_rotary_factor other than 1. A linear
+ * none; transformers 5's "rope_parameters" is read as rope_scaling (a missing rope_type
+ * there is "default"), and a rope_theta inside either block as the base (one that
+ * differs from the top-level rope_theta is refused: versions read different ones);
+ * "dynamic", "longrope" and DeepSeek's mscale fields are refused, as is any other
+ * key transformers does not read for the type (named in the message), a partial_rotary_factor
+ * other than 1 (top level or in the block), a null rope_theta or YaRN "truncate" (no
+ * default is assumed for an explicit null), per-layer-type RoPE and both blocks at once.
+ * A linear
  * scaling keeps max_position_embeddings / factor as its original_max_position, which
  * export multiplies back.
  * max_position_embeddings is the context the model was extended to: original * factor

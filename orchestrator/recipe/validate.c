@@ -866,7 +866,7 @@ static uint64_t implicit_original(const vctx *v, const Baton__Recipe *r, long st
     for (long k = stage - 1; k >= 0 && orig == 0 && !unscaled; k--) {
         Baton__RopeScaling *sk = effective_scaling(r, k);
         Baton__Stage *st = NULL;
-        unscaled = sk == NULL; /* out of memory too: unknown then */
+        unscaled = sk == NULL; /* out of memory too: taken as unscaled */
         if (sk != NULL)
             orig = sk->original_max_position;
         else if (recipe_effective_stage(v->doc, (size_t)k, &st) == 0)
@@ -963,6 +963,58 @@ static void warn_fp8_idle(vctx *v, const Baton__Recipe *r, const Baton__Stage *p
  * pretraining context); a warmup longer than the stage, whose learning rate then never reaches its
  * peak. A stage that inherits the same settings as the stage before it is not warned about again.
  */
+/* The scaling fields block sets that a scaling of type does not read (truncate,
+ * beta_fast, beta_slow, attn_factor: yarn's; low_freq_factor, high_freq_factor:
+ * llama3's), as "truncate, beta_fast" into out ("" when none); the first into first. */
+static void unread_fields(const Baton__RopeScaling *block, Baton__RopeScaling__Type type, char *out,
+                          size_t cap, const char **first) {
+    int yarn = type == BATON__ROPE_SCALING__TYPE__YARN;
+    int llama3 = type == BATON__ROPE_SCALING__TYPE__LLAMA3;
+    const struct {
+        int set, read;
+        const char *name;
+    } f[] = {{block->has_truncate, yarn, "truncate"},
+             {block->has_beta_fast, yarn, "beta_fast"},
+             {block->has_beta_slow, yarn, "beta_slow"},
+             {block->has_attn_factor, yarn, "attn_factor"},
+             {block->has_low_freq_factor, llama3, "low_freq_factor"},
+             {block->has_high_freq_factor, llama3, "high_freq_factor"}};
+    out[0] = '\0', *first = NULL;
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        if (!f[i].set || f[i].read) continue;
+        snprintf(out + strlen(out), cap - strlen(out), "%s%s", out[0] ? ", " : "", f[i].name);
+        if (*first == NULL) *first = f[i].name;
+    }
+}
+
+/* A RoPE scaling field that a rope block sets and the type it trains under does not use
+ * (a truncate: false copied onto llama3, say): the type the block names, else the one
+ * the stage trains with (eff: NULL none). The stage's own block; model.rope's and
+ * defaults.rope's once, at stage 0. Fields a block inherits through the field-by-field
+ * overlay are not warned about: a stage cannot unset them. */
+static void warn_unread(vctx *v, const Baton__Recipe *r, const Baton__RopeScaling *eff) {
+    const Baton__Rope *rope[3] = {r->stages[v->stage]->rope, NULL, NULL};
+    if (v->stage == 0) rope[1] = r->model->rope, rope[2] = r->defaults ? r->defaults->rope : NULL;
+    for (int i = 0; i < 3; i++) {
+        const Baton__RopeScaling *b = rope[i] ? rope[i]->scaling : NULL;
+        if (b == NULL) continue;
+        Baton__RopeScaling__Type t = b->has_type ? b->type
+                                     : eff       ? eff->type
+                                                 : BATON__ROPE_SCALING__TYPE__NONE;
+        Baton__RopeScaling tb = {.type = t};
+        char now[128], field[64], type[16];
+        const char *first;
+        unread_fields(b, t, now, sizeof now, &first);
+        if (first == NULL) continue;
+        snprintf(field, sizeof field, "rope.scaling.%s", first);
+        vwarn(v, field,
+              "rope.scaling sets %s, which %s scaling does not use (truncate, beta_fast, "
+              "beta_slow and attn_factor are yarn's; low_freq_factor and high_freq_factor "
+              "llama3's)",
+              now, scaling_name(&tb, type, sizeof type));
+    }
+}
+
 static void warn_stage(vctx *v, const Baton__Recipe *r) {
     const Baton__Stage *s = v->eff;
     Baton__Stage *prev = NULL;
@@ -1004,6 +1056,7 @@ static void warn_stage(vctx *v, const Baton__Recipe *r) {
               "warmup_steps %llu is more than the stage's %llu steps: the learning rate never "
               "reaches lr",
               (unsigned long long)o->warmup_steps, (unsigned long long)s->steps);
+    warn_unread(v, r, sc);
     warn_scale_initial(v, r, prev);
     warn_fp8_idle(v, r, prev);
     if (before) protobuf_c_message_free_unpacked(&before->base, NULL);

@@ -60,8 +60,10 @@ def rope_inv_freq(rope, hd):
         def corr_dim(rot):
             return hd * math.log(old / (rot * 2 * math.pi)) / (2 * math.log(theta))
 
-        low = max(math.floor(corr_dim(rope["beta_fast"])), 0)
-        high = min(math.ceil(corr_dim(rope["beta_slow"])), hd - 1)
+        low, high = corr_dim(rope["beta_fast"]), corr_dim(rope["beta_slow"])
+        if rope.get("truncate", True):  # as transformers: rounded unless truncate is false
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, hd - 1)
         if low == high:
             high += 0.001
         ramp = ((torch.arange(hd // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)

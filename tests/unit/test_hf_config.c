@@ -143,6 +143,81 @@ static void check_scaling(const char *scaling, const char *top, int rc_want, con
     if (want) CHECK_STR_CONTAINS(d.msg, want);
 }
 
+/* A config read whole (dims as check_scaling's) with rope given by `rope`. */
+static int read_rope(const char *rope, hf_model *h, bt_diag *d) {
+    char t[1024];
+    snprintf(t, sizeof t,
+             "{\"hidden_size\": 64, \"intermediate_size\": 176, \"num_hidden_layers\": 2, "
+             "\"num_attention_heads\": 4, \"vocab_size\": 272, \"max_position_embeddings\": "
+             "1024%s}",
+             rope);
+    bt_diag_init(d);
+    return hf_config_read(t, strlen(t), "c.json", h, d);
+}
+
+/* transformers 5's layout: rope_theta (and partial_rotary_factor) inside
+ * "rope_parameters", which also names plain RoPE ("default"); the older "rope_scaling"
+ * is read the same way. A null rope_theta is never taken for the default 10000, and a
+ * top-level and a block rope_theta that differ are refused (versions read different ones). */
+static void test_rope_parameters(void) {
+    hf_model h;
+    bt_diag d;
+    CHECK(read_rope(", \"rope_theta\": null, \"rope_scaling\": null, \"rope_parameters\": "
+                    "{\"rope_theta\": 500000, \"rope_type\": \"llama3\", \"factor\": 8, "
+                    "\"low_freq_factor\": 1, \"high_freq_factor\": 4, "
+                    "\"original_max_position_embeddings\": 128}",
+                    &h, &d) == 0);
+    CHECK(h.rope.theta == 500000 && h.rope.scaling == &h.scaling);
+    CHECK(h.scaling.type == BATON__ROPE_SCALING__TYPE__LLAMA3 && h.scaling.factor == 8);
+    CHECK(read_rope(", \"rope_parameters\": {\"rope_theta\": 500000, \"rope_type\": \"default\"}",
+                    &h, &d) == 0);
+    CHECK(h.rope.theta == 500000 && h.rope.scaling == NULL);
+    CHECK(read_rope(", \"rope_parameters\": {\"rope_theta\": 1e6}", &h, &d) == 0);
+    CHECK(h.rope.theta == 1e6 && h.rope.scaling == NULL);
+    /* inside the older name too (transformers 5 reads rope_scaling as rope_parameters) */
+    CHECK(read_rope(", \"rope_scaling\": {\"rope_theta\": 1e6, \"rope_type\": \"linear\", "
+                    "\"factor\": 2}",
+                    &h, &d) == 0);
+    CHECK(h.rope.theta == 1e6 && h.scaling.type == BATON__ROPE_SCALING__TYPE__LINEAR);
+    CHECK(read_rope(", \"rope_theta\": 1e6, \"rope_parameters\": {\"rope_theta\": 1000000.0, "
+                    "\"rope_type\": \"default\", \"partial_rotary_factor\": 1.0}",
+                    &h, &d) == 0);
+    CHECK(h.rope.theta == 1e6);
+    CHECK(read_rope("", &h, &d) == 0);
+    CHECK(h.rope.theta == 10000);
+    CHECK(read_rope(", \"rope_theta\": null", &h, &d) == BT_EINVAL);
+    CHECK_STR_CONTAINS(d.msg, "c.json: \"rope_theta\" is null: give the base as a number");
+    CHECK(read_rope(", \"rope_parameters\": {\"rope_theta\": null, \"rope_type\": \"default\"}", &h,
+                    &d) == BT_EINVAL);
+    CHECK_STR_CONTAINS(d.msg, "\"rope_parameters.rope_theta\" is null");
+    CHECK(read_rope(", \"rope_theta\": 10000, \"rope_scaling\": {\"rope_theta\": 1e6, "
+                    "\"rope_type\": \"default\"}",
+                    &h, &d) == BT_EUNSUPPORTED);
+    CHECK_STR_CONTAINS(d.msg, "\"rope_theta\" 10000 and \"rope_scaling.rope_theta\" 1000000 "
+                              "differ: transformers 5 reads the one in rope_scaling");
+    CHECK(read_rope(", \"rope_parameters\": {\"rope_theta\": -1}", &h, &d) == BT_EINVAL);
+    CHECK_STR_CONTAINS(d.msg, "\"rope_parameters.rope_theta\": -1: must be a positive number");
+    CHECK(read_rope(", \"rope_parameters\": {\"rope_type\": \"default\", "
+                    "\"partial_rotary_factor\": 0.5}",
+                    &h, &d) == BT_EUNSUPPORTED);
+    CHECK_STR_CONTAINS(d.msg, "rope_parameters: \"partial_rotary_factor\": 0.5 is not supported");
+    CHECK(read_rope(", \"rope_parameters\": {\"full_attention\": {\"rope_type\": \"default\"}, "
+                    "\"sliding_attention\": {\"rope_type\": \"default\"}}",
+                    &h, &d) == BT_EUNSUPPORTED);
+    CHECK_STR_CONTAINS(d.msg, "rope_parameters: \"full_attention\" is an object: RoPE parameters "
+                              "per layer type are not supported");
+    CHECK(read_rope(", \"rope_parameters\": {\"rope_type\": \"default\"}, \"rope_scaling\": "
+                    "{\"rope_type\": \"default\"}",
+                    &h, &d) == BT_EUNSUPPORTED);
+    CHECK_STR_CONTAINS(d.msg, "both \"rope_parameters\" and \"rope_scaling\" are set");
+    CHECK(read_rope(", \"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 4, "
+                    "\"mscale\": 1}",
+                    &h, &d) == BT_EUNSUPPORTED);
+    CHECK_STR_CONTAINS(d.msg, "c.json: rope_parameters: YaRN's mscale");
+    CHECK(read_rope(", \"rope_parameters\": [1]", &h, &d) == BT_EINVAL);
+    CHECK_STR_CONTAINS(d.msg, "\"rope_parameters\" must be null or an object, not an array");
+}
+
 static void test_yarn_truncate(void) {
     static const char yarn[] = "{\"rope_type\": \"yarn\", \"factor\": 4, "
                                "\"original_max_position_embeddings\": 128";
@@ -165,22 +240,33 @@ static void test_yarn_truncate(void) {
     CHECK(h.scaling.truncate == 1);
     snprintf(s, sizeof s, "%s, \"truncate\": 0}", yarn);
     check_scaling(s, "", BT_EINVAL, "\"truncate\": 0: must be true or false", &h);
+    /* transformers' get("truncate", True) is None: it does not round */
+    snprintf(s, sizeof s, "%s, \"truncate\": null}", yarn);
+    check_scaling(s, "", BT_EINVAL,
+                  "\"truncate\" must be true or false (transformers reads null as false", &h);
     snprintf(s, sizeof s, "%s, \"unknown_key\": 3}", yarn);
     check_scaling(s, "", BT_EUNSUPPORTED,
-                  "c.json: rope_scaling: key \"unknown_key\" is not supported for rope_type "
-                  "'yarn' (baton reads rope_type, factor, original_max_position_embeddings, "
-                  "beta_fast, beta_slow, attention_factor, truncate)",
+                  "c.json: rope_scaling: key \"unknown_key\" is not read by baton for rope_type "
+                  "'yarn' (baton reads rope_type, rope_theta, factor, "
+                  "original_max_position_embeddings, beta_fast, beta_slow, attention_factor, "
+                  "truncate): transformers ignores a key it does not know",
                   &h);
+    /* the key as the message shows it: control characters escaped */
+    snprintf(s, sizeof s, "%s, \"x\\u001b[2J\\nFAKE\": 3}", yarn);
+    check_scaling(s, "", BT_EUNSUPPORTED, "key \"x\\x1b[2J\\nFAKE\" is not read", &h);
+    check_scaling("{\"rope_type\": \"x\\u001b\"}", "", BT_EUNSUPPORTED,
+                  "rope_scaling type 'x\\x1b' is not supported", &h);
     check_scaling("{\"rope_type\": \"linear\", \"factor\": 2, \"partial_rotary_factor\": 0.5}", "",
-                  BT_EUNSUPPORTED, "key \"partial_rotary_factor\" is not supported", &h);
+                  BT_EUNSUPPORTED,
+                  "c.json: rope_scaling: \"partial_rotary_factor\": 0.5 is not supported", &h);
     check_scaling("{\"type\": \"llama3\", \"factor\": 2, \"low_freq_factor\": 1, "
                   "\"high_freq_factor\": 4, \"original_max_position_embeddings\": 64, "
                   "\"truncate\": false}",
-                  "", BT_EUNSUPPORTED, "key \"truncate\" is not supported for rope_type 'llama3'",
-                  &h);
+                  "", BT_EUNSUPPORTED,
+                  "key \"truncate\" is not read by baton for rope_type 'llama3'", &h);
     check_scaling("{\"rope_type\": \"default\", \"factor\": 2}", "", BT_EUNSUPPORTED,
-                  "key \"factor\" is not supported for rope_type 'default' (baton reads "
-                  "rope_type)",
+                  "key \"factor\" is not read by baton for rope_type 'default' (baton reads "
+                  "rope_type, rope_theta)",
                   &h);
     check_scaling("null", "\"partial_rotary_factor\": 0.5, ", BT_EUNSUPPORTED,
                   "\"partial_rotary_factor\": 0.5 is not supported", &h);
@@ -283,6 +369,7 @@ int main(void) {
     test_llama3_recorded();
     test_yarn();
     test_yarn_truncate();
+    test_rope_parameters();
     test_linear_ntk_context();
     test_refused();
     return check_status();

@@ -32,14 +32,19 @@ typedef struct oracle_case {
     rope_type type;
     double theta;
     int B, T;
+    int no_truncate; /* YaRN's truncate false: the correction range's ends not rounded */
 } oracle_case;
 
 /* factor 4 and original context 16 with sequences of 32 (and 160): the scalings change
  * every table the test uses. The long case also spans several attention row blocks. */
 static const oracle_case cases[] = {
-    {"none", "none", ROPE_NONE, 10000.0, 2, 32}, {"linear", "linear", ROPE_LINEAR, 10000.0, 2, 32},
-    {"ntk", "ntk", ROPE_NTK, 10000.0, 2, 32},    {"llama3", "llama3", ROPE_LLAMA3, 500.0, 2, 32},
-    {"yarn", "yarn", ROPE_YARN, 500.0, 2, 32},   {"yarn_long", "yarn", ROPE_YARN, 500.0, 1, 160},
+    {"none", "none", ROPE_NONE, 10000.0, 2, 32, 0},
+    {"linear", "linear", ROPE_LINEAR, 10000.0, 2, 32, 0},
+    {"ntk", "ntk", ROPE_NTK, 10000.0, 2, 32, 0},
+    {"llama3", "llama3", ROPE_LLAMA3, 500.0, 2, 32, 0},
+    {"yarn", "yarn", ROPE_YARN, 500.0, 2, 32, 0},
+    {"yarn_long", "yarn", ROPE_YARN, 500.0, 1, 160, 0},
+    {"yarn_notrunc", "yarn", ROPE_YARN, 500.0, 2, 32, 1},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -61,6 +66,7 @@ static model_config case_config(const oracle_case *c) {
         cfg.rope.factor = 4.0;
         cfg.rope.original_max_position = 16;
     }
+    cfg.rope.truncate = !c->no_truncate;
     return cfg;
 }
 
@@ -122,9 +128,10 @@ static const char *rope_json(const rope_config *r, const char *name, char *buf, 
              "{\"type\": \"%s\", \"theta\": %.17g, \"factor\": %.17g, "
              "\"original_max_position\": %.17g, \"low_freq_factor\": %.17g, "
              "\"high_freq_factor\": %.17g, \"beta_fast\": %.17g, \"beta_slow\": %.17g, "
-             "\"attn_factor\": %.17g}",
+             "\"attn_factor\": %.17g, \"truncate\": %s}",
              name, r->theta, r->factor, r->original_max_position, r->low_freq_factor,
-             r->high_freq_factor, r->beta_fast, r->beta_slow, r->attn_factor);
+             r->high_freq_factor, r->beta_fast, r->beta_slow, r->attn_factor,
+             r->truncate ? "true" : "false");
     return buf;
 }
 

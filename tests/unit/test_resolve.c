@@ -523,6 +523,49 @@ static void test_warnings_implicit_original(void) {
     recipe_doc_free(&doc);
 }
 
+/* A scaling field that a rope block sets and its type does not read: warned where it is
+ * set; not for fields a stage inherits through the overlay (it cannot unset them), nor
+ * for the type's own fields. */
+static void test_warnings_unread_scaling(void) {
+    static const char *text =
+        "name: w\n" /* 1 */
+        "model: {arch: llama, dim: 64, n_layers: 2, n_heads: 4, ffn_dim: 176, vocab_size: 256}\n"
+        "cluster: {nodes: 1, gpus_per_node: 1}\n"                                            /* 3 */
+        "data: {train: a}\n"                                                                 /* 4 */
+        "defaults: {steps: 20, seq_len: 64, global_batch: 2}\n"                              /* 5 */
+        "stages:\n"                                                                          /* 6 */
+        "  - {name: a, rope: {scaling: {type: yarn, factor: 2, original_max_position: 64,\n" /* 7 */
+        "                               truncate: false, beta_fast: 16}}}\n"                 /* 8 */
+        "  - {name: b, rope: {scaling: {type: llama3, original_max_position: 64}}}\n"        /* 9 */
+        "  - {name: c, rope: {scaling: {type: llama3, truncate: false}}}\n" /* 10 */
+        "  - {name: d, rope: {scaling: {low_freq_factor: 2}}}\n"            /* 11 */
+        "  - {name: e, rope: {scaling: {beta_slow: 2, attn_factor: 1}}}\n"; /* 12 */
+    recipe_doc doc = {0};
+    bt_diag d;
+    bt_diag_init(&d);
+    char out[4096] = "";
+    int rc = recipe_load_buffer("w.yaml", text, strlen(text), &doc, &d);
+    CHECK(rc == 0);
+    FILE *f = tmpfile();
+    doc.warn = f;
+    if (rc == 0 && f != NULL) {
+        CHECK(recipe_validate(&doc, &d) == 0);
+        rewind(f);
+        size_t n = fread(out, 1, sizeof out - 1, f);
+        out[n] = '\0';
+    }
+    CHECK_STR_CONTAINS(out, "w.yaml:10:46: warning: stages[2].rope.scaling.truncate: rope.scaling "
+                            "sets truncate, which llama3 scaling does not use (truncate, "
+                            "beta_fast, beta_slow and attn_factor are yarn's; low_freq_factor and "
+                            "high_freq_factor llama3's) (stage 2 \"c\")\n");
+    CHECK_STR_CONTAINS(out, "stages[4].rope.scaling.beta_slow: rope.scaling sets beta_slow, "
+                            "attn_factor, which llama3 scaling");
+    CHECK(strstr(out, "stage 0") == NULL && strstr(out, "stage 1") == NULL);
+    CHECK(strstr(out, "stage 3") == NULL);
+    if (f) fclose(f);
+    recipe_doc_free(&doc);
+}
+
 /* --set into an element of a list (any list, as stages): the element's field, a whole
  * element, one value of a list of numbers; the other elements and the list's length stay,
  * and an index past the end is refused naming the length. */
@@ -656,5 +699,6 @@ int main(void) {
     test_fp8_settings_left_behind();
     test_warnings();
     test_warnings_implicit_original();
+    test_warnings_unread_scaling();
     return check_status();
 }

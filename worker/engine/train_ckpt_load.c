@@ -8,6 +8,7 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_resume.h"
+#include "ckpt/ckpt_rope.h"
 #include "train_ckpt.h"
 
 static int load_shape_matches(const Baton__TensorEntry *e, const model_tensor *mt) {
@@ -322,6 +323,25 @@ static int load_data_changed(const trainer *t, const char *dir, int own, int say
     return rc;
 }
 
+/* Checkpoint dir, loaded as another stage's or run's (init), trained with a RoPE other
+ * than this stage's: a note naming the fields (a context extension changes them on
+ * purpose; a rope block copied without its truncate: false, by a slip). */
+static void load_rope_note(const trainer *t, const char *dir) {
+    Baton__Manifest *m = NULL;
+    bt_diag d;
+    bt_diag_init(&d);
+    if (ckpt_manifest_read(dir, &m, &d) != 0) return;
+    char what[1024];
+    const Baton__StageSpec *s = t->spec;
+    if (load_relation(t, m, 0) != CKPT_SAME_STAGE &&
+        ckpt_rope_diff(m->model, s->model, what, sizeof what) > 0)
+        fprintf(stderr,
+                "baton-worker: note: %s was trained with another RoPE than stage \"%s\" trains "
+                "with (%s): the stage uses its own\n",
+                dir, s->stage && s->stage->name ? s->stage->name : "?", what);
+    baton__manifest__free_unpacked(m, NULL);
+}
+
 /* Loads checkpoint directory dir, every shard file opened once (ckpt_reader); one a later
  * stage saved is refused unless dir was named itself (refuse_later 0). in_root: dir is in
  * the run's own checkpoints/ (load_relation). *other_model set: refused as another
@@ -559,6 +579,7 @@ int train_ckpt_load(trainer *t, const char *path, const char *run_dir, comm *wor
         bt_diag mine;
         bt_diag_init(&mine);
         int r = load_one(t, dirs[i], !explicit, own_root, &other_model, &mine);
+        if (r == 0 && !own_root && say) load_rope_note(t, dirs[i]);
         any = load_any_failed(world, r != 0, "load");
         if (!any) break;
         load_undo(t, &start); /* every rank, whether its own load failed or not */

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # `baton ckpt export --format hf` and `import --format hf` end to end:
-#  - each RoPE variant of hf.yaml (none, linear, ntk, llama3, yarn) and a tp2 checkpoint,
+#  - each RoPE variant of hf.yaml (none, linear, ntk, llama3, yarn, yarn with
+#    "truncate": false) and a tp2 checkpoint,
 #    exported in fp32: an independent float64 PyTorch LLaMA (hf_llama_loss.py, reading
 #    model.safetensors and config.json itself) gives the loss `baton eval` gives on the
 #    checkpoint, within 1e-5 relative; and the same oracle with a different RoPE in
-#    config.json does not (the comparison can fail);
+#    config.json does not (the comparison can fail; for truncate false the control only
+#    drops that key, so the oracle must honour it);
 #  - the file layout: header padded to 8, tensors sorted by name and laid out in that
 #    order, exactly the model's 3 + 9 L tensors (no optimizer state), metadata format pt;
 #  - --dtype bf16: BF16 tensors, loss within 1e-2 relative;
@@ -97,13 +99,15 @@ assert 8 + n + at == len(blob), "file size"
 print(f"{path}: {len(names)} tensors, {dtype}, header {n} bytes, sorted, no optimizer state")
 PY
 }
-# control DIR OUT: a copy whose config.json has another RoPE (the scaling dropped, or
-# without one, half the base).
+# control DIR OUT: a copy whose config.json has another RoPE (YaRN's "truncate": false
+# dropped, else the scaling dropped, or without one, half the base).
 control() {
   rm -rf "$2" && cp -r "$1" "$2" && "$py" - "$2/config.json" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
-if c["rope_scaling"]:
+if c["rope_scaling"] and "truncate" in c["rope_scaling"]:
+    del c["rope_scaling"]["truncate"]
+elif c["rope_scaling"]:
     c["rope_scaling"] = None
 else:
     c["rope_theta"] /= 2
@@ -113,7 +117,7 @@ PY
 
 # ---- export against the PyTorch oracle ----
 cases=() oracle=()
-for case in plain:1 linear:1 ntk:1 llama3:1 yarn:1 tp2:2; do
+for case in plain:1 linear:1 ntk:1 llama3:1 yarn:1 yarn-notrunc:1 tp2:2; do
   s=${case%:*} ranks=${case#*:}
   train "$s" "$ranks" || { fail "$s: training to make a checkpoint"; continue; }
   "$baton" ckpt export "run-$s" --format hf --out "hf-$s" >/dev/null || { fail "$s: export"; continue; }
@@ -122,6 +126,7 @@ for case in plain:1 linear:1 ntk:1 llama3:1 yarn:1 tp2:2; do
   cases+=("$s") oracle+=("hf-$s" "ctl-$s")
 done
 grep -q '"rope_type": "yarn"' hf-yarn/config.json || fail "yarn: rope_scaling not in config.json"
+grep -q '"truncate": false' hf-yarn-notrunc/config.json || fail "yarn-notrunc: no \"truncate\": false"
 # the context the checkpoint records, the seq_len 64 it was trained at (longer than the
 # scaling's original 16), not twice original x factor (256), which only Llama 3.1 has
 grep -q '"max_position_embeddings": 64,' hf-llama3/config.json ||
@@ -136,7 +141,7 @@ for s in "${cases[@]}"; do
   within "$s: baton eval vs PyTorch on the export" "$ref" "$(torch_loss "hf-$s")" 1e-5
   beyond "$s: ... with another RoPE" "$ref" "$(torch_loss "ctl-$s")" 1e-5
 done
-[[ ${#cases[@]} -eq 6 ]] || fail "only ${#cases[@]} of 6 cases reached the oracle"
+[[ ${#cases[@]} -eq 7 ]] || fail "only ${#cases[@]} of 7 cases reached the oracle"
 within "plain: bf16 export vs fp32 checkpoint" "$(eval_loss run-plain)" "$(torch_loss hf16)" 1e-2
 
 # ---- round trips ----
@@ -148,18 +153,41 @@ cmp hf-plain/config.json hf-rt/config.json || fail "fp32 round trip changed conf
 "$baton" ckpt import hf16 --out ck/imp16 >/dev/null || fail "import of bf16"
 "$baton" ckpt export ck/imp16 --dtype bf16 --out hf16-rt >/dev/null || fail "export of bf16 import"
 cmp hf16/model.safetensors hf16-rt/model.safetensors || fail "bf16 round trip changed the weights"
-for s in linear ntk llama3 yarn tp2; do # every rope_scaling reads back as it was written
+for s in linear ntk llama3 yarn yarn-notrunc tp2; do # every rope_scaling reads back as it was written
   "$baton" ckpt import "hf-$s" --out "ck/imp-$s" >/dev/null &&
     "$baton" ckpt export "ck/imp-$s" --out "hf-rt-$s" >/dev/null &&
     cmp "hf-$s/config.json" "hf-rt-$s/config.json" || fail "$s: config.json round trip"
 done
 echo "round trips: byte-identical model.safetensors and config.json"
+# transformers 5's layout (rope_theta inside "rope_parameters", the top-level one null)
+# imports as the same model: its export is the original config.json (ntk's folded base
+# is not the default 10000, yarn-notrunc has a scaling)
+for s in ntk yarn-notrunc; do
+  rm -rf "hf-v5-$s" && cp -r "hf-$s" "hf-v5-$s" && "$py" - "hf-v5-$s/config.json" <<'PY' &&
+import json, sys
+c = json.load(open(sys.argv[1]))
+rp = c.pop("rope_scaling") or {"rope_type": "default"}
+c["rope_parameters"] = dict(rp, rope_theta=c["rope_theta"])
+c["rope_theta"] = None
+json.dump(c, open(sys.argv[1], "w"))
+PY
+    "$baton" ckpt import "hf-v5-$s" --out "ck/imp-v5-$s" >/dev/null &&
+    "$baton" ckpt export "ck/imp-v5-$s" --out "hf-rt-v5-$s" >/dev/null &&
+    cmp "hf-$s/config.json" "hf-rt-v5-$s/config.json" || fail "$s: transformers 5 layout"
+done
 
 # ---- a run that starts from the imported model (recipe key init) ----
 sed -n '1,/^stages:/p' "$here/hf.yaml" >one.yaml && echo '  - {name: plain, steps: 3}' >>one.yaml
 "$baton" run one.yaml --run-dir fine --set init=ck/imp --quiet --worker "$worker" >fine.out 2>&1 ||
   fail "run from the import: $(tail -n 3 fine.out)"
 grep -rqh "started from ck/imp at step 0" fine/logs || fail "the run did not start from the import"
+! grep -rqh "trained with another RoPE" fine/logs || fail "a RoPE note for the same RoPE"
+# an init checkpoint of another RoPE: the worker notes the fields (the stage uses its own)
+"$baton" run one.yaml --run-dir fine-rope --set init=ck/imp-yarn-notrunc --quiet \
+  --worker "$worker" >fine-rope.out 2>&1 || fail "run from the yarn import: $(tail -n 3 fine-rope.out)"
+# (hf.yaml's stages overlay one another: yarn-notrunc has the ntk stage's theta 5000)
+grep -rqhF 'ck/imp-yarn-notrunc was trained with another RoPE than stage "plain" trains with (rope.theta 5000 -> 10000, rope.scaling.type yarn -> none): the stage uses its own' fine-rope/logs ||
+  fail "no RoPE note for an init checkpoint of another RoPE"
 rc=0
 "$baton" run one.yaml --run-dir nowhere-run --set init=nowhere --quiet >bad.out 2>&1 || rc=$?
 [[ $rc == 2 ]] && grep -q "init: nowhere: no such checkpoint" bad.out ||
@@ -203,6 +231,8 @@ bad b2 'del c["num_hidden_layers"]'
 expect 2 'b2/config.json: missing "num_hidden_layers"' -- import b2 --out ck/b2
 bad b3 'c["rope_scaling"] = {"rope_type": "dynamic", "factor": 2.0}'
 expect 2 "rope_scaling type 'dynamic' is not supported" -- import b3 --out ck/b3
+bad b3n 'c["rope_theta"] = None'
+expect 2 'b3n/config.json: "rope_theta" is null: give the base as a number' -- import b3n --out ck/b3n
 bad b4 'c["intermediate_size"] = 128'
 expect 2 "b4/model.safetensors: tensor 'model.layers.0.mlp.gate_proj.weight' has shape \[176, 64\]; config.json implies \[128, 64\]" \
   -- import b4 --out ck/b4
@@ -244,7 +274,7 @@ expect 2 "--recipe-name 'we\"ird\\\\n\\\\x01': byte 6 is a control character or 
   -- import hf-plain --out ck/rn2 --recipe-name $'we"ird\n\x01'
 expect 2 "--recipe-name 'a\\\\xff': byte 1" -- import hf-plain --out ck/rn3 --recipe-name $'a\xff'
 expect 2 "--out 'ck/imp' already exists" -- import hf-plain --out ck/imp
-left=$(ls -A ck | grep -Ev '^(imp|imp16|imp-[a-z0-9]+|latest)$')
+left=$(ls -A ck | grep -Ev '^(imp|imp16|imp-[a-z0-9-]+|latest)$')
 [[ -z "$left" ]] || fail "failed imports left behind: $left"
 
 # ---- max_position_embeddings and what has no Hugging Face form ----

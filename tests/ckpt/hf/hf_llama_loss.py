@@ -7,7 +7,8 @@ An oracle for `baton ckpt export --format hf`, independent of baton's code: it r
 HF_DIR/model.safetensors with its own few lines (8-byte little-endian header length,
 JSON header, raw data; no `safetensors` package) and HF_DIR/config.json, builds
 LlamaForCausalLM's forward from the config the way transformers defines it (RMSNorm,
-rotate-half RoPE with rope_theta and rope_scaling none/linear/llama3/yarn, grouped-query
+rotate-half RoPE with rope_theta and rope_scaling none/linear/llama3/yarn (yarn's
+"truncate" read as transformers reads it: absent is true), grouped-query
 attention, SwiGLU MLP, untied head), and evaluates the first NUM_SEQS windows of
 SEQ_LEN + 1 consecutive tokens (window i = tokens [i T, i T + T + 1) of all documents
 concatenated: consecutive windows share a token, as baton's loader cuts them) of the
@@ -79,8 +80,11 @@ def inv_freq_and_scale(cfg, hd):
         def dim_of(rot):
             return hd * math.log(old / (rot * 2 * math.pi)) / (2 * math.log(theta))
 
-        low = max(math.floor(dim_of(rs.get("beta_fast", 32))), 0)
-        high = min(math.ceil(dim_of(rs.get("beta_slow", 1))), hd - 1)
+        low, high = dim_of(rs.get("beta_fast") or 32), dim_of(rs.get("beta_slow") or 1)
+        # transformers: truncate = rope_scaling.get("truncate", True); rounds if truthy
+        if rs.get("truncate", True):
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, hd - 1)
         if low == high:
             high += 0.001
         ramp = ((torch.arange(hd // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
