@@ -14,6 +14,7 @@
 #include "pb_util.h"
 #include "plan.h"
 #include "plan_precision.h"
+#include "validate_ctx.h"
 
 /* Bounds that keep every later product in range: the planner walks all ranks, the
  * engine indexes a micro-batch's tokens with int and counts micro-batches in uint32. */
@@ -29,16 +30,6 @@ static uint64_t mul_sat(uint64_t a, uint64_t b) {
     uint64_t r;
     return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
 }
-
-typedef struct vctx {
-    const recipe_doc *doc;
-    bt_diag *diag;
-    long stage;              /* index of the stage being checked, -1 for recipe level */
-    const Baton__Stage *eff; /* the effective (merged) stage */
-    const char *stage_name;
-    bt_diag *naming; /* non-NULL: the stage-name rules only note their first problem here */
-    uint64_t tokens; /* the earlier stages' steps x global_batch x seq_len (check_tokens) */
-} vctx;
 
 /* Whether path is base or lies under it ("a.b" and "a[0]" are under "a"). */
 static int path_within(const char *path, const char *base) {
@@ -109,8 +100,6 @@ static const recipe_pos *stage_field_where(const recipe_doc *doc, long i, const 
  * else a recipe path ("model.n_heads"). The place is the file's line and column, or the
  * --set override that wrote the value. A block's check names the fields it reads in
  * braces, "parallel{tp,pp,cp}": only an override of one of them is its cause. */
-static int verr(vctx *v, const char *field, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 /* " (with --set A, --nodes 2 in effect)": the overrides that were applied, for an error
  * placed in the file, which one of them may have caused (a layout that no longer fits the
@@ -134,7 +123,7 @@ static void overrides_note(const recipe_doc *doc, char *out, size_t cap) {
     if (shown > 0 && used + 12 < cap) snprintf(out + used, cap - used, " in effect)");
 }
 
-/* A problem with field as verr reports it: its place in place (FILE:LINE:COL, or the --set
+/* A problem with field as vc_err reports it: its place in place (FILE:LINE:COL, or the --set
  * override that wrote the value) and "PATH: message (stage ...)(overrides)" in out.
  * Returns whether the place is in the file (at[0]:at[1], its line and column). */
 static int vformat(vctx *v, const char *field0, char place[400], int at[2], char *out, size_t cap,
@@ -165,7 +154,7 @@ static int vformat(vctx *v, const char *field0, char place[400], int at[2], char
     return in_file;
 }
 
-static int verr(vctx *v, const char *field, const char *fmt, ...) {
+int vc_err(vctx *v, const char *field, const char *fmt, ...) {
     char place[400], text[2800];
     int at[2];
     va_list ap;
@@ -179,12 +168,10 @@ static int verr(vctx *v, const char *field, const char *fmt, ...) {
     return BT_ERECIPE;
 }
 
-/* A warning about field, placed as verr places an error, on doc->warn: "FILE:LINE:COL:
+/* A warning about field, placed as vc_err places an error, on doc->warn: "FILE:LINE:COL:
  * warning: ..." as a compiler writes one, or "baton CMD: warning: --set ...: ..." for a
  * value an override wrote. */
-static void vwarn(vctx *v, const char *field, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void vwarn(vctx *v, const char *field, const char *fmt, ...) {
+void vc_warn(vctx *v, const char *field, const char *fmt, ...) {
     char place[400], text[2800];
     int at[2];
     va_list ap;
@@ -203,11 +190,6 @@ static void vwarn(vctx *v, const char *field, const char *fmt, ...) {
         v->doc->stage_warn(v->doc->stage_warn_ctx, (size_t)v->stage, line);
     }
 }
-
-#define REQUIRE(cond, v, field, ...)                                                               \
-    do {                                                                                           \
-        if (!(cond)) return verr((v), (field), __VA_ARGS__);                                       \
-    } while (0)
 
 static int check_moe(vctx *v, const Baton__Model *m) {
     const Baton__Moe *e = m->moe;
@@ -243,58 +225,6 @@ static int check_moe(vctx *v, const Baton__Model *m) {
             "from n_experts / top_k on no token is dropped), got %g",
             e->n_experts, e->capacity_factor);
     return 0;
-}
-
-/* The rules of the worker's RoPE tables (worker/engine/rope.c), kept at least as strict. */
-static int check_rope_scaling(vctx *v, const char *where, const Baton__RopeScaling *s) {
-    char f[96];
-    snprintf(f, sizeof f, "%s.scaling.factor", where);
-    REQUIRE(s->factor >= 1, v, f, "scaling factor must be at least 1, got %g", s->factor);
-    int needs_orig =
-        s->type == BATON__ROPE_SCALING__TYPE__LLAMA3 || s->type == BATON__ROPE_SCALING__TYPE__YARN;
-    snprintf(f, sizeof f, "%s.scaling.original_max_position", where);
-    REQUIRE(!needs_orig || s->original_max_position > 0, v, f,
-            "llama3 and yarn scaling need original_max_position (the pretraining context, "
-            "e.g. 8K)");
-    int llama3 = s->type == BATON__ROPE_SCALING__TYPE__LLAMA3;
-    snprintf(f, sizeof f, "%s.scaling.high_freq_factor", where);
-    REQUIRE(!llama3 || (s->low_freq_factor > 0 && s->high_freq_factor > s->low_freq_factor), v, f,
-            "llama3 scaling needs 0 < low_freq_factor (%g) < high_freq_factor (%g)",
-            s->low_freq_factor, s->high_freq_factor);
-    int yarn = s->type == BATON__ROPE_SCALING__TYPE__YARN;
-    snprintf(f, sizeof f, "%s.scaling.beta_fast", where);
-    REQUIRE(!yarn || (s->beta_slow > 0 && s->beta_fast > s->beta_slow), v, f,
-            "yarn scaling needs 0 < beta_slow (%g) < beta_fast (%g)", s->beta_slow, s->beta_fast);
-    snprintf(f, sizeof f, "%s.scaling.attn_factor", where);
-    REQUIRE(!yarn || s->attn_factor >= 0, v, f, "attn_factor must not be negative, got %g",
-            s->attn_factor);
-    return 0;
-}
-
-static int check_rope(vctx *v, const char *where, const Baton__Rope *r) {
-    char f[96];
-    snprintf(f, sizeof f, "%s.theta", where);
-    REQUIRE(r->theta > 1, v, f, "rope theta must be greater than 1, got %g", r->theta);
-    if (r->scaling == NULL || r->scaling->type == BATON__ROPE_SCALING__TYPE__NONE) return 0;
-    return check_rope_scaling(v, where, r->scaling);
-}
-
-/* The RoPE the stage trains with: model.rope, overlaid by the defaults' and by every
- * stage's up to this one, as recipe_resolve_stage builds it. */
-static int check_effective_rope(vctx *v, const Baton__Recipe *r) {
-    Baton__Rope *eff = r->model->rope ? (Baton__Rope *)pb_clone(&r->model->rope->base) : NULL;
-    if (eff == NULL && (eff = malloc(sizeof *eff)) != NULL) baton__rope__init(eff);
-    int rc = eff ? 0 : BT_ENOMEM;
-    if (rc == 0 && r->defaults && r->defaults->rope)
-        rc = pb_merge(&eff->base, &r->defaults->rope->base);
-    for (long k = 0; rc == 0 && k <= v->stage; k++)
-        if (r->stages[k]->rope) rc = pb_merge(&eff->base, &r->stages[k]->rope->base);
-    if (rc == 0)
-        rc = check_rope(v, "rope", eff);
-    else
-        bt_diag_set(v->diag, "%s: %s", v->doc->file, bt_strerror(rc));
-    if (eff != NULL) protobuf_c_message_free_unpacked(&eff->base, NULL);
-    return rc;
 }
 
 static int check_model(vctx *v, const Baton__Model *m) {
@@ -337,14 +267,14 @@ static int check_run_nodes(vctx *v, const Baton__Cluster *c) {
     if (total <= RECIPE_RUN_MAX_NODES) return 0;
     const char *field = c->nodes > RECIPE_RUN_MAX_NODES ? "cluster.nodes" : "cluster.spare_nodes";
     if (v->naming != NULL)
-        return verr(v, field,
-                    "%u nodes + %u spare_nodes is more than the %u nodes a run takes (baton run, "
-                    "resume and submit; see docs/running.md)",
-                    c->nodes, c->spare_nodes, RECIPE_RUN_MAX_NODES);
-    vwarn(v, field,
-          "%u nodes + %u spare_nodes is more than the %u nodes a run takes: baton run and "
-          "submit refuse this cluster",
-          c->nodes, c->spare_nodes, RECIPE_RUN_MAX_NODES);
+        return vc_err(v, field,
+                      "%u nodes + %u spare_nodes is more than the %u nodes a run takes (baton run, "
+                      "resume and submit; see docs/running.md)",
+                      c->nodes, c->spare_nodes, RECIPE_RUN_MAX_NODES);
+    vc_warn(v, field,
+            "%u nodes + %u spare_nodes is more than the %u nodes a run takes: baton run and "
+            "submit refuse this cluster",
+            c->nodes, c->spare_nodes, RECIPE_RUN_MAX_NODES);
     return 0;
 }
 
@@ -483,8 +413,8 @@ static int check_model_split(vctx *v, const Baton__Model *m, const Baton__Parall
     return check_stage_layers(v, m, p);
 }
 
-/* Of the n fields a check of the stage reads (verr's names, "parallel{tp,cp}" too), the
- * one an override wrote last, for verr to name that override; NULL when none did. */
+/* Of the n fields a check of the stage reads (vc_err's names, "parallel{tp,cp}" too), the
+ * one an override wrote last, for vc_err to name that override; NULL when none did. */
 static const char *field_set_last(const vctx *v, const char *const *fields, size_t n) {
     const char *last = NULL;
     const recipe_pos *at = NULL;
@@ -660,12 +590,12 @@ static int order_inherited_err(vctx *v, const Baton__Parallel *p, uint32_t dp, i
     else
         snprintf(at, sizeof at, "%s:%d:%d", v->doc->file, op->line, op->col);
     layout_order_full(p->order, full, sizeof full);
-    *rc = verr(v, field,
-               "parallel.order \"%s\" omits %s, which is %u in this stage; the order is "
-               "inherited from %s (%s), which may leave out only dimensions of size 1: give "
-               "this stage its own parallel.order naming %s, e.g. \"%s\" (the same layout "
-               "where %s is 1)",
-               p->order, dims[k], size[k], opath, at, dims[k], full, dims[k]);
+    *rc = vc_err(v, field,
+                 "parallel.order \"%s\" omits %s, which is %u in this stage; the order is "
+                 "inherited from %s (%s), which may leave out only dimensions of size 1: give "
+                 "this stage its own parallel.order naming %s, e.g. \"%s\" (the same layout "
+                 "where %s is 1)",
+                 p->order, dims[k], size[k], opath, at, dims[k], full, dims[k]);
     return 1;
 }
 
@@ -677,7 +607,7 @@ static int check_layout(vctx *v, const Baton__Model *m, const Baton__Parallel *p
     int rc;
     if (layout_init(&l, p->tp, p->cp, dp, p->pp, p->ep, plan_parallel_folds_experts(p, m->moe),
                     p->order, c->gpus_per_node, &d) != 0)
-        return order_inherited_err(v, p, dp, &rc) ? rc : verr(v, "parallel.order", "%s", d.msg);
+        return order_inherited_err(v, p, dp, &rc) ? rc : vc_err(v, "parallel.order", "%s", d.msg);
     /* what baton run would refuse once the ranks report their hosts (run_topology.h) */
     static const enum layout_dim hungry[] = {LAYOUT_TP, LAYOUT_CP, LAYOUT_EP};
     for (int i = 0; c->strict_topology && i < 3; i++)
@@ -696,11 +626,11 @@ static int check_layout(vctx *v, const Baton__Model *m, const Baton__Parallel *p
  * floor of 1, with no min given, is blamed on the initial. */
 static int check_loss_scale_min(vctx *v, const Baton__LossScale *ls) {
     if (!ls->has_min && ls->initial < ls->min)
-        return verr(v, "precision.loss_scale.initial",
-                    "initial %g is below the loss scale's floor, loss_scale.min (%g by "
-                    "default): give a min no higher than initial as well, or start at %g or "
-                    "more",
-                    ls->initial, ls->min, ls->min);
+        return vc_err(v, "precision.loss_scale.initial",
+                      "initial %g is below the loss scale's floor, loss_scale.min (%g by "
+                      "default): give a min no higher than initial as well, or start at %g or "
+                      "more",
+                      ls->initial, ls->min, ls->min);
     REQUIRE(isfinite(ls->min) && ls->min >= FLT_MIN && ls->min <= ls->initial, v,
             "precision.loss_scale.min",
             "min must lie between 1.2e-38 (the smallest normal float32, whose inverse is "
@@ -786,10 +716,10 @@ static int lr_below_min_lr(vctx *v, const Baton__Optimizer *o) {
         snprintf(at, sizeof at, "%s", p->set);
     else
         snprintf(at, sizeof at, "%s:%d:%d", v->doc->file, p ? p->line : 0, p ? p->col : 0);
-    return verr(v, "optimizer.lr",
-                "lr %g is below min_lr %g, which this stage inherits from %s (%s): give the "
-                "stage its own min_lr, between 0 and lr",
-                o->lr, o->min_lr, path, at);
+    return vc_err(v, "optimizer.lr",
+                  "lr %g is below min_lr %g, which this stage inherits from %s (%s): give the "
+                  "stage its own min_lr, between 0 and lr",
+                  o->lr, o->min_lr, path, at);
 }
 
 static int check_optimizer(vctx *v, const Baton__Optimizer *o) {
@@ -830,102 +760,6 @@ static int check_policies(vctx *v) {
     return 0;
 }
 
-/* The RoPE scaling the stage trains with (check_effective_rope's overlay), or NULL. */
-static Baton__RopeScaling *effective_scaling(const Baton__Recipe *r, long stage) {
-    const Baton__RopeScaling *s = r->model->rope ? r->model->rope->scaling : NULL;
-    Baton__RopeScaling *eff = s ? (Baton__RopeScaling *)pb_clone(&s->base) : NULL;
-    const Baton__Rope *over[2] = {r->defaults ? r->defaults->rope : NULL, NULL};
-    for (long k = -1; k <= stage; k++) {
-        const Baton__Rope *o = k < 0 ? over[0] : r->stages[k]->rope;
-        if (o == NULL || o->scaling == NULL) continue;
-        if (eff == NULL && (eff = malloc(sizeof *eff)) != NULL) baton__rope_scaling__init(eff);
-        if (eff == NULL || pb_merge(&eff->base, &o->scaling->base) != 0) break;
-    }
-    if (eff != NULL && eff->type == BATON__ROPE_SCALING__TYPE__NONE) {
-        protobuf_c_message_free_unpacked(&eff->base, NULL);
-        eff = NULL;
-    }
-    return eff;
-}
-
-double recipe_rope_extent(const Baton__RopeScaling *sc) {
-    if (sc == NULL || sc->type == BATON__ROPE_SCALING__TYPE__NONE ||
-        sc->original_max_position == 0 || !(sc->factor >= 1))
-        return 0;
-    double ext = (double)sc->original_max_position * sc->factor;
-    return sc->type == BATON__ROPE_SCALING__TYPE__LLAMA3 ? 2 * ext : ext;
-}
-
-/* The context a linear or NTK scaling without original_max_position scales, for the
- * warnings: the seq_len of the latest stage before `stage` that trained unscaled, or the
- * original_max_position of the scaling it trained under; 0 when none says (the first stage,
- * a model that starts scaled). */
-static uint64_t implicit_original(const vctx *v, const Baton__Recipe *r, long stage) {
-    uint64_t orig = 0;
-    int unscaled = 0;
-    for (long k = stage - 1; k >= 0 && orig == 0 && !unscaled; k--) {
-        Baton__RopeScaling *sk = effective_scaling(r, k);
-        Baton__Stage *st = NULL;
-        unscaled = sk == NULL; /* out of memory too: taken as unscaled */
-        if (sk != NULL)
-            orig = sk->original_max_position;
-        else if (recipe_effective_stage(v->doc, (size_t)k, &st) == 0)
-            orig = st->seq_len;
-        if (sk) protobuf_c_message_free_unpacked(&sk->base, NULL);
-        if (st) protobuf_c_message_free_unpacked(&st->base, NULL);
-    }
-    return orig;
-}
-
-/* sc with the implicit original context of a linear or NTK scaling filled in; 1 when it
- * was (the warnings then say where it comes from). */
-static int fill_original(const vctx *v, const Baton__Recipe *r, long stage,
-                         Baton__RopeScaling *sc) {
-    if (sc == NULL || sc->original_max_position != 0 ||
-        (sc->type != BATON__ROPE_SCALING__TYPE__LINEAR &&
-         sc->type != BATON__ROPE_SCALING__TYPE__NTK))
-        return 0;
-    sc->original_max_position = implicit_original(v, r, stage);
-    return sc->original_max_position != 0;
-}
-
-/* sc's original context for a warning: "original_max_position N", or where fill_original
- * filled it in (implicit), where N comes from. */
-static void original_text(char *buf, size_t cap, const Baton__RopeScaling *sc, int implicit) {
-    unsigned long long n = sc ? (unsigned long long)sc->original_max_position : 0;
-    if (implicit)
-        snprintf(buf, cap,
-                 "%llu (the seq_len trained at before the scaling; original_max_position is "
-                 "not set)",
-                 n);
-    else
-        snprintf(buf, cap, "original_max_position %llu", n);
-}
-
-/* Whether a stage of seq_len under scaling sc trains beyond the context sc extends to. */
-static int beyond_scaling(uint64_t seq_len, const Baton__RopeScaling *sc) {
-    double ext = recipe_rope_extent(sc);
-    return ext > 0 && (double)seq_len > ext;
-}
-
-/* Whether a stage of seq_len that turns off the scaling the stage before it had (before)
- * trains beyond the context that scaling extended, the one RoPE covers unscaled. */
-static int beyond_unscaled(uint64_t seq_len, const Baton__RopeScaling *before) {
-    return before != NULL && before->original_max_position > 0 &&
-           seq_len > before->original_max_position;
-}
-
-/* The scaling's type as a recipe writes it ("llama3"). */
-static const char *scaling_name(const Baton__RopeScaling *sc, char *buf, size_t cap) {
-    const ProtobufCEnumValue *e =
-        protobuf_c_enum_descriptor_get_value(&baton__rope_scaling__type__descriptor, sc->type);
-    size_t k = 0;
-    for (const char *p = e ? e->name : "?"; *p != '\0' && k + 1 < cap; p++)
-        buf[k++] = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
-    buf[k] = '\0';
-    return buf;
-}
-
 /* A loss_scale.initial the stage gives itself, which it does not use: an fp16 stage after
  * an fp16 stage starts from the loss scale that stage ended with (plan_scale_carried). */
 static void warn_scale_initial(vctx *v, const Baton__Recipe *r, const Baton__Stage *prev) {
@@ -934,11 +768,11 @@ static void warn_scale_initial(vctx *v, const Baton__Recipe *r, const Baton__Sta
         !plan_scale_carried(prev->precision, v->eff->precision,
                             recipe_stage_reset(r, (size_t)v->stage)))
         return;
-    vwarn(v, "precision.loss_scale.initial",
-          "initial %g is not used: an fp16 stage after an fp16 stage (\"%s\") starts from the "
-          "loss scale that stage ended with, as it takes its moments (optimizer.reset: true "
-          "starts both over)",
-          own->loss_scale->initial, prev->name ? prev->name : "");
+    vc_warn(v, "precision.loss_scale.initial",
+            "initial %g is not used: an fp16 stage after an fp16 stage (\"%s\") starts from the "
+            "loss scale that stage ended with, as it takes its moments (optimizer.reset: true "
+            "starts both over)",
+            own->loss_scale->initial, prev->name ? prev->name : "");
 }
 
 /* An fp8 stage in which no product runs in fp8: the LM head is always bf16, and with
@@ -950,11 +784,11 @@ static void warn_fp8_idle(vctx *v, const Baton__Recipe *r, const Baton__Stage *p
     uint32_t L = r->model->n_layers;
     int idle = pr && pr->type == BATON__PRECISION__TYPE__FP8 && pr->first_last_bf16 && L <= 2;
     if (!idle || (pp && pp->type == BATON__PRECISION__TYPE__FP8 && pp->first_last_bf16)) return;
-    vwarn(v, "precision{type,first_last_bf16}",
-          "no GEMM runs in fp8: first_last_bf16 (true by default) keeps the first and the last "
-          "layer in bf16, which are all %u layer%s of the model, and the LM head is bf16, so "
-          "the stage trains as bf16 (first_last_bf16: false runs the layers in fp8)",
-          L, L == 1 ? "" : "s");
+    vc_warn(v, "precision{type,first_last_bf16}",
+            "no GEMM runs in fp8: first_last_bf16 (true by default) keeps the first and the last "
+            "layer in bf16, which are all %u layer%s of the model, and the LM head is bf16, so "
+            "the stage trains as bf16 (first_last_bf16: false runs the layers in fp8)",
+            L, L == 1 ? "" : "s");
 }
 
 /* What runs but likely not as meant: a seq_len beyond the context the RoPE scaling
@@ -963,104 +797,22 @@ static void warn_fp8_idle(vctx *v, const Baton__Recipe *r, const Baton__Stage *p
  * pretraining context); a warmup longer than the stage, whose learning rate then never reaches its
  * peak. A stage that inherits the same settings as the stage before it is not warned about again.
  */
-/* The scaling fields block sets that a scaling of type does not read (truncate,
- * beta_fast, beta_slow, attn_factor: yarn's; low_freq_factor, high_freq_factor:
- * llama3's), as "truncate, beta_fast" into out ("" when none); the first into first. */
-static void unread_fields(const Baton__RopeScaling *block, Baton__RopeScaling__Type type, char *out,
-                          size_t cap, const char **first) {
-    int yarn = type == BATON__ROPE_SCALING__TYPE__YARN;
-    int llama3 = type == BATON__ROPE_SCALING__TYPE__LLAMA3;
-    const struct {
-        int set, read;
-        const char *name;
-    } f[] = {{block->has_truncate, yarn, "truncate"},
-             {block->has_beta_fast, yarn, "beta_fast"},
-             {block->has_beta_slow, yarn, "beta_slow"},
-             {block->has_attn_factor, yarn, "attn_factor"},
-             {block->has_low_freq_factor, llama3, "low_freq_factor"},
-             {block->has_high_freq_factor, llama3, "high_freq_factor"}};
-    out[0] = '\0', *first = NULL;
-    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
-        if (!f[i].set || f[i].read) continue;
-        snprintf(out + strlen(out), cap - strlen(out), "%s%s", out[0] ? ", " : "", f[i].name);
-        if (*first == NULL) *first = f[i].name;
-    }
-}
-
-/* A RoPE scaling field that a rope block sets and the type it trains under does not use
- * (a truncate: false copied onto llama3, say): the type the block names, else the one
- * the stage trains with (eff: NULL none). The stage's own block; model.rope's and
- * defaults.rope's once, at stage 0. Fields a block inherits through the field-by-field
- * overlay are not warned about: a stage cannot unset them. */
-static void warn_unread(vctx *v, const Baton__Recipe *r, const Baton__RopeScaling *eff) {
-    const Baton__Rope *rope[3] = {r->stages[v->stage]->rope, NULL, NULL};
-    if (v->stage == 0) rope[1] = r->model->rope, rope[2] = r->defaults ? r->defaults->rope : NULL;
-    for (int i = 0; i < 3; i++) {
-        const Baton__RopeScaling *b = rope[i] ? rope[i]->scaling : NULL;
-        if (b == NULL) continue;
-        Baton__RopeScaling__Type t = b->has_type ? b->type
-                                     : eff       ? eff->type
-                                                 : BATON__ROPE_SCALING__TYPE__NONE;
-        Baton__RopeScaling tb = {.type = t};
-        char now[128], field[64], type[16];
-        const char *first;
-        unread_fields(b, t, now, sizeof now, &first);
-        if (first == NULL) continue;
-        snprintf(field, sizeof field, "rope.scaling.%s", first);
-        vwarn(v, field,
-              "rope.scaling sets %s, which %s scaling does not use (truncate, beta_fast, "
-              "beta_slow and attn_factor are yarn's; low_freq_factor and high_freq_factor "
-              "llama3's)",
-              now, scaling_name(&tb, type, sizeof type));
-    }
-}
-
 static void warn_stage(vctx *v, const Baton__Recipe *r) {
     const Baton__Stage *s = v->eff;
     Baton__Stage *prev = NULL;
     if (v->stage > 0 && recipe_effective_stage(v->doc, (size_t)v->stage - 1, &prev) != 0)
         return; /* out of memory: no warnings */
-    Baton__RopeScaling *sc = effective_scaling(r, v->stage);
-    Baton__RopeScaling *before = prev ? effective_scaling(r, v->stage - 1) : NULL;
-    uint64_t orig = sc ? sc->original_max_position : 0; /* as the recipe gives it */
-    char o_now[160], o_before[160], type[16];
-    original_text(o_now, sizeof o_now, sc, fill_original(v, r, v->stage, sc));
-    original_text(o_before, sizeof o_before, before, fill_original(v, r, v->stage - 1, before));
-    int same = prev && before && sc && prev->seq_len == s->seq_len &&
-               before->original_max_position == sc->original_max_position &&
-               before->factor == sc->factor;
-    if (beyond_scaling(s->seq_len, sc) && !same)
-        vwarn(v, "seq_len",
-              "seq_len %llu is beyond the context the RoPE scaling extends to, %s%s × factor "
-              "%g = %.0f",
-              (unsigned long long)s->seq_len,
-              sc->type == BATON__ROPE_SCALING__TYPE__LLAMA3 ? "for llama3 twice " : "", o_now,
-              sc->factor, recipe_rope_extent(sc));
-    if (sc == NULL && beyond_unscaled(s->seq_len, before))
-        vwarn(v, "rope.scaling",
-              "RoPE scaling is off from this stage, but seq_len %llu is beyond %s, the context "
-              "the previous stage's %s scaling extended (to %.0f): the positions beyond it get "
-              "rotations the model did not train at",
-              (unsigned long long)s->seq_len, o_before, scaling_name(before, type, sizeof type),
-              recipe_rope_extent(before));
-    if (orig > 0 && prev != NULL && before == NULL && prev->seq_len != orig)
-        vwarn(v, "rope.scaling.original_max_position",
-              "original_max_position %llu is not the seq_len %llu the previous stage (\"%s\") "
-              "trained at, the context the scaling extends",
-              (unsigned long long)orig, (unsigned long long)prev->seq_len,
-              prev->name ? prev->name : "");
+    vc_warn_rope_context(v, r, prev);
     const Baton__Optimizer *o = s->optimizer, *po = prev ? prev->optimizer : NULL;
     if (o != NULL && o->warmup_steps > s->steps &&
         !(po && po->warmup_steps == o->warmup_steps && prev->steps == s->steps))
-        vwarn(v, "optimizer.warmup_steps",
-              "warmup_steps %llu is more than the stage's %llu steps: the learning rate never "
-              "reaches lr",
-              (unsigned long long)o->warmup_steps, (unsigned long long)s->steps);
-    warn_unread(v, r, sc);
+        vc_warn(v, "optimizer.warmup_steps",
+                "warmup_steps %llu is more than the stage's %llu steps: the learning rate never "
+                "reaches lr",
+                (unsigned long long)o->warmup_steps, (unsigned long long)s->steps);
+    vc_warn_rope_unread(v, r);
     warn_scale_initial(v, r, prev);
     warn_fp8_idle(v, r, prev);
-    if (before) protobuf_c_message_free_unpacked(&before->base, NULL);
-    if (sc) protobuf_c_message_free_unpacked(&sc->base, NULL);
     if (prev) protobuf_c_message_free_unpacked(&prev->base, NULL);
 }
 
@@ -1080,7 +832,7 @@ static int check_stage(vctx *v, const Baton__Recipe *r) {
     rc = rc ? rc : check_optimizer(v, v->eff->optimizer);
     rc = rc ? rc : check_policies(v);
     rc = rc ? rc : check_data(v, r);
-    rc = rc ? rc : check_effective_rope(v, r);
+    rc = rc ? rc : vc_check_rope(v, r);
     if (rc == 0) warn_stage(v, r);
     return rc;
 }
@@ -1111,7 +863,7 @@ static int check_recipe_name(vctx *v, const Baton__Recipe *r) {
     char why[512];
     if (r->name == NULL) return 0; /* unnamed: runs/<file stem>, checked by baton run */
     if (recipe_name_problem(r->name, why, sizeof why) == 0) return 0;
-    return verr(v, "name", "the recipe name %s, e.g. name: tiny-cpu", why);
+    return vc_err(v, "name", "the recipe name %s, e.g. name: tiny-cpu", why);
 }
 
 /* The rules a stage name follows since --set stages.NAME.KEY and --stage: refused, or with
@@ -1127,15 +879,15 @@ static int check_stage_name_chars(vctx *v, size_t i, const char *nm) {
     char f[64];
     snprintf(f, sizeof f, "stages[%zu].name", i);
     if (!number)
-        verr(v, f,
-             "stage name \"%s\" has '%c' at character %zu: --set addresses a stage by name "
-             "as stages.NAME.KEY, so a stage name is letters, digits, '_' and '-' (e.g. v1-5)",
-             nm, nm[ok], ok + 1);
+        vc_err(v, f,
+               "stage name \"%s\" has '%c' at character %zu: --set addresses a stage by name "
+               "as stages.NAME.KEY, so a stage name is letters, digits, '_' and '-' (e.g. v1-5)",
+               nm, nm[ok], ok + 1);
     else
-        verr(v, f,
-             "stage name \"%s\" is a number: --stage and --set stages.%s name stages by index "
-             "too; give it a name with a letter",
-             nm, nm);
+        vc_err(v, f,
+               "stage name \"%s\" is a number: --stage and --set stages.%s name stages by index "
+               "too; give it a name with a letter",
+               nm, nm);
     v->diag = keep;
     return v->naming != NULL ? 0 : BT_ERECIPE;
 }
@@ -1143,14 +895,14 @@ static int check_stage_name_chars(vctx *v, size_t i, const char *nm) {
 static int check_stage_names(vctx *v, const Baton__Recipe *r) {
     /* defaults is a Stage for its settings; a name there would be no stage's */
     if (r->defaults != NULL && r->defaults->name != NULL)
-        return verr(v, "defaults.name",
-                    "defaults takes no name: a stage's name goes in stages, e.g. stages: "
-                    "[{name: pretrain, steps: 1000}]");
+        return vc_err(v, "defaults.name",
+                      "defaults takes no name: a stage's name goes in stages, e.g. stages: "
+                      "[{name: pretrain, steps: 1000}]");
     for (size_t i = 0; i < r->n_stages; i++) {
         if (r->stages[i]->name == NULL || r->stages[i]->name[0] == '\0') {
             char f[64];
             snprintf(f, sizeof f, "stages[%zu]", i);
-            return verr(v, f, "every stage needs a name, e.g. {name: pretrain, steps: 1000}");
+            return vc_err(v, f, "every stage needs a name, e.g. {name: pretrain, steps: 1000}");
         }
         if (check_stage_name_chars(v, i, r->stages[i]->name) != 0) return BT_ERECIPE;
         for (size_t j = 0; j < i; j++)
@@ -1158,8 +910,8 @@ static int check_stage_names(vctx *v, const Baton__Recipe *r) {
                 strcmp(r->stages[i]->name, r->stages[j]->name) == 0) {
                 char f[64];
                 snprintf(f, sizeof f, "stages[%zu].name", i);
-                return verr(v, f, "duplicate stage name \"%s\" (also stages[%zu])",
-                            r->stages[i]->name, j);
+                return vc_err(v, f, "duplicate stage name \"%s\" (also stages[%zu])",
+                              r->stages[i]->name, j);
             }
     }
     return 0;
@@ -1171,10 +923,10 @@ static int check_data_block(vctx *v, const Baton__Data *d, const char *where) {
     if (d == NULL || d->n_mix == 0 || d->train == NULL || d->train[0] == '\0') return 0;
     char f[64];
     snprintf(f, sizeof f, "%s.train", where);
-    return verr(v, f,
-                "train and mix both give the training data; give one: train for one dataset, "
-                "mix for several (train: %s as a mix source is {path: %s}; mix: [] drops a mix)",
-                d->train, d->train);
+    return vc_err(v, f,
+                  "train and mix both give the training data; give one: train for one dataset, "
+                  "mix for several (train: %s as a mix source is {path: %s}; mix: [] drops a mix)",
+                  d->train, d->train);
 }
 
 static int check_data_blocks(vctx *v, const Baton__Recipe *r) {
@@ -1201,9 +953,9 @@ int recipe_validate_run(const recipe_doc *doc, bt_diag *diag, bt_diag *naming) {
     rc = rc ? rc : check_model(&v, r->model);
     rc = rc ? rc : check_cluster(&v, r->cluster);
     if (rc == 0 && r->n_stages == 0)
-        rc = verr(&v, "stages",
-                  "no stages: a recipe needs at least one stage, e.g. stages: "
-                  "[{name: pretrain, steps: 1000}]");
+        rc = vc_err(&v, "stages",
+                    "no stages: a recipe needs at least one stage, e.g. stages: "
+                    "[{name: pretrain, steps: 1000}]");
     rc = rc ? rc : check_stage_names(&v, r);
     rc = rc ? rc : check_data_blocks(&v, r);
     for (size_t i = 0; rc == 0 && i < r->n_stages; i++) {
