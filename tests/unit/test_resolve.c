@@ -426,6 +426,26 @@ static void test_fp8_settings_left_behind(void) {
     recipe_doc_free(&doc);
 }
 
+/* The warnings validating recipe text prints (it must validate) into out. */
+static void validate_warnings(const char *text, char *out, size_t cap) {
+    recipe_doc doc = {0};
+    bt_diag d;
+    bt_diag_init(&d);
+    out[0] = '\0';
+    int rc = recipe_load_buffer("w.yaml", text, strlen(text), &doc, &d);
+    CHECK(rc == 0 && doc.warn == stderr);
+    FILE *f = tmpfile();
+    doc.warn = f;
+    if (rc == 0 && f != NULL) {
+        CHECK(recipe_validate(&doc, &d) == 0);
+        rewind(f);
+        size_t n = fread(out, 1, cap - 1, f);
+        out[n] = '\0';
+    }
+    if (f) fclose(f);
+    recipe_doc_free(&doc);
+}
+
 /* Validation's warnings: the recipe stays valid, each warning names its place. */
 static void test_warnings(void) {
     static const char *text =
@@ -441,20 +461,8 @@ static void test_warnings(void) {
         "    rope: {scaling: {type: llama3, factor: 4, original_max_position: 32}}\n" /* 10 */
         "  - {name: c, steps: 5}\n"                                                   /* 11 */
         "  - {name: d, seq_len: 128, steps: 20}\n";                                   /* 12 */
-    recipe_doc doc = {0};
-    bt_diag d;
-    bt_diag_init(&d);
-    char out[4096] = "";
-    int rc = recipe_load_buffer("w.yaml", text, strlen(text), &doc, &d);
-    CHECK(rc == 0 && doc.warn == stderr);
-    FILE *f = tmpfile();
-    doc.warn = f;
-    if (rc == 0 && f != NULL) {
-        CHECK(recipe_validate(&doc, &d) == 0);
-        rewind(f);
-        size_t n = fread(out, 1, sizeof out - 1, f);
-        out[n] = '\0';
-    }
+    char out[4096];
+    validate_warnings(text, out, sizeof out);
     /* b: 1024 beyond 2 x 32 x 4 (llama3), and 32 is not a's 64; c: warmup 10 of 5 steps (b's 1024
      * is not warned about again); d: 128 within 128, warmup within 20 steps */
     CHECK_STR_CONTAINS(out, "w.yaml:9:5: warning: stages[1].seq_len: seq_len 1024 is beyond the "
@@ -469,8 +477,6 @@ static void test_warnings(void) {
     const char *first = strstr(out, "is beyond the context");
     CHECK(first != NULL && strstr(first + 1, "is beyond the context") == NULL);
     CHECK(strstr(out, "original_max_position 32 is not the seq_len 1024") == NULL);
-    if (f) fclose(f);
-    recipe_doc_free(&doc);
 }
 
 /* linear and ntk scaling without original_max_position: the context they scale is the
@@ -489,20 +495,8 @@ static void test_warnings_implicit_original(void) {
         "  - {name: d, seq_len: 256, rope: {scaling: {type: none}}}\n"               /* 10 */
         "  - {name: e, seq_len: 1024, rope: {scaling: {type: ntk, factor: 4}}}\n"    /* 11 */
         "  - {name: f, seq_len: 2048}\n";                                            /* 12 */
-    recipe_doc doc = {0};
-    bt_diag d;
-    bt_diag_init(&d);
-    char out[4096] = "";
-    int rc = recipe_load_buffer("w.yaml", text, strlen(text), &doc, &d);
-    CHECK(rc == 0);
-    FILE *f = tmpfile();
-    doc.warn = f;
-    if (rc == 0 && f != NULL) {
-        CHECK(recipe_validate(&doc, &d) == 0);
-        rewind(f);
-        size_t n = fread(out, 1, sizeof out - 1, f);
-        out[n] = '\0';
-    }
+    char out[4096];
+    validate_warnings(text, out, sizeof out);
     /* b: 4096 beyond a's 64 x 2 (c the same: not again); d: scaling off at 256, beyond 64;
      * e: 1024 within d's 256 x 4; f: 2048 beyond it */
     CHECK_STR_CONTAINS(out, "w.yaml:8:15: warning: stages[1].seq_len: seq_len 4096 is beyond the "
@@ -519,8 +513,6 @@ static void test_warnings_implicit_original(void) {
                             "= 1024 (stage 5 \"f\")\n");
     CHECK(strstr(out, "stage 2") == NULL && strstr(out, "stage 4") == NULL);
     CHECK(strstr(out, "is not the seq_len") == NULL);
-    if (f) fclose(f);
-    recipe_doc_free(&doc);
 }
 
 /* A scaling field that a rope block sets and its type does not read: warned where it is
@@ -540,20 +532,8 @@ static void test_warnings_unread_scaling(void) {
         "  - {name: c, rope: {scaling: {type: llama3, truncate: false}}}\n" /* 10 */
         "  - {name: d, rope: {scaling: {low_freq_factor: 2}}}\n"            /* 11 */
         "  - {name: e, rope: {scaling: {beta_slow: 2, attn_factor: 1}}}\n"; /* 12 */
-    recipe_doc doc = {0};
-    bt_diag d;
-    bt_diag_init(&d);
-    char out[4096] = "";
-    int rc = recipe_load_buffer("w.yaml", text, strlen(text), &doc, &d);
-    CHECK(rc == 0);
-    FILE *f = tmpfile();
-    doc.warn = f;
-    if (rc == 0 && f != NULL) {
-        CHECK(recipe_validate(&doc, &d) == 0);
-        rewind(f);
-        size_t n = fread(out, 1, sizeof out - 1, f);
-        out[n] = '\0';
-    }
+    char out[4096];
+    validate_warnings(text, out, sizeof out);
     CHECK_STR_CONTAINS(out, "w.yaml:10:46: warning: stages[2].rope.scaling.truncate: rope.scaling "
                             "sets truncate, which llama3 scaling does not use (truncate, "
                             "beta_fast, beta_slow and attn_factor are yarn's; low_freq_factor and "
@@ -562,8 +542,6 @@ static void test_warnings_unread_scaling(void) {
                             "attn_factor, which llama3 scaling");
     CHECK(strstr(out, "stage 0") == NULL && strstr(out, "stage 1") == NULL);
     CHECK(strstr(out, "stage 3") == NULL);
-    if (f) fclose(f);
-    recipe_doc_free(&doc);
 }
 
 /* --set into an element of a list (any list, as stages): the element's field, a whole
