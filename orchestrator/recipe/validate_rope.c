@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/ckpt_rope.h"
 #include "pb_util.h"
 #include "validate_ctx.h"
 
@@ -145,17 +146,6 @@ static int beyond_unscaled(uint64_t seq_len, const Baton__RopeScaling *before) {
            seq_len > before->original_max_position;
 }
 
-/* The scaling's type as a recipe writes it ("llama3"). */
-static const char *scaling_name(const Baton__RopeScaling *sc, char *buf, size_t cap) {
-    const ProtobufCEnumValue *e =
-        protobuf_c_enum_descriptor_get_value(&baton__rope_scaling__type__descriptor, sc->type);
-    size_t k = 0;
-    for (const char *p = e ? e->name : "?"; *p != '\0' && k + 1 < cap; p++)
-        buf[k++] = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
-    buf[k] = '\0';
-    return buf;
-}
-
 /* The scaling fields block sets that a scaling of type does not read (truncate,
  * beta_fast, beta_slow, attn_factor: yarn's; low_freq_factor, high_freq_factor:
  * llama3's), as "truncate, beta_fast" into out ("" when none); the first into first. */
@@ -194,7 +184,6 @@ static void warn_unread(vctx *v, const Baton__Recipe *r, const Baton__RopeScalin
         Baton__RopeScaling__Type t = b->has_type ? b->type
                                      : eff       ? eff->type
                                                  : BATON__ROPE_SCALING__TYPE__NONE;
-        Baton__RopeScaling tb = {.type = t};
         char now[128], field[64], type[16];
         const char *first;
         unread_fields(b, t, now, sizeof now, &first);
@@ -204,7 +193,7 @@ static void warn_unread(vctx *v, const Baton__Recipe *r, const Baton__RopeScalin
                 "rope.scaling sets %s, which %s scaling does not use (truncate, beta_fast, "
                 "beta_slow and attn_factor are yarn's; low_freq_factor and high_freq_factor "
                 "llama3's)",
-                now, scaling_name(&tb, type, sizeof type));
+                now, ckpt_rope_type_name(t, type));
     }
 }
 
@@ -237,7 +226,7 @@ void vc_warn_rope_context(vctx *v, const Baton__Recipe *r, const Baton__Stage *p
                 "RoPE scaling is off from this stage, but seq_len %llu is beyond %s, the context "
                 "the previous stage's %s scaling extended (to %.0f): the positions beyond it get "
                 "rotations the model did not train at",
-                (unsigned long long)s->seq_len, o_before, scaling_name(before, type, sizeof type),
+                (unsigned long long)s->seq_len, o_before, ckpt_rope_type_name(before->type, type),
                 recipe_rope_extent(before));
     if (orig > 0 && prev != NULL && before == NULL && prev->seq_len != orig)
         vc_warn(v, "rope.scaling.original_max_position",

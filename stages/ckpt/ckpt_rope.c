@@ -18,8 +18,7 @@ static void put_num(char *out, size_t cap, int *n, const char *key, double a, do
     put(out, cap, n, key, x, y);
 }
 
-/* t as a recipe writes it ("yarn"). */
-static const char *type_name(Baton__RopeScaling__Type t, char buf[16]) {
+const char *ckpt_rope_type_name(Baton__RopeScaling__Type t, char buf[16]) {
     const ProtobufCEnumValue *e =
         protobuf_c_enum_descriptor_get_value(&baton__rope_scaling__type__descriptor, (int)t);
     size_t k = 0;
@@ -65,7 +64,8 @@ int ckpt_rope_diff(const Baton__Model *ckpt, const Baton__Model *stage, char *ou
     put_num(out, cap, &n, "rope.theta", a->theta, b->theta);
     char na[16], nb[16];
     if (ta != tb)
-        put(out, cap, &n, "rope.scaling.type", type_name(ta, na), type_name(tb, nb));
+        put(out, cap, &n, "rope.scaling.type", ckpt_rope_type_name(ta, na),
+            ckpt_rope_type_name(tb, nb));
     else if (ta != BATON__ROPE_SCALING__TYPE__NONE)
         scaling_diff(sa, sb, out, cap, &n);
     return n;

@@ -13,6 +13,9 @@
  * recipe writes it: "rope.theta", "rope.scaling.type", "rope.scaling.truncate", ...), joined
  * by ", " into out; the scaling's fields only where both have the same type, and those
  * the type uses. Returns how many differ (0: the same RoPE; out then ""). */
+/* t as a recipe writes it ("yarn", "llama3"), in buf. */
+const char *ckpt_rope_type_name(Baton__RopeScaling__Type t, char buf[16]);
+
 int ckpt_rope_diff(const Baton__Model *ckpt, const Baton__Model *stage, char *out, size_t cap);
 
 #endif
